@@ -1,0 +1,282 @@
+//! `truthscale analyze`: stream a capture through the core and summarize it.
+
+use crate::cli::{AnalyzeArgs, FormatArg};
+use anyhow::{Context, bail};
+use std::fs::File;
+use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
+use std::process::ExitCode;
+use truthscale_core::analysis::{Analyzer, EntitySummary, Report};
+use truthscale_core::derive::DeriveConfig;
+use truthscale_core::gpus;
+use truthscale_core::model::Timestamp;
+use truthscale_core::parse::{Format, LineParser, ParseError};
+use truthscale_core::tracker::Deriver;
+
+/// Malformed lines printed individually before the rest are only counted.
+const SHOWN_ERRORS: usize = 20;
+/// Lines read to detect the format.
+const DETECT_LINES: usize = 64;
+
+/// Outcome of reading one input.
+#[derive(Debug)]
+pub struct Analysis {
+    /// The report.
+    pub report: Report,
+    /// The detected or given format.
+    pub format: Format,
+    /// Malformed lines.
+    pub errors: Vec<ParseError>,
+    /// Total malformed lines (beyond those kept).
+    pub error_count: u64,
+    /// Lines skipped as not data.
+    pub skipped_lines: u64,
+}
+
+/// Run the command; returns exit code 1 when any line was malformed.
+///
+/// # Errors
+/// The file cannot be read, the format cannot be detected, or `--gpu-model` is unknown.
+pub fn run(args: &AnalyzeArgs) -> anyhow::Result<ExitCode> {
+    let name = args.file.display().to_string();
+    let (reader, len): (Box<dyn Read>, Option<u64>) = if name == "-" {
+        (Box::new(std::io::stdin().lock()), None)
+    } else {
+        let f = File::open(&args.file).with_context(|| format!("cannot open {name}"))?;
+        let len = f.metadata().ok().map(|m| m.len());
+        (Box::new(f), len)
+    };
+    let progress = (std::io::stderr().is_terminal() && len.is_some()).then(|| {
+        let bar = indicatif::ProgressBar::new(len.unwrap_or(0));
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {eta}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let result = analyze_reader(reader, &name, args, progress.as_ref());
+    if let Some(bar) = progress {
+        bar.finish_and_clear();
+    }
+    let a = result?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer(&mut out, &a.report)?;
+        writeln!(out)?;
+    } else {
+        write_table(&mut out, &a)?;
+    }
+    for e in &a.errors {
+        eprintln!("{e}");
+    }
+    if a.error_count > 0 {
+        if a.error_count > a.errors.len() as u64 {
+            eprintln!("… and {} more malformed lines", a.error_count - a.errors.len() as u64);
+        }
+        eprintln!(
+            "truthscale: {name}: {} malformed line(s) were not analyzed; the summary covers the rest",
+            a.error_count
+        );
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Analyze everything `reader` yields.
+///
+/// # Errors
+/// I/O errors, an undetectable format, or an unknown `--gpu-model`.
+pub fn analyze_reader(
+    reader: impl Read,
+    name: &str,
+    args: &AnalyzeArgs,
+    progress: Option<&indicatif::ProgressBar>,
+) -> anyhow::Result<Analysis> {
+    let mut reader = BufReader::with_capacity(1 << 16, reader);
+    let mut head: Vec<String> = Vec::new();
+    let mut buf = Vec::new();
+    let mut line_no = 0usize;
+    let mut read_line = |reader: &mut BufReader<_>, buf: &mut Vec<u8>| -> anyhow::Result<Option<String>> {
+        buf.clear();
+        let n = reader.read_until(b'\n', buf).with_context(|| format!("cannot read {name}"))?;
+        if n == 0 {
+            return Ok(None);
+        }
+        line_no += 1;
+        if let Some(bar) = progress {
+            bar.inc(n as u64);
+        }
+        while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+            buf.pop();
+        }
+        match String::from_utf8(std::mem::take(buf)) {
+            Ok(s) => Ok(Some(s)),
+            Err(_) => bail!("{name}:{line_no}: not UTF-8 text"),
+        }
+    };
+    let format = match args.format {
+        FormatArg::DcgmiDmon => Format::DcgmiDmon,
+        FormatArg::DcgmExporter => Format::DcgmExporter,
+        FormatArg::Jsonl => Format::Jsonl,
+        FormatArg::Auto => {
+            while head.len() < DETECT_LINES {
+                match read_line(&mut reader, &mut buf)? {
+                    Some(l) => head.push(l),
+                    None => break,
+                }
+            }
+            Format::detect(&head.join("\n")).with_context(|| {
+                format!(
+                    "{name}: cannot tell the format from the first {} lines; pass --format dcgmi-dmon, dcgm-exporter or jsonl",
+                    head.len()
+                )
+            })?
+        }
+    };
+    let spec = match &args.gpu_model {
+        Some(m) => Some(gpus::lookup(m).with_context(|| {
+            let keys: Vec<_> = gpus::CATALOG.iter().map(|s| s.key).collect();
+            format!("--gpu-model {m:?} is not in the catalog; known: {}", keys.join(", "))
+        })?),
+        None => None,
+    };
+    let interval = args.interval.as_secs_f64();
+    let nominal = match format {
+        Format::Jsonl => None,
+        _ => Some(interval),
+    };
+    let mut deriver = Deriver::new(DeriveConfig::default(), nominal);
+    deriver.set_model_override(spec);
+    let mut analyzer = Analyzer::new(deriver, args.timeline);
+    let mut parser = LineParser::new(format, name, interval, Timestamp(0));
+    let mut errors = Vec::new();
+    let mut error_count = 0u64;
+    let mut feed = |line: &str, analyzer: &mut Analyzer| match parser.push_line(line) {
+        Ok(Some(s)) => analyzer.push(&s),
+        Ok(None) => {}
+        Err(e) => {
+            error_count += 1;
+            if errors.len() < SHOWN_ERRORS {
+                errors.push(e);
+            }
+        }
+    };
+    for l in &head {
+        feed(l, &mut analyzer);
+    }
+    while let Some(l) = read_line(&mut reader, &mut buf)? {
+        feed(&l, &mut analyzer);
+    }
+    if let Some(s) = parser.finish() {
+        analyzer.push(&s);
+    }
+    Ok(Analysis {
+        report: analyzer.report(),
+        format,
+        errors,
+        error_count,
+        skipped_lines: parser.skipped_lines(),
+    })
+}
+
+fn pct(x: Option<f64>) -> String {
+    x.map_or_else(|| "—".to_string(), |v| format!("{:.1}%", 100.0 * v))
+}
+
+fn phases(e: &EntitySummary) -> String {
+    let f = &e.phase_fraction;
+    let mut v: Vec<(&str, f64)> = vec![
+        ("idle", f.idle),
+        ("prefill", f.prefill),
+        ("decode", f.decode),
+        ("mixed", f.mixed),
+        ("stalled", f.stalled),
+        ("underloaded", f.underloaded),
+    ];
+    v.retain(|(_, x)| *x >= 0.005);
+    v.sort_by(|a, b| b.1.total_cmp(&a.1));
+    if v.is_empty() {
+        return "unclassified".into();
+    }
+    v.iter().map(|(n, x)| format!("{n} {:.0}%", 100.0 * x)).collect::<Vec<_>>().join(", ")
+}
+
+fn write_table(out: &mut impl Write, a: &Analysis) -> std::io::Result<()> {
+    writeln!(out, "format: {}", a.format.as_str())?;
+    if a.report.entities.is_empty() {
+        writeln!(out, "no GPU readings found")?;
+    }
+    for e in &a.report.entities {
+        let sim = if e.simulated { "  [SIMULATED]" } else { "" };
+        writeln!(out)?;
+        writeln!(
+            out,
+            "{}  {}{sim}",
+            e.entity,
+            e.model.as_deref().unwrap_or("unknown model")
+        )?;
+        writeln!(out, "  samples            {}   fidelity {}", e.samples, e.fidelity.as_str())?;
+        writeln!(
+            out,
+            "  reported util      {}",
+            pct(e.reported_utilization.map(|m| m.mean))
+        )?;
+        match e.effective_compute {
+            Some(ecf) => writeln!(
+                out,
+                "  effective compute  {} (p95 {}){}",
+                pct(Some(ecf.mean)),
+                pct(Some(ecf.p95)),
+                if e.clock_corrected { "" } else { "  not clock-corrected" }
+            )?,
+            None => writeln!(
+                out,
+                "  effective compute  unknown (≤ {}; no tensor counter){}",
+                pct(e.effective_compute_upper_bound.map(|m| m.mean)),
+                e.power_proxy
+                    .map(|p| format!("  power proxy {:.2} (estimate)", p.mean))
+                    .unwrap_or_default()
+            )?,
+        }
+        if let Some(g) = e.inflation_gap_points {
+            writeln!(out, "  inflation gap      {:.1} points", g.mean)?;
+        }
+        if let Some(s) = e.spatial_inflation {
+            writeln!(out, "  spatial inflation  {:.1}×", s.mean)?;
+        }
+        writeln!(
+            out,
+            "  roofline sat.      {}",
+            pct(e.roofline_saturation.map(|m| m.mean))
+        )?;
+        writeln!(out, "  phases             {}", phases(e))?;
+        if let Some(m) = &e.memory {
+            writeln!(
+                out,
+                "  memory             peak {:.1} GiB of {:.1} GiB ({}){}",
+                m.peak_used_bytes / 1073741824.0,
+                m.total_bytes / 1073741824.0,
+                pct(Some(m.peak_used_fraction)),
+                match (&m.mig_fit, m.mig_binding) {
+                    (Some(p), Some(b)) => format!("; fits MIG {p} (bound by {})", serde_json::to_value(b).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()),
+                    _ => String::new(),
+                }
+            )?;
+        }
+        if let Some(agree) = e.phase_agreement_with_truth {
+            writeln!(out, "  phase vs truth     {:.1}% of windows agree", 100.0 * agree)?;
+        }
+    }
+    if !a.report.diagnostics.is_empty() {
+        writeln!(out)?;
+        let counts: Vec<String> =
+            a.report.diagnostics.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        writeln!(out, "diagnostics: {}", counts.join(", "))?;
+        for d in a.report.first_diagnostics.iter().take(5) {
+            writeln!(out, "  {d}")?;
+        }
+    }
+    if a.skipped_lines > 0 {
+        writeln!(out, "skipped {} non-data line(s) (comments, blank lines, prompts)", a.skipped_lines)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,59 @@
+//! `truthscale simulate`: write a JSONL trace from the simulated GPU.
+
+use crate::cli::SimulateArgs;
+use anyhow::{Context, bail};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use truthscale_core::gpus;
+use truthscale_core::model::Timestamp;
+use truthscale_core::parse::jsonl;
+use truthscale_core::sim::{Scenario, Simulator};
+
+/// Trace start: 2026-01-01T00:00:00Z. Fixed so that the same seed gives the same file.
+const START_MS: i64 = 1_767_225_600_000;
+
+/// Run the command.
+///
+/// # Errors
+/// Unknown scenario or model, a bad interval, or an unwritable output.
+pub fn run(args: &SimulateArgs) -> anyhow::Result<()> {
+    let scenario = Scenario::from_name(&args.scenario).with_context(|| {
+        let names: Vec<_> = Scenario::ALL.iter().map(|s| s.as_str()).collect();
+        format!("unknown scenario {:?}; choose one of {}", args.scenario, names.join(", "))
+    })?;
+    let spec = gpus::lookup(&args.gpu_model).with_context(|| {
+        let keys: Vec<_> = gpus::CATALOG.iter().map(|s| s.key).collect();
+        format!("--gpu-model {:?} is not in the catalog; known: {}", args.gpu_model, keys.join(", "))
+    })?;
+    let dt = args.interval.as_secs_f64();
+    if dt < 0.01 {
+        bail!("--interval must be at least 10ms (got {:?})", args.interval);
+    }
+    let windows = (args.duration.as_secs_f64() / dt).round() as u64;
+    let out: Box<dyn Write> = if args.output.as_os_str() == "-" {
+        Box::new(std::io::stdout().lock())
+    } else {
+        let f = File::create(&args.output)
+            .with_context(|| format!("cannot create {}", args.output.display()))?;
+        Box::new(f)
+    };
+    let mut out = BufWriter::new(out);
+    let mut sim = Simulator::new(args.gpus, spec, "sim-node", args.seed, Timestamp(START_MS), |_| scenario);
+    writeln!(
+        out,
+        "# truthscale simulated trace: scenario {}, {} × {}, interval {}, seed {} (SIMULATED, not hardware)",
+        scenario.as_str(),
+        args.gpus,
+        spec.name,
+        humantime::format_duration(args.interval),
+        args.seed
+    )?;
+    for _ in 0..windows {
+        let s = sim.step(dt);
+        for e in &s.entities {
+            writeln!(out, "{}", jsonl::to_line(s.taken, e))?;
+        }
+    }
+    out.flush().with_context(|| format!("cannot write {}", args.output.display()))?;
+    Ok(())
+}

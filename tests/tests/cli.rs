@@ -1,0 +1,129 @@
+//! The `truthscale` binary end to end: real captures and simulated traces through `analyze`.
+
+use serde_json::Value;
+use truthscale_e2e::{fixture, run};
+
+fn analyze_json(path: &str, extra: &[&str]) -> Value {
+    let mut args = vec!["analyze", path, "--json"];
+    args.extend_from_slice(extra);
+    let out = run(&args);
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("analyze --json prints JSON")
+}
+
+fn f(v: &Value, path: &str) -> f64 {
+    v.pointer(path).and_then(Value::as_f64).unwrap_or_else(|| panic!("{path} in {v}"))
+}
+
+#[test]
+fn misleading_t4_capture_shows_the_gap() {
+    // Ericsson T4: DCGM_FI_DEV_GPU_UTIL 91 while tensor 0.005822 at SM clock 660 MHz.
+    let p = fixture("dcgm-exporter-cncf-k8s-ai-conformance-ericsson-ccd-t4.txt");
+    let v = analyze_json(p.to_str().unwrap(), &[]);
+    let e = &v["entities"][0];
+    assert_eq!(e["gpu"], 0);
+    assert_eq!(e["uuid"], "GPU-6d5c0ac5-74d7-3130-46f1-e93ed57f469a");
+    assert_eq!(e["model"], "Tesla T4");
+    assert_eq!(e["fidelity"], "profiling");
+    assert_eq!(e["simulated"], false);
+    assert!((f(e, "/reported_utilization/mean") - 0.91).abs() < 1e-9);
+    // κ = 660 / 1590; ECF = (τ + φ-terms) · κ with no FP pipes reported.
+    let ecf = 0.005822 * 660.0 / 1590.0;
+    assert!((f(e, "/effective_compute/mean") - ecf).abs() < 1e-6);
+    assert!((f(e, "/inflation_gap_points/mean") - 100.0 * (0.91 - ecf)).abs() < 1e-4);
+    assert!((f(e, "/roofline_saturation/mean") - 0.092781).abs() < 1e-9);
+    assert_eq!(f(e, "/phase_fraction/stalled"), 1.0);
+}
+
+#[test]
+fn dmon_capture_with_multiplexed_blanks() {
+    let p = fixture("dcgmi-dmon-NVIDIA-DCGM-issue244.txt");
+    let v = analyze_json(p.to_str().unwrap(), &["--interval", "1s"]);
+    let ents = v["entities"].as_array().unwrap();
+    assert_eq!(ents.len(), 8);
+    // GPU 0's second sweep has tensor 0.178 and no clock: ECF is τ itself, not clock-corrected.
+    let g0 = ents.iter().find(|e| e["gpu"] == 0).unwrap();
+    assert!((f(g0, "/effective_compute/mean") - 0.178).abs() < 1e-9);
+    assert_eq!(g0["clock_corrected"], false);
+    assert_eq!(g0["fidelity"], "profiling");
+    // GPU 7 never had a value: nothing is invented.
+    let g7 = ents.iter().find(|e| e["gpu"] == 7).unwrap();
+    assert!(g7["effective_compute"].is_null());
+    assert!(g7["reported_utilization"].is_null());
+    assert_eq!(g7["fidelity"], "none");
+}
+
+#[test]
+fn every_fixture_analyzes_cleanly() {
+    let dir = fixture("");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        // The issue-68 fixture quotes one line with a markdown marker; it is tested after
+        // stripping it, in the core's fixture tests.
+        if name.contains("issue68") {
+            continue;
+        }
+        let v = analyze_json(path.to_str().unwrap(), &[]);
+        assert!(!v["entities"].as_array().unwrap().is_empty(), "{name}");
+        n += 1;
+    }
+    assert!(n >= 8, "only {n} fixtures found in {}", dir.display());
+}
+
+#[test]
+fn simulated_llm_serving_round_trip() {
+    let dir = std::env::temp_dir().join(format!("truthscale-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("llm.jsonl");
+    let t = trace.to_str().unwrap();
+    let out = run(&[
+        "simulate", "--scenario", "llm-serving", "--duration", "10m", "--interval", "250ms",
+        "--seed", "3", "-o", t,
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&trace).unwrap();
+    assert_eq!(text.lines().filter(|l| l.starts_with('{')).count(), 2400);
+    assert!(text.lines().skip(1).all(|l| l.contains("\"source\":\"sim\"")));
+    let v = analyze_json(t, &["--timeline"]);
+    let e = &v["entities"][0];
+    assert_eq!(e["simulated"], true);
+    assert_eq!(e["samples"], 2400);
+    assert!(f(e, "/phase_agreement_with_truth") >= 0.95);
+    let truth = f(e, "/truth_effective_compute");
+    assert!((f(e, "/effective_compute/mean") - truth).abs() < 0.02);
+    assert_eq!(e["timeline"].as_array().unwrap().len(), 2400);
+    let fractions: f64 = e["phase_fraction"].as_object().unwrap().values().filter_map(Value::as_f64).sum();
+    assert!((fractions - 1.0).abs() < 1e-9);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn malformed_input_names_file_and_line() {
+    let dir = std::env::temp_dir().join(format!("truthscale-e2e-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("bad.txt");
+    std::fs::write(&p, "#Entity   GRACT   TENSO\nID\nGPU 0     0.5     0.2\nGPU 1     zero    0.1\n").unwrap();
+    let out = run(&["analyze", p.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("{}:4: ", p.display())), "{err}");
+    // The good rows were still analyzed.
+    assert!(String::from_utf8_lossy(&out.stdout).contains("gpu 0"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn usage_errors_explain_themselves() {
+    let out = run(&["analyze", "/nonexistent/capture.txt"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot open /nonexistent/capture.txt"));
+    let out = run(&["simulate", "--scenario", "nope", "-o", "-"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("llm-serving"));
+    let out = run(&["--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("analyze") && help.contains("simulate"));
+}

@@ -1,0 +1,500 @@
+//! Streaming analysis: per-entity summaries of a whole capture in constant memory.
+//!
+//! Feed [`Sample`]s one at a time; memory grows with the number of entities, not with the
+//! number of samples (the optional timeline excepted).
+
+use crate::derive::{DeriveConfig, Fidelity};
+use crate::diag::DiagnosticKind;
+use crate::gpus::GpuSpec;
+use crate::model::{EntityId, EntityKey, Field, Phase, Sample};
+use crate::rightsizing::{self, Constraint, Demand};
+use crate::tracker::{Deriver, EntityWindow};
+use std::collections::BTreeMap;
+
+/// A time-weighted mean.
+#[derive(Debug, Clone, Copy, Default)]
+struct Mean {
+    w: f64,
+    wx: f64,
+}
+
+impl Mean {
+    fn add(&mut self, x: Option<f64>, w: f64) {
+        if let Some(x) = x.filter(|x| x.is_finite()) {
+            self.w += w;
+            self.wx += w * x;
+        }
+    }
+    fn get(&self) -> Option<f64> {
+        (self.w > 0.0).then(|| self.wx / self.w)
+    }
+}
+
+/// A fixed-bin histogram over 0..1 for quantiles in constant memory (resolution 0.001).
+#[derive(Debug, Clone)]
+struct Quantiles {
+    bins: Vec<f64>,
+    total: f64,
+}
+
+impl Default for Quantiles {
+    fn default() -> Self {
+        Quantiles { bins: vec![0.0; 1001], total: 0.0 }
+    }
+}
+
+impl Quantiles {
+    fn add(&mut self, x: Option<f64>, w: f64) {
+        if let Some(x) = x.filter(|x| x.is_finite()) {
+            let i = (x.clamp(0.0, 1.0) * 1000.0).round() as usize;
+            self.bins[i.min(1000)] += w;
+            self.total += w;
+        }
+    }
+    fn quantile(&self, q: f64) -> Option<f64> {
+        if self.total <= 0.0 {
+            return None;
+        }
+        let target = q * self.total;
+        let mut acc = 0.0;
+        for (i, b) in self.bins.iter().enumerate() {
+            acc += b;
+            if acc >= target - 1e-9 {
+                return Some(i as f64 / 1000.0);
+            }
+        }
+        Some(1.0)
+    }
+}
+
+/// One point of an entity's timeline.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TimelinePoint {
+    /// Seconds since the first sample of the capture.
+    pub t: f64,
+    /// Phase after hysteresis.
+    pub phase: Option<Phase>,
+    /// Ground truth, for simulated data.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truth_phase: Option<Phase>,
+    /// Reported utilization.
+    pub reported_utilization: Option<f64>,
+    /// Effective compute fraction.
+    pub effective_compute: Option<f64>,
+    /// Roofline saturation.
+    pub roofline_saturation: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct EntityAcc {
+    id: EntityId,
+    spec: Option<&'static GpuSpec>,
+    simulated: bool,
+    samples: u64,
+    fidelity_windows: BTreeMap<Fidelity, u64>,
+    util: Mean,
+    ecf: Mean,
+    ecf_q: Quantiles,
+    pipe_q: Quantiles,
+    dram_q: Quantiles,
+    upper: Mean,
+    proxy: Mean,
+    gap: Mean,
+    sat: Mean,
+    spatial: Mean,
+    clock_corrected: bool,
+    peak_used: Option<f64>,
+    total_mem: Option<f64>,
+    phase_seconds: [f64; 6],
+    agree: u64,
+    with_truth: u64,
+    truth_ecf: Mean,
+    timeline: Vec<TimelinePoint>,
+}
+
+/// Builds per-entity summaries from a stream of samples.
+#[derive(Debug)]
+pub struct Analyzer {
+    deriver: Deriver,
+    timeline: bool,
+    start: Option<i64>,
+    entities: BTreeMap<EntityKey, EntityAcc>,
+    diagnostics: BTreeMap<DiagnosticKind, u64>,
+    first_diagnostics: Vec<String>,
+}
+
+/// How many diagnostics are kept verbatim for the report.
+const KEPT_DIAGNOSTICS: usize = 20;
+
+impl Analyzer {
+    /// An analyzer; `timeline` keeps one point per window (memory grows with the input).
+    #[must_use]
+    pub fn new(deriver: Deriver, timeline: bool) -> Analyzer {
+        Analyzer {
+            deriver,
+            timeline,
+            start: None,
+            entities: BTreeMap::new(),
+            diagnostics: BTreeMap::new(),
+            first_diagnostics: Vec::new(),
+        }
+    }
+
+    /// Feed one sample.
+    pub fn push(&mut self, sample: &Sample) {
+        let start = *self.start.get_or_insert(sample.taken.0);
+        let out = self.deriver.observe(sample);
+        for d in out.diagnostics {
+            *self.diagnostics.entry(d.kind).or_default() += 1;
+            if self.first_diagnostics.len() < KEPT_DIAGNOSTICS {
+                self.first_diagnostics.push(d.to_string());
+            }
+        }
+        let t = (sample.taken.0 - start) as f64 / 1000.0;
+        for w in out.windows {
+            self.add_window(t, &w);
+        }
+    }
+
+    fn add_window(&mut self, t: f64, w: &EntityWindow) {
+        let acc = self.entities.entry(w.id.key()).or_default();
+        acc.id = w.id.clone();
+        acc.spec = w.spec;
+        acc.simulated |= w.simulated;
+        acc.samples += 1;
+        let m = &w.metrics;
+        if let Some(f) = m.fidelity {
+            *acc.fidelity_windows.entry(f).or_default() += 1;
+        }
+        // Weight by the window length; a window not yet integrated counts as one unit.
+        let dt = if w.dt_seconds > 0.0 { w.dt_seconds } else { 0.0 };
+        acc.util.add(m.reported_utilization, dt);
+        acc.ecf.add(m.effective_compute, dt);
+        acc.ecf_q.add(m.effective_compute, dt);
+        acc.pipe_q.add(m.busiest_pipe, dt);
+        acc.dram_q.add(w.readings.value(Field::DramActive), dt);
+        acc.upper.add(m.effective_compute_upper_bound, dt);
+        acc.proxy.add(m.power_proxy, dt);
+        acc.gap.add(m.inflation_gap_points, dt);
+        acc.sat.add(m.roofline_saturation, dt);
+        acc.spatial.add(m.spatial_inflation, dt);
+        acc.clock_corrected |= m.clock_corrected;
+        if let Some(u) = w.readings.value(Field::MemUsedBytes) {
+            acc.peak_used = Some(acc.peak_used.map_or(u, |p: f64| p.max(u)));
+        }
+        if let Some(t) = w.readings.value(Field::MemTotalBytes) {
+            acc.total_mem = Some(t);
+        }
+        if let Some(p) = w.phase {
+            acc.phase_seconds[p.index()] += dt;
+        }
+        if let Some(truth) = w.truth_phase {
+            acc.with_truth += 1;
+            if w.phase == Some(truth) {
+                acc.agree += 1;
+            }
+        }
+        acc.truth_ecf.add(w.truth_effective_compute, dt);
+        if self.timeline {
+            acc.timeline.push(TimelinePoint {
+                t,
+                phase: w.phase,
+                truth_phase: w.truth_phase,
+                reported_utilization: m.reported_utilization,
+                effective_compute: m.effective_compute,
+                roofline_saturation: m.roofline_saturation,
+            });
+        }
+    }
+
+    /// The report so far.
+    #[must_use]
+    pub fn report(&self) -> Report {
+        let cfg = self.deriver.config();
+        Report {
+            entities: self.entities.values().map(|a| summarize(a, cfg)).collect(),
+            diagnostics: self
+                .diagnostics
+                .iter()
+                .map(|(k, v)| (k.as_str().to_string(), *v))
+                .collect(),
+            first_diagnostics: self.first_diagnostics.clone(),
+        }
+    }
+}
+
+/// The whole analysis.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Report {
+    /// One summary per entity, in a stable order.
+    pub entities: Vec<EntitySummary>,
+    /// Diagnostic counts by kind.
+    pub diagnostics: BTreeMap<String, u64>,
+    /// The first few diagnostics, verbatim.
+    pub first_diagnostics: Vec<String>,
+}
+
+/// A mean.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct MeanOnly {
+    /// Time-weighted mean.
+    pub mean: f64,
+}
+
+/// A mean and a 95th percentile.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct MeanP95 {
+    /// Time-weighted mean.
+    pub mean: f64,
+    /// Time-weighted 95th percentile (resolution 0.001).
+    pub p95: f64,
+}
+
+/// Fraction of classified time in each phase.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
+pub struct PhaseFraction {
+    /// Idle.
+    pub idle: f64,
+    /// Prefill (compute-bound).
+    pub prefill: f64,
+    /// Decode (memory-bound).
+    pub decode: f64,
+    /// Mixed.
+    pub mixed: f64,
+    /// Stalled (busy flag on, nothing happening).
+    pub stalled: f64,
+    /// Underloaded.
+    pub underloaded: f64,
+}
+
+/// Memory right-sizing and MIG fit.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct MemoryReport {
+    /// Peak allocated bytes.
+    pub peak_used_bytes: f64,
+    /// Total bytes.
+    pub total_bytes: f64,
+    /// Peak allocated over total.
+    pub peak_used_fraction: f64,
+    /// Peak with headroom.
+    pub needed_bytes: f64,
+    /// Smallest MIG profile that fits, when the model has MIG and one fits.
+    pub mig_fit: Option<String>,
+    /// The constraint that binds the MIG choice.
+    pub mig_binding: Option<Constraint>,
+    /// Always true: NVML sees allocation, not need.
+    pub allocated_not_needed: bool,
+}
+
+/// Per-entity summary.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EntitySummary {
+    /// Display name.
+    pub entity: String,
+    /// GPU index.
+    pub gpu: Option<u32>,
+    /// UUID.
+    pub uuid: Option<String>,
+    /// Model name as reported.
+    pub model: Option<String>,
+    /// Catalog key, when the model is known.
+    pub catalog_model: Option<&'static str>,
+    /// MIG GPU-instance id.
+    pub mig_instance: Option<u32>,
+    /// MIG profile.
+    pub mig_profile: Option<String>,
+    /// Pod.
+    pub pod: Option<String>,
+    /// Namespace.
+    pub namespace: Option<String>,
+    /// Container.
+    pub container: Option<String>,
+    /// Node.
+    pub node: Option<String>,
+    /// Whether the data came from the simulator.
+    pub simulated: bool,
+    /// Samples seen.
+    pub samples: u64,
+    /// The most common fidelity tier across windows.
+    pub fidelity: Fidelity,
+    /// Reported (busy-flag) utilization.
+    pub reported_utilization: Option<MeanOnly>,
+    /// Effective compute fraction.
+    pub effective_compute: Option<MeanP95>,
+    /// Whether effective compute was clock-corrected.
+    pub clock_corrected: bool,
+    /// Upper bound on effective compute, below the profiling tier.
+    pub effective_compute_upper_bound: Option<MeanOnly>,
+    /// Power proxy (an estimate of work intensity, not compute), below the profiling tier.
+    pub power_proxy: Option<MeanOnly>,
+    /// Inflation gap in points.
+    pub inflation_gap_points: Option<MeanOnly>,
+    /// Spatial inflation (reported over SM active).
+    pub spatial_inflation: Option<MeanOnly>,
+    /// Roofline saturation.
+    pub roofline_saturation: Option<MeanOnly>,
+    /// Phase mix.
+    pub phase_fraction: PhaseFraction,
+    /// For simulated data: how often the classifier matched the ground truth.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase_agreement_with_truth: Option<f64>,
+    /// For simulated data: the true mean effective compute.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truth_effective_compute: Option<f64>,
+    /// Memory right-sizing.
+    pub memory: Option<MemoryReport>,
+    /// Timeline, only when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Vec<TimelinePoint>>,
+}
+
+fn summarize(a: &EntityAcc, cfg: &DeriveConfig) -> EntitySummary {
+    let fidelity = a
+        .fidelity_windows
+        .iter()
+        .max_by_key(|(f, n)| (**n, std::cmp::Reverse(**f)))
+        .map_or(Fidelity::None, |(f, _)| *f);
+    let classified: f64 = a.phase_seconds.iter().sum();
+    let frac = |p: Phase| {
+        if classified > 0.0 { a.phase_seconds[p.index()] / classified } else { 0.0 }
+    };
+    let memory = match (a.peak_used, a.total_mem) {
+        (Some(u), Some(t)) => rightsizing::memory_sizing(u, t, cfg.headroom).map(|m| {
+            let fit = a.spec.and_then(|spec| {
+                let demand = Demand {
+                    memory_bytes: u,
+                    compute: a.pipe_q.quantile(0.95).unwrap_or(0.0),
+                    bandwidth: a.dram_q.quantile(0.95).unwrap_or(0.0),
+                };
+                rightsizing::mig_fit(spec, &demand, cfg.headroom, cfg.d_max)
+            });
+            MemoryReport {
+                peak_used_bytes: m.peak_used_bytes,
+                total_bytes: m.total_bytes,
+                peak_used_fraction: m.peak_used_fraction,
+                needed_bytes: m.needed_bytes,
+                mig_fit: fit.map(|f| f.profile.name.to_string()),
+                mig_binding: fit.map(|f| f.binding),
+                allocated_not_needed: true,
+            }
+        }),
+        _ => None,
+    };
+    let mean = |m: &Mean| m.get().map(|mean| MeanOnly { mean });
+    EntitySummary {
+        entity: a.id.to_string(),
+        gpu: a.id.gpu,
+        uuid: a.id.uuid.clone(),
+        model: a.id.model.clone(),
+        catalog_model: a.spec.map(|s| s.key),
+        mig_instance: a.id.mig.as_ref().map(|m| m.gpu_instance),
+        mig_profile: a.id.mig.as_ref().and_then(|m| m.profile.clone()),
+        pod: a.id.pod.as_ref().map(|p| p.pod.clone()),
+        namespace: a.id.pod.as_ref().and_then(|p| p.namespace.clone()),
+        container: a.id.pod.as_ref().and_then(|p| p.container.clone()),
+        node: a.id.node.clone(),
+        simulated: a.simulated,
+        samples: a.samples,
+        fidelity,
+        reported_utilization: mean(&a.util),
+        effective_compute: a.ecf.get().map(|mean| MeanP95 {
+            mean,
+            p95: a.ecf_q.quantile(0.95).unwrap_or(mean),
+        }),
+        clock_corrected: a.clock_corrected,
+        effective_compute_upper_bound: mean(&a.upper),
+        power_proxy: mean(&a.proxy),
+        inflation_gap_points: mean(&a.gap),
+        spatial_inflation: mean(&a.spatial),
+        roofline_saturation: mean(&a.sat),
+        phase_fraction: PhaseFraction {
+            idle: frac(Phase::Idle),
+            prefill: frac(Phase::Prefill),
+            decode: frac(Phase::Decode),
+            mixed: frac(Phase::Mixed),
+            stalled: frac(Phase::Stalled),
+            underloaded: frac(Phase::Underloaded),
+        },
+        phase_agreement_with_truth: (a.with_truth > 0)
+            .then(|| a.agree as f64 / a.with_truth as f64),
+        truth_effective_compute: a.truth_ecf.get(),
+        memory,
+        timeline: None,
+    }
+    .with_timeline(a)
+}
+
+impl EntitySummary {
+    fn with_timeline(mut self, a: &EntityAcc) -> Self {
+        if !a.timeline.is_empty() {
+            self.timeline = Some(a.timeline.clone());
+        }
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpus::by_key;
+    use crate::model::Timestamp;
+    use crate::sim::{Scenario, Simulator};
+
+    fn analyze(s: Scenario, secs: f64, dt: f64) -> EntitySummary {
+        let spec = by_key("h100-sxm").unwrap();
+        let mut sim = Simulator::new(1, spec, "node", 42, Timestamp(0), |_| s);
+        let mut a = Analyzer::new(Deriver::new(DeriveConfig::default(), Some(dt)), false);
+        for _ in 0..(secs / dt) as usize {
+            a.push(&sim.step(dt));
+        }
+        a.report().entities.remove(0)
+    }
+
+    #[test]
+    fn quantiles_of_a_uniform_ramp() {
+        let mut q = Quantiles::default();
+        for i in 0..=100 {
+            q.add(Some(f64::from(i) / 100.0), 1.0);
+        }
+        assert_eq!(q.quantile(0.95), Some(0.95));
+        assert_eq!(q.quantile(0.5), Some(0.5));
+        assert_eq!(Quantiles::default().quantile(0.5), None);
+    }
+
+    #[test]
+    fn tiny_kernel_summary() {
+        let e = analyze(Scenario::TinyKernel, 30.0, 1.0);
+        assert!(e.simulated);
+        assert_eq!(e.fidelity, Fidelity::Profiling);
+        assert!((e.reported_utilization.unwrap().mean - 1.0).abs() < 1e-9);
+        assert!(e.effective_compute.unwrap().mean < 0.01);
+        assert!(e.inflation_gap_points.unwrap().mean > 99.0);
+        assert!(e.spatial_inflation.unwrap().mean >= 50.0);
+        assert!(e.phase_fraction.stalled > 0.99);
+        // Tiny footprint: the smallest MIG slice would do.
+        assert_eq!(e.memory.unwrap().mig_fit.as_deref(), Some("1g.10gb"));
+    }
+
+    #[test]
+    fn classifier_agrees_with_the_simulator() {
+        for (s, secs) in [
+            (Scenario::LlmServing, 600.0),
+            (Scenario::DecodeOnly, 120.0),
+            (Scenario::IdleAllocated, 60.0),
+        ] {
+            let e = analyze(s, secs, 0.25);
+            let agree = e.phase_agreement_with_truth.unwrap();
+            assert!(agree >= 0.95, "{}: {agree}", s.as_str());
+        }
+    }
+
+    #[test]
+    fn effective_compute_matches_ground_truth() {
+        for s in Scenario::ALL {
+            let e = analyze(s, 120.0, 1.0);
+            let truth = e.truth_effective_compute.unwrap();
+            let got = e.effective_compute.unwrap().mean;
+            assert!((got - truth).abs() < 0.02, "{}: {got} vs {truth}", s.as_str());
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! The GPU catalog: datasheet peaks per model, and the MIG profiles each model offers.
+//!
+//! Dense (no 2:4 sparsity) tensor peaks from NVIDIA datasheets; `f_ref` is the SM clock the
+//! datasheet peak implies (SMs × FLOP/clk/SM × f_ref = peak), which is not the maximum clock.
+//! Idle power is an offline fallback (the lowest observed power at zero utilization is preferred).
+//! The MIG tables are an offline fallback too: a live source should query profiles at run time.
+
+/// Datasheet values for one GPU model.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpuSpec {
+    /// Stable short key, such as `h100-sxm`.
+    pub key: &'static str,
+    /// Human name.
+    pub name: &'static str,
+    /// Streaming multiprocessors.
+    pub sms: u32,
+    /// Dense BF16/FP16 tensor peak, TFLOP/s.
+    pub bf16_dense_tflops: f64,
+    /// Dense FP8 tensor peak, TFLOP/s, where the model has FP8.
+    pub fp8_dense_tflops: Option<f64>,
+    /// Non-tensor FP32 peak, TFLOP/s.
+    pub fp32_tflops: f64,
+    /// Non-tensor FP16 peak, TFLOP/s (used to weight the FP16 pipe).
+    pub fp16_tflops: f64,
+    /// Memory size in bytes.
+    pub memory_bytes: u64,
+    /// Memory bandwidth in bytes per second.
+    pub bandwidth_bytes_per_sec: f64,
+    /// The SM clock (MHz) at which the datasheet tensor peak is defined.
+    pub f_ref_mhz: f64,
+    /// Maximum board power, watts.
+    pub max_power_watts: f64,
+    /// Typical idle power, watts (fallback; assumption except where cited).
+    pub idle_power_watts: f64,
+    /// MIG profiles, empty where the model has no MIG.
+    pub mig: &'static [MigProfile],
+}
+
+impl GpuSpec {
+    /// Ridge point of the dense BF16 roofline, FLOP per byte.
+    #[must_use]
+    pub fn ridge_bf16(&self) -> f64 {
+        self.bf16_dense_tflops * 1e12 / self.bandwidth_bytes_per_sec
+    }
+}
+
+/// One MIG GPU-instance profile.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MigProfile {
+    /// Profile name, such as `3g.40gb`.
+    pub name: &'static str,
+    /// Compute slices (of 7, or 4 on A30).
+    pub compute_slices: u32,
+    /// Memory slices.
+    pub memory_slices: u32,
+    /// Memory slices the whole GPU has (8, or 4 on A30).
+    pub memory_slices_total: u32,
+    /// SMs in the instance.
+    pub sms: u32,
+    /// Nominal memory in bytes (the GB figure in the name).
+    pub memory_bytes: u64,
+    /// How many such instances fit on one GPU.
+    pub max_instances: u32,
+}
+
+const GB: u64 = 1_000_000_000;
+
+macro_rules! mig {
+    ($name:literal, $c:expr, $m:expr, $mt:expr, $sms:expr, $gb:expr, $n:expr) => {
+        MigProfile {
+            name: $name,
+            compute_slices: $c,
+            memory_slices: $m,
+            memory_slices_total: $mt,
+            sms: $sms,
+            memory_bytes: $gb * GB,
+            max_instances: $n,
+        }
+    };
+}
+
+const MIG_A100_40: &[MigProfile] = &[
+    mig!("1g.5gb", 1, 1, 8, 14, 5, 7),
+    mig!("1g.10gb", 1, 2, 8, 14, 10, 4),
+    mig!("2g.10gb", 2, 2, 8, 28, 10, 3),
+    mig!("3g.20gb", 3, 4, 8, 42, 20, 2),
+    mig!("4g.20gb", 4, 4, 8, 56, 20, 1),
+    mig!("7g.40gb", 7, 8, 8, 98, 40, 1),
+];
+const MIG_A100_80: &[MigProfile] = &[
+    mig!("1g.10gb", 1, 1, 8, 14, 10, 7),
+    mig!("1g.20gb", 1, 2, 8, 14, 20, 4),
+    mig!("2g.20gb", 2, 2, 8, 28, 20, 3),
+    mig!("3g.40gb", 3, 4, 8, 42, 40, 2),
+    mig!("4g.40gb", 4, 4, 8, 56, 40, 1),
+    mig!("7g.80gb", 7, 8, 8, 98, 80, 1),
+];
+const MIG_H100_80: &[MigProfile] = &[
+    mig!("1g.10gb", 1, 1, 8, 16, 10, 7),
+    mig!("1g.20gb", 1, 2, 8, 16, 20, 4),
+    mig!("2g.20gb", 2, 2, 8, 32, 20, 3),
+    mig!("3g.40gb", 3, 4, 8, 60, 40, 2),
+    mig!("4g.40gb", 4, 4, 8, 64, 40, 1),
+    mig!("7g.80gb", 7, 8, 8, 132, 80, 1),
+];
+const MIG_H100_94: &[MigProfile] = &[
+    mig!("1g.12gb", 1, 1, 8, 16, 12, 7),
+    mig!("1g.24gb", 1, 2, 8, 16, 24, 4),
+    mig!("2g.24gb", 2, 2, 8, 32, 24, 3),
+    mig!("3g.47gb", 3, 4, 8, 60, 47, 2),
+    mig!("4g.47gb", 4, 4, 8, 64, 47, 1),
+    mig!("7g.94gb", 7, 8, 8, 132, 94, 1),
+];
+const MIG_H200_141: &[MigProfile] = &[
+    mig!("1g.18gb", 1, 1, 8, 16, 18, 7),
+    mig!("1g.35gb", 1, 2, 8, 16, 35, 4),
+    mig!("2g.35gb", 2, 2, 8, 32, 35, 3),
+    mig!("3g.71gb", 3, 4, 8, 60, 71, 2),
+    mig!("4g.71gb", 4, 4, 8, 64, 71, 1),
+    mig!("7g.141gb", 7, 8, 8, 132, 141, 1),
+];
+// B200 SM counts per slice are not published; floor(148 × c / 7) is used (approximate).
+const MIG_B200_180: &[MigProfile] = &[
+    mig!("1g.23gb", 1, 1, 8, 21, 23, 7),
+    mig!("1g.45gb", 1, 2, 8, 21, 45, 4),
+    mig!("2g.45gb", 2, 2, 8, 42, 45, 3),
+    mig!("3g.90gb", 3, 4, 8, 63, 90, 2),
+    mig!("4g.90gb", 4, 4, 8, 84, 90, 1),
+    mig!("7g.180gb", 7, 8, 8, 148, 180, 1),
+];
+const MIG_A30: &[MigProfile] = &[
+    mig!("1g.6gb", 1, 1, 4, 14, 6, 4),
+    mig!("2g.12gb", 2, 2, 4, 28, 12, 2),
+    mig!("4g.24gb", 4, 4, 4, 56, 24, 1),
+];
+
+macro_rules! spec {
+    ($key:literal, $name:literal, sms $sms:expr, bf16 $bf16:expr, fp8 $fp8:expr, fp32 $fp32:expr,
+     fp16 $fp16:expr, mem_gb $mem:expr, bw_tbs $bw:expr, fref $fref:expr, power $p:expr,
+     idle $idle:expr, mig $mig:expr) => {
+        GpuSpec {
+            key: $key,
+            name: $name,
+            sms: $sms,
+            bf16_dense_tflops: $bf16,
+            fp8_dense_tflops: $fp8,
+            fp32_tflops: $fp32,
+            fp16_tflops: $fp16,
+            memory_bytes: $mem * GB,
+            bandwidth_bytes_per_sec: $bw * 1e12,
+            f_ref_mhz: $fref,
+            max_power_watts: $p,
+            idle_power_watts: $idle,
+            mig: $mig,
+        }
+    };
+}
+
+/// Every model truthscale knows.
+pub const CATALOG: &[GpuSpec] = &[
+    spec!("a100-40-pcie", "A100 40GB PCIe", sms 108, bf16 312.0, fp8 None, fp32 19.5, fp16 78.0,
+          mem_gb 40, bw_tbs 1.555, fref 1410.0, power 250.0, idle 35.0, mig MIG_A100_40),
+    spec!("a100-80-pcie", "A100 80GB PCIe", sms 108, bf16 312.0, fp8 None, fp32 19.5, fp16 78.0,
+          mem_gb 80, bw_tbs 1.935, fref 1410.0, power 300.0, idle 40.0, mig MIG_A100_80),
+    spec!("a100-40-sxm", "A100 40GB SXM", sms 108, bf16 312.0, fp8 None, fp32 19.5, fp16 78.0,
+          mem_gb 40, bw_tbs 1.555, fref 1410.0, power 400.0, idle 55.0, mig MIG_A100_40),
+    spec!("a100-80-sxm", "A100 80GB SXM", sms 108, bf16 312.0, fp8 None, fp32 19.5, fp16 78.0,
+          mem_gb 80, bw_tbs 2.039, fref 1410.0, power 400.0, idle 63.0, mig MIG_A100_80),
+    spec!("h100-sxm", "H100 SXM", sms 132, bf16 989.0, fp8 Some(1979.0), fp32 67.0, fp16 134.0,
+          mem_gb 80, bw_tbs 3.35, fref 1830.0, power 700.0, idle 75.0, mig MIG_H100_80),
+    spec!("h100-pcie", "H100 PCIe", sms 114, bf16 756.0, fp8 Some(1513.0), fp32 51.0, fp16 102.0,
+          mem_gb 80, bw_tbs 2.0, fref 1619.0, power 350.0, idle 50.0, mig MIG_H100_80),
+    spec!("h100-nvl", "H100 NVL", sms 132, bf16 835.0, fp8 Some(1671.0), fp32 60.0, fp16 120.0,
+          mem_gb 94, bw_tbs 3.9, fref 1544.0, power 400.0, idle 55.0, mig MIG_H100_94),
+    spec!("h200-sxm", "H200 SXM", sms 132, bf16 989.0, fp8 Some(1979.0), fp32 67.0, fp16 134.0,
+          mem_gb 141, bw_tbs 4.8, fref 1830.0, power 700.0, idle 75.0, mig MIG_H200_141),
+    spec!("h200-nvl", "H200 NVL", sms 132, bf16 835.0, fp8 Some(1671.0), fp32 60.0, fp16 120.0,
+          mem_gb 141, bw_tbs 4.8, fref 1544.0, power 600.0, idle 65.0, mig MIG_H200_141),
+    spec!("b200", "B200", sms 148, bf16 2250.0, fp8 Some(4500.0), fp32 75.0, fp16 150.0,
+          mem_gb 180, bw_tbs 8.0, fref 1856.0, power 1000.0, idle 140.0, mig MIG_B200_180),
+    spec!("l4", "L4", sms 58, bf16 121.0, fp8 Some(242.0), fp32 30.3, fp16 30.3,
+          mem_gb 24, bw_tbs 0.300, fref 2037.0, power 72.0, idle 16.0, mig &[]),
+    spec!("l40s", "L40S", sms 142, bf16 362.0, fp8 Some(733.0), fp32 91.6, fp16 91.6,
+          mem_gb 48, bw_tbs 0.864, fref 2490.0, power 350.0, idle 35.0, mig &[]),
+    spec!("a10", "A10", sms 72, bf16 125.0, fp8 None, fp32 31.2, fp16 31.2,
+          mem_gb 24, bw_tbs 0.600, fref 1695.0, power 150.0, idle 20.0, mig &[]),
+    spec!("a10g", "A10G", sms 80, bf16 70.0, fp8 None, fp32 35.0, fp16 35.0,
+          mem_gb 24, bw_tbs 0.600, fref 1710.0, power 300.0, idle 20.0, mig &[]),
+    spec!("a30", "A30", sms 56, bf16 165.0, fp8 None, fp32 10.3, fp16 41.0,
+          mem_gb 24, bw_tbs 0.933, fref 1440.0, power 165.0, idle 30.0, mig MIG_A30),
+    // Turing has no BF16: the 16-bit tensor figure is the FP16 one.
+    spec!("t4", "T4", sms 40, bf16 65.0, fp8 None, fp32 8.1, fp16 16.2,
+          mem_gb 16, bw_tbs 0.320, fref 1590.0, power 70.0, idle 10.0, mig &[]),
+];
+
+/// Find a spec by its short key (`h100-sxm`).
+#[must_use]
+pub fn by_key(key: &str) -> Option<&'static GpuSpec> {
+    CATALOG.iter().find(|s| s.key.eq_ignore_ascii_case(key))
+}
+
+/// Match a model name as NVML or DCGM report it (`NVIDIA H100 80GB HBM3`, `Tesla T4`),
+/// or a short key. Returns `None` for a model not in the catalog.
+///
+/// ```
+/// use truthscale_core::gpus::lookup;
+/// assert_eq!(lookup("NVIDIA H100 80GB HBM3").unwrap().key, "h100-sxm");
+/// assert_eq!(lookup("Tesla T4").unwrap().key, "t4");
+/// assert!(lookup("NVIDIA RTX 4000 Ada Generation").is_none());
+/// ```
+#[must_use]
+pub fn lookup(name: &str) -> Option<&'static GpuSpec> {
+    if let Some(s) = by_key(name.trim()) {
+        return Some(s);
+    }
+    let lower = name.to_ascii_lowercase().replace(['_', '-'], " ");
+    let tokens: Vec<&str> = lower.split_whitespace().collect();
+    let has = |t: &str| tokens.contains(&t);
+    let any = |t: &str| lower.contains(t);
+    let key = if has("b200") {
+        "b200"
+    } else if any("h200") {
+        if has("nvl") { "h200-nvl" } else { "h200-sxm" }
+    } else if any("h100") {
+        if has("nvl") {
+            "h100-nvl"
+        } else if has("pcie") {
+            "h100-pcie"
+        } else {
+            "h100-sxm"
+        }
+    } else if any("a100") {
+        let big = any("80gb");
+        let pcie = has("pcie");
+        match (big, pcie) {
+            (true, true) => "a100-80-pcie",
+            (true, false) => "a100-80-sxm",
+            (false, true) => "a100-40-pcie",
+            (false, false) => "a100-40-sxm",
+        }
+    } else if has("l40s") {
+        "l40s"
+    } else if has("l4") {
+        "l4"
+    } else if has("a10g") {
+        "a10g"
+    } else if has("a10") {
+        "a10"
+    } else if has("a30") {
+        "a30"
+    } else if has("t4") {
+        "t4"
+    } else {
+        return None;
+    };
+    by_key(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvml_and_dcgm_names_match() {
+        let cases = [
+            ("NVIDIA A100-SXM4-40GB", "a100-40-sxm"),
+            ("NVIDIA A100-SXM4-80GB", "a100-80-sxm"),
+            ("NVIDIA A100-PCIE-40GB", "a100-40-pcie"),
+            ("NVIDIA A100 80GB PCIe", "a100-80-pcie"),
+            ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+            ("NVIDIA H100 PCIe", "h100-pcie"),
+            ("NVIDIA H100 NVL", "h100-nvl"),
+            ("NVIDIA H200", "h200-sxm"),
+            ("NVIDIA H200 NVL", "h200-nvl"),
+            ("NVIDIA B200", "b200"),
+            ("NVIDIA L4", "l4"),
+            ("NVIDIA L40S", "l40s"),
+            ("NVIDIA A10G", "a10g"),
+            ("NVIDIA A10", "a10"),
+            ("NVIDIA A30", "a30"),
+            ("Tesla T4", "t4"),
+            ("Tesla-T4", "t4"),
+            ("h100-sxm", "h100-sxm"),
+        ];
+        for (name, key) in cases {
+            assert_eq!(lookup(name).map(|s| s.key), Some(key), "{name}");
+        }
+        assert!(lookup("NVIDIA RTX 4000 Ada Generation").is_none());
+        assert!(lookup("NVIDIA L40").is_none());
+    }
+
+    #[test]
+    fn peaks_agree_with_clock_times_sms() {
+        // dense BF16 = SMs × FLOP/clk/SM × f_ref, within 1 %.
+        let per_sm = [
+            ("a100-80-sxm", 2048.0),
+            ("h100-sxm", 4096.0),
+            ("h100-pcie", 4096.0),
+            ("h100-nvl", 4096.0),
+            ("b200", 8192.0),
+            ("l4", 1024.0),
+            ("l40s", 1024.0),
+            ("t4", 1024.0),
+        ];
+        for (key, flop) in per_sm {
+            let s = by_key(key).unwrap();
+            let derived = f64::from(s.sms) * flop * s.f_ref_mhz * 1e6 / 1e12;
+            assert!((derived / s.bf16_dense_tflops - 1.0).abs() < 0.01, "{key}: {derived}");
+        }
+        let h = by_key("h100-sxm").unwrap();
+        assert!((h.ridge_bf16() - 295.2).abs() < 0.5);
+    }
+}

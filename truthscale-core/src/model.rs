@@ -1,0 +1,470 @@
+//! The typed model: who a reading belongs to, and what was read.
+//!
+//! A [`Sample`] is a timestamp plus per-entity [`Readings`]. Each reading is a
+//! [`Reading`]: a value, unsupported, or blank. Values are never strings, and a
+//! blank is never the same as zero.
+
+use std::fmt;
+
+/// Milliseconds since the Unix epoch. The core never reads the clock: time is an input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Timestamp(pub i64);
+
+impl Timestamp {
+    /// Seconds from `earlier` to `self` (negative when `earlier` is later).
+    #[must_use]
+    pub fn seconds_since(self, earlier: Timestamp) -> f64 {
+        (self.0 - earlier.0) as f64 / 1000.0
+    }
+
+    /// This timestamp moved forward by `seconds`.
+    #[must_use]
+    pub fn plus_seconds(self, seconds: f64) -> Timestamp {
+        Timestamp(self.0 + (seconds * 1000.0).round() as i64)
+    }
+}
+
+/// Where raw counters came from. Simulated data is always labelled as such.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceKind {
+    /// The built-in simulated GPU (not real hardware).
+    Sim,
+    /// A replayed capture file.
+    Replay,
+    /// NVML, read in-process.
+    Nvml,
+    /// A live dcgm-exporter scrape.
+    DcgmExporter,
+    /// A `dcgmi dmon` capture.
+    DcgmiDmon,
+    /// A truthscale JSONL trace.
+    Trace,
+}
+
+impl SourceKind {
+    /// The label value used for this source.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::Sim => "sim",
+            SourceKind::Replay => "replay",
+            SourceKind::Nvml => "nvml",
+            SourceKind::DcgmExporter => "dcgm_exporter",
+            SourceKind::DcgmiDmon => "dcgmi_dmon",
+            SourceKind::Trace => "trace",
+        }
+    }
+}
+
+/// A MIG GPU instance (and optionally compute instance) on a parent GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct MigId {
+    /// GPU-instance id.
+    pub gpu_instance: u32,
+    /// Compute-instance id, when the source reports one.
+    pub compute_instance: Option<u32>,
+    /// Profile name, such as `3g.40gb`.
+    pub profile: Option<String>,
+}
+
+/// The Kubernetes workload a GPU is attributed to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct PodRef {
+    /// Pod name.
+    pub pod: String,
+    /// Namespace, when known.
+    pub namespace: Option<String>,
+    /// Container, when known.
+    pub container: Option<String>,
+}
+
+/// Identity of one measured entity: a whole GPU or a MIG instance, possibly attributed to a pod.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct EntityId {
+    /// GPU index as the driver numbers it.
+    pub gpu: Option<u32>,
+    /// GPU UUID (`GPU-…`); for MIG rows, the parent's UUID.
+    pub uuid: Option<String>,
+    /// Model name as NVML/DCGM report it (e.g. `NVIDIA H100 80GB HBM3`).
+    pub model: Option<String>,
+    /// PCI bus id, when known.
+    pub pci_bus_id: Option<String>,
+    /// MIG instance, when this entity is one.
+    pub mig: Option<MigId>,
+    /// Pod attribution, when known.
+    pub pod: Option<PodRef>,
+    /// Node (host) name, when known.
+    pub node: Option<String>,
+}
+
+/// The part of an [`EntityId`] that decides whether two readings are the same entity.
+///
+/// The model name, PCI id, node and MIG profile are attributes and do not split an entity.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EntityKey {
+    gpu: Option<u32>,
+    uuid: Option<String>,
+    gpu_instance: Option<u32>,
+    compute_instance: Option<u32>,
+    pod: Option<PodRef>,
+}
+
+impl EntityId {
+    /// The key that identifies this entity across samples.
+    #[must_use]
+    pub fn key(&self) -> EntityKey {
+        EntityKey {
+            gpu: self.gpu,
+            uuid: self.uuid.clone(),
+            gpu_instance: self.mig.as_ref().map(|m| m.gpu_instance),
+            compute_instance: self.mig.as_ref().and_then(|m| m.compute_instance),
+            pod: self.pod.clone(),
+        }
+    }
+}
+
+impl fmt::Display for EntityId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.gpu, &self.uuid) {
+            (Some(i), _) => write!(f, "gpu {i}")?,
+            (None, Some(u)) => write!(f, "{u}")?,
+            (None, None) => write!(f, "gpu ?")?,
+        }
+        if let Some(m) = &self.mig {
+            write!(f, " gi {}", m.gpu_instance)?;
+            if let Some(ci) = m.compute_instance {
+                write!(f, " ci {ci}")?;
+            }
+        }
+        if let Some(p) = &self.pod {
+            match &p.namespace {
+                Some(ns) => write!(f, " ({ns}/{})", p.pod)?,
+                None => write!(f, " ({})", p.pod)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One reading: a value, unsupported by the device or source, or blank this time.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Reading {
+    /// A measured value, in the field's canonical unit.
+    Value(f64),
+    /// The device or source cannot provide this field.
+    Unsupported,
+    /// No value this time (not reported, `N/A`, `null`, or a sentinel).
+    #[default]
+    Blank,
+}
+
+impl Reading {
+    /// The value, if there is one.
+    #[must_use]
+    pub fn value(self) -> Option<f64> {
+        match self {
+            Reading::Value(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+macro_rules! fields {
+    ($( $(#[$doc:meta])* $variant:ident => $name:literal ),+ $(,)?) => {
+        /// Every raw counter truthscale understands, each in one canonical unit.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Field { $( $(#[$doc])* $variant ),+ }
+
+        impl Field {
+            /// All fields, in declaration order.
+            pub const ALL: &'static [Field] = &[$(Field::$variant),+];
+            /// Number of fields.
+            pub const COUNT: usize = Field::ALL.len();
+
+            /// The field's name, as used in traces and diagnostics.
+            #[must_use]
+            pub fn name(self) -> &'static str {
+                match self { $(Field::$variant => $name),+ }
+            }
+
+            /// The field with this trace name.
+            #[must_use]
+            pub fn from_name(name: &str) -> Option<Field> {
+                match name { $($name => Some(Field::$variant),)+ _ => None }
+            }
+        }
+    };
+}
+
+fields! {
+    /// Reported utilization: the fraction of time at least one kernel was resident (0..1).
+    ReportedUtil => "gpu_util",
+    /// Graphics/compute engine active fraction (0..1).
+    GrActive => "gr_engine_active",
+    /// SM active: fraction of SM cycles with at least one warp (0..1).
+    SmActive => "sm_active",
+    /// SM occupancy: resident warps over the theoretical maximum (0..1).
+    SmOccupancy => "sm_occupancy",
+    /// Any-tensor pipe active (0..1).
+    TensorActive => "tensor_active",
+    /// DRAM bandwidth used over the theoretical maximum (0..1).
+    DramActive => "dram_active",
+    /// Non-tensor FP16 pipe active (0..1).
+    Fp16Active => "fp16_active",
+    /// FP32 pipe active (0..1).
+    Fp32Active => "fp32_active",
+    /// FP64 pipe active (0..1).
+    Fp64Active => "fp64_active",
+    /// SM clock in MHz.
+    SmClockMhz => "sm_clock_mhz",
+    /// Memory clock in MHz.
+    MemClockMhz => "mem_clock_mhz",
+    /// Power draw in watts.
+    PowerWatts => "power_watts",
+    /// Enforced power limit in watts.
+    PowerLimitWatts => "power_limit_watts",
+    /// Energy counter in joules (monotonic, may reset).
+    EnergyJoules => "energy_joules",
+    /// Allocated device memory in bytes.
+    MemUsedBytes => "memory_used_bytes",
+    /// Total device memory in bytes.
+    MemTotalBytes => "memory_total_bytes",
+    /// PCIe transmit rate in bytes per second.
+    PcieTxBytesPerSec => "pcie_tx_bytes_per_sec",
+    /// PCIe receive rate in bytes per second.
+    PcieRxBytesPerSec => "pcie_rx_bytes_per_sec",
+    /// NVLink transmit rate in bytes per second.
+    NvlinkTxBytesPerSec => "nvlink_tx_bytes_per_sec",
+    /// NVLink receive rate in bytes per second.
+    NvlinkRxBytesPerSec => "nvlink_rx_bytes_per_sec",
+    /// GPU temperature in degrees Celsius.
+    TempCelsius => "temp_celsius",
+}
+
+impl Field {
+    /// Whether the field is a 0..1 fraction.
+    #[must_use]
+    pub fn is_ratio(self) -> bool {
+        matches!(
+            self,
+            Field::ReportedUtil
+                | Field::GrActive
+                | Field::SmActive
+                | Field::SmOccupancy
+                | Field::TensorActive
+                | Field::DramActive
+                | Field::Fp16Active
+                | Field::Fp32Active
+                | Field::Fp64Active
+        )
+    }
+}
+
+/// One reading per [`Field`].
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Readings([Reading; Field::COUNT]);
+
+impl Readings {
+    /// The reading of `field`.
+    #[must_use]
+    pub fn get(&self, field: Field) -> Reading {
+        self.0[field as usize]
+    }
+
+    /// The value of `field`, if it has one.
+    #[must_use]
+    pub fn value(&self, field: Field) -> Option<f64> {
+        self.get(field).value()
+    }
+
+    /// Set the reading of `field`.
+    pub fn set(&mut self, field: Field, reading: Reading) {
+        self.0[field as usize] = reading;
+    }
+
+    /// Set `field` to a value.
+    pub fn set_value(&mut self, field: Field, value: f64) {
+        self.set(field, Reading::Value(value));
+    }
+
+    /// Iterate over `(field, reading)` pairs.
+    pub fn iter(&self) -> impl Iterator<Item = (Field, Reading)> + '_ {
+        Field::ALL.iter().map(|&f| (f, self.get(f)))
+    }
+}
+
+/// Clock-event ("throttle") reasons active during a window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Throttles {
+    /// Software power cap.
+    pub sw_power_cap: bool,
+    /// Hardware slowdown (thermal or power brake).
+    pub hw_slowdown: bool,
+    /// Thermal slowdown (software or hardware).
+    pub thermal: bool,
+    /// Sync boost.
+    pub sync_boost: bool,
+    /// Power brake or other power-related capping.
+    pub power: bool,
+}
+
+impl Throttles {
+    /// Whether any reason that costs compute throughput is set.
+    #[must_use]
+    pub fn capping(&self) -> bool {
+        self.sw_power_cap || self.hw_slowdown || self.thermal || self.power
+    }
+
+    /// Set a reason by its trace name; returns false for an unknown name.
+    pub fn set_by_name(&mut self, name: &str) -> bool {
+        match name {
+            "power" => self.power = true,
+            "thermal" => self.thermal = true,
+            "sync_boost" => self.sync_boost = true,
+            "hw_slowdown" => self.hw_slowdown = true,
+            "sw_power_cap" => self.sw_power_cap = true,
+            _ => return false,
+        }
+        true
+    }
+
+    /// The names of the reasons that are set, in a fixed order.
+    #[must_use]
+    pub fn names(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        for (on, name) in [
+            (self.power, "power"),
+            (self.thermal, "thermal"),
+            (self.sync_boost, "sync_boost"),
+            (self.hw_slowdown, "hw_slowdown"),
+            (self.sw_power_cap, "sw_power_cap"),
+        ] {
+            if on {
+                v.push(name);
+            }
+        }
+        v
+    }
+}
+
+/// What the inference server in the pod reported for the same window.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+pub struct ServingSnapshot {
+    /// Engine name (`vllm`, `sglang`, `tgi`).
+    #[serde(default)]
+    pub engine: Option<String>,
+    /// KV-cache utilization (0..1).
+    #[serde(default)]
+    pub kv_cache_utilization: Option<f64>,
+    /// Requests running.
+    #[serde(default)]
+    pub running_requests: Option<f64>,
+    /// Requests queued.
+    #[serde(default)]
+    pub queued_requests: Option<f64>,
+    /// Seconds requests spent queued.
+    #[serde(default)]
+    pub queue_seconds: Option<f64>,
+    /// Prompt tokens per second.
+    #[serde(default)]
+    pub prompt_tokens_per_sec: Option<f64>,
+    /// Output tokens per second.
+    #[serde(default)]
+    pub output_tokens_per_sec: Option<f64>,
+    /// Current batch size.
+    #[serde(default)]
+    pub batch_size: Option<f64>,
+    /// Maximum batch size.
+    #[serde(default)]
+    pub max_batch_size: Option<f64>,
+}
+
+/// The phases a GPU window can be in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Nothing resident.
+    Idle,
+    /// Compute-bound (right of the roofline ridge).
+    Prefill,
+    /// Memory-bound (left of the ridge).
+    Decode,
+    /// Both, or alternating within the window.
+    Mixed,
+    /// Busy flag on, but neither compute nor memory doing anything.
+    Stalled,
+    /// Busy, but neither pipe nor memory meaningfully used.
+    Underloaded,
+}
+
+impl Phase {
+    /// All phases, in a fixed order.
+    pub const ALL: [Phase; 6] = [
+        Phase::Idle,
+        Phase::Prefill,
+        Phase::Decode,
+        Phase::Mixed,
+        Phase::Stalled,
+        Phase::Underloaded,
+    ];
+
+    /// The label value.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Idle => "idle",
+            Phase::Prefill => "prefill",
+            Phase::Decode => "decode",
+            Phase::Mixed => "mixed",
+            Phase::Stalled => "stalled",
+            Phase::Underloaded => "underloaded",
+        }
+    }
+
+    /// Parse a label value.
+    #[must_use]
+    pub fn from_name(s: &str) -> Option<Phase> {
+        Phase::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+
+    /// Index into [`Phase::ALL`].
+    #[must_use]
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One entity's readings at one time.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EntitySample {
+    /// Who.
+    pub id: EntityId,
+    /// What was read.
+    pub readings: Readings,
+    /// Clock-event reasons, when the source reports them.
+    pub throttles: Option<Throttles>,
+    /// The serving engine's view, when present.
+    pub serving: Option<ServingSnapshot>,
+    /// For simulated data: the phase the simulator was actually in (ground truth).
+    pub truth_phase: Option<Phase>,
+    /// For simulated data: the true effective compute fraction of the window.
+    pub truth_effective_compute: Option<f64>,
+    /// Whether these readings come from a simulator rather than hardware.
+    pub simulated: bool,
+}
+
+/// A timestamp plus per-entity readings.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Sample {
+    /// When the readings were taken (end of the window they describe).
+    pub taken: Timestamp,
+    /// The entities read.
+    pub entities: Vec<EntitySample>,
+}

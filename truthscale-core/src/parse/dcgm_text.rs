@@ -1,0 +1,416 @@
+//! dcgm-exporter `/metrics` text (Prometheus exposition format).
+//!
+//! Every label and naming convention dcgm-exporter has used is read: `UUID`/`uuid`,
+//! `modelName`/`model_name`, `Hostname`/`hostname` (the node), `pci_bus_id`,
+//! `GPU_I_ID`/`GPU_I_PROFILE` (MIG), `pod`/`namespace`/`container` and the old
+//! `pod_name`/`pod_namespace`/`container_name`, where an empty value means "not
+//! attributed". Metric names match case-insensitively, which covers the lowercase
+//! `dcgm_fi_*` names of `--use-old-namespace`; the 1.x `dcgm_*` names are mapped too.
+//! Unknown metrics are ignored.
+//!
+//! Several scrapes may follow one another: a new sample begins when a series (metric name
+//! and label set) already in the current one appears again, and scrape `k` is stamped
+//! `start + k * interval`. Blank lines and `#` lines (`HELP`, `TYPE`, comments) are
+//! skipped and counted. `NaN`/`Inf` and DCGM's sentinel values become
+//! [`Reading::Blank`](crate::model::Reading::Blank).
+
+use super::ParseError;
+use super::dmon::{Acc, Target, Unit, error, nth_time};
+use crate::model::{EntityId, EntityKey, Field, MigId, PodRef, Sample, Timestamp};
+use std::collections::{HashMap, HashSet};
+
+use Target::Field as F;
+
+/// Lowercase metric names. `DCGM_FI_DEV_MEM_COPY_UTIL` / `dcgm_mem_copy_utilization`
+/// are memory-copy utilization, not DRAM bandwidth, and are deliberately absent.
+const METRICS: &[(&str, Target)] = &[
+    ("dcgm_fi_dev_gpu_util", F(Field::ReportedUtil, Unit::Percent)),
+    ("dcgm_gpu_utilization", F(Field::ReportedUtil, Unit::Percent)),
+    ("dcgm_fi_prof_gr_engine_active", F(Field::GrActive, Unit::Same)),
+    ("dcgm_fi_prof_sm_active", F(Field::SmActive, Unit::Same)),
+    ("dcgm_fi_prof_sm_occupancy", F(Field::SmOccupancy, Unit::Same)),
+    ("dcgm_fi_prof_pipe_tensor_active", F(Field::TensorActive, Unit::Same)),
+    ("dcgm_fi_prof_dram_active", F(Field::DramActive, Unit::Same)),
+    ("dcgm_fi_prof_pipe_fp16_active", F(Field::Fp16Active, Unit::Same)),
+    ("dcgm_fi_prof_pipe_fp32_active", F(Field::Fp32Active, Unit::Same)),
+    ("dcgm_fi_prof_pipe_fp64_active", F(Field::Fp64Active, Unit::Same)),
+    ("dcgm_fi_dev_sm_clock", F(Field::SmClockMhz, Unit::Same)),
+    ("dcgm_sm_clock", F(Field::SmClockMhz, Unit::Same)),
+    ("dcgm_fi_dev_mem_clock", F(Field::MemClockMhz, Unit::Same)),
+    ("dcgm_memory_clock", F(Field::MemClockMhz, Unit::Same)),
+    ("dcgm_fi_dev_power_usage", F(Field::PowerWatts, Unit::Same)),
+    ("dcgm_power_usage", F(Field::PowerWatts, Unit::Same)),
+    ("dcgm_fi_dev_enforced_power_limit", F(Field::PowerLimitWatts, Unit::Same)),
+    ("dcgm_fi_dev_power_mgmt_limit", Target::WeakPowerLimit),
+    ("dcgm_fi_dev_total_energy_consumption", F(Field::EnergyJoules, Unit::Milli)),
+    ("dcgm_total_energy_consumption", F(Field::EnergyJoules, Unit::Milli)),
+    ("dcgm_fi_dev_fb_used", F(Field::MemUsedBytes, Unit::Mib)),
+    ("dcgm_fb_used", F(Field::MemUsedBytes, Unit::Mib)),
+    ("dcgm_fi_dev_fb_total", F(Field::MemTotalBytes, Unit::Mib)),
+    ("dcgm_fi_dev_fb_free", Target::FbFree),
+    ("dcgm_fb_free", Target::FbFree),
+    ("dcgm_fi_dev_fb_reserved", Target::FbReserved),
+    ("dcgm_fi_prof_pcie_tx_bytes", F(Field::PcieTxBytesPerSec, Unit::Same)),
+    ("dcgm_fi_prof_pcie_rx_bytes", F(Field::PcieRxBytesPerSec, Unit::Same)),
+    ("dcgm_fi_prof_nvlink_tx_bytes", F(Field::NvlinkTxBytesPerSec, Unit::Same)),
+    ("dcgm_fi_prof_nvlink_rx_bytes", F(Field::NvlinkRxBytesPerSec, Unit::Same)),
+    ("dcgm_fi_dev_gpu_temp", F(Field::TempCelsius, Unit::Same)),
+    ("dcgm_gpu_temp", F(Field::TempCelsius, Unit::Same)),
+    ("dcgm_fi_dev_clock_throttle_reasons", Target::Throttles),
+    ("dcgm_fi_dev_clocks_event_reasons", Target::Throttles),
+];
+
+/// Line-at-a-time parser for dcgm-exporter text.
+#[derive(Debug)]
+pub struct DcgmTextParser {
+    file: String,
+    interval_secs: f64,
+    start: Timestamp,
+    line: usize,
+    skipped: u64,
+    scrapes: u64,
+    /// Series (lowercase name + sorted labels) of the current scrape.
+    seen: HashSet<String>,
+    entities: Vec<Acc>,
+    index: HashMap<EntityKey, usize>,
+}
+
+impl DcgmTextParser {
+    /// A parser for the input named `file`; scrape `k` is stamped `start + k * interval_secs`.
+    #[must_use]
+    pub fn new(file: &str, interval_secs: f64, start: Timestamp) -> Self {
+        DcgmTextParser {
+            file: file.to_owned(),
+            interval_secs,
+            start,
+            line: 0,
+            skipped: 0,
+            scrapes: 0,
+            seen: HashSet::new(),
+            entities: Vec::new(),
+            index: HashMap::new(),
+        }
+    }
+
+    /// Feed the next line (without its newline). Returns the previous scrape when this
+    /// line starts a new one.
+    ///
+    /// # Errors
+    /// A [`ParseError`] for a line that is not a valid sample line: no metric name, an
+    /// unterminated label set, a bad escape, a missing or unparseable value. The parser is
+    /// unchanged by a bad line and stays usable.
+    pub fn push_line(&mut self, line: &str) -> Result<Option<Sample>, ParseError> {
+        self.line += 1;
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            self.skipped += 1;
+            return Ok(None);
+        }
+        let (name, labels, value) =
+            parse_sample(t).map_err(|m| error(&self.file, self.line, m))?;
+        let name = name.to_ascii_lowercase();
+        let mut sorted: Vec<_> = labels.iter().collect();
+        sorted.sort();
+        let mut series = name.clone();
+        for (k, v) in sorted {
+            series.extend(['\0', '{']);
+            series.push_str(k);
+            series.push('\0');
+            series.push_str(v);
+        }
+        let done = if self.seen.contains(&series) { self.end_scrape() } else { None };
+        self.seen.insert(series);
+        if let Some((_, target)) = METRICS.iter().find(|(m, _)| *m == name) {
+            let id = entity_of(&labels);
+            let i = *self.index.entry(id.key()).or_insert_with(|| {
+                self.entities.push(Acc::new(id.clone()));
+                self.entities.len() - 1
+            });
+            if let Some(acc) = self.entities.get_mut(i) {
+                fill_attributes(&mut acc.sample.id, id);
+                acc.apply(*target, Some(value));
+            }
+        }
+        Ok(done)
+    }
+
+    /// End of input: the last scrape.
+    pub fn finish(&mut self) -> Option<Sample> {
+        if self.seen.is_empty() { None } else { self.end_scrape() }
+    }
+
+    /// Lines skipped as not data: blank lines and `#` lines.
+    #[must_use]
+    pub fn skipped_lines(&self) -> u64 {
+        self.skipped
+    }
+
+    /// Close the current scrape; one with no known metric yields no sample but still
+    /// takes its time slot.
+    fn end_scrape(&mut self) -> Option<Sample> {
+        self.seen.clear();
+        self.index.clear();
+        let k = self.scrapes;
+        self.scrapes += 1;
+        let entities: Vec<_> = self.entities.drain(..).map(Acc::finish).collect();
+        (!entities.is_empty())
+            .then(|| Sample { taken: nth_time(self.start, k, self.interval_secs), entities })
+    }
+}
+
+/// Attributes (model, PCI id, node, MIG profile) a later line of the same entity adds.
+fn fill_attributes(id: &mut EntityId, other: EntityId) {
+    id.model = id.model.take().or(other.model);
+    id.pci_bus_id = id.pci_bus_id.take().or(other.pci_bus_id);
+    id.node = id.node.take().or(other.node);
+    if let (Some(m), Some(o)) = (id.mig.as_mut(), other.mig) {
+        m.profile = m.profile.take().or(o.profile);
+    }
+}
+
+/// The entity a label set names. Empty label values count as absent.
+fn entity_of(labels: &[(&str, String)]) -> EntityId {
+    let get = |names: &[&str]| {
+        labels
+            .iter()
+            .find(|(k, v)| names.contains(k) && !v.is_empty())
+            .map(|(_, v)| v.clone())
+    };
+    let num = |names: &[&str]| get(names).and_then(|v| v.parse::<u32>().ok());
+    EntityId {
+        gpu: num(&["gpu"]),
+        uuid: get(&["UUID", "uuid"]),
+        model: get(&["modelName", "model_name"]),
+        pci_bus_id: get(&["pci_bus_id"]),
+        mig: num(&["GPU_I_ID"]).map(|gpu_instance| MigId {
+            gpu_instance,
+            compute_instance: None,
+            profile: get(&["GPU_I_PROFILE"]),
+        }),
+        pod: get(&["pod", "pod_name"]).map(|pod| PodRef {
+            pod,
+            namespace: get(&["namespace", "pod_namespace"]),
+            container: get(&["container", "container_name"]),
+        }),
+        node: get(&["Hostname", "hostname"]),
+    }
+}
+
+type Labels<'a> = Vec<(&'a str, String)>;
+
+/// `name{labels} value [timestamp]` → name, unescaped labels, value.
+fn parse_sample(t: &str) -> Result<(&str, Labels<'_>, f64), String> {
+    let end = t
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .unwrap_or(t.len());
+    let (name, mut rest) = t.split_at(end);
+    if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err("expected a metric name".into());
+    }
+    let mut labels = Vec::new();
+    if let Some(r) = rest.strip_prefix('{') {
+        (labels, rest) = parse_labels(r)?;
+    }
+    let mut tokens = rest.split_whitespace();
+    let value = tokens.next().ok_or("missing value")?;
+    let value = value.parse::<f64>().map_err(|_| format!("bad value `{value}`"))?;
+    if let Some(ts) = tokens.next() {
+        ts.parse::<i64>().map_err(|_| format!("bad timestamp `{ts}`"))?;
+    }
+    if let Some(extra) = tokens.next() {
+        return Err(format!("unexpected `{extra}` after the value"));
+    }
+    Ok((name, labels, value))
+}
+
+/// The label set after `{`, and what follows its `}`.
+fn parse_labels(mut s: &str) -> Result<(Labels<'_>, &str), String> {
+    const UNTERMINATED: &str = "unterminated label set";
+    let mut out = Vec::new();
+    loop {
+        s = s.trim_start();
+        if let Some(rest) = s.strip_prefix('}') {
+            return Ok((out, rest));
+        }
+        let end = s.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(s.len());
+        let (name, rest) = s.split_at(end);
+        if name.is_empty() {
+            return Err(if s.is_empty() { UNTERMINATED } else { "expected a label name" }.into());
+        }
+        let rest = rest.trim_start().strip_prefix('=').ok_or("expected `=` after a label name")?;
+        let rest = rest.trim_start().strip_prefix('"').ok_or("expected a quoted label value")?;
+        let mut value = String::new();
+        let mut chars = rest.char_indices();
+        let close = loop {
+            match chars.next().ok_or(UNTERMINATED)? {
+                (i, '"') => break i,
+                (_, '\\') => match chars.next().ok_or(UNTERMINATED)?.1 {
+                    '\\' => value.push('\\'),
+                    '"' => value.push('"'),
+                    'n' => value.push('\n'),
+                    c => return Err(format!("bad escape `\\{c}` in a label value")),
+                },
+                (_, c) => value.push(c),
+            }
+        };
+        out.push((name, value));
+        s = rest[close + 1..].trim_start();
+        if let Some(rest) = s.strip_prefix(',') {
+            s = rest;
+        } else if !s.starts_with('}') {
+            return Err(if s.is_empty() { UNTERMINATED } else { "expected `,` or `}` in a label set" }.into());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{EntitySample, Reading, Throttles};
+
+    fn parse(text: &str) -> Result<Vec<Sample>, ParseError> {
+        let mut p = DcgmTextParser::new("m.txt", 15.0, Timestamp(0));
+        let mut out = Vec::new();
+        for l in text.lines() {
+            out.extend(p.push_line(l)?);
+        }
+        out.extend(p.finish());
+        Ok(out)
+    }
+
+    fn one(text: &str) -> EntitySample {
+        let mut s = parse(text).unwrap();
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].entities.len(), 1);
+        s.remove(0).entities.remove(0)
+    }
+
+    #[test]
+    fn sentinels_and_non_finite_are_blank() {
+        for v in ["4294967295", "9223372036854775794", "2147483632", "140737488355328", "NaN", "+Inf"] {
+            let e = one(&format!("DCGM_FI_DEV_GPU_UTIL{{gpu=\"0\"}} {v}"));
+            assert_eq!(e.readings.get(Field::ReportedUtil), Reading::Blank, "{v}");
+        }
+        let e = one("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 91");
+        assert_eq!(e.readings.get(Field::ReportedUtil), Reading::Value(0.91));
+    }
+
+    #[test]
+    fn two_scrapes() {
+        let text = "\
+# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).
+# TYPE DCGM_FI_DEV_GPU_UTIL gauge
+DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-a\"} 10
+DCGM_FI_DEV_GPU_UTIL{gpu=\"1\",UUID=\"GPU-b\"} 20
+DCGM_FI_PROF_SM_ACTIVE{gpu=\"0\",UUID=\"GPU-a\"} 0.25
+
+DCGM_FI_DEV_GPU_UTIL{UUID=\"GPU-a\",gpu=\"0\"} 30
+DCGM_FI_DEV_GPU_UTIL{gpu=\"1\",UUID=\"GPU-b\"} 40
+";
+        let mut p = DcgmTextParser::new("m.txt", 15.0, Timestamp(0));
+        let mut s = Vec::new();
+        for l in text.lines() {
+            s.extend(p.push_line(l).unwrap());
+        }
+        s.extend(p.finish());
+        assert_eq!(p.skipped_lines(), 3);
+        assert_eq!(s.len(), 2);
+        assert_eq!((s[0].taken, s[1].taken), (Timestamp(0), Timestamp(15_000)));
+        assert_eq!(s[0].entities.len(), 2);
+        assert_eq!(s[0].entities[0].readings.get(Field::SmActive), Reading::Value(0.25));
+        assert_eq!(s[1].entities[0].readings.get(Field::SmActive), Reading::Blank);
+        assert_eq!(s[1].entities[0].readings.get(Field::ReportedUtil), Reading::Value(0.3));
+        assert_eq!(s[1].entities[1].readings.get(Field::ReportedUtil), Reading::Value(0.4));
+        assert_eq!(s[1].entities[1].id.uuid.as_deref(), Some("GPU-b"));
+    }
+
+    #[test]
+    fn label_escaping() {
+        let e = one(r#"DCGM_FI_DEV_GPU_TEMP{gpu="0",pod="a\"b\\c\nd",namespace="",container="x"} 40"#);
+        let pod = e.id.pod.unwrap();
+        assert_eq!(pod.pod, "a\"b\\c\nd");
+        assert_eq!((pod.namespace, pod.container.as_deref()), (None, Some("x")));
+        assert_eq!(e.readings.get(Field::TempCelsius), Reading::Value(40.0));
+    }
+
+    #[test]
+    fn malformed_lines() {
+        let cases = [
+            ("> DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 1", "m.txt:2: expected a metric name"),
+            ("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\" 1", "m.txt:2: expected `,` or `}` in a label set"),
+            ("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",", "m.txt:2: unterminated label set"),
+            ("DCGM_FI_DEV_GPU_UTIL{gpu=\"0", "m.txt:2: unterminated label set"),
+            (r#"DCGM_FI_DEV_GPU_UTIL{gpu="\t"} 1"#, "m.txt:2: bad escape `\\t` in a label value"),
+            ("DCGM_FI_DEV_GPU_UTIL{gpu=0} 1", "m.txt:2: expected a quoted label value"),
+            ("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"}", "m.txt:2: missing value"),
+            ("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 1,5", "m.txt:2: bad value `1,5`"),
+            ("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 1 12.5", "m.txt:2: bad timestamp `12.5`"),
+            ("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 1 12 x", "m.txt:2: unexpected `x` after the value"),
+        ];
+        for (line, want) in cases {
+            let text = format!("# c\n{line}\n");
+            assert_eq!(parse(&text).unwrap_err().to_string(), want, "{line}");
+        }
+    }
+
+    #[test]
+    fn old_names_and_labels() {
+        let text = "\
+dcgm_fi_prof_gr_engine_active{gpu=\"2\",uuid=\"GPU-x\",model_name=\"A100\",hostname=\"n1\",pod_name=\"p\",pod_namespace=\"ns\",container_name=\"c\"} 0.5
+dcgm_fb_used{gpu=\"2\",uuid=\"GPU-x\",pod_name=\"p\",pod_namespace=\"ns\",container_name=\"c\"} 100
+dcgm_fb_free{gpu=\"2\",uuid=\"GPU-x\",pod_name=\"p\",pod_namespace=\"ns\",container_name=\"c\"} 300
+dcgm_mem_copy_utilization{gpu=\"2\",uuid=\"GPU-x\",pod_name=\"p\",pod_namespace=\"ns\",container_name=\"c\"} 50
+";
+        let s = parse(text).unwrap();
+        assert_eq!(s.len(), 1);
+        let e = &s[0].entities[0];
+        let want = EntityId {
+            gpu: Some(2),
+            uuid: Some("GPU-x".into()),
+            model: Some("A100".into()),
+            node: Some("n1".into()),
+            pod: Some(PodRef { pod: "p".into(), namespace: Some("ns".into()), container: Some("c".into()) }),
+            ..EntityId::default()
+        };
+        assert_eq!(e.id, want);
+        assert_eq!(e.readings.get(Field::GrActive), Reading::Value(0.5));
+        assert_eq!(e.readings.get(Field::MemUsedBytes), Reading::Value(100.0 * 1_048_576.0));
+        assert_eq!(e.readings.get(Field::MemTotalBytes), Reading::Value(400.0 * 1_048_576.0));
+        assert_eq!(e.readings.get(Field::DramActive), Reading::Blank);
+    }
+
+    #[test]
+    fn memory_total_power_limit_throttles_mig() {
+        let l = r#"{gpu="0",GPU_I_ID="3",GPU_I_PROFILE="3g.40gb",Hostname="h"}"#;
+        let text = [
+            "DCGM_FI_DEV_FB_USED{L} 10",
+            "DCGM_FI_DEV_FB_FREE{L} 20",
+            "DCGM_FI_DEV_FB_RESERVED{L} 5",
+            "DCGM_FI_DEV_ENFORCED_POWER_LIMIT{L} 300",
+            "DCGM_FI_DEV_POWER_MGMT_LIMIT{L} 350",
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS{L} 136",
+            "DCGM_FI_PROF_NVLINK_TX_BYTES{L} 1000 1700000000000",
+        ]
+        .map(|t| t.replace("{L}", l))
+        .join("\n");
+        let e = one(&text);
+        let mig = MigId { gpu_instance: 3, compute_instance: None, profile: Some("3g.40gb".into()) };
+        assert_eq!((e.id.gpu, e.id.mig, e.id.node.as_deref()), (Some(0), Some(mig), Some("h")));
+        assert_eq!(e.readings.get(Field::MemTotalBytes), Reading::Value(35.0 * 1_048_576.0));
+        assert_eq!(e.readings.get(Field::PowerLimitWatts), Reading::Value(300.0));
+        assert_eq!(e.readings.get(Field::NvlinkTxBytesPerSec), Reading::Value(1000.0));
+        let t = Throttles { hw_slowdown: true, power: true, ..Throttles::default() };
+        assert_eq!(e.throttles, Some(t));
+
+        let e = one("DCGM_FI_DEV_FB_TOTAL{gpu=\"0\"} 80\nDCGM_FI_DEV_FB_USED{gpu=\"0\"} 1\nDCGM_FI_DEV_FB_FREE{gpu=\"0\"} 2\nDCGM_FI_DEV_POWER_MGMT_LIMIT{gpu=\"0\"} 350");
+        assert_eq!(e.readings.get(Field::MemTotalBytes), Reading::Value(80.0 * 1_048_576.0));
+        assert_eq!(e.readings.get(Field::PowerLimitWatts), Reading::Value(350.0));
+        assert_eq!(e.throttles, None);
+    }
+
+    #[test]
+    fn unknown_metrics_alone_make_no_sample() {
+        assert_eq!(parse("DCGM_FI_DEV_XID_ERRORS{gpu=\"0\"} 0\nfoo 1\nfoo 2\n").unwrap(), vec![]);
+        assert_eq!(parse("").unwrap(), vec![]);
+    }
+}

@@ -1,0 +1,400 @@
+//! truthscale's JSONL trace format: one JSON object per line, one entity per object.
+//!
+//! ```text
+//! {"taken":"2024-05-01T12:00:00.000Z","node":"n1","gpu":0,"gpu_util":0.97,"sm_active":0.31}
+//! ```
+//!
+//! `taken` (RFC 3339, any offset) is required. Readings use the [`Field::name`] keys;
+//! a missing key or `null` is blank, never zero. Keys this version does not know are
+//! ignored, so newer traces still load. Blank lines and `#` lines are skipped and counted.
+
+use super::ParseError;
+use super::dmon::error;
+use crate::model::{
+    EntityId, EntitySample, Field, MigId, Phase, PodRef, Reading, Readings, Sample,
+    ServingSnapshot, Throttles, Timestamp,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+/// Line-at-a-time parser for JSONL traces; every data line is one [`Sample`].
+#[derive(Debug)]
+pub struct JsonlParser {
+    file: String,
+    line: usize,
+    skipped: u64,
+}
+
+impl JsonlParser {
+    /// A parser for the input named `file`.
+    #[must_use]
+    pub fn new(file: &str) -> Self {
+        JsonlParser { file: file.to_owned(), line: 0, skipped: 0 }
+    }
+
+    /// Feed the next line (without its newline); a data line yields its sample at once.
+    ///
+    /// # Errors
+    /// A [`ParseError`] when the line is not a JSON object, lacks `taken`, or has a value
+    /// of the wrong type (or an unknown name) for a known key; the message names the key.
+    pub fn push_line(&mut self, line: &str) -> Result<Option<Sample>, ParseError> {
+        self.line += 1;
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            self.skipped += 1;
+            return Ok(None);
+        }
+        read_line(t).map(Some).map_err(|m| error(&self.file, self.line, m))
+    }
+
+    /// End of input. Always `None`: every line is complete in itself.
+    pub fn finish(&mut self) -> Option<Sample> {
+        None
+    }
+
+    /// Lines skipped as not data: blank lines and `#` lines.
+    #[must_use]
+    pub fn skipped_lines(&self) -> u64 {
+        self.skipped
+    }
+}
+
+/// Remove `key` from `obj`: `None` when missing or `null`.
+fn take<T: DeserializeOwned>(obj: &mut Map<String, Value>, key: &str) -> Result<Option<T>, String> {
+    match obj.remove(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => serde_json::from_value(v).map(Some).map_err(|e| format!("key `{key}`: {e}")),
+    }
+}
+
+/// A non-empty string at `key`; an empty one is absent.
+fn take_str(obj: &mut Map<String, Value>, key: &str) -> Result<Option<String>, String> {
+    Ok(take::<String>(obj, key)?.filter(|s| !s.is_empty()))
+}
+
+fn read_line(t: &str) -> Result<Sample, String> {
+    let mut obj = match serde_json::from_str(t) {
+        Ok(Value::Object(m)) => m,
+        Ok(_) => return Err("expected a json object".into()),
+        Err(e) => return Err(format!("invalid json: {e}")),
+    };
+    let o = &mut obj;
+    let taken: String = take(o, "taken")?.ok_or("missing key `taken`")?;
+    let taken = OffsetDateTime::parse(&taken, &Rfc3339).map_err(|e| format!("key `taken`: {e}"))?;
+    let ms = i64::try_from(taken.unix_timestamp_nanos().div_euclid(1_000_000))
+        .map_err(|_| "key `taken`: out of range".to_owned())?;
+
+    let (gi, ci, profile) = (take(o, "mig_gpu_instance")?, take(o, "mig_compute_instance")?, take_str(o, "mig_profile")?);
+    if gi.is_none() {
+        if ci.is_some() {
+            return Err("key `mig_compute_instance`: needs `mig_gpu_instance`".into());
+        }
+        if profile.is_some() {
+            return Err("key `mig_profile`: needs `mig_gpu_instance`".into());
+        }
+    }
+    let (pod, namespace, container) = (take_str(o, "pod")?, take_str(o, "namespace")?, take_str(o, "container")?);
+    let id = EntityId {
+        gpu: take(o, "gpu")?,
+        uuid: take(o, "uuid")?,
+        model: take(o, "model")?,
+        pci_bus_id: take(o, "pci_bus_id")?,
+        mig: gi.map(|gpu_instance| MigId { gpu_instance, compute_instance: ci, profile }),
+        pod: pod.map(|pod| PodRef { pod, namespace, container }),
+        node: take(o, "node")?,
+    };
+
+    let mut readings = Readings::default();
+    for &f in Field::ALL {
+        if let Some(v) = take::<f64>(o, f.name())? {
+            readings.set_value(f, v);
+        }
+    }
+    let unavailable: BTreeMap<String, String> = take(o, "unavailable")?.unwrap_or_default();
+    for f in unavailable.keys().filter_map(|k| Field::from_name(k)) {
+        if readings.get(f) == Reading::Blank {
+            readings.set(f, Reading::Unsupported);
+        }
+    }
+
+    let throttles = match take::<Vec<String>>(o, "throttles")? {
+        None => None,
+        Some(names) => {
+            let mut t = Throttles::default();
+            if let Some(bad) = names.iter().find(|n| !t.set_by_name(n)) {
+                return Err(format!("key `throttles`: unknown reason `{bad}`"));
+            }
+            Some(t)
+        }
+    };
+    let truth_phase = match take::<String>(o, "truth_phase")? {
+        None => None,
+        Some(p) => Some(Phase::from_name(&p).ok_or(format!("key `truth_phase`: unknown phase `{p}`"))?),
+    };
+    let e = EntitySample {
+        id,
+        readings,
+        throttles,
+        serving: take(o, "serving")?,
+        truth_phase,
+        truth_effective_compute: take(o, "truth_effective_compute")?,
+        simulated: take::<String>(o, "source")?.as_deref() == Some("sim"),
+    };
+    Ok(Sample { taken: Timestamp(ms), entities: vec![e] })
+}
+
+/// The readings that have values, keyed by field name.
+struct Values<'a>(&'a Readings);
+
+impl Serialize for Values<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let values = self.0.iter().filter_map(|(f, r)| Some((f.name(), r.value().filter(|v| v.is_finite())?)));
+        s.collect_map(values)
+    }
+}
+
+/// One trace line, as written.
+#[derive(Serialize)]
+struct Wire<'a> {
+    taken: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gpu: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uuid: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pci_bus_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mig_gpu_instance: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mig_compute_instance: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mig_profile: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pod: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    namespace: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    container: Option<&'a str>,
+    #[serde(flatten)]
+    values: Values<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    throttles: Option<Vec<&'static str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    serving: Option<&'a ServingSnapshot>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    unavailable: BTreeMap<&'static str, &'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    truth_phase: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    truth_effective_compute: Option<f64>,
+}
+
+/// One trace line for `e` taken at `taken`, without a trailing newline; [`JsonlParser`]
+/// reads it back as the same sample.
+///
+/// Blank readings are omitted and unsupported ones are listed under `unavailable`.
+/// The time is written in UTC with millisecond precision, clamped to the years 0–9999
+/// that RFC 3339 can express. Not written, so not read back: non-finite values and empty
+/// pod, namespace or container names.
+#[must_use]
+pub fn to_line(taken: Timestamp, e: &EntitySample) -> String {
+    let (id, mig, pod) = (&e.id, e.id.mig.as_ref(), e.id.pod.as_ref());
+    let wire = Wire {
+        taken: rfc3339_ms(taken),
+        node: id.node.as_deref(),
+        gpu: id.gpu,
+        model: id.model.as_deref(),
+        uuid: id.uuid.as_deref(),
+        pci_bus_id: id.pci_bus_id.as_deref(),
+        mig_gpu_instance: mig.map(|m| m.gpu_instance),
+        mig_compute_instance: mig.and_then(|m| m.compute_instance),
+        mig_profile: mig.and_then(|m| m.profile.as_deref()),
+        pod: pod.map(|p| p.pod.as_str()),
+        namespace: pod.and_then(|p| p.namespace.as_deref()),
+        container: pod.and_then(|p| p.container.as_deref()),
+        values: Values(&e.readings),
+        throttles: e.throttles.map(|t| t.names()),
+        serving: e.serving.as_ref(),
+        unavailable: e
+            .readings
+            .iter()
+            .filter(|(_, r)| *r == Reading::Unsupported)
+            .map(|(f, _)| (f.name(), "unsupported"))
+            .collect(),
+        source: e.simulated.then_some("sim"),
+        truth_phase: e.truth_phase.map(Phase::as_str),
+        truth_effective_compute: e.truth_effective_compute.filter(|v| v.is_finite()),
+    };
+    serde_json::to_string(&wire).unwrap_or_default()
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+fn rfc3339_ms(t: Timestamp) -> String {
+    const MIN_MS: i64 = -62_167_219_200_000; // 0000-01-01T00:00:00.000Z
+    const MAX_MS: i64 = 253_402_300_799_999; // 9999-12-31T23:59:59.999Z
+    let nanos = i128::from(t.0.clamp(MIN_MS, MAX_MS)) * 1_000_000;
+    let d = OffsetDateTime::from_unix_timestamp_nanos(nanos).unwrap_or(OffsetDateTime::UNIX_EPOCH);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        d.year(),
+        u8::from(d.month()),
+        d.day(),
+        d.hour(),
+        d.minute(),
+        d.second(),
+        d.millisecond()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str) -> Result<Vec<Sample>, ParseError> {
+        let mut p = JsonlParser::new("t.jsonl");
+        let mut out = Vec::new();
+        for l in text.lines() {
+            out.extend(p.push_line(l)?);
+        }
+        assert_eq!(p.finish(), None);
+        Ok(out)
+    }
+
+    fn one(line: &str) -> (Timestamp, EntitySample) {
+        let mut s = read(line).unwrap();
+        assert_eq!(s.len(), 1);
+        let s = s.remove(0);
+        assert_eq!(s.entities.len(), 1);
+        (s.taken, s.entities.into_iter().next().unwrap_or_default())
+    }
+
+    fn full() -> EntitySample {
+        let mut readings = Readings::default();
+        // Short decimals: serde_json without its `float_roundtrip` feature may read a
+        // 17-significant-digit number 1 ulp off.
+        for (i, &f) in Field::ALL.iter().enumerate() {
+            readings.set_value(f, i as f64 * 0.125 + 0.5);
+        }
+        readings.set(Field::NvlinkRxBytesPerSec, Reading::Unsupported);
+        readings.set(Field::NvlinkTxBytesPerSec, Reading::Blank);
+        EntitySample {
+            id: EntityId {
+                gpu: Some(3),
+                uuid: Some("GPU-1".into()),
+                model: Some("NVIDIA H100 80GB HBM3".into()),
+                pci_bus_id: Some("00000000:37:00.0".into()),
+                mig: Some(MigId { gpu_instance: 2, compute_instance: Some(0), profile: Some("3g.40gb".into()) }),
+                pod: Some(PodRef { pod: "p \"q\"".into(), namespace: Some("ns".into()), container: None }),
+                node: Some("node-a".into()),
+            },
+            readings,
+            throttles: Some(Throttles { thermal: true, sw_power_cap: true, ..Throttles::default() }),
+            serving: Some(ServingSnapshot {
+                engine: Some("vllm".into()),
+                kv_cache_utilization: Some(0.5),
+                running_requests: Some(3.0),
+                ..ServingSnapshot::default()
+            }),
+            truth_phase: Some(Phase::Decode),
+            truth_effective_compute: Some(0.125),
+            simulated: true,
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let e = full();
+        let line = to_line(Timestamp(1_714_564_800_123), &e);
+        assert!(line.starts_with(r#"{"taken":"2024-05-01T12:00:00.123Z","node":"node-a","gpu":3,"#), "{line}");
+        assert!(line.contains(r#""unavailable":{"nvlink_rx_bytes_per_sec":"unsupported"}"#), "{line}");
+        assert!(line.contains(r#""source":"sim""#) && !line.contains("nvlink_tx"), "{line}");
+        assert!(!line.contains('\n'));
+        assert_eq!(one(&line), (Timestamp(1_714_564_800_123), e));
+
+        let bare = EntitySample::default();
+        let line = to_line(Timestamp(0), &bare);
+        assert_eq!(line, r#"{"taken":"1970-01-01T00:00:00.000Z"}"#);
+        assert_eq!(one(&line), (Timestamp(0), bare));
+        let before = to_line(Timestamp(-1), &EntitySample::default());
+        assert_eq!(one(&before).0, Timestamp(-1));
+    }
+
+    #[test]
+    fn null_missing_and_zero() {
+        let (_, e) = one(r#"{"taken":"2024-01-01T00:00:00Z","gpu_util":null,"sm_active":0,"tensor_active":0.0}"#);
+        assert_eq!(e.readings.get(Field::ReportedUtil), Reading::Blank);
+        assert_eq!(e.readings.get(Field::SmActive), Reading::Value(0.0));
+        assert_eq!(e.readings.get(Field::TensorActive), Reading::Value(0.0));
+        assert_eq!(e.readings.get(Field::DramActive), Reading::Blank);
+        assert_eq!((e.throttles, e.serving, e.truth_phase, e.simulated), (None, None, None, false));
+    }
+
+    #[test]
+    fn unavailable_is_unsupported() {
+        let (_, e) = one(
+            r#"{"taken":"2024-01-01T00:00:00Z","gpu_util":0.5,"unavailable":{"sm_active":"no dcgm","gpu_util":"x","future_field":"y"}}"#,
+        );
+        assert_eq!(e.readings.get(Field::SmActive), Reading::Unsupported);
+        assert_eq!(e.readings.get(Field::ReportedUtil), Reading::Value(0.5), "a value wins");
+    }
+
+    #[test]
+    fn go_v01_line_offsets_and_unknown_keys() {
+        let text = "# truthscale trace\n\n\
+            {\"taken\":\"2024-01-01T01:00:00.5+01:00\",\"node\":\"n\",\"gpu\":1,\"model\":\"NVIDIA A100-SXM4-80GB\",\
+            \"gpu_util\":1,\"memory_used_bytes\":1073741824,\"throttles\":[\"power\",\"hw_slowdown\"],\
+            \"serving\":{\"engine\":\"vllm\",\"queued_requests\":4,\"new_thing\":1},\"source\":\"dcgm\",\
+            \"truth_phase\":\"prefill\",\"future\":{\"x\":[1,2]}}\n";
+        let mut p = JsonlParser::new("t.jsonl");
+        let mut s = Vec::new();
+        for l in text.lines() {
+            s.extend(p.push_line(l).unwrap());
+        }
+        assert_eq!(p.skipped_lines(), 2);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].taken, Timestamp(1_704_067_200_500));
+        let e = &s[0].entities[0];
+        assert_eq!((e.id.gpu, e.id.node.as_deref()), (Some(1), Some("n")));
+        assert_eq!(e.readings.get(Field::ReportedUtil), Reading::Value(1.0));
+        assert_eq!(e.readings.get(Field::MemUsedBytes), Reading::Value(1_073_741_824.0));
+        assert_eq!(e.throttles, Some(Throttles { power: true, hw_slowdown: true, ..Throttles::default() }));
+        let serving = e.serving.as_ref().unwrap();
+        assert_eq!((serving.engine.as_deref(), serving.queued_requests), (Some("vllm"), Some(4.0)));
+        assert_eq!((e.truth_phase, e.simulated), (Some(Phase::Prefill), false));
+    }
+
+    #[test]
+    fn bad_lines_name_line_and_key() {
+        let cases = [
+            (r#"{"taken":"2024-01-01T00:00:00Z","gpu":"zero"}"#, "t.jsonl:2: key `gpu`: invalid type: string \"zero\""),
+            (r#"{"taken":"2024-01-01T00:00:00Z","gpu":-1}"#, "t.jsonl:2: key `gpu`: invalid value"),
+            (r#"{"taken":"2024-01-01T00:00:00Z","sm_active":"0.5"}"#, "t.jsonl:2: key `sm_active`: invalid type"),
+            (r#"{"taken":"2024-01-01T00:00:00Z","throttles":["hot"]}"#, "t.jsonl:2: key `throttles`: unknown reason `hot`"),
+            (r#"{"taken":"2024-01-01T00:00:00Z","throttles":"power"}"#, "t.jsonl:2: key `throttles`: invalid type"),
+            (r#"{"taken":"2024-01-01T00:00:00Z","truth_phase":"busy"}"#, "t.jsonl:2: key `truth_phase`: unknown phase `busy`"),
+            (r#"{"taken":"2024-01-01T00:00:00Z","serving":{"batch_size":"x"}}"#, "t.jsonl:2: key `serving`: invalid type"),
+            (r#"{"taken":"2024-01-01T00:00:00Z","unavailable":["gpu_util"]}"#, "t.jsonl:2: key `unavailable`: invalid type"),
+            (r#"{"taken":"2024-01-01T00:00:00Z","mig_compute_instance":1}"#, "t.jsonl:2: key `mig_compute_instance`: needs"),
+            (r#"{"taken":"2024-01-01 00:00:00"}"#, "t.jsonl:2: key `taken`: "),
+            (r#"{"taken":1704067200}"#, "t.jsonl:2: key `taken`: invalid type"),
+            (r#"{"gpu":0}"#, "t.jsonl:2: missing key `taken`"),
+            (r#"{"taken":null}"#, "t.jsonl:2: missing key `taken`"),
+            (r#"[1,2]"#, "t.jsonl:2: expected a json object"),
+            (r#"{"taken":"2024-01-01T00:00:00Z","#, "t.jsonl:2: invalid json: "),
+        ];
+        for (line, want) in cases {
+            let got = read(&format!("# header\n{line}\n")).unwrap_err().to_string();
+            assert!(got.starts_with(want), "{got} / {want}");
+        }
+    }
+}

@@ -1,0 +1,568 @@
+//! A simulated GPU that follows roofline physics. Deterministic for a seed; time is an input.
+//!
+//! The simulator runs a workload in 10 ms ticks. Each tick's tensor activity, DRAM activity,
+//! busy flag, SM coverage, clock and power follow from the work done in it: prefill is
+//! compute-bound (tensor pipe near its practical ceiling), a decode step moves the weights
+//! once and does `2·params·batch` FLOP, a collective spins a few SMs, idle does nothing.
+//! A window's readings are tick averages plus counter noise.
+//!
+//! Ground truth: each window also carries the regime of the work actually run in it
+//! (noise-free averages, the classifier's enter thresholds, no hysteresis), so tests can
+//! measure what noise, clocks and hysteresis cost the classifier.
+//!
+//! Everything the simulator emits is marked `simulated`.
+
+use crate::gpus::GpuSpec;
+use crate::model::{
+    EntityId, EntitySample, Field, Phase, Readings, Sample, ServingSnapshot, Throttles, Timestamp,
+};
+use crate::phase::{PhaseConfig, PhaseInputs};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Exp, LogNormal, Normal, Poisson};
+use std::collections::VecDeque;
+
+const TICK: f64 = 0.01;
+
+/// The workloads the simulator can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scenario {
+    /// LLM serving: Poisson-arriving bursts of requests, prefill, continuous-batching decode.
+    LlmServing,
+    /// Steady decode at a slowly varying batch size.
+    DecodeOnly,
+    /// Training: compute-bound steps, all-reduce spins, data-loading gaps.
+    Training,
+    /// A tiny kernel on one SM: the busy flag reads 100 %.
+    TinyKernel,
+    /// Memory allocated, nothing running.
+    IdleAllocated,
+}
+
+impl Scenario {
+    /// All scenarios.
+    pub const ALL: [Scenario; 5] = [
+        Scenario::LlmServing,
+        Scenario::DecodeOnly,
+        Scenario::Training,
+        Scenario::TinyKernel,
+        Scenario::IdleAllocated,
+    ];
+
+    /// Name on the command line.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scenario::LlmServing => "llm-serving",
+            Scenario::DecodeOnly => "decode-only",
+            Scenario::Training => "training",
+            Scenario::TinyKernel => "tiny-kernel",
+            Scenario::IdleAllocated => "idle-allocated",
+        }
+    }
+
+    /// Parse a name.
+    #[must_use]
+    pub fn from_name(s: &str) -> Option<Scenario> {
+        Scenario::ALL.into_iter().find(|x| x.as_str() == s)
+    }
+}
+
+/// One tick's instantaneous activity.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tick {
+    busy: f64,
+    sm: f64,
+    occ: f64,
+    tensor: f64,
+    dram: f64,
+    fp32: f64,
+}
+
+#[derive(Debug, Clone)]
+struct Request {
+    prompt: f64,
+    remaining_output: f64,
+}
+
+#[derive(Debug, Clone)]
+enum Work {
+    Idle,
+    Prefill { left: f64 },
+    Decode { left: f64 },
+    Train { left: f64 },
+    AllReduce { left: f64 },
+    Loading { left: f64 },
+}
+
+/// One simulated GPU.
+#[derive(Debug, Clone)]
+pub struct SimGpu {
+    scenario: Scenario,
+    spec: &'static GpuSpec,
+    id: EntityId,
+    rng: ChaCha8Rng,
+    energy_j: f64,
+    // LLM state
+    params: f64,
+    weight_bytes: f64,
+    peak_flops: f64,
+    waiting: VecDeque<Request>,
+    running: Vec<Request>,
+    next_burst_in: f64,
+    work: Work,
+    batch_target: f64,
+    train_step: u64,
+    prompt_tokens_done: f64,
+    output_tokens_done: f64,
+}
+
+/// Practical tensor activity of a compute-bound kernel (GEMMs peak near 0.9; prefill lower).
+const TAU_PREFILL: f64 = 0.62;
+/// DRAM activity a decode step sustains.
+const D_DECODE: f64 = 0.72;
+
+impl SimGpu {
+    /// A simulated GPU of model `spec` running `scenario`.
+    #[must_use]
+    pub fn new(scenario: Scenario, spec: &'static GpuSpec, index: u32, node: &str, seed: u64) -> SimGpu {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (u64::from(index) << 32) ^ 0x7275_7468);
+        let (peak, bytes_per_param) = match spec.fp8_dense_tflops {
+            Some(fp8) => (fp8 * 1e12, 1.0),
+            None => (spec.bf16_dense_tflops * 1e12, 2.0),
+        };
+        let weight_bytes = 0.5 * spec.memory_bytes as f64;
+        let uuid = format!(
+            "GPU-5137{:04x}-{:04x}-{:04x}-{:04x}-{:012x}",
+            index,
+            rng.random::<u16>(),
+            rng.random::<u16>(),
+            rng.random::<u16>(),
+            rng.random::<u64>() & 0xffff_ffff_ffff
+        );
+        let first_burst = Exp::new(1.0 / 3.0).map_or(1.0, |e| e.sample(&mut rng));
+        SimGpu {
+            scenario,
+            spec,
+            id: EntityId {
+                gpu: Some(index),
+                uuid: Some(uuid),
+                model: Some(format!("Simulated {}", spec.name)),
+                node: Some(node.to_string()),
+                ..EntityId::default()
+            },
+            rng,
+            energy_j: 0.0,
+            params: weight_bytes / bytes_per_param,
+            weight_bytes,
+            peak_flops: peak,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            next_burst_in: first_burst,
+            work: Work::Idle,
+            batch_target: 32.0,
+            train_step: 0,
+            prompt_tokens_done: 0.0,
+            output_tokens_done: 0.0,
+        }
+    }
+
+    /// The entity identity this GPU reports.
+    #[must_use]
+    pub fn id(&self) -> &EntityId {
+        &self.id
+    }
+
+    /// The catalog entry this GPU simulates.
+    #[must_use]
+    pub fn spec(&self) -> &'static GpuSpec {
+        self.spec
+    }
+
+    /// The scenario.
+    #[must_use]
+    pub fn scenario(&self) -> Scenario {
+        self.scenario
+    }
+
+    fn boost_mhz(&self) -> f64 {
+        self.spec.f_ref_mhz * 1.08
+    }
+
+    fn arrivals(&mut self, dt: f64) {
+        self.next_burst_in -= dt;
+        while self.next_burst_in <= 0.0 {
+            // A burst of requests (a client batch); bursts arrive as a Poisson process.
+            let n = Poisson::new(3.0).map_or(3.0, |p: Poisson<f64>| p.sample(&mut self.rng)).max(1.0);
+            let prompt = LogNormal::new(8.4, 0.5).ok();
+            let output = LogNormal::new(5.8, 0.4).ok();
+            for _ in 0..n as usize {
+                let p: f64 = prompt.map_or(4500.0, |d| d.sample(&mut self.rng));
+                let p = p.min(32_000.0);
+                let o: f64 = output.map_or(330.0, |d| d.sample(&mut self.rng));
+                let o = o.min(2_000.0);
+                self.waiting.push_back(Request { prompt: p, remaining_output: o });
+            }
+            self.next_burst_in += Exp::new(1.0 / 12.0).map_or(12.0, |e| e.sample(&mut self.rng));
+        }
+    }
+
+    fn decode_step_seconds(&self, batch: f64) -> f64 {
+        // Weights plus KV cache (about 0.2 MB per token of context per request, 1k context).
+        let bytes = self.weight_bytes + batch * 1000.0 * 2.0e5;
+        bytes / (D_DECODE * self.spec.bandwidth_bytes_per_sec)
+    }
+
+    fn llm_tick(&mut self, kappa: f64) -> (Tick, Phase) {
+        self.arrivals(TICK);
+        if let Work::Idle = self.work {
+            if !self.waiting.is_empty() {
+                let tokens: f64 = self.waiting.iter().map(|r| r.prompt).sum();
+                let flops = 2.0 * self.params * tokens;
+                let secs = flops / (TAU_PREFILL * kappa * self.peak_flops);
+                self.work = Work::Prefill { left: secs };
+            } else if !self.running.is_empty() {
+                self.work = Work::Decode { left: self.decode_step_seconds(self.running.len() as f64) };
+            }
+        }
+        let finished = match &mut self.work {
+            Work::Prefill { left } | Work::Decode { left } => {
+                *left -= TICK;
+                *left <= 0.0
+            }
+            _ => false,
+        };
+        match self.work {
+            Work::Prefill { .. } => {
+                if finished {
+                    let prompts: f64 = self.waiting.iter().map(|r| r.prompt).sum();
+                    self.prompt_tokens_done += prompts;
+                    self.running.extend(self.waiting.drain(..));
+                    self.work = Work::Idle;
+                }
+                (self.prefill_tick(), Phase::Prefill)
+            }
+            Work::Decode { .. } => {
+                let batch = self.running.len() as f64;
+                let step = self.decode_step_seconds(batch);
+                if finished {
+                    for r in &mut self.running {
+                        r.remaining_output -= 1.0;
+                    }
+                    self.output_tokens_done += batch;
+                    self.running.retain(|r| r.remaining_output > 0.0);
+                    self.work = Work::Idle;
+                }
+                (self.decode_tick(batch, step, kappa), Phase::Decode)
+            }
+            _ => (Tick::default(), Phase::Idle),
+        }
+    }
+
+    fn prefill_tick(&self) -> Tick {
+        // Weights once per forward plus activations: ρ ≈ 2.7 on an H100.
+        Tick { busy: 1.0, sm: 0.97, occ: 0.35, tensor: TAU_PREFILL, dram: 0.23, fp32: 0.04 }
+    }
+
+    fn decode_tick(&self, batch: f64, step: f64, kappa: f64) -> Tick {
+        let flops = 2.0 * self.params * batch;
+        let tensor = (flops / (step * kappa * self.peak_flops)).min(0.9);
+        Tick { busy: 0.98, sm: 0.9, occ: 0.2, tensor, dram: D_DECODE, fp32: 0.02 }
+    }
+
+    fn tick(&mut self, kappa: f64) -> (Tick, Phase) {
+        match self.scenario {
+            Scenario::LlmServing => self.llm_tick(kappa),
+            Scenario::DecodeOnly => {
+                // Batch drifts slowly between 8 and 64.
+                let drift: f64 = Normal::new(0.0, 0.3).map_or(0.0, |n| n.sample(&mut self.rng));
+                self.batch_target = (self.batch_target + drift).clamp(8.0, 64.0);
+                let b = self.batch_target.round();
+                let step = self.decode_step_seconds(b);
+                self.output_tokens_done += b * TICK / step;
+                (self.decode_tick(b, step, kappa), Phase::Decode)
+            }
+            Scenario::Training => self.train_tick(),
+            Scenario::TinyKernel => {
+                let one_sm = 1.0 / f64::from(self.spec.sms);
+                (Tick { busy: 1.0, sm: one_sm, occ: one_sm * 0.05, tensor: 0.0, dram: 0.001, fp32: 0.0 }, Phase::Stalled)
+            }
+            Scenario::IdleAllocated => (Tick::default(), Phase::Idle),
+        }
+    }
+
+    fn train_tick(&mut self) -> (Tick, Phase) {
+        let done = match &mut self.work {
+            Work::Train { left } | Work::AllReduce { left } | Work::Loading { left } => {
+                *left -= TICK;
+                *left <= 0.0
+            }
+            _ => true,
+        };
+        if done {
+            self.work = match self.work {
+                Work::Train { .. } => Work::AllReduce { left: 1.5 },
+                Work::AllReduce { .. } if self.train_step % 8 == 7 => Work::Loading { left: 2.0 },
+                _ => {
+                    self.train_step += 1;
+                    Work::Train { left: 6.0 }
+                }
+            };
+        }
+        match self.work {
+            Work::Train { .. } => (
+                Tick { busy: 1.0, sm: 0.98, occ: 0.4, tensor: 0.7, dram: 0.35, fp32: 0.05 },
+                Phase::Prefill,
+            ),
+            Work::AllReduce { .. } => {
+                // NCCL spinning on a few channels: busy flag on, nothing computed.
+                let s = 16.0 / f64::from(self.spec.sms);
+                (Tick { busy: 1.0, sm: s, occ: 0.02, tensor: 0.0, dram: 0.04, fp32: 0.0 }, Phase::Stalled)
+            }
+            _ => (Tick::default(), Phase::Idle),
+        }
+    }
+
+    fn noise(&mut self, x: f64, sigma: f64) -> f64 {
+        let n: f64 = Normal::new(0.0, sigma).map_or(0.0, |n| n.sample(&mut self.rng));
+        x + n
+    }
+
+    /// Advance by `dt` seconds and return the window's readings.
+    pub fn step(&mut self, dt: f64) -> EntitySample {
+        let ticks = ((dt / TICK).round() as usize).max(1);
+        let mut acc = Tick::default();
+        let mut clock_sum = 0.0;
+        let mut power_sum = 0.0;
+        let mut capped = false;
+        let (mut tokens_p, mut tokens_o) = (self.prompt_tokens_done, self.output_tokens_done);
+        let mut truth_acc = Tick::default();
+        let spec = self.spec;
+        for _ in 0..ticks {
+            // Clock: boost under load, lower when the power cap bites, low when idle.
+            let busy_before = !matches!(self.work, Work::Idle | Work::Loading { .. })
+                || matches!(self.scenario, Scenario::DecodeOnly | Scenario::TinyKernel);
+            let boost = self.boost_mhz();
+            let mut f = if busy_before { boost } else { 0.3 * spec.f_ref_mhz };
+            let (t, _) = self.tick(f / spec.f_ref_mhz);
+            let pi = if t.busy > 0.0 {
+                (1.25 * t.tensor + 0.55 * t.dram + 0.05).min(1.05)
+            } else {
+                0.0
+            };
+            let mut power = spec.idle_power_watts + (spec.max_power_watts - spec.idle_power_watts) * pi;
+            if power > spec.max_power_watts {
+                // Software power cap: clocks drop to hold the limit.
+                capped = true;
+                f = spec.f_ref_mhz * 0.97;
+                power = spec.max_power_watts;
+            }
+            acc.busy += t.busy;
+            acc.sm += t.sm;
+            acc.occ += t.occ;
+            acc.tensor += t.tensor;
+            acc.dram += t.dram;
+            acc.fp32 += t.fp32;
+            truth_acc.tensor += t.tensor * f / spec.f_ref_mhz;
+            clock_sum += if t.busy > 0.0 { f } else { 0.3 * spec.f_ref_mhz };
+            power_sum += power;
+            self.energy_j += power * TICK;
+        }
+        let n = ticks as f64;
+        let mean = |x: f64| x / n;
+        let (u, s, o, tau, d, fp32) = (
+            mean(acc.busy),
+            mean(acc.sm),
+            mean(acc.occ),
+            mean(acc.tensor),
+            mean(acc.dram),
+            mean(acc.fp32),
+        );
+        let truth = truth_phase(u, s, tau, d);
+
+        let mut r = Readings::default();
+        let busy_noise = if u > 0.0 && u < 1.0 { 0.01 } else { 0.0 };
+        let v = self.noise(u, busy_noise);
+        r.set_value(Field::ReportedUtil, v.clamp(0.0, 1.0));
+        let noisy = |g: &mut SimGpu, x: f64| if x > 0.0 { g.noise(x, 0.01).clamp(0.0, 1.0) } else { 0.0 };
+        let v = noisy(self, u.min(1.0) * 0.98);
+        r.set_value(Field::GrActive, v);
+        let v = noisy(self, s);
+        r.set_value(Field::SmActive, v);
+        let v = noisy(self, o);
+        r.set_value(Field::SmOccupancy, v);
+        let v = noisy(self, tau);
+        r.set_value(Field::TensorActive, v);
+        let v = noisy(self, d);
+        r.set_value(Field::DramActive, v);
+        r.set_value(Field::Fp16Active, 0.0);
+        let v = noisy(self, fp32);
+        r.set_value(Field::Fp32Active, v);
+        r.set_value(Field::Fp64Active, 0.0);
+        let clk = self.noise(clock_sum / n, 5.0).round();
+        r.set_value(Field::SmClockMhz, clk);
+        r.set_value(Field::PowerWatts, (power_sum / n * 1000.0).round() / 1000.0);
+        r.set_value(Field::PowerLimitWatts, spec.max_power_watts);
+        r.set_value(Field::EnergyJoules, (self.energy_j * 1000.0).round() / 1000.0);
+        let mem_frac = match self.scenario {
+            Scenario::LlmServing | Scenario::DecodeOnly => 0.9,
+            Scenario::Training => 0.85,
+            Scenario::TinyKernel => 0.02,
+            Scenario::IdleAllocated => 0.6,
+        };
+        let total = spec.memory_bytes as f64;
+        r.set_value(Field::MemUsedBytes, (total * mem_frac).round());
+        r.set_value(Field::MemTotalBytes, total);
+        r.set_value(Field::TempCelsius, (35.0 + 40.0 * (power_sum / n - spec.idle_power_watts) / spec.max_power_watts).round());
+
+        tokens_p = self.prompt_tokens_done - tokens_p;
+        tokens_o = self.output_tokens_done - tokens_o;
+        let serving = matches!(self.scenario, Scenario::LlmServing | Scenario::DecodeOnly).then(|| {
+            let batch = match self.scenario {
+                Scenario::DecodeOnly => self.batch_target.round(),
+                _ => self.running.len() as f64,
+            };
+            ServingSnapshot {
+                engine: Some("sim".into()),
+                kv_cache_utilization: Some((batch / 256.0).min(1.0)),
+                running_requests: Some(batch),
+                queued_requests: Some(self.waiting.len() as f64),
+                queue_seconds: None,
+                prompt_tokens_per_sec: Some(tokens_p / dt),
+                output_tokens_per_sec: Some(tokens_o / dt),
+                batch_size: Some(batch),
+                max_batch_size: Some(256.0),
+            }
+        });
+        EntitySample {
+            id: self.id.clone(),
+            readings: r,
+            throttles: Some(Throttles { sw_power_cap: capped, ..Throttles::default() }),
+            serving,
+            truth_phase: Some(truth),
+            truth_effective_compute: Some((truth_acc.tensor / n).clamp(0.0, 1.0)),
+            simulated: true,
+        }
+    }
+}
+
+/// The regime of the work actually run in a window: noise-free averages through the
+/// classifier's enter rules, without hysteresis.
+fn truth_phase(u: f64, s: f64, tau: f64, d: f64) -> Phase {
+    let inputs = PhaseInputs {
+        util: Some(u),
+        sm_active: Some(s),
+        compute: Some(tau),
+        dram: Some(d),
+        pipe: Some(tau),
+        power_proxy: None,
+        power_capped: false,
+    };
+    inputs
+        .candidate(None, &PhaseConfig::default())
+        .map_or(Phase::Underloaded, |p| p.0)
+}
+
+/// A host of simulated GPUs stepping together.
+#[derive(Debug, Clone)]
+pub struct Simulator {
+    gpus: Vec<SimGpu>,
+    now: Timestamp,
+}
+
+impl Simulator {
+    /// `count` GPUs of `spec`, each running the scenario `scenario_of(index)`.
+    #[must_use]
+    pub fn new(
+        count: u32,
+        spec: &'static GpuSpec,
+        node: &str,
+        seed: u64,
+        start: Timestamp,
+        scenario_of: impl Fn(u32) -> Scenario,
+    ) -> Simulator {
+        let gpus = (0..count).map(|i| SimGpu::new(scenario_of(i), spec, i, node, seed)).collect();
+        Simulator { gpus, now: start }
+    }
+
+    /// The default contrast for a demo: GPU i runs scenario i mod 5, starting with llm-serving.
+    #[must_use]
+    pub fn demo_scenario(index: u32) -> Scenario {
+        Scenario::ALL[index as usize % Scenario::ALL.len()]
+    }
+
+    /// Advance every GPU by `dt` seconds.
+    pub fn step(&mut self, dt: f64) -> Sample {
+        self.now = self.now.plus_seconds(dt);
+        let taken = self.now;
+        Sample { taken, entities: self.gpus.iter_mut().map(|g| g.step(dt)).collect() }
+    }
+
+    /// The simulated GPUs.
+    #[must_use]
+    pub fn gpus(&self) -> &[SimGpu] {
+        &self.gpus
+    }
+
+    /// Simulated time now.
+    #[must_use]
+    pub fn now(&self) -> Timestamp {
+        self.now
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpus::by_key;
+
+    fn run(s: Scenario, secs: f64, dt: f64) -> Vec<EntitySample> {
+        let mut sim = Simulator::new(1, by_key("h100-sxm").unwrap(), "n", 7, Timestamp(0), |_| s);
+        (0..(secs / dt) as usize).map(|_| sim.step(dt).entities.remove(0)).collect()
+    }
+
+    #[test]
+    fn deterministic_for_a_seed() {
+        let a = run(Scenario::LlmServing, 5.0, 0.25);
+        let b = run(Scenario::LlmServing, 5.0, 0.25);
+        assert_eq!(a, b);
+        assert!(a.iter().all(|e| e.simulated));
+    }
+
+    #[test]
+    fn tiny_kernel_reads_busy_on_one_sm() {
+        let w = run(Scenario::TinyKernel, 2.0, 1.0);
+        let r = &w[1].readings;
+        assert_eq!(r.value(Field::ReportedUtil), Some(1.0));
+        assert!(r.value(Field::SmActive).unwrap() < 0.03);
+        assert_eq!(w[1].truth_phase, Some(Phase::Stalled));
+    }
+
+    #[test]
+    fn decode_is_memory_bound_and_power_is_about_half() {
+        let w = run(Scenario::DecodeOnly, 5.0, 1.0);
+        let r = &w[4].readings;
+        let tau = r.value(Field::TensorActive).unwrap();
+        let d = r.value(Field::DramActive).unwrap();
+        assert!(tau < 0.1 && d > 0.6, "tau {tau} d {d}");
+        let p = r.value(Field::PowerWatts).unwrap();
+        assert!((p - (75.0 + 625.0 * 0.49)).abs() < 60.0, "power {p}");
+        assert_eq!(w[4].truth_phase, Some(Phase::Decode));
+    }
+
+    #[test]
+    fn energy_counter_is_monotonic() {
+        let w = run(Scenario::Training, 20.0, 0.5);
+        let e: Vec<f64> = w.iter().map(|x| x.readings.value(Field::EnergyJoules).unwrap()).collect();
+        assert!(e.windows(2).all(|p| p[1] > p[0]));
+    }
+
+    #[test]
+    fn llm_serving_visits_prefill_decode_and_idle() {
+        let w = run(Scenario::LlmServing, 120.0, 0.25);
+        for p in [Phase::Prefill, Phase::Decode, Phase::Idle] {
+            let n = w.iter().filter(|e| e.truth_phase == Some(p)).count();
+            assert!(n > 10, "{p}: {n}");
+        }
+    }
+}

@@ -1,0 +1,394 @@
+//! Per-entity state over time: counter deltas, the phase classifier, and time integrals.
+//!
+//! Each sample describes the window that ends at its timestamp and began at the same
+//! entity's previous sample. Integrals (busy seconds, effective-compute seconds, seconds
+//! per phase) accumulate over those windows, so consumers can take exact averages over
+//! any range as a `rate()` of a counter.
+
+use crate::derive::{self, DeriveConfig, WindowContext, WindowMetrics};
+use crate::diag::{Diagnostic, DiagnosticKind};
+use crate::gpus::{self, GpuSpec};
+use crate::model::{EntityId, EntityKey, EntitySample, Field, Phase, Sample, Timestamp};
+use crate::phase::{PhaseClassifier, PhaseInputs, PhaseMethod};
+use std::collections::BTreeMap;
+
+/// Time integrals for one entity since it was first seen.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Totals {
+    /// Windows integrated.
+    pub windows: u64,
+    /// Seconds covered by integrated windows.
+    pub observed_seconds: f64,
+    /// ∫ reported utilization dt.
+    pub busy_seconds: f64,
+    /// ∫ effective compute fraction dt (profiling tier only).
+    pub effective_compute_seconds: f64,
+    /// Seconds with an effective compute value (the denominator for its mean).
+    pub effective_compute_observed_seconds: f64,
+    /// Seconds in each phase, indexed by [`Phase::index`].
+    pub phase_seconds: [f64; 6],
+    /// Seconds whose phase could not be decided.
+    pub unclassified_seconds: f64,
+    /// Energy in joules (from the energy counter, else ∫ power dt).
+    pub energy_joules: f64,
+}
+
+/// One entity's derived view of one window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntityWindow {
+    /// Who.
+    pub id: EntityId,
+    /// The catalog entry, when the model is known.
+    pub spec: Option<&'static GpuSpec>,
+    /// Whether the readings came from a simulator.
+    pub simulated: bool,
+    /// Window length in seconds that was integrated (0 when the window was skipped).
+    pub dt_seconds: f64,
+    /// The derived metrics.
+    pub metrics: WindowMetrics,
+    /// Phase after hysteresis.
+    pub phase: Option<Phase>,
+    /// How the phase was decided.
+    pub phase_method: Option<PhaseMethod>,
+    /// Ground-truth phase, for simulated data.
+    pub truth_phase: Option<Phase>,
+    /// Ground-truth effective compute, for simulated data.
+    pub truth_effective_compute: Option<f64>,
+    /// Integrals up to and including this window.
+    pub totals: Totals,
+    /// The sanitized readings the window was derived from.
+    pub readings: crate::model::Readings,
+}
+
+/// The result of feeding one sample.
+#[derive(Debug, Clone, Default)]
+pub struct Derivation {
+    /// One entry per entity in the sample (skipped windows included, with `dt_seconds` 0).
+    pub windows: Vec<EntityWindow>,
+    /// What was noticed along the way.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+#[derive(Debug, Clone)]
+struct EntityState {
+    last_taken: Timestamp,
+    last_energy: Option<f64>,
+    idle_power: Option<f64>,
+    classifier: PhaseClassifier,
+    totals: Totals,
+    pending_first: Option<EntityWindow>,
+    warned_unknown_model: bool,
+}
+
+/// Derives metrics sample by sample, keeping per-entity state. Pure: time comes from samples.
+#[derive(Debug, Clone)]
+pub struct Deriver {
+    config: DeriveConfig,
+    nominal_interval: Option<f64>,
+    model_override: Option<&'static GpuSpec>,
+    entities: BTreeMap<EntityKey, EntityState>,
+}
+
+impl Deriver {
+    /// A deriver. `nominal_interval` (seconds) is the length given to each entity's first
+    /// window and the unit for gap detection; `None` learns it from the first two samples.
+    #[must_use]
+    pub fn new(config: DeriveConfig, nominal_interval: Option<f64>) -> Deriver {
+        Deriver {
+            config,
+            nominal_interval: nominal_interval.filter(|i| i.is_finite() && *i > 0.0),
+            model_override: None,
+            entities: BTreeMap::new(),
+        }
+    }
+
+    /// Use this catalog entry for every entity, whatever model the readings name.
+    pub fn set_model_override(&mut self, spec: Option<&'static GpuSpec>) {
+        self.model_override = spec;
+    }
+
+    /// The configuration in use.
+    #[must_use]
+    pub fn config(&self) -> &DeriveConfig {
+        &self.config
+    }
+
+    /// Forget an entity (for example when its source went stale).
+    pub fn forget(&mut self, key: &EntityKey) {
+        self.entities.remove(key);
+    }
+
+    /// Feed one sample.
+    pub fn observe(&mut self, sample: &Sample) -> Derivation {
+        let mut out = Derivation::default();
+        for e in &sample.entities {
+            self.observe_entity(sample.taken, e, &mut out);
+        }
+        out
+    }
+
+    fn observe_entity(&mut self, taken: Timestamp, e: &EntitySample, out: &mut Derivation) {
+        let diags = &mut out.diagnostics;
+        let mut readings = e.readings;
+        derive::sanitize(&mut readings, &e.id, diags);
+        let spec = self
+            .model_override
+            .or_else(|| e.id.model.as_deref().and_then(gpus::lookup));
+        let key = e.id.key();
+        let cfg = &self.config;
+
+        let state = self.entities.get_mut(&key);
+        // Window length.
+        let (dt, first) = match &state {
+            None => (self.nominal_interval, true),
+            Some(st) => {
+                let dt = taken.seconds_since(st.last_taken);
+                if dt <= 0.0 {
+                    diags.push(Diagnostic {
+                        kind: DiagnosticKind::NonIncreasingTime,
+                        entity: Some(e.id.clone()),
+                        field: None,
+                        detail: format!("{dt} s after the previous sample; sample skipped"),
+                    });
+                    return;
+                }
+                if self.nominal_interval.is_none() {
+                    self.nominal_interval = Some(dt);
+                }
+                let limit = self.nominal_interval.unwrap_or(dt) * cfg.max_gap_intervals;
+                if dt > limit {
+                    diags.push(Diagnostic {
+                        kind: DiagnosticKind::Gap,
+                        entity: Some(e.id.clone()),
+                        field: None,
+                        detail: format!("{dt} s since the previous sample; one interval counted"),
+                    });
+                    (self.nominal_interval, false)
+                } else {
+                    (Some(dt), false)
+                }
+            }
+        };
+
+        let state = self.entities.entry(key).or_insert_with(|| EntityState {
+            last_taken: taken,
+            last_energy: None,
+            idle_power: None,
+            classifier: PhaseClassifier::default(),
+            totals: Totals::default(),
+            pending_first: None,
+            warned_unknown_model: false,
+        });
+        if spec.is_none() && !state.warned_unknown_model {
+            state.warned_unknown_model = true;
+            diags.push(Diagnostic {
+                kind: DiagnosticKind::UnknownModel,
+                entity: Some(e.id.clone()),
+                field: None,
+                detail: format!(
+                    "model {:?} is not in the catalog; clock correction, power proxy and MIG fit are omitted",
+                    e.id.model.as_deref().unwrap_or("unknown")
+                ),
+            });
+        }
+
+        // Energy counter → window-average power.
+        let energy = readings.value(Field::EnergyJoules);
+        let mut energy_power = None;
+        let mut energy_delta = None;
+        if let (Some(now), Some(prev), false) = (energy, state.last_energy, first) {
+            let span = taken.seconds_since(state.last_taken);
+            if now < prev {
+                diags.push(Diagnostic {
+                    kind: DiagnosticKind::CounterReset,
+                    entity: Some(e.id.clone()),
+                    field: Some(Field::EnergyJoules),
+                    detail: format!("{prev} J then {now} J"),
+                });
+            } else if span > 0.0 && dt == Some(span) {
+                energy_power = Some((now - prev) / span);
+                energy_delta = Some(now - prev);
+            }
+        }
+        if energy.is_some() {
+            state.last_energy = energy;
+        }
+        state.last_taken = taken;
+
+        let ctx = WindowContext {
+            spec,
+            energy_power_watts: energy_power,
+            idle_power_watts: state.idle_power,
+            throttles: e.throttles,
+        };
+        let metrics = derive::window(&readings, &ctx, cfg);
+        // Idle power: lowest power seen while the busy flag is (nearly) off.
+        if let (Some(u), Some(p)) = (metrics.reported_utilization, metrics.power_watts) {
+            if u < cfg.inflation_min_util {
+                state.idle_power = Some(state.idle_power.map_or(p.value, |i: f64| i.min(p.value)));
+            }
+        }
+        if metrics.inflation_gap_points == Some(0.0) {
+            if let (Some(u), Some(ecf)) = (metrics.reported_utilization, metrics.effective_compute) {
+                if u < ecf {
+                    diags.push(Diagnostic {
+                        kind: DiagnosticKind::NegativeGap,
+                        entity: Some(e.id.clone()),
+                        field: None,
+                        detail: format!("reported {u} below effective {ecf}; gap clamped to 0"),
+                    });
+                }
+            }
+        }
+
+        let inputs = PhaseInputs {
+            util: metrics
+                .reported_utilization
+                .or(readings.value(Field::GrActive)),
+            sm_active: readings.value(Field::SmActive),
+            compute: derive::compute_term(&readings, spec),
+            dram: readings.value(Field::DramActive),
+            pipe: metrics.busiest_pipe,
+            power_proxy: metrics.power_proxy,
+            power_capped: e.throttles.is_some_and(|t| t.sw_power_cap),
+        };
+        let phase = state.classifier.observe(&inputs, &cfg.phase);
+
+        let mut win = EntityWindow {
+            id: e.id.clone(),
+            spec,
+            simulated: e.simulated,
+            dt_seconds: 0.0,
+            metrics,
+            phase: phase.map(|p| p.0),
+            phase_method: phase.map(|p| p.1),
+            truth_phase: e.truth_phase,
+            truth_effective_compute: e.truth_effective_compute,
+            totals: state.totals,
+            readings,
+        };
+        match dt {
+            Some(dt) => {
+                if let Some(mut pending) = state.pending_first.take() {
+                    integrate(&mut state.totals, &mut pending, dt, None);
+                }
+                integrate(&mut state.totals, &mut win, dt, energy_delta);
+                out.windows.push(win);
+            }
+            None => {
+                // Interval not known yet: integrate this first window once the next arrives.
+                state.pending_first = Some(win.clone());
+                out.windows.push(win);
+            }
+        }
+    }
+}
+
+fn integrate(t: &mut Totals, w: &mut EntityWindow, dt: f64, energy_delta: Option<f64>) {
+    let m = &w.metrics;
+    t.windows += 1;
+    t.observed_seconds += dt;
+    if let Some(u) = m.reported_utilization {
+        t.busy_seconds += u * dt;
+    }
+    if let Some(ecf) = m.effective_compute {
+        t.effective_compute_seconds += ecf * dt;
+        t.effective_compute_observed_seconds += dt;
+    }
+    match w.phase {
+        Some(p) => t.phase_seconds[p.index()] += dt,
+        None => t.unclassified_seconds += dt,
+    }
+    match (energy_delta, m.power_watts) {
+        (Some(de), _) => t.energy_joules += de,
+        (None, Some(p)) => t.energy_joules += p.value * dt,
+        _ => {}
+    }
+    w.dt_seconds = dt;
+    w.totals = *t;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Readings;
+
+    fn sample(ms: i64, pairs: &[(Field, f64)]) -> Sample {
+        let mut r = Readings::default();
+        for &(f, v) in pairs {
+            r.set_value(f, v);
+        }
+        Sample {
+            taken: Timestamp(ms),
+            entities: vec![EntitySample {
+                id: EntityId {
+                    gpu: Some(0),
+                    model: Some("NVIDIA H100 80GB HBM3".into()),
+                    ..Default::default()
+                },
+                readings: r,
+                ..Default::default()
+            }],
+        }
+    }
+
+    #[test]
+    fn integrals_are_exact() {
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let busy = [(Field::ReportedUtil, 1.0), (Field::TensorActive, 0.5), (Field::DramActive, 0.1)];
+        d.observe(&sample(1000, &busy));
+        d.observe(&sample(2000, &busy));
+        let out = d.observe(&sample(2500, &[(Field::ReportedUtil, 0.5), (Field::TensorActive, 0.0), (Field::DramActive, 0.0)]));
+        let t = out.windows[0].totals;
+        assert_eq!(t.observed_seconds, 2.5);
+        assert!((t.busy_seconds - 2.25).abs() < 1e-12);
+        assert!((t.effective_compute_seconds - 1.0).abs() < 1e-12);
+        assert!((t.phase_seconds.iter().sum::<f64>() - 2.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn energy_counter_gives_power_and_resets_are_diagnosed() {
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        d.observe(&sample(1000, &[(Field::EnergyJoules, 1000.0)]));
+        let out = d.observe(&sample(2000, &[(Field::EnergyJoules, 1300.0), (Field::PowerWatts, 250.0)]));
+        let p = out.windows[0].metrics.power_watts.unwrap();
+        assert_eq!(p.value, 300.0);
+        assert_eq!(out.windows[0].totals.energy_joules, 300.0 + 0.0);
+        let out = d.observe(&sample(3000, &[(Field::EnergyJoules, 5.0), (Field::PowerWatts, 250.0)]));
+        assert_eq!(out.diagnostics[0].kind, DiagnosticKind::CounterReset);
+        assert_eq!(out.windows[0].metrics.power_watts.unwrap().value, 250.0);
+    }
+
+    #[test]
+    fn time_going_backwards_and_gaps_are_diagnosed() {
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        d.observe(&sample(1000, &[(Field::ReportedUtil, 1.0)]));
+        let out = d.observe(&sample(1000, &[(Field::ReportedUtil, 1.0)]));
+        assert_eq!(out.diagnostics[0].kind, DiagnosticKind::NonIncreasingTime);
+        assert!(out.windows.is_empty());
+        let out = d.observe(&sample(60_000, &[(Field::ReportedUtil, 1.0)]));
+        assert_eq!(out.diagnostics[0].kind, DiagnosticKind::Gap);
+        assert_eq!(out.windows[0].totals.observed_seconds, 2.0);
+    }
+
+    #[test]
+    fn interval_is_learned_when_not_given() {
+        let mut d = Deriver::new(DeriveConfig::default(), None);
+        let r = [(Field::ReportedUtil, 1.0)];
+        d.observe(&sample(0, &r));
+        let out = d.observe(&sample(250, &r));
+        assert_eq!(out.windows[0].totals.observed_seconds, 0.5);
+        assert_eq!(out.windows[0].totals.busy_seconds, 0.5);
+    }
+
+    #[test]
+    fn unknown_model_is_diagnosed_once() {
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let mut s = sample(0, &[(Field::ReportedUtil, 1.0)]);
+        s.entities[0].id.model = Some("NVIDIA RTX 4000 Ada Generation".into());
+        let out = d.observe(&s);
+        assert_eq!(out.diagnostics[0].kind, DiagnosticKind::UnknownModel);
+        s.taken = Timestamp(1000);
+        assert!(d.observe(&s).diagnostics.is_empty());
+    }
+}
