@@ -86,7 +86,7 @@ impl Default for PhaseConfig {
             power_decode: 0.30,
             power_stalled: 0.20,
             power_busy_util: 0.8,
-            switch_after: 2,
+            switch_after: 1,
         }
     }
 }

@@ -24,36 +24,81 @@ use Target::Field as F;
 /// Lowercase metric names. `DCGM_FI_DEV_MEM_COPY_UTIL` / `dcgm_mem_copy_utilization`
 /// are memory-copy utilization, not DRAM bandwidth, and are deliberately absent.
 const METRICS: &[(&str, Target)] = &[
-    ("dcgm_fi_dev_gpu_util", F(Field::ReportedUtil, Unit::Percent)),
-    ("dcgm_gpu_utilization", F(Field::ReportedUtil, Unit::Percent)),
-    ("dcgm_fi_prof_gr_engine_active", F(Field::GrActive, Unit::Same)),
+    (
+        "dcgm_fi_dev_gpu_util",
+        F(Field::ReportedUtil, Unit::Percent),
+    ),
+    (
+        "dcgm_gpu_utilization",
+        F(Field::ReportedUtil, Unit::Percent),
+    ),
+    (
+        "dcgm_fi_prof_gr_engine_active",
+        F(Field::GrActive, Unit::Same),
+    ),
     ("dcgm_fi_prof_sm_active", F(Field::SmActive, Unit::Same)),
-    ("dcgm_fi_prof_sm_occupancy", F(Field::SmOccupancy, Unit::Same)),
-    ("dcgm_fi_prof_pipe_tensor_active", F(Field::TensorActive, Unit::Same)),
+    (
+        "dcgm_fi_prof_sm_occupancy",
+        F(Field::SmOccupancy, Unit::Same),
+    ),
+    (
+        "dcgm_fi_prof_pipe_tensor_active",
+        F(Field::TensorActive, Unit::Same),
+    ),
     ("dcgm_fi_prof_dram_active", F(Field::DramActive, Unit::Same)),
-    ("dcgm_fi_prof_pipe_fp16_active", F(Field::Fp16Active, Unit::Same)),
-    ("dcgm_fi_prof_pipe_fp32_active", F(Field::Fp32Active, Unit::Same)),
-    ("dcgm_fi_prof_pipe_fp64_active", F(Field::Fp64Active, Unit::Same)),
+    (
+        "dcgm_fi_prof_pipe_fp16_active",
+        F(Field::Fp16Active, Unit::Same),
+    ),
+    (
+        "dcgm_fi_prof_pipe_fp32_active",
+        F(Field::Fp32Active, Unit::Same),
+    ),
+    (
+        "dcgm_fi_prof_pipe_fp64_active",
+        F(Field::Fp64Active, Unit::Same),
+    ),
     ("dcgm_fi_dev_sm_clock", F(Field::SmClockMhz, Unit::Same)),
     ("dcgm_sm_clock", F(Field::SmClockMhz, Unit::Same)),
     ("dcgm_fi_dev_mem_clock", F(Field::MemClockMhz, Unit::Same)),
     ("dcgm_memory_clock", F(Field::MemClockMhz, Unit::Same)),
     ("dcgm_fi_dev_power_usage", F(Field::PowerWatts, Unit::Same)),
     ("dcgm_power_usage", F(Field::PowerWatts, Unit::Same)),
-    ("dcgm_fi_dev_enforced_power_limit", F(Field::PowerLimitWatts, Unit::Same)),
+    (
+        "dcgm_fi_dev_enforced_power_limit",
+        F(Field::PowerLimitWatts, Unit::Same),
+    ),
     ("dcgm_fi_dev_power_mgmt_limit", Target::WeakPowerLimit),
-    ("dcgm_fi_dev_total_energy_consumption", F(Field::EnergyJoules, Unit::Milli)),
-    ("dcgm_total_energy_consumption", F(Field::EnergyJoules, Unit::Milli)),
+    (
+        "dcgm_fi_dev_total_energy_consumption",
+        F(Field::EnergyJoules, Unit::Milli),
+    ),
+    (
+        "dcgm_total_energy_consumption",
+        F(Field::EnergyJoules, Unit::Milli),
+    ),
     ("dcgm_fi_dev_fb_used", F(Field::MemUsedBytes, Unit::Mib)),
     ("dcgm_fb_used", F(Field::MemUsedBytes, Unit::Mib)),
     ("dcgm_fi_dev_fb_total", F(Field::MemTotalBytes, Unit::Mib)),
     ("dcgm_fi_dev_fb_free", Target::FbFree),
     ("dcgm_fb_free", Target::FbFree),
     ("dcgm_fi_dev_fb_reserved", Target::FbReserved),
-    ("dcgm_fi_prof_pcie_tx_bytes", F(Field::PcieTxBytesPerSec, Unit::Same)),
-    ("dcgm_fi_prof_pcie_rx_bytes", F(Field::PcieRxBytesPerSec, Unit::Same)),
-    ("dcgm_fi_prof_nvlink_tx_bytes", F(Field::NvlinkTxBytesPerSec, Unit::Same)),
-    ("dcgm_fi_prof_nvlink_rx_bytes", F(Field::NvlinkRxBytesPerSec, Unit::Same)),
+    (
+        "dcgm_fi_prof_pcie_tx_bytes",
+        F(Field::PcieTxBytesPerSec, Unit::Same),
+    ),
+    (
+        "dcgm_fi_prof_pcie_rx_bytes",
+        F(Field::PcieRxBytesPerSec, Unit::Same),
+    ),
+    (
+        "dcgm_fi_prof_nvlink_tx_bytes",
+        F(Field::NvlinkTxBytesPerSec, Unit::Same),
+    ),
+    (
+        "dcgm_fi_prof_nvlink_rx_bytes",
+        F(Field::NvlinkRxBytesPerSec, Unit::Same),
+    ),
     ("dcgm_fi_dev_gpu_temp", F(Field::TempCelsius, Unit::Same)),
     ("dcgm_gpu_temp", F(Field::TempCelsius, Unit::Same)),
     ("dcgm_fi_dev_clock_throttle_reasons", Target::Throttles),
@@ -106,8 +151,7 @@ impl DcgmTextParser {
             self.skipped += 1;
             return Ok(None);
         }
-        let (name, labels, value) =
-            parse_sample(t).map_err(|m| error(&self.file, self.line, m))?;
+        let (name, labels, value) = parse_sample(t).map_err(|m| error(&self.file, self.line, m))?;
         let name = name.to_ascii_lowercase();
         let mut sorted: Vec<_> = labels.iter().collect();
         sorted.sort();
@@ -118,7 +162,11 @@ impl DcgmTextParser {
             series.push('\0');
             series.push_str(v);
         }
-        let done = if self.seen.contains(&series) { self.end_scrape() } else { None };
+        let done = if self.seen.contains(&series) {
+            self.end_scrape()
+        } else {
+            None
+        };
         self.seen.insert(series);
         if let Some((_, target)) = METRICS.iter().find(|(m, _)| *m == name) {
             let id = entity_of(&labels);
@@ -136,7 +184,11 @@ impl DcgmTextParser {
 
     /// End of input: the last scrape.
     pub fn finish(&mut self) -> Option<Sample> {
-        if self.seen.is_empty() { None } else { self.end_scrape() }
+        if self.seen.is_empty() {
+            None
+        } else {
+            self.end_scrape()
+        }
     }
 
     /// Lines skipped as not data: blank lines and `#` lines.
@@ -153,8 +205,10 @@ impl DcgmTextParser {
         let k = self.scrapes;
         self.scrapes += 1;
         let entities: Vec<_> = self.entities.drain(..).map(Acc::finish).collect();
-        (!entities.is_empty())
-            .then(|| Sample { taken: nth_time(self.start, k, self.interval_secs), entities })
+        (!entities.is_empty()).then(|| Sample {
+            taken: nth_time(self.start, k, self.interval_secs),
+            entities,
+        })
     }
 }
 
@@ -213,9 +267,12 @@ fn parse_sample(t: &str) -> Result<(&str, Labels<'_>, f64), String> {
     }
     let mut tokens = rest.split_whitespace();
     let value = tokens.next().ok_or("missing value")?;
-    let value = value.parse::<f64>().map_err(|_| format!("bad value `{value}`"))?;
+    let value = value
+        .parse::<f64>()
+        .map_err(|_| format!("bad value `{value}`"))?;
     if let Some(ts) = tokens.next() {
-        ts.parse::<i64>().map_err(|_| format!("bad timestamp `{ts}`"))?;
+        ts.parse::<i64>()
+            .map_err(|_| format!("bad timestamp `{ts}`"))?;
     }
     if let Some(extra) = tokens.next() {
         return Err(format!("unexpected `{extra}` after the value"));
@@ -232,13 +289,26 @@ fn parse_labels(mut s: &str) -> Result<(Labels<'_>, &str), String> {
         if let Some(rest) = s.strip_prefix('}') {
             return Ok((out, rest));
         }
-        let end = s.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(s.len());
+        let end = s
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(s.len());
         let (name, rest) = s.split_at(end);
         if name.is_empty() {
-            return Err(if s.is_empty() { UNTERMINATED } else { "expected a label name" }.into());
+            return Err(if s.is_empty() {
+                UNTERMINATED
+            } else {
+                "expected a label name"
+            }
+            .into());
         }
-        let rest = rest.trim_start().strip_prefix('=').ok_or("expected `=` after a label name")?;
-        let rest = rest.trim_start().strip_prefix('"').ok_or("expected a quoted label value")?;
+        let rest = rest
+            .trim_start()
+            .strip_prefix('=')
+            .ok_or("expected `=` after a label name")?;
+        let rest = rest
+            .trim_start()
+            .strip_prefix('"')
+            .ok_or("expected a quoted label value")?;
         let mut value = String::new();
         let mut chars = rest.char_indices();
         let close = loop {
@@ -258,7 +328,12 @@ fn parse_labels(mut s: &str) -> Result<(Labels<'_>, &str), String> {
         if let Some(rest) = s.strip_prefix(',') {
             s = rest;
         } else if !s.starts_with('}') {
-            return Err(if s.is_empty() { UNTERMINATED } else { "expected `,` or `}` in a label set" }.into());
+            return Err(if s.is_empty() {
+                UNTERMINATED
+            } else {
+                "expected `,` or `}` in a label set"
+            }
+            .into());
         }
     }
 }
@@ -287,7 +362,14 @@ mod tests {
 
     #[test]
     fn sentinels_and_non_finite_are_blank() {
-        for v in ["4294967295", "9223372036854775794", "2147483632", "140737488355328", "NaN", "+Inf"] {
+        for v in [
+            "4294967295",
+            "9223372036854775794",
+            "2147483632",
+            "140737488355328",
+            "NaN",
+            "+Inf",
+        ] {
             let e = one(&format!("DCGM_FI_DEV_GPU_UTIL{{gpu=\"0\"}} {v}"));
             assert_eq!(e.readings.get(Field::ReportedUtil), Reading::Blank, "{v}");
         }
@@ -317,16 +399,29 @@ DCGM_FI_DEV_GPU_UTIL{gpu=\"1\",UUID=\"GPU-b\"} 40
         assert_eq!(s.len(), 2);
         assert_eq!((s[0].taken, s[1].taken), (Timestamp(0), Timestamp(15_000)));
         assert_eq!(s[0].entities.len(), 2);
-        assert_eq!(s[0].entities[0].readings.get(Field::SmActive), Reading::Value(0.25));
-        assert_eq!(s[1].entities[0].readings.get(Field::SmActive), Reading::Blank);
-        assert_eq!(s[1].entities[0].readings.get(Field::ReportedUtil), Reading::Value(0.3));
-        assert_eq!(s[1].entities[1].readings.get(Field::ReportedUtil), Reading::Value(0.4));
+        assert_eq!(
+            s[0].entities[0].readings.get(Field::SmActive),
+            Reading::Value(0.25)
+        );
+        assert_eq!(
+            s[1].entities[0].readings.get(Field::SmActive),
+            Reading::Blank
+        );
+        assert_eq!(
+            s[1].entities[0].readings.get(Field::ReportedUtil),
+            Reading::Value(0.3)
+        );
+        assert_eq!(
+            s[1].entities[1].readings.get(Field::ReportedUtil),
+            Reading::Value(0.4)
+        );
         assert_eq!(s[1].entities[1].id.uuid.as_deref(), Some("GPU-b"));
     }
 
     #[test]
     fn label_escaping() {
-        let e = one(r#"DCGM_FI_DEV_GPU_TEMP{gpu="0",pod="a\"b\\c\nd",namespace="",container="x"} 40"#);
+        let e =
+            one(r#"DCGM_FI_DEV_GPU_TEMP{gpu="0",pod="a\"b\\c\nd",namespace="",container="x"} 40"#);
         let pod = e.id.pod.unwrap();
         assert_eq!(pod.pod, "a\"b\\c\nd");
         assert_eq!((pod.namespace, pod.container.as_deref()), (None, Some("x")));
@@ -336,16 +431,43 @@ DCGM_FI_DEV_GPU_UTIL{gpu=\"1\",UUID=\"GPU-b\"} 40
     #[test]
     fn malformed_lines() {
         let cases = [
-            ("> DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 1", "m.txt:2: expected a metric name"),
-            ("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\" 1", "m.txt:2: expected `,` or `}` in a label set"),
-            ("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",", "m.txt:2: unterminated label set"),
-            ("DCGM_FI_DEV_GPU_UTIL{gpu=\"0", "m.txt:2: unterminated label set"),
-            (r#"DCGM_FI_DEV_GPU_UTIL{gpu="\t"} 1"#, "m.txt:2: bad escape `\\t` in a label value"),
-            ("DCGM_FI_DEV_GPU_UTIL{gpu=0} 1", "m.txt:2: expected a quoted label value"),
+            (
+                "> DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 1",
+                "m.txt:2: expected a metric name",
+            ),
+            (
+                "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\" 1",
+                "m.txt:2: expected `,` or `}` in a label set",
+            ),
+            (
+                "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",",
+                "m.txt:2: unterminated label set",
+            ),
+            (
+                "DCGM_FI_DEV_GPU_UTIL{gpu=\"0",
+                "m.txt:2: unterminated label set",
+            ),
+            (
+                r#"DCGM_FI_DEV_GPU_UTIL{gpu="\t"} 1"#,
+                "m.txt:2: bad escape `\\t` in a label value",
+            ),
+            (
+                "DCGM_FI_DEV_GPU_UTIL{gpu=0} 1",
+                "m.txt:2: expected a quoted label value",
+            ),
             ("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"}", "m.txt:2: missing value"),
-            ("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 1,5", "m.txt:2: bad value `1,5`"),
-            ("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 1 12.5", "m.txt:2: bad timestamp `12.5`"),
-            ("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 1 12 x", "m.txt:2: unexpected `x` after the value"),
+            (
+                "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 1,5",
+                "m.txt:2: bad value `1,5`",
+            ),
+            (
+                "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 1 12.5",
+                "m.txt:2: bad timestamp `12.5`",
+            ),
+            (
+                "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 1 12 x",
+                "m.txt:2: unexpected `x` after the value",
+            ),
         ];
         for (line, want) in cases {
             let text = format!("# c\n{line}\n");
@@ -369,13 +491,23 @@ dcgm_mem_copy_utilization{gpu=\"2\",uuid=\"GPU-x\",pod_name=\"p\",pod_namespace=
             uuid: Some("GPU-x".into()),
             model: Some("A100".into()),
             node: Some("n1".into()),
-            pod: Some(PodRef { pod: "p".into(), namespace: Some("ns".into()), container: Some("c".into()) }),
+            pod: Some(PodRef {
+                pod: "p".into(),
+                namespace: Some("ns".into()),
+                container: Some("c".into()),
+            }),
             ..EntityId::default()
         };
         assert_eq!(e.id, want);
         assert_eq!(e.readings.get(Field::GrActive), Reading::Value(0.5));
-        assert_eq!(e.readings.get(Field::MemUsedBytes), Reading::Value(100.0 * 1_048_576.0));
-        assert_eq!(e.readings.get(Field::MemTotalBytes), Reading::Value(400.0 * 1_048_576.0));
+        assert_eq!(
+            e.readings.get(Field::MemUsedBytes),
+            Reading::Value(100.0 * 1_048_576.0)
+        );
+        assert_eq!(
+            e.readings.get(Field::MemTotalBytes),
+            Reading::Value(400.0 * 1_048_576.0)
+        );
         assert_eq!(e.readings.get(Field::DramActive), Reading::Blank);
     }
 
@@ -394,23 +526,54 @@ dcgm_mem_copy_utilization{gpu=\"2\",uuid=\"GPU-x\",pod_name=\"p\",pod_namespace=
         .map(|t| t.replace("{L}", l))
         .join("\n");
         let e = one(&text);
-        let mig = MigId { gpu_instance: 3, compute_instance: None, profile: Some("3g.40gb".into()) };
-        assert_eq!((e.id.gpu, e.id.mig, e.id.node.as_deref()), (Some(0), Some(mig), Some("h")));
-        assert_eq!(e.readings.get(Field::MemTotalBytes), Reading::Value(35.0 * 1_048_576.0));
-        assert_eq!(e.readings.get(Field::PowerLimitWatts), Reading::Value(300.0));
-        assert_eq!(e.readings.get(Field::NvlinkTxBytesPerSec), Reading::Value(1000.0));
-        let t = Throttles { hw_slowdown: true, power: true, ..Throttles::default() };
+        let mig = MigId {
+            gpu_instance: 3,
+            compute_instance: None,
+            profile: Some("3g.40gb".into()),
+        };
+        assert_eq!(
+            (e.id.gpu, e.id.mig, e.id.node.as_deref()),
+            (Some(0), Some(mig), Some("h"))
+        );
+        assert_eq!(
+            e.readings.get(Field::MemTotalBytes),
+            Reading::Value(35.0 * 1_048_576.0)
+        );
+        assert_eq!(
+            e.readings.get(Field::PowerLimitWatts),
+            Reading::Value(300.0)
+        );
+        assert_eq!(
+            e.readings.get(Field::NvlinkTxBytesPerSec),
+            Reading::Value(1000.0)
+        );
+        let t = Throttles {
+            hw_slowdown: true,
+            power: true,
+            ..Throttles::default()
+        };
         assert_eq!(e.throttles, Some(t));
 
-        let e = one("DCGM_FI_DEV_FB_TOTAL{gpu=\"0\"} 80\nDCGM_FI_DEV_FB_USED{gpu=\"0\"} 1\nDCGM_FI_DEV_FB_FREE{gpu=\"0\"} 2\nDCGM_FI_DEV_POWER_MGMT_LIMIT{gpu=\"0\"} 350");
-        assert_eq!(e.readings.get(Field::MemTotalBytes), Reading::Value(80.0 * 1_048_576.0));
-        assert_eq!(e.readings.get(Field::PowerLimitWatts), Reading::Value(350.0));
+        let e = one(
+            "DCGM_FI_DEV_FB_TOTAL{gpu=\"0\"} 80\nDCGM_FI_DEV_FB_USED{gpu=\"0\"} 1\nDCGM_FI_DEV_FB_FREE{gpu=\"0\"} 2\nDCGM_FI_DEV_POWER_MGMT_LIMIT{gpu=\"0\"} 350",
+        );
+        assert_eq!(
+            e.readings.get(Field::MemTotalBytes),
+            Reading::Value(80.0 * 1_048_576.0)
+        );
+        assert_eq!(
+            e.readings.get(Field::PowerLimitWatts),
+            Reading::Value(350.0)
+        );
         assert_eq!(e.throttles, None);
     }
 
     #[test]
     fn unknown_metrics_alone_make_no_sample() {
-        assert_eq!(parse("DCGM_FI_DEV_XID_ERRORS{gpu=\"0\"} 0\nfoo 1\nfoo 2\n").unwrap(), vec![]);
+        assert_eq!(
+            parse("DCGM_FI_DEV_XID_ERRORS{gpu=\"0\"} 0\nfoo 1\nfoo 2\n").unwrap(),
+            vec![]
+        );
         assert_eq!(parse("").unwrap(), vec![]);
     }
 }

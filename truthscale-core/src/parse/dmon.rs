@@ -17,7 +17,9 @@
 //! sentinels, clock-event bits, framebuffer totals) live here as well.
 
 use super::ParseError;
-use crate::model::{EntityId, EntityKey, EntitySample, Field, MigId, Reading, Sample, Throttles, Timestamp};
+use crate::model::{
+    EntityId, EntityKey, EntitySample, Field, MigId, Reading, Sample, Throttles, Timestamp,
+};
 use std::collections::HashSet;
 
 /// How a raw DCGM number converts into a [`Field`]'s canonical unit.
@@ -92,8 +94,8 @@ const COLUMNS: &[(&str, Target)] = &[
 /// A raw DCGM number, or `None` when it is one of DCGM's blank sentinels or not finite.
 pub(crate) fn dcgm_value(raw: f64) -> Option<f64> {
     const TWO_POW_47: f64 = 140_737_488_355_328.0;
-    let int_sentinel =
-        raw.fract() == 0.0 && ((2_147_483_632.0..=2_147_483_647.0).contains(&raw) || raw == 4_294_967_295.0);
+    let int_sentinel = raw.fract() == 0.0
+        && ((2_147_483_632.0..=2_147_483_647.0).contains(&raw) || raw == 4_294_967_295.0);
     (raw.is_finite() && !int_sentinel && raw < TWO_POW_47).then_some(raw)
 }
 
@@ -110,7 +112,11 @@ fn throttles_from_mask(m: u64) -> Throttles {
 
 /// A [`ParseError`] at `line` of `file`.
 pub(crate) fn error(file: &str, line: usize, message: String) -> ParseError {
-    ParseError { file: file.to_owned(), line, message }
+    ParseError {
+        file: file.to_owned(),
+        line,
+        message,
+    }
 }
 
 /// The time of sweep or scrape `k`.
@@ -130,7 +136,10 @@ pub(crate) struct Acc {
 impl Acc {
     pub(crate) fn new(id: EntityId) -> Acc {
         Acc {
-            sample: EntitySample { id, ..EntitySample::default() },
+            sample: EntitySample {
+                id,
+                ..EntitySample::default()
+            },
             fb_free: None,
             fb_reserved: None,
         }
@@ -164,9 +173,11 @@ impl Acc {
     /// when no total was read.
     pub(crate) fn finish(mut self) -> EntitySample {
         let r = &mut self.sample.readings;
-        if let (Reading::Blank, Some(used), Some(free)) =
-            (r.get(Field::MemTotalBytes), r.value(Field::MemUsedBytes), self.fb_free)
-        {
+        if let (Reading::Blank, Some(used), Some(free)) = (
+            r.get(Field::MemTotalBytes),
+            r.value(Field::MemUsedBytes),
+            self.fb_free,
+        ) {
             let total = used + (free + self.fb_reserved.unwrap_or(0.0)) * MIB;
             if total.is_finite() {
                 r.set_value(Field::MemTotalBytes, total);
@@ -233,10 +244,18 @@ impl DmonParser {
         self.line += 1;
         let t = line.trim();
         if t.starts_with("#Entity") || t.starts_with("# Entity") {
-            let names = t[1..].trim_start().strip_prefix("Entity").unwrap_or_default();
+            let names = t[1..]
+                .trim_start()
+                .strip_prefix("Entity")
+                .unwrap_or_default();
             let names = names.split_whitespace();
             let cols = names
-                .map(|n| COLUMNS.iter().find(|(c, _)| c.eq_ignore_ascii_case(n)).map(|c| c.1))
+                .map(|n| {
+                    COLUMNS
+                        .iter()
+                        .find(|(c, _)| c.eq_ignore_ascii_case(n))
+                        .map(|c| c.1)
+                })
                 .collect();
             self.columns = Some(cols);
             return Ok(None);
@@ -254,7 +273,10 @@ impl DmonParser {
         }
         let (kind, n, values) = parse_row(t, columns.len()).map_err(|m| self.error(m))?;
         let id = match kind {
-            Kind::Gpu => EntityId { gpu: Some(n), ..EntityId::default() },
+            Kind::Gpu => EntityId {
+                gpu: Some(n),
+                ..EntityId::default()
+            },
             Kind::GpuInstance => mig_id(self.ctx_gpu, n, None),
             Kind::ComputeInstance => match self.ctx_gi {
                 Some((gpu, gi)) => mig_id(gpu, gi, Some(n)),
@@ -273,7 +295,11 @@ impl DmonParser {
             Kind::ComputeInstance => {}
         }
         let key = acc.sample.id.key();
-        let done = if self.seen.contains(&key) { self.end_sweep() } else { None };
+        let done = if self.seen.contains(&key) {
+            self.end_sweep()
+        } else {
+            None
+        };
         self.seen.insert(key);
         self.sweep.push(acc.finish());
         Ok(done)
@@ -302,14 +328,21 @@ impl DmonParser {
         }
         let taken = nth_time(self.start, self.sweeps, self.interval_secs);
         self.sweeps += 1;
-        Some(Sample { taken, entities: std::mem::take(&mut self.sweep) })
+        Some(Sample {
+            taken,
+            entities: std::mem::take(&mut self.sweep),
+        })
     }
 }
 
 fn mig_id(gpu: Option<u32>, gpu_instance: u32, compute_instance: Option<u32>) -> EntityId {
     EntityId {
         gpu,
-        mig: Some(MigId { gpu_instance, compute_instance, profile: None }),
+        mig: Some(MigId {
+            gpu_instance,
+            compute_instance,
+            profile: None,
+        }),
         ..EntityId::default()
     }
 }
@@ -377,26 +410,54 @@ GPU 1     N/A    1      2      N/A
         let (s, skipped) = parse(text).unwrap();
         assert_eq!(skipped, 2);
         assert_eq!(s.len(), 2);
-        assert_eq!((s[0].taken, s[1].taken), (Timestamp(1_000), Timestamp(3_000)));
+        assert_eq!(
+            (s[0].taken, s[1].taken),
+            (Timestamp(1_000), Timestamp(3_000))
+        );
         assert_eq!(val(&s[0], 0, Field::ReportedUtil), Reading::Value(0.91));
         assert_eq!(val(&s[0], 0, Field::PowerWatts), Reading::Value(68.244));
-        assert_eq!(val(&s[0], 0, Field::EnergyJoules), Reading::Value(15_152_422.938));
+        assert_eq!(
+            val(&s[0], 0, Field::EnergyJoules),
+            Reading::Value(15_152_422.938)
+        );
         assert_eq!(val(&s[0], 1, Field::EnergyJoules), Reading::Value(1.0));
-        assert_eq!(val(&s[0], 0, Field::DramActive), Reading::Blank, "MCUTL is not DRAM");
+        assert_eq!(
+            val(&s[0], 0, Field::DramActive),
+            Reading::Blank,
+            "MCUTL is not DRAM"
+        );
         assert_eq!(val(&s[1], 0, Field::ReportedUtil), Reading::Blank);
         assert_eq!(val(&s[1], 0, Field::SmActive), Reading::Value(0.5));
-        assert_eq!(val(&s[1], 0, Field::MemUsedBytes), Reading::Value(5120.0 * MIB));
-        assert_eq!(val(&s[1], 0, Field::MemTotalBytes), Reading::Value(14_911.0 * MIB));
+        assert_eq!(
+            val(&s[1], 0, Field::MemUsedBytes),
+            Reading::Value(5120.0 * MIB)
+        );
+        assert_eq!(
+            val(&s[1], 0, Field::MemTotalBytes),
+            Reading::Value(14_911.0 * MIB)
+        );
         assert_eq!(val(&s[1], 0, Field::SmClockMhz), Reading::Value(660.0));
         assert_eq!(val(&s[1], 1, Field::SmActive), Reading::Blank);
-        assert_eq!(val(&s[1], 1, Field::MemTotalBytes), Reading::Value(3.0 * MIB));
-        assert_eq!(s[1].entities[1].id, EntityId { gpu: Some(1), ..EntityId::default() });
+        assert_eq!(
+            val(&s[1], 1, Field::MemTotalBytes),
+            Reading::Value(3.0 * MIB)
+        );
+        assert_eq!(
+            s[1].entities[1].id,
+            EntityId {
+                gpu: Some(1),
+                ..EntityId::default()
+            }
+        );
     }
 
     #[test]
     fn fbttl_wins_over_used_plus_free() {
         let (s, _) = parse("#Entity FBUSD FBFRE FBTTL\nGPU 0 1 2 16\n").unwrap();
-        assert_eq!(val(&s[0], 0, Field::MemTotalBytes), Reading::Value(16.0 * MIB));
+        assert_eq!(
+            val(&s[0], 0, Field::MemTotalBytes),
+            Reading::Value(16.0 * MIB)
+        );
     }
 
     #[test]
@@ -414,19 +475,31 @@ GPU 1     N/A    1      2      N/A
         assert_eq!(s.len(), 2);
         let e = &s[0].entities;
         assert_eq!(e.len(), 4);
-        let mig = |gi, ci| Some(MigId { gpu_instance: gi, compute_instance: ci, profile: None });
+        let mig = |gi, ci| {
+            Some(MigId {
+                gpu_instance: gi,
+                compute_instance: ci,
+                profile: None,
+            })
+        };
         assert_eq!(e[1].id.gpu, Some(0));
         assert_eq!(e[1].id.mig, mig(1, None));
         assert_eq!(e[2].id.mig, mig(1, Some(2)));
         assert_eq!(e[3].id.mig, mig(5, None));
         assert_eq!(e[2].readings.get(Field::GrActive), Reading::Value(0.2));
-        assert_eq!(s[1].entities[0].readings.get(Field::GrActive), Reading::Value(0.5));
+        assert_eq!(
+            s[1].entities[0].readings.get(Field::GrActive),
+            Reading::Value(0.5)
+        );
     }
 
     #[test]
     fn gpu_ci_needs_a_gpu_instance() {
         let err = parse("#Entity GRACT\nGPU-CI 2 0.1\n").unwrap_err();
-        assert_eq!(err.to_string(), "cap.txt:2: gpu-ci row without a preceding gpu-i row");
+        assert_eq!(
+            err.to_string(),
+            "cap.txt:2: gpu-ci row without a preceding gpu-i row"
+        );
     }
 
     #[test]
@@ -454,9 +527,15 @@ GPU 1     N/A    1      2      N/A
         assert!(p.push_line("GPU 0 zzz").is_err());
         let s = p.push_line("GPU 0 0.2").unwrap().unwrap();
         assert_eq!(s.entities.len(), 1);
-        assert_eq!(s.entities[0].readings.get(Field::GrActive), Reading::Value(0.1));
+        assert_eq!(
+            s.entities[0].readings.get(Field::GrActive),
+            Reading::Value(0.1)
+        );
         let s = p.finish().unwrap();
-        assert_eq!((s.taken, s.entities[0].readings.get(Field::GrActive)), (Timestamp(1_000), Reading::Value(0.2)));
+        assert_eq!(
+            (s.taken, s.entities[0].readings.get(Field::GrActive)),
+            (Timestamp(1_000), Reading::Value(0.2))
+        );
         assert_eq!(p.finish(), None);
     }
 
@@ -469,7 +548,19 @@ GPU 1     N/A    1      2      N/A
         let got: Vec<_> = (0..8).map(|i| val(&s[0], i, Field::PowerWatts)).collect();
         let b = Reading::Blank;
         let v = Reading::Value;
-        assert_eq!(got, [b, b, b, b, b, v(2_147_483_631.0), v(4_294_967_294.0), v(140_737_488_355_327.0)]);
+        assert_eq!(
+            got,
+            [
+                b,
+                b,
+                b,
+                b,
+                b,
+                v(2_147_483_631.0),
+                v(4_294_967_294.0),
+                v(140_737_488_355_327.0)
+            ]
+        );
     }
 
     #[test]

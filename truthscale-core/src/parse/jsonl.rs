@@ -33,7 +33,11 @@ impl JsonlParser {
     /// A parser for the input named `file`.
     #[must_use]
     pub fn new(file: &str) -> Self {
-        JsonlParser { file: file.to_owned(), line: 0, skipped: 0 }
+        JsonlParser {
+            file: file.to_owned(),
+            line: 0,
+            skipped: 0,
+        }
     }
 
     /// Feed the next line (without its newline); a data line yields its sample at once.
@@ -48,7 +52,9 @@ impl JsonlParser {
             self.skipped += 1;
             return Ok(None);
         }
-        read_line(t).map(Some).map_err(|m| error(&self.file, self.line, m))
+        read_line(t)
+            .map(Some)
+            .map_err(|m| error(&self.file, self.line, m))
     }
 
     /// End of input. Always `None`: every line is complete in itself.
@@ -67,7 +73,9 @@ impl JsonlParser {
 fn take<T: DeserializeOwned>(obj: &mut Map<String, Value>, key: &str) -> Result<Option<T>, String> {
     match obj.remove(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => serde_json::from_value(v).map(Some).map_err(|e| format!("key `{key}`: {e}")),
+        Some(v) => serde_json::from_value(v)
+            .map(Some)
+            .map_err(|e| format!("key `{key}`: {e}")),
     }
 }
 
@@ -88,7 +96,11 @@ fn read_line(t: &str) -> Result<Sample, String> {
     let ms = i64::try_from(taken.unix_timestamp_nanos().div_euclid(1_000_000))
         .map_err(|_| "key `taken`: out of range".to_owned())?;
 
-    let (gi, ci, profile) = (take(o, "mig_gpu_instance")?, take(o, "mig_compute_instance")?, take_str(o, "mig_profile")?);
+    let (gi, ci, profile) = (
+        take(o, "mig_gpu_instance")?,
+        take(o, "mig_compute_instance")?,
+        take_str(o, "mig_profile")?,
+    );
     if gi.is_none() {
         if ci.is_some() {
             return Err("key `mig_compute_instance`: needs `mig_gpu_instance`".into());
@@ -97,14 +109,26 @@ fn read_line(t: &str) -> Result<Sample, String> {
             return Err("key `mig_profile`: needs `mig_gpu_instance`".into());
         }
     }
-    let (pod, namespace, container) = (take_str(o, "pod")?, take_str(o, "namespace")?, take_str(o, "container")?);
+    let (pod, namespace, container) = (
+        take_str(o, "pod")?,
+        take_str(o, "namespace")?,
+        take_str(o, "container")?,
+    );
     let id = EntityId {
         gpu: take(o, "gpu")?,
         uuid: take(o, "uuid")?,
         model: take(o, "model")?,
         pci_bus_id: take(o, "pci_bus_id")?,
-        mig: gi.map(|gpu_instance| MigId { gpu_instance, compute_instance: ci, profile }),
-        pod: pod.map(|pod| PodRef { pod, namespace, container }),
+        mig: gi.map(|gpu_instance| MigId {
+            gpu_instance,
+            compute_instance: ci,
+            profile,
+        }),
+        pod: pod.map(|pod| PodRef {
+            pod,
+            namespace,
+            container,
+        }),
         node: take(o, "node")?,
     };
 
@@ -133,7 +157,9 @@ fn read_line(t: &str) -> Result<Sample, String> {
     };
     let truth_phase = match take::<String>(o, "truth_phase")? {
         None => None,
-        Some(p) => Some(Phase::from_name(&p).ok_or(format!("key `truth_phase`: unknown phase `{p}`"))?),
+        Some(p) => {
+            Some(Phase::from_name(&p).ok_or(format!("key `truth_phase`: unknown phase `{p}`"))?)
+        }
     };
     let e = EntitySample {
         id,
@@ -144,7 +170,10 @@ fn read_line(t: &str) -> Result<Sample, String> {
         truth_effective_compute: take(o, "truth_effective_compute")?,
         simulated: take::<String>(o, "source")?.as_deref() == Some("sim"),
     };
-    Ok(Sample { taken: Timestamp(ms), entities: vec![e] })
+    Ok(Sample {
+        taken: Timestamp(ms),
+        entities: vec![e],
+    })
 }
 
 /// The readings that have values, keyed by field name.
@@ -152,7 +181,10 @@ struct Values<'a>(&'a Readings);
 
 impl Serialize for Values<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let values = self.0.iter().filter_map(|(f, r)| Some((f.name(), r.value().filter(|v| v.is_finite())?)));
+        let values = self
+            .0
+            .iter()
+            .filter_map(|(f, r)| Some((f.name(), r.value().filter(|v| v.is_finite())?)));
         s.collect_map(values)
     }
 }
@@ -293,12 +325,24 @@ mod tests {
                 uuid: Some("GPU-1".into()),
                 model: Some("NVIDIA H100 80GB HBM3".into()),
                 pci_bus_id: Some("00000000:37:00.0".into()),
-                mig: Some(MigId { gpu_instance: 2, compute_instance: Some(0), profile: Some("3g.40gb".into()) }),
-                pod: Some(PodRef { pod: "p \"q\"".into(), namespace: Some("ns".into()), container: None }),
+                mig: Some(MigId {
+                    gpu_instance: 2,
+                    compute_instance: Some(0),
+                    profile: Some("3g.40gb".into()),
+                }),
+                pod: Some(PodRef {
+                    pod: "p \"q\"".into(),
+                    namespace: Some("ns".into()),
+                    container: None,
+                }),
                 node: Some("node-a".into()),
             },
             readings,
-            throttles: Some(Throttles { thermal: true, sw_power_cap: true, ..Throttles::default() }),
+            throttles: Some(Throttles {
+                thermal: true,
+                sw_power_cap: true,
+                ..Throttles::default()
+            }),
             serving: Some(ServingSnapshot {
                 engine: Some("vllm".into()),
                 kv_cache_utilization: Some(0.5),
@@ -315,9 +359,18 @@ mod tests {
     fn round_trip() {
         let e = full();
         let line = to_line(Timestamp(1_714_564_800_123), &e);
-        assert!(line.starts_with(r#"{"taken":"2024-05-01T12:00:00.123Z","node":"node-a","gpu":3,"#), "{line}");
-        assert!(line.contains(r#""unavailable":{"nvlink_rx_bytes_per_sec":"unsupported"}"#), "{line}");
-        assert!(line.contains(r#""source":"sim""#) && !line.contains("nvlink_tx"), "{line}");
+        assert!(
+            line.starts_with(r#"{"taken":"2024-05-01T12:00:00.123Z","node":"node-a","gpu":3,"#),
+            "{line}"
+        );
+        assert!(
+            line.contains(r#""unavailable":{"nvlink_rx_bytes_per_sec":"unsupported"}"#),
+            "{line}"
+        );
+        assert!(
+            line.contains(r#""source":"sim""#) && !line.contains("nvlink_tx"),
+            "{line}"
+        );
         assert!(!line.contains('\n'));
         assert_eq!(one(&line), (Timestamp(1_714_564_800_123), e));
 
@@ -330,13 +383,30 @@ mod tests {
     }
 
     #[test]
+    fn time_range_is_clamped_to_rfc3339() {
+        let at = |ms| to_line(Timestamp(ms), &EntitySample::default());
+        assert_eq!(at(i64::MAX), r#"{"taken":"9999-12-31T23:59:59.999Z"}"#);
+        assert_eq!(at(i64::MIN), r#"{"taken":"0000-01-01T00:00:00.000Z"}"#);
+        assert_eq!(one(&at(i64::MAX)).0, Timestamp(253_402_300_799_999));
+        assert_eq!(one(&at(i64::MIN)).0, Timestamp(-62_167_219_200_000));
+        // Sub-millisecond digits are dropped toward the past.
+        let (t, _) = one(r#"{"taken":"1969-12-31T23:59:59.9999Z"}"#);
+        assert_eq!(t, Timestamp(-1));
+    }
+
+    #[test]
     fn null_missing_and_zero() {
-        let (_, e) = one(r#"{"taken":"2024-01-01T00:00:00Z","gpu_util":null,"sm_active":0,"tensor_active":0.0}"#);
+        let (_, e) = one(
+            r#"{"taken":"2024-01-01T00:00:00Z","gpu_util":null,"sm_active":0,"tensor_active":0.0}"#,
+        );
         assert_eq!(e.readings.get(Field::ReportedUtil), Reading::Blank);
         assert_eq!(e.readings.get(Field::SmActive), Reading::Value(0.0));
         assert_eq!(e.readings.get(Field::TensorActive), Reading::Value(0.0));
         assert_eq!(e.readings.get(Field::DramActive), Reading::Blank);
-        assert_eq!((e.throttles, e.serving, e.truth_phase, e.simulated), (None, None, None, false));
+        assert_eq!(
+            (e.throttles, e.serving, e.truth_phase, e.simulated),
+            (None, None, None, false)
+        );
     }
 
     #[test]
@@ -345,7 +415,11 @@ mod tests {
             r#"{"taken":"2024-01-01T00:00:00Z","gpu_util":0.5,"unavailable":{"sm_active":"no dcgm","gpu_util":"x","future_field":"y"}}"#,
         );
         assert_eq!(e.readings.get(Field::SmActive), Reading::Unsupported);
-        assert_eq!(e.readings.get(Field::ReportedUtil), Reading::Value(0.5), "a value wins");
+        assert_eq!(
+            e.readings.get(Field::ReportedUtil),
+            Reading::Value(0.5),
+            "a value wins"
+        );
     }
 
     #[test]
@@ -366,34 +440,85 @@ mod tests {
         let e = &s[0].entities[0];
         assert_eq!((e.id.gpu, e.id.node.as_deref()), (Some(1), Some("n")));
         assert_eq!(e.readings.get(Field::ReportedUtil), Reading::Value(1.0));
-        assert_eq!(e.readings.get(Field::MemUsedBytes), Reading::Value(1_073_741_824.0));
-        assert_eq!(e.throttles, Some(Throttles { power: true, hw_slowdown: true, ..Throttles::default() }));
+        assert_eq!(
+            e.readings.get(Field::MemUsedBytes),
+            Reading::Value(1_073_741_824.0)
+        );
+        assert_eq!(
+            e.throttles,
+            Some(Throttles {
+                power: true,
+                hw_slowdown: true,
+                ..Throttles::default()
+            })
+        );
         let serving = e.serving.as_ref().unwrap();
-        assert_eq!((serving.engine.as_deref(), serving.queued_requests), (Some("vllm"), Some(4.0)));
+        assert_eq!(
+            (serving.engine.as_deref(), serving.queued_requests),
+            (Some("vllm"), Some(4.0))
+        );
         assert_eq!((e.truth_phase, e.simulated), (Some(Phase::Prefill), false));
     }
 
     #[test]
     fn bad_lines_name_line_and_key() {
         let cases = [
-            (r#"{"taken":"2024-01-01T00:00:00Z","gpu":"zero"}"#, "t.jsonl:2: key `gpu`: invalid type: string \"zero\""),
-            (r#"{"taken":"2024-01-01T00:00:00Z","gpu":-1}"#, "t.jsonl:2: key `gpu`: invalid value"),
-            (r#"{"taken":"2024-01-01T00:00:00Z","sm_active":"0.5"}"#, "t.jsonl:2: key `sm_active`: invalid type"),
-            (r#"{"taken":"2024-01-01T00:00:00Z","throttles":["hot"]}"#, "t.jsonl:2: key `throttles`: unknown reason `hot`"),
-            (r#"{"taken":"2024-01-01T00:00:00Z","throttles":"power"}"#, "t.jsonl:2: key `throttles`: invalid type"),
-            (r#"{"taken":"2024-01-01T00:00:00Z","truth_phase":"busy"}"#, "t.jsonl:2: key `truth_phase`: unknown phase `busy`"),
-            (r#"{"taken":"2024-01-01T00:00:00Z","serving":{"batch_size":"x"}}"#, "t.jsonl:2: key `serving`: invalid type"),
-            (r#"{"taken":"2024-01-01T00:00:00Z","unavailable":["gpu_util"]}"#, "t.jsonl:2: key `unavailable`: invalid type"),
-            (r#"{"taken":"2024-01-01T00:00:00Z","mig_compute_instance":1}"#, "t.jsonl:2: key `mig_compute_instance`: needs"),
-            (r#"{"taken":"2024-01-01 00:00:00"}"#, "t.jsonl:2: key `taken`: "),
-            (r#"{"taken":1704067200}"#, "t.jsonl:2: key `taken`: invalid type"),
+            (
+                r#"{"taken":"2024-01-01T00:00:00Z","gpu":"zero"}"#,
+                "t.jsonl:2: key `gpu`: invalid type: string \"zero\"",
+            ),
+            (
+                r#"{"taken":"2024-01-01T00:00:00Z","gpu":-1}"#,
+                "t.jsonl:2: key `gpu`: invalid value",
+            ),
+            (
+                r#"{"taken":"2024-01-01T00:00:00Z","sm_active":"0.5"}"#,
+                "t.jsonl:2: key `sm_active`: invalid type",
+            ),
+            (
+                r#"{"taken":"2024-01-01T00:00:00Z","throttles":["hot"]}"#,
+                "t.jsonl:2: key `throttles`: unknown reason `hot`",
+            ),
+            (
+                r#"{"taken":"2024-01-01T00:00:00Z","throttles":"power"}"#,
+                "t.jsonl:2: key `throttles`: invalid type",
+            ),
+            (
+                r#"{"taken":"2024-01-01T00:00:00Z","truth_phase":"busy"}"#,
+                "t.jsonl:2: key `truth_phase`: unknown phase `busy`",
+            ),
+            (
+                r#"{"taken":"2024-01-01T00:00:00Z","serving":{"batch_size":"x"}}"#,
+                "t.jsonl:2: key `serving`: invalid type",
+            ),
+            (
+                r#"{"taken":"2024-01-01T00:00:00Z","unavailable":["gpu_util"]}"#,
+                "t.jsonl:2: key `unavailable`: invalid type",
+            ),
+            (
+                r#"{"taken":"2024-01-01T00:00:00Z","mig_compute_instance":1}"#,
+                "t.jsonl:2: key `mig_compute_instance`: needs",
+            ),
+            (
+                r#"{"taken":"2024-01-01 00:00:00"}"#,
+                "t.jsonl:2: key `taken`: ",
+            ),
+            (
+                r#"{"taken":1704067200}"#,
+                "t.jsonl:2: key `taken`: invalid type",
+            ),
             (r#"{"gpu":0}"#, "t.jsonl:2: missing key `taken`"),
             (r#"{"taken":null}"#, "t.jsonl:2: missing key `taken`"),
             (r#"[1,2]"#, "t.jsonl:2: expected a json object"),
-            (r#"{"taken":"2024-01-01T00:00:00Z","#, "t.jsonl:2: invalid json: "),
+            (
+                r#"{"taken":"2024-01-01T00:00:00Z","#,
+                "t.jsonl:2: invalid json: ",
+            ),
         ];
         for (line, want) in cases {
-            let got = read(&format!("# header\n{line}\n")).unwrap_err().to_string();
+            let got = read(&format!("# header\n{line}\n"))
+                .unwrap_err()
+                .to_string();
             assert!(got.starts_with(want), "{got} / {want}");
         }
     }
