@@ -70,7 +70,10 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<ExitCode> {
     }
     if a.error_count > 0 {
         if a.error_count > a.errors.len() as u64 {
-            eprintln!("… and {} more malformed lines", a.error_count - a.errors.len() as u64);
+            eprintln!(
+                "… and {} more malformed lines",
+                a.error_count - a.errors.len() as u64
+            );
         }
         eprintln!(
             "truthscale: {name}: {} malformed line(s) were not analyzed; the summary covers the rest",
@@ -95,24 +98,27 @@ pub fn analyze_reader(
     let mut head: Vec<String> = Vec::new();
     let mut buf = Vec::new();
     let mut line_no = 0usize;
-    let mut read_line = |reader: &mut BufReader<_>, buf: &mut Vec<u8>| -> anyhow::Result<Option<String>> {
-        buf.clear();
-        let n = reader.read_until(b'\n', buf).with_context(|| format!("cannot read {name}"))?;
-        if n == 0 {
-            return Ok(None);
-        }
-        line_no += 1;
-        if let Some(bar) = progress {
-            bar.inc(n as u64);
-        }
-        while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-            buf.pop();
-        }
-        match String::from_utf8(std::mem::take(buf)) {
-            Ok(s) => Ok(Some(s)),
-            Err(_) => bail!("{name}:{line_no}: not UTF-8 text"),
-        }
-    };
+    let mut read_line =
+        |reader: &mut BufReader<_>, buf: &mut Vec<u8>| -> anyhow::Result<Option<String>> {
+            buf.clear();
+            let n = reader
+                .read_until(b'\n', buf)
+                .with_context(|| format!("cannot read {name}"))?;
+            if n == 0 {
+                return Ok(None);
+            }
+            line_no += 1;
+            if let Some(bar) = progress {
+                bar.inc(n as u64);
+            }
+            while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                buf.pop();
+            }
+            match String::from_utf8(std::mem::take(buf)) {
+                Ok(s) => Ok(Some(s)),
+                Err(_) => bail!("{name}:{line_no}: not UTF-8 text"),
+            }
+        };
     let format = match args.format {
         FormatArg::DcgmiDmon => Format::DcgmiDmon,
         FormatArg::DcgmExporter => Format::DcgmExporter,
@@ -135,7 +141,10 @@ pub fn analyze_reader(
     let spec = match &args.gpu_model {
         Some(m) => Some(gpus::lookup(m).with_context(|| {
             let keys: Vec<_> = gpus::CATALOG.iter().map(|s| s.key).collect();
-            format!("--gpu-model {m:?} is not in the catalog; known: {}", keys.join(", "))
+            format!(
+                "--gpu-model {m:?} is not in the catalog; known: {}",
+                keys.join(", ")
+            )
         })?),
         None => None,
     };
@@ -197,7 +206,10 @@ fn phases(e: &EntitySummary) -> String {
     if v.is_empty() {
         return "unclassified".into();
     }
-    v.iter().map(|(n, x)| format!("{n} {:.0}%", 100.0 * x)).collect::<Vec<_>>().join(", ")
+    v.iter()
+        .map(|(n, x)| format!("{n} {:.0}%", 100.0 * x))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn write_table(out: &mut impl Write, a: &Analysis) -> std::io::Result<()> {
@@ -214,7 +226,12 @@ fn write_table(out: &mut impl Write, a: &Analysis) -> std::io::Result<()> {
             e.entity,
             e.model.as_deref().unwrap_or("unknown model")
         )?;
-        writeln!(out, "  samples            {}   fidelity {}", e.samples, e.fidelity.as_str())?;
+        writeln!(
+            out,
+            "  samples            {}   fidelity {}",
+            e.samples,
+            e.fidelity.as_str()
+        )?;
         writeln!(
             out,
             "  reported util      {}",
@@ -226,7 +243,11 @@ fn write_table(out: &mut impl Write, a: &Analysis) -> std::io::Result<()> {
                 "  effective compute  {} (p95 {}){}",
                 pct(Some(ecf.mean)),
                 pct(Some(ecf.p95)),
-                if e.clock_corrected { "" } else { "  not clock-corrected" }
+                if e.clock_corrected {
+                    ""
+                } else {
+                    "  not clock-corrected"
+                }
             )?,
             None => writeln!(
                 out,
@@ -257,26 +278,44 @@ fn write_table(out: &mut impl Write, a: &Analysis) -> std::io::Result<()> {
                 m.total_bytes / 1073741824.0,
                 pct(Some(m.peak_used_fraction)),
                 match (&m.mig_fit, m.mig_binding) {
-                    (Some(p), Some(b)) => format!("; fits MIG {p} (bound by {})", serde_json::to_value(b).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()),
+                    (Some(p), Some(b)) => format!(
+                        "; fits MIG {p} (bound by {})",
+                        serde_json::to_value(b)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_owned))
+                            .unwrap_or_default()
+                    ),
                     _ => String::new(),
                 }
             )?;
         }
         if let Some(agree) = e.phase_agreement_with_truth {
-            writeln!(out, "  phase vs truth     {:.1}% of windows agree", 100.0 * agree)?;
+            writeln!(
+                out,
+                "  phase vs truth     {:.1}% of windows agree",
+                100.0 * agree
+            )?;
         }
     }
     if !a.report.diagnostics.is_empty() {
         writeln!(out)?;
-        let counts: Vec<String> =
-            a.report.diagnostics.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let counts: Vec<String> = a
+            .report
+            .diagnostics
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
         writeln!(out, "diagnostics: {}", counts.join(", "))?;
         for d in a.report.first_diagnostics.iter().take(5) {
             writeln!(out, "  {d}")?;
         }
     }
     if a.skipped_lines > 0 {
-        writeln!(out, "skipped {} non-data line(s) (comments, blank lines, prompts)", a.skipped_lines)?;
+        writeln!(
+            out,
+            "skipped {} non-data line(s) (comments, blank lines, prompts)",
+            a.skipped_lines
+        )?;
     }
     Ok(())
 }

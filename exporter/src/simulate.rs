@@ -19,11 +19,19 @@ const START_MS: i64 = 1_767_225_600_000;
 pub fn run(args: &SimulateArgs) -> anyhow::Result<()> {
     let scenario = Scenario::from_name(&args.scenario).with_context(|| {
         let names: Vec<_> = Scenario::ALL.iter().map(|s| s.as_str()).collect();
-        format!("unknown scenario {:?}; choose one of {}", args.scenario, names.join(", "))
+        format!(
+            "unknown scenario {:?}; choose one of {}",
+            args.scenario,
+            names.join(", ")
+        )
     })?;
     let spec = gpus::lookup(&args.gpu_model).with_context(|| {
         let keys: Vec<_> = gpus::CATALOG.iter().map(|s| s.key).collect();
-        format!("--gpu-model {:?} is not in the catalog; known: {}", args.gpu_model, keys.join(", "))
+        format!(
+            "--gpu-model {:?} is not in the catalog; known: {}",
+            args.gpu_model,
+            keys.join(", ")
+        )
     })?;
     let dt = args.interval.as_secs_f64();
     if dt < 0.01 {
@@ -38,7 +46,14 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<()> {
         Box::new(f)
     };
     let mut out = BufWriter::new(out);
-    let mut sim = Simulator::new(args.gpus, spec, "sim-node", args.seed, Timestamp(START_MS), |_| scenario);
+    let mut sim = Simulator::new(
+        args.gpus,
+        spec,
+        "sim-node",
+        args.seed,
+        Timestamp(START_MS),
+        |_| scenario,
+    );
     writeln!(
         out,
         "# truthscale simulated trace: scenario {}, {} × {}, interval {}, seed {} (SIMULATED, not hardware)",
@@ -54,6 +69,7 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<()> {
             writeln!(out, "{}", jsonl::to_line(s.taken, e))?;
         }
     }
-    out.flush().with_context(|| format!("cannot write {}", args.output.display()))?;
+    out.flush()
+        .with_context(|| format!("cannot write {}", args.output.display()))?;
     Ok(())
 }

@@ -8,7 +8,9 @@ use std::sync::OnceLock;
 /// The workspace root.
 #[must_use]
 pub fn workspace() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap_or(Path::new("."))
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap_or(Path::new("."))
 }
 
 /// The `truthscale` binary, built once per test process with the same profile.
@@ -20,7 +22,14 @@ pub fn truthscale() -> &'static Path {
     BIN.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
-            .args(["build", "--quiet", "-p", "truthscale-exporter", "--bin", "truthscale"])
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "truthscale-exporter",
+                "--bin",
+                "truthscale",
+            ])
             .current_dir(workspace())
             .status()
             .expect("run cargo build for the truthscale binary");
@@ -39,11 +48,16 @@ pub fn truthscale() -> &'static Path {
 /// When the process cannot be started.
 #[must_use]
 pub fn run(args: &[&str]) -> Output {
-    Command::new(truthscale()).args(args).output().expect("start truthscale")
+    Command::new(truthscale())
+        .args(args)
+        .output()
+        .expect("start truthscale")
 }
 
 /// A fixture copied from real captures, by file name.
 #[must_use]
 pub fn fixture(name: &str) -> PathBuf {
-    workspace().join("truthscale-core/tests/fixtures/dcgm").join(name)
+    workspace()
+        .join("truthscale-core/tests/fixtures/dcgm")
+        .join(name)
 }

@@ -7,12 +7,18 @@ fn analyze_json(path: &str, extra: &[&str]) -> Value {
     let mut args = vec!["analyze", path, "--json"];
     args.extend_from_slice(extra);
     let out = run(&args);
-    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("analyze --json prints JSON")
 }
 
 fn f(v: &Value, path: &str) -> f64 {
-    v.pointer(path).and_then(Value::as_f64).unwrap_or_else(|| panic!("{path} in {v}"))
+    v.pointer(path)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("{path} in {v}"))
 }
 
 #[test]
@@ -79,13 +85,30 @@ fn simulated_llm_serving_round_trip() {
     let trace = dir.join("llm.jsonl");
     let t = trace.to_str().unwrap();
     let out = run(&[
-        "simulate", "--scenario", "llm-serving", "--duration", "10m", "--interval", "250ms",
-        "--seed", "3", "-o", t,
+        "simulate",
+        "--scenario",
+        "llm-serving",
+        "--duration",
+        "10m",
+        "--interval",
+        "250ms",
+        "--seed",
+        "3",
+        "-o",
+        t,
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = std::fs::read_to_string(&trace).unwrap();
     assert_eq!(text.lines().filter(|l| l.starts_with('{')).count(), 2400);
-    assert!(text.lines().skip(1).all(|l| l.contains("\"source\":\"sim\"")));
+    assert!(
+        text.lines()
+            .skip(1)
+            .all(|l| l.contains("\"source\":\"sim\""))
+    );
     let v = analyze_json(t, &["--timeline"]);
     let e = &v["entities"][0];
     assert_eq!(e["simulated"], true);
@@ -94,7 +117,12 @@ fn simulated_llm_serving_round_trip() {
     let truth = f(e, "/truth_effective_compute");
     assert!((f(e, "/effective_compute/mean") - truth).abs() < 0.02);
     assert_eq!(e["timeline"].as_array().unwrap().len(), 2400);
-    let fractions: f64 = e["phase_fraction"].as_object().unwrap().values().filter_map(Value::as_f64).sum();
+    let fractions: f64 = e["phase_fraction"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter_map(Value::as_f64)
+        .sum();
     assert!((fractions - 1.0).abs() < 1e-9);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -104,7 +132,11 @@ fn malformed_input_names_file_and_line() {
     let dir = std::env::temp_dir().join(format!("truthscale-e2e-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join("bad.txt");
-    std::fs::write(&p, "#Entity   GRACT   TENSO\nID\nGPU 0     0.5     0.2\nGPU 1     zero    0.1\n").unwrap();
+    std::fs::write(
+        &p,
+        "#Entity   GRACT   TENSO\nID\nGPU 0     0.5     0.2\nGPU 1     zero    0.1\n",
+    )
+    .unwrap();
     let out = run(&["analyze", p.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);

@@ -33,7 +33,10 @@ fn dmon_text() -> String {
 fn bench(c: &mut Criterion) {
     let dmon = dmon_text();
     // Kept on disk so `wc -l` can be timed on the same bytes.
-    let _ = std::fs::write(concat!(env!("CARGO_TARGET_TMPDIR"), "/bench-dmon.txt"), &dmon);
+    let _ = std::fs::write(
+        concat!(env!("CARGO_TARGET_TMPDIR"), "/bench-dmon.txt"),
+        &dmon,
+    );
     let mut g = c.benchmark_group("parse");
     g.sample_size(10);
     g.throughput(Throughput::Bytes(dmon.len() as u64));

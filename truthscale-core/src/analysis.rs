@@ -39,7 +39,10 @@ struct Quantiles {
 
 impl Default for Quantiles {
     fn default() -> Self {
-        Quantiles { bins: vec![0.0; 1001], total: 0.0 }
+        Quantiles {
+            bins: vec![0.0; 1001],
+            total: 0.0,
+        }
     }
 }
 
@@ -167,7 +170,11 @@ impl Analyzer {
             *acc.fidelity_windows.entry(f).or_default() += 1;
         }
         // Weight by the window length; a window not yet integrated counts as one unit.
-        let dt = if w.dt_seconds > 0.0 { w.dt_seconds } else { 0.0 };
+        let dt = if w.dt_seconds > 0.0 {
+            w.dt_seconds
+        } else {
+            0.0
+        };
         acc.util.add(m.reported_utilization, dt);
         acc.ecf.add(m.effective_compute, dt);
         acc.ecf_q.add(m.effective_compute, dt);
@@ -356,7 +363,11 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig) -> EntitySummary {
         .map_or(Fidelity::None, |(f, _)| *f);
     let classified: f64 = a.phase_seconds.iter().sum();
     let frac = |p: Phase| {
-        if classified > 0.0 { a.phase_seconds[p.index()] / classified } else { 0.0 }
+        if classified > 0.0 {
+            a.phase_seconds[p.index()] / classified
+        } else {
+            0.0
+        }
     };
     let memory = match (a.peak_used, a.total_mem) {
         (Some(u), Some(t)) => rightsizing::memory_sizing(u, t, cfg.headroom).map(|m| {
@@ -494,7 +505,11 @@ mod tests {
             let e = analyze(s, 120.0, 1.0);
             let truth = e.truth_effective_compute.unwrap();
             let got = e.effective_compute.unwrap().mean;
-            assert!((got - truth).abs() < 0.02, "{}: {got} vs {truth}", s.as_str());
+            assert!(
+                (got - truth).abs() < 0.02,
+                "{}: {got} vs {truth}",
+                s.as_str()
+            );
         }
     }
 }

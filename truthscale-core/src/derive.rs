@@ -263,7 +263,12 @@ pub fn window(r: &Readings, ctx: &WindowContext<'_>, cfg: &DeriveConfig) -> Wind
             }
             None => m.effective_compute = Some(c),
         }
-        let pipes = [Field::TensorActive, Field::Fp16Active, Field::Fp32Active, Field::Fp64Active];
+        let pipes = [
+            Field::TensorActive,
+            Field::Fp16Active,
+            Field::Fp32Active,
+            Field::Fp64Active,
+        ];
         m.busiest_pipe = pipes.iter().filter_map(|&f| r.value(f)).reduce(f64::max);
     } else if let Some(u) = u {
         m.effective_compute_upper_bound = Some(u);
@@ -291,26 +296,33 @@ pub fn window(r: &Readings, ctx: &WindowContext<'_>, cfg: &DeriveConfig) -> Wind
     }
 
     m.power_watts = match (ctx.energy_power_watts, r.value(Field::PowerWatts)) {
-        (Some(p), _) => Some(Valued { value: p, method: Method::Derived }),
-        (None, Some(p)) => Some(Valued { value: p, method: Method::Counter }),
+        (Some(p), _) => Some(Valued {
+            value: p,
+            method: Method::Derived,
+        }),
+        (None, Some(p)) => Some(Valued {
+            value: p,
+            method: Method::Counter,
+        }),
         _ => None,
     };
     if c.is_none() {
         let cap = r
             .value(Field::PowerLimitWatts)
             .or(ctx.spec.map(|s| s.max_power_watts));
-        let idle = ctx.idle_power_watts.or(ctx.spec.map(|s| s.idle_power_watts));
-        if let (Some(p), Some(cap), Some(idle)) = (m.power_watts, cap, idle) {
-            if cap > idle {
-                m.power_proxy = Some(clamp01((p.value - idle) / (cap - idle)));
-            }
+        let idle = ctx
+            .idle_power_watts
+            .or(ctx.spec.map(|s| s.idle_power_watts));
+        if let (Some(p), Some(cap), Some(idle)) = (m.power_watts, cap, idle)
+            && cap > idle
+        {
+            m.power_proxy = Some(clamp01((p.value - idle) / (cap - idle)));
         }
     }
     if let (Some(used), Some(total)) = (r.value(Field::MemUsedBytes), r.value(Field::MemTotalBytes))
+        && total > 0.0
     {
-        if total > 0.0 {
-            m.memory_used_fraction = Some(clamp01(used / total));
-        }
+        m.memory_used_fraction = Some(clamp01(used / total));
     }
     m
 }
@@ -342,7 +354,10 @@ mod tests {
             (Field::DramActive, 0.0),
             (Field::SmClockMhz, 1980.0),
         ]);
-        let ctx = WindowContext { spec: h100, ..Default::default() };
+        let ctx = WindowContext {
+            spec: h100,
+            ..Default::default()
+        };
         let m = window(&r, &ctx, &DeriveConfig::default());
         assert!(m.spatial_inflation.unwrap() >= 100.0);
         assert!(close(m.effective_compute, 0.0));
@@ -361,7 +376,10 @@ mod tests {
             (Field::DramActive, 0.2),
             (Field::SmClockMhz, 1464.0),
         ]);
-        let ctx = WindowContext { spec: Some(h100), ..Default::default() };
+        let ctx = WindowContext {
+            spec: Some(h100),
+            ..Default::default()
+        };
         let m = window(&r, &ctx, &DeriveConfig::default());
         assert!(close(m.kappa, 0.8));
         assert!(close(m.effective_compute, 0.4));
@@ -408,7 +426,10 @@ mod tests {
             (Field::PowerWatts, 380.0),
             (Field::SmClockMhz, 1900.0),
         ]);
-        let ctx = WindowContext { spec: Some(h100), ..Default::default() };
+        let ctx = WindowContext {
+            spec: Some(h100),
+            ..Default::default()
+        };
         let m = window(&r, &ctx, &DeriveConfig::default());
         assert_eq!(m.fidelity, Some(Fidelity::Nvml));
         assert_eq!(m.effective_compute, None);
@@ -424,9 +445,18 @@ mod tests {
     #[test]
     fn energy_power_beats_the_gauge() {
         let r = readings(&[(Field::PowerWatts, 300.0)]);
-        let ctx = WindowContext { energy_power_watts: Some(310.0), ..Default::default() };
+        let ctx = WindowContext {
+            energy_power_watts: Some(310.0),
+            ..Default::default()
+        };
         let m = window(&r, &ctx, &DeriveConfig::default());
-        assert_eq!(m.power_watts, Some(Valued { value: 310.0, method: Method::Derived }));
+        assert_eq!(
+            m.power_watts,
+            Some(Valued {
+                value: 310.0,
+                method: Method::Derived
+            })
+        );
     }
 
     #[test]

@@ -305,7 +305,10 @@ mod tests {
         for (key, flop) in per_sm {
             let s = by_key(key).unwrap();
             let derived = f64::from(s.sms) * flop * s.f_ref_mhz * 1e6 / 1e12;
-            assert!((derived / s.bf16_dense_tflops - 1.0).abs() < 0.01, "{key}: {derived}");
+            assert!(
+                (derived / s.bf16_dense_tflops - 1.0).abs() < 0.01,
+                "{key}: {derived}"
+            );
         }
         let h = by_key("h100-sxm").unwrap();
         assert!((h.ridge_bf16() - 295.2).abs() < 0.5);

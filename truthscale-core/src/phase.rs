@@ -179,12 +179,16 @@ impl PhaseInputs {
 
     /// The state these inputs point to, given the current state (no dwell counting).
     #[must_use]
-    pub fn candidate(&self, current: Option<Phase>, c: &PhaseConfig) -> Option<(Phase, PhaseMethod)> {
+    pub fn candidate(
+        &self,
+        current: Option<Phase>,
+        c: &PhaseConfig,
+    ) -> Option<(Phase, PhaseMethod)> {
         if self.compute.is_some() {
-            if let Some(cur) = current {
-                if !self.exits(cur, c) {
-                    return Some((cur, PhaseMethod::Counters));
-                }
+            if let Some(cur) = current
+                && !self.exits(cur, c)
+            {
+                return Some((cur, PhaseMethod::Counters));
             }
             let order = [
                 Phase::Idle,
@@ -234,7 +238,11 @@ impl PhaseClassifier {
     }
 
     /// Feed one window; returns the phase after hysteresis, and how it was decided.
-    pub fn observe(&mut self, inputs: &PhaseInputs, c: &PhaseConfig) -> Option<(Phase, PhaseMethod)> {
+    pub fn observe(
+        &mut self,
+        inputs: &PhaseInputs,
+        c: &PhaseConfig,
+    ) -> Option<(Phase, PhaseMethod)> {
         let (cand, method) = inputs.candidate(self.current, c)?;
         match self.current {
             None => {
@@ -281,11 +289,17 @@ mod tests {
     #[test]
     fn enter_rules() {
         assert_eq!(classify(&counters(0.0, 0.0, 0.0, 0.0)), Phase::Idle);
-        assert_eq!(classify(&counters(1.0, 1.0 / 132.0, 0.0, 0.0)), Phase::Stalled);
+        assert_eq!(
+            classify(&counters(1.0, 1.0 / 132.0, 0.0, 0.0)),
+            Phase::Stalled
+        );
         assert_eq!(classify(&counters(1.0, 0.95, 0.6, 0.2)), Phase::Prefill);
         assert_eq!(classify(&counters(1.0, 0.9, 0.02, 0.6)), Phase::Decode);
         assert_eq!(classify(&counters(1.0, 0.9, 0.3, 0.3)), Phase::Mixed);
-        assert_eq!(classify(&counters(0.3, 0.1, 0.04, 0.08)), Phase::Underloaded);
+        assert_eq!(
+            classify(&counters(0.3, 0.1, 0.04, 0.08)),
+            Phase::Underloaded
+        );
     }
 
     #[test]
@@ -294,12 +308,18 @@ mod tests {
         // ρ = 1.2: below prefill's enter (1.5) but above its exit (1.0).
         let x = counters(1.0, 0.9, 0.36, 0.3);
         assert_eq!(x.candidate(None, &c).unwrap().0, Phase::Mixed);
-        assert_eq!(x.candidate(Some(Phase::Prefill), &c).unwrap().0, Phase::Prefill);
+        assert_eq!(
+            x.candidate(Some(Phase::Prefill), &c).unwrap().0,
+            Phase::Prefill
+        );
     }
 
     #[test]
     fn switching_needs_n_consecutive_windows() {
-        let c = PhaseConfig { switch_after: 3, ..PhaseConfig::default() };
+        let c = PhaseConfig {
+            switch_after: 3,
+            ..PhaseConfig::default()
+        };
         let mut k = PhaseClassifier::default();
         let decode = counters(1.0, 0.9, 0.02, 0.6);
         let prefill = counters(1.0, 0.9, 0.6, 0.2);
@@ -316,12 +336,22 @@ mod tests {
     #[test]
     fn power_heuristic_without_counters() {
         let c = PhaseConfig::default();
-        let x = |u, pi| PhaseInputs { util: Some(u), power_proxy: Some(pi), ..Default::default() };
-        assert_eq!(x(1.0, 0.95).candidate(None, &c), Some((Phase::Prefill, PhaseMethod::PowerHeuristic)));
+        let x = |u, pi| PhaseInputs {
+            util: Some(u),
+            power_proxy: Some(pi),
+            ..Default::default()
+        };
+        assert_eq!(
+            x(1.0, 0.95).candidate(None, &c),
+            Some((Phase::Prefill, PhaseMethod::PowerHeuristic))
+        );
         assert_eq!(x(1.0, 0.49).candidate(None, &c).unwrap().0, Phase::Decode);
         assert_eq!(x(1.0, 0.05).candidate(None, &c).unwrap().0, Phase::Stalled);
         assert_eq!(x(0.01, 0.0).candidate(None, &c).unwrap().0, Phase::Idle);
-        let busy_only = PhaseInputs { util: Some(0.9), ..Default::default() };
+        let busy_only = PhaseInputs {
+            util: Some(0.9),
+            ..Default::default()
+        };
         assert_eq!(busy_only.candidate(None, &c), None);
     }
 }

@@ -64,7 +64,13 @@ fn requirements(demand: &Demand, headroom: f64, d_max: f64) -> [f64; 3] {
 pub fn mig_fit(spec: &GpuSpec, demand: &Demand, headroom: f64, d_max: f64) -> Option<MigFit> {
     let [mem, cmp, bw] = requirements(demand, headroom, d_max);
     let mut order: Vec<&'static MigProfile> = spec.mig.iter().collect();
-    order.sort_by_key(|p| (p.compute_slices.max(p.memory_slices), p.compute_slices, p.memory_slices));
+    order.sort_by_key(|p| {
+        (
+            p.compute_slices.max(p.memory_slices),
+            p.compute_slices,
+            p.memory_slices,
+        )
+    });
     let fails = |p: &MigProfile| -> Option<Constraint> {
         if (p.memory_bytes as f64) < mem {
             Some(Constraint::Memory)
@@ -80,7 +86,12 @@ pub fn mig_fit(spec: &GpuSpec, demand: &Demand, headroom: f64, d_max: f64) -> Op
     for p in order {
         match fails(p) {
             Some(c) => binding = c,
-            None => return Some(MigFit { profile: p, binding }),
+            None => {
+                return Some(MigFit {
+                    profile: p,
+                    binding,
+                });
+            }
         }
     }
     None
@@ -102,8 +113,16 @@ pub struct MemorySizing {
 /// Size memory from the peak allocation. NVML sees allocation, not need: inference engines
 /// pre-allocate their KV cache, so this is an upper bound on need.
 #[must_use]
-pub fn memory_sizing(peak_used_bytes: f64, total_bytes: f64, headroom: f64) -> Option<MemorySizing> {
-    if !(total_bytes > 0.0) || !peak_used_bytes.is_finite() || peak_used_bytes < 0.0 {
+pub fn memory_sizing(
+    peak_used_bytes: f64,
+    total_bytes: f64,
+    headroom: f64,
+) -> Option<MemorySizing> {
+    if total_bytes.is_nan()
+        || total_bytes <= 0.0
+        || !peak_used_bytes.is_finite()
+        || peak_used_bytes < 0.0
+    {
         return None;
     }
     Some(MemorySizing {
@@ -144,7 +163,11 @@ mod tests {
     #[test]
     fn memory_binds_for_big_models() {
         let h100 = by_key("h100-sxm").unwrap();
-        let d = Demand { memory_bytes: 30e9, compute: 0.05, bandwidth: 0.05 };
+        let d = Demand {
+            memory_bytes: 30e9,
+            compute: 0.05,
+            bandwidth: 0.05,
+        };
         let fit = mig_fit(h100, &d, 0.15, 0.8).unwrap();
         assert_eq!(fit.profile.name, "3g.40gb");
         assert_eq!(fit.binding, Constraint::Memory);
@@ -153,7 +176,11 @@ mod tests {
     #[test]
     fn compute_binds_for_prefill_heavy_work() {
         let h100 = by_key("h100-sxm").unwrap();
-        let d = Demand { memory_bytes: 5e9, compute: 0.4, bandwidth: 0.1 };
+        let d = Demand {
+            memory_bytes: 5e9,
+            compute: 0.4,
+            bandwidth: 0.1,
+        };
         let fit = mig_fit(h100, &d, 0.15, 0.8).unwrap();
         // 0.4/0.85 = 0.47 of SMs: 3g has 60/132 = 0.45, 4g has 64/132 = 0.48.
         assert_eq!(fit.profile.name, "4g.40gb");
@@ -163,9 +190,20 @@ mod tests {
     #[test]
     fn small_work_fits_the_smallest_slice_and_nothing_fits_a_full_gpu_demand() {
         let h100 = by_key("h100-sxm").unwrap();
-        let tiny = Demand { memory_bytes: 1e9, compute: 0.01, bandwidth: 0.01 };
-        assert_eq!(mig_fit(h100, &tiny, 0.15, 0.8).unwrap().profile.name, "1g.10gb");
-        let full = Demand { memory_bytes: 1e9, compute: 0.95, bandwidth: 0.1 };
+        let tiny = Demand {
+            memory_bytes: 1e9,
+            compute: 0.01,
+            bandwidth: 0.01,
+        };
+        assert_eq!(
+            mig_fit(h100, &tiny, 0.15, 0.8).unwrap().profile.name,
+            "1g.10gb"
+        );
+        let full = Demand {
+            memory_bytes: 1e9,
+            compute: 0.95,
+            bandwidth: 0.1,
+        };
         assert_eq!(mig_fit(h100, &full, 0.15, 0.8), None);
         assert_eq!(mig_fit(by_key("l4").unwrap(), &tiny, 0.15, 0.8), None);
     }

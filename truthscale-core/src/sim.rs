@@ -125,7 +125,13 @@ const D_DECODE: f64 = 0.72;
 impl SimGpu {
     /// A simulated GPU of model `spec` running `scenario`.
     #[must_use]
-    pub fn new(scenario: Scenario, spec: &'static GpuSpec, index: u32, node: &str, seed: u64) -> SimGpu {
+    pub fn new(
+        scenario: Scenario,
+        spec: &'static GpuSpec,
+        index: u32,
+        node: &str,
+        seed: u64,
+    ) -> SimGpu {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (u64::from(index) << 32) ^ 0x7275_7468);
         let (peak, bytes_per_param) = match spec.fp8_dense_tflops {
             Some(fp8) => (fp8 * 1e12, 1.0),
@@ -193,7 +199,9 @@ impl SimGpu {
         self.next_burst_in -= dt;
         while self.next_burst_in <= 0.0 {
             // A burst of requests (a client batch); bursts arrive as a Poisson process.
-            let n = Poisson::new(3.0).map_or(3.0, |p: Poisson<f64>| p.sample(&mut self.rng)).max(1.0);
+            let n = Poisson::new(3.0)
+                .map_or(3.0, |p: Poisson<f64>| p.sample(&mut self.rng))
+                .max(1.0);
             let prompt = LogNormal::new(8.4, 0.5).ok();
             let output = LogNormal::new(5.8, 0.4).ok();
             for _ in 0..n as usize {
@@ -201,7 +209,10 @@ impl SimGpu {
                 let p = p.min(32_000.0);
                 let o: f64 = output.map_or(330.0, |d| d.sample(&mut self.rng));
                 let o = o.min(2_000.0);
-                self.waiting.push_back(Request { prompt: p, remaining_output: o });
+                self.waiting.push_back(Request {
+                    prompt: p,
+                    remaining_output: o,
+                });
             }
             self.next_burst_in += Exp::new(1.0 / 12.0).map_or(12.0, |e| e.sample(&mut self.rng));
         }
@@ -222,7 +233,9 @@ impl SimGpu {
                 let secs = flops / (TAU_PREFILL * kappa * self.peak_flops);
                 self.work = Work::Prefill { left: secs };
             } else if !self.running.is_empty() {
-                self.work = Work::Decode { left: self.decode_step_seconds(self.running.len() as f64) };
+                self.work = Work::Decode {
+                    left: self.decode_step_seconds(self.running.len() as f64),
+                };
             }
         }
         let finished = match &mut self.work {
@@ -261,13 +274,27 @@ impl SimGpu {
 
     fn prefill_tick(&self) -> Tick {
         // Weights once per forward plus activations: ρ ≈ 2.7 on an H100.
-        Tick { busy: 1.0, sm: 0.97, occ: 0.35, tensor: TAU_PREFILL, dram: 0.23, fp32: 0.04 }
+        Tick {
+            busy: 1.0,
+            sm: 0.97,
+            occ: 0.35,
+            tensor: TAU_PREFILL,
+            dram: 0.23,
+            fp32: 0.04,
+        }
     }
 
     fn decode_tick(&self, batch: f64, step: f64, kappa: f64) -> Tick {
         let flops = 2.0 * self.params * batch;
         let tensor = (flops / (step * kappa * self.peak_flops)).min(0.9);
-        Tick { busy: 0.98, sm: 0.9, occ: 0.2, tensor, dram: D_DECODE, fp32: 0.02 }
+        Tick {
+            busy: 0.98,
+            sm: 0.9,
+            occ: 0.2,
+            tensor,
+            dram: D_DECODE,
+            fp32: 0.02,
+        }
     }
 
     fn tick(&mut self, kappa: f64) -> (Tick, Phase) {
@@ -285,7 +312,17 @@ impl SimGpu {
             Scenario::Training => self.train_tick(),
             Scenario::TinyKernel => {
                 let one_sm = 1.0 / f64::from(self.spec.sms);
-                (Tick { busy: 1.0, sm: one_sm, occ: one_sm * 0.05, tensor: 0.0, dram: 0.001, fp32: 0.0 }, Phase::Stalled)
+                (
+                    Tick {
+                        busy: 1.0,
+                        sm: one_sm,
+                        occ: one_sm * 0.05,
+                        tensor: 0.0,
+                        dram: 0.001,
+                        fp32: 0.0,
+                    },
+                    Phase::Stalled,
+                )
             }
             Scenario::IdleAllocated => (Tick::default(), Phase::Idle),
         }
@@ -311,13 +348,30 @@ impl SimGpu {
         }
         match self.work {
             Work::Train { .. } => (
-                Tick { busy: 1.0, sm: 0.98, occ: 0.4, tensor: 0.7, dram: 0.35, fp32: 0.05 },
+                Tick {
+                    busy: 1.0,
+                    sm: 0.98,
+                    occ: 0.4,
+                    tensor: 0.7,
+                    dram: 0.35,
+                    fp32: 0.05,
+                },
                 Phase::Prefill,
             ),
             Work::AllReduce { .. } => {
                 // NCCL spinning on a few channels: busy flag on, nothing computed.
                 let s = 16.0 / f64::from(self.spec.sms);
-                (Tick { busy: 1.0, sm: s, occ: 0.02, tensor: 0.0, dram: 0.04, fp32: 0.0 }, Phase::Stalled)
+                (
+                    Tick {
+                        busy: 1.0,
+                        sm: s,
+                        occ: 0.02,
+                        tensor: 0.0,
+                        dram: 0.04,
+                        fp32: 0.0,
+                    },
+                    Phase::Stalled,
+                )
             }
             _ => (Tick::default(), Phase::Idle),
         }
@@ -343,14 +397,19 @@ impl SimGpu {
             let busy_before = !matches!(self.work, Work::Idle | Work::Loading { .. })
                 || matches!(self.scenario, Scenario::DecodeOnly | Scenario::TinyKernel);
             let boost = self.boost_mhz();
-            let mut f = if busy_before { boost } else { 0.3 * spec.f_ref_mhz };
+            let mut f = if busy_before {
+                boost
+            } else {
+                0.3 * spec.f_ref_mhz
+            };
             let (t, _) = self.tick(f / spec.f_ref_mhz);
             let pi = if t.busy > 0.0 {
                 (1.25 * t.tensor + 0.55 * t.dram + 0.05).min(1.05)
             } else {
                 0.0
             };
-            let mut power = spec.idle_power_watts + (spec.max_power_watts - spec.idle_power_watts) * pi;
+            let mut power =
+                spec.idle_power_watts + (spec.max_power_watts - spec.idle_power_watts) * pi;
             if power > spec.max_power_watts {
                 // Software power cap: clocks drop to hold the limit.
                 capped = true;
@@ -364,7 +423,11 @@ impl SimGpu {
             acc.dram += t.dram;
             acc.fp32 += t.fp32;
             truth_acc.tensor += t.tensor * f / spec.f_ref_mhz;
-            clock_sum += if t.busy > 0.0 { f } else { 0.3 * spec.f_ref_mhz };
+            clock_sum += if t.busy > 0.0 {
+                f
+            } else {
+                0.3 * spec.f_ref_mhz
+            };
             power_sum += power;
             self.energy_j += power * TICK;
         }
@@ -384,7 +447,13 @@ impl SimGpu {
         let busy_noise = if u > 0.0 && u < 1.0 { 0.01 } else { 0.0 };
         let v = self.noise(u, busy_noise);
         r.set_value(Field::ReportedUtil, v.clamp(0.0, 1.0));
-        let noisy = |g: &mut SimGpu, x: f64| if x > 0.0 { g.noise(x, 0.01).clamp(0.0, 1.0) } else { 0.0 };
+        let noisy = |g: &mut SimGpu, x: f64| {
+            if x > 0.0 {
+                g.noise(x, 0.01).clamp(0.0, 1.0)
+            } else {
+                0.0
+            }
+        };
         let v = noisy(self, u.min(1.0) * 0.98);
         r.set_value(Field::GrActive, v);
         let v = noisy(self, s);
@@ -403,7 +472,10 @@ impl SimGpu {
         r.set_value(Field::SmClockMhz, clk);
         r.set_value(Field::PowerWatts, (power_sum / n * 1000.0).round() / 1000.0);
         r.set_value(Field::PowerLimitWatts, spec.max_power_watts);
-        r.set_value(Field::EnergyJoules, (self.energy_j * 1000.0).round() / 1000.0);
+        r.set_value(
+            Field::EnergyJoules,
+            (self.energy_j * 1000.0).round() / 1000.0,
+        );
         let mem_frac = match self.scenario {
             Scenario::LlmServing | Scenario::DecodeOnly => 0.9,
             Scenario::Training => 0.85,
@@ -413,31 +485,38 @@ impl SimGpu {
         let total = spec.memory_bytes as f64;
         r.set_value(Field::MemUsedBytes, (total * mem_frac).round());
         r.set_value(Field::MemTotalBytes, total);
-        r.set_value(Field::TempCelsius, (35.0 + 40.0 * (power_sum / n - spec.idle_power_watts) / spec.max_power_watts).round());
+        r.set_value(
+            Field::TempCelsius,
+            (35.0 + 40.0 * (power_sum / n - spec.idle_power_watts) / spec.max_power_watts).round(),
+        );
 
         tokens_p = self.prompt_tokens_done - tokens_p;
         tokens_o = self.output_tokens_done - tokens_o;
-        let serving = matches!(self.scenario, Scenario::LlmServing | Scenario::DecodeOnly).then(|| {
-            let batch = match self.scenario {
-                Scenario::DecodeOnly => self.batch_target.round(),
-                _ => self.running.len() as f64,
-            };
-            ServingSnapshot {
-                engine: Some("sim".into()),
-                kv_cache_utilization: Some((batch / 256.0).min(1.0)),
-                running_requests: Some(batch),
-                queued_requests: Some(self.waiting.len() as f64),
-                queue_seconds: None,
-                prompt_tokens_per_sec: Some(tokens_p / dt),
-                output_tokens_per_sec: Some(tokens_o / dt),
-                batch_size: Some(batch),
-                max_batch_size: Some(256.0),
-            }
-        });
+        let serving =
+            matches!(self.scenario, Scenario::LlmServing | Scenario::DecodeOnly).then(|| {
+                let batch = match self.scenario {
+                    Scenario::DecodeOnly => self.batch_target.round(),
+                    _ => self.running.len() as f64,
+                };
+                ServingSnapshot {
+                    engine: Some("sim".into()),
+                    kv_cache_utilization: Some((batch / 256.0).min(1.0)),
+                    running_requests: Some(batch),
+                    queued_requests: Some(self.waiting.len() as f64),
+                    queue_seconds: None,
+                    prompt_tokens_per_sec: Some(tokens_p / dt),
+                    output_tokens_per_sec: Some(tokens_o / dt),
+                    batch_size: Some(batch),
+                    max_batch_size: Some(256.0),
+                }
+            });
         EntitySample {
             id: self.id.clone(),
             readings: r,
-            throttles: Some(Throttles { sw_power_cap: capped, ..Throttles::default() }),
+            throttles: Some(Throttles {
+                sw_power_cap: capped,
+                ..Throttles::default()
+            }),
             serving,
             truth_phase: Some(truth),
             truth_effective_compute: Some((truth_acc.tensor / n).clamp(0.0, 1.0)),
@@ -481,7 +560,9 @@ impl Simulator {
         start: Timestamp,
         scenario_of: impl Fn(u32) -> Scenario,
     ) -> Simulator {
-        let gpus = (0..count).map(|i| SimGpu::new(scenario_of(i), spec, i, node, seed)).collect();
+        let gpus = (0..count)
+            .map(|i| SimGpu::new(scenario_of(i), spec, i, node, seed))
+            .collect();
         Simulator { gpus, now: start }
     }
 
@@ -495,7 +576,10 @@ impl Simulator {
     pub fn step(&mut self, dt: f64) -> Sample {
         self.now = self.now.plus_seconds(dt);
         let taken = self.now;
-        Sample { taken, entities: self.gpus.iter_mut().map(|g| g.step(dt)).collect() }
+        Sample {
+            taken,
+            entities: self.gpus.iter_mut().map(|g| g.step(dt)).collect(),
+        }
     }
 
     /// The simulated GPUs.
@@ -518,7 +602,9 @@ mod tests {
 
     fn run(s: Scenario, secs: f64, dt: f64) -> Vec<EntitySample> {
         let mut sim = Simulator::new(1, by_key("h100-sxm").unwrap(), "n", 7, Timestamp(0), |_| s);
-        (0..(secs / dt) as usize).map(|_| sim.step(dt).entities.remove(0)).collect()
+        (0..(secs / dt) as usize)
+            .map(|_| sim.step(dt).entities.remove(0))
+            .collect()
     }
 
     #[test]
@@ -553,7 +639,10 @@ mod tests {
     #[test]
     fn energy_counter_is_monotonic() {
         let w = run(Scenario::Training, 20.0, 0.5);
-        let e: Vec<f64> = w.iter().map(|x| x.readings.value(Field::EnergyJoules).unwrap()).collect();
+        let e: Vec<f64> = w
+            .iter()
+            .map(|x| x.readings.value(Field::EnergyJoules).unwrap())
+            .collect();
         assert!(e.windows(2).all(|p| p[1] > p[0]));
     }
 

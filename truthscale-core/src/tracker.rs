@@ -223,22 +223,21 @@ impl Deriver {
         };
         let metrics = derive::window(&readings, &ctx, cfg);
         // Idle power: lowest power seen while the busy flag is (nearly) off.
-        if let (Some(u), Some(p)) = (metrics.reported_utilization, metrics.power_watts) {
-            if u < cfg.inflation_min_util {
-                state.idle_power = Some(state.idle_power.map_or(p.value, |i: f64| i.min(p.value)));
-            }
+        if let (Some(u), Some(p)) = (metrics.reported_utilization, metrics.power_watts)
+            && u < cfg.inflation_min_util
+        {
+            state.idle_power = Some(state.idle_power.map_or(p.value, |i: f64| i.min(p.value)));
         }
-        if metrics.inflation_gap_points == Some(0.0) {
-            if let (Some(u), Some(ecf)) = (metrics.reported_utilization, metrics.effective_compute) {
-                if u < ecf {
-                    diags.push(Diagnostic {
-                        kind: DiagnosticKind::NegativeGap,
-                        entity: Some(e.id.clone()),
-                        field: None,
-                        detail: format!("reported {u} below effective {ecf}; gap clamped to 0"),
-                    });
-                }
-            }
+        if metrics.inflation_gap_points == Some(0.0)
+            && let (Some(u), Some(ecf)) = (metrics.reported_utilization, metrics.effective_compute)
+            && u < ecf
+        {
+            diags.push(Diagnostic {
+                kind: DiagnosticKind::NegativeGap,
+                entity: Some(e.id.clone()),
+                field: None,
+                detail: format!("reported {u} below effective {ecf}; gap clamped to 0"),
+            });
         }
 
         let inputs = PhaseInputs {
@@ -335,10 +334,21 @@ mod tests {
     #[test]
     fn integrals_are_exact() {
         let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
-        let busy = [(Field::ReportedUtil, 1.0), (Field::TensorActive, 0.5), (Field::DramActive, 0.1)];
+        let busy = [
+            (Field::ReportedUtil, 1.0),
+            (Field::TensorActive, 0.5),
+            (Field::DramActive, 0.1),
+        ];
         d.observe(&sample(1000, &busy));
         d.observe(&sample(2000, &busy));
-        let out = d.observe(&sample(2500, &[(Field::ReportedUtil, 0.5), (Field::TensorActive, 0.0), (Field::DramActive, 0.0)]));
+        let out = d.observe(&sample(
+            2500,
+            &[
+                (Field::ReportedUtil, 0.5),
+                (Field::TensorActive, 0.0),
+                (Field::DramActive, 0.0),
+            ],
+        ));
         let t = out.windows[0].totals;
         assert_eq!(t.observed_seconds, 2.5);
         assert!((t.busy_seconds - 2.25).abs() < 1e-12);
@@ -350,11 +360,17 @@ mod tests {
     fn energy_counter_gives_power_and_resets_are_diagnosed() {
         let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
         d.observe(&sample(1000, &[(Field::EnergyJoules, 1000.0)]));
-        let out = d.observe(&sample(2000, &[(Field::EnergyJoules, 1300.0), (Field::PowerWatts, 250.0)]));
+        let out = d.observe(&sample(
+            2000,
+            &[(Field::EnergyJoules, 1300.0), (Field::PowerWatts, 250.0)],
+        ));
         let p = out.windows[0].metrics.power_watts.unwrap();
         assert_eq!(p.value, 300.0);
         assert_eq!(out.windows[0].totals.energy_joules, 300.0 + 0.0);
-        let out = d.observe(&sample(3000, &[(Field::EnergyJoules, 5.0), (Field::PowerWatts, 250.0)]));
+        let out = d.observe(&sample(
+            3000,
+            &[(Field::EnergyJoules, 5.0), (Field::PowerWatts, 250.0)],
+        ));
         assert_eq!(out.diagnostics[0].kind, DiagnosticKind::CounterReset);
         assert_eq!(out.windows[0].metrics.power_watts.unwrap().value, 250.0);
     }

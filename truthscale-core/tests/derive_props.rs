@@ -49,11 +49,17 @@ fn any_entity() -> impl Strategy<Value = EntitySample> {
                 id: EntityId {
                     gpu: Some(gpu),
                     model,
-                    mig: gi.map(|g| MigId { gpu_instance: g, ..MigId::default() }),
+                    mig: gi.map(|g| MigId {
+                        gpu_instance: g,
+                        ..MigId::default()
+                    }),
                     ..EntityId::default()
                 },
                 readings,
-                throttles: Some(Throttles { sw_power_cap: capped, ..Throttles::default() }),
+                throttles: Some(Throttles {
+                    sw_power_cap: capped,
+                    ..Throttles::default()
+                }),
                 ..EntitySample::default()
             }
         })

@@ -23,86 +23,42 @@ use Target::Field as F;
 
 /// Lowercase metric names. `DCGM_FI_DEV_MEM_COPY_UTIL` / `dcgm_mem_copy_utilization`
 /// are memory-copy utilization, not DRAM bandwidth, and are deliberately absent.
+#[rustfmt::skip]
 const METRICS: &[(&str, Target)] = &[
-    (
-        "dcgm_fi_dev_gpu_util",
-        F(Field::ReportedUtil, Unit::Percent),
-    ),
-    (
-        "dcgm_gpu_utilization",
-        F(Field::ReportedUtil, Unit::Percent),
-    ),
-    (
-        "dcgm_fi_prof_gr_engine_active",
-        F(Field::GrActive, Unit::Same),
-    ),
-    ("dcgm_fi_prof_sm_active", F(Field::SmActive, Unit::Same)),
-    (
-        "dcgm_fi_prof_sm_occupancy",
-        F(Field::SmOccupancy, Unit::Same),
-    ),
-    (
-        "dcgm_fi_prof_pipe_tensor_active",
-        F(Field::TensorActive, Unit::Same),
-    ),
-    ("dcgm_fi_prof_dram_active", F(Field::DramActive, Unit::Same)),
-    (
-        "dcgm_fi_prof_pipe_fp16_active",
-        F(Field::Fp16Active, Unit::Same),
-    ),
-    (
-        "dcgm_fi_prof_pipe_fp32_active",
-        F(Field::Fp32Active, Unit::Same),
-    ),
-    (
-        "dcgm_fi_prof_pipe_fp64_active",
-        F(Field::Fp64Active, Unit::Same),
-    ),
-    ("dcgm_fi_dev_sm_clock", F(Field::SmClockMhz, Unit::Same)),
-    ("dcgm_sm_clock", F(Field::SmClockMhz, Unit::Same)),
-    ("dcgm_fi_dev_mem_clock", F(Field::MemClockMhz, Unit::Same)),
-    ("dcgm_memory_clock", F(Field::MemClockMhz, Unit::Same)),
-    ("dcgm_fi_dev_power_usage", F(Field::PowerWatts, Unit::Same)),
-    ("dcgm_power_usage", F(Field::PowerWatts, Unit::Same)),
-    (
-        "dcgm_fi_dev_enforced_power_limit",
-        F(Field::PowerLimitWatts, Unit::Same),
-    ),
-    ("dcgm_fi_dev_power_mgmt_limit", Target::WeakPowerLimit),
-    (
-        "dcgm_fi_dev_total_energy_consumption",
-        F(Field::EnergyJoules, Unit::Milli),
-    ),
-    (
-        "dcgm_total_energy_consumption",
-        F(Field::EnergyJoules, Unit::Milli),
-    ),
-    ("dcgm_fi_dev_fb_used", F(Field::MemUsedBytes, Unit::Mib)),
-    ("dcgm_fb_used", F(Field::MemUsedBytes, Unit::Mib)),
-    ("dcgm_fi_dev_fb_total", F(Field::MemTotalBytes, Unit::Mib)),
-    ("dcgm_fi_dev_fb_free", Target::FbFree),
-    ("dcgm_fb_free", Target::FbFree),
-    ("dcgm_fi_dev_fb_reserved", Target::FbReserved),
-    (
-        "dcgm_fi_prof_pcie_tx_bytes",
-        F(Field::PcieTxBytesPerSec, Unit::Same),
-    ),
-    (
-        "dcgm_fi_prof_pcie_rx_bytes",
-        F(Field::PcieRxBytesPerSec, Unit::Same),
-    ),
-    (
-        "dcgm_fi_prof_nvlink_tx_bytes",
-        F(Field::NvlinkTxBytesPerSec, Unit::Same),
-    ),
-    (
-        "dcgm_fi_prof_nvlink_rx_bytes",
-        F(Field::NvlinkRxBytesPerSec, Unit::Same),
-    ),
-    ("dcgm_fi_dev_gpu_temp", F(Field::TempCelsius, Unit::Same)),
-    ("dcgm_gpu_temp", F(Field::TempCelsius, Unit::Same)),
-    ("dcgm_fi_dev_clock_throttle_reasons", Target::Throttles),
-    ("dcgm_fi_dev_clocks_event_reasons", Target::Throttles),
+    ("dcgm_fi_dev_gpu_util",                 F(Field::ReportedUtil, Unit::Percent)),
+    ("dcgm_gpu_utilization",                 F(Field::ReportedUtil, Unit::Percent)),
+    ("dcgm_fi_prof_gr_engine_active",        F(Field::GrActive, Unit::Same)),
+    ("dcgm_fi_prof_sm_active",               F(Field::SmActive, Unit::Same)),
+    ("dcgm_fi_prof_sm_occupancy",            F(Field::SmOccupancy, Unit::Same)),
+    ("dcgm_fi_prof_pipe_tensor_active",      F(Field::TensorActive, Unit::Same)),
+    ("dcgm_fi_prof_dram_active",             F(Field::DramActive, Unit::Same)),
+    ("dcgm_fi_prof_pipe_fp16_active",        F(Field::Fp16Active, Unit::Same)),
+    ("dcgm_fi_prof_pipe_fp32_active",        F(Field::Fp32Active, Unit::Same)),
+    ("dcgm_fi_prof_pipe_fp64_active",        F(Field::Fp64Active, Unit::Same)),
+    ("dcgm_fi_dev_sm_clock",                 F(Field::SmClockMhz, Unit::Same)),
+    ("dcgm_sm_clock",                        F(Field::SmClockMhz, Unit::Same)),
+    ("dcgm_fi_dev_mem_clock",                F(Field::MemClockMhz, Unit::Same)),
+    ("dcgm_memory_clock",                    F(Field::MemClockMhz, Unit::Same)),
+    ("dcgm_fi_dev_power_usage",              F(Field::PowerWatts, Unit::Same)),
+    ("dcgm_power_usage",                     F(Field::PowerWatts, Unit::Same)),
+    ("dcgm_fi_dev_enforced_power_limit",     F(Field::PowerLimitWatts, Unit::Same)),
+    ("dcgm_fi_dev_power_mgmt_limit",         Target::WeakPowerLimit),
+    ("dcgm_fi_dev_total_energy_consumption", F(Field::EnergyJoules, Unit::Milli)),
+    ("dcgm_total_energy_consumption",        F(Field::EnergyJoules, Unit::Milli)),
+    ("dcgm_fi_dev_fb_used",                  F(Field::MemUsedBytes, Unit::Mib)),
+    ("dcgm_fb_used",                         F(Field::MemUsedBytes, Unit::Mib)),
+    ("dcgm_fi_dev_fb_total",                 F(Field::MemTotalBytes, Unit::Mib)),
+    ("dcgm_fi_dev_fb_free",                  Target::FbFree),
+    ("dcgm_fb_free",                         Target::FbFree),
+    ("dcgm_fi_dev_fb_reserved",              Target::FbReserved),
+    ("dcgm_fi_prof_pcie_tx_bytes",           F(Field::PcieTxBytesPerSec, Unit::Same)),
+    ("dcgm_fi_prof_pcie_rx_bytes",           F(Field::PcieRxBytesPerSec, Unit::Same)),
+    ("dcgm_fi_prof_nvlink_tx_bytes",         F(Field::NvlinkTxBytesPerSec, Unit::Same)),
+    ("dcgm_fi_prof_nvlink_rx_bytes",         F(Field::NvlinkRxBytesPerSec, Unit::Same)),
+    ("dcgm_fi_dev_gpu_temp",                 F(Field::TempCelsius, Unit::Same)),
+    ("dcgm_gpu_temp",                        F(Field::TempCelsius, Unit::Same)),
+    ("dcgm_fi_dev_clock_throttle_reasons",   Target::Throttles),
+    ("dcgm_fi_dev_clocks_event_reasons",     Target::Throttles),
 ];
 
 /// Line-at-a-time parser for dcgm-exporter text.

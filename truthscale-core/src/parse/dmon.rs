@@ -13,6 +13,9 @@
 //! sentinel values become [`Reading::Blank`]. Lines before the first header, blank lines
 //! and `#` comments are skipped and counted.
 //!
+//! `GPU-I n` rows are MIG GPU instances of the last `GPU` row before them (if any), and
+//! `GPU-CI n` rows compute instances of the last `GPU-I` row, as dmon lists them.
+//!
 //! The DCGM-specific pieces shared with the dcgm-exporter parser (unit conversion,
 //! sentinels, clock-event bits, framebuffer totals) live here as well.
 
@@ -145,14 +148,17 @@ impl Acc {
         }
     }
 
-    /// Record a raw value (`None`: blank) for `target`.
+    /// Record a raw value (`None`: blank) for `target`. Sentinels and values that do not
+    /// convert to a finite number stay blank.
     pub(crate) fn apply(&mut self, target: Target, raw: Option<f64>) {
         let v = raw.and_then(dcgm_value);
         let r = &mut self.sample.readings;
         match target {
+            // A blank never erases a value an alias of the same field already gave.
             Target::Field(f, unit) => {
-                let v = v.map(|v| unit.apply(v)).filter(|v| v.is_finite());
-                r.set(f, v.map_or(Reading::Blank, Reading::Value));
+                if let Some(v) = v.map(|v| unit.apply(v)).filter(|v| v.is_finite()) {
+                    r.set_value(f, v);
+                }
             }
             Target::WeakPowerLimit => {
                 if let (Reading::Blank, Some(v)) = (r.get(Field::PowerLimitWatts), v) {
@@ -238,18 +244,18 @@ impl DmonParser {
     ///
     /// # Errors
     /// A [`ParseError`] for a malformed row after a header: wrong number of values, a
-    /// value that is neither a number nor `N/A`, or an unknown entity kind. The parser
-    /// is unchanged by a bad row and stays usable.
+    /// value that is neither a number nor `N/A`, an unknown entity kind, or a `GPU-CI`
+    /// row with no `GPU-I` row before it. The parser is unchanged by a bad row and stays
+    /// usable.
     pub fn push_line(&mut self, line: &str) -> Result<Option<Sample>, ParseError> {
         self.line += 1;
         let t = line.trim();
         if t.starts_with("#Entity") || t.starts_with("# Entity") {
-            let names = t[1..]
-                .trim_start()
-                .strip_prefix("Entity")
-                .unwrap_or_default();
-            let names = names.split_whitespace();
+            let names = t.strip_prefix('#').unwrap_or(t).trim_start();
             let cols = names
+                .strip_prefix("Entity")
+                .unwrap_or_default()
+                .split_whitespace()
                 .map(|n| {
                     COLUMNS
                         .iter()
