@@ -26,8 +26,10 @@
 #![warn(missing_docs)]
 
 pub mod analysis;
+pub mod catalog;
 pub mod derive;
 pub mod diag;
+pub mod exposition;
 pub mod gpus;
 pub mod model;
 pub mod parse;

@@ -50,6 +50,8 @@ pub struct EntityWindow {
     pub phase: Option<Phase>,
     /// How the phase was decided.
     pub phase_method: Option<PhaseMethod>,
+    /// Clock-event reasons reported for the window.
+    pub throttles: Option<crate::model::Throttles>,
     /// Ground-truth phase, for simulated data.
     pub truth_phase: Option<Phase>,
     /// Ground-truth effective compute, for simulated data.
@@ -261,6 +263,7 @@ impl Deriver {
             metrics,
             phase: phase.map(|p| p.0),
             phase_method: phase.map(|p| p.1),
+            throttles: e.throttles,
             truth_phase: e.truth_phase,
             truth_effective_compute: e.truth_effective_compute,
             totals: state.totals,

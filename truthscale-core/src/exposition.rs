@@ -1,0 +1,489 @@
+//! Prometheus exposition: text format 0.0.4 and OpenMetrics 1.0, from one snapshot.
+//!
+//! Pure and deterministic: families in catalog order, entities in the order given, labels
+//! in a fixed order, label values escaped. Non-finite values are never written.
+
+use crate::catalog::{self, Kind, MetricDesc, Scope};
+use crate::derive::Fidelity;
+use crate::model::{Field, Phase, SourceKind};
+use crate::tracker::EntityWindow;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// Which text format to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Prometheus text format 0.0.4.
+    Text,
+    /// OpenMetrics 1.0.0 text.
+    OpenMetrics,
+}
+
+impl Format {
+    /// The HTTP `Content-Type` of this format.
+    #[must_use]
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+}
+
+/// The pod the exporter runs beside (from the Downward API or configuration).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Identity {
+    /// Pod name.
+    pub pod: Option<String>,
+    /// Namespace.
+    pub namespace: Option<String>,
+    /// Container the GPU belongs to.
+    pub container: Option<String>,
+    /// Node name.
+    pub node: Option<String>,
+}
+
+/// One GPU entity to expose.
+#[derive(Debug, Clone)]
+pub struct GpuEntry {
+    /// The derived window and integrals.
+    pub window: EntityWindow,
+    /// Where its counters came from.
+    pub source: SourceKind,
+}
+
+/// One source's health.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SourceHealth {
+    /// Source label value.
+    pub name: String,
+    /// Whether it produced a sample within the stale period.
+    pub up: bool,
+    /// Errors by kind.
+    pub errors: BTreeMap<String, u64>,
+}
+
+/// The exporter's own state, exposed beside the GPU series.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExporterStatus {
+    /// Version string.
+    pub version: String,
+    /// Sources.
+    pub sources: Vec<SourceHealth>,
+    /// Duration of the last tick in seconds.
+    pub sample_duration_seconds: Option<f64>,
+    /// Diagnostics by kind.
+    pub diagnostics: BTreeMap<String, u64>,
+    /// Unix time of this snapshot in seconds.
+    pub snapshot_unix_seconds: f64,
+    /// Size of the previous body.
+    pub previous_body_bytes: Option<usize>,
+}
+
+/// Escape a label value for both text formats.
+#[must_use]
+pub fn escape_label(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn gpu_labels(e: &GpuEntry, id: &Identity) -> String {
+    let w = &e.window.id;
+    let mut pairs: Vec<(&str, String)> = Vec::with_capacity(9);
+    if let Some(g) = w.gpu {
+        pairs.push(("gpu", g.to_string()));
+    }
+    if let Some(u) = &w.uuid {
+        pairs.push(("uuid", u.clone()));
+    }
+    if let Some(m) = &w.model {
+        pairs.push(("model", m.clone()));
+    }
+    if let Some(m) = &w.mig {
+        pairs.push(("mig_instance", m.gpu_instance.to_string()));
+        if let Some(p) = &m.profile {
+            pairs.push(("mig_profile", p.clone()));
+        }
+    }
+    let pod = w.pod.as_ref();
+    let pick = |own: &Option<String>, attributed: Option<&String>| {
+        own.clone()
+            .or_else(|| attributed.cloned())
+            .filter(|s| !s.is_empty())
+    };
+    if let Some(p) = pick(&id.pod, pod.map(|p| &p.pod)) {
+        pairs.push(("pod", p));
+    }
+    if let Some(n) = pick(&id.namespace, pod.and_then(|p| p.namespace.as_ref())) {
+        pairs.push(("namespace", n));
+    }
+    if let Some(c) = pick(&id.container, pod.and_then(|p| p.container.as_ref())) {
+        pairs.push(("container", c));
+    }
+    if let Some(n) = pick(&id.node, w.node.as_ref()) {
+        pairs.push(("node", n));
+    }
+    let mut s = String::new();
+    for (i, (k, v)) in pairs.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let _ = write!(s, "{k}=\"{}\"", escape_label(v));
+    }
+    s
+}
+
+struct Writer<'a> {
+    out: &'a mut String,
+    format: Format,
+}
+
+impl Writer<'_> {
+    fn header(&mut self, m: &MetricDesc) {
+        let family = match (self.format, m.kind) {
+            (Format::OpenMetrics, Kind::Counter) => m.name.trim_end_matches("_total"),
+            _ => m.name,
+        };
+        let kind = match (self.format, m.kind, m.name) {
+            (Format::OpenMetrics, Kind::Gauge, n) if n.ends_with("_info") => "info",
+            (_, k, _) => k.as_str(),
+        };
+        let _ = writeln!(self.out, "# HELP {family} {}", m.help);
+        let _ = writeln!(self.out, "# TYPE {family} {kind}");
+    }
+
+    fn sample(&mut self, m: &MetricDesc, labels: &str, extra: &[(&str, &str)], v: f64) {
+        if !v.is_finite() {
+            return;
+        }
+        let name = match (self.format, m.name) {
+            (Format::OpenMetrics, n) if n.ends_with("_info") && m.kind == Kind::Gauge => n,
+            (_, n) => n,
+        };
+        self.out.push_str(name);
+        let mut first = labels.is_empty();
+        if !labels.is_empty() || !extra.is_empty() {
+            self.out.push('{');
+            self.out.push_str(labels);
+            for (k, val) in extra {
+                if !first {
+                    self.out.push(',');
+                }
+                first = false;
+                let _ = write!(self.out, "{k}=\"{}\"", escape_label(val));
+            }
+            self.out.push('}');
+        }
+        let _ = writeln!(self.out, " {v}");
+    }
+}
+
+const CLOCK_REASONS: [&str; 5] = [
+    "power",
+    "thermal",
+    "sync_boost",
+    "hw_slowdown",
+    "sw_power_cap",
+];
+
+/// Write the whole exposition.
+#[must_use]
+pub fn encode(
+    gpus: &[GpuEntry],
+    identity: &Identity,
+    status: &ExporterStatus,
+    format: Format,
+) -> String {
+    let mut out = String::with_capacity(4096 + gpus.len() * 4096);
+    let labels: Vec<String> = gpus.iter().map(|g| gpu_labels(g, identity)).collect();
+    let mut w = Writer {
+        out: &mut out,
+        format,
+    };
+    for m in catalog::ALL {
+        let mut samples: Vec<(usize, Vec<(&str, &str)>, f64)> = Vec::new();
+        match m.scope {
+            Scope::Gpu => {
+                for (i, g) in gpus.iter().enumerate() {
+                    gpu_values(m, g, |extra, v| samples.push((i, extra, v)));
+                }
+            }
+            Scope::Exporter => {
+                exporter_values(m, status, |extra, v| samples.push((usize::MAX, extra, v)));
+            }
+        }
+        if samples.is_empty() {
+            continue;
+        }
+        w.header(m);
+        for (i, extra, v) in samples {
+            let l = labels.get(i).map_or("", String::as_str);
+            w.sample(m, l, &extra, v);
+        }
+    }
+    if format == Format::OpenMetrics {
+        out.push_str("# EOF\n");
+    }
+    out
+}
+
+fn bool_f(b: bool) -> f64 {
+    if b { 1.0 } else { 0.0 }
+}
+
+fn gpu_values(
+    m: &MetricDesc,
+    g: &GpuEntry,
+    mut push: impl FnMut(Vec<(&'static str, &'static str)>, f64),
+) {
+    let win = &g.window;
+    let x = &win.metrics;
+    let r = &win.readings;
+    let t = &win.totals;
+    let mut one = |v: Option<f64>| {
+        if let Some(v) = v {
+            push(Vec::new(), v);
+        }
+    };
+    match m.name {
+        n if n == catalog::GPU_INFO.name => {
+            let fidelity = x.fidelity.unwrap_or(Fidelity::None).as_str();
+            push(
+                vec![
+                    ("source", g.source.as_str()),
+                    ("fidelity", fidelity),
+                    ("catalog_model", win.spec.map_or("unknown", |s| s.key)),
+                ],
+                1.0,
+            );
+        }
+        n if n == catalog::GPU_REPORTED_UTILIZATION.name => one(x.reported_utilization),
+        n if n == catalog::GPU_EFFECTIVE_COMPUTE.name => one(x.effective_compute),
+        n if n == catalog::GPU_EFFECTIVE_COMPUTE_UPPER_BOUND.name => {
+            one(x.effective_compute_upper_bound)
+        }
+        n if n == catalog::GPU_ROOFLINE_SATURATION.name => one(x.roofline_saturation),
+        n if n == catalog::GPU_INFLATION_GAP.name => one(x.inflation_gap_points.map(|p| p / 100.0)),
+        n if n == catalog::GPU_SPATIAL_INFLATION.name => one(x.spatial_inflation),
+        n if n == catalog::GPU_INTENSITY_RIDGE.name => one(x.rho),
+        n if n == catalog::GPU_POWER_PROXY.name => one(x.power_proxy),
+        n if n == catalog::GPU_CLOCK_CORRECTION.name => one(x.kappa),
+        n if n == catalog::GPU_SM_ACTIVE.name => one(r.value(Field::SmActive)),
+        n if n == catalog::GPU_SM_OCCUPANCY.name => one(r.value(Field::SmOccupancy)),
+        n if n == catalog::GPU_TENSOR_ACTIVE.name => one(r.value(Field::TensorActive)),
+        n if n == catalog::GPU_DRAM_ACTIVE.name => one(r.value(Field::DramActive)),
+        n if n == catalog::GPU_OBSERVED_SECONDS.name => one(Some(t.observed_seconds)),
+        n if n == catalog::GPU_BUSY_SECONDS.name => one(Some(t.busy_seconds)),
+        n if n == catalog::GPU_EFFECTIVE_COMPUTE_SECONDS.name => {
+            one(Some(t.effective_compute_seconds))
+        }
+        n if n == catalog::GPU_PHASE_SECONDS.name => {
+            for p in Phase::ALL {
+                push(vec![("phase", p.as_str())], t.phase_seconds[p.index()]);
+            }
+        }
+        n if n == catalog::GPU_PHASE.name => {
+            if let Some(cur) = win.phase {
+                for p in Phase::ALL {
+                    push(vec![("phase", p.as_str())], bool_f(p == cur));
+                }
+            }
+        }
+        n if n == catalog::GPU_MEMORY_USED.name => one(r.value(Field::MemUsedBytes)),
+        n if n == catalog::GPU_MEMORY_TOTAL.name => one(r.value(Field::MemTotalBytes)),
+        n if n == catalog::GPU_POWER.name => one(x.power_watts.map(|p| p.value)),
+        n if n == catalog::GPU_POWER_LIMIT.name => one(r.value(Field::PowerLimitWatts)),
+        n if n == catalog::GPU_ENERGY.name => one(Some(t.energy_joules)),
+        n if n == catalog::GPU_SM_CLOCK.name => one(r.value(Field::SmClockMhz).map(|f| f * 1e6)),
+        n if n == catalog::GPU_TEMPERATURE.name => one(r.value(Field::TempCelsius)),
+        n if n == catalog::GPU_CLOCK_EVENT.name => {
+            if let Some(th) = &win.throttles {
+                let on = th.names();
+                for reason in CLOCK_REASONS {
+                    push(vec![("reason", reason)], bool_f(on.contains(&reason)));
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn exporter_values<'a>(
+    m: &MetricDesc,
+    s: &'a ExporterStatus,
+    mut push: impl FnMut(Vec<(&'static str, &'a str)>, f64),
+) {
+    match m.name {
+        n if n == catalog::BUILD_INFO.name => push(vec![("version", s.version.as_str())], 1.0),
+        n if n == catalog::SOURCE_UP.name => {
+            for src in &s.sources {
+                push(vec![("source", src.name.as_str())], bool_f(src.up));
+            }
+        }
+        n if n == catalog::SOURCE_ERRORS.name => {
+            for src in &s.sources {
+                for (kind, count) in &src.errors {
+                    push(
+                        vec![("source", src.name.as_str()), ("kind", kind.as_str())],
+                        *count as f64,
+                    );
+                }
+            }
+        }
+        n if n == catalog::SAMPLE_DURATION.name => {
+            if let Some(d) = s.sample_duration_seconds {
+                push(Vec::new(), d);
+            }
+        }
+        n if n == catalog::DIAGNOSTICS.name => {
+            for (kind, count) in &s.diagnostics {
+                push(vec![("kind", kind.as_str())], *count as f64);
+            }
+        }
+        n if n == catalog::SNAPSHOT_TIMESTAMP.name => push(Vec::new(), s.snapshot_unix_seconds),
+        n if n == catalog::SCRAPE_BODY.name => {
+            if let Some(b) = s.previous_body_bytes {
+                push(Vec::new(), b as f64);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::derive::DeriveConfig;
+    use crate::model::{EntityId, EntitySample, PodRef, Readings, Sample, Throttles, Timestamp};
+    use crate::tracker::Deriver;
+
+    fn entry(pod: &str) -> GpuEntry {
+        let mut r = Readings::default();
+        r.set_value(Field::ReportedUtil, 1.0);
+        r.set_value(Field::SmActive, 0.5);
+        r.set_value(Field::TensorActive, 0.25);
+        r.set_value(Field::DramActive, 0.5);
+        r.set_value(Field::SmClockMhz, 1830.0);
+        let e = EntitySample {
+            id: EntityId {
+                gpu: Some(0),
+                uuid: Some("GPU-1".into()),
+                model: Some("NVIDIA H100 80GB HBM3".into()),
+                pod: Some(PodRef {
+                    pod: pod.into(),
+                    namespace: Some("ns".into()),
+                    container: None,
+                }),
+                ..EntityId::default()
+            },
+            readings: r,
+            throttles: Some(Throttles {
+                sw_power_cap: true,
+                ..Throttles::default()
+            }),
+            ..EntitySample::default()
+        };
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let w = d
+            .observe(&Sample {
+                taken: Timestamp(1000),
+                entities: vec![e],
+            })
+            .windows
+            .remove(0);
+        GpuEntry {
+            window: w,
+            source: SourceKind::Sim,
+        }
+    }
+
+    #[test]
+    fn text_format_golden() {
+        let status = ExporterStatus {
+            version: "0.1.0".into(),
+            sources: vec![SourceHealth {
+                name: "sim".into(),
+                up: true,
+                errors: BTreeMap::new(),
+            }],
+            sample_duration_seconds: Some(0.001),
+            diagnostics: BTreeMap::new(),
+            snapshot_unix_seconds: 1.0,
+            previous_body_bytes: None,
+        };
+        let body = encode(&[entry("p")], &Identity::default(), &status, Format::Text);
+        let expected_lines = [
+            "# TYPE truthscale_gpu_info gauge",
+            r#"truthscale_gpu_info{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns",source="sim",fidelity="profiling",catalog_model="h100-sxm"} 1"#,
+            r#"truthscale_gpu_effective_compute_ratio{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns"} 0.25"#,
+            r#"truthscale_gpu_inflation_gap_ratio{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns"} 0.75"#,
+            r#"truthscale_gpu_phase{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns",phase="decode"} 1"#,
+            r#"truthscale_gpu_sm_clock_hertz{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns"} 1830000000"#,
+            r#"truthscale_gpu_clock_event_active{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns",reason="sw_power_cap"} 1"#,
+            "# TYPE truthscale_gpu_busy_seconds_total counter",
+            r#"truthscale_source_up{source="sim"} 1"#,
+            r#"truthscale_build_info{version="0.1.0"} 1"#,
+        ];
+        for l in expected_lines {
+            assert!(body.lines().any(|b| b == l), "missing {l}\n{body}");
+        }
+        assert!(!body.contains("# EOF"));
+        // Families whose values are all absent are not written at all.
+        assert!(!body.contains("truthscale_gpu_power_watts"));
+    }
+
+    #[test]
+    fn openmetrics_counters_and_eof() {
+        let body = encode(
+            &[entry("p")],
+            &Identity::default(),
+            &ExporterStatus::default(),
+            Format::OpenMetrics,
+        );
+        assert!(body.contains("# TYPE truthscale_gpu_busy_seconds counter\n"));
+        assert!(body.contains("\ntruthscale_gpu_busy_seconds_total{"));
+        assert!(body.contains("# TYPE truthscale_gpu_info info\n"));
+        assert!(body.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn hostile_label_values_are_escaped() {
+        let body = encode(
+            &[entry("a\"b\\c\nd")],
+            &Identity {
+                node: Some("n\"1".into()),
+                ..Identity::default()
+            },
+            &ExporterStatus::default(),
+            Format::Text,
+        );
+        assert!(body.contains(r#"pod="a\"b\\c\nd""#), "{body}");
+        assert!(body.contains(r#"node="n\"1""#));
+        // Every sample line still has exactly one value after the label set.
+        for l in body.lines().filter(|l| !l.starts_with('#')) {
+            assert!(
+                l.rsplit_once(' ')
+                    .is_some_and(|(_, v)| v.parse::<f64>().is_ok()),
+                "{l}"
+            );
+        }
+    }
+
+    #[test]
+    fn identity_overrides_attribution() {
+        let id = Identity {
+            pod: Some("sidecar-pod".into()),
+            ..Identity::default()
+        };
+        let body = encode(&[entry("p")], &id, &ExporterStatus::default(), Format::Text);
+        assert!(body.contains(r#"pod="sidecar-pod",namespace="ns""#));
+    }
+}
