@@ -32,6 +32,89 @@ pub enum Command {
     ///
     /// The output says it is simulated (`"source":"sim"` on every line).
     Simulate(SimulateArgs),
+    /// Run the sidecar: sample counters on an interval and serve /metrics.
+    ///
+    /// Configuration: built-in defaults < --config FILE (TOML) < TRUTHSCALE_… environment
+    /// (e.g. TRUTHSCALE_SOURCE__INTERVAL=500ms) < flags. Pod labels come from the Downward
+    /// API variables POD_NAME, POD_NAMESPACE, CONTAINER_NAME and NODE_NAME unless configured.
+    /// Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=debug) for more.
+    Serve(ServeArgs),
+    /// Print the default configuration, or check a configuration file.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+/// `truthscale config`.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print the full default configuration as TOML.
+    Defaults,
+    /// Validate a configuration file (with the current environment) and exit.
+    Check {
+        /// The TOML file.
+        file: PathBuf,
+    },
+}
+
+/// `truthscale serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Counter source: sim[:SCENARIO], replay:PATH, nvml, dcgm-exporter:URL or auto
+    /// [default: sim]. nvml, dcgm-exporter and auto are not built yet.
+    #[arg(long)]
+    pub source: Option<String>,
+    /// Address to serve on [default: 0.0.0.0:9488].
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Sampling interval, at least 100ms [default: 1s].
+    #[arg(long)]
+    pub interval: Option<String>,
+    /// Number of simulated GPUs (sim only) [default: 4].
+    #[arg(long)]
+    pub sim_gpus: Option<u32>,
+    /// After this long without data, series disappear and truthscale_source_up is 0
+    /// [default: three intervals].
+    #[arg(long)]
+    pub stale_after: Option<String>,
+    /// Replay the capture again from the start when it ends (replay only).
+    #[arg(long)]
+    pub replay_loop: bool,
+    /// Web config file (exporter-toolkit style YAML) for TLS and basic auth.
+    #[arg(long)]
+    pub web_config: Option<PathBuf>,
+    /// Configuration file (TOML); see `truthscale config defaults`.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+impl ServeArgs {
+    /// The flags that were given, as configuration overrides.
+    #[must_use]
+    pub fn overrides(&self) -> Vec<(&'static str, String)> {
+        let mut o = Vec::new();
+        if let Some(v) = &self.source {
+            o.push(("source.spec", v.clone()));
+        }
+        if let Some(v) = &self.listen {
+            o.push(("listen_address", v.clone()));
+        }
+        if let Some(v) = &self.interval {
+            o.push(("source.interval", v.clone()));
+        }
+        if let Some(v) = self.sim_gpus {
+            o.push(("source.sim_gpus", v.to_string()));
+        }
+        if let Some(v) = &self.stale_after {
+            o.push(("source.stale_after", v.clone()));
+        }
+        if self.replay_loop {
+            o.push(("source.replay_loop", "true".into()));
+        }
+        if let Some(v) = &self.web_config {
+            o.push(("web_config_file", v.display().to_string()));
+        }
+        o
+    }
 }
 
 /// Capture formats on the command line.
@@ -103,12 +186,49 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Analyze(a) => crate::analyze::run(&a),
         Command::Simulate(s) => crate::simulate::run(&s).map(|()| ExitCode::SUCCESS),
+        Command::Serve(s) => serve(&s).map(|()| ExitCode::SUCCESS),
+        Command::Config(c) => config(&c),
     };
     match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("truthscale: error: {e:#}");
             ExitCode::from(2)
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+fn serve(args: &ServeArgs) -> anyhow::Result<()> {
+    init_logging();
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let overrides = args.overrides();
+    let overrides: Vec<(&str, String)> = overrides.iter().map(|(k, v)| (*k, v.clone())).collect();
+    let config = crate::config::Config::load(args.config.as_deref(), &env, &overrides)?;
+    crate::serve::run(&config)
+}
+
+fn config(c: &ConfigCommand) -> anyhow::Result<ExitCode> {
+    match c {
+        ConfigCommand::Defaults => {
+            print!("{}", crate::config::Config::default().to_toml()?);
+            Ok(ExitCode::SUCCESS)
+        }
+        ConfigCommand::Check { file } => {
+            let env: Vec<(String, String)> = std::env::vars().collect();
+            let cfg = crate::config::Config::load(Some(file), &env, &[])?;
+            cfg.validate(&env)?;
+            println!("{}: ok", file.display());
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

@@ -3,9 +3,29 @@
 //! The `truthscale` command line and sidecar. All I/O lives here; the derivations live in
 //! [`truthscale_core`].
 //!
-//! - [`analyze`]: run the core over a capture file (`dcgmi dmon`, dcgm-exporter text, JSONL).
-//! - [`simulate`]: write JSONL traces from the simulated GPU.
+//! - [`sidecar`]: the sampler thread and its snapshots; [`http`]: the axum router.
+//! - [`sources`]: the simulated GPU and replays (NVML and dcgm-exporter are planned).
+//! - [`config`]: defaults < file < environment < flags.
+//! - [`analyze`], [`simulate`]: the offline commands.
+//!
+//! Embedding in a Rust service:
+//!
+//! ```no_run
+//! use truthscale_exporter::{config::Config, http, sidecar::Sidecar};
+//! let settings = Config::default().validate(&[]).expect("valid defaults");
+//! let sidecar = Sidecar::start(&settings).expect("simulated source");
+//! let app: axum::Router = http::router(sidecar.subscribe(), http::RouterLimits::default());
+//! // merge `app` into your own router, and read `sidecar.latest()` whenever you like.
+//! # drop(app);
+//! ```
 
 pub mod analyze;
 pub mod cli;
+pub mod config;
+pub mod http;
+pub mod landing;
+pub mod serve;
+pub mod sidecar;
 pub mod simulate;
+pub mod sources;
+pub mod web;

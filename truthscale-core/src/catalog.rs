@@ -119,6 +119,8 @@ metrics! {
         "GPU temperature.";
     GPU_CLOCK_EVENT = "truthscale_gpu_clock_event_active", Gauge, Gpu, ["reason"],
         "Clock-event (throttle) reasons active in the last window (1) or not (0).";
+    SIM_TRUTH_EFFECTIVE_COMPUTE_SECONDS = "truthscale_sim_truth_effective_compute_seconds_total", Counter, Gpu, [],
+        "Simulator only: the true integral of effective compute, to check the derived one against.";
     BUILD_INFO = "truthscale_build_info", Gauge, Exporter, ["version"],
         "Build of the running exporter (value 1).";
     SOURCE_UP = "truthscale_source_up", Gauge, Exporter, ["source"],

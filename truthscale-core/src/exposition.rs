@@ -285,6 +285,9 @@ fn gpu_values(
         n if n == catalog::GPU_EFFECTIVE_COMPUTE_SECONDS.name => {
             one(Some(t.effective_compute_seconds))
         }
+        n if n == catalog::SIM_TRUTH_EFFECTIVE_COMPUTE_SECONDS.name => {
+            one(t.truth_effective_compute_seconds);
+        }
         n if n == catalog::GPU_PHASE_SECONDS.name => {
             for p in Phase::ALL {
                 push(vec![("phase", p.as_str())], t.phase_seconds[p.index()]);

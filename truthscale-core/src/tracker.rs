@@ -31,6 +31,8 @@ pub struct Totals {
     pub unclassified_seconds: f64,
     /// Energy in joules (from the energy counter, else ∫ power dt).
     pub energy_joules: f64,
+    /// Simulated data only: ∫ true effective compute dt.
+    pub truth_effective_compute_seconds: Option<f64>,
 }
 
 /// One entity's derived view of one window.
@@ -305,6 +307,9 @@ fn integrate(t: &mut Totals, w: &mut EntityWindow, dt: f64, energy_delta: Option
         (Some(de), _) => t.energy_joules += de,
         (None, Some(p)) => t.energy_joules += p.value * dt,
         _ => {}
+    }
+    if let Some(truth) = w.truth_effective_compute {
+        *t.truth_effective_compute_seconds.get_or_insert(0.0) += truth * dt;
     }
     w.dt_seconds = dt;
     w.totals = *t;

@@ -1,0 +1,414 @@
+//! Configuration: built-in defaults < TOML file < `TRUTHSCALE_…` environment < flags.
+//!
+//! [`Config`] is what a file holds (every key optional, unknown keys rejected);
+//! [`Config::validate`] turns it into [`Settings`], checking every value and naming the key
+//! that is wrong.
+
+use crate::sources::SourceSpec;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use truthscale_core::derive::DeriveConfig;
+use truthscale_core::exposition::Identity;
+
+/// The default listen port: clear of dcgm-exporter (9400) and nvidia_gpu_exporter (9835).
+pub const DEFAULT_PORT: u16 = 9488;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address and port to serve `/metrics` on.
+    pub listen_address: String,
+    /// Web config (TLS, basic auth) in the style of Prometheus's exporter-toolkit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub web_config_file: Option<PathBuf>,
+    /// Where counters come from and how often.
+    pub source: SourceConfig,
+    /// The pod this sidecar runs beside. Unset keys fall back to the Downward API
+    /// environment (`POD_NAME`, `POD_NAMESPACE`, `CONTAINER_NAME`, `NODE_NAME`).
+    pub identity: IdentityConfig,
+    /// HTTP server limits.
+    pub http: HttpConfig,
+    /// Derivation thresholds.
+    pub derive: DeriveConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen_address: format!("0.0.0.0:{DEFAULT_PORT}"),
+            web_config_file: None,
+            source: SourceConfig::default(),
+            identity: IdentityConfig::default(),
+            http: HttpConfig::default(),
+            derive: DeriveConfig::default(),
+        }
+    }
+}
+
+/// `[source]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SourceConfig {
+    /// `sim[:SCENARIO]`, `replay:PATH`, `nvml`, `dcgm-exporter:URL` or `auto`.
+    pub spec: String,
+    /// Sampling interval (at least 100ms).
+    pub interval: String,
+    /// After this long without a sample, derived series disappear and `up` goes to 0.
+    /// Empty: three intervals.
+    pub stale_after: String,
+    /// Simulated GPUs (`sim` only).
+    pub sim_gpus: u32,
+    /// Simulated GPU model (`sim` only).
+    pub sim_gpu_model: String,
+    /// Simulator seed (`sim` only).
+    pub seed: u64,
+    /// Start a replay again from the top when it ends (`replay:` only).
+    pub replay_loop: bool,
+    /// Time between samples of a replayed capture that has no timestamps.
+    pub replay_interval: String,
+}
+
+impl Default for SourceConfig {
+    fn default() -> Self {
+        SourceConfig {
+            spec: "sim".into(),
+            interval: "1s".into(),
+            stale_after: String::new(),
+            sim_gpus: 4,
+            sim_gpu_model: "h100-sxm".into(),
+            seed: 1,
+            replay_loop: false,
+            replay_interval: "1s".into(),
+        }
+    }
+}
+
+/// `[identity]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IdentityConfig {
+    /// Pod name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// Namespace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Container that owns the GPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// Node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+/// `[http]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Longest a request may take.
+    pub request_timeout: String,
+    /// Requests served at once; more wait.
+    pub max_concurrent_requests: usize,
+    /// Largest request head accepted.
+    pub max_header_bytes: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            request_timeout: "10s".into(),
+            max_concurrent_requests: 64,
+            max_header_bytes: 16 * 1024,
+        }
+    }
+}
+
+/// A configuration problem, naming where it is.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file or environment could not be read or does not match the schema.
+    #[error("{origin}: {message}")]
+    Load {
+        /// The file, or "environment".
+        origin: String,
+        /// What is wrong (names the key).
+        message: String,
+    },
+    /// A key has a bad value.
+    #[error("{key}: {message}")]
+    Invalid {
+        /// Dotted key, such as `source.interval`.
+        key: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Validated settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// Web config file.
+    pub web_config_file: Option<PathBuf>,
+    /// The source.
+    pub source: SourceSpec,
+    /// Sampling interval.
+    pub interval: Duration,
+    /// Stale period.
+    pub stale_after: Duration,
+    /// Simulated GPUs.
+    pub sim_gpus: u32,
+    /// Simulated model.
+    pub sim_gpu_model: &'static truthscale_core::gpus::GpuSpec,
+    /// Simulator seed.
+    pub seed: u64,
+    /// Loop replays.
+    pub replay_loop: bool,
+    /// Replay spacing for captures without timestamps.
+    pub replay_interval: Duration,
+    /// Identity labels.
+    pub identity: Identity,
+    /// Request timeout.
+    pub request_timeout: Duration,
+    /// Concurrency bound.
+    pub max_concurrent_requests: usize,
+    /// Header size bound.
+    pub max_header_bytes: usize,
+    /// Derivation thresholds.
+    pub derive: DeriveConfig,
+}
+
+fn duration(key: &'static str, s: &str) -> Result<Duration, ConfigError> {
+    humantime::parse_duration(s.trim()).map_err(|e| ConfigError::Invalid {
+        key,
+        message: format!("{s:?} is not a duration ({e}); write e.g. 500ms, 1s, 2m"),
+    })
+}
+
+impl Config {
+    /// Load: defaults, then `file` (when given), then `TRUTHSCALE_…` variables from `env`,
+    /// then `overrides` (dotted key → value, from flags).
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the file or environment and the key.
+    pub fn load(
+        file: Option<&Path>,
+        env: &[(String, String)],
+        overrides: &[(&str, String)],
+    ) -> Result<Config, ConfigError> {
+        let defaults = config::Config::try_from(&Config::default()).map_err(|e| ConfigError::Load {
+            origin: "defaults".into(),
+            message: e.to_string(),
+        })?;
+        let mut b = config::Config::builder().add_source(defaults);
+        if let Some(f) = file {
+            let text = std::fs::read_to_string(f).map_err(|e| ConfigError::Load {
+                origin: f.display().to_string(),
+                message: format!("cannot read: {e}"),
+            })?;
+            // Check the file alone first, so that its errors name it.
+            let _: Config = toml::from_str(&text).map_err(|e| ConfigError::Load {
+                origin: f.display().to_string(),
+                message: e.to_string().trim().replace('\n', " "),
+            })?;
+            b = b.add_source(config::File::from_str(&text, config::FileFormat::Toml));
+        }
+        let env_map: config::Map<String, String> = env
+            .iter()
+            .filter(|(k, _)| k.starts_with("TRUTHSCALE_"))
+            .cloned()
+            .collect();
+        let env_keys: Vec<String> = env_map.keys().cloned().collect();
+        b = b.add_source(
+            config::Environment::with_prefix("TRUTHSCALE")
+                .prefix_separator("_")
+                .separator("__")
+                .try_parsing(true)
+                .source(Some(env_map)),
+        );
+        for (k, v) in overrides {
+            b = b.set_override(*k, v.clone()).map_err(|e| ConfigError::Load {
+                origin: "flags".into(),
+                message: e.to_string(),
+            })?;
+        }
+        let built = b.build().map_err(|e| ConfigError::Load {
+            origin: "configuration".into(),
+            message: e.to_string(),
+        })?;
+        built.try_deserialize::<Config>().map_err(|e| ConfigError::Load {
+            origin: if env_keys.is_empty() {
+                "flags".into()
+            } else {
+                format!("environment ({})", env_keys.join(", "))
+            },
+            message: e.to_string(),
+        })
+    }
+
+    /// Check every value and resolve the Downward API fallbacks from `env`.
+    ///
+    /// # Errors
+    /// A [`ConfigError::Invalid`] naming the key.
+    pub fn validate(&self, env: &[(String, String)]) -> Result<Settings, ConfigError> {
+        let listen: SocketAddr = self.listen_address.trim().parse().map_err(|_| ConfigError::Invalid {
+            key: "listen_address",
+            message: format!("{:?} is not ADDRESS:PORT (e.g. 0.0.0.0:{DEFAULT_PORT})", self.listen_address),
+        })?;
+        let interval = duration("source.interval", &self.source.interval)?;
+        if interval < Duration::from_millis(100) {
+            return Err(ConfigError::Invalid {
+                key: "source.interval",
+                message: format!("{:?} is below the 100ms minimum", self.source.interval),
+            });
+        }
+        let stale_after = if self.source.stale_after.trim().is_empty() {
+            interval * 3
+        } else {
+            duration("source.stale_after", &self.source.stale_after)?
+        };
+        if stale_after < interval {
+            return Err(ConfigError::Invalid {
+                key: "source.stale_after",
+                message: "must be at least one interval".into(),
+            });
+        }
+        let source = SourceSpec::parse(&self.source.spec)
+            .map_err(|message| ConfigError::Invalid { key: "source.spec", message })?;
+        if self.source.sim_gpus == 0 || self.source.sim_gpus > 64 {
+            return Err(ConfigError::Invalid {
+                key: "source.sim_gpus",
+                message: format!("{} is out of range 1..=64", self.source.sim_gpus),
+            });
+        }
+        let sim_gpu_model = truthscale_core::gpus::lookup(&self.source.sim_gpu_model).ok_or_else(|| {
+            let keys: Vec<_> = truthscale_core::gpus::CATALOG.iter().map(|s| s.key).collect();
+            ConfigError::Invalid {
+                key: "source.sim_gpu_model",
+                message: format!("{:?} is not in the catalog; known: {}", self.source.sim_gpu_model, keys.join(", ")),
+            }
+        })?;
+        let replay_interval = duration("source.replay_interval", &self.source.replay_interval)?;
+        let request_timeout = duration("http.request_timeout", &self.http.request_timeout)?;
+        if self.http.max_concurrent_requests == 0 {
+            return Err(ConfigError::Invalid {
+                key: "http.max_concurrent_requests",
+                message: "must be at least 1".into(),
+            });
+        }
+        if self.http.max_header_bytes < 1024 {
+            return Err(ConfigError::Invalid {
+                key: "http.max_header_bytes",
+                message: "must be at least 1024".into(),
+            });
+        }
+        let getenv = |k: &str| {
+            env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).filter(|v| !v.is_empty())
+        };
+        let id = &self.identity;
+        let identity = Identity {
+            pod: id.pod.clone().or_else(|| getenv("POD_NAME")),
+            namespace: id.namespace.clone().or_else(|| getenv("POD_NAMESPACE")),
+            container: id.container.clone().or_else(|| getenv("CONTAINER_NAME")),
+            node: id.node.clone().or_else(|| getenv("NODE_NAME")),
+        };
+        Ok(Settings {
+            listen,
+            web_config_file: self.web_config_file.clone(),
+            source,
+            interval,
+            stale_after,
+            sim_gpus: self.source.sim_gpus,
+            sim_gpu_model,
+            seed: self.source.seed,
+            replay_loop: self.source.replay_loop,
+            replay_interval,
+            identity,
+            request_timeout,
+            max_concurrent_requests: self.http.max_concurrent_requests,
+            max_header_bytes: self.http.max_header_bytes,
+            derive: self.derive.clone(),
+        })
+    }
+
+    /// The configuration as TOML.
+    ///
+    /// # Errors
+    /// Never in practice: every field serializes.
+    pub fn to_toml(&self) -> Result<String, toml::ser::Error> {
+        toml::to_string_pretty(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect()
+    }
+
+    #[test]
+    fn defaults_validate() {
+        let s = Config::default().validate(&[]).unwrap();
+        assert_eq!(s.listen.port(), DEFAULT_PORT);
+        assert_eq!(s.interval, Duration::from_secs(1));
+        assert_eq!(s.stale_after, Duration::from_secs(3));
+        assert_eq!(s.sim_gpus, 4);
+    }
+
+    #[test]
+    fn precedence_file_env_flags() {
+        let dir = std::env::temp_dir().join(format!("ts-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("t.toml");
+        std::fs::write(&f, "[source]\ninterval = \"2s\"\nsim_gpus = 2\n[identity]\npod = \"from-file\"\n").unwrap();
+        let e = env(&[("TRUTHSCALE_SOURCE__SIM_GPUS", "3"), ("POD_NAME", "downward")]);
+        let c = Config::load(Some(&f), &e, &[]).unwrap();
+        assert_eq!(c.source.interval, "2s");
+        assert_eq!(c.source.sim_gpus, 3);
+        let c = Config::load(Some(&f), &e, &[("source.sim_gpus", "5".into())]).unwrap();
+        assert_eq!(c.source.sim_gpus, 5);
+        let s = c.validate(&e).unwrap();
+        assert_eq!(s.identity.pod.as_deref(), Some("from-file"));
+        let s = Config::default().validate(&e).unwrap();
+        assert_eq!(s.identity.pod.as_deref(), Some("downward"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let dir = std::env::temp_dir().join(format!("ts-cfg-bad-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("bad.toml");
+        std::fs::write(&f, "[source]\nintervl = \"2s\"\n").unwrap();
+        let err = Config::load(Some(&f), &[], &[]).unwrap_err().to_string();
+        assert!(err.contains("bad.toml") && err.contains("intervl"), "{err}");
+        let err = Config::load(None, &env(&[("TRUTHSCALE_SOURCE__NOPE", "1")]), &[]).unwrap_err().to_string();
+        assert!(err.contains("environment") && err.contains("nope"), "{err}");
+        let mut c = Config::default();
+        c.source.interval = "50ms".into();
+        assert_eq!(c.validate(&[]).unwrap_err().to_string(), "source.interval: \"50ms\" is below the 100ms minimum");
+        c.source.interval = "soon".into();
+        assert!(c.validate(&[]).unwrap_err().to_string().starts_with("source.interval: \"soon\" is not a duration"));
+        let mut c = Config::default();
+        c.listen_address = "9488".into();
+        assert!(c.validate(&[]).unwrap_err().to_string().starts_with("listen_address:"));
+        let mut c = Config::default();
+        c.source.spec = "gpu".into();
+        assert!(c.validate(&[]).unwrap_err().to_string().starts_with("source.spec:"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn defaults_round_trip_through_toml() {
+        let text = Config::default().to_toml().unwrap();
+        let back: Config = toml::from_str(&text).unwrap();
+        assert_eq!(back, Config::default());
+        assert!(text.contains("listen_address = \"0.0.0.0:9488\""));
+    }
+}

@@ -1,0 +1,78 @@
+//! The HTTP surface: `/metrics`, `/`, `/healthz`, `/readyz`.
+
+use crate::sidecar::Snapshot;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use truthscale_core::exposition::Format;
+
+/// Limits applied to every route.
+#[derive(Debug, Clone, Copy)]
+pub struct RouterLimits {
+    /// Longest a request may take (408 after).
+    pub request_timeout: Duration,
+    /// Requests handled at once; more wait their turn.
+    pub max_concurrent_requests: usize,
+}
+
+impl Default for RouterLimits {
+    fn default() -> Self {
+        RouterLimits { request_timeout: Duration::from_secs(10), max_concurrent_requests: 64 }
+    }
+}
+
+type Snap = watch::Receiver<Arc<Snapshot>>;
+
+/// The router over a snapshot receiver.
+#[must_use]
+pub fn router(rx: Snap, limits: RouterLimits) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/", get(landing))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .with_state(rx)
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            limits.request_timeout,
+        ))
+        .layer(tower::limit::GlobalConcurrencyLimitLayer::new(limits.max_concurrent_requests.max(1)))
+}
+
+/// OpenMetrics when the client's `Accept` asks for it, else text 0.0.4.
+#[must_use]
+pub fn negotiate(headers: &HeaderMap) -> Format {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if accept.contains("application/openmetrics-text") {
+        Format::OpenMetrics
+    } else {
+        Format::Text
+    }
+}
+
+async fn metrics(State(rx): State<Snap>, headers: HeaderMap) -> Response {
+    let snap = rx.borrow().clone();
+    if !snap.ready() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "no snapshot yet\n").into_response();
+    }
+    let format = negotiate(&headers);
+    ([(header::CONTENT_TYPE, format.content_type())], snap.body(format)).into_response()
+}
+
+async fn landing(State(rx): State<Snap>) -> Response {
+    let snap = rx.borrow().clone();
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], snap.landing.clone()).into_response()
+}
+
+async fn readyz(State(rx): State<Snap>) -> Response {
+    if rx.borrow().ready() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "waiting for the first sample\n").into_response()
+    }
+}

@@ -1,0 +1,75 @@
+//! The landing page at `/`: per GPU, reported against effective, phase and fidelity.
+
+use std::fmt::Write as _;
+use truthscale_core::derive::Fidelity;
+use truthscale_core::exposition::GpuEntry;
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+fn pct(x: Option<f64>) -> String {
+    x.map_or_else(|| "—".to_string(), |v| format!("{:.1}%", v * 100.0))
+}
+
+/// Render the page for one snapshot.
+#[must_use]
+pub fn render(gpus: &[GpuEntry], source: &str, up: bool, taken_unix_ms: i64) -> String {
+    let mut rows = String::new();
+    for g in gpus {
+        let w = &g.window;
+        let m = &w.metrics;
+        let effective = match (m.effective_compute, m.effective_compute_upper_bound) {
+            (Some(e), _) => pct(Some(e)),
+            (None, Some(b)) => format!("≤ {}", pct(Some(b))),
+            _ => "—".into(),
+        };
+        let reported = m.reported_utilization.unwrap_or(0.0).clamp(0.0, 1.0);
+        let eff_bar = m.effective_compute.unwrap_or(0.0).clamp(0.0, 1.0);
+        let sim = if w.simulated { " <span class=\"sim\">SIMULATED</span>" } else { "" };
+        let _ = write!(
+            rows,
+            "<tr><td>{}</td><td>{}{sim}</td><td>{}</td>\
+             <td><div class=\"bar\"><div class=\"rep\" style=\"width:{:.1}%\"></div>\
+             <div class=\"eff\" style=\"width:{:.1}%\"></div></div></td>\
+             <td class=\"phase {}\">{}</td><td>{}</td></tr>\n",
+            esc(&w.id.to_string()),
+            esc(w.id.model.as_deref().unwrap_or("unknown")),
+            format_args!("{} / {}", pct(m.reported_utilization), effective),
+            reported * 100.0,
+            eff_bar * 100.0,
+            w.phase.map_or("unknown", |p| p.as_str()),
+            w.phase.map_or("unknown", |p| p.as_str()),
+            m.fidelity.unwrap_or(Fidelity::None).as_str(),
+        );
+    }
+    if gpus.is_empty() {
+        rows.push_str("<tr><td colspan=\"6\">No GPU readings yet.</td></tr>\n");
+    }
+    let status = if up { "up" } else { "stale" };
+    format!(
+        r#"<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="5">
+<title>truthscale</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; color: #1d1d1f; }}
+table {{ border-collapse: collapse; }}
+td, th {{ padding: .4em .8em; border-bottom: 1px solid #ddd; text-align: left; }}
+.bar {{ position: relative; width: 220px; height: 14px; background: #eee; }}
+.rep {{ position: absolute; height: 14px; background: #f4b183; }}
+.eff {{ position: absolute; height: 14px; background: #2e75b6; }}
+.sim {{ background: #ffd966; padding: 0 .3em; font-size: .8em; }}
+.phase.stalled {{ color: #c00000; font-weight: bold; }}
+</style></head><body>
+<h1>truthscale</h1>
+<p>Source <b>{source}</b> ({status}). Reported utilization is the busy flag nvidia-smi shows;
+effective is tensor work against the datasheet peak. <a href="/metrics">Metrics</a></p>
+<table>
+<tr><th>GPU</th><th>Model</th><th>Reported / effective</th><th>(orange reported, blue effective)</th><th>Phase</th><th>Fidelity</th></tr>
+{rows}</table>
+<p><small>Snapshot at {taken_unix_ms} ms since the Unix epoch.</small></p>
+</body></html>
+"#,
+        source = esc(source),
+    )
+}

@@ -1,0 +1,259 @@
+//! The sidecar: a sampler thread that produces one encoded snapshot per tick, and the
+//! handle through which HTTP handlers (and embedding services) read it.
+//!
+//! Sampling runs on its own thread at its own interval. A scrape never samples: it
+//! serves the bytes encoded at the last tick, so scrape cost does not depend on how many
+//! scrapers there are.
+
+use crate::config::Settings;
+use crate::sources::{self, AnySource, BuildError, unix_ms};
+use axum::body::Bytes;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::watch;
+use truthscale_core::exposition::{self, ExporterStatus, Format, GpuEntry, Identity, SourceHealth};
+use truthscale_core::model::EntityKey;
+use truthscale_core::tracker::{Deriver, EntityWindow};
+
+/// The exporter's version, as `truthscale_build_info` reports it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Everything a tick produced, encoded once.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Tick number (0 before the first tick).
+    pub tick: u64,
+    /// Wall time of the tick, Unix milliseconds.
+    pub taken_unix_ms: i64,
+    /// The GPU entities being served (stale ones removed).
+    pub gpus: Vec<GpuEntry>,
+    /// Whether the source produced data within the stale period.
+    pub source_up: bool,
+    /// The source label.
+    pub source: String,
+    /// `/metrics` in text format 0.0.4.
+    pub text: Bytes,
+    /// `/metrics` in OpenMetrics.
+    pub openmetrics: Bytes,
+    /// The landing page.
+    pub landing: Bytes,
+}
+
+impl Snapshot {
+    /// Whether a tick has run (readiness).
+    #[must_use]
+    pub fn ready(&self) -> bool {
+        self.tick > 0
+    }
+
+    /// The body for `format`.
+    #[must_use]
+    pub fn body(&self, format: Format) -> Bytes {
+        match format {
+            Format::Text => self.text.clone(),
+            Format::OpenMetrics => self.openmetrics.clone(),
+        }
+    }
+}
+
+/// A running sampler. Dropping it stops the thread.
+#[derive(Debug)]
+pub struct Sidecar {
+    rx: watch::Receiver<Arc<Snapshot>>,
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+    source: String,
+}
+
+impl Sidecar {
+    /// Build the source and start sampling.
+    ///
+    /// # Errors
+    /// The source cannot be built (not built yet, or a replay file that cannot be used).
+    pub fn start(settings: &Settings) -> Result<Sidecar, BuildError> {
+        let source = sources::build(settings, SystemTime::now())?;
+        Ok(Sidecar::with_source(settings, source))
+    }
+
+    /// Start sampling from an already built source.
+    #[must_use]
+    pub fn with_source(settings: &Settings, source: AnySource) -> Sidecar {
+        let name = source.kind().as_str().to_string();
+        let (tx, rx) = watch::channel(Arc::new(Snapshot {
+            source: name.clone(),
+            ..Snapshot::default()
+        }));
+        let (stop_tx, stop_rx) = mpsc::channel();
+        let state = Sampler::new(settings, source);
+        let interval = settings.interval;
+        let thread = std::thread::Builder::new()
+            .name("truthscale-sampler".into())
+            .spawn(move || run(state, interval, &tx, &stop_rx))
+            .ok();
+        if thread.is_none() {
+            tracing::error!("Could not start the sampler thread; /metrics will stay empty.");
+        }
+        Sidecar { rx, stop: Some(stop_tx), thread, source: name }
+    }
+
+    /// The latest snapshot.
+    #[must_use]
+    pub fn latest(&self) -> Arc<Snapshot> {
+        self.rx.borrow().clone()
+    }
+
+    /// A receiver that changes at every tick.
+    #[must_use]
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
+        self.rx.clone()
+    }
+
+    /// The source label.
+    #[must_use]
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Stop sampling and wait for the thread.
+    pub fn shutdown(mut self) {
+        self.stop_thread();
+    }
+
+    fn stop_thread(&mut self) {
+        self.stop.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        self.stop_thread();
+    }
+}
+
+fn run(
+    mut s: Sampler,
+    interval: Duration,
+    tx: &watch::Sender<Arc<Snapshot>>,
+    stop: &mpsc::Receiver<()>,
+) {
+    let start = Instant::now();
+    let mut k: u32 = 0;
+    loop {
+        let snap = s.tick(SystemTime::now());
+        let _ = tx.send(Arc::new(snap));
+        k = k.saturating_add(1);
+        let next = start + interval * k;
+        let wait = next.saturating_duration_since(Instant::now());
+        match stop.recv_timeout(wait) {
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+struct Served {
+    window: EntityWindow,
+    last_seen: Instant,
+}
+
+/// The sampler's state: source, deriver, and what is being served.
+struct Sampler {
+    source: AnySource,
+    deriver: Deriver,
+    identity: Identity,
+    stale_after: Duration,
+    entities: BTreeMap<EntityKey, Served>,
+    last_data: Option<Instant>,
+    errors: BTreeMap<String, u64>,
+    diagnostics: BTreeMap<String, u64>,
+    tick: u64,
+    previous_body: Option<usize>,
+    last_error_log: HashMap<&'static str, Instant>,
+}
+
+/// Repeated errors of one kind are logged at most this often.
+const ERROR_LOG_EVERY: Duration = Duration::from_secs(30);
+
+impl Sampler {
+    fn new(settings: &Settings, source: AnySource) -> Sampler {
+        Sampler {
+            source,
+            deriver: Deriver::new(settings.derive.clone(), Some(settings.interval.as_secs_f64())),
+            identity: settings.identity.clone(),
+            stale_after: settings.stale_after,
+            entities: BTreeMap::new(),
+            last_data: None,
+            errors: BTreeMap::new(),
+            diagnostics: BTreeMap::new(),
+            tick: 0,
+            previous_body: None,
+            last_error_log: HashMap::new(),
+        }
+    }
+
+    fn tick(&mut self, now: SystemTime) -> Snapshot {
+        let t0 = Instant::now();
+        let produced = self.source.sample(now);
+        for e in &produced.errors {
+            *self.errors.entry(e.kind().to_string()).or_default() += 1;
+            let last = self.last_error_log.get(e.kind());
+            if last.is_none_or(|t| t.elapsed() >= ERROR_LOG_EVERY) {
+                self.last_error_log.insert(e.kind(), Instant::now());
+                tracing::warn!(source = self.source.kind().as_str(), error = %e, "Source reported an error; the sample was skipped.");
+            }
+        }
+        for sample in &produced.samples {
+            let d = self.deriver.observe(sample);
+            for diag in d.diagnostics {
+                *self.diagnostics.entry(diag.kind.as_str().to_string()).or_default() += 1;
+                tracing::debug!(diagnostic = %diag, "Derivation diagnostic.");
+            }
+            for w in d.windows {
+                self.entities.insert(w.id.key(), Served { window: w, last_seen: t0 });
+            }
+            self.last_data = Some(t0);
+        }
+        let stale_after = self.stale_after;
+        self.entities.retain(|_, s| s.last_seen.elapsed() <= stale_after);
+        let up = self.last_data.is_some_and(|t| t.elapsed() <= stale_after);
+        let kind = self.source.kind();
+        let gpus: Vec<GpuEntry> = self
+            .entities
+            .values()
+            .map(|s| GpuEntry { window: s.window.clone(), source: kind })
+            .collect();
+        self.tick += 1;
+        let status = ExporterStatus {
+            version: VERSION.to_string(),
+            sources: vec![SourceHealth {
+                name: kind.as_str().to_string(),
+                up,
+                errors: self.errors.clone(),
+            }],
+            sample_duration_seconds: Some(t0.elapsed().as_secs_f64()),
+            diagnostics: self.diagnostics.clone(),
+            snapshot_unix_seconds: unix_ms(now) as f64 / 1000.0,
+            previous_body_bytes: self.previous_body,
+        };
+        let text = exposition::encode(&gpus, &self.identity, &status, Format::Text);
+        let openmetrics = exposition::encode(&gpus, &self.identity, &status, Format::OpenMetrics);
+        self.previous_body = Some(text.len());
+        let landing = crate::landing::render(&gpus, kind.as_str(), up, unix_ms(now));
+        Snapshot {
+            tick: self.tick,
+            taken_unix_ms: unix_ms(now),
+            gpus,
+            source_up: up,
+            source: kind.as_str().to_string(),
+            text: text.into(),
+            openmetrics: openmetrics.into(),
+            landing: landing.into(),
+        }
+    }
+}

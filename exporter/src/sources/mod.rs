@@ -1,0 +1,201 @@
+//! Counter sources. Each produces raw [`Sample`]s and derives nothing.
+//!
+//! Sources are synchronous: the sampler runs them on its own thread, never on the scrape
+//! path. `nvml`, `dcgm-exporter:` and `auto` are recognised but not built yet.
+
+use std::path::PathBuf;
+use std::time::SystemTime;
+use truthscale_core::model::{Sample, SourceKind};
+use truthscale_core::sim::Scenario;
+
+pub mod replay;
+pub mod sim;
+
+pub use replay::ReplaySource;
+pub use sim::SimSource;
+
+/// The `--source` value, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceSpec {
+    /// The simulated GPU; one scenario for every GPU, or a contrasting mix.
+    Sim {
+        /// The scenario, when one was named.
+        scenario: Option<Scenario>,
+    },
+    /// A capture replayed at its recorded pace.
+    Replay {
+        /// The capture.
+        path: PathBuf,
+    },
+    /// NVML in-process (not built yet).
+    Nvml,
+    /// A live dcgm-exporter (not built yet).
+    DcgmExporter {
+        /// Its `/metrics` URL.
+        url: String,
+    },
+    /// NVML when the library loads (not built yet).
+    Auto,
+}
+
+impl SourceSpec {
+    /// Parse `sim[:SCENARIO]`, `replay:PATH`, `nvml`, `dcgm-exporter:URL` or `auto`.
+    ///
+    /// # Errors
+    /// A message saying what is accepted.
+    pub fn parse(s: &str) -> Result<SourceSpec, String> {
+        let s = s.trim();
+        let (kind, arg) = match s.split_once(':') {
+            Some((k, a)) => (k, Some(a)),
+            None => (s, None),
+        };
+        match (kind, arg) {
+            ("sim", None) => Ok(SourceSpec::Sim { scenario: None }),
+            ("sim", Some(name)) => Scenario::from_name(name)
+                .map(|sc| SourceSpec::Sim { scenario: Some(sc) })
+                .ok_or_else(|| {
+                    let names: Vec<_> = Scenario::ALL.iter().map(|s| s.as_str()).collect();
+                    format!("unknown scenario {name:?}; choose one of {}", names.join(", "))
+                }),
+            ("replay", Some(p)) if !p.is_empty() => Ok(SourceSpec::Replay { path: p.into() }),
+            ("nvml", None) => Ok(SourceSpec::Nvml),
+            ("auto", None) => Ok(SourceSpec::Auto),
+            ("dcgm-exporter", Some(url)) if !url.is_empty() => {
+                Ok(SourceSpec::DcgmExporter { url: url.to_string() })
+            }
+            _ => Err(format!(
+                "{s:?} is not a source; use sim[:SCENARIO], replay:PATH, nvml, dcgm-exporter:URL or auto"
+            )),
+        }
+    }
+}
+
+/// Why a source could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The source kind is planned but not implemented in this build.
+    #[error("the {0} source is not built yet; use --source sim or --source replay:PATH for now")]
+    NotBuilt(&'static str),
+    /// A replay file could not be opened or recognised.
+    #[error("{path}: {message}")]
+    Replay {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Why a sampling attempt failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// Input could not be read.
+    #[error("read error: {0}")]
+    Io(String),
+    /// Input was malformed.
+    #[error("{0}")]
+    Parse(String),
+}
+
+impl SourceError {
+    /// The `kind` label value.
+    #[must_use]
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SourceError::Io(_) => "io",
+            SourceError::Parse(_) => "parse",
+        }
+    }
+}
+
+/// What one sampling call produced.
+#[derive(Debug, Default)]
+pub struct Produced {
+    /// Samples, oldest first (possibly none this tick).
+    pub samples: Vec<Sample>,
+    /// Non-fatal problems met while producing them.
+    pub errors: Vec<SourceError>,
+}
+
+/// Any source, dispatched statically.
+#[derive(Debug)]
+pub enum AnySource {
+    /// The simulator.
+    Sim(SimSource),
+    /// A replay.
+    Replay(ReplaySource),
+}
+
+impl AnySource {
+    /// The source label.
+    #[must_use]
+    pub fn kind(&self) -> SourceKind {
+        match self {
+            AnySource::Sim(_) => SourceKind::Sim,
+            AnySource::Replay(_) => SourceKind::Replay,
+        }
+    }
+
+    /// Produce what is due at wall time `now`.
+    pub fn sample(&mut self, now: SystemTime) -> Produced {
+        match self {
+            AnySource::Sim(s) => s.sample(now),
+            AnySource::Replay(r) => r.sample(now),
+        }
+    }
+}
+
+/// Build the source the settings ask for.
+///
+/// # Errors
+/// [`BuildError`] for sources not built yet or replay files that cannot be used.
+pub fn build(settings: &crate::config::Settings, now: SystemTime) -> Result<AnySource, BuildError> {
+    match &settings.source {
+        SourceSpec::Sim { scenario } => Ok(AnySource::Sim(SimSource::new(
+            settings.sim_gpus,
+            settings.sim_gpu_model,
+            settings.seed,
+            *scenario,
+            settings.identity.node.as_deref().unwrap_or("sim-node"),
+            now,
+        ))),
+        SourceSpec::Replay { path } => Ok(AnySource::Replay(ReplaySource::open(
+            path,
+            settings.replay_interval,
+            settings.replay_loop,
+            now,
+        )?)),
+        SourceSpec::Nvml => Err(BuildError::NotBuilt("nvml")),
+        SourceSpec::Auto => Err(BuildError::NotBuilt("auto (NVML)")),
+        SourceSpec::DcgmExporter { .. } => Err(BuildError::NotBuilt("dcgm-exporter")),
+    }
+}
+
+/// Milliseconds since the Unix epoch of a wall time (0 before 1970).
+#[must_use]
+pub fn unix_ms(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse() {
+        assert_eq!(SourceSpec::parse("sim"), Ok(SourceSpec::Sim { scenario: None }));
+        assert_eq!(
+            SourceSpec::parse("sim:tiny-kernel"),
+            Ok(SourceSpec::Sim { scenario: Some(Scenario::TinyKernel) })
+        );
+        assert_eq!(SourceSpec::parse("replay:/x.txt"), Ok(SourceSpec::Replay { path: "/x.txt".into() }));
+        assert_eq!(SourceSpec::parse("nvml"), Ok(SourceSpec::Nvml));
+        assert_eq!(
+            SourceSpec::parse("dcgm-exporter:http://10.0.0.1:9400/metrics"),
+            Ok(SourceSpec::DcgmExporter { url: "http://10.0.0.1:9400/metrics".into() })
+        );
+        assert!(SourceSpec::parse("sim:nope").unwrap_err().contains("llm-serving"));
+        assert!(SourceSpec::parse("replay:").is_err());
+        assert!(SourceSpec::parse("gpu").is_err());
+    }
+}

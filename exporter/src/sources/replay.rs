@@ -1,0 +1,224 @@
+//! Replays a capture at its recorded pace, optionally in a loop.
+//!
+//! The file is read line by line as time passes, so a long capture costs no memory.
+//! Recorded times are shifted onto the wall clock: the first sample is served at start.
+
+use super::{BuildError, Produced, SourceError, unix_ms};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+use truthscale_core::model::{Sample, Timestamp};
+use truthscale_core::parse::{Format, LineParser};
+
+/// Lines read to detect the format.
+const DETECT_LINES: usize = 64;
+
+/// A capture replayed against the wall clock.
+#[derive(Debug)]
+pub struct ReplaySource {
+    path: PathBuf,
+    format: Format,
+    interval: Duration,
+    looping: bool,
+    reader: Option<BufReader<File>>,
+    parser: LineParser,
+    pending: Option<Sample>,
+    /// Recorded time of the first sample of the current pass.
+    base: Option<i64>,
+    /// Wall time (ms) at which the current pass began.
+    pass_start_ms: i64,
+    /// Recorded time of the last sample handed out.
+    last_recorded: Option<i64>,
+    finished: bool,
+}
+
+fn open_reader(path: &Path) -> Result<BufReader<File>, BuildError> {
+    File::open(path).map(BufReader::new).map_err(|e| BuildError::Replay {
+        path: path.display().to_string(),
+        message: format!("cannot open: {e}"),
+    })
+}
+
+impl ReplaySource {
+    /// Open `path`, detecting its format from the first lines.
+    ///
+    /// # Errors
+    /// The file cannot be read or its format cannot be told.
+    pub fn open(path: &Path, interval: Duration, looping: bool, now: SystemTime) -> Result<ReplaySource, BuildError> {
+        let mut head = String::new();
+        let mut r = open_reader(path)?;
+        for _ in 0..DETECT_LINES {
+            let mut line = String::new();
+            match r.read_line(&mut line) {
+                Ok(0) => break,
+                Ok(_) => head.push_str(&line),
+                Err(e) => {
+                    return Err(BuildError::Replay {
+                        path: path.display().to_string(),
+                        message: format!("cannot read: {e}"),
+                    });
+                }
+            }
+        }
+        let format = Format::detect(&head).ok_or_else(|| BuildError::Replay {
+            path: path.display().to_string(),
+            message: "not a dcgmi dmon capture, a dcgm-exporter scrape or a JSONL trace".into(),
+        })?;
+        let name = path.display().to_string();
+        Ok(ReplaySource {
+            path: path.to_path_buf(),
+            format,
+            interval,
+            looping,
+            reader: Some(open_reader(path)?),
+            parser: LineParser::new(format, &name, interval.as_secs_f64(), Timestamp(0)),
+            pending: None,
+            base: None,
+            pass_start_ms: unix_ms(now),
+            last_recorded: None,
+            finished: false,
+        })
+    }
+
+    /// The detected format.
+    #[must_use]
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// Whether a non-looping replay has run out.
+    #[must_use]
+    pub fn finished(&self) -> bool {
+        self.finished
+    }
+
+    fn next_recorded(&mut self, errors: &mut Vec<SourceError>) -> Option<Sample> {
+        if let Some(s) = self.pending.take() {
+            return Some(s);
+        }
+        let reader = self.reader.as_mut()?;
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match reader.by_ref().take(1 << 20).read_until(b'\n', &mut line) {
+                Ok(0) => {
+                    self.reader = None;
+                    return self.parser.finish();
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    errors.push(SourceError::Io(format!("{}: {e}", self.path.display())));
+                    self.reader = None;
+                    return None;
+                }
+            }
+            while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                line.pop();
+            }
+            let text = String::from_utf8_lossy(&line);
+            match self.parser.push_line(&text) {
+                Ok(Some(s)) => return Some(s),
+                Ok(None) => {}
+                Err(e) => errors.push(SourceError::Parse(e.to_string())),
+            }
+        }
+    }
+
+    fn restart(&mut self) -> bool {
+        let Ok(r) = open_reader(&self.path) else {
+            return false;
+        };
+        let name = self.path.display().to_string();
+        self.reader = Some(r);
+        self.parser = LineParser::new(self.format, &name, self.interval.as_secs_f64(), Timestamp(0));
+        // The next pass starts one interval after the last sample of this one.
+        let span = match (self.base, self.last_recorded) {
+            (Some(b), Some(l)) => l - b,
+            _ => 0,
+        };
+        self.pass_start_ms += span + self.interval.as_millis() as i64;
+        self.base = None;
+        true
+    }
+
+    /// Every recorded sample due by `now`, restamped onto the wall clock.
+    pub fn sample(&mut self, now: SystemTime) -> Produced {
+        let mut out = Produced::default();
+        let now_ms = unix_ms(now);
+        let mut restarts = 0;
+        while !self.finished {
+            let Some(s) = self.next_recorded(&mut out.errors) else {
+                if self.looping && restarts == 0 && self.last_recorded.is_some() && self.restart() {
+                    restarts += 1;
+                    continue;
+                }
+                self.finished = !self.looping;
+                break;
+            };
+            let base = *self.base.get_or_insert(s.taken.0);
+            let due = self.pass_start_ms + (s.taken.0 - base);
+            if due > now_ms {
+                self.pending = Some(s);
+                break;
+            }
+            self.last_recorded = Some(s.taken.0);
+            out.samples.push(Sample { taken: Timestamp(due), entities: s.entities });
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(name: &str, text: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("ts-replay-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    const DMON: &str = "#Entity   GPUTL  TENSO  DRAMA\nID\nGPU 0     100    0.5    0.2\nGPU 0     100    0.4    0.2\nGPU 0     100    0.3    0.2\n";
+
+    #[test]
+    fn replays_at_recorded_pace() {
+        let p = write("a.txt", DMON);
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let mut r = ReplaySource::open(&p, Duration::from_secs(1), false, t0).unwrap();
+        assert_eq!(r.format(), Format::DcgmiDmon);
+        let got = r.sample(t0);
+        assert_eq!(got.samples.len(), 1);
+        assert_eq!(got.samples[0].taken, Timestamp(1_000_000));
+        assert!(r.sample(t0 + Duration::from_millis(500)).samples.is_empty());
+        let got = r.sample(t0 + Duration::from_millis(2_500));
+        assert_eq!(got.samples.len(), 2);
+        assert_eq!(got.samples[1].taken, Timestamp(1_002_000));
+        assert!(r.sample(t0 + Duration::from_secs(10)).samples.is_empty());
+        assert!(r.finished());
+    }
+
+    #[test]
+    fn loops_on_request() {
+        let p = write("b.txt", DMON);
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let mut r = ReplaySource::open(&p, Duration::from_secs(1), true, t0).unwrap();
+        let got = r.sample(t0 + Duration::from_millis(5_500));
+        // Pass 1 at 0,1,2 s; pass 2 at 3,4,5 s.
+        let times: Vec<i64> = got.samples.iter().map(|s| s.taken.0 - 1_000_000).collect();
+        assert_eq!(times, vec![0, 1000, 2000, 3000, 4000, 5000]);
+        assert!(!r.finished());
+    }
+
+    #[test]
+    fn bad_files_are_named() {
+        let p = write("c.txt", "hello\nworld\n");
+        let err = ReplaySource::open(&p, Duration::from_secs(1), false, SystemTime::now()).unwrap_err();
+        assert!(err.to_string().contains("c.txt: not a dcgmi dmon capture"));
+        let err = ReplaySource::open(Path::new("/nonexistent/x"), Duration::from_secs(1), false, SystemTime::now())
+            .unwrap_err();
+        assert!(err.to_string().starts_with("/nonexistent/x: cannot open"));
+    }
+}

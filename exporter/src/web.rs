@@ -1,0 +1,676 @@
+//! The HTTP front of the sidecar: web-config file, TLS, basic auth and a hardened server loop.
+//!
+//! The web-config file follows the format of Prometheus's
+//! [exporter-toolkit](https://github.com/prometheus/exporter-toolkit/blob/master/docs/web-configuration.md),
+//! restricted to the keys truthscale implements:
+//!
+//! ```yaml
+//! tls_server_config:
+//!   cert_file: server.crt   # PEM certificate chain, leaf first
+//!   key_file: server.key    # PEM private key (PKCS#8, PKCS#1 or SEC1)
+//! basic_auth_users:
+//!   alice: $2y$10$...       # bcrypt hash of alice's password
+//! ```
+//!
+//! Unknown keys are rejected rather than ignored, so a setting copied from a richer
+//! exporter-toolkit configuration (say `client_auth_type`) cannot silently do nothing.
+//! Relative certificate and key paths resolve against the directory of the web-config file.
+//!
+//! - [`WebConfig::load`] reads and validates the file; [`WebConfig::tls_acceptor`] and
+//!   [`WebConfig::basic_auth`] turn it into what [`serve`] and [`layer`] need.
+//! - [`BasicAuth`] checks `Authorization: Basic` headers against bcrypt hashes, caching
+//!   successful checks so a scrape every few seconds does not pay a bcrypt cost each time.
+//! - [`serve`] runs the accept loop: per-connection TLS handshakes with a timeout, a bound on
+//!   request-head size and read time, and graceful shutdown with a bounded grace period.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use hyper_util::service::TowerToHyperService;
+use rustls_pki_types::pem::{self, PemObject};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tracing::{debug, warn};
+
+/// The realm announced in `WWW-Authenticate` challenges.
+const REALM_CHALLENGE: &str = "Basic realm=\"truthscale\"";
+
+/// How many successful credential checks [`BasicAuth`] remembers before it starts over.
+const AUTH_CACHE_CAPACITY: usize = 64;
+
+/// How long [`serve`] waits for in-flight requests once shutdown has been requested.
+const GRACE_PERIOD: Duration = Duration::from_secs(10);
+
+/// How long the accept loop pauses after a failed `accept` (for example `EMFILE`).
+const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(100);
+
+/// Why a web-config file could not be loaded or turned into a TLS acceptor.
+///
+/// Every message starts with the path of the web-config file and names the offending key.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WebConfigError {
+    /// The web-config file could not be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The web-config file.
+        path: PathBuf,
+        /// The underlying I/O error.
+        source: io::Error,
+    },
+    /// The web-config file is not valid YAML for this schema (includes unknown keys).
+    #[error("{}: {source}", path.display())]
+    Parse {
+        /// The web-config file.
+        path: PathBuf,
+        /// The YAML error, which names the key and position.
+        source: serde_yaml_ng::Error,
+    },
+    /// A `basic_auth_users` value is not a bcrypt hash.
+    #[error("{}: basic_auth_users.{user}: not a bcrypt hash", path.display())]
+    NotBcrypt {
+        /// The web-config file.
+        path: PathBuf,
+        /// The user whose hash is malformed.
+        user: String,
+    },
+    /// A `basic_auth_users` key cannot be a user name (it contains `:`).
+    #[error("{}: basic_auth_users.{user}: user name must not contain ':'", path.display())]
+    InvalidUser {
+        /// The web-config file.
+        path: PathBuf,
+        /// The offending user name.
+        user: String,
+    },
+    /// A required path setting is empty.
+    #[error("{}: {key}: must not be empty", path.display())]
+    EmptyPath {
+        /// The web-config file.
+        path: PathBuf,
+        /// The key, e.g. `tls_server_config.cert_file`.
+        key: &'static str,
+    },
+    /// A certificate or key file could not be read.
+    #[error("{}: {key}: {}: {source}", path.display(), file.display())]
+    TlsRead {
+        /// The web-config file.
+        path: PathBuf,
+        /// The key naming the file, e.g. `tls_server_config.key_file`.
+        key: &'static str,
+        /// The certificate or key file, resolved against the web-config directory.
+        file: PathBuf,
+        /// The underlying I/O error.
+        source: io::Error,
+    },
+    /// A certificate or key file does not hold the expected PEM content.
+    #[error("{}: {key}: {}: {reason}", path.display(), file.display())]
+    Pem {
+        /// The web-config file.
+        path: PathBuf,
+        /// The key naming the file, e.g. `tls_server_config.cert_file`.
+        key: &'static str,
+        /// The certificate or key file, resolved against the web-config directory.
+        file: PathBuf,
+        /// What is wrong with its content.
+        reason: String,
+    },
+    /// rustls rejected the certificate and key (for example, they do not match).
+    #[error("{}: tls_server_config: {source}", path.display())]
+    Tls {
+        /// The web-config file.
+        path: PathBuf,
+        /// The rustls error.
+        source: rustls::Error,
+    },
+}
+
+/// The on-disk schema of the web-config file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWebConfig {
+    #[serde(default)]
+    tls_server_config: Option<RawTlsServerConfig>,
+    #[serde(default)]
+    basic_auth_users: Option<BTreeMap<String, String>>,
+}
+
+/// The on-disk schema of `tls_server_config`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTlsServerConfig {
+    cert_file: PathBuf,
+    key_file: PathBuf,
+}
+
+/// Certificate and key paths, already resolved against the web-config directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TlsFiles {
+    cert_file: PathBuf,
+    key_file: PathBuf,
+}
+
+/// A validated web-config file: optional TLS material and optional basic-auth users.
+///
+/// [`WebConfig::default`] is the configuration of a sidecar started without a web-config
+/// file: plain HTTP, no authentication.
+#[derive(Debug, Clone, Default)]
+pub struct WebConfig {
+    /// The file this configuration came from, for error messages.
+    path: PathBuf,
+    /// Resolved certificate and key paths, when TLS is configured.
+    tls: Option<TlsFiles>,
+    /// User name to bcrypt hash.
+    users: BTreeMap<String, String>,
+}
+
+impl WebConfig {
+    /// Reads and validates the web-config file at `path`.
+    ///
+    /// Unknown keys, malformed bcrypt hashes and empty paths are rejected. When
+    /// `tls_server_config` is present the certificate and key are read and checked right away,
+    /// so a bad TLS setup fails at startup rather than at the first connection.
+    ///
+    /// # Errors
+    ///
+    /// A [`WebConfigError`] whose message names `path` and the offending key.
+    pub fn load(path: &Path) -> Result<WebConfig, WebConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| WebConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        // An empty (or comment-only) file is a valid, empty configuration.
+        let raw: Option<RawWebConfig> =
+            serde_yaml_ng::from_str(&text).map_err(|source| WebConfigError::Parse {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        let raw = raw.unwrap_or_default();
+        let base = path.parent().unwrap_or_else(|| Path::new(""));
+
+        let tls = match raw.tls_server_config {
+            None => None,
+            Some(tls) => Some(TlsFiles {
+                cert_file: resolve(path, base, "tls_server_config.cert_file", tls.cert_file)?,
+                key_file: resolve(path, base, "tls_server_config.key_file", tls.key_file)?,
+            }),
+        };
+
+        let users = raw.basic_auth_users.unwrap_or_default();
+        for (user, hash) in &users {
+            if user.contains(':') {
+                return Err(WebConfigError::InvalidUser {
+                    path: path.to_path_buf(),
+                    user: user.clone(),
+                });
+            }
+            if !is_bcrypt_hash(hash) {
+                return Err(WebConfigError::NotBcrypt {
+                    path: path.to_path_buf(),
+                    user: user.clone(),
+                });
+            }
+        }
+
+        let config = WebConfig {
+            path: path.to_path_buf(),
+            tls,
+            users,
+        };
+        if let Some(tls) = &config.tls {
+            build_server_config(&config.path, tls)?;
+        }
+        Ok(config)
+    }
+
+    /// Builds a TLS acceptor from the configured certificate and key, or `None` without
+    /// `tls_server_config`.
+    ///
+    /// The files are read again on each call, so calling this after a certificate rotation
+    /// picks up the new material. The server uses the ring provider with rustls's safe default
+    /// protocol versions (TLS 1.2 and 1.3), asks for no client certificate, and offers ALPN
+    /// `http/1.1`.
+    ///
+    /// # Errors
+    ///
+    /// A [`WebConfigError`] naming the web-config file, the key and the certificate or key file
+    /// when one cannot be read or parsed, or when rustls rejects the pair.
+    pub fn tls_acceptor(&self) -> Result<Option<tokio_rustls::TlsAcceptor>, WebConfigError> {
+        match &self.tls {
+            None => Ok(None),
+            Some(tls) => {
+                let config = build_server_config(&self.path, tls)?;
+                Ok(Some(tokio_rustls::TlsAcceptor::from(config)))
+            }
+        }
+    }
+
+    /// The basic-auth checker for the configured users, or `None` when there are none.
+    pub fn basic_auth(&self) -> Option<BasicAuth> {
+        if self.users.is_empty() {
+            None
+        } else {
+            Some(BasicAuth::from_validated(self.users.clone()))
+        }
+    }
+
+    /// Whether `tls_server_config` is set.
+    pub fn tls_enabled(&self) -> bool {
+        self.tls.is_some()
+    }
+}
+
+/// Resolves a configured path against the web-config file's directory, rejecting empty ones.
+fn resolve(
+    config_path: &Path,
+    base: &Path,
+    key: &'static str,
+    file: PathBuf,
+) -> Result<PathBuf, WebConfigError> {
+    if file.as_os_str().is_empty() {
+        return Err(WebConfigError::EmptyPath {
+            path: config_path.to_path_buf(),
+            key,
+        });
+    }
+    Ok(if file.is_absolute() {
+        file
+    } else {
+        base.join(file)
+    })
+}
+
+/// Whether `hash` is a well-formed bcrypt hash with a usable cost.
+fn is_bcrypt_hash(hash: &str) -> bool {
+    hash.parse::<bcrypt::HashParts>()
+        .is_ok_and(|parts| (4..=31).contains(&parts.get_cost()))
+}
+
+/// Reads one of the TLS files, naming it in the error.
+fn read_tls_file(
+    config_path: &Path,
+    key: &'static str,
+    file: &Path,
+) -> Result<Vec<u8>, WebConfigError> {
+    std::fs::read(file).map_err(|source| WebConfigError::TlsRead {
+        path: config_path.to_path_buf(),
+        key,
+        file: file.to_path_buf(),
+        source,
+    })
+}
+
+/// Reads the certificate chain and key and builds the rustls server configuration.
+fn build_server_config(
+    config_path: &Path,
+    tls: &TlsFiles,
+) -> Result<Arc<rustls::ServerConfig>, WebConfigError> {
+    const CERT_KEY: &str = "tls_server_config.cert_file";
+    const KEY_KEY: &str = "tls_server_config.key_file";
+    let pem_error = |key: &'static str, file: &Path, reason: String| WebConfigError::Pem {
+        path: config_path.to_path_buf(),
+        key,
+        file: file.to_path_buf(),
+        reason,
+    };
+
+    let cert_pem = read_tls_file(config_path, CERT_KEY, &tls.cert_file)?;
+    let certs = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<Vec<_>, pem::Error>>()
+        .map_err(|err| pem_error(CERT_KEY, &tls.cert_file, format!("invalid PEM: {err}")))?;
+    if certs.is_empty() {
+        return Err(pem_error(
+            CERT_KEY,
+            &tls.cert_file,
+            "no PEM certificate found".to_owned(),
+        ));
+    }
+
+    let key_pem = read_tls_file(config_path, KEY_KEY, &tls.key_file)?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|err| match err {
+        pem::Error::NoItemsFound => pem_error(
+            KEY_KEY,
+            &tls.key_file,
+            "no PEM private key found".to_owned(),
+        ),
+        err => pem_error(KEY_KEY, &tls.key_file, format!("invalid PEM: {err}")),
+    })?;
+
+    let tls_error = |source| WebConfigError::Tls {
+        path: config_path.to_path_buf(),
+        source,
+    };
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(tls_error)?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .map_err(tls_error)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// A cache key: the user and a SHA-256 digest of the password (salted with the user's bcrypt
+/// hash), so plaintext passwords are never kept in memory beyond the request.
+type CacheKey = (String, [u8; 32]);
+
+/// HTTP basic authentication against bcrypt hashes from a web-config file.
+///
+/// Successful checks are remembered (at most 64 at a time; the cache is cleared when full),
+/// keyed by user and a SHA-256 digest of the password, so repeated scrapes with the same
+/// credentials cost a hash lookup instead of a bcrypt verification. Failures are never cached.
+pub struct BasicAuth {
+    /// User name to bcrypt hash; never empty.
+    users: BTreeMap<String, String>,
+    /// Recently verified credentials.
+    cache: Mutex<HashSet<CacheKey>>,
+}
+
+impl fmt::Debug for BasicAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Hashes are not secrets in the strict sense, but there is no reason to print them.
+        f.debug_struct("BasicAuth")
+            .field("users", &self.users.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl BasicAuth {
+    /// Builds a checker from users whose hashes [`WebConfig::load`] has validated.
+    fn from_validated(users: BTreeMap<String, String>) -> BasicAuth {
+        BasicAuth {
+            users,
+            cache: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// How many users are configured.
+    pub fn user_count(&self) -> usize {
+        self.users.len()
+    }
+
+    /// Whether `authorization` (the `Authorization` header, if any) carries valid
+    /// `Basic` credentials for a configured user.
+    ///
+    /// This may run a bcrypt verification, which is deliberately slow (tens of milliseconds
+    /// at cost 10); call it off the async executor, as [`layer`] does.
+    pub fn check(&self, authorization: Option<&HeaderValue>) -> bool {
+        let Some((user, password)) = authorization.and_then(parse_basic) else {
+            return false;
+        };
+        let Some(hash) = self.users.get(&user) else {
+            // Spend the same bcrypt time as for a known user, so response timing does not
+            // reveal which user names exist. The result is irrelevant.
+            if let Some(any_hash) = self.users.values().next() {
+                let _ = bcrypt::verify(password.as_bytes(), any_hash);
+            }
+            return false;
+        };
+        let key = (user, password_digest(hash, &password));
+        if self.cache_lock().contains(&key) {
+            return true;
+        }
+        if !bcrypt::verify(password.as_bytes(), hash).unwrap_or(false) {
+            return false;
+        }
+        let mut cache = self.cache_lock();
+        if cache.len() >= AUTH_CACHE_CAPACITY {
+            cache.clear();
+        }
+        cache.insert(key);
+        true
+    }
+
+    /// Locks the cache; a panic elsewhere cannot leave a set of keys inconsistent, so poisoning
+    /// is ignored.
+    fn cache_lock(&self) -> std::sync::MutexGuard<'_, HashSet<CacheKey>> {
+        self.cache.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// SHA-256 of the password, salted with the user's bcrypt hash.
+fn password_digest(hash: &str, password: &str) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(hash.as_bytes());
+    hasher.update([0]);
+    hasher.update(password.as_bytes());
+    hasher.finalize().into()
+}
+
+/// Parses `Basic base64(user:password)`; the scheme is case-insensitive.
+fn parse_basic(value: &HeaderValue) -> Option<(String, String)> {
+    let value = value.to_str().ok()?.trim();
+    let (scheme, encoded) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let decoded = String::from_utf8(decoded).ok()?;
+    let (user, password) = decoded.split_once(':')?;
+    Some((user.to_owned(), password.to_owned()))
+}
+
+/// Protects every route of `router` (including the fallback) with `auth`.
+///
+/// Requests without valid credentials get `401 Unauthorized` with
+/// `WWW-Authenticate: Basic realm="truthscale"`. Wrap the router after adding every route
+/// that should be protected; as in exporter-toolkit, that normally includes `/healthz`.
+pub fn layer(router: Router, auth: BasicAuth) -> Router {
+    let auth = Arc::new(auth);
+    router.layer(axum::middleware::from_fn(
+        move |req: Request, next: Next| {
+            let auth = Arc::clone(&auth);
+            authorize(auth, req, next)
+        },
+    ))
+}
+
+/// The middleware body of [`layer`].
+async fn authorize(auth: Arc<BasicAuth>, req: Request, next: Next) -> Response {
+    let header = req.headers().get(AUTHORIZATION).cloned();
+    // bcrypt is CPU-bound; keep it off the executor threads.
+    let allowed = tokio::task::spawn_blocking(move || auth.check(header.as_ref()))
+        .await
+        .unwrap_or(false);
+    if allowed {
+        next.run(req).await
+    } else {
+        (
+            StatusCode::UNAUTHORIZED,
+            [(WWW_AUTHENTICATE, HeaderValue::from_static(REALM_CHALLENGE))],
+            "Unauthorized\n",
+        )
+            .into_response()
+    }
+}
+
+/// Limits that protect the server from oversized or slow clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// The largest request head (request line plus headers) accepted, in bytes; larger ones get
+    /// `431 Request Header Fields Too Large`. Values below 8 KiB are raised to 8 KiB, hyper's
+    /// minimum buffer size.
+    pub max_header_bytes: usize,
+    /// How long a client may take to send a complete request head; also the limit on the TLS
+    /// handshake. Zero disables both limits.
+    pub header_read_timeout: Duration,
+}
+
+impl Default for HttpLimits {
+    /// 16 KiB of request head, 10 seconds to send it.
+    fn default() -> Self {
+        HttpLimits {
+            max_header_bytes: 16 * 1024,
+            header_read_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl HttpLimits {
+    /// The header read timeout, or `None` when disabled.
+    fn timeout(&self) -> Option<Duration> {
+        (!self.header_read_timeout.is_zero()).then_some(self.header_read_timeout)
+    }
+}
+
+/// Serves `app` on `listener` over HTTP/1.1, with TLS when `tls` is given, until `shutdown`
+/// resolves.
+///
+/// Each connection runs in its own task; the TLS handshake happens there too, bounded by
+/// [`HttpLimits::header_read_timeout`], so a slow or broken client never stalls the accept
+/// loop. Failed handshakes and connection errors are logged at debug level. Accept errors
+/// (such as running out of file descriptors) are logged and retried after a short pause.
+///
+/// When `shutdown` resolves the listener is closed, idle connections are closed, pending TLS
+/// handshakes are dropped, and in-flight requests get up to 10 seconds to finish; connections
+/// still open after that are aborted and the function returns.
+///
+/// # Errors
+///
+/// None at present: every per-connection and accept failure is logged and survived. The
+/// `Result` leaves room for fatal listener errors.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    limits: HttpLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let mut shutdown = std::pin::pin!(shutdown);
+    let graceful = GracefulShutdown::new();
+    let (closing_tx, closing_rx) = watch::channel(false);
+    let mut connections = JoinSet::new();
+
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            accepted = listener.accept() => accepted,
+        };
+        // Reap finished connection tasks so the set does not grow without bound.
+        while connections.try_join_next().is_some() {}
+        match accepted {
+            Ok((stream, peer)) => {
+                let conn = Connection {
+                    app: app.clone(),
+                    tls: tls.clone(),
+                    limits,
+                    watcher: graceful.watcher(),
+                    closing: closing_rx.clone(),
+                    peer,
+                };
+                connections.spawn(conn.run(stream));
+            }
+            Err(err) => {
+                warn!(error = %err, "accepting a connection failed; retrying");
+                tokio::select! {
+                    () = &mut shutdown => break,
+                    () = tokio::time::sleep(ACCEPT_RETRY_DELAY) => {}
+                }
+            }
+        }
+    }
+
+    drop(listener);
+    // Stop pending TLS handshakes, then let watched connections finish their requests.
+    let _ = closing_tx.send(true);
+    if tokio::time::timeout(GRACE_PERIOD, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        warn!(
+            grace_period = ?GRACE_PERIOD,
+            "connections still open after the grace period; closing them"
+        );
+    }
+    connections.shutdown().await;
+    Ok(())
+}
+
+/// Everything a connection task needs.
+struct Connection {
+    app: Router,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    limits: HttpLimits,
+    watcher: Watcher,
+    closing: watch::Receiver<bool>,
+    peer: SocketAddr,
+}
+
+impl Connection {
+    /// Runs the TLS handshake (if any), then serves HTTP/1.1 until the connection ends.
+    async fn run(self, stream: TcpStream) {
+        let _ = stream.set_nodelay(true);
+        let Some(acceptor) = self.tls.clone() else {
+            self.serve_http(stream).await;
+            return;
+        };
+        let peer = self.peer;
+        let mut closing = self.closing.clone();
+        let handshake = with_timeout(self.limits.timeout(), acceptor.accept(stream));
+        let tls_stream = tokio::select! {
+            result = handshake => match result {
+                Some(Ok(tls_stream)) => tls_stream,
+                Some(Err(err)) => {
+                    debug!(%peer, error = %err, "tls handshake failed");
+                    return;
+                }
+                None => {
+                    debug!(%peer, "tls handshake timed out");
+                    return;
+                }
+            },
+            _ = closing.wait_for(|closing| *closing) => {
+                debug!(%peer, "tls handshake abandoned at shutdown");
+                return;
+            }
+        };
+        self.serve_http(tls_stream).await;
+    }
+
+    /// Serves HTTP/1.1 on an established stream under graceful-shutdown watch.
+    async fn serve_http<I>(self, io: I)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .max_buf_size(self.limits.max_header_bytes.max(8192))
+            .header_read_timeout(self.limits.timeout());
+        let conn = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(self.app));
+        if let Err(err) = self.watcher.watch(conn).await {
+            debug!(peer = %self.peer, error = %err, "connection ended with an error");
+        }
+    }
+}
+
+/// Runs `fut` with an optional time limit; `None` when the limit passes first.
+async fn with_timeout<F: Future>(limit: Option<Duration>, fut: F) -> Option<F::Output> {
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, fut).await.ok(),
+        None => Some(fut.await),
+    }
+}

@@ -1,0 +1,498 @@
+//! Integration tests for `truthscale_exporter::web`: web-config loading, basic auth, TLS,
+//! request-head limits and graceful shutdown, all over loopback sockets.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use base64::Engine as _;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use truthscale_exporter::web::{self, HttpLimits, WebConfig, WebConfigError};
+
+const USER: &str = "alice";
+const PASSWORD: &str = "correct horse battery staple";
+
+/// A fresh, empty directory under Cargo's per-test temporary directory.
+fn temp_dir(name: &str) -> PathBuf {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "web-{name}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    dir
+}
+
+/// A self-signed certificate for `localhost` and `127.0.0.1`: (cert PEM, key PEM, cert DER).
+fn self_signed() -> (String, String, rustls::pki_types::CertificateDer<'static>) {
+    let certified =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+            .expect("generate certificate");
+    (
+        certified.cert.pem(),
+        certified.signing_key.serialize_pem(),
+        certified.cert.der().clone(),
+    )
+}
+
+/// Writes a web config (and, with `tls`, a certificate and key) into a fresh directory.
+/// Returns the web-config path and the certificate DER when TLS is on.
+fn write_config(
+    name: &str,
+    tls: bool,
+    users: bool,
+) -> (PathBuf, Option<rustls::pki_types::CertificateDer<'static>>) {
+    let dir = temp_dir(name);
+    let mut yaml = String::new();
+    let mut der = None;
+    if tls {
+        let (cert, key, cert_der) = self_signed();
+        std::fs::write(dir.join("server.crt"), cert).expect("write cert");
+        std::fs::write(dir.join("server.key"), key).expect("write key");
+        // Relative paths: they must resolve against the web-config directory.
+        yaml.push_str("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n");
+        der = Some(cert_der);
+    }
+    if users {
+        let hash = bcrypt::hash(PASSWORD, 4).expect("bcrypt");
+        yaml.push_str(&format!("basic_auth_users:\n  {USER}: {hash}\n"));
+    }
+    let path = dir.join("web.yml");
+    std::fs::write(&path, yaml).expect("write web config");
+    (path, der)
+}
+
+fn write_raw(name: &str, yaml: &str) -> PathBuf {
+    let path = temp_dir(name).join("web.yml");
+    std::fs::write(&path, yaml).expect("write web config");
+    path
+}
+
+fn basic(user: &str, password: &str) -> String {
+    let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    format!("Basic {token}")
+}
+
+/// A running server plus the means to stop it.
+struct Server {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    handle: JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    async fn start(
+        app: Router,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        limits: HttpLimits,
+    ) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        let handle = tokio::spawn(web::serve(listener, app, tls, limits, shutdown));
+        Server {
+            addr,
+            stop: Some(stop),
+            handle,
+        }
+    }
+
+    /// Triggers shutdown and asserts `serve` returns `Ok` within `within`.
+    async fn stop_within(mut self, within: Duration) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let result = tokio::time::timeout(within, &mut self.handle)
+            .await
+            .expect("serve returned in time")
+            .expect("serve task did not panic");
+        assert!(result.is_ok(), "serve failed: {result:?}");
+    }
+}
+
+fn metrics_app() -> Router {
+    Router::new()
+        .route("/metrics", get(|| async { "ok" }))
+        .route("/healthz", get(|| async { "healthy" }))
+}
+
+/// A parsed HTTP/1.1 response.
+#[derive(Debug)]
+struct RawResponse {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+impl RawResponse {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().skip(1).find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.trim()
+                .eq_ignore_ascii_case(name)
+                .then_some(value.trim())
+        })
+    }
+}
+
+/// Sends `GET path` with `Connection: close` and optional extra header lines, reads until EOF
+/// (or an error), and parses what came back. `None` when no parsable response arrived.
+async fn request<S>(mut stream: S, path: &str, extra_headers: &[String]) -> Option<RawResponse>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
+    for header in extra_headers {
+        req.push_str(header);
+        req.push_str("\r\n");
+    }
+    req.push_str("\r\n");
+    // The server may close early (e.g. on an oversized head); keep whatever it answered.
+    let _ = stream.write_all(req.as_bytes()).await;
+    let _ = stream.flush().await;
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+            Ok(Ok(n)) => bytes.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    Some(RawResponse {
+        status,
+        head: head.to_owned(),
+        body: body.to_owned(),
+    })
+}
+
+async fn plain_get(addr: SocketAddr, path: &str, extra_headers: &[String]) -> Option<RawResponse> {
+    let stream = TcpStream::connect(addr).await.expect("connect");
+    request(stream, path, extra_headers).await
+}
+
+fn tls_connector(cert: rustls::pki_types::CertificateDer<'static>) -> tokio_rustls::TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert).expect("add root");
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("protocol versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let mut config = config;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+#[test]
+fn loads_good_config_with_tls_and_one_user() {
+    let (path, _) = write_config("good", true, true);
+    let config = WebConfig::load(&path).expect("valid config");
+    assert!(config.tls_enabled());
+    assert!(config.tls_acceptor().expect("tls acceptor").is_some());
+    let auth = config.basic_auth().expect("basic auth configured");
+    assert_eq!(auth.user_count(), 1);
+
+    let right = axum::http::HeaderValue::from_str(&basic(USER, PASSWORD)).expect("header");
+    let wrong = axum::http::HeaderValue::from_str(&basic(USER, "nope")).expect("header");
+    let stranger = axum::http::HeaderValue::from_str(&basic("bob", PASSWORD)).expect("header");
+    let lowercase_scheme =
+        axum::http::HeaderValue::from_str(&basic(USER, PASSWORD).replacen("Basic", "basic", 1))
+            .expect("header");
+    assert!(auth.check(Some(&right)));
+    // A second check hits the cache and must give the same answer.
+    assert!(auth.check(Some(&right)));
+    assert!(auth.check(Some(&lowercase_scheme)));
+    assert!(!auth.check(Some(&wrong)));
+    assert!(!auth.check(Some(&stranger)));
+    assert!(!auth.check(None));
+    assert!(!auth.check(Some(&axum::http::HeaderValue::from_static("Bearer abc"))));
+    assert!(!auth.check(Some(&axum::http::HeaderValue::from_static("Basic !!!"))));
+}
+
+#[test]
+fn empty_config_means_plain_http_without_auth() {
+    let path = write_raw("empty", "# nothing configured\n");
+    let config = WebConfig::load(&path).expect("empty config is valid");
+    assert!(!config.tls_enabled());
+    assert!(config.tls_acceptor().expect("no tls").is_none());
+    assert!(config.basic_auth().is_none());
+
+    let default = WebConfig::default();
+    assert!(default.tls_acceptor().expect("no tls").is_none());
+    assert!(default.basic_auth().is_none());
+}
+
+#[test]
+fn unknown_key_is_rejected_with_file_and_key() {
+    let path = write_raw("unknown-top", "tls_config:\n  cert_file: a\n");
+    let err = WebConfig::load(&path).expect_err("unknown key");
+    assert!(matches!(err, WebConfigError::Parse { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.starts_with(&format!("{}: ", path.display())), "{msg}");
+    assert!(msg.contains("unknown field `tls_config`"), "{msg}");
+
+    let path = write_raw(
+        "unknown-nested",
+        "tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: RequireAndVerifyClientCert\n",
+    );
+    let msg = WebConfig::load(&path)
+        .expect_err("unknown nested key")
+        .to_string();
+    assert!(msg.starts_with(&format!("{}: ", path.display())), "{msg}");
+    assert!(msg.contains("tls_server_config"), "{msg}");
+    assert!(msg.contains("unknown field `client_auth_type`"), "{msg}");
+}
+
+#[test]
+fn non_bcrypt_hash_is_rejected_with_file_and_user() {
+    let path = write_raw("plaintext", "basic_auth_users:\n  alice: hunter2\n");
+    let err = WebConfig::load(&path).expect_err("plaintext password");
+    assert!(matches!(err, WebConfigError::NotBcrypt { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{}: basic_auth_users.alice: not a bcrypt hash",
+            path.display()
+        )
+    );
+    // The plaintext must not leak into the message.
+    assert!(!err.to_string().contains("hunter2"));
+}
+
+#[test]
+fn missing_cert_file_is_rejected_with_file_and_key() {
+    let dir = temp_dir("missing-cert");
+    let (_, key, _) = self_signed();
+    std::fs::write(dir.join("server.key"), key).expect("write key");
+    let path = dir.join("web.yml");
+    std::fs::write(
+        &path,
+        "tls_server_config:\n  cert_file: absent.crt\n  key_file: server.key\n",
+    )
+    .expect("write web config");
+    let err = WebConfig::load(&path).expect_err("missing cert");
+    assert!(matches!(err, WebConfigError::TlsRead { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.starts_with(&format!("{}: ", path.display())), "{msg}");
+    assert!(msg.contains("tls_server_config.cert_file"), "{msg}");
+    // Resolved against the web-config directory.
+    assert!(
+        msg.contains(&dir.join("absent.crt").display().to_string()),
+        "{msg}"
+    );
+}
+
+#[test]
+fn garbage_key_file_is_rejected_with_file_and_key() {
+    let (path, _) = write_config("garbage-key", true, false);
+    let dir = path.parent().expect("dir");
+    std::fs::write(dir.join("server.key"), "not a key\n").expect("overwrite key");
+    let msg = WebConfig::load(&path).expect_err("garbage key").to_string();
+    assert!(msg.starts_with(&format!("{}: ", path.display())), "{msg}");
+    assert!(msg.contains("tls_server_config.key_file"), "{msg}");
+    assert!(msg.contains("no PEM private key found"), "{msg}");
+}
+
+#[tokio::test]
+async fn basic_auth_over_plain_http() {
+    let (path, _) = write_config("auth-http", false, true);
+    let config = WebConfig::load(&path).expect("valid config");
+    let auth = config.basic_auth().expect("users configured");
+    let app = web::layer(metrics_app(), auth);
+    let server = Server::start(app, None, HttpLimits::default()).await;
+
+    let anonymous = plain_get(server.addr, "/metrics", &[])
+        .await
+        .expect("response");
+    assert_eq!(anonymous.status, 401);
+    assert_eq!(
+        anonymous.header("www-authenticate"),
+        Some("Basic realm=\"truthscale\"")
+    );
+
+    let wrong = format!("Authorization: {}", basic(USER, "wrong"));
+    let denied = plain_get(server.addr, "/metrics", &[wrong])
+        .await
+        .expect("response");
+    assert_eq!(denied.status, 401);
+
+    let right = format!("Authorization: {}", basic(USER, PASSWORD));
+    for _ in 0..2 {
+        // The second round is served from the credential cache.
+        let ok = plain_get(server.addr, "/metrics", std::slice::from_ref(&right))
+            .await
+            .expect("response");
+        assert_eq!(ok.status, 200);
+        assert_eq!(ok.body, "ok");
+    }
+
+    // /healthz is protected as well, like exporter-toolkit.
+    let health = plain_get(server.addr, "/healthz", &[])
+        .await
+        .expect("response");
+    assert_eq!(health.status, 401);
+    // Unknown paths too: no route probing without credentials.
+    let unknown = plain_get(server.addr, "/nope", &[])
+        .await
+        .expect("response");
+    assert_eq!(unknown.status, 401);
+    let unknown = plain_get(server.addr, "/nope", &[right])
+        .await
+        .expect("response");
+    assert_eq!(unknown.status, 404);
+
+    server.stop_within(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn serves_over_tls_and_refuses_plain_text() {
+    let (path, cert) = write_config("tls", true, false);
+    let config = WebConfig::load(&path).expect("valid config");
+    let acceptor = config.tls_acceptor().expect("tls").expect("tls configured");
+    let server = Server::start(metrics_app(), Some(acceptor), HttpLimits::default()).await;
+    let connector = tls_connector(cert.expect("cert"));
+
+    // A client that connects and never speaks must not hold up anyone else.
+    let _silent = TcpStream::connect(server.addr).await.expect("connect");
+
+    let tcp = TcpStream::connect(server.addr).await.expect("connect");
+    let server_name = rustls::pki_types::ServerName::try_from("localhost").expect("server name");
+    let tls = connector
+        .connect(server_name, tcp)
+        .await
+        .expect("tls handshake");
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+    let ok = request(tls, "/metrics", &[]).await.expect("response");
+    assert_eq!(ok.status, 200);
+    assert_eq!(ok.body, "ok");
+
+    // Also by IP address, which the certificate names as well.
+    let tcp = TcpStream::connect(server.addr).await.expect("connect");
+    let server_name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("server name");
+    let tls = connector
+        .connect(server_name, tcp)
+        .await
+        .expect("tls handshake by ip");
+    let ok = request(tls, "/metrics", &[]).await.expect("response");
+    assert_eq!(ok.status, 200);
+
+    let plain = plain_get(server.addr, "/metrics", &[]).await;
+    assert!(
+        plain.as_ref().is_none_or(|r| r.status != 200),
+        "plain text to the TLS port got {plain:?}"
+    );
+
+    // Shutdown does not wait for the silent client's handshake.
+    server.stop_within(Duration::from_secs(3)).await;
+}
+
+#[tokio::test]
+async fn oversized_request_head_is_refused() {
+    let limits = HttpLimits {
+        max_header_bytes: 8 * 1024,
+        ..HttpLimits::default()
+    };
+    let server = Server::start(metrics_app(), None, limits).await;
+
+    let normal = plain_get(server.addr, "/metrics", &[])
+        .await
+        .expect("response");
+    assert_eq!(normal.status, 200);
+
+    let big = format!("X-Padding: {}", "a".repeat(32 * 1024));
+    let response = plain_get(server.addr, "/metrics", &[big]).await;
+    // The server may reset the connection before the client reads the 431.
+    if let Some(r) = &response {
+        assert_eq!(r.status, 431, "{r:?}");
+    }
+
+    server.stop_within(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn slow_request_head_times_out() {
+    let limits = HttpLimits {
+        header_read_timeout: Duration::from_millis(200),
+        ..HttpLimits::default()
+    };
+    let server = Server::start(metrics_app(), None, limits).await;
+    let mut stream = TcpStream::connect(server.addr).await.expect("connect");
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n")
+        .await
+        .expect("partial head");
+    // Never finish the head: the server must give up and close the connection.
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(3), stream.read_to_end(&mut buf)).await;
+    assert!(
+        read.is_ok(),
+        "connection still open after the header read timeout"
+    );
+    assert!(!String::from_utf8_lossy(&buf).starts_with("HTTP/1.1 200"));
+
+    server.stop_within(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn graceful_shutdown_finishes_in_flight_requests_and_returns() {
+    let app = metrics_app().route(
+        "/slow",
+        get(|| async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            "slow ok"
+        }),
+    );
+    let server = Server::start(app, None, HttpLimits::default()).await;
+    let addr = server.addr;
+
+    // An idle keep-alive connection must not hold up shutdown.
+    let mut idle = TcpStream::connect(addr).await.expect("connect");
+    idle.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .expect("write");
+    let mut chunk = [0u8; 1024];
+    let n = idle.read(&mut chunk).await.expect("read");
+    assert!(String::from_utf8_lossy(&chunk[..n]).starts_with("HTTP/1.1 200"));
+
+    let in_flight = tokio::spawn(async move { plain_get(addr, "/slow", &[]).await });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+
+    let started = std::time::Instant::now();
+    server.stop_within(Duration::from_secs(5)).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let slow = in_flight
+        .await
+        .expect("client task")
+        .expect("in-flight request answered");
+    assert_eq!(slow.status, 200);
+    assert_eq!(slow.body, "slow ok");
+
+    // The listener is closed: new connections are refused (or never answered).
+    let after = match TcpStream::connect(addr).await {
+        Ok(stream) => request(stream, "/metrics", &[]).await,
+        Err(_) => None,
+    };
+    assert!(after.is_none(), "served after shutdown: {after:?}");
+}
