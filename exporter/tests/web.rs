@@ -4,7 +4,6 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -19,14 +18,10 @@ use truthscale_exporter::web::{self, HttpLimits, WebConfig, WebConfigError};
 const USER: &str = "alice";
 const PASSWORD: &str = "correct horse battery staple";
 
-/// A fresh, empty directory under Cargo's per-test temporary directory.
+/// A fresh, empty directory under Cargo's per-test temporary directory; each test passes its
+/// own `name`, and a rerun starts from scratch instead of piling up directories.
 fn temp_dir(name: &str) -> PathBuf {
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "web-{name}-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("web-{name}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create temp dir");
     dir

@@ -156,6 +156,32 @@ pub const GPU_LABELS: &[&str] = &[
     "node",
 ];
 
+/// The catalog as a Markdown table (the body of `docs/metrics.md`).
+#[must_use]
+pub fn markdown_table() -> String {
+    let mut out = String::from("| name | type | labels | meaning |\n|---|---|---|---|\n");
+    for m in ALL {
+        let mut labels: Vec<&str> = match m.scope {
+            Scope::Gpu => GPU_LABELS.to_vec(),
+            Scope::Exporter => Vec::new(),
+        };
+        labels.extend_from_slice(m.extra_labels);
+        let labels = if labels.is_empty() {
+            "—".to_string()
+        } else {
+            labels.iter().map(|l| format!("`{l}`")).collect::<Vec<_>>().join(", ")
+        };
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            m.name,
+            m.kind.as_str(),
+            labels,
+            m.help.replace('|', "\\|")
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

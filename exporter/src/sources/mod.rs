@@ -158,6 +158,7 @@ pub fn build(settings: &crate::config::Settings, now: SystemTime) -> Result<AnyS
             *scenario,
             settings.identity.node.as_deref().unwrap_or("sim-node"),
             now,
+            settings.interval,
         ))),
         SourceSpec::Replay { path } => Ok(AnySource::Replay(ReplaySource::open(
             path,

@@ -15,6 +15,7 @@ pub struct SimSource {
 
 impl SimSource {
     /// `gpus` simulated GPUs; all run `scenario`, or a contrasting mix when it is `None`.
+    /// The first call to [`SimSource::sample`] at `now` returns a window of `interval`.
     #[must_use]
     pub fn new(
         gpus: u32,
@@ -23,12 +24,15 @@ impl SimSource {
         scenario: Option<Scenario>,
         node: &str,
         now: SystemTime,
+        interval: std::time::Duration,
     ) -> SimSource {
-        let start = Timestamp(unix_ms(now));
+        // The first window ends now and began one interval ago.
+        let begin = now.checked_sub(interval).unwrap_or(now);
+        let start = Timestamp(unix_ms(begin));
         let sim = Simulator::new(gpus, spec, node, seed, start, |i| {
             scenario.unwrap_or_else(|| Simulator::demo_scenario(i))
         });
-        SimSource { sim, last: now }
+        SimSource { sim, last: begin }
     }
 
     /// Advance to `now` and return the window since the previous call.
