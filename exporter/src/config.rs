@@ -200,10 +200,11 @@ impl Config {
         env: &[(String, String)],
         overrides: &[(&str, String)],
     ) -> Result<Config, ConfigError> {
-        let defaults = config::Config::try_from(&Config::default()).map_err(|e| ConfigError::Load {
-            origin: "defaults".into(),
-            message: e.to_string(),
-        })?;
+        let defaults =
+            config::Config::try_from(&Config::default()).map_err(|e| ConfigError::Load {
+                origin: "defaults".into(),
+                message: e.to_string(),
+            })?;
         let mut b = config::Config::builder().add_source(defaults);
         if let Some(f) = file {
             let text = std::fs::read_to_string(f).map_err(|e| ConfigError::Load {
@@ -231,23 +232,27 @@ impl Config {
                 .source(Some(env_map)),
         );
         for (k, v) in overrides {
-            b = b.set_override(*k, v.clone()).map_err(|e| ConfigError::Load {
-                origin: "flags".into(),
-                message: e.to_string(),
-            })?;
+            b = b
+                .set_override(*k, v.clone())
+                .map_err(|e| ConfigError::Load {
+                    origin: "flags".into(),
+                    message: e.to_string(),
+                })?;
         }
         let built = b.build().map_err(|e| ConfigError::Load {
             origin: "configuration".into(),
             message: e.to_string(),
         })?;
-        built.try_deserialize::<Config>().map_err(|e| ConfigError::Load {
-            origin: if env_keys.is_empty() {
-                "flags".into()
-            } else {
-                format!("environment ({})", env_keys.join(", "))
-            },
-            message: e.to_string(),
-        })
+        built
+            .try_deserialize::<Config>()
+            .map_err(|e| ConfigError::Load {
+                origin: if env_keys.is_empty() {
+                    "flags".into()
+                } else {
+                    format!("environment ({})", env_keys.join(", "))
+                },
+                message: e.to_string(),
+            })
     }
 
     /// Check every value and resolve the Downward API fallbacks from `env`.
@@ -255,10 +260,17 @@ impl Config {
     /// # Errors
     /// A [`ConfigError::Invalid`] naming the key.
     pub fn validate(&self, env: &[(String, String)]) -> Result<Settings, ConfigError> {
-        let listen: SocketAddr = self.listen_address.trim().parse().map_err(|_| ConfigError::Invalid {
-            key: "listen_address",
-            message: format!("{:?} is not ADDRESS:PORT (e.g. 0.0.0.0:{DEFAULT_PORT})", self.listen_address),
-        })?;
+        let listen: SocketAddr =
+            self.listen_address
+                .trim()
+                .parse()
+                .map_err(|_| ConfigError::Invalid {
+                    key: "listen_address",
+                    message: format!(
+                        "{:?} is not ADDRESS:PORT (e.g. 0.0.0.0:{DEFAULT_PORT})",
+                        self.listen_address
+                    ),
+                })?;
         let interval = duration("source.interval", &self.source.interval)?;
         if interval < Duration::from_millis(100) {
             return Err(ConfigError::Invalid {
@@ -277,21 +289,32 @@ impl Config {
                 message: "must be at least one interval".into(),
             });
         }
-        let source = SourceSpec::parse(&self.source.spec)
-            .map_err(|message| ConfigError::Invalid { key: "source.spec", message })?;
+        let source =
+            SourceSpec::parse(&self.source.spec).map_err(|message| ConfigError::Invalid {
+                key: "source.spec",
+                message,
+            })?;
         if self.source.sim_gpus == 0 || self.source.sim_gpus > 64 {
             return Err(ConfigError::Invalid {
                 key: "source.sim_gpus",
                 message: format!("{} is out of range 1..=64", self.source.sim_gpus),
             });
         }
-        let sim_gpu_model = truthscale_core::gpus::lookup(&self.source.sim_gpu_model).ok_or_else(|| {
-            let keys: Vec<_> = truthscale_core::gpus::CATALOG.iter().map(|s| s.key).collect();
-            ConfigError::Invalid {
-                key: "source.sim_gpu_model",
-                message: format!("{:?} is not in the catalog; known: {}", self.source.sim_gpu_model, keys.join(", ")),
-            }
-        })?;
+        let sim_gpu_model =
+            truthscale_core::gpus::lookup(&self.source.sim_gpu_model).ok_or_else(|| {
+                let keys: Vec<_> = truthscale_core::gpus::CATALOG
+                    .iter()
+                    .map(|s| s.key)
+                    .collect();
+                ConfigError::Invalid {
+                    key: "source.sim_gpu_model",
+                    message: format!(
+                        "{:?} is not in the catalog; known: {}",
+                        self.source.sim_gpu_model,
+                        keys.join(", ")
+                    ),
+                }
+            })?;
         let replay_interval = duration("source.replay_interval", &self.source.replay_interval)?;
         let request_timeout = duration("http.request_timeout", &self.http.request_timeout)?;
         if self.http.max_concurrent_requests == 0 {
@@ -307,7 +330,10 @@ impl Config {
             });
         }
         let getenv = |k: &str| {
-            env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).filter(|v| !v.is_empty())
+            env.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+                .filter(|v| !v.is_empty())
         };
         let id = &self.identity;
         let identity = Identity {
@@ -349,7 +375,10 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect()
     }
 
     #[test]
@@ -366,8 +395,15 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ts-cfg-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("t.toml");
-        std::fs::write(&f, "[source]\ninterval = \"2s\"\nsim_gpus = 2\n[identity]\npod = \"from-file\"\n").unwrap();
-        let e = env(&[("TRUTHSCALE_SOURCE__SIM_GPUS", "3"), ("POD_NAME", "downward")]);
+        std::fs::write(
+            &f,
+            "[source]\ninterval = \"2s\"\nsim_gpus = 2\n[identity]\npod = \"from-file\"\n",
+        )
+        .unwrap();
+        let e = env(&[
+            ("TRUTHSCALE_SOURCE__SIM_GPUS", "3"),
+            ("POD_NAME", "downward"),
+        ]);
         let c = Config::load(Some(&f), &e, &[]).unwrap();
         assert_eq!(c.source.interval, "2s");
         assert_eq!(c.source.sim_gpus, 3);
@@ -388,19 +424,41 @@ mod tests {
         std::fs::write(&f, "[source]\nintervl = \"2s\"\n").unwrap();
         let err = Config::load(Some(&f), &[], &[]).unwrap_err().to_string();
         assert!(err.contains("bad.toml") && err.contains("intervl"), "{err}");
-        let err = Config::load(None, &env(&[("TRUTHSCALE_SOURCE__NOPE", "1")]), &[]).unwrap_err().to_string();
+        let err = Config::load(None, &env(&[("TRUTHSCALE_SOURCE__NOPE", "1")]), &[])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("environment") && err.contains("nope"), "{err}");
         let mut c = Config::default();
         c.source.interval = "50ms".into();
-        assert_eq!(c.validate(&[]).unwrap_err().to_string(), "source.interval: \"50ms\" is below the 100ms minimum");
+        assert_eq!(
+            c.validate(&[]).unwrap_err().to_string(),
+            "source.interval: \"50ms\" is below the 100ms minimum"
+        );
         c.source.interval = "soon".into();
-        assert!(c.validate(&[]).unwrap_err().to_string().starts_with("source.interval: \"soon\" is not a duration"));
-        let mut c = Config::default();
-        c.listen_address = "9488".into();
-        assert!(c.validate(&[]).unwrap_err().to_string().starts_with("listen_address:"));
+        assert!(
+            c.validate(&[])
+                .unwrap_err()
+                .to_string()
+                .starts_with("source.interval: \"soon\" is not a duration")
+        );
+        let c = Config {
+            listen_address: "9488".into(),
+            ..Config::default()
+        };
+        assert!(
+            c.validate(&[])
+                .unwrap_err()
+                .to_string()
+                .starts_with("listen_address:")
+        );
         let mut c = Config::default();
         c.source.spec = "gpu".into();
-        assert!(c.validate(&[]).unwrap_err().to_string().starts_with("source.spec:"));
+        assert!(
+            c.validate(&[])
+                .unwrap_err()
+                .to_string()
+                .starts_with("source.spec:")
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -22,14 +22,16 @@ pub struct RouterLimits {
 
 impl Default for RouterLimits {
     fn default() -> Self {
-        RouterLimits { request_timeout: Duration::from_secs(10), max_concurrent_requests: 64 }
+        RouterLimits {
+            request_timeout: Duration::from_secs(10),
+            max_concurrent_requests: 64,
+        }
     }
 }
 
 type Snap = watch::Receiver<Arc<Snapshot>>;
 
 /// The router over a snapshot receiver.
-#[must_use]
 pub fn router(rx: Snap, limits: RouterLimits) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
@@ -41,13 +43,18 @@ pub fn router(rx: Snap, limits: RouterLimits) -> Router {
             StatusCode::REQUEST_TIMEOUT,
             limits.request_timeout,
         ))
-        .layer(tower::limit::GlobalConcurrencyLimitLayer::new(limits.max_concurrent_requests.max(1)))
+        .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
+            limits.max_concurrent_requests.max(1),
+        ))
 }
 
 /// OpenMetrics when the client's `Accept` asks for it, else text 0.0.4.
 #[must_use]
 pub fn negotiate(headers: &HeaderMap) -> Format {
-    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     if accept.contains("application/openmetrics-text") {
         Format::OpenMetrics
     } else {
@@ -61,18 +68,30 @@ async fn metrics(State(rx): State<Snap>, headers: HeaderMap) -> Response {
         return (StatusCode::SERVICE_UNAVAILABLE, "no snapshot yet\n").into_response();
     }
     let format = negotiate(&headers);
-    ([(header::CONTENT_TYPE, format.content_type())], snap.body(format)).into_response()
+    (
+        [(header::CONTENT_TYPE, format.content_type())],
+        snap.body(format),
+    )
+        .into_response()
 }
 
 async fn landing(State(rx): State<Snap>) -> Response {
     let snap = rx.borrow().clone();
-    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], snap.landing.clone()).into_response()
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        snap.landing.clone(),
+    )
+        .into_response()
 }
 
 async fn readyz(State(rx): State<Snap>) -> Response {
     if rx.borrow().ready() {
         (StatusCode::OK, "ready\n").into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "waiting for the first sample\n").into_response()
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "waiting for the first sample\n",
+        )
+            .into_response()
     }
 }

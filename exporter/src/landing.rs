@@ -5,7 +5,10 @@ use truthscale_core::derive::Fidelity;
 use truthscale_core::exposition::GpuEntry;
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 fn pct(x: Option<f64>) -> String {
@@ -26,13 +29,17 @@ pub fn render(gpus: &[GpuEntry], source: &str, up: bool, taken_unix_ms: i64) -> 
         };
         let reported = m.reported_utilization.unwrap_or(0.0).clamp(0.0, 1.0);
         let eff_bar = m.effective_compute.unwrap_or(0.0).clamp(0.0, 1.0);
-        let sim = if w.simulated { " <span class=\"sim\">SIMULATED</span>" } else { "" };
-        let _ = write!(
+        let sim = if w.simulated {
+            " <span class=\"sim\">SIMULATED</span>"
+        } else {
+            ""
+        };
+        let _ = writeln!(
             rows,
             "<tr><td>{}</td><td>{}{sim}</td><td>{}</td>\
              <td><div class=\"bar\"><div class=\"rep\" style=\"width:{:.1}%\"></div>\
              <div class=\"eff\" style=\"width:{:.1}%\"></div></div></td>\
-             <td class=\"phase {}\">{}</td><td>{}</td></tr>\n",
+             <td class=\"phase {}\">{}</td><td>{}</td></tr>",
             esc(&w.id.to_string()),
             esc(w.id.model.as_deref().unwrap_or("unknown")),
             format_args!("{} / {}", pct(m.reported_utilization), effective),

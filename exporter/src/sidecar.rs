@@ -96,7 +96,12 @@ impl Sidecar {
         if thread.is_none() {
             tracing::error!("Could not start the sampler thread; /metrics will stay empty.");
         }
-        Sidecar { rx, stop: Some(stop_tx), thread, source: name }
+        Sidecar {
+            rx,
+            stop: Some(stop_tx),
+            thread,
+            source: name,
+        }
     }
 
     /// The latest snapshot.
@@ -184,7 +189,10 @@ impl Sampler {
     fn new(settings: &Settings, source: AnySource) -> Sampler {
         Sampler {
             source,
-            deriver: Deriver::new(settings.derive.clone(), Some(settings.interval.as_secs_f64())),
+            deriver: Deriver::new(
+                settings.derive.clone(),
+                Some(settings.interval.as_secs_f64()),
+            ),
             identity: settings.identity.clone(),
             stale_after: settings.stale_after,
             entities: BTreeMap::new(),
@@ -211,22 +219,35 @@ impl Sampler {
         for sample in &produced.samples {
             let d = self.deriver.observe(sample);
             for diag in d.diagnostics {
-                *self.diagnostics.entry(diag.kind.as_str().to_string()).or_default() += 1;
+                *self
+                    .diagnostics
+                    .entry(diag.kind.as_str().to_string())
+                    .or_default() += 1;
                 tracing::debug!(diagnostic = %diag, "Derivation diagnostic.");
             }
             for w in d.windows {
-                self.entities.insert(w.id.key(), Served { window: w, last_seen: t0 });
+                self.entities.insert(
+                    w.id.key(),
+                    Served {
+                        window: w,
+                        last_seen: t0,
+                    },
+                );
             }
             self.last_data = Some(t0);
         }
         let stale_after = self.stale_after;
-        self.entities.retain(|_, s| s.last_seen.elapsed() <= stale_after);
+        self.entities
+            .retain(|_, s| s.last_seen.elapsed() <= stale_after);
         let up = self.last_data.is_some_and(|t| t.elapsed() <= stale_after);
         let kind = self.source.kind();
         let gpus: Vec<GpuEntry> = self
             .entities
             .values()
-            .map(|s| GpuEntry { window: s.window.clone(), source: kind })
+            .map(|s| GpuEntry {
+                window: s.window.clone(),
+                source: kind,
+            })
             .collect();
         self.tick += 1;
         let status = ExporterStatus {

@@ -57,6 +57,9 @@ const REALM_CHALLENGE: &str = "Basic realm=\"truthscale\"";
 /// How many successful credential checks [`BasicAuth`] remembers before it starts over.
 const AUTH_CACHE_CAPACITY: usize = 64;
 
+/// The longest password bcrypt can tell apart; longer ones are refused, as in Go's bcrypt.
+const MAX_BCRYPT_PASSWORD_BYTES: usize = 72;
+
 /// How long [`serve`] waits for in-flight requests once shutdown has been requested.
 const GRACE_PERIOD: Duration = Duration::from_secs(10);
 
@@ -430,7 +433,11 @@ impl BasicAuth {
         if self.cache_lock().contains(&key) {
             return true;
         }
-        if !bcrypt::verify(password.as_bytes(), hash).unwrap_or(false) {
+        // Like Go's bcrypt (and so exporter-toolkit), passwords over 72 bytes are refused rather
+        // than silently truncated to their first 72 bytes.
+        if password.len() > MAX_BCRYPT_PASSWORD_BYTES
+            || !bcrypt::verify(password.as_bytes(), hash).unwrap_or(false)
+        {
             return false;
         }
         let mut cache = self.cache_lock();

@@ -22,7 +22,9 @@ async fn get(app: axum::Router, uri: &str, accept: Option<&str>) -> (StatusCode,
         .get(header::CONTENT_TYPE)
         .map(|v| v.to_str().unwrap().to_string())
         .unwrap_or_default();
-    let body = axum::body::to_bytes(resp.into_body(), 1 << 24).await.unwrap();
+    let body = axum::body::to_bytes(resp.into_body(), 1 << 24)
+        .await
+        .unwrap();
     (status, ct, String::from_utf8(body.to_vec()).unwrap())
 }
 
@@ -44,8 +46,14 @@ fn sim_sidecar(gpus: u32) -> Sidecar {
 async fn not_ready_before_the_first_sample() {
     let (_tx, rx) = watch::channel(Arc::new(Snapshot::default()));
     let app = router(rx, RouterLimits::default());
-    assert_eq!(get(app.clone(), "/readyz", None).await.0, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(get(app.clone(), "/metrics", None).await.0, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        get(app.clone(), "/readyz", None).await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(
+        get(app.clone(), "/metrics", None).await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
     let (status, _, body) = get(app, "/healthz", None).await;
     assert_eq!((status, body.as_str()), (StatusCode::OK, "ok\n"));
 }
@@ -61,11 +69,25 @@ async fn serves_metrics_landing_and_readiness() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(ct, "text/plain; version=0.0.4; charset=utf-8");
     assert!(body.contains("# TYPE truthscale_gpu_busy_seconds_total counter"));
-    assert_eq!(body.lines().filter(|l| l.starts_with("truthscale_gpu_info{")).count(), 2);
-    assert!(body.lines().filter(|l| l.starts_with("truthscale_gpu_info{")).all(|l| l.contains("source=\"sim\"")));
+    assert_eq!(
+        body.lines()
+            .filter(|l| l.starts_with("truthscale_gpu_info{"))
+            .count(),
+        2
+    );
+    assert!(
+        body.lines()
+            .filter(|l| l.starts_with("truthscale_gpu_info{"))
+            .all(|l| l.contains("source=\"sim\""))
+    );
     assert!(body.contains("truthscale_source_up{source=\"sim\"} 1"));
 
-    let (status, ct, body) = get(app.clone(), "/metrics", Some("application/openmetrics-text;version=1.0.0,text/plain;q=0.5")).await;
+    let (status, ct, body) = get(
+        app.clone(),
+        "/metrics",
+        Some("application/openmetrics-text;version=1.0.0,text/plain;q=0.5"),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert!(ct.starts_with("application/openmetrics-text; version=1.0.0"));
     assert!(body.ends_with("# EOF\n"));
@@ -110,7 +132,11 @@ async fn basic_auth_rejects_without_credentials() {
         router(s.subscribe(), RouterLimits::default()),
         web.basic_auth().unwrap(),
     );
-    let resp = app.clone().oneshot(Request::get("/metrics").body(Body::empty()).unwrap()).await.unwrap();
+    let resp = app
+        .clone()
+        .oneshot(Request::get("/metrics").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
     assert!(resp.headers().get(header::WWW_AUTHENTICATE).is_some());
     use base64::Engine as _;

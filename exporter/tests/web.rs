@@ -222,6 +222,25 @@ fn loads_good_config_with_tls_and_one_user() {
 }
 
 #[test]
+fn passwords_over_72_bytes_are_not_truncated() {
+    let long = "a".repeat(72);
+    let hash = bcrypt::hash(&long, 4).expect("bcrypt");
+    let path = write_raw(
+        "long-password",
+        &format!("basic_auth_users:\n  {USER}: {hash}\n"),
+    );
+    let auth = WebConfig::load(&path)
+        .expect("valid config")
+        .basic_auth()
+        .expect("users configured");
+    let exact = axum::http::HeaderValue::from_str(&basic(USER, &long)).expect("header");
+    let longer = axum::http::HeaderValue::from_str(&basic(USER, &format!("{long}-and-more")))
+        .expect("header");
+    assert!(auth.check(Some(&exact)));
+    assert!(!auth.check(Some(&longer)));
+}
+
+#[test]
 fn empty_config_means_plain_http_without_auth() {
     let path = write_raw("empty", "# nothing configured\n");
     let config = WebConfig::load(&path).expect("empty config is valid");

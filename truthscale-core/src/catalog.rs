@@ -169,7 +169,11 @@ pub fn markdown_table() -> String {
         let labels = if labels.is_empty() {
             "—".to_string()
         } else {
-            labels.iter().map(|l| format!("`{l}`")).collect::<Vec<_>>().join(", ")
+            labels
+                .iter()
+                .map(|l| format!("`{l}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
         };
         out.push_str(&format!(
             "| `{}` | {} | {} | {} |\n",

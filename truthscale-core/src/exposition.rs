@@ -186,6 +186,9 @@ impl Writer<'_> {
     }
 }
 
+/// Labels beyond the entity's own, as (name, value) pairs.
+type ExtraLabels<'a> = Vec<(&'static str, &'a str)>;
+
 const CLOCK_REASONS: [&str; 5] = [
     "power",
     "thermal",
@@ -209,7 +212,7 @@ pub fn encode(
         format,
     };
     for m in catalog::ALL {
-        let mut samples: Vec<(usize, Vec<(&str, &str)>, f64)> = Vec::new();
+        let mut samples: Vec<(usize, ExtraLabels<'_>, f64)> = Vec::new();
         match m.scope {
             Scope::Gpu => {
                 for (i, g) in gpus.iter().enumerate() {

@@ -9,8 +9,12 @@ const END: &str = "<!-- catalog:end -->";
 fn metrics_doc_matches_catalog() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/metrics.md");
     let doc = std::fs::read_to_string(path).expect("docs/metrics.md exists");
-    let (head, rest) = doc.split_once(BEGIN).expect("docs/metrics.md has the begin marker");
-    let (_, tail) = rest.split_once(END).expect("docs/metrics.md has the end marker");
+    let (head, rest) = doc
+        .split_once(BEGIN)
+        .expect("docs/metrics.md has the begin marker");
+    let (_, tail) = rest
+        .split_once(END)
+        .expect("docs/metrics.md has the end marker");
     let expected = format!("{head}{BEGIN}{}{END}{tail}", catalog::markdown_table());
     if std::env::var_os("UPDATE_DOCS").is_some() {
         std::fs::write(path, &expected).unwrap();

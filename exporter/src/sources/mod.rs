@@ -55,14 +55,17 @@ impl SourceSpec {
                 .map(|sc| SourceSpec::Sim { scenario: Some(sc) })
                 .ok_or_else(|| {
                     let names: Vec<_> = Scenario::ALL.iter().map(|s| s.as_str()).collect();
-                    format!("unknown scenario {name:?}; choose one of {}", names.join(", "))
+                    format!(
+                        "unknown scenario {name:?}; choose one of {}",
+                        names.join(", ")
+                    )
                 }),
             ("replay", Some(p)) if !p.is_empty() => Ok(SourceSpec::Replay { path: p.into() }),
             ("nvml", None) => Ok(SourceSpec::Nvml),
             ("auto", None) => Ok(SourceSpec::Auto),
-            ("dcgm-exporter", Some(url)) if !url.is_empty() => {
-                Ok(SourceSpec::DcgmExporter { url: url.to_string() })
-            }
+            ("dcgm-exporter", Some(url)) if !url.is_empty() => Ok(SourceSpec::DcgmExporter {
+                url: url.to_string(),
+            }),
             _ => Err(format!(
                 "{s:?} is not a source; use sim[:SCENARIO], replay:PATH, nvml, dcgm-exporter:URL or auto"
             )),
@@ -122,8 +125,8 @@ pub struct Produced {
 pub enum AnySource {
     /// The simulator.
     Sim(SimSource),
-    /// A replay.
-    Replay(ReplaySource),
+    /// A replay (boxed: it holds a reader and a parser).
+    Replay(Box<ReplaySource>),
 }
 
 impl AnySource {
@@ -160,12 +163,12 @@ pub fn build(settings: &crate::config::Settings, now: SystemTime) -> Result<AnyS
             now,
             settings.interval,
         ))),
-        SourceSpec::Replay { path } => Ok(AnySource::Replay(ReplaySource::open(
+        SourceSpec::Replay { path } => Ok(AnySource::Replay(Box::new(ReplaySource::open(
             path,
             settings.replay_interval,
             settings.replay_loop,
             now,
-        )?)),
+        )?))),
         SourceSpec::Nvml => Err(BuildError::NotBuilt("nvml")),
         SourceSpec::Auto => Err(BuildError::NotBuilt("auto (NVML)")),
         SourceSpec::DcgmExporter { .. } => Err(BuildError::NotBuilt("dcgm-exporter")),
@@ -175,7 +178,8 @@ pub fn build(settings: &crate::config::Settings, now: SystemTime) -> Result<AnyS
 /// Milliseconds since the Unix epoch of a wall time (0 before 1970).
 #[must_use]
 pub fn unix_ms(t: SystemTime) -> i64 {
-    t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 #[cfg(test)]
@@ -184,18 +188,34 @@ mod tests {
 
     #[test]
     fn specs_parse() {
-        assert_eq!(SourceSpec::parse("sim"), Ok(SourceSpec::Sim { scenario: None }));
+        assert_eq!(
+            SourceSpec::parse("sim"),
+            Ok(SourceSpec::Sim { scenario: None })
+        );
         assert_eq!(
             SourceSpec::parse("sim:tiny-kernel"),
-            Ok(SourceSpec::Sim { scenario: Some(Scenario::TinyKernel) })
+            Ok(SourceSpec::Sim {
+                scenario: Some(Scenario::TinyKernel)
+            })
         );
-        assert_eq!(SourceSpec::parse("replay:/x.txt"), Ok(SourceSpec::Replay { path: "/x.txt".into() }));
+        assert_eq!(
+            SourceSpec::parse("replay:/x.txt"),
+            Ok(SourceSpec::Replay {
+                path: "/x.txt".into()
+            })
+        );
         assert_eq!(SourceSpec::parse("nvml"), Ok(SourceSpec::Nvml));
         assert_eq!(
             SourceSpec::parse("dcgm-exporter:http://10.0.0.1:9400/metrics"),
-            Ok(SourceSpec::DcgmExporter { url: "http://10.0.0.1:9400/metrics".into() })
+            Ok(SourceSpec::DcgmExporter {
+                url: "http://10.0.0.1:9400/metrics".into()
+            })
         );
-        assert!(SourceSpec::parse("sim:nope").unwrap_err().contains("llm-serving"));
+        assert!(
+            SourceSpec::parse("sim:nope")
+                .unwrap_err()
+                .contains("llm-serving")
+        );
         assert!(SourceSpec::parse("replay:").is_err());
         assert!(SourceSpec::parse("gpu").is_err());
     }

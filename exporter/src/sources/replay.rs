@@ -34,10 +34,12 @@ pub struct ReplaySource {
 }
 
 fn open_reader(path: &Path) -> Result<BufReader<File>, BuildError> {
-    File::open(path).map(BufReader::new).map_err(|e| BuildError::Replay {
-        path: path.display().to_string(),
-        message: format!("cannot open: {e}"),
-    })
+    File::open(path)
+        .map(BufReader::new)
+        .map_err(|e| BuildError::Replay {
+            path: path.display().to_string(),
+            message: format!("cannot open: {e}"),
+        })
 }
 
 impl ReplaySource {
@@ -45,7 +47,12 @@ impl ReplaySource {
     ///
     /// # Errors
     /// The file cannot be read or its format cannot be told.
-    pub fn open(path: &Path, interval: Duration, looping: bool, now: SystemTime) -> Result<ReplaySource, BuildError> {
+    pub fn open(
+        path: &Path,
+        interval: Duration,
+        looping: bool,
+        now: SystemTime,
+    ) -> Result<ReplaySource, BuildError> {
         let mut head = String::new();
         let mut r = open_reader(path)?;
         for _ in 0..DETECT_LINES {
@@ -131,7 +138,12 @@ impl ReplaySource {
         };
         let name = self.path.display().to_string();
         self.reader = Some(r);
-        self.parser = LineParser::new(self.format, &name, self.interval.as_secs_f64(), Timestamp(0));
+        self.parser = LineParser::new(
+            self.format,
+            &name,
+            self.interval.as_secs_f64(),
+            Timestamp(0),
+        );
         // The next pass starts one interval after the last sample of this one.
         let span = match (self.base, self.last_recorded) {
             (Some(b), Some(l)) => l - b,
@@ -163,7 +175,10 @@ impl ReplaySource {
                 break;
             }
             self.last_recorded = Some(s.taken.0);
-            out.samples.push(Sample { taken: Timestamp(due), entities: s.entities });
+            out.samples.push(Sample {
+                taken: Timestamp(due),
+                entities: s.entities,
+            });
         }
         out
     }
@@ -215,10 +230,16 @@ mod tests {
     #[test]
     fn bad_files_are_named() {
         let p = write("c.txt", "hello\nworld\n");
-        let err = ReplaySource::open(&p, Duration::from_secs(1), false, SystemTime::now()).unwrap_err();
+        let err =
+            ReplaySource::open(&p, Duration::from_secs(1), false, SystemTime::now()).unwrap_err();
         assert!(err.to_string().contains("c.txt: not a dcgmi dmon capture"));
-        let err = ReplaySource::open(Path::new("/nonexistent/x"), Duration::from_secs(1), false, SystemTime::now())
-            .unwrap_err();
+        let err = ReplaySource::open(
+            Path::new("/nonexistent/x"),
+            Duration::from_secs(1),
+            false,
+            SystemTime::now(),
+        )
+        .unwrap_err();
         assert!(err.to_string().starts_with("/nonexistent/x: cannot open"));
     }
 }

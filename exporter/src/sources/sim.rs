@@ -37,11 +37,16 @@ impl SimSource {
 
     /// Advance to `now` and return the window since the previous call.
     pub fn sample(&mut self, now: SystemTime) -> Produced {
-        let dt = now.duration_since(self.last).map_or(0.0, |d| d.as_secs_f64());
+        let dt = now
+            .duration_since(self.last)
+            .map_or(0.0, |d| d.as_secs_f64());
         if dt < 0.01 {
             return Produced::default();
         }
         self.last = now;
-        Produced { samples: vec![self.sim.step(dt)], errors: Vec::new() }
+        Produced {
+            samples: vec![self.sim.step(dt)],
+            errors: Vec::new(),
+        }
     }
 }
