@@ -74,9 +74,12 @@ effective is tensor work against the datasheet peak. <a href="/metrics">Metrics<
 <table>
 <tr><th>GPU</th><th>Model</th><th>Reported / effective</th><th>(orange reported, blue effective)</th><th>Phase</th><th>Fidelity</th></tr>
 {rows}</table>
-<p><small>Snapshot at {taken_unix_ms} ms since the Unix epoch.</small></p>
+<p><small>Snapshot taken {taken}. The page refreshes every 5 seconds.</small></p>
 </body></html>
 "#,
         source = esc(source),
+        taken = humantime::format_rfc3339_seconds(
+            std::time::UNIX_EPOCH + std::time::Duration::from_millis(taken_unix_ms.max(0).unsigned_abs())
+        ),
     )
 }

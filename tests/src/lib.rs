@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// The workspace root.
 #[must_use]
@@ -60,4 +61,486 @@ pub fn fixture(name: &str) -> PathBuf {
     workspace()
         .join("truthscale-core/tests/fixtures/dcgm")
         .join(name)
+}
+
+/// A `truthscale` command with a clean environment: only `PATH` is kept, so no stray
+/// `TRUTHSCALE_*` override (an unknown one makes startup fail) or pod variable leaks in.
+#[must_use]
+pub fn clean_command() -> Command {
+    let mut cmd = Command::new(truthscale());
+    cmd.env_clear();
+    if let Some(path) = std::env::var_os("PATH") {
+        cmd.env("PATH", path);
+    }
+    cmd
+}
+
+/// A fresh directory under the system temp directory, removed on drop.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// Create a new, empty directory.
+    ///
+    /// # Panics
+    /// When the directory cannot be created.
+    #[must_use]
+    pub fn new(prefix: &str) -> Self {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let dir = std::env::temp_dir().join(format!(
+            "truthscale-e2e-{prefix}-{}-{}-{nanos}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        Self(dir)
+    }
+
+    /// The directory.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then released), never Prometheus' default 9090.
+///
+/// # Panics
+/// When no port can be bound.
+#[must_use]
+pub fn free_port() -> u16 {
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("bind 127.0.0.1:0")
+            .port();
+        if port != 9090 {
+            return port;
+        }
+    }
+}
+
+/// A spawned process, in its own process group, killed (the whole group) on drop unless it
+/// has already been reaped. Its stdout and stderr go to files, read with [`Spawned::stderr`].
+#[derive(Debug)]
+pub struct Spawned {
+    child: std::process::Child,
+    name: String,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+impl Spawned {
+    /// Start `cmd` in a new process group, with output to files in `dir` named after `name`.
+    ///
+    /// # Panics
+    /// When the process cannot be started.
+    #[must_use]
+    pub fn start(mut cmd: Command, dir: &Path, name: &str) -> Self {
+        use std::os::unix::process::CommandExt;
+        let stdout = dir.join(format!("{name}.stdout"));
+        let stderr = dir.join(format!("{name}.stderr"));
+        let child = cmd
+            .process_group(0)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::fs::File::create(&stdout).expect("create stdout file"))
+            .stderr(std::fs::File::create(&stderr).expect("create stderr file"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {name} ({cmd:?}): {e}"));
+        Self {
+            child,
+            name: name.to_owned(),
+            stdout,
+            stderr,
+        }
+    }
+
+    /// The process id.
+    #[must_use]
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether it has exited (and its status), without waiting.
+    ///
+    /// # Panics
+    /// When the status cannot be read.
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().expect("try_wait")
+    }
+
+    /// Wait up to `limit` for it to exit; `None` if it is still running.
+    pub fn wait_timeout(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Send a signal (e.g. `"TERM"`) to the process itself with `kill`.
+    ///
+    /// # Panics
+    /// When `kill` cannot be run or fails.
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{sig}"), self.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{sig} {} failed", self.id());
+    }
+
+    /// Everything it wrote to stdout so far.
+    #[must_use]
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(&self.stdout).unwrap_or_default()
+    }
+
+    /// Everything it wrote to stderr so far.
+    #[must_use]
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// Kill the process group now (if the leader is not yet reaped) and reap the leader.
+    pub fn kill(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            // The leader is alive or a zombie, so its process group id is still ours.
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", self.child.id())])
+                .stderr(std::process::Stdio::null())
+                .status();
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// Run to completion within `limit`, killing the group when it overruns.
+    ///
+    /// # Panics
+    /// When it does not finish within `limit`.
+    pub fn finish(mut self, limit: Duration) -> std::process::ExitStatus {
+        match self.wait_timeout(limit) {
+            Some(status) => status,
+            None => {
+                self.kill();
+                panic!(
+                    "{} did not finish within {limit:?}; stderr:\n{}",
+                    self.name,
+                    self.stderr()
+                );
+            }
+        }
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// An HTTP response.
+#[derive(Debug, Clone)]
+pub struct Response {
+    /// Status code.
+    pub status: u16,
+    /// Header names (lower-cased) and values.
+    pub headers: Vec<(String, String)>,
+    /// Body, decoded from chunked transfer encoding when needed.
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// The first header with this (lower-case) name.
+    #[must_use]
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body as text (lossy).
+    #[must_use]
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// Percent-encode a query-string component.
+#[must_use]
+pub fn url_encode(s: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(s.len() * 3);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+/// `GET http://{addr}{path}` over a plain TCP connection (HTTP/1.1, `Connection: close`),
+/// with extra request headers.
+///
+/// # Errors
+/// When the connection or the read fails, or the response is malformed.
+pub fn http_get(addr: &str, path: &str, headers: &[(&str, &str)]) -> std::io::Result<Response> {
+    use std::io::{Error, Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(15)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(15)))?;
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    stream.write_all(req.as_bytes())?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let bad = |what: &str| Error::other(format!("malformed HTTP response from {addr}{path}: {what}"));
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| bad("no end of headers"))?;
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad("status line"))?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"));
+    if chunked {
+        let mut out = Vec::new();
+        let mut rest = &body[..];
+        loop {
+            let eol = rest
+                .windows(2)
+                .position(|w| w == b"\r\n")
+                .ok_or_else(|| bad("chunk size"))?;
+            let size_text = String::from_utf8_lossy(&rest[..eol]);
+            let size_text = size_text.split(';').next().unwrap_or("").trim();
+            let size = usize::from_str_radix(size_text, 16).map_err(|_| bad("chunk size"))?;
+            rest = &rest[eol + 2..];
+            if size == 0 {
+                break;
+            }
+            if rest.len() < size + 2 {
+                return Err(bad("short chunk"));
+            }
+            out.extend_from_slice(&rest[..size]);
+            rest = &rest[size + 2..];
+        }
+        body = out;
+    }
+    Ok(Response {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// One sample of a Prometheus text exposition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// Metric name.
+    pub name: String,
+    /// Labels in exposition order.
+    pub labels: Vec<(String, String)>,
+    /// Value.
+    pub value: f64,
+}
+
+impl Sample {
+    /// The value of a label.
+    #[must_use]
+    pub fn label(&self, name: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Parse the samples of a text exposition (0.0.4 or OpenMetrics); comments are skipped.
+///
+/// # Panics
+/// On a line that is not a well-formed sample.
+#[must_use]
+pub fn parse_exposition(body: &str) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for line in body.lines() {
+        let line = line.trim_end();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let name_end = line
+            .find(|c: char| c == '{' || c == ' ')
+            .unwrap_or_else(|| panic!("no value in {line:?}"));
+        let name = line[..name_end].to_owned();
+        let mut labels = Vec::new();
+        let mut rest = &line[name_end..];
+        if let Some(after) = rest.strip_prefix('{') {
+            let mut chars = after.char_indices();
+            let mut key = String::new();
+            let end = loop {
+                let (i, c) = chars
+                    .next()
+                    .unwrap_or_else(|| panic!("unterminated labels in {line:?}"));
+                match c {
+                    '}' => break i,
+                    ',' | ' ' => {}
+                    '=' => {
+                        assert_eq!(chars.next().map(|p| p.1), Some('"'), "in {line:?}");
+                        let mut val = String::new();
+                        loop {
+                            let (_, c) = chars
+                                .next()
+                                .unwrap_or_else(|| panic!("unterminated value in {line:?}"));
+                            match c {
+                                '"' => break,
+                                '\\' => match chars.next().map(|p| p.1) {
+                                    Some('n') => val.push('\n'),
+                                    Some(c) => val.push(c),
+                                    None => panic!("bad escape in {line:?}"),
+                                },
+                                c => val.push(c),
+                            }
+                        }
+                        labels.push((std::mem::take(&mut key), val));
+                    }
+                    c => key.push(c),
+                }
+            };
+            rest = &after[end + 1..];
+        }
+        let value_text = rest
+            .split_whitespace()
+            .next()
+            .unwrap_or_else(|| panic!("no value in {line:?}"));
+        let value = match value_text {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            "NaN" => f64::NAN,
+            v => v
+                .parse()
+                .unwrap_or_else(|_| panic!("bad value {v:?} in {line:?}")),
+        };
+        out.push(Sample {
+            name,
+            labels,
+            value,
+        });
+    }
+    out
+}
+
+/// A running `truthscale serve` on a free 127.0.0.1 port, killed on drop.
+#[derive(Debug)]
+pub struct Sidecar {
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+    /// The process.
+    pub process: Spawned,
+}
+
+impl Sidecar {
+    /// Start `truthscale serve ARGS --listen 127.0.0.1:<free port>` with a clean environment
+    /// plus `env`, and wait (up to 30 s) until `/readyz` answers 200. Retries with another
+    /// port when the chosen one was taken in between.
+    ///
+    /// # Panics
+    /// When it exits early or is not ready in time.
+    #[must_use]
+    pub fn start(args: &[&str], env: &[(&str, &str)], dir: &Path) -> Self {
+        for attempt in 0..3 {
+            let addr = format!("127.0.0.1:{}", free_port());
+            let mut cmd = clean_command();
+            cmd.arg("serve").args(args).args(["--listen", &addr]);
+            cmd.envs(env.iter().copied());
+            let mut sidecar = Self {
+                addr,
+                process: Spawned::start(cmd, dir, &format!("truthscale-serve-{attempt}")),
+            };
+            match sidecar.wait_ready(Duration::from_secs(30)) {
+                Ok(()) => return sidecar,
+                Err(stderr) if stderr.contains("in use") && attempt < 2 => {}
+                Err(stderr) => panic!(
+                    "truthscale serve {args:?} never became ready on {}; stderr:\n{stderr}",
+                    sidecar.addr
+                ),
+            }
+        }
+        unreachable!("the last attempt panics")
+    }
+
+    /// Poll `/readyz` every 50 ms until it answers 200; `Err(stderr)` when the process exits
+    /// or `limit` passes first.
+    ///
+    /// # Errors
+    /// With the process's stderr when it is not ready in time.
+    pub fn wait_ready(&mut self, limit: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.process.try_wait() {
+                return Err(format!("(exited: {status})\n{}", self.process.stderr()));
+            }
+            if let Ok(r) = http_get(&self.addr, "/readyz", &[]) {
+                if r.status == 200 {
+                    return Ok(());
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("(not ready after {limit:?})\n{}", self.process.stderr()));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `GET path` on the sidecar.
+    ///
+    /// # Panics
+    /// When the request fails.
+    #[must_use]
+    pub fn get(&self, path: &str, headers: &[(&str, &str)]) -> Response {
+        http_get(&self.addr, path, headers)
+            .unwrap_or_else(|e| panic!("GET {}{path}: {e}; stderr:\n{}", self.addr, self.process.stderr()))
+    }
+
+    /// The parsed text exposition of `/metrics`.
+    ///
+    /// # Panics
+    /// When the request fails or does not answer 200.
+    #[must_use]
+    pub fn metrics(&self) -> Vec<Sample> {
+        let r = self.get("/metrics", &[]);
+        assert_eq!(r.status, 200, "/metrics: {}", r.text());
+        parse_exposition(&r.text())
+    }
 }
