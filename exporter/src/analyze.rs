@@ -153,7 +153,11 @@ pub fn analyze_reader(
         Format::Jsonl => None,
         _ => Some(interval),
     };
-    let mut deriver = Deriver::new(DeriveConfig::default(), nominal);
+    let derive_config = match &args.config {
+        Some(path) => crate::config::Config::load(Some(path), &[], &[])?.derive,
+        None => DeriveConfig::default(),
+    };
+    let mut deriver = Deriver::new(derive_config, nominal);
     deriver.set_model_override(spec);
     let mut analyzer = Analyzer::new(deriver, args.timeline);
     let mut parser = LineParser::new(format, name, interval, Timestamp(0));

@@ -151,6 +151,10 @@ pub struct AnalyzeArgs {
     /// Include the per-window timeline (in JSON; memory grows with the input).
     #[arg(long)]
     pub timeline: bool,
+    /// Configuration file (TOML) whose `[derive]` section sets thresholds and hysteresis
+    /// (see `truthscale config defaults`).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
 }
 
 /// `truthscale simulate`.

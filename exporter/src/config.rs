@@ -212,9 +212,15 @@ impl Config {
                 message: format!("cannot read: {e}"),
             })?;
             // Check the file alone first, so that its errors name it.
-            let _: Config = toml::from_str(&text).map_err(|e| ConfigError::Load {
-                origin: f.display().to_string(),
-                message: e.to_string().trim().replace('\n', " "),
+            let _: Config = toml::from_str(&text).map_err(|e| {
+                let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+                ConfigError::Load {
+                    origin: match line {
+                        Some(l) => format!("{}:{l}", f.display()),
+                        None => f.display().to_string(),
+                    },
+                    message: e.message().to_string(),
+                }
             })?;
             b = b.add_source(config::File::from_str(&text, config::FileFormat::Toml));
         }

@@ -316,7 +316,8 @@ pub fn http_get(addr: &str, path: &str, headers: &[(&str, &str)]) -> std::io::Re
     stream.write_all(req.as_bytes())?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw)?;
-    let bad = |what: &str| Error::other(format!("malformed HTTP response from {addr}{path}: {what}"));
+    let bad =
+        |what: &str| Error::other(format!("malformed HTTP response from {addr}{path}: {what}"));
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -401,7 +402,7 @@ pub fn parse_exposition(body: &str) -> Vec<Sample> {
             continue;
         }
         let name_end = line
-            .find(|c: char| c == '{' || c == ' ')
+            .find(['{', ' '])
             .unwrap_or_else(|| panic!("no value in {line:?}"));
         let name = line[..name_end].to_owned();
         let mut labels = Vec::new();
@@ -511,13 +512,14 @@ impl Sidecar {
             if let Some(status) = self.process.try_wait() {
                 return Err(format!("(exited: {status})\n{}", self.process.stderr()));
             }
-            if let Ok(r) = http_get(&self.addr, "/readyz", &[]) {
-                if r.status == 200 {
-                    return Ok(());
-                }
+            if http_get(&self.addr, "/readyz", &[]).is_ok_and(|r| r.status == 200) {
+                return Ok(());
             }
             if Instant::now() >= deadline {
-                return Err(format!("(not ready after {limit:?})\n{}", self.process.stderr()));
+                return Err(format!(
+                    "(not ready after {limit:?})\n{}",
+                    self.process.stderr()
+                ));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -529,8 +531,13 @@ impl Sidecar {
     /// When the request fails.
     #[must_use]
     pub fn get(&self, path: &str, headers: &[(&str, &str)]) -> Response {
-        http_get(&self.addr, path, headers)
-            .unwrap_or_else(|e| panic!("GET {}{path}: {e}; stderr:\n{}", self.addr, self.process.stderr()))
+        http_get(&self.addr, path, headers).unwrap_or_else(|e| {
+            panic!(
+                "GET {}{path}: {e}; stderr:\n{}",
+                self.addr,
+                self.process.stderr()
+            )
+        })
     }
 
     /// The parsed text exposition of `/metrics`.
