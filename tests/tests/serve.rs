@@ -1,0 +1,731 @@
+//! `truthscale serve` end to end: the real binary against a real Prometheus, promtool, a
+//! replayed capture, a stale source, headless Chromium, signals and the config commands.
+//!
+//! Every process started here lives in a guard that kills it on drop, so a failed assertion
+//! leaves nothing running. Missing external tools fail the test (run `scripts/test`, which
+//! installs them); nothing is skipped.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use truthscale_e2e::{
+    Sample, Sidecar, Spawned, TempDir, clean_command, fixture, free_port, http_get, url_encode,
+};
+
+const T4: &str = "dcgm-exporter-cncf-k8s-ai-conformance-ericsson-ccd-t4.txt";
+const PHASES: [&str; 6] = [
+    "idle",
+    "prefill",
+    "decode",
+    "mixed",
+    "stalled",
+    "underloaded",
+];
+
+/// An external tool at a fixed path; its absence is a failure, not a skip.
+fn tool<'a>(path: &'a str, package: &str) -> &'a str {
+    assert!(
+        Path::new(path).is_file(),
+        "{path} is missing: run `scripts/test`, which installs the Debian package `{package}` \
+         (or `apt-get install --no-install-recommends {package}`)"
+    );
+    path
+}
+
+fn samples<'a>(all: &'a [Sample], name: &str) -> Vec<&'a Sample> {
+    all.iter().filter(|s| s.name == name).collect()
+}
+
+fn only<'a>(all: &'a [Sample], name: &str) -> &'a Sample {
+    let found = samples(all, name);
+    assert_eq!(found.len(), 1, "exactly one {name}: {found:?}");
+    found[0]
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. A real Prometheus scrapes the sidecar; the counters' algebra holds in PromQL.
+
+/// An instant query against Prometheus' HTTP API: `(labels, value)` per result series.
+fn prom_query(addr: &str, query: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+    let path = format!("/api/v1/query?query={}", url_encode(query));
+    let r = http_get(addr, &path, &[]).unwrap_or_else(|e| panic!("query {query}: {e}"));
+    assert_eq!(r.status, 200, "query {query}: {}", r.text());
+    let v: Value = serde_json::from_slice(&r.body).expect("Prometheus answers JSON");
+    assert_eq!(v["status"], "success", "{query}: {v}");
+    assert_eq!(v["data"]["resultType"], "vector", "{query}: {v}");
+    v["data"]["result"]
+        .as_array()
+        .expect("result array")
+        .iter()
+        .map(|s| {
+            let labels = s["metric"]
+                .as_object()
+                .expect("metric object")
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                .collect();
+            let value = s["value"][1]
+                .as_str()
+                .and_then(|x| x.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("value in {s}"));
+            (labels, value)
+        })
+        .collect()
+}
+
+/// `query` aggregated or keyed by `gpu`: value per GPU label.
+fn per_gpu(addr: &str, query: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for (labels, value) in prom_query(addr, query) {
+        let gpu = labels
+            .get("gpu")
+            .unwrap_or_else(|| panic!("gpu label in {labels:?} for {query}"))
+            .clone();
+        assert!(
+            out.insert(gpu.clone(), value).is_none(),
+            "two series for gpu {gpu} in {query}"
+        );
+    }
+    out
+}
+
+/// Diagnostics for a failed rate check: each phase's rate and its value 30 s ago.
+fn per_phase(addr: &str, gpu: &str) -> Vec<(String, f64, f64)> {
+    let sel = format!("truthscale_gpu_phase_seconds_total{{gpu=\"{gpu}\"}}");
+    let rates = prom_query(addr, &format!("rate({sel}[30s])"));
+    let before = prom_query(addr, &format!("{sel} offset 30s"));
+    rates
+        .into_iter()
+        .map(|(labels, rate)| {
+            let phase = labels.get("phase").cloned().unwrap_or_default();
+            let then = before
+                .iter()
+                .find(|(l, _)| l.get("phase") == Some(&phase))
+                .map_or(f64::NAN, |(_, v)| *v);
+            (phase, rate, then)
+        })
+        .collect()
+}
+
+#[test]
+fn prometheus_round_trip() {
+    let prometheus = tool("/usr/bin/prometheus", "prometheus");
+    let started = Instant::now();
+    let tmp = TempDir::new("prom");
+    let mut sidecar = Sidecar::start(
+        &["--source", "sim", "--sim-gpus", "3", "--interval", "1s"],
+        &[],
+        tmp.path(),
+    );
+    let sidecar_started = Instant::now();
+
+    let config = tmp.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 5s\n  scrape_timeout: 4s\n  evaluation_interval: 5s\n\
+             scrape_configs:\n  - job_name: truthscale\n    honor_labels: true\n    \
+             static_configs:\n      - targets: ['{}']\n",
+            sidecar.addr
+        ),
+    )
+    .unwrap();
+    let data = tmp.path().join("tsdb");
+    let prom_addr = format!("127.0.0.1:{}", free_port());
+    let mut cmd = Command::new(prometheus);
+    cmd.arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.tsdb.path={}", data.display()))
+        .arg(format!("--web.listen-address={prom_addr}"))
+        .arg("--log.level=warn");
+    let mut prom = Spawned::start(cmd, tmp.path(), "prometheus");
+
+    // Prometheus answers /-/ready once the TSDB is open.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = prom.try_wait() {
+            panic!("prometheus exited ({status}):\n{}", prom.stderr());
+        }
+        if http_get(&prom_addr, "/-/ready", &[]).is_ok_and(|r| r.status == 200) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "prometheus not ready in 60 s:\n{}",
+            prom.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    eprintln!(
+        "prometheus_round_trip: prometheus ready after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    // The first scrape lands within one scrape interval (plus jitter; generous for a loaded
+    // machine).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let up = prom_query(&prom_addr, "up{job=\"truthscale\"}");
+        if up.len() == 1 && up[0].1 == 1.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sidecar never became up in Prometheus: {up:?}\nprometheus:\n{}\nsidecar:\n{}",
+            prom.stderr(),
+            sidecar.process.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let up_at = Instant::now();
+    eprintln!(
+        "prometheus_round_trip: target up after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    // At least 35 s of scraping, watching that neither process dies meanwhile. The query
+    // also waits for a minute of sidecar uptime: rate() does not extrapolate a counter back
+    // past zero, so a phase counter first entered inside the 30 s window (the simulated
+    // llm-serving GPU first goes idle at ~15 s and mixed at ~25 s) pulls the sum below 1 by
+    // up to ~0.1 though the exported counters add up exactly. Measured: 0.96 at 42 s of
+    // uptime, 1.00 from ~57 s on.
+    while up_at.elapsed() < Duration::from_secs(36)
+        || sidecar_started.elapsed() < Duration::from_secs(60)
+    {
+        assert!(
+            prom.try_wait().is_none(),
+            "prometheus exited:\n{}",
+            prom.stderr()
+        );
+        assert!(
+            sidecar.process.try_wait().is_none(),
+            "sidecar exited:\n{}",
+            sidecar.process.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let scrapes = prom_query(&prom_addr, "count_over_time(up{job=\"truthscale\"}[1m])");
+    assert_eq!(scrapes.len(), 1, "{scrapes:?}");
+    assert!(scrapes[0].1 >= 7.0, "only {} scrapes in 1m", scrapes[0].1);
+    let up_sum = prom_query(&prom_addr, "sum_over_time(up{job=\"truthscale\"}[1m])");
+    assert_eq!(up_sum[0].1, scrapes[0].1, "every scrape succeeded");
+
+    // The identity itself, at every scrape of the last minute: per GPU the six phase counters
+    // add up to the observed seconds.
+    let identity = per_gpu(
+        &prom_addr,
+        "max_over_time((abs(sum by (gpu) (truthscale_gpu_phase_seconds_total) \
+         - sum by (gpu) (truthscale_gpu_observed_seconds_total)))[1m:5s])",
+    );
+    eprintln!("prometheus_round_trip: max |sum(phase) - observed| per gpu = {identity:?}");
+    assert_eq!(identity.len(), 3, "{identity:?}");
+    for (gpu, diff) in &identity {
+        assert!(*diff <= 1e-6, "gpu {gpu}: phases miss observed by {diff} s");
+    }
+
+    // Per GPU the six phase counters together advance one second per second.
+    let rates = per_gpu(
+        &prom_addr,
+        "sum by (gpu) (rate(truthscale_gpu_phase_seconds_total[30s]))",
+    );
+    eprintln!("prometheus_round_trip: sum of phase rates per gpu = {rates:?}");
+    assert_eq!(
+        rates.keys().collect::<Vec<_>>(),
+        ["0", "1", "2"],
+        "{rates:?}"
+    );
+    for (gpu, rate) in &rates {
+        assert!(
+            (rate - 1.0).abs() <= 0.05,
+            "gpu {gpu}: phase seconds advance at {rate} s/s, not 1 (per phase: {:?})",
+            per_phase(&prom_addr, gpu)
+        );
+    }
+
+    // The ECF averaged from the counters matches the simulator's ground truth.
+    let derived = per_gpu(
+        &prom_addr,
+        "increase(truthscale_gpu_effective_compute_seconds_total[1m]) \
+         / increase(truthscale_gpu_observed_seconds_total[1m])",
+    );
+    let truth = per_gpu(
+        &prom_addr,
+        "increase(truthscale_sim_truth_effective_compute_seconds_total[1m]) \
+         / increase(truthscale_gpu_observed_seconds_total[1m])",
+    );
+    assert_eq!(derived.len(), 3, "{derived:?}");
+    assert_eq!(truth.len(), 3, "{truth:?}");
+    for (gpu, ecf) in &derived {
+        let t = truth[gpu];
+        eprintln!(
+            "prometheus_round_trip: gpu {gpu}: ECF {ecf:.4} vs truth {t:.4} (diff {:+.4})",
+            ecf - t
+        );
+        assert!(ecf.is_finite() && t.is_finite(), "gpu {gpu}: {ecf} vs {t}");
+        assert!(
+            (ecf - t).abs() <= 0.02,
+            "gpu {gpu}: derived ECF {ecf} vs ground truth {t}"
+        );
+    }
+
+    // Every identity series says it is simulated, and honor_labels kept the sidecar's labels.
+    let info = prom_query(&prom_addr, "truthscale_gpu_info");
+    assert_eq!(info.len(), 3, "{info:?}");
+    for (labels, value) in &info {
+        assert_eq!(*value, 1.0, "{labels:?}");
+        assert_eq!(
+            labels.get("source").map(String::as_str),
+            Some("sim"),
+            "{labels:?}"
+        );
+        assert_eq!(
+            labels.get("model").map(String::as_str),
+            Some("Simulated H100 SXM"),
+            "{labels:?}"
+        );
+    }
+    let problems = prom.stderr();
+    assert!(
+        !problems.contains("level=error"),
+        "prometheus logged errors:\n{problems}"
+    );
+    eprintln!(
+        "prometheus_round_trip: done in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. promtool lints the text exposition; OpenMetrics is negotiated.
+
+#[test]
+fn promtool_accepts_the_exposition() {
+    let promtool = tool("/usr/bin/promtool", "prometheus");
+    let tmp = TempDir::new("promtool");
+    let sidecar = Sidecar::start(&["--source", "sim", "--interval", "1s"], &[], tmp.path());
+
+    // Wait for two ticks: every GPU has observed at least two seconds.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let body = loop {
+        let r = sidecar.get("/metrics", &[]);
+        assert_eq!(r.status, 200);
+        let text = r.text();
+        let all = truthscale_e2e::parse_exposition(&text);
+        let observed = samples(&all, "truthscale_gpu_observed_seconds_total");
+        if observed.len() == 4 && observed.iter().all(|s| s.value >= 2.0) {
+            let ct = r.header("content-type").unwrap_or_default().to_owned();
+            assert!(
+                ct.starts_with("text/plain") && ct.contains("version=0.0.4"),
+                "content type {ct}"
+            );
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no two ticks in 20 s: {observed:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start promtool");
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(body.as_bytes()).expect("write to promtool");
+    }
+    let out = child.wait_with_output().expect("promtool finishes");
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}\n{report}",
+        out.status
+    );
+    let problems: Vec<&str> = report.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(
+        problems.is_empty(),
+        "promtool reports problems: {problems:#?}"
+    );
+
+    let om = sidecar.get("/metrics", &[("Accept", "application/openmetrics-text")]);
+    assert_eq!(om.status, 200);
+    let ct = om.header("content-type").unwrap_or_default();
+    assert!(
+        ct.starts_with("application/openmetrics-text"),
+        "content type {ct}"
+    );
+    let text = om.text();
+    assert!(
+        text.ends_with("# EOF\n"),
+        "OpenMetrics body ends with {:?}",
+        &text[text.len().saturating_sub(40)..]
+    );
+    assert_eq!(text.matches("# EOF").count(), 1);
+    // The same families, in the other format.
+    let om_samples = truthscale_e2e::parse_exposition(&text);
+    assert!(
+        om_samples
+            .iter()
+            .any(|s| s.name == "truthscale_gpu_effective_compute_ratio"),
+        "OpenMetrics body has the ECF gauge"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. Serving a replayed capture exports exactly what `analyze` computes.
+
+#[test]
+fn replay_serves_what_analyze_computes() {
+    let t4 = fixture(T4);
+    let t4 = t4.to_str().unwrap();
+    let out = clean_command()
+        .args(["analyze", t4, "--json"])
+        .output()
+        .expect("run analyze");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("analyze --json prints JSON");
+    let ents = v["entities"].as_array().expect("entities");
+    assert_eq!(ents.len(), 1, "{v}");
+    let e = &ents[0];
+    let mean = |k: &str| {
+        e[k]["mean"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{k}.mean in {e}"))
+    };
+
+    let tmp = TempDir::new("replay");
+    let source = format!("replay:{t4}");
+    let sidecar = Sidecar::start(
+        &["--source", &source, "--stale-after", "1h"],
+        &[],
+        tmp.path(),
+    );
+    let all = sidecar.metrics();
+    let served = |name: &str| {
+        let s = only(&all, name);
+        assert_eq!(s.label("gpu"), Some("0"), "{s:?}");
+        assert_eq!(
+            s.label("uuid"),
+            e["uuid"].as_str(),
+            "{s:?} has the capture's uuid"
+        );
+        s.value
+    };
+    let pairs = [
+        (
+            "truthscale_gpu_effective_compute_ratio",
+            mean("effective_compute"),
+        ),
+        (
+            "truthscale_gpu_reported_utilization_ratio",
+            mean("reported_utilization"),
+        ),
+        (
+            "truthscale_gpu_roofline_saturation_ratio",
+            mean("roofline_saturation"),
+        ),
+        (
+            "truthscale_gpu_inflation_gap_ratio",
+            mean("inflation_gap_points") / 100.0,
+        ),
+    ];
+    for (name, want) in pairs {
+        let got = served(name);
+        eprintln!("replay_serves_what_analyze_computes: {name} served {got} analyze {want}");
+        assert!(
+            (got - want).abs() <= 1e-9,
+            "{name}: served {got}, analyze {want}"
+        );
+    }
+    let info = only(&all, "truthscale_gpu_info");
+    assert_eq!(info.label("source"), Some("replay"), "{info:?}");
+    assert_eq!(info.label("model"), Some("Tesla T4"), "{info:?}");
+    assert_eq!(info.label("fidelity"), e["fidelity"].as_str(), "{info:?}");
+    let up = only(&all, "truthscale_source_up");
+    assert_eq!(up.label("source"), Some("replay"));
+    assert_eq!(
+        up.value, 1.0,
+        "a one-scrape capture stays up with --stale-after 1h"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. A source that stops producing: the series go, the server stays.
+
+#[test]
+fn stale_source_drops_series_and_keeps_serving() {
+    let tmp = TempDir::new("stale");
+    let capture = tmp.path().join("dmon.txt");
+    std::fs::write(
+        &capture,
+        "#Entity   GPUTL  TENSO  DRAMA\n\
+         ID\n\
+         GPU 0     100    0.5    0.2\n\
+         GPU 0     100    0.5    0.2\n\
+         GPU 0     100    0.5    0.2\n",
+    )
+    .unwrap();
+    let source = format!("replay:{}", capture.display());
+    let started = Instant::now();
+    let mut sidecar = Sidecar::start(
+        &[
+            "--source",
+            &source,
+            "--interval",
+            "200ms",
+            "--stale-after",
+            "1s",
+        ],
+        // A dmon capture has no timestamps: its rows are spaced `source.replay_interval`
+        // apart (1s by default), not `--interval`. Space them 200ms too, so the three rows
+        // are gone by ~0.4 s and the source is stale by ~1.4 s, well before the check at 3 s.
+        &[("TRUTHSCALE_SOURCE__REPLAY_INTERVAL", "200ms")],
+        tmp.path(),
+    );
+
+    let first = sidecar.metrics();
+    eprintln!(
+        "stale_source_drops_series_and_keeps_serving: first scrape {:.2} s after start",
+        started.elapsed().as_secs_f64()
+    );
+    let ecf: Vec<_> = samples(&first, "truthscale_gpu_effective_compute_ratio")
+        .into_iter()
+        .filter(|s| s.label("gpu") == Some("0"))
+        .collect();
+    assert_eq!(ecf.len(), 1, "ECF for gpu 0 while fresh: {first:?}");
+    // τ = 0.5 and no clock reported: ECF is τ itself.
+    assert!((ecf[0].value - 0.5).abs() < 1e-9, "{:?}", ecf[0]);
+    let up = only(&first, "truthscale_source_up");
+    assert_eq!((up.label("source"), up.value), (Some("replay"), 1.0));
+
+    std::thread::sleep(Duration::from_secs(3));
+    let later = sidecar.metrics();
+    let gpu_series: Vec<_> = later
+        .iter()
+        .filter(|s| s.name.starts_with("truthscale_gpu_"))
+        .collect();
+    assert!(
+        gpu_series.is_empty(),
+        "stale GPU series still served: {gpu_series:?}"
+    );
+    let up = only(&later, "truthscale_source_up");
+    assert_eq!((up.label("source"), up.value), (Some("replay"), 0.0));
+    let health = sidecar.get("/healthz", &[]);
+    assert_eq!(health.status, 200, "{}", health.text());
+    assert!(
+        sidecar.process.try_wait().is_none(),
+        "the server exited: {}",
+        sidecar.process.stderr()
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. The landing page renders in a real browser.
+
+fn chromium(tmp: &Path, name: &str, extra: &[String], url: &str) -> String {
+    let chromium = tool("/usr/bin/chromium", "chromium");
+    let profile = tmp.join(format!("profile-{name}"));
+    std::fs::create_dir_all(&profile).unwrap();
+    let mut cmd = Command::new(chromium);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1200,700",
+    ])
+    .arg(format!("--user-data-dir={}", profile.display()))
+    .args(extra)
+    .arg(url);
+    let started = Instant::now();
+    let mut run = Spawned::start(cmd, tmp, &format!("chromium-{name}"));
+    let status = match run.wait_timeout(Duration::from_secs(60)) {
+        Some(s) => s,
+        None => {
+            run.kill();
+            panic!("chromium {name} ran over 60 s:\n{}", run.stderr());
+        }
+    };
+    eprintln!(
+        "landing_page_renders_in_chromium: chromium {name} took {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        status.success(),
+        "chromium {name}: {status}\n{}",
+        run.stderr()
+    );
+    run.stdout()
+}
+
+fn be_u32(b: &[u8]) -> u32 {
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+#[test]
+fn landing_page_renders_in_chromium() {
+    tool("/usr/bin/chromium", "chromium");
+    let tmp = TempDir::new("chromium");
+    let sidecar = Sidecar::start(&["--source", "sim", "--sim-gpus", "2"], &[], tmp.path());
+    let url = format!("http://{}/", sidecar.addr);
+
+    let png = tmp.path().join("landing.png");
+    chromium(
+        tmp.path(),
+        "screenshot",
+        &[format!("--screenshot={}", png.display())],
+        &url,
+    );
+    let bytes = std::fs::read(&png).unwrap_or_else(|e| panic!("{}: {e}", png.display()));
+    assert!(
+        bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "PNG signature: {:?}",
+        &bytes[..bytes.len().min(8)]
+    );
+    assert!(
+        bytes.len() >= 10 * 1024,
+        "screenshot only {} bytes",
+        bytes.len()
+    );
+    // The first chunk is IHDR: length 13, then width and height, big-endian.
+    assert_eq!(be_u32(&bytes[8..12]), 13);
+    assert_eq!(&bytes[12..16], b"IHDR");
+    let (w, h) = (be_u32(&bytes[16..20]), be_u32(&bytes[20..24]));
+    eprintln!(
+        "landing_page_renders_in_chromium: screenshot {w}x{h}, {} bytes",
+        bytes.len()
+    );
+    assert_eq!((w, h), (1200, 700));
+
+    let dom = chromium(tmp.path(), "dom", &["--dump-dom".to_owned()], &url);
+    assert!(
+        dom.contains("SIMULATED"),
+        "DOM lacks the SIMULATED badge:\n{dom}"
+    );
+    assert!(
+        dom.contains("Simulated H100 SXM"),
+        "DOM lacks the model:\n{dom}"
+    );
+    assert!(
+        PHASES.iter().any(|p| dom.contains(&format!(">{p}<"))),
+        "DOM shows no phase:\n{dom}"
+    );
+    assert!(
+        dom.contains("href=\"/metrics\""),
+        "DOM has no link to /metrics:\n{dom}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. SIGTERM: a clean, prompt exit.
+
+#[test]
+fn sigterm_shuts_down_gracefully() {
+    let tmp = TempDir::new("sigterm");
+    let mut sidecar = Sidecar::start(&["--source", "sim", "--sim-gpus", "1"], &[], tmp.path());
+    let sent = Instant::now();
+    sidecar.process.signal("TERM");
+    let status = sidecar.process.wait_timeout(Duration::from_secs(5));
+    let took = sent.elapsed();
+    let status = status.unwrap_or_else(|| {
+        panic!(
+            "still running 5 s after SIGTERM:\n{}",
+            sidecar.process.stderr()
+        )
+    });
+    eprintln!(
+        "sigterm_shuts_down_gracefully: exited {status} after {:.0} ms",
+        took.as_secs_f64() * 1e3
+    );
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "exit after SIGTERM:\n{}",
+        sidecar.process.stderr()
+    );
+    // The port is released.
+    assert!(
+        http_get(&sidecar.addr, "/healthz", &[]).is_err(),
+        "still answering after exit"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 7. `config defaults`, `config check`, and validation at startup.
+
+#[test]
+fn config_commands() {
+    let tmp = TempDir::new("config");
+    let defaults = clean_command()
+        .args(["config", "defaults"])
+        .output()
+        .expect("run config defaults");
+    assert!(defaults.status.success(), "{defaults:?}");
+    let toml = String::from_utf8(defaults.stdout).expect("UTF-8");
+    assert!(
+        toml.lines()
+            .any(|l| l == "listen_address = \"0.0.0.0:9488\""),
+        "{toml}"
+    );
+
+    let good = tmp.path().join("defaults.toml");
+    std::fs::write(&good, &toml).unwrap();
+    let out = clean_command()
+        .args(["config", "check"])
+        .arg(&good)
+        .output()
+        .expect("run config check");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.trim_end(), format!("{}: ok", good.display()));
+
+    let bad = tmp.path().join("typo.toml");
+    std::fs::write(&bad, "[source]\nintervl = \"1s\"\n").unwrap();
+    let out = clean_command()
+        .args(["config", "check"])
+        .arg(&bad)
+        .output()
+        .expect("run config check");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a typo passed: {out:?}");
+    assert!(stderr.contains(&bad.display().to_string()), "{stderr}");
+    assert!(stderr.contains("intervl"), "{stderr}");
+
+    // Too short an interval: refused at startup, naming the setting.
+    let mut cmd = clean_command();
+    cmd.args([
+        "serve",
+        "--interval",
+        "50ms",
+        "--listen",
+        &format!("127.0.0.1:{}", free_port()),
+    ]);
+    let run = Spawned::start(cmd, tmp.path(), "serve-50ms");
+    let stderr_path = tmp.path().join("serve-50ms.stderr");
+    let status = run.finish(Duration::from_secs(10));
+    let stderr = std::fs::read_to_string(stderr_path).unwrap_or_default();
+    assert!(!status.success(), "serve --interval 50ms started: {stderr}");
+    assert!(stderr.contains("source.interval"), "{stderr}");
+}
