@@ -187,12 +187,15 @@ const ERROR_LOG_EVERY: Duration = Duration::from_secs(30);
 
 impl Sampler {
     fn new(settings: &Settings, source: AnySource) -> Sampler {
+        let window = match source {
+            AnySource::Replay(_) => settings.replay_interval,
+            AnySource::Sim(_) => settings.interval,
+        };
         Sampler {
             source,
-            deriver: Deriver::new(
-                settings.derive.clone(),
-                Some(settings.interval.as_secs_f64()),
-            ),
+            // A replay's windows are as long as its recorded spacing; live sources' as the
+            // sampling interval.
+            deriver: Deriver::new(settings.derive.clone(), Some(window.as_secs_f64())),
             identity: settings.identity.clone(),
             stale_after: settings.stale_after,
             entities: BTreeMap::new(),
