@@ -69,6 +69,12 @@ pub struct SourceConfig {
     pub replay_loop: bool,
     /// Time between samples of a replayed capture that has no timestamps.
     pub replay_interval: String,
+    /// Timeout of one scrape of dcgm-exporter (`dcgm-exporter` only).
+    pub scrape_timeout: String,
+    /// Keep only these GPU UUIDs (`dcgm-exporter` only; default: this pod's GPUs).
+    pub gpu_uuids: Vec<String>,
+    /// Keep only these GPU indices (`dcgm-exporter` only).
+    pub gpu_indices: Vec<u32>,
 }
 
 impl Default for SourceConfig {
@@ -82,6 +88,9 @@ impl Default for SourceConfig {
             seed: 1,
             replay_loop: false,
             replay_interval: "1s".into(),
+            scrape_timeout: "5s".into(),
+            gpu_uuids: Vec::new(),
+            gpu_indices: Vec::new(),
         }
     }
 }
@@ -170,6 +179,16 @@ pub struct Settings {
     pub replay_loop: bool,
     /// Replay spacing for captures without timestamps.
     pub replay_interval: Duration,
+    /// dcgm-exporter scrape timeout.
+    pub scrape_timeout: Duration,
+    /// GPU UUIDs to keep (dcgm-exporter).
+    pub gpu_uuids: Vec<String>,
+    /// GPU indices to keep (dcgm-exporter).
+    pub gpu_indices: Vec<u32>,
+    /// `NODE_IP` from the environment (for the default dcgm-exporter URL).
+    pub node_ip: Option<String>,
+    /// `NVIDIA_VISIBLE_DEVICES` from the environment (dcgm-exporter scope fallback).
+    pub nvidia_visible_devices: Option<String>,
     /// Identity labels.
     pub identity: Identity,
     /// Request timeout.
@@ -213,7 +232,9 @@ impl Config {
             })?;
             // Check the file alone first, so that its errors name it.
             let _: Config = toml::from_str(&text).map_err(|e| {
-                let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+                let line = e
+                    .span()
+                    .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
                 ConfigError::Load {
                     origin: match line {
                         Some(l) => format!("{}:{l}", f.display()),
@@ -235,6 +256,9 @@ impl Config {
                 .prefix_separator("_")
                 .separator("__")
                 .try_parsing(true)
+                .list_separator(",")
+                .with_list_parse_key("source.gpu_uuids")
+                .with_list_parse_key("source.gpu_indices")
                 .source(Some(env_map)),
         );
         for (k, v) in overrides {
@@ -322,6 +346,7 @@ impl Config {
                 }
             })?;
         let replay_interval = duration("source.replay_interval", &self.source.replay_interval)?;
+        let scrape_timeout = duration("source.scrape_timeout", &self.source.scrape_timeout)?;
         let request_timeout = duration("http.request_timeout", &self.http.request_timeout)?;
         if self.http.max_concurrent_requests == 0 {
             return Err(ConfigError::Invalid {
@@ -359,6 +384,11 @@ impl Config {
             seed: self.source.seed,
             replay_loop: self.source.replay_loop,
             replay_interval,
+            scrape_timeout,
+            gpu_uuids: self.source.gpu_uuids.clone(),
+            gpu_indices: self.source.gpu_indices.clone(),
+            node_ip: getenv("NODE_IP"),
+            nvidia_visible_devices: getenv("NVIDIA_VISIBLE_DEVICES"),
             identity,
             request_timeout,
             max_concurrent_requests: self.http.max_concurrent_requests,

@@ -79,7 +79,8 @@ effective is tensor work against the datasheet peak. <a href="/metrics">Metrics<
 "#,
         source = esc(source),
         taken = humantime::format_rfc3339_seconds(
-            std::time::UNIX_EPOCH + std::time::Duration::from_millis(taken_unix_ms.max(0).unsigned_abs())
+            std::time::UNIX_EPOCH
+                + std::time::Duration::from_millis(taken_unix_ms.max(0).unsigned_abs())
         ),
     )
 }

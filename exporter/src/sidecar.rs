@@ -187,15 +187,18 @@ const ERROR_LOG_EVERY: Duration = Duration::from_secs(30);
 
 impl Sampler {
     fn new(settings: &Settings, source: AnySource) -> Sampler {
+        // A replay's windows are as long as its recorded spacing; the simulator's as the
+        // sampling interval; dcgm-exporter's are learned from its own cadence.
         let window = match source {
-            AnySource::Replay(_) => settings.replay_interval,
-            AnySource::Sim(_) => settings.interval,
+            AnySource::Replay(_) => Some(settings.replay_interval.as_secs_f64()),
+            AnySource::Sim(_) => Some(settings.interval.as_secs_f64()),
+            AnySource::DcgmExporter(_) => None,
         };
         Sampler {
             source,
             // A replay's windows are as long as its recorded spacing; live sources' as the
             // sampling interval.
-            deriver: Deriver::new(settings.derive.clone(), Some(window.as_secs_f64())),
+            deriver: Deriver::new(settings.derive.clone(), window),
             identity: settings.identity.clone(),
             stale_after: settings.stale_after,
             entities: BTreeMap::new(),
@@ -237,6 +240,14 @@ impl Sampler {
                     },
                 );
             }
+            self.last_data = Some(t0);
+        }
+        for key in &produced.unchanged {
+            if let Some(s) = self.entities.get_mut(key) {
+                s.last_seen = t0;
+            }
+        }
+        if !produced.unchanged.is_empty() {
             self.last_data = Some(t0);
         }
         let stale_after = self.stale_after;

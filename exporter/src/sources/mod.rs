@@ -1,16 +1,18 @@
 //! Counter sources. Each produces raw [`Sample`]s and derives nothing.
 //!
 //! Sources are synchronous: the sampler runs them on its own thread, never on the scrape
-//! path. `nvml`, `dcgm-exporter:` and `auto` are recognised but not built yet.
+//! path. `nvml` and `auto` are recognised but not built yet.
 
 use std::path::PathBuf;
 use std::time::SystemTime;
-use truthscale_core::model::{Sample, SourceKind};
+use truthscale_core::model::{EntityKey, Sample, SourceKind};
 use truthscale_core::sim::Scenario;
 
+pub mod dcgm_exporter;
 pub mod replay;
 pub mod sim;
 
+pub use dcgm_exporter::DcgmExporterSource;
 pub use replay::ReplaySource;
 pub use sim::SimSource;
 
@@ -29,10 +31,10 @@ pub enum SourceSpec {
     },
     /// NVML in-process (not built yet).
     Nvml,
-    /// A live dcgm-exporter (not built yet).
+    /// A live dcgm-exporter.
     DcgmExporter {
-        /// Its `/metrics` URL.
-        url: String,
+        /// Its `/metrics` URL; `None` means `http://$NODE_IP:9400/metrics`, else localhost.
+        url: Option<String>,
     },
     /// NVML when the library loads (not built yet).
     Auto,
@@ -63,9 +65,14 @@ impl SourceSpec {
             ("replay", Some(p)) if !p.is_empty() => Ok(SourceSpec::Replay { path: p.into() }),
             ("nvml", None) => Ok(SourceSpec::Nvml),
             ("auto", None) => Ok(SourceSpec::Auto),
-            ("dcgm-exporter", Some(url)) if !url.is_empty() => Ok(SourceSpec::DcgmExporter {
-                url: url.to_string(),
-            }),
+            ("dcgm-exporter", None) => Ok(SourceSpec::DcgmExporter { url: None }),
+            ("dcgm-exporter", Some(url))
+                if url.starts_with("http://") || url.starts_with("https://") =>
+            {
+                Ok(SourceSpec::DcgmExporter {
+                    url: Some(url.to_string()),
+                })
+            }
             _ => Err(format!(
                 "{s:?} is not a source; use sim[:SCENARIO], replay:PATH, nvml, dcgm-exporter:URL or auto"
             )),
@@ -77,7 +84,9 @@ impl SourceSpec {
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     /// The source kind is planned but not implemented in this build.
-    #[error("the {0} source is not built yet; use --source sim or --source replay:PATH for now")]
+    #[error(
+        "the {0} source is not built yet; use --source sim, replay:PATH or dcgm-exporter:URL for now"
+    )]
     NotBuilt(&'static str),
     /// A replay file could not be opened or recognised.
     #[error("{path}: {message}")]
@@ -89,7 +98,7 @@ pub enum BuildError {
     },
 }
 
-/// Why a sampling attempt failed.
+/// Why a sampling attempt failed, or a value was dropped.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
     /// Input could not be read.
@@ -98,6 +107,15 @@ pub enum SourceError {
     /// Input was malformed.
     #[error("{0}")]
     Parse(String),
+    /// The endpoint could not be reached (refused, timed out, DNS).
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+    /// The endpoint answered with an error status.
+    #[error("{0}")]
+    Http(String),
+    /// A DCGM sentinel value was dropped.
+    #[error("sentinel value dropped: {0}")]
+    Sentinel(String),
 }
 
 impl SourceError {
@@ -107,6 +125,9 @@ impl SourceError {
         match self {
             SourceError::Io(_) => "io",
             SourceError::Parse(_) => "parse",
+            SourceError::Unreachable(_) => "unreachable",
+            SourceError::Http(_) => "http",
+            SourceError::Sentinel(_) => "sentinel",
         }
     }
 }
@@ -118,6 +139,8 @@ pub struct Produced {
     pub samples: Vec<Sample>,
     /// Non-fatal problems met while producing them.
     pub errors: Vec<SourceError>,
+    /// Entities seen again with unchanged readings (alive, but nothing new to derive).
+    pub unchanged: Vec<EntityKey>,
 }
 
 /// Any source, dispatched statically.
@@ -127,6 +150,8 @@ pub enum AnySource {
     Sim(SimSource),
     /// A replay (boxed: it holds a reader and a parser).
     Replay(Box<ReplaySource>),
+    /// A live dcgm-exporter.
+    DcgmExporter(Box<DcgmExporterSource>),
 }
 
 impl AnySource {
@@ -136,6 +161,7 @@ impl AnySource {
         match self {
             AnySource::Sim(_) => SourceKind::Sim,
             AnySource::Replay(_) => SourceKind::Replay,
+            AnySource::DcgmExporter(_) => SourceKind::DcgmExporter,
         }
     }
 
@@ -144,6 +170,7 @@ impl AnySource {
         match self {
             AnySource::Sim(s) => s.sample(now),
             AnySource::Replay(r) => r.sample(now),
+            AnySource::DcgmExporter(d) => d.sample(now),
         }
     }
 }
@@ -171,7 +198,35 @@ pub fn build(settings: &crate::config::Settings, now: SystemTime) -> Result<AnyS
         )?))),
         SourceSpec::Nvml => Err(BuildError::NotBuilt("nvml")),
         SourceSpec::Auto => Err(BuildError::NotBuilt("auto (NVML)")),
-        SourceSpec::DcgmExporter { .. } => Err(BuildError::NotBuilt("dcgm-exporter")),
+        SourceSpec::DcgmExporter { url } => {
+            let url = url
+                .clone()
+                .unwrap_or_else(|| default_dcgm_url(settings.node_ip.as_deref()));
+            let id = &settings.identity;
+            let scope = dcgm_exporter::Scope::choose(
+                &settings.gpu_uuids,
+                &settings.gpu_indices,
+                id.pod.as_deref(),
+                id.namespace.as_deref(),
+                settings.nvidia_visible_devices.as_deref(),
+            );
+            tracing::info!(url = %url, scope = ?scope, "Reading dcgm-exporter.");
+            Ok(AnySource::DcgmExporter(Box::new(DcgmExporterSource::new(
+                &url,
+                settings.scrape_timeout,
+                scope,
+            ))))
+        }
+    }
+}
+
+/// dcgm-exporter on this node: `http://$NODE_IP:9400/metrics`, else localhost.
+#[must_use]
+pub fn default_dcgm_url(node_ip: Option<&str>) -> String {
+    match node_ip.filter(|ip| !ip.is_empty()) {
+        Some(ip) if ip.contains(':') => format!("http://[{ip}]:9400/metrics"),
+        Some(ip) => format!("http://{ip}:9400/metrics"),
+        None => "http://127.0.0.1:9400/metrics".into(),
     }
 }
 
@@ -208,9 +263,23 @@ mod tests {
         assert_eq!(
             SourceSpec::parse("dcgm-exporter:http://10.0.0.1:9400/metrics"),
             Ok(SourceSpec::DcgmExporter {
-                url: "http://10.0.0.1:9400/metrics".into()
+                url: Some("http://10.0.0.1:9400/metrics".into())
             })
         );
+        assert_eq!(
+            SourceSpec::parse("dcgm-exporter"),
+            Ok(SourceSpec::DcgmExporter { url: None })
+        );
+        assert!(SourceSpec::parse("dcgm-exporter:localhost:9400").is_err());
+        assert_eq!(
+            default_dcgm_url(Some("10.1.2.3")),
+            "http://10.1.2.3:9400/metrics"
+        );
+        assert_eq!(
+            default_dcgm_url(Some("fd00::1")),
+            "http://[fd00::1]:9400/metrics"
+        );
+        assert_eq!(default_dcgm_url(None), "http://127.0.0.1:9400/metrics");
         assert!(
             SourceSpec::parse("sim:nope")
                 .unwrap_err()

@@ -46,7 +46,7 @@ impl SimSource {
         self.last = now;
         Produced {
             samples: vec![self.sim.step(dt)],
-            errors: Vec::new(),
+            ..Produced::default()
         }
     }
 }

@@ -16,7 +16,7 @@
 
 use super::ParseError;
 use super::dmon::{Acc, Target, Unit, error, nth_time};
-use crate::model::{EntityId, EntityKey, Field, MigId, PodRef, Sample, Timestamp};
+use crate::model::{EntityId, EntityKey, EntitySample, Field, MigId, PodRef, Sample, Timestamp};
 use std::collections::{HashMap, HashSet};
 
 use Target::Field as F;
@@ -72,8 +72,7 @@ pub struct DcgmTextParser {
     scrapes: u64,
     /// Series (lowercase name + sorted labels) of the current scrape.
     seen: HashSet<String>,
-    entities: Vec<Acc>,
-    index: HashMap<EntityKey, usize>,
+    scrape: Scrape,
 }
 
 impl DcgmTextParser {
@@ -88,8 +87,7 @@ impl DcgmTextParser {
             skipped: 0,
             scrapes: 0,
             seen: HashSet::new(),
-            entities: Vec::new(),
-            index: HashMap::new(),
+            scrape: Scrape::default(),
         }
     }
 
@@ -124,17 +122,7 @@ impl DcgmTextParser {
             None
         };
         self.seen.insert(series);
-        if let Some((_, target)) = METRICS.iter().find(|(m, _)| *m == name) {
-            let id = entity_of(&labels);
-            let i = *self.index.entry(id.key()).or_insert_with(|| {
-                self.entities.push(Acc::new(id.clone()));
-                self.entities.len() - 1
-            });
-            if let Some(acc) = self.entities.get_mut(i) {
-                fill_attributes(&mut acc.sample.id, id);
-                acc.apply(*target, Some(value));
-            }
-        }
+        self.scrape.push(&name, &labels, value);
         Ok(done)
     }
 
@@ -157,14 +145,81 @@ impl DcgmTextParser {
     /// takes its time slot.
     fn end_scrape(&mut self) -> Option<Sample> {
         self.seen.clear();
-        self.index.clear();
         let k = self.scrapes;
         self.scrapes += 1;
-        let entities: Vec<_> = self.entities.drain(..).map(Acc::finish).collect();
+        let entities = self.scrape.finish();
         (!entities.is_empty()).then(|| Sample {
             taken: nth_time(self.start, k, self.interval_secs),
             entities,
         })
+    }
+}
+
+/// The metric names this parser maps (lowercase; matched case-insensitively), each with
+/// the field it feeds. `None` is the clock-event reasons bitmask, which is not a field;
+/// free and reserved framebuffer feed the total, an advisory power limit the power limit.
+pub fn mapped_metrics() -> impl Iterator<Item = (&'static str, Option<Field>)> {
+    METRICS.iter().map(|(name, target)| {
+        let field = match target {
+            Target::Field(f, _) => Some(*f),
+            Target::FbFree | Target::FbReserved => Some(Field::MemTotalBytes),
+            Target::WeakPowerLimit => Some(Field::PowerLimitWatts),
+            Target::Throttles => None,
+        };
+        (*name, field)
+    })
+}
+
+/// One scrape's values gathered into per-entity readings with this parser's mapping:
+/// metric names (case-insensitive, old names too), units, sentinels, label conventions, and
+/// the framebuffer total completed from used + free (+ reserved). The text parser fills one
+/// per scrape; a reader of the same series from elsewhere (a Prometheus server's history)
+/// fills one per timestamp.
+///
+/// ```
+/// use truthscale_core::model::{Field, Reading};
+/// use truthscale_core::parse::dcgm_text::Scrape;
+/// let mut s = Scrape::default();
+/// assert!(s.push("DCGM_FI_DEV_GPU_UTIL", &[("gpu", "0"), ("pod", "")], 91.0));
+/// assert!(!s.push("DCGM_FI_DEV_XID_ERRORS", &[("gpu", "0")], 0.0));
+/// let e = s.finish();
+/// assert_eq!(e[0].readings.get(Field::ReportedUtil), Reading::Value(0.91));
+/// assert_eq!((e[0].id.gpu, &e[0].id.pod), (Some(0), &None));
+/// ```
+#[derive(Debug, Default)]
+pub struct Scrape {
+    entities: Vec<Acc>,
+    index: HashMap<EntityKey, usize>,
+}
+
+impl Scrape {
+    /// Add the value of series `name{labels}`. Returns false, and ignores the value, when
+    /// the name is not one this parser maps.
+    pub fn push<K: AsRef<str>, V: AsRef<str>>(
+        &mut self,
+        name: &str,
+        labels: &[(K, V)],
+        raw: f64,
+    ) -> bool {
+        let Some((_, target)) = METRICS.iter().find(|(m, _)| m.eq_ignore_ascii_case(name)) else {
+            return false;
+        };
+        let id = entity_of(labels);
+        let i = *self.index.entry(id.key()).or_insert_with(|| {
+            self.entities.push(Acc::new(id.clone()));
+            self.entities.len() - 1
+        });
+        if let Some(acc) = self.entities.get_mut(i) {
+            fill_attributes(&mut acc.sample.id, id);
+            acc.apply(*target, Some(raw));
+        }
+        true
+    }
+
+    /// The entities read, in first-seen order; the scrape is empty afterwards.
+    pub fn finish(&mut self) -> Vec<EntitySample> {
+        self.index.clear();
+        self.entities.drain(..).map(Acc::finish).collect()
     }
 }
 
@@ -179,12 +234,12 @@ fn fill_attributes(id: &mut EntityId, other: EntityId) {
 }
 
 /// The entity a label set names. Empty label values count as absent.
-fn entity_of(labels: &[(&str, String)]) -> EntityId {
+fn entity_of<K: AsRef<str>, V: AsRef<str>>(labels: &[(K, V)]) -> EntityId {
     let get = |names: &[&str]| {
         labels
             .iter()
-            .find(|(k, v)| names.contains(k) && !v.is_empty())
-            .map(|(_, v)| v.clone())
+            .find(|(k, v)| names.contains(&k.as_ref()) && !v.as_ref().is_empty())
+            .map(|(_, v)| v.as_ref().to_owned())
     };
     let num = |names: &[&str]| get(names).and_then(|v| v.parse::<u32>().ok());
     EntityId {
@@ -297,7 +352,7 @@ fn parse_labels(mut s: &str) -> Result<(Labels<'_>, &str), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{EntitySample, Reading, Throttles};
+    use crate::model::{Reading, Throttles};
 
     fn parse(text: &str) -> Result<Vec<Sample>, ParseError> {
         let mut p = DcgmTextParser::new("m.txt", 15.0, Timestamp(0));

@@ -95,7 +95,7 @@ const COLUMNS: &[(&str, Target)] = &[
 ];
 
 /// A raw DCGM number, or `None` when it is one of DCGM's blank sentinels or not finite.
-pub(crate) fn dcgm_value(raw: f64) -> Option<f64> {
+pub fn dcgm_value(raw: f64) -> Option<f64> {
     const TWO_POW_47: f64 = 140_737_488_355_328.0;
     let int_sentinel = raw.fract() == 0.0
         && ((2_147_483_632.0..=2_147_483_647.0).contains(&raw) || raw == 4_294_967_295.0);

@@ -10,7 +10,7 @@ pub mod dmon;
 pub mod jsonl;
 
 pub use dcgm_text::DcgmTextParser;
-pub use dmon::DmonParser;
+pub use dmon::{DmonParser, dcgm_value};
 pub use jsonl::JsonlParser;
 
 /// A malformed line.

@@ -1,0 +1,272 @@
+//! A live dcgm-exporter as the counter source: scrape its `/metrics` each tick.
+//!
+//! - **Scope.** Only this pod's GPUs are kept: configured UUIDs or indices when given; else
+//!   the entities dcgm-exporter attributes to this pod (its `pod`/`namespace` labels); else
+//!   the UUIDs in `NVIDIA_VISIBLE_DEVICES`; else every GPU of the node (logged once).
+//! - **Repeats.** dcgm-exporter repeats a value for its whole collection interval (30 s by
+//!   default). An entity whose readings are identical to the previous scrape is not fed to
+//!   the deriver again, so integrals and phases are not double-counted; it still counts as
+//!   seen for staleness.
+//! - **Bad values.** Sentinels are counted (`kind="sentinel"`) and never exported as data;
+//!   scrape failures are counted by kind and the source goes stale.
+
+use super::{Produced, SourceError, unix_ms};
+use std::collections::HashMap;
+use std::io::Read;
+use std::time::{Duration, SystemTime};
+use truthscale_core::model::{EntityKey, EntitySample, Readings, Sample, Timestamp};
+use truthscale_core::parse::{DcgmTextParser, dcgm_value};
+
+/// Largest body read from dcgm-exporter.
+const MAX_BODY: u64 = 32 << 20;
+
+/// Which GPUs belong to this pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// Explicit UUIDs.
+    Uuids(Vec<String>),
+    /// Explicit GPU indices.
+    Indices(Vec<u32>),
+    /// dcgm-exporter's pod attribution for this pod (falls back to `visible` when the scrape
+    /// carries no attribution).
+    Pod {
+        /// Pod name.
+        pod: String,
+        /// Namespace, when known.
+        namespace: Option<String>,
+        /// `NVIDIA_VISIBLE_DEVICES` UUIDs, as the fallback.
+        visible: Vec<String>,
+    },
+    /// Every GPU the exporter reports.
+    All,
+}
+
+impl Scope {
+    /// Choose the scope from configuration and environment.
+    #[must_use]
+    pub fn choose(
+        uuids: &[String],
+        indices: &[u32],
+        pod: Option<&str>,
+        namespace: Option<&str>,
+        visible_devices: Option<&str>,
+    ) -> Scope {
+        let visible: Vec<String> = visible_devices
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|s| s.starts_with("GPU-") || s.starts_with("MIG-"))
+            .map(str::to_string)
+            .collect();
+        if !uuids.is_empty() {
+            Scope::Uuids(uuids.to_vec())
+        } else if !indices.is_empty() {
+            Scope::Indices(indices.to_vec())
+        } else if let Some(pod) = pod {
+            Scope::Pod {
+                pod: pod.to_string(),
+                namespace: namespace.map(str::to_string),
+                visible,
+            }
+        } else if !visible.is_empty() {
+            Scope::Uuids(visible)
+        } else {
+            Scope::All
+        }
+    }
+
+    fn keeps(&self, e: &EntitySample, attributed: bool) -> bool {
+        let uuid = e.id.uuid.as_deref().unwrap_or("");
+        match self {
+            Scope::Uuids(u) => u.iter().any(|x| x == uuid),
+            Scope::Indices(i) => e.id.gpu.is_some_and(|g| i.contains(&g)),
+            Scope::Pod {
+                pod,
+                namespace,
+                visible,
+            } => {
+                if attributed {
+                    e.id.pod.as_ref().is_some_and(|p| {
+                        &p.pod == pod
+                            && (namespace.is_none() || p.namespace.as_ref() == namespace.as_ref())
+                    })
+                } else if visible.is_empty() {
+                    true
+                } else {
+                    visible.iter().any(|x| x == uuid)
+                }
+            }
+            Scope::All => true,
+        }
+    }
+}
+
+/// Scrapes dcgm-exporter.
+#[derive(Debug)]
+pub struct DcgmExporterSource {
+    url: String,
+    agent: ureq::Agent,
+    scope: Scope,
+    last: HashMap<EntityKey, Readings>,
+    warned_scope: bool,
+}
+
+impl DcgmExporterSource {
+    /// A source reading `url` with `timeout` per scrape.
+    #[must_use]
+    pub fn new(url: &str, timeout: Duration, scope: Scope) -> DcgmExporterSource {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(timeout))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        DcgmExporterSource {
+            url: url.to_string(),
+            agent,
+            scope,
+            last: HashMap::new(),
+            warned_scope: false,
+        }
+    }
+
+    /// The URL scraped.
+    #[must_use]
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn fetch(&self) -> Result<String, SourceError> {
+        let mut resp = self
+            .agent
+            .get(&self.url)
+            .header("Accept", "text/plain")
+            .call()
+            .map_err(|e| SourceError::Unreachable(format!("{}: {e}", self.url)))?;
+        let status = resp.status();
+        if status != 200 {
+            return Err(SourceError::Http(format!("{}: HTTP {status}", self.url)));
+        }
+        let mut body = String::new();
+        resp.body_mut()
+            .as_reader()
+            .take(MAX_BODY)
+            .read_to_string(&mut body)
+            .map_err(|e| SourceError::Io(format!("{}: body: {e}", self.url)))?;
+        Ok(body)
+    }
+
+    /// Scrape once and return what changed.
+    pub fn sample(&mut self, now: SystemTime) -> Produced {
+        let mut out = Produced::default();
+        let body = match self.fetch() {
+            Ok(b) => b,
+            Err(e) => {
+                out.errors.push(e);
+                return out;
+            }
+        };
+        let mut parser = DcgmTextParser::new(&self.url, 1.0, Timestamp(unix_ms(now)));
+        let mut samples: Vec<Sample> = Vec::new();
+        let mut data_lines = 0usize;
+        for line in body.lines() {
+            let t = line.trim();
+            if !t.is_empty() && !t.starts_with('#') {
+                data_lines += 1;
+                if let Some(v) = t.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok())
+                    && dcgm_value(v).is_none()
+                {
+                    out.errors
+                        .push(SourceError::Sentinel(format!("{}: {t}", self.url)));
+                }
+            }
+            match parser.push_line(line) {
+                Ok(Some(s)) => samples.push(s),
+                Ok(None) => {}
+                Err(e) => {
+                    out.errors.push(SourceError::Parse(e.to_string()));
+                    // A body that does not parse is not data: drop the whole scrape.
+                    return out;
+                }
+            }
+        }
+        samples.extend(parser.finish());
+        if data_lines == 0 || samples.is_empty() {
+            out.errors.push(SourceError::Parse(format!(
+                "{}: no DCGM metrics in the response ({} bytes); is this a dcgm-exporter endpoint?",
+                self.url,
+                body.len()
+            )));
+            return out;
+        }
+        // One scrape is one sample: merge, in case a repeated series split it, keeping the
+        // last reading of each entity.
+        let mut entities: Vec<EntitySample> = Vec::new();
+        for e in samples.into_iter().flat_map(|s| s.entities) {
+            match entities.iter_mut().find(|x| x.id.key() == e.id.key()) {
+                Some(x) => *x = e,
+                None => entities.push(e),
+            }
+        }
+        let attributed = entities.iter().any(|e| e.id.pod.is_some());
+        if !attributed && matches!(self.scope, Scope::Pod { .. }) && !self.warned_scope {
+            self.warned_scope = true;
+            tracing::warn!(
+                url = %self.url,
+                "dcgm-exporter does not attribute GPUs to pods (run it with pod mapping, -k); falling back to NVIDIA_VISIBLE_DEVICES or every GPU."
+            );
+        }
+        if matches!(self.scope, Scope::All) && !self.warned_scope {
+            self.warned_scope = true;
+            tracing::warn!(url = %self.url, "No GPU scope (no pod identity, UUIDs or NVIDIA_VISIBLE_DEVICES): exporting every GPU dcgm-exporter reports.");
+        }
+        entities.retain(|e| self.scope.keeps(e, attributed));
+        let mut fresh = Vec::new();
+        for e in entities {
+            let key = e.id.key();
+            if self.last.get(&key) == Some(&e.readings) {
+                out.unchanged.push(key);
+            } else {
+                self.last.insert(key, e.readings);
+                fresh.push(e);
+            }
+        }
+        if !fresh.is_empty() {
+            out.samples.push(Sample {
+                taken: Timestamp(unix_ms(now)),
+                entities: fresh,
+            });
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scope_choice() {
+        let u = vec!["GPU-a".to_string()];
+        assert_eq!(
+            Scope::choose(&u, &[], Some("p"), None, None),
+            Scope::Uuids(u.clone())
+        );
+        assert_eq!(
+            Scope::choose(&[], &[1], Some("p"), None, None),
+            Scope::Indices(vec![1])
+        );
+        assert_eq!(
+            Scope::choose(&[], &[], Some("p"), Some("ns"), Some("GPU-x,GPU-y")),
+            Scope::Pod {
+                pod: "p".into(),
+                namespace: Some("ns".into()),
+                visible: vec!["GPU-x".into(), "GPU-y".into()]
+            }
+        );
+        assert_eq!(Scope::choose(&[], &[], None, None, Some("all")), Scope::All);
+        assert_eq!(
+            Scope::choose(&[], &[], None, None, Some("GPU-x")),
+            Scope::Uuids(vec!["GPU-x".into()])
+        );
+    }
+}

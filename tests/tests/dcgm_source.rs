@@ -1,0 +1,419 @@
+//! `truthscale serve --source dcgm-exporter:URL` against a local stand-in for dcgm-exporter
+//! that serves the real captures in `truthscale-core/tests/fixtures/dcgm/`.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use truthscale_e2e::{Sample, Sidecar, TempDir, fixture};
+
+/// What the stand-in answers: a status line and a raw body (possibly cut short).
+#[derive(Clone)]
+struct Reply {
+    status: &'static str,
+    body: Vec<u8>,
+    /// Announce this length but send only `body` (a truncated response).
+    claimed_len: Option<usize>,
+}
+
+/// A tiny HTTP/1.1 server on 127.0.0.1 whose reply can be changed while it runs.
+struct StandIn {
+    addr: String,
+    reply: Arc<Mutex<Reply>>,
+    hits: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl StandIn {
+    fn start(reply: Reply) -> StandIn {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let reply = Arc::new(Mutex::new(reply));
+        let hits = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (r, h, s) = (reply.clone(), hits.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if s.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(mut conn) = conn else { continue };
+                let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut buf = [0u8; 4096];
+                let mut head = Vec::new();
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                h.fetch_add(1, Ordering::SeqCst);
+                let reply = r.lock().unwrap().clone();
+                let len = reply.claimed_len.unwrap_or(reply.body.len());
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 {}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n",
+                    reply.status
+                );
+                let _ = conn.write_all(&reply.body);
+            }
+        });
+        StandIn {
+            addr,
+            reply,
+            hits,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/metrics", self.addr)
+    }
+
+    fn set(&self, reply: Reply) {
+        *self.reply.lock().unwrap() = reply;
+    }
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(&self.addr);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn ok(body: &str) -> Reply {
+    Reply {
+        status: "200 OK",
+        body: body.as_bytes().to_vec(),
+        claimed_len: None,
+    }
+}
+
+fn fixture_text(name: &str) -> String {
+    // The issue-68 capture quotes one line with a markdown marker; strip it as its note says.
+    std::fs::read_to_string(fixture(name))
+        .unwrap()
+        .lines()
+        .map(|l| l.strip_prefix("> ").unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn value(m: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    m.iter()
+        .find(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(*v)))
+        .map(|s| s.value)
+}
+
+fn wait_for(sidecar: &Sidecar, what: &str, f: impl Fn(&[Sample]) -> bool) -> Vec<Sample> {
+    let t = Instant::now();
+    loop {
+        let m = sidecar.metrics();
+        if f(&m) {
+            return m;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "timed out waiting for {what}; last /metrics: {m:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn serves_every_fixture_with_its_identities() {
+    // (fixture, expected GPU entities when every GPU is kept, a checked value)
+    let cases: &[(&str, usize, Option<(&str, &str, f64)>)] = &[
+        (
+            "dcgm-exporter-cncf-k8s-ai-conformance-ericsson-ccd-t4.txt",
+            1,
+            Some(("truthscale_gpu_tensor_active_ratio", "0", 0.005822)),
+        ),
+        (
+            "dcgm-exporter-cncf-k8s-ai-conformance-upcloud-l40s.txt",
+            1,
+            Some(("truthscale_gpu_reported_utilization_ratio", "0", 0.0)),
+        ),
+        (
+            "dcgm-exporter-linode-lke-ai-conformance-README.txt",
+            1,
+            Some(("truthscale_gpu_reported_utilization_ratio", "0", 0.0)),
+        ),
+        (
+            "dcgm-exporter-NVIDIA-DCGM-issue191.txt",
+            2,
+            Some(("truthscale_gpu_tensor_active_ratio", "1", 0.0)),
+        ),
+        ("dcgm-exporter-NVIDIA-DCGM-issue226.txt", 3, None),
+        (
+            "dcgm-exporter-NVIDIA-dcgm-exporter-issue188.txt",
+            1,
+            Some(("truthscale_gpu_reported_utilization_ratio", "0", 0.0)),
+        ),
+        (
+            "dcgm-exporter-NVIDIA-gpu-monitoring-tools-issue138.txt",
+            2,
+            Some(("truthscale_gpu_reported_utilization_ratio", "0", 0.44)),
+        ),
+        ("dcgm-exporter-NVIDIA-dcgm-exporter-issue68.txt", 2, None),
+    ];
+    let dir = TempDir::new("dcgm-fixtures");
+    for (name, entities, check) in cases {
+        let server = StandIn::start(ok(&fixture_text(name)));
+        let src = format!("dcgm-exporter:{}", server.url());
+        let sidecar = Sidecar::start(&["--source", &src, "--interval", "200ms"], &[], dir.path());
+        let m = wait_for(&sidecar, name, |m| {
+            m.iter().filter(|s| s.name == "truthscale_gpu_info").count() == *entities
+        });
+        for s in m.iter().filter(|s| s.name == "truthscale_gpu_info") {
+            assert_eq!(s.label("source"), Some("dcgm_exporter"), "{name}");
+            assert!(
+                s.label("uuid").is_some_and(|u| u.starts_with("GPU-")),
+                "{name}: {s:?}"
+            );
+        }
+        if let Some((metric, gpu, want)) = check {
+            let got =
+                value(&m, metric, &[("gpu", gpu)]).unwrap_or_else(|| panic!("{name}: no {metric}"));
+            assert!(
+                (got - want).abs() < 1e-9,
+                "{name}: {metric} {got} != {want}"
+            );
+        }
+        assert_eq!(
+            value(&m, "truthscale_source_up", &[("source", "dcgm_exporter")]),
+            Some(1.0),
+            "{name}"
+        );
+        assert!(server.hits.load(Ordering::SeqCst) >= 1);
+    }
+}
+
+#[test]
+fn keeps_only_this_pods_gpus_with_pod_labels() {
+    // Issue 191: GPU 0 attributed to a Triton pod, GPU 1 unattributed.
+    let server = StandIn::start(ok(&fixture_text("dcgm-exporter-NVIDIA-DCGM-issue191.txt")));
+    let src = format!("dcgm-exporter:{}", server.url());
+    let dir = TempDir::new("dcgm-pod");
+    let env = [
+        ("POD_NAME", "triton-84d57987c9-kks4k"),
+        ("POD_NAMESPACE", "default"),
+    ];
+    let sidecar = Sidecar::start(&["--source", &src, "--interval", "200ms"], &env, dir.path());
+    let m = wait_for(&sidecar, "gpu info", |m| {
+        m.iter().any(|s| s.name == "truthscale_gpu_info")
+    });
+    let info: Vec<&Sample> = m
+        .iter()
+        .filter(|s| s.name == "truthscale_gpu_info")
+        .collect();
+    assert_eq!(info.len(), 1, "{info:?}");
+    assert_eq!(info[0].label("gpu"), Some("0"));
+    assert_eq!(
+        info[0].label("uuid"),
+        Some("GPU-84412445-5790-0b3f-f714-da8aa3b2c0b0")
+    );
+    assert_eq!(info[0].label("pod"), Some("triton-84d57987c9-kks4k"));
+    assert_eq!(info[0].label("namespace"), Some("default"));
+    assert_eq!(info[0].label("container"), Some("triton-server"));
+    assert_eq!(info[0].label("model"), Some("Tesla T4"));
+    // SM active, occupancy and tensor only: a tensor counter makes it the profiling tier.
+    assert_eq!(info[0].label("fidelity"), Some("profiling"));
+
+    // Configured UUIDs win over the pod attribution.
+    let sidecar = Sidecar::start(
+        &["--source", &src, "--interval", "200ms"],
+        &[
+            ("POD_NAME", "triton-84d57987c9-kks4k"),
+            (
+                "TRUTHSCALE_SOURCE__GPU_UUIDS",
+                "GPU-4812b59b-1f1a-430f-d8a4-69d2ee8c18bb",
+            ),
+        ],
+        dir.path(),
+    );
+    let m = wait_for(&sidecar, "gpu info", |m| {
+        m.iter().any(|s| s.name == "truthscale_gpu_info")
+    });
+    let gpus: Vec<_> = m
+        .iter()
+        .filter(|s| s.name == "truthscale_gpu_info")
+        .filter_map(|s| s.label("gpu"))
+        .collect();
+    assert_eq!(gpus, vec!["1"]);
+}
+
+#[test]
+fn busy_only_scrape_gets_busy_only_fidelity_and_repeats_are_not_fed_again() {
+    let body =
+        "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-1\",modelName=\"NVIDIA H100 80GB HBM3\"} 80\n";
+    let server = StandIn::start(ok(body));
+    let src = format!("dcgm-exporter:{}", server.url());
+    let dir = TempDir::new("dcgm-busy");
+    let sidecar = Sidecar::start(&["--source", &src, "--interval", "200ms"], &[], dir.path());
+    let m = wait_for(&sidecar, "info", |m| {
+        m.iter().any(|s| s.name == "truthscale_gpu_info")
+    });
+    let info = m.iter().find(|s| s.name == "truthscale_gpu_info").unwrap();
+    assert_eq!(info.label("fidelity"), Some("busy_only"));
+    assert_eq!(
+        value(
+            &m,
+            "truthscale_gpu_effective_compute_upper_bound_ratio",
+            &[("gpu", "0")]
+        ),
+        Some(0.8)
+    );
+    assert_eq!(
+        value(
+            &m,
+            "truthscale_gpu_effective_compute_ratio",
+            &[("gpu", "0")]
+        ),
+        None
+    );
+    // The same value repeated for 2 s (10 scrapes): nothing new is integrated, and the GPU
+    // does not go stale.
+    std::thread::sleep(Duration::from_secs(2));
+    let m = sidecar.metrics();
+    assert!(server.hits.load(Ordering::SeqCst) >= 8);
+    assert_eq!(
+        value(&m, "truthscale_gpu_observed_seconds_total", &[("gpu", "0")]).unwrap_or(0.0),
+        0.0
+    );
+    assert!(value(&m, "truthscale_gpu_info", &[("gpu", "0")]).is_some());
+    // A new value: the window since the last distinct value is integrated once.
+    server.set(ok(&body.replace(" 80\n", " 40\n")));
+    let m = wait_for(&sidecar, "a second distinct value", |m| {
+        value(m, "truthscale_gpu_observed_seconds_total", &[("gpu", "0")]).unwrap_or(0.0) > 0.0
+    });
+    let observed = value(&m, "truthscale_gpu_observed_seconds_total", &[("gpu", "0")]).unwrap();
+    let busy = value(&m, "truthscale_gpu_busy_seconds_total", &[("gpu", "0")]).unwrap();
+    // First window (value 80, length learned from the cadence) plus the second (value 40).
+    assert!(observed > 3.0 && observed < 6.0, "observed {observed}");
+    assert!(
+        (busy - 0.6 * observed).abs() < 1e-6,
+        "busy {busy} observed {observed}"
+    );
+}
+
+#[test]
+fn failures_are_counted_and_never_exported_as_data() {
+    let good = fixture_text("dcgm-exporter-cncf-k8s-ai-conformance-ericsson-ccd-t4.txt");
+    let server = StandIn::start(ok(&good));
+    let src = format!("dcgm-exporter:{}", server.url());
+    let dir = TempDir::new("dcgm-fail");
+    let sidecar = Sidecar::start(
+        &[
+            "--source",
+            &src,
+            "--interval",
+            "200ms",
+            "--stale-after",
+            "1s",
+        ],
+        &[],
+        dir.path(),
+    );
+    wait_for(&sidecar, "data", |m| {
+        m.iter().any(|s| s.name == "truthscale_gpu_info")
+    });
+    let errors = |m: &[Sample], kind: &str| {
+        value(
+            m,
+            "truthscale_source_errors_total",
+            &[("source", "dcgm_exporter"), ("kind", kind)],
+        )
+        .unwrap_or(0.0)
+    };
+    let cases: Vec<(&str, Reply)> = vec![
+        (
+            "http",
+            Reply {
+                status: "500 Internal Server Error",
+                body: b"boom".to_vec(),
+                claimed_len: None,
+            },
+        ),
+        (
+            "io",
+            Reply {
+                status: "200 OK",
+                body: good.as_bytes()[..200].to_vec(),
+                claimed_len: Some(good.len()),
+            },
+        ),
+        ("parse", ok("<html><body>not metrics</body></html>\n")),
+        (
+            "sentinel",
+            ok(
+                "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-6d5c0ac5-74d7-3130-46f1-e93ed57f469a\",modelName=\"Tesla T4\"} 4294967295\n",
+            ),
+        ),
+    ];
+    for (kind, reply) in cases {
+        server.set(reply);
+        let m = wait_for(&sidecar, kind, |m| errors(m, kind) >= 2.0);
+        assert!(sidecar.get("/healthz", &[]).status == 200);
+        // A sentinel is not data: the busy fraction is never 42949672.95.
+        assert!(m.iter().all(|s| s.value.is_finite()));
+        for s in m
+            .iter()
+            .filter(|s| s.name == "truthscale_gpu_reported_utilization_ratio")
+        {
+            assert!(s.value <= 1.0, "{kind}: {s:?}");
+        }
+    }
+    // A scrape holding only a sentinel still proves the exporter alive. After a second of
+    // failed scrapes, the GPU series go and up is 0; the server serves on.
+    server.set(Reply {
+        status: "503 Service Unavailable",
+        body: Vec::new(),
+        claimed_len: None,
+    });
+    let m = wait_for(&sidecar, "stale", |m| {
+        value(m, "truthscale_source_up", &[("source", "dcgm_exporter")]) == Some(0.0)
+    });
+    assert!(!m.iter().any(|s| s.name == "truthscale_gpu_info"));
+    // The exporter comes back: so does the data.
+    server.set(ok(&good));
+    wait_for(&sidecar, "recovery", |m| {
+        value(m, "truthscale_source_up", &[("source", "dcgm_exporter")]) == Some(1.0)
+            && m.iter().any(|s| s.name == "truthscale_gpu_info")
+    });
+}
+
+#[test]
+fn unreachable_exporter_is_counted_and_reported_absent() {
+    let port = truthscale_e2e::free_port();
+    let src = format!("dcgm-exporter:http://127.0.0.1:{port}/metrics");
+    let dir = TempDir::new("dcgm-down");
+    let sidecar = Sidecar::start(&["--source", &src, "--interval", "200ms"], &[], dir.path());
+    let m = wait_for(&sidecar, "errors", |m| {
+        value(
+            m,
+            "truthscale_source_errors_total",
+            &[("kind", "unreachable")],
+        )
+        .unwrap_or(0.0)
+            >= 2.0
+    });
+    assert_eq!(
+        value(&m, "truthscale_source_up", &[("source", "dcgm_exporter")]),
+        Some(0.0)
+    );
+    assert!(!m.iter().any(|s| s.name == "truthscale_gpu_info"));
+    assert!(
+        sidecar
+            .process
+            .stderr()
+            .contains(&format!("127.0.0.1:{port}"))
+    );
+}
