@@ -551,3 +551,102 @@ impl Sidecar {
         parse_exposition(&r.text())
     }
 }
+
+/// An external tool at a fixed path. Its absence fails the test (nothing is skipped), with
+/// the way to install it: `scripts/test`, or the Debian package `package`.
+///
+/// # Panics
+/// When `path` is not a file.
+#[must_use]
+pub fn require_tool<'a>(path: &'a str, package: &str) -> &'a str {
+    assert!(
+        Path::new(path).is_file(),
+        "{path} is missing: run `scripts/test`, which installs the Debian package `{package}` \
+         (or `apt-get install --no-install-recommends {package}`)"
+    );
+    path
+}
+
+/// A running `/usr/bin/prometheus` on a free 127.0.0.1 port, with its configuration and TSDB
+/// in a directory; its process group is killed on drop.
+#[derive(Debug)]
+pub struct Prometheus {
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+    /// The process.
+    pub process: Spawned,
+}
+
+impl Prometheus {
+    /// Write `config` (the text of `prometheus.yml`) into `dir`, start Prometheus with its TSDB
+    /// under `dir` and wait (up to 60 s) until `/-/ready` answers 200. Retries with another
+    /// port when the chosen one was taken in between.
+    ///
+    /// # Panics
+    /// When `/usr/bin/prometheus` is missing (run `scripts/test`), or Prometheus exits early
+    /// or is not ready in time.
+    #[must_use]
+    pub fn start(config: &str, dir: &Path) -> Self {
+        let binary = require_tool("/usr/bin/prometheus", "prometheus");
+        let config_file = dir.join("prometheus.yml");
+        std::fs::write(&config_file, config).expect("write prometheus.yml");
+        for attempt in 0..3 {
+            let addr = format!("127.0.0.1:{}", free_port());
+            let mut cmd = Command::new(binary);
+            cmd.arg(format!("--config.file={}", config_file.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.join(format!("tsdb-{attempt}")).display()
+                ))
+                .arg(format!("--web.listen-address={addr}"))
+                .arg("--log.level=warn");
+            let mut process = Spawned::start(cmd, dir, &format!("prometheus-{attempt}"));
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                if let Some(status) = process.try_wait() {
+                    let stderr = process.stderr();
+                    assert!(
+                        stderr.contains("address already in use") && attempt < 2,
+                        "prometheus exited ({status}):\n{stderr}"
+                    );
+                    break;
+                }
+                if http_get(&addr, "/-/ready", &[]).is_ok_and(|r| r.status == 200) {
+                    return Self { addr, process };
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "prometheus not ready in 60 s:\n{}",
+                    process.stderr()
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        unreachable!("the last attempt panics")
+    }
+
+    /// `GET path` on Prometheus (any status).
+    ///
+    /// # Panics
+    /// When the request fails.
+    #[must_use]
+    pub fn get(&self, path: &str) -> Response {
+        http_get(&self.addr, path, &[]).unwrap_or_else(|e| {
+            panic!(
+                "GET {}{path}: {e}; prometheus stderr:\n{}",
+                self.addr,
+                self.process.stderr()
+            )
+        })
+    }
+
+    /// An instant query at the current time, `GET /api/v1/query?query=…`: the raw response
+    /// (any status; an invalid expression answers 400 with a JSON error).
+    ///
+    /// # Panics
+    /// When the request fails.
+    #[must_use]
+    pub fn query(&self, expr: &str) -> Response {
+        self.get(&format!("/api/v1/query?query={}", url_encode(expr)))
+    }
+}

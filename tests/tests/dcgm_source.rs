@@ -127,10 +127,13 @@ fn wait_for(sidecar: &Sidecar, what: &str, f: impl Fn(&[Sample]) -> bool) -> Vec
     }
 }
 
+/// A metric, the `gpu` label of the series, and the value it must have.
+type Check = (&'static str, &'static str, f64);
+
 #[test]
 fn serves_every_fixture_with_its_identities() {
     // (fixture, expected GPU entities when every GPU is kept, a checked value)
-    let cases: &[(&str, usize, Option<(&str, &str, f64)>)] = &[
+    let cases: &[(&str, usize, Option<Check>)] = &[
         (
             "dcgm-exporter-cncf-k8s-ai-conformance-ericsson-ccd-t4.txt",
             1,

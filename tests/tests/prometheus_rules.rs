@@ -1,0 +1,886 @@
+//! The dashboards and the rules against a real Prometheus.
+//!
+//! Three sidecars (three pods on one node, four simulated GPUs) are scraped by a real
+//! Prometheus that loads `alerts/truthscale.rules.yml`:
+//!
+//! | pod | scenario per GPU |
+//! |---|---|
+//! | `serving/llm-a` | GPU 0 llm-serving, GPU 1 decode-only |
+//! | `batch/phantom-b` | GPU 0 tiny-kernel (busy flag on, nothing computed or moved) |
+//! | `batch/idle-c` | GPU 0 idle-allocated |
+//!
+//! After a minute of scraping, every PromQL expression of `dashboards/*.json` (every `expr`,
+//! nested panels included, and the template-variable queries) and every `expr` of the rules
+//! must evaluate without error and return data. An expression that cannot return data in a
+//! one-minute run of these scenarios is not skipped: it is named in [`DOCUMENTED`] with the
+//! reason and a data-returning form (the expression rewritten, e.g. without its threshold),
+//! and that form must return data. Then `TruthscalePhantomUtilization` must be active
+//! (pending or firing) for the tiny-kernel GPU only, and `TruthscaleGPUAllocatedIdle` for the
+//! idle-allocated GPU only.
+//!
+//! Every process lives in a guard that kills its process group on drop. A missing
+//! `/usr/bin/prometheus` fails the test: run `scripts/test`, which installs it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value as Json;
+use serde_yaml_ng::Value as Yaml;
+use truthscale_e2e::{Prometheus, Sidecar, TempDir, require_tool, url_encode, workspace};
+
+const RULES: &str = "alerts/truthscale.rules.yml";
+const NODE: &str = "node-1";
+/// Scraping time after all targets are up: enough for every `rate()` and recording rule.
+const SCRAPE_FOR: Duration = Duration::from_secs(60);
+
+/// One sidecar: a pod with its GPUs.
+struct Pod {
+    name: &'static str,
+    namespace: &'static str,
+    container: &'static str,
+    source: &'static str,
+    gpus: &'static str,
+    /// Simulator seed: each process its own, so the simulated UUIDs differ across pods.
+    seed: &'static str,
+}
+
+const PODS: [Pod; 3] = [
+    Pod {
+        name: "llm-a",
+        namespace: "serving",
+        container: "server",
+        source: "sim",
+        gpus: "2",
+        seed: "101",
+    },
+    Pod {
+        name: "phantom-b",
+        namespace: "batch",
+        container: "worker",
+        source: "sim:tiny-kernel",
+        gpus: "1",
+        seed: "202",
+    },
+    Pod {
+        name: "idle-c",
+        namespace: "batch",
+        container: "notebook",
+        source: "sim:idle-allocated",
+        gpus: "1",
+        seed: "303",
+    },
+];
+
+/// Values for the dashboards' template variables, as Grafana would interpolate them for
+/// *All* (`.*`, which also matches series without the label, e.g. `cluster` here) and a
+/// one-minute time range at a 15 s interval.
+const VARIABLES: [(&str, &str); 13] = [
+    ("datasource", "prometheus"),
+    ("cluster", ".*"),
+    ("namespace", ".*"),
+    ("pod", ".*"),
+    ("node", ".*"),
+    ("gpu", ".*"),
+    ("instance", ".*"),
+    ("__rate_interval", "1m"),
+    ("__interval", "15s"),
+    ("__interval_ms", "15000"),
+    ("__range", "1m"),
+    ("__range_s", "60"),
+    ("__range_ms", "60000"),
+];
+
+/// An expression that legitimately returns nothing in a one-minute run of these scenarios,
+/// why, and how to turn it into the form that must return data instead.
+struct Documented {
+    /// Where: a location as [`collect`] names it, exactly, or with one `*` for any text.
+    at: &'static str,
+    /// Why the expression itself returns nothing here.
+    reason: &'static str,
+    /// Replacements applied in order to the expression (variables substituted, whitespace
+    /// collapsed); each `from` must occur in it, or the entry is stale.
+    rewrites: &'static [(&'static str, &'static str)],
+}
+
+/// The allow-list. The test fails when an entry names no expression or a rewrite no longer
+/// applies, so it cannot silently outlive the expression it documents.
+const DOCUMENTED: &[Documented] = &[
+    Documented {
+        at: "* / variable cluster",
+        reason: "single-cluster Prometheus: no series has a `cluster` label, so \
+                 label_values(…, cluster) is empty and the variable offers only All (= .*, \
+                 which matches the absent label); the form counts the series the variable's \
+                 selector matches, grouped by the (absent) label",
+        rewrites: &[(
+            "label_values(truthscale_gpu_info, cluster)",
+            "count by (cluster) (truthscale_gpu_info)",
+        )],
+    },
+    Documented {
+        at: "truthscale-exporter.json / Source errors by kind / A",
+        reason: "truthscale_source_errors_total{source,kind} has no series until a source \
+                 fails (each kind appears at its first error) and the simulator never fails; \
+                 the form aggregates the same exporters' per-source truthscale_source_up * 0, \
+                 the panel's value with no errors",
+        rewrites: &[(
+            "rate(truthscale_source_errors_total{cluster=~\".*\", instance=~\".*\"}[5m])",
+            "truthscale_source_up{cluster=~\".*\", instance=~\".*\"} * 0",
+        )],
+    },
+    Documented {
+        at: "truthscale-exporter.json / Derivation diagnostics by kind / A",
+        reason: "truthscale_derivation_diagnostics_total{kind} has no series until a reading \
+                 is dropped, clamped or skipped (each kind appears at its first diagnostic), \
+                 and these scenarios' simulated readings raise none; the form aggregates the \
+                 same exporters' truthscale_source_up * 0, the panel's value with no \
+                 diagnostics",
+        rewrites: &[(
+            "rate(truthscale_derivation_diagnostics_total{cluster=~\".*\", instance=~\".*\"}[5m])",
+            "truthscale_source_up{cluster=~\".*\", instance=~\".*\"} * 0",
+        )],
+    },
+    Documented {
+        at: "truthscale-fleet.json / Wasted GPU-hours in the time range / A",
+        reason: "the subquery [$__range:5m] evaluates at 5-minute boundaries only, and a \
+                 1-minute range rarely contains one (Grafana's shortest quick range is 5 \
+                 minutes, which always does); the form steps at the 5 s evaluation interval",
+        rewrites: &[("[1m:5m]", "[1m:5s]")],
+    },
+    Documented {
+        at: "truthscale-pod.json / Effective compute vs reported utilization / C",
+        reason: "the effective-compute upper bound is exported only below the profiling \
+                 tier, where effective compute itself is not measured; every simulated GPU is \
+                 at the profiling tier; the form reads the measured effective compute it \
+                 stands in for",
+        rewrites: &[(
+            "truthscale_gpu_effective_compute_upper_bound_ratio{",
+            "truthscale_gpu_effective_compute_ratio{",
+        )],
+    },
+    Documented {
+        at: "truthscale-pod.json / Clock correction and throttling / B",
+        reason: "shows only active clock events (== 1); the simulator raises one only in the \
+                 training scenario (sw_power_cap), which none of these GPUs runs; the form is \
+                 every clock-event series, active or not",
+        rewrites: &[("} == 1", "}")],
+    },
+    Documented {
+        at: "truthscale.rules.yml / alert TruthscaleDecodeBoundWithoutBatching",
+        reason: "the decode-only GPU batches 8 to 64 requests, so its tensor activity stays \
+                 near 0.1, above the 2 % of unbatched decoding; the form keeps the \
+                 memory-bound condition (DRAM > 0.5) and drops the tensor threshold",
+        rewrites: &[(
+            "avg_over_time(truthscale_gpu_tensor_active_ratio[10m]) < 0.02",
+            "avg_over_time(truthscale_gpu_tensor_active_ratio[10m])",
+        )],
+    },
+    Documented {
+        at: "truthscale.rules.yml / alert TruthscaleMemoryOverprovisioned",
+        reason: "the `offset 23h` term requires a day of history before a pod is judged; the \
+                 form is the alert without that age gate (the tiny-kernel GPU uses 2 % of its \
+                 memory)",
+        rewrites: &[(
+            " and max_over_time(truthscale_gpu_memory_used_bytes{pod!=\"\"}[1h] offset 23h)",
+            "",
+        )],
+    },
+    Documented {
+        at: "truthscale.rules.yml / alert TruthscaleExporterDown",
+        reason: "all three targets are up and scraped; the form is the `up` vector the \
+                 condition filters",
+        rewrites: &[(
+            "up{job=~\".*truthscale.*\"} == 0 or absent(up{job=~\".*truthscale.*\"})",
+            "up{job=~\".*truthscale.*\"}",
+        )],
+    },
+    Documented {
+        at: "truthscale.rules.yml / alert TruthscaleSourceStale",
+        reason: "every simulated source produces samples; the form is the source_up vector \
+                 the condition filters",
+        rewrites: &[("truthscale_source_up == 0", "truthscale_source_up")],
+    },
+    Documented {
+        at: "truthscale.rules.yml / alert TruthscaleFidelityDropped",
+        reason: "every simulated GPU stays at the profiling tier, so none dropped; the form is \
+                 the hour-of-history join on (cluster, uuid, mig_instance) without the tier \
+                 filters: the GPUs that had profiling within the hour, at any tier now",
+        rewrites: &[
+            (
+                "( truthscale_gpu_info{fidelity!=\"profiling\"} and",
+                "( truthscale_gpu_info and",
+            ),
+            (
+                " unless on (cluster, uuid, mig_instance) truthscale_gpu_info{fidelity=\"profiling\"}",
+                "",
+            ),
+        ],
+    },
+    Documented {
+        at: "truthscale.rules.yml / alert TruthscaleClockThrottling",
+        reason: "the simulator's only clock event, sw_power_cap in the training scenario, \
+                 holds the clock at 97 % of the rated one (above the 90 % threshold), and none \
+                 of these GPUs runs training; the form is the same product of the 5-minute \
+                 clock-correction and clock-event vectors without the two thresholds",
+        rewrites: &[
+            (
+                "avg_over_time(truthscale_gpu_clock_correction_ratio[5m]) < 0.9)",
+                "avg_over_time(truthscale_gpu_clock_correction_ratio[5m]))",
+            ),
+            ("[5m]) == 1)", "[5m]))"),
+        ],
+    },
+];
+
+/// One expression to check.
+#[derive(Debug)]
+struct Expr {
+    /// Where it comes from: `<dashboard file> / <panel title> / <refId>`,
+    /// `<dashboard file> / variable <name>`, `truthscale.rules.yml / record <name>` or
+    /// `truthscale.rules.yml / alert <name>`.
+    at: String,
+    /// Template variables substituted, whitespace collapsed.
+    text: String,
+}
+
+fn collapse(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Interpolate Grafana template variables: `$name`, `${name}` and `${name:format}`.
+///
+/// # Panics
+/// On a variable not in [`VARIABLES`] or the deprecated `[[name]]` syntax.
+fn substitute(expr: &str, at: &str) -> String {
+    let mut out = String::with_capacity(expr.len());
+    let mut rest = expr;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        let (name, used) = if let Some(braced) = after.strip_prefix('{') {
+            let end = braced
+                .find('}')
+                .unwrap_or_else(|| panic!("{at}: unterminated ${{ in {expr}"));
+            // `${name:format}`: for the values used here (`.*`, durations) every format is
+            // the value itself.
+            (braced[..end].split(':').next().unwrap_or_default(), end + 2)
+        } else {
+            let len = after
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(after.len());
+            (&after[..len], len)
+        };
+        if name.is_empty() {
+            // A literal `$` (a regex anchor, say).
+            out.push('$');
+            rest = after;
+            continue;
+        }
+        let value = VARIABLES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| {
+                panic!("{at}: template variable ${name} has no value in VARIABLES: {expr}")
+            });
+        out.push_str(value);
+        rest = &after[used..];
+    }
+    out.push_str(rest);
+    assert!(
+        !out.contains("[["),
+        "{at}: deprecated [[variable]] syntax in {expr}"
+    );
+    collapse(&out)
+}
+
+fn read(rel: &str) -> String {
+    let p = workspace().join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+}
+
+/// Every `expr` in a dashboard, wherever it is (panels, panels nested in rows, annotations),
+/// named by the nearest title and the target's `refId`.
+fn dashboard_exprs(file: &str, d: &Json, out: &mut Vec<Expr>) {
+    fn walk(v: &Json, title: &str, file: &str, out: &mut Vec<Expr>) {
+        match v {
+            Json::Object(m) => {
+                let title = m.get("title").and_then(Json::as_str).unwrap_or(title);
+                if let Some(e) = m.get("expr").and_then(Json::as_str) {
+                    let leaf = m
+                        .get("refId")
+                        .or_else(|| m.get("name"))
+                        .and_then(Json::as_str)
+                        .unwrap_or("expr");
+                    let at = format!("{file} / {title} / {leaf}");
+                    out.push(Expr {
+                        text: substitute(e, &at),
+                        at,
+                    });
+                }
+                for (k, v) in m {
+                    if k != "templating" {
+                        walk(v, title, file, out);
+                    }
+                }
+            }
+            Json::Array(a) => a.iter().for_each(|v| walk(v, title, file, out)),
+            _ => {}
+        }
+    }
+    walk(d, "(dashboard)", file, out);
+}
+
+/// The template variables' queries (type `query`; a `datasource` variable names a plugin,
+/// not a query). Returns how many variables were not queries.
+fn variable_queries(file: &str, d: &Json, out: &mut Vec<Expr>) -> usize {
+    let mut other = 0;
+    for v in d
+        .pointer("/templating/list")
+        .and_then(Json::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let name = v.get("name").and_then(Json::as_str).unwrap_or("?");
+        assert!(
+            VARIABLES.iter().any(|(n, _)| *n == name),
+            "{file}: variable {name} has no value in VARIABLES"
+        );
+        if v.get("type").and_then(Json::as_str) != Some("query") {
+            other += 1;
+            continue;
+        }
+        let q = match v.get("query") {
+            Some(Json::String(s)) => s.as_str(),
+            Some(o @ Json::Object(_)) => o.get("query").and_then(Json::as_str).unwrap_or(""),
+            _ => "",
+        };
+        let at = format!("{file} / variable {name}");
+        assert!(!q.trim().is_empty(), "{at}: no query");
+        out.push(Expr {
+            text: substitute(q, &at),
+            at,
+        });
+    }
+    other
+}
+
+/// Every `expr` of the rules (recording rules and alerts).
+fn rule_exprs(out: &mut Vec<Expr>) {
+    let file = Path::new(RULES)
+        .file_name()
+        .and_then(|f| f.to_str())
+        .unwrap_or(RULES);
+    let doc: Yaml = serde_yaml_ng::from_str(&read(RULES)).expect("rules are YAML");
+    for g in doc
+        .get("groups")
+        .and_then(Yaml::as_sequence)
+        .into_iter()
+        .flatten()
+    {
+        for r in g
+            .get("rules")
+            .and_then(Yaml::as_sequence)
+            .into_iter()
+            .flatten()
+        {
+            let name = match (r.get("record"), r.get("alert")) {
+                (Some(n), None) => format!("record {}", n.as_str().unwrap_or("?")),
+                (None, Some(n)) => format!("alert {}", n.as_str().unwrap_or("?")),
+                _ => panic!("{RULES}: rule neither record nor alert: {r:?}"),
+            };
+            let expr = r
+                .get("expr")
+                .and_then(Yaml::as_str)
+                .unwrap_or_else(|| panic!("{RULES}: {name} has no expr"));
+            out.push(Expr {
+                at: format!("{file} / {name}"),
+                text: collapse(expr),
+            });
+        }
+    }
+}
+
+/// All expressions, and how many dashboard variables were not queries.
+fn collect() -> (Vec<Expr>, usize) {
+    let mut out = Vec::new();
+    let mut other = 0;
+    let dir = workspace().join("dashboards");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("dashboards/")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no dashboards/*.json");
+    for p in &files {
+        let file = p
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or("?")
+            .to_owned();
+        let d: Json = serde_json::from_str(&std::fs::read_to_string(p).expect("read dashboard"))
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        dashboard_exprs(&file, &d, &mut out);
+        other += variable_queries(&file, &d, &mut out);
+    }
+    rule_exprs(&mut out);
+    let mut seen = BTreeSet::new();
+    for e in &out {
+        assert!(seen.insert(e.at.clone()), "two expressions at {}", e.at);
+    }
+    (out, other)
+}
+
+/// Whether `at` matches a pattern with at most one `*`.
+fn at_matches(pattern: &str, at: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == at,
+        Some((pre, post)) => {
+            at.len() >= pre.len() + post.len() && at.starts_with(pre) && at.ends_with(post)
+        }
+    }
+}
+
+/// `label_values(selector, label)` or `label_values(label)`: `(selector, label)`.
+fn label_values(q: &str) -> Option<(Option<&str>, &str)> {
+    let inner = q
+        .trim()
+        .strip_prefix("label_values(")?
+        .strip_suffix(')')?
+        .trim();
+    let (mut depth, mut quote, mut escaped, mut split) = (0_i32, None, false, None);
+    for (i, c) in inner.char_indices() {
+        match (quote, c) {
+            (Some(_), _) if escaped => escaped = false,
+            (Some(_), '\\') => escaped = true,
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '"' | '\'' | '`') => quote = Some(c),
+            (None, '(' | '{' | '[') => depth += 1,
+            (None, ')' | '}' | ']') => depth -= 1,
+            (None, ',') if depth == 0 => split = Some(i),
+            _ => {}
+        }
+    }
+    Some(match split {
+        Some(i) => (Some(inner[..i].trim()), inner[i + 1..].trim()),
+        None => (None, inner),
+    })
+}
+
+/// Parse a Prometheus API answer: `Ok(data)` on success without warnings.
+fn api_data(what: &str, r: &truthscale_e2e::Response) -> Result<Json, String> {
+    let v: Json = serde_json::from_slice(&r.body)
+        .map_err(|e| format!("HTTP {} for {what}, not JSON ({e}): {}", r.status, r.text()))?;
+    if r.status != 200 || v["status"] != "success" {
+        return Err(format!(
+            "HTTP {}: {} {}",
+            r.status,
+            v["errorType"].as_str().unwrap_or("?"),
+            v["error"].as_str().unwrap_or("?")
+        ));
+    }
+    if let Some(w) = v
+        .get("warnings")
+        .and_then(Json::as_array)
+        .filter(|w| !w.is_empty())
+    {
+        return Err(format!("warnings: {w:?}"));
+    }
+    Ok(v["data"].clone())
+}
+
+/// Evaluate a PromQL expression or a Grafana variable query now: `Ok(number of results)`.
+fn evaluate(prom: &Prometheus, text: &str) -> Result<usize, String> {
+    if let Some((selector, label)) = label_values(text) {
+        let mut path = format!("/api/v1/label/{}/values", url_encode(label));
+        if let Some(s) = selector {
+            path.push_str(&format!("?match%5B%5D={}", url_encode(s)));
+        }
+        let data = api_data(text, &prom.get(&path))?;
+        return data
+            .as_array()
+            .map(Vec::len)
+            .ok_or_else(|| format!("label values not a list: {data}"));
+    }
+    assert!(
+        !text.contains("label_values(") && !text.starts_with("query_result("),
+        "unsupported variable query {text}"
+    );
+    let data = api_data(text, &prom.query(text))?;
+    match data["resultType"].as_str() {
+        Some("vector" | "matrix") => Ok(data["result"].as_array().map_or(0, Vec::len)),
+        Some("scalar" | "string") => Ok(1),
+        other => Err(format!("unexpected resultType {other:?}: {data}")),
+    }
+}
+
+/// An instant query that must succeed: `(labels, value)` per series.
+fn series(prom: &Prometheus, query: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+    let data = api_data(query, &prom.query(query)).unwrap_or_else(|e| panic!("{query}: {e}"));
+    data["result"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            let labels = s["metric"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                .collect();
+            let value = s["value"][1]
+                .as_str()
+                .and_then(|x| x.parse().ok())
+                .unwrap_or(f64::NAN);
+            (labels, value)
+        })
+        .collect()
+}
+
+fn label(l: &BTreeMap<String, String>, name: &str) -> String {
+    l.get(name).cloned().unwrap_or_default()
+}
+
+/// `(pod, gpu)` of each series.
+fn pod_gpus(s: &[(BTreeMap<String, String>, f64)]) -> BTreeSet<(String, String)> {
+    s.iter()
+        .map(|(l, _)| (label(l, "pod"), label(l, "gpu")))
+        .collect()
+}
+
+fn set(items: &[(&str, &str)]) -> BTreeSet<(String, String)> {
+    items
+        .iter()
+        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+        .collect()
+}
+
+#[test]
+#[allow(clippy::too_many_lines)] // one end-to-end scenario, read top to bottom
+fn dashboards_and_rules_on_real_prometheus() {
+    const T: &str = "dashboards_and_rules_on_real_prometheus";
+    // Checked before anything starts; Prometheus::start checks it again.
+    let _ = require_tool("/usr/bin/prometheus", "prometheus");
+    let started = Instant::now();
+    let secs = || started.elapsed().as_secs_f64();
+    // Collected (and every template variable resolved) before anything is started.
+    let (exprs, non_query_variables) = collect();
+
+    let tmp = TempDir::new("rules");
+    let mut sidecars = Vec::new();
+    for p in &PODS {
+        let dir = tmp.path().join(p.name);
+        std::fs::create_dir_all(&dir).expect("sidecar dir");
+        let sidecar = Sidecar::start(
+            &[
+                "--source",
+                p.source,
+                "--sim-gpus",
+                p.gpus,
+                "--interval",
+                "1s",
+            ],
+            &[
+                ("POD_NAME", p.name),
+                ("POD_NAMESPACE", p.namespace),
+                ("CONTAINER_NAME", p.container),
+                ("NODE_NAME", NODE),
+                ("TRUTHSCALE_SOURCE__SEED", p.seed),
+            ],
+            &dir,
+        );
+        sidecars.push((p, sidecar));
+    }
+    eprintln!("{T}: 3 sidecars ready after {:.1} s", secs());
+
+    let targets: Vec<String> = sidecars
+        .iter()
+        .map(|(_, s)| format!("'{}'", s.addr))
+        .collect();
+    let rules_path = workspace().join(RULES);
+    let config = format!(
+        "global:\n  scrape_interval: 5s\n  scrape_timeout: 4s\n  evaluation_interval: 5s\n\
+         rule_files:\n  - '{}'\n\
+         scrape_configs:\n  - job_name: truthscale\n    honor_labels: true\n    \
+         static_configs:\n      - targets: [{}]\n",
+        rules_path.display(),
+        targets.join(", ")
+    );
+    let mut prom = Prometheus::start(&config, tmp.path());
+    eprintln!("{T}: prometheus ready after {:.1} s", secs());
+
+    let mut alive = |prom: &mut Prometheus| {
+        assert!(
+            prom.process.try_wait().is_none(),
+            "prometheus exited:\n{}",
+            prom.process.stderr()
+        );
+        for (p, s) in &mut sidecars {
+            assert!(
+                s.process.try_wait().is_none(),
+                "sidecar {} exited:\n{}",
+                p.name,
+                s.process.stderr()
+            );
+        }
+    };
+
+    // All three targets up.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let up = series(&prom, "up{job=\"truthscale\"}");
+        if up.len() == 3 && up.iter().all(|(_, v)| *v == 1.0) {
+            break;
+        }
+        alive(&mut prom);
+        assert!(
+            Instant::now() < deadline,
+            "not all 3 targets up in 60 s: {up:?}\nprometheus:\n{}",
+            prom.process.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let up_at = Instant::now();
+    eprintln!("{T}: all 3 targets up after {:.1} s", secs());
+    while up_at.elapsed() < SCRAPE_FOR {
+        alive(&mut prom);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    eprintln!(
+        "{T}: scraped for {:.0} s; checking at {:.1} s",
+        up_at.elapsed().as_secs_f64(),
+        secs()
+    );
+    let checks_started = Instant::now();
+
+    // The fleet is what the scenario says: four GPUs, each identified by pod and gpu, with
+    // distinct UUIDs (one seed per sidecar), the workload's labels kept by honor_labels.
+    let info = series(&prom, "truthscale_gpu_info");
+    assert_eq!(
+        pod_gpus(&info),
+        set(&[
+            ("idle-c", "0"),
+            ("llm-a", "0"),
+            ("llm-a", "1"),
+            ("phantom-b", "0")
+        ]),
+        "{info:?}"
+    );
+    let uuids: BTreeSet<String> = info.iter().map(|(l, _)| label(l, "uuid")).collect();
+    assert_eq!(uuids.len(), 4, "simulated UUIDs collide: {info:?}");
+    for (l, _) in &info {
+        assert_eq!(label(l, "node"), NODE, "{l:?}");
+        assert_eq!(label(l, "fidelity"), "profiling", "{l:?}");
+        let pod = PODS
+            .iter()
+            .find(|p| p.name == label(l, "pod"))
+            .expect("pod");
+        assert_eq!(label(l, "namespace"), pod.namespace, "{l:?}");
+        assert_eq!(label(l, "container"), pod.container, "{l:?}");
+    }
+
+    // Every rule evaluates cleanly.
+    let rules = api_data("rules", &prom.get("/api/v1/rules")).expect("/api/v1/rules");
+    let mut rule_count = 0;
+    for g in rules["groups"].as_array().into_iter().flatten() {
+        for r in g["rules"].as_array().into_iter().flatten() {
+            rule_count += 1;
+            assert_eq!(
+                r["health"], "ok",
+                "rule {} is not healthy: {}",
+                r["name"], r["lastError"]
+            );
+        }
+    }
+    assert_eq!(
+        rule_count,
+        exprs
+            .iter()
+            .filter(|e| e.at.starts_with("truthscale.rules.yml / "))
+            .count(),
+        "Prometheus loaded another number of rules than {RULES} holds"
+    );
+
+    // Every expression: no error, and data, directly or via its documented form.
+    let mut used = vec![0_usize; DOCUMENTED.len()];
+    let (mut direct, mut via_form) = (0, 0);
+    let mut failures = Vec::new();
+    let mut report = Vec::new();
+    for e in &exprs {
+        let result = evaluate(&prom, &e.text);
+        let doc = DOCUMENTED.iter().position(|d| at_matches(d.at, &e.at));
+        let Some(i) = doc else {
+            match result {
+                Ok(0) => failures.push(format!("{}: no data: {}", e.at, e.text)),
+                Ok(_) => direct += 1,
+                Err(err) => failures.push(format!("{}: {err}: {}", e.at, e.text)),
+            }
+            continue;
+        };
+        used[i] += 1;
+        let d = &DOCUMENTED[i];
+        let mut form = e.text.clone();
+        let mut stale = false;
+        for (from, to) in d.rewrites {
+            if form.contains(from) {
+                form = form.replacen(from, to, 1);
+            } else {
+                stale = true;
+                failures.push(format!(
+                    "{}: allow-list entry {:?} is stale: {from:?} is not in {form}",
+                    e.at, d.at
+                ));
+            }
+        }
+        if stale {
+            continue;
+        }
+        let form_result = evaluate(&prom, &form);
+        match (result, form_result) {
+            (Err(err), _) => failures.push(format!("{}: {err}: {}", e.at, e.text)),
+            (_, Err(err)) => failures.push(format!("{}: documented form: {err}: {form}", e.at)),
+            (_, Ok(0)) => failures.push(format!(
+                "{}: documented form returned no data either: {form}",
+                e.at
+            )),
+            (Ok(n), Ok(m)) if n > 0 => {
+                direct += 1;
+                report.push(format!(
+                    "  {}: returned data directly this run ({n} series; form: {m})",
+                    e.at
+                ));
+            }
+            (Ok(_), Ok(m)) => {
+                via_form += 1;
+                report.push(format!("  {}: via form ({m} series): {form}", e.at));
+            }
+        }
+    }
+    for (d, n) in DOCUMENTED.iter().zip(&used) {
+        if *n == 0 {
+            failures.push(format!(
+                "allow-list entry {:?} names no expression that still exists",
+                d.at
+            ));
+        }
+    }
+    eprintln!(
+        "{T}: checked {} expressions: {direct} returned data directly, {via_form} via their \
+         documented data-returning form ({} dashboard variables are not queries)",
+        exprs.len(),
+        non_query_variables
+    );
+    eprintln!("{T}: allow-list:");
+    for d in DOCUMENTED {
+        eprintln!("  - {}: {}", d.at, d.reason);
+    }
+    eprintln!(
+        "{T}: allow-listed expressions this run:\n{}",
+        report.join("\n")
+    );
+    assert!(
+        failures.is_empty(),
+        "{} expression check(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert_eq!(direct + via_form, exprs.len());
+
+    // The variables list the scenario's pods, namespaces and node.
+    for (var, want) in [
+        ("pod", vec!["idle-c", "llm-a", "phantom-b"]),
+        ("namespace", vec!["batch", "serving"]),
+        ("node", vec![NODE]),
+    ] {
+        let path = format!(
+            "/api/v1/label/{var}/values?match%5B%5D={}",
+            url_encode("truthscale_gpu_info")
+        );
+        let got = api_data(&path, &prom.get(&path)).expect("label values");
+        let got: Vec<&str> = got
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Json::as_str)
+            .collect();
+        assert_eq!(got, want, "label values of {var}");
+    }
+
+    // Alerts: active (pending or firing) now, and over the whole run.
+    let alerts = api_data("alerts", &prom.get("/api/v1/alerts")).expect("/api/v1/alerts");
+    let mut active: BTreeMap<String, BTreeSet<(String, String)>> = BTreeMap::new();
+    for a in alerts["alerts"].as_array().into_iter().flatten() {
+        let l = |k: &str| a["labels"][k].as_str().unwrap_or_default().to_owned();
+        let state = a["state"].as_str().unwrap_or_default();
+        assert!(
+            matches!(state, "pending" | "firing"),
+            "alert state {state}: {a}"
+        );
+        eprintln!(
+            "{T}: alert {} {state} for {}/{} gpu {} ({})",
+            l("alertname"),
+            l("namespace"),
+            l("pod"),
+            l("gpu"),
+            l("instance")
+        );
+        active
+            .entry(l("alertname"))
+            .or_default()
+            .insert((l("pod"), l("gpu")));
+    }
+    let phantom = active
+        .remove("TruthscalePhantomUtilization")
+        .unwrap_or_default();
+    let idle = active
+        .remove("TruthscaleGPUAllocatedIdle")
+        .unwrap_or_default();
+    assert_eq!(
+        phantom,
+        set(&[("phantom-b", "0")]),
+        "TruthscalePhantomUtilization must be active for the tiny-kernel GPU only"
+    );
+    assert_eq!(
+        idle,
+        set(&[("idle-c", "0")]),
+        "TruthscaleGPUAllocatedIdle must be active for the idle-allocated GPU only"
+    );
+    // Over the whole run, not just now: the decode-bound GPUs (busy ~0.98, ECF a few %, DRAM
+    // ~0.7) never trip the phantom alert.
+    let window = format!("{}s", started.elapsed().as_secs() + 10);
+    let ever = series(
+        &prom,
+        &format!(
+            "max by (pod, gpu) (max_over_time(ALERTS{{alertname=\"TruthscalePhantomUtilization\"}}[{window}]))"
+        ),
+    );
+    assert_eq!(
+        pod_gpus(&ever),
+        set(&[("phantom-b", "0")]),
+        "TruthscalePhantomUtilization was active for another GPU during the run"
+    );
+    let ever_idle = series(
+        &prom,
+        &format!(
+            "max by (pod, gpu) (max_over_time(ALERTS{{alertname=\"TruthscaleGPUAllocatedIdle\"}}[{window}]))"
+        ),
+    );
+    eprintln!(
+        "{T}: during the run, TruthscaleGPUAllocatedIdle was active for {:?}",
+        pod_gpus(&ever_idle)
+    );
+
+    let problems = prom.process.stderr();
+    assert!(
+        !problems.contains("level=error"),
+        "prometheus logged errors:\n{problems}"
+    );
+    eprintln!(
+        "{T}: checks took {:.1} s; done in {:.1} s",
+        checks_started.elapsed().as_secs_f64(),
+        secs()
+    );
+}
