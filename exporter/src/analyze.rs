@@ -37,11 +37,20 @@ pub struct Analysis {
 /// # Errors
 /// The file cannot be read, the format cannot be detected, or `--gpu-model` is unknown.
 pub fn run(args: &AnalyzeArgs) -> anyhow::Result<ExitCode> {
-    let name = args.file.display().to_string();
+    if args.history.prometheus.is_some() {
+        return crate::history::run(args);
+    }
+    if let Some(flag) = args.history.stray_flag() {
+        bail!("{flag} reads history from Prometheus: it needs --prometheus URL");
+    }
+    let Some(file) = &args.file else {
+        bail!("give a capture FILE, or --prometheus URL");
+    };
+    let name = file.display().to_string();
     let (reader, len): (Box<dyn Read>, Option<u64>) = if name == "-" {
         (Box::new(std::io::stdin().lock()), None)
     } else {
-        let f = File::open(&args.file).with_context(|| format!("cannot open {name}"))?;
+        let f = File::open(file).with_context(|| format!("cannot open {name}"))?;
         let len = f.metadata().ok().map(|m| m.len());
         (Box::new(f), len)
     };
@@ -138,28 +147,12 @@ pub fn analyze_reader(
             })?
         }
     };
-    let spec = match &args.gpu_model {
-        Some(m) => Some(gpus::lookup(m).with_context(|| {
-            let keys: Vec<_> = gpus::CATALOG.iter().map(|s| s.key).collect();
-            format!(
-                "--gpu-model {m:?} is not in the catalog; known: {}",
-                keys.join(", ")
-            )
-        })?),
-        None => None,
-    };
     let interval = args.interval.as_secs_f64();
     let nominal = match format {
         Format::Jsonl => None,
         _ => Some(interval),
     };
-    let derive_config = match &args.config {
-        Some(path) => crate::config::Config::load(Some(path), &[], &[])?.derive,
-        None => DeriveConfig::default(),
-    };
-    let mut deriver = Deriver::new(derive_config, nominal);
-    deriver.set_model_override(spec);
-    let mut analyzer = Analyzer::new(deriver, args.timeline);
+    let mut analyzer = new_analyzer(args, nominal)?;
     let mut parser = LineParser::new(format, name, interval, Timestamp(0));
     let mut errors = Vec::new();
     let mut error_count = 0u64;
@@ -191,6 +184,31 @@ pub fn analyze_reader(
     })
 }
 
+/// The analyzer `args` ask for (`--gpu-model`, `--config`, `--timeline`), with samples
+/// `nominal` seconds apart (`None`: learned from the input).
+///
+/// # Errors
+/// An unknown `--gpu-model`, or a configuration file that does not load.
+pub fn new_analyzer(args: &AnalyzeArgs, nominal: Option<f64>) -> anyhow::Result<Analyzer> {
+    let spec = match &args.gpu_model {
+        Some(m) => Some(gpus::lookup(m).with_context(|| {
+            let keys: Vec<_> = gpus::CATALOG.iter().map(|s| s.key).collect();
+            format!(
+                "--gpu-model {m:?} is not in the catalog; known: {}",
+                keys.join(", ")
+            )
+        })?),
+        None => None,
+    };
+    let derive_config = match &args.config {
+        Some(path) => crate::config::Config::load(Some(path), &[], &[])?.derive,
+        None => DeriveConfig::default(),
+    };
+    let mut deriver = Deriver::new(derive_config, nominal);
+    deriver.set_model_override(spec);
+    Ok(Analyzer::new(deriver, args.timeline))
+}
+
 fn pct(x: Option<f64>) -> String {
     x.map_or_else(|| "—".to_string(), |v| format!("{:.1}%", 100.0 * v))
 }
@@ -217,11 +235,27 @@ fn phases(e: &EntitySummary) -> String {
 }
 
 fn write_table(out: &mut impl Write, a: &Analysis) -> std::io::Result<()> {
-    writeln!(out, "format: {}", a.format.as_str())?;
-    if a.report.entities.is_empty() {
+    write_report(out, &format!("format: {}", a.format.as_str()), &a.report)?;
+    if a.skipped_lines > 0 {
+        writeln!(
+            out,
+            "skipped {} non-data line(s) (comments, blank lines, prompts)",
+            a.skipped_lines
+        )?;
+    }
+    Ok(())
+}
+
+/// The report as a table per entity, after a `header` line saying where it came from.
+///
+/// # Errors
+/// Writing fails.
+pub fn write_report(out: &mut impl Write, header: &str, report: &Report) -> std::io::Result<()> {
+    writeln!(out, "{header}")?;
+    if report.entities.is_empty() {
         writeln!(out, "no GPU readings found")?;
     }
-    for e in &a.report.entities {
+    for e in &report.entities {
         let sim = if e.simulated { "  [SIMULATED]" } else { "" };
         writeln!(out)?;
         writeln!(
@@ -301,25 +335,17 @@ fn write_table(out: &mut impl Write, a: &Analysis) -> std::io::Result<()> {
             )?;
         }
     }
-    if !a.report.diagnostics.is_empty() {
+    if !report.diagnostics.is_empty() {
         writeln!(out)?;
-        let counts: Vec<String> = a
-            .report
+        let counts: Vec<String> = report
             .diagnostics
             .iter()
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
         writeln!(out, "diagnostics: {}", counts.join(", "))?;
-        for d in a.report.first_diagnostics.iter().take(5) {
+        for d in report.first_diagnostics.iter().take(5) {
             writeln!(out, "  {d}")?;
         }
-    }
-    if a.skipped_lines > 0 {
-        writeln!(
-            out,
-            "skipped {} non-data line(s) (comments, blank lines, prompts)",
-            a.skipped_lines
-        )?;
     }
     Ok(())
 }

@@ -22,7 +22,8 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Analyze a capture: `dcgmi dmon` output, a dcgm-exporter scrape, or a JSONL trace.
+    /// Analyze a capture: `dcgmi dmon` output, a dcgm-exporter scrape, or a JSONL trace;
+    /// or the DCGM history a Prometheus server holds (--prometheus URL).
     ///
     /// Prints a table per GPU (or MIG instance, or pod) with the reported utilization, the
     /// effective compute fraction, the inflation gap, roofline saturation and the phase mix.
@@ -42,6 +43,10 @@ pub enum Command {
     /// Print the default configuration, or check a configuration file.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Check this machine's NVML: driver and NVML versions, and per GPU the MIG mode, whether
+    /// GPM is supported and permitted, the fidelity tier truthscale gets, and how to get a
+    /// better one. Exits 1 when there is no usable NVML or no GPU.
+    Doctor(DoctorArgs),
 }
 
 /// `truthscale config`.
@@ -59,9 +64,12 @@ pub enum ConfigCommand {
 /// `truthscale serve`.
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
-    /// Counter source: sim[:SCENARIO], replay:PATH, nvml, dcgm-exporter:URL or auto
-    /// [default: sim]. nvml, dcgm-exporter and auto are not built yet.
-    #[arg(long)]
+    /// Counter source (see `--help`).
+    #[arg(
+        long,
+        help = "Counter source: sim[:SCENARIO], replay:PATH, nvml, dcgm-exporter[:URL] or auto \
+                [default: sim]. auto reads NVML when the library loads"
+    )]
     pub source: Option<String>,
     /// Address to serve on [default: 0.0.0.0:9488].
     #[arg(long)]
@@ -85,6 +93,14 @@ pub struct ServeArgs {
     /// Configuration file (TOML); see `truthscale config defaults`.
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Also push metrics over OTLP to this collector (http://HOST:4317 for gRPC,
+    /// http://HOST:4318 for HTTP/protobuf; choose with OTEL_EXPORTER_OTLP_PROTOCOL or
+    /// otlp.protocol). OTEL_EXPORTER_OTLP_ENDPOINT turns OTLP on too; see docs/otlp.md.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// The NVML library to load for --source nvml or auto [default: libnvidia-ml.so.1].
+    #[arg(long, value_name = "PATH")]
+    pub nvml_library: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -113,8 +129,22 @@ impl ServeArgs {
         if let Some(v) = &self.web_config {
             o.push(("web_config_file", v.display().to_string()));
         }
+        if let Some(v) = &self.otlp_endpoint {
+            o.push(("otlp.endpoint", v.clone()));
+        }
+        if let Some(v) = &self.nvml_library {
+            o.push(("source.nvml_library", v.display().to_string()));
+        }
         o
     }
+}
+
+/// `truthscale doctor`.
+#[derive(Debug, clap::Args)]
+pub struct DoctorArgs {
+    /// The NVML library to load [default: libnvidia-ml.so.1].
+    #[arg(long, value_name = "PATH", env = "TRUTHSCALE_SOURCE__NVML_LIBRARY")]
+    pub nvml_library: Option<PathBuf>,
 }
 
 /// Capture formats on the command line.
@@ -133,14 +163,20 @@ pub enum FormatArg {
 /// `truthscale analyze`.
 #[derive(Debug, clap::Args)]
 pub struct AnalyzeArgs {
-    /// The capture file (`-` for standard input).
-    pub file: PathBuf,
+    /// The capture file (`-` for standard input); or --prometheus URL instead.
+    #[arg(required_unless_present = "prometheus", conflicts_with = "prometheus")]
+    pub file: Option<PathBuf>,
     /// Input format.
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "auto",
+        conflicts_with = "prometheus"
+    )]
     pub format: FormatArg,
     /// Time between samples, for formats without timestamps (dmon, dcgm-exporter).
     /// For a capture of dcgm-exporter scrapes at its default, pass 30s.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s", conflicts_with = "prometheus")]
     pub interval: Duration,
     /// Treat every GPU as this model (a catalog key such as `h100-sxm`, or an NVML name).
     #[arg(long)]
@@ -155,6 +191,9 @@ pub struct AnalyzeArgs {
     /// (see `truthscale config defaults`).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// History from a Prometheus server instead of a capture file.
+    #[command(flatten)]
+    pub history: crate::history::PrometheusArgs,
 }
 
 /// `truthscale simulate`.
@@ -192,6 +231,7 @@ pub fn main() -> ExitCode {
         Command::Simulate(s) => crate::simulate::run(&s).map(|()| ExitCode::SUCCESS),
         Command::Serve(s) => serve(&s).map(|()| ExitCode::SUCCESS),
         Command::Config(c) => config(&c),
+        Command::Doctor(d) => crate::doctor::run(&d),
     };
     match result {
         Ok(code) => code,

@@ -33,6 +33,8 @@ pub struct Config {
     pub http: HttpConfig,
     /// Derivation thresholds.
     pub derive: DeriveConfig,
+    /// OTLP push (see `docs/otlp.md`).
+    pub otlp: OtlpConfig,
 }
 
 impl Default for Config {
@@ -44,6 +46,7 @@ impl Default for Config {
             identity: IdentityConfig::default(),
             http: HttpConfig::default(),
             derive: DeriveConfig::default(),
+            otlp: OtlpConfig::default(),
         }
     }
 }
@@ -75,6 +78,9 @@ pub struct SourceConfig {
     pub gpu_uuids: Vec<String>,
     /// Keep only these GPU indices (`dcgm-exporter` only).
     pub gpu_indices: Vec<u32>,
+    /// The NVML library to load (`nvml` and `auto`): a file name looked up by the dynamic
+    /// loader, or a path.
+    pub nvml_library: String,
 }
 
 impl Default for SourceConfig {
@@ -91,6 +97,7 @@ impl Default for SourceConfig {
             scrape_timeout: "5s".into(),
             gpu_uuids: Vec::new(),
             gpu_indices: Vec::new(),
+            nvml_library: crate::sources::nvml::DEFAULT_LIBRARY.into(),
         }
     }
 }
@@ -132,6 +139,164 @@ impl Default for HttpConfig {
             max_concurrent_requests: 64,
             max_header_bytes: 16 * 1024,
         }
+    }
+}
+
+/// `[otlp]`: push the same metrics to an OpenTelemetry collector. Every unset key falls
+/// back to the standard `OTEL_…` environment variables, then to the SDK's defaults.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OtlpConfig {
+    /// Push even without an endpoint here or in `OTEL_EXPORTER_OTLP_(METRICS_)ENDPOINT`
+    /// (then to the SDK default, localhost). An endpoint anywhere also turns it on.
+    pub enabled: bool,
+    /// Collector URL (`http://HOST:4317` for gRPC, `http://HOST:4318` for HTTP; the HTTP
+    /// path `/v1/metrics` is added when the URL has none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// `grpc` or `http/protobuf`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// Timeout of one export, retries included (e.g. `10s`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Time between exports (e.g. `60s`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+    /// `cumulative` (the SDK default) or `delta`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temporality: Option<String>,
+}
+
+/// OTLP transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// gRPC (tonic).
+    Grpc,
+    /// HTTP with protobuf bodies.
+    HttpProtobuf,
+}
+
+impl OtlpProtocol {
+    /// Parse the `OTEL_EXPORTER_OTLP_PROTOCOL` spelling.
+    #[must_use]
+    pub fn parse(s: &str) -> Option<OtlpProtocol> {
+        match s.trim() {
+            "grpc" => Some(OtlpProtocol::Grpc),
+            "http/protobuf" => Some(OtlpProtocol::HttpProtobuf),
+            _ => None,
+        }
+    }
+}
+
+/// OTLP aggregation temporality.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpTemporality {
+    /// Totals since start.
+    Cumulative,
+    /// Changes since the previous export.
+    Delta,
+}
+
+/// Validated `[otlp]`: `None` fields are left to the SDK (environment, then defaults).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtlpSettings {
+    /// Endpoint set in truthscale's configuration or flags.
+    pub endpoint: Option<String>,
+    /// Protocol set in truthscale's configuration.
+    pub protocol: Option<OtlpProtocol>,
+    /// Export timeout set in truthscale's configuration.
+    pub timeout: Option<Duration>,
+    /// Export interval set in truthscale's configuration.
+    pub interval: Option<Duration>,
+    /// Temporality set in truthscale's configuration.
+    pub temporality: Option<OtlpTemporality>,
+}
+
+impl OtlpConfig {
+    fn validate(&self, env: &[(String, String)]) -> Result<Option<OtlpSettings>, ConfigError> {
+        let getenv = |k: &str| {
+            env.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let endpoint = self
+            .endpoint
+            .as_deref()
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(str::to_string);
+        if let Some(e) = &endpoint {
+            if e.starts_with("https://") {
+                return Err(ConfigError::Invalid {
+                    key: "otlp.endpoint",
+                    message: format!(
+                        "{e:?}: TLS is not built into truthscale's OTLP exporter; push to a collector over http:// (e.g. a node-local agent)"
+                    ),
+                });
+            }
+            if !e.starts_with("http://") {
+                return Err(ConfigError::Invalid {
+                    key: "otlp.endpoint",
+                    message: format!("{e:?} is not an http:// URL (e.g. http://localhost:4317)"),
+                });
+            }
+        }
+        let protocol = match self.protocol.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(p) => Some(OtlpProtocol::parse(p).ok_or_else(|| ConfigError::Invalid {
+                key: "otlp.protocol",
+                message: format!("{p:?} is not one of grpc, http/protobuf"),
+            })?),
+        };
+        let timeout = match self.timeout.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(t) => Some(duration("otlp.timeout", t)?),
+        };
+        if timeout.is_some_and(|t| t.is_zero()) {
+            return Err(ConfigError::Invalid {
+                key: "otlp.timeout",
+                message: "must be above zero".into(),
+            });
+        }
+        let interval = match self.interval.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(t) => Some(duration("otlp.interval", t)?),
+        };
+        if interval.is_some_and(|i| i < Duration::from_millis(100)) {
+            return Err(ConfigError::Invalid {
+                key: "otlp.interval",
+                message: "must be at least 100ms".into(),
+            });
+        }
+        let temporality = match self.temporality.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some("cumulative") => Some(OtlpTemporality::Cumulative),
+            Some("delta") => Some(OtlpTemporality::Delta),
+            Some(t) => {
+                return Err(ConfigError::Invalid {
+                    key: "otlp.temporality",
+                    message: format!("{t:?} is not one of cumulative, delta"),
+                });
+            }
+        };
+        let on = self.enabled
+            || endpoint.is_some()
+            || getenv("OTEL_EXPORTER_OTLP_ENDPOINT").is_some()
+            || getenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT").is_some();
+        let sdk_disabled =
+            getenv("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        if !on || sdk_disabled {
+            return Ok(None);
+        }
+        Ok(Some(OtlpSettings {
+            endpoint,
+            protocol,
+            timeout,
+            interval,
+            temporality,
+        }))
     }
 }
 
@@ -185,6 +350,8 @@ pub struct Settings {
     pub gpu_uuids: Vec<String>,
     /// GPU indices to keep (dcgm-exporter).
     pub gpu_indices: Vec<u32>,
+    /// The NVML library (nvml, auto).
+    pub nvml_library: PathBuf,
     /// `NODE_IP` from the environment (for the default dcgm-exporter URL).
     pub node_ip: Option<String>,
     /// `NVIDIA_VISIBLE_DEVICES` from the environment (dcgm-exporter scope fallback).
@@ -199,6 +366,8 @@ pub struct Settings {
     pub max_header_bytes: usize,
     /// Derivation thresholds.
     pub derive: DeriveConfig,
+    /// OTLP push, when on.
+    pub otlp: Option<OtlpSettings>,
 }
 
 fn duration(key: &'static str, s: &str) -> Result<Duration, ConfigError> {
@@ -345,6 +514,15 @@ impl Config {
                     ),
                 }
             })?;
+        if self.source.nvml_library.trim().is_empty() {
+            return Err(ConfigError::Invalid {
+                key: "source.nvml_library",
+                message: format!(
+                    "must name the NVML library (default {})",
+                    crate::sources::nvml::DEFAULT_LIBRARY
+                ),
+            });
+        }
         let replay_interval = duration("source.replay_interval", &self.source.replay_interval)?;
         let scrape_timeout = duration("source.scrape_timeout", &self.source.scrape_timeout)?;
         let request_timeout = duration("http.request_timeout", &self.http.request_timeout)?;
@@ -366,6 +544,7 @@ impl Config {
                 .map(|(_, v)| v.clone())
                 .filter(|v| !v.is_empty())
         };
+        let otlp = self.otlp.validate(env)?;
         let id = &self.identity;
         let identity = Identity {
             pod: id.pod.clone().or_else(|| getenv("POD_NAME")),
@@ -387,6 +566,7 @@ impl Config {
             scrape_timeout,
             gpu_uuids: self.source.gpu_uuids.clone(),
             gpu_indices: self.source.gpu_indices.clone(),
+            nvml_library: PathBuf::from(self.source.nvml_library.trim()),
             node_ip: getenv("NODE_IP"),
             nvidia_visible_devices: getenv("NVIDIA_VISIBLE_DEVICES"),
             identity,
@@ -394,6 +574,7 @@ impl Config {
             max_concurrent_requests: self.http.max_concurrent_requests,
             max_header_bytes: self.http.max_header_bytes,
             derive: self.derive.clone(),
+            otlp,
         })
     }
 
@@ -496,6 +677,81 @@ mod tests {
                 .starts_with("source.spec:")
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn otlp_is_on_by_endpoint_config_or_env() {
+        assert_eq!(Config::default().validate(&[]).unwrap().otlp, None);
+        let s = Config::default()
+            .validate(&env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317")]))
+            .unwrap();
+        // The SDK reads the environment itself: nothing is passed on.
+        assert_eq!(
+            s.otlp,
+            Some(OtlpSettings {
+                endpoint: None,
+                protocol: None,
+                timeout: None,
+                interval: None,
+                temporality: None
+            })
+        );
+        let c = Config::load(
+            None,
+            &env(&[
+                ("TRUTHSCALE_OTLP__PROTOCOL", "grpc"),
+                ("TRUTHSCALE_OTLP__TEMPORALITY", "delta"),
+            ]),
+            &[("otlp.endpoint", "http://c:4317".into())],
+        )
+        .unwrap();
+        let o = c.validate(&[]).unwrap().otlp.unwrap();
+        assert_eq!(o.endpoint.as_deref(), Some("http://c:4317"));
+        assert_eq!(o.protocol, Some(OtlpProtocol::Grpc));
+        assert_eq!(o.temporality, Some(OtlpTemporality::Delta));
+        let mut c = Config::default();
+        c.otlp.enabled = true;
+        assert!(c.validate(&[]).unwrap().otlp.is_some());
+        assert!(
+            c.validate(&env(&[("OTEL_SDK_DISABLED", "true")]))
+                .unwrap()
+                .otlp
+                .is_none()
+        );
+        c.otlp.protocol = Some("http/json".into());
+        assert!(
+            c.validate(&[])
+                .unwrap_err()
+                .to_string()
+                .starts_with("otlp.protocol:")
+        );
+        c.otlp.protocol = None;
+        c.otlp.endpoint = Some("https://c:4317".into());
+        assert!(c.validate(&[]).unwrap_err().to_string().contains("TLS"));
+    }
+
+    #[test]
+    fn nvml_library_key() {
+        let s = Config::default().validate(&[]).unwrap();
+        assert_eq!(s.nvml_library, PathBuf::from("libnvidia-ml.so.1"));
+        let c = Config::load(
+            None,
+            &env(&[("TRUTHSCALE_SOURCE__NVML_LIBRARY", "/env/libnvidia-ml.so.1")]),
+            &[("source.nvml_library", "/flag/libnvidia-ml.so.1".into())],
+        )
+        .unwrap();
+        assert_eq!(
+            c.validate(&[]).unwrap().nvml_library,
+            PathBuf::from("/flag/libnvidia-ml.so.1")
+        );
+        let mut c = Config::default();
+        c.source.nvml_library = " ".into();
+        assert!(
+            c.validate(&[])
+                .unwrap_err()
+                .to_string()
+                .starts_with("source.nvml_library:")
+        );
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //! [`truthscale_core`].
 //!
 //! - [`sidecar`]: the sampler thread and its snapshots; [`http`]: the axum router.
-//! - [`sources`]: the simulated GPU and replays (NVML and dcgm-exporter are planned).
+//! - [`sources`]: NVML, dcgm-exporter, the simulated GPU and replays.
+//! - [`doctor`]: what this machine's NVML offers, and which fidelity tier it gives.
 //! - [`config`]: defaults < file < environment < flags.
+//! - [`otlp`]: the same metrics pushed over OTLP (gRPC or HTTP/protobuf).
 //! - [`analyze`], [`simulate`]: the offline commands.
 //!
 //! Embedding in a Rust service:
@@ -22,8 +24,11 @@
 pub mod analyze;
 pub mod cli;
 pub mod config;
+pub mod doctor;
+pub mod history;
 pub mod http;
 pub mod landing;
+pub mod otlp;
 pub mod serve;
 pub mod sidecar;
 pub mod simulate;

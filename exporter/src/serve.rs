@@ -33,6 +33,18 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         None => None,
     };
     let sidecar = Sidecar::start(&settings).context("cannot start the source")?;
+    let otlp = match &settings.otlp {
+        Some(o) => Some(
+            crate::otlp::Otlp::start(
+                o,
+                &settings.identity,
+                sidecar.subscribe(),
+                sidecar.sink_errors(),
+            )
+            .context("invalid OTLP configuration")?,
+        ),
+        None => None,
+    };
     let limits = RouterLimits {
         request_timeout: settings.request_timeout,
         max_concurrent_requests: settings.max_concurrent_requests,
@@ -62,6 +74,16 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     web::serve(listener, app, tls, http_limits, shutdown_signal())
         .await
         .context("HTTP server failed")?;
+    if let Some(o) = otlp {
+        // The final export blocks; bound it so that a dead collector cannot hold the exit.
+        let done = tokio::task::spawn_blocking(move || o.shutdown());
+        if tokio::time::timeout(Duration::from_secs(5), done)
+            .await
+            .is_err()
+        {
+            tracing::warn!("The final OTLP export did not finish within 5s; exiting anyway.");
+        }
+    }
     tracing::info!("Shutting down: stopping the sampler.");
     sidecar.shutdown();
     Ok(())

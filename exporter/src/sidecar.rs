@@ -10,11 +10,14 @@ use crate::sources::{self, AnySource, BuildError, unix_ms};
 use axum::body::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::watch;
-use truthscale_core::exposition::{self, ExporterStatus, Format, GpuEntry, Identity, SourceHealth};
+use truthscale_core::exposition::{
+    self, ExporterStatus, Format, GpuEntry, Identity, SinkHealth, SourceHealth,
+};
 use truthscale_core::model::EntityKey;
 use truthscale_core::tracker::{Deriver, EntityWindow};
 
@@ -40,6 +43,61 @@ pub struct Snapshot {
     pub openmetrics: Bytes,
     /// The landing page.
     pub landing: Bytes,
+    /// The exporter status encoded into this snapshot.
+    pub status: ExporterStatus,
+    /// The identity labels encoded into this snapshot.
+    pub identity: Identity,
+}
+
+/// Failure counts of push sinks (OTLP), shared between a sink, which adds to them, and the
+/// sampler, which copies them into every snapshot (`truthscale_sink_errors_total`).
+#[derive(Debug, Clone, Default)]
+pub struct SinkErrors(Arc<Mutex<BTreeMap<String, BTreeMap<String, u64>>>>);
+
+impl SinkErrors {
+    /// Declare a sink and its error kinds, so that they are exposed (at 0) before the first
+    /// failure.
+    pub fn register(&self, sink: &str, kinds: &[&str]) {
+        if let Ok(mut m) = self.0.lock() {
+            let e = m.entry(sink.to_string()).or_default();
+            for k in kinds {
+                e.entry((*k).to_string()).or_default();
+            }
+        }
+    }
+
+    /// Count one failure of `sink` of this kind.
+    pub fn add(&self, sink: &str, kind: &str) {
+        if let Ok(mut m) = self.0.lock() {
+            *m.entry(sink.to_string())
+                .or_default()
+                .entry(kind.to_string())
+                .or_default() += 1;
+        }
+    }
+
+    /// The failures of `sink` so far, all kinds together.
+    #[must_use]
+    pub fn total(&self, sink: &str) -> u64 {
+        self.0
+            .lock()
+            .map(|m| m.get(sink).map_or(0, |e| e.values().sum()))
+            .unwrap_or(0)
+    }
+
+    fn health(&self) -> Vec<SinkHealth> {
+        self.0
+            .lock()
+            .map(|m| {
+                m.iter()
+                    .map(|(name, errors)| SinkHealth {
+                        name: name.clone(),
+                        errors: errors.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
 }
 
 impl Snapshot {
@@ -66,6 +124,7 @@ pub struct Sidecar {
     stop: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
     source: String,
+    sinks: SinkErrors,
 }
 
 impl Sidecar {
@@ -87,7 +146,9 @@ impl Sidecar {
             ..Snapshot::default()
         }));
         let (stop_tx, stop_rx) = mpsc::channel();
-        let state = Sampler::new(settings, source);
+        let sinks = SinkErrors::default();
+        let mut state = Sampler::new(settings, source);
+        state.sinks = sinks.clone();
         let interval = settings.interval;
         let thread = std::thread::Builder::new()
             .name("truthscale-sampler".into())
@@ -101,7 +162,14 @@ impl Sidecar {
             stop: Some(stop_tx),
             thread,
             source: name,
+            sinks,
         }
+    }
+
+    /// The sink failure counters this sidecar exposes; push sinks (OTLP) add to them.
+    #[must_use]
+    pub fn sink_errors(&self) -> SinkErrors {
+        self.sinks.clone()
     }
 
     /// The latest snapshot.
@@ -180,6 +248,7 @@ struct Sampler {
     tick: u64,
     previous_body: Option<usize>,
     last_error_log: HashMap<&'static str, Instant>,
+    sinks: SinkErrors,
 }
 
 /// Repeated errors of one kind are logged at most this often.
@@ -191,7 +260,7 @@ impl Sampler {
         // sampling interval; dcgm-exporter's are learned from its own cadence.
         let window = match source {
             AnySource::Replay(_) => Some(settings.replay_interval.as_secs_f64()),
-            AnySource::Sim(_) => Some(settings.interval.as_secs_f64()),
+            AnySource::Sim(_) | AnySource::Nvml(_) => Some(settings.interval.as_secs_f64()),
             AnySource::DcgmExporter(_) => None,
         };
         Sampler {
@@ -208,6 +277,7 @@ impl Sampler {
             tick: 0,
             previous_body: None,
             last_error_log: HashMap::new(),
+            sinks: SinkErrors::default(),
         }
     }
 
@@ -219,7 +289,12 @@ impl Sampler {
             let last = self.last_error_log.get(e.kind());
             if last.is_none_or(|t| t.elapsed() >= ERROR_LOG_EVERY) {
                 self.last_error_log.insert(e.kind(), Instant::now());
-                tracing::warn!(source = self.source.kind().as_str(), error = %e, "Source reported an error; the sample was skipped.");
+                tracing::warn!(
+                    source = self.source.kind().as_str(),
+                    kind = e.kind(),
+                    error = %e,
+                    "Source reported a problem; it is counted in truthscale_source_errors_total (repeats of this kind are logged at most every 30 s)."
+                );
             }
         }
         for sample in &produced.samples {
@@ -275,6 +350,7 @@ impl Sampler {
             diagnostics: self.diagnostics.clone(),
             snapshot_unix_seconds: unix_ms(now) as f64 / 1000.0,
             previous_body_bytes: self.previous_body,
+            sinks: self.sinks.health(),
         };
         let text = exposition::encode(&gpus, &self.identity, &status, Format::Text);
         let openmetrics = exposition::encode(&gpus, &self.identity, &status, Format::OpenMetrics);
@@ -289,6 +365,8 @@ impl Sampler {
             text: text.into(),
             openmetrics: openmetrics.into(),
             landing: landing.into(),
+            status,
+            identity: self.identity.clone(),
         }
     }
 }

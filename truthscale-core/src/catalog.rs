@@ -45,10 +45,80 @@ pub struct MetricDesc {
     pub scope: Scope,
     /// Labels beyond the scope's own (e.g. `phase`).
     pub extra_labels: &'static [&'static str],
+    /// How it is exported over OTLP (`None`: Prometheus only).
+    pub otel: Option<OtelDesc>,
+}
+
+/// The OpenTelemetry instrument a family is exported as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtelInstrument {
+    /// Asynchronous gauge (f64).
+    Gauge,
+    /// Asynchronous monotonic counter (f64 sum).
+    Counter,
+    /// Asynchronous up-down counter (i64 non-monotonic sum), as the hardware conventions
+    /// define memory sizes.
+    UpDownCounter,
+}
+
+impl OtelInstrument {
+    /// The word used in `docs/otlp.md`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OtelInstrument::Gauge => "gauge",
+            OtelInstrument::Counter => "counter",
+            OtelInstrument::UpDownCounter => "updowncounter",
+        }
+    }
+}
+
+/// The OTLP name, unit and instrument of one family.
+///
+/// Names follow the OpenTelemetry hardware GPU semantic conventions (`hw.gpu.*`,
+/// `hw.power`, `hw.energy`) where they define the metric, and `truthscale.*` otherwise.
+/// Units are UCUM (`1`, `s`, `By`, `W`, `J`, `Hz`, `Cel`, `{error}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OtelDesc {
+    /// Metric name.
+    pub name: &'static str,
+    /// UCUM unit.
+    pub unit: &'static str,
+    /// Instrument.
+    pub instrument: OtelInstrument,
+    /// Attributes with a fixed value on every data point (e.g. `hw.gpu.task="general"`).
+    pub fixed: &'static [(&'static str, &'static str)],
+}
+
+const fn gauge(name: &'static str, unit: &'static str) -> Option<OtelDesc> {
+    Some(OtelDesc {
+        name,
+        unit,
+        instrument: OtelInstrument::Gauge,
+        fixed: &[],
+    })
+}
+
+const fn counter(name: &'static str, unit: &'static str) -> Option<OtelDesc> {
+    Some(OtelDesc {
+        name,
+        unit,
+        instrument: OtelInstrument::Counter,
+        fixed: &[],
+    })
+}
+
+const fn updown(name: &'static str, unit: &'static str) -> Option<OtelDesc> {
+    Some(OtelDesc {
+        name,
+        unit,
+        instrument: OtelInstrument::UpDownCounter,
+        fixed: &[],
+    })
 }
 
 macro_rules! metrics {
-    ($( $id:ident = $name:literal, $kind:ident, $scope:ident, [$($l:literal),*], $help:literal; )+) => {
+    ($( $id:ident = $name:literal, $kind:ident, $scope:ident, [$($l:literal),*], $otel:expr, $help:literal; )+) => {
         $(
             #[doc = $help]
             pub const $id: MetricDesc = MetricDesc {
@@ -57,6 +127,7 @@ macro_rules! metrics {
                 help: $help,
                 scope: Scope::$scope,
                 extra_labels: &[$($l),*],
+                otel: $otel,
             };
         )+
         /// Every metric, in exposition order.
@@ -65,76 +136,78 @@ macro_rules! metrics {
 }
 
 metrics! {
-    GPU_INFO = "truthscale_gpu_info", Gauge, Gpu, ["source", "fidelity", "catalog_model"],
+    GPU_INFO = "truthscale_gpu_info", Gauge, Gpu, ["source", "fidelity", "catalog_model"], gauge("truthscale.gpu.info", "1"),
         "Identity of a GPU or MIG instance (value 1); source=\"sim\" marks simulated data.";
-    GPU_REPORTED_UTILIZATION = "truthscale_gpu_reported_utilization_ratio", Gauge, Gpu, [],
+    GPU_REPORTED_UTILIZATION = "truthscale_gpu_reported_utilization_ratio", Gauge, Gpu, [], Some(OtelDesc { name: "hw.gpu.utilization", unit: "1", instrument: OtelInstrument::Gauge, fixed: &[("hw.gpu.task", "general")] }),
         "Busy fraction as nvidia-smi reports it: time with at least one kernel resident.";
-    GPU_EFFECTIVE_COMPUTE = "truthscale_gpu_effective_compute_ratio", Gauge, Gpu, [],
+    GPU_EFFECTIVE_COMPUTE = "truthscale_gpu_effective_compute_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.effective_compute", "1"),
         "Effective compute fraction of the last window: clock-corrected tensor work over the datasheet dense peak.";
-    GPU_EFFECTIVE_COMPUTE_UPPER_BOUND = "truthscale_gpu_effective_compute_upper_bound_ratio", Gauge, Gpu, [],
+    GPU_EFFECTIVE_COMPUTE_UPPER_BOUND = "truthscale_gpu_effective_compute_upper_bound_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.effective_compute.upper_bound", "1"),
         "Upper bound on effective compute when no tensor counter exists (equals the busy fraction).";
-    GPU_ROOFLINE_SATURATION = "truthscale_gpu_roofline_saturation_ratio", Gauge, Gpu, [],
+    GPU_ROOFLINE_SATURATION = "truthscale_gpu_roofline_saturation_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.roofline_saturation", "1"),
         "Roofline saturation at the clocks the GPU ran: max(compute, DRAM activity).";
-    GPU_INFLATION_GAP = "truthscale_gpu_inflation_gap_ratio", Gauge, Gpu, [],
+    GPU_INFLATION_GAP = "truthscale_gpu_inflation_gap_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.inflation_gap", "1"),
         "Reported utilization minus effective compute (multiply by 100 for points).";
-    GPU_SPATIAL_INFLATION = "truthscale_gpu_spatial_inflation_factor", Gauge, Gpu, [],
+    GPU_SPATIAL_INFLATION = "truthscale_gpu_spatial_inflation_factor", Gauge, Gpu, [], gauge("truthscale.gpu.spatial_inflation", "1"),
         "Reported utilization over SM active: how much the busy flag overstates SM coverage.";
-    GPU_INTENSITY_RIDGE = "truthscale_gpu_intensity_ridge_ratio", Gauge, Gpu, [],
+    GPU_INTENSITY_RIDGE = "truthscale_gpu_intensity_ridge_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.intensity_ridge", "1"),
         "Operational intensity over the roofline ridge (rho = tensor / DRAM activity); above 1 is compute-bound.";
-    GPU_POWER_PROXY = "truthscale_gpu_power_proxy_ratio", Gauge, Gpu, [],
+    GPU_POWER_PROXY = "truthscale_gpu_power_proxy_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.power_proxy", "1"),
         "Power above idle over the power range: an estimate of work intensity, not compute (below the profiling tier).";
-    GPU_CLOCK_CORRECTION = "truthscale_gpu_clock_correction_ratio", Gauge, Gpu, [],
+    GPU_CLOCK_CORRECTION = "truthscale_gpu_clock_correction_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.clock_correction", "1"),
         "SM clock over the clock the datasheet peak assumes (kappa).";
-    GPU_SM_ACTIVE = "truthscale_gpu_sm_active_ratio", Gauge, Gpu, [],
+    GPU_SM_ACTIVE = "truthscale_gpu_sm_active_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.sm.active", "1"),
         "Raw SM active fraction, where the source provides it.";
-    GPU_SM_OCCUPANCY = "truthscale_gpu_sm_occupancy_ratio", Gauge, Gpu, [],
+    GPU_SM_OCCUPANCY = "truthscale_gpu_sm_occupancy_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.sm.occupancy", "1"),
         "Raw SM occupancy, where the source provides it.";
-    GPU_TENSOR_ACTIVE = "truthscale_gpu_tensor_active_ratio", Gauge, Gpu, [],
+    GPU_TENSOR_ACTIVE = "truthscale_gpu_tensor_active_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.tensor.active", "1"),
         "Raw tensor pipe active fraction, where the source provides it.";
-    GPU_DRAM_ACTIVE = "truthscale_gpu_dram_active_ratio", Gauge, Gpu, [],
+    GPU_DRAM_ACTIVE = "truthscale_gpu_dram_active_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.dram.active", "1"),
         "Raw DRAM bandwidth fraction, where the source provides it.";
-    GPU_OBSERVED_SECONDS = "truthscale_gpu_observed_seconds_total", Counter, Gpu, [],
+    GPU_OBSERVED_SECONDS = "truthscale_gpu_observed_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.observed.time", "s"),
         "Seconds covered by derived windows (the denominator for exact averages).";
-    GPU_BUSY_SECONDS = "truthscale_gpu_busy_seconds_total", Counter, Gpu, [],
+    GPU_BUSY_SECONDS = "truthscale_gpu_busy_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.busy.time", "s"),
         "Integral of reported utilization over time, in seconds.";
-    GPU_EFFECTIVE_COMPUTE_SECONDS = "truthscale_gpu_effective_compute_seconds_total", Counter, Gpu, [],
+    GPU_EFFECTIVE_COMPUTE_SECONDS = "truthscale_gpu_effective_compute_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.effective_compute.time", "s"),
         "Integral of the effective compute fraction over time, in seconds.";
-    GPU_PHASE_SECONDS = "truthscale_gpu_phase_seconds_total", Counter, Gpu, ["phase"],
+    GPU_PHASE_SECONDS = "truthscale_gpu_phase_seconds_total", Counter, Gpu, ["phase"], counter("truthscale.gpu.phase.time", "s"),
         "Seconds spent in each phase.";
-    GPU_PHASE = "truthscale_gpu_phase", Gauge, Gpu, ["phase"],
+    GPU_PHASE = "truthscale_gpu_phase", Gauge, Gpu, ["phase"], gauge("truthscale.gpu.phase", "1"),
         "The current phase (1) and the others (0).";
-    GPU_MEMORY_USED = "truthscale_gpu_memory_used_bytes", Gauge, Gpu, [],
+    GPU_MEMORY_USED = "truthscale_gpu_memory_used_bytes", Gauge, Gpu, [], updown("hw.gpu.memory.usage", "By"),
         "Allocated device memory.";
-    GPU_MEMORY_TOTAL = "truthscale_gpu_memory_total_bytes", Gauge, Gpu, [],
+    GPU_MEMORY_TOTAL = "truthscale_gpu_memory_total_bytes", Gauge, Gpu, [], updown("hw.gpu.memory.limit", "By"),
         "Total device memory.";
-    GPU_POWER = "truthscale_gpu_power_watts", Gauge, Gpu, [],
+    GPU_POWER = "truthscale_gpu_power_watts", Gauge, Gpu, [], gauge("hw.power", "W"),
         "Power over the last window (from the energy counter when available).";
-    GPU_POWER_LIMIT = "truthscale_gpu_power_limit_watts", Gauge, Gpu, [],
+    GPU_POWER_LIMIT = "truthscale_gpu_power_limit_watts", Gauge, Gpu, [], gauge("truthscale.gpu.power.limit", "W"),
         "Enforced power limit.";
-    GPU_ENERGY = "truthscale_gpu_energy_joules_total", Counter, Gpu, [],
+    GPU_ENERGY = "truthscale_gpu_energy_joules_total", Counter, Gpu, [], counter("hw.energy", "J"),
         "Energy consumed since the exporter first saw the GPU.";
-    GPU_SM_CLOCK = "truthscale_gpu_sm_clock_hertz", Gauge, Gpu, [],
+    GPU_SM_CLOCK = "truthscale_gpu_sm_clock_hertz", Gauge, Gpu, [], gauge("truthscale.gpu.sm.clock", "Hz"),
         "SM clock.";
-    GPU_TEMPERATURE = "truthscale_gpu_temperature_celsius", Gauge, Gpu, [],
+    GPU_TEMPERATURE = "truthscale_gpu_temperature_celsius", Gauge, Gpu, [], gauge("truthscale.gpu.temperature", "Cel"),
         "GPU temperature.";
-    GPU_CLOCK_EVENT = "truthscale_gpu_clock_event_active", Gauge, Gpu, ["reason"],
+    GPU_CLOCK_EVENT = "truthscale_gpu_clock_event_active", Gauge, Gpu, ["reason"], gauge("truthscale.gpu.clock_event.active", "1"),
         "Clock-event (throttle) reasons active in the last window (1) or not (0).";
-    SIM_TRUTH_EFFECTIVE_COMPUTE_SECONDS = "truthscale_sim_truth_effective_compute_seconds_total", Counter, Gpu, [],
+    SIM_TRUTH_EFFECTIVE_COMPUTE_SECONDS = "truthscale_sim_truth_effective_compute_seconds_total", Counter, Gpu, [], counter("truthscale.sim.truth.effective_compute.time", "s"),
         "Simulator only: the true integral of effective compute, to check the derived one against.";
-    BUILD_INFO = "truthscale_build_info", Gauge, Exporter, ["version"],
+    BUILD_INFO = "truthscale_build_info", Gauge, Exporter, ["version"], None,
         "Build of the running exporter (value 1).";
-    SOURCE_UP = "truthscale_source_up", Gauge, Exporter, ["source"],
+    SOURCE_UP = "truthscale_source_up", Gauge, Exporter, ["source"], gauge("truthscale.source.up", "1"),
         "Whether the counter source produced a sample recently (1) or went stale (0).";
-    SOURCE_ERRORS = "truthscale_source_errors_total", Counter, Exporter, ["source", "kind"],
+    SOURCE_ERRORS = "truthscale_source_errors_total", Counter, Exporter, ["source", "kind"], counter("truthscale.source.errors", "{error}"),
         "Failed sampling attempts by kind.";
-    SAMPLE_DURATION = "truthscale_sample_duration_seconds", Gauge, Exporter, [],
+    SAMPLE_DURATION = "truthscale_sample_duration_seconds", Gauge, Exporter, [], gauge("truthscale.sample.duration", "s"),
         "Time the last sampling and derivation tick took.";
-    DIAGNOSTICS = "truthscale_derivation_diagnostics_total", Counter, Exporter, ["kind"],
+    DIAGNOSTICS = "truthscale_derivation_diagnostics_total", Counter, Exporter, ["kind"], counter("truthscale.derivation.diagnostics", "{diagnostic}"),
         "Readings dropped, clamped or skipped during derivation, by kind.";
-    SNAPSHOT_TIMESTAMP = "truthscale_snapshot_timestamp_seconds", Gauge, Exporter, [],
+    SNAPSHOT_TIMESTAMP = "truthscale_snapshot_timestamp_seconds", Gauge, Exporter, [], gauge("truthscale.snapshot.timestamp", "s"),
         "Unix time of the snapshot being served.";
-    SCRAPE_BODY = "truthscale_scrape_body_bytes", Gauge, Exporter, [],
+    SCRAPE_BODY = "truthscale_scrape_body_bytes", Gauge, Exporter, [], None,
         "Size of the previous tick's /metrics body.";
+    SINK_ERRORS = "truthscale_sink_errors_total", Counter, Exporter, ["sink", "kind"], counter("truthscale.sink.errors", "{error}"),
+        "Failed pushes to a sink (sink=\"otlp\") by kind: unavailable, timeout, rejected, other.";
 }
 
 /// The catalog entry with this name.
@@ -155,6 +228,81 @@ pub const GPU_LABELS: &[&str] = &[
     "container",
     "node",
 ];
+
+/// OTLP attribute for each Prometheus label, in label order.
+pub const OTEL_ATTRIBUTES: &[(&str, &str)] = &[
+    ("gpu", "truthscale.gpu.index"),
+    ("uuid", "hw.id"),
+    ("model", "hw.model"),
+    ("mig_instance", "truthscale.gpu.mig.instance"),
+    ("mig_profile", "truthscale.gpu.mig.profile"),
+    ("pod", "k8s.pod.name"),
+    ("namespace", "k8s.namespace.name"),
+    ("container", "k8s.container.name"),
+    ("node", "k8s.node.name"),
+    ("source", "truthscale.source"),
+    ("fidelity", "truthscale.fidelity"),
+    ("catalog_model", "truthscale.catalog_model"),
+    ("phase", "truthscale.phase"),
+    ("reason", "truthscale.clock_event.reason"),
+    ("kind", "error.type"),
+    ("sink", "truthscale.sink"),
+    ("version", "service.version"),
+];
+
+/// Attributes every GPU-scoped OTLP data point carries, as the hardware conventions ask.
+pub const OTEL_GPU_FIXED: &[(&str, &str)] = &[("hw.type", "gpu"), ("hw.vendor", "NVIDIA")];
+
+/// The OTLP attribute for a Prometheus label.
+#[must_use]
+pub fn otel_attribute(label: &str) -> Option<&'static str> {
+    OTEL_ATTRIBUTES
+        .iter()
+        .find(|(l, _)| *l == label)
+        .map(|(_, a)| *a)
+}
+
+/// The Prometheus ↔ OTLP mapping as a Markdown table (the body of `docs/otlp.md`).
+#[must_use]
+pub fn otel_markdown_table() -> String {
+    let mut out = String::from(
+        "| Prometheus | OTLP name | instrument | unit | attributes beyond the GPU's |\n|---|---|---|---|---|\n",
+    );
+    for m in ALL {
+        let Some(o) = &m.otel else {
+            out.push_str(&format!("| `{}` | — (Prometheus only) | | | |\n", m.name));
+            continue;
+        };
+        let mut attrs: Vec<String> = o
+            .fixed
+            .iter()
+            .map(|(k, v)| format!("`{k}=\"{v}\"`"))
+            .collect();
+        attrs.extend(
+            m.extra_labels
+                .iter()
+                .map(|l| format!("`{}`", otel_attribute(l).unwrap_or(l))),
+        );
+        let attrs = if attrs.is_empty() {
+            "—".to_string()
+        } else {
+            attrs.join(", ")
+        };
+        out.push_str(&format!(
+            "| `{}` | `{}` | {} | `{}` | {} |\n",
+            m.name,
+            o.name,
+            o.instrument.as_str(),
+            o.unit,
+            attrs
+        ));
+    }
+    out.push_str("\n| Prometheus label | OTLP attribute |\n|---|---|\n");
+    for (l, a) in OTEL_ATTRIBUTES {
+        out.push_str(&format!("| `{l}` | `{a}` |\n"));
+    }
+    out
+}
 
 /// The catalog as a Markdown table (the body of `docs/metrics.md`).
 #[must_use]
@@ -210,5 +358,70 @@ mod tests {
             assert!(!m.help.is_empty());
         }
         assert_eq!(by_name("truthscale_gpu_info"), Some(&GPU_INFO));
+    }
+
+    #[test]
+    fn otel_names_units_and_attributes() {
+        let mut seen = std::collections::HashSet::new();
+        for m in ALL {
+            let Some(o) = m.otel else { continue };
+            assert!(seen.insert(o.name), "duplicate OTLP name {}", o.name);
+            assert!(
+                o.name.starts_with("truthscale.") || o.name.starts_with("hw."),
+                "{}",
+                o.name
+            );
+            assert!(
+                o.name.bytes().all(|b| b.is_ascii_lowercase()
+                    || b.is_ascii_digit()
+                    || b == b'.'
+                    || b == b'_'),
+                "{}",
+                o.name
+            );
+            assert!(
+                ["1", "s", "By", "W", "J", "Hz", "Cel"].contains(&o.unit)
+                    || (o.unit.starts_with('{') && o.unit.ends_with('}')),
+                "{}: unit {}",
+                o.name,
+                o.unit
+            );
+            // Counters are monotonic sums, and only counters are.
+            assert_eq!(
+                m.kind == Kind::Counter,
+                o.instrument == OtelInstrument::Counter,
+                "{}",
+                m.name
+            );
+            for l in m.extra_labels {
+                assert!(otel_attribute(l).is_some(), "{}: label {l}", m.name);
+            }
+        }
+        for l in GPU_LABELS {
+            assert!(otel_attribute(l).is_some(), "label {l}");
+        }
+        assert_eq!(
+            GPU_REPORTED_UTILIZATION.otel.unwrap().name,
+            "hw.gpu.utilization"
+        );
+    }
+
+    #[test]
+    fn otlp_doc_matches_catalog() {
+        const BEGIN: &str = "<!-- otlp-catalog:begin -->\n";
+        const END: &str = "<!-- otlp-catalog:end -->";
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/otlp.md");
+        let doc = std::fs::read_to_string(path).expect("docs/otlp.md exists");
+        let (head, rest) = doc.split_once(BEGIN).expect("begin marker");
+        let (_, tail) = rest.split_once(END).expect("end marker");
+        let expected = format!("{head}{BEGIN}{}{END}{tail}", otel_markdown_table());
+        if std::env::var_os("UPDATE_DOCS").is_some() {
+            std::fs::write(path, &expected).unwrap();
+            return;
+        }
+        assert!(
+            doc == expected,
+            "docs/otlp.md is out of date with truthscale_core::catalog; run `UPDATE_DOCS=1 cargo test -p truthscale-core --lib otlp_doc`"
+        );
     }
 }

@@ -63,6 +63,15 @@ pub struct SourceHealth {
     pub errors: BTreeMap<String, u64>,
 }
 
+/// One push sink's health (e.g. OTLP).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SinkHealth {
+    /// Sink label value (`otlp`).
+    pub name: String,
+    /// Failed pushes by kind.
+    pub errors: BTreeMap<String, u64>,
+}
+
 /// The exporter's own state, exposed beside the GPU series.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ExporterStatus {
@@ -78,6 +87,8 @@ pub struct ExporterStatus {
     pub snapshot_unix_seconds: f64,
     /// Size of the previous body.
     pub previous_body_bytes: Option<usize>,
+    /// Push sinks (empty when none is configured).
+    pub sinks: Vec<SinkHealth>,
 }
 
 /// Escape a label value for both text formats.
@@ -96,6 +107,21 @@ pub fn escape_label(v: &str) -> String {
 }
 
 fn gpu_labels(e: &GpuEntry, id: &Identity) -> String {
+    let pairs = gpu_label_pairs(e, id);
+    let mut s = String::new();
+    for (i, (k, v)) in pairs.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let _ = write!(s, "{k}=\"{}\"", escape_label(v));
+    }
+    s
+}
+
+/// The labels of a GPU entity, in exposition order (identity over attribution, empty
+/// values left out).
+#[must_use]
+pub fn gpu_label_pairs(e: &GpuEntry, id: &Identity) -> Vec<(&'static str, String)> {
     let w = &e.window.id;
     let mut pairs: Vec<(&str, String)> = Vec::with_capacity(9);
     if let Some(g) = w.gpu {
@@ -131,14 +157,7 @@ fn gpu_labels(e: &GpuEntry, id: &Identity) -> String {
     if let Some(n) = pick(&id.node, w.node.as_ref()) {
         pairs.push(("node", n));
     }
-    let mut s = String::new();
-    for (i, (k, v)) in pairs.iter().enumerate() {
-        if i > 0 {
-            s.push(',');
-        }
-        let _ = write!(s, "{k}=\"{}\"", escape_label(v));
-    }
-    s
+    pairs
 }
 
 struct Writer<'a> {
@@ -236,6 +255,42 @@ pub fn encode(
         out.push_str("# EOF\n");
     }
     out
+}
+
+/// Every value [`encode`] writes, in the same order, as (family, labels, value): the
+/// entity's labels ([`gpu_label_pairs`]) followed by the family's extra labels. Non-finite
+/// values are skipped, as in the text. Other encoders (OTLP) use this, so their values
+/// are the ones `/metrics` shows for the same snapshot.
+pub fn for_each_value(
+    gpus: &[GpuEntry],
+    identity: &Identity,
+    status: &ExporterStatus,
+    mut f: impl FnMut(&'static MetricDesc, &[(&'static str, &str)], f64),
+) {
+    let labels: Vec<Vec<(&'static str, String)>> =
+        gpus.iter().map(|g| gpu_label_pairs(g, identity)).collect();
+    let mut all: Vec<(&'static str, &str)> = Vec::with_capacity(16);
+    for m in catalog::ALL {
+        match m.scope {
+            Scope::Gpu => {
+                for (g, own) in gpus.iter().zip(&labels) {
+                    gpu_values(m, g, |extra, v| {
+                        if v.is_finite() {
+                            all.clear();
+                            all.extend(own.iter().map(|(k, v)| (*k, v.as_str())));
+                            all.extend(extra.iter().copied());
+                            f(m, &all, v);
+                        }
+                    });
+                }
+            }
+            Scope::Exporter => exporter_values(m, status, |extra, v| {
+                if v.is_finite() {
+                    f(m, &extra, v);
+                }
+            }),
+        }
+    }
 }
 
 fn bool_f(b: bool) -> f64 {
@@ -355,6 +410,16 @@ fn exporter_values<'a>(
             }
         }
         n if n == catalog::SNAPSHOT_TIMESTAMP.name => push(Vec::new(), s.snapshot_unix_seconds),
+        n if n == catalog::SINK_ERRORS.name => {
+            for sink in &s.sinks {
+                for (kind, count) in &sink.errors {
+                    push(
+                        vec![("sink", sink.name.as_str()), ("kind", kind.as_str())],
+                        *count as f64,
+                    );
+                }
+            }
+        }
         n if n == catalog::SCRAPE_BODY.name => {
             if let Some(b) = s.previous_body_bytes {
                 push(Vec::new(), b as f64);
@@ -424,6 +489,10 @@ mod tests {
             diagnostics: BTreeMap::new(),
             snapshot_unix_seconds: 1.0,
             previous_body_bytes: None,
+            sinks: vec![SinkHealth {
+                name: "otlp".into(),
+                errors: BTreeMap::from([("unavailable".to_string(), 2)]),
+            }],
         };
         let body = encode(&[entry("p")], &Identity::default(), &status, Format::Text);
         let expected_lines = [
@@ -437,6 +506,7 @@ mod tests {
             "# TYPE truthscale_gpu_busy_seconds_total counter",
             r#"truthscale_source_up{source="sim"} 1"#,
             r#"truthscale_build_info{version="0.1.0"} 1"#,
+            r#"truthscale_sink_errors_total{sink="otlp",kind="unavailable"} 2"#,
         ];
         for l in expected_lines {
             assert!(body.lines().any(|b| b == l), "missing {l}\n{body}");
@@ -444,6 +514,34 @@ mod tests {
         assert!(!body.contains("# EOF"));
         // Families whose values are all absent are not written at all.
         assert!(!body.contains("truthscale_gpu_power_watts"));
+    }
+
+    #[test]
+    fn for_each_value_is_what_encode_writes() {
+        let status = ExporterStatus {
+            sinks: vec![SinkHealth {
+                name: "otlp".into(),
+                errors: BTreeMap::from([("timeout".to_string(), 1)]),
+            }],
+            ..ExporterStatus::default()
+        };
+        let gpus = [entry("p")];
+        let body = encode(&gpus, &Identity::default(), &status, Format::Text);
+        let mut lines = body.lines().filter(|l| !l.starts_with('#'));
+        for_each_value(&gpus, &Identity::default(), &status, |m, labels, v| {
+            let l = lines.next().expect("as many lines as values");
+            let pairs: Vec<String> = labels
+                .iter()
+                .map(|(k, v)| format!("{k}=\"{}\"", escape_label(v)))
+                .collect();
+            let want = if pairs.is_empty() {
+                format!("{} {v}", m.name)
+            } else {
+                format!("{}{{{}}} {v}", m.name, pairs.join(","))
+            };
+            assert_eq!(l, want);
+        });
+        assert_eq!(lines.next(), None);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Counter sources. Each produces raw [`Sample`]s and derives nothing.
 //!
 //! Sources are synchronous: the sampler runs them on its own thread, never on the scrape
-//! path. `nvml` and `auto` are recognised but not built yet.
+//! path. `auto` is NVML when the library loads.
 
 use std::path::PathBuf;
 use std::time::SystemTime;
@@ -9,10 +9,12 @@ use truthscale_core::model::{EntityKey, Sample, SourceKind};
 use truthscale_core::sim::Scenario;
 
 pub mod dcgm_exporter;
+pub mod nvml;
 pub mod replay;
 pub mod sim;
 
 pub use dcgm_exporter::DcgmExporterSource;
+pub use nvml::NvmlSource;
 pub use replay::ReplaySource;
 pub use sim::SimSource;
 
@@ -29,14 +31,14 @@ pub enum SourceSpec {
         /// The capture.
         path: PathBuf,
     },
-    /// NVML in-process (not built yet).
+    /// NVML in-process.
     Nvml,
     /// A live dcgm-exporter.
     DcgmExporter {
         /// Its `/metrics` URL; `None` means `http://$NODE_IP:9400/metrics`, else localhost.
         url: Option<String>,
     },
-    /// NVML when the library loads (not built yet).
+    /// NVML when the library loads, else a start error saying what to do.
     Auto,
 }
 
@@ -83,11 +85,9 @@ impl SourceSpec {
 /// Why a source could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    /// The source kind is planned but not implemented in this build.
-    #[error(
-        "the {0} source is not built yet; use --source sim, replay:PATH or dcgm-exporter:URL for now"
-    )]
-    NotBuilt(&'static str),
+    /// NVML could not be loaded or initialized (the message says what to do).
+    #[error("{0}")]
+    Nvml(String),
     /// A replay file could not be opened or recognised.
     #[error("{path}: {message}")]
     Replay {
@@ -116,6 +116,18 @@ pub enum SourceError {
     /// A DCGM sentinel value was dropped.
     #[error("sentinel value dropped: {0}")]
     Sentinel(String),
+    /// NVML refused (`NVML_ERROR_NO_PERMISSION`), e.g. GPM in an unprivileged container.
+    #[error("no permission: {0}")]
+    NoPermission(String),
+    /// A GPU fell off the bus (`NVML_ERROR_GPU_IS_LOST`).
+    #[error("{0}")]
+    GpuLost(String),
+    /// The GPU or driver cannot provide a value (counted once per GPU and function).
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// Any other NVML error.
+    #[error("NVML: {0}")]
+    Nvml(String),
 }
 
 impl SourceError {
@@ -128,6 +140,10 @@ impl SourceError {
             SourceError::Unreachable(_) => "unreachable",
             SourceError::Http(_) => "http",
             SourceError::Sentinel(_) => "sentinel",
+            SourceError::NoPermission(_) => "no_permission",
+            SourceError::GpuLost(_) => "gpu_lost",
+            SourceError::Unsupported(_) => "unsupported",
+            SourceError::Nvml(_) => "nvml",
         }
     }
 }
@@ -152,6 +168,8 @@ pub enum AnySource {
     Replay(Box<ReplaySource>),
     /// A live dcgm-exporter.
     DcgmExporter(Box<DcgmExporterSource>),
+    /// NVML in-process.
+    Nvml(Box<NvmlSource>),
 }
 
 impl AnySource {
@@ -162,6 +180,7 @@ impl AnySource {
             AnySource::Sim(_) => SourceKind::Sim,
             AnySource::Replay(_) => SourceKind::Replay,
             AnySource::DcgmExporter(_) => SourceKind::DcgmExporter,
+            AnySource::Nvml(_) => SourceKind::Nvml,
         }
     }
 
@@ -171,6 +190,7 @@ impl AnySource {
             AnySource::Sim(s) => s.sample(now),
             AnySource::Replay(r) => r.sample(now),
             AnySource::DcgmExporter(d) => d.sample(now),
+            AnySource::Nvml(n) => n.sample(now),
         }
     }
 }
@@ -178,7 +198,7 @@ impl AnySource {
 /// Build the source the settings ask for.
 ///
 /// # Errors
-/// [`BuildError`] for sources not built yet or replay files that cannot be used.
+/// [`BuildError`] for an NVML that cannot be loaded or replay files that cannot be used.
 pub fn build(settings: &crate::config::Settings, now: SystemTime) -> Result<AnySource, BuildError> {
     match &settings.source {
         SourceSpec::Sim { scenario } => Ok(AnySource::Sim(SimSource::new(
@@ -196,8 +216,11 @@ pub fn build(settings: &crate::config::Settings, now: SystemTime) -> Result<AnyS
             settings.replay_loop,
             now,
         )?))),
-        SourceSpec::Nvml => Err(BuildError::NotBuilt("nvml")),
-        SourceSpec::Auto => Err(BuildError::NotBuilt("auto (NVML)")),
+        SourceSpec::Nvml => build_nvml(settings, ""),
+        SourceSpec::Auto => build_nvml(
+            settings,
+            "--source auto found no usable NVML (it reads NVML when the library loads): ",
+        ),
         SourceSpec::DcgmExporter { url } => {
             let url = url
                 .clone()
@@ -218,6 +241,16 @@ pub fn build(settings: &crate::config::Settings, now: SystemTime) -> Result<AnyS
             ))))
         }
     }
+}
+
+fn build_nvml(settings: &crate::config::Settings, prefix: &str) -> Result<AnySource, BuildError> {
+    NvmlSource::open(
+        &settings.nvml_library,
+        settings.interval,
+        settings.identity.node.clone(),
+    )
+    .map(|s| AnySource::Nvml(Box::new(s)))
+    .map_err(|e| BuildError::Nvml(format!("{prefix}{e}")))
 }
 
 /// dcgm-exporter on this node: `http://$NODE_IP:9400/metrics`, else localhost.

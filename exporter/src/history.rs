@@ -1,0 +1,971 @@
+//! `truthscale analyze --prometheus URL`: the same analysis as `analyze FILE`, over the
+//! DCGM history a Prometheus server (or a compatible API) already holds.
+//!
+//! 1. Discovery: one `GET /api/v1/label/__name__/values` with
+//!    `match[]={__name__=~"<every mapped name>", <selector>}` over the range lists the metric
+//!    names present. The dcgm-exporter names the text parser maps
+//!    ([`dcgm_text::mapped_metrics`], `DCGM_FI_*` and the old lowercase `dcgm_*` names) are
+//!    used when any exist; otherwise truthscale's own `truthscale_gpu_*` gauges.
+//! 2. Chunks: the range is cut into chunks of at most [`CHUNK_POINTS`] steps (under
+//!    Prometheus' 11 000 points per series), aligned to multiples of the step. Each chunk
+//!    runs one `query_range` per metric name (`NAME{selector}`).
+//! 3. Merge: a chunk's points are sorted by (timestamp, series) and each timestamp becomes
+//!    one [`Sample`] with the entities that have a value at it, built with the text
+//!    parser's own mapping ([`Scrape`]): units, sentinels, label conventions, MIG, pods.
+//!    A series missing at a step is blank there, never zero; series that come and go
+//!    (pods, relabelling) are entities that come and go.
+//! 4. The samples feed the [`Analyzer`](truthscale_core::analysis::Analyzer) in time order
+//!    with a nominal interval of one step, and the report prints as `analyze FILE`'s does.
+
+use crate::cli::AnalyzeArgs;
+use anyhow::{Context, bail};
+use serde::Deserialize;
+use serde::de::{DeserializeOwned, IgnoredAny};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use truthscale_core::catalog;
+use truthscale_core::model::{
+    EntityId, EntityKey, EntitySample, Field, MigId, PodRef, Sample, Timestamp,
+};
+use truthscale_core::parse::dcgm_text::{self, Scrape};
+
+/// Steps per `query_range` request: Prometheus refuses more than 11 000 points per series.
+pub const CHUNK_POINTS: i64 = 10_000;
+const _: () = assert!(CHUNK_POINTS <= 11_000, "Prometheus' limit per series");
+/// Time limit of one HTTP request, body included.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest response body read (after decompression).
+const MAX_BODY: u64 = 256 << 20;
+/// Environment variable holding the password for `--basic-auth USER`.
+pub const PASSWORD_ENV: &str = "TRUTHSCALE_PROMETHEUS_PASSWORD";
+
+/// `analyze --prometheus`: where to read history from.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Prometheus history (instead of FILE)")]
+pub struct PrometheusArgs {
+    /// Read DCGM_FI_* (or truthscale_gpu_*) history from this Prometheus-compatible server,
+    /// e.g. http://prometheus:9090 (a path prefix is kept).
+    #[arg(long, value_name = "URL")]
+    pub prometheus: Option<String>,
+    /// How far back from now to read [default: 24h].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub since: Option<Duration>,
+    /// Resolution of the history: one sample per step, at least 100ms [default: 15s]. Use
+    /// the scrape interval, or a multiple of it.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub step: Option<Duration>,
+    /// Label matchers every series must also satisfy, e.g. '{namespace="prod"}'.
+    #[arg(long, value_name = "MATCHERS")]
+    pub selector: Option<String>,
+    /// Send `Authorization: Bearer <token>` with the token in this file.
+    #[arg(long, value_name = "FILE", conflicts_with = "basic_auth")]
+    pub bearer_token_file: Option<PathBuf>,
+    /// Basic auth as USER:PASSWORD, or USER with the password in the environment variable
+    /// TRUTHSCALE_PROMETHEUS_PASSWORD (which keeps it out of the process list).
+    #[arg(long, value_name = "USER[:PASSWORD]")]
+    pub basic_auth: Option<String>,
+}
+
+/// Default of `--since`.
+pub const DEFAULT_SINCE: Duration = Duration::from_secs(24 * 3600);
+/// Default of `--step`.
+pub const DEFAULT_STEP: Duration = Duration::from_secs(15);
+
+impl PrometheusArgs {
+    /// A flag of this group given without `--prometheus`, if any.
+    #[must_use]
+    pub fn stray_flag(&self) -> Option<&'static str> {
+        if self.prometheus.is_some() {
+            return None;
+        }
+        [
+            (self.since.is_some(), "--since"),
+            (self.step.is_some(), "--step"),
+            (self.selector.is_some(), "--selector"),
+            (self.bearer_token_file.is_some(), "--bearer-token-file"),
+            (self.basic_auth.is_some(), "--basic-auth"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag))
+    }
+}
+
+/// Which metric names the history is read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// dcgm-exporter's raw counters (`DCGM_FI_*`, old `dcgm_*`).
+    DcgmExporter,
+    /// truthscale's own gauges (`truthscale_gpu_*`), when no DCGM series exist.
+    Truthscale,
+}
+
+impl Family {
+    /// How the output names it.
+    #[must_use]
+    pub fn describe(self) -> &'static str {
+        match self {
+            Family::DcgmExporter => "dcgm-exporter series (DCGM_FI_*)",
+            Family::Truthscale => "truthscale series (truthscale_gpu_*)",
+        }
+    }
+}
+
+/// truthscale's own gauges read back: name, field, factor to the field's unit.
+const OWN_METRICS: &[(&str, Field, f64)] = &[
+    (
+        catalog::GPU_REPORTED_UTILIZATION.name,
+        Field::ReportedUtil,
+        1.0,
+    ),
+    (catalog::GPU_TENSOR_ACTIVE.name, Field::TensorActive, 1.0),
+    (catalog::GPU_DRAM_ACTIVE.name, Field::DramActive, 1.0),
+    (catalog::GPU_SM_ACTIVE.name, Field::SmActive, 1.0),
+    (catalog::GPU_SM_OCCUPANCY.name, Field::SmOccupancy, 1.0),
+    (catalog::GPU_SM_CLOCK.name, Field::SmClockMhz, 1e-6),
+    (catalog::GPU_POWER.name, Field::PowerWatts, 1.0),
+    (catalog::GPU_POWER_LIMIT.name, Field::PowerLimitWatts, 1.0),
+    (catalog::GPU_MEMORY_USED.name, Field::MemUsedBytes, 1.0),
+    (catalog::GPU_MEMORY_TOTAL.name, Field::MemTotalBytes, 1.0),
+];
+
+/// The time range, in milliseconds since the epoch: evaluation at `start + k·step ≤ end`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Range {
+    /// First evaluation time, a multiple of `step`.
+    pub start: i64,
+    /// Last time (inclusive).
+    pub end: i64,
+    /// Step.
+    pub step: i64,
+}
+
+impl Range {
+    /// `since` back from `now`, the start aligned down to a multiple of `step`.
+    #[must_use]
+    pub fn back_from(now: i64, since: i64, step: i64) -> Range {
+        let step = step.max(1);
+        Range {
+            start: (now - since).div_euclid(step) * step,
+            end: now,
+            step,
+        }
+    }
+
+    /// Evaluation times in the range.
+    #[must_use]
+    pub fn points(&self) -> i64 {
+        if self.end < self.start {
+            0
+        } else {
+            (self.end - self.start) / self.step + 1
+        }
+    }
+
+    /// The chunks of at most `per_chunk` evaluation times: `(first, last)` inclusive, in
+    /// order, adjacent (the next starts one step after the previous ends) and covering the
+    /// range exactly.
+    #[must_use]
+    pub fn chunks(&self, per_chunk: i64) -> Vec<(i64, i64)> {
+        let per = per_chunk.max(1);
+        let n = self.points();
+        (0..(n + per - 1) / per)
+            .map(|c| {
+                let first = self.start + c * per * self.step;
+                let last = (first + (per - 1) * self.step).min(self.end);
+                (first, last)
+            })
+            .collect()
+    }
+}
+
+/// Seconds for the API, with millisecond precision.
+fn secs(ms: i64) -> String {
+    format!("{}.{:03}", ms.div_euclid(1000), ms.rem_euclid(1000))
+}
+
+/// The label matchers of `--selector`, without braces: `{a="b"}` or `a="b"`.
+///
+/// # Errors
+/// A selector with a metric name or unbalanced braces.
+pub fn selector_matchers(selector: Option<&str>) -> anyhow::Result<String> {
+    let Some(s) = selector.map(str::trim) else {
+        return Ok(String::new());
+    };
+    let inner = match s.strip_prefix('{') {
+        Some(rest) => rest
+            .strip_suffix('}')
+            .with_context(|| format!("--selector {s:?}: no closing `}}`"))?,
+        None if s.contains(['{', '}']) => bail!(
+            "--selector {s:?}: give label matchers only, like '{{namespace=\"prod\"}}'; truthscale picks the metric names"
+        ),
+        None => s,
+    };
+    Ok(inner.trim().trim_end_matches(',').trim().to_owned())
+}
+
+/// `NAME{matchers}` for one metric.
+fn series_query(name: &str, matchers: &str) -> String {
+    if matchers.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{name}{{{matchers}}}")
+    }
+}
+
+/// The `Authorization` header value, from `--bearer-token-file` or `--basic-auth`.
+fn authorization(args: &PrometheusArgs) -> anyhow::Result<Option<String>> {
+    use base64::Engine as _;
+    if let Some(path) = &args.bearer_token_file {
+        let token = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read --bearer-token-file {}", path.display()))?;
+        let token = token.trim();
+        if token.is_empty() {
+            bail!("--bearer-token-file {}: the file is empty", path.display());
+        }
+        return Ok(Some(format!("Bearer {token}")));
+    }
+    let Some(basic) = &args.basic_auth else {
+        return Ok(None);
+    };
+    let (user, password) = match basic.split_once(':') {
+        Some((u, p)) => (u.to_owned(), p.to_owned()),
+        None => match std::env::var(PASSWORD_ENV) {
+            Ok(p) => (basic.clone(), p),
+            Err(_) => bail!(
+                "--basic-auth USER without :PASSWORD takes the password from {PASSWORD_ENV}, which is not set"
+            ),
+        },
+    };
+    if user.is_empty() {
+        bail!("--basic-auth: the user name is empty");
+    }
+    let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    Ok(Some(format!("Basic {encoded}")))
+}
+
+/// The Prometheus HTTP API envelope.
+#[derive(Debug, Deserialize)]
+struct Envelope<T> {
+    status: String,
+    data: Option<T>,
+    #[serde(rename = "errorType")]
+    error_type: Option<String>,
+    error: Option<String>,
+    #[serde(default)]
+    warnings: Vec<String>,
+}
+
+impl<T> Envelope<T> {
+    fn error_text(&self) -> Option<String> {
+        let e = self.error.as_deref()?;
+        Some(match &self.error_type {
+            Some(t) => format!("{t}: {e}"),
+            None => e.to_owned(),
+        })
+    }
+}
+
+/// `data` of a range query.
+#[derive(Debug, Deserialize)]
+struct Matrix {
+    #[serde(rename = "resultType")]
+    result_type: String,
+    result: Vec<RangeSeries>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RangeSeries {
+    metric: BTreeMap<String, String>,
+    #[serde(default)]
+    values: Vec<(f64, String)>,
+}
+
+/// A blocking client for one Prometheus API base URL.
+#[derive(Debug)]
+struct Client {
+    base: String,
+    agent: ureq::Agent,
+    authorization: Option<String>,
+    warnings: BTreeSet<String>,
+}
+
+/// The first bytes of a body, for an error message.
+fn snippet(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
+    if text.trim().is_empty() {
+        "an empty body".to_owned()
+    } else {
+        format!("{text:?}")
+    }
+}
+
+impl Client {
+    fn new(url: &str, authorization: Option<String>) -> anyhow::Result<Client> {
+        let base = url.trim().trim_end_matches('/');
+        // These two do not echo the URL: it may hold a password or a token.
+        if base.contains('@') {
+            bail!(
+                "--prometheus: give credentials with --basic-auth or --bearer-token-file, not in the URL"
+            );
+        }
+        if base.contains(['?', '#']) {
+            bail!("--prometheus: give the server's base URL, without a query or fragment");
+        }
+        let host = base
+            .strip_prefix("http://")
+            .or_else(|| base.strip_prefix("https://"))
+            .and_then(|rest| rest.split('/').next());
+        if host.is_none_or(str::is_empty) {
+            bail!("--prometheus {url:?}: expected a URL like http://prometheus:9090");
+        }
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(REQUEST_TIMEOUT))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        Ok(Client {
+            base: base.to_owned(),
+            agent,
+            authorization,
+            warnings: BTreeSet::new(),
+        })
+    }
+
+    /// `GET base+path?params`, and the `data` of a successful API answer.
+    fn get<T: DeserializeOwned>(
+        &mut self,
+        path: &str,
+        params: &[(&str, &str)],
+    ) -> anyhow::Result<T> {
+        let url = format!("{}{path}", self.base);
+        let mut req = self.agent.get(&url);
+        for (k, v) in params {
+            req = req.query(k, v);
+        }
+        if let Some(a) = &self.authorization {
+            req = req.header("Authorization", a);
+        }
+        let mut resp = req.call().map_err(|e| call_error(&url, e))?;
+        let status = resp.status();
+        let body = resp
+            .body_mut()
+            .with_config()
+            .limit(MAX_BODY)
+            .read_to_vec()
+            .map_err(|e| match e {
+                ureq::Error::BodyExceedsLimit(_) => anyhow::anyhow!(
+                    "{url}: the answer is larger than {} MiB; narrow --selector, use a longer --step or a shorter --since",
+                    MAX_BODY >> 20
+                ),
+                ureq::Error::Timeout(_) => anyhow::anyhow!(
+                    "{url}: no complete answer within {} s",
+                    REQUEST_TIMEOUT.as_secs()
+                ),
+                e => anyhow::anyhow!("{url}: the answer could not be read (cut short?): {e}"),
+            })?;
+        if status.as_u16() != 200 {
+            let detail = serde_json::from_slice::<Envelope<IgnoredAny>>(&body)
+                .ok()
+                .and_then(|e| e.error_text())
+                .unwrap_or_else(|| snippet(&body));
+            let hint = match status.as_u16() {
+                401 | 403 => " (check --bearer-token-file or --basic-auth)",
+                404 => " (is this the Prometheus base URL?)",
+                _ => "",
+            };
+            bail!(
+                "{url}: HTTP {} {}{hint}: {detail}",
+                status.as_u16(),
+                status.canonical_reason().unwrap_or("")
+            );
+        }
+        let envelope: Envelope<T> = match serde_json::from_slice(&body) {
+            Ok(e) => e,
+            Err(e) => {
+                if let Ok(env) = serde_json::from_slice::<Envelope<IgnoredAny>>(&body)
+                    && env.status == "error"
+                {
+                    bail!(
+                        "{url}: Prometheus answered an error: {}",
+                        env.error_text().unwrap_or_else(|| "(no message)".into())
+                    );
+                }
+                let cut = if e.is_eof() { "cut short: " } else { "" };
+                bail!(
+                    "{url}: the answer is {cut}not Prometheus API JSON ({e}); it begins {}",
+                    snippet(&body)
+                );
+            }
+        };
+        self.warnings.extend(envelope.warnings.iter().cloned());
+        if envelope.status != "success" {
+            bail!(
+                "{url}: Prometheus answered status {:?}: {}",
+                envelope.status,
+                envelope
+                    .error_text()
+                    .unwrap_or_else(|| "(no message)".into())
+            );
+        }
+        envelope
+            .data
+            .with_context(|| format!("{url}: the answer is not Prometheus API JSON (no `data`)"))
+    }
+}
+
+fn call_error(url: &str, e: ureq::Error) -> anyhow::Error {
+    use std::io::ErrorKind;
+    match e {
+        ureq::Error::Io(io) if io.kind() == ErrorKind::ConnectionRefused => {
+            anyhow::anyhow!("cannot reach Prometheus at {url}: connection refused")
+        }
+        ureq::Error::Io(io) => anyhow::anyhow!("cannot reach Prometheus at {url}: {io}"),
+        ureq::Error::HostNotFound => {
+            anyhow::anyhow!("cannot reach Prometheus at {url}: host not found")
+        }
+        ureq::Error::ConnectionFailed => {
+            anyhow::anyhow!("cannot reach Prometheus at {url}: connection failed")
+        }
+        ureq::Error::Timeout(t) => anyhow::anyhow!(
+            "{url}: no answer within {} s ({t})",
+            REQUEST_TIMEOUT.as_secs()
+        ),
+        e => anyhow::anyhow!("{url}: {e}"),
+    }
+}
+
+/// What one result series is, fixed once per chunk.
+#[derive(Debug)]
+enum SeriesMap {
+    /// A dcgm-exporter series: mapped per point by the parser's [`Scrape`].
+    Dcgm {
+        name: String,
+        labels: Vec<(String, String)>,
+    },
+    /// One of truthscale's gauges.
+    Own {
+        id: EntityId,
+        field: Field,
+        scale: f64,
+    },
+}
+
+/// The entity truthscale's own labels name; empty values are absent.
+fn own_entity(labels: &BTreeMap<String, String>) -> EntityId {
+    let get = |k: &str| labels.get(k).filter(|v| !v.is_empty()).cloned();
+    let num = |k: &str| get(k).and_then(|v| v.parse::<u32>().ok());
+    EntityId {
+        gpu: num("gpu"),
+        uuid: get("uuid"),
+        model: get("model"),
+        pci_bus_id: None,
+        mig: num("mig_instance").map(|gpu_instance| MigId {
+            gpu_instance,
+            compute_instance: None,
+            profile: get("mig_profile"),
+        }),
+        pod: get("pod").map(|pod| PodRef {
+            pod,
+            namespace: get("namespace"),
+            container: get("container"),
+        }),
+        node: get("node"),
+    }
+}
+
+/// One chunk's series and points `(time ms, series index, value)`.
+#[derive(Debug, Default)]
+struct Chunk {
+    /// The chunk's first and last evaluation times: points outside (from a misbehaving
+    /// server) are dropped, so times keep increasing from chunk to chunk.
+    bounds: Option<(i64, i64)>,
+    series: Vec<SeriesMap>,
+    points: Vec<(i64, u32, f64)>,
+}
+
+impl Chunk {
+    fn add(&mut self, family: Family, name: &str, matrix: Matrix) {
+        for s in matrix.result {
+            let map = match family {
+                Family::DcgmExporter => SeriesMap::Dcgm {
+                    name: name.to_owned(),
+                    labels: s.metric.into_iter().collect(),
+                },
+                Family::Truthscale => {
+                    let Some((_, field, scale)) = OWN_METRICS.iter().find(|m| m.0 == name) else {
+                        continue;
+                    };
+                    SeriesMap::Own {
+                        id: own_entity(&s.metric),
+                        field: *field,
+                        scale: *scale,
+                    }
+                }
+            };
+            let Ok(index) = u32::try_from(self.series.len()) else {
+                return;
+            };
+            self.series.push(map);
+            for (t, v) in s.values {
+                // Prometheus writes NaN and ±Inf as strings too; Rust parses them, and the
+                // mapping turns them into blanks.
+                let t = (t * 1000.0).round() as i64;
+                let inside = self.bounds.is_none_or(|(a, b)| (a..=b).contains(&t));
+                if let (true, Ok(v)) = (inside, v.parse::<f64>()) {
+                    self.points.push((t, index, v));
+                }
+            }
+        }
+    }
+
+    /// Hand `f` the samples, one per timestamp with at least one value, in time order;
+    /// one sample is built at a time.
+    fn feed(mut self, mut f: impl FnMut(&Sample)) {
+        self.points.sort_unstable_by_key(|p| (p.0, p.1));
+        for group in self.points.chunk_by(|a, b| a.0 == b.0) {
+            let sample = sample_at(Timestamp(group[0].0), group, &self.series);
+            if !sample.entities.is_empty() {
+                f(&sample);
+            }
+        }
+    }
+}
+
+/// The sample at one timestamp from its points.
+fn sample_at(taken: Timestamp, points: &[(i64, u32, f64)], series: &[SeriesMap]) -> Sample {
+    let mut scrape = Scrape::default();
+    let mut own: Vec<EntitySample> = Vec::new();
+    let mut own_index: HashMap<EntityKey, usize> = HashMap::new();
+    for &(_, i, v) in points {
+        match series.get(i as usize) {
+            Some(SeriesMap::Dcgm { name, labels }) => {
+                scrape.push(name, labels, v);
+            }
+            Some(SeriesMap::Own { id, field, scale }) => {
+                let k = *own_index.entry(id.key()).or_insert_with(|| {
+                    own.push(EntitySample {
+                        id: id.clone(),
+                        simulated: id
+                            .model
+                            .as_deref()
+                            .is_some_and(|m| m.starts_with("Simulated ")),
+                        ..EntitySample::default()
+                    });
+                    own.len() - 1
+                });
+                let x = v * scale;
+                if let Some(e) = own.get_mut(k)
+                    && x.is_finite()
+                {
+                    e.readings.set_value(*field, x);
+                }
+            }
+            None => {}
+        }
+    }
+    let mut entities = scrape.finish();
+    entities.extend(own);
+    Sample { taken, entities }
+}
+
+/// Every name discovery asks for: the mapped DCGM names as dcgm-exporter writes them
+/// (upper case) and in lower case, and truthscale's gauges.
+fn candidate_names() -> Vec<String> {
+    let mut names: BTreeSet<String> = BTreeSet::new();
+    for (n, _) in dcgm_text::mapped_metrics() {
+        names.insert(n.to_owned());
+        names.insert(n.to_ascii_uppercase());
+    }
+    names.extend(OWN_METRICS.iter().map(|m| m.0.to_owned()));
+    names.into_iter().collect()
+}
+
+fn is_dcgm(name: &str) -> bool {
+    dcgm_text::mapped_metrics().any(|(n, _)| n.eq_ignore_ascii_case(name))
+}
+
+/// Run `analyze --prometheus`.
+///
+/// # Errors
+/// Bad flags; Prometheus unreachable, answering an error, a status other than 200 or
+/// something that is not its API JSON; no GPU series in the range.
+pub fn run(args: &AnalyzeArgs) -> anyhow::Result<ExitCode> {
+    let p = &args.history;
+    let url = p
+        .prometheus
+        .as_deref()
+        .context("--prometheus URL is missing")?;
+    let (since_d, step_d) = (
+        p.since.unwrap_or(DEFAULT_SINCE),
+        p.step.unwrap_or(DEFAULT_STEP),
+    );
+    let step = i64::try_from(step_d.as_millis()).unwrap_or(i64::MAX);
+    if step < 100 {
+        bail!(
+            "--step {}: at least 100ms",
+            humantime::format_duration(step_d)
+        );
+    }
+    if since_d < step_d {
+        bail!(
+            "--since {} is shorter than --step {}",
+            humantime::format_duration(since_d),
+            humantime::format_duration(step_d)
+        );
+    }
+    let matchers = selector_matchers(p.selector.as_deref())?;
+    let mut client = Client::new(url, authorization(p)?)?;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let since = i64::try_from(since_d.as_millis()).unwrap_or(i64::MAX / 2);
+    let range = Range::back_from(now, since.min(now), step);
+
+    // Discovery: which names exist in the range.
+    let names_re = candidate_names().join("|");
+    let mut discover = format!("{{__name__=~\"{names_re}\"");
+    if !matchers.is_empty() {
+        discover.push(',');
+        discover.push_str(&matchers);
+    }
+    discover.push('}');
+    let (start_s, end_s) = (secs(range.start), secs(range.end));
+    let found: Vec<String> = client.get(
+        "/api/v1/label/__name__/values",
+        &[("match[]", &discover), ("start", &start_s), ("end", &end_s)],
+    )?;
+    let dcgm: Vec<String> = found.iter().filter(|n| is_dcgm(n)).cloned().collect();
+    let own: Vec<String> = found
+        .iter()
+        .filter(|n| OWN_METRICS.iter().any(|m| m.0 == n.as_str()))
+        .cloned()
+        .collect();
+    let (family, names) = if !dcgm.is_empty() {
+        (Family::DcgmExporter, dcgm)
+    } else if !own.is_empty() {
+        (Family::Truthscale, own)
+    } else {
+        bail!(
+            "{}: no DCGM_FI_*, dcgm_* or truthscale_gpu_* series{} between {} and {}",
+            client.base,
+            if matchers.is_empty() {
+                String::new()
+            } else {
+                format!(" matching {{{matchers}}}")
+            },
+            rfc3339(range.start),
+            rfc3339(range.end)
+        );
+    };
+
+    let mut analyzer = crate::analyze::new_analyzer(args, Some(range.step as f64 / 1000.0))?;
+    let chunks = range.chunks(CHUNK_POINTS);
+    let progress = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new((chunks.len() * names.len()) as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} queries {eta}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let step_s = secs(range.step);
+    let timeout = format!("{}s", REQUEST_TIMEOUT.as_secs());
+    let mut steps = 0u64;
+    let result = (|| -> anyhow::Result<()> {
+        for &(first, last) in &chunks {
+            let mut chunk = Chunk {
+                bounds: Some((first, last)),
+                ..Chunk::default()
+            };
+            let (first_s, last_s) = (secs(first), secs(last));
+            for name in &names {
+                let query = series_query(name, &matchers);
+                let matrix: Matrix = client.get(
+                    "/api/v1/query_range",
+                    &[
+                        ("query", &query),
+                        ("start", &first_s),
+                        ("end", &last_s),
+                        ("step", &step_s),
+                        ("timeout", &timeout),
+                    ],
+                )?;
+                if matrix.result_type != "matrix" {
+                    bail!(
+                        "{}/api/v1/query_range: expected a matrix, got {:?}",
+                        client.base,
+                        matrix.result_type
+                    );
+                }
+                chunk.add(family, name, matrix);
+                if let Some(bar) = &progress {
+                    bar.inc(1);
+                }
+            }
+            chunk.feed(|sample| {
+                analyzer.push(sample);
+                steps += 1;
+            });
+        }
+        Ok(())
+    })();
+    if let Some(bar) = progress {
+        bar.finish_and_clear();
+    }
+    result?;
+    for w in &client.warnings {
+        eprintln!("truthscale: warning: {}: {w}", client.base);
+    }
+    let report = analyzer.report();
+    let summary = format!(
+        "prometheus {}: {}, {} steps with data, every {} from {} to {}{}",
+        client.base,
+        family.describe(),
+        steps,
+        humantime::format_duration(step_d),
+        rfc3339(range.start),
+        rfc3339(range.end),
+        if matchers.is_empty() {
+            String::new()
+        } else {
+            format!(", {{{matchers}}}")
+        }
+    );
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer(&mut out, &report)?;
+        writeln!(out)?;
+        eprintln!("truthscale: {summary}");
+    } else {
+        crate::analyze::write_report(&mut out, &format!("source: {summary}"), &report)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn rfc3339(ms: i64) -> String {
+    let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use truthscale_core::model::Reading;
+
+    #[test]
+    fn chunks_cover_the_range_without_overlap() {
+        let r = Range::back_from(1_000_000_000, 24 * 3_600_000, 15_000);
+        assert_eq!(r.start % 15_000, 0);
+        let chunks = r.chunks(CHUNK_POINTS);
+        assert_eq!(chunks.first().map(|c| c.0), Some(r.start));
+        let mut total = 0;
+        for (i, &(a, b)) in chunks.iter().enumerate() {
+            let n = (b - a) / r.step + 1;
+            assert!(n <= CHUNK_POINTS);
+            total += n;
+            if let Some(&(next, _)) = chunks.get(i + 1) {
+                assert_eq!(next, b + r.step);
+            }
+        }
+        assert_eq!(total, r.points());
+        assert!(chunks.last().unwrap().1 <= r.end);
+        assert!(chunks.last().unwrap().1 + r.step > r.end);
+        // 24 h at 15 s: 5 761 points, one chunk; 30 d: 18 chunks.
+        assert_eq!(chunks.len(), 1);
+        let r = Range::back_from(10_000_000_000, 30 * 86_400_000, 15_000);
+        assert_eq!(r.chunks(CHUNK_POINTS).len(), 18);
+    }
+
+    #[test]
+    fn selectors() {
+        assert_eq!(selector_matchers(None).unwrap(), "");
+        assert_eq!(
+            selector_matchers(Some(" {namespace=\"prod\",} ")).unwrap(),
+            "namespace=\"prod\""
+        );
+        assert_eq!(
+            selector_matchers(Some("pod=~\"llm-.*\"")).unwrap(),
+            "pod=~\"llm-.*\""
+        );
+        assert!(selector_matchers(Some("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"}")).is_err());
+        assert!(selector_matchers(Some("{gpu=\"0\"")).is_err());
+        assert_eq!(series_query("X", ""), "X");
+        assert_eq!(series_query("X", "a=\"b\""), "X{a=\"b\"}");
+        assert_eq!(secs(1_700_000_000_005), "1700000000.005");
+    }
+
+    type Labels<'a> = &'a [(&'a str, &'a str)];
+
+    fn matrix(series: &[(Labels<'_>, &[(f64, &str)])]) -> Matrix {
+        Matrix {
+            result_type: "matrix".into(),
+            result: series
+                .iter()
+                .map(|(labels, values)| RangeSeries {
+                    metric: labels
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                        .collect(),
+                    values: values.iter().map(|(t, v)| (*t, (*v).to_owned())).collect(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn merge_per_timestamp_with_gaps_and_churn() {
+        let mut c = Chunk::default();
+        let g0: &[(&str, &str)] = &[("gpu", "0"), ("UUID", "GPU-a"), ("pod", "")];
+        let g1a: &[(&str, &str)] = &[("gpu", "1"), ("pod", "a")];
+        let g1b: &[(&str, &str)] = &[("gpu", "1"), ("pod", "b")];
+        c.add(
+            Family::DcgmExporter,
+            "DCGM_FI_DEV_GPU_UTIL",
+            matrix(&[
+                (g0, &[(15.0, "100"), (30.0, "50"), (60.0, "NaN")]),
+                (g1a, &[(15.0, "10")]),
+                (g1b, &[(45.0, "20")]),
+            ]),
+        );
+        c.add(
+            Family::DcgmExporter,
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+            matrix(&[(g0, &[(30.0, "0.25")])]),
+        );
+        c.add(
+            Family::DcgmExporter,
+            "DCGM_FI_DEV_FB_USED",
+            matrix(&[(g0, &[(15.0, "100")])]),
+        );
+        c.add(
+            Family::DcgmExporter,
+            "dcgm_fi_dev_fb_free",
+            matrix(&[(g0, &[(15.0, "300")])]),
+        );
+        let mut s: Vec<Sample> = Vec::new();
+        c.feed(|x| s.push(x.clone()));
+        let times: Vec<i64> = s.iter().map(|s| s.taken.0).collect();
+        assert_eq!(times, [15_000, 30_000, 45_000, 60_000]);
+        assert_eq!(s[0].entities.len(), 2);
+        let e = &s[0].entities[0];
+        assert_eq!(e.readings.get(Field::ReportedUtil), Reading::Value(1.0));
+        // Missing at this step: blank, not zero.
+        assert_eq!(e.readings.get(Field::TensorActive), Reading::Blank);
+        assert_eq!(
+            e.readings.get(Field::MemTotalBytes),
+            Reading::Value(400.0 * 1_048_576.0)
+        );
+        assert_eq!(
+            s[1].entities[0].readings.get(Field::TensorActive),
+            Reading::Value(0.25)
+        );
+        assert_eq!(s[1].entities.len(), 1);
+        assert_eq!(
+            s[2].entities[0].id.pod.as_ref().map(|p| p.pod.as_str()),
+            Some("b")
+        );
+        // NaN is blank.
+        assert_eq!(
+            s[3].entities[0].readings.get(Field::ReportedUtil),
+            Reading::Blank
+        );
+    }
+
+    #[test]
+    fn points_outside_the_chunk_are_dropped() {
+        let mut c = Chunk {
+            bounds: Some((15_000, 30_000)),
+            ..Chunk::default()
+        };
+        let g0: Labels<'_> = &[("gpu", "0")];
+        c.add(
+            Family::DcgmExporter,
+            "DCGM_FI_DEV_GPU_UTIL",
+            matrix(&[(g0, &[(0.0, "1"), (15.0, "2"), (30.0, "3"), (45.0, "4")])]),
+        );
+        let mut times = Vec::new();
+        c.feed(|s| times.push(s.taken.0));
+        assert_eq!(times, [15_000, 30_000]);
+    }
+
+    #[test]
+    fn own_metrics_map_back() {
+        let mut c = Chunk::default();
+        let l: &[(&str, &str)] = &[
+            ("gpu", "3"),
+            ("uuid", "GPU-x"),
+            ("model", "Simulated H100 SXM"),
+            ("mig_instance", "2"),
+            ("mig_profile", "3g.40gb"),
+            ("pod", "p"),
+            ("namespace", "ns"),
+            ("container", ""),
+            ("node", "n1"),
+        ];
+        c.add(
+            Family::Truthscale,
+            "truthscale_gpu_sm_clock_hertz",
+            matrix(&[(l, &[(1.0, "1830000000")])]),
+        );
+        c.add(
+            Family::Truthscale,
+            "truthscale_gpu_tensor_active_ratio",
+            matrix(&[(l, &[(1.0, "0.5")])]),
+        );
+        let mut s: Vec<Sample> = Vec::new();
+        c.feed(|x| s.push(x.clone()));
+        assert_eq!(s.len(), 1);
+        let e = &s[0].entities[0];
+        assert!(e.simulated);
+        assert_eq!(e.readings.get(Field::SmClockMhz), Reading::Value(1830.0));
+        assert_eq!(e.readings.get(Field::TensorActive), Reading::Value(0.5));
+        let want = EntityId {
+            gpu: Some(3),
+            uuid: Some("GPU-x".into()),
+            model: Some("Simulated H100 SXM".into()),
+            pci_bus_id: None,
+            mig: Some(MigId {
+                gpu_instance: 2,
+                compute_instance: None,
+                profile: Some("3g.40gb".into()),
+            }),
+            pod: Some(PodRef {
+                pod: "p".into(),
+                namespace: Some("ns".into()),
+                container: None,
+            }),
+            node: Some("n1".into()),
+        };
+        assert_eq!(e.id, want);
+    }
+
+    #[test]
+    fn every_own_metric_is_in_the_catalog() {
+        for (name, _, _) in OWN_METRICS {
+            assert!(catalog::ALL.iter().any(|m| m.name == *name), "{name}");
+        }
+        let names = candidate_names();
+        assert!(names.iter().any(|n| n == "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"));
+        assert!(names.iter().any(|n| n == "dcgm_gpu_utilization"));
+        assert!(is_dcgm("DCGM_FI_DEV_FB_FREE") && !is_dcgm("DCGM_FI_DEV_XID_ERRORS"));
+    }
+
+    #[test]
+    fn basic_auth_never_needs_printing() {
+        let args = PrometheusArgs {
+            prometheus: Some("http://x".into()),
+            since: None,
+            step: None,
+            selector: None,
+            bearer_token_file: None,
+            basic_auth: Some("user:pa:ss".into()),
+        };
+        assert_eq!(
+            authorization(&args).unwrap().as_deref(),
+            Some("Basic dXNlcjpwYTpzcw==")
+        );
+    }
+}

@@ -1,0 +1,193 @@
+//! NVML calls that nvml-wrapper 0.13 does not wrap, and GPM sample handles kept between ticks.
+//!
+//! # Why `unsafe`
+//! The workspace denies `unsafe_code`; this module is the exporter's one exception. The
+//! functions here call NVML through the symbol fields of nvml-wrapper-sys 0.10's `NvmlLib`
+//! (`nvml.lib().nvmlDeviceGetGpuInstanceId.as_ref()`), which are `unsafe extern "C"` function
+//! pointers, and pass `Device::handle()` (an `unsafe fn`). A symbol the loaded driver lacks
+//! is a `FailedToLoadSymbol` error, never a panic: the same-named convenience methods of
+//! `NvmlLib` panic on a missing symbol and are never called.
+//!
+//! [`GpmHandle`] keeps a GPM sample from one tick to the next without borrowing the `Nvml`
+//! that owns it (a `GpmSample<'nvml>` cannot live in the same struct as its `Nvml`).
+
+#![expect(
+    unsafe_code,
+    reason = "raw NVML symbols (not wrapped by nvml-wrapper 0.13) and GPM sample handles"
+)]
+
+use nvml_wrapper::error::{NvmlError, nvml_try};
+use nvml_wrapper::{Device, GpmSample, Nvml};
+use nvml_wrapper_sys::bindings as sys;
+use std::ffi::c_uint;
+
+/// A missing symbol as nvml-wrapper reports it.
+fn missing(e: &impl std::fmt::Display) -> NvmlError {
+    NvmlError::FailedToLoadSymbol(e.to_string())
+}
+
+/// `nvmlDeviceGetGpuInstanceId`: the GPU-instance id of a MIG device handle.
+///
+/// # Errors
+/// NVML's error, or `FailedToLoadSymbol` on a driver without the function.
+pub(crate) fn gpu_instance_id(nvml: &Nvml, dev: &Device<'_>) -> Result<u32, NvmlError> {
+    let f = nvml
+        .lib()
+        .nvmlDeviceGetGpuInstanceId
+        .as_ref()
+        .map_err(missing)?;
+    let mut id: c_uint = 0;
+    // SAFETY: `f` comes from the library `nvml` loaded; the handle was issued by that library;
+    // `id` is a valid out-pointer for the call's duration.
+    nvml_try(unsafe { f(dev.handle(), &mut id) })?;
+    Ok(id)
+}
+
+/// `nvmlDeviceGetCurrentClocksEventReasons`: the clock-event ("throttle") reason bits.
+///
+/// # Errors
+/// NVML's error, or `FailedToLoadSymbol` on a driver older than the renamed function.
+pub(crate) fn clocks_event_reasons(nvml: &Nvml, dev: &Device<'_>) -> Result<u64, NvmlError> {
+    let f = nvml
+        .lib()
+        .nvmlDeviceGetCurrentClocksEventReasons
+        .as_ref()
+        .map_err(missing)?;
+    let mut bits: std::ffi::c_ulonglong = 0;
+    // SAFETY: as in `gpu_instance_id`.
+    nvml_try(unsafe { f(dev.handle(), &mut bits) })?;
+    Ok(bits)
+}
+
+/// One process's utilization over the driver's last sample period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProcessUtil {
+    /// Process id (as the driver sees it: the host's PID namespace).
+    pub(crate) pid: u32,
+    /// SM (3D/compute) busy percent: time-based, like the device busy flag.
+    pub(crate) sm_util: u32,
+    /// Frame-buffer memory busy percent.
+    pub(crate) mem_util: u32,
+    /// CPU timestamp of the sample, µs.
+    pub(crate) timestamp_us: u64,
+}
+
+fn empty_process_util() -> sys::nvmlProcessUtilizationInfo_v1_t {
+    sys::nvmlProcessUtilizationInfo_v1_t {
+        timeStamp: 0,
+        pid: 0,
+        smUtil: 0,
+        memUtil: 0,
+        encUtil: 0,
+        decUtil: 0,
+        jpgUtil: 0,
+        ofaUtil: 0,
+    }
+}
+
+/// `nvmlDeviceGetProcessesUtilizationInfo` (v1 struct), samples newer than `last_seen_us`,
+/// with the two-call pattern (size query, then fill; retried if the list grew in between).
+/// No samples is an empty list, not an error.
+///
+/// # Errors
+/// NVML's error, or `FailedToLoadSymbol` on a driver without the function.
+pub(crate) fn process_utilization(
+    nvml: &Nvml,
+    dev: &Device<'_>,
+    last_seen_us: u64,
+) -> Result<Vec<ProcessUtil>, NvmlError> {
+    let f = nvml
+        .lib()
+        .nvmlDeviceGetProcessesUtilizationInfo
+        .as_ref()
+        .map_err(missing)?;
+    // NVML_STRUCT_VERSION(ProcessesUtilizationInfo, 1); bindgen does not emit the macro.
+    let version = (size_of::<sys::nvmlProcessesUtilizationInfo_v1_t>() as u32) | (1 << 24);
+    let mut buf: Vec<sys::nvmlProcessUtilizationInfo_v1_t> = Vec::new();
+    for _ in 0..3 {
+        let mut info = sys::nvmlProcessesUtilizationInfo_v1_t {
+            version,
+            processSamplesCount: buf.len() as c_uint,
+            lastSeenTimeStamp: last_seen_us,
+            procUtilArray: if buf.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                buf.as_mut_ptr()
+            },
+        };
+        // SAFETY: as in `gpu_instance_id`; `procUtilArray` is null or points at
+        // `processSamplesCount` initialized entries that outlive the call.
+        let rc = unsafe { f(dev.handle(), &mut info) };
+        match rc {
+            sys::nvmlReturn_enum_NVML_SUCCESS => {
+                buf.truncate(info.processSamplesCount as usize);
+                return Ok(buf
+                    .iter()
+                    .map(|p| ProcessUtil {
+                        pid: p.pid,
+                        sm_util: p.smUtil,
+                        mem_util: p.memUtil,
+                        timestamp_us: p.timeStamp,
+                    })
+                    .collect());
+            }
+            sys::nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE => {
+                // Room for a few more, in case processes start between the two calls.
+                buf = vec![empty_process_util(); info.processSamplesCount as usize + 4];
+            }
+            sys::nvmlReturn_enum_NVML_ERROR_NOT_FOUND => return Ok(Vec::new()),
+            other => {
+                nvml_try(other)?;
+                return Ok(Vec::new());
+            }
+        }
+    }
+    Err(NvmlError::InsufficientSize(None))
+}
+
+/// Whether the loaded library has every GPM function truthscale uses (a driver from before
+/// GPM lacks them; `GpmSample`'s `Drop` would panic without `nvmlGpmSampleFree`).
+#[must_use]
+pub(crate) fn gpm_symbols_present(nvml: &Nvml) -> bool {
+    let l = nvml.lib();
+    l.nvmlGpmQueryDeviceSupport.is_ok()
+        && l.nvmlGpmSampleAlloc.is_ok()
+        && l.nvmlGpmSampleFree.is_ok()
+        && l.nvmlGpmSampleGet.is_ok()
+        && l.nvmlGpmMetricsGet.is_ok()
+}
+
+/// Whether the library has `nvmlGpmMigSampleGet` (per-GPU-instance GPM).
+#[must_use]
+pub(crate) fn gpm_mig_symbol_present(nvml: &Nvml) -> bool {
+    nvml.lib().nvmlGpmMigSampleGet.is_ok()
+}
+
+/// A GPM sample kept between ticks: the raw handle of a `GpmSample`, owned.
+///
+/// Turn it back into a `GpmSample` with [`GpmHandle::restore`] (dropping that frees it). A
+/// handle dropped without being restored leaks one small allocation in the driver, nothing
+/// worse; the source restores every handle it holds when it is dropped.
+#[derive(Debug)]
+pub(crate) struct GpmHandle(sys::nvmlGpmSample_t);
+
+// SAFETY: the handle is an opaque pointer owned by exactly one `GpmHandle`, used only by
+// the thread that owns it; nvml-wrapper declares `GpmSample` (its owner) `Send` likewise.
+unsafe impl Send for GpmHandle {}
+
+impl GpmHandle {
+    /// Take ownership of a sample's handle.
+    #[must_use]
+    pub(crate) fn keep(sample: GpmSample<'_>) -> GpmHandle {
+        GpmHandle(sample.into_handle())
+    }
+
+    /// Back into a `GpmSample` of `nvml`, which must be the `Nvml` the sample was allocated
+    /// from: each source owns exactly one `Nvml`, and its handles never leave it.
+    #[must_use]
+    pub(crate) fn restore(self, nvml: &Nvml) -> GpmSample<'_> {
+        // SAFETY: the handle came from `GpmSample::into_handle` of a sample allocated by
+        // this `nvml` (the caller's invariant) and is restored exactly once (`self` is moved).
+        unsafe { GpmSample::from_handle(nvml, self.0) }
+    }
+}

@@ -1,0 +1,1303 @@
+//! The fake driver: scenario, state and every exported NVML function but one.
+//!
+//! Shared by the library (`src/lib.rs`, which adds `nvmlDeviceGetProcessesUtilizationInfo`)
+//! and the old-driver build (`examples/old_driver.rs`, which does not).
+//!
+//! Handles are small integers cast to pointers, never dereferenced by anyone: a whole GPU is
+//! `(index + 1) << 8`, a MIG device `((index + 1) << 8) | (slot + 1)`. GPM samples are boxed
+//! [`GpmSampleData`], allocated by `nvmlGpmSampleAlloc` and freed by `nvmlGpmSampleFree`.
+
+use nvml_wrapper_sys::bindings as sys;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+pub(crate) type Ret = sys::nvmlReturn_t;
+
+pub(crate) const SUCCESS: Ret = sys::nvmlReturn_enum_NVML_SUCCESS;
+const UNINITIALIZED: Ret = sys::nvmlReturn_enum_NVML_ERROR_UNINITIALIZED;
+pub(crate) const INVALID_ARGUMENT: Ret = sys::nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+pub(crate) const NOT_SUPPORTED: Ret = sys::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+const NO_PERMISSION: Ret = sys::nvmlReturn_enum_NVML_ERROR_NO_PERMISSION;
+const NOT_FOUND: Ret = sys::nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
+pub(crate) const INSUFFICIENT_SIZE: Ret = sys::nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
+const DRIVER_NOT_LOADED: Ret = sys::nvmlReturn_enum_NVML_ERROR_DRIVER_NOT_LOADED;
+const GPU_IS_LOST: Ret = sys::nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST;
+pub(crate) const VERSION_MISMATCH: Ret = sys::nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+const UNKNOWN: Ret = sys::nvmlReturn_enum_NVML_ERROR_UNKNOWN;
+
+/// GPM metric names accepted in a scenario, with their NVML ids.
+const GPM_IDS: &[(&str, u32)] = &[
+    (
+        "graphics_util",
+        sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_GRAPHICS_UTIL,
+    ),
+    ("sm_util", sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_UTIL),
+    (
+        "sm_occupancy",
+        sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_OCCUPANCY,
+    ),
+    (
+        "integer_util",
+        sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_INTEGER_UTIL,
+    ),
+    (
+        "any_tensor_util",
+        sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+    ),
+    (
+        "hmma_tensor_util",
+        sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_HMMA_TENSOR_UTIL,
+    ),
+    (
+        "imma_tensor_util",
+        sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_IMMA_TENSOR_UTIL,
+    ),
+    (
+        "dram_bw_util",
+        sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_DRAM_BW_UTIL,
+    ),
+    (
+        "fp64_util",
+        sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_FP64_UTIL,
+    ),
+    (
+        "fp32_util",
+        sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_FP32_UTIL,
+    ),
+    (
+        "fp16_util",
+        sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_FP16_UTIL,
+    ),
+    (
+        "pcie_tx_per_sec",
+        sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_PCIE_TX_PER_SEC,
+    ),
+    (
+        "pcie_rx_per_sec",
+        sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_PCIE_RX_PER_SEC,
+    ),
+    (
+        "nvlink_total_rx_per_sec",
+        sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC,
+    ),
+    (
+        "nvlink_total_tx_per_sec",
+        sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC,
+    ),
+];
+
+/// Period of the fake busy-flag ring buffer (the driver's is 1/6 s to 1 s).
+const UTIL_PERIOD_US: u64 = 166_666;
+/// Length of the fake busy-flag ring buffer.
+const UTIL_BUFFER_US: u64 = 20_000_000;
+/// The most MIG devices a GPU reports (`nvmlDeviceGetMaxMigDeviceCount`).
+const MAX_MIG_DEVICES: u32 = 7;
+
+fn default_driver() -> String {
+    "550.54.15".into()
+}
+fn default_nvml() -> String {
+    "12.550.54.15".into()
+}
+fn default_cuda() -> i32 {
+    12040
+}
+fn default_true() -> bool {
+    true
+}
+
+/// The JSON scenario (`FAKE_NVML_SCENARIO`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Scenario {
+    /// Free text saying what the scenario stands for.
+    #[serde(default, rename = "_comment")]
+    _comment: Option<String>,
+    #[serde(default = "default_driver")]
+    driver_version: String,
+    #[serde(default = "default_nvml")]
+    nvml_version: String,
+    #[serde(default = "default_cuda")]
+    cuda_driver_version: i32,
+    /// `nvmlInit_v2` fails: `driver_not_loaded` or `no_permission`.
+    #[serde(default)]
+    init_error: Option<String>,
+    devices: Vec<Device>,
+}
+
+/// One GPU.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Device {
+    name: String,
+    uuid: String,
+    #[serde(default)]
+    pci_bus_id: Option<String>,
+    /// `hopper`, `ampere`, `ada`, `blackwell`, …
+    architecture: String,
+    memory_total_bytes: u64,
+    #[serde(default)]
+    memory_used_bytes: u64,
+    #[serde(default)]
+    memory_reserved_bytes: u64,
+    /// Busy flag in percent; absent: not supported (as on a GPU in MIG mode).
+    #[serde(default)]
+    util_percent: Option<u32>,
+    #[serde(default)]
+    power_watts: Option<f64>,
+    #[serde(default)]
+    power_limit_watts: Option<f64>,
+    /// The energy counter exists (it grows at `power_watts`).
+    #[serde(default = "default_true")]
+    energy: bool,
+    #[serde(default)]
+    sm_clock_mhz: Option<u32>,
+    #[serde(default)]
+    mem_clock_mhz: Option<u32>,
+    #[serde(default)]
+    temperature_c: Option<u32>,
+    /// Clock-event reason bits.
+    #[serde(default)]
+    clocks_event_reasons: u64,
+    /// GPM; absent: not supported (pre-Hopper).
+    #[serde(default)]
+    gpm: Option<Gpm>,
+    /// MIG instances; non-empty means MIG mode is on.
+    #[serde(default)]
+    mig: Vec<MigInstance>,
+    #[serde(default)]
+    processes: Vec<Process>,
+    /// After this many energy readings every call on this GPU returns `GPU_IS_LOST`.
+    #[serde(default)]
+    lost_after_samples: Option<u32>,
+    /// … for this long, then it answers again (default: for ever).
+    #[serde(default)]
+    lost_for_ms: Option<u64>,
+}
+
+/// GPM behaviour of a GPU or GPU instance.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Gpm {
+    /// `nvmlGpmSampleGet` / `nvmlGpmMigSampleGet` fails: `no_permission`, `not_supported`.
+    #[serde(default)]
+    sample_error: Option<String>,
+    /// Metric values by name (`sm_util`, `any_tensor_util`, …): percent or MiB/s. A metric
+    /// not listed answers `NOT_SUPPORTED` in its own slot.
+    #[serde(default)]
+    metrics: BTreeMap<String, f64>,
+}
+
+/// One MIG GPU instance (one compute instance spanning it).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MigInstance {
+    gpu_instance_id: u32,
+    #[serde(default)]
+    compute_instance_id: u32,
+    /// GPU-instance slices (the `3` of `3g.40gb`).
+    slices: u32,
+    sms: u32,
+    memory_mb: u64,
+    #[serde(default)]
+    memory_used_bytes: u64,
+    #[serde(default)]
+    gpm: Option<Gpm>,
+    #[serde(default)]
+    processes: Vec<Process>,
+}
+
+/// A process with a compute context.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Process {
+    pid: u32,
+    used_memory_bytes: u64,
+    /// Per-process SM busy percent (`nvmlDeviceGetProcessesUtilizationInfo`).
+    #[serde(default)]
+    sm_util: Option<u32>,
+}
+
+/// A GPM sample as the fake keeps it.
+#[derive(Debug)]
+pub(crate) struct GpmSampleData {
+    taken: Option<(usize, Option<u32>, Instant)>,
+}
+
+/// Per-GPU run-time state.
+#[derive(Debug, Default, Clone, Copy)]
+struct DeviceState {
+    energy_reads: u32,
+    lost_at: Option<Instant>,
+}
+
+/// The loaded scenario and run-time state.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub(crate) scenario: Scenario,
+    started: Instant,
+    devices: Vec<DeviceState>,
+}
+
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+pub(crate) fn lock() -> MutexGuard<'static, Option<State>> {
+    STATE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// Which GPU (and MIG slot) a handle names.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Target {
+    pub(crate) gpu: usize,
+    pub(crate) mig: Option<usize>,
+}
+
+fn handle_of(gpu: usize, mig: Option<usize>) -> sys::nvmlDevice_t {
+    let v = ((gpu + 1) << 8) | mig.map_or(0, |m| m + 1);
+    v as sys::nvmlDevice_t
+}
+
+fn target_of(h: sys::nvmlDevice_t) -> Option<Target> {
+    let v = h as usize;
+    let gpu = (v >> 8).checked_sub(1)?;
+    let mig = (v & 0xff).checked_sub(1);
+    Some(Target { gpu, mig })
+}
+
+impl State {
+    /// The GPU a handle names, or the error NVML would give (invalid, lost).
+    pub(crate) fn device(&self, h: sys::nvmlDevice_t) -> Result<(Target, &Device), Ret> {
+        let t = target_of(h).ok_or(INVALID_ARGUMENT)?;
+        let d = self.scenario.devices.get(t.gpu).ok_or(INVALID_ARGUMENT)?;
+        if let Some(m) = t.mig
+            && m >= d.mig.len()
+        {
+            return Err(INVALID_ARGUMENT);
+        }
+        if self.is_lost(t.gpu) {
+            return Err(GPU_IS_LOST);
+        }
+        Ok((t, d))
+    }
+
+    fn is_lost(&self, gpu: usize) -> bool {
+        let Some(lost_at) = self.devices.get(gpu).and_then(|s| s.lost_at) else {
+            return false;
+        };
+        let lost_for = self
+            .scenario
+            .devices
+            .get(gpu)
+            .and_then(|d| d.lost_for_ms)
+            .map(Duration::from_millis);
+        lost_for.is_none_or(|f| lost_at.elapsed() < f)
+    }
+}
+
+/// The processes visible through a handle: a MIG device's own, or all on a GPU.
+fn processes(t: Target, d: &Device) -> Vec<(&Process, Option<(u32, u32)>)> {
+    match t.mig {
+        Some(m) => d.mig[m]
+            .processes
+            .iter()
+            .map(|p| {
+                let mi = &d.mig[m];
+                (p, Some((mi.gpu_instance_id, mi.compute_instance_id)))
+            })
+            .collect(),
+        None => d
+            .processes
+            .iter()
+            .map(|p| (p, None))
+            .chain(d.mig.iter().flat_map(|mi| {
+                mi.processes
+                    .iter()
+                    .map(|p| (p, Some((mi.gpu_instance_id, mi.compute_instance_id))))
+            }))
+            .collect(),
+    }
+}
+
+/// Run `f` on the loaded state, or answer `UNINITIALIZED`.
+pub(crate) fn with_state(f: impl FnOnce(&mut State) -> Ret) -> Ret {
+    match lock().as_mut() {
+        Some(s) => f(s),
+        None => UNINITIALIZED,
+    }
+}
+
+/// Run `f` on the GPU a handle names.
+fn with_device(h: sys::nvmlDevice_t, f: impl FnOnce(Target, &Device) -> Ret) -> Ret {
+    with_state(|s| match s.device(h) {
+        Ok((t, d)) => f(t, d),
+        Err(e) => e,
+    })
+}
+
+fn load() -> Result<State, Ret> {
+    let Some(path) = std::env::var_os("FAKE_NVML_SCENARIO") else {
+        return Err(DRIVER_NOT_LOADED);
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        eprintln!("fake-nvml: cannot read {}: {e}", path.to_string_lossy());
+        UNKNOWN
+    })?;
+    let scenario: Scenario = serde_json::from_str(&text).map_err(|e| {
+        eprintln!("fake-nvml: {}: {e}", path.to_string_lossy());
+        UNKNOWN
+    })?;
+    match scenario.init_error.as_deref() {
+        None => {}
+        Some("driver_not_loaded") => return Err(DRIVER_NOT_LOADED),
+        Some("no_permission") => return Err(NO_PERMISSION),
+        Some(_) => return Err(UNKNOWN),
+    }
+    for d in &scenario.devices {
+        for name in d
+            .gpm
+            .iter()
+            .chain(d.mig.iter().filter_map(|m| m.gpm.as_ref()))
+            .flat_map(|g| g.metrics.keys())
+        {
+            if !GPM_IDS.iter().any(|(n, _)| n == name) {
+                eprintln!("fake-nvml: unknown GPM metric {name:?}");
+                return Err(UNKNOWN);
+            }
+        }
+    }
+    let devices = vec![DeviceState::default(); scenario.devices.len()];
+    Ok(State {
+        scenario,
+        started: Instant::now(),
+        devices,
+    })
+}
+
+/// Copy `s` and a NUL into a C buffer of `len` bytes.
+///
+/// # Safety
+/// `buf` must be valid for `len` bytes of writes.
+pub(crate) unsafe fn copy_str(s: &str, buf: *mut c_char, len: c_uint) -> Ret {
+    if buf.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    let bytes = s.as_bytes();
+    if bytes.len() + 1 > len as usize {
+        return INSUFFICIENT_SIZE;
+    }
+    // SAFETY: the caller gave `len` writable bytes and we write `bytes.len() + 1 <= len`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr().cast::<c_char>(), buf, bytes.len());
+        *buf.add(bytes.len()) = 0;
+    }
+    SUCCESS
+}
+
+/// Write `v` through `out` when it is not null.
+///
+/// # Safety
+/// `out` must be null or valid for a write of `T`.
+pub(crate) unsafe fn put<T>(out: *mut T, v: T) -> Ret {
+    if out.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    // SAFETY: not null, and the caller promises it is valid.
+    unsafe { out.write(v) };
+    SUCCESS
+}
+
+// ---------------------------------------------------------------------------------------------
+// Initialisation and system queries.
+
+#[unsafe(no_mangle)]
+pub(crate) extern "C" fn nvmlInit_v2() -> Ret {
+    match load() {
+        Ok(s) => {
+            *lock() = Some(s);
+            SUCCESS
+        }
+        Err(e) => e,
+    }
+}
+
+#[unsafe(no_mangle)]
+pub(crate) extern "C" fn nvmlShutdown() -> Ret {
+    match lock().take() {
+        Some(_) => SUCCESS,
+        None => UNINITIALIZED,
+    }
+}
+
+#[unsafe(no_mangle)]
+pub(crate) extern "C" fn nvmlErrorString(result: Ret) -> *const c_char {
+    let s: &'static std::ffi::CStr = match result {
+        SUCCESS => c"Success",
+        UNINITIALIZED => c"Uninitialized",
+        INVALID_ARGUMENT => c"Invalid Argument",
+        NOT_SUPPORTED => c"Not Supported",
+        NO_PERMISSION => c"Insufficient Permissions",
+        NOT_FOUND => c"Not Found",
+        INSUFFICIENT_SIZE => c"Insufficient Size",
+        DRIVER_NOT_LOADED => c"Driver Not Loaded",
+        GPU_IS_LOST => c"GPU is lost",
+        _ => c"Unknown Error",
+    };
+    s.as_ptr()
+}
+
+/// # Safety
+/// `version` must be valid for `length` bytes.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlSystemGetDriverVersion(
+    version: *mut c_char,
+    length: c_uint,
+) -> Ret {
+    // SAFETY: forwarded from the caller.
+    with_state(|s| unsafe { copy_str(&s.scenario.driver_version, version, length) })
+}
+
+/// # Safety
+/// `version` must be valid for `length` bytes.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlSystemGetNVMLVersion(
+    version: *mut c_char,
+    length: c_uint,
+) -> Ret {
+    // SAFETY: forwarded from the caller.
+    with_state(|s| unsafe { copy_str(&s.scenario.nvml_version, version, length) })
+}
+
+/// # Safety
+/// `v` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(v: *mut c_int) -> Ret {
+    // SAFETY: forwarded from the caller.
+    with_state(|s| unsafe { put(v, s.scenario.cuda_driver_version) })
+}
+
+/// # Safety
+/// `count` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> Ret {
+    // SAFETY: forwarded from the caller.
+    with_state(|s| unsafe { put(count, s.scenario.devices.len() as c_uint) })
+}
+
+/// # Safety
+/// `device` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
+    index: c_uint,
+    device: *mut sys::nvmlDevice_t,
+) -> Ret {
+    with_state(|s| {
+        if index as usize >= s.scenario.devices.len() {
+            return INVALID_ARGUMENT;
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { put(device, handle_of(index as usize, None)) }
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Identity.
+
+/// # Safety
+/// `index` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetIndex(
+    device: sys::nvmlDevice_t,
+    index: *mut c_uint,
+) -> Ret {
+    // SAFETY: forwarded from the caller.
+    with_device(device, |t, _| unsafe { put(index, t.gpu as c_uint) })
+}
+
+/// # Safety
+/// `name` must be valid for `length` bytes.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetName(
+    device: sys::nvmlDevice_t,
+    name: *mut c_char,
+    length: c_uint,
+) -> Ret {
+    with_device(device, |t, d| {
+        let n = match t.mig {
+            Some(m) => format!(
+                "{} MIG {}g.{}gb",
+                d.name,
+                d.mig[m].slices,
+                d.mig[m].memory_mb.div_ceil(1024)
+            ),
+            None => d.name.clone(),
+        };
+        // SAFETY: forwarded from the caller.
+        unsafe { copy_str(&n, name, length) }
+    })
+}
+
+/// # Safety
+/// `uuid` must be valid for `length` bytes.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetUUID(
+    device: sys::nvmlDevice_t,
+    uuid: *mut c_char,
+    length: c_uint,
+) -> Ret {
+    with_device(device, |t, d| {
+        let u = match t.mig {
+            Some(m) => format!(
+                "MIG-{}-{}",
+                d.uuid.trim_start_matches("GPU-"),
+                d.mig[m].gpu_instance_id
+            ),
+            None => d.uuid.clone(),
+        };
+        // SAFETY: forwarded from the caller.
+        unsafe { copy_str(&u, uuid, length) }
+    })
+}
+
+/// # Safety
+/// `pci` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
+    device: sys::nvmlDevice_t,
+    pci: *mut sys::nvmlPciInfo_t,
+) -> Ret {
+    with_device(device, |_, d| {
+        let Some(id) = &d.pci_bus_id else {
+            return NOT_SUPPORTED;
+        };
+        let mut info = sys::nvmlPciInfo_t {
+            busIdLegacy: [0; 16],
+            domain: 0,
+            bus: 0,
+            device: 0,
+            pciDeviceId: 0x2330_10de,
+            pciSubSystemId: 0x16c1_10de,
+            busId: [0; 32],
+        };
+        let parts: Vec<&str> = id.split([':', '.']).collect();
+        if let [dom, bus, dev, _] = parts[..] {
+            info.domain = u32::from_str_radix(dom, 16).unwrap_or(0);
+            info.bus = u32::from_str_radix(bus, 16).unwrap_or(0);
+            info.device = u32::from_str_radix(dev, 16).unwrap_or(0);
+        }
+        // SAFETY: the arrays are 32 and 16 bytes long.
+        let r = unsafe { copy_str(id, info.busId.as_mut_ptr(), 32) };
+        if r != SUCCESS {
+            return r;
+        }
+        let legacy = id.get(id.len().saturating_sub(12)..).unwrap_or(id);
+        // SAFETY: as above.
+        let _ = unsafe { copy_str(legacy, info.busIdLegacy.as_mut_ptr(), 16) };
+        // SAFETY: forwarded from the caller.
+        unsafe { put(pci, info) }
+    })
+}
+
+/// # Safety
+/// `arch` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetArchitecture(
+    device: sys::nvmlDevice_t,
+    arch: *mut sys::nvmlDeviceArchitecture_t,
+) -> Ret {
+    with_device(device, |_, d| {
+        let a = match d.architecture.to_ascii_lowercase().as_str() {
+            "volta" => sys::NVML_DEVICE_ARCH_VOLTA,
+            "turing" => sys::NVML_DEVICE_ARCH_TURING,
+            "ampere" => sys::NVML_DEVICE_ARCH_AMPERE,
+            "ada" => sys::NVML_DEVICE_ARCH_ADA,
+            "hopper" => sys::NVML_DEVICE_ARCH_HOPPER,
+            "blackwell" => sys::NVML_DEVICE_ARCH_BLACKWELL,
+            _ => sys::NVML_DEVICE_ARCH_UNKNOWN,
+        };
+        // SAFETY: forwarded from the caller.
+        unsafe { put(arch, a) }
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Telemetry.
+
+/// # Safety
+/// `utilization` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
+    device: sys::nvmlDevice_t,
+    utilization: *mut sys::nvmlUtilization_t,
+) -> Ret {
+    with_device(device, |t, d| match (t.mig, d.util_percent) {
+        (None, Some(u)) if d.mig.is_empty() => {
+            let v = sys::nvmlUtilization_t {
+                gpu: u,
+                memory: u / 2,
+            };
+            // SAFETY: forwarded from the caller.
+            unsafe { put(utilization, v) }
+        }
+        _ => NOT_SUPPORTED,
+    })
+}
+
+/// The busy-flag ring buffer: one sample every [`UTIL_PERIOD_US`] of wall time, newer than
+/// `last_seen` and at most [`UTIL_BUFFER_US`] old.
+fn util_samples(last_seen: u64, value: u32) -> Vec<sys::nvmlSample_t> {
+    let now = now_us();
+    let oldest = now.saturating_sub(UTIL_BUFFER_US).max(last_seen + 1);
+    let first = oldest.div_ceil(UTIL_PERIOD_US);
+    let last = now / UTIL_PERIOD_US;
+    (first..=last)
+        .map(|k| sys::nvmlSample_t {
+            timeStamp: k * UTIL_PERIOD_US,
+            sampleValue: sys::nvmlValue_t { uiVal: value },
+        })
+        .collect()
+}
+
+/// # Safety
+/// Pointers must be valid as NVML documents: `samples` null or `*count` entries.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetSamples(
+    device: sys::nvmlDevice_t,
+    type_: sys::nvmlSamplingType_t,
+    last_seen: c_ulonglong,
+    value_type: *mut sys::nvmlValueType_t,
+    count: *mut c_uint,
+    samples: *mut sys::nvmlSample_t,
+) -> Ret {
+    with_device(device, |t, d| {
+        let (true, None, Some(u)) = (
+            type_ == sys::nvmlSamplingType_enum_NVML_GPU_UTILIZATION_SAMPLES,
+            t.mig,
+            d.util_percent.filter(|_| d.mig.is_empty()),
+        ) else {
+            return NOT_SUPPORTED;
+        };
+        if count.is_null() || value_type.is_null() {
+            return INVALID_ARGUMENT;
+        }
+        let all = util_samples(last_seen, u);
+        // SAFETY: checked not null; valid per the caller.
+        unsafe {
+            value_type.write(sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT);
+            if all.is_empty() {
+                count.write(0);
+                return NOT_FOUND;
+            }
+            if samples.is_null() {
+                count.write(all.len() as c_uint);
+                return SUCCESS;
+            }
+            let n = all.len().min(*count as usize);
+            std::ptr::copy_nonoverlapping(all.as_ptr(), samples, n);
+            count.write(n as c_uint);
+        }
+        SUCCESS
+    })
+}
+
+/// # Safety
+/// `memory` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
+    device: sys::nvmlDevice_t,
+    memory: *mut sys::nvmlMemory_v2_t,
+) -> Ret {
+    with_device(device, |t, d| {
+        if memory.is_null() {
+            return INVALID_ARGUMENT;
+        }
+        let expected = (std::mem::size_of::<sys::nvmlMemory_v2_t>() as u32) | (2 << 24);
+        // SAFETY: not null; valid per the caller.
+        if unsafe { (*memory).version } != expected {
+            return VERSION_MISMATCH;
+        }
+        let (total, used, reserved) = match t.mig {
+            Some(m) => (d.mig[m].memory_mb << 20, d.mig[m].memory_used_bytes, 0u64),
+            None => (
+                d.memory_total_bytes,
+                d.memory_used_bytes,
+                d.memory_reserved_bytes,
+            ),
+        };
+        let v = sys::nvmlMemory_v2_t {
+            version: expected,
+            total,
+            reserved,
+            free: total.saturating_sub(used + reserved),
+            used,
+        };
+        // SAFETY: forwarded from the caller.
+        unsafe { put(memory, v) }
+    })
+}
+
+/// # Safety
+/// `energy` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetTotalEnergyConsumption(
+    device: sys::nvmlDevice_t,
+    energy: *mut c_ulonglong,
+) -> Ret {
+    with_state(|s| {
+        let (t, d) = match s.device(device) {
+            Ok(x) => x,
+            Err(e) => return e,
+        };
+        if t.mig.is_some() || !d.energy {
+            return NOT_SUPPORTED;
+        }
+        let Some(p) = d.power_watts else {
+            return NOT_SUPPORTED;
+        };
+        let lost_after = d.lost_after_samples;
+        // mJ = W · ms, from a non-zero start as a real counter has.
+        let ms = s.started.elapsed().as_secs_f64() * 1000.0;
+        let mj = 1_000_000_000.0 + p * ms;
+        let st = &mut s.devices[t.gpu];
+        st.energy_reads += 1;
+        if st.lost_at.is_none() && lost_after.is_some_and(|n| st.energy_reads > n) {
+            st.lost_at = Some(Instant::now());
+            return GPU_IS_LOST;
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { put(energy, mj as c_ulonglong) }
+    })
+}
+
+/// # Safety
+/// `power` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetPowerUsage(
+    device: sys::nvmlDevice_t,
+    power: *mut c_uint,
+) -> Ret {
+    with_device(device, |t, d| match (t.mig, d.power_watts) {
+        // SAFETY: forwarded from the caller.
+        (None, Some(p)) => unsafe { put(power, (p * 1000.0) as c_uint) },
+        _ => NOT_SUPPORTED,
+    })
+}
+
+/// # Safety
+/// `limit` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetEnforcedPowerLimit(
+    device: sys::nvmlDevice_t,
+    limit: *mut c_uint,
+) -> Ret {
+    with_device(device, |t, d| match (t.mig, d.power_limit_watts) {
+        // SAFETY: forwarded from the caller.
+        (None, Some(p)) => unsafe { put(limit, (p * 1000.0) as c_uint) },
+        _ => NOT_SUPPORTED,
+    })
+}
+
+/// # Safety
+/// `clock` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetClockInfo(
+    device: sys::nvmlDevice_t,
+    type_: sys::nvmlClockType_t,
+    clock: *mut c_uint,
+) -> Ret {
+    with_device(device, |_, d| {
+        let v = match type_ {
+            sys::nvmlClockType_enum_NVML_CLOCK_SM => d.sm_clock_mhz,
+            sys::nvmlClockType_enum_NVML_CLOCK_MEM => d.mem_clock_mhz,
+            _ => None,
+        };
+        match v {
+            // SAFETY: forwarded from the caller.
+            Some(v) => unsafe { put(clock, v) },
+            None => NOT_SUPPORTED,
+        }
+    })
+}
+
+/// # Safety
+/// `temp` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetTemperature(
+    device: sys::nvmlDevice_t,
+    sensor: sys::nvmlTemperatureSensors_t,
+    temp: *mut c_uint,
+) -> Ret {
+    with_device(device, |t, d| {
+        match (
+            sensor == sys::nvmlTemperatureSensors_enum_NVML_TEMPERATURE_GPU,
+            t.mig,
+            d.temperature_c,
+        ) {
+            // SAFETY: forwarded from the caller.
+            (true, None, Some(c)) => unsafe { put(temp, c) },
+            _ => NOT_SUPPORTED,
+        }
+    })
+}
+
+fn clock_reasons(device: sys::nvmlDevice_t, reasons: *mut c_ulonglong) -> Ret {
+    // SAFETY: forwarded from the caller of the exported function.
+    with_device(device, |_, d| unsafe {
+        put(reasons, d.clocks_event_reasons)
+    })
+}
+
+/// # Safety
+/// `reasons` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetCurrentClocksEventReasons(
+    device: sys::nvmlDevice_t,
+    reasons: *mut c_ulonglong,
+) -> Ret {
+    clock_reasons(device, reasons)
+}
+
+/// # Safety
+/// `reasons` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetCurrentClocksThrottleReasons(
+    device: sys::nvmlDevice_t,
+    reasons: *mut c_ulonglong,
+) -> Ret {
+    clock_reasons(device, reasons)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes.
+
+/// # Safety
+/// `count` valid for read and write; `infos` null or `*count` entries.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
+    device: sys::nvmlDevice_t,
+    count: *mut c_uint,
+    infos: *mut sys::nvmlProcessInfo_t,
+) -> Ret {
+    with_state(|s| {
+        let (t, d) = match s.device(device) {
+            Ok(x) => x,
+            Err(e) => return e,
+        };
+        if count.is_null() {
+            return INVALID_ARGUMENT;
+        }
+        let procs = processes(t, d);
+        // SAFETY: checked not null; valid per the caller.
+        unsafe {
+            let room = *count as usize;
+            count.write(procs.len() as c_uint);
+            if procs.is_empty() {
+                return SUCCESS;
+            }
+            if infos.is_null() || room < procs.len() {
+                return INSUFFICIENT_SIZE;
+            }
+            for (i, (p, mig)) in procs.iter().enumerate() {
+                infos.add(i).write(sys::nvmlProcessInfo_t {
+                    pid: p.pid,
+                    usedGpuMemory: p.used_memory_bytes,
+                    gpuInstanceId: mig.map_or(u32::MAX, |m| m.0),
+                    computeInstanceId: mig.map_or(u32::MAX, |m| m.1),
+                });
+            }
+        }
+        SUCCESS
+    })
+}
+
+/// The body of `nvmlDeviceGetProcessesUtilizationInfo`, which only the current-driver build
+/// exports.
+///
+/// # Safety
+/// `info` must be null or valid, its `procUtilArray` null or `processSamplesCount` entries.
+#[allow(
+    dead_code,
+    reason = "the old-driver build does not export the function that calls this"
+)]
+pub(crate) unsafe fn processes_utilization_info(
+    device: sys::nvmlDevice_t,
+    info: *mut sys::nvmlProcessesUtilizationInfo_t,
+) -> Ret {
+    with_state(|s| {
+        let (t, d) = match s.device(device) {
+            Ok(x) => x,
+            Err(e) => return e,
+        };
+        if t.mig.is_some() || !d.mig.is_empty() {
+            return NOT_SUPPORTED;
+        }
+        if info.is_null() {
+            return INVALID_ARGUMENT;
+        }
+        let expected =
+            (std::mem::size_of::<sys::nvmlProcessesUtilizationInfo_v1_t>() as u32) | (1 << 24);
+        let samples: Vec<sys::nvmlProcessUtilizationInfo_v1_t> = d
+            .processes
+            .iter()
+            .filter_map(|p| {
+                p.sm_util.map(|u| sys::nvmlProcessUtilizationInfo_v1_t {
+                    timeStamp: now_us(),
+                    pid: p.pid,
+                    smUtil: u,
+                    memUtil: u / 2,
+                    encUtil: 0,
+                    decUtil: 0,
+                    jpgUtil: 0,
+                    ofaUtil: 0,
+                })
+            })
+            .collect();
+        // SAFETY: checked not null; valid per the caller.
+        unsafe {
+            let i = &mut *info;
+            if i.version != expected {
+                return VERSION_MISMATCH;
+            }
+            let room = i.processSamplesCount as usize;
+            i.processSamplesCount = samples.len() as c_uint;
+            if samples.is_empty() {
+                return NOT_FOUND;
+            }
+            if i.procUtilArray.is_null() || room < samples.len() {
+                return INSUFFICIENT_SIZE;
+            }
+            std::ptr::copy_nonoverlapping(samples.as_ptr(), i.procUtilArray, samples.len());
+            i.lastSeenTimeStamp = now_us();
+        }
+        SUCCESS
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// MIG.
+
+/// # Safety
+/// `current` and `pending` must be valid for writes.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetMigMode(
+    device: sys::nvmlDevice_t,
+    current: *mut c_uint,
+    pending: *mut c_uint,
+) -> Ret {
+    with_device(device, |t, d| {
+        if t.mig.is_some() {
+            return NOT_SUPPORTED;
+        }
+        let on = c_uint::from(!d.mig.is_empty());
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            let r = put(current, on);
+            if r != SUCCESS {
+                return r;
+            }
+            put(pending, on)
+        }
+    })
+}
+
+/// # Safety
+/// `count` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(
+    device: sys::nvmlDevice_t,
+    count: *mut c_uint,
+) -> Ret {
+    with_device(device, |t, d| {
+        if t.mig.is_some() || d.mig.is_empty() {
+            return NOT_SUPPORTED;
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { put(count, MAX_MIG_DEVICES) }
+    })
+}
+
+/// # Safety
+/// `mig_device` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
+    device: sys::nvmlDevice_t,
+    index: c_uint,
+    mig_device: *mut sys::nvmlDevice_t,
+) -> Ret {
+    with_device(device, |t, d| {
+        if t.mig.is_some() || d.mig.is_empty() {
+            return NOT_SUPPORTED;
+        }
+        if index >= MAX_MIG_DEVICES {
+            return INVALID_ARGUMENT;
+        }
+        if index as usize >= d.mig.len() {
+            return NOT_FOUND;
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { put(mig_device, handle_of(t.gpu, Some(index as usize))) }
+    })
+}
+
+/// # Safety
+/// `parent` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
+    device: sys::nvmlDevice_t,
+    parent: *mut sys::nvmlDevice_t,
+) -> Ret {
+    with_device(device, |t, _| match t.mig {
+        // SAFETY: forwarded from the caller.
+        Some(_) => unsafe { put(parent, handle_of(t.gpu, None)) },
+        None => INVALID_ARGUMENT,
+    })
+}
+
+/// # Safety
+/// `is_mig` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(
+    device: sys::nvmlDevice_t,
+    is_mig: *mut c_uint,
+) -> Ret {
+    // SAFETY: forwarded from the caller.
+    with_device(device, |t, _| unsafe {
+        put(is_mig, c_uint::from(t.mig.is_some()))
+    })
+}
+
+/// # Safety
+/// `id` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(
+    device: sys::nvmlDevice_t,
+    id: *mut c_uint,
+) -> Ret {
+    with_device(device, |t, d| match t.mig {
+        // SAFETY: forwarded from the caller.
+        Some(m) => unsafe { put(id, d.mig[m].gpu_instance_id) },
+        None => INVALID_ARGUMENT,
+    })
+}
+
+/// # Safety
+/// `id` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(
+    device: sys::nvmlDevice_t,
+    id: *mut c_uint,
+) -> Ret {
+    with_device(device, |t, d| match t.mig {
+        // SAFETY: forwarded from the caller.
+        Some(m) => unsafe { put(id, d.mig[m].compute_instance_id) },
+        None => INVALID_ARGUMENT,
+    })
+}
+
+/// # Safety
+/// `attributes` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetAttributes_v2(
+    device: sys::nvmlDevice_t,
+    attributes: *mut sys::nvmlDeviceAttributes_t,
+) -> Ret {
+    with_device(device, |t, d| {
+        let Some(m) = t.mig else {
+            return NOT_SUPPORTED;
+        };
+        let mi = &d.mig[m];
+        let a = sys::nvmlDeviceAttributes_t {
+            multiprocessorCount: mi.sms,
+            sharedCopyEngineCount: mi.slices,
+            sharedDecoderCount: mi.slices / 2,
+            sharedEncoderCount: 0,
+            sharedJpegCount: 0,
+            sharedOfaCount: 0,
+            gpuInstanceSliceCount: mi.slices,
+            computeInstanceSliceCount: mi.slices,
+            memorySizeMB: mi.memory_mb,
+        };
+        // SAFETY: forwarded from the caller.
+        unsafe { put(attributes, a) }
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// GPM.
+
+/// # Safety
+/// `support` must be valid for reads and writes.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlGpmQueryDeviceSupport(
+    device: sys::nvmlDevice_t,
+    support: *mut sys::nvmlGpmSupport_t,
+) -> Ret {
+    with_device(device, |_, d| {
+        if support.is_null() {
+            return INVALID_ARGUMENT;
+        }
+        // SAFETY: not null; valid per the caller.
+        unsafe {
+            if (*support).version != sys::NVML_GPM_SUPPORT_VERSION {
+                return VERSION_MISMATCH;
+            }
+            (*support).isSupportedDevice =
+                c_uint::from(d.gpm.is_some() || d.mig.iter().any(|m| m.gpm.is_some()));
+        }
+        SUCCESS
+    })
+}
+
+/// # Safety
+/// `sample` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlGpmSampleAlloc(sample: *mut sys::nvmlGpmSample_t) -> Ret {
+    with_state(|_| {
+        let b = Box::new(GpmSampleData { taken: None });
+        // SAFETY: forwarded from the caller.
+        unsafe { put(sample, Box::into_raw(b).cast::<sys::nvmlGpmSample_st>()) }
+    })
+}
+
+/// # Safety
+/// `sample` must come from `nvmlGpmSampleAlloc` and not be freed yet.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlGpmSampleFree(sample: sys::nvmlGpmSample_t) -> Ret {
+    if sample.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    // SAFETY: allocated by `nvmlGpmSampleAlloc` as a `Box<GpmSampleData>`.
+    drop(unsafe { Box::from_raw(sample.cast::<GpmSampleData>()) });
+    SUCCESS
+}
+
+fn gpm_of(d: &Device, gi: Option<u32>) -> Option<&Gpm> {
+    match gi {
+        None => d.gpm.as_ref().filter(|_| d.mig.is_empty()),
+        Some(gi) => d
+            .mig
+            .iter()
+            .find(|m| m.gpu_instance_id == gi)
+            .and_then(|m| m.gpm.as_ref()),
+    }
+}
+
+fn fill_sample(device: sys::nvmlDevice_t, gi: Option<u32>, sample: sys::nvmlGpmSample_t) -> Ret {
+    with_device(device, |t, d| {
+        if t.mig.is_some() || sample.is_null() {
+            return INVALID_ARGUMENT;
+        }
+        let Some(g) = gpm_of(d, gi) else {
+            return NOT_SUPPORTED;
+        };
+        match g.sample_error.as_deref() {
+            None => {}
+            Some("no_permission") => return NO_PERMISSION,
+            Some("not_supported") => return NOT_SUPPORTED,
+            Some(_) => return UNKNOWN,
+        }
+        // SAFETY: allocated by `nvmlGpmSampleAlloc` and not freed (the caller's promise).
+        unsafe { (*sample.cast::<GpmSampleData>()).taken = Some((t.gpu, gi, Instant::now())) };
+        SUCCESS
+    })
+}
+
+/// # Safety
+/// `sample` must come from `nvmlGpmSampleAlloc`.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlGpmSampleGet(
+    device: sys::nvmlDevice_t,
+    sample: sys::nvmlGpmSample_t,
+) -> Ret {
+    fill_sample(device, None, sample)
+}
+
+/// # Safety
+/// `sample` must come from `nvmlGpmSampleAlloc`.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlGpmMigSampleGet(
+    device: sys::nvmlDevice_t,
+    gpu_instance_id: c_uint,
+    sample: sys::nvmlGpmSample_t,
+) -> Ret {
+    fill_sample(device, Some(gpu_instance_id), sample)
+}
+
+/// Strict like the documentation: both samples filled from the same GPU (or GPU instance),
+/// the second more than 100 ms after the first, else `INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `request` must be valid; its samples from `nvmlGpmSampleAlloc`.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut sys::nvmlGpmMetricsGet_t) -> Ret {
+    with_state(|s| {
+        if request.is_null() {
+            return INVALID_ARGUMENT;
+        }
+        // SAFETY: not null; valid per the caller.
+        let req = unsafe { &mut *request };
+        if req.version != sys::NVML_GPM_METRICS_GET_VERSION {
+            return VERSION_MISMATCH;
+        }
+        if req.numMetrics as usize > req.metrics.len()
+            || req.sample1.is_null()
+            || req.sample2.is_null()
+        {
+            return INVALID_ARGUMENT;
+        }
+        // SAFETY: both allocated by `nvmlGpmSampleAlloc` (the caller's promise).
+        let (a, b) = unsafe {
+            (
+                (*req.sample1.cast::<GpmSampleData>()).taken,
+                (*req.sample2.cast::<GpmSampleData>()).taken,
+            )
+        };
+        let (Some((g1, gi1, t1)), Some((g2, gi2, t2))) = (a, b) else {
+            return INVALID_ARGUMENT;
+        };
+        if g1 != g2 || gi1 != gi2 || t2.saturating_duration_since(t1) <= Duration::from_millis(100)
+        {
+            return INVALID_ARGUMENT;
+        }
+        let handle = handle_of(g1, None);
+        let (_, d) = match s.device(handle) {
+            Ok(x) => x,
+            Err(e) => return e,
+        };
+        let Some(g) = gpm_of(d, gi1) else {
+            return NOT_SUPPORTED;
+        };
+        for m in req.metrics.iter_mut().take(req.numMetrics as usize) {
+            let value = GPM_IDS
+                .iter()
+                .find(|(_, id)| *id == m.metricId)
+                .and_then(|(name, _)| g.metrics.get(*name));
+            m.metricInfo = sys::nvmlGpmMetric_t__bindgen_ty_1 {
+                shortName: std::ptr::null_mut(),
+                longName: std::ptr::null_mut(),
+                unit: std::ptr::null_mut(),
+            };
+            match value {
+                Some(v) => {
+                    m.value = *v;
+                    m.nvmlReturn = SUCCESS;
+                }
+                None => {
+                    m.value = 0.0;
+                    m.nvmlReturn = NOT_SUPPORTED;
+                }
+            }
+        }
+        SUCCESS
+    })
+}

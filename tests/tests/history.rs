@@ -1,0 +1,719 @@
+//! `truthscale analyze --prometheus` end to end: a real Prometheus, backfilled with promtool
+//! with known dcgm-exporter (and truthscale) series, read back through its HTTP API; canned
+//! HTTP servers for the error paths; and `docs/dcgm-compatibility.md` against the parser's
+//! mapping.
+//!
+//! Every process started here lives in a guard that kills it on drop. Missing external tools
+//! fail the test (run `scripts/test`, which installs them); nothing is skipped.
+
+use std::collections::BTreeMap;
+use std::io::{Read as _, Write as _};
+use std::path::Path;
+use std::process::Command;
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use truthscale_e2e::{Spawned, TempDir, clean_command, free_port, http_get};
+
+/// An external tool at a fixed path; its absence is a failure, not a skip.
+fn tool<'a>(path: &'a str, package: &str) -> &'a str {
+    assert!(
+        Path::new(path).is_file(),
+        "{path} is missing: run `scripts/test`, which installs the Debian package `{package}` \
+         (or `apt-get install --no-install-recommends {package}`)"
+    );
+    path
+}
+
+/// What one `truthscale` run left behind.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        assert_eq!(self.code, Some(0), "stderr:\n{}", self.stderr);
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", self.stdout))
+    }
+}
+
+/// `truthscale ARGS` with a clean environment (plus `env`), within two minutes.
+fn truthscale(args: &[&str], env: &[(&str, &str)]) -> Run {
+    let tmp = TempDir::new("history-run");
+    let mut cmd = clean_command();
+    cmd.args(args).envs(env.iter().copied());
+    let p = Spawned::start(cmd, tmp.path(), "truthscale");
+    let (stdout_path, stderr_path) = (
+        tmp.path().join("truthscale.stdout"),
+        tmp.path().join("truthscale.stderr"),
+    );
+    let status = p.finish(Duration::from_secs(120));
+    Run {
+        code: status.code(),
+        stdout: std::fs::read_to_string(stdout_path).unwrap_or_default(),
+        stderr: std::fs::read_to_string(stderr_path).unwrap_or_default(),
+    }
+}
+
+fn f(v: &Value, path: &str) -> f64 {
+    v.pointer(path)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("{path} in {v}"))
+}
+
+fn near(got: f64, want: f64, tol: f64, what: &str) {
+    assert!(
+        (got - want).abs() <= tol,
+        "{what}: {got} (want {want} ± {tol})"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Test data: 2 h of 15 s samples, ending just before now.
+
+const STEP: i64 = 15;
+const POINTS: i64 = 480;
+/// GPU 0's series are missing for these steps (an exporter outage of 10 minutes).
+const GPU0_GAP: std::ops::Range<i64> = 240..280;
+const H100: &str = "NVIDIA H100 80GB HBM3";
+
+/// Series by metric name, each `(labels, [(t seconds, value)])`.
+type Families = BTreeMap<&'static str, Vec<(String, Vec<(i64, f64)>)>>;
+
+fn add(fams: &mut Families, name: &'static str, labels: &str, points: Vec<(i64, f64)>) {
+    if !points.is_empty() {
+        fams.entry(name)
+            .or_default()
+            .push((labels.to_owned(), points));
+    }
+}
+
+/// The OpenMetrics text to backfill, and the timestamp of its last step.
+fn openmetrics() -> (String, i64) {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let now = i64::try_from(now).unwrap();
+    let end = (now / STEP) * STEP;
+    let t = |i: i64| end - (POINTS - 1 - i) * STEP;
+    let all = |v: &dyn Fn(i64) -> Option<f64>| -> Vec<(i64, f64)> {
+        (0..POINTS)
+            .filter_map(|i| v(i).map(|x| (t(i), x)))
+            .collect()
+    };
+    let mut fams = Families::new();
+
+    // GPU 0: an LLM decoding in prod/llm; busy flag 100 %, tensor 2 %, DRAM 60 %, no clock.
+    let g0 = format!(
+        "gpu=\"0\",UUID=\"GPU-0000\",modelName=\"{H100}\",Hostname=\"node-a\",pod=\"llm\",namespace=\"prod\",container=\"server\",job=\"dcgm\""
+    );
+    let g0v = |x: f64| move |i: i64| (!GPU0_GAP.contains(&i)).then_some(x);
+    add(&mut fams, "DCGM_FI_DEV_GPU_UTIL", &g0, all(&g0v(100.0)));
+    add(
+        &mut fams,
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        &g0,
+        all(&g0v(0.02)),
+    );
+    add(&mut fams, "DCGM_FI_PROF_DRAM_ACTIVE", &g0, all(&g0v(0.6)));
+    add(&mut fams, "DCGM_FI_PROF_SM_ACTIVE", &g0, all(&g0v(0.9)));
+
+    // GPU 1: an hour of prefill, then an hour idle; 20 000 MiB used of 81 000.
+    let g1 = format!(
+        "gpu=\"1\",UUID=\"GPU-1111\",modelName=\"{H100}\",Hostname=\"node-a\",job=\"dcgm\""
+    );
+    let busy = |on: f64| move |i: i64| Some(if i < POINTS / 2 { on } else { 0.0 });
+    add(&mut fams, "DCGM_FI_DEV_GPU_UTIL", &g1, all(&busy(100.0)));
+    add(
+        &mut fams,
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        &g1,
+        all(&busy(0.6)),
+    );
+    add(&mut fams, "DCGM_FI_PROF_DRAM_ACTIVE", &g1, all(&busy(0.2)));
+    add(&mut fams, "DCGM_FI_PROF_SM_ACTIVE", &g1, all(&busy(0.95)));
+    add(
+        &mut fams,
+        "DCGM_FI_DEV_FB_USED",
+        &g1,
+        all(&|_| Some(20_000.0)),
+    );
+    add(
+        &mut fams,
+        "DCGM_FI_DEV_FB_FREE",
+        &g1,
+        all(&|_| Some(61_000.0)),
+    );
+
+    // GPU 2: churn. Pod job-a for 20 minutes, then job-b for 20 minutes; busy flag only.
+    for (pod, from, to) in [("job-a", 120, 200), ("job-b", 200, 280)] {
+        let l = format!(
+            "gpu=\"2\",UUID=\"GPU-2222\",modelName=\"{H100}\",pod=\"{pod}\",namespace=\"batch\",job=\"dcgm\""
+        );
+        add(
+            &mut fams,
+            "DCGM_FI_DEV_GPU_UTIL",
+            &l,
+            all(&|i| (from..to).contains(&i).then_some(50.0)),
+        );
+    }
+
+    // GPU 7: only truthscale's own gauges (another job), SM clock at f_ref.
+    let g7 = format!(
+        "gpu=\"7\",uuid=\"GPU-7777\",model=\"{H100}\",pod=\"vllm\",namespace=\"serve\",node=\"node-b\",job=\"truthscale\""
+    );
+    for (name, v) in [
+        ("truthscale_gpu_reported_utilization_ratio", 0.8),
+        ("truthscale_gpu_tensor_active_ratio", 0.3),
+        ("truthscale_gpu_dram_active_ratio", 0.1),
+        ("truthscale_gpu_sm_active_ratio", 0.7),
+        ("truthscale_gpu_sm_clock_hertz", 1_830_000_000.0),
+        ("truthscale_gpu_power_watts", 500.0),
+        ("truthscale_gpu_memory_used_bytes", 40e9),
+        ("truthscale_gpu_memory_total_bytes", 80e9),
+    ] {
+        add(&mut fams, name, &g7, all(&|_| Some(v)));
+    }
+
+    let mut text = String::new();
+    for (name, series) in &fams {
+        text.push_str(&format!("# TYPE {name} gauge\n"));
+        for (labels, points) in series {
+            for (t, v) in points {
+                text.push_str(&format!("{name}{{{labels}}} {v} {t}\n"));
+            }
+        }
+    }
+    text.push_str("# EOF\n");
+    (text, end)
+}
+
+/// A Prometheus serving a TSDB backfilled with [`openmetrics`], with no scrape jobs.
+struct Backfilled {
+    url: String,
+    prom: Spawned,
+    _dir: TempDir,
+}
+
+fn backfilled() -> Backfilled {
+    let promtool = tool("/usr/bin/promtool", "prometheus");
+    let prometheus = tool("/usr/bin/prometheus", "prometheus");
+    let dir = TempDir::new("history-prom");
+    let (text, _) = openmetrics();
+    let om = dir.path().join("dcgm.om.txt");
+    std::fs::write(&om, text).unwrap();
+    let data = dir.path().join("tsdb");
+    let out = Command::new(promtool)
+        .args(["tsdb", "create-blocks-from", "openmetrics"])
+        .arg(&om)
+        .arg(&data)
+        .output()
+        .expect("run promtool");
+    assert!(
+        out.status.success(),
+        "promtool tsdb create-blocks-from openmetrics failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(&config, "global:\n  scrape_interval: 15s\n").unwrap();
+    for attempt in 0..3 {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut cmd = Command::new(prometheus);
+        cmd.arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", data.display()))
+            .arg(format!("--web.listen-address={addr}"))
+            .arg("--log.level=warn");
+        let mut prom = Spawned::start(cmd, dir.path(), &format!("prometheus-{attempt}"));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = prom.try_wait() {
+                let stderr = prom.stderr();
+                assert!(
+                    stderr.contains("address already in use") && attempt < 2,
+                    "prometheus exited ({status}):\n{stderr}"
+                );
+                break;
+            }
+            if http_get(&addr, "/-/ready", &[]).is_ok_and(|r| r.status == 200) {
+                return Backfilled {
+                    url: format!("http://{addr}"),
+                    prom,
+                    _dir: dir,
+                };
+            }
+            assert!(
+                Instant::now() < deadline,
+                "prometheus not ready in 60 s:\n{}",
+                prom.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    unreachable!("the last attempt panics")
+}
+
+fn entity<'a>(v: &'a Value, gpu: u64, pod: Option<&str>) -> &'a Value {
+    let ents = v["entities"].as_array().expect("entities");
+    ents.iter()
+        .find(|e| e["gpu"] == gpu && e["pod"].as_str() == pod)
+        .unwrap_or_else(|| panic!("gpu {gpu} pod {pod:?} in {v:#}"))
+}
+
+#[test]
+fn history_from_a_real_prometheus() {
+    let started = Instant::now();
+    let p = backfilled();
+    eprintln!(
+        "history: prometheus ready after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let base = [
+        "analyze",
+        "--prometheus",
+        p.url.as_str(),
+        "--since",
+        "3h",
+        "--step",
+        "15s",
+    ];
+
+    // Everything: the DCGM series win over truthscale's own.
+    let mut args = base.to_vec();
+    args.push("--json");
+    let run = truthscale(&args, &[]);
+    let v = run.json();
+    assert!(
+        run.stderr.contains("dcgm-exporter series"),
+        "{}",
+        run.stderr
+    );
+    let ents = v["entities"].as_array().unwrap();
+    assert_eq!(ents.len(), 4, "gpu 0, gpu 1, gpu 2 twice: {v:#}");
+    assert!(
+        ents.iter().all(|e| e["gpu"] != 7),
+        "truthscale series mixed in"
+    );
+
+    let g0 = entity(&v, 0, Some("llm"));
+    let (r0, e0, d0) = (
+        f(g0, "/reported_utilization/mean"),
+        f(g0, "/effective_compute/mean"),
+        f(g0, "/phase_fraction/decode"),
+    );
+    eprintln!(
+        "history: gpu 0: reported {r0:.4}, ECF {e0:.4}, decode {d0:.4}, samples {}",
+        g0["samples"]
+    );
+    assert_eq!(g0["namespace"], "prod");
+    assert_eq!(g0["container"], "server");
+    assert_eq!(g0["uuid"], "GPU-0000");
+    assert_eq!(g0["model"], H100);
+    assert_eq!(g0["node"], "node-a");
+    assert_eq!(g0["fidelity"], "profiling");
+    assert_eq!(g0["clock_corrected"], false);
+    near(r0, 1.0, 0.01, "gpu 0 reported");
+    near(e0, 0.02, 0.01, "gpu 0 ECF (τ, not clock-corrected)");
+    near(d0, 1.0, 0.01, "gpu 0 decode");
+    // 480 steps less the 20 past Prometheus' 5-minute lookback in the gap, plus the steps
+    // between the last sample and now (the lookback repeats it).
+    let n0 = g0["samples"].as_u64().unwrap();
+    assert!((460..=470).contains(&n0), "gpu 0 samples {n0}");
+
+    let g1 = entity(&v, 1, None);
+    let (r1, e1, pf1, id1) = (
+        f(g1, "/reported_utilization/mean"),
+        f(g1, "/effective_compute/mean"),
+        f(g1, "/phase_fraction/prefill"),
+        f(g1, "/phase_fraction/idle"),
+    );
+    eprintln!(
+        "history: gpu 1: reported {r1:.4}, ECF {e1:.4}, prefill {pf1:.4}, idle {id1:.4}, samples {}",
+        g1["samples"]
+    );
+    near(r1, 0.5, 0.01, "gpu 1 reported");
+    near(e1, 0.3, 0.01, "gpu 1 ECF");
+    near(pf1, 0.5, 0.05, "gpu 1 prefill");
+    near(id1, 0.5, 0.05, "gpu 1 idle");
+    assert!(g1["namespace"].is_null());
+    let mib = 1_048_576.0;
+    near(
+        f(g1, "/memory/total_bytes"),
+        81_000.0 * mib,
+        1.0,
+        "gpu 1 total (used + free)",
+    );
+    near(
+        f(g1, "/memory/peak_used_bytes"),
+        20_000.0 * mib,
+        1.0,
+        "gpu 1 peak",
+    );
+    assert!(g1["memory"]["mig_fit"].is_string(), "{g1:#}");
+
+    // Churn: two pods on GPU 2, one after the other; no tensor counter, so no ECF (never 0).
+    for pod in ["job-a", "job-b"] {
+        let g2 = entity(&v, 2, Some(pod));
+        near(
+            f(g2, "/reported_utilization/mean"),
+            0.5,
+            0.01,
+            "gpu 2 reported",
+        );
+        assert!(g2["effective_compute"].is_null(), "{g2:#}");
+        assert_eq!(g2["fidelity"], "busy_only");
+        assert_eq!(g2["namespace"], "batch");
+    }
+    assert!(
+        v["diagnostics"]["gap"].as_u64().unwrap_or(0) >= 1,
+        "GPU 0's outage is a gap: {}",
+        v["diagnostics"]
+    );
+
+    // A 1 s step: 10 800 steps in two chunks (10 000 + 800), the same means.
+    let mut args = base.to_vec();
+    args.truncate(base.len() - 1);
+    args.extend(["1s", "--json"]);
+    let run = truthscale(&args, &[]);
+    let v = run.json();
+    eprint!("history: {}", run.stderr);
+    let g0 = entity(&v, 0, Some("llm"));
+    near(
+        f(g0, "/reported_utilization/mean"),
+        1.0,
+        0.01,
+        "1 s: gpu 0 reported",
+    );
+    near(
+        f(g0, "/effective_compute/mean"),
+        0.02,
+        0.01,
+        "1 s: gpu 0 ECF",
+    );
+    near(
+        f(g0, "/phase_fraction/decode"),
+        1.0,
+        0.01,
+        "1 s: gpu 0 decode",
+    );
+    let g1 = entity(&v, 1, None);
+    near(
+        f(g1, "/reported_utilization/mean"),
+        0.5,
+        0.01,
+        "1 s: gpu 1 reported",
+    );
+    near(
+        f(g1, "/phase_fraction/prefill"),
+        0.5,
+        0.05,
+        "1 s: gpu 1 prefill",
+    );
+    near(f(g1, "/phase_fraction/idle"), 0.5, 0.05, "1 s: gpu 1 idle");
+    let n1 = g1["samples"].as_u64().unwrap();
+    assert!((7186..=7400).contains(&n1), "1 s: gpu 1 samples {n1}");
+
+    // The table names the source.
+    let run = truthscale(&base, &[]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stdout
+            .starts_with(&format!("source: prometheus {}: dcgm-exporter", p.url)),
+        "{}",
+        run.stdout
+    );
+    eprint!("history: the table:\n{}", run.stdout);
+    assert!(run.stdout.contains("gpu 0 (prod/llm)"), "{}", run.stdout);
+    assert!(run.stdout.contains("not clock-corrected"), "{}", run.stdout);
+
+    // A selector narrows every query.
+    let mut args = base.to_vec();
+    args.extend(["--selector", "{namespace=\"prod\"}", "--json"]);
+    let v = truthscale(&args, &[]).json();
+    let ents = v["entities"].as_array().unwrap();
+    assert_eq!(ents.len(), 1, "{v:#}");
+    assert_eq!(ents[0]["gpu"], 0);
+    assert_eq!(ents[0]["pod"], "llm");
+
+    // Only truthscale's own series: they are read back.
+    let mut args = base.to_vec();
+    args.extend(["--selector", "{job=\"truthscale\"}", "--json"]);
+    let run = truthscale(&args, &[]);
+    let v = run.json();
+    assert!(run.stderr.contains("truthscale series"), "{}", run.stderr);
+    let ents = v["entities"].as_array().unwrap();
+    assert_eq!(ents.len(), 1, "{v:#}");
+    let g7 = &ents[0];
+    assert_eq!(
+        (&g7["gpu"], &g7["pod"], &g7["namespace"], &g7["node"]),
+        (
+            &Value::from(7),
+            &Value::from("vllm"),
+            &Value::from("serve"),
+            &Value::from("node-b")
+        )
+    );
+    let (r7, e7, pf7) = (
+        f(g7, "/reported_utilization/mean"),
+        f(g7, "/effective_compute/mean"),
+        f(g7, "/phase_fraction/prefill"),
+    );
+    eprintln!(
+        "history: gpu 7 (truthscale series): reported {r7:.4}, ECF {e7:.4}, prefill {pf7:.4}"
+    );
+    near(r7, 0.8, 0.01, "gpu 7 reported");
+    assert_eq!(g7["clock_corrected"], true);
+    near(e7, 0.3, 0.01, "gpu 7 ECF at f_ref");
+    near(pf7, 1.0, 0.01, "gpu 7 prefill");
+    near(f(g7, "/memory/total_bytes"), 80e9, 1.0, "gpu 7 total");
+
+    // Prometheus' own error for a bad selector is shown.
+    let mut args = base.to_vec();
+    args.extend(["--selector", "{namespace=~\"(\"}"]);
+    let run = truthscale(&args, &[]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&p.url)
+            && run.stderr.contains("HTTP 400")
+            && run.stderr.contains("bad_data"),
+        "{}",
+        run.stderr
+    );
+
+    // Nothing there: a clear error.
+    let mut args = base.to_vec();
+    args.extend(["--selector", "{namespace=\"nowhere\"}"]);
+    let run = truthscale(&args, &[]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("no DCGM_FI_*"), "{}", run.stderr);
+
+    let problems: Vec<String> = p
+        .prom
+        .stderr()
+        .lines()
+        .filter(|l| l.contains("level=error"))
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        problems.is_empty(),
+        "prometheus logged errors:\n{problems:#?}"
+    );
+    eprintln!("history: done in {:.1} s", started.elapsed().as_secs_f64());
+}
+
+// ---------------------------------------------------------------------------------------
+// Errors: unreachable, HTTP status, not JSON, truncated, auth.
+
+/// A one-response-per-connection HTTP server on 127.0.0.1 answering every request with
+/// `response` (raw bytes, headers included); the requests it got come out of the channel.
+/// The thread ends with the test process.
+fn canned(response: Vec<u8>) -> (String, mpsc::Receiver<String>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+            let mut req = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => req.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = tx.send(String::from_utf8_lossy(&req).into_owned());
+            let _ = s.write_all(&response);
+            let _ = s.flush();
+        }
+    });
+    (format!("http://{addr}"), rx)
+}
+
+fn response(status: &str, body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+fn fails(url: &str, extra: &[&str], env: &[(&str, &str)]) -> String {
+    let mut args = vec!["analyze", "--prometheus", url, "--since", "1h", "--json"];
+    args.extend_from_slice(extra);
+    let run = truthscale(&args, env);
+    assert_eq!(
+        run.code,
+        Some(2),
+        "stdout:\n{}\nstderr:\n{}",
+        run.stdout,
+        run.stderr
+    );
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    assert!(
+        run.stderr.contains(url),
+        "the URL {url} is named: {}",
+        run.stderr
+    );
+    eprint!("history: {}", run.stderr);
+    run.stderr
+}
+
+#[test]
+fn unreachable_prometheus_is_named() {
+    // A port that was just free: nothing listens there.
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let err = fails(&url, &[], &[]);
+    assert!(err.contains("connection refused"), "{err}");
+}
+
+#[test]
+fn http_500_names_the_status_and_prometheus_error() {
+    let (url, _) = canned(response(
+        "500 Internal Server Error",
+        r#"{"status":"error","errorType":"internal","error":"boom in the tsdb"}"#,
+    ));
+    let err = fails(&url, &[], &[]);
+    assert!(err.contains("HTTP 500"), "{err}");
+    assert!(err.contains("internal: boom in the tsdb"), "{err}");
+}
+
+#[test]
+fn a_body_that_is_not_json_is_an_error() {
+    let (url, _) = canned(response(
+        "200 OK",
+        "<html><body>Grafana login</body></html>",
+    ));
+    let err = fails(&url, &[], &[]);
+    assert!(err.contains("not Prometheus API JSON"), "{err}");
+    assert!(err.contains("Grafana login"), "{err}");
+}
+
+#[test]
+fn a_truncated_body_is_an_error() {
+    // Complete HTTP, truncated JSON.
+    let (url, _) = canned(response(
+        "200 OK",
+        r#"{"status":"success","data":["DCGM_FI_DEV_GPU"#,
+    ));
+    let err = fails(&url, &[], &[]);
+    assert!(err.contains("not Prometheus API JSON"), "{err}");
+    // The connection closes before Content-Length bytes arrived.
+    let (url, _) = canned(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\nConnection: close\r\n\r\n{\"status\":\"success\",\"data\":[".to_vec(),
+    );
+    let err = fails(&url, &[], &[]);
+    assert!(err.contains("could not be read"), "{err}");
+}
+
+#[test]
+fn status_error_and_credentials() {
+    // 200 with "status":"error" (some proxies), and the bearer token is sent but never shown.
+    let (url, requests) = canned(response(
+        "200 OK",
+        r#"{"status":"error","errorType":"bad_data","error":"unknown matcher"}"#,
+    ));
+    let tmp = TempDir::new("history-token");
+    let token = tmp.path().join("token");
+    std::fs::write(&token, "s3cr3t-token\n").unwrap();
+    let err = fails(&url, &["--bearer-token-file", token.to_str().unwrap()], &[]);
+    assert!(err.contains("bad_data: unknown matcher"), "{err}");
+    assert!(!err.contains("s3cr3t"), "{err}");
+    let req = requests.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(
+        req.to_ascii_lowercase()
+            .contains("authorization: bearer s3cr3t-token\r\n"),
+        "{req}"
+    );
+    assert!(
+        req.starts_with("GET /api/v1/label/__name__/values?"),
+        "{req}"
+    );
+
+    // 401, with basic auth whose password comes from the environment.
+    let (url, requests) = canned(response(
+        "401 Unauthorized",
+        r#"{"status":"error","errorType":"unauthorized","error":"no"}"#,
+    ));
+    let err = fails(
+        &url,
+        &["--basic-auth", "alice"],
+        &[("TRUTHSCALE_PROMETHEUS_PASSWORD", "hunter2")],
+    );
+    assert!(
+        err.contains("HTTP 401") && err.contains("--basic-auth"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "{err}");
+    let req = requests.recv_timeout(Duration::from_secs(5)).unwrap();
+    // base64("alice:hunter2")
+    assert!(
+        req.to_ascii_lowercase()
+            .contains("authorization: basic ywxpy2u6ahvudgvymg==\r\n"),
+        "{req}"
+    );
+
+    // --basic-auth USER without a password anywhere: refused before any request.
+    let run = truthscale(
+        &["analyze", "--prometheus", &url, "--basic-auth", "alice"],
+        &[],
+    );
+    assert_eq!(run.code, Some(2));
+    assert!(
+        run.stderr.contains("TRUTHSCALE_PROMETHEUS_PASSWORD"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn prometheus_flags_need_prometheus() {
+    let run = truthscale(&["analyze", "capture.txt", "--since", "1h"], &[]);
+    assert_eq!(run.code, Some(2));
+    assert!(
+        run.stderr.contains("--since") && run.stderr.contains("--prometheus"),
+        "{}",
+        run.stderr
+    );
+    let run = truthscale(&["analyze", "--prometheus", "prometheus:9090"], &[]);
+    assert_eq!(run.code, Some(2));
+    assert!(run.stderr.contains("http://"), "{}", run.stderr);
+}
+
+// ---------------------------------------------------------------------------------------
+// docs/dcgm-compatibility.md lists every name the parser maps, with the field it feeds.
+
+#[test]
+fn compatibility_doc_lists_every_mapped_name() {
+    let path = truthscale_e2e::workspace().join("docs/dcgm-compatibility.md");
+    let doc = std::fs::read_to_string(&path).expect("docs/dcgm-compatibility.md exists");
+    let rows: Vec<String> = doc
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .map(str::to_ascii_lowercase)
+        .collect();
+    let mut missing = Vec::new();
+    for (name, field) in truthscale_core::parse::dcgm_text::mapped_metrics() {
+        let needle = format!("`{name}`");
+        let Some(row) = rows.iter().find(|r| r.contains(&needle)) else {
+            missing.push(format!("{name}: no table row"));
+            continue;
+        };
+        let feeds = field.map_or("clock-event reasons", |f| f.name());
+        if !row.contains(&format!("`{feeds}`")) && !row.contains(feeds) {
+            missing.push(format!("{name}: its row does not say it feeds {feeds}"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "{} is out of date with truthscale_core::parse::dcgm_text::mapped_metrics():\n{}",
+        path.display(),
+        missing.join("\n")
+    );
+}

@@ -1,0 +1,570 @@
+//! `truthscale serve --source nvml` and `truthscale doctor` against the fake NVML library
+//! (`tests/fake-nvml`), one scenario per situation in `tests/fake-nvml/scenarios/`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+use truthscale_e2e::{Sample, Sidecar, TempDir, clean_command, workspace};
+
+/// The fake library and its old-driver build (without
+/// `nvmlDeviceGetProcessesUtilizationInfo`), built once per test process.
+fn fake_libraries() -> &'static (PathBuf, PathBuf) {
+    static LIBS: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    LIBS.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "fake-nvml",
+                "--lib",
+                "--example",
+                "old_driver",
+            ])
+            .current_dir(workspace())
+            .status()
+            .expect("run cargo build for the fake NVML library");
+        assert!(status.success(), "building the fake NVML library failed");
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map_or_else(|| workspace().join("target"), PathBuf::from);
+        let current = target.join("debug").join("libfake_nvml.so");
+        let old = target.join("debug/examples").join("libold_driver.so");
+        for lib in [&current, &old] {
+            assert!(lib.exists(), "{} missing after build", lib.display());
+        }
+        (current, old)
+    })
+}
+
+fn fake() -> &'static Path {
+    &fake_libraries().0
+}
+
+fn old_driver() -> &'static Path {
+    &fake_libraries().1
+}
+
+fn scenario(name: &str) -> PathBuf {
+    workspace()
+        .join("tests/fake-nvml/scenarios")
+        .join(format!("{name}.json"))
+}
+
+/// `serve --source nvml` on the fake library with a scenario, sampling every 250 ms.
+fn serve(lib: &Path, name: &str, dir: &TempDir) -> Sidecar {
+    let scenario = scenario(name);
+    Sidecar::start(
+        &[
+            "--source",
+            "nvml",
+            "--nvml-library",
+            lib.to_str().unwrap(),
+            "--interval",
+            "250ms",
+        ],
+        &[("FAKE_NVML_SCENARIO", scenario.to_str().unwrap())],
+        dir.path(),
+    )
+}
+
+fn value(m: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    m.iter()
+        .find(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(*v)))
+        .map(|s| s.value)
+}
+
+fn series<'a>(m: &'a [Sample], name: &str) -> Vec<&'a Sample> {
+    m.iter().filter(|s| s.name == name).collect()
+}
+
+fn wait_for(sidecar: &Sidecar, what: &str, f: impl Fn(&[Sample]) -> bool) -> Vec<Sample> {
+    let t = Instant::now();
+    loop {
+        let m = sidecar.metrics();
+        if f(&m) {
+            return m;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {what}; last metrics:\n{m:#?}\nstderr:\n{}",
+            sidecar.process.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn phase_is(m: &[Sample], phase: &str) -> bool {
+    value(m, "truthscale_gpu_phase", &[("phase", phase)]) == Some(1.0)
+}
+
+fn errors_of(m: &[Sample], kind: &str) -> f64 {
+    value(
+        m,
+        "truthscale_source_errors_total",
+        &[("source", "nvml"), ("kind", kind)],
+    )
+    .unwrap_or(0.0)
+}
+
+fn close(v: Option<f64>, want: f64, tol: f64) -> bool {
+    v.is_some_and(|v| (v - want).abs() <= tol)
+}
+
+/// A clean scenario counts no error at all: every call answered, GPM's 100 ms rule kept
+/// (the fake refuses a sample pair closer than that).
+fn no_errors(m: &[Sample], stderr: &str) {
+    let errs = series(m, "truthscale_source_errors_total");
+    assert!(errs.is_empty(), "unexpected errors {errs:#?}\n{stderr}");
+}
+
+#[test]
+fn one_sm_kernel_on_h100_is_stalled_with_100x_spatial_inflation() {
+    let dir = TempDir::new("nvml-one-sm");
+    let s = serve(fake(), "h100-one-sm", &dir);
+    let m = wait_for(&s, "phase stalled", |m| phase_is(m, "stalled"));
+    let info = series(&m, "truthscale_gpu_info");
+    assert_eq!(info.len(), 1, "{info:#?}");
+    assert_eq!(info[0].label("source"), Some("nvml"));
+    assert_eq!(info[0].label("fidelity"), Some("profiling"));
+    assert_eq!(info[0].label("catalog_model"), Some("h100-sxm"));
+    assert_eq!(info[0].label("model"), Some("NVIDIA H100 80GB HBM3"));
+    assert_eq!(info[0].label("gpu"), Some("0"));
+    assert_eq!(
+        info[0].label("uuid"),
+        Some("GPU-5f0c6a3e-8d3b-4c1e-9a7f-000000000001")
+    );
+    let get = |n: &str| value(&m, n, &[]);
+    assert_eq!(get("truthscale_gpu_reported_utilization_ratio"), Some(1.0));
+    assert!(close(get("truthscale_gpu_sm_active_ratio"), 0.0076, 1e-9));
+    assert_eq!(get("truthscale_gpu_tensor_active_ratio"), Some(0.0));
+    assert_eq!(get("truthscale_gpu_dram_active_ratio"), Some(0.0));
+    let ecf = get("truthscale_gpu_effective_compute_ratio").unwrap();
+    assert!(ecf < 0.001, "ECF {ecf}");
+    let spatial = get("truthscale_gpu_spatial_inflation_factor").unwrap();
+    assert!(spatial >= 100.0 - 1e-9, "spatial inflation {spatial}");
+    assert!(get("truthscale_gpu_inflation_gap_ratio").unwrap() > 0.99);
+    // Power from the energy counter (ΔE/Δt), the clock, memory, limit, temperature.
+    assert!(
+        close(get("truthscale_gpu_power_watts"), 120.0, 6.0),
+        "{m:#?}"
+    );
+    assert_eq!(get("truthscale_gpu_power_limit_watts"), Some(700.0));
+    assert_eq!(get("truthscale_gpu_sm_clock_hertz"), Some(1.98e9));
+    assert_eq!(
+        get("truthscale_gpu_memory_used_bytes"),
+        Some(2_147_483_648.0)
+    );
+    assert_eq!(
+        get("truthscale_gpu_memory_total_bytes"),
+        Some(85_520_809_984.0)
+    );
+    assert_eq!(get("truthscale_gpu_temperature_celsius"), Some(45.0));
+    assert_eq!(
+        value(&m, "truthscale_source_up", &[("source", "nvml")]),
+        Some(1.0)
+    );
+    // A few more ticks: still no error (every GPM pair more than 100 ms apart).
+    std::thread::sleep(Duration::from_millis(1200));
+    no_errors(&s.metrics(), &s.process.stderr());
+}
+
+#[test]
+fn decode_on_h100() {
+    let dir = TempDir::new("nvml-decode");
+    let s = serve(fake(), "h100-decode", &dir);
+    let m = wait_for(&s, "phase decode", |m| phase_is(m, "decode"));
+    let get = |n: &str| value(&m, n, &[]);
+    assert_eq!(get("truthscale_gpu_reported_utilization_ratio"), Some(1.0));
+    assert!(close(get("truthscale_gpu_tensor_active_ratio"), 0.02, 1e-9));
+    assert!(close(get("truthscale_gpu_dram_active_ratio"), 0.6, 1e-9));
+    assert!(close(get("truthscale_gpu_sm_active_ratio"), 0.85, 1e-9));
+    assert!(close(get("truthscale_gpu_sm_occupancy_ratio"), 0.2, 1e-9));
+    let ecf = get("truthscale_gpu_effective_compute_ratio").unwrap();
+    assert!((0.01..0.05).contains(&ecf), "ECF {ecf}");
+    let rho = get("truthscale_gpu_intensity_ridge_ratio").unwrap();
+    assert!(rho < 0.1, "rho {rho}");
+    assert!(close(
+        get("truthscale_gpu_roofline_saturation_ratio"),
+        0.6,
+        1e-9
+    ));
+    assert!(close(get("truthscale_gpu_power_watts"), 380.0, 15.0));
+    assert_eq!(
+        value(&m, "truthscale_gpu_info", &[("fidelity", "profiling")]),
+        Some(1.0)
+    );
+    no_errors(&m, &s.process.stderr());
+}
+
+#[test]
+fn prefill_on_h100_at_its_power_cap() {
+    let dir = TempDir::new("nvml-prefill");
+    let s = serve(fake(), "h100-prefill", &dir);
+    let m = wait_for(&s, "phase prefill", |m| phase_is(m, "prefill"));
+    let get = |n: &str| value(&m, n, &[]);
+    assert!(close(get("truthscale_gpu_tensor_active_ratio"), 0.5, 1e-9));
+    assert!(close(get("truthscale_gpu_dram_active_ratio"), 0.2, 1e-9));
+    assert!(get("truthscale_gpu_intensity_ridge_ratio").unwrap() >= 1.5);
+    // κ = 1755 / 1830: the clock-corrected ECF sits a little below the tensor activity.
+    let kappa = get("truthscale_gpu_clock_correction_ratio").unwrap();
+    assert!(close(Some(kappa), 1755.0 / 1830.0, 1e-9), "kappa {kappa}");
+    let ecf = get("truthscale_gpu_effective_compute_ratio").unwrap();
+    assert!((0.45..0.55).contains(&ecf), "ECF {ecf}");
+    assert_eq!(
+        value(
+            &m,
+            "truthscale_gpu_clock_event_active",
+            &[("reason", "sw_power_cap")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &m,
+            "truthscale_gpu_clock_event_active",
+            &[("reason", "thermal")]
+        ),
+        Some(0.0)
+    );
+    no_errors(&m, &s.process.stderr());
+}
+
+#[test]
+fn a100_without_gpm_gets_the_nvml_tier_and_only_an_upper_bound() {
+    let dir = TempDir::new("nvml-a100");
+    let s = serve(fake(), "a100-no-gpm", &dir);
+    let m = wait_for(&s, "an A100 window with power", |m| {
+        value(m, "truthscale_gpu_power_watts", &[]).is_some()
+    });
+    let info = series(&m, "truthscale_gpu_info");
+    assert_eq!(info.len(), 1);
+    assert_eq!(info[0].label("fidelity"), Some("nvml"));
+    assert_eq!(info[0].label("catalog_model"), Some("a100-80-sxm"));
+    let get = |n: &str| value(&m, n, &[]);
+    assert!(close(
+        get("truthscale_gpu_reported_utilization_ratio"),
+        0.9,
+        1e-9
+    ));
+    assert!(close(
+        get("truthscale_gpu_effective_compute_upper_bound_ratio"),
+        0.9,
+        1e-9
+    ));
+    for absent in [
+        "truthscale_gpu_effective_compute_ratio",
+        "truthscale_gpu_tensor_active_ratio",
+        "truthscale_gpu_sm_active_ratio",
+        "truthscale_gpu_spatial_inflation_factor",
+    ] {
+        assert_eq!(get(absent), None, "{absent} must be absent without GPM");
+    }
+    assert!(get("truthscale_gpu_power_proxy_ratio").is_some());
+    assert_eq!(get("truthscale_gpu_sm_clock_hertz"), Some(1.41e9));
+    no_errors(&m, &s.process.stderr());
+}
+
+#[test]
+fn h100_in_mig_mode_exports_one_entity_per_gpu_instance_without_busy_flag() {
+    let dir = TempDir::new("nvml-mig");
+    let s = serve(fake(), "h100-mig", &dir);
+    let m = wait_for(&s, "two MIG instances", |m| {
+        series(m, "truthscale_gpu_info").len() == 2
+    });
+    let info = series(&m, "truthscale_gpu_info");
+    let mut instances: Vec<(&str, &str)> = info
+        .iter()
+        .map(|s| {
+            (
+                s.label("mig_instance").expect("mig_instance label"),
+                s.label("mig_profile").expect("mig_profile label"),
+            )
+        })
+        .collect();
+    instances.sort_unstable();
+    assert_eq!(instances, [("1", "3g.40gb"), ("2", "3g.40gb")]);
+    for i in &info {
+        assert_eq!(i.label("fidelity"), Some("profiling"));
+        assert_eq!(i.label("gpu"), Some("0"));
+        assert_eq!(
+            i.label("uuid"),
+            Some("GPU-5f0c6a3e-8d3b-4c1e-9a7f-000000000004")
+        );
+    }
+    assert!(
+        series(&m, "truthscale_gpu_reported_utilization_ratio").is_empty(),
+        "MIG has no busy flag"
+    );
+    let busy = &[("mig_instance", "1")];
+    assert!(close(
+        value(&m, "truthscale_gpu_tensor_active_ratio", busy),
+        0.45,
+        1e-9
+    ));
+    assert!(close(
+        value(&m, "truthscale_gpu_sm_active_ratio", busy),
+        0.8,
+        1e-9
+    ));
+    assert_eq!(
+        value(&m, "truthscale_gpu_memory_total_bytes", busy),
+        Some(40320.0 * 1_048_576.0)
+    );
+    assert_eq!(
+        value(&m, "truthscale_gpu_memory_used_bytes", busy),
+        Some(10_737_418_240.0)
+    );
+    assert_eq!(
+        value(
+            &m,
+            "truthscale_gpu_tensor_active_ratio",
+            &[("mig_instance", "2")]
+        ),
+        Some(0.0)
+    );
+    no_errors(&m, &s.process.stderr());
+}
+
+#[test]
+fn a_driver_without_per_process_utilization_degrades_and_counts_it_once() {
+    let dir = TempDir::new("nvml-old-driver");
+    let s = serve(old_driver(), "h100-decode", &dir);
+    let m = wait_for(&s, "decode and an unsupported count", |m| {
+        phase_is(m, "decode") && errors_of(m, "unsupported") >= 1.0
+    });
+    assert_eq!(
+        value(&m, "truthscale_gpu_info", &[("fidelity", "profiling")]),
+        Some(1.0)
+    );
+    assert_eq!(errors_of(&m, "nvml"), 0.0);
+    // Counted once (at discovery), not every tick.
+    std::thread::sleep(Duration::from_millis(800));
+    let m = s.metrics();
+    assert_eq!(errors_of(&m, "unsupported"), 1.0);
+    assert_eq!(errors_of(&m, "nvml"), 0.0);
+    assert!(
+        s.process
+            .stderr()
+            .contains("nvmlDeviceGetProcessesUtilizationInfo")
+    );
+}
+
+#[test]
+fn gpm_no_permission_is_counted_and_the_gpu_falls_back_to_the_nvml_tier() {
+    let dir = TempDir::new("nvml-denied");
+    let s = serve(fake(), "h100-gpm-denied", &dir);
+    let m = wait_for(&s, "no_permission and a window", |m| {
+        errors_of(m, "no_permission") >= 1.0
+            && value(m, "truthscale_gpu_info", &[("fidelity", "nvml")]).is_some()
+    });
+    let get = |n: &str| value(&m, n, &[]);
+    assert_eq!(get("truthscale_gpu_tensor_active_ratio"), None);
+    assert_eq!(get("truthscale_gpu_effective_compute_ratio"), None);
+    assert_eq!(
+        get("truthscale_gpu_effective_compute_upper_bound_ratio"),
+        Some(1.0)
+    );
+    // GPM is off for a minute: no new NO_PERMISSION each tick.
+    std::thread::sleep(Duration::from_millis(800));
+    let m = s.metrics();
+    assert_eq!(errors_of(&m, "no_permission"), 1.0);
+    let stderr = s.process.stderr();
+    assert!(stderr.contains("NO_PERMISSION"), "{stderr}");
+    assert_eq!(
+        stderr.matches("nvml fidelity tier until then").count(),
+        1,
+        "warned once: {stderr}"
+    );
+}
+
+#[test]
+fn a_gpu_lost_mid_run_goes_stale_and_the_other_carries_on() {
+    let dir = TempDir::new("nvml-lost");
+    let s = serve(fake(), "h100-lost", &dir);
+    let gpus = |m: &[Sample]| -> Vec<String> {
+        series(m, "truthscale_gpu_info")
+            .iter()
+            .filter_map(|s| s.label("gpu").map(str::to_string))
+            .collect()
+    };
+    wait_for(&s, "both GPUs", |m| gpus(m).len() == 2);
+    let m = wait_for(&s, "GPU 1 gone after it is lost", |m| {
+        errors_of(m, "gpu_lost") >= 1.0 && gpus(m) == ["0"]
+    });
+    assert_eq!(
+        value(&m, "truthscale_source_up", &[("source", "nvml")]),
+        Some(1.0)
+    );
+    assert!(phase_is(&m, "decode"));
+    // The sidecar keeps serving GPU 0 with fresh windows.
+    let observed =
+        |m: &[Sample]| value(m, "truthscale_gpu_observed_seconds_total", &[("gpu", "0")]);
+    let before = observed(&m).unwrap();
+    let later = wait_for(&s, "GPU 0 still sampled", |m| {
+        observed(m).is_some_and(|o| o > before + 0.4)
+    });
+    assert_eq!(gpus(&later), ["0"]);
+    let mut process = s.process;
+    assert!(process.try_wait().is_none(), "serve exited");
+    assert!(!process.stderr().contains("panicked"));
+    assert!(process.stderr().contains("GPU is lost"));
+}
+
+fn doctor(lib: &Path, name: Option<&str>) -> (i32, String, String) {
+    let mut cmd = clean_command();
+    cmd.args(["doctor", "--nvml-library", lib.to_str().unwrap()]);
+    if let Some(n) = name {
+        cmd.env("FAKE_NVML_SCENARIO", scenario(n));
+    }
+    let out = cmd.output().expect("run truthscale doctor");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (out.status.code().unwrap_or(-1), stdout, stderr)
+}
+
+fn has_line(out: &str, want: &str) -> bool {
+    out.lines().any(|l| l.trim_end() == want)
+}
+
+#[test]
+fn doctor_per_scenario() {
+    let (code, out, _) = doctor(fake(), Some("h100-one-sm"));
+    assert_eq!(code, 0, "{out}");
+    for want in [
+        "driver version  550.54.15",
+        "NVML version    12.550.54.15",
+        "CUDA driver     12.4",
+        "GPUs            1",
+        "GPU 0  NVIDIA H100 80GB HBM3",
+        "  architecture    Hopper",
+        "  MIG mode        disabled",
+        "  GPM             supported and permitted (a sample pair succeeded)",
+        "  fidelity tier   profiling",
+    ] {
+        assert!(has_line(&out, want), "missing {want:?} in\n{out}");
+    }
+    assert!(out.contains("SM active 0.8 %"), "{out}");
+
+    let (code, out, _) = doctor(fake(), Some("a100-no-gpm"));
+    assert_eq!(code, 0, "{out}");
+    assert!(has_line(&out, "  GPM             not supported"), "{out}");
+    assert!(has_line(&out, "  fidelity tier   nvml"), "{out}");
+    assert!(out.contains("A100 80GB SXM has no GPM"), "{out}");
+    assert!(out.contains("--source dcgm-exporter:URL"), "{out}");
+
+    let (code, out, _) = doctor(fake(), Some("h100-mig"));
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        has_line(
+            &out,
+            "  MIG mode        enabled, 2 GPU instances (no busy flag on MIG)"
+        ),
+        "{out}"
+    );
+    assert!(
+        has_line(&out, "  instance 1      3g.40gb  fidelity tier profiling"),
+        "{out}"
+    );
+    assert!(
+        has_line(&out, "  instance 2      3g.40gb  fidelity tier profiling"),
+        "{out}"
+    );
+    assert!(out.contains("GPU instance 1, 10.0 GiB"), "{out}");
+
+    let (code, out, _) = doctor(fake(), Some("h100-gpm-denied"));
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        has_line(
+            &out,
+            "  GPM             supported but not permitted (NVML_ERROR_NO_PERMISSION)"
+        ),
+        "{out}"
+    );
+    assert!(has_line(&out, "  fidelity tier   nvml"), "{out}");
+    assert!(out.contains("CAP_SYS_ADMIN"), "{out}");
+    assert!(out.contains("no_permission (1)"), "{out}");
+
+    let (code, out, _) = doctor(old_driver(), Some("h100-decode"));
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        has_line(
+            &out,
+            "  not available   nvmlDeviceGetProcessesUtilizationInfo"
+        ),
+        "{out}"
+    );
+    assert!(has_line(&out, "  fidelity tier   profiling"), "{out}");
+}
+
+#[test]
+fn doctor_without_a_library_or_driver_says_so_and_fails() {
+    let (code, out, err) = doctor(Path::new("/nonexistent/libnvidia-ml.so.1"), None);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("cannot load the NVML library /nonexistent/libnvidia-ml.so.1"),
+        "{err}"
+    );
+    assert!(err.contains("--nvml-library"), "{err}");
+    assert!(out.contains("not usable"), "{out}");
+    // The library loads, but the driver is not running (no scenario: DRIVER_NOT_LOADED).
+    let (code, _, err) = doctor(fake(), None);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("the NVIDIA driver is not running"), "{err}");
+}
+
+#[test]
+fn serve_without_nvml_fails_at_start_with_a_clear_message() {
+    for source in ["nvml", "auto"] {
+        let out = clean_command()
+            .args([
+                "serve",
+                "--source",
+                source,
+                "--nvml-library",
+                "/nonexistent/libnvidia-ml.so.1",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .output()
+            .expect("run truthscale serve");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(
+            err.contains("cannot load the NVML library /nonexistent/libnvidia-ml.so.1"),
+            "{err}"
+        );
+        assert!(err.contains("--source dcgm-exporter:URL"), "{err}");
+        if source == "auto" {
+            assert!(err.contains("--source auto found no usable NVML"), "{err}");
+        }
+    }
+    // The library is the default one when nothing is configured.
+    let out = clean_command()
+        .args(["config", "defaults"])
+        .output()
+        .expect("run truthscale config defaults");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("nvml_library = \"libnvidia-ml.so.1\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_lost_gpu_that_answers_again_is_found_on_the_next_retry() {
+    let dir = TempDir::new("nvml-lost-recovers");
+    let s = serve(fake(), "h100-lost-recovers", &dir);
+    let present = |m: &[Sample]| !series(m, "truthscale_gpu_info").is_empty();
+    wait_for(&s, "the GPU", present);
+    wait_for(&s, "the GPU lost and gone", |m| {
+        errors_of(m, "gpu_lost") >= 1.0 && !present(m)
+    });
+    // It is looked for again 10 s after it was lost.
+    let m = wait_for(&s, "the GPU back", |m| present(m) && phase_is(m, "decode"));
+    assert_eq!(errors_of(&m, "gpu_lost"), 1.0);
+    assert_eq!(s.process.stderr().matches("NVML: GPU ready.").count(), 2);
+}
