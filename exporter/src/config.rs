@@ -81,6 +81,9 @@ pub struct SourceConfig {
     /// The NVML library to load (`nvml` and `auto`): a file name looked up by the dynamic
     /// loader, or a path.
     pub nvml_library: String,
+    /// Export per-process series (`nvml` only): memory and SM busy per process, labelled
+    /// with pid, pod UID and container id. High cardinality: off by default.
+    pub per_process_series: bool,
 }
 
 impl Default for SourceConfig {
@@ -98,6 +101,7 @@ impl Default for SourceConfig {
             gpu_uuids: Vec::new(),
             gpu_indices: Vec::new(),
             nvml_library: crate::sources::nvml::DEFAULT_LIBRARY.into(),
+            per_process_series: false,
         }
     }
 }
@@ -352,6 +356,8 @@ pub struct Settings {
     pub gpu_indices: Vec<u32>,
     /// The NVML library (nvml, auto).
     pub nvml_library: PathBuf,
+    /// Per-process series on (`nvml` only).
+    pub per_process_series: bool,
     /// `NODE_IP` from the environment (for the default dcgm-exporter URL).
     pub node_ip: Option<String>,
     /// `NVIDIA_VISIBLE_DEVICES` from the environment (dcgm-exporter scope fallback).
@@ -567,6 +573,7 @@ impl Config {
             gpu_uuids: self.source.gpu_uuids.clone(),
             gpu_indices: self.source.gpu_indices.clone(),
             nvml_library: PathBuf::from(self.source.nvml_library.trim()),
+            per_process_series: self.source.per_process_series,
             node_ip: getenv("NODE_IP"),
             nvidia_visible_devices: getenv("NVIDIA_VISIBLE_DEVICES"),
             identity,

@@ -568,3 +568,49 @@ fn a_lost_gpu_that_answers_again_is_found_on_the_next_retry() {
     assert_eq!(errors_of(&m, "gpu_lost"), 1.0);
     assert_eq!(s.process.stderr().matches("NVML: GPU ready.").count(), 2);
 }
+
+#[test]
+fn per_process_series_only_when_enabled() {
+    let dir = TempDir::new("nvml-procs");
+    // Off by default: no process series.
+    let s = serve(fake(), "h100-decode", &dir);
+    let m = wait_for(&s, "phase decode", |m| phase_is(m, "decode"));
+    assert!(series(&m, "truthscale_process_memory_used_bytes").is_empty());
+    drop(s);
+    // On: memory and SM busy per process, labelled with the pid.
+    let scenario = scenario("h100-decode");
+    let s = Sidecar::start(
+        &[
+            "--source",
+            "nvml",
+            "--nvml-library",
+            fake().to_str().unwrap(),
+            "--interval",
+            "250ms",
+        ],
+        &[
+            ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
+            ("TRUTHSCALE_SOURCE__PER_PROCESS_SERIES", "true"),
+        ],
+        dir.path(),
+    );
+    let m = wait_for(&s, "process series", |m| {
+        !series(m, "truthscale_process_memory_used_bytes").is_empty()
+    });
+    let mem = series(&m, "truthscale_process_memory_used_bytes");
+    assert_eq!(mem.len(), 1, "{mem:?}");
+    assert_eq!(mem[0].label("pid"), Some("4243"));
+    assert_eq!(mem[0].label("gpu"), Some("0"));
+    assert_eq!(mem[0].value, 75_161_927_680.0);
+    let busy = wait_for(&s, "process SM busy", |m| {
+        !series(m, "truthscale_process_sm_busy_ratio").is_empty()
+    });
+    assert_eq!(
+        value(
+            &busy,
+            "truthscale_process_sm_busy_ratio",
+            &[("pid", "4243")]
+        ),
+        Some(1.0)
+    );
+}

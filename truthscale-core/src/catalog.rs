@@ -192,6 +192,10 @@ metrics! {
         "Clock-event (throttle) reasons active in the last window (1) or not (0).";
     SIM_TRUTH_EFFECTIVE_COMPUTE_SECONDS = "truthscale_sim_truth_effective_compute_seconds_total", Counter, Gpu, [], counter("truthscale.sim.truth.effective_compute.time", "s"),
         "Simulator only: the true integral of effective compute, to check the derived one against.";
+    PROCESS_MEMORY_USED = "truthscale_process_memory_used_bytes", Gauge, Gpu, ["pid", "pod_uid", "container_id"], None,
+        "GPU memory used by one process (opt-in: source.per_process_series; high cardinality).";
+    PROCESS_SM_BUSY = "truthscale_process_sm_busy_ratio", Gauge, Gpu, ["pid", "pod_uid", "container_id"], None,
+        "Time fraction one process had a kernel on the SMs, as the driver reports it (opt-in; not compute).";
     BUILD_INFO = "truthscale_build_info", Gauge, Exporter, ["version"], None,
         "Build of the running exporter (value 1).";
     SOURCE_UP = "truthscale_source_up", Gauge, Exporter, ["source"], gauge("truthscale.source.up", "1"),

@@ -297,10 +297,10 @@ fn bool_f(b: bool) -> f64 {
     if b { 1.0 } else { 0.0 }
 }
 
-fn gpu_values(
+fn gpu_values<'a>(
     m: &MetricDesc,
-    g: &GpuEntry,
-    mut push: impl FnMut(Vec<(&'static str, &'static str)>, f64),
+    g: &'a GpuEntry,
+    mut push: impl FnMut(Vec<(&'static str, &'a str)>, f64),
 ) {
     let win = &g.window;
     let x = &win.metrics;
@@ -370,6 +370,25 @@ fn gpu_values(
                 let on = th.names();
                 for reason in CLOCK_REASONS {
                     push(vec![("reason", reason)], bool_f(on.contains(&reason)));
+                }
+            }
+        }
+        n if n == catalog::PROCESS_MEMORY_USED.name || n == catalog::PROCESS_SM_BUSY.name => {
+            for p in &win.processes {
+                let v = if n == catalog::PROCESS_MEMORY_USED.name {
+                    p.used_memory_bytes
+                } else {
+                    p.sm_busy
+                };
+                if let Some(v) = v {
+                    push(
+                        vec![
+                            ("pid", p.pid.as_str()),
+                            ("pod_uid", p.pod_uid.as_deref().unwrap_or("")),
+                            ("container_id", p.container_id.as_deref().unwrap_or("")),
+                        ],
+                        v,
+                    );
                 }
             }
         }

@@ -441,6 +441,21 @@ impl fmt::Display for Phase {
     }
 }
 
+/// One process using a GPU (or MIG instance), as the driver lists it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ProcessReading {
+    /// Process id in the host's namespace, as decimal text (it is only ever a label).
+    pub pid: String,
+    /// GPU memory the process uses, in bytes.
+    pub used_memory_bytes: Option<f64>,
+    /// The process's SM busy fraction (time-based, like the busy flag), where available.
+    pub sm_busy: Option<f64>,
+    /// The pod UID from the process's cgroup, when visible.
+    pub pod_uid: Option<String>,
+    /// The container id from the process's cgroup, when visible.
+    pub container_id: Option<String>,
+}
+
 /// One entity's readings at one time.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct EntitySample {
@@ -458,6 +473,8 @@ pub struct EntitySample {
     pub truth_effective_compute: Option<f64>,
     /// Whether these readings come from a simulator rather than hardware.
     pub simulated: bool,
+    /// Processes on this entity, when the source lists them and per-process series are on.
+    pub processes: Vec<ProcessReading>,
 }
 
 /// A timestamp plus per-entity readings.

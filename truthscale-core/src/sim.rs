@@ -521,6 +521,7 @@ impl SimGpu {
             truth_phase: Some(truth),
             truth_effective_compute: Some((truth_acc.tensor / n).clamp(0.0, 1.0)),
             simulated: true,
+            processes: Vec::new(),
         }
     }
 }

@@ -54,6 +54,8 @@ pub struct EntityWindow {
     pub phase_method: Option<PhaseMethod>,
     /// Clock-event reasons reported for the window.
     pub throttles: Option<crate::model::Throttles>,
+    /// Processes listed for the window (only when per-process series are on).
+    pub processes: Vec<crate::model::ProcessReading>,
     /// Ground-truth phase, for simulated data.
     pub truth_phase: Option<Phase>,
     /// Ground-truth effective compute, for simulated data.
@@ -266,6 +268,7 @@ impl Deriver {
             phase: phase.map(|p| p.0),
             phase_method: phase.map(|p| p.1),
             throttles: e.throttles,
+            processes: e.processes.clone(),
             truth_phase: e.truth_phase,
             truth_effective_compute: e.truth_effective_compute,
             totals: state.totals,

@@ -265,6 +265,8 @@ fn entity_sample() -> impl Strategy<Value = EntitySample> {
                 truth_phase,
                 truth_effective_compute,
                 simulated,
+                // Process lists are not part of the trace format.
+                processes: Vec::new(),
             }
         },
     )

@@ -244,10 +244,11 @@ pub fn build(settings: &crate::config::Settings, now: SystemTime) -> Result<AnyS
 }
 
 fn build_nvml(settings: &crate::config::Settings, prefix: &str) -> Result<AnySource, BuildError> {
-    NvmlSource::open(
+    NvmlSource::open_with(
         &settings.nvml_library,
         settings.interval,
         settings.identity.node.clone(),
+        settings.per_process_series,
     )
     .map(|s| AnySource::Nvml(Box::new(s)))
     .map_err(|e| BuildError::Nvml(format!("{prefix}{e}")))

@@ -169,6 +169,7 @@ fn read_line(t: &str) -> Result<Sample, String> {
         truth_phase,
         truth_effective_compute: take(o, "truth_effective_compute")?,
         simulated: take::<String>(o, "source")?.as_deref() == Some("sim"),
+        processes: Vec::new(),
     };
     Ok(Sample {
         taken: Timestamp(ms),
@@ -352,6 +353,7 @@ mod tests {
             truth_phase: Some(Phase::Decode),
             truth_effective_compute: Some(0.125),
             simulated: true,
+            processes: Vec::new(),
         }
     }
 

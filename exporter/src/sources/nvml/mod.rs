@@ -43,8 +43,8 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 use truthscale_core::gpus::{self, GpuSpec};
 use truthscale_core::model::{
-    EntityId, EntityKey, EntitySample, Field, MigId, Reading, Readings, Sample, Throttles,
-    Timestamp,
+    EntityId, EntityKey, EntitySample, Field, MigId, ProcessReading, Reading, Readings, Sample,
+    Throttles, Timestamp,
 };
 
 pub use cgroup::Attribution;
@@ -379,6 +379,8 @@ pub struct NvmlSource {
     gpm_mig_symbol: bool,
     /// Errors met while opening, counted with the first tick.
     pending: Vec<SourceError>,
+    /// Attach the process list to each entity (per-process series; high cardinality).
+    per_process: bool,
 }
 
 impl NvmlSource {
@@ -391,6 +393,20 @@ impl NvmlSource {
         library: &Path,
         interval: Duration,
         node: Option<String>,
+    ) -> Result<NvmlSource, OpenError> {
+        Self::open_with(library, interval, node, false)
+    }
+
+    /// [`NvmlSource::open`], choosing whether entities carry their process lists
+    /// (per-process series: opt-in, high cardinality).
+    ///
+    /// # Errors
+    /// As [`NvmlSource::open`].
+    pub fn open_with(
+        library: &Path,
+        interval: Duration,
+        node: Option<String>,
+        per_process: bool,
     ) -> Result<NvmlSource, OpenError> {
         let nvml = open(library)?;
         let versions = Versions {
@@ -422,6 +438,7 @@ impl NvmlSource {
             devices: (0..count).map(|i| DevState::new(i, now)).collect(),
             enumerate_at: now + ENUMERATE_EVERY,
             pending: Vec::new(),
+            per_process,
         };
         tracing::info!(
             library = %source.library,
@@ -501,6 +518,9 @@ impl NvmlSource {
             let mut emit = Emitted::default();
             match d.read(&ctx, &mut emit, &mut out.errors) {
                 Ok(()) => {
+                    if self.per_process {
+                        attach_processes(&mut emit.entities, &d.processes);
+                    }
                     for e in &emit.entities {
                         let key = e.id.key();
                         if !d.last_keys.contains(&key) {
@@ -1413,6 +1433,25 @@ impl DevState {
             );
         }
         Ok(())
+    }
+}
+
+/// Give each entity the processes running on it: all of them for a whole GPU, those of its
+/// GPU instance for a MIG entity.
+fn attach_processes(entities: &mut [EntitySample], processes: &[ProcessInfo]) {
+    for e in entities {
+        let gi = e.id.mig.as_ref().map(|m| m.gpu_instance);
+        e.processes = processes
+            .iter()
+            .filter(|p| gi.is_none() || p.gpu_instance == gi)
+            .map(|p| ProcessReading {
+                pid: p.pid.to_string(),
+                used_memory_bytes: p.used_memory_bytes.map(|b| b as f64),
+                sm_busy: p.sm_busy,
+                pod_uid: p.attribution.as_ref().map(|a| a.pod_uid.clone()),
+                container_id: p.attribution.as_ref().and_then(|a| a.container_id.clone()),
+            })
+            .collect();
     }
 }
 
