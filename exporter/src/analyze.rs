@@ -200,12 +200,16 @@ pub fn new_analyzer(args: &AnalyzeArgs, nominal: Option<f64>) -> anyhow::Result<
         })?),
         None => None,
     };
-    let derive_config = match &args.config {
-        Some(path) => crate::config::Config::load(Some(path), &[], &[])?.derive,
-        None => DeriveConfig::default(),
+    let (derive_config, verdict_config) = match &args.config {
+        Some(path) => {
+            let c = crate::config::Config::load(Some(path), &[], &[])?;
+            (c.derive, c.verdict)
+        }
+        None => (DeriveConfig::default(), Default::default()),
     };
     let mut deriver = Deriver::new(derive_config, nominal);
     deriver.set_model_override(spec);
+    deriver.set_verdict_config(verdict_config);
     Ok(Analyzer::new(deriver, args.timeline))
 }
 

@@ -47,6 +47,47 @@ pub enum Command {
     /// GPM is supported and permitted, the fidelity tier truthscale gets, and how to get a
     /// better one. Exits 1 when there is no usable NVML or no GPU.
     Doctor(DoctorArgs),
+    /// Explain, per GPU and in words: what the dashboard says, what the counters say, the
+    /// gap, the phase and verdict with reasons, what was not measured, and one action.
+    Explain(ExplainArgs),
+    /// A terminal view: one row per GPU with reported vs effective, phase, verdict, KV
+    /// cache and queue, and a sparkline. Plain text when stdout is not a terminal.
+    Top(TopArgs),
+}
+
+/// `truthscale explain`.
+#[derive(Debug, clap::Args)]
+pub struct ExplainArgs {
+    /// A capture to replay (JSONL trace, dcgm-exporter scrape or dmon output); the newest
+    /// window per GPU is explained.
+    #[arg(long, conflicts_with = "url", required_unless_present = "url")]
+    pub replay: Option<PathBuf>,
+    /// A running sidecar (`http://HOST:PORT`, `/metrics` is added).
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Only this GPU index.
+    #[arg(long)]
+    pub gpu: Option<u32>,
+    /// Configuration file whose `[verdict]` section sets the thresholds.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+/// `truthscale top`.
+#[derive(Debug, clap::Args)]
+pub struct TopArgs {
+    /// A capture to replay; with --once, the frame shows the newest sample per GPU.
+    #[arg(long, conflicts_with = "url", required_unless_present = "url")]
+    pub replay: Option<PathBuf>,
+    /// A running sidecar (`http://HOST:PORT`).
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Print one frame and exit.
+    #[arg(long)]
+    pub once: bool,
+    /// Refresh interval.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    pub interval: Duration,
 }
 
 /// `truthscale config`.
@@ -232,6 +273,8 @@ pub fn main() -> ExitCode {
         Command::Serve(s) => serve(&s).map(|()| ExitCode::SUCCESS),
         Command::Config(c) => config(&c),
         Command::Doctor(d) => crate::doctor::run(&d),
+        Command::Explain(e) => crate::explain::run(&e).map(|()| ExitCode::SUCCESS),
+        Command::Top(t) => crate::top::run(&t).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

@@ -4,6 +4,7 @@
 //! [`Config::validate`] turns it into [`Settings`], checking every value and naming the key
 //! that is wrong.
 
+use crate::engine::{EngineConfig, EngineSettings};
 use crate::sources::SourceSpec;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -11,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use truthscale_core::derive::DeriveConfig;
 use truthscale_core::exposition::Identity;
+use truthscale_core::verdict::VerdictConfig;
 
 /// The default listen port: clear of dcgm-exporter (9400) and nvidia_gpu_exporter (9835).
 pub const DEFAULT_PORT: u16 = 9488;
@@ -35,6 +37,10 @@ pub struct Config {
     pub derive: DeriveConfig,
     /// OTLP push (see `docs/otlp.md`).
     pub otlp: OtlpConfig,
+    /// Verdict thresholds (see `docs/verdicts.md`).
+    pub verdict: VerdictConfig,
+    /// The serving engine in the same pod (see `docs/serving-engines.md`).
+    pub engine: EngineConfig,
 }
 
 impl Default for Config {
@@ -47,6 +53,8 @@ impl Default for Config {
             http: HttpConfig::default(),
             derive: DeriveConfig::default(),
             otlp: OtlpConfig::default(),
+            verdict: VerdictConfig::default(),
+            engine: EngineConfig::default(),
         }
     }
 }
@@ -374,6 +382,10 @@ pub struct Settings {
     pub derive: DeriveConfig,
     /// OTLP push, when on.
     pub otlp: Option<OtlpSettings>,
+    /// Verdict thresholds.
+    pub verdict: VerdictConfig,
+    /// The serving engine, when on.
+    pub engine: Option<EngineSettings>,
 }
 
 fn duration(key: &'static str, s: &str) -> Result<Duration, ConfigError> {
@@ -551,6 +563,10 @@ impl Config {
                 .filter(|v| !v.is_empty())
         };
         let otlp = self.otlp.validate(env)?;
+        let engine = self
+            .engine
+            .validate()
+            .map_err(|(key, message)| ConfigError::Invalid { key, message })?;
         let id = &self.identity;
         let identity = Identity {
             pod: id.pod.clone().or_else(|| getenv("POD_NAME")),
@@ -582,6 +598,8 @@ impl Config {
             max_header_bytes: self.http.max_header_bytes,
             derive: self.derive.clone(),
             otlp,
+            verdict: self.verdict.clone(),
+            engine,
         })
     }
 

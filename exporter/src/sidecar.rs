@@ -6,6 +6,7 @@
 //! scrapers there are.
 
 use crate::config::Settings;
+use crate::engine::{self, EngineScraper};
 use crate::sources::{self, AnySource, BuildError, unix_ms};
 use axum::body::Bytes;
 use std::collections::{BTreeMap, HashMap};
@@ -18,6 +19,7 @@ use tokio::sync::watch;
 use truthscale_core::exposition::{
     self, ExporterStatus, Format, GpuEntry, Identity, SinkHealth, SourceHealth,
 };
+use truthscale_core::gpus;
 use truthscale_core::model::EntityKey;
 use truthscale_core::tracker::{Deriver, EntityWindow};
 
@@ -249,6 +251,7 @@ struct Sampler {
     previous_body: Option<usize>,
     last_error_log: HashMap<&'static str, Instant>,
     sinks: SinkErrors,
+    engine: Option<EngineScraper>,
 }
 
 /// Repeated errors of one kind are logged at most this often.
@@ -267,7 +270,11 @@ impl Sampler {
             source,
             // A replay's windows are as long as its recorded spacing; live sources' as the
             // sampling interval.
-            deriver: Deriver::new(settings.derive.clone(), window),
+            deriver: {
+                let mut d = Deriver::new(settings.derive.clone(), window);
+                d.set_verdict_config(settings.verdict.clone());
+                d
+            },
             identity: settings.identity.clone(),
             stale_after: settings.stale_after,
             entities: BTreeMap::new(),
@@ -278,12 +285,29 @@ impl Sampler {
             previous_body: None,
             last_error_log: HashMap::new(),
             sinks: SinkErrors::default(),
+            engine: settings.engine.clone().map(EngineScraper::new),
         }
     }
 
     fn tick(&mut self, now: SystemTime) -> Snapshot {
         let t0 = Instant::now();
-        let produced = self.source.sample(now);
+        let mut produced = self.source.sample(now);
+        // The engine is read on this thread, right after the GPUs, with the same clock.
+        if let Some(engine) = &mut self.engine {
+            let serving = engine.scrape(unix_ms(now));
+            let model = engine.model();
+            for sample in &mut produced.samples {
+                let n = sample.entities.len();
+                for e in &mut sample.entities {
+                    let mut sv = serving.clone();
+                    if let Some(m) = &model {
+                        let spec = e.id.model.as_deref().and_then(gpus::lookup);
+                        engine::add_utilization(&mut sv, m, spec, n);
+                    }
+                    e.serving = Some(sv);
+                }
+            }
+        }
         for e in &produced.errors {
             *self.errors.entry(e.kind().to_string()).or_default() += 1;
             let last = self.last_error_log.get(e.kind());

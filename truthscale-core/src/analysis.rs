@@ -9,6 +9,7 @@ use crate::gpus::GpuSpec;
 use crate::model::{EntityId, EntityKey, Field, Phase, Sample};
 use crate::rightsizing::{self, Constraint, Demand};
 use crate::tracker::{Deriver, EntityWindow};
+use crate::verdict::Verdict;
 use std::collections::BTreeMap;
 
 /// A time-weighted mean.
@@ -109,6 +110,7 @@ struct EntityAcc {
     peak_used: Option<f64>,
     total_mem: Option<f64>,
     phase_seconds: [f64; 6],
+    verdict_seconds: [f64; 6],
     agree: u64,
     with_truth: u64,
     truth_ecf: Mean,
@@ -195,6 +197,7 @@ impl Analyzer {
         if let Some(p) = w.phase {
             acc.phase_seconds[p.index()] += dt;
         }
+        acc.verdict_seconds[w.verdict.verdict.index()] += dt;
         if let Some(truth) = w.truth_phase {
             acc.with_truth += 1;
             if w.phase == Some(truth) {
@@ -342,6 +345,10 @@ pub struct EntitySummary {
     pub roofline_saturation: Option<MeanOnly>,
     /// Phase mix.
     pub phase_fraction: PhaseFraction,
+    /// The verdict that held longest (`unknown` when no window was integrated).
+    pub verdict: Verdict,
+    /// Fraction of observed time under each verdict.
+    pub verdict_fraction: BTreeMap<&'static str, f64>,
     /// For simulated data: how often the classifier matched the ground truth.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase_agreement_with_truth: Option<f64>,
@@ -369,6 +376,28 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig) -> EntitySummary {
             0.0
         }
     };
+    let judged: f64 = a.verdict_seconds.iter().sum();
+    let verdict_fraction: BTreeMap<&'static str, f64> = Verdict::ALL
+        .iter()
+        .map(|v| {
+            let f = if judged > 0.0 {
+                a.verdict_seconds[v.index()] / judged
+            } else {
+                0.0
+            };
+            (v.as_str(), f)
+        })
+        .collect();
+    let verdict = Verdict::ALL
+        .iter()
+        .copied()
+        .filter(|v| a.verdict_seconds[v.index()] > 0.0)
+        .max_by(|x, y| {
+            a.verdict_seconds[x.index()]
+                .total_cmp(&a.verdict_seconds[y.index()])
+                .then(y.index().cmp(&x.index()))
+        })
+        .unwrap_or(Verdict::Unknown);
     let memory = match (a.peak_used, a.total_mem) {
         (Some(u), Some(t)) => rightsizing::memory_sizing(u, t, cfg.headroom).map(|m| {
             let fit = a.spec.and_then(|spec| {
@@ -426,6 +455,8 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig) -> EntitySummary {
             stalled: frac(Phase::Stalled),
             underloaded: frac(Phase::Underloaded),
         },
+        verdict,
+        verdict_fraction,
         phase_agreement_with_truth: (a.with_truth > 0)
             .then(|| a.agree as f64 / a.with_truth as f64),
         truth_effective_compute: a.truth_ecf.get(),

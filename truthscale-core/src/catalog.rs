@@ -190,6 +190,30 @@ metrics! {
         "GPU temperature.";
     GPU_CLOCK_EVENT = "truthscale_gpu_clock_event_active", Gauge, Gpu, ["reason"], gauge("truthscale.gpu.clock_event.active", "1"),
         "Clock-event (throttle) reasons active in the last window (1) or not (0).";
+    GPU_VERDICT = "truthscale_gpu_verdict", Gauge, Gpu, ["verdict"], gauge("truthscale.gpu.verdict", "1"),
+        "The verdict of the last window (1) and the others (0): throttled, blocked, starved, busy, idle, unknown (see docs/verdicts.md).";
+    SERVING_ENGINE_UP = "truthscale_serving_engine_up", Gauge, Gpu, ["engine", "absent_reason"], gauge("truthscale.serving.engine.up", "1"),
+        "Whether the serving engine's /metrics was read with the GPU sample (1, engine=vllm|sglang|tgi) or is absent (0, with absent_reason); absent is never zeros.";
+    SERVING_KV_CACHE_USAGE = "truthscale_serving_kv_cache_usage_ratio", Gauge, Gpu, ["engine"], gauge("truthscale.serving.kv_cache.usage", "1"),
+        "KV-cache pressure: fraction of the engine's KV-cache blocks in use.";
+    SERVING_REQUESTS_RUNNING = "truthscale_serving_requests_running", Gauge, Gpu, ["engine"], gauge("truthscale.serving.requests.running", "{request}"),
+        "Requests the engine is running.";
+    SERVING_REQUESTS_WAITING = "truthscale_serving_requests_waiting", Gauge, Gpu, ["engine"], gauge("truthscale.serving.requests.waiting", "{request}"),
+        "Requests queued in the engine.";
+    SERVING_QUEUE_SECONDS = "truthscale_serving_queue_seconds", Gauge, Gpu, ["engine"], gauge("truthscale.serving.queue.duration", "s"),
+        "Mean time requests that left the queue in the last window had waited.";
+    SERVING_PROMPT_TOKENS = "truthscale_serving_prompt_tokens_per_second", Gauge, Gpu, ["engine"], gauge("truthscale.serving.prompt_tokens.rate", "{token}/s"),
+        "Prompt (prefill) tokens per second: the rate of the engine's counter over the last window, resets handled.";
+    SERVING_OUTPUT_TOKENS = "truthscale_serving_output_tokens_per_second", Gauge, Gpu, ["engine"], gauge("truthscale.serving.output_tokens.rate", "{token}/s"),
+        "Output (generated) tokens per second: the rate of the engine's counter over the last window, resets handled.";
+    SERVING_BATCH_SIZE = "truthscale_serving_batch_size", Gauge, Gpu, ["engine"], gauge("truthscale.serving.batch.size", "{request}"),
+        "Requests in the running batch.";
+    SERVING_TOKENS_PER_EFFECTIVE_COMPUTE = "truthscale_serving_tokens_per_effective_compute_second", Gauge, Gpu, ["engine"], gauge("truthscale.serving.tokens_per_effective_compute", "{token}/s"),
+        "Prompt plus output tokens per second over the effective compute fraction: tokens per second of full-peak compute.";
+    SERVING_MFU = "truthscale_serving_model_flops_utilization_ratio", Gauge, Gpu, ["engine", "assumptions"], gauge("truthscale.serving.mfu", "1"),
+        "Model FLOP utilization 2*params*tokens/s over the datasheet dense peak, only when params and dtype are configured; assumptions label says which.";
+    SERVING_MBU = "truthscale_serving_model_bandwidth_utilization_ratio", Gauge, Gpu, ["engine", "assumptions"], gauge("truthscale.serving.mbu", "1"),
+        "Model bandwidth utilization: weight bytes * engine steps/s over peak DRAM bandwidth (weights read once per step), only when params and dtype are configured.";
     SIM_TRUTH_EFFECTIVE_COMPUTE_SECONDS = "truthscale_sim_truth_effective_compute_seconds_total", Counter, Gpu, [], counter("truthscale.sim.truth.effective_compute.time", "s"),
         "Simulator only: the true integral of effective compute, to check the derived one against.";
     PROCESS_MEMORY_USED = "truthscale_process_memory_used_bytes", Gauge, Gpu, ["pid", "pod_uid", "container_id"], None,
@@ -248,6 +272,10 @@ pub const OTEL_ATTRIBUTES: &[(&str, &str)] = &[
     ("fidelity", "truthscale.fidelity"),
     ("catalog_model", "truthscale.catalog_model"),
     ("phase", "truthscale.phase"),
+    ("verdict", "truthscale.verdict"),
+    ("engine", "truthscale.serving.engine"),
+    ("absent_reason", "truthscale.serving.absent_reason"),
+    ("assumptions", "truthscale.serving.assumptions"),
     ("reason", "truthscale.clock_event.reason"),
     ("kind", "error.type"),
     ("sink", "truthscale.sink"),
@@ -384,7 +412,7 @@ mod tests {
                 o.name
             );
             assert!(
-                ["1", "s", "By", "W", "J", "Hz", "Cel"].contains(&o.unit)
+                ["1", "s", "By", "W", "J", "Hz", "Cel", "{token}/s"].contains(&o.unit)
                     || (o.unit.starts_with('{') && o.unit.ends_with('}')),
                 "{}: unit {}",
                 o.name,

@@ -7,6 +7,7 @@ use crate::catalog::{self, Kind, MetricDesc, Scope};
 use crate::derive::Fidelity;
 use crate::model::{Field, Phase, SourceKind};
 use crate::tracker::EntityWindow;
+use crate::verdict::Verdict;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -373,6 +374,13 @@ fn gpu_values<'a>(
                 }
             }
         }
+        n if n == catalog::GPU_VERDICT.name => {
+            let cur = win.verdict.verdict;
+            for v in Verdict::ALL {
+                push(vec![("verdict", v.as_str())], bool_f(v == cur));
+            }
+        }
+        n if n.starts_with("truthscale_serving_") => serving_values(m, win, push),
         n if n == catalog::PROCESS_MEMORY_USED.name || n == catalog::PROCESS_SM_BUSY.name => {
             for p in &win.processes {
                 let v = if n == catalog::PROCESS_MEMORY_USED.name {
@@ -393,6 +401,64 @@ fn gpu_values<'a>(
             }
         }
         _ => {}
+    }
+}
+
+/// Below this effective compute fraction, tokens per effective-compute second is not
+/// published (the ratio would only amplify noise).
+const MIN_ECF_FOR_TOKENS: f64 = 0.01;
+
+fn serving_values<'a>(
+    m: &MetricDesc,
+    win: &'a EntityWindow,
+    mut push: impl FnMut(Vec<(&'static str, &'a str)>, f64),
+) {
+    let Some(sv) = &win.serving else { return };
+    let engine = sv.engine.as_deref().unwrap_or("");
+    if m.name == catalog::SERVING_ENGINE_UP.name {
+        match &sv.absent_reason {
+            Some(r) => push(vec![("engine", engine), ("absent_reason", r.as_str())], 0.0),
+            None => push(vec![("engine", engine), ("absent_reason", "")], 1.0),
+        }
+        return;
+    }
+    if sv.absent_reason.is_some() {
+        return;
+    }
+    let value = match m.name {
+        n if n == catalog::SERVING_KV_CACHE_USAGE.name => sv.kv_cache_utilization,
+        n if n == catalog::SERVING_REQUESTS_RUNNING.name => sv.running_requests,
+        n if n == catalog::SERVING_REQUESTS_WAITING.name => sv.queued_requests,
+        n if n == catalog::SERVING_QUEUE_SECONDS.name => sv.queue_seconds,
+        n if n == catalog::SERVING_PROMPT_TOKENS.name => sv.prompt_tokens_per_sec,
+        n if n == catalog::SERVING_OUTPUT_TOKENS.name => sv.output_tokens_per_sec,
+        n if n == catalog::SERVING_BATCH_SIZE.name => sv.batch_size,
+        n if n == catalog::SERVING_TOKENS_PER_EFFECTIVE_COMPUTE.name => {
+            let tokens = match (sv.prompt_tokens_per_sec, sv.output_tokens_per_sec) {
+                (None, None) => None,
+                (p, o) => Some(p.unwrap_or(0.0) + o.unwrap_or(0.0)),
+            };
+            match (tokens, win.metrics.effective_compute) {
+                (Some(t), Some(e)) if e >= MIN_ECF_FOR_TOKENS => Some(t / e),
+                _ => None,
+            }
+        }
+        n if n == catalog::SERVING_MFU.name || n == catalog::SERVING_MBU.name => {
+            let v = if n == catalog::SERVING_MFU.name {
+                sv.mfu
+            } else {
+                sv.mbu
+            };
+            if let Some(v) = v {
+                let a = sv.assumptions.as_deref().unwrap_or("");
+                push(vec![("engine", engine), ("assumptions", a)], v);
+            }
+            return;
+        }
+        _ => None,
+    };
+    if let Some(v) = value {
+        push(vec![("engine", engine)], v);
     }
 }
 

@@ -37,3 +37,4 @@ pub mod phase;
 pub mod rightsizing;
 pub mod sim;
 pub mod tracker;
+pub mod verdict;

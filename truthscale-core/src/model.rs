@@ -378,6 +378,21 @@ pub struct ServingSnapshot {
     /// Maximum batch size.
     #[serde(default)]
     pub max_batch_size: Option<f64>,
+    /// Engine steps (forward passes) per second, where the engine counts them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps_per_sec: Option<f64>,
+    /// Model FLOP utilization, `2·params·tokens/s ÷ peak` (see `assumptions`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mfu: Option<f64>,
+    /// Model bandwidth utilization, `weight bytes · steps/s ÷ peak bandwidth`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mbu: Option<f64>,
+    /// The assumptions MFU and MBU rest on (parameters, dtype, peak, GPUs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assumptions: Option<String>,
+    /// Why there is no engine data (unreachable, not an engine, …); `None` when there is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub absent_reason: Option<String>,
 }
 
 /// The phases a GPU window can be in.

@@ -508,6 +508,7 @@ impl SimGpu {
                     output_tokens_per_sec: Some(tokens_o / dt),
                     batch_size: Some(batch),
                     max_batch_size: Some(256.0),
+                    ..ServingSnapshot::default()
                 }
             });
         EntitySample {

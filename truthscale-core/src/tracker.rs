@@ -8,8 +8,11 @@
 use crate::derive::{self, DeriveConfig, WindowContext, WindowMetrics};
 use crate::diag::{Diagnostic, DiagnosticKind};
 use crate::gpus::{self, GpuSpec};
-use crate::model::{EntityId, EntityKey, EntitySample, Field, Phase, Sample, Timestamp};
+use crate::model::{
+    EntityId, EntityKey, EntitySample, Field, Phase, Sample, ServingSnapshot, Timestamp,
+};
 use crate::phase::{PhaseClassifier, PhaseInputs, PhaseMethod};
+use crate::verdict::{self, VerdictConfig, VerdictInputs, VerdictResult};
 use std::collections::BTreeMap;
 
 /// Time integrals for one entity since it was first seen.
@@ -29,6 +32,8 @@ pub struct Totals {
     pub phase_seconds: [f64; 6],
     /// Seconds whose phase could not be decided.
     pub unclassified_seconds: f64,
+    /// Seconds under each verdict, indexed by [`crate::verdict::Verdict::index`].
+    pub verdict_seconds: [f64; 6],
     /// Energy in joules (from the energy counter, else ∫ power dt).
     pub energy_joules: f64,
     /// Simulated data only: ∫ true effective compute dt.
@@ -60,6 +65,10 @@ pub struct EntityWindow {
     pub truth_phase: Option<Phase>,
     /// Ground-truth effective compute, for simulated data.
     pub truth_effective_compute: Option<f64>,
+    /// The serving engine's view of the same window, when scraped.
+    pub serving: Option<ServingSnapshot>,
+    /// The verdict of the window, with its reasons.
+    pub verdict: VerdictResult,
     /// Integrals up to and including this window.
     pub totals: Totals,
     /// The sanitized readings the window was derived from.
@@ -92,6 +101,7 @@ pub struct Deriver {
     config: DeriveConfig,
     nominal_interval: Option<f64>,
     model_override: Option<&'static GpuSpec>,
+    verdict: VerdictConfig,
     entities: BTreeMap<EntityKey, EntityState>,
 }
 
@@ -104,6 +114,7 @@ impl Deriver {
             config,
             nominal_interval: nominal_interval.filter(|i| i.is_finite() && *i > 0.0),
             model_override: None,
+            verdict: VerdictConfig::default(),
             entities: BTreeMap::new(),
         }
     }
@@ -111,6 +122,11 @@ impl Deriver {
     /// Use this catalog entry for every entity, whatever model the readings name.
     pub fn set_model_override(&mut self, spec: Option<&'static GpuSpec>) {
         self.model_override = spec;
+    }
+
+    /// Use these verdict thresholds.
+    pub fn set_verdict_config(&mut self, config: VerdictConfig) {
+        self.verdict = config;
     }
 
     /// The configuration in use.
@@ -258,6 +274,17 @@ impl Deriver {
             power_capped: e.throttles.is_some_and(|t| t.sw_power_cap),
         };
         let phase = state.classifier.observe(&inputs, &cfg.phase);
+        let verdict = verdict::decide(
+            &VerdictInputs {
+                util: inputs.util,
+                saturation: metrics.roofline_saturation,
+                tensor: readings.value(Field::TensorActive),
+                dram: readings.value(Field::DramActive),
+                throttles: e.throttles,
+                serving: e.serving.as_ref(),
+            },
+            &self.verdict,
+        );
 
         let mut win = EntityWindow {
             id: e.id.clone(),
@@ -271,6 +298,8 @@ impl Deriver {
             processes: e.processes.clone(),
             truth_phase: e.truth_phase,
             truth_effective_compute: e.truth_effective_compute,
+            serving: e.serving.clone(),
+            verdict,
             totals: state.totals,
             readings,
         };
@@ -306,6 +335,7 @@ fn integrate(t: &mut Totals, w: &mut EntityWindow, dt: f64, energy_delta: Option
         Some(p) => t.phase_seconds[p.index()] += dt,
         None => t.unclassified_seconds += dt,
     }
+    t.verdict_seconds[w.verdict.verdict.index()] += dt;
     match (energy_delta, m.power_watts) {
         (Some(de), _) => t.energy_joules += de,
         (None, Some(p)) => t.energy_joules += p.value * dt,

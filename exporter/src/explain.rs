@@ -1,0 +1,478 @@
+//! `truthscale explain`: per GPU, in words, what the dashboard says, what the counters
+//! say, the gap, the phase and verdict with reasons, what was not measured, and one
+//! suggested action. Reads a replay (any capture `analyze` reads) or a running sidecar's
+//! `/metrics`. [`GpuView`] is shared with `truthscale top`.
+
+use anyhow::{Context, bail};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Read;
+use std::path::Path;
+use std::time::Duration;
+use truthscale_core::model::{ServingSnapshot, Throttles, Timestamp};
+use truthscale_core::parse::{Format, LineParser};
+use truthscale_core::tracker::{Deriver, EntityWindow};
+use truthscale_core::verdict::{self, VerdictConfig, VerdictInputs, VerdictResult};
+
+/// Points of history kept per GPU (for `top`'s sparkline).
+pub const HISTORY: usize = 120;
+
+/// What is known about one GPU, from a replay or a sidecar.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GpuView {
+    /// Sort key and `--gpu` match.
+    pub gpu: Option<u32>,
+    /// How to name it (`gpu 0 (NVIDIA H100 80GB HBM3)`).
+    pub name: String,
+    /// Reported utilization (busy flag).
+    pub reported: Option<f64>,
+    /// Effective compute fraction.
+    pub effective: Option<f64>,
+    /// Upper bound on effective compute (below the profiling tier).
+    pub upper_bound: Option<f64>,
+    /// Roofline saturation.
+    pub saturation: Option<f64>,
+    /// Tensor pipe active.
+    pub tensor: Option<f64>,
+    /// DRAM active.
+    pub dram: Option<f64>,
+    /// Phase.
+    pub phase: Option<String>,
+    /// Clock-event reasons.
+    pub throttles: Option<Throttles>,
+    /// Serving engine view.
+    pub serving: Option<ServingSnapshot>,
+    /// The verdict with reasons.
+    pub verdict: Option<VerdictResult>,
+    /// Recent effective compute (or saturation) values, oldest first.
+    pub history: Vec<f64>,
+}
+
+impl GpuView {
+    fn from_window(w: &EntityWindow) -> GpuView {
+        let m = &w.metrics;
+        GpuView {
+            gpu: w.id.gpu,
+            name: match &w.id.model {
+                Some(model) => format!("{} ({model})", w.id),
+                None => w.id.to_string(),
+            },
+            reported: m.reported_utilization,
+            effective: m.effective_compute,
+            upper_bound: m.effective_compute_upper_bound,
+            saturation: m.roofline_saturation,
+            tensor: w
+                .readings
+                .value(truthscale_core::model::Field::TensorActive),
+            dram: w.readings.value(truthscale_core::model::Field::DramActive),
+            phase: w.phase.map(|p| p.as_str().to_string()),
+            throttles: w.throttles,
+            serving: w.serving.clone(),
+            verdict: Some(w.verdict.clone()),
+            history: Vec::new(),
+        }
+    }
+
+    /// Decide the verdict from the view's own values (for views read from `/metrics`).
+    pub fn decide(&mut self, cfg: &VerdictConfig) {
+        let r = verdict::decide(
+            &VerdictInputs {
+                util: self.reported,
+                saturation: self.saturation,
+                tensor: self.tensor,
+                dram: self.dram,
+                throttles: self.throttles,
+                serving: self.serving.as_ref(),
+            },
+            cfg,
+        );
+        self.verdict = Some(r);
+    }
+}
+
+/// The newest view per GPU of a capture file, with history.
+///
+/// # Errors
+/// The file cannot be read or its format cannot be told.
+pub fn views_from_replay(path: &Path, cfg: &VerdictConfig) -> anyhow::Result<Vec<GpuView>> {
+    let name = path.display().to_string();
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .with_context(|| format!("cannot open {name}"))?
+        .read_to_string(&mut text)
+        .with_context(|| format!("cannot read {name}"))?;
+    let head: String = text.lines().take(64).collect::<Vec<_>>().join("\n");
+    let format = Format::detect(&head)
+        .with_context(|| format!("{name}: cannot tell the format from the first lines"))?;
+    let nominal = (format != Format::Jsonl).then_some(1.0);
+    let mut deriver = Deriver::new(Default::default(), nominal);
+    deriver.set_verdict_config(cfg.clone());
+    let mut parser = LineParser::new(format, &name, 1.0, Timestamp(0));
+    let mut views: BTreeMap<truthscale_core::model::EntityKey, GpuView> = BTreeMap::new();
+    let mut feed = |s: truthscale_core::model::Sample| {
+        for w in deriver.observe(&s).windows {
+            let mut v = GpuView::from_window(&w);
+            let old = views.remove(&w.id.key());
+            let mut history = old.map(|o| o.history).unwrap_or_default();
+            if let Some(x) = v.effective.or(v.saturation).or(v.upper_bound) {
+                history.push(x);
+                if history.len() > HISTORY {
+                    history.remove(0);
+                }
+            }
+            v.history = history;
+            views.insert(w.id.key(), v);
+        }
+    };
+    for line in text.lines() {
+        if let Ok(Some(s)) = parser.push_line(line) {
+            feed(s);
+        }
+    }
+    if let Some(s) = parser.finish() {
+        feed(s);
+    }
+    Ok(views.into_values().collect())
+}
+
+/// One series of a text exposition.
+#[derive(Debug, Clone, PartialEq)]
+struct Series {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+fn parse_series(body: &str) -> Vec<Series> {
+    let mut out = Vec::new();
+    for line in body.lines() {
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let (name, labels, rest) = match line.find('{') {
+            Some(i) => {
+                let Some(j) = line.rfind('}') else { continue };
+                (&line[..i], parse_labels(&line[i + 1..j]), &line[j + 1..])
+            }
+            None => match line.split_once(' ') {
+                Some((n, r)) => (n, BTreeMap::new(), r),
+                None => continue,
+            },
+        };
+        let Some(Ok(value)) = rest.split_whitespace().next().map(str::parse::<f64>) else {
+            continue;
+        };
+        out.push(Series {
+            name: name.to_string(),
+            labels,
+            value,
+        });
+    }
+    out
+}
+
+fn parse_labels(s: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut chars = s.chars().peekable();
+    loop {
+        let key: String = chars.by_ref().take_while(|c| *c != '=').collect();
+        let key = key.trim_start_matches(',').trim().to_string();
+        if key.is_empty() || chars.next() != Some('"') {
+            break;
+        }
+        let mut v = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    Some('n') => v.push('\n'),
+                    Some(o) => v.push(o),
+                    None => break,
+                },
+                '"' => break,
+                c => v.push(c),
+            }
+        }
+        out.insert(key, v);
+    }
+    out
+}
+
+/// Views from a sidecar's `/metrics` text (verdicts decided with `cfg`).
+#[must_use]
+pub fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> Vec<GpuView> {
+    let mut views: BTreeMap<(Option<u32>, String), GpuView> = BTreeMap::new();
+    for s in parse_series(body) {
+        let Some(short) = s.name.strip_prefix("truthscale_") else {
+            continue;
+        };
+        let gpu = s.labels.get("gpu").and_then(|g| g.parse().ok());
+        let Some(uuid) = s.labels.get("uuid").or(s.labels.get("gpu")).cloned() else {
+            continue;
+        };
+        let v = views.entry((gpu, uuid)).or_insert_with(|| GpuView {
+            gpu,
+            name: match (gpu, s.labels.get("model")) {
+                (Some(g), Some(m)) => format!("gpu {g} ({m})"),
+                (Some(g), None) => format!("gpu {g}"),
+                (None, _) => s.labels.get("uuid").cloned().unwrap_or_default(),
+            },
+            ..GpuView::default()
+        });
+        let x = Some(s.value);
+        let label = |k: &str| s.labels.get(k).map(String::as_str).unwrap_or("");
+        let serving = || v_serving(label("engine"));
+        match short {
+            "gpu_reported_utilization_ratio" => v.reported = x,
+            "gpu_effective_compute_ratio" => v.effective = x,
+            "gpu_effective_compute_upper_bound_ratio" => v.upper_bound = x,
+            "gpu_roofline_saturation_ratio" => v.saturation = x,
+            "gpu_tensor_active_ratio" => v.tensor = x,
+            "gpu_dram_active_ratio" => v.dram = x,
+            "gpu_phase" if s.value == 1.0 => v.phase = Some(label("phase").to_string()),
+            "gpu_clock_event_active" => {
+                let t = v.throttles.get_or_insert_with(Throttles::default);
+                if s.value == 1.0 {
+                    t.set_by_name(label("reason"));
+                }
+            }
+            "serving_engine_up" => {
+                let sv = v.serving.get_or_insert_with(serving);
+                if s.value == 0.0 {
+                    sv.absent_reason = Some(label("absent_reason").to_string());
+                }
+            }
+            "serving_kv_cache_usage_ratio" => {
+                v.serving.get_or_insert_with(serving).kv_cache_utilization = x;
+            }
+            "serving_requests_running" => {
+                v.serving.get_or_insert_with(serving).running_requests = x;
+            }
+            "serving_requests_waiting" => {
+                v.serving.get_or_insert_with(serving).queued_requests = x;
+            }
+            "serving_prompt_tokens_per_second" => {
+                v.serving.get_or_insert_with(serving).prompt_tokens_per_sec = x;
+            }
+            "serving_output_tokens_per_second" => {
+                v.serving.get_or_insert_with(serving).output_tokens_per_sec = x;
+            }
+            _ => {}
+        }
+    }
+    let mut out: Vec<GpuView> = views.into_values().collect();
+    for v in &mut out {
+        v.decide(cfg);
+        if let Some(x) = v.effective.or(v.saturation).or(v.upper_bound) {
+            v.history.push(x);
+        }
+    }
+    out
+}
+
+fn v_serving(engine: &str) -> ServingSnapshot {
+    ServingSnapshot {
+        engine: (!engine.is_empty()).then(|| engine.to_string()),
+        ..ServingSnapshot::default()
+    }
+}
+
+/// `GET url` (a sidecar's `/metrics`; a bare `http://host:port` gets `/metrics` added).
+///
+/// # Errors
+/// Unreachable, or not HTTP 200.
+pub fn fetch_metrics(url: &str) -> anyhow::Result<String> {
+    let url = if url.trim_end_matches('/').matches('/').count() <= 2 {
+        format!("{}/metrics", url.trim_end_matches('/'))
+    } else {
+        url.to_string()
+    };
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(5)))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut resp = agent
+        .get(&url)
+        .header("Accept", "text/plain")
+        .call()
+        .with_context(|| format!("cannot reach {url}"))?;
+    if resp.status() != 200 {
+        bail!("{url} answered HTTP {}", resp.status().as_u16());
+    }
+    resp.body_mut()
+        .read_to_string()
+        .with_context(|| format!("{url}: cannot read the body"))
+}
+
+fn pct(v: f64) -> String {
+    format!("{:.0} %", v * 100.0)
+}
+
+/// The explanation of one GPU, in words.
+#[must_use]
+pub fn explain(v: &GpuView) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "{}", v.name);
+    let _ = match v.reported {
+        Some(u) => writeln!(
+            o,
+            "  dashboard says: {} utilized (the busy flag nvidia-smi shows: time with any kernel resident)",
+            pct(u)
+        ),
+        None => writeln!(o, "  dashboard says: nothing (no busy flag was read)"),
+    };
+    let pipes = match (v.tensor, v.dram) {
+        (Some(t), Some(d)) => format!(" (tensor {}, DRAM {})", pct(t), pct(d)),
+        _ => String::new(),
+    };
+    let _ = match (v.effective, v.saturation, v.upper_bound) {
+        (Some(e), Some(s), _) => writeln!(
+            o,
+            "  counters say:   effective compute {}, roofline saturation {}{pipes}",
+            pct(e),
+            pct(s)
+        ),
+        (_, _, Some(b)) => writeln!(
+            o,
+            "  counters say:   effective compute at most {} (no tensor counter: an upper bound)",
+            pct(b)
+        ),
+        _ => writeln!(o, "  counters say:   nothing beyond the busy flag"),
+    };
+    match (v.reported, v.effective) {
+        (Some(u), Some(e)) if u >= 0.05 => {
+            let _ = writeln!(
+                o,
+                "  the gap:        {:.0} points of the {} shown are not compute",
+                ((u - e) * 100.0).max(0.0),
+                pct(u)
+            );
+        }
+        (Some(_), Some(_)) => {
+            let _ = writeln!(o, "  the gap:        none to speak of (idle)");
+        }
+        _ => {
+            let _ = writeln!(
+                o,
+                "  the gap:        cannot be measured without the tensor counter"
+            );
+        }
+    }
+    let _ = writeln!(
+        o,
+        "  phase:          {}",
+        v.phase.as_deref().unwrap_or("undecided")
+    );
+    if let Some(sv) = &v.serving {
+        let _ = match &sv.absent_reason {
+            Some(r) => writeln!(o, "  engine:         absent ({r})"),
+            None => {
+                let mut parts = Vec::new();
+                if let Some(kv) = sv.kv_cache_utilization {
+                    parts.push(format!("KV cache {}", pct(kv)));
+                }
+                if let Some(r) = sv.running_requests {
+                    parts.push(format!("{r:.0} running"));
+                }
+                if let Some(q) = sv.queued_requests {
+                    parts.push(format!("{q:.0} queued"));
+                }
+                if let (Some(p), Some(t)) = (sv.prompt_tokens_per_sec, sv.output_tokens_per_sec) {
+                    parts.push(format!("{p:.0} prompt + {t:.0} output tokens/s"));
+                }
+                writeln!(
+                    o,
+                    "  engine:         {}: {}",
+                    sv.engine.as_deref().unwrap_or("engine"),
+                    parts.join(", ")
+                )
+            }
+        };
+    }
+    if let Some(r) = &v.verdict {
+        let _ = writeln!(o, "  verdict:        {}", r.verdict);
+        for reason in &r.reasons {
+            let _ = writeln!(o, "    because {reason}");
+        }
+        if !r.missing.is_empty() {
+            let _ = writeln!(o, "  not measured:");
+            for m in &r.missing {
+                let _ = writeln!(o, "    - {m}");
+            }
+        }
+        let _ = writeln!(o, "  suggestion:     {}", r.action);
+    }
+    o
+}
+
+/// Run `truthscale explain`.
+///
+/// # Errors
+/// Neither or both of `--replay` and `--url`, an unreadable input, or no such GPU.
+pub fn run(args: &crate::cli::ExplainArgs) -> anyhow::Result<()> {
+    let cfg = match &args.config {
+        Some(p) => crate::config::Config::load(Some(p), &[], &[])?.verdict,
+        None => VerdictConfig::default(),
+    };
+    let views = load(args.replay.as_deref(), args.url.as_deref(), &cfg)?;
+    let views: Vec<&GpuView> = views
+        .iter()
+        .filter(|v| args.gpu.is_none() || v.gpu == args.gpu)
+        .collect();
+    if views.is_empty() {
+        match args.gpu {
+            Some(g) => bail!("no GPU {g} in the input"),
+            None => bail!("no GPU in the input"),
+        }
+    }
+    let text: Vec<String> = views.iter().map(|v| explain(v)).collect();
+    print!("{}", text.join("\n"));
+    Ok(())
+}
+
+/// Views from `--replay FILE` or `--url URL` (exactly one).
+///
+/// # Errors
+/// Neither or both given, or the input cannot be read.
+pub fn load(
+    replay: Option<&Path>,
+    url: Option<&str>,
+    cfg: &VerdictConfig,
+) -> anyhow::Result<Vec<GpuView>> {
+    match (replay, url) {
+        (Some(p), None) => views_from_replay(p, cfg),
+        (None, Some(u)) => Ok(views_from_exposition(&fetch_metrics(u)?, cfg)),
+        _ => bail!("give one of --replay FILE or --url http://SIDECAR:PORT"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_with_escapes() {
+        let l = parse_labels(r#"gpu="0",model="a \"b\"",absent_reason="x, y""#);
+        assert_eq!(l["model"], "a \"b\"");
+        assert_eq!(l["absent_reason"], "x, y");
+    }
+
+    #[test]
+    fn exposition_round_trip_gives_the_verdict() {
+        let body = "truthscale_gpu_reported_utilization_ratio{gpu=\"0\",model=\"M\"} 0.99\n\
+            truthscale_gpu_effective_compute_ratio{gpu=\"0\",model=\"M\"} 0.015\n\
+            truthscale_gpu_roofline_saturation_ratio{gpu=\"0\",model=\"M\"} 0.19\n\
+            truthscale_gpu_tensor_active_ratio{gpu=\"0\",model=\"M\"} 0.015\n\
+            truthscale_gpu_dram_active_ratio{gpu=\"0\",model=\"M\"} 0.19\n\
+            truthscale_serving_engine_up{gpu=\"0\",model=\"M\",engine=\"\",absent_reason=\"cannot reach x\"} 0\n";
+        let v = views_from_exposition(body, &VerdictConfig::default());
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].name, "gpu 0 (M)");
+        let r = v[0].verdict.as_ref().unwrap();
+        assert_eq!(r.verdict.as_str(), "starved");
+        assert!(
+            r.missing
+                .contains(&"serving engine: cannot reach x".to_string())
+        );
+    }
+}

@@ -1,0 +1,246 @@
+//! `truthscale serve` with `[engine]` on, against a local stand-in serving the engine
+//! fixtures in `tests/fixtures/engines/`: values and rates across scrapes, a counter
+//! reset, a non-engine endpoint, NaN values, and an unreachable engine.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use truthscale_e2e::{Sample, Sidecar, TempDir, free_port, workspace};
+
+fn engine_fixture(name: &str) -> String {
+    std::fs::read_to_string(workspace().join("tests/fixtures/engines").join(name)).unwrap()
+}
+
+/// A tiny HTTP server whose body can be swapped while it runs.
+struct StandIn {
+    addr: String,
+    body: Arc<Mutex<String>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl StandIn {
+    fn start(body: String) -> StandIn {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let body = Arc::new(Mutex::new(body));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (b, s) = (body.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if s.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(mut conn) = conn else { continue };
+                let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf);
+                let body = b.lock().unwrap().clone();
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        StandIn {
+            addr,
+            body,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/metrics", self.addr)
+    }
+
+    fn set(&self, body: String) {
+        *self.body.lock().unwrap() = body;
+    }
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(&self.addr);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn value(m: &[Sample], name: &str) -> Option<f64> {
+    m.iter().find(|s| s.name == name).map(|s| s.value)
+}
+
+fn wait_for(sidecar: &Sidecar, what: &str, f: impl Fn(&[Sample]) -> bool) -> Vec<Sample> {
+    let t = Instant::now();
+    loop {
+        let m = sidecar.metrics();
+        if f(&m) {
+            return m;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "timed out waiting for {what}; last /metrics: {:?}",
+            m.iter()
+                .filter(|s| s.name.starts_with("truthscale_serving"))
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn start(url: &str, dir: &TempDir) -> Sidecar {
+    Sidecar::start(
+        &[
+            "--source",
+            "sim:decode-only",
+            "--sim-gpus",
+            "1",
+            "--interval",
+            "200ms",
+        ],
+        &[
+            ("TRUTHSCALE_ENGINE__ENABLED", "true"),
+            ("TRUTHSCALE_ENGINE__URL", url),
+            ("TRUTHSCALE_ENGINE__MODEL_PARAMS", "8000000000"),
+            ("TRUTHSCALE_ENGINE__MODEL_DTYPE", "bf16"),
+        ],
+        dir.path(),
+    )
+}
+
+#[test]
+fn engine_values_rates_reset_non_engine_and_nan() {
+    let dir = TempDir::new("engine");
+    let engine = StandIn::start(engine_fixture("vllm-v1-a.prom"));
+    let sidecar = start(&engine.url(), &dir);
+    let m = wait_for(&sidecar, "engine up", |m| {
+        value(m, "truthscale_serving_engine_up") == Some(1.0)
+    });
+    let up = m
+        .iter()
+        .find(|s| s.name == "truthscale_serving_engine_up")
+        .unwrap();
+    assert_eq!(up.label("engine"), Some("vllm"));
+    assert_eq!(
+        value(&m, "truthscale_serving_kv_cache_usage_ratio"),
+        Some(0.42)
+    );
+    assert_eq!(value(&m, "truthscale_serving_requests_running"), Some(20.0));
+    assert_eq!(value(&m, "truthscale_serving_batch_size"), Some(20.0));
+    // Counters unchanged between scrapes: 0 tokens/s, a measured zero.
+    let m = wait_for(&sidecar, "a rate", |m| {
+        value(m, "truthscale_serving_prompt_tokens_per_second").is_some()
+    });
+    assert_eq!(
+        value(&m, "truthscale_serving_prompt_tokens_per_second"),
+        Some(0.0)
+    );
+
+    // Two scrapes apart: +2000 prompt and +1200 output tokens; every tick is 200 ms, so the
+    // first window after the change shows 2000 / dt with dt the real tick spacing.
+    engine.set(engine_fixture("vllm-v1-b.prom"));
+    let m = wait_for(&sidecar, "rates", |m| {
+        value(m, "truthscale_serving_prompt_tokens_per_second").is_some_and(|v| v > 0.0)
+    });
+    let prompt = value(&m, "truthscale_serving_prompt_tokens_per_second").unwrap();
+    let output = value(&m, "truthscale_serving_output_tokens_per_second").unwrap();
+    assert!(
+        (prompt / output - 2000.0 / 1200.0).abs() < 1e-9,
+        "{prompt} {output}"
+    );
+    assert!(
+        (5_000.0..=12_000.0).contains(&prompt),
+        "2000 tokens over ~0.2 s: {prompt}"
+    );
+    assert_eq!(value(&m, "truthscale_serving_queue_seconds"), Some(0.3));
+    assert_eq!(
+        value(&m, "truthscale_serving_kv_cache_usage_ratio"),
+        Some(0.93)
+    );
+    let mfu = m
+        .iter()
+        .find(|s| s.name == "truthscale_serving_model_flops_utilization_ratio")
+        .expect("MFU with params and dtype configured");
+    assert!(
+        mfu.label("assumptions")
+            .unwrap()
+            .starts_with("params=8e9,dtype=bf16,gpus=1"),
+        "{mfu:?}"
+    );
+
+    // Engine restart: counters go down; the rate is the new value over the window, not
+    // negative.
+    engine.set(engine_fixture("vllm-v1-reset.prom"));
+    let m = wait_for(&sidecar, "reset", |m| {
+        value(m, "truthscale_serving_prompt_tokens_per_second")
+            .is_some_and(|v| v > 0.0 && v < 5_000.0)
+    });
+    let prompt = value(&m, "truthscale_serving_prompt_tokens_per_second").unwrap();
+    let output = value(&m, "truthscale_serving_output_tokens_per_second").unwrap();
+    assert!(
+        (prompt / output - 2.0).abs() < 1e-9,
+        "300 and 150 tokens: {prompt} {output}"
+    );
+
+    // NaN gauge: absent, never NaN or zero.
+    engine.set(engine_fixture("vllm-nan.prom"));
+    let m = wait_for(&sidecar, "NaN kv dropped", |m| {
+        value(m, "truthscale_serving_requests_running") == Some(4.0)
+    });
+    assert_eq!(value(&m, "truthscale_serving_kv_cache_usage_ratio"), None);
+    assert_eq!(value(&m, "truthscale_serving_engine_up"), Some(1.0));
+
+    // Not an engine: absent, with the reason; no serving values at all.
+    engine.set(engine_fixture("not-an-engine.prom"));
+    let m = wait_for(&sidecar, "not an engine", |m| {
+        value(m, "truthscale_serving_engine_up") == Some(0.0)
+    });
+    let up = m
+        .iter()
+        .find(|s| s.name == "truthscale_serving_engine_up")
+        .unwrap();
+    assert!(
+        up.label("absent_reason")
+            .unwrap()
+            .starts_with("no vLLM, SGLang or TGI metrics at"),
+        "{up:?}"
+    );
+    assert!(
+        m.iter()
+            .filter(|s| s.name.starts_with("truthscale_serving_"))
+            .all(|s| s.name == "truthscale_serving_engine_up"),
+        "absent is never zeros"
+    );
+}
+
+#[test]
+fn unreachable_engine_is_absent_with_the_reason() {
+    let dir = TempDir::new("engine-down");
+    let url = format!("http://127.0.0.1:{}/metrics", free_port());
+    let sidecar = start(&url, &dir);
+    let m = wait_for(&sidecar, "engine absent", |m| {
+        value(m, "truthscale_serving_engine_up") == Some(0.0)
+    });
+    let up = m
+        .iter()
+        .find(|s| s.name == "truthscale_serving_engine_up")
+        .unwrap();
+    assert!(
+        up.label("absent_reason")
+            .unwrap()
+            .starts_with(&format!("cannot reach {url}")),
+        "{up:?}"
+    );
+    assert_eq!(value(&m, "truthscale_serving_kv_cache_usage_ratio"), None);
+    // The GPU series are still served, with a verdict.
+    assert!(
+        m.iter()
+            .any(|s| s.name == "truthscale_gpu_verdict" && s.value == 1.0)
+    );
+}
