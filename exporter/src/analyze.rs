@@ -238,6 +238,26 @@ fn phases(e: &EntitySummary) -> String {
         .join(", ")
 }
 
+/// The verdict that held longest, then each verdict's share of the time (≥ 0.5 %), largest
+/// first: `starved (starved 80%, busy 20%)`.
+fn verdicts(e: &EntitySummary) -> String {
+    let mut v: Vec<(&str, f64)> = e
+        .verdict_fraction
+        .iter()
+        .map(|(n, x)| (*n, *x))
+        .filter(|(_, x)| *x >= 0.005)
+        .collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+    if v.is_empty() {
+        return e.verdict.as_str().to_string();
+    }
+    let shares: Vec<String> = v
+        .iter()
+        .map(|(n, x)| format!("{n} {:.0}%", 100.0 * x))
+        .collect();
+    format!("{} ({})", e.verdict.as_str(), shares.join(", "))
+}
+
 fn write_table(out: &mut impl Write, a: &Analysis) -> std::io::Result<()> {
     write_report(out, &format!("format: {}", a.format.as_str()), &a.report)?;
     if a.skipped_lines > 0 {
@@ -312,6 +332,7 @@ pub fn write_report(out: &mut impl Write, header: &str, report: &Report) -> std:
             pct(e.roofline_saturation.map(|m| m.mean))
         )?;
         writeln!(out, "  phases             {}", phases(e))?;
+        writeln!(out, "  verdict            {}", verdicts(e))?;
         if let Some(m) = &e.memory {
             writeln!(
                 out,

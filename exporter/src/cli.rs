@@ -76,16 +76,24 @@ pub struct ExplainArgs {
 /// `truthscale top`.
 #[derive(Debug, clap::Args)]
 pub struct TopArgs {
-    /// A capture to replay; with --once, the frame shows the newest sample per GPU.
-    #[arg(long, conflicts_with = "url", required_unless_present = "url")]
+    /// A capture to replay: on a terminal it plays back one sample per --interval; with
+    /// --once or without a terminal, one frame of the newest sample per GPU.
+    #[arg(
+        long,
+        conflicts_with_all = ["url", "nvml_library"],
+        required_unless_present_any = ["url", "nvml_library"]
+    )]
     pub replay: Option<PathBuf>,
     /// A running sidecar (`http://HOST:PORT`).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "nvml_library")]
     pub url: Option<String>,
-    /// Print one frame and exit.
+    /// Read NVML directly from this library (e.g. `/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1`).
+    #[arg(long)]
+    pub nvml_library: Option<PathBuf>,
+    /// Print one frame and exit (with NVML, after two samples one --interval apart).
     #[arg(long)]
     pub once: bool,
-    /// Refresh interval.
+    /// Refresh interval (and, with a replay on a terminal, the time per replayed sample).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
     pub interval: Duration,
 }

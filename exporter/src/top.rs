@@ -1,10 +1,21 @@
-//! `truthscale top`: one row per GPU with reported vs effective, phase, verdict, KV cache
-//! and queue, and a sparkline of recent effective compute. Plain text, redrawn in place on
-//! a terminal; `--once` prints one frame and exits.
+//! `truthscale top`: one row per GPU (or pod) with reported vs effective, phase, verdict, KV
+//! cache and queue, and a sparkline of recent effective compute.
+//!
+//! On a terminal it is a live ratatui view (`q`, `Esc` or `Ctrl-C` quits) fed by a running
+//! sidecar (`--url`), NVML directly (`--nvml-library`) or a replay played back one sample
+//! per `--interval`. When stdout is not a terminal, or with `--once`, it prints plain text:
+//! `--once` prints one frame and exits (with a replay, the newest sample per GPU).
 
 use crate::explain::{self, GpuView};
+use anyhow::{Context, bail};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{IsTerminal, Write};
+use std::io::{IsTerminal, Read, Write};
+use std::path::Path;
+use std::time::SystemTime;
+use truthscale_core::model::{EntityKey, Field, Sample, Timestamp};
+use truthscale_core::parse::{Format, LineParser};
+use truthscale_core::tracker::{Deriver, EntityWindow};
 use truthscale_core::verdict::VerdictConfig;
 
 const SPARK: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
@@ -23,6 +34,34 @@ fn pct(v: Option<f64>) -> String {
     v.map_or_else(|| "—".to_string(), |v| format!("{:.0}%", v * 100.0))
 }
 
+fn effective_text(v: &GpuView) -> String {
+    match (v.effective, v.upper_bound) {
+        (Some(e), _) => pct(Some(e)),
+        (None, Some(b)) => format!("≤{}", pct(Some(b))),
+        _ => "—".to_string(),
+    }
+}
+
+fn kv_text(v: &GpuView) -> String {
+    pct(v
+        .serving
+        .as_ref()
+        .filter(|s| s.absent_reason.is_none())
+        .and_then(|s| s.kv_cache_utilization))
+}
+
+fn queue_text(v: &GpuView) -> String {
+    v.serving
+        .as_ref()
+        .filter(|s| s.absent_reason.is_none())
+        .and_then(|s| s.queued_requests)
+        .map_or_else(|| "—".to_string(), |q| format!("{q:.0}"))
+}
+
+fn gpu_text(v: &GpuView) -> String {
+    v.gpu.map_or_else(|| "?".to_string(), |g| g.to_string())
+}
+
 /// One frame as text.
 #[must_use]
 pub fn frame(views: &[GpuView]) -> String {
@@ -33,60 +72,525 @@ pub fn frame(views: &[GpuView]) -> String {
         "GPU", "REPORTED", "EFFECTIVE", "SATURATION", "PHASE", "VERDICT", "KV", "QUEUE"
     );
     for v in views {
-        let gpu = v.gpu.map_or_else(|| "?".to_string(), |g| g.to_string());
-        let effective = match (v.effective, v.upper_bound) {
-            (Some(e), _) => pct(Some(e)),
-            (None, Some(b)) => format!("≤{}", pct(Some(b))),
-            _ => "—".to_string(),
-        };
-        let sv = v.serving.as_ref().filter(|s| s.absent_reason.is_none());
         let _ = writeln!(
             o,
             "{:<6} {:>8} {:>9} {:>10} {:<11} {:<9} {:>6} {:>6}  {}",
-            gpu,
+            gpu_text(v),
             pct(v.reported),
-            effective,
+            effective_text(v),
             pct(v.saturation),
             v.phase.as_deref().unwrap_or("—"),
             v.verdict.as_ref().map_or("—", |r| r.verdict.as_str()),
-            pct(sv.and_then(|s| s.kv_cache_utilization)),
-            sv.and_then(|s| s.queued_requests)
-                .map_or_else(|| "—".to_string(), |q| format!("{q:.0}")),
+            kv_text(v),
+            queue_text(v),
             sparkline(&v.history, 30)
         );
     }
     o
 }
 
+/// A view of one derived window (the same fields `explain` reads from a replay).
+fn view_of(w: &EntityWindow) -> GpuView {
+    let m = &w.metrics;
+    GpuView {
+        gpu: w.id.gpu,
+        name: match &w.id.model {
+            Some(model) => format!("{} ({model})", w.id),
+            None => w.id.to_string(),
+        },
+        reported: m.reported_utilization,
+        effective: m.effective_compute,
+        upper_bound: m.effective_compute_upper_bound,
+        saturation: m.roofline_saturation,
+        tensor: w.readings.value(Field::TensorActive),
+        dram: w.readings.value(Field::DramActive),
+        phase: w.phase.map(|p| p.as_str().to_string()),
+        throttles: w.throttles,
+        serving: w.serving.clone(),
+        verdict: Some(w.verdict.clone()),
+        history: Vec::new(),
+    }
+}
+
+fn push_history(history: &mut Vec<f64>, x: Option<f64>) {
+    if let Some(x) = x {
+        history.push(x);
+        let excess = history.len().saturating_sub(explain::HISTORY);
+        history.drain(..excess);
+    }
+}
+
+/// Derives views sample by sample (replay and NVML), keeping each GPU's history.
+#[derive(Debug)]
+struct Stepper {
+    deriver: Deriver,
+    views: BTreeMap<EntityKey, GpuView>,
+}
+
+impl Stepper {
+    fn new(cfg: &VerdictConfig, nominal: Option<f64>) -> Stepper {
+        let mut deriver = Deriver::new(Default::default(), nominal);
+        deriver.set_verdict_config(cfg.clone());
+        Stepper {
+            deriver,
+            views: BTreeMap::new(),
+        }
+    }
+
+    fn observe(&mut self, s: &Sample) {
+        for w in self.deriver.observe(s).windows {
+            let mut v = view_of(&w);
+            let mut history = self
+                .views
+                .remove(&w.id.key())
+                .map(|o| o.history)
+                .unwrap_or_default();
+            push_history(&mut history, v.effective.or(v.saturation).or(v.upper_bound));
+            v.history = history;
+            self.views.insert(w.id.key(), v);
+        }
+    }
+
+    fn views(&self) -> Vec<GpuView> {
+        self.views.values().cloned().collect()
+    }
+}
+
+/// Every sample of a capture (any format `analyze` reads) grouped by time, and the nominal
+/// interval.
+fn read_replay(path: &Path) -> anyhow::Result<(Vec<Vec<Sample>>, Option<f64>)> {
+    let name = path.display().to_string();
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .with_context(|| format!("cannot open {name}"))?
+        .read_to_string(&mut text)
+        .with_context(|| format!("cannot read {name}"))?;
+    let head: String = text.lines().take(64).collect::<Vec<_>>().join("\n");
+    let format = Format::detect(&head)
+        .with_context(|| format!("{name}: cannot tell the format from the first lines"))?;
+    let nominal = (format != Format::Jsonl).then_some(1.0);
+    let mut parser = LineParser::new(format, &name, 1.0, Timestamp(0));
+    let mut samples = Vec::new();
+    for line in text.lines() {
+        if let Ok(Some(s)) = parser.push_line(line) {
+            samples.push(s);
+        }
+    }
+    samples.extend(parser.finish());
+    // One step per instant: a JSONL capture has a sample per GPU with the same time.
+    let mut steps: Vec<Vec<Sample>> = Vec::new();
+    for s in samples {
+        match steps.last_mut() {
+            Some(step) if step[0].taken == s.taken => step.push(s),
+            _ => steps.push(vec![s]),
+        }
+    }
+    Ok((steps, nominal))
+}
+
+/// Where the views come from.
+#[derive(Debug)]
+enum Feed {
+    /// A capture, played back one sample per tick.
+    Replay {
+        name: String,
+        samples: Vec<Vec<Sample>>,
+        next: usize,
+        stepper: Stepper,
+    },
+    /// A running sidecar's `/metrics`.
+    Url {
+        url: String,
+        scrapes: u64,
+        error: Option<String>,
+        views: Vec<GpuView>,
+        history: BTreeMap<Option<u32>, Vec<f64>>,
+    },
+    /// NVML, read directly.
+    Nvml {
+        library: String,
+        source: Box<crate::sources::NvmlSource>,
+        ticks: u64,
+        error: Option<String>,
+        stepper: Stepper,
+    },
+}
+
+impl Feed {
+    fn open(args: &crate::cli::TopArgs, cfg: &VerdictConfig) -> anyhow::Result<Feed> {
+        match (&args.replay, &args.url, &args.nvml_library) {
+            (Some(p), None, None) => {
+                let (samples, nominal) = read_replay(p)?;
+                Ok(Feed::Replay {
+                    name: p.display().to_string(),
+                    samples,
+                    next: 0,
+                    stepper: Stepper::new(cfg, nominal),
+                })
+            }
+            (None, Some(u), None) => Ok(Feed::Url {
+                url: u.clone(),
+                scrapes: 0,
+                error: None,
+                views: Vec::new(),
+                history: BTreeMap::new(),
+            }),
+            (None, None, Some(lib)) => {
+                let source = crate::sources::NvmlSource::open(lib, args.interval, None)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                Ok(Feed::Nvml {
+                    library: lib.display().to_string(),
+                    source: Box::new(source),
+                    ticks: 0,
+                    error: None,
+                    stepper: Stepper::new(cfg, None),
+                })
+            }
+            _ => {
+                bail!("give one of --replay FILE, --url http://SIDECAR:PORT or --nvml-library PATH")
+            }
+        }
+    }
+
+    /// Advance by one tick: the next replay sample, a scrape, or an NVML sample. Errors of
+    /// a live input are kept for the status line, not returned.
+    fn tick(&mut self, cfg: &VerdictConfig) {
+        match self {
+            Feed::Replay {
+                samples,
+                next,
+                stepper,
+                ..
+            } => {
+                if let Some(step) = samples.get(*next) {
+                    for s in step {
+                        stepper.observe(s);
+                    }
+                    *next += 1;
+                }
+            }
+            Feed::Url {
+                url,
+                scrapes,
+                error,
+                views,
+                history,
+            } => match explain::fetch_metrics(url) {
+                Ok(body) => {
+                    *scrapes += 1;
+                    *error = None;
+                    let mut fresh = explain::views_from_exposition(&body, cfg);
+                    for v in &mut fresh {
+                        let h = history.entry(v.gpu).or_default();
+                        push_history(h, v.effective.or(v.saturation).or(v.upper_bound));
+                        v.history.clone_from(h);
+                    }
+                    *views = fresh;
+                }
+                Err(e) => *error = Some(format!("{e:#}")),
+            },
+            Feed::Nvml {
+                source,
+                ticks,
+                error,
+                stepper,
+                ..
+            } => {
+                let produced = source.sample(SystemTime::now());
+                *ticks += 1;
+                *error = produced.errors.first().map(ToString::to_string);
+                for s in &produced.samples {
+                    stepper.observe(s);
+                }
+            }
+        }
+    }
+
+    /// Play a replay to its end (the newest sample per GPU).
+    fn finish(&mut self, cfg: &VerdictConfig) {
+        while let Feed::Replay { samples, next, .. } = self {
+            if *next >= samples.len() {
+                break;
+            }
+            self.tick(cfg);
+        }
+    }
+
+    fn views(&self) -> Vec<GpuView> {
+        match self {
+            Feed::Replay { stepper, .. } | Feed::Nvml { stepper, .. } => stepper.views(),
+            Feed::Url { views, .. } => views.clone(),
+        }
+    }
+
+    /// The status line: input, progress and the last error.
+    fn status(&self) -> String {
+        match self {
+            Feed::Replay {
+                name,
+                samples,
+                next,
+                ..
+            } => {
+                let at = match (
+                    samples.first(),
+                    next.checked_sub(1).and_then(|i| samples.get(i)),
+                ) {
+                    (Some(first), Some(s)) => {
+                        format!(" at t+{:.0}s", s[0].taken.seconds_since(first[0].taken))
+                    }
+                    _ => String::new(),
+                };
+                let end = if *next >= samples.len() {
+                    " (end of replay)"
+                } else {
+                    ""
+                };
+                format!("replay {name}: sample {next}/{}{at}{end}", samples.len())
+            }
+            Feed::Url {
+                url,
+                scrapes,
+                error,
+                ..
+            } => {
+                let e = error
+                    .as_ref()
+                    .map_or_else(String::new, |e| format!(" — {e}"));
+                format!("sidecar {url}: scrape {scrapes}{e}")
+            }
+            Feed::Nvml {
+                library,
+                ticks,
+                error,
+                ..
+            } => {
+                let e = error
+                    .as_ref()
+                    .map_or_else(String::new, |e| format!(" — {e}"));
+                format!("NVML {library}: sample {ticks}{e}")
+            }
+        }
+    }
+
+    fn is_live(&self) -> bool {
+        !matches!(self, Feed::Replay { .. })
+    }
+}
+
 /// Run `truthscale top`.
 ///
 /// # Errors
-/// The input cannot be read.
+/// The input cannot be opened, or the terminal cannot be set up.
 pub fn run(args: &crate::cli::TopArgs) -> anyhow::Result<()> {
     let cfg = VerdictConfig::default();
-    let tty = std::io::stdout().is_terminal();
-    let mut history: std::collections::BTreeMap<Option<u32>, Vec<f64>> = Default::default();
+    let mut feed = Feed::open(args, &cfg)?;
+    if args.once || !std::io::stdout().is_terminal() {
+        return plain(args, &cfg, &mut feed);
+    }
+    tui::run(&mut feed, &cfg, args.interval)
+}
+
+/// Plain text: one frame with `--once` or a replay, else a frame per interval.
+fn plain(args: &crate::cli::TopArgs, cfg: &VerdictConfig, feed: &mut Feed) -> anyhow::Result<()> {
     loop {
-        let mut views = explain::load(args.replay.as_deref(), args.url.as_deref(), &cfg)?;
-        if args.url.is_some() {
-            for v in &mut views {
-                let h = history.entry(v.gpu).or_default();
-                h.extend(v.history.iter().copied());
-                let excess = h.len().saturating_sub(explain::HISTORY);
-                h.drain(..excess);
-                v.history.clone_from(h);
+        match feed {
+            Feed::Replay { .. } => feed.finish(cfg),
+            Feed::Url { .. } => {
+                feed.tick(cfg);
+                if let Feed::Url {
+                    error: Some(e),
+                    scrapes: 0,
+                    ..
+                } = feed
+                {
+                    bail!("{e}");
+                }
+            }
+            Feed::Nvml { ticks, .. } => {
+                // A window needs two samples: the first only sets the baseline.
+                if *ticks == 0 {
+                    feed.tick(cfg);
+                    std::thread::sleep(args.interval);
+                }
+                feed.tick(cfg);
             }
         }
-        let text = frame(&views);
         let mut out = std::io::stdout().lock();
-        if tty && !args.once {
-            write!(out, "\x1b[H\x1b[2J")?;
-        }
-        write!(out, "{text}")?;
+        write!(out, "{}", frame(&feed.views()))?;
         out.flush()?;
-        if args.once || args.replay.is_some() && !tty {
+        if args.once || !feed.is_live() {
             return Ok(());
         }
         std::thread::sleep(args.interval);
+    }
+}
+
+mod tui {
+    use super::{Feed, GpuView, effective_text, kv_text, pct, queue_text, sparkline};
+    use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+    use ratatui::Frame;
+    use ratatui::layout::{Constraint, Layout};
+    use ratatui::style::{Color, Modifier, Style};
+    use ratatui::text::Line;
+    use ratatui::widgets::{Block, Cell, Paragraph, Row, Table};
+    use std::time::{Duration, Instant};
+    use truthscale_core::verdict::VerdictConfig;
+
+    /// Restores the terminal however `run` ends.
+    struct Restore;
+
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ratatui::restore();
+        }
+    }
+
+    fn verdict_style(v: &str) -> Style {
+        let c = match v {
+            "busy" => Color::Green,
+            "idle" => Color::DarkGray,
+            "starved" => Color::Yellow,
+            "blocked" => Color::Magenta,
+            "throttled" => Color::Red,
+            _ => Color::Reset,
+        };
+        Style::default().fg(c).add_modifier(Modifier::BOLD)
+    }
+
+    /// Widths of the columns after the name and before the sparkline.
+    const FIXED: [u16; 7] = [8, 9, 10, 11, 9, 5, 5];
+
+    fn draw(f: &mut Frame<'_>, views: &[GpuView], status: &str) {
+        let [title, table, why, help] = Layout::vertical([
+            Constraint::Length(1),
+            Constraint::Min(3),
+            Constraint::Length(u16::try_from(views.len().min(8)).unwrap_or(8) + 2),
+            Constraint::Length(1),
+        ])
+        .areas(f.area());
+        f.render_widget(
+            Paragraph::new(Line::from(format!("truthscale top — {status}")))
+                .style(Style::default().add_modifier(Modifier::BOLD)),
+            title,
+        );
+        let name_width = views
+            .iter()
+            .map(|v| v.name.chars().count())
+            .max()
+            .unwrap_or(0)
+            .clamp(3, 60);
+        let name_width = u16::try_from(name_width).unwrap_or(60);
+        // Borders (2) and one space between each of the 9 columns (8).
+        let used = name_width + FIXED.iter().sum::<u16>() + 10;
+        let spark_width = usize::from(table.width.saturating_sub(used)).max(1);
+        let widths: Vec<Constraint> = std::iter::once(name_width)
+            .chain(FIXED)
+            .map(Constraint::Length)
+            .chain([Constraint::Fill(1)])
+            .collect();
+        let header = Row::new([
+            "GPU",
+            "REPORTED",
+            "EFFECTIVE",
+            "SATURATION",
+            "PHASE",
+            "VERDICT",
+            "KV",
+            "QUEUE",
+            "EFFECTIVE (recent)",
+        ])
+        .style(Style::default().add_modifier(Modifier::REVERSED));
+        let rows = views.iter().map(|v| {
+            let verdict = v.verdict.as_ref().map_or("—", |r| r.verdict.as_str());
+            Row::new([
+                Cell::from(v.name.clone()),
+                Cell::from(format!("{:>8}", pct(v.reported))),
+                Cell::from(format!("{:>9}", effective_text(v))),
+                Cell::from(format!("{:>10}", pct(v.saturation))),
+                Cell::from(v.phase.clone().unwrap_or_else(|| "—".into())),
+                Cell::from(verdict.to_string()).style(verdict_style(verdict)),
+                Cell::from(format!("{:>5}", kv_text(v))),
+                Cell::from(format!("{:>5}", queue_text(v))),
+                Cell::from(sparkline(&v.history, spark_width))
+                    .style(Style::default().fg(Color::Cyan)),
+            ])
+        });
+        f.render_widget(
+            Table::new(rows, widths)
+                .header(header)
+                .block(Block::bordered().title(" GPUs: reported vs effective ")),
+            table,
+        );
+        let lines: Vec<Line<'_>> = views
+            .iter()
+            .filter_map(|v| {
+                let r = v.verdict.as_ref()?;
+                Some(Line::from(format!(
+                    "{}: {} — {}",
+                    v.name,
+                    r.verdict.as_str(),
+                    r.reasons.first().map_or("", String::as_str)
+                )))
+            })
+            .collect();
+        f.render_widget(
+            Paragraph::new(lines).block(Block::bordered().title(" why ")),
+            why,
+        );
+        f.render_widget(
+            Paragraph::new("q quit").style(Style::default().fg(Color::DarkGray)),
+            help,
+        );
+    }
+
+    /// Whether a key asks to quit.
+    fn quit(ev: &Event) -> bool {
+        let Event::Key(k) = ev else { return false };
+        k.kind == KeyEventKind::Press
+            && (matches!(k.code, KeyCode::Char('q') | KeyCode::Esc)
+                || k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL))
+    }
+
+    pub(super) fn run(
+        feed: &mut Feed,
+        cfg: &VerdictConfig,
+        interval: Duration,
+    ) -> anyhow::Result<()> {
+        let mut terminal = ratatui::try_init()?;
+        let _restore = Restore;
+        loop {
+            feed.tick(cfg);
+            let views = feed.views();
+            let status = feed.status();
+            terminal.draw(|f| draw(f, &views, &status))?;
+            let until = Instant::now() + interval;
+            loop {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                if event::poll(left)? {
+                    let ev = event::read()?;
+                    if quit(&ev) {
+                        return Ok(());
+                    }
+                    if matches!(ev, Event::Resize(..)) {
+                        terminal.draw(|f| draw(f, &views, &status))?;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sparkline_scales_and_keeps_the_newest() {
+        assert_eq!(sparkline(&[0.0, 0.5, 1.0, 2.0, -1.0], 5), "▁▅██▁");
+        assert_eq!(sparkline(&[0.0, 1.0, 0.0], 2), "█▁");
     }
 }

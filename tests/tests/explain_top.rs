@@ -1,8 +1,9 @@
-//! `truthscale explain` snapshots (one per verdict), `top --once` through a pipe, and the
-//! verdict in `analyze --json`.
+//! `truthscale explain` snapshots (one per verdict), `top --once` through a pipe, the live
+//! `top` view through a pseudo-terminal (tmux), and the verdict in `analyze`.
 
-use std::process::Stdio;
-use truthscale_e2e::{TempDir, clean_command};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use truthscale_e2e::{TempDir, clean_command, require_tool};
 
 /// A two-line trace of GPU 0 (an H100) with the same readings on both lines.
 fn trace(dir: &TempDir, name: &str, readings: &str) -> std::path::PathBuf {
@@ -153,6 +154,36 @@ fn analyze_json_has_verdict_and_fraction() {
 }
 
 #[test]
+fn analyze_table_has_the_verdict() {
+    let dir = TempDir::new("verdict-table");
+    let p = trace(&dir, "starved", CASES[1].1);
+    let (code, out, err) = truthscale(&["analyze", p.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines()
+            .any(|l| l == "  verdict            starved (starved 100%)"),
+        "{out}"
+    );
+    // Two verdicts over time: the longer one leads, both shares listed.
+    let p = dir.path().join("mixed.jsonl");
+    let h = "\"gpu\":0,\"model\":\"NVIDIA H100 80GB HBM3\"";
+    let mut s = String::new();
+    // The first window of a JSONL trace only sets the interval: 3 s busy, then 1 s idle.
+    for t in 0..5 {
+        let r = if t < 4 { CASES[0].1 } else { CASES[4].1 };
+        s += &format!("{{\"taken\":\"2026-01-01T00:00:0{t}Z\",{h},{r}}}\n");
+    }
+    std::fs::write(&p, s).unwrap();
+    let (code, out, err) = truthscale(&["analyze", p.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines()
+            .any(|l| l == "  verdict            busy (busy 75%, idle 25%)"),
+        "{out}"
+    );
+}
+
+#[test]
 fn top_once_prints_the_newest_sample_per_gpu_as_plain_text() {
     let dir = TempDir::new("top");
     let p = dir.path().join("two.jsonl");
@@ -187,5 +218,247 @@ fn top_once_prints_the_newest_sample_per_gpu_as_plain_text() {
         &row1[..8],
         ["1", "0%", "0%", "0%", "idle", "idle", "—", "—"],
         "{out}"
+    );
+}
+
+/// A detached tmux server on its own socket (`-L`, under the test's directory), running one
+/// command in a 160x40 pane; the server, and with it the command, is killed on drop.
+struct Tmux {
+    socket: String,
+    dir: std::path::PathBuf,
+}
+
+impl Tmux {
+    fn tmux(&self) -> Command {
+        let mut cmd = Command::new(require_tool("/usr/bin/tmux", "tmux"));
+        cmd.env_clear();
+        if let Some(path) = std::env::var_os("PATH") {
+            cmd.env("PATH", path);
+        }
+        cmd.env("TMUX_TMPDIR", &self.dir);
+        cmd.args(["-L", &self.socket]);
+        cmd
+    }
+
+    fn start(dir: &TempDir, name: &str, command: &str) -> Tmux {
+        let t = Tmux {
+            socket: format!("truthscale-{name}-{}", std::process::id()),
+            dir: dir.path().to_path_buf(),
+        };
+        let status = t
+            .tmux()
+            .args(["new-session", "-d", "-x", "160", "-y", "40", command])
+            .status()
+            .expect("run tmux");
+        assert!(status.success(), "tmux new-session failed");
+        t
+    }
+
+    fn capture(&self) -> String {
+        let out = self
+            .tmux()
+            .args(["capture-pane", "-p"])
+            .output()
+            .expect("run tmux capture-pane");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn alive(&self) -> bool {
+        self.tmux()
+            .arg("has-session")
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self
+            .tmux()
+            .arg("kill-server")
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// What one `top` screen shows: the replay step and GPU 0's row, split on whitespace.
+fn top_screen(screen: &str) -> Option<(u32, Vec<String>)> {
+    let status = screen.lines().next()?;
+    let step = status
+        .split("sample ")
+        .nth(1)?
+        .split('/')
+        .next()?
+        .parse()
+        .ok()?;
+    let row = screen
+        .lines()
+        .find(|l| l.contains("gpu 0 (NVIDIA H100 80GB HBM3)"))?
+        .trim_matches(|c: char| c == '│' || c.is_whitespace())
+        .trim_start_matches("gpu 0 (NVIDIA H100 80GB HBM3)")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    Some((step, row))
+}
+
+/// Wait for a frame at replay step `at_least` or later whose GPU 0 row matches its step:
+/// at step k the newest window ends at t = k-1 s, with busy 30 + 2(k-1) % and k-1 queued.
+fn consistent_frame(t: &Tmux, at_least: u32) -> (u32, Vec<String>, String) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        last = t.capture();
+        if let Some((k, row)) = top_screen(&last)
+            && k >= at_least
+            && row.len() >= 8
+            && row[6] == format!("{}", k - 1)
+            && row[0] == format!("{}%", 30 + 2 * (k - 1))
+        {
+            return (k, row, last);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("no consistent top frame at step {at_least} or later; last screen:\n{last}");
+}
+
+#[test]
+fn top_renders_a_live_table_in_a_terminal_and_updates_it() {
+    let dir = TempDir::new("top-tty");
+    let p = dir.path().join("replay.jsonl");
+    let h = "\"model\":\"NVIDIA H100 80GB HBM3\"";
+    let mut s = String::new();
+    for t in 0..40 {
+        let busy = 0.3 + 0.02 * f64::from(t);
+        s += &format!(
+            "{{\"taken\":\"2026-01-01T00:{:02}:{:02}Z\",\"gpu\":0,{h},\"gpu_util\":{busy:.2},\"tensor_active\":0.25,\"dram_active\":0.5,\"throttles\":[],\"serving\":{{\"engine\":\"vllm\",\"kv_cache_utilization\":0.42,\"queued_requests\":{t}}}}}\n",
+            t / 60,
+            t % 60
+        );
+        s += &format!(
+            "{{\"taken\":\"2026-01-01T00:{:02}:{:02}Z\",\"gpu\":1,{h},\"gpu_util\":0.0,\"tensor_active\":0.0,\"dram_active\":0.0,\"throttles\":[]}}\n",
+            t / 60,
+            t % 60
+        );
+    }
+    std::fs::write(&p, s).unwrap();
+    let command = format!(
+        "{} top --replay {} --interval 250ms",
+        truthscale_e2e::truthscale().display(),
+        p.display()
+    );
+    let t = Tmux::start(&dir, "top", &command);
+
+    let (k1, row1, screen1) = consistent_frame(&t, 2);
+    assert!(
+        screen1.contains("REPORTED")
+            && screen1.contains("EFFECTIVE")
+            && screen1.contains("VERDICT"),
+        "{screen1}"
+    );
+    // busy (real memory-bound work), effective 25 %, saturation 50 %, KV 42 %.
+    assert_eq!(
+        &row1[1..6],
+        ["25%", "50%", "decode", "busy", "42%"],
+        "{screen1}"
+    );
+    assert!(screen1.contains("/40 at t+"), "{screen1}");
+    let gpu1 = screen1
+        .lines()
+        .find(|l| l.contains("gpu 1 (NVIDIA H100 80GB HBM3)"))
+        .expect("a row for GPU 1");
+    let gpu1: Vec<&str> = gpu1.split_whitespace().collect();
+    assert!(
+        gpu1.windows(5)
+            .any(|w| w == ["0%", "0%", "0%", "idle", "idle"]),
+        "{screen1}"
+    );
+    assert!(screen1.contains('▁'), "sparkline: {screen1}");
+
+    // The replay advances one sample per interval: a later frame has moved on.
+    let (k2, row2, screen2) = consistent_frame(&t, k1 + 2);
+    assert!(k2 >= k1 + 2);
+    assert_ne!(
+        row1[0], row2[0],
+        "the busy value moves:\n{screen1}\n{screen2}"
+    );
+    assert_ne!(screen1, screen2);
+    // The sparkline grows by one point per step (a JSONL sample is a window of its own).
+    let spark = |screen: &str| {
+        screen
+            .lines()
+            .find(|l| l.contains("gpu 0 (NVIDIA H100 80GB HBM3)"))
+            .map_or(0, |l| l.chars().filter(|c| ('▁'..='█').contains(c)).count())
+    };
+    assert_eq!(spark(&screen1), k1 as usize, "{screen1}");
+    assert_eq!(spark(&screen2), k2 as usize, "{screen2}");
+
+    // `q` quits and the session (whose only command it was) ends.
+    let status = t.tmux().args(["send-keys", "q"]).status().unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while t.alive() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!t.alive(), "top did not quit on q");
+}
+
+/// `top --once --nvml-library` reads NVML directly (the fake library, decode scenario): two
+/// samples one interval apart, then one plain-text frame.
+#[test]
+fn top_once_reads_nvml_directly() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--quiet", "-p", "fake-nvml", "--lib"])
+        .current_dir(truthscale_e2e::workspace())
+        .status()
+        .expect("run cargo build for the fake NVML library");
+    assert!(status.success(), "building the fake NVML library failed");
+    let lib = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(
+            || truthscale_e2e::workspace().join("target"),
+            std::path::PathBuf::from,
+        )
+        .join("debug/libfake_nvml.so");
+    let scenario = truthscale_e2e::workspace().join("tests/fake-nvml/scenarios/h100-decode.json");
+    let out = clean_command()
+        .args([
+            "top",
+            "--once",
+            "--interval",
+            "200ms",
+            "--nvml-library",
+            lib.to_str().unwrap(),
+        ])
+        .env("FAKE_NVML_SCENARIO", &scenario)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run truthscale");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    let row: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(
+        &row[..8],
+        ["0", "100%", "3%", "60%", "decode", "busy", "—", "—"],
+        "{text}"
+    );
+
+    let (code, _, err) = truthscale(&[
+        "top",
+        "--once",
+        "--nvml-library",
+        "/nonexistent/libnvidia-ml.so.1",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("cannot load the NVML library /nonexistent/libnvidia-ml.so.1"),
+        "{err}"
     );
 }

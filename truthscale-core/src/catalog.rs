@@ -192,6 +192,14 @@ metrics! {
         "Clock-event (throttle) reasons active in the last window (1) or not (0).";
     GPU_VERDICT = "truthscale_gpu_verdict", Gauge, Gpu, ["verdict"], gauge("truthscale.gpu.verdict", "1"),
         "The verdict of the last window (1) and the others (0): throttled, blocked, starved, busy, idle, unknown (see docs/verdicts.md).";
+    GPU_CEILING_ROOFLINE_SATURATION = "truthscale_gpu_ceiling_roofline_saturation_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.ceiling.roofline_saturation", "1"),
+        "Observed ceiling: the best 60 s average roofline saturation seen in the last hour. Observed, so a lower bound on the true ceiling.";
+    GPU_CEILING_OUTPUT_TOKENS = "truthscale_gpu_ceiling_output_tokens_per_second", Gauge, Gpu, [], gauge("truthscale.gpu.ceiling.output_tokens.rate", "{token}/s"),
+        "Observed ceiling: the best 60 s average of the serving engine's output tokens per second in the last hour. Observed, so a lower bound on the true ceiling.";
+    GPU_CEILING_AGE = "truthscale_gpu_ceiling_age_seconds", Gauge, Gpu, ["quantity"], gauge("truthscale.gpu.ceiling.age", "s"),
+        "Seconds since the 60 s span that set the observed ceiling ended; quantity=roofline_saturation|output_tokens_per_second.";
+    GPU_CEILING_RATIO = "truthscale_gpu_ceiling_ratio", Gauge, Gpu, ["quantity"], gauge("truthscale.gpu.ceiling.ratio", "1"),
+        "Current window over the observed ceiling (quantity=roofline_saturation|output_tokens_per_second). The ceiling is observed, a lower bound on the true one, so this overstates how close to the limit the GPU runs; one window can exceed 1.";
     SERVING_ENGINE_UP = "truthscale_serving_engine_up", Gauge, Gpu, ["engine", "absent_reason"], gauge("truthscale.serving.engine.up", "1"),
         "Whether the serving engine's /metrics was read with the GPU sample (1, engine=vllm|sglang|tgi) or is absent (0, with absent_reason); absent is never zeros.";
     SERVING_KV_CACHE_USAGE = "truthscale_serving_kv_cache_usage_ratio", Gauge, Gpu, ["engine"], gauge("truthscale.serving.kv_cache.usage", "1"),
@@ -273,6 +281,7 @@ pub const OTEL_ATTRIBUTES: &[(&str, &str)] = &[
     ("catalog_model", "truthscale.catalog_model"),
     ("phase", "truthscale.phase"),
     ("verdict", "truthscale.verdict"),
+    ("quantity", "truthscale.ceiling.quantity"),
     ("engine", "truthscale.serving.engine"),
     ("absent_reason", "truthscale.serving.absent_reason"),
     ("assumptions", "truthscale.serving.assumptions"),

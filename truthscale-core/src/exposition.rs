@@ -380,6 +380,41 @@ fn gpu_values<'a>(
                 push(vec![("verdict", v.as_str())], bool_f(v == cur));
             }
         }
+        n if n == catalog::GPU_CEILING_ROOFLINE_SATURATION.name => {
+            one(win.ceilings.roofline_saturation.map(|c| c.value));
+        }
+        n if n == catalog::GPU_CEILING_OUTPUT_TOKENS.name => {
+            one(win.ceilings.output_tokens_per_second.map(|c| c.value));
+        }
+        n if n == catalog::GPU_CEILING_AGE.name || n == catalog::GPU_CEILING_RATIO.name => {
+            let tokens = win
+                .serving
+                .as_ref()
+                .filter(|s| s.absent_reason.is_none())
+                .and_then(|s| s.output_tokens_per_sec);
+            for (quantity, ceiling, current) in [
+                (
+                    "roofline_saturation",
+                    win.ceilings.roofline_saturation,
+                    x.roofline_saturation,
+                ),
+                (
+                    "output_tokens_per_second",
+                    win.ceilings.output_tokens_per_second,
+                    tokens,
+                ),
+            ] {
+                let Some(c) = ceiling else { continue };
+                let v = if n == catalog::GPU_CEILING_AGE.name {
+                    Some(c.age_seconds)
+                } else {
+                    c.ratio(current)
+                };
+                if let Some(v) = v {
+                    push(vec![("quantity", quantity)], v);
+                }
+            }
+        }
         n if n.starts_with("truthscale_serving_") => serving_values(m, win, push),
         n if n == catalog::PROCESS_MEMORY_USED.name || n == catalog::PROCESS_SM_BUSY.name => {
             for p in &win.processes {
@@ -599,6 +634,60 @@ mod tests {
         assert!(!body.contains("# EOF"));
         // Families whose values are all absent are not written at all.
         assert!(!body.contains("truthscale_gpu_power_watts"));
+    }
+
+    #[test]
+    fn observed_ceilings_with_age_and_ratio() {
+        use crate::model::ServingSnapshot;
+        use crate::tracker::{Ceiling, Ceilings};
+        let mut g = entry("p");
+        // Without ceilings (a single window), none of the families is written.
+        let body = encode(
+            std::slice::from_ref(&g),
+            &Identity::default(),
+            &ExporterStatus::default(),
+            Format::Text,
+        );
+        assert!(!body.contains("ceiling"), "{body}");
+        g.window.ceilings = Ceilings {
+            roofline_saturation: Some(Ceiling {
+                value: 0.8,
+                age_seconds: 120.0,
+            }),
+            output_tokens_per_second: Some(Ceiling {
+                value: 1000.0,
+                age_seconds: 30.0,
+            }),
+        };
+        g.window.serving = Some(ServingSnapshot {
+            output_tokens_per_sec: Some(250.0),
+            ..Default::default()
+        });
+        let body = encode(
+            &[g],
+            &Identity::default(),
+            &ExporterStatus::default(),
+            Format::Text,
+        );
+        let l = r#"gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns""#;
+        // The window's roofline saturation is 0.5 (DRAM 0.5): 0.5 / 0.8 = 0.625.
+        for want in [
+            format!("truthscale_gpu_ceiling_roofline_saturation_ratio{{{l}}} 0.8"),
+            format!("truthscale_gpu_ceiling_output_tokens_per_second{{{l}}} 1000"),
+            format!(
+                r#"truthscale_gpu_ceiling_age_seconds{{{l},quantity="roofline_saturation"}} 120"#
+            ),
+            format!(
+                r#"truthscale_gpu_ceiling_age_seconds{{{l},quantity="output_tokens_per_second"}} 30"#
+            ),
+            format!(r#"truthscale_gpu_ceiling_ratio{{{l},quantity="roofline_saturation"}} 0.625"#),
+            format!(
+                r#"truthscale_gpu_ceiling_ratio{{{l},quantity="output_tokens_per_second"}} 0.25"#
+            ),
+        ] {
+            assert!(body.lines().any(|b| b == want), "missing {want}\n{body}");
+        }
+        assert!(body.contains("lower bound on the true ceiling"));
     }
 
     #[test]

@@ -208,6 +208,10 @@ fields! {
     SmOccupancy => "sm_occupancy",
     /// Any-tensor pipe active (0..1).
     TensorActive => "tensor_active",
+    /// HMMA (half-precision tensor) pipe active (0..1).
+    HmmaActive => "hmma_active",
+    /// IMMA (integer tensor) pipe active (0..1).
+    ImmaActive => "imma_active",
     /// DRAM bandwidth used over the theoretical maximum (0..1).
     DramActive => "dram_active",
     /// Non-tensor FP16 pipe active (0..1).
@@ -253,6 +257,8 @@ impl Field {
                 | Field::SmActive
                 | Field::SmOccupancy
                 | Field::TensorActive
+                | Field::HmmaActive
+                | Field::ImmaActive
                 | Field::DramActive
                 | Field::Fp16Active
                 | Field::Fp32Active

@@ -13,7 +13,7 @@ use crate::model::{
 };
 use crate::phase::{PhaseClassifier, PhaseInputs, PhaseMethod};
 use crate::verdict::{self, VerdictConfig, VerdictInputs, VerdictResult};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Time integrals for one entity since it was first seen.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -73,6 +73,118 @@ pub struct EntityWindow {
     pub totals: Totals,
     /// The sanitized readings the window was derived from.
     pub readings: crate::model::Readings,
+    /// Observed ceilings up to and including this window.
+    pub ceilings: Ceilings,
+}
+
+/// How far back observed ceilings look (seconds).
+pub const CEILING_HORIZON_SECONDS: f64 = 3600.0;
+/// How long a level must be held to count as a ceiling (seconds).
+pub const CEILING_SUSTAIN_SECONDS: f64 = 60.0;
+
+/// The best sustained value of one quantity seen over the horizon: observed, so a lower
+/// bound on what the GPU and workload can reach.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ceiling {
+    /// The best average over [`CEILING_SUSTAIN_SECONDS`] of continuous windows.
+    pub value: f64,
+    /// Seconds from the end of that best span to the current window's end.
+    pub age_seconds: f64,
+}
+
+impl Ceiling {
+    /// `current` over the ceiling (`None` when either is missing or the ceiling is 0).
+    /// It can exceed 1: a single window may beat the best sustained average.
+    #[must_use]
+    pub fn ratio(&self, current: Option<f64>) -> Option<f64> {
+        let c = current.filter(|c| c.is_finite())?;
+        (self.value > 0.0).then(|| c / self.value)
+    }
+}
+
+/// The observed ceilings of one entity.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Ceilings {
+    /// Roofline saturation.
+    pub roofline_saturation: Option<Ceiling>,
+    /// The serving engine's output tokens per second.
+    pub output_tokens_per_second: Option<Ceiling>,
+}
+
+/// The best sustained average of one quantity over a rolling horizon. Pure: time comes
+/// from the windows fed in.
+#[derive(Debug, Clone)]
+pub struct CeilingTracker {
+    horizon: f64,
+    sustain: f64,
+    /// Windows overlapping the trailing sustain span: (end, seconds, value).
+    recent: VecDeque<(Timestamp, f64, f64)>,
+    /// Sustained averages that may still become the maximum, values decreasing:
+    /// (end of their span, value).
+    best: VecDeque<(Timestamp, f64)>,
+}
+
+impl CeilingTracker {
+    /// A tracker of the best `sustain`-second average over the last `horizon` seconds.
+    #[must_use]
+    pub fn new(horizon_seconds: f64, sustain_seconds: f64) -> CeilingTracker {
+        CeilingTracker {
+            horizon: horizon_seconds,
+            sustain: sustain_seconds,
+            recent: VecDeque::new(),
+            best: VecDeque::new(),
+        }
+    }
+
+    /// Feed the window of `seconds` ending at `end` with `value` (`None`: not measured,
+    /// which breaks continuity). Returns the ceiling as of `end`.
+    pub fn observe(&mut self, end: Timestamp, seconds: f64, value: Option<f64>) -> Option<Ceiling> {
+        match value.filter(|v| v.is_finite()) {
+            Some(v) if seconds > 0.0 && seconds.is_finite() => {
+                self.recent.push_back((end, seconds, v));
+            }
+            _ => self.recent.clear(),
+        }
+        // Keep the windows that end inside the trailing span (end - sustain, end].
+        while self
+            .recent
+            .front()
+            .is_some_and(|(e, _, _)| end.seconds_since(*e) >= self.sustain)
+        {
+            self.recent.pop_front();
+        }
+        let (mut covered, mut sum) = (0.0, 0.0);
+        for (e, dt, v) in &self.recent {
+            // The part of [e - dt, e] inside [end - sustain, end].
+            let part = dt.min(self.sustain - end.seconds_since(*e)).max(0.0);
+            covered += part;
+            sum += part * v;
+        }
+        if covered >= self.sustain * (1.0 - 1e-9) {
+            let avg = sum / covered;
+            while self.best.back().is_some_and(|(_, b)| *b <= avg) {
+                self.best.pop_back();
+            }
+            self.best.push_back((end, avg));
+        }
+        while self
+            .best
+            .front()
+            .is_some_and(|(t, _)| end.seconds_since(*t) > self.horizon)
+        {
+            self.best.pop_front();
+        }
+        self.best.front().map(|(t, v)| Ceiling {
+            value: *v,
+            age_seconds: end.seconds_since(*t),
+        })
+    }
+}
+
+impl Default for CeilingTracker {
+    fn default() -> Self {
+        CeilingTracker::new(CEILING_HORIZON_SECONDS, CEILING_SUSTAIN_SECONDS)
+    }
 }
 
 /// The result of feeding one sample.
@@ -93,6 +205,8 @@ struct EntityState {
     totals: Totals,
     pending_first: Option<EntityWindow>,
     warned_unknown_model: bool,
+    ceiling_saturation: CeilingTracker,
+    ceiling_output_tokens: CeilingTracker,
 }
 
 /// Derives metrics sample by sample, keeping per-entity state. Pure: time comes from samples.
@@ -200,6 +314,8 @@ impl Deriver {
             totals: Totals::default(),
             pending_first: None,
             warned_unknown_model: false,
+            ceiling_saturation: CeilingTracker::default(),
+            ceiling_output_tokens: CeilingTracker::default(),
         });
         if spec.is_none() && !state.warned_unknown_model {
             state.warned_unknown_model = true;
@@ -286,6 +402,25 @@ impl Deriver {
             &self.verdict,
         );
 
+        let ceilings = match dt {
+            Some(dt) => Ceilings {
+                roofline_saturation: state.ceiling_saturation.observe(
+                    taken,
+                    dt,
+                    metrics.roofline_saturation,
+                ),
+                output_tokens_per_second: state.ceiling_output_tokens.observe(
+                    taken,
+                    dt,
+                    e.serving
+                        .as_ref()
+                        .filter(|s| s.absent_reason.is_none())
+                        .and_then(|s| s.output_tokens_per_sec),
+                ),
+            },
+            // The interval is not known yet: nothing to average over.
+            None => Ceilings::default(),
+        };
         let mut win = EntityWindow {
             id: e.id.clone(),
             spec,
@@ -302,6 +437,7 @@ impl Deriver {
             verdict,
             totals: state.totals,
             readings,
+            ceilings,
         };
         match dt {
             Some(dt) => {
@@ -447,5 +583,130 @@ mod tests {
         assert_eq!(out.diagnostics[0].kind, DiagnosticKind::UnknownModel);
         s.taken = Timestamp(1000);
         assert!(d.observe(&s).diagnostics.is_empty());
+    }
+
+    /// Feed `values` as consecutive 1 s windows ending at `start + 1`, `start + 2`, … s.
+    fn feed(c: &mut CeilingTracker, start: i64, values: &[Option<f64>]) -> Vec<Option<Ceiling>> {
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| c.observe(Timestamp((start + i as i64 + 1) * 1000), 1.0, *v))
+            .collect()
+    }
+
+    fn close(a: Option<Ceiling>, value: f64, age: f64) {
+        let a = a.expect("a ceiling");
+        assert!((a.value - value).abs() < 1e-12, "{a:?} vs {value}");
+        assert!((a.age_seconds - age).abs() < 1e-9, "{a:?} vs age {age}");
+    }
+
+    #[test]
+    fn ceiling_needs_a_full_sustained_minute_then_keeps_the_best() {
+        let mut c = CeilingTracker::new(3600.0, 60.0);
+        let out = feed(&mut c, 0, &[Some(0.5); 59]);
+        assert!(out.iter().all(Option::is_none), "59 s is not sustained");
+        close(feed(&mut c, 59, &[Some(0.5)])[0], 0.5, 0.0);
+        // 30 s at 0.8: the best minute is [30, 90] = (30·0.5 + 30·0.8) / 60 = 0.65.
+        let out = feed(&mut c, 60, &[Some(0.8); 30]);
+        close(out[29], 0.65, 0.0);
+        // It drops to 0.2: the ceiling stays, getting older.
+        let out = feed(&mut c, 90, &[Some(0.2); 60]);
+        close(out[0], 0.65, 1.0);
+        close(out[59], 0.65, 60.0);
+    }
+
+    #[test]
+    fn ceiling_forgets_beyond_the_horizon() {
+        let mut c = CeilingTracker::new(100.0, 60.0);
+        feed(&mut c, 0, &[Some(0.5); 60]);
+        feed(&mut c, 60, &[Some(0.8); 30]);
+        let out = feed(&mut c, 90, &[Some(0.2); 101]);
+        // At t = 190 the 0.65 minute (ending at 90) is exactly 100 s old: still kept.
+        close(out[99], 0.65, 100.0);
+        // At t = 191 it is gone; the next best is the minute ending at 91:
+        // (29·0.5 + 30·0.8 + 1·0.2) / 60 = 0.645.
+        close(out[100], 0.645, 100.0);
+    }
+
+    #[test]
+    fn ceiling_needs_continuous_windows() {
+        let mut c = CeilingTracker::new(3600.0, 60.0);
+        feed(&mut c, 0, &[Some(0.5); 59]);
+        // Not measured for one window: the minute starts over.
+        assert_eq!(feed(&mut c, 59, &[None]), [None]);
+        let out = feed(&mut c, 60, &[Some(0.4); 60]);
+        assert!(out[..59].iter().all(Option::is_none));
+        close(out[59], 0.4, 0.0);
+        // A 10 s hole in time (a window of 1 s ending 10 s later) breaks it too.
+        let mut c = CeilingTracker::new(3600.0, 60.0);
+        feed(&mut c, 0, &[Some(0.5); 30]);
+        // Windows end at 41 … 100 s: the minute (40, 100] is covered only at the 60th.
+        let out = feed(&mut c, 40, &[Some(0.5); 60]);
+        assert!(out[..59].iter().all(Option::is_none), "{out:?}");
+        close(out[59], 0.5, 0.0);
+        // A partly covered window is weighted by its overlap: 7 s windows ending at 7, 14,
+        // …, 63 s; the minute (3, 63] holds 4 s of the first (at 1.0), the rest at 0.
+        let mut c = CeilingTracker::new(3600.0, 60.0);
+        let mut last = None;
+        for i in 1..=9 {
+            let v = if i == 1 { 1.0 } else { 0.0 };
+            last = c.observe(Timestamp(i * 7000), 7.0, Some(v));
+        }
+        close(last, 4.0 / 60.0, 0.0);
+    }
+
+    #[test]
+    fn ceiling_ratio() {
+        let c = Ceiling {
+            value: 0.5,
+            age_seconds: 3.0,
+        };
+        assert_eq!(c.ratio(Some(0.25)), Some(0.5));
+        assert_eq!(c.ratio(Some(0.6)), Some(1.2));
+        assert_eq!(c.ratio(None), None);
+        let zero = Ceiling {
+            value: 0.0,
+            age_seconds: 0.0,
+        };
+        assert_eq!(zero.ratio(Some(0.2)), None);
+    }
+
+    #[test]
+    fn deriver_reports_observed_ceilings() {
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let obs = |d: &mut Deriver, t: i64, tensor: f64, tokens: f64| {
+            let mut s = sample(
+                t * 1000,
+                &[
+                    (Field::ReportedUtil, 1.0),
+                    (Field::TensorActive, tensor),
+                    (Field::DramActive, 0.1),
+                ],
+            );
+            s.entities[0].serving = Some(ServingSnapshot {
+                output_tokens_per_sec: Some(tokens),
+                ..Default::default()
+            });
+            d.observe(&s).windows.remove(0)
+        };
+        let mut w = obs(&mut d, 1, 0.45, 600.0);
+        assert_eq!(w.ceilings, Ceilings::default());
+        for t in 2..=60 {
+            w = obs(&mut d, t, 0.45, 600.0);
+        }
+        let sat = w.metrics.roofline_saturation.unwrap();
+        assert!(sat > 0.1, "{sat}");
+        close(w.ceilings.roofline_saturation, sat, 0.0);
+        close(w.ceilings.output_tokens_per_second, 600.0, 0.0);
+        // Half the work for 10 s: the ceilings stay, and current ÷ ceiling is about 0.5.
+        for t in 61..=70 {
+            w = obs(&mut d, t, 0.225, 300.0);
+        }
+        close(w.ceilings.roofline_saturation, sat, 10.0);
+        close(w.ceilings.output_tokens_per_second, 600.0, 10.0);
+        let ratio = |c: Option<Ceiling>, cur| c.unwrap().ratio(cur).unwrap();
+        assert!((ratio(w.ceilings.output_tokens_per_second, Some(300.0)) - 0.5).abs() < 1e-12);
+        let now = w.metrics.roofline_saturation;
+        assert!((ratio(w.ceilings.roofline_saturation, now) - now.unwrap() / sat).abs() < 1e-12);
     }
 }

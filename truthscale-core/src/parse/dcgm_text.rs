@@ -31,6 +31,8 @@ const METRICS: &[(&str, Target)] = &[
     ("dcgm_fi_prof_sm_active",               F(Field::SmActive, Unit::Same)),
     ("dcgm_fi_prof_sm_occupancy",            F(Field::SmOccupancy, Unit::Same)),
     ("dcgm_fi_prof_pipe_tensor_active",      F(Field::TensorActive, Unit::Same)),
+    ("dcgm_fi_prof_pipe_tensor_hmma_active", F(Field::HmmaActive, Unit::Same)),
+    ("dcgm_fi_prof_pipe_tensor_imma_active", F(Field::ImmaActive, Unit::Same)),
     ("dcgm_fi_prof_dram_active",             F(Field::DramActive, Unit::Same)),
     ("dcgm_fi_prof_pipe_fp16_active",        F(Field::Fp16Active, Unit::Same)),
     ("dcgm_fi_prof_pipe_fp32_active",        F(Field::Fp32Active, Unit::Same)),

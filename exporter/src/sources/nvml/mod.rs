@@ -100,13 +100,13 @@ pub const GPM_METRICS: &[(GpmMetricId, Option<Field>, GpmUnit, &str)] = &[
     ),
     (
         GpmMetricId::HmmaTensorUtil,
-        None,
+        Some(Field::HmmaActive),
         GpmUnit::Percent,
         "HMMA_TENSOR_UTIL",
     ),
     (
         GpmMetricId::ImmaTensorUtil,
-        None,
+        Some(Field::ImmaActive),
         GpmUnit::Percent,
         "IMMA_TENSOR_UTIL",
     ),
