@@ -19,7 +19,7 @@ fn pct(x: Option<f64>) -> String {
 #[must_use]
 pub fn render(gpus: &[GpuEntry], source: &str, up: bool, taken_unix_ms: i64) -> String {
     let mut rows = String::new();
-    for g in gpus {
+    for g in gpus.iter().filter(|g| g.up) {
         let w = &g.window;
         let m = &w.metrics;
         let effective = match (m.effective_compute, m.effective_compute_upper_bound) {
@@ -50,7 +50,7 @@ pub fn render(gpus: &[GpuEntry], source: &str, up: bool, taken_unix_ms: i64) -> 
             m.fidelity.unwrap_or(Fidelity::None).as_str(),
         );
     }
-    if gpus.is_empty() {
+    if !gpus.iter().any(|g| g.up) {
         rows.push_str("<tr><td colspan=\"6\">No GPU readings yet.</td></tr>\n");
     }
     let status = if up { "up" } else { "stale" };

@@ -33,7 +33,8 @@ pub struct Snapshot {
     pub tick: u64,
     /// Wall time of the tick, Unix milliseconds.
     pub taken_unix_ms: i64,
-    /// The GPU entities being served (stale ones removed).
+    /// The GPU entities being served; a GPU that stopped has `up == false` for a while
+    /// (only `truthscale_gpu_up 0` is written for it).
     pub gpus: Vec<GpuEntry>,
     /// Whether the source produced data within the stale period.
     pub source_up: bool,
@@ -254,6 +255,9 @@ struct Sampler {
     engine: Option<EngineScraper>,
 }
 
+/// How long a stopped GPU is still listed (as `truthscale_gpu_up 0`) after it went stale.
+const FORGET_STOPPED_AFTER: Duration = Duration::from_secs(600);
+
 /// Repeated errors of one kind are logged at most this often.
 const ERROR_LOG_EVERY: Duration = Duration::from_secs(30);
 
@@ -350,8 +354,10 @@ impl Sampler {
             self.last_data = Some(t0);
         }
         let stale_after = self.stale_after;
+        // A GPU that stopped (stale) is kept as `truthscale_gpu_up 0` for a while, then
+        // forgotten.
         self.entities
-            .retain(|_, s| s.last_seen.elapsed() <= stale_after);
+            .retain(|_, s| s.last_seen.elapsed() <= stale_after + FORGET_STOPPED_AFTER);
         let up = self.last_data.is_some_and(|t| t.elapsed() <= stale_after);
         let kind = self.source.kind();
         let gpus: Vec<GpuEntry> = self
@@ -360,6 +366,7 @@ impl Sampler {
             .map(|s| GpuEntry {
                 window: s.window.clone(),
                 source: kind,
+                up: s.last_seen.elapsed() <= stale_after,
             })
             .collect();
         self.tick += 1;

@@ -205,6 +205,9 @@ fn prefill_on_h100_at_its_power_cap() {
     let m = wait_for(&s, "phase prefill", |m| phase_is(m, "prefill"));
     let get = |n: &str| value(&m, n, &[]);
     assert!(close(get("truthscale_gpu_tensor_active_ratio"), 0.5, 1e-9));
+    // GPM's HMMA and IMMA pipes: all of this tensor work is half precision.
+    assert!(close(get("truthscale_gpu_hmma_active_ratio"), 0.5, 1e-9));
+    assert!(close(get("truthscale_gpu_imma_active_ratio"), 0.0, 1e-9));
     assert!(close(get("truthscale_gpu_dram_active_ratio"), 0.2, 1e-9));
     assert!(get("truthscale_gpu_intensity_ridge_ratio").unwrap() >= 1.5);
     // κ = 1755 / 1830: the clock-corrected ECF sits a little below the tensor activity.
@@ -397,6 +400,9 @@ fn a_gpu_lost_mid_run_goes_stale_and_the_other_carries_on() {
         value(&m, "truthscale_source_up", &[("source", "nvml")]),
         Some(1.0)
     );
+    // The lost GPU is listed as down; the other as up.
+    assert_eq!(value(&m, "truthscale_gpu_up", &[("gpu", "1")]), Some(0.0));
+    assert_eq!(value(&m, "truthscale_gpu_up", &[("gpu", "0")]), Some(1.0));
     assert!(phase_is(&m, "decode"));
     // The sidecar keeps serving GPU 0 with fresh windows.
     let observed =

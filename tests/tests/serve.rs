@@ -514,13 +514,23 @@ fn stale_source_drops_series_and_keeps_serving() {
 
     std::thread::sleep(Duration::from_secs(3));
     let later = sidecar.metrics();
+    // Only `truthscale_gpu_up 0` remains for the GPU that stopped.
     let gpu_series: Vec<_> = later
         .iter()
         .filter(|s| s.name.starts_with("truthscale_gpu_"))
         .collect();
-    assert!(
-        gpu_series.is_empty(),
+    assert_eq!(
+        gpu_series.len(),
+        1,
         "stale GPU series still served: {gpu_series:?}"
+    );
+    assert_eq!(
+        (
+            gpu_series[0].name.as_str(),
+            gpu_series[0].label("gpu"),
+            gpu_series[0].value
+        ),
+        ("truthscale_gpu_up", Some("0"), 0.0)
     );
     let up = only(&later, "truthscale_source_up");
     assert_eq!((up.label("source"), up.value), (Some("replay"), 0.0));

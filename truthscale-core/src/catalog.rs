@@ -138,6 +138,8 @@ macro_rules! metrics {
 metrics! {
     GPU_INFO = "truthscale_gpu_info", Gauge, Gpu, ["source", "fidelity", "catalog_model"], gauge("truthscale.gpu.info", "1"),
         "Identity of a GPU or MIG instance (value 1); source=\"sim\" marks simulated data.";
+    GPU_UP = "truthscale_gpu_up", Gauge, Gpu, [], gauge("truthscale.gpu.up", "1"),
+        "Whether the GPU produced data within the stale period (1), or stopped, e.g. fell off the bus (0, kept for 10 minutes; its other series are gone).";
     GPU_REPORTED_UTILIZATION = "truthscale_gpu_reported_utilization_ratio", Gauge, Gpu, [], Some(OtelDesc { name: "hw.gpu.utilization", unit: "1", instrument: OtelInstrument::Gauge, fixed: &[("hw.gpu.task", "general")] }),
         "Busy fraction as nvidia-smi reports it: time with at least one kernel resident.";
     GPU_EFFECTIVE_COMPUTE = "truthscale_gpu_effective_compute_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.effective_compute", "1"),
@@ -162,6 +164,10 @@ metrics! {
         "Raw SM occupancy, where the source provides it.";
     GPU_TENSOR_ACTIVE = "truthscale_gpu_tensor_active_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.tensor.active", "1"),
         "Raw tensor pipe active fraction, where the source provides it.";
+    GPU_HMMA_ACTIVE = "truthscale_gpu_hmma_active_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.tensor.hmma.active", "1"),
+        "Raw HMMA (half-precision) tensor pipe active fraction, where the source provides it.";
+    GPU_IMMA_ACTIVE = "truthscale_gpu_imma_active_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.tensor.imma.active", "1"),
+        "Raw IMMA (integer) tensor pipe active fraction, where the source provides it.";
     GPU_DRAM_ACTIVE = "truthscale_gpu_dram_active_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.dram.active", "1"),
         "Raw DRAM bandwidth fraction, where the source provides it.";
     GPU_OBSERVED_SECONDS = "truthscale_gpu_observed_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.observed.time", "s"),

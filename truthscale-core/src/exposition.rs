@@ -51,6 +51,9 @@ pub struct GpuEntry {
     pub window: EntityWindow,
     /// Where its counters came from.
     pub source: SourceKind,
+    /// Whether it produced data within the stale period. A GPU that stopped is written only
+    /// as `truthscale_gpu_up 0`.
+    pub up: bool,
 }
 
 /// One source's health.
@@ -303,6 +306,13 @@ fn gpu_values<'a>(
     g: &'a GpuEntry,
     mut push: impl FnMut(Vec<(&'static str, &'a str)>, f64),
 ) {
+    if m.name == catalog::GPU_UP.name {
+        push(Vec::new(), bool_f(g.up));
+        return;
+    }
+    if !g.up {
+        return;
+    }
     let win = &g.window;
     let x = &win.metrics;
     let r = &win.readings;
@@ -338,6 +348,8 @@ fn gpu_values<'a>(
         n if n == catalog::GPU_SM_ACTIVE.name => one(r.value(Field::SmActive)),
         n if n == catalog::GPU_SM_OCCUPANCY.name => one(r.value(Field::SmOccupancy)),
         n if n == catalog::GPU_TENSOR_ACTIVE.name => one(r.value(Field::TensorActive)),
+        n if n == catalog::GPU_HMMA_ACTIVE.name => one(r.value(Field::HmmaActive)),
+        n if n == catalog::GPU_IMMA_ACTIVE.name => one(r.value(Field::ImmaActive)),
         n if n == catalog::GPU_DRAM_ACTIVE.name => one(r.value(Field::DramActive)),
         n if n == catalog::GPU_OBSERVED_SECONDS.name => one(Some(t.observed_seconds)),
         n if n == catalog::GPU_BUSY_SECONDS.name => one(Some(t.busy_seconds)),
@@ -593,7 +605,37 @@ mod tests {
         GpuEntry {
             window: w,
             source: SourceKind::Sim,
+            up: true,
         }
+    }
+
+    #[test]
+    fn a_stopped_gpu_is_only_up_zero() {
+        let mut e = entry("p");
+        e.up = false;
+        let body = encode(
+            &[e],
+            &Identity::default(),
+            &ExporterStatus::default(),
+            Format::Text,
+        );
+        let gpu_lines: Vec<&str> = body
+            .lines()
+            .filter(|l| l.starts_with("truthscale_gpu_"))
+            .collect();
+        assert_eq!(
+            gpu_lines,
+            vec![
+                r#"truthscale_gpu_up{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns"} 0"#
+            ]
+        );
+        let body = encode(
+            &[entry("p")],
+            &Identity::default(),
+            &ExporterStatus::default(),
+            Format::Text,
+        );
+        assert!(body.contains(r#"truthscale_gpu_up{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns"} 1"#));
     }
 
     #[test]
