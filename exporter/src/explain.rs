@@ -49,7 +49,8 @@ pub struct GpuView {
 }
 
 impl GpuView {
-    fn from_window(w: &EntityWindow) -> GpuView {
+    /// The view of one derived window.
+    pub(crate) fn from_window(w: &EntityWindow) -> GpuView {
         let m = &w.metrics;
         GpuView {
             gpu: w.id.gpu,

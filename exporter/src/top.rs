@@ -13,9 +13,9 @@ use std::fmt::Write as _;
 use std::io::{IsTerminal, Read, Write};
 use std::path::Path;
 use std::time::SystemTime;
-use truthscale_core::model::{EntityKey, Field, Sample, Timestamp};
+use truthscale_core::model::{EntityKey, Sample, Timestamp};
 use truthscale_core::parse::{Format, LineParser};
-use truthscale_core::tracker::{Deriver, EntityWindow};
+use truthscale_core::tracker::Deriver;
 use truthscale_core::verdict::VerdictConfig;
 
 const SPARK: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
@@ -89,29 +89,6 @@ pub fn frame(views: &[GpuView]) -> String {
     o
 }
 
-/// A view of one derived window (the same fields `explain` reads from a replay).
-fn view_of(w: &EntityWindow) -> GpuView {
-    let m = &w.metrics;
-    GpuView {
-        gpu: w.id.gpu,
-        name: match &w.id.model {
-            Some(model) => format!("{} ({model})", w.id),
-            None => w.id.to_string(),
-        },
-        reported: m.reported_utilization,
-        effective: m.effective_compute,
-        upper_bound: m.effective_compute_upper_bound,
-        saturation: m.roofline_saturation,
-        tensor: w.readings.value(Field::TensorActive),
-        dram: w.readings.value(Field::DramActive),
-        phase: w.phase.map(|p| p.as_str().to_string()),
-        throttles: w.throttles,
-        serving: w.serving.clone(),
-        verdict: Some(w.verdict.clone()),
-        history: Vec::new(),
-    }
-}
-
 fn push_history(history: &mut Vec<f64>, x: Option<f64>) {
     if let Some(x) = x {
         history.push(x);
@@ -139,7 +116,7 @@ impl Stepper {
 
     fn observe(&mut self, s: &Sample) {
         for w in self.deriver.observe(s).windows {
-            let mut v = view_of(&w);
+            let mut v = GpuView::from_window(&w);
             let mut history = self
                 .views
                 .remove(&w.id.key())

@@ -1,9 +1,12 @@
 //! Helpers for the end-to-end tests: locate (building if needed) the `truthscale` binary and
 //! the shared fixtures.
 
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The workspace root.
@@ -648,5 +651,110 @@ impl Prometheus {
     #[must_use]
     pub fn query(&self, expr: &str) -> Response {
         self.get(&format!("/api/v1/query?query={}", url_encode(expr)))
+    }
+}
+
+/// What the stand-in answers: a status line and a raw body (possibly cut short).
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// Status line after `HTTP/1.1 `, e.g. `200 OK`.
+    pub status: &'static str,
+    /// The bytes sent as the body.
+    pub body: Vec<u8>,
+    /// Announce this length but send only `body` (a truncated response).
+    pub claimed_len: Option<usize>,
+}
+
+/// A tiny HTTP/1.1 server on 127.0.0.1 whose reply can be changed while it runs.
+#[derive(Debug)]
+pub struct StandIn {
+    addr: String,
+    reply: Arc<Mutex<Reply>>,
+    /// Requests answered so far.
+    pub hits: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl StandIn {
+    /// Start serving `reply` on a free 127.0.0.1 port.
+    ///
+    /// # Panics
+    /// When no port can be bound.
+    #[must_use]
+    pub fn start(reply: Reply) -> StandIn {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let reply = Arc::new(Mutex::new(reply));
+        let hits = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (r, h, s) = (reply.clone(), hits.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if s.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(mut conn) = conn else { continue };
+                let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut buf = [0u8; 4096];
+                let mut head = Vec::new();
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                h.fetch_add(1, Ordering::SeqCst);
+                let reply = r.lock().unwrap().clone();
+                let len = reply.claimed_len.unwrap_or(reply.body.len());
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 {}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n",
+                    reply.status
+                );
+                let _ = conn.write_all(&reply.body);
+            }
+        });
+        StandIn {
+            addr,
+            reply,
+            hits,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// `http://ADDR/metrics`.
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("http://{}/metrics", self.addr)
+    }
+
+    /// Answer `reply` from now on.
+    ///
+    /// # Panics
+    /// When the lock is poisoned.
+    pub fn set(&self, reply: Reply) {
+        *self.reply.lock().unwrap() = reply;
+    }
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(&self.addr);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A 200 reply with `body`.
+#[must_use]
+pub fn ok(body: &str) -> Reply {
+    Reply {
+        status: "200 OK",
+        body: body.as_bytes().to_vec(),
+        claimed_len: None,
     }
 }

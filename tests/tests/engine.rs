@@ -2,74 +2,11 @@
 //! fixtures in `tests/fixtures/engines/`: values and rates across scrapes, a counter
 //! reset, a non-engine endpoint, NaN values, and an unreachable engine.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use truthscale_e2e::{Sample, Sidecar, TempDir, free_port, workspace};
+use truthscale_e2e::{Sample, Sidecar, StandIn, TempDir, free_port, ok, workspace};
 
 fn engine_fixture(name: &str) -> String {
     std::fs::read_to_string(workspace().join("tests/fixtures/engines").join(name)).unwrap()
-}
-
-/// A tiny HTTP server whose body can be swapped while it runs.
-struct StandIn {
-    addr: String,
-    body: Arc<Mutex<String>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl StandIn {
-    fn start(body: String) -> StandIn {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let body = Arc::new(Mutex::new(body));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (b, s) = (body.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                if s.load(Ordering::SeqCst) {
-                    return;
-                }
-                let Ok(mut conn) = conn else { continue };
-                let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
-                let mut buf = [0u8; 4096];
-                let _ = conn.read(&mut buf);
-                let body = b.lock().unwrap().clone();
-                let _ = write!(
-                    conn,
-                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            }
-        });
-        StandIn {
-            addr,
-            body,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/metrics", self.addr)
-    }
-
-    fn set(&self, body: String) {
-        *self.body.lock().unwrap() = body;
-    }
-}
-
-impl Drop for StandIn {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(&self.addr);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 fn value(m: &[Sample], name: &str) -> Option<f64> {
@@ -117,7 +54,7 @@ fn start(url: &str, dir: &TempDir) -> Sidecar {
 #[test]
 fn engine_values_rates_reset_non_engine_and_nan() {
     let dir = TempDir::new("engine");
-    let engine = StandIn::start(engine_fixture("vllm-v1-a.prom"));
+    let engine = StandIn::start(ok(&engine_fixture("vllm-v1-a.prom")));
     let sidecar = start(&engine.url(), &dir);
     let m = wait_for(&sidecar, "engine up", |m| {
         value(m, "truthscale_serving_engine_up") == Some(1.0)
@@ -144,7 +81,7 @@ fn engine_values_rates_reset_non_engine_and_nan() {
 
     // Two scrapes apart: +2000 prompt and +1200 output tokens; every tick is 200 ms, so the
     // first window after the change shows 2000 / dt with dt the real tick spacing.
-    engine.set(engine_fixture("vllm-v1-b.prom"));
+    engine.set(ok(&engine_fixture("vllm-v1-b.prom")));
     let m = wait_for(&sidecar, "rates", |m| {
         value(m, "truthscale_serving_prompt_tokens_per_second").is_some_and(|v| v > 0.0)
     });
@@ -176,7 +113,7 @@ fn engine_values_rates_reset_non_engine_and_nan() {
 
     // Engine restart: counters go down; the rate is the new value over the window, not
     // negative.
-    engine.set(engine_fixture("vllm-v1-reset.prom"));
+    engine.set(ok(&engine_fixture("vllm-v1-reset.prom")));
     let m = wait_for(&sidecar, "reset", |m| {
         value(m, "truthscale_serving_prompt_tokens_per_second")
             .is_some_and(|v| v > 0.0 && v < 5_000.0)
@@ -189,7 +126,7 @@ fn engine_values_rates_reset_non_engine_and_nan() {
     );
 
     // NaN gauge: absent, never NaN or zero.
-    engine.set(engine_fixture("vllm-nan.prom"));
+    engine.set(ok(&engine_fixture("vllm-nan.prom")));
     let m = wait_for(&sidecar, "NaN kv dropped", |m| {
         value(m, "truthscale_serving_requests_running") == Some(4.0)
     });
@@ -197,7 +134,7 @@ fn engine_values_rates_reset_non_engine_and_nan() {
     assert_eq!(value(&m, "truthscale_serving_engine_up"), Some(1.0));
 
     // Not an engine: absent, with the reason; no serving values at all.
-    engine.set(engine_fixture("not-an-engine.prom"));
+    engine.set(ok(&engine_fixture("not-an-engine.prom")));
     let m = wait_for(&sidecar, "not an engine", |m| {
         value(m, "truthscale_serving_engine_up") == Some(0.0)
     });
