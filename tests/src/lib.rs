@@ -24,26 +24,32 @@ pub fn workspace() -> &'static Path {
 pub fn truthscale() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "truthscale-exporter",
-                "--bin",
-                "truthscale",
-            ])
-            .current_dir(workspace())
-            .status()
-            .expect("run cargo build for the truthscale binary");
-        assert!(status.success(), "building the truthscale binary failed");
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map_or_else(|| workspace().join("target"), PathBuf::from);
-        let bin = target.join("debug").join("truthscale");
+        let dir = cargo_build(&["-p", "truthscale-exporter", "--bin", "truthscale"]);
+        let bin = dir.join("truthscale");
         assert!(bin.exists(), "{} missing after build", bin.display());
         bin
     })
+}
+
+/// Run `cargo build --quiet ARGS` in the workspace (same profile as the tests) and return
+/// the profile's output folder (`target/debug`).
+///
+/// # Panics
+/// When the build fails: an end-to-end test cannot run without what it builds, and must not
+/// skip.
+#[must_use]
+pub fn cargo_build(args: &[&str]) -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--quiet"])
+        .args(args)
+        .current_dir(workspace())
+        .status()
+        .unwrap_or_else(|e| panic!("run cargo build {args:?}: {e}"));
+    assert!(status.success(), "cargo build {args:?} failed");
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace().join("target"), PathBuf::from)
+        .join("debug")
 }
 
 /// Run `truthscale` with `args`.
@@ -541,6 +547,31 @@ impl Sidecar {
                 self.process.stderr()
             )
         })
+    }
+
+    /// Poll `/metrics` every 100 ms until `f` holds, and return that exposition.
+    ///
+    /// # Panics
+    /// When `limit` passes first; the message shows the last exposition and stderr.
+    pub fn wait_for(
+        &self,
+        limit: Duration,
+        what: &str,
+        f: impl Fn(&[Sample]) -> bool,
+    ) -> Vec<Sample> {
+        let t = Instant::now();
+        loop {
+            let m = self.metrics();
+            if f(&m) {
+                return m;
+            }
+            assert!(
+                t.elapsed() < limit,
+                "timed out after {limit:?} waiting for {what}; last metrics:\n{m:#?}\nstderr:\n{}",
+                self.process.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// The parsed text exposition of `/metrics`.

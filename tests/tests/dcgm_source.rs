@@ -2,7 +2,7 @@
 //! that serves the real captures in `truthscale-core/tests/fixtures/dcgm/`.
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use truthscale_e2e::{Reply, Sample, Sidecar, StandIn, TempDir, fixture, ok};
 
 fn fixture_text(name: &str) -> String {
@@ -21,20 +21,8 @@ fn value(m: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         .map(|s| s.value)
 }
 
-fn wait_for(sidecar: &Sidecar, what: &str, f: impl Fn(&[Sample]) -> bool) -> Vec<Sample> {
-    let t = Instant::now();
-    loop {
-        let m = sidecar.metrics();
-        if f(&m) {
-            return m;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(15),
-            "timed out waiting for {what}; last /metrics: {m:?}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
+/// How long a condition may take to show on `/metrics`.
+const WAIT: Duration = Duration::from_secs(15);
 
 /// A metric, the `gpu` label of the series, and the value it must have.
 type Check = (&'static str, &'static str, f64);
@@ -81,7 +69,7 @@ fn serves_every_fixture_with_its_identities() {
         let server = StandIn::start(ok(&fixture_text(name)));
         let src = format!("dcgm-exporter:{}", server.url());
         let sidecar = Sidecar::start(&["--source", &src, "--interval", "200ms"], &[], dir.path());
-        let m = wait_for(&sidecar, name, |m| {
+        let m = sidecar.wait_for(WAIT, name, |m| {
             m.iter().filter(|s| s.name == "truthscale_gpu_info").count() == *entities
         });
         for s in m.iter().filter(|s| s.name == "truthscale_gpu_info") {
@@ -119,7 +107,7 @@ fn keeps_only_this_pods_gpus_with_pod_labels() {
         ("POD_NAMESPACE", "default"),
     ];
     let sidecar = Sidecar::start(&["--source", &src, "--interval", "200ms"], &env, dir.path());
-    let m = wait_for(&sidecar, "gpu info", |m| {
+    let m = sidecar.wait_for(WAIT, "gpu info", |m| {
         m.iter().any(|s| s.name == "truthscale_gpu_info")
     });
     let info: Vec<&Sample> = m
@@ -151,7 +139,7 @@ fn keeps_only_this_pods_gpus_with_pod_labels() {
         ],
         dir.path(),
     );
-    let m = wait_for(&sidecar, "gpu info", |m| {
+    let m = sidecar.wait_for(WAIT, "gpu info", |m| {
         m.iter().any(|s| s.name == "truthscale_gpu_info")
     });
     let gpus: Vec<_> = m
@@ -170,7 +158,7 @@ fn busy_only_scrape_gets_busy_only_fidelity_and_repeats_are_not_fed_again() {
     let src = format!("dcgm-exporter:{}", server.url());
     let dir = TempDir::new("dcgm-busy");
     let sidecar = Sidecar::start(&["--source", &src, "--interval", "200ms"], &[], dir.path());
-    let m = wait_for(&sidecar, "info", |m| {
+    let m = sidecar.wait_for(WAIT, "info", |m| {
         m.iter().any(|s| s.name == "truthscale_gpu_info")
     });
     let info = m.iter().find(|s| s.name == "truthscale_gpu_info").unwrap();
@@ -203,7 +191,7 @@ fn busy_only_scrape_gets_busy_only_fidelity_and_repeats_are_not_fed_again() {
     assert!(value(&m, "truthscale_gpu_info", &[("gpu", "0")]).is_some());
     // A new value: the window since the last distinct value is integrated once.
     server.set(ok(&body.replace(" 80\n", " 40\n")));
-    let m = wait_for(&sidecar, "a second distinct value", |m| {
+    let m = sidecar.wait_for(WAIT, "a second distinct value", |m| {
         value(m, "truthscale_gpu_observed_seconds_total", &[("gpu", "0")]).unwrap_or(0.0) > 0.0
     });
     let observed = value(&m, "truthscale_gpu_observed_seconds_total", &[("gpu", "0")]).unwrap();
@@ -234,7 +222,7 @@ fn failures_are_counted_and_never_exported_as_data() {
         &[],
         dir.path(),
     );
-    wait_for(&sidecar, "data", |m| {
+    sidecar.wait_for(WAIT, "data", |m| {
         m.iter().any(|s| s.name == "truthscale_gpu_info")
     });
     let errors = |m: &[Sample], kind: &str| {
@@ -272,7 +260,7 @@ fn failures_are_counted_and_never_exported_as_data() {
     ];
     for (kind, reply) in cases {
         server.set(reply);
-        let m = wait_for(&sidecar, kind, |m| errors(m, kind) >= 2.0);
+        let m = sidecar.wait_for(WAIT, kind, |m| errors(m, kind) >= 2.0);
         assert!(sidecar.get("/healthz", &[]).status == 200);
         // A sentinel is not data: the busy fraction is never 42949672.95.
         assert!(m.iter().all(|s| s.value.is_finite()));
@@ -290,13 +278,13 @@ fn failures_are_counted_and_never_exported_as_data() {
         body: Vec::new(),
         claimed_len: None,
     });
-    let m = wait_for(&sidecar, "stale", |m| {
+    let m = sidecar.wait_for(WAIT, "stale", |m| {
         value(m, "truthscale_source_up", &[("source", "dcgm_exporter")]) == Some(0.0)
     });
     assert!(!m.iter().any(|s| s.name == "truthscale_gpu_info"));
     // The exporter comes back: so does the data.
     server.set(ok(&good));
-    wait_for(&sidecar, "recovery", |m| {
+    sidecar.wait_for(WAIT, "recovery", |m| {
         value(m, "truthscale_source_up", &[("source", "dcgm_exporter")]) == Some(1.0)
             && m.iter().any(|s| s.name == "truthscale_gpu_info")
     });
@@ -308,7 +296,7 @@ fn unreachable_exporter_is_counted_and_reported_absent() {
     let src = format!("dcgm-exporter:http://127.0.0.1:{port}/metrics");
     let dir = TempDir::new("dcgm-down");
     let sidecar = Sidecar::start(&["--source", &src, "--interval", "200ms"], &[], dir.path());
-    let m = wait_for(&sidecar, "errors", |m| {
+    let m = sidecar.wait_for(WAIT, "errors", |m| {
         value(
             m,
             "truthscale_source_errors_total",

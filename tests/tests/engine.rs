@@ -2,7 +2,7 @@
 //! fixtures in `tests/fixtures/engines/`: values and rates across scrapes, a counter
 //! reset, a non-engine endpoint, NaN values, and an unreachable engine.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use truthscale_e2e::{Sample, Sidecar, StandIn, TempDir, free_port, ok, workspace};
 
 fn engine_fixture(name: &str) -> String {
@@ -13,23 +13,8 @@ fn value(m: &[Sample], name: &str) -> Option<f64> {
     m.iter().find(|s| s.name == name).map(|s| s.value)
 }
 
-fn wait_for(sidecar: &Sidecar, what: &str, f: impl Fn(&[Sample]) -> bool) -> Vec<Sample> {
-    let t = Instant::now();
-    loop {
-        let m = sidecar.metrics();
-        if f(&m) {
-            return m;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(15),
-            "timed out waiting for {what}; last /metrics: {:?}",
-            m.iter()
-                .filter(|s| s.name.starts_with("truthscale_serving"))
-                .collect::<Vec<_>>()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+/// How long a condition may take to show on `/metrics`.
+const WAIT: Duration = Duration::from_secs(15);
 
 fn start(url: &str, dir: &TempDir) -> Sidecar {
     Sidecar::start(
@@ -56,7 +41,7 @@ fn engine_values_rates_reset_non_engine_and_nan() {
     let dir = TempDir::new("engine");
     let engine = StandIn::start(ok(&engine_fixture("vllm-v1-a.prom")));
     let sidecar = start(&engine.url(), &dir);
-    let m = wait_for(&sidecar, "engine up", |m| {
+    let m = sidecar.wait_for(WAIT, "engine up", |m| {
         value(m, "truthscale_serving_engine_up") == Some(1.0)
     });
     let up = m
@@ -71,7 +56,7 @@ fn engine_values_rates_reset_non_engine_and_nan() {
     assert_eq!(value(&m, "truthscale_serving_requests_running"), Some(20.0));
     assert_eq!(value(&m, "truthscale_serving_batch_size"), Some(20.0));
     // Counters unchanged between scrapes: 0 tokens/s, a measured zero.
-    let m = wait_for(&sidecar, "a rate", |m| {
+    let m = sidecar.wait_for(WAIT, "a rate", |m| {
         value(m, "truthscale_serving_prompt_tokens_per_second").is_some()
     });
     assert_eq!(
@@ -82,7 +67,7 @@ fn engine_values_rates_reset_non_engine_and_nan() {
     // Two scrapes apart: +2000 prompt and +1200 output tokens; every tick is 200 ms, so the
     // first window after the change shows 2000 / dt with dt the real tick spacing.
     engine.set(ok(&engine_fixture("vllm-v1-b.prom")));
-    let m = wait_for(&sidecar, "rates", |m| {
+    let m = sidecar.wait_for(WAIT, "rates", |m| {
         value(m, "truthscale_serving_prompt_tokens_per_second").is_some_and(|v| v > 0.0)
     });
     let prompt = value(&m, "truthscale_serving_prompt_tokens_per_second").unwrap();
@@ -114,7 +99,7 @@ fn engine_values_rates_reset_non_engine_and_nan() {
     // Engine restart: counters go down; the rate is the new value over the window, not
     // negative.
     engine.set(ok(&engine_fixture("vllm-v1-reset.prom")));
-    let m = wait_for(&sidecar, "reset", |m| {
+    let m = sidecar.wait_for(WAIT, "reset", |m| {
         value(m, "truthscale_serving_prompt_tokens_per_second")
             .is_some_and(|v| v > 0.0 && v < 5_000.0)
     });
@@ -127,7 +112,7 @@ fn engine_values_rates_reset_non_engine_and_nan() {
 
     // NaN gauge: absent, never NaN or zero.
     engine.set(ok(&engine_fixture("vllm-nan.prom")));
-    let m = wait_for(&sidecar, "NaN kv dropped", |m| {
+    let m = sidecar.wait_for(WAIT, "NaN kv dropped", |m| {
         value(m, "truthscale_serving_requests_running") == Some(4.0)
     });
     assert_eq!(value(&m, "truthscale_serving_kv_cache_usage_ratio"), None);
@@ -135,7 +120,7 @@ fn engine_values_rates_reset_non_engine_and_nan() {
 
     // Not an engine: absent, with the reason; no serving values at all.
     engine.set(ok(&engine_fixture("not-an-engine.prom")));
-    let m = wait_for(&sidecar, "not an engine", |m| {
+    let m = sidecar.wait_for(WAIT, "not an engine", |m| {
         value(m, "truthscale_serving_engine_up") == Some(0.0)
     });
     let up = m
@@ -161,7 +146,7 @@ fn unreachable_engine_is_absent_with_the_reason() {
     let dir = TempDir::new("engine-down");
     let url = format!("http://127.0.0.1:{}/metrics", free_port());
     let sidecar = start(&url, &dir);
-    let m = wait_for(&sidecar, "engine absent", |m| {
+    let m = sidecar.wait_for(WAIT, "engine absent", |m| {
         value(m, "truthscale_serving_engine_up") == Some(0.0)
     });
     let up = m

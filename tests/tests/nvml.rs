@@ -2,35 +2,18 @@
 //! (`tests/fake-nvml`), one scenario per situation in `tests/fake-nvml/scenarios/`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
-use truthscale_e2e::{Sample, Sidecar, TempDir, clean_command, workspace};
+use std::time::Duration;
+use truthscale_e2e::{Sample, Sidecar, TempDir, cargo_build, clean_command, workspace};
 
 /// The fake library and its old-driver build (without
 /// `nvmlDeviceGetProcessesUtilizationInfo`), built once per test process.
 fn fake_libraries() -> &'static (PathBuf, PathBuf) {
     static LIBS: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
     LIBS.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "fake-nvml",
-                "--lib",
-                "--example",
-                "old_driver",
-            ])
-            .current_dir(workspace())
-            .status()
-            .expect("run cargo build for the fake NVML library");
-        assert!(status.success(), "building the fake NVML library failed");
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map_or_else(|| workspace().join("target"), PathBuf::from);
-        let current = target.join("debug").join("libfake_nvml.so");
-        let old = target.join("debug/examples").join("libold_driver.so");
+        let dir = cargo_build(&["-p", "fake-nvml", "--lib", "--example", "old_driver"]);
+        let current = dir.join("libfake_nvml.so");
+        let old = dir.join("examples").join("libold_driver.so");
         for lib in [&current, &old] {
             assert!(lib.exists(), "{} missing after build", lib.display());
         }
@@ -79,21 +62,8 @@ fn series<'a>(m: &'a [Sample], name: &str) -> Vec<&'a Sample> {
     m.iter().filter(|s| s.name == name).collect()
 }
 
-fn wait_for(sidecar: &Sidecar, what: &str, f: impl Fn(&[Sample]) -> bool) -> Vec<Sample> {
-    let t = Instant::now();
-    loop {
-        let m = sidecar.metrics();
-        if f(&m) {
-            return m;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "timed out waiting for {what}; last metrics:\n{m:#?}\nstderr:\n{}",
-            sidecar.process.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+/// How long a condition may take to show on `/metrics`.
+const WAIT: Duration = Duration::from_secs(20);
 
 fn phase_is(m: &[Sample], phase: &str) -> bool {
     value(m, "truthscale_gpu_phase", &[("phase", phase)]) == Some(1.0)
@@ -123,7 +93,7 @@ fn no_errors(m: &[Sample], stderr: &str) {
 fn one_sm_kernel_on_h100_is_stalled_with_100x_spatial_inflation() {
     let dir = TempDir::new("nvml-one-sm");
     let s = serve(fake(), "h100-one-sm", &dir);
-    let m = wait_for(&s, "phase stalled", |m| phase_is(m, "stalled"));
+    let m = s.wait_for(WAIT, "phase stalled", |m| phase_is(m, "stalled"));
     let info = series(&m, "truthscale_gpu_info");
     assert_eq!(info.len(), 1, "{info:#?}");
     assert_eq!(info[0].label("source"), Some("nvml"));
@@ -174,7 +144,7 @@ fn one_sm_kernel_on_h100_is_stalled_with_100x_spatial_inflation() {
 fn decode_on_h100() {
     let dir = TempDir::new("nvml-decode");
     let s = serve(fake(), "h100-decode", &dir);
-    let m = wait_for(&s, "phase decode", |m| phase_is(m, "decode"));
+    let m = s.wait_for(WAIT, "phase decode", |m| phase_is(m, "decode"));
     let get = |n: &str| value(&m, n, &[]);
     assert_eq!(get("truthscale_gpu_reported_utilization_ratio"), Some(1.0));
     assert!(close(get("truthscale_gpu_tensor_active_ratio"), 0.02, 1e-9));
@@ -202,7 +172,7 @@ fn decode_on_h100() {
 fn prefill_on_h100_at_its_power_cap() {
     let dir = TempDir::new("nvml-prefill");
     let s = serve(fake(), "h100-prefill", &dir);
-    let m = wait_for(&s, "phase prefill", |m| phase_is(m, "prefill"));
+    let m = s.wait_for(WAIT, "phase prefill", |m| phase_is(m, "prefill"));
     let get = |n: &str| value(&m, n, &[]);
     assert!(close(get("truthscale_gpu_tensor_active_ratio"), 0.5, 1e-9));
     // GPM's HMMA and IMMA pipes: all of this tensor work is half precision.
@@ -238,7 +208,7 @@ fn prefill_on_h100_at_its_power_cap() {
 fn a100_without_gpm_gets_the_nvml_tier_and_only_an_upper_bound() {
     let dir = TempDir::new("nvml-a100");
     let s = serve(fake(), "a100-no-gpm", &dir);
-    let m = wait_for(&s, "an A100 window with power", |m| {
+    let m = s.wait_for(WAIT, "an A100 window with power", |m| {
         value(m, "truthscale_gpu_power_watts", &[]).is_some()
     });
     let info = series(&m, "truthscale_gpu_info");
@@ -273,7 +243,7 @@ fn a100_without_gpm_gets_the_nvml_tier_and_only_an_upper_bound() {
 fn h100_in_mig_mode_exports_one_entity_per_gpu_instance_without_busy_flag() {
     let dir = TempDir::new("nvml-mig");
     let s = serve(fake(), "h100-mig", &dir);
-    let m = wait_for(&s, "two MIG instances", |m| {
+    let m = s.wait_for(WAIT, "two MIG instances", |m| {
         series(m, "truthscale_gpu_info").len() == 2
     });
     let info = series(&m, "truthscale_gpu_info");
@@ -334,7 +304,7 @@ fn h100_in_mig_mode_exports_one_entity_per_gpu_instance_without_busy_flag() {
 fn a_driver_without_per_process_utilization_degrades_and_counts_it_once() {
     let dir = TempDir::new("nvml-old-driver");
     let s = serve(old_driver(), "h100-decode", &dir);
-    let m = wait_for(&s, "decode and an unsupported count", |m| {
+    let m = s.wait_for(WAIT, "decode and an unsupported count", |m| {
         phase_is(m, "decode") && errors_of(m, "unsupported") >= 1.0
     });
     assert_eq!(
@@ -358,7 +328,7 @@ fn a_driver_without_per_process_utilization_degrades_and_counts_it_once() {
 fn gpm_no_permission_is_counted_and_the_gpu_falls_back_to_the_nvml_tier() {
     let dir = TempDir::new("nvml-denied");
     let s = serve(fake(), "h100-gpm-denied", &dir);
-    let m = wait_for(&s, "no_permission and a window", |m| {
+    let m = s.wait_for(WAIT, "no_permission and a window", |m| {
         errors_of(m, "no_permission") >= 1.0
             && value(m, "truthscale_gpu_info", &[("fidelity", "nvml")]).is_some()
     });
@@ -392,8 +362,8 @@ fn a_gpu_lost_mid_run_goes_stale_and_the_other_carries_on() {
             .filter_map(|s| s.label("gpu").map(str::to_string))
             .collect()
     };
-    wait_for(&s, "both GPUs", |m| gpus(m).len() == 2);
-    let m = wait_for(&s, "GPU 1 gone after it is lost", |m| {
+    s.wait_for(WAIT, "both GPUs", |m| gpus(m).len() == 2);
+    let m = s.wait_for(WAIT, "GPU 1 gone after it is lost", |m| {
         errors_of(m, "gpu_lost") >= 1.0 && gpus(m) == ["0"]
     });
     assert_eq!(
@@ -408,7 +378,7 @@ fn a_gpu_lost_mid_run_goes_stale_and_the_other_carries_on() {
     let observed =
         |m: &[Sample]| value(m, "truthscale_gpu_observed_seconds_total", &[("gpu", "0")]);
     let before = observed(&m).unwrap();
-    let later = wait_for(&s, "GPU 0 still sampled", |m| {
+    let later = s.wait_for(WAIT, "GPU 0 still sampled", |m| {
         observed(m).is_some_and(|o| o > before + 0.4)
     });
     assert_eq!(gpus(&later), ["0"]);
@@ -565,12 +535,14 @@ fn a_lost_gpu_that_answers_again_is_found_on_the_next_retry() {
     let dir = TempDir::new("nvml-lost-recovers");
     let s = serve(fake(), "h100-lost-recovers", &dir);
     let present = |m: &[Sample]| !series(m, "truthscale_gpu_info").is_empty();
-    wait_for(&s, "the GPU", present);
-    wait_for(&s, "the GPU lost and gone", |m| {
+    s.wait_for(WAIT, "the GPU", present);
+    s.wait_for(WAIT, "the GPU lost and gone", |m| {
         errors_of(m, "gpu_lost") >= 1.0 && !present(m)
     });
     // It is looked for again 10 s after it was lost.
-    let m = wait_for(&s, "the GPU back", |m| present(m) && phase_is(m, "decode"));
+    let m = s.wait_for(WAIT, "the GPU back", |m| {
+        present(m) && phase_is(m, "decode")
+    });
     assert_eq!(errors_of(&m, "gpu_lost"), 1.0);
     assert_eq!(s.process.stderr().matches("NVML: GPU ready.").count(), 2);
 }
@@ -580,7 +552,7 @@ fn per_process_series_only_when_enabled() {
     let dir = TempDir::new("nvml-procs");
     // Off by default: no process series.
     let s = serve(fake(), "h100-decode", &dir);
-    let m = wait_for(&s, "phase decode", |m| phase_is(m, "decode"));
+    let m = s.wait_for(WAIT, "phase decode", |m| phase_is(m, "decode"));
     assert!(series(&m, "truthscale_process_memory_used_bytes").is_empty());
     drop(s);
     // On: memory and SM busy per process, labelled with the pid.
@@ -600,7 +572,7 @@ fn per_process_series_only_when_enabled() {
         ],
         dir.path(),
     );
-    let m = wait_for(&s, "process series", |m| {
+    let m = s.wait_for(WAIT, "process series", |m| {
         !series(m, "truthscale_process_memory_used_bytes").is_empty()
     });
     let mem = series(&m, "truthscale_process_memory_used_bytes");
@@ -608,7 +580,7 @@ fn per_process_series_only_when_enabled() {
     assert_eq!(mem[0].label("pid"), Some("4243"));
     assert_eq!(mem[0].label("gpu"), Some("0"));
     assert_eq!(mem[0].value, 75_161_927_680.0);
-    let busy = wait_for(&s, "process SM busy", |m| {
+    let busy = s.wait_for(WAIT, "process SM busy", |m| {
         !series(m, "truthscale_process_sm_busy_ratio").is_empty()
     });
     assert_eq!(
