@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::io::Read;
 use std::path::Path;
 use std::time::Duration;
-use truthscale_core::model::{ServingSnapshot, Throttles, Timestamp};
+use truthscale_core::model::{EntityKey, Sample, ServingSnapshot, Throttles, Timestamp};
 use truthscale_core::parse::{Format, LineParser};
 use truthscale_core::tracker::{Deriver, EntityWindow};
 use truthscale_core::verdict::{self, VerdictConfig, VerdictInputs, VerdictResult};
@@ -91,11 +91,15 @@ impl GpuView {
     }
 }
 
-/// The newest view per GPU of a capture file, with history.
+/// Malformed lines of a capture printed individually before the rest are only counted.
+const SHOWN_ERRORS: usize = 5;
+
+/// Every sample of a capture file (any format `analyze` reads), and the nominal interval of
+/// its format. Malformed lines are reported on stderr (`file:line: …`) and skipped.
 ///
 /// # Errors
 /// The file cannot be read or its format cannot be told.
-pub fn views_from_replay(path: &Path, cfg: &VerdictConfig) -> anyhow::Result<Vec<GpuView>> {
+pub(crate) fn read_capture(path: &Path) -> anyhow::Result<(Vec<Sample>, Option<f64>)> {
     let name = path.display().to_string();
     let mut text = String::new();
     std::fs::File::open(path)
@@ -106,34 +110,83 @@ pub fn views_from_replay(path: &Path, cfg: &VerdictConfig) -> anyhow::Result<Vec
     let format = Format::detect(&head)
         .with_context(|| format!("{name}: cannot tell the format from the first lines"))?;
     let nominal = (format != Format::Jsonl).then_some(1.0);
-    let mut deriver = Deriver::new(Default::default(), nominal);
-    deriver.set_verdict_config(cfg.clone());
     let mut parser = LineParser::new(format, &name, 1.0, Timestamp(0));
-    let mut views: BTreeMap<truthscale_core::model::EntityKey, GpuView> = BTreeMap::new();
-    let mut feed = |s: truthscale_core::model::Sample| {
-        for w in deriver.observe(&s).windows {
-            let mut v = GpuView::from_window(&w);
-            let old = views.remove(&w.id.key());
-            let mut history = old.map(|o| o.history).unwrap_or_default();
-            if let Some(x) = v.effective.or(v.saturation).or(v.upper_bound) {
-                history.push(x);
-                if history.len() > HISTORY {
-                    history.remove(0);
+    let mut samples = Vec::new();
+    let mut malformed = 0usize;
+    for line in text.lines() {
+        match parser.push_line(line) {
+            Ok(Some(s)) => samples.push(s),
+            Ok(None) => {}
+            Err(e) => {
+                malformed += 1;
+                if malformed <= SHOWN_ERRORS {
+                    eprintln!("{e}");
                 }
             }
+        }
+    }
+    samples.extend(parser.finish());
+    if malformed > 0 {
+        eprintln!("truthscale: {name}: {malformed} malformed line(s) skipped");
+    }
+    Ok((samples, nominal))
+}
+
+/// The newest view per GPU of a capture file, with history.
+///
+/// # Errors
+/// The file cannot be read or its format cannot be told.
+pub fn views_from_replay(path: &Path, cfg: &VerdictConfig) -> anyhow::Result<Vec<GpuView>> {
+    let (samples, nominal) = read_capture(path)?;
+    let mut stepper = Stepper::new(cfg, nominal);
+    for s in &samples {
+        stepper.observe(s);
+    }
+    Ok(stepper.views())
+}
+
+pub(crate) fn push_history(history: &mut Vec<f64>, x: Option<f64>) {
+    if let Some(x) = x {
+        history.push(x);
+        let excess = history.len().saturating_sub(HISTORY);
+        history.drain(..excess);
+    }
+}
+
+/// Derives views sample by sample (replay and NVML), keeping each GPU's history.
+#[derive(Debug)]
+pub(crate) struct Stepper {
+    deriver: Deriver,
+    views: BTreeMap<EntityKey, GpuView>,
+}
+
+impl Stepper {
+    pub(crate) fn new(cfg: &VerdictConfig, nominal: Option<f64>) -> Stepper {
+        let mut deriver = Deriver::new(Default::default(), nominal);
+        deriver.set_verdict_config(cfg.clone());
+        Stepper {
+            deriver,
+            views: BTreeMap::new(),
+        }
+    }
+
+    pub(crate) fn observe(&mut self, s: &Sample) {
+        for w in self.deriver.observe(s).windows {
+            let mut v = GpuView::from_window(&w);
+            let mut history = self
+                .views
+                .remove(&w.id.key())
+                .map(|o| o.history)
+                .unwrap_or_default();
+            push_history(&mut history, v.effective.or(v.saturation).or(v.upper_bound));
             v.history = history;
-            views.insert(w.id.key(), v);
-        }
-    };
-    for line in text.lines() {
-        if let Ok(Some(s)) = parser.push_line(line) {
-            feed(s);
+            self.views.insert(w.id.key(), v);
         }
     }
-    if let Some(s) = parser.finish() {
-        feed(s);
+
+    pub(crate) fn views(&self) -> Vec<GpuView> {
+        self.views.values().cloned().collect()
     }
-    Ok(views.into_values().collect())
 }
 
 /// One series of a text exposition.
@@ -352,7 +405,13 @@ pub fn explain(v: &GpuView) -> String {
         (Some(_), Some(_)) => {
             let _ = writeln!(o, "  the gap:        none to speak of (idle)");
         }
-        _ => {
+        (None, _) => {
+            let _ = writeln!(
+                o,
+                "  the gap:        cannot be measured without the busy flag"
+            );
+        }
+        (Some(_), None) => {
             let _ = writeln!(
                 o,
                 "  the gap:        cannot be measured without the tensor counter"

@@ -6,16 +6,14 @@
 //! per `--interval`. When stdout is not a terminal, or with `--once`, it prints plain text:
 //! `--once` prints one frame and exits (with a replay, the newest sample per GPU).
 
-use crate::explain::{self, GpuView};
-use anyhow::{Context, bail};
+use crate::explain::{self, GpuView, Stepper, push_history};
+use anyhow::bail;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{IsTerminal, Read, Write};
+use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::time::SystemTime;
-use truthscale_core::model::{EntityKey, Sample, Timestamp};
-use truthscale_core::parse::{Format, LineParser};
-use truthscale_core::tracker::Deriver;
+use truthscale_core::model::Sample;
 use truthscale_core::verdict::VerdictConfig;
 
 const SPARK: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
@@ -89,71 +87,10 @@ pub fn frame(views: &[GpuView]) -> String {
     o
 }
 
-fn push_history(history: &mut Vec<f64>, x: Option<f64>) {
-    if let Some(x) = x {
-        history.push(x);
-        let excess = history.len().saturating_sub(explain::HISTORY);
-        history.drain(..excess);
-    }
-}
-
-/// Derives views sample by sample (replay and NVML), keeping each GPU's history.
-#[derive(Debug)]
-struct Stepper {
-    deriver: Deriver,
-    views: BTreeMap<EntityKey, GpuView>,
-}
-
-impl Stepper {
-    fn new(cfg: &VerdictConfig, nominal: Option<f64>) -> Stepper {
-        let mut deriver = Deriver::new(Default::default(), nominal);
-        deriver.set_verdict_config(cfg.clone());
-        Stepper {
-            deriver,
-            views: BTreeMap::new(),
-        }
-    }
-
-    fn observe(&mut self, s: &Sample) {
-        for w in self.deriver.observe(s).windows {
-            let mut v = GpuView::from_window(&w);
-            let mut history = self
-                .views
-                .remove(&w.id.key())
-                .map(|o| o.history)
-                .unwrap_or_default();
-            push_history(&mut history, v.effective.or(v.saturation).or(v.upper_bound));
-            v.history = history;
-            self.views.insert(w.id.key(), v);
-        }
-    }
-
-    fn views(&self) -> Vec<GpuView> {
-        self.views.values().cloned().collect()
-    }
-}
-
 /// Every sample of a capture (any format `analyze` reads) grouped by time, and the nominal
 /// interval.
 fn read_replay(path: &Path) -> anyhow::Result<(Vec<Vec<Sample>>, Option<f64>)> {
-    let name = path.display().to_string();
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .with_context(|| format!("cannot open {name}"))?
-        .read_to_string(&mut text)
-        .with_context(|| format!("cannot read {name}"))?;
-    let head: String = text.lines().take(64).collect::<Vec<_>>().join("\n");
-    let format = Format::detect(&head)
-        .with_context(|| format!("{name}: cannot tell the format from the first lines"))?;
-    let nominal = (format != Format::Jsonl).then_some(1.0);
-    let mut parser = LineParser::new(format, &name, 1.0, Timestamp(0));
-    let mut samples = Vec::new();
-    for line in text.lines() {
-        if let Ok(Some(s)) = parser.push_line(line) {
-            samples.push(s);
-        }
-    }
-    samples.extend(parser.finish());
+    let (samples, nominal) = explain::read_capture(path)?;
     // One step per instant: a JSONL capture has a sample per GPU with the same time.
     let mut steps: Vec<Vec<Sample>> = Vec::new();
     for s in samples {
