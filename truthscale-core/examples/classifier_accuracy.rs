@@ -16,7 +16,7 @@ fn main() {
     );
     for scenario in Scenario::ALL {
         for dt in [0.25, 1.0] {
-            for n in [1, 2, 3] {
+            for n in [1, 2] {
                 let mut scores = Vec::new();
                 for seed in 1..=10 {
                     let mut cfg = DeriveConfig::default();

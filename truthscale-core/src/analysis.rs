@@ -7,6 +7,7 @@ use crate::derive::{DeriveConfig, Fidelity};
 use crate::diag::DiagnosticKind;
 use crate::gpus::GpuSpec;
 use crate::model::{EntityId, EntityKey, Field, Phase, Sample};
+use crate::phase::PhaseMethod;
 use crate::rightsizing::{self, Constraint, Demand};
 use crate::tracker::{Deriver, EntityWindow};
 use crate::verdict::Verdict;
@@ -109,7 +110,9 @@ struct EntityAcc {
     clock_corrected: bool,
     peak_used: Option<f64>,
     total_mem: Option<f64>,
-    phase_seconds: [f64; 6],
+    capability: Option<Fidelity>,
+    llm_serving: bool,
+    phase_seconds: [[f64; 6]; 2],
     verdict_seconds: [f64; 6],
     agree: u64,
     with_truth: u64,
@@ -194,8 +197,10 @@ impl Analyzer {
         if let Some(t) = w.readings.value(Field::MemTotalBytes) {
             acc.total_mem = Some(t);
         }
-        if let Some(p) = w.phase {
-            acc.phase_seconds[p.index()] += dt;
+        acc.capability = Some(w.capability);
+        acc.llm_serving |= w.llm_serving;
+        if let (Some(p), Some(method)) = (w.phase, w.phase_method) {
+            acc.phase_seconds[method.index()][p.index()] += dt;
         }
         acc.verdict_seconds[w.verdict.verdict.index()] += dt;
         if let Some(truth) = w.truth_phase {
@@ -260,7 +265,24 @@ pub struct MeanP95 {
     pub p95: f64,
 }
 
-/// Fraction of classified time in each phase.
+/// Fraction of classified time in each counter regime.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
+pub struct RegimeFraction {
+    /// Idle.
+    pub idle: f64,
+    /// Compute-bound.
+    pub compute_bound: f64,
+    /// Memory-bound.
+    pub memory_bound: f64,
+    /// Mixed.
+    pub mixed: f64,
+    /// Stalled (busy flag on, nothing happening).
+    pub stalled: f64,
+    /// Underloaded.
+    pub underloaded: f64,
+}
+
+/// Fraction of classified time in each LLM-serving phase (the regimes in serving words).
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
 pub struct PhaseFraction {
     /// Idle.
@@ -292,6 +314,9 @@ pub struct MemoryReport {
     pub mig_fit: Option<String>,
     /// The constraint that binds the MIG choice.
     pub mig_binding: Option<Constraint>,
+    /// Constraints the MIG fit could not check because their demand was never measured
+    /// (empty when every one was): the fit then rests on the measured constraints only.
+    pub mig_unmeasured: Vec<Constraint>,
     /// Always true: NVML sees allocation, not need.
     pub allocated_not_needed: bool,
 }
@@ -325,7 +350,7 @@ pub struct EntitySummary {
     pub simulated: bool,
     /// Samples seen.
     pub samples: u64,
-    /// The most common fidelity tier across windows.
+    /// The capability tier: the best fidelity any window had.
     pub fidelity: Fidelity,
     /// Reported (busy-flag) utilization.
     pub reported_utilization: Option<MeanOnly>,
@@ -343,8 +368,14 @@ pub struct EntitySummary {
     pub spatial_inflation: Option<MeanOnly>,
     /// Roofline saturation.
     pub roofline_saturation: Option<MeanOnly>,
-    /// Phase mix.
-    pub phase_fraction: PhaseFraction,
+    /// How the regimes were decided: `counters`, or `power_heuristic` (an estimate);
+    /// `None` when no window was classified. The fractions use that method's windows only.
+    pub regime_method: Option<PhaseMethod>,
+    /// Regime mix, for every workload.
+    pub regime_fraction: RegimeFraction,
+    /// Phase mix in serving words, only where the workload is known to be LLM serving.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase_fraction: Option<PhaseFraction>,
     /// The verdict that held longest (`unknown` when no window was integrated).
     pub verdict: Verdict,
     /// Fraction of observed time under each verdict.
@@ -363,15 +394,16 @@ pub struct EntitySummary {
 }
 
 fn summarize(a: &EntityAcc, cfg: &DeriveConfig) -> EntitySummary {
-    let fidelity = a
-        .fidelity_windows
-        .iter()
-        .max_by_key(|(f, n)| (**n, std::cmp::Reverse(**f)))
-        .map_or(Fidelity::None, |(f, _)| *f);
-    let classified: f64 = a.phase_seconds.iter().sum();
+    let fidelity = a.capability.unwrap_or(Fidelity::None);
+    // One method per entity: counters where any window had them, else the heuristic.
+    let regime_method = PhaseMethod::ALL
+        .into_iter()
+        .find(|m| a.phase_seconds[m.index()].iter().sum::<f64>() > 0.0);
+    let secs = regime_method.map_or([0.0; 6], |m| a.phase_seconds[m.index()]);
+    let classified: f64 = secs.iter().sum();
     let frac = |p: Phase| {
         if classified > 0.0 {
-            a.phase_seconds[p.index()] / classified
+            secs[p.index()] / classified
         } else {
             0.0
         }
@@ -403,10 +435,19 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig) -> EntitySummary {
             let fit = a.spec.and_then(|spec| {
                 let demand = Demand {
                     memory_bytes: u,
-                    compute: a.pipe_q.quantile(0.95).unwrap_or(0.0),
-                    bandwidth: a.dram_q.quantile(0.95).unwrap_or(0.0),
+                    compute: a.pipe_q.quantile(0.95),
+                    bandwidth: a.dram_q.quantile(0.95),
                 };
-                rightsizing::mig_fit(spec, &demand, cfg.headroom, cfg.d_max)
+                // A MIG instance's counters are fractions of the instance, not of the GPU.
+                let demand = match a.id.mig.as_ref() {
+                    None => Some(demand),
+                    Some(m) => m
+                        .profile
+                        .as_deref()
+                        .and_then(|name| spec.mig.iter().find(|p| p.name == name))
+                        .map(|inst| demand.of_instance(spec, inst)),
+                };
+                rightsizing::mig_fit(spec, &demand?, cfg.headroom, cfg.d_max)
             });
             MemoryReport {
                 peak_used_bytes: m.peak_used_bytes,
@@ -415,6 +456,7 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig) -> EntitySummary {
                 needed_bytes: m.needed_bytes,
                 mig_fit: fit.map(|f| f.profile.name.to_string()),
                 mig_binding: fit.map(|f| f.binding),
+                mig_unmeasured: fit.map(|f| f.unmeasured()).unwrap_or_default(),
                 allocated_not_needed: true,
             }
         }),
@@ -447,14 +489,23 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig) -> EntitySummary {
         inflation_gap_points: mean(&a.gap),
         spatial_inflation: mean(&a.spatial),
         roofline_saturation: mean(&a.sat),
-        phase_fraction: PhaseFraction {
+        regime_method,
+        regime_fraction: RegimeFraction {
             idle: frac(Phase::Idle),
-            prefill: frac(Phase::Prefill),
-            decode: frac(Phase::Decode),
+            compute_bound: frac(Phase::ComputeBound),
+            memory_bound: frac(Phase::MemoryBound),
             mixed: frac(Phase::Mixed),
             stalled: frac(Phase::Stalled),
             underloaded: frac(Phase::Underloaded),
         },
+        phase_fraction: a.llm_serving.then(|| PhaseFraction {
+            idle: frac(Phase::Idle),
+            prefill: frac(Phase::ComputeBound),
+            decode: frac(Phase::MemoryBound),
+            mixed: frac(Phase::Mixed),
+            stalled: frac(Phase::Stalled),
+            underloaded: frac(Phase::Underloaded),
+        }),
         verdict,
         verdict_fraction,
         phase_agreement_with_truth: (a.with_truth > 0)
@@ -512,33 +563,100 @@ mod tests {
         assert!(e.effective_compute.unwrap().mean < 0.01);
         assert!(e.inflation_gap_points.unwrap().mean > 99.0);
         assert!(e.spatial_inflation.unwrap().mean >= 50.0);
-        assert!(e.phase_fraction.stalled > 0.99);
+        assert!(e.regime_fraction.stalled > 0.99);
         // Tiny footprint: the smallest MIG slice would do.
         assert_eq!(e.memory.unwrap().mig_fit.as_deref(), Some("1g.10gb"));
     }
 
+    fn analyze_seed(s: Scenario, secs: f64, dt: f64, seed: u64) -> EntitySummary {
+        let spec = by_key("h100-sxm").unwrap();
+        let mut sim = Simulator::new(1, spec, "node", seed, Timestamp(0), |_| s);
+        let mut a = Analyzer::new(Deriver::new(DeriveConfig::default(), Some(dt)), false);
+        for _ in 0..(secs / dt) as usize {
+            a.push(&sim.step(dt));
+        }
+        a.report().entities.remove(0)
+    }
+
+    /// The simulator's truth is the workload it ran (prefill, decode, a training step, an
+    /// all-reduce, data loading, a spin, idle), never the classifier's own rules; at the
+    /// phase-resolving 250 ms window the classifier must agree with it in at least 95 % of
+    /// the windows, in every scenario and for every seed tried.
     #[test]
     fn classifier_agrees_with_the_simulator() {
-        for (s, secs) in [
-            (Scenario::LlmServing, 600.0),
-            (Scenario::DecodeOnly, 120.0),
-            (Scenario::IdleAllocated, 60.0),
-        ] {
-            let e = analyze(s, secs, 0.25);
-            let agree = e.phase_agreement_with_truth.unwrap();
-            assert!(agree >= 0.95, "{}: {agree}", s.as_str());
+        for s in Scenario::ALL {
+            for seed in [1, 2, 3] {
+                let e = analyze_seed(s, 300.0, 0.25, seed);
+                let agree = e.phase_agreement_with_truth.unwrap();
+                assert!(agree >= 0.95, "{} seed {seed}: {agree}", s.as_str());
+            }
         }
     }
 
     #[test]
+    fn every_scenario_has_its_workloads() {
+        use crate::model::Workload;
+        let spec = by_key("h100-sxm").unwrap();
+        let expect: [(Scenario, &[Workload]); 5] = [
+            (
+                Scenario::LlmServing,
+                &[Workload::Prefill, Workload::Decode, Workload::Idle],
+            ),
+            (Scenario::DecodeOnly, &[Workload::Decode]),
+            (
+                Scenario::Training,
+                &[
+                    Workload::TrainingStep,
+                    Workload::AllReduce,
+                    Workload::DataLoading,
+                ],
+            ),
+            (Scenario::TinyKernel, &[Workload::Spin]),
+            (Scenario::IdleAllocated, &[Workload::Idle]),
+        ];
+        for (s, workloads) in expect {
+            let mut sim = Simulator::new(1, spec, "n", 5, Timestamp(0), |_| s);
+            let seen: Vec<Workload> = (0..1200)
+                .filter_map(|_| sim.step(0.25).entities[0].truth_workload)
+                .collect();
+            for w in workloads {
+                assert!(seen.contains(w), "{}: no {w}", s.as_str());
+            }
+        }
+    }
+
+    /// ECF against the true effective compute, per scenario, with a tolerance tighter than
+    /// the clock correction's own effect (less than half the error that skipping or inverting
+    /// κ would leave): the check fails if κ were skipped or inverted.
+    #[test]
     fn effective_compute_matches_ground_truth() {
+        use crate::model::Field;
+        let spec = by_key("h100-sxm").unwrap();
         for s in Scenario::ALL {
-            let e = analyze(s, 120.0, 1.0);
-            let truth = e.truth_effective_compute.unwrap();
-            let got = e.effective_compute.unwrap().mean;
+            let mut sim = Simulator::new(1, spec, "node", 42, Timestamp(0), |_| s);
+            let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+            let (mut ecf, mut tau, mut truth, mut kappa_inv) = (0.0, 0.0, 0.0, 0.0);
+            for _ in 0..120 {
+                for w in d.observe(&sim.step(1.0)).windows {
+                    let k = w.metrics.kappa.unwrap();
+                    let t = w.readings.value(Field::TensorActive).unwrap();
+                    ecf += w.metrics.effective_compute.unwrap();
+                    tau += t;
+                    kappa_inv += (t / k).min(1.0);
+                    truth += w.truth_effective_compute.unwrap();
+                }
+            }
+            let err = (ecf - truth).abs() / 120.0;
+            // What skipping κ (ECF = τ) or inverting it (τ / κ) would cost.
+            let skipped = (tau - truth).abs() / 120.0;
+            let inverted = (kappa_inv - truth).abs() / 120.0;
+            if truth / 120.0 < 1e-3 {
+                assert!(err < 1e-3, "{}: {err}", s.as_str());
+                continue;
+            }
             assert!(
-                (got - truth).abs() < 0.02,
-                "{}: {got} vs {truth}",
+                err < 0.5 * skipped && err < 0.5 * inverted,
+                "{}: error {err} vs {skipped} without κ, {inverted} with κ inverted",
                 s.as_str()
             );
         }

@@ -137,13 +137,13 @@ macro_rules! metrics {
 
 metrics! {
     GPU_INFO = "truthscale_gpu_info", Gauge, Gpu, ["source", "fidelity", "catalog_model"], gauge("truthscale.gpu.info", "1"),
-        "Identity of a GPU or MIG instance (value 1); source=\"sim\" marks simulated data.";
+        "Identity of a GPU or MIG instance (value 1); source=\"sim\" marks simulated data, replayed or live; fidelity is the capability tier, the best any window had (stable; per-window coverage is in the *_observed_seconds_total counters).";
     GPU_UP = "truthscale_gpu_up", Gauge, Gpu, [], gauge("truthscale.gpu.up", "1"),
         "Whether the GPU produced data within the stale period (1), or stopped, e.g. fell off the bus (0, kept for 10 minutes; its other series are gone).";
     GPU_REPORTED_UTILIZATION = "truthscale_gpu_reported_utilization_ratio", Gauge, Gpu, [], Some(OtelDesc { name: "hw.gpu.utilization", unit: "1", instrument: OtelInstrument::Gauge, fixed: &[("hw.gpu.task", "general")] }),
         "Busy fraction as nvidia-smi reports it: time with at least one kernel resident.";
     GPU_EFFECTIVE_COMPUTE = "truthscale_gpu_effective_compute_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.effective_compute", "1"),
-        "Effective compute fraction of the last window: clock-corrected tensor work over the datasheet dense peak.";
+        "Effective compute fraction of the last window: tensor work (plus peak-weighted FP16/FP32 pipes) over the datasheet dense peak, times the clock correction when the SM clock was read (truthscale_gpu_clock_correction_ratio present), uncorrected otherwise.";
     GPU_EFFECTIVE_COMPUTE_UPPER_BOUND = "truthscale_gpu_effective_compute_upper_bound_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.effective_compute.upper_bound", "1"),
         "Upper bound on effective compute when no tensor counter exists (equals the busy fraction).";
     GPU_ROOFLINE_SATURATION = "truthscale_gpu_roofline_saturation_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.roofline_saturation", "1"),
@@ -157,7 +157,7 @@ metrics! {
     GPU_POWER_PROXY = "truthscale_gpu_power_proxy_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.power_proxy", "1"),
         "Power above idle over the power range: an estimate of work intensity, not compute (below the profiling tier).";
     GPU_CLOCK_CORRECTION = "truthscale_gpu_clock_correction_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.clock_correction", "1"),
-        "SM clock over the clock the datasheet peak assumes (kappa).";
+        "Mean SM clock of the last window over the clock the datasheet peak assumes (kappa).";
     GPU_SM_ACTIVE = "truthscale_gpu_sm_active_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.sm.active", "1"),
         "Raw SM active fraction, where the source provides it.";
     GPU_SM_OCCUPANCY = "truthscale_gpu_sm_occupancy_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.sm.occupancy", "1"),
@@ -173,13 +173,21 @@ metrics! {
     GPU_OBSERVED_SECONDS = "truthscale_gpu_observed_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.observed.time", "s"),
         "Seconds covered by derived windows (the denominator for exact averages).";
     GPU_BUSY_SECONDS = "truthscale_gpu_busy_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.busy.time", "s"),
-        "Integral of reported utilization over time, in seconds.";
+        "Integral of reported utilization over the seconds it was measured; only for entities with a busy flag. Mean: divide by truthscale_gpu_busy_observed_seconds_total.";
+    GPU_BUSY_OBSERVED_SECONDS = "truthscale_gpu_busy_observed_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.busy.observed.time", "s"),
+        "Seconds in which the busy flag was measured: the denominator of truthscale_gpu_busy_seconds_total.";
     GPU_EFFECTIVE_COMPUTE_SECONDS = "truthscale_gpu_effective_compute_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.effective_compute.time", "s"),
-        "Integral of the effective compute fraction over time, in seconds.";
-    GPU_PHASE_SECONDS = "truthscale_gpu_phase_seconds_total", Counter, Gpu, ["phase"], counter("truthscale.gpu.phase.time", "s"),
-        "Seconds spent in each phase.";
-    GPU_PHASE = "truthscale_gpu_phase", Gauge, Gpu, ["phase"], gauge("truthscale.gpu.phase", "1"),
-        "The current phase (1) and the others (0).";
+        "Integral of the effective compute fraction over the seconds it was measured; only for entities with a tensor counter. Mean: divide by truthscale_gpu_effective_compute_observed_seconds_total.";
+    GPU_EFFECTIVE_COMPUTE_OBSERVED_SECONDS = "truthscale_gpu_effective_compute_observed_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.effective_compute.observed.time", "s"),
+        "Seconds in which effective compute was measured (DCGM multiplexing blanks some windows): the denominator of truthscale_gpu_effective_compute_seconds_total.";
+    GPU_REGIME_SECONDS = "truthscale_gpu_regime_seconds_total", Counter, Gpu, ["regime", "method"], counter("truthscale.gpu.regime.time", "s"),
+        "Seconds in each counter regime (idle, compute_bound, memory_bound, mixed, stalled, underloaded), for every workload; method=counters from tensor and DRAM counters, method=power_heuristic an estimate from the busy flag and power.";
+    GPU_REGIME = "truthscale_gpu_regime", Gauge, Gpu, ["regime", "method"], gauge("truthscale.gpu.regime", "1"),
+        "The counter regime of the last window (1) and the others (0); method says how it was decided.";
+    GPU_PHASE_SECONDS = "truthscale_gpu_phase_seconds_total", Counter, Gpu, ["phase", "method"], counter("truthscale.gpu.phase.time", "s"),
+        "LLM serving only (an engine attached, or derive.workload = llm_serving): seconds in each phase; prefill is the compute-bound regime, decode the memory-bound one.";
+    GPU_PHASE = "truthscale_gpu_phase", Gauge, Gpu, ["phase", "method"], gauge("truthscale.gpu.phase", "1"),
+        "LLM serving only: the current phase (1) and the others (0), in serving words (prefill, decode).";
     GPU_MEMORY_USED = "truthscale_gpu_memory_used_bytes", Gauge, Gpu, [], updown("hw.gpu.memory.usage", "By"),
         "Allocated device memory.";
     GPU_MEMORY_TOTAL = "truthscale_gpu_memory_total_bytes", Gauge, Gpu, [], updown("hw.gpu.memory.limit", "By"),
@@ -189,7 +197,9 @@ metrics! {
     GPU_POWER_LIMIT = "truthscale_gpu_power_limit_watts", Gauge, Gpu, [], gauge("truthscale.gpu.power.limit", "W"),
         "Enforced power limit.";
     GPU_ENERGY = "truthscale_gpu_energy_joules_total", Counter, Gpu, [], counter("hw.energy", "J"),
-        "Energy consumed since the exporter first saw the GPU.";
+        "Energy measured since the exporter first saw the GPU (energy counter deltas, else power times time); only for entities with an energy or power reading.";
+    GPU_ENERGY_OBSERVED_SECONDS = "truthscale_gpu_energy_observed_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.energy.observed.time", "s"),
+        "Seconds in which energy was measured: the denominator for mean power from truthscale_gpu_energy_joules_total.";
     GPU_SM_CLOCK = "truthscale_gpu_sm_clock_hertz", Gauge, Gpu, [], gauge("truthscale.gpu.sm.clock", "Hz"),
         "SM clock.";
     GPU_TEMPERATURE = "truthscale_gpu_temperature_celsius", Gauge, Gpu, [], gauge("truthscale.gpu.temperature", "Cel"),
@@ -228,6 +238,10 @@ metrics! {
         "Model FLOP utilization 2*params*tokens/s over the datasheet dense peak, only when params and dtype are configured; assumptions label says which.";
     SERVING_MBU = "truthscale_serving_model_bandwidth_utilization_ratio", Gauge, Gpu, ["engine", "assumptions"], gauge("truthscale.serving.mbu", "1"),
         "Model bandwidth utilization: weight bytes * engine steps/s over peak DRAM bandwidth (weights read once per step), only when params and dtype are configured.";
+    SERVING_PHASE_COMPARED_SECONDS = "truthscale_serving_phase_compared_seconds_total", Counter, Gpu, ["engine"], counter("truthscale.serving.phase.compared.time", "s"),
+        "Seconds in which both the counter regime and the engine's own token rates said what the window was (prompt tokens only: prefill; output only: decode; both: mixed).";
+    SERVING_PHASE_AGREED_SECONDS = "truthscale_serving_phase_agreed_seconds_total", Counter, Gpu, ["engine"], counter("truthscale.serving.phase.agreed.time", "s"),
+        "Of truthscale_serving_phase_compared_seconds_total, the seconds in which the counter phase and the engine's token rates agreed.";
     SIM_TRUTH_EFFECTIVE_COMPUTE_SECONDS = "truthscale_sim_truth_effective_compute_seconds_total", Counter, Gpu, [], counter("truthscale.sim.truth.effective_compute.time", "s"),
         "Simulator only: the true integral of effective compute, to check the derived one against.";
     PROCESS_MEMORY_USED = "truthscale_process_memory_used_bytes", Gauge, Gpu, ["pid", "pod_uid", "container_id"], None,
@@ -286,6 +300,8 @@ pub const OTEL_ATTRIBUTES: &[(&str, &str)] = &[
     ("fidelity", "truthscale.fidelity"),
     ("catalog_model", "truthscale.catalog_model"),
     ("phase", "truthscale.phase"),
+    ("regime", "truthscale.gpu.regime"),
+    ("method", "truthscale.method"),
     ("verdict", "truthscale.verdict"),
     ("quantity", "truthscale.ceiling.quantity"),
     ("engine", "truthscale.serving.engine"),

@@ -26,8 +26,24 @@ pub struct DeriveConfig {
     pub max_gap_intervals: f64,
     /// Headroom for right-sizing and MIG fit (0.15 = 15 %).
     pub headroom: f64,
+    /// What the workload is: `auto` (LLM serving when a serving engine is attached),
+    /// `llm_serving`, or `other`. Only LLM serving gets the phase names prefill and decode.
+    pub workload: WorkloadHint,
     /// Phase classifier thresholds and hysteresis.
     pub phase: PhaseConfig,
+}
+
+/// What the configuration says the workload is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkloadHint {
+    /// LLM serving when a serving engine is attached, else unknown.
+    #[default]
+    Auto,
+    /// LLM serving, engine or not.
+    LlmServing,
+    /// Not LLM serving (training, batch jobs): regimes only.
+    Other,
 }
 
 impl Default for DeriveConfig {
@@ -39,8 +55,27 @@ impl Default for DeriveConfig {
             inflation_min_util: 0.05,
             max_gap_intervals: 5.0,
             headroom: 0.15,
+            workload: WorkloadHint::Auto,
             phase: PhaseConfig::default(),
         }
+    }
+}
+
+impl DeriveConfig {
+    /// Every value in range (keys are `<prefix>name`, e.g. `derive.tau_max`).
+    ///
+    /// # Errors
+    /// Each problem, naming its key.
+    pub fn validate(&self, prefix: &str) -> Result<(), Vec<crate::phase::InvalidSetting>> {
+        let mut c = crate::phase::Checker::new(prefix);
+        c.range("tau_max", self.tau_max, 0.01, 1.0);
+        c.range("d_max", self.d_max, 0.01, 1.0);
+        c.range("kappa_max", self.kappa_max, 1.0, 2.0);
+        c.range("inflation_min_util", self.inflation_min_util, 0.0, 1.0);
+        c.range("max_gap_intervals", self.max_gap_intervals, 1.0, 1000.0);
+        c.range("headroom", self.headroom, 0.0, 0.9);
+        c.absorb(self.phase.validate(&format!("{prefix}phase.")));
+        c.finish()
     }
 }
 
@@ -250,7 +285,8 @@ pub fn window(r: &Readings, ctx: &WindowContext<'_>, cfg: &DeriveConfig) -> Wind
 
     m.kappa = match (r.value(Field::SmClockMhz), ctx.spec) {
         (Some(f), Some(spec)) if f > 0.0 && spec.f_ref_mhz > 0.0 => {
-            Some((f / spec.f_ref_mhz).clamp(0.0, cfg.kappa_max))
+            // min then max, not clamp: no configured bound can panic.
+            Some((f / spec.f_ref_mhz).min(cfg.kappa_max).max(0.0))
         }
         _ => None,
     };
@@ -278,7 +314,10 @@ pub fn window(r: &Readings, ctx: &WindowContext<'_>, cfg: &DeriveConfig) -> Wind
         m.roofline_saturation = Some(clamp01(c.max(d)));
         let ck = m.effective_compute.unwrap_or(c);
         m.roofline_saturation_spec = Some(clamp01(ck.max(d)));
-        m.roofline_saturation_practical = Some(clamp01((c / cfg.tau_max).max(d / cfg.d_max)));
+        if cfg.tau_max > 0.0 && cfg.d_max > 0.0 {
+            m.roofline_saturation_practical =
+                Some(clamp01((c / cfg.tau_max).max(d / cfg.d_max)));
+        }
         m.rho = Some(c / d.max(0.02));
     }
 

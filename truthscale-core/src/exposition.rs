@@ -4,8 +4,8 @@
 //! in a fixed order, label values escaped. Non-finite values are never written.
 
 use crate::catalog::{self, Kind, MetricDesc, Scope};
-use crate::derive::Fidelity;
 use crate::model::{Field, Phase, SourceKind};
+use crate::phase::PhaseMethod;
 use crate::tracker::EntityWindow;
 use crate::verdict::Verdict;
 use std::collections::BTreeMap;
@@ -143,23 +143,23 @@ pub fn gpu_label_pairs(e: &GpuEntry, id: &Identity) -> Vec<(&'static str, String
             pairs.push(("mig_profile", p.clone()));
         }
     }
-    let pod = w.pod.as_ref();
-    let pick = |own: &Option<String>, attributed: Option<&String>| {
-        own.clone()
-            .or_else(|| attributed.cloned())
-            .filter(|s| !s.is_empty())
+    // Attribution from one identity: an entity the source attributed to a pod takes pod,
+    // namespace and container all from that attribution; only an entity the source did not
+    // attribute takes the exporter's own Downward API identity. Likewise the node.
+    let (pod, namespace, container) = match w.pod.as_ref().filter(|p| !p.pod.is_empty()) {
+        Some(p) => (Some(&p.pod), p.namespace.as_ref(), p.container.as_ref()),
+        None => (id.pod.as_ref(), id.namespace.as_ref(), id.container.as_ref()),
     };
-    if let Some(p) = pick(&id.pod, pod.map(|p| &p.pod)) {
-        pairs.push(("pod", p));
-    }
-    if let Some(n) = pick(&id.namespace, pod.and_then(|p| p.namespace.as_ref())) {
-        pairs.push(("namespace", n));
-    }
-    if let Some(c) = pick(&id.container, pod.and_then(|p| p.container.as_ref())) {
-        pairs.push(("container", c));
-    }
-    if let Some(n) = pick(&id.node, w.node.as_ref()) {
-        pairs.push(("node", n));
+    let node = w.node.as_ref().filter(|n| !n.is_empty()).or(id.node.as_ref());
+    for (k, v) in [
+        ("pod", pod),
+        ("namespace", namespace),
+        ("container", container),
+        ("node", node),
+    ] {
+        if let Some(v) = v.filter(|v| !v.is_empty()) {
+            pairs.push((k, v.clone()));
+        }
     }
     pairs
 }
@@ -297,6 +297,11 @@ pub fn for_each_value(
     }
 }
 
+/// `value` when its input was measured for some time, else nothing (never a fake zero).
+fn measured(observed_seconds: f64, value: f64) -> Option<f64> {
+    (observed_seconds > 0.0).then_some(value)
+}
+
 fn bool_f(b: bool) -> f64 {
     if b { 1.0 } else { 0.0 }
 }
@@ -324,11 +329,16 @@ fn gpu_values<'a>(
     };
     match m.name {
         n if n == catalog::GPU_INFO.name => {
-            let fidelity = x.fidelity.unwrap_or(Fidelity::None).as_str();
+            // Simulated data says so, replayed or live.
+            let source = if win.simulated {
+                SourceKind::Sim
+            } else {
+                g.source
+            };
             push(
                 vec![
-                    ("source", g.source.as_str()),
-                    ("fidelity", fidelity),
+                    ("source", source.as_str()),
+                    ("fidelity", win.capability.as_str()),
                     ("catalog_model", win.spec.map_or("unknown", |s| s.key)),
                 ],
                 1.0,
@@ -352,22 +362,65 @@ fn gpu_values<'a>(
         n if n == catalog::GPU_IMMA_ACTIVE.name => one(r.value(Field::ImmaActive)),
         n if n == catalog::GPU_DRAM_ACTIVE.name => one(r.value(Field::DramActive)),
         n if n == catalog::GPU_OBSERVED_SECONDS.name => one(Some(t.observed_seconds)),
-        n if n == catalog::GPU_BUSY_SECONDS.name => one(Some(t.busy_seconds)),
-        n if n == catalog::GPU_EFFECTIVE_COMPUTE_SECONDS.name => {
-            one(Some(t.effective_compute_seconds))
+        // An integral is written only for an entity that had its input; its denominator
+        // beside it, so that increase(x) / increase(denominator) is the exact mean.
+        n if n == catalog::GPU_BUSY_SECONDS.name => {
+            one(measured(t.busy_observed_seconds, t.busy_seconds));
         }
+        n if n == catalog::GPU_BUSY_OBSERVED_SECONDS.name => {
+            one(measured(t.busy_observed_seconds, t.busy_observed_seconds));
+        }
+        n if n == catalog::GPU_EFFECTIVE_COMPUTE_SECONDS.name => {
+            one(measured(
+                t.effective_compute_observed_seconds,
+                t.effective_compute_seconds,
+            ));
+        }
+        n if n == catalog::GPU_EFFECTIVE_COMPUTE_OBSERVED_SECONDS.name => one(measured(
+            t.effective_compute_observed_seconds,
+            t.effective_compute_observed_seconds,
+        )),
         n if n == catalog::SIM_TRUTH_EFFECTIVE_COMPUTE_SECONDS.name => {
             one(t.truth_effective_compute_seconds);
         }
-        n if n == catalog::GPU_PHASE_SECONDS.name => {
-            for p in Phase::ALL {
-                push(vec![("phase", p.as_str())], t.phase_seconds[p.index()]);
+        n if n == catalog::GPU_REGIME_SECONDS.name
+            || (n == catalog::GPU_PHASE_SECONDS.name && win.llm_serving) =>
+        {
+            let (label, name): (&str, fn(Phase) -> &'static str) =
+                if n == catalog::GPU_REGIME_SECONDS.name {
+                    ("regime", Phase::as_str)
+                } else {
+                    ("phase", Phase::serving_name)
+                };
+            for method in PhaseMethod::ALL {
+                let secs = &t.phase_seconds[method.index()];
+                // Only the methods this entity was classified by: none is a fake zero.
+                if secs.iter().all(|s| *s == 0.0) && win.phase_method != Some(method) {
+                    continue;
+                }
+                for p in Phase::ALL {
+                    push(
+                        vec![(label, name(p)), ("method", method.as_str())],
+                        secs[p.index()],
+                    );
+                }
             }
         }
-        n if n == catalog::GPU_PHASE.name => {
-            if let Some(cur) = win.phase {
+        n if n == catalog::GPU_REGIME.name
+            || (n == catalog::GPU_PHASE.name && win.llm_serving) =>
+        {
+            let (label, name): (&str, fn(Phase) -> &'static str) =
+                if n == catalog::GPU_REGIME.name {
+                    ("regime", Phase::as_str)
+                } else {
+                    ("phase", Phase::serving_name)
+                };
+            if let (Some(cur), Some(method)) = (win.phase, win.phase_method) {
                 for p in Phase::ALL {
-                    push(vec![("phase", p.as_str())], bool_f(p == cur));
+                    push(
+                        vec![(label, name(p)), ("method", method.as_str())],
+                        bool_f(p == cur),
+                    );
                 }
             }
         }
@@ -375,7 +428,13 @@ fn gpu_values<'a>(
         n if n == catalog::GPU_MEMORY_TOTAL.name => one(r.value(Field::MemTotalBytes)),
         n if n == catalog::GPU_POWER.name => one(x.power_watts.map(|p| p.value)),
         n if n == catalog::GPU_POWER_LIMIT.name => one(r.value(Field::PowerLimitWatts)),
-        n if n == catalog::GPU_ENERGY.name => one(Some(t.energy_joules)),
+        n if n == catalog::GPU_ENERGY.name => {
+            one(measured(t.energy_observed_seconds, t.energy_joules));
+        }
+        n if n == catalog::GPU_ENERGY_OBSERVED_SECONDS.name => one(measured(
+            t.energy_observed_seconds,
+            t.energy_observed_seconds,
+        )),
         n if n == catalog::GPU_SM_CLOCK.name => one(r.value(Field::SmClockMhz).map(|f| f * 1e6)),
         n if n == catalog::GPU_TEMPERATURE.name => one(r.value(Field::TempCelsius)),
         n if n == catalog::GPU_CLOCK_EVENT.name => {
@@ -470,6 +529,20 @@ fn serving_values<'a>(
         return;
     }
     if sv.absent_reason.is_some() {
+        return;
+    }
+    let t = &win.totals;
+    if m.name == catalog::SERVING_PHASE_COMPARED_SECONDS.name
+        || m.name == catalog::SERVING_PHASE_AGREED_SECONDS.name
+    {
+        if t.phase_compared_seconds > 0.0 {
+            let v = if m.name == catalog::SERVING_PHASE_COMPARED_SECONDS.name {
+                t.phase_compared_seconds
+            } else {
+                t.phase_agreed_seconds
+            };
+            push(vec![("engine", engine)], v);
+        }
         return;
     }
     let value = match m.name {
@@ -662,7 +735,7 @@ mod tests {
             r#"truthscale_gpu_info{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns",source="sim",fidelity="profiling",catalog_model="h100-sxm"} 1"#,
             r#"truthscale_gpu_effective_compute_ratio{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns"} 0.25"#,
             r#"truthscale_gpu_inflation_gap_ratio{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns"} 0.75"#,
-            r#"truthscale_gpu_phase{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns",phase="decode"} 1"#,
+            r#"truthscale_gpu_regime{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns",regime="memory_bound",method="counters"} 1"#,
             r#"truthscale_gpu_sm_clock_hertz{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns"} 1830000000"#,
             r#"truthscale_gpu_clock_event_active{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns",reason="sw_power_cap"} 1"#,
             "# TYPE truthscale_gpu_busy_seconds_total counter",
@@ -674,8 +747,11 @@ mod tests {
             assert!(body.lines().any(|b| b == l), "missing {l}\n{body}");
         }
         assert!(!body.contains("# EOF"));
-        // Families whose values are all absent are not written at all.
+        // Families whose values are all absent are not written at all: no power, so no
+        // energy counter; not LLM serving, so no serving phase names.
         assert!(!body.contains("truthscale_gpu_power_watts"));
+        assert!(!body.contains("truthscale_gpu_energy_joules_total"));
+        assert!(!body.contains("truthscale_gpu_phase"));
     }
 
     #[test]
@@ -798,12 +874,122 @@ mod tests {
     }
 
     #[test]
-    fn identity_overrides_attribution() {
+    fn attribution_comes_from_one_identity() {
         let id = Identity {
             pod: Some("sidecar-pod".into()),
-            ..Identity::default()
+            namespace: Some("sidecar-ns".into()),
+            container: Some("kserve-container".into()),
+            node: Some("sidecar-node".into()),
         };
+        // The source attributed the GPU to pod p in ns (no container): all three labels come
+        // from there, none from the sidecar's own identity.
         let body = encode(&[entry("p")], &id, &ExporterStatus::default(), Format::Text);
-        assert!(body.contains(r#"pod="sidecar-pod",namespace="ns""#));
+        assert!(
+            body.contains(r#"model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns",node="sidecar-node"}"#),
+            "{body}"
+        );
+        assert!(!body.contains("sidecar-pod") && !body.contains("kserve-container"));
+        // A GPU the source did not attribute takes the sidecar's identity, all of it.
+        let mut e = entry("p");
+        e.window.id.pod = None;
+        let body = encode(&[e], &id, &ExporterStatus::default(), Format::Text);
+        assert!(
+            body.contains(r#"pod="sidecar-pod",namespace="sidecar-ns",container="kserve-container",node="sidecar-node"}"#),
+            "{body}"
+        );
+        // The node the source names wins over the sidecar's.
+        let mut e = entry("p");
+        e.window.id.node = Some("n7".into());
+        let body = encode(&[e], &id, &ExporterStatus::default(), Format::Text);
+        assert!(body.contains(r#"namespace="ns",node="n7"}"#), "{body}");
+    }
+
+    #[test]
+    fn integrals_only_for_measured_inputs_each_with_its_denominator() {
+        use crate::model::MigId;
+        // A MIG instance: tensor and DRAM counters, no busy flag, no power.
+        let mut r = Readings::default();
+        r.set_value(Field::TensorActive, 0.4);
+        r.set_value(Field::DramActive, 0.2);
+        let mig = EntitySample {
+            id: EntityId {
+                gpu: Some(0),
+                uuid: Some("GPU-1".into()),
+                model: Some("NVIDIA H100 80GB HBM3".into()),
+                mig: Some(MigId {
+                    gpu_instance: 1,
+                    compute_instance: None,
+                    profile: Some("3g.40gb".into()),
+                }),
+                ..EntityId::default()
+            },
+            readings: r,
+            ..EntitySample::default()
+        };
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        // Multiplexed: the tensor counter is blank every other window.
+        let mut last = None;
+        for i in 1..=4 {
+            let mut e = mig.clone();
+            if i % 2 == 0 {
+                e.readings.set(Field::TensorActive, crate::model::Reading::Blank);
+            }
+            let w = d
+                .observe(&Sample {
+                    taken: Timestamp(i * 1000),
+                    entities: vec![e],
+                })
+                .windows
+                .remove(0);
+            last = Some(w);
+        }
+        let g = GpuEntry {
+            window: last.unwrap(),
+            source: SourceKind::DcgmExporter,
+            up: true,
+        };
+        let body = encode(&[g], &Identity::default(), &ExporterStatus::default(), Format::Text);
+        let value = |name: &str| {
+            body.lines()
+                .find(|l| l.starts_with(&format!("{name}{{")))
+                .and_then(|l| l.rsplit_once(' '))
+                .map(|(_, v)| v.parse::<f64>().unwrap())
+        };
+        assert_eq!(value("truthscale_gpu_observed_seconds_total"), Some(4.0));
+        // ECF 0.4 in two of the four seconds: the exact mean is 0.8 / 2 = 0.4, not 0.8 / 4.
+        assert_eq!(value("truthscale_gpu_effective_compute_observed_seconds_total"), Some(2.0));
+        let ecf = value("truthscale_gpu_effective_compute_seconds_total").unwrap();
+        assert!((ecf - 0.8).abs() < 1e-12, "{ecf}");
+        // No busy flag, no power: no counter at all, never a zero.
+        for absent in [
+            "truthscale_gpu_busy_seconds_total",
+            "truthscale_gpu_busy_observed_seconds_total",
+            "truthscale_gpu_energy_joules_total",
+            "truthscale_gpu_energy_observed_seconds_total",
+        ] {
+            assert_eq!(value(absent), None, "{absent}\n{body}");
+        }
+        // The regime is counter-based and stays so in the blank windows.
+        // ρ = 0.4 / 0.2 = 2 with τ = 0.4: compute-bound, in the two windows that had the
+        // tensor counter. The last window had none, so it has no regime gauge at all.
+        assert!(
+            body.contains(r#"regime="compute_bound",method="counters"} 2"#),
+            "{body}"
+        );
+        assert!(!body.contains("truthscale_gpu_regime{"), "{body}");
+        assert!(!body.contains(r#"method="power_heuristic""#));
+    }
+
+    #[test]
+    fn a_replayed_simulation_still_says_sim() {
+        let mut e = entry("p");
+        e.source = SourceKind::Replay;
+        e.window.simulated = true;
+        let body = encode(&[e], &Identity::default(), &ExporterStatus::default(), Format::Text);
+        assert!(body.contains(r#"source="sim""#), "{body}");
+        let mut e = entry("p");
+        e.source = SourceKind::Replay;
+        let body = encode(&[e], &Identity::default(), &ExporterStatus::default(), Format::Text);
+        assert!(body.contains(r#"source="replay""#));
     }
 }

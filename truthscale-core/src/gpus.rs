@@ -64,8 +64,23 @@ pub struct MigProfile {
 }
 
 const GB: u64 = 1_000_000_000;
+const MIB: u64 = 1 << 20;
 
 macro_rules! mig {
+    // Memory as the usable MiB that `nvidia-smi mig -lgip` (memorySizeMB) lists.
+    ($name:literal, $c:expr, $m:expr, $mt:expr, $sms:expr, mib $mib:expr, $n:expr) => {
+        MigProfile {
+            name: $name,
+            compute_slices: $c,
+            memory_slices: $m,
+            memory_slices_total: $mt,
+            sms: $sms,
+            memory_bytes: $mib * MIB,
+            max_instances: $n,
+        }
+    };
+    // Memory as the nominal GB in the name, where no profile listing was available: usable
+    // memory is a little smaller, so a fit against it can be optimistic by a few percent.
     ($name:literal, $c:expr, $m:expr, $mt:expr, $sms:expr, $gb:expr, $n:expr) => {
         MigProfile {
             name: $name,
@@ -79,8 +94,13 @@ macro_rules! mig {
     };
 }
 
+// SM counts and usable memory per profile come from NVIDIA's MIG profile listings
+// (`nvidia-smi mig -lgip`, `multiprocessorCount` and `memorySizeMB`). The double-memory
+// 1g profiles (1g.10gb on A100 40GB, 1g.20gb on the 80 GB parts, …) are not 1g.5gb/1g.10gb
+// with more memory: on an H100 SXM the 1g.20gb instance has 26 SMs, not 16. Where a listing
+// was not available (marked), the SM count is the one of the closest listed part.
 const MIG_A100_40: &[MigProfile] = &[
-    mig!("1g.5gb", 1, 1, 8, 14, 5, 7),
+    mig!("1g.5gb", 1, 1, 8, 14, mib 4864, 7),
     mig!("1g.10gb", 1, 2, 8, 14, 10, 4),
     mig!("2g.10gb", 2, 2, 8, 28, 10, 3),
     mig!("3g.20gb", 3, 4, 8, 42, 20, 2),
@@ -95,25 +115,38 @@ const MIG_A100_80: &[MigProfile] = &[
     mig!("4g.40gb", 4, 4, 8, 56, 40, 1),
     mig!("7g.80gb", 7, 8, 8, 98, 80, 1),
 ];
-const MIG_H100_80: &[MigProfile] = &[
-    mig!("1g.10gb", 1, 1, 8, 16, 10, 7),
-    mig!("1g.20gb", 1, 2, 8, 16, 20, 4),
-    mig!("2g.20gb", 2, 2, 8, 32, 20, 3),
-    mig!("3g.40gb", 3, 4, 8, 60, 40, 2),
-    mig!("4g.40gb", 4, 4, 8, 64, 40, 1),
-    mig!("7g.80gb", 7, 8, 8, 132, 80, 1),
+// H100 80GB HBM3 (SXM5), from its listing.
+const MIG_H100_SXM: &[MigProfile] = &[
+    mig!("1g.10gb", 1, 1, 8, 16, mib 9984, 7),
+    mig!("1g.20gb", 1, 2, 8, 26, mib 20096, 4),
+    mig!("2g.20gb", 2, 2, 8, 32, mib 20096, 3),
+    mig!("3g.40gb", 3, 4, 8, 60, mib 40448, 2),
+    mig!("4g.40gb", 4, 4, 8, 64, mib 40448, 1),
+    mig!("7g.80gb", 7, 8, 8, 132, mib 81152, 1),
 ];
-const MIG_H100_94: &[MigProfile] = &[
+// H100 PCIe (114 SMs), from its listing: fewer SMs per slice than the SXM part.
+const MIG_H100_PCIE: &[MigProfile] = &[
+    mig!("1g.10gb", 1, 1, 8, 14, mib 9984, 7),
+    mig!("1g.20gb", 1, 2, 8, 14, mib 20096, 4),
+    mig!("2g.20gb", 2, 2, 8, 30, mib 20096, 3),
+    mig!("3g.40gb", 3, 4, 8, 46, mib 40448, 2),
+    mig!("4g.40gb", 4, 4, 8, 62, mib 40448, 1),
+    mig!("7g.80gb", 7, 8, 8, 114, mib 81152, 1),
+];
+// H100 NVL 94GB (132 SMs): no listing available; SM counts of the 132-SM SXM part.
+const MIG_H100_NVL: &[MigProfile] = &[
     mig!("1g.12gb", 1, 1, 8, 16, 12, 7),
-    mig!("1g.24gb", 1, 2, 8, 16, 24, 4),
+    mig!("1g.24gb", 1, 2, 8, 26, 24, 4),
     mig!("2g.24gb", 2, 2, 8, 32, 24, 3),
     mig!("3g.47gb", 3, 4, 8, 60, 47, 2),
     mig!("4g.47gb", 4, 4, 8, 64, 47, 1),
     mig!("7g.94gb", 7, 8, 8, 132, 94, 1),
 ];
+// H200 141GB: 1g.18gb from its listing (16 SMs, 16 GiB); the rest with the SM counts of
+// the 132-SM H100 SXM.
 const MIG_H200_141: &[MigProfile] = &[
-    mig!("1g.18gb", 1, 1, 8, 16, 18, 7),
-    mig!("1g.35gb", 1, 2, 8, 16, 35, 4),
+    mig!("1g.18gb", 1, 1, 8, 16, mib 16384, 7),
+    mig!("1g.35gb", 1, 2, 8, 26, 35, 4),
     mig!("2g.35gb", 2, 2, 8, 32, 35, 3),
     mig!("3g.71gb", 3, 4, 8, 60, 71, 2),
     mig!("4g.71gb", 4, 4, 8, 64, 71, 1),
@@ -167,15 +200,20 @@ pub const CATALOG: &[GpuSpec] = &[
     spec!("a100-80-sxm", "A100 80GB SXM", sms 108, bf16 312.0, fp8 None, fp32 19.5, fp16 78.0,
           mem_gb 80, bw_tbs 2.039, fref 1410.0, power 400.0, idle 63.0, mig MIG_A100_80),
     spec!("h100-sxm", "H100 SXM", sms 132, bf16 989.0, fp8 Some(1979.0), fp32 67.0, fp16 134.0,
-          mem_gb 80, bw_tbs 3.35, fref 1830.0, power 700.0, idle 75.0, mig MIG_H100_80),
+          mem_gb 80, bw_tbs 3.35, fref 1830.0, power 700.0, idle 75.0, mig MIG_H100_SXM),
     spec!("h100-pcie", "H100 PCIe", sms 114, bf16 756.0, fp8 Some(1513.0), fp32 51.0, fp16 102.0,
-          mem_gb 80, bw_tbs 2.0, fref 1619.0, power 350.0, idle 50.0, mig MIG_H100_80),
+          mem_gb 80, bw_tbs 2.0, fref 1619.0, power 350.0, idle 50.0, mig MIG_H100_PCIE),
     spec!("h100-nvl", "H100 NVL", sms 132, bf16 835.0, fp8 Some(1671.0), fp32 60.0, fp16 120.0,
-          mem_gb 94, bw_tbs 3.9, fref 1544.0, power 400.0, idle 55.0, mig MIG_H100_94),
+          mem_gb 94, bw_tbs 3.9, fref 1544.0, power 400.0, idle 55.0, mig MIG_H100_NVL),
     spec!("h200-sxm", "H200 SXM", sms 132, bf16 989.0, fp8 Some(1979.0), fp32 67.0, fp16 134.0,
           mem_gb 141, bw_tbs 4.8, fref 1830.0, power 700.0, idle 75.0, mig MIG_H200_141),
     spec!("h200-nvl", "H200 NVL", sms 132, bf16 835.0, fp8 Some(1671.0), fp32 60.0, fp16 120.0,
           mem_gb 141, bw_tbs 4.8, fref 1544.0, power 600.0, idle 65.0, mig MIG_H200_141),
+    // GH200: the Hopper GPU of the Grace Hopper superchip, its own model (not an H200):
+    // 96 GB HBM3 at 4.0 TB/s (the 144 GB HBM3e variant reports its own memory size). Its
+    // power limit covers the whole module, so the NVML limit is preferred. No MIG table.
+    spec!("gh200", "GH200", sms 132, bf16 989.0, fp8 Some(1979.0), fp32 67.0, fp16 134.0,
+          mem_gb 96, bw_tbs 4.0, fref 1830.0, power 900.0, idle 100.0, mig &[]),
     spec!("b200", "B200", sms 148, bf16 2250.0, fp8 Some(4500.0), fp32 75.0, fp16 150.0,
           mem_gb 180, bw_tbs 8.0, fref 1856.0, power 1000.0, idle 140.0, mig MIG_B200_180),
     spec!("l4", "L4", sms 58, bf16 121.0, fp8 Some(242.0), fp32 30.3, fp16 30.3,
@@ -219,6 +257,8 @@ pub fn lookup(name: &str) -> Option<&'static GpuSpec> {
     let any = |t: &str| lower.contains(t);
     let key = if has("b200") {
         "b200"
+    } else if any("gh200") {
+        "gh200"
     } else if any("h200") {
         if has("nvl") { "h200-nvl" } else { "h200-sxm" }
     } else if any("h100") {
@@ -272,6 +312,8 @@ mod tests {
             ("NVIDIA H100 NVL", "h100-nvl"),
             ("NVIDIA H200", "h200-sxm"),
             ("NVIDIA H200 NVL", "h200-nvl"),
+            ("NVIDIA GH200 480GB", "gh200"),
+            ("NVIDIA GH200 144G HBM3e", "gh200"),
             ("NVIDIA B200", "b200"),
             ("NVIDIA L4", "l4"),
             ("NVIDIA L40S", "l40s"),
@@ -312,5 +354,37 @@ mod tests {
         }
         let h = by_key("h100-sxm").unwrap();
         assert!((h.ridge_bf16() - 295.2).abs() < 0.5);
+    }
+
+    #[test]
+    fn mig_profiles_per_model() {
+        let sms = |key: &str, profile: &str| {
+            by_key(key)
+                .unwrap()
+                .mig
+                .iter()
+                .find(|p| p.name == profile)
+                .map(|p| p.sms)
+        };
+        assert_eq!(sms("h100-sxm", "1g.10gb"), Some(16));
+        assert_eq!(sms("h100-sxm", "1g.20gb"), Some(26));
+        assert_eq!(sms("h100-sxm", "7g.80gb"), Some(132));
+        assert_eq!(sms("h100-pcie", "1g.20gb"), Some(14));
+        assert_eq!(sms("h100-pcie", "3g.40gb"), Some(46));
+        assert_eq!(sms("h100-pcie", "7g.80gb"), Some(114));
+        for spec in CATALOG {
+            for p in spec.mig {
+                assert!(p.sms <= spec.sms, "{} {}", spec.key, p.name);
+            }
+            // The full profile has every SM, except on A100 (98 of 108 in 7g).
+            if let Some(full) = spec.mig.iter().max_by_key(|p| p.compute_slices)
+                && !spec.key.starts_with("a100")
+                && spec.key != "a30"
+            {
+                assert_eq!(full.sms, spec.sms, "{}", spec.key);
+            }
+        }
+        assert_eq!(lookup("NVIDIA GH200 480GB").unwrap().key, "gh200");
+        assert_ne!(lookup("NVIDIA GH200 480GB").unwrap().key, "h200-sxm");
     }
 }

@@ -100,9 +100,11 @@ pub struct EntityId {
 
 /// The part of an [`EntityId`] that decides whether two readings are the same entity.
 ///
-/// The model name, PCI id, node and MIG profile are attributes and do not split an entity.
+/// The node is part of it: `gpu 0` of two nodes are two GPUs, with or without UUIDs. The
+/// model name, PCI id and MIG profile are attributes and do not split an entity.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EntityKey {
+    node: Option<String>,
     gpu: Option<u32>,
     uuid: Option<String>,
     gpu_instance: Option<u32>,
@@ -115,6 +117,7 @@ impl EntityId {
     #[must_use]
     pub fn key(&self) -> EntityKey {
         EntityKey {
+            node: self.node.clone(),
             gpu: self.gpu,
             uuid: self.uuid.clone(),
             gpu_instance: self.mig.as_ref().map(|m| m.gpu_instance),
@@ -401,16 +404,20 @@ pub struct ServingSnapshot {
     pub absent_reason: Option<String>,
 }
 
-/// The phases a GPU window can be in.
+/// The counter regime of a GPU window: what its counters say the work was bound by.
+///
+/// The names are counter words (`compute_bound`, `memory_bound`), true of any workload.
+/// Where the workload is known to be LLM serving, [`Phase::serving_name`] gives the serving
+/// words: compute-bound serving is prefill, memory-bound serving is decode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// Nothing resident.
     Idle,
-    /// Compute-bound (right of the roofline ridge).
-    Prefill,
-    /// Memory-bound (left of the ridge).
-    Decode,
+    /// Compute-bound (right of the roofline ridge); prefill in LLM serving.
+    ComputeBound,
+    /// Memory-bound (left of the ridge); decode in LLM serving.
+    MemoryBound,
     /// Both, or alternating within the window.
     Mixed,
     /// Busy flag on, but neither compute nor memory doing anything.
@@ -420,33 +427,48 @@ pub enum Phase {
 }
 
 impl Phase {
-    /// All phases, in a fixed order.
+    /// All regimes, in a fixed order.
     pub const ALL: [Phase; 6] = [
         Phase::Idle,
-        Phase::Prefill,
-        Phase::Decode,
+        Phase::ComputeBound,
+        Phase::MemoryBound,
         Phase::Mixed,
         Phase::Stalled,
         Phase::Underloaded,
     ];
 
-    /// The label value.
+    /// The regime's label value (`regime="…"`), the same for every workload.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Idle => "idle",
-            Phase::Prefill => "prefill",
-            Phase::Decode => "decode",
+            Phase::ComputeBound => "compute_bound",
+            Phase::MemoryBound => "memory_bound",
             Phase::Mixed => "mixed",
             Phase::Stalled => "stalled",
             Phase::Underloaded => "underloaded",
         }
     }
 
-    /// Parse a label value.
+    /// The LLM-serving phase name (`phase="…"`): `prefill` for compute-bound, `decode`
+    /// for memory-bound, the regime name otherwise. Only for workloads known to be serving.
+    #[must_use]
+    pub fn serving_name(self) -> &'static str {
+        match self {
+            Phase::ComputeBound => "prefill",
+            Phase::MemoryBound => "decode",
+            p => p.as_str(),
+        }
+    }
+
+    /// Parse a regime name, or a serving phase name (`prefill`, `decode`).
     #[must_use]
     pub fn from_name(s: &str) -> Option<Phase> {
-        Phase::ALL.into_iter().find(|p| p.as_str() == s)
+        match s {
+            "prefill" => Some(Phase::ComputeBound),
+            "decode" => Some(Phase::MemoryBound),
+            _ => Phase::ALL.into_iter().find(|p| p.as_str() == s),
+        }
     }
 
     /// Index into [`Phase::ALL`].
@@ -454,6 +476,107 @@ impl Phase {
     pub fn index(self) -> usize {
         self as usize
     }
+}
+
+/// What a simulated GPU actually ran: the ground truth the classifier is scored against.
+/// It comes from the simulator's own workload, never from the classifier's rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Workload {
+    /// Nothing running.
+    Idle,
+    /// An LLM prefill (prompt) forward pass: large GEMMs.
+    Prefill,
+    /// An LLM decode step: every weight read once for a few tokens.
+    Decode,
+    /// A training step's forward and backward GEMMs.
+    TrainingStep,
+    /// A collective (all-reduce) spinning on a few SMs, waiting on the network.
+    AllReduce,
+    /// The input pipeline loading data; no kernel resident.
+    DataLoading,
+    /// One tiny kernel spinning on one SM.
+    Spin,
+}
+
+impl Workload {
+    /// All workloads, in a fixed order.
+    pub const ALL: [Workload; 7] = [
+        Workload::Idle,
+        Workload::Prefill,
+        Workload::Decode,
+        Workload::TrainingStep,
+        Workload::AllReduce,
+        Workload::DataLoading,
+        Workload::Spin,
+    ];
+
+    /// The trace name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Workload::Idle => "idle",
+            Workload::Prefill => "prefill",
+            Workload::Decode => "decode",
+            Workload::TrainingStep => "training_step",
+            Workload::AllReduce => "all_reduce",
+            Workload::DataLoading => "data_loading",
+            Workload::Spin => "spin",
+        }
+    }
+
+    /// Parse a trace name.
+    #[must_use]
+    pub fn from_name(s: &str) -> Option<Workload> {
+        Workload::ALL.into_iter().find(|w| w.as_str() == s)
+    }
+
+    /// Index into [`Workload::ALL`].
+    #[must_use]
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The regime this work is, by what it does (not by its counters): GEMMs are
+    /// compute-bound, a decode step is memory-bound, a spin or a collective's wait is a
+    /// stall, no kernel is idle.
+    #[must_use]
+    pub fn regime(self) -> Phase {
+        match self {
+            Workload::Idle | Workload::DataLoading => Phase::Idle,
+            Workload::Prefill | Workload::TrainingStep => Phase::ComputeBound,
+            Workload::Decode => Phase::MemoryBound,
+            Workload::AllReduce | Workload::Spin => Phase::Stalled,
+        }
+    }
+}
+
+impl fmt::Display for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The regime of a window from the time each workload ran in it: `Mixed` when
+/// compute-bound and memory-bound work each took at least a quarter of the window (phase
+/// alternation inside one window), else the regime that took most of the window.
+#[must_use]
+pub fn regime_of_shares(seconds: &[f64; 7]) -> Option<Phase> {
+    let total: f64 = seconds.iter().sum();
+    if total <= 0.0 {
+        return None;
+    }
+    let mut by_regime = [0.0; 6];
+    for w in Workload::ALL {
+        by_regime[w.regime().index()] += seconds[w.index()];
+    }
+    let share = |p: Phase| by_regime[p.index()] / total;
+    if share(Phase::ComputeBound) >= 0.25 && share(Phase::MemoryBound) >= 0.25 {
+        return Some(Phase::Mixed);
+    }
+    Phase::ALL
+        .into_iter()
+        .max_by(|a, b| share(*a).total_cmp(&share(*b)))
 }
 
 impl fmt::Display for Phase {
@@ -488,12 +611,18 @@ pub struct EntitySample {
     pub throttles: Option<Throttles>,
     /// The serving engine's view, when present.
     pub serving: Option<ServingSnapshot>,
-    /// For simulated data: the phase the simulator was actually in (ground truth).
+    /// For simulated data: the regime of the work the simulator ran in the window, from
+    /// the time each workload ran ([`regime_of_shares`]), never from the classifier.
     pub truth_phase: Option<Phase>,
+    /// For simulated data: the workload that ran longest in the window.
+    pub truth_workload: Option<Workload>,
     /// For simulated data: the true effective compute fraction of the window.
     pub truth_effective_compute: Option<f64>,
     /// Whether these readings come from a simulator rather than hardware.
     pub simulated: bool,
+    /// Whether the SM clock is a reading at one instant (the window's end) rather than the
+    /// window's mean. The deriver then uses the mean of the window's two end readings.
+    pub sm_clock_is_point: bool,
     /// Processes on this entity, when the source lists them and per-process series are on.
     pub processes: Vec<ProcessReading>,
 }

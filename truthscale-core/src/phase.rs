@@ -1,8 +1,13 @@
-//! The phase classifier: idle, prefill, decode, mixed, stalled, underloaded.
+//! The regime classifier: idle, compute-bound, memory-bound, mixed, stalled, underloaded.
 //!
 //! Each state has an enter rule and an exit rule (Schmitt-trigger thresholds): the
 //! classifier stays in its state until that state's exit rule holds, and then needs
 //! `switch_after` consecutive windows agreeing on a new state before it switches.
+//!
+//! As the spec asks (counter-science §6.4), idle and stalled are evaluated first in every
+//! window: a window that enters idle is idle whatever state came before, and a stalled
+//! state ends as soon as its busy flag drops, so a stall that ends is never held.
+//! A missing counter is never read as a quiet one: stalled needs a DRAM reading that is low.
 
 use crate::model::Phase;
 
@@ -24,34 +29,46 @@ pub struct PhaseConfig {
     pub stalled_enter_dram: f64,
     /// … and the busiest pipe is below this.
     pub stalled_enter_pipe: f64,
-    /// Stalled: exit when tensor activity reaches this …
+    /// Stalled: exit when `u` falls below this (the stall ended) …
+    pub stalled_exit_util: f64,
+    /// … or tensor activity reaches this …
     pub stalled_exit_tensor: f64,
     /// … or DRAM activity reaches this.
     pub stalled_exit_dram: f64,
-    /// Prefill: enter when ρ is at least this …
-    pub prefill_enter_rho: f64,
+    /// Compute-bound (prefill): enter when ρ is at least this …
+    #[serde(alias = "prefill_enter_rho")]
+    pub compute_bound_enter_rho: f64,
     /// … and tensor activity at least this.
-    pub prefill_enter_tensor: f64,
-    /// Prefill: exit when ρ falls below this …
-    pub prefill_exit_rho: f64,
+    #[serde(alias = "prefill_enter_tensor")]
+    pub compute_bound_enter_tensor: f64,
+    /// Compute-bound: exit when ρ falls below this …
+    #[serde(alias = "prefill_exit_rho")]
+    pub compute_bound_exit_rho: f64,
     /// … or tensor activity below this.
-    pub prefill_exit_tensor: f64,
-    /// Decode: enter when ρ is at most this …
-    pub decode_enter_rho: f64,
+    #[serde(alias = "prefill_exit_tensor")]
+    pub compute_bound_exit_tensor: f64,
+    /// Memory-bound (decode): enter when ρ is at most this …
+    #[serde(alias = "decode_enter_rho")]
+    pub memory_bound_enter_rho: f64,
     /// … and DRAM activity at least this.
-    pub decode_enter_dram: f64,
-    /// Decode: exit when ρ rises above this …
-    pub decode_exit_rho: f64,
+    #[serde(alias = "decode_enter_dram")]
+    pub memory_bound_enter_dram: f64,
+    /// Memory-bound: exit when ρ rises above this …
+    #[serde(alias = "decode_exit_rho")]
+    pub memory_bound_exit_rho: f64,
     /// … or DRAM activity falls below this.
-    pub decode_exit_dram: f64,
+    #[serde(alias = "decode_exit_dram")]
+    pub memory_bound_exit_dram: f64,
     /// Mixed: tensor activity that counts as meaningful work.
     pub mixed_tensor: f64,
     /// Mixed: DRAM activity that counts as meaningful work.
     pub mixed_dram: f64,
-    /// Power-heuristic tier: prefill when the power proxy is at least this.
-    pub power_prefill: f64,
-    /// Power-heuristic tier: decode when the power proxy is at least this (and `u` high).
-    pub power_decode: f64,
+    /// Power-heuristic tier: compute-bound when the power proxy is at least this.
+    #[serde(alias = "power_prefill")]
+    pub power_compute_bound: f64,
+    /// Power-heuristic tier: memory-bound when the power proxy is at least this (and `u` high).
+    #[serde(alias = "power_decode")]
+    pub power_memory_bound: f64,
     /// Power-heuristic tier: stalled when the power proxy is below this (and `u` high).
     pub power_stalled: f64,
     /// Power-heuristic tier: what counts as a high busy flag.
@@ -70,24 +87,234 @@ impl Default for PhaseConfig {
             stalled_enter_tensor: 0.05,
             stalled_enter_dram: 0.10,
             stalled_enter_pipe: 0.10,
+            stalled_exit_util: 0.4,
             stalled_exit_tensor: 0.08,
             stalled_exit_dram: 0.15,
-            prefill_enter_rho: 1.5,
-            prefill_enter_tensor: 0.20,
-            prefill_exit_rho: 1.0,
-            prefill_exit_tensor: 0.12,
-            decode_enter_rho: 0.5,
-            decode_enter_dram: 0.25,
-            decode_exit_rho: 0.7,
-            decode_exit_dram: 0.15,
+            compute_bound_enter_rho: 1.5,
+            compute_bound_enter_tensor: 0.20,
+            compute_bound_exit_rho: 1.0,
+            compute_bound_exit_tensor: 0.12,
+            memory_bound_enter_rho: 0.5,
+            memory_bound_enter_dram: 0.25,
+            memory_bound_exit_rho: 0.7,
+            memory_bound_exit_dram: 0.15,
             mixed_tensor: 0.10,
             mixed_dram: 0.15,
-            power_prefill: 0.75,
-            power_decode: 0.30,
+            power_compute_bound: 0.75,
+            power_memory_bound: 0.30,
             power_stalled: 0.20,
             power_busy_util: 0.8,
             switch_after: 1,
         }
+    }
+}
+
+/// One configuration value that cannot be used, with the key that holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidSetting {
+    /// The key, relative to the section that was checked (e.g. `phase.idle_enter_util`).
+    pub key: String,
+    /// What is wrong and what would be accepted.
+    pub message: String,
+}
+
+impl std::fmt::Display for InvalidSetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.key, self.message)
+    }
+}
+
+/// Collects the problems of one configuration section.
+#[derive(Debug, Default)]
+pub struct Checker {
+    prefix: String,
+    problems: Vec<InvalidSetting>,
+}
+
+impl Checker {
+    /// A checker whose keys start with `prefix` (e.g. `derive.`).
+    #[must_use]
+    pub fn new(prefix: &str) -> Checker {
+        Checker {
+            prefix: prefix.to_string(),
+            problems: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, key: &str, message: String) {
+        self.problems.push(InvalidSetting {
+            key: format!("{}{key}", self.prefix),
+            message,
+        });
+    }
+
+    /// `value` must be a finite number in `[lo, hi]`.
+    pub fn range(&mut self, key: &str, value: f64, lo: f64, hi: f64) {
+        if !value.is_finite() {
+            self.push(key, format!("{value} is not a number; use a value in [{lo}, {hi}]"));
+        } else if value < lo || value > hi {
+            self.push(key, format!("{value} is outside [{lo}, {hi}]"));
+        }
+    }
+
+    /// `lower` (at `lower_key`) must be strictly below `upper` (at `upper_key`).
+    pub fn below(&mut self, lower_key: &str, lower: f64, upper_key: &str, upper: f64, why: &str) {
+        if lower.is_finite() && upper.is_finite() && lower >= upper {
+            self.push(
+                lower_key,
+                format!(
+                    "{lower} must be below {}{upper_key} ({upper}): {why}",
+                    self.prefix
+                ),
+            );
+        }
+    }
+
+    /// The problems found, or `Ok` when there are none.
+    ///
+    /// # Errors
+    /// Every problem found, in the order checked.
+    pub fn finish(self) -> Result<(), Vec<InvalidSetting>> {
+        if self.problems.is_empty() {
+            Ok(())
+        } else {
+            Err(self.problems)
+        }
+    }
+
+    /// Take over the problems of a nested section's checker.
+    pub fn absorb(&mut self, nested: Result<(), Vec<InvalidSetting>>) {
+        if let Err(p) = nested {
+            self.problems.extend(p);
+        }
+    }
+}
+
+impl PhaseConfig {
+    /// Every threshold in range, and every hysteresis band pointing the right way.
+    ///
+    /// # Errors
+    /// Each problem, keyed `<prefix>name`.
+    pub fn validate(&self, prefix: &str) -> Result<(), Vec<InvalidSetting>> {
+        let mut c = Checker::new(prefix);
+        for (k, v) in [
+            ("idle_enter_util", self.idle_enter_util),
+            ("idle_enter_sm", self.idle_enter_sm),
+            ("idle_exit_util", self.idle_exit_util),
+            ("stalled_enter_util", self.stalled_enter_util),
+            ("stalled_enter_tensor", self.stalled_enter_tensor),
+            ("stalled_enter_dram", self.stalled_enter_dram),
+            ("stalled_enter_pipe", self.stalled_enter_pipe),
+            ("stalled_exit_util", self.stalled_exit_util),
+            ("stalled_exit_tensor", self.stalled_exit_tensor),
+            ("stalled_exit_dram", self.stalled_exit_dram),
+            ("compute_bound_enter_tensor", self.compute_bound_enter_tensor),
+            ("compute_bound_exit_tensor", self.compute_bound_exit_tensor),
+            ("memory_bound_enter_dram", self.memory_bound_enter_dram),
+            ("memory_bound_exit_dram", self.memory_bound_exit_dram),
+            ("mixed_tensor", self.mixed_tensor),
+            ("mixed_dram", self.mixed_dram),
+            ("power_compute_bound", self.power_compute_bound),
+            ("power_memory_bound", self.power_memory_bound),
+            ("power_stalled", self.power_stalled),
+            ("power_busy_util", self.power_busy_util),
+        ] {
+            c.range(k, v, 0.0, 1.0);
+        }
+        for (k, v) in [
+            ("compute_bound_enter_rho", self.compute_bound_enter_rho),
+            ("compute_bound_exit_rho", self.compute_bound_exit_rho),
+            ("memory_bound_enter_rho", self.memory_bound_enter_rho),
+            ("memory_bound_exit_rho", self.memory_bound_exit_rho),
+        ] {
+            c.range(k, v, 0.0, 1000.0);
+        }
+        if self.switch_after == 0 || self.switch_after > 100 {
+            c.push(
+                "switch_after",
+                format!("{} is outside [1, 100] windows", self.switch_after),
+            );
+        }
+        let band = "the exit threshold must lie inside the state, or the state flickers";
+        c.below("idle_enter_util", self.idle_enter_util, "idle_exit_util", self.idle_exit_util, band);
+        c.below(
+            "stalled_exit_util",
+            self.stalled_exit_util,
+            "stalled_enter_util",
+            self.stalled_enter_util,
+            band,
+        );
+        c.below(
+            "stalled_enter_tensor",
+            self.stalled_enter_tensor,
+            "stalled_exit_tensor",
+            self.stalled_exit_tensor,
+            band,
+        );
+        c.below(
+            "stalled_enter_dram",
+            self.stalled_enter_dram,
+            "stalled_exit_dram",
+            self.stalled_exit_dram,
+            band,
+        );
+        c.below(
+            "compute_bound_exit_rho",
+            self.compute_bound_exit_rho,
+            "compute_bound_enter_rho",
+            self.compute_bound_enter_rho,
+            band,
+        );
+        c.below(
+            "compute_bound_exit_tensor",
+            self.compute_bound_exit_tensor,
+            "compute_bound_enter_tensor",
+            self.compute_bound_enter_tensor,
+            band,
+        );
+        c.below(
+            "memory_bound_enter_rho",
+            self.memory_bound_enter_rho,
+            "memory_bound_exit_rho",
+            self.memory_bound_exit_rho,
+            band,
+        );
+        c.below(
+            "memory_bound_exit_dram",
+            self.memory_bound_exit_dram,
+            "memory_bound_enter_dram",
+            self.memory_bound_enter_dram,
+            band,
+        );
+        c.below(
+            "memory_bound_exit_rho",
+            self.memory_bound_exit_rho,
+            "compute_bound_exit_rho",
+            self.compute_bound_exit_rho,
+            "memory-bound must end before compute-bound can begin",
+        );
+        c.below(
+            "power_stalled",
+            self.power_stalled,
+            "power_memory_bound",
+            self.power_memory_bound,
+            "the power-heuristic bands must be ordered stalled < memory-bound < compute-bound",
+        );
+        c.below(
+            "power_memory_bound",
+            self.power_memory_bound,
+            "power_compute_bound",
+            self.power_compute_bound,
+            "the power-heuristic bands must be ordered stalled < memory-bound < compute-bound",
+        );
+        c.below(
+            "idle_enter_util",
+            self.idle_enter_util,
+            "stalled_enter_util",
+            self.stalled_enter_util,
+            "a busy flag cannot be idle and stalled at once",
+        );
+        c.finish()
     }
 }
 
@@ -110,14 +337,34 @@ pub struct PhaseInputs {
     pub power_capped: bool,
 }
 
-/// How the phase of a window was decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+/// How the regime of a window was decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PhaseMethod {
     /// From tensor and DRAM counters.
     Counters,
     /// From the busy flag and the power proxy (an estimate).
     PowerHeuristic,
+}
+
+impl PhaseMethod {
+    /// Both methods, in label order.
+    pub const ALL: [PhaseMethod; 2] = [PhaseMethod::Counters, PhaseMethod::PowerHeuristic];
+
+    /// The label value (`method="…"`).
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PhaseMethod::Counters => "counters",
+            PhaseMethod::PowerHeuristic => "power_heuristic",
+        }
+    }
+
+    /// Index into [`PhaseMethod::ALL`].
+    #[must_use]
+    pub fn index(self) -> usize {
+        self as usize
+    }
 }
 
 const RHO_FLOOR: f64 = 0.02;
@@ -135,19 +382,20 @@ impl PhaseInputs {
                 u.is_some_and(|u| u < c.idle_enter_util)
                     && self.sm_active.is_none_or(|s| s < c.idle_enter_sm)
             }
+            // Every input must be read and quiet: a missing counter is not a quiet one.
             Phase::Stalled => {
                 u.is_some_and(|u| u >= c.stalled_enter_util)
                     && tau.is_some_and(|t| t < c.stalled_enter_tensor)
-                    && d.is_none_or(|d| d < c.stalled_enter_dram)
+                    && d.is_some_and(|d| d < c.stalled_enter_dram)
                     && self.pipe.is_none_or(|p| p < c.stalled_enter_pipe)
             }
-            Phase::Prefill => {
-                rho.is_some_and(|r| r >= c.prefill_enter_rho)
-                    && tau.is_some_and(|t| t >= c.prefill_enter_tensor)
+            Phase::ComputeBound => {
+                rho.is_some_and(|r| r >= c.compute_bound_enter_rho)
+                    && tau.is_some_and(|t| t >= c.compute_bound_enter_tensor)
             }
-            Phase::Decode => {
-                rho.is_some_and(|r| r <= c.decode_enter_rho)
-                    && d.is_some_and(|d| d >= c.decode_enter_dram)
+            Phase::MemoryBound => {
+                rho.is_some_and(|r| r <= c.memory_bound_enter_rho)
+                    && d.is_some_and(|d| d >= c.memory_bound_enter_dram)
             }
             Phase::Mixed => {
                 tau.is_some_and(|t| t >= c.mixed_tensor) || d.is_some_and(|d| d >= c.mixed_dram)
@@ -161,65 +409,110 @@ impl PhaseInputs {
         match p {
             Phase::Idle => self.util.is_none_or(|u| u >= c.idle_exit_util),
             Phase::Stalled => {
-                tau.is_none_or(|t| t >= c.stalled_exit_tensor)
-                    || d.is_some_and(|d| d >= c.stalled_exit_dram)
+                self.util.is_none_or(|u| u < c.stalled_exit_util)
+                    || tau.is_none_or(|t| t >= c.stalled_exit_tensor)
+                    || d.is_none_or(|d| d >= c.stalled_exit_dram)
             }
-            Phase::Prefill => {
-                rho.is_none_or(|r| r < c.prefill_exit_rho)
-                    || tau.is_none_or(|t| t < c.prefill_exit_tensor)
+            Phase::ComputeBound => {
+                rho.is_none_or(|r| r < c.compute_bound_exit_rho)
+                    || tau.is_none_or(|t| t < c.compute_bound_exit_tensor)
             }
-            Phase::Decode => {
-                rho.is_none_or(|r| r > c.decode_exit_rho)
-                    || d.is_none_or(|d| d < c.decode_exit_dram)
+            Phase::MemoryBound => {
+                rho.is_none_or(|r| r > c.memory_bound_exit_rho)
+                    || d.is_none_or(|d| d < c.memory_bound_exit_dram)
             }
             // Mixed and underloaded have no exit rule of their own: any other enter rule wins.
             Phase::Mixed | Phase::Underloaded => true,
         }
     }
 
-    /// The state these inputs point to, given the current state (no dwell counting).
+    /// The state the counters point to, given the current state (no dwell counting).
+    /// `None` when the compute counter is missing.
+    #[must_use]
+    pub fn counter_candidate(&self, current: Option<Phase>, c: &PhaseConfig) -> Option<Phase> {
+        self.compute?;
+        // Idle and stalled first, in every window (spec §6.4).
+        for p in [Phase::Idle, Phase::Stalled] {
+            if current == Some(p) && !self.exits(p, c) {
+                return Some(p);
+            }
+        }
+        for p in [Phase::Idle, Phase::Stalled] {
+            if self.enters(p, c) {
+                return Some(p);
+            }
+        }
+        if let Some(cur) = current
+            && !matches!(cur, Phase::Idle | Phase::Stalled)
+            && !self.exits(cur, c)
+        {
+            return Some(cur);
+        }
+        let order = [
+            Phase::ComputeBound,
+            Phase::MemoryBound,
+            Phase::Mixed,
+            Phase::Underloaded,
+        ];
+        order
+            .into_iter()
+            .find(|&p| self.enters(p, c))
+            .or(match (self.util, self.dram) {
+                (None, None) => None,
+                _ => Some(Phase::Underloaded),
+            })
+    }
+
+    /// The state the busy flag and power proxy point to (an estimate, no hysteresis).
+    #[must_use]
+    pub fn power_candidate(&self, c: &PhaseConfig) -> Option<Phase> {
+        let u = self.util?;
+        if u < c.idle_enter_util {
+            return Some(Phase::Idle);
+        }
+        let pi = self.power_proxy?;
+        Some(
+            if pi >= c.power_compute_bound || (self.power_capped && u >= 0.9) {
+                Phase::ComputeBound
+            } else if u >= c.power_busy_util && pi < c.power_stalled {
+                Phase::Stalled
+            } else if u >= c.power_busy_util && pi >= c.power_memory_bound {
+                Phase::MemoryBound
+            } else {
+                Phase::Underloaded
+            },
+        )
+    }
+
+    /// The state these inputs point to with `method`, given the current state.
+    #[must_use]
+    pub fn candidate_by(
+        &self,
+        method: PhaseMethod,
+        current: Option<Phase>,
+        c: &PhaseConfig,
+    ) -> Option<Phase> {
+        match method {
+            PhaseMethod::Counters => self.counter_candidate(current, c),
+            PhaseMethod::PowerHeuristic => self.power_candidate(c),
+        }
+    }
+
+    /// The state these inputs point to, given the current state: from the counters when
+    /// the compute counter was read, else from the power heuristic.
     #[must_use]
     pub fn candidate(
         &self,
         current: Option<Phase>,
         c: &PhaseConfig,
     ) -> Option<(Phase, PhaseMethod)> {
-        if self.compute.is_some() {
-            if let Some(cur) = current
-                && !self.exits(cur, c)
-            {
-                return Some((cur, PhaseMethod::Counters));
-            }
-            let order = [
-                Phase::Idle,
-                Phase::Stalled,
-                Phase::Prefill,
-                Phase::Decode,
-                Phase::Mixed,
-                Phase::Underloaded,
-            ];
-            let found = order.into_iter().find(|&p| self.enters(p, c));
-            let found = found.or(match (self.util, self.dram) {
-                (None, None) => None,
-                _ => Some(Phase::Underloaded),
-            });
-            return found.map(|p| (p, PhaseMethod::Counters));
+        match self.counter_candidate(current, c) {
+            Some(p) => Some((p, PhaseMethod::Counters)),
+            None if self.compute.is_none() => self
+                .power_candidate(c)
+                .map(|p| (p, PhaseMethod::PowerHeuristic)),
+            None => None,
         }
-        let u = self.util?;
-        if u < c.idle_enter_util {
-            return Some((Phase::Idle, PhaseMethod::PowerHeuristic));
-        }
-        let pi = self.power_proxy?;
-        let p = if pi >= c.power_prefill || (self.power_capped && u >= 0.9) {
-            Phase::Prefill
-        } else if u >= c.power_busy_util && pi < c.power_stalled {
-            Phase::Stalled
-        } else if u >= c.power_busy_util && pi >= c.power_decode {
-            Phase::Decode
-        } else {
-            Phase::Underloaded
-        };
-        Some((p, PhaseMethod::PowerHeuristic))
     }
 }
 
@@ -238,12 +531,30 @@ impl PhaseClassifier {
     }
 
     /// Feed one window; returns the phase after hysteresis, and how it was decided.
+    /// The method follows the inputs: counters when the compute counter was read.
     pub fn observe(
         &mut self,
         inputs: &PhaseInputs,
         c: &PhaseConfig,
     ) -> Option<(Phase, PhaseMethod)> {
-        let (cand, method) = inputs.candidate(self.current, c)?;
+        let method = if inputs.compute.is_some() {
+            PhaseMethod::Counters
+        } else {
+            PhaseMethod::PowerHeuristic
+        };
+        self.observe_by(inputs, method, c).map(|p| (p, method))
+    }
+
+    /// Feed one window, classified by `method` only: a window that method cannot classify
+    /// (for example the tensor counter blank under DCGM multiplexing) returns `None` and
+    /// leaves the state as it was, so the two methods never mix in one entity's history.
+    pub fn observe_by(
+        &mut self,
+        inputs: &PhaseInputs,
+        method: PhaseMethod,
+        c: &PhaseConfig,
+    ) -> Option<Phase> {
+        let cand = inputs.candidate_by(method, self.current, c)?;
         match self.current {
             None => {
                 self.current = Some(cand);
@@ -263,7 +574,7 @@ impl PhaseClassifier {
                 }
             }
         }
-        self.current.map(|p| (p, method))
+        self.current
     }
 }
 
@@ -293,8 +604,8 @@ mod tests {
             classify(&counters(1.0, 1.0 / 132.0, 0.0, 0.0)),
             Phase::Stalled
         );
-        assert_eq!(classify(&counters(1.0, 0.95, 0.6, 0.2)), Phase::Prefill);
-        assert_eq!(classify(&counters(1.0, 0.9, 0.02, 0.6)), Phase::Decode);
+        assert_eq!(classify(&counters(1.0, 0.95, 0.6, 0.2)), Phase::ComputeBound);
+        assert_eq!(classify(&counters(1.0, 0.9, 0.02, 0.6)), Phase::MemoryBound);
         assert_eq!(classify(&counters(1.0, 0.9, 0.3, 0.3)), Phase::Mixed);
         assert_eq!(
             classify(&counters(0.3, 0.1, 0.04, 0.08)),
@@ -309,8 +620,8 @@ mod tests {
         let x = counters(1.0, 0.9, 0.36, 0.3);
         assert_eq!(x.candidate(None, &c).unwrap().0, Phase::Mixed);
         assert_eq!(
-            x.candidate(Some(Phase::Prefill), &c).unwrap().0,
-            Phase::Prefill
+            x.candidate(Some(Phase::ComputeBound), &c).unwrap().0,
+            Phase::ComputeBound
         );
     }
 
@@ -323,14 +634,14 @@ mod tests {
         let mut k = PhaseClassifier::default();
         let decode = counters(1.0, 0.9, 0.02, 0.6);
         let prefill = counters(1.0, 0.9, 0.6, 0.2);
-        assert_eq!(k.observe(&decode, &c).unwrap().0, Phase::Decode);
-        assert_eq!(k.observe(&prefill, &c).unwrap().0, Phase::Decode);
-        assert_eq!(k.observe(&prefill, &c).unwrap().0, Phase::Decode);
+        assert_eq!(k.observe(&decode, &c).unwrap().0, Phase::MemoryBound);
+        assert_eq!(k.observe(&prefill, &c).unwrap().0, Phase::MemoryBound);
+        assert_eq!(k.observe(&prefill, &c).unwrap().0, Phase::MemoryBound);
         // an interruption resets the count
-        assert_eq!(k.observe(&decode, &c).unwrap().0, Phase::Decode);
-        assert_eq!(k.observe(&prefill, &c).unwrap().0, Phase::Decode);
-        assert_eq!(k.observe(&prefill, &c).unwrap().0, Phase::Decode);
-        assert_eq!(k.observe(&prefill, &c).unwrap().0, Phase::Prefill);
+        assert_eq!(k.observe(&decode, &c).unwrap().0, Phase::MemoryBound);
+        assert_eq!(k.observe(&prefill, &c).unwrap().0, Phase::MemoryBound);
+        assert_eq!(k.observe(&prefill, &c).unwrap().0, Phase::MemoryBound);
+        assert_eq!(k.observe(&prefill, &c).unwrap().0, Phase::ComputeBound);
     }
 
     #[test]
@@ -343,9 +654,9 @@ mod tests {
         };
         assert_eq!(
             x(1.0, 0.95).candidate(None, &c),
-            Some((Phase::Prefill, PhaseMethod::PowerHeuristic))
+            Some((Phase::ComputeBound, PhaseMethod::PowerHeuristic))
         );
-        assert_eq!(x(1.0, 0.49).candidate(None, &c).unwrap().0, Phase::Decode);
+        assert_eq!(x(1.0, 0.49).candidate(None, &c).unwrap().0, Phase::MemoryBound);
         assert_eq!(x(1.0, 0.05).candidate(None, &c).unwrap().0, Phase::Stalled);
         assert_eq!(x(0.01, 0.0).candidate(None, &c).unwrap().0, Phase::Idle);
         let busy_only = PhaseInputs {
@@ -353,5 +664,99 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(busy_only.candidate(None, &c), None);
+    }
+    #[test]
+    fn a_stall_that_ends_goes_idle_within_the_dwell() {
+        for n in [1, 3] {
+            let c = PhaseConfig {
+                switch_after: n,
+                ..PhaseConfig::default()
+            };
+            let mut k = PhaseClassifier::default();
+            let stalled = counters(1.0, 1.0 / 132.0, 0.0, 0.0);
+            let off = counters(0.0, 0.0, 0.0, 0.0);
+            let half = counters(0.3, 0.005, 0.0, 0.0);
+            assert_eq!(k.observe(&stalled, &c).unwrap().0, Phase::Stalled);
+            // The busy flag drops to 0: idle after exactly `n` windows, not when tensor or
+            // DRAM activity rises (they never do here).
+            for i in 1..=n {
+                let got = k.observe(&off, &c).unwrap().0;
+                let want = if i < n { Phase::Stalled } else { Phase::Idle };
+                assert_eq!(got, want, "switch_after {n}, window {i}");
+            }
+            // Back to stalled, then the busy flag drops to 0.3 (below the stall's exit, above
+            // idle's enter): underloaded, not stalled.
+            let mut k = PhaseClassifier::default();
+            k.observe(&stalled, &c);
+            for _ in 0..n {
+                k.observe(&half, &c);
+            }
+            assert_eq!(k.current(), Some(Phase::Underloaded), "switch_after {n}");
+        }
+    }
+
+    #[test]
+    fn a_missing_dram_counter_is_not_a_quiet_one() {
+        let mut x = counters(1.0, 0.01, 0.0, 0.0);
+        x.dram = None;
+        assert_ne!(classify(&x), Phase::Stalled);
+        // and a stalled state ends when the DRAM counter goes missing
+        let c = PhaseConfig::default();
+        assert_ne!(x.candidate(Some(Phase::Stalled), &c).unwrap().0, Phase::Stalled);
+    }
+
+    #[test]
+    fn idle_wins_over_a_held_state() {
+        let c = PhaseConfig::default();
+        let off = counters(0.0, 0.0, 0.0, 0.0);
+        for held in [Phase::ComputeBound, Phase::MemoryBound, Phase::Stalled, Phase::Mixed] {
+            assert_eq!(off.candidate(Some(held), &c).unwrap().0, Phase::Idle, "{held}");
+        }
+    }
+
+    #[test]
+    fn observe_by_one_method_never_mixes_methods() {
+        let c = PhaseConfig::default();
+        let mut k = PhaseClassifier::default();
+        let decode = counters(1.0, 0.9, 0.02, 0.6);
+        assert_eq!(
+            k.observe_by(&decode, PhaseMethod::Counters, &c),
+            Some(Phase::MemoryBound)
+        );
+        // Tensor blank this window (multiplexing): not classified, state kept.
+        let blank = PhaseInputs {
+            compute: None,
+            power_proxy: Some(0.95),
+            ..decode
+        };
+        assert_eq!(k.observe_by(&blank, PhaseMethod::Counters, &c), None);
+        assert_eq!(k.current(), Some(Phase::MemoryBound));
+    }
+
+    #[test]
+    fn defaults_validate_and_bad_values_name_their_key() {
+        assert_eq!(PhaseConfig::default().validate("derive.phase."), Ok(()));
+        let bad = PhaseConfig {
+            idle_enter_util: f64::NAN,
+            stalled_exit_util: 0.6,
+            memory_bound_enter_rho: 0.8,
+            switch_after: 0,
+            ..PhaseConfig::default()
+        };
+        let keys: Vec<String> = bad
+            .validate("derive.phase.")
+            .unwrap_err()
+            .into_iter()
+            .map(|p| p.key)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "derive.phase.idle_enter_util",
+                "derive.phase.switch_after",
+                "derive.phase.stalled_exit_util",
+                "derive.phase.memory_bound_enter_rho",
+            ]
+        );
     }
 }

@@ -6,17 +6,19 @@
 //! once and does `2·params·batch` FLOP, a collective spins a few SMs, idle does nothing.
 //! A window's readings are tick averages plus counter noise.
 //!
-//! Ground truth: each window also carries the regime of the work actually run in it
-//! (noise-free averages, the classifier's enter thresholds, no hysteresis), so tests can
-//! measure what noise, clocks and hysteresis cost the classifier.
+//! Ground truth: each tick is labelled with the workload the simulator ran in it (prefill,
+//! decode, a training step, an all-reduce, data loading, a spin, idle). A window carries the
+//! workload that ran longest and the regime of the time shares
+//! ([`crate::model::regime_of_shares`]): what the GPU did, never the classifier's own
+//! thresholds applied to its output.
 //!
 //! Everything the simulator emits is marked `simulated`.
 
 use crate::gpus::GpuSpec;
 use crate::model::{
-    EntityId, EntitySample, Field, Phase, Readings, Sample, ServingSnapshot, Throttles, Timestamp,
+    EntityId, EntitySample, Field, Readings, Sample, ServingSnapshot, Throttles, Timestamp,
+    Workload, regime_of_shares,
 };
-use crate::phase::{PhaseConfig, PhaseInputs};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Exp, LogNormal, Normal, Poisson};
@@ -224,7 +226,7 @@ impl SimGpu {
         bytes / (D_DECODE * self.spec.bandwidth_bytes_per_sec)
     }
 
-    fn llm_tick(&mut self, kappa: f64) -> (Tick, Phase) {
+    fn llm_tick(&mut self, kappa: f64) -> (Tick, Workload) {
         self.arrivals(TICK);
         if let Work::Idle = self.work {
             if !self.waiting.is_empty() {
@@ -253,7 +255,7 @@ impl SimGpu {
                     self.running.extend(self.waiting.drain(..));
                     self.work = Work::Idle;
                 }
-                (self.prefill_tick(), Phase::Prefill)
+                (self.prefill_tick(), Workload::Prefill)
             }
             Work::Decode { .. } => {
                 let batch = self.running.len() as f64;
@@ -266,9 +268,9 @@ impl SimGpu {
                     self.running.retain(|r| r.remaining_output > 0.0);
                     self.work = Work::Idle;
                 }
-                (self.decode_tick(batch, step, kappa), Phase::Decode)
+                (self.decode_tick(batch, step, kappa), Workload::Decode)
             }
-            _ => (Tick::default(), Phase::Idle),
+            _ => (Tick::default(), Workload::Idle),
         }
     }
 
@@ -297,7 +299,7 @@ impl SimGpu {
         }
     }
 
-    fn tick(&mut self, kappa: f64) -> (Tick, Phase) {
+    fn tick(&mut self, kappa: f64) -> (Tick, Workload) {
         match self.scenario {
             Scenario::LlmServing => self.llm_tick(kappa),
             Scenario::DecodeOnly => {
@@ -307,7 +309,7 @@ impl SimGpu {
                 let b = self.batch_target.round();
                 let step = self.decode_step_seconds(b);
                 self.output_tokens_done += b * TICK / step;
-                (self.decode_tick(b, step, kappa), Phase::Decode)
+                (self.decode_tick(b, step, kappa), Workload::Decode)
             }
             Scenario::Training => self.train_tick(),
             Scenario::TinyKernel => {
@@ -321,14 +323,14 @@ impl SimGpu {
                         dram: 0.001,
                         fp32: 0.0,
                     },
-                    Phase::Stalled,
+                    Workload::Spin,
                 )
             }
-            Scenario::IdleAllocated => (Tick::default(), Phase::Idle),
+            Scenario::IdleAllocated => (Tick::default(), Workload::Idle),
         }
     }
 
-    fn train_tick(&mut self) -> (Tick, Phase) {
+    fn train_tick(&mut self) -> (Tick, Workload) {
         let done = match &mut self.work {
             Work::Train { left } | Work::AllReduce { left } | Work::Loading { left } => {
                 *left -= TICK;
@@ -356,7 +358,7 @@ impl SimGpu {
                     dram: 0.35,
                     fp32: 0.05,
                 },
-                Phase::Prefill,
+                Workload::TrainingStep,
             ),
             Work::AllReduce { .. } => {
                 // NCCL spinning on a few channels: busy flag on, nothing computed.
@@ -370,10 +372,11 @@ impl SimGpu {
                         dram: 0.04,
                         fp32: 0.0,
                     },
-                    Phase::Stalled,
+                    Workload::AllReduce,
                 )
             }
-            _ => (Tick::default(), Phase::Idle),
+            Work::Loading { .. } => (Tick::default(), Workload::DataLoading),
+            _ => (Tick::default(), Workload::Idle),
         }
     }
 
@@ -391,6 +394,7 @@ impl SimGpu {
         let mut capped = false;
         let (mut tokens_p, mut tokens_o) = (self.prompt_tokens_done, self.output_tokens_done);
         let mut truth_acc = Tick::default();
+        let mut ran = [0.0; 7];
         let spec = self.spec;
         for _ in 0..ticks {
             // Clock: boost under load, lower when the power cap bites, low when idle.
@@ -402,7 +406,8 @@ impl SimGpu {
             } else {
                 0.3 * spec.f_ref_mhz
             };
-            let (t, _) = self.tick(f / spec.f_ref_mhz);
+            let (t, workload) = self.tick(f / spec.f_ref_mhz);
+            ran[workload.index()] += TICK;
             let pi = if t.busy > 0.0 {
                 (1.25 * t.tensor + 0.55 * t.dram + 0.05).min(1.05)
             } else {
@@ -416,32 +421,35 @@ impl SimGpu {
                 f = spec.f_ref_mhz * 0.97;
                 power = spec.max_power_watts;
             }
+            // The busy flag and DRAM bandwidth are fractions of time; the SM, occupancy
+            // and pipe counters are ratios of cycles (DCGM, GPM), so a window's value
+            // weights each tick by its clock.
             acc.busy += t.busy;
-            acc.sm += t.sm;
-            acc.occ += t.occ;
-            acc.tensor += t.tensor;
             acc.dram += t.dram;
-            acc.fp32 += t.fp32;
-            truth_acc.tensor += t.tensor * f / spec.f_ref_mhz;
-            clock_sum += if t.busy > 0.0 {
-                f
-            } else {
-                0.3 * spec.f_ref_mhz
-            };
+            acc.sm += t.sm * f;
+            acc.occ += t.occ * f;
+            acc.tensor += t.tensor * f;
+            acc.fp32 += t.fp32 * f;
+            // The true effective compute: tensor work plus FP32 work weighted by its peak,
+            // at the clock the tick ran, over the datasheet dense peak.
+            truth_acc.tensor += (t.tensor + t.fp32 * spec.fp32_tflops / spec.bf16_dense_tflops)
+                * f
+                / spec.f_ref_mhz;
+            clock_sum += f;
             power_sum += power;
             self.energy_j += power * TICK;
         }
         let n = ticks as f64;
         let mean = |x: f64| x / n;
+        let per_cycle = |x: f64| x / clock_sum.max(1e-9);
         let (u, s, o, tau, d, fp32) = (
             mean(acc.busy),
-            mean(acc.sm),
-            mean(acc.occ),
-            mean(acc.tensor),
+            per_cycle(acc.sm),
+            per_cycle(acc.occ),
+            per_cycle(acc.tensor),
             mean(acc.dram),
-            mean(acc.fp32),
+            per_cycle(acc.fp32),
         );
-        let truth = truth_phase(u, s, tau, d);
 
         let mut r = Readings::default();
         let busy_noise = if u > 0.0 && u < 1.0 { 0.01 } else { 0.0 };
@@ -519,29 +527,16 @@ impl SimGpu {
                 ..Throttles::default()
             }),
             serving,
-            truth_phase: Some(truth),
+            truth_phase: regime_of_shares(&ran),
+            truth_workload: Workload::ALL
+                .into_iter()
+                .max_by(|a, b| ran[a.index()].total_cmp(&ran[b.index()])),
             truth_effective_compute: Some((truth_acc.tensor / n).clamp(0.0, 1.0)),
             simulated: true,
+            sm_clock_is_point: false,
             processes: Vec::new(),
         }
     }
-}
-
-/// The regime of the work actually run in a window: noise-free averages through the
-/// classifier's enter rules, without hysteresis.
-fn truth_phase(u: f64, s: f64, tau: f64, d: f64) -> Phase {
-    let inputs = PhaseInputs {
-        util: Some(u),
-        sm_active: Some(s),
-        compute: Some(tau),
-        dram: Some(d),
-        pipe: Some(tau),
-        power_proxy: None,
-        power_capped: false,
-    };
-    inputs
-        .candidate(None, &PhaseConfig::default())
-        .map_or(Phase::Underloaded, |p| p.0)
 }
 
 /// A host of simulated GPUs stepping together.
@@ -601,6 +596,7 @@ impl Simulator {
 mod tests {
     use super::*;
     use crate::gpus::by_key;
+    use crate::model::Phase;
 
     fn run(s: Scenario, secs: f64, dt: f64) -> Vec<EntitySample> {
         let mut sim = Simulator::new(1, by_key("h100-sxm").unwrap(), "n", 7, Timestamp(0), |_| s);
@@ -635,7 +631,7 @@ mod tests {
         assert!(tau < 0.1 && d > 0.6, "tau {tau} d {d}");
         let p = r.value(Field::PowerWatts).unwrap();
         assert!((p - (75.0 + 625.0 * 0.49)).abs() < 60.0, "power {p}");
-        assert_eq!(w[4].truth_phase, Some(Phase::Decode));
+        assert_eq!(w[4].truth_phase, Some(Phase::MemoryBound));
     }
 
     #[test]
@@ -651,7 +647,7 @@ mod tests {
     #[test]
     fn llm_serving_visits_prefill_decode_and_idle() {
         let w = run(Scenario::LlmServing, 120.0, 0.25);
-        for p in [Phase::Prefill, Phase::Decode, Phase::Idle] {
+        for p in [Phase::ComputeBound, Phase::MemoryBound, Phase::Idle] {
             let n = w.iter().filter(|e| e.truth_phase == Some(p)).count();
             assert!(n > 10, "{p}: {n}");
         }

@@ -5,7 +5,7 @@
 //! per phase) accumulate over those windows, so consumers can take exact averages over
 //! any range as a `rate()` of a counter.
 
-use crate::derive::{self, DeriveConfig, WindowContext, WindowMetrics};
+use crate::derive::{self, DeriveConfig, Fidelity, WindowContext, WindowMetrics, WorkloadHint};
 use crate::diag::{Diagnostic, DiagnosticKind};
 use crate::gpus::{self, GpuSpec};
 use crate::model::{
@@ -22,20 +22,29 @@ pub struct Totals {
     pub windows: u64,
     /// Seconds covered by integrated windows.
     pub observed_seconds: f64,
-    /// ∫ reported utilization dt.
+    /// ∫ reported utilization dt, over the windows that had a busy flag.
     pub busy_seconds: f64,
+    /// Seconds with a busy flag (the denominator for its mean).
+    pub busy_observed_seconds: f64,
     /// ∫ effective compute fraction dt (profiling tier only).
     pub effective_compute_seconds: f64,
     /// Seconds with an effective compute value (the denominator for its mean).
     pub effective_compute_observed_seconds: f64,
-    /// Seconds in each phase, indexed by [`Phase::index`].
-    pub phase_seconds: [f64; 6],
-    /// Seconds whose phase could not be decided.
+    /// Seconds in each regime, by method: `[PhaseMethod::index][Phase::index]`.
+    pub phase_seconds: [[f64; 6]; 2],
+    /// Seconds whose regime could not be decided.
     pub unclassified_seconds: f64,
     /// Seconds under each verdict, indexed by [`crate::verdict::Verdict::index`].
     pub verdict_seconds: [f64; 6],
     /// Energy in joules (from the energy counter, else ∫ power dt).
     pub energy_joules: f64,
+    /// Seconds whose energy was measured (the denominator for mean power).
+    pub energy_observed_seconds: f64,
+    /// Seconds in which both the counter regime and the serving engine's token rates were
+    /// known (the denominator of `phase_agreed_seconds`).
+    pub phase_compared_seconds: f64,
+    /// Of those, seconds in which the two agreed.
+    pub phase_agreed_seconds: f64,
     /// Simulated data only: ∫ true effective compute dt.
     pub truth_effective_compute_seconds: Option<f64>,
 }
@@ -53,16 +62,28 @@ pub struct EntityWindow {
     pub dt_seconds: f64,
     /// The derived metrics.
     pub metrics: WindowMetrics,
-    /// Phase after hysteresis.
+    /// Counter regime after hysteresis.
     pub phase: Option<Phase>,
-    /// How the phase was decided.
+    /// How the regime was decided. Stable per entity: counters once the entity has shown a
+    /// compute counter, else the power heuristic.
     pub phase_method: Option<PhaseMethod>,
+    /// The entity's capability tier: the best fidelity any of its windows had. Stable, so a
+    /// label from it does not churn series; per-window coverage is in the observed-seconds
+    /// integrals.
+    pub capability: Fidelity,
+    /// Whether the workload is known to be LLM serving (an engine is attached, or the
+    /// configuration says so): only then are regimes named prefill and decode.
+    pub llm_serving: bool,
+    /// What the serving engine's token rates say the window was, when they say anything.
+    pub engine_phase: Option<Phase>,
     /// Clock-event reasons reported for the window.
     pub throttles: Option<crate::model::Throttles>,
     /// Processes listed for the window (only when per-process series are on).
     pub processes: Vec<crate::model::ProcessReading>,
-    /// Ground-truth phase, for simulated data.
+    /// Ground-truth regime, for simulated data.
     pub truth_phase: Option<Phase>,
+    /// Ground-truth workload, for simulated data.
+    pub truth_workload: Option<crate::model::Workload>,
     /// Ground-truth effective compute, for simulated data.
     pub truth_effective_compute: Option<f64>,
     /// The serving engine's view of the same window, when scraped.
@@ -205,6 +226,8 @@ struct EntityState {
     totals: Totals,
     pending_first: Option<EntityWindow>,
     warned_unknown_model: bool,
+    capability: Fidelity,
+    last_clock_mhz: Option<f64>,
     ceiling_saturation: CeilingTracker,
     ceiling_output_tokens: CeilingTracker,
 }
@@ -314,6 +337,8 @@ impl Deriver {
             totals: Totals::default(),
             pending_first: None,
             warned_unknown_model: false,
+            capability: Fidelity::None,
+            last_clock_mhz: None,
             ceiling_saturation: CeilingTracker::default(),
             ceiling_output_tokens: CeilingTracker::default(),
         });
@@ -352,6 +377,18 @@ impl Deriver {
             state.last_energy = energy;
         }
         state.last_taken = taken;
+        // κ from the window's mean SM clock: a source that reads the clock at one instant
+        // gets the mean of the window's two end readings.
+        let clock = readings.value(Field::SmClockMhz);
+        if e.sm_clock_is_point
+            && let (Some(now), Some(prev), false) = (clock, state.last_clock_mhz, first)
+        {
+            readings.set_value(Field::SmClockMhz, 0.5 * (now + prev));
+        }
+        if e.sm_clock_is_point {
+            state.last_clock_mhz = clock;
+        }
+        state.capability = state.capability.min(derive::fidelity(&readings));
 
         let ctx = WindowContext {
             spec,
@@ -389,7 +426,21 @@ impl Deriver {
             power_proxy: metrics.power_proxy,
             power_capped: e.throttles.is_some_and(|t| t.sw_power_cap),
         };
-        let phase = state.classifier.observe(&inputs, &cfg.phase);
+        let method = if state.capability == Fidelity::Profiling {
+            PhaseMethod::Counters
+        } else {
+            PhaseMethod::PowerHeuristic
+        };
+        let phase = state
+            .classifier
+            .observe_by(&inputs, method, &cfg.phase)
+            .map(|p| (p, method));
+        let llm_serving = match cfg.workload {
+            WorkloadHint::Auto => e.serving.is_some(),
+            WorkloadHint::LlmServing => true,
+            WorkloadHint::Other => false,
+        };
+        let engine_phase = e.serving.as_ref().and_then(engine_phase);
         let verdict = verdict::decide(
             &VerdictInputs {
                 util: inputs.util,
@@ -429,9 +480,13 @@ impl Deriver {
             metrics,
             phase: phase.map(|p| p.0),
             phase_method: phase.map(|p| p.1),
+            capability: state.capability,
+            llm_serving,
+            engine_phase,
             throttles: e.throttles,
             processes: e.processes.clone(),
             truth_phase: e.truth_phase,
+            truth_workload: e.truth_workload,
             truth_effective_compute: e.truth_effective_compute,
             serving: e.serving.clone(),
             verdict,
@@ -456,25 +511,56 @@ impl Deriver {
     }
 }
 
+/// What the serving engine's own token rates say the window was: prompt tokens only is
+/// compute-bound (prefill), output tokens only is memory-bound (decode), both is mixed,
+/// neither with nothing running is idle. `None` when the rates do not say.
+fn engine_phase(sv: &ServingSnapshot) -> Option<Phase> {
+    if sv.absent_reason.is_some() {
+        return None;
+    }
+    let (p, o) = (sv.prompt_tokens_per_sec?, sv.output_tokens_per_sec?);
+    match (p > 0.0, o > 0.0) {
+        (true, false) => Some(Phase::ComputeBound),
+        (false, true) => Some(Phase::MemoryBound),
+        (true, true) => Some(Phase::Mixed),
+        (false, false) => (sv.running_requests == Some(0.0)).then_some(Phase::Idle),
+    }
+}
+
 fn integrate(t: &mut Totals, w: &mut EntityWindow, dt: f64, energy_delta: Option<f64>) {
     let m = &w.metrics;
     t.windows += 1;
     t.observed_seconds += dt;
     if let Some(u) = m.reported_utilization {
         t.busy_seconds += u * dt;
+        t.busy_observed_seconds += dt;
     }
     if let Some(ecf) = m.effective_compute {
         t.effective_compute_seconds += ecf * dt;
         t.effective_compute_observed_seconds += dt;
     }
-    match w.phase {
-        Some(p) => t.phase_seconds[p.index()] += dt,
-        None => t.unclassified_seconds += dt,
+    match (w.phase, w.phase_method) {
+        (Some(p), Some(method)) => t.phase_seconds[method.index()][p.index()] += dt,
+        _ => t.unclassified_seconds += dt,
+    }
+    if let (Some(counter), Some(engine), Some(PhaseMethod::Counters)) =
+        (w.phase, w.engine_phase, w.phase_method)
+    {
+        t.phase_compared_seconds += dt;
+        if counter == engine {
+            t.phase_agreed_seconds += dt;
+        }
     }
     t.verdict_seconds[w.verdict.verdict.index()] += dt;
     match (energy_delta, m.power_watts) {
-        (Some(de), _) => t.energy_joules += de,
-        (None, Some(p)) => t.energy_joules += p.value * dt,
+        (Some(de), _) => {
+            t.energy_joules += de;
+            t.energy_observed_seconds += dt;
+        }
+        (None, Some(p)) => {
+            t.energy_joules += p.value * dt;
+            t.energy_observed_seconds += dt;
+        }
         _ => {}
     }
     if let Some(truth) = w.truth_effective_compute {
@@ -530,7 +616,7 @@ mod tests {
         assert_eq!(t.observed_seconds, 2.5);
         assert!((t.busy_seconds - 2.25).abs() < 1e-12);
         assert!((t.effective_compute_seconds - 1.0).abs() < 1e-12);
-        assert!((t.phase_seconds.iter().sum::<f64>() - 2.5).abs() < 1e-12);
+        assert!((t.phase_seconds.iter().flatten().sum::<f64>() - 2.5).abs() < 1e-12);
     }
 
     #[test]

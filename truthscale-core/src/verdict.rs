@@ -107,6 +107,29 @@ impl Default for VerdictConfig {
     }
 }
 
+impl VerdictConfig {
+    /// Every threshold in range and in order (keys are `<prefix>name`).
+    ///
+    /// # Errors
+    /// Each problem, naming its key.
+    pub fn validate(&self, prefix: &str) -> Result<(), Vec<crate::phase::InvalidSetting>> {
+        let mut c = crate::phase::Checker::new(prefix);
+        c.range("idle_util", self.idle_util, 0.0, 1.0);
+        c.range("busy_util", self.busy_util, 0.0, 1.0);
+        c.range("starved_saturation", self.starved_saturation, 0.0, 1.0);
+        c.range("kv_blocked", self.kv_blocked, 0.0, 1.0);
+        c.range("queued_min", self.queued_min, 0.0, 1e9);
+        c.below(
+            "idle_util",
+            self.idle_util,
+            "busy_util",
+            self.busy_util,
+            "a busy flag cannot be idle and high at once",
+        );
+        c.finish()
+    }
+}
+
 /// What a verdict is decided from.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct VerdictInputs<'a> {

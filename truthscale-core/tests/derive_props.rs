@@ -6,7 +6,9 @@ use truthscale_core::derive::DeriveConfig;
 use truthscale_core::model::{
     EntityId, EntitySample, Field, MigId, Reading, Readings, Sample, Throttles, Timestamp,
 };
+use truthscale_core::phase::PhaseConfig;
 use truthscale_core::tracker::Deriver;
+use truthscale_core::verdict::VerdictConfig;
 
 fn any_reading() -> impl Strategy<Value = Reading> {
     prop_oneof![
@@ -108,9 +110,78 @@ proptest! {
             prop_assert!(finite(e.effective_compute.map(|m| m.p95)));
             prop_assert!(finite(e.inflation_gap_points.map(|m| m.mean)));
             prop_assert!(finite(e.roofline_saturation.map(|m| m.mean)));
-            let f = e.phase_fraction;
-            let sum = f.idle + f.prefill + f.decode + f.mixed + f.stalled + f.underloaded;
+            let f = e.regime_fraction;
+            let sum = f.idle + f.compute_bound + f.memory_bound + f.mixed + f.stalled + f.underloaded;
             prop_assert!(sum.is_finite() && (sum == 0.0 || (sum - 1.0).abs() < 1e-9));
         }
     }
+
+    /// No configuration value can make derivation panic or emit NaN: any threshold at all,
+    /// NaN, infinite, negative or inverted, whether or not validation would accept it. And
+    /// validation accepts only finite values.
+    #[test]
+    fn no_configuration_panics(
+        vals in proptest::collection::vec(any_threshold(), 40),
+        switch_after in any::<u32>(),
+        steps in proptest::collection::vec((1i64..3_000, proptest::collection::vec(any_entity(), 1..3)), 1..20),
+    ) {
+        let mut v = vals.into_iter();
+        let mut next = || v.next().unwrap_or(0.5);
+        let phase = PhaseConfig {
+            idle_enter_util: next(), idle_enter_sm: next(), idle_exit_util: next(),
+            stalled_enter_util: next(), stalled_enter_tensor: next(), stalled_enter_dram: next(),
+            stalled_enter_pipe: next(), stalled_exit_util: next(), stalled_exit_tensor: next(),
+            stalled_exit_dram: next(), compute_bound_enter_rho: next(),
+            compute_bound_enter_tensor: next(), compute_bound_exit_rho: next(),
+            compute_bound_exit_tensor: next(), memory_bound_enter_rho: next(),
+            memory_bound_enter_dram: next(), memory_bound_exit_rho: next(),
+            memory_bound_exit_dram: next(), mixed_tensor: next(), mixed_dram: next(),
+            power_compute_bound: next(), power_memory_bound: next(), power_stalled: next(),
+            power_busy_util: next(), switch_after,
+        };
+        let cfg = DeriveConfig {
+            tau_max: next(), d_max: next(), kappa_max: next(), inflation_min_util: next(),
+            max_gap_intervals: next(), headroom: next(), phase, ..DeriveConfig::default()
+        };
+        let verdict = VerdictConfig {
+            idle_util: next(), busy_util: next(), starved_saturation: next(),
+            kv_blocked: next(), queued_min: next(),
+        };
+        let all_finite = [cfg.tau_max, cfg.d_max, cfg.kappa_max, cfg.headroom].iter().all(|x| x.is_finite());
+        if cfg.validate("derive.").is_ok() {
+            prop_assert!(all_finite);
+        }
+        let _ = verdict.validate("verdict.");
+        let mut d = Deriver::new(cfg.clone(), Some(1.0));
+        d.set_verdict_config(verdict.clone());
+        let mut a = Analyzer::new(Deriver::new(cfg, None), false);
+        let mut t = 0i64;
+        for (delta, entities) in steps {
+            t += delta;
+            let s = Sample { taken: Timestamp(t), entities };
+            a.push(&s);
+            for w in d.observe(&s).windows {
+                let m = &w.metrics;
+                for x in [m.effective_compute, m.roofline_saturation_practical, m.kappa, m.inflation_gap_points] {
+                    prop_assert!(finite(x), "{:?}", m);
+                }
+            }
+        }
+        for e in a.report().entities {
+            if let Some(m) = e.memory {
+                prop_assert!(m.needed_bytes.is_finite());
+            }
+        }
+    }
+}
+
+fn any_threshold() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        4 => 0.0..1.0f64,
+        1 => -10.0..10.0f64,
+        1 => Just(f64::NAN),
+        1 => Just(f64::INFINITY),
+        1 => Just(f64::NEG_INFINITY),
+        1 => any::<f64>(),
+    ]
 }

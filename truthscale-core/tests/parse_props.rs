@@ -152,6 +152,7 @@ fn jsonl_line() -> impl Strategy<Value = String> {
         "unavailable",
         "source",
         "truth_phase",
+        "truth_workload",
         "truth_effective_compute",
         "zzz",
     ]);
@@ -252,19 +253,29 @@ fn entity_sample() -> impl Strategy<Value = EntitySample> {
         });
     let truth = (
         prop::option::of(prop::sample::select(Phase::ALL.to_vec())),
+        prop::option::of(prop::sample::select(Workload::ALL.to_vec())),
         prop::option::of(short_decimal()),
         any::<bool>(),
     );
     (id, readings, throttles, serving, truth).prop_map(
-        |(id, readings, throttles, serving, (truth_phase, truth_effective_compute, simulated))| {
+        |(
+            id,
+            readings,
+            throttles,
+            serving,
+            (truth_phase, truth_workload, truth_effective_compute, simulated),
+        )| {
             EntitySample {
                 id,
                 readings,
                 throttles,
                 serving,
                 truth_phase,
+                truth_workload,
                 truth_effective_compute,
                 simulated,
+                // Not part of the trace format: the deriver treats trace clocks as means.
+                sm_clock_is_point: false,
                 // Process lists are not part of the trace format.
                 processes: Vec::new(),
             }

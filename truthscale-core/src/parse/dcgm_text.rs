@@ -191,7 +191,9 @@ pub fn mapped_metrics() -> impl Iterator<Item = (&'static str, Option<Field>)> {
 #[derive(Debug, Default)]
 pub struct Scrape {
     entities: Vec<Acc>,
-    index: HashMap<EntityKey, usize>,
+    /// Entities by key without the node: a line without a node label belongs to the entity
+    /// of the same GPU, while the same GPU of another node is another entity.
+    index: HashMap<EntityKey, Vec<usize>>,
 }
 
 impl Scrape {
@@ -207,9 +209,20 @@ impl Scrape {
             return false;
         };
         let id = entity_of(labels);
-        let i = *self.index.entry(id.key()).or_insert_with(|| {
-            self.entities.push(Acc::new(id.clone()));
-            self.entities.len() - 1
+        let nodeless = EntityId {
+            node: None,
+            ..id.clone()
+        };
+        let candidates = self.index.entry(nodeless.key()).or_default();
+        let entities = &mut self.entities;
+        let found = candidates.iter().copied().find(|&i| {
+            let node = &entities[i].sample.id.node;
+            node.is_none() || id.node.is_none() || *node == id.node
+        });
+        let i = found.unwrap_or_else(|| {
+            entities.push(Acc::new(id.clone()));
+            candidates.push(entities.len() - 1);
+            entities.len() - 1
         });
         if let Some(acc) = self.entities.get_mut(i) {
             fill_attributes(&mut acc.sample.id, id);

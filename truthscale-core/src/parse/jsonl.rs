@@ -11,7 +11,7 @@
 use super::ParseError;
 use super::dmon::error;
 use crate::model::{
-    EntityId, EntitySample, Field, MigId, Phase, PodRef, Reading, Readings, Sample,
+    EntityId, EntitySample, Field, MigId, Phase, PodRef, Reading, Readings, Sample, Workload,
     ServingSnapshot, Throttles, Timestamp,
 };
 use serde::Serialize;
@@ -161,14 +161,23 @@ fn read_line(t: &str) -> Result<Sample, String> {
             Some(Phase::from_name(&p).ok_or(format!("key `truth_phase`: unknown phase `{p}`"))?)
         }
     };
+    let truth_workload = match take::<String>(o, "truth_workload")? {
+        None => None,
+        Some(w) => Some(
+            Workload::from_name(&w)
+                .ok_or(format!("key `truth_workload`: unknown workload `{w}`"))?,
+        ),
+    };
     let e = EntitySample {
         id,
         readings,
         throttles,
         serving: take(o, "serving")?,
         truth_phase,
+        truth_workload,
         truth_effective_compute: take(o, "truth_effective_compute")?,
         simulated: take::<String>(o, "source")?.as_deref() == Some("sim"),
+        sm_clock_is_point: false,
         processes: Vec::new(),
     };
     Ok(Sample {
@@ -229,6 +238,8 @@ struct Wire<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     truth_phase: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    truth_workload: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     truth_effective_compute: Option<f64>,
 }
 
@@ -266,6 +277,7 @@ pub fn to_line(taken: Timestamp, e: &EntitySample) -> String {
             .collect(),
         source: e.simulated.then_some("sim"),
         truth_phase: e.truth_phase.map(Phase::as_str),
+        truth_workload: e.truth_workload.map(Workload::as_str),
         truth_effective_compute: e.truth_effective_compute.filter(|v| v.is_finite()),
     };
     serde_json::to_string(&wire).unwrap_or_default()
@@ -350,7 +362,9 @@ mod tests {
                 running_requests: Some(3.0),
                 ..ServingSnapshot::default()
             }),
-            truth_phase: Some(Phase::Decode),
+            truth_phase: Some(Phase::MemoryBound),
+            truth_workload: Some(Workload::Decode),
+            sm_clock_is_point: false,
             truth_effective_compute: Some(0.125),
             simulated: true,
             processes: Vec::new(),
@@ -459,7 +473,7 @@ mod tests {
             (serving.engine.as_deref(), serving.queued_requests),
             (Some("vllm"), Some(4.0))
         );
-        assert_eq!((e.truth_phase, e.simulated), (Some(Phase::Prefill), false));
+        assert_eq!((e.truth_phase, e.simulated), (Some(Phase::ComputeBound), false));
     }
 
     #[test]
