@@ -217,12 +217,20 @@ fn pct(x: Option<f64>) -> String {
     x.map_or_else(|| "—".to_string(), |v| format!("{:.1}%", 100.0 * v))
 }
 
+/// The regime mix, largest first, in serving words (prefill, decode) only where the
+/// workload is known to be LLM serving; marked when it is a power-heuristic estimate.
 fn phases(e: &EntitySummary) -> String {
-    let f = &e.phase_fraction;
+    let f = &e.regime_fraction;
+    let serving = e.phase_fraction.is_some();
+    let (compute, memory) = if serving {
+        ("prefill", "decode")
+    } else {
+        ("compute-bound", "memory-bound")
+    };
     let mut v: Vec<(&str, f64)> = vec![
         ("idle", f.idle),
-        ("prefill", f.prefill),
-        ("decode", f.decode),
+        (compute, f.compute_bound),
+        (memory, f.memory_bound),
         ("mixed", f.mixed),
         ("stalled", f.stalled),
         ("underloaded", f.underloaded),
@@ -232,10 +240,17 @@ fn phases(e: &EntitySummary) -> String {
     if v.is_empty() {
         return "unclassified".into();
     }
-    v.iter()
+    let mix = v
+        .iter()
         .map(|(n, x)| format!("{n} {:.0}%", 100.0 * x))
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(", ");
+    match e.regime_method {
+        Some(truthscale_core::phase::PhaseMethod::PowerHeuristic) => {
+            format!("{mix} (estimate: busy flag and power, no tensor counter)")
+        }
+        _ => mix,
+    }
 }
 
 /// The verdict that held longest, then each verdict's share of the time (≥ 0.5 %), largest
@@ -331,7 +346,12 @@ pub fn write_report(out: &mut impl Write, header: &str, report: &Report) -> std:
             "  roofline sat.      {}",
             pct(e.roofline_saturation.map(|m| m.mean))
         )?;
-        writeln!(out, "  phases             {}", phases(e))?;
+        writeln!(
+            out,
+            "  {}{}",
+            if e.phase_fraction.is_some() { "phases             " } else { "regimes            " },
+            phases(e)
+        )?;
         writeln!(out, "  verdict            {}", verdicts(e))?;
         if let Some(m) = &e.memory {
             writeln!(

@@ -323,6 +323,9 @@ pub enum ConfigError {
         /// What is wrong (names the key).
         message: String,
     },
+    /// Thresholds that cannot be used: each `[origin: ]key: message`, one per line.
+    #[error("{}", .0.join("\n"))]
+    Thresholds(Vec<String>),
     /// A key has a bad value.
     #[error("{key}: {message}")]
     Invalid {
@@ -388,6 +391,33 @@ pub struct Settings {
     pub engine: Option<EngineSettings>,
 }
 
+/// The 1-based line of dotted `key` (`derive.phase.idle_enter_util`) in TOML `text`: the
+/// line that sets its last part inside the table of the rest, or a dotted assignment.
+fn key_line(text: &str, key: &str) -> Option<usize> {
+    let (table, name) = key.rsplit_once('.').unwrap_or(("", key));
+    let mut current = String::new();
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim();
+        if let Some(h) = t.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            current = h.trim().trim_matches(['[', ']']).replace(' ', "");
+            continue;
+        }
+        let Some((lhs, _)) = t.split_once('=') else {
+            continue;
+        };
+        let lhs = lhs.trim().replace(' ', "");
+        let full = if current.is_empty() {
+            lhs
+        } else {
+            format!("{current}.{lhs}")
+        };
+        if full == format!("{table}.{name}") || (table.is_empty() && full == name) {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
 fn duration(key: &'static str, s: &str) -> Result<Duration, ConfigError> {
     humantime::parse_duration(s.trim()).map_err(|e| ConfigError::Invalid {
         key,
@@ -418,7 +448,7 @@ impl Config {
                 message: format!("cannot read: {e}"),
             })?;
             // Check the file alone first, so that its errors name it.
-            let _: Config = toml::from_str(&text).map_err(|e| {
+            let own: Config = toml::from_str(&text).map_err(|e| {
                 let line = e
                     .span()
                     .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
@@ -430,6 +460,18 @@ impl Config {
                     message: e.message().to_string(),
                 }
             })?;
+            // Its thresholds too, naming the line of each bad key.
+            if let Err(problems) = own.check_thresholds() {
+                return Err(ConfigError::Thresholds(
+                    problems
+                        .into_iter()
+                        .map(|p| match key_line(&text, &p.key) {
+                            Some(l) => format!("{}:{l}: {p}", f.display()),
+                            None => format!("{}: {p}", f.display()),
+                        })
+                        .collect(),
+                ));
+            }
             b = b.add_source(config::File::from_str(&text, config::FileFormat::Toml));
         }
         let env_map: config::Map<String, String> = env
@@ -477,6 +519,12 @@ impl Config {
     /// # Errors
     /// A [`ConfigError::Invalid`] naming the key.
     pub fn validate(&self, env: &[(String, String)]) -> Result<Settings, ConfigError> {
+        // Thresholds from the environment or flags (a file's were checked when loaded).
+        if let Err(problems) = self.check_thresholds() {
+            return Err(ConfigError::Thresholds(
+                problems.into_iter().map(|p| p.to_string()).collect(),
+            ));
+        }
         let listen: SocketAddr =
             self.listen_address
                 .trim()
@@ -603,6 +651,28 @@ impl Config {
         })
     }
 
+    /// Every `[derive]`, `[derive.phase]` and `[verdict]` threshold in range, and every
+    /// hysteresis band pointing the right way.
+    ///
+    /// # Errors
+    /// Each problem, keyed like `derive.phase.idle_enter_util`.
+    pub fn check_thresholds(&self) -> Result<(), Vec<truthscale_core::phase::InvalidSetting>> {
+        let mut problems = Vec::new();
+        for r in [
+            self.derive.validate("derive."),
+            self.verdict.validate("verdict."),
+        ] {
+            if let Err(p) = r {
+                problems.extend(p);
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+
     /// The configuration as TOML.
     ///
     /// # Errors
@@ -701,6 +771,33 @@ mod tests {
                 .to_string()
                 .starts_with("source.spec:")
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn bad_thresholds_name_the_key_and_line() {
+        let dir = std::env::temp_dir().join(format!("ts-cfg-thr-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("t.toml");
+        std::fs::write(
+            &f,
+            "[derive]\ntau_max = 0.9\nheadroom = -0.5\n\n[derive.phase]\n# hysteresis\nidle_enter_util = 0.2\nidle_exit_util = 0.1\n\n[verdict]\nbusy_util = nan\n",
+        )
+        .unwrap();
+        let err = Config::load(Some(&f), &[], &[]).unwrap_err().to_string();
+        let name = f.display().to_string();
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 3, "{err}");
+        assert!(lines[0].starts_with(&format!("{name}:3: derive.headroom: -0.5 is outside")), "{err}");
+        assert!(
+            lines[1].starts_with(&format!("{name}:7: derive.phase.idle_enter_util: 0.2 must be below derive.phase.idle_exit_util")),
+            "{err}"
+        );
+        assert!(lines[2].starts_with(&format!("{name}:11: verdict.busy_util: NaN is not a number")), "{err}");
+        // The same from the environment names the key.
+        let c = Config::load(None, &env(&[("TRUTHSCALE_DERIVE__PHASE__SWITCH_AFTER", "0")]), &[]).unwrap();
+        let err = c.validate(&[]).unwrap_err().to_string();
+        assert!(err.starts_with("derive.phase.switch_after: 0 is outside [1, 100]"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -472,7 +472,9 @@ fn own_entity(labels: &BTreeMap<String, String>) -> EntityId {
             namespace: get("namespace"),
             container: get("container"),
         }),
-        node: get("node"),
+        // Without a node label, the scrape target stands in for it: gpu 0 of two
+        // exporters is two GPUs.
+        node: get("node").or_else(|| get("instance")),
     }
 }
 

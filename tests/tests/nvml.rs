@@ -65,8 +65,19 @@ fn series<'a>(m: &'a [Sample], name: &str) -> Vec<&'a Sample> {
 /// How long a condition may take to show on `/metrics`.
 const WAIT: Duration = Duration::from_secs(20);
 
-fn phase_is(m: &[Sample], phase: &str) -> bool {
-    value(m, "truthscale_gpu_phase", &[("phase", phase)]) == Some(1.0)
+/// The counter regime (no serving engine here, so no serving phase names).
+fn phase_is(m: &[Sample], regime: &str) -> bool {
+    value(
+        m,
+        "truthscale_gpu_regime",
+        &[("regime", regime), ("method", "counters")],
+    ) == Some(1.0)
+}
+
+/// The effective compute fraction the spec defines for an H100 SXM (989 dense BF16, 134
+/// FP16, 67 FP32 TFLOP/s; f_ref 1830 MHz): (τ + φ16·134/989 + φ32·67/989) · f̄ / 1830.
+fn h100_ecf(tensor: f64, fp16: f64, fp32: f64, mean_clock_mhz: f64) -> f64 {
+    (tensor + fp16 * 134.0 / 989.0 + fp32 * 67.0 / 989.0) * mean_clock_mhz / 1830.0
 }
 
 fn errors_of(m: &[Sample], kind: &str) -> f64 {
@@ -93,7 +104,7 @@ fn no_errors(m: &[Sample], stderr: &str) {
 fn one_sm_kernel_on_h100_is_stalled_with_100x_spatial_inflation() {
     let dir = TempDir::new("nvml-one-sm");
     let s = serve(fake(), "h100-one-sm", &dir);
-    let m = s.wait_for(WAIT, "phase stalled", |m| phase_is(m, "stalled"));
+    let m = s.wait_for(WAIT, "regime stalled", |m| phase_is(m, "stalled"));
     let info = series(&m, "truthscale_gpu_info");
     assert_eq!(info.len(), 1, "{info:#?}");
     assert_eq!(info[0].label("source"), Some("nvml"));
@@ -144,15 +155,23 @@ fn one_sm_kernel_on_h100_is_stalled_with_100x_spatial_inflation() {
 fn decode_on_h100() {
     let dir = TempDir::new("nvml-decode");
     let s = serve(fake(), "h100-decode", &dir);
-    let m = s.wait_for(WAIT, "phase decode", |m| phase_is(m, "decode"));
+    let m = s.wait_for(WAIT, "regime memory_bound", |m| phase_is(m, "memory_bound"));
     let get = |n: &str| value(&m, n, &[]);
     assert_eq!(get("truthscale_gpu_reported_utilization_ratio"), Some(1.0));
     assert!(close(get("truthscale_gpu_tensor_active_ratio"), 0.02, 1e-9));
     assert!(close(get("truthscale_gpu_dram_active_ratio"), 0.6, 1e-9));
     assert!(close(get("truthscale_gpu_sm_active_ratio"), 0.85, 1e-9));
     assert!(close(get("truthscale_gpu_sm_occupancy_ratio"), 0.2, 1e-9));
+    // Pinned exactly: κ = 1980 / 1830 (no clock samples, so the mean of the window's end
+    // readings, all 1980 MHz). Skipping κ would give 0.02597, inverting it 0.02222.
     let ecf = get("truthscale_gpu_effective_compute_ratio").unwrap();
-    assert!((0.01..0.05).contains(&ecf), "ECF {ecf}");
+    let want = h100_ecf(0.02, 0.01, 0.03, 1980.0);
+    assert!((ecf - want).abs() < 1e-9, "ECF {ecf}, want {want}");
+    assert!(close(
+        get("truthscale_gpu_clock_correction_ratio"),
+        1980.0 / 1830.0,
+        1e-12
+    ));
     let rho = get("truthscale_gpu_intensity_ridge_ratio").unwrap();
     assert!(rho < 0.1, "rho {rho}");
     assert!(close(
@@ -172,7 +191,7 @@ fn decode_on_h100() {
 fn prefill_on_h100_at_its_power_cap() {
     let dir = TempDir::new("nvml-prefill");
     let s = serve(fake(), "h100-prefill", &dir);
-    let m = s.wait_for(WAIT, "phase prefill", |m| phase_is(m, "prefill"));
+    let m = s.wait_for(WAIT, "regime compute_bound", |m| phase_is(m, "compute_bound"));
     let get = |n: &str| value(&m, n, &[]);
     assert!(close(get("truthscale_gpu_tensor_active_ratio"), 0.5, 1e-9));
     // GPM's HMMA and IMMA pipes: all of this tensor work is half precision.
@@ -180,11 +199,16 @@ fn prefill_on_h100_at_its_power_cap() {
     assert!(close(get("truthscale_gpu_imma_active_ratio"), 0.0, 1e-9));
     assert!(close(get("truthscale_gpu_dram_active_ratio"), 0.2, 1e-9));
     assert!(get("truthscale_gpu_intensity_ridge_ratio").unwrap() >= 1.5);
-    // κ = 1755 / 1830: the clock-corrected ECF sits a little below the tensor activity.
+    // κ from the window's mean clock: the driver's clock samples average 1464 MHz while the
+    // clock read at the window's end is 1830 MHz, so κ = 0.8, not 1.
     let kappa = get("truthscale_gpu_clock_correction_ratio").unwrap();
-    assert!(close(Some(kappa), 1755.0 / 1830.0, 1e-9), "kappa {kappa}");
+    assert!(close(Some(kappa), 0.8, 1e-12), "kappa {kappa}");
+    assert_eq!(get("truthscale_gpu_sm_clock_hertz"), Some(1.464e9));
+    // Pinned exactly: 0.40488. With the point reading it would be 0.50610, with κ skipped
+    // the same, with κ inverted 0.63262.
     let ecf = get("truthscale_gpu_effective_compute_ratio").unwrap();
-    assert!((0.45..0.55).contains(&ecf), "ECF {ecf}");
+    let want = h100_ecf(0.5, 0.02, 0.05, 1464.0);
+    assert!((ecf - want).abs() < 1e-9, "ECF {ecf}, want {want}");
     assert_eq!(
         value(
             &m,
@@ -305,7 +329,7 @@ fn a_driver_without_per_process_utilization_degrades_and_counts_it_once() {
     let dir = TempDir::new("nvml-old-driver");
     let s = serve(old_driver(), "h100-decode", &dir);
     let m = s.wait_for(WAIT, "decode and an unsupported count", |m| {
-        phase_is(m, "decode") && errors_of(m, "unsupported") >= 1.0
+        phase_is(m, "memory_bound") && errors_of(m, "unsupported") >= 1.0
     });
     assert_eq!(
         value(&m, "truthscale_gpu_info", &[("fidelity", "profiling")]),
@@ -373,7 +397,7 @@ fn a_gpu_lost_mid_run_goes_stale_and_the_other_carries_on() {
     // The lost GPU is listed as down; the other as up.
     assert_eq!(value(&m, "truthscale_gpu_up", &[("gpu", "1")]), Some(0.0));
     assert_eq!(value(&m, "truthscale_gpu_up", &[("gpu", "0")]), Some(1.0));
-    assert!(phase_is(&m, "decode"));
+    assert!(phase_is(&m, "memory_bound"));
     // The sidecar keeps serving GPU 0 with fresh windows.
     let observed =
         |m: &[Sample]| value(m, "truthscale_gpu_observed_seconds_total", &[("gpu", "0")]);
@@ -541,7 +565,7 @@ fn a_lost_gpu_that_answers_again_is_found_on_the_next_retry() {
     });
     // It is looked for again 10 s after it was lost.
     let m = s.wait_for(WAIT, "the GPU back", |m| {
-        present(m) && phase_is(m, "decode")
+        present(m) && phase_is(m, "memory_bound")
     });
     assert_eq!(errors_of(&m, "gpu_lost"), 1.0);
     assert_eq!(s.process.stderr().matches("NVML: GPU ready.").count(), 2);
@@ -552,7 +576,7 @@ fn per_process_series_only_when_enabled() {
     let dir = TempDir::new("nvml-procs");
     // Off by default: no process series.
     let s = serve(fake(), "h100-decode", &dir);
-    let m = s.wait_for(WAIT, "phase decode", |m| phase_is(m, "decode"));
+    let m = s.wait_for(WAIT, "regime memory_bound", |m| phase_is(m, "memory_bound"));
     assert!(series(&m, "truthscale_process_memory_used_bytes").is_empty());
     drop(s);
     // On: memory and SM busy per process, labelled with the pid.

@@ -141,13 +141,6 @@ const DOCUMENTED: &[Documented] = &[
         )],
     },
     Documented {
-        at: "truthscale-fleet.json / Wasted GPU-hours in the time range / A",
-        reason: "the subquery [$__range:5m] evaluates at 5-minute boundaries only, and a \
-                 1-minute range rarely contains one (Grafana's shortest quick range is 5 \
-                 minutes, which always does); the form steps at the 5 s evaluation interval",
-        rewrites: &[("[1m:5m]", "[1m:5s]")],
-    },
-    Documented {
         at: "truthscale-pod.json / Effective compute vs reported utilization / C",
         reason: "the effective-compute upper bound is exported only below the profiling \
                  tier, where effective compute itself is not measured; every simulated GPU is \
@@ -202,19 +195,11 @@ const DOCUMENTED: &[Documented] = &[
     },
     Documented {
         at: "truthscale.rules.yml / alert TruthscaleFidelityDropped",
-        reason: "every simulated GPU stays at the profiling tier, so none dropped; the form is \
-                 the hour-of-history join on (cluster, uuid, mig_instance) without the tier \
-                 filters: the GPUs that had profiling within the hour, at any tier now",
-        rewrites: &[
-            (
-                "( truthscale_gpu_info{fidelity!=\"profiling\"} and",
-                "( truthscale_gpu_info and",
-            ),
-            (
-                " unless on (cluster, uuid, mig_instance) truthscale_gpu_info{fidelity=\"profiling\"}",
-                "",
-            ),
-        ],
+        reason: "every simulated GPU stays at the profiling tier with effective compute \
+                 measured in every window (coverage 1, above the 0.5 threshold), keeps its \
+                 effective-compute-observed counter, and no exporter restarts; the form drops \
+                 the coverage threshold: the coverage of every profiling-tier GPU",
+        rewrites: &[(" < 0.5", "")],
     },
     Documented {
         at: "truthscale.rules.yml / alert TruthscaleClockThrottling",

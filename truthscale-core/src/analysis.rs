@@ -116,6 +116,8 @@ struct EntityAcc {
     verdict_seconds: [f64; 6],
     agree: u64,
     with_truth: u64,
+    engine_compared: f64,
+    engine_agreed: f64,
     truth_ecf: Mean,
     timeline: Vec<TimelinePoint>,
 }
@@ -203,6 +205,14 @@ impl Analyzer {
             acc.phase_seconds[method.index()][p.index()] += dt;
         }
         acc.verdict_seconds[w.verdict.verdict.index()] += dt;
+        if let (Some(p), Some(engine), Some(PhaseMethod::Counters)) =
+            (w.phase, w.engine_phase, w.phase_method)
+        {
+            acc.engine_compared += dt;
+            if p == engine {
+                acc.engine_agreed += dt;
+            }
+        }
         if let Some(truth) = w.truth_phase {
             acc.with_truth += 1;
             if w.phase == Some(truth) {
@@ -380,6 +390,11 @@ pub struct EntitySummary {
     pub verdict: Verdict,
     /// Fraction of observed time under each verdict.
     pub verdict_fraction: BTreeMap<&'static str, f64>,
+    /// Where a serving engine is attached: the fraction of the comparable time in which the
+    /// counter phase matched what the engine's token rates say (prompt tokens only: prefill;
+    /// output only: decode; both: mixed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine_phase_agreement: Option<f64>,
     /// For simulated data: how often the classifier matched the ground truth.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase_agreement_with_truth: Option<f64>,
@@ -508,6 +523,8 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig) -> EntitySummary {
         }),
         verdict,
         verdict_fraction,
+        engine_phase_agreement: (a.engine_compared > 0.0)
+            .then(|| a.engine_agreed / a.engine_compared),
         phase_agreement_with_truth: (a.with_truth > 0)
             .then(|| a.agree as f64 / a.with_truth as f64),
         truth_effective_compute: a.truth_ecf.get(),
@@ -660,5 +677,18 @@ mod tests {
                 s.as_str()
             );
         }
+    }
+
+    #[test]
+    fn engine_agreement_is_measured_where_an_engine_is_attached() {
+        let e = analyze_seed(Scenario::LlmServing, 300.0, 0.25, 1);
+        let agree = e.engine_phase_agreement.expect("the simulator attaches an engine");
+        assert!((0.0..=1.0).contains(&agree), "{agree}");
+        assert!(e.phase_fraction.is_some());
+        // Training has no engine: regimes only, no serving words, no agreement.
+        let t = analyze_seed(Scenario::Training, 60.0, 0.25, 1);
+        assert_eq!(t.engine_phase_agreement, None);
+        assert!(t.phase_fraction.is_none());
+        assert!(t.regime_fraction.compute_bound > 0.5, "{:?}", t.regime_fraction);
     }
 }

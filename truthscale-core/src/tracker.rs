@@ -795,4 +795,55 @@ mod tests {
         let now = w.metrics.roofline_saturation;
         assert!((ratio(w.ceilings.roofline_saturation, now) - now.unwrap() / sat).abs() < 1e-12);
     }
+
+    #[test]
+    fn gpu_zero_of_two_nodes_is_two_gpus() {
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let two = |ms: i64| {
+            let mut s = sample(ms, &[(Field::ReportedUtil, 1.0)]);
+            let mut other = s.entities[0].clone();
+            s.entities[0].id.node = Some("node-a".into());
+            other.id.node = Some("node-b".into());
+            other.readings.set_value(Field::ReportedUtil, 0.5);
+            s.entities.push(other);
+            s
+        };
+        for ms in [1000, 2000, 3000] {
+            let out = d.observe(&two(ms));
+            assert!(out.diagnostics.is_empty(), "{:?}", out.diagnostics);
+            assert_eq!(out.windows.len(), 2);
+        }
+        let out = d.observe(&two(4000));
+        let busy: Vec<f64> = out.windows.iter().map(|w| w.totals.busy_seconds).collect();
+        assert_eq!(busy, [4.0, 2.0]);
+    }
+
+    #[test]
+    fn a_point_clock_is_averaged_over_the_window() {
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let at = |ms: i64, mhz: f64| {
+            let mut s = sample(
+                ms,
+                &[
+                    (Field::ReportedUtil, 1.0),
+                    (Field::TensorActive, 0.5),
+                    (Field::DramActive, 0.1),
+                    (Field::SmClockMhz, mhz),
+                ],
+            );
+            s.entities[0].sm_clock_is_point = true;
+            s
+        };
+        d.observe(&at(1000, 1830.0));
+        // The clock fell to 1098 MHz by the window's end: the window's mean is 1464 MHz,
+        // κ = 0.8, not 0.6.
+        let w = d.observe(&at(2000, 1098.0)).windows.remove(0);
+        assert!((w.metrics.kappa.unwrap() - 0.8).abs() < 1e-12);
+        assert!((w.metrics.effective_compute.unwrap() - 0.4).abs() < 1e-12);
+        // A source whose clock is already the window's mean is taken as it is.
+        let mut s = at(3000, 1098.0);
+        s.entities[0].sm_clock_is_point = false;
+        let w = d.observe(&s).windows.remove(0);
+        assert!((w.metrics.kappa.unwrap() - 0.6).abs() < 1e-12);
+    }
 }

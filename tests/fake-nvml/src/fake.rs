@@ -153,8 +153,13 @@ pub(crate) struct Device {
     /// The energy counter exists (it grows at `power_watts`).
     #[serde(default = "default_true")]
     energy: bool,
+    /// The SM clock `nvmlDeviceGetClockInfo` reads now (a point reading).
     #[serde(default)]
     sm_clock_mhz: Option<u32>,
+    /// The SM clock in the driver's processor-clock samples (`nvmlDeviceGetSamples` with
+    /// `NVML_PROCESSOR_CLK_SAMPLES`), which cover the window; absent: not supported.
+    #[serde(default)]
+    sm_clock_samples_mhz: Option<u32>,
     #[serde(default)]
     mem_clock_mhz: Option<u32>,
     #[serde(default)]
@@ -680,11 +685,14 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetSamples(
     samples: *mut sys::nvmlSample_t,
 ) -> Ret {
     with_device(device, |t, d| {
-        let (true, None, Some(u)) = (
-            type_ == sys::nvmlSamplingType_enum_NVML_GPU_UTILIZATION_SAMPLES,
-            t.mig,
-            d.util_percent.filter(|_| d.mig.is_empty()),
-        ) else {
+        let value = match type_ {
+            sys::nvmlSamplingType_enum_NVML_GPU_UTILIZATION_SAMPLES => {
+                d.util_percent.filter(|_| d.mig.is_empty())
+            }
+            sys::nvmlSamplingType_enum_NVML_PROCESSOR_CLK_SAMPLES => d.sm_clock_samples_mhz,
+            _ => None,
+        };
+        let (None, Some(u)) = (t.mig, value) else {
             return NOT_SUPPORTED;
         };
         if count.is_null() || value_type.is_null() {

@@ -272,7 +272,9 @@ fn entity_of<K: AsRef<str>, V: AsRef<str>>(labels: &[(K, V)]) -> EntityId {
             namespace: get(&["namespace", "pod_namespace"]),
             container: get(&["container", "container_name"]),
         }),
-        node: get(&["Hostname", "hostname"]),
+        // The node: dcgm-exporter's own label, else a relabelled `node`, else (in a
+        // Prometheus history) the scrape target, so gpu 0 of two nodes is two GPUs.
+        node: get(&["Hostname", "hostname", "node", "instance"]),
     }
 }
 
@@ -601,5 +603,24 @@ dcgm_mem_copy_utilization{gpu=\"2\",uuid=\"GPU-x\",pod_name=\"p\",pod_namespace=
             vec![]
         );
         assert_eq!(parse("").unwrap(), vec![]);
+    }
+
+    #[test]
+    fn gpu_zero_of_two_nodes_is_two_entities() {
+        let text = "\
+DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",Hostname=\"a\"} 100
+DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",Hostname=\"b\"} 50
+DCGM_FI_DEV_FB_USED{gpu=\"0\",Hostname=\"b\"} 10
+DCGM_FI_DEV_FB_USED{gpu=\"0\"} 20
+";
+        let s = parse(text).unwrap();
+        let e = &s[0].entities;
+        assert_eq!(e.len(), 2, "{e:#?}");
+        assert_eq!(e[0].id.node.as_deref(), Some("a"));
+        assert_eq!(e[1].id.node.as_deref(), Some("b"));
+        assert_eq!(e[1].readings.value(Field::ReportedUtil), Some(0.5));
+        assert_eq!(e[1].readings.value(Field::MemUsedBytes), Some(10.0 * 1_048_576.0));
+        // A line without a node belongs to the first entity of that GPU.
+        assert_eq!(e[0].readings.value(Field::MemUsedBytes), Some(20.0 * 1_048_576.0));
     }
 }

@@ -141,6 +141,8 @@ impl Acc {
         Acc {
             sample: EntitySample {
                 id,
+                // dmon rows and dcgm-exporter scrapes read the clock at one instant.
+                sm_clock_is_point: true,
                 ..EntitySample::default()
             },
             fb_free: None,

@@ -354,6 +354,7 @@ struct DevState {
     mig: Option<bool>,
     unsupported: BTreeSet<String>,
     util_last_us: Option<u64>,
+    clock_last_us: Option<u64>,
     proc_util_last_us: Option<u64>,
     gpm: GpmMode,
     gpm_sampled: bool,
@@ -693,7 +694,8 @@ pub fn throttles_from_bits(bits: u64) -> Throttles {
 
 /// The mean of utilization samples newer than `since_us`, as a fraction, and the newest
 /// timestamp; `None` without such samples.
-fn mean_util(
+/// The mean of the driver's samples newer than `since_us`, and the newest timestamp.
+fn mean_samples(
     samples: &[nvml_wrapper::struct_wrappers::device::Sample],
     since_us: u64,
 ) -> Option<(f64, u64)> {
@@ -711,7 +713,7 @@ fn mean_util(
         n += 1;
         newest = newest.max(s.timestamp);
     }
-    (n > 0).then(|| (sum / f64::from(n) / 100.0, newest))
+    (n > 0).then(|| (sum / f64::from(n), newest))
 }
 
 /// Per-tick inputs shared by all GPUs.
@@ -748,6 +750,7 @@ impl DevState {
             mig: None,
             unsupported: BTreeSet::new(),
             util_last_us: None,
+            clock_last_us: None,
             proc_util_last_us: None,
             gpm: GpmMode::Unsupported,
             gpm_sampled: false,
@@ -1088,18 +1091,46 @@ impl DevState {
         Ok(())
     }
 
-    /// Clocks and clock-event reasons (GPU-wide, shared by MIG instances).
+    /// Clocks and clock-event reasons (GPU-wide, shared by MIG instances). The SM clock is
+    /// the window's mean from the driver's clock samples where it keeps them; else a point
+    /// reading, which the deriver averages with the previous one (the returned flag).
     fn clocks(
         &mut self,
         ctx: &Ctx<'_>,
         dev: &Device<'_>,
         r: &mut Readings,
         errors: &mut Vec<SourceError>,
-    ) -> Result<Option<Throttles>, Lost> {
-        let sm = self.call("nvmlDeviceGetClockInfo(SM)", errors, || {
-            dev.clock_info(Clock::SM)
-        })?;
-        r.set(Field::SmClockMhz, sm.reading(f64::from));
+    ) -> Result<(Option<Throttles>, bool), Lost> {
+        let since = self.clock_last_us.unwrap_or(0);
+        let samples = self.call_with(
+            "nvmlDeviceGetSamples(PROCESSOR_CLK)",
+            false,
+            errors,
+            || match dev.samples(Sampling::ProcessorClock, since) {
+                Err(NvmlError::NotFound) => Ok(Vec::new()),
+                r => r,
+            },
+        )?;
+        let mut point = true;
+        if let Got::Value(s) = &samples {
+            let from = self.clock_last_us.unwrap_or_else(|| {
+                s.iter()
+                    .map(|x| x.timestamp)
+                    .max()
+                    .map_or(0, |newest| newest.saturating_sub(ctx.interval_us))
+            });
+            if let Some((mhz, newest)) = mean_samples(s, from) {
+                self.clock_last_us = Some(newest);
+                r.set_value(Field::SmClockMhz, mhz);
+                point = false;
+            }
+        }
+        if point {
+            let sm = self.call("nvmlDeviceGetClockInfo(SM)", errors, || {
+                dev.clock_info(Clock::SM)
+            })?;
+            r.set(Field::SmClockMhz, sm.reading(f64::from));
+        }
         let mem = self.call("nvmlDeviceGetClockInfo(MEM)", errors, || {
             dev.clock_info(Clock::Memory)
         })?;
@@ -1118,7 +1149,7 @@ impl DevState {
                 .value(),
             g => g.value(),
         };
-        Ok(bits.map(throttles_from_bits))
+        Ok((bits.map(throttles_from_bits), point))
     }
 
     /// A whole GPU (not in MIG mode).
@@ -1164,11 +1195,12 @@ impl DevState {
             dev.temperature(TemperatureSensor::Gpu)
         })?;
         r.set(Field::TempCelsius, temp.reading(f64::from));
-        let throttles = self.clocks(ctx, dev, &mut r, errors)?;
+        let (throttles, sm_clock_is_point) = self.clocks(ctx, dev, &mut r, errors)?;
         emit.entities.push(EntitySample {
             id: self.entity_id(ctx, None),
             readings: r,
             throttles,
+            sm_clock_is_point,
             ..EntitySample::default()
         });
         Ok(())
@@ -1221,9 +1253,9 @@ impl DevState {
                     .max()
                     .map_or(0, |newest| newest.saturating_sub(ctx.interval_us))
             });
-            if let Some((u, newest)) = mean_util(s, from) {
+            if let Some((percent, newest)) = mean_samples(s, from) {
                 self.util_last_us = Some(newest);
-                return Ok(Reading::Value(u));
+                return Ok(Reading::Value(percent / 100.0));
             }
         }
         let rates = self.call("nvmlDeviceGetUtilizationRates", errors, || {
@@ -1314,7 +1346,7 @@ impl DevState {
             self.drop_slot(ctx.nvml, Some(gi));
         }
         let mut shared = Readings::default();
-        let throttles = self.clocks(ctx, dev, &mut shared, errors)?;
+        let (throttles, sm_clock_is_point) = self.clocks(ctx, dev, &mut shared, errors)?;
         for m in migs {
             let mig_id = MigId {
                 gpu_instance: m.gi,
@@ -1345,6 +1377,7 @@ impl DevState {
                 id,
                 readings: r,
                 throttles,
+                sm_clock_is_point,
                 ..EntitySample::default()
             });
         }
@@ -1507,9 +1540,9 @@ mod tests {
             value: SampleValue::U32(v),
         };
         let samples = [s(100, 0), s(200, 100), s(300, 50)];
-        assert_eq!(mean_util(&samples, 100), Some((0.75, 300)));
-        assert_eq!(mean_util(&samples, 300), None);
-        assert_eq!(mean_util(&[], 0), None);
+        assert_eq!(mean_samples(&samples, 100), Some((75.0, 300)));
+        assert_eq!(mean_samples(&samples, 300), None);
+        assert_eq!(mean_samples(&[], 0), None);
     }
 
     #[test]
