@@ -66,7 +66,20 @@ impl GpuView {
                 .readings
                 .value(truthscale_core::model::Field::TensorActive),
             dram: w.readings.value(truthscale_core::model::Field::DramActive),
-            phase: w.phase.map(|p| p.as_str().to_string()),
+            // Serving words only where the workload is LLM serving; an estimate says so.
+            phase: w.phase.map(|p| {
+                let name = if w.llm_serving {
+                    p.serving_name()
+                } else {
+                    p.as_str()
+                };
+                match w.phase_method {
+                    Some(truthscale_core::phase::PhaseMethod::PowerHeuristic) => {
+                        format!("{name} (estimate)")
+                    }
+                    _ => name.to_string(),
+                }
+            }),
             throttles: w.throttles,
             serving: w.serving.clone(),
             verdict: Some(w.verdict.clone()),
@@ -282,7 +295,15 @@ pub fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> Vec<GpuView> {
             "gpu_roofline_saturation_ratio" => v.saturation = x,
             "gpu_tensor_active_ratio" => v.tensor = x,
             "gpu_dram_active_ratio" => v.dram = x,
-            "gpu_phase" if s.value == 1.0 => v.phase = Some(label("phase").to_string()),
+            // The regime for every GPU; the serving phase (written after it) where serving.
+            "gpu_regime" | "gpu_phase" if s.value == 1.0 => {
+                let name = label(if short == "gpu_regime" { "regime" } else { "phase" });
+                v.phase = Some(if label("method") == "power_heuristic" {
+                    format!("{name} (estimate)")
+                } else {
+                    name.to_string()
+                });
+            }
             "gpu_clock_event_active" => {
                 let t = v.throttles.get_or_insert_with(Throttles::default);
                 if s.value == 1.0 {

@@ -1,7 +1,6 @@
 //! The landing page at `/`: per GPU, reported against effective, phase and fidelity.
 
 use std::fmt::Write as _;
-use truthscale_core::derive::Fidelity;
 use truthscale_core::exposition::GpuEntry;
 
 fn esc(s: &str) -> String {
@@ -46,8 +45,13 @@ pub fn render(gpus: &[GpuEntry], source: &str, up: bool, taken_unix_ms: i64) -> 
             reported * 100.0,
             eff_bar * 100.0,
             w.phase.map_or("unknown", |p| p.as_str()),
-            w.phase.map_or("unknown", |p| p.as_str()),
-            m.fidelity.unwrap_or(Fidelity::None).as_str(),
+            // Serving words (prefill, decode) only where the workload is LLM serving.
+            w.phase.map_or("unknown", |p| if w.llm_serving {
+                p.serving_name()
+            } else {
+                p.as_str()
+            }),
+            w.capability.as_str(),
         );
     }
     if !gpus.iter().any(|g| g.up) {

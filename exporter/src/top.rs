@@ -66,13 +66,13 @@ pub fn frame(views: &[GpuView]) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "{:<6} {:>8} {:>9} {:>10} {:<11} {:<9} {:>6} {:>6}  EFFECTIVE (recent)",
+        "{:<6} {:>8} {:>9} {:>10} {:<13} {:<9} {:>6} {:>6}  EFFECTIVE (recent)",
         "GPU", "REPORTED", "EFFECTIVE", "SATURATION", "PHASE", "VERDICT", "KV", "QUEUE"
     );
     for v in views {
         let _ = writeln!(
             o,
-            "{:<6} {:>8} {:>9} {:>10} {:<11} {:<9} {:>6} {:>6}  {}",
+            "{:<6} {:>8} {:>9} {:>10} {:<13} {:<9} {:>6} {:>6}  {}",
             gpu_text(v),
             pct(v.reported),
             effective_text(v),
@@ -373,7 +373,7 @@ mod tui {
     }
 
     /// Widths of the columns after the name and before the sparkline.
-    const FIXED: [u16; 7] = [8, 9, 10, 11, 9, 5, 5];
+    const FIXED: [u16; 7] = [8, 9, 10, 13, 9, 5, 5];
 
     fn draw(f: &mut Frame<'_>, views: &[GpuView], status: &str) {
         let [title, table, why, help] = Layout::vertical([

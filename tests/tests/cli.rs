@@ -38,7 +38,9 @@ fn misleading_t4_capture_shows_the_gap() {
     assert!((f(e, "/effective_compute/mean") - ecf).abs() < 1e-6);
     assert!((f(e, "/inflation_gap_points/mean") - 100.0 * (0.91 - ecf)).abs() < 1e-4);
     assert!((f(e, "/roofline_saturation/mean") - 0.092781).abs() < 1e-9);
-    assert_eq!(f(e, "/phase_fraction/stalled"), 1.0);
+    assert_eq!(f(e, "/regime_fraction/stalled"), 1.0);
+    // Not LLM serving (no engine): regimes only, no serving phase names.
+    assert!(e.get("phase_fraction").is_none());
 }
 
 #[test]
@@ -114,8 +116,16 @@ fn simulated_llm_serving_round_trip() {
     assert_eq!(e["simulated"], true);
     assert_eq!(e["samples"], 2400);
     assert!(f(e, "/phase_agreement_with_truth") >= 0.95);
+    // Measured: 0.14019 against a truth of 0.13985. The clock runs at 1.08 × f_ref under
+    // load, so skipping κ would be about 0.01 off and inverting it about 0.02: the tolerance
+    // is well inside that effect.
     let truth = f(e, "/truth_effective_compute");
-    assert!((f(e, "/effective_compute/mean") - truth).abs() < 0.02);
+    let ecf = f(e, "/effective_compute/mean");
+    assert!((ecf - truth).abs() < 0.002, "ECF {ecf} vs truth {truth}");
+    // An engine is attached (the simulator's): serving words, and the agreement with the
+    // engine's token rates is measured.
+    let agree = f(e, "/engine_phase_agreement");
+    assert!((0.0..=1.0).contains(&agree), "{agree}");
     assert_eq!(e["timeline"].as_array().unwrap().len(), 2400);
     let fractions: f64 = e["phase_fraction"]
         .as_object()

@@ -111,7 +111,7 @@ const CASES: &[(&str, &str, &str)] = &[
   dashboard says: 90 % utilized (the busy flag nvidia-smi shows: time with any kernel resident)
   counters say:   effective compute at most 90 % (no tensor counter: an upper bound)
   the gap:        cannot be measured without the tensor counter
-  phase:          decode
+  phase:          memory_bound (estimate)
   verdict:        unknown
     because busy flag 90 % but no roofline saturation, so real work cannot be told from waiting
   not measured:
@@ -446,7 +446,7 @@ fn top_once_reads_nvml_directly() {
     let row: Vec<&str> = lines[1].split_whitespace().collect();
     assert_eq!(
         &row[..8],
-        ["0", "100%", "3%", "60%", "decode", "busy", "—", "—"],
+        ["0", "100%", "3%", "60%", "memory_bound", "busy", "—", "—"],
         "{text}"
     );
 

@@ -163,6 +163,12 @@ fn openmetrics() -> (String, i64) {
         );
     }
 
+    // gpu 0 of two more nodes, without UUIDs or pods, busy flag only: one entity each.
+    for (node, busy) in [("node-b", 30.0), ("node-c", 70.0)] {
+        let l = format!("gpu=\"0\",modelName=\"{H100}\",Hostname=\"{node}\",job=\"dcgm\"");
+        add(&mut fams, "DCGM_FI_DEV_GPU_UTIL", &l, all(&|_| Some(busy)));
+    }
+
     // GPU 7: only truthscale's own gauges (another job), SM clock at f_ref.
     let g7 = format!(
         "gpu=\"7\",uuid=\"GPU-7777\",model=\"{H100}\",pod=\"vllm\",namespace=\"serve\",node=\"node-b\",job=\"truthscale\""
@@ -294,7 +300,25 @@ fn history_from_a_real_prometheus() {
         run.stderr
     );
     let ents = v["entities"].as_array().unwrap();
-    assert_eq!(ents.len(), 4, "gpu 0, gpu 1, gpu 2 twice: {v:#}");
+    assert_eq!(
+        ents.len(),
+        6,
+        "gpu 0, gpu 1, gpu 2 twice, gpu 0 of node-b and of node-c: {v:#}"
+    );
+    // GPUs of different nodes never merge, with or without UUIDs.
+    for (node, busy) in [("node-b", 0.3), ("node-c", 0.7)] {
+        let e = ents
+            .iter()
+            .find(|e| e["gpu"] == 0 && e["node"] == node)
+            .unwrap_or_else(|| panic!("gpu 0 of {node} in {v:#}"));
+        near(f(e, "/reported_utilization/mean"), busy, 1e-9, node);
+        assert!(e["uuid"].is_null());
+    }
+    assert!(
+        !run.stderr.contains("non_increasing_time"),
+        "samples collided: {}",
+        run.stderr
+    );
     assert!(
         ents.iter().all(|e| e["gpu"] != 7),
         "truthscale series mixed in"
@@ -304,7 +328,7 @@ fn history_from_a_real_prometheus() {
     let (r0, e0, d0) = (
         f(g0, "/reported_utilization/mean"),
         f(g0, "/effective_compute/mean"),
-        f(g0, "/phase_fraction/decode"),
+        f(g0, "/regime_fraction/memory_bound"),
     );
     eprintln!(
         "history: gpu 0: reported {r0:.4}, ECF {e0:.4}, decode {d0:.4}, samples {}",
@@ -329,8 +353,8 @@ fn history_from_a_real_prometheus() {
     let (r1, e1, pf1, id1) = (
         f(g1, "/reported_utilization/mean"),
         f(g1, "/effective_compute/mean"),
-        f(g1, "/phase_fraction/prefill"),
-        f(g1, "/phase_fraction/idle"),
+        f(g1, "/regime_fraction/compute_bound"),
+        f(g1, "/regime_fraction/idle"),
     );
     eprintln!(
         "history: gpu 1: reported {r1:.4}, ECF {e1:.4}, prefill {pf1:.4}, idle {id1:.4}, samples {}",
@@ -396,7 +420,7 @@ fn history_from_a_real_prometheus() {
         "1 s: gpu 0 ECF",
     );
     near(
-        f(g0, "/phase_fraction/decode"),
+        f(g0, "/regime_fraction/memory_bound"),
         1.0,
         0.01,
         "1 s: gpu 0 decode",
@@ -409,12 +433,12 @@ fn history_from_a_real_prometheus() {
         "1 s: gpu 1 reported",
     );
     near(
-        f(g1, "/phase_fraction/prefill"),
+        f(g1, "/regime_fraction/compute_bound"),
         0.5,
         0.05,
         "1 s: gpu 1 prefill",
     );
-    near(f(g1, "/phase_fraction/idle"), 0.5, 0.05, "1 s: gpu 1 idle");
+    near(f(g1, "/regime_fraction/idle"), 0.5, 0.05, "1 s: gpu 1 idle");
     let n1 = g1["samples"].as_u64().unwrap();
     assert!((7186..=7400).contains(&n1), "1 s: gpu 1 samples {n1}");
 
@@ -461,7 +485,7 @@ fn history_from_a_real_prometheus() {
     let (r7, e7, pf7) = (
         f(g7, "/reported_utilization/mean"),
         f(g7, "/effective_compute/mean"),
-        f(g7, "/phase_fraction/prefill"),
+        f(g7, "/regime_fraction/compute_bound"),
     );
     eprintln!(
         "history: gpu 7 (truthscale series): reported {r7:.4}, ECF {e7:.4}, prefill {pf7:.4}"

@@ -489,10 +489,11 @@ fn doctor_per_scenario() {
 
     let (code, out, _) = doctor(old_driver(), Some("h100-decode"));
     assert_eq!(code, 0, "{out}");
+    // That scenario has no processor-clock samples either: both are listed.
     assert!(
         has_line(
             &out,
-            "  not available   nvmlDeviceGetProcessesUtilizationInfo"
+            "  not available   nvmlDeviceGetProcessesUtilizationInfo, nvmlDeviceGetSamples(PROCESSOR_CLK)"
         ),
         "{out}"
     );

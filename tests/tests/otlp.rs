@@ -294,9 +294,12 @@ fn check_push(proto: Proto) {
         ("truthscale.gpu.effective_compute", "1"),
         ("truthscale.gpu.roofline_saturation", "1"),
         ("truthscale.gpu.inflation_gap", "1"),
-        ("truthscale.gpu.phase.time", "s"),
+        ("truthscale.gpu.regime.time", "s"),
         ("truthscale.gpu.busy.time", "s"),
+        ("truthscale.gpu.busy.observed.time", "s"),
         ("truthscale.gpu.effective_compute.time", "s"),
+        ("truthscale.gpu.effective_compute.observed.time", "s"),
+        ("truthscale.gpu.energy.observed.time", "s"),
         ("truthscale.gpu.observed.time", "s"),
         ("truthscale.snapshot.timestamp", "s"),
         ("truthscale.sink.errors", "{error}"),
@@ -312,12 +315,11 @@ fn check_push(proto: Proto) {
     assert_eq!(s(&p.attributes, "hw.type").as_deref(), Some("gpu"));
     assert!(s(&p.attributes, "hw.model").is_some_and(|m| m.starts_with("Simulated")));
     assert!(matches!(util.data, Some(metric::Data::Gauge(_))));
-    let phases = find_metric(r, "truthscale.gpu.phase.time").unwrap();
-    assert!(
-        points(phases)
-            .iter()
-            .any(|p| s(&p.attributes, "truthscale.phase").as_deref() == Some("idle"))
-    );
+    let regimes = find_metric(r, "truthscale.gpu.regime.time").unwrap();
+    assert!(points(regimes).iter().any(|p| {
+        s(&p.attributes, "truthscale.gpu.regime").as_deref() == Some("idle")
+            && s(&p.attributes, "truthscale.method").as_deref() == Some("counters")
+    }));
     assert!(matches!(
         find_metric(r, "hw.gpu.memory.usage").unwrap().data,
         Some(metric::Data::Sum(ref s)) if !s.is_monotonic
@@ -379,16 +381,16 @@ fn check_push(proto: Proto) {
         for (name, want) in pairs {
             assert_eq!(gauge_value(r, name), Some(want), "{name} at {ts}");
         }
-        for p in points(find_metric(r, "truthscale.gpu.phase.time").unwrap()) {
-            let phase = s(&p.attributes, "truthscale.phase").unwrap();
+        for p in points(find_metric(r, "truthscale.gpu.regime.time").unwrap()) {
+            let regime = s(&p.attributes, "truthscale.gpu.regime").unwrap();
             assert_eq!(
                 value(p),
                 prom(
                     m,
-                    "truthscale_gpu_phase_seconds_total",
-                    Some(("phase", &phase))
+                    "truthscale_gpu_regime_seconds_total",
+                    Some(("regime", &regime))
                 ),
-                "phase {phase} at {ts}"
+                "regime {regime} at {ts}"
             );
         }
     }

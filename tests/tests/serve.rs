@@ -16,8 +16,11 @@ use truthscale_e2e::{
 };
 
 const T4: &str = "dcgm-exporter-cncf-k8s-ai-conformance-ericsson-ccd-t4.txt";
-const PHASES: [&str; 6] = [
+/// Regime names, and the serving phase names where the workload is LLM serving.
+const PHASES: [&str; 8] = [
     "idle",
+    "compute_bound",
+    "memory_bound",
     "prefill",
     "decode",
     "mixed",
@@ -94,16 +97,16 @@ fn per_gpu(addr: &str, query: &str) -> BTreeMap<String, f64> {
 
 /// Diagnostics for a failed rate check: each phase's rate and its value 30 s ago.
 fn per_phase(addr: &str, gpu: &str) -> Vec<(String, f64, f64)> {
-    let sel = format!("truthscale_gpu_phase_seconds_total{{gpu=\"{gpu}\"}}");
+    let sel = format!("truthscale_gpu_regime_seconds_total{{gpu=\"{gpu}\"}}");
     let rates = prom_query(addr, &format!("rate({sel}[30s])"));
     let before = prom_query(addr, &format!("{sel} offset 30s"));
     rates
         .into_iter()
         .map(|(labels, rate)| {
-            let phase = labels.get("phase").cloned().unwrap_or_default();
+            let phase = labels.get("regime").cloned().unwrap_or_default();
             let then = before
                 .iter()
-                .find(|(l, _)| l.get("phase") == Some(&phase))
+                .find(|(l, _)| l.get("regime") == Some(&phase))
                 .map_or(f64::NAN, |(_, v)| *v);
             (phase, rate, then)
         })
@@ -211,11 +214,11 @@ fn prometheus_round_trip() {
     let up_sum = prom_query(&prom_addr, "sum_over_time(up{job=\"truthscale\"}[1m])");
     assert_eq!(up_sum[0].1, scrapes[0].1, "every scrape succeeded");
 
-    // The identity itself, at every scrape of the last minute: per GPU the six phase counters
+    // The identity itself, at every scrape of the last minute: per GPU the six regime counters (every workload has them)
     // add up to the observed seconds.
     let identity = per_gpu(
         &prom_addr,
-        "max_over_time((abs(sum by (gpu) (truthscale_gpu_phase_seconds_total) \
+        "max_over_time((abs(sum by (gpu) (truthscale_gpu_regime_seconds_total) \
          - sum by (gpu) (truthscale_gpu_observed_seconds_total)))[1m:5s])",
     );
     eprintln!("prometheus_round_trip: max |sum(phase) - observed| per gpu = {identity:?}");
@@ -224,10 +227,10 @@ fn prometheus_round_trip() {
         assert!(*diff <= 1e-6, "gpu {gpu}: phases miss observed by {diff} s");
     }
 
-    // Per GPU the six phase counters together advance one second per second.
+    // Per GPU the six regime counters together advance one second per second.
     let rates = per_gpu(
         &prom_addr,
-        "sum by (gpu) (rate(truthscale_gpu_phase_seconds_total[30s]))",
+        "sum by (gpu) (rate(truthscale_gpu_regime_seconds_total[30s]))",
     );
     eprintln!("prometheus_round_trip: sum of phase rates per gpu = {rates:?}");
     assert_eq!(
