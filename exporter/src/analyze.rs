@@ -349,7 +349,11 @@ pub fn write_report(out: &mut impl Write, header: &str, report: &Report) -> std:
         writeln!(
             out,
             "  {}{}",
-            if e.phase_fraction.is_some() { "phases             " } else { "regimes            " },
+            if e.phase_fraction.is_some() {
+                "phases             "
+            } else {
+                "regimes            "
+            },
             phases(e)
         )?;
         writeln!(out, "  verdict            {}", verdicts(e))?;

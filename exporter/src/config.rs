@@ -788,16 +788,32 @@ mod tests {
         let name = f.display().to_string();
         let lines: Vec<&str> = err.lines().collect();
         assert_eq!(lines.len(), 3, "{err}");
-        assert!(lines[0].starts_with(&format!("{name}:3: derive.headroom: -0.5 is outside")), "{err}");
+        assert!(
+            lines[0].starts_with(&format!("{name}:3: derive.headroom: -0.5 is outside")),
+            "{err}"
+        );
         assert!(
             lines[1].starts_with(&format!("{name}:7: derive.phase.idle_enter_util: 0.2 must be below derive.phase.idle_exit_util")),
             "{err}"
         );
-        assert!(lines[2].starts_with(&format!("{name}:11: verdict.busy_util: NaN is not a number")), "{err}");
+        assert!(
+            lines[2].starts_with(&format!(
+                "{name}:11: verdict.busy_util: NaN is not a number"
+            )),
+            "{err}"
+        );
         // The same from the environment names the key.
-        let c = Config::load(None, &env(&[("TRUTHSCALE_DERIVE__PHASE__SWITCH_AFTER", "0")]), &[]).unwrap();
+        let c = Config::load(
+            None,
+            &env(&[("TRUTHSCALE_DERIVE__PHASE__SWITCH_AFTER", "0")]),
+            &[],
+        )
+        .unwrap();
         let err = c.validate(&[]).unwrap_err().to_string();
-        assert!(err.starts_with("derive.phase.switch_after: 0 is outside [1, 100]"), "{err}");
+        assert!(
+            err.starts_with("derive.phase.switch_after: 0 is outside [1, 100]"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -297,7 +297,11 @@ pub fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> Vec<GpuView> {
             "gpu_dram_active_ratio" => v.dram = x,
             // The regime for every GPU; the serving phase (written after it) where serving.
             "gpu_regime" | "gpu_phase" if s.value == 1.0 => {
-                let name = label(if short == "gpu_regime" { "regime" } else { "phase" });
+                let name = label(if short == "gpu_regime" {
+                    "regime"
+                } else {
+                    "phase"
+                });
                 v.phase = Some(if label("method") == "power_heuristic" {
                     format!("{name} (estimate)")
                 } else {

@@ -169,7 +169,7 @@ fn openmetrics() -> (String, i64) {
         add(&mut fams, "DCGM_FI_DEV_GPU_UTIL", &l, all(&|_| Some(busy)));
     }
 
-    // GPU 7: only truthscale's own gauges (another job), SM clock at f_ref.
+    // GPU 7: only truthscale's own gauges (another job), SM clock at 0.8 × f_ref.
     let g7 = format!(
         "gpu=\"7\",uuid=\"GPU-7777\",model=\"{H100}\",pod=\"vllm\",namespace=\"serve\",node=\"node-b\",job=\"truthscale\""
     );
@@ -178,7 +178,7 @@ fn openmetrics() -> (String, i64) {
         ("truthscale_gpu_tensor_active_ratio", 0.3),
         ("truthscale_gpu_dram_active_ratio", 0.1),
         ("truthscale_gpu_sm_active_ratio", 0.7),
-        ("truthscale_gpu_sm_clock_hertz", 1_830_000_000.0),
+        ("truthscale_gpu_sm_clock_hertz", 1_464_000_000.0),
         ("truthscale_gpu_power_watts", 500.0),
         ("truthscale_gpu_memory_used_bytes", 40e9),
         ("truthscale_gpu_memory_total_bytes", 80e9),
@@ -492,7 +492,8 @@ fn history_from_a_real_prometheus() {
     );
     near(r7, 0.8, 0.01, "gpu 7 reported");
     assert_eq!(g7["clock_corrected"], true);
-    near(e7, 0.3, 0.01, "gpu 7 ECF at f_ref");
+    // κ = 1464 / 1830 = 0.8: ECF = 0.3 · 0.8 (skipping κ would read 0.3, inverting it 0.375).
+    near(e7, 0.24, 1e-6, "gpu 7 ECF at 0.8 × f_ref");
     near(pf7, 1.0, 0.01, "gpu 7 prefill");
     near(f(g7, "/memory/total_bytes"), 80e9, 1.0, "gpu 7 total");
 

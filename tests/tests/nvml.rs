@@ -191,7 +191,9 @@ fn decode_on_h100() {
 fn prefill_on_h100_at_its_power_cap() {
     let dir = TempDir::new("nvml-prefill");
     let s = serve(fake(), "h100-prefill", &dir);
-    let m = s.wait_for(WAIT, "regime compute_bound", |m| phase_is(m, "compute_bound"));
+    let m = s.wait_for(WAIT, "regime compute_bound", |m| {
+        phase_is(m, "compute_bound")
+    });
     let get = |n: &str| value(&m, n, &[]);
     assert!(close(get("truthscale_gpu_tensor_active_ratio"), 0.5, 1e-9));
     // GPM's HMMA and IMMA pipes: all of this tensor work is half precision.

@@ -979,7 +979,11 @@ fn mig_and_multiplexed_means_on_real_prometheus() {
         "truthscale_gpu_energy_joules_total",
         "pod:truthscale_gpu_busy:rate5m",
     ] {
-        assert_eq!(pod_value(q, "mig-pod"), None, "{q} exists for the MIG instance");
+        assert_eq!(
+            pod_value(q, "mig-pod"),
+            None,
+            "{q} exists for the MIG instance"
+        );
     }
     // The trace's attribution, not the sidecar's identity.
     let info = series(&prom, "truthscale_gpu_info");

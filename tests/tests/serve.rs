@@ -246,11 +246,15 @@ fn prometheus_round_trip() {
         );
     }
 
-    // The ECF averaged from the counters matches the simulator's ground truth.
+    // The ECF averaged from the counters (over the seconds it was measured) matches the
+    // simulator's ground truth, within half of what skipping κ would cost: the simulated
+    // GPUs run at 1.08 × f_ref under load, so without κ a GPU at truth t would read
+    // t / 1.08, 0.074·t low (inverting κ: twice that). Counter noise (σ 0.01 per window)
+    // leaves about ±0.0013 over a minute; measured: +0.0016, −0.0013, +0.0016.
     let derived = per_gpu(
         &prom_addr,
         "increase(truthscale_gpu_effective_compute_seconds_total[1m]) \
-         / increase(truthscale_gpu_observed_seconds_total[1m])",
+         / increase(truthscale_gpu_effective_compute_observed_seconds_total[1m])",
     );
     let truth = per_gpu(
         &prom_addr,
@@ -267,7 +271,7 @@ fn prometheus_round_trip() {
         );
         assert!(ecf.is_finite() && t.is_finite(), "gpu {gpu}: {ecf} vs {t}");
         assert!(
-            (ecf - t).abs() <= 0.02,
+            (ecf - t).abs() <= 0.5 * t * (1.0 - 1.0 / 1.08),
             "gpu {gpu}: derived ECF {ecf} vs ground truth {t}"
         );
     }

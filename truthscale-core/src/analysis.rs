@@ -682,13 +682,19 @@ mod tests {
     #[test]
     fn engine_agreement_is_measured_where_an_engine_is_attached() {
         let e = analyze_seed(Scenario::LlmServing, 300.0, 0.25, 1);
-        let agree = e.engine_phase_agreement.expect("the simulator attaches an engine");
+        let agree = e
+            .engine_phase_agreement
+            .expect("the simulator attaches an engine");
         assert!((0.0..=1.0).contains(&agree), "{agree}");
         assert!(e.phase_fraction.is_some());
         // Training has no engine: regimes only, no serving words, no agreement.
         let t = analyze_seed(Scenario::Training, 60.0, 0.25, 1);
         assert_eq!(t.engine_phase_agreement, None);
         assert!(t.phase_fraction.is_none());
-        assert!(t.regime_fraction.compute_bound > 0.5, "{:?}", t.regime_fraction);
+        assert!(
+            t.regime_fraction.compute_bound > 0.5,
+            "{:?}",
+            t.regime_fraction
+        );
     }
 }

@@ -315,8 +315,7 @@ pub fn window(r: &Readings, ctx: &WindowContext<'_>, cfg: &DeriveConfig) -> Wind
         let ck = m.effective_compute.unwrap_or(c);
         m.roofline_saturation_spec = Some(clamp01(ck.max(d)));
         if cfg.tau_max > 0.0 && cfg.d_max > 0.0 {
-            m.roofline_saturation_practical =
-                Some(clamp01((c / cfg.tau_max).max(d / cfg.d_max)));
+            m.roofline_saturation_practical = Some(clamp01((c / cfg.tau_max).max(d / cfg.d_max)));
         }
         m.rho = Some(c / d.max(0.02));
     }

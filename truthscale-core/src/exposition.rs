@@ -148,9 +148,17 @@ pub fn gpu_label_pairs(e: &GpuEntry, id: &Identity) -> Vec<(&'static str, String
     // attribute takes the exporter's own Downward API identity. Likewise the node.
     let (pod, namespace, container) = match w.pod.as_ref().filter(|p| !p.pod.is_empty()) {
         Some(p) => (Some(&p.pod), p.namespace.as_ref(), p.container.as_ref()),
-        None => (id.pod.as_ref(), id.namespace.as_ref(), id.container.as_ref()),
+        None => (
+            id.pod.as_ref(),
+            id.namespace.as_ref(),
+            id.container.as_ref(),
+        ),
     };
-    let node = w.node.as_ref().filter(|n| !n.is_empty()).or(id.node.as_ref());
+    let node = w
+        .node
+        .as_ref()
+        .filter(|n| !n.is_empty())
+        .or(id.node.as_ref());
     for (k, v) in [
         ("pod", pod),
         ("namespace", namespace),
@@ -406,15 +414,13 @@ fn gpu_values<'a>(
                 }
             }
         }
-        n if n == catalog::GPU_REGIME.name
-            || (n == catalog::GPU_PHASE.name && win.llm_serving) =>
-        {
-            let (label, name): (&str, fn(Phase) -> &'static str) =
-                if n == catalog::GPU_REGIME.name {
-                    ("regime", Phase::as_str)
-                } else {
-                    ("phase", Phase::serving_name)
-                };
+        n if n == catalog::GPU_REGIME.name || (n == catalog::GPU_PHASE.name && win.llm_serving) => {
+            let (label, name): (&str, fn(Phase) -> &'static str) = if n == catalog::GPU_REGIME.name
+            {
+                ("regime", Phase::as_str)
+            } else {
+                ("phase", Phase::serving_name)
+            };
             if let (Some(cur), Some(method)) = (win.phase, win.phase_method) {
                 for p in Phase::ALL {
                     push(
@@ -885,7 +891,9 @@ mod tests {
         // from there, none from the sidecar's own identity.
         let body = encode(&[entry("p")], &id, &ExporterStatus::default(), Format::Text);
         assert!(
-            body.contains(r#"model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns",node="sidecar-node"}"#),
+            body.contains(
+                r#"model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns",node="sidecar-node"}"#
+            ),
             "{body}"
         );
         assert!(!body.contains("sidecar-pod") && !body.contains("kserve-container"));
@@ -932,7 +940,8 @@ mod tests {
         for i in 1..=4 {
             let mut e = mig.clone();
             if i % 2 == 0 {
-                e.readings.set(Field::TensorActive, crate::model::Reading::Blank);
+                e.readings
+                    .set(Field::TensorActive, crate::model::Reading::Blank);
             }
             let w = d
                 .observe(&Sample {
@@ -948,7 +957,12 @@ mod tests {
             source: SourceKind::DcgmExporter,
             up: true,
         };
-        let body = encode(&[g], &Identity::default(), &ExporterStatus::default(), Format::Text);
+        let body = encode(
+            &[g],
+            &Identity::default(),
+            &ExporterStatus::default(),
+            Format::Text,
+        );
         let value = |name: &str| {
             body.lines()
                 .find(|l| l.starts_with(&format!("{name}{{")))
@@ -957,7 +971,10 @@ mod tests {
         };
         assert_eq!(value("truthscale_gpu_observed_seconds_total"), Some(4.0));
         // ECF 0.4 in two of the four seconds: the exact mean is 0.8 / 2 = 0.4, not 0.8 / 4.
-        assert_eq!(value("truthscale_gpu_effective_compute_observed_seconds_total"), Some(2.0));
+        assert_eq!(
+            value("truthscale_gpu_effective_compute_observed_seconds_total"),
+            Some(2.0)
+        );
         let ecf = value("truthscale_gpu_effective_compute_seconds_total").unwrap();
         assert!((ecf - 0.8).abs() < 1e-12, "{ecf}");
         // No busy flag, no power: no counter at all, never a zero.
@@ -985,11 +1002,21 @@ mod tests {
         let mut e = entry("p");
         e.source = SourceKind::Replay;
         e.window.simulated = true;
-        let body = encode(&[e], &Identity::default(), &ExporterStatus::default(), Format::Text);
+        let body = encode(
+            &[e],
+            &Identity::default(),
+            &ExporterStatus::default(),
+            Format::Text,
+        );
         assert!(body.contains(r#"source="sim""#), "{body}");
         let mut e = entry("p");
         e.source = SourceKind::Replay;
-        let body = encode(&[e], &Identity::default(), &ExporterStatus::default(), Format::Text);
+        let body = encode(
+            &[e],
+            &Identity::default(),
+            &ExporterStatus::default(),
+            Format::Text,
+        );
         assert!(body.contains(r#"source="replay""#));
     }
 }

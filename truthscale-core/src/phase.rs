@@ -151,7 +151,10 @@ impl Checker {
     /// `value` must be a finite number in `[lo, hi]`.
     pub fn range(&mut self, key: &str, value: f64, lo: f64, hi: f64) {
         if !value.is_finite() {
-            self.push(key, format!("{value} is not a number; use a value in [{lo}, {hi}]"));
+            self.push(
+                key,
+                format!("{value} is not a number; use a value in [{lo}, {hi}]"),
+            );
         } else if value < lo || value > hi {
             self.push(key, format!("{value} is outside [{lo}, {hi}]"));
         }
@@ -208,7 +211,10 @@ impl PhaseConfig {
             ("stalled_exit_util", self.stalled_exit_util),
             ("stalled_exit_tensor", self.stalled_exit_tensor),
             ("stalled_exit_dram", self.stalled_exit_dram),
-            ("compute_bound_enter_tensor", self.compute_bound_enter_tensor),
+            (
+                "compute_bound_enter_tensor",
+                self.compute_bound_enter_tensor,
+            ),
             ("compute_bound_exit_tensor", self.compute_bound_exit_tensor),
             ("memory_bound_enter_dram", self.memory_bound_enter_dram),
             ("memory_bound_exit_dram", self.memory_bound_exit_dram),
@@ -236,7 +242,13 @@ impl PhaseConfig {
             );
         }
         let band = "the exit threshold must lie inside the state, or the state flickers";
-        c.below("idle_enter_util", self.idle_enter_util, "idle_exit_util", self.idle_exit_util, band);
+        c.below(
+            "idle_enter_util",
+            self.idle_enter_util,
+            "idle_exit_util",
+            self.idle_exit_util,
+            band,
+        );
         c.below(
             "stalled_exit_util",
             self.stalled_exit_util,
@@ -604,7 +616,10 @@ mod tests {
             classify(&counters(1.0, 1.0 / 132.0, 0.0, 0.0)),
             Phase::Stalled
         );
-        assert_eq!(classify(&counters(1.0, 0.95, 0.6, 0.2)), Phase::ComputeBound);
+        assert_eq!(
+            classify(&counters(1.0, 0.95, 0.6, 0.2)),
+            Phase::ComputeBound
+        );
         assert_eq!(classify(&counters(1.0, 0.9, 0.02, 0.6)), Phase::MemoryBound);
         assert_eq!(classify(&counters(1.0, 0.9, 0.3, 0.3)), Phase::Mixed);
         assert_eq!(
@@ -656,7 +671,10 @@ mod tests {
             x(1.0, 0.95).candidate(None, &c),
             Some((Phase::ComputeBound, PhaseMethod::PowerHeuristic))
         );
-        assert_eq!(x(1.0, 0.49).candidate(None, &c).unwrap().0, Phase::MemoryBound);
+        assert_eq!(
+            x(1.0, 0.49).candidate(None, &c).unwrap().0,
+            Phase::MemoryBound
+        );
         assert_eq!(x(1.0, 0.05).candidate(None, &c).unwrap().0, Phase::Stalled);
         assert_eq!(x(0.01, 0.0).candidate(None, &c).unwrap().0, Phase::Idle);
         let busy_only = PhaseInputs {
@@ -702,15 +720,27 @@ mod tests {
         assert_ne!(classify(&x), Phase::Stalled);
         // and a stalled state ends when the DRAM counter goes missing
         let c = PhaseConfig::default();
-        assert_ne!(x.candidate(Some(Phase::Stalled), &c).unwrap().0, Phase::Stalled);
+        assert_ne!(
+            x.candidate(Some(Phase::Stalled), &c).unwrap().0,
+            Phase::Stalled
+        );
     }
 
     #[test]
     fn idle_wins_over_a_held_state() {
         let c = PhaseConfig::default();
         let off = counters(0.0, 0.0, 0.0, 0.0);
-        for held in [Phase::ComputeBound, Phase::MemoryBound, Phase::Stalled, Phase::Mixed] {
-            assert_eq!(off.candidate(Some(held), &c).unwrap().0, Phase::Idle, "{held}");
+        for held in [
+            Phase::ComputeBound,
+            Phase::MemoryBound,
+            Phase::Stalled,
+            Phase::Mixed,
+        ] {
+            assert_eq!(
+                off.candidate(Some(held), &c).unwrap().0,
+                Phase::Idle,
+                "{held}"
+            );
         }
     }
 

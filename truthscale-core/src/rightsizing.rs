@@ -95,11 +95,12 @@ impl MigFit {
 /// ```
 #[must_use]
 pub fn mig_fit(spec: &GpuSpec, demand: &Demand, headroom: f64, d_max: f64) -> Option<MigFit> {
-    // max then min: a NaN headroom (refused by validation) gives 0, never NaN.
-    let h = headroom.max(0.0).min(0.9);
+    let h = sane_headroom(headroom);
     let mem = demand.memory_bytes.max(0.0) * (1.0 + h);
     let cmp = demand.compute.map(|c| c.max(0.0) / (1.0 - h));
-    let bw = demand.bandwidth.map(|b| b.max(0.0) / (d_max.max(0.01) * (1.0 - h)));
+    let bw = demand
+        .bandwidth
+        .map(|b| b.max(0.0) / (d_max.max(0.01) * (1.0 - h)));
     let mut order: Vec<&'static MigProfile> = spec.mig.iter().collect();
     order.sort_by_key(|p| {
         (
@@ -138,6 +139,11 @@ pub fn mig_fit(spec: &GpuSpec, demand: &Demand, headroom: f64, d_max: f64) -> Op
     None
 }
 
+/// Headroom in [0, 0.9]; a NaN one (which validation refuses) counts as 0, never NaN.
+fn sane_headroom(h: f64) -> f64 {
+    if h.is_nan() { 0.0 } else { h.clamp(0.0, 0.9) }
+}
+
 /// Memory right-sizing for a non-MIG view: the allocated fraction and headroom-adjusted need.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct MemorySizing {
@@ -170,7 +176,7 @@ pub fn memory_sizing(
         peak_used_bytes,
         total_bytes,
         peak_used_fraction: (peak_used_bytes / total_bytes).clamp(0.0, 1.0),
-        needed_bytes: peak_used_bytes * (1.0 + headroom.max(0.0).min(0.9)),
+        needed_bytes: peak_used_bytes * (1.0 + sane_headroom(headroom)),
     })
 }
 
@@ -246,7 +252,10 @@ mod tests {
             compute: Some(0.4),
             bandwidth: Some(0.1),
         };
-        assert_eq!(mig_fit(h100, &measured, 0.15, 0.8).unwrap().profile.name, "4g.40gb");
+        assert_eq!(
+            mig_fit(h100, &measured, 0.15, 0.8).unwrap().profile.name,
+            "4g.40gb"
+        );
         let blind = Demand {
             compute: None,
             ..measured

@@ -432,8 +432,7 @@ impl SimGpu {
             acc.fp32 += t.fp32 * f;
             // The true effective compute: tensor work plus FP32 work weighted by its peak,
             // at the clock the tick ran, over the datasheet dense peak.
-            truth_acc.tensor += (t.tensor + t.fp32 * spec.fp32_tflops / spec.bf16_dense_tflops)
-                * f
+            truth_acc.tensor += (t.tensor + t.fp32 * spec.fp32_tflops / spec.bf16_dense_tflops) * f
                 / spec.f_ref_mhz;
             clock_sum += f;
             power_sum += power;

@@ -619,8 +619,14 @@ DCGM_FI_DEV_FB_USED{gpu=\"0\"} 20
         assert_eq!(e[0].id.node.as_deref(), Some("a"));
         assert_eq!(e[1].id.node.as_deref(), Some("b"));
         assert_eq!(e[1].readings.value(Field::ReportedUtil), Some(0.5));
-        assert_eq!(e[1].readings.value(Field::MemUsedBytes), Some(10.0 * 1_048_576.0));
+        assert_eq!(
+            e[1].readings.value(Field::MemUsedBytes),
+            Some(10.0 * 1_048_576.0)
+        );
         // A line without a node belongs to the first entity of that GPU.
-        assert_eq!(e[0].readings.value(Field::MemUsedBytes), Some(20.0 * 1_048_576.0));
+        assert_eq!(
+            e[0].readings.value(Field::MemUsedBytes),
+            Some(20.0 * 1_048_576.0)
+        );
     }
 }

@@ -11,8 +11,8 @@
 use super::ParseError;
 use super::dmon::error;
 use crate::model::{
-    EntityId, EntitySample, Field, MigId, Phase, PodRef, Reading, Readings, Sample, Workload,
-    ServingSnapshot, Throttles, Timestamp,
+    EntityId, EntitySample, Field, MigId, Phase, PodRef, Reading, Readings, Sample,
+    ServingSnapshot, Throttles, Timestamp, Workload,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -473,7 +473,10 @@ mod tests {
             (serving.engine.as_deref(), serving.queued_requests),
             (Some("vllm"), Some(4.0))
         );
-        assert_eq!((e.truth_phase, e.simulated), (Some(Phase::ComputeBound), false));
+        assert_eq!(
+            (e.truth_phase, e.simulated),
+            (Some(Phase::ComputeBound), false)
+        );
     }
 
     #[test]
