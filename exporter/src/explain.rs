@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 use std::io::Read;
 use std::path::Path;
 use std::time::Duration;
+use truthscale_core::catalog::MetricId;
 use truthscale_core::model::{EntityKey, Sample, ServingSnapshot, Throttles, Timestamp};
 use truthscale_core::parse::{Format, LineParser};
 use truthscale_core::tracker::{Deriver, EntityWindow};
@@ -269,7 +270,8 @@ fn parse_labels(s: &str) -> BTreeMap<String, String> {
 pub fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> Vec<GpuView> {
     let mut views: BTreeMap<(Option<u32>, String), GpuView> = BTreeMap::new();
     for s in parse_series(body) {
-        let Some(short) = s.name.strip_prefix("truthscale_") else {
+        // The catalog's reverse map: a renamed metric breaks this at compile time.
+        let Some(id) = MetricId::from_name(&s.name) else {
             continue;
         };
         let gpu = s.labels.get("gpu").and_then(|g| g.parse().ok());
@@ -288,16 +290,16 @@ pub fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> Vec<GpuView> {
         let x = Some(s.value);
         let label = |k: &str| s.labels.get(k).map(String::as_str).unwrap_or("");
         let serving = || v_serving(label("engine"));
-        match short {
-            "gpu_reported_utilization_ratio" => v.reported = x,
-            "gpu_effective_compute_ratio" => v.effective = x,
-            "gpu_effective_compute_upper_bound_ratio" => v.upper_bound = x,
-            "gpu_roofline_saturation_ratio" => v.saturation = x,
-            "gpu_tensor_active_ratio" => v.tensor = x,
-            "gpu_dram_active_ratio" => v.dram = x,
+        match id {
+            MetricId::GpuReportedUtilization => v.reported = x,
+            MetricId::GpuEffectiveCompute => v.effective = x,
+            MetricId::GpuEffectiveComputeUpperBound => v.upper_bound = x,
+            MetricId::GpuRooflineSaturation => v.saturation = x,
+            MetricId::GpuTensorActive => v.tensor = x,
+            MetricId::GpuDramActive => v.dram = x,
             // The regime for every GPU; the serving phase (written after it) where serving.
-            "gpu_regime" | "gpu_phase" if s.value == 1.0 => {
-                let name = label(if short == "gpu_regime" {
+            MetricId::GpuRegime | MetricId::GpuPhase if s.value == 1.0 => {
+                let name = label(if id == MetricId::GpuRegime {
                     "regime"
                 } else {
                     "phase"
@@ -308,31 +310,31 @@ pub fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> Vec<GpuView> {
                     name.to_string()
                 });
             }
-            "gpu_clock_event_active" => {
+            MetricId::GpuClockEvent => {
                 let t = v.throttles.get_or_insert_with(Throttles::default);
                 if s.value == 1.0 {
                     t.set_by_name(label("reason"));
                 }
             }
-            "serving_engine_up" => {
+            MetricId::ServingEngineUp => {
                 let sv = v.serving.get_or_insert_with(serving);
                 if s.value == 0.0 {
                     sv.absent_reason = Some(label("absent_reason").to_string());
                 }
             }
-            "serving_kv_cache_usage_ratio" => {
+            MetricId::ServingKvCacheUsage => {
                 v.serving.get_or_insert_with(serving).kv_cache_utilization = x;
             }
-            "serving_requests_running" => {
+            MetricId::ServingRequestsRunning => {
                 v.serving.get_or_insert_with(serving).running_requests = x;
             }
-            "serving_requests_waiting" => {
+            MetricId::ServingRequestsWaiting => {
                 v.serving.get_or_insert_with(serving).queued_requests = x;
             }
-            "serving_prompt_tokens_per_second" => {
+            MetricId::ServingPromptTokens => {
                 v.serving.get_or_insert_with(serving).prompt_tokens_per_sec = x;
             }
-            "serving_output_tokens_per_second" => {
+            MetricId::ServingOutputTokens => {
                 v.serving.get_or_insert_with(serving).output_tokens_per_sec = x;
             }
             _ => {}

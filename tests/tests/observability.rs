@@ -611,3 +611,43 @@ fn every_alert_is_unit_tested_firing_and_quiet() {
         );
     }
 }
+
+/// Every golden `/metrics` body (`truthscale-core/tests/golden/*.prom`, the exact bytes the
+/// encoder writes for fixed inputs) passes `promtool check metrics`, warnings included.
+#[test]
+fn golden_bodies_pass_promtool() {
+    use std::io::Write as _;
+    let promtool = truthscale_e2e::require_tool("/usr/bin/promtool", "prometheus");
+    let dir = truthscale_e2e::workspace().join("truthscale-core/tests/golden");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).expect("golden folder") {
+        let path = entry.expect("entry").path();
+        if path.extension().and_then(|e| e.to_str()) != Some("prom") {
+            continue;
+        }
+        let body = std::fs::read(&path).expect("read golden");
+        let mut child = std::process::Command::new(promtool)
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run promtool");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(&body)
+            .expect("write body");
+        let out = child.wait_with_output().expect("promtool output");
+        assert!(
+            out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+            "{}: promtool check metrics:\n{}{}",
+            path.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 3, "golden bodies checked");
+}

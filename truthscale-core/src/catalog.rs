@@ -35,6 +35,8 @@ pub enum Scope {
 /// One metric family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MetricDesc {
+    /// Its id, for exhaustive matches.
+    pub id: MetricId,
     /// Full name (counters end in `_total`).
     pub name: &'static str,
     /// Type.
@@ -118,10 +120,11 @@ const fn updown(name: &'static str, unit: &'static str) -> Option<OtelDesc> {
 }
 
 macro_rules! metrics {
-    ($( $id:ident = $name:literal, $kind:ident, $scope:ident, [$($l:literal),*], $otel:expr, $help:literal; )+) => {
+    ($( $id:ident / $variant:ident = $name:literal, $kind:ident, $scope:ident, [$($l:literal),*], $otel:expr, $help:literal; )+) => {
         $(
             #[doc = $help]
             pub const $id: MetricDesc = MetricDesc {
+                id: MetricId::$variant,
                 name: $name,
                 kind: Kind::$kind,
                 help: $help,
@@ -132,137 +135,162 @@ macro_rules! metrics {
         )+
         /// Every metric, in exposition order.
         pub const ALL: &[MetricDesc] = &[$($id),+];
+
+        /// One id per catalog entry. The encoder matches on it exhaustively, so a metric
+        /// without a value, or a value without a metric, does not compile.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum MetricId {
+            $(
+                #[doc = $name]
+                $variant
+            ),+
+        }
+
+        impl MetricId {
+            /// The catalog entry of this id.
+            #[must_use]
+            pub fn desc(self) -> &'static MetricDesc {
+                match self { $(MetricId::$variant => &$id),+ }
+            }
+
+            /// The id of a full metric name (`truthscale_…`, counters with `_total`): the
+            /// reverse map for readers of truthscale's own series.
+            #[must_use]
+            pub fn from_name(name: &str) -> Option<MetricId> {
+                match name { $($name => Some(MetricId::$variant),)+ _ => None }
+            }
+        }
     };
 }
 
 metrics! {
-    GPU_INFO = "truthscale_gpu_info", Gauge, Gpu, ["source", "fidelity", "catalog_model"], gauge("truthscale.gpu.info", "1"),
+    GPU_INFO / GpuInfo = "truthscale_gpu_info", Gauge, Gpu, ["source", "fidelity", "catalog_model"], gauge("truthscale.gpu.info", "1"),
         "Identity of a GPU or MIG instance (value 1); source=\"sim\" marks simulated data, replayed or live; fidelity is the capability tier, the best any window had (stable; per-window coverage is in the *_observed_seconds_total counters).";
-    GPU_UP = "truthscale_gpu_up", Gauge, Gpu, [], gauge("truthscale.gpu.up", "1"),
+    GPU_UP / GpuUp = "truthscale_gpu_up", Gauge, Gpu, [], gauge("truthscale.gpu.up", "1"),
         "Whether the GPU produced data within the stale period (1), or stopped, e.g. fell off the bus (0, kept for 10 minutes; its other series are gone).";
-    GPU_REPORTED_UTILIZATION = "truthscale_gpu_reported_utilization_ratio", Gauge, Gpu, [], Some(OtelDesc { name: "hw.gpu.utilization", unit: "1", instrument: OtelInstrument::Gauge, fixed: &[("hw.gpu.task", "general")] }),
+    GPU_REPORTED_UTILIZATION / GpuReportedUtilization = "truthscale_gpu_reported_utilization_ratio", Gauge, Gpu, [], Some(OtelDesc { name: "hw.gpu.utilization", unit: "1", instrument: OtelInstrument::Gauge, fixed: &[("hw.gpu.task", "general")] }),
         "Busy fraction as nvidia-smi reports it: time with at least one kernel resident.";
-    GPU_EFFECTIVE_COMPUTE = "truthscale_gpu_effective_compute_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.effective_compute", "1"),
+    GPU_EFFECTIVE_COMPUTE / GpuEffectiveCompute = "truthscale_gpu_effective_compute_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.effective_compute", "1"),
         "Effective compute fraction of the last window: tensor work (plus peak-weighted FP16/FP32 pipes) over the datasheet dense peak, times the clock correction when the SM clock was read (truthscale_gpu_clock_correction_ratio present), uncorrected otherwise.";
-    GPU_EFFECTIVE_COMPUTE_UPPER_BOUND = "truthscale_gpu_effective_compute_upper_bound_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.effective_compute.upper_bound", "1"),
+    GPU_EFFECTIVE_COMPUTE_UPPER_BOUND / GpuEffectiveComputeUpperBound = "truthscale_gpu_effective_compute_upper_bound_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.effective_compute.upper_bound", "1"),
         "Upper bound on effective compute when no tensor counter exists (equals the busy fraction).";
-    GPU_ROOFLINE_SATURATION = "truthscale_gpu_roofline_saturation_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.roofline_saturation", "1"),
+    GPU_ROOFLINE_SATURATION / GpuRooflineSaturation = "truthscale_gpu_roofline_saturation_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.roofline_saturation", "1"),
         "Roofline saturation at the clocks the GPU ran: max(compute, DRAM activity).";
-    GPU_INFLATION_GAP = "truthscale_gpu_inflation_gap_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.inflation_gap", "1"),
+    GPU_INFLATION_GAP / GpuInflationGap = "truthscale_gpu_inflation_gap_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.inflation_gap", "1"),
         "Reported utilization minus effective compute (multiply by 100 for points).";
-    GPU_SPATIAL_INFLATION = "truthscale_gpu_spatial_inflation_factor", Gauge, Gpu, [], gauge("truthscale.gpu.spatial_inflation", "1"),
+    GPU_SPATIAL_INFLATION / GpuSpatialInflation = "truthscale_gpu_spatial_inflation_factor", Gauge, Gpu, [], gauge("truthscale.gpu.spatial_inflation", "1"),
         "Reported utilization over SM active: how much the busy flag overstates SM coverage.";
-    GPU_INTENSITY_RIDGE = "truthscale_gpu_intensity_ridge_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.intensity_ridge", "1"),
+    GPU_INTENSITY_RIDGE / GpuIntensityRidge = "truthscale_gpu_intensity_ridge_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.intensity_ridge", "1"),
         "Operational intensity over the roofline ridge (rho = tensor / DRAM activity); above 1 is compute-bound.";
-    GPU_POWER_PROXY = "truthscale_gpu_power_proxy_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.power_proxy", "1"),
+    GPU_POWER_PROXY / GpuPowerProxy = "truthscale_gpu_power_proxy_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.power_proxy", "1"),
         "Power above idle over the power range: an estimate of work intensity, not compute (below the profiling tier).";
-    GPU_CLOCK_CORRECTION = "truthscale_gpu_clock_correction_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.clock_correction", "1"),
+    GPU_CLOCK_CORRECTION / GpuClockCorrection = "truthscale_gpu_clock_correction_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.clock_correction", "1"),
         "Mean SM clock of the last window over the clock the datasheet peak assumes (kappa).";
-    GPU_SM_ACTIVE = "truthscale_gpu_sm_active_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.sm.active", "1"),
+    GPU_SM_ACTIVE / GpuSmActive = "truthscale_gpu_sm_active_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.sm.active", "1"),
         "Raw SM active fraction, where the source provides it.";
-    GPU_SM_OCCUPANCY = "truthscale_gpu_sm_occupancy_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.sm.occupancy", "1"),
+    GPU_SM_OCCUPANCY / GpuSmOccupancy = "truthscale_gpu_sm_occupancy_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.sm.occupancy", "1"),
         "Raw SM occupancy, where the source provides it.";
-    GPU_TENSOR_ACTIVE = "truthscale_gpu_tensor_active_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.tensor.active", "1"),
+    GPU_TENSOR_ACTIVE / GpuTensorActive = "truthscale_gpu_tensor_active_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.tensor.active", "1"),
         "Raw tensor pipe active fraction, where the source provides it.";
-    GPU_HMMA_ACTIVE = "truthscale_gpu_hmma_active_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.tensor.hmma.active", "1"),
+    GPU_HMMA_ACTIVE / GpuHmmaActive = "truthscale_gpu_hmma_active_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.tensor.hmma.active", "1"),
         "Raw HMMA (half-precision) tensor pipe active fraction, where the source provides it.";
-    GPU_IMMA_ACTIVE = "truthscale_gpu_imma_active_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.tensor.imma.active", "1"),
+    GPU_IMMA_ACTIVE / GpuImmaActive = "truthscale_gpu_imma_active_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.tensor.imma.active", "1"),
         "Raw IMMA (integer) tensor pipe active fraction, where the source provides it.";
-    GPU_DRAM_ACTIVE = "truthscale_gpu_dram_active_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.dram.active", "1"),
+    GPU_DRAM_ACTIVE / GpuDramActive = "truthscale_gpu_dram_active_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.dram.active", "1"),
         "Raw DRAM bandwidth fraction, where the source provides it.";
-    GPU_OBSERVED_SECONDS = "truthscale_gpu_observed_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.observed.time", "s"),
+    GPU_OBSERVED_SECONDS / GpuObservedSeconds = "truthscale_gpu_observed_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.observed.time", "s"),
         "Seconds covered by derived windows (the denominator for exact averages).";
-    GPU_BUSY_SECONDS = "truthscale_gpu_busy_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.busy.time", "s"),
+    GPU_BUSY_SECONDS / GpuBusySeconds = "truthscale_gpu_busy_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.busy.time", "s"),
         "Integral of reported utilization over the seconds it was measured; only for entities with a busy flag. Mean: divide by truthscale_gpu_busy_observed_seconds_total.";
-    GPU_BUSY_OBSERVED_SECONDS = "truthscale_gpu_busy_observed_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.busy.observed.time", "s"),
+    GPU_BUSY_OBSERVED_SECONDS / GpuBusyObservedSeconds = "truthscale_gpu_busy_observed_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.busy.observed.time", "s"),
         "Seconds in which the busy flag was measured: the denominator of truthscale_gpu_busy_seconds_total.";
-    GPU_EFFECTIVE_COMPUTE_SECONDS = "truthscale_gpu_effective_compute_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.effective_compute.time", "s"),
+    GPU_EFFECTIVE_COMPUTE_SECONDS / GpuEffectiveComputeSeconds = "truthscale_gpu_effective_compute_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.effective_compute.time", "s"),
         "Integral of the effective compute fraction over the seconds it was measured; only for entities with a tensor counter. Mean: divide by truthscale_gpu_effective_compute_observed_seconds_total.";
-    GPU_EFFECTIVE_COMPUTE_OBSERVED_SECONDS = "truthscale_gpu_effective_compute_observed_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.effective_compute.observed.time", "s"),
+    GPU_EFFECTIVE_COMPUTE_OBSERVED_SECONDS / GpuEffectiveComputeObservedSeconds = "truthscale_gpu_effective_compute_observed_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.effective_compute.observed.time", "s"),
         "Seconds in which effective compute was measured (DCGM multiplexing blanks some windows): the denominator of truthscale_gpu_effective_compute_seconds_total.";
-    GPU_REGIME_SECONDS = "truthscale_gpu_regime_seconds_total", Counter, Gpu, ["regime", "method"], counter("truthscale.gpu.regime.time", "s"),
+    GPU_REGIME_SECONDS / GpuRegimeSeconds = "truthscale_gpu_regime_seconds_total", Counter, Gpu, ["regime", "method"], counter("truthscale.gpu.regime.time", "s"),
         "Seconds in each counter regime (idle, compute_bound, memory_bound, mixed, stalled, underloaded), for every workload; method=counters from tensor and DRAM counters, method=power_heuristic an estimate from the busy flag and power.";
-    GPU_REGIME = "truthscale_gpu_regime", Gauge, Gpu, ["regime", "method"], gauge("truthscale.gpu.regime", "1"),
+    GPU_REGIME / GpuRegime = "truthscale_gpu_regime", Gauge, Gpu, ["regime", "method"], gauge("truthscale.gpu.regime", "1"),
         "The counter regime of the last window (1) and the others (0); method says how it was decided.";
-    GPU_PHASE_SECONDS = "truthscale_gpu_phase_seconds_total", Counter, Gpu, ["phase", "method"], counter("truthscale.gpu.phase.time", "s"),
+    GPU_PHASE_SECONDS / GpuPhaseSeconds = "truthscale_gpu_phase_seconds_total", Counter, Gpu, ["phase", "method"], counter("truthscale.gpu.phase.time", "s"),
         "LLM serving only (an engine attached, or derive.workload = llm_serving): seconds in each phase; prefill is the compute-bound regime, decode the memory-bound one.";
-    GPU_PHASE = "truthscale_gpu_phase", Gauge, Gpu, ["phase", "method"], gauge("truthscale.gpu.phase", "1"),
+    GPU_PHASE / GpuPhase = "truthscale_gpu_phase", Gauge, Gpu, ["phase", "method"], gauge("truthscale.gpu.phase", "1"),
         "LLM serving only: the current phase (1) and the others (0), in serving words (prefill, decode).";
-    GPU_MEMORY_USED = "truthscale_gpu_memory_used_bytes", Gauge, Gpu, [], updown("hw.gpu.memory.usage", "By"),
+    GPU_MEMORY_USED / GpuMemoryUsed = "truthscale_gpu_memory_used_bytes", Gauge, Gpu, [], updown("hw.gpu.memory.usage", "By"),
         "Allocated device memory.";
-    GPU_MEMORY_TOTAL = "truthscale_gpu_memory_total_bytes", Gauge, Gpu, [], updown("hw.gpu.memory.limit", "By"),
+    GPU_MEMORY_TOTAL / GpuMemoryTotal = "truthscale_gpu_memory_total_bytes", Gauge, Gpu, [], updown("hw.gpu.memory.limit", "By"),
         "Total device memory.";
-    GPU_POWER = "truthscale_gpu_power_watts", Gauge, Gpu, [], gauge("hw.power", "W"),
+    GPU_POWER / GpuPower = "truthscale_gpu_power_watts", Gauge, Gpu, [], gauge("hw.power", "W"),
         "Power over the last window (from the energy counter when available).";
-    GPU_POWER_LIMIT = "truthscale_gpu_power_limit_watts", Gauge, Gpu, [], gauge("truthscale.gpu.power.limit", "W"),
+    GPU_POWER_LIMIT / GpuPowerLimit = "truthscale_gpu_power_limit_watts", Gauge, Gpu, [], gauge("truthscale.gpu.power.limit", "W"),
         "Enforced power limit.";
-    GPU_ENERGY = "truthscale_gpu_energy_joules_total", Counter, Gpu, [], counter("hw.energy", "J"),
+    GPU_ENERGY / GpuEnergy = "truthscale_gpu_energy_joules_total", Counter, Gpu, [], counter("hw.energy", "J"),
         "Energy measured since the exporter first saw the GPU (energy counter deltas, else power times time); only for entities with an energy or power reading.";
-    GPU_ENERGY_OBSERVED_SECONDS = "truthscale_gpu_energy_observed_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.energy.observed.time", "s"),
+    GPU_ENERGY_OBSERVED_SECONDS / GpuEnergyObservedSeconds = "truthscale_gpu_energy_observed_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.energy.observed.time", "s"),
         "Seconds in which energy was measured: the denominator for mean power from truthscale_gpu_energy_joules_total.";
-    GPU_SM_CLOCK = "truthscale_gpu_sm_clock_hertz", Gauge, Gpu, [], gauge("truthscale.gpu.sm.clock", "Hz"),
+    GPU_SM_CLOCK / GpuSmClock = "truthscale_gpu_sm_clock_hertz", Gauge, Gpu, [], gauge("truthscale.gpu.sm.clock", "Hz"),
         "SM clock.";
-    GPU_TEMPERATURE = "truthscale_gpu_temperature_celsius", Gauge, Gpu, [], gauge("truthscale.gpu.temperature", "Cel"),
+    GPU_TEMPERATURE / GpuTemperature = "truthscale_gpu_temperature_celsius", Gauge, Gpu, [], gauge("truthscale.gpu.temperature", "Cel"),
         "GPU temperature.";
-    GPU_CLOCK_EVENT = "truthscale_gpu_clock_event_active", Gauge, Gpu, ["reason"], gauge("truthscale.gpu.clock_event.active", "1"),
+    GPU_CLOCK_EVENT / GpuClockEvent = "truthscale_gpu_clock_event_active", Gauge, Gpu, ["reason"], gauge("truthscale.gpu.clock_event.active", "1"),
         "Clock-event (throttle) reasons active in the last window (1) or not (0).";
-    GPU_VERDICT = "truthscale_gpu_verdict", Gauge, Gpu, ["verdict"], gauge("truthscale.gpu.verdict", "1"),
+    GPU_VERDICT / GpuVerdict = "truthscale_gpu_verdict", Gauge, Gpu, ["verdict"], gauge("truthscale.gpu.verdict", "1"),
         "The verdict of the last window (1) and the others (0): throttled, blocked, starved, busy, idle, unknown (see docs/verdicts.md).";
-    GPU_CEILING_ROOFLINE_SATURATION = "truthscale_gpu_ceiling_roofline_saturation_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.ceiling.roofline_saturation", "1"),
+    GPU_CEILING_ROOFLINE_SATURATION / GpuCeilingRooflineSaturation = "truthscale_gpu_ceiling_roofline_saturation_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.ceiling.roofline_saturation", "1"),
         "Observed ceiling: the best 60 s average roofline saturation seen in the last hour. Observed, so a lower bound on the true ceiling.";
-    GPU_CEILING_OUTPUT_TOKENS = "truthscale_gpu_ceiling_output_tokens_per_second", Gauge, Gpu, [], gauge("truthscale.gpu.ceiling.output_tokens.rate", "{token}/s"),
+    GPU_CEILING_OUTPUT_TOKENS / GpuCeilingOutputTokens = "truthscale_gpu_ceiling_output_tokens_per_second", Gauge, Gpu, [], gauge("truthscale.gpu.ceiling.output_tokens.rate", "{token}/s"),
         "Observed ceiling: the best 60 s average of the serving engine's output tokens per second in the last hour. Observed, so a lower bound on the true ceiling.";
-    GPU_CEILING_AGE = "truthscale_gpu_ceiling_age_seconds", Gauge, Gpu, ["quantity"], gauge("truthscale.gpu.ceiling.age", "s"),
+    GPU_CEILING_AGE / GpuCeilingAge = "truthscale_gpu_ceiling_age_seconds", Gauge, Gpu, ["quantity"], gauge("truthscale.gpu.ceiling.age", "s"),
         "Seconds since the 60 s span that set the observed ceiling ended; quantity=roofline_saturation|output_tokens_per_second.";
-    GPU_CEILING_RATIO = "truthscale_gpu_ceiling_ratio", Gauge, Gpu, ["quantity"], gauge("truthscale.gpu.ceiling.ratio", "1"),
+    GPU_CEILING_RATIO / GpuCeilingRatio = "truthscale_gpu_ceiling_ratio", Gauge, Gpu, ["quantity"], gauge("truthscale.gpu.ceiling.ratio", "1"),
         "Current window over the observed ceiling (quantity=roofline_saturation|output_tokens_per_second). The ceiling is observed, a lower bound on the true one, so this overstates how close to the limit the GPU runs; one window can exceed 1.";
-    SERVING_ENGINE_UP = "truthscale_serving_engine_up", Gauge, Gpu, ["engine", "absent_reason"], gauge("truthscale.serving.engine.up", "1"),
+    SERVING_ENGINE_UP / ServingEngineUp = "truthscale_serving_engine_up", Gauge, Gpu, ["engine", "absent_reason"], gauge("truthscale.serving.engine.up", "1"),
         "Whether the serving engine's /metrics was read with the GPU sample (1, engine=vllm|sglang|tgi) or is absent (0, with absent_reason); absent is never zeros.";
-    SERVING_KV_CACHE_USAGE = "truthscale_serving_kv_cache_usage_ratio", Gauge, Gpu, ["engine"], gauge("truthscale.serving.kv_cache.usage", "1"),
+    SERVING_KV_CACHE_USAGE / ServingKvCacheUsage = "truthscale_serving_kv_cache_usage_ratio", Gauge, Gpu, ["engine"], gauge("truthscale.serving.kv_cache.usage", "1"),
         "KV-cache pressure: fraction of the engine's KV-cache blocks in use.";
-    SERVING_REQUESTS_RUNNING = "truthscale_serving_requests_running", Gauge, Gpu, ["engine"], gauge("truthscale.serving.requests.running", "{request}"),
+    SERVING_REQUESTS_RUNNING / ServingRequestsRunning = "truthscale_serving_requests_running", Gauge, Gpu, ["engine"], gauge("truthscale.serving.requests.running", "{request}"),
         "Requests the engine is running.";
-    SERVING_REQUESTS_WAITING = "truthscale_serving_requests_waiting", Gauge, Gpu, ["engine"], gauge("truthscale.serving.requests.waiting", "{request}"),
+    SERVING_REQUESTS_WAITING / ServingRequestsWaiting = "truthscale_serving_requests_waiting", Gauge, Gpu, ["engine"], gauge("truthscale.serving.requests.waiting", "{request}"),
         "Requests queued in the engine.";
-    SERVING_QUEUE_SECONDS = "truthscale_serving_queue_seconds", Gauge, Gpu, ["engine"], gauge("truthscale.serving.queue.duration", "s"),
+    SERVING_QUEUE_SECONDS / ServingQueueSeconds = "truthscale_serving_queue_seconds", Gauge, Gpu, ["engine"], gauge("truthscale.serving.queue.duration", "s"),
         "Mean time requests that left the queue in the last window had waited.";
-    SERVING_PROMPT_TOKENS = "truthscale_serving_prompt_tokens_per_second", Gauge, Gpu, ["engine"], gauge("truthscale.serving.prompt_tokens.rate", "{token}/s"),
+    SERVING_PROMPT_TOKENS / ServingPromptTokens = "truthscale_serving_prompt_tokens_per_second", Gauge, Gpu, ["engine"], gauge("truthscale.serving.prompt_tokens.rate", "{token}/s"),
         "Prompt (prefill) tokens per second: the rate of the engine's counter over the last window, resets handled.";
-    SERVING_OUTPUT_TOKENS = "truthscale_serving_output_tokens_per_second", Gauge, Gpu, ["engine"], gauge("truthscale.serving.output_tokens.rate", "{token}/s"),
+    SERVING_OUTPUT_TOKENS / ServingOutputTokens = "truthscale_serving_output_tokens_per_second", Gauge, Gpu, ["engine"], gauge("truthscale.serving.output_tokens.rate", "{token}/s"),
         "Output (generated) tokens per second: the rate of the engine's counter over the last window, resets handled.";
-    SERVING_BATCH_SIZE = "truthscale_serving_batch_size", Gauge, Gpu, ["engine"], gauge("truthscale.serving.batch.size", "{request}"),
+    SERVING_BATCH_SIZE / ServingBatchSize = "truthscale_serving_batch_size", Gauge, Gpu, ["engine"], gauge("truthscale.serving.batch.size", "{request}"),
         "Requests in the running batch.";
-    SERVING_TOKENS_PER_EFFECTIVE_COMPUTE = "truthscale_serving_tokens_per_effective_compute_second", Gauge, Gpu, ["engine"], gauge("truthscale.serving.tokens_per_effective_compute", "{token}/s"),
+    SERVING_TOKENS_PER_EFFECTIVE_COMPUTE / ServingTokensPerEffectiveCompute = "truthscale_serving_tokens_per_effective_compute_second", Gauge, Gpu, ["engine"], gauge("truthscale.serving.tokens_per_effective_compute", "{token}/s"),
         "Prompt plus output tokens per second over the effective compute fraction: tokens per second of full-peak compute.";
-    SERVING_MFU = "truthscale_serving_model_flops_utilization_ratio", Gauge, Gpu, ["engine", "assumptions"], gauge("truthscale.serving.mfu", "1"),
+    SERVING_MFU / ServingMfu = "truthscale_serving_model_flops_utilization_ratio", Gauge, Gpu, ["engine", "assumptions"], gauge("truthscale.serving.mfu", "1"),
         "Model FLOP utilization 2*params*tokens/s over the datasheet dense peak, only when params and dtype are configured; assumptions label says which.";
-    SERVING_MBU = "truthscale_serving_model_bandwidth_utilization_ratio", Gauge, Gpu, ["engine", "assumptions"], gauge("truthscale.serving.mbu", "1"),
+    SERVING_MBU / ServingMbu = "truthscale_serving_model_bandwidth_utilization_ratio", Gauge, Gpu, ["engine", "assumptions"], gauge("truthscale.serving.mbu", "1"),
         "Model bandwidth utilization: weight bytes * engine steps/s over peak DRAM bandwidth (weights read once per step), only when params and dtype are configured.";
-    SERVING_PHASE_COMPARED_SECONDS = "truthscale_serving_phase_compared_seconds_total", Counter, Gpu, ["engine"], counter("truthscale.serving.phase.compared.time", "s"),
+    SERVING_PHASE_COMPARED_SECONDS / ServingPhaseComparedSeconds = "truthscale_serving_phase_compared_seconds_total", Counter, Gpu, ["engine"], counter("truthscale.serving.phase.compared.time", "s"),
         "Seconds in which both the counter regime and the engine's own token rates said what the window was (prompt tokens only: prefill; output only: decode; both: mixed).";
-    SERVING_PHASE_AGREED_SECONDS = "truthscale_serving_phase_agreed_seconds_total", Counter, Gpu, ["engine"], counter("truthscale.serving.phase.agreed.time", "s"),
+    SERVING_PHASE_AGREED_SECONDS / ServingPhaseAgreedSeconds = "truthscale_serving_phase_agreed_seconds_total", Counter, Gpu, ["engine"], counter("truthscale.serving.phase.agreed.time", "s"),
         "Of truthscale_serving_phase_compared_seconds_total, the seconds in which the counter phase and the engine's token rates agreed.";
-    SIM_TRUTH_EFFECTIVE_COMPUTE_SECONDS = "truthscale_sim_truth_effective_compute_seconds_total", Counter, Gpu, [], counter("truthscale.sim.truth.effective_compute.time", "s"),
+    SIM_TRUTH_EFFECTIVE_COMPUTE_SECONDS / SimTruthEffectiveComputeSeconds = "truthscale_sim_truth_effective_compute_seconds_total", Counter, Gpu, [], counter("truthscale.sim.truth.effective_compute.time", "s"),
         "Simulator only: the true integral of effective compute, to check the derived one against.";
-    PROCESS_MEMORY_USED = "truthscale_process_memory_used_bytes", Gauge, Gpu, ["pid", "pod_uid", "container_id"], None,
+    PROCESS_MEMORY_USED / ProcessMemoryUsed = "truthscale_process_memory_used_bytes", Gauge, Gpu, ["pid", "pod_uid", "container_id"], None,
         "GPU memory used by one process (opt-in: source.per_process_series; high cardinality).";
-    PROCESS_SM_BUSY = "truthscale_process_sm_busy_ratio", Gauge, Gpu, ["pid", "pod_uid", "container_id"], None,
+    PROCESS_SM_BUSY / ProcessSmBusy = "truthscale_process_sm_busy_ratio", Gauge, Gpu, ["pid", "pod_uid", "container_id"], None,
         "Time fraction one process had a kernel on the SMs, as the driver reports it (opt-in; not compute).";
-    BUILD_INFO = "truthscale_build_info", Gauge, Exporter, ["version"], None,
+    BUILD_INFO / BuildInfo = "truthscale_build_info", Gauge, Exporter, ["version"], None,
         "Build of the running exporter (value 1).";
-    SOURCE_UP = "truthscale_source_up", Gauge, Exporter, ["source"], gauge("truthscale.source.up", "1"),
+    SOURCE_UP / SourceUp = "truthscale_source_up", Gauge, Exporter, ["source"], gauge("truthscale.source.up", "1"),
         "Whether the counter source produced a sample recently (1) or went stale (0).";
-    SOURCE_ERRORS = "truthscale_source_errors_total", Counter, Exporter, ["source", "kind"], counter("truthscale.source.errors", "{error}"),
+    SOURCE_ERRORS / SourceErrors = "truthscale_source_errors_total", Counter, Exporter, ["source", "kind"], counter("truthscale.source.errors", "{error}"),
         "Failed sampling attempts by kind.";
-    SAMPLE_DURATION = "truthscale_sample_duration_seconds", Gauge, Exporter, [], gauge("truthscale.sample.duration", "s"),
+    SAMPLE_DURATION / SampleDuration = "truthscale_sample_duration_seconds", Gauge, Exporter, [], gauge("truthscale.sample.duration", "s"),
         "Time the last sampling and derivation tick took.";
-    DIAGNOSTICS = "truthscale_derivation_diagnostics_total", Counter, Exporter, ["kind"], counter("truthscale.derivation.diagnostics", "{diagnostic}"),
+    DIAGNOSTICS / Diagnostics = "truthscale_derivation_diagnostics_total", Counter, Exporter, ["kind"], counter("truthscale.derivation.diagnostics", "{diagnostic}"),
         "Readings dropped, clamped or skipped during derivation, by kind.";
-    SNAPSHOT_TIMESTAMP = "truthscale_snapshot_timestamp_seconds", Gauge, Exporter, [], gauge("truthscale.snapshot.timestamp", "s"),
+    SNAPSHOT_TIMESTAMP / SnapshotTimestamp = "truthscale_snapshot_timestamp_seconds", Gauge, Exporter, [], gauge("truthscale.snapshot.timestamp", "s"),
         "Unix time of the snapshot being served.";
-    SCRAPE_BODY = "truthscale_scrape_body_bytes", Gauge, Exporter, [], None,
+    SCRAPE_BODY / ScrapeBody = "truthscale_scrape_body_bytes", Gauge, Exporter, [], None,
         "Size of the previous tick's /metrics body.";
-    SINK_ERRORS = "truthscale_sink_errors_total", Counter, Exporter, ["sink", "kind"], counter("truthscale.sink.errors", "{error}"),
+    SINK_ERRORS / SinkErrors = "truthscale_sink_errors_total", Counter, Exporter, ["sink", "kind"], counter("truthscale.sink.errors", "{error}"),
         "Failed pushes to a sink (sink=\"otlp\") by kind: unavailable, timeout, rejected, other.";
 }
 
@@ -486,5 +514,16 @@ mod tests {
             doc == expected,
             "docs/otlp.md is out of date with truthscale_core::catalog; run `UPDATE_DOCS=1 cargo test -p truthscale-core --lib otlp_doc`"
         );
+    }
+
+    #[test]
+    fn ids_and_names_map_both_ways() {
+        for (i, m) in ALL.iter().enumerate() {
+            assert_eq!(m.id.desc(), m, "{}", m.name);
+            assert_eq!(MetricId::from_name(m.name), Some(m.id), "{}", m.name);
+            // Exposition order is id order.
+            assert_eq!(m.id as usize, i, "{}", m.name);
+        }
+        assert_eq!(MetricId::from_name("truthscale_nope"), None);
     }
 }

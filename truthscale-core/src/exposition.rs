@@ -3,7 +3,7 @@
 //! Pure and deterministic: families in catalog order, entities in the order given, labels
 //! in a fixed order, label values escaped. Non-finite values are never written.
 
-use crate::catalog::{self, Kind, MetricDesc, Scope};
+use crate::catalog::{self, Kind, MetricDesc, MetricId, Scope};
 use crate::model::{Field, Phase, SourceKind};
 use crate::phase::PhaseMethod;
 use crate::tracker::EntityWindow;
@@ -251,7 +251,9 @@ pub fn encode(
                 }
             }
             Scope::Exporter => {
-                exporter_values(m, status, |extra, v| samples.push((usize::MAX, extra, v)));
+                exporter_values(m.id, status, |extra, v| {
+                    samples.push((usize::MAX, extra, v))
+                });
             }
         }
         if samples.is_empty() {
@@ -296,7 +298,7 @@ pub fn for_each_value(
                     });
                 }
             }
-            Scope::Exporter => exporter_values(m, status, |extra, v| {
+            Scope::Exporter => exporter_values(m.id, status, |extra, v| {
                 if v.is_finite() {
                     f(m, &extra, v);
                 }
@@ -319,7 +321,8 @@ fn gpu_values<'a>(
     g: &'a GpuEntry,
     mut push: impl FnMut(Vec<(&'static str, &'a str)>, f64),
 ) {
-    if m.name == catalog::GPU_UP.name {
+    let id = m.id;
+    if id == MetricId::GpuUp {
         push(Vec::new(), bool_f(g.up));
         return;
     }
@@ -335,8 +338,8 @@ fn gpu_values<'a>(
             push(Vec::new(), v);
         }
     };
-    match m.name {
-        n if n == catalog::GPU_INFO.name => {
+    match id {
+        MetricId::GpuInfo => {
             // Simulated data says so, replayed or live.
             let source = if win.simulated {
                 SourceKind::Sim
@@ -352,50 +355,50 @@ fn gpu_values<'a>(
                 1.0,
             );
         }
-        n if n == catalog::GPU_REPORTED_UTILIZATION.name => one(x.reported_utilization),
-        n if n == catalog::GPU_EFFECTIVE_COMPUTE.name => one(x.effective_compute),
-        n if n == catalog::GPU_EFFECTIVE_COMPUTE_UPPER_BOUND.name => {
-            one(x.effective_compute_upper_bound)
-        }
-        n if n == catalog::GPU_ROOFLINE_SATURATION.name => one(x.roofline_saturation),
-        n if n == catalog::GPU_INFLATION_GAP.name => one(x.inflation_gap_points.map(|p| p / 100.0)),
-        n if n == catalog::GPU_SPATIAL_INFLATION.name => one(x.spatial_inflation),
-        n if n == catalog::GPU_INTENSITY_RIDGE.name => one(x.rho),
-        n if n == catalog::GPU_POWER_PROXY.name => one(x.power_proxy),
-        n if n == catalog::GPU_CLOCK_CORRECTION.name => one(x.kappa),
-        n if n == catalog::GPU_SM_ACTIVE.name => one(r.value(Field::SmActive)),
-        n if n == catalog::GPU_SM_OCCUPANCY.name => one(r.value(Field::SmOccupancy)),
-        n if n == catalog::GPU_TENSOR_ACTIVE.name => one(r.value(Field::TensorActive)),
-        n if n == catalog::GPU_HMMA_ACTIVE.name => one(r.value(Field::HmmaActive)),
-        n if n == catalog::GPU_IMMA_ACTIVE.name => one(r.value(Field::ImmaActive)),
-        n if n == catalog::GPU_DRAM_ACTIVE.name => one(r.value(Field::DramActive)),
-        n if n == catalog::GPU_OBSERVED_SECONDS.name => one(Some(t.observed_seconds)),
+        MetricId::GpuReportedUtilization => one(x.reported_utilization),
+        MetricId::GpuEffectiveCompute => one(x.effective_compute),
+        MetricId::GpuEffectiveComputeUpperBound => one(x.effective_compute_upper_bound),
+        MetricId::GpuRooflineSaturation => one(x.roofline_saturation),
+        MetricId::GpuInflationGap => one(x.inflation_gap_points.map(|p| p / 100.0)),
+        MetricId::GpuSpatialInflation => one(x.spatial_inflation),
+        MetricId::GpuIntensityRidge => one(x.rho),
+        MetricId::GpuPowerProxy => one(x.power_proxy),
+        MetricId::GpuClockCorrection => one(x.kappa),
+        MetricId::GpuSmActive => one(r.value(Field::SmActive)),
+        MetricId::GpuSmOccupancy => one(r.value(Field::SmOccupancy)),
+        MetricId::GpuTensorActive => one(r.value(Field::TensorActive)),
+        MetricId::GpuHmmaActive => one(r.value(Field::HmmaActive)),
+        MetricId::GpuImmaActive => one(r.value(Field::ImmaActive)),
+        MetricId::GpuDramActive => one(r.value(Field::DramActive)),
+        MetricId::GpuObservedSeconds => one(Some(t.observed_seconds)),
         // An integral is written only for an entity that had its input; its denominator
         // beside it, so that increase(x) / increase(denominator) is the exact mean.
-        n if n == catalog::GPU_BUSY_SECONDS.name => {
+        MetricId::GpuBusySeconds => {
             one(measured(t.busy_observed_seconds, t.busy_seconds));
         }
-        n if n == catalog::GPU_BUSY_OBSERVED_SECONDS.name => {
+        MetricId::GpuBusyObservedSeconds => {
             one(measured(t.busy_observed_seconds, t.busy_observed_seconds));
         }
-        n if n == catalog::GPU_EFFECTIVE_COMPUTE_SECONDS.name => {
+        MetricId::GpuEffectiveComputeSeconds => {
             one(measured(
                 t.effective_compute_observed_seconds,
                 t.effective_compute_seconds,
             ));
         }
-        n if n == catalog::GPU_EFFECTIVE_COMPUTE_OBSERVED_SECONDS.name => one(measured(
+        MetricId::GpuEffectiveComputeObservedSeconds => one(measured(
             t.effective_compute_observed_seconds,
             t.effective_compute_observed_seconds,
         )),
-        n if n == catalog::SIM_TRUTH_EFFECTIVE_COMPUTE_SECONDS.name => {
+        MetricId::SimTruthEffectiveComputeSeconds => {
             one(t.truth_effective_compute_seconds);
         }
-        n if n == catalog::GPU_REGIME_SECONDS.name
-            || (n == catalog::GPU_PHASE_SECONDS.name && win.llm_serving) =>
-        {
+        MetricId::GpuRegimeSeconds | MetricId::GpuPhaseSeconds => {
+            // Serving words only where the workload is LLM serving.
+            if id == MetricId::GpuPhaseSeconds && !win.llm_serving {
+                return;
+            }
             let (label, name): (&str, fn(Phase) -> &'static str) =
-                if n == catalog::GPU_REGIME_SECONDS.name {
+                if id == MetricId::GpuRegimeSeconds {
                     ("regime", Phase::as_str)
                 } else {
                     ("phase", Phase::serving_name)
@@ -414,9 +417,11 @@ fn gpu_values<'a>(
                 }
             }
         }
-        n if n == catalog::GPU_REGIME.name || (n == catalog::GPU_PHASE.name && win.llm_serving) => {
-            let (label, name): (&str, fn(Phase) -> &'static str) = if n == catalog::GPU_REGIME.name
-            {
+        MetricId::GpuRegime | MetricId::GpuPhase => {
+            if id == MetricId::GpuPhase && !win.llm_serving {
+                return;
+            }
+            let (label, name): (&str, fn(Phase) -> &'static str) = if id == MetricId::GpuRegime {
                 ("regime", Phase::as_str)
             } else {
                 ("phase", Phase::serving_name)
@@ -430,20 +435,20 @@ fn gpu_values<'a>(
                 }
             }
         }
-        n if n == catalog::GPU_MEMORY_USED.name => one(r.value(Field::MemUsedBytes)),
-        n if n == catalog::GPU_MEMORY_TOTAL.name => one(r.value(Field::MemTotalBytes)),
-        n if n == catalog::GPU_POWER.name => one(x.power_watts.map(|p| p.value)),
-        n if n == catalog::GPU_POWER_LIMIT.name => one(r.value(Field::PowerLimitWatts)),
-        n if n == catalog::GPU_ENERGY.name => {
+        MetricId::GpuMemoryUsed => one(r.value(Field::MemUsedBytes)),
+        MetricId::GpuMemoryTotal => one(r.value(Field::MemTotalBytes)),
+        MetricId::GpuPower => one(x.power_watts.map(|p| p.value)),
+        MetricId::GpuPowerLimit => one(r.value(Field::PowerLimitWatts)),
+        MetricId::GpuEnergy => {
             one(measured(t.energy_observed_seconds, t.energy_joules));
         }
-        n if n == catalog::GPU_ENERGY_OBSERVED_SECONDS.name => one(measured(
+        MetricId::GpuEnergyObservedSeconds => one(measured(
             t.energy_observed_seconds,
             t.energy_observed_seconds,
         )),
-        n if n == catalog::GPU_SM_CLOCK.name => one(r.value(Field::SmClockMhz).map(|f| f * 1e6)),
-        n if n == catalog::GPU_TEMPERATURE.name => one(r.value(Field::TempCelsius)),
-        n if n == catalog::GPU_CLOCK_EVENT.name => {
+        MetricId::GpuSmClock => one(r.value(Field::SmClockMhz).map(|f| f * 1e6)),
+        MetricId::GpuTemperature => one(r.value(Field::TempCelsius)),
+        MetricId::GpuClockEvent => {
             if let Some(th) = &win.throttles {
                 let on = th.names();
                 for reason in CLOCK_REASONS {
@@ -451,19 +456,19 @@ fn gpu_values<'a>(
                 }
             }
         }
-        n if n == catalog::GPU_VERDICT.name => {
+        MetricId::GpuVerdict => {
             let cur = win.verdict.verdict;
             for v in Verdict::ALL {
                 push(vec![("verdict", v.as_str())], bool_f(v == cur));
             }
         }
-        n if n == catalog::GPU_CEILING_ROOFLINE_SATURATION.name => {
+        MetricId::GpuCeilingRooflineSaturation => {
             one(win.ceilings.roofline_saturation.map(|c| c.value));
         }
-        n if n == catalog::GPU_CEILING_OUTPUT_TOKENS.name => {
+        MetricId::GpuCeilingOutputTokens => {
             one(win.ceilings.output_tokens_per_second.map(|c| c.value));
         }
-        n if n == catalog::GPU_CEILING_AGE.name || n == catalog::GPU_CEILING_RATIO.name => {
+        MetricId::GpuCeilingAge | MetricId::GpuCeilingRatio => {
             let tokens = win
                 .serving
                 .as_ref()
@@ -482,7 +487,7 @@ fn gpu_values<'a>(
                 ),
             ] {
                 let Some(c) = ceiling else { continue };
-                let v = if n == catalog::GPU_CEILING_AGE.name {
+                let v = if id == MetricId::GpuCeilingAge {
                     Some(c.age_seconds)
                 } else {
                     c.ratio(current)
@@ -492,10 +497,24 @@ fn gpu_values<'a>(
                 }
             }
         }
-        n if n.starts_with("truthscale_serving_") => serving_values(m, win, push),
-        n if n == catalog::PROCESS_MEMORY_USED.name || n == catalog::PROCESS_SM_BUSY.name => {
+        MetricId::ServingEngineUp
+        | MetricId::ServingKvCacheUsage
+        | MetricId::ServingRequestsRunning
+        | MetricId::ServingRequestsWaiting
+        | MetricId::ServingQueueSeconds
+        | MetricId::ServingPromptTokens
+        | MetricId::ServingOutputTokens
+        | MetricId::ServingBatchSize
+        | MetricId::ServingTokensPerEffectiveCompute
+        | MetricId::ServingMfu
+        | MetricId::ServingMbu
+        | MetricId::ServingPhaseComparedSeconds
+        | MetricId::ServingPhaseAgreedSeconds => {
+            serving_values(id, win, push);
+        }
+        MetricId::ProcessMemoryUsed | MetricId::ProcessSmBusy => {
             for p in &win.processes {
-                let v = if n == catalog::PROCESS_MEMORY_USED.name {
+                let v = if id == MetricId::ProcessMemoryUsed {
                     p.used_memory_bytes
                 } else {
                     p.sm_busy
@@ -512,7 +531,16 @@ fn gpu_values<'a>(
                 }
             }
         }
-        _ => {}
+        // Not per GPU (or handled above): nothing here.
+        MetricId::GpuUp
+        | MetricId::BuildInfo
+        | MetricId::SourceUp
+        | MetricId::SourceErrors
+        | MetricId::SampleDuration
+        | MetricId::Diagnostics
+        | MetricId::SnapshotTimestamp
+        | MetricId::ScrapeBody
+        | MetricId::SinkErrors => {}
     }
 }
 
@@ -521,13 +549,13 @@ fn gpu_values<'a>(
 const MIN_ECF_FOR_TOKENS: f64 = 0.01;
 
 fn serving_values<'a>(
-    m: &MetricDesc,
+    id: MetricId,
     win: &'a EntityWindow,
     mut push: impl FnMut(Vec<(&'static str, &'a str)>, f64),
 ) {
     let Some(sv) = &win.serving else { return };
     let engine = sv.engine.as_deref().unwrap_or("");
-    if m.name == catalog::SERVING_ENGINE_UP.name {
+    if id == MetricId::ServingEngineUp {
         match &sv.absent_reason {
             Some(r) => push(vec![("engine", engine), ("absent_reason", r.as_str())], 0.0),
             None => push(vec![("engine", engine), ("absent_reason", "")], 1.0),
@@ -538,11 +566,12 @@ fn serving_values<'a>(
         return;
     }
     let t = &win.totals;
-    if m.name == catalog::SERVING_PHASE_COMPARED_SECONDS.name
-        || m.name == catalog::SERVING_PHASE_AGREED_SECONDS.name
-    {
+    if matches!(
+        id,
+        MetricId::ServingPhaseComparedSeconds | MetricId::ServingPhaseAgreedSeconds
+    ) {
         if t.phase_compared_seconds > 0.0 {
-            let v = if m.name == catalog::SERVING_PHASE_COMPARED_SECONDS.name {
+            let v = if id == MetricId::ServingPhaseComparedSeconds {
                 t.phase_compared_seconds
             } else {
                 t.phase_agreed_seconds
@@ -551,26 +580,27 @@ fn serving_values<'a>(
         }
         return;
     }
-    let value = match m.name {
-        n if n == catalog::SERVING_KV_CACHE_USAGE.name => sv.kv_cache_utilization,
-        n if n == catalog::SERVING_REQUESTS_RUNNING.name => sv.running_requests,
-        n if n == catalog::SERVING_REQUESTS_WAITING.name => sv.queued_requests,
-        n if n == catalog::SERVING_QUEUE_SECONDS.name => sv.queue_seconds,
-        n if n == catalog::SERVING_PROMPT_TOKENS.name => sv.prompt_tokens_per_sec,
-        n if n == catalog::SERVING_OUTPUT_TOKENS.name => sv.output_tokens_per_sec,
-        n if n == catalog::SERVING_BATCH_SIZE.name => sv.batch_size,
-        n if n == catalog::SERVING_TOKENS_PER_EFFECTIVE_COMPUTE.name => {
+    let value = match id {
+        MetricId::ServingKvCacheUsage => sv.kv_cache_utilization,
+        MetricId::ServingRequestsRunning => sv.running_requests,
+        MetricId::ServingRequestsWaiting => sv.queued_requests,
+        MetricId::ServingQueueSeconds => sv.queue_seconds,
+        MetricId::ServingPromptTokens => sv.prompt_tokens_per_sec,
+        MetricId::ServingOutputTokens => sv.output_tokens_per_sec,
+        MetricId::ServingBatchSize => sv.batch_size,
+        MetricId::ServingTokensPerEffectiveCompute => {
+            // Both rates or none: a missing one is not a zero.
             let tokens = match (sv.prompt_tokens_per_sec, sv.output_tokens_per_sec) {
-                (None, None) => None,
-                (p, o) => Some(p.unwrap_or(0.0) + o.unwrap_or(0.0)),
+                (Some(p), Some(o)) => Some(p + o),
+                _ => None,
             };
             match (tokens, win.metrics.effective_compute) {
                 (Some(t), Some(e)) if e >= MIN_ECF_FOR_TOKENS => Some(t / e),
                 _ => None,
             }
         }
-        n if n == catalog::SERVING_MFU.name || n == catalog::SERVING_MBU.name => {
-            let v = if n == catalog::SERVING_MFU.name {
+        MetricId::ServingMfu | MetricId::ServingMbu => {
+            let v = if id == MetricId::ServingMfu {
                 sv.mfu
             } else {
                 sv.mbu
@@ -581,7 +611,61 @@ fn serving_values<'a>(
             }
             return;
         }
-        _ => None,
+        // Handled above, or not a serving metric (never routed here).
+        MetricId::GpuInfo
+        | MetricId::GpuUp
+        | MetricId::GpuReportedUtilization
+        | MetricId::GpuEffectiveCompute
+        | MetricId::GpuEffectiveComputeUpperBound
+        | MetricId::GpuRooflineSaturation
+        | MetricId::GpuInflationGap
+        | MetricId::GpuSpatialInflation
+        | MetricId::GpuIntensityRidge
+        | MetricId::GpuPowerProxy
+        | MetricId::GpuClockCorrection
+        | MetricId::GpuSmActive
+        | MetricId::GpuSmOccupancy
+        | MetricId::GpuTensorActive
+        | MetricId::GpuHmmaActive
+        | MetricId::GpuImmaActive
+        | MetricId::GpuDramActive
+        | MetricId::GpuObservedSeconds
+        | MetricId::GpuBusySeconds
+        | MetricId::GpuBusyObservedSeconds
+        | MetricId::GpuEffectiveComputeSeconds
+        | MetricId::GpuEffectiveComputeObservedSeconds
+        | MetricId::GpuRegimeSeconds
+        | MetricId::GpuRegime
+        | MetricId::GpuPhaseSeconds
+        | MetricId::GpuPhase
+        | MetricId::GpuMemoryUsed
+        | MetricId::GpuMemoryTotal
+        | MetricId::GpuPower
+        | MetricId::GpuPowerLimit
+        | MetricId::GpuEnergy
+        | MetricId::GpuEnergyObservedSeconds
+        | MetricId::GpuSmClock
+        | MetricId::GpuTemperature
+        | MetricId::GpuClockEvent
+        | MetricId::GpuVerdict
+        | MetricId::GpuCeilingRooflineSaturation
+        | MetricId::GpuCeilingOutputTokens
+        | MetricId::GpuCeilingAge
+        | MetricId::GpuCeilingRatio
+        | MetricId::SimTruthEffectiveComputeSeconds
+        | MetricId::ProcessMemoryUsed
+        | MetricId::ProcessSmBusy
+        | MetricId::BuildInfo
+        | MetricId::SourceUp
+        | MetricId::SourceErrors
+        | MetricId::SampleDuration
+        | MetricId::Diagnostics
+        | MetricId::SnapshotTimestamp
+        | MetricId::ScrapeBody
+        | MetricId::SinkErrors
+        | MetricId::ServingEngineUp
+        | MetricId::ServingPhaseAgreedSeconds
+        | MetricId::ServingPhaseComparedSeconds => None,
     };
     if let Some(v) = value {
         push(vec![("engine", engine)], v);
@@ -589,18 +673,18 @@ fn serving_values<'a>(
 }
 
 fn exporter_values<'a>(
-    m: &MetricDesc,
+    id: MetricId,
     s: &'a ExporterStatus,
     mut push: impl FnMut(Vec<(&'static str, &'a str)>, f64),
 ) {
-    match m.name {
-        n if n == catalog::BUILD_INFO.name => push(vec![("version", s.version.as_str())], 1.0),
-        n if n == catalog::SOURCE_UP.name => {
+    match id {
+        MetricId::BuildInfo => push(vec![("version", s.version.as_str())], 1.0),
+        MetricId::SourceUp => {
             for src in &s.sources {
                 push(vec![("source", src.name.as_str())], bool_f(src.up));
             }
         }
-        n if n == catalog::SOURCE_ERRORS.name => {
+        MetricId::SourceErrors => {
             for src in &s.sources {
                 for (kind, count) in &src.errors {
                     push(
@@ -610,18 +694,18 @@ fn exporter_values<'a>(
                 }
             }
         }
-        n if n == catalog::SAMPLE_DURATION.name => {
+        MetricId::SampleDuration => {
             if let Some(d) = s.sample_duration_seconds {
                 push(Vec::new(), d);
             }
         }
-        n if n == catalog::DIAGNOSTICS.name => {
+        MetricId::Diagnostics => {
             for (kind, count) in &s.diagnostics {
                 push(vec![("kind", kind.as_str())], *count as f64);
             }
         }
-        n if n == catalog::SNAPSHOT_TIMESTAMP.name => push(Vec::new(), s.snapshot_unix_seconds),
-        n if n == catalog::SINK_ERRORS.name => {
+        MetricId::SnapshotTimestamp => push(Vec::new(), s.snapshot_unix_seconds),
+        MetricId::SinkErrors => {
             for sink in &s.sinks {
                 for (kind, count) in &sink.errors {
                     push(
@@ -631,12 +715,68 @@ fn exporter_values<'a>(
                 }
             }
         }
-        n if n == catalog::SCRAPE_BODY.name => {
+        MetricId::ScrapeBody => {
             if let Some(b) = s.previous_body_bytes {
                 push(Vec::new(), b as f64);
             }
         }
-        _ => {}
+        // Per GPU: written by gpu_values.
+        MetricId::GpuInfo
+        | MetricId::GpuUp
+        | MetricId::GpuReportedUtilization
+        | MetricId::GpuEffectiveCompute
+        | MetricId::GpuEffectiveComputeUpperBound
+        | MetricId::GpuRooflineSaturation
+        | MetricId::GpuInflationGap
+        | MetricId::GpuSpatialInflation
+        | MetricId::GpuIntensityRidge
+        | MetricId::GpuPowerProxy
+        | MetricId::GpuClockCorrection
+        | MetricId::GpuSmActive
+        | MetricId::GpuSmOccupancy
+        | MetricId::GpuTensorActive
+        | MetricId::GpuHmmaActive
+        | MetricId::GpuImmaActive
+        | MetricId::GpuDramActive
+        | MetricId::GpuObservedSeconds
+        | MetricId::GpuBusySeconds
+        | MetricId::GpuBusyObservedSeconds
+        | MetricId::GpuEffectiveComputeSeconds
+        | MetricId::GpuEffectiveComputeObservedSeconds
+        | MetricId::GpuRegimeSeconds
+        | MetricId::GpuRegime
+        | MetricId::GpuPhaseSeconds
+        | MetricId::GpuPhase
+        | MetricId::GpuMemoryUsed
+        | MetricId::GpuMemoryTotal
+        | MetricId::GpuPower
+        | MetricId::GpuPowerLimit
+        | MetricId::GpuEnergy
+        | MetricId::GpuEnergyObservedSeconds
+        | MetricId::GpuSmClock
+        | MetricId::GpuTemperature
+        | MetricId::GpuClockEvent
+        | MetricId::GpuVerdict
+        | MetricId::GpuCeilingRooflineSaturation
+        | MetricId::GpuCeilingOutputTokens
+        | MetricId::GpuCeilingAge
+        | MetricId::GpuCeilingRatio
+        | MetricId::ServingEngineUp
+        | MetricId::ServingKvCacheUsage
+        | MetricId::ServingRequestsRunning
+        | MetricId::ServingRequestsWaiting
+        | MetricId::ServingQueueSeconds
+        | MetricId::ServingPromptTokens
+        | MetricId::ServingOutputTokens
+        | MetricId::ServingBatchSize
+        | MetricId::ServingTokensPerEffectiveCompute
+        | MetricId::ServingMfu
+        | MetricId::ServingMbu
+        | MetricId::ServingPhaseComparedSeconds
+        | MetricId::ServingPhaseAgreedSeconds
+        | MetricId::SimTruthEffectiveComputeSeconds
+        | MetricId::ProcessMemoryUsed
+        | MetricId::ProcessSmBusy => {}
     }
 }
 

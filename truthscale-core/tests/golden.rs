@@ -1,0 +1,208 @@
+//! Golden `/metrics` bodies from fixed inputs, in `tests/golden/`: the exact bytes the
+//! encoder writes for them, in both formats. `UPDATE_GOLDEN=1` rewrites them; the e2e suite
+//! runs `promtool check metrics` on every file.
+
+use std::collections::BTreeMap;
+use truthscale_core::derive::DeriveConfig;
+use truthscale_core::exposition::{
+    self, ExporterStatus, Format, GpuEntry, Identity, SinkHealth, SourceHealth,
+};
+use truthscale_core::gpus::by_key;
+use truthscale_core::model::{
+    EntityId, EntitySample, Field, MigId, PodRef, Reading, Readings, Sample, SourceKind, Timestamp,
+};
+use truthscale_core::parse::{Format as CaptureFormat, LineParser};
+use truthscale_core::sim::{Scenario, Simulator};
+use truthscale_core::tracker::{Deriver, EntityWindow};
+
+fn status(source: &str) -> ExporterStatus {
+    ExporterStatus {
+        version: "0.1.0".into(),
+        sources: vec![SourceHealth {
+            name: source.into(),
+            up: true,
+            errors: BTreeMap::from([("nvml".to_string(), 2)]),
+        }],
+        sample_duration_seconds: Some(0.000_25),
+        diagnostics: BTreeMap::from([("gap".to_string(), 1)]),
+        snapshot_unix_seconds: 1_767_225_600.0,
+        previous_body_bytes: Some(4096),
+        sinks: vec![SinkHealth {
+            name: "otlp".into(),
+            errors: BTreeMap::from([("unavailable".to_string(), 3)]),
+        }],
+    }
+}
+
+/// The last window of each entity after feeding `samples`.
+fn last_windows(samples: &[Sample]) -> Vec<EntityWindow> {
+    let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+    let mut last: BTreeMap<_, EntityWindow> = BTreeMap::new();
+    for s in samples {
+        for w in d.observe(s).windows {
+            last.insert(w.id.key(), w);
+        }
+    }
+    last.into_values().collect()
+}
+
+fn entries(windows: Vec<EntityWindow>, source: SourceKind) -> Vec<GpuEntry> {
+    windows
+        .into_iter()
+        .map(|window| GpuEntry {
+            window,
+            source,
+            up: true,
+        })
+        .collect()
+}
+
+/// Five simulated H100s, one per scenario, 90 one-second windows.
+fn simulated() -> Vec<GpuEntry> {
+    let spec = by_key("h100-sxm").unwrap();
+    let mut sim = Simulator::new(
+        5,
+        spec,
+        "sim-node",
+        7,
+        Timestamp(0),
+        Simulator::demo_scenario,
+    );
+    let samples: Vec<Sample> = (0..90).map(|_| sim.step(1.0)).collect();
+    entries(last_windows(&samples), SourceKind::Sim)
+}
+
+/// A MIG instance (no busy flag, no power) and a multiplexed GPU (tensor blank every other
+/// window), attributed to pods by the source.
+fn mig_and_multiplexed() -> Vec<GpuEntry> {
+    let samples: Vec<Sample> = (1..=10)
+        .map(|i| {
+            let mut mig = Readings::default();
+            mig.set_value(Field::TensorActive, 0.3);
+            mig.set_value(Field::DramActive, 0.1);
+            mig.set_value(Field::SmClockMhz, 1464.0);
+            mig.set_value(Field::MemUsedBytes, 20e9);
+            mig.set_value(Field::MemTotalBytes, 40e9);
+            let mut mux = Readings::default();
+            mux.set_value(Field::ReportedUtil, 1.0);
+            mux.set_value(Field::DramActive, 0.2);
+            mux.set_value(Field::SmClockMhz, 1830.0);
+            mux.set_value(Field::PowerWatts, 400.0);
+            mux.set(
+                Field::TensorActive,
+                if i % 2 == 0 {
+                    Reading::Value(0.3)
+                } else {
+                    Reading::Blank
+                },
+            );
+            let id = |gpu, uuid: &str, pod: &str, mig: Option<MigId>| EntityId {
+                gpu: Some(gpu),
+                uuid: Some(uuid.into()),
+                model: Some("NVIDIA H100 80GB HBM3".into()),
+                mig,
+                pod: Some(PodRef {
+                    pod: pod.into(),
+                    namespace: Some("ns".into()),
+                    container: Some("c".into()),
+                }),
+                node: Some("node-m".into()),
+                ..EntityId::default()
+            };
+            Sample {
+                taken: Timestamp(i * 1000),
+                entities: vec![
+                    EntitySample {
+                        id: id(
+                            0,
+                            "GPU-MIG",
+                            "mig-pod",
+                            Some(MigId {
+                                gpu_instance: 1,
+                                compute_instance: None,
+                                profile: Some("3g.40gb".into()),
+                            }),
+                        ),
+                        readings: mig,
+                        ..EntitySample::default()
+                    },
+                    EntitySample {
+                        id: id(1, "GPU-MUX", "mux-pod", None),
+                        readings: mux,
+                        sm_clock_is_point: true,
+                        ..EntitySample::default()
+                    },
+                ],
+            }
+        })
+        .collect();
+    entries(last_windows(&samples), SourceKind::DcgmExporter)
+}
+
+/// The real T4 capture (busy flag 91 %, tensor 0.6 %) as one dcgm-exporter scrape.
+fn t4_capture() -> Vec<GpuEntry> {
+    let name = "dcgm-exporter-cncf-k8s-ai-conformance-ericsson-ccd-t4.txt";
+    let path = format!("{}/tests/fixtures/dcgm/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut p = LineParser::new(CaptureFormat::DcgmExporter, name, 1.0, Timestamp(0));
+    let mut samples = Vec::new();
+    for line in text.lines() {
+        samples.extend(p.push_line(line).expect("the fixture parses"));
+    }
+    samples.extend(p.finish());
+    entries(last_windows(&samples), SourceKind::DcgmExporter)
+}
+
+fn check(name: &str, gpus: &[GpuEntry], identity: &Identity, source: &str) {
+    for (format, ext) in [(Format::Text, "prom"), (Format::OpenMetrics, "om.txt")] {
+        let body = exposition::encode(gpus, identity, &status(source), format);
+        let path = format!("{}/tests/golden/{name}.{ext}", env!("CARGO_MANIFEST_DIR"));
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(&path, &body).unwrap();
+            continue;
+        }
+        let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!("{path}: {e}; run `UPDATE_GOLDEN=1 cargo test -p truthscale-core --test golden`")
+        });
+        assert!(
+            body == want,
+            "{path} differs from the encoder's output; if the change is intended, run `UPDATE_GOLDEN=1 cargo test -p truthscale-core --test golden` and review the diff"
+        );
+    }
+}
+
+#[test]
+fn simulated_gpus() {
+    let id = Identity {
+        pod: Some("demo".into()),
+        namespace: Some("default".into()),
+        container: Some("server".into()),
+        node: Some("node-1".into()),
+    };
+    check("sim-5-scenarios", &simulated(), &id, "sim");
+}
+
+#[test]
+fn mig_instance_and_multiplexed_gpu() {
+    let id = Identity {
+        pod: Some("sidecar-pod".into()),
+        container: Some("kserve-container".into()),
+        ..Identity::default()
+    };
+    check(
+        "mig-and-multiplexed",
+        &mig_and_multiplexed(),
+        &id,
+        "dcgm_exporter",
+    );
+}
+
+#[test]
+fn t4_dcgm_exporter_capture() {
+    check(
+        "t4-dcgm-exporter",
+        &t4_capture(),
+        &Identity::default(),
+        "dcgm_exporter",
+    );
+}
