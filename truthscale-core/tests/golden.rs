@@ -12,7 +12,7 @@ use truthscale_core::model::{
     EntityId, EntitySample, Field, MigId, PodRef, Reading, Readings, Sample, SourceKind, Timestamp,
 };
 use truthscale_core::parse::{Format as CaptureFormat, LineParser};
-use truthscale_core::sim::{Scenario, Simulator};
+use truthscale_core::sim::Simulator;
 use truthscale_core::tracker::{Deriver, EntityWindow};
 
 fn status(source: &str) -> ExporterStatus {
