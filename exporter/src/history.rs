@@ -17,14 +17,12 @@
 //! 4. The samples feed the [`Analyzer`](truthscale_core::analysis::Analyzer) in time order
 //!    with a nominal interval of one step, and the report prints as `analyze FILE`'s does.
 
-use crate::cli::AnalyzeArgs;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 use serde::de::{DeserializeOwned, IgnoredAny};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use truthscale_core::catalog;
 use truthscale_core::model::{
@@ -589,162 +587,193 @@ fn is_dcgm(name: &str) -> bool {
     dcgm_text::mapped_metrics().any(|(n, _)| n.eq_ignore_ascii_case(name))
 }
 
-/// Run `analyze --prometheus`.
-///
-/// # Errors
-/// Bad flags; Prometheus unreachable, answering an error, a status other than 200 or
-/// something that is not its API JSON; no GPU series in the range.
-pub fn run(args: &AnalyzeArgs) -> anyhow::Result<ExitCode> {
-    let p = &args.history;
-    let url = p
-        .prometheus
-        .as_deref()
-        .context("--prometheus URL is missing")?;
-    let (since_d, step_d) = (
-        p.since.unwrap_or(DEFAULT_SINCE),
-        p.step.unwrap_or(DEFAULT_STEP),
-    );
-    let step = i64::try_from(step_d.as_millis()).unwrap_or(i64::MAX);
-    if step < 100 {
-        bail!(
-            "--step {}: at least 100ms",
-            humantime::format_duration(step_d)
-        );
-    }
-    if since_d < step_d {
-        bail!(
-            "--since {} is shorter than --step {}",
-            humantime::format_duration(since_d),
-            humantime::format_duration(step_d)
-        );
-    }
-    let matchers = selector_matchers(p.selector.as_deref())?;
-    let mut client = Client::new(url, authorization(p)?)?;
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    let since = i64::try_from(since_d.as_millis()).unwrap_or(i64::MAX / 2);
-    let range = Range::back_from(now, since.min(now), step);
+/// A Prometheus history to read: the flags checked, the range fixed, the series found.
+#[derive(Debug)]
+pub struct History {
+    client: Client,
+    range: Range,
+    step: Duration,
+    matchers: String,
+    family: Family,
+    names: Vec<String>,
+}
 
-    // Discovery: which names exist in the range.
-    let names_re = candidate_names().join("|");
-    let mut discover = format!("{{__name__=~\"{names_re}\"");
-    if !matchers.is_empty() {
-        discover.push(',');
-        discover.push_str(&matchers);
+impl History {
+    /// Check the flags and discover which series the range holds.
+    ///
+    /// # Errors
+    /// Bad flags; Prometheus unreachable, answering an error, a status other than 200 or
+    /// something that is not its API JSON; no GPU series in the range.
+    pub fn open(p: &PrometheusArgs) -> anyhow::Result<History> {
+        let url = p
+            .prometheus
+            .as_deref()
+            .context("--prometheus URL is missing")?;
+        let (since_d, step_d) = (
+            p.since.unwrap_or(DEFAULT_SINCE),
+            p.step.unwrap_or(DEFAULT_STEP),
+        );
+        let step = i64::try_from(step_d.as_millis()).unwrap_or(i64::MAX);
+        if step < 100 {
+            bail!(
+                "--step {}: at least 100ms",
+                humantime::format_duration(step_d)
+            );
+        }
+        if since_d < step_d {
+            bail!(
+                "--since {} is shorter than --step {}",
+                humantime::format_duration(since_d),
+                humantime::format_duration(step_d)
+            );
+        }
+        let matchers = selector_matchers(p.selector.as_deref())?;
+        let mut client = Client::new(url, authorization(p)?)?;
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let since = i64::try_from(since_d.as_millis()).unwrap_or(i64::MAX / 2);
+        let range = Range::back_from(now, since.min(now), step);
+
+        // Discovery: which names exist in the range.
+        let names_re = candidate_names().join("|");
+        let mut discover = format!("{{__name__=~\"{names_re}\"");
+        if !matchers.is_empty() {
+            discover.push(',');
+            discover.push_str(&matchers);
+        }
+        discover.push('}');
+        let (start_s, end_s) = (secs(range.start), secs(range.end));
+        let found: Vec<String> = client.get(
+            "/api/v1/label/__name__/values",
+            &[("match[]", &discover), ("start", &start_s), ("end", &end_s)],
+        )?;
+        let dcgm: Vec<String> = found.iter().filter(|n| is_dcgm(n)).cloned().collect();
+        let own: Vec<String> = found
+            .iter()
+            .filter(|n| OWN_METRICS.iter().any(|m| m.0 == n.as_str()))
+            .cloned()
+            .collect();
+        let (family, names) = if !dcgm.is_empty() {
+            (Family::DcgmExporter, dcgm)
+        } else if !own.is_empty() {
+            (Family::Truthscale, own)
+        } else {
+            bail!(
+                "{}: no DCGM_FI_*, dcgm_* or truthscale_gpu_* series{} between {} and {}",
+                client.base,
+                if matchers.is_empty() {
+                    String::new()
+                } else {
+                    format!(" matching {{{matchers}}}")
+                },
+                rfc3339(range.start),
+                rfc3339(range.end)
+            );
+        };
+
+        Ok(History {
+            client,
+            range,
+            step: step_d,
+            matchers,
+            family,
+            names,
+        })
     }
-    discover.push('}');
-    let (start_s, end_s) = (secs(range.start), secs(range.end));
-    let found: Vec<String> = client.get(
-        "/api/v1/label/__name__/values",
-        &[("match[]", &discover), ("start", &start_s), ("end", &end_s)],
-    )?;
-    let dcgm: Vec<String> = found.iter().filter(|n| is_dcgm(n)).cloned().collect();
-    let own: Vec<String> = found
-        .iter()
-        .filter(|n| OWN_METRICS.iter().any(|m| m.0 == n.as_str()))
-        .cloned()
-        .collect();
-    let (family, names) = if !dcgm.is_empty() {
-        (Family::DcgmExporter, dcgm)
-    } else if !own.is_empty() {
-        (Family::Truthscale, own)
-    } else {
-        bail!(
-            "{}: no DCGM_FI_*, dcgm_* or truthscale_gpu_* series{} between {} and {}",
+
+    /// The step, in seconds: the nominal interval of the samples.
+    #[must_use]
+    pub fn step_seconds(&self) -> f64 {
+        self.range.step as f64 / 1000.0
+    }
+
+    /// Read the range in chunks, handing each step's sample to `on_sample` in time order, with
+    /// progress on a terminal. Returns a one-line summary of what was read.
+    ///
+    /// # Errors
+    /// As [`History::open`], for any chunk.
+    pub fn feed(self, mut on_sample: impl FnMut(&Sample)) -> anyhow::Result<String> {
+        let History {
+            mut client,
+            range,
+            step: step_d,
+            matchers,
+            family,
+            names,
+        } = self;
+        let chunks = range.chunks(CHUNK_POINTS);
+        let progress = std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new((chunks.len() * names.len()) as u64);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} queries {eta}")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar
+        });
+        let step_s = secs(range.step);
+        let timeout = format!("{}s", REQUEST_TIMEOUT.as_secs());
+        let mut steps = 0u64;
+        let result = (|| -> anyhow::Result<()> {
+            for &(first, last) in &chunks {
+                let mut chunk = Chunk {
+                    bounds: Some((first, last)),
+                    ..Chunk::default()
+                };
+                let (first_s, last_s) = (secs(first), secs(last));
+                for name in &names {
+                    let query = series_query(name, &matchers);
+                    let matrix: Matrix = client.get(
+                        "/api/v1/query_range",
+                        &[
+                            ("query", &query),
+                            ("start", &first_s),
+                            ("end", &last_s),
+                            ("step", &step_s),
+                            ("timeout", &timeout),
+                        ],
+                    )?;
+                    if matrix.result_type != "matrix" {
+                        bail!(
+                            "{}/api/v1/query_range: expected a matrix, got {:?}",
+                            client.base,
+                            matrix.result_type
+                        );
+                    }
+                    chunk.add(family, name, matrix);
+                    if let Some(bar) = &progress {
+                        bar.inc(1);
+                    }
+                }
+                chunk.feed(|sample| {
+                    on_sample(sample);
+                    steps += 1;
+                });
+            }
+            Ok(())
+        })();
+        if let Some(bar) = progress {
+            bar.finish_and_clear();
+        }
+        result?;
+        for w in &client.warnings {
+            eprintln!("truthscale: warning: {}: {w}", client.base);
+        }
+        Ok(format!(
+            "prometheus {}: {}, {} steps with data, every {} from {} to {}{}",
             client.base,
+            family.describe(),
+            steps,
+            humantime::format_duration(step_d),
+            rfc3339(range.start),
+            rfc3339(range.end),
             if matchers.is_empty() {
                 String::new()
             } else {
-                format!(" matching {{{matchers}}}")
-            },
-            rfc3339(range.start),
-            rfc3339(range.end)
-        );
-    };
-
-    let mut analyzer = crate::analyze::new_analyzer(args, Some(range.step as f64 / 1000.0))?;
-    let chunks = range.chunks(CHUNK_POINTS);
-    let progress = std::io::stderr().is_terminal().then(|| {
-        let bar = indicatif::ProgressBar::new((chunks.len() * names.len()) as u64);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} queries {eta}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar
-    });
-    let step_s = secs(range.step);
-    let timeout = format!("{}s", REQUEST_TIMEOUT.as_secs());
-    let mut steps = 0u64;
-    let result = (|| -> anyhow::Result<()> {
-        for &(first, last) in &chunks {
-            let mut chunk = Chunk {
-                bounds: Some((first, last)),
-                ..Chunk::default()
-            };
-            let (first_s, last_s) = (secs(first), secs(last));
-            for name in &names {
-                let query = series_query(name, &matchers);
-                let matrix: Matrix = client.get(
-                    "/api/v1/query_range",
-                    &[
-                        ("query", &query),
-                        ("start", &first_s),
-                        ("end", &last_s),
-                        ("step", &step_s),
-                        ("timeout", &timeout),
-                    ],
-                )?;
-                if matrix.result_type != "matrix" {
-                    bail!(
-                        "{}/api/v1/query_range: expected a matrix, got {:?}",
-                        client.base,
-                        matrix.result_type
-                    );
-                }
-                chunk.add(family, name, matrix);
-                if let Some(bar) = &progress {
-                    bar.inc(1);
-                }
+                format!(", {{{matchers}}}")
             }
-            chunk.feed(|sample| {
-                analyzer.push(sample);
-                steps += 1;
-            });
-        }
-        Ok(())
-    })();
-    if let Some(bar) = progress {
-        bar.finish_and_clear();
+        ))
     }
-    result?;
-    for w in &client.warnings {
-        eprintln!("truthscale: warning: {}: {w}", client.base);
-    }
-    let report = analyzer.report();
-    let summary = format!(
-        "prometheus {}: {}, {} steps with data, every {} from {} to {}{}",
-        client.base,
-        family.describe(),
-        steps,
-        humantime::format_duration(step_d),
-        rfc3339(range.start),
-        rfc3339(range.end),
-        if matchers.is_empty() {
-            String::new()
-        } else {
-            format!(", {{{matchers}}}")
-        }
-    );
-    let mut out = std::io::stdout().lock();
-    if args.json {
-        serde_json::to_writer(&mut out, &report)?;
-        writeln!(out)?;
-        eprintln!("truthscale: {summary}");
-    } else {
-        crate::analyze::write_report(&mut out, &format!("source: {summary}"), &report)?;
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 fn rfc3339(ms: i64) -> String {

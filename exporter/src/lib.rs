@@ -5,10 +5,10 @@
 //!
 //! - [`sidecar`]: the sampler thread and its snapshots; [`http`]: the axum router.
 //! - [`sources`]: NVML, dcgm-exporter, the simulated GPU and replays.
-//! - [`doctor`]: what this machine's NVML offers, and which fidelity tier it gives.
 //! - [`config`]: defaults < file < environment < flags.
 //! - [`otlp`]: the same metrics pushed over OTLP (gRPC or HTTP/protobuf).
-//! - [`analyze`], [`simulate`]: the offline commands.
+//! - [`commands`]: one file per verb (analyze, serve, simulate, explain, top, doctor, config);
+//!   [`cli`] only dispatches. [`view`]: the per-GPU view `explain` and `top` share.
 //!
 //! Embedding in a Rust service:
 //!
@@ -21,19 +21,15 @@
 //! # drop(app);
 //! ```
 
-pub mod analyze;
 pub mod cli;
+pub mod commands;
 pub mod config;
-pub mod doctor;
 pub mod engine;
-pub mod explain;
 pub mod history;
 pub mod http;
 pub mod landing;
 pub mod otlp;
-pub mod serve;
 pub mod sidecar;
-pub mod simulate;
 pub mod sources;
-pub mod top;
+pub mod view;
 pub mod web;

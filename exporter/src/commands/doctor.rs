@@ -5,7 +5,6 @@
 //! and reports what `serve --source nvml` would get: the fidelity tier comes from the same
 //! readings the core derives from.
 
-use crate::cli::DoctorArgs;
 use crate::sources::nvml::{
     self, DeviceReport, GpmStatus, Ident, NvmlSource, ProcessInfo, Versions,
 };
@@ -339,6 +338,14 @@ pub fn render(p: &Probe) -> String {
         }
     }
     s
+}
+
+/// `truthscale doctor`.
+#[derive(Debug, clap::Args)]
+pub struct DoctorArgs {
+    /// The NVML library to load [default: libnvidia-ml.so.1].
+    #[arg(long, value_name = "PATH", env = "TRUTHSCALE_SOURCE__NVML_LIBRARY")]
+    pub nvml_library: Option<PathBuf>,
 }
 
 #[cfg(test)]

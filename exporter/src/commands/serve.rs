@@ -5,6 +5,7 @@ use crate::http::{self, RouterLimits};
 use crate::sidecar::Sidecar;
 use crate::web;
 use anyhow::Context;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Run the sidecar until SIGTERM or Ctrl-C.
@@ -110,4 +111,105 @@ async fn shutdown_signal() {
         () = ctrl_c => tracing::info!("Received Ctrl-C."),
         () = term => tracing::info!("Received SIGTERM."),
     }
+}
+
+/// `truthscale serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Counter source (see `--help`).
+    #[arg(
+        long,
+        help = "Counter source: sim[:SCENARIO], replay:PATH, nvml, dcgm-exporter[:URL] or auto \
+                [default: sim]. auto reads NVML when the library loads"
+    )]
+    pub source: Option<String>,
+    /// Address to serve on [default: 0.0.0.0:9488].
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Sampling interval, at least 100ms [default: 1s].
+    #[arg(long)]
+    pub interval: Option<String>,
+    /// Number of simulated GPUs (sim only) [default: 4].
+    #[arg(long)]
+    pub sim_gpus: Option<u32>,
+    /// After this long without data, series disappear and truthscale_source_up is 0
+    /// [default: three intervals].
+    #[arg(long)]
+    pub stale_after: Option<String>,
+    /// Replay the capture again from the start when it ends (replay only).
+    #[arg(long)]
+    pub replay_loop: bool,
+    /// Web config file (exporter-toolkit style YAML) for TLS and basic auth.
+    #[arg(long)]
+    pub web_config: Option<PathBuf>,
+    /// Configuration file (TOML); see `truthscale config defaults`.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Also push metrics over OTLP to this collector (http://HOST:4317 for gRPC,
+    /// http://HOST:4318 for HTTP/protobuf; choose with OTEL_EXPORTER_OTLP_PROTOCOL or
+    /// otlp.protocol). OTEL_EXPORTER_OTLP_ENDPOINT turns OTLP on too; see docs/otlp.md.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// The NVML library to load for --source nvml or auto [default: libnvidia-ml.so.1].
+    #[arg(long, value_name = "PATH")]
+    pub nvml_library: Option<PathBuf>,
+}
+
+impl ServeArgs {
+    /// The flags that were given, as configuration overrides.
+    #[must_use]
+    pub fn overrides(&self) -> Vec<(&'static str, String)> {
+        let mut o = Vec::new();
+        if let Some(v) = &self.source {
+            o.push(("source.spec", v.clone()));
+        }
+        if let Some(v) = &self.listen {
+            o.push(("listen_address", v.clone()));
+        }
+        if let Some(v) = &self.interval {
+            o.push(("source.interval", v.clone()));
+        }
+        if let Some(v) = self.sim_gpus {
+            o.push(("source.sim_gpus", v.to_string()));
+        }
+        if let Some(v) = &self.stale_after {
+            o.push(("source.stale_after", v.clone()));
+        }
+        if self.replay_loop {
+            o.push(("source.replay_loop", "true".into()));
+        }
+        if let Some(v) = &self.web_config {
+            o.push(("web_config_file", v.display().to_string()));
+        }
+        if let Some(v) = &self.otlp_endpoint {
+            o.push(("otlp.endpoint", v.clone()));
+        }
+        if let Some(v) = &self.nvml_library {
+            o.push(("source.nvml_library", v.display().to_string()));
+        }
+        o
+    }
+}
+
+/// `truthscale serve`: load the configuration (file, environment, flags) and run.
+///
+/// # Errors
+/// A configuration error, or the sidecar failing to start.
+pub fn main(args: &ServeArgs) -> anyhow::Result<()> {
+    init_logging();
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let overrides = args.overrides();
+    let overrides: Vec<(&str, String)> = overrides.iter().map(|(k, v)| (*k, v.clone())).collect();
+    let config = crate::config::Config::load(args.config.as_deref(), &env, &overrides)?;
+    run(&config)
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
 }

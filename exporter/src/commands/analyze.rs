@@ -1,10 +1,12 @@
 //! `truthscale analyze`: stream a capture through the core and summarize it.
 
-use crate::cli::{AnalyzeArgs, FormatArg};
 use anyhow::{Context, bail};
+use clap::ValueEnum;
 use std::fs::File;
 use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 use truthscale_core::analysis::{Analyzer, EntitySummary, Report};
 use truthscale_core::derive::DeriveConfig;
 use truthscale_core::gpus;
@@ -38,7 +40,7 @@ pub struct Analysis {
 /// The file cannot be read, the format cannot be detected, or `--gpu-model` is unknown.
 pub fn run(args: &AnalyzeArgs) -> anyhow::Result<ExitCode> {
     if args.history.prometheus.is_some() {
-        return crate::history::run(args);
+        return history(args);
     }
     if let Some(flag) = args.history.stray_flag() {
         bail!("{flag} reads history from Prometheus: it needs --prometheus URL");
@@ -397,4 +399,70 @@ pub fn write_report(out: &mut impl Write, header: &str, report: &Report) -> std:
         }
     }
     Ok(())
+}
+
+/// Capture formats on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    /// Detect from the first lines.
+    Auto,
+    /// `dcgmi dmon` text output.
+    DcgmiDmon,
+    /// dcgm-exporter `/metrics` text (one or more scrapes).
+    DcgmExporter,
+    /// truthscale JSONL trace.
+    Jsonl,
+}
+
+/// `truthscale analyze`.
+#[derive(Debug, clap::Args)]
+pub struct AnalyzeArgs {
+    /// The capture file (`-` for standard input); or --prometheus URL instead.
+    #[arg(required_unless_present = "prometheus", conflicts_with = "prometheus")]
+    pub file: Option<PathBuf>,
+    /// Input format.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "auto",
+        conflicts_with = "prometheus"
+    )]
+    pub format: FormatArg,
+    /// Time between samples, for formats without timestamps (dmon, dcgm-exporter).
+    /// For a capture of dcgm-exporter scrapes at its default, pass 30s.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s", conflicts_with = "prometheus")]
+    pub interval: Duration,
+    /// Treat every GPU as this model (a catalog key such as `h100-sxm`, or an NVML name).
+    #[arg(long)]
+    pub gpu_model: Option<String>,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Include the per-window timeline (in JSON; memory grows with the input).
+    #[arg(long)]
+    pub timeline: bool,
+    /// Configuration file (TOML) whose `[derive]` section sets thresholds and hysteresis
+    /// (see `truthscale config defaults`).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// History from a Prometheus server instead of a capture file.
+    #[command(flatten)]
+    pub history: crate::history::PrometheusArgs,
+}
+
+/// `analyze --prometheus`: the same analysis over a Prometheus history.
+fn history(args: &AnalyzeArgs) -> anyhow::Result<ExitCode> {
+    let h = crate::history::History::open(&args.history)?;
+    let mut analyzer = new_analyzer(args, Some(h.step_seconds()))?;
+    let summary = h.feed(|s| analyzer.push(s))?;
+    let report = analyzer.report();
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer(&mut out, &report)?;
+        writeln!(out)?;
+        eprintln!("truthscale: {summary}");
+    } else {
+        write_report(&mut out, &format!("source: {summary}"), &report)?;
+    }
+    Ok(ExitCode::SUCCESS)
 }

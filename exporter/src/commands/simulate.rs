@@ -1,9 +1,10 @@
 //! `truthscale simulate`: write a JSONL trace from the simulated GPU.
 
-use crate::cli::SimulateArgs;
 use anyhow::{Context, bail};
 use std::fs::File;
 use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::time::Duration;
 use truthscale_core::gpus;
 use truthscale_core::model::Timestamp;
 use truthscale_core::parse::jsonl;
@@ -72,4 +73,30 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<()> {
     out.flush()
         .with_context(|| format!("cannot write {}", args.output.display()))?;
     Ok(())
+}
+
+/// `truthscale simulate`.
+#[derive(Debug, clap::Args)]
+pub struct SimulateArgs {
+    /// Scenario: llm-serving, decode-only, training, tiny-kernel, idle-allocated.
+    #[arg(long, default_value = "llm-serving")]
+    pub scenario: String,
+    /// Simulated time to cover.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]
+    pub duration: Duration,
+    /// Window length.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "250ms")]
+    pub interval: Duration,
+    /// Number of GPUs.
+    #[arg(long, default_value_t = 1)]
+    pub gpus: u32,
+    /// GPU model (catalog key or NVML name).
+    #[arg(long, default_value = "h100-sxm")]
+    pub gpu_model: String,
+    /// Random seed; the same seed gives the same trace.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output file (`-` for standard output).
+    #[arg(short = 'o', long)]
+    pub output: PathBuf,
 }

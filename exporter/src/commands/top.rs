@@ -6,12 +6,14 @@
 //! per `--interval`. When stdout is not a terminal, or with `--once`, it prints plain text:
 //! `--once` prints one frame and exits (with a replay, the newest sample per GPU).
 
-use crate::explain::{self, GpuView, Stepper, push_history};
+use crate::view::{self, GpuView, Stepper, push_history};
 use anyhow::bail;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 use std::path::Path;
+use std::path::PathBuf;
+use std::time::Duration;
 use std::time::SystemTime;
 use truthscale_core::model::Sample;
 use truthscale_core::verdict::VerdictConfig;
@@ -90,7 +92,7 @@ pub fn frame(views: &[GpuView]) -> String {
 /// Every sample of a capture (any format `analyze` reads) grouped by time, and the nominal
 /// interval.
 fn read_replay(path: &Path) -> anyhow::Result<(Vec<Vec<Sample>>, Option<f64>)> {
-    let (samples, nominal) = explain::read_capture(path)?;
+    let (samples, nominal) = view::read_capture(path)?;
     // One step per instant: a JSONL capture has a sample per GPU with the same time.
     let mut steps: Vec<Vec<Sample>> = Vec::new();
     for s in samples {
@@ -131,7 +133,7 @@ enum Feed {
 }
 
 impl Feed {
-    fn open(args: &crate::cli::TopArgs, cfg: &VerdictConfig) -> anyhow::Result<Feed> {
+    fn open(args: &TopArgs, cfg: &VerdictConfig) -> anyhow::Result<Feed> {
         match (&args.replay, &args.url, &args.nvml_library) {
             (Some(p), None, None) => {
                 let (samples, nominal) = read_replay(p)?;
@@ -189,11 +191,11 @@ impl Feed {
                 error,
                 views,
                 history,
-            } => match explain::fetch_metrics(url) {
+            } => match view::fetch_metrics(url) {
                 Ok(body) => {
                     *scrapes += 1;
                     *error = None;
-                    let mut fresh = explain::views_from_exposition(&body, cfg);
+                    let mut fresh = view::views_from_exposition(&body, cfg);
                     for v in &mut fresh {
                         let h = history.entry(v.gpu).or_default();
                         push_history(h, v.effective.or(v.saturation).or(v.upper_bound));
@@ -296,7 +298,7 @@ impl Feed {
 ///
 /// # Errors
 /// The input cannot be opened, or the terminal cannot be set up.
-pub fn run(args: &crate::cli::TopArgs) -> anyhow::Result<()> {
+pub fn run(args: &TopArgs) -> anyhow::Result<()> {
     let cfg = VerdictConfig::default();
     let mut feed = Feed::open(args, &cfg)?;
     if args.once || !std::io::stdout().is_terminal() {
@@ -306,7 +308,7 @@ pub fn run(args: &crate::cli::TopArgs) -> anyhow::Result<()> {
 }
 
 /// Plain text: one frame with `--once` or a replay, else a frame per interval.
-fn plain(args: &crate::cli::TopArgs, cfg: &VerdictConfig, feed: &mut Feed) -> anyhow::Result<()> {
+fn plain(args: &TopArgs, cfg: &VerdictConfig, feed: &mut Feed) -> anyhow::Result<()> {
     loop {
         match feed {
             Feed::Replay { .. } => feed.finish(cfg),
@@ -496,6 +498,31 @@ mod tui {
             }
         }
     }
+}
+
+/// `truthscale top`.
+#[derive(Debug, clap::Args)]
+pub struct TopArgs {
+    /// A capture to replay: on a terminal it plays back one sample per --interval; with
+    /// --once or without a terminal, one frame of the newest sample per GPU.
+    #[arg(
+        long,
+        conflicts_with_all = ["url", "nvml_library"],
+        required_unless_present_any = ["url", "nvml_library"]
+    )]
+    pub replay: Option<PathBuf>,
+    /// A running sidecar (`http://HOST:PORT`).
+    #[arg(long, conflicts_with = "nvml_library")]
+    pub url: Option<String>,
+    /// Read NVML directly from this library (e.g. `/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1`).
+    #[arg(long)]
+    pub nvml_library: Option<PathBuf>,
+    /// Print one frame and exit (with NVML, after two samples one --interval apart).
+    #[arg(long)]
+    pub once: bool,
+    /// Refresh interval (and, with a replay on a terminal, the time per replayed sample).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    pub interval: Duration,
 }
 
 #[cfg(test)]

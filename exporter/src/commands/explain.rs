@@ -1,0 +1,177 @@
+//! `truthscale explain`: per GPU, in words, what the dashboard says, what the counters
+//! say, the gap, the phase and verdict with reasons, what was not measured, and one
+//! suggested action. Reads a replay (any capture `analyze` reads) or a running sidecar's
+//! `/metrics`. The view itself ([`crate::view::GpuView`]) is shared with
+//! `truthscale top`.
+
+use crate::view::{GpuView, fetch_metrics, views_from_exposition, views_from_replay};
+use anyhow::bail;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use truthscale_core::verdict::VerdictConfig;
+
+fn pct(v: f64) -> String {
+    format!("{:.0} %", v * 100.0)
+}
+
+/// The explanation of one GPU, in words.
+#[must_use]
+pub fn explain(v: &GpuView) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "{}", v.name);
+    let _ = match v.reported {
+        Some(u) => writeln!(
+            o,
+            "  dashboard says: {} utilized (the busy flag nvidia-smi shows: time with any kernel resident)",
+            pct(u)
+        ),
+        None => writeln!(o, "  dashboard says: nothing (no busy flag was read)"),
+    };
+    let pipes = match (v.tensor, v.dram) {
+        (Some(t), Some(d)) => format!(" (tensor {}, DRAM {})", pct(t), pct(d)),
+        _ => String::new(),
+    };
+    let _ = match (v.effective, v.saturation, v.upper_bound) {
+        (Some(e), Some(s), _) => writeln!(
+            o,
+            "  counters say:   effective compute {}, roofline saturation {}{pipes}",
+            pct(e),
+            pct(s)
+        ),
+        (_, _, Some(b)) => writeln!(
+            o,
+            "  counters say:   effective compute at most {} (no tensor counter: an upper bound)",
+            pct(b)
+        ),
+        _ => writeln!(o, "  counters say:   nothing beyond the busy flag"),
+    };
+    match (v.reported, v.effective) {
+        (Some(u), Some(e)) if u >= 0.05 => {
+            let _ = writeln!(
+                o,
+                "  the gap:        {:.0} points of the {} shown are not compute",
+                ((u - e) * 100.0).max(0.0),
+                pct(u)
+            );
+        }
+        (Some(_), Some(_)) => {
+            let _ = writeln!(o, "  the gap:        none to speak of (idle)");
+        }
+        (None, _) => {
+            let _ = writeln!(
+                o,
+                "  the gap:        cannot be measured without the busy flag"
+            );
+        }
+        (Some(_), None) => {
+            let _ = writeln!(
+                o,
+                "  the gap:        cannot be measured without the tensor counter"
+            );
+        }
+    }
+    let _ = writeln!(
+        o,
+        "  phase:          {}",
+        v.phase.as_deref().unwrap_or("undecided")
+    );
+    if let Some(sv) = &v.serving {
+        let _ = match &sv.absent_reason {
+            Some(r) => writeln!(o, "  engine:         absent ({r})"),
+            None => {
+                let mut parts = Vec::new();
+                if let Some(kv) = sv.kv_cache_utilization {
+                    parts.push(format!("KV cache {}", pct(kv)));
+                }
+                if let Some(r) = sv.running_requests {
+                    parts.push(format!("{r:.0} running"));
+                }
+                if let Some(q) = sv.queued_requests {
+                    parts.push(format!("{q:.0} queued"));
+                }
+                if let (Some(p), Some(t)) = (sv.prompt_tokens_per_sec, sv.output_tokens_per_sec) {
+                    parts.push(format!("{p:.0} prompt + {t:.0} output tokens/s"));
+                }
+                writeln!(
+                    o,
+                    "  engine:         {}: {}",
+                    sv.engine.as_deref().unwrap_or("engine"),
+                    parts.join(", ")
+                )
+            }
+        };
+    }
+    if let Some(r) = &v.verdict {
+        let _ = writeln!(o, "  verdict:        {}", r.verdict);
+        for reason in &r.reasons {
+            let _ = writeln!(o, "    because {reason}");
+        }
+        if !r.missing.is_empty() {
+            let _ = writeln!(o, "  not measured:");
+            for m in &r.missing {
+                let _ = writeln!(o, "    - {m}");
+            }
+        }
+        let _ = writeln!(o, "  suggestion:     {}", r.action);
+    }
+    o
+}
+
+/// Run `truthscale explain`.
+///
+/// # Errors
+/// Neither or both of `--replay` and `--url`, an unreadable input, or no such GPU.
+pub fn run(args: &ExplainArgs) -> anyhow::Result<()> {
+    let cfg = match &args.config {
+        Some(p) => crate::config::Config::load(Some(p), &[], &[])?.verdict,
+        None => VerdictConfig::default(),
+    };
+    let views = load(args.replay.as_deref(), args.url.as_deref(), &cfg)?;
+    let views: Vec<&GpuView> = views
+        .iter()
+        .filter(|v| args.gpu.is_none() || v.gpu == args.gpu)
+        .collect();
+    if views.is_empty() {
+        match args.gpu {
+            Some(g) => bail!("no GPU {g} in the input"),
+            None => bail!("no GPU in the input"),
+        }
+    }
+    let text: Vec<String> = views.iter().map(|v| explain(v)).collect();
+    print!("{}", text.join("\n"));
+    Ok(())
+}
+
+/// Views from `--replay FILE` or `--url URL` (exactly one).
+///
+/// # Errors
+/// Neither or both given, or the input cannot be read.
+pub fn load(
+    replay: Option<&Path>,
+    url: Option<&str>,
+    cfg: &VerdictConfig,
+) -> anyhow::Result<Vec<GpuView>> {
+    match (replay, url) {
+        (Some(p), None) => views_from_replay(p, cfg),
+        (None, Some(u)) => Ok(views_from_exposition(&fetch_metrics(u)?, cfg)),
+        _ => bail!("give one of --replay FILE or --url http://SIDECAR:PORT"),
+    }
+}
+
+/// `truthscale explain`.
+#[derive(Debug, clap::Args)]
+pub struct ExplainArgs {
+    /// A capture to replay (JSONL trace, dcgm-exporter scrape or dmon output); the newest
+    /// window per GPU is explained.
+    #[arg(long, conflicts_with = "url", required_unless_present = "url")]
+    pub replay: Option<PathBuf>,
+    /// A running sidecar (`http://HOST:PORT`, `/metrics` is added).
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Only this GPU index.
+    #[arg(long)]
+    pub gpu: Option<u32>,
+    /// Configuration file whose `[verdict]` section sets the thresholds.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
