@@ -12,7 +12,7 @@
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use std::time::Duration;
-use truthscale_exporter::{config::Config, otlp, sidecar::Sidecar};
+use truthscale_exporter::{config::Config, sidecar::Sidecar, sinks::otlp};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

@@ -7,118 +7,18 @@
 
 use crate::config::Settings;
 use crate::engine::{self, EngineScraper};
+use crate::sinks::prometheus::{SinkErrors, Snapshot, VERSION};
 use crate::sources::{self, AnySource, BuildError, unix_ms};
-use axum::body::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::watch;
-use truthscale_core::exposition::{
-    self, ExporterStatus, Format, GpuEntry, Identity, SinkHealth, SourceHealth,
-};
+use truthscale_core::exposition::{self, ExporterStatus, Format, GpuEntry, Identity, SourceHealth};
 use truthscale_core::gpus;
 use truthscale_core::model::EntityKey;
 use truthscale_core::tracker::{Deriver, EntityWindow};
-
-/// The exporter's version, as `truthscale_build_info` reports it.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// Everything a tick produced, encoded once.
-#[derive(Debug, Clone, Default)]
-pub struct Snapshot {
-    /// Tick number (0 before the first tick).
-    pub tick: u64,
-    /// Wall time of the tick, Unix milliseconds.
-    pub taken_unix_ms: i64,
-    /// The GPU entities being served; a GPU that stopped has `up == false` for a while
-    /// (only `truthscale_gpu_up 0` is written for it).
-    pub gpus: Vec<GpuEntry>,
-    /// Whether the source produced data within the stale period.
-    pub source_up: bool,
-    /// The source label.
-    pub source: String,
-    /// `/metrics` in text format 0.0.4.
-    pub text: Bytes,
-    /// `/metrics` in OpenMetrics.
-    pub openmetrics: Bytes,
-    /// The landing page.
-    pub landing: Bytes,
-    /// The exporter status encoded into this snapshot.
-    pub status: ExporterStatus,
-    /// The identity labels encoded into this snapshot.
-    pub identity: Identity,
-}
-
-/// Failure counts of push sinks (OTLP), shared between a sink, which adds to them, and the
-/// sampler, which copies them into every snapshot (`truthscale_sink_errors_total`).
-#[derive(Debug, Clone, Default)]
-pub struct SinkErrors(Arc<Mutex<BTreeMap<String, BTreeMap<String, u64>>>>);
-
-impl SinkErrors {
-    /// Declare a sink and its error kinds, so that they are exposed (at 0) before the first
-    /// failure.
-    pub fn register(&self, sink: &str, kinds: &[&str]) {
-        if let Ok(mut m) = self.0.lock() {
-            let e = m.entry(sink.to_string()).or_default();
-            for k in kinds {
-                e.entry((*k).to_string()).or_default();
-            }
-        }
-    }
-
-    /// Count one failure of `sink` of this kind.
-    pub fn add(&self, sink: &str, kind: &str) {
-        if let Ok(mut m) = self.0.lock() {
-            *m.entry(sink.to_string())
-                .or_default()
-                .entry(kind.to_string())
-                .or_default() += 1;
-        }
-    }
-
-    /// The failures of `sink` so far, all kinds together.
-    #[must_use]
-    pub fn total(&self, sink: &str) -> u64 {
-        self.0
-            .lock()
-            .map(|m| m.get(sink).map_or(0, |e| e.values().sum()))
-            .unwrap_or(0)
-    }
-
-    fn health(&self) -> Vec<SinkHealth> {
-        self.0
-            .lock()
-            .map(|m| {
-                m.iter()
-                    .map(|(name, errors)| SinkHealth {
-                        name: name.clone(),
-                        errors: errors.clone(),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-}
-
-impl Snapshot {
-    /// Whether a tick has run (readiness).
-    #[must_use]
-    pub fn ready(&self) -> bool {
-        self.tick > 0
-    }
-
-    /// The body for `format`.
-    #[must_use]
-    pub fn body(&self, format: Format) -> Bytes {
-        match format {
-            Format::Text => self.text.clone(),
-            Format::OpenMetrics => self.openmetrics.clone(),
-        }
-    }
-}
 
 /// A running sampler. Dropping it stops the thread.
 #[derive(Debug)]
@@ -386,7 +286,6 @@ impl Sampler {
         let text = exposition::encode(&gpus, &self.identity, &status, Format::Text);
         let openmetrics = exposition::encode(&gpus, &self.identity, &status, Format::OpenMetrics);
         self.previous_body = Some(text.len());
-        let landing = crate::landing::render(&gpus, kind.as_str(), up, unix_ms(now));
         Snapshot {
             tick: self.tick,
             taken_unix_ms: unix_ms(now),
@@ -395,7 +294,6 @@ impl Sampler {
             source: kind.as_str().to_string(),
             text: text.into(),
             openmetrics: openmetrics.into(),
-            landing: landing.into(),
             status,
             identity: self.identity.clone(),
         }

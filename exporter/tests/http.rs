@@ -8,7 +8,8 @@ use tokio::sync::watch;
 use tower::ServiceExt;
 use truthscale_exporter::config::Config;
 use truthscale_exporter::http::{RouterLimits, router};
-use truthscale_exporter::sidecar::{Sidecar, Snapshot};
+use truthscale_exporter::sidecar::Sidecar;
+use truthscale_exporter::sinks::prometheus::Snapshot;
 
 async fn get(app: axum::Router, uri: &str, accept: Option<&str>) -> (StatusCode, String, String) {
     let mut req = Request::get(uri);
@@ -126,9 +127,9 @@ async fn basic_auth_rejects_without_credentials() {
     let hash = bcrypt::hash("secret", 4).unwrap();
     let f = dir.join("web.yml");
     std::fs::write(&f, format!("basic_auth_users:\n  alice: {hash}\n")).unwrap();
-    let web = truthscale_exporter::web::WebConfig::load(&f).unwrap();
+    let web = truthscale_exporter::http::web::WebConfig::load(&f).unwrap();
     let s = sim_sidecar(1);
-    let app = truthscale_exporter::web::layer(
+    let app = truthscale_exporter::http::web::layer(
         router(s.subscribe(), RouterLimits::default()),
         web.basic_auth().unwrap(),
     );

@@ -1,4 +1,4 @@
-//! Integration tests for `truthscale_exporter::web`: web-config loading, basic auth, TLS,
+//! Integration tests for `truthscale_exporter::http::web`: web-config loading, basic auth, TLS,
 //! request-head limits and graceful shutdown, all over loopback sockets.
 
 use std::net::SocketAddr;
@@ -13,7 +13,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use truthscale_exporter::web::{self, HttpLimits, WebConfig, WebConfigError};
+use truthscale_exporter::http::web::{self, HttpLimits, WebConfig, WebConfigError};
 
 const USER: &str = "alice";
 const PASSWORD: &str = "correct horse battery staple";

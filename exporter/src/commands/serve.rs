@@ -1,9 +1,9 @@
 //! `truthscale serve`: the sidecar's main loop.
 
 use crate::config::{Config, Settings};
+use crate::http::web;
 use crate::http::{self, RouterLimits};
 use crate::sidecar::Sidecar;
-use crate::web;
 use anyhow::Context;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -36,7 +36,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     let sidecar = Sidecar::start(&settings).context("cannot start the source")?;
     let otlp = match &settings.otlp {
         Some(o) => Some(
-            crate::otlp::Otlp::start(
+            crate::sinks::otlp::Otlp::start(
                 o,
                 &settings.identity,
                 sidecar.subscribe(),

@@ -1,6 +1,9 @@
 //! The HTTP surface: `/metrics`, `/`, `/healthz`, `/readyz`.
 
-use crate::sidecar::Snapshot;
+pub mod landing;
+pub mod web;
+
+use crate::sinks::prometheus::Snapshot;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -79,7 +82,7 @@ async fn landing(State(rx): State<Snap>) -> Response {
     let snap = rx.borrow().clone();
     (
         [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        snap.landing.clone(),
+        snap.landing(),
     )
         .into_response()
 }

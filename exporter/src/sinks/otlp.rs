@@ -20,7 +20,7 @@
 //! settings are passed to the SDK only when set, and then win.
 
 use crate::config::{OtlpProtocol, OtlpSettings, OtlpTemporality};
-use crate::sidecar::{SinkErrors, Snapshot, VERSION};
+use crate::sinks::prometheus::{SinkErrors, Snapshot, VERSION};
 use anyhow::Context as _;
 use opentelemetry::metrics::{
     AsyncInstrument, Meter, MeterProvider as _, ObservableCounter, ObservableGauge,

@@ -1,0 +1,108 @@
+//! The Prometheus sink: the snapshot each tick encodes once (text 0.0.4 and OpenMetrics),
+//! which every scrape clones, and the push sinks' failure counts it carries.
+
+use axum::body::Bytes;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use truthscale_core::exposition::{ExporterStatus, Format, GpuEntry, Identity, SinkHealth};
+
+/// The exporter's version, as `truthscale_build_info` reports it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Everything a tick produced, encoded once.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Tick number (0 before the first tick).
+    pub tick: u64,
+    /// Wall time of the tick, Unix milliseconds.
+    pub taken_unix_ms: i64,
+    /// The GPU entities being served; a GPU that stopped has `up == false` for a while
+    /// (only `truthscale_gpu_up 0` is written for it).
+    pub gpus: Vec<GpuEntry>,
+    /// Whether the source produced data within the stale period.
+    pub source_up: bool,
+    /// The source label.
+    pub source: String,
+    /// `/metrics` in text format 0.0.4.
+    pub text: Bytes,
+    /// `/metrics` in OpenMetrics.
+    pub openmetrics: Bytes,
+    /// The exporter status encoded into this snapshot.
+    pub status: ExporterStatus,
+    /// The identity labels encoded into this snapshot.
+    pub identity: Identity,
+}
+
+/// Failure counts of push sinks (OTLP), shared between a sink, which adds to them, and the
+/// sampler, which copies them into every snapshot (`truthscale_sink_errors_total`).
+#[derive(Debug, Clone, Default)]
+pub struct SinkErrors(Arc<Mutex<BTreeMap<String, BTreeMap<String, u64>>>>);
+
+impl SinkErrors {
+    /// Declare a sink and its error kinds, so that they are exposed (at 0) before the first
+    /// failure.
+    pub fn register(&self, sink: &str, kinds: &[&str]) {
+        if let Ok(mut m) = self.0.lock() {
+            let e = m.entry(sink.to_string()).or_default();
+            for k in kinds {
+                e.entry((*k).to_string()).or_default();
+            }
+        }
+    }
+
+    /// Count one failure of `sink` of this kind.
+    pub fn add(&self, sink: &str, kind: &str) {
+        if let Ok(mut m) = self.0.lock() {
+            *m.entry(sink.to_string())
+                .or_default()
+                .entry(kind.to_string())
+                .or_default() += 1;
+        }
+    }
+
+    /// The failures of `sink` so far, all kinds together.
+    #[must_use]
+    pub fn total(&self, sink: &str) -> u64 {
+        self.0
+            .lock()
+            .map(|m| m.get(sink).map_or(0, |e| e.values().sum()))
+            .unwrap_or(0)
+    }
+
+    pub(crate) fn health(&self) -> Vec<SinkHealth> {
+        self.0
+            .lock()
+            .map(|m| {
+                m.iter()
+                    .map(|(name, errors)| SinkHealth {
+                        name: name.clone(),
+                        errors: errors.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Snapshot {
+    /// Whether a tick has run (readiness).
+    #[must_use]
+    pub fn ready(&self) -> bool {
+        self.tick > 0
+    }
+
+    /// The landing page, rendered on request (not every tick).
+    #[must_use]
+    pub fn landing(&self) -> String {
+        crate::http::landing::render(&self.gpus, &self.source, self.source_up, self.taken_unix_ms)
+    }
+
+    /// The body for `format`.
+    #[must_use]
+    pub fn body(&self, format: Format) -> Bytes {
+        match format {
+            Format::Text => self.text.clone(),
+            Format::OpenMetrics => self.openmetrics.clone(),
+        }
+    }
+}
