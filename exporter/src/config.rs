@@ -5,7 +5,7 @@
 //! that is wrong.
 
 use crate::engine::{EngineConfig, EngineSettings};
-use crate::sources::SourceSpec;
+use crate::sources::{self, Common};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -343,8 +343,8 @@ pub struct Settings {
     pub listen: SocketAddr,
     /// Web config file.
     pub web_config_file: Option<PathBuf>,
-    /// The source.
-    pub source: SourceSpec,
+    /// The source, with its own configuration.
+    pub source: sources::SourceConfig,
     /// Sampling interval.
     pub interval: Duration,
     /// Stale period.
@@ -554,11 +554,6 @@ impl Config {
                 message: "must be at least one interval".into(),
             });
         }
-        let source =
-            SourceSpec::parse(&self.source.spec).map_err(|message| ConfigError::Invalid {
-                key: "source.spec",
-                message,
-            })?;
         if self.source.sim_gpus == 0 || self.source.sim_gpus > 64 {
             return Err(ConfigError::Invalid {
                 key: "source.sim_gpus",
@@ -622,6 +617,31 @@ impl Config {
             container: id.container.clone().or_else(|| getenv("CONTAINER_NAME")),
             node: id.node.clone().or_else(|| getenv("NODE_NAME")),
         };
+        let common = Common {
+            interval,
+            sim_gpus: self.source.sim_gpus,
+            sim_gpu_model,
+            seed: self.source.seed,
+            node: identity.node.clone(),
+            replay_loop: self.source.replay_loop,
+            replay_interval,
+            scrape_timeout,
+            gpu_uuids: self.source.gpu_uuids.clone(),
+            gpu_indices: self.source.gpu_indices.clone(),
+            nvml_library: PathBuf::from(self.source.nvml_library.trim()),
+            per_process_series: self.source.per_process_series,
+            node_ip: getenv("NODE_IP"),
+            nvidia_visible_devices: getenv("NVIDIA_VISIBLE_DEVICES"),
+            pod: identity.pod.clone(),
+            namespace: identity.namespace.clone(),
+        };
+        let source =
+            sources::SourceConfig::from_spec(&self.source.spec, &common).map_err(|message| {
+                ConfigError::Invalid {
+                    key: "source.spec",
+                    message,
+                }
+            })?;
         Ok(Settings {
             listen,
             web_config_file: self.web_config_file.clone(),

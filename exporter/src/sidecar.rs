@@ -8,7 +8,7 @@
 use crate::config::Settings;
 use crate::engine::{self, EngineScraper};
 use crate::sinks::prometheus::{SinkErrors, Snapshot, VERSION};
-use crate::sources::{self, AnySource, BuildError, unix_ms};
+use crate::sources::{BuildError, Source, unix_ms};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -36,14 +36,14 @@ impl Sidecar {
     /// # Errors
     /// The source cannot be built (not built yet, or a replay file that cannot be used).
     pub fn start(settings: &Settings) -> Result<Sidecar, BuildError> {
-        let source = sources::build(settings, SystemTime::now())?;
+        let source = settings.source.build(SystemTime::now())?;
         Ok(Sidecar::with_source(settings, source))
     }
 
     /// Start sampling from an already built source.
     #[must_use]
-    pub fn with_source(settings: &Settings, source: AnySource) -> Sidecar {
-        let name = source.kind().as_str().to_string();
+    pub fn with_source(settings: &Settings, source: Box<dyn Source>) -> Sidecar {
+        let name = source.name().to_string();
         let (tx, rx) = watch::channel(Arc::new(Snapshot {
             source: name.clone(),
             ..Snapshot::default()
@@ -140,7 +140,7 @@ struct Served {
 
 /// The sampler's state: source, deriver, and what is being served.
 struct Sampler {
-    source: AnySource,
+    source: Box<dyn Source>,
     deriver: Deriver,
     identity: Identity,
     stale_after: Duration,
@@ -162,18 +162,11 @@ const FORGET_STOPPED_AFTER: Duration = Duration::from_secs(600);
 const ERROR_LOG_EVERY: Duration = Duration::from_secs(30);
 
 impl Sampler {
-    fn new(settings: &Settings, source: AnySource) -> Sampler {
-        // A replay's windows are as long as its recorded spacing; the simulator's as the
-        // sampling interval; dcgm-exporter's are learned from its own cadence.
-        let window = match source {
-            AnySource::Replay(_) => Some(settings.replay_interval.as_secs_f64()),
-            AnySource::Sim(_) | AnySource::Nvml(_) => Some(settings.interval.as_secs_f64()),
-            AnySource::DcgmExporter(_) => None,
-        };
+    fn new(settings: &Settings, source: Box<dyn Source>) -> Sampler {
+        // The source says how long its windows are (or lets the deriver learn them).
+        let window = source.window().map(|w| w.as_secs_f64());
         Sampler {
             source,
-            // A replay's windows are as long as its recorded spacing; live sources' as the
-            // sampling interval.
             deriver: {
                 let mut d = Deriver::new(settings.derive.clone(), window);
                 d.set_verdict_config(settings.verdict.clone());
@@ -218,7 +211,7 @@ impl Sampler {
             if last.is_none_or(|t| t.elapsed() >= ERROR_LOG_EVERY) {
                 self.last_error_log.insert(e.kind(), Instant::now());
                 tracing::warn!(
-                    source = self.source.kind().as_str(),
+                    source = self.source.name(),
                     kind = e.kind(),
                     error = %e,
                     "Source reported a problem; it is counted in truthscale_source_errors_total (repeats of this kind are logged at most every 30 s)."
@@ -259,7 +252,7 @@ impl Sampler {
         self.entities
             .retain(|_, s| s.last_seen.elapsed() <= stale_after + FORGET_STOPPED_AFTER);
         let up = self.last_data.is_some_and(|t| t.elapsed() <= stale_after);
-        let kind = self.source.kind();
+        let kind = self.source.name();
         let gpus: Vec<GpuEntry> = self
             .entities
             .values()
@@ -273,7 +266,7 @@ impl Sampler {
         let status = ExporterStatus {
             version: VERSION.to_string(),
             sources: vec![SourceHealth {
-                name: kind.as_str().to_string(),
+                name: kind.to_string(),
                 up,
                 errors: self.errors.clone(),
             }],
@@ -291,7 +284,7 @@ impl Sampler {
             taken_unix_ms: unix_ms(now),
             gpus,
             source_up: up,
-            source: kind.as_str().to_string(),
+            source: kind.to_string(),
             text: text.into(),
             openmetrics: openmetrics.into(),
             status,

@@ -49,8 +49,10 @@ pub struct Identity {
 pub struct GpuEntry {
     /// The derived window and integrals.
     pub window: EntityWindow,
-    /// Where its counters came from.
-    pub source: SourceKind,
+    /// Where its counters came from: the source's label (`nvml`, `dcgm_exporter`, `replay`,
+    /// …; see [`SourceKind`] for the built-in ones). Simulated entities say `sim` whatever
+    /// source replayed them.
+    pub source: &'static str,
     /// Whether it produced data within the stale period. A GPU that stopped is written only
     /// as `truthscale_gpu_up 0`.
     pub up: bool,
@@ -342,13 +344,13 @@ fn gpu_values<'a>(
         MetricId::GpuInfo => {
             // Simulated data says so, replayed or live.
             let source = if win.simulated {
-                SourceKind::Sim
+                SourceKind::Sim.as_str()
             } else {
                 g.source
             };
             push(
                 vec![
-                    ("source", source.as_str()),
+                    ("source", source),
                     ("fidelity", win.capability.as_str()),
                     ("catalog_model", win.spec.map_or("unknown", |s| s.key)),
                 ],
@@ -823,7 +825,7 @@ mod tests {
             .remove(0);
         GpuEntry {
             window: w,
-            source: SourceKind::Sim,
+            source: SourceKind::Sim.as_str(),
             up: true,
         }
     }
@@ -1094,7 +1096,7 @@ mod tests {
         }
         let g = GpuEntry {
             window: last.unwrap(),
-            source: SourceKind::DcgmExporter,
+            source: SourceKind::DcgmExporter.as_str(),
             up: true,
         };
         let body = encode(
@@ -1140,7 +1142,7 @@ mod tests {
     #[test]
     fn a_replayed_simulation_still_says_sim() {
         let mut e = entry("p");
-        e.source = SourceKind::Replay;
+        e.source = SourceKind::Replay.as_str();
         e.window.simulated = true;
         let body = encode(
             &[e],
@@ -1150,7 +1152,7 @@ mod tests {
         );
         assert!(body.contains(r#"source="sim""#), "{body}");
         let mut e = entry("p");
-        e.source = SourceKind::Replay;
+        e.source = SourceKind::Replay.as_str();
         let body = encode(
             &[e],
             &Identity::default(),

@@ -5,6 +5,7 @@
 //! and reports what `serve --source nvml` would get: the fidelity tier comes from the same
 //! readings the core derives from.
 
+use crate::sources::Source as _;
 use crate::sources::nvml::{
     self, DeviceReport, GpmStatus, Ident, NvmlSource, ProcessInfo, Versions,
 };

@@ -6,6 +6,7 @@
 //! per `--interval`. When stdout is not a terminal, or with `--once`, it prints plain text:
 //! `--once` prints one frame and exits (with a replay, the newest sample per GPU).
 
+use crate::sources::Source as _;
 use crate::view::{self, GpuView, Stepper, push_history};
 use anyhow::bail;
 use std::collections::BTreeMap;

@@ -10,11 +10,11 @@
 //! - **Bad values.** Sentinels are counted (`kind="sentinel"`) and never exported as data;
 //!   scrape failures are counted by kind and the source goes stale.
 
-use super::{Produced, SourceError, unix_ms};
+use super::{BuildError, Common, Produced, Source, SourceError, unix_ms};
 use std::collections::HashMap;
 use std::io::Read;
 use std::time::{Duration, SystemTime};
-use truthscale_core::model::{EntityKey, EntitySample, Readings, Sample, Timestamp};
+use truthscale_core::model::{EntityKey, EntitySample, Readings, Sample, SourceKind, Timestamp};
 use truthscale_core::parse::{DcgmTextParser, dcgm_value};
 
 /// Largest body read from dcgm-exporter.
@@ -111,6 +111,52 @@ pub struct DcgmExporterSource {
     warned_scope: bool,
 }
 
+/// `dcgm-exporter[:URL]`: a live dcgm-exporter, this pod's GPUs only.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DcgmExporterConfig {
+    /// Its `/metrics` URL.
+    pub url: String,
+    /// Scrape timeout.
+    pub timeout: Duration,
+    /// Which GPUs are this pod's.
+    pub scope: Scope,
+}
+
+impl DcgmExporterConfig {
+    pub(crate) fn from_spec(arg: Option<&str>, c: &Common) -> Result<DcgmExporterConfig, String> {
+        let url = match arg {
+            None => super::default_dcgm_url(c.node_ip.as_deref()),
+            Some(u) if u.starts_with("http://") || u.starts_with("https://") => u.to_string(),
+            Some(u) => {
+                return Err(format!(
+                    "dcgm-exporter:{u}: the URL must start with http:// or https://"
+                ));
+            }
+        };
+        let scope = Scope::choose(
+            &c.gpu_uuids,
+            &c.gpu_indices,
+            c.pod.as_deref(),
+            c.namespace.as_deref(),
+            c.nvidia_visible_devices.as_deref(),
+        );
+        Ok(DcgmExporterConfig {
+            url,
+            timeout: c.scrape_timeout,
+            scope,
+        })
+    }
+
+    pub(crate) fn build(&self, _now: SystemTime) -> Result<Box<dyn Source>, BuildError> {
+        tracing::info!(url = %self.url, scope = ?self.scope, "Reading dcgm-exporter.");
+        Ok(Box::new(DcgmExporterSource::new(
+            &self.url,
+            self.timeout,
+            self.scope.clone(),
+        )))
+    }
+}
+
 impl DcgmExporterSource {
     /// A source reading `url` with `timeout` per scrape.
     #[must_use]
@@ -154,9 +200,20 @@ impl DcgmExporterSource {
             .map_err(|e| SourceError::Io(format!("{}: body: {e}", self.url)))?;
         Ok(body)
     }
+}
+
+impl Source for DcgmExporterSource {
+    fn name(&self) -> &'static str {
+        SourceKind::DcgmExporter.as_str()
+    }
+
+    /// Learned from dcgm-exporter's own cadence.
+    fn window(&self) -> Option<Duration> {
+        None
+    }
 
     /// Scrape once and return what changed.
-    pub fn sample(&mut self, now: SystemTime) -> Produced {
+    fn sample(&mut self, now: SystemTime) -> Produced {
         let mut out = Produced::default();
         let body = match self.fetch() {
             Ok(b) => b,

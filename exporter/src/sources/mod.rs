@@ -1,14 +1,15 @@
 //! Counter sources. Each produces raw [`Sample`]s and derives nothing.
 //!
 //! Sources are synchronous: the sampler runs them on its own thread, never on the scrape
-//! path. `auto` is NVML when the library loads.
+//! path. `auto` is NVML when the library loads. Each source owns its configuration
+//! ([`SourceConfig`]), which builds it, and implements [`Source`].
 
 use std::path::PathBuf;
-use std::time::SystemTime;
-use truthscale_core::model::{EntityKey, Sample, SourceKind};
-use truthscale_core::sim::Scenario;
+use std::time::{Duration, SystemTime};
+use truthscale_core::model::{EntityKey, Sample};
 
 pub mod dcgm_exporter;
+pub mod null;
 pub mod nvml;
 pub mod replay;
 pub mod sim;
@@ -18,66 +19,109 @@ pub use nvml::NvmlSource;
 pub use replay::ReplaySource;
 pub use sim::SimSource;
 
-/// The `--source` value, parsed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SourceSpec {
-    /// The simulated GPU; one scenario for every GPU, or a contrasting mix.
-    Sim {
-        /// The scenario, when one was named.
-        scenario: Option<Scenario>,
-    },
-    /// A capture replayed at its recorded pace.
-    Replay {
-        /// The capture.
-        path: PathBuf,
-    },
-    /// NVML in-process.
-    Nvml,
-    /// A live dcgm-exporter.
-    DcgmExporter {
-        /// Its `/metrics` URL; `None` means `http://$NODE_IP:9400/metrics`, else localhost.
-        url: Option<String>,
-    },
-    /// NVML when the library loads, else a start error saying what to do.
-    Auto,
+/// A counter source: it produces raw samples when asked and derives nothing. The sampler
+/// calls it on its own thread, never on the scrape path, and never asks which source it is.
+pub trait Source: Send + std::fmt::Debug {
+    /// The `source` label value (`sim`, `replay`, `nvml`, `dcgm_exporter`, …).
+    fn name(&self) -> &'static str;
+    /// The length of the window each sample covers, when the source knows it; `None` lets
+    /// the deriver learn it from the samples' own spacing.
+    fn window(&self) -> Option<Duration>;
+    /// Produce what is due at wall time `now`.
+    fn sample(&mut self, now: SystemTime) -> Produced;
 }
 
-impl SourceSpec {
-    /// Parse `sim[:SCENARIO]`, `replay:PATH`, `nvml`, `dcgm-exporter:URL` or `auto`.
+/// What every source's configuration may draw on, as the configuration resolved it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Common {
+    /// Sampling interval.
+    pub interval: Duration,
+    /// Simulated GPUs.
+    pub sim_gpus: u32,
+    /// Simulated model.
+    pub sim_gpu_model: &'static truthscale_core::gpus::GpuSpec,
+    /// Simulator seed.
+    pub seed: u64,
+    /// This node's name, when known.
+    pub node: Option<String>,
+    /// Loop replays.
+    pub replay_loop: bool,
+    /// Replay spacing for captures without timestamps.
+    pub replay_interval: Duration,
+    /// dcgm-exporter scrape timeout.
+    pub scrape_timeout: Duration,
+    /// GPU UUIDs to keep (dcgm-exporter).
+    pub gpu_uuids: Vec<String>,
+    /// GPU indices to keep (dcgm-exporter).
+    pub gpu_indices: Vec<u32>,
+    /// The NVML library.
+    pub nvml_library: PathBuf,
+    /// Per-process series on (NVML).
+    pub per_process_series: bool,
+    /// `NODE_IP` (the default dcgm-exporter URL).
+    pub node_ip: Option<String>,
+    /// `NVIDIA_VISIBLE_DEVICES` (dcgm-exporter scope fallback).
+    pub nvidia_visible_devices: Option<String>,
+    /// This pod's name and namespace (dcgm-exporter scope).
+    pub pod: Option<String>,
+    /// This pod's namespace.
+    pub namespace: Option<String>,
+}
+
+/// The configured source: one variant per source, each holding that source's own
+/// configuration, which builds it. Adding a source is its file and one arm in each match here.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SourceConfig {
+    /// The simulated GPU.
+    Sim(sim::SimConfig),
+    /// A capture replayed at its recorded pace.
+    Replay(replay::ReplayConfig),
+    /// NVML in-process (`auto` too).
+    Nvml(nvml::NvmlConfig),
+    /// A live dcgm-exporter.
+    DcgmExporter(dcgm_exporter::DcgmExporterConfig),
+    /// Nothing: a source that never produces a sample (for tests and embedding).
+    Null(null::NullConfig),
+}
+
+impl SourceConfig {
+    /// The configuration `spec` (`sim[:SCENARIO]`, `replay:PATH`, `nvml`, `auto`,
+    /// `dcgm-exporter[:URL]`, `null`) names, with the settings in `common`.
     ///
     /// # Errors
     /// A message saying what is accepted.
-    pub fn parse(s: &str) -> Result<SourceSpec, String> {
-        let s = s.trim();
+    pub fn from_spec(spec: &str, common: &Common) -> Result<SourceConfig, String> {
+        let s = spec.trim();
         let (kind, arg) = match s.split_once(':') {
             Some((k, a)) => (k, Some(a)),
             None => (s, None),
         };
-        match (kind, arg) {
-            ("sim", None) => Ok(SourceSpec::Sim { scenario: None }),
-            ("sim", Some(name)) => Scenario::from_name(name)
-                .map(|sc| SourceSpec::Sim { scenario: Some(sc) })
-                .ok_or_else(|| {
-                    let names: Vec<_> = Scenario::ALL.iter().map(|s| s.as_str()).collect();
-                    format!(
-                        "unknown scenario {name:?}; choose one of {}",
-                        names.join(", ")
-                    )
-                }),
-            ("replay", Some(p)) if !p.is_empty() => Ok(SourceSpec::Replay { path: p.into() }),
-            ("nvml", None) => Ok(SourceSpec::Nvml),
-            ("auto", None) => Ok(SourceSpec::Auto),
-            ("dcgm-exporter", None) => Ok(SourceSpec::DcgmExporter { url: None }),
-            ("dcgm-exporter", Some(url))
-                if url.starts_with("http://") || url.starts_with("https://") =>
-            {
-                Ok(SourceSpec::DcgmExporter {
-                    url: Some(url.to_string()),
-                })
+        match kind {
+            "sim" => sim::SimConfig::from_spec(arg, common).map(SourceConfig::Sim),
+            "replay" => replay::ReplayConfig::from_spec(arg, common).map(SourceConfig::Replay),
+            "nvml" | "auto" => {
+                nvml::NvmlConfig::from_spec(kind == "auto", arg, common).map(SourceConfig::Nvml)
             }
+            "dcgm-exporter" => dcgm_exporter::DcgmExporterConfig::from_spec(arg, common)
+                .map(SourceConfig::DcgmExporter),
+            "null" => null::NullConfig::from_spec(arg, common).map(SourceConfig::Null),
             _ => Err(format!(
-                "{s:?} is not a source; use sim[:SCENARIO], replay:PATH, nvml, dcgm-exporter:URL or auto"
+                "{s:?} is not a source; use sim[:SCENARIO], replay:PATH, nvml, dcgm-exporter:URL, auto or null"
             )),
+        }
+    }
+
+    /// Build the source.
+    ///
+    /// # Errors
+    /// [`BuildError`] for an NVML that cannot be loaded or replay files that cannot be used.
+    pub fn build(&self, now: SystemTime) -> Result<Box<dyn Source>, BuildError> {
+        match self {
+            SourceConfig::Sim(c) => c.build(now),
+            SourceConfig::Replay(c) => c.build(now),
+            SourceConfig::Nvml(c) => c.build(now),
+            SourceConfig::DcgmExporter(c) => c.build(now),
+            SourceConfig::Null(c) => c.build(now),
         }
     }
 }
@@ -159,101 +203,6 @@ pub struct Produced {
     pub unchanged: Vec<EntityKey>,
 }
 
-/// Any source, dispatched statically.
-#[derive(Debug)]
-pub enum AnySource {
-    /// The simulator.
-    Sim(SimSource),
-    /// A replay (boxed: it holds a reader and a parser).
-    Replay(Box<ReplaySource>),
-    /// A live dcgm-exporter.
-    DcgmExporter(Box<DcgmExporterSource>),
-    /// NVML in-process.
-    Nvml(Box<NvmlSource>),
-}
-
-impl AnySource {
-    /// The source label.
-    #[must_use]
-    pub fn kind(&self) -> SourceKind {
-        match self {
-            AnySource::Sim(_) => SourceKind::Sim,
-            AnySource::Replay(_) => SourceKind::Replay,
-            AnySource::DcgmExporter(_) => SourceKind::DcgmExporter,
-            AnySource::Nvml(_) => SourceKind::Nvml,
-        }
-    }
-
-    /// Produce what is due at wall time `now`.
-    pub fn sample(&mut self, now: SystemTime) -> Produced {
-        match self {
-            AnySource::Sim(s) => s.sample(now),
-            AnySource::Replay(r) => r.sample(now),
-            AnySource::DcgmExporter(d) => d.sample(now),
-            AnySource::Nvml(n) => n.sample(now),
-        }
-    }
-}
-
-/// Build the source the settings ask for.
-///
-/// # Errors
-/// [`BuildError`] for an NVML that cannot be loaded or replay files that cannot be used.
-pub fn build(settings: &crate::config::Settings, now: SystemTime) -> Result<AnySource, BuildError> {
-    match &settings.source {
-        SourceSpec::Sim { scenario } => Ok(AnySource::Sim(SimSource::new(
-            settings.sim_gpus,
-            settings.sim_gpu_model,
-            settings.seed,
-            *scenario,
-            settings.identity.node.as_deref().unwrap_or("sim-node"),
-            now,
-            settings.interval,
-        ))),
-        SourceSpec::Replay { path } => Ok(AnySource::Replay(Box::new(ReplaySource::open(
-            path,
-            settings.replay_interval,
-            settings.replay_loop,
-            now,
-        )?))),
-        SourceSpec::Nvml => build_nvml(settings, ""),
-        SourceSpec::Auto => build_nvml(
-            settings,
-            "--source auto found no usable NVML (it reads NVML when the library loads): ",
-        ),
-        SourceSpec::DcgmExporter { url } => {
-            let url = url
-                .clone()
-                .unwrap_or_else(|| default_dcgm_url(settings.node_ip.as_deref()));
-            let id = &settings.identity;
-            let scope = dcgm_exporter::Scope::choose(
-                &settings.gpu_uuids,
-                &settings.gpu_indices,
-                id.pod.as_deref(),
-                id.namespace.as_deref(),
-                settings.nvidia_visible_devices.as_deref(),
-            );
-            tracing::info!(url = %url, scope = ?scope, "Reading dcgm-exporter.");
-            Ok(AnySource::DcgmExporter(Box::new(DcgmExporterSource::new(
-                &url,
-                settings.scrape_timeout,
-                scope,
-            ))))
-        }
-    }
-}
-
-fn build_nvml(settings: &crate::config::Settings, prefix: &str) -> Result<AnySource, BuildError> {
-    NvmlSource::open_with(
-        &settings.nvml_library,
-        settings.interval,
-        settings.identity.node.clone(),
-        settings.per_process_series,
-    )
-    .map(|s| AnySource::Nvml(Box::new(s)))
-    .map_err(|e| BuildError::Nvml(format!("{prefix}{e}")))
-}
-
 /// dcgm-exporter on this node: `http://$NODE_IP:9400/metrics`, else localhost.
 #[must_use]
 pub fn default_dcgm_url(node_ip: Option<&str>) -> String {
@@ -274,37 +223,57 @@ pub fn unix_ms(t: SystemTime) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use truthscale_core::sim::Scenario;
+
+    pub(crate) fn common() -> Common {
+        Common {
+            interval: Duration::from_secs(1),
+            sim_gpus: 2,
+            sim_gpu_model: truthscale_core::gpus::by_key("h100-sxm").unwrap(),
+            seed: 1,
+            node: Some("n1".into()),
+            replay_loop: false,
+            replay_interval: Duration::from_secs(1),
+            scrape_timeout: Duration::from_secs(1),
+            gpu_uuids: Vec::new(),
+            gpu_indices: Vec::new(),
+            nvml_library: "libnvidia-ml.so.1".into(),
+            per_process_series: false,
+            node_ip: Some("10.1.2.3".into()),
+            nvidia_visible_devices: None,
+            pod: None,
+            namespace: None,
+        }
+    }
 
     #[test]
     fn specs_parse() {
-        assert_eq!(
-            SourceSpec::parse("sim"),
-            Ok(SourceSpec::Sim { scenario: None })
+        let c = common();
+        let parse = |s: &str| SourceConfig::from_spec(s, &c);
+        match parse("sim:tiny-kernel") {
+            Ok(SourceConfig::Sim(s)) => {
+                assert_eq!(s.scenario, Some(Scenario::TinyKernel));
+                assert_eq!(s.gpus, 2);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(parse("sim"), Ok(SourceConfig::Sim(s)) if s.scenario.is_none()));
+        assert!(
+            matches!(parse("replay:/x.txt"), Ok(SourceConfig::Replay(r)) if r.path == std::path::Path::new("/x.txt"))
         );
-        assert_eq!(
-            SourceSpec::parse("sim:tiny-kernel"),
-            Ok(SourceSpec::Sim {
-                scenario: Some(Scenario::TinyKernel)
-            })
-        );
-        assert_eq!(
-            SourceSpec::parse("replay:/x.txt"),
-            Ok(SourceSpec::Replay {
-                path: "/x.txt".into()
-            })
-        );
-        assert_eq!(SourceSpec::parse("nvml"), Ok(SourceSpec::Nvml));
-        assert_eq!(
-            SourceSpec::parse("dcgm-exporter:http://10.0.0.1:9400/metrics"),
-            Ok(SourceSpec::DcgmExporter {
-                url: Some("http://10.0.0.1:9400/metrics".into())
-            })
-        );
-        assert_eq!(
-            SourceSpec::parse("dcgm-exporter"),
-            Ok(SourceSpec::DcgmExporter { url: None })
-        );
-        assert!(SourceSpec::parse("dcgm-exporter:localhost:9400").is_err());
+        assert!(matches!(parse("nvml"), Ok(SourceConfig::Nvml(n)) if !n.auto));
+        assert!(matches!(parse("auto"), Ok(SourceConfig::Nvml(n)) if n.auto));
+        assert!(matches!(parse("null"), Ok(SourceConfig::Null(_))));
+        assert!(matches!(
+            parse("dcgm-exporter:http://10.0.0.1:9400/metrics"),
+            Ok(SourceConfig::DcgmExporter(d)) if d.url == "http://10.0.0.1:9400/metrics"
+        ));
+        // Without a URL: this node's dcgm-exporter.
+        assert!(matches!(
+            parse("dcgm-exporter"),
+            Ok(SourceConfig::DcgmExporter(d)) if d.url == "http://10.1.2.3:9400/metrics"
+        ));
+        assert!(parse("dcgm-exporter:localhost:9400").is_err());
         assert_eq!(
             default_dcgm_url(Some("10.1.2.3")),
             "http://10.1.2.3:9400/metrics"
@@ -314,12 +283,9 @@ mod tests {
             "http://[fd00::1]:9400/metrics"
         );
         assert_eq!(default_dcgm_url(None), "http://127.0.0.1:9400/metrics");
-        assert!(
-            SourceSpec::parse("sim:nope")
-                .unwrap_err()
-                .contains("llm-serving")
-        );
-        assert!(SourceSpec::parse("replay:").is_err());
-        assert!(SourceSpec::parse("gpu").is_err());
+        assert!(parse("sim:nope").unwrap_err().contains("llm-serving"));
+        assert!(parse("replay:").is_err());
+        assert!(parse("null:x").is_err());
+        assert!(parse("gpu").unwrap_err().contains("is not a source"));
     }
 }

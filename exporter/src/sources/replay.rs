@@ -3,12 +3,12 @@
 //! The file is read line by line as time passes, so a long capture costs no memory.
 //! Recorded times are shifted onto the wall clock: the first sample is served at start.
 
-use super::{BuildError, Produced, SourceError, unix_ms};
+use super::{BuildError, Common, Produced, Source, SourceError, unix_ms};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
-use truthscale_core::model::{Sample, Timestamp};
+use truthscale_core::model::{Sample, SourceKind, Timestamp};
 use truthscale_core::parse::{Format, LineParser};
 
 /// Lines read to detect the format.
@@ -40,6 +40,39 @@ fn open_reader(path: &Path) -> Result<BufReader<File>, BuildError> {
             path: path.display().to_string(),
             message: format!("cannot open: {e}"),
         })
+}
+
+/// `replay:PATH`: a capture replayed at its recorded pace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplayConfig {
+    /// The capture.
+    pub path: PathBuf,
+    /// Spacing of captures without timestamps.
+    pub interval: Duration,
+    /// Start again from the top when it ends.
+    pub looping: bool,
+}
+
+impl ReplayConfig {
+    pub(crate) fn from_spec(arg: Option<&str>, c: &Common) -> Result<ReplayConfig, String> {
+        match arg {
+            Some(p) if !p.is_empty() => Ok(ReplayConfig {
+                path: p.into(),
+                interval: c.replay_interval,
+                looping: c.replay_loop,
+            }),
+            _ => Err("replay needs a file: replay:PATH".into()),
+        }
+    }
+
+    pub(crate) fn build(&self, now: SystemTime) -> Result<Box<dyn Source>, BuildError> {
+        Ok(Box::new(ReplaySource::open(
+            &self.path,
+            self.interval,
+            self.looping,
+            now,
+        )?))
+    }
 }
 
 impl ReplaySource {
@@ -153,9 +186,20 @@ impl ReplaySource {
         self.base = None;
         true
     }
+}
+
+impl Source for ReplaySource {
+    fn name(&self) -> &'static str {
+        SourceKind::Replay.as_str()
+    }
+
+    /// A replay's windows are as long as its recorded spacing (or the configured one).
+    fn window(&self) -> Option<Duration> {
+        Some(self.interval)
+    }
 
     /// Every recorded sample due by `now`, restamped onto the wall clock.
-    pub fn sample(&mut self, now: SystemTime) -> Produced {
+    fn sample(&mut self, now: SystemTime) -> Produced {
         let mut out = Produced::default();
         let now_ms = unix_ms(now);
         let mut restarts = 0;

@@ -384,6 +384,62 @@ pub struct NvmlSource {
     per_process: bool,
 }
 
+/// `nvml` (or `auto`, NVML when the library loads): NVML in-process.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NvmlConfig {
+    /// The library to load.
+    pub library: std::path::PathBuf,
+    /// Sampling interval.
+    pub interval: Duration,
+    /// Node name on the series.
+    pub node: Option<String>,
+    /// Attach process lists (per-process series).
+    pub per_process: bool,
+    /// Chosen by `auto`: the error says so.
+    pub auto: bool,
+}
+
+impl NvmlConfig {
+    pub(crate) fn from_spec(
+        auto: bool,
+        arg: Option<&str>,
+        c: &crate::sources::Common,
+    ) -> Result<NvmlConfig, String> {
+        if let Some(a) = arg {
+            let kind = if auto { "auto" } else { "nvml" };
+            return Err(format!(
+                "{kind}:{a}: {kind} takes no argument; set the library with source.nvml_library"
+            ));
+        }
+        Ok(NvmlConfig {
+            library: c.nvml_library.clone(),
+            interval: c.interval,
+            node: c.node.clone(),
+            per_process: c.per_process_series,
+            auto,
+        })
+    }
+
+    pub(crate) fn build(
+        &self,
+        _now: SystemTime,
+    ) -> Result<Box<dyn crate::sources::Source>, crate::sources::BuildError> {
+        let prefix = if self.auto {
+            "--source auto found no usable NVML (it reads NVML when the library loads): "
+        } else {
+            ""
+        };
+        NvmlSource::open_with(
+            &self.library,
+            self.interval,
+            self.node.clone(),
+            self.per_process,
+        )
+        .map(|s| Box::new(s) as Box<dyn crate::sources::Source>)
+        .map_err(|e| crate::sources::BuildError::Nvml(format!("{prefix}{e}")))
+    }
+}
+
 impl NvmlSource {
     /// Load NVML from `library`, count and identify the GPUs. `interval` is the sampling
     /// interval (the first window's busy average covers that much); `node` labels entities.
@@ -494,9 +550,20 @@ impl NvmlSource {
             })
             .collect()
     }
+}
+
+impl crate::sources::Source for NvmlSource {
+    fn name(&self) -> &'static str {
+        truthscale_core::model::SourceKind::Nvml.as_str()
+    }
+
+    /// NVML is read every sampling interval.
+    fn window(&self) -> Option<Duration> {
+        Some(self.interval)
+    }
 
     /// Read every GPU once.
-    pub fn sample(&mut self, now: SystemTime) -> Produced {
+    fn sample(&mut self, now: SystemTime) -> Produced {
         let mut out = Produced {
             errors: std::mem::take(&mut self.pending),
             ..Produced::default()
@@ -542,7 +609,9 @@ impl NvmlSource {
         }
         out
     }
+}
 
+impl NvmlSource {
     /// Check the number of GPUs again when it is due.
     fn enumerate(&mut self, now: Instant, errors: &mut Vec<SourceError>) {
         if now < self.enumerate_at {
