@@ -11,7 +11,6 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::io::Read;
 use std::time::Duration;
 use truthscale_core::gpus::GpuSpec;
 use truthscale_core::model::ServingSnapshot;
@@ -425,11 +424,7 @@ impl EngineScraper {
     /// A scraper for these settings.
     #[must_use]
     pub fn new(settings: EngineSettings) -> EngineScraper {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(settings.timeout))
-            .http_status_as_error(false)
-            .build()
-            .into();
+        let agent = crate::client::agent(settings.timeout);
         EngineScraper {
             settings,
             agent,
@@ -445,23 +440,8 @@ impl EngineScraper {
 
     fn fetch(&self) -> Result<String, String> {
         let url = &self.settings.url;
-        let mut resp = self
-            .agent
-            .get(url)
-            .header("Accept", "text/plain")
-            .call()
-            .map_err(|e| format!("cannot reach {url}: {e}"))?;
-        let status = resp.status();
-        if status != 200 {
-            return Err(format!("{url} answered HTTP {}", status.as_u16()));
-        }
-        let mut body = String::new();
-        resp.body_mut()
-            .as_reader()
-            .take(MAX_BODY)
-            .read_to_string(&mut body)
-            .map_err(|e| format!("{url}: cannot read the body: {e}"))?;
-        Ok(body)
+        crate::client::get_text(&self.agent, url, "text/plain", MAX_BODY)
+            .map_err(|e| e.to_string())
     }
 
     /// Scrape now (`taken_ms`: the GPU sample's time) and derive a snapshot. Failures give
@@ -491,6 +471,7 @@ impl EngineScraper {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read as _;
 
     fn fixture(name: &str) -> String {
         let p = format!(

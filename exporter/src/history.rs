@@ -319,11 +319,7 @@ impl Client {
         if host.is_none_or(str::is_empty) {
             bail!("--prometheus {url:?}: expected a URL like http://prometheus:9090");
         }
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(REQUEST_TIMEOUT))
-            .http_status_as_error(false)
-            .build()
-            .into();
+        let agent = crate::client::agent(REQUEST_TIMEOUT);
         Ok(Client {
             base: base.to_owned(),
             agent,

@@ -22,6 +22,7 @@
 //! ```
 
 pub mod cli;
+pub mod client;
 pub mod commands;
 pub mod config;
 pub mod engine;

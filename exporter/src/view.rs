@@ -1,7 +1,7 @@
 //! The per-GPU view that `explain` and `top` share: what the dashboard says against what
 //! the counters say, from a replayed capture or a running sidecar's `/metrics`.
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
@@ -364,22 +364,13 @@ pub fn fetch_metrics(url: &str) -> anyhow::Result<String> {
     } else {
         url.to_string()
     };
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(5)))
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let mut resp = agent
-        .get(&url)
-        .header("Accept", "text/plain")
-        .call()
-        .with_context(|| format!("cannot reach {url}"))?;
-    if resp.status() != 200 {
-        bail!("{url} answered HTTP {}", resp.status().as_u16());
-    }
-    resp.body_mut()
-        .read_to_string()
-        .with_context(|| format!("{url}: cannot read the body"))
+    let agent = crate::client::agent(Duration::from_secs(5));
+    Ok(crate::client::get_text(
+        &agent,
+        &url,
+        "text/plain",
+        crate::client::MAX_METRICS_BODY,
+    )?)
 }
 
 #[cfg(test)]

@@ -319,6 +319,21 @@ pub struct Throttles {
 }
 
 impl Throttles {
+    /// Decode NVML's clock-event reason bitmask (`nvmlClocksEventReason*`, the same bits
+    /// DCGM reports as `DCGM_FI_DEV_CLOCK_THROTTLE_REASONS` and dmon as `CLKRS`): 0x4
+    /// software power cap, 0x8 hardware slowdown, 0x10 sync boost, 0x20 and 0x40 software
+    /// and hardware thermal slowdown, 0x80 hardware power brake. The one decoder of it.
+    #[must_use]
+    pub fn from_event_bits(bits: u64) -> Throttles {
+        Throttles {
+            sw_power_cap: bits & 0x4 != 0,
+            hw_slowdown: bits & 0x8 != 0,
+            sync_boost: bits & 0x10 != 0,
+            thermal: bits & 0x60 != 0,
+            power: bits & 0x80 != 0,
+        }
+    }
+
     /// Whether any reason that costs compute throughput is set.
     #[must_use]
     pub fn capping(&self) -> bool {

@@ -12,13 +12,9 @@
 
 use super::{BuildError, Common, Produced, Source, SourceError, unix_ms};
 use std::collections::HashMap;
-use std::io::Read;
 use std::time::{Duration, SystemTime};
 use truthscale_core::model::{EntityKey, EntitySample, Readings, Sample, SourceKind, Timestamp};
 use truthscale_core::parse::{DcgmTextParser, dcgm_value};
-
-/// Largest body read from dcgm-exporter.
-const MAX_BODY: u64 = 32 << 20;
 
 /// Which GPUs belong to this pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,11 +157,7 @@ impl DcgmExporterSource {
     /// A source reading `url` with `timeout` per scrape.
     #[must_use]
     pub fn new(url: &str, timeout: Duration, scope: Scope) -> DcgmExporterSource {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(timeout))
-            .http_status_as_error(false)
-            .build()
-            .into();
+        let agent = crate::client::agent(timeout);
         DcgmExporterSource {
             url: url.to_string(),
             agent,
@@ -182,23 +174,12 @@ impl DcgmExporterSource {
     }
 
     fn fetch(&self) -> Result<String, SourceError> {
-        let mut resp = self
-            .agent
-            .get(&self.url)
-            .header("Accept", "text/plain")
-            .call()
-            .map_err(|e| SourceError::Unreachable(format!("{}: {e}", self.url)))?;
-        let status = resp.status();
-        if status != 200 {
-            return Err(SourceError::Http(format!("{}: HTTP {status}", self.url)));
-        }
-        let mut body = String::new();
-        resp.body_mut()
-            .as_reader()
-            .take(MAX_BODY)
-            .read_to_string(&mut body)
-            .map_err(|e| SourceError::Io(format!("{}: body: {e}", self.url)))?;
-        Ok(body)
+        use crate::client::{FetchError, MAX_METRICS_BODY, get_text};
+        get_text(&self.agent, &self.url, "text/plain", MAX_METRICS_BODY).map_err(|e| match e {
+            FetchError::Unreachable { .. } => SourceError::Unreachable(e.to_string()),
+            FetchError::Status { .. } => SourceError::Http(e.to_string()),
+            FetchError::TooLarge { .. } | FetchError::Body { .. } => SourceError::Io(e.to_string()),
+        })
     }
 }
 

@@ -102,16 +102,6 @@ pub fn dcgm_value(raw: f64) -> Option<f64> {
     (raw.is_finite() && !int_sentinel && raw < TWO_POW_47).then_some(raw)
 }
 
-/// Clock-event reasons from DCGM's bitmask.
-fn throttles_from_mask(m: u64) -> Throttles {
-    Throttles {
-        sw_power_cap: m & 0x4 != 0,
-        hw_slowdown: m & 0x8 != 0,
-        sync_boost: m & 0x10 != 0,
-        thermal: m & 0x60 != 0,
-        power: m & 0x80 != 0,
-    }
-}
 
 /// A [`ParseError`] at `line` of `file`.
 pub(crate) fn error(file: &str, line: usize, message: String) -> ParseError {
@@ -171,7 +161,7 @@ impl Acc {
             Target::FbReserved => self.fb_reserved = v,
             Target::Throttles => {
                 if let Some(m) = v.filter(|m| *m >= 0.0 && m.fract() == 0.0) {
-                    self.sample.throttles = Some(throttles_from_mask(m as u64));
+                    self.sample.throttles = Some(Throttles::from_event_bits(m as u64));
                 }
             }
         }
@@ -576,9 +566,9 @@ GPU 1     N/A    1      2      N/A
         assert_eq!(dcgm_value(2_147_483_640.5), Some(2_147_483_640.5));
         assert_eq!(dcgm_value(f64::NAN), None);
         assert_eq!(dcgm_value(-1.0), Some(-1.0));
-        let t = throttles_from_mask(0x4 | 0x40 | 0x80);
+        let t = Throttles::from_event_bits(0x4 | 0x40 | 0x80);
         assert!(t.sw_power_cap && t.thermal && t.power && !t.hw_slowdown && !t.sync_boost);
-        let t = throttles_from_mask(0x8 | 0x10 | 0x20);
+        let t = Throttles::from_event_bits(0x8 | 0x10 | 0x20);
         assert!(t.hw_slowdown && t.sync_boost && t.thermal && !t.power && !t.sw_power_cap);
     }
 }

@@ -749,21 +749,9 @@ pub fn mig_profile_name(spec: Option<&GpuSpec>, slices: u32, memory_mb: u64) -> 
     }
 }
 
-/// Clock-event reason bits → the model's reasons.
-#[must_use]
-pub fn throttles_from_bits(bits: u64) -> Throttles {
-    Throttles {
-        sw_power_cap: bits & 0x4 != 0,
-        hw_slowdown: bits & 0x8 != 0,
-        sync_boost: bits & 0x10 != 0,
-        thermal: bits & 0x60 != 0,
-        power: bits & 0x80 != 0,
-    }
-}
 
-/// The mean of utilization samples newer than `since_us`, as a fraction, and the newest
-/// timestamp; `None` without such samples.
-/// The mean of the driver's samples newer than `since_us`, and the newest timestamp.
+/// The mean of the driver's samples newer than `since_us`, and the newest timestamp; `None`
+/// without such samples.
 fn mean_samples(
     samples: &[nvml_wrapper::struct_wrappers::device::Sample],
     since_us: u64,
@@ -1218,7 +1206,7 @@ impl DevState {
                 .value(),
             g => g.value(),
         };
-        Ok((bits.map(throttles_from_bits), point))
+        Ok((bits.map(Throttles::from_event_bits), point))
     }
 
     /// A whole GPU (not in MIG mode).
@@ -1579,11 +1567,11 @@ mod tests {
 
     #[test]
     fn clock_event_bits() {
-        let t = throttles_from_bits(0x4 | 0x40);
+        let t = Throttles::from_event_bits(0x4 | 0x40);
         assert!(t.sw_power_cap && t.thermal && !t.hw_slowdown && !t.power);
-        let t = throttles_from_bits(0x8 | 0x10 | 0x80);
+        let t = Throttles::from_event_bits(0x8 | 0x10 | 0x80);
         assert!(t.hw_slowdown && t.sync_boost && t.power && !t.thermal);
-        assert_eq!(throttles_from_bits(0x1), Throttles::default());
+        assert_eq!(Throttles::from_event_bits(0x1), Throttles::default());
     }
 
     #[test]

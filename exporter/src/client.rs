@@ -1,0 +1,98 @@
+//! The one HTTP client builder. Every outgoing request (dcgm-exporter, the serving engine,
+//! Prometheus, a sidecar's `/metrics`) goes through an agent built here, with a timeout on
+//! the whole request, and every body is read with a size limit: a body over the limit is an
+//! error, never silently cut short.
+
+use std::time::Duration;
+
+/// Largest body read from a metrics endpoint (after decompression).
+pub const MAX_METRICS_BODY: u64 = 32 << 20;
+
+/// An agent whose requests, body included, take at most `timeout`; HTTP error statuses
+/// are answers to inspect, not errors.
+#[must_use]
+pub fn agent(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+/// Why a `GET` for text failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// Not reached (refused, timed out, DNS).
+    #[error("cannot reach {url}: {message}")]
+    Unreachable {
+        /// The URL.
+        url: String,
+        /// What the client said.
+        message: String,
+    },
+    /// An answer other than 200.
+    #[error("{url} answered HTTP {status}")]
+    Status {
+        /// The URL.
+        url: String,
+        /// The status code.
+        status: u16,
+    },
+    /// The body is over the limit.
+    #[error("{url}: the body is larger than {limit} bytes")]
+    TooLarge {
+        /// The URL.
+        url: String,
+        /// The limit.
+        limit: u64,
+    },
+    /// The body could not be read (cut off, not UTF-8, timed out).
+    #[error("{url}: cannot read the body: {message}")]
+    Body {
+        /// The URL.
+        url: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// `GET url` with `Accept: accept`, and its body as text, at most `limit` bytes.
+///
+/// # Errors
+/// [`FetchError`], naming the URL.
+pub fn get_text(
+    agent: &ureq::Agent,
+    url: &str,
+    accept: &str,
+    limit: u64,
+) -> Result<String, FetchError> {
+    let mut resp = agent
+        .get(url)
+        .header("Accept", accept)
+        .call()
+        .map_err(|e| FetchError::Unreachable {
+            url: url.to_string(),
+            message: e.to_string(),
+        })?;
+    let status = resp.status().as_u16();
+    if status != 200 {
+        return Err(FetchError::Status {
+            url: url.to_string(),
+            status,
+        });
+    }
+    resp.body_mut()
+        .with_config()
+        .limit(limit)
+        .read_to_string()
+        .map_err(|e| match e {
+            ureq::Error::BodyExceedsLimit(_) => FetchError::TooLarge {
+                url: url.to_string(),
+                limit,
+            },
+            e => FetchError::Body {
+                url: url.to_string(),
+                message: e.to_string(),
+            },
+        })
+}
