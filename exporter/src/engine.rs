@@ -250,30 +250,17 @@ const ENGINES: [Names; 3] = [
 /// Per-name sums of one scrape. A name with any non-finite series is `None`.
 type Parsed = HashMap<String, Option<f64>>;
 
-/// Parse Prometheus text exposition into per-name sums over label sets.
+/// Parse Prometheus text exposition into per-name sums over label sets (the core's one
+/// parser). A line that does not parse has no name to count it under and is skipped; a
+/// name with any non-finite value is unknown, never a partial sum.
 #[must_use]
 pub fn parse_text(body: &str) -> HashMap<String, Option<f64>> {
     let mut out: Parsed = HashMap::new();
-    for line in body.lines() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let (name, rest) = match line.find(['{', ' ', '\t']) {
-            Some(i) if line.as_bytes()[i] == b'{' => match line.rfind('}') {
-                Some(j) if j > i => (&line[..i], &line[j + 1..]),
-                _ => continue,
-            },
-            Some(i) => (&line[..i], &line[i..]),
-            None => continue,
-        };
-        let Some(v) = rest.split_whitespace().next() else {
-            continue;
-        };
-        let Ok(v) = v.parse::<f64>() else { continue };
-        let slot = out.entry(name.to_string()).or_insert(Some(0.0));
-        *slot = match (*slot, v.is_finite()) {
-            (Some(s), true) => Some(s + v),
+    for (_, s) in truthscale_core::parse::prom_text::samples(body) {
+        let Ok(s) = s else { continue };
+        let slot = out.entry(s.name.to_string()).or_insert(Some(0.0));
+        *slot = match (*slot, s.value.is_finite()) {
+            (Some(sum), true) => Some(sum + s.value),
             _ => None,
         };
     }
@@ -440,8 +427,7 @@ impl EngineScraper {
 
     fn fetch(&self) -> Result<String, String> {
         let url = &self.settings.url;
-        crate::client::get_text(&self.agent, url, "text/plain", MAX_BODY)
-            .map_err(|e| e.to_string())
+        crate::client::get_text(&self.agent, url, "text/plain", MAX_BODY).map_err(|e| e.to_string())
     }
 
     /// Scrape now (`taken_ms`: the GPU sample's time) and derive a snapshot. Failures give

@@ -209,57 +209,18 @@ struct Series {
 }
 
 fn parse_series(body: &str) -> Vec<Series> {
-    let mut out = Vec::new();
-    for line in body.lines() {
-        if line.starts_with('#') || line.trim().is_empty() {
-            continue;
-        }
-        let (name, labels, rest) = match line.find('{') {
-            Some(i) => {
-                let Some(j) = line.rfind('}') else { continue };
-                (&line[..i], parse_labels(&line[i + 1..j]), &line[j + 1..])
-            }
-            None => match line.split_once(' ') {
-                Some((n, r)) => (n, BTreeMap::new(), r),
-                None => continue,
-            },
-        };
-        let Some(Ok(value)) = rest.split_whitespace().next().map(str::parse::<f64>) else {
-            continue;
-        };
-        out.push(Series {
-            name: name.to_string(),
-            labels,
-            value,
-        });
-    }
-    out
-}
-
-fn parse_labels(s: &str) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    let mut chars = s.chars().peekable();
-    loop {
-        let key: String = chars.by_ref().take_while(|c| *c != '=').collect();
-        let key = key.trim_start_matches(',').trim().to_string();
-        if key.is_empty() || chars.next() != Some('"') {
-            break;
-        }
-        let mut v = String::new();
-        while let Some(c) = chars.next() {
-            match c {
-                '\\' => match chars.next() {
-                    Some('n') => v.push('\n'),
-                    Some(o) => v.push(o),
-                    None => break,
-                },
-                '"' => break,
-                c => v.push(c),
-            }
-        }
-        out.insert(key, v);
-    }
-    out
+    truthscale_core::parse::prom_text::samples(body)
+        .filter_map(|(_, s)| s.ok())
+        .map(|s| Series {
+            name: s.name.to_string(),
+            labels: s
+                .labels
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            value: s.value,
+        })
+        .collect()
 }
 
 /// Views from a sidecar's `/metrics` text (verdicts decided with `cfg`).
@@ -379,9 +340,10 @@ mod tests {
 
     #[test]
     fn labels_with_escapes() {
-        let l = parse_labels(r#"gpu="0",model="a \"b\"",absent_reason="x, y""#);
-        assert_eq!(l["model"], "a \"b\"");
-        assert_eq!(l["absent_reason"], "x, y");
+        let s =
+            parse_series(r#"truthscale_gpu_up{gpu="0",model="a \"b\"",absent_reason="x, y"} 1"#);
+        assert_eq!(s[0].labels["model"], "a \"b\"");
+        assert_eq!(s[0].labels["absent_reason"], "x, y");
     }
 
     #[test]

@@ -16,6 +16,7 @@
 
 use super::ParseError;
 use super::dmon::{Acc, Target, Unit, error, nth_time};
+use super::prom_text;
 use crate::model::{EntityId, EntityKey, EntitySample, Field, MigId, PodRef, Sample, Timestamp};
 use std::collections::{HashMap, HashSet};
 
@@ -107,7 +108,8 @@ impl DcgmTextParser {
             self.skipped += 1;
             return Ok(None);
         }
-        let (name, labels, value) = parse_sample(t).map_err(|m| error(&self.file, self.line, m))?;
+        let (name, labels, value) =
+            prom_text::parse_sample(t).map_err(|m| error(&self.file, self.line, m))?;
         let name = name.to_ascii_lowercase();
         let mut sorted: Vec<_> = labels.iter().collect();
         sorted.sort();
@@ -275,94 +277,6 @@ fn entity_of<K: AsRef<str>, V: AsRef<str>>(labels: &[(K, V)]) -> EntityId {
         // The node: dcgm-exporter's own label, else a relabelled `node`, else (in a
         // Prometheus history) the scrape target, so gpu 0 of two nodes is two GPUs.
         node: get(&["Hostname", "hostname", "node", "instance"]),
-    }
-}
-
-type Labels<'a> = Vec<(&'a str, String)>;
-
-/// `name{labels} value [timestamp]` → name, unescaped labels, value.
-fn parse_sample(t: &str) -> Result<(&str, Labels<'_>, f64), String> {
-    let end = t
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-        .unwrap_or(t.len());
-    let (name, mut rest) = t.split_at(end);
-    if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
-        return Err("expected a metric name".into());
-    }
-    let mut labels = Vec::new();
-    if let Some(r) = rest.strip_prefix('{') {
-        (labels, rest) = parse_labels(r)?;
-    }
-    let mut tokens = rest.split_whitespace();
-    let value = tokens.next().ok_or("missing value")?;
-    let value = value
-        .parse::<f64>()
-        .map_err(|_| format!("bad value `{value}`"))?;
-    if let Some(ts) = tokens.next() {
-        ts.parse::<i64>()
-            .map_err(|_| format!("bad timestamp `{ts}`"))?;
-    }
-    if let Some(extra) = tokens.next() {
-        return Err(format!("unexpected `{extra}` after the value"));
-    }
-    Ok((name, labels, value))
-}
-
-/// The label set after `{`, and what follows its `}`.
-fn parse_labels(mut s: &str) -> Result<(Labels<'_>, &str), String> {
-    const UNTERMINATED: &str = "unterminated label set";
-    let mut out = Vec::new();
-    loop {
-        s = s.trim_start();
-        if let Some(rest) = s.strip_prefix('}') {
-            return Ok((out, rest));
-        }
-        let end = s
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .unwrap_or(s.len());
-        let (name, rest) = s.split_at(end);
-        if name.is_empty() {
-            return Err(if s.is_empty() {
-                UNTERMINATED
-            } else {
-                "expected a label name"
-            }
-            .into());
-        }
-        let rest = rest
-            .trim_start()
-            .strip_prefix('=')
-            .ok_or("expected `=` after a label name")?;
-        let rest = rest
-            .trim_start()
-            .strip_prefix('"')
-            .ok_or("expected a quoted label value")?;
-        let mut value = String::new();
-        let mut chars = rest.char_indices();
-        let close = loop {
-            match chars.next().ok_or(UNTERMINATED)? {
-                (i, '"') => break i,
-                (_, '\\') => match chars.next().ok_or(UNTERMINATED)?.1 {
-                    '\\' => value.push('\\'),
-                    '"' => value.push('"'),
-                    'n' => value.push('\n'),
-                    c => return Err(format!("bad escape `\\{c}` in a label value")),
-                },
-                (_, c) => value.push(c),
-            }
-        };
-        out.push((name, value));
-        s = rest[close + 1..].trim_start();
-        if let Some(rest) = s.strip_prefix(',') {
-            s = rest;
-        } else if !s.starts_with('}') {
-            return Err(if s.is_empty() {
-                UNTERMINATED
-            } else {
-                "expected `,` or `}` in a label set"
-            }
-            .into());
-        }
     }
 }
 

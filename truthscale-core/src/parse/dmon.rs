@@ -102,7 +102,6 @@ pub fn dcgm_value(raw: f64) -> Option<f64> {
     (raw.is_finite() && !int_sentinel && raw < TWO_POW_47).then_some(raw)
 }
 
-
 /// A [`ParseError`] at `line` of `file`.
 pub(crate) fn error(file: &str, line: usize, message: String) -> ParseError {
     ParseError {

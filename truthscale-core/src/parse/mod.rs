@@ -8,6 +8,7 @@ use crate::model::{Sample, Timestamp};
 pub mod dcgm_text;
 pub mod dmon;
 pub mod jsonl;
+pub mod prom_text;
 
 pub use dcgm_text::DcgmTextParser;
 pub use dmon::{DmonParser, dcgm_value};

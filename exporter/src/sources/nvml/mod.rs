@@ -749,7 +749,6 @@ pub fn mig_profile_name(spec: Option<&GpuSpec>, slices: u32, memory_mb: u64) -> 
     }
 }
 
-
 /// The mean of the driver's samples newer than `since_us`, and the newest timestamp; `None`
 /// without such samples.
 fn mean_samples(

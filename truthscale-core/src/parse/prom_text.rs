@@ -1,0 +1,159 @@
+//! The one Prometheus text-exposition parser (format 0.0.4, and OpenMetrics samples),
+//! used by the dcgm-exporter reader, the serving-engine reader, `explain --url` and the
+//! tests. A line at a time; it never panics, and a bad line is an error naming what is wrong.
+
+/// One sample line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromSample<'a> {
+    /// Metric name, as written.
+    pub name: &'a str,
+    /// Labels, values unescaped.
+    pub labels: Labels<'a>,
+    /// The value (may be NaN or ±Inf, as written).
+    pub value: f64,
+}
+
+impl PromSample<'_> {
+    /// The value of label `name`, if present.
+    #[must_use]
+    pub fn label(&self, name: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Every line of `body` that is a sample, with its 1-based line number: `Ok` for a sample,
+/// `Err` for a line that is neither a sample, a comment nor blank.
+pub fn samples(body: &str) -> impl Iterator<Item = (usize, Result<PromSample<'_>, String>)> {
+    body.lines().enumerate().filter_map(|(i, line)| {
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            return None;
+        }
+        Some((
+            i + 1,
+            parse_sample(t).map(|(name, labels, value)| PromSample {
+                name,
+                labels,
+                value,
+            }),
+        ))
+    })
+}
+
+/// Label pairs of one sample, values unescaped, in the order written.
+pub type Labels<'a> = Vec<(&'a str, String)>;
+
+/// `name{labels} value [timestamp]` → name, unescaped labels, value. The line must be a
+/// sample (not blank, not a comment).
+///
+/// # Errors
+/// What is wrong with the line: a bad name, label set, escape, value or timestamp.
+pub fn parse_sample(t: &str) -> Result<(&str, Labels<'_>, f64), String> {
+    let end = t
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .unwrap_or(t.len());
+    let (name, mut rest) = t.split_at(end);
+    if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err("expected a metric name".into());
+    }
+    let mut labels = Vec::new();
+    if let Some(r) = rest.strip_prefix('{') {
+        (labels, rest) = parse_labels(r)?;
+    }
+    let mut tokens = rest.split_whitespace();
+    let value = tokens.next().ok_or("missing value")?;
+    let value = value
+        .parse::<f64>()
+        .map_err(|_| format!("bad value `{value}`"))?;
+    if let Some(ts) = tokens.next() {
+        ts.parse::<i64>()
+            .map_err(|_| format!("bad timestamp `{ts}`"))?;
+    }
+    if let Some(extra) = tokens.next() {
+        return Err(format!("unexpected `{extra}` after the value"));
+    }
+    Ok((name, labels, value))
+}
+
+/// The label set after `{`, and what follows its `}`.
+///
+/// # Errors
+/// An unterminated set, a bad label name, a missing quote or a bad escape.
+pub fn parse_labels(mut s: &str) -> Result<(Labels<'_>, &str), String> {
+    const UNTERMINATED: &str = "unterminated label set";
+    let mut out = Vec::new();
+    loop {
+        s = s.trim_start();
+        if let Some(rest) = s.strip_prefix('}') {
+            return Ok((out, rest));
+        }
+        let end = s
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(s.len());
+        let (name, rest) = s.split_at(end);
+        if name.is_empty() {
+            return Err(if s.is_empty() {
+                UNTERMINATED
+            } else {
+                "expected a label name"
+            }
+            .into());
+        }
+        let rest = rest
+            .trim_start()
+            .strip_prefix('=')
+            .ok_or("expected `=` after a label name")?;
+        let rest = rest
+            .trim_start()
+            .strip_prefix('"')
+            .ok_or("expected a quoted label value")?;
+        let mut value = String::new();
+        let mut chars = rest.char_indices();
+        let close = loop {
+            match chars.next().ok_or(UNTERMINATED)? {
+                (i, '"') => break i,
+                (_, '\\') => match chars.next().ok_or(UNTERMINATED)?.1 {
+                    '\\' => value.push('\\'),
+                    '"' => value.push('"'),
+                    'n' => value.push('\n'),
+                    c => return Err(format!("bad escape `\\{c}` in a label value")),
+                },
+                (_, c) => value.push(c),
+            }
+        };
+        out.push((name, value));
+        s = rest[close + 1..].trim_start();
+        if let Some(rest) = s.strip_prefix(',') {
+            s = rest;
+        } else if !s.starts_with('}') {
+            return Err(if s.is_empty() {
+                UNTERMINATED
+            } else {
+                "expected `,` or `}` in a label set"
+            }
+            .into());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_comments_and_errors() {
+        let body = "# HELP x y\nx{a=\"1\",b=\"q\\\"z\"} 2.5 123\n\nbad line\ny NaN\n";
+        let got: Vec<_> = samples(body).collect();
+        assert_eq!(got.len(), 3);
+        let (line, s) = &got[0];
+        let s = s.as_ref().unwrap();
+        assert_eq!((*line, s.name, s.value), (2, "x", 2.5));
+        assert_eq!(s.label("b"), Some("q\"z"));
+        assert_eq!(got[1].0, 4);
+        assert!(got[1].1.is_err());
+        assert!(got[2].1.as_ref().unwrap().value.is_nan());
+    }
+}
