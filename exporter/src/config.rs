@@ -4,7 +4,7 @@
 //! [`Config::validate`] turns it into [`Settings`], checking every value and naming the key
 //! that is wrong.
 
-use crate::engine::{EngineConfig, EngineSettings};
+use crate::sources::engine::{EngineConfig, EngineSettings};
 use crate::sources::{self, Common};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;

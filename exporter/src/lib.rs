@@ -25,7 +25,6 @@ pub mod cli;
 pub mod client;
 pub mod commands;
 pub mod config;
-pub mod engine;
 pub mod history;
 pub mod http;
 pub mod sidecar;

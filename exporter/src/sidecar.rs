@@ -6,8 +6,8 @@
 //! scrapers there are.
 
 use crate::config::Settings;
-use crate::engine::{self, EngineScraper};
 use crate::sinks::prometheus::{SinkErrors, Snapshot, VERSION};
+use crate::sources::engine::EngineScraper;
 use crate::sources::{BuildError, Source, unix_ms};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -199,7 +199,7 @@ impl Sampler {
                     let mut sv = serving.clone();
                     if let Some(m) = &model {
                         let spec = e.id.model.as_deref().and_then(gpus::lookup);
-                        engine::add_utilization(&mut sv, m, spec, n);
+                        truthscale_core::serving::add_utilization(&mut sv, m, spec, n);
                     }
                     e.serving = Some(sv);
                 }

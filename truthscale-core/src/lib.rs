@@ -35,6 +35,7 @@ pub mod model;
 pub mod parse;
 pub mod phase;
 pub mod rightsizing;
+pub mod serving;
 pub mod sim;
 pub mod tracker;
 pub mod verdict;

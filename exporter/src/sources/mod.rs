@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 use truthscale_core::model::{EntityKey, Sample};
 
 pub mod dcgm_exporter;
+pub mod engine;
 pub mod null;
 pub mod nvml;
 pub mod replay;
