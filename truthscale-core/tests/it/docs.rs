@@ -22,6 +22,6 @@ fn metrics_doc_matches_catalog() {
     }
     assert!(
         doc == expected,
-        "docs/metrics.md is out of date with truthscale_core::catalog; run `UPDATE_DOCS=1 cargo test -p truthscale-core --test docs`"
+        "docs/metrics.md is out of date with truthscale_core::catalog; run `UPDATE_DOCS=1 cargo test -p truthscale-core --test it docs::`"
     );
 }

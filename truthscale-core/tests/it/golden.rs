@@ -47,6 +47,7 @@ fn last_windows(samples: &[Sample]) -> Vec<EntityWindow> {
 }
 
 fn entries(windows: Vec<EntityWindow>, source: SourceKind) -> Vec<GpuEntry> {
+    let source = source.as_str();
     windows
         .into_iter()
         .map(|window| GpuEntry {
@@ -162,11 +163,11 @@ fn check(name: &str, gpus: &[GpuEntry], identity: &Identity, source: &str) {
             continue;
         }
         let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-            panic!("{path}: {e}; run `UPDATE_GOLDEN=1 cargo test -p truthscale-core --test golden`")
+            panic!("{path}: {e}; run `UPDATE_GOLDEN=1 cargo test -p truthscale-core --test it golden::`")
         });
         assert!(
             body == want,
-            "{path} differs from the encoder's output; if the change is intended, run `UPDATE_GOLDEN=1 cargo test -p truthscale-core --test golden` and review the diff"
+            "{path} differs from the encoder's output; if the change is intended, run `UPDATE_GOLDEN=1 cargo test -p truthscale-core --test it golden::` and review the diff"
         );
     }
 }

@@ -1,0 +1,17 @@
+//! The end-to-end tests, linked into one test binary (`it`): one module per area, each
+//! driving the real `truthscale` binary (see the crate's `src/lib.rs` for the helpers).
+//!
+//! Run one module with `cargo test -p truthscale-e2e --test it serve::`, or with nextest
+//! `cargo nextest run -p truthscale-e2e -E 'test(/^serve::/)'`.
+
+mod cli;
+mod dcgm_source;
+mod docker;
+mod engine;
+mod explain_top;
+mod history;
+mod nvml;
+mod observability;
+mod otlp;
+mod prometheus_rules;
+mod serve;
