@@ -31,3 +31,6 @@ pub mod sidecar;
 pub mod sinks;
 pub mod sources;
 pub mod view;
+
+#[cfg(test)]
+mod architecture;

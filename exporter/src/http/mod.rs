@@ -82,7 +82,8 @@ async fn landing(State(rx): State<Snap>) -> Response {
     let snap = rx.borrow().clone();
     (
         [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        snap.landing(),
+        // Rendered on request, not every tick.
+        landing::render(&snap.gpus, &snap.source, snap.source_up, snap.taken_unix_ms),
     )
         .into_response()
 }

@@ -91,12 +91,6 @@ impl Snapshot {
         self.tick > 0
     }
 
-    /// The landing page, rendered on request (not every tick).
-    #[must_use]
-    pub fn landing(&self) -> String {
-        crate::http::landing::render(&self.gpus, &self.source, self.source_up, self.taken_unix_ms)
-    }
-
     /// The body for `format`.
     #[must_use]
     pub fn body(&self, format: Format) -> Bytes {
