@@ -391,6 +391,54 @@ pub struct Settings {
     pub engine: Option<EngineSettings>,
 }
 
+/// Variables truthscale reads besides its own `TRUTHSCALE_…` and the standard `OTEL_…`.
+const READ_VARIABLES: &[&str] = &[
+    "POD_NAME",
+    "POD_NAMESPACE",
+    "CONTAINER_NAME",
+    "NODE_NAME",
+    "NODE_IP",
+    "NVIDIA_VISIBLE_DEVICES",
+    "RUST_LOG",
+];
+
+/// The process environment as text. A variable that is not UTF-8 is left out, unless it is
+/// one truthscale reads, which is refused naming it; an unrelated one never stops the start
+/// (`std::env::vars` would panic on it).
+///
+/// # Errors
+/// A variable truthscale reads is not UTF-8.
+pub fn environment() -> Result<Vec<(String, String)>, ConfigError> {
+    environment_from(std::env::vars_os())
+}
+
+fn environment_from(
+    vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut out = Vec::new();
+    for (k, v) in vars {
+        match (k.into_string(), v.into_string()) {
+            (Ok(k), Ok(v)) => out.push((k, v)),
+            (k, _) => {
+                let name = match k {
+                    Ok(k) => k,
+                    Err(k) => k.to_string_lossy().into_owned(),
+                };
+                if name.starts_with("TRUTHSCALE_")
+                    || name.starts_with("OTEL_")
+                    || READ_VARIABLES.contains(&name.as_str())
+                {
+                    return Err(ConfigError::Load {
+                        origin: "environment".into(),
+                        message: format!("{name} is not valid UTF-8; set it to text or unset it"),
+                    });
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The 1-based line of dotted `key` (`derive.phase.idle_enter_util`) in TOML `text`: the
 /// line that sets its last part inside the table of the rest, or a dotted assignment.
 fn key_line(text: &str, key: &str) -> Option<usize> {
@@ -918,5 +966,28 @@ mod tests {
         let back: Config = toml::from_str(&text).unwrap();
         assert_eq!(back, Config::default());
         assert!(text.contains("listen_address = \"0.0.0.0:9488\""));
+    }
+
+    #[test]
+    fn a_non_utf8_variable_is_refused_only_when_read() {
+        use std::os::unix::ffi::OsStringExt as _;
+        let bad = std::ffi::OsString::from_vec(vec![0xff, 0xfe]);
+        let vars = |k: &str| {
+            vec![
+                ("PATH".into(), "/bin".into()),
+                (std::ffi::OsString::from(k), bad.clone()),
+            ]
+            .into_iter()
+        };
+        let env = environment_from(vars("UNRELATED")).unwrap();
+        assert_eq!(env, [("PATH".to_string(), "/bin".to_string())]);
+        for read in [
+            "TRUTHSCALE_SOURCE__SPEC",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "POD_NAME",
+        ] {
+            let err = environment_from(vars(read)).unwrap_err().to_string();
+            assert!(err.contains(read) && err.contains("UTF-8"), "{err}");
+        }
     }
 }

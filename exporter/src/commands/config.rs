@@ -27,7 +27,7 @@ pub fn run(c: &ConfigCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         ConfigCommand::Check { file } => {
-            let env: Vec<(String, String)> = std::env::vars().collect();
+            let env = crate::config::environment()?;
             let cfg = crate::config::Config::load(Some(file), &env, &[])?;
             cfg.validate(&env)?;
             println!("{}: ok", file.display());

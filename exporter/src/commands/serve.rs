@@ -13,7 +13,7 @@ use std::time::Duration;
 /// # Errors
 /// Bad configuration, a source that cannot be built, or a port that cannot be bound.
 pub fn run(config: &Config) -> anyhow::Result<()> {
-    let env: Vec<(String, String)> = std::env::vars().collect();
+    let env = crate::config::environment()?;
     let settings = config.validate(&env).context("invalid configuration")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -197,7 +197,7 @@ impl ServeArgs {
 /// A configuration error, or the sidecar failing to start.
 pub fn main(args: &ServeArgs) -> anyhow::Result<()> {
     init_logging();
-    let env: Vec<(String, String)> = std::env::vars().collect();
+    let env = crate::config::environment()?;
     let overrides = args.overrides();
     let overrides: Vec<(&str, String)> = overrides.iter().map(|(k, v)| (*k, v.clone())).collect();
     let config = crate::config::Config::load(args.config.as_deref(), &env, &overrides)?;

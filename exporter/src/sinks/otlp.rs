@@ -127,7 +127,6 @@ impl Shared {
 
 /// One registered instrument (kept so that its callback stays registered).
 #[derive(Debug)]
-#[allow(dead_code)] // held, never read
 enum Instrument {
     Gauge(ObservableGauge<f64>),
     Counter(ObservableCounter<f64>),

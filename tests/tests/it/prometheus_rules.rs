@@ -544,7 +544,10 @@ fn set(items: &[(&str, &str)]) -> BTreeSet<(String, String)> {
 }
 
 #[test]
-#[allow(clippy::too_many_lines)] // one end-to-end scenario, read top to bottom
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 fn dashboards_and_rules_on_real_prometheus() {
     const T: &str = "dashboards_and_rules_on_real_prometheus";
     // Checked before anything starts; Prometheus::start checks it again.
