@@ -990,4 +990,25 @@ mod tests {
             assert!(err.contains(read) && err.contains("UTF-8"), "{err}");
         }
     }
+
+    /// `docs/config.md` holds exactly what `Config::default()` prints.
+    #[test]
+    fn config_doc_matches_defaults() {
+        const BEGIN: &str = "<!-- defaults:begin -->\n";
+        const END: &str = "<!-- defaults:end -->";
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/config.md");
+        let doc = std::fs::read_to_string(path).expect("docs/config.md exists");
+        let (head, rest) = doc.split_once(BEGIN).expect("the begin marker");
+        let (_, tail) = rest.split_once(END).expect("the end marker");
+        let toml = Config::default().to_toml().expect("defaults serialize");
+        let expected = format!("{head}{BEGIN}```toml\n{toml}```\n{END}{tail}");
+        if std::env::var_os("UPDATE_DOCS").is_some() {
+            std::fs::write(path, &expected).unwrap();
+            return;
+        }
+        assert!(
+            doc == expected,
+            "docs/config.md is out of date with Config::default(); run `UPDATE_DOCS=1 cargo test -p truthscale-exporter --lib config_doc`"
+        );
+    }
 }
