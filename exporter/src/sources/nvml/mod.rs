@@ -5,9 +5,11 @@
 //!   that says what to do. Functions nvml-wrapper does not wrap are called through
 //!   nvml-wrapper-sys 0.10's symbol fields in `raw`, the exporter's only `unsafe` module.
 //! - **Per GPU, each tick.** Busy fraction: the mean of the driver's utilization samples since
-//!   the previous tick (`nvmlDeviceGetSamples`), else `nvmlDeviceGetUtilizationRates`. Memory
-//!   (v2), the energy counter (the core turns it into ΔE/Δt) and the power gauge, the enforced
-//!   power limit, SM and memory clocks, temperature, and clock-event reasons.
+//!   the previous tick (`nvmlDeviceGetSamples`), else `nvmlDeviceGetUtilizationRates`. The SM
+//!   clock: the mean of the driver's processor-clock samples over the window, else a point
+//!   reading that the deriver averages with the previous one. Memory (v2), the energy counter
+//!   (the core turns it into ΔE/Δt) and the power gauge, the enforced power limit, the memory
+//!   clock, temperature, and clock-event reasons.
 //! - **GPM** (Hopper+, `gpm_support()`): the previous sample is kept per GPU (per GPU instance
 //!   under MIG) and a new one taken each tick; `nvmlGpmMetricsGet` between them gives SM
 //!   active, occupancy, tensor, DRAM, FP pipes, PCIe and NVLink. Two samples must be more than
@@ -19,8 +21,9 @@
 //!   The busy flag does not exist on MIG, so it stays blank; the GPU-wide power is not split.
 //! - **Processes** (every [`PROCESS_EVERY`]): compute processes with their memory, per-process
 //!   SM busy (`nvmlDeviceGetProcessesUtilizationInfo`, where the driver has it), and the pod
-//!   and container from `/proc/<pid>/cgroup`. The metric catalog has no per-process series, so
-//!   they are logged (`RUST_LOG=truthscale_exporter=debug`) and shown by `truthscale doctor`.
+//!   and container from `/proc/<pid>/cgroup`. They are shown by `truthscale doctor`, logged at
+//!   debug, and exported as `truthscale_process_*` series when `source.per_process_series` is
+//!   on (opt-in: one series per process).
 //! - **Failures.** Every failed call is counted by kind: `gpu_lost` (the GPU's entities go
 //!   stale, the others carry on, and it is looked for again every [`LOST_RETRY`]),
 //!   `no_permission`, `unsupported` (once per GPU and function: a missing symbol is an older
