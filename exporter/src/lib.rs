@@ -21,6 +21,7 @@
 //! # drop(app);
 //! ```
 
+pub mod capture;
 pub mod cli;
 pub mod client;
 pub mod commands;

@@ -3,12 +3,11 @@
 
 use anyhow::Context;
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::Path;
 use std::time::Duration;
 use truthscale_core::catalog::MetricId;
-use truthscale_core::model::{EntityKey, Sample, ServingSnapshot, Throttles, Timestamp};
-use truthscale_core::parse::{Format, LineParser};
+use truthscale_core::model::{EntityKey, Sample, ServingSnapshot, Throttles};
+use truthscale_core::parse::Format;
 use truthscale_core::tracker::{Deriver, EntityWindow};
 use truthscale_core::verdict::{self, VerdictConfig, VerdictInputs, VerdictResult};
 
@@ -105,29 +104,26 @@ impl GpuView {
 /// Malformed lines of a capture printed individually before the rest are only counted.
 const SHOWN_ERRORS: usize = 5;
 
-/// Every sample of a capture file (any format `analyze` reads), and the nominal interval of
-/// its format. Malformed lines are reported on stderr (`file:line: …`) and skipped.
+/// Stream every sample of a capture file (any format `analyze` reads): `start` gets the
+/// nominal interval of its format and makes the state that `each` feeds; nothing is held
+/// beyond one sample. Malformed lines are reported on stderr (`file:line: …`) and skipped.
 ///
 /// # Errors
 /// The file cannot be read or its format cannot be told.
-pub(crate) fn read_capture(path: &Path) -> anyhow::Result<(Vec<Sample>, Option<f64>)> {
+pub(crate) fn read_capture<S>(
+    path: &Path,
+    start: impl FnOnce(Option<f64>) -> S,
+    mut each: impl FnMut(&mut S, Sample),
+) -> anyhow::Result<S> {
     let name = path.display().to_string();
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .with_context(|| format!("cannot open {name}"))?
-        .read_to_string(&mut text)
-        .with_context(|| format!("cannot read {name}"))?;
-    let head: String = text.lines().take(64).collect::<Vec<_>>().join("\n");
-    let format = Format::detect(&head)
-        .with_context(|| format!("{name}: cannot tell the format from the first lines"))?;
-    let nominal = (format != Format::Jsonl).then_some(1.0);
-    let mut parser = LineParser::new(format, &name, 1.0, Timestamp(0));
-    let mut samples = Vec::new();
+    let file = std::fs::File::open(path).with_context(|| format!("cannot open {name}"))?;
+    let mut capture =
+        crate::capture::Capture::open(std::io::BufReader::new(file), &name, None, 1.0)?;
+    let mut state = start((capture.format() != Format::Jsonl).then_some(1.0));
     let mut malformed = 0usize;
-    for line in text.lines() {
-        match parser.push_line(line) {
-            Ok(Some(s)) => samples.push(s),
-            Ok(None) => {}
+    while let Some(r) = capture.next_sample()? {
+        match r {
+            Ok(s) => each(&mut state, s),
             Err(e) => {
                 malformed += 1;
                 if malformed <= SHOWN_ERRORS {
@@ -136,23 +132,22 @@ pub(crate) fn read_capture(path: &Path) -> anyhow::Result<(Vec<Sample>, Option<f
             }
         }
     }
-    samples.extend(parser.finish());
     if malformed > 0 {
         eprintln!("truthscale: {name}: {malformed} malformed line(s) skipped");
     }
-    Ok((samples, nominal))
+    Ok(state)
 }
 
-/// The newest view per GPU of a capture file, with history.
+/// The newest view per GPU of a capture file, with history, read as a stream.
 ///
 /// # Errors
 /// The file cannot be read or its format cannot be told.
 pub fn views_from_replay(path: &Path, cfg: &VerdictConfig) -> anyhow::Result<Vec<GpuView>> {
-    let (samples, nominal) = read_capture(path)?;
-    let mut stepper = Stepper::new(cfg, nominal);
-    for s in &samples {
-        stepper.observe(s);
-    }
+    let stepper = read_capture(
+        path,
+        |nominal| Stepper::new(cfg, nominal),
+        |st, s| st.observe(&s),
+    )?;
     Ok(stepper.views())
 }
 

@@ -1,24 +1,21 @@
 //! `truthscale analyze`: stream a capture through the core and summarize it.
 
+use crate::capture::Capture;
 use anyhow::{Context, bail};
 use clap::ValueEnum;
 use std::fs::File;
-use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
+use std::io::{BufReader, IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use truthscale_core::analysis::{Analyzer, EntitySummary, Report};
 use truthscale_core::derive::DeriveConfig;
 use truthscale_core::gpus;
-use truthscale_core::model::Timestamp;
-use truthscale_core::parse::{Format, LineParser, ParseError};
+use truthscale_core::parse::{Format, ParseError};
 use truthscale_core::tracker::Deriver;
 
 /// Malformed lines printed individually before the rest are only counted.
 const SHOWN_ERRORS: usize = 20;
-/// Lines read to detect the format.
-const DETECT_LINES: usize = 64;
-
 /// Outcome of reading one input.
 #[derive(Debug)]
 pub struct Analysis {
@@ -105,84 +102,46 @@ pub fn analyze_reader(
     args: &AnalyzeArgs,
     progress: Option<&indicatif::ProgressBar>,
 ) -> anyhow::Result<Analysis> {
-    let mut reader = BufReader::with_capacity(1 << 16, reader);
-    let mut head: Vec<String> = Vec::new();
-    let mut buf = Vec::new();
-    let mut line_no = 0usize;
-    let mut read_line =
-        |reader: &mut BufReader<_>, buf: &mut Vec<u8>| -> anyhow::Result<Option<String>> {
-            buf.clear();
-            let n = reader
-                .read_until(b'\n', buf)
-                .with_context(|| format!("cannot read {name}"))?;
-            if n == 0 {
-                return Ok(None);
-            }
-            line_no += 1;
-            if let Some(bar) = progress {
-                bar.inc(n as u64);
-            }
-            while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-                buf.pop();
-            }
-            match String::from_utf8(std::mem::take(buf)) {
-                Ok(s) => Ok(Some(s)),
-                Err(_) => bail!("{name}:{line_no}: not UTF-8 text"),
-            }
-        };
+    let reader = BufReader::with_capacity(1 << 16, reader);
     let format = match args.format {
-        FormatArg::DcgmiDmon => Format::DcgmiDmon,
-        FormatArg::DcgmExporter => Format::DcgmExporter,
-        FormatArg::Jsonl => Format::Jsonl,
-        FormatArg::Auto => {
-            while head.len() < DETECT_LINES {
-                match read_line(&mut reader, &mut buf)? {
-                    Some(l) => head.push(l),
-                    None => break,
-                }
-            }
-            Format::detect(&head.join("\n")).with_context(|| {
-                format!(
-                    "{name}: cannot tell the format from the first {} lines; pass --format dcgmi-dmon, dcgm-exporter or jsonl",
-                    head.len()
-                )
-            })?
-        }
+        FormatArg::DcgmiDmon => Some(Format::DcgmiDmon),
+        FormatArg::DcgmExporter => Some(Format::DcgmExporter),
+        FormatArg::Jsonl => Some(Format::Jsonl),
+        FormatArg::Auto => None,
     };
     let interval = args.interval.as_secs_f64();
+    let mut capture = Capture::open(reader, name, format, interval)?;
+    let format = capture.format();
     let nominal = match format {
         Format::Jsonl => None,
         _ => Some(interval),
     };
     let mut analyzer = new_analyzer(args, nominal)?;
-    let mut parser = LineParser::new(format, name, interval, Timestamp(0));
     let mut errors = Vec::new();
     let mut error_count = 0u64;
-    let mut feed = |line: &str, analyzer: &mut Analyzer| match parser.push_line(line) {
-        Ok(Some(s)) => analyzer.push(&s),
-        Ok(None) => {}
-        Err(e) => {
-            error_count += 1;
-            if errors.len() < SHOWN_ERRORS {
-                errors.push(e);
+    let mut reported = 0;
+    while let Some(r) = capture.next_sample()? {
+        match r {
+            Ok(s) => analyzer.push(&s),
+            Err(e) => {
+                error_count += 1;
+                if errors.len() < SHOWN_ERRORS {
+                    errors.push(e);
+                }
             }
         }
-    };
-    for l in &head {
-        feed(l, &mut analyzer);
-    }
-    while let Some(l) = read_line(&mut reader, &mut buf)? {
-        feed(&l, &mut analyzer);
-    }
-    if let Some(s) = parser.finish() {
-        analyzer.push(&s);
+        if let Some(bar) = progress {
+            let now = capture.bytes_read();
+            bar.inc(now - reported);
+            reported = now;
+        }
     }
     Ok(Analysis {
         report: analyzer.report(),
         format,
         errors,
         error_count,
-        skipped_lines: parser.skipped_lines(),
+        skipped_lines: capture.skipped_lines(),
     })
 }
 

@@ -93,16 +93,16 @@ pub fn frame(views: &[GpuView]) -> String {
 /// Every sample of a capture (any format `analyze` reads) grouped by time, and the nominal
 /// interval.
 fn read_replay(path: &Path) -> anyhow::Result<(Vec<Vec<Sample>>, Option<f64>)> {
-    let (samples, nominal) = view::read_capture(path)?;
-    // One step per instant: a JSONL capture has a sample per GPU with the same time.
-    let mut steps: Vec<Vec<Sample>> = Vec::new();
-    for s in samples {
-        match steps.last_mut() {
+    // Played back on a terminal, so held: one step per instant (a JSONL capture has a
+    // sample per GPU with the same time).
+    view::read_capture(
+        path,
+        |nominal| (Vec::new(), nominal),
+        |(steps, _): &mut (Vec<Vec<Sample>>, Option<f64>), s| match steps.last_mut() {
             Some(step) if step[0].taken == s.taken => step.push(s),
             _ => steps.push(vec![s]),
-        }
-    }
-    Ok((steps, nominal))
+        },
+    )
 }
 
 /// Where the views come from.

@@ -4,15 +4,13 @@
 //! Recorded times are shifted onto the wall clock: the first sample is served at start.
 
 use super::{BuildError, Common, Produced, Source, SourceError, unix_ms};
+use crate::capture::{Capture, CaptureError};
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 use truthscale_core::model::{Sample, SourceKind, Timestamp};
-use truthscale_core::parse::{Format, LineParser};
-
-/// Lines read to detect the format.
-const DETECT_LINES: usize = 64;
+use truthscale_core::parse::Format;
 
 /// A capture replayed against the wall clock.
 #[derive(Debug)]
@@ -21,8 +19,8 @@ pub struct ReplaySource {
     format: Format,
     interval: Duration,
     looping: bool,
-    reader: Option<BufReader<File>>,
-    parser: LineParser,
+    /// The capture being read (`None` once it ended or failed).
+    capture: Option<Capture<BufReader<File>>>,
     pending: Option<Sample>,
     /// Recorded time of the first sample of the current pass.
     base: Option<i64>,
@@ -33,13 +31,27 @@ pub struct ReplaySource {
     finished: bool,
 }
 
-fn open_reader(path: &Path) -> Result<BufReader<File>, BuildError> {
-    File::open(path)
-        .map(BufReader::new)
-        .map_err(|e| BuildError::Replay {
-            path: path.display().to_string(),
-            message: format!("cannot open: {e}"),
-        })
+fn open_capture(
+    path: &Path,
+    format: Option<Format>,
+    interval: Duration,
+) -> Result<Capture<BufReader<File>>, BuildError> {
+    let name = path.display().to_string();
+    let file = File::open(path).map_err(|e| BuildError::Replay {
+        path: name.clone(),
+        message: format!("cannot open: {e}"),
+    })?;
+    Capture::open(BufReader::new(file), &name, format, interval.as_secs_f64()).map_err(|e| {
+        BuildError::Replay {
+            path: name.clone(),
+            message: match e {
+                CaptureError::Unknown { .. } => {
+                    "not a dcgmi dmon capture, a dcgm-exporter scrape or a JSONL trace".into()
+                }
+                CaptureError::Read { source, .. } => format!("cannot read: {source}"),
+            },
+        }
+    })
 }
 
 /// `replay:PATH`: a capture replayed at its recorded pace.
@@ -86,33 +98,14 @@ impl ReplaySource {
         looping: bool,
         now: SystemTime,
     ) -> Result<ReplaySource, BuildError> {
-        let mut head = String::new();
-        let mut r = open_reader(path)?;
-        for _ in 0..DETECT_LINES {
-            let mut line = String::new();
-            match r.read_line(&mut line) {
-                Ok(0) => break,
-                Ok(_) => head.push_str(&line),
-                Err(e) => {
-                    return Err(BuildError::Replay {
-                        path: path.display().to_string(),
-                        message: format!("cannot read: {e}"),
-                    });
-                }
-            }
-        }
-        let format = Format::detect(&head).ok_or_else(|| BuildError::Replay {
-            path: path.display().to_string(),
-            message: "not a dcgmi dmon capture, a dcgm-exporter scrape or a JSONL trace".into(),
-        })?;
-        let name = path.display().to_string();
+        let capture = open_capture(path, None, interval)?;
+        let format = capture.format();
         Ok(ReplaySource {
             path: path.to_path_buf(),
             format,
             interval,
             looping,
-            reader: Some(open_reader(path)?),
-            parser: LineParser::new(format, &name, interval.as_secs_f64(), Timestamp(0)),
+            capture: Some(capture),
             pending: None,
             base: None,
             pass_start_ms: unix_ms(now),
@@ -137,46 +130,29 @@ impl ReplaySource {
         if let Some(s) = self.pending.take() {
             return Some(s);
         }
-        let reader = self.reader.as_mut()?;
-        let mut line = Vec::new();
+        let capture = self.capture.as_mut()?;
         loop {
-            line.clear();
-            match reader.by_ref().take(1 << 20).read_until(b'\n', &mut line) {
-                Ok(0) => {
-                    self.reader = None;
-                    return self.parser.finish();
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    errors.push(SourceError::Io(format!("{}: {e}", self.path.display())));
-                    self.reader = None;
+            match capture.next_sample() {
+                Ok(Some(Ok(s))) => return Some(s),
+                Ok(Some(Err(e))) => errors.push(SourceError::Parse(e.to_string())),
+                Ok(None) => {
+                    self.capture = None;
                     return None;
                 }
-            }
-            while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-                line.pop();
-            }
-            let text = String::from_utf8_lossy(&line);
-            match self.parser.push_line(&text) {
-                Ok(Some(s)) => return Some(s),
-                Ok(None) => {}
-                Err(e) => errors.push(SourceError::Parse(e.to_string())),
+                Err(e) => {
+                    errors.push(SourceError::Io(e.to_string()));
+                    self.capture = None;
+                    return None;
+                }
             }
         }
     }
 
     fn restart(&mut self) -> bool {
-        let Ok(r) = open_reader(&self.path) else {
+        let Ok(c) = open_capture(&self.path, Some(self.format), self.interval) else {
             return false;
         };
-        let name = self.path.display().to_string();
-        self.reader = Some(r);
-        self.parser = LineParser::new(
-            self.format,
-            &name,
-            self.interval.as_secs_f64(),
-            Timestamp(0),
-        );
+        self.capture = Some(c);
         // The next pass starts one interval after the last sample of this one.
         let span = match (self.base, self.last_recorded) {
             (Some(b), Some(l)) => l - b,

@@ -1,0 +1,263 @@
+//! The one capture reader: a `dcgmi dmon` capture, dcgm-exporter scrapes or a JSONL trace,
+//! its format detected from the first lines (or given), streamed a line at a time through
+//! the core's parser. Used by `analyze`, `explain`, `top` and the replay source.
+//!
+//! A bad line is a per-line error naming `file:line` and the reader goes on: malformed
+//! text, a line that is not UTF-8, or a line longer than [`MAX_LINE`] (its bytes are skipped
+//! without being held). Only a failing read ends the capture.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, Read};
+use truthscale_core::model::{Sample, Timestamp};
+use truthscale_core::parse::{Format, LineParser, ParseError};
+
+/// Lines read to detect the format.
+pub const DETECT_LINES: usize = 64;
+/// The longest line read; a longer one is an error for that line, and memory stays bounded.
+pub const MAX_LINE: usize = 1 << 20;
+
+/// Why a capture cannot be read at all.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    /// A read failed.
+    #[error("cannot read {name}: {source}")]
+    Read {
+        /// The capture's name.
+        name: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The first lines match no format.
+    #[error(
+        "{name}: cannot tell the format from the first {lines} lines; pass --format dcgmi-dmon, dcgm-exporter or jsonl"
+    )]
+    Unknown {
+        /// The capture's name.
+        name: String,
+        /// Lines looked at.
+        lines: usize,
+    },
+}
+
+/// A capture being read.
+#[derive(Debug)]
+pub struct Capture<R> {
+    reader: R,
+    name: String,
+    format: Format,
+    parser: LineParser,
+    /// Lines read for detection, not yet parsed.
+    head: VecDeque<(usize, Result<String, String>)>,
+    line_no: usize,
+    bytes: u64,
+    buf: Vec<u8>,
+    done: bool,
+}
+
+impl<R: BufRead> Capture<R> {
+    /// Start reading `reader` (named `name` in messages), in `format` or the one its first
+    /// lines show, with `interval_secs` between samples for formats without timestamps.
+    ///
+    /// # Errors
+    /// A failing read, or no format recognised.
+    pub fn open(
+        reader: R,
+        name: &str,
+        format: Option<Format>,
+        interval_secs: f64,
+    ) -> Result<Capture<R>, CaptureError> {
+        let mut c = Capture {
+            reader,
+            name: name.to_string(),
+            format: format.unwrap_or(Format::Jsonl),
+            parser: LineParser::new(Format::Jsonl, name, interval_secs, Timestamp(0)),
+            head: VecDeque::new(),
+            line_no: 0,
+            bytes: 0,
+            buf: Vec::new(),
+            done: false,
+        };
+        let format = match format {
+            Some(f) => f,
+            None => {
+                while c.head.len() < DETECT_LINES {
+                    match c.read_line()? {
+                        Some(l) => c.head.push_back(l),
+                        None => break,
+                    }
+                }
+                let text: Vec<&str> = c
+                    .head
+                    .iter()
+                    .filter_map(|(_, l)| l.as_deref().ok())
+                    .collect();
+                Format::detect(&text.join("\n")).ok_or_else(|| CaptureError::Unknown {
+                    name: name.to_string(),
+                    lines: c.head.len(),
+                })?
+            }
+        };
+        c.format = format;
+        c.parser = LineParser::new(format, name, interval_secs, Timestamp(0));
+        Ok(c)
+    }
+
+    /// The format being read.
+    #[must_use]
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// Bytes read so far (for progress).
+    #[must_use]
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Lines the parser skipped (comments, headers, blank lines).
+    #[must_use]
+    pub fn skipped_lines(&self) -> u64 {
+        self.parser.skipped_lines()
+    }
+
+    /// One line as text (`Err` with the reason for a line that is not usable text).
+    #[expect(
+        clippy::type_complexity,
+        reason = "a line number and the text or why not"
+    )]
+    fn read_line(&mut self) -> Result<Option<(usize, Result<String, String>)>, CaptureError> {
+        self.buf.clear();
+        let read = |r: &mut R, buf: &mut Vec<u8>, limit: usize| {
+            r.by_ref().take(limit as u64).read_until(b'\n', buf)
+        };
+        let n = read(&mut self.reader, &mut self.buf, MAX_LINE + 1).map_err(|source| {
+            CaptureError::Read {
+                name: self.name.clone(),
+                source,
+            }
+        })?;
+        if n == 0 {
+            return Ok(None);
+        }
+        self.bytes += n as u64;
+        self.line_no += 1;
+        let mut too_long = false;
+        // Over the limit: skip the rest of the line without holding it.
+        while self.buf.len() > MAX_LINE && self.buf.last() != Some(&b'\n') {
+            too_long = true;
+            self.buf.clear();
+            let n = read(&mut self.reader, &mut self.buf, 1 << 16).map_err(|source| {
+                CaptureError::Read {
+                    name: self.name.clone(),
+                    source,
+                }
+            })?;
+            self.bytes += n as u64;
+            if n == 0 {
+                break;
+            }
+        }
+        if too_long || self.buf.len() > MAX_LINE + 1 {
+            return Ok(Some((
+                self.line_no,
+                Err(format!("line longer than {MAX_LINE} bytes, skipped")),
+            )));
+        }
+        while self.buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+            self.buf.pop();
+        }
+        let mut bytes = std::mem::take(&mut self.buf);
+        // A byte-order mark on the first line is not text.
+        if self.line_no == 1 && bytes.starts_with(&[0xef, 0xbb, 0xbf]) {
+            bytes.drain(..3);
+        }
+        Ok(Some((
+            self.line_no,
+            String::from_utf8(bytes).map_err(|_| "not UTF-8 text, skipped".to_string()),
+        )))
+    }
+
+    /// The next sample, or a per-line error; `None` at the end.
+    ///
+    /// # Errors
+    /// The outer `Err` is a failing read (the capture ends); the inner one a bad line.
+    pub fn next_sample(&mut self) -> Result<Option<Result<Sample, ParseError>>, CaptureError> {
+        loop {
+            if self.done {
+                return Ok(None);
+            }
+            let line = match self.head.pop_front() {
+                Some(l) => Some(l),
+                None => self.read_line()?,
+            };
+            let Some((line_no, text)) = line else {
+                self.done = true;
+                return Ok(self.parser.finish().map(Ok));
+            };
+            let text = match text {
+                Ok(t) => t,
+                Err(message) => {
+                    // The parser counts lines: give it a blank one in its place, so the
+                    // next lines keep their numbers.
+                    let _ = self.parser.push_line("");
+                    return Ok(Some(Err(ParseError {
+                        file: self.name.clone(),
+                        line: line_no,
+                        message,
+                    })));
+                }
+            };
+            match self.parser.push_line(&text) {
+                Ok(Some(s)) => return Ok(Some(Ok(s))),
+                Ok(None) => {}
+                Err(e) => return Ok(Some(Err(e))),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(text: &[u8]) -> (Format, Vec<Sample>, Vec<String>) {
+        let mut c = Capture::open(text, "c.txt", None, 1.0).unwrap();
+        let (mut samples, mut errors) = (Vec::new(), Vec::new());
+        while let Some(r) = c.next_sample().unwrap() {
+            match r {
+                Ok(s) => samples.push(s),
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        (c.format(), samples, errors)
+    }
+
+    #[test]
+    fn detects_streams_and_reports_bad_lines_without_stopping() {
+        let mut text = b"\xef\xbb\xbf# source: test\nDCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 50\n".to_vec();
+        text.extend_from_slice(b"DCGM_FI_DEV_GPU_UTIL{gpu=\"1\" 7\n");
+        text.extend_from_slice(b"\xff\xfe\n");
+        text.extend(std::iter::repeat_n(b'x', MAX_LINE + 10));
+        text.extend_from_slice(b"\nDCGM_FI_DEV_GPU_UTIL{gpu=\"2\"} 70\n");
+        let (format, samples, errors) = all(&text);
+        assert_eq!(format, Format::DcgmExporter);
+        assert_eq!(samples.len(), 1);
+        assert_eq!(samples[0].entities.len(), 2, "gpu 0 and gpu 2");
+        assert_eq!(errors.len(), 3, "{errors:?}");
+        assert!(errors[0].starts_with("c.txt:3:"), "{errors:?}");
+        assert_eq!(errors[1], "c.txt:4: not UTF-8 text, skipped");
+        assert!(
+            errors[2].starts_with("c.txt:5: line longer than"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn unknown_format_is_named() {
+        let err = Capture::open(&b"hello\nworld\n"[..], "x", None, 1.0).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("x: cannot tell the format from the first 2 lines")
+        );
+    }
+}
