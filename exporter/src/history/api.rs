@@ -1,0 +1,191 @@
+//! The Prometheus HTTP API client: `query_range` and label queries, the JSON envelope,
+//! and errors that name the URL.
+
+use super::*;
+
+/// The Prometheus HTTP API envelope.
+#[derive(Debug, Deserialize)]
+pub(super) struct Envelope<T> {
+    pub(super) status: String,
+    pub(super) data: Option<T>,
+    #[serde(rename = "errorType")]
+    pub(super) error_type: Option<String>,
+    pub(super) error: Option<String>,
+    #[serde(default)]
+    pub(super) warnings: Vec<String>,
+}
+
+impl<T> Envelope<T> {
+    pub(super) fn error_text(&self) -> Option<String> {
+        let e = self.error.as_deref()?;
+        Some(match &self.error_type {
+            Some(t) => format!("{t}: {e}"),
+            None => e.to_owned(),
+        })
+    }
+}
+
+/// `data` of a range query.
+#[derive(Debug, Deserialize)]
+pub(super) struct Matrix {
+    #[serde(rename = "resultType")]
+    pub(super) result_type: String,
+    pub(super) result: Vec<RangeSeries>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct RangeSeries {
+    pub(super) metric: BTreeMap<String, String>,
+    #[serde(default)]
+    pub(super) values: Vec<(f64, String)>,
+}
+
+/// A blocking client for one Prometheus API base URL.
+#[derive(Debug)]
+pub(super) struct Client {
+    pub(super) base: String,
+    pub(super) agent: ureq::Agent,
+    pub(super) authorization: Option<String>,
+    pub(super) warnings: BTreeSet<String>,
+}
+
+/// The first bytes of a body, for an error message.
+pub(super) fn snippet(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
+    if text.trim().is_empty() {
+        "an empty body".to_owned()
+    } else {
+        format!("{text:?}")
+    }
+}
+
+impl Client {
+    pub(super) fn new(url: &str, authorization: Option<String>) -> anyhow::Result<Client> {
+        let base = url.trim().trim_end_matches('/');
+        // These two do not echo the URL: it may hold a password or a token.
+        if base.contains('@') {
+            bail!(
+                "--prometheus: give credentials with --basic-auth or --bearer-token-file, not in the URL"
+            );
+        }
+        if base.contains(['?', '#']) {
+            bail!("--prometheus: give the server's base URL, without a query or fragment");
+        }
+        let host = base
+            .strip_prefix("http://")
+            .or_else(|| base.strip_prefix("https://"))
+            .and_then(|rest| rest.split('/').next());
+        if host.is_none_or(str::is_empty) {
+            bail!("--prometheus {url:?}: expected a URL like http://prometheus:9090");
+        }
+        let agent = crate::client::agent(REQUEST_TIMEOUT);
+        Ok(Client {
+            base: base.to_owned(),
+            agent,
+            authorization,
+            warnings: BTreeSet::new(),
+        })
+    }
+
+    /// `GET base+path?params`, and the `data` of a successful API answer.
+    pub(super) fn get<T: DeserializeOwned>(
+        &mut self,
+        path: &str,
+        params: &[(&str, &str)],
+    ) -> anyhow::Result<T> {
+        let url = format!("{}{path}", self.base);
+        let mut req = self.agent.get(&url);
+        for (k, v) in params {
+            req = req.query(k, v);
+        }
+        if let Some(a) = &self.authorization {
+            req = req.header("Authorization", a);
+        }
+        let mut resp = req.call().map_err(|e| call_error(&url, e))?;
+        let status = resp.status();
+        let body = resp
+            .body_mut()
+            .with_config()
+            .limit(MAX_BODY)
+            .read_to_vec()
+            .map_err(|e| match e {
+                ureq::Error::BodyExceedsLimit(_) => anyhow::anyhow!(
+                    "{url}: the answer is larger than {} MiB; narrow --selector, use a longer --step or a shorter --since",
+                    MAX_BODY >> 20
+                ),
+                ureq::Error::Timeout(_) => anyhow::anyhow!(
+                    "{url}: no complete answer within {} s",
+                    REQUEST_TIMEOUT.as_secs()
+                ),
+                e => anyhow::anyhow!("{url}: the answer could not be read (cut short?): {e}"),
+            })?;
+        if status.as_u16() != 200 {
+            let detail = serde_json::from_slice::<Envelope<IgnoredAny>>(&body)
+                .ok()
+                .and_then(|e| e.error_text())
+                .unwrap_or_else(|| snippet(&body));
+            let hint = match status.as_u16() {
+                401 | 403 => " (check --bearer-token-file or --basic-auth)",
+                404 => " (is this the Prometheus base URL?)",
+                _ => "",
+            };
+            bail!(
+                "{url}: HTTP {} {}{hint}: {detail}",
+                status.as_u16(),
+                status.canonical_reason().unwrap_or("")
+            );
+        }
+        let envelope: Envelope<T> = match serde_json::from_slice(&body) {
+            Ok(e) => e,
+            Err(e) => {
+                if let Ok(env) = serde_json::from_slice::<Envelope<IgnoredAny>>(&body)
+                    && env.status == "error"
+                {
+                    bail!(
+                        "{url}: Prometheus answered an error: {}",
+                        env.error_text().unwrap_or_else(|| "(no message)".into())
+                    );
+                }
+                let cut = if e.is_eof() { "cut short: " } else { "" };
+                bail!(
+                    "{url}: the answer is {cut}not Prometheus API JSON ({e}); it begins {}",
+                    snippet(&body)
+                );
+            }
+        };
+        self.warnings.extend(envelope.warnings.iter().cloned());
+        if envelope.status != "success" {
+            bail!(
+                "{url}: Prometheus answered status {:?}: {}",
+                envelope.status,
+                envelope
+                    .error_text()
+                    .unwrap_or_else(|| "(no message)".into())
+            );
+        }
+        envelope
+            .data
+            .with_context(|| format!("{url}: the answer is not Prometheus API JSON (no `data`)"))
+    }
+}
+
+pub(super) fn call_error(url: &str, e: ureq::Error) -> anyhow::Error {
+    use std::io::ErrorKind;
+    match e {
+        ureq::Error::Io(io) if io.kind() == ErrorKind::ConnectionRefused => {
+            anyhow::anyhow!("cannot reach Prometheus at {url}: connection refused")
+        }
+        ureq::Error::Io(io) => anyhow::anyhow!("cannot reach Prometheus at {url}: {io}"),
+        ureq::Error::HostNotFound => {
+            anyhow::anyhow!("cannot reach Prometheus at {url}: host not found")
+        }
+        ureq::Error::ConnectionFailed => {
+            anyhow::anyhow!("cannot reach Prometheus at {url}: connection failed")
+        }
+        ureq::Error::Timeout(t) => anyhow::anyhow!(
+            "{url}: no answer within {} s ({t})",
+            REQUEST_TIMEOUT.as_secs()
+        ),
+        e => anyhow::anyhow!("{url}: {e}"),
+    }
+}

@@ -1,0 +1,144 @@
+//! Prometheus' series merged into samples per step: DCGM series through the core's
+//! dcgm-exporter scrape mapping, truthscale's own through the catalog.
+
+use super::*;
+
+/// What one result series is, fixed once per chunk.
+#[derive(Debug)]
+pub(super) enum SeriesMap {
+    /// A dcgm-exporter series: mapped per point by the parser's [`Scrape`].
+    Dcgm {
+        name: String,
+        labels: Vec<(String, String)>,
+    },
+    /// One of truthscale's gauges.
+    Own {
+        id: EntityId,
+        field: Field,
+        scale: f64,
+    },
+}
+
+/// The entity truthscale's own labels name; empty values are absent.
+pub(super) fn own_entity(labels: &BTreeMap<String, String>) -> EntityId {
+    let get = |k: &str| labels.get(k).filter(|v| !v.is_empty()).cloned();
+    let num = |k: &str| get(k).and_then(|v| v.parse::<u32>().ok());
+    EntityId {
+        gpu: num("gpu"),
+        uuid: get("uuid"),
+        model: get("model"),
+        pci_bus_id: None,
+        mig: num("mig_instance").map(|gpu_instance| MigId {
+            gpu_instance,
+            compute_instance: None,
+            profile: get("mig_profile"),
+        }),
+        pod: get("pod").map(|pod| PodRef {
+            pod,
+            namespace: get("namespace"),
+            container: get("container"),
+        }),
+        // Without a node label, the scrape target stands in for it: gpu 0 of two
+        // exporters is two GPUs.
+        node: get("node").or_else(|| get("instance")),
+    }
+}
+
+/// One chunk's series and points `(time ms, series index, value)`.
+#[derive(Debug, Default)]
+pub(super) struct Chunk {
+    /// The chunk's first and last evaluation times: points outside (from a misbehaving
+    /// server) are dropped, so times keep increasing from chunk to chunk.
+    pub(super) bounds: Option<(i64, i64)>,
+    pub(super) series: Vec<SeriesMap>,
+    pub(super) points: Vec<(i64, u32, f64)>,
+}
+
+impl Chunk {
+    pub(super) fn add(&mut self, family: Family, name: &str, matrix: Matrix) {
+        for s in matrix.result {
+            let map = match family {
+                Family::DcgmExporter => SeriesMap::Dcgm {
+                    name: name.to_owned(),
+                    labels: s.metric.into_iter().collect(),
+                },
+                Family::Truthscale => {
+                    let Some((_, field, scale)) = OWN_METRICS.iter().find(|m| m.0 == name) else {
+                        continue;
+                    };
+                    SeriesMap::Own {
+                        id: own_entity(&s.metric),
+                        field: *field,
+                        scale: *scale,
+                    }
+                }
+            };
+            let Ok(index) = u32::try_from(self.series.len()) else {
+                return;
+            };
+            self.series.push(map);
+            for (t, v) in s.values {
+                // Prometheus writes NaN and ±Inf as strings too; Rust parses them, and the
+                // mapping turns them into blanks.
+                let t = (t * 1000.0).round() as i64;
+                let inside = self.bounds.is_none_or(|(a, b)| (a..=b).contains(&t));
+                if let (true, Ok(v)) = (inside, v.parse::<f64>()) {
+                    self.points.push((t, index, v));
+                }
+            }
+        }
+    }
+
+    /// Hand `f` the samples, one per timestamp with at least one value, in time order;
+    /// one sample is built at a time.
+    pub(super) fn feed(mut self, mut f: impl FnMut(&Sample)) {
+        self.points.sort_unstable_by_key(|p| (p.0, p.1));
+        for group in self.points.chunk_by(|a, b| a.0 == b.0) {
+            let sample = sample_at(Timestamp(group[0].0), group, &self.series);
+            if !sample.entities.is_empty() {
+                f(&sample);
+            }
+        }
+    }
+}
+
+/// The sample at one timestamp from its points.
+pub(super) fn sample_at(
+    taken: Timestamp,
+    points: &[(i64, u32, f64)],
+    series: &[SeriesMap],
+) -> Sample {
+    let mut scrape = Scrape::default();
+    let mut own: Vec<EntitySample> = Vec::new();
+    let mut own_index: HashMap<EntityKey, usize> = HashMap::new();
+    for &(_, i, v) in points {
+        match series.get(i as usize) {
+            Some(SeriesMap::Dcgm { name, labels }) => {
+                scrape.push(name, labels, v);
+            }
+            Some(SeriesMap::Own { id, field, scale }) => {
+                let k = *own_index.entry(id.key()).or_insert_with(|| {
+                    own.push(EntitySample {
+                        id: id.clone(),
+                        simulated: id
+                            .model
+                            .as_deref()
+                            .is_some_and(|m| m.starts_with("Simulated ")),
+                        ..EntitySample::default()
+                    });
+                    own.len() - 1
+                });
+                let x = v * scale;
+                if let Some(e) = own.get_mut(k)
+                    && x.is_finite()
+                {
+                    e.readings.set_value(*field, x);
+                }
+            }
+            None => {}
+        }
+    }
+    let mut entities = scrape.finish();
+    entities.extend(own);
+    Sample { taken, entities }
+}
