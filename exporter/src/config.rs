@@ -4,6 +4,7 @@
 //! [`Config::validate`] turns it into [`Settings`], checking every value and naming the key
 //! that is wrong.
 
+use crate::sinks::otlp::config::{OtlpConfig, OtlpSettings};
 use crate::sources::engine::{EngineConfig, EngineSettings};
 use crate::sources::{self, Common};
 use serde::{Deserialize, Serialize};
@@ -151,164 +152,6 @@ impl Default for HttpConfig {
             max_concurrent_requests: 64,
             max_header_bytes: 16 * 1024,
         }
-    }
-}
-
-/// `[otlp]`: push the same metrics to an OpenTelemetry collector. Every unset key falls
-/// back to the standard `OTEL_…` environment variables, then to the SDK's defaults.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct OtlpConfig {
-    /// Push even without an endpoint here or in `OTEL_EXPORTER_OTLP_(METRICS_)ENDPOINT`
-    /// (then to the SDK default, localhost). An endpoint anywhere also turns it on.
-    pub enabled: bool,
-    /// Collector URL (`http://HOST:4317` for gRPC, `http://HOST:4318` for HTTP; the HTTP
-    /// path `/v1/metrics` is added when the URL has none).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub endpoint: Option<String>,
-    /// `grpc` or `http/protobuf`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub protocol: Option<String>,
-    /// Timeout of one export, retries included (e.g. `10s`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub timeout: Option<String>,
-    /// Time between exports (e.g. `60s`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub interval: Option<String>,
-    /// `cumulative` (the SDK default) or `delta`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub temporality: Option<String>,
-}
-
-/// OTLP transport.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OtlpProtocol {
-    /// gRPC (tonic).
-    Grpc,
-    /// HTTP with protobuf bodies.
-    HttpProtobuf,
-}
-
-impl OtlpProtocol {
-    /// Parse the `OTEL_EXPORTER_OTLP_PROTOCOL` spelling.
-    #[must_use]
-    pub fn parse(s: &str) -> Option<OtlpProtocol> {
-        match s.trim() {
-            "grpc" => Some(OtlpProtocol::Grpc),
-            "http/protobuf" => Some(OtlpProtocol::HttpProtobuf),
-            _ => None,
-        }
-    }
-}
-
-/// OTLP aggregation temporality.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OtlpTemporality {
-    /// Totals since start.
-    Cumulative,
-    /// Changes since the previous export.
-    Delta,
-}
-
-/// Validated `[otlp]`: `None` fields are left to the SDK (environment, then defaults).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OtlpSettings {
-    /// Endpoint set in truthscale's configuration or flags.
-    pub endpoint: Option<String>,
-    /// Protocol set in truthscale's configuration.
-    pub protocol: Option<OtlpProtocol>,
-    /// Export timeout set in truthscale's configuration.
-    pub timeout: Option<Duration>,
-    /// Export interval set in truthscale's configuration.
-    pub interval: Option<Duration>,
-    /// Temporality set in truthscale's configuration.
-    pub temporality: Option<OtlpTemporality>,
-}
-
-impl OtlpConfig {
-    fn validate(&self, env: &[(String, String)]) -> Result<Option<OtlpSettings>, ConfigError> {
-        let getenv = |k: &str| {
-            env.iter()
-                .find(|(n, _)| n == k)
-                .map(|(_, v)| v.trim().to_string())
-                .filter(|v| !v.is_empty())
-        };
-        let endpoint = self
-            .endpoint
-            .as_deref()
-            .map(str::trim)
-            .filter(|e| !e.is_empty())
-            .map(str::to_string);
-        if let Some(e) = &endpoint {
-            if e.starts_with("https://") {
-                return Err(ConfigError::Invalid {
-                    key: "otlp.endpoint",
-                    message: format!(
-                        "{e:?}: TLS is not built into truthscale's OTLP exporter; push to a collector over http:// (e.g. a node-local agent)"
-                    ),
-                });
-            }
-            if !e.starts_with("http://") {
-                return Err(ConfigError::Invalid {
-                    key: "otlp.endpoint",
-                    message: format!("{e:?} is not an http:// URL (e.g. http://localhost:4317)"),
-                });
-            }
-        }
-        let protocol = match self.protocol.as_deref().map(str::trim) {
-            None | Some("") => None,
-            Some(p) => Some(OtlpProtocol::parse(p).ok_or_else(|| ConfigError::Invalid {
-                key: "otlp.protocol",
-                message: format!("{p:?} is not one of grpc, http/protobuf"),
-            })?),
-        };
-        let timeout = match self.timeout.as_deref().map(str::trim) {
-            None | Some("") => None,
-            Some(t) => Some(duration("otlp.timeout", t)?),
-        };
-        if timeout.is_some_and(|t| t.is_zero()) {
-            return Err(ConfigError::Invalid {
-                key: "otlp.timeout",
-                message: "must be above zero".into(),
-            });
-        }
-        let interval = match self.interval.as_deref().map(str::trim) {
-            None | Some("") => None,
-            Some(t) => Some(duration("otlp.interval", t)?),
-        };
-        if interval.is_some_and(|i| i < Duration::from_millis(100)) {
-            return Err(ConfigError::Invalid {
-                key: "otlp.interval",
-                message: "must be at least 100ms".into(),
-            });
-        }
-        let temporality = match self.temporality.as_deref().map(str::trim) {
-            None | Some("") => None,
-            Some("cumulative") => Some(OtlpTemporality::Cumulative),
-            Some("delta") => Some(OtlpTemporality::Delta),
-            Some(t) => {
-                return Err(ConfigError::Invalid {
-                    key: "otlp.temporality",
-                    message: format!("{t:?} is not one of cumulative, delta"),
-                });
-            }
-        };
-        let on = self.enabled
-            || endpoint.is_some()
-            || getenv("OTEL_EXPORTER_OTLP_ENDPOINT").is_some()
-            || getenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT").is_some();
-        let sdk_disabled =
-            getenv("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"));
-        if !on || sdk_disabled {
-            return Ok(None);
-        }
-        Ok(Some(OtlpSettings {
-            endpoint,
-            protocol,
-            timeout,
-            interval,
-            temporality,
-        }))
     }
 }
 
@@ -653,7 +496,10 @@ impl Config {
                 .map(|(_, v)| v.clone())
                 .filter(|v| !v.is_empty())
         };
-        let otlp = self.otlp.validate(env)?;
+        let otlp = self
+            .otlp
+            .validate(env)
+            .map_err(|(key, message)| ConfigError::Invalid { key, message })?;
         let engine = self
             .engine
             .validate()
@@ -753,6 +599,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sinks::otlp::config::{OtlpProtocol, OtlpTemporality};
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs

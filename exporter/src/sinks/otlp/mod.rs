@@ -19,9 +19,11 @@
 //! Standard `OTEL_…` variables work as the SDK defines them; truthscale's own `[otlp]`
 //! settings are passed to the SDK only when set, and then win.
 
-use crate::config::{OtlpProtocol, OtlpSettings, OtlpTemporality};
+pub mod config;
+
 use crate::sinks::prometheus::{SinkErrors, Snapshot, VERSION};
 use anyhow::Context as _;
+use config::{OtlpProtocol, OtlpSettings, OtlpTemporality};
 use opentelemetry::metrics::{
     AsyncInstrument, Meter, MeterProvider as _, ObservableCounter, ObservableGauge,
     ObservableUpDownCounter,
