@@ -398,77 +398,27 @@ impl Sample {
     }
 }
 
-/// Parse the samples of a text exposition (0.0.4 or OpenMetrics); comments are skipped.
+/// Parse the samples of a text exposition (0.0.4 or OpenMetrics) with the core's one
+/// Prometheus-text parser; comments are skipped.
 ///
 /// # Panics
 /// On a line that is not a well-formed sample.
 #[must_use]
 pub fn parse_exposition(body: &str) -> Vec<Sample> {
-    let mut out = Vec::new();
-    for line in body.lines() {
-        let line = line.trim_end();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let name_end = line
-            .find(['{', ' '])
-            .unwrap_or_else(|| panic!("no value in {line:?}"));
-        let name = line[..name_end].to_owned();
-        let mut labels = Vec::new();
-        let mut rest = &line[name_end..];
-        if let Some(after) = rest.strip_prefix('{') {
-            let mut chars = after.char_indices();
-            let mut key = String::new();
-            let end = loop {
-                let (i, c) = chars
-                    .next()
-                    .unwrap_or_else(|| panic!("unterminated labels in {line:?}"));
-                match c {
-                    '}' => break i,
-                    ',' | ' ' => {}
-                    '=' => {
-                        assert_eq!(chars.next().map(|p| p.1), Some('"'), "in {line:?}");
-                        let mut val = String::new();
-                        loop {
-                            let (_, c) = chars
-                                .next()
-                                .unwrap_or_else(|| panic!("unterminated value in {line:?}"));
-                            match c {
-                                '"' => break,
-                                '\\' => match chars.next().map(|p| p.1) {
-                                    Some('n') => val.push('\n'),
-                                    Some(c) => val.push(c),
-                                    None => panic!("bad escape in {line:?}"),
-                                },
-                                c => val.push(c),
-                            }
-                        }
-                        labels.push((std::mem::take(&mut key), val));
-                    }
-                    c => key.push(c),
-                }
-            };
-            rest = &after[end + 1..];
-        }
-        let value_text = rest
-            .split_whitespace()
-            .next()
-            .unwrap_or_else(|| panic!("no value in {line:?}"));
-        let value = match value_text {
-            "+Inf" => f64::INFINITY,
-            "-Inf" => f64::NEG_INFINITY,
-            "NaN" => f64::NAN,
-            v => v
-                .parse()
-                .unwrap_or_else(|_| panic!("bad value {v:?} in {line:?}")),
-        };
-        out.push(Sample {
-            name,
-            labels,
-            value,
-        });
-    }
-    out
+    truthscale_core::parse::prom_text::samples(body)
+        .map(|(line, s)| {
+            let s = s.unwrap_or_else(|e| panic!("line {line} is not a sample ({e}):\n{body}"));
+            Sample {
+                name: s.name.to_owned(),
+                labels: s
+                    .labels
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), v))
+                    .collect(),
+                value: s.value,
+            }
+        })
+        .collect()
 }
 
 /// A running `truthscale serve` on a free 127.0.0.1 port, killed on drop.
