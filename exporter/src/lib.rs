@@ -3,10 +3,13 @@
 //! The `truthscale` command line and sidecar. All I/O lives here; the derivations live in
 //! [`truthscale_core`].
 //!
-//! - [`sidecar`]: the sampler thread and its snapshots; [`http`]: the axum router.
-//! - [`sources`]: NVML, dcgm-exporter, the simulated GPU and replays.
+//! - [`sidecar`]: the sampler thread; [`http`]: the axum router, web config, landing page.
+//! - [`sources`]: the `Source` trait and the sources: NVML, dcgm-exporter, the simulated GPU,
+//!   replays, null; the serving-engine enricher.
+//! - [`sinks`]: the Prometheus snapshot encoded once per tick, and OTLP push.
 //! - [`config`]: defaults < file < environment < flags.
-//! - [`otlp`]: the same metrics pushed over OTLP (gRPC or HTTP/protobuf).
+//! - [`capture`]: the one capture reader; [`client`]: the one HTTP client builder;
+//!   [`history`]: a Prometheus range as samples.
 //! - [`commands`]: one file per verb (analyze, serve, simulate, explain, top, doctor, config);
 //!   [`cli`] only dispatches. [`view`]: the per-GPU view `explain` and `top` share.
 //!
