@@ -192,30 +192,6 @@ pub struct Settings {
     pub interval: Duration,
     /// Stale period.
     pub stale_after: Duration,
-    /// Simulated GPUs.
-    pub sim_gpus: u32,
-    /// Simulated model.
-    pub sim_gpu_model: &'static truthscale_core::gpus::GpuSpec,
-    /// Simulator seed.
-    pub seed: u64,
-    /// Loop replays.
-    pub replay_loop: bool,
-    /// Replay spacing for captures without timestamps.
-    pub replay_interval: Duration,
-    /// dcgm-exporter scrape timeout.
-    pub scrape_timeout: Duration,
-    /// GPU UUIDs to keep (dcgm-exporter).
-    pub gpu_uuids: Vec<String>,
-    /// GPU indices to keep (dcgm-exporter).
-    pub gpu_indices: Vec<u32>,
-    /// The NVML library (nvml, auto).
-    pub nvml_library: PathBuf,
-    /// Per-process series on (`nvml` only).
-    pub per_process_series: bool,
-    /// `NODE_IP` from the environment (for the default dcgm-exporter URL).
-    pub node_ip: Option<String>,
-    /// `NVIDIA_VISIBLE_DEVICES` from the environment (dcgm-exporter scope fallback).
-    pub nvidia_visible_devices: Option<String>,
     /// Identity labels.
     pub identity: Identity,
     /// Request timeout.
@@ -542,18 +518,6 @@ impl Config {
             source,
             interval,
             stale_after,
-            sim_gpus: self.source.sim_gpus,
-            sim_gpu_model,
-            seed: self.source.seed,
-            replay_loop: self.source.replay_loop,
-            replay_interval,
-            scrape_timeout,
-            gpu_uuids: self.source.gpu_uuids.clone(),
-            gpu_indices: self.source.gpu_indices.clone(),
-            nvml_library: PathBuf::from(self.source.nvml_library.trim()),
-            per_process_series: self.source.per_process_series,
-            node_ip: getenv("NODE_IP"),
-            nvidia_visible_devices: getenv("NVIDIA_VISIBLE_DEVICES"),
             identity,
             request_timeout,
             max_concurrent_requests: self.http.max_concurrent_requests,
@@ -614,7 +578,10 @@ mod tests {
         assert_eq!(s.listen.port(), DEFAULT_PORT);
         assert_eq!(s.interval, Duration::from_secs(1));
         assert_eq!(s.stale_after, Duration::from_secs(3));
-        assert_eq!(s.sim_gpus, 4);
+        match s.source {
+            sources::SourceConfig::Sim(sim) => assert_eq!(sim.gpus, 4),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -785,18 +752,23 @@ mod tests {
 
     #[test]
     fn nvml_library_key() {
-        let s = Config::default().validate(&[]).unwrap();
-        assert_eq!(s.nvml_library, PathBuf::from("libnvidia-ml.so.1"));
+        let library = |c: &Config| match c.validate(&[]).unwrap().source {
+            sources::SourceConfig::Nvml(n) => n.library,
+            other => panic!("{other:?}"),
+        };
+        let mut d = Config::default();
+        d.source.spec = "nvml".into();
+        assert_eq!(library(&d), PathBuf::from("libnvidia-ml.so.1"));
         let c = Config::load(
             None,
             &env(&[("TRUTHSCALE_SOURCE__NVML_LIBRARY", "/env/libnvidia-ml.so.1")]),
-            &[("source.nvml_library", "/flag/libnvidia-ml.so.1".into())],
+            &[
+                ("source.nvml_library", "/flag/libnvidia-ml.so.1".into()),
+                ("source.spec", "nvml".into()),
+            ],
         )
         .unwrap();
-        assert_eq!(
-            c.validate(&[]).unwrap().nvml_library,
-            PathBuf::from("/flag/libnvidia-ml.so.1")
-        );
+        assert_eq!(library(&c), PathBuf::from("/flag/libnvidia-ml.so.1"));
         let mut c = Config::default();
         c.source.nvml_library = " ".into();
         assert!(
