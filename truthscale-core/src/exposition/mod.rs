@@ -50,7 +50,7 @@ pub struct GpuEntry {
     /// The derived window and integrals.
     pub window: EntityWindow,
     /// Where its counters came from: the source's label (`nvml`, `dcgm_exporter`, `replay`,
-    /// …; see [`SourceKind`] for the built-in ones). Simulated entities say `sim` whatever
+    /// …; see [`crate::model::SourceKind`] for the built-in ones). Simulated entities say `sim` whatever
     /// source replayed them.
     pub source: &'static str,
     /// Whether it produced data within the stale period. A GPU that stopped is written only
