@@ -157,7 +157,7 @@ impl<R: BufRead> Capture<R> {
                 break;
             }
         }
-        if too_long || self.buf.len() > MAX_LINE + 1 {
+        if too_long {
             return Ok(Some((
                 self.line_no,
                 Err(format!("line longer than {MAX_LINE} bytes, skipped")),

@@ -65,11 +65,7 @@ impl GpuView {
             dram: w.readings.value(truthscale_core::model::Field::DramActive),
             // Serving words only where the workload is LLM serving; an estimate says so.
             phase: w.phase.map(|p| {
-                let name = if w.llm_serving {
-                    p.serving_name()
-                } else {
-                    p.as_str()
-                };
+                let name = p.name_for(w.llm_serving);
                 match w.phase_method {
                     Some(truthscale_core::phase::PhaseMethod::PowerHeuristic) => {
                         format!("{name} (estimate)")

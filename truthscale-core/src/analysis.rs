@@ -116,6 +116,7 @@ struct EntityAcc {
     verdict_seconds: [f64; 6],
     agree: u64,
     with_truth: u64,
+    /// The tracker's engine-agreement integrals as of the entity's latest window.
     engine_compared: f64,
     engine_agreed: f64,
     truth_ecf: Mean,
@@ -205,14 +206,8 @@ impl Analyzer {
             acc.phase_seconds[method.index()][p.index()] += dt;
         }
         acc.verdict_seconds[w.verdict.verdict.index()] += dt;
-        if let (Some(p), Some(engine), Some(PhaseMethod::Counters)) =
-            (w.phase, w.engine_phase, w.phase_method)
-        {
-            acc.engine_compared += dt;
-            if p == engine {
-                acc.engine_agreed += dt;
-            }
-        }
+        acc.engine_compared = w.totals.phase_compared_seconds;
+        acc.engine_agreed = w.totals.phase_agreed_seconds;
         if let Some(truth) = w.truth_phase {
             acc.with_truth += 1;
             if w.phase == Some(truth) {

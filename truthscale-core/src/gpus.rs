@@ -66,29 +66,26 @@ pub struct MigProfile {
 const GB: u64 = 1_000_000_000;
 const MIB: u64 = 1 << 20;
 
+/// Usable memory as `nvidia-smi mig -lgip` lists it (`memorySizeMB`).
+const fn mib(n: u64) -> u64 {
+    n * MIB
+}
+
+/// The nominal memory in a profile's name, where no listing was available: usable memory is
+/// a little smaller, so a fit against it can be optimistic by a few percent.
+const fn gb(n: u64) -> u64 {
+    n * GB
+}
+
 macro_rules! mig {
-    // Memory as the usable MiB that `nvidia-smi mig -lgip` (memorySizeMB) lists.
-    ($name:literal, $c:expr, $m:expr, $mt:expr, $sms:expr, mib $mib:expr, $n:expr) => {
+    ($name:literal, $c:expr, $m:expr, $mt:expr, $sms:expr, $bytes:expr, $n:expr) => {
         MigProfile {
             name: $name,
             compute_slices: $c,
             memory_slices: $m,
             memory_slices_total: $mt,
             sms: $sms,
-            memory_bytes: $mib * MIB,
-            max_instances: $n,
-        }
-    };
-    // Memory as the nominal GB in the name, where no profile listing was available: usable
-    // memory is a little smaller, so a fit against it can be optimistic by a few percent.
-    ($name:literal, $c:expr, $m:expr, $mt:expr, $sms:expr, $gb:expr, $n:expr) => {
-        MigProfile {
-            name: $name,
-            compute_slices: $c,
-            memory_slices: $m,
-            memory_slices_total: $mt,
-            sms: $sms,
-            memory_bytes: $gb * GB,
+            memory_bytes: $bytes,
             max_instances: $n,
         }
     };
@@ -100,71 +97,71 @@ macro_rules! mig {
 // with more memory: on an H100 SXM the 1g.20gb instance has 26 SMs, not 16. Where a listing
 // was not available (marked), the SM count is the one of the closest listed part.
 const MIG_A100_40: &[MigProfile] = &[
-    mig!("1g.5gb", 1, 1, 8, 14, mib 4864, 7),
-    mig!("1g.10gb", 1, 2, 8, 14, 10, 4),
-    mig!("2g.10gb", 2, 2, 8, 28, 10, 3),
-    mig!("3g.20gb", 3, 4, 8, 42, 20, 2),
-    mig!("4g.20gb", 4, 4, 8, 56, 20, 1),
-    mig!("7g.40gb", 7, 8, 8, 98, 40, 1),
+    mig!("1g.5gb", 1, 1, 8, 14, mib(4864), 7),
+    mig!("1g.10gb", 1, 2, 8, 14, gb(10), 4),
+    mig!("2g.10gb", 2, 2, 8, 28, gb(10), 3),
+    mig!("3g.20gb", 3, 4, 8, 42, gb(20), 2),
+    mig!("4g.20gb", 4, 4, 8, 56, gb(20), 1),
+    mig!("7g.40gb", 7, 8, 8, 98, gb(40), 1),
 ];
 const MIG_A100_80: &[MigProfile] = &[
-    mig!("1g.10gb", 1, 1, 8, 14, 10, 7),
-    mig!("1g.20gb", 1, 2, 8, 14, 20, 4),
-    mig!("2g.20gb", 2, 2, 8, 28, 20, 3),
-    mig!("3g.40gb", 3, 4, 8, 42, 40, 2),
-    mig!("4g.40gb", 4, 4, 8, 56, 40, 1),
-    mig!("7g.80gb", 7, 8, 8, 98, 80, 1),
+    mig!("1g.10gb", 1, 1, 8, 14, gb(10), 7),
+    mig!("1g.20gb", 1, 2, 8, 14, gb(20), 4),
+    mig!("2g.20gb", 2, 2, 8, 28, gb(20), 3),
+    mig!("3g.40gb", 3, 4, 8, 42, gb(40), 2),
+    mig!("4g.40gb", 4, 4, 8, 56, gb(40), 1),
+    mig!("7g.80gb", 7, 8, 8, 98, gb(80), 1),
 ];
 // H100 80GB HBM3 (SXM5), from its listing.
 const MIG_H100_SXM: &[MigProfile] = &[
-    mig!("1g.10gb", 1, 1, 8, 16, mib 9984, 7),
-    mig!("1g.20gb", 1, 2, 8, 26, mib 20096, 4),
-    mig!("2g.20gb", 2, 2, 8, 32, mib 20096, 3),
-    mig!("3g.40gb", 3, 4, 8, 60, mib 40448, 2),
-    mig!("4g.40gb", 4, 4, 8, 64, mib 40448, 1),
-    mig!("7g.80gb", 7, 8, 8, 132, mib 81152, 1),
+    mig!("1g.10gb", 1, 1, 8, 16, mib(9984), 7),
+    mig!("1g.20gb", 1, 2, 8, 26, mib(20096), 4),
+    mig!("2g.20gb", 2, 2, 8, 32, mib(20096), 3),
+    mig!("3g.40gb", 3, 4, 8, 60, mib(40448), 2),
+    mig!("4g.40gb", 4, 4, 8, 64, mib(40448), 1),
+    mig!("7g.80gb", 7, 8, 8, 132, mib(81152), 1),
 ];
 // H100 PCIe (114 SMs), from its listing: fewer SMs per slice than the SXM part.
 const MIG_H100_PCIE: &[MigProfile] = &[
-    mig!("1g.10gb", 1, 1, 8, 14, mib 9984, 7),
-    mig!("1g.20gb", 1, 2, 8, 14, mib 20096, 4),
-    mig!("2g.20gb", 2, 2, 8, 30, mib 20096, 3),
-    mig!("3g.40gb", 3, 4, 8, 46, mib 40448, 2),
-    mig!("4g.40gb", 4, 4, 8, 62, mib 40448, 1),
-    mig!("7g.80gb", 7, 8, 8, 114, mib 81152, 1),
+    mig!("1g.10gb", 1, 1, 8, 14, mib(9984), 7),
+    mig!("1g.20gb", 1, 2, 8, 14, mib(20096), 4),
+    mig!("2g.20gb", 2, 2, 8, 30, mib(20096), 3),
+    mig!("3g.40gb", 3, 4, 8, 46, mib(40448), 2),
+    mig!("4g.40gb", 4, 4, 8, 62, mib(40448), 1),
+    mig!("7g.80gb", 7, 8, 8, 114, mib(81152), 1),
 ];
 // H100 NVL 94GB (132 SMs): no listing available; SM counts of the 132-SM SXM part.
 const MIG_H100_NVL: &[MigProfile] = &[
-    mig!("1g.12gb", 1, 1, 8, 16, 12, 7),
-    mig!("1g.24gb", 1, 2, 8, 26, 24, 4),
-    mig!("2g.24gb", 2, 2, 8, 32, 24, 3),
-    mig!("3g.47gb", 3, 4, 8, 60, 47, 2),
-    mig!("4g.47gb", 4, 4, 8, 64, 47, 1),
-    mig!("7g.94gb", 7, 8, 8, 132, 94, 1),
+    mig!("1g.12gb", 1, 1, 8, 16, gb(12), 7),
+    mig!("1g.24gb", 1, 2, 8, 26, gb(24), 4),
+    mig!("2g.24gb", 2, 2, 8, 32, gb(24), 3),
+    mig!("3g.47gb", 3, 4, 8, 60, gb(47), 2),
+    mig!("4g.47gb", 4, 4, 8, 64, gb(47), 1),
+    mig!("7g.94gb", 7, 8, 8, 132, gb(94), 1),
 ];
 // H200 141GB: 1g.18gb from its listing (16 SMs, 16 GiB); the rest with the SM counts of
 // the 132-SM H100 SXM.
 const MIG_H200_141: &[MigProfile] = &[
-    mig!("1g.18gb", 1, 1, 8, 16, mib 16384, 7),
-    mig!("1g.35gb", 1, 2, 8, 26, 35, 4),
-    mig!("2g.35gb", 2, 2, 8, 32, 35, 3),
-    mig!("3g.71gb", 3, 4, 8, 60, 71, 2),
-    mig!("4g.71gb", 4, 4, 8, 64, 71, 1),
-    mig!("7g.141gb", 7, 8, 8, 132, 141, 1),
+    mig!("1g.18gb", 1, 1, 8, 16, mib(16384), 7),
+    mig!("1g.35gb", 1, 2, 8, 26, gb(35), 4),
+    mig!("2g.35gb", 2, 2, 8, 32, gb(35), 3),
+    mig!("3g.71gb", 3, 4, 8, 60, gb(71), 2),
+    mig!("4g.71gb", 4, 4, 8, 64, gb(71), 1),
+    mig!("7g.141gb", 7, 8, 8, 132, gb(141), 1),
 ];
 // B200 SM counts per slice are not published; floor(148 × c / 7) is used (approximate).
 const MIG_B200_180: &[MigProfile] = &[
-    mig!("1g.23gb", 1, 1, 8, 21, 23, 7),
-    mig!("1g.45gb", 1, 2, 8, 21, 45, 4),
-    mig!("2g.45gb", 2, 2, 8, 42, 45, 3),
-    mig!("3g.90gb", 3, 4, 8, 63, 90, 2),
-    mig!("4g.90gb", 4, 4, 8, 84, 90, 1),
-    mig!("7g.180gb", 7, 8, 8, 148, 180, 1),
+    mig!("1g.23gb", 1, 1, 8, 21, gb(23), 7),
+    mig!("1g.45gb", 1, 2, 8, 21, gb(45), 4),
+    mig!("2g.45gb", 2, 2, 8, 42, gb(45), 3),
+    mig!("3g.90gb", 3, 4, 8, 63, gb(90), 2),
+    mig!("4g.90gb", 4, 4, 8, 84, gb(90), 1),
+    mig!("7g.180gb", 7, 8, 8, 148, gb(180), 1),
 ];
 const MIG_A30: &[MigProfile] = &[
-    mig!("1g.6gb", 1, 1, 4, 14, 6, 4),
-    mig!("2g.12gb", 2, 2, 4, 28, 12, 2),
-    mig!("4g.24gb", 4, 4, 4, 56, 24, 1),
+    mig!("1g.6gb", 1, 1, 4, 14, gb(6), 4),
+    mig!("2g.12gb", 2, 2, 4, 28, gb(12), 2),
+    mig!("4g.24gb", 4, 4, 4, 56, gb(24), 1),
 ];
 
 macro_rules! spec {

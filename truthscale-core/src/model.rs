@@ -476,6 +476,17 @@ impl Phase {
         }
     }
 
+    /// The name to show: the serving phase name where the workload is LLM serving, the
+    /// regime name otherwise.
+    #[must_use]
+    pub fn name_for(self, llm_serving: bool) -> &'static str {
+        if llm_serving {
+            self.serving_name()
+        } else {
+            self.as_str()
+        }
+    }
+
     /// Parse a regime name, or a serving phase name (`prefill`, `decode`).
     #[must_use]
     pub fn from_name(s: &str) -> Option<Phase> {

@@ -388,7 +388,6 @@ impl Deriver {
         if e.sm_clock_is_point {
             state.last_clock_mhz = clock;
         }
-        state.capability = state.capability.min(derive::fidelity(&readings));
 
         let ctx = WindowContext {
             spec,
@@ -397,6 +396,9 @@ impl Deriver {
             throttles: e.throttles,
         };
         let metrics = derive::window(&readings, &ctx, cfg);
+        if let Some(f) = metrics.fidelity {
+            state.capability = state.capability.min(f);
+        }
         // Idle power: lowest power seen while the busy flag is (nearly) off.
         if let (Some(u), Some(p)) = (metrics.reported_utilization, metrics.power_watts)
             && u < cfg.inflation_min_util

@@ -46,11 +46,7 @@ pub fn render(gpus: &[GpuEntry], source: &str, up: bool, taken_unix_ms: i64) -> 
             eff_bar * 100.0,
             w.phase.map_or("unknown", |p| p.as_str()),
             // Serving words (prefill, decode) only where the workload is LLM serving.
-            w.phase.map_or("unknown", |p| if w.llm_serving {
-                p.serving_name()
-            } else {
-                p.as_str()
-            }),
+            w.phase.map_or("unknown", |p| p.name_for(w.llm_serving)),
             w.capability.as_str(),
         );
     }

@@ -16,6 +16,16 @@ const CLOCK_REASONS: [&str; 5] = [
     "sw_power_cap",
 ];
 
+/// The label of the regime families (`regime`, regime names) or of the serving-phase
+/// families (`phase`, prefill and decode), and whether the names are the serving ones.
+fn naming(serving_family: bool) -> (&'static str, bool) {
+    if serving_family {
+        ("phase", true)
+    } else {
+        ("regime", false)
+    }
+}
+
 /// `value` when its input was measured for some time, else nothing (never a fake zero).
 fn measured(observed_seconds: f64, value: f64) -> Option<f64> {
     (observed_seconds > 0.0).then_some(value)
@@ -106,12 +116,7 @@ pub(super) fn gpu_values<'a>(
             if id == MetricId::GpuPhaseSeconds && !win.llm_serving {
                 return;
             }
-            let (label, name): (&str, fn(Phase) -> &'static str) =
-                if id == MetricId::GpuRegimeSeconds {
-                    ("regime", Phase::as_str)
-                } else {
-                    ("phase", Phase::serving_name)
-                };
+            let (label, serving) = naming(id == MetricId::GpuPhaseSeconds);
             for method in PhaseMethod::ALL {
                 let secs = &t.phase_seconds[method.index()];
                 // Only the methods this entity was classified by: none is a fake zero.
@@ -120,7 +125,7 @@ pub(super) fn gpu_values<'a>(
                 }
                 for p in Phase::ALL {
                     push(
-                        vec![(label, name(p)), ("method", method.as_str())],
+                        vec![(label, p.name_for(serving)), ("method", method.as_str())],
                         secs[p.index()],
                     );
                 }
@@ -130,15 +135,11 @@ pub(super) fn gpu_values<'a>(
             if id == MetricId::GpuPhase && !win.llm_serving {
                 return;
             }
-            let (label, name): (&str, fn(Phase) -> &'static str) = if id == MetricId::GpuRegime {
-                ("regime", Phase::as_str)
-            } else {
-                ("phase", Phase::serving_name)
-            };
+            let (label, serving) = naming(id == MetricId::GpuPhase);
             if let (Some(cur), Some(method)) = (win.phase, win.phase_method) {
                 for p in Phase::ALL {
                     push(
-                        vec![(label, name(p)), ("method", method.as_str())],
+                        vec![(label, p.name_for(serving)), ("method", method.as_str())],
                         bool_f(p == cur),
                     );
                 }
