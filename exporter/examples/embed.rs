@@ -9,12 +9,16 @@ use std::time::Duration;
 use truthscale_exporter::config::Config;
 use truthscale_exporter::http::{RouterLimits, router};
 use truthscale_exporter::sidecar::Sidecar;
+use truthscale_exporter::sources::{SourceConfig, sim::SimConfig};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     // Any configuration the binary accepts; here: two simulated GPUs sampled every 500 ms.
     let mut config = Config::default();
-    config.source.sim_gpus = 2;
+    config.source.config = SourceConfig::Sim(SimConfig {
+        gpus: 2,
+        ..SimConfig::default()
+    });
     config.source.interval = "500ms".into();
     let settings = config.validate(&[])?;
     let sidecar = Sidecar::start(&settings)?;

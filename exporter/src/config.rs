@@ -5,8 +5,8 @@
 //! that is wrong.
 
 use crate::sinks::otlp::config::{OtlpConfig, OtlpSettings};
+use crate::sources;
 use crate::sources::engine::{EngineConfig, EngineSettings};
-use crate::sources::{self, Common};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -28,7 +28,7 @@ pub struct Config {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub web_config_file: Option<PathBuf>,
     /// Where counters come from and how often.
-    pub source: SourceConfig,
+    pub source: SourceSection,
     /// The pod this sidecar runs beside. Unset keys fall back to the Downward API
     /// environment (`POD_NAME`, `POD_NAMESPACE`, `CONTAINER_NAME`, `NODE_NAME`).
     pub identity: IdentityConfig,
@@ -49,7 +49,7 @@ impl Default for Config {
         Config {
             listen_address: format!("0.0.0.0:{DEFAULT_PORT}"),
             web_config_file: None,
-            source: SourceConfig::default(),
+            source: SourceSection::default(),
             identity: IdentityConfig::default(),
             http: HttpConfig::default(),
             derive: DeriveConfig::default(),
@@ -60,58 +60,76 @@ impl Default for Config {
     }
 }
 
-/// `[source]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SourceConfig {
-    /// `sim[:SCENARIO]`, `replay:PATH`, `nvml`, `dcgm-exporter:URL` or `auto`.
-    pub spec: String,
-    /// Sampling interval (at least 100ms).
+/// `[source]`: the sampling interval and stale period, which every source has, and which
+/// source (`kind`, default `sim`) with that source's own settings beside it
+/// ([`sources::SourceConfig`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceSection {
+    /// Sampling interval (100ms..=1h).
     pub interval: String,
     /// After this long without a sample, derived series disappear and `up` goes to 0.
     /// Empty: three intervals.
     pub stale_after: String,
-    /// Simulated GPUs (`sim` only).
-    pub sim_gpus: u32,
-    /// Simulated GPU model (`sim` only).
-    pub sim_gpu_model: String,
-    /// Simulator seed (`sim` only).
-    pub seed: u64,
-    /// Start a replay again from the top when it ends (`replay:` only).
-    pub replay_loop: bool,
-    /// Time between samples of a replayed capture that has no timestamps.
-    pub replay_interval: String,
-    /// Timeout of one scrape of dcgm-exporter (`dcgm-exporter` only).
-    pub scrape_timeout: String,
-    /// Keep only these GPU UUIDs (`dcgm-exporter` only; default: this pod's GPUs).
-    pub gpu_uuids: Vec<String>,
-    /// Keep only these GPU indices (`dcgm-exporter` only).
-    pub gpu_indices: Vec<u32>,
-    /// The NVML library to load (`nvml` and `auto`): a file name looked up by the dynamic
-    /// loader, or a path.
-    pub nvml_library: String,
-    /// Export per-process series (`nvml` only): memory and SM busy per process, labelled
-    /// with pid, pod UID and container id. High cardinality: off by default.
-    pub per_process_series: bool,
+    /// The source and its own settings.
+    pub config: sources::SourceConfig,
 }
 
-impl Default for SourceConfig {
+impl Default for SourceSection {
     fn default() -> Self {
-        SourceConfig {
-            spec: "sim".into(),
+        SourceSection {
             interval: "1s".into(),
             stale_after: String::new(),
-            sim_gpus: 4,
-            sim_gpu_model: "h100-sxm".into(),
-            seed: 1,
-            replay_loop: false,
-            replay_interval: "1s".into(),
-            scrape_timeout: "5s".into(),
-            gpu_uuids: Vec::new(),
-            gpu_indices: Vec::new(),
-            nvml_library: crate::sources::nvml::DEFAULT_LIBRARY.into(),
-            per_process_series: false,
+            config: sources::SourceConfig::default(),
         }
+    }
+}
+
+/// The keys of `[source]` that every kind has.
+const SOURCE_COMMON_KEYS: [&str; 2] = ["interval", "stale_after"];
+
+impl Serialize for SourceSection {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            interval: &'a str,
+            stale_after: &'a str,
+            #[serde(flatten)]
+            config: &'a sources::SourceConfig,
+        }
+        Out {
+            interval: &self.interval,
+            stale_after: &self.stale_after,
+            config: &self.config,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for SourceSection {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let mut table = toml::Table::deserialize(d)?;
+        let mut take = |key: &str| match table.remove(key) {
+            None => Ok(None),
+            Some(toml::Value::String(s)) => Ok(Some(s)),
+            Some(other) => Err(D::Error::custom(format!(
+                "source.{key}: expected a string, found {}",
+                other.type_str()
+            ))),
+        };
+        let defaults = SourceSection::default();
+        let interval = take("interval")?.unwrap_or(defaults.interval);
+        let stale_after = take("stale_after")?.unwrap_or(defaults.stale_after);
+        table
+            .entry("kind")
+            .or_insert_with(|| toml::Value::String(defaults.config.kind().into()));
+        let config = sources::SourceConfig::deserialize(toml::Value::Table(table))
+            .map_err(|e| D::Error::custom(format!("in [source]: {}", e.message().trim_end())))?;
+        Ok(SourceSection {
+            interval,
+            stale_after,
+            config,
+        })
     }
 }
 
@@ -188,6 +206,8 @@ pub struct Settings {
     pub web_config_file: Option<PathBuf>,
     /// The source, with its own configuration.
     pub source: sources::SourceConfig,
+    /// What the source draws on besides its own settings.
+    pub source_context: sources::Context,
     /// Sampling interval.
     pub interval: Duration,
     /// Stale period.
@@ -285,11 +305,21 @@ fn key_line(text: &str, key: &str) -> Option<usize> {
     None
 }
 
-fn duration(key: &'static str, s: &str) -> Result<Duration, ConfigError> {
-    humantime::parse_duration(s.trim()).map_err(|e| ConfigError::Invalid {
-        key,
-        message: format!("{s:?} is not a duration ({e}); write e.g. 500ms, 1s, 2m"),
-    })
+/// Leave only the `[source]` keys every kind has (and `kind`, when `keep_kind`).
+fn keep_common_source_keys(table: &mut toml::Table, keep_kind: bool) {
+    if let Some(toml::Value::Table(source)) = table.get_mut("source") {
+        source.retain(|k, _| SOURCE_COMMON_KEYS.contains(&k) || (keep_kind && k == "kind"));
+    }
+}
+
+fn duration(
+    key: &'static str,
+    s: &str,
+    min: Duration,
+    max: Duration,
+) -> Result<Duration, ConfigError> {
+    crate::setting::duration(key, s, min, max)
+        .map_err(|(key, message)| ConfigError::Invalid { key, message })
 }
 
 impl Config {
@@ -303,19 +333,35 @@ impl Config {
         env: &[(String, String)],
         overrides: &[(&str, String)],
     ) -> Result<Config, ConfigError> {
-        let defaults =
-            config::Config::try_from(&Config::default()).map_err(|e| ConfigError::Load {
+        // The defaults hold only the `[source]` keys every kind has: a kind's own settings
+        // default in its own struct, so that choosing another kind carries none across.
+        let mut defaults =
+            toml::Table::try_from(Config::default()).map_err(|e| ConfigError::Load {
                 origin: "defaults".into(),
                 message: e.to_string(),
             })?;
-        let mut b = config::Config::builder().add_source(defaults);
+        keep_common_source_keys(&mut defaults, true);
+        let mut b = config::Config::builder().add_source(config::File::from_str(
+            &defaults.to_string(),
+            config::FileFormat::Toml,
+        ));
+        // The kind chosen above the file (flags, then environment), if any.
+        let upper_kind = overrides
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == "source.kind")
+            .map(|(_, v)| v.clone())
+            .or_else(|| {
+                env.iter()
+                    .find(|(k, _)| k == "TRUTHSCALE_SOURCE__KIND")
+                    .map(|(_, v)| v.clone())
+            });
         if let Some(f) = file {
             let text = std::fs::read_to_string(f).map_err(|e| ConfigError::Load {
                 origin: f.display().to_string(),
                 message: format!("cannot read: {e}"),
             })?;
-            // Check the file alone first, so that its errors name it.
-            let own: Config = toml::from_str(&text).map_err(|e| {
+            let at_line = |e: &toml::de::Error| {
                 let line = e
                     .span()
                     .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
@@ -324,9 +370,11 @@ impl Config {
                         Some(l) => format!("{}:{l}", f.display()),
                         None => f.display().to_string(),
                     },
-                    message: e.message().to_string(),
+                    message: e.message().trim_end().to_string(),
                 }
-            })?;
+            };
+            // Check the file alone first, so that its errors name it.
+            let own: Config = toml::from_str(&text).map_err(|e| at_line(&e))?;
             // Its thresholds too, naming the line of each bad key.
             if let Err(problems) = own.check_thresholds() {
                 return Err(ConfigError::Thresholds(
@@ -339,7 +387,24 @@ impl Config {
                         .collect(),
                 ));
             }
-            b = b.add_source(config::File::from_str(&text, config::FileFormat::Toml));
+            let mut table: toml::Table = toml::from_str(&text).map_err(|e| at_line(&e))?;
+            // A kind chosen by a flag or the environment replaces the file's source, with
+            // its settings; the interval and stale period still apply.
+            if let Some(kind) = &upper_kind
+                && kind != own.source.config.kind()
+            {
+                tracing::info!(
+                    file = %f.display(),
+                    file_kind = own.source.config.kind(),
+                    kind = %kind,
+                    "The source kind set by a flag or TRUTHSCALE_SOURCE__KIND replaces the file's [source] settings (its interval and stale_after still apply)."
+                );
+                keep_common_source_keys(&mut table, false);
+            }
+            b = b.add_source(config::File::from_str(
+                &table.to_string(),
+                config::FileFormat::Toml,
+            ));
         }
         let env_map: config::Map<String, String> = env
             .iter()
@@ -358,12 +423,19 @@ impl Config {
                 .source(Some(env_map)),
         );
         for (k, v) in overrides {
-            b = b
-                .set_override(*k, v.clone())
-                .map_err(|e| ConfigError::Load {
-                    origin: "flags".into(),
-                    message: e.to_string(),
-                })?;
+            // Typed as the environment's values are: a source's own settings are read
+            // through its tagged table, which does not turn text into numbers.
+            let value: config::Value = if let Ok(b) = v.parse::<bool>() {
+                b.into()
+            } else if let Ok(i) = v.parse::<i64>() {
+                i.into()
+            } else {
+                v.clone().into()
+            };
+            b = b.set_override(*k, value).map_err(|e| ConfigError::Load {
+                origin: "flags".into(),
+                message: e.to_string(),
+            })?;
         }
         let built = b.build().map_err(|e| ConfigError::Load {
             origin: "configuration".into(),
@@ -403,17 +475,21 @@ impl Config {
                         self.listen_address
                     ),
                 })?;
-        let interval = duration("source.interval", &self.source.interval)?;
-        if interval < Duration::from_millis(100) {
-            return Err(ConfigError::Invalid {
-                key: "source.interval",
-                message: format!("{:?} is below the 100ms minimum", self.source.interval),
-            });
-        }
+        let interval = duration(
+            "source.interval",
+            &self.source.interval,
+            Duration::from_millis(100),
+            Duration::from_secs(3600),
+        )?;
         let stale_after = if self.source.stale_after.trim().is_empty() {
             interval * 3
         } else {
-            duration("source.stale_after", &self.source.stale_after)?
+            duration(
+                "source.stale_after",
+                &self.source.stale_after,
+                Duration::from_millis(100),
+                Duration::from_secs(24 * 3600),
+            )?
         };
         if stale_after < interval {
             return Err(ConfigError::Invalid {
@@ -421,39 +497,16 @@ impl Config {
                 message: "must be at least one interval".into(),
             });
         }
-        if self.source.sim_gpus == 0 || self.source.sim_gpus > 64 {
-            return Err(ConfigError::Invalid {
-                key: "source.sim_gpus",
-                message: format!("{} is out of range 1..=64", self.source.sim_gpus),
-            });
-        }
-        let sim_gpu_model =
-            truthscale_core::gpus::lookup(&self.source.sim_gpu_model).ok_or_else(|| {
-                let keys: Vec<_> = truthscale_core::gpus::CATALOG
-                    .iter()
-                    .map(|s| s.key)
-                    .collect();
-                ConfigError::Invalid {
-                    key: "source.sim_gpu_model",
-                    message: format!(
-                        "{:?} is not in the catalog; known: {}",
-                        self.source.sim_gpu_model,
-                        keys.join(", ")
-                    ),
-                }
-            })?;
-        if self.source.nvml_library.trim().is_empty() {
-            return Err(ConfigError::Invalid {
-                key: "source.nvml_library",
-                message: format!(
-                    "must name the NVML library (default {})",
-                    crate::sources::nvml::DEFAULT_LIBRARY
-                ),
-            });
-        }
-        let replay_interval = duration("source.replay_interval", &self.source.replay_interval)?;
-        let scrape_timeout = duration("source.scrape_timeout", &self.source.scrape_timeout)?;
-        let request_timeout = duration("http.request_timeout", &self.http.request_timeout)?;
+        self.source
+            .config
+            .check()
+            .map_err(|(key, message)| ConfigError::Invalid { key, message })?;
+        let request_timeout = duration(
+            "http.request_timeout",
+            &self.http.request_timeout,
+            Duration::from_millis(100),
+            Duration::from_secs(3600),
+        )?;
         if self.http.max_concurrent_requests == 0 {
             return Err(ConfigError::Invalid {
                 key: "http.max_concurrent_requests",
@@ -487,35 +540,19 @@ impl Config {
             container: id.container.clone().or_else(|| getenv("CONTAINER_NAME")),
             node: id.node.clone().or_else(|| getenv("NODE_NAME")),
         };
-        let common = Common {
+        let source_context = sources::Context {
             interval,
-            sim_gpus: self.source.sim_gpus,
-            sim_gpu_model,
-            seed: self.source.seed,
             node: identity.node.clone(),
-            replay_loop: self.source.replay_loop,
-            replay_interval,
-            scrape_timeout,
-            gpu_uuids: self.source.gpu_uuids.clone(),
-            gpu_indices: self.source.gpu_indices.clone(),
-            nvml_library: PathBuf::from(self.source.nvml_library.trim()),
-            per_process_series: self.source.per_process_series,
-            node_ip: getenv("NODE_IP"),
-            nvidia_visible_devices: getenv("NVIDIA_VISIBLE_DEVICES"),
             pod: identity.pod.clone(),
             namespace: identity.namespace.clone(),
+            node_ip: getenv("NODE_IP"),
+            nvidia_visible_devices: getenv("NVIDIA_VISIBLE_DEVICES"),
         };
-        let source =
-            sources::SourceConfig::from_spec(&self.source.spec, &common).map_err(|message| {
-                ConfigError::Invalid {
-                    key: "source.spec",
-                    message,
-                }
-            })?;
         Ok(Settings {
             listen,
             web_config_file: self.web_config_file.clone(),
-            source,
+            source: self.source.config.clone(),
+            source_context,
             interval,
             stale_after,
             identity,
@@ -582,6 +619,48 @@ mod tests {
             sources::SourceConfig::Sim(sim) => assert_eq!(sim.gpus, 4),
             other => panic!("{other:?}"),
         }
+        assert_eq!(s.source_context.interval, Duration::from_secs(1));
+    }
+
+    /// A kind chosen by a flag or the environment replaces the file's `[source]` settings;
+    /// without one, the file's kind and settings hold.
+    #[test]
+    fn a_kind_above_the_file_replaces_its_source_settings() {
+        let dir = std::env::temp_dir().join(format!("ts-cfg-kind-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("k.toml");
+        std::fs::write(
+            &f,
+            "[source]\nkind = \"dcgm-exporter\"\nurl = \"http://10.0.0.9:9400/metrics\"\ninterval = \"2s\"\n",
+        )
+        .unwrap();
+        let c = Config::load(Some(&f), &[], &[]).unwrap();
+        assert!(
+            matches!(&c.source.config, sources::SourceConfig::DcgmExporter(d) if d.url.as_deref() == Some("http://10.0.0.9:9400/metrics"))
+        );
+        let flags = sources::SourceConfig::shorthand("sim:decode-only").unwrap();
+        let c = Config::load(Some(&f), &[], &flags).unwrap();
+        assert_eq!(c.source.interval, "2s");
+        assert!(
+            matches!(&c.source.config, sources::SourceConfig::Sim(s) if s.scenario.as_deref() == Some("decode-only") && s.gpus == 4)
+        );
+        let c = Config::load(Some(&f), &env(&[("TRUTHSCALE_SOURCE__KIND", "null")]), &[]).unwrap();
+        assert_eq!(
+            c.source.config,
+            sources::SourceConfig::Null(Default::default())
+        );
+        // The same kind keeps the file's settings under the flag's.
+        let flags = sources::SourceConfig::shorthand("dcgm-exporter").unwrap();
+        let c = Config::load(
+            Some(&f),
+            &[],
+            &[flags[0].clone(), ("source.scrape_timeout", "2s".into())],
+        )
+        .unwrap();
+        assert!(
+            matches!(&c.source.config, sources::SourceConfig::DcgmExporter(d) if d.url.is_some() && d.scrape_timeout == "2s")
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -591,18 +670,19 @@ mod tests {
         let f = dir.join("t.toml");
         std::fs::write(
             &f,
-            "[source]\ninterval = \"2s\"\nsim_gpus = 2\n[identity]\npod = \"from-file\"\n",
+            "[source]\ninterval = \"2s\"\ngpus = 2\n[identity]\npod = \"from-file\"\n",
         )
         .unwrap();
-        let e = env(&[
-            ("TRUTHSCALE_SOURCE__SIM_GPUS", "3"),
-            ("POD_NAME", "downward"),
-        ]);
+        let e = env(&[("TRUTHSCALE_SOURCE__GPUS", "3"), ("POD_NAME", "downward")]);
         let c = Config::load(Some(&f), &e, &[]).unwrap();
         assert_eq!(c.source.interval, "2s");
-        assert_eq!(c.source.sim_gpus, 3);
-        let c = Config::load(Some(&f), &e, &[("source.sim_gpus", "5".into())]).unwrap();
-        assert_eq!(c.source.sim_gpus, 5);
+        let gpus = |c: &Config| match &c.source.config {
+            sources::SourceConfig::Sim(s) => s.gpus,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(gpus(&c), 3);
+        let c = Config::load(Some(&f), &e, &[("source.gpus", "5".into())]).unwrap();
+        assert_eq!(gpus(&c), 5);
         let s = c.validate(&e).unwrap();
         assert_eq!(s.identity.pod.as_deref(), Some("from-file"));
         let s = Config::default().validate(&e).unwrap();
@@ -626,7 +706,12 @@ mod tests {
         c.source.interval = "50ms".into();
         assert_eq!(
             c.validate(&[]).unwrap_err().to_string(),
-            "source.interval: \"50ms\" is below the 100ms minimum"
+            "source.interval: \"50ms\" is outside 100ms..=1h"
+        );
+        c.source.interval = "365d".into();
+        assert_eq!(
+            c.validate(&[]).unwrap_err().to_string(),
+            "source.interval: \"365d\" is outside 100ms..=1h"
         );
         c.source.interval = "soon".into();
         assert!(
@@ -645,13 +730,15 @@ mod tests {
                 .to_string()
                 .starts_with("listen_address:")
         );
-        let mut c = Config::default();
-        c.source.spec = "gpu".into();
+        let err = Config::load(None, &env(&[("TRUTHSCALE_SOURCE__KIND", "gpu")]), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown variant `gpu`"), "{err}");
+        std::fs::write(&f, "[source]\nkind = \"sim\"\nurl = \"http://x\"\n").unwrap();
+        let err = Config::load(Some(&f), &[], &[]).unwrap_err().to_string();
         assert!(
-            c.validate(&[])
-                .unwrap_err()
-                .to_string()
-                .starts_with("source.spec:")
+            err.contains("bad.toml:1:") && err.contains("unknown field `url`"),
+            "{err}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -757,25 +844,28 @@ mod tests {
             other => panic!("{other:?}"),
         };
         let mut d = Config::default();
-        d.source.spec = "nvml".into();
+        d.source.config = sources::SourceConfig::Nvml(Default::default());
         assert_eq!(library(&d), PathBuf::from("libnvidia-ml.so.1"));
         let c = Config::load(
             None,
-            &env(&[("TRUTHSCALE_SOURCE__NVML_LIBRARY", "/env/libnvidia-ml.so.1")]),
-            &[
-                ("source.nvml_library", "/flag/libnvidia-ml.so.1".into()),
-                ("source.spec", "nvml".into()),
-            ],
+            &env(&[
+                ("TRUTHSCALE_SOURCE__KIND", "nvml"),
+                ("TRUTHSCALE_SOURCE__LIBRARY", "/env/libnvidia-ml.so.1"),
+            ]),
+            &[("source.library", "/flag/libnvidia-ml.so.1".into())],
         )
         .unwrap();
         assert_eq!(library(&c), PathBuf::from("/flag/libnvidia-ml.so.1"));
         let mut c = Config::default();
-        c.source.nvml_library = " ".into();
+        c.source.config = sources::SourceConfig::Nvml(crate::sources::nvml::NvmlConfig {
+            library: PathBuf::new(),
+            per_process_series: false,
+        });
         assert!(
             c.validate(&[])
                 .unwrap_err()
                 .to_string()
-                .starts_with("source.nvml_library:")
+                .starts_with("source.library:")
         );
     }
 
@@ -801,7 +891,7 @@ mod tests {
         let env = environment_from(vars("UNRELATED")).unwrap();
         assert_eq!(env, [("PATH".to_string(), "/bin".to_string())]);
         for read in [
-            "TRUTHSCALE_SOURCE__SPEC",
+            "TRUTHSCALE_SOURCE__KIND",
             "OTEL_EXPORTER_OTLP_ENDPOINT",
             "POD_NAME",
         ] {

@@ -31,6 +31,7 @@ pub mod commands;
 pub mod config;
 pub mod history;
 pub mod http;
+pub mod setting;
 pub mod sidecar;
 pub mod sinks;
 pub mod sources;

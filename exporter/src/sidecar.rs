@@ -36,7 +36,9 @@ impl Sidecar {
     /// # Errors
     /// The source cannot be built (not built yet, or a replay file that cannot be used).
     pub fn start(settings: &Settings) -> Result<Sidecar, BuildError> {
-        let source = settings.source.build(SystemTime::now())?;
+        let source = settings
+            .source
+            .build(&settings.source_context, SystemTime::now())?;
         Ok(Sidecar::with_source(settings, source))
     }
 

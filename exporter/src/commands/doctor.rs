@@ -345,7 +345,7 @@ pub fn render(p: &Probe) -> String {
 #[derive(Debug, clap::Args)]
 pub struct DoctorArgs {
     /// The NVML library to load [default: libnvidia-ml.so.1].
-    #[arg(long, value_name = "PATH", env = "TRUTHSCALE_SOURCE__NVML_LIBRARY")]
+    #[arg(long, value_name = "PATH", env = "TRUTHSCALE_SOURCE__LIBRARY")]
     pub nvml_library: Option<PathBuf>,
 }
 

@@ -119,8 +119,9 @@ pub struct ServeArgs {
     /// Counter source (see `--help`).
     #[arg(
         long,
-        help = "Counter source: sim[:SCENARIO], replay:PATH, nvml, dcgm-exporter[:URL] or auto \
-                [default: sim]. auto reads NVML when the library loads"
+        help = "Counter source: sim[:SCENARIO], replay:PATH, nvml, dcgm-exporter[:URL], auto or \
+                null [default: sim]. auto reads NVML when the library loads. Short for \
+                source.kind plus its argument (source.scenario, source.path, source.url)"
     )]
     pub source: Option<String>,
     /// Address to serve on [default: 0.0.0.0:9488].
@@ -157,11 +158,16 @@ pub struct ServeArgs {
 
 impl ServeArgs {
     /// The flags that were given, as configuration overrides.
-    #[must_use]
-    pub fn overrides(&self) -> Vec<(&'static str, String)> {
+    ///
+    /// # Errors
+    /// `--source` names no source, or gives an argument its kind does not take.
+    pub fn overrides(&self) -> anyhow::Result<Vec<(&'static str, String)>> {
         let mut o = Vec::new();
         if let Some(v) = &self.source {
-            o.push(("source.spec", v.clone()));
+            o.extend(
+                crate::sources::SourceConfig::shorthand(v)
+                    .map_err(|e| anyhow::anyhow!("--source: {e}"))?,
+            );
         }
         if let Some(v) = &self.listen {
             o.push(("listen_address", v.clone()));
@@ -170,13 +176,13 @@ impl ServeArgs {
             o.push(("source.interval", v.clone()));
         }
         if let Some(v) = self.sim_gpus {
-            o.push(("source.sim_gpus", v.to_string()));
+            o.push(("source.gpus", v.to_string()));
         }
         if let Some(v) = &self.stale_after {
             o.push(("source.stale_after", v.clone()));
         }
         if self.replay_loop {
-            o.push(("source.replay_loop", "true".into()));
+            o.push(("source.loop", "true".into()));
         }
         if let Some(v) = &self.web_config {
             o.push(("web_config_file", v.display().to_string()));
@@ -185,9 +191,9 @@ impl ServeArgs {
             o.push(("otlp.endpoint", v.clone()));
         }
         if let Some(v) = &self.nvml_library {
-            o.push(("source.nvml_library", v.display().to_string()));
+            o.push(("source.library", v.display().to_string()));
         }
-        o
+        Ok(o)
     }
 }
 
@@ -198,7 +204,7 @@ impl ServeArgs {
 pub fn main(args: &ServeArgs) -> anyhow::Result<()> {
     init_logging();
     let env = crate::config::environment()?;
-    let overrides = args.overrides();
+    let overrides = args.overrides()?;
     let overrides: Vec<(&str, String)> = overrides.iter().map(|(k, v)| (*k, v.clone())).collect();
     let config = crate::config::Config::load(args.config.as_deref(), &env, &overrides)?;
     run(&config)

@@ -10,7 +10,9 @@
 //! - **Bad values.** Sentinels are counted (`kind="sentinel"`) and never exported as data;
 //!   scrape failures are counted by kind and the source goes stale.
 
-use super::{BuildError, Common, Produced, Source, SourceError, unix_ms};
+use super::{BuildError, Context, Produced, Source, SourceError, SourceSettings, unix_ms};
+use crate::setting::Invalid;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 use truthscale_core::model::{EntityKey, EntitySample, Readings, Sample, SourceKind, Timestamp};
@@ -107,48 +109,79 @@ pub struct DcgmExporterSource {
     warned_scope: bool,
 }
 
-/// `dcgm-exporter[:URL]`: a live dcgm-exporter, this pod's GPUs only.
-#[derive(Debug, Clone, PartialEq)]
+/// `kind = "dcgm-exporter"`: a live dcgm-exporter, this pod's GPUs only.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct DcgmExporterConfig {
-    /// Its `/metrics` URL.
-    pub url: String,
-    /// Scrape timeout.
-    pub timeout: Duration,
-    /// Which GPUs are this pod's.
-    pub scope: Scope,
+    /// Its `/metrics` URL; unset: `http://$NODE_IP:9400/metrics`, else localhost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Timeout of one scrape.
+    pub scrape_timeout: String,
+    /// Keep only these GPU UUIDs. Empty: the GPUs dcgm-exporter attributes to this pod,
+    /// else the UUIDs in `NVIDIA_VISIBLE_DEVICES`, else all.
+    pub gpu_uuids: Vec<String>,
+    /// Keep only these GPU indices.
+    pub gpu_indices: Vec<u32>,
+}
+
+impl Default for DcgmExporterConfig {
+    fn default() -> Self {
+        DcgmExporterConfig {
+            url: None,
+            scrape_timeout: "5s".into(),
+            gpu_uuids: Vec::new(),
+            gpu_indices: Vec::new(),
+        }
+    }
 }
 
 impl DcgmExporterConfig {
-    pub(crate) fn from_spec(arg: Option<&str>, c: &Common) -> Result<DcgmExporterConfig, String> {
-        let url = match arg {
-            None => super::default_dcgm_url(c.node_ip.as_deref()),
-            Some(u) if u.starts_with("http://") || u.starts_with("https://") => u.to_string(),
-            Some(u) => {
-                return Err(format!(
-                    "dcgm-exporter:{u}: the URL must start with http:// or https://"
-                ));
-            }
-        };
-        let scope = Scope::choose(
-            &c.gpu_uuids,
-            &c.gpu_indices,
-            c.pod.as_deref(),
-            c.namespace.as_deref(),
-            c.nvidia_visible_devices.as_deref(),
-        );
-        Ok(DcgmExporterConfig {
-            url,
-            timeout: c.scrape_timeout,
-            scope,
-        })
+    fn timeout(&self) -> Result<Duration, Invalid> {
+        crate::setting::duration(
+            "source.scrape_timeout",
+            &self.scrape_timeout,
+            Duration::from_millis(10),
+            Duration::from_secs(300),
+        )
+    }
+}
+
+impl SourceSettings for DcgmExporterConfig {
+    const ARG: Option<&'static str> = Some("source.url");
+
+    fn check(&self) -> Result<(), Invalid> {
+        if let Some(u) = &self.url
+            && !(u.starts_with("http://") || u.starts_with("https://"))
+        {
+            return Err((
+                "source.url",
+                format!("{u:?}: the URL must start with http:// or https://"),
+            ));
+        }
+        self.timeout()?;
+        Ok(())
     }
 
-    pub(crate) fn build(&self, _now: SystemTime) -> Result<Box<dyn Source>, BuildError> {
-        tracing::info!(url = %self.url, scope = ?self.scope, "Reading dcgm-exporter.");
+    fn build(&self, context: &Context, _now: SystemTime) -> Result<Box<dyn Source>, BuildError> {
+        let invalid = |(key, message): Invalid| BuildError::Invalid { key, message };
+        self.check().map_err(invalid)?;
+        let url = self
+            .url
+            .clone()
+            .unwrap_or_else(|| super::default_dcgm_url(context.node_ip.as_deref()));
+        let scope = Scope::choose(
+            &self.gpu_uuids,
+            &self.gpu_indices,
+            context.pod.as_deref(),
+            context.namespace.as_deref(),
+            context.nvidia_visible_devices.as_deref(),
+        );
+        tracing::info!(url = %url, scope = ?scope, "Reading dcgm-exporter.");
         Ok(Box::new(DcgmExporterSource::new(
-            &self.url,
-            self.timeout,
-            self.scope.clone(),
+            &url,
+            self.timeout().map_err(invalid)?,
+            scope,
         )))
     }
 }

@@ -4,7 +4,6 @@
 //! path. `auto` is NVML when the library loads. Each source owns its configuration
 //! ([`SourceConfig`]), which builds it, and implements [`Source`].
 
-use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 use truthscale_core::model::{EntityKey, Sample};
 
@@ -32,98 +31,151 @@ pub trait Source: Send + std::fmt::Debug {
     fn sample(&mut self, now: SystemTime) -> Produced;
 }
 
-/// What every source's configuration may draw on, as the configuration resolved it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Common {
+/// What a source may draw on besides its own settings, as the configuration resolved it
+/// (the sampling interval, this pod's identity, the node's environment).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Context {
     /// Sampling interval.
     pub interval: Duration,
-    /// Simulated GPUs.
-    pub sim_gpus: u32,
-    /// Simulated model.
-    pub sim_gpu_model: &'static truthscale_core::gpus::GpuSpec,
-    /// Simulator seed.
-    pub seed: u64,
     /// This node's name, when known.
     pub node: Option<String>,
-    /// Loop replays.
-    pub replay_loop: bool,
-    /// Replay spacing for captures without timestamps.
-    pub replay_interval: Duration,
-    /// dcgm-exporter scrape timeout.
-    pub scrape_timeout: Duration,
-    /// GPU UUIDs to keep (dcgm-exporter).
-    pub gpu_uuids: Vec<String>,
-    /// GPU indices to keep (dcgm-exporter).
-    pub gpu_indices: Vec<u32>,
-    /// The NVML library.
-    pub nvml_library: PathBuf,
-    /// Per-process series on (NVML).
-    pub per_process_series: bool,
+    /// This pod's name, when known.
+    pub pod: Option<String>,
+    /// This pod's namespace, when known.
+    pub namespace: Option<String>,
     /// `NODE_IP` (the default dcgm-exporter URL).
     pub node_ip: Option<String>,
-    /// `NVIDIA_VISIBLE_DEVICES` (dcgm-exporter scope fallback).
+    /// `NVIDIA_VISIBLE_DEVICES` (the dcgm-exporter scope fallback).
     pub nvidia_visible_devices: Option<String>,
-    /// This pod's name and namespace (dcgm-exporter scope).
-    pub pod: Option<String>,
-    /// This pod's namespace.
-    pub namespace: Option<String>,
 }
 
-/// The configured source: one variant per source, each holding that source's own
-/// configuration, which builds it. Adding a source is its file and one arm in each match here.
-#[derive(Debug, Clone, PartialEq)]
-pub enum SourceConfig {
+/// One source's own settings: a table in `[source]` (beside `kind`), which checks itself and
+/// builds the source.
+pub trait SourceSettings {
+    /// The setting that the argument of the `--source KIND:ARG` shorthand fills, when the
+    /// kind takes one (`replay:PATH` fills `path`).
+    const ARG: Option<&'static str>;
+    /// Check every value, naming the key (`source.gpus`).
+    ///
+    /// # Errors
+    /// The first setting that cannot be used.
+    fn check(&self) -> Result<(), crate::setting::Invalid>;
+    /// Build the source.
+    ///
+    /// # Errors
+    /// A [`BuildError`] saying what to do.
+    fn build(&self, context: &Context, now: SystemTime) -> Result<Box<dyn Source>, BuildError>;
+}
+
+/// The sources: `kind` name → variant (its own settings struct). The one list a new source
+/// joins; the enum, its TOML tag and every dispatch are generated from it.
+macro_rules! sources {
+    ($($(#[$doc:meta])* $name:literal => $variant:ident($ty:ty),)*) => {
+        /// `[source]`: which source (`kind`) and its own settings, one variant per source.
+        #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+        #[serde(tag = "kind")]
+        pub enum SourceConfig {
+            $($(#[$doc])* #[serde(rename = $name)] $variant($ty),)*
+        }
+
+        impl SourceConfig {
+            /// Every `kind`.
+            pub const KINDS: &'static [&'static str] = &[$($name),*];
+
+            /// This source's `kind`.
+            #[must_use]
+            pub fn kind(&self) -> &'static str {
+                match self {
+                    $(SourceConfig::$variant(_) => $name,)*
+                }
+            }
+
+            /// The setting a `KIND:ARG` argument fills: `None` for an unknown kind,
+            /// `Some(None)` for a kind that takes no argument.
+            fn arg_key(kind: &str) -> Option<Option<&'static str>> {
+                match kind {
+                    $($name => Some(<$ty as SourceSettings>::ARG),)*
+                    _ => None,
+                }
+            }
+
+            /// Check the source's own settings.
+            ///
+            /// # Errors
+            /// The first setting that cannot be used, naming its key.
+            pub fn check(&self) -> Result<(), crate::setting::Invalid> {
+                match self {
+                    $(SourceConfig::$variant(c) => c.check(),)*
+                }
+            }
+
+            /// Build the source.
+            ///
+            /// # Errors
+            /// [`BuildError`] for an NVML that cannot be loaded or replay files that cannot
+            /// be used.
+            pub fn build(
+                &self,
+                context: &Context,
+                now: SystemTime,
+            ) -> Result<Box<dyn Source>, BuildError> {
+                match self {
+                    $(SourceConfig::$variant(c) => c.build(context, now),)*
+                }
+            }
+        }
+    };
+}
+
+sources! {
     /// The simulated GPU.
-    Sim(sim::SimConfig),
+    "sim" => Sim(sim::SimConfig),
     /// A capture replayed at its recorded pace.
-    Replay(replay::ReplayConfig),
-    /// NVML in-process (`auto` too).
-    Nvml(nvml::NvmlConfig),
+    "replay" => Replay(replay::ReplayConfig),
+    /// NVML in-process.
+    "nvml" => Nvml(nvml::NvmlConfig),
+    /// NVML when the library loads, with a hint at the other sources when it does not.
+    "auto" => Auto(nvml::AutoConfig),
     /// A live dcgm-exporter.
-    DcgmExporter(dcgm_exporter::DcgmExporterConfig),
+    "dcgm-exporter" => DcgmExporter(dcgm_exporter::DcgmExporterConfig),
     /// Nothing: a source that never produces a sample (for tests and embedding).
-    Null(null::NullConfig),
+    "null" => Null(null::NullConfig),
+}
+
+impl Default for SourceConfig {
+    fn default() -> Self {
+        SourceConfig::Sim(sim::SimConfig::default())
+    }
 }
 
 impl SourceConfig {
-    /// The configuration `spec` (`sim[:SCENARIO]`, `replay:PATH`, `nvml`, `auto`,
-    /// `dcgm-exporter[:URL]`, `null`) names, with the settings in `common`.
+    /// The settings the `--source` shorthand `KIND[:ARG]` stands for (`sim:tiny-kernel` is
+    /// `kind = "sim"` and `scenario = "tiny-kernel"`), as dotted keys.
     ///
     /// # Errors
-    /// A message saying what is accepted.
-    pub fn from_spec(spec: &str, common: &Common) -> Result<SourceConfig, String> {
+    /// An unknown kind, or an argument the kind does not take; the message says what is
+    /// accepted.
+    pub fn shorthand(spec: &str) -> Result<Vec<(&'static str, String)>, String> {
         let s = spec.trim();
         let (kind, arg) = match s.split_once(':') {
             Some((k, a)) => (k, Some(a)),
             None => (s, None),
         };
-        match kind {
-            "sim" => sim::SimConfig::from_spec(arg, common).map(SourceConfig::Sim),
-            "replay" => replay::ReplayConfig::from_spec(arg, common).map(SourceConfig::Replay),
-            "nvml" | "auto" => {
-                nvml::NvmlConfig::from_spec(kind == "auto", arg, common).map(SourceConfig::Nvml)
+        let Some(arg_key) = SourceConfig::arg_key(kind) else {
+            return Err(format!(
+                "{s:?} is not a source; use one of {} (sim:SCENARIO, replay:PATH, dcgm-exporter:URL)",
+                SourceConfig::KINDS.join(", ")
+            ));
+        };
+        let mut out = vec![("source.kind", kind.to_string())];
+        match (arg, arg_key) {
+            (None, _) => {}
+            (Some(a), Some(key)) => out.push((key, a.to_string())),
+            (Some(a), None) => {
+                return Err(format!("{kind}:{a}: {kind} takes no argument"));
             }
-            "dcgm-exporter" => dcgm_exporter::DcgmExporterConfig::from_spec(arg, common)
-                .map(SourceConfig::DcgmExporter),
-            "null" => null::NullConfig::from_spec(arg, common).map(SourceConfig::Null),
-            _ => Err(format!(
-                "{s:?} is not a source; use sim[:SCENARIO], replay:PATH, nvml, dcgm-exporter:URL, auto or null"
-            )),
         }
-    }
-
-    /// Build the source.
-    ///
-    /// # Errors
-    /// [`BuildError`] for an NVML that cannot be loaded or replay files that cannot be used.
-    pub fn build(&self, now: SystemTime) -> Result<Box<dyn Source>, BuildError> {
-        match self {
-            SourceConfig::Sim(c) => c.build(now),
-            SourceConfig::Replay(c) => c.build(now),
-            SourceConfig::Nvml(c) => c.build(now),
-            SourceConfig::DcgmExporter(c) => c.build(now),
-            SourceConfig::Null(c) => c.build(now),
-        }
+        Ok(out)
     }
 }
 
@@ -133,6 +185,14 @@ pub enum BuildError {
     /// NVML could not be loaded or initialized (the message says what to do).
     #[error("{0}")]
     Nvml(String),
+    /// A setting cannot be used (checked again when built outside the configuration).
+    #[error("{key}: {message}")]
+    Invalid {
+        /// The dotted key.
+        key: &'static str,
+        /// What is wrong.
+        message: String,
+    },
     /// A replay file could not be opened or recognised.
     #[error("{path}: {message}")]
     Replay {
@@ -224,57 +284,71 @@ pub fn unix_ms(t: SystemTime) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use truthscale_core::sim::Scenario;
 
-    pub(crate) fn common() -> Common {
-        Common {
-            interval: Duration::from_secs(1),
-            sim_gpus: 2,
-            sim_gpu_model: truthscale_core::gpus::by_key("h100-sxm").unwrap(),
-            seed: 1,
-            node: Some("n1".into()),
-            replay_loop: false,
-            replay_interval: Duration::from_secs(1),
-            scrape_timeout: Duration::from_secs(1),
-            gpu_uuids: Vec::new(),
-            gpu_indices: Vec::new(),
-            nvml_library: "libnvidia-ml.so.1".into(),
-            per_process_series: false,
-            node_ip: Some("10.1.2.3".into()),
-            nvidia_visible_devices: None,
-            pod: None,
-            namespace: None,
+    #[test]
+    fn shorthands_name_the_settings() {
+        let sh = |s: &str| SourceConfig::shorthand(s);
+        assert_eq!(
+            sh("sim:tiny-kernel").unwrap(),
+            [
+                ("source.kind", "sim".to_string()),
+                ("source.scenario", "tiny-kernel".to_string())
+            ]
+        );
+        assert_eq!(sh(" sim ").unwrap(), [("source.kind", "sim".to_string())]);
+        assert_eq!(
+            sh("replay:/x.txt").unwrap()[1],
+            ("source.path", "/x.txt".to_string())
+        );
+        assert_eq!(
+            sh("dcgm-exporter:http://10.0.0.1:9400/metrics").unwrap()[1],
+            ("source.url", "http://10.0.0.1:9400/metrics".to_string())
+        );
+        for k in ["nvml", "auto", "null", "dcgm-exporter"] {
+            assert_eq!(sh(k).unwrap(), [("source.kind", k.to_string())]);
         }
+        assert_eq!(sh("null:x").unwrap_err(), "null:x: null takes no argument");
+        assert!(
+            sh("nvml:/lib.so")
+                .unwrap_err()
+                .contains("takes no argument")
+        );
+        let err = sh("gpu").unwrap_err();
+        assert!(
+            err.contains("is not a source") && err.contains("dcgm-exporter"),
+            "{err}"
+        );
     }
 
     #[test]
-    fn specs_parse() {
-        let c = common();
-        let parse = |s: &str| SourceConfig::from_spec(s, &c);
-        match parse("sim:tiny-kernel") {
-            Ok(SourceConfig::Sim(s)) => {
-                assert_eq!(s.scenario, Some(Scenario::TinyKernel));
-                assert_eq!(s.gpus, 2);
-            }
-            other => panic!("{other:?}"),
-        }
-        assert!(matches!(parse("sim"), Ok(SourceConfig::Sim(s)) if s.scenario.is_none()));
+    fn each_kind_checks_its_own_settings() {
+        let toml = |t: &str| toml::from_str::<SourceConfig>(t);
+        let c = toml("kind = \"sim\"\nscenario = \"nope\"").unwrap();
+        assert!(c.check().unwrap_err().1.contains("llm-serving"));
+        let c = toml("kind = \"sim\"\ngpus = 0").unwrap();
+        assert_eq!(c.check().unwrap_err().0, "source.gpus");
+        let c = toml("kind = \"replay\"").unwrap();
+        assert_eq!(c.check().unwrap_err().0, "source.path");
+        let c = toml("kind = \"dcgm-exporter\"\nurl = \"localhost:9400\"").unwrap();
+        assert_eq!(c.check().unwrap_err().0, "source.url");
+        let c = toml("kind = \"dcgm-exporter\"\nscrape_timeout = \"1h\"").unwrap();
+        assert_eq!(c.check().unwrap_err().0, "source.scrape_timeout");
+        let c = toml("kind = \"auto\"\nlibrary = \"/x/libnvidia-ml.so.1\"").unwrap();
         assert!(
-            matches!(parse("replay:/x.txt"), Ok(SourceConfig::Replay(r)) if r.path == std::path::Path::new("/x.txt"))
+            matches!(&c, SourceConfig::Auto(a) if a.0.library == std::path::Path::new("/x/libnvidia-ml.so.1"))
         );
-        assert!(matches!(parse("nvml"), Ok(SourceConfig::Nvml(n)) if !n.auto));
-        assert!(matches!(parse("auto"), Ok(SourceConfig::Nvml(n)) if n.auto));
-        assert!(matches!(parse("null"), Ok(SourceConfig::Null(_))));
-        assert!(matches!(
-            parse("dcgm-exporter:http://10.0.0.1:9400/metrics"),
-            Ok(SourceConfig::DcgmExporter(d)) if d.url == "http://10.0.0.1:9400/metrics"
-        ));
-        // Without a URL: this node's dcgm-exporter.
-        assert!(matches!(
-            parse("dcgm-exporter"),
-            Ok(SourceConfig::DcgmExporter(d)) if d.url == "http://10.1.2.3:9400/metrics"
-        ));
-        assert!(parse("dcgm-exporter:localhost:9400").is_err());
+        // A key of another kind is refused, naming it.
+        let err = toml("kind = \"sim\"\nurl = \"http://x\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `url`"), "{err}");
+        let err = toml("kind = \"gpu\"").unwrap_err().to_string();
+        assert!(err.contains("unknown variant `gpu`"), "{err}");
+        assert!(toml("kind = \"null\"").unwrap().check().is_ok());
+    }
+
+    #[test]
+    fn default_dcgm_urls() {
         assert_eq!(
             default_dcgm_url(Some("10.1.2.3")),
             "http://10.1.2.3:9400/metrics"
@@ -284,9 +358,5 @@ mod tests {
             "http://[fd00::1]:9400/metrics"
         );
         assert_eq!(default_dcgm_url(None), "http://127.0.0.1:9400/metrics");
-        assert!(parse("sim:nope").unwrap_err().contains("llm-serving"));
-        assert!(parse("replay:").is_err());
-        assert!(parse("null:x").is_err());
-        assert!(parse("gpu").unwrap_err().contains("is not a source"));
     }
 }

@@ -2,22 +2,23 @@
 //! where the GPUs are fed by other means; `/metrics` then shows only the exporter's own
 //! series, and `truthscale_source_up{source="null"}` is 0 once the stale period passes.
 
-use super::{BuildError, Common, Produced, Source};
+use super::{BuildError, Context, Produced, Source, SourceSettings};
+use serde::{Deserialize, Serialize};
 use std::time::{Duration, SystemTime};
 
-/// `null` takes no settings.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct NullConfig;
+/// `kind = "null"` takes no settings.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NullConfig {}
 
-impl NullConfig {
-    pub(crate) fn from_spec(arg: Option<&str>, _: &Common) -> Result<NullConfig, String> {
-        match arg {
-            None => Ok(NullConfig),
-            Some(a) => Err(format!("null:{a}: null takes no argument")),
-        }
+impl SourceSettings for NullConfig {
+    const ARG: Option<&'static str> = None;
+
+    fn check(&self) -> Result<(), crate::setting::Invalid> {
+        Ok(())
     }
 
-    pub(crate) fn build(&self, _now: SystemTime) -> Result<Box<dyn Source>, BuildError> {
+    fn build(&self, _: &Context, _now: SystemTime) -> Result<Box<dyn Source>, BuildError> {
         Ok(Box::new(NullSource))
     }
 }

@@ -3,8 +3,10 @@
 //! The file is read line by line as time passes, so a long capture costs no memory.
 //! Recorded times are shifted onto the wall clock: the first sample is served at start.
 
-use super::{BuildError, Common, Produced, Source, SourceError, unix_ms};
+use super::{BuildError, Context, Produced, Source, SourceError, SourceSettings, unix_ms};
 use crate::capture::{Capture, CaptureError};
+use crate::setting::Invalid;
+use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
@@ -54,33 +56,63 @@ fn open_capture(
     })
 }
 
-/// `replay:PATH`: a capture replayed at its recorded pace.
-#[derive(Debug, Clone, PartialEq)]
+/// `kind = "replay"`: a capture replayed at its recorded pace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ReplayConfig {
-    /// The capture.
+    /// The capture: a `dcgmi dmon` capture, a dcgm-exporter scrape or a JSONL trace.
     pub path: PathBuf,
-    /// Spacing of captures without timestamps.
-    pub interval: Duration,
     /// Start again from the top when it ends.
+    #[serde(rename = "loop")]
     pub looping: bool,
+    /// Time between samples of a capture that has no timestamps (dmon, dcgm-exporter).
+    pub spacing: String,
+}
+
+impl Default for ReplayConfig {
+    fn default() -> Self {
+        ReplayConfig {
+            path: PathBuf::new(),
+            looping: false,
+            spacing: "1s".into(),
+        }
+    }
 }
 
 impl ReplayConfig {
-    pub(crate) fn from_spec(arg: Option<&str>, c: &Common) -> Result<ReplayConfig, String> {
-        match arg {
-            Some(p) if !p.is_empty() => Ok(ReplayConfig {
-                path: p.into(),
-                interval: c.replay_interval,
-                looping: c.replay_loop,
-            }),
-            _ => Err("replay needs a file: replay:PATH".into()),
+    fn spacing(&self) -> Result<Duration, Invalid> {
+        crate::setting::duration(
+            "source.spacing",
+            &self.spacing,
+            Duration::from_millis(1),
+            Duration::from_secs(3600),
+        )
+    }
+}
+
+impl SourceSettings for ReplayConfig {
+    const ARG: Option<&'static str> = Some("source.path");
+
+    fn check(&self) -> Result<(), Invalid> {
+        if self.path.as_os_str().is_empty() {
+            return Err((
+                "source.path",
+                "replay needs a capture: set source.path, or --source replay:PATH".into(),
+            ));
         }
+        self.spacing()?;
+        Ok(())
     }
 
-    pub(crate) fn build(&self, now: SystemTime) -> Result<Box<dyn Source>, BuildError> {
+    fn build(&self, _: &Context, now: SystemTime) -> Result<Box<dyn Source>, BuildError> {
+        self.check()
+            .map_err(|(key, message)| BuildError::Invalid { key, message })?;
+        let spacing = self
+            .spacing()
+            .map_err(|(key, message)| BuildError::Invalid { key, message })?;
         Ok(Box::new(ReplaySource::open(
             &self.path,
-            self.interval,
+            spacing,
             self.looping,
             now,
         )?))

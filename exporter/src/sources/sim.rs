@@ -1,6 +1,8 @@
 //! The simulated GPU as a live source, stepped in real time.
 
-use super::{BuildError, Common, Produced, Source, unix_ms};
+use super::{BuildError, Context, Produced, Source, SourceSettings, unix_ms};
+use crate::setting::Invalid;
+use serde::{Deserialize, Serialize};
 use std::time::SystemTime;
 use truthscale_core::gpus::GpuSpec;
 use truthscale_core::model::{SourceKind, Timestamp};
@@ -14,57 +16,93 @@ pub struct SimSource {
     interval: std::time::Duration,
 }
 
-/// `sim[:SCENARIO]`: the simulated GPU.
-#[derive(Debug, Clone, PartialEq)]
+/// `kind = "sim"`: the simulated GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct SimConfig {
-    /// Simulated GPUs.
+    /// One scenario for every GPU (`llm-serving`, `training`, `decode-only`, `tiny-kernel`,
+    /// `idle-allocated`); unset: GPU *i* runs scenario *i* mod 5, a contrasting demo mix.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<String>,
+    /// Simulated GPUs (1..=64).
     pub gpus: u32,
-    /// The model simulated.
-    pub model: &'static GpuSpec,
-    /// Seed.
+    /// The model simulated: a catalog key or NVML name.
+    pub gpu_model: String,
+    /// Simulator seed.
     pub seed: u64,
-    /// One scenario for every GPU, or the contrasting demo mix.
-    pub scenario: Option<Scenario>,
-    /// Node name on the series.
-    pub node: String,
-    /// Sampling interval (the window each sample covers).
-    pub interval: std::time::Duration,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            scenario: None,
+            gpus: 4,
+            gpu_model: "h100-sxm".into(),
+            seed: 1,
+        }
+    }
 }
 
 impl SimConfig {
-    pub(crate) fn from_spec(arg: Option<&str>, c: &Common) -> Result<SimConfig, String> {
-        let scenario = match arg {
-            None => None,
-            Some(name) => match Scenario::from_name(name) {
-                Some(s) => Some(s),
-                None => {
-                    let names: Vec<_> = Scenario::ALL.iter().map(|s| s.as_str()).collect();
-                    return Err(format!(
-                        "unknown scenario {name:?}; choose one of {}",
-                        names.join(", ")
-                    ));
-                }
-            },
-        };
-        Ok(SimConfig {
-            gpus: c.sim_gpus,
-            model: c.sim_gpu_model,
-            seed: c.seed,
-            scenario,
-            node: c.node.clone().unwrap_or_else(|| "sim-node".into()),
-            interval: c.interval,
+    fn model(&self) -> Result<&'static GpuSpec, Invalid> {
+        truthscale_core::gpus::lookup(&self.gpu_model).ok_or_else(|| {
+            let keys: Vec<_> = truthscale_core::gpus::CATALOG
+                .iter()
+                .map(|s| s.key)
+                .collect();
+            (
+                "source.gpu_model",
+                format!(
+                    "{:?} is not in the catalog; known: {}",
+                    self.gpu_model,
+                    keys.join(", ")
+                ),
+            )
         })
     }
 
-    pub(crate) fn build(&self, now: SystemTime) -> Result<Box<dyn Source>, BuildError> {
+    fn scenario(&self) -> Result<Option<Scenario>, Invalid> {
+        match &self.scenario {
+            None => Ok(None),
+            Some(name) => Scenario::from_name(name).map(Some).ok_or_else(|| {
+                let names: Vec<_> = Scenario::ALL.iter().map(|s| s.as_str()).collect();
+                (
+                    "source.scenario",
+                    format!(
+                        "unknown scenario {name:?}; choose one of {}",
+                        names.join(", ")
+                    ),
+                )
+            }),
+        }
+    }
+}
+
+impl SourceSettings for SimConfig {
+    const ARG: Option<&'static str> = Some("source.scenario");
+
+    fn check(&self) -> Result<(), Invalid> {
+        if self.gpus == 0 || self.gpus > 64 {
+            return Err((
+                "source.gpus",
+                format!("{} is out of range 1..=64", self.gpus),
+            ));
+        }
+        self.model()?;
+        self.scenario()?;
+        Ok(())
+    }
+
+    fn build(&self, context: &Context, now: SystemTime) -> Result<Box<dyn Source>, BuildError> {
+        let invalid = |(key, message): Invalid| BuildError::Invalid { key, message };
         Ok(Box::new(SimSource::new(
             self.gpus,
-            self.model,
+            self.model().map_err(invalid)?,
             self.seed,
-            self.scenario,
-            &self.node,
+            self.scenario().map_err(invalid)?,
+            context.node.as_deref().unwrap_or("sim-node"),
             now,
-            self.interval,
+            context.interval,
         )))
     }
 }

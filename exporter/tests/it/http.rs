@@ -32,7 +32,12 @@ async fn get(app: axum::Router, uri: &str, accept: Option<&str>) -> (StatusCode,
 fn sim_sidecar(gpus: u32) -> Sidecar {
     let mut c = Config::default();
     c.source.interval = "100ms".into();
-    c.source.sim_gpus = gpus;
+    c.source.config = truthscale_exporter::sources::SourceConfig::Sim(
+        truthscale_exporter::sources::sim::SimConfig {
+            gpus,
+            ..Default::default()
+        },
+    );
     let settings = c.validate(&[]).unwrap();
     let s = Sidecar::start(&settings).unwrap();
     let t = Instant::now();

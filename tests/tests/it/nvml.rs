@@ -545,16 +545,6 @@ fn serve_without_nvml_fails_at_start_with_a_clear_message() {
             assert!(err.contains("--source auto found no usable NVML"), "{err}");
         }
     }
-    // The library is the default one when nothing is configured.
-    let out = clean_command()
-        .args(["config", "defaults"])
-        .output()
-        .expect("run truthscale config defaults");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains("nvml_library = \"libnvidia-ml.so.1\""),
-        "{text}"
-    );
 }
 
 #[test]

@@ -497,10 +497,10 @@ fn stale_source_drops_series_and_keeps_serving() {
             "--stale-after",
             "1s",
         ],
-        // A dmon capture has no timestamps: its rows are spaced `source.replay_interval`
+        // A dmon capture has no timestamps: its rows are spaced `source.spacing`
         // apart (1s by default), not `--interval`. Space them 200ms too, so the three rows
         // are gone by ~0.4 s and the source is stale by ~1.4 s, well before the check at 3 s.
-        &[("TRUTHSCALE_SOURCE__REPLAY_INTERVAL", "200ms")],
+        &[("TRUTHSCALE_SOURCE__SPACING", "200ms")],
         tmp.path(),
     );
 

@@ -1,6 +1,6 @@
 //! NVML in-process: the driver's own counters, including GPM on Hopper and newer.
 //!
-//! - **Loading.** `libnvidia-ml.so.1` (or `source.nvml_library`) is `dlopen`ed at start through
+//! - **Loading.** `libnvidia-ml.so.1` (or `source.library`) is `dlopen`ed at start through
 //!   nvml-wrapper 0.13; a machine without the driver fails [`NvmlSource::open`] with a message
 //!   that says what to do. Functions nvml-wrapper does not wrap are called through
 //!   nvml-wrapper-sys 0.10's symbol fields in `raw`, the exporter's only `unsafe` module.
@@ -43,6 +43,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::gpm::gpm_metrics_get;
 use nvml_wrapper::{Device, GpmSample, Nvml};
 use raw::GpmHandle;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::path::Path;
@@ -185,7 +186,7 @@ pub struct OpenError(pub String);
 /// What to do when there is no usable NVML.
 const NO_NVML_HINT: &str = "On a GPU node, run where the NVIDIA driver is installed (in Kubernetes: a container \
      that requests nvidia.com/gpu, or the NVIDIA container runtime), point --nvml-library \
-     (source.nvml_library) at libnvidia-ml.so.1 if it is elsewhere, or read another source: \
+     (source.library) at libnvidia-ml.so.1 if it is elsewhere, or read another source: \
      --source dcgm-exporter:URL, or --source sim for a demo";
 
 /// Load the NVML library at `library` and initialize it.
@@ -308,59 +309,86 @@ pub struct NvmlSource {
     per_process: bool,
 }
 
-/// `nvml` (or `auto`, NVML when the library loads): NVML in-process.
-#[derive(Debug, Clone, PartialEq)]
+/// `kind = "nvml"`: NVML in-process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct NvmlConfig {
-    /// The library to load.
+    /// The NVML library to load: a file name looked up by the dynamic loader, or a path.
     pub library: std::path::PathBuf,
-    /// Sampling interval.
-    pub interval: Duration,
-    /// Node name on the series.
-    pub node: Option<String>,
-    /// Attach process lists (per-process series).
-    pub per_process: bool,
-    /// Chosen by `auto`: the error says so.
-    pub auto: bool,
+    /// Export per-process series: memory and SM busy per process, labelled with pid, pod
+    /// UID and container id. High cardinality: off by default.
+    pub per_process_series: bool,
+}
+
+impl Default for NvmlConfig {
+    fn default() -> Self {
+        NvmlConfig {
+            library: DEFAULT_LIBRARY.into(),
+            per_process_series: false,
+        }
+    }
 }
 
 impl NvmlConfig {
-    pub(crate) fn from_spec(
-        auto: bool,
-        arg: Option<&str>,
-        c: &crate::sources::Common,
-    ) -> Result<NvmlConfig, String> {
-        if let Some(a) = arg {
-            let kind = if auto { "auto" } else { "nvml" };
-            return Err(format!(
-                "{kind}:{a}: {kind} takes no argument; set the library with source.nvml_library"
-            ));
-        }
-        Ok(NvmlConfig {
-            library: c.nvml_library.clone(),
-            interval: c.interval,
-            node: c.node.clone(),
-            per_process: c.per_process_series,
-            auto,
-        })
-    }
-
-    pub(crate) fn build(
+    fn open(
         &self,
-        _now: SystemTime,
+        context: &crate::sources::Context,
+        prefix: &str,
     ) -> Result<Box<dyn crate::sources::Source>, crate::sources::BuildError> {
-        let prefix = if self.auto {
-            "--source auto found no usable NVML (it reads NVML when the library loads): "
-        } else {
-            ""
-        };
         NvmlSource::open_with(
             &self.library,
-            self.interval,
-            self.node.clone(),
-            self.per_process,
+            context.interval,
+            context.node.clone(),
+            self.per_process_series,
         )
         .map(|s| Box::new(s) as Box<dyn crate::sources::Source>)
         .map_err(|e| crate::sources::BuildError::Nvml(format!("{prefix}{e}")))
+    }
+}
+
+impl crate::sources::SourceSettings for NvmlConfig {
+    const ARG: Option<&'static str> = None;
+
+    fn check(&self) -> Result<(), crate::setting::Invalid> {
+        if self.library.as_os_str().is_empty() {
+            return Err((
+                "source.library",
+                format!("must name the NVML library (default {DEFAULT_LIBRARY})"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn build(
+        &self,
+        context: &crate::sources::Context,
+        _now: SystemTime,
+    ) -> Result<Box<dyn crate::sources::Source>, crate::sources::BuildError> {
+        self.open(context, "")
+    }
+}
+
+/// `kind = "auto"`: NVML when the library loads; the error names the other sources.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct AutoConfig(pub NvmlConfig);
+
+impl crate::sources::SourceSettings for AutoConfig {
+    const ARG: Option<&'static str> = None;
+
+    fn check(&self) -> Result<(), crate::setting::Invalid> {
+        crate::sources::SourceSettings::check(&self.0)
+    }
+
+    fn build(
+        &self,
+        context: &crate::sources::Context,
+        _now: SystemTime,
+    ) -> Result<Box<dyn crate::sources::Source>, crate::sources::BuildError> {
+        self.0.open(
+            context,
+            "--source auto found no usable NVML (it reads NVML when the library loads): ",
+        )
     }
 }
 
