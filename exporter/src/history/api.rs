@@ -119,54 +119,70 @@ impl Client {
                 ),
                 e => anyhow::anyhow!("{url}: the answer could not be read (cut short?): {e}"),
             })?;
-        if status.as_u16() != 200 {
-            let detail = serde_json::from_slice::<Envelope<IgnoredAny>>(&body)
-                .ok()
-                .and_then(|e| e.error_text())
-                .unwrap_or_else(|| snippet(&body));
-            let hint = match status.as_u16() {
-                401 | 403 => " (check --bearer-token-file or --basic-auth)",
-                404 => " (is this the Prometheus base URL?)",
-                _ => "",
-            };
-            bail!(
-                "{url}: HTTP {} {}{hint}: {detail}",
-                status.as_u16(),
-                status.canonical_reason().unwrap_or("")
-            );
-        }
-        let envelope: Envelope<T> = match serde_json::from_slice(&body) {
-            Ok(e) => e,
-            Err(e) => {
-                if let Ok(env) = serde_json::from_slice::<Envelope<IgnoredAny>>(&body)
-                    && env.status == "error"
-                {
-                    bail!(
-                        "{url}: Prometheus answered an error: {}",
-                        env.error_text().unwrap_or_else(|| "(no message)".into())
-                    );
-                }
-                let cut = if e.is_eof() { "cut short: " } else { "" };
+        let (data, warnings) = decode::<T>(&url, status.as_u16(), &body)?;
+        self.warnings.extend(warnings);
+        Ok(data)
+    }
+}
+
+/// The `data` and warnings of an API answer with HTTP `status` and `body` from `url`.
+///
+/// # Errors
+/// An error status, an answer that is not Prometheus API JSON, or `status` not `success`;
+/// each names `url`.
+pub(super) fn decode<T: DeserializeOwned>(
+    url: &str,
+    status: u16,
+    body: &[u8],
+) -> anyhow::Result<(T, Vec<String>)> {
+    if status != 200 {
+        let detail = serde_json::from_slice::<Envelope<IgnoredAny>>(body)
+            .ok()
+            .and_then(|e| e.error_text())
+            .unwrap_or_else(|| snippet(body));
+        let hint = match status {
+            401 | 403 => " (check --bearer-token-file or --basic-auth)",
+            404 => " (is this the Prometheus base URL?)",
+            _ => "",
+        };
+        let reason = ureq::http::StatusCode::from_u16(status)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+            .unwrap_or("");
+        bail!("{url}: HTTP {status} {reason}{hint}: {detail}");
+    }
+    let envelope: Envelope<T> = match serde_json::from_slice(body) {
+        Ok(e) => e,
+        Err(e) => {
+            if let Ok(env) = serde_json::from_slice::<Envelope<IgnoredAny>>(body)
+                && env.status == "error"
+            {
                 bail!(
-                    "{url}: the answer is {cut}not Prometheus API JSON ({e}); it begins {}",
-                    snippet(&body)
+                    "{url}: Prometheus answered an error: {}",
+                    env.error_text().unwrap_or_else(|| "(no message)".into())
                 );
             }
-        };
-        self.warnings.extend(envelope.warnings.iter().cloned());
-        if envelope.status != "success" {
+            let cut = if e.is_eof() { "cut short: " } else { "" };
             bail!(
-                "{url}: Prometheus answered status {:?}: {}",
-                envelope.status,
-                envelope
-                    .error_text()
-                    .unwrap_or_else(|| "(no message)".into())
+                "{url}: the answer is {cut}not Prometheus API JSON ({e}); it begins {}",
+                snippet(body)
             );
         }
-        envelope
-            .data
-            .with_context(|| format!("{url}: the answer is not Prometheus API JSON (no `data`)"))
+    };
+    if envelope.status != "success" {
+        bail!(
+            "{url}: Prometheus answered status {:?}: {}",
+            envelope.status,
+            envelope
+                .error_text()
+                .unwrap_or_else(|| "(no message)".into())
+        );
     }
+    let warnings = envelope.warnings;
+    let data = envelope
+        .data
+        .with_context(|| format!("{url}: the answer is not Prometheus API JSON (no `data`)"))?;
+    Ok((data, warnings))
 }
 
 pub(super) fn call_error(url: &str, e: ureq::Error) -> anyhow::Error {

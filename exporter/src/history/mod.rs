@@ -459,6 +459,36 @@ fn rfc3339(ms: i64) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
+/// Decode one `query_range` answer for the series `metric` (one of truthscale's own, or a
+/// DCGM field) and hand `on_sample` the samples it maps to: the path an answer takes from the
+/// HTTP body on, without the network. For the fuzz targets and tests.
+///
+/// # Errors
+/// The body is not a successful Prometheus API matrix answer.
+#[doc(hidden)]
+pub fn decode_range_answer(
+    metric: &str,
+    body: &[u8],
+    on_sample: impl FnMut(&Sample),
+) -> anyhow::Result<()> {
+    let (matrix, _warnings) = api::decode::<Matrix>("query_range", 200, body)?;
+    if matrix.result_type != "matrix" {
+        bail!(
+            "query_range: expected a matrix, got {:?}",
+            matrix.result_type
+        );
+    }
+    let family = if metric.starts_with("truthscale_") {
+        Family::Truthscale
+    } else {
+        Family::DcgmExporter
+    };
+    let mut chunk = Chunk::default();
+    chunk.add(family, metric, matrix);
+    chunk.feed(on_sample);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -200,9 +200,19 @@ impl WebConfig {
             path: path.to_path_buf(),
             source,
         })?;
+        WebConfig::parse(&text, path)
+    }
+
+    /// [`WebConfig::load`] of `text`, as if read from `path` (relative certificate paths
+    /// resolve against its folder).
+    ///
+    /// # Errors
+    ///
+    /// As [`WebConfig::load`], but for reading the file.
+    pub fn parse(text: &str, path: &Path) -> Result<WebConfig, WebConfigError> {
         // An empty (or comment-only) file is a valid, empty configuration.
         let raw: Option<RawWebConfig> =
-            serde_yaml_ng::from_str(&text).map_err(|source| WebConfigError::Parse {
+            serde_yaml_ng::from_str(text).map_err(|source| WebConfigError::Parse {
                 path: path.to_path_buf(),
                 source,
             })?;
