@@ -26,7 +26,16 @@ pub fn run(config: &Config) -> anyhow::Result<()> {
 
 async fn serve(settings: Settings) -> anyhow::Result<()> {
     let web_config = match &settings.web_config_file {
-        Some(p) => Some(web::WebConfig::load(p).context("invalid web config")?),
+        Some(p) => {
+            let w = web::WebConfig::load(p).context("invalid web config")?;
+            if !w.tls_enabled() && !w.auth_enabled() {
+                tracing::warn!(
+                    file = %p.display(),
+                    "The web config sets neither tls_server_config nor basic_auth_users: serving plain HTTP without authentication. Add them, or drop --web-config if that is intended."
+                );
+            }
+            Some(w)
+        }
         None => None,
     };
     let tls = match &web_config {

@@ -23,13 +23,13 @@
 //! - [`serve`] runs the accept loop: per-connection TLS handshakes with a timeout, a bound on
 //!   request-head size and read time, and graceful shutdown with a bounded grace period.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::Request;
@@ -54,6 +54,25 @@ use tracing::{debug, warn};
 /// The realm announced in `WWW-Authenticate` challenges.
 const REALM_CHALLENGE: &str = "Basic realm=\"truthscale\"";
 
+/// The highest bcrypt cost accepted: cost 12 is about 250 ms of one core per check.
+pub const MAX_BCRYPT_COST: u32 = 12;
+
+/// bcrypt verifications that may run at once, whatever the number of clients: one, so that
+/// a flood of wrong passwords costs at most one core and a cached scraper keeps the other.
+const VERIFY_PERMITS: usize = 1;
+
+/// How long a request waits for a verification slot before it is answered 503.
+const VERIFY_WAIT: Duration = Duration::from_secs(2);
+
+/// Failed logins a client address may make at once; it regains one per [`FAILURE_REFILL`].
+const FAILURE_BURST: f64 = 5.0;
+
+/// The time in which a client address regains one failed login.
+const FAILURE_REFILL: Duration = Duration::from_secs(1);
+
+/// Client addresses whose failures are tracked at most; beyond, the quiet ones are forgotten.
+const MAX_TRACKED_CLIENTS: usize = 4096;
+
 /// How many successful credential checks [`BasicAuth`] remembers before it starts over.
 const AUTH_CACHE_CAPACITY: usize = 64;
 
@@ -65,6 +84,9 @@ const GRACE_PERIOD: Duration = Duration::from_secs(10);
 
 /// How long the accept loop pauses after a failed `accept` (for example `EMFILE`).
 const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(100);
+
+/// The least time between two warnings about failed accepts.
+const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// Why a web-config file could not be loaded or turned into a TLS acceptor.
 ///
@@ -95,6 +117,19 @@ pub enum WebConfigError {
         path: PathBuf,
         /// The user whose hash is malformed.
         user: String,
+    },
+    /// A bcrypt cost so high that every login attempt would cost a core for too long.
+    #[error(
+        "{}: basic_auth_users.{user}: bcrypt cost {cost} is above the maximum of {max}; each check would take about {ms} ms of CPU (hash the password again with a cost of 10 to 12)",
+        path.display(), max = MAX_BCRYPT_COST, ms = 60u64 << cost.saturating_sub(10).min(20)
+    )]
+    CostTooHigh {
+        /// The web-config file.
+        path: PathBuf,
+        /// The user whose hash is too costly.
+        user: String,
+        /// Its cost.
+        cost: u32,
     },
     /// A `basic_auth_users` key cannot be a user name (it contains `:`).
     #[error("{}: basic_auth_users.{user}: user name must not contain ':'", path.display())]
@@ -235,10 +270,17 @@ impl WebConfig {
                     user: user.clone(),
                 });
             }
-            if !is_bcrypt_hash(hash) {
+            let Some(cost) = bcrypt_cost(hash) else {
                 return Err(WebConfigError::NotBcrypt {
                     path: path.to_path_buf(),
                     user: user.clone(),
+                });
+            };
+            if cost > MAX_BCRYPT_COST {
+                return Err(WebConfigError::CostTooHigh {
+                    path: path.to_path_buf(),
+                    user: user.clone(),
+                    cost,
                 });
             }
         }
@@ -285,6 +327,11 @@ impl WebConfig {
         }
     }
 
+    /// Whether `basic_auth_users` names at least one user.
+    pub fn auth_enabled(&self) -> bool {
+        !self.users.is_empty()
+    }
+
     /// Whether `tls_server_config` is set.
     pub fn tls_enabled(&self) -> bool {
         self.tls.is_some()
@@ -312,9 +359,11 @@ fn resolve(
 }
 
 /// Whether `hash` is a well-formed bcrypt hash with a usable cost.
-fn is_bcrypt_hash(hash: &str) -> bool {
+fn bcrypt_cost(hash: &str) -> Option<u32> {
     hash.parse::<bcrypt::HashParts>()
-        .is_ok_and(|parts| (4..=31).contains(&parts.get_cost()))
+        .ok()
+        .map(|parts| parts.get_cost())
+        .filter(|c| (4..=31).contains(c))
 }
 
 /// Reads one of the TLS files, naming it in the error.
@@ -389,14 +438,28 @@ type CacheKey = (String, [u8; 32]);
 
 /// HTTP basic authentication against bcrypt hashes from a web-config file.
 ///
-/// Successful checks are remembered (at most 64 at a time; the cache is cleared when full),
-/// keyed by user and a SHA-256 digest of the password, so repeated scrapes with the same
-/// credentials cost a hash lookup instead of a bcrypt verification. Failures are never cached.
+/// - Successful checks are remembered (at most 64 at a time; the cache is cleared when full),
+///   keyed by user and a SHA-256 digest of the password, so repeated scrapes with the same
+///   credentials cost a hash lookup instead of a bcrypt verification. Failures are never
+///   cached.
+/// - bcrypt verification is bounded: one at a time ([`VERIFY_PERMITS`]); a request that waits
+///   longer than [`VERIFY_WAIT`] for its turn gets 503. Each client address may fail
+///   [`FAILURE_BURST`] times at once and regains one attempt a second; beyond that it gets
+///   429 without any bcrypt work.
+/// - User names do not show in timing: an unknown user is verified against a stand-in hash
+///   of the highest configured cost, and a password over 72 bytes is refused without bcrypt
+///   for every user, known or not.
 pub struct BasicAuth {
     /// User name to bcrypt hash; never empty.
     users: BTreeMap<String, String>,
+    /// The stand-in hash unknown users are verified against.
+    stand_in: String,
     /// Recently verified credentials.
     cache: Mutex<HashSet<CacheKey>>,
+    /// Verification slots.
+    permits: tokio::sync::Semaphore,
+    /// Failed-login allowance per client address: (attempts left, when last updated).
+    failures: Mutex<HashMap<IpAddr, (f64, Instant)>>,
 }
 
 impl fmt::Debug for BasicAuth {
@@ -408,12 +471,50 @@ impl fmt::Debug for BasicAuth {
     }
 }
 
+/// What the cheap part of a check decided.
+#[derive(Debug)]
+pub enum Precheck {
+    /// No usable credentials: refuse without bcrypt.
+    Refused,
+    /// Credentials verified before: allow.
+    Cached,
+    /// A bcrypt verification decides.
+    Verify(Pending),
+}
+
+/// A verification still to run.
+pub struct Pending {
+    key: CacheKey,
+    password: String,
+    hash: String,
+    known: bool,
+}
+
+impl fmt::Debug for Pending {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pending").finish_non_exhaustive()
+    }
+}
+
 impl BasicAuth {
     /// Builds a checker from users whose hashes [`WebConfig::load`] has validated.
     fn from_validated(users: BTreeMap<String, String>) -> BasicAuth {
+        let costs: BTreeSet<u32> = users.values().filter_map(|h| bcrypt_cost(h)).collect();
+        if costs.len() > 1 {
+            warn!(
+                costs = ?costs,
+                "basic_auth_users hashes have different bcrypt costs: a known user with a cheaper hash can be told from an unknown one by timing; hash every password with the same cost"
+            );
+        }
+        let cost = costs.last().copied().unwrap_or(bcrypt::DEFAULT_COST);
+        let stand_in = bcrypt::hash("truthscale stand-in for unknown users", cost)
+            .unwrap_or_else(|_| users.values().next().cloned().unwrap_or_default());
         BasicAuth {
             users,
+            stand_in,
             cache: Mutex::new(HashSet::new()),
+            permits: tokio::sync::Semaphore::new(VERIFY_PERMITS),
+            failures: Mutex::new(HashMap::new()),
         }
     }
 
@@ -422,40 +523,90 @@ impl BasicAuth {
         self.users.len()
     }
 
-    /// Whether `authorization` (the `Authorization` header, if any) carries valid
-    /// `Basic` credentials for a configured user.
-    ///
-    /// This may run a bcrypt verification, which is deliberately slow (tens of milliseconds
-    /// at cost 10); call it off the async executor, as [`layer`] does.
-    pub fn check(&self, authorization: Option<&HeaderValue>) -> bool {
+    /// The cheap part of a check of `authorization` (the `Authorization` header, if any): no
+    /// bcrypt. Known and unknown users take the same path.
+    pub fn precheck(&self, authorization: Option<&HeaderValue>) -> Precheck {
         let Some((user, password)) = authorization.and_then(parse_basic) else {
-            return false;
+            return Precheck::Refused;
         };
-        let Some(hash) = self.users.get(&user) else {
-            // Spend the same bcrypt time as for a known user, so response timing does not
-            // reveal which user names exist. The result is irrelevant.
-            if let Some(any_hash) = self.users.values().next() {
-                let _ = bcrypt::verify(password.as_bytes(), any_hash);
+        // Like Go's bcrypt (and so exporter-toolkit), passwords over 72 bytes are refused
+        // rather than silently truncated to their first 72 bytes; for every user alike.
+        if password.len() > MAX_BCRYPT_PASSWORD_BYTES {
+            return Precheck::Refused;
+        }
+        let (hash, known) = match self.users.get(&user) {
+            Some(h) => (h.clone(), true),
+            None => (self.stand_in.clone(), false),
+        };
+        let key = (user, password_digest(&hash, &password));
+        if known && self.cache_lock().contains(&key) {
+            return Precheck::Cached;
+        }
+        Precheck::Verify(Pending {
+            key,
+            password,
+            hash,
+            known,
+        })
+    }
+
+    /// Run the bcrypt verification of `p` (slow: tens of milliseconds at cost 10; call it off
+    /// the async executor, as [`layer`] does), remembering a success.
+    pub fn verify(&self, p: Pending) -> bool {
+        let ok = bcrypt::verify(p.password.as_bytes(), &p.hash).unwrap_or(false) && p.known;
+        if ok {
+            let mut cache = self.cache_lock();
+            if cache.len() >= AUTH_CACHE_CAPACITY {
+                cache.clear();
             }
-            return false;
-        };
-        let key = (user, password_digest(hash, &password));
-        if self.cache_lock().contains(&key) {
-            return true;
+            cache.insert(p.key);
         }
-        // Like Go's bcrypt (and so exporter-toolkit), passwords over 72 bytes are refused rather
-        // than silently truncated to their first 72 bytes.
-        if password.len() > MAX_BCRYPT_PASSWORD_BYTES
-            || !bcrypt::verify(password.as_bytes(), hash).unwrap_or(false)
-        {
-            return false;
+        ok
+    }
+
+    /// Whether `authorization` carries valid `Basic` credentials for a configured user:
+    /// [`BasicAuth::precheck`], then [`BasicAuth::verify`] when needed, unbounded (the
+    /// server bounds it in [`layer`]).
+    pub fn check(&self, authorization: Option<&HeaderValue>) -> bool {
+        match self.precheck(authorization) {
+            Precheck::Refused => false,
+            Precheck::Cached => true,
+            Precheck::Verify(p) => self.verify(p),
         }
-        let mut cache = self.cache_lock();
-        if cache.len() >= AUTH_CACHE_CAPACITY {
-            cache.clear();
+    }
+
+    /// Take one failed-login attempt from `client`'s allowance; `false` when none is left.
+    fn take_attempt(&self, client: IpAddr) -> bool {
+        let now = Instant::now();
+        let mut map = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        if map.len() >= MAX_TRACKED_CLIENTS && !map.contains_key(&client) {
+            // Forget the addresses whose allowance is full again; if none, start over.
+            map.retain(|_, (left, at)| {
+                *left + now.duration_since(*at).as_secs_f64() / FAILURE_REFILL.as_secs_f64()
+                    < FAILURE_BURST
+            });
+            if map.len() >= MAX_TRACKED_CLIENTS {
+                map.clear();
+            }
         }
-        cache.insert(key);
-        true
+        let (left, at) = map.entry(client).or_insert((FAILURE_BURST, now));
+        *left = (*left + now.duration_since(*at).as_secs_f64() / FAILURE_REFILL.as_secs_f64())
+            .min(FAILURE_BURST);
+        *at = now;
+        if *left >= 1.0 {
+            *left -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Give back the attempt a successful login took.
+    fn refund_attempt(&self, client: IpAddr) {
+        let mut map = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((left, _)) = map.get_mut(&client) {
+            *left = (*left + 1.0).min(FAILURE_BURST);
+        }
     }
 
     /// Locks the cache; a panic elsewhere cannot leave a set of keys inconsistent, so poisoning
@@ -506,21 +657,62 @@ pub fn layer(router: Router, auth: BasicAuth) -> Router {
 
 /// The middleware body of [`layer`].
 async fn authorize(auth: Arc<BasicAuth>, req: Request, next: Next) -> Response {
-    let header = req.headers().get(AUTHORIZATION).cloned();
+    let pending = match auth.precheck(req.headers().get(AUTHORIZATION)) {
+        Precheck::Cached => return next.run(req).await,
+        Precheck::Refused => return unauthorized(),
+        Precheck::Verify(p) => p,
+    };
+    let client = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    if let Some(ip) = client
+        && !auth.take_attempt(ip)
+    {
+        debug!(client = %ip, "too many failed logins; refused without checking");
+        return refusal(
+            StatusCode::TOO_MANY_REQUESTS,
+            "Too many failed logins from this address; retry later\n",
+        );
+    }
+    let Ok(Ok(permit)) = tokio::time::timeout(VERIFY_WAIT, auth.permits.acquire()).await else {
+        return refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Busy checking credentials; retry later\n",
+        );
+    };
     // bcrypt is CPU-bound; keep it off the executor threads.
-    let allowed = tokio::task::spawn_blocking(move || auth.check(header.as_ref()))
+    let checker = Arc::clone(&auth);
+    let allowed = tokio::task::spawn_blocking(move || checker.verify(pending))
         .await
         .unwrap_or(false);
+    drop(permit);
     if allowed {
+        if let Some(ip) = client {
+            auth.refund_attempt(ip);
+        }
         next.run(req).await
     } else {
-        (
-            StatusCode::UNAUTHORIZED,
-            [(WWW_AUTHENTICATE, HeaderValue::from_static(REALM_CHALLENGE))],
-            "Unauthorized\n",
-        )
-            .into_response()
+        unauthorized()
     }
+}
+
+fn unauthorized() -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        [(WWW_AUTHENTICATE, HeaderValue::from_static(REALM_CHALLENGE))],
+        "Unauthorized\n",
+    )
+        .into_response()
+}
+
+fn refusal(status: StatusCode, body: &'static str) -> Response {
+    (
+        status,
+        [(axum::http::header::RETRY_AFTER, HeaderValue::from_static("1"))],
+        body,
+    )
+        .into_response()
 }
 
 /// Limits that protect the server from oversized or slow clients.
@@ -579,6 +771,8 @@ pub async fn serve(
     let graceful = GracefulShutdown::new();
     let (closing_tx, closing_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
+    let mut accept_warned: Option<Instant> = None;
+    let mut accept_failures: u64 = 0;
 
     loop {
         let accepted = tokio::select! {
@@ -601,7 +795,20 @@ pub async fn serve(
                 connections.spawn(conn.run(stream));
             }
             Err(err) => {
-                warn!(error = %err, "accepting a connection failed; retrying");
+                // Out of file descriptors repeats for as long as it lasts: say it at most
+                // once per ACCEPT_WARN_EVERY, with how often it happened meanwhile.
+                let now = Instant::now();
+                if accept_warned.is_none_or(|at| now.duration_since(at) >= ACCEPT_WARN_EVERY) {
+                    warn!(
+                        error = %err,
+                        repeated = accept_failures,
+                        "accepting a connection failed; retrying (if this says 'Too many open files', raise the file-descriptor limit or lower the client count)"
+                    );
+                    accept_warned = Some(now);
+                    accept_failures = 0;
+                } else {
+                    accept_failures += 1;
+                }
                 tokio::select! {
                     () = &mut shutdown => break,
                     () = tokio::time::sleep(ACCEPT_RETRY_DELAY) => {}
@@ -677,7 +884,17 @@ impl Connection {
             .timer(TokioTimer::new())
             .max_buf_size(self.limits.max_header_bytes.max(8192))
             .header_read_timeout(self.limits.timeout());
-        let conn = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(self.app));
+        // Handlers (the login limiter) see the client's address.
+        let peer = self.peer;
+        let app = tower::ServiceExt::map_request(
+            self.app,
+            move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                req.extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                req
+            },
+        );
+        let conn = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(app));
         if let Err(err) = self.watcher.watch(conn).await {
             debug!(peer = %self.peer, error = %err, "connection ended with an error");
         }

@@ -240,6 +240,93 @@ fn passwords_over_72_bytes_are_not_truncated() {
     assert!(!auth.check(Some(&longer)));
 }
 
+/// A password over 72 bytes is refused before bcrypt for known and unknown users alike, and an
+/// unknown user is verified (against the stand-in hash) like a known one: the cheap path
+/// does not depend on whether the name exists.
+#[test]
+fn user_names_take_the_same_path_known_or_not() {
+    let (path, _) = write_config("same-path", false, true);
+    let auth = WebConfig::load(&path)
+        .expect("valid config")
+        .basic_auth()
+        .expect("users configured");
+    let header = |u: &str, p: &str| axum::http::HeaderValue::from_str(&basic(u, p)).unwrap();
+    let long = "b".repeat(73);
+    for user in [USER, "mallory"] {
+        assert!(
+            matches!(
+                auth.precheck(Some(&header(user, &long))),
+                web::Precheck::Refused
+            ),
+            "{user}"
+        );
+        assert!(
+            matches!(
+                auth.precheck(Some(&header(user, "wrong"))),
+                web::Precheck::Verify(_)
+            ),
+            "{user}"
+        );
+    }
+    assert!(!auth.check(Some(&header("mallory", PASSWORD))));
+    assert!(auth.check(Some(&header(USER, PASSWORD))));
+    assert!(matches!(
+        auth.precheck(Some(&header(USER, PASSWORD))),
+        web::Precheck::Cached
+    ));
+}
+
+#[test]
+fn bcrypt_costs_above_the_maximum_are_refused() {
+    // A cost-13 hash, written out (computing one would take half a second).
+    let hash = "$2b$13$N9qo8uLOickgx2ZMRZoMyeIjZAgcfl7p92ldGxad68LJZdL17lhWy";
+    let path = write_raw("costly", &format!("basic_auth_users:\n  {USER}: {hash}\n"));
+    let err = WebConfig::load(&path).expect_err("cost 13").to_string();
+    assert!(
+        err.contains("basic_auth_users.alice: bcrypt cost 13 is above the maximum of 12"),
+        "{err}"
+    );
+    assert!(err.contains(&path.display().to_string()), "{err}");
+}
+
+/// A client that keeps failing is refused with 429 without bcrypt work once its allowance is
+/// spent, while the right (cached) credentials from the same address still get through.
+#[tokio::test]
+async fn failed_logins_are_rate_limited_per_address() {
+    let (path, _) = write_config("rate-limit", false, true);
+    let auth = WebConfig::load(&path)
+        .expect("valid config")
+        .basic_auth()
+        .expect("users configured");
+    let app = web::layer(metrics_app(), auth);
+    let server = Server::start(app, None, HttpLimits::default()).await;
+    let right = format!("Authorization: {}", basic(USER, PASSWORD));
+    let ok = plain_get(server.addr, "/metrics", std::slice::from_ref(&right))
+        .await
+        .expect("response");
+    assert_eq!(ok.status, 200);
+    let wrong = format!("Authorization: {}", basic(USER, "wrong"));
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        let r = plain_get(server.addr, "/metrics", std::slice::from_ref(&wrong))
+            .await
+            .expect("response");
+        statuses.push(r.status);
+    }
+    // Five attempts at once (one may have come back during the loop), then 429.
+    assert!(statuses[..5].iter().all(|s| *s == 401), "{statuses:?}");
+    assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
+    let limited = plain_get(server.addr, "/metrics", std::slice::from_ref(&wrong))
+        .await
+        .expect("response");
+    assert_eq!(limited.header("retry-after"), Some("1"));
+    let ok = plain_get(server.addr, "/metrics", std::slice::from_ref(&right))
+        .await
+        .expect("response");
+    assert_eq!(ok.status, 200, "cached credentials are not rate-limited");
+    server.stop_within(Duration::from_secs(5)).await;
+}
+
 #[test]
 fn empty_config_means_plain_http_without_auth() {
     let path = write_raw("empty", "# nothing configured\n");
