@@ -58,6 +58,7 @@ pub enum Command {
 /// Parse arguments and run; returns the process exit code.
 #[must_use]
 pub fn main() -> ExitCode {
+    install_panic_hook();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Analyze(a) => analyze::run(&a),
@@ -75,4 +76,20 @@ pub fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Make a panic on any thread end the process, after the usual panic message and a line
+/// saying what happened: a sampler that died while the HTTP server lives on would serve
+/// stale answers forever, so the process exits (SIGABRT) and its supervisor restarts it.
+pub fn install_panic_hook() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        let thread = std::thread::current();
+        eprintln!(
+            "truthscale: internal error: thread '{}' panicked (message above); exiting so that the process is restarted. Please report it with the message and the configuration.",
+            thread.name().unwrap_or("unnamed")
+        );
+        std::process::abort();
+    }));
 }

@@ -48,6 +48,7 @@ impl Sidecar {
         let name = source.name().to_string();
         let (tx, rx) = watch::channel(Arc::new(Snapshot {
             source: name.clone(),
+            taken_at: Some(Instant::now()),
             ..Snapshot::default()
         }));
         let (stop_tx, stop_rx) = mpsc::channel();
@@ -284,6 +285,7 @@ impl Sampler {
         Snapshot {
             tick: self.tick,
             taken_unix_ms: unix_ms(now),
+            taken_at: Some(t0),
             gpus,
             source_up: up,
             source: kind.to_string(),

@@ -58,6 +58,9 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     let limits = RouterLimits {
         request_timeout: settings.request_timeout,
         max_concurrent_requests: settings.max_concurrent_requests,
+        // A tick may take an interval plus a source timeout; allow several before calling
+        // the sampler stuck.
+        liveness_after: (settings.stale_after * 3).max(Duration::from_secs(60)),
     };
     let mut app = http::router(sidecar.subscribe(), limits);
     if let Some(auth) = web_config.as_ref().and_then(web::WebConfig::basic_auth) {

@@ -21,6 +21,9 @@ pub struct RouterLimits {
     pub request_timeout: Duration,
     /// Requests handled at once; more wait their turn.
     pub max_concurrent_requests: usize,
+    /// `/healthz` fails when the newest snapshot began longer ago than this: sampling has
+    /// stopped (a hung source). It always fails once the sampler is gone.
+    pub liveness_after: Duration,
 }
 
 impl Default for RouterLimits {
@@ -28,6 +31,7 @@ impl Default for RouterLimits {
         RouterLimits {
             request_timeout: Duration::from_secs(10),
             max_concurrent_requests: 64,
+            liveness_after: Duration::from_secs(60),
         }
     }
 }
@@ -39,7 +43,10 @@ pub fn router(rx: Snap, limits: RouterLimits) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/", get(landing))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/healthz",
+            get(move |State(rx): State<Snap>| healthz(rx, limits.liveness_after)),
+        )
         .route("/readyz", get(readyz))
         .with_state(rx)
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(
@@ -86,6 +93,30 @@ async fn landing(State(rx): State<Snap>) -> Response {
         landing::render(&snap.gpus, &snap.source, snap.source_up, snap.taken_unix_ms),
     )
         .into_response()
+}
+
+/// Liveness: the sampler is running and has begun a tick within `after`.
+async fn healthz(rx: Snap, after: Duration) -> Response {
+    if rx.has_changed().is_err() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "sampling has stopped: the sampler thread ended (see the log)\n",
+        )
+            .into_response();
+    }
+    let taken_at = rx.borrow().taken_at;
+    match taken_at.map(|t| t.elapsed()) {
+        Some(age) if age > after => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "sampling has stopped: the last tick began {} s ago (limit {} s); the source may hang\n",
+                age.as_secs(),
+                after.as_secs()
+            ),
+        )
+            .into_response(),
+        _ => (StatusCode::OK, "ok\n").into_response(),
+    }
 }
 
 async fn readyz(State(rx): State<Snap>) -> Response {

@@ -709,7 +709,10 @@ fn unauthorized() -> Response {
 fn refusal(status: StatusCode, body: &'static str) -> Response {
     (
         status,
-        [(axum::http::header::RETRY_AFTER, HeaderValue::from_static("1"))],
+        [(
+            axum::http::header::RETRY_AFTER,
+            HeaderValue::from_static("1"),
+        )],
         body,
     )
         .into_response()

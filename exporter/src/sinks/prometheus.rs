@@ -16,6 +16,10 @@ pub struct Snapshot {
     pub tick: u64,
     /// Wall time of the tick, Unix milliseconds.
     pub taken_unix_ms: i64,
+    /// When the tick (or, before the first, the sampler) started, on the monotonic clock:
+    /// what liveness measures the sampler's progress by. `None` for a snapshot no sampler
+    /// made.
+    pub taken_at: Option<std::time::Instant>,
     /// The GPU entities being served; a GPU that stopped has `up == false` for a while
     /// (only `truthscale_gpu_up 0` is written for it).
     pub gpus: Vec<GpuEntry>,

@@ -160,3 +160,116 @@ async fn basic_auth_rejects_without_credentials() {
     s.shutdown();
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A source that panics on its first sample, or sleeps once for `hang`.
+#[derive(Debug)]
+struct Faulty {
+    hang: Option<Duration>,
+    panic: bool,
+}
+
+impl truthscale_exporter::sources::Source for Faulty {
+    fn name(&self) -> &'static str {
+        "null"
+    }
+    fn window(&self) -> Option<Duration> {
+        None
+    }
+    fn sample(&mut self, _now: std::time::SystemTime) -> truthscale_exporter::sources::Produced {
+        assert!(!self.panic, "a source bug");
+        if let Some(d) = self.hang.take() {
+            std::thread::sleep(d);
+        }
+        truthscale_exporter::sources::Produced::default()
+    }
+}
+
+fn faulty_sidecar(hang: Option<Duration>) -> Sidecar {
+    let mut c = Config::default();
+    c.source.interval = "100ms".into();
+    let settings = c.validate(&[]).unwrap();
+    let panic = hang.is_none();
+    Sidecar::with_source(&settings, Box::new(Faulty { hang, panic }))
+}
+
+/// Liveness follows the sampler: a sampler thread that died (here by a panic) turns
+/// `/healthz` to 503 for good, where it used to answer 200 forever.
+#[tokio::test]
+async fn healthz_fails_when_the_sampler_died() {
+    let sidecar = faulty_sidecar(None);
+    let app = router(sidecar.subscribe(), RouterLimits::default());
+    let t = Instant::now();
+    loop {
+        let (status, _, body) = get(app.clone(), "/healthz", None).await;
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            assert!(body.contains("sampler thread ended"), "{body}");
+            break;
+        }
+        assert_eq!(status, StatusCode::OK);
+        assert!(t.elapsed() < Duration::from_secs(5), "healthz still 200");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, _, _) = get(app, "/readyz", None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+}
+
+/// A sampler stuck in its source longer than the liveness limit fails `/healthz`, and
+/// recovers when the tick completes.
+#[tokio::test]
+async fn healthz_fails_while_the_sampler_hangs() {
+    let sidecar = faulty_sidecar(Some(Duration::from_millis(1500)));
+    let limits = RouterLimits {
+        liveness_after: Duration::from_millis(300),
+        ..RouterLimits::default()
+    };
+    let app = router(sidecar.subscribe(), limits);
+    let (status, _, _) = get(app.clone(), "/healthz", None).await;
+    assert_eq!(status, StatusCode::OK, "fresh at start");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (status, _, body) = get(app.clone(), "/healthz", None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(body.contains("the last tick began"), "{body}");
+    let t = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if get(app.clone(), "/healthz", None).await.0 == StatusCode::OK {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "no recovery");
+    }
+}
+
+/// With the binary's panic hook, a panic on any thread ends the process (SIGABRT) with a
+/// line that says so. The test runs itself as the child that panics.
+#[test]
+fn a_panic_anywhere_ends_the_process() {
+    const CHILD: &str = "TRUTHSCALE_TEST_PANIC_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        truthscale_exporter::cli::install_panic_hook();
+        let _ = std::thread::Builder::new()
+            .name("worker".into())
+            .spawn(|| panic!("boom"))
+            .unwrap()
+            .join();
+        // Not reached: the hook aborts the whole process.
+        std::thread::sleep(Duration::from_secs(5));
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "http::a_panic_anywhere_ends_the_process",
+            "--exact",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    use std::os::unix::process::ExitStatusExt as _;
+    assert_eq!(out.status.signal(), Some(6), "{:?} {err}", out.status);
+    assert!(err.contains("boom"), "{err}");
+    assert!(
+        err.contains("truthscale: internal error: thread 'worker' panicked"),
+        "{err}"
+    );
+}
