@@ -30,6 +30,14 @@ pub enum FetchError {
         /// What the client said.
         message: String,
     },
+    /// No complete answer within the agent's timeout (a hung endpoint).
+    #[error("{url}: no complete answer within the timeout ({message})")]
+    Timeout {
+        /// The URL.
+        url: String,
+        /// What the client said.
+        message: String,
+    },
     /// An answer other than 200.
     #[error("{url} answered HTTP {status}")]
     Status {
@@ -39,7 +47,7 @@ pub enum FetchError {
         status: u16,
     },
     /// The body is over the limit.
-    #[error("{url}: the body is larger than {limit} bytes")]
+    #[error("{url}: the body is larger than the limit of {} MiB; not read", limit >> 20)]
     TooLarge {
         /// The URL.
         url: String,
@@ -70,9 +78,15 @@ pub fn get_text(
         .get(url)
         .header("Accept", accept)
         .call()
-        .map_err(|e| FetchError::Unreachable {
-            url: url.to_string(),
-            message: e.to_string(),
+        .map_err(|e| match e {
+            ureq::Error::Timeout(_) => FetchError::Timeout {
+                url: url.to_string(),
+                message: e.to_string(),
+            },
+            e => FetchError::Unreachable {
+                url: url.to_string(),
+                message: e.to_string(),
+            },
         })?;
     let status = resp.status().as_u16();
     if status != 200 {
@@ -89,6 +103,10 @@ pub fn get_text(
             ureq::Error::BodyExceedsLimit(_) => FetchError::TooLarge {
                 url: url.to_string(),
                 limit,
+            },
+            ureq::Error::Timeout(_) => FetchError::Timeout {
+                url: url.to_string(),
+                message: e.to_string(),
             },
             e => FetchError::Body {
                 url: url.to_string(),

@@ -800,7 +800,8 @@ mod tests {
                 protocol: None,
                 timeout: None,
                 interval: None,
-                temporality: None
+                temporality: None,
+                effective_timeout: Duration::from_secs(10),
             })
         );
         let c = Config::load(

@@ -35,6 +35,15 @@ pub fn duration(
     Ok(d)
 }
 
+/// A clap value parser for a duration flag in `[min, max]` (`--interval 0s` is refused with
+/// the range, instead of being accepted and doing nothing useful).
+pub fn duration_flag(
+    min: Duration,
+    max: Duration,
+) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
+    move |text: &str| duration("flag", text, min, max).map_err(|(_, message)| message)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@
 use crate::config::Settings;
 use crate::sinks::prometheus::{SinkErrors, Snapshot, VERSION};
 use crate::sources::engine::EngineScraper;
-use crate::sources::{BuildError, Source, unix_ms};
+use crate::sources::{BuildError, Source, SourceError, unix_ms};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -127,6 +127,13 @@ fn run(
         let snap = s.tick(SystemTime::now());
         let _ = tx.send(Arc::new(snap));
         k = k.saturating_add(1);
+        // After a tick that overran (counted as `overrun`), skip the slots it missed instead
+        // of running them back to back.
+        let behind = Instant::now().saturating_duration_since(start);
+        if behind > interval * k {
+            k = u32::try_from(behind.as_nanos() / interval.as_nanos().max(1) + 1)
+                .unwrap_or(u32::MAX);
+        }
         let next = start + interval * k;
         let wait = next.saturating_duration_since(Instant::now());
         match stop.recv_timeout(wait) {
@@ -147,6 +154,7 @@ struct Sampler {
     deriver: Deriver,
     identity: Identity,
     stale_after: Duration,
+    interval: Duration,
     entities: BTreeMap<EntityKey, Served>,
     last_data: Option<Instant>,
     errors: BTreeMap<String, u64>,
@@ -177,6 +185,7 @@ impl Sampler {
             },
             identity: settings.identity.clone(),
             stale_after: settings.stale_after,
+            interval: settings.interval,
             entities: BTreeMap::new(),
             last_data: None,
             errors: BTreeMap::new(),
@@ -207,6 +216,14 @@ impl Sampler {
                     e.serving = Some(sv);
                 }
             }
+        }
+        let took = t0.elapsed();
+        if took > self.interval {
+            produced.errors.push(SourceError::Overrun(format!(
+                "reading the source took {} ms, longer than the {} ms interval: the cadence slipped (a slow or hung endpoint, or too much to read per tick)",
+                took.as_millis(),
+                self.interval.as_millis()
+            )));
         }
         for e in &produced.errors {
             *self.errors.entry(e.kind().to_string()).or_default() += 1;

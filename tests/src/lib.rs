@@ -739,3 +739,58 @@ pub fn ok(body: &str) -> Reply {
         claimed_len: None,
     }
 }
+
+/// A server on 127.0.0.1 that accepts connections and never answers (a hung endpoint); the
+/// connections stay open until it is dropped.
+#[derive(Debug)]
+pub struct Silent {
+    addr: String,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Silent {
+    /// Start listening on a free port.
+    ///
+    /// # Panics
+    /// When no port can be bound.
+    #[must_use]
+    pub fn start() -> Silent {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for conn in listener.incoming() {
+                if s.load(Ordering::SeqCst) {
+                    return;
+                }
+                if let Ok(c) = conn {
+                    held.push(c);
+                }
+            }
+        });
+        Silent {
+            addr,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// `HOST:PORT`.
+    #[must_use]
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+}
+
+impl Drop for Silent {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(&self.addr);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

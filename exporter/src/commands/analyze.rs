@@ -389,7 +389,7 @@ pub struct AnalyzeArgs {
     pub format: FormatArg,
     /// Time between samples, for formats without timestamps (dmon, dcgm-exporter).
     /// For a capture of dcgm-exporter scrapes at its default, pass 30s.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s", conflicts_with = "prometheus")]
+    #[arg(long, value_parser = crate::setting::duration_flag(Duration::from_millis(1), Duration::from_secs(3600)), default_value = "1s", conflicts_with = "prometheus")]
     pub interval: Duration,
     /// Treat every GPU as this model (a catalog key such as `h100-sxm`, or an NVML name).
     #[arg(long)]

@@ -82,10 +82,10 @@ pub struct SimulateArgs {
     #[arg(long, default_value = "llm-serving")]
     pub scenario: String,
     /// Simulated time to cover.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]
+    #[arg(long, value_parser = crate::setting::duration_flag(Duration::from_millis(10), Duration::from_secs(30 * 86_400)), default_value = "10m")]
     pub duration: Duration,
     /// Window length.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "250ms")]
+    #[arg(long, value_parser = crate::setting::duration_flag(Duration::from_millis(10), Duration::from_secs(3600)), default_value = "250ms")]
     pub interval: Duration,
     /// Number of GPUs.
     #[arg(long, default_value_t = 1)]

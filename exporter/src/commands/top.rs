@@ -522,7 +522,7 @@ pub struct TopArgs {
     #[arg(long)]
     pub once: bool,
     /// Refresh interval (and, with a replay on a terminal, the time per replayed sample).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    #[arg(long, value_parser = crate::setting::duration_flag(Duration::from_millis(100), Duration::from_secs(3600)), default_value = "1s")]
     pub interval: Duration,
 }
 

@@ -215,6 +215,15 @@ pub enum SourceError {
     /// The endpoint could not be reached (refused, timed out, DNS).
     #[error("unreachable: {0}")]
     Unreachable(String),
+    /// The endpoint did not answer completely within its timeout.
+    #[error("timeout: {0}")]
+    Timeout(String),
+    /// The answer was larger than the limit, and was not read.
+    #[error("{0}")]
+    TooLarge(String),
+    /// A tick took longer than the sampling interval (the cadence slipped).
+    #[error("{0}")]
+    Overrun(String),
     /// The endpoint answered with an error status.
     #[error("{0}")]
     Http(String),
@@ -243,6 +252,9 @@ impl SourceError {
             SourceError::Io(_) => "io",
             SourceError::Parse(_) => "parse",
             SourceError::Unreachable(_) => "unreachable",
+            SourceError::Timeout(_) => "timeout",
+            SourceError::TooLarge(_) => "too_large",
+            SourceError::Overrun(_) => "overrun",
             SourceError::Http(_) => "http",
             SourceError::Sentinel(_) => "sentinel",
             SourceError::NoPermission(_) => "no_permission",

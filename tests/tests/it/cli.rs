@@ -169,3 +169,52 @@ fn usage_errors_explain_themselves() {
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("analyze") && help.contains("simulate"));
 }
+
+/// Every duration has a range: the ones that used to spin a core, never end or drop every
+/// sample are refused at start, naming the flag, key or variable.
+#[test]
+fn durations_out_of_range_are_refused_by_name() {
+    let err = |out: std::process::Output| {
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = err(run(&["analyze", "--interval", "0s", "x.txt"]));
+    assert!(
+        e.contains("--interval") && e.contains("outside 1ms..=1h"),
+        "{e}"
+    );
+    let e = err(run(&[
+        "serve",
+        "--interval",
+        "365d",
+        "--listen",
+        "127.0.0.1:0",
+    ]));
+    assert!(
+        e.contains("source.interval: \"365d\" is outside 100ms..=1h"),
+        "{e}"
+    );
+    let out = truthscale_e2e::clean_command()
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--otlp-endpoint",
+            "http://127.0.0.1:1",
+        ])
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "0")
+        .output()
+        .unwrap();
+    let e = err(out);
+    assert!(
+        e.contains("OTEL_METRIC_EXPORT_INTERVAL: 0 ms is outside 100..=3600000 ms"),
+        "{e}"
+    );
+    let out = truthscale_e2e::clean_command()
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("TRUTHSCALE_SOURCE__STALE_AFTER", "400d")
+        .output()
+        .unwrap();
+    let e = err(out);
+    assert!(e.contains("source.stale_after"), "{e}");
+}

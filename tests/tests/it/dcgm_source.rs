@@ -290,6 +290,39 @@ fn failures_are_counted_and_never_exported_as_data() {
     });
 }
 
+/// A dcgm-exporter that accepts and never answers is a `timeout` (it used to count as
+/// `unreachable`), each tick that waits for it longer than the interval is an `overrun`, and
+/// `/metrics` keeps its cadence: nothing of the GPU is exported.
+#[test]
+fn hung_exporter_is_a_timeout_and_an_overrun() {
+    let silent = truthscale_e2e::Silent::start();
+    let src = format!("dcgm-exporter:http://{}/metrics", silent.addr());
+    let dir = TempDir::new("dcgm-hung");
+    let sidecar = Sidecar::start(
+        &["--source", &src, "--interval", "200ms"],
+        &[("TRUTHSCALE_SOURCE__SCRAPE_TIMEOUT", "300ms")],
+        dir.path(),
+    );
+    let m = sidecar.wait_for(WAIT, "timeouts", |m| {
+        value(m, "truthscale_source_errors_total", &[("kind", "timeout")]).unwrap_or(0.0) >= 2.0
+            && value(m, "truthscale_source_errors_total", &[("kind", "overrun")]).unwrap_or(0.0)
+                >= 2.0
+    });
+    assert_eq!(
+        value(
+            &m,
+            "truthscale_source_errors_total",
+            &[("kind", "unreachable")]
+        ),
+        None
+    );
+    assert_eq!(
+        value(&m, "truthscale_source_up", &[("source", "dcgm_exporter")]),
+        Some(0.0)
+    );
+    assert!(!m.iter().any(|s| s.name == "truthscale_gpu_info"));
+}
+
 #[test]
 fn unreachable_exporter_is_counted_and_reported_absent() {
     let port = truthscale_e2e::free_port();

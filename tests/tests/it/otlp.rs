@@ -473,6 +473,67 @@ fn http_outage_then_recovery() {
     check_outage(Proto::Http);
 }
 
+/// A collector that accepts and never answers: each export fails as `timeout` (it used to be
+/// `unavailable`), and sampling keeps its cadence.
+fn check_hung(proto: Proto) {
+    let dir = TempDir::new("otlp-hung");
+    let silent = truthscale_e2e::Silent::start();
+    let endpoint = format!("http://{}", silent.addr());
+    let mut env = ENV.to_vec();
+    env.push((
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        if proto == Proto::Grpc {
+            "grpc"
+        } else {
+            "http/protobuf"
+        },
+    ));
+    env.push(("OTEL_EXPORTER_OTLP_TIMEOUT", "1000"));
+    let mut args = ARGS.to_vec();
+    args.extend(["--otlp-endpoint", &endpoint]);
+    let sidecar = Sidecar::start(&args, &env, dir.path());
+    let kind = |s: &Sidecar, k: &str| {
+        s.metrics()
+            .iter()
+            .filter(|m| {
+                m.name == "truthscale_sink_errors_total"
+                    && m.label("sink") == Some("otlp")
+                    && m.label("kind") == Some(k)
+            })
+            .map(|m| m.value)
+            .sum::<f64>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while kind(&sidecar, "timeout") < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "no timeout counted; unavailable = {}, other = {}; stderr:\n{}",
+            kind(&sidecar, "unavailable"),
+            kind(&sidecar, "other"),
+            sidecar.process.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(kind(&sidecar, "unavailable"), 0.0);
+    let ts = |s: &Sidecar| prom(&s.metrics(), "truthscale_snapshot_timestamp_seconds", None);
+    let before = ts(&sidecar);
+    std::thread::sleep(Duration::from_millis(1200));
+    assert!(
+        ts(&sidecar) > before,
+        "sampling stalled while the collector hung"
+    );
+}
+
+#[test]
+fn grpc_hung_collector_is_a_timeout() {
+    check_hung(Proto::Grpc);
+}
+
+#[test]
+fn http_hung_collector_is_a_timeout() {
+    check_hung(Proto::Http);
+}
+
 #[test]
 fn otlp_is_off_by_default() {
     let dir = TempDir::new("otlp-off");

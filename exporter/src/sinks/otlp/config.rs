@@ -4,13 +4,37 @@
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-fn duration(key: &'static str, s: &str) -> Result<Duration, (&'static str, String)> {
-    humantime::parse_duration(s.trim()).map_err(|e| {
+/// The SDK's default export timeout (`OTEL_EXPORTER_OTLP_TIMEOUT` unset).
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+const TIMEOUT_RANGE: (Duration, Duration) = (Duration::from_millis(1), Duration::from_secs(300));
+const INTERVAL_RANGE: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_secs(3600));
+
+/// A standard variable of milliseconds (`OTEL_METRIC_EXPORT_INTERVAL=60000`), in range.
+fn env_millis(
+    var: &'static str,
+    value: Option<String>,
+    (min, max): (Duration, Duration),
+) -> Result<Option<Duration>, (&'static str, String)> {
+    let Some(v) = value else { return Ok(None) };
+    let ms: u64 = v.parse().map_err(|_| {
         (
-            key,
-            format!("{s:?} is not a duration ({e}); write e.g. 500ms, 1s, 2m"),
+            var,
+            format!("{v:?} is not a whole number of milliseconds (e.g. 10000)"),
         )
-    })
+    })?;
+    let d = Duration::from_millis(ms);
+    if d < min || d > max {
+        return Err((
+            var,
+            format!(
+                "{ms} ms is outside {}..={} ms",
+                min.as_millis(),
+                max.as_millis()
+            ),
+        ));
+    }
+    Ok(Some(d))
 }
 
 /// `[otlp]`: push the same metrics to an OpenTelemetry collector. Every unset key falls
@@ -82,6 +106,9 @@ pub struct OtlpSettings {
     pub interval: Option<Duration>,
     /// Temporality set in truthscale's configuration.
     pub temporality: Option<OtlpTemporality>,
+    /// The export timeout in force (configuration, else the standard variables, else the
+    /// SDK's 10 s): an export that fails after this long failed by timing out.
+    pub effective_timeout: Duration,
 }
 
 impl OtlpConfig {
@@ -132,18 +159,39 @@ impl OtlpConfig {
         };
         let timeout = match self.timeout.as_deref().map(str::trim) {
             None | Some("") => None,
-            Some(t) => Some(duration("otlp.timeout", t)?),
+            Some(t) => Some(crate::setting::duration(
+                "otlp.timeout",
+                t,
+                TIMEOUT_RANGE.0,
+                TIMEOUT_RANGE.1,
+            )?),
         };
-        if timeout.is_some_and(|t| t.is_zero()) {
-            return Err(("otlp.timeout", "must be above zero".into()));
-        }
         let interval = match self.interval.as_deref().map(str::trim) {
             None | Some("") => None,
-            Some(t) => Some(duration("otlp.interval", t)?),
+            Some(t) => Some(crate::setting::duration(
+                "otlp.interval",
+                t,
+                INTERVAL_RANGE.0,
+                INTERVAL_RANGE.1,
+            )?),
         };
-        if interval.is_some_and(|i| i < Duration::from_millis(100)) {
-            return Err(("otlp.interval", "must be at least 100ms".into()));
-        }
+        // The SDK reads the standard variables itself; refuse the values it would spin or
+        // stall on (`OTEL_METRIC_EXPORT_INTERVAL=0` busy-loops a thread), naming them.
+        env_millis(
+            "OTEL_METRIC_EXPORT_INTERVAL",
+            getenv("OTEL_METRIC_EXPORT_INTERVAL"),
+            INTERVAL_RANGE,
+        )?;
+        let env_timeout = env_millis(
+            "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
+            getenv("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT"),
+            TIMEOUT_RANGE,
+        )?
+        .or(env_millis(
+            "OTEL_EXPORTER_OTLP_TIMEOUT",
+            getenv("OTEL_EXPORTER_OTLP_TIMEOUT"),
+            TIMEOUT_RANGE,
+        )?);
         let temporality = match self.temporality.as_deref().map(str::trim) {
             None | Some("") => None,
             Some("cumulative") => Some(OtlpTemporality::Cumulative),
@@ -170,6 +218,7 @@ impl OtlpConfig {
             timeout,
             interval,
             temporality,
+            effective_timeout: timeout.or(env_timeout).unwrap_or(DEFAULT_TIMEOUT),
         }))
     }
 }

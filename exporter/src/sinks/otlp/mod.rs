@@ -360,7 +360,7 @@ impl Otlp {
         }
         .context("cannot build the OTLP exporter")?;
         errors.register(SINK, &ERROR_KINDS);
-        let exporter = CountingExporter::new(exporter, errors);
+        let exporter = CountingExporter::new(exporter, errors, settings.effective_timeout);
         let mut reader = PeriodicReader::builder(exporter);
         if let Some(i) = settings.interval {
             reader = reader.with_interval(i);
@@ -460,15 +460,17 @@ pub struct CountingExporter<E> {
     inner: E,
     errors: SinkErrors,
     state: Mutex<ExportState>,
+    timeout: Duration,
 }
 
 impl<E> CountingExporter<E> {
-    /// Wrap `inner`.
-    pub fn new(inner: E, errors: SinkErrors) -> Self {
+    /// Wrap `inner`, whose exports time out after `timeout`.
+    pub fn new(inner: E, errors: SinkErrors, timeout: Duration) -> Self {
         CountingExporter {
             inner,
             errors,
             state: Mutex::new(ExportState::default()),
+            timeout,
         }
     }
 
@@ -478,7 +480,7 @@ impl<E> CountingExporter<E> {
             .is_ok_and(|s| s.not_before.is_some_and(|t| Instant::now() < t))
     }
 
-    fn record(&self, result: &OTelSdkResult) {
+    fn record(&self, result: &OTelSdkResult, took: Duration) {
         let Ok(mut s) = self.state.lock() else { return };
         let now = Instant::now();
         match result {
@@ -500,7 +502,12 @@ impl<E> CountingExporter<E> {
                 s.unlogged = 0;
             }
             Err(e) => {
-                let kind = error_kind(e);
+                // The HTTP client reports a timeout as a bare "network error": a failure
+                // that took the whole timeout is one.
+                let kind = match error_kind(e) {
+                    "unavailable" | "other" if took >= self.timeout.mul_f64(0.9) => "timeout",
+                    k => k,
+                };
                 self.errors.add(SINK, kind);
                 s.consecutive = s.consecutive.saturating_add(1);
                 s.outage_since.get_or_insert(now);
@@ -534,8 +541,9 @@ impl<E: PushMetricExporter> PushMetricExporter for CountingExporter<E> {
             // Cumulative totals lose nothing by a skipped export; the next one carries them.
             return Ok(());
         }
+        let started = Instant::now();
         let result = self.inner.export(metrics).await;
-        self.record(&result);
+        self.record(&result, started.elapsed());
         result
     }
 
