@@ -794,3 +794,45 @@ impl Drop for Silent {
         }
     }
 }
+
+/// The version of the Python `prometheus_client` whose OpenMetrics parser (the reference
+/// implementation) checks truthscale's OpenMetrics output; `scripts/test` installs it.
+pub const PROMETHEUS_CLIENT: &str = "prometheus_client==0.26.0";
+
+/// Parse `body` with the reference OpenMetrics parser (Python `prometheus_client`):
+/// `Ok(samples)` or `Err(what it said)`.
+///
+/// # Panics
+/// When `python3` or the module is missing (run `scripts/test`, which installs it).
+pub fn openmetrics_parse(body: &[u8]) -> Result<usize, String> {
+    use std::io::Write as _;
+    const SCRIPT: &str = "import sys\n\
+        from prometheus_client.openmetrics.parser import text_string_to_metric_families as p\n\
+        try:\n    n = sum(len(f.samples) for f in p(sys.stdin.read()))\n\
+        except Exception as e:\n    print('REJECTED', e); sys.exit(3)\n\
+        print(n)\n";
+    let mut child = Command::new("python3")
+        .args(["-c", SCRIPT])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 is missing: run scripts/test");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(body)
+        .expect("write body");
+    let out = child.wait_with_output().expect("python3 output");
+    let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("No module named"),
+        "the Python module prometheus_client is missing: run scripts/test, which installs {PROMETHEUS_CLIENT} (or `pip install {PROMETHEUS_CLIENT}`)"
+    );
+    match out.status.code() {
+        Some(0) => stdout.parse().map_err(|_| stdout.clone()),
+        _ => Err(format!("{stdout}{stderr}")),
+    }
+}

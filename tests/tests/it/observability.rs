@@ -651,3 +651,35 @@ fn golden_bodies_pass_promtool() {
     }
     assert_eq!(checked, 3, "golden bodies checked");
 }
+
+/// Every golden OpenMetrics body (`*.om.txt`) is accepted whole by the reference OpenMetrics
+/// parser (Python `prometheus_client`), which rejected the whole scrape while info families
+/// were written as `# TYPE truthscale_gpu_info info`.
+#[test]
+fn golden_openmetrics_bodies_pass_the_reference_parser() {
+    let dir = truthscale_e2e::workspace().join("truthscale-core/tests/golden");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).expect("golden folder") {
+        let path = entry.expect("entry").path();
+        if !path.to_string_lossy().ends_with(".om.txt") {
+            continue;
+        }
+        let body = std::fs::read(&path).expect("read golden");
+        let text = String::from_utf8_lossy(&body);
+        let samples = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .count();
+        match truthscale_e2e::openmetrics_parse(&body) {
+            Ok(n) => assert_eq!(n, samples, "{}: every sample parsed", path.display()),
+            Err(e) => panic!("{}: the OpenMetrics parser says {e}", path.display()),
+        }
+        assert!(
+            text.contains("# TYPE truthscale_gpu info\n"),
+            "{}",
+            path.display()
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 3, "golden OpenMetrics bodies checked");
+}

@@ -181,8 +181,13 @@ struct Writer<'a> {
 
 impl Writer<'_> {
     fn header(&mut self, m: &MetricDesc) {
+        // OpenMetrics names the family without the sample suffix: `# TYPE x counter` for
+        // `x_total`, `# TYPE x info` for `x_info`.
         let family = match (self.format, m.kind) {
             (Format::OpenMetrics, Kind::Counter) => m.name.trim_end_matches("_total"),
+            (Format::OpenMetrics, Kind::Gauge) if m.name.ends_with("_info") => {
+                m.name.trim_end_matches("_info")
+            }
             _ => m.name,
         };
         let kind = match (self.format, m.kind, m.name) {
@@ -197,11 +202,7 @@ impl Writer<'_> {
         if !v.is_finite() {
             return;
         }
-        let name = match (self.format, m.name) {
-            (Format::OpenMetrics, n) if n.ends_with("_info") && m.kind == Kind::Gauge => n,
-            (_, n) => n,
-        };
-        self.out.push_str(name);
+        self.out.push_str(m.name);
         let mut first = labels.is_empty();
         if !labels.is_empty() || !extra.is_empty() {
             self.out.push('{');
