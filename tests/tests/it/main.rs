@@ -10,6 +10,7 @@ mod docker;
 mod engine;
 mod explain_top;
 mod history;
+mod hygiene;
 mod nvml;
 mod observability;
 mod otlp;
