@@ -54,7 +54,15 @@ pub enum FetchError {
         /// The limit.
         limit: u64,
     },
-    /// The body could not be read (cut off, not UTF-8, timed out).
+    /// The body is not UTF-8 text.
+    #[error("{url}: the body is not UTF-8 text (byte {at})")]
+    NotText {
+        /// The URL.
+        url: String,
+        /// Offset of the first invalid byte.
+        at: usize,
+    },
+    /// The body could not be read (cut off, connection reset).
     #[error("{url}: cannot read the body: {message}")]
     Body {
         /// The URL.
@@ -95,10 +103,11 @@ pub fn get_text(
             status,
         });
     }
-    resp.body_mut()
+    let bytes = resp
+        .body_mut()
         .with_config()
         .limit(limit)
-        .read_to_string()
+        .read_to_vec()
         .map_err(|e| match e {
             ureq::Error::BodyExceedsLimit(_) => FetchError::TooLarge {
                 url: url.to_string(),
@@ -112,5 +121,9 @@ pub fn get_text(
                 url: url.to_string(),
                 message: e.to_string(),
             },
-        })
+        })?;
+    String::from_utf8(bytes).map_err(|e| FetchError::NotText {
+        url: url.to_string(),
+        at: e.utf8_error().valid_up_to(),
+    })
 }

@@ -213,6 +213,7 @@ impl DcgmExporterSource {
             FetchError::Timeout { .. } => SourceError::Timeout(e.to_string()),
             FetchError::Status { .. } => SourceError::Http(e.to_string()),
             FetchError::TooLarge { .. } => SourceError::TooLarge(e.to_string()),
+            FetchError::NotText { .. } => SourceError::Parse(e.to_string()),
             FetchError::Body { .. } => SourceError::Io(e.to_string()),
         })
     }

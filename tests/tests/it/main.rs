@@ -4,11 +4,13 @@
 //! Run one module with `cargo test -p truthscale-e2e --test it serve::`, or with nextest
 //! `cargo nextest run -p truthscale-e2e -E 'test(/^serve::/)'`.
 
+mod autoscaling;
 mod cli;
 mod dcgm_source;
 mod docker;
 mod engine;
 mod explain_top;
+mod faults;
 mod history;
 mod hygiene;
 mod nvml;

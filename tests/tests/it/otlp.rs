@@ -39,6 +39,53 @@ impl MetricsService for Grpc {
 }
 
 /// A receiver on 127.0.0.1:`port`, running in its own runtime until dropped.
+/// A gRPC collector that refuses every export as invalid.
+struct GrpcRejecting;
+
+#[tonic::async_trait]
+impl MetricsService for GrpcRejecting {
+    async fn export(
+        &self,
+        _request: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        Err(tonic::Status::invalid_argument(
+            "rejected by the test collector",
+        ))
+    }
+}
+
+/// A collector (either protocol) that reads each export whole and refuses it: HTTP 400, or
+/// gRPC `InvalidArgument`.
+fn start_rejecting(proto: Proto, port: u16) -> tokio::runtime::Runtime {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind(("127.0.0.1", port)))
+        .unwrap_or_else(|e| panic!("bind collector on {port}: {e}"));
+    match proto {
+        Proto::Grpc => {
+            rt.spawn(async move {
+                let _ = tonic::transport::Server::builder()
+                    .add_service(MetricsServiceServer::new(GrpcRejecting))
+                    .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+                    .await;
+            });
+        }
+        Proto::Http => {
+            let app = axum::Router::new().fallback(|_body: axum::body::Bytes| async {
+                (axum::http::StatusCode::BAD_REQUEST, "rejected")
+            });
+            rt.spawn(async move {
+                let _ = axum::serve(listener, app).await;
+            });
+        }
+    }
+    rt
+}
+
 struct Receiver {
     received: Received,
     paths: Arc<Mutex<Vec<String>>>,
@@ -522,6 +569,67 @@ fn check_hung(proto: Proto) {
         ts(&sidecar) > before,
         "sampling stalled while the collector hung"
     );
+}
+
+/// A collector that refuses every export: counted as `rejected` (never `unavailable`), and
+/// `/metrics` keeps its cadence.
+fn check_rejecting(proto: Proto) {
+    let dir = TempDir::new("otlp-rejecting");
+    let port = free_port();
+    let _collector = start_rejecting(proto, port);
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let mut env = ENV.to_vec();
+    env.push((
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        if proto == Proto::Grpc {
+            "grpc"
+        } else {
+            "http/protobuf"
+        },
+    ));
+    let mut args = ARGS.to_vec();
+    args.extend(["--otlp-endpoint", &endpoint]);
+    let sidecar = Sidecar::start(&args, &env, dir.path());
+    let kind = |s: &Sidecar, k: &str| {
+        s.metrics()
+            .iter()
+            .filter(|m| {
+                m.name == "truthscale_sink_errors_total"
+                    && m.label("sink") == Some("otlp")
+                    && m.label("kind") == Some(k)
+            })
+            .map(|m| m.value)
+            .sum::<f64>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while kind(&sidecar, "rejected") < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "no rejection counted; unavailable = {}, other = {}; stderr:\n{}",
+            kind(&sidecar, "unavailable"),
+            kind(&sidecar, "other"),
+            sidecar.process.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(kind(&sidecar, "unavailable"), 0.0);
+    let ts = |s: &Sidecar| prom(&s.metrics(), "truthscale_snapshot_timestamp_seconds", None);
+    let before = ts(&sidecar);
+    std::thread::sleep(Duration::from_millis(1200));
+    assert!(
+        ts(&sidecar) > before,
+        "sampling stalled while the collector refused"
+    );
+}
+
+#[test]
+fn grpc_rejecting_collector_is_counted_as_rejected() {
+    check_rejecting(Proto::Grpc);
+}
+
+#[test]
+fn http_rejecting_collector_is_counted_as_rejected() {
+    check_rejecting(Proto::Http);
 }
 
 #[test]

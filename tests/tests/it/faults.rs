@@ -1,0 +1,199 @@
+//! Fault injection end to end: each fault has a bounded effect. Sampling and `/metrics` keep
+//! their cadence, errors are counted by kind, memory stays bounded, and nothing fabricated is
+//! exported. (The NVML faults, a GPU lost mid-tick and back, are in `nvml.rs`; a hung
+//! dcgm-exporter in `dcgm_source.rs`; an OTLP collector that is down or hangs in `otlp.rs`.)
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+use truthscale_e2e::{Reply, Sample, Sidecar, Silent, StandIn, TempDir, ok};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn value(m: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    m.iter()
+        .find(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(*v)))
+        .map(|s| s.value)
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The snapshot's timestamp advances while the fault lasts: sampling kept its cadence.
+fn assert_cadence(s: &Sidecar) {
+    let ts = |s: &Sidecar| value(&s.metrics(), "truthscale_snapshot_timestamp_seconds", &[]);
+    let before = ts(s).expect("snapshot timestamp");
+    std::thread::sleep(Duration::from_millis(700));
+    let after = ts(s).expect("snapshot timestamp");
+    assert!(
+        after >= before + 0.4,
+        "sampling stalled: {before} → {after}"
+    );
+}
+
+const GOOD: &str = "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-f1\",device=\"nvidia0\",modelName=\"Tesla T4\",Hostname=\"h\"} 37\n\
+DCGM_FI_PROF_SM_ACTIVE{gpu=\"0\",UUID=\"GPU-f1\",device=\"nvidia0\",modelName=\"Tesla T4\",Hostname=\"h\"} 0.25\n";
+
+/// 10 MB of garbage, a body over the 32 MiB limit, and an exporter flapping between valid and
+/// broken: counted as `parse` and `too_large`, memory bounded, and the only GPU values ever
+/// exported are the valid scrape's.
+#[test]
+fn a_broken_dcgm_exporter_has_a_bounded_effect() {
+    let server = StandIn::start(ok(GOOD));
+    let dir = TempDir::new("faults-dcgm");
+    let sidecar = Sidecar::start(
+        &[
+            "--source",
+            &format!("dcgm-exporter:{}", server.url()),
+            "--interval",
+            "200ms",
+        ],
+        &[],
+        dir.path(),
+    );
+    sidecar.wait_for(WAIT, "the valid scrape", |m| {
+        value(m, "truthscale_gpu_reported_utilization_ratio", &[]) == Some(0.37)
+    });
+    let base_rss = rss_kib(sidecar.process.id());
+
+    // 10 MB of garbage.
+    let garbage: Vec<u8> = (0..10_000_000u32)
+        .map(|i| b"x{=\"} \n#\xff"[(i % 9) as usize])
+        .collect();
+    server.set(Reply {
+        status: "200 OK",
+        body: garbage,
+        claimed_len: None,
+    });
+    let m = sidecar.wait_for(WAIT, "parse errors", |m| {
+        value(m, "truthscale_source_errors_total", &[("kind", "parse")]).unwrap_or(0.0) >= 3.0
+    });
+    assert_cadence(&sidecar);
+    assert!(
+        value(&m, "truthscale_gpu_reported_utilization_ratio", &[]).is_none_or(|v| v == 0.37),
+        "a value that was never scraped"
+    );
+    // Over the limit: not read, and said so.
+    server.set(Reply {
+        status: "200 OK",
+        body: vec![b'#'; 40 << 20],
+        claimed_len: None,
+    });
+    sidecar.wait_for(WAIT, "too_large", |m| {
+        value(
+            m,
+            "truthscale_source_errors_total",
+            &[("kind", "too_large")],
+        )
+        .unwrap_or(0.0)
+            >= 1.0
+    });
+    assert_cadence(&sidecar);
+    let rss = rss_kib(sidecar.process.id());
+    assert!(
+        rss < base_rss + 120 * 1024,
+        "RSS {rss} KiB grew by more than 120 MiB over {base_rss} KiB"
+    );
+    // Flapping between valid and broken: every exported value is the valid one.
+    let t = Instant::now();
+    let mut seen = 0;
+    while t.elapsed() < Duration::from_secs(4) {
+        let broken = (t.elapsed().as_millis() / 300) % 2 == 1;
+        server.set(if broken {
+            ok("<html>not metrics</html>\n")
+        } else {
+            ok(GOOD)
+        });
+        if let Some(v) = value(
+            &sidecar.metrics(),
+            "truthscale_gpu_reported_utilization_ratio",
+            &[],
+        ) {
+            assert_eq!(v, 0.37, "a fabricated value while flapping");
+            seen += 1;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(seen > 0, "the valid scrapes were served while flapping");
+    assert!(
+        !sidecar.process.stderr().contains("panicked"),
+        "{}",
+        sidecar.process.stderr()
+    );
+}
+
+/// SIGTERM while a scrape is in flight: the request that was sent is answered in full, and
+/// the process exits 0 within the grace period (a half-sent request head holds the exit at
+/// most that long, 10 s).
+#[test]
+fn sigterm_during_a_scrape_answers_it_and_exits() {
+    let dir = TempDir::new("faults-sigterm-scrape");
+    let mut sidecar = Sidecar::start(&["--source", "sim", "--sim-gpus", "8"], &[], dir.path());
+    let mut full = TcpStream::connect(&sidecar.addr).unwrap();
+    let mut half = TcpStream::connect(&sidecar.addr).unwrap();
+    half.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    full.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    sidecar.process.signal("TERM");
+    let mut body = Vec::new();
+    full.set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    full.read_to_end(&mut body).unwrap();
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text:.200}");
+    assert!(text.contains("truthscale_gpu_info{"), "the whole body");
+    let status = sidecar
+        .process
+        .wait_timeout(Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("still running after SIGTERM:\n{}", sidecar.process.stderr()));
+    assert_eq!(status.code(), Some(0), "{}", sidecar.process.stderr());
+    drop(half);
+}
+
+/// SIGTERM while an OTLP export hangs on a collector that never answers: the process still
+/// exits 0, bounded by the export timeout.
+#[test]
+fn sigterm_during_an_otlp_export_exits_in_bounded_time() {
+    let collector = Silent::start();
+    let dir = TempDir::new("faults-sigterm-otlp");
+    let mut sidecar = Sidecar::start(
+        &[
+            "--source",
+            "sim:tiny-kernel",
+            "--sim-gpus",
+            "1",
+            "--interval",
+            "200ms",
+            "--otlp-endpoint",
+            &format!("http://{}", collector.addr()),
+        ],
+        &[
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "200"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "3000"),
+        ],
+        dir.path(),
+    );
+    // An export is in flight (the collector holds it).
+    std::thread::sleep(Duration::from_millis(800));
+    let sent = Instant::now();
+    sidecar.process.signal("TERM");
+    let status = sidecar
+        .process
+        .wait_timeout(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("still running after SIGTERM:\n{}", sidecar.process.stderr()));
+    let took = sent.elapsed();
+    eprintln!(
+        "sigterm_during_an_otlp_export: exited {status} after {:.1} s",
+        took.as_secs_f64()
+    );
+    assert_eq!(status.code(), Some(0), "{}", sidecar.process.stderr());
+    assert!(took < Duration::from_secs(12), "took {took:?}");
+}
