@@ -16,16 +16,19 @@ pub const DETECT_LINES: usize = 64;
 /// The longest line read; a longer one is an error for that line, and memory stays bounded.
 pub const MAX_LINE: usize = 1 << 20;
 
+/// The most bytes of one over-long line skipped before the input is refused as not text.
+pub const MAX_SKIP: u64 = 64 << 20;
+
 /// Why a capture cannot be read at all.
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
     /// A read failed.
-    #[error("cannot read {name}: {source}")]
+    #[error("cannot read {name}: {error}")]
     Read {
         /// The capture's name.
         name: String,
-        /// The error.
-        source: std::io::Error,
+        /// The error (in the message, not chained after it).
+        error: std::io::Error,
     },
     /// The first lines match no format.
     #[error(
@@ -133,7 +136,7 @@ impl<R: BufRead> Capture<R> {
         let n = read(&mut self.reader, &mut self.buf, MAX_LINE + 1).map_err(|source| {
             CaptureError::Read {
                 name: self.name.clone(),
-                source,
+                error: source,
             }
         })?;
         if n == 0 {
@@ -141,18 +144,32 @@ impl<R: BufRead> Capture<R> {
         }
         self.bytes += n as u64;
         self.line_no += 1;
-        let mut too_long = false;
-        // Over the limit: skip the rest of the line without holding it.
-        while self.buf.len() > MAX_LINE && self.buf.last() != Some(&b'\n') {
-            too_long = true;
+        let too_long = self.buf.len() > MAX_LINE && self.buf.last() != Some(&b'\n');
+        // Over the limit: skip the rest of the line without holding it, up to a point: input
+        // with no line end in MAX_SKIP bytes is not a text capture (`analyze - < /dev/zero`).
+        let mut skipped = self.buf.len() as u64;
+        while too_long && self.buf.last() != Some(&b'\n') {
+            if skipped > MAX_SKIP {
+                return Err(CaptureError::Read {
+                    name: format!("{}:{}", self.name, self.line_no),
+                    error: std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!(
+                            "no line end in {} MiB: not a text capture; reading stopped",
+                            MAX_SKIP >> 20
+                        ),
+                    ),
+                });
+            }
             self.buf.clear();
             let n = read(&mut self.reader, &mut self.buf, 1 << 16).map_err(|source| {
                 CaptureError::Read {
                     name: self.name.clone(),
-                    source,
+                    error: source,
                 }
             })?;
             self.bytes += n as u64;
+            skipped += n as u64;
             if n == 0 {
                 break;
             }
@@ -249,6 +266,42 @@ mod tests {
         assert!(
             errors[2].starts_with("c.txt:5: line longer than"),
             "{errors:?}"
+        );
+    }
+
+    /// A line many times the limit is one error at its own line number, and the line after
+    /// it is read (the skip used to stop after one chunk and count the rest as more lines).
+    #[test]
+    fn a_very_long_line_is_one_error() {
+        let mut text = b"DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 50\n".to_vec();
+        text.extend(std::iter::repeat_n(b'x', 5 * MAX_LINE + 3));
+        text.extend_from_slice(b"\nDCGM_FI_DEV_GPU_UTIL{gpu=\"1\"} 70\n");
+        let (_, samples, errors) = all(&text);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("c.txt:2: line longer than"),
+            "{errors:?}"
+        );
+        assert_eq!(samples[0].entities.len(), 2, "gpu 0 and gpu 1");
+        // No line end at all in more than MAX_SKIP bytes: the input is refused.
+        let zeros = std::io::Read::take(std::io::repeat(0), MAX_SKIP + (2 << 20));
+        let mut c = Capture::open(
+            std::io::BufReader::new(zeros),
+            "-",
+            Some(Format::Jsonl),
+            1.0,
+        )
+        .unwrap();
+        let err = loop {
+            match c.next_sample() {
+                Err(e) => break e.to_string(),
+                Ok(None) => panic!("read to the end"),
+                Ok(Some(_)) => {}
+            }
+        };
+        assert!(
+            err.contains("-:1") && err.contains("no line end in 64 MiB"),
+            "{err}"
         );
     }
 

@@ -50,7 +50,7 @@ fn open_capture(
                 CaptureError::Unknown { .. } => {
                     "not a dcgmi dmon capture, a dcgm-exporter scrape or a JSONL trace".into()
                 }
-                CaptureError::Read { source, .. } => format!("cannot read: {source}"),
+                CaptureError::Read { error, .. } => format!("cannot read: {error}"),
             },
         }
     })

@@ -218,3 +218,39 @@ fn durations_out_of_range_are_refused_by_name() {
     let e = err(out);
     assert!(e.contains("source.stale_after"), "{e}");
 }
+
+/// `analyze - < /dev/zero` used to abort on allocation: now it stops with a `file:line` error
+/// after 64 MiB without a line end, in bounded time and memory, with or without `--format`.
+#[test]
+fn analyze_refuses_input_without_line_ends() {
+    let mut child = truthscale_e2e::clean_command()
+        .args(["analyze", "--format", "jsonl", "-"])
+        .stdin(std::fs::File::open("/dev/zero").unwrap())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("analyze - < /dev/zero still running after 30 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.matches("no line end").count(), 1, "said once: {err}");
+    assert!(
+        err.contains("-:1") && err.contains("no line end in 64 MiB"),
+        "{err}"
+    );
+    let out = truthscale_e2e::clean_command()
+        .args(["analyze", "-"])
+        .stdin(std::fs::File::open("/dev/zero").unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("-:1: no line end in 64 MiB"));
+}
