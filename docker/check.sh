@@ -6,16 +6,24 @@
 #
 # 1. hadolint on docker/Dockerfile;
 # 2. yamllint (strict) on every YAML file under docker/ and alerts/;
-# 3. kubernetes-validate --strict on every manifest under docker/kubernetes*/, against the
-#    newest Kubernetes version the pinned kubernetes-validate knows (the CRD kinds
-#    PodMonitor, ServiceMonitor and PrometheusRule have no schema there: they are skipped with
-#    a note, their YAML is covered by step 2, and the e2e test checks their content);
+# 3. kubernetes-validate --strict on every manifest under docker/kubernetes*/ (the
+#    autoscaling recipes in docker/kubernetes/autoscaling/ included), against the newest
+#    Kubernetes version the pinned kubernetes-validate knows (the CRD kinds PodMonitor,
+#    ServiceMonitor, PrometheusRule and KEDA's ScaledObject have no schema there: they are
+#    skipped with a note, their YAML is covered by step 2, and the e2e tests check their
+#    content);
 # 4. when kubectl is installed: `kubectl kustomize` of the default layout (docker/kubernetes),
 #    the demo overlay (docker/kubernetes-demo), the alternatives (dcgm-exporter variant,
-#    Service + ServiceMonitor) and the web-config patch, and kubernetes-validate on the output;
+#    Service + ServiceMonitor), the web-config patch and the two autoscaling recipes (KEDA;
+#    prometheus-adapter with its HPA; each with the engine-reader patch, which must reach the
+#    sidecar), and kubernetes-validate on the output;
 # 5. when promtool is installed: `promtool check config --syntax-only` on the demo's
-#    prometheus.yml;
-# 6. docker/generate.py --check: the generated PrometheusRule and dashboards ConfigMap match
+#    prometheus.yml, and `promtool check rules` on a throwaway rules file holding every
+#    PromQL expression of the autoscaling recipes (the KEDA trigger queries; the
+#    prometheus-adapter seriesQuery and metricsQuery, rendered as the adapter renders it),
+#    after checking the fields the recipes rely on (an empty KEDA result is an error, not 0;
+#    the adapter maps the namespace and pod labels);
+# 6. docker/generate.py --check: the generated PrometheusRules and dashboards ConfigMap match
 #    alerts/ and dashboards/.
 #
 # The tools go into a virtual environment under target/docker-check-venv, installed from PyPI
@@ -62,7 +70,7 @@ print(".".join(map(str, max(versions))))
 PY
 )"
 
-crd_kinds='^kind: (PodMonitor|ServiceMonitor|PrometheusRule)$'
+crd_kinds='^kind: (PodMonitor|ServiceMonitor|PrometheusRule|ScaledObject)$'
 step "kubernetes-validate --strict -k $k8s_version (docker/kubernetes*/)"
 validated=0
 skipped=0
@@ -83,14 +91,16 @@ while IFS= read -r f; do
 done < <(find docker/kubernetes docker/kubernetes-demo -type f -name '*.yaml' | sort)
 echo "kubernetes-validate: $validated files valid; skipped $skipped CRD files, $patches patches"
 
+# Inside target/: kustomize wants relative paths to the bases (../../../docker/kubernetes).
+tmp="$(mktemp -d -p target docker-check.XXXXXX)"
+trap 'rm -rf "$tmp"' EXIT
+
 if command -v kubectl >/dev/null 2>&1; then
-  step "kubectl kustomize: the default, demo, alternatives and web-config layouts"
-  # Inside target/: kustomize wants relative paths to the bases (../../../docker/kubernetes).
-  tmp="$(mktemp -d -p target docker-check.XXXXXX)"
-  trap 'rm -rf "$tmp"' EXIT
+  step "kubectl kustomize: the default, demo, alternatives, web-config and autoscaling layouts"
   k=../../../docker/kubernetes
-  # The files that no kustomization lists, assembled the way docker/README.md describes.
-  mkdir -p "$tmp/alternatives" "$tmp/web-config"
+  # The files that no kustomization lists, assembled the way docker/README.md and
+  # docs/autoscaling.md describe.
+  mkdir -p "$tmp/alternatives" "$tmp/web-config" "$tmp/keda" "$tmp/prometheus-adapter"
   cat >"$tmp/alternatives/kustomization.yaml" <<KUST
 resources:
   - $k/sidecar-dcgm-exporter.yaml
@@ -106,16 +116,42 @@ resources:
 patches:
   - path: $k/web-config-patch.yaml
 KUST
+  cat >"$tmp/keda/kustomization.yaml" <<KUST
+resources:
+  - $k
+  - $k/autoscaling/prometheusrule.yaml
+  - $k/autoscaling/keda-scaledobject.yaml
+patches:
+  - path: $k/autoscaling/engine-reader-patch.yaml
+KUST
+  cat >"$tmp/prometheus-adapter/kustomization.yaml" <<KUST
+resources:
+  - $k
+  - $k/autoscaling/prometheusrule.yaml
+  - $k/autoscaling/prometheus-adapter-config.yaml
+  - $k/autoscaling/hpa.yaml
+patches:
+  - path: $k/autoscaling/engine-reader-patch.yaml
+KUST
   kubectl kustomize docker/kubernetes >"$tmp/default.yaml"
   kubectl kustomize docker/kubernetes-demo >"$tmp/demo.yaml"
   kubectl kustomize --load-restrictor LoadRestrictionsNone "$tmp/alternatives" >"$tmp/alternatives.yaml"
   kubectl kustomize --load-restrictor LoadRestrictionsNone "$tmp/web-config" >"$tmp/web-config.yaml"
-  for layout in default demo alternatives web-config; do
+  kubectl kustomize --load-restrictor LoadRestrictionsNone "$tmp/keda" >"$tmp/keda.yaml"
+  kubectl kustomize --load-restrictor LoadRestrictionsNone "$tmp/prometheus-adapter" >"$tmp/prometheus-adapter.yaml"
+  for layout in keda prometheus-adapter; do
+    # The engine-reader patch must have reached the sidecar's environment.
+    if ! grep -q 'name: TRUTHSCALE_ENGINE__ENABLED' "$tmp/$layout.yaml"; then
+      echo "kustomize $layout: the engine-reader patch did not reach the sidecar" >&2
+      exit 1
+    fi
+  done
+  for layout in default demo alternatives web-config keda prometheus-adapter; do
     # kubernetes-validate has no schema for the CRD kinds: validate the other documents.
     python3 - "$tmp/$layout.yaml" "$tmp/$layout.core.yaml" <<'PY'
 import re, sys
 docs = re.split(r"(?m)^---\n", open(sys.argv[1]).read())
-crd = re.compile(r"(?m)^kind: (PodMonitor|ServiceMonitor|PrometheusRule)$")
+crd = re.compile(r"(?m)^kind: (PodMonitor|ServiceMonitor|PrometheusRule|ScaledObject)$")
 open(sys.argv[2], "w").write("---\n".join(d for d in docs if not crd.search(d)))
 PY
     kubernetes-validate --strict --quiet -k "$k8s_version" "$tmp/$layout.core.yaml"
@@ -130,9 +166,66 @@ fi
 if command -v promtool >/dev/null 2>&1; then
   step "promtool check config --syntax-only docker/prometheus/prometheus.yml"
   promtool check config --syntax-only docker/prometheus/prometheus.yml
+
+  step "promtool check rules: every PromQL expression of docker/kubernetes/autoscaling/"
+  # Each expression becomes a recording rule of a throwaway rules file; promtool parses them
+  # with Prometheus's own parser. (alerts/tests/autoscaling.rules.test.yml evaluates them.)
+  "$VENV/bin/python" - docker/kubernetes/autoscaling "$tmp/autoscaling-queries.yml" <<'PY'
+import re, sys
+from pathlib import Path
+import yaml  # PyYAML, which yamllint brings into the virtual environment
+
+folder, out = Path(sys.argv[1]), Path(sys.argv[2])
+exprs = []  # (where, PromQL)
+
+def fail(msg):
+    sys.exit(f"{folder}/{msg}")
+
+so = yaml.safe_load((folder / "keda-scaledobject.yaml").read_text())
+triggers = [t for t in so["spec"]["triggers"] if t["type"] == "prometheus"]
+if not triggers:
+    fail("keda-scaledobject.yaml: no prometheus trigger")
+for t in triggers:
+    m, where = t["metadata"], f"keda-scaledobject.yaml trigger {t.get('name', '?')}"
+    if m.get("ignoreNullValues") != "false":
+        fail(f'{where}: ignoreNullValues must be "false" (KEDA reads an empty result as 0 otherwise)')
+    if t.get("metricType") not in ("AverageValue", "Value"):
+        fail(f"{where}: metricType {t.get('metricType')!r}, not AverageValue or Value")
+    float(m["threshold"])
+    exprs.append((where, m["query"]))
+
+cm = yaml.safe_load((folder / "prometheus-adapter-config.yaml").read_text())
+config = yaml.safe_load(cm["data"]["config.yaml"])
+for n, r in enumerate(config["rules"], 1):
+    where = f"prometheus-adapter-config.yaml rule {n}"
+    overrides = r["resources"]["overrides"]
+    if overrides.get("namespace") != {"resource": "namespace"} or overrides.get("pod") != {"resource": "pod"}:
+        fail(f"{where}: resources.overrides must map the namespace and pod labels")
+    series = r["seriesQuery"]
+    metric = series.split("{", 1)[0]
+    if not re.fullmatch(r["name"]["matches"], metric):
+        fail(f"{where}: name.matches does not match {metric}")
+    query = r["metricsQuery"]
+    for field in ("<<.Series>>", "<<.LabelMatchers>>", "<<.GroupBy>>"):
+        if field not in query:
+            fail(f"{where}: metricsQuery without {field}")
+    # What the adapter sends for a request about two pods of namespace default.
+    matchers = 'namespace="default",pod=~"llm-inference-5f7c9d8b6-aaaaa|llm-inference-5f7c9d8b6-bbbbb"'
+    rendered = query.replace("<<.Series>>", metric).replace("<<.LabelMatchers>>", matchers)
+    rendered = rendered.replace("<<.GroupBy>>", "pod")
+    if "<<" in rendered:
+        fail(f"{where}: metricsQuery uses a template field this check does not render: {query}")
+    exprs += [(f"{where} seriesQuery", series), (f"{where} metricsQuery", rendered)]
+
+rules = [{"record": f"check:autoscaling_query_{i}", "expr": e} for i, (_, e) in enumerate(exprs, 1)]
+out.write_text(yaml.safe_dump({"groups": [{"name": "autoscaling-manifests", "rules": rules}]}))
+for where, e in exprs:
+    print(f"{where}: {e}")
+PY
+  promtool check rules "$tmp/autoscaling-queries.yml"
 else
   echo
-  echo "==> promtool not found: docker/prometheus/prometheus.yml not checked by promtool (skipped)"
+  echo "==> promtool not found: docker/prometheus/prometheus.yml and the autoscaling queries not checked by promtool (skipped)"
 fi
 
 step "python3 docker/generate.py --check"
