@@ -6,6 +6,7 @@
 
 use crate::sinks::otlp::config::{OtlpConfig, OtlpSettings};
 use crate::sources;
+use crate::sources::kubelet::{NodeConfig, NodeSettings};
 use crate::sources::engine::{EngineConfig, EngineSettings};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -42,6 +43,22 @@ pub struct Config {
     pub verdict: VerdictConfig,
     /// The serving engine in the same pod (see `docs/serving-engines.md`).
     pub engine: EngineConfig,
+    /// `sidecar` (the default: this pod's GPUs, labelled with this pod) or `node` (every GPU
+    /// of the node, each attributed to its pods through the kubelet; see `[node]`).
+    pub mode: Mode,
+    /// Node mode: the kubelet's PodResources socket and the GPU resource names.
+    pub node: NodeConfig,
+}
+
+/// How truthscale is deployed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Beside one pod: its GPUs, labelled with its Downward API identity.
+    #[default]
+    Sidecar,
+    /// One per node: every GPU, attributed to its pods by the kubelet.
+    Node,
 }
 
 impl Default for Config {
@@ -56,6 +73,8 @@ impl Default for Config {
             otlp: OtlpConfig::default(),
             verdict: VerdictConfig::default(),
             engine: EngineConfig::default(),
+            mode: Mode::Sidecar,
+            node: NodeConfig::default(),
         }
     }
 }
@@ -228,6 +247,8 @@ pub struct Settings {
     pub verdict: VerdictConfig,
     /// The serving engine, when on.
     pub engine: Option<EngineSettings>,
+    /// Node mode's kubelet settings; `None` in sidecar mode.
+    pub node: Option<NodeSettings>,
 }
 
 /// Variables truthscale reads besides its own `TRUTHSCALE_…` and the standard `OTEL_…`.
@@ -534,11 +555,28 @@ impl Config {
             .validate()
             .map_err(|(key, message)| ConfigError::Invalid { key, message })?;
         let id = &self.identity;
-        let identity = Identity {
-            pod: id.pod.clone().or_else(|| getenv("POD_NAME")),
-            namespace: id.namespace.clone().or_else(|| getenv("POD_NAMESPACE")),
-            container: id.container.clone().or_else(|| getenv("CONTAINER_NAME")),
-            node: id.node.clone().or_else(|| getenv("NODE_NAME")),
+        let node = match self.mode {
+            Mode::Sidecar => None,
+            Mode::Node => Some(
+                self.node
+                    .validate()
+                    .map_err(|(key, message)| ConfigError::Invalid { key, message })?,
+            ),
+        };
+        let identity = match self.mode {
+            Mode::Sidecar => Identity {
+                pod: id.pod.clone().or_else(|| getenv("POD_NAME")),
+                namespace: id.namespace.clone().or_else(|| getenv("POD_NAMESPACE")),
+                container: id.container.clone().or_else(|| getenv("CONTAINER_NAME")),
+                node: id.node.clone().or_else(|| getenv("NODE_NAME")),
+            },
+            // The agent's own pod is not the GPUs' pod: only the node is its identity.
+            Mode::Node => Identity {
+                pod: None,
+                namespace: None,
+                container: None,
+                node: id.node.clone().or_else(|| getenv("NODE_NAME")),
+            },
         };
         let source_context = sources::Context {
             interval,
@@ -563,6 +601,7 @@ impl Config {
             otlp,
             verdict: self.verdict.clone(),
             engine,
+            node,
         })
     }
 

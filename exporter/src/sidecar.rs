@@ -8,6 +8,7 @@
 use crate::config::Settings;
 use crate::sinks::prometheus::{SinkErrors, Snapshot, VERSION};
 use crate::sources::engine::EngineScraper;
+use crate::sources::kubelet::Kubelet;
 use crate::sources::{BuildError, Source, SourceError, unix_ms};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -164,6 +165,25 @@ struct Sampler {
     last_error_log: HashMap<&'static str, Instant>,
     sinks: SinkErrors,
     engine: Option<EngineScraper>,
+    node: Option<NodeState>,
+}
+
+/// Node mode: the kubelet client and its health as a source of its own.
+struct NodeState {
+    kubelet: Kubelet,
+    /// Whether this tick's attribution came from an answer within the stale period.
+    up: bool,
+    errors: BTreeMap<String, u64>,
+}
+
+/// A device whatever its attribution: node, index, UUID and MIG instance.
+fn device_of(id: &truthscale_core::model::EntityId) -> (Option<String>, Option<u32>, Option<String>, Option<u32>) {
+    (
+        id.node.clone(),
+        id.gpu,
+        id.uuid.clone(),
+        id.mig.as_ref().map(|m| m.gpu_instance),
+    )
 }
 
 /// How long a stopped GPU is still listed (as `truthscale_gpu_up 0`) after it went stale.
@@ -195,6 +215,11 @@ impl Sampler {
             last_error_log: HashMap::new(),
             sinks: SinkErrors::default(),
             engine: settings.engine.clone().map(EngineScraper::new),
+            node: settings.node.clone().map(|n| NodeState {
+                kubelet: Kubelet::new(n),
+                up: false,
+                errors: BTreeMap::new(),
+            }),
         }
     }
 
@@ -215,6 +240,26 @@ impl Sampler {
                     }
                     e.serving = Some(sv);
                 }
+            }
+        }
+        if let Some(node) = &mut self.node {
+            let (allocations, error) = node.kubelet.current(self.stale_after);
+            if let Some(e) = error {
+                *node.errors.entry(e.kind().to_string()).or_default() += 1;
+                let last = self.last_error_log.get("kubelet");
+                if last.is_none_or(|t| t.elapsed() >= ERROR_LOG_EVERY) {
+                    self.last_error_log.insert("kubelet", Instant::now());
+                    tracing::warn!(
+                        source = "kubelet",
+                        kind = e.kind(),
+                        error = %e,
+                        "Cannot read the kubelet's pod resources; GPUs are exported without pod attribution until it answers (counted in truthscale_source_errors_total{{source=\"kubelet\"}}; repeats logged every 30 s)."
+                    );
+                }
+            }
+            node.up = allocations.is_some();
+            if let Some(a) = allocations {
+                a.attribute(&mut produced);
             }
         }
         let took = t0.elapsed();
@@ -246,6 +291,18 @@ impl Sampler {
                     .entry(diag.kind.as_str().to_string())
                     .or_default() += 1;
                 tracing::debug!(diagnostic = %diag, "Derivation diagnostic.");
+            }
+            if self.node.is_some() && !d.windows.is_empty() {
+                // Node mode: a device now attributed otherwise (its pod ended, or it became
+                // shared) is the same GPU; its old attribution goes at once, not as a GPU
+                // that stopped.
+                let devices: std::collections::HashSet<_> =
+                    d.windows.iter().map(|w| device_of(&w.id)).collect();
+                let fresh: std::collections::HashSet<_> =
+                    d.windows.iter().map(|w| w.id.key()).collect();
+                self.entities.retain(|k, s| {
+                    fresh.contains(k) || !devices.contains(&device_of(&s.window.id))
+                });
             }
             for w in d.windows {
                 self.entities.insert(
@@ -285,11 +342,17 @@ impl Sampler {
         self.tick += 1;
         let status = ExporterStatus {
             version: VERSION.to_string(),
-            sources: vec![SourceHealth {
+            sources: std::iter::once(SourceHealth {
                 name: kind.to_string(),
                 up,
                 errors: self.errors.clone(),
-            }],
+            })
+            .chain(self.node.as_ref().map(|n| SourceHealth {
+                name: "kubelet".to_string(),
+                up: n.up,
+                errors: n.errors.clone(),
+            }))
+            .collect(),
             sample_duration_seconds: Some(t0.elapsed().as_secs_f64()),
             diagnostics: self.diagnostics.clone(),
             snapshot_unix_seconds: unix_ms(now) as f64 / 1000.0,

@@ -276,12 +276,16 @@ metrics! {
         "GPU memory used by one process (opt-in: source.per_process_series; high cardinality).";
     PROCESS_SM_BUSY / ProcessSmBusy = "truthscale_process_sm_busy_ratio", Gauge, Gpu, ["pid", "pod_uid", "container_id"], None,
         "Time fraction one process had a kernel on the SMs, as the driver reports it (opt-in; not compute).";
+    GPU_PODS / GpuPods = "truthscale_gpu_pods", Gauge, Gpu, [], None,
+        "Node mode: containers the kubelet allocated this GPU or MIG instance to. 0 is idle capacity; more than 1 is a shared (time-sliced) GPU, whose series carry no pod labels. Absent where the kubelet could not be read.";
+    GPU_ALLOCATION / GpuAllocation = "truthscale_gpu_allocation_info", Gauge, Gpu, ["resource", "replica"], None,
+        "Node mode: one series (value 1) per container the kubelet allocated this GPU or MIG instance to, labelled with that container's pod, namespace and container; replica is the time-slicing replica when the device id names one.";
     BUILD_INFO / BuildInfo = "truthscale_build_info", Gauge, Exporter, ["version"], None,
         "Build of the running exporter (value 1).";
     SOURCE_UP / SourceUp = "truthscale_source_up", Gauge, Exporter, ["source"], gauge("truthscale.source.up", "1"),
         "Whether the counter source produced a sample recently (1) or went stale (0).";
     SOURCE_ERRORS / SourceErrors = "truthscale_source_errors_total", Counter, Exporter, ["source", "kind"], counter("truthscale.source.errors", "{error}"),
-        "Failed sampling attempts by kind.";
+        "Failed sampling attempts by kind: unreachable, timeout, http, too_large, parse, io, sentinel, overrun (a tick longer than the interval), and for NVML no_permission, gpu_lost, unsupported, nvml.";
     SAMPLE_DURATION / SampleDuration = "truthscale_sample_duration_seconds", Gauge, Exporter, [], gauge("truthscale.sample.duration", "s"),
         "Time the last sampling and derivation tick took.";
     DIAGNOSTICS / Diagnostics = "truthscale_derivation_diagnostics_total", Counter, Exporter, ["kind"], counter("truthscale.derivation.diagnostics", "{diagnostic}"),

@@ -66,6 +66,8 @@ pub struct MigId {
     pub compute_instance: Option<u32>,
     /// Profile name, such as `3g.40gb`.
     pub profile: Option<String>,
+    /// The MIG device's own UUID (`MIG-…`), when the source reports it.
+    pub uuid: Option<String>,
 }
 
 /// The Kubernetes workload a GPU is attributed to.
@@ -624,6 +626,20 @@ pub struct ProcessReading {
     pub pod_uid: Option<String>,
     /// The container id from the process's cgroup, when visible.
     pub container_id: Option<String>,
+    /// The pod the process was found to belong to (node mode), when found.
+    pub pod: Option<PodRef>,
+}
+
+/// One container the kubelet gave a GPU or MIG instance to (node mode).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Holder {
+    /// The pod, namespace and container.
+    pub pod: PodRef,
+    /// The resource it was allocated as (`nvidia.com/gpu`, `nvidia.com/mig-1g.10gb`, or
+    /// `dra:<driver>` for a DRA claim).
+    pub resource: String,
+    /// The replica of a shared (time-sliced) GPU (`2` for `GPU-…::2`), when the id names one.
+    pub replica: Option<String>,
 }
 
 /// One entity's readings at one time.
@@ -651,6 +667,9 @@ pub struct EntitySample {
     pub sm_clock_is_point: bool,
     /// Processes on this entity, when the source lists them and per-process series are on.
     pub processes: Vec<ProcessReading>,
+    /// Node mode: the containers the kubelet allocated this entity to (empty: none, idle
+    /// capacity); `None` where that is not known (sidecar mode, or the kubelet unread).
+    pub allocation: Option<Vec<Holder>>,
 }
 
 /// A timestamp plus per-entity readings.

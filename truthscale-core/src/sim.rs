@@ -519,6 +519,7 @@ impl SimGpu {
                 }
             });
         EntitySample {
+            allocation: None,
             id: self.id.clone(),
             readings: r,
             throttles: Some(Throttles {

@@ -80,6 +80,8 @@ pub struct EntityWindow {
     pub throttles: Option<crate::model::Throttles>,
     /// Processes listed for the window (only when per-process series are on).
     pub processes: Vec<crate::model::ProcessReading>,
+    /// Node mode: the containers the kubelet allocated the entity to, when known.
+    pub allocation: Option<Vec<crate::model::Holder>>,
     /// Ground-truth regime, for simulated data.
     pub truth_phase: Option<Phase>,
     /// Ground-truth workload, for simulated data.
@@ -487,6 +489,7 @@ impl Deriver {
             engine_phase,
             throttles: e.throttles,
             processes: e.processes.clone(),
+            allocation: e.allocation.clone(),
             truth_phase: e.truth_phase,
             truth_workload: e.truth_workload,
             truth_effective_compute: e.truth_effective_compute,

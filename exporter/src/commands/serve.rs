@@ -163,6 +163,11 @@ pub struct ServeArgs {
     /// otlp.protocol). OTEL_EXPORTER_OTLP_ENDPOINT turns OTLP on too; see docs/otlp.md.
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+    /// sidecar: this pod's GPUs, labelled with this pod [default]. node: every GPU of the node,
+    /// each attributed to its pods through the kubelet's PodResources socket (see [node] in
+    /// docs/config.md and docs/node-mode.md).
+    #[arg(long, value_enum)]
+    pub mode: Option<crate::config::Mode>,
     /// The NVML library to load for --source nvml or auto [default: libnvidia-ml.so.1].
     #[arg(long, value_name = "PATH")]
     pub nvml_library: Option<PathBuf>,
@@ -180,6 +185,16 @@ impl ServeArgs {
                 crate::sources::SourceConfig::shorthand(v)
                     .map_err(|e| anyhow::anyhow!("--source: {e}"))?,
             );
+        }
+        if let Some(m) = self.mode {
+            o.push((
+                "mode",
+                match m {
+                    crate::config::Mode::Sidecar => "sidecar",
+                    crate::config::Mode::Node => "node",
+                }
+                .into(),
+            ));
         }
         if let Some(v) = &self.listen {
             o.push(("listen_address", v.clone()));

@@ -32,6 +32,7 @@ pub(super) fn own_entity(labels: &BTreeMap<String, String>) -> EntityId {
             gpu_instance,
             compute_instance: None,
             profile: get("mig_profile"),
+            ..MigId::default()
         }),
         pod: get("pod").map(|pod| PodRef {
             pod,

@@ -9,6 +9,7 @@ use truthscale_core::model::{EntityKey, Sample};
 
 pub mod dcgm_exporter;
 pub mod engine;
+pub mod kubelet;
 pub mod null;
 pub mod nvml;
 pub mod replay;

@@ -13,6 +13,7 @@ mod explain_top;
 mod faults;
 mod history;
 mod hygiene;
+mod node;
 mod nvml;
 mod observability;
 mod otlp;

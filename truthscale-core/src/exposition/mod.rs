@@ -515,7 +515,10 @@ mod tests {
         );
         assert!(body.contains("# TYPE truthscale_gpu_busy_seconds counter\n"));
         assert!(body.contains("\ntruthscale_gpu_busy_seconds_total{"));
-        assert!(body.contains("# TYPE truthscale_gpu_info info\n"));
+        // An info family is named without `_info`; its samples keep the suffix.
+        assert!(body.contains("# TYPE truthscale_gpu info\n"));
+        assert!(body.contains("\ntruthscale_gpu_info{"));
+        assert!(!body.contains("# TYPE truthscale_gpu_info "));
         assert!(body.ends_with("# EOF\n"));
     }
 
@@ -588,6 +591,7 @@ mod tests {
                 uuid: Some("GPU-1".into()),
                 model: Some("NVIDIA H100 80GB HBM3".into()),
                 mig: Some(MigId {
+                    uuid: None,
                     gpu_instance: 1,
                     compute_instance: None,
                     profile: Some("3g.40gb".into()),

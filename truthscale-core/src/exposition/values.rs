@@ -241,6 +241,32 @@ pub(super) fn gpu_values<'a>(
                 }
             }
         }
+        MetricId::GpuPods => {
+            if let Some(a) = &win.allocation {
+                push(Vec::new(), a.len() as f64);
+            }
+        }
+        MetricId::GpuAllocation => {
+            let attributed = win.id.pod.as_ref().is_some_and(|p| !p.pod.is_empty());
+            for h in win.allocation.iter().flatten() {
+                let mut labels = Vec::with_capacity(5);
+                // An entity attributed to its one holder has the holder's pod labels already.
+                if !attributed {
+                    labels.push(("pod", h.pod.pod.as_str()));
+                    if let Some(n) = &h.pod.namespace {
+                        labels.push(("namespace", n.as_str()));
+                    }
+                    if let Some(c) = &h.pod.container {
+                        labels.push(("container", c.as_str()));
+                    }
+                }
+                labels.push(("resource", h.resource.as_str()));
+                if let Some(r) = &h.replica {
+                    labels.push(("replica", r.as_str()));
+                }
+                push(labels, 1.0);
+            }
+        }
         // Not per GPU (or handled above): nothing here.
         MetricId::GpuUp
         | MetricId::BuildInfo
@@ -365,6 +391,8 @@ fn serving_values<'a>(
         | MetricId::SimTruthEffectiveComputeSeconds
         | MetricId::ProcessMemoryUsed
         | MetricId::ProcessSmBusy
+        | MetricId::GpuPods
+        | MetricId::GpuAllocation
         | MetricId::BuildInfo
         | MetricId::SourceUp
         | MetricId::SourceErrors
@@ -486,6 +514,8 @@ pub(super) fn exporter_values<'a>(
         | MetricId::ServingPhaseAgreedSeconds
         | MetricId::SimTruthEffectiveComputeSeconds
         | MetricId::ProcessMemoryUsed
-        | MetricId::ProcessSmBusy => {}
+        | MetricId::ProcessSmBusy
+        | MetricId::GpuPods
+        | MetricId::GpuAllocation => {}
     }
 }

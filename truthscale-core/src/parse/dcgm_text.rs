@@ -265,6 +265,7 @@ fn entity_of<K: AsRef<str>, V: AsRef<str>>(labels: &[(K, V)]) -> EntityId {
         model: get(&["modelName", "model_name"]),
         pci_bus_id: get(&["pci_bus_id"]),
         mig: num(&["GPU_I_ID"]).map(|gpu_instance| MigId {
+            uuid: None,
             gpu_instance,
             compute_instance: None,
             profile: get(&["GPU_I_PROFILE"]),
@@ -469,6 +470,7 @@ dcgm_mem_copy_utilization{gpu=\"2\",uuid=\"GPU-x\",pod_name=\"p\",pod_namespace=
         .join("\n");
         let e = one(&text);
         let mig = MigId {
+            uuid: None,
             gpu_instance: 3,
             compute_instance: None,
             profile: Some("3g.40gb".into()),

@@ -336,6 +336,7 @@ fn mig_id(gpu: Option<u32>, gpu_instance: u32, compute_instance: Option<u32>) ->
     EntityId {
         gpu,
         mig: Some(MigId {
+            uuid: None,
             gpu_instance,
             compute_instance,
             profile: None,
@@ -474,6 +475,7 @@ GPU 1     N/A    1      2      N/A
         assert_eq!(e.len(), 4);
         let mig = |gi, ci| {
             Some(MigId {
+                uuid: None,
                 gpu_instance: gi,
                 compute_instance: ci,
                 profile: None,

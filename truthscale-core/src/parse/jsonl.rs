@@ -120,6 +120,7 @@ fn read_line(t: &str) -> Result<Sample, String> {
         model: take(o, "model")?,
         pci_bus_id: take(o, "pci_bus_id")?,
         mig: gi.map(|gpu_instance| MigId {
+            uuid: None,
             gpu_instance,
             compute_instance: ci,
             profile,
@@ -169,6 +170,7 @@ fn read_line(t: &str) -> Result<Sample, String> {
         ),
     };
     let e = EntitySample {
+        allocation: None,
         id,
         readings,
         throttles,
@@ -333,12 +335,14 @@ mod tests {
         readings.set(Field::NvlinkRxBytesPerSec, Reading::Unsupported);
         readings.set(Field::NvlinkTxBytesPerSec, Reading::Blank);
         EntitySample {
+            allocation: None,
             id: EntityId {
                 gpu: Some(3),
                 uuid: Some("GPU-1".into()),
                 model: Some("NVIDIA H100 80GB HBM3".into()),
                 pci_bus_id: Some("00000000:37:00.0".into()),
                 mig: Some(MigId {
+                    uuid: None,
                     gpu_instance: 2,
                     compute_instance: Some(0),
                     profile: Some("3g.40gb".into()),

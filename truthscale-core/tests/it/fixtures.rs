@@ -221,6 +221,7 @@ fn dcgm_exporter_issue68_a30_mig() {
         (Timestamp(0), Timestamp(1_000))
     );
     let gi1 = Some(MigId {
+        uuid: None,
         gpu_instance: 1,
         compute_instance: None,
         profile: s("2g.12gb"),

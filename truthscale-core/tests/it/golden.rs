@@ -119,6 +119,7 @@ fn mig_and_multiplexed() -> Vec<GpuEntry> {
                             "GPU-MIG",
                             "mig-pod",
                             Some(MigId {
+                                uuid: None,
                                 gpu_instance: 1,
                                 compute_instance: None,
                                 profile: Some("3g.40gb".into()),

@@ -216,6 +216,7 @@ fn entity_sample() -> impl Strategy<Value = EntitySample> {
             model,
             pci_bus_id,
             mig: mig.map(|(gpu_instance, compute_instance, profile)| MigId {
+                uuid: None,
                 gpu_instance,
                 compute_instance,
                 profile,
@@ -266,6 +267,7 @@ fn entity_sample() -> impl Strategy<Value = EntitySample> {
             (truth_phase, truth_workload, truth_effective_compute, simulated),
         )| {
             EntitySample {
+                allocation: None,
                 id,
                 readings,
                 throttles,

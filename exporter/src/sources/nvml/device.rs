@@ -124,6 +124,8 @@ pub(super) struct MigDev<'n> {
     pub(super) gi: u32,
     pub(super) dev: Device<'n>,
     pub(super) profile: Option<String>,
+    /// The instance's own `MIG-…` UUID (what the device plugin hands out), when NVML gives it.
+    pub(super) uuid: Option<String>,
 }
 
 /// What the GPUs gave this tick.
@@ -714,10 +716,13 @@ impl DevState {
                 .call("nvmlDeviceGetAttributes_v2", errors, || m.attributes())?
                 .value()
                 .map(|a| mig_profile_name(spec, a.gpu_instance_slice_count, a.memory_size_mb));
+            // An attribute only: a driver that does not name MIG UUIDs leaves it out.
+            let uuid = m.uuid().ok().filter(|u| u.starts_with("MIG-"));
             found.push(MigDev {
                 gi,
                 dev: m,
                 profile,
+                uuid,
             });
         }
         Ok(found)
@@ -750,6 +755,7 @@ impl DevState {
                 gpu_instance: m.gi,
                 compute_instance: None,
                 profile: m.profile.clone(),
+                uuid: m.uuid.clone(),
             };
             let id = self.entity_id(ctx, Some(mig_id));
             let mut r = Readings::default();
@@ -876,6 +882,7 @@ pub(super) fn attach_processes(entities: &mut [EntitySample], processes: &[Proce
             .iter()
             .filter(|p| gi.is_none() || p.gpu_instance == gi)
             .map(|p| ProcessReading {
+                pod: None,
                 pid: p.pid.to_string(),
                 used_memory_bytes: p.used_memory_bytes.map(|b| b as f64),
                 sm_busy: p.sm_busy,

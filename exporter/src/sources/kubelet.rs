@@ -1,0 +1,560 @@
+//! Node mode: the kubelet's PodResources API (v1) over its unix socket says which containers
+//! were given which GPUs, and each GPU entity is attributed from it.
+//!
+//! - **Devices.** Device-plugin ids are GPU UUIDs (`GPU-…`), MIG UUIDs (`MIG-…`) or indices
+//!   (`0`), possibly with the `::N` replica suffix the NVIDIA device plugin adds for
+//!   time-sliced GPUs. DRA claims (`dynamic_resources`) name a device (`gpu-0`) and CDI
+//!   devices; a UUID in either is used, else the index in `gpu-N`.
+//! - **Attribution.** A GPU held by one container, without a replica suffix, is that
+//!   container's: its series carry the pod, namespace and container. A GPU held by several
+//!   (time-sliced, shared) carries no pod labels, because its counters are the device's; the
+//!   holders are listed in `truthscale_gpu_allocation_info`, and per-pod estimates come from
+//!   per-process attribution. A GPU held by none has `truthscale_gpu_pods 0`: idle capacity.
+//! - **Failures.** A socket that is missing, refuses or is slow is an error of the `kubelet`
+//!   source (counted by kind); the last answer is used for up to the stale period, then GPU
+//!   series flow without pod labels and without allocation (not known is not "none").
+
+use super::{Produced, SourceError};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use truthscale_core::model::{EntitySample, Holder, PodRef};
+
+/// The code generated from `proto/kubelet/podresources/v1/api.proto`.
+#[allow(
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    clippy::all,
+    clippy::pedantic
+)]
+pub mod proto {
+    include!(concat!(env!("OUT_DIR"), "/v1.rs"));
+}
+
+/// The kubelet's default PodResources socket.
+pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+
+/// `[node]`: node mode's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NodeConfig {
+    /// The kubelet's PodResources socket.
+    pub socket: PathBuf,
+    /// Resource names that are GPUs: exact names, or a prefix ending in `*`.
+    pub resource_names: Vec<String>,
+    /// Timeout of one `List` call.
+    pub timeout: String,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            socket: DEFAULT_SOCKET.into(),
+            resource_names: vec![
+                "nvidia.com/gpu".into(),
+                "nvidia.com/gpu.shared".into(),
+                "nvidia.com/mig-*".into(),
+            ],
+            timeout: "2s".into(),
+        }
+    }
+}
+
+/// Node mode's settings, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeSettings {
+    /// The socket.
+    pub socket: PathBuf,
+    /// GPU resource names (exact, or a prefix ending in `*`).
+    pub resource_names: Vec<String>,
+    /// Timeout of one call.
+    pub timeout: Duration,
+}
+
+impl NodeConfig {
+    /// Check the section.
+    ///
+    /// # Errors
+    /// `(key, message)` for a bad value.
+    pub fn validate(&self) -> Result<NodeSettings, crate::setting::Invalid> {
+        if self.socket.as_os_str().is_empty() {
+            return Err((
+                "node.socket",
+                format!("must name the kubelet socket (default {DEFAULT_SOCKET})"),
+            ));
+        }
+        if self.resource_names.iter().any(|r| r.trim().is_empty()) {
+            return Err(("node.resource_names", "an empty resource name".into()));
+        }
+        let timeout = crate::setting::duration(
+            "node.timeout",
+            &self.timeout,
+            Duration::from_millis(10),
+            Duration::from_secs(60),
+        )?;
+        Ok(NodeSettings {
+            socket: self.socket.clone(),
+            resource_names: self.resource_names.clone(),
+            timeout,
+        })
+    }
+}
+
+/// A device as the kubelet names it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DeviceRef {
+    /// A GPU or MIG UUID.
+    Uuid(String),
+    /// A GPU index.
+    Index(u32),
+}
+
+/// A device-plugin id: the device and the replica (`GPU-…::2` → replica `2`).
+#[must_use]
+pub fn parse_device_id(id: &str) -> Option<(DeviceRef, Option<String>)> {
+    let id = id.trim();
+    let (dev, replica) = match id.split_once("::") {
+        Some((d, r)) if !r.is_empty() => (d, Some(r.to_string())),
+        Some((d, _)) => (d, None),
+        None => (id, None),
+    };
+    if dev.starts_with("GPU-") || dev.starts_with("MIG-") {
+        Some((DeviceRef::Uuid(dev.to_string()), replica))
+    } else {
+        dev.parse().ok().map(|i| (DeviceRef::Index(i), replica))
+    }
+}
+
+/// The device a DRA claim names: a `GPU-`/`MIG-` UUID in the device or CDI names, else the
+/// index of `gpu-N`.
+fn dra_device(c: &proto::ClaimResource) -> Option<DeviceRef> {
+    let names = std::iter::once(c.device_name.as_str()).chain(
+        c.cdi_devices
+            .iter()
+            .map(|d| d.name.rsplit('=').next().unwrap_or(&d.name)),
+    );
+    let mut index = None;
+    for n in names {
+        for prefix in ["GPU-", "MIG-"] {
+            if let Some(i) = n.find(prefix) {
+                let uuid: String = n[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                    .collect();
+                if uuid.len() > prefix.len() {
+                    return Some(DeviceRef::Uuid(uuid));
+                }
+            }
+        }
+        if index.is_none()
+            && let Some(i) = n.strip_prefix("gpu-").and_then(|s| s.parse::<u32>().ok())
+        {
+            index = Some(DeviceRef::Index(i));
+        }
+    }
+    index
+}
+
+fn is_gpu_resource(name: &str, patterns: &[String]) -> bool {
+    patterns.iter().any(|p| match p.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => name == p,
+    })
+}
+
+/// Who holds which device, from one `List` answer.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Allocations {
+    holders: HashMap<DeviceRef, Vec<Holder>>,
+}
+
+impl Allocations {
+    /// The GPU allocations of a `List` answer, for the resource names `patterns`.
+    #[must_use]
+    pub fn from_response(r: &proto::ListPodResourcesResponse, patterns: &[String]) -> Allocations {
+        let mut holders: HashMap<DeviceRef, Vec<Holder>> = HashMap::new();
+        for pod in &r.pod_resources {
+            for c in &pod.containers {
+                let who = PodRef {
+                    pod: pod.name.clone(),
+                    namespace: Some(pod.namespace.clone()).filter(|n| !n.is_empty()),
+                    container: Some(c.name.clone()).filter(|n| !n.is_empty()),
+                };
+                for d in &c.devices {
+                    if !is_gpu_resource(&d.resource_name, patterns) {
+                        continue;
+                    }
+                    for id in &d.device_ids {
+                        if let Some((dev, replica)) = parse_device_id(id) {
+                            holders.entry(dev).or_default().push(Holder {
+                                pod: who.clone(),
+                                resource: d.resource_name.clone(),
+                                replica,
+                            });
+                        }
+                    }
+                }
+                for claim in &c.dynamic_resources {
+                    for cr in &claim.claim_resources {
+                        if let Some(dev) = dra_device(cr) {
+                            holders.entry(dev).or_default().push(Holder {
+                                pod: who.clone(),
+                                resource: format!("dra:{}", cr.driver_name),
+                                replica: None,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        for h in holders.values_mut() {
+            h.sort();
+            h.dedup();
+        }
+        Allocations { holders }
+    }
+
+    /// The containers holding entity `e`: a MIG instance by its own UUID; a GPU by its
+    /// UUID, else its index.
+    #[must_use]
+    pub fn of(&self, e: &EntitySample) -> Vec<Holder> {
+        let mut keys = Vec::with_capacity(2);
+        match &e.id.mig {
+            Some(m) => keys.extend(m.uuid.clone().map(DeviceRef::Uuid)),
+            None => {
+                keys.extend(e.id.uuid.clone().map(DeviceRef::Uuid));
+                keys.extend(e.id.gpu.map(DeviceRef::Index));
+            }
+        }
+        keys.iter()
+            .find_map(|k| self.holders.get(k))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Attribute every entity of `produced` (see the module documentation).
+    pub fn attribute(&self, produced: &mut Produced) {
+        for s in &mut produced.samples {
+            for e in &mut s.entities {
+                let holders = self.of(e);
+                e.id.pod = match holders.as_slice() {
+                    [only] if only.replica.is_none() => Some(only.pod.clone()),
+                    _ => None,
+                };
+                e.allocation = Some(holders);
+            }
+        }
+    }
+}
+
+/// A PodResources client on the kubelet's socket, with its own small runtime (the sampler
+/// thread is synchronous).
+pub struct Kubelet {
+    settings: NodeSettings,
+    runtime: Option<tokio::runtime::Runtime>,
+    client: Option<proto::pod_resources_lister_client::PodResourcesListerClient<tonic::transport::Channel>>,
+    last: Option<(Allocations, Instant)>,
+}
+
+impl std::fmt::Debug for Kubelet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kubelet")
+            .field("socket", &self.settings.socket)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Kubelet {
+    /// A client of the socket in `settings` (connected on first use).
+    #[must_use]
+    pub fn new(settings: NodeSettings) -> Kubelet {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok();
+        Kubelet {
+            settings,
+            runtime,
+            client: None,
+            last: None,
+        }
+    }
+
+    /// `List()`: the allocations now.
+    ///
+    /// # Errors
+    /// The socket is missing or refuses (`unreachable`), does not answer in time
+    /// (`timeout`), or answers with an error status (`http`).
+    pub fn list(&mut self) -> Result<Allocations, SourceError> {
+        let socket = self.settings.socket.clone();
+        let timeout = self.settings.timeout;
+        let Some(rt) = &self.runtime else {
+            return Err(SourceError::Io("cannot start the kubelet client's runtime".into()));
+        };
+        let client = &mut self.client;
+        let answer = rt.block_on(async {
+            if client.is_none() {
+                let path = socket.clone();
+                // The URI is not used: the connector dials the unix socket.
+                let endpoint = tonic::transport::Endpoint::from_static("http://kubelet.local")
+                    .connect_timeout(timeout)
+                    .timeout(timeout);
+                let channel = tokio::time::timeout(
+                    timeout,
+                    endpoint.connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+                        let path = path.clone();
+                        async move {
+                            tokio::net::UnixStream::connect(path)
+                                .await
+                                .map(hyper_util::rt::TokioIo::new)
+                        }
+                    })),
+                )
+                .await
+                .map_err(|_| {
+                    SourceError::Timeout(format!(
+                        "kubelet {}: no connection within {} ms",
+                        socket.display(),
+                        timeout.as_millis()
+                    ))
+                })?
+                .map_err(|e| {
+                    SourceError::Unreachable(format!(
+                        "kubelet {}: {e}{}; is the pod-resources folder mounted (hostPath /var/lib/kubelet/pod-resources)?",
+                        socket.display(),
+                        source_text(&e)
+                    ))
+                })?;
+                *client = Some(proto::pod_resources_lister_client::PodResourcesListerClient::new(channel));
+            }
+            let Some(c) = client.as_mut() else {
+                return Err(SourceError::Io("no kubelet client".into()));
+            };
+            match tokio::time::timeout(timeout, c.list(proto::ListPodResourcesRequest {})).await {
+                Err(_) => Err(SourceError::Timeout(format!(
+                    "kubelet {}: List did not answer within {} ms",
+                    socket.display(),
+                    timeout.as_millis()
+                ))),
+                Ok(Err(status)) => Err(match status.code() {
+                    tonic::Code::DeadlineExceeded => SourceError::Timeout(format!(
+                        "kubelet {}: {}",
+                        socket.display(),
+                        status.message()
+                    )),
+                    tonic::Code::Unavailable => SourceError::Unreachable(format!(
+                        "kubelet {}: {}",
+                        socket.display(),
+                        status.message()
+                    )),
+                    code => SourceError::Http(format!(
+                        "kubelet {}: List answered {code:?}: {}",
+                        socket.display(),
+                        status.message()
+                    )),
+                }),
+                Ok(Ok(r)) => Ok(r.into_inner()),
+            }
+        });
+        match answer {
+            Ok(r) => {
+                let a = Allocations::from_response(&r, &self.settings.resource_names);
+                self.last = Some((a.clone(), Instant::now()));
+                Ok(a)
+            }
+            Err(e) => {
+                // Reconnect next time.
+                self.client = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// The allocations to attribute with: this tick's answer, else the last one while it is
+    /// younger than `stale_after` (one slow answer does not flap every series' labels);
+    /// `None` when neither, which is also when the kubelet counts as down.
+    pub fn current(&mut self, stale_after: Duration) -> (Option<Allocations>, Option<SourceError>) {
+        match self.list() {
+            Ok(a) => (Some(a), None),
+            Err(e) => {
+                let last = self
+                    .last
+                    .as_ref()
+                    .filter(|(_, at)| at.elapsed() <= stale_after)
+                    .map(|(a, _)| a.clone());
+                (last, Some(e))
+            }
+        }
+    }
+}
+
+/// The innermost cause of a transport error, which says what the socket did (`No such file
+/// or directory`, `Connection refused`).
+fn source_text(e: &dyn std::error::Error) -> String {
+    let mut cause = e.source();
+    let mut last = None;
+    while let Some(c) = cause {
+        last = Some(c.to_string());
+        cause = c.source();
+    }
+    last.map(|c| format!(" ({c})")).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::*;
+    use truthscale_core::model::{EntityId, MigId};
+
+    #[test]
+    fn device_ids() {
+        let u = |s: &str| DeviceRef::Uuid(s.into());
+        assert_eq!(
+            parse_device_id("GPU-8a1b2c3d-0000-1111-2222-333344445555"),
+            Some((u("GPU-8a1b2c3d-0000-1111-2222-333344445555"), None))
+        );
+        assert_eq!(
+            parse_device_id("GPU-abc::2"),
+            Some((u("GPU-abc"), Some("2".into())))
+        );
+        assert_eq!(parse_device_id("MIG-xyz"), Some((u("MIG-xyz"), None)));
+        assert_eq!(parse_device_id("3"), Some((DeviceRef::Index(3), None)));
+        assert_eq!(
+            parse_device_id("1::0"),
+            Some((DeviceRef::Index(1), Some("0".into())))
+        );
+        assert_eq!(parse_device_id("nvidia0"), None);
+    }
+
+    fn container(name: &str, resource: &str, ids: &[&str]) -> ContainerResources {
+        ContainerResources {
+            name: name.into(),
+            devices: vec![ContainerDevices {
+                resource_name: resource.into(),
+                device_ids: ids.iter().map(|s| (*s).into()).collect(),
+                topology: None,
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn entity(gpu: u32, uuid: &str, mig: Option<&str>) -> EntitySample {
+        EntitySample {
+            id: EntityId {
+                gpu: Some(gpu),
+                uuid: Some(uuid.into()),
+                mig: mig.map(|m| MigId {
+                    gpu_instance: 1,
+                    compute_instance: None,
+                    profile: None,
+                    uuid: Some(m.into()),
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn exclusive_shared_mig_dra_and_idle() {
+        let r = ListPodResourcesResponse {
+            pod_resources: vec![
+                PodResources {
+                    name: "train".into(),
+                    namespace: "ml".into(),
+                    containers: vec![container("cuda", "nvidia.com/gpu", &["GPU-a"])],
+                },
+                PodResources {
+                    name: "chat-1".into(),
+                    namespace: "web".into(),
+                    containers: vec![container("vllm", "nvidia.com/gpu.shared", &["GPU-b::0"])],
+                },
+                PodResources {
+                    name: "chat-2".into(),
+                    namespace: "web".into(),
+                    containers: vec![
+                        container("vllm", "nvidia.com/gpu.shared", &["GPU-b::1"]),
+                        // Not a GPU resource: ignored.
+                        container("side", "example.com/fpga", &["GPU-c"]),
+                    ],
+                },
+                PodResources {
+                    name: "slice".into(),
+                    namespace: "ml".into(),
+                    containers: vec![container("c", "nvidia.com/mig-1g.10gb", &["MIG-m1"])],
+                },
+                PodResources {
+                    name: "claimed".into(),
+                    namespace: "dra".into(),
+                    containers: vec![ContainerResources {
+                        name: "c".into(),
+                        dynamic_resources: vec![DynamicResource {
+                            claim_name: "gpu-claim".into(),
+                            claim_namespace: "dra".into(),
+                            claim_resources: vec![ClaimResource {
+                                cdi_devices: vec![CdiDevice {
+                                    name: "k8s.gpu.nvidia.com/device=gpu-4".into(),
+                                }],
+                                driver_name: "gpu.nvidia.com".into(),
+                                pool_name: "node-1".into(),
+                                device_name: "gpu-4".into(),
+                            }],
+                        }],
+                        ..Default::default()
+                    }],
+                },
+            ],
+        };
+        let a = Allocations::from_response(&r, &NodeConfig::default().resource_names);
+        let mut produced = Produced {
+            samples: vec![truthscale_core::model::Sample {
+                taken: truthscale_core::model::Timestamp(0),
+                entities: vec![
+                    entity(0, "GPU-a", None),
+                    entity(1, "GPU-b", None),
+                    entity(2, "GPU-c", None),
+                    entity(3, "GPU-d", Some("MIG-m1")),
+                    entity(4, "GPU-e", None),
+                ],
+            }],
+            ..Produced::default()
+        };
+        a.attribute(&mut produced);
+        let e = &produced.samples[0].entities;
+        // Exclusive: the pod's labels.
+        assert_eq!(e[0].id.pod.as_ref().map(|p| p.pod.as_str()), Some("train"));
+        assert_eq!(e[0].allocation.as_ref().map(Vec::len), Some(1));
+        // Time-sliced between two pods: no pod labels, both holders listed.
+        assert_eq!(e[1].id.pod, None);
+        let held: Vec<_> = e[1]
+            .allocation
+            .iter()
+            .flatten()
+            .map(|h| (h.pod.pod.as_str(), h.replica.as_deref()))
+            .collect();
+        assert_eq!(held, [("chat-1", Some("0")), ("chat-2", Some("1"))]);
+        // Held by nobody (the FPGA resource is not a GPU): idle capacity.
+        assert_eq!(e[2].id.pod, None);
+        assert_eq!(e[2].allocation, Some(Vec::new()));
+        // A MIG instance by its own UUID.
+        assert_eq!(e[3].id.pod.as_ref().map(|p| p.pod.as_str()), Some("slice"));
+        // A DRA claim by its device's index.
+        assert_eq!(e[4].id.pod.as_ref().map(|p| p.pod.as_str()), Some("claimed"));
+        assert_eq!(
+            e[4].allocation.as_ref().unwrap()[0].resource,
+            "dra:gpu.nvidia.com"
+        );
+    }
+
+    #[test]
+    fn config_checks() {
+        assert!(NodeConfig::default().validate().is_ok());
+        let c = NodeConfig {
+            timeout: "2h".into(),
+            ..NodeConfig::default()
+        };
+        assert_eq!(c.validate().unwrap_err().0, "node.timeout");
+    }
+}
