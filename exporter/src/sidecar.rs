@@ -171,13 +171,16 @@ struct Sampler {
 /// Node mode: the kubelet client and its health as a source of its own.
 struct NodeState {
     kubelet: Kubelet,
+    proc_root: std::path::PathBuf,
     /// Whether this tick's attribution came from an answer within the stale period.
     up: bool,
     errors: BTreeMap<String, u64>,
 }
 
 /// A device whatever its attribution: node, index, UUID and MIG instance.
-fn device_of(id: &truthscale_core::model::EntityId) -> (Option<String>, Option<u32>, Option<String>, Option<u32>) {
+fn device_of(
+    id: &truthscale_core::model::EntityId,
+) -> (Option<String>, Option<u32>, Option<String>, Option<u32>) {
     (
         id.node.clone(),
         id.gpu,
@@ -216,6 +219,7 @@ impl Sampler {
             sinks: SinkErrors::default(),
             engine: settings.engine.clone().map(EngineScraper::new),
             node: settings.node.clone().map(|n| NodeState {
+                proc_root: n.proc_root.clone(),
                 kubelet: Kubelet::new(n),
                 up: false,
                 errors: BTreeMap::new(),
@@ -259,7 +263,7 @@ impl Sampler {
             }
             node.up = allocations.is_some();
             if let Some(a) = allocations {
-                a.attribute(&mut produced);
+                a.attribute(&mut produced, &node.proc_root);
             }
         }
         let took = t0.elapsed();

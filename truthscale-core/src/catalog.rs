@@ -280,6 +280,10 @@ metrics! {
         "Node mode: containers the kubelet allocated this GPU or MIG instance to. 0 is idle capacity; more than 1 is a shared (time-sliced) GPU, whose series carry no pod labels. Absent where the kubelet could not be read.";
     GPU_ALLOCATION / GpuAllocation = "truthscale_gpu_allocation_info", Gauge, Gpu, ["resource", "replica"], None,
         "Node mode: one series (value 1) per container the kubelet allocated this GPU or MIG instance to, labelled with that container's pod, namespace and container; replica is the time-slicing replica when the device id names one.";
+    POD_EFFECTIVE_COMPUTE / PodEffectiveCompute = "truthscale_pod_effective_compute_ratio", Gauge, Gpu, ["method"], None,
+        "Node mode, shared GPUs with per-process attribution: an estimate of the device's effective compute fraction that is this pod's, by its processes' share of SM busy time (method=\"sm_busy_share\"); a pod label left out is processes whose pod was not found. The pods of a GPU sum to the device value.";
+    POD_MEMORY_USED / PodMemoryUsed = "truthscale_pod_memory_used_bytes", Gauge, Gpu, [], None,
+        "Node mode, shared GPUs with per-process attribution: GPU memory the pod's processes use, as the driver reports it per process (measured, not estimated).";
     BUILD_INFO / BuildInfo = "truthscale_build_info", Gauge, Exporter, ["version"], None,
         "Build of the running exporter (value 1).";
     SOURCE_UP / SourceUp = "truthscale_source_up", Gauge, Exporter, ["source"], gauge("truthscale.source.up", "1"),

@@ -36,6 +36,7 @@ pub mod parse;
 pub mod phase;
 pub mod rightsizing;
 pub mod serving;
+pub mod share;
 pub mod sim;
 pub mod tracker;
 pub mod verdict;

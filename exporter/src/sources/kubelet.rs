@@ -17,9 +17,9 @@
 use super::{Produced, SourceError};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use truthscale_core::model::{EntitySample, Holder, PodRef};
+use truthscale_core::model::{EntitySample, Holder, PodRef, ProcessReading};
 
 /// The code generated from `proto/kubelet/podresources/v1/api.proto`.
 #[allow(
@@ -46,6 +46,10 @@ pub struct NodeConfig {
     pub resource_names: Vec<String>,
     /// Timeout of one `List` call.
     pub timeout: String,
+    /// Where the host's processes are seen (`/proc` with `hostPID: true`, or a mount of the
+    /// host's `/proc`): per-process attribution reads `<proc_root>/<pid>/cgroup` and
+    /// `<proc_root>/<pid>/environ` there.
+    pub proc_root: PathBuf,
 }
 
 impl Default for NodeConfig {
@@ -58,6 +62,7 @@ impl Default for NodeConfig {
                 "nvidia.com/mig-*".into(),
             ],
             timeout: "2s".into(),
+            proc_root: "/proc".into(),
         }
     }
 }
@@ -71,6 +76,8 @@ pub struct NodeSettings {
     pub resource_names: Vec<String>,
     /// Timeout of one call.
     pub timeout: Duration,
+    /// Where the host's processes are seen.
+    pub proc_root: PathBuf,
 }
 
 impl NodeConfig {
@@ -98,6 +105,7 @@ impl NodeConfig {
             socket: self.socket.clone(),
             resource_names: self.resource_names.clone(),
             timeout,
+            proc_root: self.proc_root.clone(),
         })
     }
 }
@@ -234,8 +242,9 @@ impl Allocations {
             .unwrap_or_default()
     }
 
-    /// Attribute every entity of `produced` (see the module documentation).
-    pub fn attribute(&self, produced: &mut Produced) {
+    /// Attribute every entity of `produced` (see the module documentation), and the
+    /// processes listed on it, seen under `proc_root`.
+    pub fn attribute(&self, produced: &mut Produced, proc_root: &Path) {
         for s in &mut produced.samples {
             for e in &mut s.entities {
                 let holders = self.of(e);
@@ -243,10 +252,41 @@ impl Allocations {
                     [only] if only.replica.is_none() => Some(only.pod.clone()),
                     _ => None,
                 };
+                for p in &mut e.processes {
+                    p.pod = match &e.id.pod {
+                        Some(pod) => Some(pod.clone()),
+                        None => pod_of_process(proc_root, p, &holders),
+                    };
+                }
                 e.allocation = Some(holders);
             }
         }
     }
+}
+
+/// The holder a process on a shared GPU belongs to: its cgroup names a pod (UID), and its
+/// container's hostname (`HOSTNAME`, which Kubernetes sets to the pod name) names exactly one
+/// of the device's holders. `None` (counted under no pod) otherwise.
+fn pod_of_process(proc_root: &Path, p: &mut ProcessReading, holders: &[Holder]) -> Option<PodRef> {
+    let dir = proc_root.join(&p.pid);
+    let cgroup = std::fs::read_to_string(dir.join("cgroup")).ok()?;
+    let a = super::nvml::cgroup::parse(&cgroup)?;
+    p.pod_uid.get_or_insert(a.pod_uid);
+    if let Some(c) = a.container_id {
+        p.container_id.get_or_insert(c);
+    }
+    let environ = std::fs::read(dir.join("environ")).ok()?;
+    let hostname = environ
+        .split(|b| *b == 0)
+        .find_map(|kv| kv.strip_prefix(b"HOSTNAME="))
+        .and_then(|h| std::str::from_utf8(h).ok())?;
+    let mut found = holders.iter().filter(|h| h.pod.pod == hostname);
+    let first = found.next()?;
+    // Two holders of that name (other namespaces): not told apart, so not attributed.
+    if found.any(|h| h.pod != first.pod) {
+        return None;
+    }
+    Some(first.pod.clone())
 }
 
 /// A PodResources client on the kubelet's socket, with its own small runtime (the sampler
@@ -254,7 +294,9 @@ impl Allocations {
 pub struct Kubelet {
     settings: NodeSettings,
     runtime: Option<tokio::runtime::Runtime>,
-    client: Option<proto::pod_resources_lister_client::PodResourcesListerClient<tonic::transport::Channel>>,
+    client: Option<
+        proto::pod_resources_lister_client::PodResourcesListerClient<tonic::transport::Channel>,
+    >,
     last: Option<(Allocations, Instant)>,
 }
 
@@ -291,7 +333,9 @@ impl Kubelet {
         let socket = self.settings.socket.clone();
         let timeout = self.settings.timeout;
         let Some(rt) = &self.runtime else {
-            return Err(SourceError::Io("cannot start the kubelet client's runtime".into()));
+            return Err(SourceError::Io(
+                "cannot start the kubelet client's runtime".into(),
+            ));
         };
         let client = &mut self.client;
         let answer = rt.block_on(async {
@@ -521,7 +565,7 @@ mod tests {
             }],
             ..Produced::default()
         };
-        a.attribute(&mut produced);
+        a.attribute(&mut produced, Path::new("/nonexistent"));
         let e = &produced.samples[0].entities;
         // Exclusive: the pod's labels.
         assert_eq!(e[0].id.pod.as_ref().map(|p| p.pod.as_str()), Some("train"));
@@ -541,7 +585,10 @@ mod tests {
         // A MIG instance by its own UUID.
         assert_eq!(e[3].id.pod.as_ref().map(|p| p.pod.as_str()), Some("slice"));
         // A DRA claim by its device's index.
-        assert_eq!(e[4].id.pod.as_ref().map(|p| p.pod.as_str()), Some("claimed"));
+        assert_eq!(
+            e[4].id.pod.as_ref().map(|p| p.pod.as_str()),
+            Some("claimed")
+        );
         assert_eq!(
             e[4].allocation.as_ref().unwrap()[0].resource,
             "dra:gpu.nvidia.com"

@@ -183,7 +183,10 @@ fn node_mode_attributes_every_gpu_to_its_pods() {
     );
     // GPU 2: idle capacity, no pod.
     assert_eq!(series(&m, "truthscale_gpu_info", "2")[0].label("pod"), None);
-    assert!(!m.iter().any(|s| s.label("pod") == Some("truthscale-agent-x1")));
+    assert!(
+        !m.iter()
+            .any(|s| s.label("pod") == Some("truthscale-agent-x1"))
+    );
     assert_eq!(
         value(&m, "truthscale_source_up", &[("source", "kubelet")]),
         Some(1.0)
@@ -215,7 +218,10 @@ fn node_mode_attributes_every_gpu_to_its_pods() {
     );
     assert!(!m.iter().any(|s| s.name == "truthscale_gpu_pods"));
     assert!(!m.iter().any(|s| s.name == "truthscale_gpu_allocation_info"));
-    assert_eq!(m.iter().filter(|s| s.name == "truthscale_gpu_info").count(), 3);
+    assert_eq!(
+        m.iter().filter(|s| s.name == "truthscale_gpu_info").count(),
+        3
+    );
     assert!(!m.iter().any(|s| s.label("pod").is_some()));
     assert_eq!(
         value(&m, "truthscale_source_up", &[("source", "sim")]),
@@ -234,7 +240,16 @@ fn a_slow_kubelet_is_a_timeout() {
     let _kubelet = Kubelet::start(&socket, state);
     let socket_text = socket.display().to_string();
     let sidecar = Sidecar::start(
-        &["--mode", "node", "--source", "sim", "--sim-gpus", "1", "--interval", "500ms"],
+        &[
+            "--mode",
+            "node",
+            "--source",
+            "sim",
+            "--sim-gpus",
+            "1",
+            "--interval",
+            "500ms",
+        ],
         &[
             ("TRUTHSCALE_NODE__SOCKET", &socket_text),
             ("TRUTHSCALE_NODE__TIMEOUT", "200ms"),
@@ -250,9 +265,136 @@ fn a_slow_kubelet_is_a_timeout() {
         .unwrap_or(0.0)
             >= 2.0
     });
-    assert_eq!(m.iter().filter(|s| s.name == "truthscale_gpu_info").count(), 1);
+    assert_eq!(
+        m.iter().filter(|s| s.name == "truthscale_gpu_info").count(),
+        1
+    );
     assert_eq!(
         value(&m, "truthscale_source_up", &[("source", "kubelet")]),
         Some(0.0)
+    );
+}
+
+/// Per-process attribution on a time-sliced GPU: three processes on one fake H100 (SM busy
+/// 60 %, 30 %, 10 %), two of them in the GPU's two pods (found through their cgroup and
+/// hostname under a fake `/proc`), the third in a pod that does not hold the GPU. Each pod
+/// gets its share of the device's effective compute, the unattributed process is counted
+/// under no pod, and the parts sum to the device value. Memory per pod is the driver's.
+#[test]
+fn shared_gpu_is_apportioned_to_its_pods_by_sm_busy() {
+    let dir = TempDir::new("node-shared");
+    let socket = dir.path().join("kubelet.sock");
+    let uuid = "GPU-5f0c6a3e-8d3b-4c1e-9a7f-0000000000a1";
+    let state = State::default();
+    *state.answer.lock().unwrap() = ListPodResourcesResponse {
+        pod_resources: vec![
+            pod(
+                "chat-a",
+                "web",
+                "vllm",
+                "nvidia.com/gpu",
+                &[&format!("{uuid}::0")],
+            ),
+            pod(
+                "chat-b",
+                "web",
+                "vllm",
+                "nvidia.com/gpu",
+                &[&format!("{uuid}::1")],
+            ),
+        ],
+    };
+    let _kubelet = Kubelet::start(&socket, state);
+    // A fake /proc: each process's cgroup (a pod UID) and environment (its hostname).
+    let proc_root = dir.path().join("proc");
+    let procs = [
+        (5001, "1b4e28ba-2fa1-11d2-883f-0016d3cca427", "chat-a"),
+        (5002, "2c5f39cb-3fb2-22e3-994f-1127e4ddb538", "chat-b"),
+        (5003, "3d6f4adc-4fc3-33f4-aa5f-2238f5eec649", "batch-x"),
+    ];
+    for (pid, uid, host) in procs {
+        let d = proc_root.join(pid.to_string());
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join("cgroup"),
+            format!(
+                "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{}.scope\n",
+                uid.replace('-', "_"),
+                "ab".repeat(32)
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("environ"),
+            format!("PATH=/bin\0HOSTNAME={host}\0HOME=/root\0"),
+        )
+        .unwrap();
+    }
+    let lib = truthscale_e2e::cargo_build(&["-p", "fake-nvml", "--lib"]).join("libfake_nvml.so");
+    let scenario = truthscale_e2e::workspace().join("tests/fake-nvml/scenarios/h100-shared.json");
+    let sidecar = Sidecar::start(
+        &[
+            "--mode",
+            "node",
+            "--source",
+            "nvml",
+            "--nvml-library",
+            lib.to_str().unwrap(),
+            "--interval",
+            "250ms",
+        ],
+        &[
+            ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
+            ("TRUTHSCALE_SOURCE__PER_PROCESS_SERIES", "true"),
+            ("TRUTHSCALE_NODE__SOCKET", socket.to_str().unwrap()),
+            ("TRUTHSCALE_NODE__PROC_ROOT", proc_root.to_str().unwrap()),
+        ],
+        dir.path(),
+    );
+    let m = sidecar.wait_for(WAIT, "per-pod shares", |m| {
+        m.iter()
+            .filter(|s| s.name == "truthscale_pod_effective_compute_ratio")
+            .count()
+            == 3
+            && value(m, "truthscale_gpu_effective_compute_ratio", &[("gpu", "0")]).is_some()
+    });
+    let device = value(
+        &m,
+        "truthscale_gpu_effective_compute_ratio",
+        &[("gpu", "0")],
+    )
+    .unwrap();
+    assert!(device > 0.0);
+    let part = |pod: Option<&str>| {
+        m.iter()
+            .find(|s| s.name == "truthscale_pod_effective_compute_ratio" && s.label("pod") == pod)
+            .map(|s| {
+                assert_eq!(s.label("method"), Some("sm_busy_share"));
+                s.value
+            })
+            .unwrap_or_else(|| panic!("no part for {pod:?}"))
+    };
+    let (a, b, none) = (part(Some("chat-a")), part(Some("chat-b")), part(None));
+    assert!((a / device - 0.6).abs() < 1e-9, "{a} of {device}");
+    assert!((b / device - 0.3).abs() < 1e-9, "{b} of {device}");
+    assert!((none / device - 0.1).abs() < 1e-9, "{none} of {device}");
+    // The text exposition rounds nothing: the parts add up to the device value.
+    assert!(
+        ((a + b + none) - device).abs() <= 1e-15 * device.max(1.0),
+        "{a}+{b}+{none} vs {device}"
+    );
+    let mem = |pod: Option<&str>| {
+        m.iter()
+            .find(|s| s.name == "truthscale_pod_memory_used_bytes" && s.label("pod") == pod)
+            .map(|s| s.value)
+    };
+    assert_eq!(mem(Some("chat-a")), Some(40_000_000_000.0));
+    assert_eq!(mem(Some("chat-b")), Some(30_000_000_000.0));
+    assert_eq!(mem(None), Some(5_000_000_000.0));
+    // The device's own series carry no pod.
+    assert!(
+        m.iter()
+            .filter(|s| s.name == "truthscale_gpu_effective_compute_ratio")
+            .all(|s| s.label("pod").is_none())
     );
 }

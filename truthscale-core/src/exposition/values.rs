@@ -267,6 +267,9 @@ pub(super) fn gpu_values<'a>(
                 push(labels, 1.0);
             }
         }
+        MetricId::PodEffectiveCompute | MetricId::PodMemoryUsed => {
+            pod_share_values(id, win, push);
+        }
         // Not per GPU (or handled above): nothing here.
         MetricId::GpuUp
         | MetricId::BuildInfo
@@ -277,6 +280,54 @@ pub(super) fn gpu_values<'a>(
         | MetricId::SnapshotTimestamp
         | MetricId::ScrapeBody
         | MetricId::SinkErrors => {}
+    }
+}
+
+/// The per-pod parts of a shared GPU (node mode, per-process attribution on): only for a
+/// device no single pod holds, with its processes listed.
+fn pod_share_values<'a>(
+    id: MetricId,
+    win: &'a EntityWindow,
+    mut push: impl FnMut(Vec<(&'static str, &'a str)>, f64),
+) {
+    let attributed = win.id.pod.as_ref().is_some_and(|p| !p.pod.is_empty());
+    if attributed || win.allocation.is_none() || win.processes.is_empty() {
+        return;
+    }
+    let Some(parts) = crate::share::by_pod(&win.processes) else {
+        return;
+    };
+    let labels = |pod: Option<&'a crate::model::PodRef>| {
+        let mut l = Vec::with_capacity(4);
+        if let Some(p) = pod {
+            l.push(("pod", p.pod.as_str()));
+            if let Some(n) = &p.namespace {
+                l.push(("namespace", n.as_str()));
+            }
+            if let Some(c) = &p.container {
+                l.push(("container", c.as_str()));
+            }
+        }
+        l
+    };
+    if id == MetricId::PodMemoryUsed {
+        for part in &parts {
+            if let Some(m) = part.memory_bytes {
+                push(labels(part.pod), m);
+            }
+        }
+        return;
+    }
+    let Some(device) = win.metrics.effective_compute else {
+        return;
+    };
+    let weights: Vec<f64> = parts.iter().map(|p| p.sm_busy).collect();
+    if let Some(values) = crate::share::apportion(device, &weights) {
+        for (part, v) in parts.iter().zip(values) {
+            let mut l = labels(part.pod);
+            l.push(("method", "sm_busy_share"));
+            push(l, v);
+        }
     }
 }
 
@@ -393,6 +444,8 @@ fn serving_values<'a>(
         | MetricId::ProcessSmBusy
         | MetricId::GpuPods
         | MetricId::GpuAllocation
+        | MetricId::PodEffectiveCompute
+        | MetricId::PodMemoryUsed
         | MetricId::BuildInfo
         | MetricId::SourceUp
         | MetricId::SourceErrors
@@ -516,6 +569,8 @@ pub(super) fn exporter_values<'a>(
         | MetricId::ProcessMemoryUsed
         | MetricId::ProcessSmBusy
         | MetricId::GpuPods
-        | MetricId::GpuAllocation => {}
+        | MetricId::GpuAllocation
+        | MetricId::PodEffectiveCompute
+        | MetricId::PodMemoryUsed => {}
     }
 }

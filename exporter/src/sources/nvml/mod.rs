@@ -29,7 +29,7 @@
 //!   `no_permission`, `unsupported` (once per GPU and function: a missing symbol is an older
 //!   driver, the value is reported unsupported), `nvml` (anything else; the value is blank).
 
-mod cgroup;
+pub(crate) mod cgroup;
 mod device;
 pub(crate) mod raw;
 
