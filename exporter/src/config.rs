@@ -6,8 +6,8 @@
 
 use crate::sinks::otlp::config::{OtlpConfig, OtlpSettings};
 use crate::sources;
-use crate::sources::kubelet::{NodeConfig, NodeSettings};
 use crate::sources::engine::{EngineConfig, EngineSettings};
+use crate::sources::kubelet::{NodeConfig, NodeSettings};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -48,6 +48,10 @@ pub struct Config {
     pub mode: Mode,
     /// Node mode: the kubelet's PodResources socket and the GPU resource names.
     pub node: NodeConfig,
+    /// The most GPU series one `/metrics` holds: beyond it, whole entities are left out (the
+    /// last first) and counted in `truthscale_series_dropped_total`. The exporter's own series
+    /// are always written.
+    pub max_series: usize,
 }
 
 /// How truthscale is deployed.
@@ -75,6 +79,7 @@ impl Default for Config {
             engine: EngineConfig::default(),
             mode: Mode::Sidecar,
             node: NodeConfig::default(),
+            max_series: 50_000,
         }
     }
 }
@@ -249,6 +254,8 @@ pub struct Settings {
     pub engine: Option<EngineSettings>,
     /// Node mode's kubelet settings; `None` in sidecar mode.
     pub node: Option<NodeSettings>,
+    /// The series cap.
+    pub max_series: usize,
 }
 
 /// Variables truthscale reads besides its own `TRUTHSCALE_…` and the standard `OTEL_…`.
@@ -522,6 +529,12 @@ impl Config {
             .config
             .check()
             .map_err(|(key, message)| ConfigError::Invalid { key, message })?;
+        if self.max_series < 100 {
+            return Err(ConfigError::Invalid {
+                key: "max_series",
+                message: format!("{} is below the minimum of 100", self.max_series),
+            });
+        }
         let request_timeout = duration(
             "http.request_timeout",
             &self.http.request_timeout,
@@ -602,6 +615,7 @@ impl Config {
             verdict: self.verdict.clone(),
             engine,
             node,
+            max_series: self.max_series,
         })
     }
 

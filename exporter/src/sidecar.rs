@@ -166,6 +166,9 @@ struct Sampler {
     sinks: SinkErrors,
     engine: Option<EngineScraper>,
     node: Option<NodeState>,
+    max_series: usize,
+    series_dropped: u64,
+    warned_cap: bool,
 }
 
 /// Node mode: the kubelet client and its health as a source of its own.
@@ -224,7 +227,65 @@ impl Sampler {
                 up: false,
                 errors: BTreeMap::new(),
             }),
+            max_series: settings.max_series,
+            series_dropped: 0,
+            warned_cap: false,
         }
+    }
+
+    /// The entities that fit the series cap, the text body and the status that counts what
+    /// was left out. Entities are left out whole, the last first; the exporter's own series
+    /// always stay. Counting costs one extra encoding per entity, only when over the cap.
+    fn capped(
+        &mut self,
+        mut gpus: Vec<GpuEntry>,
+        mut status: ExporterStatus,
+    ) -> (Vec<GpuEntry>, String, ExporterStatus) {
+        let samples = |body: &str| {
+            body.lines()
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .count()
+        };
+        status.series_dropped = self.series_dropped;
+        let text = exposition::encode(&gpus, &self.identity, &status, Format::Text);
+        let own = samples(&exposition::encode(
+            &[],
+            &self.identity,
+            &status,
+            Format::Text,
+        ));
+        if samples(&text) - own <= self.max_series {
+            return (gpus, text, status);
+        }
+        let mut total = 0;
+        let mut dropped = 0;
+        gpus.retain(|g| {
+            let n = samples(&exposition::encode(
+                std::slice::from_ref(g),
+                &self.identity,
+                &status,
+                Format::Text,
+            )) - own;
+            if total + n <= self.max_series {
+                total += n;
+                true
+            } else {
+                dropped += n;
+                false
+            }
+        });
+        self.series_dropped += dropped as u64;
+        if !self.warned_cap {
+            self.warned_cap = true;
+            tracing::warn!(
+                max_series = self.max_series,
+                dropped,
+                "More GPU series than max_series: whole entities are left out of /metrics (counted in truthscale_series_dropped_total). Raise max_series, or turn per-process series off."
+            );
+        }
+        status.series_dropped = self.series_dropped;
+        let text = exposition::encode(&gpus, &self.identity, &status, Format::Text);
+        (gpus, text, status)
     }
 
     fn tick(&mut self, now: SystemTime) -> Snapshot {
@@ -362,8 +423,9 @@ impl Sampler {
             snapshot_unix_seconds: unix_ms(now) as f64 / 1000.0,
             previous_body_bytes: self.previous_body,
             sinks: self.sinks.health(),
+            series_dropped: self.series_dropped,
         };
-        let text = exposition::encode(&gpus, &self.identity, &status, Format::Text);
+        let (gpus, text, status) = self.capped(gpus, status);
         let openmetrics = exposition::encode(&gpus, &self.identity, &status, Format::OpenMetrics);
         self.previous_body = Some(text.len());
         Snapshot {

@@ -300,6 +300,8 @@ metrics! {
         "Size of the previous tick's /metrics body.";
     SINK_ERRORS / SinkErrors = "truthscale_sink_errors_total", Counter, Exporter, ["sink", "kind"], counter("truthscale.sink.errors", "{error}"),
         "Failed pushes to a sink (sink=\"otlp\") by kind: unavailable, timeout, rejected, other.";
+    SERIES_DROPPED / SeriesDropped = "truthscale_series_dropped_total", Counter, Exporter, [], counter("truthscale.series.dropped", "{series}"),
+        "GPU series left out of /metrics by the max_series cap, summed over snapshots (whole entities are left out, the last first).";
 }
 
 /// The catalog entry with this name.

@@ -273,3 +273,60 @@ fn a_panic_anywhere_ends_the_process() {
         "{err}"
     );
 }
+
+/// Over `max_series`, whole GPUs are left out (the last first), the exporter's own series
+/// stay, and `truthscale_series_dropped_total` counts the series left out.
+#[test]
+fn the_series_cap_drops_whole_entities_and_counts_them() {
+    let mut c = Config::default();
+    c.source.interval = "100ms".into();
+    c.source.config = truthscale_exporter::sources::SourceConfig::Sim(
+        truthscale_exporter::sources::sim::SimConfig {
+            gpus: 4,
+            ..Default::default()
+        },
+    );
+    c.max_series = 100;
+    let settings = c.validate(&[]).unwrap();
+    let s = Sidecar::start(&settings).unwrap();
+    let t = Instant::now();
+    while s.latest().tick < 3 {
+        assert!(t.elapsed() < Duration::from_secs(5), "no snapshots");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let snap = s.latest();
+    let text = String::from_utf8_lossy(&snap.text).to_string();
+    let gpu_series = text
+        .lines()
+        .filter(|l| l.starts_with("truthscale_gpu_") || l.starts_with("truthscale_process_"))
+        .count();
+    assert!(gpu_series <= 100, "{gpu_series} GPU series over the cap");
+    assert!(gpu_series > 0, "the first GPU fits");
+    let infos: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("truthscale_gpu_info{"))
+        .collect();
+    assert_eq!(infos.len(), 1, "{infos:?}");
+    assert!(
+        infos[0].contains("gpu=\"0\""),
+        "the last are left out first"
+    );
+    let dropped: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("truthscale_series_dropped_total "))
+        .expect("the counter")
+        .parse()
+        .unwrap();
+    assert!(dropped > 0.0);
+    assert!(text.contains("truthscale_build_info{"), "own series stay");
+    assert!(text.contains("truthscale_source_up{source=\"sim\"} 1"));
+    // Below the cap, nothing is dropped and the counter is a measured 0.
+    let mut c = Config::default();
+    c.source.interval = "100ms".into();
+    let s = Sidecar::start(&c.validate(&[]).unwrap()).unwrap();
+    while s.latest().tick < 1 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let text = String::from_utf8_lossy(&s.latest().text).to_string();
+    assert!(text.contains("\ntruthscale_series_dropped_total 0\n"));
+}

@@ -95,6 +95,8 @@ pub struct ExporterStatus {
     pub previous_body_bytes: Option<usize>,
     /// Push sinks (empty when none is configured).
     pub sinks: Vec<SinkHealth>,
+    /// GPU series left out by the series cap so far.
+    pub series_dropped: u64,
 }
 
 /// Escape a label value for both text formats.
@@ -393,6 +395,7 @@ mod tests {
             diagnostics: BTreeMap::new(),
             snapshot_unix_seconds: 1.0,
             previous_body_bytes: None,
+            series_dropped: 0,
             sinks: vec![SinkHealth {
                 name: "otlp".into(),
                 errors: BTreeMap::from([("unavailable".to_string(), 2)]),

@@ -279,7 +279,8 @@ pub(super) fn gpu_values<'a>(
         | MetricId::Diagnostics
         | MetricId::SnapshotTimestamp
         | MetricId::ScrapeBody
-        | MetricId::SinkErrors => {}
+        | MetricId::SinkErrors
+        | MetricId::SeriesDropped => {}
     }
 }
 
@@ -454,6 +455,7 @@ fn serving_values<'a>(
         | MetricId::SnapshotTimestamp
         | MetricId::ScrapeBody
         | MetricId::SinkErrors
+        | MetricId::SeriesDropped
         | MetricId::ServingEngineUp
         | MetricId::ServingPhaseAgreedSeconds
         | MetricId::ServingPhaseComparedSeconds => None,
@@ -496,6 +498,7 @@ pub(super) fn exporter_values<'a>(
             }
         }
         MetricId::SnapshotTimestamp => push(Vec::new(), s.snapshot_unix_seconds),
+        MetricId::SeriesDropped => push(Vec::new(), s.series_dropped as f64),
         MetricId::SinkErrors => {
             for sink in &s.sinks {
                 for (kind, count) in &sink.errors {

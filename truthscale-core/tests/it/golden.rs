@@ -27,6 +27,7 @@ fn status(source: &str) -> ExporterStatus {
         diagnostics: BTreeMap::from([("gap".to_string(), 1)]),
         snapshot_unix_seconds: 1_767_225_600.0,
         previous_body_bytes: Some(4096),
+        series_dropped: 0,
         sinks: vec![SinkHealth {
             name: "otlp".into(),
             errors: BTreeMap::from([("unavailable".to_string(), 3)]),
