@@ -1,7 +1,7 @@
 //! The command line: the verbs, each defined in its own file under `commands/`, and the
 //! dispatch. Nothing else lives here.
 
-use crate::commands::{analyze, config, doctor, explain, serve, simulate, top};
+use crate::commands::{analyze, config, doctor, explain, report, serve, simulate, top};
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -53,6 +53,10 @@ pub enum Command {
     /// A terminal view: one row per GPU with reported vs effective, phase, verdict, KV
     /// cache and queue, and a sparkline. Plain text when stdout is not a terminal.
     Top(top::TopArgs),
+    /// Fleet report from Prometheus history: GPUs needed (pooled lower bound and packed),
+    /// co-location candidates, right-sizing (MIG, smaller models), idle allocated capacity
+    /// and the savings estimate. Terminal text, --json (a versioned schema) or --html FILE.
+    Report(report::ReportArgs),
 }
 
 /// Parse arguments and run; returns the process exit code.
@@ -68,6 +72,7 @@ pub fn main() -> ExitCode {
         Command::Doctor(d) => doctor::run(&d),
         Command::Explain(e) => explain::run(&e).map(|()| ExitCode::SUCCESS),
         Command::Top(t) => top::run(&t).map(|()| ExitCode::SUCCESS),
+        Command::Report(r) => report::run(&r),
     };
     match result {
         Ok(code) => code,

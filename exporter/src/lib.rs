@@ -10,8 +10,9 @@
 //! - [`config`]: defaults < file < environment < flags.
 //! - [`capture`]: the one capture reader; [`client`]: the one HTTP client builder;
 //!   [`history`]: a Prometheus range as samples.
-//! - [`commands`]: one file per verb (analyze, serve, simulate, explain, top, doctor, config);
-//!   [`cli`] only dispatches. [`view`]: the per-GPU view `explain` and `top` share.
+//! - [`commands`]: one file per verb (analyze, serve, simulate, explain, top, doctor, config,
+//!   report); [`cli`] only dispatches. [`view`]: the per-GPU view `explain` and `top` share;
+//!   [`report`]: the fleet report's collection from history and its renderings.
 //!
 //! Embedding in a Rust service:
 //!
@@ -31,6 +32,7 @@ pub mod commands;
 pub mod config;
 pub mod history;
 pub mod http;
+pub mod report;
 pub mod setting;
 pub mod sidecar;
 pub mod sinks;

@@ -30,6 +30,7 @@ pub mod catalog;
 pub mod derive;
 pub mod diag;
 pub mod exposition;
+pub mod fleet;
 pub mod gpus;
 pub mod model;
 pub mod parse;

@@ -5,6 +5,7 @@ pub mod analyze;
 pub mod config;
 pub mod doctor;
 pub mod explain;
+pub mod report;
 pub mod serve;
 pub mod simulate;
 pub mod top;

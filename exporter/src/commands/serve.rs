@@ -163,9 +163,9 @@ pub struct ServeArgs {
     /// otlp.protocol). OTEL_EXPORTER_OTLP_ENDPOINT turns OTLP on too; see docs/otlp.md.
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
-    /// sidecar: this pod's GPUs, labelled with this pod [default]. node: every GPU of the node,
-    /// each attributed to its pods through the kubelet's PodResources socket (see [node] in
-    /// docs/config.md and docs/node-mode.md).
+    /// sidecar: this pod's GPUs, labelled with this pod (the default). node: every GPU of the
+    /// node, each attributed to its pods through the kubelet's PodResources socket (see the
+    /// `[node]` keys in docs/config.md, and docs/node-mode.md).
     #[arg(long, value_enum)]
     pub mode: Option<crate::config::Mode>,
     /// The NVML library to load for --source nvml or auto [default: libnvidia-ml.so.1].

@@ -37,7 +37,30 @@ pub(super) struct Matrix {
 pub(super) struct RangeSeries {
     pub(super) metric: BTreeMap<String, String>,
     #[serde(default)]
-    pub(super) values: Vec<(f64, String)>,
+    pub(super) values: Vec<(f64, PromValue)>,
+}
+
+/// A sample value as the API writes it, a string (`"0.5"`, `"NaN"`, `"+Inf"`), decoded
+/// straight to a number: no string is kept per point. `None`: not a number.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct PromValue(pub(super) Option<f64>);
+
+impl<'de> Deserialize<'de> for PromValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = PromValue;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a sample value as a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<PromValue, E> {
+                // Prometheus writes NaN and ±Inf as strings too; Rust parses them, and the
+                // mapping turns them into blanks.
+                Ok(PromValue(v.parse::<f64>().ok()))
+            }
+        }
+        d.deserialize_str(V)
+    }
 }
 
 /// A blocking client for one Prometheus API base URL.
@@ -47,6 +70,13 @@ pub(super) struct Client {
     pub(super) agent: ureq::Agent,
     pub(super) authorization: Option<String>,
     pub(super) warnings: BTreeSet<String>,
+    /// Time limit of one request, body included.
+    pub(super) timeout: Duration,
+    /// Requests made, time spent waiting for Prometheus' answers (until the whole body is
+    /// read), and time spent decoding them.
+    pub(super) queries: u64,
+    pub(super) waiting: Duration,
+    pub(super) decoding: Duration,
 }
 
 /// The first bytes of a body, for an error message.
@@ -60,7 +90,11 @@ pub(super) fn snippet(body: &[u8]) -> String {
 }
 
 impl Client {
-    pub(super) fn new(url: &str, authorization: Option<String>) -> anyhow::Result<Client> {
+    pub(super) fn new(
+        url: &str,
+        authorization: Option<String>,
+        timeout: Duration,
+    ) -> anyhow::Result<Client> {
         let base = url.trim().trim_end_matches('/');
         // These two do not echo the URL: it may hold a password or a token.
         if base.contains('@') {
@@ -78,12 +112,16 @@ impl Client {
         if host.is_none_or(str::is_empty) {
             bail!("--prometheus {url:?}: expected a URL like http://prometheus:9090");
         }
-        let agent = crate::client::agent(REQUEST_TIMEOUT);
+        let agent = crate::client::agent(timeout);
         Ok(Client {
             base: base.to_owned(),
             agent,
             authorization,
             warnings: BTreeSet::new(),
+            timeout,
+            queries: 0,
+            waiting: Duration::ZERO,
+            decoding: Duration::ZERO,
         })
     }
 
@@ -101,7 +139,9 @@ impl Client {
         if let Some(a) = &self.authorization {
             req = req.header("Authorization", a);
         }
-        let mut resp = req.call().map_err(|e| call_error(&url, e))?;
+        let started = std::time::Instant::now();
+        let timeout = self.timeout;
+        let mut resp = req.call().map_err(|e| call_error(&url, e, timeout))?;
         let status = resp.status();
         let body = resp
             .body_mut()
@@ -114,12 +154,18 @@ impl Client {
                     MAX_BODY >> 20
                 ),
                 ureq::Error::Timeout(_) => anyhow::anyhow!(
-                    "{url}: no complete answer within {} s",
-                    REQUEST_TIMEOUT.as_secs()
+                    "{url}: no complete answer within {} (--prometheus-timeout)",
+                    humantime::format_duration(timeout)
                 ),
                 e => anyhow::anyhow!("{url}: the answer could not be read (cut short?): {e}"),
             })?;
-        let (data, warnings) = decode::<T>(&url, status.as_u16(), &body)?;
+        let answered = std::time::Instant::now();
+        self.queries += 1;
+        self.waiting += answered - started;
+        let decoded = decode::<T>(&url, status.as_u16(), &body);
+        drop(body);
+        self.decoding += answered.elapsed();
+        let (data, warnings) = decoded?;
         self.warnings.extend(warnings);
         Ok(data)
     }
@@ -185,7 +231,7 @@ pub(super) fn decode<T: DeserializeOwned>(
     Ok((data, warnings))
 }
 
-pub(super) fn call_error(url: &str, e: ureq::Error) -> anyhow::Error {
+pub(super) fn call_error(url: &str, e: ureq::Error, timeout: Duration) -> anyhow::Error {
     use std::io::ErrorKind;
     match e {
         ureq::Error::Io(io) if io.kind() == ErrorKind::ConnectionRefused => {
@@ -199,8 +245,8 @@ pub(super) fn call_error(url: &str, e: ureq::Error) -> anyhow::Error {
             anyhow::anyhow!("cannot reach Prometheus at {url}: connection failed")
         }
         ureq::Error::Timeout(t) => anyhow::anyhow!(
-            "{url}: no answer within {} s ({t})",
-            REQUEST_TIMEOUT.as_secs()
+            "{url}: no answer within {} ({t}; --prometheus-timeout)",
+            humantime::format_duration(timeout)
         ),
         e => anyhow::anyhow!("{url}: {e}"),
     }

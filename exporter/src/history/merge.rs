@@ -13,7 +13,7 @@ pub(super) enum SeriesMap {
     },
     /// One of truthscale's gauges.
     Own {
-        id: EntityId,
+        id: Box<EntityId>,
         field: Field,
         scale: f64,
     },
@@ -68,7 +68,7 @@ impl Chunk {
                         continue;
                     };
                     SeriesMap::Own {
-                        id: own_entity(&s.metric),
+                        id: Box::new(own_entity(&s.metric)),
                         field: *field,
                         scale: *scale,
                     }
@@ -79,11 +79,9 @@ impl Chunk {
             };
             self.series.push(map);
             for (t, v) in s.values {
-                // Prometheus writes NaN and ±Inf as strings too; Rust parses them, and the
-                // mapping turns them into blanks.
                 let t = (t * 1000.0).round() as i64;
                 let inside = self.bounds.is_none_or(|(a, b)| (a..=b).contains(&t));
-                if let (true, Ok(v)) = (inside, v.parse::<f64>()) {
+                if let (true, PromValue(Some(v))) = (inside, v) {
                     self.points.push((t, index, v));
                 }
             }
@@ -120,7 +118,7 @@ pub(super) fn sample_at(
             Some(SeriesMap::Own { id, field, scale }) => {
                 let k = *own_index.entry(id.key()).or_insert_with(|| {
                     own.push(EntitySample {
-                        id: id.clone(),
+                        id: (**id).clone(),
                         simulated: id
                             .model
                             .as_deref()

@@ -37,6 +37,12 @@ use truthscale_core::parse::dcgm_text::{self, Scrape};
 
 /// Steps per `query_range` request: Prometheus refuses more than 11 000 points per series.
 pub const CHUNK_POINTS: i64 = 10_000;
+/// Steps of the first chunk, before the number of series is known.
+pub const FIRST_CHUNK_POINTS: i64 = 1_000;
+/// Points (steps × series, all names together) one chunk may hold: after the first chunk,
+/// the chunk length is this over the number of series seen, so memory stays bounded
+/// whatever the number of GPUs.
+pub const CHUNK_BUDGET: i64 = 1_000_000;
 const _: () = assert!(CHUNK_POINTS <= 11_000, "Prometheus' limit per series");
 /// Time limit of one HTTP request, body included.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -47,17 +53,17 @@ pub const PASSWORD_ENV: &str = "TRUTHSCALE_PROMETHEUS_PASSWORD";
 
 /// `analyze --prometheus`: where to read history from.
 #[derive(Debug, Clone, clap::Args)]
-#[command(next_help_heading = "Prometheus history (instead of FILE)")]
+#[command(next_help_heading = "Prometheus history")]
 pub struct PrometheusArgs {
     /// Read DCGM_FI_* (or truthscale_gpu_*) history from this Prometheus-compatible server,
     /// e.g. http://prometheus:9090 (a path prefix is kept).
     #[arg(long, value_name = "URL")]
     pub prometheus: Option<String>,
-    /// How far back from now to read [default: 24h].
+    /// How far back from now to read [default: 24h for analyze, 14d for report].
     #[arg(long, value_parser = humantime::parse_duration)]
     pub since: Option<Duration>,
-    /// Resolution of the history: one sample per step, at least 100ms [default: 15s]. Use
-    /// the scrape interval, or a multiple of it.
+    /// Resolution of the history: one sample per step, at least 100ms [default: 15s for
+    /// analyze, 60s for report]. Use the scrape interval, or a multiple of it.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub step: Option<Duration>,
     /// Label matchers every series must also satisfy, e.g. '{namespace="prod"}'.
@@ -70,6 +76,9 @@ pub struct PrometheusArgs {
     /// TRUTHSCALE_PROMETHEUS_PASSWORD (which keeps it out of the process list).
     #[arg(long, value_name = "USER[:PASSWORD]")]
     pub basic_auth: Option<String>,
+    /// Time limit of each request to Prometheus, its answer included [default: 30s].
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub prometheus_timeout: Option<Duration>,
 }
 
 /// Default of `--since`.
@@ -90,6 +99,7 @@ impl PrometheusArgs {
             (self.selector.is_some(), "--selector"),
             (self.bearer_token_file.is_some(), "--bearer-token-file"),
             (self.basic_auth.is_some(), "--basic-auth"),
+            (self.prometheus_timeout.is_some(), "--prometheus-timeout"),
         ]
         .into_iter()
         .find_map(|(given, flag)| given.then_some(flag))
@@ -276,6 +286,27 @@ pub struct History {
     names: Vec<String>,
 }
 
+/// What reading the history cost, and where the time went.
+#[derive(Debug, Clone)]
+pub struct FeedStats {
+    /// One line saying what was read.
+    pub summary: String,
+    /// `query_range` and label requests made.
+    pub queries: u64,
+    /// Chunks read.
+    pub chunks: u64,
+    /// Steps with data handed on.
+    pub steps: u64,
+    /// Seconds spent waiting for Prometheus' answers (until each whole body was read).
+    pub waiting_seconds: f64,
+    /// Seconds spent decoding the answers and merging them into samples.
+    pub decoding_seconds: f64,
+    /// Seconds spent in the caller's hand-over function (the analysis).
+    pub consuming_seconds: f64,
+    /// Largest number of series one chunk held.
+    pub max_series: u64,
+}
+
 impl History {
     /// Check the flags and discover which series the range holds.
     ///
@@ -306,7 +337,11 @@ impl History {
             );
         }
         let matchers = selector_matchers(p.selector.as_deref())?;
-        let mut client = Client::new(url, authorization(p)?)?;
+        let timeout = p.prometheus_timeout.unwrap_or(REQUEST_TIMEOUT);
+        if timeout.is_zero() {
+            bail!("--prometheus-timeout: give a positive duration, like 30s");
+        }
+        let mut client = Client::new(url, authorization(p)?, timeout)?;
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
@@ -366,12 +401,47 @@ impl History {
         self.range.step as f64 / 1000.0
     }
 
-    /// Read the range in chunks, handing each step's sample to `on_sample` in time order, with
-    /// progress on a terminal. Returns a one-line summary of what was read.
+    /// The range read, in milliseconds since the epoch.
+    #[must_use]
+    pub fn range(&self) -> Range {
+        self.range
+    }
+
+    /// Which metric names are read.
+    #[must_use]
+    pub fn family(&self) -> Family {
+        self.family
+    }
+
+    /// The server's base URL.
+    #[must_use]
+    pub fn base_url(&self) -> &str {
+        &self.client.base
+    }
+
+    /// The label matchers of `--selector`, without braces.
+    #[must_use]
+    pub fn matchers(&self) -> &str {
+        &self.matchers
+    }
+
+    /// Read the range in chunks, as [`History::feed_stats`], and return the one-line summary.
     ///
     /// # Errors
     /// As [`History::open`], for any chunk.
-    pub fn feed(self, mut on_sample: impl FnMut(&Sample)) -> anyhow::Result<String> {
+    pub fn feed(self, on_sample: impl FnMut(&Sample)) -> anyhow::Result<String> {
+        self.feed_stats(on_sample).map(|s| s.summary)
+    }
+
+    /// Read the range in chunks, handing each step's sample to `on_sample` in time order, with
+    /// progress on a terminal. The first chunk is [`FIRST_CHUNK_POINTS`] steps; each next one
+    /// holds about [`CHUNK_BUDGET`] points for the number of series seen so far (at most
+    /// [`CHUNK_POINTS`] steps), so memory does not grow with GPUs × steps. Returns what was
+    /// read and where the time went.
+    ///
+    /// # Errors
+    /// As [`History::open`], for any chunk.
+    pub fn feed_stats(self, mut on_sample: impl FnMut(&Sample)) -> anyhow::Result<FeedStats> {
         let History {
             mut client,
             range,
@@ -380,9 +450,8 @@ impl History {
             family,
             names,
         } = self;
-        let chunks = range.chunks(CHUNK_POINTS);
         let progress = std::io::stderr().is_terminal().then(|| {
-            let bar = indicatif::ProgressBar::new((chunks.len() * names.len()) as u64);
+            let bar = indicatif::ProgressBar::new(0);
             bar.set_style(
                 indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} queries {eta}")
                     .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
@@ -390,10 +459,25 @@ impl History {
             bar
         });
         let step_s = secs(range.step);
-        let timeout = format!("{}s", REQUEST_TIMEOUT.as_secs());
+        let timeout = format!("{}s", client.timeout.as_secs().max(1));
         let mut steps = 0u64;
+        let mut chunks = 0u64;
+        let mut max_series = 0u64;
+        let mut consuming = Duration::ZERO;
+        let mut merging = Duration::ZERO;
         let result = (|| -> anyhow::Result<()> {
-            for &(first, last) in &chunks {
+            let mut per = FIRST_CHUNK_POINTS.min(CHUNK_POINTS);
+            let mut first = range.start;
+            while first <= range.end {
+                let last = (first + (per - 1) * range.step).min(range.end);
+                if let Some(bar) = &progress {
+                    // Queries so far, plus this chunk's and the rest at the current length.
+                    let rest = (range.end - last) / range.step;
+                    let more = (rest + per - 1) / per.max(1);
+                    bar.set_length(
+                        bar.position() + (names.len() as u64) * (1 + more.max(0) as u64),
+                    );
+                }
                 let mut chunk = Chunk {
                     bounds: Some((first, last)),
                     ..Chunk::default()
@@ -418,15 +502,28 @@ impl History {
                             matrix.result_type
                         );
                     }
+                    let t = std::time::Instant::now();
                     chunk.add(family, name, matrix);
+                    merging += t.elapsed();
                     if let Some(bar) = &progress {
                         bar.inc(1);
                     }
                 }
+                let series = chunk.series.len() as i64;
+                max_series = max_series.max(series as u64);
+                let t = std::time::Instant::now();
+                let mut spent = Duration::ZERO;
                 chunk.feed(|sample| {
+                    let c = std::time::Instant::now();
                     on_sample(sample);
+                    spent += c.elapsed();
                     steps += 1;
                 });
+                merging += t.elapsed().saturating_sub(spent);
+                consuming += spent;
+                chunks += 1;
+                per = (CHUNK_BUDGET / series.max(1)).clamp(1, CHUNK_POINTS);
+                first = last + range.step;
             }
             Ok(())
         })();
@@ -437,7 +534,7 @@ impl History {
         for w in &client.warnings {
             eprintln!("truthscale: warning: {}: {w}", client.base);
         }
-        Ok(format!(
+        let summary = format!(
             "prometheus {}: {}, {} steps with data, every {} from {} to {}{}",
             client.base,
             family.describe(),
@@ -450,11 +547,23 @@ impl History {
             } else {
                 format!(", {{{matchers}}}")
             }
-        ))
+        );
+        Ok(FeedStats {
+            summary,
+            queries: client.queries,
+            chunks,
+            steps,
+            waiting_seconds: client.waiting.as_secs_f64(),
+            decoding_seconds: (client.decoding + merging).as_secs_f64(),
+            consuming_seconds: consuming.as_secs_f64(),
+            max_series,
+        })
     }
 }
 
-fn rfc3339(ms: i64) -> String {
+/// A time in milliseconds since the epoch as RFC 3339, to the second.
+#[must_use]
+pub fn rfc3339(ms: i64) -> String {
     let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
     humantime::format_rfc3339_seconds(t).to_string()
 }
@@ -548,7 +657,10 @@ mod tests {
                         .iter()
                         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                         .collect(),
-                    values: values.iter().map(|(t, v)| (*t, (*v).to_owned())).collect(),
+                    values: values
+                        .iter()
+                        .map(|(t, v)| (*t, PromValue(v.parse().ok())))
+                        .collect(),
                 })
                 .collect(),
         }
@@ -670,6 +782,7 @@ mod tests {
                 gpu_instance: 2,
                 compute_instance: None,
                 profile: Some("3g.40gb".into()),
+                ..MigId::default()
             }),
             pod: Some(PodRef {
                 pod: "p".into(),
@@ -701,6 +814,7 @@ mod tests {
             selector: None,
             bearer_token_file: None,
             basic_auth: Some("user:pa:ss".into()),
+            prometheus_timeout: None,
         };
         assert_eq!(
             authorization(&args).unwrap().as_deref(),

@@ -442,10 +442,9 @@ type CacheKey = (String, [u8; 32]);
 ///   keyed by user and a SHA-256 digest of the password, so repeated scrapes with the same
 ///   credentials cost a hash lookup instead of a bcrypt verification. Failures are never
 ///   cached.
-/// - bcrypt verification is bounded: one at a time ([`VERIFY_PERMITS`]); a request that waits
-///   longer than [`VERIFY_WAIT`] for its turn gets 503. Each client address may fail
-///   [`FAILURE_BURST`] times at once and regains one attempt a second; beyond that it gets
-///   429 without any bcrypt work.
+/// - bcrypt verification is bounded: one at a time; a request that waits longer than 2 s for
+///   its turn gets 503. Each client address may fail 5 times at once and regains one attempt
+///   a second; beyond that it gets 429 without any bcrypt work.
 /// - User names do not show in timing: an unknown user is verified against a stand-in hash
 ///   of the highest configured cost, and a password over 72 bytes is refused without bcrypt
 ///   for every user, known or not.

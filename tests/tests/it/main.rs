@@ -18,4 +18,5 @@ mod nvml;
 mod observability;
 mod otlp;
 mod prometheus_rules;
+mod report;
 mod serve;

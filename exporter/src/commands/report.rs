@@ -1,0 +1,139 @@
+//! `truthscale report`: how many GPUs the fleet needs, which pods can share one, which fit a
+//! MIG slice or a smaller model, which sit idle, and what that saves, from the history a
+//! Prometheus server holds (truthscale's own series, or dcgm-exporter's with its pod labels).
+
+use crate::history::{History, PrometheusArgs};
+use crate::report;
+use anyhow::{Context, bail};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use truthscale_core::fleet::{FleetConfig, IDLE_BUSY_BELOW, IDLE_COMPUTE_BELOW};
+
+/// Default window of `report`.
+pub const DEFAULT_SINCE: Duration = Duration::from_secs(14 * 86_400);
+/// Default step of `report`.
+pub const DEFAULT_STEP: Duration = Duration::from_secs(60);
+
+fn fraction(max: f64) -> impl Fn(&str) -> Result<f64, String> + Clone {
+    move |s: &str| {
+        let v: f64 = s
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?} is not a number"))?;
+        if v.is_finite() && (0.0..=max).contains(&v) {
+            Ok(v)
+        } else {
+            Err(format!("{v} is outside 0..={max}"))
+        }
+    }
+}
+
+fn price(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number"))?;
+    if v.is_finite() && v >= 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("{v}: give a price of 0 or more"))
+    }
+}
+
+/// `truthscale report`.
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// The history to read: --prometheus URL is required here; --since defaults to 14d and
+    /// --step to 60s for this command.
+    #[command(flatten)]
+    pub history: PrometheusArgs,
+    /// Headroom h: summed saturation is kept under 1 − h on a shared GPU (0 to 0.9).
+    #[arg(long, default_value = "0.2", value_parser = fraction(0.9))]
+    pub headroom: f64,
+    /// Price of one GPU-hour, for the savings estimate (in your currency).
+    #[arg(long, value_name = "PRICE", value_parser = price)]
+    pub cost_per_gpu_hour: Option<f64>,
+    /// List a workload as idle allocated capacity when idle more than this share of its
+    /// measured time (0 to 1).
+    #[arg(long, default_value = "0.5", value_parser = fraction(1.0))]
+    pub idle_share: f64,
+    /// A step is idle when the busy flag is below this (where measured)…
+    #[arg(long, default_value_t = IDLE_BUSY_BELOW, value_parser = fraction(1.0))]
+    pub idle_busy_below: f64,
+    /// …and effective compute below this (where measured).
+    #[arg(long, default_value_t = IDLE_COMPUTE_BELOW, value_parser = fraction(1.0))]
+    pub idle_compute_below: f64,
+    /// Print the versioned JSON document (docs/report.md) instead of the text report.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the report as a self-contained HTML page to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+}
+
+/// Run the command.
+///
+/// # Errors
+/// Bad flags; Prometheus unreachable, slow or answering errors; no GPU series; the HTML
+/// file cannot be written.
+pub fn run(args: &ReportArgs) -> anyhow::Result<ExitCode> {
+    if args.history.prometheus.is_none() {
+        bail!("report reads the history a Prometheus server holds: give --prometheus URL");
+    }
+    let mut p = args.history.clone();
+    p.since = Some(p.since.unwrap_or(DEFAULT_SINCE));
+    p.step = Some(p.step.unwrap_or(DEFAULT_STEP));
+    let started = Instant::now();
+    let history = History::open(&p)?;
+    let (input, source, stats) = report::collect(history)?;
+    let cfg = FleetConfig {
+        headroom: args.headroom,
+        idle_share: args.idle_share,
+        idle_busy_below: args.idle_busy_below,
+        idle_compute_below: args.idle_compute_below,
+        cost_per_gpu_hour: args.cost_per_gpu_hour,
+    };
+    if input.tracks.is_empty() {
+        bail!(
+            "{}: the series exist but hold no GPU readings between {} and {}",
+            source.prometheus,
+            source.start,
+            source.end
+        );
+    }
+    let analysis = Instant::now();
+    let doc = report::document(&input, source, &cfg);
+    let analysis_s = analysis.elapsed().as_secs_f64();
+    drop(input);
+    if let Some(path) = &args.html {
+        let page = report::html::render(&doc)?;
+        std::fs::write(path, page)
+            .with_context(|| format!("cannot write --html {}", path.display()))?;
+    }
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer(&mut out, &doc)?;
+        writeln!(out)?;
+    } else {
+        report::text::write(&mut out, &doc)?;
+    }
+    let total = started.elapsed().as_secs_f64();
+    let ours = stats.decoding_seconds + stats.consuming_seconds + analysis_s;
+    eprintln!("truthscale: {}", stats.summary);
+    eprintln!(
+        "truthscale: {} queries in {} chunks (at most {} series per chunk), {:.2} s in all: waiting for Prometheus {:.2} s ({:.0}%), truthscale {:.2} s (decoding {:.2} s, deriving {:.2} s, analysis {:.2} s)",
+        stats.queries,
+        stats.chunks,
+        stats.max_series,
+        total,
+        stats.waiting_seconds,
+        100.0 * stats.waiting_seconds / total.max(1e-9),
+        ours,
+        stats.decoding_seconds,
+        stats.consuming_seconds,
+        analysis_s
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,493 @@
+//! The report as one self-contained HTML page: inline CSS, charts as inline SVG drawn with
+//! plotters' SVG backend, no script, no external font or image.
+
+use super::{Document, gib, gpus, pct};
+use plotters::prelude::*;
+use std::fmt::Write as _;
+
+/// Escape text for HTML.
+fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+const WIDTH: u32 = 960;
+const HEIGHT: u32 = 360;
+
+/// Contiguous runs of known values as `(hours, value)` points.
+fn segments(values: &[Option<f64>], hours_per_step: f64) -> Vec<Vec<(f64, f64)>> {
+    let mut out: Vec<Vec<(f64, f64)>> = Vec::new();
+    let mut cur = Vec::new();
+    for (i, v) in values.iter().enumerate() {
+        match v {
+            Some(v) => cur.push((i as f64 * hours_per_step, *v)),
+            None if !cur.is_empty() => out.push(std::mem::take(&mut cur)),
+            None => {}
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+type Drawn = Result<(), Box<dyn std::error::Error>>;
+
+/// The fleet's series over time, with the two answers as horizontal lines.
+fn time_chart(doc: &Document, svg: &mut String) -> Drawn {
+    let f = &doc.fleet;
+    let hps = f.step_seconds / 3600.0;
+    let s = &f.series;
+    let allocated: Vec<Option<f64>> = if f.workload_unit == "pod" {
+        s.allocated_gpus.iter().map(|x| x.map(f64::from)).collect()
+    } else {
+        s.gpus_reporting.iter().map(|x| x.map(f64::from)).collect()
+    };
+    let lines: [(&str, &[Option<f64>], RGBColor); 4] = [
+        (
+            if f.workload_unit == "pod" {
+                "allocated GPUs"
+            } else {
+                "GPUs reporting"
+            },
+            &allocated,
+            RGBColor(90, 90, 90),
+        ),
+        (
+            "busy flag claims",
+            &s.busy_claim_gpus,
+            RGBColor(230, 126, 34),
+        ),
+        (
+            "compute demand",
+            &s.compute_demand_gpus,
+            RGBColor(41, 128, 185),
+        ),
+        (
+            "memory demand",
+            &s.memory_demand_gpus,
+            RGBColor(142, 68, 173),
+        ),
+    ];
+    let pooled = f.sizing.pooled_lower_bound.as_ref().map(|b| b.gpus as f64);
+    let packed = f.sizing.packing.as_ref().map(|p| p.gpus as f64);
+    let ymax = lines
+        .iter()
+        .flat_map(|l| l.1.iter().flatten().copied())
+        .chain(pooled)
+        .chain(packed)
+        .fold(1.0_f64, f64::max)
+        * 1.15;
+    let xmax = (f.steps.max(2) - 1) as f64 * hps;
+    let root = SVGBackend::with_string(svg, (WIDTH, HEIGHT)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(48)
+        .build_cartesian_2d(0.0..xmax.max(hps), 0.0..ymax)?;
+    chart
+        .configure_mesh()
+        .x_desc("hours since the start of the window")
+        .y_desc("GPUs (equivalents)")
+        .light_line_style(RGBColor(238, 238, 238))
+        .draw()?;
+    for (name, values, color) in lines {
+        let mut first = true;
+        for seg in segments(values, hps) {
+            let series = chart.draw_series(LineSeries::new(seg, color.stroke_width(2)))?;
+            if first {
+                series
+                    .label(name)
+                    .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color));
+                first = false;
+            }
+        }
+    }
+    for (name, value, color) in [
+        ("pooled lower bound", pooled, RGBColor(39, 174, 96)),
+        ("packed", packed, RGBColor(192, 57, 43)),
+    ] {
+        if let Some(v) = value {
+            chart
+                .draw_series(LineSeries::new(
+                    [(0.0, v), (xmax.max(hps), v)],
+                    color.stroke_width(2),
+                ))?
+                .label(format!("{name}: {v}"))
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color));
+        }
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(200, 200, 200))
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// Bars: GPUs allocated, what the busy flag claims, and the two answers.
+fn bar_chart(doc: &Document, svg: &mut String) -> Drawn {
+    let z = &doc.fleet.sizing;
+    let bars: Vec<(&str, Option<f64>, RGBColor)> = vec![
+        (
+            "allocated (peak)",
+            z.allocated_gpus.or(z.gpus_reporting).map(|s| s.max),
+            RGBColor(90, 90, 90),
+        ),
+        (
+            "busy flag (p99)",
+            z.busy_claim_gpus.summary.map(|s| s.p99),
+            RGBColor(230, 126, 34),
+        ),
+        (
+            "pooled lower bound",
+            z.pooled_lower_bound.as_ref().map(|b| b.gpus as f64),
+            RGBColor(39, 174, 96),
+        ),
+        (
+            "packed",
+            z.packing.as_ref().map(|p| p.gpus as f64),
+            RGBColor(192, 57, 43),
+        ),
+    ];
+    let ymax = bars.iter().filter_map(|b| b.1).fold(1.0_f64, f64::max) * 1.2;
+    let root = SVGBackend::with_string(svg, (WIDTH, 280)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let n = bars.len() as f64;
+    let mut chart = ChartBuilder::on(&root)
+        .margin(12)
+        .x_label_area_size(28)
+        .y_label_area_size(48)
+        .build_cartesian_2d(0.0..n, 0.0..ymax)?;
+    let names: Vec<String> = bars.iter().map(|b| b.0.to_owned()).collect();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(bars.len() * 2 + 1)
+        .x_label_formatter(&|x| {
+            let i = x.floor() as usize;
+            if (x - x.floor() - 0.5).abs() < 0.01 {
+                names.get(i).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc("GPUs")
+        .light_line_style(RGBColor(238, 238, 238))
+        .draw()?;
+    for (i, (_, v, color)) in bars.iter().enumerate() {
+        if let Some(v) = v {
+            let x = i as f64;
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(x + 0.2, 0.0), (x + 0.8, *v)],
+                color.filled(),
+            )))?;
+            chart.draw_series(std::iter::once(Text::new(
+                format!("{v}"),
+                (x + 0.45, *v + ymax * 0.03),
+                ("sans-serif", 14),
+            )))?;
+        }
+    }
+    root.present()?;
+    Ok(())
+}
+
+/// The page.
+///
+/// # Errors
+/// A chart could not be drawn.
+pub fn render(doc: &Document) -> anyhow::Result<String> {
+    let f = &doc.fleet;
+    let s = &doc.source;
+    let mut time_svg = String::new();
+    time_chart(doc, &mut time_svg).map_err(|e| anyhow::anyhow!("drawing the time chart: {e}"))?;
+    let mut bar_svg = String::new();
+    bar_chart(doc, &mut bar_svg).map_err(|e| anyhow::anyhow!("drawing the bar chart: {e}"))?;
+
+    let mut h = String::new();
+    let w = &mut h;
+    let _ = writeln!(
+        w,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+<title>truthscale report</title><style>\
+body{{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;color:#222;max-width:1000px}}\
+h1{{font-size:22px;margin:0 0 4px}}h2{{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}}\
+table{{border-collapse:collapse;font-size:13px}}td,th{{padding:3px 8px;border-bottom:1px solid #eee;text-align:left}}\
+th{{background:#f6f6f6}}td.n{{text-align:right;font-variant-numeric:tabular-nums}}\
+.sim{{background:#c0392b;color:#fff;padding:2px 8px;border-radius:3px;font-weight:bold}}\
+.big{{font-size:28px;font-weight:bold}}.muted{{color:#666;font-size:13px}}\
+.chart svg{{max-width:100%;height:auto}}</style></head><body>"
+    );
+    let _ = writeln!(
+        w,
+        "<h1>truthscale report{}</h1>\n<p class=\"muted\">{} ({}){} &middot; {} to {} &middot; every {} s &middot; {} of {} steps with data &middot; {} {}s on {} &middot; schema {} v{}</p>",
+        if f.simulated {
+            " <span class=\"sim\">SIMULATED</span>"
+        } else {
+            ""
+        },
+        esc(&s.prometheus),
+        esc(s.family),
+        s.selector
+            .as_ref()
+            .map(|m| format!(", {{{}}}", esc(m)))
+            .unwrap_or_default(),
+        esc(&s.start),
+        esc(&s.end),
+        s.step_seconds,
+        f.steps_with_data,
+        f.steps,
+        f.workloads,
+        f.workload_unit,
+        esc(f.gpu_model.as_deref().unwrap_or("an unknown model")),
+        super::SCHEMA,
+        super::SCHEMA_VERSION,
+    );
+
+    // The answers.
+    let z = &f.sizing;
+    let _ = write!(w, "<h2>GPUs needed vs allocated</h2>\n<p>");
+    let _ = writeln!(
+        w,
+        "allocated (peak): <span class=\"big\">{}</span> &nbsp; pooled lower bound: <span class=\"big\" id=\"pooled\">{}</span> &nbsp; packed: <span class=\"big\" id=\"packed\">{}</span></p>",
+        z.allocated_gpus
+            .map_or_else(|| "unknown".to_owned(), |a| format!("{}", a.max)),
+        z.pooled_lower_bound
+            .as_ref()
+            .map_or_else(|| "unknown".to_owned(), |b| b.gpus.to_string()),
+        z.packing
+            .as_ref()
+            .map_or_else(|| "unknown".to_owned(), |p| p.gpus.to_string()),
+    );
+    let _ = writeln!(w, "<div class=\"chart\" id=\"bars\">{bar_svg}</div>");
+    let _ = writeln!(
+        w,
+        "<h2>Demand over time</h2><div class=\"chart\" id=\"timeline\">{time_svg}</div>"
+    );
+    let _ = writeln!(
+        w,
+        "<table><tr><th>GPU-equivalents</th><th>p50</th><th>p95</th><th>p99</th><th>max</th><th>steps known</th><th>unknown for</th></tr>"
+    );
+    let mut srow = |name: &str,
+                    sum: Option<&truthscale_core::fleet::Summary>,
+                    unknown: &[String]| {
+        match sum {
+            Some(x) => {
+                let _ = writeln!(
+                    w,
+                    "<tr><td>{}</td><td class=n>{:.2}</td><td class=n>{:.2}</td><td class=n>{:.2}</td><td class=n>{:.2}</td><td class=n>{}</td><td>{}</td></tr>",
+                    esc(name),
+                    x.p50,
+                    x.p95,
+                    x.p99,
+                    x.max,
+                    x.steps_known,
+                    esc(&unknown.join(", "))
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    w,
+                    "<tr><td>{}</td><td colspan=5>unknown</td><td>{}</td></tr>",
+                    esc(name),
+                    esc(&unknown.join(", "))
+                );
+            }
+        }
+    };
+    srow("allocated GPUs", z.allocated_gpus.as_ref(), &[]);
+    srow("GPUs reporting", z.gpus_reporting.as_ref(), &[]);
+    srow(
+        "busy flag claims",
+        z.busy_claim_gpus.summary.as_ref(),
+        &z.busy_claim_gpus.unmeasured,
+    );
+    srow(
+        "compute demand",
+        z.compute_demand_gpus.summary.as_ref(),
+        &z.compute_demand_gpus.unmeasured,
+    );
+    srow(
+        "memory demand",
+        z.memory_demand_gpus.summary.as_ref(),
+        &z.memory_demand_gpus.unmeasured,
+    );
+    let _ = writeln!(w, "</table>");
+    if let Some(b) = &z.pooled_lower_bound {
+        let _ = writeln!(
+            w,
+            "<p>Pooled lower bound {}: compute {} GPUs, memory {} GPUs (bound by {}).</p>",
+            b.gpus,
+            gpus(b.compute_gpus),
+            gpus(b.memory_gpus),
+            if b.binding == truthscale_core::fleet::Binding::Memory {
+                "memory"
+            } else {
+                "compute"
+            }
+        );
+    }
+    if let Some(p) = &z.packing {
+        for e in &p.excluded {
+            let _ = writeln!(
+                w,
+                "<p class=\"muted\">Not packed: {}: {}.</p>",
+                esc(&e.workload),
+                esc(&e.reason)
+            );
+        }
+    }
+
+    let _ = writeln!(
+        w,
+        "<h2>Co-location candidates</h2>\n<table><tr><th>workloads</th><th>GPUs freed</th><th>peak memory</th><th>p99 saturation</th><th>sum of p99s</th><th>interleaved</th></tr>"
+    );
+    for c in &f.colocation {
+        let _ = writeln!(
+            w,
+            "<tr><td>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td>{}</td></tr>",
+            esc(&c.workloads.join(" + ")),
+            c.gpus_freed,
+            gib(Some(c.peak_memory_bytes)),
+            pct(c.saturation_p99),
+            pct(Some(c.sum_of_p99s)),
+            if c.interleaved { "yes" } else { "" }
+        );
+    }
+    let _ = writeln!(w, "</table>");
+
+    let _ = writeln!(
+        w,
+        "<h2>Right-sizing</h2>\n<table><tr><th>workload</th><th>GPU</th><th>memory peak</th><th>memory p99</th><th>of</th><th>p99 saturation</th><th>MIG fit</th><th>smaller model</th></tr>"
+    );
+    for r in &f.rightsizing {
+        let mig = match (&r.mig_fit, &r.mig_fit_note) {
+            (Some(m), _) => format!(
+                "{} ({}{})",
+                m.profile,
+                serde_json::to_value(m.binding)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+                if m.unmeasured.is_empty() {
+                    ""
+                } else {
+                    "; not all checked"
+                }
+            ),
+            (None, Some(n)) => n.clone(),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            w,
+            "<tr><td>{}{}</td><td>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&r.workload),
+            if r.simulated {
+                " <span class=\"sim\">SIM</span>"
+            } else {
+                ""
+            },
+            esc(&r.gpu),
+            gib(r.memory_peak_bytes),
+            gib(r.memory_p99_bytes),
+            gib(r.memory_total_bytes),
+            pct(r.saturation_p99),
+            esc(&mig),
+            esc(&r
+                .smaller_gpu
+                .as_ref()
+                .map(|g| g.name.to_owned())
+                .or_else(|| r.smaller_gpu_note.clone())
+                .unwrap_or_default()),
+        );
+    }
+    let _ = writeln!(w, "</table>");
+
+    let _ = writeln!(
+        w,
+        "<h2>Idle allocated capacity</h2>\n<p class=\"muted\">Idle more than {} of the measured time (busy flag below {}, effective compute below {}, each where measured).</p>\n<table><tr><th>workload</th><th>idle</th><th>measured hours</th><th>idle GPU-hours</th></tr>",
+        pct(Some(f.idle.idle_share_above)),
+        pct(Some(f.idle.busy_below)),
+        pct(Some(f.idle.effective_compute_below)),
+    );
+    for i in &f.idle.workloads {
+        let _ = writeln!(
+            w,
+            "<tr><td>{}</td><td class=n>{}</td><td class=n>{:.2}</td><td class=n>{:.2}</td></tr>",
+            esc(&i.workload),
+            pct(Some(i.idle_share)),
+            i.measured_hours,
+            i.idle_gpu_hours
+        );
+    }
+    let _ = writeln!(w, "</table>");
+
+    let _ = writeln!(w, "<h2>Savings (estimate)</h2>");
+    match &f.savings {
+        Some(sv) => {
+            let _ = writeln!(
+                w,
+                "<p>{} GPUs freed ({} today, {} needed) &times; {:.2} h = {:.2} GPU-hours{}.</p><ul>",
+                sv.gpus_freed,
+                sv.baseline_gpus,
+                sv.needed_gpus,
+                sv.hours,
+                sv.gpu_hours,
+                sv.cost
+                    .zip(sv.cost_per_gpu_hour)
+                    .map(|(c, p)| format!(" &times; {p} per GPU-hour = <b>{c:.2}</b>"))
+                    .unwrap_or_default()
+            );
+            for a in &sv.assumptions {
+                let _ = writeln!(w, "<li>assumes {}</li>", esc(a));
+            }
+            let _ = writeln!(w, "</ul>");
+        }
+        None => {
+            let _ = writeln!(w, "<p>unknown: no packing.</p>");
+        }
+    }
+    if !f.notes.is_empty() {
+        let _ = writeln!(w, "<h2>Notes</h2><ul>");
+        for n in &f.notes {
+            let _ = writeln!(w, "<li>{}</li>", esc(n));
+        }
+        let _ = writeln!(w, "</ul>");
+    }
+    let _ = writeln!(w, "<h2>Method and assumptions</h2><ul>");
+    for m in &f.method {
+        let _ = writeln!(w, "<li>{}</li>", esc(m));
+    }
+    let _ = writeln!(w, "</ul>\n</body></html>");
+    Ok(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_and_segments() {
+        assert_eq!(
+            esc("<a href=\"x\">&'"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
+        let s = segments(&[Some(1.0), None, Some(2.0), Some(3.0)], 0.5);
+        assert_eq!(s, vec![vec![(0.0, 1.0)], vec![(1.0, 2.0), (1.5, 3.0)]]);
+    }
+}

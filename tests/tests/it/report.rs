@@ -1,0 +1,775 @@
+//! `truthscale report` end to end: a real Prometheus backfilled with promtool holding a fleet
+//! whose answers are known (in truthscale's own series and, the same fleet, as dcgm-exporter
+//! fields with its pod labels), read back through the HTTP API; the HTML page in headless
+//! Chromium; and bad input: an unreachable or hung server, a selector that matches nothing,
+//! GPUs without pod labels, a busy-flag-only fleet, a window with a gap.
+//!
+//! The fleet, 11 H100s of 80 GiB over the last 6 hours at a 60 s step (`source="sim"` on
+//! every series; truthscale's series name the model `Simulated H100 SXM`):
+//! - `steady/p0`…`p7`: saturation 0.2 (tensor 0.2, DRAM 0.1), busy flag 0.9, 30 GiB;
+//! - `alt/a`, `alt/b`: busy at alternate half-hours (tensor 0.7, DRAM 0.2, busy flag 1.0;
+//!   else all 0), 30 GiB each;
+//! - `dev/notebook`: holds its GPU and does nothing (all 0), 2 GiB.
+//!
+//! Known answers with headroom 0.2: compute demand 8 × 0.2 + 0.7 = 2.3 at every step, memory
+//! demand 302 / 80 = 3.775; pooled lower bound max(⌈2.3 / 0.8⌉, ⌈3.775⌉) = 4 (memory);
+//! packed 5: the alternating pair and the notebook on one GPU (62 GiB, aligned sum 0.7), the
+//! steady pods two by two (60 GiB; three would be 90).
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use truthscale_e2e::{Silent, Spawned, TempDir, clean_command, free_port, http_get, require_tool};
+
+const STEP: i64 = 60;
+/// Seven hours of data; the report reads the last six.
+const POINTS: i64 = 7 * 60;
+const GIB_MIB: f64 = 1024.0;
+const GIB: f64 = 1_073_741_824.0;
+/// Steps of a 6 h window at 60 s: the start is aligned down to the step, so 361 always.
+const STEPS: u64 = 361;
+/// The `gappy` job has no data for these 60 minutes (counted back from the end).
+const GAP_FROM_END: std::ops::Range<i64> = 120..180;
+
+/// What one `truthscale` run left behind.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        assert_eq!(self.code, Some(0), "stderr:\n{}", self.stderr);
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", self.stdout))
+    }
+}
+
+fn truthscale(args: &[&str]) -> Run {
+    let tmp = TempDir::new("report-run");
+    let mut cmd = clean_command();
+    cmd.args(args);
+    let started = Instant::now();
+    let p = Spawned::start(cmd, tmp.path(), "truthscale");
+    let status = p.finish(Duration::from_secs(60));
+    Run {
+        code: status.code(),
+        stdout: std::fs::read_to_string(tmp.path().join("truthscale.stdout")).unwrap_or_default(),
+        stderr: std::fs::read_to_string(tmp.path().join("truthscale.stderr")).unwrap_or_default(),
+        took: started.elapsed(),
+    }
+}
+
+/// One pod's values at absolute time `t` (seconds): tensor, DRAM, busy flag, memory GiB.
+type Profile = fn(i64) -> (f64, f64, f64, f64);
+
+fn steady(_: i64) -> (f64, f64, f64, f64) {
+    (0.2, 0.1, 0.9, 30.0)
+}
+/// Busy in the even half-hours of the epoch.
+fn a_busy(t: i64) -> bool {
+    (t / 1800) % 2 == 0
+}
+fn alt_a(t: i64) -> (f64, f64, f64, f64) {
+    if a_busy(t) {
+        (0.7, 0.2, 1.0, 30.0)
+    } else {
+        (0.0, 0.0, 0.0, 30.0)
+    }
+}
+fn alt_b(t: i64) -> (f64, f64, f64, f64) {
+    alt_a(t + 1800)
+}
+fn notebook(_: i64) -> (f64, f64, f64, f64) {
+    (0.0, 0.0, 0.0, 2.0)
+}
+
+/// `(node, gpu, namespace, pod, profile)` of the fleet.
+fn fleet() -> Vec<(&'static str, u32, &'static str, String, Profile)> {
+    let mut v: Vec<(&'static str, u32, &'static str, String, Profile)> = (0..8)
+        .map(|i| ("node-a", i, "steady", format!("p{i}"), steady as Profile))
+        .collect();
+    v.push(("node-b", 0, "alt", "a".into(), alt_a));
+    v.push(("node-b", 1, "alt", "b".into(), alt_b));
+    v.push(("node-b", 2, "dev", "notebook".into(), notebook));
+    v
+}
+
+/// OpenMetrics text builder: one family per name, in any order of series.
+#[derive(Default)]
+struct Om(std::collections::BTreeMap<&'static str, String>);
+
+impl Om {
+    fn add(&mut self, name: &'static str, labels: &str, t: i64, v: f64) {
+        let s = self.0.entry(name).or_default();
+        let _ = writeln!(s, "{name}{{{labels}}} {v} {t}");
+    }
+    fn text(&self) -> String {
+        let mut out = String::new();
+        for (name, body) in &self.0 {
+            let _ = writeln!(out, "# TYPE {name} gauge");
+            out.push_str(body);
+        }
+        out.push_str("# EOF\n");
+        out
+    }
+}
+
+/// The last data timestamp: the last whole minute.
+fn end_now() -> i64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    (i64::try_from(now).unwrap() / STEP) * STEP
+}
+
+/// Every job's series.
+fn openmetrics(end: i64) -> String {
+    let mut om = Om::default();
+    let times = (0..POINTS).map(|i| end - (POINTS - 1 - i) * STEP);
+    for t in times {
+        for (node, gpu, ns, pod, f) in fleet() {
+            let (tensor, dram, busy, mem) = f(t);
+            // truthscale's own gauges.
+            let l = format!(
+                "job=\"truthscale\",source=\"sim\",gpu=\"{gpu}\",uuid=\"GPU-{node}-{gpu}\",model=\"Simulated H100 SXM\",node=\"{node}\",namespace=\"{ns}\",pod=\"{pod}\",container=\"main\""
+            );
+            om.add("truthscale_gpu_tensor_active_ratio", &l, t, tensor);
+            om.add("truthscale_gpu_dram_active_ratio", &l, t, dram);
+            om.add("truthscale_gpu_reported_utilization_ratio", &l, t, busy);
+            om.add("truthscale_gpu_memory_used_bytes", &l, t, mem * GIB);
+            om.add("truthscale_gpu_memory_total_bytes", &l, t, 80.0 * GIB);
+            // The same fleet as dcgm-exporter writes it.
+            let l = format!(
+                "job=\"dcgm\",source=\"sim\",gpu=\"{gpu}\",UUID=\"GPU-{node}-{gpu}\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"{node}\",namespace=\"{ns}\",pod=\"{pod}\",container=\"main\""
+            );
+            om.add("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", &l, t, tensor);
+            om.add("DCGM_FI_PROF_DRAM_ACTIVE", &l, t, dram);
+            om.add("DCGM_FI_DEV_GPU_UTIL", &l, t, busy * 100.0);
+            om.add("DCGM_FI_DEV_FB_USED", &l, t, mem * GIB_MIB);
+            om.add("DCGM_FI_DEV_FB_FREE", &l, t, (80.0 - mem) * GIB_MIB);
+        }
+        // Two GPUs without pod labels (dcgm-exporter without the pod-resources mapping).
+        for gpu in 0..2 {
+            let l = format!(
+                "job=\"nopod\",source=\"sim\",gpu=\"{gpu}\",UUID=\"GPU-z-{gpu}\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"node-z\""
+            );
+            om.add("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", &l, t, 0.3);
+            om.add("DCGM_FI_PROF_DRAM_ACTIVE", &l, t, 0.1);
+            om.add("DCGM_FI_DEV_GPU_UTIL", &l, t, 50.0);
+            om.add("DCGM_FI_DEV_FB_USED", &l, t, 10.0 * GIB_MIB);
+            om.add("DCGM_FI_DEV_FB_FREE", &l, t, 70.0 * GIB_MIB);
+        }
+        // Two pods with the busy flag and memory only: no profiling fields.
+        for gpu in 0..2 {
+            let l = format!(
+                "job=\"busyonly\",source=\"sim\",gpu=\"{gpu}\",UUID=\"GPU-y-{gpu}\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"node-y\",namespace=\"b\",pod=\"q{gpu}\""
+            );
+            om.add("DCGM_FI_DEV_GPU_UTIL", &l, t, 80.0);
+            om.add("DCGM_FI_DEV_FB_USED", &l, t, 30.0 * GIB_MIB);
+            om.add("DCGM_FI_DEV_FB_FREE", &l, t, 50.0 * GIB_MIB);
+        }
+        // Two steady pods whose exporter was down for an hour.
+        let back = (end - t) / 60;
+        if !GAP_FROM_END.contains(&back) {
+            for gpu in 0..2 {
+                let l = format!(
+                    "job=\"gappy\",source=\"sim\",gpu=\"{gpu}\",uuid=\"GPU-g-{gpu}\",model=\"Simulated H100 SXM\",node=\"node-g\",namespace=\"g\",pod=\"r{gpu}\""
+                );
+                om.add("truthscale_gpu_tensor_active_ratio", &l, t, 0.2);
+                om.add("truthscale_gpu_dram_active_ratio", &l, t, 0.1);
+                om.add("truthscale_gpu_reported_utilization_ratio", &l, t, 0.9);
+                om.add("truthscale_gpu_memory_used_bytes", &l, t, 30.0 * GIB);
+                om.add("truthscale_gpu_memory_total_bytes", &l, t, 80.0 * GIB);
+            }
+        }
+    }
+    om.text()
+}
+
+/// A Prometheus serving a TSDB backfilled with [`openmetrics`], with no scrape jobs.
+struct Backfilled {
+    url: String,
+    _prom: Spawned,
+    _dir: TempDir,
+}
+
+fn backfilled() -> Backfilled {
+    let promtool = require_tool("/usr/bin/promtool", "prometheus");
+    let prometheus = require_tool("/usr/bin/prometheus", "prometheus");
+    let dir = TempDir::new("report-prom");
+    let end = end_now();
+    let om = dir.path().join("fleet.om.txt");
+    std::fs::write(&om, openmetrics(end)).unwrap();
+    let data = dir.path().join("tsdb");
+    let out = Command::new(promtool)
+        .args(["tsdb", "create-blocks-from", "openmetrics"])
+        .arg(&om)
+        .arg(&data)
+        .output()
+        .expect("run promtool");
+    assert!(
+        out.status.success(),
+        "promtool tsdb create-blocks-from openmetrics failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(&config, "global:\n  scrape_interval: 60s\n").unwrap();
+    for attempt in 0..3 {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut cmd = Command::new(prometheus);
+        cmd.arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", data.display()))
+            .arg(format!("--web.listen-address={addr}"))
+            .arg("--log.level=warn");
+        let mut prom = Spawned::start(cmd, dir.path(), &format!("prometheus-{attempt}"));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = prom.try_wait() {
+                let stderr = prom.stderr();
+                assert!(
+                    stderr.contains("address already in use") && attempt < 2,
+                    "prometheus exited ({status}):\n{stderr}"
+                );
+                break;
+            }
+            if http_get(&addr, "/-/ready", &[]).is_ok_and(|r| r.status == 200) {
+                return Backfilled {
+                    url: format!("http://{addr}"),
+                    _prom: prom,
+                    _dir: dir,
+                };
+            }
+            assert!(
+                Instant::now() < deadline,
+                "prometheus not ready in 60 s:\n{}",
+                prom.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    unreachable!("the last attempt panics")
+}
+
+fn report(p: &Backfilled, selector: &str, extra: &[&str]) -> Run {
+    let mut args = vec![
+        "report",
+        "--prometheus",
+        p.url.as_str(),
+        "--since",
+        "6h",
+        "--step",
+        "60s",
+        "--selector",
+        selector,
+    ];
+    args.extend_from_slice(extra);
+    truthscale(&args)
+}
+
+fn at<'a>(v: &'a Value, path: &str) -> &'a Value {
+    v.pointer(path)
+        .unwrap_or_else(|| panic!("{path} missing in {v:#}"))
+}
+
+fn num(v: &Value, path: &str) -> f64 {
+    at(v, path)
+        .as_f64()
+        .unwrap_or_else(|| panic!("{path} is not a number: {}", at(v, path)))
+}
+
+fn strs(v: &Value, path: &str) -> Vec<String> {
+    at(v, path)
+        .as_array()
+        .unwrap_or_else(|| panic!("{path} is not an array"))
+        .iter()
+        .map(|x| x.as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// All four percentiles and the max of a summary equal `want`, over `steps` steps.
+fn flat(v: &Value, path: &str, want: f64, steps: u64) {
+    for q in ["p50", "p95", "p99", "max"] {
+        assert_eq!(num(v, &format!("{path}/{q}")), want, "{path}/{q}");
+    }
+    assert_eq!(
+        at(v, &format!("{path}/steps_known")).as_u64(),
+        Some(steps),
+        "{path}/steps_known"
+    );
+}
+
+fn rightsizing<'a>(v: &'a Value, workload: &str) -> &'a Value {
+    at(v, "/rightsizing")
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["workload"] == workload)
+        .unwrap_or_else(|| panic!("{workload} not right-sized: {v:#}"))
+}
+
+/// The answers of the whole fleet, the same from either family.
+fn assert_fleet(v: &Value, family: &str) {
+    assert_eq!(v["schema"], "truthscale.report");
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(at(v, "/source/family"), family);
+    assert_eq!(v["workload_unit"], "pod");
+    assert_eq!(v["workloads"], 11);
+    assert_eq!(v["gpu_model"], "H100 SXM");
+    assert_eq!(num(v, "/gpu_memory_bytes"), 80.0 * GIB);
+    assert_eq!(v["steps"], STEPS);
+    assert_eq!(v["steps_with_data"], STEPS);
+    assert_eq!(v["step_seconds"], 60.0);
+    assert_eq!(v["headroom"], 0.2);
+
+    // Fleet sizing, flat in time: 11 GPUs held, the busy flag claims 8 × 0.9 + 1.0 = 8.2,
+    // saturation adds to 8 × 0.2 + 0.7 = 2.3, memory to (10 × 30 + 2) / 80 = 3.775.
+    flat(v, "/sizing/allocated_gpus", 11.0, STEPS);
+    flat(v, "/sizing/busy_claim_gpus/summary", 8.2, STEPS);
+    flat(v, "/sizing/compute_demand_gpus/summary", 2.3, STEPS);
+    flat(v, "/sizing/memory_demand_gpus/summary", 3.775, STEPS);
+    assert_eq!(v["sizing"]["compute_demand_gpus"]["workloads"], 11);
+    assert!(strs(v, "/sizing/compute_demand_gpus/unmeasured").is_empty());
+
+    let pooled = at(v, "/sizing/pooled_lower_bound");
+    assert_eq!(pooled["gpus"], 4);
+    assert_eq!(pooled["compute_gpus"], 2.875);
+    assert_eq!(pooled["memory_gpus"], 3.775);
+    assert_eq!(pooled["binding"], "memory");
+
+    let packing = at(v, "/sizing/packing");
+    assert_eq!(packing["gpus"], 5);
+    assert_eq!(packing["packed_gpus"], 5);
+    assert_eq!(packing["excluded_gpus"], 0);
+    let bins = packing["bins"].as_array().unwrap();
+    assert_eq!(
+        strs(&bins[0], "/workloads"),
+        ["alt/a", "alt/b", "dev/notebook"]
+    );
+    assert_eq!(num(&bins[0], "/peak_memory_bytes"), 62.0 * GIB);
+    assert_eq!(num(&bins[0], "/saturation_p99"), 0.7);
+    for (i, bin) in bins.iter().enumerate().skip(1) {
+        let k = 2 * (i - 1);
+        assert_eq!(
+            strs(bin, "/workloads"),
+            [format!("steady/p{k}"), format!("steady/p{}", k + 1)]
+        );
+        assert_eq!(num(bin, "/peak_memory_bytes"), 60.0 * GIB);
+        assert_eq!(num(bin, "/saturation_p99"), 0.4);
+    }
+
+    // Co-location: the interleaved pair (with the notebook) frees 2 GPUs, each steady pair 1.
+    let groups = at(v, "/colocation").as_array().unwrap();
+    assert_eq!(groups.len(), 5);
+    let g = &groups[0];
+    assert_eq!(strs(g, "/workloads"), ["alt/a", "alt/b", "dev/notebook"]);
+    assert_eq!(
+        (g["gpus_held"].as_u64(), g["gpus_freed"].as_u64()),
+        (Some(3), Some(2))
+    );
+    assert_eq!(g["sum_of_p99s"], 1.4);
+    assert_eq!(g["saturation_p99"], 0.7);
+    assert_eq!(g["interleaved"], true);
+    for g in &groups[1..] {
+        assert_eq!(g["gpus_freed"], 1);
+        assert_eq!(g["interleaved"], false);
+        assert_eq!(g["sum_of_p99s"], 0.4);
+    }
+
+    // Right-sizing.
+    let s = rightsizing(v, "steady/p0");
+    assert_eq!(num(s, "/memory_peak_bytes"), 30.0 * GIB);
+    assert_eq!(num(s, "/memory_p99_bytes"), 30.0 * GIB);
+    assert_eq!(num(s, "/memory_total_bytes"), 80.0 * GIB);
+    assert_eq!(s["memory_peak_fraction"], 0.375);
+    assert_eq!(s["saturation_p99"], 0.2);
+    assert_eq!(s["saturation_measured_share"], 1.0);
+    assert_eq!(at(s, "/mig_fit/profile"), "3g.40gb");
+    assert_eq!(at(s, "/mig_fit/binding"), "memory");
+    assert_eq!(at(s, "/smaller_gpu/key"), "l40s");
+    let a = rightsizing(v, "alt/a");
+    assert_eq!(a["saturation_p99"], 0.7);
+    // p95 of the tensor pipe 0.7 over 0.8 needs 0.875 of the SMs: only the whole GPU.
+    assert_eq!(at(a, "/mig_fit/profile"), "7g.80gb");
+    assert_eq!(at(a, "/mig_fit/binding"), "compute");
+    assert!(a["smaller_gpu"].is_null());
+    let n = rightsizing(v, "dev/notebook");
+    assert_eq!(at(n, "/mig_fit/profile"), "1g.10gb");
+    assert_eq!(at(n, "/smaller_gpu/name"), "L4");
+
+    // Idle allocated capacity: the notebook, idle all of its 361 minutes.
+    let hours = STEPS as f64 * (60.0 / 3600.0);
+    let idle = at(v, "/idle/workloads").as_array().unwrap();
+    assert_eq!(idle.len(), 1, "{idle:#?}");
+    assert_eq!(idle[0]["workload"], "dev/notebook");
+    assert_eq!(idle[0]["idle_share"], 1.0);
+    assert_eq!(num(&idle[0], "/idle_gpu_hours"), hours);
+    assert_eq!(num(&idle[0], "/held_hours"), hours);
+
+    // Savings: 11 − 5 = 6 GPUs × 6.0167 h × 2.5.
+    let sv = at(v, "/savings");
+    assert_eq!(sv["estimate"], true);
+    assert_eq!(sv["baseline_gpus"], 11);
+    assert_eq!(sv["needed_gpus"], 5);
+    assert_eq!(sv["gpus_freed"], 6);
+    assert_eq!(num(sv, "/hours"), hours);
+    assert_eq!(num(sv, "/gpu_hours"), 6.0 * hours);
+    assert_eq!(num(sv, "/cost"), 2.5 * (6.0 * hours));
+    assert!(!strs(v, "/method").is_empty());
+
+    // The series, as many as the steps.
+    for s in [
+        "allocated_gpus",
+        "busy_claim_gpus",
+        "compute_demand_gpus",
+        "memory_demand_gpus",
+    ] {
+        let a = at(v, &format!("/series/{s}")).as_array().unwrap();
+        assert_eq!(a.len() as u64, STEPS, "{s}");
+    }
+    assert_eq!(at(v, "/series/compute_demand_gpus/0"), 2.3);
+}
+
+const FLEET_FLAGS: &[&str] = &[
+    "--json",
+    "--cost-per-gpu-hour",
+    "2.5",
+    "--idle-share",
+    "0.6",
+];
+
+#[test]
+fn report_pins_the_fleet_from_truthscale_series() {
+    let p = backfilled();
+    let run = report(&p, "{job=\"truthscale\"}", FLEET_FLAGS);
+    eprintln!("report: {}", run.stderr);
+    let v = run.json();
+    assert_fleet(&v, "truthscale");
+    assert_eq!(
+        v["simulated"], true,
+        "truthscale's series name a simulated model"
+    );
+    assert_eq!(rightsizing(&v, "alt/a")["simulated"], true);
+    assert!(
+        run.stderr.contains("waiting for Prometheus"),
+        "time split on stderr: {}",
+        run.stderr
+    );
+
+    // The issue's example alone: 8 × (0.2, 30 GiB) need 3 GPUs pooled (memory), 4 packed.
+    let run = report(&p, "{job=\"truthscale\",namespace=\"steady\"}", &["--json"]);
+    let v = run.json();
+    assert_eq!(v["workloads"], 8);
+    let pooled = at(&v, "/sizing/pooled_lower_bound");
+    assert_eq!(pooled["gpus"], 3);
+    assert_eq!(pooled["compute_gpus"], 2.0);
+    assert_eq!(pooled["memory_gpus"], 3.0);
+    assert_eq!(pooled["binding"], "memory");
+    assert_eq!(at(&v, "/sizing/packing/gpus"), 4);
+    assert_eq!(at(&v, "/savings/gpus_freed"), 4);
+    assert!(at(&v, "/savings/cost").is_null(), "no price, no cost");
+
+    // The text report says the same.
+    let run = report(&p, "{job=\"truthscale\"}", &["--cost-per-gpu-hour", "2.5"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let t = &run.stdout;
+    for want in [
+        "GPUs needed, pooled lower bound: 4  (compute 2.88 / memory 3.77; bound by memory)",
+        "GPUs needed, packed (first-fit decreasing): 5",
+        "frees 2: alt/a + alt/b + dev/notebook",
+        "interleaved: their p99s add to 140.0%",
+        "a smaller model fits: L4",
+        "SAVINGS (estimate): 6 GPUs freed (11 today, 5 needed)",
+        "[SIMULATED]",
+        "METHOD",
+    ] {
+        assert!(t.contains(want), "text lacks {want:?}:\n{t}");
+    }
+}
+
+#[test]
+fn report_from_dcgm_only_history_gives_the_same_answers() {
+    let p = backfilled();
+    let run = report(&p, "{job=\"dcgm\"}", FLEET_FLAGS);
+    eprintln!("report: {}", run.stderr);
+    let v = run.json();
+    assert_fleet(&v, "dcgm_exporter");
+    // dcgm-exporter's model names carry no simulation mark (the series' source="sim" label
+    // is not one dcgm-exporter defines).
+    assert_eq!(v["simulated"], false);
+    assert_eq!(rightsizing(&v, "steady/p3")["gpu"], "node-a/GPU-node-a-3");
+}
+
+/// Count the pixels of each colour in a PNG (8-bit RGB or RGBA), decoded with Python's
+/// zlib: `[(r, g, b)] → counts`.
+fn pixel_counts(png: &Path, colors: &[(u8, u8, u8)]) -> Vec<u64> {
+    const DECODE: &str = r#"
+import sys, zlib, struct
+data = open(sys.argv[1], 'rb').read()
+assert data[:8] == b'\x89PNG\r\n\x1a\n'
+pos, idat, w, h, ct = 8, b'', 0, 0, 0
+while pos < len(data):
+    n, kind = struct.unpack('>I4s', data[pos:pos + 8])
+    body = data[pos + 8:pos + 8 + n]
+    if kind == b'IHDR':
+        w, h, depth, ct = struct.unpack('>IIBB', body[:10])
+        assert depth == 8 and ct in (2, 6), (depth, ct)
+    elif kind == b'IDAT':
+        idat += body
+    pos += 12 + n
+bpp = 3 if ct == 2 else 4
+raw = zlib.decompress(idat)
+stride = w * bpp
+prev = bytearray(stride)
+want = [tuple(int(x) for x in c.split(',')) for c in sys.argv[2:]]
+counts = [0] * len(want)
+i = 0
+for y in range(h):
+    f = raw[i]; line = bytearray(raw[i + 1:i + 1 + stride]); i += 1 + stride
+    for x in range(stride):
+        a = line[x - bpp] if x >= bpp else 0
+        b = prev[x]
+        c = prev[x - bpp] if x >= bpp else 0
+        if f == 1: line[x] = (line[x] + a) & 255
+        elif f == 2: line[x] = (line[x] + b) & 255
+        elif f == 3: line[x] = (line[x] + (a + b) // 2) & 255
+        elif f == 4:
+            p = a + b - c; pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+            line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+    for x in range(0, stride, bpp):
+        px = tuple(line[x:x + 3])
+        for k, c in enumerate(want):
+            if px == c: counts[k] += 1
+    prev = line
+print(' '.join(map(str, counts)))
+"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(DECODE)
+        .arg(png)
+        .args(colors.iter().map(|(r, g, b)| format!("{r},{g},{b}")))
+        .output()
+        .expect("python3 is missing: run scripts/test");
+    assert!(
+        out.status.success(),
+        "decoding {}: {}",
+        png.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect()
+}
+
+fn chromium(tmp: &Path, name: &str, extra: &[String], url: &str) -> (String, String) {
+    let chromium = require_tool("/usr/bin/chromium", "chromium");
+    let profile = tmp.join(format!("profile-{name}"));
+    std::fs::create_dir_all(&profile).unwrap();
+    let mut cmd = Command::new(chromium);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--window-size=1200,1500",
+    ])
+    .arg(format!("--user-data-dir={}", profile.display()))
+    .args(extra)
+    .arg(url);
+    let mut run = Spawned::start(cmd, tmp, &format!("chromium-{name}"));
+    let status = match run.wait_timeout(Duration::from_secs(60)) {
+        Some(s) => s,
+        None => {
+            run.kill();
+            panic!("chromium {name} ran over 60 s:\n{}", run.stderr());
+        }
+    };
+    assert!(
+        status.success(),
+        "chromium {name}: {status}\n{}",
+        run.stderr()
+    );
+    (run.stdout(), run.stderr())
+}
+
+#[test]
+fn report_html_renders_in_chromium() {
+    let p = backfilled();
+    let tmp = TempDir::new("report-html");
+    let html = tmp.path().join("report.html");
+    let html_s = html.display().to_string();
+    let run = report(
+        &p,
+        "{job=\"truthscale\"}",
+        &["--html", &html_s, "--cost-per-gpu-hour", "2.5"],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let page = std::fs::read_to_string(&html).unwrap();
+    // Self-contained: no script, no stylesheet or font to fetch, no image to load.
+    for banned in [
+        "<script", "<link", "@import", "url(", " src=", "<img", "<iframe",
+    ] {
+        assert!(!page.contains(banned), "the page has {banned:?}");
+    }
+    assert_eq!(page.matches("<svg").count(), 2, "two inline SVG charts");
+    assert!(page.contains("id=\"pooled\">4<") && page.contains("id=\"packed\">5<"));
+
+    let url = format!("file://{html_s}");
+    let png = tmp.path().join("report.png");
+    let (_, stderr) = chromium(
+        tmp.path(),
+        "screenshot",
+        &[format!("--screenshot={}", png.display())],
+        &url,
+    );
+    for bad in ["CONSOLE", "Uncaught", "ERR_FILE_NOT_FOUND", "net::ERR"] {
+        assert!(!stderr.contains(bad), "chromium logged {bad}:\n{stderr}");
+    }
+    // The charts' colours: the compute-demand line (blue), the packed bar and line (red),
+    // the pooled bound (green), the busy-flag line and bar (orange).
+    let colors = [(41, 128, 185), (192, 57, 43), (39, 174, 96), (230, 126, 34)];
+    let counts = pixel_counts(&png, &colors);
+    eprintln!("report_html_renders_in_chromium: chart pixels {counts:?}");
+    for (c, n) in colors.iter().zip(&counts) {
+        assert!(*n >= 500, "colour {c:?}: only {n} pixels in the screenshot");
+    }
+    let (dom, stderr) = chromium(tmp.path(), "dom", &["--dump-dom".to_owned()], &url);
+    assert!(!stderr.contains("CONSOLE"), "{stderr}");
+    assert!(dom.contains("SIMULATED"), "no SIMULATED badge");
+    assert!(dom.contains("GPUs needed vs allocated"));
+    assert!(dom.contains("alt/a + alt/b + dev/notebook"));
+    assert_eq!(dom.matches("<svg").count(), 2);
+}
+
+#[test]
+fn report_bad_input_gets_a_clear_message_and_nothing_made_up() {
+    // Nothing listening.
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let run = truthscale(&["report", "--prometheus", &url, "--since", "1h"]);
+    assert_eq!(run.code, Some(2));
+    assert!(
+        run.stderr.contains(&format!(
+            "cannot reach Prometheus at {url}/api/v1/label/__name__/values"
+        )),
+        "{}",
+        run.stderr
+    );
+    // A server that accepts and never answers: the request's time limit ends it.
+    let silent = Silent::start();
+    let url = format!("http://{}", silent.addr());
+    let run = truthscale(&["report", "--prometheus", &url, "--prometheus-timeout", "1s"]);
+    assert_eq!(run.code, Some(2));
+    assert!(
+        run.stderr.contains(&url)
+            && run.stderr.contains("within 1s")
+            && run.stderr.contains("--prometheus-timeout"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.took < Duration::from_secs(10), "took {:?}", run.took);
+    drop(silent);
+    // Flags.
+    let run = truthscale(&["report"]);
+    assert_eq!(run.code, Some(2));
+    assert!(
+        run.stderr.contains("give --prometheus URL"),
+        "{}",
+        run.stderr
+    );
+    let run = truthscale(&["report", "--prometheus", "http://x", "--headroom", "1.5"]);
+    assert_eq!(run.code, Some(2));
+    assert!(run.stderr.contains("--headroom"), "{}", run.stderr);
+
+    let p = backfilled();
+    // A selector that matches nothing.
+    let run = report(&p, "{job=\"nothing-here\"}", &["--json"]);
+    assert_eq!(run.code, Some(2));
+    assert!(
+        run.stderr.contains(&p.url)
+            && run.stderr.contains(
+                "no DCGM_FI_*, dcgm_* or truthscale_gpu_* series matching {job=\"nothing-here\"}"
+            ),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stdout.is_empty());
+
+    // GPUs without pod labels: each GPU is one workload, allocation unknown.
+    let v = report(&p, "{job=\"nopod\"}", &["--json"]).json();
+    assert_eq!(v["workload_unit"], "gpu");
+    assert_eq!(v["workloads"], 2);
+    assert!(
+        v["sizing"]["allocated_gpus"].is_null(),
+        "allocation is unknown"
+    );
+    flat(&v, "/sizing/gpus_reporting", 2.0, STEPS);
+    assert!(
+        strs(&v, "/notes")[0].starts_with("no GPU carried pod labels"),
+        "{:?}",
+        v["notes"]
+    );
+    // 2 × (0.3, 10 GiB) fit one GPU; savings count against the 2 GPUs reporting.
+    assert_eq!(at(&v, "/sizing/packing/gpus"), 1);
+    assert_eq!(at(&v, "/savings/baseline_gpus"), 2);
+    assert_eq!(at(&v, "/savings/gpus_freed"), 1);
+
+    // No profiling fields: compute demand unknown (never 0), nothing packed.
+    let v = report(&p, "{job=\"busyonly\"}", &["--json"]).json();
+    assert!(at(&v, "/sizing/compute_demand_gpus/summary").is_null());
+    assert_eq!(
+        strs(&v, "/sizing/compute_demand_gpus/unmeasured"),
+        ["b/q0", "b/q1"]
+    );
+    flat(&v, "/sizing/busy_claim_gpus/summary", 1.6, STEPS);
+    let pooled = at(&v, "/sizing/pooled_lower_bound");
+    assert!(pooled["compute_gpus"].is_null());
+    assert_eq!(pooled["memory_gpus"], 0.75);
+    assert_eq!(pooled["gpus"], 1);
+    assert_eq!(pooled["binding"], "memory");
+    assert!(at(&v, "/sizing/packing").is_null());
+    assert!(at(&v, "/savings").is_null(), "no savings without a packing");
+    assert!(at(&v, "/rightsizing/0/saturation_p99").is_null());
+    let notes = strs(&v, "/notes").join("\n");
+    assert!(
+        notes.contains("saturation (compute demand) was never measured for b/q0, b/q1"),
+        "{notes}"
+    );
+    assert!(notes.contains("no packing"), "{notes}");
+
+    // A 60-minute hole: Prometheus' 5-minute lookback (inclusive in 2.x) fills its first 5
+    // steps, the other 55 have no data and are left out.
+    let v = report(&p, "{job=\"gappy\"}", &["--json"]).json();
+    assert_eq!(v["steps"], STEPS);
+    assert_eq!(v["steps_with_data"], STEPS - 55);
+    flat(&v, "/sizing/compute_demand_gpus/summary", 0.4, STEPS - 55);
+    flat(&v, "/sizing/allocated_gpus", 2.0, STEPS - 55);
+    let series = at(&v, "/series/compute_demand_gpus").as_array().unwrap();
+    assert_eq!(series.iter().filter(|x| x.is_null()).count(), 55);
+    assert!(
+        strs(&v, "/notes")
+            .iter()
+            .any(|n| n.starts_with("55 of 361 steps had no data")),
+        "{:?}",
+        v["notes"]
+    );
+    // The held hours count only the steps with readings.
+    let r = rightsizing(&v, "g/r0");
+    assert_eq!(
+        num(r, "/saturation_measured_share"),
+        (STEPS - 55) as f64 / STEPS as f64
+    );
+}

@@ -1,0 +1,1704 @@
+//! Fleet sizing: how many GPUs a set of workloads needs, which can share a GPU, which fit a
+//! MIG slice or a smaller model, which hold a GPU while idle, and what that is worth.
+//!
+//! The input is one [`Track`] per workload (a pod on a GPU, or a GPU without pod labels):
+//! its readings on a common grid of steps, quantized to integers so that sums, percentiles
+//! and comparisons are exact (ratios in units of 10⁻⁴, memory in MiB). Everything below is
+//! computed from the tracks by [`analyze`]; nothing reads a clock or does I/O.
+//!
+//! **Absent is never zero.** A step inside a workload's lifetime (from its first to its last
+//! reading) at which a quantity was not measured is *unknown*: a fleet sum at that step is
+//! unknown too and left out of its percentiles, never summed as 0. A workload whose
+//! saturation or memory was never measured is left out of the packing, with the reason. A
+//! step outside a workload's lifetime is one at which it did not run: it contributes nothing.
+//!
+//! **Percentiles** are nearest-rank: `pq` of `n` values is the `⌈q·n⌉`-th smallest.
+//!
+//! **Pooled lower bound.** `max(⌈p99(compute demand) / (1 − h)⌉, ⌈max(memory demand)⌉)`,
+//! where compute demand at a step is the summed roofline saturation of the workloads (in
+//! GPU-equivalents) and memory demand the summed memory over one GPU's memory. No packing of
+//! whole workloads onto whole GPUs can use fewer; workloads whose demand was not measured
+//! are left out of the sums, which keeps it a lower bound.
+//!
+//! **Packing.** First-fit decreasing onto GPUs of the fleet's model: workloads sorted by
+//! their larger share (`peak memory / GPU memory` or `p99 saturation / (1 − h)`), each put on
+//! the first GPU where (a) memory holds, each workload reserving its peak memory for its
+//! whole lifetime, and (b) the time-aligned sum of saturations has a p99 (over the steps at
+//! which it is known) of at most `1 − h`. Workloads whose busy periods do not overlap share a
+//! GPU that their percentiles alone would refuse them. Saturations are summed as fractions
+//! of the fleet's model (work assumed to add linearly on one GPU).
+
+use crate::gpus::{self, GpuSpec, MigProfile};
+use crate::model::Field;
+use crate::rightsizing::{self, Constraint, Demand};
+use crate::tracker::EntityWindow;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Ratio units per 1.0: ratios are stored as integers of 10⁻⁴.
+pub const RATIO_UNITS: u32 = 10_000;
+const NO_RATIO: u16 = u16::MAX;
+const NO_MIB: u32 = u32::MAX;
+const MIB: f64 = 1_048_576.0;
+/// Default threshold of the busy flag below which a step is idle (the idle regime's).
+pub const IDLE_BUSY_BELOW: f64 = 0.05;
+/// Default threshold of effective compute below which a step is idle.
+pub const IDLE_COMPUTE_BELOW: f64 = 0.01;
+/// The practical DRAM ceiling the bandwidth checks use (as the MIG fit does).
+pub const D_MAX: f64 = 0.8;
+
+/// A ratio as ratio units (rounded), `None` for a missing, negative or non-finite value.
+#[must_use]
+pub fn ratio_units(x: Option<f64>) -> Option<u16> {
+    let x = x.filter(|x| x.is_finite() && *x >= 0.0)?;
+    let u = (x * f64::from(RATIO_UNITS)).round();
+    // Saturation is a ratio of at most ~1.1; anything beyond the range is clamped.
+    Some(u.min(f64::from(NO_RATIO - 1)) as u16)
+}
+
+/// Bytes as MiB (rounded), `None` for a missing, negative or non-finite value.
+#[must_use]
+pub fn mib(bytes: Option<f64>) -> Option<u32> {
+    let b = bytes.filter(|b| b.is_finite() && *b >= 0.0)?;
+    Some((b / MIB).round().min(f64::from(NO_MIB - 1)) as u32)
+}
+
+fn units_to_ratio(u: u64) -> f64 {
+    u as f64 / f64::from(RATIO_UNITS)
+}
+
+/// One step of one workload. Each field is optional; an unmeasured one is unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Point {
+    saturation: u16,
+    busiest_pipe: u16,
+    dram: u16,
+    busy: u16,
+    effective_compute: u16,
+    memory_mib: u32,
+}
+
+impl Point {
+    /// A step at which nothing was measured.
+    pub const NONE: Point = Point {
+        saturation: NO_RATIO,
+        busiest_pipe: NO_RATIO,
+        dram: NO_RATIO,
+        busy: NO_RATIO,
+        effective_compute: NO_RATIO,
+        memory_mib: NO_MIB,
+    };
+
+    /// A point from its values (ratios as fractions, memory in bytes); `None` is unmeasured.
+    #[must_use]
+    pub fn new(
+        saturation: Option<f64>,
+        busy: Option<f64>,
+        effective_compute: Option<f64>,
+        memory_bytes: Option<f64>,
+    ) -> Point {
+        Point {
+            saturation: ratio_units(saturation).unwrap_or(NO_RATIO),
+            busy: ratio_units(busy).unwrap_or(NO_RATIO),
+            effective_compute: ratio_units(effective_compute).unwrap_or(NO_RATIO),
+            memory_mib: mib(memory_bytes).unwrap_or(NO_MIB),
+            ..Point::NONE
+        }
+    }
+
+    /// The same point with the busiest pipe and DRAM activity (for the MIG fit).
+    #[must_use]
+    pub fn with_pipes(mut self, busiest_pipe: Option<f64>, dram: Option<f64>) -> Point {
+        self.busiest_pipe = ratio_units(busiest_pipe).unwrap_or(NO_RATIO);
+        self.dram = ratio_units(dram).unwrap_or(NO_RATIO);
+        self
+    }
+
+    fn sat(self) -> Option<u16> {
+        (self.saturation != NO_RATIO).then_some(self.saturation)
+    }
+    fn mem(self) -> Option<u32> {
+        (self.memory_mib != NO_MIB).then_some(self.memory_mib)
+    }
+    fn busy(self) -> Option<u16> {
+        (self.busy != NO_RATIO).then_some(self.busy)
+    }
+    fn ecf(self) -> Option<u16> {
+        (self.effective_compute != NO_RATIO).then_some(self.effective_compute)
+    }
+    fn pipe(self) -> Option<u16> {
+        (self.busiest_pipe != NO_RATIO).then_some(self.busiest_pipe)
+    }
+    fn dram(self) -> Option<u16> {
+        (self.dram != NO_RATIO).then_some(self.dram)
+    }
+    fn any(self) -> bool {
+        self != Point::NONE
+    }
+}
+
+/// One workload's readings on the report's steps, from its first reading to its last.
+#[derive(Debug, Clone)]
+pub struct Track {
+    /// `namespace/pod` when the GPU was attributed to a pod; `None` for a GPU without pod
+    /// labels.
+    pub pod: Option<String>,
+    /// The physical GPU (`node/uuid`, or `node/gpu N`): MIG instances name their parent.
+    pub gpu: String,
+    /// The model as reported.
+    pub model: Option<String>,
+    /// The catalog entry of the model.
+    pub spec: Option<&'static GpuSpec>,
+    /// The MIG profile, when this workload ran on a MIG instance of a known profile.
+    pub mig: Option<&'static MigProfile>,
+    /// Whether the entity is a MIG instance (profile known or not).
+    pub is_mig: bool,
+    /// Largest total memory seen (of the GPU, or of the MIG instance), MiB.
+    pub memory_total_mib: Option<u32>,
+    /// Simulated data.
+    pub simulated: bool,
+    first: usize,
+    points: Vec<Point>,
+}
+
+impl Track {
+    /// An empty track for a workload on `gpu`.
+    #[must_use]
+    pub fn new(pod: Option<String>, gpu: String) -> Track {
+        Track {
+            pod,
+            gpu,
+            model: None,
+            spec: None,
+            mig: None,
+            is_mig: false,
+            memory_total_mib: None,
+            simulated: false,
+            first: 0,
+            points: Vec::new(),
+        }
+    }
+
+    /// Record the point of step `step`. Steps must increase; a step not after the last one
+    /// recorded is ignored. Steps skipped in between are unknown.
+    pub fn record(&mut self, step: usize, point: Point) {
+        if self.points.is_empty() {
+            self.first = step;
+        } else if step < self.first + self.points.len() {
+            return;
+        }
+        let at = step - self.first;
+        if at > self.points.len() {
+            self.points.resize(at, Point::NONE);
+        }
+        self.points.push(point);
+    }
+
+    /// Record a derived window at `step`: roofline saturation (for a MIG instance of a known
+    /// profile, in whole-GPU terms: compute by its SM share, DRAM by its memory-slice share),
+    /// busy flag, effective compute, memory used, busiest pipe and DRAM activity; and the
+    /// identity (model, MIG profile, total memory, simulated).
+    pub fn observe(&mut self, step: usize, w: &EntityWindow) {
+        if self.model.is_none() {
+            self.model.clone_from(&w.id.model);
+        }
+        if self.spec.is_none() {
+            self.spec = w.spec;
+        }
+        self.simulated |= w.simulated;
+        if let Some(m) = &w.id.mig {
+            self.is_mig = true;
+            if self.mig.is_none()
+                && let (Some(spec), Some(name)) = (w.spec, m.profile.as_deref())
+            {
+                self.mig = spec.mig.iter().find(|p| p.name == name);
+            }
+        }
+        if let Some(t) = mib(w.readings.value(Field::MemTotalBytes)) {
+            self.memory_total_mib = Some(self.memory_total_mib.map_or(t, |m| m.max(t)));
+        }
+        let m = &w.metrics;
+        let saturation = if self.is_mig {
+            match (self.mig, self.spec) {
+                (Some(p), Some(spec)) => {
+                    let sm = f64::from(p.sms) / f64::from(spec.sms.max(1));
+                    let slices = f64::from(p.memory_slices) / f64::from(p.memory_slices_total);
+                    let c = crate::derive::compute_term(&w.readings, w.spec).map(|c| c * sm);
+                    let d = w.readings.value(Field::DramActive).map(|d| d * slices);
+                    match (c, d) {
+                        (Some(c), Some(d)) => Some(c.max(d)),
+                        (c, d) => c.or(d),
+                    }
+                }
+                // The instance's share of the GPU is not known: its saturation is not a
+                // share of a whole GPU, so it is not counted.
+                _ => None,
+            }
+        } else {
+            m.roofline_saturation
+        };
+        let p = Point::new(
+            saturation,
+            m.reported_utilization,
+            m.effective_compute,
+            w.readings.value(Field::MemUsedBytes),
+        )
+        .with_pipes(m.busiest_pipe, w.readings.value(Field::DramActive));
+        self.record(step, p);
+    }
+
+    /// The first step of the lifetime.
+    #[must_use]
+    pub fn first_step(&self) -> usize {
+        self.first
+    }
+
+    /// Steps from the first reading to the last.
+    #[must_use]
+    pub fn lifetime_steps(&self) -> usize {
+        self.points.len()
+    }
+
+    fn range(&self) -> std::ops::Range<usize> {
+        self.first..self.first + self.points.len()
+    }
+
+    fn has_saturation(&self) -> bool {
+        self.points.iter().any(|p| p.sat().is_some())
+    }
+    fn has_memory(&self) -> bool {
+        self.points.iter().any(|p| p.mem().is_some())
+    }
+}
+
+/// What the analysis is asked.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FleetConfig {
+    /// Headroom `h` in [0, 0.9]: summed saturation is kept under `1 − h`; the MIG fit and
+    /// the smaller-model check keep the same headroom.
+    pub headroom: f64,
+    /// A workload is listed as idle allocated capacity when idle more than this share of
+    /// the time its busy flag or effective compute was measured.
+    pub idle_share: f64,
+    /// A step is idle when the busy flag (where measured) is below this…
+    pub idle_busy_below: f64,
+    /// …and effective compute (where measured) is below this.
+    pub idle_compute_below: f64,
+    /// Price of one GPU-hour, for the savings estimate.
+    pub cost_per_gpu_hour: Option<f64>,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        FleetConfig {
+            headroom: 0.2,
+            idle_share: 0.5,
+            idle_busy_below: IDLE_BUSY_BELOW,
+            idle_compute_below: IDLE_COMPUTE_BELOW,
+            cost_per_gpu_hour: None,
+        }
+    }
+}
+
+/// The input of [`analyze`]: every track on a grid of `steps` steps of `step_seconds`.
+#[derive(Debug, Clone, Default)]
+pub struct FleetInput {
+    /// Seconds per step.
+    pub step_seconds: f64,
+    /// Steps in the window.
+    pub steps: usize,
+    /// One per workload.
+    pub tracks: Vec<Track>,
+}
+
+/// Percentiles of a series over the steps at which it is known.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Summary {
+    /// Median.
+    pub p50: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest value.
+    pub max: f64,
+    /// Steps at which the series is known (the percentiles' denominator).
+    pub steps_known: usize,
+}
+
+/// Nearest-rank percentile `q` of sorted values.
+fn rank(sorted: &[u64], q: f64) -> u64 {
+    let n = sorted.len();
+    let k = ((q * n as f64).ceil() as usize).clamp(1, n);
+    sorted[k - 1]
+}
+
+/// Nearest-rank p50, p95, p99 and max of `values` (integers), scaled by `scale`.
+fn summarize(mut values: Vec<u64>, scale: impl Fn(u64) -> f64) -> Option<Summary> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_unstable();
+    Some(Summary {
+        p50: scale(rank(&values, 0.50)),
+        p95: scale(rank(&values, 0.95)),
+        p99: scale(rank(&values, 0.99)),
+        max: scale(values[values.len() - 1]),
+        steps_known: values.len(),
+    })
+}
+
+/// Nearest-rank percentile `q` of the known values of one field of a track.
+fn track_quantile(t: &Track, q: f64, f: impl Fn(Point) -> Option<u64>) -> Option<u64> {
+    let mut v: Vec<u64> = t.points.iter().filter_map(|p| f(*p)).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_unstable();
+    Some(rank(&v, q))
+}
+
+/// The fleet-level series, one value per step (`None`: unknown or no data).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FleetSeries {
+    /// GPUs holding at least one pod (only when pods are labelled).
+    pub allocated_gpus: Vec<Option<u32>>,
+    /// GPUs with any reading.
+    pub gpus_reporting: Vec<Option<u32>>,
+    /// Summed busy flag, GPU-equivalents.
+    pub busy_claim_gpus: Vec<Option<f64>>,
+    /// Summed roofline saturation, GPU-equivalents.
+    pub compute_demand_gpus: Vec<Option<f64>>,
+    /// Summed memory over one GPU's memory.
+    pub memory_demand_gpus: Vec<Option<f64>>,
+}
+
+/// A sum over the workloads that have the quantity, and those that never had it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FleetSum {
+    /// Percentiles over the steps at which every live workload that has it was measured.
+    pub summary: Option<Summary>,
+    /// Workloads summed.
+    pub workloads: usize,
+    /// Workloads that never had the quantity measured: not in the sum (never as 0).
+    pub unmeasured: Vec<String>,
+}
+
+/// Which of the two terms decided the pooled bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Binding {
+    /// p99 compute demand over `1 − h`.
+    Compute,
+    /// Peak memory demand.
+    Memory,
+}
+
+/// `max(⌈p99 compute / (1 − h)⌉, ⌈peak memory⌉)`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PooledBound {
+    /// GPUs: no packing can use fewer.
+    pub gpus: u64,
+    /// `p99(compute demand) / (1 − h)`, GPU-equivalents (`None`: not measured).
+    pub compute_gpus: Option<f64>,
+    /// Peak memory demand, GPU-equivalents (`None`: not measured).
+    pub memory_gpus: Option<f64>,
+    /// The term that decided.
+    pub binding: Binding,
+}
+
+/// One GPU of the packing.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PackedGpu {
+    /// The workloads on it, in the order they were placed.
+    pub workloads: Vec<String>,
+    /// Largest time-aligned sum of the members' peak memory, bytes.
+    pub peak_memory_bytes: f64,
+    /// p99 of the time-aligned summed saturation.
+    pub saturation_p99: Option<f64>,
+}
+
+/// A workload left out of the packing.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Excluded {
+    /// The workload.
+    pub workload: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// The first-fit-decreasing packing.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Packing {
+    /// GPUs the packing uses.
+    pub packed_gpus: u64,
+    /// Distinct GPUs the excluded workloads held: assumed kept as they are.
+    pub excluded_gpus: u64,
+    /// `packed_gpus + excluded_gpus`.
+    pub gpus: u64,
+    /// The GPUs and their workloads.
+    pub bins: Vec<PackedGpu>,
+    /// Workloads not packed (demand not measured), with the reason.
+    pub excluded: Vec<Excluded>,
+}
+
+/// GPUs needed, two ways.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Sizing {
+    /// GPUs holding a pod (`None` when no pod labels).
+    pub allocated_gpus: Option<Summary>,
+    /// GPUs with readings.
+    pub gpus_reporting: Option<Summary>,
+    /// What the busy flag claims, GPU-equivalents.
+    pub busy_claim_gpus: FleetSum,
+    /// Compute demand: summed roofline saturation.
+    pub compute_demand_gpus: FleetSum,
+    /// Memory demand: summed memory over one GPU's memory.
+    pub memory_demand_gpus: FleetSum,
+    /// The pooled lower bound (`None` when neither demand was measured).
+    pub pooled_lower_bound: Option<PooledBound>,
+    /// The packable answer (`None` when no workload has both demands measured).
+    pub packing: Option<Packing>,
+}
+
+/// A group of workloads that fit one GPU together.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Colocation {
+    /// The workloads.
+    pub workloads: Vec<String>,
+    /// Distinct GPUs they hold now.
+    pub gpus_held: u64,
+    /// GPUs freed by putting them on one.
+    pub gpus_freed: u64,
+    /// Largest time-aligned sum of their peak memory, bytes.
+    pub peak_memory_bytes: f64,
+    /// p99 of their time-aligned summed saturation.
+    pub saturation_p99: Option<f64>,
+    /// Sum of each one's own p99 saturation.
+    pub sum_of_p99s: f64,
+    /// Their busy periods interleave: the sum of their p99s exceeds `1 − h`, the aligned sum
+    /// does not.
+    pub interleaved: bool,
+}
+
+/// The smallest MIG profile that fits.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MigChoice {
+    /// Profile name.
+    pub profile: &'static str,
+    /// The constraint that ruled out the smaller profiles.
+    pub binding: Constraint,
+    /// Constraints not checked because their demand was not measured.
+    pub unmeasured: Vec<Constraint>,
+}
+
+/// A smaller catalog model that covers the demand.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SmallerGpu {
+    /// Catalog key.
+    pub key: &'static str,
+    /// Model name.
+    pub name: &'static str,
+    /// Whether compute was checked too (it was measured).
+    pub compute_checked: bool,
+}
+
+/// Right-sizing of one workload.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RightSizing {
+    /// The workload.
+    pub workload: String,
+    /// The GPU it ran on.
+    pub gpu: String,
+    /// Model as reported.
+    pub model: Option<String>,
+    /// MIG profile, when it ran on a MIG instance.
+    pub mig_profile: Option<&'static str>,
+    /// Simulated data.
+    pub simulated: bool,
+    /// Peak memory used, bytes (`None`: not measured).
+    pub memory_peak_bytes: Option<f64>,
+    /// p99 memory used, bytes.
+    pub memory_p99_bytes: Option<f64>,
+    /// Total memory of its GPU (or instance), bytes.
+    pub memory_total_bytes: Option<f64>,
+    /// `peak / total`.
+    pub memory_peak_fraction: Option<f64>,
+    /// p99 roofline saturation (of its GPU or instance).
+    pub saturation_p99: Option<f64>,
+    /// Share of its lifetime's steps at which saturation was measured.
+    pub saturation_measured_share: f64,
+    /// Smallest MIG profile of its model that fits the measured demand.
+    pub mig_fit: Option<MigChoice>,
+    /// Why there is no MIG fit, when there is none.
+    pub mig_fit_note: Option<String>,
+    /// A smaller catalog model whose memory and bandwidth cover the p99 demand.
+    pub smaller_gpu: Option<SmallerGpu>,
+    /// Why there is no smaller model, when there is none.
+    pub smaller_gpu_note: Option<String>,
+}
+
+/// One workload that held a GPU while idle.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IdleWorkload {
+    /// The workload.
+    pub workload: String,
+    /// Idle steps over measured steps.
+    pub idle_share: f64,
+    /// Hours it held the GPU (steps with readings).
+    pub held_hours: f64,
+    /// Hours in which the busy flag or effective compute was measured.
+    pub measured_hours: f64,
+    /// Idle hours (GPU-hours for a whole GPU).
+    pub idle_gpu_hours: f64,
+}
+
+/// Idle allocated capacity.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Idle {
+    /// Listed when idle more than this share.
+    pub idle_share_above: f64,
+    /// Idle step: busy flag below this…
+    pub busy_below: f64,
+    /// …and effective compute below this (each where measured).
+    pub effective_compute_below: f64,
+    /// The workloads, most idle GPU-hours first.
+    pub workloads: Vec<IdleWorkload>,
+    /// Their idle GPU-hours together.
+    pub idle_gpu_hours: f64,
+    /// Workloads with neither busy flag nor effective compute: their idleness is unknown.
+    pub unmeasured: Vec<String>,
+}
+
+/// The savings estimate.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Savings {
+    /// Always true: this is an estimate.
+    pub estimate: bool,
+    /// GPUs today: peak allocated (or peak reporting without pod labels).
+    pub baseline_gpus: u64,
+    /// GPUs the packing needs (excluded workloads keep theirs).
+    pub needed_gpus: u64,
+    /// `baseline − needed`, at least 0.
+    pub gpus_freed: u64,
+    /// Hours of the window with data.
+    pub hours: f64,
+    /// `gpus_freed × hours`.
+    pub gpu_hours: f64,
+    /// Price of one GPU-hour, when given.
+    pub cost_per_gpu_hour: Option<f64>,
+    /// `gpu_hours × cost_per_gpu_hour`.
+    pub cost: Option<f64>,
+    /// What the estimate assumes.
+    pub assumptions: Vec<String>,
+}
+
+/// The whole analysis.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FleetReport {
+    /// `pod`, or `gpu` when no GPU carried pod labels (each GPU is then one workload).
+    pub workload_unit: &'static str,
+    /// Steps in the window.
+    pub steps: usize,
+    /// Steps with any reading.
+    pub steps_with_data: usize,
+    /// Seconds per step.
+    pub step_seconds: f64,
+    /// Headroom.
+    pub headroom: f64,
+    /// The fleet's model (the most common), on which the packing places workloads.
+    pub gpu_model: Option<String>,
+    /// Its memory, bytes (measured where possible, else the catalog's).
+    pub gpu_memory_bytes: Option<f64>,
+    /// Workloads analyzed.
+    pub workloads: usize,
+    /// GPUs without pod labels, left out of the pod analysis (when some GPUs had pods).
+    pub gpus_without_pods: Vec<String>,
+    /// Whether any data was simulated.
+    pub simulated: bool,
+    /// Fleet sizing.
+    pub sizing: Sizing,
+    /// Co-location groups, most GPUs freed first.
+    pub colocation: Vec<Colocation>,
+    /// Per-workload right-sizing.
+    pub rightsizing: Vec<RightSizing>,
+    /// Idle allocated capacity.
+    pub idle: Idle,
+    /// Savings estimate (`None` without a packing).
+    pub savings: Option<Savings>,
+    /// The method and its assumptions, in words.
+    pub method: Vec<String>,
+    /// What was missing or left out, in words.
+    pub notes: Vec<String>,
+    /// The fleet series per step.
+    pub series: FleetSeries,
+}
+
+/// The workload's display names, unique: a pod on several GPUs is named with its GPU.
+fn names(tracks: &[&Track]) -> Vec<String> {
+    let base: Vec<String> = tracks
+        .iter()
+        .map(|t| t.pod.clone().unwrap_or_else(|| t.gpu.clone()))
+        .collect();
+    let mut count: BTreeMap<&str, usize> = BTreeMap::new();
+    for b in &base {
+        *count.entry(b.as_str()).or_default() += 1;
+    }
+    tracks
+        .iter()
+        .zip(&base)
+        .map(|(t, b)| {
+            if count[b.as_str()] > 1 && t.pod.is_some() {
+                format!("{b} on {}", t.gpu)
+            } else {
+                b.clone()
+            }
+        })
+        .collect()
+}
+
+/// A sum over tracks per step, known where every live track that has the quantity was
+/// measured. `value` is `None` for an unmeasured point.
+fn sum_series(
+    tracks: &[&Track],
+    steps: usize,
+    has: impl Fn(&Track) -> bool,
+    value: impl Fn(Point) -> Option<u64>,
+) -> (Vec<Option<u64>>, usize) {
+    let mut sum: Vec<Option<u64>> = vec![None; steps];
+    let mut live = vec![false; steps];
+    let mut unknown = vec![false; steps];
+    let mut n = 0;
+    for t in tracks.iter().filter(|t| has(t)) {
+        n += 1;
+        for (i, p) in t.points.iter().enumerate() {
+            let s = t.first + i;
+            if s >= steps {
+                break;
+            }
+            live[s] = true;
+            match value(*p) {
+                Some(v) => *sum[s].get_or_insert(0) += v,
+                None => unknown[s] = true,
+            }
+        }
+    }
+    for s in 0..steps {
+        if unknown[s] || !live[s] {
+            sum[s] = None;
+        }
+    }
+    (sum, n)
+}
+
+/// Distinct GPUs with a reading per step, among `tracks`.
+fn gpu_count(tracks: &[&Track], steps: usize) -> Vec<Option<u32>> {
+    let mut ids: BTreeMap<&str, usize> = BTreeMap::new();
+    for t in tracks {
+        let n = ids.len();
+        ids.entry(t.gpu.as_str()).or_insert(n);
+    }
+    let mut seen: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); steps];
+    for t in tracks {
+        let g = ids[t.gpu.as_str()];
+        for (i, p) in t.points.iter().enumerate() {
+            if p.any() && t.first + i < steps {
+                seen[t.first + i].insert(g);
+            }
+        }
+    }
+    seen.into_iter()
+        .map(|s| (!s.is_empty()).then_some(s.len() as u32))
+        .collect()
+}
+
+fn ceil_div(a: u64, b: u64) -> u64 {
+    a.div_ceil(b.max(1))
+}
+
+/// One GPU of the packing while it is being filled.
+struct Bin {
+    members: Vec<usize>,
+    /// Per step: summed peak memory of the live members, MiB.
+    mem: Vec<u64>,
+    max_mem: u64,
+    /// Per step: summed saturation units; `SAT_NONE` no live member, `SAT_UNKNOWN` a live
+    /// member unmeasured.
+    sat: Vec<u32>,
+    known: usize,
+    over: usize,
+}
+
+const SAT_NONE: u32 = u32::MAX;
+const SAT_UNKNOWN: u32 = u32::MAX - 1;
+
+/// Whether at most a 1 % tail of `known` values exceeds the limit: nearest-rank p99 ≤ L.
+fn p99_within(known: usize, over: usize) -> bool {
+    let need = ((0.99 * known as f64).ceil() as usize).min(known);
+    known - over.min(known) >= need
+}
+
+/// What one workload brings to the packing.
+struct Item {
+    track: usize,
+    peak_mib: u64,
+    p99: u64,
+}
+
+impl Bin {
+    fn new(steps: usize) -> Bin {
+        Bin {
+            members: Vec::new(),
+            mem: vec![0; steps],
+            max_mem: 0,
+            sat: vec![SAT_NONE; steps],
+            known: 0,
+            over: 0,
+        }
+    }
+
+    /// The known and over-limit step counts once `t` joins.
+    fn counts(&self, t: &Track, limit: u32) -> (usize, usize) {
+        let steps = self.sat.len();
+        let r = t.range();
+        let (mut known, mut over) = (self.known, self.over);
+        for s in r.start..r.end.min(steps) {
+            let b = self.sat[s];
+            // Remove the bin's own contribution at this step…
+            if b < SAT_UNKNOWN {
+                known -= 1;
+                if b > limit {
+                    over -= 1;
+                }
+            }
+            // …and add the combined one.
+            let c = match (b, t.points[s - r.start].sat()) {
+                (SAT_UNKNOWN, _) | (_, None) => None,
+                (SAT_NONE, Some(x)) => Some(u32::from(x)),
+                (b, Some(x)) => Some(b + u32::from(x)),
+            };
+            if let Some(c) = c {
+                known += 1;
+                if c > limit {
+                    over += 1;
+                }
+            }
+        }
+        (known, over)
+    }
+
+    /// Whether `item` (track `t`) fits; and the new known/over counts.
+    fn fits(&self, t: &Track, item: &Item, cap: u64, limit: u32) -> Option<(usize, usize)> {
+        let steps = self.sat.len();
+        let r = t.range();
+        if self.max_mem + item.peak_mib > cap
+            && (r.start..r.end.min(steps)).any(|s| self.mem[s] + item.peak_mib > cap)
+        {
+            return None;
+        }
+        let (known, over) = self.counts(t, limit);
+        p99_within(known, over).then_some((known, over))
+    }
+
+    fn add(&mut self, idx: usize, t: &Track, item: &Item, counts: (usize, usize)) {
+        let steps = self.sat.len();
+        let r = t.range();
+        for s in r.start..r.end.min(steps) {
+            self.mem[s] += item.peak_mib;
+            self.max_mem = self.max_mem.max(self.mem[s]);
+            let b = self.sat[s];
+            self.sat[s] = match (b, t.points[s - r.start].sat()) {
+                (SAT_UNKNOWN, _) | (_, None) => SAT_UNKNOWN,
+                (SAT_NONE, Some(x)) => u32::from(x),
+                (b, Some(x)) => b + u32::from(x),
+            };
+        }
+        self.known = counts.0;
+        self.over = counts.1;
+        self.members.push(idx);
+    }
+
+    fn p99(&self) -> Option<u64> {
+        let v: Vec<u64> = self
+            .sat
+            .iter()
+            .filter(|&&x| x < SAT_UNKNOWN)
+            .map(|&x| u64::from(x))
+            .collect();
+        summarize(v, |x| x as f64).map(|s| s.p99 as u64)
+    }
+}
+
+/// The headroom in [0, 0.9], NaN as 0.
+fn sane(h: f64) -> f64 {
+    if h.is_nan() { 0.0 } else { h.clamp(0.0, 0.9) }
+}
+
+/// Analyze the fleet.
+#[must_use]
+pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
+    let h = sane(cfg.headroom);
+    // The limit on summed saturation, in ratio units: 1 − h.
+    let limit = RATIO_UNITS - (h * f64::from(RATIO_UNITS)).round() as u32;
+    let steps = input.steps;
+    let hours_per_step = input.step_seconds / 3600.0;
+    let mut notes = Vec::new();
+
+    let with_pod: Vec<&Track> = input.tracks.iter().filter(|t| t.pod.is_some()).collect();
+    let (unit, work): (&'static str, Vec<&Track>) = if with_pod.is_empty() {
+        if !input.tracks.is_empty() {
+            notes.push(
+                "no GPU carried pod labels (pod, namespace): each GPU is treated as one workload, allocation is unknown, and savings are counted against the GPUs reporting".to_owned(),
+            );
+        }
+        ("gpu", input.tracks.iter().collect())
+    } else {
+        ("pod", with_pod)
+    };
+    let mut gpus_without_pods: Vec<String> = if unit == "pod" {
+        let pod_gpus: BTreeSet<&str> = work.iter().map(|t| t.gpu.as_str()).collect();
+        input
+            .tracks
+            .iter()
+            .filter(|t| t.pod.is_none() && !pod_gpus.contains(t.gpu.as_str()))
+            .map(|t| t.gpu.clone())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    gpus_without_pods.sort();
+    gpus_without_pods.dedup();
+    if !gpus_without_pods.is_empty() {
+        notes.push(format!(
+            "{} GPU(s) never carried pod labels and are left out of the pod analysis (counted in gpus_reporting only): {}",
+            gpus_without_pods.len(),
+            gpus_without_pods.join(", ")
+        ));
+    }
+    let names = names(&work);
+
+    // The fleet's model and one GPU's memory.
+    let mut models: BTreeMap<&str, (usize, &'static GpuSpec)> = BTreeMap::new();
+    for t in &work {
+        if let Some(s) = t.spec {
+            models.entry(s.key).or_insert((0, s)).0 += 1;
+        }
+    }
+    let fleet_spec = models
+        .values()
+        .max_by(|a, b| a.0.cmp(&b.0).then(b.1.key.cmp(a.1.key)))
+        .map(|x| x.1);
+    if models.len() > 1 {
+        notes.push(format!(
+            "the fleet mixes {} models; packing places every workload on the most common one, {}, and sums saturations as fractions of it",
+            models.len(),
+            fleet_spec.map_or("?", |s| s.name)
+        ));
+    }
+    let measured_total = work
+        .iter()
+        .filter(|t| !t.is_mig && t.spec.map(|s| s.key) == fleet_spec.map(|s| s.key))
+        .filter_map(|t| t.memory_total_mib)
+        .max();
+    let gpu_mib: Option<u64> = measured_total
+        .map(u64::from)
+        .or_else(|| fleet_spec.map(|s| s.memory_bytes / (1 << 20)))
+        .or_else(|| {
+            work.iter()
+                .filter(|t| !t.is_mig)
+                .filter_map(|t| t.memory_total_mib)
+                .max()
+                .map(u64::from)
+        });
+    if measured_total.is_none() && gpu_mib.is_some() && fleet_spec.is_some() {
+        notes.push("no total-memory series for the fleet's model: one GPU's memory is the catalog's figure".to_owned());
+    }
+
+    // Fleet series.
+    let all: Vec<&Track> = input.tracks.iter().collect();
+    let reporting = gpu_count(&all, steps);
+    let steps_with_data = reporting.iter().filter(|x| x.is_some()).count();
+    let allocated = if unit == "pod" {
+        gpu_count(&work, steps)
+    } else {
+        vec![None; steps]
+    };
+    let (busy, busy_n) = sum_series(
+        &work,
+        steps,
+        |t| t.points.iter().any(|p| p.busy().is_some()),
+        |p| p.busy().map(u64::from),
+    );
+    let (compute, compute_n) = sum_series(&work, steps, Track::has_saturation, |p| {
+        p.sat().map(u64::from)
+    });
+    let (memory, memory_n) =
+        sum_series(&work, steps, Track::has_memory, |p| p.mem().map(u64::from));
+    let unmeasured = |has: &dyn Fn(&Track) -> bool| -> Vec<String> {
+        work.iter()
+            .zip(&names)
+            .filter(|(t, _)| !has(t))
+            .map(|(_, n)| n.clone())
+            .collect()
+    };
+    let has_busy = |t: &Track| t.points.iter().any(|p| p.busy().is_some());
+    let busy_claim = FleetSum {
+        summary: summarize(busy.iter().flatten().copied().collect(), units_to_ratio),
+        workloads: busy_n,
+        unmeasured: unmeasured(&has_busy),
+    };
+    let compute_demand = FleetSum {
+        summary: summarize(compute.iter().flatten().copied().collect(), units_to_ratio),
+        workloads: compute_n,
+        unmeasured: unmeasured(&Track::has_saturation),
+    };
+    let memory_demand = FleetSum {
+        summary: gpu_mib.and_then(|g| {
+            summarize(memory.iter().flatten().copied().collect(), |m| {
+                m as f64 / g as f64
+            })
+        }),
+        workloads: memory_n,
+        unmeasured: unmeasured(&Track::has_memory),
+    };
+    for (what, d) in [
+        ("saturation (compute demand)", &compute_demand),
+        ("memory", &memory_demand),
+    ] {
+        if !d.unmeasured.is_empty() {
+            notes.push(format!(
+                "{what} was never measured for {}: unknown, not counted as 0 and not packed",
+                d.unmeasured.join(", ")
+            ));
+        }
+    }
+
+    // Pooled lower bound.
+    let compute_p99_units = {
+        let mut v: Vec<u64> = compute.iter().flatten().copied().collect();
+        v.sort_unstable();
+        (!v.is_empty()).then(|| rank(&v, 0.99))
+    };
+    let memory_peak_mib = memory.iter().flatten().copied().max();
+    let compute_term =
+        compute_p99_units.map(|u| (u as f64 / f64::from(limit), ceil_div(u, u64::from(limit))));
+    let memory_term = match (memory_peak_mib, gpu_mib) {
+        (Some(m), Some(g)) => Some((m as f64 / g as f64, ceil_div(m, g))),
+        _ => None,
+    };
+    let pooled = match (compute_term, memory_term) {
+        (None, None) => None,
+        (c, m) => {
+            let cg = c.map_or(0, |x| x.1);
+            let mg = m.map_or(0, |x| x.1);
+            Some(PooledBound {
+                gpus: cg.max(mg),
+                compute_gpus: c.map(|x| x.0),
+                memory_gpus: m.map(|x| x.0),
+                binding: if m.is_some() && (mg >= cg || c.is_none()) {
+                    Binding::Memory
+                } else {
+                    Binding::Compute
+                },
+            })
+        }
+    };
+
+    // Packing.
+    let mut excluded = Vec::new();
+    let mut items = Vec::new();
+    for (i, t) in work.iter().enumerate() {
+        let sat = track_quantile(t, 0.99, |p| p.sat().map(u64::from));
+        let peak = t.points.iter().filter_map(|p| p.mem()).max();
+        match (sat, peak) {
+            (Some(p99), Some(peak)) => items.push(Item {
+                track: i,
+                peak_mib: u64::from(peak),
+                p99,
+            }),
+            (s, m) => excluded.push(Excluded {
+                workload: names[i].clone(),
+                reason: match (s, m) {
+                    (None, None) => "neither saturation nor memory was measured",
+                    (None, _) => "saturation was not measured (no tensor or DRAM counter)",
+                    _ => "memory was not measured",
+                }
+                .to_owned(),
+            }),
+        }
+    }
+    let packing = gpu_mib.filter(|_| !items.is_empty()).map(|cap| {
+        let size =
+            |it: &Item| (it.peak_mib as f64 / cap as f64).max(it.p99 as f64 / f64::from(limit));
+        items.sort_by(|a, b| {
+            size(b)
+                .total_cmp(&size(a))
+                .then_with(|| names[a.track].cmp(&names[b.track]))
+        });
+        let mut bins: Vec<Bin> = Vec::new();
+        for it in &items {
+            let t = work[it.track];
+            let placed = bins
+                .iter()
+                .enumerate()
+                .find_map(|(b, bin)| bin.fits(t, it, cap, limit).map(|c| (b, c)));
+            match placed {
+                Some((b, c)) => bins[b].add(it.track, t, it, c),
+                None => {
+                    // A workload too big to share still takes one GPU of its own.
+                    let mut bin = Bin::new(steps);
+                    let c = bin.counts(t, limit);
+                    bin.add(it.track, t, it, c);
+                    bins.push(bin);
+                }
+            }
+        }
+        let excluded_gpus: BTreeSet<&str> = work
+            .iter()
+            .zip(&names)
+            .filter(|(_, n)| excluded.iter().any(|e| &e.workload == *n))
+            .map(|(t, _)| t.gpu.as_str())
+            .collect();
+        (bins, excluded_gpus.len() as u64)
+    });
+    let mut colocation = Vec::new();
+    let packing = packing.map(|(bins, excluded_gpus)| {
+        for bin in &bins {
+            let held: BTreeSet<&str> = bin.members.iter().map(|&m| work[m].gpu.as_str()).collect();
+            if bin.members.len() >= 2 && held.len() >= 2 {
+                let sum_p99: u64 = bin
+                    .members
+                    .iter()
+                    .filter_map(|&m| items.iter().find(|it| it.track == m).map(|it| it.p99))
+                    .sum();
+                let p99 = bin.p99();
+                colocation.push(Colocation {
+                    workloads: bin.members.iter().map(|&m| names[m].clone()).collect(),
+                    gpus_held: held.len() as u64,
+                    gpus_freed: held.len() as u64 - 1,
+                    peak_memory_bytes: bin.max_mem as f64 * MIB,
+                    saturation_p99: p99.map(units_to_ratio),
+                    sum_of_p99s: units_to_ratio(sum_p99),
+                    interleaved: sum_p99 > u64::from(limit)
+                        && p99.is_some_and(|p| p <= u64::from(limit)),
+                });
+            }
+        }
+        Packing {
+            packed_gpus: bins.len() as u64,
+            excluded_gpus,
+            gpus: bins.len() as u64 + excluded_gpus,
+            bins: bins
+                .iter()
+                .map(|b| PackedGpu {
+                    workloads: b.members.iter().map(|&m| names[m].clone()).collect(),
+                    peak_memory_bytes: b.max_mem as f64 * MIB,
+                    saturation_p99: b.p99().map(units_to_ratio),
+                })
+                .collect(),
+            excluded: excluded.clone(),
+        }
+    });
+    if packing.is_none() {
+        notes.push(if gpu_mib.is_none() {
+            "no packing: one GPU's memory is not known (no total-memory series and no catalog model)".to_owned()
+        } else {
+            "no packing: no workload had both saturation and memory measured".to_owned()
+        });
+    }
+    colocation.sort_by(|a, b| {
+        b.gpus_freed
+            .cmp(&a.gpus_freed)
+            .then_with(|| a.workloads.cmp(&b.workloads))
+    });
+
+    // Right-sizing.
+    let rightsizing = work
+        .iter()
+        .zip(&names)
+        .map(|(t, n)| right_size(t, n, h))
+        .collect();
+
+    // Idle allocated capacity.
+    let busy_max = ratio_units(Some(cfg.idle_busy_below)).unwrap_or(0);
+    let ecf_max = ratio_units(Some(cfg.idle_compute_below)).unwrap_or(0);
+    let mut idle_list = Vec::new();
+    let mut idle_unmeasured = Vec::new();
+    for (t, n) in work.iter().zip(&names) {
+        let (mut measured, mut idle, mut held) = (0usize, 0usize, 0usize);
+        for p in &t.points {
+            if p.any() {
+                held += 1;
+            }
+            let (b, e) = (p.busy(), p.ecf());
+            if b.is_none() && e.is_none() {
+                continue;
+            }
+            measured += 1;
+            if b.is_none_or(|b| b < busy_max) && e.is_none_or(|e| e < ecf_max) {
+                idle += 1;
+            }
+        }
+        if measured == 0 {
+            idle_unmeasured.push(n.clone());
+            continue;
+        }
+        let share = idle as f64 / measured as f64;
+        if share > cfg.idle_share {
+            idle_list.push(IdleWorkload {
+                workload: n.clone(),
+                idle_share: share,
+                held_hours: held as f64 * hours_per_step,
+                measured_hours: measured as f64 * hours_per_step,
+                idle_gpu_hours: idle as f64 * hours_per_step,
+            });
+        }
+    }
+    idle_list.sort_by(|a, b| {
+        b.idle_gpu_hours
+            .total_cmp(&a.idle_gpu_hours)
+            .then_with(|| a.workload.cmp(&b.workload))
+    });
+    let idle = Idle {
+        idle_share_above: cfg.idle_share,
+        busy_below: cfg.idle_busy_below,
+        effective_compute_below: cfg.idle_compute_below,
+        idle_gpu_hours: idle_list.iter().map(|w| w.idle_gpu_hours).sum(),
+        workloads: idle_list,
+        unmeasured: idle_unmeasured,
+    };
+
+    let allocated_summary = summarize(
+        allocated.iter().flatten().map(|&x| u64::from(x)).collect(),
+        |x| x as f64,
+    );
+    let reporting_summary = summarize(
+        reporting.iter().flatten().map(|&x| u64::from(x)).collect(),
+        |x| x as f64,
+    );
+
+    // Savings.
+    let savings = packing.as_ref().and_then(|p| {
+        let baseline = if unit == "pod" {
+            allocated_summary.map(|s| s.max as u64)
+        } else {
+            reporting_summary.map(|s| s.max as u64)
+        }?;
+        let freed = baseline.saturating_sub(p.gpus);
+        let hours = steps_with_data as f64 * hours_per_step;
+        let gpu_hours = freed as f64 * hours;
+        let cost = cfg
+            .cost_per_gpu_hour
+            .filter(|c| c.is_finite() && *c >= 0.0);
+        let mut assumptions = vec![
+            format!("the fleet is re-packed as proposed for the whole window ({hours:.2} h with data)"),
+            format!("baseline: the peak of {} over the window", if unit == "pod" { "allocated GPUs" } else { "GPUs reporting (allocation unknown)" }),
+            "each workload keeps its peak memory and its measured saturation; work adds linearly on a shared GPU".to_owned(),
+            "workloads with unmeasured demand keep the GPUs they held".to_owned(),
+        ];
+        if cost.is_none() {
+            assumptions.push("no --cost-per-gpu-hour: GPU-hours only".to_owned());
+        }
+        Some(Savings {
+            estimate: true,
+            baseline_gpus: baseline,
+            needed_gpus: p.gpus,
+            gpus_freed: freed,
+            hours,
+            gpu_hours,
+            cost_per_gpu_hour: cost,
+            cost: cost.map(|c| c * gpu_hours),
+            assumptions,
+        })
+    });
+
+    let simulated = input.tracks.iter().any(|t| t.simulated);
+    if steps_with_data < steps {
+        notes.push(format!(
+            "{} of {} steps had no data at all (a gap in the history): they are left out, never counted as idle or 0",
+            steps - steps_with_data,
+            steps
+        ));
+    }
+    let method = method_text(h);
+    let ratio_series = |v: &[Option<u64>]| v.iter().map(|x| x.map(units_to_ratio)).collect();
+    FleetReport {
+        workload_unit: unit,
+        steps,
+        steps_with_data,
+        step_seconds: input.step_seconds,
+        headroom: h,
+        gpu_model: fleet_spec.map(|s| s.name.to_owned()),
+        gpu_memory_bytes: gpu_mib.map(|g| g as f64 * MIB),
+        workloads: work.len(),
+        gpus_without_pods,
+        simulated,
+        sizing: Sizing {
+            allocated_gpus: allocated_summary,
+            gpus_reporting: reporting_summary,
+            busy_claim_gpus: busy_claim,
+            compute_demand_gpus: compute_demand,
+            memory_demand_gpus: memory_demand,
+            pooled_lower_bound: pooled,
+            packing,
+        },
+        colocation,
+        rightsizing,
+        idle,
+        savings,
+        method,
+        notes,
+        series: FleetSeries {
+            allocated_gpus: allocated,
+            gpus_reporting: reporting,
+            busy_claim_gpus: ratio_series(&busy),
+            compute_demand_gpus: ratio_series(&compute),
+            memory_demand_gpus: memory
+                .iter()
+                .map(|m| m.and_then(|m| gpu_mib.map(|g| m as f64 / g as f64)))
+                .collect(),
+        },
+    }
+}
+
+fn method_text(h: f64) -> Vec<String> {
+    let cap = 1.0 - h;
+    vec![
+        "Percentiles are nearest-rank over the steps at which a series is known; a step at which a live workload's reading is missing is unknown, never 0.".to_owned(),
+        "Compute demand: the workloads' roofline saturation max(compute, DRAM activity), summed per step, in GPU-equivalents. Memory demand: their memory used, summed per step, over one GPU's memory. The busy flag's claim is the summed reported utilization, for comparison only.".to_owned(),
+        format!("Pooled lower bound: max(ceil(p99 compute demand / {cap:.2}), ceil(peak memory demand)). It assumes work could be spread over GPUs freely, so no packing of whole workloads can use fewer GPUs."),
+        format!("Packed: first-fit decreasing onto GPUs of the fleet's model; each workload reserves its peak memory for its lifetime (a hard limit) and the time-aligned summed saturation must stay at or below {cap:.2} at p99. Work is assumed to add linearly on a shared GPU, and interference between co-located workloads is not modelled."),
+        "Co-location groups are the packed GPUs holding workloads from two or more GPUs today; interleaved groups share only because their busy periods do not overlap.".to_owned(),
+        format!("MIG fit: the smallest profile of the workload's model whose memory holds peak × {:.2}, whose SM share covers p95(busiest pipe) / {cap:.2} and whose memory-slice share covers p95(DRAM) / ({D_MAX} × {cap:.2}); constraints whose counter was not read are not checked and are named.", 1.0 + h),
+        format!("Smaller model: a catalog GPU with less memory and less bandwidth than the workload's own whose memory holds p99 memory × {:.2}, whose bandwidth covers p99 DRAM traffic at {D_MAX} × {cap:.2} of its peak and, when measured, whose tensor peak covers p99 busiest-pipe work at {cap:.2}.", 1.0 + h),
+        "NVML and DCGM see allocated memory, not needed memory: inference engines pre-allocate their KV cache, so memory figures are upper bounds on need.".to_owned(),
+    ]
+}
+
+/// Right-size one workload.
+fn right_size(t: &Track, name: &str, h: f64) -> RightSizing {
+    let mem_peak = t.points.iter().filter_map(|p| p.mem()).max();
+    let mem_p99 = track_quantile(t, 0.99, |p| p.mem().map(u64::from));
+    let sat_p99 = track_quantile(t, 0.99, |p| p.sat().map(u64::from));
+    let pipe_p95 = track_quantile(t, 0.95, |p| p.pipe().map(u64::from)).map(units_to_ratio);
+    let dram_p95 = track_quantile(t, 0.95, |p| p.dram().map(u64::from)).map(units_to_ratio);
+    let pipe_p99 = track_quantile(t, 0.99, |p| p.pipe().map(u64::from)).map(units_to_ratio);
+    let dram_p99 = track_quantile(t, 0.99, |p| p.dram().map(u64::from)).map(units_to_ratio);
+    let sat_known = t.points.iter().filter(|p| p.sat().is_some()).count();
+    let total = t.memory_total_mib.map(|m| f64::from(m) * MIB);
+    let peak_b = mem_peak.map(|m| f64::from(m) * MIB);
+    let (mig_fit, mig_fit_note) = match (t.spec, peak_b) {
+        (None, _) => (None, Some("model not in the catalog".to_owned())),
+        (_, None) => (None, Some("memory was not measured".to_owned())),
+        (Some(spec), Some(peak)) if !spec.mig.is_empty() => {
+            let demand = Demand {
+                memory_bytes: peak,
+                compute: pipe_p95,
+                bandwidth: dram_p95,
+            };
+            let demand = match (t.is_mig, t.mig) {
+                (true, Some(p)) => Some(demand.of_instance(spec, p)),
+                (true, None) => None,
+                (false, _) => Some(demand),
+            };
+            match demand {
+                None => (None, Some("MIG instance of an unknown profile".to_owned())),
+                Some(d) => match rightsizing::mig_fit(spec, &d, h, D_MAX) {
+                    Some(f) => (
+                        Some(MigChoice {
+                            profile: f.profile.name,
+                            binding: f.binding,
+                            unmeasured: f.unmeasured(),
+                        }),
+                        None,
+                    ),
+                    None => (
+                        None,
+                        Some("no MIG profile fits: it needs the whole GPU".to_owned()),
+                    ),
+                },
+            }
+        }
+        (Some(spec), _) => (None, Some(format!("the {} has no MIG", spec.name))),
+    };
+    let (smaller_gpu, smaller_gpu_note) = match (t.spec, mem_p99, dram_p99) {
+        _ if t.is_mig => (None, Some("runs on a MIG instance".to_owned())),
+        (None, _, _) => (None, Some("model not in the catalog".to_owned())),
+        (_, None, _) => (None, Some("memory was not measured".to_owned())),
+        (_, _, None) => (
+            None,
+            Some("bandwidth was not measured (no DRAM counter)".to_owned()),
+        ),
+        (Some(spec), Some(m), Some(d)) => {
+            let need_mem = f64::from(m as u32) * MIB * (1.0 + h);
+            let need_bw = d * spec.bandwidth_bytes_per_sec;
+            let need_flops = pipe_p99.map(|c| c * spec.bf16_dense_tflops);
+            let mut fits: Vec<&'static GpuSpec> = gpus::CATALOG
+                .iter()
+                .filter(|c| {
+                    c.memory_bytes < spec.memory_bytes
+                        && c.bandwidth_bytes_per_sec < spec.bandwidth_bytes_per_sec
+                        && c.memory_bytes as f64 >= need_mem
+                        && c.bandwidth_bytes_per_sec * D_MAX * (1.0 - h) >= need_bw
+                        && need_flops.is_none_or(|f| c.bf16_dense_tflops * (1.0 - h) >= f)
+                })
+                .collect();
+            fits.sort_by(|a, b| {
+                a.bandwidth_bytes_per_sec
+                    .total_cmp(&b.bandwidth_bytes_per_sec)
+                    .then(a.memory_bytes.cmp(&b.memory_bytes))
+                    .then(a.key.cmp(b.key))
+            });
+            match fits.first() {
+                Some(c) => (
+                    Some(SmallerGpu {
+                        key: c.key,
+                        name: c.name,
+                        compute_checked: need_flops.is_some(),
+                    }),
+                    None,
+                ),
+                None => (
+                    None,
+                    Some("no smaller catalog model covers its p99 demand".to_owned()),
+                ),
+            }
+        }
+    };
+    RightSizing {
+        workload: name.to_owned(),
+        gpu: t.gpu.clone(),
+        model: t.model.clone(),
+        mig_profile: t.mig.map(|p| p.name),
+        simulated: t.simulated,
+        memory_peak_bytes: peak_b,
+        memory_p99_bytes: mem_p99.map(|m| m as f64 * MIB),
+        memory_total_bytes: total,
+        memory_peak_fraction: match (peak_b, total) {
+            (Some(p), Some(t)) if t > 0.0 => Some(p / t),
+            _ => None,
+        },
+        saturation_p99: sat_p99.map(units_to_ratio),
+        saturation_measured_share: if t.points.is_empty() {
+            0.0
+        } else {
+            sat_known as f64 / t.points.len() as f64
+        },
+        mig_fit,
+        mig_fit_note,
+        smaller_gpu,
+        smaller_gpu_note,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: f64 = 1_073_741_824.0;
+
+    fn h100() -> &'static GpuSpec {
+        gpus::by_key("h100-sxm").unwrap()
+    }
+
+    /// A pod on its own H100 of 80 GiB, with `f(step)` = (saturation, busy, memory GiB).
+    fn pod(
+        name: &str,
+        gpu: &str,
+        steps: std::ops::Range<usize>,
+        f: impl Fn(usize) -> (Option<f64>, Option<f64>, Option<f64>),
+    ) -> Track {
+        let mut t = Track::new(Some(name.to_owned()), gpu.to_owned());
+        t.spec = Some(h100());
+        t.model = Some("NVIDIA H100 80GB HBM3".to_owned());
+        t.memory_total_mib = Some(80 * 1024);
+        for s in steps {
+            let (sat, busy, mem) = f(s);
+            t.record(
+                s,
+                Point::new(sat, busy, sat, mem.map(|g| g * GIB))
+                    .with_pipes(sat, sat.map(|x| x / 2.0)),
+            );
+        }
+        t
+    }
+
+    fn steady(i: usize, steps: usize) -> Track {
+        pod(
+            &format!("steady/p{i}"),
+            &format!("node-a/gpu {i}"),
+            0..steps,
+            |_| (Some(0.2), Some(0.9), Some(30.0)),
+        )
+    }
+
+    fn input(tracks: Vec<Track>, steps: usize) -> FleetInput {
+        FleetInput {
+            step_seconds: 60.0,
+            steps,
+            tracks,
+        }
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let s = summarize((1..=100).collect(), |x| x as f64).unwrap();
+        assert_eq!(
+            (s.p50, s.p95, s.p99, s.max, s.steps_known),
+            (50.0, 95.0, 99.0, 100.0, 100)
+        );
+        let s = summarize(vec![7], |x| x as f64).unwrap();
+        assert_eq!((s.p50, s.p99), (7.0, 7.0));
+        assert_eq!(summarize(Vec::new(), |x| x as f64), None);
+        // p99 ≤ L with at most ⌊1 % of n⌋ values above it.
+        assert!(p99_within(100, 1));
+        assert!(!p99_within(100, 2));
+        assert!(p99_within(99, 0) && !p99_within(99, 1));
+    }
+
+    #[test]
+    fn quantizing_is_exact_and_never_invents_a_value() {
+        assert_eq!(ratio_units(Some(0.2)), Some(2000));
+        assert_eq!(ratio_units(Some(f64::NAN)), None);
+        assert_eq!(ratio_units(Some(-0.1)), None);
+        assert_eq!(ratio_units(None), None);
+        assert_eq!(mib(Some(30.0 * GIB)), Some(30_720));
+        assert_eq!(Point::new(None, None, None, None), Point::NONE);
+    }
+
+    /// The example: 8 GPUs of 80 GiB, one pod each at 20 % saturation and 30 GiB.
+    #[test]
+    fn eight_pods_need_three_pooled_and_four_packed() {
+        let steps = 120;
+        let r = analyze(
+            &input((0..8).map(|i| steady(i, steps)).collect(), steps),
+            &FleetConfig {
+                cost_per_gpu_hour: Some(2.5),
+                ..FleetConfig::default()
+            },
+        );
+        assert_eq!(r.workload_unit, "pod");
+        assert_eq!(r.steps_with_data, 120);
+        let s = &r.sizing;
+        assert_eq!(s.allocated_gpus.unwrap().p99, 8.0);
+        assert_eq!(s.busy_claim_gpus.summary.unwrap().p50, 7.2);
+        assert_eq!(s.compute_demand_gpus.summary.unwrap().p99, 1.6);
+        assert_eq!(s.memory_demand_gpus.summary.unwrap().max, 3.0);
+        let pooled = s.pooled_lower_bound.as_ref().unwrap();
+        // Compute: 1.6 / 0.8 = 2 GPUs; memory: 240 / 80 = 3 GPUs.
+        assert_eq!(pooled.gpus, 3);
+        assert_eq!(pooled.compute_gpus, Some(2.0));
+        assert_eq!(pooled.memory_gpus, Some(3.0));
+        assert_eq!(pooled.binding, Binding::Memory);
+        let p = s.packing.as_ref().unwrap();
+        // Two per GPU: 60 GiB fits 80, 90 does not.
+        assert_eq!((p.packed_gpus, p.gpus, p.excluded_gpus), (4, 4, 0));
+        assert!(p.bins.iter().all(|b| b.workloads.len() == 2));
+        assert_eq!(p.bins[0].peak_memory_bytes, 60.0 * GIB);
+        assert_eq!(p.bins[0].saturation_p99, Some(0.4));
+        assert_eq!(r.colocation.len(), 4);
+        assert!(
+            r.colocation
+                .iter()
+                .all(|c| c.gpus_freed == 1 && !c.interleaved)
+        );
+        let sv = r.savings.unwrap();
+        assert_eq!((sv.baseline_gpus, sv.needed_gpus, sv.gpus_freed), (8, 4, 4));
+        assert_eq!(sv.hours, 2.0);
+        assert_eq!(sv.gpu_hours, 8.0);
+        assert_eq!(sv.cost, Some(20.0));
+        assert!(sv.estimate);
+    }
+
+    /// Two pods busy at alternate times: each one's p99 is 0.7, the sum of p99s 1.4 would
+    /// refuse them a shared GPU; aligned in time, the sum never exceeds 0.7.
+    #[test]
+    fn pods_busy_at_alternate_times_share_a_gpu() {
+        let steps = 120;
+        let busy_a = |s: usize| (s / 30).is_multiple_of(2);
+        let a = pod("alt/a", "node-b/gpu 0", 0..steps, |s| {
+            (
+                Some(if busy_a(s) { 0.7 } else { 0.0 }),
+                Some(if busy_a(s) { 1.0 } else { 0.0 }),
+                Some(30.0),
+            )
+        });
+        let b = pod("alt/b", "node-b/gpu 1", 0..steps, |s| {
+            (
+                Some(if busy_a(s) { 0.0 } else { 0.7 }),
+                Some(if busy_a(s) { 0.0 } else { 1.0 }),
+                Some(30.0),
+            )
+        });
+        let r = analyze(
+            &input(vec![a.clone(), b.clone()], steps),
+            &FleetConfig::default(),
+        );
+        let p = r.sizing.packing.as_ref().unwrap();
+        assert_eq!(p.gpus, 1);
+        assert_eq!(r.sizing.compute_demand_gpus.summary.unwrap().p99, 0.7);
+        assert_eq!(r.colocation.len(), 1);
+        let c = &r.colocation[0];
+        assert_eq!(c.workloads, ["alt/a", "alt/b"]);
+        assert_eq!((c.gpus_held, c.gpus_freed), (2, 1));
+        assert_eq!(c.sum_of_p99s, 1.4);
+        assert_eq!(c.saturation_p99, Some(0.7));
+        assert!(c.interleaved);
+        // Both idle half of the time: listed above a 0.4 share, with their idle hours.
+        let r = analyze(
+            &input(vec![a, b.clone()], steps),
+            &FleetConfig {
+                idle_share: 0.4,
+                ..FleetConfig::default()
+            },
+        );
+        assert_eq!(r.idle.workloads.len(), 2);
+        assert_eq!(r.idle.workloads[0].idle_share, 0.5);
+        assert_eq!(r.idle.workloads[0].idle_gpu_hours, 1.0);
+        assert_eq!(r.idle.workloads[0].held_hours, 2.0);
+        // In phase, the same two pods need two GPUs.
+        let b2 = pod("alt/a2", "node-b/gpu 0", 0..steps, |s| {
+            (Some(if busy_a(s) { 0.0 } else { 0.7 }), None, Some(30.0))
+        });
+        let r = analyze(&input(vec![b, b2], steps), &FleetConfig::default());
+        assert_eq!(r.sizing.packing.unwrap().gpus, 2);
+        assert!(r.colocation.is_empty());
+    }
+
+    #[test]
+    fn unmeasured_demand_is_unknown_and_not_packed() {
+        let steps = 10;
+        let blind = pod("x/blind", "node-c/gpu 0", 0..steps, |_| {
+            (None, Some(0.9), Some(10.0))
+        });
+        let r = analyze(
+            &input(vec![steady(0, steps), blind], steps),
+            &FleetConfig::default(),
+        );
+        let s = &r.sizing;
+        assert_eq!(s.compute_demand_gpus.unmeasured, ["x/blind"]);
+        assert_eq!(s.compute_demand_gpus.workloads, 1);
+        // The blind pod's memory is measured and counted: (30 + 10) / 80.
+        assert_eq!(s.memory_demand_gpus.summary.unwrap().max, 0.5);
+        let p = s.packing.as_ref().unwrap();
+        assert_eq!((p.packed_gpus, p.excluded_gpus, p.gpus), (1, 1, 2));
+        assert_eq!(p.excluded[0].workload, "x/blind");
+        assert!(p.excluded[0].reason.contains("saturation was not measured"));
+        assert!(
+            r.notes
+                .iter()
+                .any(|n| n.contains("x/blind") && n.contains("not counted as 0"))
+        );
+        // Nothing freed: the blind pod keeps its GPU.
+        assert_eq!(r.savings.unwrap().gpus_freed, 0);
+        let rs = r
+            .rightsizing
+            .iter()
+            .find(|x| x.workload == "x/blind")
+            .unwrap();
+        assert_eq!(rs.saturation_p99, None);
+        assert_eq!(rs.saturation_measured_share, 0.0);
+        assert_eq!(
+            rs.mig_fit.as_ref().unwrap().unmeasured,
+            [Constraint::Compute, Constraint::Bandwidth]
+        );
+        assert!(rs.smaller_gpu.is_none());
+    }
+
+    #[test]
+    fn a_gap_is_unknown_and_a_pod_that_did_not_run_adds_nothing() {
+        let steps = 10;
+        // p0 misses steps 3 and 4 inside its lifetime; p1 runs only from step 5.
+        let mut p0 = Track::new(Some("g/p0".into()), "n/gpu 0".into());
+        p0.memory_total_mib = Some(81_920);
+        for s in (0..10).filter(|s| !(3..5).contains(s)) {
+            p0.record(s, Point::new(Some(0.5), None, None, Some(GIB)));
+        }
+        let mut p1 = Track::new(Some("g/p1".into()), "n/gpu 1".into());
+        p1.memory_total_mib = Some(81_920);
+        for s in 5..10 {
+            p1.record(s, Point::new(Some(0.25), None, None, Some(GIB)));
+        }
+        let r = analyze(&input(vec![p0, p1], steps), &FleetConfig::default());
+        let c = &r.series.compute_demand_gpus;
+        assert_eq!(
+            &c[..6],
+            &[Some(0.5), Some(0.5), Some(0.5), None, None, Some(0.75)]
+        );
+        let s = r.sizing.compute_demand_gpus.summary.unwrap();
+        assert_eq!((s.steps_known, s.p50, s.max), (8, 0.75, 0.75));
+        assert_eq!(r.steps_with_data, 8);
+        assert!(
+            r.notes
+                .iter()
+                .any(|n| n.starts_with("2 of 10 steps had no data"))
+        );
+        assert_eq!(r.series.allocated_gpus[3], None);
+        assert_eq!(r.series.allocated_gpus[5], Some(2));
+    }
+
+    #[test]
+    fn gpus_without_pod_labels_are_their_own_workloads() {
+        let mut g = Track::new(None, "n/gpu 0".into());
+        g.record(0, Point::new(Some(0.3), Some(0.5), None, Some(GIB)));
+        let r = analyze(&input(vec![g.clone()], 1), &FleetConfig::default());
+        assert_eq!(r.workload_unit, "gpu");
+        assert_eq!(r.sizing.allocated_gpus, None);
+        assert!(r.notes[0].starts_with("no GPU carried pod labels"));
+        // Beside pods, such a GPU is left out of the pod analysis and named.
+        let r = analyze(&input(vec![g, steady(0, 1)], 1), &FleetConfig::default());
+        assert_eq!(r.workloads, 1);
+        assert_eq!(r.gpus_without_pods, ["n/gpu 0"]);
+        assert_eq!(r.sizing.gpus_reporting.unwrap().max, 2.0);
+        assert_eq!(r.sizing.allocated_gpus.unwrap().max, 1.0);
+    }
+
+    #[test]
+    fn right_sizing_names_a_mig_profile_and_a_smaller_model() {
+        let steps = 20;
+        let notebook = pod("dev/notebook", "n/gpu 1", 0..steps, |_| {
+            (Some(0.0), Some(0.0), Some(2.0))
+        });
+        let r = analyze(
+            &input(vec![steady(0, steps), notebook], steps),
+            &FleetConfig::default(),
+        );
+        let s = &r.rightsizing[0];
+        assert_eq!(s.workload, "steady/p0");
+        assert_eq!(s.memory_peak_bytes, Some(30.0 * GIB));
+        assert_eq!(s.memory_peak_fraction, Some(0.375));
+        // 30 GiB × 1.2 = 36 GiB needs 3g.40gb (39.5 GiB); SMs 0.2 / 0.8 and DRAM fit it.
+        let mig = s.mig_fit.as_ref().unwrap();
+        assert_eq!((mig.profile, mig.binding), ("3g.40gb", Constraint::Memory));
+        assert!(mig.unmeasured.is_empty());
+        // 36 GiB: an L40S (48 GB, 0.864 TB/s ≥ 0.1 × 3.35 / 0.64, 362 TFLOPS ≥ 0.2 × 989 / 0.8).
+        assert_eq!(s.smaller_gpu.as_ref().unwrap().key, "l40s");
+        let n = &r.rightsizing[1];
+        assert_eq!(n.mig_fit.as_ref().unwrap().profile, "1g.10gb");
+        assert_eq!(n.smaller_gpu.as_ref().unwrap().name, "L4");
+        // The notebook never worked: idle all the time it held its GPU.
+        assert_eq!(r.idle.workloads.len(), 1);
+        assert_eq!(r.idle.workloads[0].workload, "dev/notebook");
+        assert_eq!(r.idle.workloads[0].idle_share, 1.0);
+        assert_eq!(r.idle.workloads[0].idle_gpu_hours, 20.0 / 60.0);
+    }
+
+    #[test]
+    fn a_pod_too_big_to_share_takes_a_gpu_of_its_own() {
+        let steps = 5;
+        let big = pod("b/big", "n/gpu 0", 0..steps, |_| {
+            (Some(0.95), Some(1.0), Some(40.0))
+        });
+        let r = analyze(
+            &input(vec![big, steady(1, steps)], steps),
+            &FleetConfig::default(),
+        );
+        let p = r.sizing.packing.unwrap();
+        assert_eq!(p.gpus, 2);
+        assert_eq!(p.bins[0].workloads, ["b/big"]);
+        // 0.95 + 0.2 over 0.8: pooled compute is ⌈1.15 / 0.8⌉ = 2.
+        let pooled = r.sizing.pooled_lower_bound.unwrap();
+        assert_eq!((pooled.gpus, pooled.binding), (2, Binding::Compute));
+        assert_eq!(pooled.compute_gpus, Some(1.4375));
+    }
+}
