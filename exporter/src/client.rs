@@ -19,6 +19,32 @@ pub fn agent(timeout: Duration) -> ureq::Agent {
         .into()
 }
 
+/// [`agent`], trusting only the CA certificates in the PEM file `ca` for https.
+///
+/// # Errors
+/// The file cannot be read or holds no certificate; the message names it.
+pub fn agent_trusting(timeout: Duration, ca: &std::path::Path) -> Result<ureq::Agent, String> {
+    let pem = std::fs::read(ca).map_err(|e| format!("{}: cannot read: {e}", ca.display()))?;
+    let certs: Vec<ureq::tls::Certificate<'static>> = ureq::tls::parse_pem(&pem)
+        .filter_map(|item| match item {
+            Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+            _ => None,
+        })
+        .collect();
+    if certs.is_empty() {
+        return Err(format!("{}: no PEM certificate in it", ca.display()));
+    }
+    let tls = ureq::tls::TlsConfig::builder()
+        .root_certs(ureq::tls::RootCerts::Specific(std::sync::Arc::new(certs)))
+        .build();
+    Ok(ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .tls_config(tls)
+        .build()
+        .into())
+}
+
 /// Why a `GET` for text failed.
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {

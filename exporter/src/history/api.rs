@@ -94,6 +94,7 @@ impl Client {
         url: &str,
         authorization: Option<String>,
         timeout: Duration,
+        ca_file: Option<&std::path::Path>,
     ) -> anyhow::Result<Client> {
         let base = url.trim().trim_end_matches('/');
         // These two do not echo the URL: it may hold a password or a token.
@@ -112,7 +113,11 @@ impl Client {
         if host.is_none_or(str::is_empty) {
             bail!("--prometheus {url:?}: expected a URL like http://prometheus:9090");
         }
-        let agent = crate::client::agent(timeout);
+        let agent = match ca_file {
+            None => crate::client::agent(timeout),
+            Some(f) => crate::client::agent_trusting(timeout, f)
+                .map_err(|e| anyhow::anyhow!("--ca-file {e}"))?,
+        };
         Ok(Client {
             base: base.to_owned(),
             agent,

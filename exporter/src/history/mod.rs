@@ -79,6 +79,52 @@ pub struct PrometheusArgs {
     /// Time limit of each request to Prometheus, its answer included [default: 30s].
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub prometheus_timeout: Option<Duration>,
+    /// End of the window instead of now: an RFC 3339 time (2026-11-30T14:00:00Z) or how
+    /// long ago (2h), to read a past incident; --since counts back from it.
+    #[arg(long, value_name = "TIME|AGO", value_parser = parse_until)]
+    pub until: Option<Until>,
+    /// Trust only the CA certificates in this PEM file for an https:// Prometheus (a
+    /// private CA); without it, the Mozilla roots are trusted.
+    #[arg(long, value_name = "PEM")]
+    pub ca_file: Option<PathBuf>,
+}
+
+/// Where `--until` ends the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Until {
+    /// At this time.
+    At(SystemTime),
+    /// This long before now.
+    Ago(Duration),
+}
+
+impl Until {
+    /// The end, in Unix milliseconds, given `now`.
+    #[must_use]
+    pub fn end_ms(self, now_ms: i64) -> i64 {
+        match self {
+            Until::At(t) => t
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+            Until::Ago(d) => {
+                now_ms.saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            }
+        }
+    }
+}
+
+/// `--until`: an RFC 3339 time, or a duration ago.
+///
+/// # Errors
+/// Neither; the message shows both forms.
+pub fn parse_until(s: &str) -> Result<Until, String> {
+    let s = s.trim();
+    if let Ok(t) = humantime::parse_rfc3339_weak(s) {
+        return Ok(Until::At(t));
+    }
+    humantime::parse_duration(s).map(Until::Ago).map_err(|_| {
+        format!("{s:?} is neither an RFC 3339 time (2026-11-30T14:00:00Z) nor a duration ago (2h)")
+    })
 }
 
 /// Default of `--since`.
@@ -100,6 +146,8 @@ impl PrometheusArgs {
             (self.bearer_token_file.is_some(), "--bearer-token-file"),
             (self.basic_auth.is_some(), "--basic-auth"),
             (self.prometheus_timeout.is_some(), "--prometheus-timeout"),
+            (self.until.is_some(), "--until"),
+            (self.ca_file.is_some(), "--ca-file"),
         ]
         .into_iter()
         .find_map(|(given, flag)| given.then_some(flag))
@@ -341,10 +389,20 @@ impl History {
         if timeout.is_zero() {
             bail!("--prometheus-timeout: give a positive duration, like 30s");
         }
-        let mut client = Client::new(url, authorization(p)?, timeout)?;
-        let now = SystemTime::now()
+        let mut client = Client::new(url, authorization(p)?, timeout, p.ca_file.as_deref())?;
+        let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let now = match p.until {
+            Some(u) => {
+                let end = u.end_ms(wall);
+                if end > wall {
+                    bail!("--until is in the future: the window must end by now");
+                }
+                end
+            }
+            None => wall,
+        };
         let since = i64::try_from(since_d.as_millis()).unwrap_or(i64::MAX / 2);
         let range = Range::back_from(now, since.min(now), step);
 
@@ -806,6 +864,14 @@ mod tests {
     }
 
     #[test]
+    fn until_is_a_time_or_a_duration_ago() {
+        let at = parse_until("2026-11-30T14:00:00Z").unwrap();
+        assert_eq!(at.end_ms(0), 1_764_511_200_000);
+        assert_eq!(parse_until("2h").unwrap().end_ms(10_000_000), 2_800_000);
+        assert!(parse_until("yesterday").unwrap_err().contains("RFC 3339"));
+    }
+
+    #[test]
     fn basic_auth_never_needs_printing() {
         let args = PrometheusArgs {
             prometheus: Some("http://x".into()),
@@ -815,6 +881,8 @@ mod tests {
             bearer_token_file: None,
             basic_auth: Some("user:pa:ss".into()),
             prometheus_timeout: None,
+            until: None,
+            ca_file: None,
         };
         assert_eq!(
             authorization(&args).unwrap().as_deref(),

@@ -207,6 +207,11 @@ struct Backfilled {
 }
 
 fn backfilled() -> Backfilled {
+    backfilled_with(None)
+}
+
+/// [`backfilled`], serving https with `tls` (cert, key) when given.
+fn backfilled_with(tls: Option<(&std::path::Path, &std::path::Path)>) -> Backfilled {
     let promtool = tool("/usr/bin/promtool", "prometheus");
     let prometheus = tool("/usr/bin/prometheus", "prometheus");
     let dir = TempDir::new("history-prom");
@@ -228,6 +233,18 @@ fn backfilled() -> Backfilled {
     );
     let config = dir.path().join("prometheus.yml");
     std::fs::write(&config, "global:\n  scrape_interval: 15s\n").unwrap();
+    let web = dir.path().join("web.yml");
+    if let Some((cert, key)) = tls {
+        std::fs::write(
+            &web,
+            format!(
+                "tls_server_config:\n  cert_file: {}\n  key_file: {}\n",
+                cert.display(),
+                key.display()
+            ),
+        )
+        .unwrap();
+    }
     for attempt in 0..3 {
         let addr = format!("127.0.0.1:{}", free_port());
         let mut cmd = Command::new(prometheus);
@@ -235,6 +252,9 @@ fn backfilled() -> Backfilled {
             .arg(format!("--storage.tsdb.path={}", data.display()))
             .arg(format!("--web.listen-address={addr}"))
             .arg("--log.level=warn");
+        if tls.is_some() {
+            cmd.arg(format!("--web.config.file={}", web.display()));
+        }
         let mut prom = Spawned::start(cmd, dir.path(), &format!("prometheus-{attempt}"));
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -246,9 +266,16 @@ fn backfilled() -> Backfilled {
                 );
                 break;
             }
-            if http_get(&addr, "/-/ready", &[]).is_ok_and(|r| r.status == 200) {
+            let ready = if tls.is_some() {
+                // Plain HTTP to a TLS port gets a 400: the server is up.
+                http_get(&addr, "/-/ready", &[]).is_ok_and(|r| r.status == 400)
+            } else {
+                http_get(&addr, "/-/ready", &[]).is_ok_and(|r| r.status == 200)
+            };
+            if ready {
+                let scheme = if tls.is_some() { "https" } else { "http" };
                 return Backfilled {
-                    url: format!("http://{addr}"),
+                    url: format!("{scheme}://{addr}"),
                     prom,
                     _dir: dir,
                 };
@@ -588,6 +615,183 @@ fn fails(url: &str, extra: &[&str], env: &[(&str, &str)]) -> String {
     );
     eprint!("history: {}", run.stderr);
     run.stderr
+}
+
+/// A CA, and a server certificate for 127.0.0.1 signed by it, made with openssl.
+fn certificates(
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let openssl = tool("/usr/bin/openssl", "openssl");
+    let run = |args: &[&str]| {
+        let out = Command::new(openssl)
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("run openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test CA",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+    ]);
+    (
+        dir.join("ca.pem"),
+        dir.join("server.pem"),
+        dir.join("server.key"),
+    )
+}
+
+/// History over https from a Prometheus with a private CA: refused without `--ca-file`
+/// (saying it is the certificate), read with it; and `--until` ends the window in the past.
+#[test]
+fn history_over_https_with_a_ca_and_until() {
+    let certs = TempDir::new("history-tls");
+    let (ca, cert, key) = certificates(certs.path());
+    let p = backfilled_with(Some((&cert, &key)));
+    let run = truthscale(
+        &[
+            "analyze",
+            "--prometheus",
+            &p.url,
+            "--since",
+            "3h",
+            "--step",
+            "15s",
+            "--json",
+        ],
+        &[],
+    );
+    assert_ne!(run.code, Some(0), "an unknown CA was trusted");
+    assert!(
+        run.stderr.to_lowercase().contains("certificate") || run.stderr.contains("UnknownIssuer"),
+        "{}",
+        run.stderr
+    );
+    let ca_text = ca.display().to_string();
+    let full = truthscale(
+        &[
+            "analyze",
+            "--prometheus",
+            &p.url,
+            "--since",
+            "3h",
+            "--step",
+            "15s",
+            "--json",
+            "--ca-file",
+            &ca_text,
+        ],
+        &[],
+    );
+    let v = full.json();
+    let all = entity(&v, 0, Some("llm"))["samples"].as_u64().unwrap();
+    // Half an hour ending five minutes ago (clear of GPU 0's gap, 50 to 60 minutes ago).
+    let past = truthscale(
+        &[
+            "analyze",
+            "--prometheus",
+            &p.url,
+            "--since",
+            "30m",
+            "--until",
+            "5m",
+            "--step",
+            "15s",
+            "--json",
+            "--ca-file",
+            &ca_text,
+        ],
+        &[],
+    );
+    let v = past.json();
+    let part = entity(&v, 0, Some("llm"))["samples"].as_u64().unwrap();
+    assert!(
+        (119..=122).contains(&part),
+        "{part} samples in 30 min at 15 s (of {all})"
+    );
+    assert!(all > 400, "{all}");
+    let bad = truthscale(
+        &[
+            "analyze",
+            "--prometheus",
+            &p.url,
+            "--ca-file",
+            "/nonexistent/ca.pem",
+        ],
+        &[],
+    );
+    assert!(
+        bad.stderr
+            .contains("--ca-file /nonexistent/ca.pem: cannot read"),
+        "{}",
+        bad.stderr
+    );
+    let future = truthscale(
+        &[
+            "analyze",
+            "--prometheus",
+            &p.url,
+            "--until",
+            "2099-01-01T00:00:00Z",
+            "--ca-file",
+            &ca_text,
+        ],
+        &[],
+    );
+    assert!(
+        future.stderr.contains("--until is in the future"),
+        "{}",
+        future.stderr
+    );
 }
 
 #[test]
