@@ -299,10 +299,15 @@ impl Sampler {
                 let n = sample.entities.len();
                 for e in &mut sample.entities {
                     let mut sv = serving.clone();
+                    let spec = e.id.model.as_deref().and_then(gpus::lookup);
                     if let Some(m) = &model {
-                        let spec = e.id.model.as_deref().and_then(gpus::lookup);
                         truthscale_core::serving::add_utilization(&mut sv, m, spec, n);
                     }
+                    truthscale_core::serving::add_engine_estimates(
+                        &mut sv,
+                        spec,
+                        model.as_ref().map(|m| m.dtype),
+                    );
                     e.serving = Some(sv);
                 }
             }

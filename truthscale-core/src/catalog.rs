@@ -270,6 +270,14 @@ metrics! {
         "Seconds in which both the counter regime and the engine's own token rates said what the window was (prompt tokens only: prefill; output only: decode; both: mixed).";
     SERVING_PHASE_AGREED_SECONDS / ServingPhaseAgreedSeconds = "truthscale_serving_phase_agreed_seconds_total", Counter, Gpu, ["engine"], counter("truthscale.serving.phase.agreed.time", "s"),
         "Of truthscale_serving_phase_compared_seconds_total, the seconds in which the counter phase and the engine's token rates agreed.";
+    SERVING_ENGINE_MFU / ServingEngineMfu = "truthscale_serving_engine_flops_utilization_ratio", Gauge, Gpu, ["engine", "assumptions"], gauge("truthscale.serving.engine_mfu", "1"),
+        "The engine's own FLOP estimate per GPU (vLLM's or SGLang's estimated_flops_per_gpu_total, as a rate) over the GPU's datasheet peak: a model-based MFU from the engine itself.";
+    SERVING_ENGINE_MBU / ServingEngineMbu = "truthscale_serving_engine_bandwidth_utilization_ratio", Gauge, Gpu, ["engine", "assumptions"], gauge("truthscale.serving.engine_mbu", "1"),
+        "The engine's own estimate of bytes read plus written per GPU per second over the GPU's DRAM bandwidth: a model-based MBU from the engine itself.";
+    SERVING_COMPUTE_AGREEMENT / ServingComputeAgreement = "truthscale_serving_compute_agreement_ratio", Gauge, Gpu, ["engine", "estimate", "measure"], gauge("truthscale.serving.compute_agreement", "1"),
+        "The engine's FLOP utilization (estimate=\"engine_flops\") over the effective compute fraction truthscale measured from the counters (measure=\"effective_compute\"): 1 is agreement, above 1 the engine claims more work than the tensor and FP pipes did; not written below 1 % effective compute.";
+    SERVING_BANDWIDTH_AGREEMENT / ServingBandwidthAgreement = "truthscale_serving_bandwidth_agreement_ratio", Gauge, Gpu, ["engine", "estimate", "measure"], gauge("truthscale.serving.bandwidth_agreement", "1"),
+        "The engine's bandwidth utilization (estimate=\"engine_bytes\") over the DRAM activity truthscale measured (measure=\"dram_active\"): 1 is agreement; not written below 1 % DRAM activity.";
     SIM_TRUTH_EFFECTIVE_COMPUTE_SECONDS / SimTruthEffectiveComputeSeconds = "truthscale_sim_truth_effective_compute_seconds_total", Counter, Gpu, [], counter("truthscale.sim.truth.effective_compute.time", "s"),
         "Simulator only: the true integral of effective compute, to check the derived one against.";
     PROCESS_MEMORY_USED / ProcessMemoryUsed = "truthscale_process_memory_used_bytes", Gauge, Gpu, ["pid", "pod_uid", "container_id"], None,

@@ -416,6 +416,22 @@ pub struct ServingSnapshot {
     /// The assumptions MFU and MBU rest on (parameters, dtype, peak, GPUs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub assumptions: Option<String>,
+    /// The engine's own FLOPs per second per GPU (vLLM's and SGLang's
+    /// `estimated_flops_per_gpu_total`), where it exports them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_flops_per_sec: Option<f64>,
+    /// The engine's own bytes read plus written per second per GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_bytes_per_sec: Option<f64>,
+    /// [`Self::engine_flops_per_sec`] over the GPU's datasheet peak.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_mfu: Option<f64>,
+    /// [`Self::engine_bytes_per_sec`] over the GPU's DRAM bandwidth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_mbu: Option<f64>,
+    /// What the engine-estimate ratios rest on (which peak).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_assumptions: Option<String>,
     /// Why there is no engine data (unreachable, not an engine, …); `None` when there is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub absent_reason: Option<String>,

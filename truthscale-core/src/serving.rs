@@ -100,6 +100,11 @@ struct Names {
     queue_sum: &'static [&'static str],
     queue_count: &'static [&'static str],
     steps_total: &'static [&'static str],
+    /// The engine's own estimate of FLOPs per GPU (a counter), where it exports one.
+    flops_total: &'static [&'static str],
+    /// The engine's own estimate of bytes read and written per GPU (counters).
+    read_bytes_total: &'static [&'static str],
+    write_bytes_total: &'static [&'static str],
 }
 
 const ENGINES: [Names; 3] = [
@@ -113,6 +118,9 @@ const ENGINES: [Names; 3] = [
         queue_sum: &["vllm:request_queue_time_seconds_sum"],
         queue_count: &["vllm:request_queue_time_seconds_count"],
         steps_total: &["vllm:iteration_tokens_total_count"],
+        flops_total: &["vllm:estimated_flops_per_gpu_total"],
+        read_bytes_total: &["vllm:estimated_read_bytes_per_gpu_total"],
+        write_bytes_total: &["vllm:estimated_write_bytes_per_gpu_total"],
     },
     Names {
         engine: "sglang",
@@ -124,6 +132,9 @@ const ENGINES: [Names; 3] = [
         queue_sum: &["sglang:queue_time_seconds_sum"],
         queue_count: &["sglang:queue_time_seconds_count"],
         steps_total: &[],
+        flops_total: &["sglang:estimated_flops_per_gpu_total"],
+        read_bytes_total: &["sglang:estimated_read_bytes_per_gpu_total"],
+        write_bytes_total: &["sglang:estimated_write_bytes_per_gpu_total"],
     },
     Names {
         engine: "tgi",
@@ -135,6 +146,9 @@ const ENGINES: [Names; 3] = [
         queue_sum: &["tgi_request_queue_duration_sum"],
         queue_count: &["tgi_request_queue_duration_count"],
         steps_total: &[],
+        flops_total: &[],
+        read_bytes_total: &[],
+        write_bytes_total: &[],
     },
 ];
 
@@ -173,6 +187,9 @@ pub struct Reading {
     queue_sum: Option<f64>,
     queue_count: Option<f64>,
     steps_total: Option<f64>,
+    flops_total: Option<f64>,
+    read_bytes_total: Option<f64>,
+    write_bytes_total: Option<f64>,
 }
 
 /// Read an engine's values from a parsed scrape; `None` when no engine's names are there.
@@ -199,6 +216,9 @@ pub fn read(parsed: &Parsed, taken_ms: i64) -> Option<Reading> {
             queue_sum: get(n.queue_sum).filter(|v| *v >= 0.0),
             queue_count: get(n.queue_count).filter(|v| *v >= 0.0),
             steps_total: get(n.steps_total).filter(|v| *v >= 0.0),
+            flops_total: get(n.flops_total).filter(|v| *v >= 0.0),
+            read_bytes_total: get(n.read_bytes_total).filter(|v| *v >= 0.0),
+            write_bytes_total: get(n.write_bytes_total).filter(|v| *v >= 0.0),
         });
     }
     None
@@ -239,6 +259,11 @@ pub fn derive(prev: Option<&Reading>, cur: &Reading) -> ServingSnapshot {
         batch_size: cur.running,
         max_batch_size: None,
         steps_per_sec: rate(|r| r.steps_total),
+        engine_flops_per_sec: rate(|r| r.flops_total),
+        // Read and written, both or neither: one alone is not the traffic.
+        engine_bytes_per_sec: rate(|r| r.read_bytes_total)
+            .zip(rate(|r| r.write_bytes_total))
+            .map(|(r, w)| r + w),
         ..ServingSnapshot::default()
     }
 }
@@ -297,5 +322,83 @@ pub fn add_utilization(
     }
     if s.mfu.is_some() || s.mbu.is_some() {
         s.assumptions = Some(assumptions);
+    }
+}
+
+/// The engine's own FLOP and byte estimates per GPU over the GPU's datasheet peaks (dense
+/// BF16, or the configured dtype's peak; DRAM bandwidth): a model-based MFU and MBU that
+/// come from the engine itself, beside truthscale's counter-based ones.
+pub fn add_engine_estimates(s: &mut ServingSnapshot, spec: Option<&GpuSpec>, dtype: Option<Dtype>) {
+    if s.absent_reason.is_some() {
+        return;
+    }
+    let Some(spec) = spec else { return };
+    let dtype = dtype.unwrap_or(Dtype::Bf16);
+    if let (Some(f), Some((peak, name))) = (s.engine_flops_per_sec, dtype.peak_flops(spec)) {
+        s.engine_mfu = Some(f / peak);
+        s.engine_assumptions = Some(format!("flops=engine_estimate,peak={name}_datasheet"));
+    }
+    if let Some(b) = s.engine_bytes_per_sec {
+        s.engine_mbu = Some(b / spec.bandwidth_bytes_per_sec);
+        let a = s.engine_assumptions.get_or_insert_with(String::new);
+        if !a.is_empty() {
+            a.push(',');
+        }
+        a.push_str("bytes=engine_estimate,peak=dram_datasheet");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scrape(flops: f64, read: f64, write: f64, prompt: f64) -> String {
+        format!(
+            "vllm:num_requests_running 4\nvllm:prompt_tokens_total {prompt}\n\
+             vllm:estimated_flops_per_gpu_total {flops}\n\
+             vllm:estimated_read_bytes_per_gpu_total {read}\n\
+             vllm:estimated_write_bytes_per_gpu_total {write}\n"
+        )
+    }
+
+    /// The engine's own estimates, as rates over the datasheet peaks: 2·10¹⁴ FLOPs and
+    /// 1.1·10¹² bytes in 2 s on an H100 SXM.
+    #[test]
+    fn engine_estimates_over_the_datasheet_peaks() {
+        let spec = crate::gpus::by_key("h100-sxm").unwrap();
+        let a = read(&parse_text(&scrape(1e15, 1e12, 2e11, 100.0)), 0).unwrap();
+        let b = read(&parse_text(&scrape(1.2e15, 2e12, 3e11, 300.0)), 2000).unwrap();
+        let mut s = derive(Some(&a), &b);
+        assert_eq!(s.engine_flops_per_sec, Some(1e14));
+        assert_eq!(s.engine_bytes_per_sec, Some(5e11 + 5e10));
+        add_engine_estimates(&mut s, Some(spec), None);
+        assert_eq!(s.engine_mfu, Some(1e14 / (spec.bf16_dense_tflops * 1e12)));
+        assert_eq!(s.engine_mbu, Some(5.5e11 / spec.bandwidth_bytes_per_sec));
+        assert_eq!(
+            s.engine_assumptions.as_deref(),
+            Some(
+                "flops=engine_estimate,peak=bf16_dense_datasheet,bytes=engine_estimate,peak=dram_datasheet"
+            )
+        );
+        // Without the write counter there is no byte rate (one alone is not the traffic),
+        // and without the engine's counters nothing at all.
+        let only_read = |f: f64, r: f64, t| {
+            read(
+                &parse_text(&format!(
+                    "vllm:num_requests_running 1\nvllm:estimated_flops_per_gpu_total {f}\nvllm:estimated_read_bytes_per_gpu_total {r}\n"
+                )),
+                t,
+            )
+            .unwrap()
+        };
+        let s = derive(Some(&only_read(0.0, 0.0, 0)), &only_read(1.0, 1.0, 1000));
+        assert_eq!(s.engine_bytes_per_sec, None);
+        let plain = |t| read(&parse_text("vllm:num_requests_running 1\n"), t).unwrap();
+        let mut s = derive(Some(&plain(0)), &plain(1000));
+        add_engine_estimates(&mut s, Some(spec), None);
+        assert_eq!(
+            (s.engine_mfu, s.engine_mbu, s.engine_assumptions),
+            (None, None, None)
+        );
     }
 }

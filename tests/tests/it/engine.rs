@@ -166,3 +166,53 @@ fn unreachable_engine_is_absent_with_the_reason() {
             .any(|s| s.name == "truthscale_gpu_verdict" && s.value == 1.0)
     );
 }
+
+/// vLLM's own FLOP and byte estimates become a model-based MFU and MBU over the datasheet
+/// peaks, and their agreement with the counter-based effective compute and DRAM activity is
+/// exported with where each side came from.
+#[test]
+fn engine_flop_estimates_are_cross_checked_against_the_counters() {
+    let dir = TempDir::new("engine-flops");
+    let engine = StandIn::start(ok(&engine_fixture("vllm-flops-a.prom")));
+    let sidecar = start(&engine.url(), &dir);
+    sidecar.wait_for(WAIT, "engine up", |m| {
+        value(m, "truthscale_serving_engine_up") == Some(1.0)
+    });
+    engine.set(ok(&engine_fixture("vllm-flops-b.prom")));
+    let m = sidecar.wait_for(WAIT, "engine estimates", |m| {
+        value(m, "truthscale_serving_engine_flops_utilization_ratio").is_some_and(|v| v > 0.0)
+            && value(m, "truthscale_serving_prompt_tokens_per_second").is_some_and(|v| v > 0.0)
+    });
+    let find = |name: &str| m.iter().find(|s| s.name == name).unwrap();
+    let mfu = find("truthscale_serving_engine_flops_utilization_ratio");
+    assert_eq!(
+        mfu.label("assumptions"),
+        Some(
+            "flops=engine_estimate,peak=bf16_dense_datasheet,bytes=engine_estimate,peak=dram_datasheet"
+        )
+    );
+    // Both rates have the same window: their ratio is the scrapes' ratio exactly.
+    let spec = truthscale_core::gpus::by_key("h100-sxm").unwrap();
+    let prompt = value(&m, "truthscale_serving_prompt_tokens_per_second").unwrap();
+    let flops_per_token = mfu.value * spec.bf16_dense_tflops * 1e12 / prompt;
+    assert!(
+        (flops_per_token / 1e11 - 1.0).abs() < 1e-9,
+        "{flops_per_token}"
+    );
+    let mbu = value(&m, "truthscale_serving_engine_bandwidth_utilization_ratio").unwrap();
+    let bytes_per_token = mbu * spec.bandwidth_bytes_per_sec / prompt;
+    assert!(
+        (bytes_per_token / 5.5e8 - 1.0).abs() < 1e-9,
+        "{bytes_per_token}"
+    );
+    // The agreement is the engine's over the counters', labelled with both sides.
+    let ecf = value(&m, "truthscale_gpu_effective_compute_ratio").unwrap();
+    let agree = find("truthscale_serving_compute_agreement_ratio");
+    assert_eq!(agree.label("estimate"), Some("engine_flops"));
+    assert_eq!(agree.label("measure"), Some("effective_compute"));
+    assert!((agree.value * ecf / mfu.value - 1.0).abs() < 1e-12);
+    let dram = value(&m, "truthscale_gpu_dram_active_ratio").unwrap();
+    let bw = find("truthscale_serving_bandwidth_agreement_ratio");
+    assert_eq!(bw.label("measure"), Some("dram_active"));
+    assert!((bw.value * dram / mbu - 1.0).abs() < 1e-12);
+}

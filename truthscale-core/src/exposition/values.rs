@@ -218,6 +218,10 @@ pub(super) fn gpu_values<'a>(
         | MetricId::ServingTokensPerEffectiveCompute
         | MetricId::ServingMfu
         | MetricId::ServingMbu
+        | MetricId::ServingEngineMfu
+        | MetricId::ServingEngineMbu
+        | MetricId::ServingComputeAgreement
+        | MetricId::ServingBandwidthAgreement
         | MetricId::ServingPhaseComparedSeconds
         | MetricId::ServingPhaseAgreedSeconds => {
             serving_values(id, win, push);
@@ -386,6 +390,46 @@ fn serving_values<'a>(
                 (Some(t), Some(e)) if e >= MIN_ECF_FOR_TOKENS => Some(t / e),
                 _ => None,
             }
+        }
+        MetricId::ServingEngineMfu | MetricId::ServingEngineMbu => {
+            let v = if id == MetricId::ServingEngineMfu {
+                sv.engine_mfu
+            } else {
+                sv.engine_mbu
+            };
+            if let Some(v) = v {
+                let a = sv.engine_assumptions.as_deref().unwrap_or("");
+                push(vec![("engine", engine), ("assumptions", a)], v);
+            }
+            return;
+        }
+        MetricId::ServingComputeAgreement | MetricId::ServingBandwidthAgreement => {
+            let (estimate, measured, labels) = if id == MetricId::ServingComputeAgreement {
+                (
+                    sv.engine_mfu,
+                    win.metrics.effective_compute,
+                    ("engine_flops", "effective_compute"),
+                )
+            } else {
+                (
+                    sv.engine_mbu,
+                    win.readings.value(Field::DramActive),
+                    ("engine_bytes", "dram_active"),
+                )
+            };
+            if let (Some(e), Some(m)) = (estimate, measured)
+                && m >= MIN_ECF_FOR_TOKENS
+            {
+                push(
+                    vec![
+                        ("engine", engine),
+                        ("estimate", labels.0),
+                        ("measure", labels.1),
+                    ],
+                    e / m,
+                );
+            }
+            return;
         }
         MetricId::ServingMfu | MetricId::ServingMbu => {
             let v = if id == MetricId::ServingMfu {
@@ -566,6 +610,10 @@ pub(super) fn exporter_values<'a>(
         | MetricId::ServingTokensPerEffectiveCompute
         | MetricId::ServingMfu
         | MetricId::ServingMbu
+        | MetricId::ServingEngineMfu
+        | MetricId::ServingEngineMbu
+        | MetricId::ServingComputeAgreement
+        | MetricId::ServingBandwidthAgreement
         | MetricId::ServingPhaseComparedSeconds
         | MetricId::ServingPhaseAgreedSeconds
         | MetricId::SimTruthEffectiveComputeSeconds
