@@ -197,3 +197,31 @@ fn sigterm_during_an_otlp_export_exits_in_bounded_time() {
     assert_eq!(status.code(), Some(0), "{}", sidecar.process.stderr());
     assert!(took < Duration::from_secs(12), "took {took:?}");
 }
+
+/// A web config that sets neither TLS nor users starts plain HTTP, and says so.
+#[test]
+fn an_empty_web_config_warns() {
+    let dir = TempDir::new("faults-empty-web");
+    let web = dir.path().join("web.yml");
+    std::fs::write(&web, "# nothing yet\n").unwrap();
+    let sidecar = Sidecar::start(
+        &[
+            "--source",
+            "sim",
+            "--sim-gpus",
+            "1",
+            "--web-config",
+            web.to_str().unwrap(),
+        ],
+        &[],
+        dir.path(),
+    );
+    assert!(
+        sidecar
+            .process
+            .stderr()
+            .contains("sets neither tls_server_config nor basic_auth_users"),
+        "{}",
+        sidecar.process.stderr()
+    );
+}
