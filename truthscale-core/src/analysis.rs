@@ -161,7 +161,7 @@ impl Analyzer {
                 self.first_diagnostics.push(d.to_string());
             }
         }
-        let t = (sample.taken.0 - start) as f64 / 1000.0;
+        let t = sample.taken.seconds_since(crate::model::Timestamp(start));
         for w in out.windows {
             self.add_window(t, &w);
         }

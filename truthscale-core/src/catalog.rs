@@ -353,6 +353,8 @@ pub const OTEL_ATTRIBUTES: &[(&str, &str)] = &[
     ("engine", "truthscale.serving.engine"),
     ("absent_reason", "truthscale.serving.absent_reason"),
     ("assumptions", "truthscale.serving.assumptions"),
+    ("estimate", "truthscale.serving.agreement.estimate"),
+    ("measure", "truthscale.serving.agreement.measure"),
     ("reason", "truthscale.clock_event.reason"),
     ("kind", "error.type"),
     ("sink", "truthscale.sink"),

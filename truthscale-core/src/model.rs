@@ -14,7 +14,8 @@ impl Timestamp {
     /// Seconds from `earlier` to `self` (negative when `earlier` is later).
     #[must_use]
     pub fn seconds_since(self, earlier: Timestamp) -> f64 {
-        (self.0 - earlier.0) as f64 / 1000.0
+        // In i128: any two i64 times differ by a representable amount.
+        (i128::from(self.0) - i128::from(earlier.0)) as f64 / 1000.0
     }
 
     /// This timestamp moved forward by `seconds`.

@@ -165,7 +165,8 @@ pub fn parse_text(body: &str) -> HashMap<String, Option<f64>> {
         let Ok(s) = s else { continue };
         let slot = out.entry(s.name.to_string()).or_insert(Some(0.0));
         *slot = match (*slot, s.value.is_finite()) {
-            (Some(sum), true) => Some(sum + s.value),
+            // A sum that overflows is as unknown as a non-finite term.
+            (Some(sum), true) => Some(sum + s.value).filter(|v| v.is_finite()),
             _ => None,
         };
     }
@@ -241,7 +242,7 @@ pub fn derive(prev: Option<&Reading>, cur: &Reading) -> ServingSnapshot {
         _ => None,
     };
     let rate = |f: fn(&Reading) -> Option<f64>| match (delta(f), dt) {
-        (Some(d), Some(dt)) if dt > 0.0 => Some(d / dt),
+        (Some(d), Some(dt)) if dt > 0.0 => Some(d / dt).filter(|r| r.is_finite()),
         _ => None,
     };
     let queue_seconds = match (delta(|r| r.queue_sum), delta(|r| r.queue_count)) {

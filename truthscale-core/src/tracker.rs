@@ -176,15 +176,17 @@ impl CeilingTracker {
         {
             self.recent.pop_front();
         }
-        let (mut covered, mut sum) = (0.0, 0.0);
+        let (mut covered, mut avg) = (0.0, 0.0);
         for (e, dt, v) in &self.recent {
-            // The part of [e - dt, e] inside [end - sustain, end].
+            // The part of [e - dt, e] inside [end - sustain, end]. A running mean, not a
+            // sum: huge values average to themselves instead of overflowing.
             let part = dt.min(self.sustain - end.seconds_since(*e)).max(0.0);
-            covered += part;
-            sum += part * v;
+            if part > 0.0 {
+                covered += part;
+                avg += (v - avg) * (part / covered);
+            }
         }
-        if covered >= self.sustain * (1.0 - 1e-9) {
-            let avg = sum / covered;
+        if covered >= self.sustain * (1.0 - 1e-9) && avg.is_finite() {
             while self.best.back().is_some_and(|(_, b)| *b <= avg) {
                 self.best.pop_back();
             }
@@ -568,7 +570,12 @@ fn integrate(t: &mut Totals, w: &mut EntityWindow, dt: f64, energy_delta: Option
         }
         _ => {}
     }
-    if let Some(truth) = w.truth_effective_compute {
+    // The simulator's truth is a fraction; a trace may carry anything, and what is not a
+    // fraction is not integrated (an integral must stay finite).
+    if let Some(truth) = w
+        .truth_effective_compute
+        .filter(|v| v.is_finite() && (0.0..=1.5).contains(v))
+    {
         *t.truth_effective_compute_seconds.get_or_insert(0.0) += truth * dt;
     }
     w.dt_seconds = dt;

@@ -7,5 +7,6 @@
 mod derive_props;
 mod docs;
 mod fixtures;
+mod fuzz_regressions;
 mod golden;
 mod parse_props;

@@ -1,0 +1,126 @@
+//! Inputs the fuzz targets (`fuzz/`, run by `scripts/fuzz`) found, each kept as a test of
+//! the invariant it broke. The target and the invariant are named on each test; the inputs
+//! are written as the core's own types, minimized by hand from the fuzzer's artifacts.
+
+use truthscale_core::analysis::Analyzer;
+use truthscale_core::derive::DeriveConfig;
+use truthscale_core::model::{EntityId, EntitySample, Field, Readings, Sample, Timestamp};
+use truthscale_core::parse::JsonlParser;
+use truthscale_core::serving;
+use truthscale_core::tracker::{CeilingTracker, Deriver};
+
+fn gpu0(pairs: &[(Field, f64)]) -> EntitySample {
+    let mut readings = Readings::default();
+    for &(f, v) in pairs {
+        readings.set_value(f, v);
+    }
+    EntitySample {
+        id: EntityId {
+            gpu: Some(0),
+            model: Some("NVIDIA H100 80GB HBM3".into()),
+            ..EntityId::default()
+        },
+        readings,
+        ..EntitySample::default()
+    }
+}
+
+/// `derive` target: time at the ends of the `i64` range. "Derivation never panics ...
+/// whatever the input" (ARCHITECTURE.md); the deriver and the analyzer subtracted the
+/// times as `i64` and overflowed (`attempt to subtract with overflow` in
+/// `Analyzer::push` and in `Timestamp::seconds_since` under the deriver).
+#[test]
+fn times_at_the_ends_of_the_range_do_not_overflow() {
+    let busy = [(Field::ReportedUtil, 0.5), (Field::TensorActive, 0.2)];
+    for (a, b, first_has_gpu) in [
+        (i64::MIN, i64::MAX, true),
+        (i64::MAX, i64::MIN, true),
+        (i64::MAX, -2, true),
+        (i64::MIN, 1, true),
+        (i64::MIN, 1, false),
+    ] {
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let mut an = Analyzer::new(Deriver::new(DeriveConfig::default(), None), true);
+        for (t, has_gpu) in [(a, first_has_gpu), (b, true)] {
+            let entities = if has_gpu { vec![gpu0(&busy)] } else { vec![] };
+            let s = Sample {
+                taken: Timestamp(t),
+                entities,
+            };
+            for w in d.observe(&s).windows {
+                assert!(
+                    w.dt_seconds.is_finite() && w.dt_seconds >= 0.0,
+                    "{a} then {b}"
+                );
+                assert!(w.totals.observed_seconds.is_finite(), "{a} then {b}");
+            }
+            an.push(&s);
+        }
+        for e in an.report().entities {
+            assert!(e.effective_compute.is_none_or(|m| m.mean.is_finite()));
+        }
+    }
+}
+
+/// `engine_text` target: two series of one name whose sum overflows. `serving::parse_text`
+/// documents "a name with any non-finite value is unknown, never a partial sum", and the
+/// module "NaN or infinite values are dropped (that quantity is absent), never exported";
+/// the sum became `inf`, and `running_requests` was exported as `inf` (and the KV-cache
+/// utilization clamped from `inf` to a made-up 1.0).
+#[test]
+fn engine_sums_that_overflow_are_not_infinite() {
+    let body = "\
+vllm:num_requests_running{engine=\"0\"} 1e308
+vllm:num_requests_running{engine=\"1\"} 1e308
+";
+    let parsed = serving::parse_text(body);
+    for (name, v) in &parsed {
+        assert!(v.is_none_or(f64::is_finite), "{name}: {v:?}");
+    }
+    let reading = serving::read(&parsed, 0).expect("the vLLM names are there");
+    let s = serving::derive(None, &reading);
+    assert!(s.running_requests.is_none_or(f64::is_finite), "{s:?}");
+}
+
+/// `engine_text` target: a counter's increase over a short window overflows its rate.
+/// The rates are exported values, so they must be finite or absent.
+#[test]
+fn engine_rates_that_overflow_are_not_infinite() {
+    let a = serving::read(&serving::parse_text("vllm:prompt_tokens_total 0\n"), 0).unwrap();
+    let b = serving::read(&serving::parse_text("vllm:prompt_tokens_total 1e308\n"), 1).unwrap();
+    let s = serving::derive(Some(&a), &b);
+    assert!(s.prompt_tokens_per_sec.is_none_or(f64::is_finite), "{s:?}");
+}
+
+/// `derive` target: the simulator's truth is read from traces unchecked. A JSONL trace
+/// may carry any finite number; the integral of it overflowed to `inf`, a value
+/// derivation must never emit.
+#[test]
+fn a_huge_truth_in_a_trace_does_not_overflow_its_integral() {
+    let mut p = JsonlParser::new("t.jsonl");
+    let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+    for s in 0..4 {
+        let line = format!(
+            "{{\"taken\":\"2024-01-01T00:00:0{s}Z\",\"gpu\":0,\"gpu_util\":1,\"source\":\"sim\",\"truth_effective_compute\":1e308}}"
+        );
+        let sample = p.push_line(&line).unwrap().unwrap();
+        for w in d.observe(&sample).windows {
+            let truth = w.totals.truth_effective_compute_seconds;
+            assert!(truth.is_none_or(f64::is_finite), "{truth:?}");
+        }
+    }
+}
+
+/// `derive` target: an observed ceiling is "the best average over 60 s of continuous
+/// windows"; the average of values of 1e308 is 1e308, but the running sum overflowed and
+/// the ceiling came out `inf`.
+#[test]
+fn a_ceiling_of_huge_values_is_their_average() {
+    let mut c = CeilingTracker::new(3600.0, 60.0);
+    let mut last = None;
+    for i in 1..=61 {
+        last = c.observe(Timestamp(i * 1000), 1.0, Some(1e308));
+    }
+    let ceiling = last.expect("a sustained minute");
+    assert!(ceiling.value.is_finite(), "{ceiling:?}");
+}
