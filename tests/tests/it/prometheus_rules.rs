@@ -215,6 +215,115 @@ const DOCUMENTED: &[Documented] = &[
             ("[5m]) == 1)", "[5m]))"),
         ],
     },
+    // The node view (dashboards/truthscale-node.json) reads what only a node-mode agent
+    // exports: the kubelet's allocation (truthscale_gpu_pods, truthscale_gpu_allocation_info),
+    // the kubelet reader's health (truthscale_source_up{source="kubelet"}) and the per-pod
+    // shares of time-sliced GPUs (truthscale_pod_*). These sidecars run in sidecar mode, so
+    // each form reads the series a sidecar does export in the same shape;
+    // node_manifests::node_dashboard_on_real_prometheus runs every one of these expressions
+    // itself against a node-mode agent and requires data from each.
+    Documented {
+        at: "truthscale-node.json / GPUs by allocation*",
+        reason: "node mode only: a sidecar does not read the kubelet, so it exports no \
+                 truthscale_gpu_pods and no kubelet source; the form counts the same GPUs \
+                 from truthscale_gpu_info (value 1, so idle and one-pod read 0) against the \
+                 GPU source's up series",
+        rewrites: &[
+            ("truthscale_gpu_pods{", "truthscale_gpu_info{"),
+            ("truthscale_gpu_pods{", "truthscale_gpu_info{"),
+            ("truthscale_gpu_pods{", "truthscale_gpu_info{"),
+            ("truthscale_gpu_pods{", "truthscale_gpu_info{"),
+            ("truthscale_gpu_pods{", "truthscale_gpu_info{"),
+            ("source=\"kubelet\"", "source=\"sim\""),
+        ],
+    },
+    Documented {
+        at: "truthscale-node.json / Kubelet readers down / A",
+        reason: "node mode only: a sidecar has no kubelet source; the form reads the GPU \
+                 source's up series the same way (0 when none is down)",
+        rewrites: &[("source=\"kubelet\"", "source=\"sim\"")],
+    },
+    Documented {
+        at: "truthscale-node.json / Kubelet source up / A",
+        reason: "node mode only: a sidecar has no kubelet source; the form reads the GPU \
+                 source's up series, joined to its node the same way",
+        rewrites: &[
+            ("source=\"kubelet\"", "source=\"sim\""),
+            ("source=\"kubelet\"", "source=\"sim\""),
+        ],
+    },
+    Documented {
+        at: "truthscale-node.json / GPUs of the selected nodes / A",
+        reason: "node mode only: a sidecar exports no truthscale_gpu_pods; the form lists \
+                 the same GPUs from truthscale_gpu_info",
+        rewrites: &[("truthscale_gpu_pods{", "truthscale_gpu_info{")],
+    },
+    Documented {
+        at: "truthscale-node.json / Effective compute per pod / B",
+        reason: "node mode only, on time-sliced GPUs with per-process attribution: a sidecar \
+                 exports no per-pod share; the form reads the device's effective compute of \
+                 the same pods",
+        rewrites: &[(
+            "truthscale_pod_effective_compute_ratio{",
+            "truthscale_gpu_effective_compute_ratio{",
+        )],
+    },
+    Documented {
+        at: "truthscale-node.json / Effective compute per pod / C",
+        reason: "node mode only: the share of a time-sliced GPU's processes whose pod was not \
+                 found; a sidecar exports no per-pod share and labels every GPU with its pod; \
+                 the form reads the same devices' effective compute",
+        rewrites: &[
+            (
+                "truthscale_pod_effective_compute_ratio{",
+                "truthscale_gpu_effective_compute_ratio{",
+            ),
+            (", pod=\"\"}", "}"),
+        ],
+    },
+    Documented {
+        at: "truthscale-node.json / Holders of shared GPUs / A",
+        reason: "node mode only: a sidecar exports neither the kubelet's holders nor \
+                 truthscale_gpu_pods, and no GPU is shared; the form joins the GPUs' info to \
+                 itself the same way",
+        rewrites: &[
+            ("truthscale_gpu_allocation_info{", "truthscale_gpu_info{"),
+            ("truthscale_gpu_pods{", "truthscale_gpu_info{"),
+            ("} > 1)", "} == 1)"),
+        ],
+    },
+    Documented {
+        at: "truthscale-node.json / Effective compute of shared GPUs (whole device) / A",
+        reason: "node mode only: a sidecar exports no truthscale_gpu_pods and no GPU is \
+                 shared; the form keeps the effective-compute means of every GPU that has \
+                 an info series",
+        rewrites: &[
+            ("truthscale_gpu_pods{", "truthscale_gpu_info{"),
+            ("} > 1)", "} == 1)"),
+        ],
+    },
+    Documented {
+        at: "truthscale-node.json / GPU memory per pod on shared GPUs / A",
+        reason: "node mode only, on time-sliced GPUs with per-process attribution: a sidecar \
+                 exports no per-pod memory; the form reads the same pods' device memory",
+        rewrites: &[(
+            "truthscale_pod_memory_used_bytes{",
+            "truthscale_gpu_memory_used_bytes{",
+        )],
+    },
+    Documented {
+        at: "truthscale-node.json / GPU memory per pod on shared GPUs / B",
+        reason: "node mode only: the memory of a time-sliced GPU's processes whose pod was not \
+                 found; a sidecar exports no per-pod memory and labels every GPU with its pod; \
+                 the form reads the same devices' memory",
+        rewrites: &[
+            (
+                "truthscale_pod_memory_used_bytes{",
+                "truthscale_gpu_memory_used_bytes{",
+            ),
+            (", pod=\"\"}", "}"),
+        ],
+    },
 ];
 
 /// One expression to check.

@@ -1,0 +1,1197 @@
+//! The node-mode manifests under `docker/kubernetes/node/` and the node dashboard
+//! (`dashboards/truthscale-node.json`).
+//!
+//! - What the manifests promise, read from the files: the kubelet's pod-resources folder is
+//!   mounted read-only where the agent looks for the socket; hostPID, the per-process
+//!   variable and the added capabilities are in the per-process overlay only; the PodMonitor
+//!   selects the DaemonSet's pods and port, honours their labels and drops the agent pod's
+//!   target labels; no RBAC object exists.
+//! - What they run, on the host: the DaemonSet's `args` and environment against the fake NVML
+//!   library (three GPUs) and a fake kubelet (a tonic server on a unix socket) serve every GPU
+//!   with its attribution and answer the probe paths. The per-process overlay's, scraped by a
+//!   real Prometheus the way the PodMonitor says, answers every query of the node dashboard
+//!   with data, and a GPU without a pod keeps no pod label in Prometheus.
+//!
+//! Stand-ins, each for what the cluster provides: `TRUTHSCALE_NODE__SOCKET` for the hostPath
+//! mount (the test asserts the mount puts the socket at the default path), `--nvml-library`
+//! and `FAKE_NVML_SCENARIO` for the driver the NVIDIA runtime mounts,
+//! `TRUTHSCALE_NODE__PROC_ROOT` (a fake `/proc`) for hostPID, and static target labels for
+//! the Prometheus Operator's discovery. `docker/check.sh` renders the layouts with kustomize
+//! and validates them; this module needs no kustomize.
+
+use serde_json::Value as Json;
+use serde_yaml_ng::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+use truthscale_e2e::{
+    Prometheus, Sample, Sidecar, TempDir, cargo_build, http_get, require_tool, run, url_encode,
+    workspace,
+};
+use truthscale_exporter::sources::kubelet::DEFAULT_SOCKET;
+use truthscale_exporter::sources::kubelet::proto::pod_resources_lister_server::{
+    PodResourcesLister, PodResourcesListerServer,
+};
+use truthscale_exporter::sources::kubelet::proto::{
+    AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices,
+    ContainerResources, GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest,
+    ListPodResourcesResponse, PodResources,
+};
+
+const NODE_DIR: &str = "docker/kubernetes/node";
+const DAEMONSET: &str = "docker/kubernetes/node/base/daemonset.yaml";
+const SERVICE_ACCOUNT: &str = "docker/kubernetes/node/base/serviceaccount.yaml";
+const PODMONITOR: &str = "docker/kubernetes/node/base/podmonitor.yaml";
+const BASE: &str = "docker/kubernetes/node/base/kustomization.yaml";
+const PER_PROCESS: &str = "docker/kubernetes/node/per-process/kustomization.yaml";
+const PER_PROCESS_PATCH: &str = "docker/kubernetes/node/per-process/per-process-patch.yaml";
+const SIDECAR: &str = "docker/kubernetes/sidecar-deployment.yaml";
+const SIDECAR_PODMONITOR: &str = "docker/kubernetes/podmonitor.yaml";
+const DASHBOARD: &str = "dashboards/truthscale-node.json";
+const DOC: &str = "docs/node-mode.md";
+const PER_PROCESS_VAR: &str = "TRUTHSCALE_SOURCE__PER_PROCESS_SERIES";
+const POD_RESOURCES: &str = "/var/lib/kubelet/pod-resources";
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A file of the repository, as text.
+fn read(rel: &str) -> String {
+    let path = workspace().join(rel);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+/// A single-document YAML file of the repository.
+fn yaml(rel: &str) -> Value {
+    serde_yaml_ng::from_str(&read(rel)).unwrap_or_else(|e| panic!("{rel}: not YAML: {e}"))
+}
+
+fn str_of<'a>(v: &'a Value, what: &str) -> &'a str {
+    v.as_str()
+        .unwrap_or_else(|| panic!("{what}: expected a string, got {v:?}"))
+}
+
+fn seq_of<'a>(v: &'a Value, what: &str) -> &'a [Value] {
+    v.as_sequence()
+        .unwrap_or_else(|| panic!("{what}: expected a list, got {v:?}"))
+}
+
+fn strings(v: &Value, what: &str) -> Vec<String> {
+    seq_of(v, what)
+        .iter()
+        .map(|s| str_of(s, what).to_owned())
+        .collect()
+}
+
+/// The container named `name` of a workload (or a patch of one).
+fn container<'a>(workload: &'a Value, name: &str, file: &str) -> &'a Value {
+    seq_of(
+        &workload["spec"]["template"]["spec"]["containers"],
+        &format!("{file}: containers"),
+    )
+    .iter()
+    .find(|c| c["name"].as_str() == Some(name))
+    .unwrap_or_else(|| panic!("{file}: no container named {name}"))
+}
+
+/// The test values the kubelet would put into the Downward API variables.
+fn downward_api(field_path: &str) -> &'static str {
+    match field_path {
+        "spec.nodeName" => "gpu-node-7",
+        other => panic!("no test value for the Downward API field {other}"),
+    }
+}
+
+/// A container's environment as the kubelet would set it: literal values as they are, field
+/// references from [`downward_api`].
+fn container_env(c: &Value, file: &str) -> BTreeMap<String, String> {
+    let Some(env) = c.get("env") else {
+        return BTreeMap::new();
+    };
+    seq_of(env, &format!("{file}: env"))
+        .iter()
+        .map(|e| {
+            let name = str_of(&e["name"], &format!("{file}: env name")).to_owned();
+            let value = match (&e["value"], &e["valueFrom"]["fieldRef"]["fieldPath"]) {
+                (Value::String(v), Value::Null) => v.clone(),
+                (Value::Null, Value::String(path)) => downward_api(path).to_owned(),
+                other => panic!("{file}: env {name}: unsupported source {other:?}"),
+            };
+            (name, value)
+        })
+        .collect()
+}
+
+/// The agent container of the DaemonSet.
+fn agent(ds: &Value) -> &Value {
+    container(ds, "truthscale", DAEMONSET)
+}
+
+/// The DaemonSet's arguments, checked to be `serve …`, without the `serve`.
+fn serve_args(c: &Value) -> Vec<String> {
+    let args = strings(&c["args"], "args");
+    assert_eq!(
+        args.first().map(String::as_str),
+        Some("serve"),
+        "{DAEMONSET}: {args:?}"
+    );
+    args[1..].to_vec()
+}
+
+/// The environment of the per-process overlay: the base's, with the patch's entries merged
+/// by name (kustomize's strategic merge of `env`).
+fn per_process_env() -> BTreeMap<String, String> {
+    let ds = yaml(DAEMONSET);
+    let patch = yaml(PER_PROCESS_PATCH);
+    let mut env = container_env(agent(&ds), DAEMONSET);
+    env.extend(container_env(
+        container(&patch, "truthscale", PER_PROCESS_PATCH),
+        PER_PROCESS_PATCH,
+    ));
+    env
+}
+
+fn labels_of(v: &Value, what: &str) -> BTreeMap<String, String> {
+    v.as_mapping()
+        .unwrap_or_else(|| panic!("{what}: expected a mapping, got {v:?}"))
+        .iter()
+        .map(|(k, v)| (str_of(k, what).to_owned(), str_of(v, what).to_owned()))
+        .collect()
+}
+
+/// Whether a `matchLabels` selector selects pods with `labels`.
+fn selects(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
+    !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// The `listen_address` port of `truthscale config defaults`.
+fn default_port() -> u16 {
+    let out = run(&["config", "defaults"]);
+    assert!(out.status.success(), "truthscale config defaults failed");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix("listen_address = "))
+        .and_then(|v| v.trim_matches('"').rsplit(':').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no listen_address in:\n{text}"))
+}
+
+#[test]
+fn pod_resources_folder_is_mounted_read_only_where_the_agent_looks() {
+    let ds = yaml(DAEMONSET);
+    let pod = &ds["spec"]["template"]["spec"];
+    let c = agent(&ds);
+    let volumes = seq_of(&pod["volumes"], "volumes");
+    let host_paths: Vec<&Value> = volumes
+        .iter()
+        .filter(|v| v.get("hostPath").is_some())
+        .collect();
+    assert_eq!(
+        host_paths.len(),
+        1,
+        "{DAEMONSET}: one hostPath volume: {host_paths:?}"
+    );
+    let volume = host_paths[0];
+    assert_eq!(volume["hostPath"]["path"].as_str(), Some(POD_RESOURCES));
+    assert_eq!(volume["hostPath"]["type"].as_str(), Some("Directory"));
+    let name = str_of(&volume["name"], "volume name");
+    let mounts: Vec<&Value> = seq_of(&c["volumeMounts"], "volumeMounts")
+        .iter()
+        .filter(|m| m["name"].as_str() == Some(name))
+        .collect();
+    assert_eq!(mounts.len(), 1, "{DAEMONSET}: {mounts:?}");
+    assert_eq!(
+        mounts[0]["readOnly"].as_bool(),
+        Some(true),
+        "{DAEMONSET}: the pod-resources folder must be mounted read-only"
+    );
+    // The folder (not the socket file, which the kubelet recreates), mounted where the
+    // agent's default socket lies: no socket setting is needed.
+    let mount_path = str_of(&mounts[0]["mountPath"], "mountPath");
+    assert_eq!(
+        Path::new(mount_path).join("kubelet.sock"),
+        Path::new(DEFAULT_SOCKET),
+        "{DAEMONSET}: the mount must hold the default [node] socket"
+    );
+    let env = container_env(c, DAEMONSET);
+    assert!(
+        !env.contains_key("TRUTHSCALE_NODE__SOCKET"),
+        "{DAEMONSET}: the default socket is the mount"
+    );
+    // Root without any capability, nothing writable, no escalation (the comment says why root).
+    let sc = &c["securityContext"];
+    assert_eq!(sc["runAsUser"].as_u64(), Some(0), "{sc:?}");
+    assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true), "{sc:?}");
+    assert_eq!(
+        sc["allowPrivilegeEscalation"].as_bool(),
+        Some(false),
+        "{sc:?}"
+    );
+    assert_ne!(sc["privileged"].as_bool(), Some(true), "{sc:?}");
+    assert_eq!(strings(&sc["capabilities"]["drop"], "drop"), ["ALL"]);
+    assert!(sc["capabilities"].get("add").is_none(), "{sc:?}");
+    assert!(
+        read(DAEMONSET).contains("Root, because the kubelet's socket is owned by root"),
+        "{DAEMONSET}: say why the agent runs as root"
+    );
+    // GPU nodes only, the usual taint tolerated, no GPU requested, no token.
+    assert_eq!(
+        pod["nodeSelector"]["nvidia.com/gpu.present"].as_str(),
+        Some("true")
+    );
+    assert!(
+        seq_of(&pod["tolerations"], "tolerations").iter().any(|t| {
+            t["key"].as_str() == Some("nvidia.com/gpu")
+                && t["operator"].as_str() == Some("Exists")
+                && t["effect"].as_str() == Some("NoSchedule")
+        }),
+        "{DAEMONSET}: tolerate the nvidia.com/gpu NoSchedule taint"
+    );
+    for side in ["requests", "limits"] {
+        let r = &c["resources"][side];
+        assert!(
+            r["cpu"].is_string() && r["memory"].is_string(),
+            "{side}: {r:?}"
+        );
+        assert!(
+            r.get("nvidia.com/gpu").is_none(),
+            "{side}: the agent must not take a GPU"
+        );
+    }
+    assert_eq!(pod["automountServiceAccountToken"].as_bool(), Some(false));
+    // The port the agent listens on by default, named as the PodMonitor and probes say.
+    let port = seq_of(&c["ports"], "ports")
+        .iter()
+        .find(|p| p["name"].as_str() == Some("metrics"))
+        .expect("a container port named metrics");
+    assert_eq!(
+        port["containerPort"].as_u64(),
+        Some(u64::from(default_port()))
+    );
+    // The same image as the sidecar, so both move together.
+    let sidecar = yaml(SIDECAR);
+    assert_eq!(
+        c["image"],
+        container(&sidecar, "truthscale", SIDECAR)["image"],
+        "{DAEMONSET} and {SIDECAR} must run the same image"
+    );
+}
+
+#[test]
+fn host_pid_and_added_capabilities_only_in_the_per_process_overlay() {
+    let ds = yaml(DAEMONSET);
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_ne!(
+        pod["hostPID"].as_bool(),
+        Some(true),
+        "{DAEMONSET}: no hostPID in the base"
+    );
+    assert!(!container_env(agent(&ds), DAEMONSET).contains_key(PER_PROCESS_VAR));
+
+    let overlay = yaml(PER_PROCESS);
+    assert_eq!(strings(&overlay["resources"], "resources"), ["../base"]);
+    let patches: Vec<&str> = seq_of(&overlay["patches"], "patches")
+        .iter()
+        .map(|p| str_of(&p["path"], "patch path"))
+        .collect();
+    assert_eq!(patches, ["per-process-patch.yaml"]);
+
+    let patch = yaml(PER_PROCESS_PATCH);
+    assert_eq!(patch["kind"], ds["kind"]);
+    assert_eq!(
+        patch["metadata"]["name"], ds["metadata"]["name"],
+        "{PER_PROCESS_PATCH} must name the DaemonSet it patches"
+    );
+    assert_eq!(
+        patch["spec"]["template"]["spec"]["hostPID"].as_bool(),
+        Some(true)
+    );
+    let c = container(&patch, "truthscale", PER_PROCESS_PATCH);
+    assert_eq!(
+        container_env(c, PER_PROCESS_PATCH)
+            .get(PER_PROCESS_VAR)
+            .map(String::as_str),
+        Some("true")
+    );
+    let mut added = strings(&c["securityContext"]["capabilities"]["add"], "add");
+    added.sort();
+    assert_eq!(added, ["DAC_READ_SEARCH", "SYS_PTRACE"]);
+
+    // No other manifest under docker/ turns hostPID on.
+    let mut with_host_pid = Vec::new();
+    let mut stack = vec![workspace().join("docker")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("list docker/") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+                let text = std::fs::read_to_string(&path).expect("read manifest");
+                if text
+                    .lines()
+                    .any(|l| !l.trim_start().starts_with('#') && l.contains("hostPID"))
+                {
+                    let rel = path.strip_prefix(workspace()).unwrap_or(&path);
+                    with_host_pid.push(rel.display().to_string());
+                }
+            }
+        }
+    }
+    assert_eq!(with_host_pid, [PER_PROCESS_PATCH]);
+}
+
+#[test]
+fn podmonitor_selects_the_agents_and_keeps_their_attribution() {
+    let ds = yaml(DAEMONSET);
+    let pm = yaml(PODMONITOR);
+    assert_eq!(pm["apiVersion"].as_str(), Some("monitoring.coreos.com/v1"));
+    assert_eq!(pm["kind"].as_str(), Some("PodMonitor"));
+    assert!(
+        str_of(&pm["metadata"]["name"], "name").contains("truthscale"),
+        "the job label <namespace>/<name> must match job=~\".*truthscale.*\""
+    );
+    let pod_labels = labels_of(&ds["spec"]["template"]["metadata"]["labels"], "pod labels");
+    let selector = labels_of(&pm["spec"]["selector"]["matchLabels"], "selector");
+    assert!(
+        selects(&selector, &pod_labels),
+        "{selector:?} vs {pod_labels:?}"
+    );
+    assert_eq!(
+        labels_of(&ds["spec"]["selector"]["matchLabels"], "DaemonSet selector"),
+        selector
+    );
+    let ports: BTreeSet<&str> = seq_of(&agent(&ds)["ports"], "ports")
+        .iter()
+        .map(|p| str_of(&p["name"], "port name"))
+        .collect();
+    let endpoints = seq_of(&pm["spec"]["podMetricsEndpoints"], "podMetricsEndpoints");
+    assert_eq!(endpoints.len(), 1);
+    for ep in endpoints {
+        assert!(
+            ports.contains(str_of(&ep["port"], "port")),
+            "{ep:?} vs {ports:?}"
+        );
+        assert_eq!(ep["honorLabels"].as_bool(), Some(true), "{ep:?}");
+        // A series without a pod label must not receive the agent's.
+        assert!(
+            seq_of(&ep["relabelings"], "relabelings").iter().any(|r| {
+                r["action"].as_str() == Some("labeldrop")
+                    && r["regex"].as_str() == Some("pod|namespace|container")
+            }),
+            "{PODMONITOR}: drop the agent pod's target labels"
+        );
+    }
+    // The sidecar layout's PodMonitor and this one never select each other's pods.
+    let sidecar = yaml(SIDECAR);
+    let sidecar_pods = labels_of(&sidecar["spec"]["template"]["metadata"]["labels"], "labels");
+    let sidecar_selector = labels_of(
+        &yaml(SIDECAR_PODMONITOR)["spec"]["selector"]["matchLabels"],
+        "selector",
+    );
+    assert!(!selects(&selector, &sidecar_pods));
+    assert!(!selects(&sidecar_selector, &pod_labels));
+}
+
+#[test]
+fn node_layouts_are_complete_and_documented() {
+    let base = yaml(BASE);
+    let mut listed = strings(&base["resources"], "resources");
+    listed.sort();
+    let mut files: Vec<String> = std::fs::read_dir(workspace().join(NODE_DIR).join("base"))
+        .expect("list the base")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "kustomization.yaml")
+        .collect();
+    files.sort();
+    assert_eq!(listed, files, "{BASE} must list every file beside it");
+    // No RBAC: the kubelet's socket is enough.
+    for f in &files {
+        let kind = yaml(&format!("{NODE_DIR}/base/{f}"))["kind"].clone();
+        assert!(
+            !matches!(
+                kind.as_str(),
+                Some("Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding")
+            ),
+            "{f}: the node agent needs no RBAC"
+        );
+    }
+    let sa = yaml(SERVICE_ACCOUNT);
+    assert_eq!(sa["automountServiceAccountToken"].as_bool(), Some(false));
+    assert_eq!(
+        yaml(DAEMONSET)["spec"]["template"]["spec"]["serviceAccountName"],
+        sa["metadata"]["name"]
+    );
+    // The documentation names every file and the dashboard.
+    let doc = read(DOC);
+    for rel in [
+        DAEMONSET,
+        SERVICE_ACCOUNT,
+        PODMONITOR,
+        BASE,
+        PER_PROCESS,
+        PER_PROCESS_PATCH,
+        DASHBOARD,
+    ] {
+        let short = rel.trim_start_matches("docker/kubernetes/node/");
+        assert!(
+            doc.contains(rel) || doc.contains(short),
+            "{DOC} does not mention {rel}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// On the host: a fake kubelet, a fake NVML with three GPUs, a fake /proc.
+
+/// What the fake kubelet answers.
+#[derive(Clone, Default)]
+struct State {
+    answer: Arc<Mutex<ListPodResourcesResponse>>,
+}
+
+struct FakeKubelet(State);
+
+#[tonic::async_trait]
+impl PodResourcesLister for FakeKubelet {
+    async fn list(
+        &self,
+        _: tonic::Request<ListPodResourcesRequest>,
+    ) -> Result<tonic::Response<ListPodResourcesResponse>, tonic::Status> {
+        let answer = self.0.answer.lock().expect("answer").clone();
+        Ok(tonic::Response::new(answer))
+    }
+    async fn get_allocatable_resources(
+        &self,
+        _: tonic::Request<AllocatableResourcesRequest>,
+    ) -> Result<tonic::Response<AllocatableResourcesResponse>, tonic::Status> {
+        Ok(tonic::Response::new(AllocatableResourcesResponse::default()))
+    }
+    async fn get(
+        &self,
+        _: tonic::Request<GetPodResourcesRequest>,
+    ) -> Result<tonic::Response<GetPodResourcesResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not in this fake"))
+    }
+}
+
+/// A fake kubelet serving `state` on `socket` until dropped.
+struct Kubelet {
+    _rt: tokio::runtime::Runtime,
+}
+
+impl Kubelet {
+    fn start(socket: &Path, state: State) -> Kubelet {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let _ = std::fs::remove_file(socket);
+        let listener = {
+            let _guard = rt.enter();
+            tokio::net::UnixListener::bind(socket).expect("bind the kubelet socket")
+        };
+        rt.spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .add_service(PodResourcesListerServer::new(FakeKubelet(state)))
+                .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
+                .await;
+        });
+        Kubelet { _rt: rt }
+    }
+}
+
+fn pod(name: &str, ns: &str, container: &str, ids: &[&str]) -> PodResources {
+    PodResources {
+        name: name.into(),
+        namespace: ns.into(),
+        containers: vec![ContainerResources {
+            name: container.into(),
+            devices: vec![ContainerDevices {
+                resource_name: "nvidia.com/gpu".into(),
+                device_ids: ids.iter().map(|s| (*s).into()).collect(),
+                topology: None,
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+fn uuid(i: usize) -> String {
+    format!("GPU-5f0c6a3e-8d3b-4c1e-9a7f-0000000000b{i}")
+}
+
+/// Processes: pid, pod UID, hostname (the pod name), SM busy percent, GPU.
+const PROCESSES: [(u32, &str, &str, u32, usize); 4] = [
+    (
+        6001,
+        "4e7a5bed-5ad4-44a5-bb6a-3349a6ffd75a",
+        "train-0",
+        80,
+        0,
+    ),
+    (
+        5001,
+        "1b4e28ba-2fa1-11d2-883f-0016d3cca427",
+        "chat-a",
+        60,
+        1,
+    ),
+    (
+        5002,
+        "2c5f39cb-3fb2-22e3-994f-1127e4ddb538",
+        "chat-b",
+        30,
+        1,
+    ),
+    // In a pod that does not hold the GPU: its share is counted under no pod.
+    (
+        5003,
+        "3d6f4adc-4fc3-33f4-aa5f-2238f5eec649",
+        "batch-x",
+        10,
+        1,
+    ),
+];
+
+/// One node: GPU 0 held by `ml/train-0`, GPU 1 time-sliced between `web/chat-a` and
+/// `web/chat-b`, GPU 2 held by nobody. A fake kubelet says so, a fake NVML scenario holds
+/// the three GPUs and their processes, a fake `/proc` their cgroups and hostnames.
+struct FakeNode {
+    socket: PathBuf,
+    scenario: PathBuf,
+    proc_root: PathBuf,
+    _kubelet: Kubelet,
+}
+
+impl FakeNode {
+    fn start(dir: &Path) -> FakeNode {
+        let socket = dir.join("kubelet.sock");
+        let state = State::default();
+        *state.answer.lock().expect("answer") = ListPodResourcesResponse {
+            pod_resources: vec![
+                pod("train-0", "ml", "cuda", &[&uuid(0)]),
+                pod("chat-a", "web", "vllm", &[&format!("{}::0", uuid(1))]),
+                pod("chat-b", "web", "vllm", &[&format!("{}::1", uuid(1))]),
+            ],
+        };
+        let kubelet = Kubelet::start(&socket, state);
+
+        // Three H100s from the shared-GPU scenario's device; the idle one does nothing.
+        let template: Json =
+            serde_json::from_str(&read("tests/fake-nvml/scenarios/h100-shared.json"))
+                .expect("scenario JSON");
+        let device = &template["devices"][0];
+        let mut devices = Vec::new();
+        for i in 0..3 {
+            let mut d = device.clone();
+            d["uuid"] = Json::from(uuid(i));
+            d["pci_bus_id"] = Json::from(format!("00000000:1{}:00.0", ["A", "B", "C"][i]));
+            d["processes"] = PROCESSES
+                .iter()
+                .filter(|p| p.4 == i)
+                .map(|(pid, _, _, sm, _)| {
+                    serde_json::json!({"pid": pid, "used_memory_bytes": 10_000_000_000_u64 * u64::from(*sm) / 10, "sm_util": sm})
+                })
+                .collect();
+            if i == 2 {
+                d["util_percent"] = Json::from(0);
+                d["memory_used_bytes"] = Json::from(0);
+                d["power_watts"] = Json::from(70);
+                if let Some(m) = d["gpm"]["metrics"].as_object_mut() {
+                    for v in m.values_mut() {
+                        *v = Json::from(0);
+                    }
+                }
+            }
+            devices.push(d);
+        }
+        let scenario = dir.join("node-scenario.json");
+        let body = serde_json::json!({
+            "_comment": "One node in node mode: GPU 0 held by one pod, GPU 1 time-sliced between two, GPU 2 idle.",
+            "devices": devices,
+        });
+        std::fs::write(&scenario, body.to_string()).expect("write the scenario");
+
+        let proc_root = dir.join("proc");
+        for (pid, uid, host, _, _) in PROCESSES {
+            let d = proc_root.join(pid.to_string());
+            std::fs::create_dir_all(&d).expect("fake /proc");
+            std::fs::write(
+                d.join("cgroup"),
+                format!(
+                    "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{}.scope\n",
+                    uid.replace('-', "_"),
+                    "cd".repeat(32)
+                ),
+            )
+            .expect("cgroup");
+            std::fs::write(d.join("environ"), format!("PATH=/bin\0HOSTNAME={host}\0"))
+                .expect("environ");
+        }
+        FakeNode {
+            socket,
+            scenario,
+            proc_root,
+            _kubelet: kubelet,
+        }
+    }
+
+    /// The manifest's `serve` arguments and environment on this node: plus the stand-ins for
+    /// the socket mount, the driver and (`host_pid`) the host's PID namespace.
+    fn agent(
+        &self,
+        args: &[String],
+        env: &BTreeMap<String, String>,
+        host_pid: bool,
+        dir: &Path,
+    ) -> Sidecar {
+        let mut args = args.to_vec();
+        args.extend(["--nvml-library".into(), fake_nvml().display().to_string()]);
+        let mut env = env.clone();
+        env.insert(
+            "TRUTHSCALE_NODE__SOCKET".into(),
+            self.socket.display().to_string(),
+        );
+        env.insert(
+            "FAKE_NVML_SCENARIO".into(),
+            self.scenario.display().to_string(),
+        );
+        if host_pid {
+            env.insert(
+                "TRUTHSCALE_NODE__PROC_ROOT".into(),
+                self.proc_root.display().to_string(),
+            );
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Sidecar::start(&args, &env, dir)
+    }
+}
+
+fn fake_nvml() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let lib = cargo_build(&["-p", "fake-nvml", "--lib"]).join("libfake_nvml.so");
+        assert!(lib.exists(), "{} missing after build", lib.display());
+        lib
+    })
+}
+
+fn value(m: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    m.iter()
+        .find(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(*v)))
+        .map(|s| s.value)
+}
+
+fn named<'a>(m: &'a [Sample], name: &str) -> Vec<&'a Sample> {
+    m.iter().filter(|s| s.name == name).collect()
+}
+
+/// The probe paths of the agent container, on its `metrics` port.
+fn probe_path(c: &Value, probe: &str) -> String {
+    let get = &c[probe]["httpGet"];
+    assert_eq!(get["port"].as_str(), Some("metrics"), "{probe} port");
+    str_of(&get["path"], probe).to_owned()
+}
+
+/// The base DaemonSet's arguments and environment on a fake node: every GPU with its
+/// attribution, the probe paths answering, no per-process series.
+#[test]
+fn the_daemonset_serves_every_gpu_as_the_manifest_says() {
+    let ds = yaml(DAEMONSET);
+    let c = agent(&ds);
+    let args = serve_args(c);
+    let env = container_env(c, DAEMONSET);
+    // The agent's own pod must never label GPUs: the manifest does not even say it.
+    for key in ["POD_NAME", "POD_NAMESPACE", "CONTAINER_NAME"] {
+        assert!(!env.contains_key(key), "{DAEMONSET}: {key} is set");
+    }
+    // Sidecar::start waits for /readyz: the readiness path must be that one.
+    assert_eq!(probe_path(c, "readinessProbe"), "/readyz");
+    let liveness = probe_path(c, "livenessProbe");
+
+    let dir = TempDir::new("node-manifest");
+    let node = FakeNode::start(dir.path());
+    let running = node.agent(&args, &env, false, dir.path());
+    let live = running.get(&liveness, &[]);
+    assert_eq!(live.status, 200, "{liveness}: {}", live.text());
+    let m = running.wait_for(WAIT, "three attributed GPUs", |m| {
+        named(m, "truthscale_gpu_pods").len() == 3
+    });
+    let infos = named(&m, "truthscale_gpu_info");
+    assert_eq!(infos.len(), 3, "{infos:#?}");
+    for info in &infos {
+        assert_eq!(
+            info.label("node"),
+            Some(downward_api("spec.nodeName")),
+            "{info:?}"
+        );
+        assert_eq!(info.label("source"), Some("nvml"), "{info:?}");
+    }
+    let gpu = |i: &str| {
+        infos
+            .iter()
+            .find(|s| s.label("gpu") == Some(i))
+            .unwrap_or_else(|| panic!("no GPU {i}"))
+    };
+    assert_eq!(gpu("0").label("pod"), Some("train-0"));
+    assert_eq!(gpu("0").label("namespace"), Some("ml"));
+    assert_eq!(gpu("0").label("container"), Some("cuda"));
+    assert_eq!(gpu("1").label("pod"), None);
+    assert_eq!(gpu("2").label("pod"), None);
+    for (i, holders) in [("0", 1.0), ("1", 2.0), ("2", 0.0)] {
+        assert_eq!(
+            value(&m, "truthscale_gpu_pods", &[("gpu", i)]),
+            Some(holders),
+            "GPU {i}"
+        );
+    }
+    let mut shared: Vec<(&str, &str)> = named(&m, "truthscale_gpu_allocation_info")
+        .iter()
+        .filter(|s| s.label("gpu") == Some("1"))
+        .map(|s| {
+            (
+                s.label("pod").unwrap_or(""),
+                s.label("replica").unwrap_or(""),
+            )
+        })
+        .collect();
+    shared.sort_unstable();
+    assert_eq!(shared, [("chat-a", "0"), ("chat-b", "1")]);
+    for source in ["nvml", "kubelet"] {
+        assert_eq!(
+            value(&m, "truthscale_source_up", &[("source", source)]),
+            Some(1.0),
+            "{source}"
+        );
+    }
+    // Per-process series and per-pod shares are the per-process overlay's.
+    for name in [
+        "truthscale_process_sm_busy_ratio",
+        "truthscale_process_memory_used_bytes",
+        "truthscale_pod_effective_compute_ratio",
+    ] {
+        assert!(
+            named(&m, name).is_empty(),
+            "{name} without the per-process overlay"
+        );
+    }
+    assert!(!running.process.stderr().contains("panicked"));
+}
+
+// ---------------------------------------------------------------------------------------
+// The node dashboard on a real Prometheus.
+
+/// Values for the dashboard's template variables, as Grafana interpolates *All* (`.*`) and a
+/// one-minute range at a 15 s interval (the same as `prometheus_rules`).
+const VARIABLES: [(&str, &str); 12] = [
+    ("datasource", "prometheus"),
+    ("cluster", ".*"),
+    ("namespace", ".*"),
+    ("pod", ".*"),
+    ("node", ".*"),
+    ("gpu", ".*"),
+    ("__rate_interval", "1m"),
+    ("__interval", "15s"),
+    ("__interval_ms", "15000"),
+    ("__range", "1m"),
+    ("__range_s", "60"),
+    ("__range_ms", "60000"),
+];
+
+/// The one expression of the node dashboard that returns nothing with a node agent: no series
+/// has a `cluster` label here. The form counts the series its selector matches.
+const CLUSTER_VARIABLE: (&str, &str, &str) = (
+    "truthscale-node.json / variable cluster",
+    "label_values(truthscale_gpu_info, cluster)",
+    "count by (cluster) (truthscale_gpu_info)",
+);
+
+/// Grafana's interpolation of `$name`, `${name}` and `${name:format}`, whitespace collapsed.
+fn substitute(expr: &str, at: &str) -> String {
+    let mut out = String::with_capacity(expr.len());
+    let mut rest = expr;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        let (name, used) = if let Some(braced) = after.strip_prefix('{') {
+            let end = braced
+                .find('}')
+                .unwrap_or_else(|| panic!("{at}: unterminated ${{ in {expr}"));
+            (braced[..end].split(':').next().unwrap_or_default(), end + 2)
+        } else {
+            let len = after
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(after.len());
+            (&after[..len], len)
+        };
+        if name.is_empty() {
+            out.push('$');
+            rest = after;
+            continue;
+        }
+        let value = VARIABLES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("{at}: ${name} has no value in VARIABLES: {expr}"));
+        out.push_str(value);
+        rest = &after[used..];
+    }
+    out.push_str(rest);
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Every expression of the dashboard, `<file> / <panel title> / <refId>` or
+/// `<file> / variable <name>`, variables substituted.
+fn dashboard_exprs() -> Vec<(String, String)> {
+    fn walk(v: &Json, title: &str, out: &mut Vec<(String, String)>) {
+        match v {
+            Json::Object(m) => {
+                let title = m.get("title").and_then(Json::as_str).unwrap_or(title);
+                if let Some(e) = m.get("expr").and_then(Json::as_str) {
+                    let leaf = m.get("refId").and_then(Json::as_str).unwrap_or("expr");
+                    let at = format!("truthscale-node.json / {title} / {leaf}");
+                    out.push((at.clone(), substitute(e, &at)));
+                }
+                for (k, v) in m {
+                    if k != "templating" {
+                        walk(v, title, out);
+                    }
+                }
+            }
+            Json::Array(a) => a.iter().for_each(|v| walk(v, title, out)),
+            _ => {}
+        }
+    }
+    let d: Json = serde_json::from_str(&read(DASHBOARD)).expect("dashboard JSON");
+    let mut out = Vec::new();
+    walk(&d, "(dashboard)", &mut out);
+    for v in d
+        .pointer("/templating/list")
+        .and_then(Json::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if v.get("type").and_then(Json::as_str) != Some("query") {
+            continue;
+        }
+        let name = v.get("name").and_then(Json::as_str).unwrap_or("?");
+        let q = v.get("query").and_then(Json::as_str).unwrap_or("");
+        let at = format!("truthscale-node.json / variable {name}");
+        out.push((at.clone(), substitute(q, &at)));
+    }
+    out
+}
+
+/// `label_values(selector, label)`: `(selector, label)`.
+fn label_values(q: &str) -> Option<(&str, &str)> {
+    let inner = q.trim().strip_prefix("label_values(")?.strip_suffix(')')?;
+    let (mut depth, mut quoted, mut split) = (0_i32, false, None);
+    for (i, c) in inner.char_indices() {
+        match c {
+            '"' => quoted = !quoted,
+            '(' | '{' | '[' if !quoted => depth += 1,
+            ')' | '}' | ']' if !quoted => depth -= 1,
+            ',' if !quoted && depth == 0 => split = Some(i),
+            _ => {}
+        }
+    }
+    let i = split?;
+    Some((inner[..i].trim(), inner[i + 1..].trim()))
+}
+
+/// A Prometheus API answer's `data`, on success without warnings.
+fn api_data(what: &str, r: &truthscale_e2e::Response) -> Result<Json, String> {
+    let v: Json = serde_json::from_slice(&r.body)
+        .map_err(|e| format!("HTTP {} for {what}, not JSON ({e}): {}", r.status, r.text()))?;
+    if r.status != 200 || v["status"] != "success" {
+        return Err(format!(
+            "HTTP {}: {}",
+            r.status,
+            v["error"].as_str().unwrap_or("?")
+        ));
+    }
+    if v.get("warnings")
+        .and_then(Json::as_array)
+        .is_some_and(|w| !w.is_empty())
+    {
+        return Err(format!("warnings: {}", v["warnings"]));
+    }
+    Ok(v["data"].clone())
+}
+
+/// How many results an expression or a variable query has now.
+fn evaluate(prom: &Prometheus, text: &str) -> Result<usize, String> {
+    if let Some((selector, label)) = label_values(text) {
+        let path = format!(
+            "/api/v1/label/{}/values?match%5B%5D={}",
+            url_encode(label),
+            url_encode(selector)
+        );
+        let data = api_data(text, &prom.get(&path))?;
+        return data
+            .as_array()
+            .map(Vec::len)
+            .ok_or_else(|| format!("label values not a list: {data}"));
+    }
+    let data = api_data(text, &prom.query(text))?;
+    Ok(data["result"].as_array().map_or(0, Vec::len))
+}
+
+/// An instant query that must succeed: `(labels, value)` per series.
+fn series(prom: &Prometheus, query: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+    let data = api_data(query, &prom.query(query)).unwrap_or_else(|e| panic!("{query}: {e}"));
+    data["result"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            let labels = s["metric"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                .collect();
+            let value = s["value"][1]
+                .as_str()
+                .and_then(|x| x.parse().ok())
+                .unwrap_or(f64::NAN);
+            (labels, value)
+        })
+        .collect()
+}
+
+/// A Prometheus scrape job for `target` as the Prometheus Operator builds it from the
+/// PodMonitor's endpoint: the discovered pod's target labels (static here: the agent's pod),
+/// then the endpoint's relabelings, in Prometheus's spelling.
+fn scrape_job(target: &str) -> Json {
+    let pm = yaml(PODMONITOR);
+    let ep = &seq_of(&pm["spec"]["podMetricsEndpoints"], "endpoints")[0];
+    let snake = |k: &str| {
+        k.chars().fold(String::new(), |mut s, c| {
+            if c.is_ascii_uppercase() {
+                s.push('_');
+                s.push(c.to_ascii_lowercase());
+            } else {
+                s.push(c);
+            }
+            s
+        })
+    };
+    let relabel: Vec<Json> = seq_of(&ep["relabelings"], "relabelings")
+        .iter()
+        .map(|r| {
+            let m = r.as_mapping().expect("relabeling");
+            Json::Object(
+                m.iter()
+                    .map(|(k, v)| {
+                        let v: Json = serde_json::to_value(v).expect("relabeling value");
+                        (snake(str_of(k, "key")), v)
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    serde_json::json!({
+        "job_name": format!("monitoring/{}", str_of(&pm["metadata"]["name"], "name")),
+        "honor_labels": ep["honorLabels"].as_bool().expect("honorLabels"),
+        "metrics_path": ep["path"].as_str().unwrap_or("/metrics"),
+        "scrape_interval": "2s",
+        "scrape_timeout": "1s",
+        "static_configs": [{
+            "targets": [target],
+            "labels": {
+                "namespace": "monitoring",
+                "pod": "truthscale-node-x7k2p",
+                "container": "truthscale",
+                "endpoint": str_of(&ep["port"], "port"),
+            },
+        }],
+        "relabel_configs": relabel,
+    })
+}
+
+/// The per-process overlay's agent on a fake node, scraped the way the PodMonitor says:
+/// every query of the node dashboard returns data, the allocation counts and per-pod shares
+/// are the node's, and a GPU without a pod carries no pod label in Prometheus.
+#[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
+fn node_dashboard_on_real_prometheus() {
+    let _ = require_tool("/usr/bin/prometheus", "prometheus");
+    let exprs = dashboard_exprs();
+    assert!(exprs.len() > 10, "{exprs:?}");
+
+    let ds = yaml(DAEMONSET);
+    let args = serve_args(agent(&ds));
+    let env = per_process_env();
+    let patch = yaml(PER_PROCESS_PATCH);
+    assert_eq!(
+        patch["spec"]["template"]["spec"]["hostPID"].as_bool(),
+        Some(true),
+        "the fake /proc stands in for hostPID"
+    );
+    let dir = TempDir::new("node-dashboard");
+    let node = FakeNode::start(dir.path());
+    let running = node.agent(&args, &env, true, dir.path());
+    running.wait_for(WAIT, "per-pod shares", |m| {
+        named(m, "truthscale_pod_effective_compute_ratio").len() == 3
+    });
+
+    let config = serde_json::json!({
+        "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
+        "scrape_configs": [scrape_job(&running.addr)],
+    });
+    let mut prom = Prometheus::start(&config.to_string(), dir.path());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let ready = series(
+            &prom,
+            "rate(truthscale_gpu_effective_compute_seconds_total[1m])",
+        )
+        .len()
+            == 3
+            && series(&prom, "truthscale_pod_effective_compute_ratio").len() == 3;
+        if ready {
+            break;
+        }
+        assert!(
+            prom.process.try_wait().is_none(),
+            "prometheus exited:\n{}",
+            prom.process.stderr()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no rates in 90 s; agent:\n{}\nprometheus:\n{}",
+            running.process.stderr(),
+            prom.process.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // Every query of the dashboard returns data (the cluster variable: its form).
+    let mut failures = Vec::new();
+    for (at, text) in &exprs {
+        let text = if at == CLUSTER_VARIABLE.0 {
+            assert_eq!(text, CLUSTER_VARIABLE.1, "{at}");
+            CLUSTER_VARIABLE.2.to_owned()
+        } else {
+            text.clone()
+        };
+        match evaluate(&prom, &text) {
+            Ok(0) => failures.push(format!("{at}: no data: {text}")),
+            Ok(_) => {}
+            Err(e) => failures.push(format!("{at}: {e}: {text}")),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} node dashboard queries failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+
+    // The allocation counts: one GPU each held by one pod, shared, idle; none unknown.
+    let (_, by_state) = exprs
+        .iter()
+        .find(|(at, _)| at == "truthscale-node.json / GPUs by allocation / A")
+        .expect("the GPUs by allocation panel");
+    let states: BTreeMap<String, f64> = series(&prom, by_state)
+        .into_iter()
+        .map(|(l, v)| (l.get("state").cloned().unwrap_or_default(), v))
+        .collect();
+    let want: BTreeMap<String, f64> = [
+        ("idle", 1.0),
+        ("one pod", 1.0),
+        ("shared", 1.0),
+        ("unknown", 0.0),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    assert_eq!(states, want);
+    let (_, down) = exprs
+        .iter()
+        .find(|(at, _)| at == "truthscale-node.json / Kubelet readers down / A")
+        .expect("the kubelet readers panel");
+    assert_eq!(
+        series(&prom, down)
+            .iter()
+            .map(|(_, v)| *v)
+            .collect::<Vec<_>>(),
+        [0.0]
+    );
+
+    // Attribution survives the scrape: the workload's labels where the agent gave them, and
+    // none (not the agent's pod) where it gave none.
+    for (l, _) in series(&prom, "truthscale_gpu_info") {
+        let gpu = l.get("gpu").map(String::as_str);
+        let pod = l.get("pod").map(String::as_str);
+        match gpu {
+            Some("0") => {
+                assert_eq!(pod, Some("train-0"), "{l:?}");
+                assert_eq!(l.get("namespace").map(String::as_str), Some("ml"), "{l:?}");
+            }
+            Some("1" | "2") => {
+                for k in ["pod", "namespace", "container"] {
+                    assert!(!l.contains_key(k), "GPU {gpu:?} got {k}: {l:?}");
+                }
+            }
+            other => panic!("unexpected GPU {other:?}: {l:?}"),
+        }
+        assert_eq!(
+            l.get("node").map(String::as_str),
+            Some(downward_api("spec.nodeName"))
+        );
+    }
+    for (l, _) in series(&prom, "truthscale_source_up") {
+        assert!(
+            !l.contains_key("pod"),
+            "the agent's own series got its pod: {l:?}"
+        );
+    }
+    assert!(
+        series(&prom, "truthscale_gpu_allocation_info")
+            .iter()
+            .all(|(l, _)| l.get("namespace").map(String::as_str) != Some("monitoring")),
+        "a holder was replaced by the agent's namespace"
+    );
+
+    // The shares of the time-sliced GPU, from one scrape: 60 %, 30 % and 10 % (no pod found).
+    let device = series(&prom, "truthscale_gpu_effective_compute_ratio{gpu=\"1\"}");
+    assert_eq!(device.len(), 1, "{device:?}");
+    let device = device[0].1;
+    assert!(device > 0.0);
+    let parts: BTreeMap<String, f64> = series(&prom, "truthscale_pod_effective_compute_ratio")
+        .into_iter()
+        .map(|(l, v)| (l.get("pod").cloned().unwrap_or_default(), v / device))
+        .collect();
+    for (pod, share) in [("chat-a", 0.6), ("chat-b", 0.3), ("", 0.1)] {
+        let got = parts.get(pod).copied().unwrap_or(f64::NAN);
+        assert!(
+            (got - share).abs() < 1e-6,
+            "{pod:?}: {got} of the device, want {share}"
+        );
+    }
+    assert_eq!(series(&prom, "truthscale_process_sm_busy_ratio").len(), 4);
+    let up = series(&prom, "up");
+    assert!(
+        up.len() == 1 && up[0].1 == 1.0 && up[0].0["job"].contains("truthscale"),
+        "{up:?}"
+    );
+    let healthz = http_get(&running.addr, &probe_path(agent(&ds), "livenessProbe"), &[])
+        .expect("GET liveness");
+    assert_eq!(healthz.status, 200);
+    assert!(
+        prom.process.try_wait().is_none(),
+        "prometheus exited:\n{}",
+        prom.process.stderr()
+    );
+    let problems = prom.process.stderr();
+    assert!(
+        !problems.contains("level=error"),
+        "prometheus logged errors:\n{problems}"
+    );
+}
