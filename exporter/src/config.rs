@@ -855,6 +855,9 @@ mod tests {
                 interval: None,
                 temporality: None,
                 effective_timeout: Duration::from_secs(10),
+                headers: Default::default(),
+                compression: None,
+                tls: Default::default(),
             })
         );
         let c = Config::load(
@@ -888,7 +891,14 @@ mod tests {
         );
         c.otlp.protocol = None;
         c.otlp.endpoint = Some("https://c:4317".into());
-        assert!(c.validate(&[]).unwrap_err().to_string().contains("TLS"));
+        assert!(c.validate(&[]).unwrap().otlp.is_some());
+        c.otlp.endpoint = Some("ftp://c:4317".into());
+        assert!(
+            c.validate(&[])
+                .unwrap_err()
+                .to_string()
+                .starts_with("otlp.endpoint:")
+        );
     }
 
     #[test]

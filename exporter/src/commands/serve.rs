@@ -158,8 +158,8 @@ pub struct ServeArgs {
     /// Configuration file (TOML); see `truthscale config defaults`.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Also push metrics over OTLP to this collector (http://HOST:4317 for gRPC,
-    /// http://HOST:4318 for HTTP/protobuf; choose with OTEL_EXPORTER_OTLP_PROTOCOL or
+    /// Also push metrics over OTLP to this collector (http:// or https://; HOST:4317 for gRPC,
+    /// HOST:4318 for HTTP/protobuf; choose with OTEL_EXPORTER_OTLP_PROTOCOL or
     /// otlp.protocol). OTEL_EXPORTER_OTLP_ENDPOINT turns OTLP on too; see docs/otlp.md.
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,

@@ -1,5 +1,6 @@
 //! OTLP push against real receivers that decode the protobuf: a tonic `MetricsService`
-//! server (gRPC) and an axum handler (HTTP/protobuf), both in this process.
+//! server (gRPC) and an axum handler (HTTP/protobuf), both in this process, in plain text or
+//! over TLS (rustls) with certificates generated for each test.
 
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
     MetricsService, MetricsServiceServer,
@@ -19,13 +20,46 @@ use truthscale_e2e::{Sample, Sidecar, TempDir, free_port};
 
 type Received = Arc<Mutex<Vec<ExportMetricsServiceRequest>>>;
 
+/// What a receiver saw of each request besides its body.
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    /// Header (gRPC: metadata) names, lowercased, and values.
+    headers: Vec<(String, String)>,
+    /// Certificates the client presented (gRPC only; over HTTP, the server refuses the
+    /// handshake without one when it requires one).
+    client_certs: usize,
+}
+
+impl Seen {
+    fn all(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+}
+
+type SeenLog = Arc<Mutex<Vec<Seen>>>;
+
+fn header_pairs(h: &axum::http::HeaderMap) -> Vec<(String, String)> {
+    h.iter()
+        .map(|(n, v)| {
+            (
+                n.as_str().to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect()
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Proto {
     Grpc,
     Http,
 }
 
-struct Grpc(Received);
+struct Grpc(Received, SeenLog);
 
 #[tonic::async_trait]
 impl MetricsService for Grpc {
@@ -33,9 +67,142 @@ impl MetricsService for Grpc {
         &self,
         request: tonic::Request<ExportMetricsServiceRequest>,
     ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        self.1.lock().unwrap().push(Seen {
+            headers: header_pairs(&request.metadata().clone().into_headers()),
+            client_certs: request.peer_certs().map_or(0, |c| c.len()),
+        });
         self.0.lock().unwrap().push(request.into_inner());
         Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
     }
+}
+
+/// Certificates generated for one test, as PEM files in its directory: a CA, a server
+/// certificate it signed for 127.0.0.1 and localhost, a client certificate it signed, and an
+/// unrelated CA.
+struct Pki {
+    ca: String,
+    wrong_ca: String,
+    client_cert: String,
+    client_key: String,
+    ca_der: rustls::pki_types::CertificateDer<'static>,
+    server_cert_pem: String,
+    server_key_pem: String,
+    server_cert_der: rustls::pki_types::CertificateDer<'static>,
+    server_key_der: Vec<u8>,
+}
+
+fn ca(name: &str) -> rcgen::CertifiedIssuer<'static, rcgen::KeyPair> {
+    let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    p.distinguished_name.push(rcgen::DnType::CommonName, name);
+    p.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    rcgen::CertifiedIssuer::self_signed(p, rcgen::KeyPair::generate().unwrap()).unwrap()
+}
+
+impl Pki {
+    fn generate(dir: &std::path::Path) -> Pki {
+        let issuer = ca("truthscale e2e CA");
+        let wrong = ca("some other CA");
+        let leaf = |names: Vec<String>, eku| {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let mut p = rcgen::CertificateParams::new(names).unwrap();
+            p.extended_key_usages = vec![eku];
+            let cert = p.signed_by(&key, &issuer).unwrap();
+            (cert, key)
+        };
+        let (server, server_key) = leaf(
+            vec!["127.0.0.1".into(), "localhost".into()],
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+        );
+        let (client, client_key) = leaf(
+            vec!["truthscale".into()],
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+        );
+        let write = |name: &str, text: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            p.display().to_string()
+        };
+        Pki {
+            ca: write("ca.pem", &issuer.pem()),
+            wrong_ca: write("wrong-ca.pem", &wrong.pem()),
+            client_cert: write("client.pem", &client.pem()),
+            client_key: write("client.key", &client_key.serialize_pem()),
+            ca_der: issuer.der().clone(),
+            server_cert_pem: server.pem(),
+            server_key_pem: server_key.serialize_pem(),
+            server_cert_der: server.der().clone(),
+            server_key_der: server_key.serialize_der(),
+        }
+    }
+}
+
+/// How a receiver serves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    Plain,
+    /// TLS with the server certificate of the [`Pki`].
+    Tls,
+    /// TLS, and a client certificate signed by the CA is required.
+    MutualTls,
+}
+
+/// An HTTPS listener for `axum::serve`: TLS handshakes happen in `accept`, and failed ones
+/// are noted and skipped.
+struct TlsListener {
+    tcp: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    failed: Arc<Mutex<Vec<String>>>,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let Ok((tcp, addr)) = self.tcp.accept().await else {
+                continue;
+            };
+            match self.acceptor.accept(tcp).await {
+                Ok(tls) => return (tls, addr),
+                Err(e) => self.failed.lock().unwrap().push(e.to_string()),
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.tcp.local_addr()
+    }
+}
+
+fn rustls_server_config(pki: &Pki, transport: Transport) -> Arc<rustls::ServerConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap();
+    let builder = if transport == Transport::MutualTls {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(pki.ca_der.clone()).unwrap();
+        let verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .unwrap();
+        builder.with_client_cert_verifier(verifier)
+    } else {
+        builder.with_no_client_auth()
+    };
+    let mut config = builder
+        .with_single_cert(
+            vec![pki.server_cert_der.clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(pki.server_key_der.clone().into()),
+        )
+        .unwrap();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(config)
 }
 
 /// A receiver on 127.0.0.1:`port`, running in its own runtime until dropped.
@@ -89,11 +256,19 @@ fn start_rejecting(proto: Proto, port: u16) -> tokio::runtime::Runtime {
 struct Receiver {
     received: Received,
     paths: Arc<Mutex<Vec<String>>>,
+    seen: SeenLog,
+    /// Failed TLS handshakes (HTTPS only).
+    handshake_failures: Arc<Mutex<Vec<String>>>,
     _rt: tokio::runtime::Runtime,
 }
 
 impl Receiver {
     fn start(proto: Proto, port: u16) -> Receiver {
+        Receiver::start_with(proto, port, Transport::Plain, None)
+    }
+
+    /// A receiver that takes gzip-compressed requests too (and notes which were).
+    fn start_with(proto: Proto, port: u16, transport: Transport, pki: Option<&Pki>) -> Receiver {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -101,14 +276,33 @@ impl Receiver {
             .unwrap();
         let received: Received = Arc::default();
         let paths: Arc<Mutex<Vec<String>>> = Arc::default();
+        let seen: SeenLog = Arc::default();
+        let handshake_failures: Arc<Mutex<Vec<String>>> = Arc::default();
         let listener = rt
             .block_on(tokio::net::TcpListener::bind(("127.0.0.1", port)))
             .unwrap_or_else(|e| panic!("bind receiver on {port}: {e}"));
         match proto {
             Proto::Grpc => {
-                let svc = MetricsServiceServer::new(Grpc(received.clone()));
+                let svc = MetricsServiceServer::new(Grpc(received.clone(), seen.clone()))
+                    .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
+                let mut server = tonic::transport::Server::builder();
+                if transport != Transport::Plain {
+                    let pki = pki.expect("TLS needs certificates");
+                    let mut tls = tonic::transport::ServerTlsConfig::new().identity(
+                        tonic::transport::Identity::from_pem(
+                            &pki.server_cert_pem,
+                            &pki.server_key_pem,
+                        ),
+                    );
+                    if transport == Transport::MutualTls {
+                        tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(
+                            std::fs::read(&pki.ca).unwrap(),
+                        ));
+                    }
+                    server = server.tls_config(tls).unwrap();
+                }
                 rt.spawn(async move {
-                    let _ = tonic::transport::Server::builder()
+                    let _ = server
                         .add_service(svc)
                         .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
                         .await;
@@ -117,12 +311,41 @@ impl Receiver {
             Proto::Http => {
                 let r = received.clone();
                 let p = paths.clone();
+                let seen = seen.clone();
                 let app = axum::Router::new().fallback(
-                    move |uri: axum::http::Uri, body: axum::body::Bytes| {
+                    move |uri: axum::http::Uri,
+                          headers: axum::http::HeaderMap,
+                          body: axum::body::Bytes| {
                         let r = r.clone();
                         let p = p.clone();
+                        let seen = seen.clone();
                         async move {
                             p.lock().unwrap().push(uri.path().to_string());
+                            seen.lock().unwrap().push(Seen {
+                                headers: header_pairs(&headers),
+                                client_certs: 0,
+                            });
+                            let body = if headers
+                                .get("content-encoding")
+                                .is_some_and(|e| e.as_bytes() == b"gzip")
+                            {
+                                let mut out = Vec::new();
+                                if std::io::Read::read_to_end(
+                                    &mut flate2::read::GzDecoder::new(&body[..]),
+                                    &mut out,
+                                )
+                                .is_err()
+                                {
+                                    return (
+                                        axum::http::StatusCode::BAD_REQUEST,
+                                        [("content-type", "text/plain")],
+                                        b"bad gzip".to_vec(),
+                                    );
+                                }
+                                axum::body::Bytes::from(out)
+                            } else {
+                                body
+                            };
                             match ExportMetricsServiceRequest::decode(body) {
                                 Ok(req) => {
                                     r.lock().unwrap().push(req);
@@ -141,16 +364,39 @@ impl Receiver {
                         }
                     },
                 );
-                rt.spawn(async move {
-                    let _ = axum::serve(listener, app).await;
-                });
+                match transport {
+                    Transport::Plain => {
+                        rt.spawn(async move {
+                            let _ = axum::serve(listener, app).await;
+                        });
+                    }
+                    Transport::Tls | Transport::MutualTls => {
+                        let pki = pki.expect("TLS needs certificates");
+                        let tls = TlsListener {
+                            tcp: listener,
+                            acceptor: tokio_rustls::TlsAcceptor::from(rustls_server_config(
+                                pki, transport,
+                            )),
+                            failed: handshake_failures.clone(),
+                        };
+                        rt.spawn(async move {
+                            let _ = axum::serve(tls, app).await;
+                        });
+                    }
+                }
             }
         }
         Receiver {
             received,
             paths,
+            seen,
+            handshake_failures,
             _rt: rt,
         }
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
     }
 
     fn requests(&self) -> Vec<ExportMetricsServiceRequest> {
@@ -649,4 +895,305 @@ fn otlp_is_off_by_default() {
     let m = sidecar.metrics();
     assert!(m.iter().all(|s| s.name != "truthscale_sink_errors_total"));
     assert!(!sidecar.process.stderr().contains("OTLP"));
+}
+
+fn protocol_env(proto: Proto) -> (&'static str, &'static str) {
+    (
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        if proto == Proto::Grpc {
+            "grpc"
+        } else {
+            "http/protobuf"
+        },
+    )
+}
+
+fn errors_of_kind(s: &Sidecar, kind: &str) -> f64 {
+    s.metrics()
+        .iter()
+        .filter(|m| {
+            m.name == "truthscale_sink_errors_total"
+                && m.label("sink") == Some("otlp")
+                && m.label("kind") == Some(kind)
+        })
+        .map(|m| m.value)
+        .sum()
+}
+
+/// Wait until a failure of `kind` is counted; the stderr then.
+fn wait_for_failure(sidecar: &Sidecar, kind: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while errors_of_kind(sidecar, kind) < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "no {kind} failure counted; unavailable = {}, rejected = {}, other = {}, timeout = {}; stderr:\n{}",
+            errors_of_kind(sidecar, "unavailable"),
+            errors_of_kind(sidecar, "rejected"),
+            errors_of_kind(sidecar, "other"),
+            errors_of_kind(sidecar, "timeout"),
+            sidecar.process.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The warning is written right after the count.
+    std::thread::sleep(Duration::from_millis(200));
+    sidecar.process.stderr()
+}
+
+/// Over TLS, with a client certificate the collector requires, headers and gzip: each set
+/// another way (the standard variables, and truthscale's keys through `TRUTHSCALE_OTLP__…`)
+/// so that the precedence is exercised too.
+fn check_tls_push(proto: Proto) {
+    let dir = TempDir::new("otlp-tls");
+    let pki = Pki::generate(dir.path());
+    let port = free_port();
+    let rx = Receiver::start_with(proto, port, Transport::MutualTls, Some(&pki));
+    let endpoint = match proto {
+        Proto::Grpc => format!("https://127.0.0.1:{port}"),
+        Proto::Http => format!("https://localhost:{port}"),
+    };
+    let mut env = ENV.to_vec();
+    let mut args = ARGS.to_vec();
+    env.push(protocol_env(proto));
+    // Headers: the variable's, with `x-tenant` overridden by the key.
+    env.push((
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "x-api-key=key%20one,x-tenant=from-variable",
+    ));
+    env.push(("TRUTHSCALE_OTLP__HEADERS", "x-tenant=from-config"));
+    match proto {
+        // gRPC: the flag, and the generic variables.
+        Proto::Grpc => {
+            args.extend(["--otlp-endpoint", &endpoint]);
+            env.push(("OTEL_EXPORTER_OTLP_CERTIFICATE", &pki.ca));
+            env.push(("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &pki.client_cert));
+            env.push(("OTEL_EXPORTER_OTLP_CLIENT_KEY", &pki.client_key));
+            env.push(("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"));
+        }
+        // HTTP: the endpoint variable; the signal-specific CA over a wrong generic one;
+        // the client certificate and compression by truthscale's keys.
+        Proto::Http => {
+            env.push(("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint));
+            env.push(("OTEL_EXPORTER_OTLP_CERTIFICATE", &pki.wrong_ca));
+            env.push(("OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE", &pki.ca));
+            env.push(("TRUTHSCALE_OTLP__CLIENT_CERTIFICATE", &pki.client_cert));
+            env.push(("TRUTHSCALE_OTLP__CLIENT_KEY", &pki.client_key));
+            env.push(("TRUTHSCALE_OTLP__COMPRESSION", "gzip"));
+        }
+    }
+    let sidecar = Sidecar::start(&args, &env, dir.path());
+    rx.wait_for(2, Duration::from_secs(20), &sidecar);
+    assert_eq!(
+        sink_errors(&sidecar),
+        0.0,
+        "stderr:\n{}",
+        sidecar.process.stderr()
+    );
+    assert!(
+        rx.handshake_failures.lock().unwrap().is_empty(),
+        "{:?}",
+        rx.handshake_failures.lock().unwrap()
+    );
+    let stderr = sidecar.process.stderr();
+    assert!(
+        stderr.contains("Pushing metrics over OTLP") && stderr.contains(&pki.ca),
+        "the start is logged with the CA in use:\n{stderr}"
+    );
+    let seen = rx.seen();
+    assert!(!seen.is_empty());
+    for s in &seen {
+        assert_eq!(s.all("x-api-key"), ["key one"], "{s:?}");
+        assert_eq!(s.all("x-tenant"), ["from-config"], "{s:?}");
+        let encoding = match proto {
+            Proto::Grpc => "grpc-encoding",
+            Proto::Http => "content-encoding",
+        };
+        assert_eq!(s.all(encoding), ["gzip"], "{s:?}");
+        if proto == Proto::Grpc {
+            assert_eq!(s.client_certs, 1, "the client certificate was presented");
+        }
+    }
+    if proto == Proto::Http {
+        assert!(
+            rx.paths.lock().unwrap().iter().all(|p| p == "/v1/metrics"),
+            "{:?}",
+            rx.paths.lock().unwrap()
+        );
+    }
+    // The compressed bodies decoded into the metrics.
+    let r = rx
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| find_metric(r, "truthscale.gpu.observed.time").is_some())
+        .unwrap();
+    assert!(gauge_value(&r, "truthscale.snapshot.timestamp").is_some_and(|t| t > 0.0));
+    assert!(find_metric(&r, "hw.gpu.utilization").is_some());
+}
+
+#[test]
+fn grpc_tls_push_with_client_certificate_headers_and_gzip() {
+    check_tls_push(Proto::Grpc);
+}
+
+#[test]
+fn http_tls_push_with_client_certificate_headers_and_gzip() {
+    check_tls_push(Proto::Http);
+}
+
+/// A collector whose certificate another CA signed: nothing is delivered, each failure is
+/// counted as `other` (never `unavailable`), and the log says why and names the CA setting.
+fn check_wrong_ca(proto: Proto) {
+    let dir = TempDir::new("otlp-wrong-ca");
+    let pki = Pki::generate(dir.path());
+    let port = free_port();
+    let rx = Receiver::start_with(proto, port, Transport::Tls, Some(&pki));
+    let endpoint = format!("https://127.0.0.1:{port}");
+    let mut env = ENV.to_vec();
+    env.push(protocol_env(proto));
+    env.push(("OTEL_EXPORTER_OTLP_CERTIFICATE", &pki.wrong_ca));
+    let mut args = ARGS.to_vec();
+    args.extend(["--otlp-endpoint", &endpoint]);
+    let sidecar = Sidecar::start(&args, &env, dir.path());
+    let stderr = wait_for_failure(&sidecar, "other");
+    assert_eq!(errors_of_kind(&sidecar, "unavailable"), 0.0, "{stderr}");
+    assert_eq!(errors_of_kind(&sidecar, "rejected"), 0.0, "{stderr}");
+    for want in [
+        "TLS handshake with the collector failed",
+        "UnknownIssuer",
+        "not signed by a CA truthscale trusts",
+        pki.wrong_ca.as_str(),
+        "OTEL_EXPORTER_OTLP_CERTIFICATE",
+    ] {
+        assert!(stderr.contains(want), "{want:?} not in the log:\n{stderr}");
+    }
+    assert!(rx.requests().is_empty(), "nothing is delivered");
+    if proto == Proto::Http {
+        assert!(!rx.handshake_failures.lock().unwrap().is_empty());
+    }
+}
+
+#[test]
+fn grpc_tls_wrong_ca_is_counted_and_explained() {
+    check_wrong_ca(Proto::Grpc);
+}
+
+#[test]
+fn http_tls_wrong_ca_is_counted_and_explained() {
+    check_wrong_ca(Proto::Http);
+}
+
+/// A collector that requires a client certificate, and none is set: counted as `other`, and
+/// the log names the client certificate settings. (With TLS 1.3 the collector refuses the
+/// client after the handshake, so an attempt whose connection is cut before its alert is read
+/// counts as `unavailable`; at least one reads the alert.)
+fn check_missing_client_certificate(proto: Proto) {
+    let dir = TempDir::new("otlp-no-client-cert");
+    let pki = Pki::generate(dir.path());
+    let port = free_port();
+    let rx = Receiver::start_with(proto, port, Transport::MutualTls, Some(&pki));
+    let endpoint = format!("https://127.0.0.1:{port}");
+    let mut env = ENV.to_vec();
+    env.push(protocol_env(proto));
+    env.push(("OTEL_EXPORTER_OTLP_CERTIFICATE", &pki.ca));
+    let mut args = ARGS.to_vec();
+    args.extend(["--otlp-endpoint", &endpoint]);
+    let sidecar = Sidecar::start(&args, &env, dir.path());
+    let stderr = wait_for_failure(&sidecar, "other");
+    assert!(
+        stderr.contains("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"),
+        "the hint names the client certificate:\n{stderr}"
+    );
+    assert!(rx.requests().is_empty(), "nothing is delivered");
+}
+
+#[test]
+fn grpc_tls_missing_client_certificate_is_explained() {
+    check_missing_client_certificate(Proto::Grpc);
+}
+
+#[test]
+fn http_tls_missing_client_certificate_is_explained() {
+    check_missing_client_certificate(Proto::Http);
+}
+
+/// Without a CA setting the collector is checked against the system roots, which
+/// `SSL_CERT_FILE` replaces (here with the test CA): delivered over both protocols.
+fn check_system_roots(proto: Proto) {
+    let dir = TempDir::new("otlp-system-roots");
+    let pki = Pki::generate(dir.path());
+    let port = free_port();
+    let rx = Receiver::start_with(proto, port, Transport::Tls, Some(&pki));
+    let endpoint = format!("https://localhost:{port}");
+    let mut env = ENV.to_vec();
+    env.push(protocol_env(proto));
+    env.push(("SSL_CERT_FILE", &pki.ca));
+    let mut args = ARGS.to_vec();
+    args.extend(["--otlp-endpoint", &endpoint]);
+    let sidecar = Sidecar::start(&args, &env, dir.path());
+    rx.wait_for(1, Duration::from_secs(20), &sidecar);
+    let stderr = sidecar.process.stderr();
+    assert!(
+        stderr.contains("tls=\"the system roots\""),
+        "the start says what the certificate is checked against:\n{stderr}"
+    );
+}
+
+#[test]
+fn grpc_tls_system_roots_deliver() {
+    check_system_roots(Proto::Grpc);
+}
+
+#[test]
+fn http_tls_system_roots_deliver() {
+    check_system_roots(Proto::Http);
+}
+
+/// A CA file that does not exist, or holds no certificate, stops the start with a message
+/// that names the variable or key and the file; so do system roots that hold none.
+#[test]
+fn otlp_bad_ca_file_stops_the_start() {
+    let dir = TempDir::new("otlp-bad-ca");
+    let missing = dir.path().join("missing.pem").display().to_string();
+    let garbage = dir.path().join("garbage.pem");
+    std::fs::write(&garbage, "not a certificate\n").unwrap();
+    let garbage = garbage.display().to_string();
+    for (env, name, file, why) in [
+        (
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", missing.as_str()),
+            "OTEL_EXPORTER_OTLP_CERTIFICATE",
+            missing.as_str(),
+            "cannot read",
+        ),
+        (
+            ("TRUTHSCALE_OTLP__CERTIFICATE", garbage.as_str()),
+            "otlp.certificate",
+            garbage.as_str(),
+            "no PEM certificate",
+        ),
+        (
+            ("SSL_CERT_FILE", garbage.as_str()),
+            "otlp.certificate",
+            "OTEL_EXPORTER_OTLP_CERTIFICATE",
+            "no CA certificates found in the system store",
+        ),
+    ] {
+        let mut cmd = truthscale_e2e::clean_command();
+        cmd.args(["serve", "--listen", "127.0.0.1:0"])
+            .args(ARGS)
+            .args(["--otlp-endpoint", "https://127.0.0.1:9"])
+            .env(env.0, env.1);
+        let mut p = truthscale_e2e::Spawned::start(cmd, dir.path(), "truthscale-bad-ca");
+        let status = p.wait_timeout(Duration::from_secs(30));
+        let stderr = p.stderr();
+        if status.is_none() {
+            p.kill();
+        }
+        let status = status.unwrap_or_else(|| panic!("{env:?}: kept running:\n{stderr}"));
+        assert!(!status.success(), "{env:?}: started:\n{stderr}");
+        assert!(
+            stderr.contains(name) && stderr.contains(file) && stderr.contains(why),
+            "{env:?}: the error names {name}, {file} and {why:?}:\n{stderr}"
+        );
+    }
 }

@@ -1,7 +1,18 @@
 //! `[otlp]`: the OTLP sink's own configuration and its validation (the standard
 //! `OTEL_…` variables first, keys that mirror them).
+//!
+//! Every key, when set (file < `TRUTHSCALE_OTLP__…` < flags), wins over the standard
+//! variables; among those, `OTEL_EXPORTER_OTLP_METRICS_…` wins over `OTEL_EXPORTER_OTLP_…`.
+//! The SDK reads most variables itself; the TLS files (`OTEL_EXPORTER_OTLP_CERTIFICATE`,
+//! `…_CLIENT_CERTIFICATE`, `…_CLIENT_KEY`), which it does not read, are resolved here, and
+//! every file is read and parsed at start so that a bad one is refused with its name.
 
+use rustls_pki_types::pem::{self, PemObject as _};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The SDK's default export timeout (`OTEL_EXPORTER_OTLP_TIMEOUT` unset).
@@ -61,6 +72,24 @@ pub struct OtlpConfig {
     /// `cumulative` (the SDK default) or `delta`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub temporality: Option<String>,
+    /// Request headers, as `OTEL_EXPORTER_OTLP_HEADERS` writes them (`api-key=…,tenant=7`,
+    /// values percent-decoded). Merged with the variable's, winning for the same name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub headers: Option<String>,
+    /// `gzip` or `none`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compression: Option<String>,
+    /// PEM file of the CA(s) that the collector's certificate must chain to, instead of the
+    /// system roots (`https://` endpoints).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub certificate: Option<PathBuf>,
+    /// PEM certificate chain truthscale presents to the collector (mutual TLS); needs
+    /// `client_key`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_certificate: Option<PathBuf>,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of `client_certificate`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_key: Option<PathBuf>,
 }
 
 /// OTLP transport.
@@ -93,6 +122,253 @@ pub enum OtlpTemporality {
     Delta,
 }
 
+/// OTLP request compression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpCompression {
+    /// Uncompressed.
+    None,
+    /// gzip (`Content-Encoding: gzip`, `grpc-encoding: gzip`).
+    Gzip,
+}
+
+/// A PEM file and where it was named (a key or a variable), for messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PemFile {
+    /// The file.
+    pub path: PathBuf,
+    /// The key or variable that named it (`otlp.certificate`, `OTEL_EXPORTER_OTLP_CERTIFICATE`).
+    pub origin: &'static str,
+}
+
+impl fmt::Display for PemFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (from {})", self.path.display(), self.origin)
+    }
+}
+
+impl PemFile {
+    /// The file's bytes.
+    ///
+    /// # Errors
+    /// `(origin, message)` naming the file.
+    pub fn read(&self) -> Result<Vec<u8>, (&'static str, String)> {
+        std::fs::read(&self.path).map_err(|e| {
+            (
+                self.origin,
+                format!("cannot read {}: {e}", self.path.display()),
+            )
+        })
+    }
+
+    /// The certificates in the file (at least one).
+    ///
+    /// # Errors
+    /// Unreadable, not PEM, or no certificate in it.
+    pub fn certificates(&self) -> Result<Vec<CertificateDer<'static>>, (&'static str, String)> {
+        let bytes = self.read()?;
+        let certs = CertificateDer::pem_slice_iter(&bytes)
+            .collect::<Result<Vec<_>, pem::Error>>()
+            .map_err(|e| self.invalid(format!("invalid PEM: {e}")))?;
+        if certs.is_empty() {
+            return Err(self.invalid("no PEM certificate (BEGIN CERTIFICATE) in it".into()));
+        }
+        Ok(certs)
+    }
+
+    /// The private key in the file.
+    ///
+    /// # Errors
+    /// Unreadable, not PEM, or no private key in it.
+    pub fn private_key(&self) -> Result<PrivateKeyDer<'static>, (&'static str, String)> {
+        let bytes = self.read()?;
+        PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| match e {
+            pem::Error::NoItemsFound => self.invalid(
+                "no PEM private key (BEGIN PRIVATE KEY, RSA PRIVATE KEY or EC PRIVATE KEY) in it"
+                    .into(),
+            ),
+            e => self.invalid(format!("invalid PEM: {e}")),
+        })
+    }
+
+    fn invalid(&self, why: String) -> (&'static str, String) {
+        (self.origin, format!("{}: {why}", self.path.display()))
+    }
+}
+
+/// TLS material for `https://` endpoints, each resolved key first, then
+/// `OTEL_EXPORTER_OTLP_METRICS_…`, then `OTEL_EXPORTER_OTLP_…`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OtlpTls {
+    /// CA file; `None`: the system roots.
+    pub certificate: Option<PemFile>,
+    /// Client certificate chain (mutual TLS); set together with `client_key`.
+    pub client_certificate: Option<PemFile>,
+    /// Client private key.
+    pub client_key: Option<PemFile>,
+}
+
+impl OtlpTls {
+    /// Whether anything is set.
+    #[must_use]
+    pub fn is_set(&self) -> bool {
+        self.certificate.is_some() || self.client_certificate.is_some()
+    }
+
+    /// The roots the collector's certificate is checked against: the CA file, else the
+    /// system's store.
+    ///
+    /// # Errors
+    /// A CA file that does not read or parse, or holds a certificate that cannot be a trust
+    /// anchor; no system roots at all.
+    pub fn roots(&self) -> Result<rustls::RootCertStore, (&'static str, String)> {
+        let mut roots = rustls::RootCertStore::empty();
+        match &self.certificate {
+            Some(f) => {
+                for (i, c) in f.certificates()?.into_iter().enumerate() {
+                    roots.add(c).map_err(|e| {
+                        f.invalid(format!("certificate {} is not a usable CA: {e}", i + 1))
+                    })?;
+                }
+            }
+            None => {
+                let found = rustls_native_certs::load_native_certs();
+                roots.add_parsable_certificates(found.certs);
+                if roots.is_empty() {
+                    let why = found
+                        .errors
+                        .first()
+                        .map_or_else(String::new, |e| format!(" ({e})"));
+                    // rustls-native-certs reads these instead of the system store when set.
+                    let store = ["SSL_CERT_FILE", "SSL_CERT_DIR"]
+                        .into_iter()
+                        .filter_map(|v| std::env::var_os(v).map(|p| format!("{v}={p:?}")))
+                        .collect::<Vec<_>>();
+                    let store = if store.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", store.join(", "))
+                    };
+                    return Err((
+                        "otlp.certificate",
+                        format!(
+                            "no CA certificates found in the system store{store}{why}; install them (ca-certificates) or set OTEL_EXPORTER_OTLP_CERTIFICATE or otlp.certificate to the collector's CA"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(roots)
+    }
+
+    /// The rustls client configuration (ring provider, safe default protocol versions):
+    /// `roots`, and the client certificate when set.
+    ///
+    /// # Errors
+    /// A client certificate or key that does not read or parse, or a key that does not
+    /// belong to the certificate.
+    pub fn client_config(
+        &self,
+        roots: rustls::RootCertStore,
+    ) -> Result<rustls::ClientConfig, (&'static str, String)> {
+        let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ("otlp", format!("TLS setup: {e}")))?
+        .with_root_certificates(roots);
+        match (&self.client_certificate, &self.client_key) {
+            (Some(c), Some(k)) => {
+                let chain = c.certificates()?;
+                let key = k.private_key()?;
+                builder.with_client_auth_cert(chain, key).map_err(|e| {
+                    (
+                        k.origin,
+                        format!(
+                            "{} does not go with the client certificate {c}: {e}",
+                            k.path.display()
+                        ),
+                    )
+                })
+            }
+            _ => Ok(builder.with_no_client_auth()),
+        }
+    }
+}
+
+/// Header names and values set by `otlp.headers`; `Debug` shows the names only (values are
+/// often API keys).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct OtlpHeaders(pub Vec<(String, String)>);
+
+impl fmt::Debug for OtlpHeaders {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(n, _)| format!("{n}: …")))
+            .finish()
+    }
+}
+
+/// `%XX` sequences decoded, as the SDK decodes header values; the text as it is when a
+/// sequence is not valid UTF-8 hex.
+fn percent_decode(v: &str) -> String {
+    let b = v.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && let Some(h) = v.get(i + 1..i + 3)
+            && let Ok(x) = u8::from_str_radix(h, 16)
+        {
+            out.push(x);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| v.to_string())
+}
+
+/// Parse `name=value,name=value` (W3C baggage style, as `OTEL_EXPORTER_OTLP_HEADERS`).
+/// Messages name the entry and header, never a value.
+///
+/// # Errors
+/// An entry without `=`, an empty name or value, or one HTTP cannot carry.
+pub fn parse_headers(text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (i, entry) in text.split(',').enumerate() {
+        let entry = entry.trim();
+        if entry.is_empty() {
+            continue;
+        }
+        let Some((name, value)) = entry.split_once('=') else {
+            return Err(format!(
+                "entry {} has no '=' (write name=value,name=value)",
+                i + 1
+            ));
+        };
+        let name = name.trim().to_ascii_lowercase();
+        let value = percent_decode(value.trim());
+        if name.is_empty() {
+            return Err(format!("entry {} has no header name", i + 1));
+        }
+        if axum::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(format!("{name:?} is not a valid header name"));
+        }
+        if value.is_empty() {
+            return Err(format!("header {name:?} has an empty value"));
+        }
+        if axum::http::HeaderValue::from_str(&value).is_err() {
+            return Err(format!(
+                "the value of header {name:?} holds characters a header cannot carry (control characters or non-ASCII; percent-encode them)"
+            ));
+        }
+        out.retain(|(n, _)| *n != name);
+        out.push((name, value));
+    }
+    Ok(out)
+}
+
 /// Validated `[otlp]`: `None` fields are left to the SDK (environment, then defaults).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OtlpSettings {
@@ -109,6 +385,49 @@ pub struct OtlpSettings {
     /// The export timeout in force (configuration, else the standard variables, else the
     /// SDK's 10 s): an export that fails after this long failed by timing out.
     pub effective_timeout: Duration,
+    /// Headers of `otlp.headers`: sent on top of the SDK's own (which come from
+    /// `OTEL_EXPORTER_OTLP_METRICS_HEADERS`, else `OTEL_EXPORTER_OTLP_HEADERS`), winning for
+    /// the same name.
+    pub headers: OtlpHeaders,
+    /// Compression set in truthscale's configuration (else the SDK reads the variables).
+    pub compression: Option<OtlpCompression>,
+    /// TLS files from the configuration or the variables (the SDK reads none of them).
+    pub tls: OtlpTls,
+}
+
+/// The file the key names, else the first of `vars` that is set.
+fn first_set(
+    key: (&'static str, Option<&Path>),
+    vars: [&'static str; 2],
+    getenv: &impl Fn(&str) -> Option<String>,
+) -> Option<PemFile> {
+    if let (k, Some(p)) = key
+        && !p.as_os_str().is_empty()
+    {
+        return Some(PemFile {
+            path: p.to_path_buf(),
+            origin: k,
+        });
+    }
+    vars.into_iter().find_map(|v| {
+        getenv(v).map(|p| PemFile {
+            path: PathBuf::from(p),
+            origin: v,
+        })
+    })
+}
+
+/// `gzip` or `none`, named by `origin` in the message.
+fn compression(origin: &'static str, v: &str) -> Result<OtlpCompression, (&'static str, String)> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "gzip" => Ok(OtlpCompression::Gzip),
+        "none" => Ok(OtlpCompression::None),
+        "zstd" => Err((
+            origin,
+            "zstd is not built into truthscale; use gzip or none".into(),
+        )),
+        other => Err((origin, format!("{other:?} is not one of gzip, none"))),
+    }
 }
 
 impl OtlpConfig {
@@ -132,21 +451,14 @@ impl OtlpConfig {
             .map(str::trim)
             .filter(|e| !e.is_empty())
             .map(str::to_string);
-        if let Some(e) = &endpoint {
-            if e.starts_with("https://") {
-                return Err((
-                    "otlp.endpoint",
-                    format!(
-                        "{e:?}: TLS is not built into truthscale's OTLP exporter; push to a collector over http:// (e.g. a node-local agent)"
-                    ),
-                ));
-            }
-            if !e.starts_with("http://") {
-                return Err((
-                    "otlp.endpoint",
-                    format!("{e:?} is not an http:// URL (e.g. http://localhost:4317)"),
-                ));
-            }
+        if let Some(e) = &endpoint
+            && !e.starts_with("http://")
+            && !e.starts_with("https://")
+        {
+            return Err((
+                "otlp.endpoint",
+                format!("{e:?} is not an http:// or https:// URL (e.g. https://collector:4317)"),
+            ));
         }
         let protocol = match self.protocol.as_deref().map(str::trim) {
             None | Some("") => None,
@@ -212,6 +524,105 @@ impl OtlpConfig {
         if !on || sdk_disabled {
             return Ok(None);
         }
+        // Headers: the key's, checked here; the variable's too, which the SDK would drop
+        // entry by entry without a word (a missing API key then shows only as 401s).
+        let headers = match self.headers.as_deref().map(str::trim) {
+            None | Some("") => Vec::new(),
+            Some(h) => parse_headers(h).map_err(|m| ("otlp.headers", m))?,
+        };
+        let headers_var = [
+            "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+            "OTEL_EXPORTER_OTLP_HEADERS",
+        ]
+        .into_iter()
+        .find_map(|v| getenv(v).map(|h| (v, h)));
+        if let Some((var, h)) = headers_var {
+            parse_headers(&h).map_err(|m| (var, m))?;
+        }
+        // Compression: the key is passed to the SDK, which reads the variables otherwise.
+        let compression_key = match self.compression.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(c) => Some(compression("otlp.compression", c)?),
+        };
+        let mut compression_var = None;
+        for var in [
+            "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION",
+            "OTEL_EXPORTER_OTLP_COMPRESSION",
+        ] {
+            if let Some(v) = getenv(var) {
+                let c = compression(var, &v)?;
+                compression_var.get_or_insert((var, c));
+            }
+        }
+        if compression_key == Some(OtlpCompression::None)
+            && let Some((var, OtlpCompression::Gzip)) = compression_var
+        {
+            // The SDK has no way to be told "none" over the variable.
+            return Err((
+                "otlp.compression",
+                format!(
+                    "\"none\" cannot override {var}=gzip (the SDK reads the variable itself); unset {var}"
+                ),
+            ));
+        }
+        // TLS files: read by truthscale (the SDK does not read these variables).
+        let tls = OtlpTls {
+            certificate: first_set(
+                ("otlp.certificate", self.certificate.as_deref()),
+                [
+                    "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE",
+                    "OTEL_EXPORTER_OTLP_CERTIFICATE",
+                ],
+                &getenv,
+            ),
+            client_certificate: first_set(
+                (
+                    "otlp.client_certificate",
+                    self.client_certificate.as_deref(),
+                ),
+                [
+                    "OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE",
+                    "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+                ],
+                &getenv,
+            ),
+            client_key: first_set(
+                ("otlp.client_key", self.client_key.as_deref()),
+                [
+                    "OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY",
+                    "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+                ],
+                &getenv,
+            ),
+        };
+        match (&tls.client_certificate, &tls.client_key) {
+            (Some(c), None) => {
+                return Err((
+                    c.origin,
+                    format!(
+                        "a client certificate needs its key: set otlp.client_key, OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY or OTEL_EXPORTER_OTLP_CLIENT_KEY too (certificate: {c})"
+                    ),
+                ));
+            }
+            (None, Some(k)) => {
+                return Err((
+                    k.origin,
+                    format!(
+                        "a client key needs its certificate: set otlp.client_certificate, OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE or OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE too (key: {k})"
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        // Read and parse every file now, so that a missing or bad one stops the start
+        // with its name (the system roots are loaded at start, only for https://).
+        if tls.certificate.is_some() || tls.client_certificate.is_some() {
+            let roots = match &tls.certificate {
+                Some(_) => tls.roots()?,
+                None => rustls::RootCertStore::empty(),
+            };
+            tls.client_config(roots)?;
+        }
         Ok(Some(OtlpSettings {
             endpoint,
             protocol,
@@ -219,6 +630,262 @@ impl OtlpConfig {
             interval,
             temporality,
             effective_timeout: timeout.or(env_timeout).unwrap_or(DEFAULT_TIMEOUT),
+            headers: OtlpHeaders(headers),
+            compression: compression_key,
+            tls,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect()
+    }
+
+    /// A scratch directory, removed on drop.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Scratch {
+            let dir = std::env::temp_dir().join(format!(
+                "truthscale-otlp-config-{name}-{}",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            Scratch(dir)
+        }
+
+        fn write(&self, name: &str, text: &str) -> String {
+            let p = self.0.join(name);
+            std::fs::write(&p, text).unwrap();
+            p.display().to_string()
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A CA, and a certificate with its key signed by it.
+    fn ca_and_leaf() -> (String, String, String) {
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        p.distinguished_name
+            .push(rcgen::DnType::CommonName, "truthscale test CA");
+        let ca =
+            rcgen::CertifiedIssuer::self_signed(p, rcgen::KeyPair::generate().unwrap()).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let leaf = rcgen::CertificateParams::new(vec!["client".to_string()])
+            .unwrap()
+            .signed_by(&key, &ca)
+            .unwrap();
+        (ca.pem(), leaf.pem(), key.serialize_pem())
+    }
+
+    fn on() -> OtlpConfig {
+        OtlpConfig {
+            enabled: true,
+            ..OtlpConfig::default()
+        }
+    }
+
+    #[test]
+    fn tls_files_follow_the_precedence() {
+        let dir = Scratch::new("precedence");
+        let (ca, _, _) = ca_and_leaf();
+        let generic = dir.write("generic.pem", &ca);
+        let metrics = dir.write("metrics.pem", &ca);
+        let key = dir.write("key.pem", &ca);
+        let vars = env(&[
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", &generic),
+            ("OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE", &metrics),
+        ]);
+        let ca_of = |c: &OtlpConfig, e: &[(String, String)]| {
+            let f = c.validate(e).unwrap().unwrap().tls.certificate.unwrap();
+            (f.origin, f.path.display().to_string())
+        };
+        let mut c = on();
+        c.certificate = Some(PathBuf::from(&key));
+        assert_eq!(ca_of(&c, &vars), ("otlp.certificate", key.clone()));
+        c.certificate = None;
+        assert_eq!(
+            ca_of(&c, &vars),
+            ("OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE", metrics)
+        );
+        assert_eq!(
+            ca_of(&c, &vars[..1]),
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", generic)
+        );
+        assert_eq!(c.validate(&[]).unwrap().unwrap().tls, OtlpTls::default());
+        // OTLP off: the files are not looked at.
+        let off = OtlpConfig::default();
+        assert_eq!(
+            off.validate(&env(&[(
+                "OTEL_EXPORTER_OTLP_CERTIFICATE",
+                "/nonexistent.pem"
+            )])),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn a_missing_or_bad_ca_is_refused_naming_it() {
+        let dir = Scratch::new("bad-ca");
+        let missing = dir.0.join("missing.pem").display().to_string();
+        let (key, msg) = on()
+            .validate(&env(&[("OTEL_EXPORTER_OTLP_CERTIFICATE", &missing)]))
+            .unwrap_err();
+        assert_eq!(key, "OTEL_EXPORTER_OTLP_CERTIFICATE");
+        assert!(
+            msg.contains(&missing) && msg.contains("cannot read"),
+            "{msg}"
+        );
+        let garbage = dir.write("garbage.pem", "not a certificate\n");
+        let mut c = on();
+        c.certificate = Some(PathBuf::from(&garbage));
+        let (key, msg) = c.validate(&[]).unwrap_err();
+        assert_eq!(key, "otlp.certificate");
+        assert!(
+            msg.contains(&garbage) && msg.contains("no PEM certificate"),
+            "{msg}"
+        );
+        let (_, _, private_key) = ca_and_leaf();
+        let a_key = dir.write("a-key.pem", &private_key);
+        c.certificate = Some(PathBuf::from(&a_key));
+        let (_, msg) = c.validate(&[]).unwrap_err();
+        assert!(msg.contains("no PEM certificate"), "{msg}");
+    }
+
+    #[test]
+    fn a_client_certificate_needs_its_own_key() {
+        let dir = Scratch::new("client");
+        let (ca, leaf, key) = ca_and_leaf();
+        let (_, _, other_key) = ca_and_leaf();
+        let ca = dir.write("ca.pem", &ca);
+        let leaf = dir.write("client.pem", &leaf);
+        let key = dir.write("client.key", &key);
+        let other_key = dir.write("other.key", &other_key);
+        let vars = |k: &str| {
+            env(&[
+                ("OTEL_EXPORTER_OTLP_CERTIFICATE", ca.as_str()),
+                ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", leaf.as_str()),
+                ("OTEL_EXPORTER_OTLP_CLIENT_KEY", k),
+            ])
+        };
+        let tls = on().validate(&vars(&key)).unwrap().unwrap().tls;
+        assert_eq!(
+            tls.client_key.unwrap().origin,
+            "OTEL_EXPORTER_OTLP_CLIENT_KEY"
+        );
+        let (var, msg) = on().validate(&vars(&other_key)).unwrap_err();
+        assert_eq!(var, "OTEL_EXPORTER_OTLP_CLIENT_KEY");
+        assert!(msg.contains("does not go with"), "{msg}");
+        let (var, msg) = on().validate(&vars(&ca)).unwrap_err();
+        assert_eq!(var, "OTEL_EXPORTER_OTLP_CLIENT_KEY");
+        assert!(msg.contains("no PEM private key"), "{msg}");
+        let (var, msg) = on().validate(&vars(&key)[..2]).unwrap_err();
+        assert_eq!(var, "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE");
+        assert!(msg.contains("needs its key"), "{msg}");
+        // The key's own setting wins over the variable, and is checked the same way.
+        let mut c = on();
+        c.client_key = Some(PathBuf::from(&other_key));
+        let (key_name, _) = c.validate(&vars(&key)).unwrap_err();
+        assert_eq!(key_name, "otlp.client_key");
+    }
+
+    #[test]
+    fn headers_parse_like_the_variable_and_never_show_values() {
+        assert_eq!(
+            parse_headers(" api-key = s%20e%2Ccret , X-Tenant=7,,"),
+            Ok(vec![
+                ("api-key".to_string(), "s e,cret".to_string()),
+                ("x-tenant".to_string(), "7".to_string())
+            ])
+        );
+        assert_eq!(
+            parse_headers("a=1,a=2"),
+            Ok(vec![("a".to_string(), "2".to_string())])
+        );
+        for bad in ["novalue", "=x", "a=", "bad name=1", "a=%0A"] {
+            let e = parse_headers(bad).unwrap_err();
+            assert!(!e.contains("%0A"), "{e}");
+        }
+        let mut c = on();
+        c.headers = Some("authorization=Bearer%20secret,tenant=t1".into());
+        let s = c.validate(&[]).unwrap().unwrap();
+        assert_eq!(
+            s.headers.0,
+            [
+                ("authorization".to_string(), "Bearer secret".to_string()),
+                ("tenant".to_string(), "t1".to_string())
+            ]
+        );
+        let shown = format!("{s:?}");
+        assert!(
+            shown.contains("authorization") && !shown.contains("secret"),
+            "{shown}"
+        );
+        c.headers = Some("authorization".into());
+        assert_eq!(c.validate(&[]).unwrap_err().0, "otlp.headers");
+        // The variables are checked too (the SDK would drop a bad entry silently), and the
+        // signal-specific one is the one read.
+        let (var, msg) = on()
+            .validate(&env(&[
+                ("OTEL_EXPORTER_OTLP_HEADERS", "a=1"),
+                ("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "x-api-key"),
+            ]))
+            .unwrap_err();
+        assert_eq!(var, "OTEL_EXPORTER_OTLP_METRICS_HEADERS");
+        assert!(msg.contains("entry 1"), "{msg}");
+    }
+
+    #[test]
+    fn compression_from_the_key_or_the_variables() {
+        let mut c = on();
+        assert_eq!(c.validate(&[]).unwrap().unwrap().compression, None);
+        c.compression = Some("GZIP".into());
+        assert_eq!(
+            c.validate(&[]).unwrap().unwrap().compression,
+            Some(OtlpCompression::Gzip)
+        );
+        let vars = env(&[("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")]);
+        c.compression = Some("none".into());
+        let (key, msg) = c.validate(&vars).unwrap_err();
+        assert_eq!(key, "otlp.compression");
+        assert!(
+            msg.contains("unset OTEL_EXPORTER_OTLP_COMPRESSION"),
+            "{msg}"
+        );
+        // The signal-specific variable says none: no conflict.
+        let vars = env(&[
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
+            ("OTEL_EXPORTER_OTLP_METRICS_COMPRESSION", "none"),
+        ]);
+        assert!(c.validate(&vars).is_ok());
+        let (var, msg) = on()
+            .validate(&env(&[("OTEL_EXPORTER_OTLP_METRICS_COMPRESSION", "zstd")]))
+            .unwrap_err();
+        assert_eq!(var, "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION");
+        assert!(msg.contains("zstd is not built in"), "{msg}");
+        c.compression = Some("brotli".into());
+        assert_eq!(c.validate(&[]).unwrap_err().0, "otlp.compression");
+    }
+
+    #[test]
+    fn https_endpoints_are_accepted() {
+        let mut c = on();
+        c.endpoint = Some("https://collector.example:4317".into());
+        assert!(c.validate(&[]).unwrap().is_some());
+        c.endpoint = Some("collector:4317".into());
+        assert_eq!(c.validate(&[]).unwrap_err().0, "otlp.endpoint");
     }
 }

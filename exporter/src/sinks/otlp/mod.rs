@@ -13,23 +13,35 @@
 //! reader keeps only the current aggregation), so memory stays bounded through an outage;
 //! with cumulative temporality nothing is lost either, since the next export carries the
 //! totals. Failures are counted in `truthscale_sink_errors_total{sink="otlp",kind}` by an
-//! exporter wrapper ([`CountingExporter`]), logged at most every 30 s, and back off:
+//! exporter wrapper ([`CountingExporter`]), logged at most every 30 s (a failure of another
+//! kind, or the first after a success, at once), and back off:
 //! after repeated failures, exports are skipped for up to 30 s.
 //!
 //! Standard `OTEL_…` variables work as the SDK defines them; truthscale's own `[otlp]`
 //! settings are passed to the SDK only when set, and then win.
+//!
+//! `https://` endpoints use rustls (ring) for both protocols, checking the collector against
+//! the CA file of `otlp.certificate` / `OTEL_EXPORTER_OTLP_(METRICS_)CERTIFICATE`, else the
+//! system roots, and presenting the client certificate when one is set (mutual TLS). The
+//! HTTP client is truthscale's own (a blocking reqwest client with that rustls
+//! configuration), handed to the SDK; it also keeps the transport error the SDK reduces to
+//! "network error", so that a failed handshake is logged with its cause and a hint.
 
 pub mod config;
 
 use crate::sinks::prometheus::{SinkErrors, Snapshot, VERSION};
 use anyhow::Context as _;
-use config::{OtlpProtocol, OtlpSettings, OtlpTemporality};
+use config::{OtlpCompression, OtlpProtocol, OtlpSettings, OtlpTemporality};
 use opentelemetry::metrics::{
     AsyncInstrument, Meter, MeterProvider as _, ObservableCounter, ObservableGauge,
     ObservableUpDownCounter,
 };
 use opentelemetry::{InstrumentationScope, KeyValue};
-use opentelemetry_otlp::{MetricExporter, Protocol, WithExportConfig as _};
+use opentelemetry_otlp::tonic_types::transport::{ClientTlsConfig, Identity as TlsIdentity};
+use opentelemetry_otlp::{
+    Compression, MetricExporter, Protocol, WithExportConfig as _, WithHttpConfig as _,
+    WithTonicConfig as _,
+};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::metrics::data::ResourceMetrics;
@@ -48,7 +60,7 @@ pub const SINK: &str = "otlp";
 /// Failure kinds counted in `truthscale_sink_errors_total{sink="otlp"}`.
 pub const ERROR_KINDS: [&str; 4] = ["unavailable", "timeout", "rejected", "other"];
 
-/// Repeated failures are logged at most this often.
+/// Repeated failures of one kind are logged at most this often.
 const LOG_EVERY: Duration = Duration::from_secs(30);
 
 /// Longest pause between export attempts while the collector keeps failing.
@@ -289,6 +301,154 @@ fn http_metrics_url(base: &str) -> String {
     }
 }
 
+/// The endpoint in force and what set it, resolved as the SDK resolves it: truthscale's
+/// setting, else `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, else `OTEL_EXPORTER_OTLP_ENDPOINT`,
+/// else the SDK default.
+fn endpoint(configured: Option<&str>, proto: OtlpProtocol) -> (String, &'static str) {
+    if let Some(e) = configured {
+        return (e.to_string(), "otlp.endpoint");
+    }
+    for var in [
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+    ] {
+        if let Some(v) = env_nonempty(var) {
+            return (v, var);
+        }
+    }
+    let default = match proto {
+        OtlpProtocol::Grpc => "http://localhost:4317",
+        OtlpProtocol::HttpProtobuf => "http://localhost:4318/v1/metrics",
+    };
+    (default.to_string(), "the SDK default")
+}
+
+/// Whether exports to `endpoint` use TLS: `https://`, or (gRPC) an endpoint without a
+/// scheme unless `OTEL_EXPORTER_OTLP_(METRICS_)INSECURE=true`, as the SDK decides.
+fn uses_tls(endpoint: &str, proto: OtlpProtocol) -> bool {
+    let e = endpoint.trim().to_ascii_lowercase();
+    if e.starts_with("https://") {
+        return true;
+    }
+    if e.contains("://") {
+        return false;
+    }
+    let insecure = env_nonempty("OTEL_EXPORTER_OTLP_METRICS_INSECURE")
+        .or_else(|| env_nonempty("OTEL_EXPORTER_OTLP_INSECURE"))
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    proto == OtlpProtocol::Grpc && !insecure
+}
+
+/// `https://user:secret@host` → `https://…@host`, for logs.
+fn redact_userinfo(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) if !scheme.is_empty() => format!("{scheme}://…{}", &rest[at..]),
+        Some(at) => format!("…{}", &rest[at..]),
+        None => url.to_string(),
+    }
+}
+
+/// A `(key or variable, message)` error as one line.
+fn named((key, message): (&'static str, String)) -> anyhow::Error {
+    anyhow::anyhow!("{key}: {message}")
+}
+
+/// `otlp.headers` as gRPC metadata, set over the SDK's own (from the variables).
+#[derive(Debug, Clone)]
+struct HeaderInterceptor(
+    Arc<
+        Vec<(
+            tonic::metadata::MetadataKey<tonic::metadata::Ascii>,
+            tonic::metadata::AsciiMetadataValue,
+        )>,
+    >,
+);
+
+impl tonic::service::Interceptor for HeaderInterceptor {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        for (k, v) in self.0.iter() {
+            request.metadata_mut().insert(k.clone(), v.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// The last transport error of the HTTP client, in full (the SDK keeps only "network
+/// error").
+type TransportDetail = Arc<Mutex<Option<String>>>;
+
+/// The HTTP/protobuf client: a blocking reqwest client with truthscale's rustls
+/// configuration, which sets `otlp.headers` over the SDK's headers and keeps the last
+/// transport error.
+#[derive(Debug)]
+struct HttpClient {
+    inner: reqwest::blocking::Client,
+    headers: Vec<(axum::http::HeaderName, axum::http::HeaderValue)>,
+    detail: TransportDetail,
+}
+
+#[tonic::async_trait]
+impl opentelemetry_http::HttpClient for HttpClient {
+    async fn send_bytes(
+        &self,
+        mut request: opentelemetry_http::Request<opentelemetry_http::Bytes>,
+    ) -> Result<
+        opentelemetry_http::Response<opentelemetry_http::Bytes>,
+        opentelemetry_http::HttpError,
+    > {
+        for (k, v) in &self.headers {
+            request.headers_mut().insert(k.clone(), v.clone());
+        }
+        let result = opentelemetry_http::HttpClient::send_bytes(&self.inner, request).await;
+        if let Err(e) = &result
+            && let Ok(mut d) = self.detail.lock()
+        {
+            *d = Some(error_chain(e.as_ref()));
+        }
+        result
+    }
+}
+
+/// An error and its sources, `: `-joined, each only once.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let m = cause.to_string();
+        if !out.contains(&m) {
+            out.push_str(": ");
+            out.push_str(&m);
+        }
+        next = cause.source();
+    }
+    out
+}
+
+/// Build the blocking HTTP client on a thread of its own: reqwest's blocking client must
+/// not be built (or dropped) on an async worker.
+fn http_client(
+    tls: rustls::ClientConfig,
+    timeout: Duration,
+) -> anyhow::Result<reqwest::blocking::Client> {
+    std::thread::Builder::new()
+        .name("otlp-http-client".into())
+        .spawn(move || {
+            reqwest::blocking::Client::builder()
+                .timeout(timeout)
+                .tls_backend_preconfigured(tls)
+                .build()
+        })
+        .context("cannot start a thread for the OTLP HTTP client")?
+        .join()
+        .map_err(|_| anyhow::anyhow!("building the OTLP HTTP client panicked"))?
+        .context("cannot build the OTLP HTTP client")
+}
+
 /// A running OTLP pipeline: meter provider, periodic reader thread, instruments.
 #[derive(Debug)]
 pub struct Otlp {
@@ -301,8 +461,8 @@ impl Otlp {
     /// channel lives there); exports themselves run on the reader's own thread.
     ///
     /// # Errors
-    /// A bad `OTEL_…` value the SDK rejects, or an `https://` endpoint (TLS is not built
-    /// in).
+    /// A bad `OTEL_…` value the SDK rejects; for an `https://` endpoint, a CA or client
+    /// certificate file that does not read or parse, or no system roots at all.
     pub fn start(
         settings: &OtlpSettings,
         identity: &Identity,
@@ -310,24 +470,31 @@ impl Otlp {
         errors: SinkErrors,
     ) -> anyhow::Result<Otlp> {
         let proto = protocol(settings.protocol)?;
-        if settings.endpoint.is_none() {
-            for var in [
-                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-                "OTEL_EXPORTER_OTLP_ENDPOINT",
-            ] {
-                if let Some(v) = env_nonempty(var) {
-                    anyhow::ensure!(
-                        !v.starts_with("https://"),
-                        "{var}={v:?}: TLS is not built into truthscale's OTLP exporter; push to a collector over http://"
-                    );
-                    break;
-                }
-            }
+        let (endpoint, endpoint_origin) = endpoint(settings.endpoint.as_deref(), proto);
+        let tls = uses_tls(&endpoint, proto);
+        if !tls && settings.tls.is_set() {
+            tracing::warn!(
+                endpoint = %redact_userinfo(&endpoint),
+                from = endpoint_origin,
+                "A CA or client certificate is set for OTLP, but the endpoint is not https://: it is not used."
+            );
         }
+        // What the collector's certificate is checked against, for logs and hints.
+        let trust = match &settings.tls.certificate {
+            Some(f) => format!("the CA in {f}"),
+            None => "the system roots".to_string(),
+        };
+        let roots = if tls {
+            settings.tls.roots().map_err(named)?
+        } else {
+            rustls::RootCertStore::empty()
+        };
         let temporality = settings.temporality.map(|t| match t {
             OtlpTemporality::Cumulative => Temporality::Cumulative,
             OtlpTemporality::Delta => Temporality::Delta,
         });
+        let gzip = settings.compression == Some(OtlpCompression::Gzip);
+        let detail: TransportDetail = Arc::default();
         let exporter = match proto {
             OtlpProtocol::Grpc => {
                 let mut b = MetricExporter::builder().with_tonic();
@@ -340,12 +507,62 @@ impl Otlp {
                 if let Some(t) = temporality {
                     b = b.with_temporality(t);
                 }
+                if tls {
+                    let mut c = ClientTlsConfig::new().trust_anchors(roots.roots);
+                    if let (Some(cert), Some(key)) =
+                        (&settings.tls.client_certificate, &settings.tls.client_key)
+                    {
+                        c = c.identity(TlsIdentity::from_pem(
+                            cert.read().map_err(named)?,
+                            key.read().map_err(named)?,
+                        ));
+                    }
+                    b = b.with_tls_config(c);
+                }
+                if gzip {
+                    b = b.with_compression(Compression::Gzip);
+                }
+                if !settings.headers.0.is_empty() {
+                    let mut md = Vec::with_capacity(settings.headers.0.len());
+                    for (k, v) in &settings.headers.0 {
+                        let key = tonic::metadata::MetadataKey::from_bytes(k.as_bytes())
+                            .map_err(|_| {
+                                anyhow::anyhow!(
+                                    "otlp.headers: {k:?} cannot be sent as gRPC metadata"
+                                )
+                            })?;
+                        let value = tonic::metadata::AsciiMetadataValue::try_from(v.as_str())
+                            .map_err(|_| {
+                                anyhow::anyhow!(
+                                    "otlp.headers: the value of {k:?} cannot be sent as gRPC metadata"
+                                )
+                            })?;
+                        md.push((key, value));
+                    }
+                    b = b.with_interceptor(HeaderInterceptor(Arc::new(md)));
+                }
                 b.build()
             }
             OtlpProtocol::HttpProtobuf => {
+                let mut tls_config = settings.tls.client_config(roots).map_err(named)?;
+                tls_config.alpn_protocols = vec![b"http/1.1".to_vec()];
+                let mut headers = Vec::with_capacity(settings.headers.0.len());
+                for (k, v) in &settings.headers.0 {
+                    let name = axum::http::HeaderName::from_bytes(k.as_bytes())
+                        .with_context(|| format!("otlp.headers: {k:?}"))?;
+                    let value = axum::http::HeaderValue::from_str(v)
+                        .with_context(|| format!("otlp.headers: the value of {k:?}"))?;
+                    headers.push((name, value));
+                }
+                let client = HttpClient {
+                    inner: http_client(tls_config, settings.effective_timeout)?,
+                    headers,
+                    detail: Arc::clone(&detail),
+                };
                 let mut b = MetricExporter::builder()
                     .with_http()
-                    .with_protocol(Protocol::HttpBinary);
+                    .with_protocol(Protocol::HttpBinary)
+                    .with_http_client(client);
                 if let Some(e) = &settings.endpoint {
                     b = b.with_endpoint(http_metrics_url(e));
                 }
@@ -355,12 +572,19 @@ impl Otlp {
                 if let Some(t) = temporality {
                     b = b.with_temporality(t);
                 }
+                if gzip {
+                    b = b.with_compression(Compression::Gzip);
+                }
                 b.build()
             }
         }
         .context("cannot build the OTLP exporter")?;
         errors.register(SINK, &ERROR_KINDS);
-        let exporter = CountingExporter::new(exporter, errors, settings.effective_timeout);
+        let mut exporter = CountingExporter::new(exporter, errors, settings.effective_timeout)
+            .with_transport_detail(detail);
+        if tls {
+            exporter = exporter.with_trust(trust.clone());
+        }
         let mut reader = PeriodicReader::builder(exporter);
         if let Some(i) = settings.interval {
             reader = reader.with_interval(i);
@@ -380,10 +604,10 @@ impl Otlp {
                 OtlpProtocol::Grpc => "grpc",
                 OtlpProtocol::HttpProtobuf => "http/protobuf",
             },
-            endpoint = settings
-                .endpoint
-                .as_deref()
-                .unwrap_or("(from OTEL_… or the SDK default)"),
+            endpoint = %redact_userinfo(&endpoint),
+            from = endpoint_origin,
+            tls = if tls { trust.as_str() } else { "no" },
+            client_certificate = tls && settings.tls.client_certificate.is_some(),
             "Pushing metrics over OTLP."
         );
         Ok(Otlp {
@@ -401,7 +625,63 @@ impl Otlp {
     }
 }
 
-/// The kind of an export failure, for `truthscale_sink_errors_total{kind}`.
+/// Words of rustls's errors (as the HTTP and gRPC clients pass them on, lowercased) that
+/// mean the TLS handshake failed.
+const TLS_FAILURES: [&str; 7] = [
+    "invalid peer certificate",
+    "received fatal alert",
+    "received corrupt message",
+    "peer is incompatible",
+    "peer misbehaved",
+    "peer sent no certificates",
+    "handshake",
+];
+
+/// Whether a (lowercased) failure message is a failed TLS handshake.
+fn is_tls_failure(msg: &str) -> bool {
+    TLS_FAILURES.iter().any(|w| msg.contains(w))
+}
+
+/// What to do about a failed TLS handshake (`msg` lowercased); `trust` says what the
+/// collector's certificate was checked against.
+fn tls_hint(msg: &str, trust: &str) -> Option<String> {
+    if !is_tls_failure(msg) {
+        return None;
+    }
+    let has = |words: &[&str]| words.iter().any(|w| msg.contains(w));
+    Some(
+        if has(&["unknownissuer", "badsignature", "unknown issuer"]) {
+            format!(
+                "the collector's certificate is not signed by a CA truthscale trusts (it was checked against {trust}): set OTEL_EXPORTER_OTLP_CERTIFICATE (or otlp.certificate) to the PEM file of the CA that signed it"
+            )
+        } else if has(&["not valid for name", "notvalidforname"]) {
+            "the collector's certificate does not hold the endpoint's host name: use a host name it holds in the endpoint URL".to_string()
+        } else if has(&[
+            "certificate expired",
+            "not valid yet",
+            "expired",
+            "notvalidyet",
+        ]) {
+            "the collector's certificate is expired or not yet valid (check it, and the clocks)"
+                .to_string()
+        } else if has(&["certificaterequired", "peer sent no certificates"]) {
+            "the collector requires a client certificate: set OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY (or otlp.client_certificate and otlp.client_key)".to_string()
+        } else if has(&["received fatal alert"]) {
+            "the collector refused the TLS handshake: if it requires mutual TLS, check that the client certificate (OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE, otlp.client_certificate) is signed by a CA the collector trusts".to_string()
+        } else if has(&["received corrupt message", "invalidcontenttype"]) {
+            "the collector does not speak TLS on this port: use an http:// endpoint, or the collector's TLS port".to_string()
+        } else {
+            format!(
+                "the TLS handshake with the collector failed (its certificate was checked against {trust}); check OTEL_EXPORTER_OTLP_CERTIFICATE / otlp.certificate and the client certificate settings"
+            )
+        },
+    )
+}
+
+/// The kind of an export failure, for `truthscale_sink_errors_total{kind}`. A failed TLS
+/// handshake (an untrusted certificate, a wrong host name, a refused client certificate, TLS
+/// to a plain-text port) is `other`: the collector is up, and did not refuse the data, but
+/// truthscale's or the collector's TLS configuration must change; retrying does not help.
 #[must_use]
 pub fn error_kind(e: &OTelSdkError) -> &'static str {
     let msg = match e {
@@ -412,6 +692,8 @@ pub fn error_kind(e: &OTelSdkError) -> &'static str {
     let has = |words: &[&str]| words.iter().any(|w| msg.contains(w));
     if has(&["timeout", "timed out", "deadline", "cancelled"]) {
         "timeout"
+    } else if is_tls_failure(&msg) {
+        "other"
     } else if has(&[
         "unavailable",
         "network error",
@@ -449,18 +731,25 @@ struct ExportState {
     /// When the current outage began.
     outage_since: Option<Instant>,
     last_log: Option<Instant>,
+    /// The kind of the last failure logged: another kind is logged at once.
+    last_logged_kind: Option<&'static str>,
     unlogged: u64,
     succeeded_once: bool,
 }
 
-/// Wraps the OTLP exporter: counts failures into [`SinkErrors`], logs them rate-limited,
-/// and backs off (skips exports) while the collector keeps failing.
+/// Wraps the OTLP exporter: counts failures into [`SinkErrors`], logs them rate-limited
+/// (a failed TLS handshake with a hint), and backs off (skips exports) while the collector
+/// keeps failing.
 #[derive(Debug)]
 pub struct CountingExporter<E> {
     inner: E,
     errors: SinkErrors,
     state: Mutex<ExportState>,
     timeout: Duration,
+    /// The HTTP client's last transport error, when the client is truthscale's.
+    detail: Option<TransportDetail>,
+    /// What the collector's certificate is checked against (TLS endpoints).
+    trust: Option<String>,
 }
 
 impl<E> CountingExporter<E> {
@@ -471,6 +760,37 @@ impl<E> CountingExporter<E> {
             errors,
             state: Mutex::new(ExportState::default()),
             timeout,
+            detail: None,
+            trust: None,
+        }
+    }
+
+    /// Add the HTTP client's transport error to failures that carry none.
+    fn with_transport_detail(mut self, detail: TransportDetail) -> Self {
+        self.detail = Some(detail);
+        self
+    }
+
+    /// The endpoint uses TLS, checked against `trust` (for hints).
+    fn with_trust(mut self, trust: String) -> Self {
+        self.trust = Some(trust);
+        self
+    }
+
+    /// `e` with the transport error the HTTP client kept, when the SDK's message lacks it.
+    fn detailed(&self, e: OTelSdkError) -> OTelSdkError {
+        let Some(d) = self
+            .detail
+            .as_ref()
+            .and_then(|d| d.lock().ok().and_then(|mut d| d.take()))
+        else {
+            return e;
+        };
+        match e {
+            OTelSdkError::InternalFailure(m) if !m.contains(&d) => {
+                OTelSdkError::InternalFailure(format!("{m}: {d}"))
+            }
+            e => e,
         }
     }
 
@@ -496,6 +816,7 @@ impl<E> CountingExporter<E> {
                     tracing::info!(sink = SINK, "First OTLP export succeeded.");
                 }
                 s.succeeded_once = true;
+                s.last_logged_kind = None;
                 s.consecutive = 0;
                 s.not_before = None;
                 s.outage_since = None;
@@ -518,16 +839,34 @@ impl<E> CountingExporter<E> {
                     .min(MAX_BACKOFF);
                 s.not_before = Some(now + backoff);
                 s.unlogged += 1;
-                if s.last_log.is_none_or(|t| now - t >= LOG_EVERY) {
-                    tracing::warn!(
-                        sink = SINK,
-                        kind,
-                        error = %e,
-                        failures = s.unlogged,
-                        next_attempt_in = ?backoff,
-                        "OTLP export failed; sampling and /metrics are unaffected (repeats are logged every 30s)."
+                if s.last_log.is_none_or(|t| now - t >= LOG_EVERY)
+                    || s.last_logged_kind != Some(kind)
+                {
+                    let hint = tls_hint(
+                        &e.to_string().to_ascii_lowercase(),
+                        self.trust.as_deref().unwrap_or("the system roots"),
                     );
+                    match hint {
+                        Some(hint) => tracing::warn!(
+                            sink = SINK,
+                            kind,
+                            error = %e,
+                            hint = %hint,
+                            failures = s.unlogged,
+                            next_attempt_in = ?backoff,
+                            "OTLP export failed: TLS handshake with the collector failed; sampling and /metrics are unaffected (repeats are logged every 30s)."
+                        ),
+                        None => tracing::warn!(
+                            sink = SINK,
+                            kind,
+                            error = %e,
+                            failures = s.unlogged,
+                            next_attempt_in = ?backoff,
+                            "OTLP export failed; sampling and /metrics are unaffected (repeats are logged every 30s)."
+                        ),
+                    }
                     s.last_log = Some(now);
+                    s.last_logged_kind = Some(kind);
                     s.unlogged = 0;
                 }
             }
@@ -541,8 +880,17 @@ impl<E: PushMetricExporter> PushMetricExporter for CountingExporter<E> {
             // Cumulative totals lose nothing by a skipped export; the next one carries them.
             return Ok(());
         }
+        if let Some(d) = &self.detail
+            && let Ok(mut d) = d.lock()
+        {
+            *d = None;
+        }
         let started = Instant::now();
-        let result = self.inner.export(metrics).await;
+        let result = self
+            .inner
+            .export(metrics)
+            .await
+            .map_err(|e| self.detailed(e));
         self.record(&result, started.elapsed());
         result
     }
@@ -599,5 +947,71 @@ mod tests {
             "timeout"
         );
         assert_eq!(f("something else"), "other");
+        // A failed handshake is `other`, even where the gRPC status says Unavailable.
+        assert_eq!(
+            f(
+                "HTTP export failed: network error: error sending request for url (https://127.0.0.1:1/v1/metrics): client error (Connect): invalid peer certificate: UnknownIssuer"
+            ),
+            "other"
+        );
+        assert_eq!(
+            f(
+                "TonicMetricsClient export failed with gRPC code: Unavailable: transport error: invalid peer certificate: UnknownIssuer"
+            ),
+            "other"
+        );
+        assert_eq!(
+            f(
+                "HTTP export failed: network error: received corrupt message of type InvalidContentType"
+            ),
+            "other"
+        );
+    }
+
+    #[test]
+    fn tls_failures_get_a_hint() {
+        let hint = |m: &str| {
+            tls_hint(
+                &m.to_ascii_lowercase(),
+                "the CA in /x/ca.pem (from otlp.certificate)",
+            )
+        };
+        let h = hint("transport error: invalid peer certificate: UnknownIssuer").unwrap();
+        assert!(
+            h.contains("not signed by a CA truthscale trusts")
+                && h.contains("/x/ca.pem")
+                && h.contains("OTEL_EXPORTER_OTLP_CERTIFICATE"),
+            "{h}"
+        );
+        let h = hint("received fatal alert: CertificateRequired").unwrap();
+        assert!(h.contains("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"), "{h}");
+        let h = hint(
+            "invalid peer certificate: certificate not valid for name \"c\"; certificate is only valid for localhost",
+        )
+        .unwrap();
+        assert!(h.contains("host name"), "{h}");
+        let h = hint("received corrupt message of type InvalidContentType").unwrap();
+        assert!(h.contains("http://"), "{h}");
+        assert_eq!(hint("HTTP export failed with status code: 401"), None);
+        assert_eq!(hint("tcp connect error: Connection refused"), None);
+    }
+
+    #[test]
+    fn endpoints_and_tls() {
+        assert!(uses_tls("https://c:4317", OtlpProtocol::Grpc));
+        assert!(uses_tls(
+            "HTTPS://c:4318/v1/metrics",
+            OtlpProtocol::HttpProtobuf
+        ));
+        assert!(!uses_tls("http://c:4317", OtlpProtocol::Grpc));
+        assert_eq!(
+            redact_userinfo("https://user:secret@c:4318/v1/metrics"),
+            "https://…@c:4318/v1/metrics"
+        );
+        assert_eq!(redact_userinfo("http://c:4318/a@b"), "http://c:4318/a@b");
+        assert_eq!(
+            endpoint(Some("https://c:4317"), OtlpProtocol::Grpc),
+            ("https://c:4317".to_string(), "otlp.endpoint")
+        );
     }
 }
