@@ -191,7 +191,19 @@ const DOCUMENTED: &[Documented] = &[
         at: "truthscale.rules.yml / alert TruthscaleSourceStale",
         reason: "every simulated source produces samples; the form is the source_up vector \
                  the condition filters",
-        rewrites: &[("truthscale_source_up == 0", "truthscale_source_up")],
+        rewrites: &[(
+            "truthscale_source_up{source!=\"kubelet\"} == 0",
+            "truthscale_source_up{source!=\"kubelet\"}",
+        )],
+    },
+    Documented {
+        at: "truthscale.rules.yml / alert TruthscaleKubeletUnreadable",
+        reason: "node mode only: a sidecar has no kubelet source; the form is the GPU \
+                 source's up vector, which the condition filters the same way",
+        rewrites: &[(
+            "truthscale_source_up{source=\"kubelet\"} == 0",
+            "truthscale_source_up{source=\"sim\"}",
+        )],
     },
     Documented {
         at: "truthscale.rules.yml / alert TruthscaleFidelityDropped",
