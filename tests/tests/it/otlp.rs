@@ -1197,3 +1197,39 @@ fn otlp_bad_ca_file_stops_the_start() {
         );
     }
 }
+
+/// Label hygiene over OTLP: a pod identity with quotes, a backslash, a newline and non-ASCII
+/// arrives as the very same strings in the resource attributes, the protobuf decoding it
+/// whole.
+#[test]
+fn awkward_identities_arrive_exact_over_otlp() {
+    const POD: &str = "we\"ird\\pod\nname-é日本";
+    const NAMESPACE: &str = "ns-\"quoted\"";
+    let dir = TempDir::new("otlp-hygiene");
+    let port = free_port();
+    let rx = Receiver::start(Proto::Http, port);
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let env = [
+        ("OTEL_METRIC_EXPORT_INTERVAL", "500"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("POD_NAME", POD),
+        ("POD_NAMESPACE", NAMESPACE),
+        ("NODE_NAME", "nœud-⚙"),
+    ];
+    let sidecar = Sidecar::start(ARGS, &env, dir.path());
+    rx.wait_for(1, Duration::from_secs(20), &sidecar);
+    let reqs = rx.requests();
+    let res = &reqs
+        .iter()
+        .find(|r| find_metric(r, "truthscale.gpu.observed.time").is_some())
+        .unwrap()
+        .resource_metrics[0]
+        .resource
+        .as_ref()
+        .unwrap()
+        .attributes;
+    assert_eq!(s(res, "k8s.pod.name").as_deref(), Some(POD));
+    assert_eq!(s(res, "k8s.namespace.name").as_deref(), Some(NAMESPACE));
+    assert_eq!(s(res, "k8s.node.name").as_deref(), Some("nœud-⚙"));
+}

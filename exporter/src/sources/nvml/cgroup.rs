@@ -116,6 +116,21 @@ mod tests {
     }
 
     #[test]
+    fn cri_o_and_cgroupfs_v2() {
+        // cri-o under the systemd driver (v2 unified hierarchy).
+        let a = parse(&format!(
+            "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice/crio-{CID}.scope\n",
+            UID.replace('-', "_")
+        ))
+        .unwrap();
+        assert_eq!(a.pod_uid, UID);
+        assert_eq!(a.container_id.as_deref(), Some(CID));
+        // containerd under the cgroupfs driver, v2.
+        let a = parse(&format!("0::/kubepods/besteffort/pod{UID}/{CID}\n")).unwrap();
+        assert_eq!((a.pod_uid.as_str(), a.container_id.as_deref()), (UID, Some(CID)));
+    }
+
+    #[test]
     fn not_a_pod() {
         assert_eq!(
             parse("0::/user.slice/user-1000.slice/session-2.scope\n"),
