@@ -127,7 +127,10 @@ mod tests {
         assert_eq!(a.container_id.as_deref(), Some(CID));
         // containerd under the cgroupfs driver, v2.
         let a = parse(&format!("0::/kubepods/besteffort/pod{UID}/{CID}\n")).unwrap();
-        assert_eq!((a.pod_uid.as_str(), a.container_id.as_deref()), (UID, Some(CID)));
+        assert_eq!(
+            (a.pod_uid.as_str(), a.container_id.as_deref()),
+            (UID, Some(CID))
+        );
     }
 
     #[test]
