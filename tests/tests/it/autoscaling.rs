@@ -31,24 +31,7 @@ const RULE_TESTS: &str = "alerts/tests/autoscaling.rules.test.yml";
 const DIR: &str = "docker/kubernetes/autoscaling";
 const DEPLOYMENT: &str = "docker/kubernetes/sidecar-deployment.yaml";
 
-fn read(rel: &str) -> String {
-    let path = workspace().join(rel);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
-}
-
-fn yaml(rel: &str) -> Yaml {
-    serde_yaml_ng::from_str(&read(rel)).unwrap_or_else(|e| panic!("{rel}: not YAML: {e}"))
-}
-
-fn str_of<'a>(v: &'a Yaml, what: &str) -> &'a str {
-    v.as_str()
-        .unwrap_or_else(|| panic!("{what}: expected a string, got {v:?}"))
-}
-
-fn seq_of<'a>(v: &'a Yaml, what: &str) -> &'a [Yaml] {
-    v.as_sequence()
-        .unwrap_or_else(|| panic!("{what}: expected a list, got {v:?}"))
-}
+use crate::manifests::{seq_of, str_of, yaml};
 
 /// The KEDA ScaledObject's Prometheus triggers: `(name, metadata)`.
 fn keda_triggers() -> Vec<(String, Yaml)> {

@@ -15,74 +15,11 @@ use truthscale_e2e::{
     workspace,
 };
 
+use crate::manifests::{
+    container, container_env, downward_api, read, seq_of, str_of, strings, yaml,
+};
+
 const REGENERATE: &str = "stale generated manifest: run `python3 docker/generate.py`";
-
-/// A file of the repository, as text.
-fn read(rel: &str) -> String {
-    let path = workspace().join(rel);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
-}
-
-/// A single-document YAML file of the repository.
-fn yaml(rel: &str) -> Value {
-    serde_yaml_ng::from_str(&read(rel)).unwrap_or_else(|e| panic!("{rel}: not YAML: {e}"))
-}
-
-fn str_of<'a>(v: &'a Value, what: &str) -> &'a str {
-    v.as_str()
-        .unwrap_or_else(|| panic!("{what}: expected a string, got {v:?}"))
-}
-
-fn seq_of<'a>(v: &'a Value, what: &str) -> &'a [Value] {
-    v.as_sequence()
-        .unwrap_or_else(|| panic!("{what}: expected a list, got {v:?}"))
-}
-
-fn strings(v: &Value, what: &str) -> Vec<String> {
-    seq_of(v, what)
-        .iter()
-        .map(|s| str_of(s, what).to_owned())
-        .collect()
-}
-
-/// The container named `name` in a Deployment (or a patch of one).
-fn container<'a>(deployment: &'a Value, name: &str, file: &str) -> &'a Value {
-    seq_of(
-        &deployment["spec"]["template"]["spec"]["containers"],
-        &format!("{file}: containers"),
-    )
-    .iter()
-    .find(|c| c["name"].as_str() == Some(name))
-    .unwrap_or_else(|| panic!("{file}: no container named {name}"))
-}
-
-/// The test values the kubelet would put into the Downward API variables.
-fn downward_api(field_path: &str) -> &'static str {
-    match field_path {
-        "metadata.name" => "llm-inference-5f7c9d8b6-x2x7q",
-        "metadata.namespace" => "inference-e2e",
-        "spec.nodeName" => "gpu-node-7",
-        "status.hostIP" => "127.0.0.1",
-        other => panic!("no test value for the Downward API field {other}"),
-    }
-}
-
-/// A container's environment as the kubelet would set it: literal values as they are, field
-/// references from [`downward_api`].
-fn container_env(c: &Value, file: &str) -> BTreeMap<String, String> {
-    seq_of(&c["env"], &format!("{file}: env"))
-        .iter()
-        .map(|e| {
-            let name = str_of(&e["name"], &format!("{file}: env name")).to_owned();
-            let value = match (&e["value"], &e["valueFrom"]["fieldRef"]["fieldPath"]) {
-                (Value::String(v), Value::Null) => v.clone(),
-                (Value::Null, Value::String(path)) => downward_api(path).to_owned(),
-                other => panic!("{file}: env {name}: unsupported source {other:?}"),
-            };
-            (name, value)
-        })
-        .collect()
-}
 
 /// Kubernetes' `$(VAR)` expansion of container arguments.
 fn expand(args: &[String], env: &BTreeMap<String, String>) -> Vec<String> {

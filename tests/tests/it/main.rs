@@ -13,6 +13,7 @@ mod explain_top;
 mod faults;
 mod history;
 mod hygiene;
+mod manifests;
 mod node;
 mod node_manifests;
 mod nvml;

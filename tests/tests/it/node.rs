@@ -1,5 +1,6 @@
 //! Node mode end to end: `truthscale serve --mode node` against a fake kubelet, a real tonic
-//! server on a unix socket in a temp dir serving the vendored PodResources proto.
+//! server on a unix socket in a temp dir serving the vendored PodResources proto (also used by
+//! `node_manifests`).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,9 +18,9 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// What the fake kubelet answers, changeable while it runs; `delay` makes it slow.
 #[derive(Clone, Default)]
-struct State {
-    answer: Arc<Mutex<ListPodResourcesResponse>>,
-    delay: Arc<Mutex<Duration>>,
+pub(crate) struct State {
+    pub(crate) answer: Arc<Mutex<ListPodResourcesResponse>>,
+    pub(crate) delay: Arc<Mutex<Duration>>,
 }
 
 struct FakeKubelet(State);
@@ -49,12 +50,12 @@ impl PodResourcesLister for FakeKubelet {
 }
 
 /// A fake kubelet serving `state` on `socket` until dropped.
-struct Kubelet {
+pub(crate) struct Kubelet {
     _rt: tokio::runtime::Runtime,
 }
 
 impl Kubelet {
-    fn start(socket: &std::path::Path, state: State) -> Kubelet {
+    pub(crate) fn start(socket: &std::path::Path, state: State) -> Kubelet {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -75,7 +76,13 @@ impl Kubelet {
     }
 }
 
-fn pod(name: &str, ns: &str, container: &str, resource: &str, ids: &[&str]) -> PodResources {
+pub(crate) fn pod(
+    name: &str,
+    ns: &str,
+    container: &str,
+    resource: &str,
+    ids: &[&str],
+) -> PodResources {
     PodResources {
         name: name.into(),
         namespace: ns.into(),

@@ -23,21 +23,14 @@ use serde_json::Value as Json;
 use serde_yaml_ng::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use truthscale_e2e::{
     Prometheus, Sample, Sidecar, TempDir, cargo_build, http_get, require_tool, run, url_encode,
     workspace,
 };
 use truthscale_exporter::sources::kubelet::DEFAULT_SOCKET;
-use truthscale_exporter::sources::kubelet::proto::pod_resources_lister_server::{
-    PodResourcesLister, PodResourcesListerServer,
-};
-use truthscale_exporter::sources::kubelet::proto::{
-    AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices,
-    ContainerResources, GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest,
-    ListPodResourcesResponse, PodResources,
-};
+use truthscale_exporter::sources::kubelet::proto::{ListPodResourcesResponse, PodResources};
 
 const NODE_DIR: &str = "docker/kubernetes/node";
 const DAEMONSET: &str = "docker/kubernetes/node/base/daemonset.yaml";
@@ -54,72 +47,10 @@ const PER_PROCESS_VAR: &str = "TRUTHSCALE_SOURCE__PER_PROCESS_SERIES";
 const POD_RESOURCES: &str = "/var/lib/kubelet/pod-resources";
 const WAIT: Duration = Duration::from_secs(30);
 
-/// A file of the repository, as text.
-fn read(rel: &str) -> String {
-    let path = workspace().join(rel);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
-}
-
-/// A single-document YAML file of the repository.
-fn yaml(rel: &str) -> Value {
-    serde_yaml_ng::from_str(&read(rel)).unwrap_or_else(|e| panic!("{rel}: not YAML: {e}"))
-}
-
-fn str_of<'a>(v: &'a Value, what: &str) -> &'a str {
-    v.as_str()
-        .unwrap_or_else(|| panic!("{what}: expected a string, got {v:?}"))
-}
-
-fn seq_of<'a>(v: &'a Value, what: &str) -> &'a [Value] {
-    v.as_sequence()
-        .unwrap_or_else(|| panic!("{what}: expected a list, got {v:?}"))
-}
-
-fn strings(v: &Value, what: &str) -> Vec<String> {
-    seq_of(v, what)
-        .iter()
-        .map(|s| str_of(s, what).to_owned())
-        .collect()
-}
-
-/// The container named `name` of a workload (or a patch of one).
-fn container<'a>(workload: &'a Value, name: &str, file: &str) -> &'a Value {
-    seq_of(
-        &workload["spec"]["template"]["spec"]["containers"],
-        &format!("{file}: containers"),
-    )
-    .iter()
-    .find(|c| c["name"].as_str() == Some(name))
-    .unwrap_or_else(|| panic!("{file}: no container named {name}"))
-}
-
-/// The test values the kubelet would put into the Downward API variables.
-fn downward_api(field_path: &str) -> &'static str {
-    match field_path {
-        "spec.nodeName" => "gpu-node-7",
-        other => panic!("no test value for the Downward API field {other}"),
-    }
-}
-
-/// A container's environment as the kubelet would set it: literal values as they are, field
-/// references from [`downward_api`].
-fn container_env(c: &Value, file: &str) -> BTreeMap<String, String> {
-    let Some(env) = c.get("env") else {
-        return BTreeMap::new();
-    };
-    seq_of(env, &format!("{file}: env"))
-        .iter()
-        .map(|e| {
-            let name = str_of(&e["name"], &format!("{file}: env name")).to_owned();
-            let value = match (&e["value"], &e["valueFrom"]["fieldRef"]["fieldPath"]) {
-                (Value::String(v), Value::Null) => v.clone(),
-                (Value::Null, Value::String(path)) => downward_api(path).to_owned(),
-                other => panic!("{file}: env {name}: unsupported source {other:?}"),
-            };
-            (name, value)
-        })
-        .collect()
-}
+use crate::manifests::{
+    container, container_env, downward_api, read, seq_of, str_of, strings, yaml,
+};
+use crate::node::{Kubelet, State};
 
 /// The agent container of the DaemonSet.
 fn agent(ds: &Value) -> &Value {
@@ -441,78 +372,9 @@ fn node_layouts_are_complete_and_documented() {
 // ---------------------------------------------------------------------------------------
 // On the host: a fake kubelet, a fake NVML with three GPUs, a fake /proc.
 
-/// What the fake kubelet answers.
-#[derive(Clone, Default)]
-struct State {
-    answer: Arc<Mutex<ListPodResourcesResponse>>,
-}
-
-struct FakeKubelet(State);
-
-#[tonic::async_trait]
-impl PodResourcesLister for FakeKubelet {
-    async fn list(
-        &self,
-        _: tonic::Request<ListPodResourcesRequest>,
-    ) -> Result<tonic::Response<ListPodResourcesResponse>, tonic::Status> {
-        let answer = self.0.answer.lock().expect("answer").clone();
-        Ok(tonic::Response::new(answer))
-    }
-    async fn get_allocatable_resources(
-        &self,
-        _: tonic::Request<AllocatableResourcesRequest>,
-    ) -> Result<tonic::Response<AllocatableResourcesResponse>, tonic::Status> {
-        Ok(tonic::Response::new(AllocatableResourcesResponse::default()))
-    }
-    async fn get(
-        &self,
-        _: tonic::Request<GetPodResourcesRequest>,
-    ) -> Result<tonic::Response<GetPodResourcesResponse>, tonic::Status> {
-        Err(tonic::Status::unimplemented("not in this fake"))
-    }
-}
-
-/// A fake kubelet serving `state` on `socket` until dropped.
-struct Kubelet {
-    _rt: tokio::runtime::Runtime,
-}
-
-impl Kubelet {
-    fn start(socket: &Path, state: State) -> Kubelet {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let _ = std::fs::remove_file(socket);
-        let listener = {
-            let _guard = rt.enter();
-            tokio::net::UnixListener::bind(socket).expect("bind the kubelet socket")
-        };
-        rt.spawn(async move {
-            let _ = tonic::transport::Server::builder()
-                .add_service(PodResourcesListerServer::new(FakeKubelet(state)))
-                .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
-                .await;
-        });
-        Kubelet { _rt: rt }
-    }
-}
-
+/// A pod holding `ids` of `nvidia.com/gpu`.
 fn pod(name: &str, ns: &str, container: &str, ids: &[&str]) -> PodResources {
-    PodResources {
-        name: name.into(),
-        namespace: ns.into(),
-        containers: vec![ContainerResources {
-            name: container.into(),
-            devices: vec![ContainerDevices {
-                resource_name: "nvidia.com/gpu".into(),
-                device_ids: ids.iter().map(|s| (*s).into()).collect(),
-                topology: None,
-            }],
-            ..Default::default()
-        }],
-    }
+    crate::node::pod(name, ns, container, "nvidia.com/gpu", ids)
 }
 
 fn uuid(i: usize) -> String {
