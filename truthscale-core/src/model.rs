@@ -14,8 +14,12 @@ impl Timestamp {
     /// Seconds from `earlier` to `self` (negative when `earlier` is later).
     #[must_use]
     pub fn seconds_since(self, earlier: Timestamp) -> f64 {
-        // In i128: any two i64 times differ by a representable amount.
-        (i128::from(self.0) - i128::from(earlier.0)) as f64 / 1000.0
+        match self.0.checked_sub(earlier.0) {
+            Some(ms) => ms as f64 / 1000.0,
+            // Times at the ends of the i64 range: in i128, where any two differ by a
+            // representable amount (slower, so only here).
+            None => (i128::from(self.0) - i128::from(earlier.0)) as f64 / 1000.0,
+        }
     }
 
     /// This timestamp moved forward by `seconds`.
