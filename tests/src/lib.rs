@@ -559,6 +559,8 @@ pub struct Prometheus {
     pub addr: String,
     /// The process.
     pub process: Spawned,
+    /// Whether it serves https.
+    tls: bool,
 }
 
 impl Prometheus {
@@ -571,19 +573,92 @@ impl Prometheus {
     /// or is not ready in time.
     #[must_use]
     pub fn start(config: &str, dir: &Path) -> Self {
-        let binary = require_tool("/usr/bin/prometheus", "prometheus");
         let config_file = dir.join("prometheus.yml");
         std::fs::write(&config_file, config).expect("write prometheus.yml");
+        Self::launch(
+            dir,
+            &config_file,
+            |attempt| dir.join(format!("tsdb-{attempt}")),
+            None,
+        )
+    }
+
+    /// A Prometheus serving a TSDB backfilled from `openmetrics` (OpenMetrics text) with
+    /// `promtool tsdb create-blocks-from openmetrics`, with no scrape jobs, its files in
+    /// `dir`; over https with `tls` (certificate, key) when given.
+    ///
+    /// # Panics
+    /// When promtool or Prometheus is missing (run `scripts/test`), the backfill fails, or
+    /// Prometheus exits early or is not ready in time.
+    #[must_use]
+    pub fn backfilled(openmetrics: &str, dir: &Path, tls: Option<(&Path, &Path)>) -> Self {
+        let promtool = require_tool("/usr/bin/promtool", "prometheus");
+        let om = dir.join("backfill.om.txt");
+        std::fs::write(&om, openmetrics).expect("write the OpenMetrics text");
+        let data = dir.join("tsdb");
+        let out = Command::new(promtool)
+            .args(["tsdb", "create-blocks-from", "openmetrics"])
+            .arg(&om)
+            .arg(&data)
+            .output()
+            .expect("run promtool");
+        assert!(
+            out.status.success(),
+            "promtool tsdb create-blocks-from openmetrics failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let config_file = dir.join("prometheus.yml");
+        std::fs::write(&config_file, "global:\n  scrape_interval: 15s\n")
+            .expect("write prometheus.yml");
+        let web = tls.map(|(cert, key)| {
+            let web = dir.join("web.yml");
+            std::fs::write(
+                &web,
+                format!(
+                    "tls_server_config:\n  cert_file: {}\n  key_file: {}\n",
+                    cert.display(),
+                    key.display()
+                ),
+            )
+            .expect("write web.yml");
+            web
+        });
+        Self::launch(dir, &config_file, |_| data.clone(), web.as_deref())
+    }
+
+    /// `http://ADDR`, or `https://ADDR` when it serves TLS.
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!(
+            "{}://{}",
+            if self.tls { "https" } else { "http" },
+            self.addr
+        )
+    }
+
+    /// Start Prometheus on a free port (three tries), with the TSDB of `storage(attempt)` and
+    /// the web config `web` (TLS) when given, and wait until it is ready.
+    fn launch(
+        dir: &Path,
+        config_file: &Path,
+        storage: impl Fn(u32) -> PathBuf,
+        web: Option<&Path>,
+    ) -> Self {
+        let binary = require_tool("/usr/bin/prometheus", "prometheus");
         for attempt in 0..3 {
             let addr = format!("127.0.0.1:{}", free_port());
             let mut cmd = Command::new(binary);
             cmd.arg(format!("--config.file={}", config_file.display()))
                 .arg(format!(
                     "--storage.tsdb.path={}",
-                    dir.join(format!("tsdb-{attempt}")).display()
+                    storage(attempt).display()
                 ))
                 .arg(format!("--web.listen-address={addr}"))
                 .arg("--log.level=warn");
+            if let Some(web) = web {
+                cmd.arg(format!("--web.config.file={}", web.display()));
+            }
             let mut process = Spawned::start(cmd, dir, &format!("prometheus-{attempt}"));
             let deadline = Instant::now() + Duration::from_secs(60);
             loop {
@@ -595,8 +670,14 @@ impl Prometheus {
                     );
                     break;
                 }
-                if http_get(&addr, "/-/ready", &[]).is_ok_and(|r| r.status == 200) {
-                    return Self { addr, process };
+                // Plain HTTP to a TLS port is answered 400: then the server is up.
+                let ready = if web.is_some() { 400 } else { 200 };
+                if http_get(&addr, "/-/ready", &[]).is_ok_and(|r| r.status == ready) {
+                    return Self {
+                        addr,
+                        process,
+                        tls: web.is_some(),
+                    };
                 }
                 assert!(
                     Instant::now() < deadline,

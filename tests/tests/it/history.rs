@@ -14,7 +14,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
-use truthscale_e2e::{Spawned, TempDir, clean_command, free_port, http_get};
+use truthscale_e2e::{Prometheus, Spawned, TempDir, clean_command, free_port};
 
 /// An external tool at a fixed path; its absence is a failure, not a skip.
 fn tool<'a>(path: &'a str, package: &str) -> &'a str {
@@ -202,7 +202,7 @@ fn openmetrics() -> (String, i64) {
 /// A Prometheus serving a TSDB backfilled with [`openmetrics`], with no scrape jobs.
 struct Backfilled {
     url: String,
-    prom: Spawned,
+    prom: Prometheus,
     _dir: TempDir,
 }
 
@@ -212,83 +212,13 @@ fn backfilled() -> Backfilled {
 
 /// [`backfilled`], serving https with `tls` (cert, key) when given.
 fn backfilled_with(tls: Option<(&std::path::Path, &std::path::Path)>) -> Backfilled {
-    let promtool = tool("/usr/bin/promtool", "prometheus");
-    let prometheus = tool("/usr/bin/prometheus", "prometheus");
     let dir = TempDir::new("history-prom");
-    let (text, _) = openmetrics();
-    let om = dir.path().join("dcgm.om.txt");
-    std::fs::write(&om, text).unwrap();
-    let data = dir.path().join("tsdb");
-    let out = Command::new(promtool)
-        .args(["tsdb", "create-blocks-from", "openmetrics"])
-        .arg(&om)
-        .arg(&data)
-        .output()
-        .expect("run promtool");
-    assert!(
-        out.status.success(),
-        "promtool tsdb create-blocks-from openmetrics failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(&config, "global:\n  scrape_interval: 15s\n").unwrap();
-    let web = dir.path().join("web.yml");
-    if let Some((cert, key)) = tls {
-        std::fs::write(
-            &web,
-            format!(
-                "tls_server_config:\n  cert_file: {}\n  key_file: {}\n",
-                cert.display(),
-                key.display()
-            ),
-        )
-        .unwrap();
+    let prom = Prometheus::backfilled(&openmetrics().0, dir.path(), tls);
+    Backfilled {
+        url: prom.url(),
+        prom,
+        _dir: dir,
     }
-    for attempt in 0..3 {
-        let addr = format!("127.0.0.1:{}", free_port());
-        let mut cmd = Command::new(prometheus);
-        cmd.arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", data.display()))
-            .arg(format!("--web.listen-address={addr}"))
-            .arg("--log.level=warn");
-        if tls.is_some() {
-            cmd.arg(format!("--web.config.file={}", web.display()));
-        }
-        let mut prom = Spawned::start(cmd, dir.path(), &format!("prometheus-{attempt}"));
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = prom.try_wait() {
-                let stderr = prom.stderr();
-                assert!(
-                    stderr.contains("address already in use") && attempt < 2,
-                    "prometheus exited ({status}):\n{stderr}"
-                );
-                break;
-            }
-            let ready = if tls.is_some() {
-                // Plain HTTP to a TLS port gets a 400: the server is up.
-                http_get(&addr, "/-/ready", &[]).is_ok_and(|r| r.status == 400)
-            } else {
-                http_get(&addr, "/-/ready", &[]).is_ok_and(|r| r.status == 200)
-            };
-            if ready {
-                let scheme = if tls.is_some() { "https" } else { "http" };
-                return Backfilled {
-                    url: format!("{scheme}://{addr}"),
-                    prom,
-                    _dir: dir,
-                };
-            }
-            assert!(
-                Instant::now() < deadline,
-                "prometheus not ready in 60 s:\n{}",
-                prom.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-    unreachable!("the last attempt panics")
 }
 
 fn entity<'a>(v: &'a Value, gpu: u64, pod: Option<&str>) -> &'a Value {
@@ -546,6 +476,7 @@ fn history_from_a_real_prometheus() {
 
     let problems: Vec<String> = p
         .prom
+        .process
         .stderr()
         .lines()
         .filter(|l| l.contains("level=error"))

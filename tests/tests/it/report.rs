@@ -22,7 +22,9 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
-use truthscale_e2e::{Silent, Spawned, TempDir, clean_command, free_port, http_get, require_tool};
+use truthscale_e2e::{
+    Prometheus, Silent, Spawned, TempDir, clean_command, free_port, require_tool,
+};
 
 const STEP: i64 = 60;
 /// Seven hours of data; the report reads the last six.
@@ -196,66 +198,18 @@ fn openmetrics(end: i64) -> String {
 /// A Prometheus serving a TSDB backfilled with [`openmetrics`], with no scrape jobs.
 struct Backfilled {
     url: String,
-    _prom: Spawned,
+    _prom: Prometheus,
     _dir: TempDir,
 }
 
 fn backfilled() -> Backfilled {
-    let promtool = require_tool("/usr/bin/promtool", "prometheus");
-    let prometheus = require_tool("/usr/bin/prometheus", "prometheus");
     let dir = TempDir::new("report-prom");
-    let end = end_now();
-    let om = dir.path().join("fleet.om.txt");
-    std::fs::write(&om, openmetrics(end)).unwrap();
-    let data = dir.path().join("tsdb");
-    let out = Command::new(promtool)
-        .args(["tsdb", "create-blocks-from", "openmetrics"])
-        .arg(&om)
-        .arg(&data)
-        .output()
-        .expect("run promtool");
-    assert!(
-        out.status.success(),
-        "promtool tsdb create-blocks-from openmetrics failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(&config, "global:\n  scrape_interval: 60s\n").unwrap();
-    for attempt in 0..3 {
-        let addr = format!("127.0.0.1:{}", free_port());
-        let mut cmd = Command::new(prometheus);
-        cmd.arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", data.display()))
-            .arg(format!("--web.listen-address={addr}"))
-            .arg("--log.level=warn");
-        let mut prom = Spawned::start(cmd, dir.path(), &format!("prometheus-{attempt}"));
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = prom.try_wait() {
-                let stderr = prom.stderr();
-                assert!(
-                    stderr.contains("address already in use") && attempt < 2,
-                    "prometheus exited ({status}):\n{stderr}"
-                );
-                break;
-            }
-            if http_get(&addr, "/-/ready", &[]).is_ok_and(|r| r.status == 200) {
-                return Backfilled {
-                    url: format!("http://{addr}"),
-                    _prom: prom,
-                    _dir: dir,
-                };
-            }
-            assert!(
-                Instant::now() < deadline,
-                "prometheus not ready in 60 s:\n{}",
-                prom.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+    let prom = Prometheus::backfilled(&openmetrics(end_now()), dir.path(), None);
+    Backfilled {
+        url: prom.url(),
+        _prom: prom,
+        _dir: dir,
     }
-    unreachable!("the last attempt panics")
 }
 
 fn report(p: &Backfilled, selector: &str, extra: &[&str]) -> Run {
