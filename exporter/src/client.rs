@@ -12,9 +12,14 @@ pub const MAX_METRICS_BODY: u64 = 32 << 20;
 /// are answers to inspect, not errors.
 #[must_use]
 pub fn agent(timeout: Duration) -> ureq::Agent {
+    agent_with_tls(timeout, ureq::tls::TlsConfig::default())
+}
+
+fn agent_with_tls(timeout: Duration, tls: ureq::tls::TlsConfig) -> ureq::Agent {
     ureq::Agent::config_builder()
         .timeout_global(Some(timeout))
         .http_status_as_error(false)
+        .tls_config(tls)
         .build()
         .into()
 }
@@ -37,12 +42,7 @@ pub fn agent_trusting(timeout: Duration, ca: &std::path::Path) -> Result<ureq::A
     let tls = ureq::tls::TlsConfig::builder()
         .root_certs(ureq::tls::RootCerts::Specific(std::sync::Arc::new(certs)))
         .build();
-    Ok(ureq::Agent::config_builder()
-        .timeout_global(Some(timeout))
-        .http_status_as_error(false)
-        .tls_config(tls)
-        .build()
-        .into())
+    Ok(agent_with_tls(timeout, tls))
 }
 
 /// Why a `GET` for text failed.

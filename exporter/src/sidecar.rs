@@ -248,13 +248,18 @@ impl Sampler {
         };
         status.series_dropped = self.series_dropped;
         let text = exposition::encode(&gpus, &self.identity, &status, Format::Text);
+        let all = samples(&text);
+        // Under the cap even with the exporter's own series counted: no second encoding.
+        if all <= self.max_series {
+            return (gpus, text, status);
+        }
         let own = samples(&exposition::encode(
             &[],
             &self.identity,
             &status,
             Format::Text,
         ));
-        if samples(&text) - own <= self.max_series {
+        if all - own <= self.max_series {
             return (gpus, text, status);
         }
         let mut total = 0;
