@@ -6,7 +6,7 @@
 //! scrapers there are.
 
 use crate::config::Settings;
-use crate::sinks::prometheus::{SinkErrors, Snapshot, VERSION};
+use crate::sinks::prometheus::{GzipDemand, SinkErrors, Snapshot, VERSION};
 use crate::sources::engine::EngineScraper;
 use crate::sources::kubelet::Kubelet;
 use crate::sources::{BuildError, Source, SourceError, unix_ms};
@@ -169,6 +169,8 @@ struct Sampler {
     max_series: usize,
     series_dropped: u64,
     warned_cap: bool,
+    /// Which formats scrapers want gzipped (shared with every snapshot).
+    gzip: Arc<GzipDemand>,
 }
 
 /// Node mode: the kubelet client and its health as a source of its own.
@@ -227,6 +229,7 @@ impl Sampler {
                 up: false,
                 errors: BTreeMap::new(),
             }),
+            gzip: Arc::default(),
             max_series: settings.max_series,
             series_dropped: 0,
             warned_cap: false,
@@ -438,6 +441,13 @@ impl Sampler {
         let (gpus, text, status) = self.capped(gpus, status);
         let openmetrics = exposition::encode(&gpus, &self.identity, &status, Format::OpenMetrics);
         self.previous_body = Some(text.len());
+        let now_ms = unix_ms(now);
+        let text_gzip = self
+            .gzip
+            .compress_if_wanted(Format::Text, text.as_bytes(), now_ms);
+        let openmetrics_gzip =
+            self.gzip
+                .compress_if_wanted(Format::OpenMetrics, openmetrics.as_bytes(), now_ms);
         Snapshot {
             tick: self.tick,
             taken_unix_ms: unix_ms(now),
@@ -447,6 +457,9 @@ impl Sampler {
             source: kind.to_string(),
             text: text.into(),
             openmetrics: openmetrics.into(),
+            text_gzip,
+            openmetrics_gzip,
+            gzip_demand: Arc::clone(&self.gzip),
             status,
             identity: self.identity.clone(),
         }

@@ -72,17 +72,65 @@ pub fn negotiate(headers: &HeaderMap) -> Format {
     }
 }
 
+/// Whether `Accept-Encoding` accepts gzip (`gzip`, `x-gzip` or `*`, with a q-value above 0).
+#[must_use]
+pub fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|coding| {
+            let mut parts = coding.split(';');
+            let name = parts.next().unwrap_or("").trim();
+            let q = parts
+                .filter_map(|p| {
+                    let (k, v) = p.split_once('=')?;
+                    k.trim()
+                        .eq_ignore_ascii_case("q")
+                        .then(|| v.trim().parse::<f64>().ok())?
+                })
+                .next()
+                .unwrap_or(1.0);
+            q > 0.0
+                && ["gzip", "x-gzip", "*"]
+                    .iter()
+                    .any(|g| name.eq_ignore_ascii_case(g))
+        })
+}
+
 async fn metrics(State(rx): State<Snap>, headers: HeaderMap) -> Response {
     let snap = rx.borrow().clone();
     if !snap.ready() {
         return (StatusCode::SERVICE_UNAVAILABLE, "no snapshot yet\n").into_response();
     }
     let format = negotiate(&headers);
-    (
-        [(header::CONTENT_TYPE, format.content_type())],
-        snap.body(format),
-    )
-        .into_response()
+    let gzipped = if accepts_gzip(&headers) {
+        snap.gzip_demand.ask(
+            format,
+            crate::sources::unix_ms(std::time::SystemTime::now()),
+        );
+        snap.body_gzip(format)
+    } else {
+        None
+    };
+    let vary = (header::VARY, "Accept, Accept-Encoding");
+    match gzipped {
+        Some(body) => (
+            [
+                (header::CONTENT_TYPE, format.content_type()),
+                (header::CONTENT_ENCODING, "gzip"),
+                vary,
+            ],
+            body,
+        )
+            .into_response(),
+        None => (
+            [(header::CONTENT_TYPE, format.content_type()), vary],
+            snap.body(format),
+        )
+            .into_response(),
+    }
 }
 
 async fn landing(State(rx): State<Snap>) -> Response {
@@ -128,5 +176,31 @@ async fn readyz(State(rx): State<Snap>) -> Response {
             "waiting for the first sample\n",
         )
             .into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_encoding() {
+        let with = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::ACCEPT_ENCODING, v.parse().unwrap());
+            accepts_gzip(&h)
+        };
+        assert!(with("gzip"));
+        assert!(with("GZIP"));
+        assert!(with("x-gzip"));
+        assert!(with("deflate, gzip;q=0.5"));
+        assert!(with("br;q=1.0, gzip;q=1.0, *;q=0.1"));
+        assert!(with("*"));
+        assert!(!with("gzip;q=0"));
+        assert!(!with("gzip; q=0.0"));
+        assert!(!with("identity"));
+        assert!(!with("br, deflate"));
+        assert!(!with("gzipx"));
+        assert!(!accepts_gzip(&HeaderMap::new()));
     }
 }

@@ -1,8 +1,15 @@
 //! The Prometheus sink: the snapshot each tick encodes once (text 0.0.4 and OpenMetrics),
 //! which every scrape clones, and the push sinks' failure counts it carries.
+//!
+//! gzip is done by the sampler too, next to the encoding and never per request: a format is
+//! compressed each tick once a scraper has asked for it gzipped ([`GzipDemand`]), and for as
+//! long as one keeps asking. The first such request, before any compressed body exists, is
+//! answered uncompressed, which `Accept-Encoding` allows.
 
 use axum::body::Bytes;
 use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use truthscale_core::exposition::{ExporterStatus, Format, GpuEntry, Identity, SinkHealth};
 
@@ -31,6 +38,12 @@ pub struct Snapshot {
     pub text: Bytes,
     /// `/metrics` in OpenMetrics.
     pub openmetrics: Bytes,
+    /// `text`, gzipped, when a scraper asked for it lately.
+    pub text_gzip: Option<Bytes>,
+    /// `openmetrics`, gzipped, when a scraper asked for it lately.
+    pub openmetrics_gzip: Option<Bytes>,
+    /// Where scrapers note that they asked for gzip (shared by every snapshot of a sampler).
+    pub gzip_demand: Arc<GzipDemand>,
     /// The exporter status encoded into this snapshot.
     pub status: ExporterStatus,
     /// The identity labels encoded into this snapshot.
@@ -88,6 +101,61 @@ impl SinkErrors {
     }
 }
 
+/// How long after the last request for a gzipped format the sampler keeps compressing it.
+const GZIP_DEMAND_FOR_MS: i64 = 10 * 60 * 1000;
+
+/// When a scraper last asked for each format gzipped (Unix milliseconds, 0 never).
+#[derive(Debug, Default)]
+pub struct GzipDemand {
+    text: AtomicI64,
+    openmetrics: AtomicI64,
+}
+
+impl GzipDemand {
+    fn of(&self, format: Format) -> &AtomicI64 {
+        match format {
+            Format::Text => &self.text,
+            Format::OpenMetrics => &self.openmetrics,
+        }
+    }
+
+    /// A scraper asked for `format` gzipped at `now_unix_ms`.
+    pub fn ask(&self, format: Format, now_unix_ms: i64) {
+        self.of(format).fetch_max(now_unix_ms, Ordering::Relaxed);
+    }
+
+    /// Whether `format` should be compressed at `now_unix_ms`: asked for within 10 minutes.
+    #[must_use]
+    pub fn wanted(&self, format: Format, now_unix_ms: i64) -> bool {
+        let asked = self.of(format).load(Ordering::Relaxed);
+        asked > 0 && now_unix_ms.saturating_sub(asked) <= GZIP_DEMAND_FOR_MS
+    }
+
+    /// `body` gzipped when `format` is wanted at `now_unix_ms`.
+    #[must_use]
+    pub fn compress_if_wanted(
+        &self,
+        format: Format,
+        body: &[u8],
+        now_unix_ms: i64,
+    ) -> Option<Bytes> {
+        self.wanted(format, now_unix_ms).then(|| gzip(body))
+    }
+}
+
+/// `body` gzipped at the fastest level: an exposition body is repetitive, so level 1 already
+/// takes it to about a tenth, at a fraction of the default level's CPU.
+#[must_use]
+pub fn gzip(body: &[u8]) -> Bytes {
+    let mut e = flate2::write::GzEncoder::new(
+        Vec::with_capacity(body.len() / 8),
+        flate2::Compression::fast(),
+    );
+    // Writing to a Vec cannot fail.
+    let _ = e.write_all(body);
+    e.finish().unwrap_or_default().into()
+}
+
 impl Snapshot {
     /// Whether a tick has run (readiness).
     #[must_use]
@@ -101,6 +169,15 @@ impl Snapshot {
         match format {
             Format::Text => self.text.clone(),
             Format::OpenMetrics => self.openmetrics.clone(),
+        }
+    }
+
+    /// The gzipped body for `format`, when this tick compressed it.
+    #[must_use]
+    pub fn body_gzip(&self, format: Format) -> Option<Bytes> {
+        match format {
+            Format::Text => self.text_gzip.clone(),
+            Format::OpenMetrics => self.openmetrics_gzip.clone(),
         }
     }
 }

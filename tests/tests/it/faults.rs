@@ -128,27 +128,67 @@ fn a_broken_dcgm_exporter_has_a_bounded_effect() {
     );
 }
 
-/// SIGTERM while a scrape is in flight: the request that was sent is answered in full, and
-/// the process exits 0 within the grace period (a half-sent request head holds the exit at
-/// most that long, 10 s).
+/// The `Content-Length` of a response head.
+fn content_length(head: &str) -> usize {
+    head.lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("no content-length in {head}"))
+}
+
+/// Reads one HTTP/1.1 response (head and a `Content-Length` body) from `s`, leaving the
+/// connection open.
+fn read_response(s: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    let len = content_length(&head);
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).unwrap();
+    head + &String::from_utf8_lossy(&body)
+}
+
+/// SIGTERM while scrapes are in flight: a response being sent is sent in full, and the
+/// process exits 0 within the grace period (a half-sent request head holds the exit at most
+/// that long, 10 s).
+///
+/// Both connections are first shown to be accepted and served: a connection still in the
+/// listen backlog, or accepted with its request unread, is closed at shutdown like any
+/// server's, so a request is "in flight" only once its answer has begun.
 #[test]
 fn sigterm_during_a_scrape_answers_it_and_exits() {
     let dir = TempDir::new("faults-sigterm-scrape");
     let mut sidecar = Sidecar::start(&["--source", "sim", "--sim-gpus", "8"], &[], dir.path());
-    let mut full = TcpStream::connect(&sidecar.addr).unwrap();
+    let timeout = Some(Duration::from_secs(15));
     let mut half = TcpStream::connect(&sidecar.addr).unwrap();
+    half.set_read_timeout(timeout).unwrap();
+    half.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    assert!(read_response(&mut half).starts_with("HTTP/1.1 200"));
     half.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
         .unwrap();
+    let mut full = TcpStream::connect(&sidecar.addr).unwrap();
+    full.set_read_timeout(timeout).unwrap();
     full.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .unwrap();
+    // The answer has begun: its first byte is here.
+    let mut first = [0u8; 1];
+    full.read_exact(&mut first).unwrap();
     sidecar.process.signal("TERM");
-    let mut body = Vec::new();
-    full.set_read_timeout(Some(Duration::from_secs(15)))
-        .unwrap();
+    let mut body = first.to_vec();
     full.read_to_end(&mut body).unwrap();
     let text = String::from_utf8_lossy(&body);
     assert!(text.starts_with("HTTP/1.1 200"), "{text:.200}");
-    assert!(text.contains("truthscale_gpu_info{"), "the whole body");
+    let (head, payload) = text.split_once("\r\n\r\n").unwrap();
+    assert_eq!(payload.len(), content_length(head), "the whole body");
+    assert!(payload.contains("truthscale_gpu_info{"), "the whole body");
     let status = sidecar
         .process
         .wait_timeout(Duration::from_secs(15))

@@ -388,6 +388,83 @@ fn promtool_accepts_the_exposition() {
     );
 }
 
+/// gzip, as Prometheus asks for it: the first request is answered uncompressed (nothing was
+/// compressed yet), and from the next tick on the sampler's compressed body is served; it
+/// decompresses to exactly the uncompressed body of the same tick, in both formats. A
+/// client that does not ask, or refuses gzip with `q=0`, gets the plain body.
+#[test]
+fn gzip_is_served_when_asked_and_decompresses_to_the_same_body() {
+    use std::io::Read as _;
+    let tmp = TempDir::new("gzip");
+    let sidecar = Sidecar::start(
+        &["--source", "sim", "--sim-gpus", "8", "--interval", "1s"],
+        &[],
+        tmp.path(),
+    );
+    let stamp = |body: &str| {
+        truthscale_e2e::parse_exposition(body)
+            .into_iter()
+            .find(|s| s.name == "truthscale_snapshot_timestamp_seconds")
+            .map(|s| s.value)
+    };
+    for accept in ["text/plain", "application/openmetrics-text"] {
+        let gz = [("Accept", accept), ("Accept-Encoding", "gzip")];
+        let first = sidecar.get("/metrics", &gz);
+        assert_eq!(first.status, 200);
+        assert!(
+            first
+                .header("vary")
+                .is_some_and(|v| v.contains("Accept-Encoding"))
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let (compressed, plain) = loop {
+            assert!(
+                Instant::now() < deadline,
+                "no gzipped body within 20 s ({accept})"
+            );
+            let r = sidecar.get("/metrics", &gz);
+            if r.header("content-encoding") != Some("gzip") {
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
+            let mut body = String::new();
+            flate2::read::GzDecoder::new(r.body.as_slice())
+                .read_to_string(&mut body)
+                .expect("a valid gzip stream");
+            let plain = sidecar.get("/metrics", &[("Accept", accept)]);
+            assert_eq!(plain.header("content-encoding"), None);
+            // Compare within one tick.
+            if stamp(&body) == stamp(&plain.text()) {
+                break (r, (body, plain));
+            }
+        };
+        let (body, plain) = plain;
+        assert_eq!(body, plain.text(), "{accept}: gzip holds the same body");
+        assert_eq!(
+            compressed.header("content-type"),
+            plain.header("content-type")
+        );
+        assert!(
+            compressed.body.len() * 5 < plain.body.len(),
+            "{accept}: {} bytes gzipped against {}",
+            compressed.body.len(),
+            plain.body.len()
+        );
+        eprintln!(
+            "gzip {accept}: {} bytes on the wire against {}",
+            compressed.body.len(),
+            plain.body.len()
+        );
+        for refused in ["gzip;q=0", "identity", "br"] {
+            let r = sidecar.get(
+                "/metrics",
+                &[("Accept", accept), ("Accept-Encoding", refused)],
+            );
+            assert_eq!(r.header("content-encoding"), None, "{refused}");
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // 3. Serving a replayed capture exports exactly what `analyze` computes.
 

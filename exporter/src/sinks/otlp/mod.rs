@@ -37,7 +37,6 @@ use opentelemetry::metrics::{
     ObservableUpDownCounter,
 };
 use opentelemetry::{InstrumentationScope, KeyValue};
-use opentelemetry_otlp::tonic_types::transport::{ClientTlsConfig, Identity as TlsIdentity};
 use opentelemetry_otlp::{
     Compression, MetricExporter, Protocol, WithExportConfig as _, WithHttpConfig as _,
     WithTonicConfig as _,
@@ -48,6 +47,7 @@ use opentelemetry_sdk::metrics::data::ResourceMetrics;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
 use opentelemetry_sdk::resource::{EnvResourceDetector, TelemetryResourceDetector};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -429,6 +429,93 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
+/// Set during a TLS handshake in which the collector asked for a client certificate and
+/// truthscale had none to give. With TLS 1.3 the collector's refusal comes after the
+/// handshake, and often arrives as a cut connection rather than as its alert, so this, not
+/// the error text, is what says that the collector wants mutual TLS.
+type ClientCertAsked = Arc<AtomicBool>;
+
+/// A client-certificate resolver that notes a request it cannot serve.
+#[derive(Debug)]
+struct RecordingResolver {
+    inner: Arc<dyn rustls::client::ResolvesClientCert>,
+    asked: ClientCertAsked,
+}
+
+impl rustls::client::ResolvesClientCert for RecordingResolver {
+    fn resolve(
+        &self,
+        root_hint_subjects: &[&[u8]],
+        sigschemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        let key = self.inner.resolve(root_hint_subjects, sigschemes);
+        if key.is_none() {
+            self.asked.store(true, Ordering::Relaxed);
+        }
+        key
+    }
+
+    fn only_raw_public_keys(&self) -> bool {
+        self.inner.only_raw_public_keys()
+    }
+
+    fn has_certs(&self) -> bool {
+        self.inner.has_certs()
+    }
+}
+
+/// Note, in the returned flag, every handshake of `config` in which the collector asks for
+/// a client certificate that `config` does not have.
+fn record_client_cert_requests(config: &mut rustls::ClientConfig) -> ClientCertAsked {
+    let asked = ClientCertAsked::default();
+    config.client_auth_cert_resolver = Arc::new(RecordingResolver {
+        inner: Arc::clone(&config.client_auth_cert_resolver),
+        asked: Arc::clone(&asked),
+    });
+    asked
+}
+
+/// The gRPC channel to an `https://` collector, over truthscale's rustls configuration (the
+/// same as the HTTP client's). The channel dials `endpoint`'s host and port (443 when none
+/// is given) and does the TLS handshake itself; requests still carry the `https` scheme
+/// and the endpoint's authority.
+fn grpc_tls_channel(
+    endpoint: &str,
+    tls: rustls::ClientConfig,
+    timeout: Duration,
+) -> anyhow::Result<tonic::transport::Channel> {
+    use tonic::transport::{Endpoint, Uri};
+    let invalid = || format!("the OTLP endpoint {endpoint:?} is not a valid URL");
+    let origin: Uri = endpoint.parse().with_context(invalid)?;
+    let authority = origin
+        .authority()
+        .with_context(|| format!("{}: it has no host", invalid()))?
+        .clone();
+    let host = authority.host().trim_matches(['[', ']']).to_owned();
+    let port = authority.port_u16().unwrap_or(443);
+    let name = rustls::pki_types::ServerName::try_from(host.clone()).with_context(|| {
+        format!("the OTLP endpoint's host {host:?} is not a DNS name or IP address")
+    })?;
+    // The scheme tonic dials is plain: the stream the connector hands back is already TLS.
+    let dial = Endpoint::from_shared(format!("http://{authority}"))
+        .with_context(invalid)?
+        .origin(origin)
+        .timeout(timeout)
+        .connect_timeout(timeout);
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
+    Ok(
+        dial.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+            let (connector, host, name) = (connector.clone(), host.clone(), name.clone());
+            async move {
+                let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+                tcp.set_nodelay(true)?;
+                let stream = connector.connect(name, tcp).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        })),
+    )
+}
+
 /// Build the blocking HTTP client on a thread of its own: reqwest's blocking client must
 /// not be built (or dropped) on an async worker.
 fn http_client(
@@ -495,6 +582,7 @@ impl Otlp {
         });
         let gzip = settings.compression == Some(OtlpCompression::Gzip);
         let detail: TransportDetail = Arc::default();
+        let mut asked = None;
         let exporter = match proto {
             OtlpProtocol::Grpc => {
                 let mut b = MetricExporter::builder().with_tonic();
@@ -508,16 +596,14 @@ impl Otlp {
                     b = b.with_temporality(t);
                 }
                 if tls {
-                    let mut c = ClientTlsConfig::new().trust_anchors(roots.roots);
-                    if let (Some(cert), Some(key)) =
-                        (&settings.tls.client_certificate, &settings.tls.client_key)
-                    {
-                        c = c.identity(TlsIdentity::from_pem(
-                            cert.read().map_err(named)?,
-                            key.read().map_err(named)?,
-                        ));
-                    }
-                    b = b.with_tls_config(c);
+                    let mut tls_config = settings.tls.client_config(roots).map_err(named)?;
+                    tls_config.alpn_protocols = vec![b"h2".to_vec()];
+                    asked = Some(record_client_cert_requests(&mut tls_config));
+                    b = b.with_channel(grpc_tls_channel(
+                        &endpoint,
+                        tls_config,
+                        settings.effective_timeout,
+                    )?);
                 }
                 if gzip {
                     b = b.with_compression(Compression::Gzip);
@@ -546,6 +632,9 @@ impl Otlp {
             OtlpProtocol::HttpProtobuf => {
                 let mut tls_config = settings.tls.client_config(roots).map_err(named)?;
                 tls_config.alpn_protocols = vec![b"http/1.1".to_vec()];
+                if tls {
+                    asked = Some(record_client_cert_requests(&mut tls_config));
+                }
                 let mut headers = Vec::with_capacity(settings.headers.0.len());
                 for (k, v) in &settings.headers.0 {
                     let name = axum::http::HeaderName::from_bytes(k.as_bytes())
@@ -585,6 +674,7 @@ impl Otlp {
         if tls {
             exporter = exporter.with_trust(trust.clone());
         }
+        exporter.client_cert_asked = asked;
         let mut reader = PeriodicReader::builder(exporter);
         if let Some(i) = settings.interval {
             reader = reader.with_interval(i);
@@ -642,6 +732,9 @@ fn is_tls_failure(msg: &str) -> bool {
     TLS_FAILURES.iter().any(|w| msg.contains(w))
 }
 
+/// What to do when the collector wants a client certificate and none is set.
+const CLIENT_CERT_HINT: &str = "the collector requires a client certificate: set OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY (or otlp.client_certificate and otlp.client_key)";
+
 /// What to do about a failed TLS handshake (`msg` lowercased); `trust` says what the
 /// collector's certificate was checked against.
 fn tls_hint(msg: &str, trust: &str) -> Option<String> {
@@ -665,7 +758,7 @@ fn tls_hint(msg: &str, trust: &str) -> Option<String> {
             "the collector's certificate is expired or not yet valid (check it, and the clocks)"
                 .to_string()
         } else if has(&["certificaterequired", "peer sent no certificates"]) {
-            "the collector requires a client certificate: set OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY (or otlp.client_certificate and otlp.client_key)".to_string()
+            CLIENT_CERT_HINT.to_string()
         } else if has(&["received fatal alert"]) {
             "the collector refused the TLS handshake: if it requires mutual TLS, check that the client certificate (OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE, otlp.client_certificate) is signed by a CA the collector trusts".to_string()
         } else if has(&["received corrupt message", "invalidcontenttype"]) {
@@ -750,6 +843,8 @@ pub struct CountingExporter<E> {
     detail: Option<TransportDetail>,
     /// What the collector's certificate is checked against (TLS endpoints).
     trust: Option<String>,
+    /// Whether the collector asked for a client certificate that truthscale lacks.
+    client_cert_asked: Option<ClientCertAsked>,
 }
 
 impl<E> CountingExporter<E> {
@@ -762,6 +857,7 @@ impl<E> CountingExporter<E> {
             timeout,
             detail: None,
             trust: None,
+            client_cert_asked: None,
         }
     }
 
@@ -800,7 +896,9 @@ impl<E> CountingExporter<E> {
             .is_ok_and(|s| s.not_before.is_some_and(|t| Instant::now() < t))
     }
 
-    fn record(&self, result: &OTelSdkResult, took: Duration) {
+    /// Count and log the outcome of one export that took `took`; `client_cert_asked` says
+    /// that the collector asked for a client certificate truthscale does not have.
+    fn record(&self, result: &OTelSdkResult, took: Duration, client_cert_asked: bool) {
         let Ok(mut s) = self.state.lock() else { return };
         let now = Instant::now();
         match result {
@@ -825,7 +923,9 @@ impl<E> CountingExporter<E> {
             Err(e) => {
                 // The HTTP client reports a timeout as a bare "network error": a failure
                 // that took the whole timeout is one.
+                // A refused handshake is `other`, however the refusal reached the client.
                 let kind = match error_kind(e) {
+                    _ if client_cert_asked => "other",
                     "unavailable" | "other" if took >= self.timeout.mul_f64(0.9) => "timeout",
                     k => k,
                 };
@@ -842,10 +942,14 @@ impl<E> CountingExporter<E> {
                 if s.last_log.is_none_or(|t| now - t >= LOG_EVERY)
                     || s.last_logged_kind != Some(kind)
                 {
-                    let hint = tls_hint(
-                        &e.to_string().to_ascii_lowercase(),
-                        self.trust.as_deref().unwrap_or("the system roots"),
-                    );
+                    let hint = if client_cert_asked {
+                        Some(CLIENT_CERT_HINT.to_string())
+                    } else {
+                        tls_hint(
+                            &e.to_string().to_ascii_lowercase(),
+                            self.trust.as_deref().unwrap_or("the system roots"),
+                        )
+                    };
                     match hint {
                         Some(hint) => tracing::warn!(
                             sink = SINK,
@@ -885,13 +989,20 @@ impl<E: PushMetricExporter> PushMetricExporter for CountingExporter<E> {
         {
             *d = None;
         }
+        if let Some(a) = &self.client_cert_asked {
+            a.store(false, Ordering::Relaxed);
+        }
         let started = Instant::now();
         let result = self
             .inner
             .export(metrics)
             .await
             .map_err(|e| self.detailed(e));
-        self.record(&result, started.elapsed());
+        let asked = self
+            .client_cert_asked
+            .as_ref()
+            .is_some_and(|a| a.swap(false, Ordering::Relaxed));
+        self.record(&result, started.elapsed(), asked);
         result
     }
 
