@@ -106,10 +106,7 @@ async fn metrics(State(rx): State<Snap>, headers: HeaderMap) -> Response {
     }
     let format = negotiate(&headers);
     let gzipped = if accepts_gzip(&headers) {
-        snap.gzip_demand.ask(
-            format,
-            crate::sources::unix_ms(std::time::SystemTime::now()),
-        );
+        snap.gzip_demand.ask_now(format);
         snap.body_gzip(format)
     } else {
         None

@@ -124,6 +124,14 @@ impl GzipDemand {
         self.of(format).fetch_max(now_unix_ms, Ordering::Relaxed);
     }
 
+    /// A scraper asks for `format` gzipped now.
+    pub fn ask_now(&self, format: Format) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        self.ask(format, now);
+    }
+
     /// Whether `format` should be compressed at `now_unix_ms`: asked for within 10 minutes.
     #[must_use]
     pub fn wanted(&self, format: Format, now_unix_ms: i64) -> bool {
