@@ -16,15 +16,18 @@
 #    the demo overlay (docker/kubernetes-demo), the alternatives (dcgm-exporter variant,
 #    Service + ServiceMonitor), the web-config patch, the two autoscaling recipes (KEDA;
 #    prometheus-adapter with its HPA; each with the engine-reader patch, which must reach the
-#    sidecar) and the two node-mode layouts (docker/kubernetes/node/base and its per-process
-#    overlay: the DaemonSet's pod-resources mount is read-only, hostPID, the per-process
-#    variable and the added capabilities appear in the overlay only, the PodMonitor honours
-#    labels, drops the agent's pod target labels and selects the DaemonSet's pods and port),
-#    and kubernetes-validate on the output;
+#    sidecar) and the three node-mode layouts (docker/kubernetes/node/base and its per-process
+#    and pod-labels overlays: the DaemonSet's pod-resources mount is read-only, hostPID, the
+#    per-process variable and the added capabilities appear in the per-process overlay only;
+#    RBAC, a mounted token and the pod-labels variable in the pod-labels overlay only, its
+#    ClusterRole exactly list on pods, bound to the agent's ServiceAccount; the
+#    PodMonitor honours labels, drops the agent's pod target labels and selects the
+#    DaemonSet's pods and port), and kubernetes-validate on the output;
 # 5. when kubectl is installed and the binary is built (target/debug/truthscale, or
-#    $TRUTHSCALE_BIN): the node DaemonSet's args and environment, from both node layouts, run
-#    through the real binary and get past flag and configuration parsing to the NVML load (an
-#    absent library is named, so the run stops there on any machine);
+#    $TRUTHSCALE_BIN): the node DaemonSet's args and environment, from the three node layouts
+#    (with the two KUBERNETES_SERVICE_* variables every pod has), run through the real binary
+#    and get past flag and configuration parsing to the NVML load (an absent library is
+#    named, so the run stops there on any machine);
 # 6. when promtool is installed: `promtool check config --syntax-only` on the demo's
 #    prometheus.yml and on a scrape config built from the node PodMonitor's endpoint (its
 #    relabelings as Prometheus would run them), and `promtool check rules` on a throwaway rules
@@ -157,18 +160,21 @@ KUST
   done
   kubectl kustomize docker/kubernetes/node/base >"$tmp/node.yaml"
   kubectl kustomize docker/kubernetes/node/per-process >"$tmp/node-per-process.yaml"
+  kubectl kustomize docker/kubernetes/node/pod-labels >"$tmp/node-pod-labels.yaml"
   # What the node layouts promise (docs/node-mode.md), on what kustomize renders.
-  "$VENV/bin/python" - "$tmp/node.yaml" "$tmp/node-per-process.yaml" <<'PY'
+  "$VENV/bin/python" - "$tmp/node.yaml" "$tmp/node-per-process.yaml" "$tmp/node-pod-labels.yaml" <<'PY'
 import sys
 import yaml  # PyYAML, which yamllint brings into the virtual environment
 
 SOCKET_DIR = "/var/lib/kubelet/pod-resources"
 PER_PROCESS = "TRUTHSCALE_SOURCE__PER_PROCESS_SERIES"
+POD_LABELS = "TRUTHSCALE_NODE__POD_LABELS"
+RBAC = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
 
 def fail(msg):
     sys.exit(f"kustomize node layouts: {msg}")
 
-def layout(path):
+def layout(path, pod_labels):
     docs = [d for d in yaml.safe_load_all(open(path)) if d]
     kinds = {}
     for d in docs:
@@ -176,19 +182,35 @@ def layout(path):
     for kind in ("DaemonSet", "PodMonitor", "ServiceAccount"):
         if len(kinds.get(kind, [])) != 1:
             fail(f"{path}: {len(kinds.get(kind, []))} {kind} objects, want 1")
-    for d in docs:
-        if d["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"):
-            fail(f"{path}: {d['kind']} {d['metadata']['name']}: the node agent needs no RBAC")
+    rbac = sorted((d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] in RBAC)
+    if not pod_labels and rbac:
+        fail(f"{path}: {rbac}: the node agent needs no RBAC outside the pod-labels overlay")
+    if pod_labels:
+        if [k for k, _ in rbac] != ["ClusterRole", "ClusterRoleBinding"]:
+            fail(f"{path}: RBAC objects {rbac}, want one ClusterRole and one ClusterRoleBinding")
+        (role,) = kinds["ClusterRole"]
+        want = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+        if role.get("rules") != want:
+            fail(f"{path}: ClusterRole rules {role.get('rules')}, want exactly {want}")
+        (binding,) = kinds["ClusterRoleBinding"]
+        ref = binding["roleRef"]
+        if ref != {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]}:
+            fail(f"{path}: the ClusterRoleBinding refers to {ref}")
+        sa = kinds["ServiceAccount"][0]
+        if binding.get("subjects") != [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"].get("namespace", "default")}]:
+            fail(f"{path}: the ClusterRoleBinding's subjects {binding.get('subjects')} are not the agent's ServiceAccount alone")
     return kinds["DaemonSet"][0], kinds["PodMonitor"][0], kinds["ServiceAccount"][0]
 
-for path, per_process in ((sys.argv[1], False), (sys.argv[2], True)):
-    ds, pm, sa = layout(path)
+for path, per_process, pod_labels in ((sys.argv[1], False, False), (sys.argv[2], True, False), (sys.argv[3], False, True)):
+    ds, pm, sa = layout(path, pod_labels)
     pod = ds["spec"]["template"]["spec"]
     (c,) = [c for c in pod["containers"] if c["name"] == "truthscale"]
     if c.get("args", [])[:3] != ["serve", "--mode", "node"]:
         fail(f"{path}: args {c.get('args')} do not start with serve --mode node")
-    if sa.get("automountServiceAccountToken") is not False or pod.get("automountServiceAccountToken") is not False:
-        fail(f"{path}: a service account token would be mounted")
+    if sa.get("automountServiceAccountToken") is not False:
+        fail(f"{path}: the ServiceAccount would give every pod using it a token")
+    if pod.get("automountServiceAccountToken") is not pod_labels:
+        fail(f"{path}: automountServiceAccountToken {pod.get('automountServiceAccountToken')}: a token belongs to the pod-labels overlay only")
     if pod.get("serviceAccountName") != sa["metadata"]["name"]:
         fail(f"{path}: the DaemonSet does not use the ServiceAccount {sa['metadata']['name']}")
     vols = {v["name"]: v for v in pod.get("volumes", [])}
@@ -204,6 +226,8 @@ for path, per_process in ((sys.argv[1], False), (sys.argv[2], True)):
     if sc.get("privileged") or sc.get("capabilities", {}).get("drop") != ["ALL"]:
         fail(f"{path}: the container must drop ALL capabilities and not be privileged: {sc}")
     env = {e["name"] for e in c.get("env", [])}
+    if (POD_LABELS in env) != pod_labels:
+        fail(f"{path}: {POD_LABELS} set {POD_LABELS in env}: it belongs to the pod-labels overlay only")
     added = sc.get("capabilities", {}).get("add", [])
     if bool(pod.get("hostPID")) != per_process or (PER_PROCESS in env) != per_process or bool(added) != per_process:
         fail(f"{path}: hostPID {pod.get('hostPID')}, {PER_PROCESS} set {PER_PROCESS in env}, capabilities added "
@@ -224,10 +248,10 @@ for path, per_process in ((sys.argv[1], False), (sys.argv[2], True)):
         drops = [r for r in ep.get("relabelings", []) if r.get("action") == "labeldrop"]
         if [r.get("regex") for r in drops] != ["pod|namespace|container"]:
             fail(f"{path}: the PodMonitor must drop the agent pod's target labels (labeldrop pod|namespace|container)")
-    print(f"{path}: hostPID {bool(pod.get('hostPID'))}, pod-resources read-only, PodMonitor selects {selector} "
+    print(f"{path}: hostPID {bool(pod.get('hostPID'))}, RBAC and token {pod_labels}, pod-resources read-only, PodMonitor selects {selector} "
           f"on port {pm['spec']['podMetricsEndpoints'][0]['port']}")
 PY
-  for layout in default demo alternatives web-config keda prometheus-adapter node node-per-process; do
+  for layout in default demo alternatives web-config keda prometheus-adapter node node-per-process node-pod-labels; do
     # kubernetes-validate has no schema for the CRD kinds: validate the other documents.
     python3 - "$tmp/$layout.yaml" "$tmp/$layout.core.yaml" <<'PY'
 import re, sys
@@ -246,11 +270,12 @@ fi
 
 truthscale_bin="${TRUTHSCALE_BIN:-target/debug/truthscale}"
 if [[ -f "$tmp/node.yaml" && -x "$truthscale_bin" ]]; then
-  step "$truthscale_bin: the node DaemonSet's args and environment (both node layouts)"
-  # The rendered container's args and env (spec.nodeName given a test value), run with a
-  # library path that does not exist: a bad flag or variable stops the binary before it tries
-  # NVML; getting to "cannot load the NVML library" means both were accepted.
-  for layout in node node-per-process; do
+  step "$truthscale_bin: the node DaemonSet's args and environment (the three node layouts)"
+  # The rendered container's args and env (spec.nodeName given a test value), with the API
+  # server's address every pod has, run with a library path that does not exist: a bad flag
+  # or variable stops the binary before it tries NVML; getting to "cannot load the NVML
+  # library" means both were accepted.
+  for layout in node node-per-process node-pod-labels; do
     mapfile -t run < <("$VENV/bin/python" - "$tmp/$layout.yaml" <<'PY'
 import sys
 import yaml
@@ -272,7 +297,8 @@ PY
     while [[ "${run[0]}" != "--" ]]; do env_vars+=("${run[0]}"); run=("${run[@]:1}"); done
     args=("${run[@]:1}")
     set +e
-    out="$(env -i PATH="$PATH" "${env_vars[@]}" timeout 20 "$truthscale_bin" "${args[@]}" \
+    out="$(env -i PATH="$PATH" KUBERNETES_SERVICE_HOST=10.96.0.1 KUBERNETES_SERVICE_PORT=443 \
+      "${env_vars[@]}" timeout 20 "$truthscale_bin" "${args[@]}" \
       --listen 127.0.0.1:0 --nvml-library "$tmp/absent/libnvidia-ml.so.1" 2>&1)"
     rc=$?
     set -e

@@ -1,7 +1,7 @@
 //! The one HTTP client builder. Every outgoing request (dcgm-exporter, the serving engine,
-//! Prometheus, a sidecar's `/metrics`) goes through an agent built here, with a timeout on
-//! the whole request, and every body is read with a size limit: a body over the limit is an
-//! error, never silently cut short.
+//! Prometheus, a sidecar's `/metrics`, the API server's pod list) goes through an agent
+//! built here, with a timeout on the whole request, and every body is read with a size
+//! limit: a body over the limit is an error, never silently cut short.
 
 use std::time::Duration;
 
@@ -108,20 +108,33 @@ pub fn get_text(
     accept: &str,
     limit: u64,
 ) -> Result<String, FetchError> {
-    let mut resp = agent
-        .get(url)
-        .header("Accept", accept)
-        .call()
-        .map_err(|e| match e {
-            ureq::Error::Timeout(_) => FetchError::Timeout {
-                url: url.to_string(),
-                message: e.to_string(),
-            },
-            e => FetchError::Unreachable {
-                url: url.to_string(),
-                message: e.to_string(),
-            },
-        })?;
+    get_text_with(agent, url, &[("Accept", accept)], limit)
+}
+
+/// [`get_text`] with the request headers `headers` (`Accept`, `Authorization`).
+///
+/// # Errors
+/// [`FetchError`], naming the URL.
+pub fn get_text_with(
+    agent: &ureq::Agent,
+    url: &str,
+    headers: &[(&str, &str)],
+    limit: u64,
+) -> Result<String, FetchError> {
+    let mut req = agent.get(url);
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let mut resp = req.call().map_err(|e| match e {
+        ureq::Error::Timeout(_) => FetchError::Timeout {
+            url: url.to_string(),
+            message: e.to_string(),
+        },
+        e => FetchError::Unreachable {
+            url: url.to_string(),
+            message: e.to_string(),
+        },
+    })?;
     let status = resp.status().as_u16();
     if status != 200 {
         return Err(FetchError::Status {

@@ -265,6 +265,8 @@ const READ_VARIABLES: &[&str] = &[
     "CONTAINER_NAME",
     "NODE_NAME",
     "NODE_IP",
+    "KUBERNETES_SERVICE_HOST",
+    "KUBERNETES_SERVICE_PORT",
     "NVIDIA_VISIBLE_DEVICES",
     "RUST_LOG",
 ];
@@ -448,6 +450,7 @@ impl Config {
                 .list_separator(",")
                 .with_list_parse_key("source.gpu_uuids")
                 .with_list_parse_key("source.gpu_indices")
+                .with_list_parse_key("node.pod_labels")
                 .source(Some(env_map)),
         );
         for (k, v) in overrides {
@@ -568,14 +571,6 @@ impl Config {
             .validate()
             .map_err(|(key, message)| ConfigError::Invalid { key, message })?;
         let id = &self.identity;
-        let node = match self.mode {
-            Mode::Sidecar => None,
-            Mode::Node => Some(
-                self.node
-                    .validate()
-                    .map_err(|(key, message)| ConfigError::Invalid { key, message })?,
-            ),
-        };
         let identity = match self.mode {
             Mode::Sidecar => Identity {
                 pod: id.pod.clone().or_else(|| getenv("POD_NAME")),
@@ -590,6 +585,14 @@ impl Config {
                 container: None,
                 node: id.node.clone().or_else(|| getenv("NODE_NAME")),
             },
+        };
+        let node = match self.mode {
+            Mode::Sidecar => None,
+            Mode::Node => Some(
+                self.node
+                    .validate(identity.node.as_deref(), &getenv)
+                    .map_err(|(key, message)| ConfigError::Invalid { key, message })?,
+            ),
         };
         let source_context = sources::Context {
             interval,
@@ -931,6 +934,68 @@ mod tests {
                 .to_string()
                 .starts_with("source.library:")
         );
+    }
+
+    /// `[node] pod_labels` from the environment (a comma-separated list), checked at load;
+    /// without the node's name the start is refused.
+    #[test]
+    fn pod_labels_from_the_environment_need_a_node_name() {
+        let vars = [
+            ("TRUTHSCALE_MODE", "node"),
+            ("TRUTHSCALE_NODE__POD_LABELS", "app.kubernetes.io/name,team"),
+            ("TRUTHSCALE_NODE__POD_LABELS_REFRESH", "5s"),
+            ("TRUTHSCALE_NODE__API_SERVER", "https://127.0.0.1:6443"),
+        ];
+        let c = Config::load(None, &env(&vars), &[]).unwrap();
+        assert_eq!(c.node.pod_labels, ["app.kubernetes.io/name", "team"]);
+        let err = c.validate(&env(&vars)).unwrap_err().to_string();
+        assert!(
+            err.starts_with("node.pod_labels:") && err.contains("NODE_NAME"),
+            "{err}"
+        );
+        let mut with_node = env(&vars);
+        with_node.push(("NODE_NAME".into(), "gpu-node-3".into()));
+        let p = c
+            .validate(&with_node)
+            .unwrap()
+            .node
+            .unwrap()
+            .pod_labels
+            .unwrap();
+        assert_eq!(p.node, "gpu-node-3");
+        assert_eq!(p.refresh, Duration::from_secs(5));
+        assert_eq!(p.api_server, "https://127.0.0.1:6443");
+        let names: Vec<&str> = p.keys.iter().map(|k| k.name).collect();
+        assert_eq!(names, ["label_app_kubernetes_io_name", "label_team"]);
+        // An empty variable is off; a bad key is named.
+        let c = Config::load(
+            None,
+            &env(&[
+                ("TRUTHSCALE_MODE", "node"),
+                ("TRUTHSCALE_NODE__POD_LABELS", ""),
+            ]),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.validate(&[]).unwrap().node.unwrap().pod_labels, None);
+        let c = Config::load(
+            None,
+            &env(&[
+                ("TRUTHSCALE_MODE", "node"),
+                ("TRUTHSCALE_NODE__POD_LABELS", "team,Bad Key"),
+            ]),
+            &[],
+        )
+        .unwrap();
+        let err = c.validate(&with_node).unwrap_err().to_string();
+        assert!(
+            err.starts_with("node.pod_labels: \"Bad Key\" is not a Kubernetes label key"),
+            "{err}"
+        );
+        // Sidecar mode reads no [node] key.
+        let mut c = Config::default();
+        c.node.pod_labels = vec!["team".into()];
+        assert!(c.validate(&[]).unwrap().node.is_none());
     }
 
     #[test]

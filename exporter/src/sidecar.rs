@@ -7,6 +7,7 @@
 
 use crate::config::Settings;
 use crate::sinks::prometheus::{GzipDemand, SinkErrors, Snapshot, VERSION};
+use crate::sources::apiserver::{self, ApiServer, PodLabelReader};
 use crate::sources::engine::EngineScraper;
 use crate::sources::kubelet::Kubelet;
 use crate::sources::{BuildError, Source, SourceError, unix_ms};
@@ -35,17 +36,31 @@ impl Sidecar {
     /// Build the source and start sampling.
     ///
     /// # Errors
-    /// The source cannot be built (not built yet, or a replay file that cannot be used).
+    /// The source cannot be built (not built yet, or a replay file that cannot be used), or
+    /// node mode's pod labels are asked for and the API server's CA or token cannot be read.
     pub fn start(settings: &Settings) -> Result<Sidecar, BuildError> {
         let source = settings
             .source
             .build(&settings.source_context, SystemTime::now())?;
-        Ok(Sidecar::with_source(settings, source))
+        let api = pod_label_client(settings)?;
+        Ok(Sidecar::launch(settings, source, api))
     }
 
-    /// Start sampling from an already built source.
+    /// Start sampling from an already built source. Node mode's pod labels, when asked for
+    /// and their API server client cannot be made, are left out with an error logged.
     #[must_use]
     pub fn with_source(settings: &Settings, source: Box<dyn Source>) -> Sidecar {
+        let api = pod_label_client(settings).unwrap_or_else(|e| {
+            tracing::error!(
+                error = %e,
+                "Pod labels are not read: the API server client cannot be made; allocation info is exported without them."
+            );
+            None
+        });
+        Sidecar::launch(settings, source, api)
+    }
+
+    fn launch(settings: &Settings, source: Box<dyn Source>, api: Option<ApiServer>) -> Sidecar {
         let name = source.name().to_string();
         let (tx, rx) = watch::channel(Arc::new(Snapshot {
             source: name.clone(),
@@ -54,7 +69,7 @@ impl Sidecar {
         }));
         let (stop_tx, stop_rx) = mpsc::channel();
         let sinks = SinkErrors::default();
-        let mut state = Sampler::new(settings, source);
+        let mut state = Sampler::new(settings, source, api);
         state.sinks = sinks.clone();
         let interval = settings.interval;
         let thread = std::thread::Builder::new()
@@ -173,13 +188,27 @@ struct Sampler {
     gzip: Arc<GzipDemand>,
 }
 
-/// Node mode: the kubelet client and its health as a source of its own.
+/// Node mode: the kubelet client and its health as a source of its own, and the pod-label
+/// reader (its own thread) when `node.pod_labels` asks for labels.
 struct NodeState {
     kubelet: Kubelet,
     proc_root: std::path::PathBuf,
     /// Whether this tick's attribution came from an answer within the stale period.
     up: bool,
     errors: BTreeMap<String, u64>,
+    pod_labels: Option<PodLabelReader>,
+    /// The pod-label reader's health at this tick: an answer young enough, and its errors.
+    pod_labels_health: Option<(bool, BTreeMap<String, u64>)>,
+}
+
+/// The API server client for node mode's pod labels, when they are asked for.
+fn pod_label_client(settings: &Settings) -> Result<Option<ApiServer>, BuildError> {
+    settings
+        .node
+        .as_ref()
+        .and_then(|n| n.pod_labels.clone())
+        .map(ApiServer::new)
+        .transpose()
 }
 
 /// A device whatever its attribution: node, index, UUID and MIG instance.
@@ -201,7 +230,7 @@ const FORGET_STOPPED_AFTER: Duration = Duration::from_secs(600);
 const ERROR_LOG_EVERY: Duration = Duration::from_secs(30);
 
 impl Sampler {
-    fn new(settings: &Settings, source: Box<dyn Source>) -> Sampler {
+    fn new(settings: &Settings, source: Box<dyn Source>, api: Option<ApiServer>) -> Sampler {
         // The source says how long its windows are (or lets the deriver learn them).
         let window = source.window().map(|w| w.as_secs_f64());
         Sampler {
@@ -228,6 +257,8 @@ impl Sampler {
                 kubelet: Kubelet::new(n),
                 up: false,
                 errors: BTreeMap::new(),
+                pod_labels: api.map(PodLabelReader::start),
+                pod_labels_health: None,
             }),
             gzip: Arc::default(),
             max_series: settings.max_series,
@@ -339,6 +370,14 @@ impl Sampler {
             if let Some(a) = allocations {
                 a.attribute(&mut produced, &node.proc_root);
             }
+            // The pod labels the reader's thread read last (never read here).
+            node.pod_labels_health = node.pod_labels.as_ref().map(|r| {
+                let (labels, errors) = r.current();
+                if let Some(l) = &labels {
+                    l.apply(&mut produced);
+                }
+                (labels.is_some(), errors)
+            });
         }
         let took = t0.elapsed();
         if took > self.interval {
@@ -430,6 +469,16 @@ impl Sampler {
                 up: n.up,
                 errors: n.errors.clone(),
             }))
+            .chain(
+                self.node
+                    .as_ref()
+                    .and_then(|n| n.pod_labels_health.clone())
+                    .map(|(up, errors)| SourceHealth {
+                        name: apiserver::SOURCE.to_string(),
+                        up,
+                        errors,
+                    }),
+            )
             .collect(),
             sample_duration_seconds: Some(t0.elapsed().as_secs_f64()),
             diagnostics: self.diagnostics.clone(),

@@ -287,7 +287,7 @@ metrics! {
     GPU_PODS / GpuPods = "truthscale_gpu_pods", Gauge, Gpu, [], None,
         "Node mode: containers the kubelet allocated this GPU or MIG instance to. 0 is idle capacity; more than 1 is a shared (time-sliced) GPU, whose series carry no pod labels. Absent where the kubelet could not be read.";
     GPU_ALLOCATION / GpuAllocation = "truthscale_gpu_allocation_info", Gauge, Gpu, ["resource", "replica"], None,
-        "Node mode: one series (value 1) per container the kubelet allocated this GPU or MIG instance to, labelled with that container's pod, namespace and container; replica is the time-slicing replica when the device id names one.";
+        "Node mode: one series (value 1) per container the kubelet allocated this GPU or MIG instance to, labelled with that container's pod, namespace and container; replica is the time-slicing replica when the device id names one; with node.pod_labels, label_<key> for each allowlisted label the holder's pod has (kube-state-metrics naming: every character outside [a-zA-Z0-9_] becomes _).";
     POD_EFFECTIVE_COMPUTE / PodEffectiveCompute = "truthscale_pod_effective_compute_ratio", Gauge, Gpu, ["method"], None,
         "Node mode, shared GPUs with per-process attribution: an estimate of the device's effective compute fraction that is this pod's, by its processes' share of SM busy time (method=\"sm_busy_share\"); a pod label left out is processes whose pod was not found. The pods of a GPU sum to the device value.";
     POD_MEMORY_USED / PodMemoryUsed = "truthscale_pod_memory_used_bytes", Gauge, Gpu, [], None,
@@ -297,7 +297,7 @@ metrics! {
     SOURCE_UP / SourceUp = "truthscale_source_up", Gauge, Exporter, ["source"], gauge("truthscale.source.up", "1"),
         "Whether the counter source produced a sample recently (1) or went stale (0).";
     SOURCE_ERRORS / SourceErrors = "truthscale_source_errors_total", Counter, Exporter, ["source", "kind"], counter("truthscale.source.errors", "{error}"),
-        "Failed sampling attempts by kind: unreachable, timeout, http, too_large, parse, io, sentinel, overrun (a tick longer than the interval), and for NVML no_permission, gpu_lost, unsupported, nvml.";
+        "Failed sampling attempts by kind: unreachable, timeout, http, too_large, parse, io, sentinel, overrun (a tick longer than the interval), and for NVML no_permission, gpu_lost, unsupported, nvml (no_permission also when the API server refuses the pod list, source=\"apiserver\").";
     SAMPLE_DURATION / SampleDuration = "truthscale_sample_duration_seconds", Gauge, Exporter, [], gauge("truthscale.sample.duration", "s"),
         "Time the last sampling and derivation tick took.";
     DIAGNOSTICS / Diagnostics = "truthscale_derivation_diagnostics_total", Counter, Exporter, ["kind"], counter("truthscale.derivation.diagnostics", "{diagnostic}"),
@@ -310,6 +310,24 @@ metrics! {
         "Failed pushes to a sink (sink=\"otlp\") by kind: unavailable, timeout, rejected, other.";
     SERIES_DROPPED / SeriesDropped = "truthscale_series_dropped_total", Counter, Exporter, [], counter("truthscale.series.dropped", "{series}"),
         "GPU series left out of /metrics by the max_series cap, summed over snapshots (whole entities are left out, the last first).";
+}
+
+/// The Prometheus label name of the Kubernetes pod label `key` on
+/// `truthscale_gpu_allocation_info`, as kube-state-metrics names them: `label_` and the key
+/// with every character outside `[a-zA-Z0-9_]` replaced by `_`
+/// (`app.kubernetes.io/name` → `label_app_kubernetes_io_name`).
+#[must_use]
+pub fn pod_label_name(key: &str) -> String {
+    let mut out = String::with_capacity(key.len() + 6);
+    out.push_str("label_");
+    out.extend(key.chars().map(|c| {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            c
+        } else {
+            '_'
+        }
+    }));
+    out
 }
 
 /// The catalog entry with this name.
@@ -534,6 +552,18 @@ mod tests {
             doc == expected,
             "docs/otlp.md is out of date with truthscale_core::catalog; run `UPDATE_DOCS=1 cargo test -p truthscale-core --lib otlp_doc`"
         );
+    }
+
+    #[test]
+    fn pod_label_names_follow_kube_state_metrics() {
+        assert_eq!(
+            pod_label_name("app.kubernetes.io/name"),
+            "label_app_kubernetes_io_name"
+        );
+        assert_eq!(pod_label_name("team"), "label_team");
+        assert_eq!(pod_label_name("a-b_C9"), "label_a_b_C9");
+        // Outside ASCII too (a key is ASCII once validated; the name is valid regardless).
+        assert_eq!(pod_label_name("é"), "label__");
     }
 
     #[test]

@@ -661,6 +661,10 @@ pub struct Holder {
     pub resource: String,
     /// The replica of a shared (time-sliced) GPU (`2` for `GPU-…::2`), when the id names one.
     pub replica: Option<String>,
+    /// The allowlisted labels of the holder's pod (`node.pod_labels`), as Prometheus label
+    /// names (`label_<key>`, [`crate::catalog::pod_label_name`]) with their values, in
+    /// allowlist order. A label the pod does not have is left out, never written empty.
+    pub labels: Vec<(&'static str, String)>,
 }
 
 /// One entity's readings at one time.

@@ -14,6 +14,7 @@
 //!   source (counted by kind); the last answer is used for up to the stale period, then GPU
 //!   series flow without pod labels and without allocation (not known is not "none").
 
+use super::apiserver::PodLabelSettings;
 use super::{Produced, SourceError};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -44,12 +45,24 @@ pub struct NodeConfig {
     pub socket: PathBuf,
     /// Resource names that are GPUs: exact names, or a prefix ending in `*`.
     pub resource_names: Vec<String>,
-    /// Timeout of one `List` call.
+    /// Timeout of one call: the kubelet's `List`, and the API server's pod list.
     pub timeout: String,
     /// Where the host's processes are seen (`/proc` with `hostPID: true`, or a mount of the
     /// host's `/proc`): per-process attribution reads `<proc_root>/<pid>/cgroup` and
     /// `<proc_root>/<pid>/environ` there.
     pub proc_root: PathBuf,
+    /// Pod labels to add to `truthscale_gpu_allocation_info` as `label_<key>`, read from the
+    /// API server (Kubernetes label keys). Empty: none, and no request to the API server.
+    pub pod_labels: Vec<String>,
+    /// How often the API server's list of this node's pods is read (1s..=1h).
+    pub pod_labels_refresh: String,
+    /// The API server (`https://…`). Empty: in-cluster, from `KUBERNETES_SERVICE_HOST` and
+    /// `KUBERNETES_SERVICE_PORT`.
+    pub api_server: String,
+    /// The bearer token, re-read at every refresh (projected tokens rotate).
+    pub token_file: PathBuf,
+    /// The CA certificates (PEM) the API server is checked against.
+    pub ca_file: PathBuf,
 }
 
 impl Default for NodeConfig {
@@ -63,6 +76,11 @@ impl Default for NodeConfig {
             ],
             timeout: "2s".into(),
             proc_root: "/proc".into(),
+            pod_labels: Vec::new(),
+            pod_labels_refresh: "30s".into(),
+            api_server: String::new(),
+            token_file: super::apiserver::DEFAULT_TOKEN_FILE.into(),
+            ca_file: super::apiserver::DEFAULT_CA_FILE.into(),
         }
     }
 }
@@ -78,14 +96,22 @@ pub struct NodeSettings {
     pub timeout: Duration,
     /// Where the host's processes are seen.
     pub proc_root: PathBuf,
+    /// The pod-label reader, when `pod_labels` is not empty.
+    pub pod_labels: Option<PodLabelSettings>,
 }
 
 impl NodeConfig {
-    /// Check the section.
+    /// Check the section; `node` is the node's name (`NODE_NAME`, `identity.node`), and
+    /// `getenv` reads the environment (the in-cluster API server's address).
     ///
     /// # Errors
-    /// `(key, message)` for a bad value.
-    pub fn validate(&self) -> Result<NodeSettings, crate::setting::Invalid> {
+    /// `(key, message)` for a bad value, or pod labels asked for without a node name or an
+    /// API server.
+    pub fn validate(
+        &self,
+        node: Option<&str>,
+        getenv: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<NodeSettings, crate::setting::Invalid> {
         if self.socket.as_os_str().is_empty() {
             return Err((
                 "node.socket",
@@ -101,11 +127,44 @@ impl NodeConfig {
             Duration::from_millis(10),
             Duration::from_secs(60),
         )?;
+        let keys = super::apiserver::label_keys(&self.pod_labels)?;
+        let refresh = crate::setting::duration(
+            "node.pod_labels_refresh",
+            &self.pod_labels_refresh,
+            Duration::from_secs(1),
+            Duration::from_secs(3600),
+        )?;
+        let pod_labels = if keys.is_empty() {
+            None
+        } else {
+            let node = node.filter(|n| !n.trim().is_empty()).ok_or((
+                "node.pod_labels",
+                "pod labels are read for this node's pods, and the node's name is not known: set NODE_NAME (Downward API fieldRef spec.nodeName, as the node DaemonSet does) or identity.node".to_string(),
+            ))?;
+            for (key, path) in [
+                ("node.token_file", &self.token_file),
+                ("node.ca_file", &self.ca_file),
+            ] {
+                if path.as_os_str().is_empty() {
+                    return Err((key, "must name a file to read pod labels".into()));
+                }
+            }
+            Some(PodLabelSettings {
+                keys,
+                refresh,
+                api_server: super::apiserver::api_server_url(&self.api_server, getenv)?,
+                node: node.trim().to_string(),
+                token_file: self.token_file.clone(),
+                ca_file: self.ca_file.clone(),
+                timeout,
+            })
+        };
         Ok(NodeSettings {
             socket: self.socket.clone(),
             resource_names: self.resource_names.clone(),
             timeout,
             proc_root: self.proc_root.clone(),
+            pod_labels,
         })
     }
 }
@@ -200,6 +259,7 @@ impl Allocations {
                                 pod: who.clone(),
                                 resource: d.resource_name.clone(),
                                 replica,
+                                labels: Vec::new(),
                             });
                         }
                     }
@@ -211,6 +271,7 @@ impl Allocations {
                                 pod: who.clone(),
                                 resource: format!("dra:{}", cr.driver_name),
                                 replica: None,
+                                labels: Vec::new(),
                             });
                         }
                     }
@@ -597,11 +658,63 @@ mod tests {
 
     #[test]
     fn config_checks() {
-        assert!(NodeConfig::default().validate().is_ok());
+        let no_env = |_: &str| None;
+        let defaults = NodeConfig::default().validate(None, &no_env).unwrap();
+        // Off by default: no API server settings, none needed.
+        assert_eq!(defaults.pod_labels, None);
         let c = NodeConfig {
             timeout: "2h".into(),
             ..NodeConfig::default()
         };
-        assert_eq!(c.validate().unwrap_err().0, "node.timeout");
+        assert_eq!(c.validate(None, &no_env).unwrap_err().0, "node.timeout");
+    }
+
+    #[test]
+    fn pod_labels_need_a_node_name_and_an_api_server() {
+        let no_env = |_: &str| None;
+        let cluster = |k: &str| match k {
+            "KUBERNETES_SERVICE_HOST" => Some("10.96.0.1".to_string()),
+            "KUBERNETES_SERVICE_PORT" => Some("443".to_string()),
+            _ => None,
+        };
+        let c = NodeConfig {
+            pod_labels: vec!["app.kubernetes.io/name".into()],
+            ..NodeConfig::default()
+        };
+        let (key, message) = c.validate(None, &cluster).unwrap_err();
+        assert_eq!(key, "node.pod_labels");
+        assert!(message.contains("NODE_NAME"), "{message}");
+        assert_eq!(
+            c.validate(Some("n1"), &no_env).unwrap_err().0,
+            "node.api_server"
+        );
+        let p = c
+            .validate(Some("n1"), &cluster)
+            .unwrap()
+            .pod_labels
+            .unwrap();
+        assert_eq!(p.api_server, "https://10.96.0.1:443");
+        assert_eq!(p.node, "n1");
+        assert_eq!(p.refresh, Duration::from_secs(30));
+        assert_eq!(p.keys[0].name, "label_app_kubernetes_io_name");
+        assert_eq!(
+            p.token_file,
+            Path::new(super::super::apiserver::DEFAULT_TOKEN_FILE)
+        );
+        let c = NodeConfig {
+            pod_labels: vec!["not a key".into()],
+            ..NodeConfig::default()
+        };
+        let (key, message) = c.validate(Some("n1"), &cluster).unwrap_err();
+        assert_eq!(key, "node.pod_labels");
+        assert!(message.contains("\"not a key\""), "{message}");
+        let c = NodeConfig {
+            pod_labels_refresh: "100ms".into(),
+            ..NodeConfig::default()
+        };
+        assert_eq!(
+            c.validate(None, &no_env).unwrap_err().0,
+            "node.pod_labels_refresh"
+        );
     }
 }

@@ -1,10 +1,13 @@
 //! Node mode end to end: `truthscale serve --mode node` against a fake kubelet, a real tonic
 //! server on a unix socket in a temp dir serving the vendored PodResources proto (also used by
-//! `node_manifests`).
+//! `node_manifests`), and, for pod labels, a fake API server: a real HTTPS server (axum over
+//! rustls, with a CA made here) that checks the bearer token and the field selector and
+//! serves a pod list.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use truthscale_e2e::{Sample, Sidecar, TempDir};
+use truthscale_e2e::{Sample, Sidecar, TempDir, clean_command};
 use truthscale_exporter::sources::kubelet::proto::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
 };
@@ -403,5 +406,525 @@ fn shared_gpu_is_apportioned_to_its_pods_by_sm_busy() {
         m.iter()
             .filter(|s| s.name == "truthscale_gpu_effective_compute_ratio")
             .all(|s| s.label("pod").is_none())
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Pod labels from the API server.
+
+/// A pod of the fake API server: namespace, name, labels.
+type ApiPod = (String, String, Vec<(String, String)>);
+
+/// A request the fake API server saw: its `Authorization` header and its query.
+type ApiRequest = (String, HashMap<String, String>);
+
+/// What the fake API server accepts and answers, changeable while it runs.
+#[derive(Clone)]
+pub(crate) struct ApiState {
+    /// The token it accepts (`Authorization: Bearer …`); another is a 401.
+    token: Arc<Mutex<String>>,
+    /// The node whose pods it serves (`fieldSelector=spec.nodeName=…`); another is a 400.
+    node: String,
+    /// 200: the pod list; anything else: that status with a Kubernetes `Status` body.
+    status: Arc<Mutex<u16>>,
+    /// The pods, as (namespace, name, labels).
+    pods: Arc<Mutex<Vec<ApiPod>>>,
+    /// Every request: its `Authorization` header and its query.
+    requests: Arc<Mutex<Vec<ApiRequest>>>,
+}
+
+impl ApiState {
+    pub(crate) fn new(token: &str, node: &str) -> ApiState {
+        ApiState {
+            token: Arc::new(Mutex::new(token.into())),
+            node: node.into(),
+            status: Arc::new(Mutex::new(200)),
+            pods: Arc::default(),
+            requests: Arc::default(),
+        }
+    }
+
+    pub(crate) fn requests(&self) -> Vec<ApiRequest> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+fn status_body(code: u16, reason: &str, message: &str) -> String {
+    serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code,
+    })
+    .to_string()
+}
+
+async fn list_pods(
+    axum::extract::State(s): axum::extract::State<ApiState>,
+    axum::extract::Query(query): axum::extract::Query<HashMap<String, String>>,
+    headers: axum::http::HeaderMap,
+) -> (axum::http::StatusCode, String) {
+    use axum::http::StatusCode;
+    let auth = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    s.requests
+        .lock()
+        .unwrap()
+        .push((auth.clone(), query.clone()));
+    if auth != format!("Bearer {}", s.token.lock().unwrap()) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            status_body(401, "Unauthorized", "Unauthorized"),
+        );
+    }
+    if query.get("fieldSelector") != Some(&format!("spec.nodeName={}", s.node)) {
+        return (
+            StatusCode::BAD_REQUEST,
+            status_body(400, "BadRequest", "this node's pods only"),
+        );
+    }
+    let status = *s.status.lock().unwrap();
+    if status != 200 {
+        return (
+            StatusCode::from_u16(status).unwrap(),
+            status_body(
+                status,
+                "Forbidden",
+                "pods is forbidden: User \"system:serviceaccount:monitoring:truthscale-node\" cannot list resource \"pods\" in API group \"\" at the cluster scope",
+            ),
+        );
+    }
+    let items: Vec<serde_json::Value> = s
+        .pods
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(ns, name, labels)| {
+            let labels: serde_json::Map<String, serde_json::Value> = labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone().into()))
+                .collect();
+            serde_json::json!({"metadata": {
+                "name": name, "namespace": ns, "uid": format!("uid-{ns}-{name}"), "labels": labels,
+            }})
+        })
+        .collect();
+    (
+        StatusCode::OK,
+        serde_json::json!({
+            "kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": items,
+        })
+        .to_string(),
+    )
+}
+
+/// TLS handshakes in `accept`, for `axum::serve`; a failed handshake is skipped.
+struct Https {
+    tcp: tokio::net::TcpListener,
+    tls: tokio_rustls::TlsAcceptor,
+}
+
+impl axum::serve::Listener for Https {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            if let Ok((tcp, addr)) = self.tcp.accept().await
+                && let Ok(tls) = self.tls.accept(tcp).await
+            {
+                return (tls, addr);
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.tcp.local_addr()
+    }
+}
+
+/// A fake API server on 127.0.0.1 serving `GET /api/v1/pods` over HTTPS, with a CA of its
+/// own (written to `ca.crt` in `dir`), until dropped.
+pub(crate) struct ApiServer {
+    pub(crate) url: String,
+    pub(crate) ca: std::path::PathBuf,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl ApiServer {
+    pub(crate) fn start(dir: &std::path::Path, state: ApiState) -> ApiServer {
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, "kubernetes");
+        ca.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
+        let issuer =
+            rcgen::CertifiedIssuer::self_signed(ca, rcgen::KeyPair::generate().unwrap()).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        let ca_path = dir.join("ca.crt");
+        std::fs::write(&ca_path, issuer.pem()).unwrap();
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let tcp = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let url = format!("https://{}", tcp.local_addr().unwrap());
+        let app = axum::Router::new()
+            .route("/api/v1/pods", axum::routing::get(list_pods))
+            .with_state(state);
+        let https = Https {
+            tcp,
+            tls: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+        };
+        rt.spawn(async move {
+            let _ = axum::serve(https, app).await;
+        });
+        ApiServer {
+            url,
+            ca: ca_path,
+            _rt: rt,
+        }
+    }
+}
+
+const NODE: &str = "gpu-node-3";
+const APP: &str = "label_app_kubernetes_io_name";
+
+fn labelled(ns: &str, name: &str, labels: &[(&str, &str)]) -> ApiPod {
+    (
+        ns.into(),
+        name.into(),
+        labels
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect(),
+    )
+}
+
+/// The kubelet's answer of the pod-label tests: GPU 0 held by `train-0` alone, GPU 1
+/// time-sliced between `chat-a` and `chat-b`, GPU 2 idle.
+fn node_with_pods(dir: &std::path::Path) -> Kubelet {
+    let state = State::default();
+    *state.answer.lock().unwrap() = ListPodResourcesResponse {
+        pod_resources: vec![
+            pod("train-0", "ml", "cuda", "nvidia.com/gpu", &["0"]),
+            pod("chat-a", "web", "vllm", "nvidia.com/gpu", &["1::0"]),
+            pod("chat-b", "web", "vllm", "nvidia.com/gpu", &["1::1"]),
+        ],
+    };
+    Kubelet::start(&dir.join("kubelet.sock"), state)
+}
+
+/// The API server's pods: `chat-b` has no `app.kubernetes.io/name`; `train-0`'s is also
+/// on a pod of the same name in another namespace, which must not be taken for it.
+pub(crate) fn api_pods(state: &ApiState) {
+    *state.pods.lock().unwrap() = vec![
+        labelled(
+            "ml",
+            "train-0",
+            &[("app.kubernetes.io/name", "trainer"), ("team", "research")],
+        ),
+        labelled("web", "chat-a", &[("app.kubernetes.io/name", "chat")]),
+        labelled("web", "chat-b", &[("team", "web")]),
+        labelled(
+            "other",
+            "train-0",
+            &[("app.kubernetes.io/name", "impostor")],
+        ),
+        labelled(
+            "kube-system",
+            "no-gpu",
+            &[("app.kubernetes.io/name", "dns")],
+        ),
+    ];
+}
+
+/// `serve --mode node` with `pod_labels = ["app.kubernetes.io/name"]`, reading `api`.
+fn start_with_pod_labels(
+    dir: &std::path::Path,
+    api: &ApiServer,
+    token: &std::path::Path,
+    extra: &[(&str, &str)],
+) -> Sidecar {
+    let socket = dir.join("kubelet.sock").display().to_string();
+    let mut env = vec![
+        ("TRUTHSCALE_NODE__SOCKET", socket.as_str()),
+        ("TRUTHSCALE_NODE__POD_LABELS", "app.kubernetes.io/name"),
+        ("TRUTHSCALE_NODE__POD_LABELS_REFRESH", "1s"),
+        ("TRUTHSCALE_NODE__API_SERVER", api.url.as_str()),
+        ("TRUTHSCALE_NODE__TOKEN_FILE", token.to_str().unwrap()),
+        ("TRUTHSCALE_NODE__CA_FILE", api.ca.to_str().unwrap()),
+        ("NODE_NAME", NODE),
+    ];
+    env.extend_from_slice(extra);
+    Sidecar::start(
+        &[
+            "--mode",
+            "node",
+            "--source",
+            "sim",
+            "--sim-gpus",
+            "3",
+            "--interval",
+            "200ms",
+        ],
+        &env,
+        dir,
+    )
+}
+
+fn allocation<'a>(m: &'a [Sample], pod: &str) -> Vec<&'a Sample> {
+    m.iter()
+        .filter(|s| s.name == "truthscale_gpu_allocation_info" && s.label("pod") == Some(pod))
+        .collect()
+}
+
+/// The allocation series of `pod` (on its GPU's series when it holds it alone).
+fn app_label_of(m: &[Sample], pod: &str) -> Vec<Option<String>> {
+    allocation(m, pod)
+        .iter()
+        .map(|s| s.label(APP).map(str::to_string))
+        .collect()
+}
+
+/// Pod labels end to end: the allowlisted label on the allocation series of the pods that
+/// have it (exclusive and shared GPUs alike, matched by namespace and name), on no other
+/// series; a pod without it has no such label; only the allowlisted key; the request sends
+/// the token and asks for this node's pods; a rotated token is read at the next refresh.
+#[test]
+fn pod_labels_from_the_api_server_on_allocation_info() {
+    let dir = TempDir::new("node-pod-labels");
+    let _kubelet = node_with_pods(dir.path());
+    let api_state = ApiState::new("token-1", NODE);
+    api_pods(&api_state);
+    let api = ApiServer::start(dir.path(), api_state.clone());
+    let token = dir.path().join("token");
+    std::fs::write(&token, "token-1\n").unwrap();
+    let sidecar = start_with_pod_labels(dir.path(), &api, &token, &[]);
+    let m = sidecar.wait_for(WAIT, "pod labels", |m| {
+        app_label_of(m, "chat-a") == [Some("chat".to_string())]
+            && !allocation(m, "chat-b").is_empty()
+    });
+    // GPU 0 is train-0's alone: its allocation series carries the pod (as every series of
+    // the GPU does) and the label of the pod in namespace ml, not of the one in "other".
+    let train: Vec<&Sample> = m
+        .iter()
+        .filter(|s| s.name == "truthscale_gpu_allocation_info" && s.label("gpu") == Some("0"))
+        .collect();
+    assert_eq!(train.len(), 1, "{train:?}");
+    assert_eq!(train[0].label("pod"), Some("train-0"));
+    assert_eq!(train[0].label(APP), Some("trainer"));
+    // A pod without the label has none (not an empty one); a key not allowlisted is never
+    // exported.
+    assert_eq!(app_label_of(&m, "chat-b"), [None]);
+    assert!(
+        allocation(&m, "chat-b")[0]
+            .labels
+            .iter()
+            .all(|(k, _)| !k.starts_with("label_"))
+    );
+    assert!(!m.iter().any(|s| s.label("label_team").is_some()));
+    // Only the allocation series carries pod labels.
+    assert!(
+        m.iter()
+            .filter(|s| s.name != "truthscale_gpu_allocation_info")
+            .all(|s| s.labels.iter().all(|(k, _)| !k.starts_with("label_"))),
+        "{m:?}"
+    );
+    assert_eq!(
+        value(&m, "truthscale_source_up", &[("source", "apiserver")]),
+        Some(1.0)
+    );
+    // What was asked: the token, this node's pods.
+    let requests = api_state.requests();
+    assert!(!requests.is_empty());
+    for (auth, query) in &requests {
+        assert_eq!(auth, "Bearer token-1");
+        assert_eq!(
+            query.get("fieldSelector").map(String::as_str),
+            Some("spec.nodeName=gpu-node-3")
+        );
+    }
+
+    // The token rotates (a projected token): the next refresh reads the new one.
+    *api_state.token.lock().unwrap() = "token-2".into();
+    std::fs::write(&token, "token-2\n").unwrap();
+    let t = std::time::Instant::now();
+    while !api_state
+        .requests()
+        .iter()
+        .any(|(auth, _)| auth == "Bearer token-2")
+    {
+        assert!(t.elapsed() < WAIT, "the rotated token was never sent");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A label that changes on the pod changes on the series.
+    api_state.pods.lock().unwrap()[1].2[0].1 = "chat-v2".into();
+    let m = sidecar.wait_for(WAIT, "the changed label", |m| {
+        app_label_of(m, "chat-a") == [Some("chat-v2".to_string())]
+    });
+    assert_eq!(allocation(&m, "chat-a").len(), 1);
+    assert!(!sidecar.process.stderr().contains("panicked"));
+}
+
+/// The API server refuses the list (403, no RBAC): counted as `no_permission`, logged with
+/// what to apply, `truthscale_source_up{source="apiserver"} 0`, and allocation info flows on
+/// without the extra label. Granted, the labels come.
+#[test]
+fn a_forbidden_pod_list_is_counted_and_attribution_goes_on() {
+    let dir = TempDir::new("node-pod-labels-403");
+    let _kubelet = node_with_pods(dir.path());
+    let api_state = ApiState::new("token-1", NODE);
+    api_pods(&api_state);
+    *api_state.status.lock().unwrap() = 403;
+    let api = ApiServer::start(dir.path(), api_state.clone());
+    let token = dir.path().join("token");
+    std::fs::write(&token, "token-1").unwrap();
+    let sidecar = start_with_pod_labels(dir.path(), &api, &token, &[]);
+    let m = sidecar.wait_for(WAIT, "the refusal counted", |m| {
+        value(
+            m,
+            "truthscale_source_errors_total",
+            &[("source", "apiserver"), ("kind", "no_permission")],
+        )
+        .unwrap_or(0.0)
+            >= 2.0
+            && !allocation(m, "chat-a").is_empty()
+    });
+    assert_eq!(
+        value(&m, "truthscale_source_up", &[("source", "apiserver")]),
+        Some(0.0)
+    );
+    // The kubelet's attribution is untouched.
+    assert_eq!(
+        value(&m, "truthscale_source_up", &[("source", "kubelet")]),
+        Some(1.0)
+    );
+    assert_eq!(value(&m, "truthscale_gpu_pods", &[("gpu", "1")]), Some(2.0));
+    for pod in ["train-0", "chat-a", "chat-b"] {
+        assert_eq!(app_label_of(&m, pod), [None], "{pod}");
+    }
+    let stderr = sidecar.process.stderr();
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("answered HTTP 403"))
+        .unwrap_or_else(|| panic!("no log line names the 403:\n{stderr}"));
+    eprintln!("node: {line}");
+    assert!(
+        line.contains("may not list pods")
+            && line.contains("kubectl apply --server-side -k docker/kubernetes/node/pod-labels"),
+        "{line}"
+    );
+    // Logged once per 30 s, not at every refresh.
+    assert_eq!(stderr.matches("answered HTTP 403").count(), 1, "{stderr}");
+
+    // The role is granted: the labels come at the next refresh.
+    *api_state.status.lock().unwrap() = 200;
+    let m = sidecar.wait_for(WAIT, "the labels after the grant", |m| {
+        app_label_of(m, "chat-a") == [Some("chat".to_string())]
+    });
+    assert_eq!(
+        value(&m, "truthscale_source_up", &[("source", "apiserver")]),
+        Some(1.0)
+    );
+}
+
+/// A token file that cannot be read: at start, the start is refused naming the key and the
+/// file; after start (the token gone), each refresh is an `io` error, logged with the file,
+/// and once the last answer is three refresh periods old the labels go (never stale ones
+/// kept for ever) while allocation info stays. Pod labels without a node name are refused
+/// at start too.
+#[test]
+fn an_unreadable_token_is_refused_at_start_and_counted_after() {
+    let dir = TempDir::new("node-pod-labels-token");
+    let _kubelet = node_with_pods(dir.path());
+    let api_state = ApiState::new("token-1", NODE);
+    api_pods(&api_state);
+    let api = ApiServer::start(dir.path(), api_state.clone());
+    let token = dir.path().join("token");
+    let socket = dir.path().join("kubelet.sock").display().to_string();
+    let refused = |env: &[(&str, &str)]| {
+        let out = clean_command()
+            .args([
+                "serve",
+                "--mode",
+                "node",
+                "--source",
+                "sim",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .env("TRUTHSCALE_NODE__SOCKET", &socket)
+            .env("TRUTHSCALE_NODE__POD_LABELS", "app.kubernetes.io/name")
+            .env("TRUTHSCALE_NODE__API_SERVER", &api.url)
+            .env("TRUTHSCALE_NODE__CA_FILE", &api.ca)
+            .env("TRUTHSCALE_NODE__TOKEN_FILE", &token)
+            .envs(env.iter().copied())
+            .output()
+            .expect("run truthscale");
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let stderr = refused(&[("NODE_NAME", NODE)]);
+    assert!(
+        stderr.contains("node.token_file")
+            && stderr.contains(&token.display().to_string())
+            && stderr.contains("cannot read the token"),
+        "{stderr}"
+    );
+    let stderr = refused(&[]);
+    assert!(
+        stderr.contains("node.pod_labels") && stderr.contains("NODE_NAME"),
+        "{stderr}"
+    );
+    assert!(
+        api_state.requests().is_empty(),
+        "no request without a start"
+    );
+
+    std::fs::write(&token, "token-1").unwrap();
+    let sidecar = start_with_pod_labels(dir.path(), &api, &token, &[]);
+    sidecar.wait_for(WAIT, "pod labels", |m| {
+        app_label_of(m, "chat-a") == [Some("chat".to_string())]
+    });
+    std::fs::remove_file(&token).unwrap();
+    let m = sidecar.wait_for(WAIT, "the labels gone with the token", |m| {
+        value(
+            m,
+            "truthscale_source_errors_total",
+            &[("source", "apiserver"), ("kind", "io")],
+        )
+        .unwrap_or(0.0)
+            >= 1.0
+            && value(m, "truthscale_source_up", &[("source", "apiserver")]) == Some(0.0)
+    });
+    assert_eq!(app_label_of(&m, "chat-a"), [None]);
+    assert_eq!(app_label_of(&m, "chat-b"), [None]);
+    let stderr = sidecar.process.stderr();
+    assert!(
+        stderr.lines().any(
+            |l| l.contains("cannot read the token") && l.contains(&token.display().to_string())
+        ),
+        "{stderr}"
     );
 }

@@ -5,18 +5,23 @@
 //!   mounted read-only where the agent looks for the socket; hostPID, the per-process
 //!   variable and the added capabilities are in the per-process overlay only; the PodMonitor
 //!   selects the DaemonSet's pods and port, honours their labels and drops the agent pod's
-//!   target labels; no RBAC object exists.
+//!   target labels; no RBAC object exists outside the pod-labels overlay, whose ClusterRole
+//!   is exactly `list` on pods, bound to the agent's ServiceAccount, with a token
+//!   mounted in the DaemonSet's pods only.
 //! - What they run, on the host: the DaemonSet's `args` and environment against the fake NVML
 //!   library (three GPUs) and a fake kubelet (a tonic server on a unix socket) serve every GPU
 //!   with its attribution and answer the probe paths. The per-process overlay's, scraped by a
 //!   real Prometheus the way the PodMonitor says, answers every query of the node dashboard
-//!   with data, and a GPU without a pod keeps no pod label in Prometheus.
+//!   with data, and a GPU without a pod keeps no pod label in Prometheus. The pod-labels
+//!   overlay's, against a fake API server too, puts its allowlisted labels on allocation info.
 //!
 //! Stand-ins, each for what the cluster provides: `TRUTHSCALE_NODE__SOCKET` for the hostPath
 //! mount (the test asserts the mount puts the socket at the default path), `--nvml-library`
 //! and `FAKE_NVML_SCENARIO` for the driver the NVIDIA runtime mounts,
-//! `TRUTHSCALE_NODE__PROC_ROOT` (a fake `/proc`) for hostPID, and static target labels for
-//! the Prometheus Operator's discovery. `docker/check.sh` renders the layouts with kustomize
+//! `TRUTHSCALE_NODE__PROC_ROOT` (a fake `/proc`) for hostPID, `TRUTHSCALE_NODE__API_SERVER`,
+//! `TRUTHSCALE_NODE__TOKEN_FILE` and `TRUTHSCALE_NODE__CA_FILE` for the API server and the
+//! mounted ServiceAccount token, and static target labels for the Prometheus Operator's
+//! discovery. `docker/check.sh` renders the layouts with kustomize
 //! and validates them; this module needs no kustomize.
 
 use serde_json::Value as Json;
@@ -39,6 +44,12 @@ const PODMONITOR: &str = "docker/kubernetes/node/base/podmonitor.yaml";
 const BASE: &str = "docker/kubernetes/node/base/kustomization.yaml";
 const PER_PROCESS: &str = "docker/kubernetes/node/per-process/kustomization.yaml";
 const PER_PROCESS_PATCH: &str = "docker/kubernetes/node/per-process/per-process-patch.yaml";
+const POD_LABELS: &str = "docker/kubernetes/node/pod-labels/kustomization.yaml";
+const POD_LABELS_PATCH: &str = "docker/kubernetes/node/pod-labels/pod-labels-patch.yaml";
+const CLUSTER_ROLE: &str = "docker/kubernetes/node/pod-labels/clusterrole.yaml";
+const CLUSTER_ROLE_BINDING: &str = "docker/kubernetes/node/pod-labels/clusterrolebinding.yaml";
+const POD_LABELS_VAR: &str = "TRUTHSCALE_NODE__POD_LABELS";
+const RBAC_KINDS: [&str; 4] = ["Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"];
 const SIDECAR: &str = "docker/kubernetes/sidecar-deployment.yaml";
 const SIDECAR_PODMONITOR: &str = "docker/kubernetes/podmonitor.yaml";
 const DASHBOARD: &str = "dashboards/truthscale-node.json";
@@ -50,7 +61,7 @@ const WAIT: Duration = Duration::from_secs(30);
 use crate::manifests::{
     container, container_env, downward_api, read, seq_of, str_of, strings, yaml,
 };
-use crate::node::{Kubelet, State};
+use crate::node::{ApiServer, ApiState, Kubelet, State, api_pods};
 
 /// The agent container of the DaemonSet.
 fn agent(ds: &Value) -> &Value {
@@ -333,7 +344,8 @@ fn node_layouts_are_complete_and_documented() {
         .collect();
     files.sort();
     assert_eq!(listed, files, "{BASE} must list every file beside it");
-    // No RBAC: the kubelet's socket is enough.
+    // No RBAC in the base: the kubelet's socket is enough for attribution (only the
+    // pod-labels overlay adds any).
     for f in &files {
         let kind = yaml(&format!("{NODE_DIR}/base/{f}"))["kind"].clone();
         assert!(
@@ -359,6 +371,10 @@ fn node_layouts_are_complete_and_documented() {
         BASE,
         PER_PROCESS,
         PER_PROCESS_PATCH,
+        POD_LABELS,
+        POD_LABELS_PATCH,
+        CLUSTER_ROLE,
+        CLUSTER_ROLE_BINDING,
         DASHBOARD,
     ] {
         let short = rel.trim_start_matches("docker/kubernetes/node/");
@@ -367,6 +383,127 @@ fn node_layouts_are_complete_and_documented() {
             "{DOC} does not mention {rel}"
         );
     }
+}
+
+/// Every manifest under `docker/` with an RBAC kind.
+fn rbac_manifests() -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![workspace().join("docker")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("list docker/") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+                let text = std::fs::read_to_string(&path).expect("read manifest");
+                if text.lines().any(|l| {
+                    l.strip_prefix("kind: ")
+                        .is_some_and(|k| RBAC_KINDS.contains(&k.trim()))
+                }) {
+                    let rel = path.strip_prefix(workspace()).unwrap_or(&path);
+                    found.push(rel.display().to_string());
+                }
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The environment of the pod-labels overlay: the base's, with the patch's entries.
+fn pod_labels_env() -> BTreeMap<String, String> {
+    let ds = yaml(DAEMONSET);
+    let patch = yaml(POD_LABELS_PATCH);
+    let mut env = container_env(agent(&ds), DAEMONSET);
+    env.extend(container_env(
+        container(&patch, "truthscale", POD_LABELS_PATCH),
+        POD_LABELS_PATCH,
+    ));
+    env
+}
+
+/// The pod-labels overlay: the base plus exactly a ClusterRole of `list` on pods,
+/// its binding to the agent's ServiceAccount, and a patch that mounts the token in the
+/// DaemonSet's pods and sets a valid allowlist. No other manifest has RBAC.
+#[test]
+fn pod_labels_overlay_grants_only_get_and_list_on_pods() {
+    let overlay = yaml(POD_LABELS);
+    assert_eq!(
+        strings(&overlay["resources"], "resources"),
+        ["../base", "clusterrole.yaml", "clusterrolebinding.yaml"]
+    );
+    let patches: Vec<&str> = seq_of(&overlay["patches"], "patches")
+        .iter()
+        .map(|p| str_of(&p["path"], "patch path"))
+        .collect();
+    assert_eq!(patches, ["pod-labels-patch.yaml"]);
+    let mut files: Vec<String> = std::fs::read_dir(workspace().join(NODE_DIR).join("pod-labels"))
+        .expect("list the overlay")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            "clusterrole.yaml",
+            "clusterrolebinding.yaml",
+            "kustomization.yaml",
+            "pod-labels-patch.yaml"
+        ]
+    );
+
+    let role = yaml(CLUSTER_ROLE);
+    assert_eq!(
+        role["apiVersion"].as_str(),
+        Some("rbac.authorization.k8s.io/v1")
+    );
+    assert_eq!(role["kind"].as_str(), Some("ClusterRole"));
+    let rules = seq_of(&role["rules"], "rules");
+    assert_eq!(rules.len(), 1, "{CLUSTER_ROLE}: one rule: {rules:?}");
+    let rule = rules[0].as_mapping().expect("a rule mapping");
+    let mut keys: Vec<&str> = rule.keys().map(|k| str_of(k, "rule key")).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["apiGroups", "resources", "verbs"], "{CLUSTER_ROLE}");
+    assert_eq!(strings(&rules[0]["apiGroups"], "apiGroups"), [""]);
+    assert_eq!(strings(&rules[0]["resources"], "resources"), ["pods"]);
+    let mut verbs = strings(&rules[0]["verbs"], "verbs");
+    verbs.sort();
+    assert_eq!(verbs, ["list"], "{CLUSTER_ROLE}: only list");
+
+    let binding = yaml(CLUSTER_ROLE_BINDING);
+    assert_eq!(binding["kind"].as_str(), Some("ClusterRoleBinding"));
+    assert_eq!(binding["roleRef"]["kind"].as_str(), Some("ClusterRole"));
+    assert_eq!(
+        binding["roleRef"]["apiGroup"].as_str(),
+        Some("rbac.authorization.k8s.io")
+    );
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    let subjects = seq_of(&binding["subjects"], "subjects");
+    assert_eq!(subjects.len(), 1, "{CLUSTER_ROLE_BINDING}: {subjects:?}");
+    let sa = yaml(SERVICE_ACCOUNT);
+    assert_eq!(subjects[0]["kind"].as_str(), Some("ServiceAccount"));
+    assert_eq!(subjects[0]["name"], sa["metadata"]["name"]);
+
+    // The token in the DaemonSet's pods only: the ServiceAccount keeps it off for others.
+    let ds = yaml(DAEMONSET);
+    let patch = yaml(POD_LABELS_PATCH);
+    assert_eq!(patch["kind"], ds["kind"]);
+    assert_eq!(patch["metadata"]["name"], ds["metadata"]["name"]);
+    assert_eq!(
+        patch["spec"]["template"]["spec"]["automountServiceAccountToken"].as_bool(),
+        Some(true)
+    );
+    assert_eq!(sa["automountServiceAccountToken"].as_bool(), Some(false));
+    assert!(!container_env(agent(&ds), DAEMONSET).contains_key(POD_LABELS_VAR));
+    let env = pod_labels_env();
+    let list: Vec<String> = env[POD_LABELS_VAR].split(',').map(str::to_owned).collect();
+    let keys = truthscale_exporter::sources::apiserver::label_keys(&list)
+        .unwrap_or_else(|e| panic!("{POD_LABELS_PATCH}: {e:?}"));
+    assert!(!keys.is_empty());
+    // The node name that selects the node's pods comes from the base.
+    assert_eq!(env["NODE_NAME"], downward_api("spec.nodeName"));
+
+    assert_eq!(rbac_manifests(), [CLUSTER_ROLE, CLUSTER_ROLE_BINDING]);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -637,6 +774,59 @@ fn the_daemonset_serves_every_gpu_as_the_manifest_says() {
             "{name} without the per-process overlay"
         );
     }
+    assert!(!running.process.stderr().contains("panicked"));
+}
+
+/// The pod-labels overlay's arguments and environment on a fake node, with a fake API server
+/// standing in for the cluster's: the allowlisted labels of each pod on its allocation
+/// series, none for a label a pod lacks.
+#[test]
+fn the_pod_labels_overlay_labels_allocation_info() {
+    let c_args = serve_args(agent(&yaml(DAEMONSET)));
+    let mut env = pod_labels_env();
+    let dir = TempDir::new("node-manifest-pod-labels");
+    let node = FakeNode::start(dir.path());
+    let api_state = ApiState::new("sa-token", downward_api("spec.nodeName"));
+    api_pods(&api_state);
+    let api = ApiServer::start(dir.path(), api_state.clone());
+    let token = dir.path().join("token");
+    std::fs::write(&token, "sa-token").expect("token");
+    for (k, v) in [
+        ("TRUTHSCALE_NODE__API_SERVER", api.url.clone()),
+        ("TRUTHSCALE_NODE__TOKEN_FILE", token.display().to_string()),
+        ("TRUTHSCALE_NODE__CA_FILE", api.ca.display().to_string()),
+    ] {
+        env.insert(k.into(), v);
+    }
+    let running = node.agent(&c_args, &env, false, dir.path());
+    let m = running.wait_for(WAIT, "pod labels on allocation info", |m| {
+        value(m, "truthscale_source_up", &[("source", "apiserver")]) == Some(1.0)
+            && named(m, "truthscale_gpu_allocation_info").len() == 3
+    });
+    let labels = |pod: &str| -> Vec<(String, String)> {
+        let s = named(&m, "truthscale_gpu_allocation_info")
+            .into_iter()
+            .find(|s| s.label("pod") == Some(pod))
+            .unwrap_or_else(|| panic!("no allocation of {pod}"));
+        s.labels
+            .iter()
+            .filter(|(k, _)| k.starts_with("label_"))
+            .cloned()
+            .collect()
+    };
+    let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+    assert_eq!(
+        labels("train-0"),
+        [
+            pair("label_app_kubernetes_io_name", "trainer"),
+            pair("label_team", "research")
+        ]
+    );
+    assert_eq!(
+        labels("chat-a"),
+        [pair("label_app_kubernetes_io_name", "chat")]
+    );
+    assert_eq!(labels("chat-b"), [pair("label_team", "web")]);
     assert!(!running.process.stderr().contains("panicked"));
 }
 

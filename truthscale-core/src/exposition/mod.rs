@@ -548,6 +548,54 @@ mod tests {
         }
     }
 
+    /// Node mode's allowlisted pod labels: on the allocation series only, after its own
+    /// labels, escaped; a holder whose pod lacks a label has none (not an empty one).
+    #[test]
+    fn pod_labels_on_allocation_info_only_escaped_and_absent_when_missing() {
+        use crate::model::Holder;
+        let mut e = entry("p");
+        e.window.id.pod = None;
+        let holder = |pod: &str, labels: Vec<(&'static str, String)>| Holder {
+            pod: PodRef {
+                pod: pod.into(),
+                namespace: Some("web".into()),
+                container: Some("vllm".into()),
+            },
+            resource: "nvidia.com/gpu".into(),
+            replica: Some("0".into()),
+            labels,
+        };
+        e.window.allocation = Some(vec![
+            holder(
+                "chat-a",
+                vec![
+                    ("label_app_kubernetes_io_name", "chat".into()),
+                    ("label_team", "a\"b\\c\nd".into()),
+                ],
+            ),
+            holder("chat-b", vec![("label_team", String::new())]),
+        ]);
+        let body = encode(
+            &[e],
+            &Identity::default(),
+            &ExporterStatus::default(),
+            Format::Text,
+        );
+        let allocation: Vec<&str> = body
+            .lines()
+            .filter(|l| l.starts_with("truthscale_gpu_allocation_info{"))
+            .collect();
+        assert_eq!(
+            allocation,
+            [
+                r#"truthscale_gpu_allocation_info{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="chat-a",namespace="web",container="vllm",resource="nvidia.com/gpu",replica="0",label_app_kubernetes_io_name="chat",label_team="a\"b\\c\nd"} 1"#,
+                r#"truthscale_gpu_allocation_info{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="chat-b",namespace="web",container="vllm",resource="nvidia.com/gpu",replica="0"} 1"#,
+            ]
+        );
+        // No other family carries them.
+        assert_eq!(body.matches("label_team=").count(), 1, "{body}");
+    }
+
     #[test]
     fn attribution_comes_from_one_identity() {
         let id = Identity {

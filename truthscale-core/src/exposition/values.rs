@@ -268,6 +268,13 @@ pub(super) fn gpu_values<'a>(
                 if let Some(r) = &h.replica {
                     labels.push(("replica", r.as_str()));
                 }
+                // The holder's pod's allowlisted labels (node.pod_labels), only those it has.
+                labels.extend(
+                    h.labels
+                        .iter()
+                        .filter(|(_, v)| !v.is_empty())
+                        .map(|(k, v)| (*k, v.as_str())),
+                );
                 push(labels, 1.0);
             }
         }

@@ -1,0 +1,744 @@
+//! Node mode's pod labels: the allowlisted labels (`node.pod_labels`) of this node's pods,
+//! from the Kubernetes API server, copied onto `truthscale_gpu_allocation_info` as
+//! `label_<key>` (the kubelet's PodResources API carries no labels).
+//!
+//! - **Request.** `GET /api/v1/pods?fieldSelector=spec.nodeName=<node>` with the
+//!   ServiceAccount's bearer token (re-read at every refresh: projected tokens rotate), over
+//!   HTTPS checked against `node.ca_file`, asking for metadata only
+//!   (`PartialObjectMetadataList`) and from the API server's cache (`resourceVersion=0`).
+//!   It needs `list` on `pods` (`docker/kubernetes/node/pod-labels`).
+//! - **Thread.** The list is read on a thread of its own every `node.pod_labels_refresh`
+//!   (30 s by default), neither on the scrape path nor on the sampler's: a slow API server
+//!   never slips the GPU cadence. The sampler takes the last answer at each tick.
+//! - **Failures.** Counted as the `apiserver` source's errors (`no_permission` for 401 and
+//!   403, else as for any HTTP source), logged with what to do at most every 30 s. The last
+//!   answer is used for three refresh periods; after that allocation info flows without the
+//!   extra labels (`truthscale_source_up{source="apiserver"} 0`). A label is never made up:
+//!   a pod without an allowlisted label, or not in the last answer, has no such label.
+
+use super::{BuildError, Produced, SourceError};
+use crate::client::{FetchError, get_text_with};
+use serde::Deserialize;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The `source` label of the API server reader's health.
+pub const SOURCE: &str = "apiserver";
+
+/// The in-cluster ServiceAccount token.
+pub const DEFAULT_TOKEN_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+
+/// The in-cluster CA of the API server.
+pub const DEFAULT_CA_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+
+/// The overlay that grants the agent `list` on pods.
+pub const RBAC_OVERLAY: &str = "docker/kubernetes/node/pod-labels";
+
+/// Largest pod list read (metadata of one node's pods is far smaller).
+const MAX_BODY: u64 = 32 << 20;
+
+/// Repeated errors of one kind are logged at most this often.
+const LOG_EVERY: Duration = Duration::from_secs(30);
+
+/// One allowlisted pod label: its Kubernetes key and its Prometheus label name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodLabelKey {
+    /// The key, as on the pod (`app.kubernetes.io/name`).
+    pub key: String,
+    /// The label name (`label_app_kubernetes_io_name`).
+    pub name: &'static str,
+}
+
+/// Whether `key` is a Kubernetes label key: an optional DNS-subdomain prefix and `/`, then a
+/// name of 1 to 63 characters, alphanumeric at both ends, `-`, `_` and `.` between.
+///
+/// # Errors
+/// What is wrong with it.
+pub fn check_label_key(key: &str) -> Result<(), String> {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix {
+        if p.is_empty() || p.len() > 253 {
+            return Err(
+                "its prefix (before /) must be a DNS subdomain of 1 to 253 characters".into(),
+            );
+        }
+        for part in p.split('.') {
+            let ok = !part.is_empty()
+                && part.len() <= 63
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-');
+            if !ok {
+                return Err(format!(
+                    "its prefix {p:?} is not a DNS subdomain (lowercase letters, digits and -, in dot-separated parts)"
+                ));
+            }
+        }
+    }
+    let edge = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_alphanumeric());
+    if name.is_empty()
+        || name.len() > 63
+        || !edge(name.bytes().next())
+        || !edge(name.bytes().last())
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return Err(format!(
+            "its name {name:?} must be 1 to 63 characters, letters, digits, -, _ and ., beginning and ending with a letter or digit"
+        ));
+    }
+    Ok(())
+}
+
+/// The label names handed out so far: each allowlisted key's name is made once, for the
+/// process's life (the allowlist is configuration, so this stays as small as it is).
+fn intern(name: String) -> &'static str {
+    static NAMES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(n) = names.get(name.as_str()) {
+        return n;
+    }
+    let n: &'static str = Box::leak(name.into_boxed_str());
+    names.insert(n);
+    n
+}
+
+/// Check `node.pod_labels` (blank entries are ignored, so that an empty variable turns the
+/// feature off) and name each key's label.
+///
+/// # Errors
+/// A key that is not a Kubernetes label key, listed twice, or whose label name another key
+/// already has (`a.b` and `a_b` are both `label_a_b`).
+pub fn label_keys(keys: &[String]) -> Result<Vec<PodLabelKey>, crate::setting::Invalid> {
+    const KEY: &str = "node.pod_labels";
+    let mut out: Vec<PodLabelKey> = Vec::new();
+    for k in keys.iter().map(|k| k.trim()).filter(|k| !k.is_empty()) {
+        check_label_key(k)
+            .map_err(|e| (KEY, format!("{k:?} is not a Kubernetes label key: {e}")))?;
+        let name = truthscale_core::catalog::pod_label_name(k);
+        if let Some(other) = out.iter().find(|o| o.name == name) {
+            return Err((
+                KEY,
+                if other.key == k {
+                    format!("{k:?} is listed twice")
+                } else {
+                    format!(
+                        "{:?} and {k:?} would both be exported as {name}; keep one",
+                        other.key
+                    )
+                },
+            ));
+        }
+        out.push(PodLabelKey {
+            key: k.to_string(),
+            name: intern(name),
+        });
+    }
+    Ok(out)
+}
+
+/// The pod-label reader's settings, checked (`node.pod_labels` not empty).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodLabelSettings {
+    /// The allowlist.
+    pub keys: Vec<PodLabelKey>,
+    /// How often the list is read.
+    pub refresh: Duration,
+    /// The API server's base URL (`https://…`, no trailing `/`).
+    pub api_server: String,
+    /// This node's name (the field selector).
+    pub node: String,
+    /// The bearer token's file.
+    pub token_file: PathBuf,
+    /// The CA file.
+    pub ca_file: PathBuf,
+    /// Timeout of one request.
+    pub timeout: Duration,
+}
+
+/// The API server to use: `configured` when set (it must be `https://`), else the
+/// in-cluster address from `KUBERNETES_SERVICE_HOST` and `KUBERNETES_SERVICE_PORT`.
+///
+/// # Errors
+/// Not https, or nothing configured outside a cluster.
+pub fn api_server_url(
+    configured: &str,
+    getenv: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, crate::setting::Invalid> {
+    const KEY: &str = "node.api_server";
+    let configured = configured.trim();
+    if !configured.is_empty() {
+        let host = configured.strip_prefix("https://").ok_or_else(|| {
+            (
+                KEY,
+                format!("{configured:?} must be an https:// URL (the bearer token is sent to it)"),
+            )
+        })?;
+        if host.trim_matches('/').is_empty() {
+            return Err((KEY, format!("{configured:?} names no host")));
+        }
+        return Ok(configured.trim_end_matches('/').to_string());
+    }
+    match (
+        getenv("KUBERNETES_SERVICE_HOST"),
+        getenv("KUBERNETES_SERVICE_PORT"),
+    ) {
+        (Some(host), Some(port)) => Ok(if host.contains(':') {
+            format!("https://[{host}]:{port}")
+        } else {
+            format!("https://{host}:{port}")
+        }),
+        _ => Err((
+            KEY,
+            "not set, and KUBERNETES_SERVICE_HOST / KUBERNETES_SERVICE_PORT are not in the environment (not in a cluster?): set node.api_server (TRUTHSCALE_NODE__API_SERVER) to read pod labels, or empty node.pod_labels".into(),
+        )),
+    }
+}
+
+/// Percent-encode a query value.
+fn query_value(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl PodLabelSettings {
+    /// The list request: this node's pods (metadata only, from the API server's cache).
+    #[must_use]
+    pub fn list_url(&self) -> String {
+        format!(
+            "{}/api/v1/pods?fieldSelector={}&resourceVersion=0",
+            self.api_server,
+            query_value(&format!("spec.nodeName={}", self.node))
+        )
+    }
+}
+
+#[derive(Deserialize)]
+struct List {
+    #[serde(default)]
+    kind: String,
+    items: Vec<Item>,
+}
+
+#[derive(Deserialize)]
+struct Item {
+    metadata: Metadata,
+}
+
+#[derive(Deserialize)]
+struct Metadata {
+    name: String,
+    #[serde(default)]
+    namespace: String,
+    #[serde(default)]
+    labels: HashMap<String, String>,
+}
+
+/// The allowlisted labels of each pod of one list answer.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodLabels {
+    /// (namespace, name) → (label name, value), in allowlist order, only those it has.
+    by_pod: HashMap<(String, String), Vec<(&'static str, String)>>,
+}
+
+impl PodLabels {
+    /// Parse a `PodList` or `PartialObjectMetadataList` answer, keeping the labels of `keys`.
+    ///
+    /// # Errors
+    /// Not JSON, or not a list of pods.
+    pub fn from_json(body: &str, keys: &[PodLabelKey]) -> Result<PodLabels, String> {
+        let list: List = serde_json::from_str(body).map_err(|e| format!("not a pod list: {e}"))?;
+        if !list.kind.is_empty()
+            && !matches!(list.kind.as_str(), "PodList" | "PartialObjectMetadataList")
+        {
+            return Err(format!("a {} where a pod list was expected", list.kind));
+        }
+        let mut by_pod = HashMap::with_capacity(list.items.len());
+        for item in list.items {
+            let m = item.metadata;
+            let labels: Vec<(&'static str, String)> = keys
+                .iter()
+                .filter_map(|k| {
+                    m.labels
+                        .get(&k.key)
+                        .filter(|v| !v.is_empty())
+                        .map(|v| (k.name, v.clone()))
+                })
+                .collect();
+            by_pod.insert((m.namespace, m.name), labels);
+        }
+        Ok(PodLabels { by_pod })
+    }
+
+    /// How many pods the answer listed.
+    #[must_use]
+    pub fn pods(&self) -> usize {
+        self.by_pod.len()
+    }
+
+    /// The labels of pod `name` in `namespace` (empty when it has none, or was not listed).
+    #[must_use]
+    pub fn of(&self, namespace: Option<&str>, name: &str) -> &[(&'static str, String)] {
+        self.by_pod
+            .get(&(namespace.unwrap_or_default().to_string(), name.to_string()))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// Give every holder of every entity of `produced` its pod's labels.
+    pub fn apply(&self, produced: &mut Produced) {
+        for s in &mut produced.samples {
+            for e in &mut s.entities {
+                for h in e.allocation.iter_mut().flatten() {
+                    h.labels = self.of(h.pod.namespace.as_deref(), &h.pod.pod).to_vec();
+                }
+            }
+        }
+    }
+}
+
+/// A client of the API server's pod list.
+pub struct ApiServer {
+    settings: PodLabelSettings,
+    agent: ureq::Agent,
+    url: String,
+}
+
+impl std::fmt::Debug for ApiServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiServer")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ApiServer {
+    /// A client trusting `ca_file`, after checking that the token can be read.
+    ///
+    /// # Errors
+    /// The CA or the token file cannot be read, naming the key and the file.
+    pub fn new(settings: PodLabelSettings) -> Result<ApiServer, BuildError> {
+        let agent = crate::client::agent_trusting(settings.timeout, &settings.ca_file).map_err(
+            |e| BuildError::Invalid {
+                key: "node.ca_file",
+                message: format!(
+                    "{e}: the API server's CA is needed to read pod labels (node.pod_labels); in a pod it is {DEFAULT_CA_FILE}, mounted with the ServiceAccount token (automountServiceAccountToken: true, as {RBAC_OVERLAY} sets)"
+                ),
+            },
+        )?;
+        read_token(&settings).map_err(|message| BuildError::Invalid {
+            key: "node.token_file",
+            message,
+        })?;
+        let url = settings.list_url();
+        Ok(ApiServer {
+            settings,
+            agent,
+            url,
+        })
+    }
+
+    /// The pod list now.
+    ///
+    /// # Errors
+    /// The token cannot be read (`io`), the API server refuses it or the request (401, 403:
+    /// `no_permission`), cannot be reached, is slow, answers another error status, or not
+    /// with a pod list.
+    pub fn list(&self) -> Result<PodLabels, SourceError> {
+        let token = read_token(&self.settings).map_err(SourceError::Io)?;
+        let auth = format!("Bearer {token}");
+        let body = get_text_with(
+            &self.agent,
+            &self.url,
+            &[
+                ("Authorization", auth.as_str()),
+                (
+                    "Accept",
+                    "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json",
+                ),
+            ],
+            MAX_BODY,
+        )
+        .map_err(|e| self.error(e))?;
+        PodLabels::from_json(&body, &self.settings.keys)
+            .map_err(|e| SourceError::Parse(format!("{}: {e}", self.url)))
+    }
+
+    fn error(&self, e: FetchError) -> SourceError {
+        match e {
+            FetchError::Status { status: 401, .. } => SourceError::NoPermission(format!(
+                "{e} (Unauthorized): the API server did not accept the token in {}; is it this cluster's ServiceAccount token, mounted and current?",
+                self.settings.token_file.display()
+            )),
+            FetchError::Status { status: 403, .. } => SourceError::NoPermission(format!(
+                "{e} (Forbidden): the agent's ServiceAccount may not list pods; grant list on pods: kubectl apply --server-side -k {RBAC_OVERLAY} (or empty node.pod_labels)"
+            )),
+            FetchError::Status { .. } => SourceError::Http(e.to_string()),
+            FetchError::Unreachable { .. } => SourceError::Unreachable(format!(
+                "{e}; is node.api_server right and reachable, and node.ca_file its CA?"
+            )),
+            FetchError::Timeout { .. } => SourceError::Timeout(e.to_string()),
+            FetchError::TooLarge { .. } => SourceError::TooLarge(e.to_string()),
+            FetchError::NotText { .. } => SourceError::Parse(e.to_string()),
+            FetchError::Body { .. } => SourceError::Io(e.to_string()),
+        }
+    }
+}
+
+/// The bearer token, read now.
+fn read_token(settings: &PodLabelSettings) -> Result<String, String> {
+    let path = &settings.token_file;
+    let hint = format!(
+        "the ServiceAccount token is needed to read pod labels (node.pod_labels); mount it (automountServiceAccountToken: true, as {RBAC_OVERLAY} sets) or set node.token_file"
+    );
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{}: cannot read the token ({e}): {hint}", path.display()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(format!(
+            "{}: the token file is empty: {hint}",
+            path.display()
+        ));
+    }
+    Ok(token.to_string())
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    last: Option<(Arc<PodLabels>, Instant)>,
+    errors: BTreeMap<String, u64>,
+}
+
+/// The reader's thread and what it last read. Dropping it stops the thread (after the
+/// request in flight, which has a timeout).
+#[derive(Debug)]
+pub struct PodLabelReader {
+    shared: Arc<Mutex<Shared>>,
+    keep_for: Duration,
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl PodLabelReader {
+    /// Start reading now and then every refresh period.
+    #[must_use]
+    pub fn start(api: ApiServer) -> PodLabelReader {
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let keep_for = api.settings.refresh * 3;
+        let (stop, stopped) = mpsc::channel();
+        let s = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("truthscale-pod-labels".into())
+            .spawn(move || refresh_loop(&api, &s, &stopped))
+            .ok();
+        if thread.is_none() {
+            tracing::error!(
+                "Could not start the pod-label reader's thread; allocation info is exported without pod labels."
+            );
+        }
+        PodLabelReader {
+            shared,
+            keep_for,
+            stop: Some(stop),
+            thread,
+        }
+    }
+
+    /// The last answer while it is younger than three refresh periods (`None` otherwise,
+    /// which is also when the reader counts as down), and the errors so far by kind.
+    #[must_use]
+    pub fn current(&self) -> (Option<Arc<PodLabels>>, BTreeMap<String, u64>) {
+        let s = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        let labels = s
+            .last
+            .as_ref()
+            .filter(|(_, at)| at.elapsed() <= self.keep_for)
+            .map(|(l, _)| Arc::clone(l));
+        (labels, s.errors.clone())
+    }
+}
+
+impl Drop for PodLabelReader {
+    fn drop(&mut self) {
+        self.stop.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn refresh_loop(api: &ApiServer, shared: &Mutex<Shared>, stop: &mpsc::Receiver<()>) {
+    let mut logged: HashMap<&'static str, Instant> = HashMap::new();
+    let mut failing = false;
+    loop {
+        match api.list() {
+            Ok(labels) => {
+                if failing {
+                    tracing::info!(
+                        source = SOURCE,
+                        pods = labels.pods(),
+                        "Reading pod labels from the API server again."
+                    );
+                }
+                failing = false;
+                shared.lock().unwrap_or_else(PoisonError::into_inner).last =
+                    Some((Arc::new(labels), Instant::now()));
+            }
+            Err(e) => {
+                failing = true;
+                *shared
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .errors
+                    .entry(e.kind().to_string())
+                    .or_default() += 1;
+                let kind = e.kind();
+                if logged.get(kind).is_none_or(|t| t.elapsed() >= LOG_EVERY) {
+                    logged.insert(kind, Instant::now());
+                    tracing::warn!(
+                        source = SOURCE,
+                        kind,
+                        error = %e,
+                        "Cannot read pod labels from the API server; allocation info is exported without them (the last answer is kept for three refresh periods; counted in truthscale_source_errors_total{{source=\"apiserver\"}}; repeats logged every 30 s)."
+                    );
+                }
+            }
+        }
+        match stop.recv_timeout(api.settings.refresh) {
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use truthscale_core::model::{EntitySample, Holder, PodRef, Sample, Timestamp};
+
+    #[test]
+    fn label_keys_are_checked() {
+        for ok in [
+            "team",
+            "app.kubernetes.io/name",
+            "a",
+            "A-b_c.D9",
+            "example.com/x",
+            "a-1.b/c",
+        ] {
+            assert_eq!(check_label_key(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            "-team",
+            "team-",
+            "has space",
+            "a/b/c",
+            "/name",
+            "Example.com/x",
+            "ex_ample.com/x",
+            "prefix./x",
+            "x/",
+            "émoji",
+            &"n".repeat(64),
+        ] {
+            assert!(check_label_key(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(check_label_key(&"n".repeat(63)), Ok(()));
+        let keys = |k: &[&str]| label_keys(&k.iter().map(|s| (*s).to_string()).collect::<Vec<_>>());
+        let got = keys(&["app.kubernetes.io/name", " team ", ""]).unwrap();
+        assert_eq!(
+            got.iter()
+                .map(|k| (k.key.as_str(), k.name))
+                .collect::<Vec<_>>(),
+            [
+                ("app.kubernetes.io/name", "label_app_kubernetes_io_name"),
+                ("team", "label_team")
+            ]
+        );
+        // The same name is the same interned text.
+        assert!(std::ptr::eq(got[1].name, keys(&["team"]).unwrap()[0].name));
+        let err = keys(&["team", "bad key"]).unwrap_err();
+        assert_eq!(err.0, "node.pod_labels");
+        assert!(
+            err.1.contains("\"bad key\" is not a Kubernetes label key"),
+            "{}",
+            err.1
+        );
+        assert!(
+            keys(&["team", "team"])
+                .unwrap_err()
+                .1
+                .contains("listed twice")
+        );
+        let err = keys(&["a.b", "a_b"]).unwrap_err().1;
+        assert!(err.contains("label_a_b"), "{err}");
+        assert_eq!(keys(&[""]).unwrap(), []);
+    }
+
+    #[test]
+    fn api_server_url_in_and_outside_a_cluster() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| (*v).to_string())
+            }
+        };
+        let cluster = env(&[
+            ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
+            ("KUBERNETES_SERVICE_PORT", "443"),
+        ]);
+        assert_eq!(
+            api_server_url("", &cluster).unwrap(),
+            "https://10.96.0.1:443"
+        );
+        let v6 = env(&[
+            ("KUBERNETES_SERVICE_HOST", "fd00::1"),
+            ("KUBERNETES_SERVICE_PORT", "443"),
+        ]);
+        assert_eq!(api_server_url("", &v6).unwrap(), "https://[fd00::1]:443");
+        assert_eq!(
+            api_server_url("https://127.0.0.1:6443/", &cluster).unwrap(),
+            "https://127.0.0.1:6443"
+        );
+        let none = env(&[]);
+        let err = api_server_url("", &none).unwrap_err();
+        assert_eq!(err.0, "node.api_server");
+        assert!(err.1.contains("KUBERNETES_SERVICE_HOST"), "{}", err.1);
+        assert!(
+            api_server_url("http://127.0.0.1:6443", &none)
+                .unwrap_err()
+                .1
+                .contains("https://")
+        );
+        assert!(api_server_url("https://", &none).is_err());
+    }
+
+    fn settings() -> PodLabelSettings {
+        PodLabelSettings {
+            keys: label_keys(&["app.kubernetes.io/name".into(), "team".into()]).unwrap(),
+            refresh: Duration::from_secs(30),
+            api_server: "https://10.96.0.1:443".into(),
+            node: "gpu-node-3".into(),
+            token_file: DEFAULT_TOKEN_FILE.into(),
+            ca_file: DEFAULT_CA_FILE.into(),
+            timeout: Duration::from_secs(2),
+        }
+    }
+
+    #[test]
+    fn the_list_asks_for_this_node_only() {
+        assert_eq!(
+            settings().list_url(),
+            "https://10.96.0.1:443/api/v1/pods?fieldSelector=spec.nodeName%3Dgpu-node-3&resourceVersion=0"
+        );
+    }
+
+    #[test]
+    fn labels_of_each_pod_and_none_made_up() {
+        let body = r#"{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{},
+          "items":[
+            {"metadata":{"name":"chat-a","namespace":"web","uid":"u1",
+              "labels":{"app.kubernetes.io/name":"chat","team":"search","pod-template-hash":"x"}}},
+            {"metadata":{"name":"chat-b","namespace":"web","labels":{"team":""}}},
+            {"metadata":{"name":"train","namespace":"ml"}}
+          ]}"#;
+        let s = settings();
+        let l = PodLabels::from_json(body, &s.keys).unwrap();
+        assert_eq!(l.pods(), 3);
+        assert_eq!(
+            l.of(Some("web"), "chat-a"),
+            [
+                ("label_app_kubernetes_io_name", "chat".to_string()),
+                ("label_team", "search".to_string())
+            ]
+        );
+        // An empty value is no label; a pod without labels, or not listed, has none.
+        assert!(l.of(Some("web"), "chat-b").is_empty());
+        assert!(l.of(Some("ml"), "train").is_empty());
+        assert!(l.of(Some("ml"), "chat-a").is_empty());
+        let mut produced = Produced {
+            samples: vec![Sample {
+                taken: Timestamp(0),
+                entities: vec![EntitySample {
+                    allocation: Some(vec![Holder {
+                        pod: PodRef {
+                            pod: "chat-a".into(),
+                            namespace: Some("web".into()),
+                            container: Some("vllm".into()),
+                        },
+                        ..Holder::default()
+                    }]),
+                    ..EntitySample::default()
+                }],
+            }],
+            ..Produced::default()
+        };
+        l.apply(&mut produced);
+        assert_eq!(
+            produced.samples[0].entities[0].allocation.as_ref().unwrap()[0]
+                .labels
+                .len(),
+            2
+        );
+        // A full PodList parses the same way; anything else is refused.
+        assert!(PodLabels::from_json(r#"{"kind":"PodList","items":[]}"#, &s.keys).is_ok());
+        assert!(PodLabels::from_json(r#"{"kind":"Status","items":[]}"#, &s.keys).is_err());
+        assert!(PodLabels::from_json(r#"{"kind":"PodList"}"#, &s.keys).is_err());
+        assert!(PodLabels::from_json("<html>", &s.keys).is_err());
+    }
+
+    #[test]
+    fn a_missing_token_or_ca_is_refused_naming_the_key() {
+        let dir = std::env::temp_dir().join(format!("ts-apiserver-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut s = settings();
+        s.ca_file = dir.join("absent-ca.crt");
+        match ApiServer::new(s.clone()) {
+            Err(BuildError::Invalid { key, message }) => {
+                assert_eq!(key, "node.ca_file");
+                assert!(message.contains("absent-ca.crt"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let ca = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        s.ca_file = dir.join("ca.crt");
+        std::fs::write(&s.ca_file, ca.cert.pem()).unwrap();
+        s.token_file = dir.join("absent-token");
+        match ApiServer::new(s.clone()) {
+            Err(BuildError::Invalid { key, message }) => {
+                assert_eq!(key, "node.token_file");
+                assert!(
+                    message.contains("absent-token") && message.contains("cannot read the token"),
+                    "{message}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        std::fs::write(&s.token_file, "\n").unwrap();
+        assert!(
+            matches!(ApiServer::new(s.clone()), Err(BuildError::Invalid { message, .. }) if message.contains("empty"))
+        );
+        std::fs::write(&s.token_file, "abc\n").unwrap();
+        let api = ApiServer::new(s).unwrap();
+        assert_eq!(read_token(&api.settings).unwrap(), "abc");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
