@@ -7,7 +7,7 @@
 use crate::sinks::otlp::config::{OtlpConfig, OtlpSettings};
 use crate::sources;
 use crate::sources::engine::{EngineConfig, EngineSettings};
-use crate::sources::kubelet::{NodeConfig, NodeSettings};
+use crate::sources::kubelet::{NodeConfig, NodeSettings, SidecarConfig, SidecarSettings};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -46,6 +46,9 @@ pub struct Config {
     /// `sidecar` (the default: this pod's GPUs, labelled with this pod) or `node` (every GPU
     /// of the node, each attributed to its pods through the kubelet; see `[node]`).
     pub mode: Mode,
+    /// Sidecar mode: whether to ask the kubelet which GPUs are this pod's (`pod_resources`),
+    /// and its PodResources socket and GPU resource names.
+    pub sidecar: SidecarConfig,
     /// Node mode: the kubelet's PodResources socket and the GPU resource names.
     pub node: NodeConfig,
     /// The most GPU series one `/metrics` holds: beyond it, whole entities are left out (the
@@ -78,6 +81,7 @@ impl Default for Config {
             verdict: VerdictConfig::default(),
             engine: EngineConfig::default(),
             mode: Mode::Sidecar,
+            sidecar: SidecarConfig::default(),
             node: NodeConfig::default(),
             max_series: 50_000,
         }
@@ -252,6 +256,9 @@ pub struct Settings {
     pub verdict: VerdictConfig,
     /// The serving engine, when on.
     pub engine: Option<EngineSettings>,
+    /// Sidecar mode's kubelet `Get` for this pod, when `sidecar.pod_resources` is on; `None`
+    /// otherwise and in node mode.
+    pub pod_resources: Option<SidecarSettings>,
     /// Node mode's kubelet settings; `None` in sidecar mode.
     pub node: Option<NodeSettings>,
     /// The series cap.
@@ -586,6 +593,14 @@ impl Config {
                 node: id.node.clone().or_else(|| getenv("NODE_NAME")),
             },
         };
+        let pod_resources = match self.mode {
+            Mode::Sidecar => self
+                .sidecar
+                .validate(identity.pod.as_deref(), identity.namespace.as_deref())
+                .map_err(|(key, message)| ConfigError::Invalid { key, message })?,
+            // Node mode lists every pod: it reads no [sidecar] key.
+            Mode::Node => None,
+        };
         let node = match self.mode {
             Mode::Sidecar => None,
             Mode::Node => Some(
@@ -617,6 +632,7 @@ impl Config {
             otlp,
             verdict: self.verdict.clone(),
             engine,
+            pod_resources,
             node,
             max_series: self.max_series,
         })
@@ -996,6 +1012,80 @@ mod tests {
         let mut c = Config::default();
         c.node.pod_labels = vec!["team".into()];
         assert!(c.validate(&[]).unwrap().node.is_none());
+    }
+
+    /// `[sidecar] pod_resources` from the environment, checked at load: it needs the pod's
+    /// name and namespace, and node mode reads no `[sidecar]` key.
+    #[test]
+    fn sidecar_pod_resources_need_the_pods_name_and_namespace() {
+        let vars = [
+            ("TRUTHSCALE_SIDECAR__POD_RESOURCES", "true"),
+            (
+                "TRUTHSCALE_SIDECAR__SOCKET",
+                "/run/pod-resources/kubelet.sock",
+            ),
+            ("TRUTHSCALE_SIDECAR__TIMEOUT", "500ms"),
+        ];
+        let c = Config::load(None, &env(&vars), &[]).unwrap();
+        assert!(c.sidecar.pod_resources);
+        let err = c.validate(&env(&vars)).unwrap_err().to_string();
+        assert!(
+            err.starts_with("sidecar.pod_resources:")
+                && err.contains("POD_NAME")
+                && err.contains("POD_NAMESPACE"),
+            "{err}"
+        );
+        let mut with_name = env(&vars);
+        with_name.push(("POD_NAME".into(), "chat-a".into()));
+        let err = c.validate(&with_name).unwrap_err().to_string();
+        assert!(
+            err.contains("POD_NAMESPACE") && !err.contains("POD_NAME ("),
+            "{err}"
+        );
+        with_name.push(("POD_NAMESPACE".into(), "web".into()));
+        let s = c.validate(&with_name).unwrap();
+        let p = s.pod_resources.unwrap();
+        assert_eq!((p.pod.as_str(), p.namespace.as_str()), ("chat-a", "web"));
+        assert_eq!(
+            p.kubelet.socket,
+            Path::new("/run/pod-resources/kubelet.sock")
+        );
+        assert_eq!(p.kubelet.timeout, Duration::from_millis(500));
+        // The identity still labels the GPUs the kubelet does not answer for.
+        assert_eq!(s.identity.pod.as_deref(), Some("chat-a"));
+        // identity.* counts as well as the Downward API.
+        let mut c = Config::default();
+        c.sidecar.pod_resources = true;
+        c.identity.pod = Some("chat-b".into());
+        c.identity.namespace = Some("web".into());
+        assert_eq!(
+            c.validate(&[]).unwrap().pod_resources.unwrap().pod,
+            "chat-b"
+        );
+        // Off by default; a bad value is named only when on.
+        let mut c = Config::default();
+        c.sidecar.timeout = "2h".into();
+        assert!(c.validate(&[]).unwrap().pod_resources.is_none());
+        c.sidecar.pod_resources = true;
+        c.identity.pod = Some("chat-b".into());
+        c.identity.namespace = Some("web".into());
+        assert!(
+            c.validate(&[])
+                .unwrap_err()
+                .to_string()
+                .starts_with("sidecar.timeout:")
+        );
+        // Node mode reads no [sidecar] key.
+        c.mode = Mode::Node;
+        assert!(c.validate(&[]).unwrap().pod_resources.is_none());
+        let err = Config::load(
+            None,
+            &env(&[("TRUTHSCALE_SIDECAR__POD_RESOURCE", "true")]),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("pod_resource"), "{err}");
     }
 
     #[test]

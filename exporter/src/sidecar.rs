@@ -9,8 +9,8 @@ use crate::config::Settings;
 use crate::sinks::prometheus::{GzipDemand, SinkErrors, Snapshot, VERSION};
 use crate::sources::apiserver::{self, ApiServer, PodLabelReader};
 use crate::sources::engine::EngineScraper;
-use crate::sources::kubelet::Kubelet;
-use crate::sources::{BuildError, Source, SourceError, unix_ms};
+use crate::sources::kubelet::{Allocations, Kubelet};
+use crate::sources::{BuildError, Produced, Source, SourceError, unix_ms};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::watch;
 use truthscale_core::exposition::{self, ExporterStatus, Format, GpuEntry, Identity, SourceHealth};
 use truthscale_core::gpus;
-use truthscale_core::model::EntityKey;
+use truthscale_core::model::{EntityKey, PodRef};
 use truthscale_core::tracker::{Deriver, EntityWindow};
 
 /// A running sampler. Dropping it stops the thread.
@@ -172,6 +172,10 @@ struct Sampler {
     stale_after: Duration,
     interval: Duration,
     entities: BTreeMap<EntityKey, Served>,
+    /// Node mode and the sidecar's own pod: the key a source names an entity by → the key it
+    /// is served under once attributed, for the entities a source reports as unchanged
+    /// (which carry only the source's key).
+    attributed_keys: HashMap<EntityKey, EntityKey>,
     last_data: Option<Instant>,
     errors: BTreeMap<String, u64>,
     diagnostics: BTreeMap<String, u64>,
@@ -181,6 +185,7 @@ struct Sampler {
     sinks: SinkErrors,
     engine: Option<EngineScraper>,
     node: Option<NodeState>,
+    own_pod: Option<OwnPod>,
     max_series: usize,
     series_dropped: u64,
     warned_cap: bool,
@@ -199,6 +204,76 @@ struct NodeState {
     pod_labels: Option<PodLabelReader>,
     /// The pod-label reader's health at this tick: an answer young enough, and its errors.
     pod_labels_health: Option<(bool, BTreeMap<String, u64>)>,
+}
+
+/// Sidecar mode with `sidecar.pod_resources`: the kubelet's answer to `Get` for this pod says
+/// which of the GPUs this container sees are the pod's. Only those take the pod's labels
+/// (from the answer); the others are exported without any. While no answer is known (the
+/// kubelet unreadable, or without `Get`), every GPU takes this pod's identity, as without the
+/// setting.
+struct OwnPod {
+    kubelet: Kubelet,
+    /// This pod's identity (`identity.*`, the Downward API): the labels of every GPU while
+    /// the kubelet's answer is not known.
+    own: PodRef,
+    /// Whether this tick's attribution came from an answer within the stale period.
+    up: bool,
+    errors: BTreeMap<String, u64>,
+    /// Whether "the kubelet does not serve Get" was logged since the last answer.
+    told_unsupported: bool,
+}
+
+impl OwnPod {
+    /// Read this pod's allocations and attribute `produced` with them: the answer's GPUs
+    /// only, or, while no answer is known, every GPU to this pod. Counts and logs a failure.
+    /// The allocations used, when known.
+    fn attribute(
+        &mut self,
+        produced: &mut Produced,
+        stale_after: Duration,
+        last_error_log: &mut HashMap<&'static str, Instant>,
+    ) -> Option<Allocations> {
+        let (allocations, error) = self.kubelet.current(stale_after);
+        match &error {
+            None => self.told_unsupported = false,
+            Some(e @ SourceError::Unsupported(_)) => {
+                if !self.told_unsupported {
+                    self.told_unsupported = true;
+                    tracing::warn!(
+                        source = "kubelet",
+                        kind = e.kind(),
+                        error = %e,
+                        "The kubelet does not serve Get (Kubernetes before 1.27, or the feature gate KubeletPodResourcesGet off, its default before 1.34); GPUs stay labelled with this pod, as without sidecar.pod_resources (counted in truthscale_source_errors_total{{source=\"kubelet\",kind=\"unsupported\"}}; logged once)."
+                    );
+                }
+            }
+            Some(e) => {
+                let last = last_error_log.get("kubelet");
+                if last.is_none_or(|t| t.elapsed() >= ERROR_LOG_EVERY) {
+                    last_error_log.insert("kubelet", Instant::now());
+                    tracing::warn!(
+                        source = "kubelet",
+                        kind = e.kind(),
+                        error = %e,
+                        "Cannot read this pod's resources from the kubelet; the last answer is used for up to the stale period, then every GPU this container sees is labelled with this pod, as without sidecar.pod_resources, until it answers (counted in truthscale_source_errors_total{{source=\"kubelet\"}}; repeats logged every 30 s)."
+                    );
+                }
+            }
+        }
+        if let Some(e) = error {
+            *self.errors.entry(e.kind().to_string()).or_default() += 1;
+        }
+        self.up = allocations.is_some();
+        match &allocations {
+            Some(a) => a.attribute_own(produced),
+            None => {
+                for e in produced.samples.iter_mut().flat_map(|s| &mut s.entities) {
+                    e.id.pod.get_or_insert_with(|| self.own.clone());
+                }
+            }
+        }
+        allocations
+    }
 }
 
 /// The API server client for node mode's pod labels, when they are asked for.
@@ -240,10 +315,22 @@ impl Sampler {
                 d.set_verdict_config(settings.verdict.clone());
                 d
             },
-            identity: settings.identity.clone(),
+            // With the kubelet's answer, attribution is per GPU: a GPU the answer does not give
+            // this pod must not fall back to its identity when encoded.
+            identity: if settings.pod_resources.is_some() {
+                Identity {
+                    pod: None,
+                    namespace: None,
+                    container: None,
+                    node: settings.identity.node.clone(),
+                }
+            } else {
+                settings.identity.clone()
+            },
             stale_after: settings.stale_after,
             interval: settings.interval,
             entities: BTreeMap::new(),
+            attributed_keys: HashMap::new(),
             last_data: None,
             errors: BTreeMap::new(),
             diagnostics: BTreeMap::new(),
@@ -254,11 +341,30 @@ impl Sampler {
             engine: settings.engine.clone().map(EngineScraper::new),
             node: settings.node.clone().map(|n| NodeState {
                 proc_root: n.proc_root.clone(),
-                kubelet: Kubelet::new(n),
+                kubelet: Kubelet::new(n.kubelet()),
                 up: false,
                 errors: BTreeMap::new(),
                 pod_labels: api.map(PodLabelReader::start),
                 pod_labels_health: None,
+            }),
+            own_pod: settings.pod_resources.clone().map(|p| {
+                tracing::info!(
+                    pod = %p.pod,
+                    namespace = %p.namespace,
+                    socket = %p.kubelet.socket.display(),
+                    "Asking the kubelet (PodResources Get) which GPUs are this pod's: only those are labelled with it, the others this container sees are exported without pod labels."
+                );
+                OwnPod {
+                    kubelet: Kubelet::for_pod(p.kubelet, &p.pod, &p.namespace),
+                    own: PodRef {
+                        pod: p.pod,
+                        namespace: Some(p.namespace),
+                        container: settings.identity.container.clone(),
+                    },
+                    up: false,
+                    errors: BTreeMap::new(),
+                    told_unsupported: false,
+                }
             }),
             gzip: Arc::default(),
             max_series: settings.max_series,
@@ -331,26 +437,21 @@ impl Sampler {
         let t0 = Instant::now();
         let mut produced = self.source.sample(now);
         // The engine is read on this thread, right after the GPUs, with the same clock.
-        if let Some(engine) = &mut self.engine {
-            let serving = engine.scrape(unix_ms(now));
-            let model = engine.model();
-            for sample in &mut produced.samples {
-                let n = sample.entities.len();
-                for e in &mut sample.entities {
-                    let mut sv = serving.clone();
-                    let spec = e.id.model.as_deref().and_then(gpus::lookup);
-                    if let Some(m) = &model {
-                        truthscale_core::serving::add_utilization(&mut sv, m, spec, n);
-                    }
-                    truthscale_core::serving::add_engine_estimates(
-                        &mut sv,
-                        spec,
-                        model.as_ref().map(|m| m.dtype),
-                    );
-                    e.serving = Some(sv);
-                }
-            }
-        }
+        let engine = self
+            .engine
+            .as_mut()
+            .map(|e| (e.scrape(unix_ms(now)), e.model()));
+        let attributes = self.node.is_some() || self.own_pod.is_some();
+        let source_keys: Vec<EntityKey> = if attributes {
+            produced
+                .samples
+                .iter()
+                .flat_map(|s| &s.entities)
+                .map(|e| e.id.key())
+                .collect()
+        } else {
+            Vec::new()
+        };
         if let Some(node) = &mut self.node {
             let (allocations, error) = node.kubelet.current(self.stale_after);
             if let Some(e) = error {
@@ -378,6 +479,46 @@ impl Sampler {
                 }
                 (labels.is_some(), errors)
             });
+        }
+        let own_allocations = match &mut self.own_pod {
+            Some(own) => own.attribute(&mut produced, self.stale_after, &mut self.last_error_log),
+            None => None,
+        };
+        // Attribution changes an entity's key; what the source will call it when unchanged is
+        // the key it had before.
+        let attributed = produced.samples.iter().flat_map(|s| &s.entities);
+        for (from, e) in source_keys.into_iter().zip(attributed) {
+            if e.id.key() == from {
+                self.attributed_keys.remove(&from);
+            } else {
+                self.attributed_keys.insert(from, e.id.key());
+            }
+        }
+        // The engine's figures go to the GPUs it runs on: with the kubelet's answer for this
+        // pod, only the GPUs the pod holds.
+        if let Some((serving, model)) = engine {
+            let engines = |e: &truthscale_core::model::EntitySample| {
+                own_allocations.as_ref().is_none_or(|a| a.holds(e))
+            };
+            for sample in &mut produced.samples {
+                let n = sample.entities.iter().filter(|e| engines(e)).count();
+                for e in &mut sample.entities {
+                    if !engines(e) {
+                        continue;
+                    }
+                    let mut sv = serving.clone();
+                    let spec = e.id.model.as_deref().and_then(gpus::lookup);
+                    if let Some(m) = &model {
+                        truthscale_core::serving::add_utilization(&mut sv, m, spec, n);
+                    }
+                    truthscale_core::serving::add_engine_estimates(
+                        &mut sv,
+                        spec,
+                        model.as_ref().map(|m| m.dtype),
+                    );
+                    e.serving = Some(sv);
+                }
+            }
         }
         let took = t0.elapsed();
         if took > self.interval {
@@ -409,10 +550,11 @@ impl Sampler {
                     .or_default() += 1;
                 tracing::debug!(diagnostic = %diag, "Derivation diagnostic.");
             }
-            if self.node.is_some() && !d.windows.is_empty() {
-                // Node mode: a device now attributed otherwise (its pod ended, or it became
-                // shared) is the same GPU; its old attribution goes at once, not as a GPU
-                // that stopped.
+            if (self.node.is_some() || self.own_pod.is_some()) && !d.windows.is_empty() {
+                // Node mode, and the sidecar with the kubelet's answer: a device now
+                // attributed otherwise (its pod ended, it became shared, the answer came or
+                // went) is the same GPU; its old attribution goes at once, not as a GPU that
+                // stopped.
                 let devices: std::collections::HashSet<_> =
                     d.windows.iter().map(|w| device_of(&w.id)).collect();
                 let fresh: std::collections::HashSet<_> =
@@ -432,7 +574,9 @@ impl Sampler {
             }
             self.last_data = Some(t0);
         }
+        // An unchanged entity keeps its attribution until its readings next change.
         for key in &produced.unchanged {
+            let key = self.attributed_keys.get(key).unwrap_or(key);
             if let Some(s) = self.entities.get_mut(key) {
                 s.last_seen = t0;
             }
@@ -445,6 +589,10 @@ impl Sampler {
         // forgotten.
         self.entities
             .retain(|_, s| s.last_seen.elapsed() <= stale_after + FORGET_STOPPED_AFTER);
+        if !self.attributed_keys.is_empty() {
+            let served = &self.entities;
+            self.attributed_keys.retain(|_, to| served.contains_key(to));
+        }
         let up = self.last_data.is_some_and(|t| t.elapsed() <= stale_after);
         let kind = self.source.name();
         let gpus: Vec<GpuEntry> = self
@@ -468,6 +616,11 @@ impl Sampler {
                 name: "kubelet".to_string(),
                 up: n.up,
                 errors: n.errors.clone(),
+            }))
+            .chain(self.own_pod.as_ref().map(|o| SourceHealth {
+                name: "kubelet".to_string(),
+                up: o.up,
+                errors: o.errors.clone(),
             }))
             .chain(
                 self.node

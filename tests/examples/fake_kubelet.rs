@@ -1,5 +1,6 @@
 //! A fake kubelet for benchmarks: serves the PodResources API (the vendored proto) on a unix
-//! socket with the allocations of a JSON file, until it is stopped.
+//! socket with the allocations of a JSON file (`List`, and `Get` of one of its pods), until it
+//! is stopped.
 //!
 //! `cargo run -p truthscale-e2e --example fake_kubelet -- SOCKET ALLOCATIONS.json`, where the
 //! file is a list of `{"pod", "namespace", "container", "resource", "devices": [ids]}`.
@@ -32,9 +33,24 @@ impl PodResourcesLister for Fake {
     }
     async fn get(
         &self,
-        _: tonic::Request<GetPodResourcesRequest>,
+        request: tonic::Request<GetPodResourcesRequest>,
     ) -> Result<tonic::Response<GetPodResourcesResponse>, tonic::Status> {
-        Err(tonic::Status::unimplemented("not in this fake"))
+        let r = request.into_inner();
+        self.0
+            .pod_resources
+            .iter()
+            .find(|p| p.name == r.pod_name && p.namespace == r.pod_namespace)
+            .map(|p| {
+                tonic::Response::new(GetPodResourcesResponse {
+                    pod_resources: Some(p.clone()),
+                })
+            })
+            .ok_or_else(|| {
+                tonic::Status::unknown(format!(
+                    "pod {} in namespace {} not found",
+                    r.pod_name, r.pod_namespace
+                ))
+            })
     }
 }
 

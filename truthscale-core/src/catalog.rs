@@ -287,7 +287,7 @@ metrics! {
     GPU_PODS / GpuPods = "truthscale_gpu_pods", Gauge, Gpu, [], None,
         "Node mode: containers the kubelet allocated this GPU or MIG instance to. 0 is idle capacity; more than 1 is a shared (time-sliced) GPU, whose series carry no pod labels. Absent where the kubelet could not be read.";
     GPU_ALLOCATION / GpuAllocation = "truthscale_gpu_allocation_info", Gauge, Gpu, ["resource", "replica"], None,
-        "Node mode: one series (value 1) per container the kubelet allocated this GPU or MIG instance to, labelled with that container's pod, namespace and container; replica is the time-slicing replica when the device id names one; with node.pod_labels, label_<key> for each allowlisted label the holder's pod has (kube-state-metrics naming: every character outside [a-zA-Z0-9_] becomes _).";
+        "Node mode: one series (value 1) per container the kubelet allocated this GPU or MIG instance to, labelled with that container's pod, namespace and container; replica is the time-slicing replica when the device id names one; with node.pod_labels, one more label for each allowlisted label the holder's pod has, named label_ and the key (kube-state-metrics naming: every character outside [a-zA-Z0-9_] becomes _).";
     POD_EFFECTIVE_COMPUTE / PodEffectiveCompute = "truthscale_pod_effective_compute_ratio", Gauge, Gpu, ["method"], None,
         "Node mode, shared GPUs with per-process attribution: an estimate of the device's effective compute fraction that is this pod's, by its processes' share of SM busy time (method=\"sm_busy_share\"); a pod label left out is processes whose pod was not found. The pods of a GPU sum to the device value.";
     POD_MEMORY_USED / PodMemoryUsed = "truthscale_pod_memory_used_bytes", Gauge, Gpu, [], None,
@@ -297,7 +297,7 @@ metrics! {
     SOURCE_UP / SourceUp = "truthscale_source_up", Gauge, Exporter, ["source"], gauge("truthscale.source.up", "1"),
         "Whether the counter source produced a sample recently (1) or went stale (0).";
     SOURCE_ERRORS / SourceErrors = "truthscale_source_errors_total", Counter, Exporter, ["source", "kind"], counter("truthscale.source.errors", "{error}"),
-        "Failed sampling attempts by kind: unreachable, timeout, http, too_large, parse, io, sentinel, overrun (a tick longer than the interval), and for NVML no_permission, gpu_lost, unsupported, nvml (no_permission also when the API server refuses the pod list, source=\"apiserver\").";
+        "Failed sampling attempts by kind: unreachable, timeout, http, too_large, parse, io, sentinel, overrun (a tick longer than the interval), and for NVML no_permission, gpu_lost, unsupported, nvml; for the kubelet also unsupported (it does not serve Get); no_permission also when the API server refuses the pod list (source=\"apiserver\").";
     SAMPLE_DURATION / SampleDuration = "truthscale_sample_duration_seconds", Gauge, Exporter, [], gauge("truthscale.sample.duration", "s"),
         "Time the last sampling and derivation tick took.";
     DIAGNOSTICS / Diagnostics = "truthscale_derivation_diagnostics_total", Counter, Exporter, ["kind"], counter("truthscale.derivation.diagnostics", "{diagnostic}"),

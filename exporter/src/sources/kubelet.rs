@@ -13,6 +13,10 @@
 //! - **Failures.** A socket that is missing, refuses or is slow is an error of the `kubelet`
 //!   source (counted by kind); the last answer is used for up to the stale period, then GPU
 //!   series flow without pod labels and without allocation (not known is not "none").
+//! - **Sidecar mode** (`sidecar.pod_resources`). The sidecar asks `Get` for its own pod only,
+//!   and labels with its pod only the GPUs that pod holds ([`Allocations::attribute_own`]);
+//!   the others it sees are exported without pod labels. Until the kubelet has answered (or
+//!   when it does not serve `Get`), every GPU keeps the sidecar's own identity, as without it.
 
 use super::apiserver::PodLabelSettings;
 use super::{Produced, SourceError};
@@ -69,11 +73,7 @@ impl Default for NodeConfig {
     fn default() -> Self {
         NodeConfig {
             socket: DEFAULT_SOCKET.into(),
-            resource_names: vec![
-                "nvidia.com/gpu".into(),
-                "nvidia.com/gpu.shared".into(),
-                "nvidia.com/mig-*".into(),
-            ],
+            resource_names: default_resource_names(),
             timeout: "2s".into(),
             proc_root: "/proc".into(),
             pod_labels: Vec::new(),
@@ -81,6 +81,162 @@ impl Default for NodeConfig {
             api_server: String::new(),
             token_file: super::apiserver::DEFAULT_TOKEN_FILE.into(),
             ca_file: super::apiserver::DEFAULT_CA_FILE.into(),
+        }
+    }
+}
+
+/// The kubelet client's settings, checked: node mode's (`node.*`) and the sidecar's
+/// (`sidecar.*`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubeletSettings {
+    /// The socket.
+    pub socket: PathBuf,
+    /// GPU resource names (exact, or a prefix ending in `*`).
+    pub resource_names: Vec<String>,
+    /// Timeout of one call.
+    pub timeout: Duration,
+}
+
+/// The dotted keys of a section's socket, resource names and timeout, for its errors.
+struct KubeletKeys {
+    socket: &'static str,
+    resource_names: &'static str,
+    timeout: &'static str,
+}
+
+/// Check a section's socket, resource names and timeout.
+fn kubelet_settings(
+    keys: &KubeletKeys,
+    socket: &Path,
+    resource_names: &[String],
+    timeout: &str,
+) -> Result<KubeletSettings, crate::setting::Invalid> {
+    if socket.as_os_str().is_empty() {
+        return Err((
+            keys.socket,
+            format!("must name the kubelet socket (default {DEFAULT_SOCKET})"),
+        ));
+    }
+    if resource_names.iter().any(|r| r.trim().is_empty()) {
+        return Err((keys.resource_names, "an empty resource name".into()));
+    }
+    let timeout = crate::setting::duration(
+        keys.timeout,
+        timeout,
+        Duration::from_millis(10),
+        Duration::from_secs(60),
+    )?;
+    Ok(KubeletSettings {
+        socket: socket.to_path_buf(),
+        resource_names: resource_names.to_vec(),
+        timeout,
+    })
+}
+
+fn default_resource_names() -> Vec<String> {
+    vec![
+        "nvidia.com/gpu".into(),
+        "nvidia.com/gpu.shared".into(),
+        "nvidia.com/mig-*".into(),
+    ]
+}
+
+/// `[sidecar]`: sidecar mode's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SidecarConfig {
+    /// Ask the kubelet (PodResources `Get`, one pod) which GPUs are this pod's, and label only
+    /// those with it; the other GPUs the container sees are exported without pod labels.
+    /// Needs the pod's name and namespace (`POD_NAME`, `POD_NAMESPACE`) and the kubelet's
+    /// socket mounted.
+    pub pod_resources: bool,
+    /// The kubelet's PodResources socket.
+    pub socket: PathBuf,
+    /// Resource names that are GPUs: exact names, or a prefix ending in `*`.
+    pub resource_names: Vec<String>,
+    /// Timeout of one `Get`.
+    pub timeout: String,
+}
+
+impl Default for SidecarConfig {
+    fn default() -> Self {
+        SidecarConfig {
+            pod_resources: false,
+            socket: DEFAULT_SOCKET.into(),
+            resource_names: default_resource_names(),
+            timeout: "2s".into(),
+        }
+    }
+}
+
+/// Sidecar mode's `Get`, checked: whose resources to ask for, and how.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SidecarSettings {
+    /// This pod's name.
+    pub pod: String,
+    /// This pod's namespace.
+    pub namespace: String,
+    /// The kubelet client.
+    pub kubelet: KubeletSettings,
+}
+
+impl SidecarConfig {
+    /// Check the section; `pod` and `namespace` are this pod's (`identity.*`, else the
+    /// Downward API variables). `None` when `pod_resources` is off.
+    ///
+    /// # Errors
+    /// `(key, message)` for a bad value, or `pod_resources` without the pod's name or
+    /// namespace.
+    pub fn validate(
+        &self,
+        pod: Option<&str>,
+        namespace: Option<&str>,
+    ) -> Result<Option<SidecarSettings>, crate::setting::Invalid> {
+        if !self.pod_resources {
+            return Ok(None);
+        }
+        let kubelet = kubelet_settings(
+            &KubeletKeys {
+                socket: "sidecar.socket",
+                resource_names: "sidecar.resource_names",
+                timeout: "sidecar.timeout",
+            },
+            &self.socket,
+            &self.resource_names,
+            &self.timeout,
+        )?;
+        let known = |v: Option<&str>| {
+            v.map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(str::to_string)
+        };
+        match (known(pod), known(namespace)) {
+            (Some(pod), Some(namespace)) => Ok(Some(SidecarSettings {
+                pod,
+                namespace,
+                kubelet,
+            })),
+            (pod, namespace) => {
+                let missing: Vec<&str> = [
+                    ("POD_NAME (identity.pod)", pod.is_none()),
+                    ("POD_NAMESPACE (identity.namespace)", namespace.is_none()),
+                ]
+                .into_iter()
+                .filter(|(_, m)| *m)
+                .map(|(v, _)| v)
+                .collect();
+                Err((
+                    "sidecar.pod_resources",
+                    format!(
+                        "asks the kubelet for this pod's GPUs by the pod's name and namespace, and {} not set: set POD_NAME and POD_NAMESPACE from the Downward API (fieldRef metadata.name and metadata.namespace), or identity.pod and identity.namespace",
+                        if missing.len() == 1 {
+                            format!("{} is", missing[0])
+                        } else {
+                            format!("{} are", missing.join(" and "))
+                        }
+                    ),
+                ))
+            }
         }
     }
 }
@@ -112,20 +268,19 @@ impl NodeConfig {
         node: Option<&str>,
         getenv: &dyn Fn(&str) -> Option<String>,
     ) -> Result<NodeSettings, crate::setting::Invalid> {
-        if self.socket.as_os_str().is_empty() {
-            return Err((
-                "node.socket",
-                format!("must name the kubelet socket (default {DEFAULT_SOCKET})"),
-            ));
-        }
-        if self.resource_names.iter().any(|r| r.trim().is_empty()) {
-            return Err(("node.resource_names", "an empty resource name".into()));
-        }
-        let timeout = crate::setting::duration(
-            "node.timeout",
+        let KubeletSettings {
+            socket,
+            resource_names,
+            timeout,
+        } = kubelet_settings(
+            &KubeletKeys {
+                socket: "node.socket",
+                resource_names: "node.resource_names",
+                timeout: "node.timeout",
+            },
+            &self.socket,
+            &self.resource_names,
             &self.timeout,
-            Duration::from_millis(10),
-            Duration::from_secs(60),
         )?;
         let keys = super::apiserver::label_keys(&self.pod_labels)?;
         let refresh = crate::setting::duration(
@@ -160,12 +315,24 @@ impl NodeConfig {
             })
         };
         Ok(NodeSettings {
-            socket: self.socket.clone(),
-            resource_names: self.resource_names.clone(),
+            socket,
+            resource_names,
             timeout,
             proc_root: self.proc_root.clone(),
             pod_labels,
         })
+    }
+}
+
+impl NodeSettings {
+    /// The kubelet client's part.
+    #[must_use]
+    pub fn kubelet(&self) -> KubeletSettings {
+        KubeletSettings {
+            socket: self.socket.clone(),
+            resource_names: self.resource_names.clone(),
+            timeout: self.timeout,
+        }
     }
 }
 
@@ -323,6 +490,31 @@ impl Allocations {
             }
         }
     }
+
+    /// Sidecar mode (`sidecar.pod_resources`), from this pod's own `Get` answer: an entity
+    /// this pod holds by one container, by an id without a replica suffix, takes that
+    /// container's pod, namespace and container; every other entity takes none. Those are
+    /// GPUs the container sees but its pod was not allocated (`NVIDIA_VISIBLE_DEVICES=all`, a
+    /// wrong device list), or time-sliced and several-container devices, whose counters are
+    /// not the pod's alone: the same rule as node mode. No allocation is set: one pod's
+    /// answer says nothing of the node's other pods, so neither `truthscale_gpu_pods` nor
+    /// allocation info would be true.
+    pub fn attribute_own(&self, produced: &mut Produced) {
+        for s in &mut produced.samples {
+            for e in &mut s.entities {
+                e.id.pod = match self.of(e).as_slice() {
+                    [only] if only.replica.is_none() => Some(only.pod.clone()),
+                    _ => None,
+                };
+            }
+        }
+    }
+
+    /// Whether a container of the answer holds entity `e` (alone or not).
+    #[must_use]
+    pub fn holds(&self, e: &EntitySample) -> bool {
+        !self.of(e).is_empty()
+    }
 }
 
 /// The holder a process on a shared GPU belongs to: its cgroup names a pod (UID), and its
@@ -350,10 +542,25 @@ fn pod_of_process(proc_root: &Path, p: &mut ProcessReading, holders: &[Holder]) 
     Some(first.pod.clone())
 }
 
+/// What the client asks the kubelet for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Request {
+    /// `List()`: every pod of the node (node mode).
+    List,
+    /// `Get(pod, namespace)`: one pod (the sidecar's own).
+    Get {
+        /// The pod's name.
+        pod: String,
+        /// Its namespace.
+        namespace: String,
+    },
+}
+
 /// A PodResources client on the kubelet's socket, with its own small runtime (the sampler
 /// thread is synchronous).
 pub struct Kubelet {
-    settings: NodeSettings,
+    settings: KubeletSettings,
+    request: Request,
     runtime: Option<tokio::runtime::Runtime>,
     client: Option<
         proto::pod_resources_lister_client::PodResourcesListerClient<tonic::transport::Channel>,
@@ -365,20 +572,39 @@ impl std::fmt::Debug for Kubelet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Kubelet")
             .field("socket", &self.settings.socket)
+            .field("request", &self.request)
             .finish_non_exhaustive()
     }
 }
 
 impl Kubelet {
-    /// A client of the socket in `settings` (connected on first use).
+    /// A client of the socket in `settings` (connected on first use) that reads every pod's
+    /// allocations with `List` (node mode).
     #[must_use]
-    pub fn new(settings: NodeSettings) -> Kubelet {
+    pub fn new(settings: KubeletSettings) -> Kubelet {
+        Kubelet::with_request(settings, Request::List)
+    }
+
+    /// A client that reads one pod's allocations with `Get` (the sidecar's own pod).
+    #[must_use]
+    pub fn for_pod(settings: KubeletSettings, pod: &str, namespace: &str) -> Kubelet {
+        Kubelet::with_request(
+            settings,
+            Request::Get {
+                pod: pod.to_string(),
+                namespace: namespace.to_string(),
+            },
+        )
+    }
+
+    fn with_request(settings: KubeletSettings, request: Request) -> Kubelet {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .ok();
         Kubelet {
             settings,
+            request,
             runtime,
             client: None,
             last: None,
@@ -391,6 +617,23 @@ impl Kubelet {
     /// The socket is missing or refuses (`unreachable`), does not answer in time
     /// (`timeout`), or answers with an error status (`http`).
     pub fn list(&mut self) -> Result<Allocations, SourceError> {
+        self.call(&Request::List)
+    }
+
+    /// `Get(pod, namespace)`: the allocations of that one pod now.
+    ///
+    /// # Errors
+    /// As [`Kubelet::list`], and `unsupported` when the kubelet does not serve `Get`
+    /// (Kubernetes before 1.27, or the feature gate `KubeletPodResourcesGet` off); a pod
+    /// the kubelet does not know is `http`.
+    pub fn get(&mut self, pod: &str, namespace: &str) -> Result<Allocations, SourceError> {
+        self.call(&Request::Get {
+            pod: pod.to_string(),
+            namespace: namespace.to_string(),
+        })
+    }
+
+    fn call(&mut self, request: &Request) -> Result<Allocations, SourceError> {
         let socket = self.settings.socket.clone();
         let timeout = self.settings.timeout;
         let Some(rt) = &self.runtime else {
@@ -437,30 +680,39 @@ impl Kubelet {
             let Some(c) = client.as_mut() else {
                 return Err(SourceError::Io("no kubelet client".into()));
             };
-            match tokio::time::timeout(timeout, c.list(proto::ListPodResourcesRequest {})).await {
+            let (method, answer) = match request {
+                Request::List => (
+                    "List",
+                    tokio::time::timeout(timeout, c.list(proto::ListPodResourcesRequest {}))
+                        .await
+                        .map(|r| r.map(tonic::Response::into_inner)),
+                ),
+                // One pod's answer, as a list of one: the same matching as `List`'s.
+                Request::Get { pod, namespace } => (
+                    "Get",
+                    tokio::time::timeout(
+                        timeout,
+                        c.get(proto::GetPodResourcesRequest {
+                            pod_name: pod.clone(),
+                            pod_namespace: namespace.clone(),
+                        }),
+                    )
+                    .await
+                    .map(|r| {
+                        r.map(|r| proto::ListPodResourcesResponse {
+                            pod_resources: r.into_inner().pod_resources.into_iter().collect(),
+                        })
+                    }),
+                ),
+            };
+            match answer {
                 Err(_) => Err(SourceError::Timeout(format!(
-                    "kubelet {}: List did not answer within {} ms",
+                    "kubelet {}: {method} did not answer within {} ms",
                     socket.display(),
                     timeout.as_millis()
                 ))),
-                Ok(Err(status)) => Err(match status.code() {
-                    tonic::Code::DeadlineExceeded => SourceError::Timeout(format!(
-                        "kubelet {}: {}",
-                        socket.display(),
-                        status.message()
-                    )),
-                    tonic::Code::Unavailable => SourceError::Unreachable(format!(
-                        "kubelet {}: {}",
-                        socket.display(),
-                        status.message()
-                    )),
-                    code => SourceError::Http(format!(
-                        "kubelet {}: List answered {code:?}: {}",
-                        socket.display(),
-                        status.message()
-                    )),
-                }),
-                Ok(Ok(r)) => Ok(r.into_inner()),
+                Ok(Err(status)) => Err(status_error(&socket, request, &status)),
+                Ok(Ok(r)) => Ok(r),
             }
         });
         match answer {
@@ -477,11 +729,16 @@ impl Kubelet {
         }
     }
 
-    /// The allocations to attribute with: this tick's answer, else the last one while it is
-    /// younger than `stale_after` (one slow answer does not flap every series' labels);
-    /// `None` when neither, which is also when the kubelet counts as down.
+    /// The allocations to attribute with: this tick's answer (to `List`, or to `Get` for
+    /// [`Kubelet::for_pod`]), else the last one while it is younger than `stale_after` (one
+    /// slow answer does not flap every series' labels); `None` when neither, which is also
+    /// when the kubelet counts as down.
     pub fn current(&mut self, stale_after: Duration) -> (Option<Allocations>, Option<SourceError>) {
-        match self.list() {
+        let now = match self.request.clone() {
+            Request::List => self.list(),
+            Request::Get { pod, namespace } => self.get(&pod, &namespace),
+        };
+        match now {
             Ok(a) => (Some(a), None),
             Err(e) => {
                 let last = self
@@ -492,6 +749,48 @@ impl Kubelet {
                 (last, Some(e))
             }
         }
+    }
+}
+
+/// The error of a status the kubelet answered `request` with.
+fn status_error(socket: &Path, request: &Request, status: &tonic::Status) -> SourceError {
+    let socket = socket.display();
+    let message = status.message();
+    let method = match request {
+        Request::List => "List",
+        Request::Get { .. } => "Get",
+    };
+    match (status.code(), request) {
+        (tonic::Code::DeadlineExceeded, _) => {
+            SourceError::Timeout(format!("kubelet {socket}: {message}"))
+        }
+        (tonic::Code::Unavailable, _) => {
+            SourceError::Unreachable(format!("kubelet {socket}: {message}"))
+        }
+        // A connection that broke under the call (the kubelet went away) is no answer.
+        (tonic::Code::Unknown, _) if message == "transport error" => {
+            SourceError::Unreachable(format!("kubelet {socket}: {method}: {message}"))
+        }
+        // A kubelet before 1.27 has no `Get`; a later one with the feature gate off answers
+        // with this error text (code Unknown).
+        (tonic::Code::Unimplemented, Request::Get { .. }) => SourceError::Unsupported(format!(
+            "kubelet {socket} does not serve Get (Kubernetes before 1.27): {message}"
+        )),
+        (tonic::Code::Unknown, Request::Get { .. }) if message.contains("Get method disabled") => {
+            SourceError::Unsupported(format!(
+                "kubelet {socket} does not serve Get (the feature gate KubeletPodResourcesGet is off, its default before Kubernetes 1.34): {message}"
+            ))
+        }
+        (tonic::Code::Unknown, Request::Get { pod, namespace })
+            if message.contains("not found") =>
+        {
+            SourceError::Http(format!(
+                "kubelet {socket}: Get answered: {message}; is {namespace}/{pod} this pod (POD_NAME and POD_NAMESPACE from the Downward API, or identity.pod and identity.namespace)?"
+            ))
+        }
+        (code, _) => SourceError::Http(format!(
+            "kubelet {socket}: {method} answered {code:?}: {message}"
+        )),
     }
 }
 
@@ -653,6 +952,163 @@ mod tests {
         assert_eq!(
             e[4].allocation.as_ref().unwrap()[0].resource,
             "dra:gpu.nvidia.com"
+        );
+    }
+
+    /// Sidecar mode: only the GPUs this pod's answer names take its labels (a time-sliced
+    /// replica none), and no allocation is claimed.
+    #[test]
+    fn own_pod_attribution() {
+        let r = ListPodResourcesResponse {
+            pod_resources: vec![PodResources {
+                name: "chat-a".into(),
+                namespace: "web".into(),
+                containers: vec![
+                    container("vllm", "nvidia.com/gpu", &["GPU-a"]),
+                    container("side", "nvidia.com/gpu.shared", &["GPU-c::3"]),
+                    container("tools", "example.com/fpga", &["GPU-d"]),
+                ],
+            }],
+        };
+        let a = Allocations::from_response(&r, &SidecarConfig::default().resource_names);
+        let own = PodRef {
+            pod: "chat-a".into(),
+            namespace: Some("web".into()),
+            container: Some("vllm".into()),
+        };
+        let mut produced = Produced {
+            samples: vec![truthscale_core::model::Sample {
+                taken: truthscale_core::model::Timestamp(0),
+                entities: ["GPU-a", "GPU-b", "GPU-c", "GPU-d"]
+                    .iter()
+                    .zip(0..)
+                    .map(|(u, i)| {
+                        let mut e = entity(i, u, None);
+                        // What the source (or the fallback) said: replaced by the answer.
+                        e.id.pod = Some(own.clone());
+                        e
+                    })
+                    .collect(),
+            }],
+            ..Produced::default()
+        };
+        a.attribute_own(&mut produced);
+        let e = &produced.samples[0].entities;
+        assert_eq!(e[0].id.pod.as_ref(), Some(&own));
+        // Not this pod's: no pod labels.
+        assert_eq!(e[1].id.pod, None);
+        // Time-sliced: the device's counters, not the pod's alone.
+        assert_eq!(e[2].id.pod, None);
+        // Not a GPU resource.
+        assert_eq!(e[3].id.pod, None);
+        assert!(e.iter().all(|e| e.allocation.is_none()));
+        assert!(a.holds(&e[0]) && a.holds(&e[2]) && !a.holds(&e[1]) && !a.holds(&e[3]));
+    }
+
+    #[test]
+    fn get_errors_by_kind() {
+        let get = Request::Get {
+            pod: "chat-a".into(),
+            namespace: "web".into(),
+        };
+        let socket = Path::new("/run/k.sock");
+        let kind = |r: &Request, s: tonic::Status| status_error(socket, r, &s);
+        // Kubernetes before 1.27: no such method.
+        let e = kind(
+            &get,
+            tonic::Status::unimplemented("unknown method Get for service v1.PodResourcesLister"),
+        );
+        assert_eq!(e.kind(), "unsupported");
+        assert!(e.to_string().contains("before 1.27"), "{e}");
+        // The feature gate off: the kubelet's own error text, code Unknown.
+        let e = kind(
+            &get,
+            tonic::Status::unknown("PodResources API Get method disabled"),
+        );
+        assert_eq!(e.kind(), "unsupported");
+        assert!(e.to_string().contains("KubeletPodResourcesGet"), "{e}");
+        // A pod the kubelet does not know: the identity is named.
+        let e = kind(
+            &get,
+            tonic::Status::unknown("pod chat-a in namespace web not found"),
+        );
+        assert_eq!(e.kind(), "http");
+        assert!(
+            e.to_string().contains("web/chat-a") && e.to_string().contains("POD_NAME"),
+            "{e}"
+        );
+        assert_eq!(
+            kind(&get, tonic::Status::unavailable("gone")).kind(),
+            "unreachable"
+        );
+        // The connection broke under the call.
+        for r in [&get, &Request::List] {
+            assert_eq!(
+                kind(r, tonic::Status::unknown("transport error")).kind(),
+                "unreachable"
+            );
+        }
+        assert_eq!(
+            kind(&get, tonic::Status::deadline_exceeded("slow")).kind(),
+            "timeout"
+        );
+        // `List` unimplemented is not the missing `Get`.
+        assert_eq!(
+            kind(&Request::List, tonic::Status::unimplemented("?")).kind(),
+            "http"
+        );
+    }
+
+    #[test]
+    fn sidecar_config_checks() {
+        let on = SidecarConfig {
+            pod_resources: true,
+            ..SidecarConfig::default()
+        };
+        // Off by default: nothing asked, nothing needed.
+        assert_eq!(SidecarConfig::default().validate(None, None), Ok(None));
+        let s = on.validate(Some("chat-a"), Some("web")).unwrap().unwrap();
+        assert_eq!((s.pod.as_str(), s.namespace.as_str()), ("chat-a", "web"));
+        assert_eq!(s.kubelet.socket, Path::new(DEFAULT_SOCKET));
+        assert_eq!(s.kubelet.timeout, Duration::from_secs(2));
+        assert_eq!(
+            s.kubelet.resource_names,
+            NodeConfig::default().resource_names
+        );
+        // The pod's name and namespace are needed, and named when missing.
+        for (pod, namespace, named) in [
+            (None, Some("web"), vec!["POD_NAME"]),
+            (Some("chat-a"), None, vec!["POD_NAMESPACE"]),
+            (None, None, vec!["POD_NAME", "POD_NAMESPACE"]),
+            (Some(" "), Some(""), vec!["POD_NAME", "POD_NAMESPACE"]),
+        ] {
+            let (key, message) = on.validate(pod, namespace).unwrap_err();
+            assert_eq!(key, "sidecar.pod_resources");
+            for n in named {
+                assert!(message.contains(n), "{message}");
+            }
+        }
+        let bad = |c: SidecarConfig| c.validate(Some("p"), Some("n")).unwrap_err().0;
+        assert_eq!(
+            bad(SidecarConfig {
+                timeout: "5ms".into(),
+                ..on.clone()
+            }),
+            "sidecar.timeout"
+        );
+        assert_eq!(
+            bad(SidecarConfig {
+                socket: PathBuf::new(),
+                ..on.clone()
+            }),
+            "sidecar.socket"
+        );
+        assert_eq!(
+            bad(SidecarConfig {
+                resource_names: vec![" ".into()],
+                ..on.clone()
+            }),
+            "sidecar.resource_names"
         );
     }
 

@@ -22,3 +22,4 @@ mod otlp;
 mod prometheus_rules;
 mod report;
 mod serve;
+mod sidecar_get;

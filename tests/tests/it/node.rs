@@ -19,11 +19,33 @@ use truthscale_exporter::sources::kubelet::proto::{
 
 const WAIT: Duration = Duration::from_secs(20);
 
-/// What the fake kubelet answers, changeable while it runs; `delay` makes it slow.
+/// What the fake kubelet answers, changeable while it runs; `delay` makes it slow. `Get`
+/// answers from the same pods, as `get` says; `calls` records what was asked.
 #[derive(Clone, Default)]
 pub(crate) struct State {
     pub(crate) answer: Arc<Mutex<ListPodResourcesResponse>>,
     pub(crate) delay: Arc<Mutex<Duration>>,
+    pub(crate) get: Arc<Mutex<GetMode>>,
+    pub(crate) calls: Arc<Mutex<Calls>>,
+}
+
+/// How the fake kubelet answers `Get`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum GetMode {
+    /// The pod asked for, from the answer; a pod not in it as the kubelet says so.
+    #[default]
+    Serve,
+    /// As a kubelet before 1.27, which has no `Get`.
+    Unimplemented,
+    /// As a later kubelet with the feature gate `KubeletPodResourcesGet` off (its own text).
+    Disabled,
+}
+
+/// The calls the fake kubelet saw: how many `List`s, and each `Get`'s pod and namespace.
+#[derive(Debug, Default)]
+pub(crate) struct Calls {
+    pub(crate) list: usize,
+    pub(crate) get: Vec<(String, String)>,
 }
 
 struct FakeKubelet(State);
@@ -34,6 +56,7 @@ impl PodResourcesLister for FakeKubelet {
         &self,
         _: tonic::Request<ListPodResourcesRequest>,
     ) -> Result<tonic::Response<ListPodResourcesResponse>, tonic::Status> {
+        self.0.calls.lock().unwrap().list += 1;
         let delay = *self.0.delay.lock().unwrap();
         tokio::time::sleep(delay).await;
         Ok(tonic::Response::new(self.0.answer.lock().unwrap().clone()))
@@ -46,9 +69,46 @@ impl PodResourcesLister for FakeKubelet {
     }
     async fn get(
         &self,
-        _: tonic::Request<GetPodResourcesRequest>,
+        request: tonic::Request<GetPodResourcesRequest>,
     ) -> Result<tonic::Response<GetPodResourcesResponse>, tonic::Status> {
-        Err(tonic::Status::unimplemented("not in this fake"))
+        let r = request.into_inner();
+        self.0
+            .calls
+            .lock()
+            .unwrap()
+            .get
+            .push((r.pod_name.clone(), r.pod_namespace.clone()));
+        let delay = *self.0.delay.lock().unwrap();
+        tokio::time::sleep(delay).await;
+        let mode = *self.0.get.lock().unwrap();
+        match mode {
+            GetMode::Unimplemented => Err(tonic::Status::unimplemented(
+                "unknown method Get for service v1.PodResourcesLister",
+            )),
+            // The kubelet's own errors are plain Go errors: gRPC code Unknown.
+            GetMode::Disabled => Err(tonic::Status::unknown(
+                "PodResources API Get method disabled",
+            )),
+            GetMode::Serve => self
+                .0
+                .answer
+                .lock()
+                .unwrap()
+                .pod_resources
+                .iter()
+                .find(|p| p.name == r.pod_name && p.namespace == r.pod_namespace)
+                .map(|p| {
+                    tonic::Response::new(GetPodResourcesResponse {
+                        pod_resources: Some(p.clone()),
+                    })
+                })
+                .ok_or_else(|| {
+                    tonic::Status::unknown(format!(
+                        "pod {} in namespace {} not found",
+                        r.pod_name, r.pod_namespace
+                    ))
+                }),
+        }
     }
 }
 
@@ -282,6 +342,57 @@ fn a_slow_kubelet_is_a_timeout() {
     assert_eq!(
         value(&m, "truthscale_source_up", &[("source", "kubelet")]),
         Some(0.0)
+    );
+}
+
+/// A source whose answer does not change between ticks (dcgm-exporter collects every 30 s by
+/// default, and is read every interval) reports its GPU as unchanged, under the key it names
+/// it by: the attributed GPU stays up, under its pod, over several stale periods.
+#[test]
+fn an_unchanging_source_keeps_an_attributed_gpu_up() {
+    let dir = TempDir::new("node-unchanged");
+    let socket = dir.path().join("kubelet.sock");
+    let state = State::default();
+    *state.answer.lock().unwrap() = ListPodResourcesResponse {
+        pod_resources: vec![pod("train-0", "ml", "cuda", "nvidia.com/gpu", &["0"])],
+    };
+    let _kubelet = Kubelet::start(&socket, state);
+    let body = std::fs::read_to_string(truthscale_e2e::fixture(
+        "dcgm-exporter-cncf-k8s-ai-conformance-upcloud-l40s.txt",
+    ))
+    .expect("the L40S capture");
+    let dcgm = truthscale_e2e::StandIn::start(truthscale_e2e::ok(&body));
+    let source = format!("dcgm-exporter:{}", dcgm.url());
+    let sidecar = Sidecar::start(
+        &[
+            "--mode",
+            "node",
+            "--source",
+            &source,
+            "--interval",
+            "250ms",
+            "--stale-after",
+            "1s",
+        ],
+        &[("TRUTHSCALE_NODE__SOCKET", socket.to_str().unwrap())],
+        dir.path(),
+    );
+    sidecar.wait_for(WAIT, "attribution", |m| {
+        value(m, "truthscale_gpu_pods", &[("gpu", "0")]) == Some(1.0)
+    });
+    let hits = dcgm.hits.load(std::sync::atomic::Ordering::SeqCst);
+    sidecar.wait_for(WAIT, "unchanged answers over two stale periods", |_| {
+        dcgm.hits.load(std::sync::atomic::Ordering::SeqCst) >= hits + 8
+    });
+    let m = sidecar.metrics();
+    assert_eq!(
+        value(&m, "truthscale_gpu_up", &[("gpu", "0"), ("pod", "train-0")]),
+        Some(1.0),
+        "{m:?}"
+    );
+    assert_eq!(
+        m.iter().filter(|s| s.name == "truthscale_gpu_info").count(),
+        1
     );
 }
 

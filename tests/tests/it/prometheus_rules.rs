@@ -192,16 +192,25 @@ const DOCUMENTED: &[Documented] = &[
         reason: "every simulated source produces samples; the form is the source_up vector \
                  the condition filters",
         rewrites: &[(
-            "truthscale_source_up{source!=\"kubelet\"} == 0",
-            "truthscale_source_up{source!=\"kubelet\"}",
+            "truthscale_source_up{source!~\"kubelet|apiserver\"} == 0",
+            "truthscale_source_up{source!~\"kubelet|apiserver\"}",
         )],
     },
     Documented {
         at: "truthscale.rules.yml / alert TruthscaleKubeletUnreadable",
-        reason: "node mode only: a sidecar has no kubelet source; the form is the GPU \
+        reason: "node mode, or a sidecar with pod_resources, only: these have no kubelet source; the form is the GPU \
                  source's up vector, which the condition filters the same way",
         rewrites: &[(
             "truthscale_source_up{source=\"kubelet\"} == 0",
+            "truthscale_source_up{source=\"sim\"}",
+        )],
+    },
+    Documented {
+        at: "truthscale.rules.yml / alert TruthscalePodLabelsUnreadable",
+        reason: "node mode with pod labels only: a sidecar has no API server source; the form \
+                 is the GPU source's up vector, which the condition filters the same way",
+        rewrites: &[(
+            "truthscale_source_up{source=\"apiserver\"} == 0",
             "truthscale_source_up{source=\"sim\"}",
         )],
     },
