@@ -129,6 +129,20 @@ impl<R: BufRead> Capture<R> {
         reason = "a line number and the text or why not"
     )]
     fn read_line(&mut self) -> Result<Option<(usize, Result<String, String>)>, CaptureError> {
+        Ok(self.read_slow()?.map(|(line_no, text)| {
+            let text = text.map(|()| String::from_utf8_lossy(&self.buf).into_owned());
+            (line_no, text)
+        }))
+    }
+
+    /// The next line into `buf` (without its line end and, on the first line, a
+    /// byte-order mark), checked to be UTF-8; `Err` with the reason for a line that is not
+    /// usable text.
+    #[expect(
+        clippy::type_complexity,
+        reason = "a line number and whether its text is usable"
+    )]
+    fn read_slow(&mut self) -> Result<Option<(usize, Result<(), String>)>, CaptureError> {
         self.buf.clear();
         let read = |r: &mut R, buf: &mut Vec<u8>, limit: usize| {
             r.by_ref().take(limit as u64).read_until(b'\n', buf)
@@ -180,18 +194,58 @@ impl<R: BufRead> Capture<R> {
                 Err(format!("line longer than {MAX_LINE} bytes, skipped")),
             )));
         }
-        while self.buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-            self.buf.pop();
-        }
-        let mut bytes = std::mem::take(&mut self.buf);
-        // A byte-order mark on the first line is not text.
-        if self.line_no == 1 && bytes.starts_with(&[0xef, 0xbb, 0xbf]) {
-            bytes.drain(..3);
-        }
+        let text = text_range(&self.buf, self.line_no);
+        self.buf.truncate(text.end);
+        self.buf.drain(..text.start);
+        let ok = std::str::from_utf8(&self.buf).is_ok();
         Ok(Some((
             self.line_no,
-            String::from_utf8(bytes).map_err(|_| "not UTF-8 text, skipped".to_string()),
+            if ok {
+                Ok(())
+            } else {
+                Err("not UTF-8 text, skipped".to_string())
+            },
         )))
+    }
+
+    /// The next line: its number and its text, or why it is not usable text, handed to `f`
+    /// with the capture's parser and name (a reader that parses lines itself may ignore
+    /// them); `None` at the end of the input.
+    ///
+    /// # Errors
+    /// A failing read (the capture ends).
+    pub fn next_line<T>(
+        &mut self,
+        f: impl FnOnce(&mut LineParser, &str, usize, Result<&str, String>) -> T,
+    ) -> Result<Option<T>, CaptureError> {
+        if let Some((line_no, text)) = self.head.pop_front() {
+            let text = text.as_deref().map_err(Clone::clone);
+            return Ok(Some(f(&mut self.parser, &self.name, line_no, text)));
+        }
+        // A whole line in the reader's buffer is read where it lies.
+        let chunk = self.reader.fill_buf().map_err(|error| CaptureError::Read {
+            name: self.name.clone(),
+            error,
+        })?;
+        if let Some(n) = memchr::memchr(b'\n', chunk).filter(|&n| n <= MAX_LINE) {
+            self.line_no += 1;
+            self.bytes += n as u64 + 1;
+            let text = std::str::from_utf8(&chunk[text_range(&chunk[..n], self.line_no)])
+                .map_err(|_| "not UTF-8 text, skipped".to_string());
+            let r = f(&mut self.parser, &self.name, self.line_no, text);
+            self.reader.consume(n + 1);
+            return Ok(Some(r));
+        }
+        // A line across the buffer's end, too long, or the last one without a line end.
+        let Some((line_no, ok)) = self.read_slow()? else {
+            return Ok(None);
+        };
+        let text = match ok {
+            // Checked in read_slow.
+            Ok(()) => Ok(std::str::from_utf8(&self.buf).unwrap_or_default()),
+            Err(message) => Err(message),
+        };
+        Ok(Some(f(&mut self.parser, &self.name, line_no, text)))
     }
 
     /// The next sample, or a per-line error; `None` at the end.
@@ -199,36 +253,54 @@ impl<R: BufRead> Capture<R> {
     /// # Errors
     /// The outer `Err` is a failing read (the capture ends); the inner one a bad line.
     pub fn next_sample(&mut self) -> Result<Option<Result<Sample, ParseError>>, CaptureError> {
-        loop {
-            if self.done {
-                return Ok(None);
-            }
-            let line = match self.head.pop_front() {
-                Some(l) => Some(l),
-                None => self.read_line()?,
-            };
-            let Some((line_no, text)) = line else {
-                self.done = true;
-                return Ok(self.parser.finish().map(Ok));
-            };
-            let text = match text {
-                Ok(t) => t,
-                Err(message) => {
-                    // The parser counts lines: give it a blank one in its place, so the
-                    // next lines keep their numbers.
-                    let _ = self.parser.push_line("");
-                    return Ok(Some(Err(ParseError {
-                        file: self.name.clone(),
-                        line: line_no,
-                        message,
-                    })));
+        while !self.done {
+            match self.next_line(push)? {
+                Some(Some(r)) => return Ok(Some(r)),
+                Some(None) => {}
+                None => {
+                    self.done = true;
+                    return Ok(self.parser.finish().map(Ok));
                 }
-            };
-            match self.parser.push_line(&text) {
-                Ok(Some(s)) => return Ok(Some(Ok(s))),
-                Ok(None) => {}
-                Err(e) => return Ok(Some(Err(e))),
             }
+        }
+        Ok(None)
+    }
+}
+
+/// Where the text of a line read with its line end lies: without the line end (and any
+/// carriage returns before it) and, on the first line, without a byte-order mark.
+fn text_range(line: &[u8], line_no: usize) -> std::ops::Range<usize> {
+    let mut end = line.len();
+    while end > 0 && matches!(line[end - 1], b'\n' | b'\r') {
+        end -= 1;
+    }
+    let start = if line_no == 1 && line[..end].starts_with(&[0xef, 0xbb, 0xbf]) {
+        3
+    } else {
+        0
+    };
+    start..end
+}
+
+/// Feed one line (or why it is not text) to the parser: a sample when one is complete, an
+/// error for a bad line.
+fn push(
+    parser: &mut LineParser,
+    name: &str,
+    line_no: usize,
+    text: Result<&str, String>,
+) -> Option<Result<Sample, ParseError>> {
+    match text {
+        Ok(t) => parser.push_line(t).transpose(),
+        Err(message) => {
+            // The parser counts lines: give it a blank one in its place, so the next lines
+            // keep their numbers.
+            let _ = parser.push_line("");
+            Some(Err(ParseError {
+                file: name.to_string(),
+                line: line_no,
+                message,
+            }))
         }
     }
 }

@@ -75,7 +75,7 @@ impl GpuView {
             }),
             throttles: w.throttles,
             serving: w.serving.clone(),
-            verdict: Some(w.verdict.clone()),
+            verdict: Some(w.verdict.explain()),
             history: Vec::new(),
         }
     }

@@ -6,10 +6,10 @@
 use crate::derive::{DeriveConfig, Fidelity};
 use crate::diag::DiagnosticKind;
 use crate::gpus::GpuSpec;
-use crate::model::{EntityId, EntityKey, Field, Phase, Sample};
+use crate::model::{EntityId, Field, Phase, Sample};
 use crate::phase::PhaseMethod;
 use crate::rightsizing::{self, Constraint, Demand};
-use crate::tracker::{Deriver, EntityWindow};
+use crate::tracker::{Deriver, EntityTable, EntityWindow};
 use crate::verdict::Verdict;
 use std::collections::BTreeMap;
 
@@ -51,7 +51,11 @@ impl Default for Quantiles {
 impl Quantiles {
     fn add(&mut self, x: Option<f64>, w: f64) {
         if let Some(x) = x.filter(|x| x.is_finite()) {
-            let i = (x.clamp(0.0, 1.0) * 1000.0).round() as usize;
+            // (x · 1000).round(), without the library call: the fraction of a number below
+            // 2^52 is exact.
+            let y = x.clamp(0.0, 1.0) * 1000.0;
+            let i = y as usize;
+            let i = if y - i as f64 >= 0.5 { i + 1 } else { i };
             self.bins[i.min(1000)] += w;
             self.total += w;
         }
@@ -96,7 +100,6 @@ struct EntityAcc {
     spec: Option<&'static GpuSpec>,
     simulated: bool,
     samples: u64,
-    fidelity_windows: BTreeMap<Fidelity, u64>,
     util: Mean,
     ecf: Mean,
     ecf_q: Quantiles,
@@ -129,9 +132,11 @@ pub struct Analyzer {
     deriver: Deriver,
     timeline: bool,
     start: Option<i64>,
-    entities: BTreeMap<EntityKey, EntityAcc>,
+    entities: EntityTable<EntityAcc>,
     diagnostics: BTreeMap<DiagnosticKind, u64>,
     first_diagnostics: Vec<String>,
+    /// The diagnostics of the sample being fed (kept for its capacity).
+    noticed: Vec<crate::diag::Diagnostic>,
 }
 
 /// How many diagnostics are kept verbatim for the report.
@@ -140,90 +145,41 @@ const KEPT_DIAGNOSTICS: usize = 20;
 impl Analyzer {
     /// An analyzer; `timeline` keeps one point per window (memory grows with the input).
     #[must_use]
-    pub fn new(deriver: Deriver, timeline: bool) -> Analyzer {
+    pub fn new(mut deriver: Deriver, timeline: bool) -> Analyzer {
+        // The summaries read no observed ceilings.
+        deriver.set_ceilings(false);
         Analyzer {
             deriver,
             timeline,
             start: None,
-            entities: BTreeMap::new(),
+            entities: EntityTable::default(),
             diagnostics: BTreeMap::new(),
             first_diagnostics: Vec::new(),
+            noticed: Vec::new(),
         }
     }
 
     /// Feed one sample.
     pub fn push(&mut self, sample: &Sample) {
         let start = *self.start.get_or_insert(sample.taken.0);
-        let out = self.deriver.observe(sample);
-        for d in out.diagnostics {
+        let t = sample.taken.seconds_since(crate::model::Timestamp(start));
+        let Analyzer {
+            deriver,
+            timeline,
+            entities,
+            noticed,
+            ..
+        } = self;
+        let mut pos = 0;
+        deriver.observe_each(sample, noticed, |w| {
+            add_window(entities, pos, *timeline, t, w);
+            pos += 1;
+        });
+        for d in self.noticed.drain(..) {
             *self.diagnostics.entry(d.kind).or_default() += 1;
             if self.first_diagnostics.len() < KEPT_DIAGNOSTICS {
                 self.first_diagnostics.push(d.to_string());
             }
-        }
-        let t = sample.taken.seconds_since(crate::model::Timestamp(start));
-        for w in out.windows {
-            self.add_window(t, &w);
-        }
-    }
-
-    fn add_window(&mut self, t: f64, w: &EntityWindow) {
-        let acc = self.entities.entry(w.id.key()).or_default();
-        acc.id = w.id.clone();
-        acc.spec = w.spec;
-        acc.simulated |= w.simulated;
-        acc.samples += 1;
-        let m = &w.metrics;
-        if let Some(f) = m.fidelity {
-            *acc.fidelity_windows.entry(f).or_default() += 1;
-        }
-        // Weight by the window length; a window not yet integrated counts as one unit.
-        let dt = if w.dt_seconds > 0.0 {
-            w.dt_seconds
-        } else {
-            0.0
-        };
-        acc.util.add(m.reported_utilization, dt);
-        acc.ecf.add(m.effective_compute, dt);
-        acc.ecf_q.add(m.effective_compute, dt);
-        acc.pipe_q.add(m.busiest_pipe, dt);
-        acc.dram_q.add(w.readings.value(Field::DramActive), dt);
-        acc.upper.add(m.effective_compute_upper_bound, dt);
-        acc.proxy.add(m.power_proxy, dt);
-        acc.gap.add(m.inflation_gap_points, dt);
-        acc.sat.add(m.roofline_saturation, dt);
-        acc.spatial.add(m.spatial_inflation, dt);
-        acc.clock_corrected |= m.clock_corrected;
-        if let Some(u) = w.readings.value(Field::MemUsedBytes) {
-            acc.peak_used = Some(acc.peak_used.map_or(u, |p: f64| p.max(u)));
-        }
-        if let Some(t) = w.readings.value(Field::MemTotalBytes) {
-            acc.total_mem = Some(t);
-        }
-        acc.capability = Some(w.capability);
-        acc.llm_serving |= w.llm_serving;
-        if let (Some(p), Some(method)) = (w.phase, w.phase_method) {
-            acc.phase_seconds[method.index()][p.index()] += dt;
-        }
-        acc.verdict_seconds[w.verdict.verdict.index()] += dt;
-        acc.engine_compared = w.totals.phase_compared_seconds;
-        acc.engine_agreed = w.totals.phase_agreed_seconds;
-        if let Some(truth) = w.truth_phase {
-            acc.with_truth += 1;
-            if w.phase == Some(truth) {
-                acc.agree += 1;
-            }
-        }
-        acc.truth_ecf.add(w.truth_effective_compute, dt);
-        if self.timeline {
-            acc.timeline.push(TimelinePoint {
-                t,
-                phase: w.phase,
-                truth_phase: w.truth_phase,
-                reported_utilization: m.reported_utilization,
-                effective_compute: m.effective_compute,
-                roofline_saturation: m.roofline_saturation,
-            });
         }
     }
 
@@ -232,7 +188,12 @@ impl Analyzer {
     pub fn report(&self) -> Report {
         let cfg = self.deriver.config();
         Report {
-            entities: self.entities.values().map(|a| summarize(a, cfg)).collect(),
+            entities: self
+                .entities
+                .sorted()
+                .into_iter()
+                .map(|a| summarize(a, cfg))
+                .collect(),
             diagnostics: self
                 .diagnostics
                 .iter()
@@ -240,6 +201,77 @@ impl Analyzer {
                 .collect(),
             first_diagnostics: self.first_diagnostics.clone(),
         }
+    }
+}
+
+/// Add one window to its entity's accumulator; `pos` is its position in the sample.
+fn add_window(
+    entities: &mut EntityTable<EntityAcc>,
+    pos: usize,
+    timeline: bool,
+    t: f64,
+    w: &EntityWindow,
+) {
+    let slot = entities.find_or_insert(pos, &w.id, || EntityAcc {
+        id: w.id.clone(),
+        ..EntityAcc::default()
+    });
+    let acc = entities.get_mut(slot);
+    // The entity's latest attributes (its key is the same; a model name may come later).
+    if !acc.id.same_attributes(&w.id) {
+        acc.id.clone_from(&w.id);
+    }
+    acc.spec = w.spec;
+    acc.simulated |= w.simulated;
+    acc.samples += 1;
+    let m = &w.metrics;
+    // Weight by the window length; a window not yet integrated counts as one unit.
+    let dt = if w.dt_seconds > 0.0 {
+        w.dt_seconds
+    } else {
+        0.0
+    };
+    acc.util.add(m.reported_utilization, dt);
+    acc.ecf.add(m.effective_compute, dt);
+    acc.ecf_q.add(m.effective_compute, dt);
+    acc.pipe_q.add(m.busiest_pipe, dt);
+    acc.dram_q.add(w.readings.value(Field::DramActive), dt);
+    acc.upper.add(m.effective_compute_upper_bound, dt);
+    acc.proxy.add(m.power_proxy, dt);
+    acc.gap.add(m.inflation_gap_points, dt);
+    acc.sat.add(m.roofline_saturation, dt);
+    acc.spatial.add(m.spatial_inflation, dt);
+    acc.clock_corrected |= m.clock_corrected;
+    if let Some(u) = w.readings.value(Field::MemUsedBytes) {
+        acc.peak_used = Some(acc.peak_used.map_or(u, |p: f64| p.max(u)));
+    }
+    if let Some(t) = w.readings.value(Field::MemTotalBytes) {
+        acc.total_mem = Some(t);
+    }
+    acc.capability = Some(w.capability);
+    acc.llm_serving |= w.llm_serving;
+    if let (Some(p), Some(method)) = (w.phase, w.phase_method) {
+        acc.phase_seconds[method.index()][p.index()] += dt;
+    }
+    acc.verdict_seconds[w.verdict.verdict.index()] += dt;
+    acc.engine_compared = w.totals.phase_compared_seconds;
+    acc.engine_agreed = w.totals.phase_agreed_seconds;
+    if let Some(truth) = w.truth_phase {
+        acc.with_truth += 1;
+        if w.phase == Some(truth) {
+            acc.agree += 1;
+        }
+    }
+    acc.truth_ecf.add(w.truth_effective_compute, dt);
+    if timeline {
+        acc.timeline.push(TimelinePoint {
+            t,
+            phase: w.phase,
+            truth_phase: w.truth_phase,
+            reported_utilization: m.reported_utilization,
+            effective_compute: m.effective_compute,
+            roofline_saturation: m.roofline_saturation,
+        });
     }
 }
 

@@ -177,6 +177,11 @@ pub fn sanitize(readings: &mut Readings, entity: &EntityId, diags: &mut Vec<Diag
         let Reading::Value(v) = readings.get(field) else {
             continue;
         };
+        // Most values are clean: finite, not negative, below the sentinels, a ratio within
+        // 0..1 (NaN fails the first comparison, infinities the second).
+        if (0.0..SENTINEL_FLOOR).contains(&v) && (v <= 1.0 || !field.is_ratio()) {
+            continue;
+        }
         let mut push = |kind, detail: String| {
             diags.push(Diagnostic {
                 kind,

@@ -134,6 +134,34 @@ impl EntityId {
     }
 }
 
+impl EntityKey {
+    /// Whether `id` has this key (`id.key() == *self`, without building the key).
+    #[must_use]
+    pub fn is_key_of(&self, id: &EntityId) -> bool {
+        self.gpu == id.gpu
+            && self.gpu_instance == id.mig.as_ref().map(|m| m.gpu_instance)
+            && self.compute_instance == id.mig.as_ref().and_then(|m| m.compute_instance)
+            && self.node == id.node
+            && self.uuid == id.uuid
+            && self.pod == id.pod
+    }
+}
+
+impl EntityId {
+    /// Whether `other`, an id with the same [`EntityKey`], has the same attributes too
+    /// (model, PCI id, MIG profile and UUID): `*self == *other`, comparing only what the
+    /// key leaves out.
+    #[must_use]
+    pub fn same_attributes(&self, other: &EntityId) -> bool {
+        let mig = match (&self.mig, &other.mig) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.profile == b.profile && a.uuid == b.uuid,
+            _ => false,
+        };
+        mig && self.model == other.model && self.pci_bus_id == other.pci_bus_id
+    }
+}
+
 impl fmt::Display for EntityId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.gpu, &self.uuid) {

@@ -12,8 +12,8 @@ use crate::model::{
     EntityId, EntityKey, EntitySample, Field, Phase, Sample, ServingSnapshot, Timestamp,
 };
 use crate::phase::{PhaseClassifier, PhaseInputs, PhaseMethod};
-use crate::verdict::{self, VerdictConfig, VerdictInputs, VerdictResult};
-use std::collections::{BTreeMap, VecDeque};
+use crate::verdict::{self, Decision, VerdictConfig, VerdictInputs};
+use std::collections::{HashMap, VecDeque};
 
 /// Time integrals for one entity since it was first seen.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -90,8 +90,9 @@ pub struct EntityWindow {
     pub truth_effective_compute: Option<f64>,
     /// The serving engine's view of the same window, when scraped.
     pub serving: Option<ServingSnapshot>,
-    /// The verdict of the window, with its reasons.
-    pub verdict: VerdictResult,
+    /// The verdict of the window, with the numbers behind it ([`Decision::explain`] gives
+    /// the reasons as text).
+    pub verdict: Decision,
     /// Integrals up to and including this window.
     pub totals: Totals,
     /// The sanitized readings the window was derived from.
@@ -136,15 +137,34 @@ pub struct Ceilings {
 
 /// The best sustained average of one quantity over a rolling horizon. Pure: time comes
 /// from the windows fed in.
+///
+/// Each window's average over the trailing span is kept as exact sums of the windows it
+/// holds (value × seconds, and seconds), updated as windows enter and leave the span, so a
+/// window costs O(1) amortized whatever the span holds: the average is a function of the
+/// windows in the span only, and equal spans give equal averages. The windows fed in are
+/// consecutive and do not overlap (as the deriver's are); only the oldest can straddle the
+/// start of the span, and it is weighted by its overlap.
 #[derive(Debug, Clone)]
 pub struct CeilingTracker {
     horizon: f64,
     sustain: f64,
     /// Windows overlapping the trailing sustain span: (end, seconds, value).
     recent: VecDeque<(Timestamp, f64, f64)>,
+    /// Σ value × seconds over `recent` but its oldest window (and huge windows).
+    weighted: ExactSum,
+    /// Σ seconds over the same windows.
+    seconds: ExactSum,
+    /// Windows in `recent` whose value × seconds is too large to sum ([`is_huge`]): while
+    /// any is there, the average is a running mean instead, which cannot overflow.
+    huge: usize,
     /// Sustained averages that may still become the maximum, values decreasing:
     /// (end of their span, value).
     best: VecDeque<(Timestamp, f64)>,
+}
+
+/// Whether a window's value × seconds is too large to sum (the sum of many could overflow).
+fn is_huge(seconds: f64, value: f64) -> bool {
+    (value * seconds).abs() >= 1e280
 }
 
 impl CeilingTracker {
@@ -155,6 +175,9 @@ impl CeilingTracker {
             horizon: horizon_seconds,
             sustain: sustain_seconds,
             recent: VecDeque::new(),
+            weighted: ExactSum::default(),
+            seconds: ExactSum::default(),
+            huge: 0,
             best: VecDeque::new(),
         }
     }
@@ -165,27 +188,41 @@ impl CeilingTracker {
         match value.filter(|v| v.is_finite()) {
             Some(v) if seconds > 0.0 && seconds.is_finite() => {
                 self.recent.push_back((end, seconds, v));
+                if is_huge(seconds, v) {
+                    self.huge += 1;
+                } else if self.recent.len() > 1 {
+                    self.weighted.add(v * seconds);
+                    self.seconds.add(seconds);
+                }
             }
-            _ => self.recent.clear(),
+            _ => {
+                self.recent.clear();
+                self.weighted.clear();
+                self.seconds.clear();
+                self.huge = 0;
+            }
         }
         // Keep the windows that end inside the trailing span (end - sustain, end].
-        while self
-            .recent
-            .front()
-            .is_some_and(|(e, _, _)| end.seconds_since(*e) >= self.sustain)
+        while let Some(&(e, dt, v)) = self.recent.front()
+            && end.seconds_since(e) >= self.sustain
         {
             self.recent.pop_front();
-        }
-        let (mut covered, mut avg) = (0.0, 0.0);
-        for (e, dt, v) in &self.recent {
-            // The part of [e - dt, e] inside [end - sustain, end]. A running mean, not a
-            // sum: huge values average to themselves instead of overflowing.
-            let part = dt.min(self.sustain - end.seconds_since(*e)).max(0.0);
-            if part > 0.0 {
-                covered += part;
-                avg += (v - avg) * (part / covered);
+            if is_huge(dt, v) {
+                self.huge -= 1;
+            }
+            // The new oldest window leaves the sums: it is weighted by its overlap below.
+            if let Some(&(_, dt, v)) = self.recent.front()
+                && !is_huge(dt, v)
+            {
+                self.weighted.add(-(v * dt));
+                self.seconds.add(-dt);
             }
         }
+        let (covered, avg) = if self.huge > 0 {
+            naive_mean(&self.recent, end, self.sustain)
+        } else {
+            self.mean(end)
+        };
         if covered >= self.sustain * (1.0 - 1e-9) && avg.is_finite() {
             while self.best.back().is_some_and(|(_, b)| *b <= avg) {
                 self.best.pop_back();
@@ -204,6 +241,140 @@ impl CeilingTracker {
             age_seconds: end.seconds_since(*t),
         })
     }
+
+    /// Seconds covered and the average over the span ending at `end`: the sums of the whole
+    /// windows, plus the oldest window's overlap with the span.
+    fn mean(&self, end: Timestamp) -> (f64, f64) {
+        let Some(&(e, dt, v)) = self.recent.front() else {
+            return (0.0, 0.0);
+        };
+        let part = dt.min(self.sustain - end.seconds_since(e)).max(0.0);
+        let covered = self.seconds.plus(part);
+        if covered <= 0.0 {
+            return (0.0, 0.0);
+        }
+        (covered, self.weighted.plus(v * part) / covered)
+    }
+}
+
+/// Seconds covered and the average of `recent` over the span (end - sustain, end], as a
+/// running mean: huge values average to themselves instead of overflowing a sum. O(windows).
+fn naive_mean(
+    recent: &VecDeque<(Timestamp, f64, f64)>,
+    end: Timestamp,
+    sustain: f64,
+) -> (f64, f64) {
+    let (mut covered, mut avg) = (0.0, 0.0);
+    for (e, dt, v) in recent {
+        // The part of [e - dt, e] inside [end - sustain, end].
+        let part = dt.min(sustain - end.seconds_since(*e)).max(0.0);
+        if part > 0.0 {
+            covered += part;
+            avg += (v - avg) * (part / covered);
+        }
+    }
+    (covered, avg)
+}
+
+/// An exact sum of floating-point terms, as non-overlapping partials in increasing
+/// magnitude (Shewchuk's algorithm, the one behind Python's `math.fsum`). Adding and then
+/// subtracting a term leaves it exactly as it was, so a sliding sum never drifts, and its
+/// value depends on the terms it holds, not on the order they came and went in.
+#[derive(Debug, Clone, Default)]
+struct ExactSum {
+    partials: Vec<f64>,
+}
+
+impl ExactSum {
+    fn add(&mut self, x: f64) {
+        grow(&mut self.partials, x);
+    }
+
+    fn clear(&mut self) {
+        self.partials.clear();
+    }
+
+    /// The sum plus `x`, correctly rounded.
+    fn plus(&self, x: f64) -> f64 {
+        if self.partials.len() < 4 {
+            let mut p = [0.0; 5];
+            p[..self.partials.len()].copy_from_slice(&self.partials);
+            let n = grow_array(&mut p, self.partials.len(), x);
+            round(&p[..n])
+        } else {
+            let mut p = self.partials.clone();
+            grow(&mut p, x);
+            round(&p)
+        }
+    }
+}
+
+/// Two-sum of `x` into the partials, dropping zeros.
+fn grow(partials: &mut Vec<f64>, x: f64) {
+    let n = partials.len();
+    let kept = two_sums(partials, n, x);
+    partials.truncate(kept.0);
+    if kept.1 != 0.0 {
+        partials.push(kept.1);
+    }
+}
+
+/// [`grow`] over the first `n` of a fixed array with room for one more; returns the length.
+fn grow_array(partials: &mut [f64; 5], n: usize, x: f64) -> usize {
+    let (mut kept, hi) = two_sums(&mut partials[..], n, x);
+    if hi != 0.0 {
+        partials[kept] = hi;
+        kept += 1;
+    }
+    kept
+}
+
+/// Adds `x` to the first `n` partials in place: the non-zero low parts are written back to
+/// the front; returns how many, and the high part left over.
+fn two_sums(partials: &mut [f64], n: usize, mut x: f64) -> (usize, f64) {
+    let mut kept = 0;
+    for j in 0..n {
+        let mut y = partials[j];
+        if x.abs() < y.abs() {
+            std::mem::swap(&mut x, &mut y);
+        }
+        let hi = x + y;
+        let lo = y - (hi - x);
+        if lo != 0.0 {
+            partials[kept] = lo;
+            kept += 1;
+        }
+        x = hi;
+    }
+    (kept, x)
+}
+
+/// The correctly rounded value of non-overlapping partials in increasing magnitude.
+fn round(partials: &[f64]) -> f64 {
+    let Some((&top, rest)) = partials.split_last() else {
+        return 0.0;
+    };
+    let (mut hi, mut lo) = (top, 0.0);
+    let mut n = rest.len();
+    while n > 0 {
+        let x = hi;
+        n -= 1;
+        let y = rest[n];
+        hi = x + y;
+        lo = y - (hi - x);
+        if lo != 0.0 {
+            break;
+        }
+    }
+    // Half-way cases: the next partial down decides.
+    if n > 0 && ((lo < 0.0 && rest[n - 1] < 0.0) || (lo > 0.0 && rest[n - 1] > 0.0)) {
+        let y = lo * 2.0;
+        let x = hi + y;
+        if y == x - hi {
+            hi = x;
+        }
+    }
+    hi
 }
 
 impl Default for CeilingTracker {
@@ -227,13 +398,144 @@ struct EntityState {
     last_energy: Option<f64>,
     idle_power: Option<f64>,
     classifier: PhaseClassifier,
-    totals: Totals,
-    pending_first: Option<EntityWindow>,
+    /// The entity's latest window, with the entity's integrals up to it.
+    window: EntityWindow,
+    /// Whether `window` is the entity's first, not yet integrated (the interval was not
+    /// known yet).
+    pending: bool,
     warned_unknown_model: bool,
     capability: Fidelity,
     last_clock_mhz: Option<f64>,
     ceiling_saturation: CeilingTracker,
     ceiling_output_tokens: CeilingTracker,
+}
+
+impl EntityState {
+    fn new(taken: Timestamp, e: &EntitySample) -> EntityState {
+        EntityState {
+            last_taken: taken,
+            last_energy: None,
+            idle_power: None,
+            classifier: PhaseClassifier::default(),
+            window: EntityWindow {
+                id: e.id.clone(),
+                spec: None,
+                simulated: e.simulated,
+                dt_seconds: 0.0,
+                metrics: WindowMetrics::default(),
+                phase: None,
+                phase_method: None,
+                capability: Fidelity::None,
+                llm_serving: false,
+                engine_phase: None,
+                throttles: None,
+                processes: Vec::new(),
+                allocation: None,
+                truth_phase: None,
+                truth_workload: None,
+                truth_effective_compute: None,
+                serving: None,
+                verdict: Decision::default(),
+                totals: Totals::default(),
+                readings: e.readings,
+                ceilings: Ceilings::default(),
+            },
+            pending: false,
+            warned_unknown_model: false,
+            capability: Fidelity::None,
+            last_clock_mhz: None,
+            ceiling_saturation: CeilingTracker::default(),
+            ceiling_output_tokens: CeilingTracker::default(),
+        }
+    }
+}
+
+/// Per-entity values by [`EntityKey`], in first-seen order. An entity is looked up first
+/// at the slot the entity at the same position of the previous sample had (a key
+/// comparison, no allocation: sources list their entities in the same order every
+/// sample), then by its key.
+#[derive(Debug, Clone)]
+pub(crate) struct EntityTable<T> {
+    slots: Vec<(EntityKey, T)>,
+    index: HashMap<EntityKey, usize>,
+    /// The slot of the entity at each position of the previous sample.
+    hints: Vec<usize>,
+}
+
+impl<T> Default for EntityTable<T> {
+    fn default() -> Self {
+        EntityTable {
+            slots: Vec::new(),
+            index: HashMap::new(),
+            hints: Vec::new(),
+        }
+    }
+}
+
+impl<T> EntityTable<T> {
+    /// The slot of `id`, the entity at position `pos` of its sample.
+    pub(crate) fn find(&mut self, pos: usize, id: &EntityId) -> Option<usize> {
+        if let Some(&slot) = self.hints.get(pos)
+            && self.slots.get(slot).is_some_and(|(k, _)| k.is_key_of(id))
+        {
+            return Some(slot);
+        }
+        let slot = *self.index.get(&id.key())?;
+        self.hint(pos, slot);
+        Some(slot)
+    }
+
+    /// Add `id` (not in the table) at position `pos`; returns its slot.
+    pub(crate) fn insert(&mut self, pos: usize, id: &EntityId, value: T) -> usize {
+        let slot = self.slots.len();
+        let key = id.key();
+        self.index.insert(key.clone(), slot);
+        self.slots.push((key, value));
+        self.hint(pos, slot);
+        slot
+    }
+
+    /// The slot of `id`, added with `make` when it is new.
+    pub(crate) fn find_or_insert(
+        &mut self,
+        pos: usize,
+        id: &EntityId,
+        make: impl FnOnce() -> T,
+    ) -> usize {
+        match self.find(pos, id) {
+            Some(slot) => slot,
+            None => self.insert(pos, id, make()),
+        }
+    }
+
+    fn hint(&mut self, pos: usize, slot: usize) {
+        if pos >= self.hints.len() {
+            self.hints.resize(pos + 1, usize::MAX);
+        }
+        self.hints[pos] = slot;
+    }
+
+    pub(crate) fn get_mut(&mut self, slot: usize) -> &mut T {
+        &mut self.slots[slot].1
+    }
+
+    /// Remove the entity with `key`, if present.
+    pub(crate) fn remove(&mut self, key: &EntityKey) {
+        let Some(slot) = self.index.remove(key) else {
+            return;
+        };
+        self.slots.swap_remove(slot);
+        if let Some((moved, _)) = self.slots.get(slot) {
+            self.index.insert(moved.clone(), slot);
+        }
+    }
+
+    /// The values in key order.
+    pub(crate) fn sorted(&self) -> Vec<&T> {
+        let mut v: Vec<&(EntityKey, T)> = self.slots.iter().collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v.into_iter().map(|(_, t)| t).collect()
+    }
 }
 
 /// Derives metrics sample by sample, keeping per-entity state. Pure: time comes from samples.
@@ -243,7 +545,9 @@ pub struct Deriver {
     nominal_interval: Option<f64>,
     model_override: Option<&'static GpuSpec>,
     verdict: VerdictConfig,
-    entities: BTreeMap<EntityKey, EntityState>,
+    /// Whether observed ceilings are tracked.
+    ceilings: bool,
+    entities: EntityTable<EntityState>,
 }
 
 impl Deriver {
@@ -256,7 +560,8 @@ impl Deriver {
             nominal_interval: nominal_interval.filter(|i| i.is_finite() && *i > 0.0),
             model_override: None,
             verdict: VerdictConfig::default(),
-            entities: BTreeMap::new(),
+            ceilings: true,
+            entities: EntityTable::default(),
         }
     }
 
@@ -268,6 +573,12 @@ impl Deriver {
     /// Use these verdict thresholds.
     pub fn set_verdict_config(&mut self, config: VerdictConfig) {
         self.verdict = config;
+    }
+
+    /// Track observed ceilings (the default), or not: a consumer that reads none saves
+    /// their cost, and its windows carry none.
+    pub fn set_ceilings(&mut self, on: bool) {
+        self.ceilings = on;
     }
 
     /// The configuration in use.
@@ -284,68 +595,97 @@ impl Deriver {
     /// Feed one sample.
     pub fn observe(&mut self, sample: &Sample) -> Derivation {
         let mut out = Derivation::default();
-        for e in &sample.entities {
-            self.observe_entity(sample.taken, e, &mut out);
-        }
+        let Derivation {
+            windows,
+            diagnostics,
+        } = &mut out;
+        self.observe_each(sample, diagnostics, |w| windows.push(w.clone()));
         out
     }
 
-    fn observe_entity(&mut self, taken: Timestamp, e: &EntitySample, out: &mut Derivation) {
-        let diags = &mut out.diagnostics;
-        let mut readings = e.readings;
-        derive::sanitize(&mut readings, &e.id, diags);
+    /// Feed one sample, handing each entity's window to `each` as it is derived (the same
+    /// windows, in the same order, as [`Deriver::observe`]), and appending what was noticed
+    /// to `diagnostics`.
+    pub fn observe_each(
+        &mut self,
+        sample: &Sample,
+        diagnostics: &mut Vec<Diagnostic>,
+        mut each: impl FnMut(&EntityWindow),
+    ) {
+        for (pos, e) in sample.entities.iter().enumerate() {
+            if let Some(w) = self.observe_entity(sample.taken, pos, e, diagnostics) {
+                each(w);
+            }
+        }
+    }
+
+    fn observe_entity(
+        &mut self,
+        taken: Timestamp,
+        pos: usize,
+        e: &EntitySample,
+        diags: &mut Vec<Diagnostic>,
+    ) -> Option<&EntityWindow> {
         let spec = self
             .model_override
             .or_else(|| e.id.model.as_deref().and_then(gpus::lookup));
-        let key = e.id.key();
         let cfg = &self.config;
 
-        let state = self.entities.get_mut(&key);
-        // Window length.
-        let (dt, first) = match &state {
-            None => (self.nominal_interval, true),
+        let slot = self.entities.find(pos, &e.id);
+        // Window length (a gap is told after the readings' own diagnostics).
+        let (dt, first, gap) = match slot.map(|slot| &*self.entities.get_mut(slot)) {
+            None => (self.nominal_interval, true, None),
             Some(st) => {
                 let dt = taken.seconds_since(st.last_taken);
                 if dt <= 0.0 {
+                    let mut readings = e.readings;
+                    derive::sanitize(&mut readings, &e.id, diags);
                     diags.push(Diagnostic {
                         kind: DiagnosticKind::NonIncreasingTime,
                         entity: Some(e.id.clone()),
                         field: None,
                         detail: format!("{dt} s after the previous sample; sample skipped"),
                     });
-                    return;
+                    return None;
                 }
                 if self.nominal_interval.is_none() {
                     self.nominal_interval = Some(dt);
                 }
                 let limit = self.nominal_interval.unwrap_or(dt) * cfg.max_gap_intervals;
                 if dt > limit {
-                    diags.push(Diagnostic {
-                        kind: DiagnosticKind::Gap,
-                        entity: Some(e.id.clone()),
-                        field: None,
-                        detail: format!("{dt} s since the previous sample; one interval counted"),
-                    });
-                    (self.nominal_interval, false)
+                    (self.nominal_interval, false, Some(dt))
                 } else {
-                    (Some(dt), false)
+                    (Some(dt), false, None)
                 }
             }
         };
 
-        let state = self.entities.entry(key).or_insert_with(|| EntityState {
-            last_taken: taken,
-            last_energy: None,
-            idle_power: None,
-            classifier: PhaseClassifier::default(),
-            totals: Totals::default(),
-            pending_first: None,
-            warned_unknown_model: false,
-            capability: Fidelity::None,
-            last_clock_mhz: None,
-            ceiling_saturation: CeilingTracker::default(),
-            ceiling_output_tokens: CeilingTracker::default(),
-        });
+        let slot =
+            slot.unwrap_or_else(|| self.entities.insert(pos, &e.id, EntityState::new(taken, e)));
+        let state = self.entities.get_mut(slot);
+        let cfg = &self.config;
+        // The entity's first window waited for the interval: it is integrated now, before
+        // this window takes its place.
+        if let (Some(dt), true) = (dt, state.pending) {
+            integrate(&mut state.window, dt, None);
+            state.pending = false;
+        }
+        // The window is derived in place of the entity's previous one.
+        let win = &mut state.window;
+        // Found by its key: only the attributes the key leaves out can differ.
+        if !win.id.same_attributes(&e.id) {
+            win.id.clone_from(&e.id);
+        }
+        win.readings = e.readings;
+        derive::sanitize(&mut win.readings, &e.id, diags);
+        if let Some(dt) = gap {
+            diags.push(Diagnostic {
+                kind: DiagnosticKind::Gap,
+                entity: Some(e.id.clone()),
+                field: None,
+                detail: format!("{dt} s since the previous sample; one interval counted"),
+            });
+        }
         if spec.is_none() && !state.warned_unknown_model {
             state.warned_unknown_model = true;
             diags.push(Diagnostic {
@@ -358,6 +698,7 @@ impl Deriver {
                 ),
             });
         }
+        let readings = &mut win.readings;
 
         // Energy counter → window-average power.
         let energy = readings.value(Field::EnergyJoules);
@@ -392,6 +733,7 @@ impl Deriver {
         if e.sm_clock_is_point {
             state.last_clock_mhz = clock;
         }
+        let readings = &win.readings;
 
         let ctx = WindowContext {
             spec,
@@ -399,7 +741,8 @@ impl Deriver {
             idle_power_watts: state.idle_power,
             throttles: e.throttles,
         };
-        let metrics = derive::window(&readings, &ctx, cfg);
+        win.metrics = derive::window(readings, &ctx, cfg);
+        let metrics = &win.metrics;
         if let Some(f) = metrics.fidelity {
             state.capability = state.capability.min(f);
         }
@@ -426,7 +769,7 @@ impl Deriver {
                 .reported_utilization
                 .or(readings.value(Field::GrActive)),
             sm_active: readings.value(Field::SmActive),
-            compute: derive::compute_term(&readings, spec),
+            compute: derive::compute_term(readings, spec),
             dram: readings.value(Field::DramActive),
             pipe: metrics.busiest_pipe,
             power_proxy: metrics.power_proxy,
@@ -441,13 +784,7 @@ impl Deriver {
             .classifier
             .observe_by(&inputs, method, &cfg.phase)
             .map(|p| (p, method));
-        let llm_serving = match cfg.workload {
-            WorkloadHint::Auto => e.serving.is_some(),
-            WorkloadHint::LlmServing => true,
-            WorkloadHint::Other => false,
-        };
-        let engine_phase = e.serving.as_ref().and_then(engine_phase);
-        let verdict = verdict::decide(
+        win.verdict = verdict::judge(
             &VerdictInputs {
                 util: inputs.util,
                 saturation: metrics.roofline_saturation,
@@ -458,9 +795,8 @@ impl Deriver {
             },
             &self.verdict,
         );
-
-        let ceilings = match dt {
-            Some(dt) => Ceilings {
+        win.ceilings = match dt {
+            Some(dt) if self.ceilings => Ceilings {
                 roofline_saturation: state.ceiling_saturation.observe(
                     taken,
                     dt,
@@ -476,45 +812,39 @@ impl Deriver {
                 ),
             },
             // The interval is not known yet: nothing to average over.
-            None => Ceilings::default(),
+            _ => Ceilings::default(),
         };
-        let mut win = EntityWindow {
-            id: e.id.clone(),
-            spec,
-            simulated: e.simulated,
-            dt_seconds: 0.0,
-            metrics,
-            phase: phase.map(|p| p.0),
-            phase_method: phase.map(|p| p.1),
-            capability: state.capability,
-            llm_serving,
-            engine_phase,
-            throttles: e.throttles,
-            processes: e.processes.clone(),
-            allocation: e.allocation.clone(),
-            truth_phase: e.truth_phase,
-            truth_workload: e.truth_workload,
-            truth_effective_compute: e.truth_effective_compute,
-            serving: e.serving.clone(),
-            verdict,
-            totals: state.totals,
-            readings,
-            ceilings,
+        win.spec = spec;
+        win.simulated = e.simulated;
+        win.dt_seconds = 0.0;
+        win.phase = phase.map(|p| p.0);
+        win.phase_method = phase.map(|p| p.1);
+        win.capability = state.capability;
+        win.llm_serving = match cfg.workload {
+            WorkloadHint::Auto => e.serving.is_some(),
+            WorkloadHint::LlmServing => true,
+            WorkloadHint::Other => false,
         };
-        match dt {
-            Some(dt) => {
-                if let Some(mut pending) = state.pending_first.take() {
-                    integrate(&mut state.totals, &mut pending, dt, None);
-                }
-                integrate(&mut state.totals, &mut win, dt, energy_delta);
-                out.windows.push(win);
-            }
-            None => {
-                // Interval not known yet: integrate this first window once the next arrives.
-                state.pending_first = Some(win.clone());
-                out.windows.push(win);
-            }
+        win.engine_phase = e.serving.as_ref().and_then(engine_phase);
+        win.throttles = e.throttles;
+        if !(win.processes.is_empty() && e.processes.is_empty()) {
+            win.processes.clone_from(&e.processes);
         }
+        if win.allocation.is_some() || e.allocation.is_some() {
+            win.allocation.clone_from(&e.allocation);
+        }
+        win.truth_phase = e.truth_phase;
+        win.truth_workload = e.truth_workload;
+        win.truth_effective_compute = e.truth_effective_compute;
+        if win.serving.is_some() || e.serving.is_some() {
+            win.serving.clone_from(&e.serving);
+        }
+        match dt {
+            Some(dt) => integrate(win, dt, energy_delta),
+            // Interval not known yet: the window is integrated once the next arrives.
+            None => state.pending = true,
+        }
+        Some(&state.window)
     }
 }
 
@@ -534,7 +864,10 @@ fn engine_phase(sv: &ServingSnapshot) -> Option<Phase> {
     }
 }
 
-fn integrate(t: &mut Totals, w: &mut EntityWindow, dt: f64, energy_delta: Option<f64>) {
+/// Add window `w` of `dt` seconds to the entity's integrals, which it carries: they are the
+/// previous window's plus its own.
+fn integrate(w: &mut EntityWindow, dt: f64, energy_delta: Option<f64>) {
+    let t = &mut w.totals;
     let m = &w.metrics;
     t.windows += 1;
     t.observed_seconds += dt;
@@ -579,7 +912,6 @@ fn integrate(t: &mut Totals, w: &mut EntityWindow, dt: f64, energy_delta: Option
         *t.truth_effective_compute_seconds.get_or_insert(0.0) += truth * dt;
     }
     w.dt_seconds = dt;
-    w.totals = *t;
 }
 
 #[cfg(test)]
@@ -751,6 +1083,259 @@ mod tests {
             last = c.observe(Timestamp(i * 7000), 7.0, Some(v));
         }
         close(last, 4.0 / 60.0, 0.0);
+    }
+
+    /// The ceilings by brute force: every window since continuity last broke is kept, and
+    /// at each window the average of every span is recomputed from scratch.
+    #[derive(Default)]
+    struct BruteCeiling {
+        windows: Vec<(Timestamp, f64, f64)>,
+        /// Every sustained average so far: (end of its span, value).
+        spans: Vec<(Timestamp, f64)>,
+    }
+
+    impl BruteCeiling {
+        fn observe(
+            &mut self,
+            end: Timestamp,
+            seconds: f64,
+            value: Option<f64>,
+            horizon: f64,
+            sustain: f64,
+        ) -> Option<Ceiling> {
+            match value {
+                Some(v) => self.windows.push((end, seconds, v)),
+                None => self.windows.clear(),
+            }
+            let (mut covered, mut sum) = (0.0, 0.0);
+            for &(e, dt, v) in &self.windows {
+                let part = dt.min(sustain - end.seconds_since(e)).max(0.0);
+                covered += part;
+                sum += v * part;
+            }
+            if covered >= sustain * (1.0 - 1e-9) {
+                self.spans.push((end, sum / covered));
+            }
+            // The best in the horizon; of equal ones, the latest.
+            self.spans
+                .iter()
+                .filter(|(t, _)| end.seconds_since(*t) <= horizon)
+                .fold(None, |best: Option<(Timestamp, f64)>, &(t, v)| match best {
+                    Some((_, b)) if b > v => best,
+                    _ => Some((t, v)),
+                })
+                .map(|(t, v)| Ceiling {
+                    value: v,
+                    age_seconds: end.seconds_since(t),
+                })
+        }
+    }
+
+    /// The tracker as it was before its sums: the running mean over the span, walked at
+    /// every window.
+    struct WalkingCeiling {
+        recent: VecDeque<(Timestamp, f64, f64)>,
+        best: VecDeque<(Timestamp, f64)>,
+    }
+
+    impl WalkingCeiling {
+        fn observe(
+            &mut self,
+            end: Timestamp,
+            seconds: f64,
+            value: Option<f64>,
+            horizon: f64,
+            sustain: f64,
+        ) -> Option<Ceiling> {
+            match value {
+                Some(v) => self.recent.push_back((end, seconds, v)),
+                None => self.recent.clear(),
+            }
+            while self
+                .recent
+                .front()
+                .is_some_and(|(e, _, _)| end.seconds_since(*e) >= sustain)
+            {
+                self.recent.pop_front();
+            }
+            let (covered, avg) = naive_mean(&self.recent, end, sustain);
+            if covered >= sustain * (1.0 - 1e-9) {
+                while self.best.back().is_some_and(|(_, b)| *b <= avg) {
+                    self.best.pop_back();
+                }
+                self.best.push_back((end, avg));
+            }
+            while self
+                .best
+                .front()
+                .is_some_and(|(t, _)| end.seconds_since(*t) > horizon)
+            {
+                self.best.pop_front();
+            }
+            self.best.front().map(|(t, v)| Ceiling {
+                value: *v,
+                age_seconds: end.seconds_since(*t),
+            })
+        }
+    }
+
+    /// Windows of 0.25 to 4 s with values in 1/256ths: every sum is exact, so the tracker
+    /// must give exactly what recomputing every span from scratch gives, ages included
+    /// (plateaus of equal averages among them).
+    #[test]
+    fn ceiling_sums_equal_recomputing_every_span() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(15);
+        for _ in 0..20 {
+            let (horizon, sustain) = (120.0, 10.0);
+            let mut c = CeilingTracker::new(horizon, sustain);
+            let mut brute = BruteCeiling::default();
+            let mut ms = 0i64;
+            let steps = [250, 500, 1000, 2000, 4000];
+            let levels = rng.random_range(1..=8u32);
+            for i in 0..600 {
+                let dt = steps[rng.random_range(0..steps.len())];
+                // Now and then a hole in time: the window is shorter than the spacing.
+                let hole = if rng.random_ratio(1, 50) { 3000 } else { 0 };
+                ms += dt + hole;
+                let value = (!rng.random_ratio(1, 100))
+                    .then(|| f64::from(rng.random_range(0..=levels)) * 32.0 / 256.0);
+                let end = Timestamp(ms);
+                let seconds = dt as f64 / 1000.0;
+                let got = c.observe(end, seconds, value);
+                let want = brute.observe(end, seconds, value, horizon, sustain);
+                assert_eq!(got, want, "window {i} ending at {ms} ms");
+            }
+        }
+    }
+
+    /// Any values and window lengths: the same ceilings as the running mean walked over the
+    /// span at every window, up to rounding.
+    #[test]
+    fn ceiling_sums_agree_with_walking_the_span() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(16);
+        for run in 0..20 {
+            let (horizon, sustain) = (300.0, 60.0);
+            let mut c = CeilingTracker::new(horizon, sustain);
+            let mut walk = WalkingCeiling {
+                recent: VecDeque::new(),
+                best: VecDeque::new(),
+            };
+            let mut ms = 0i64;
+            let scale = [1.0, 1e-6, 1e4][run % 3];
+            for i in 0..3000 {
+                let dt = rng.random_range(50..3000);
+                ms += dt;
+                let value = (!rng.random_ratio(1, 500)).then(|| rng.random::<f64>() * scale);
+                let end = Timestamp(ms);
+                let seconds = dt as f64 / 1000.0;
+                let got = c.observe(end, seconds, value);
+                let want = walk.observe(end, seconds, value, horizon, sustain);
+                match (got, want) {
+                    (None, None) => {}
+                    (Some(g), Some(w)) => {
+                        assert!(
+                            (g.value - w.value).abs() <= 1e-12 * w.value.abs(),
+                            "window {i}: {g:?} vs {w:?}"
+                        );
+                        assert_eq!(g.age_seconds, w.age_seconds, "window {i}");
+                    }
+                    _ => panic!("window {i}: {got:?} vs {want:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn exact_sums_do_not_drift() {
+        let mut s = ExactSum::default();
+        for x in [0.1, 1e16, 0.2, -1e16, 0.3] {
+            s.add(x);
+        }
+        for x in [0.2, 0.1] {
+            s.add(-x);
+        }
+        assert_eq!(s.plus(0.0), 0.3);
+        assert_eq!(s.plus(-0.3), 0.0);
+        // 0.1 + 0.2 + 0.3 exactly, then rounded once (a running sum gives 0.6000000000000001).
+        let mut t = ExactSum::default();
+        for x in [0.1, 0.2, 0.3] {
+            t.add(x);
+        }
+        assert_eq!(t.plus(0.0), 0.6);
+    }
+
+    /// Looking an entity up without building its key finds what the key finds, and two ids
+    /// of one key are equal when their other attributes are.
+    #[test]
+    fn entity_lookups_agree_with_keys_and_equality() {
+        use crate::model::{MigId, PodRef};
+        let mig = |profile: Option<&str>| MigId {
+            gpu_instance: 1,
+            compute_instance: Some(2),
+            profile: profile.map(str::to_string),
+            uuid: None,
+        };
+        let ids: Vec<EntityId> = vec![
+            EntityId::default(),
+            EntityId {
+                gpu: Some(0),
+                ..EntityId::default()
+            },
+            EntityId {
+                gpu: Some(0),
+                model: Some("NVIDIA H100 80GB HBM3".into()),
+                ..EntityId::default()
+            },
+            EntityId {
+                gpu: Some(0),
+                node: Some("a".into()),
+                ..EntityId::default()
+            },
+            EntityId {
+                gpu: Some(0),
+                mig: Some(mig(None)),
+                ..EntityId::default()
+            },
+            EntityId {
+                gpu: Some(0),
+                mig: Some(mig(Some("3g.40gb"))),
+                pci_bus_id: Some("00000000:01:00.0".into()),
+                ..EntityId::default()
+            },
+            EntityId {
+                gpu: Some(1),
+                uuid: Some("GPU-1".into()),
+                pod: Some(PodRef {
+                    pod: "p".into(),
+                    namespace: None,
+                    container: None,
+                }),
+                ..EntityId::default()
+            },
+        ];
+        let mut table = EntityTable::default();
+        for a in &ids {
+            for b in &ids {
+                assert_eq!(a.key().is_key_of(b), a.key() == b.key(), "{a:?} {b:?}");
+                if a.key() == b.key() {
+                    assert_eq!(a.same_attributes(b), a == b, "{a:?} {b:?}");
+                }
+            }
+            if table.find(0, a).is_none() {
+                table.insert(0, a, a.clone());
+            }
+        }
+        // Found at any position, by the hint or by the key.
+        for (pos, a) in ids.iter().enumerate().rev() {
+            let slot = table.find(pos, a).expect("inserted");
+            assert_eq!(table.get_mut(slot).key(), a.key());
+        }
+        table.remove(&ids[1].key());
+        assert!(table.find(1, &ids[1]).is_none() && table.find(0, &ids[2]).is_none());
+        let sorted: Vec<EntityKey> = table.sorted().iter().map(|id| id.key()).collect();
+        assert!(sorted.windows(2).all(|w| w[0] < w[1]), "{sorted:?}");
     }
 
     #[test]

@@ -147,7 +147,7 @@ pub struct VerdictInputs<'a> {
     pub serving: Option<&'a ServingSnapshot>,
 }
 
-/// A verdict with its reasons, what was missing, and one suggested action.
+/// A verdict with its reasons, what was missing, and one suggested action, as text.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct VerdictResult {
     /// The verdict.
@@ -160,176 +160,389 @@ pub struct VerdictResult {
     pub action: String,
 }
 
-fn pct(v: f64) -> String {
-    format!("{:.0} %", v * 100.0)
+/// A verdict and the numbers it was decided from. Nothing is formatted until a reader asks
+/// ([`Decision::explain`], or [`Reason`]'s `Display`): deriving a window costs no text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Why.
+    pub reason: Reason,
+    /// What was not measured.
+    pub missing: Missing,
+}
+
+impl Default for Decision {
+    /// `unknown`, with nothing measured.
+    fn default() -> Self {
+        Decision {
+            verdict: Verdict::Unknown,
+            reason: Reason::NoBusyFlag,
+            missing: Missing {
+                busy_flag: true,
+                engine_not_configured: true,
+                engine_absent: None,
+                clock_events: true,
+                profiling: true,
+            },
+        }
+    }
+}
+
+/// Why a verdict was reached, with the numbers that decided it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Reason {
+    /// No busy flag.
+    NoBusyFlag,
+    /// The busy flag is under `idle_util`.
+    Idle {
+        /// Busy flag.
+        util: f64,
+        /// The threshold.
+        idle_util: f64,
+    },
+    /// The busy flag is under `busy_util` and saturation under `starved_saturation`.
+    MostlyIdle {
+        /// Busy flag.
+        util: f64,
+        /// Roofline saturation.
+        saturation: f64,
+    },
+    /// Power or thermal clock-event reasons while busy.
+    Throttled {
+        /// The reasons reported.
+        throttles: Throttles,
+        /// Busy flag.
+        util: f64,
+    },
+    /// The KV cache is (nearly) full with requests queued.
+    Blocked {
+        /// KV-cache usage.
+        kv: f64,
+        /// Requests queued.
+        queued: f64,
+    },
+    /// Busy, but no roofline saturation.
+    NoSaturation {
+        /// Busy flag.
+        util: f64,
+    },
+    /// A high busy flag with low roofline saturation.
+    Starved {
+        /// Busy flag.
+        util: f64,
+        /// Roofline saturation.
+        saturation: f64,
+        /// Tensor and DRAM activity, when both were read.
+        pipes: Option<(f64, f64)>,
+        /// The engine's KV-cache usage, when known.
+        kv: Option<f64>,
+    },
+    /// Real work.
+    Busy {
+        /// Busy flag.
+        util: f64,
+        /// Roofline saturation.
+        saturation: f64,
+        /// Tensor and DRAM activity, when both were read.
+        pipes: Option<(f64, f64)>,
+        /// The engine's KV-cache usage, when known.
+        kv: Option<f64>,
+    },
+}
+
+/// What a verdict could not use.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Missing {
+    /// No busy flag.
+    pub busy_flag: bool,
+    /// No serving engine configured.
+    pub engine_not_configured: bool,
+    /// Why the configured serving engine gave no data.
+    pub engine_absent: Option<String>,
+    /// No clock-event reasons.
+    pub clock_events: bool,
+    /// No roofline saturation (no profiling counters).
+    pub profiling: bool,
+}
+
+impl Missing {
+    /// Each missing input and how to get it, in a fixed order.
+    #[must_use]
+    pub fn lines(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.busy_flag {
+            v.push(
+                "busy flag: no GPU utilization reading (NVML or DCGM_FI_DEV_GPU_UTIL)".to_string(),
+            );
+        }
+        if self.engine_not_configured {
+            v.push(
+                "serving engine: not configured; set [engine] url to read vLLM, SGLang or TGI"
+                    .to_string(),
+            );
+        }
+        if let Some(r) = &self.engine_absent {
+            v.push(format!("serving engine: {r}"));
+        }
+        if self.clock_events {
+            v.push("clock-event reasons: not reported by this source".to_string());
+        }
+        if self.profiling {
+            v.push(NO_PROFILING.to_string());
+        }
+        v
+    }
+}
+
+/// A fraction as a whole percentage (`0.25` → `25 %`).
+struct Pct(f64);
+
+impl fmt::Display for Pct {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:.0} %", self.0 * 100.0)
+    }
+}
+
+/// ` (tensor 25 %, DRAM 50 %)`, or nothing.
+struct Pipes(Option<(f64, f64)>);
+
+impl fmt::Display for Pipes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some((t, d)) => write!(f, " (tensor {}, DRAM {})", Pct(t), Pct(d)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Compute- or memory-bound from the tensor and DRAM activity.
+fn bound(pipes: Option<(f64, f64)>) -> &'static str {
+    match pipes {
+        Some((t, d)) if d > t => "memory-bound",
+        Some(_) => "compute-bound",
+        None => "working",
+    }
+}
+
+/// The capping reasons of a throttled window (sync boost is not one).
+fn capping_names(t: &Throttles) -> String {
+    let names: Vec<&str> = t
+        .names()
+        .into_iter()
+        .filter(|n| *n != "sync_boost")
+        .collect();
+    names.join(", ")
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Reason::NoBusyFlag => f.write_str("no busy flag, so not even idle can be told"),
+            Reason::Idle { util, idle_util } => {
+                write!(f, "busy flag {} (below {})", Pct(util), Pct(idle_util))
+            }
+            Reason::MostlyIdle { util, saturation } => write!(
+                f,
+                "mostly idle: busy flag {} and roofline saturation {}",
+                Pct(util),
+                Pct(saturation)
+            ),
+            Reason::Throttled { throttles, util } => write!(
+                f,
+                "clocks capped by {} while busy ({})",
+                capping_names(&throttles),
+                Pct(util)
+            ),
+            Reason::Blocked { kv, queued } => write!(
+                f,
+                "KV cache {} used with {queued:.0} requests queued",
+                Pct(kv)
+            ),
+            Reason::NoSaturation { util } => write!(
+                f,
+                "busy flag {} but no roofline saturation, so real work cannot be told from waiting",
+                Pct(util)
+            ),
+            Reason::Starved {
+                util,
+                saturation,
+                pipes,
+                ..
+            } => write!(
+                f,
+                "busy flag {} but roofline saturation only {}{}: kernels are resident, the math and memory units mostly wait",
+                Pct(util),
+                Pct(saturation),
+                Pipes(pipes)
+            ),
+            Reason::Busy {
+                util,
+                saturation,
+                pipes,
+                ..
+            } => write!(
+                f,
+                "busy flag {}, roofline saturation {}{}: real work, {}",
+                Pct(util),
+                Pct(saturation),
+                Pipes(pipes),
+                bound(pipes)
+            ),
+        }
+    }
+}
+
+impl Reason {
+    /// The one suggested action.
+    #[must_use]
+    pub fn action(&self) -> String {
+        let s = match *self {
+            Reason::NoBusyFlag => {
+                "collect GPU utilization (NVML, or dcgm-exporter with DCGM_FI_DEV_GPU_UTIL)"
+            }
+            Reason::Idle { .. } => "give this GPU work or release it",
+            Reason::MostlyIdle { .. } => {
+                "send more traffic to this GPU, or share it (MIG or fewer replicas)"
+            }
+            Reason::Throttled { throttles, .. } => {
+                if throttles.thermal || throttles.hw_slowdown {
+                    "check cooling and airflow: the GPU slows itself down to stay within temperature"
+                } else {
+                    "check the power limit (nvidia-smi -q -d POWER): the GPU is held below its clocks by power"
+                }
+            }
+            Reason::Blocked { .. } => {
+                "add KV-cache room: more GPU memory for the cache, a shorter max context, KV quantization, or another replica"
+            }
+            Reason::NoSaturation { .. } => {
+                "enable profiling counters (DCGM fields 1004 and 1005, or NVML GPM) to tell busy from starved"
+            }
+            Reason::Starved { kv, .. } => match kv {
+                Some(kv) if kv < 0.5 => {
+                    return format!("batch more: the KV cache is {} used", Pct(kv));
+                }
+                _ => {
+                    "feed it faster or more at once: larger batches, more data-loader workers, \
+                     mixed precision (bf16) so the tensor cores do the math"
+                }
+            },
+            Reason::Busy { kv, pipes, .. } => match kv {
+                Some(kv) if kv < 0.5 && bound(pipes) == "memory-bound" => {
+                    return format!("batch more: the KV cache is {} used", Pct(kv));
+                }
+                _ => "nothing urgent: this GPU does real work",
+            },
+        };
+        s.to_string()
+    }
+}
+
+impl Decision {
+    /// The reasons, what was missing and the action, as text.
+    #[must_use]
+    pub fn explain(&self) -> VerdictResult {
+        VerdictResult {
+            verdict: self.verdict,
+            reasons: vec![self.reason.to_string()],
+            missing: self.missing.lines(),
+            action: self.reason.action(),
+        }
+    }
 }
 
 const NO_PROFILING: &str = "roofline saturation: needs the tensor and DRAM activity counters \
      (DCGM profiling fields 1004/1005 or NVML GPM); run `truthscale doctor`";
 
-/// Decide the verdict of one window.
+/// Decide the verdict of one window, with its reasons as text.
 #[must_use]
 pub fn decide(i: &VerdictInputs<'_>, cfg: &VerdictConfig) -> VerdictResult {
-    let mut missing = Vec::new();
+    judge(i, cfg).explain()
+}
+
+/// Decide the verdict of one window, keeping its reasons as numbers.
+#[must_use]
+pub fn judge(i: &VerdictInputs<'_>, cfg: &VerdictConfig) -> Decision {
     let serving = i.serving.filter(|s| s.absent_reason.is_none());
-    match i.serving {
-        None => missing.push(
-            "serving engine: not configured; set [engine] url to read vLLM, SGLang or TGI"
-                .to_string(),
-        ),
-        Some(s) => {
-            if let Some(r) = &s.absent_reason {
-                missing.push(format!("serving engine: {r}"));
-            }
-        }
+    let missing = Missing {
+        busy_flag: i.util.is_none(),
+        engine_not_configured: i.serving.is_none(),
+        engine_absent: i.serving.and_then(|s| s.absent_reason.clone()),
+        clock_events: i.throttles.is_none(),
+        profiling: i.saturation.is_none(),
+    };
+    let (verdict, reason) = reason(i, serving, cfg);
+    Decision {
+        verdict,
+        reason,
+        missing,
     }
-    if i.throttles.is_none() {
-        missing.push("clock-event reasons: not reported by this source".to_string());
-    }
-    if i.saturation.is_none() {
-        missing.push(NO_PROFILING.to_string());
-    }
-    let result =
-        |verdict, reasons: Vec<String>, action: &str, missing: Vec<String>| VerdictResult {
-            verdict,
-            reasons,
-            missing,
-            action: action.to_string(),
-        };
-    let Some(u) = i.util else {
-        missing.insert(
-            0,
-            "busy flag: no GPU utilization reading (NVML or DCGM_FI_DEV_GPU_UTIL)".to_string(),
-        );
-        return result(
-            Verdict::Unknown,
-            vec!["no busy flag, so not even idle can be told".to_string()],
-            "collect GPU utilization (NVML, or dcgm-exporter with DCGM_FI_DEV_GPU_UTIL)",
-            missing,
-        );
+}
+
+fn reason(
+    i: &VerdictInputs<'_>,
+    serving: Option<&ServingSnapshot>,
+    cfg: &VerdictConfig,
+) -> (Verdict, Reason) {
+    let Some(util) = i.util else {
+        return (Verdict::Unknown, Reason::NoBusyFlag);
     };
     let s = i.saturation;
-    if u < cfg.idle_util {
-        return result(
+    if util < cfg.idle_util {
+        return (
             Verdict::Idle,
-            vec![format!(
-                "busy flag {} (below {})",
-                pct(u),
-                pct(cfg.idle_util)
-            )],
-            "give this GPU work or release it",
-            missing,
+            Reason::Idle {
+                util,
+                idle_util: cfg.idle_util,
+            },
         );
     }
-    if u < cfg.busy_util
-        && let Some(s) = s
-        && s < cfg.starved_saturation
+    if util < cfg.busy_util
+        && let Some(saturation) = s
+        && saturation < cfg.starved_saturation
     {
-        return result(
-            Verdict::Idle,
-            vec![format!(
-                "mostly idle: busy flag {} and roofline saturation {}",
-                pct(u),
-                pct(s)
-            )],
-            "send more traffic to this GPU, or share it (MIG or fewer replicas)",
-            missing,
-        );
+        return (Verdict::Idle, Reason::MostlyIdle { util, saturation });
     }
     if let Some(t) = i.throttles
         && (t.sw_power_cap || t.power || t.thermal || t.hw_slowdown)
     {
-        let names: Vec<&str> = t
-            .names()
-            .into_iter()
-            .filter(|n| *n != "sync_boost")
-            .collect();
-        let thermal = t.thermal || t.hw_slowdown;
-        return result(
-            Verdict::Throttled,
-            vec![format!(
-                "clocks capped by {} while busy ({})",
-                names.join(", "),
-                pct(u)
-            )],
-            if thermal {
-                "check cooling and airflow: the GPU slows itself down to stay within temperature"
-            } else {
-                "check the power limit (nvidia-smi -q -d POWER): the GPU is held below its clocks by power"
-            },
-            missing,
-        );
+        return (Verdict::Throttled, Reason::Throttled { throttles: t, util });
     }
     if let Some(sv) = serving
-        && let (Some(kv), Some(q)) = (sv.kv_cache_utilization, sv.queued_requests)
+        && let (Some(kv), Some(queued)) = (sv.kv_cache_utilization, sv.queued_requests)
         && kv >= cfg.kv_blocked
-        && q >= cfg.queued_min
+        && queued >= cfg.queued_min
     {
-        return result(
-            Verdict::Blocked,
-            vec![format!(
-                "KV cache {} used with {q:.0} requests queued",
-                pct(kv)
-            )],
-            "add KV-cache room: more GPU memory for the cache, a shorter max context, KV quantization, or another replica",
-            missing,
+        return (Verdict::Blocked, Reason::Blocked { kv, queued });
+    }
+    let Some(saturation) = s else {
+        return (Verdict::Unknown, Reason::NoSaturation { util });
+    };
+    let pipes = match (i.tensor, i.dram) {
+        (Some(t), Some(d)) => Some((t, d)),
+        _ => None,
+    };
+    let kv = serving.and_then(|sv| sv.kv_cache_utilization);
+    if util >= cfg.busy_util && saturation < cfg.starved_saturation {
+        return (
+            Verdict::Starved,
+            Reason::Starved {
+                util,
+                saturation,
+                pipes,
+                kv,
+            },
         );
     }
-    let Some(s) = s else {
-        return result(
-            Verdict::Unknown,
-            vec![format!(
-                "busy flag {} but no roofline saturation, so real work cannot be told from waiting",
-                pct(u)
-            )],
-            "enable profiling counters (DCGM fields 1004 and 1005, or NVML GPM) to tell busy from starved",
-            missing,
-        );
-    };
-    let detail = match (i.tensor, i.dram) {
-        (Some(t), Some(d)) => format!(" (tensor {}, DRAM {})", pct(t), pct(d)),
-        _ => String::new(),
-    };
-    if u >= cfg.busy_util && s < cfg.starved_saturation {
-        let kv_hint = serving.and_then(|sv| sv.kv_cache_utilization);
-        let action = match kv_hint {
-            Some(kv) if kv < 0.5 => format!("batch more: the KV cache is {} used", pct(kv)),
-            _ => "feed it faster or more at once: larger batches, more data-loader workers, \
-                  mixed precision (bf16) so the tensor cores do the math"
-                .to_string(),
-        };
-        return VerdictResult {
-            verdict: Verdict::Starved,
-            reasons: vec![format!(
-                "busy flag {} but roofline saturation only {}{detail}: kernels are resident, the math and memory units mostly wait",
-                pct(u),
-                pct(s)
-            )],
-            missing,
-            action,
-        };
-    }
-    let bound = match (i.tensor, i.dram) {
-        (Some(t), Some(d)) if d > t => "memory-bound",
-        (Some(_), Some(_)) => "compute-bound",
-        _ => "working",
-    };
-    let action = match serving.and_then(|sv| sv.kv_cache_utilization) {
-        Some(kv) if kv < 0.5 && bound == "memory-bound" => {
-            format!("batch more: the KV cache is {} used", pct(kv))
-        }
-        _ => "nothing urgent: this GPU does real work".to_string(),
-    };
-    VerdictResult {
-        verdict: Verdict::Busy,
-        reasons: vec![format!(
-            "busy flag {}, roofline saturation {}{detail}: real work, {bound}",
-            pct(u),
-            pct(s)
-        )],
-        missing,
-        action,
-    }
+    (
+        Verdict::Busy,
+        Reason::Busy {
+            util,
+            saturation,
+            pipes,
+            kv,
+        },
+    )
 }
 
 #[cfg(test)]

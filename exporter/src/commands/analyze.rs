@@ -1,16 +1,19 @@
 //! `truthscale analyze`: stream a capture through the core and summarize it.
 
-use crate::capture::Capture;
+use crate::capture::{Capture, CaptureError};
 use anyhow::{Context, bail};
 use clap::ValueEnum;
 use std::fs::File;
 use std::io::{BufReader, IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::mpsc;
 use std::time::Duration;
 use truthscale_core::analysis::{Analyzer, EntitySummary, Report};
 use truthscale_core::derive::DeriveConfig;
 use truthscale_core::gpus;
+use truthscale_core::model::{Sample, Timestamp};
+use truthscale_core::parse::dmon::{self, DmonParser, Scanned};
 use truthscale_core::parse::{Format, ParseError};
 use truthscale_core::tracker::Deriver;
 
@@ -46,8 +49,8 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<ExitCode> {
         bail!("give a capture FILE, or --prometheus URL");
     };
     let name = file.display().to_string();
-    let (reader, len): (Box<dyn Read>, Option<u64>) = if name == "-" {
-        (Box::new(std::io::stdin().lock()), None)
+    let (reader, len): (Box<dyn Read + Send>, Option<u64>) = if name == "-" {
+        (Box::new(std::io::stdin()), None)
     } else {
         let f = File::open(file).with_context(|| format!("cannot open {name}"))?;
         let len = f.metadata().ok().map(|m| m.len());
@@ -92,12 +95,47 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Analyze everything `reader` yields.
+/// Lines (or samples) handed from the reading thread to the analyzing one at a time.
+const BATCH: usize = 512;
+/// Batches on their way between the two: memory stays bounded whatever the input.
+const IN_FLIGHT: usize = 4;
+
+/// What the reading thread hands over.
+enum Handed {
+    /// `dcgmi dmon` lines, each read on its own, for the analyzing thread to parse.
+    Lines(Lines),
+    /// Samples and malformed lines of any other format, parsed, and the bytes read so far.
+    Samples(Vec<Result<Sample, ParseError>>, u64),
+    /// The end of the input, with the lines the reading thread's parser skipped as not data.
+    End(u64),
+    /// A read failed: the capture ends.
+    Failed(CaptureError),
+}
+
+/// `dcgmi dmon` lines as [`dmon::scan`] read them: the costly part of parsing (splitting
+/// rows into words and numbers) on the reading thread, the rest (sweeps, entity samples)
+/// on the analyzing one, so that what passes between them is a few numbers a line.
+#[derive(Debug, Default)]
+struct Lines {
+    /// Each line's number, what it is, and where its values end in `values`.
+    lines: Vec<(usize, Scanned, usize)>,
+    values: Vec<f64>,
+    /// The lines that are not usable text (each in `lines` as a blank one, for the
+    /// parser to count), with why.
+    unreadable: Vec<(usize, String)>,
+    /// Bytes read by the end of the batch.
+    bytes_read: u64,
+}
+
+/// Analyze everything `reader` yields. One thread reads the capture, and parses it (a
+/// `dcgmi dmon` capture: splits its rows into numbers), while this one derives and
+/// analyzes, a bounded queue of batches between them: the same analysis, in the same
+/// order, as one thread doing both.
 ///
 /// # Errors
 /// I/O errors, an undetectable format, or an unknown `--gpu-model`.
 pub fn analyze_reader(
-    reader: impl Read,
+    reader: impl Read + Send,
     name: &str,
     args: &AnalyzeArgs,
     progress: Option<&indicatif::ProgressBar>,
@@ -119,29 +157,146 @@ pub fn analyze_reader(
     let mut analyzer = new_analyzer(args, nominal)?;
     let mut errors = Vec::new();
     let mut error_count = 0u64;
+    let mut malformed = |e: ParseError| {
+        error_count += 1;
+        if errors.len() < SHOWN_ERRORS {
+            errors.push(e);
+        }
+    };
     let mut reported = 0;
-    while let Some(r) = capture.next_sample()? {
-        match r {
-            Ok(s) => analyzer.push(&s),
-            Err(e) => {
-                error_count += 1;
-                if errors.len() < SHOWN_ERRORS {
-                    errors.push(e);
+    let mut progress_to = |bytes: u64| {
+        if let Some(bar) = progress {
+            bar.inc(bytes - reported);
+            reported = bytes;
+        }
+    };
+    // The `dcgmi dmon` parser on this thread, fed the lines the reading thread has read.
+    let mut dmon = DmonParser::new(name, interval, Timestamp(0));
+    let scanning = format == Format::DcgmiDmon;
+    let skipped_lines = std::thread::scope(|scope| -> anyhow::Result<u64> {
+        // Made here, so that the receiving ends go away with this closure however it ends,
+        // and a reading thread blocked on a full queue then stops.
+        let (tx, rx) = mpsc::sync_channel(IN_FLIGHT);
+        // Emptied batches of lines go back to the reading thread to be filled again.
+        let (back, emptied) = mpsc::channel::<Lines>();
+        std::thread::Builder::new()
+            .name("capture".into())
+            .spawn_scoped(scope, move || {
+                loop {
+                    let (batch, last) = if scanning {
+                        let mut batch = emptied.try_recv().unwrap_or_default();
+                        let last = loop {
+                            let line = capture.next_line(|_, _, line_no, text| {
+                                let line = match text {
+                                    Ok(t) => dmon::scan(t, &mut batch.values),
+                                    Err(message) => {
+                                        batch.unreadable.push((line_no, message));
+                                        dmon::scan("", &mut batch.values)
+                                    }
+                                };
+                                batch.lines.push((line_no, line, batch.values.len()));
+                            });
+                            match line {
+                                Ok(Some(())) if batch.lines.len() < BATCH => {}
+                                Ok(Some(())) => break None,
+                                Ok(None) => break Some(Handed::End(0)),
+                                Err(e) => break Some(Handed::Failed(e)),
+                            }
+                        };
+                        batch.bytes_read = capture.bytes_read();
+                        let batch = (!batch.lines.is_empty()).then_some(Handed::Lines(batch));
+                        (batch, last)
+                    } else {
+                        let mut batch = Vec::with_capacity(BATCH);
+                        let last = loop {
+                            match capture.next_sample() {
+                                Ok(Some(r)) => {
+                                    batch.push(r);
+                                    if batch.len() == BATCH {
+                                        break None;
+                                    }
+                                }
+                                Ok(None) => break Some(Handed::End(capture.skipped_lines())),
+                                Err(e) => break Some(Handed::Failed(e)),
+                            }
+                        };
+                        let batch = (!batch.is_empty())
+                            .then(|| Handed::Samples(batch, capture.bytes_read()));
+                        (batch, last)
+                    };
+                    // A send fails only when the analysis has stopped: nothing to do then.
+                    if let Some(batch) = batch
+                        && tx.send(batch).is_err()
+                    {
+                        return;
+                    }
+                    if let Some(last) = last {
+                        let _ = tx.send(last);
+                        return;
+                    }
                 }
+            })?;
+        for message in rx {
+            match message {
+                Handed::Lines(mut batch) => {
+                    let mut start = 0;
+                    let mut unreadable = batch.unreadable.drain(..).peekable();
+                    for (line_no, line, end) in batch.lines.drain(..) {
+                        let values = batch.values.get(start..end).unwrap_or_default();
+                        start = end;
+                        let mut r = dmon.push_scanned(line, values);
+                        // A line that is not text was a blank one to the parser, which
+                        // counts lines, so that the next ones keep their numbers.
+                        if let Some((_, message)) = unreadable.next_if(|(n, _)| *n == line_no) {
+                            r = Err(ParseError {
+                                file: name.to_string(),
+                                line: line_no,
+                                message,
+                            });
+                        }
+                        match r {
+                            Ok(Some(s)) => {
+                                analyzer.push(&s);
+                                dmon.recycle(s.entities);
+                            }
+                            Ok(None) => {}
+                            Err(e) => malformed(e),
+                        }
+                    }
+                    drop(unreadable);
+                    batch.values.clear();
+                    progress_to(batch.bytes_read);
+                    let _ = back.send(batch);
+                }
+                Handed::Samples(batch, bytes) => {
+                    for r in batch {
+                        match r {
+                            Ok(s) => analyzer.push(&s),
+                            Err(e) => malformed(e),
+                        }
+                    }
+                    progress_to(bytes);
+                }
+                Handed::End(skipped) => {
+                    if !scanning {
+                        return Ok(skipped);
+                    }
+                    if let Some(s) = dmon.finish() {
+                        analyzer.push(&s);
+                    }
+                    return Ok(dmon.skipped_lines());
+                }
+                Handed::Failed(e) => return Err(e.into()),
             }
         }
-        if let Some(bar) = progress {
-            let now = capture.bytes_read();
-            bar.inc(now - reported);
-            reported = now;
-        }
-    }
+        anyhow::bail!("{name}: the reading thread stopped without a word");
+    })?;
     Ok(Analysis {
         report: analyzer.report(),
         format,
         errors,
         error_count,
-        skipped_lines: capture.skipped_lines(),
+        skipped_lines,
     })
 }
 

@@ -21,9 +21,12 @@
 
 use super::ParseError;
 use crate::model::{
-    EntityId, EntityKey, EntitySample, Field, MigId, Reading, Sample, Throttles, Timestamp,
+    EntityId, EntitySample, Field, MigId, Reading, Readings, Sample, Throttles, Timestamp,
 };
 use std::collections::HashSet;
+
+/// What tells two dmon rows' entities apart: the GPU, GPU instance and compute instance.
+type RowKey = (Option<u32>, Option<u32>, Option<u32>);
 
 /// How a raw DCGM number converts into a [`Field`]'s canonical unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,10 +98,16 @@ const COLUMNS: &[(&str, Target)] = &[
 ];
 
 /// A raw DCGM number, or `None` when it is one of DCGM's blank sentinels or not finite.
+#[inline]
 pub fn dcgm_value(raw: f64) -> Option<f64> {
     const TWO_POW_47: f64 = 140_737_488_355_328.0;
-    let int_sentinel = raw.fract() == 0.0
-        && ((2_147_483_632.0..=2_147_483_647.0).contains(&raw) || raw == 4_294_967_295.0);
+    // Below the smallest sentinel and finite: most values.
+    if raw < 2_147_483_632.0 && raw > f64::NEG_INFINITY {
+        return Some(raw);
+    }
+    let int_sentinel = ((2_147_483_632.0..=2_147_483_647.0).contains(&raw)
+        || raw == 4_294_967_295.0)
+        && raw.fract() == 0.0;
     (raw.is_finite() && !int_sentinel && raw < TWO_POW_47).then_some(raw)
 }
 
@@ -121,6 +130,12 @@ pub(crate) fn nth_time(start: Timestamp, k: u64, interval_secs: f64) -> Timestam
 #[derive(Debug)]
 pub(crate) struct Acc {
     pub(crate) sample: EntitySample,
+    extra: Extra,
+}
+
+/// What completes an entity's readings once they are all read.
+#[derive(Debug, Default)]
+pub(crate) struct Extra {
     fb_free: Option<f64>,
     fb_reserved: Option<f64>,
 }
@@ -128,22 +143,41 @@ pub(crate) struct Acc {
 impl Acc {
     pub(crate) fn new(id: EntityId) -> Acc {
         Acc {
-            sample: EntitySample {
-                id,
-                // dmon rows and dcgm-exporter scrapes read the clock at one instant.
-                sm_clock_is_point: true,
-                ..EntitySample::default()
-            },
-            fb_free: None,
-            fb_reserved: None,
+            sample: Acc::blank(id),
+            extra: Extra::default(),
+        }
+    }
+
+    /// An entity's sample before any reading.
+    pub(crate) fn blank(id: EntityId) -> EntitySample {
+        EntitySample {
+            id,
+            // dmon rows and dcgm-exporter scrapes read the clock at one instant.
+            sm_clock_is_point: true,
+            ..EntitySample::default()
         }
     }
 
     /// Record a raw value (`None`: blank) for `target`. Sentinels and values that do not
     /// convert to a finite number stay blank.
     pub(crate) fn apply(&mut self, target: Target, raw: Option<f64>) {
+        self.extra.apply(&mut self.sample, target, raw);
+    }
+
+    /// The finished sample; the total memory is completed from used + free (+ reserved)
+    /// when no total was read.
+    pub(crate) fn finish(mut self) -> EntitySample {
+        self.extra.complete(&mut self.sample);
+        self.sample
+    }
+}
+
+impl Extra {
+    /// [`Acc::apply`] on `sample`.
+    #[inline]
+    pub(crate) fn apply(&mut self, sample: &mut EntitySample, target: Target, raw: Option<f64>) {
         let v = raw.and_then(dcgm_value);
-        let r = &mut self.sample.readings;
+        let r = &mut sample.readings;
         match target {
             // A blank never erases a value an alias of the same field already gave.
             Target::Field(f, unit) => {
@@ -160,16 +194,15 @@ impl Acc {
             Target::FbReserved => self.fb_reserved = v,
             Target::Throttles => {
                 if let Some(m) = v.filter(|m| *m >= 0.0 && m.fract() == 0.0) {
-                    self.sample.throttles = Some(Throttles::from_event_bits(m as u64));
+                    sample.throttles = Some(Throttles::from_event_bits(m as u64));
                 }
             }
         }
     }
 
-    /// The finished sample; the total memory is completed from used + free (+ reserved)
-    /// when no total was read.
-    pub(crate) fn finish(mut self) -> EntitySample {
-        let r = &mut self.sample.readings;
+    /// [`Acc::finish`] on `sample`.
+    pub(crate) fn complete(&self, sample: &mut EntitySample) {
+        let r = &mut sample.readings;
         if let (Reading::Blank, Some(used), Some(free)) = (
             r.get(Field::MemTotalBytes),
             r.value(Field::MemUsedBytes),
@@ -180,7 +213,6 @@ impl Acc {
                 r.set_value(Field::MemTotalBytes, total);
             }
         }
-        self.sample
     }
 }
 
@@ -202,8 +234,15 @@ pub struct DmonParser {
     skipped: u64,
     /// The current header's columns; `None` until the first header.
     columns: Option<Vec<Option<Target>>>,
+    /// The rows of the current sweep: the first `rows`; any after them are kept only to be
+    /// written over.
     sweep: Vec<EntitySample>,
-    seen: HashSet<EntityKey>,
+    rows: usize,
+    /// A vector of rows handed back ([`DmonParser::recycle`]) for the next sweep.
+    spare: Option<Vec<EntitySample>>,
+    /// The values of the line being read.
+    values: Vec<f64>,
+    seen: Seen,
     /// The last GPU row, and the last GPU-I row (its GPU, its id): the parents of the
     /// GPU-I and GPU-CI rows that follow them.
     ctx_gpu: Option<u32>,
@@ -223,7 +262,10 @@ impl DmonParser {
             skipped: 0,
             columns: None,
             sweep: Vec::new(),
-            seen: HashSet::new(),
+            rows: 0,
+            spare: None,
+            values: Vec::new(),
+            seen: Seen::default(),
             ctx_gpu: None,
             ctx_gi: None,
             sweeps: 0,
@@ -239,67 +281,119 @@ impl DmonParser {
     /// row with no `GPU-I` row before it. The parser is unchanged by a bad row and stays
     /// usable.
     pub fn push_line(&mut self, line: &str) -> Result<Option<Sample>, ParseError> {
+        let mut values = std::mem::take(&mut self.values);
+        values.clear();
+        let line = scan(line, &mut values);
+        let r = self.push_scanned(line, &values);
+        self.values = values;
+        r
+    }
+
+    /// [`DmonParser::push_line`] for a line already read by [`scan`], with the values it
+    /// appended for it.
+    ///
+    /// # Errors
+    /// As [`DmonParser::push_line`].
+    pub fn push_scanned(
+        &mut self,
+        line: Scanned,
+        values: &[f64],
+    ) -> Result<Option<Sample>, ParseError> {
         self.line += 1;
-        let t = line.trim();
-        if t.starts_with("#Entity") || t.starts_with("# Entity") {
-            let names = t.strip_prefix('#').unwrap_or(t).trim_start();
-            let cols = names
-                .strip_prefix("Entity")
-                .unwrap_or_default()
-                .split_whitespace()
-                .map(|n| {
-                    COLUMNS
-                        .iter()
-                        .find(|(c, _)| c.eq_ignore_ascii_case(n))
-                        .map(|c| c.1)
-                })
-                .collect();
-            self.columns = Some(cols);
-            return Ok(None);
-        }
-        let Some(columns) = &self.columns else {
-            self.skipped += 1;
-            return Ok(None);
+        let (kind, n) = match line.line() {
+            Line::Header(columns) => {
+                self.columns = Some(columns);
+                return Ok(None);
+            }
+            _ if self.columns.is_none() => {
+                self.skipped += 1;
+                return Ok(None);
+            }
+            Line::Blank => {
+                self.skipped += 1;
+                return Ok(None);
+            }
+            Line::Id => return Ok(None),
+            Line::Bad(m) => return Err(error(&self.file, self.line, m)),
+            Line::Row(kind, n) => (kind, n),
         };
-        if t.is_empty() || t.starts_with('#') {
-            self.skipped += 1;
-            return Ok(None);
+        let columns = self.columns.as_deref().unwrap_or_default();
+        if values.len() != columns.len() {
+            let m = format!("expected {} values, found {}", columns.len(), values.len());
+            return Err(error(&self.file, self.line, m));
         }
-        if t.eq_ignore_ascii_case("id") {
-            return Ok(None);
-        }
-        let (kind, n, values) = parse_row(t, columns.len()).map_err(|m| self.error(m))?;
-        let id = match kind {
-            Kind::Gpu => EntityId {
-                gpu: Some(n),
-                ..EntityId::default()
-            },
-            Kind::GpuInstance => mig_id(self.ctx_gpu, n, None),
-            Kind::ComputeInstance => match self.ctx_gi {
-                Some((gpu, gi)) => mig_id(gpu, gi, Some(n)),
-                None => return Err(self.error("gpu-ci row without a preceding gpu-i row".into())),
-            },
+        // The row is gathered where it will lie, after the sweep's rows, over a row kept
+        // there when there is one; it becomes part of the sweep only when it is well formed.
+        let sample = match self.sweep.get_mut(self.rows) {
+            Some(row) => {
+                clear_row(row);
+                row
+            }
+            None => {
+                self.sweep.push(Acc::blank(EntityId::default()));
+                let Some(row) = self.sweep.last_mut() else {
+                    return Ok(None);
+                };
+                row
+            }
         };
-        let mut acc = Acc::new(id);
-        for (target, v) in columns.iter().zip(values) {
+        let mut extra = Extra::default();
+        for (target, &v) in columns.iter().zip(values) {
             if let Some(target) = target {
-                acc.apply(*target, v);
+                extra.apply(sample, *target, (!v.is_nan()).then_some(v));
             }
         }
+        let mig = match kind {
+            Kind::Gpu => None,
+            Kind::GpuInstance => Some((self.ctx_gpu, n, None)),
+            Kind::ComputeInstance => match self.ctx_gi {
+                Some((gpu, gi)) => Some((gpu, gi, Some(n))),
+                None => {
+                    let m = "gpu-ci row without a preceding gpu-i row".to_string();
+                    return Err(error(&self.file, self.line, m));
+                }
+            },
+        };
+        let key = match mig {
+            None => (Some(n), None, None),
+            Some((gpu, gi, ci)) => (gpu, Some(gi), ci),
+        };
+        let id = &mut sample.id;
+        (id.gpu, id.mig) = match mig {
+            None => (Some(n), None),
+            Some((gpu, gpu_instance, compute_instance)) => (
+                gpu,
+                Some(MigId {
+                    gpu_instance,
+                    compute_instance,
+                    profile: None,
+                    uuid: None,
+                }),
+            ),
+        };
+        extra.complete(sample);
         match kind {
             Kind::Gpu => (self.ctx_gpu, self.ctx_gi) = (Some(n), None),
             Kind::GpuInstance => self.ctx_gi = Some((self.ctx_gpu, n)),
             Kind::ComputeInstance => {}
         }
-        let key = acc.sample.id.key();
+        // An entity already in the sweep starts the next one.
         let done = if self.seen.contains(&key) {
             self.end_sweep()
         } else {
             None
         };
+        self.rows += 1;
         self.seen.insert(key);
-        self.sweep.push(acc.finish());
         Ok(done)
+    }
+
+    /// Hand back the entities of a sample this parser gave: their memory is written over
+    /// for the sweeps to come instead of new memory taken.
+    pub fn recycle(&mut self, entities: Vec<EntitySample>) {
+        if entities.capacity() > self.sweep.capacity() / 2 {
+            self.spare = Some(entities);
+        }
     }
 
     /// End of input: the last, possibly partial, sweep.
@@ -314,63 +408,421 @@ impl DmonParser {
         self.skipped
     }
 
-    fn error(&self, message: String) -> ParseError {
-        error(&self.file, self.line, message)
-    }
-
+    /// The sweep so far, as a sample; the row gathered after it, if any, becomes the first
+    /// of the next.
     fn end_sweep(&mut self) -> Option<Sample> {
         self.seen.clear();
-        if self.sweep.is_empty() {
+        if self.rows == 0 {
             return None;
         }
         let taken = nth_time(self.start, self.sweeps, self.interval_secs);
         self.sweeps += 1;
-        Some(Sample {
-            taken,
-            entities: std::mem::take(&mut self.sweep),
-        })
+        // The next sweep most likely has as many rows, and the row that ends it is gathered
+        // in it too.
+        let next = match self.spare.take() {
+            Some(v) => v,
+            None => Vec::with_capacity(self.rows + 1),
+        };
+        let mut entities = std::mem::replace(&mut self.sweep, next);
+        if let Some(row) = entities.get_mut(self.rows) {
+            match self.sweep.first_mut() {
+                Some(first) => std::mem::swap(first, row),
+                None => self.sweep.push(std::mem::take(row)),
+            }
+        }
+        entities.truncate(self.rows);
+        self.rows = 0;
+        Some(Sample { taken, entities })
     }
 }
 
-fn mig_id(gpu: Option<u32>, gpu_instance: u32, compute_instance: Option<u32>) -> EntityId {
-    EntityId {
-        gpu,
-        mig: Some(MigId {
-            uuid: None,
-            gpu_instance,
-            compute_instance,
-            profile: None,
-        }),
-        ..EntityId::default()
+/// A row kept for reuse, made blank again.
+fn clear_row(row: &mut EntitySample) {
+    if row.id.uuid.is_some()
+        || row.id.model.is_some()
+        || row.id.pci_bus_id.is_some()
+        || row.id.pod.is_some()
+        || row.id.node.is_some()
+        || row.serving.is_some()
+        || !row.processes.is_empty()
+        || row.allocation.is_some()
+    {
+        *row = Acc::blank(EntityId::default());
+        return;
+    }
+    row.readings = Readings::default();
+    row.throttles = None;
+    row.truth_phase = None;
+    row.truth_workload = None;
+    row.truth_effective_compute = None;
+    row.simulated = false;
+    row.sm_clock_is_point = true;
+}
+
+/// One line of `dcgmi dmon` output as read on its own, without the parser's state: the
+/// first of the parser's two steps, [`scan`] then [`DmonParser::push_scanned`], which a
+/// reader may take on another thread than the second.
+///
+/// Two words, what is rare behind the pointer: it is returned in registers, not written to
+/// memory and read back at once (a read that waits for the writes to land when it spans
+/// more than one of them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scanned {
+    /// What the line is ([`Scanned::line`]), and a row's entity: the kind in the second
+    /// byte, the id in the upper half.
+    word: u64,
+    /// A header's columns, or why a row does not read.
+    rare: Option<Box<Rare>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Rare {
+    Header(Vec<Option<Target>>),
+    Bad(String),
+}
+
+/// What a line is.
+#[derive(Debug, Clone, PartialEq)]
+enum Line {
+    /// A header: the columns' targets.
+    Header(Vec<Option<Target>>),
+    /// Blank, or a comment.
+    Blank,
+    /// The `ID` line under a header.
+    Id,
+    /// A row, its values appended.
+    Row(Kind, u32),
+    /// A row that does not read.
+    Bad(String),
+}
+
+impl Scanned {
+    const BLANK: u64 = 0;
+    const ID: u64 = 1;
+    const ROW: u64 = 2;
+    const RARE: u64 = 3;
+
+    fn of(line: Line) -> Scanned {
+        let (word, rare) = match line {
+            Line::Blank => (Scanned::BLANK, None),
+            Line::Id => (Scanned::ID, None),
+            Line::Row(kind, n) => (Scanned::ROW | (kind as u64) << 8 | u64::from(n) << 32, None),
+            Line::Header(columns) => (Scanned::RARE, Some(Rare::Header(columns))),
+            Line::Bad(m) => (Scanned::RARE, Some(Rare::Bad(m))),
+        };
+        Scanned {
+            word,
+            rare: rare.map(Box::new),
+        }
+    }
+
+    fn line(self) -> Line {
+        match (self.word & 0xff, self.rare) {
+            (_, Some(rare)) => match *rare {
+                Rare::Header(columns) => Line::Header(columns),
+                Rare::Bad(m) => Line::Bad(m),
+            },
+            (Scanned::ROW, None) => {
+                let kind = match (self.word >> 8) & 0xff {
+                    0 => Kind::Gpu,
+                    1 => Kind::GpuInstance,
+                    _ => Kind::ComputeInstance,
+                };
+                Line::Row(kind, (self.word >> 32) as u32)
+            }
+            (Scanned::ID, None) => Line::Id,
+            _ => Line::Blank,
+        }
     }
 }
 
-/// Split a row into its entity and its values (`None`: `N/A`).
-fn parse_row(t: &str, ncols: usize) -> Result<(Kind, u32, Vec<Option<f64>>), String> {
-    let mut tokens = t.split_whitespace();
-    let kind = match tokens.next().unwrap_or_default() {
+/// Read one line (without its newline) on its own. A row's values are appended to
+/// `values` (`N/A` as NaN), nothing for any other line.
+#[must_use]
+pub fn scan(line: &str, values: &mut Vec<f64>) -> Scanned {
+    let ascii = line.is_ascii();
+    let t = if ascii {
+        line.trim_matches(is_ascii_space)
+    } else {
+        line.trim()
+    };
+    if t.starts_with("#Entity") || t.starts_with("# Entity") {
+        let names = t.strip_prefix('#').unwrap_or(t).trim_start();
+        let columns = names
+            .strip_prefix("Entity")
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(|n| {
+                COLUMNS
+                    .iter()
+                    .find(|(c, _)| c.eq_ignore_ascii_case(n))
+                    .map(|c| c.1)
+            })
+            .collect();
+        return Scanned::of(Line::Header(columns));
+    }
+    if t.is_empty() || t.starts_with('#') {
+        return Scanned::of(Line::Blank);
+    }
+    if t.eq_ignore_ascii_case("id") {
+        return Scanned::of(Line::Id);
+    }
+    let start = values.len();
+    let row = if ascii {
+        scan_ascii_row(t, values)
+    } else {
+        scan_row(t.split_whitespace(), values)
+    };
+    Scanned::of(match row {
+        Ok((kind, n)) => Line::Row(kind, n),
+        Err(m) => {
+            values.truncate(start);
+            Line::Bad(m)
+        }
+    })
+}
+
+/// The entities of the current sweep.
+#[derive(Debug, Default)]
+struct Seen {
+    rows: Vec<RowKey>,
+    /// The same keys, once there are more than a few to look through.
+    set: HashSet<RowKey>,
+}
+
+impl Seen {
+    /// Rows looked through one by one before a hash set is used.
+    const FEW: usize = 32;
+
+    fn contains(&self, key: &RowKey) -> bool {
+        if self.rows.len() <= Self::FEW {
+            self.rows.contains(key)
+        } else {
+            self.set.contains(key)
+        }
+    }
+
+    fn insert(&mut self, key: RowKey) {
+        self.rows.push(key);
+        if self.rows.len() == Self::FEW + 1 {
+            self.set.extend(self.rows.iter().copied());
+        } else if self.rows.len() > Self::FEW {
+            self.set.insert(key);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.rows.clear();
+        self.set.clear();
+    }
+}
+
+/// The whitespace `char::is_whitespace` knows in ASCII.
+const fn is_ascii_space(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\n' | '\x0b' | '\x0c' | '\r')
+}
+
+/// [`is_ascii_space`] by byte.
+const SPACE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = is_ascii_space(i as u8 as char);
+        i += 1;
+    }
+    t
+};
+
+/// The words of an ASCII line, split as `str::split_whitespace` splits them.
+struct AsciiWords<'a>(&'a str);
+
+impl<'a> Iterator for AsciiWords<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        let b = self.0.as_bytes();
+        // dmon pads its columns with runs of spaces: skip them eight at a time.
+        let mut i = 0;
+        while let Some(chunk) = b.get(i..i + 8) {
+            let mut word = [0; 8];
+            word.copy_from_slice(chunk);
+            let other = u64::from_le_bytes(word) ^ 0x2020_2020_2020_2020;
+            if other != 0 {
+                i += (other.trailing_zeros() / 8) as usize;
+                break;
+            }
+            i += 8;
+        }
+        while i < b.len() && SPACE[usize::from(b[i])] {
+            i += 1;
+        }
+        if i == b.len() {
+            self.0 = "";
+            return None;
+        }
+        let start = i;
+        while i < b.len() && !SPACE[usize::from(b[i])] {
+            i += 1;
+        }
+        // Both ends are at ASCII bytes, so at character boundaries.
+        let word = self.0.get(start..i);
+        self.0 = self.0.get(i..).unwrap_or_default();
+        word
+    }
+}
+
+/// Split a row into its entity and its values, appended to `values` (`N/A` as NaN).
+fn scan_row<'a>(
+    mut words: impl Iterator<Item = &'a str>,
+    values: &mut Vec<f64>,
+) -> Result<(Kind, u32), String> {
+    let entity = entity(&mut words)?;
+    for v in words {
+        values.push(match v {
+            "N/A" => NA,
+            _ => number(v).ok_or_else(|| format!("bad value `{v}`"))?,
+        });
+    }
+    Ok(entity)
+}
+
+/// `N/A` among a row's values: a value read is never NaN.
+const NA: f64 = f64::NAN;
+
+/// The entity kind and id, the first two words of a row.
+fn entity<'a>(words: &mut impl Iterator<Item = &'a str>) -> Result<(Kind, u32), String> {
+    let kind = match words.next().unwrap_or_default() {
         k if k.eq_ignore_ascii_case("GPU") => Kind::Gpu,
         k if k.eq_ignore_ascii_case("GPU-I") => Kind::GpuInstance,
         k if k.eq_ignore_ascii_case("GPU-CI") => Kind::ComputeInstance,
         k => return Err(format!("unknown entity kind `{k}`")),
     };
-    let id = tokens.next().unwrap_or_default();
+    let id = words.next().unwrap_or_default();
     let n = id.parse().map_err(|_| format!("bad entity id `{id}`"))?;
-    let values = tokens
-        .map(|v| match v {
-            "N/A" => Ok(None),
-            _ => v
-                .parse::<f64>()
-                .ok()
-                .filter(|x| x.is_finite())
-                .map(Some)
-                .ok_or_else(|| format!("bad value `{v}`")),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    if values.len() != ncols {
-        return Err(format!("expected {ncols} values, found {}", values.len()));
+    Ok((kind, n))
+}
+
+/// [`scan_row`] for an ASCII row: its values are read in one pass ([`scan_values`]).
+fn scan_ascii_row(t: &str, values: &mut Vec<f64>) -> Result<(Kind, u32), String> {
+    let mut words = AsciiWords(t);
+    let entity = entity(&mut words)?;
+    scan_values(words.0, |_, value| values.push(value.unwrap_or(NA)))?;
+    Ok(entity)
+}
+
+/// Eight ASCII bytes of `b` from `i`, spaces past its end.
+fn word_at(b: &[u8], i: usize) -> u64 {
+    if let Some(&w) = b.get(i..).and_then(|b| b.first_chunk::<8>()) {
+        return u64::from_le_bytes(w);
     }
-    Ok((kind, n, values))
+    // The last bytes, gathered in a register: through memory, the one wide load after
+    // narrow stores would wait for them.
+    let mut w = b' ' as u64 * ONES;
+    for (k, &c) in b.iter().skip(i).take(8).enumerate() {
+        w = (w & !(0xff << (8 * k))) | u64::from(c) << (8 * k);
+    }
+    w
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+
+/// The values of ASCII `row` (the rest of a row after its entity), split as
+/// `str::split_whitespace` splits them, handed to `value` with their index (`None`: `N/A`);
+/// returns how many. Runs of spaces are skipped eight bytes at a time, and a plain decimal
+/// is read as it is scanned, exactly as [`number`] reads it.
+fn scan_values(row: &str, mut value: impl FnMut(usize, Option<f64>)) -> Result<usize, String> {
+    let b = row.as_bytes();
+    let n = b.len();
+    let (mut i, mut found) = (0, 0);
+    loop {
+        // Spaces, eight at a time, then any other whitespace.
+        loop {
+            let other = word_at(b, i) ^ (b' ' as u64 * ONES);
+            if other != 0 {
+                i += (other.trailing_zeros() / 8) as usize;
+                break;
+            }
+            i += 8;
+            if i >= n {
+                break;
+            }
+        }
+        while b.get(i).is_some_and(|&c| SPACE[usize::from(c)]) {
+            i += 1;
+        }
+        if i >= n {
+            return Ok(found);
+        }
+        let start = i;
+        // Digits with at most one point: at most 19 of them, so they fit a u64.
+        let (mut m, mut digits, mut point) = (0u64, 0usize, None);
+        while let Some(&c) = b.get(i) {
+            let d = c.wrapping_sub(b'0');
+            if d < 10 && digits < 19 {
+                m = m * 10 + u64::from(d);
+                digits += 1;
+            } else if c == b'.' && point.is_none() {
+                point = Some(i);
+            } else {
+                break;
+            }
+            i += 1;
+        }
+        let decimals = point.map_or(0, |p| i - p - 1);
+        let plain = b.get(i).is_none_or(|&c| SPACE[usize::from(c)])
+            && digits > 0
+            && m <= 1 << 53
+            && decimals < POW10.len();
+        let v = if plain {
+            Some(m as f64 / POW10[decimals])
+        } else {
+            while b.get(i).is_some_and(|&c| !SPACE[usize::from(c)]) {
+                i += 1;
+            }
+            match row.get(start..i).unwrap_or_default() {
+                "N/A" => None,
+                w => Some(number(w).ok_or_else(|| format!("bad value `{w}`"))?),
+            }
+        };
+        value(found, v);
+        found += 1;
+    }
+}
+
+/// Powers of ten that are exact in an `f64`.
+const POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// A finite number, exactly as `str::parse::<f64>` reads it. The plain decimals dmon writes
+/// (`0.888`, `15152422938`) are read directly: their digits as an integer below 2^53 and a
+/// power of ten up to 10^22 are both exact, so their one division rounds as `str::parse`
+/// does. Anything else goes to `str::parse`.
+pub(crate) fn number(v: &str) -> Option<f64> {
+    let b = v.as_bytes();
+    let (negative, digits) = match b.first() {
+        Some(b'-') => (true, &b[1..]),
+        Some(b'+') => (false, &b[1..]),
+        _ => (false, b),
+    };
+    let (mut m, mut count, mut decimals, mut point) = (0u64, 0usize, 0usize, false);
+    for &c in digits {
+        match c {
+            b'0'..=b'9' if count < 19 => {
+                m = m * 10 + u64::from(c - b'0');
+                count += 1;
+                decimals += usize::from(point);
+            }
+            b'.' if !point => point = true,
+            _ => return v.parse::<f64>().ok().filter(|x| x.is_finite()),
+        }
+    }
+    if count == 0 || m > 1 << 53 || decimals >= POW10.len() {
+        return v.parse::<f64>().ok().filter(|x| x.is_finite());
+    }
+    let x = m as f64 / POW10[decimals];
+    Some(if negative { -x } else { x })
 }
 
 #[cfg(test)]
@@ -560,6 +1012,171 @@ GPU 1     N/A    1      2      N/A
                 v(140_737_488_355_327.0)
             ]
         );
+    }
+
+    /// The direct reading of plain decimals gives the very bits `str::parse` gives, and
+    /// everything else goes to `str::parse`.
+    #[test]
+    fn numbers_read_as_str_parse_reads_them() {
+        use rand::{Rng, SeedableRng};
+        let want = |v: &str| v.parse::<f64>().ok().filter(|x| x.is_finite());
+        let mut cases: Vec<String> = [
+            "0",
+            "-0",
+            "+0",
+            "0.0",
+            "-0.0",
+            ".5",
+            "5.",
+            "+.5",
+            "-.5",
+            ".",
+            "-",
+            "+",
+            "",
+            "1e3",
+            "1E-3",
+            "inf",
+            "-inf",
+            "NaN",
+            "infinity",
+            "0x10",
+            "1.2.3",
+            "1..2",
+            "--1",
+            "+-1",
+            "9007199254740992",
+            "9007199254740993",
+            "9007199254740993.0",
+            "90071992547409921",
+            "0.1234567890123456789",
+            "1234567890123456789",
+            "12345678901234567890",
+            "0.0000000000000000000001",
+            "0.00000000000000000000001",
+            "00.5",
+            "1_000",
+            " 1",
+            "1 ",
+            "\u{663}",
+            "15152422938",
+            "2147483647",
+            "140737488355328.0",
+            "1e400",
+        ]
+        .iter()
+        .map(|s| (*s).to_string())
+        .collect();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(244);
+        for k in 0..200_000 {
+            let digits = if k % 2 == 0 {
+                rng.random_range(1..=7)
+            } else {
+                rng.random_range(1..=24)
+            };
+            let mut v = String::new();
+            match rng.random_range(0..6) {
+                0 => v.push('-'),
+                1 => v.push('+'),
+                _ => {}
+            }
+            let point = rng.random_range(0..=digits + 1);
+            for i in 0..digits {
+                if i == point {
+                    v.push('.');
+                }
+                v.push(char::from(b'0' + rng.random_range(0..10u8)));
+            }
+            cases.push(v);
+        }
+        for v in &cases {
+            assert_eq!(
+                number(v).map(f64::to_bits),
+                want(v).map(f64::to_bits),
+                "{v:?}"
+            );
+            // Read in a row, it reads the same.
+            if v.is_empty() || v.contains(' ') {
+                continue;
+            }
+            let row = format!("{v} 1");
+            let mut got = Vec::new();
+            let n = scan_values(&row, |_, x| got.push(x.map(f64::to_bits)));
+            match want(v) {
+                Some(x) => {
+                    assert_eq!(n, Ok(2), "{v:?}");
+                    assert_eq!(got, [Some(x.to_bits()), Some(1.0f64.to_bits())], "{v:?}");
+                }
+                None if v == "N/A" => assert_eq!(got[0], None),
+                None => assert_eq!(n, Err(format!("bad value `{v}`")), "{v:?}"),
+            }
+        }
+    }
+
+    /// An ASCII row read in one pass gives what splitting it into words and reading each
+    /// gives: the same values, bit for bit, or the same error.
+    #[test]
+    fn one_pass_rows_read_as_word_by_word() {
+        use rand::{Rng, SeedableRng};
+        let words = [
+            "0.888",
+            "N/A",
+            "15152422938",
+            "5.",
+            ".5",
+            "+1",
+            "-0.0",
+            "1e3",
+            "abc",
+            "0.1\x01",
+            "N/A/",
+            "007",
+            "0.12345678901234567890",
+            "2147483647",
+            "inf",
+            "\x1c",
+            "9.9",
+        ];
+        let gaps = [
+            " ", "   ", "        ", "\t", " \x0b ", "\x0c", "\r", "  \t  ",
+        ];
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+        for _ in 0..20_000 {
+            let mut row =
+                String::from(["GPU 0", "GPU-I 3", "gpu 1", "GPU x"][rng.random_range(0..4)]);
+            for _ in 0..rng.random_range(0..10) {
+                row.push_str(gaps[rng.random_range(0..gaps.len())]);
+                row.push_str(words[rng.random_range(0..words.len())]);
+            }
+            if rng.random_bool(0.3) {
+                row.push_str(gaps[rng.random_range(0..gaps.len())]);
+            }
+            let (mut fast, mut slow) = (Vec::new(), Vec::new());
+            let got = scan_ascii_row(&row, &mut fast);
+            let want = scan_row(row.split_whitespace(), &mut slow);
+            assert_eq!(got, want, "{row:?}");
+            if got.is_ok() {
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&fast), bits(&slow), "{row:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn ascii_words_split_as_split_whitespace() {
+        use rand::{Rng, SeedableRng};
+        let alphabet = [' ', '\t', '\n', '\x0b', '\x0c', '\r', '\x1c', 'a', '1', '.'];
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        for _ in 0..20_000 {
+            let n = rng.random_range(0..20);
+            let line: String = (0..n)
+                .map(|_| alphabet[rng.random_range(0..alphabet.len())])
+                .collect();
+            let got: Vec<&str> = AsciiWords(&line).collect();
+            let want: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(got, want, "{line:?}");
+            assert_eq!(line.trim_matches(is_ascii_space), line.trim(), "{line:?}");
+        }
     }
 
     #[test]
