@@ -172,13 +172,25 @@ fn unsafe_only_in_the_raw_nvml_module() {
 }
 
 /// Architecture Invariant: a scrape never samples: the HTTP layer names no source and no
-/// sampler, only the snapshot.
+/// sampler, only the snapshot; nor does it compress (the sampler gzips once per tick).
 #[test]
 fn http_never_samples() {
     let graph = exporter_imports();
     let http = &graph["http"];
     for forbidden in ["sources", "sidecar"] {
         assert!(!http.contains(forbidden), "http imports {forbidden}");
+    }
+    let dir = workspace().join("exporter/src/http");
+    for entry in std::fs::read_dir(&dir).expect("exporter/src/http") {
+        let path = entry.expect("a file of exporter/src/http").path();
+        let text = code(&path);
+        for forbidden in ["flate2", "GzEncoder", "::gzip("] {
+            assert!(
+                !text.contains(forbidden),
+                "{} names {forbidden}: compression belongs to the sampler",
+                path.display()
+            );
+        }
     }
 }
 
