@@ -173,6 +173,16 @@ pub struct WindowMetrics {
 /// Turn raw readings into clean ones: NaN, infinities, sentinels and out-of-range
 /// values become blanks or are clamped, each with a diagnostic.
 pub fn sanitize(readings: &mut Readings, entity: &EntityId, diags: &mut Vec<Diagnostic>) {
+    // Most readings are all clean: told in one pass without a branch a field.
+    let mut unclean = false;
+    for (r, max) in readings.all().iter().zip(&CLEAN_MAX) {
+        if let Reading::Value(v) = *r {
+            unclean |= !(0.0 <= v && v <= *max);
+        }
+    }
+    if !unclean {
+        return;
+    }
     for &field in Field::ALL {
         let Reading::Value(v) = readings.get(field) else {
             continue;
@@ -210,6 +220,20 @@ pub fn sanitize(readings: &mut Readings, entity: &EntityId, diags: &mut Vec<Diag
         }
     }
 }
+
+/// The largest clean value of each field (in the order of [`Field::ALL`]): 1 for a
+/// ratio, the largest below [`SENTINEL_FLOOR`] for any other.
+const CLEAN_MAX: [f64; Field::COUNT] = {
+    let mut t = [f64::from_bits(SENTINEL_FLOOR.to_bits() - 1); Field::COUNT];
+    let mut i = 0;
+    while i < Field::COUNT {
+        if Field::ALL[i].is_ratio() {
+            t[i] = 1.0;
+        }
+        i += 1;
+    }
+    t
+};
 
 /// Values at or above DCGM's FP64 blank (2^47) are sentinels, never measurements.
 pub const SENTINEL_FLOOR: f64 = 140_737_488_355_328.0;

@@ -287,7 +287,7 @@ fields! {
 impl Field {
     /// Whether the field is a 0..1 fraction.
     #[must_use]
-    pub fn is_ratio(self) -> bool {
+    pub const fn is_ratio(self) -> bool {
         matches!(
             self,
             Field::ReportedUtil
@@ -330,6 +330,12 @@ impl Readings {
     /// Set `field` to a value.
     pub fn set_value(&mut self, field: Field, value: f64) {
         self.set(field, Reading::Value(value));
+    }
+
+    /// Every reading, in the order of [`Field::ALL`].
+    #[must_use]
+    pub fn all(&self) -> &[Reading; Field::COUNT] {
+        &self.0
     }
 
     /// Iterate over `(field, reading)` pairs.

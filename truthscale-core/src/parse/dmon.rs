@@ -42,6 +42,7 @@ pub(crate) enum Unit {
 }
 
 impl Unit {
+    #[inline]
     fn apply(self, v: f64) -> f64 {
         match self {
             Unit::Same => v,
@@ -339,8 +340,18 @@ impl DmonParser {
         };
         let mut extra = Extra::default();
         for (target, &v) in columns.iter().zip(values) {
-            if let Some(target) = target {
-                extra.apply(sample, *target, (!v.is_nan()).then_some(v));
+            match *target {
+                // Most columns: `Extra::apply` on a field, inline.
+                Some(Target::Field(f, unit)) => {
+                    if let Some(v) = (!v.is_nan()).then_some(v).and_then(dcgm_value) {
+                        let v = unit.apply(v);
+                        if v.is_finite() {
+                            sample.readings.set_value(f, v);
+                        }
+                    }
+                }
+                Some(target) => extra.apply(sample, target, (!v.is_nan()).then_some(v)),
+                None => {}
             }
         }
         let mig = match kind {
@@ -540,7 +551,7 @@ impl Scanned {
 /// `values` (`N/A` as NaN), nothing for any other line.
 #[must_use]
 pub fn scan(line: &str, values: &mut Vec<f64>) -> Scanned {
-    let ascii = line.is_ascii();
+    let ascii = is_ascii(line.as_bytes());
     let t = if ascii {
         line.trim_matches(is_ascii_space)
     } else {
@@ -580,6 +591,14 @@ pub fn scan(line: &str, values: &mut Vec<f64>) -> Scanned {
             Line::Bad(m)
         }
     })
+}
+
+/// `<[u8]>::is_ascii`, eight bytes at a time.
+#[inline]
+fn is_ascii(b: &[u8]) -> bool {
+    let (chunks, tail) = b.as_chunks::<8>();
+    let high = chunks.iter().fold(0, |acc, c| acc | u64::from_le_bytes(*c)) & 0x8080_8080_8080_8080;
+    high == 0 && tail.is_ascii()
 }
 
 /// The entities of the current sweep.
@@ -704,6 +723,20 @@ fn entity<'a>(words: &mut impl Iterator<Item = &'a str>) -> Result<(Kind, u32), 
 
 /// [`scan_row`] for an ASCII row: its values are read in one pass ([`scan_values`]).
 fn scan_ascii_row(t: &str, values: &mut Vec<f64>) -> Result<(Kind, u32), String> {
+    // Most rows: `GPU`, one space, an id of at most nine digits, whitespace.
+    if let Some(rest) = t.strip_prefix("GPU ") {
+        let b = rest.as_bytes();
+        let digits = b.iter().take(10).take_while(|c| c.is_ascii_digit()).count();
+        if (1..10).contains(&digits) && b.get(digits).is_some_and(|&c| SPACE[usize::from(c)]) {
+            let n = b[..digits]
+                .iter()
+                .fold(0, |n, &c| n * 10 + u32::from(c - b'0'));
+            scan_values(rest.get(digits..).unwrap_or_default(), |_, value| {
+                values.push(value.unwrap_or(NA));
+            })?;
+            return Ok((Kind::Gpu, n));
+        }
+    }
     let mut words = AsciiWords(t);
     let entity = entity(&mut words)?;
     scan_values(words.0, |_, value| values.push(value.unwrap_or(NA)))?;
@@ -754,6 +787,14 @@ fn scan_values(row: &str, mut value: impl FnMut(usize, Option<f64>)) -> Result<u
             return Ok(found);
         }
         let start = i;
+        // A short plain decimal (at most seven bytes of digits and at most one point, then
+        // whitespace or the end) is read in one register.
+        if let Some((v, len)) = short_decimal(word_at(b, i)) {
+            value(found, Some(v));
+            found += 1;
+            i += len;
+            continue;
+        }
         // Digits with at most one point: at most 19 of them, so they fit a u64.
         let (mut m, mut digits, mut point) = (0u64, 0usize, None);
         while let Some(&c) = b.get(i) {
@@ -788,6 +829,68 @@ fn scan_values(row: &str, mut value: impl FnMut(usize, Option<f64>)) -> Result<u
         found += 1;
     }
 }
+
+/// The plain decimal at the start of `w` (eight bytes of a row, spaces past its end) and
+/// its length, when it is digits with at most one point among them that end within `w` at
+/// whitespace: the value [`number`] reads, `m / 10^decimals`.
+#[inline(always)]
+fn short_decimal(w: u64) -> Option<(f64, usize)> {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // Digits become 0..=9; any other byte 10 or more.
+    let t = w ^ (b'0' as u64 * ONES);
+    let other = (((t & !HIGH) + 0x7676_7676_7676_7676) | t) & HIGH;
+    if other == 0 {
+        return None;
+    }
+    let p1 = (other.trailing_zeros() / 8) as usize;
+    let (end, decimals) = if (w >> (8 * p1)) as u8 == b'.' {
+        let rest = if p1 == 7 {
+            0
+        } else {
+            other & (!0u64 << (8 * (p1 + 1)))
+        };
+        if rest == 0 {
+            return None;
+        }
+        let p2 = (rest.trailing_zeros() / 8) as usize;
+        (p2, p2 - p1 - 1)
+    } else {
+        (p1, 0)
+    };
+    let digits = end - usize::from(end != p1);
+    if digits == 0 || !SPACE[usize::from((w >> (8 * end)) as u8)] {
+        return None;
+    }
+    // The digits without the point (the bytes after it moved down by one), as the last of
+    // eight after leading zeros (what follows them shifted out); then eight digits to a
+    // number.
+    let low = (1u64 << (8 * p1)) - 1;
+    let mut d = ((t & low) | ((t >> 8) & !low)) << (64 - 8 * digits);
+    d = (d & 0x0f0f_0f0f_0f0f_0f0f).wrapping_mul(2561) >> 8;
+    d = (d & 0x00ff_00ff_00ff_00ff).wrapping_mul(6_553_601) >> 16;
+    d = (d & 0x0000_ffff_0000_ffff).wrapping_mul(42_949_672_960_001) >> 32;
+    Some((quotient(d, decimals), end))
+}
+
+/// `m / 10^d`, rounded once: the ratios dmon writes with three decimals from a table.
+#[inline]
+fn quotient(m: u64, d: usize) -> f64 {
+    match THOUSANDTHS.get(m as usize) {
+        Some(&x) if d == 3 => x,
+        _ => m as f64 / POW10[d],
+    }
+}
+
+/// `m / 1000` for `m` up to 1000.
+static THOUSANDTHS: [f64; 1001] = {
+    let mut t = [0.0; 1001];
+    let mut m = 0;
+    while m < 1001 {
+        t[m] = m as f64 / 1000.0;
+        m += 1;
+    }
+    t
+};
 
 /// Powers of ten that are exact in an `f64`.
 const POW10: [f64; 23] = [
@@ -1113,6 +1216,43 @@ GPU 1     N/A    1      2      N/A
         }
     }
 
+    /// The three-decimal table and the division give the same bits.
+    #[test]
+    fn quotients_as_one_division_rounds_them() {
+        for (d, p) in POW10.iter().enumerate().take(7) {
+            for m in 0..20_000 {
+                let want = m as f64 / p;
+                assert_eq!(quotient(m, d).to_bits(), want.to_bits(), "{m} / 10^{d}");
+            }
+        }
+    }
+
+    /// Short decimals read eight bytes at a time give what reading each word gives.
+    #[test]
+    fn short_decimals_read_as_word_by_word() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(10);
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for _ in 0..50_000 {
+            let mut row = String::from("GPU 0");
+            for _ in 0..rng.random_range(1..4) {
+                row.push_str([" ", "  ", "\t", "          "][rng.random_range(0..4)]);
+                for _ in 0..rng.random_range(1..11) {
+                    let c = b"0123456789.9x"[rng.random_range(0..13)];
+                    row.push(char::from(c));
+                }
+            }
+            if rng.random_bool(0.5) {
+                row.push(' ');
+            }
+            let (mut fast, mut slow) = (Vec::new(), Vec::new());
+            let got = scan_ascii_row(&row, &mut fast);
+            let want = scan_row(row.split_whitespace(), &mut slow);
+            assert_eq!(got, want, "{row:?}");
+            assert_eq!(bits(&fast), bits(&slow), "{row:?}");
+        }
+    }
+
     /// An ASCII row read in one pass gives what splitting it into words and reading each
     /// gives: the same values, bit for bit, or the same error.
     #[test]
@@ -1142,8 +1282,17 @@ GPU 1     N/A    1      2      N/A
         ];
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
         for _ in 0..20_000 {
-            let mut row =
-                String::from(["GPU 0", "GPU-I 3", "gpu 1", "GPU x"][rng.random_range(0..4)]);
+            let mut row = String::from(
+                [
+                    "GPU 0",
+                    "GPU-I 3",
+                    "gpu 1",
+                    "GPU x",
+                    "GPU 12",
+                    "GPU  7",
+                    "GPU 4294967295",
+                ][rng.random_range(0..7)],
+            );
             for _ in 0..rng.random_range(0..10) {
                 row.push_str(gaps[rng.random_range(0..gaps.len())]);
                 row.push_str(words[rng.random_range(0..words.len())]);
@@ -1151,10 +1300,16 @@ GPU 1     N/A    1      2      N/A
             if rng.random_bool(0.3) {
                 row.push_str(gaps[rng.random_range(0..gaps.len())]);
             }
-            let (mut fast, mut slow) = (Vec::new(), Vec::new());
+            let (mut fast, mut slow, mut whole) = (Vec::new(), Vec::new(), Vec::new());
             let got = scan_ascii_row(&row, &mut fast);
             let want = scan_row(row.split_whitespace(), &mut slow);
             assert_eq!(got, want, "{row:?}");
+            let line = match want.clone() {
+                Ok((kind, n)) => Line::Row(kind, n),
+                Err(m) => Line::Bad(m),
+            };
+            assert_eq!(scan(&row, &mut whole), Scanned::of(line), "{row:?}");
+            assert_eq!(whole.len(), if got.is_ok() { slow.len() } else { 0 });
             if got.is_ok() {
                 let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&fast), bits(&slow), "{row:?}");
