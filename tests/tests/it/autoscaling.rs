@@ -32,6 +32,7 @@ const DIR: &str = "docker/kubernetes/autoscaling";
 const DEPLOYMENT: &str = "docker/kubernetes/sidecar-deployment.yaml";
 
 use crate::manifests::{seq_of, str_of, yaml};
+use crate::prometheus_rules::collapse;
 
 /// The KEDA ScaledObject's Prometheus triggers: `(name, metadata)`.
 fn keda_triggers() -> Vec<(String, Yaml)> {
@@ -156,10 +157,6 @@ fn promtool_test_exprs() -> Vec<String> {
         }
     }
     out
-}
-
-fn collapse(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[test]

@@ -62,6 +62,7 @@ use crate::manifests::{
     container, container_env, downward_api, read, seq_of, str_of, strings, yaml,
 };
 use crate::node::{ApiServer, ApiState, Kubelet, State, api_pods};
+use crate::prometheus_rules;
 
 /// The agent container of the DaemonSet.
 fn agent(ds: &Value) -> &Value {
@@ -833,23 +834,6 @@ fn the_pod_labels_overlay_labels_allocation_info() {
 // ---------------------------------------------------------------------------------------
 // The node dashboard on a real Prometheus.
 
-/// Values for the dashboard's template variables, as Grafana interpolates *All* (`.*`) and a
-/// one-minute range at a 15 s interval (the same as `prometheus_rules`).
-const VARIABLES: [(&str, &str); 12] = [
-    ("datasource", "prometheus"),
-    ("cluster", ".*"),
-    ("namespace", ".*"),
-    ("pod", ".*"),
-    ("node", ".*"),
-    ("gpu", ".*"),
-    ("__rate_interval", "1m"),
-    ("__interval", "15s"),
-    ("__interval_ms", "15000"),
-    ("__range", "1m"),
-    ("__range_s", "60"),
-    ("__range_ms", "60000"),
-];
-
 /// The one expression of the node dashboard that returns nothing with a node agent: no series
 /// has a `cluster` label here. The form counts the series its selector matches.
 const CLUSTER_VARIABLE: (&str, &str, &str) = (
@@ -858,81 +842,16 @@ const CLUSTER_VARIABLE: (&str, &str, &str) = (
     "count by (cluster) (truthscale_gpu_info)",
 );
 
-/// Grafana's interpolation of `$name`, `${name}` and `${name:format}`, whitespace collapsed.
-fn substitute(expr: &str, at: &str) -> String {
-    let mut out = String::with_capacity(expr.len());
-    let mut rest = expr;
-    while let Some(i) = rest.find('$') {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + 1..];
-        let (name, used) = if let Some(braced) = after.strip_prefix('{') {
-            let end = braced
-                .find('}')
-                .unwrap_or_else(|| panic!("{at}: unterminated ${{ in {expr}"));
-            (braced[..end].split(':').next().unwrap_or_default(), end + 2)
-        } else {
-            let len = after
-                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .unwrap_or(after.len());
-            (&after[..len], len)
-        };
-        if name.is_empty() {
-            out.push('$');
-            rest = after;
-            continue;
-        }
-        let value = VARIABLES
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| *v)
-            .unwrap_or_else(|| panic!("{at}: ${name} has no value in VARIABLES: {expr}"));
-        out.push_str(value);
-        rest = &after[used..];
-    }
-    out.push_str(rest);
-    out.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
 /// Every expression of the dashboard, `<file> / <panel title> / <refId>` or
-/// `<file> / variable <name>`, variables substituted.
+/// `<file> / variable <name>`, variables substituted, as the dashboards-on-Prometheus test
+/// reads every dashboard.
 fn dashboard_exprs() -> Vec<(String, String)> {
-    fn walk(v: &Json, title: &str, out: &mut Vec<(String, String)>) {
-        match v {
-            Json::Object(m) => {
-                let title = m.get("title").and_then(Json::as_str).unwrap_or(title);
-                if let Some(e) = m.get("expr").and_then(Json::as_str) {
-                    let leaf = m.get("refId").and_then(Json::as_str).unwrap_or("expr");
-                    let at = format!("truthscale-node.json / {title} / {leaf}");
-                    out.push((at.clone(), substitute(e, &at)));
-                }
-                for (k, v) in m {
-                    if k != "templating" {
-                        walk(v, title, out);
-                    }
-                }
-            }
-            Json::Array(a) => a.iter().for_each(|v| walk(v, title, out)),
-            _ => {}
-        }
-    }
     let d: Json = serde_json::from_str(&read(DASHBOARD)).expect("dashboard JSON");
+    let file = "truthscale-node.json";
     let mut out = Vec::new();
-    walk(&d, "(dashboard)", &mut out);
-    for v in d
-        .pointer("/templating/list")
-        .and_then(Json::as_array)
-        .into_iter()
-        .flatten()
-    {
-        if v.get("type").and_then(Json::as_str) != Some("query") {
-            continue;
-        }
-        let name = v.get("name").and_then(Json::as_str).unwrap_or("?");
-        let q = v.get("query").and_then(Json::as_str).unwrap_or("");
-        let at = format!("truthscale-node.json / variable {name}");
-        out.push((at.clone(), substitute(q, &at)));
-    }
-    out
+    prometheus_rules::dashboard_exprs(file, &d, &mut out);
+    prometheus_rules::variable_queries(file, &d, &mut out);
+    out.into_iter().map(|e| (e.at, e.text)).collect()
 }
 
 /// `label_values(selector, label)`: `(selector, label)`.

@@ -349,16 +349,16 @@ const DOCUMENTED: &[Documented] = &[
 
 /// One expression to check.
 #[derive(Debug)]
-struct Expr {
+pub(crate) struct Expr {
     /// Where it comes from: `<dashboard file> / <panel title> / <refId>`,
     /// `<dashboard file> / variable <name>`, `truthscale.rules.yml / record <name>` or
     /// `truthscale.rules.yml / alert <name>`.
-    at: String,
+    pub(crate) at: String,
     /// Template variables substituted, whitespace collapsed.
-    text: String,
+    pub(crate) text: String,
 }
 
-fn collapse(s: &str) -> String {
+pub(crate) fn collapse(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
@@ -416,7 +416,7 @@ fn read(rel: &str) -> String {
 
 /// Every `expr` in a dashboard, wherever it is (panels, panels nested in rows, annotations),
 /// named by the nearest title and the target's `refId`.
-fn dashboard_exprs(file: &str, d: &Json, out: &mut Vec<Expr>) {
+pub(crate) fn dashboard_exprs(file: &str, d: &Json, out: &mut Vec<Expr>) {
     fn walk(v: &Json, title: &str, file: &str, out: &mut Vec<Expr>) {
         match v {
             Json::Object(m) => {
@@ -448,7 +448,7 @@ fn dashboard_exprs(file: &str, d: &Json, out: &mut Vec<Expr>) {
 
 /// The template variables' queries (type `query`; a `datasource` variable names a plugin,
 /// not a query). Returns how many variables were not queries.
-fn variable_queries(file: &str, d: &Json, out: &mut Vec<Expr>) -> usize {
+pub(crate) fn variable_queries(file: &str, d: &Json, out: &mut Vec<Expr>) -> usize {
     let mut other = 0;
     for v in d
         .pointer("/templating/list")
