@@ -6,26 +6,15 @@
 use libfuzzer_sys::fuzz_target;
 use truthscale_core::model::Timestamp;
 use truthscale_core::parse::DmonParser;
-use truthscale_fuzz::{check_parsed, lines};
+use truthscale_fuzz::check_line_parser;
 
 fuzz_target!(|data: &[u8]| {
     let mut p = DmonParser::new("fuzz", 1.0, Timestamp(0));
-    let mut last = None;
-    let mut check = |s: &truthscale_core::model::Sample| {
-        check_parsed(s);
-        if let Some(prev) = last {
-            assert!(s.taken > prev, "sweep at {:?} after {prev:?}", s.taken);
-        }
-        last = Some(s.taken);
-    };
-    for (i, line) in lines(data).enumerate() {
-        match p.push_line(line.unwrap_or("")) {
-            Ok(Some(s)) => check(&s),
-            Ok(None) => {}
-            Err(e) => assert_eq!(e.line, i + 1, "{e}"),
-        }
-    }
-    if let Some(s) = p.finish() {
-        check(&s);
-    }
+    check_line_parser(
+        data,
+        "sweep",
+        &mut p,
+        DmonParser::push_line,
+        DmonParser::finish,
+    );
 });

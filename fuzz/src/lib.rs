@@ -23,6 +23,36 @@ pub fn lines(data: &[u8]) -> impl Iterator<Item = Result<&str, ()>> {
     })
 }
 
+/// Feed `data` a line at a time to a line parser (`push` a line, then `finish`) and check
+/// every sample it makes: values finite ([`check_parsed`]), `what` (a sweep, a scrape)
+/// stamped after the one before, and each error naming its own line.
+pub fn check_line_parser<P>(
+    data: &[u8],
+    what: &str,
+    parser: &mut P,
+    push: fn(&mut P, &str) -> Result<Option<Sample>, truthscale_core::parse::ParseError>,
+    finish: fn(&mut P) -> Option<Sample>,
+) {
+    let mut last = None;
+    let mut check = |s: &Sample| {
+        check_parsed(s);
+        if let Some(prev) = last {
+            assert!(s.taken > prev, "{what} at {:?} after {prev:?}", s.taken);
+        }
+        last = Some(s.taken);
+    };
+    for (i, line) in lines(data).enumerate() {
+        match push(parser, line.unwrap_or("")) {
+            Ok(Some(s)) => check(&s),
+            Ok(None) => {}
+            Err(e) => assert_eq!(e.line, i + 1, "{e}"),
+        }
+    }
+    if let Some(s) = finish(parser) {
+        check(&s);
+    }
+}
+
 /// Every value a parser produced is finite (parsers turn NaN, ±Inf and sentinels into
 /// blanks).
 pub fn check_parsed(s: &Sample) {
