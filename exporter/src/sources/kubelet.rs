@@ -645,10 +645,11 @@ impl Kubelet {
         let answer = rt.block_on(async {
             if client.is_none() {
                 let path = socket.clone();
-                // The URI is not used: the connector dials the unix socket.
+                // The URI is not used: the connector dials the unix socket. The call's one
+                // deadline is the `tokio::time::timeout` around it below (a second, tonic's
+                // own, would race it and end the call as `Cancelled`, not as a timeout).
                 let endpoint = tonic::transport::Endpoint::from_static("http://kubelet.local")
-                    .connect_timeout(timeout)
-                    .timeout(timeout);
+                    .connect_timeout(timeout);
                 let channel = tokio::time::timeout(
                     timeout,
                     endpoint.connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {

@@ -343,6 +343,19 @@ fn a_slow_kubelet_is_a_timeout() {
         value(&m, "truthscale_source_up", &[("source", "kubelet")]),
         Some(0.0)
     );
+    // Every slow call is a timeout, never an answer of another kind.
+    for kind in ["http", "unreachable"] {
+        assert_eq!(
+            value(
+                &m,
+                "truthscale_source_errors_total",
+                &[("source", "kubelet"), ("kind", kind)]
+            )
+            .unwrap_or(0.0),
+            0.0,
+            "{kind}"
+        );
+    }
 }
 
 /// A source whose answer does not change between ticks (dcgm-exporter collects every 30 s by
