@@ -16,6 +16,9 @@ pub const DETECT_LINES: usize = 64;
 /// The longest line read; a longer one is an error for that line, and memory stays bounded.
 pub const MAX_LINE: usize = 1 << 20;
 
+/// Bytes of whole lines checked as UTF-8 at a time.
+const BLOCK: usize = 4096;
+
 /// The most bytes of one over-long line skipped before the input is refused as not text.
 pub const MAX_SKIP: u64 = 64 << 20;
 
@@ -248,22 +251,109 @@ impl<R: BufRead> Capture<R> {
         Ok(Some(f(&mut self.parser, &self.name, line_no, text)))
     }
 
+    /// The lines to come, handed to `f` one by one as [`Capture::next_line`] hands them
+    /// (with the parser and the capture's name, the line's number, and its text or why it
+    /// is not usable), until `f` returns `false` (then `Ok(true)`) or the input ends
+    /// (`Ok(false)`). The lines in the reader's buffer are found where they lie and
+    /// checked as UTF-8 a few kilobytes at a time.
+    ///
+    /// # Errors
+    /// A failing read (the capture ends).
+    pub fn lines_while(
+        &mut self,
+        mut f: impl FnMut(&mut LineParser, &str, usize, Result<&str, String>) -> bool,
+    ) -> Result<bool, CaptureError> {
+        loop {
+            if self.head.is_empty() {
+                let chunk = self.reader.fill_buf().map_err(|error| CaptureError::Read {
+                    name: self.name.clone(),
+                    error,
+                })?;
+                // The whole lines in the first BLOCK bytes (or the first line, when longer),
+                // checked as UTF-8 at once: a caller that stops early wastes little.
+                let limit = chunk.len().min(BLOCK);
+                let end = match memchr::memrchr(b'\n', &chunk[..limit]) {
+                    Some(n) => n + 1,
+                    None => memchr::memchr(b'\n', &chunk[limit..]).map_or(0, |n| limit + n + 1),
+                };
+                let whole = &chunk[..end];
+                let text = std::str::from_utf8(whole).ok();
+                let (mut used, mut more) = (0, true);
+                for end in memchr::memchr_iter(b'\n', whole) {
+                    if end - used > MAX_LINE {
+                        break;
+                    }
+                    self.line_no += 1;
+                    let range = text_range(&whole[used..end], self.line_no);
+                    let range = used + range.start..used + range.end;
+                    // The range ends at ASCII bytes, so at character boundaries.
+                    let line = match text {
+                        Some(text) => Ok(text.get(range).unwrap_or_default()),
+                        None => std::str::from_utf8(&whole[range])
+                            .map_err(|_| "not UTF-8 text, skipped".to_string()),
+                    };
+                    more = f(&mut self.parser, &self.name, self.line_no, line);
+                    used = end + 1;
+                    if !more {
+                        break;
+                    }
+                }
+                self.bytes += used as u64;
+                self.reader.consume(used);
+                if !more {
+                    return Ok(true);
+                }
+                if used > 0 {
+                    continue;
+                }
+            }
+            // Lines put back, a line across the buffer's end, a long one, the last one.
+            match self.next_line(&mut f)? {
+                None => return Ok(false),
+                Some(true) => {}
+                Some(false) => return Ok(true),
+            }
+        }
+    }
+
+    /// The samples to come, and an error for each malformed line, in order, handed to `f`
+    /// with the parser, until `f` returns
+    /// `false` (then `Ok(true)`) or the input ends (`Ok(false)`, after the last sample).
+    ///
+    /// # Errors
+    /// A failing read (the capture ends).
+    pub fn samples_while(
+        &mut self,
+        mut f: impl FnMut(&mut LineParser, Result<Sample, ParseError>) -> bool,
+    ) -> Result<bool, CaptureError> {
+        if self.done {
+            return Ok(false);
+        }
+        let more = self.lines_while(|parser, name, line_no, text| {
+            push(parser, name, line_no, text).is_none_or(|r| f(parser, r))
+        })?;
+        if !more {
+            self.done = true;
+            if let Some(s) = self.parser.finish() {
+                f(&mut self.parser, Ok(s));
+            }
+        }
+        Ok(more)
+    }
+
     /// The next sample, or a per-line error; `None` at the end.
     ///
     /// # Errors
     /// The outer `Err` is a failing read (the capture ends); the inner one a bad line.
     pub fn next_sample(&mut self) -> Result<Option<Result<Sample, ParseError>>, CaptureError> {
-        while !self.done {
-            match self.next_line(push)? {
-                Some(Some(r)) => return Ok(Some(r)),
-                Some(None) => {}
-                None => {
-                    self.done = true;
-                    return Ok(self.parser.finish().map(Ok));
-                }
-            }
-        }
-        Ok(None)
+        let mut got = None;
+        while got.is_none()
+            && self.samples_while(|_, r| {
+                got = Some(r);
+                false
+            })?
+        {}
+        Ok(got)
     }
 }
 

@@ -133,6 +133,8 @@ pub struct Analyzer {
     timeline: bool,
     start: Option<i64>,
     entities: EntityTable<EntityAcc>,
+    /// Each deriver slot's entity in `entities`, while the deriver's epoch stands.
+    by_slot: (u64, Vec<Option<usize>>),
     diagnostics: BTreeMap<DiagnosticKind, u64>,
     first_diagnostics: Vec<String>,
     /// The diagnostics of the sample being fed (kept for its capacity).
@@ -153,6 +155,7 @@ impl Analyzer {
             timeline,
             start: None,
             entities: EntityTable::default(),
+            by_slot: (0, Vec::new()),
             diagnostics: BTreeMap::new(),
             first_diagnostics: Vec::new(),
             noticed: Vec::new(),
@@ -167,12 +170,37 @@ impl Analyzer {
             deriver,
             timeline,
             entities,
+            by_slot,
             noticed,
             ..
         } = self;
         let mut pos = 0;
-        deriver.observe_each(sample, noticed, |w| {
-            add_window(entities, pos, *timeline, t, w);
+        deriver.observe_slots(sample, noticed, |slot, w| {
+            if slot.epoch != by_slot.0 {
+                *by_slot = (slot.epoch, Vec::new());
+            }
+            if slot.index >= by_slot.1.len() {
+                by_slot.1.resize(slot.index + 1, None);
+            }
+            let known = &mut by_slot.1[slot.index];
+            let acc = match *known {
+                Some(acc) if !slot.id_changed => acc,
+                _ => {
+                    let acc = entities.find_or_insert(pos, &w.id, || EntityAcc {
+                        id: w.id.clone(),
+                        ..EntityAcc::default()
+                    });
+                    // The entity's latest attributes (its key is the same; a model name
+                    // may come later).
+                    let a = entities.get_mut(acc);
+                    if !a.id.same_attributes(&w.id) {
+                        a.id.clone_from(&w.id);
+                    }
+                    *known = Some(acc);
+                    acc
+                }
+            };
+            add_window(entities.get_mut(acc), *timeline, t, w);
             pos += 1;
         });
         for d in self.noticed.drain(..) {
@@ -204,23 +232,8 @@ impl Analyzer {
     }
 }
 
-/// Add one window to its entity's accumulator; `pos` is its position in the sample.
-fn add_window(
-    entities: &mut EntityTable<EntityAcc>,
-    pos: usize,
-    timeline: bool,
-    t: f64,
-    w: &EntityWindow,
-) {
-    let slot = entities.find_or_insert(pos, &w.id, || EntityAcc {
-        id: w.id.clone(),
-        ..EntityAcc::default()
-    });
-    let acc = entities.get_mut(slot);
-    // The entity's latest attributes (its key is the same; a model name may come later).
-    if !acc.id.same_attributes(&w.id) {
-        acc.id.clone_from(&w.id);
-    }
+/// Add one window to its entity's accumulator.
+fn add_window(acc: &mut EntityAcc, timeline: bool, t: f64, w: &EntityWindow) {
     acc.spec = w.spec;
     acc.simulated |= w.simulated;
     acc.samples += 1;

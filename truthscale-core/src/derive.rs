@@ -301,6 +301,7 @@ pub fn fidelity(r: &Readings) -> Fidelity {
 /// assert_eq!(m.effective_compute, Some(0.0));
 /// ```
 #[must_use]
+#[inline]
 pub fn window(r: &Readings, ctx: &WindowContext<'_>, cfg: &DeriveConfig) -> WindowMetrics {
     let mut m = WindowMetrics {
         fidelity: Some(fidelity(r)),

@@ -548,6 +548,21 @@ pub struct Deriver {
     /// Whether observed ceilings are tracked.
     ceilings: bool,
     entities: EntityTable<EntityState>,
+    /// Counts the entities forgotten: while it stands, each entity keeps its slot.
+    epoch: u64,
+}
+
+/// Where a window's entity lies in the deriver, for a consumer that keeps its own state
+/// per entity to find it without comparing keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Slot {
+    /// The entity's slot, which stays its own while `epoch` stands.
+    pub(crate) index: usize,
+    /// Changes whenever an entity is forgotten (slots move then).
+    pub(crate) epoch: u64,
+    /// Whether the window's id differs from the entity's previous window's (it is new,
+    /// or an attribute the key leaves out changed).
+    pub(crate) id_changed: bool,
 }
 
 impl Deriver {
@@ -562,6 +577,7 @@ impl Deriver {
             verdict: VerdictConfig::default(),
             ceilings: true,
             entities: EntityTable::default(),
+            epoch: 0,
         }
     }
 
@@ -590,6 +606,7 @@ impl Deriver {
     /// Forget an entity (for example when its source went stale).
     pub fn forget(&mut self, key: &EntityKey) {
         self.entities.remove(key);
+        self.epoch += 1;
     }
 
     /// Feed one sample.
@@ -612,9 +629,19 @@ impl Deriver {
         diagnostics: &mut Vec<Diagnostic>,
         mut each: impl FnMut(&EntityWindow),
     ) {
+        self.observe_slots(sample, diagnostics, |_, w| each(w));
+    }
+
+    /// [`Deriver::observe_each`], each window handed with where its entity lies.
+    pub(crate) fn observe_slots(
+        &mut self,
+        sample: &Sample,
+        diagnostics: &mut Vec<Diagnostic>,
+        mut each: impl FnMut(Slot, &EntityWindow),
+    ) {
         for (pos, e) in sample.entities.iter().enumerate() {
-            if let Some(w) = self.observe_entity(sample.taken, pos, e, diagnostics) {
-                each(w);
+            if let Some((slot, w)) = self.observe_entity(sample.taken, pos, e, diagnostics) {
+                each(slot, w);
             }
         }
     }
@@ -625,7 +652,7 @@ impl Deriver {
         pos: usize,
         e: &EntitySample,
         diags: &mut Vec<Diagnostic>,
-    ) -> Option<&EntityWindow> {
+    ) -> Option<(Slot, &EntityWindow)> {
         let spec = self
             .model_override
             .or_else(|| e.id.model.as_deref().and_then(gpus::lookup));
@@ -660,8 +687,10 @@ impl Deriver {
             }
         };
 
+        let mut id_changed = slot.is_none();
         let slot =
             slot.unwrap_or_else(|| self.entities.insert(pos, &e.id, EntityState::new(taken, e)));
+        let index = slot;
         let state = self.entities.get_mut(slot);
         let cfg = &self.config;
         // The entity's first window waited for the interval: it is integrated now, before
@@ -675,6 +704,7 @@ impl Deriver {
         // Found by its key: only the attributes the key leaves out can differ.
         if !win.id.same_attributes(&e.id) {
             win.id.clone_from(&e.id);
+            id_changed = true;
         }
         win.readings = e.readings;
         derive::sanitize(&mut win.readings, &e.id, diags);
@@ -844,7 +874,12 @@ impl Deriver {
             // Interval not known yet: the window is integrated once the next arrives.
             None => state.pending = true,
         }
-        Some(&state.window)
+        let slot = Slot {
+            index,
+            epoch: self.epoch,
+            id_changed,
+        };
+        Some((slot, &state.window))
     }
 }
 

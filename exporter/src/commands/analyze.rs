@@ -185,23 +185,21 @@ pub fn analyze_reader(
                 loop {
                     let (batch, last) = if scanning {
                         let mut batch = emptied.try_recv().unwrap_or_default();
-                        let last = loop {
-                            let line = capture.next_line(|_, _, line_no, text| {
-                                let line = match text {
-                                    Ok(t) => dmon::scan(t, &mut batch.values),
-                                    Err(message) => {
-                                        batch.unreadable.push((line_no, message));
-                                        dmon::scan("", &mut batch.values)
-                                    }
-                                };
-                                batch.lines.push((line_no, line, batch.values.len()));
-                            });
-                            match line {
-                                Ok(Some(())) if batch.lines.len() < BATCH => {}
-                                Ok(Some(())) => break None,
-                                Ok(None) => break Some(Handed::End(0)),
-                                Err(e) => break Some(Handed::Failed(e)),
-                            }
+                        let read = capture.lines_while(|_, _, line_no, text| {
+                            let line = match text {
+                                Ok(t) => dmon::scan(t, &mut batch.values),
+                                Err(message) => {
+                                    batch.unreadable.push((line_no, message));
+                                    dmon::scan("", &mut batch.values)
+                                }
+                            };
+                            batch.lines.push((line_no, line, batch.values.len()));
+                            batch.lines.len() < BATCH
+                        });
+                        let last = match read {
+                            Ok(true) => None,
+                            Ok(false) => Some(Handed::End(0)),
+                            Err(e) => Some(Handed::Failed(e)),
                         };
                         batch.bytes_read = capture.bytes_read();
                         let batch = (!batch.lines.is_empty()).then_some(Handed::Lines(batch));

@@ -553,7 +553,7 @@ impl Scanned {
 pub fn scan(line: &str, values: &mut Vec<f64>) -> Scanned {
     let ascii = is_ascii(line.as_bytes());
     let t = if ascii {
-        line.trim_matches(is_ascii_space)
+        trim_ascii_space(line)
     } else {
         line.trim()
     };
@@ -591,6 +591,21 @@ pub fn scan(line: &str, values: &mut Vec<f64>) -> Scanned {
             Line::Bad(m)
         }
     })
+}
+
+/// `str::trim` for an ASCII line.
+fn trim_ascii_space(line: &str) -> &str {
+    let b = line.as_bytes();
+    let start = b
+        .iter()
+        .position(|&c| !SPACE[usize::from(c)])
+        .unwrap_or(b.len());
+    let end = b
+        .iter()
+        .rposition(|&c| !SPACE[usize::from(c)])
+        .map_or(start, |e| e + 1);
+    // Both ends are at ASCII bytes, so at character boundaries.
+    line.get(start..end).unwrap_or_default()
 }
 
 /// `<[u8]>::is_ascii`, eight bytes at a time.
@@ -787,9 +802,23 @@ fn scan_values(row: &str, mut value: impl FnMut(usize, Option<f64>)) -> Result<u
             return Ok(found);
         }
         let start = i;
+        let w = word_at(b, i);
+        // What dmon writes most: a ratio with three decimals, or `N/A`, then a space.
+        if let Some(v) = ratio(w) {
+            value(found, Some(v));
+            found += 1;
+            i += 5;
+            continue;
+        }
+        if w & 0xffff_ffff == u64::from(u32::from_le_bytes(*b"N/A ")) {
+            value(found, None);
+            found += 1;
+            i += 3;
+            continue;
+        }
         // A short plain decimal (at most seven bytes of digits and at most one point, then
         // whitespace or the end) is read in one register.
-        if let Some((v, len)) = short_decimal(word_at(b, i)) {
+        if let Some((v, len)) = short_decimal(w) {
             value(found, Some(v));
             found += 1;
             i += len;
@@ -828,6 +857,23 @@ fn scan_values(row: &str, mut value: impl FnMut(usize, Option<f64>)) -> Result<u
         value(found, v);
         found += 1;
     }
+}
+
+/// `d.ddd` then a space at the start of `w` (eight bytes of a row, spaces past its end):
+/// the value [`number`] reads.
+#[inline(always)]
+fn ratio(w: u64) -> Option<f64> {
+    // The point and the space where they must be; the other four bytes digits: each
+    // becomes 0..=9, which stays below 0x80 with 0x76 added (the row is ASCII).
+    const FIXED: u64 = 0x0000_ff00_0000_ff00;
+    const DIGITS: u64 = 0x0000_0080_8080_0080;
+    let t = w ^ (b'0' as u64 * ONES);
+    if w & FIXED != 0x0000_2000_0000_2e00 || (t + 0x7676_7676_7676_7676) & DIGITS != 0 {
+        return None;
+    }
+    let digit = |k: u32| (t >> (8 * k)) & 0xff;
+    let m = digit(0) * 1000 + digit(2) * 100 + digit(3) * 10 + digit(4);
+    Some(quotient(m, 3))
 }
 
 /// The plain decimal at the start of `w` (eight bytes of a row, spaces past its end) and
@@ -1276,6 +1322,16 @@ GPU 1     N/A    1      2      N/A
             "inf",
             "\x1c",
             "9.9",
+            "1.234",
+            "9.999",
+            "0.000",
+            "1.001",
+            "1.23.",
+            "1.2345",
+            "1.2a4",
+            "1..23",
+            "N/A5",
+            "N/AN/A",
         ];
         let gaps = [
             " ", "   ", "        ", "\t", " \x0b ", "\x0c", "\r", "  \t  ",
@@ -1313,6 +1369,21 @@ GPU 1     N/A    1      2      N/A
             if got.is_ok() {
                 let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&fast), bits(&slow), "{row:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn words_at_read_eight_bytes_then_spaces() {
+        let row = b"GPU 0      0.888        N/A";
+        for len in 0..=row.len() {
+            let b = &row[..len];
+            for i in 0..len + 10 {
+                let mut want = [b' '; 8];
+                for (k, c) in b.iter().skip(i).take(8).enumerate() {
+                    want[k] = *c;
+                }
+                assert_eq!(word_at(b, i), u64::from_le_bytes(want), "{len} {i}");
             }
         }
     }
