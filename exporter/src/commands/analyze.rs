@@ -95,8 +95,10 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Lines (or samples) handed from the reading thread to the analyzing one at a time.
+/// Samples handed from the reading thread to the analyzing one at a time.
 const BATCH: usize = 512;
+/// `dcgmi dmon` lines handed over at a time (a hundred bytes or so each, once scanned).
+const LINE_BATCH: usize = 2048;
 /// Batches on their way between the two: memory stays bounded whatever the input.
 const IN_FLIGHT: usize = 4;
 
@@ -194,7 +196,7 @@ pub fn analyze_reader(
                                 }
                             };
                             batch.lines.push((line_no, line, batch.values.len()));
-                            batch.lines.len() < BATCH
+                            batch.lines.len() < LINE_BATCH
                         });
                         let last = match read {
                             Ok(true) => None,
