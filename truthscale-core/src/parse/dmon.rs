@@ -782,27 +782,30 @@ fn scan_values(row: &str, mut value: impl FnMut(usize, Option<f64>)) -> Result<u
     let b = row.as_bytes();
     let n = b.len();
     let (mut i, mut found) = (0, 0);
+    const SPACES: u64 = b' ' as u64 * ONES;
     loop {
-        // Spaces, eight at a time, then any other whitespace.
-        loop {
-            let other = word_at(b, i) ^ (b' ' as u64 * ONES);
-            if other != 0 {
-                i += (other.trailing_zeros() / 8) as usize;
-                break;
-            }
+        // Spaces, eight at a time, then any other whitespace; `w`, the eight bytes from `i`,
+        // is read again only when `i` moved within it.
+        let mut w = word_at(b, i);
+        while w == SPACES && i < n {
             i += 8;
-            if i >= n {
-                break;
-            }
+            w = word_at(b, i);
         }
-        while b.get(i).is_some_and(|&c| SPACE[usize::from(c)]) {
-            i += 1;
+        let lead = ((w ^ SPACES).trailing_zeros() / 8) as usize;
+        if lead > 0 && i < n {
+            i += lead;
+            w = word_at(b, i);
+        }
+        if SPACE[(w & 0xff) as usize] {
+            while b.get(i).is_some_and(|&c| SPACE[usize::from(c)]) {
+                i += 1;
+            }
+            w = word_at(b, i);
         }
         if i >= n {
             return Ok(found);
         }
         let start = i;
-        let w = word_at(b, i);
         // What dmon writes most: a ratio with three decimals, or `N/A`, then a space.
         if let Some(v) = ratio(w) {
             value(found, Some(v));
