@@ -180,9 +180,13 @@ pub fn sanitize(readings: &mut Readings, entity: &EntityId, diags: &mut Vec<Diag
             unclean |= !(0.0 <= v && v <= *max);
         }
     }
-    if !unclean {
-        return;
+    if unclean {
+        sanitize_each(readings, entity, diags);
     }
+}
+
+/// [`sanitize`], field by field.
+fn sanitize_each(readings: &mut Readings, entity: &EntityId, diags: &mut Vec<Diagnostic>) {
     for &field in Field::ALL {
         let Reading::Value(v) = readings.get(field) else {
             continue;
@@ -533,6 +537,47 @@ mod tests {
         let r = readings(&[(Field::TensorActive, 0.0), (Field::Fp32Active, 0.5)]);
         let c = compute_term(&r, Some(h100)).unwrap();
         assert!((c - 0.5 * 67.0 / 989.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_one_pass_check_leaves_alone_only_what_is_clean() {
+        use rand::{Rng, SeedableRng};
+        let values = [
+            0.0,
+            -0.0,
+            1.0,
+            f64::from_bits(1.0f64.to_bits() + 1),
+            0.5,
+            -1e-300,
+            f64::MIN_POSITIVE,
+            SENTINEL_FLOOR,
+            f64::from_bits(SENTINEL_FLOOR.to_bits() - 1),
+            RATIO_CLAMP_LIMIT,
+            1e300,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            -f64::NAN,
+            42.0,
+        ];
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(17);
+        for _ in 0..20_000 {
+            let mut r = Readings::default();
+            for &f in Field::ALL {
+                match rng.random_range(0..4) {
+                    0 => r.set(f, Reading::Unsupported),
+                    1 => {}
+                    _ => r.set_value(f, values[rng.random_range(0..values.len())]),
+                }
+            }
+            let (mut fast, mut each) = (r, r);
+            let (mut d1, mut d2) = (Vec::new(), Vec::new());
+            sanitize(&mut fast, &EntityId::default(), &mut d1);
+            sanitize_each(&mut each, &EntityId::default(), &mut d2);
+            let text = |d: &[Diagnostic]| d.iter().map(ToString::to_string).collect::<Vec<_>>();
+            assert_eq!(fast, each, "{r:?}");
+            assert_eq!(text(&d1), text(&d2), "{r:?}");
+        }
     }
 
     #[test]

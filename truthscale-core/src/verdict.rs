@@ -462,6 +462,7 @@ pub fn decide(i: &VerdictInputs<'_>, cfg: &VerdictConfig) -> VerdictResult {
 
 /// Decide the verdict of one window, keeping its reasons as numbers.
 #[must_use]
+#[inline(always)]
 pub fn judge(i: &VerdictInputs<'_>, cfg: &VerdictConfig) -> Decision {
     let serving = i.serving.filter(|s| s.absent_reason.is_none());
     let missing = Missing {
