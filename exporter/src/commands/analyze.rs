@@ -13,7 +13,7 @@ use truthscale_core::analysis::{Analyzer, EntitySummary, Report};
 use truthscale_core::derive::DeriveConfig;
 use truthscale_core::gpus;
 use truthscale_core::model::{Sample, Timestamp};
-use truthscale_core::parse::dmon::{self, DmonParser, Scanned};
+use truthscale_core::parse::dmon::{DmonParser, Scanned, Scanner};
 use truthscale_core::parse::{Format, ParseError};
 use truthscale_core::tracker::Deriver;
 
@@ -114,7 +114,7 @@ enum Handed {
     Failed(CaptureError),
 }
 
-/// `dcgmi dmon` lines as [`dmon::scan`] read them: the costly part of parsing (splitting
+/// `dcgmi dmon` lines as a [`Scanner`] reads them: the costly part of parsing (splitting
 /// rows into words and numbers) on the reading thread, the rest (sweeps, entity samples)
 /// on the analyzing one, so that what passes between them is a few numbers a line.
 #[derive(Debug, Default)]
@@ -181,6 +181,7 @@ pub fn analyze_reader(
         let (tx, rx) = mpsc::sync_channel(IN_FLIGHT);
         // Emptied batches of lines go back to the reading thread to be filled again.
         let (back, emptied) = mpsc::channel::<Lines>();
+        let mut scanner = Scanner::default();
         std::thread::Builder::new()
             .name("capture".into())
             .spawn_scoped(scope, move || {
@@ -189,10 +190,10 @@ pub fn analyze_reader(
                         let mut batch = emptied.try_recv().unwrap_or_default();
                         let read = capture.lines_while(|_, _, line_no, text| {
                             let line = match text {
-                                Ok(t) => dmon::scan(t, &mut batch.values),
+                                Ok(t) => scanner.scan(t, &mut batch.values),
                                 Err(message) => {
                                     batch.unreadable.push((line_no, message));
-                                    dmon::scan("", &mut batch.values)
+                                    scanner.scan("", &mut batch.values)
                                 }
                             };
                             batch.lines.push((line_no, line, batch.values.len()));

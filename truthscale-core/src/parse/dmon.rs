@@ -243,6 +243,8 @@ pub struct DmonParser {
     spare: Option<Vec<EntitySample>>,
     /// The values of the line being read.
     values: Vec<f64>,
+    /// Scans the lines of [`DmonParser::push_line`].
+    scanner: Scanner,
     seen: Seen,
     /// The last GPU row, and the last GPU-I row (its GPU, its id): the parents of the
     /// GPU-I and GPU-CI rows that follow them.
@@ -266,6 +268,7 @@ impl DmonParser {
             rows: 0,
             spare: None,
             values: Vec::new(),
+            scanner: Scanner::default(),
             seen: Seen::default(),
             ctx_gpu: None,
             ctx_gi: None,
@@ -284,14 +287,14 @@ impl DmonParser {
     pub fn push_line(&mut self, line: &str) -> Result<Option<Sample>, ParseError> {
         let mut values = std::mem::take(&mut self.values);
         values.clear();
-        let line = scan(line, &mut values);
+        let line = self.scanner.scan(line, &mut values);
         let r = self.push_scanned(line, &values);
         self.values = values;
         r
     }
 
-    /// [`DmonParser::push_line`] for a line already read by [`scan`], with the values it
-    /// appended for it.
+    /// [`DmonParser::push_line`] for a line already read by a [`Scanner`] (fed the same
+    /// lines), with the values it appended for it.
     ///
     /// # Errors
     /// As [`DmonParser::push_line`].
@@ -342,12 +345,10 @@ impl DmonParser {
         for (target, &v) in columns.iter().zip(values) {
             match *target {
                 // Most columns: `Extra::apply` on a field, inline.
-                Some(Target::Field(f, unit)) => {
-                    if let Some(v) = (!v.is_nan()).then_some(v).and_then(dcgm_value) {
-                        let v = unit.apply(v);
-                        if v.is_finite() {
-                            sample.readings.set_value(f, v);
-                        }
+                // Converted by the scanner, NaN when blank.
+                Some(Target::Field(f, _)) => {
+                    if !v.is_nan() {
+                        sample.readings.set_value(f, v);
                     }
                 }
                 Some(target) => extra.apply(sample, target, (!v.is_nan()).then_some(v)),
@@ -547,10 +548,55 @@ impl Scanned {
     }
 }
 
+/// The first of the parser's two steps, [`Scanner::scan`] then
+/// [`DmonParser::push_scanned`], which a reader may take on another thread than the second:
+/// each line read on its own ([`scan`]), and a row's values converted into their fields'
+/// units as the latest header's columns say.
+#[derive(Debug, Default)]
+pub struct Scanner {
+    columns: Option<Vec<Option<Target>>>,
+}
+
+impl Scanner {
+    /// [`scan`] `line`, a row's values converted as they are appended: each value of a
+    /// field's column into the field's unit, NaN when it is `N/A`, one of DCGM's blank
+    /// sentinels or not finite once converted. Other columns' values are left as read.
+    pub fn scan(&mut self, line: &str, values: &mut Vec<f64>) -> Scanned {
+        let scanned = scan_with(line, values, self.columns.as_deref().unwrap_or_default());
+        if let Some(Rare::Header(columns)) = scanned.rare.as_deref() {
+            self.columns = Some(columns.clone());
+        }
+        scanned
+    }
+}
+
+/// Append value `k` of a row, converted when `columns` says it is a field's.
+#[inline(always)]
+fn push_value(values: &mut Vec<f64>, columns: &[Option<Target>], k: usize, raw: f64) {
+    values.push(match columns.get(k) {
+        Some(Some(Target::Field(_, unit))) => convert(raw, *unit),
+        _ => raw,
+    });
+}
+
+/// A raw value (NaN for `N/A`) in `unit`, NaN when blank.
+#[inline]
+fn convert(raw: f64, unit: Unit) -> f64 {
+    match (!raw.is_nan()).then_some(raw).and_then(dcgm_value) {
+        Some(v) => Some(unit.apply(v)).filter(|v| v.is_finite()).unwrap_or(NA),
+        None => NA,
+    }
+}
+
 /// Read one line (without its newline) on its own. A row's values are appended to
 /// `values` (`N/A` as NaN), nothing for any other line.
 #[must_use]
 pub fn scan(line: &str, values: &mut Vec<f64>) -> Scanned {
+    scan_with(line, values, &[])
+}
+
+/// [`scan`], with a row's values converted as [`Scanner::scan`] converts them.
+fn scan_with(line: &str, values: &mut Vec<f64>, columns: &[Option<Target>]) -> Scanned {
     let ascii = is_ascii(line.as_bytes());
     let t = if ascii {
         trim_ascii_space(line)
@@ -580,9 +626,9 @@ pub fn scan(line: &str, values: &mut Vec<f64>) -> Scanned {
     }
     let start = values.len();
     let row = if ascii {
-        scan_ascii_row(t, values)
+        scan_ascii_row(t, values, columns)
     } else {
-        scan_row(t.split_whitespace(), values)
+        scan_row(t.split_whitespace(), values, columns)
     };
     Scanned::of(match row {
         Ok((kind, n)) => Line::Row(kind, n),
@@ -709,13 +755,15 @@ impl<'a> Iterator for AsciiWords<'a> {
 fn scan_row<'a>(
     mut words: impl Iterator<Item = &'a str>,
     values: &mut Vec<f64>,
+    columns: &[Option<Target>],
 ) -> Result<(Kind, u32), String> {
     let entity = entity(&mut words)?;
-    for v in words {
-        values.push(match v {
+    for (k, v) in words.enumerate() {
+        let raw = match v {
             "N/A" => NA,
             _ => number(v).ok_or_else(|| format!("bad value `{v}`"))?,
-        });
+        };
+        push_value(values, columns, k, raw);
     }
     Ok(entity)
 }
@@ -737,7 +785,11 @@ fn entity<'a>(words: &mut impl Iterator<Item = &'a str>) -> Result<(Kind, u32), 
 }
 
 /// [`scan_row`] for an ASCII row: its values are read in one pass ([`scan_values`]).
-fn scan_ascii_row(t: &str, values: &mut Vec<f64>) -> Result<(Kind, u32), String> {
+fn scan_ascii_row(
+    t: &str,
+    values: &mut Vec<f64>,
+    columns: &[Option<Target>],
+) -> Result<(Kind, u32), String> {
     // Most rows: `GPU`, one space, an id of at most nine digits, whitespace.
     if let Some(rest) = t.strip_prefix("GPU ") {
         let b = rest.as_bytes();
@@ -746,15 +798,17 @@ fn scan_ascii_row(t: &str, values: &mut Vec<f64>) -> Result<(Kind, u32), String>
             let n = b[..digits]
                 .iter()
                 .fold(0, |n, &c| n * 10 + u32::from(c - b'0'));
-            scan_values(rest.get(digits..).unwrap_or_default(), |_, value| {
-                values.push(value.unwrap_or(NA));
+            scan_values(rest.get(digits..).unwrap_or_default(), |k, value| {
+                push_value(values, columns, k, value.unwrap_or(NA));
             })?;
             return Ok((Kind::Gpu, n));
         }
     }
     let mut words = AsciiWords(t);
     let entity = entity(&mut words)?;
-    scan_values(words.0, |_, value| values.push(value.unwrap_or(NA)))?;
+    scan_values(words.0, |k, value| {
+        push_value(values, columns, k, value.unwrap_or(NA));
+    })?;
     Ok(entity)
 }
 
@@ -1295,8 +1349,8 @@ GPU 1     N/A    1      2      N/A
                 row.push(' ');
             }
             let (mut fast, mut slow) = (Vec::new(), Vec::new());
-            let got = scan_ascii_row(&row, &mut fast);
-            let want = scan_row(row.split_whitespace(), &mut slow);
+            let got = scan_ascii_row(&row, &mut fast, &[]);
+            let want = scan_row(row.split_whitespace(), &mut slow, &[]);
             assert_eq!(got, want, "{row:?}");
             assert_eq!(bits(&fast), bits(&slow), "{row:?}");
         }
@@ -1360,8 +1414,8 @@ GPU 1     N/A    1      2      N/A
                 row.push_str(gaps[rng.random_range(0..gaps.len())]);
             }
             let (mut fast, mut slow, mut whole) = (Vec::new(), Vec::new(), Vec::new());
-            let got = scan_ascii_row(&row, &mut fast);
-            let want = scan_row(row.split_whitespace(), &mut slow);
+            let got = scan_ascii_row(&row, &mut fast, &[]);
+            let want = scan_row(row.split_whitespace(), &mut slow, &[]);
             assert_eq!(got, want, "{row:?}");
             let line = match want.clone() {
                 Ok((kind, n)) => Line::Row(kind, n),
