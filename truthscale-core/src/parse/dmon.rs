@@ -25,8 +25,18 @@ use crate::model::{
 };
 use std::collections::HashSet;
 
-/// What tells two dmon rows' entities apart: the GPU, GPU instance and compute instance.
-type RowKey = (Option<u32>, Option<u32>, Option<u32>);
+/// What tells two dmon rows' entities apart: the GPU, GPU instance and compute instance,
+/// each present or not, in one number ([`row_key`]): kept in registers, where a tuple of
+/// options would be written to memory in parts and read back whole, which stalls.
+type RowKey = u128;
+
+/// The [`RowKey`] of a GPU, GPU instance and compute instance: 33 bits each, a presence bit
+/// then the id.
+#[inline]
+fn row_key(gpu: Option<u32>, gi: Option<u32>, ci: Option<u32>) -> RowKey {
+    let part = |id: Option<u32>| id.map_or(0, |v| u128::from(v) << 1 | 1);
+    part(gpu) | part(gi) << 33 | part(ci) << 66
+}
 
 /// How a raw DCGM number converts into a [`Field`]'s canonical unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -367,8 +377,8 @@ impl DmonParser {
             },
         };
         let key = match mig {
-            None => (Some(n), None, None),
-            Some((gpu, gi, ci)) => (gpu, Some(gi), ci),
+            None => row_key(Some(n), None, None),
+            Some((gpu, gi, ci)) => row_key(gpu, Some(gi), ci),
         };
         let id = &mut sample.id;
         (id.gpu, id.mig) = match mig {
@@ -1426,6 +1436,19 @@ GPU 1     N/A    1      2      N/A
             if got.is_ok() {
                 let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&fast), bits(&slow), "{row:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn row_keys_tell_apart_what_their_parts_do() {
+        let ids = [None, Some(0), Some(1), Some(7), Some(u32::MAX - 1), Some(u32::MAX)];
+        let mut keys = std::collections::HashMap::new();
+        for &g in &ids {
+            for &i in &ids {
+                for &c in &ids {
+                    assert_eq!(keys.insert(row_key(g, i, c), (g, i, c)), None, "{g:?} {i:?} {c:?}");
+                }
             }
         }
     }
