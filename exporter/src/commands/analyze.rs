@@ -142,7 +142,7 @@ pub fn analyze_reader(
     args: &AnalyzeArgs,
     progress: Option<&indicatif::ProgressBar>,
 ) -> anyhow::Result<Analysis> {
-    let reader = BufReader::with_capacity(1 << 16, reader);
+    let reader = BufReader::with_capacity(1 << 18, reader);
     let format = match args.format {
         FormatArg::DcgmiDmon => Some(Format::DcgmiDmon),
         FormatArg::DcgmExporter => Some(Format::DcgmExporter),
