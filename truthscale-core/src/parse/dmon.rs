@@ -1442,12 +1442,23 @@ GPU 1     N/A    1      2      N/A
 
     #[test]
     fn row_keys_tell_apart_what_their_parts_do() {
-        let ids = [None, Some(0), Some(1), Some(7), Some(u32::MAX - 1), Some(u32::MAX)];
+        let ids = [
+            None,
+            Some(0),
+            Some(1),
+            Some(7),
+            Some(u32::MAX - 1),
+            Some(u32::MAX),
+        ];
         let mut keys = std::collections::HashMap::new();
         for &g in &ids {
             for &i in &ids {
                 for &c in &ids {
-                    assert_eq!(keys.insert(row_key(g, i, c), (g, i, c)), None, "{g:?} {i:?} {c:?}");
+                    assert_eq!(
+                        keys.insert(row_key(g, i, c), (g, i, c)),
+                        None,
+                        "{g:?} {i:?} {c:?}"
+                    );
                 }
             }
         }
