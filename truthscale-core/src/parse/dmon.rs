@@ -354,15 +354,10 @@ impl DmonParser {
         let mut extra = Extra::default();
         for (target, &v) in columns.iter().zip(values) {
             match *target {
-                // Most columns: `Extra::apply` on a field, inline.
-                // Converted by the scanner, NaN when blank.
-                Some(Target::Field(f, _)) => {
-                    if !v.is_nan() {
-                        sample.readings.set_value(f, v);
-                    }
-                }
+                // Most columns: a field's value, converted by the scanner (NaN when blank).
+                Some(Target::Field(f, _)) if !v.is_nan() => sample.readings.set_value(f, v),
+                Some(Target::Field(..)) | None => {}
                 Some(target) => extra.apply(sample, target, (!v.is_nan()).then_some(v)),
-                None => {}
             }
         }
         let mig = match kind {
