@@ -317,25 +317,22 @@ impl<R: BufRead> Capture<R> {
     }
 
     /// The samples to come, and an error for each malformed line, in order, handed to `f`
-    /// with the parser, until `f` returns
-    /// `false` (then `Ok(true)`) or the input ends (`Ok(false)`, after the last sample).
-    ///
-    /// # Errors
-    /// A failing read (the capture ends).
-    pub fn samples_while(
+    /// until it returns `false` (then `Ok(true)`) or the input ends (`Ok(false)`, after
+    /// the last sample).
+    fn samples_while(
         &mut self,
-        mut f: impl FnMut(&mut LineParser, Result<Sample, ParseError>) -> bool,
+        mut f: impl FnMut(Result<Sample, ParseError>) -> bool,
     ) -> Result<bool, CaptureError> {
         if self.done {
             return Ok(false);
         }
         let more = self.lines_while(|parser, name, line_no, text| {
-            push(parser, name, line_no, text).is_none_or(|r| f(parser, r))
+            push(parser, name, line_no, text).is_none_or(&mut f)
         })?;
         if !more {
             self.done = true;
             if let Some(s) = self.parser.finish() {
-                f(&mut self.parser, Ok(s));
+                f(Ok(s));
             }
         }
         Ok(more)
@@ -348,7 +345,7 @@ impl<R: BufRead> Capture<R> {
     pub fn next_sample(&mut self) -> Result<Option<Result<Sample, ParseError>>, CaptureError> {
         let mut got = None;
         while got.is_none()
-            && self.samples_while(|_, r| {
+            && self.samples_while(|r| {
                 got = Some(r);
                 false
             })?
@@ -429,6 +426,44 @@ mod tests {
             errors[2].starts_with("c.txt:5: line longer than"),
             "{errors:?}"
         );
+    }
+
+    /// Lines read from a buffer of any size are the same: across its end, with CR LF and a
+    /// byte-order mark, a line that is not UTF-8 among good ones, the last without an end.
+    #[test]
+    fn lines_are_the_same_whatever_the_buffer() {
+        let mut text = b"\xef\xbb\xbfone\r\ntwo\n\nthr\xffee\nfour\r\r\n".to_vec();
+        for k in 0..3000 {
+            text.extend_from_slice(format!("line {k} {}\n", "x".repeat(k % 97)).as_bytes());
+        }
+        text.extend_from_slice(b"last");
+        let lines = |capacity: usize| {
+            let reader = std::io::BufReader::with_capacity(capacity, &text[..]);
+            let mut c = Capture::open(reader, "c.txt", Some(Format::Jsonl), 1.0).unwrap();
+            let mut got = Vec::new();
+            let mut stops = 0;
+            while c
+                .lines_while(|_, _, n, t| {
+                    got.push((n, t.map(str::to_string)));
+                    // Stop now and then, as a caller with a full batch does.
+                    n % 7 != 0
+                })
+                .unwrap()
+            {
+                stops += 1;
+            }
+            assert!(stops > 0);
+            got
+        };
+        let whole = lines(1 << 20);
+        assert_eq!(whole.len(), 3006);
+        assert_eq!(whole[0], (1, Ok("one".to_string())));
+        assert_eq!(whole[3], (4, Err("not UTF-8 text, skipped".to_string())));
+        assert_eq!(whole[4], (5, Ok("four".to_string())));
+        assert_eq!(whole[3005], (3006, Ok("last".to_string())));
+        for capacity in [1, 2, 7, 64, 4095, 4096, 4097, 65_536] {
+            assert!(lines(capacity) == whole, "capacity {capacity}");
+        }
     }
 
     /// A line many times the limit is one error at its own line number, and the line after
