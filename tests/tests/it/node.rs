@@ -783,6 +783,33 @@ pub(crate) fn api_pods(state: &ApiState) {
     ];
 }
 
+/// The node of the pod-label tests: the kubelet of [`node_with_pods`], an API server that
+/// serves [`api_pods`] and accepts `token-1`, and where the token file goes (not written).
+/// A test binds `_kubelet` by name: the kubelet stops when it is dropped.
+struct LabelledNode {
+    dir: TempDir,
+    _kubelet: Kubelet,
+    api_state: ApiState,
+    api: ApiServer,
+    token: std::path::PathBuf,
+}
+
+fn labelled_node(name: &str) -> LabelledNode {
+    let dir = TempDir::new(name);
+    let kubelet = node_with_pods(dir.path());
+    let api_state = ApiState::new("token-1", NODE);
+    api_pods(&api_state);
+    let api = ApiServer::start(dir.path(), api_state.clone());
+    let token = dir.path().join("token");
+    LabelledNode {
+        dir,
+        _kubelet: kubelet,
+        api_state,
+        api,
+        token,
+    }
+}
+
 /// `serve --mode node` with `pod_labels = ["app.kubernetes.io/name"]`, reading `api`.
 fn start_with_pod_labels(
     dir: &std::path::Path,
@@ -837,12 +864,13 @@ fn app_label_of(m: &[Sample], pod: &str) -> Vec<Option<String>> {
 /// the token and asks for this node's pods; a rotated token is read at the next refresh.
 #[test]
 fn pod_labels_from_the_api_server_on_allocation_info() {
-    let dir = TempDir::new("node-pod-labels");
-    let _kubelet = node_with_pods(dir.path());
-    let api_state = ApiState::new("token-1", NODE);
-    api_pods(&api_state);
-    let api = ApiServer::start(dir.path(), api_state.clone());
-    let token = dir.path().join("token");
+    let LabelledNode {
+        dir,
+        _kubelet,
+        api_state,
+        api,
+        token,
+    } = labelled_node("node-pod-labels");
     std::fs::write(&token, "token-1\n").unwrap();
     let sidecar = start_with_pod_labels(dir.path(), &api, &token, &[]);
     let m = sidecar.wait_for(WAIT, "pod labels", |m| {
@@ -916,13 +944,14 @@ fn pod_labels_from_the_api_server_on_allocation_info() {
 /// without the extra label. Granted, the labels come.
 #[test]
 fn a_forbidden_pod_list_is_counted_and_attribution_goes_on() {
-    let dir = TempDir::new("node-pod-labels-403");
-    let _kubelet = node_with_pods(dir.path());
-    let api_state = ApiState::new("token-1", NODE);
-    api_pods(&api_state);
+    let LabelledNode {
+        dir,
+        _kubelet,
+        api_state,
+        api,
+        token,
+    } = labelled_node("node-pod-labels-403");
     *api_state.status.lock().unwrap() = 403;
-    let api = ApiServer::start(dir.path(), api_state.clone());
-    let token = dir.path().join("token");
     std::fs::write(&token, "token-1").unwrap();
     let sidecar = start_with_pod_labels(dir.path(), &api, &token, &[]);
     let m = sidecar.wait_for(WAIT, "the refusal counted", |m| {
@@ -980,12 +1009,13 @@ fn a_forbidden_pod_list_is_counted_and_attribution_goes_on() {
 /// at start too.
 #[test]
 fn an_unreadable_token_is_refused_at_start_and_counted_after() {
-    let dir = TempDir::new("node-pod-labels-token");
-    let _kubelet = node_with_pods(dir.path());
-    let api_state = ApiState::new("token-1", NODE);
-    api_pods(&api_state);
-    let api = ApiServer::start(dir.path(), api_state.clone());
-    let token = dir.path().join("token");
+    let LabelledNode {
+        dir,
+        _kubelet,
+        api_state,
+        api,
+        token,
+    } = labelled_node("node-pod-labels-token");
     let socket = dir.path().join("kubelet.sock").display().to_string();
     let refused = |env: &[(&str, &str)]| {
         let out = clean_command()

@@ -259,25 +259,14 @@ fn host_pid_and_added_capabilities_only_in_the_per_process_overlay() {
     assert_eq!(added, ["DAC_READ_SEARCH", "SYS_PTRACE"]);
 
     // No other manifest under docker/ turns hostPID on.
-    let mut with_host_pid = Vec::new();
-    let mut stack = vec![workspace().join("docker")];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).expect("list docker/") {
-            let path = entry.expect("entry").path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
-                let text = std::fs::read_to_string(&path).expect("read manifest");
-                if text
-                    .lines()
-                    .any(|l| !l.trim_start().starts_with('#') && l.contains("hostPID"))
-                {
-                    let rel = path.strip_prefix(workspace()).unwrap_or(&path);
-                    with_host_pid.push(rel.display().to_string());
-                }
-            }
-        }
-    }
+    let with_host_pid: Vec<String> = docker_manifests()
+        .into_iter()
+        .filter(|(_, text)| {
+            text.lines()
+                .any(|l| !l.trim_start().starts_with('#') && l.contains("hostPID"))
+        })
+        .map(|(rel, _)| rel)
+        .collect();
     assert_eq!(with_host_pid, [PER_PROCESS_PATCH]);
 }
 
@@ -386,8 +375,8 @@ fn node_layouts_are_complete_and_documented() {
     }
 }
 
-/// Every manifest under `docker/` with an RBAC kind.
-fn rbac_manifests() -> Vec<String> {
+/// Every YAML manifest under `docker/`: its path from the workspace, and its text.
+fn docker_manifests() -> Vec<(String, String)> {
     let mut found = Vec::new();
     let mut stack = vec![workspace().join("docker")];
     while let Some(dir) = stack.pop() {
@@ -397,16 +386,26 @@ fn rbac_manifests() -> Vec<String> {
                 stack.push(path);
             } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
                 let text = std::fs::read_to_string(&path).expect("read manifest");
-                if text.lines().any(|l| {
-                    l.strip_prefix("kind: ")
-                        .is_some_and(|k| RBAC_KINDS.contains(&k.trim()))
-                }) {
-                    let rel = path.strip_prefix(workspace()).unwrap_or(&path);
-                    found.push(rel.display().to_string());
-                }
+                let rel = path.strip_prefix(workspace()).unwrap_or(&path);
+                found.push((rel.display().to_string(), text));
             }
         }
     }
+    found
+}
+
+/// Every manifest under `docker/` with an RBAC kind.
+fn rbac_manifests() -> Vec<String> {
+    let mut found: Vec<String> = docker_manifests()
+        .into_iter()
+        .filter(|(_, text)| {
+            text.lines().any(|l| {
+                l.strip_prefix("kind: ")
+                    .is_some_and(|k| RBAC_KINDS.contains(&k.trim()))
+            })
+        })
+        .map(|(rel, _)| rel)
+        .collect();
     found.sort();
     found
 }
