@@ -211,13 +211,14 @@ impl<R: BufRead> Capture<R> {
         )))
     }
 
-    /// The next line: its number and its text, or why it is not usable text, handed to `f`
-    /// with the capture's parser and name (a reader that parses lines itself may ignore
-    /// them); `None` at the end of the input.
+    /// The next line that [`Capture::lines_while`] does not find in the reader's buffer: a
+    /// line read for detection, a line across the buffer's end, one too long, or the last
+    /// one without a line end. Handed to `f` as `lines_while` hands lines; `None` at the
+    /// end of the input.
     ///
     /// # Errors
     /// A failing read (the capture ends).
-    pub fn next_line<T>(
+    fn next_line_slow<T>(
         &mut self,
         f: impl FnOnce(&mut LineParser, &str, usize, Result<&str, String>) -> T,
     ) -> Result<Option<T>, CaptureError> {
@@ -225,21 +226,6 @@ impl<R: BufRead> Capture<R> {
             let text = text.as_deref().map_err(Clone::clone);
             return Ok(Some(f(&mut self.parser, &self.name, line_no, text)));
         }
-        // A whole line in the reader's buffer is read where it lies.
-        let chunk = self.reader.fill_buf().map_err(|error| CaptureError::Read {
-            name: self.name.clone(),
-            error,
-        })?;
-        if let Some(n) = memchr::memchr(b'\n', chunk).filter(|&n| n <= MAX_LINE) {
-            self.line_no += 1;
-            self.bytes += n as u64 + 1;
-            let text = std::str::from_utf8(&chunk[text_range(&chunk[..n], self.line_no)])
-                .map_err(|_| "not UTF-8 text, skipped".to_string());
-            let r = f(&mut self.parser, &self.name, self.line_no, text);
-            self.reader.consume(n + 1);
-            return Ok(Some(r));
-        }
-        // A line across the buffer's end, too long, or the last one without a line end.
         let Some((line_no, ok)) = self.read_slow()? else {
             return Ok(None);
         };
@@ -251,11 +237,10 @@ impl<R: BufRead> Capture<R> {
         Ok(Some(f(&mut self.parser, &self.name, line_no, text)))
     }
 
-    /// The lines to come, handed to `f` one by one as [`Capture::next_line`] hands them
-    /// (with the parser and the capture's name, the line's number, and its text or why it
-    /// is not usable), until `f` returns `false` (then `Ok(true)`) or the input ends
-    /// (`Ok(false)`). The lines in the reader's buffer are found where they lie and
-    /// checked as UTF-8 a few kilobytes at a time.
+    /// The lines to come, handed to `f` one by one (with the parser and the capture's name,
+    /// the line's number, and its text or why it is not usable), until `f` returns `false`
+    /// (then `Ok(true)`) or the input ends (`Ok(false)`). The lines in the reader's buffer
+    /// are found where they lie and checked as UTF-8 a few kilobytes at a time.
     ///
     /// # Errors
     /// A failing read (the capture ends).
@@ -307,8 +292,7 @@ impl<R: BufRead> Capture<R> {
                     continue;
                 }
             }
-            // Lines put back, a line across the buffer's end, a long one, the last one.
-            match self.next_line(&mut f)? {
+            match self.next_line_slow(&mut f)? {
                 None => return Ok(false),
                 Some(true) => {}
                 Some(false) => return Ok(true),
