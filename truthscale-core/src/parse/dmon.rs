@@ -52,6 +52,15 @@ pub(crate) enum Unit {
 }
 
 impl Unit {
+    /// A raw DCGM number (`None`: blank) in this unit: `None` for a blank, one of DCGM's
+    /// sentinels, or what does not convert to a finite number.
+    #[inline]
+    fn convert(self, raw: Option<f64>) -> Option<f64> {
+        raw.and_then(dcgm_value)
+            .map(|v| self.apply(v))
+            .filter(|v| v.is_finite())
+    }
+
     #[inline]
     fn apply(self, v: f64) -> f64 {
         match self {
@@ -192,7 +201,7 @@ impl Extra {
         match target {
             // A blank never erases a value an alias of the same field already gave.
             Target::Field(f, unit) => {
-                if let Some(v) = v.map(|v| unit.apply(v)).filter(|v| v.is_finite()) {
+                if let Some(v) = unit.convert(raw) {
                     r.set_value(f, v);
                 }
             }
@@ -476,9 +485,9 @@ fn clear_row(row: &mut EntitySample) {
     row.sm_clock_is_point = true;
 }
 
-/// One line of `dcgmi dmon` output as read on its own, without the parser's state: the
-/// first of the parser's two steps, [`scan`] then [`DmonParser::push_scanned`], which a
-/// reader may take on another thread than the second.
+/// One line of `dcgmi dmon` output as a [`Scanner`] read it: the first of the parser's two
+/// steps, [`Scanner::scan`] then [`DmonParser::push_scanned`], which a reader may take on
+/// another thread than the second.
 ///
 /// Two words, what is rare behind the pointer: it is returned in registers, not written to
 /// memory and read back at once (a read that waits for the writes to land when it spans
@@ -555,17 +564,19 @@ impl Scanned {
 
 /// The first of the parser's two steps, [`Scanner::scan`] then
 /// [`DmonParser::push_scanned`], which a reader may take on another thread than the second:
-/// each line read on its own ([`scan`]), and a row's values converted into their fields'
-/// units as the latest header's columns say.
+/// each line read on its own, and a row's values converted into their fields' units as the
+/// latest header's columns say.
 #[derive(Debug, Default)]
 pub struct Scanner {
     columns: Option<Vec<Option<Target>>>,
 }
 
 impl Scanner {
-    /// [`scan`] `line`, a row's values converted as they are appended: each value of a
-    /// field's column into the field's unit, NaN when it is `N/A`, one of DCGM's blank
-    /// sentinels or not finite once converted. Other columns' values are left as read.
+    /// Read `line` (without its newline) on its own. A row's values are appended to
+    /// `values`, converted as they are: each value of a field's column into the field's
+    /// unit, NaN when it is `N/A`, one of DCGM's blank sentinels or not finite once
+    /// converted; other columns' values as read (`N/A` as NaN). Nothing is appended for
+    /// any other line, or for a row that does not read.
     pub fn scan(&mut self, line: &str, values: &mut Vec<f64>) -> Scanned {
         let scanned = scan_with(line, values, self.columns.as_deref().unwrap_or_default());
         if let Some(Rare::Header(columns)) = scanned.rare.as_deref() {
@@ -584,23 +595,13 @@ fn push_value(values: &mut Vec<f64>, columns: &[Option<Target>], k: usize, raw: 
     });
 }
 
-/// A raw value (NaN for `N/A`) in `unit`, NaN when blank.
+/// [`Unit::convert`] with NaN for a blank, in and out.
 #[inline]
 fn convert(raw: f64, unit: Unit) -> f64 {
-    match (!raw.is_nan()).then_some(raw).and_then(dcgm_value) {
-        Some(v) => Some(unit.apply(v)).filter(|v| v.is_finite()).unwrap_or(NA),
-        None => NA,
-    }
+    unit.convert((!raw.is_nan()).then_some(raw)).unwrap_or(NA)
 }
 
-/// Read one line (without its newline) on its own. A row's values are appended to
-/// `values` (`N/A` as NaN), nothing for any other line.
-#[must_use]
-pub fn scan(line: &str, values: &mut Vec<f64>) -> Scanned {
-    scan_with(line, values, &[])
-}
-
-/// [`scan`], with a row's values converted as [`Scanner::scan`] converts them.
+/// [`Scanner::scan`] with `columns` the latest header's (none: values as read).
 fn scan_with(line: &str, values: &mut Vec<f64>, columns: &[Option<Target>]) -> Scanned {
     let ascii = is_ascii(line.as_bytes());
     let t = if ascii {
@@ -1426,7 +1427,11 @@ GPU 1     N/A    1      2      N/A
                 Ok((kind, n)) => Line::Row(kind, n),
                 Err(m) => Line::Bad(m),
             };
-            assert_eq!(scan(&row, &mut whole), Scanned::of(line), "{row:?}");
+            assert_eq!(
+                scan_with(&row, &mut whole, &[]),
+                Scanned::of(line),
+                "{row:?}"
+            );
             assert_eq!(whole.len(), if got.is_ok() { slow.len() } else { 0 });
             if got.is_ok() {
                 let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
