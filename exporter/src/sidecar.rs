@@ -306,8 +306,9 @@ const ERROR_LOG_EVERY: Duration = Duration::from_secs(30);
 
 impl Sampler {
     fn new(settings: &Settings, source: Box<dyn Source>, api: Option<ApiServer>) -> Sampler {
-        // The source says how long its windows are (or lets the deriver learn them).
-        let window = source.window().map(|w| w.as_secs_f64());
+        // The source declares how often it updates (or lets the deriver tell each entity's
+        // cadence from its timestamps).
+        let window = source.update_interval().map(|w| w.as_secs_f64());
         Sampler {
             source,
             deriver: {

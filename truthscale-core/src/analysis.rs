@@ -9,7 +9,7 @@ use crate::gpus::GpuSpec;
 use crate::model::{EntityId, Field, Phase, Sample};
 use crate::phase::PhaseMethod;
 use crate::rightsizing::{self, Constraint, Demand};
-use crate::tracker::{Deriver, EntityTable, EntityWindow};
+use crate::tracker::{Deriver, EntityTable, EntityWindow, Handed};
 use crate::verdict::Verdict;
 use std::collections::BTreeMap;
 
@@ -111,7 +111,11 @@ struct EntityAcc {
     gap: Mean,
     sat: Mean,
     spatial: Mean,
-    clock_corrected: bool,
+    /// Windows with a compute term, and of those, windows whose clock correction was applied.
+    compute_windows: u64,
+    corrected_windows: u64,
+    /// Seconds not observed (gaps), as of the entity's latest window.
+    unobserved: f64,
     peak_used: Option<f64>,
     total_mem: Option<f64>,
     capability: Option<Fidelity>,
@@ -176,7 +180,7 @@ impl Analyzer {
             ..
         } = self;
         let mut pos = 0;
-        deriver.observe_slots(sample, noticed, |slot, w| {
+        deriver.observe_slots(sample, noticed, |slot, w, handed| {
             if slot.epoch != by_slot.0 {
                 *by_slot = (slot.epoch, Vec::new());
             }
@@ -201,8 +205,16 @@ impl Analyzer {
                     acc
                 }
             };
-            add_window(entities.get_mut(acc), *timeline, t, w);
-            pos += 1;
+            let acc = entities.get_mut(acc);
+            match handed {
+                Handed::New(seconds) => {
+                    add_window(acc, *timeline, t, w);
+                    add_weighted(acc, w, seconds);
+                    pos += 1;
+                }
+                // A window that waited, decided now: only its time is added.
+                Handed::Late(seconds) => add_weighted(acc, w, seconds),
+            }
         });
         for d in self.noticed.drain(..) {
             *self.diagnostics.entry(d.kind).or_default() += 1;
@@ -233,29 +245,19 @@ impl Analyzer {
     }
 }
 
-/// Add one window to its entity's accumulator.
+/// Add one window to its entity's accumulator, but for what is weighed by its seconds
+/// ([`add_weighted`], once they are known).
 fn add_window(acc: &mut EntityAcc, timeline: bool, t: f64, w: &EntityWindow) {
     acc.spec = w.spec;
     acc.simulated |= w.simulated;
     acc.samples += 1;
     let m = &w.metrics;
-    // Weight by the window length; a window not yet integrated counts as one unit.
-    let dt = if w.dt_seconds > 0.0 {
-        w.dt_seconds
-    } else {
-        0.0
-    };
-    acc.util.add(m.reported_utilization, dt);
-    acc.ecf.add(m.effective_compute, dt);
-    acc.ecf_q.add(m.effective_compute, dt);
-    acc.pipe_q.add(m.busiest_pipe, dt);
-    acc.dram_q.add(w.readings.value(Field::DramActive), dt);
-    acc.upper.add(m.effective_compute_upper_bound, dt);
-    acc.proxy.add(m.power_proxy, dt);
-    acc.gap.add(m.inflation_gap_points, dt);
-    acc.sat.add(m.roofline_saturation, dt);
-    acc.spatial.add(m.spatial_inflation, dt);
-    acc.clock_corrected |= m.clock_corrected;
+    if m.compute_measured() {
+        acc.compute_windows += 1;
+        if m.clock_corrected {
+            acc.corrected_windows += 1;
+        }
+    }
     if let Some(u) = w.readings.value(Field::MemUsedBytes) {
         acc.peak_used = Some(acc.peak_used.map_or(u, |p: f64| p.max(u)));
     }
@@ -264,19 +266,12 @@ fn add_window(acc: &mut EntityAcc, timeline: bool, t: f64, w: &EntityWindow) {
     }
     acc.capability = Some(w.capability);
     acc.llm_serving |= w.llm_serving;
-    if let (Some(p), Some(method)) = (w.phase, w.phase_method) {
-        acc.phase_seconds[method.index()][p.index()] += dt;
-    }
-    acc.verdict_seconds[w.verdict.verdict.index()] += dt;
-    acc.engine_compared = w.totals.phase_compared_seconds;
-    acc.engine_agreed = w.totals.phase_agreed_seconds;
     if let Some(truth) = w.truth_phase {
         acc.with_truth += 1;
         if w.phase == Some(truth) {
             acc.agree += 1;
         }
     }
-    acc.truth_ecf.add(w.truth_effective_compute, dt);
     if timeline {
         acc.timeline.push(TimelinePoint {
             t,
@@ -287,6 +282,33 @@ fn add_window(acc: &mut EntityAcc, timeline: bool, t: f64, w: &EntityWindow) {
             roofline_saturation: m.roofline_saturation,
         });
     }
+}
+
+/// Add what a window weighs by its seconds: `dt`, those it was integrated over (0: none,
+/// a gap or a window that waits).
+fn add_weighted(acc: &mut EntityAcc, w: &EntityWindow, dt: f64) {
+    acc.engine_compared = w.totals.phase_compared_seconds;
+    acc.engine_agreed = w.totals.phase_agreed_seconds;
+    acc.unobserved = w.totals.unobserved_seconds;
+    if dt <= 0.0 {
+        return;
+    }
+    let m = &w.metrics;
+    acc.util.add(m.reported_utilization, dt);
+    acc.ecf.add(m.effective_compute, dt);
+    acc.ecf_q.add(m.effective_compute, dt);
+    acc.pipe_q.add(m.busiest_pipe, dt);
+    acc.dram_q.add(w.readings.value(Field::DramActive), dt);
+    acc.upper.add(m.effective_compute_upper_bound, dt);
+    acc.proxy.add(m.power_proxy, dt);
+    acc.gap.add(m.inflation_gap_points, dt);
+    acc.sat.add(m.roofline_saturation, dt);
+    acc.spatial.add(m.spatial_inflation, dt);
+    if let (Some(p), Some(method)) = (w.phase, w.phase_method) {
+        acc.phase_seconds[method.index()][p.index()] += dt;
+    }
+    acc.verdict_seconds[w.verdict.verdict.index()] += dt;
+    acc.truth_ecf.add(w.truth_effective_compute, dt);
 }
 
 /// The whole analysis.
@@ -407,8 +429,12 @@ pub struct EntitySummary {
     pub reported_utilization: Option<MeanOnly>,
     /// Effective compute fraction.
     pub effective_compute: Option<MeanP95>,
-    /// Whether effective compute was clock-corrected.
-    pub clock_corrected: bool,
+    /// The fraction of the windows with a compute term whose clock correction applied
+    /// (only those count in `effective_compute`); `None` without a compute term.
+    pub clock_corrected: Option<f64>,
+    /// Seconds not observed: gaps longer than `max_gap_intervals` update intervals, left out
+    /// of every mean and fraction.
+    pub unobserved_seconds: f64,
     /// Upper bound on effective compute, below the profiling tier.
     pub effective_compute_upper_bound: Option<MeanOnly>,
     /// Power proxy (an estimate of work intensity, not compute), below the profiling tier.
@@ -539,7 +565,9 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig) -> EntitySummary {
             mean,
             p95: a.ecf_q.quantile(0.95).unwrap_or(mean),
         }),
-        clock_corrected: a.clock_corrected,
+        clock_corrected: (a.compute_windows > 0)
+            .then(|| a.corrected_windows as f64 / a.compute_windows as f64),
+        unobserved_seconds: a.unobserved,
         effective_compute_upper_bound: mean(&a.upper),
         power_proxy: mean(&a.proxy),
         inflation_gap_points: mean(&a.gap),

@@ -138,8 +138,13 @@ pub struct WindowMetrics {
     pub reported_utilization: Option<f64>,
     /// Effective compute fraction: `clamp(C·κ, 0, 1)` (profiling tier only).
     pub effective_compute: Option<f64>,
-    /// Whether `effective_compute` was corrected for the SM clock.
+    /// Whether `effective_compute` was corrected for the SM clock: always, where it is
+    /// given (a window without the correction has [`Self::effective_compute_uncorrected`]).
     pub clock_corrected: bool,
+    /// The compute term `C` of a window whose clock correction could not be applied (no
+    /// SM-clock reading, or a model the catalog does not know): not an effective compute
+    /// fraction, so never integrated or averaged with one.
+    pub effective_compute_uncorrected: Option<f64>,
     /// Upper bound on effective compute when no tensor counter exists (`≤ u`).
     pub effective_compute_upper_bound: Option<f64>,
     /// Busiest-pipe view: `max(τ, φ16, φ32, φ64)`.
@@ -168,6 +173,14 @@ pub struct WindowMetrics {
     pub power_proxy: Option<f64>,
     /// Fraction of allocated memory: `used / total`.
     pub memory_used_fraction: Option<f64>,
+}
+
+impl WindowMetrics {
+    /// Whether the window had a compute term (tensor activity), corrected or not.
+    #[must_use]
+    pub fn compute_measured(&self) -> bool {
+        self.effective_compute.is_some() || self.effective_compute_uncorrected.is_some()
+    }
 }
 
 /// Turn raw readings into clean ones: NaN, infinities, sentinels and out-of-range
@@ -302,7 +315,9 @@ pub fn fidelity(r: &Readings) -> Fidelity {
 /// r.set_value(Field::DramActive, 0.0);
 /// let m = window(&r, &WindowContext::default(), &DeriveConfig::default());
 /// assert!(m.spatial_inflation.unwrap() >= 100.0);
-/// assert_eq!(m.effective_compute, Some(0.0));
+/// // No SM clock and no model: the compute term cannot be clock-corrected.
+/// assert_eq!(m.effective_compute, None);
+/// assert_eq!(m.effective_compute_uncorrected, Some(0.0));
 /// ```
 #[must_use]
 #[inline]
@@ -331,7 +346,7 @@ pub fn window(r: &Readings, ctx: &WindowContext<'_>, cfg: &DeriveConfig) -> Wind
                 m.effective_compute = Some(clamp01(c * k));
                 m.clock_corrected = true;
             }
-            None => m.effective_compute = Some(c),
+            None => m.effective_compute_uncorrected = Some(c),
         }
         let pipes = [
             Field::TensorActive,
@@ -466,11 +481,22 @@ mod tests {
     }
 
     #[test]
-    fn ecf_without_clock_is_tau_and_flagged() {
+    fn without_a_clock_the_compute_term_is_uncorrected_and_no_ecf() {
         let r = readings(&[(Field::TensorActive, 0.3), (Field::DramActive, 0.6)]);
         let m = window(&r, &WindowContext::default(), &DeriveConfig::default());
-        assert!(close(m.effective_compute, 0.3));
+        assert_eq!(m.effective_compute, None);
+        assert!(close(m.effective_compute_uncorrected, 0.3));
         assert!(!m.clock_corrected);
+        assert!(m.compute_measured());
+        // A known model without an SM-clock reading is uncorrected too.
+        let h100 = by_key("h100-sxm").unwrap();
+        let ctx = WindowContext {
+            spec: Some(h100),
+            ..WindowContext::default()
+        };
+        let m = window(&r, &ctx, &DeriveConfig::default());
+        assert_eq!(m.effective_compute, None);
+        assert!(close(m.effective_compute_uncorrected, 0.3));
         assert!(close(m.rho, 0.5));
         // No busy flag: inflation is not defined.
         assert_eq!(m.inflation_gap_points, None);
@@ -478,12 +504,18 @@ mod tests {
 
     #[test]
     fn decode_is_not_roofline_inflated() {
+        let h100 = by_key("h100-sxm").unwrap();
         let r = readings(&[
             (Field::ReportedUtil, 1.0),
             (Field::TensorActive, 0.01),
             (Field::DramActive, 0.6),
+            (Field::SmClockMhz, h100.f_ref_mhz),
         ]);
-        let m = window(&r, &WindowContext::default(), &DeriveConfig::default());
+        let ctx = WindowContext {
+            spec: Some(h100),
+            ..WindowContext::default()
+        };
+        let m = window(&r, &ctx, &DeriveConfig::default());
         assert!(close(m.roofline_saturation, 0.6));
         assert!(close(m.roofline_gap, 0.4));
         assert!(close(m.inflation_gap_points, 99.0));

@@ -22,6 +22,9 @@ pub struct Totals {
     pub windows: u64,
     /// Seconds covered by integrated windows.
     pub observed_seconds: f64,
+    /// Seconds not observed: windows longer than `max_gap_intervals` update intervals. No
+    /// other integral grows for them, except energy where the energy counter spans them.
+    pub unobserved_seconds: f64,
     /// ∫ reported utilization dt, over the windows that had a busy flag.
     pub busy_seconds: f64,
     /// Seconds with a busy flag (the denominator for its mean).
@@ -36,7 +39,8 @@ pub struct Totals {
     pub unclassified_seconds: f64,
     /// Seconds under each verdict, indexed by [`crate::verdict::Verdict::index`].
     pub verdict_seconds: [f64; 6],
-    /// Energy in joules (from the energy counter, else ∫ power dt).
+    /// Energy in joules: the energy counter's deltas over the spans between its readings,
+    /// else ∫ power dt over windows the counter does not span; never both for one second.
     pub energy_joules: f64,
     /// Seconds whose energy was measured (the denominator for mean power).
     pub energy_observed_seconds: f64,
@@ -395,14 +399,27 @@ pub struct Derivation {
 #[derive(Debug, Clone)]
 struct EntityState {
     last_taken: Timestamp,
-    last_energy: Option<f64>,
+    /// The latest energy counter reading, and when it was taken.
+    last_energy: Option<(f64, Timestamp)>,
+    /// The latest energy reading that differed from the one before it, and when: an
+    /// energy-derived power spans the time since the counter last moved, so a counter that
+    /// repeats between its source's updates never reads as 0 W.
+    energy_moved: Option<(f64, Timestamp)>,
+    /// Gauge energy (joules, seconds) of the observed windows since `last_energy` whose
+    /// counter reading was blank: counted only if the counter comes back reset, since its
+    /// next delta otherwise spans them.
+    provisional_energy: (f64, f64),
+    /// How the current window's energy counts.
+    window_energy: EnergyRule,
     idle_power: Option<f64>,
     classifier: PhaseClassifier,
     /// The entity's latest window, with the entity's integrals up to it.
     window: EntityWindow,
-    /// Whether `window` is the entity's first, not yet integrated (the interval was not
-    /// known yet).
-    pending: bool,
+    /// Whether `window` waits to be integrated, and why.
+    pending: Pending,
+    /// The length of the entity's latest observed window: what a window is compared with to
+    /// tell a gap when the source declares no update interval.
+    last_window_seconds: Option<f64>,
     warned_unknown_model: bool,
     capability: Fidelity,
     last_clock_mhz: Option<f64>,
@@ -410,11 +427,38 @@ struct EntityState {
     ceiling_output_tokens: CeilingTracker,
 }
 
+/// Why an entity's window waits to be integrated.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Pending {
+    /// It does not wait.
+    No,
+    /// The entity's first window, where the source declares no update interval: it lasts
+    /// as long as the entity's own next spacing.
+    First,
+    /// A window much longer than the one before, where the source declares no update
+    /// interval: a change of cadence if the next window is as long, else a gap.
+    Long(f64),
+}
+
+/// How a window's energy counts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum EnergyRule {
+    /// The energy counter's delta counted it already (or it has none to count).
+    Counter,
+    /// From the power gauge, once the window is observed.
+    Gauge,
+    /// From the power gauge, provisionally: the counter's next delta will span it.
+    Provisional,
+}
+
 impl EntityState {
     fn new(taken: Timestamp, e: &EntitySample) -> EntityState {
         EntityState {
             last_taken: taken,
             last_energy: None,
+            energy_moved: None,
+            provisional_energy: (0.0, 0.0),
+            window_energy: EnergyRule::Gauge,
             idle_power: None,
             classifier: PhaseClassifier::default(),
             window: EntityWindow {
@@ -440,13 +484,46 @@ impl EntityState {
                 readings: e.readings,
                 ceilings: Ceilings::default(),
             },
-            pending: false,
+            pending: Pending::No,
+            last_window_seconds: None,
             warned_unknown_model: false,
             capability: Fidelity::None,
             last_clock_mhz: None,
             ceiling_saturation: CeilingTracker::default(),
             ceiling_output_tokens: CeilingTracker::default(),
         }
+    }
+
+    /// Integrate the current window over `dt` seconds.
+    fn integrate(&mut self, dt: f64) {
+        integrate(&mut self.window, dt);
+        let Some(p) = self.window.metrics.power_watts.map(|p| p.value) else {
+            return;
+        };
+        let t = &mut self.window.totals;
+        match self.window_energy {
+            EnergyRule::Counter => {}
+            EnergyRule::Gauge => {
+                t.energy_joules += p * dt;
+                t.energy_observed_seconds += dt;
+            }
+            EnergyRule::Provisional => {
+                self.provisional_energy.0 += p * dt;
+                self.provisional_energy.1 += dt;
+            }
+        }
+    }
+
+    /// The current window was not observed: `dt` seconds of gap.
+    fn unobserved(&mut self, dt: f64, diags: &mut Vec<Diagnostic>, detail: String) {
+        self.window.totals.unobserved_seconds += dt;
+        self.window.dt_seconds = 0.0;
+        diags.push(Diagnostic {
+            kind: DiagnosticKind::Gap,
+            entity: Some(self.window.id.clone()),
+            field: None,
+            detail,
+        });
     }
 }
 
@@ -515,6 +592,10 @@ impl<T> EntityTable<T> {
         self.hints[pos] = slot;
     }
 
+    pub(crate) fn get(&self, slot: usize) -> &T {
+        &self.slots[slot].1
+    }
+
     pub(crate) fn get_mut(&mut self, slot: usize) -> &mut T {
         &mut self.slots[slot].1
     }
@@ -539,10 +620,18 @@ impl<T> EntityTable<T> {
 }
 
 /// Derives metrics sample by sample, keeping per-entity state. Pure: time comes from samples.
+///
+/// A window's length is the difference of its two samples' own timestamps. A window longer
+/// than `max_gap_intervals` update intervals is a gap: not observed, counted in
+/// [`Totals::unobserved_seconds`], and no other integral grows for it (but energy, where
+/// the energy counter spans it). The update interval is the one the source declares;
+/// where it declares none, a window is compared with the entity's previous one, and one
+/// much longer waits for the next: as long again, it was a change of cadence and is
+/// observed; else it was a gap.
 #[derive(Debug, Clone)]
 pub struct Deriver {
     config: DeriveConfig,
-    nominal_interval: Option<f64>,
+    update_interval: Option<f64>,
     model_override: Option<&'static GpuSpec>,
     verdict: VerdictConfig,
     /// Whether observed ceilings are tracked.
@@ -565,14 +654,36 @@ pub(crate) struct Slot {
     pub(crate) id_changed: bool,
 }
 
+/// How a window handed to a consumer counts, for one that weighs windows by time itself.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Handed {
+    /// A new window, integrated now over these seconds (0 while it waits, or a gap).
+    New(f64),
+    /// A window handed before while it waited, integrated now over these seconds (0: it
+    /// turned out to be a gap). Handed just before the entity's next window.
+    Late(f64),
+}
+
+/// What decides the current window.
+enum WindowSpan {
+    /// Observed over these seconds.
+    Observed(f64),
+    /// A gap of these seconds.
+    Gap(f64),
+    /// It waits.
+    Waits(Pending),
+}
+
 impl Deriver {
-    /// A deriver. `nominal_interval` (seconds) is the length given to each entity's first
-    /// window and the unit for gap detection; `None` learns it from the first two samples.
+    /// A deriver. `update_interval` (seconds) is the interval at which the source updates
+    /// its readings, when it declares one: the length of each entity's first window and the
+    /// unit for gaps. `None`: an entity's first window lasts as long as its next spacing, and
+    /// gaps are told from the entity's own cadence.
     #[must_use]
-    pub fn new(config: DeriveConfig, nominal_interval: Option<f64>) -> Deriver {
+    pub fn new(config: DeriveConfig, update_interval: Option<f64>) -> Deriver {
         Deriver {
             config,
-            nominal_interval: nominal_interval.filter(|i| i.is_finite() && *i > 0.0),
+            update_interval: update_interval.filter(|i| i.is_finite() && *i > 0.0),
             model_override: None,
             verdict: VerdictConfig::default(),
             ceilings: true,
@@ -629,21 +740,45 @@ impl Deriver {
         diagnostics: &mut Vec<Diagnostic>,
         mut each: impl FnMut(&EntityWindow),
     ) {
-        self.observe_slots(sample, diagnostics, |_, w| each(w));
+        self.observe_slots(sample, diagnostics, |_, w, handed| {
+            if let Handed::New(_) = handed {
+                each(w);
+            }
+        });
     }
 
-    /// [`Deriver::observe_each`], each window handed with where its entity lies.
+    /// [`Deriver::observe_each`], each window handed with where its entity lies and how it
+    /// counts; a window that waited is handed again, [`Handed::Late`], once it is decided.
     pub(crate) fn observe_slots(
         &mut self,
         sample: &Sample,
         diagnostics: &mut Vec<Diagnostic>,
-        mut each: impl FnMut(Slot, &EntityWindow),
+        mut each: impl FnMut(Slot, &EntityWindow, Handed),
     ) {
         for (pos, e) in sample.entities.iter().enumerate() {
-            if let Some((slot, w)) = self.observe_entity(sample.taken, pos, e, diagnostics) {
-                each(slot, w);
-            }
+            self.observe_entity(sample.taken, pos, e, diagnostics, &mut each);
         }
+    }
+
+    /// How long the window ending at `taken` is, and what decides it: the source's update
+    /// interval, else the entity's own cadence.
+    fn decide(&self, state: Option<&EntityState>, taken: Timestamp) -> Option<WindowSpan> {
+        let k = self.config.max_gap_intervals;
+        let Some(st) = state else {
+            return Some(match self.update_interval {
+                Some(u) => WindowSpan::Observed(u),
+                None => WindowSpan::Waits(Pending::First),
+            });
+        };
+        let dt = taken.seconds_since(st.last_taken);
+        if dt <= 0.0 {
+            return None;
+        }
+        Some(match (self.update_interval, st.last_window_seconds) {
+            (Some(u), _) if dt > k * u => WindowSpan::Gap(dt),
+            (None, Some(prev)) if dt > k * prev => WindowSpan::Waits(Pending::Long(dt)),
+            _ => WindowSpan::Observed(dt),
+        })
     }
 
     fn observe_entity(
@@ -652,52 +787,69 @@ impl Deriver {
         pos: usize,
         e: &EntitySample,
         diags: &mut Vec<Diagnostic>,
-    ) -> Option<(Slot, &EntityWindow)> {
+        each: &mut impl FnMut(Slot, &EntityWindow, Handed),
+    ) {
         let spec = self
             .model_override
             .or_else(|| e.id.model.as_deref().and_then(gpus::lookup));
-        let cfg = &self.config;
 
         let slot = self.entities.find(pos, &e.id);
-        // Window length (a gap is told after the readings' own diagnostics).
-        let (dt, first, gap) = match slot.map(|slot| &*self.entities.get_mut(slot)) {
-            None => (self.nominal_interval, true, None),
-            Some(st) => {
-                let dt = taken.seconds_since(st.last_taken);
-                if dt <= 0.0 {
-                    let mut readings = e.readings;
-                    derive::sanitize(&mut readings, &e.id, diags);
-                    diags.push(Diagnostic {
-                        kind: DiagnosticKind::NonIncreasingTime,
-                        entity: Some(e.id.clone()),
-                        field: None,
-                        detail: format!("{dt} s after the previous sample; sample skipped"),
-                    });
-                    return None;
-                }
-                if self.nominal_interval.is_none() {
-                    self.nominal_interval = Some(dt);
-                }
-                let limit = self.nominal_interval.unwrap_or(dt) * cfg.max_gap_intervals;
-                if dt > limit {
-                    (self.nominal_interval, false, Some(dt))
-                } else {
-                    (Some(dt), false, None)
-                }
-            }
+        let existing = slot.map(|slot| self.entities.get(slot));
+        let Some(decision) = self.decide(existing, taken) else {
+            let dt = existing.map_or(0.0, |st| taken.seconds_since(st.last_taken));
+            let mut readings = e.readings;
+            derive::sanitize(&mut readings, &e.id, diags);
+            diags.push(Diagnostic {
+                kind: DiagnosticKind::NonIncreasingTime,
+                entity: Some(e.id.clone()),
+                field: None,
+                detail: format!("{dt} s after the previous sample; sample skipped"),
+            });
+            return;
         };
+        let first = slot.is_none();
+        let k = self.config.max_gap_intervals;
 
-        let mut id_changed = slot.is_none();
+        let mut id_changed = first;
         let slot =
             slot.unwrap_or_else(|| self.entities.insert(pos, &e.id, EntityState::new(taken, e)));
-        let index = slot;
         let state = self.entities.get_mut(slot);
         let cfg = &self.config;
-        // The entity's first window waited for the interval: it is integrated now, before
-        // this window takes its place.
-        if let (Some(dt), true) = (dt, state.pending) {
-            integrate(&mut state.window, dt, None);
-            state.pending = false;
+        let handed_slot = |id_changed| Slot {
+            index: slot,
+            epoch: self.epoch,
+            id_changed,
+        };
+        // A window that waited is decided now, before this one takes its place.
+        if !first {
+            let spacing = taken.seconds_since(state.last_taken);
+            let late = match state.pending {
+                Pending::No => None,
+                Pending::First => {
+                    state.integrate(spacing);
+                    state.last_window_seconds = Some(spacing);
+                    Some(spacing)
+                }
+                Pending::Long(long) if long <= k * spacing => {
+                    state.integrate(long);
+                    state.last_window_seconds = Some(long);
+                    Some(long)
+                }
+                Pending::Long(long) => {
+                    state.unobserved(
+                        long,
+                        diags,
+                        format!(
+                            "{long} s since the previous sample, against {spacing} s before and after: not observed"
+                        ),
+                    );
+                    Some(0.0)
+                }
+            };
+            state.pending = Pending::No;
+            if let Some(seconds) = late {
+                each(handed_slot(false), &state.window, Handed::Late(seconds));
+            }
         }
         // The window is derived in place of the entity's previous one.
         let win = &mut state.window;
@@ -708,14 +860,6 @@ impl Deriver {
         }
         win.readings = e.readings;
         derive::sanitize(&mut win.readings, &e.id, diags);
-        if let Some(dt) = gap {
-            diags.push(Diagnostic {
-                kind: DiagnosticKind::Gap,
-                entity: Some(e.id.clone()),
-                field: None,
-                detail: format!("{dt} s since the previous sample; one interval counted"),
-            });
-        }
         if spec.is_none() && !state.warned_unknown_model {
             state.warned_unknown_model = true;
             diags.push(Diagnostic {
@@ -730,26 +874,51 @@ impl Deriver {
         }
         let readings = &mut win.readings;
 
-        // Energy counter → window-average power.
+        // Energy: the counter's delta spans the time since its previous reading, whatever
+        // lies between (blank readings, gaps), and is counted at once; a window it does not
+        // span is counted from the power gauge once observed.
         let energy = readings.value(Field::EnergyJoules);
         let mut energy_power = None;
-        let mut energy_delta = None;
-        if let (Some(now), Some(prev), false) = (energy, state.last_energy, first) {
-            let span = taken.seconds_since(state.last_taken);
-            if now < prev {
+        state.window_energy = match (energy, state.last_energy) {
+            (Some(now), Some((prev, _))) if now < prev => {
                 diags.push(Diagnostic {
                     kind: DiagnosticKind::CounterReset,
                     entity: Some(e.id.clone()),
                     field: Some(Field::EnergyJoules),
                     detail: format!("{prev} J then {now} J"),
                 });
-            } else if span > 0.0 && dt == Some(span) {
-                energy_power = Some((now - prev) / span);
-                energy_delta = Some(now - prev);
+                // The counter cannot say what the windows since its previous reading used:
+                // their gauge energy is counted instead, and this window's.
+                let (j, s) = std::mem::take(&mut state.provisional_energy);
+                win.totals.energy_joules += j;
+                win.totals.energy_observed_seconds += s;
+                state.energy_moved = Some((now, taken));
+                EnergyRule::Gauge
             }
-        }
-        if energy.is_some() {
-            state.last_energy = energy;
+            (Some(now), Some((prev, since))) => {
+                win.totals.energy_joules += now - prev;
+                win.totals.energy_observed_seconds += taken.seconds_since(since);
+                state.provisional_energy = (0.0, 0.0);
+                if now > prev {
+                    if let Some((moved, at)) = state.energy_moved {
+                        let span = taken.seconds_since(at);
+                        if span > 0.0 {
+                            energy_power = Some((now - moved) / span);
+                        }
+                    }
+                    state.energy_moved = Some((now, taken));
+                }
+                EnergyRule::Counter
+            }
+            (Some(now), None) => {
+                state.energy_moved = Some((now, taken));
+                EnergyRule::Gauge
+            }
+            (None, Some(_)) => EnergyRule::Provisional,
+            (None, None) => EnergyRule::Gauge,
+        };
+        if let Some(now) = energy {
+            state.last_energy = Some((now, taken));
         }
         state.last_taken = taken;
         // κ from the window's mean SM clock: a source that reads the clock at one instant
@@ -825,8 +994,8 @@ impl Deriver {
             },
             &self.verdict,
         );
-        win.ceilings = match dt {
-            Some(dt) if self.ceilings => Ceilings {
+        win.ceilings = match decision {
+            WindowSpan::Observed(dt) if self.ceilings => Ceilings {
                 roofline_saturation: state.ceiling_saturation.observe(
                     taken,
                     dt,
@@ -841,7 +1010,12 @@ impl Deriver {
                         .and_then(|s| s.output_tokens_per_sec),
                 ),
             },
-            // The interval is not known yet: nothing to average over.
+            // A gap (or a window that may be one) breaks continuity.
+            WindowSpan::Gap(dt) | WindowSpan::Waits(Pending::Long(dt)) if self.ceilings => {
+                state.ceiling_saturation.observe(taken, dt, None);
+                state.ceiling_output_tokens.observe(taken, dt, None);
+                Ceilings::default()
+            }
             _ => Ceilings::default(),
         };
         win.spec = spec;
@@ -869,17 +1043,29 @@ impl Deriver {
         if win.serving.is_some() || e.serving.is_some() {
             win.serving.clone_from(&e.serving);
         }
-        match dt {
-            Some(dt) => integrate(win, dt, energy_delta),
-            // Interval not known yet: the window is integrated once the next arrives.
-            None => state.pending = true,
-        }
-        let slot = Slot {
-            index,
-            epoch: self.epoch,
-            id_changed,
+        let seconds = match decision {
+            WindowSpan::Observed(dt) => {
+                state.integrate(dt);
+                state.last_window_seconds = Some(dt);
+                dt
+            }
+            WindowSpan::Gap(dt) => {
+                let u = self.update_interval.unwrap_or(dt);
+                state.unobserved(
+                    dt,
+                    diags,
+                    format!(
+                        "{dt} s since the previous sample, over {k} × the {u} s update interval: not observed"
+                    ),
+                );
+                0.0
+            }
+            WindowSpan::Waits(why) => {
+                state.pending = why;
+                0.0
+            }
         };
-        Some((slot, &state.window))
+        each(handed_slot(id_changed), &state.window, Handed::New(seconds));
     }
 }
 
@@ -900,8 +1086,8 @@ fn engine_phase(sv: &ServingSnapshot) -> Option<Phase> {
 }
 
 /// Add window `w` of `dt` seconds to the entity's integrals, which it carries: they are the
-/// previous window's plus its own.
-fn integrate(w: &mut EntityWindow, dt: f64, energy_delta: Option<f64>) {
+/// previous window's plus its own. Energy is the entity's ([`EntityState::integrate`]).
+fn integrate(w: &mut EntityWindow, dt: f64) {
     let t = &mut w.totals;
     let m = &w.metrics;
     t.windows += 1;
@@ -927,17 +1113,6 @@ fn integrate(w: &mut EntityWindow, dt: f64, energy_delta: Option<f64>) {
         }
     }
     t.verdict_seconds[w.verdict.verdict.index()] += dt;
-    match (energy_delta, m.power_watts) {
-        (Some(de), _) => {
-            t.energy_joules += de;
-            t.energy_observed_seconds += dt;
-        }
-        (None, Some(p)) => {
-            t.energy_joules += p.value * dt;
-            t.energy_observed_seconds += dt;
-        }
-        _ => {}
-    }
     // The simulator's truth is a fraction; a trace may carry anything, and what is not a
     // fraction is not integrated (an integral must stay finite).
     if let Some(truth) = w
@@ -976,10 +1151,12 @@ mod tests {
     #[test]
     fn integrals_are_exact() {
         let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let f_ref = gpus::by_key("h100-sxm").unwrap().f_ref_mhz;
         let busy = [
             (Field::ReportedUtil, 1.0),
             (Field::TensorActive, 0.5),
             (Field::DramActive, 0.1),
+            (Field::SmClockMhz, f_ref),
         ];
         d.observe(&sample(1000, &busy));
         d.observe(&sample(2000, &busy));
@@ -1026,7 +1203,13 @@ mod tests {
         assert!(out.windows.is_empty());
         let out = d.observe(&sample(60_000, &[(Field::ReportedUtil, 1.0)]));
         assert_eq!(out.diagnostics[0].kind, DiagnosticKind::Gap);
-        assert_eq!(out.windows[0].totals.observed_seconds, 2.0);
+        // The gap is not observed: only the first window (the declared 1 s) counts, and the
+        // 59 s are counted apart; no integral grows for them.
+        let t = out.windows[0].totals;
+        assert_eq!(t.observed_seconds, 1.0);
+        assert_eq!(t.busy_seconds, 1.0);
+        assert_eq!(t.unobserved_seconds, 59.0);
+        assert_eq!(out.windows[0].dt_seconds, 0.0);
     }
 
     #[test]

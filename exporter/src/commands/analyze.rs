@@ -330,6 +330,18 @@ pub fn new_analyzer(args: &AnalyzeArgs, nominal: Option<f64>) -> anyhow::Result<
     Ok(Analyzer::new(deriver, args.timeline))
 }
 
+/// What the effective compute stands on, where not every window with a tensor counter
+/// could be clock-corrected (only the corrected ones count in it).
+fn corrected_note(fraction: Option<f64>) -> String {
+    match fraction {
+        Some(f) if f < 1.0 => format!(
+            "  over the clock-corrected windows only ({} of those with a tensor counter)",
+            pct(Some(f))
+        ),
+        _ => String::new(),
+    }
+}
+
 fn pct(x: Option<f64>) -> String {
     x.map_or_else(|| "—".to_string(), |v| format!("{:.1}%", 100.0 * v))
 }
@@ -437,11 +449,11 @@ pub fn write_report(out: &mut impl Write, header: &str, report: &Report) -> std:
                 "  effective compute  {} (p95 {}){}",
                 pct(Some(ecf.mean)),
                 pct(Some(ecf.p95)),
-                if e.clock_corrected {
-                    ""
-                } else {
-                    "  not clock-corrected"
-                }
+                corrected_note(e.clock_corrected)
+            )?,
+            None if e.clock_corrected.is_some() => writeln!(
+                out,
+                "  effective compute  unknown (a tensor counter, but no SM clock or catalog model to correct it by)"
             )?,
             None => writeln!(
                 out,

@@ -3,10 +3,14 @@
 //! - **Scope.** Only this pod's GPUs are kept: configured UUIDs or indices when given; else
 //!   the entities dcgm-exporter attributes to this pod (its `pod`/`namespace` labels); else
 //!   the UUIDs in `NVIDIA_VISIBLE_DEVICES`; else every GPU of the node (logged once).
-//! - **Repeats.** dcgm-exporter repeats a value for its whole collection interval (30 s by
-//!   default). An entity whose readings are identical to the previous scrape is not fed to
-//!   the deriver again, so integrals and phases are not double-counted; it still counts as
-//!   seen for staleness.
+//! - **Repeats.** dcgm-exporter repeats a value for its whole collection interval
+//!   (`DCGM_EXPORTER_INTERVAL`, 30 s by default) and its text has no timestamps: each scrape
+//!   is stamped with the time it was read, and every scrape is fed, repeated or not. A
+//!   repeated reading is still observed time (an idle MIG slice whose readings never change
+//!   accrues idle seconds at wall-clock rate); the declared update interval is the sampling
+//!   interval, so only scrapes missed for `derive.max_gap_intervals` of them make a gap.
+//!   The energy counter, which moves once per collection, gives power over the time since
+//!   it last moved (never 0 W in between).
 //! - **Bad values.** Sentinels are counted (`kind="sentinel"`) and never exported as data;
 //!   scrape failures are counted by kind and the source goes stale.
 
@@ -15,7 +19,7 @@ use crate::setting::Invalid;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
-use truthscale_core::model::{EntityKey, EntitySample, Readings, Sample, SourceKind, Timestamp};
+use truthscale_core::model::{EntityKey, EntitySample, Sample, SourceKind, Timestamp};
 use truthscale_core::parse::{DcgmTextParser, dcgm_value};
 
 /// Which GPUs belong to this pod.
@@ -105,7 +109,8 @@ pub struct DcgmExporterSource {
     url: String,
     agent: ureq::Agent,
     scope: Scope,
-    last: HashMap<EntityKey, Readings>,
+    /// The sampling interval (the source's declared update interval).
+    interval: Duration,
     warned_scope: bool,
 }
 
@@ -181,21 +186,27 @@ impl SourceSettings for DcgmExporterConfig {
         Ok(Box::new(DcgmExporterSource::new(
             &url,
             self.timeout().map_err(invalid)?,
+            context.interval,
             scope,
         )))
     }
 }
 
 impl DcgmExporterSource {
-    /// A source reading `url` with `timeout` per scrape.
+    /// A source reading `url` with `timeout` per scrape, every `interval`.
     #[must_use]
-    pub fn new(url: &str, timeout: Duration, scope: Scope) -> DcgmExporterSource {
+    pub fn new(
+        url: &str,
+        timeout: Duration,
+        interval: Duration,
+        scope: Scope,
+    ) -> DcgmExporterSource {
         let agent = crate::client::agent(timeout);
         DcgmExporterSource {
             url: url.to_string(),
             agent,
             scope,
-            last: HashMap::new(),
+            interval,
             warned_scope: false,
         }
     }
@@ -224,12 +235,12 @@ impl Source for DcgmExporterSource {
         SourceKind::DcgmExporter.as_str()
     }
 
-    /// Learned from dcgm-exporter's own cadence.
-    fn window(&self) -> Option<Duration> {
-        None
+    /// The sampling interval: each scrape is read at its own time.
+    fn update_interval(&self) -> Option<Duration> {
+        Some(self.interval)
     }
 
-    /// Scrape once and return what changed.
+    /// Scrape once.
     fn sample(&mut self, now: SystemTime) -> Produced {
         let mut out = Produced::default();
         let body = match self.fetch() {
@@ -299,20 +310,10 @@ impl Source for DcgmExporterSource {
             tracing::warn!(url = %self.url, "No GPU scope (no pod identity, UUIDs or NVIDIA_VISIBLE_DEVICES): exporting every GPU dcgm-exporter reports.");
         }
         entities.retain(|e| self.scope.keeps(e, attributed));
-        let mut fresh = Vec::new();
-        for e in entities {
-            let key = e.id.key();
-            if self.last.get(&key) == Some(&e.readings) {
-                out.unchanged.push(key);
-            } else {
-                self.last.insert(key, e.readings);
-                fresh.push(e);
-            }
-        }
-        if !fresh.is_empty() {
+        if !entities.is_empty() {
             out.samples.push(Sample {
                 taken: Timestamp(unix_ms(now)),
-                entities: fresh,
+                entities,
             });
         }
         out

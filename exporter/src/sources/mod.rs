@@ -26,9 +26,12 @@ pub use sim::SimSource;
 pub trait Source: Send + std::fmt::Debug {
     /// The `source` label value (`sim`, `replay`, `nvml`, `dcgm_exporter`, …).
     fn name(&self) -> &'static str;
-    /// The length of the window each sample covers, when the source knows it; `None` lets
-    /// the deriver learn it from the samples' own spacing.
-    fn window(&self) -> Option<Duration>;
+    /// How often the source updates its readings, when it declares it: each entity's first
+    /// window lasts that long, and a window longer than `derive.max_gap_intervals` of them is
+    /// a gap (not observed). `None`: a first window lasts as long as the entity's next
+    /// spacing, and gaps are told from each entity's own cadence. Window lengths always come
+    /// from the samples' own timestamps.
+    fn update_interval(&self) -> Option<Duration>;
     /// Produce what is due at wall time `now`.
     fn sample(&mut self, now: SystemTime) -> Produced;
 }
@@ -274,7 +277,7 @@ pub struct Produced {
     pub samples: Vec<Sample>,
     /// Non-fatal problems met while producing them.
     pub errors: Vec<SourceError>,
-    /// Entities seen again with unchanged readings (alive, but nothing new to derive).
+    /// Entities seen again too soon to read a new window (alive, but nothing to derive).
     pub unchanged: Vec<EntityKey>,
 }
 

@@ -32,7 +32,7 @@ impl Source for NullSource {
         "null"
     }
 
-    fn window(&self) -> Option<Duration> {
+    fn update_interval(&self) -> Option<Duration> {
         None
     }
 

@@ -1,7 +1,9 @@
 //! Replays a capture at its recorded pace, optionally in a loop.
 //!
 //! The file is read line by line as time passes, so a long capture costs no memory.
-//! Recorded times are shifted onto the wall clock: the first sample is served at start.
+//! Recorded times are shifted onto the wall clock: the first sample is served at start, and
+//! every later one as far after it as the capture says (its own timestamps: JSONL `taken`,
+//! exposition timestamps; `spacing` apart for a format without them).
 
 use super::{BuildError, Context, Produced, Source, SourceError, SourceSettings, unix_ms};
 use crate::capture::{Capture, CaptureError};
@@ -201,9 +203,10 @@ impl Source for ReplaySource {
         SourceKind::Replay.as_str()
     }
 
-    /// A replay's windows are as long as its recorded spacing (or the configured one).
-    fn window(&self) -> Option<Duration> {
-        Some(self.interval)
+    /// None: a replay's windows are as long as its recorded spacing, the first one too (the
+    /// capture's own timestamps; `source.spacing` for a format without them).
+    fn update_interval(&self) -> Option<Duration> {
+        None
     }
 
     /// Every recorded sample due by `now`, restamped onto the wall clock.

@@ -140,7 +140,7 @@ impl Source for SimSource {
     }
 
     /// The simulator's windows are the sampling interval.
-    fn window(&self) -> Option<std::time::Duration> {
+    fn update_interval(&self) -> Option<std::time::Duration> {
         Some(self.interval)
     }
 

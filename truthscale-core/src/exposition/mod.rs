@@ -632,10 +632,15 @@ mod tests {
     #[test]
     fn integrals_only_for_measured_inputs_each_with_its_denominator() {
         use crate::model::MigId;
-        // A MIG instance: tensor and DRAM counters, no busy flag, no power.
+        // A MIG instance: tensor and DRAM counters, no busy flag, no power; its SM clock at
+        // the datasheet's reference, so κ = 1.
         let mut r = Readings::default();
         r.set_value(Field::TensorActive, 0.4);
         r.set_value(Field::DramActive, 0.2);
+        r.set_value(
+            Field::SmClockMhz,
+            crate::gpus::by_key("h100-sxm").unwrap().f_ref_mhz,
+        );
         let mig = EntitySample {
             id: EntityId {
                 gpu: Some(0),

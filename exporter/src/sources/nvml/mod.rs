@@ -510,7 +510,7 @@ impl crate::sources::Source for NvmlSource {
     }
 
     /// NVML is read every sampling interval.
-    fn window(&self) -> Option<Duration> {
+    fn update_interval(&self) -> Option<Duration> {
         Some(self.interval)
     }
 
