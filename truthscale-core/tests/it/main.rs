@@ -10,3 +10,4 @@ mod fixtures;
 mod fuzz_regressions;
 mod golden;
 mod parse_props;
+mod time;
