@@ -9,10 +9,18 @@
 //! Unknown metrics are ignored.
 //!
 //! Several scrapes may follow one another: a new sample begins when a series (metric name
-//! and label set) already in the current one appears again, and scrape `k` is stamped
-//! `start + k * interval`. Blank lines and `#` lines (`HELP`, `TYPE`, comments) are
-//! skipped and counted. `NaN`/`Inf` and DCGM's sentinel values become
-//! [`Reading::Blank`](crate::model::Reading::Blank).
+//! and label set) already in the current one appears again. A scrape whose lines carry
+//! exposition timestamps (milliseconds since the epoch) is stamped with them, as written:
+//! a scrape's lines normally share one; when they differ, the latest, since the sample
+//! describes the window ending then. Scrape `k` of a capture without timestamps is stamped
+//! `start + k * interval`. In a mixed capture a scrape without a timestamp is stamped
+//! `n * interval` after the last one, `n` scrapes before, that had a timestamp (from `start`
+//! before any had), so made-up stamps continue from real ones and never run back from them;
+//! real stamps are never altered, and one earlier than the stamp before it reaches the
+//! analysis as written, which reports non-increasing time.
+//! [`DcgmTextParser::timestamped`] tells whether the samples carried their own timestamps.
+//! Blank lines and `#` lines (`HELP`, `TYPE`, comments) are skipped and counted. `NaN`/`Inf`
+//! and DCGM's sentinel values become [`Reading::Blank`](crate::model::Reading::Blank).
 
 use super::ParseError;
 use super::dmon::{Acc, Target, Unit, error, nth_time};
@@ -69,28 +77,38 @@ const METRICS: &[(&str, Target)] = &[
 pub struct DcgmTextParser {
     file: String,
     interval_secs: f64,
-    start: Timestamp,
     line: usize,
     skipped: u64,
     scrapes: u64,
     /// Series (lowercase name + sorted labels) of the current scrape.
     seen: HashSet<String>,
     scrape: Scrape,
+    /// The latest exposition timestamp (ms) of the current scrape's lines.
+    scrape_ms: Option<i64>,
+    /// The time and index of the last scrape with a timestamp (`start`, 0 before any):
+    /// what a scrape without one is stamped from.
+    anchor: (Timestamp, u64),
+    /// Whether a sample was stamped from its lines' timestamps.
+    timestamped: bool,
 }
 
 impl DcgmTextParser {
-    /// A parser for the input named `file`; scrape `k` is stamped `start + k * interval_secs`.
+    /// A parser for the input named `file`. A scrape whose lines carry timestamps is stamped
+    /// with them; scrape `k` of a capture without any is stamped `start + k * interval_secs`
+    /// (see the [module docs](self) for a mixed capture).
     #[must_use]
     pub fn new(file: &str, interval_secs: f64, start: Timestamp) -> Self {
         DcgmTextParser {
             file: file.to_owned(),
             interval_secs,
-            start,
             line: 0,
             skipped: 0,
             scrapes: 0,
             seen: HashSet::new(),
             scrape: Scrape::default(),
+            scrape_ms: None,
+            anchor: (start, 0),
+            timestamped: false,
         }
     }
 
@@ -108,8 +126,12 @@ impl DcgmTextParser {
             self.skipped += 1;
             return Ok(None);
         }
-        let (name, labels, value) =
-            prom_text::parse_sample(t).map_err(|m| error(&self.file, self.line, m))?;
+        let prom_text::PromSample {
+            name,
+            labels,
+            value,
+            timestamp_ms,
+        } = prom_text::parse_sample(t).map_err(|m| error(&self.file, self.line, m))?;
         let name = name.to_ascii_lowercase();
         let mut sorted: Vec<_> = labels.iter().collect();
         sorted.sort();
@@ -126,6 +148,8 @@ impl DcgmTextParser {
             None
         };
         self.seen.insert(series);
+        // `None` orders below any timestamp: the scrape keeps its latest.
+        self.scrape_ms = self.scrape_ms.max(timestamp_ms);
         self.scrape.push(&name, &labels, value);
         Ok(done)
     }
@@ -145,16 +169,31 @@ impl DcgmTextParser {
         self.skipped
     }
 
+    /// Whether a sample returned so far was stamped from its lines' own exposition
+    /// timestamps rather than from `start` and the interval.
+    #[must_use]
+    pub fn timestamped(&self) -> bool {
+        self.timestamped
+    }
+
     /// Close the current scrape; one with no known metric yields no sample but still
-    /// takes its time slot.
+    /// takes its time slot (and, with a timestamp, anchors the scrapes after it).
     fn end_scrape(&mut self) -> Option<Sample> {
         self.seen.clear();
         let k = self.scrapes;
         self.scrapes += 1;
+        let own = self.scrape_ms.take().map(Timestamp);
+        let taken = own.unwrap_or_else(|| {
+            let (at, j) = self.anchor;
+            nth_time(at, k - j, self.interval_secs)
+        });
+        if own.is_some() {
+            self.anchor = (taken, k);
+        }
         let entities = self.scrape.finish();
-        (!entities.is_empty()).then(|| Sample {
-            taken: nth_time(self.start, k, self.interval_secs),
-            entities,
+        (!entities.is_empty()).then(|| {
+            self.timestamped |= own.is_some();
+            Sample { taken, entities }
         })
     }
 }
@@ -359,6 +398,98 @@ DCGM_FI_DEV_GPU_UTIL{gpu=\"1\",UUID=\"GPU-b\"} 40
             Reading::Value(0.4)
         );
         assert_eq!(s[1].entities[1].id.uuid.as_deref(), Some("GPU-b"));
+    }
+
+    /// Each sample's time, and whether the parser saw timestamps.
+    fn takens(text: &str, interval_secs: f64) -> (Vec<i64>, bool) {
+        let mut p = DcgmTextParser::new("m.txt", interval_secs, Timestamp(0));
+        let mut s = Vec::new();
+        for l in text.lines() {
+            s.extend(p.push_line(l).unwrap());
+        }
+        s.extend(p.finish());
+        (s.iter().map(|s| s.taken.0).collect(), p.timestamped())
+    }
+
+    /// Scrapes of two GPUs, scrape `i` with suffix `ts[i]` ("" for none).
+    fn scrapes(ts: &[&str]) -> String {
+        ts.iter()
+            .map(|t| {
+                format!(
+                    "DCGM_FI_DEV_GPU_UTIL{{gpu=\"0\"}} 10 {t}\nDCGM_FI_DEV_GPU_UTIL{{gpu=\"1\"}} 20 {t}\n"
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn exposition_timestamps_stamp_the_scrapes() {
+        let ts = ["1767225600000", "1767225610000", "1767225620000"];
+        assert_eq!(
+            takens(&scrapes(&ts), 1.0),
+            (
+                vec![1_767_225_600_000, 1_767_225_610_000, 1_767_225_620_000],
+                true
+            )
+        );
+    }
+
+    #[test]
+    fn exposition_timestamps_keep_the_real_spacing() {
+        let ts = ["1767225600000", "1767225601000", "1767225611000"];
+        let (t, stamped) = takens(&scrapes(&ts), 1.0);
+        assert!(stamped);
+        assert_eq!(
+            t.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>(),
+            [1_000, 10_000]
+        );
+    }
+
+    #[test]
+    fn without_timestamps_scrape_k_is_k_intervals() {
+        assert_eq!(
+            takens(&scrapes(&["", "", ""]), 2.5),
+            (vec![0, 2_500, 5_000], false)
+        );
+    }
+
+    #[test]
+    fn a_scrape_with_differing_timestamps_takes_the_latest() {
+        let text = "\
+DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 10 1767225600000
+DCGM_FI_DEV_GPU_UTIL{gpu=\"1\"} 20 1767225600250
+DCGM_FI_DEV_FB_USED{gpu=\"1\"} 5
+DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 10 1767225601000
+";
+        assert_eq!(
+            takens(text, 15.0),
+            (vec![1_767_225_600_250, 1_767_225_601_000], true)
+        );
+    }
+
+    #[test]
+    fn mixed_captures_continue_from_the_last_timestamp() {
+        let ts = ["", "", "1767225600000", "", "", "1767225630000", ""];
+        assert_eq!(
+            takens(&scrapes(&ts), 10.0),
+            (
+                vec![
+                    0,
+                    10_000,
+                    1_767_225_600_000,
+                    1_767_225_610_000,
+                    1_767_225_620_000,
+                    1_767_225_630_000,
+                    1_767_225_640_000,
+                ],
+                true
+            )
+        );
+        // A timestamped scrape of unknown metrics only yields no sample (and does not count
+        // as timestamped), but still anchors the one after it, which the XID repeat begins.
+        let text = "DCGM_FI_DEV_XID_ERRORS{gpu=\"0\"} 0 1767225600000\nDCGM_FI_DEV_XID_ERRORS{gpu=\"0\"} 0\n";
+        let text = format!("{text}{}", scrapes(&[""]));
+        assert_eq!(takens(&text, 1.0), (vec![1_767_225_601_000], false));
     }
 
     #[test]

@@ -11,6 +11,8 @@ pub struct PromSample<'a> {
     pub labels: Labels<'a>,
     /// The value (may be NaN or ±Inf, as written).
     pub value: f64,
+    /// The exposition timestamp, milliseconds since the Unix epoch, when the line has one.
+    pub timestamp_ms: Option<i64>,
 }
 
 impl PromSample<'_> {
@@ -32,26 +34,20 @@ pub fn samples(body: &str) -> impl Iterator<Item = (usize, Result<PromSample<'_>
         if t.is_empty() || t.starts_with('#') {
             return None;
         }
-        Some((
-            i + 1,
-            parse_sample(t).map(|(name, labels, value)| PromSample {
-                name,
-                labels,
-                value,
-            }),
-        ))
+        Some((i + 1, parse_sample(t)))
     })
 }
 
 /// Label pairs of one sample, values unescaped, in the order written.
 pub type Labels<'a> = Vec<(&'a str, String)>;
 
-/// `name{labels} value [timestamp]` → name, unescaped labels, value. The line must be a
-/// sample (not blank, not a comment).
+/// `name{labels} value [timestamp]` → name, unescaped labels, value and the timestamp
+/// (milliseconds since the epoch) if there is one. The line must be a sample (not blank,
+/// not a comment).
 ///
 /// # Errors
 /// What is wrong with the line: a bad name, label set, escape, value or timestamp.
-pub fn parse_sample(t: &str) -> Result<(&str, Labels<'_>, f64), String> {
+pub fn parse_sample(t: &str) -> Result<PromSample<'_>, String> {
     let end = t
         .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
         .unwrap_or(t.len());
@@ -68,14 +64,22 @@ pub fn parse_sample(t: &str) -> Result<(&str, Labels<'_>, f64), String> {
     let value = value
         .parse::<f64>()
         .map_err(|_| format!("bad value `{value}`"))?;
-    if let Some(ts) = tokens.next() {
-        ts.parse::<i64>()
-            .map_err(|_| format!("bad timestamp `{ts}`"))?;
-    }
+    let timestamp_ms = tokens
+        .next()
+        .map(|ts| {
+            ts.parse::<i64>()
+                .map_err(|_| format!("bad timestamp `{ts}`"))
+        })
+        .transpose()?;
     if let Some(extra) = tokens.next() {
         return Err(format!("unexpected `{extra}` after the value"));
     }
-    Ok((name, labels, value))
+    Ok(PromSample {
+        name,
+        labels,
+        value,
+        timestamp_ms,
+    })
 }
 
 /// The label set after `{`, and what follows its `}`.
@@ -150,10 +154,15 @@ mod tests {
         assert_eq!(got.len(), 3);
         let (line, s) = &got[0];
         let s = s.as_ref().unwrap();
-        assert_eq!((*line, s.name, s.value), (2, "x", 2.5));
+        assert_eq!(
+            (*line, s.name, s.value, s.timestamp_ms),
+            (2, "x", 2.5, Some(123))
+        );
         assert_eq!(s.label("b"), Some("q\"z"));
         assert_eq!(got[1].0, 4);
         assert!(got[1].1.is_err());
-        assert!(got[2].1.as_ref().unwrap().value.is_nan());
+        let y = got[2].1.as_ref().unwrap();
+        assert!(y.value.is_nan());
+        assert_eq!(y.timestamp_ms, None);
     }
 }
