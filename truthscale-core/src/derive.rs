@@ -183,30 +183,52 @@ impl WindowMetrics {
     }
 }
 
-/// Turn raw readings into clean ones: NaN, infinities, sentinels and out-of-range
-/// values become blanks or are clamped, each with a diagnostic.
-pub fn sanitize(readings: &mut Readings, entity: &EntityId, diags: &mut Vec<Diagnostic>) {
+/// Turn raw readings into clean ones: NaN, infinities, DCGM/NVML sentinels and readings
+/// outside the physical bounds of the model (`spec`; generic bounds without one) become
+/// blanks, each with a diagnostic; only a fraction a little above 1 is clamped. The bounds
+/// are listed in `docs/derivations.md` (Sanitizing).
+pub fn sanitize(
+    readings: &mut Readings,
+    entity: &EntityId,
+    spec: Option<&GpuSpec>,
+    diags: &mut Vec<Diagnostic>,
+) {
+    let bounds = Bounds::new(readings, spec);
     // Most readings are all clean: told in one pass without a branch a field.
+    let all = readings.all();
     let mut unclean = false;
-    for (r, max) in readings.all().iter().zip(&CLEAN_MAX) {
+    for (r, max) in all.iter().zip(&bounds.max) {
         if let Reading::Value(v) = *r {
             unclean |= !(0.0 <= v && v <= *max);
         }
     }
+    // The integer sentinels lie below the bound of the wide fields only (see `Bounds::new`).
+    for &f in WIDE_FIELDS {
+        if let Reading::Value(v) = all[f as usize] {
+            unclean |= in_int_sentinel_band(v);
+        }
+    }
     if unclean {
-        sanitize_each(readings, entity, diags);
+        sanitize_each(readings, entity, spec, &bounds, diags);
     }
 }
 
 /// [`sanitize`], field by field.
-fn sanitize_each(readings: &mut Readings, entity: &EntityId, diags: &mut Vec<Diagnostic>) {
+fn sanitize_each(
+    readings: &mut Readings,
+    entity: &EntityId,
+    spec: Option<&GpuSpec>,
+    bounds: &Bounds,
+    diags: &mut Vec<Diagnostic>,
+) {
     for &field in Field::ALL {
         let Reading::Value(v) = readings.get(field) else {
             continue;
         };
-        // Most values are clean: finite, not negative, below the sentinels, a ratio within
-        // 0..1 (NaN fails the first comparison, infinities the second).
-        if (0.0..SENTINEL_FLOOR).contains(&v) && (v <= 1.0 || !field.is_ratio()) {
+        let max = bounds.max[field as usize];
+        // Most values are clean: within 0..=the field's bound (NaN fails both comparisons,
+        // infinities the second) and not an integer sentinel.
+        if (0.0..=max).contains(&v) && !is_sentinel(v) {
             continue;
         }
         let mut push = |kind, detail: String| {
@@ -220,13 +242,13 @@ fn sanitize_each(readings: &mut Readings, entity: &EntityId, diags: &mut Vec<Dia
         if !v.is_finite() {
             push(DiagnosticKind::NonFinite, format!("{v}"));
             readings.set(field, Reading::Blank);
-        } else if v >= SENTINEL_FLOOR {
+        } else if is_sentinel(v) {
             push(DiagnosticKind::Sentinel, format!("{v}"));
             readings.set(field, Reading::Blank);
         } else if v < 0.0 {
             push(DiagnosticKind::OutOfRange, format!("{v} is negative"));
             readings.set(field, Reading::Blank);
-        } else if field.is_ratio() && v > 1.0 {
+        } else if field.is_ratio() {
             if v <= RATIO_CLAMP_LIMIT {
                 push(DiagnosticKind::OutOfRange, format!("{v} clamped to 1"));
                 readings.set_value(field, 1.0);
@@ -234,12 +256,96 @@ fn sanitize_each(readings: &mut Readings, entity: &EntityId, diags: &mut Vec<Dia
                 push(DiagnosticKind::OutOfRange, format!("{v} is not a fraction"));
                 readings.set(field, Reading::Blank);
             }
+        } else {
+            // Every bound of a field that is not a fraction is at least 200: whole units.
+            let why = bounds.why(field, spec);
+            push(
+                DiagnosticKind::OutOfRange,
+                format!("{v} is above {max:.0}, {why}"),
+            );
+            readings.set(field, Reading::Blank);
         }
     }
 }
 
-/// The largest clean value of each field (in the order of [`Field::ALL`]): 1 for a
-/// ratio, the largest below [`SENTINEL_FLOOR`] for any other.
+/// Whether `v` is one of DCGM's or NVML's blank values: the FP64 and INT64 blanks (any value
+/// from 2^47 up, [`SENTINEL_FLOOR`]), the INT32 blanks (`0x7ffffff0..=0x7fffffff`, i.e.
+/// 2147483632..=2147483647, [`INT32_BLANK`]) and NVML's `NVML_VALUE_NOT_AVAILABLE` as an
+/// unsigned 32-bit value (`0xFFFFFFFF`, 4294967295). The integer ones only as integers. NaN is
+/// not (it is non-finite).
+#[must_use]
+pub fn is_sentinel(v: f64) -> bool {
+    v >= SENTINEL_FLOOR
+        || (v.fract() == 0.0
+            && ((INT32_BLANK..=f64::from(i32::MAX)).contains(&v) || v == f64::from(u32::MAX)))
+}
+
+/// A superset of the integer sentinels, told with a few comparisons and no branch (the fast
+/// check; [`is_sentinel`] decides).
+#[inline]
+fn in_int_sentinel_band(v: f64) -> bool {
+    (v >= INT32_BLANK) & (v <= f64::from(i32::MAX)) | (v == f64::from(u32::MAX))
+}
+
+/// DCGM's INT32 blank (`DCGM_INT32_BLANK`, 0x7ffffff0): it and every value above it up to
+/// `i32::MAX` are sentinels.
+pub const INT32_BLANK: f64 = 2_147_483_632.0;
+/// Values at or above DCGM's FP64 blank (2^47) are sentinels, never measurements (the INT64
+/// blanks, from 0x7ffffffffffffff0, and NVML's 64-bit `0xFFFF…FF` lie above it too).
+pub const SENTINEL_FLOOR: f64 = 140_737_488_355_328.0;
+/// Ratios up to this are clamped to 1 (SM active above 1 is reported on MIG); above, dropped.
+pub const RATIO_CLAMP_LIMIT: f64 = 1.5;
+
+/// A power reading (and a power limit reading) above this multiple of the board's limit is
+/// not physical: boards overshoot their limit for milliseconds, never by 2×.
+pub const POWER_BOUND_FACTOR: f64 = 2.0;
+/// The power bound without a limit reading or a catalog model: [`POWER_BOUND_FACTOR`] × the
+/// largest board limit in the catalog (B200, 1000 W), so 2000 W.
+pub const GENERIC_MAX_POWER_WATTS: f64 = {
+    let mut max = 0.0;
+    let mut i = 0;
+    while i < crate::gpus::CATALOG.len() {
+        max = f64::max(max, crate::gpus::CATALOG[i].max_power_watts);
+        i += 1;
+    }
+    POWER_BOUND_FACTOR * max
+};
+/// An SM clock reading may exceed the model's maximum boost clock by this factor
+/// (overclocked or factory-boosted boards), no more.
+pub const CLOCK_TOLERANCE: f64 = 1.1;
+/// The SM clock bound without a catalog model, MHz (every GPU in the catalog boosts below
+/// 2600 MHz).
+pub const GENERIC_MAX_SM_CLOCK_MHZ: f64 = 5000.0;
+/// The memory clock bound, MHz, for every model: the catalog has no memory clocks, and
+/// GDDR7 boards already report about 14000 MHz.
+pub const GENERIC_MAX_MEM_CLOCK_MHZ: f64 = 20_000.0;
+/// Memory readings may exceed the catalog's (decimal-GB) size by this factor: a board's
+/// total in MiB is about 7 % above its GB figure (an H100's 81559 MiB against 80 GB).
+pub const MEMORY_TOLERANCE: f64 = 1.1;
+/// The memory bound without a catalog model, bytes (4 TiB; the catalog's largest is 180 GB).
+pub const GENERIC_MAX_MEMORY_BYTES: f64 = 4_398_046_511_104.0;
+/// A temperature above this many degrees Celsius is not a reading (GPUs shut down near 100).
+pub const MAX_TEMP_CELSIUS: f64 = 200.0;
+
+/// The fields whose bound can reach the INT32 sentinels, so that the bound alone does not
+/// catch them: every other field's bound stays below [`INT32_BLANK`].
+const WIDE_FIELDS: &[Field] = &[
+    Field::EnergyJoules,
+    Field::MemUsedBytes,
+    Field::MemTotalBytes,
+    Field::PcieTxBytesPerSec,
+    Field::PcieRxBytesPerSec,
+    Field::NvlinkTxBytesPerSec,
+    Field::NvlinkRxBytesPerSec,
+];
+
+/// The largest value below the INT32 sentinels: a bound of a field not in [`WIDE_FIELDS`]
+/// is never above it.
+const BELOW_INT32_BLANK: f64 = INT32_BLANK - 1.0;
+
+/// The largest clean value of each field without a model (in the order of [`Field::ALL`]):
+/// 1 for a ratio, the generic physical bound where there is one, else the largest value
+/// below [`SENTINEL_FLOOR`].
 const CLEAN_MAX: [f64; Field::COUNT] = {
     let mut t = [f64::from_bits(SENTINEL_FLOOR.to_bits() - 1); Field::COUNT];
     let mut i = 0;
@@ -249,13 +355,89 @@ const CLEAN_MAX: [f64; Field::COUNT] = {
         }
         i += 1;
     }
+    t[Field::SmClockMhz as usize] = GENERIC_MAX_SM_CLOCK_MHZ;
+    t[Field::MemClockMhz as usize] = GENERIC_MAX_MEM_CLOCK_MHZ;
+    t[Field::PowerWatts as usize] = GENERIC_MAX_POWER_WATTS;
+    t[Field::PowerLimitWatts as usize] = GENERIC_MAX_POWER_WATTS;
+    t[Field::MemUsedBytes as usize] = GENERIC_MAX_MEMORY_BYTES;
+    t[Field::MemTotalBytes as usize] = GENERIC_MAX_MEMORY_BYTES;
+    t[Field::TempCelsius as usize] = MAX_TEMP_CELSIUS;
     t
 };
 
-/// Values at or above DCGM's FP64 blank (2^47) are sentinels, never measurements.
-pub const SENTINEL_FLOOR: f64 = 140_737_488_355_328.0;
-/// Ratios up to this are clamped to 1 (SM active above 1 is reported on MIG); above, dropped.
-pub const RATIO_CLAMP_LIMIT: f64 = 1.5;
+/// The largest clean value of each field for one row: [`CLEAN_MAX`] with the model's bounds
+/// and those that follow from the row's own power limit and memory total.
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    max: [f64; Field::COUNT],
+    /// The power bound is [`POWER_BOUND_FACTOR`] × the row's own power limit (no model).
+    power_by_limit: bool,
+    /// The memory-used bound is the row's own memory total.
+    used_by_total: bool,
+}
+
+impl Bounds {
+    #[inline]
+    fn new(r: &Readings, spec: Option<&GpuSpec>) -> Bounds {
+        const SM: usize = Field::SmClockMhz as usize;
+        const P: usize = Field::PowerWatts as usize;
+        const LIMIT: usize = Field::PowerLimitWatts as usize;
+        const USED: usize = Field::MemUsedBytes as usize;
+        const TOTAL: usize = Field::MemTotalBytes as usize;
+        let mut max = CLEAN_MAX;
+        if let Some(s) = spec {
+            // `min`: a spec's bounds never reach the INT32 sentinels (nor is a NaN one kept).
+            max[SM] = (s.max_sm_clock_mhz * CLOCK_TOLERANCE).min(BELOW_INT32_BLANK);
+            let power = (s.max_power_watts * POWER_BOUND_FACTOR).min(BELOW_INT32_BLANK);
+            max[P] = power;
+            max[LIMIT] = power;
+            let memory = s.max_memory_bytes as f64 * MEMORY_TOLERANCE;
+            max[USED] = memory;
+            max[TOTAL] = memory;
+        }
+        // Without a model, a clean power limit (not zero) bounds the power: with one, the
+        // model's board limit does, so a reading taken just after an administrator lowered
+        // the limit is not blanked. A clean memory total bounds the memory used (a MIG
+        // instance's total is its own).
+        let limit = r.value(Field::PowerLimitWatts).unwrap_or(0.0);
+        let power_by_limit = spec.is_none() && 0.0 < limit && limit <= max[LIMIT];
+        if power_by_limit {
+            max[P] = (limit * POWER_BOUND_FACTOR).min(BELOW_INT32_BLANK);
+        }
+        let total = r.value(Field::MemTotalBytes).unwrap_or(0.0);
+        let used_by_total = 0.0 < total && total <= max[TOTAL] && !is_sentinel(total);
+        if used_by_total {
+            max[USED] = total;
+        }
+        Bounds {
+            max,
+            power_by_limit,
+            used_by_total,
+        }
+    }
+
+    /// Where the bound of `field` comes from, for a diagnostic.
+    fn why(&self, field: Field, spec: Option<&GpuSpec>) -> String {
+        let model = |what: &str| match spec {
+            Some(s) => format!("{what} of the {}", s.name),
+            None => "the bound without a known model".to_owned(),
+        };
+        match field {
+            Field::PowerWatts if self.power_by_limit => {
+                format!("{POWER_BOUND_FACTOR} × the power limit reading")
+            }
+            Field::PowerWatts | Field::PowerLimitWatts => {
+                model(&format!("{POWER_BOUND_FACTOR} × the board limit"))
+            }
+            Field::SmClockMhz => model(&format!("{CLOCK_TOLERANCE} × the maximum clock")),
+            Field::MemUsedBytes if self.used_by_total => "the memory total reading".to_owned(),
+            Field::MemUsedBytes | Field::MemTotalBytes => {
+                model(&format!("{MEMORY_TOLERANCE} × the memory"))
+            }
+            _ => "the physical bound".to_owned(),
+        }
+    }
+}
 
 /// Inputs to [`window`] beyond the readings themselves.
 #[derive(Debug, Clone, Copy, Default)]
@@ -571,10 +753,317 @@ mod tests {
         assert!((c - 0.5 * 67.0 / 989.0).abs() < 1e-12);
     }
 
+    /// Every DCGM/NVML sentinel as `f64` (the INT64 ones round to the same double).
+    fn sentinels() -> Vec<f64> {
+        let mut v: Vec<f64> = (0x7fff_fff0_u32..=0x7fff_ffff).map(f64::from).collect();
+        v.push(f64::from(u32::MAX));
+        v.extend((0x7fff_ffff_ffff_fff0_u64..=0x7fff_ffff_ffff_fff3).map(|x| x as f64));
+        v.extend((0..4).map(|i| SENTINEL_FLOOR + f64::from(i)));
+        v.push(u64::MAX as f64);
+        v
+    }
+
+    /// A clean row for `spec` (or an unknown model).
+    fn plausible(spec: Option<&GpuSpec>) -> Readings {
+        let mut r = Readings::default();
+        for &f in Field::ALL {
+            if f.is_ratio() {
+                r.set_value(f, 0.5);
+            }
+        }
+        let limit = spec.map_or(300.0, |s| s.max_power_watts);
+        let total = spec.map_or(80e9, |s| s.memory_bytes as f64);
+        for (f, v) in [
+            (Field::SmClockMhz, 1200.0),
+            (Field::MemClockMhz, 1593.0),
+            (Field::PowerWatts, limit / 2.0),
+            (Field::PowerLimitWatts, limit),
+            (Field::EnergyJoules, 123_456_789.0),
+            (Field::MemUsedBytes, total / 2.0),
+            (Field::MemTotalBytes, total),
+            (Field::PcieTxBytesPerSec, 1e9),
+            (Field::PcieRxBytesPerSec, 2e9),
+            (Field::NvlinkTxBytesPerSec, 3e11),
+            (Field::NvlinkRxBytesPerSec, 4e11),
+            (Field::TempCelsius, 55.0),
+        ] {
+            r.set_value(f, v);
+        }
+        r
+    }
+
+    fn specs() -> Vec<Option<&'static GpuSpec>> {
+        std::iter::once(None)
+            .chain(crate::gpus::CATALOG.iter().map(Some))
+            .collect()
+    }
+
+    #[test]
+    fn every_sentinel_in_every_field_is_blank() {
+        for spec in specs() {
+            let clean = plausible(spec);
+            let mut r = clean;
+            let mut d = Vec::new();
+            sanitize(&mut r, &EntityId::default(), spec, &mut d);
+            assert!(d.is_empty(), "{spec:?}: {d:?}");
+            for &f in Field::ALL {
+                for v in sentinels() {
+                    assert!(is_sentinel(v), "{v}");
+                    let mut r = clean;
+                    r.set_value(f, v);
+                    let mut d = Vec::new();
+                    sanitize(&mut r, &EntityId::default(), spec, &mut d);
+                    assert_eq!(r.get(f), Reading::Blank, "{} = {v}", f.name());
+                    assert_eq!(d.len(), 1, "{} = {v}: {d:?}", f.name());
+                    assert_eq!(d[0].kind, DiagnosticKind::Sentinel, "{} = {v}", f.name());
+                    assert_eq!(d[0].field, Some(f));
+                    // Nothing else changed.
+                    for &g in Field::ALL.iter().filter(|&&g| g != f) {
+                        assert_eq!(r.get(g), clean.get(g), "{} = {v}", f.name());
+                    }
+                }
+            }
+        }
+        // Next to the sentinels, not one.
+        for v in [
+            2_147_483_631.0,
+            2_147_483_648.0,
+            4_294_967_294.0,
+            2_147_483_640.5,
+        ] {
+            assert!(!is_sentinel(v), "{v}");
+        }
+    }
+
+    #[test]
+    fn impossible_power_is_out_of_range() {
+        let h100 = by_key("h100-sxm");
+        for (spec, limit) in [
+            (None, None),
+            (h100, None),
+            (None, Some(700.0)),
+            (h100, Some(700.0)),
+        ] {
+            let mut r = readings(&[(Field::PowerWatts, 4_294_967_294.0)]);
+            if let Some(l) = limit {
+                r.set_value(Field::PowerLimitWatts, l);
+            }
+            let mut d = Vec::new();
+            sanitize(&mut r, &EntityId::default(), spec, &mut d);
+            assert_eq!(r.get(Field::PowerWatts), Reading::Blank);
+            assert_eq!(r.value(Field::PowerLimitWatts), limit);
+            assert_eq!(d.len(), 1, "{d:?}");
+            assert_eq!(d[0].kind, DiagnosticKind::OutOfRange);
+            assert_eq!(d[0].field, Some(Field::PowerWatts));
+            let m = window(
+                &r,
+                &WindowContext {
+                    spec,
+                    ..Default::default()
+                },
+                &DeriveConfig::default(),
+            );
+            assert_eq!(m.power_watts, None);
+        }
+        // Without a model, the row's own limit bounds the power: 2 × 300 W.
+        let mut r = readings(&[(Field::PowerWatts, 650.0), (Field::PowerLimitWatts, 300.0)]);
+        let mut d = Vec::new();
+        sanitize(&mut r, &EntityId::default(), None, &mut d);
+        assert_eq!(r.get(Field::PowerWatts), Reading::Blank);
+        assert!(d[0].to_string().contains("power limit reading"), "{}", d[0]);
+        // With one, the model's board limit does (the limit may just have been lowered).
+        let mut r = readings(&[(Field::PowerWatts, 650.0), (Field::PowerLimitWatts, 300.0)]);
+        let mut d = Vec::new();
+        sanitize(&mut r, &EntityId::default(), by_key("h100-sxm"), &mut d);
+        assert_eq!(r.value(Field::PowerWatts), Some(650.0));
+        assert!(d.is_empty(), "{d:?}");
+        // An impossible limit is blank itself, and the power is bounded by the model's.
+        let mut r = readings(&[
+            (Field::PowerWatts, 650.0),
+            (Field::PowerLimitWatts, 4_294_967_294.0),
+        ]);
+        let mut d = Vec::new();
+        sanitize(&mut r, &EntityId::default(), by_key("h100-sxm"), &mut d);
+        assert_eq!(r.value(Field::PowerWatts), Some(650.0));
+        assert_eq!(r.get(Field::PowerLimitWatts), Reading::Blank);
+        assert_eq!(d[0].kind, DiagnosticKind::OutOfRange);
+        assert_eq!(GENERIC_MAX_POWER_WATTS, 2000.0);
+    }
+
+    #[test]
+    fn impossible_sm_clock_is_blank_and_gives_no_kappa() {
+        let h100 = by_key("h100-sxm");
+        for v in [4_294_967_294.0, 2200.0] {
+            let mut r = readings(&[
+                (Field::ReportedUtil, 1.0),
+                (Field::TensorActive, 0.5),
+                (Field::SmClockMhz, v),
+            ]);
+            let mut d = Vec::new();
+            sanitize(&mut r, &EntityId::default(), h100, &mut d);
+            assert_eq!(r.get(Field::SmClockMhz), Reading::Blank, "{v}");
+            assert_eq!(d.len(), 1);
+            assert_eq!(d[0].kind, DiagnosticKind::OutOfRange);
+            let ctx = WindowContext {
+                spec: h100,
+                ..Default::default()
+            };
+            let m = window(&r, &ctx, &DeriveConfig::default());
+            assert_eq!(m.kappa, None);
+            assert!(!m.clock_corrected);
+            // Without a clock the tensor activity is not an effective compute fraction.
+            assert_eq!(m.effective_compute, None);
+            assert!(close(m.effective_compute_uncorrected, 0.5));
+        }
+        // Without a model, only the generic bound.
+        let mut r = readings(&[(Field::SmClockMhz, 4_294_967_294.0)]);
+        let mut d = Vec::new();
+        sanitize(&mut r, &EntityId::default(), None, &mut d);
+        assert_eq!(r.get(Field::SmClockMhz), Reading::Blank);
+        let mut r = readings(&[(Field::SmClockMhz, 2200.0)]);
+        sanitize(&mut r, &EntityId::default(), None, &mut d);
+        assert_eq!(r.value(Field::SmClockMhz), Some(2200.0));
+    }
+
+    #[test]
+    fn plausible_values_up_to_each_bound_stay() {
+        for spec in specs() {
+            let name = spec.map_or("unknown", |s| s.key);
+            let base = plausible(spec);
+            let limit = base.value(Field::PowerLimitWatts).unwrap();
+            let total = base.value(Field::MemTotalBytes).unwrap();
+            let model_power = spec.map_or(GENERIC_MAX_POWER_WATTS, |s| {
+                s.max_power_watts * POWER_BOUND_FACTOR
+            });
+            let model_memory = spec.map_or(GENERIC_MAX_MEMORY_BYTES, |s| {
+                s.max_memory_bytes as f64 * MEMORY_TOLERANCE
+            });
+            let sm = spec.map_or(GENERIC_MAX_SM_CLOCK_MHZ, |s| {
+                s.max_sm_clock_mhz * CLOCK_TOLERANCE
+            });
+            // (field, bound, field blanked in the row first)
+            let cases = [
+                (Field::SmClockMhz, sm, None),
+                (Field::MemClockMhz, GENERIC_MAX_MEM_CLOCK_MHZ, None),
+                (Field::PowerWatts, limit * POWER_BOUND_FACTOR, None),
+                (Field::PowerWatts, model_power, Some(Field::PowerLimitWatts)),
+                (Field::PowerLimitWatts, model_power, None),
+                (Field::MemUsedBytes, total, None),
+                (
+                    Field::MemUsedBytes,
+                    model_memory,
+                    Some(Field::MemTotalBytes),
+                ),
+                (
+                    Field::MemTotalBytes,
+                    model_memory,
+                    Some(Field::MemUsedBytes),
+                ),
+                (Field::TempCelsius, MAX_TEMP_CELSIUS, None),
+            ];
+            for (f, bound, without) in cases {
+                let mut row = base;
+                if let Some(g) = without {
+                    row.set(g, Reading::Unsupported);
+                }
+                for v in [bound * 0.999, bound] {
+                    let mut r = row;
+                    r.set_value(f, v);
+                    let mut d = Vec::new();
+                    sanitize(&mut r, &EntityId::default(), spec, &mut d);
+                    assert!(d.is_empty(), "{name} {} = {v}: {d:?}", f.name());
+                    assert_eq!(r, {
+                        let mut x = row;
+                        x.set_value(f, v);
+                        x
+                    });
+                }
+                let v = bound.next_up();
+                let mut r = row;
+                r.set_value(f, v);
+                let mut d = Vec::new();
+                sanitize(&mut r, &EntityId::default(), spec, &mut d);
+                assert_eq!(r.get(f), Reading::Blank, "{name} {} = {v}", f.name());
+                let kinds: Vec<_> = d.iter().map(|d| (d.kind, d.field)).collect();
+                assert_eq!(
+                    kinds,
+                    vec![(DiagnosticKind::OutOfRange, Some(f))],
+                    "{name} {} = {v}",
+                    f.name()
+                );
+            }
+        }
+        // The datasheet clocks themselves are clean, e.g. an H100 SXM at 1980 MHz.
+        for s in crate::gpus::CATALOG {
+            let mut r = readings(&[(Field::SmClockMhz, s.max_sm_clock_mhz)]);
+            let mut d = Vec::new();
+            sanitize(&mut r, &EntityId::default(), Some(s), &mut d);
+            assert!(d.is_empty(), "{}", s.key);
+        }
+        // An energy counter is not bounded by power: only by the sentinels.
+        let mut r = readings(&[(Field::EnergyJoules, 1e13), (Field::PowerWatts, 100.0)]);
+        let mut d = Vec::new();
+        sanitize(&mut r, &EntityId::default(), by_key("t4"), &mut d);
+        assert!(d.is_empty());
+    }
+
+    #[test]
+    fn memory_used_above_total_is_out_of_range() {
+        let h100 = by_key("h100-sxm");
+        // A MIG instance: its own total (10 GB) bounds its memory used.
+        let mut r = readings(&[(Field::MemUsedBytes, 11e9), (Field::MemTotalBytes, 10e9)]);
+        let mut d = Vec::new();
+        sanitize(&mut r, &EntityId::default(), h100, &mut d);
+        assert_eq!(r.get(Field::MemUsedBytes), Reading::Blank);
+        assert_eq!(r.value(Field::MemTotalBytes), Some(10e9));
+        assert_eq!(d[0].kind, DiagnosticKind::OutOfRange);
+        assert!(
+            d[0].to_string().contains("memory total reading"),
+            "{}",
+            d[0]
+        );
+        // Without a total, the whole GPU's memory (80 GB × 1.1).
+        let mut r = readings(&[(Field::MemUsedBytes, 85.5e9)]);
+        sanitize(&mut r, &EntityId::default(), h100, &mut d);
+        assert_eq!(r.value(Field::MemUsedBytes), Some(85.5e9));
+        let mut r = readings(&[(Field::MemUsedBytes, 89e9)]);
+        sanitize(&mut r, &EntityId::default(), h100, &mut d);
+        assert_eq!(r.get(Field::MemUsedBytes), Reading::Blank);
+        // A total above the model's is blank, and used is then bounded by the model's.
+        let mut r = readings(&[(Field::MemUsedBytes, 60e9), (Field::MemTotalBytes, 200e9)]);
+        let mut d = Vec::new();
+        sanitize(&mut r, &EntityId::default(), h100, &mut d);
+        assert_eq!(r.value(Field::MemUsedBytes), Some(60e9));
+        assert_eq!(r.get(Field::MemTotalBytes), Reading::Blank);
+        assert_eq!(d.len(), 1);
+        // GH200's 144 GB variant is within its entry's bound.
+        let mut r = readings(&[(Field::MemTotalBytes, 146e9)]);
+        let mut d = Vec::new();
+        sanitize(&mut r, &EntityId::default(), by_key("gh200"), &mut d);
+        assert!(d.is_empty(), "{d:?}");
+    }
+
+    #[test]
+    fn only_wide_fields_have_bounds_reaching_the_int32_sentinels() {
+        let mut r = Readings::default();
+        for spec in specs() {
+            for (limit, total) in [(0.0, 0.0), (1e9, 1e13), (700.0, 80e9), (f64::MAX, f64::MAX)] {
+                r.set_value(Field::PowerLimitWatts, limit);
+                r.set_value(Field::MemTotalBytes, total);
+                let b = Bounds::new(&r, spec);
+                for &f in Field::ALL {
+                    if !WIDE_FIELDS.contains(&f) {
+                        assert!(b.max[f as usize] < INT32_BLANK, "{}", f.name());
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_one_pass_check_leaves_alone_only_what_is_clean() {
         use rand::{Rng, SeedableRng};
-        let values = [
+        let mut values = vec![
             0.0,
             -0.0,
             1.0,
@@ -591,9 +1080,36 @@ mod tests {
             f64::NAN,
             -f64::NAN,
             42.0,
+            // Next to the integer sentinels.
+            2_147_483_631.0,
+            2_147_483_640.5,
+            2_147_483_648.0,
+            4_294_967_294.0,
+            f64::from(u32::MAX).next_up(),
+            // Next to the bounds.
+            MAX_TEMP_CELSIUS,
+            MAX_TEMP_CELSIUS.next_up(),
+            GENERIC_MAX_SM_CLOCK_MHZ.next_up(),
+            GENERIC_MAX_MEM_CLOCK_MHZ,
+            GENERIC_MAX_POWER_WATTS,
+            GENERIC_MAX_POWER_WATTS.next_up(),
+            GENERIC_MAX_MEMORY_BYTES.next_up(),
+            350.0,
+            700.0,
+            1400.0,
+            1400.0f64.next_up(),
+            2178.0,
+            2179.0,
+            10e9,
+            80e9,
+            88e9,
+            90e9,
         ];
+        values.extend(sentinels());
+        let specs = specs();
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(17);
-        for _ in 0..20_000 {
+        for _ in 0..40_000 {
+            let spec = specs[rng.random_range(0..specs.len())];
             let mut r = Readings::default();
             for &f in Field::ALL {
                 match rng.random_range(0..4) {
@@ -604,11 +1120,29 @@ mod tests {
             }
             let (mut fast, mut each) = (r, r);
             let (mut d1, mut d2) = (Vec::new(), Vec::new());
-            sanitize(&mut fast, &EntityId::default(), &mut d1);
-            sanitize_each(&mut each, &EntityId::default(), &mut d2);
+            sanitize(&mut fast, &EntityId::default(), spec, &mut d1);
+            sanitize_each(
+                &mut each,
+                &EntityId::default(),
+                spec,
+                &Bounds::new(&r, spec),
+                &mut d2,
+            );
             let text = |d: &[Diagnostic]| d.iter().map(ToString::to_string).collect::<Vec<_>>();
             assert_eq!(fast, each, "{r:?}");
             assert_eq!(text(&d1), text(&d2), "{r:?}");
+            // Clean readings stay clean: a second pass changes nothing, says nothing.
+            let mut again = fast;
+            let mut d3 = Vec::new();
+            sanitize_each(
+                &mut again,
+                &EntityId::default(),
+                spec,
+                &Bounds::new(&fast, spec),
+                &mut d3,
+            );
+            assert_eq!(again, fast, "{r:?}");
+            assert!(d3.is_empty(), "{r:?}: {d3:?}");
         }
     }
 
@@ -623,7 +1157,7 @@ mod tests {
             (Field::DramActive, f64::INFINITY),
         ]);
         let mut d = Vec::new();
-        sanitize(&mut r, &EntityId::default(), &mut d);
+        sanitize(&mut r, &EntityId::default(), None, &mut d);
         assert_eq!(r.get(Field::ReportedUtil), Reading::Blank);
         assert_eq!(r.value(Field::SmActive), Some(1.0));
         assert_eq!(r.get(Field::TensorActive), Reading::Blank);

@@ -24,10 +24,17 @@ pub struct GpuSpec {
     pub fp16_tflops: f64,
     /// Memory size in bytes.
     pub memory_bytes: u64,
+    /// The largest memory size a GPU matched to this entry can report, in bytes: the
+    /// catalog's figure except where one entry covers variants (GH200: 96 GB and 144 GB).
+    /// Sanitizing bounds memory readings by it.
+    pub max_memory_bytes: u64,
     /// Memory bandwidth in bytes per second.
     pub bandwidth_bytes_per_sec: f64,
     /// The SM clock (MHz) at which the datasheet tensor peak is defined.
     pub f_ref_mhz: f64,
+    /// Maximum (boost) SM clock, MHz, as `nvidia-smi -q` lists under Max Clocks. Sanitizing
+    /// bounds SM clock readings by it (with a tolerance).
+    pub max_sm_clock_mhz: f64,
     /// Maximum board power, watts.
     pub max_power_watts: f64,
     /// Typical idle power, watts (fallback; assumption except where cited).
@@ -166,8 +173,8 @@ const MIG_A30: &[MigProfile] = &[
 
 macro_rules! spec {
     ($key:literal, $name:literal, sms $sms:expr, bf16 $bf16:expr, fp8 $fp8:expr, fp32 $fp32:expr,
-     fp16 $fp16:expr, mem_gb $mem:expr, bw_tbs $bw:expr, fref $fref:expr, power $p:expr,
-     idle $idle:expr, mig $mig:expr) => {
+     fp16 $fp16:expr, mem_gb $mem:expr, bw_tbs $bw:expr, fref $fref:expr, max_clk $clk:expr,
+     power $p:expr, idle $idle:expr, mig $mig:expr) => {
         GpuSpec {
             key: $key,
             name: $name,
@@ -177,8 +184,10 @@ macro_rules! spec {
             fp32_tflops: $fp32,
             fp16_tflops: $fp16,
             memory_bytes: $mem * GB,
+            max_memory_bytes: $mem * GB,
             bandwidth_bytes_per_sec: $bw * 1e12,
             f_ref_mhz: $fref,
+            max_sm_clock_mhz: $clk,
             max_power_watts: $p,
             idle_power_watts: $idle,
             mig: $mig,
@@ -186,46 +195,64 @@ macro_rules! spec {
     };
 }
 
-/// Every model truthscale knows.
+/// Every model truthscale knows. `max_clk` is the maximum (boost) SM clock of NVIDIA's
+/// datasheets and `nvidia-smi -q` (Max Clocks); B200's (1980 MHz) is from third-party
+/// listings, NVIDIA's datasheet gives none.
 pub const CATALOG: &[GpuSpec] = &[
     spec!("a100-40-pcie", "A100 40GB PCIe", sms 108, bf16 312.0, fp8 None, fp32 19.5, fp16 78.0,
-          mem_gb 40, bw_tbs 1.555, fref 1410.0, power 250.0, idle 35.0, mig MIG_A100_40),
+          mem_gb 40, bw_tbs 1.555, fref 1410.0, max_clk 1410.0, power 250.0, idle 35.0,
+          mig MIG_A100_40),
     spec!("a100-80-pcie", "A100 80GB PCIe", sms 108, bf16 312.0, fp8 None, fp32 19.5, fp16 78.0,
-          mem_gb 80, bw_tbs 1.935, fref 1410.0, power 300.0, idle 40.0, mig MIG_A100_80),
+          mem_gb 80, bw_tbs 1.935, fref 1410.0, max_clk 1410.0, power 300.0, idle 40.0,
+          mig MIG_A100_80),
     spec!("a100-40-sxm", "A100 40GB SXM", sms 108, bf16 312.0, fp8 None, fp32 19.5, fp16 78.0,
-          mem_gb 40, bw_tbs 1.555, fref 1410.0, power 400.0, idle 55.0, mig MIG_A100_40),
+          mem_gb 40, bw_tbs 1.555, fref 1410.0, max_clk 1410.0, power 400.0, idle 55.0,
+          mig MIG_A100_40),
     spec!("a100-80-sxm", "A100 80GB SXM", sms 108, bf16 312.0, fp8 None, fp32 19.5, fp16 78.0,
-          mem_gb 80, bw_tbs 2.039, fref 1410.0, power 400.0, idle 63.0, mig MIG_A100_80),
+          mem_gb 80, bw_tbs 2.039, fref 1410.0, max_clk 1410.0, power 400.0, idle 63.0,
+          mig MIG_A100_80),
     spec!("h100-sxm", "H100 SXM", sms 132, bf16 989.0, fp8 Some(1979.0), fp32 67.0, fp16 134.0,
-          mem_gb 80, bw_tbs 3.35, fref 1830.0, power 700.0, idle 75.0, mig MIG_H100_SXM),
+          mem_gb 80, bw_tbs 3.35, fref 1830.0, max_clk 1980.0, power 700.0, idle 75.0,
+          mig MIG_H100_SXM),
     spec!("h100-pcie", "H100 PCIe", sms 114, bf16 756.0, fp8 Some(1513.0), fp32 51.0, fp16 102.0,
-          mem_gb 80, bw_tbs 2.0, fref 1619.0, power 350.0, idle 50.0, mig MIG_H100_PCIE),
+          mem_gb 80, bw_tbs 2.0, fref 1619.0, max_clk 1755.0, power 350.0, idle 50.0,
+          mig MIG_H100_PCIE),
     spec!("h100-nvl", "H100 NVL", sms 132, bf16 835.0, fp8 Some(1671.0), fp32 60.0, fp16 120.0,
-          mem_gb 94, bw_tbs 3.9, fref 1544.0, power 400.0, idle 55.0, mig MIG_H100_NVL),
+          mem_gb 94, bw_tbs 3.9, fref 1544.0, max_clk 1785.0, power 400.0, idle 55.0,
+          mig MIG_H100_NVL),
     spec!("h200-sxm", "H200 SXM", sms 132, bf16 989.0, fp8 Some(1979.0), fp32 67.0, fp16 134.0,
-          mem_gb 141, bw_tbs 4.8, fref 1830.0, power 700.0, idle 75.0, mig MIG_H200_141),
+          mem_gb 141, bw_tbs 4.8, fref 1830.0, max_clk 1980.0, power 700.0, idle 75.0,
+          mig MIG_H200_141),
     spec!("h200-nvl", "H200 NVL", sms 132, bf16 835.0, fp8 Some(1671.0), fp32 60.0, fp16 120.0,
-          mem_gb 141, bw_tbs 4.8, fref 1544.0, power 600.0, idle 65.0, mig MIG_H200_141),
+          mem_gb 141, bw_tbs 4.8, fref 1544.0, max_clk 1785.0, power 600.0, idle 65.0,
+          mig MIG_H200_141),
     // GH200: the Hopper GPU of the Grace Hopper superchip, its own model (not an H200):
-    // 96 GB HBM3 at 4.0 TB/s (the 144 GB HBM3e variant reports its own memory size). Its
-    // power limit covers the whole module, so the NVML limit is preferred. No MIG table.
-    spec!("gh200", "GH200", sms 132, bf16 989.0, fp8 Some(1979.0), fp32 67.0, fp16 134.0,
-          mem_gb 96, bw_tbs 4.0, fref 1830.0, power 900.0, idle 100.0, mig &[]),
+    // 96 GB HBM3 at 4.0 TB/s (the 144 GB HBM3e variant reports its own memory size, hence
+    // its larger `max_memory_bytes`). Its power limit covers the whole module, so the NVML
+    // limit is preferred. No MIG table.
+    GpuSpec {
+        max_memory_bytes: 144 * GB,
+        ..spec!("gh200", "GH200", sms 132, bf16 989.0, fp8 Some(1979.0), fp32 67.0, fp16 134.0,
+                mem_gb 96, bw_tbs 4.0, fref 1830.0, max_clk 1980.0, power 900.0, idle 100.0,
+                mig &[])
+    },
     spec!("b200", "B200", sms 148, bf16 2250.0, fp8 Some(4500.0), fp32 75.0, fp16 150.0,
-          mem_gb 180, bw_tbs 8.0, fref 1856.0, power 1000.0, idle 140.0, mig MIG_B200_180),
+          mem_gb 180, bw_tbs 8.0, fref 1856.0, max_clk 1980.0, power 1000.0, idle 140.0,
+          mig MIG_B200_180),
     spec!("l4", "L4", sms 58, bf16 121.0, fp8 Some(242.0), fp32 30.3, fp16 30.3,
-          mem_gb 24, bw_tbs 0.300, fref 2037.0, power 72.0, idle 16.0, mig &[]),
+          mem_gb 24, bw_tbs 0.300, fref 2037.0, max_clk 2040.0, power 72.0, idle 16.0, mig &[]),
     spec!("l40s", "L40S", sms 142, bf16 362.0, fp8 Some(733.0), fp32 91.6, fp16 91.6,
-          mem_gb 48, bw_tbs 0.864, fref 2490.0, power 350.0, idle 35.0, mig &[]),
+          mem_gb 48, bw_tbs 0.864, fref 2490.0, max_clk 2520.0, power 350.0, idle 35.0, mig &[]),
     spec!("a10", "A10", sms 72, bf16 125.0, fp8 None, fp32 31.2, fp16 31.2,
-          mem_gb 24, bw_tbs 0.600, fref 1695.0, power 150.0, idle 20.0, mig &[]),
+          mem_gb 24, bw_tbs 0.600, fref 1695.0, max_clk 1695.0, power 150.0, idle 20.0, mig &[]),
     spec!("a10g", "A10G", sms 80, bf16 70.0, fp8 None, fp32 35.0, fp16 35.0,
-          mem_gb 24, bw_tbs 0.600, fref 1710.0, power 300.0, idle 20.0, mig &[]),
+          mem_gb 24, bw_tbs 0.600, fref 1710.0, max_clk 1710.0, power 300.0, idle 20.0, mig &[]),
     spec!("a30", "A30", sms 56, bf16 165.0, fp8 None, fp32 10.3, fp16 41.0,
-          mem_gb 24, bw_tbs 0.933, fref 1440.0, power 165.0, idle 30.0, mig MIG_A30),
+          mem_gb 24, bw_tbs 0.933, fref 1440.0, max_clk 1440.0, power 165.0, idle 30.0,
+          mig MIG_A30),
     // Turing has no BF16: the 16-bit tensor figure is the FP16 one.
     spec!("t4", "T4", sms 40, bf16 65.0, fp8 None, fp32 8.1, fp16 16.2,
-          mem_gb 16, bw_tbs 0.320, fref 1590.0, power 70.0, idle 10.0, mig &[]),
+          mem_gb 16, bw_tbs 0.320, fref 1590.0, max_clk 1590.0, power 70.0, idle 10.0, mig &[]),
 ];
 
 /// Find a spec by its short key (`h100-sxm`).
@@ -351,6 +378,15 @@ mod tests {
         }
         let h = by_key("h100-sxm").unwrap();
         assert!((h.ridge_bf16() - 295.2).abs() < 0.5);
+    }
+
+    #[test]
+    fn bounds_are_at_least_the_datasheet_figures() {
+        for s in CATALOG {
+            assert!(s.max_sm_clock_mhz >= s.f_ref_mhz, "{}", s.key);
+            assert!(s.max_memory_bytes >= s.memory_bytes, "{}", s.key);
+        }
+        assert_eq!(by_key("gh200").unwrap().max_memory_bytes, 144 * GB);
     }
 
     #[test]

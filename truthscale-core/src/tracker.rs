@@ -798,7 +798,7 @@ impl Deriver {
         let Some(decision) = self.decide(existing, taken) else {
             let dt = existing.map_or(0.0, |st| taken.seconds_since(st.last_taken));
             let mut readings = e.readings;
-            derive::sanitize(&mut readings, &e.id, diags);
+            derive::sanitize(&mut readings, &e.id, spec, diags);
             diags.push(Diagnostic {
                 kind: DiagnosticKind::NonIncreasingTime,
                 entity: Some(e.id.clone()),
@@ -859,7 +859,7 @@ impl Deriver {
             id_changed = true;
         }
         win.readings = e.readings;
-        derive::sanitize(&mut win.readings, &e.id, diags);
+        derive::sanitize(&mut win.readings, &e.id, spec, diags);
         if spec.is_none() && !state.warned_unknown_model {
             state.warned_unknown_model = true;
             diags.push(Diagnostic {
@@ -1192,6 +1192,34 @@ mod tests {
         ));
         assert_eq!(out.diagnostics[0].kind, DiagnosticKind::CounterReset);
         assert_eq!(out.windows[0].metrics.power_watts.unwrap().value, 250.0);
+    }
+
+    #[test]
+    fn impossible_power_adds_no_energy() {
+        for model in [Some("NVIDIA H100 80GB HBM3"), None] {
+            let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+            let mut out = Derivation::default();
+            for ms in [1000, 2000, 3000] {
+                let mut s = sample(ms, &[(Field::PowerWatts, 4_294_967_294.0)]);
+                s.entities[0].id.model = model.map(Into::into);
+                out = d.observe(&s);
+                assert!(
+                    out.diagnostics
+                        .iter()
+                        .any(|d| d.kind == DiagnosticKind::OutOfRange
+                            && d.field == Some(Field::PowerWatts)),
+                    "{:?}",
+                    out.diagnostics
+                );
+            }
+            let w = &out.windows[0];
+            assert_eq!(
+                w.readings.get(Field::PowerWatts),
+                crate::model::Reading::Blank
+            );
+            assert_eq!(w.metrics.power_watts, None);
+            assert_eq!(w.totals.energy_joules, 0.0);
+        }
     }
 
     #[test]
