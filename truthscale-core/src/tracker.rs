@@ -812,7 +812,7 @@ impl Deriver {
         };
         let phase = state
             .classifier
-            .observe_by(&inputs, method, &cfg.phase)
+            .observe_window(&inputs, method, dt.unwrap_or(0.0), &cfg.phase)
             .map(|p| (p, method));
         win.verdict = verdict::judge(
             &VerdictInputs {
