@@ -122,8 +122,10 @@ struct EntityAcc {
     llm_serving: bool,
     phase_seconds: [[f64; 6]; 2],
     verdict_seconds: [f64; 6],
-    agree: u64,
-    with_truth: u64,
+    /// Seconds whose regime matched the simulator's ground truth.
+    agree_seconds: f64,
+    /// Seconds with a ground truth (the denominator of the agreement).
+    truth_seconds: f64,
     /// The tracker's engine-agreement integrals as of the entity's latest window.
     engine_compared: f64,
     engine_agreed: f64,
@@ -266,12 +268,6 @@ fn add_window(acc: &mut EntityAcc, timeline: bool, t: f64, w: &EntityWindow) {
     }
     acc.capability = Some(w.capability);
     acc.llm_serving |= w.llm_serving;
-    if let Some(truth) = w.truth_phase {
-        acc.with_truth += 1;
-        if w.phase == Some(truth) {
-            acc.agree += 1;
-        }
-    }
     if timeline {
         acc.timeline.push(TimelinePoint {
             t,
@@ -309,6 +305,14 @@ fn add_weighted(acc: &mut EntityAcc, w: &EntityWindow, dt: f64) {
     }
     acc.verdict_seconds[w.verdict.verdict.index()] += dt;
     acc.truth_ecf.add(w.truth_effective_compute, dt);
+    // Time-weighted, as the regime seconds are: a window's truth is the regime of its own
+    // time shares, and it counts for as long as it lasted.
+    if let Some(truth) = w.truth_phase {
+        acc.truth_seconds += dt;
+        if w.phase == Some(truth) {
+            acc.agree_seconds += dt;
+        }
+    }
 }
 
 /// The whole analysis.
@@ -462,7 +466,9 @@ pub struct EntitySummary {
     /// output only: decode; both: mixed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engine_phase_agreement: Option<f64>,
-    /// For simulated data: how often the classifier matched the ground truth.
+    /// For simulated data: the fraction of the seconds with a ground truth in which the
+    /// classifier's regime matched it (each window's truth is the regime of the time shares
+    /// of what the simulator ran in it, weighted by the window's length).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase_agreement_with_truth: Option<f64>,
     /// For simulated data: the true mean effective compute.
@@ -594,8 +600,8 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig) -> EntitySummary {
         verdict_fraction,
         engine_phase_agreement: (a.engine_compared > 0.0)
             .then(|| a.engine_agreed / a.engine_compared),
-        phase_agreement_with_truth: (a.with_truth > 0)
-            .then(|| a.agree as f64 / a.with_truth as f64),
+        phase_agreement_with_truth: (a.truth_seconds > 0.0)
+            .then(|| a.agree_seconds / a.truth_seconds),
         truth_effective_compute: a.truth_ecf.get(),
         memory,
         timeline: None,
@@ -618,6 +624,10 @@ mod tests {
     use crate::gpus::by_key;
     use crate::model::Timestamp;
     use crate::sim::{Scenario, Simulator};
+
+    /// The lowest agreement over seeds 1 to 3 of 5 minutes at plain 1 s windows.
+    const PLAIN_1S_LLM_SERVING: f64 = 0.947;
+    const PLAIN_1S_TRAINING: f64 = 0.883;
 
     fn analyze(s: Scenario, secs: f64, dt: f64) -> EntitySummary {
         let spec = by_key("h100-sxm").unwrap();
@@ -676,6 +686,94 @@ mod tests {
                 let agree = e.phase_agreement_with_truth.unwrap();
                 assert!(agree >= 0.95, "{} seed {seed}: {agree}", s.as_str());
             }
+        }
+    }
+
+    /// One simulated GPU running `s` for `secs`, exported every `export` seconds, each export
+    /// window sampled as `n` sub-steps (`n` = 1: one sample per export): its summary, and the
+    /// deriver's seconds per regime plus unclassified seconds.
+    fn analyze_sampled(
+        s: Scenario,
+        secs: f64,
+        export: f64,
+        n: usize,
+        seed: u64,
+    ) -> (EntitySummary, f64, f64) {
+        let spec = by_key("h100-sxm").unwrap();
+        let mut sim = Simulator::new(1, spec, "node", seed, Timestamp(0), |_| s);
+        // The deriver's interval is the sampling interval: each sample closes one window.
+        let sample_dt = export / n as f64;
+        let mut a = Analyzer::new(
+            Deriver::new(DeriveConfig::default(), Some(sample_dt)),
+            false,
+        );
+        let mut d = Deriver::new(DeriveConfig::default(), Some(sample_dt));
+        let mut totals = None;
+        for _ in 0..(secs / export).round() as usize {
+            for sample in sim.step_substeps(export, n) {
+                a.push(&sample);
+                totals = d.observe(&sample).windows.pop().map(|w| w.totals);
+            }
+        }
+        let t = totals.unwrap();
+        let regime_seconds = t.phase_seconds.iter().flatten().sum::<f64>() + t.unclassified_seconds;
+        let wall = sim.now().seconds_since(Timestamp(0));
+        (a.report().entities.remove(0), regime_seconds, wall)
+    }
+
+    /// The default 1 s export, its regime seconds derived from ten 100 ms samples per export
+    /// (what a source that samples faster than it exports hands the deriver): at least 95 %
+    /// of the seconds agree with the simulator's truth in every scenario and for every seed
+    /// tried, and the regime seconds (with the unclassified ones) still sum to wall time.
+    #[test]
+    fn classifier_agrees_at_1s_export_sampled_every_100ms() {
+        for s in Scenario::ALL {
+            for seed in [1, 2, 3] {
+                let (e, regime_seconds, wall) = analyze_sampled(s, 300.0, 1.0, 10, seed);
+                let agree = e.phase_agreement_with_truth.unwrap();
+                assert!(agree >= 0.95, "{} seed {seed}: {agree}", s.as_str());
+                assert!((wall - 300.0).abs() < 1e-9, "{wall}");
+                assert!(
+                    (regime_seconds - wall).abs() < 1e-9,
+                    "{} seed {seed}: {regime_seconds} s of regimes in {wall} s",
+                    s.as_str()
+                );
+                let f = e.regime_fraction;
+                let sum =
+                    f.idle + f.compute_bound + f.memory_bound + f.mixed + f.stalled + f.underloaded;
+                assert!((sum - 1.0).abs() < 1e-9, "{sum}");
+            }
+        }
+    }
+
+    /// What one sample per 1 s window gives, for the record (3 seeds × 5 minutes, the
+    /// lowest seed): a window that straddles a change of workload reads as its average, so
+    /// llm-serving and training fall short of 95 %, which sampling every 100 ms fixes
+    /// (`classifier_agrees_at_1s_export_sampled_every_100ms`). The figures are exact to the
+    /// third decimal: a change that moves them should update `docs/derivations.md` too.
+    #[test]
+    fn plain_1s_windows_agree_as_documented() {
+        let expect = [
+            (Scenario::LlmServing, PLAIN_1S_LLM_SERVING),
+            (Scenario::DecodeOnly, 1.0),
+            (Scenario::Training, PLAIN_1S_TRAINING),
+            (Scenario::TinyKernel, 1.0),
+            (Scenario::IdleAllocated, 1.0),
+        ];
+        for (s, want) in expect {
+            let lowest = [1, 2, 3]
+                .into_iter()
+                .map(|seed| {
+                    let (e, regime_seconds, wall) = analyze_sampled(s, 300.0, 1.0, 1, seed);
+                    assert!((regime_seconds - wall).abs() < 1e-9);
+                    e.phase_agreement_with_truth.unwrap()
+                })
+                .fold(1.0, f64::min);
+            assert!(
+                (lowest - want).abs() < 5e-4,
+                "{}: {lowest:.4}, documented {want}",
+                s.as_str()
+            );
         }
     }
 

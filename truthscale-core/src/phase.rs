@@ -1,8 +1,10 @@
 //! The regime classifier: idle, compute-bound, memory-bound, mixed, stalled, underloaded.
 //!
 //! Each state has an enter rule and an exit rule (Schmitt-trigger thresholds): the
-//! classifier stays in its state until that state's exit rule holds, and then needs
-//! `switch_after` consecutive windows agreeing on a new state before it switches.
+//! classifier stays in its state until that state's exit rule holds, and then needs the
+//! windows to agree on a new state for `switch_after − 1` seconds (`switch_after`
+//! consecutive windows at the default 1 s interval) before it switches. The dwell is
+//! counted in seconds, so it does not depend on how often the GPU is sampled.
 //!
 //! As the spec asks (counter-science §6.4), idle and stalled are evaluated first in every
 //! window: a window that enters idle is idle whatever state came before, and a stalled
@@ -73,7 +75,12 @@ pub struct PhaseConfig {
     pub power_stalled: f64,
     /// Power-heuristic tier: what counts as a high busy flag.
     pub power_busy_util: f64,
-    /// Consecutive windows that must agree before the phase switches (1 = no delay).
+    /// The dwell before a switch, in windows of the default 1 s interval (1 = no delay):
+    /// the classifier takes a new regime once every window for `switch_after − 1` seconds
+    /// after the first window that pointed to it has pointed to it too
+    /// ([`PhaseConfig::dwell_seconds`]). At 1 s windows that is `switch_after` consecutive
+    /// windows; the dwell is counted in seconds, so at 100 ms windows it lasts as long
+    /// (ten times as many windows), not a tenth of it.
     pub switch_after: u32,
 }
 
@@ -194,6 +201,13 @@ impl Checker {
 }
 
 impl PhaseConfig {
+    /// How long every window must keep pointing to a new regime, after the first window
+    /// that pointed to it, before the classifier switches: `switch_after − 1` seconds.
+    #[must_use]
+    pub fn dwell_seconds(&self) -> f64 {
+        f64::from(self.switch_after.max(1) - 1) * NOMINAL_WINDOW_SECONDS
+    }
+
     /// Every threshold in range, and every hysteresis band pointing the right way.
     ///
     /// # Errors
@@ -238,7 +252,10 @@ impl PhaseConfig {
         if self.switch_after == 0 || self.switch_after > 100 {
             c.push(
                 "switch_after",
-                format!("{} is outside [1, 100] windows", self.switch_after),
+                format!(
+                    "{} is outside [1, 100] (windows of the default 1 s interval)",
+                    self.switch_after
+                ),
             );
         }
         let band = "the exit threshold must lie inside the state, or the state flickers";
@@ -532,8 +549,18 @@ impl PhaseInputs {
 #[derive(Debug, Clone, Default)]
 pub struct PhaseClassifier {
     current: Option<Phase>,
-    pending: Option<(Phase, u32)>,
+    /// A regime other than the current one that the latest windows point to, and the
+    /// seconds they have pointed to it since the end of the first of them.
+    pending: Option<(Phase, f64)>,
 }
+
+/// The window length [`PhaseClassifier::observe`] and [`PhaseClassifier::observe_by`] take
+/// each window to have: the default export interval.
+pub const NOMINAL_WINDOW_SECONDS: f64 = 1.0;
+
+/// Slack on the dwell: window lengths come from millisecond timestamps, and ten 100 ms
+/// windows sum to a hair under a second.
+const DWELL_SLACK_SECONDS: f64 = 1e-6;
 
 impl PhaseClassifier {
     /// The current phase, if any window has been classified.
@@ -557,16 +584,36 @@ impl PhaseClassifier {
         self.observe_by(inputs, method, c).map(|p| (p, method))
     }
 
-    /// Feed one window, classified by `method` only: a window that method cannot classify
-    /// (for example the tensor counter blank under DCGM multiplexing) returns `None` and
-    /// leaves the state as it was, so the two methods never mix in one entity's history.
+    /// Feed one window of [`NOMINAL_WINDOW_SECONDS`], classified by `method` only: a window
+    /// that method cannot classify (for example the tensor counter blank under DCGM
+    /// multiplexing) returns `None` and leaves the state as it was, so the two methods never
+    /// mix in one entity's history.
     pub fn observe_by(
         &mut self,
         inputs: &PhaseInputs,
         method: PhaseMethod,
         c: &PhaseConfig,
     ) -> Option<Phase> {
+        self.observe_window(inputs, method, NOMINAL_WINDOW_SECONDS, c)
+    }
+
+    /// [`PhaseClassifier::observe_by`] for a window of `dt_seconds`: the dwell
+    /// ([`PhaseConfig::dwell_seconds`]) is counted in seconds, so the classifier switches
+    /// as late after a change at 100 ms windows as at 1 s windows. A length that is not a
+    /// positive number counts as 0.
+    pub fn observe_window(
+        &mut self,
+        inputs: &PhaseInputs,
+        method: PhaseMethod,
+        dt_seconds: f64,
+        c: &PhaseConfig,
+    ) -> Option<Phase> {
         let cand = inputs.candidate_by(method, self.current, c)?;
+        let dt = if dt_seconds.is_finite() && dt_seconds > 0.0 {
+            dt_seconds
+        } else {
+            0.0
+        };
         match self.current {
             None => {
                 self.current = Some(cand);
@@ -574,15 +621,16 @@ impl PhaseClassifier {
             }
             Some(cur) if cur == cand => self.pending = None,
             Some(_) => {
-                let n = match self.pending {
-                    Some((p, n)) if p == cand => n + 1,
-                    _ => 1,
+                // Seconds since the end of the first window that pointed to `cand`.
+                let held = match self.pending {
+                    Some((p, held)) if p == cand => held + dt,
+                    _ => 0.0,
                 };
-                if n >= c.switch_after.max(1) {
+                if held + DWELL_SLACK_SECONDS >= c.dwell_seconds() {
                     self.current = Some(cand);
                     self.pending = None;
                 } else {
-                    self.pending = Some((cand, n));
+                    self.pending = Some((cand, held));
                 }
             }
         }
@@ -657,6 +705,72 @@ mod tests {
         assert_eq!(k.observe(&prefill, &c).unwrap().0, Phase::MemoryBound);
         assert_eq!(k.observe(&prefill, &c).unwrap().0, Phase::MemoryBound);
         assert_eq!(k.observe(&prefill, &c).unwrap().0, Phase::ComputeBound);
+    }
+
+    /// The dwell is time: `switch_after` 2 waits one second after the first window that
+    /// points to the new regime, whether the windows are 1 s (one more window) or 100 ms
+    /// (ten more); `switch_after` 1 switches at once at any cadence.
+    #[test]
+    fn the_dwell_is_counted_in_seconds_not_windows() {
+        let decode = counters(1.0, 0.9, 0.02, 0.6);
+        let prefill = counters(1.0, 0.9, 0.6, 0.2);
+        let m = PhaseMethod::Counters;
+        for (n, dt, windows) in [
+            (1, 0.1, 1),
+            (1, 1.0, 1),
+            (2, 1.0, 2),
+            (2, 0.1, 11),
+            (3, 0.25, 9),
+        ] {
+            let c = PhaseConfig {
+                switch_after: n,
+                ..PhaseConfig::default()
+            };
+            let mut k = PhaseClassifier::default();
+            assert_eq!(
+                k.observe_window(&decode, m, dt, &c),
+                Some(Phase::MemoryBound)
+            );
+            for i in 1..=windows {
+                let want = if i < windows {
+                    Phase::MemoryBound
+                } else {
+                    Phase::ComputeBound
+                };
+                let got = k.observe_window(&prefill, m, dt, &c);
+                assert_eq!(
+                    got,
+                    Some(want),
+                    "switch_after {n}, {dt} s windows, window {i}"
+                );
+            }
+            // An interruption restarts the dwell.
+            let mut k = PhaseClassifier::default();
+            k.observe_window(&decode, m, dt, &c);
+            for _ in 1..windows {
+                k.observe_window(&prefill, m, dt, &c);
+            }
+            k.observe_window(&decode, m, dt, &c);
+            if windows > 1 {
+                assert_eq!(
+                    k.observe_window(&prefill, m, dt, &c),
+                    Some(Phase::MemoryBound)
+                );
+            }
+        }
+        // At the nominal 1 s, observe_by is observe_window with 1 s windows.
+        let c = PhaseConfig {
+            switch_after: 3,
+            ..PhaseConfig::default()
+        };
+        let (mut a, mut b) = (PhaseClassifier::default(), PhaseClassifier::default());
+        for x in [
+            decode, prefill, prefill, decode, prefill, prefill, prefill, decode,
+        ] {
+            assert_eq!(a.observe_by(&x, m, &c), b.observe_window(&x, m, 1.0, &c));
+        }
+        assert_eq!(c.dwell_seconds(), 2.0);
+        assert_eq!(PhaseConfig::default().dwell_seconds(), 0.0);
     }
 
     #[test]

@@ -579,6 +579,18 @@ impl Simulator {
         }
     }
 
+    /// Advance every GPU by `dt` seconds as `n` sub-steps of `dt / n` seconds each, and
+    /// return the `n` samples, oldest first: one window sampled faster than it is exported
+    /// (a 1 s export fed by ten 100 ms samples is `step_substeps(1.0, 10)`). The samples are
+    /// exactly those of `n` calls of [`Simulator::step`] with `dt / n`, so `dt / n` should be
+    /// a whole number of the simulator's 10 ms ticks (and of milliseconds, the timestamps'
+    /// resolution), as any step's length should. `n` of 0 counts as 1.
+    pub fn step_substeps(&mut self, dt: f64, n: usize) -> Vec<Sample> {
+        let n = n.max(1);
+        let sub = dt / n as f64;
+        (0..n).map(|_| self.step(sub)).collect()
+    }
+
     /// The simulated GPUs.
     #[must_use]
     pub fn gpus(&self) -> &[SimGpu] {

@@ -674,6 +674,18 @@ enum WindowSpan {
     Waits(Pending),
 }
 
+impl WindowSpan {
+    /// The window's length (0 for a first window that waits for it).
+    fn seconds(&self) -> f64 {
+        match *self {
+            WindowSpan::Observed(dt)
+            | WindowSpan::Gap(dt)
+            | WindowSpan::Waits(Pending::Long(dt)) => dt,
+            WindowSpan::Waits(_) => 0.0,
+        }
+    }
+}
+
 impl Deriver {
     /// A deriver. `update_interval` (seconds) is the interval at which the source updates
     /// its readings, when it declares one: the length of each entity's first window and the
@@ -981,7 +993,7 @@ impl Deriver {
         };
         let phase = state
             .classifier
-            .observe_by(&inputs, method, &cfg.phase)
+            .observe_window(&inputs, method, decision.seconds(), &cfg.phase)
             .map(|p| (p, method));
         win.verdict = verdict::judge(
             &VerdictInputs {

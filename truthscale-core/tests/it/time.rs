@@ -38,7 +38,11 @@ fn at(ms: i64, e: EntitySample) -> Sample {
 /// A compute-bound window (busy, tensor cores at 60 %, clock at the reference) or an idle one.
 fn readings(busy: bool) -> Vec<(Field, f64)> {
     let f_ref = by_key("h100-sxm").unwrap().f_ref_mhz;
-    let (u, tau, d) = if busy { (1.0, 0.6, 0.1) } else { (0.0, 0.0, 0.0) };
+    let (u, tau, d) = if busy {
+        (1.0, 0.6, 0.1)
+    } else {
+        (0.0, 0.0, 0.0)
+    };
     vec![
         (Field::ReportedUtil, u),
         (Field::SmActive, u),
@@ -127,7 +131,10 @@ fn a_change_of_cadence_is_not_a_gap() {
     let regimes: f64 = t.phase_seconds.iter().flatten().sum::<f64>() + t.unclassified_seconds;
     assert!((regimes - all).abs() < 1e-9);
     let compute = t.phase_seconds.iter().map(|m| m[1]).sum::<f64>();
-    assert!((compute - 60.0).abs() <= 10.0, "compute-bound {compute} s of 60");
+    assert!(
+        (compute - 60.0).abs() <= 10.0,
+        "compute-bound {compute} s of 60"
+    );
 }
 
 #[test]
@@ -216,7 +223,11 @@ fn a_blank_energy_reading_is_not_counted_twice() {
     }
     // The first window from the gauge, every other from the counter: 41 s, exactly.
     assert_eq!(t.energy_observed_seconds, 41.0);
-    assert!((t.energy_joules - truth).abs() < 1e-9, "{} vs {truth}", t.energy_joules);
+    assert!(
+        (t.energy_joules - truth).abs() < 1e-9,
+        "{} vs {truth}",
+        t.energy_joules
+    );
 }
 
 /// dcgm-exporter repeats its values between collections: the energy counter moves once in
