@@ -1,16 +1,21 @@
 //! `dcgmi dmon` text output.
 //!
 //! ```text
-//! #Entity    GRACT        SMACT        FP16A
-//! ID
-//! GPU 0      0.888        N/A          0.001
-//! GPU-I 1    0.420        0.400        N/A
+//! #Entity         POWER             TMPTR        GRACT        SMACT
+//! ID               W                 C
+//! GPU 0           245.318           61           0.888        N/A
+//! GPU-I 1         N/A                            0.420        0.400
 //! ```
 //!
 //! A header names the columns by their dcgmi short names; a later header replaces the
-//! columns. Rows carry no timestamps: a sweep ends when an entity already seen in it
+//! columns. The line under it (`ID`, then each column's unit under its name: ` W`, ` C`,
+//! ` mJ`, `KB/s`, `MB/s`, `Mb/s`, or nothing) is part of the header: it is read by column
+//! position, and a unit it declares sets or confirms the scale of that column's values
+//! ([`Scanner`]). Rows carry no timestamps: a sweep ends when an entity already seen in it
 //! appears again, and sweep `k` is stamped `start + k * interval`. `N/A` and DCGM's
-//! sentinel values become [`Reading::Blank`]. Lines before the first header, blank lines
+//! sentinel values become [`Reading::Blank`], and so does a field dmon leaves blank (spaces
+//! where its value would be, or a row that ends before it): a row with fewer values than
+//! columns is read by the columns' positions. Lines before the first header, blank lines
 //! and `#` comments are skipped and counted.
 //!
 //! `GPU-I n` rows are MIG GPU instances of the last `GPU` row before them (if any), and
@@ -49,6 +54,12 @@ pub(crate) enum Unit {
     Milli,
     /// MiB to bytes.
     Mib,
+    /// Kilo-units (KB/s) to units (B/s): decimal, 10^3.
+    Kilo,
+    /// Mega-units (MB/s) to units (B/s): decimal, 10^6.
+    Mega,
+    /// Megabits (Mb/s) to bytes (B/s): 10^6 / 8.
+    Megabit,
 }
 
 impl Unit {
@@ -68,6 +79,9 @@ impl Unit {
             Unit::Percent => v / 100.0,
             Unit::Milli => v / 1000.0,
             Unit::Mib => v * MIB,
+            Unit::Kilo => v * 1e3,
+            Unit::Mega => v * 1e6,
+            Unit::Megabit => v * 125_000.0,
         }
     }
 }
@@ -116,6 +130,72 @@ const COLUMNS: &[(&str, Target)] = &[
     ("FBTTL", F(Field::MemTotalBytes, Unit::Mib)),
     ("TMPTR", F(Field::TempCelsius, Unit::Same)),
 ];
+
+/// What a unit measures: a unit declared for a column must measure what the column's field
+/// does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quantity {
+    Power,
+    Temperature,
+    Energy,
+    Clock,
+    Ratio,
+    ByteRate,
+}
+
+/// The units a dmon units line may declare, what each measures, and how a value in it
+/// converts into the field's canonical unit. DCGM v4.6.0 prints ` C`, ` W`, ` mJ`, `KB/s`,
+/// `MB/s` and `Mb/s`; the others only state the canonical scale, and are accepted so that a
+/// units line that spells it out is not refused.
+const UNITS: &[(&str, Quantity, Unit)] = &[
+    ("W", Quantity::Power, Unit::Same),
+    ("C", Quantity::Temperature, Unit::Same),
+    ("mJ", Quantity::Energy, Unit::Milli),
+    ("J", Quantity::Energy, Unit::Same),
+    ("MHz", Quantity::Clock, Unit::Same),
+    ("%", Quantity::Ratio, Unit::Percent),
+    ("B/s", Quantity::ByteRate, Unit::Same),
+    ("KB/s", Quantity::ByteRate, Unit::Kilo),
+    ("MB/s", Quantity::ByteRate, Unit::Mega),
+    ("Mb/s", Quantity::ByteRate, Unit::Megabit),
+];
+
+/// What `field` measures, for the units that may be declared for it (`None`: no unit).
+fn quantity(field: Field) -> Option<Quantity> {
+    match field {
+        Field::PowerWatts | Field::PowerLimitWatts => Some(Quantity::Power),
+        Field::TempCelsius => Some(Quantity::Temperature),
+        Field::EnergyJoules => Some(Quantity::Energy),
+        Field::SmClockMhz | Field::MemClockMhz => Some(Quantity::Clock),
+        Field::PcieTxBytesPerSec
+        | Field::PcieRxBytesPerSec
+        | Field::NvlinkTxBytesPerSec
+        | Field::NvlinkRxBytesPerSec => Some(Quantity::ByteRate),
+        f if f.is_ratio() => Some(Quantity::Ratio),
+        _ => None,
+    }
+}
+
+/// A column's target once the units line declared `unit` (trimmed; empty: none) for it. No
+/// unit leaves the column's default scale; a unit sets the scale of its values, and must
+/// be one of [`UNITS`] that measures what the column feeds. A column that is not read takes
+/// any unit.
+fn with_unit(target: Option<Target>, unit: &str) -> Result<Option<Target>, String> {
+    let Some(target) = target else {
+        return Ok(None);
+    };
+    if unit.is_empty() {
+        return Ok(Some(target));
+    }
+    let Some(&(_, measures, scale)) = UNITS.iter().find(|(u, ..)| *u == unit) else {
+        return Err(format!("unknown unit `{unit}`"));
+    };
+    match target {
+        Target::Field(f, _) if quantity(f) == Some(measures) => Ok(Some(Target::Field(f, scale))),
+        Target::Field(f, _) => Err(format!("unit `{unit}` does not fit {}", f.name())),
+        _ => Err(format!("unit `{unit}` does not fit this column")),
+    }
+}
 
 /// A raw DCGM number, or `None` when it is one of DCGM's blank sentinels or not finite.
 #[inline]
@@ -299,10 +379,14 @@ impl DmonParser {
     /// line starts a new one.
     ///
     /// # Errors
-    /// A [`ParseError`] for a malformed row after a header: wrong number of values, a
-    /// value that is neither a number nor `N/A`, an unknown entity kind, or a `GPU-CI`
-    /// row with no `GPU-I` row before it. The parser is unchanged by a bad row and stays
-    /// usable.
+    /// A [`ParseError`] for a malformed row after a header: more values than columns, or
+    /// fewer that do not lie under the header's column names, a value that is neither a
+    /// number nor `N/A`, an unknown entity kind, or a `GPU-CI` row with no `GPU-I` row
+    /// before it. The parser is unchanged by a bad row and stays usable. A units line that
+    /// declares a unit this parser does not know, or one that does not fit its column, is
+    /// an error naming the column, whose values are then not read until the next header;
+    /// one whose units do not lie under the header's names is an error too, and the
+    /// columns keep their default scales.
     pub fn push_line(&mut self, line: &str) -> Result<Option<Sample>, ParseError> {
         let mut values = std::mem::take(&mut self.values);
         values.clear();
@@ -327,6 +411,13 @@ impl DmonParser {
             Line::Header(columns) => {
                 self.columns = Some(columns);
                 return Ok(None);
+            }
+            Line::Units(columns, problem) => {
+                self.columns = Some(columns);
+                return match problem {
+                    None => Ok(None),
+                    Some(m) => Err(error(&self.file, self.line, m)),
+                };
             }
             _ if self.columns.is_none() => {
                 self.skipped += 1;
@@ -428,7 +519,7 @@ impl DmonParser {
     }
 
     /// Lines skipped as not data: anything before the first header, blank lines and
-    /// comments. Header and `ID` lines are structure and not counted.
+    /// comments. Header and `ID` (units) lines are structure and not counted.
     #[must_use]
     pub fn skipped_lines(&self) -> u64 {
         self.skipped
@@ -504,6 +595,7 @@ pub struct Scanned {
 #[derive(Debug, Clone, PartialEq)]
 enum Rare {
     Header(Vec<Option<Target>>),
+    Units(Vec<Option<Target>>, Option<String>),
     Bad(String),
 }
 
@@ -512,9 +604,12 @@ enum Rare {
 enum Line {
     /// A header: the columns' targets.
     Header(Vec<Option<Target>>),
+    /// The units line under a header: the header's columns with the units it declares,
+    /// and what in it does not read (those columns are not read).
+    Units(Vec<Option<Target>>, Option<String>),
     /// Blank, or a comment.
     Blank,
-    /// The `ID` line under a header.
+    /// An `ID` line with no units.
     Id,
     /// A row, its values appended.
     Row(Kind, u32),
@@ -534,6 +629,7 @@ impl Scanned {
             Line::Id => (Scanned::ID, None),
             Line::Row(kind, n) => (Scanned::ROW | (kind as u64) << 8 | u64::from(n) << 32, None),
             Line::Header(columns) => (Scanned::RARE, Some(Rare::Header(columns))),
+            Line::Units(columns, m) => (Scanned::RARE, Some(Rare::Units(columns, m))),
             Line::Bad(m) => (Scanned::RARE, Some(Rare::Bad(m))),
         };
         Scanned {
@@ -542,10 +638,17 @@ impl Scanned {
         }
     }
 
+    /// Whether the line is a row that reads.
+    #[inline]
+    fn is_row(&self) -> bool {
+        self.word & 0xff == Scanned::ROW
+    }
+
     fn line(self) -> Line {
         match (self.word & 0xff, self.rare) {
             (_, Some(rare)) => match *rare {
                 Rare::Header(columns) => Line::Header(columns),
+                Rare::Units(columns, m) => Line::Units(columns, m),
                 Rare::Bad(m) => Line::Bad(m),
             },
             (Scanned::ROW, None) => {
@@ -565,24 +668,197 @@ impl Scanned {
 /// The first of the parser's two steps, [`Scanner::scan`] then
 /// [`DmonParser::push_scanned`], which a reader may take on another thread than the second:
 /// each line read on its own, and a row's values converted into their fields' units as the
-/// latest header's columns say.
+/// latest header's columns (and the units line under it) say.
+///
+/// dmon lays its columns out by position: each field's name, its unit on the line under it,
+/// and its values lie in the same span of columns. The header's spans are kept to read the
+/// units line, and a row with fewer values than columns (a field dmon left blank); rows with
+/// a value for every column, nearly all of them, are read by their words alone.
 #[derive(Debug, Default)]
 pub struct Scanner {
     columns: Option<Vec<Option<Target>>>,
+    /// The latest header's column names, each with its byte offset in the header line.
+    names: Vec<(usize, String)>,
+    /// Whether the line before was a header, which the units line follows.
+    after_header: bool,
 }
 
 impl Scanner {
     /// Read `line` (without its newline) on its own. A row's values are appended to
     /// `values`, converted as they are: each value of a field's column into the field's
-    /// unit, NaN when it is `N/A`, one of DCGM's blank sentinels or not finite once
-    /// converted; other columns' values as read (`N/A` as NaN). Nothing is appended for
-    /// any other line, or for a row that does not read.
+    /// unit, NaN when it is `N/A`, blank, one of DCGM's blank sentinels or not finite once
+    /// converted; other columns' values as read (`N/A` and blank as NaN). Nothing is
+    /// appended for any other line, or for a row that does not read.
     pub fn scan(&mut self, line: &str, values: &mut Vec<f64>) -> Scanned {
-        let scanned = scan_with(line, values, self.columns.as_deref().unwrap_or_default());
+        if self.after_header {
+            self.after_header = false;
+            if let Some(scanned) = self.units_line(line) {
+                return scanned;
+            }
+        }
+        let start = values.len();
+        let columns = self.columns.as_deref().unwrap_or_default();
+        let scanned = scan_with(line, values, columns);
+        if values.len() - start < columns.len() && scanned.is_row() {
+            scan_by_position(line, &self.names, columns, values, start);
+        }
         if let Some(Rare::Header(columns)) = scanned.rare.as_deref() {
             self.columns = Some(columns.clone());
+            self.names = column_names(line);
+            self.after_header = true;
         }
         scanned
+    }
+
+    /// The line right after a header, when it is a units line (`ID`, then at least one
+    /// unit): the header's columns with the units it declares under their names.
+    #[cold]
+    #[inline(never)]
+    fn units_line(&mut self, line: &str) -> Option<Scanned> {
+        let mut words = line.split_whitespace();
+        if !words.next()?.eq_ignore_ascii_case("ID") || words.next().is_none() {
+            return None;
+        }
+        let columns = self.columns.as_deref()?;
+        let (columns, problem) = read_units(line, &self.names, columns);
+        self.columns = Some(columns.clone());
+        Some(Scanned::of(Line::Units(columns, problem)))
+    }
+}
+
+/// The words of `line`, split as `str::split_whitespace` splits them, each with its byte
+/// offset in the line.
+fn words_at(line: &str) -> impl Iterator<Item = (usize, &str)> {
+    let mut rest = line;
+    std::iter::from_fn(move || {
+        let word = rest.trim_start();
+        if word.is_empty() {
+            return None;
+        }
+        let at = line.len() - word.len();
+        let (word, after) = word.split_at(word.find(char::is_whitespace).unwrap_or(word.len()));
+        rest = after;
+        Some((at, word))
+    })
+}
+
+/// A header's column names (the words after `#Entity` or `# Entity`, as the header is read),
+/// each with its byte offset in the line.
+fn column_names(line: &str) -> Vec<(usize, String)> {
+    let t = line.trim_start();
+    let rest = t.strip_prefix('#').unwrap_or(t).trim_start();
+    let rest = rest.strip_prefix("Entity").unwrap_or_default();
+    let skip = line.len() - rest.len();
+    words_at(rest)
+        .map(|(at, w)| (skip + at, w.to_owned()))
+        .collect()
+}
+
+/// The column (its index) whose span holds byte `at` of a line: from its name's offset to
+/// the next name's. `None` before the first name.
+fn column_at(names: &[(usize, String)], at: usize) -> Option<usize> {
+    names
+        .partition_point(|(start, _)| *start <= at)
+        .checked_sub(1)
+}
+
+/// Where column `k`'s span ends (exclusive).
+fn column_end(names: &[(usize, String)], k: usize) -> usize {
+    names.get(k + 1).map_or(usize::MAX, |(start, _)| *start)
+}
+
+/// The words of a line after its label (the words before the first column), each with the
+/// column whose span holds it, when every word lies in one column's span and no two in the
+/// same one; `None` otherwise, or when the label is not `label` words.
+fn words_in_columns<'a>(
+    line: &'a str,
+    names: &[(usize, String)],
+    label: usize,
+) -> Option<Vec<(usize, &'a str)>> {
+    let first = names.first().map_or(usize::MAX, |(start, _)| *start);
+    let mut labels = 0;
+    let mut out: Vec<(usize, &str)> = Vec::new();
+    for (at, word) in words_at(line) {
+        let end = at + word.len();
+        let Some(k) = column_at(names, at) else {
+            labels += 1;
+            if end > first {
+                return None;
+            }
+            continue;
+        };
+        if end > column_end(names, k) || out.last().is_some_and(|(last, _)| *last >= k) {
+            return None;
+        }
+        out.push((k, word));
+    }
+    (labels == label).then_some(out)
+}
+
+/// A units line's units read under the header's column names: the columns with the scale
+/// each declares ([`with_unit`]), and what does not read. A column whose unit does not read
+/// is not read; when the units do not lie under the names, the columns are left as they are.
+fn read_units(
+    line: &str,
+    names: &[(usize, String)],
+    columns: &[Option<Target>],
+) -> (Vec<Option<Target>>, Option<String>) {
+    let mut out = columns.to_vec();
+    let Some(units) = words_in_columns(line, names, 1) else {
+        let m = "units line: its units do not lie under the column names of the header above";
+        return (out, Some(m.to_owned()));
+    };
+    let mut problems = Vec::new();
+    for (k, unit) in units {
+        let (Some(target), Some((_, name))) = (out.get_mut(k), names.get(k)) else {
+            continue;
+        };
+        match with_unit(*target, unit) {
+            Ok(t) => *target = t,
+            Err(m) => {
+                *target = None;
+                problems.push(format!("column {name}: {m}; its values are not read"));
+            }
+        }
+    }
+    (out, (!problems.is_empty()).then(|| problems.join("; ")))
+}
+
+/// A row with fewer values than columns, read again by the columns' positions: each word
+/// the value of the column whose span holds it, and a column without one blank. The values
+/// appended from `start` are replaced when every word lies in one column's span after the
+/// entity; otherwise they are left as they are (and the parser reports the count).
+#[cold]
+#[inline(never)]
+fn scan_by_position(
+    line: &str,
+    names: &[(usize, String)],
+    columns: &[Option<Target>],
+    values: &mut Vec<f64>,
+    start: usize,
+) {
+    if names.len() != columns.len() {
+        return;
+    }
+    let Some(words) = words_in_columns(line, names, 2) else {
+        return;
+    };
+    let mut raw = vec![NA; columns.len()];
+    for (k, word) in words {
+        let v = match word {
+            "N/A" => NA,
+            w => match number(w) {
+                Some(v) => v,
+                None => return,
+            },
+        };
+        if let Some(slot) = raw.get_mut(k) {
+            *slot = v;
+        }
+    }
+    values.truncate(start);
+    for (k, v) in raw.into_iter().enumerate() {
+        push_value(values, columns, k, v);
     }
 }
 
@@ -783,6 +1059,11 @@ fn entity<'a>(words: &mut impl Iterator<Item = &'a str>) -> Result<(Kind, u32), 
         k if k.eq_ignore_ascii_case("GPU") => Kind::Gpu,
         k if k.eq_ignore_ascii_case("GPU-I") => Kind::GpuInstance,
         k if k.eq_ignore_ascii_case("GPU-CI") => Kind::ComputeInstance,
+        k if k.eq_ignore_ascii_case("ID") => {
+            return Err(
+                "a units line (`ID`, then units) not right under a `#Entity` header".into(),
+            );
+        }
         k => return Err(format!("unknown entity kind `{k}`")),
     };
     let id = words.next().unwrap_or_default();
@@ -1111,6 +1392,276 @@ GPU 1     N/A    1      2      N/A
                 ..EntityId::default()
             }
         );
+    }
+
+    /// A line in the layout of DCGM v4.6.0's dmon: `label` padded to 16 columns, then each
+    /// cell left-aligned in its field's format width + 6, plus 2.
+    fn laid_out(label: &str, cells: &[(&str, usize)]) -> String {
+        let mut line = format!("{label:<16}");
+        for (cell, width) in cells {
+            line.push_str(&format!("{cell:<w$}", w = width + 8));
+        }
+        line
+    }
+
+    /// A header, its units line and `rows` in the v4.6.0 layout: `(name, format width,
+    /// unit)` per column, and each row's label and cells.
+    fn capture(columns: &[(&str, usize, &str)], rows: &[(&str, &[&str])]) -> String {
+        let names: Vec<_> = columns.iter().map(|(n, w, _)| (*n, *w)).collect();
+        let units: Vec<_> = columns.iter().map(|(_, w, u)| (*u, *w)).collect();
+        let mut text = laid_out("#Entity", &names) + "\n" + &laid_out("ID", &units) + "\n";
+        for (label, cells) in rows {
+            let cells: Vec<_> = cells
+                .iter()
+                .zip(&names)
+                .map(|(c, (_, w))| (*c, *w))
+                .collect();
+            text += &(laid_out(label, &cells) + "\n");
+        }
+        text
+    }
+
+    const REAL: &[(&str, usize, &str)] = &[
+        ("POWER", 10, " W"),
+        ("TOTEC", 16, " mJ"),
+        ("TMPTR", 5, " C"),
+        ("SMCLK", 5, ""),
+        ("GRACT", 5, ""),
+        ("TENSO", 5, ""),
+    ];
+
+    #[test]
+    fn units_line_is_part_of_the_header() {
+        let rows: &[(&str, &[&str])] = &[
+            (
+                "GPU 0",
+                &["245.318", "15152422938", "61", "1980", "0.888", "0.178"],
+            ),
+            ("GPU 1", &["N/A", "1000", "58", "1410", "N/A", "0.000"]),
+        ];
+        // The header and units line again between sweeps, as dmon repeats them.
+        let block = capture(REAL, rows);
+        let text = format!("{block}{block}{block}");
+        assert!(
+            text.lines()
+                .nth(1)
+                .unwrap()
+                .starts_with("ID               W ")
+        );
+        let (s, skipped) = parse(&text).unwrap();
+        assert_eq!((s.len(), skipped), (3, 0));
+        for s in &s {
+            assert_eq!(s.entities.len(), 2);
+            assert_eq!(val(s, 0, Field::PowerWatts), Reading::Value(245.318));
+            assert_eq!(
+                val(s, 0, Field::EnergyJoules),
+                Reading::Value(15_152_422.938)
+            );
+            assert_eq!(val(s, 0, Field::TempCelsius), Reading::Value(61.0));
+            assert_eq!(val(s, 0, Field::SmClockMhz), Reading::Value(1980.0));
+            assert_eq!(val(s, 0, Field::GrActive), Reading::Value(0.888));
+            assert_eq!(val(s, 0, Field::TensorActive), Reading::Value(0.178));
+            assert_eq!(val(s, 1, Field::PowerWatts), Reading::Blank);
+            assert_eq!(val(s, 1, Field::EnergyJoules), Reading::Value(1.0));
+            assert_eq!(val(s, 1, Field::TempCelsius), Reading::Value(58.0));
+            assert_eq!(val(s, 1, Field::SmClockMhz), Reading::Value(1410.0));
+            assert_eq!(val(s, 1, Field::GrActive), Reading::Blank);
+            assert_eq!(val(s, 1, Field::TensorActive), Reading::Value(0.0));
+        }
+    }
+
+    #[test]
+    fn declared_units_set_the_scale() {
+        let one = |name: &str, width: usize, unit: &str, v: &str, f: Field| {
+            let (s, _) = parse(&capture(&[(name, width, unit)], &[("GPU 0", &[v])])).unwrap();
+            val(&s[0], 0, f)
+        };
+        let v = Reading::Value;
+        let cases = [
+            (("TOTEC", 16, " mJ", "2500"), Field::EnergyJoules, v(2.5)),
+            (("TOTEC", 16, " J", "2500"), Field::EnergyJoules, v(2500.0)),
+            (("TOTEC", 16, "", "2500"), Field::EnergyJoules, v(2.5)),
+            (
+                ("PCITX", 5, "", "2500"),
+                Field::PcieTxBytesPerSec,
+                v(2500.0),
+            ),
+            (
+                ("PCITX", 5, "B/s", "2500"),
+                Field::PcieTxBytesPerSec,
+                v(2500.0),
+            ),
+            (
+                ("PCITX", 5, "KB/s", "2500"),
+                Field::PcieTxBytesPerSec,
+                v(2.5e6),
+            ),
+            (
+                ("PCIRX", 5, "MB/s", "2.5"),
+                Field::PcieRxBytesPerSec,
+                v(2.5e6),
+            ),
+            (
+                ("NVLTX", 5, "Mb/s", "8"),
+                Field::NvlinkTxBytesPerSec,
+                v(1e6),
+            ),
+            (("GRACT", 5, "%", "50"), Field::GrActive, v(0.5)),
+            (("GPUTL", 5, "%", "50"), Field::ReportedUtil, v(0.5)),
+            (("GPUTL", 5, "", "50"), Field::ReportedUtil, v(0.5)),
+            (("SMCLK", 5, "MHz", "1980"), Field::SmClockMhz, v(1980.0)),
+            (
+                ("POWER", 10, " W", "N/A"),
+                Field::PowerWatts,
+                Reading::Blank,
+            ),
+        ];
+        for ((name, width, unit, raw), f, want) in cases {
+            assert_eq!(
+                one(name, width, unit, raw, f),
+                want,
+                "{name} {unit:?} {raw}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_unit_that_does_not_read_is_an_error_naming_its_column() {
+        let cols = [("POWER", 10, " W"), ("TMPTR", 5, " F"), ("XYZZY", 5, "#")];
+        let text = capture(&cols, &[("GPU 0", &["245.318", "61", "7"])]);
+        let mut p = DmonParser::new("cap.txt", 1.0, Timestamp(0));
+        let lines: Vec<_> = text.lines().collect();
+        assert_eq!(p.push_line(lines[0]), Ok(None));
+        assert_eq!(
+            p.push_line(lines[1]).unwrap_err().to_string(),
+            "cap.txt:2: column TMPTR: unknown unit `F`; its values are not read",
+            "an ignored column (XYZZY) may have any unit"
+        );
+        assert_eq!(p.push_line(lines[2]), Ok(None));
+        let s = p.finish().unwrap();
+        assert_eq!(val(&s, 0, Field::PowerWatts), Reading::Value(245.318));
+        assert_eq!(
+            val(&s, 0, Field::TempCelsius),
+            Reading::Blank,
+            "not misread"
+        );
+
+        let cases = [
+            (
+                [("TMPTR", 5, " W"), ("POWER", 10, " W")],
+                "cap.txt:2: column TMPTR: unit `W` does not fit temp_celsius; its values are not read",
+            ),
+            (
+                [("TOTEC", 16, " MJ"), ("FBFRE", 5, " W")],
+                "cap.txt:2: column TOTEC: unknown unit `MJ`; its values are not read; \
+                 column FBFRE: unit `W` does not fit this column; its values are not read",
+            ),
+        ];
+        for (cols, want) in cases {
+            let err = parse(&capture(&cols, &[])).unwrap_err();
+            assert_eq!(err.to_string(), want);
+        }
+        // Units that do not lie under the names: the columns keep their default scales.
+        let text = "#Entity GRACT  TOTEC\nID  W  mJ\nGPU 0 0.5 2500\n";
+        let mut p = DmonParser::new("cap.txt", 1.0, Timestamp(0));
+        let got: Vec<_> = text
+            .lines()
+            .map(|l| p.push_line(l).map_err(|e| e.to_string()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                Ok(None),
+                Err(
+                    "cap.txt:2: units line: its units do not lie under the column names \
+                     of the header above"
+                        .into()
+                ),
+                Ok(None)
+            ]
+        );
+        assert_eq!(
+            val(&p.finish().unwrap(), 0, Field::EnergyJoules),
+            Reading::Value(2.5)
+        );
+    }
+
+    #[test]
+    fn a_units_line_away_from_its_header_is_an_error() {
+        let text = capture(REAL, &[("GPU 0", &["1", "2", "3", "4", "0.5", "0.5"])]);
+        let units = text.lines().nth(1).unwrap();
+        let text = format!("{text}{units}\n");
+        assert_eq!(
+            parse(&text).unwrap_err().to_string(),
+            "cap.txt:4: a units line (`ID`, then units) not right under a `#Entity` header"
+        );
+        // A bare `ID` line is structure wherever it is.
+        let (s, skipped) = parse("#Entity GRACT\nID\nGPU 0 0.5\nID\nGPU 0 0.6\n").unwrap();
+        assert_eq!((s.len(), skipped), (2, 0));
+    }
+
+    #[test]
+    fn blank_space_fields_are_blank_for_their_column_only() {
+        let rows: &[(&str, &[&str])] = &[
+            // A field left as blank space, in the middle and at the start.
+            (
+                "GPU 0",
+                &["245.318", "15152422938", "", "1980", "0.888", "0.178"],
+            ),
+            ("GPU 1", &["", "1000", "58", "1410", "N/A", "0.000"]),
+            // The row ends before its last two fields.
+            ("GPU-I 3", &["12.000", "2000", "57", "1410"]),
+        ];
+        let text = capture(REAL, rows);
+        let (s, _) = parse(&text).unwrap();
+        let e = &s[0].entities;
+        assert_eq!(e.len(), 3);
+        let rows = [
+            [
+                Some(245.318),
+                Some(15_152_422.938),
+                None,
+                Some(1980.0),
+                Some(0.888),
+                Some(0.178),
+            ],
+            [None, Some(1.0), Some(58.0), Some(1410.0), None, Some(0.0)],
+            [Some(12.0), Some(2.0), Some(57.0), Some(1410.0), None, None],
+        ];
+        let fields = [
+            Field::PowerWatts,
+            Field::EnergyJoules,
+            Field::TempCelsius,
+            Field::SmClockMhz,
+            Field::GrActive,
+            Field::TensorActive,
+        ];
+        for (i, want) in rows.iter().enumerate() {
+            for (f, w) in fields.iter().zip(want) {
+                let w = w.map_or(Reading::Blank, Reading::Value);
+                assert_eq!(e[i].readings.get(*f), w, "row {i} {}", f.name());
+            }
+        }
+        // Fewer values that do not lie under the names are still a miscount.
+        let text = "#Entity         POWER             TMPTR        \nGPU 0  245.318\n";
+        assert_eq!(
+            parse(text).unwrap_err().to_string(),
+            "cap.txt:2: expected 2 values, found 1"
+        );
+        // The same through the two steps: the scanner's values are one per column.
+        let mut scanner = Scanner::default();
+        let mut values = Vec::new();
+        let short: &[(&str, &[&str])] = &[("GPU 0", &["1.000", "2000", "57", "1410"])];
+        for l in capture(REAL, short).lines() {
+            values.clear();
+            let _ = scanner.scan(l, &mut values);
+        }
+        let bits: Vec<_> = values.iter().map(|v| v.to_bits()).collect();
+        let want: Vec<_> = [1.0, 2.0, 57.0, 1410.0, NA, NA]
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        assert_eq!(bits, want);
     }
 
     #[test]

@@ -1,4 +1,6 @@
-//! Real dcgm-exporter and `dcgmi dmon` captures (`tests/fixtures/dcgm/`), one test each.
+//! Real dcgm-exporter and `dcgmi dmon` captures (`tests/fixtures/dcgm/`), one test each, and
+//! one `dcgmi dmon` capture constructed to DCGM v4.6.0's layout (its `# source:` line says
+//! so).
 //!
 //! Each fixture starts with a `# source:` line that says where it comes from and what is
 //! odd about it; the assertions below follow those notes.
@@ -17,6 +19,7 @@ const ERICSSON_T4: &str = "dcgm-exporter-cncf-k8s-ai-conformance-ericsson-ccd-t4
 const UPCLOUD_L40S: &str = "dcgm-exporter-cncf-k8s-ai-conformance-upcloud-l40s.txt";
 const LINODE: &str = "dcgm-exporter-linode-lke-ai-conformance-README.txt";
 const DMON244: &str = "dcgmi-dmon-NVIDIA-DCGM-issue244.txt";
+const DMON_V460: &str = "dcgmi-dmon-constructed-dcgm-v4.6.0-layout.txt";
 
 /// Every fixture some test below reads.
 const TESTED: &[&str] = &[
@@ -29,6 +32,7 @@ const TESTED: &[&str] = &[
     UPCLOUD_L40S,
     LINODE,
     DMON244,
+    DMON_V460,
 ];
 
 const MIB: f64 = 1_048_576.0;
@@ -474,6 +478,90 @@ fn dmon_issue244_eight_gpus_multiplexed_profiling() {
             (Field::Fp64Active, Some(0.0)),
             (Field::Fp32Active, Some(0.046)),
             (Field::Fp16Active, None),
+        ],
+    );
+}
+
+#[test]
+fn dmon_v4_6_0_layout_units_line_repeated_headers_and_blank_fields() {
+    let name = DMON_V460;
+    // `parse` panics on the first error: the units lines, read as headers, give none.
+    let (samples, skipped) = parse(Format::DcgmiDmon, name, &read(name));
+    assert_eq!(skipped, 2, "the source line and the shell prompt line");
+    assert_eq!(
+        samples.len(),
+        32,
+        "`-c 32`, with the header twice more among the sweeps"
+    );
+    for (k, s) in samples.iter().enumerate() {
+        assert_eq!(s.taken, Timestamp(k as i64 * 1_000));
+        let gpus: Vec<_> = s.entities.iter().map(|e| e.id.gpu).collect();
+        assert_eq!(gpus, [Some(0), Some(1)], "sweep {k}");
+        for e in &s.entities {
+            // ` mJ` after every header: about 9e6 and 1.5e7 J, never the raw millijoules.
+            let j = e.readings.value(Field::EnergyJoules).unwrap();
+            assert!((9.0e6..1.6e7).contains(&j), "sweep {k}: {j}");
+        }
+    }
+    let first = &samples[0].entities;
+    check(
+        &first[0],
+        &[
+            (Field::PowerWatts, Some(250.018)),
+            (Field::EnergyJoules, Some(15_152_672.956)),
+            (Field::TempCelsius, Some(60.0)),
+            (Field::SmClockMhz, Some(1980.0)),
+            (Field::GrActive, Some(0.5)),
+            (Field::TensorActive, Some(0.25)),
+            (Field::DramActive, Some(0.125)),
+        ],
+    );
+    check(
+        &first[1],
+        &[
+            (Field::PowerWatts, Some(290.018)),
+            (Field::EnergyJoules, Some(9_010_493.058)),
+            (Field::TempCelsius, Some(63.0)),
+            (Field::SmClockMhz, Some(1410.0)),
+            (Field::GrActive, None),
+            (Field::TensorActive, None),
+            (Field::DramActive, None),
+        ],
+    );
+    // The first sweep after the second header.
+    check(
+        &samples[15].entities[0],
+        &[
+            (Field::PowerWatts, Some(250.018)),
+            (Field::EnergyJoules, Some(15_156_460.726)),
+            (Field::TempCelsius, Some(61.0)),
+            (Field::GrActive, Some(0.65)),
+        ],
+    );
+    // GPU 1's TENSO is blank space in sweep 21: blank there only.
+    check(
+        &samples[20].entities[1],
+        &[
+            (Field::PowerWatts, Some(290.018)),
+            (Field::EnergyJoules, Some(9_016_343.418)),
+            (Field::TempCelsius, Some(65.0)),
+            (Field::SmClockMhz, Some(1410.0)),
+            (Field::GrActive, Some(0.8)),
+            (Field::TensorActive, None),
+            (Field::DramActive, Some(0.165)),
+        ],
+    );
+    // GPU 0's last row ends before DRAMA.
+    check(
+        &samples[31].entities[0],
+        &[
+            (Field::PowerWatts, Some(251.268)),
+            (Field::EnergyJoules, Some(15_160_499.764)),
+            (Field::TempCelsius, Some(63.0)),
+            (Field::SmClockMhz, Some(1980.0)),
+            (Field::GrActive, Some(0.81)),
+            (Field::TensorActive, Some(0.405)),
+            (Field::DramActive, None),
         ],
     );
 }

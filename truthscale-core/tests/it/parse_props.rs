@@ -36,8 +36,8 @@ fn feed_all(lines: &[String]) {
     }
 }
 
-/// A `dcgmi dmon`-like document: headers, `ID` lines, rows whose value count is often
-/// right, values that include sentinels and extremes, and some junk.
+/// A `dcgmi dmon`-like document: headers, `ID` and units lines, rows whose value count is
+/// often right, values that include sentinels and extremes, and some junk.
 fn dmon_doc() -> impl Strategy<Value = Vec<String>> {
     let column = prop::sample::select(vec![
         "GPUTL", "MCUTL", "GRACT", "TENSO", "POWER", "TOTEC", "FBUSD", "FBFRE", "FBTTL", "PCITX",
@@ -62,9 +62,13 @@ fn dmon_doc() -> impl Strategy<Value = Vec<String>> {
         .prop_map(|(k, id, vals)| format!("{k} {id}    {}", vals.join("   ")));
     let header =
         prop::collection::vec(column, 0..5).prop_map(|c| format!("#Entity   {}", c.join("  ")));
+    let unit = prop::sample::select(vec![" W", " C", " mJ", "KB/s", "Mb/s", "", "F", "#"]);
+    let units =
+        prop::collection::vec(unit, 0..5).prop_map(|u| format!("ID        {}", u.join("     ")));
     let line = prop_oneof![
         1 => header.clone(),
         1 => Just("ID".to_owned()),
+        1 => units,
         1 => "[ -~]{0,12}",
         8 => row,
     ];
