@@ -83,15 +83,19 @@ impl<R: BufRead> Capture<R> {
             buf: Vec::new(),
             done: false,
         };
+        // The first lines tell the format, and whether a dcgm-exporter scrape carries its
+        // own timestamps.
+        if matches!(format, None | Some(Format::DcgmExporter)) {
+            while c.head.len() < DETECT_LINES {
+                match c.read_line()? {
+                    Some(l) => c.head.push_back(l),
+                    None => break,
+                }
+            }
+        }
         let format = match format {
             Some(f) => f,
             None => {
-                while c.head.len() < DETECT_LINES {
-                    match c.read_line()? {
-                        Some(l) => c.head.push_back(l),
-                        None => break,
-                    }
-                }
                 let text: Vec<&str> = c
                     .head
                     .iter()
@@ -112,6 +116,33 @@ impl<R: BufRead> Capture<R> {
     #[must_use]
     pub fn format(&self) -> Format {
         self.format
+    }
+
+    /// Whether the samples carry their own timestamps (JSONL's `taken`; a dcgm-exporter
+    /// scrape whose first sample line has an exposition timestamp), rather than being
+    /// stamped `interval_secs` apart: then the time between samples is the capture's own,
+    /// and no update interval can be declared for it.
+    #[must_use]
+    pub fn has_own_timestamps(&self) -> bool {
+        match self.format {
+            Format::Jsonl => true,
+            Format::DcgmiDmon => false,
+            Format::DcgmExporter => self
+                .head
+                .iter()
+                .filter_map(|(_, l)| l.as_deref().ok())
+                .map(str::trim)
+                .find(|l| !l.is_empty() && !l.starts_with('#'))
+                .and_then(|l| truthscale_core::parse::prom_text::parse_sample(l).ok())
+                .is_some_and(|s| s.timestamp_ms.is_some()),
+        }
+    }
+
+    /// The update interval to declare for this capture: `interval_secs` for a format
+    /// stamped that far apart, none for one with its own timestamps.
+    #[must_use]
+    pub fn declared_interval(&self, interval_secs: f64) -> Option<f64> {
+        (!self.has_own_timestamps()).then_some(interval_secs)
     }
 
     /// Bytes read so far (for progress).

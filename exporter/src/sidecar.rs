@@ -17,6 +17,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::watch;
+use truthscale_core::diag::{Diagnostic, DiagnosticKind};
 use truthscale_core::exposition::{self, ExporterStatus, Format, GpuEntry, Identity, SourceHealth};
 use truthscale_core::gpus;
 use truthscale_core::model::{EntityKey, PodRef};
@@ -179,6 +180,8 @@ struct Sampler {
     last_data: Option<Instant>,
     errors: BTreeMap<String, u64>,
     diagnostics: BTreeMap<String, u64>,
+    /// The entities (and kinds) whose impossible readings or gaps were logged: once each.
+    logged_diagnostics: std::collections::HashSet<(EntityKey, DiagnosticKind)>,
     tick: u64,
     previous_body: Option<usize>,
     last_error_log: HashMap<&'static str, Instant>,
@@ -304,7 +307,36 @@ const FORGET_STOPPED_AFTER: Duration = Duration::from_secs(600);
 /// Repeated errors of one kind are logged at most this often.
 const ERROR_LOG_EVERY: Duration = Duration::from_secs(30);
 
+/// How many (entity, kind) pairs are remembered as logged; past it, nothing more is logged
+/// at warning level (every diagnostic is still counted).
+const LOGGED_DIAGNOSTICS_MAX: usize = 10_000;
+
 impl Sampler {
+    /// Log a diagnostic: an impossible reading or a gap at warning level once per entity
+    /// and kind (each is counted in `truthscale_derivation_diagnostics_total` anyway), the
+    /// rest at debug level.
+    fn log_diagnostic(&mut self, diag: &Diagnostic) {
+        let once = matches!(
+            diag.kind,
+            DiagnosticKind::OutOfRange | DiagnosticKind::Sentinel | DiagnosticKind::Gap
+        );
+        let first = once
+            && self.logged_diagnostics.len() < LOGGED_DIAGNOSTICS_MAX
+            && diag
+                .entity
+                .as_ref()
+                .is_some_and(|e| self.logged_diagnostics.insert((e.key(), diag.kind)));
+        if first {
+            tracing::warn!(
+                diagnostic = %diag,
+                kind = diag.kind.as_str(),
+                "Reading not used as a measurement; counted in truthscale_derivation_diagnostics_total (logged once per GPU and kind)."
+            );
+        } else {
+            tracing::debug!(diagnostic = %diag, "Derivation diagnostic.");
+        }
+    }
+
     fn new(settings: &Settings, source: Box<dyn Source>, api: Option<ApiServer>) -> Sampler {
         // The source declares how often it updates (or lets the deriver tell each entity's
         // cadence from its timestamps).
@@ -335,6 +367,7 @@ impl Sampler {
             last_data: None,
             errors: BTreeMap::new(),
             diagnostics: BTreeMap::new(),
+            logged_diagnostics: std::collections::HashSet::new(),
             tick: 0,
             previous_body: None,
             last_error_log: HashMap::new(),
@@ -549,7 +582,7 @@ impl Sampler {
                     .diagnostics
                     .entry(diag.kind.as_str().to_string())
                     .or_default() += 1;
-                tracing::debug!(diagnostic = %diag, "Derivation diagnostic.");
+                self.log_diagnostic(&diag);
             }
             if (self.node.is_some() || self.own_pod.is_some()) && !d.windows.is_empty() {
                 // Node mode, and the sidecar with the kubelet's answer: a device now

@@ -7,7 +7,6 @@ use std::path::Path;
 use std::time::Duration;
 use truthscale_core::catalog::MetricId;
 use truthscale_core::model::{EntityKey, Sample, ServingSnapshot, Throttles};
-use truthscale_core::parse::Format;
 use truthscale_core::tracker::{Deriver, EntityWindow};
 use truthscale_core::verdict::{self, VerdictConfig, VerdictInputs, VerdictResult};
 
@@ -115,7 +114,7 @@ pub(crate) fn read_capture<S>(
     let file = std::fs::File::open(path).with_context(|| format!("cannot open {name}"))?;
     let mut capture =
         crate::capture::Capture::open(std::io::BufReader::new(file), &name, None, 1.0)?;
-    let mut state = start((capture.format() != Format::Jsonl).then_some(1.0));
+    let mut state = start(capture.declared_interval(1.0));
     let mut malformed = 0usize;
     while let Some(r) = capture.next_sample()? {
         match r {

@@ -230,12 +230,27 @@ impl Analyzer {
     #[must_use]
     pub fn report(&self) -> Report {
         let cfg = self.deriver.config();
+        let accs = self.entities.sorted();
+        // GPUs already partitioned into MIG instances: their instances get the advice.
+        let instances: Vec<&EntityId> = accs
+            .iter()
+            .map(|a| &a.id)
+            .filter(|id| id.mig.is_some())
+            .collect();
+        let partitioned = |id: &EntityId| {
+            id.mig.is_none()
+                && instances.iter().any(|i| {
+                    i.node == id.node
+                        && match (&i.uuid, &id.uuid) {
+                            (Some(a), Some(b)) => a == b,
+                            _ => i.gpu.is_some() && i.gpu == id.gpu,
+                        }
+                })
+        };
         Report {
-            entities: self
-                .entities
-                .sorted()
-                .into_iter()
-                .map(|a| summarize(a, cfg))
+            entities: accs
+                .iter()
+                .map(|a| summarize(a, cfg, partitioned(&a.id)))
                 .collect(),
             diagnostics: self
                 .diagnostics
@@ -481,7 +496,8 @@ pub struct EntitySummary {
     pub timeline: Option<Vec<TimelinePoint>>,
 }
 
-fn summarize(a: &EntityAcc, cfg: &DeriveConfig) -> EntitySummary {
+/// `partitioned`: the entity is a GPU split into MIG instances, which get their own advice.
+fn summarize(a: &EntityAcc, cfg: &DeriveConfig, partitioned: bool) -> EntitySummary {
     let fidelity = a.capability.unwrap_or(Fidelity::None);
     // One method per entity: counters where any window had them, else the heuristic.
     let regime_method = PhaseMethod::ALL
@@ -520,7 +536,7 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig) -> EntitySummary {
         .unwrap_or(Verdict::Unknown);
     let memory = match (a.peak_used, a.total_mem) {
         (Some(u), Some(t)) => rightsizing::memory_sizing(u, t, cfg.headroom).map(|m| {
-            let fit = a.spec.and_then(|spec| {
+            let fit = a.spec.filter(|_| !partitioned).and_then(|spec| {
                 let demand = Demand {
                     memory_bytes: u,
                     compute: a.pipe_q.quantile(0.95),

@@ -200,6 +200,8 @@ metrics! {
         "Raw DRAM bandwidth fraction, where the source provides it.";
     GPU_OBSERVED_SECONDS / GpuObservedSeconds = "truthscale_gpu_observed_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.observed.time", "s"),
         "Seconds covered by derived windows (the denominator for exact averages).";
+    GPU_UNOBSERVED_SECONDS / GpuUnobservedSeconds = "truthscale_gpu_unobserved_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.unobserved.time", "s"),
+        "Seconds not observed: windows longer than derive.max_gap_intervals of the source's update interval (a source that was down, a capture with a hole). No other counter grows for them, but energy where the energy counter spans them.";
     GPU_BUSY_SECONDS / GpuBusySeconds = "truthscale_gpu_busy_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.busy.time", "s"),
         "Integral of reported utilization over the seconds it was measured; only for entities with a busy flag. Mean: divide by truthscale_gpu_busy_observed_seconds_total.";
     GPU_BUSY_OBSERVED_SECONDS / GpuBusyObservedSeconds = "truthscale_gpu_busy_observed_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.busy.observed.time", "s"),

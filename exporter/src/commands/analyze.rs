@@ -152,10 +152,7 @@ pub fn analyze_reader(
     let interval = args.interval.as_secs_f64();
     let mut capture = Capture::open(reader, name, format, interval)?;
     let format = capture.format();
-    let nominal = match format {
-        Format::Jsonl => None,
-        _ => Some(interval),
-    };
+    let nominal = capture.declared_interval(interval);
     let mut analyzer = new_analyzer(args, nominal)?;
     let mut errors = Vec::new();
     let mut error_count = 0u64;

@@ -90,6 +90,8 @@ pub(super) fn gpu_values<'a>(
         MetricId::GpuImmaActive => one(r.value(Field::ImmaActive)),
         MetricId::GpuDramActive => one(r.value(Field::DramActive)),
         MetricId::GpuObservedSeconds => one(Some(t.observed_seconds)),
+        // Counted from the entity's first window: 0 is a measurement (nothing was missed).
+        MetricId::GpuUnobservedSeconds => one(Some(t.unobserved_seconds)),
         // An integral is written only for an entity that had its input; its denominator
         // beside it, so that increase(x) / increase(denominator) is the exact mean.
         MetricId::GpuBusySeconds => {
@@ -469,6 +471,7 @@ fn serving_values<'a>(
         | MetricId::GpuImmaActive
         | MetricId::GpuDramActive
         | MetricId::GpuObservedSeconds
+        | MetricId::GpuUnobservedSeconds
         | MetricId::GpuBusySeconds
         | MetricId::GpuBusyObservedSeconds
         | MetricId::GpuEffectiveComputeSeconds
@@ -584,6 +587,7 @@ pub(super) fn exporter_values<'a>(
         | MetricId::GpuImmaActive
         | MetricId::GpuDramActive
         | MetricId::GpuObservedSeconds
+        | MetricId::GpuUnobservedSeconds
         | MetricId::GpuBusySeconds
         | MetricId::GpuBusyObservedSeconds
         | MetricId::GpuEffectiveComputeSeconds
