@@ -171,7 +171,7 @@ metrics! {
     GPU_REPORTED_UTILIZATION / GpuReportedUtilization = "truthscale_gpu_reported_utilization_ratio", Gauge, Gpu, [], Some(OtelDesc { name: "hw.gpu.utilization", unit: "1", instrument: OtelInstrument::Gauge, fixed: &[("hw.gpu.task", "general")] }),
         "Busy fraction as nvidia-smi reports it: time with at least one kernel resident.";
     GPU_EFFECTIVE_COMPUTE / GpuEffectiveCompute = "truthscale_gpu_effective_compute_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.effective_compute", "1"),
-        "Effective compute fraction of the last window: tensor work (plus peak-weighted FP16/FP32 pipes) over the datasheet dense peak, times the clock correction when the SM clock was read (truthscale_gpu_clock_correction_ratio present), uncorrected otherwise.";
+        "Effective compute fraction of the last window: tensor work (plus peak-weighted FP16/FP32 pipes) over the datasheet dense peak, times the clock correction; only for a window with an SM-clock reading and a catalog model (truthscale_gpu_clock_correction_ratio present): without them the tensor activity is not corrected, so there is no value (the raw pipe is truthscale_gpu_tensor_active_ratio).";
     GPU_EFFECTIVE_COMPUTE_UPPER_BOUND / GpuEffectiveComputeUpperBound = "truthscale_gpu_effective_compute_upper_bound_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.effective_compute.upper_bound", "1"),
         "Upper bound on effective compute when no tensor counter exists (equals the busy fraction).";
     GPU_ROOFLINE_SATURATION / GpuRooflineSaturation = "truthscale_gpu_roofline_saturation_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.roofline_saturation", "1"),

@@ -22,7 +22,8 @@ pub struct DeriveConfig {
     pub kappa_max: f64,
     /// Below this busy fraction, inflation is not defined (the GPU is idle).
     pub inflation_min_util: f64,
-    /// A gap longer than this many intervals integrates only one interval.
+    /// A window longer than this many of the source's update intervals is a gap: not
+    /// observed, counted in the unobserved seconds (docs/derivations.md, Gaps).
     pub max_gap_intervals: f64,
     /// Headroom for right-sizing and MIG fit (0.15 = 15 %).
     pub headroom: f64,

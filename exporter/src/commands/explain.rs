@@ -38,6 +38,11 @@ pub fn explain(v: &GpuView) -> String {
             pct(e),
             pct(s)
         ),
+        (None, Some(s), _) if v.tensor.is_some() => writeln!(
+            o,
+            "  counters say:   roofline saturation {}{pipes}; no effective compute (no SM-clock reading or catalog model to correct the tensor activity by)",
+            pct(s)
+        ),
         (_, _, Some(b)) => writeln!(
             o,
             "  counters say:   effective compute at most {} (no tensor counter: an upper bound)",
@@ -61,6 +66,12 @@ pub fn explain(v: &GpuView) -> String {
             let _ = writeln!(
                 o,
                 "  the gap:        cannot be measured without the busy flag"
+            );
+        }
+        (Some(_), None) if v.tensor.is_some() => {
+            let _ = writeln!(
+                o,
+                "  the gap:        cannot be measured without a clock-corrected tensor counter"
             );
         }
         (Some(_), None) => {

@@ -270,6 +270,63 @@ mod tests {
         assert!(r.finished());
     }
 
+    /// A JSONL trace at `cadence` (seconds per window, `(count, seconds, busy)` runs) and
+    /// what replaying it integrates, through the deriver as the sampler builds it.
+    fn replay_totals(name: &str, runs: &[(u32, u32, bool)]) -> truthscale_core::tracker::Totals {
+        use truthscale_core::derive::DeriveConfig;
+        use truthscale_core::tracker::Deriver;
+        let mut text = String::new();
+        let mut t = 0;
+        for &(count, seconds, busy) in runs {
+            for _ in 0..count {
+                t += seconds;
+                let (h, m, s) = (t / 3600, t / 60 % 60, t % 60);
+                text.push_str(&format!(
+                    "{{\"taken\":\"2026-01-01T{h:02}:{m:02}:{s:02}Z\",\"gpu\":0,\"model\":\"NVIDIA H100 80GB HBM3\",\"gpu_util\":{}}}\n",
+                    if busy { 1.0 } else { 0.0 }
+                ));
+            }
+        }
+        let p = write(name, &text);
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let mut r = ReplaySource::open(&p, Duration::from_secs(1), false, t0).unwrap();
+        let mut d = Deriver::new(
+            DeriveConfig::default(),
+            r.update_interval().map(|i| i.as_secs_f64()),
+        );
+        let mut totals = Default::default();
+        // The sampler's 1 s ticks over the whole trace.
+        for tick in 0..=u64::from(t) {
+            for s in r.sample(t0 + Duration::from_secs(tick)).samples {
+                totals = d.observe(&s).windows[0].totals;
+            }
+        }
+        assert!(r.finished());
+        totals
+    }
+
+    #[test]
+    fn a_slow_trace_replays_with_its_own_window_lengths() {
+        // 10 s windows: busy for a minute, idle for a minute. Every window, the first too,
+        // counts its own 10 s (it used to count the 1 s replay spacing: 10× low).
+        let t = replay_totals("slow.jsonl", &[(6, 10, true), (6, 10, false)]);
+        assert_eq!(t.observed_seconds, 120.0);
+        assert_eq!(t.busy_seconds, 60.0);
+        assert_eq!(t.unobserved_seconds, 0.0);
+        assert_eq!(t.windows, 12);
+    }
+
+    #[test]
+    fn a_change_of_cadence_replays_as_observed_time() {
+        // 1 s windows busy for a minute, then 10 s windows idle for five: busy 60 of 360 s.
+        let t = replay_totals("mixed.jsonl", &[(60, 1, true), (30, 10, false)]);
+        assert_eq!(t.observed_seconds, 360.0);
+        assert_eq!(t.busy_seconds, 60.0);
+        assert_eq!(t.unobserved_seconds, 0.0);
+        let regimes: f64 = t.phase_seconds.iter().flatten().sum::<f64>() + t.unclassified_seconds;
+        assert_eq!(regimes, 360.0);
+    }
+
     #[test]
     fn loops_on_request() {
         let p = write("b.txt", DMON);

@@ -172,7 +172,7 @@ impl truthscale_exporter::sources::Source for Faulty {
     fn name(&self) -> &'static str {
         "null"
     }
-    fn window(&self) -> Option<Duration> {
+    fn update_interval(&self) -> Option<Duration> {
         None
     }
     fn sample(&mut self, _now: std::time::SystemTime) -> truthscale_exporter::sources::Produced {

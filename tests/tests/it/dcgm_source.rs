@@ -151,7 +151,7 @@ fn keeps_only_this_pods_gpus_with_pod_labels() {
 }
 
 #[test]
-fn busy_only_scrape_gets_busy_only_fidelity_and_repeats_are_not_fed_again() {
+fn busy_only_scrape_gets_busy_only_fidelity_and_repeats_are_observed_time() {
     let body =
         "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-1\",modelName=\"NVIDIA H100 80GB HBM3\"} 80\n";
     let server = StandIn::start(ok(body));
@@ -179,28 +179,119 @@ fn busy_only_scrape_gets_busy_only_fidelity_and_repeats_are_not_fed_again() {
         ),
         None
     );
-    // The same value repeated for 2 s (10 scrapes): nothing new is integrated, and the GPU
-    // does not go stale.
+    // The same value repeated for 2 s (10 scrapes), as dcgm-exporter repeats a value between
+    // its collections: still observed time, at wall-clock rate, and never a gap.
+    let observed = |m: &[Sample]| {
+        value(m, "truthscale_gpu_observed_seconds_total", &[("gpu", "0")]).unwrap_or(0.0)
+    };
+    let (before, t0) = (observed(&sidecar.metrics()), std::time::Instant::now());
     std::thread::sleep(Duration::from_secs(2));
     let m = sidecar.metrics();
+    let grown = observed(&m) - before;
+    let wall = t0.elapsed().as_secs_f64();
     assert!(server.hits.load(Ordering::SeqCst) >= 8);
-    assert_eq!(
-        value(&m, "truthscale_gpu_observed_seconds_total", &[("gpu", "0")]).unwrap_or(0.0),
-        0.0
-    );
-    assert!(value(&m, "truthscale_gpu_info", &[("gpu", "0")]).is_some());
-    // A new value: the window since the last distinct value is integrated once.
-    server.set(ok(&body.replace(" 80\n", " 40\n")));
-    let m = sidecar.wait_for(WAIT, "a second distinct value", |m| {
-        value(m, "truthscale_gpu_observed_seconds_total", &[("gpu", "0")]).unwrap_or(0.0) > 0.0
-    });
-    let observed = value(&m, "truthscale_gpu_observed_seconds_total", &[("gpu", "0")]).unwrap();
-    let busy = value(&m, "truthscale_gpu_busy_seconds_total", &[("gpu", "0")]).unwrap();
-    // First window (value 80, length learned from the cadence) plus the second (value 40).
-    assert!(observed > 3.0 && observed < 6.0, "observed {observed}");
     assert!(
-        (busy - 0.6 * observed).abs() < 1e-6,
+        (grown - wall).abs() <= 0.45,
+        "observed grew {grown} s in {wall} s"
+    );
+    assert_eq!(
+        value(
+            &m,
+            "truthscale_gpu_unobserved_seconds_total",
+            &[("gpu", "0")]
+        ),
+        Some(0.0)
+    );
+    // A new value: integrated from the scrape it appears in.
+    server.set(ok(&body.replace(" 80\n", " 40\n")));
+    let m = sidecar.wait_for(WAIT, "the new value", |m| {
+        value(
+            m,
+            "truthscale_gpu_reported_utilization_ratio",
+            &[("gpu", "0")],
+        ) == Some(0.4)
+    });
+    let observed = observed(&m);
+    let busy = value(&m, "truthscale_gpu_busy_seconds_total", &[("gpu", "0")]).unwrap();
+    assert!(
+        busy < 0.8 * observed && busy > 0.4 * observed,
         "busy {busy} observed {observed}"
+    );
+}
+
+/// dcgm-exporter repeats its values for 30 s (its default collection interval); a MIG slice
+/// with no power or energy field, idle, never changes a reading. It accrues idle seconds at
+/// wall-clock rate, and its parent's energy counter, which moves once in the 30 s, is never
+/// read as 0 W.
+#[test]
+fn an_idle_mig_slice_whose_readings_never_change_accrues_idle_time() {
+    let mig = r#"gpu="0",UUID="GPU-a30",device="nvidia0",modelName="NVIDIA A30",GPU_I_PROFILE="1g.6gb",GPU_I_ID="3""#;
+    let gpu = r#"gpu="0",UUID="GPU-a30",device="nvidia0",modelName="NVIDIA A30""#;
+    let body = |energy_mj: u64| {
+        format!(
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{mig}}} 0.000000\n\
+             DCGM_FI_PROF_SM_ACTIVE{{{mig}}} 0.000000\n\
+             DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{{mig}}} 0.000000\n\
+             DCGM_FI_PROF_DRAM_ACTIVE{{{mig}}} 0.000000\n\
+             DCGM_FI_DEV_FB_USED{{{mig}}} 0\n\
+             DCGM_FI_DEV_FB_FREE{{{mig}}} 5836\n\
+             DCGM_FI_DEV_SM_CLOCK{{{gpu}}} 1440\n\
+             DCGM_FI_DEV_POWER_USAGE{{{gpu}}} 31.0\n\
+             DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{gpu}}} {energy_mj}\n"
+        )
+    };
+    let server = StandIn::start(ok(&body(1_000_000_000)));
+    let src = format!("dcgm-exporter:{}", server.url());
+    let dir = TempDir::new("dcgm-idle-mig");
+    let sidecar = Sidecar::start(&["--source", &src, "--interval", "200ms"], &[], dir.path());
+    let idle = |m: &[Sample]| {
+        value(
+            m,
+            "truthscale_gpu_regime_seconds_total",
+            &[("mig_instance", "3"), ("regime", "idle")],
+        )
+    };
+    let m = sidecar.wait_for(WAIT, "the slice's idle seconds", |m| {
+        idle(m).is_some_and(|v| v > 0.0)
+    });
+    let (idle0, t0) = (idle(&m).unwrap(), std::time::Instant::now());
+    // 30 s of the same answer, but for the energy counter moving once, after 15 s, by 15 s
+    // of 31 W: the parent's power is about 31 W over the time since the counter last moved,
+    // never 0 W in between, and not 75 × 31 W at the move (the 200 ms window alone).
+    std::thread::sleep(Duration::from_secs(15));
+    server.set(ok(&body(1_000_000_000 + 15 * 31_000)));
+    let m = sidecar.wait_for(WAIT, "the energy counter moved", |m| {
+        value(m, "truthscale_gpu_energy_joules_total", &[("gpu", "0")]).is_some_and(|j| j > 400.0)
+    });
+    let power = value(&m, "truthscale_gpu_power_watts", &[("gpu", "0")]).unwrap();
+    assert!((25.0..=35.0).contains(&power) || power == 31.0, "{power}");
+    let until = t0 + Duration::from_secs(30);
+    std::thread::sleep(until.saturating_duration_since(std::time::Instant::now()));
+    let m = sidecar.metrics();
+    let wall = t0.elapsed().as_secs_f64();
+    let grown = idle(&m).unwrap() - idle0;
+    assert!(
+        (grown - wall).abs() <= 0.45,
+        "the idle slice accrued {grown} idle s in {wall} s of wall time"
+    );
+    // Never a gap, and never stale: the answer kept coming.
+    assert_eq!(
+        value(
+            &m,
+            "truthscale_gpu_unobserved_seconds_total",
+            &[("mig_instance", "3")]
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        value(&m, "truthscale_source_up", &[("source", "dcgm_exporter")]),
+        Some(1.0)
+    );
+    // The power gauge is the POWER field's 31 W between moves of the counter (a repeated
+    // counter gives no energy power), and was never 0.
+    assert_eq!(
+        value(&m, "truthscale_gpu_power_watts", &[("gpu", "0")]),
+        Some(31.0)
     );
 }
 

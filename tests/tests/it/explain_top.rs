@@ -5,12 +5,13 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use truthscale_e2e::{TempDir, clean_command, require_tool};
 
-/// A two-line trace of GPU 0 (an H100) with the same readings on both lines.
+/// A two-line trace of GPU 0 (an H100 at its reference SM clock, so κ = 1) with the same
+/// readings on both lines.
 fn trace(dir: &TempDir, name: &str, readings: &str) -> std::path::PathBuf {
     let p = dir.path().join(format!("{name}.jsonl"));
     let line = |t: &str| {
         format!(
-            "{{\"taken\":\"2026-01-01T00:00:0{t}Z\",\"gpu\":0,\"model\":\"NVIDIA H100 80GB HBM3\",{readings}}}\n"
+            "{{\"taken\":\"2026-01-01T00:00:0{t}Z\",\"gpu\":0,\"model\":\"NVIDIA H100 80GB HBM3\",\"sm_clock_mhz\":1830.0,{readings}}}\n"
         )
     };
     std::fs::write(&p, line("0") + &line("1")).unwrap();
@@ -187,7 +188,7 @@ fn analyze_table_has_the_verdict() {
 fn top_once_prints_the_newest_sample_per_gpu_as_plain_text() {
     let dir = TempDir::new("top");
     let p = dir.path().join("two.jsonl");
-    let h = "\"model\":\"NVIDIA H100 80GB HBM3\"";
+    let h = "\"model\":\"NVIDIA H100 80GB HBM3\",\"sm_clock_mhz\":1830.0";
     let mut s = String::new();
     for (t, u0, t0) in [(0, 0.5, 0.1), (1, 1.0, 0.25)] {
         s += &format!(
@@ -327,7 +328,7 @@ fn consistent_frame(t: &Tmux, at_least: u32) -> (u32, Vec<String>, String) {
 fn top_renders_a_live_table_in_a_terminal_and_updates_it() {
     let dir = TempDir::new("top-tty");
     let p = dir.path().join("replay.jsonl");
-    let h = "\"model\":\"NVIDIA H100 80GB HBM3\"";
+    let h = "\"model\":\"NVIDIA H100 80GB HBM3\",\"sm_clock_mhz\":1830.0";
     let mut s = String::new();
     for t in 0..40 {
         let busy = 0.3 + 0.02 * f64::from(t);

@@ -586,13 +586,14 @@ fn stale_source_drops_series_and_keeps_serving() {
         "stale_source_drops_series_and_keeps_serving: first scrape {:.2} s after start",
         started.elapsed().as_secs_f64()
     );
-    let ecf: Vec<_> = samples(&first, "truthscale_gpu_effective_compute_ratio")
+    let tensor: Vec<_> = samples(&first, "truthscale_gpu_tensor_active_ratio")
         .into_iter()
         .filter(|s| s.label("gpu") == Some("0"))
         .collect();
-    assert_eq!(ecf.len(), 1, "ECF for gpu 0 while fresh: {first:?}");
-    // τ = 0.5 and no clock reported: ECF is τ itself.
-    assert!((ecf[0].value - 0.5).abs() < 1e-9, "{:?}", ecf[0]);
+    assert_eq!(tensor.len(), 1, "tensor for gpu 0 while fresh: {first:?}");
+    assert!((tensor[0].value - 0.5).abs() < 1e-9, "{:?}", tensor[0]);
+    // τ = 0.5 with no clock and no model: it cannot be clock-corrected, so no ECF.
+    assert!(samples(&first, "truthscale_gpu_effective_compute_ratio").is_empty());
     let up = only(&first, "truthscale_source_up");
     assert_eq!((up.label("source"), up.value), (Some("replay"), 1.0));
 
