@@ -666,6 +666,82 @@ mod tests {
         assert_eq!(Quantiles::default().quantile(0.5), None);
     }
 
+    /// A GPU already split into MIG instances gets no MIG advice of its own (its summed
+    /// memory says nothing about one workload); its instance still gets its own.
+    #[test]
+    fn no_mig_advice_for_a_partitioned_gpu() {
+        use crate::model::{EntityId, EntitySample, MigId, Readings, Sample};
+        let f_ref = by_key("a100-80-sxm").unwrap().f_ref_mhz;
+        let entity = |mig: Option<MigId>, used: f64, total: f64| {
+            let mut r = Readings::default();
+            for (f, v) in [
+                (Field::TensorActive, 0.01),
+                (Field::DramActive, 0.01),
+                (Field::SmClockMhz, f_ref),
+                (Field::MemUsedBytes, used),
+                (Field::MemTotalBytes, total),
+            ] {
+                r.set_value(f, v);
+            }
+            EntitySample {
+                id: EntityId {
+                    gpu: Some(0),
+                    uuid: Some("GPU-a100".into()),
+                    model: Some("NVIDIA A100-SXM4-80GB".into()),
+                    mig,
+                    ..EntityId::default()
+                },
+                readings: r,
+                ..EntitySample::default()
+            }
+        };
+        let instance = MigId {
+            uuid: Some("MIG-1".into()),
+            gpu_instance: 1,
+            compute_instance: None,
+            profile: Some("3g.40gb".into()),
+        };
+        let mut a = Analyzer::new(Deriver::new(DeriveConfig::default(), Some(1.0)), false);
+        for k in 1..=5 {
+            a.push(&Sample {
+                taken: Timestamp(k * 1000),
+                entities: vec![
+                    entity(None, 2e9, 80e9),
+                    entity(Some(instance.clone()), 2e9, 40e9),
+                ],
+            });
+        }
+        let r = a.report();
+        let parent = r
+            .entities
+            .iter()
+            .find(|e| e.mig_instance.is_none())
+            .unwrap();
+        let inst = r
+            .entities
+            .iter()
+            .find(|e| e.mig_instance == Some(1))
+            .unwrap();
+        assert_eq!(parent.memory.as_ref().unwrap().mig_fit, None, "{parent:?}");
+        assert!(inst.memory.as_ref().unwrap().mig_fit.is_some(), "{inst:?}");
+        // The same GPU alone, not partitioned, does get the advice.
+        let mut a = Analyzer::new(Deriver::new(DeriveConfig::default(), Some(1.0)), false);
+        for k in 1..=5 {
+            a.push(&Sample {
+                taken: Timestamp(k * 1000),
+                entities: vec![entity(None, 2e9, 80e9)],
+            });
+        }
+        assert!(
+            a.report().entities[0]
+                .memory
+                .as_ref()
+                .unwrap()
+                .mig_fit
+                .is_some()
+        );
+    }
+
     #[test]
     fn tiny_kernel_summary() {
         let e = analyze(Scenario::TinyKernel, 30.0, 1.0);

@@ -435,6 +435,13 @@ pub fn write_report(out: &mut impl Write, header: &str, report: &Report) -> std:
             e.samples,
             e.fidelity.as_str()
         )?;
+        if e.unobserved_seconds > 0.0 {
+            writeln!(
+                out,
+                "  not observed       {:.0} s (gaps: left out of every figure below)",
+                e.unobserved_seconds
+            )?;
+        }
         writeln!(
             out,
             "  reported util      {}",

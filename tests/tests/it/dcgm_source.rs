@@ -441,3 +441,53 @@ fn unreachable_exporter_is_counted_and_reported_absent() {
             .contains(&format!("127.0.0.1:{port}"))
     );
 }
+
+/// A reading that cannot be physical (POWER 0xFFFFFFFE W, an SM clock of 0xFFFFFFFE MHz) is
+/// a blank: counted as `out_of_range` every time, logged once for the GPU, never exported
+/// and never integrated into energy.
+#[test]
+fn impossible_readings_are_counted_logged_once_and_never_integrated() {
+    let labels = r#"gpu="0",UUID="GPU-h100",modelName="NVIDIA H100 80GB HBM3""#;
+    let body = format!(
+        "DCGM_FI_DEV_GPU_UTIL{{{labels}}} 100\n\
+         DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{{labels}}} 0.4\n\
+         DCGM_FI_PROF_DRAM_ACTIVE{{{labels}}} 0.2\n\
+         DCGM_FI_DEV_POWER_USAGE{{{labels}}} 4294967294\n\
+         DCGM_FI_DEV_SM_CLOCK{{{labels}}} 4294967294\n"
+    );
+    let server = StandIn::start(ok(&body));
+    let src = format!("dcgm-exporter:{}", server.url());
+    let dir = TempDir::new("dcgm-impossible");
+    let sidecar = Sidecar::start(&["--source", &src, "--interval", "200ms"], &[], dir.path());
+    let out_of_range = |m: &[Sample]| {
+        value(
+            m,
+            "truthscale_derivation_diagnostics_total",
+            &[("kind", "out_of_range")],
+        )
+        .unwrap_or(0.0)
+    };
+    // Two readings a scrape, over at least five scrapes.
+    let m = sidecar.wait_for(WAIT, "out_of_range counted", |m| out_of_range(m) >= 10.0);
+    for absent in [
+        "truthscale_gpu_power_watts",
+        "truthscale_gpu_energy_joules_total",
+        "truthscale_gpu_energy_observed_seconds_total",
+        "truthscale_gpu_sm_clock_hertz",
+        "truthscale_gpu_clock_correction_ratio",
+        // No clock to correct the tensor activity by: no ECF either.
+        "truthscale_gpu_effective_compute_ratio",
+    ] {
+        assert_eq!(value(&m, absent, &[("gpu", "0")]), None, "{absent}");
+    }
+    assert_eq!(
+        value(&m, "truthscale_gpu_tensor_active_ratio", &[("gpu", "0")]),
+        Some(0.4)
+    );
+    let stderr = sidecar.process.stderr();
+    let logged = stderr
+        .lines()
+        .filter(|l| l.contains("Reading not used as a measurement") && l.contains("out_of_range"))
+        .count();
+    assert_eq!(logged, 1, "logged once per GPU and kind:\n{stderr}");
+}

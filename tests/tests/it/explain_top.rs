@@ -169,7 +169,7 @@ fn analyze_table_has_the_verdict() {
     let p = dir.path().join("mixed.jsonl");
     let h = "\"gpu\":0,\"model\":\"NVIDIA H100 80GB HBM3\"";
     let mut s = String::new();
-    // The first window of a JSONL trace only sets the interval: 3 s busy, then 1 s idle.
+    // Every window counts, the first too (it lasts the trace's own 1 s): 4 s busy, 1 s idle.
     for t in 0..5 {
         let r = if t < 4 { CASES[0].1 } else { CASES[4].1 };
         s += &format!("{{\"taken\":\"2026-01-01T00:00:0{t}Z\",{h},{r}}}\n");
@@ -179,7 +179,7 @@ fn analyze_table_has_the_verdict() {
     assert_eq!(code, 0, "{err}");
     assert!(
         out.lines()
-            .any(|l| l == "  verdict            busy (busy 75%, idle 25%)"),
+            .any(|l| l == "  verdict            busy (busy 80%, idle 20%)"),
         "{out}"
     );
 }

@@ -137,6 +137,14 @@ fn openmetrics() -> (String, i64) {
     );
     add(&mut fams, "DCGM_FI_PROF_DRAM_ACTIVE", &g1, all(&busy(0.2)));
     add(&mut fams, "DCGM_FI_PROF_SM_ACTIVE", &g1, all(&busy(0.95)));
+    // Its SM clock at the H100's reference 1830 MHz (κ = 1), so ECF = τ: a window without a
+    // clock would have no ECF at all.
+    add(
+        &mut fams,
+        "DCGM_FI_DEV_SM_CLOCK",
+        &g1,
+        all(&|_| Some(1830.0)),
+    );
     add(
         &mut fams,
         "DCGM_FI_DEV_FB_USED",
@@ -371,11 +379,17 @@ fn history_from_a_real_prometheus() {
         0.01,
         "1 s: gpu 0 reported",
     );
-    near(
-        f(g0, "/effective_compute/mean"),
-        0.02,
-        0.01,
-        "1 s: gpu 0 ECF",
+    assert!(
+        g0["effective_compute"].is_null(),
+        "1 s: gpu 0 has no clock, so no ECF"
+    );
+    // GPU 0's outage: 41 steps of 15 s between its last point before and first after, of
+    // which Prometheus' 5-minute lookback repeats the last value for 300 s (299 s where the
+    // lookback is left-open, 3.x): 615 − 300 s is not observed, never counted as time.
+    let unobserved = f(g0, "/unobserved_seconds");
+    assert!(
+        (315.0..=316.0).contains(&unobserved),
+        "1 s: gpu 0 unobserved {unobserved}"
     );
     near(
         f(g0, "/regime_fraction/memory_bound"),
@@ -411,7 +425,17 @@ fn history_from_a_real_prometheus() {
     );
     eprint!("history: the table:\n{}", run.stdout);
     assert!(run.stdout.contains("gpu 0 (prod/llm)"), "{}", run.stdout);
-    assert!(run.stdout.contains("not clock-corrected"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("a tensor counter, but no SM clock"),
+        "{}",
+        run.stdout
+    );
+    // GPU 0's outage is said, in seconds not observed.
+    assert!(
+        run.stdout.contains("  not observed       "),
+        "{}",
+        run.stdout
+    );
 
     // A selector narrows every query.
     let mut args = base.to_vec();
