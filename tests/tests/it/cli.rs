@@ -82,6 +82,47 @@ fn a_dmon_capture_with_units_lines_analyzes_with_exit_0() {
     }
 }
 
+/// `analyze` on a trace whose cadence changes from 1 s to 10 s: each window weighs its own
+/// time. Truth from the trace: busy 60 of 360 s (the 10 s windows used to count as 1 s each,
+/// for a busy share of 0.67).
+#[test]
+fn analyze_weighs_each_window_by_its_own_time_when_the_cadence_changes() {
+    let dir = std::env::temp_dir().join(format!("truthscale-cadence-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("mixed.jsonl");
+    let mut text = String::new();
+    let mut t = 0;
+    for (count, step, busy) in [(60, 1, 1.0), (30, 10, 0.0)] {
+        for _ in 0..count {
+            t += step;
+            text += &format!(
+                "{{\"taken\":\"2026-01-01T00:{:02}:{:02}Z\",\"gpu\":0,\"model\":\"NVIDIA H100 80GB HBM3\",\"gpu_util\":{busy},\"sm_active\":{busy},\"tensor_active\":{},\"dram_active\":0.05,\"sm_clock_mhz\":1830.0}}\n",
+                t / 60,
+                t % 60,
+                0.6 * busy
+            );
+        }
+    }
+    std::fs::write(&p, text).unwrap();
+    let v = analyze_json(p.to_str().unwrap(), &[]);
+    let e = &v["entities"][0];
+    assert!(
+        (f(e, "/reported_utilization/mean") - 60.0 / 360.0).abs() < 1e-9,
+        "{e}"
+    );
+    assert!(
+        (f(e, "/effective_compute/mean") - 0.6 * 60.0 / 360.0).abs() < 1e-9,
+        "{e}"
+    );
+    // The regime, to within one window of the classifier's hysteresis either way.
+    let compute = f(e, "/regime_fraction/compute_bound");
+    assert!((compute - 60.0 / 360.0).abs() <= 10.0 / 360.0, "{compute}");
+    assert_eq!(f(e, "/unobserved_seconds"), 0.0);
+    assert_eq!(f(e, "/clock_corrected"), 1.0);
+    assert_eq!(e["samples"], 90);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn every_fixture_analyzes_cleanly() {
     let dir = fixture("");

@@ -547,6 +547,50 @@ fn replay_serves_what_analyze_computes() {
     );
 }
 
+/// A trace at a 10 s cadence, replayed with the default settings: every window counts its
+/// own 10 s, the first too (it used to count the 1 s replay spacing: every counter 10× low).
+#[test]
+fn a_slow_trace_replays_with_its_own_ten_second_windows() {
+    let tmp = TempDir::new("slow-replay");
+    let trace = tmp.path().join("slow.jsonl");
+    let line = |t: &str, busy: f64| {
+        format!(
+            "{{\"taken\":\"2026-01-01T00:00:{t}Z\",\"gpu\":0,\"model\":\"NVIDIA H100 80GB HBM3\",\"gpu_util\":{busy}}}\n"
+        )
+    };
+    // Busy for the windows ending at 10 s and 20 s, idle for the one ending at 30 s.
+    std::fs::write(
+        &trace,
+        line("10", 1.0) + &line("20", 1.0) + &line("30", 0.0),
+    )
+    .unwrap();
+    let source = format!("replay:{}", trace.display());
+    let sidecar = Sidecar::start(
+        &["--source", &source, "--stale-after", "1h"],
+        &[],
+        tmp.path(),
+    );
+    let gauge = |m: &[Sample], name: &str| {
+        m.iter()
+            .find(|s| s.name == name && s.label("gpu") == Some("0"))
+            .map(|s| s.value)
+    };
+    // The third sample is served 20 s after the first: the three windows are integrated.
+    let m = sidecar.wait_for(Duration::from_secs(40), "the third window", |m| {
+        gauge(m, "truthscale_gpu_observed_seconds_total") == Some(30.0)
+    });
+    // Truth, from the trace itself: 30 s observed, 20 of them busy, none missed.
+    assert_eq!(gauge(&m, "truthscale_gpu_busy_seconds_total"), Some(20.0));
+    assert_eq!(
+        gauge(&m, "truthscale_gpu_busy_observed_seconds_total"),
+        Some(30.0)
+    );
+    assert_eq!(
+        gauge(&m, "truthscale_gpu_unobserved_seconds_total"),
+        Some(0.0)
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // 4. A source that stops producing: the series go, the server stays.
 
