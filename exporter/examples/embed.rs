@@ -6,9 +6,9 @@
 use axum::Router;
 use axum::routing::get;
 use std::time::Duration;
+use truthscale_exporter::compose;
 use truthscale_exporter::config::Config;
 use truthscale_exporter::http::{RouterLimits, router};
-use truthscale_exporter::sidecar::Sidecar;
 use truthscale_exporter::sources::{SourceConfig, sim::SimConfig};
 
 #[tokio::main]
@@ -21,21 +21,27 @@ async fn main() -> anyhow::Result<()> {
     });
     config.source.interval = "500ms".into();
     let settings = config.validate(&[])?;
-    let sidecar = Sidecar::start(&settings)?;
+    let sampler = compose::start(&settings)?;
 
     // Your own routes, with truthscale's under /gpu.
     let app = Router::new()
         .route("/", get(|| async { "my inference service\n" }))
-        .nest("/gpu", router(sidecar.subscribe(), RouterLimits::default()));
+        .nest("/gpu", router(sampler.subscribe(), RouterLimits::default()));
 
     // Read the snapshot in-process, e.g. for your own admission control.
-    let mut rx = sidecar.subscribe();
+    let mut rx = sampler.subscribe();
     tokio::spawn(async move {
         while rx.changed().await.is_ok() {
             let snap = rx.borrow().clone();
             for g in &snap.gpus {
-                let ecf = g.window.metrics.effective_compute.unwrap_or(0.0);
-                tracing::debug!(gpu = %g.window.id, ecf, "tick");
+                // Absent is not 0: a window without a tensor counter or an SM clock has
+                // no effective compute fraction, and says so.
+                match g.window.metrics.effective_compute {
+                    Some(ecf) => tracing::debug!(gpu = %g.window.id, ecf, "tick"),
+                    None => {
+                        tracing::debug!(gpu = %g.window.id, "tick: effective compute not measured")
+                    }
+                }
             }
         }
     });
@@ -48,6 +54,6 @@ async fn main() -> anyhow::Result<()> {
         })
         .await?;
     tokio::time::sleep(Duration::from_millis(10)).await;
-    sidecar.shutdown();
+    sampler.shutdown();
     Ok(())
 }

@@ -12,7 +12,7 @@
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use std::time::Duration;
-use truthscale_exporter::{config::Config, sidecar::Sidecar, sinks::otlp};
+use truthscale_exporter::{compose, config::Config, sinks::otlp};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -37,8 +37,8 @@ async fn main() -> anyhow::Result<()> {
     // truthscale's sampler (simulated GPUs with the default configuration), and its
     // instruments on the service's meter. Keep the registration alive as long as the meter.
     let settings = Config::default().validate(&[])?;
-    let sidecar = Sidecar::start(&settings)?;
-    let _registration = otlp::register(&meter, sidecar.subscribe());
+    let sampler = compose::start(&settings)?;
+    let _registration = otlp::register(&meter, sampler.subscribe());
 
     println!("exporting truthscale metrics for {seconds}s through the service's MeterProvider");
     tokio::time::sleep(Duration::from_secs(seconds)).await;
@@ -51,6 +51,6 @@ async fn main() -> anyhow::Result<()> {
         let _ = provider.shutdown();
     })
     .await?;
-    sidecar.shutdown();
+    sampler.shutdown();
     Ok(())
 }

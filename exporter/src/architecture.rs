@@ -177,7 +177,7 @@ fn unsafe_only_in_the_raw_nvml_module() {
 fn http_never_samples() {
     let graph = exporter_imports();
     let http = &graph["http"];
-    for forbidden in ["sources", "sidecar"] {
+    for forbidden in ["sources", "pipeline", "compose"] {
         assert!(!http.contains(forbidden), "http imports {forbidden}");
     }
     let dir = workspace().join("exporter/src/http");
@@ -191,6 +191,56 @@ fn http_never_samples() {
                 path.display()
             );
         }
+    }
+}
+
+/// Architecture Invariant: the pipeline never sees the configuration: it is handed a built
+/// source and built stages by the composition root (`compose`), so it cannot ask which source
+/// it runs.
+#[test]
+fn the_pipeline_is_handed_what_it_runs() {
+    let graph = exporter_imports();
+    let pipeline = &graph["pipeline"];
+    for forbidden in ["config", "compose", "attribution", "enrichment", "commands"] {
+        assert!(
+            !pipeline.contains(forbidden),
+            "pipeline imports {forbidden}: {pipeline:?}"
+        );
+    }
+    let mut files = Vec::new();
+    rust_files(&workspace().join("exporter/src/pipeline"), &mut files);
+    for f in files {
+        let text = code(&f);
+        for forbidden in ["SourceConfig", "Settings", "source.kind()"] {
+            assert!(
+                !text.contains(forbidden),
+                "{} names {forbidden}",
+                f.display()
+            );
+        }
+    }
+}
+
+/// Architecture Invariant: `sources/` holds only sources: every file directly in it but
+/// `mod.rs`, and every folder's `mod.rs`, implements `Source`.
+#[test]
+fn sources_holds_only_sources() {
+    let dir = workspace().join("exporter/src/sources");
+    for entry in std::fs::read_dir(&dir).expect("exporter/src/sources") {
+        let path = entry.expect("an entry of sources/").path();
+        let file = if path.is_dir() {
+            path.join("mod.rs")
+        } else if path.file_name().is_some_and(|n| n == "mod.rs") {
+            continue;
+        } else {
+            path.clone()
+        };
+        let text = code(&file);
+        assert!(
+            text.contains("impl Source for") || text.contains("impl super::Source for"),
+            "{} is in sources/ but is no source",
+            file.display()
+        );
     }
 }
 

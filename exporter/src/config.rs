@@ -4,10 +4,10 @@
 //! [`Config::validate`] turns it into [`Settings`], checking every value and naming the key
 //! that is wrong.
 
+use crate::attribution::kubelet::{NodeConfig, NodeSettings, SidecarConfig, SidecarSettings};
+use crate::enrichment::engine::{EngineConfig, EngineSettings};
 use crate::sinks::otlp::config::{OtlpConfig, OtlpSettings};
 use crate::sources;
-use crate::sources::engine::{EngineConfig, EngineSettings};
-use crate::sources::kubelet::{NodeConfig, NodeSettings, SidecarConfig, SidecarSettings};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

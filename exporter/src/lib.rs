@@ -3,10 +3,14 @@
 //! The `truthscale` command line and sidecar. All I/O lives here; the derivations live in
 //! [`truthscale_core`].
 //!
-//! - [`sidecar`]: the sampler thread; [`http`]: the axum router, web config, landing page.
+//! - [`pipeline`]: the sampler thread, a pipeline of stages (sample → stages → derive →
+//!   publish), and the [`pipeline::Sampler`] handle; [`compose`] builds it from the settings.
 //! - [`sources`]: the `Source` trait and the sources: NVML, dcgm-exporter, the simulated GPU,
-//!   replays, null; the serving-engine enricher.
-//! - [`sinks`]: the Prometheus snapshot encoded once per tick, and OTLP push.
+//!   replays, null.
+//! - [`attribution`]: the kubelet and API server stages (which pods hold each GPU);
+//!   [`enrichment`]: the serving-engine stage.
+//! - [`publish`]: the snapshot encoded once per tick; [`sinks`]: OTLP push;
+//!   [`http`]: the axum router, web config, landing page.
 //! - [`config`]: defaults < file < environment < flags.
 //! - [`capture`]: the one capture reader; [`client`]: the one HTTP client builder;
 //!   [`history`]: a Prometheus range as samples.
@@ -17,24 +21,29 @@
 //! Embedding in a Rust service:
 //!
 //! ```no_run
-//! use truthscale_exporter::{config::Config, http, sidecar::Sidecar};
+//! use truthscale_exporter::{compose, config::Config, http};
 //! let settings = Config::default().validate(&[]).expect("valid defaults");
-//! let sidecar = Sidecar::start(&settings).expect("simulated source");
-//! let app: axum::Router = http::router(sidecar.subscribe(), http::RouterLimits::default());
-//! // merge `app` into your own router, and read `sidecar.latest()` whenever you like.
+//! let sampler = compose::start(&settings).expect("simulated source");
+//! let app: axum::Router = http::router(sampler.subscribe(), http::RouterLimits::default());
+//! // merge `app` into your own router, and read `sampler.latest()` whenever you like.
 //! # drop(app);
 //! ```
 
+pub mod attribution;
 pub mod capture;
+pub(crate) mod cgroup;
 pub mod cli;
 pub mod client;
 pub mod commands;
+pub mod compose;
 pub mod config;
+pub mod enrichment;
 pub mod history;
 pub mod http;
+pub mod pipeline;
+pub mod publish;
 pub mod report;
 pub mod setting;
-pub mod sidecar;
 pub mod sinks;
 pub mod sources;
 pub mod view;

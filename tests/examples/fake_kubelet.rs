@@ -6,10 +6,10 @@
 //! file is a list of `{"pod", "namespace", "container", "resource", "devices": [ids]}`.
 
 use serde_json::Value;
-use truthscale_exporter::sources::kubelet::proto::pod_resources_lister_server::{
+use truthscale_exporter::attribution::kubelet::proto::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
 };
-use truthscale_exporter::sources::kubelet::proto::{
+use truthscale_exporter::attribution::kubelet::proto::{
     AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices,
     ContainerResources, GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest,
     ListPodResourcesResponse, PodResources,

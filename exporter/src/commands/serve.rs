@@ -3,7 +3,6 @@
 use crate::config::{Config, Settings};
 use crate::http::web;
 use crate::http::{self, RouterLimits};
-use crate::sidecar::Sidecar;
 use anyhow::Context;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -42,7 +41,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         Some(w) => w.tls_acceptor().context("invalid web config")?,
         None => None,
     };
-    let sidecar = Sidecar::start(&settings).context("cannot start the source")?;
+    let sidecar = crate::compose::start(&settings).context("cannot start the source")?;
     let otlp = match &settings.otlp {
         Some(o) => Some(
             crate::sinks::otlp::Otlp::start(

@@ -3,7 +3,7 @@
 pub mod landing;
 pub mod web;
 
-use crate::sinks::prometheus::Snapshot;
+use crate::publish::Snapshot;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};

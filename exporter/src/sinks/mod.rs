@@ -1,5 +1,5 @@
-//! Where snapshots go: [`prometheus`] (encoded once per tick, served by `http`) and [`otlp`]
-//! (pushed to a collector). Sinks read snapshots; they never sample.
+//! Push sinks: [`otlp`] (pushed to a collector). Sinks read the snapshots the pipeline
+//! publishes ([`crate::publish`]); they never sample. `/metrics` serves the same snapshots
+//! (`crate::http`).
 
 pub mod otlp;
-pub mod prometheus;

@@ -7,10 +7,7 @@
 use std::time::{Duration, SystemTime};
 use truthscale_core::model::{EntityKey, Sample};
 
-pub mod apiserver;
 pub mod dcgm_exporter;
-pub mod engine;
-pub mod kubelet;
 pub mod null;
 pub mod nvml;
 pub mod replay;

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tower::ServiceExt;
+use truthscale_exporter::compose;
 use truthscale_exporter::config::Config;
 use truthscale_exporter::http::{RouterLimits, router};
-use truthscale_exporter::sidecar::Sidecar;
-use truthscale_exporter::sinks::prometheus::Snapshot;
+use truthscale_exporter::pipeline::Sampler;
+use truthscale_exporter::publish::Snapshot;
 
 async fn get(app: axum::Router, uri: &str, accept: Option<&str>) -> (StatusCode, String, String) {
     let mut req = Request::get(uri);
@@ -29,7 +30,7 @@ async fn get(app: axum::Router, uri: &str, accept: Option<&str>) -> (StatusCode,
     (status, ct, String::from_utf8(body.to_vec()).unwrap())
 }
 
-fn sim_sidecar(gpus: u32) -> Sidecar {
+fn sim_sidecar(gpus: u32) -> Sampler {
     let mut c = Config::default();
     c.source.interval = "100ms".into();
     c.source.config = truthscale_exporter::sources::SourceConfig::Sim(
@@ -39,7 +40,7 @@ fn sim_sidecar(gpus: u32) -> Sidecar {
         },
     );
     let settings = c.validate(&[]).unwrap();
-    let s = Sidecar::start(&settings).unwrap();
+    let s = compose::start(&settings).unwrap();
     let t = Instant::now();
     while !s.latest().ready() {
         assert!(t.elapsed() < Duration::from_secs(5), "no first snapshot");
@@ -112,7 +113,7 @@ async fn scrapes_do_not_sample() {
     // The body is the same bytes until the next tick, however many scrapes come.
     let mut c = Config::default();
     c.source.interval = "10s".into();
-    let s = Sidecar::start(&c.validate(&[]).unwrap()).unwrap();
+    let s = compose::start(&c.validate(&[]).unwrap()).unwrap();
     while !s.latest().ready() {
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -184,12 +185,12 @@ impl truthscale_exporter::sources::Source for Faulty {
     }
 }
 
-fn faulty_sidecar(hang: Option<Duration>) -> Sidecar {
+fn faulty_sidecar(hang: Option<Duration>) -> Sampler {
     let mut c = Config::default();
     c.source.interval = "100ms".into();
     let settings = c.validate(&[]).unwrap();
     let panic = hang.is_none();
-    Sidecar::with_source(&settings, Box::new(Faulty { hang, panic }))
+    compose::start_with_source(&settings, Box::new(Faulty { hang, panic }))
 }
 
 /// Liveness follows the sampler: a sampler thread that died (here by a panic) turns
@@ -288,7 +289,7 @@ fn the_series_cap_drops_whole_entities_and_counts_them() {
     );
     c.max_series = 100;
     let settings = c.validate(&[]).unwrap();
-    let s = Sidecar::start(&settings).unwrap();
+    let s = compose::start(&settings).unwrap();
     let t = Instant::now();
     while s.latest().tick < 3 {
         assert!(t.elapsed() < Duration::from_secs(5), "no snapshots");
@@ -323,7 +324,7 @@ fn the_series_cap_drops_whole_entities_and_counts_them() {
     // Below the cap, nothing is dropped and the counter is a measured 0.
     let mut c = Config::default();
     c.source.interval = "100ms".into();
-    let s = Sidecar::start(&c.validate(&[]).unwrap()).unwrap();
+    let s = compose::start(&c.validate(&[]).unwrap()).unwrap();
     while s.latest().tick < 1 {
         std::thread::sleep(Duration::from_millis(10));
     }

@@ -8,10 +8,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use truthscale_e2e::{Sample, Sidecar, TempDir, clean_command};
-use truthscale_exporter::sources::kubelet::proto::pod_resources_lister_server::{
+use truthscale_exporter::attribution::kubelet::proto::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
 };
-use truthscale_exporter::sources::kubelet::proto::{
+use truthscale_exporter::attribution::kubelet::proto::{
     AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices,
     ContainerResources, GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest,
     ListPodResourcesResponse, PodResources,

@@ -34,8 +34,8 @@ use truthscale_e2e::{
     Prometheus, Sample, Sidecar, TempDir, cargo_build, http_get, require_tool, run, url_encode,
     workspace,
 };
-use truthscale_exporter::sources::kubelet::DEFAULT_SOCKET;
-use truthscale_exporter::sources::kubelet::proto::{ListPodResourcesResponse, PodResources};
+use truthscale_exporter::attribution::kubelet::DEFAULT_SOCKET;
+use truthscale_exporter::attribution::kubelet::proto::{ListPodResourcesResponse, PodResources};
 
 const NODE_DIR: &str = "docker/kubernetes/node";
 const DAEMONSET: &str = "docker/kubernetes/node/base/daemonset.yaml";
@@ -497,7 +497,7 @@ fn pod_labels_overlay_grants_only_get_and_list_on_pods() {
     assert!(!container_env(agent(&ds), DAEMONSET).contains_key(POD_LABELS_VAR));
     let env = pod_labels_env();
     let list: Vec<String> = env[POD_LABELS_VAR].split(',').map(str::to_owned).collect();
-    let keys = truthscale_exporter::sources::apiserver::label_keys(&list)
+    let keys = truthscale_exporter::attribution::apiserver::label_keys(&list)
         .unwrap_or_else(|e| panic!("{POD_LABELS_PATCH}: {e:?}"));
     assert!(!keys.is_empty());
     // The node name that selects the node's pods comes from the base.

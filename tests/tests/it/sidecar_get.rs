@@ -12,7 +12,7 @@ use std::time::Duration;
 use truthscale_e2e::{
     Sample, Sidecar, StandIn, TempDir, cargo_build, clean_command, fixture, ok, workspace,
 };
-use truthscale_exporter::sources::kubelet::proto::ListPodResourcesResponse;
+use truthscale_exporter::attribution::kubelet::proto::ListPodResourcesResponse;
 
 const WAIT: Duration = Duration::from_secs(20);
 

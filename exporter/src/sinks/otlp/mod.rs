@@ -29,7 +29,7 @@
 
 pub mod config;
 
-use crate::sinks::prometheus::{SinkErrors, Snapshot, VERSION};
+use crate::publish::{SinkErrors, Snapshot, VERSION};
 use anyhow::Context as _;
 use config::{OtlpCompression, OtlpProtocol, OtlpSettings, OtlpTemporality};
 use opentelemetry::metrics::{

@@ -850,7 +850,7 @@ impl DevState {
                 },
                 gpu_instance: p.gpu_instance_id,
                 sm_busy: util.get(&p.pid).map(|u| u.1),
-                attribution: cgroup::of_pid(p.pid),
+                attribution: crate::cgroup::of_pid(p.pid),
             })
             .collect();
         for p in &self.processes {

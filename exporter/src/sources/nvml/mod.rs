@@ -29,7 +29,6 @@
 //!   `no_permission`, `unsupported` (once per GPU and function: a missing symbol is an older
 //!   driver, the value is reported unsupported), `nvml` (anything else; the value is blank).
 
-pub(crate) mod cgroup;
 mod device;
 pub(crate) mod raw;
 
@@ -54,7 +53,7 @@ use truthscale_core::model::{
     Throttles, Timestamp,
 };
 
-pub use cgroup::Attribution;
+pub use crate::cgroup::Attribution;
 
 /// The library loaded when none is configured.
 pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";

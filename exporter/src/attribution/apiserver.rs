@@ -16,8 +16,8 @@
 //!   extra labels (`truthscale_source_up{source="apiserver"} 0`). A label is never made up:
 //!   a pod without an allowlisted label, or not in the last answer, has no such label.
 
-use super::{BuildError, Produced, SourceError};
 use crate::client::{FetchError, get_text_with};
+use crate::sources::{BuildError, Produced, SourceError};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;

@@ -19,7 +19,7 @@
 //!   when it does not serve `Get`), every GPU keeps the sidecar's own identity, as without it.
 
 use super::apiserver::PodLabelSettings;
-use super::{Produced, SourceError};
+use crate::sources::{Produced, SourceError};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -523,7 +523,7 @@ impl Allocations {
 fn pod_of_process(proc_root: &Path, p: &mut ProcessReading, holders: &[Holder]) -> Option<PodRef> {
     let dir = proc_root.join(&p.pid);
     let cgroup = std::fs::read_to_string(dir.join("cgroup")).ok()?;
-    let a = super::nvml::cgroup::parse(&cgroup)?;
+    let a = crate::cgroup::parse(&cgroup)?;
     p.pod_uid.get_or_insert(a.pod_uid);
     if let Some(c) = a.container_id {
         p.container_id.get_or_insert(c);

@@ -1,5 +1,6 @@
-//! The Prometheus sink: the snapshot each tick encodes once (text 0.0.4 and OpenMetrics),
-//! which every scrape clones, and the push sinks' failure counts it carries.
+//! Publishing, the pipeline's last step: the snapshot each tick encodes once (text 0.0.4
+//! and OpenMetrics) under the series cap, which every scrape clones and every push sink
+//! reads, and the push sinks' failure counts it carries.
 //!
 //! gzip is done by the sampler too, next to the encoding and never per request: a format is
 //! compressed each tick once a scraper has asked for it gzipped ([`GzipDemand`]), and for as
@@ -11,7 +12,7 @@ use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
-use truthscale_core::exposition::{ExporterStatus, Format, GpuEntry, Identity, SinkHealth};
+use truthscale_core::exposition::{self, ExporterStatus, Format, GpuEntry, Identity, SinkHealth};
 
 /// The exporter's version, as `truthscale_build_info` reports it.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -187,5 +188,140 @@ impl Snapshot {
             Format::Text => self.text_gzip.clone(),
             Format::OpenMetrics => self.openmetrics_gzip.clone(),
         }
+    }
+}
+
+/// Encodes each tick's snapshot: the series cap, both formats, gzip where asked.
+#[derive(Debug)]
+pub(crate) struct Publisher {
+    identity: Identity,
+    max_series: usize,
+    series_dropped: u64,
+    warned_cap: bool,
+    previous_body: Option<usize>,
+    tick: u64,
+    /// Which formats scrapers want gzipped (shared with every snapshot).
+    gzip: Arc<GzipDemand>,
+}
+
+/// What a tick publishes besides the GPUs: the source's name and health, and when.
+pub(crate) struct Published {
+    /// The wall time of the tick.
+    pub(crate) now: std::time::SystemTime,
+    /// When the tick started, on the monotonic clock.
+    pub(crate) started: std::time::Instant,
+    /// The source's name.
+    pub(crate) source: &'static str,
+    /// Whether the source produced data within the stale period.
+    pub(crate) source_up: bool,
+}
+
+impl Publisher {
+    pub(crate) fn new(identity: Identity, max_series: usize) -> Publisher {
+        Publisher {
+            identity,
+            max_series,
+            series_dropped: 0,
+            warned_cap: false,
+            previous_body: None,
+            tick: 0,
+            gzip: Arc::default(),
+        }
+    }
+
+    /// Encode this tick's snapshot.
+    pub(crate) fn publish(
+        &mut self,
+        gpus: Vec<GpuEntry>,
+        mut status: ExporterStatus,
+        tick: &Published,
+    ) -> Snapshot {
+        self.tick += 1;
+        status.previous_body_bytes = self.previous_body;
+        let (gpus, text, status) = self.capped(gpus, status);
+        let openmetrics = exposition::encode(&gpus, &self.identity, &status, Format::OpenMetrics);
+        self.previous_body = Some(text.len());
+        let now_ms = crate::sources::unix_ms(tick.now);
+        let text_gzip = self
+            .gzip
+            .compress_if_wanted(Format::Text, text.as_bytes(), now_ms);
+        let openmetrics_gzip =
+            self.gzip
+                .compress_if_wanted(Format::OpenMetrics, openmetrics.as_bytes(), now_ms);
+        Snapshot {
+            tick: self.tick,
+            taken_unix_ms: now_ms,
+            taken_at: Some(tick.started),
+            gpus,
+            source_up: tick.source_up,
+            source: tick.source.to_string(),
+            text: text.into(),
+            openmetrics: openmetrics.into(),
+            text_gzip,
+            openmetrics_gzip,
+            gzip_demand: Arc::clone(&self.gzip),
+            status,
+            identity: self.identity.clone(),
+        }
+    }
+
+    /// The entities that fit the series cap, the text body and the status that counts what
+    /// was left out. Entities are left out whole, the last first; the exporter's own series
+    /// always stay. Counting costs one extra encoding per entity, only when over the cap.
+    fn capped(
+        &mut self,
+        mut gpus: Vec<GpuEntry>,
+        mut status: ExporterStatus,
+    ) -> (Vec<GpuEntry>, String, ExporterStatus) {
+        let samples = |body: &str| {
+            body.lines()
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .count()
+        };
+        status.series_dropped = self.series_dropped;
+        let text = exposition::encode(&gpus, &self.identity, &status, Format::Text);
+        let all = samples(&text);
+        // Under the cap even with the exporter's own series counted: no second encoding.
+        if all <= self.max_series {
+            return (gpus, text, status);
+        }
+        let own = samples(&exposition::encode(
+            &[],
+            &self.identity,
+            &status,
+            Format::Text,
+        ));
+        if all - own <= self.max_series {
+            return (gpus, text, status);
+        }
+        let mut total = 0;
+        let mut dropped = 0;
+        gpus.retain(|g| {
+            let n = samples(&exposition::encode(
+                std::slice::from_ref(g),
+                &self.identity,
+                &status,
+                Format::Text,
+            )) - own;
+            if total + n <= self.max_series {
+                total += n;
+                true
+            } else {
+                dropped += n;
+                false
+            }
+        });
+        self.series_dropped += dropped as u64;
+        if !self.warned_cap {
+            self.warned_cap = true;
+            tracing::warn!(
+                max_series = self.max_series,
+                dropped,
+                "More GPU series than max_series: whole entities are left out of /metrics (counted in truthscale_series_dropped_total). Raise max_series, or turn per-process series off."
+            );
+        }
+        status.series_dropped = self.series_dropped;
+        let text = exposition::encode(&gpus, &self.identity, &status, Format::Text);
+        (gpus, text, status)
     }
 }

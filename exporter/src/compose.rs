@@ -1,0 +1,122 @@
+//! The composition root: from validated [`Settings`], the source, the stages and the
+//! pipeline's configuration, handed to [`Sampler::start`]. The only place that turns the
+//! configuration's source table into a source; the pipeline is given what it runs.
+//!
+//! ```no_run
+//! use truthscale_exporter::{compose, config::Config};
+//! let settings = Config::default().validate(&[]).expect("valid defaults");
+//! let sampler = compose::start(&settings).expect("the simulated source");
+//! println!("{} GPUs", sampler.latest().gpus.len());
+//! ```
+
+use crate::attribution::kubelet::Kubelet;
+use crate::attribution::{NodeAttribution, OwnPod, PodLabels, apiserver::ApiServer};
+use crate::config::Settings;
+use crate::enrichment::Engine;
+use crate::pipeline::{self, Sampler, Stage};
+use crate::sources::{BuildError, Source};
+use std::time::SystemTime;
+use truthscale_core::exposition::Identity;
+use truthscale_core::model::PodRef;
+
+/// Build the source the settings name, and start sampling it through the stages they ask for.
+///
+/// # Errors
+/// The source cannot be built (no NVML, a replay file that cannot be used), or node mode's
+/// pod labels are asked for and the API server's CA or token cannot be read.
+pub fn start(settings: &Settings) -> Result<Sampler, BuildError> {
+    let source = settings
+        .source
+        .build(&settings.source_context, SystemTime::now())?;
+    let api = pod_label_client(settings)?;
+    Ok(Sampler::start(
+        &config(settings),
+        source,
+        stages(settings, api),
+    ))
+}
+
+/// Start sampling an already built source through the stages the settings ask for. Node
+/// mode's pod labels, when asked for and their API server client cannot be made, are left
+/// out with an error logged.
+#[must_use]
+pub fn start_with_source(settings: &Settings, source: Box<dyn Source>) -> Sampler {
+    let api = pod_label_client(settings).unwrap_or_else(|e| {
+        tracing::error!(
+            error = %e,
+            "Pod labels are not read: the API server client cannot be made; allocation info is exported without them."
+        );
+        None
+    });
+    Sampler::start(&config(settings), source, stages(settings, api))
+}
+
+/// The pipeline's own configuration.
+#[must_use]
+pub fn config(settings: &Settings) -> pipeline::Config {
+    pipeline::Config {
+        interval: settings.interval,
+        stale_after: settings.stale_after,
+        derive: settings.derive.clone(),
+        verdict: settings.verdict.clone(),
+        // With the kubelet's answer, attribution is per GPU: a GPU the answer does not give
+        // this pod must not fall back to its identity when encoded.
+        identity: if settings.pod_resources.is_some() {
+            Identity {
+                pod: None,
+                namespace: None,
+                container: None,
+                node: settings.identity.node.clone(),
+            }
+        } else {
+            settings.identity.clone()
+        },
+        max_series: settings.max_series,
+    }
+}
+
+/// The stages, in order: attribution (node mode's `List` and pod labels, or the sidecar's
+/// own `Get`), then the serving engine.
+fn stages(settings: &Settings, api: Option<ApiServer>) -> Vec<Box<dyn Stage>> {
+    let mut stages: Vec<Box<dyn Stage>> = Vec::new();
+    if let Some(n) = &settings.node {
+        stages.push(Box::new(NodeAttribution::new(
+            Kubelet::new(n.kubelet()),
+            n.proc_root.clone(),
+        )));
+        if let Some(api) = api {
+            stages.push(Box::new(PodLabels::start(api)));
+        }
+    }
+    if let Some(p) = settings.pod_resources.clone() {
+        tracing::info!(
+            pod = %p.pod,
+            namespace = %p.namespace,
+            socket = %p.kubelet.socket.display(),
+            "Asking the kubelet (PodResources Get) which GPUs are this pod's: only those are labelled with it, the others this container sees are exported without pod labels."
+        );
+        let own = PodRef {
+            pod: p.pod.clone(),
+            namespace: Some(p.namespace.clone()),
+            container: settings.identity.container.clone(),
+        };
+        stages.push(Box::new(OwnPod::new(
+            Kubelet::for_pod(p.kubelet, &p.pod, &p.namespace),
+            own,
+        )));
+    }
+    if let Some(e) = settings.engine.clone() {
+        stages.push(Box::new(Engine::new(e)));
+    }
+    stages
+}
+
+/// The API server client for node mode's pod labels, when they are asked for.
+fn pod_label_client(settings: &Settings) -> Result<Option<ApiServer>, BuildError> {
+    settings
+        .node
+        .as_ref()
+        .and_then(|n| n.pod_labels.clone())
+        .map(ApiServer::new)
+        .transpose()
+}

@@ -1,0 +1,283 @@
+//! The sampling pipeline: a thread that, each tick, reads the source, runs the stages
+//! (attribution, enrichment), derives, and publishes one encoded snapshot; and the
+//! [`Sampler`] handle through which HTTP handlers, push sinks and embedding services read it.
+//!
+//! ```text
+//! source.sample → stage.apply … → Served::derive → Publisher::publish → Snapshot
+//! ```
+//!
+//! Sampling runs on its own thread at its own interval. A scrape never samples: it serves
+//! the bytes encoded at the last tick, so scrape cost does not depend on how many scrapers
+//! there are. The pipeline never sees the configuration's source table: it is handed a
+//! built source and built stages (the composition root, `compose`, builds them from the
+//! settings).
+
+mod served;
+mod stage;
+
+pub use stage::{Health, LOG_EVERY, LogLimiter, Stage, Tick};
+
+use crate::publish::{Published, Publisher, SinkErrors, Snapshot, VERSION};
+use crate::sources::{Produced, Source, SourceError, unix_ms};
+use served::Served;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::watch;
+use truthscale_core::derive::DeriveConfig;
+use truthscale_core::exposition::{ExporterStatus, Identity, SourceHealth};
+use truthscale_core::tracker::Deriver;
+use truthscale_core::verdict::VerdictConfig;
+
+/// What the pipeline runs by, besides its source and stages.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Sampling interval.
+    pub interval: Duration,
+    /// How long a source's (and a stage's) last answer stays usable.
+    pub stale_after: Duration,
+    /// Derivation thresholds.
+    pub derive: DeriveConfig,
+    /// Verdict thresholds.
+    pub verdict: VerdictConfig,
+    /// The labels every GPU series carries (this pod's, the node's).
+    pub identity: Identity,
+    /// The most GPU series written to `/metrics`.
+    pub max_series: usize,
+}
+
+/// A running sampler: the pipeline's thread and its latest snapshot. Dropping it stops the
+/// thread.
+#[derive(Debug)]
+pub struct Sampler {
+    rx: watch::Receiver<Arc<Snapshot>>,
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+    source: String,
+    sinks: SinkErrors,
+}
+
+impl Sampler {
+    /// Start sampling `source` through `stages`, in order.
+    #[must_use]
+    pub fn start(config: &Config, source: Box<dyn Source>, stages: Vec<Box<dyn Stage>>) -> Sampler {
+        let name = source.name().to_string();
+        let (tx, rx) = watch::channel(Arc::new(Snapshot {
+            source: name.clone(),
+            taken_at: Some(Instant::now()),
+            ..Snapshot::default()
+        }));
+        let (stop_tx, stop_rx) = mpsc::channel();
+        let sinks = SinkErrors::default();
+        let pipeline = Pipeline::new(config, source, stages, sinks.clone());
+        let interval = config.interval;
+        let thread = std::thread::Builder::new()
+            .name("truthscale-sampler".into())
+            .spawn(move || run(pipeline, interval, &tx, &stop_rx))
+            .ok();
+        if thread.is_none() {
+            tracing::error!("Could not start the sampler thread; /metrics will stay empty.");
+        }
+        Sampler {
+            rx,
+            stop: Some(stop_tx),
+            thread,
+            source: name,
+            sinks,
+        }
+    }
+
+    /// The sink failure counters this sampler exposes; push sinks (OTLP) add to them.
+    #[must_use]
+    pub fn sink_errors(&self) -> SinkErrors {
+        self.sinks.clone()
+    }
+
+    /// The latest snapshot.
+    #[must_use]
+    pub fn latest(&self) -> Arc<Snapshot> {
+        self.rx.borrow().clone()
+    }
+
+    /// A receiver that changes at every tick.
+    #[must_use]
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
+        self.rx.clone()
+    }
+
+    /// The source label.
+    #[must_use]
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Stop sampling and wait for the thread.
+    pub fn shutdown(mut self) {
+        self.stop_thread();
+    }
+
+    fn stop_thread(&mut self) {
+        self.stop.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop_thread();
+    }
+}
+
+fn run(
+    mut p: Pipeline,
+    interval: Duration,
+    tx: &watch::Sender<Arc<Snapshot>>,
+    stop: &mpsc::Receiver<()>,
+) {
+    let start = Instant::now();
+    let mut k: u32 = 0;
+    loop {
+        let snap = p.tick(SystemTime::now());
+        let _ = tx.send(Arc::new(snap));
+        k = k.saturating_add(1);
+        // After a tick that overran (counted as `overrun`), skip the slots it missed instead
+        // of running them back to back.
+        let behind = Instant::now().saturating_duration_since(start);
+        if behind > interval * k {
+            k = u32::try_from(behind.as_nanos() / interval.as_nanos().max(1) + 1)
+                .unwrap_or(u32::MAX);
+        }
+        let next = start + interval * k;
+        let wait = next.saturating_duration_since(Instant::now());
+        match stop.recv_timeout(wait) {
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+/// The pipeline's state, owned by its thread.
+struct Pipeline {
+    source: Box<dyn Source>,
+    /// The source's health: failures by kind (up is the served data's freshness).
+    errors: BTreeMap<String, u64>,
+    log: LogLimiter,
+    stages: Vec<Box<dyn Stage>>,
+    /// Whether a stage attributes entities (changes their keys).
+    attributes: bool,
+    served: Served,
+    publisher: Publisher,
+    sinks: SinkErrors,
+    interval: Duration,
+    stale_after: Duration,
+}
+
+impl Pipeline {
+    fn new(
+        config: &Config,
+        source: Box<dyn Source>,
+        stages: Vec<Box<dyn Stage>>,
+        sinks: SinkErrors,
+    ) -> Pipeline {
+        // The source declares how often it updates (or lets the deriver tell each entity's
+        // cadence from its timestamps).
+        let update = source.update_interval().map(|w| w.as_secs_f64());
+        let mut deriver = Deriver::new(config.derive.clone(), update);
+        deriver.set_verdict_config(config.verdict.clone());
+        Pipeline {
+            source,
+            errors: BTreeMap::new(),
+            log: LogLimiter::default(),
+            attributes: stages.iter().any(|s| s.attributes()),
+            stages,
+            served: Served::new(deriver, config.stale_after),
+            publisher: Publisher::new(config.identity.clone(), config.max_series),
+            sinks,
+            interval: config.interval,
+            stale_after: config.stale_after,
+        }
+    }
+
+    /// One tick: sample, each stage, derive, publish.
+    fn tick(&mut self, now: SystemTime) -> Snapshot {
+        let started = Instant::now();
+        let mut produced = self.source.sample(now);
+        let source_keys = Served::source_keys(&produced, self.attributes);
+        let mut tick = Tick {
+            now,
+            stale_after: self.stale_after,
+            produced: &mut produced,
+            held: None,
+        };
+        for stage in &mut self.stages {
+            stage.apply(&mut tick);
+        }
+        self.served.remember_attribution(source_keys, &produced);
+        self.count_overrun(started, &mut produced);
+        self.count_errors(&produced);
+        self.served.derive(&produced, started, self.attributes);
+        let source = self.source.name();
+        let source_up = self.served.up();
+        let status = self.status(now, started, source_up);
+        let tick = Published {
+            now,
+            started,
+            source,
+            source_up,
+        };
+        self.publisher
+            .publish(self.served.gpus(source), status, &tick)
+    }
+
+    /// A tick whose reading took longer than the interval slipped the cadence.
+    fn count_overrun(&self, started: Instant, produced: &mut Produced) {
+        let took = started.elapsed();
+        if took > self.interval {
+            produced.errors.push(SourceError::Overrun(format!(
+                "reading the source took {} ms, longer than the {} ms interval: the cadence slipped (a slow or hung endpoint, or too much to read per tick)",
+                took.as_millis(),
+                self.interval.as_millis()
+            )));
+        }
+    }
+
+    /// Count the source's failures by kind, and log each kind at most every 30 s.
+    fn count_errors(&mut self, produced: &Produced) {
+        for e in &produced.errors {
+            *self.errors.entry(e.kind().to_string()).or_default() += 1;
+            if self.log.allow(e.kind()) {
+                tracing::warn!(
+                    source = self.source.name(),
+                    kind = e.kind(),
+                    error = %e,
+                    "Source reported a problem; it is counted in truthscale_source_errors_total (repeats of this kind are logged at most every 30 s)."
+                );
+            }
+        }
+    }
+
+    /// The exporter's own status at this tick: the source's health and each stage's.
+    fn status(&self, now: SystemTime, started: Instant, source_up: bool) -> ExporterStatus {
+        let source = SourceHealth {
+            name: self.source.name().to_string(),
+            up: source_up,
+            errors: self.errors.clone(),
+        };
+        ExporterStatus {
+            version: VERSION.to_string(),
+            sources: std::iter::once(source)
+                .chain(self.stages.iter().filter_map(|s| s.health()))
+                .collect(),
+            sample_duration_seconds: Some(started.elapsed().as_secs_f64()),
+            diagnostics: self.served.diagnostics.clone(),
+            snapshot_unix_seconds: unix_ms(now) as f64 / 1000.0,
+            previous_body_bytes: None,
+            sinks: self.sinks.health(),
+            series_dropped: 0,
+        }
+    }
+}

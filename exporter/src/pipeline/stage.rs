@@ -1,0 +1,101 @@
+//! What a stage is: one step of a tick between the source and the derivation (attribution,
+//! enrichment), on the tick's samples in place, with its own health and bookkeeping.
+
+use crate::sources::Produced;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant, SystemTime};
+use truthscale_core::exposition::SourceHealth;
+use truthscale_core::model::EntityKey;
+
+/// One step of a tick after the source has been read and before the samples are derived.
+/// It runs on the sampler's thread, works on the tick's samples in place, and counts its own
+/// failures in its own health.
+pub trait Stage: Send {
+    /// The stage's name in logs.
+    fn name(&self) -> &'static str;
+
+    /// Work on this tick's samples.
+    fn apply(&mut self, tick: &mut Tick<'_>);
+
+    /// Its health as a source of its own (`truthscale_source_up{source=…}`,
+    /// `truthscale_source_errors_total`), when it reports one.
+    fn health(&self) -> Option<SourceHealth> {
+        None
+    }
+
+    /// Whether it attributes entities (changes their keys): then a device attributed
+    /// otherwise from one tick to the next is the same GPU, not a GPU that stopped.
+    fn attributes(&self) -> bool {
+        false
+    }
+}
+
+/// One tick, as the stages see it.
+#[derive(Debug)]
+pub struct Tick<'a> {
+    /// The wall time the tick samples at.
+    pub now: SystemTime,
+    /// How long an answer stays usable (`source.stale_after`).
+    pub stale_after: Duration,
+    /// What the source produced, worked on in place.
+    pub produced: &'a mut Produced,
+    /// The keys of the entities this pod holds, where a stage knows them (the sidecar's own
+    /// attribution from the kubelet): a later stage that enriches only this pod's GPUs reads
+    /// it. `None`: every entity.
+    pub held: Option<HashSet<EntityKey>>,
+}
+
+impl Tick<'_> {
+    /// Whether this pod holds the entity with this key (every entity, while no stage knows).
+    #[must_use]
+    pub fn holds(&self, key: &EntityKey) -> bool {
+        self.held.as_ref().is_none_or(|h| h.contains(key))
+    }
+}
+
+/// Repeated messages of one kind are logged at most this often.
+pub const LOG_EVERY: Duration = Duration::from_secs(30);
+
+/// The one limiter of repeated log lines: a kind is let through at most every
+/// [`LOG_EVERY`]; counters still count every occurrence.
+#[derive(Debug, Default)]
+pub struct LogLimiter {
+    last: HashMap<&'static str, Instant>,
+}
+
+impl LogLimiter {
+    /// Whether a message of `kind` may be logged now (and, if so, that it was).
+    pub fn allow(&mut self, kind: &'static str) -> bool {
+        let due = self.last.get(kind).is_none_or(|t| t.elapsed() >= LOG_EVERY);
+        if due {
+            self.last.insert(kind, Instant::now());
+        }
+        due
+    }
+}
+
+/// A stage's health: whether its last answer is usable, and its failures by kind.
+#[derive(Debug, Default, Clone)]
+pub struct Health {
+    /// Whether this tick's work came from an answer within the stale period.
+    pub up: bool,
+    /// Failures by kind.
+    pub errors: BTreeMap<String, u64>,
+}
+
+impl Health {
+    /// Count one failure of this kind.
+    pub fn count(&mut self, kind: &str) {
+        *self.errors.entry(kind.to_string()).or_default() += 1;
+    }
+
+    /// As the exposition reports it, under `name`.
+    #[must_use]
+    pub fn report(&self, name: &str) -> SourceHealth {
+        SourceHealth {
+            name: name.to_string(),
+            up: self.up,
+            errors: self.errors.clone(),
+        }
+    }
+}
