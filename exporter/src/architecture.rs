@@ -237,9 +237,13 @@ fn sources_holds_only_sources() {
         };
         let text = std::fs::read_to_string(&file).expect("a source file");
         assert!(
-            ["impl Source for", "impl super::Source for", "impl crate::sources::Source for"]
-                .iter()
-                .any(|i| text.contains(i)),
+            [
+                "impl Source for",
+                "impl super::Source for",
+                "impl crate::sources::Source for"
+            ]
+            .iter()
+            .any(|i| text.contains(i)),
             "{} is in sources/ but is no source",
             file.display()
         );

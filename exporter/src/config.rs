@@ -4,7 +4,7 @@
 //! [`Config::validate`] turns it into [`Settings`], checking every value and naming the key
 //! that is wrong.
 
-use crate::attribution::kubelet::{NodeConfig, NodeSettings, SidecarConfig, SidecarSettings};
+use crate::attribution::config::{NodeConfig, NodeSettings, SidecarConfig, SidecarSettings};
 use crate::enrichment::engine::{EngineConfig, EngineSettings};
 use crate::sinks::otlp::config::{OtlpConfig, OtlpSettings};
 use crate::sources;

@@ -40,6 +40,7 @@ pub mod config;
 pub mod enrichment;
 pub mod history;
 pub mod http;
+pub mod logging;
 pub mod pipeline;
 pub mod publish;
 pub mod report;

@@ -40,9 +40,6 @@ pub const RBAC_OVERLAY: &str = "docker/kubernetes/node/pod-labels";
 /// Largest pod list read (metadata of one node's pods is far smaller).
 const MAX_BODY: u64 = 32 << 20;
 
-/// Repeated errors of one kind are logged at most this often.
-const LOG_EVERY: Duration = Duration::from_secs(30);
-
 /// One allowlisted pod label: its Kubernetes key and its Prometheus label name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodLabelKey {
@@ -483,7 +480,7 @@ impl Drop for PodLabelReader {
 }
 
 fn refresh_loop(api: &ApiServer, shared: &Mutex<Shared>, stop: &mpsc::Receiver<()>) {
-    let mut logged: HashMap<&'static str, Instant> = HashMap::new();
+    let mut log = crate::logging::LogLimiter::default();
     let mut failing = false;
     loop {
         match api.list() {
@@ -508,8 +505,7 @@ fn refresh_loop(api: &ApiServer, shared: &Mutex<Shared>, stop: &mpsc::Receiver<(
                     .entry(e.kind().to_string())
                     .or_default() += 1;
                 let kind = e.kind();
-                if logged.get(kind).is_none_or(|t| t.elapsed() >= LOG_EVERY) {
-                    logged.insert(kind, Instant::now());
+                if log.allow(kind) {
                     tracing::warn!(
                         source = SOURCE,
                         kind,

@@ -7,10 +7,13 @@
 //! - [`OwnPod`]: the sidecar's `Get` for its own pod: only the GPUs the pod holds take its
 //!   labels.
 //!
-//! [`kubelet`] holds the PodResources client, its configuration and the allocations of an
-//! answer; [`apiserver`] the API server's pod-label reader.
+//! [`kubelet`] holds the PodResources client, [`config`] its settings, [`allocations`] what an
+//! answer allocates and the attribution from it; [`apiserver`] the API server's pod-label
+//! reader.
 
+pub mod allocations;
 pub mod apiserver;
+pub mod config;
 pub mod kubelet;
 
 use crate::pipeline::{Health, LogLimiter, Stage, Tick};

@@ -15,7 +15,8 @@
 mod served;
 mod stage;
 
-pub use stage::{Health, LOG_EVERY, LogLimiter, Stage, Tick};
+pub use crate::logging::{LOG_EVERY, LogLimiter};
+pub use stage::{Health, Stage, Tick};
 
 use crate::publish::{Published, Publisher, SinkErrors, Snapshot, VERSION};
 use crate::sources::{Produced, Source, SourceError, unix_ms};

@@ -2,8 +2,8 @@
 //! enrichment), on the tick's samples in place, with its own health and bookkeeping.
 
 use crate::sources::Produced;
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::{Duration, Instant, SystemTime};
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, SystemTime};
 use truthscale_core::exposition::SourceHealth;
 use truthscale_core::model::EntityKey;
 
@@ -50,27 +50,6 @@ impl Tick<'_> {
     #[must_use]
     pub fn holds(&self, key: &EntityKey) -> bool {
         self.held.as_ref().is_none_or(|h| h.contains(key))
-    }
-}
-
-/// Repeated messages of one kind are logged at most this often.
-pub const LOG_EVERY: Duration = Duration::from_secs(30);
-
-/// The one limiter of repeated log lines: a kind is let through at most every
-/// [`LOG_EVERY`]; counters still count every occurrence.
-#[derive(Debug, Default)]
-pub struct LogLimiter {
-    last: HashMap<&'static str, Instant>,
-}
-
-impl LogLimiter {
-    /// Whether a message of `kind` may be logged now (and, if so, that it was).
-    pub fn allow(&mut self, kind: &'static str) -> bool {
-        let due = self.last.get(kind).is_none_or(|t| t.elapsed() >= LOG_EVERY);
-        if due {
-            self.last.insert(kind, Instant::now());
-        }
-        due
     }
 }
 

@@ -1,0 +1,305 @@
+//! The kubelet's settings: node mode's `[node]` and the sidecar's `sidecar.pod_resources`,
+//! each checked into its settings.
+
+use super::apiserver::PodLabelSettings;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The kubelet's default PodResources socket.
+pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+
+/// `[node]`: node mode's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NodeConfig {
+    /// The kubelet's PodResources socket.
+    pub socket: PathBuf,
+    /// Resource names that are GPUs: exact names, or a prefix ending in `*`.
+    pub resource_names: Vec<String>,
+    /// Timeout of one call: the kubelet's `List`, and the API server's pod list.
+    pub timeout: String,
+    /// Where the host's processes are seen (`/proc` with `hostPID: true`, or a mount of the
+    /// host's `/proc`): per-process attribution reads `<proc_root>/<pid>/cgroup` and
+    /// `<proc_root>/<pid>/environ` there.
+    pub proc_root: PathBuf,
+    /// Pod labels to add to `truthscale_gpu_allocation_info` as `label_<key>`, read from the
+    /// API server (Kubernetes label keys). Empty: none, and no request to the API server.
+    pub pod_labels: Vec<String>,
+    /// How often the API server's list of this node's pods is read (1s..=1h).
+    pub pod_labels_refresh: String,
+    /// The API server (`https://…`). Empty: in-cluster, from `KUBERNETES_SERVICE_HOST` and
+    /// `KUBERNETES_SERVICE_PORT`.
+    pub api_server: String,
+    /// The bearer token, re-read at every refresh (projected tokens rotate).
+    pub token_file: PathBuf,
+    /// The CA certificates (PEM) the API server is checked against.
+    pub ca_file: PathBuf,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            socket: DEFAULT_SOCKET.into(),
+            resource_names: default_resource_names(),
+            timeout: "2s".into(),
+            proc_root: "/proc".into(),
+            pod_labels: Vec::new(),
+            pod_labels_refresh: "30s".into(),
+            api_server: String::new(),
+            token_file: super::apiserver::DEFAULT_TOKEN_FILE.into(),
+            ca_file: super::apiserver::DEFAULT_CA_FILE.into(),
+        }
+    }
+}
+
+/// The kubelet client's settings, checked: node mode's (`node.*`) and the sidecar's
+/// (`sidecar.*`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubeletSettings {
+    /// The socket.
+    pub socket: PathBuf,
+    /// GPU resource names (exact, or a prefix ending in `*`).
+    pub resource_names: Vec<String>,
+    /// Timeout of one call.
+    pub timeout: Duration,
+}
+
+/// The dotted keys of a section's socket, resource names and timeout, for its errors.
+struct KubeletKeys {
+    socket: &'static str,
+    resource_names: &'static str,
+    timeout: &'static str,
+}
+
+/// Check a section's socket, resource names and timeout.
+fn kubelet_settings(
+    keys: &KubeletKeys,
+    socket: &Path,
+    resource_names: &[String],
+    timeout: &str,
+) -> Result<KubeletSettings, crate::setting::Invalid> {
+    if socket.as_os_str().is_empty() {
+        return Err((
+            keys.socket,
+            format!("must name the kubelet socket (default {DEFAULT_SOCKET})"),
+        ));
+    }
+    if resource_names.iter().any(|r| r.trim().is_empty()) {
+        return Err((keys.resource_names, "an empty resource name".into()));
+    }
+    let timeout = crate::setting::duration(
+        keys.timeout,
+        timeout,
+        Duration::from_millis(10),
+        Duration::from_secs(60),
+    )?;
+    Ok(KubeletSettings {
+        socket: socket.to_path_buf(),
+        resource_names: resource_names.to_vec(),
+        timeout,
+    })
+}
+
+fn default_resource_names() -> Vec<String> {
+    vec![
+        "nvidia.com/gpu".into(),
+        "nvidia.com/gpu.shared".into(),
+        "nvidia.com/mig-*".into(),
+    ]
+}
+
+/// `[sidecar]`: sidecar mode's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SidecarConfig {
+    /// Ask the kubelet (PodResources `Get`, one pod) which GPUs are this pod's, and label only
+    /// those with it; the other GPUs the container sees are exported without pod labels.
+    /// Needs the pod's name and namespace (`POD_NAME`, `POD_NAMESPACE`) and the kubelet's
+    /// socket mounted.
+    pub pod_resources: bool,
+    /// The kubelet's PodResources socket.
+    pub socket: PathBuf,
+    /// Resource names that are GPUs: exact names, or a prefix ending in `*`.
+    pub resource_names: Vec<String>,
+    /// Timeout of one `Get`.
+    pub timeout: String,
+}
+
+impl Default for SidecarConfig {
+    fn default() -> Self {
+        SidecarConfig {
+            pod_resources: false,
+            socket: DEFAULT_SOCKET.into(),
+            resource_names: default_resource_names(),
+            timeout: "2s".into(),
+        }
+    }
+}
+
+/// Sidecar mode's `Get`, checked: whose resources to ask for, and how.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SidecarSettings {
+    /// This pod's name.
+    pub pod: String,
+    /// This pod's namespace.
+    pub namespace: String,
+    /// The kubelet client.
+    pub kubelet: KubeletSettings,
+}
+
+impl SidecarConfig {
+    /// Check the section; `pod` and `namespace` are this pod's (`identity.*`, else the
+    /// Downward API variables). `None` when `pod_resources` is off.
+    ///
+    /// # Errors
+    /// `(key, message)` for a bad value, or `pod_resources` without the pod's name or
+    /// namespace.
+    pub fn validate(
+        &self,
+        pod: Option<&str>,
+        namespace: Option<&str>,
+    ) -> Result<Option<SidecarSettings>, crate::setting::Invalid> {
+        if !self.pod_resources {
+            return Ok(None);
+        }
+        let kubelet = kubelet_settings(
+            &KubeletKeys {
+                socket: "sidecar.socket",
+                resource_names: "sidecar.resource_names",
+                timeout: "sidecar.timeout",
+            },
+            &self.socket,
+            &self.resource_names,
+            &self.timeout,
+        )?;
+        let known = |v: Option<&str>| {
+            v.map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(str::to_string)
+        };
+        match (known(pod), known(namespace)) {
+            (Some(pod), Some(namespace)) => Ok(Some(SidecarSettings {
+                pod,
+                namespace,
+                kubelet,
+            })),
+            (pod, namespace) => {
+                let missing: Vec<&str> = [
+                    ("POD_NAME (identity.pod)", pod.is_none()),
+                    ("POD_NAMESPACE (identity.namespace)", namespace.is_none()),
+                ]
+                .into_iter()
+                .filter(|(_, m)| *m)
+                .map(|(v, _)| v)
+                .collect();
+                Err((
+                    "sidecar.pod_resources",
+                    format!(
+                        "asks the kubelet for this pod's GPUs by the pod's name and namespace, and {} not set: set POD_NAME and POD_NAMESPACE from the Downward API (fieldRef metadata.name and metadata.namespace), or identity.pod and identity.namespace",
+                        if missing.len() == 1 {
+                            format!("{} is", missing[0])
+                        } else {
+                            format!("{} are", missing.join(" and "))
+                        }
+                    ),
+                ))
+            }
+        }
+    }
+}
+
+/// Node mode's settings, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeSettings {
+    /// The socket.
+    pub socket: PathBuf,
+    /// GPU resource names (exact, or a prefix ending in `*`).
+    pub resource_names: Vec<String>,
+    /// Timeout of one call.
+    pub timeout: Duration,
+    /// Where the host's processes are seen.
+    pub proc_root: PathBuf,
+    /// The pod-label reader, when `pod_labels` is not empty.
+    pub pod_labels: Option<PodLabelSettings>,
+}
+
+impl NodeConfig {
+    /// Check the section; `node` is the node's name (`NODE_NAME`, `identity.node`), and
+    /// `getenv` reads the environment (the in-cluster API server's address).
+    ///
+    /// # Errors
+    /// `(key, message)` for a bad value, or pod labels asked for without a node name or an
+    /// API server.
+    pub fn validate(
+        &self,
+        node: Option<&str>,
+        getenv: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<NodeSettings, crate::setting::Invalid> {
+        let KubeletSettings {
+            socket,
+            resource_names,
+            timeout,
+        } = kubelet_settings(
+            &KubeletKeys {
+                socket: "node.socket",
+                resource_names: "node.resource_names",
+                timeout: "node.timeout",
+            },
+            &self.socket,
+            &self.resource_names,
+            &self.timeout,
+        )?;
+        let keys = super::apiserver::label_keys(&self.pod_labels)?;
+        let refresh = crate::setting::duration(
+            "node.pod_labels_refresh",
+            &self.pod_labels_refresh,
+            Duration::from_secs(1),
+            Duration::from_secs(3600),
+        )?;
+        let pod_labels = if keys.is_empty() {
+            None
+        } else {
+            let node = node.filter(|n| !n.trim().is_empty()).ok_or((
+                "node.pod_labels",
+                "pod labels are read for this node's pods, and the node's name is not known: set NODE_NAME (Downward API fieldRef spec.nodeName, as the node DaemonSet does) or identity.node".to_string(),
+            ))?;
+            for (key, path) in [
+                ("node.token_file", &self.token_file),
+                ("node.ca_file", &self.ca_file),
+            ] {
+                if path.as_os_str().is_empty() {
+                    return Err((key, "must name a file to read pod labels".into()));
+                }
+            }
+            Some(PodLabelSettings {
+                keys,
+                refresh,
+                api_server: super::apiserver::api_server_url(&self.api_server, getenv)?,
+                node: node.trim().to_string(),
+                token_file: self.token_file.clone(),
+                ca_file: self.ca_file.clone(),
+                timeout,
+            })
+        };
+        Ok(NodeSettings {
+            socket,
+            resource_names,
+            timeout,
+            proc_root: self.proc_root.clone(),
+            pod_labels,
+        })
+    }
+}
+
+impl NodeSettings {
+    /// The kubelet client's part.
+    #[must_use]
+    pub fn kubelet(&self) -> KubeletSettings {
+        KubeletSettings {
+            socket: self.socket.clone(),
+            resource_names: self.resource_names.clone(),
+            timeout: self.timeout,
+        }
+    }
+}
