@@ -844,8 +844,84 @@ pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
     let hours_per_step = input.step_seconds / 3600.0;
     let mut notes = Vec::new();
 
+    let (unit, work) = workloads(input, &mut notes);
+    let gpus_without_pods = gpus_without_pods(input, unit, &work, &mut notes);
+    let names = names(&work);
+    let (fleet_spec, gpu_mib) = fleet_gpu(&work, &mut notes);
+    let series = Series::of(input, unit, &work, steps);
+    let steps_with_data = series.reporting.iter().filter(|x| x.is_some()).count();
+    let [busy_claim, compute_demand, memory_demand] =
+        demand_sums(&work, &names, &series, gpu_mib, &mut notes);
+    let pooled = pooled_bound(&series.compute.0, &series.memory.0, gpu_mib, limit);
+
+    let (packing, colocation) = packing(&work, &names, gpu_mib, limit, steps, &mut notes);
+
+    let rightsizing = work
+        .iter()
+        .zip(&names)
+        .map(|(t, n)| right_size(t, n, h))
+        .collect();
+    let idle = idle_capacity(&work, &names, cfg, hours_per_step);
+    let allocated_summary = gpu_summary(&series.allocated);
+    let reporting_summary = gpu_summary(&series.reporting);
+    let baseline = if unit == "pod" {
+        allocated_summary
+    } else {
+        reporting_summary
+    };
+    let savings = packing.as_ref().and_then(|p| {
+        savings(
+            p,
+            unit,
+            baseline,
+            steps_with_data as f64 * hours_per_step,
+            cfg.cost_per_gpu_hour,
+        )
+    });
+
+    let simulated = input.tracks.iter().any(|t| t.simulated);
+    if steps_with_data < steps {
+        notes.push(format!(
+            "{} of {} steps had no data at all (a gap in the history): they are left out, never counted as idle or 0",
+            steps - steps_with_data,
+            steps
+        ));
+    }
+    FleetReport {
+        workload_unit: unit,
+        steps,
+        steps_with_data,
+        step_seconds: input.step_seconds,
+        headroom: h,
+        gpu_model: fleet_spec.map(|s| s.name.to_owned()),
+        gpu_memory_bytes: gpu_mib.map(|g| g as f64 * MIB),
+        workloads: work.len(),
+        gpus_without_pods,
+        simulated,
+        sizing: Sizing {
+            allocated_gpus: allocated_summary,
+            gpus_reporting: reporting_summary,
+            busy_claim_gpus: busy_claim,
+            compute_demand_gpus: compute_demand,
+            memory_demand_gpus: memory_demand,
+            pooled_lower_bound: pooled,
+            packing,
+        },
+        colocation,
+        rightsizing,
+        idle,
+        savings,
+        method: method_text(h),
+        notes,
+        series: series.into_fleet_series(gpu_mib),
+    }
+}
+
+/// The workloads: the tracks with a pod when any has one (unit `pod`), else every GPU as
+/// one workload (unit `gpu`, with a note that allocation is then unknown).
+fn workloads<'a>(input: &'a FleetInput, notes: &mut Vec<String>) -> (&'static str, Vec<&'a Track>) {
     let with_pod: Vec<&Track> = input.tracks.iter().filter(|t| t.pod.is_some()).collect();
-    let (unit, work): (&'static str, Vec<&Track>) = if with_pod.is_empty() {
+    if with_pod.is_empty() {
         if !input.tracks.is_empty() {
             notes.push(
                 "no GPU carried pod labels (pod, namespace): each GPU is treated as one workload, allocation is unknown, and savings are counted against the GPUs reporting".to_owned(),
@@ -854,7 +930,17 @@ pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
         ("gpu", input.tracks.iter().collect())
     } else {
         ("pod", with_pod)
-    };
+    }
+}
+
+/// In the pod analysis, the GPUs that never carried a pod (sorted, each once): left out of
+/// it, and named in a note.
+fn gpus_without_pods(
+    input: &FleetInput,
+    unit: &str,
+    work: &[&Track],
+    notes: &mut Vec<String>,
+) -> Vec<String> {
     let mut gpus_without_pods: Vec<String> = if unit == "pod" {
         let pod_gpus: BTreeSet<&str> = work.iter().map(|t| t.gpu.as_str()).collect();
         input
@@ -875,11 +961,15 @@ pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
             gpus_without_pods.join(", ")
         ));
     }
-    let names = names(&work);
+    gpus_without_pods
+}
 
-    // The fleet's model and one GPU's memory.
+/// The fleet's model (the most common among the workloads) and one GPU's memory in MiB:
+/// the largest total measured on a whole GPU of that model, else the catalog's figure, else
+/// the largest total measured on any whole GPU.
+fn fleet_gpu(work: &[&Track], notes: &mut Vec<String>) -> (Option<&'static GpuSpec>, Option<u64>) {
     let mut models: BTreeMap<&str, (usize, &'static GpuSpec)> = BTreeMap::new();
-    for t in &work {
+    for t in work {
         if let Some(s) = t.spec {
             models.entry(s.key).or_insert((0, s)).0 += 1;
         }
@@ -913,43 +1003,98 @@ pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
     if measured_total.is_none() && gpu_mib.is_some() && fleet_spec.is_some() {
         notes.push("no total-memory series for the fleet's model: one GPU's memory is the catalog's figure".to_owned());
     }
+    (fleet_spec, gpu_mib)
+}
 
-    // Fleet series.
-    let all: Vec<&Track> = input.tracks.iter().collect();
-    let reporting = gpu_count(&all, steps);
-    let steps_with_data = reporting.iter().filter(|x| x.is_some()).count();
-    let allocated = if unit == "pod" {
-        gpu_count(&work, steps)
-    } else {
-        vec![None; steps]
-    };
-    let (busy, busy_n) = sum_series(
-        &work,
-        steps,
-        |t| t.points.iter().any(|p| p.busy().is_some()),
-        |p| p.busy().map(u64::from),
-    );
-    let (compute, compute_n) = sum_series(&work, steps, Track::has_saturation, |p| {
-        p.sat().map(u64::from)
-    });
-    let (memory, memory_n) =
-        sum_series(&work, steps, Track::has_memory, |p| p.mem().map(u64::from));
+/// The fleet-level series per step, in integer units, with the number of workloads each
+/// sum is over.
+struct Series {
+    /// GPUs with a reading, among all tracks.
+    reporting: Vec<Option<u32>>,
+    /// GPUs holding a workload (unknown without pod labels).
+    allocated: Vec<Option<u32>>,
+    /// Summed busy flag, ratio units.
+    busy: (Vec<Option<u64>>, usize),
+    /// Summed saturation, ratio units.
+    compute: (Vec<Option<u64>>, usize),
+    /// Summed memory, MiB.
+    memory: (Vec<Option<u64>>, usize),
+}
+
+impl Series {
+    /// The series of `work` (and, for `reporting`, of every track) over `steps` steps.
+    fn of(input: &FleetInput, unit: &str, work: &[&Track], steps: usize) -> Series {
+        let all: Vec<&Track> = input.tracks.iter().collect();
+        let reporting = gpu_count(&all, steps);
+        let allocated = if unit == "pod" {
+            gpu_count(work, steps)
+        } else {
+            vec![None; steps]
+        };
+        let busy = sum_series(work, steps, has_busy, |p| p.busy().map(u64::from));
+        let compute = sum_series(work, steps, Track::has_saturation, |p| {
+            p.sat().map(u64::from)
+        });
+        let memory = sum_series(work, steps, Track::has_memory, |p| p.mem().map(u64::from));
+        Series {
+            reporting,
+            allocated,
+            busy,
+            compute,
+            memory,
+        }
+    }
+
+    /// The report's series: ratios as fractions, memory over one GPU's memory (`gpu_mib`).
+    fn into_fleet_series(self, gpu_mib: Option<u64>) -> FleetSeries {
+        let ratio_series = |v: &[Option<u64>]| v.iter().map(|x| x.map(units_to_ratio)).collect();
+        FleetSeries {
+            allocated_gpus: self.allocated,
+            gpus_reporting: self.reporting,
+            busy_claim_gpus: ratio_series(&self.busy.0),
+            compute_demand_gpus: ratio_series(&self.compute.0),
+            memory_demand_gpus: self
+                .memory
+                .0
+                .iter()
+                .map(|m| m.and_then(|m| gpu_mib.map(|g| m as f64 / g as f64)))
+                .collect(),
+        }
+    }
+}
+
+/// Whether the track's busy flag was ever measured.
+fn has_busy(t: &Track) -> bool {
+    t.points.iter().any(|p| p.busy().is_some())
+}
+
+/// The busy claim, compute demand and memory demand as percentiles, each with the
+/// workloads it never measured; a note names those whose demand is unknown.
+fn demand_sums(
+    work: &[&Track],
+    names: &[String],
+    series: &Series,
+    gpu_mib: Option<u64>,
+    notes: &mut Vec<String>,
+) -> [FleetSum; 3] {
     let unmeasured = |has: &dyn Fn(&Track) -> bool| -> Vec<String> {
         work.iter()
-            .zip(&names)
+            .zip(names)
             .filter(|(t, _)| !has(t))
             .map(|(_, n)| n.clone())
             .collect()
     };
-    let has_busy = |t: &Track| t.points.iter().any(|p| p.busy().is_some());
+    let (busy, busy_n) = &series.busy;
+    let (compute, compute_n) = &series.compute;
+    let (memory, memory_n) = &series.memory;
     let busy_claim = FleetSum {
         summary: summarize(busy.iter().flatten().copied().collect(), units_to_ratio),
-        workloads: busy_n,
+        workloads: *busy_n,
         unmeasured: unmeasured(&has_busy),
     };
     let compute_demand = FleetSum {
         summary: summarize(compute.iter().flatten().copied().collect(), units_to_ratio),
-        workloads: compute_n,
+        workloads: *compute_n,
         unmeasured: unmeasured(&Track::has_saturation),
     };
     let memory_demand = FleetSum {
@@ -958,7 +1103,7 @@ pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
                 m as f64 / g as f64
             })
         }),
-        workloads: memory_n,
+        workloads: *memory_n,
         unmeasured: unmeasured(&Track::has_memory),
     };
     for (what, d) in [
@@ -972,8 +1117,18 @@ pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
             ));
         }
     }
+    [busy_claim, compute_demand, memory_demand]
+}
 
-    // Pooled lower bound.
+/// The pooled lower bound from the summed saturation (ratio units, over `limit`) and the
+/// summed memory (MiB, over one GPU's `gpu_mib`); `None` when neither was measured. Memory
+/// binds on a tie.
+fn pooled_bound(
+    compute: &[Option<u64>],
+    memory: &[Option<u64>],
+    gpu_mib: Option<u64>,
+    limit: u32,
+) -> Option<PooledBound> {
     let compute_p99_units = {
         let mut v: Vec<u64> = compute.iter().flatten().copied().collect();
         v.sort_unstable();
@@ -986,7 +1141,7 @@ pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
         (Some(m), Some(g)) => Some((m as f64 / g as f64, ceil_div(m, g))),
         _ => None,
     };
-    let pooled = match (compute_term, memory_term) {
+    match (compute_term, memory_term) {
         (None, None) => None,
         (c, m) => {
             let cg = c.map_or(0, |x| x.1);
@@ -1002,9 +1157,45 @@ pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
                 },
             })
         }
-    };
+    }
+}
 
-    // Packing.
+/// The first-fit-decreasing packing onto GPUs of `gpu_mib` MiB, and its co-location
+/// groups; no packing (and a note saying why) without one GPU's memory or without a
+/// workload whose demands were both measured.
+fn packing(
+    work: &[&Track],
+    names: &[String],
+    gpu_mib: Option<u64>,
+    limit: u32,
+    steps: usize,
+    notes: &mut Vec<String>,
+) -> (Option<Packing>, Vec<Colocation>) {
+    let (mut items, excluded) = packing_items(work, names);
+    let mut colocation = Vec::new();
+    let packing = gpu_mib.filter(|_| !items.is_empty()).map(|cap| {
+        let bins = first_fit(work, names, &mut items, cap, limit, steps);
+        colocation = colocations(&bins, work, names, &items, limit);
+        packing_of(
+            &bins,
+            excluded_gpus(work, names, &excluded),
+            names,
+            excluded,
+        )
+    });
+    if packing.is_none() {
+        notes.push(if gpu_mib.is_none() {
+            "no packing: one GPU's memory is not known (no total-memory series and no catalog model)".to_owned()
+        } else {
+            "no packing: no workload had both saturation and memory measured".to_owned()
+        });
+    }
+    (packing, colocation)
+}
+
+/// What each workload brings to the packing (p99 saturation and peak memory), or why it is
+/// left out: a demand that was never measured.
+fn packing_items(work: &[&Track], names: &[String]) -> (Vec<Item>, Vec<Excluded>) {
     let mut excluded = Vec::new();
     let mut items = Vec::new();
     for (i, t) in work.iter().enumerate() {
@@ -1027,104 +1218,133 @@ pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
             }),
         }
     }
-    let packing = gpu_mib.filter(|_| !items.is_empty()).map(|cap| {
-        let size =
-            |it: &Item| (it.peak_mib as f64 / cap as f64).max(it.p99 as f64 / f64::from(limit));
-        items.sort_by(|a, b| {
-            size(b)
-                .total_cmp(&size(a))
-                .then_with(|| names[a.track].cmp(&names[b.track]))
-        });
-        let mut bins: Vec<Bin> = Vec::new();
-        for it in &items {
-            let t = work[it.track];
-            let placed = bins
-                .iter()
-                .enumerate()
-                .find_map(|(b, bin)| bin.fits(t, it, cap, limit).map(|c| (b, c)));
-            match placed {
-                Some((b, c)) => bins[b].add(it.track, t, it, c),
-                None => {
-                    // A workload too big to share still takes one GPU of its own.
-                    let mut bin = Bin::new(steps);
-                    let c = bin.counts(t, limit);
-                    bin.add(it.track, t, it, c);
-                    bins.push(bin);
-                }
-            }
-        }
-        let excluded_gpus: BTreeSet<&str> = work
+    (items, excluded)
+}
+
+/// First-fit decreasing: sorts `items` by their larger share (of `cap` MiB or of `limit`),
+/// ties by name, and puts each on the first GPU it fits, or on a GPU of its own.
+fn first_fit(
+    work: &[&Track],
+    names: &[String],
+    items: &mut [Item],
+    cap: u64,
+    limit: u32,
+    steps: usize,
+) -> Vec<Bin> {
+    let size = |it: &Item| (it.peak_mib as f64 / cap as f64).max(it.p99 as f64 / f64::from(limit));
+    items.sort_by(|a, b| {
+        size(b)
+            .total_cmp(&size(a))
+            .then_with(|| names[a.track].cmp(&names[b.track]))
+    });
+    let mut bins: Vec<Bin> = Vec::new();
+    for it in items.iter() {
+        let t = work[it.track];
+        let placed = bins
             .iter()
-            .zip(&names)
-            .filter(|(_, n)| excluded.iter().any(|e| &e.workload == *n))
-            .map(|(t, _)| t.gpu.as_str())
-            .collect();
-        (bins, excluded_gpus.len() as u64)
-    });
-    let mut colocation = Vec::new();
-    let packing = packing.map(|(bins, excluded_gpus)| {
-        for bin in &bins {
-            let held: BTreeSet<&str> = bin.members.iter().map(|&m| work[m].gpu.as_str()).collect();
-            if bin.members.len() >= 2 && held.len() >= 2 {
-                let sum_p99: u64 = bin
-                    .members
-                    .iter()
-                    .filter_map(|&m| items.iter().find(|it| it.track == m).map(|it| it.p99))
-                    .sum();
-                let p99 = bin.p99();
-                colocation.push(Colocation {
-                    workloads: bin.members.iter().map(|&m| names[m].clone()).collect(),
-                    gpus_held: held.len() as u64,
-                    gpus_freed: held.len() as u64 - 1,
-                    peak_memory_bytes: bin.max_mem as f64 * MIB,
-                    saturation_p99: p99.map(units_to_ratio),
-                    sum_of_p99s: units_to_ratio(sum_p99),
-                    interleaved: sum_p99 > u64::from(limit)
-                        && p99.is_some_and(|p| p <= u64::from(limit)),
-                });
+            .enumerate()
+            .find_map(|(b, bin)| bin.fits(t, it, cap, limit).map(|c| (b, c)));
+        match placed {
+            Some((b, c)) => bins[b].add(it.track, t, it, c),
+            None => {
+                // A workload too big to share still takes one GPU of its own.
+                let mut bin = Bin::new(steps);
+                let c = bin.counts(t, limit);
+                bin.add(it.track, t, it, c);
+                bins.push(bin);
             }
         }
-        Packing {
-            packed_gpus: bins.len() as u64,
-            excluded_gpus,
-            gpus: bins.len() as u64 + excluded_gpus,
-            bins: bins
+    }
+    bins
+}
+
+/// Distinct GPUs held by the excluded workloads: they keep them.
+fn excluded_gpus(work: &[&Track], names: &[String], excluded: &[Excluded]) -> u64 {
+    let gpus: BTreeSet<&str> = work
+        .iter()
+        .zip(names)
+        .filter(|(_, n)| excluded.iter().any(|e| &e.workload == *n))
+        .map(|(t, _)| t.gpu.as_str())
+        .collect();
+    gpus.len() as u64
+}
+
+/// The packed GPUs that hold workloads from two or more GPUs today, most GPUs freed first;
+/// interleaved when only the time-aligned sum lets them share.
+fn colocations(
+    bins: &[Bin],
+    work: &[&Track],
+    names: &[String],
+    items: &[Item],
+    limit: u32,
+) -> Vec<Colocation> {
+    let mut colocation = Vec::new();
+    for bin in bins {
+        let held: BTreeSet<&str> = bin.members.iter().map(|&m| work[m].gpu.as_str()).collect();
+        if bin.members.len() >= 2 && held.len() >= 2 {
+            let sum_p99: u64 = bin
+                .members
                 .iter()
-                .map(|b| PackedGpu {
-                    workloads: b.members.iter().map(|&m| names[m].clone()).collect(),
-                    peak_memory_bytes: b.max_mem as f64 * MIB,
-                    saturation_p99: b.p99().map(units_to_ratio),
-                })
-                .collect(),
-            excluded: excluded.clone(),
+                .filter_map(|&m| items.iter().find(|it| it.track == m).map(|it| it.p99))
+                .sum();
+            let p99 = bin.p99();
+            colocation.push(Colocation {
+                workloads: bin.members.iter().map(|&m| names[m].clone()).collect(),
+                gpus_held: held.len() as u64,
+                gpus_freed: held.len() as u64 - 1,
+                peak_memory_bytes: bin.max_mem as f64 * MIB,
+                saturation_p99: p99.map(units_to_ratio),
+                sum_of_p99s: units_to_ratio(sum_p99),
+                interleaved: sum_p99 > u64::from(limit)
+                    && p99.is_some_and(|p| p <= u64::from(limit)),
+            });
         }
-    });
-    if packing.is_none() {
-        notes.push(if gpu_mib.is_none() {
-            "no packing: one GPU's memory is not known (no total-memory series and no catalog model)".to_owned()
-        } else {
-            "no packing: no workload had both saturation and memory measured".to_owned()
-        });
     }
     colocation.sort_by(|a, b| {
         b.gpus_freed
             .cmp(&a.gpus_freed)
             .then_with(|| a.workloads.cmp(&b.workloads))
     });
+    colocation
+}
 
-    // Right-sizing.
-    let rightsizing = work
-        .iter()
-        .zip(&names)
-        .map(|(t, n)| right_size(t, n, h))
-        .collect();
+/// The packing as reported: the packed GPUs, and the excluded workloads with their GPUs.
+fn packing_of(
+    bins: &[Bin],
+    excluded_gpus: u64,
+    names: &[String],
+    excluded: Vec<Excluded>,
+) -> Packing {
+    Packing {
+        packed_gpus: bins.len() as u64,
+        excluded_gpus,
+        gpus: bins.len() as u64 + excluded_gpus,
+        bins: bins
+            .iter()
+            .map(|b| PackedGpu {
+                workloads: b.members.iter().map(|&m| names[m].clone()).collect(),
+                peak_memory_bytes: b.max_mem as f64 * MIB,
+                saturation_p99: b.p99().map(units_to_ratio),
+            })
+            .collect(),
+        excluded,
+    }
+}
 
-    // Idle allocated capacity.
+/// The workloads idle more than `cfg.idle_share` of their measured steps (a step is idle
+/// when the busy flag and effective compute, each where measured, are under their
+/// thresholds), most idle hours first; and those whose idleness was never measured.
+fn idle_capacity(
+    work: &[&Track],
+    names: &[String],
+    cfg: &FleetConfig,
+    hours_per_step: f64,
+) -> Idle {
     let busy_max = ratio_units(Some(cfg.idle_busy_below)).unwrap_or(0);
     let ecf_max = ratio_units(Some(cfg.idle_compute_below)).unwrap_or(0);
     let mut idle_list = Vec::new();
     let mut idle_unmeasured = Vec::new();
-    for (t, n) in work.iter().zip(&names) {
+    for (t, n) in work.iter().zip(names) {
         let (mut measured, mut idle, mut held) = (0usize, 0usize, 0usize);
         for p in &t.points {
             if p.any() {
@@ -1159,106 +1379,58 @@ pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
             .total_cmp(&a.idle_gpu_hours)
             .then_with(|| a.workload.cmp(&b.workload))
     });
-    let idle = Idle {
+    Idle {
         idle_share_above: cfg.idle_share,
         busy_below: cfg.idle_busy_below,
         effective_compute_below: cfg.idle_compute_below,
         idle_gpu_hours: idle_list.iter().map(|w| w.idle_gpu_hours).sum(),
         workloads: idle_list,
         unmeasured: idle_unmeasured,
-    };
-
-    let allocated_summary = summarize(
-        allocated.iter().flatten().map(|&x| u64::from(x)).collect(),
-        |x| x as f64,
-    );
-    let reporting_summary = summarize(
-        reporting.iter().flatten().map(|&x| u64::from(x)).collect(),
-        |x| x as f64,
-    );
-
-    // Savings.
-    let savings = packing.as_ref().and_then(|p| {
-        let baseline = if unit == "pod" {
-            allocated_summary.map(|s| s.max as u64)
-        } else {
-            reporting_summary.map(|s| s.max as u64)
-        }?;
-        let freed = baseline.saturating_sub(p.gpus);
-        let hours = steps_with_data as f64 * hours_per_step;
-        let gpu_hours = freed as f64 * hours;
-        let cost = cfg
-            .cost_per_gpu_hour
-            .filter(|c| c.is_finite() && *c >= 0.0);
-        let mut assumptions = vec![
-            format!("the fleet is re-packed as proposed for the whole window ({hours:.2} h with data)"),
-            format!("baseline: the peak of {} over the window", if unit == "pod" { "allocated GPUs" } else { "GPUs reporting (allocation unknown)" }),
-            "each workload keeps its peak memory and its measured saturation; work adds linearly on a shared GPU".to_owned(),
-            "workloads with unmeasured demand keep the GPUs they held".to_owned(),
-        ];
-        if cost.is_none() {
-            assumptions.push("no --cost-per-gpu-hour: GPU-hours only".to_owned());
-        }
-        Some(Savings {
-            estimate: true,
-            baseline_gpus: baseline,
-            needed_gpus: p.gpus,
-            gpus_freed: freed,
-            hours,
-            gpu_hours,
-            cost_per_gpu_hour: cost,
-            cost: cost.map(|c| c * gpu_hours),
-            assumptions,
-        })
-    });
-
-    let simulated = input.tracks.iter().any(|t| t.simulated);
-    if steps_with_data < steps {
-        notes.push(format!(
-            "{} of {} steps had no data at all (a gap in the history): they are left out, never counted as idle or 0",
-            steps - steps_with_data,
-            steps
-        ));
     }
-    let method = method_text(h);
-    let ratio_series = |v: &[Option<u64>]| v.iter().map(|x| x.map(units_to_ratio)).collect();
-    FleetReport {
-        workload_unit: unit,
-        steps,
-        steps_with_data,
-        step_seconds: input.step_seconds,
-        headroom: h,
-        gpu_model: fleet_spec.map(|s| s.name.to_owned()),
-        gpu_memory_bytes: gpu_mib.map(|g| g as f64 * MIB),
-        workloads: work.len(),
-        gpus_without_pods,
-        simulated,
-        sizing: Sizing {
-            allocated_gpus: allocated_summary,
-            gpus_reporting: reporting_summary,
-            busy_claim_gpus: busy_claim,
-            compute_demand_gpus: compute_demand,
-            memory_demand_gpus: memory_demand,
-            pooled_lower_bound: pooled,
-            packing,
-        },
-        colocation,
-        rightsizing,
-        idle,
-        savings,
-        method,
-        notes,
-        series: FleetSeries {
-            allocated_gpus: allocated,
-            gpus_reporting: reporting,
-            busy_claim_gpus: ratio_series(&busy),
-            compute_demand_gpus: ratio_series(&compute),
-            memory_demand_gpus: memory
-                .iter()
-                .map(|m| m.and_then(|m| gpu_mib.map(|g| m as f64 / g as f64)))
-                .collect(),
-        },
+}
+
+/// Percentiles of a GPU count over the steps at which it is known.
+fn gpu_summary(counts: &[Option<u32>]) -> Option<Summary> {
+    summarize(
+        counts.iter().flatten().map(|&x| u64::from(x)).collect(),
+        |x| x as f64,
+    )
+}
+
+/// The savings of packing `p` against the peak of `baseline` (allocated GPUs for pods,
+/// GPUs reporting otherwise) over `hours` with data; `None` without a baseline. A price
+/// counts only when finite and not negative.
+fn savings(
+    p: &Packing,
+    unit: &str,
+    baseline: Option<Summary>,
+    hours: f64,
+    cost_per_gpu_hour: Option<f64>,
+) -> Option<Savings> {
+    let baseline = baseline.map(|s| s.max as u64)?;
+    let freed = baseline.saturating_sub(p.gpus);
+    let gpu_hours = freed as f64 * hours;
+    let cost = cost_per_gpu_hour.filter(|c| c.is_finite() && *c >= 0.0);
+    let mut assumptions = vec![
+        format!("the fleet is re-packed as proposed for the whole window ({hours:.2} h with data)"),
+        format!("baseline: the peak of {} over the window", if unit == "pod" { "allocated GPUs" } else { "GPUs reporting (allocation unknown)" }),
+        "each workload keeps its peak memory and its measured saturation; work adds linearly on a shared GPU".to_owned(),
+        "workloads with unmeasured demand keep the GPUs they held".to_owned(),
+    ];
+    if cost.is_none() {
+        assumptions.push("no --cost-per-gpu-hour: GPU-hours only".to_owned());
     }
+    Some(Savings {
+        estimate: true,
+        baseline_gpus: baseline,
+        needed_gpus: p.gpus,
+        gpus_freed: freed,
+        hours,
+        gpu_hours,
+        cost_per_gpu_hour: cost,
+        cost: cost.map(|c| c * gpu_hours),
+        assumptions,
+    })
 }
 
 fn method_text(h: f64) -> Vec<String> {
@@ -1700,5 +1872,174 @@ mod tests {
         let pooled = r.sizing.pooled_lower_bound.unwrap();
         assert_eq!((pooled.gpus, pooled.binding), (2, Binding::Compute));
         assert_eq!(pooled.compute_gpus, Some(1.4375));
+    }
+
+    /// Pins `analyze` on a small fleet that takes the branches the tests above do not: a
+    /// pod on two GPUs, mixed models, one GPU's memory from the catalog, a MIG instance, a
+    /// GPU without pod labels, both exclusion reasons, idleness unmeasured, a gap step and
+    /// savings without a price.
+    #[test]
+    fn a_mixed_fleet_takes_every_note() {
+        let steps = 5;
+        let spec = |t: &mut Track, key| {
+            t.spec = gpus::by_key(key);
+            t.model = t.spec.map(|s| s.name.to_owned());
+        };
+        let mut a = Track::new(Some("a/x".into()), "n/gpu 0".into());
+        spec(&mut a, "h100-sxm");
+        let mut b = Track::new(Some("a/x".into()), "n/gpu 1".into());
+        spec(&mut b, "l4");
+        let mut blind = Track::new(Some("b/blind".into()), "n/gpu 2".into());
+        spec(&mut blind, "h100-sxm");
+        let mut nomem = Track::new(Some("b/nomem".into()), "n/gpu 3".into());
+        spec(&mut nomem, "h100-sxm");
+        nomem.is_mig = true;
+        // A MIG instance's total is not one GPU's memory.
+        nomem.memory_total_mib = Some(40_000);
+        for s in 0..4 {
+            a.record(
+                s,
+                Point::new(Some(0.5), Some(0.9), Some(0.4), Some(10.0 * GIB)),
+            );
+            b.record(s, Point::new(Some(0.1), Some(0.5), Some(0.1), Some(GIB)));
+            blind.record(s, Point::new(None, Some(0.0), None, None));
+            nomem.record(s, Point::new(Some(0.2), None, None, None));
+        }
+        let mut bare = Track::new(None, "m/gpu 0".into());
+        bare.record(0, Point::new(Some(0.3), None, None, None));
+        let r = analyze(
+            &input(vec![a, b, blind, nomem, bare], steps),
+            &FleetConfig::default(),
+        );
+        assert_eq!(
+            (r.workload_unit, r.workloads, r.steps_with_data),
+            ("pod", 4, 4)
+        );
+        assert_eq!(r.gpus_without_pods, ["m/gpu 0"]);
+        // The catalog's 80 GB, in whole MiB.
+        assert_eq!(r.gpu_memory_bytes, Some(76_293.0 * MIB));
+        let notes: Vec<&str> = r.notes.iter().map(|n| &n[..24]).collect();
+        assert_eq!(
+            notes,
+            [
+                "1 GPU(s) never carried p",
+                "the fleet mixes 2 models",
+                "no total-memory series f",
+                "saturation (compute dema",
+                "memory was never measure",
+                "1 of 5 steps had no data",
+            ]
+        );
+        assert!(r.notes[4].contains("for b/blind, b/nomem:"));
+        let s = &r.sizing;
+        assert_eq!(s.allocated_gpus.unwrap().max, 4.0);
+        assert_eq!(s.gpus_reporting.unwrap().max, 5.0);
+        assert_eq!(s.compute_demand_gpus.summary.unwrap().p99, 0.8);
+        assert_eq!(
+            (
+                s.busy_claim_gpus.workloads,
+                s.busy_claim_gpus.unmeasured.len()
+            ),
+            (3, 1)
+        );
+        assert_eq!(
+            s.memory_demand_gpus.summary.unwrap().max,
+            11_264.0 / 76_293.0
+        );
+        let pooled = s.pooled_lower_bound.as_ref().unwrap();
+        assert_eq!(
+            (pooled.gpus, pooled.compute_gpus, pooled.binding),
+            (1, Some(1.0), Binding::Memory)
+        );
+        let p = s.packing.as_ref().unwrap();
+        assert_eq!((p.packed_gpus, p.excluded_gpus, p.gpus), (1, 2, 3));
+        assert_eq!(p.bins[0].workloads, ["a/x on n/gpu 0", "a/x on n/gpu 1"]);
+        let reasons: Vec<(&str, &str)> = p
+            .excluded
+            .iter()
+            .map(|e| (e.workload.as_str(), e.reason.as_str()))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                ("b/blind", "neither saturation nor memory was measured"),
+                ("b/nomem", "memory was not measured"),
+            ]
+        );
+        let c = &r.colocation[0];
+        assert_eq!((c.gpus_held, c.gpus_freed, c.interleaved), (2, 1, false));
+        assert_eq!((c.sum_of_p99s, c.saturation_p99), (0.6, Some(0.6)));
+        assert_eq!(r.idle.workloads.len(), 1);
+        assert_eq!(r.idle.workloads[0].workload, "b/blind");
+        assert_eq!(r.idle.workloads[0].idle_gpu_hours, 4.0 / 60.0);
+        assert_eq!(r.idle.unmeasured, ["b/nomem"]);
+        assert_eq!(r.rightsizing.len(), 4);
+        let sv = r.savings.as_ref().unwrap();
+        assert_eq!((sv.baseline_gpus, sv.gpus_freed, sv.cost), (4, 1, None));
+        assert_eq!(sv.gpu_hours, 4.0 / 60.0);
+        assert_eq!(
+            sv.assumptions.last().unwrap(),
+            "no --cost-per-gpu-hour: GPU-hours only"
+        );
+        assert_eq!(r.series.memory_demand_gpus[4], None);
+        assert_eq!(r.series.busy_claim_gpus[0], Some(1.4));
+    }
+
+    /// Without pod labels, savings count against the GPUs reporting; without one GPU's
+    /// memory, or without a workload whose demand was measured, there is no packing.
+    #[test]
+    fn gpus_pack_against_those_reporting_and_no_packing_says_why() {
+        let gpu = |name: &str, p: Point| {
+            let mut t = Track::new(None, name.to_owned());
+            t.memory_total_mib = Some(81_920);
+            for s in 0..3 {
+                t.record(s, p);
+            }
+            t
+        };
+        let p = Point::new(Some(0.2), Some(0.5), None, Some(GIB));
+        let r = analyze(
+            &input(vec![gpu("n/gpu 0", p), gpu("n/gpu 1", p)], 3),
+            &FleetConfig {
+                cost_per_gpu_hour: Some(3.0),
+                ..FleetConfig::default()
+            },
+        );
+        assert_eq!(r.gpu_model, None);
+        assert_eq!(r.gpu_memory_bytes, Some(80.0 * GIB));
+        let sv = r.savings.as_ref().unwrap();
+        assert_eq!((sv.baseline_gpus, sv.needed_gpus, sv.gpus_freed), (2, 1, 1));
+        assert_eq!((sv.hours, sv.cost), (0.05, Some(0.15000000000000002)));
+        assert!(sv.assumptions[1].contains("GPUs reporting (allocation unknown)"));
+        // No total memory and no catalog model: one GPU's memory is not known.
+        let mut t = gpu("n/gpu 0", p);
+        t.memory_total_mib = None;
+        let r = analyze(&input(vec![t], 3), &FleetConfig::default());
+        assert_eq!(r.sizing.packing, None);
+        assert_eq!(r.savings, None);
+        assert!(
+            r.notes
+                .last()
+                .unwrap()
+                .starts_with("no packing: one GPU's memory")
+        );
+        assert_eq!(r.sizing.memory_demand_gpus.summary, None);
+        assert_eq!(r.sizing.pooled_lower_bound.as_ref().unwrap().gpus, 1);
+        // Memory known, but no workload with both demands.
+        let blind = Point::new(None, Some(0.5), None, Some(GIB));
+        let r = analyze(
+            &input(vec![gpu("n/gpu 0", blind)], 3),
+            &FleetConfig::default(),
+        );
+        assert_eq!(r.sizing.packing, None);
+        assert_eq!(
+            r.notes.last().unwrap(),
+            "no packing: no workload had both saturation and memory measured"
+        );
+        let pooled = r.sizing.pooled_lower_bound.unwrap();
+        assert_eq!(
+            (pooled.compute_gpus, pooled.binding),
+            (None, Binding::Memory)
+        );
     }
 }

@@ -665,6 +665,7 @@ pub(crate) enum Handed {
 }
 
 /// What decides the current window.
+#[derive(Clone, Copy)]
 enum WindowSpan {
     /// Observed over these seconds.
     Observed(f64),
@@ -793,6 +794,9 @@ impl Deriver {
         })
     }
 
+    /// Derive entity `e`'s window ending at `taken` in place of its previous one, and hand it
+    /// to `each` (after the window that waited, once that one is decided). The steps are
+    /// [`EntityState`]'s, in this order: each reads what the ones before it left.
     fn observe_entity(
         &mut self,
         taken: Timestamp,
@@ -809,20 +813,12 @@ impl Deriver {
         let existing = slot.map(|slot| self.entities.get(slot));
         let Some(decision) = self.decide(existing, taken) else {
             let dt = existing.map_or(0.0, |st| taken.seconds_since(st.last_taken));
-            let mut readings = e.readings;
-            derive::sanitize(&mut readings, &e.id, spec, diags);
-            diags.push(Diagnostic {
-                kind: DiagnosticKind::NonIncreasingTime,
-                entity: Some(e.id.clone()),
-                field: None,
-                detail: format!("{dt} s after the previous sample; sample skipped"),
-            });
+            skip_sample(e, spec, dt, diags);
             return;
         };
         let first = slot.is_none();
         let k = self.config.max_gap_intervals;
 
-        let mut id_changed = first;
         let slot =
             slot.unwrap_or_else(|| self.entities.insert(pos, &e.id, EntityState::new(taken, e)));
         let state = self.entities.get_mut(slot);
@@ -833,47 +829,104 @@ impl Deriver {
             id_changed,
         };
         // A window that waited is decided now, before this one takes its place.
-        if !first {
-            let spacing = taken.seconds_since(state.last_taken);
-            let late = match state.pending {
-                Pending::No => None,
-                Pending::First => {
-                    state.integrate(spacing);
-                    state.last_window_seconds = Some(spacing);
-                    Some(spacing)
-                }
-                Pending::Long(long) if long <= k * spacing => {
-                    state.integrate(long);
-                    state.last_window_seconds = Some(long);
-                    Some(long)
-                }
-                Pending::Long(long) => {
-                    state.unobserved(
-                        long,
-                        diags,
-                        format!(
-                            "{long} s since the previous sample, against {spacing} s before and after: not observed"
-                        ),
-                    );
-                    Some(0.0)
-                }
-            };
-            state.pending = Pending::No;
-            if let Some(seconds) = late {
-                each(handed_slot(false), &state.window, Handed::Late(seconds));
-            }
+        if !first && let Some(seconds) = state.resolve_pending(taken, k, diags) {
+            each(handed_slot(false), &state.window, Handed::Late(seconds));
         }
         // The window is derived in place of the entity's previous one.
-        let win = &mut state.window;
-        // Found by its key: only the attributes the key leaves out can differ.
-        if !win.id.same_attributes(&e.id) {
+        let attributes_changed = state.take_readings(e, spec, diags);
+        let id_changed = first || attributes_changed;
+        let energy_power = state.count_energy(taken, e, diags);
+        state.last_taken = taken;
+        state.mean_clock(e.sm_clock_is_point, first);
+        state.derive_metrics(e, spec, energy_power, cfg, diags);
+        state.classify(e, spec, decision.seconds(), cfg, &self.verdict);
+        state.observe_ceilings(taken, decision, e, self.ceilings);
+        state.copy_attributes(e, spec, cfg.workload);
+        let seconds = state.settle(decision, self.update_interval, k, diags);
+        each(handed_slot(id_changed), &state.window, Handed::New(seconds));
+    }
+}
+
+/// A sample not after the entity's previous one (`dt` seconds after it) is skipped, with a
+/// diagnostic; its readings are still sanitized, for what that diagnoses.
+fn skip_sample(
+    e: &EntitySample,
+    spec: Option<&'static GpuSpec>,
+    dt: f64,
+    diags: &mut Vec<Diagnostic>,
+) {
+    let mut readings = e.readings;
+    derive::sanitize(&mut readings, &e.id, spec, diags);
+    diags.push(Diagnostic {
+        kind: DiagnosticKind::NonIncreasingTime,
+        entity: Some(e.id.clone()),
+        field: None,
+        detail: format!("{dt} s after the previous sample; sample skipped"),
+    });
+}
+
+/// The steps of [`Deriver::observe_entity`], in the order it takes them. Each works on the
+/// entity's state and its window in place: nothing is allocated but what a diagnostic or a
+/// changed attribute needs.
+impl EntityState {
+    /// Decide the window that waited ([`Pending`]), now that the entity's next sample came
+    /// at `taken`: a first window lasts as long as the spacing to it; a long one is observed
+    /// when at most `k` such spacings long (a change of cadence), else it was a gap. Returns
+    /// the seconds it was integrated over (0 for a gap), `None` when no window waited.
+    #[inline]
+    fn resolve_pending(
+        &mut self,
+        taken: Timestamp,
+        k: f64,
+        diags: &mut Vec<Diagnostic>,
+    ) -> Option<f64> {
+        let spacing = taken.seconds_since(self.last_taken);
+        let late = match self.pending {
+            Pending::No => None,
+            Pending::First => {
+                self.integrate(spacing);
+                self.last_window_seconds = Some(spacing);
+                Some(spacing)
+            }
+            Pending::Long(long) if long <= k * spacing => {
+                self.integrate(long);
+                self.last_window_seconds = Some(long);
+                Some(long)
+            }
+            Pending::Long(long) => {
+                self.unobserved(
+                    long,
+                    diags,
+                    format!(
+                        "{long} s since the previous sample, against {spacing} s before and after: not observed"
+                    ),
+                );
+                Some(0.0)
+            }
+        };
+        self.pending = Pending::No;
+        late
+    }
+
+    /// Take the sample's id and sanitized readings into the window, and say once that the
+    /// model is not in the catalog. Returns whether the id's attributes changed (found by
+    /// its key, only the attributes the key leaves out can differ).
+    #[inline]
+    fn take_readings(
+        &mut self,
+        e: &EntitySample,
+        spec: Option<&'static GpuSpec>,
+        diags: &mut Vec<Diagnostic>,
+    ) -> bool {
+        let win = &mut self.window;
+        let changed = !win.id.same_attributes(&e.id);
+        if changed {
             win.id.clone_from(&e.id);
-            id_changed = true;
         }
         win.readings = e.readings;
         derive::sanitize(&mut win.readings, &e.id, spec, diags);
-        if spec.is_none() && !state.warned_unknown_model {
-            state.warned_unknown_model = true;
+        if spec.is_none() && !self.warned_unknown_model {
+            self.warned_unknown_model = true;
             diags.push(Diagnostic {
                 kind: DiagnosticKind::UnknownModel,
                 entity: Some(e.id.clone()),
@@ -884,14 +937,26 @@ impl Deriver {
                 ),
             });
         }
-        let readings = &mut win.readings;
+        changed
+    }
 
-        // Energy: the counter's delta spans the time since its previous reading, whatever
-        // lies between (blank readings, gaps), and is counted at once; a window it does not
-        // span is counted from the power gauge once observed.
-        let energy = readings.value(Field::EnergyJoules);
+    /// Energy bookkeeping, and how the window's own energy counts ([`EnergyRule`]): the
+    /// counter's delta spans the time since its previous reading, whatever lies between
+    /// (blank readings, gaps), and is counted at once; a window it does not span is counted
+    /// from the power gauge once observed; after a reset, the gauge energy of the windows
+    /// since the counter's previous reading is counted instead. Returns the power the counter
+    /// gives over the time since it last moved, when it moved.
+    #[inline]
+    fn count_energy(
+        &mut self,
+        taken: Timestamp,
+        e: &EntitySample,
+        diags: &mut Vec<Diagnostic>,
+    ) -> Option<f64> {
+        let energy = self.window.readings.value(Field::EnergyJoules);
+        let totals = &mut self.window.totals;
         let mut energy_power = None;
-        state.window_energy = match (energy, state.last_energy) {
+        self.window_energy = match (energy, self.last_energy) {
             (Some(now), Some((prev, _))) if now < prev => {
                 diags.push(Diagnostic {
                     kind: DiagnosticKind::CounterReset,
@@ -901,67 +966,84 @@ impl Deriver {
                 });
                 // The counter cannot say what the windows since its previous reading used:
                 // their gauge energy is counted instead, and this window's.
-                let (j, s) = std::mem::take(&mut state.provisional_energy);
-                win.totals.energy_joules += j;
-                win.totals.energy_observed_seconds += s;
-                state.energy_moved = Some((now, taken));
+                let (j, s) = std::mem::take(&mut self.provisional_energy);
+                totals.energy_joules += j;
+                totals.energy_observed_seconds += s;
+                self.energy_moved = Some((now, taken));
                 EnergyRule::Gauge
             }
             (Some(now), Some((prev, since))) => {
-                win.totals.energy_joules += now - prev;
-                win.totals.energy_observed_seconds += taken.seconds_since(since);
-                state.provisional_energy = (0.0, 0.0);
+                totals.energy_joules += now - prev;
+                totals.energy_observed_seconds += taken.seconds_since(since);
+                self.provisional_energy = (0.0, 0.0);
                 if now > prev {
-                    if let Some((moved, at)) = state.energy_moved {
+                    if let Some((moved, at)) = self.energy_moved {
                         let span = taken.seconds_since(at);
                         if span > 0.0 {
                             energy_power = Some((now - moved) / span);
                         }
                     }
-                    state.energy_moved = Some((now, taken));
+                    self.energy_moved = Some((now, taken));
                 }
                 EnergyRule::Counter
             }
             (Some(now), None) => {
-                state.energy_moved = Some((now, taken));
+                self.energy_moved = Some((now, taken));
                 EnergyRule::Gauge
             }
             (None, Some(_)) => EnergyRule::Provisional,
             (None, None) => EnergyRule::Gauge,
         };
         if let Some(now) = energy {
-            state.last_energy = Some((now, taken));
+            self.last_energy = Some((now, taken));
         }
-        state.last_taken = taken;
-        // κ from the window's mean SM clock: a source that reads the clock at one instant
-        // gets the mean of the window's two end readings.
+        energy_power
+    }
+
+    /// κ from the window's mean SM clock: a source that reads the clock at one instant
+    /// (`point`) gets the mean of the window's two end readings (but for the entity's
+    /// `first` window, which has one).
+    #[inline]
+    fn mean_clock(&mut self, point: bool, first: bool) {
+        let readings = &mut self.window.readings;
         let clock = readings.value(Field::SmClockMhz);
-        if e.sm_clock_is_point
-            && let (Some(now), Some(prev), false) = (clock, state.last_clock_mhz, first)
-        {
+        if point && let (Some(now), Some(prev), false) = (clock, self.last_clock_mhz, first) {
             readings.set_value(Field::SmClockMhz, 0.5 * (now + prev));
         }
-        if e.sm_clock_is_point {
-            state.last_clock_mhz = clock;
+        if point {
+            self.last_clock_mhz = clock;
         }
-        let readings = &win.readings;
+    }
 
+    /// Derive the window's metrics, then learn from them: the entity's capability tier (the
+    /// best fidelity seen) and its idle power (the lowest power seen while the busy flag is
+    /// nearly off, which the next windows use). A busy flag below effective compute is
+    /// diagnosed where the gap was clamped.
+    #[inline]
+    fn derive_metrics(
+        &mut self,
+        e: &EntitySample,
+        spec: Option<&'static GpuSpec>,
+        energy_power: Option<f64>,
+        cfg: &DeriveConfig,
+        diags: &mut Vec<Diagnostic>,
+    ) {
+        let win = &mut self.window;
         let ctx = WindowContext {
             spec,
             energy_power_watts: energy_power,
-            idle_power_watts: state.idle_power,
+            idle_power_watts: self.idle_power,
             throttles: e.throttles,
         };
-        win.metrics = derive::window(readings, &ctx, cfg);
+        win.metrics = derive::window(&win.readings, &ctx, cfg);
         let metrics = &win.metrics;
         if let Some(f) = metrics.fidelity {
-            state.capability = state.capability.min(f);
+            self.capability = self.capability.min(f);
         }
-        // Idle power: lowest power seen while the busy flag is (nearly) off.
         if let (Some(u), Some(p)) = (metrics.reported_utilization, metrics.power_watts)
             && u < cfg.inflation_min_util
         {
-            state.idle_power = Some(state.idle_power.map_or(p.value, |i: f64| i.min(p.value)));
+            self.idle_power = Some(self.idle_power.map_or(p.value, |i: f64| i.min(p.value)));
         }
         if metrics.inflation_gap_points == Some(0.0)
             && let (Some(u), Some(ecf)) = (metrics.reported_utilization, metrics.effective_compute)
@@ -974,7 +1056,21 @@ impl Deriver {
                 detail: format!("reported {u} below effective {ecf}; gap clamped to 0"),
             });
         }
+    }
 
+    /// The window's regime after hysteresis over its `seconds` (by counters once the entity
+    /// has shown a compute counter, else by the power heuristic), and its verdict.
+    #[inline]
+    fn classify(
+        &mut self,
+        e: &EntitySample,
+        spec: Option<&'static GpuSpec>,
+        seconds: f64,
+        cfg: &DeriveConfig,
+        verdict_cfg: &VerdictConfig,
+    ) {
+        let win = &mut self.window;
+        let (readings, metrics) = (&win.readings, &win.metrics);
         let inputs = PhaseInputs {
             util: metrics
                 .reported_utilization
@@ -986,15 +1082,14 @@ impl Deriver {
             power_proxy: metrics.power_proxy,
             power_capped: e.throttles.is_some_and(|t| t.sw_power_cap),
         };
-        let method = if state.capability == Fidelity::Profiling {
+        let method = if self.capability == Fidelity::Profiling {
             PhaseMethod::Counters
         } else {
             PhaseMethod::PowerHeuristic
         };
-        let phase = state
+        let phase = self
             .classifier
-            .observe_window(&inputs, method, decision.seconds(), &cfg.phase)
-            .map(|p| (p, method));
+            .observe_window(&inputs, method, seconds, &cfg.phase);
         win.verdict = verdict::judge(
             &VerdictInputs {
                 util: inputs.util,
@@ -1004,16 +1099,31 @@ impl Deriver {
                 throttles: e.throttles,
                 serving: e.serving.as_ref(),
             },
-            &self.verdict,
+            verdict_cfg,
         );
+        win.phase = phase;
+        win.phase_method = phase.map(|_| method);
+    }
+
+    /// The window's observed ceilings, when tracked (`on`): an observed window feeds the
+    /// trackers; a gap, or a window that may be one, breaks their continuity and has none.
+    #[inline]
+    fn observe_ceilings(
+        &mut self,
+        taken: Timestamp,
+        decision: WindowSpan,
+        e: &EntitySample,
+        on: bool,
+    ) {
+        let win = &mut self.window;
         win.ceilings = match decision {
-            WindowSpan::Observed(dt) if self.ceilings => Ceilings {
-                roofline_saturation: state.ceiling_saturation.observe(
+            WindowSpan::Observed(dt) if on => Ceilings {
+                roofline_saturation: self.ceiling_saturation.observe(
                     taken,
                     dt,
-                    metrics.roofline_saturation,
+                    win.metrics.roofline_saturation,
                 ),
-                output_tokens_per_second: state.ceiling_output_tokens.observe(
+                output_tokens_per_second: self.ceiling_output_tokens.observe(
                     taken,
                     dt,
                     e.serving
@@ -1022,21 +1132,31 @@ impl Deriver {
                         .and_then(|s| s.output_tokens_per_sec),
                 ),
             },
-            // A gap (or a window that may be one) breaks continuity.
-            WindowSpan::Gap(dt) | WindowSpan::Waits(Pending::Long(dt)) if self.ceilings => {
-                state.ceiling_saturation.observe(taken, dt, None);
-                state.ceiling_output_tokens.observe(taken, dt, None);
+            WindowSpan::Gap(dt) | WindowSpan::Waits(Pending::Long(dt)) if on => {
+                self.ceiling_saturation.observe(taken, dt, None);
+                self.ceiling_output_tokens.observe(taken, dt, None);
                 Ceilings::default()
             }
             _ => Ceilings::default(),
         };
+    }
+
+    /// Copy the sample's attributes into the window (not yet integrated: `dt_seconds` 0).
+    /// Lists and snapshots are copied only when either side has one, into the window's own
+    /// buffers.
+    #[inline]
+    fn copy_attributes(
+        &mut self,
+        e: &EntitySample,
+        spec: Option<&'static GpuSpec>,
+        workload: WorkloadHint,
+    ) {
+        let win = &mut self.window;
         win.spec = spec;
         win.simulated = e.simulated;
         win.dt_seconds = 0.0;
-        win.phase = phase.map(|p| p.0);
-        win.phase_method = phase.map(|p| p.1);
-        win.capability = state.capability;
-        win.llm_serving = match cfg.workload {
+        win.capability = self.capability;
+        win.llm_serving = match workload {
             WorkloadHint::Auto => e.serving.is_some(),
             WorkloadHint::LlmServing => true,
             WorkloadHint::Other => false,
@@ -1055,15 +1175,28 @@ impl Deriver {
         if win.serving.is_some() || e.serving.is_some() {
             win.serving.clone_from(&e.serving);
         }
-        let seconds = match decision {
+    }
+
+    /// Settle the window as `decision` says: integrated over its length when observed; a
+    /// gap over `k` × the source's `update_interval`, not observed and diagnosed; else it
+    /// waits for the entity's next sample. Returns the seconds integrated now.
+    #[inline]
+    fn settle(
+        &mut self,
+        decision: WindowSpan,
+        update_interval: Option<f64>,
+        k: f64,
+        diags: &mut Vec<Diagnostic>,
+    ) -> f64 {
+        match decision {
             WindowSpan::Observed(dt) => {
-                state.integrate(dt);
-                state.last_window_seconds = Some(dt);
+                self.integrate(dt);
+                self.last_window_seconds = Some(dt);
                 dt
             }
             WindowSpan::Gap(dt) => {
-                let u = self.update_interval.unwrap_or(dt);
-                state.unobserved(
+                let u = update_interval.unwrap_or(dt);
+                self.unobserved(
                     dt,
                     diags,
                     format!(
@@ -1073,11 +1206,10 @@ impl Deriver {
                 0.0
             }
             WindowSpan::Waits(why) => {
-                state.pending = why;
+                self.pending = why;
                 0.0
             }
-        };
-        each(handed_slot(id_changed), &state.window, Handed::New(seconds));
+        }
     }
 }
 
