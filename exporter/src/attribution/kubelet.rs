@@ -306,8 +306,11 @@ mod tests {
     use super::*;
     use crate::attribution::allocations::*;
     use crate::attribution::config::*;
+    use crate::sources::Produced;
     use proto::*;
+    use std::path::PathBuf;
     use truthscale_core::model::{EntityId, MigId};
+    use truthscale_core::model::{EntitySample, PodRef};
 
     #[test]
     fn device_ids() {

@@ -34,7 +34,7 @@ use truthscale_e2e::{
     Prometheus, Sample, Sidecar, TempDir, cargo_build, http_get, require_tool, run, url_encode,
     workspace,
 };
-use truthscale_exporter::attribution::kubelet::DEFAULT_SOCKET;
+use truthscale_exporter::attribution::config::DEFAULT_SOCKET;
 use truthscale_exporter::attribution::kubelet::proto::{ListPodResourcesResponse, PodResources};
 
 const NODE_DIR: &str = "docker/kubernetes/node";
