@@ -1,7 +1,25 @@
-//! One GPU's state between ticks and everything read from it each tick: busy flag, memory,
-//! power, clocks, GPM (per GPU instance under MIG), processes.
+//! One GPU's state between ticks, the NVML calls made on it (each outcome classified), and
+//! what is read from a whole GPU each tick: busy flag, memory, energy and power, clocks,
+//! temperature. GPM, MIG and processes are read by their own modules, as more of
+//! [`DevState`]'s methods.
 
-use super::*;
+use super::gpm::{GpmMode, GpmState, GpmStep};
+use super::processes::Processes;
+use super::raw;
+use super::report::Ident;
+use crate::sources::SourceError;
+use nvml_wrapper::enum_wrappers::device::{Clock, Sampling, TemperatureSensor};
+use nvml_wrapper::enums::device::SampleValue;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{Device, Nvml};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+use truthscale_core::model::{
+    EntityId, EntityKey, EntitySample, Field, MigId, Reading, Readings, Throttles,
+};
+
+/// A GPU that fell off the bus is looked for again this often.
+pub const LOST_RETRY: Duration = Duration::from_secs(10);
 
 /// One tick's value of a call: a value, unsupported, or blank (an error, counted).
 #[derive(Debug)]
@@ -40,28 +58,14 @@ pub(super) fn is_unsupported(e: &NvmlError) -> bool {
     )
 }
 
-#[derive(Debug)]
-pub(super) struct Taken {
-    pub(super) sample: GpmHandle,
-    pub(super) at: Instant,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum GpmMode {
-    Unsupported,
-    Active,
-    Denied { until: Instant },
-}
-
-/// What a GPM step gave.
-#[derive(Debug)]
-pub(super) enum GpmStep {
-    /// Metrics between the previous sample and this one.
-    Metrics(Vec<(usize, Result<f64, NvmlError>)>),
-    /// The first sample: nothing to compare with yet.
-    First,
-    /// GPM is off or failed this tick.
-    Off,
+/// A `SourceError` of the right kind for an NVML error.
+pub(super) fn classify(what: &str, e: &NvmlError) -> SourceError {
+    match e {
+        NvmlError::GpuLost => SourceError::GpuLost(what.to_string()),
+        NvmlError::NoPermission => SourceError::NoPermission(what.to_string()),
+        e if is_unsupported(e) => SourceError::Unsupported(what.to_string()),
+        _ => SourceError::Nvml(what.to_string()),
+    }
 }
 
 /// One GPU's state between ticks.
@@ -72,22 +76,16 @@ pub(super) struct DevState {
     pub(super) retry_at: Instant,
     pub(super) mig: Option<bool>,
     pub(super) unsupported: BTreeSet<String>,
-    pub(super) util_last_us: Option<u64>,
-    pub(super) clock_last_us: Option<u64>,
-    pub(super) proc_util_last_us: Option<u64>,
-    pub(super) gpm: GpmMode,
-    pub(super) gpm_sampled: bool,
-    pub(super) warned_denied: bool,
-    pub(super) prev: Option<Taken>,
-    pub(super) mig_prev: BTreeMap<u32, Taken>,
-    pub(super) procs_due: Instant,
-    pub(super) processes: Vec<ProcessInfo>,
+    util_last_us: Option<u64>,
+    clock_last_us: Option<u64>,
+    pub(super) gpm: GpmState,
+    pub(super) procs: Processes,
     pub(super) last_keys: Vec<EntityKey>,
 }
 
 /// The mean of the driver's samples newer than `since_us`, and the newest timestamp; `None`
 /// without such samples.
-pub(super) fn mean_samples(
+fn mean_samples(
     samples: &[nvml_wrapper::struct_wrappers::device::Sample],
     since_us: u64,
 ) -> Option<(f64, u64)> {
@@ -118,16 +116,6 @@ pub(super) struct Ctx<'a> {
     pub(super) gpm_mig_symbol: bool,
 }
 
-/// One MIG GPU instance found this tick.
-#[derive(Debug)]
-pub(super) struct MigDev<'n> {
-    pub(super) gi: u32,
-    pub(super) dev: Device<'n>,
-    pub(super) profile: Option<String>,
-    /// The instance's own `MIG-…` UUID (what the device plugin hands out), when NVML gives it.
-    pub(super) uuid: Option<String>,
-}
-
 /// What the GPUs gave this tick.
 #[derive(Debug, Default)]
 pub(super) struct Emitted {
@@ -145,14 +133,8 @@ impl DevState {
             unsupported: BTreeSet::new(),
             util_last_us: None,
             clock_last_us: None,
-            proc_util_last_us: None,
-            gpm: GpmMode::Unsupported,
-            gpm_sampled: false,
-            warned_denied: false,
-            prev: None,
-            mig_prev: BTreeMap::new(),
-            procs_due: now,
-            processes: Vec::new(),
+            gpm: GpmState::new(),
+            procs: Processes::new(now),
             last_keys: Vec::new(),
         }
     }
@@ -162,7 +144,7 @@ impl DevState {
         let index = self.index;
         *self = DevState::new(index, now);
         self.ident = Some(ident);
-        self.gpm = gpm;
+        self.gpm.mode = gpm;
     }
 
     /// The GPU fell off the bus: count it, forget its samples, look for it later.
@@ -189,20 +171,10 @@ impl DevState {
             "gpu {} ({uuid}): {what}: GPU is lost",
             self.index
         )));
-        self.free_gpm(nvml);
+        self.gpm.free(nvml);
         self.ident = None;
         self.last_keys.clear();
         self.retry_at = now + LOST_RETRY;
-    }
-
-    /// Free every GPM sample held.
-    pub(super) fn free_gpm(&mut self, nvml: &Nvml) {
-        if let Some(t) = self.prev.take() {
-            drop(t.sample.restore(nvml));
-        }
-        for (_, t) in std::mem::take(&mut self.mig_prev) {
-            drop(t.sample.restore(nvml));
-        }
     }
 
     /// Note once that `what` is unsupported here; count it when `count` is set.
@@ -234,7 +206,8 @@ impl DevState {
         self.call_with(what, true, errors, f)
     }
 
-    pub(super) fn call_with<T>(
+    /// [`DevState::call`], counting an unsupported call only when `count_unsupported` is set.
+    fn call_with<T>(
         &mut self,
         what: &str,
         count_unsupported: bool,
@@ -254,164 +227,6 @@ impl DevState {
             Err(e) => {
                 errors.push(classify(&format!("gpu {}: {what}: {e}", self.index), &e));
                 Ok(Got::Blank)
-            }
-        }
-    }
-
-    /// Whether GPM is to be used this tick (a denied GPU is tried again when its time comes).
-    pub(super) fn gpm_on(&mut self, now: Instant) -> bool {
-        match self.gpm {
-            GpmMode::Active => true,
-            GpmMode::Denied { until } if now >= until => {
-                self.gpm = GpmMode::Active;
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// GPM said `NO_PERMISSION`: count it, say so (once), and turn GPM off for a while.
-    pub(super) fn deny(&mut self, nvml: &Nvml, errors: &mut Vec<SourceError>) {
-        let msg = format!(
-            "gpu {}: nvmlGpmSampleGet: NVML_ERROR_NO_PERMISSION; GPM metrics off for {}s \
-             (run the container privileged or with CAP_SYS_ADMIN to read GPM)",
-            self.index,
-            GPM_DENIED_RETRY.as_secs()
-        );
-        if self.warned_denied {
-            tracing::debug!("{msg}");
-        } else {
-            self.warned_denied = true;
-            tracing::warn!("{msg}; this GPU is at the nvml fidelity tier until then.");
-        }
-        errors.push(SourceError::NoPermission(msg));
-        self.free_gpm(nvml);
-        self.gpm = GpmMode::Denied {
-            until: Instant::now() + GPM_DENIED_RETRY,
-        };
-    }
-
-    /// Take a GPM sample (`slot` None: the whole GPU; Some: a GPU instance) and, with the
-    /// slot's previous one, get the metrics between them.
-    pub(super) fn gpm_step<'n>(
-        &mut self,
-        nvml: &'n Nvml,
-        slot: Option<u32>,
-        take: impl FnOnce() -> Result<GpmSample<'n>, NvmlError>,
-        errors: &mut Vec<SourceError>,
-    ) -> Result<GpmStep, Lost> {
-        let what = if slot.is_some() {
-            "nvmlGpmMigSampleGet"
-        } else {
-            "nvmlGpmSampleGet"
-        };
-        let new = match take() {
-            Ok(s) => s,
-            Err(NvmlError::NoPermission) => {
-                self.deny(nvml, errors);
-                return Ok(GpmStep::Off);
-            }
-            Err(NvmlError::GpuLost) => return Err(Lost(what.to_string())),
-            Err(e) if is_unsupported(&e) => {
-                self.note_unsupported(what, &e, true, errors);
-                self.free_gpm(nvml);
-                self.gpm = GpmMode::Unsupported;
-                return Ok(GpmStep::Off);
-            }
-            Err(e) => {
-                errors.push(classify(&format!("gpu {}: {what}: {e}", self.index), &e));
-                self.drop_slot(nvml, slot);
-                return Ok(GpmStep::Off);
-            }
-        };
-        let at = Instant::now();
-        self.gpm_sampled = true;
-        let previous = match slot {
-            None => self.prev.take(),
-            Some(gi) => self.mig_prev.remove(&gi),
-        };
-        let result = previous.map(|p| {
-            let before = p.sample.restore(nvml);
-            let ids: Vec<GpmMetricId> = GPM_METRICS.iter().map(|m| m.0).collect();
-            gpm_metrics_get(nvml, &before, &new, &ids)
-        });
-        let keep = Taken {
-            sample: GpmHandle::keep(new),
-            at,
-        };
-        match slot {
-            None => self.prev = Some(keep),
-            Some(gi) => {
-                self.mig_prev.insert(gi, keep);
-            }
-        }
-        match result {
-            None => Ok(GpmStep::First),
-            Some(Ok(values)) => Ok(GpmStep::Metrics(
-                values
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, r)| (i, r.map(|m| m.value)))
-                    .collect(),
-            )),
-            Some(Err(NvmlError::NoPermission)) => {
-                self.deny(nvml, errors);
-                Ok(GpmStep::Off)
-            }
-            Some(Err(NvmlError::GpuLost)) => Err(Lost("nvmlGpmMetricsGet".into())),
-            Some(Err(e)) => {
-                errors.push(classify(
-                    &format!("gpu {}: nvmlGpmMetricsGet: {e}", self.index),
-                    &e,
-                ));
-                Ok(GpmStep::Off)
-            }
-        }
-    }
-
-    pub(super) fn drop_slot(&mut self, nvml: &Nvml, slot: Option<u32>) {
-        let t = match slot {
-            None => self.prev.take(),
-            Some(gi) => self.mig_prev.remove(&gi),
-        };
-        if let Some(t) = t {
-            drop(t.sample.restore(nvml));
-        }
-    }
-
-    /// Put GPM metrics into readings; a metric that failed is blank (unsupported when the
-    /// GPU cannot report it).
-    pub(super) fn apply_gpm(
-        &mut self,
-        r: &mut Readings,
-        values: Vec<(usize, Result<f64, NvmlError>)>,
-        errors: &mut Vec<SourceError>,
-    ) {
-        for (i, v) in values {
-            let Some(&(_, field, unit, name)) = GPM_METRICS.get(i) else {
-                continue;
-            };
-            let reading = match v {
-                Ok(v) => {
-                    if field.is_none() {
-                        tracing::debug!(gpu = self.index, metric = name, value = v, "GPM.");
-                    }
-                    Reading::Value(unit.convert(v))
-                }
-                Err(e) if is_unsupported(&e) => {
-                    self.note_unsupported(&format!("GPM {name}"), &e, true, errors);
-                    Reading::Unsupported
-                }
-                Err(e) => {
-                    errors.push(classify(
-                        &format!("gpu {}: GPM {name}: {e}", self.index),
-                        &e,
-                    ));
-                    Reading::Blank
-                }
-            };
-            if let Some(field) = field {
-                r.set(field, reading);
             }
         }
     }
@@ -448,34 +263,15 @@ impl DevState {
                 return Ok(());
             }
         };
-        let mig = self
-            .call("nvmlDeviceGetMigMode", errors, || dev.mig_mode())?
-            .value()
-            .map(|m| m.current == nvml_wrapper_sys::bindings::NVML_DEVICE_MIG_ENABLE);
-        if mig != self.mig && self.mig.is_some() {
-            tracing::info!(gpu = self.index, mig = ?mig, "NVML: MIG mode changed.");
-            self.free_gpm(ctx.nvml);
-            self.last_keys.clear();
-        }
-        self.mig = mig;
-        let gpm_on = self.gpm_on(Instant::now());
+        let mig = self.read_mig_mode(ctx, &dev, errors)?;
+        let gpm_on = self.gpm.on(Instant::now());
         // GPM's 100 ms rule: too soon after the previous sample, report the GPU as seen and
         // unchanged; the next tick closes a window over both.
-        let now = Instant::now();
-        if gpm_on
-            && self
-                .prev
-                .iter()
-                .chain(self.mig_prev.values())
-                .any(|t| now.saturating_duration_since(t.at) <= GPM_MIN_SPACING)
-        {
+        if gpm_on && self.gpm.too_soon(Instant::now()) {
             emit.unchanged.extend(self.last_keys.iter().cloned());
             return Ok(());
         }
-        let processes_due = ctx.now >= self.procs_due;
-        if processes_due {
-            self.procs_due = ctx.now + PROCESS_EVERY;
-        }
+        let processes_due = self.procs.due(ctx.now);
         if mig == Some(true) {
             let migs = self.mig_devices(ctx, &dev, errors)?;
             self.read_mig(ctx, &dev, &migs, gpm_on, emit, errors)?;
@@ -491,6 +287,26 @@ impl DevState {
         Ok(())
     }
 
+    /// The MIG mode; a change forgets the GPU's GPM samples and its entities.
+    fn read_mig_mode(
+        &mut self,
+        ctx: &Ctx<'_>,
+        dev: &Device<'_>,
+        errors: &mut Vec<SourceError>,
+    ) -> Result<Option<bool>, Lost> {
+        let mig = self
+            .call("nvmlDeviceGetMigMode", errors, || dev.mig_mode())?
+            .value()
+            .map(|m| m.current == nvml_wrapper_sys::bindings::NVML_DEVICE_MIG_ENABLE);
+        if mig != self.mig && self.mig.is_some() {
+            tracing::info!(gpu = self.index, mig = ?mig, "NVML: MIG mode changed.");
+            self.gpm.free(ctx.nvml);
+            self.last_keys.clear();
+        }
+        self.mig = mig;
+        Ok(mig)
+    }
+
     /// Clocks and clock-event reasons (GPU-wide, shared by MIG instances). The SM clock is
     /// the window's mean from the driver's clock samples where it keeps them; else a point
     /// reading, which the deriver averages with the previous one (the returned flag).
@@ -501,30 +317,7 @@ impl DevState {
         r: &mut Readings,
         errors: &mut Vec<SourceError>,
     ) -> Result<(Option<Throttles>, bool), Lost> {
-        let since = self.clock_last_us.unwrap_or(0);
-        let samples = self.call_with(
-            "nvmlDeviceGetSamples(PROCESSOR_CLK)",
-            false,
-            errors,
-            || match dev.samples(Sampling::ProcessorClock, since) {
-                Err(NvmlError::NotFound) => Ok(Vec::new()),
-                r => r,
-            },
-        )?;
-        let mut point = true;
-        if let Got::Value(s) = &samples {
-            let from = self.clock_last_us.unwrap_or_else(|| {
-                s.iter()
-                    .map(|x| x.timestamp)
-                    .max()
-                    .map_or(0, |newest| newest.saturating_sub(ctx.interval_us))
-            });
-            if let Some((mhz, newest)) = mean_samples(s, from) {
-                self.clock_last_us = Some(newest);
-                r.set_value(Field::SmClockMhz, mhz);
-                point = false;
-            }
-        }
+        let point = !self.sm_clock_samples(ctx, dev, r, errors)?;
         if point {
             let sm = self.call("nvmlDeviceGetClockInfo(SM)", errors, || {
                 dev.clock_info(Clock::SM)
@@ -535,25 +328,72 @@ impl DevState {
             dev.clock_info(Clock::Memory)
         })?;
         r.set(Field::MemClockMhz, mem.reading(f64::from));
-        // The current name first; drivers before it have only the deprecated one.
-        let bits = match self.call_with(
-            "nvmlDeviceGetCurrentClocksEventReasons",
-            false,
-            errors,
-            || raw::clocks_event_reasons(ctx.nvml, dev),
-        )? {
-            Got::Unsupported => self
-                .call("nvmlDeviceGetCurrentClocksThrottleReasons", errors, || {
-                    dev.current_throttle_reasons().map(|t| t.bits())
-                })?
-                .value(),
-            g => g.value(),
-        };
+        let bits = self.clock_event_bits(ctx, dev, errors)?;
         Ok((bits.map(Throttles::from_event_bits), point))
     }
 
+    /// The SM clock as the mean of the driver's processor-clock samples over the window;
+    /// `false` when there are none.
+    fn sm_clock_samples(
+        &mut self,
+        ctx: &Ctx<'_>,
+        dev: &Device<'_>,
+        r: &mut Readings,
+        errors: &mut Vec<SourceError>,
+    ) -> Result<bool, Lost> {
+        let since = self.clock_last_us.unwrap_or(0);
+        let samples = self.call_with(
+            "nvmlDeviceGetSamples(PROCESSOR_CLK)",
+            false,
+            errors,
+            || match dev.samples(Sampling::ProcessorClock, since) {
+                Err(NvmlError::NotFound) => Ok(Vec::new()),
+                r => r,
+            },
+        )?;
+        if let Got::Value(s) = &samples {
+            let from = self.clock_last_us.unwrap_or_else(|| {
+                s.iter()
+                    .map(|x| x.timestamp)
+                    .max()
+                    .map_or(0, |newest| newest.saturating_sub(ctx.interval_us))
+            });
+            if let Some((mhz, newest)) = mean_samples(s, from) {
+                self.clock_last_us = Some(newest);
+                r.set_value(Field::SmClockMhz, mhz);
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// The clock-event reason bits: the current function's name first; drivers before it
+    /// have only the deprecated one.
+    fn clock_event_bits(
+        &mut self,
+        ctx: &Ctx<'_>,
+        dev: &Device<'_>,
+        errors: &mut Vec<SourceError>,
+    ) -> Result<Option<u64>, Lost> {
+        Ok(
+            match self.call_with(
+                "nvmlDeviceGetCurrentClocksEventReasons",
+                false,
+                errors,
+                || raw::clocks_event_reasons(ctx.nvml, dev),
+            )? {
+                Got::Unsupported => self
+                    .call("nvmlDeviceGetCurrentClocksThrottleReasons", errors, || {
+                        dev.current_throttle_reasons().map(|t| t.bits())
+                    })?
+                    .value(),
+                g => g.value(),
+            },
+        )
+    }
+
     /// A whole GPU (not in MIG mode).
-    pub(super) fn read_gpu<'n>(
+    fn read_gpu<'n>(
         &mut self,
         ctx: &Ctx<'n>,
         dev: &Device<'n>,
@@ -575,6 +415,29 @@ impl DevState {
         }
         r.set(Field::ReportedUtil, self.busy(ctx, dev, errors)?);
         self.memory(dev, "nvmlDeviceGetMemoryInfo_v2", &mut r, errors)?;
+        self.power(dev, &mut r, errors)?;
+        let temp = self.call("nvmlDeviceGetTemperature", errors, || {
+            dev.temperature(TemperatureSensor::Gpu)
+        })?;
+        r.set(Field::TempCelsius, temp.reading(f64::from));
+        let (throttles, sm_clock_is_point) = self.clocks(ctx, dev, &mut r, errors)?;
+        emit.entities.push(EntitySample {
+            id: self.entity_id(ctx, None),
+            readings: r,
+            throttles,
+            sm_clock_is_point,
+            ..EntitySample::default()
+        });
+        Ok(())
+    }
+
+    /// The energy counter, the power gauge and the enforced power limit.
+    fn power(
+        &mut self,
+        dev: &Device<'_>,
+        r: &mut Readings,
+        errors: &mut Vec<SourceError>,
+    ) -> Result<(), Lost> {
         let energy = self.call("nvmlDeviceGetTotalEnergyConsumption", errors, || {
             dev.total_energy_consumption()
         })?;
@@ -591,18 +454,6 @@ impl DevState {
             Field::PowerLimitWatts,
             limit.reading(|mw| f64::from(mw) / 1000.0),
         );
-        let temp = self.call("nvmlDeviceGetTemperature", errors, || {
-            dev.temperature(TemperatureSensor::Gpu)
-        })?;
-        r.set(Field::TempCelsius, temp.reading(f64::from));
-        let (throttles, sm_clock_is_point) = self.clocks(ctx, dev, &mut r, errors)?;
-        emit.entities.push(EntitySample {
-            id: self.entity_id(ctx, None),
-            readings: r,
-            throttles,
-            sm_clock_is_point,
-            ..EntitySample::default()
-        });
         Ok(())
     }
 
@@ -631,7 +482,7 @@ impl DevState {
     /// The busy fraction over the window: the mean of the driver's samples since the last
     /// tick, else the point reading. The first window takes the samples of the last interval
     /// before the newest one, so the driver's timestamp base does not matter.
-    pub(super) fn busy(
+    fn busy(
         &mut self,
         ctx: &Ctx<'_>,
         dev: &Device<'_>,
@@ -663,232 +514,49 @@ impl DevState {
         })?;
         Ok(rates.reading(|u| f64::from(u.gpu) / 100.0))
     }
-
-    /// The GPU instances of a GPU in MIG mode (one per instance, whatever its compute
-    /// instances).
-    pub(super) fn mig_devices<'n>(
-        &mut self,
-        ctx: &Ctx<'n>,
-        dev: &Device<'n>,
-        errors: &mut Vec<SourceError>,
-    ) -> Result<Vec<MigDev<'n>>, Lost> {
-        let Some(count) = self
-            .call("nvmlDeviceGetMaxMigDeviceCount", errors, || {
-                dev.mig_device_count()
-            })?
-            .value()
-        else {
-            return Ok(Vec::new());
-        };
-        let spec = self.ident.as_ref().and_then(|i| i.spec);
-        let mut found: Vec<MigDev<'n>> = Vec::new();
-        for i in 0..count {
-            let m = match dev.mig_device_by_index(i) {
-                Ok(m) => m,
-                // Empty slots answer NOT_FOUND (or INVALID_ARGUMENT on some drivers).
-                Err(NvmlError::NotFound | NvmlError::InvalidArg) => continue,
-                Err(NvmlError::GpuLost) => {
-                    return Err(Lost("nvmlDeviceGetMigDeviceHandleByIndex".into()));
-                }
-                Err(e) => {
-                    errors.push(classify(
-                        &format!(
-                            "gpu {}: nvmlDeviceGetMigDeviceHandleByIndex({i}): {e}",
-                            self.index
-                        ),
-                        &e,
-                    ));
-                    continue;
-                }
-            };
-            let Some(gi) = self
-                .call("nvmlDeviceGetGpuInstanceId", errors, || {
-                    raw::gpu_instance_id(ctx.nvml, &m)
-                })?
-                .value()
-            else {
-                continue;
-            };
-            if found.iter().any(|f| f.gi == gi) {
-                continue;
-            }
-            let profile = self
-                .call("nvmlDeviceGetAttributes_v2", errors, || m.attributes())?
-                .value()
-                .map(|a| mig_profile_name(spec, a.gpu_instance_slice_count, a.memory_size_mb));
-            // An attribute only: a driver that does not name MIG UUIDs leaves it out.
-            let uuid = m.uuid().ok().filter(|u| u.starts_with("MIG-"));
-            found.push(MigDev {
-                gi,
-                dev: m,
-                profile,
-                uuid,
-            });
-        }
-        Ok(found)
-    }
-
-    /// A GPU in MIG mode: one entity per GPU instance.
-    pub(super) fn read_mig<'n>(
-        &mut self,
-        ctx: &Ctx<'n>,
-        dev: &Device<'n>,
-        migs: &[MigDev<'n>],
-        gpm_on: bool,
-        emit: &mut Emitted,
-        errors: &mut Vec<SourceError>,
-    ) -> Result<(), Lost> {
-        // Forget the samples of instances that are gone.
-        let gone: Vec<u32> = self
-            .mig_prev
-            .keys()
-            .filter(|gi| !migs.iter().any(|m| m.gi == **gi))
-            .copied()
-            .collect();
-        for gi in gone {
-            self.drop_slot(ctx.nvml, Some(gi));
-        }
-        let mut shared = Readings::default();
-        let (throttles, sm_clock_is_point) = self.clocks(ctx, dev, &mut shared, errors)?;
-        for m in migs {
-            let mig_id = MigId {
-                gpu_instance: m.gi,
-                compute_instance: None,
-                profile: m.profile.clone(),
-                uuid: m.uuid.clone(),
-            };
-            let id = self.entity_id(ctx, Some(mig_id));
-            let mut r = Readings::default();
-            r.set(Field::SmClockMhz, shared.get(Field::SmClockMhz));
-            r.set(Field::MemClockMhz, shared.get(Field::MemClockMhz));
-            // A NO_PERMISSION on one instance turns GPM off for the others too.
-            if gpm_on && ctx.gpm_mig_symbol && self.gpm == GpmMode::Active {
-                match self.gpm_step(ctx.nvml, Some(m.gi), || dev.gpm_mig_sample(m.gi), errors)? {
-                    GpmStep::First => {
-                        let key = id.key();
-                        if self.last_keys.contains(&key) {
-                            emit.unchanged.push(key);
-                        }
-                        continue;
-                    }
-                    GpmStep::Metrics(v) => self.apply_gpm(&mut r, v, errors),
-                    GpmStep::Off => {}
-                }
-            }
-            // The busy flag does not exist on MIG: `ReportedUtil` stays blank.
-            self.memory(&m.dev, "nvmlDeviceGetMemoryInfo_v2 (MIG)", &mut r, errors)?;
-            emit.entities.push(EntitySample {
-                id,
-                readings: r,
-                throttles,
-                sm_clock_is_point,
-                ..EntitySample::default()
-            });
-        }
-        Ok(())
-    }
-
-    /// List compute processes (per GPU instance under MIG), with per-process SM busy where
-    /// the driver has it and the pod each belongs to; keep them for `doctor`, log at debug.
-    pub(super) fn read_processes<'n>(
-        &mut self,
-        ctx: &Ctx<'n>,
-        dev: &Device<'n>,
-        migs: Option<&[MigDev<'n>]>,
-        errors: &mut Vec<SourceError>,
-    ) -> Result<(), Lost> {
-        let mut listed = Vec::new();
-        match migs {
-            Some(migs) => {
-                for m in migs {
-                    if let Got::Value(p) = self.call(
-                        "nvmlDeviceGetComputeRunningProcesses_v3 (MIG)",
-                        errors,
-                        || m.dev.running_compute_processes(),
-                    )? {
-                        listed.extend(p);
-                    }
-                }
-            }
-            None => {
-                if let Got::Value(p) =
-                    self.call("nvmlDeviceGetComputeRunningProcesses_v3", errors, || {
-                        dev.running_compute_processes()
-                    })?
-                {
-                    listed = p;
-                }
-            }
-        }
-        // pid → (timestamp, SM busy) of its newest sample.
-        let mut util: BTreeMap<u32, (u64, f64)> = BTreeMap::new();
-        // Per-process utilization is not supported on MIG.
-        if migs.is_none() {
-            let since = self.proc_util_last_us.unwrap_or(0);
-            if let Got::Value(u) =
-                self.call("nvmlDeviceGetProcessesUtilizationInfo", errors, || {
-                    raw::process_utilization(ctx.nvml, dev, since)
-                })?
-            {
-                for p in &u {
-                    self.proc_util_last_us =
-                        Some(self.proc_util_last_us.unwrap_or(0).max(p.timestamp_us));
-                    let e = util.entry(p.pid).or_insert((0, 0.0));
-                    if p.timestamp_us >= e.0 {
-                        *e = (p.timestamp_us, f64::from(p.sm_util) / 100.0);
-                    }
-                }
-            }
-        }
-        self.processes = listed
-            .into_iter()
-            .map(|p| ProcessInfo {
-                pid: p.pid,
-                used_memory_bytes: match p.used_gpu_memory {
-                    UsedGpuMemory::Used(b) => Some(b),
-                    UsedGpuMemory::Unavailable => None,
-                },
-                gpu_instance: p.gpu_instance_id,
-                sm_busy: util.get(&p.pid).map(|u| u.1),
-                attribution: crate::cgroup::of_pid(p.pid),
-            })
-            .collect();
-        for p in &self.processes {
-            tracing::debug!(
-                gpu = self.index,
-                pid = p.pid,
-                memory_bytes = ?p.used_memory_bytes,
-                gpu_instance = ?p.gpu_instance,
-                sm_busy = ?p.sm_busy,
-                pod_uid = p.attribution.as_ref().map_or("", |a| a.pod_uid.as_str()),
-                container_id = p
-                    .attribution
-                    .as_ref()
-                    .and_then(|a| a.container_id.as_deref())
-                    .unwrap_or(""),
-                "NVML: compute process."
-            );
-        }
-        Ok(())
-    }
 }
 
-/// Give each entity the processes running on it: all of them for a whole GPU, those of its
-/// GPU instance for a MIG entity.
-pub(super) fn attach_processes(entities: &mut [EntitySample], processes: &[ProcessInfo]) {
-    for e in entities {
-        let gi = e.id.mig.as_ref().map(|m| m.gpu_instance);
-        e.processes = processes
-            .iter()
-            .filter(|p| gi.is_none() || p.gpu_instance == gi)
-            .map(|p| ProcessReading {
-                pod: None,
-                pid: p.pid.to_string(),
-                used_memory_bytes: p.used_memory_bytes.map(|b| b as f64),
-                sm_busy: p.sm_busy,
-                pod_uid: p.attribution.as_ref().map(|a| a.pod_uid.clone()),
-                container_id: p.attribution.as_ref().and_then(|a| a.container_id.clone()),
-            })
-            .collect();
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_event_bits() {
+        let t = Throttles::from_event_bits(0x4 | 0x40);
+        assert!(t.sw_power_cap && t.thermal && !t.hw_slowdown && !t.power);
+        let t = Throttles::from_event_bits(0x8 | 0x10 | 0x80);
+        assert!(t.hw_slowdown && t.sync_boost && t.power && !t.thermal);
+        assert_eq!(Throttles::from_event_bits(0x1), Throttles::default());
+    }
+
+    #[test]
+    fn mean_of_new_samples_only() {
+        use nvml_wrapper::struct_wrappers::device::Sample as S;
+        let s = |t, v| S {
+            timestamp: t,
+            value: SampleValue::U32(v),
+        };
+        let samples = [s(100, 0), s(200, 100), s(300, 50)];
+        assert_eq!(mean_samples(&samples, 100), Some((75.0, 300)));
+        assert_eq!(mean_samples(&samples, 300), None);
+        assert_eq!(mean_samples(&[], 0), None);
+    }
+
+    #[test]
+    fn errors_are_classified() {
+        assert_eq!(classify("x", &NvmlError::GpuLost).kind(), "gpu_lost");
+        assert_eq!(
+            classify("x", &NvmlError::NoPermission).kind(),
+            "no_permission"
+        );
+        assert_eq!(
+            classify("x", &NvmlError::NotSupported).kind(),
+            "unsupported"
+        );
+        assert_eq!(
+            classify("x", &NvmlError::FailedToLoadSymbol("s".into())).kind(),
+            "unsupported"
+        );
+        assert_eq!(classify("x", &NvmlError::Unknown).kind(), "nvml");
     }
 }

@@ -28,154 +28,42 @@
 //!   stale, the others carry on, and it is looked for again every [`LOST_RETRY`]),
 //!   `no_permission`, `unsupported` (once per GPU and function: a missing symbol is an older
 //!   driver, the value is reported unsupported), `nvml` (anything else; the value is blank).
+//!
+//! The parts: `device` (one GPU's state, its calls classified, a whole GPU's counters),
+//! `gpm`, `mig`, `processes` (listing and attribution through `crate::cgroup`), `report`
+//! (what `truthscale doctor` reads: versions, identity, [`DeviceReport`]) and `raw` (the only
+//! `unsafe`); this module opens NVML and runs the tick over every GPU.
 
 mod device;
+mod gpm;
+mod mig;
+mod processes;
 pub(crate) mod raw;
+mod report;
 
-use device::*;
+pub use crate::cgroup::Attribution;
+pub use device::LOST_RETRY;
+pub use gpm::{GPM_DENIED_RETRY, GPM_METRICS, GPM_MIN_SPACING, GpmUnit};
+pub use mig::mig_profile_name;
+pub use processes::{PROCESS_EVERY, ProcessInfo};
+pub use report::{DeviceReport, GpmStatus, Ident, Versions, identify};
 
 use super::{Produced, SourceError, unix_ms};
-use nvml_wrapper::enum_wrappers::device::{Clock, Sampling, TemperatureSensor};
-use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
-use nvml_wrapper::enums::gpm::GpmMetricId;
+use device::{Ctx, DevState, Emitted, Lost, classify};
+use gpm::GpmMode;
+use nvml_wrapper::Nvml;
 use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::gpm::gpm_metrics_get;
-use nvml_wrapper::{Device, GpmSample, Nvml};
-use raw::GpmHandle;
+use processes::attach_processes;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
-use truthscale_core::gpus::{self, GpuSpec};
-use truthscale_core::model::{
-    EntityId, EntityKey, EntitySample, Field, MigId, ProcessReading, Reading, Readings, Sample,
-    Throttles, Timestamp,
-};
-
-pub use crate::cgroup::Attribution;
+use truthscale_core::model::{Sample, Timestamp};
 
 /// The library loaded when none is configured.
 pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
-/// A GPU that fell off the bus is looked for again this often.
-pub const LOST_RETRY: Duration = Duration::from_secs(10);
-/// GPM stays off this long after `NO_PERMISSION`, then is tried again.
-pub const GPM_DENIED_RETRY: Duration = Duration::from_secs(60);
-/// The least spacing of two GPM samples ("should be greater than 100ms").
-pub const GPM_MIN_SPACING: Duration = Duration::from_millis(100);
-/// Processes are listed this often.
-pub const PROCESS_EVERY: Duration = Duration::from_secs(10);
 /// The number of GPUs is checked again this often (hot-plug, or a GPU that was missing).
 const ENUMERATE_EVERY: Duration = Duration::from_secs(60);
-
-/// How a GPM value is scaled to the model's canonical unit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GpmUnit {
-    /// 0–100 → 0..1.
-    Percent,
-    /// MiB/s → bytes/s.
-    MibPerSec,
-}
-
-/// The GPM metrics requested each tick: id, the field it fills (none: logged and shown by
-/// `doctor` only), unit, and NVML's name.
-pub const GPM_METRICS: &[(GpmMetricId, Option<Field>, GpmUnit, &str)] = &[
-    (
-        GpmMetricId::GraphicsUtil,
-        Some(Field::GrActive),
-        GpmUnit::Percent,
-        "GRAPHICS_UTIL",
-    ),
-    (
-        GpmMetricId::SmUtil,
-        Some(Field::SmActive),
-        GpmUnit::Percent,
-        "SM_UTIL",
-    ),
-    (
-        GpmMetricId::SmOccupancy,
-        Some(Field::SmOccupancy),
-        GpmUnit::Percent,
-        "SM_OCCUPANCY",
-    ),
-    (
-        GpmMetricId::AnyTensorUtil,
-        Some(Field::TensorActive),
-        GpmUnit::Percent,
-        "ANY_TENSOR_UTIL",
-    ),
-    (
-        GpmMetricId::HmmaTensorUtil,
-        Some(Field::HmmaActive),
-        GpmUnit::Percent,
-        "HMMA_TENSOR_UTIL",
-    ),
-    (
-        GpmMetricId::ImmaTensorUtil,
-        Some(Field::ImmaActive),
-        GpmUnit::Percent,
-        "IMMA_TENSOR_UTIL",
-    ),
-    (
-        GpmMetricId::DramBwUtil,
-        Some(Field::DramActive),
-        GpmUnit::Percent,
-        "DRAM_BW_UTIL",
-    ),
-    (
-        GpmMetricId::Fp64Util,
-        Some(Field::Fp64Active),
-        GpmUnit::Percent,
-        "FP64_UTIL",
-    ),
-    (
-        GpmMetricId::Fp32Util,
-        Some(Field::Fp32Active),
-        GpmUnit::Percent,
-        "FP32_UTIL",
-    ),
-    (
-        GpmMetricId::Fp16Util,
-        Some(Field::Fp16Active),
-        GpmUnit::Percent,
-        "FP16_UTIL",
-    ),
-    (
-        GpmMetricId::PcieTxPerSec,
-        Some(Field::PcieTxBytesPerSec),
-        GpmUnit::MibPerSec,
-        "PCIE_TX_PER_SEC",
-    ),
-    (
-        GpmMetricId::PcieRxPerSec,
-        Some(Field::PcieRxBytesPerSec),
-        GpmUnit::MibPerSec,
-        "PCIE_RX_PER_SEC",
-    ),
-    (
-        GpmMetricId::NvlinkTotalRxPerSec,
-        Some(Field::NvlinkRxBytesPerSec),
-        GpmUnit::MibPerSec,
-        "NVLINK_TOTAL_RX_PER_SEC",
-    ),
-    (
-        GpmMetricId::NvlinkTotalTxPerSec,
-        Some(Field::NvlinkTxBytesPerSec),
-        GpmUnit::MibPerSec,
-        "NVLINK_TOTAL_TX_PER_SEC",
-    ),
-];
-
-impl GpmUnit {
-    /// Convert a GPM value to the canonical unit.
-    #[must_use]
-    pub fn convert(self, v: f64) -> f64 {
-        match self {
-            GpmUnit::Percent => v / 100.0,
-            GpmUnit::MibPerSec => v * 1_048_576.0,
-        }
-    }
-}
 
 /// NVML could not be loaded or initialized. The message says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -216,78 +104,6 @@ pub fn open(library: &Path) -> Result<Nvml, OpenError> {
                 e => format!("NVML ({shown}) failed to initialize: {e}. {NO_NVML_HINT}."),
             })
         })
-}
-
-/// Driver, NVML and CUDA versions, as far as NVML tells them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Versions {
-    /// Driver version (`550.54.15`).
-    pub driver: Option<String>,
-    /// NVML version (`12.550.54.15`).
-    pub nvml: Option<String>,
-    /// CUDA driver API version (`12.4`).
-    pub cuda: Option<String>,
-}
-
-/// Who a GPU is.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Ident {
-    /// `GPU-…`.
-    pub uuid: String,
-    /// `NVIDIA H100 80GB HBM3`.
-    pub name: String,
-    /// `00000000:18:00.0`.
-    pub pci_bus_id: Option<String>,
-    /// `Hopper`, `Ampere`, …
-    pub architecture: Option<String>,
-    /// The catalog entry of the name.
-    pub spec: Option<&'static GpuSpec>,
-}
-
-/// Whether GPM is in use on a GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GpmStatus {
-    /// The GPU or driver has no GPM (pre-Hopper, or an NVML without the functions).
-    Unsupported,
-    /// GPM is used; `sampled` once a sample has succeeded.
-    Active {
-        /// A sample succeeded at least once.
-        sampled: bool,
-    },
-    /// NVML refused (`NO_PERMISSION`); tried again after [`GPM_DENIED_RETRY`].
-    Denied,
-}
-
-/// A compute process on a GPU.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ProcessInfo {
-    /// Process id (host namespace).
-    pub pid: u32,
-    /// GPU memory it uses, bytes (`None` when the driver cannot tell).
-    pub used_memory_bytes: Option<u64>,
-    /// Its GPU instance, under MIG.
-    pub gpu_instance: Option<u32>,
-    /// SM busy fraction (time-based) over the driver's last period, where available.
-    pub sm_busy: Option<f64>,
-    /// Its pod and container, when `/proc/<pid>/cgroup` is visible and names them.
-    pub attribution: Option<Attribution>,
-}
-
-/// What the source knows about one GPU, for `doctor` and logs.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DeviceReport {
-    /// NVML index.
-    pub index: u32,
-    /// Identity, `None` while it is lost or could not be read.
-    pub ident: Option<Ident>,
-    /// MIG mode, when it could be read.
-    pub mig: Option<bool>,
-    /// GPM.
-    pub gpm: GpmStatus,
-    /// Processes at the last listing.
-    pub processes: Vec<ProcessInfo>,
-    /// NVML functions (or GPM metrics) this GPU or driver does not support.
-    pub unsupported: Vec<String>,
 }
 
 /// Reads NVML each tick.
@@ -417,17 +233,7 @@ impl NvmlSource {
         per_process: bool,
     ) -> Result<NvmlSource, OpenError> {
         let nvml = open(library)?;
-        let versions = Versions {
-            driver: nvml.sys_driver_version().ok(),
-            nvml: nvml.sys_nvml_version().ok(),
-            cuda: nvml.sys_cuda_driver_version().ok().map(|v| {
-                format!(
-                    "{}.{}",
-                    nvml_wrapper::cuda_driver_version_major(v),
-                    nvml_wrapper::cuda_driver_version_minor(v)
-                )
-            }),
-        };
+        let versions = Versions::read(&nvml);
         let count = nvml.device_count().map_err(|e| {
             OpenError(format!(
                 "NVML ({}) loaded but cannot count the GPUs: {e}",
@@ -483,23 +289,7 @@ impl NvmlSource {
     /// What is known about each GPU.
     #[must_use]
     pub fn report(&self) -> Vec<DeviceReport> {
-        self.devices
-            .iter()
-            .map(|d| DeviceReport {
-                index: d.index,
-                ident: d.ident.clone(),
-                mig: d.mig,
-                gpm: match d.gpm {
-                    GpmMode::Unsupported => GpmStatus::Unsupported,
-                    GpmMode::Active => GpmStatus::Active {
-                        sampled: d.gpm_sampled,
-                    },
-                    GpmMode::Denied { .. } => GpmStatus::Denied,
-                },
-                processes: d.processes.clone(),
-                unsupported: d.unsupported.iter().cloned().collect(),
-            })
-            .collect()
+        self.devices.iter().map(DevState::report).collect()
     }
 }
 
@@ -538,7 +328,7 @@ impl crate::sources::Source for NvmlSource {
             match d.read(&ctx, &mut emit, &mut out.errors) {
                 Ok(()) => {
                     if self.per_process {
-                        attach_processes(&mut emit.entities, &d.processes);
+                        attach_processes(&mut emit.entities, &d.procs.listed);
                     }
                     for e in &emit.entities {
                         let key = e.id.key();
@@ -619,18 +409,8 @@ impl NvmlSource {
 impl Drop for NvmlSource {
     fn drop(&mut self) {
         for d in &mut self.devices {
-            d.free_gpm(&self.nvml);
+            d.gpm.free(&self.nvml);
         }
-    }
-}
-
-/// A `SourceError` of the right kind for an NVML error.
-fn classify(what: &str, e: &NvmlError) -> SourceError {
-    match e {
-        NvmlError::GpuLost => SourceError::GpuLost(what.to_string()),
-        NvmlError::NoPermission => SourceError::NoPermission(what.to_string()),
-        e if is_unsupported(e) => SourceError::Unsupported(what.to_string()),
-        _ => SourceError::Nvml(what.to_string()),
     }
 }
 
@@ -650,112 +430,9 @@ fn identify_index(
     Ok((ident, gpm))
 }
 
-/// Read a GPU's identity: UUID and name are required, PCI id and architecture optional.
-///
-/// # Errors
-/// The UUID or name cannot be read (`GpuLost` when it fell off the bus).
-pub fn identify(dev: &Device<'_>) -> Result<Ident, NvmlError> {
-    let uuid = dev.uuid()?;
-    let name = dev.name()?;
-    let pci_bus_id = match dev.pci_info() {
-        Ok(p) => Some(p.bus_id),
-        Err(NvmlError::GpuLost) => return Err(NvmlError::GpuLost),
-        Err(_) => None,
-    };
-    let architecture = match dev.architecture() {
-        Ok(a) => Some(a.to_string()),
-        Err(NvmlError::GpuLost) => return Err(NvmlError::GpuLost),
-        Err(_) => None,
-    };
-    Ok(Ident {
-        spec: gpus::lookup(&name),
-        uuid,
-        name,
-        pci_bus_id,
-        architecture,
-    })
-}
-
-/// The MIG profile name of a GPU instance, such as `3g.40gb`: the catalog profile of the
-/// parent model with this many slices and the nearest memory, else `{slices}g.{GiB rounded
-/// up}gb`.
-#[must_use]
-pub fn mig_profile_name(spec: Option<&GpuSpec>, slices: u32, memory_mb: u64) -> String {
-    let bytes = memory_mb as f64 * 1_048_576.0;
-    let best = spec.and_then(|s| {
-        s.mig
-            .iter()
-            .filter(|p| p.compute_slices == slices)
-            .map(|p| {
-                (
-                    p,
-                    (p.memory_bytes as f64 - bytes).abs() / p.memory_bytes as f64,
-                )
-            })
-            .min_by(|a, b| a.1.total_cmp(&b.1))
-    });
-    match best {
-        Some((p, off)) if off < 0.2 => p.name.to_string(),
-        _ => format!("{slices}g.{}gb", memory_mb.div_ceil(1024)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use truthscale_core::gpus::by_key;
-
-    #[test]
-    fn mig_profile_names() {
-        let h100 = by_key("h100-sxm");
-        // nvidia-smi mig -lgip on an H100 80GB: 1g.10gb is 9.5 GiB, 7g.80gb 79.25 GiB.
-        assert_eq!(mig_profile_name(h100, 1, 9728), "1g.10gb");
-        assert_eq!(mig_profile_name(h100, 1, 19968), "1g.20gb");
-        assert_eq!(mig_profile_name(h100, 3, 40320), "3g.40gb");
-        assert_eq!(mig_profile_name(h100, 7, 81152), "7g.80gb");
-        let h200 = by_key("h200-sxm");
-        assert_eq!(mig_profile_name(h200, 1, 16896), "1g.18gb");
-        // An unknown model: slices and GiB rounded up.
-        assert_eq!(mig_profile_name(None, 2, 20096), "2g.20gb");
-        assert_eq!(mig_profile_name(None, 1, 4864), "1g.5gb");
-    }
-
-    #[test]
-    fn clock_event_bits() {
-        let t = Throttles::from_event_bits(0x4 | 0x40);
-        assert!(t.sw_power_cap && t.thermal && !t.hw_slowdown && !t.power);
-        let t = Throttles::from_event_bits(0x8 | 0x10 | 0x80);
-        assert!(t.hw_slowdown && t.sync_boost && t.power && !t.thermal);
-        assert_eq!(Throttles::from_event_bits(0x1), Throttles::default());
-    }
-
-    #[test]
-    fn gpm_units() {
-        assert!((GpmUnit::Percent.convert(0.76) - 0.0076).abs() < 1e-12);
-        assert_eq!(GpmUnit::MibPerSec.convert(2.0), 2_097_152.0);
-        for (id, field, unit, _) in GPM_METRICS {
-            if let Some(f) = field {
-                assert_eq!(f.is_ratio(), *unit == GpmUnit::Percent, "{id:?}");
-            }
-        }
-        assert!(
-            GPM_METRICS.len() <= 98,
-            "keep numMetrics within the oldest header's MAX"
-        );
-    }
-
-    #[test]
-    fn mean_of_new_samples_only() {
-        use nvml_wrapper::struct_wrappers::device::Sample as S;
-        let s = |t, v| S {
-            timestamp: t,
-            value: SampleValue::U32(v),
-        };
-        let samples = [s(100, 0), s(200, 100), s(300, 50)];
-        assert_eq!(mean_samples(&samples, 100), Some((75.0, 300)));
-        assert_eq!(mean_samples(&samples, 300), None);
-        assert_eq!(mean_samples(&[], 0), None);
-    }
 
     #[test]
     fn missing_library_says_what_to_do() {
@@ -764,23 +441,5 @@ mod tests {
         assert!(msg.contains("/nonexistent/libnvidia-ml.so.1"), "{msg}");
         assert!(msg.contains("--nvml-library"), "{msg}");
         assert!(msg.contains("dcgm-exporter"), "{msg}");
-    }
-
-    #[test]
-    fn errors_are_classified() {
-        assert_eq!(classify("x", &NvmlError::GpuLost).kind(), "gpu_lost");
-        assert_eq!(
-            classify("x", &NvmlError::NoPermission).kind(),
-            "no_permission"
-        );
-        assert_eq!(
-            classify("x", &NvmlError::NotSupported).kind(),
-            "unsupported"
-        );
-        assert_eq!(
-            classify("x", &NvmlError::FailedToLoadSymbol("s".into())).kind(),
-            "unsupported"
-        );
-        assert_eq!(classify("x", &NvmlError::Unknown).kind(), "nvml");
     }
 }

@@ -1,0 +1,170 @@
+//! The observable instruments: one per catalog family that has an OTLP name, whose
+//! callbacks read the latest published [`Snapshot`] (never sampling). The first callback of a
+//! collection pins one snapshot and the others read that pinned one, so one export never
+//! mixes two ticks.
+
+use crate::publish::Snapshot;
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{
+    AsyncInstrument, Meter, ObservableCounter, ObservableGauge, ObservableUpDownCounter,
+};
+use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
+use truthscale_core::catalog::{self, MetricDesc, OtelInstrument, Scope};
+use truthscale_core::exposition;
+
+/// The values of one pinned snapshot, per registered family.
+#[derive(Debug, Default)]
+struct Pinned {
+    tick: u64,
+    families: Vec<Vec<(Vec<KeyValue>, f64)>>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    rx: watch::Receiver<Arc<Snapshot>>,
+    families: Vec<&'static MetricDesc>,
+    pinned: Mutex<Pinned>,
+}
+
+impl Shared {
+    /// Pin the latest snapshot (first callback of a collection).
+    fn pin(&self) {
+        let snap = self.rx.borrow().clone();
+        let Ok(mut p) = self.pinned.lock() else {
+            return;
+        };
+        if p.tick == snap.tick && !p.families.is_empty() {
+            return;
+        }
+        p.tick = snap.tick;
+        p.families = vec![Vec::new(); self.families.len()];
+        if !snap.ready() {
+            return;
+        }
+        exposition::for_each_value(&snap.gpus, &snap.identity, &snap.status, |m, labels, v| {
+            let Some(i) = self.families.iter().position(|f| f.name == m.name) else {
+                return;
+            };
+            let Some(o) = m.otel else { return };
+            let mut attrs: Vec<KeyValue> = Vec::with_capacity(labels.len() + 4);
+            if m.scope == Scope::Gpu {
+                attrs.extend(
+                    catalog::OTEL_GPU_FIXED
+                        .iter()
+                        .map(|(k, v)| KeyValue::new(*k, *v)),
+                );
+            }
+            attrs.extend(o.fixed.iter().map(|(k, v)| KeyValue::new(*k, *v)));
+            for (l, val) in labels {
+                let key = catalog::otel_attribute(l).unwrap_or(l);
+                attrs.push(KeyValue::new(key, (*val).to_string()));
+            }
+            p.families[i].push((attrs, v));
+        });
+    }
+
+    fn observe_f64(&self, i: usize, obs: &dyn AsyncInstrument<f64>) {
+        if let Ok(p) = self.pinned.lock()
+            && let Some(points) = p.families.get(i)
+        {
+            for (attrs, v) in points {
+                obs.observe(*v, attrs);
+            }
+        }
+    }
+
+    fn observe_i64(&self, i: usize, obs: &dyn AsyncInstrument<i64>) {
+        if let Ok(p) = self.pinned.lock()
+            && let Some(points) = p.families.get(i)
+        {
+            for (attrs, v) in points {
+                // Memory sizes: integral byte counts, exactly representable.
+                obs.observe(v.round() as i64, attrs);
+            }
+        }
+    }
+}
+
+/// One registered instrument (kept so that its callback stays registered).
+#[derive(Debug)]
+enum Instrument {
+    Gauge(ObservableGauge<f64>),
+    Counter(ObservableCounter<f64>),
+    UpDown(ObservableUpDownCounter<i64>),
+}
+
+/// The instruments [`register`] created; dropping it does not unregister them (the SDK
+/// has no unregistration), it only lets them go.
+#[derive(Debug)]
+pub struct Registration {
+    _instruments: Vec<Instrument>,
+}
+
+/// Register one observable instrument per catalog family that has an OTLP name on
+/// `meter`, reading values from the sidecar's snapshots (`Sidecar::subscribe`).
+///
+/// For a service that already has an OpenTelemetry `MeterProvider`: its own reader and
+/// exporter then carry truthscale's metrics, with the values `/metrics` shows.
+#[must_use]
+pub fn register(meter: &Meter, rx: watch::Receiver<Arc<Snapshot>>) -> Registration {
+    let families: Vec<&'static MetricDesc> =
+        catalog::ALL.iter().filter(|m| m.otel.is_some()).collect();
+    let shared = Arc::new(Shared {
+        rx,
+        families: families.clone(),
+        pinned: Mutex::new(Pinned::default()),
+    });
+    let mut instruments = Vec::with_capacity(families.len());
+    for (i, m) in families.iter().enumerate() {
+        let Some(o) = m.otel else { continue };
+        let s = Arc::clone(&shared);
+        // The first registered callback pins the snapshot for the whole collection.
+        let first = i == 0;
+        let inst = match o.instrument {
+            OtelInstrument::Gauge => Instrument::Gauge(
+                meter
+                    .f64_observable_gauge(o.name)
+                    .with_unit(o.unit)
+                    .with_description(m.help)
+                    .with_callback(move |obs| {
+                        if first {
+                            s.pin();
+                        }
+                        s.observe_f64(i, obs);
+                    })
+                    .build(),
+            ),
+            OtelInstrument::Counter => Instrument::Counter(
+                meter
+                    .f64_observable_counter(o.name)
+                    .with_unit(o.unit)
+                    .with_description(m.help)
+                    .with_callback(move |obs| {
+                        if first {
+                            s.pin();
+                        }
+                        s.observe_f64(i, obs);
+                    })
+                    .build(),
+            ),
+            OtelInstrument::UpDownCounter => Instrument::UpDown(
+                meter
+                    .i64_observable_up_down_counter(o.name)
+                    .with_unit(o.unit)
+                    .with_description(m.help)
+                    .with_callback(move |obs| {
+                        if first {
+                            s.pin();
+                        }
+                        s.observe_i64(i, obs);
+                    })
+                    .build(),
+            ),
+        };
+        instruments.push(inst);
+    }
+    Registration {
+        _instruments: instruments,
+    }
+}
