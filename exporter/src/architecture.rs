@@ -1,11 +1,74 @@
 //! Tests of the `Architecture Invariant:` lines in `ARCHITECTURE.md` that a test can check,
-//! by reading the workspace's own source files.
+//! on the workspace's own source parsed with `syn`.
+//!
+//! Every `use` tree (groups, `super::`, `self::`, renames, globs) and every path in an
+//! expression, a type, a pattern or a macro's arguments is resolved to a path from its
+//! crate's root (`crate::commands::top::…`) or from an external crate's name (`std::fs`). A
+//! file's module path comes from where it lies (`exporter/src/commands/top.rs` is
+//! `crate::commands::top`), so the rules follow files that move. Items under `#[cfg(test)]`
+//! or `#[test]` are left out by their attributes, and so are files of modules declared only
+//! for tests.
+//!
+//! Each rule is a function over (path, source text): the tests run it on the real tree, and
+//! on synthetic files that break it (the `caught_*` tests at the end).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
+use syn::buffer::{Cursor, TokenBuffer};
+use syn::punctuated::Punctuated;
+use syn::visit::{self, Visit};
+use syn::{Attribute, Expr, ImplItem, Item, Meta, Token, UseTree};
+
+/// A path, segment by segment: `["crate", "commands", "top"]`, `["std", "fs"]`.
+type Segs = Vec<String>;
+
+/// The direct dependencies `truthscale-core` may have (its `[dependencies]`).
+const CORE_DEPENDENCIES: &[&str] = &[
+    "rand",
+    "rand_chacha",
+    "rand_distr",
+    "serde",
+    "serde_json",
+    "thiserror",
+    "time",
+];
+
+/// Paths the core never names outside its tests: I/O, the environment, processes, threads
+/// and the clock.
+const CORE_BANNED: &[&[&str]] = &[
+    &["std", "fs"],
+    &["std", "net"],
+    &["std", "env"],
+    &["std", "process"],
+    &["std", "thread"],
+    &["std", "time", "SystemTime"],
+    &["std", "time", "Instant"],
+    &["std", "io", "stdin"],
+    &["std", "io", "stdout"],
+    &["std", "io", "stderr"],
+    &["time", "OffsetDateTime", "now_utc"],
+    &["time", "OffsetDateTime", "now_local"],
+    &["time", "UtcDateTime", "now"],
+    &["time", "Timestamp", "now"],
+    &["time", "Instant"],
+];
+
+/// Macros that write to the terminal: I/O, which the core does not do.
+const CORE_BANNED_MACROS: &[&str] = &["print", "println", "eprint", "eprintln", "dbg"];
+
+// ---------------------------------------------------------------------------------------
+// The tree
+
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the exporter lies in the workspace")
+        .to_path_buf()
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(workspace().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -19,154 +82,1095 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// A file's code before its unit tests (by convention the last item, `#[cfg(test)]`).
-fn code(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).expect("read source file");
-    match text.find("#[cfg(test)]") {
-        Some(i) => text[..i].to_string(),
-        None => text,
+/// The `.rs` files under `src` (`exporter/src`), as (path from the workspace, text), less
+/// the files of modules declared only for tests (`#[cfg(test)] mod architecture;`).
+fn crate_files(src: &str) -> Vec<(String, String)> {
+    let mut paths = Vec::new();
+    rust_files(&workspace().join(src), &mut paths);
+    paths.sort();
+    let files: Vec<(String, String)> = paths
+        .iter()
+        .map(|p| {
+            let rel = p
+                .strip_prefix(workspace())
+                .expect("under the workspace")
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join("/");
+            (rel, std::fs::read_to_string(p).expect("read a source file"))
+        })
+        .collect();
+    assert!(files.len() > 5, "found the files of {src}");
+    let test_only: Vec<Segs> = files.iter().flat_map(|(p, t)| test_modules(p, t)).collect();
+    files
+        .into_iter()
+        .filter(|(p, _)| {
+            let m = place(p).module;
+            !test_only.iter().any(|t| m.starts_with(t))
+        })
+        .collect()
+}
+
+/// Where a file sits: its crate's name and its module path inside the crate.
+struct Place {
+    krate: String,
+    module: Segs,
+}
+
+/// `exporter/src/commands/top.rs` → `truthscale_exporter`, `[commands, top]`; `mod.rs` is its
+/// directory, `lib.rs` and `main.rs` the root.
+fn place(path: &str) -> Place {
+    let (dir, rest) = path
+        .split_once("/src/")
+        .unwrap_or_else(|| panic!("{path}: not under a crate's src/"));
+    let rest = rest
+        .strip_suffix(".rs")
+        .unwrap_or_else(|| panic!("{path}: not a .rs file"));
+    let mut module: Segs = rest.split('/').map(String::from).collect();
+    if module.last().is_some_and(|m| m == "mod") || module == ["lib"] || module == ["main"] {
+        module.pop();
+    }
+    Place {
+        krate: crate_name(dir),
+        module,
     }
 }
 
-/// The exporter's top-level module of a file (`commands`, `sources`, `http`, …).
-fn module_of(src: &Path, file: &Path) -> String {
-    let rel = file.strip_prefix(src).expect("under src");
-    let first = rel.components().next().expect("a component");
-    first
-        .as_os_str()
-        .to_string_lossy()
-        .trim_end_matches(".rs")
-        .to_string()
+/// The library name of the crate in `dir`, from its manifest.
+fn crate_name(dir: &str) -> String {
+    std::fs::read_to_string(workspace().join(dir).join("Cargo.toml"))
+        .ok()
+        .and_then(|t| toml::from_str::<toml::Table>(&t).ok())
+        .and_then(|t| Some(t.get("package")?.get("name")?.as_str()?.to_string()))
+        .unwrap_or_else(|| dir.to_string())
+        .replace('-', "_")
 }
 
-/// Top-level module → the top-level modules its code names through `crate::`.
-fn exporter_imports() -> BTreeMap<String, BTreeSet<String>> {
-    let src = workspace().join("exporter/src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
+/// The top-level module of a file (`commands`, `sources`, `http`, …; `crate` for the roots).
+fn top_module(path: &str) -> String {
+    place(path)
+        .module
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "crate".into())
+}
+
+fn parse(path: &str, text: &str) -> syn::File {
+    syn::parse_file(text).unwrap_or_else(|e| panic!("{path}: does not parse: {e}"))
+}
+
+// ---------------------------------------------------------------------------------------
+// Test code, by attribute
+
+/// `#[test]`, `#[cfg(test)]`, `#[cfg(all(test, …))]`.
+fn is_test(attrs: &[Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        a.path().is_ident("test")
+            || (a.path().is_ident("cfg") && a.parse_args::<Meta>().is_ok_and(|m| needs_test(&m)))
+    })
+}
+
+/// Whether a `cfg` predicate holds only under `test`.
+fn needs_test(m: &Meta) -> bool {
+    match m {
+        Meta::Path(p) => p.is_ident("test"),
+        Meta::List(l) => {
+            let Ok(args) = l.parse_args_with(Punctuated::<Meta, Token![,]>::parse_terminated)
+            else {
+                return false;
+            };
+            if l.path.is_ident("all") {
+                args.iter().any(needs_test)
+            } else if l.path.is_ident("any") {
+                !args.is_empty() && args.iter().all(needs_test)
+            } else {
+                false
+            }
+        }
+        Meta::NameValue(_) => false,
+    }
+}
+
+fn item_attrs(item: &Item) -> &[Attribute] {
+    match item {
+        Item::Const(i) => &i.attrs,
+        Item::Enum(i) => &i.attrs,
+        Item::ExternCrate(i) => &i.attrs,
+        Item::Fn(i) => &i.attrs,
+        Item::ForeignMod(i) => &i.attrs,
+        Item::Impl(i) => &i.attrs,
+        Item::Macro(i) => &i.attrs,
+        Item::Mod(i) => &i.attrs,
+        Item::Static(i) => &i.attrs,
+        Item::Struct(i) => &i.attrs,
+        Item::Trait(i) => &i.attrs,
+        Item::TraitAlias(i) => &i.attrs,
+        Item::Type(i) => &i.attrs,
+        Item::Union(i) => &i.attrs,
+        Item::Use(i) => &i.attrs,
+        _ => &[],
+    }
+}
+
+fn impl_item_attrs(item: &ImplItem) -> &[Attribute] {
+    match item {
+        ImplItem::Const(i) => &i.attrs,
+        ImplItem::Fn(i) => &i.attrs,
+        ImplItem::Type(i) => &i.attrs,
+        ImplItem::Macro(i) => &i.attrs,
+        _ => &[],
+    }
+}
+
+/// The modules a file declares only for tests (`#[cfg(test)] mod x;`), from the crate root.
+fn test_modules(path: &str, text: &str) -> Vec<Segs> {
+    fn walk(items: &[Item], module: &mut Segs, out: &mut Vec<Segs>) {
+        for item in items {
+            if let Item::Mod(m) = item {
+                module.push(m.ident.to_string());
+                if is_test(&m.attrs) {
+                    out.push(module.clone());
+                } else if let Some((_, items)) = &m.content {
+                    walk(items, module, out);
+                }
+                module.pop();
+            }
+        }
+    }
+    let file = parse(path, text);
+    let mut module = place(path).module;
+    let mut out = Vec::new();
+    if is_test(&file.attrs) {
+        out.push(module);
+    } else {
+        walk(&file.items, &mut module, &mut out);
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------
+// Names
+
+/// One imported name of a `use` tree: its path as written, and the name it binds.
+struct Leaf {
+    raw: Segs,
+    leading_colon: bool,
+    binds: Option<String>,
+}
+
+/// Every leaf of a `use` tree: `use a::{b as c, d::*, self}` is `a::b` (as `c`), `a::d::*`
+/// and `a` (as `a`).
+fn leaves(tree: &UseTree, prefix: &mut Segs, leading_colon: bool, out: &mut Vec<Leaf>) {
+    let mut leaf = |raw: Segs, binds: Option<String>| {
+        out.push(Leaf {
+            raw,
+            leading_colon,
+            binds: binds.filter(|b| b != "_"),
+        });
+    };
+    match tree {
+        UseTree::Path(p) => {
+            prefix.push(p.ident.to_string());
+            leaves(&p.tree, prefix, leading_colon, out);
+            prefix.pop();
+        }
+        UseTree::Name(n) if n.ident == "self" => leaf(prefix.clone(), prefix.last().cloned()),
+        UseTree::Name(n) => {
+            let mut raw = prefix.clone();
+            raw.push(n.ident.to_string());
+            leaf(raw, Some(n.ident.to_string()));
+        }
+        UseTree::Rename(r) => {
+            let mut raw = prefix.clone();
+            if r.ident != "self" {
+                raw.push(r.ident.to_string());
+            }
+            leaf(raw, Some(r.rename.to_string()));
+        }
+        UseTree::Glob(_) => {
+            let mut raw = prefix.clone();
+            raw.push("*".into());
+            leaf(raw, None);
+        }
+        UseTree::Group(g) => {
+            for t in &g.items {
+                leaves(t, prefix, leading_colon, out);
+            }
+        }
+    }
+}
+
+/// What a file declares, module by module: the names its `use` items bind (a name may be
+/// bound differently in different blocks: each is kept) and its child modules.
+#[derive(Default)]
+struct Declared {
+    krate: String,
+    binds: HashMap<(Segs, String), Vec<(Segs, bool)>>,
+    children: HashSet<(Segs, String)>,
+}
+
+impl Declared {
+    /// What `raw` (written in `module`) names: `crate::…` for this crate, else a path from
+    /// an external crate's name; a first segment that is neither a binding nor a child
+    /// module is left as written.
+    fn resolve(&self, module: &Segs, raw: &[String], leading_colon: bool, depth: u8) -> Vec<Segs> {
+        let Some(first) = raw.first() else {
+            return Vec::new();
+        };
+        if leading_colon {
+            return vec![raw.to_vec()];
+        }
+        let rooted = |base: &[String], rest: &[String]| -> Segs {
+            std::iter::once("crate".to_string())
+                .chain(base.iter().cloned())
+                .chain(rest.iter().cloned())
+                .collect()
+        };
+        if first == "crate" || *first == self.krate {
+            return vec![rooted(&[], &raw[1..])];
+        }
+        if first == "self" || first == "super" {
+            let mut base = module.clone();
+            let mut i = usize::from(first == "self");
+            while raw.get(i).is_some_and(|s| s == "super") {
+                base.pop();
+                i += 1;
+            }
+            return vec![rooted(&base, &raw[i..])];
+        }
+        if depth < 8
+            && let Some(targets) = self.binds.get(&(module.clone(), first.clone()))
+        {
+            let mut out = Vec::new();
+            for (target, leading) in targets {
+                if !leading && target.len() == 1 && target[0] == *first {
+                    continue; // `use serde;`: the crate itself
+                }
+                for mut r in self.resolve(module, target, *leading, depth + 1) {
+                    r.extend(raw[1..].iter().cloned());
+                    out.push(r);
+                }
+            }
+            if !out.is_empty() {
+                return out;
+            }
+        }
+        if self.children.contains(&(module.clone(), first.clone())) {
+            return vec![rooted(module, raw)];
+        }
+        vec![raw.to_vec()]
+    }
+}
+
+/// Pass one: the bindings and child modules, in the file's non-test code.
+struct Declarations {
+    module: Segs,
+    out: Declared,
+}
+
+impl<'ast> Visit<'ast> for Declarations {
+    fn visit_item(&mut self, item: &'ast Item) {
+        if is_test(item_attrs(item)) {
+            return;
+        }
+        match item {
+            Item::Mod(m) => {
+                self.out
+                    .children
+                    .insert((self.module.clone(), m.ident.to_string()));
+                if let Some((_, items)) = &m.content {
+                    self.module.push(m.ident.to_string());
+                    for i in items {
+                        self.visit_item(i);
+                    }
+                    self.module.pop();
+                }
+            }
+            Item::Use(u) => {
+                let mut out = Vec::new();
+                leaves(
+                    &u.tree,
+                    &mut Vec::new(),
+                    u.leading_colon.is_some(),
+                    &mut out,
+                );
+                for l in out {
+                    if let Some(b) = l.binds {
+                        self.out
+                            .binds
+                            .entry((self.module.clone(), b))
+                            .or_default()
+                            .push((l.raw, l.leading_colon));
+                    }
+                }
+            }
+            _ => visit::visit_item(self, item),
+        }
+    }
+
+    fn visit_impl_item(&mut self, item: &'ast ImplItem) {
+        if !is_test(impl_item_attrs(item)) {
+            visit::visit_impl_item(self, item);
+        }
+    }
+}
+
+/// A path a file's code names, resolved.
+struct Named {
+    path: Segs,
+    /// Whether it lies in `impl Default for SourceConfig`.
+    in_source_config_default: bool,
+}
+
+/// What a file's non-test code names and does.
+#[derive(Default)]
+struct Facts {
+    names: Vec<Named>,
+    /// Where it asks a source which it is: `.kind()` of a source, or a source's kind or name
+    /// compared to a string.
+    source_queries: Vec<String>,
+    /// The macros it invokes (last segment of the path).
+    macros: Vec<String>,
+}
+
+/// Pass two: every path, resolved.
+struct Names<'a> {
+    declared: &'a Declared,
+    module: Segs,
+    self_types: Vec<Option<Segs>>,
+    source_config_default: u32,
+    facts: Facts,
+}
+
+impl Names<'_> {
+    fn name(&mut self, raw: Segs, leading_colon: bool) {
+        let raw = match (raw.first(), self.self_types.last()) {
+            (Some(s), Some(Some(t))) if s == "Self" => {
+                t.iter().chain(raw[1..].iter()).cloned().collect()
+            }
+            _ => raw,
+        };
+        for path in self.declared.resolve(&self.module, &raw, leading_colon, 0) {
+            self.facts.names.push(Named {
+                path,
+                in_source_config_default: self.source_config_default > 0,
+            });
+        }
+    }
+
+    /// Paths (`a::b`, `::a`) and `….source.kind()` in tokens that are not expressions
+    /// (`matches!(x, P)`, `tracing::info!(k = %v)`, `vec![x; n]`, `macro_rules!` bodies).
+    fn scan(&mut self, mut c: Cursor<'_>) {
+        fn colons(c: Cursor<'_>) -> Option<Cursor<'_>> {
+            let (a, c) = c.punct()?;
+            let (b, c) = c.punct()?;
+            (a.as_char() == ':' && b.as_char() == ':').then_some(c)
+        }
+        while !c.eof() {
+            if let Some((inside, _, _, next)) = c.any_group() {
+                self.scan(inside);
+                c = next;
+                continue;
+            }
+            let (leading_colon, mut p) = match colons(c) {
+                Some(after) => (true, after),
+                None => (false, c),
+            };
+            let mut raw = Vec::new();
+            while let Some((ident, after)) = p.ident() {
+                raw.push(ident.to_string());
+                p = after;
+                match colons(after) {
+                    Some(next) if next.ident().is_some() => p = next,
+                    _ => break,
+                }
+            }
+            if raw.is_empty() {
+                c = c.token_tree().map_or(p, |(_, next)| next);
+                continue;
+            }
+            if raw.len() > 1 || leading_colon {
+                self.name(raw.clone(), leading_colon);
+            }
+            if raw.len() == 1
+                && raw[0].ends_with("source")
+                && let Some((dot, after)) = p.punct()
+                && dot.as_char() == '.'
+                && let Some((method, after)) = after.ident()
+                && method == "kind"
+                && let Some((args, _, _, _)) = after.any_group()
+                && args.eof()
+            {
+                self.facts
+                    .source_queries
+                    .push(format!("`{}.kind()` in a macro's arguments", raw[0]));
+            }
+            c = p;
+        }
+    }
+}
+
+/// The last name of an expression: `settings.source` → `source`, `self.source()` → `source`.
+fn tail(e: &Expr) -> Option<String> {
+    match e {
+        Expr::Field(f) => match &f.member {
+            syn::Member::Named(i) => Some(i.to_string()),
+            syn::Member::Unnamed(_) => None,
+        },
+        Expr::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
+        Expr::MethodCall(m) => Some(m.method.to_string()),
+        Expr::Reference(r) => tail(&r.expr),
+        Expr::Paren(p) => tail(&p.expr),
+        Expr::Unary(u) => tail(&u.expr),
+        _ => None,
+    }
+}
+
+fn names_a_source(e: &Expr) -> bool {
+    tail(e).is_some_and(|t| t.ends_with("source"))
+}
+
+/// `….source.kind()` or `….source.name()`.
+fn source_label(e: &Expr) -> bool {
+    match e {
+        Expr::MethodCall(m) => {
+            (m.method == "kind" || m.method == "name")
+                && m.args.is_empty()
+                && names_a_source(&m.receiver)
+        }
+        Expr::Reference(r) => source_label(&r.expr),
+        Expr::Paren(p) => source_label(&p.expr),
+        _ => false,
+    }
+}
+
+fn is_str(e: &Expr) -> bool {
+    match e {
+        Expr::Lit(l) => matches!(l.lit, syn::Lit::Str(_)),
+        Expr::Reference(r) => is_str(&r.expr),
+        _ => false,
+    }
+}
+
+fn pat_has_str(p: &syn::Pat) -> bool {
+    match p {
+        syn::Pat::Lit(l) => matches!(l.lit, syn::Lit::Str(_)),
+        syn::Pat::Or(o) => o.cases.iter().any(pat_has_str),
+        _ => false,
+    }
+}
+
+impl<'ast> Visit<'ast> for Names<'_> {
+    fn visit_item(&mut self, item: &'ast Item) {
+        if is_test(item_attrs(item)) {
+            return;
+        }
+        match item {
+            Item::Mod(m) => {
+                if let Some((_, items)) = &m.content {
+                    self.module.push(m.ident.to_string());
+                    for i in items {
+                        self.visit_item(i);
+                    }
+                    self.module.pop();
+                }
+            }
+            Item::Use(u) => {
+                let mut out = Vec::new();
+                leaves(
+                    &u.tree,
+                    &mut Vec::new(),
+                    u.leading_colon.is_some(),
+                    &mut out,
+                );
+                for l in out {
+                    self.name(l.raw, l.leading_colon);
+                }
+            }
+            Item::Impl(i) => {
+                let self_ty = match &*i.self_ty {
+                    syn::Type::Path(p) if p.qself.is_none() => {
+                        let raw: Segs = p
+                            .path
+                            .segments
+                            .iter()
+                            .map(|s| s.ident.to_string())
+                            .collect();
+                        let leading = p.path.leading_colon.is_some();
+                        self.declared
+                            .resolve(&self.module, &raw, leading, 0)
+                            .into_iter()
+                            .next()
+                    }
+                    _ => None,
+                };
+                let default_of_source_config =
+                    i.trait_.as_ref().is_some_and(|(t, _)| {
+                        t.segments.last().is_some_and(|s| s.ident == "Default")
+                    }) && self_ty
+                        .as_ref()
+                        .is_some_and(|t| t.last().is_some_and(|s| s == "SourceConfig"));
+                self.self_types.push(self_ty);
+                self.source_config_default += u32::from(default_of_source_config);
+                visit::visit_item_impl(self, i);
+                self.source_config_default -= u32::from(default_of_source_config);
+                self.self_types.pop();
+            }
+            _ => visit::visit_item(self, item),
+        }
+    }
+
+    fn visit_impl_item(&mut self, item: &'ast ImplItem) {
+        if !is_test(impl_item_attrs(item)) {
+            visit::visit_impl_item(self, item);
+        }
+    }
+
+    fn visit_path(&mut self, p: &'ast syn::Path) {
+        let raw = p.segments.iter().map(|s| s.ident.to_string()).collect();
+        self.name(raw, p.leading_colon.is_some());
+        visit::visit_path(self, p);
+    }
+
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        if let Some(last) = mac.path.segments.last() {
+            self.facts.macros.push(last.ident.to_string());
+        }
+        self.visit_path(&mac.path);
+        match mac.parse_body_with(Punctuated::<Expr, Token![,]>::parse_terminated) {
+            Ok(args) => {
+                for a in &args {
+                    self.visit_expr(a);
+                }
+            }
+            Err(_) => {
+                let tokens = TokenBuffer::new2(mac.tokens.clone());
+                self.scan(tokens.begin());
+            }
+        }
+    }
+
+    fn visit_expr_method_call(&mut self, m: &'ast syn::ExprMethodCall) {
+        if m.method == "kind" && m.args.is_empty() && names_a_source(&m.receiver) {
+            let of = tail(&m.receiver).unwrap_or_default();
+            self.facts
+                .source_queries
+                .push(format!("`….{of}.kind()` asks a source which it is"));
+        }
+        visit::visit_expr_method_call(self, m);
+    }
+
+    fn visit_expr_binary(&mut self, b: &'ast syn::ExprBinary) {
+        if matches!(b.op, syn::BinOp::Eq(_) | syn::BinOp::Ne(_))
+            && ((source_label(&b.left) && is_str(&b.right))
+                || (source_label(&b.right) && is_str(&b.left)))
+        {
+            self.facts
+                .source_queries
+                .push("compares a source's kind or name to a string".into());
+        }
+        visit::visit_expr_binary(self, b);
+    }
+
+    fn visit_expr_match(&mut self, m: &'ast syn::ExprMatch) {
+        if source_label(&m.expr) && m.arms.iter().any(|a| pat_has_str(&a.pat)) {
+            self.facts
+                .source_queries
+                .push("matches a source's kind or name against strings".into());
+        }
+        visit::visit_expr_match(self, m);
+    }
+}
+
+/// What the non-test code of the file at `path` (from the workspace root) names.
+fn facts(path: &str, text: &str) -> Facts {
+    let place = place(path);
+    let file = parse(path, text);
+    if is_test(&file.attrs) {
+        return Facts::default();
+    }
+    let mut declarations = Declarations {
+        module: place.module.clone(),
+        out: Declared {
+            krate: place.krate,
+            ..Declared::default()
+        },
+    };
+    declarations.visit_file(&file);
+    let mut names = Names {
+        declared: &declarations.out,
+        module: place.module,
+        self_types: Vec::new(),
+        source_config_default: 0,
+        facts: Facts::default(),
+    };
+    names.visit_file(&file);
+    names.facts
+}
+
+// ---------------------------------------------------------------------------------------
+// The rules, over (path, text)
+
+/// Top-level module → the top-level modules of the same crate its files name.
+fn import_graph(files: &[(String, String)]) -> BTreeMap<String, BTreeSet<String>> {
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for f in files {
-        let m = module_of(&src, &f);
-        let text = code(&f);
-        let deps = graph.entry(m.clone()).or_default();
-        for (i, _) in text.match_indices("crate::") {
-            let name: String = text[i + 7..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            if !name.is_empty() && name != m {
-                deps.insert(name);
+    for (path, text) in files {
+        let from = top_module(path);
+        let names = facts(path, text).names;
+        let deps = graph.entry(from.clone()).or_default();
+        for n in names {
+            if let [root, to, ..] = n.path.as_slice()
+                && root == "crate"
+                && *to != from
+                && to != "*"
+            {
+                deps.insert(to.clone());
             }
         }
     }
     graph
 }
 
-/// Architecture Invariant: the exporter's modules import each other without cycles.
-#[test]
-fn no_import_cycles_between_exporter_modules() {
-    let graph = exporter_imports();
-    // Depth-first search for a back edge.
+/// A cycle in the graph, as the modules along it, if there is one.
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
     fn visit(
         m: &str,
         graph: &BTreeMap<String, BTreeSet<String>>,
         path: &mut Vec<String>,
         done: &mut BTreeSet<String>,
-    ) {
-        if done.contains(m) {
-            return;
+    ) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| p == m) {
+            let mut cycle = path[i..].to_vec();
+            cycle.push(m.to_string());
+            return Some(cycle);
         }
-        assert!(
-            !path.iter().any(|p| p == m),
-            "import cycle: {} -> {m}",
-            path.join(" -> ")
-        );
+        if done.contains(m) {
+            return None;
+        }
         path.push(m.to_string());
         for d in graph.get(m).into_iter().flatten() {
-            visit(d, graph, path, done);
+            if let Some(c) = visit(d, graph, path, done) {
+                return Some(c);
+            }
         }
         path.pop();
         done.insert(m.to_string());
+        None
     }
     let mut done = BTreeSet::new();
-    for m in graph.keys() {
-        visit(m, &graph, &mut Vec::new(), &mut done);
+    graph
+        .keys()
+        .find_map(|m| visit(m, graph, &mut Vec::new(), &mut done))
+}
+
+fn graph_text(graph: &BTreeMap<String, BTreeSet<String>>) -> String {
+    graph
+        .iter()
+        .map(|(m, deps)| {
+            let deps: Vec<&str> = deps.iter().map(String::as_str).collect();
+            format!("  {m} -> {}", deps.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Only `cli` (and the crate roots) name `commands`; a command names no other command and
+/// not `cli`; nothing else names either. `commands/mod.rs` holds only the commands, so any
+/// path into `commands` but a command's own reaches another command.
+fn command_violations(path: &str, text: &str) -> Vec<String> {
+    let module = place(path).module;
+    let top = module.first().map_or("crate", String::as_str);
+    let own = module.get(1).filter(|_| top == "commands");
+    let mut out = Vec::new();
+    for n in facts(path, text).names {
+        let [root, to, rest @ ..] = n.path.as_slice() else {
+            continue;
+        };
+        if root != "crate" {
+            continue;
+        }
+        let written = n.path.join("::");
+        match top {
+            "crate" | "cli" => {}
+            "commands" => {
+                if to == "cli" {
+                    out.push(format!("{path}: a command names {written}"));
+                }
+                if to == "commands"
+                    && let Some(cmd) = rest.first()
+                    && Some(cmd) != own
+                {
+                    out.push(format!("{path}: a command names another: {written}"));
+                }
+            }
+            _ => {
+                if to == "commands" || to == "cli" {
+                    out.push(format!(
+                        "{path}: `{top}` names {written}; only cli names the commands"
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Outside `sources/`, no path names a `SourceConfig` variant (through any alias, or a glob
+/// of them) and nothing asks a source which it is; inside, the variants are written out only
+/// by the `sources!` list and `impl Default for SourceConfig` in `sources/mod.rs`.
+fn source_config_violations(path: &str, text: &str, variants: &[String]) -> Vec<String> {
+    let module = place(path).module;
+    let in_sources = module.first().is_some_and(|m| m == "sources");
+    let the_list = module == ["sources"];
+    let facts = facts(path, text);
+    let mut out = Vec::new();
+    for n in &facts.names {
+        if let [.., ty, last] = n.path.as_slice()
+            && ty == "SourceConfig"
+            && (last == "*" || variants.contains(last))
+            && !(the_list && n.in_source_config_default)
+        {
+            out.push(format!(
+                "{path}: names the source variant {}: only the sources! list in sources/mod.rs \
+                 (and its Default) writes one out; dispatch through SourceConfig's methods",
+                n.path.join("::")
+            ));
+        }
+    }
+    if !in_sources {
+        for q in facts.source_queries {
+            out.push(format!(
+                "{path}: {q}; only sources/ knows which source runs"
+            ));
+        }
+    }
+    out
+}
+
+/// The core's non-test code names no I/O, environment, process, thread or clock path (a
+/// glob that could bring one in counts) and invokes no printing macro.
+fn core_io_violations(path: &str, text: &str) -> Vec<String> {
+    let facts = facts(path, text);
+    let mut out = Vec::new();
+    for n in &facts.names {
+        let p = &n.path;
+        let banned = CORE_BANNED.iter().any(|b| {
+            let under = p.len() >= b.len() && p.iter().zip(b.iter()).all(|(x, y)| x == y);
+            // `use std::*`, `use std::io::*`: a glob that could bring one in.
+            let glob = p.last().is_some_and(|l| l == "*")
+                && p.len() - 1 < b.len()
+                && p.iter()
+                    .zip(b.iter())
+                    .take(p.len() - 1)
+                    .all(|(x, y)| x == y);
+            under || glob
+        });
+        if banned {
+            out.push(format!(
+                "{path}: names {}: the core performs no I/O and reads no clock",
+                p.join("::")
+            ));
+        }
+    }
+    for m in &facts.macros {
+        if CORE_BANNED_MACROS.contains(&m.as_str()) {
+            out.push(format!("{path}: invokes {m}!: the core performs no I/O"));
+        }
+    }
+    out
+}
+
+/// `http` names neither the sources nor the sampler, and compresses nothing.
+fn http_violations(path: &str, text: &str) -> Vec<String> {
+    if top_module(path) != "http" {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for n in facts(path, text).names {
+        let p = &n.path;
+        let written = p.join("::");
+        if let [root, to, ..] = p.as_slice()
+            && root == "crate"
+            && (to == "sources" || to == "pipeline" || to == "compose")
+        {
+            out.push(format!(
+                "{path}: names {written}: a scrape reads the snapshot, never a source or the sampler"
+            ));
+        }
+        if p.first().is_some_and(|s| s == "flate2")
+            || p.iter().any(|s| s == "GzEncoder")
+            || (p.len() > 1 && p.last().is_some_and(|s| s == "gzip"))
+        {
+            out.push(format!(
+                "{path}: names {written}: compression belongs to the sampler"
+            ));
+        }
+    }
+    out
+}
+
+/// `unsafe` blocks, functions, impls, traits and extern blocks, tests included.
+fn unsafe_code(path: &str, text: &str) -> Vec<String> {
+    struct Unsafe(Vec<&'static str>);
+    impl<'ast> Visit<'ast> for Unsafe {
+        fn visit_expr_unsafe(&mut self, e: &'ast syn::ExprUnsafe) {
+            self.0.push("an unsafe block");
+            visit::visit_expr_unsafe(self, e);
+        }
+        fn visit_signature(&mut self, s: &'ast syn::Signature) {
+            if matches!(s.safety, syn::Safety::Unsafe(_)) {
+                self.0.push("an unsafe fn");
+            }
+            visit::visit_signature(self, s);
+        }
+        fn visit_item_impl(&mut self, i: &'ast syn::ItemImpl) {
+            if i.unsafety.is_some() {
+                self.0.push("an unsafe impl");
+            }
+            visit::visit_item_impl(self, i);
+        }
+        fn visit_item_trait(&mut self, i: &'ast syn::ItemTrait) {
+            if i.unsafety.is_some() {
+                self.0.push("an unsafe trait");
+            }
+            visit::visit_item_trait(self, i);
+        }
+        fn visit_item_foreign_mod(&mut self, i: &'ast syn::ItemForeignMod) {
+            self.0.push("an extern block");
+            visit::visit_item_foreign_mod(self, i);
+        }
+    }
+    let mut v = Unsafe(Vec::new());
+    v.visit_file(&parse(path, text));
+    v.0.into_iter().map(|w| format!("{path}: {w}")).collect()
+}
+
+/// One line of the `sources!` list: `"kind" => Variant(module::Settings),`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ListedSource {
+    kind: String,
+    variant: String,
+    settings: Segs,
+}
+
+/// The `sources!` invocation's lines, parsed from its tokens.
+fn sources_list(path: &str, text: &str) -> Vec<ListedSource> {
+    let file = parse(path, text);
+    let mac = file
+        .items
+        .iter()
+        .find_map(|i| match i {
+            Item::Macro(m) if m.ident.is_none() && m.mac.path.is_ident("sources") => Some(&m.mac),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{path}: no `sources! {{ … }}` invocation"));
+    mac.parse_body_with(|input: syn::parse::ParseStream<'_>| {
+        let mut out = Vec::new();
+        while !input.is_empty() {
+            input.call(Attribute::parse_outer)?;
+            if input.is_empty() {
+                break;
+            }
+            let kind: syn::LitStr = input.parse()?;
+            input.parse::<Token![=>]>()?;
+            let variant: syn::Ident = input.parse()?;
+            let settings;
+            syn::parenthesized!(settings in input);
+            let settings: syn::TypePath = settings.parse()?;
+            input.parse::<Token![,]>()?;
+            out.push(ListedSource {
+                kind: kind.value(),
+                variant: variant.to_string(),
+                settings: settings
+                    .path
+                    .segments
+                    .iter()
+                    .map(|s| s.ident.to_string())
+                    .collect(),
+            });
+        }
+        Ok(out)
+    })
+    .unwrap_or_else(|e| panic!("{path}: the sources! list: {e}"))
+}
+
+/// What is wrong with a `sources!` list declared in `list_path` (`…/sources/mod.rs`), given
+/// the files that exist: every source's settings live in its own module, a file under
+/// `sources/`; kinds and variants are unique; `null` (the minimal source) is listed, in
+/// `null.rs`.
+fn sources_list_problems(
+    list_path: &str,
+    list: &[ListedSource],
+    files: &BTreeSet<String>,
+) -> Vec<String> {
+    let dir = list_path
+        .strip_suffix("mod.rs")
+        .unwrap_or_else(|| panic!("{list_path}: the list lives in a mod.rs"));
+    let mut out = Vec::new();
+    if list.is_empty() {
+        out.push(format!("{list_path}: the sources! list is empty"));
+    }
+    let mut kinds = BTreeSet::new();
+    let mut variants = BTreeSet::new();
+    for s in list {
+        if !kinds.insert(&s.kind) {
+            out.push(format!("{list_path}: kind {:?} listed twice", s.kind));
+        }
+        if !variants.insert(&s.variant) {
+            out.push(format!("{list_path}: variant {} listed twice", s.variant));
+        }
+        match s.settings.as_slice() {
+            [module, _, ..] => {
+                let own = [format!("{dir}{module}.rs"), format!("{dir}{module}/mod.rs")];
+                if !own.iter().any(|f| files.contains(f)) {
+                    out.push(format!(
+                        "{list_path}: source {:?}: its settings {} are not in a file of its own under {dir} ({} or {})",
+                        s.kind,
+                        s.settings.join("::"),
+                        own[0],
+                        own[1]
+                    ));
+                }
+            }
+            _ => out.push(format!(
+                "{list_path}: source {:?}: its settings type is not in a module of its own ({})",
+                s.kind,
+                s.settings.join("::")
+            )),
+        }
+    }
+    let null = list.iter().find(|s| s.kind == "null");
+    if null.is_none_or(|s| s.settings.first().is_none_or(|m| m != "null"))
+        || !files.contains(&format!("{dir}null.rs"))
+    {
+        out.push(format!(
+            "{list_path}: `null`, the minimal source, is listed with its settings in {dir}null.rs"
+        ));
+    }
+    out
+}
+
+const SOURCES_LIST: &str = "exporter/src/sources/mod.rs";
+
+fn listed_sources() -> Vec<ListedSource> {
+    sources_list(SOURCES_LIST, &read(SOURCES_LIST))
+}
+
+fn variants(list: &[ListedSource]) -> Vec<String> {
+    list.iter().map(|s| s.variant.clone()).collect()
+}
+
+fn all_violations(
+    files: &[(String, String)],
+    rule: impl Fn(&str, &str) -> Vec<String>,
+) -> Vec<String> {
+    files.iter().flat_map(|(p, t)| rule(p, t)).collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// The invariants, on the real tree
+
+/// Architecture Invariant: the exporter's modules import each other without cycles.
+#[test]
+fn no_import_cycles_between_exporter_modules() {
+    let graph = import_graph(&crate_files("exporter/src"));
+    // The resolver sees the imports it is about.
+    for (from, to) in [
+        ("cli", "commands"),
+        ("pipeline", "sources"),
+        ("http", "publish"),
+    ] {
+        assert!(
+            graph.get(from).is_some_and(|d| d.contains(to)),
+            "{from} imports {to}:\n{}",
+            graph_text(&graph)
+        );
+    }
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!(
+            "import cycle: {}\nthe graph:\n{}",
+            cycle.join(" -> "),
+            graph_text(&graph)
+        );
     }
 }
 
-/// Architecture Invariant: only `cli` names `commands`; commands never name each other or
-/// `cli`; infrastructure (sources, sinks, http, sampler, configuration) never names a
-/// command.
+/// Architecture Invariant: only `cli` names `commands`; no command imports another, and
+/// nothing below the commands (sources, sinks, http, the sampler, configuration) imports one.
 #[test]
 fn nothing_below_the_commands_imports_them() {
-    let graph = exporter_imports();
-    for (m, deps) in &graph {
-        if m != "cli" && m != "lib" && m != "main" {
-            assert!(!deps.contains("commands"), "{m} imports commands");
-            assert!(!deps.contains("cli"), "{m} imports cli");
-        }
-    }
-    let src = workspace().join("exporter/src/commands");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    for f in files {
-        let text = code(&f);
-        // `super::` inside a command's own submodule is that command; only
-        // `crate::commands::` reaches another.
-        assert!(
-            !text.contains("crate::commands::"),
-            "{} imports another command",
-            f.display()
-        );
-    }
+    let files = crate_files("exporter/src");
+    let tops: BTreeSet<String> = files.iter().map(|(p, _)| top_module(p)).collect();
+    assert!(
+        tops.contains("cli") && tops.contains("commands"),
+        "{tops:?}"
+    );
+    let v = all_violations(&files, command_violations);
+    assert!(v.is_empty(), "{}", v.join("\n"));
 }
 
 /// Architecture Invariant: `truthscale-core` performs no I/O and never reads the clock.
 #[test]
 fn core_has_no_io_and_no_clock() {
-    let src = workspace().join("truthscale-core/src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    assert!(files.len() > 10, "found the core's files");
-    for f in files {
-        let text = code(&f);
-        for banned in [
-            "std::fs",
-            "std::net",
-            "std::env",
-            "std::process",
-            "std::thread",
-            "std::io::stdin",
-            "std::io::stdout",
-            "SystemTime",
-            "Instant",
-            "File::open",
-        ] {
-            assert!(
-                !text.contains(banned),
-                "{} names {banned}: the core performs no I/O and reads no clock",
-                f.display()
-            );
+    let files = crate_files("truthscale-core/src");
+    let v = all_violations(&files, core_io_violations);
+    assert!(v.is_empty(), "{}", v.join("\n"));
+}
+
+/// Architecture Invariant: `truthscale-core` depends only on an allow-list of crates.
+#[test]
+fn the_core_depends_only_on_its_allow_list() {
+    let manifest: toml::Table =
+        toml::from_str(&read("truthscale-core/Cargo.toml")).expect("truthscale-core/Cargo.toml");
+    let keys = |v: Option<&toml::Value>| -> Vec<String> {
+        v.and_then(toml::Value::as_table)
+            .map(|t| t.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    let mut deps: BTreeSet<String> = keys(manifest.get("dependencies")).into_iter().collect();
+    if let Some(targets) = manifest.get("target").and_then(toml::Value::as_table) {
+        for t in targets.values() {
+            deps.extend(keys(t.get("dependencies")));
         }
+    }
+    let allowed: BTreeSet<String> = CORE_DEPENDENCIES.iter().map(|d| d.to_string()).collect();
+    assert_eq!(
+        deps, allowed,
+        "truthscale-core's dependencies changed: the core stays pure and small; if the new \
+         dependency does no I/O and reads no clock, add it to CORE_DEPENDENCIES in \
+         exporter/src/architecture.rs and to the core's dependency invariant in ARCHITECTURE.md"
+    );
+    let doc = read("ARCHITECTURE.md");
+    let line = doc
+        .lines()
+        .skip_while(|l| !l.contains("depends only on"))
+        .take_while(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    for d in CORE_DEPENDENCIES {
+        assert!(
+            line.contains(&format!("`{d}`")),
+            "ARCHITECTURE.md's core dependency invariant names `{d}`: {line}"
+        );
     }
 }
 
 /// Architecture Invariant: the only `unsafe` code is in `sources/nvml/raw.rs`.
 #[test]
 fn unsafe_only_in_the_raw_nvml_module() {
-    for dir in ["exporter/src", "truthscale-core/src"] {
-        let mut files = Vec::new();
-        rust_files(&workspace().join(dir), &mut files);
-        for f in files {
-            if f.ends_with("sources/nvml/raw.rs") || f.ends_with("architecture.rs") {
+    for src in ["exporter/src", "truthscale-core/src"] {
+        let mut paths = Vec::new();
+        rust_files(&workspace().join(src), &mut paths);
+        for p in paths {
+            if p.ends_with("sources/nvml/raw.rs") {
                 continue;
             }
-            let text = std::fs::read_to_string(&f).expect("read");
-            assert!(
-                !text.contains("unsafe {") && !text.contains("unsafe fn"),
-                "{} has unsafe code",
-                f.display()
-            );
+            let rel = p.strip_prefix(workspace()).expect("in the workspace");
+            let rel = rel.to_string_lossy().replace('\\', "/");
+            let text = std::fs::read_to_string(&p).expect("read");
+            let v = unsafe_code(&rel, &text);
+            assert!(v.is_empty(), "{}", v.join("\n"));
         }
     }
 }
@@ -175,23 +1179,16 @@ fn unsafe_only_in_the_raw_nvml_module() {
 /// sampler, only the snapshot; nor does it compress (the sampler gzips once per tick).
 #[test]
 fn http_never_samples() {
-    let graph = exporter_imports();
-    let http = &graph["http"];
-    for forbidden in ["sources", "pipeline", "compose"] {
-        assert!(!http.contains(forbidden), "http imports {forbidden}");
+    let files = crate_files("exporter/src");
+    let tops: BTreeSet<String> = files.iter().map(|(p, _)| top_module(p)).collect();
+    for m in ["http", "sources", "pipeline"] {
+        assert!(
+            tops.contains(m),
+            "the module `{m}` this rule is about: {tops:?}"
+        );
     }
-    let dir = workspace().join("exporter/src/http");
-    for entry in std::fs::read_dir(&dir).expect("exporter/src/http") {
-        let path = entry.expect("a file of exporter/src/http").path();
-        let text = code(&path);
-        for forbidden in ["flate2", "GzEncoder", "::gzip("] {
-            assert!(
-                !text.contains(forbidden),
-                "{} names {forbidden}: compression belongs to the sampler",
-                path.display()
-            );
-        }
-    }
+    let v = all_violations(&files, http_violations);
+    assert!(v.is_empty(), "{}", v.join("\n"));
 }
 
 /// Architecture Invariant: the pipeline never sees the configuration: it is handed a built
@@ -199,24 +1196,25 @@ fn http_never_samples() {
 /// it runs.
 #[test]
 fn the_pipeline_is_handed_what_it_runs() {
-    let graph = exporter_imports();
-    let pipeline = &graph["pipeline"];
-    for forbidden in ["config", "compose", "attribution", "enrichment", "commands"] {
+    let files = crate_files("exporter/src");
+    let graph = import_graph(&files);
+    let pipeline = graph.get("pipeline").expect("the pipeline module");
+    for forbidden in [
+        "config",
+        "compose",
+        "attribution",
+        "enrichment",
+        "commands",
+        "cli",
+    ] {
         assert!(
             !pipeline.contains(forbidden),
             "pipeline imports {forbidden}: {pipeline:?}"
         );
     }
-    let mut files = Vec::new();
-    rust_files(&workspace().join("exporter/src/pipeline"), &mut files);
-    for f in files {
-        let text = code(&f);
+    for (path, text) in files.iter().filter(|(p, _)| top_module(p) == "pipeline") {
         for forbidden in ["SourceConfig", "Settings", "source.kind()"] {
-            assert!(
-                !text.contains(forbidden),
-                "{} names {forbidden}",
-                f.display()
-            );
+            assert!(!text.contains(forbidden), "{path} names {forbidden}");
         }
     }
 }
@@ -251,43 +1249,461 @@ fn sources_holds_only_sources() {
 }
 
 /// Architecture Invariant: adding a source is its own file plus one line in the `sources!`
-/// list in `sources/mod.rs`: nothing outside `sources/` matches on the configured source, and
-/// inside it the variants are written out only by that list (and the default).
+/// list in `sources/mod.rs`: nothing outside `sources/` matches on the configured source or
+/// asks which it is, and inside it the variants are written out only by that list (and the
+/// default).
 #[test]
 fn only_sources_match_on_the_source_config() {
-    let src = workspace().join("exporter/src");
-    let module = code(&src.join("sources/mod.rs"));
-    let list = module
-        .split_once("\nsources! {\n")
-        .and_then(|(_, rest)| rest.split_once("\n}\n"))
-        .expect("the sources! list")
+    let list = listed_sources();
+    let files = crate_files("exporter/src");
+    let paths: BTreeSet<String> = files.iter().map(|(p, _)| p.clone()).collect();
+    let problems = sources_list_problems(SOURCES_LIST, &list, &paths);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    let variants = variants(&list);
+    let v = all_violations(&files, |p, t| source_config_violations(p, t, &variants));
+    assert!(v.is_empty(), "{}", v.join("\n"));
+}
+
+/// The graph in ARCHITECTURE.md: each arrow between two modules is backed by an import, in
+/// one direction or the other (the arrows show the data's way, not who imports whom), and
+/// each module it names exists.
+#[test]
+fn the_mermaid_graph_matches_the_imports() {
+    let doc = read("ARCHITECTURE.md");
+    let graph = doc
+        .split_once("```mermaid")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .expect("a mermaid graph in ARCHITECTURE.md")
         .0;
-    let variants: Vec<String> = list
-        .lines()
-        .filter_map(|l| {
-            l.split_once("=> ")?
-                .1
-                .split_once('(')
-                .map(|(v, _)| v.to_string())
-        })
-        .collect();
-    assert_eq!(
-        variants,
-        ["Sim", "Replay", "Nvml", "Auto", "DcgmExporter", "Null"],
-        "the sources! list"
-    );
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    for f in files {
-        let text = code(&f);
-        for variant in &variants {
-            let uses = text.matches(&format!("SourceConfig::{variant}(")).count();
-            let allowed = usize::from(f == src.join("sources/mod.rs") && variant == "Sim");
-            assert!(
-                uses <= allowed,
-                "{} writes out SourceConfig::{variant}",
-                f.display()
-            );
+    // Crate prefix in the graph → (source dir, name other crates use).
+    let crates = [
+        ("core", "truthscale-core/src", "truthscale_core"),
+        ("exporter", "exporter/src", "truthscale_exporter"),
+    ];
+    // Every file's module path and the paths it names, both as "<crate prefix>::…".
+    let mut named: Vec<(Segs, Vec<Segs>)> = Vec::new();
+    for (prefix, src, _) in crates {
+        for (p, t) in crate_files(src) {
+            let module: Segs = std::iter::once(prefix.to_string())
+                .chain(place(&p).module)
+                .collect();
+            let paths = facts(&p, &t)
+                .names
+                .into_iter()
+                .filter_map(|n| {
+                    let (first, rest) = n.path.split_first()?;
+                    let root = if first == "crate" {
+                        prefix
+                    } else {
+                        crates.iter().find(|c| c.2 == first)?.0
+                    };
+                    Some(
+                        std::iter::once(root.to_string())
+                            .chain(rest.iter().cloned())
+                            .collect(),
+                    )
+                })
+                .collect();
+            named.push((module, paths));
         }
+    }
+    // A node's label names a module or an item of one (`core::model::Sample`): the longest
+    // prefix that is a module.
+    let module_of = |label: &str| -> Option<Segs> {
+        let segs: Segs = label.split("::").map(String::from).collect();
+        if segs.len() < 2 || !crates.iter().any(|c| c.0 == segs[0]) {
+            return None;
+        }
+        (2..=segs.len())
+            .rev()
+            .map(|n| segs[..n].to_vec())
+            .find(|m| named.iter().any(|(f, _)| f.starts_with(m)))
+            .or_else(|| panic!("ARCHITECTURE.md's graph names {label}, which is no module"))
+    };
+    let mut nodes: HashMap<String, Option<Segs>> = HashMap::new();
+    let mut arrows = Vec::new();
+    for line in graph.lines().map(str::trim).filter(|l| l.contains("-->")) {
+        let ids: Vec<String> = line
+            .split("-->")
+            .map(|part| {
+                let part = part.trim();
+                let (id, label) = match part.split_once('[') {
+                    Some((id, label)) => (id.trim(), Some(label)),
+                    None => (part, None),
+                };
+                if let Some(label) = label {
+                    let first = label.split(['<', ']']).next().unwrap_or_default().trim();
+                    nodes.insert(id.to_string(), module_of(first));
+                }
+                id.to_string()
+            })
+            .collect();
+        arrows.extend(ids.windows(2).map(|w| (w[0].clone(), w[1].clone())));
+    }
+    assert!(arrows.len() > 5, "read the graph's arrows: {arrows:?}");
+    let names = |from: &Segs, to: &Segs| {
+        named
+            .iter()
+            .filter(|(f, _)| f.starts_with(from))
+            .any(|(_, paths)| paths.iter().any(|p| p.starts_with(to)))
+    };
+    let mut checked = 0;
+    for (a, b) in arrows {
+        let (Some(Some(ma)), Some(Some(mb))) = (nodes.get(&a), nodes.get(&b)) else {
+            continue;
+        };
+        checked += 1;
+        assert!(
+            names(ma, mb) || names(mb, ma),
+            "ARCHITECTURE.md's graph has {a} --> {b}, but neither {} nor {} names the other",
+            ma.join("::"),
+            mb.join("::")
+        );
+    }
+    assert!(checked > 5, "checked the arrows between modules");
+}
+
+// ---------------------------------------------------------------------------------------
+// The rules catch what they are about (synthetic files)
+
+#[test]
+fn caught_a_command_importing_another_through_super() {
+    let v = command_violations(
+        "exporter/src/commands/top.rs",
+        "use super::analyze::AnalyzeArgs;",
+    );
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(
+        v[0].contains("crate::commands::analyze::AnalyzeArgs"),
+        "{v:?}"
+    );
+    // Also through `self::super`, a glob of the commands, a path in an expression, and a
+    // binding of the commands module.
+    for text in [
+        "use self::super::serve;",
+        "use super::*;",
+        "fn f() { crate::commands::serve::run(); }",
+        "use crate::commands as c; fn f() { c::doctor::run(); }",
+        "fn f() { let _ = format!(\"{}\", super::explain::NAME); }",
+    ] {
+        let v = command_violations("exporter/src/commands/top.rs", text);
+        assert!(!v.is_empty(), "not caught: {text}");
+    }
+    // A command's own submodules and its tests are its own.
+    for text in [
+        "use crate::commands::top::Feed;",
+        "mod widgets { use super::super::top::Feed; }",
+        "#[cfg(test)] mod tests { use super::super::analyze::AnalyzeArgs; }",
+    ] {
+        let v = command_violations("exporter/src/commands/top.rs", text);
+        assert!(v.is_empty(), "{text}: {v:?}");
+    }
+    let v = command_violations("exporter/src/commands/top/widgets.rs", "use super::Feed;");
+    assert!(v.is_empty(), "{v:?}");
+    let v = command_violations("exporter/src/cli.rs", "use crate::commands::{serve, top};");
+    assert!(v.is_empty(), "{v:?}");
+}
+
+#[test]
+fn caught_a_grouped_import_of_a_command_from_below() {
+    let v = command_violations("exporter/src/config.rs", "use crate::{commands::serve};");
+    assert_eq!(v.len(), 1, "{v:?}");
+    for (path, text) in [
+        (
+            "exporter/src/sinks/otlp/mod.rs",
+            "use super::super::commands::serve::ServeArgs;",
+        ),
+        ("exporter/src/http/web.rs", "use crate::{cli::Cli};"),
+        (
+            "exporter/src/pipeline/mod.rs",
+            "fn f(a: &crate::commands::top::TopArgs) {}",
+        ),
+        (
+            "exporter/src/sources/sim.rs",
+            "use truthscale_exporter::commands::simulate;",
+        ),
+    ] {
+        assert!(
+            !command_violations(path, text).is_empty(),
+            "not caught: {path}: {text}"
+        );
+    }
+}
+
+#[test]
+fn caught_a_grouped_std_import_in_the_core() {
+    let v = core_io_violations("truthscale-core/src/derive.rs", "use std::{fs, io::Read};");
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(v[0].contains("std::fs"), "{v:?}");
+    for text in [
+        "fn f() -> std::time::Instant { std::time::Instant::now() }",
+        "use std::time::{Duration, SystemTime};",
+        "use std::time; fn f() { let _ = time::SystemTime::now(); }",
+        "use std as s; fn f() { let _ = s::env::var_os(\"X\"); }",
+        "use std::thread::*;",
+        "fn f() { let _ = ::std::process::id(); }",
+        "fn f() { let _ = format!(\"{:?}\", std::env::args()); }",
+        "fn f() { let _ = time::OffsetDateTime::now_utc(); }",
+        "fn f() { println!(\"hello\"); }",
+        // A test module before the code does not hide it: test code is told by attribute.
+        "#[cfg(test)] mod tests {}\nuse std::net::TcpStream;",
+    ] {
+        let v = core_io_violations("truthscale-core/src/parse/dmon.rs", text);
+        assert!(!v.is_empty(), "not caught: {text}");
+    }
+    for text in [
+        "#[cfg(test)] mod tests { use std::fs; }",
+        "#[test] fn t() { let _ = std::fs::read(\"x\"); }",
+        "#[cfg(all(test, unix))] fn t() { let _ = std::env::var(\"x\"); }",
+        "use std::time::Duration; use std::io::Write; use std::fmt::Write as _;",
+    ] {
+        let v = core_io_violations("truthscale-core/src/derive.rs", text);
+        assert!(v.is_empty(), "{text}: {v:?}");
+    }
+}
+
+#[test]
+fn caught_the_sampler_asking_which_source_runs() {
+    let variants = variants(&listed_sources());
+    let text = "fn f(settings: &Settings) -> bool { settings.source.kind() == \"nvml\" }";
+    let v = source_config_violations("exporter/src/pipeline/mod.rs", text, &variants);
+    assert!(!v.is_empty(), "{v:?}");
+    for text in [
+        "fn f(s: &Settings) { if s.source.kind() != \"sim\" {} }",
+        "fn f(&self) -> bool { self.source.name() == \"replay\" }",
+        "fn f(&self) { match self.source.name() { \"nvml\" | \"auto\" => {} _ => {} } }",
+        "fn f(s: &Settings) { assert_eq!(s.source.kind(), \"nvml\"); }",
+        "fn f(s: &Settings) { tracing::info!(kind = %s.source.kind(), \"x\"); }",
+    ] {
+        let v = source_config_violations("exporter/src/pipeline/stage.rs", text, &variants);
+        assert!(!v.is_empty(), "not caught: {text}");
+        // sources/ may.
+        let v = source_config_violations("exporter/src/sources/engine.rs", text, &variants);
+        assert!(v.is_empty(), "{text}: {v:?}");
+    }
+    // A source's name as a label, and the kind of a configuration layer, are not questions.
+    let text = "fn f(&self) { let kind = self.source.name(); let _ = own.source.config.kind(); }";
+    let v = source_config_violations("exporter/src/pipeline/mod.rs", text, &variants);
+    assert!(v.is_empty(), "{v:?}");
+}
+
+#[test]
+fn caught_an_alias_of_the_source_config() {
+    let variants = variants(&listed_sources());
+    let text = "use crate::sources::SourceConfig as Sc;\n\
+                fn f(c: &Sc) -> bool { matches!(c, Sc::Nvml(..)) }";
+    let v = source_config_violations("exporter/src/pipeline/mod.rs", text, &variants);
+    assert!(!v.is_empty(), "{v:?}");
+    assert!(v[0].contains("crate::sources::SourceConfig::Nvml"), "{v:?}");
+    for text in [
+        "use crate::sources::SourceConfig as Sc; fn f(c: &Sc) { match c { Sc::Sim(_) => {} _ => {} } }",
+        "use crate::sources::{self as s}; fn f() -> s::SourceConfig { s::SourceConfig::Null(Default::default()) }",
+        "use super::sources::SourceConfig::*;",
+        "use crate::sources::SourceConfig::{Replay};",
+        "fn f(c: &crate::sources::SourceConfig) -> bool { if let crate::sources::SourceConfig::DcgmExporter(_) = c { true } else { false } }",
+        "use crate::sources::SourceConfig; impl Default for SourceConfig { fn default() -> Self { Self::Auto(Default::default()) } }",
+    ] {
+        let v = source_config_violations("exporter/src/config.rs", text, &variants);
+        assert!(!v.is_empty(), "not caught: {text}");
+    }
+    // Its methods and constants are for everyone.
+    let text = "use crate::sources::SourceConfig as Sc;\n\
+                fn f() { let _ = Sc::default(); let _ = Sc::KINDS; let _ = Sc::shorthand(\"sim\"); }";
+    let v = source_config_violations("exporter/src/config.rs", text, &variants);
+    assert!(v.is_empty(), "{v:?}");
+    // Inside sources/, only the default in the list's own file writes a variant out.
+    let default = "impl Default for SourceConfig { fn default() -> Self { SourceConfig::Sim(sim::SimConfig::default()) } }";
+    assert!(source_config_violations(SOURCES_LIST, default, &variants).is_empty());
+    let v = source_config_violations("exporter/src/sources/nvml/mod.rs", default, &variants);
+    assert!(!v.is_empty());
+    let elsewhere = "fn f() -> SourceConfig { SourceConfig::Sim(sim::SimConfig::default()) }";
+    assert!(!source_config_violations(SOURCES_LIST, elsewhere, &variants).is_empty());
+}
+
+#[test]
+fn a_new_line_in_the_sources_list_is_derived_not_a_failure() {
+    let text = read(SOURCES_LIST);
+    let listed = listed_sources();
+    // `foo` (or `foo1`, … should a real source take the name).
+    let (kind, variant) = (0..)
+        .map(|n| match n {
+            0 => ("foo".to_string(), "Foo".to_string()),
+            n => (format!("foo{n}"), format!("Foo{n}")),
+        })
+        .find(|(k, v)| !listed.iter().any(|s| s.kind == *k || s.variant == *v))
+        .expect("a free name");
+    let null_line = "\"null\" => Null(null::NullConfig),";
+    assert!(
+        text.contains(null_line),
+        "the sources! list has {null_line}"
+    );
+    let with_foo = text.replace(
+        null_line,
+        &format!(
+            "{null_line}\n    /// A new source.\n    \"{kind}\" => {variant}({kind}::FooConfig),"
+        ),
+    );
+    let list = sources_list(SOURCES_LIST, &with_foo);
+    assert_eq!(list.len(), listed.len() + 1);
+    let foo = ListedSource {
+        kind: kind.clone(),
+        variant: variant.clone(),
+        settings: vec![kind.clone(), "FooConfig".into()],
+    };
+    assert!(list.contains(&foo), "{list:?}");
+    let mut files: BTreeSet<String> = crate_files("exporter/src")
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    let foo_file = format!("exporter/src/sources/{kind}.rs");
+    files.insert(foo_file.clone());
+    let problems = sources_list_problems(SOURCES_LIST, &list, &files);
+    assert!(problems.is_empty(), "{problems:?}");
+    // Its variant is one the rule knows, at once.
+    let v = source_config_violations(
+        "exporter/src/pipeline/mod.rs",
+        &format!(
+            "use crate::sources::SourceConfig; fn f(c: &SourceConfig) -> bool {{ matches!(c, SourceConfig::{variant}(_)) }}"
+        ),
+        &variants(&list),
+    );
+    assert!(!v.is_empty());
+    // Without its file, or without null, the list is wrong.
+    files.remove(&foo_file);
+    let problems = sources_list_problems(SOURCES_LIST, &list, &files);
+    assert!(
+        problems.iter().any(|p| p.contains(&format!("{kind:?}"))),
+        "{problems:?}"
+    );
+    let without_null = text.replace(null_line, "");
+    let list = sources_list(SOURCES_LIST, &without_null);
+    let problems = sources_list_problems(SOURCES_LIST, &list, &files);
+    assert!(problems.iter().any(|p| p.contains("null")), "{problems:?}");
+}
+
+#[test]
+fn caught_http_naming_the_sampler_or_compressing() {
+    for text in [
+        "use crate::{pipeline::Sampler};",
+        "use super::super::sources::Source;",
+        "fn f(b: &[u8]) { let _ = flate2::write::GzEncoder::new(Vec::new(), Default::default()); }",
+        "fn f(b: &[u8]) { let _ = crate::publish::gzip(b); }",
+    ] {
+        assert!(
+            !http_violations("exporter/src/http/web.rs", text).is_empty(),
+            "not caught: {text}"
+        );
+    }
+    let text = "use crate::publish::Snapshot;";
+    assert!(http_violations("exporter/src/http/mod.rs", text).is_empty());
+}
+
+#[test]
+fn caught_unsafe_code_and_cycles() {
+    for text in [
+        "fn f() { unsafe { g() } }",
+        "unsafe fn f() {}",
+        "unsafe impl Send for X {}",
+        "unsafe extern \"C\" { fn g(); }",
+    ] {
+        assert!(
+            !unsafe_code("exporter/src/view.rs", text).is_empty(),
+            "not caught: {text}"
+        );
+    }
+    let files = [
+        (
+            "exporter/src/config.rs".to_string(),
+            "use crate::sources::SourceConfig;".to_string(),
+        ),
+        (
+            "exporter/src/sources/mod.rs".to_string(),
+            "use super::config::Settings;".to_string(),
+        ),
+    ];
+    assert_eq!(
+        find_cycle(&import_graph(&files)),
+        Some(vec!["config".into(), "sources".into(), "config".into()])
+    );
+}
+
+/// The exporter's import graph between top-level modules, for reading:
+/// `cargo test -p truthscale-exporter --lib architecture::print_import_graph -- --ignored --nocapture`.
+#[test]
+#[ignore = "prints the graph; asserts nothing"]
+fn print_import_graph() {
+    println!(
+        "{}",
+        graph_text(&import_graph(&crate_files("exporter/src")))
+    );
+}
+
+/// Each `Architecture Invariant:` paragraph of ARCHITECTURE.md ends by naming what holds it
+/// (a test, a lint, the compiler), and each test it names exists.
+#[test]
+fn every_invariant_names_what_holds_it() {
+    let doc = read("ARCHITECTURE.md");
+    let mut paragraphs = Vec::new();
+    let mut current: Option<String> = None;
+    for line in doc.lines() {
+        if line.starts_with("**Architecture Invariant:**") {
+            paragraphs.extend(current.take());
+            current = Some(line.to_string());
+        } else if line.trim().is_empty() {
+            paragraphs.extend(current.take());
+        } else if let Some(p) = &mut current {
+            p.push(' ');
+            p.push_str(line);
+        }
+    }
+    paragraphs.extend(current);
+    assert!(
+        paragraphs.len() > 15,
+        "read the invariants: {}",
+        paragraphs.len()
+    );
+    // Every function name in the workspace's Rust source.
+    let mut fns = BTreeSet::new();
+    for dir in ["exporter", "truthscale-core", "tests"] {
+        let mut paths = Vec::new();
+        rust_files(&workspace().join(dir), &mut paths);
+        for p in paths {
+            let text = std::fs::read_to_string(&p).expect("read");
+            for (_, rest) in text.match_indices("fn ").map(|(i, _)| text.split_at(i + 3)) {
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                fns.insert(name);
+            }
+        }
+    }
+    for p in paragraphs {
+        let held_by = &p[p
+            .rfind("(`")
+            .or_else(|| p.rfind("(clippy"))
+            .unwrap_or_else(|| {
+                panic!("an invariant that does not end by naming what holds it: {p}")
+            })..];
+        let mut named = 0;
+        for (i, token) in held_by.split('`').enumerate() {
+            let is_test_path = i % 2 == 1
+                && token.contains("::")
+                && token
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == ':');
+            if is_test_path {
+                let name = token.rsplit("::").next().unwrap_or_default();
+                assert!(
+                    fns.contains(name),
+                    "ARCHITECTURE.md names `{token}`, which is no test: {p}"
+                );
+                named += 1;
+            }
+        }
+        assert!(
+            named > 0 || held_by.contains("clippy") || held_by.contains("the compiler"),
+            "an invariant that names no test or lint: {p}"
+        );
     }
 }

@@ -15,6 +15,7 @@ pub fn agent(timeout: Duration) -> ureq::Agent {
     agent_with_tls(timeout, ureq::tls::TlsConfig::default())
 }
 
+#[expect(clippy::disallowed_methods, reason = "the one HTTP client builder")]
 fn agent_with_tls(timeout: Duration, tls: ureq::tls::TlsConfig) -> ureq::Agent {
     ureq::Agent::config_builder()
         .timeout_global(Some(timeout))

@@ -1,5 +1,4 @@
 //! `derive` cost per entity-sample: the deriver (sanitize, formulas, phase, integrals).
-#![allow(missing_docs)]
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;

@@ -79,6 +79,10 @@ fn run(scenario: Scenario, cadence: Cadence, switch_after: u32, seed: u64) -> (f
 }
 
 fn main() {
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "an example program, not the library: it reads its own command line"
+    )]
     let confusion = std::env::args().any(|a| a == "--confusion");
     println!(
         "agreement with the simulator's truth, time-weighted (min / mean over {SEEDS} seeds, {} min each)",

@@ -107,18 +107,15 @@ impl Fidelity {
     }
 }
 
-/// How a value was obtained.
+/// How a value was obtained. (A bound or an estimate is a value of its own, under its own
+/// name: [`WindowMetrics::effective_compute_upper_bound`], [`WindowMetrics::power_proxy`].)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Method {
-    /// Read directly from a counter.
+    /// Read directly from a counter (the power gauge).
     Counter,
-    /// Computed exactly from counters.
+    /// Computed exactly from counters (power from the energy counter's increase).
     Derived,
-    /// An upper bound, not a measurement.
-    Bound,
-    /// A heuristic estimate (power proxy).
-    Estimate,
 }
 
 /// A derived number with its provenance.
@@ -742,6 +739,15 @@ mod tests {
             Some(Valued {
                 value: 310.0,
                 method: Method::Derived
+            })
+        );
+        // Without the energy counter's power, the gauge, marked as such.
+        let m = window(&r, &WindowContext::default(), &DeriveConfig::default());
+        assert_eq!(
+            m.power_watts,
+            Some(Valued {
+                value: 300.0,
+                method: Method::Counter
             })
         );
     }

@@ -16,7 +16,7 @@
 //! from C: every export is `#[unsafe(no_mangle)] unsafe extern "C"`, writes through caller
 //! pointers, and hands out GPM samples as raw boxes. Each `unsafe` block states what it
 //! relies on; the rules are NVML's own (valid out-pointers, samples from `nvmlGpmSampleAlloc`).
-#![allow(
+#![expect(
     unsafe_code,
     reason = "a C ABI library: exports are no_mangle and write through caller pointers"
 )]

@@ -720,6 +720,90 @@ mod tests {
         assert!(!body.contains(r#"method="power_heuristic""#));
     }
 
+    /// Provenance: every GPU's info series carries its capability tier (`fidelity`), every
+    /// regime and phase series the method that decided it (`method`), and a bound or an
+    /// estimate is a family of its own, never the measured one's name.
+    #[test]
+    fn every_gpu_carries_its_tier_and_every_regime_its_method() {
+        use crate::catalog::MetricId;
+        use std::collections::BTreeSet;
+        for m in catalog::ALL.iter().filter(|m| m.scope == Scope::Gpu) {
+            let regime = m.extra_labels.contains(&"regime") || m.extra_labels.contains(&"phase");
+            assert!(!regime || m.extra_labels.contains(&"method"), "{}", m.name);
+        }
+        // A profiling GPU (tensor and DRAM counters), and one with only the busy flag, power
+        // and the SM clock (the NVML tier), whose regime is the power heuristic's.
+        let profiling = entry("p");
+        let mut r = Readings::default();
+        r.set_value(Field::ReportedUtil, 0.9);
+        r.set_value(Field::PowerWatts, 380.0);
+        r.set_value(Field::SmClockMhz, 1900.0);
+        let e = EntitySample {
+            id: EntityId {
+                gpu: Some(1),
+                uuid: Some("GPU-2".into()),
+                model: Some("NVIDIA H100 80GB HBM3".into()),
+                ..EntityId::default()
+            },
+            readings: r,
+            ..EntitySample::default()
+        };
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let mut last = None;
+        for i in 1..=3 {
+            let out = d.observe(&Sample {
+                taken: Timestamp(i * 1000),
+                entities: vec![e.clone()],
+            });
+            last = out.windows.into_iter().next();
+        }
+        let nvml = GpuEntry {
+            window: last.expect("a window"),
+            source: SourceKind::Nvml.as_str(),
+            up: true,
+        };
+        let mut tiers: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut methods: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut families: BTreeMap<String, BTreeSet<MetricId>> = BTreeMap::new();
+        let gpus = [profiling, nvml];
+        for_each_value(
+            &gpus,
+            &Identity::default(),
+            &ExporterStatus::default(),
+            |m, labels, _| {
+                if m.scope != Scope::Gpu {
+                    return;
+                }
+                let get = |k: &str| labels.iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
+                let uuid = get("uuid").expect("a GPU series names its GPU").to_string();
+                families.entry(uuid.clone()).or_default().insert(m.id);
+                if m.id == MetricId::GpuInfo {
+                    let tier = get("fidelity").expect("the info series carries the tier");
+                    tiers.entry(uuid.clone()).or_default().push(tier.into());
+                }
+                if m.extra_labels.contains(&"method") && m.id != MetricId::PodEffectiveCompute {
+                    let method = get("method").expect("a regime series carries its method");
+                    methods.entry(uuid).or_default().insert(method.into());
+                }
+            },
+        );
+        assert_eq!(tiers["GPU-1"], ["profiling"]);
+        assert_eq!(tiers["GPU-2"], ["nvml"]);
+        assert_eq!(methods["GPU-1"], BTreeSet::from(["counters".to_string()]));
+        assert_eq!(
+            methods["GPU-2"],
+            BTreeSet::from(["power_heuristic".to_string()])
+        );
+        // Measured effective compute for the one, its upper bound and the power estimate
+        // for the other, each under its own name.
+        let has = |uuid: &str, id: MetricId| families[uuid].contains(&id);
+        assert!(has("GPU-1", MetricId::GpuEffectiveCompute));
+        assert!(!has("GPU-1", MetricId::GpuEffectiveComputeUpperBound));
+        assert!(!has("GPU-2", MetricId::GpuEffectiveCompute));
+        assert!(has("GPU-2", MetricId::GpuEffectiveComputeUpperBound));
+        assert!(has("GPU-2", MetricId::GpuPowerProxy));
+    }
+
     #[test]
     fn a_replayed_simulation_still_says_sim() {
         let mut e = entry("p");

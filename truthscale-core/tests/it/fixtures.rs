@@ -41,6 +41,7 @@ fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dcgm")
 }
 
+#[expect(clippy::disallowed_methods, reason = "a test reads its fixtures")]
 fn read(name: &str) -> String {
     let text = std::fs::read_to_string(dir().join(name)).unwrap();
     assert!(
@@ -91,6 +92,7 @@ fn all_blank(e: &EntitySample) -> bool {
 }
 
 #[test]
+#[expect(clippy::disallowed_methods, reason = "lists the fixtures on disk")]
 fn every_fixture_is_tested() {
     let on_disk: BTreeSet<String> = std::fs::read_dir(dir())
         .unwrap()

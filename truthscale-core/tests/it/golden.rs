@@ -143,6 +143,7 @@ fn mig_and_multiplexed() -> Vec<GpuEntry> {
 }
 
 /// The real T4 capture (busy flag 91 %, tensor 0.6 %) as one dcgm-exporter scrape.
+#[expect(clippy::disallowed_methods, reason = "a test reads its fixture")]
 fn t4_capture() -> Vec<GpuEntry> {
     let name = "dcgm-exporter-cncf-k8s-ai-conformance-ericsson-ccd-t4.txt";
     let path = format!("{}/tests/fixtures/dcgm/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -156,6 +157,10 @@ fn t4_capture() -> Vec<GpuEntry> {
     entries(last_windows(&samples), SourceKind::DcgmExporter)
 }
 
+#[expect(
+    clippy::disallowed_methods,
+    reason = "reads the goldens, and writes them under UPDATE_GOLDEN"
+)]
 fn check(name: &str, gpus: &[GpuEntry], identity: &Identity, source: &str) {
     for (format, ext) in [(Format::Text, "prom"), (Format::OpenMetrics, "om.txt")] {
         let body = exposition::encode(gpus, identity, &status(source), format);

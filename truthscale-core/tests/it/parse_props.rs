@@ -36,6 +36,59 @@ fn feed_all(lines: &[String]) {
     }
 }
 
+/// Every parser hands a sample out as soon as it is complete (at the latest when the next
+/// begins), and holds back no more than the last for `finish`: it never gathers the input, so memory is bounded by the entities of
+/// one sample (the `dmon` parser's also by the rows of one more).
+#[test]
+fn every_parser_hands_out_each_sample_as_the_next_begins() {
+    const SAMPLES: usize = 50;
+    let mut dmon = vec![
+        "#Entity   GPUTL  TENSO  DRAMA".to_string(),
+        "ID".to_string(),
+    ];
+    let mut exporter = Vec::new();
+    let mut jsonl = Vec::new();
+    for i in 0..SAMPLES {
+        for gpu in 0..2 {
+            dmon.push(format!("GPU {gpu}     100    0.5    0.2"));
+            exporter.push(format!(
+                "DCGM_FI_DEV_GPU_UTIL{{gpu=\"{gpu}\",UUID=\"GPU-{gpu}\"}} 100"
+            ));
+            let mut readings = Readings::default();
+            readings.set_value(Field::ReportedUtil, 1.0);
+            let e = EntitySample {
+                id: EntityId {
+                    gpu: Some(gpu),
+                    ..EntityId::default()
+                },
+                readings,
+                ..EntitySample::default()
+            };
+            jsonl.push(to_line(Timestamp(1_000 * i as i64), &e));
+        }
+    }
+    for (format, lines) in [
+        (Format::DcgmiDmon, dmon),
+        (Format::DcgmExporter, exporter),
+        (Format::Jsonl, jsonl),
+    ] {
+        let mut p = LineParser::new(format, "p", 1.0, Timestamp(0));
+        // Entities handed out while lines still come, and held back for `finish`.
+        let mut handed = 0;
+        for l in &lines {
+            if let Some(s) = p.push_line(l).expect("a good line") {
+                handed += s.entities.len();
+            }
+        }
+        let held = p.finish().map_or(0, |s| s.entities.len());
+        assert_eq!(handed + held, 2 * SAMPLES, "{format:?}");
+        assert!(
+            held <= 2,
+            "{format:?}: held back {held} entities, more than one sample"
+        );
+    }
+}
+
 /// A `dcgmi dmon`-like document: headers, `ID` and units lines, rows whose value count is
 /// often right, values that include sentinels and extremes, and some junk.
 fn dmon_doc() -> impl Strategy<Value = Vec<String>> {
