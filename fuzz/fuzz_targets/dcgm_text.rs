@@ -1,5 +1,5 @@
 //! dcgm-exporter `/metrics` text (one or more scrapes), a line at a time: no panic; every
-//! value finite; scrapes stamped in order; a bad line names its line. The format detector
+//! value finite; scrapes stamped in order (where the text has no timestamps of its own); a bad line names its line. The format detector
 //! sees the same text.
 
 #![no_main]
@@ -20,5 +20,6 @@ fuzz_target!(|data: &[u8]| {
         &mut p,
         DcgmTextParser::push_line,
         DcgmTextParser::finish,
+        DcgmTextParser::timestamped,
     );
 });

@@ -25,31 +25,37 @@ pub fn lines(data: &[u8]) -> impl Iterator<Item = Result<&str, ()>> {
 
 /// Feed `data` a line at a time to a line parser (`push` a line, then `finish`) and check
 /// every sample it makes: values finite ([`check_parsed`]), `what` (a sweep, a scrape)
-/// stamped after the one before, and each error naming its own line.
+/// stamped after the one before where the parser stamps it itself, and each error naming
+/// its own line. `own_time` says whether the samples so far carried the input's own
+/// timestamps: those are kept as written, and the deriver, not the parser, reports time that
+/// does not increase.
 pub fn check_line_parser<P>(
     data: &[u8],
     what: &str,
     parser: &mut P,
     push: fn(&mut P, &str) -> Result<Option<Sample>, truthscale_core::parse::ParseError>,
     finish: fn(&mut P) -> Option<Sample>,
+    own_time: fn(&P) -> bool,
 ) {
     let mut last = None;
-    let mut check = |s: &Sample| {
+    let mut check = |s: &Sample, own: bool| {
         check_parsed(s);
-        if let Some(prev) = last {
+        if let Some(prev) = last
+            && !own
+        {
             assert!(s.taken > prev, "{what} at {:?} after {prev:?}", s.taken);
         }
         last = Some(s.taken);
     };
     for (i, line) in lines(data).enumerate() {
         match push(parser, line.unwrap_or("")) {
-            Ok(Some(s)) => check(&s),
+            Ok(Some(s)) => check(&s, own_time(parser)),
             Ok(None) => {}
             Err(e) => assert_eq!(e.line, i + 1, "{e}"),
         }
     }
     if let Some(s) = finish(parser) {
-        check(&s);
+        check(&s, own_time(parser));
     }
 }
 
@@ -257,13 +263,24 @@ fn check_window(w: &EntityWindow, seen: &mut Seen, taken: Timestamp, kappa_max: 
         r.value(Field::ReportedUtil),
         "reported utilization without the busy flag"
     );
+    // A compute term exactly when the tensor counter was read; an effective compute
+    // fraction only where it could also be clock-corrected.
     assert_eq!(
-        m.effective_compute.is_some(),
+        m.compute_measured(),
         r.value(Field::TensorActive).is_some(),
-        "effective compute {:?} with tensor {:?}",
+        "compute term {:?} / {:?} with tensor {:?}",
         m.effective_compute,
+        m.effective_compute_uncorrected,
         r.get(Field::TensorActive)
     );
+    assert_eq!(
+        m.effective_compute.is_some(),
+        m.compute_measured() && m.kappa.is_some(),
+        "effective compute {:?} with κ {:?}",
+        m.effective_compute,
+        m.kappa
+    );
+    assert_eq!(m.clock_corrected, m.effective_compute.is_some(), "clock_corrected");
     assert_eq!(m.fidelity, Some(derive::fidelity(r)), "fidelity");
     if m.memory_used_fraction.is_some() {
         assert!(r.value(Field::MemUsedBytes).is_some() && r.value(Field::MemTotalBytes).is_some());
