@@ -2,7 +2,8 @@
 //! encoder writes for them, in both formats. `UPDATE_GOLDEN=1` rewrites them; the e2e suite
 //! runs `promtool check metrics` on every file.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use truthscale_core::catalog;
 use truthscale_core::derive::DeriveConfig;
 use truthscale_core::exposition::{
     self, ExporterStatus, Format, GpuEntry, Identity, SinkHealth, SourceHealth,
@@ -208,4 +209,58 @@ fn t4_dcgm_exporter_capture() {
         &Identity::default(),
         "dcgm_exporter",
     );
+}
+
+/// Every window of the five simulated scenarios, step by step (the golden has the last).
+fn simulated_every_window() -> Vec<Vec<GpuEntry>> {
+    let spec = by_key("h100-sxm").unwrap();
+    let mut sim = Simulator::new(
+        5,
+        spec,
+        "sim-node",
+        7,
+        Timestamp(0),
+        Simulator::demo_scenario,
+    );
+    let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+    (0..90)
+        .map(|_| entries(d.observe(&sim.step(1.0)).windows, SourceKind::Sim))
+        .collect()
+}
+
+/// The label names of every value written for the golden inputs, and for every window of
+/// the five simulated scenarios, are the ones the catalog declares for the family
+/// ([`catalog::MetricDesc::check_labels`]: the entity's labels in order, then exactly the
+/// family's `extra_labels`).
+#[test]
+fn every_value_has_the_labels_its_family_declares() {
+    let sidecar = Identity {
+        pod: Some("sidecar-pod".into()),
+        container: Some("kserve-container".into()),
+        ..Identity::default()
+    };
+    let mut inputs: Vec<(Vec<GpuEntry>, Identity)> = vec![
+        (simulated(), sidecar.clone()),
+        (mig_and_multiplexed(), sidecar.clone()),
+        (t4_capture(), Identity::default()),
+    ];
+    inputs.extend(
+        simulated_every_window()
+            .into_iter()
+            .map(|g| (g, Identity::default())),
+    );
+    let mut families: BTreeSet<&str> = BTreeSet::new();
+    let mut values = 0;
+    for (gpus, identity) in &inputs {
+        exposition::for_each_value(gpus, identity, &status("sim"), |m, labels, _| {
+            let names: Vec<&str> = labels.iter().map(|(k, _)| *k).collect();
+            if let Err(e) = m.check_labels(&names) {
+                panic!("{e}");
+            }
+            families.insert(m.name);
+            values += 1;
+        });
+    }
+    assert!(values > 1000, "{values}");
+    assert!(families.len() > catalog::ALL.len() / 2, "{families:?}");
 }
