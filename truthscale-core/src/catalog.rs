@@ -121,26 +121,54 @@ impl MetricDesc {
     /// entity's, then the family's own, as [`crate::exposition::for_each_value`] gives
     /// them), are the ones the catalog declares.
     ///
-    /// A GPU family's sample starts with [`GPU_LABELS`] in that order, each at most once
-    /// (an entity has the ones it has; the families of a device no single pod holds,
-    /// `truthscale_gpu_allocation_info` and the `truthscale_pod_*` shares, add the pod's
-    /// when the entity has none); then come exactly [`MetricDesc::extra_labels`], in
-    /// order. One exception: on `truthscale_gpu_allocation_info`, `replica` is there only
-    /// when the device id names one, and the allowlisted pod labels (`label_…`) follow.
+    /// A GPU family's sample starts with the entity's labels: [`GPU_LABELS`] in that
+    /// order, each at most once (an entity has the ones it has). The families of a device
+    /// no single pod holds (`truthscale_gpu_allocation_info`, `truthscale_pod_*`) then add
+    /// the holder's `pod`, `namespace` and `container`, in that order, where the entity has
+    /// none: after the entity's `node`, where it has one. Then come exactly
+    /// [`MetricDesc::extra_labels`], in order. One exception: on
+    /// `truthscale_gpu_allocation_info`, `replica` is there only when the device id names
+    /// one, and the allowlisted pod labels (`label_…`) follow it.
     ///
     /// # Errors
     /// What differs, with the family's name.
     pub fn check_labels(&self, names: &[&str]) -> Result<(), String> {
+        /// The longest prefix of `names` in the order of `order`, each at most once and
+        /// none in `seen`; returns its length.
+        fn ordered_run(names: &[&str], order: &[&str], seen: &[&str]) -> usize {
+            let mut next = 0;
+            let mut n = 0;
+            for name in names {
+                match order[next..].iter().position(|l| l == name) {
+                    Some(p) if !seen.contains(name) => {
+                        next += p + 1;
+                        n += 1;
+                    }
+                    _ => break,
+                }
+            }
+            n
+        }
         let mut rest = names;
         if self.scope == Scope::Gpu {
-            let mut next = 0;
-            while let Some((first, tail)) = rest.split_first() {
-                let Some(p) = GPU_LABELS[next..].iter().position(|l| l == first) else {
-                    break;
-                };
-                next += p + 1;
-                rest = tail;
-            }
+            let own = ordered_run(rest, GPU_LABELS, &[]);
+            let holder = if matches!(
+                self.id,
+                MetricId::Gpu(
+                    GpuMetric::GpuAllocation
+                        | GpuMetric::PodEffectiveCompute
+                        | GpuMetric::PodMemoryUsed
+                )
+            ) {
+                ordered_run(
+                    &rest[own..],
+                    &["pod", "namespace", "container"],
+                    &rest[..own],
+                )
+            } else {
+                0
+            };
+            rest = &rest[own + holder..];
         }
         let ok = if self.id == MetricId::Gpu(GpuMetric::GpuAllocation) {
             debug_assert_eq!(self.extra_labels, ["resource", "replica"]);
@@ -877,10 +905,26 @@ mod tests {
                 .check_labels(&["gpu", "pod", "namespace", "pod"])
                 .is_err()
         );
-        // The pod of a shared device's part, after the entity's own labels.
+        // The pod of a shared device's part, after the entity's own labels (its node too).
         assert_eq!(
             POD_EFFECTIVE_COMPUTE.check_labels(&["gpu", "uuid", "pod", "namespace", "method"]),
             Ok(())
+        );
+        assert_eq!(
+            POD_MEMORY_USED.check_labels(&["gpu", "node", "pod", "namespace", "container"]),
+            Ok(())
+        );
+        // Only those families add a pod after the node; none adds one the entity has.
+        assert!(GPU_UP.check_labels(&["gpu", "node", "pod"]).is_err());
+        assert!(
+            POD_MEMORY_USED
+                .check_labels(&["gpu", "pod", "node", "pod"])
+                .is_err()
+        );
+        assert!(
+            POD_MEMORY_USED
+                .check_labels(&["gpu", "node", "namespace", "pod"])
+                .is_err()
         );
         // Allocation: replica only where named, pod labels after it.
         for names in [
