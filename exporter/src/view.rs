@@ -5,7 +5,7 @@ use anyhow::Context;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
-use truthscale_core::catalog::MetricId;
+use truthscale_core::catalog::{GpuMetric, MetricId, ServingMetric};
 use truthscale_core::model::{EntityKey, Sample, ServingSnapshot, Throttles};
 use truthscale_core::tracker::{Deriver, EntityWindow};
 use truthscale_core::verdict::{self, VerdictConfig, VerdictInputs, VerdictResult};
@@ -239,15 +239,15 @@ pub fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> Vec<GpuView> {
         let label = |k: &str| s.labels.get(k).map(String::as_str).unwrap_or("");
         let serving = || v_serving(label("engine"));
         match id {
-            MetricId::GpuReportedUtilization => v.reported = x,
-            MetricId::GpuEffectiveCompute => v.effective = x,
-            MetricId::GpuEffectiveComputeUpperBound => v.upper_bound = x,
-            MetricId::GpuRooflineSaturation => v.saturation = x,
-            MetricId::GpuTensorActive => v.tensor = x,
-            MetricId::GpuDramActive => v.dram = x,
+            MetricId::Gpu(GpuMetric::GpuReportedUtilization) => v.reported = x,
+            MetricId::Gpu(GpuMetric::GpuEffectiveCompute) => v.effective = x,
+            MetricId::Gpu(GpuMetric::GpuEffectiveComputeUpperBound) => v.upper_bound = x,
+            MetricId::Gpu(GpuMetric::GpuRooflineSaturation) => v.saturation = x,
+            MetricId::Gpu(GpuMetric::GpuTensorActive) => v.tensor = x,
+            MetricId::Gpu(GpuMetric::GpuDramActive) => v.dram = x,
             // The regime for every GPU; the serving phase (written after it) where serving.
-            MetricId::GpuRegime | MetricId::GpuPhase if s.value == 1.0 => {
-                let name = label(if id == MetricId::GpuRegime {
+            MetricId::Gpu(GpuMetric::GpuRegime | GpuMetric::GpuPhase) if s.value == 1.0 => {
+                let name = label(if id == MetricId::Gpu(GpuMetric::GpuRegime) {
                     "regime"
                 } else {
                     "phase"
@@ -258,31 +258,31 @@ pub fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> Vec<GpuView> {
                     name.to_string()
                 });
             }
-            MetricId::GpuClockEvent => {
+            MetricId::Gpu(GpuMetric::GpuClockEvent) => {
                 let t = v.throttles.get_or_insert_with(Throttles::default);
                 if s.value == 1.0 {
                     t.set_by_name(label("reason"));
                 }
             }
-            MetricId::ServingEngineUp => {
+            MetricId::Serving(ServingMetric::ServingEngineUp) => {
                 let sv = v.serving.get_or_insert_with(serving);
                 if s.value == 0.0 {
                     sv.absent_reason = Some(label("absent_reason").to_string());
                 }
             }
-            MetricId::ServingKvCacheUsage => {
+            MetricId::Serving(ServingMetric::ServingKvCacheUsage) => {
                 v.serving.get_or_insert_with(serving).kv_cache_utilization = x;
             }
-            MetricId::ServingRequestsRunning => {
+            MetricId::Serving(ServingMetric::ServingRequestsRunning) => {
                 v.serving.get_or_insert_with(serving).running_requests = x;
             }
-            MetricId::ServingRequestsWaiting => {
+            MetricId::Serving(ServingMetric::ServingRequestsWaiting) => {
                 v.serving.get_or_insert_with(serving).queued_requests = x;
             }
-            MetricId::ServingPromptTokens => {
+            MetricId::Serving(ServingMetric::ServingPromptTokens) => {
                 v.serving.get_or_insert_with(serving).prompt_tokens_per_sec = x;
             }
-            MetricId::ServingOutputTokens => {
+            MetricId::Serving(ServingMetric::ServingOutputTokens) => {
                 v.serving.get_or_insert_with(serving).output_tokens_per_sec = x;
             }
             _ => {}

@@ -2,6 +2,10 @@
 //!
 //! This is the single source of truth for names: the exposition encoder only accepts a
 //! [`MetricDesc`] from here, and `docs/metrics.md` is checked against it by a test.
+//! A family that is one reading of the source says which ([`MetricDesc::raw`]): the
+//! exposition writes it from there, and `analyze --prometheus` reads it back from there.
+
+use crate::model::Field;
 
 /// Prometheus metric type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +37,7 @@ pub enum Scope {
 }
 
 /// One metric family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MetricDesc {
     /// Its id, for exhaustive matches.
     pub id: MetricId,
@@ -49,6 +53,145 @@ pub struct MetricDesc {
     pub extra_labels: &'static [&'static str],
     /// How it is exported over OTLP (`None`: Prometheus only).
     pub otel: Option<OtelDesc>,
+    /// The reading the family is, for a family that is one reading of the source
+    /// (`None`: derived from several, or not a reading at all).
+    pub raw: Option<Raw>,
+}
+
+/// A family that is one reading of the source ([`Field`]), in the exported unit.
+///
+/// The one description of these families: the exposition writes a
+/// [`RawKind::PassThrough`] family as `reading × scale`, and readers of truthscale's own
+/// series (`analyze --prometheus`) take every such family back as its reading.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Raw {
+    /// The reading.
+    pub field: Field,
+    /// Factor from the reading's unit to the exported one (the SM clock, read in MHz and
+    /// exported in Hz: `1e6`).
+    pub scale: f64,
+    /// Whether the exported value is the reading itself or an estimate of it.
+    pub kind: RawKind,
+}
+
+/// How a [`Raw`] family's value relates to its reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawKind {
+    /// Exported as is: the value is the window's reading times [`Raw::scale`].
+    PassThrough,
+    /// Derived from more than the reading, but the same quantity in the same unit (power
+    /// over the window from the energy counter where there is one, else the power
+    /// reading): read back as the reading, not written from it.
+    Estimate,
+}
+
+impl Raw {
+    /// The exported value of a reading: `reading × scale`.
+    #[must_use]
+    pub fn export(self, reading: f64) -> f64 {
+        reading * self.scale
+    }
+
+    /// The reading of an exported value: `exported × (1 / scale)`. (`1.0 / 1e6` is the
+    /// `f64` nearest 10⁻⁶, so this is `exported × 1e-6` for the SM clock, bit for bit.)
+    #[must_use]
+    pub fn read_back(self, exported: f64) -> f64 {
+        exported * self.scale.recip()
+    }
+}
+
+const fn raw(field: Field, scale: f64) -> Option<Raw> {
+    Some(Raw {
+        field,
+        scale,
+        kind: RawKind::PassThrough,
+    })
+}
+
+const fn estimate(field: Field, scale: f64) -> Option<Raw> {
+    Some(Raw {
+        field,
+        scale,
+        kind: RawKind::Estimate,
+    })
+}
+
+impl MetricDesc {
+    /// Whether `names`, the label names of one sample of this family in order (the
+    /// entity's, then the family's own, as [`crate::exposition::for_each_value`] gives
+    /// them), are the ones the catalog declares.
+    ///
+    /// A GPU family's sample starts with the entity's labels: [`GPU_LABELS`] in that
+    /// order, each at most once (an entity has the ones it has). The families of a device
+    /// no single pod holds (`truthscale_gpu_allocation_info`, `truthscale_pod_*`) then add
+    /// the holder's `pod`, `namespace` and `container`, in that order, where the entity has
+    /// none: after the entity's `node`, where it has one. Then come exactly
+    /// [`MetricDesc::extra_labels`], in order. One exception: on
+    /// `truthscale_gpu_allocation_info`, `replica` is there only when the device id names
+    /// one, and the allowlisted pod labels (`label_…`) follow it.
+    ///
+    /// # Errors
+    /// What differs, with the family's name.
+    pub fn check_labels(&self, names: &[&str]) -> Result<(), String> {
+        /// The longest prefix of `names` in the order of `order`, each at most once and
+        /// none in `seen`; returns its length.
+        fn ordered_run(names: &[&str], order: &[&str], seen: &[&str]) -> usize {
+            let mut next = 0;
+            let mut n = 0;
+            for name in names {
+                match order[next..].iter().position(|l| l == name) {
+                    Some(p) if !seen.contains(name) => {
+                        next += p + 1;
+                        n += 1;
+                    }
+                    _ => break,
+                }
+            }
+            n
+        }
+        let mut rest = names;
+        if self.scope == Scope::Gpu {
+            let own = ordered_run(rest, GPU_LABELS, &[]);
+            let holder = if matches!(
+                self.id,
+                MetricId::Gpu(
+                    GpuMetric::GpuAllocation
+                        | GpuMetric::PodEffectiveCompute
+                        | GpuMetric::PodMemoryUsed
+                )
+            ) {
+                ordered_run(
+                    &rest[own..],
+                    &["pod", "namespace", "container"],
+                    &rest[..own],
+                )
+            } else {
+                0
+            };
+            rest = &rest[own + holder..];
+        }
+        let ok = if self.id == MetricId::Gpu(GpuMetric::GpuAllocation) {
+            debug_assert_eq!(self.extra_labels, ["resource", "replica"]);
+            let after = rest.strip_prefix(&["resource"][..]);
+            let after = after.map(|a| a.strip_prefix(&["replica"][..]).unwrap_or(a));
+            after.is_some_and(|a| a.iter().all(|n| n.starts_with("label_")))
+        } else {
+            rest == self.extra_labels
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "{}: labels {names:?}, but the catalog declares {:?} then {:?}",
+                self.name,
+                match self.scope {
+                    Scope::Gpu => GPU_LABELS,
+                    Scope::Exporter => &[],
+                },
+                self.extra_labels
+            ))
+        }
+    }
 }
 
 /// The OpenTelemetry instrument a family is exported as.
@@ -119,198 +262,337 @@ const fn updown(name: &'static str, unit: &'static str) -> Option<OtelDesc> {
     })
 }
 
+/// The [`MetricId`] of `Group::Variant` in the table.
+macro_rules! metric_id {
+    (Gpu $v:ident) => {
+        MetricId::Gpu(GpuMetric::$v)
+    };
+    (Serving $v:ident) => {
+        MetricId::Serving(ServingMetric::$v)
+    };
+    (Exporter $v:ident) => {
+        MetricId::Exporter(ExporterMetric::$v)
+    };
+}
+
+/// The label set of a group's families.
+macro_rules! group_scope {
+    (Gpu) => {
+        Scope::Gpu
+    };
+    (Serving) => {
+        Scope::Gpu
+    };
+    (Exporter) => {
+        Scope::Exporter
+    };
+}
+
+/// One enum per group, from the table's `Group::Variant` ids in table order: a muncher that
+/// sorts the ids into the three groups, then writes the enums. (One recursion per family:
+/// past about 120 families, raise `recursion_limit`.)
+macro_rules! group_enums {
+    (@sort [$(($g:ident $gn:literal))*] [$(($s:ident $sn:literal))*] [$(($e:ident $en:literal))*]) => {
+        /// The families of one GPU entity (or of its processes and pods), but the serving
+        /// engine's: what `gpu_values` writes.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum GpuMetric {
+            $(
+                #[doc = $gn]
+                $g
+            ),*
+        }
+
+        /// The serving engine's families (per GPU entity, from the engine attached to it).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum ServingMetric {
+            $(
+                #[doc = $sn]
+                $s
+            ),*
+        }
+
+        /// The families about the exporter itself.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum ExporterMetric {
+            $(
+                #[doc = $en]
+                $e
+            ),*
+        }
+
+        impl GpuMetric {
+            /// Every id of the group, in exposition order.
+            pub const ALL: &[GpuMetric] = &[$(GpuMetric::$g),*];
+        }
+
+        impl ServingMetric {
+            /// Every id of the group, in exposition order.
+            pub const ALL: &[ServingMetric] = &[$(ServingMetric::$s),*];
+        }
+
+        impl ExporterMetric {
+            /// Every id of the group, in exposition order.
+            pub const ALL: &[ExporterMetric] = &[$(ExporterMetric::$e),*];
+        }
+    };
+    (@sort [$($g:tt)*] [$($s:tt)*] [$($e:tt)*] Gpu $v:ident $n:literal $($rest:tt)*) => {
+        group_enums!(@sort [$($g)* ($v $n)] [$($s)*] [$($e)*] $($rest)*);
+    };
+    (@sort [$($g:tt)*] [$($s:tt)*] [$($e:tt)*] Serving $v:ident $n:literal $($rest:tt)*) => {
+        group_enums!(@sort [$($g)*] [$($s)* ($v $n)] [$($e)*] $($rest)*);
+    };
+    (@sort [$($g:tt)*] [$($s:tt)*] [$($e:tt)*] Exporter $v:ident $n:literal $($rest:tt)*) => {
+        group_enums!(@sort [$($g)*] [$($s)*] [$($e)* ($v $n)] $($rest)*);
+    };
+}
+
 macro_rules! metrics {
-    ($( $id:ident / $variant:ident = $name:literal, $kind:ident, $scope:ident, [$($l:literal),*], $otel:expr, $help:literal; )+) => {
+    ($( $id:ident / $group:ident :: $variant:ident = $name:literal, $kind:ident, [$($l:literal),*], $otel:expr, $raw:expr, $help:literal; )+) => {
         $(
             #[doc = $help]
             pub const $id: MetricDesc = MetricDesc {
-                id: MetricId::$variant,
+                id: metric_id!($group $variant),
                 name: $name,
                 kind: Kind::$kind,
                 help: $help,
-                scope: Scope::$scope,
+                scope: group_scope!($group),
                 extra_labels: &[$($l),*],
                 otel: $otel,
+                raw: $raw,
             };
         )+
         /// Every metric, in exposition order.
         pub const ALL: &[MetricDesc] = &[$($id),+];
 
-        /// One id per catalog entry. The encoder matches on it exhaustively, so a metric
-        /// without a value, or a value without a metric, does not compile.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum MetricId {
-            $(
-                #[doc = $name]
-                $variant
-            ),+
+        group_enums!(@sort [] [] [] $($group $variant $name)+);
+
+        /// The position of each family in [`ALL`] (variant names are unique across groups,
+        /// which this enum also checks).
+        #[allow(clippy::enum_variant_names, reason = "the variants are named as the metrics are (GpuInfo, GpuUp, …)")]
+        #[derive(Clone, Copy)]
+        enum Position {
+            $($variant),+
         }
 
         impl MetricId {
-            /// The catalog entry of this id.
+            /// The position of this id in [`ALL`] (exposition order): `0..ALL.len()`, for
+            /// tables indexed by family.
             #[must_use]
-            pub fn desc(self) -> &'static MetricDesc {
-                match self { $(MetricId::$variant => &$id),+ }
+            pub const fn index(self) -> usize {
+                match self { $(metric_id!($group $variant) => Position::$variant as usize),+ }
             }
 
             /// The id of a full metric name (`truthscale_…`, counters with `_total`): the
             /// reverse map for readers of truthscale's own series.
             #[must_use]
             pub fn from_name(name: &str) -> Option<MetricId> {
-                match name { $($name => Some(MetricId::$variant),)+ _ => None }
+                match name { $($name => Some(metric_id!($group $variant)),)+ _ => None }
             }
         }
     };
 }
 
+/// One id per catalog entry, by group: each group's value function matches its own enum
+/// exhaustively, so a metric without a value, or a value without a metric, does not compile.
+///
+/// Ordered as [`ALL`] is (exposition order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MetricId {
+    /// A family of a GPU entity.
+    Gpu(GpuMetric),
+    /// A family of the serving engine attached to a GPU entity.
+    Serving(ServingMetric),
+    /// A family about the exporter itself.
+    Exporter(ExporterMetric),
+}
+
+impl MetricId {
+    /// The catalog entry of this id.
+    #[must_use]
+    pub fn desc(self) -> &'static MetricDesc {
+        &ALL[self.index()]
+    }
+}
+
+impl PartialOrd for MetricId {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for MetricId {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.index().cmp(&other.index())
+    }
+}
+
+impl From<GpuMetric> for MetricId {
+    fn from(m: GpuMetric) -> Self {
+        MetricId::Gpu(m)
+    }
+}
+
+impl From<ServingMetric> for MetricId {
+    fn from(m: ServingMetric) -> Self {
+        MetricId::Serving(m)
+    }
+}
+
+impl From<ExporterMetric> for MetricId {
+    fn from(m: ExporterMetric) -> Self {
+        MetricId::Exporter(m)
+    }
+}
+
 metrics! {
-    GPU_INFO / GpuInfo = "truthscale_gpu_info", Gauge, Gpu, ["source", "fidelity", "catalog_model"], gauge("truthscale.gpu.info", "1"),
+    GPU_INFO / Gpu::GpuInfo = "truthscale_gpu_info", Gauge, ["source", "fidelity", "catalog_model"], gauge("truthscale.gpu.info", "1"), None,
         "Identity of a GPU or MIG instance (value 1); source=\"sim\" marks simulated data, replayed or live; fidelity is the capability tier, the best any window had (stable; per-window coverage is in the *_observed_seconds_total counters).";
-    GPU_UP / GpuUp = "truthscale_gpu_up", Gauge, Gpu, [], gauge("truthscale.gpu.up", "1"),
+    GPU_UP / Gpu::GpuUp = "truthscale_gpu_up", Gauge, [], gauge("truthscale.gpu.up", "1"), None,
         "Whether the GPU produced data within the stale period (1), or stopped, e.g. fell off the bus (0, kept for 10 minutes; its other series are gone).";
-    GPU_REPORTED_UTILIZATION / GpuReportedUtilization = "truthscale_gpu_reported_utilization_ratio", Gauge, Gpu, [], Some(OtelDesc { name: "hw.gpu.utilization", unit: "1", instrument: OtelInstrument::Gauge, fixed: &[("hw.gpu.task", "general")] }),
+    GPU_REPORTED_UTILIZATION / Gpu::GpuReportedUtilization = "truthscale_gpu_reported_utilization_ratio", Gauge, [], Some(OtelDesc { name: "hw.gpu.utilization", unit: "1", instrument: OtelInstrument::Gauge, fixed: &[("hw.gpu.task", "general")] }), raw(Field::ReportedUtil, 1.0),
         "Busy fraction as nvidia-smi reports it: time with at least one kernel resident.";
-    GPU_EFFECTIVE_COMPUTE / GpuEffectiveCompute = "truthscale_gpu_effective_compute_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.effective_compute", "1"),
+    GPU_EFFECTIVE_COMPUTE / Gpu::GpuEffectiveCompute = "truthscale_gpu_effective_compute_ratio", Gauge, [], gauge("truthscale.gpu.effective_compute", "1"), None,
         "Effective compute fraction of the last window: tensor work (plus peak-weighted FP16/FP32 pipes) over the datasheet dense peak, times the clock correction; only for a window with an SM-clock reading and a catalog model (truthscale_gpu_clock_correction_ratio present): without them the tensor activity is not corrected, so there is no value (the raw pipe is truthscale_gpu_tensor_active_ratio).";
-    GPU_EFFECTIVE_COMPUTE_UPPER_BOUND / GpuEffectiveComputeUpperBound = "truthscale_gpu_effective_compute_upper_bound_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.effective_compute.upper_bound", "1"),
+    GPU_EFFECTIVE_COMPUTE_UPPER_BOUND / Gpu::GpuEffectiveComputeUpperBound = "truthscale_gpu_effective_compute_upper_bound_ratio", Gauge, [], gauge("truthscale.gpu.effective_compute.upper_bound", "1"), None,
         "Upper bound on effective compute when no tensor counter exists (equals the busy fraction).";
-    GPU_ROOFLINE_SATURATION / GpuRooflineSaturation = "truthscale_gpu_roofline_saturation_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.roofline_saturation", "1"),
+    GPU_ROOFLINE_SATURATION / Gpu::GpuRooflineSaturation = "truthscale_gpu_roofline_saturation_ratio", Gauge, [], gauge("truthscale.gpu.roofline_saturation", "1"), None,
         "Roofline saturation at the clocks the GPU ran: max(compute, DRAM activity).";
-    GPU_INFLATION_GAP / GpuInflationGap = "truthscale_gpu_inflation_gap_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.inflation_gap", "1"),
+    GPU_INFLATION_GAP / Gpu::GpuInflationGap = "truthscale_gpu_inflation_gap_ratio", Gauge, [], gauge("truthscale.gpu.inflation_gap", "1"), None,
         "Reported utilization minus effective compute (multiply by 100 for points).";
-    GPU_SPATIAL_INFLATION / GpuSpatialInflation = "truthscale_gpu_spatial_inflation_factor", Gauge, Gpu, [], gauge("truthscale.gpu.spatial_inflation", "1"),
+    GPU_SPATIAL_INFLATION / Gpu::GpuSpatialInflation = "truthscale_gpu_spatial_inflation_factor", Gauge, [], gauge("truthscale.gpu.spatial_inflation", "1"), None,
         "Reported utilization over SM active: how much the busy flag overstates SM coverage.";
-    GPU_INTENSITY_RIDGE / GpuIntensityRidge = "truthscale_gpu_intensity_ridge_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.intensity_ridge", "1"),
+    GPU_INTENSITY_RIDGE / Gpu::GpuIntensityRidge = "truthscale_gpu_intensity_ridge_ratio", Gauge, [], gauge("truthscale.gpu.intensity_ridge", "1"), None,
         "Operational intensity over the roofline ridge (rho = tensor / DRAM activity); above 1 is compute-bound.";
-    GPU_POWER_PROXY / GpuPowerProxy = "truthscale_gpu_power_proxy_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.power_proxy", "1"),
+    GPU_POWER_PROXY / Gpu::GpuPowerProxy = "truthscale_gpu_power_proxy_ratio", Gauge, [], gauge("truthscale.gpu.power_proxy", "1"), None,
         "Power above idle over the power range: an estimate of work intensity, not compute (below the profiling tier).";
-    GPU_CLOCK_CORRECTION / GpuClockCorrection = "truthscale_gpu_clock_correction_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.clock_correction", "1"),
+    GPU_CLOCK_CORRECTION / Gpu::GpuClockCorrection = "truthscale_gpu_clock_correction_ratio", Gauge, [], gauge("truthscale.gpu.clock_correction", "1"), None,
         "Mean SM clock of the last window over the clock the datasheet peak assumes (kappa).";
-    GPU_SM_ACTIVE / GpuSmActive = "truthscale_gpu_sm_active_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.sm.active", "1"),
+    GPU_SM_ACTIVE / Gpu::GpuSmActive = "truthscale_gpu_sm_active_ratio", Gauge, [], gauge("truthscale.gpu.sm.active", "1"), raw(Field::SmActive, 1.0),
         "Raw SM active fraction, where the source provides it.";
-    GPU_SM_OCCUPANCY / GpuSmOccupancy = "truthscale_gpu_sm_occupancy_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.sm.occupancy", "1"),
+    GPU_SM_OCCUPANCY / Gpu::GpuSmOccupancy = "truthscale_gpu_sm_occupancy_ratio", Gauge, [], gauge("truthscale.gpu.sm.occupancy", "1"), raw(Field::SmOccupancy, 1.0),
         "Raw SM occupancy, where the source provides it.";
-    GPU_TENSOR_ACTIVE / GpuTensorActive = "truthscale_gpu_tensor_active_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.tensor.active", "1"),
+    GPU_TENSOR_ACTIVE / Gpu::GpuTensorActive = "truthscale_gpu_tensor_active_ratio", Gauge, [], gauge("truthscale.gpu.tensor.active", "1"), raw(Field::TensorActive, 1.0),
         "Raw tensor pipe active fraction, where the source provides it.";
-    GPU_HMMA_ACTIVE / GpuHmmaActive = "truthscale_gpu_hmma_active_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.tensor.hmma.active", "1"),
+    GPU_HMMA_ACTIVE / Gpu::GpuHmmaActive = "truthscale_gpu_hmma_active_ratio", Gauge, [], gauge("truthscale.gpu.tensor.hmma.active", "1"), raw(Field::HmmaActive, 1.0),
         "Raw HMMA (half-precision) tensor pipe active fraction, where the source provides it.";
-    GPU_IMMA_ACTIVE / GpuImmaActive = "truthscale_gpu_imma_active_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.tensor.imma.active", "1"),
+    GPU_IMMA_ACTIVE / Gpu::GpuImmaActive = "truthscale_gpu_imma_active_ratio", Gauge, [], gauge("truthscale.gpu.tensor.imma.active", "1"), raw(Field::ImmaActive, 1.0),
         "Raw IMMA (integer) tensor pipe active fraction, where the source provides it.";
-    GPU_DRAM_ACTIVE / GpuDramActive = "truthscale_gpu_dram_active_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.dram.active", "1"),
+    GPU_DRAM_ACTIVE / Gpu::GpuDramActive = "truthscale_gpu_dram_active_ratio", Gauge, [], gauge("truthscale.gpu.dram.active", "1"), raw(Field::DramActive, 1.0),
         "Raw DRAM bandwidth fraction, where the source provides it.";
-    GPU_OBSERVED_SECONDS / GpuObservedSeconds = "truthscale_gpu_observed_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.observed.time", "s"),
+    GPU_OBSERVED_SECONDS / Gpu::GpuObservedSeconds = "truthscale_gpu_observed_seconds_total", Counter, [], counter("truthscale.gpu.observed.time", "s"), None,
         "Seconds covered by derived windows (the denominator for exact averages).";
-    GPU_UNOBSERVED_SECONDS / GpuUnobservedSeconds = "truthscale_gpu_unobserved_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.unobserved.time", "s"),
+    GPU_UNOBSERVED_SECONDS / Gpu::GpuUnobservedSeconds = "truthscale_gpu_unobserved_seconds_total", Counter, [], counter("truthscale.gpu.unobserved.time", "s"), None,
         "Seconds not observed: windows longer than derive.max_gap_intervals of the source's update interval (a source that was down, a capture with a hole). No other counter grows for them, but energy where the energy counter spans them.";
-    GPU_BUSY_SECONDS / GpuBusySeconds = "truthscale_gpu_busy_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.busy.time", "s"),
+    GPU_BUSY_SECONDS / Gpu::GpuBusySeconds = "truthscale_gpu_busy_seconds_total", Counter, [], counter("truthscale.gpu.busy.time", "s"), None,
         "Integral of reported utilization over the seconds it was measured; only for entities with a busy flag. Mean: divide by truthscale_gpu_busy_observed_seconds_total.";
-    GPU_BUSY_OBSERVED_SECONDS / GpuBusyObservedSeconds = "truthscale_gpu_busy_observed_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.busy.observed.time", "s"),
+    GPU_BUSY_OBSERVED_SECONDS / Gpu::GpuBusyObservedSeconds = "truthscale_gpu_busy_observed_seconds_total", Counter, [], counter("truthscale.gpu.busy.observed.time", "s"), None,
         "Seconds in which the busy flag was measured: the denominator of truthscale_gpu_busy_seconds_total.";
-    GPU_EFFECTIVE_COMPUTE_SECONDS / GpuEffectiveComputeSeconds = "truthscale_gpu_effective_compute_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.effective_compute.time", "s"),
+    GPU_EFFECTIVE_COMPUTE_SECONDS / Gpu::GpuEffectiveComputeSeconds = "truthscale_gpu_effective_compute_seconds_total", Counter, [], counter("truthscale.gpu.effective_compute.time", "s"), None,
         "Integral of the effective compute fraction over the seconds it was measured; only for entities with a tensor counter. Mean: divide by truthscale_gpu_effective_compute_observed_seconds_total.";
-    GPU_EFFECTIVE_COMPUTE_OBSERVED_SECONDS / GpuEffectiveComputeObservedSeconds = "truthscale_gpu_effective_compute_observed_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.effective_compute.observed.time", "s"),
+    GPU_EFFECTIVE_COMPUTE_OBSERVED_SECONDS / Gpu::GpuEffectiveComputeObservedSeconds = "truthscale_gpu_effective_compute_observed_seconds_total", Counter, [], counter("truthscale.gpu.effective_compute.observed.time", "s"), None,
         "Seconds in which effective compute was measured (DCGM multiplexing blanks some windows): the denominator of truthscale_gpu_effective_compute_seconds_total.";
-    GPU_REGIME_SECONDS / GpuRegimeSeconds = "truthscale_gpu_regime_seconds_total", Counter, Gpu, ["regime", "method"], counter("truthscale.gpu.regime.time", "s"),
+    GPU_REGIME_SECONDS / Gpu::GpuRegimeSeconds = "truthscale_gpu_regime_seconds_total", Counter, ["regime", "method"], counter("truthscale.gpu.regime.time", "s"), None,
         "Seconds in each counter regime (idle, compute_bound, memory_bound, mixed, stalled, underloaded), for every workload; method=counters from tensor and DRAM counters, method=power_heuristic an estimate from the busy flag and power.";
-    GPU_REGIME / GpuRegime = "truthscale_gpu_regime", Gauge, Gpu, ["regime", "method"], gauge("truthscale.gpu.regime", "1"),
+    GPU_REGIME / Gpu::GpuRegime = "truthscale_gpu_regime", Gauge, ["regime", "method"], gauge("truthscale.gpu.regime", "1"), None,
         "The counter regime of the last window (1) and the others (0); method says how it was decided.";
-    GPU_PHASE_SECONDS / GpuPhaseSeconds = "truthscale_gpu_phase_seconds_total", Counter, Gpu, ["phase", "method"], counter("truthscale.gpu.phase.time", "s"),
+    GPU_PHASE_SECONDS / Gpu::GpuPhaseSeconds = "truthscale_gpu_phase_seconds_total", Counter, ["phase", "method"], counter("truthscale.gpu.phase.time", "s"), None,
         "LLM serving only (an engine attached, or derive.workload = llm_serving): seconds in each phase; prefill is the compute-bound regime, decode the memory-bound one.";
-    GPU_PHASE / GpuPhase = "truthscale_gpu_phase", Gauge, Gpu, ["phase", "method"], gauge("truthscale.gpu.phase", "1"),
+    GPU_PHASE / Gpu::GpuPhase = "truthscale_gpu_phase", Gauge, ["phase", "method"], gauge("truthscale.gpu.phase", "1"), None,
         "LLM serving only: the current phase (1) and the others (0), in serving words (prefill, decode).";
-    GPU_MEMORY_USED / GpuMemoryUsed = "truthscale_gpu_memory_used_bytes", Gauge, Gpu, [], updown("hw.gpu.memory.usage", "By"),
+    GPU_MEMORY_USED / Gpu::GpuMemoryUsed = "truthscale_gpu_memory_used_bytes", Gauge, [], updown("hw.gpu.memory.usage", "By"), raw(Field::MemUsedBytes, 1.0),
         "Allocated device memory.";
-    GPU_MEMORY_TOTAL / GpuMemoryTotal = "truthscale_gpu_memory_total_bytes", Gauge, Gpu, [], updown("hw.gpu.memory.limit", "By"),
+    GPU_MEMORY_TOTAL / Gpu::GpuMemoryTotal = "truthscale_gpu_memory_total_bytes", Gauge, [], updown("hw.gpu.memory.limit", "By"), raw(Field::MemTotalBytes, 1.0),
         "Total device memory.";
-    GPU_POWER / GpuPower = "truthscale_gpu_power_watts", Gauge, Gpu, [], gauge("hw.power", "W"),
+    GPU_POWER / Gpu::GpuPower = "truthscale_gpu_power_watts", Gauge, [], gauge("hw.power", "W"), estimate(Field::PowerWatts, 1.0),
         "Power over the last window (from the energy counter when available).";
-    GPU_POWER_LIMIT / GpuPowerLimit = "truthscale_gpu_power_limit_watts", Gauge, Gpu, [], gauge("truthscale.gpu.power.limit", "W"),
+    GPU_POWER_LIMIT / Gpu::GpuPowerLimit = "truthscale_gpu_power_limit_watts", Gauge, [], gauge("truthscale.gpu.power.limit", "W"), raw(Field::PowerLimitWatts, 1.0),
         "Enforced power limit.";
-    GPU_ENERGY / GpuEnergy = "truthscale_gpu_energy_joules_total", Counter, Gpu, [], counter("hw.energy", "J"),
+    GPU_ENERGY / Gpu::GpuEnergy = "truthscale_gpu_energy_joules_total", Counter, [], counter("hw.energy", "J"), None,
         "Energy measured since the exporter first saw the GPU (energy counter deltas, else power times time); only for entities with an energy or power reading.";
-    GPU_ENERGY_OBSERVED_SECONDS / GpuEnergyObservedSeconds = "truthscale_gpu_energy_observed_seconds_total", Counter, Gpu, [], counter("truthscale.gpu.energy.observed.time", "s"),
+    GPU_ENERGY_OBSERVED_SECONDS / Gpu::GpuEnergyObservedSeconds = "truthscale_gpu_energy_observed_seconds_total", Counter, [], counter("truthscale.gpu.energy.observed.time", "s"), None,
         "Seconds in which energy was measured: the denominator for mean power from truthscale_gpu_energy_joules_total.";
-    GPU_SM_CLOCK / GpuSmClock = "truthscale_gpu_sm_clock_hertz", Gauge, Gpu, [], gauge("truthscale.gpu.sm.clock", "Hz"),
+    GPU_SM_CLOCK / Gpu::GpuSmClock = "truthscale_gpu_sm_clock_hertz", Gauge, [], gauge("truthscale.gpu.sm.clock", "Hz"), raw(Field::SmClockMhz, 1e6),
         "SM clock.";
-    GPU_TEMPERATURE / GpuTemperature = "truthscale_gpu_temperature_celsius", Gauge, Gpu, [], gauge("truthscale.gpu.temperature", "Cel"),
+    GPU_TEMPERATURE / Gpu::GpuTemperature = "truthscale_gpu_temperature_celsius", Gauge, [], gauge("truthscale.gpu.temperature", "Cel"), raw(Field::TempCelsius, 1.0),
         "GPU temperature.";
-    GPU_CLOCK_EVENT / GpuClockEvent = "truthscale_gpu_clock_event_active", Gauge, Gpu, ["reason"], gauge("truthscale.gpu.clock_event.active", "1"),
+    GPU_CLOCK_EVENT / Gpu::GpuClockEvent = "truthscale_gpu_clock_event_active", Gauge, ["reason"], gauge("truthscale.gpu.clock_event.active", "1"), None,
         "Clock-event (throttle) reasons active in the last window (1) or not (0).";
-    GPU_VERDICT / GpuVerdict = "truthscale_gpu_verdict", Gauge, Gpu, ["verdict"], gauge("truthscale.gpu.verdict", "1"),
+    GPU_VERDICT / Gpu::GpuVerdict = "truthscale_gpu_verdict", Gauge, ["verdict"], gauge("truthscale.gpu.verdict", "1"), None,
         "The verdict of the last window (1) and the others (0): throttled, blocked, starved, busy, idle, unknown (see docs/verdicts.md).";
-    GPU_CEILING_ROOFLINE_SATURATION / GpuCeilingRooflineSaturation = "truthscale_gpu_ceiling_roofline_saturation_ratio", Gauge, Gpu, [], gauge("truthscale.gpu.ceiling.roofline_saturation", "1"),
+    GPU_CEILING_ROOFLINE_SATURATION / Gpu::GpuCeilingRooflineSaturation = "truthscale_gpu_ceiling_roofline_saturation_ratio", Gauge, [], gauge("truthscale.gpu.ceiling.roofline_saturation", "1"), None,
         "Observed ceiling: the best 60 s average roofline saturation seen in the last hour. Observed, so a lower bound on the true ceiling.";
-    GPU_CEILING_OUTPUT_TOKENS / GpuCeilingOutputTokens = "truthscale_gpu_ceiling_output_tokens_per_second", Gauge, Gpu, [], gauge("truthscale.gpu.ceiling.output_tokens.rate", "{token}/s"),
+    GPU_CEILING_OUTPUT_TOKENS / Gpu::GpuCeilingOutputTokens = "truthscale_gpu_ceiling_output_tokens_per_second", Gauge, [], gauge("truthscale.gpu.ceiling.output_tokens.rate", "{token}/s"), None,
         "Observed ceiling: the best 60 s average of the serving engine's output tokens per second in the last hour. Observed, so a lower bound on the true ceiling.";
-    GPU_CEILING_AGE / GpuCeilingAge = "truthscale_gpu_ceiling_age_seconds", Gauge, Gpu, ["quantity"], gauge("truthscale.gpu.ceiling.age", "s"),
+    GPU_CEILING_AGE / Gpu::GpuCeilingAge = "truthscale_gpu_ceiling_age_seconds", Gauge, ["quantity"], gauge("truthscale.gpu.ceiling.age", "s"), None,
         "Seconds since the 60 s span that set the observed ceiling ended; quantity=roofline_saturation|output_tokens_per_second.";
-    GPU_CEILING_RATIO / GpuCeilingRatio = "truthscale_gpu_ceiling_ratio", Gauge, Gpu, ["quantity"], gauge("truthscale.gpu.ceiling.ratio", "1"),
+    GPU_CEILING_RATIO / Gpu::GpuCeilingRatio = "truthscale_gpu_ceiling_ratio", Gauge, ["quantity"], gauge("truthscale.gpu.ceiling.ratio", "1"), None,
         "Current window over the observed ceiling (quantity=roofline_saturation|output_tokens_per_second). The ceiling is observed, a lower bound on the true one, so this overstates how close to the limit the GPU runs; one window can exceed 1.";
-    SERVING_ENGINE_UP / ServingEngineUp = "truthscale_serving_engine_up", Gauge, Gpu, ["engine", "absent_reason"], gauge("truthscale.serving.engine.up", "1"),
+    SERVING_ENGINE_UP / Serving::ServingEngineUp = "truthscale_serving_engine_up", Gauge, ["engine", "absent_reason"], gauge("truthscale.serving.engine.up", "1"), None,
         "Whether the serving engine's /metrics was read with the GPU sample (1, engine=vllm|sglang|tgi) or is absent (0, with absent_reason); absent is never zeros.";
-    SERVING_KV_CACHE_USAGE / ServingKvCacheUsage = "truthscale_serving_kv_cache_usage_ratio", Gauge, Gpu, ["engine"], gauge("truthscale.serving.kv_cache.usage", "1"),
+    SERVING_KV_CACHE_USAGE / Serving::ServingKvCacheUsage = "truthscale_serving_kv_cache_usage_ratio", Gauge, ["engine"], gauge("truthscale.serving.kv_cache.usage", "1"), None,
         "KV-cache pressure: fraction of the engine's KV-cache blocks in use.";
-    SERVING_REQUESTS_RUNNING / ServingRequestsRunning = "truthscale_serving_requests_running", Gauge, Gpu, ["engine"], gauge("truthscale.serving.requests.running", "{request}"),
+    SERVING_REQUESTS_RUNNING / Serving::ServingRequestsRunning = "truthscale_serving_requests_running", Gauge, ["engine"], gauge("truthscale.serving.requests.running", "{request}"), None,
         "Requests the engine is running.";
-    SERVING_REQUESTS_WAITING / ServingRequestsWaiting = "truthscale_serving_requests_waiting", Gauge, Gpu, ["engine"], gauge("truthscale.serving.requests.waiting", "{request}"),
+    SERVING_REQUESTS_WAITING / Serving::ServingRequestsWaiting = "truthscale_serving_requests_waiting", Gauge, ["engine"], gauge("truthscale.serving.requests.waiting", "{request}"), None,
         "Requests queued in the engine.";
-    SERVING_QUEUE_SECONDS / ServingQueueSeconds = "truthscale_serving_queue_seconds", Gauge, Gpu, ["engine"], gauge("truthscale.serving.queue.duration", "s"),
+    SERVING_QUEUE_SECONDS / Serving::ServingQueueSeconds = "truthscale_serving_queue_seconds", Gauge, ["engine"], gauge("truthscale.serving.queue.duration", "s"), None,
         "Mean time requests that left the queue in the last window had waited.";
-    SERVING_PROMPT_TOKENS / ServingPromptTokens = "truthscale_serving_prompt_tokens_per_second", Gauge, Gpu, ["engine"], gauge("truthscale.serving.prompt_tokens.rate", "{token}/s"),
+    SERVING_PROMPT_TOKENS / Serving::ServingPromptTokens = "truthscale_serving_prompt_tokens_per_second", Gauge, ["engine"], gauge("truthscale.serving.prompt_tokens.rate", "{token}/s"), None,
         "Prompt (prefill) tokens per second: the rate of the engine's counter over the last window, resets handled.";
-    SERVING_OUTPUT_TOKENS / ServingOutputTokens = "truthscale_serving_output_tokens_per_second", Gauge, Gpu, ["engine"], gauge("truthscale.serving.output_tokens.rate", "{token}/s"),
+    SERVING_OUTPUT_TOKENS / Serving::ServingOutputTokens = "truthscale_serving_output_tokens_per_second", Gauge, ["engine"], gauge("truthscale.serving.output_tokens.rate", "{token}/s"), None,
         "Output (generated) tokens per second: the rate of the engine's counter over the last window, resets handled.";
-    SERVING_BATCH_SIZE / ServingBatchSize = "truthscale_serving_batch_size", Gauge, Gpu, ["engine"], gauge("truthscale.serving.batch.size", "{request}"),
+    SERVING_BATCH_SIZE / Serving::ServingBatchSize = "truthscale_serving_batch_size", Gauge, ["engine"], gauge("truthscale.serving.batch.size", "{request}"), None,
         "Requests in the running batch.";
-    SERVING_TOKENS_PER_EFFECTIVE_COMPUTE / ServingTokensPerEffectiveCompute = "truthscale_serving_tokens_per_effective_compute_second", Gauge, Gpu, ["engine"], gauge("truthscale.serving.tokens_per_effective_compute", "{token}/s"),
+    SERVING_TOKENS_PER_EFFECTIVE_COMPUTE / Serving::ServingTokensPerEffectiveCompute = "truthscale_serving_tokens_per_effective_compute_second", Gauge, ["engine"], gauge("truthscale.serving.tokens_per_effective_compute", "{token}/s"), None,
         "Prompt plus output tokens per second over the effective compute fraction: tokens per second of full-peak compute.";
-    SERVING_MFU / ServingMfu = "truthscale_serving_model_flops_utilization_ratio", Gauge, Gpu, ["engine", "assumptions"], gauge("truthscale.serving.mfu", "1"),
+    SERVING_MFU / Serving::ServingMfu = "truthscale_serving_model_flops_utilization_ratio", Gauge, ["engine", "assumptions"], gauge("truthscale.serving.mfu", "1"), None,
         "Model FLOP utilization 2*params*tokens/s over the datasheet dense peak, only when params and dtype are configured; assumptions label says which.";
-    SERVING_MBU / ServingMbu = "truthscale_serving_model_bandwidth_utilization_ratio", Gauge, Gpu, ["engine", "assumptions"], gauge("truthscale.serving.mbu", "1"),
+    SERVING_MBU / Serving::ServingMbu = "truthscale_serving_model_bandwidth_utilization_ratio", Gauge, ["engine", "assumptions"], gauge("truthscale.serving.mbu", "1"), None,
         "Model bandwidth utilization: weight bytes * engine steps/s over peak DRAM bandwidth (weights read once per step), only when params and dtype are configured.";
-    SERVING_PHASE_COMPARED_SECONDS / ServingPhaseComparedSeconds = "truthscale_serving_phase_compared_seconds_total", Counter, Gpu, ["engine"], counter("truthscale.serving.phase.compared.time", "s"),
+    SERVING_PHASE_COMPARED_SECONDS / Serving::ServingPhaseComparedSeconds = "truthscale_serving_phase_compared_seconds_total", Counter, ["engine"], counter("truthscale.serving.phase.compared.time", "s"), None,
         "Seconds in which both the counter regime and the engine's own token rates said what the window was (prompt tokens only: prefill; output only: decode; both: mixed).";
-    SERVING_PHASE_AGREED_SECONDS / ServingPhaseAgreedSeconds = "truthscale_serving_phase_agreed_seconds_total", Counter, Gpu, ["engine"], counter("truthscale.serving.phase.agreed.time", "s"),
+    SERVING_PHASE_AGREED_SECONDS / Serving::ServingPhaseAgreedSeconds = "truthscale_serving_phase_agreed_seconds_total", Counter, ["engine"], counter("truthscale.serving.phase.agreed.time", "s"), None,
         "Of truthscale_serving_phase_compared_seconds_total, the seconds in which the counter phase and the engine's token rates agreed.";
-    SERVING_ENGINE_MFU / ServingEngineMfu = "truthscale_serving_engine_flops_utilization_ratio", Gauge, Gpu, ["engine", "assumptions"], gauge("truthscale.serving.engine_mfu", "1"),
+    SERVING_ENGINE_MFU / Serving::ServingEngineMfu = "truthscale_serving_engine_flops_utilization_ratio", Gauge, ["engine", "assumptions"], gauge("truthscale.serving.engine_mfu", "1"), None,
         "The engine's own FLOP estimate per GPU (vLLM's or SGLang's estimated_flops_per_gpu_total, as a rate) over the GPU's datasheet peak: a model-based MFU from the engine itself.";
-    SERVING_ENGINE_MBU / ServingEngineMbu = "truthscale_serving_engine_bandwidth_utilization_ratio", Gauge, Gpu, ["engine", "assumptions"], gauge("truthscale.serving.engine_mbu", "1"),
+    SERVING_ENGINE_MBU / Serving::ServingEngineMbu = "truthscale_serving_engine_bandwidth_utilization_ratio", Gauge, ["engine", "assumptions"], gauge("truthscale.serving.engine_mbu", "1"), None,
         "The engine's own estimate of bytes read plus written per GPU per second over the GPU's DRAM bandwidth: a model-based MBU from the engine itself.";
-    SERVING_COMPUTE_AGREEMENT / ServingComputeAgreement = "truthscale_serving_compute_agreement_ratio", Gauge, Gpu, ["engine", "estimate", "measure"], gauge("truthscale.serving.compute_agreement", "1"),
+    SERVING_COMPUTE_AGREEMENT / Serving::ServingComputeAgreement = "truthscale_serving_compute_agreement_ratio", Gauge, ["engine", "estimate", "measure"], gauge("truthscale.serving.compute_agreement", "1"), None,
         "The engine's FLOP utilization (estimate=\"engine_flops\") over the effective compute fraction truthscale measured from the counters (measure=\"effective_compute\"): 1 is agreement, above 1 the engine claims more work than the tensor and FP pipes did; not written below 1 % effective compute.";
-    SERVING_BANDWIDTH_AGREEMENT / ServingBandwidthAgreement = "truthscale_serving_bandwidth_agreement_ratio", Gauge, Gpu, ["engine", "estimate", "measure"], gauge("truthscale.serving.bandwidth_agreement", "1"),
+    SERVING_BANDWIDTH_AGREEMENT / Serving::ServingBandwidthAgreement = "truthscale_serving_bandwidth_agreement_ratio", Gauge, ["engine", "estimate", "measure"], gauge("truthscale.serving.bandwidth_agreement", "1"), None,
         "The engine's bandwidth utilization (estimate=\"engine_bytes\") over the DRAM activity truthscale measured (measure=\"dram_active\"): 1 is agreement; not written below 1 % DRAM activity.";
-    SIM_TRUTH_EFFECTIVE_COMPUTE_SECONDS / SimTruthEffectiveComputeSeconds = "truthscale_sim_truth_effective_compute_seconds_total", Counter, Gpu, [], counter("truthscale.sim.truth.effective_compute.time", "s"),
+    SIM_TRUTH_EFFECTIVE_COMPUTE_SECONDS / Gpu::SimTruthEffectiveComputeSeconds = "truthscale_sim_truth_effective_compute_seconds_total", Counter, [], counter("truthscale.sim.truth.effective_compute.time", "s"), None,
         "Simulator only: the true integral of effective compute, to check the derived one against.";
-    PROCESS_MEMORY_USED / ProcessMemoryUsed = "truthscale_process_memory_used_bytes", Gauge, Gpu, ["pid", "pod_uid", "container_id"], None,
+    PROCESS_MEMORY_USED / Gpu::ProcessMemoryUsed = "truthscale_process_memory_used_bytes", Gauge, ["pid", "pod_uid", "container_id"], None, None,
         "GPU memory used by one process (opt-in: source.per_process_series; high cardinality).";
-    PROCESS_SM_BUSY / ProcessSmBusy = "truthscale_process_sm_busy_ratio", Gauge, Gpu, ["pid", "pod_uid", "container_id"], None,
+    PROCESS_SM_BUSY / Gpu::ProcessSmBusy = "truthscale_process_sm_busy_ratio", Gauge, ["pid", "pod_uid", "container_id"], None, None,
         "Time fraction one process had a kernel on the SMs, as the driver reports it (opt-in; not compute).";
-    GPU_PODS / GpuPods = "truthscale_gpu_pods", Gauge, Gpu, [], None,
+    GPU_PODS / Gpu::GpuPods = "truthscale_gpu_pods", Gauge, [], None, None,
         "Node mode: containers the kubelet allocated this GPU or MIG instance to. 0 is idle capacity; more than 1 is a shared (time-sliced) GPU, whose series carry no pod labels. Absent where the kubelet could not be read.";
-    GPU_ALLOCATION / GpuAllocation = "truthscale_gpu_allocation_info", Gauge, Gpu, ["resource", "replica"], None,
+    GPU_ALLOCATION / Gpu::GpuAllocation = "truthscale_gpu_allocation_info", Gauge, ["resource", "replica"], None, None,
         "Node mode: one series (value 1) per container the kubelet allocated this GPU or MIG instance to, labelled with that container's pod, namespace and container; replica is the time-slicing replica when the device id names one; with node.pod_labels, one more label for each allowlisted label the holder's pod has, named label_ and the key (kube-state-metrics naming: every character outside [a-zA-Z0-9_] becomes _).";
-    POD_EFFECTIVE_COMPUTE / PodEffectiveCompute = "truthscale_pod_effective_compute_ratio", Gauge, Gpu, ["method"], None,
+    POD_EFFECTIVE_COMPUTE / Gpu::PodEffectiveCompute = "truthscale_pod_effective_compute_ratio", Gauge, ["method"], None, None,
         "Node mode, shared GPUs with per-process attribution: an estimate of the device's effective compute fraction that is this pod's, by its processes' share of SM busy time (method=\"sm_busy_share\"); a pod label left out is processes whose pod was not found. The pods of a GPU sum to the device value.";
-    POD_MEMORY_USED / PodMemoryUsed = "truthscale_pod_memory_used_bytes", Gauge, Gpu, [], None,
+    POD_MEMORY_USED / Gpu::PodMemoryUsed = "truthscale_pod_memory_used_bytes", Gauge, [], None, None,
         "Node mode, shared GPUs with per-process attribution: GPU memory the pod's processes use, as the driver reports it per process (measured, not estimated).";
-    BUILD_INFO / BuildInfo = "truthscale_build_info", Gauge, Exporter, ["version"], None,
+    BUILD_INFO / Exporter::BuildInfo = "truthscale_build_info", Gauge, ["version"], None, None,
         "Build of the running exporter (value 1).";
-    SOURCE_UP / SourceUp = "truthscale_source_up", Gauge, Exporter, ["source"], gauge("truthscale.source.up", "1"),
+    SOURCE_UP / Exporter::SourceUp = "truthscale_source_up", Gauge, ["source"], gauge("truthscale.source.up", "1"), None,
         "Whether the counter source produced a sample recently (1) or went stale (0).";
-    SOURCE_ERRORS / SourceErrors = "truthscale_source_errors_total", Counter, Exporter, ["source", "kind"], counter("truthscale.source.errors", "{error}"),
+    SOURCE_ERRORS / Exporter::SourceErrors = "truthscale_source_errors_total", Counter, ["source", "kind"], counter("truthscale.source.errors", "{error}"), None,
         "Failed sampling attempts by kind: unreachable, timeout, http, too_large, parse, io, sentinel, overrun (a tick longer than the interval), and for NVML no_permission, gpu_lost, unsupported, nvml; for the kubelet also unsupported (it does not serve Get); no_permission also when the API server refuses the pod list (source=\"apiserver\").";
-    SAMPLE_DURATION / SampleDuration = "truthscale_sample_duration_seconds", Gauge, Exporter, [], gauge("truthscale.sample.duration", "s"),
+    SAMPLE_DURATION / Exporter::SampleDuration = "truthscale_sample_duration_seconds", Gauge, [], gauge("truthscale.sample.duration", "s"), None,
         "Time the last sampling and derivation tick took.";
-    DIAGNOSTICS / Diagnostics = "truthscale_derivation_diagnostics_total", Counter, Exporter, ["kind"], counter("truthscale.derivation.diagnostics", "{diagnostic}"),
+    DIAGNOSTICS / Exporter::Diagnostics = "truthscale_derivation_diagnostics_total", Counter, ["kind"], counter("truthscale.derivation.diagnostics", "{diagnostic}"), None,
         "Readings dropped, clamped or skipped during derivation, by kind.";
-    SNAPSHOT_TIMESTAMP / SnapshotTimestamp = "truthscale_snapshot_timestamp_seconds", Gauge, Exporter, [], gauge("truthscale.snapshot.timestamp", "s"),
+    SNAPSHOT_TIMESTAMP / Exporter::SnapshotTimestamp = "truthscale_snapshot_timestamp_seconds", Gauge, [], gauge("truthscale.snapshot.timestamp", "s"), None,
         "Unix time of the snapshot being served.";
-    SCRAPE_BODY / ScrapeBody = "truthscale_scrape_body_bytes", Gauge, Exporter, [], None,
+    SCRAPE_BODY / Exporter::ScrapeBody = "truthscale_scrape_body_bytes", Gauge, [], None, None,
         "Size of the previous tick's /metrics body.";
-    SINK_ERRORS / SinkErrors = "truthscale_sink_errors_total", Counter, Exporter, ["sink", "kind"], counter("truthscale.sink.errors", "{error}"),
+    SINK_ERRORS / Exporter::SinkErrors = "truthscale_sink_errors_total", Counter, ["sink", "kind"], counter("truthscale.sink.errors", "{error}"), None,
         "Failed pushes to a sink (sink=\"otlp\") by kind: unavailable, timeout, rejected, other.";
-    SERIES_DROPPED / SeriesDropped = "truthscale_series_dropped_total", Counter, Exporter, [], counter("truthscale.series.dropped", "{series}"),
+    SERIES_DROPPED / Exporter::SeriesDropped = "truthscale_series_dropped_total", Counter, [], counter("truthscale.series.dropped", "{series}"), None,
         "GPU series left out of /metrics by the max_series cap, summed over snapshots (whole entities are left out, the last first).";
 }
 
@@ -578,8 +860,121 @@ mod tests {
             assert_eq!(m.id.desc(), m, "{}", m.name);
             assert_eq!(MetricId::from_name(m.name), Some(m.id), "{}", m.name);
             // Exposition order is id order.
-            assert_eq!(m.id as usize, i, "{}", m.name);
+            assert_eq!(m.id.index(), i, "{}", m.name);
+            if let Some(prev) = i.checked_sub(1) {
+                assert!(ALL[prev].id < m.id, "{}", m.name);
+            }
         }
         assert_eq!(MetricId::from_name("truthscale_nope"), None);
+        // Every group's ids, and only those, are in the catalog, in its order.
+        let ids: Vec<MetricId> = GpuMetric::ALL
+            .iter()
+            .map(|&m| m.into())
+            .chain(ServingMetric::ALL.iter().map(|&m| m.into()))
+            .chain(ExporterMetric::ALL.iter().map(|&m| m.into()))
+            .collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        assert_eq!(sorted, ALL.iter().map(|m| m.id).collect::<Vec<_>>());
+        for m in ALL {
+            let want = match m.id {
+                MetricId::Gpu(_) | MetricId::Serving(_) => Scope::Gpu,
+                MetricId::Exporter(_) => Scope::Exporter,
+            };
+            assert_eq!(m.scope, want, "{}", m.name);
+        }
+    }
+
+    #[test]
+    fn label_names_are_checked_against_the_descriptor() {
+        let gpu = ["gpu", "uuid", "model"];
+        let with = |extra: &[&'static str]| [&gpu[..], extra].concat();
+        assert_eq!(GPU_UP.check_labels(&gpu), Ok(()));
+        assert_eq!(GPU_UP.check_labels(&[]), Ok(()));
+        assert_eq!(
+            GPU_REGIME.check_labels(&with(&["regime", "method"])),
+            Ok(())
+        );
+        // Out of order, missing, extra, repeated.
+        assert!(
+            GPU_REGIME
+                .check_labels(&with(&["method", "regime"]))
+                .is_err()
+        );
+        assert!(GPU_REGIME.check_labels(&with(&["regime"])).is_err());
+        assert!(GPU_UP.check_labels(&with(&["regime"])).is_err());
+        assert!(GPU_UP.check_labels(&["uuid", "gpu"]).is_err());
+        assert!(
+            POD_MEMORY_USED
+                .check_labels(&["gpu", "pod", "namespace", "pod"])
+                .is_err()
+        );
+        // The pod of a shared device's part, after the entity's own labels (its node too).
+        assert_eq!(
+            POD_EFFECTIVE_COMPUTE.check_labels(&["gpu", "uuid", "pod", "namespace", "method"]),
+            Ok(())
+        );
+        assert_eq!(
+            POD_MEMORY_USED.check_labels(&["gpu", "node", "pod", "namespace", "container"]),
+            Ok(())
+        );
+        // Only those families add a pod after the node; none adds one the entity has.
+        assert!(GPU_UP.check_labels(&["gpu", "node", "pod"]).is_err());
+        assert!(
+            POD_MEMORY_USED
+                .check_labels(&["gpu", "pod", "node", "pod"])
+                .is_err()
+        );
+        assert!(
+            POD_MEMORY_USED
+                .check_labels(&["gpu", "node", "namespace", "pod"])
+                .is_err()
+        );
+        // Allocation: replica only where named, pod labels after it.
+        for names in [
+            with(&["pod", "resource"]),
+            with(&["pod", "namespace", "resource", "replica", "label_team"]),
+            with(&["resource", "label_a", "label_b"]),
+        ] {
+            assert_eq!(GPU_ALLOCATION.check_labels(&names), Ok(()), "{names:?}");
+        }
+        assert!(GPU_ALLOCATION.check_labels(&with(&["replica"])).is_err());
+        assert!(
+            GPU_ALLOCATION
+                .check_labels(&with(&["resource", "team"]))
+                .is_err()
+        );
+        // The exporter's families have no GPU labels.
+        assert_eq!(SINK_ERRORS.check_labels(&["sink", "kind"]), Ok(()));
+        assert!(SAMPLE_DURATION.check_labels(&["gpu"]).is_err());
+    }
+
+    #[test]
+    fn raw_families_are_gauges_of_one_reading() {
+        let mut fields = std::collections::HashSet::new();
+        for m in ALL {
+            let Some(r) = m.raw else { continue };
+            assert_eq!(m.kind, Kind::Gauge, "{}", m.name);
+            assert!(m.extra_labels.is_empty(), "{}", m.name);
+            assert!(matches!(m.id, MetricId::Gpu(_)), "{}", m.name);
+            assert!(fields.insert(r.field), "{}: {:?} twice", m.name, r.field);
+            assert!(r.scale.is_finite() && r.scale > 0.0, "{}", m.name);
+            // A ratio field is exported as a ratio.
+            assert_eq!(r.field.is_ratio(), m.name.ends_with("_ratio"), "{}", m.name);
+            // Reading back undoes the export (to the last bit, at worst).
+            for v in [0.0, 0.37, 1.0, 1830.0, 1464.0, 80e9] {
+                let back = r.read_back(r.export(v));
+                assert!(
+                    (back - v).abs() <= v * f64::EPSILON,
+                    "{} {v}: {back}",
+                    m.name
+                );
+            }
+        }
+        // The SM clock: MHz read, Hz exported; read back as the history did (× 1e-6).
+        let clock = GPU_SM_CLOCK.raw.unwrap();
+        assert_eq!((clock.field, clock.scale), (Field::SmClockMhz, 1e6));
+        assert_eq!(clock.scale.recip().to_bits(), 1e-6f64.to_bits());
+        assert_eq!(GPU_POWER.raw.unwrap().kind, RawKind::Estimate);
     }
 }

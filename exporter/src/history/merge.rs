@@ -12,11 +12,7 @@ pub(super) enum SeriesMap {
         labels: Vec<(String, String)>,
     },
     /// One of truthscale's gauges.
-    Own {
-        id: Box<EntityId>,
-        field: Field,
-        scale: f64,
-    },
+    Own { id: Box<EntityId>, raw: Raw },
 }
 
 /// The entity truthscale's own labels name; empty values are absent.
@@ -64,13 +60,12 @@ impl Chunk {
                     labels: s.metric.into_iter().collect(),
                 },
                 Family::Truthscale => {
-                    let Some((_, field, scale)) = OWN_METRICS.iter().find(|m| m.0 == name) else {
+                    let Some(raw) = own_metric(name) else {
                         continue;
                     };
                     SeriesMap::Own {
                         id: Box::new(own_entity(&s.metric)),
-                        field: *field,
-                        scale: *scale,
+                        raw,
                     }
                 }
             };
@@ -115,7 +110,7 @@ pub(super) fn sample_at(
             Some(SeriesMap::Dcgm { name, labels }) => {
                 scrape.push(name, labels, v);
             }
-            Some(SeriesMap::Own { id, field, scale }) => {
+            Some(SeriesMap::Own { id, raw }) => {
                 let k = *own_index.entry(id.key()).or_insert_with(|| {
                     own.push(EntitySample {
                         id: (**id).clone(),
@@ -127,11 +122,11 @@ pub(super) fn sample_at(
                     });
                     own.len() - 1
                 });
-                let x = v * scale;
+                let x = raw.read_back(v);
                 if let Some(e) = own.get_mut(k)
                     && x.is_finite()
                 {
-                    e.readings.set_value(*field, x);
+                    e.readings.set_value(raw.field, x);
                 }
             }
             None => {}

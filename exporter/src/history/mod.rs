@@ -29,10 +29,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use truthscale_core::catalog;
-use truthscale_core::model::{
-    EntityId, EntityKey, EntitySample, Field, MigId, PodRef, Sample, Timestamp,
-};
+use truthscale_core::catalog::{self, GpuMetric, MetricId, Raw};
+use truthscale_core::model::{EntityId, EntityKey, EntitySample, MigId, PodRef, Sample, Timestamp};
 use truthscale_core::parse::dcgm_text::{self, Scrape};
 
 /// Steps per `query_range` request: Prometheus refuses more than 11 000 points per series.
@@ -174,23 +172,30 @@ impl Family {
     }
 }
 
-/// truthscale's own gauges read back: name, field, factor to the field's unit.
-const OWN_METRICS: &[(&str, Field, f64)] = &[
-    (
-        catalog::GPU_REPORTED_UTILIZATION.name,
-        Field::ReportedUtil,
-        1.0,
-    ),
-    (catalog::GPU_TENSOR_ACTIVE.name, Field::TensorActive, 1.0),
-    (catalog::GPU_DRAM_ACTIVE.name, Field::DramActive, 1.0),
-    (catalog::GPU_SM_ACTIVE.name, Field::SmActive, 1.0),
-    (catalog::GPU_SM_OCCUPANCY.name, Field::SmOccupancy, 1.0),
-    (catalog::GPU_SM_CLOCK.name, Field::SmClockMhz, 1e-6),
-    (catalog::GPU_POWER.name, Field::PowerWatts, 1.0),
-    (catalog::GPU_POWER_LIMIT.name, Field::PowerLimitWatts, 1.0),
-    (catalog::GPU_MEMORY_USED.name, Field::MemUsedBytes, 1.0),
-    (catalog::GPU_MEMORY_TOTAL.name, Field::MemTotalBytes, 1.0),
+/// The families of truthscale's own that the history does not read back, though each is
+/// one reading ([`catalog::MetricDesc::raw`]): the history never read them (it read the
+/// families the analysis uses), and reading them would add a `query_range` per family
+/// and chunk for readings the analysis does not use.
+const NOT_READ_BACK: &[MetricId] = &[
+    MetricId::Gpu(GpuMetric::GpuHmmaActive),
+    MetricId::Gpu(GpuMetric::GpuImmaActive),
+    MetricId::Gpu(GpuMetric::GpuTemperature),
 ];
+
+/// How one of truthscale's own series is read back: the reading its family is, from the
+/// catalog (exported as is, or an estimate of it, as the power is).
+fn own_metric(name: &str) -> Option<Raw> {
+    let m = MetricId::from_name(name)?.desc();
+    m.raw.filter(|_| !NOT_READ_BACK.contains(&m.id))
+}
+
+/// The names of truthscale's own families read back, in catalog order.
+fn own_names() -> impl Iterator<Item = &'static str> {
+    catalog::ALL
+        .iter()
+        .map(|m| m.name)
+        .filter(|n| own_metric(n).is_some())
+}
 
 /// The time range, in milliseconds since the epoch: evaluation at `start + k·step ≤ end`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -315,7 +320,7 @@ fn candidate_names() -> Vec<String> {
         names.insert(n.to_owned());
         names.insert(n.to_ascii_uppercase());
     }
-    names.extend(OWN_METRICS.iter().map(|m| m.0.to_owned()));
+    names.extend(own_names().map(str::to_owned));
     names.into_iter().collect()
 }
 
@@ -422,7 +427,7 @@ impl History {
         let dcgm: Vec<String> = found.iter().filter(|n| is_dcgm(n)).cloned().collect();
         let own: Vec<String> = found
             .iter()
-            .filter(|n| OWN_METRICS.iter().any(|m| m.0 == n.as_str()))
+            .filter(|n| own_metric(n).is_some())
             .cloned()
             .collect();
         let (family, names) = if !dcgm.is_empty() {
@@ -659,7 +664,7 @@ pub fn decode_range_answer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use truthscale_core::model::Reading;
+    use truthscale_core::model::{Field, Reading};
 
     #[test]
     fn chunks_cover_the_range_without_overlap() {
@@ -853,9 +858,36 @@ mod tests {
     }
 
     #[test]
-    fn every_own_metric_is_in_the_catalog() {
-        for (name, _, _) in OWN_METRICS {
-            assert!(catalog::ALL.iter().any(|m| m.name == *name), "{name}");
+    fn own_metrics_are_the_catalogs_readings() {
+        // The families read back (those OWN_METRICS listed before the catalog held them),
+        // each with its reading and the factor from the exported unit to the reading's.
+        let own: Vec<(&str, Field, f64)> = own_names()
+            .map(|n| {
+                let r = own_metric(n).unwrap();
+                (n, r.field, r.read_back(1.0))
+            })
+            .collect();
+        assert_eq!(
+            own,
+            [
+                (
+                    catalog::GPU_REPORTED_UTILIZATION.name,
+                    Field::ReportedUtil,
+                    1.0
+                ),
+                (catalog::GPU_SM_ACTIVE.name, Field::SmActive, 1.0),
+                (catalog::GPU_SM_OCCUPANCY.name, Field::SmOccupancy, 1.0),
+                (catalog::GPU_TENSOR_ACTIVE.name, Field::TensorActive, 1.0),
+                (catalog::GPU_DRAM_ACTIVE.name, Field::DramActive, 1.0),
+                (catalog::GPU_MEMORY_USED.name, Field::MemUsedBytes, 1.0),
+                (catalog::GPU_MEMORY_TOTAL.name, Field::MemTotalBytes, 1.0),
+                (catalog::GPU_POWER.name, Field::PowerWatts, 1.0),
+                (catalog::GPU_POWER_LIMIT.name, Field::PowerLimitWatts, 1.0),
+                (catalog::GPU_SM_CLOCK.name, Field::SmClockMhz, 1e-6),
+            ]
+        );
+        for id in NOT_READ_BACK {
+            assert!(id.desc().raw.is_some(), "{}", id.desc().name);
         }
         let names = candidate_names();
         assert!(names.iter().any(|n| n == "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"));

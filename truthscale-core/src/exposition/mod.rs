@@ -5,11 +5,11 @@
 
 mod values;
 
-use crate::catalog::{self, Kind, MetricDesc, Scope};
+use crate::catalog::{self, Kind, MetricDesc};
 use crate::tracker::EntityWindow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use values::{exporter_values, gpu_values};
+use values::family_values;
 
 /// Which text format to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,25 +240,14 @@ pub fn encode(
         format,
     };
     for m in catalog::ALL {
-        let mut samples: Vec<(usize, ExtraLabels<'_>, f64)> = Vec::new();
-        match m.scope {
-            Scope::Gpu => {
-                for (i, g) in gpus.iter().enumerate() {
-                    gpu_values(m, g, |extra, v| samples.push((i, extra, v)));
-                }
-            }
-            Scope::Exporter => {
-                exporter_values(m.id, status, |extra, v| {
-                    samples.push((usize::MAX, extra, v))
-                });
-            }
-        }
+        let mut samples: Vec<(Option<usize>, ExtraLabels<'_>, f64)> = Vec::new();
+        family_values(m, gpus, status, |i, extra, v| samples.push((i, extra, v)));
         if samples.is_empty() {
             continue;
         }
         w.header(m);
         for (i, extra, v) in samples {
-            let l = labels.get(i).map_or("", String::as_str);
+            let l = i.and_then(|i| labels.get(i)).map_or("", String::as_str);
             w.sample(m, l, &extra, v);
         }
     }
@@ -282,25 +271,21 @@ pub fn for_each_value(
         gpus.iter().map(|g| gpu_label_pairs(g, identity)).collect();
     let mut all: Vec<(&'static str, &str)> = Vec::with_capacity(16);
     for m in catalog::ALL {
-        match m.scope {
-            Scope::Gpu => {
-                for (g, own) in gpus.iter().zip(&labels) {
-                    gpu_values(m, g, |extra, v| {
-                        if v.is_finite() {
-                            all.clear();
-                            all.extend(own.iter().map(|(k, v)| (*k, v.as_str())));
-                            all.extend(extra.iter().copied());
-                            f(m, &all, v);
-                        }
-                    });
-                }
+        family_values(m, gpus, status, |i, extra, v| {
+            if !v.is_finite() {
+                return;
             }
-            Scope::Exporter => exporter_values(m.id, status, |extra, v| {
-                if v.is_finite() {
-                    f(m, &extra, v);
-                }
-            }),
-        }
+            all.clear();
+            if let Some(own) = i.and_then(|i| labels.get(i)) {
+                all.extend(own.iter().map(|(k, v)| (*k, v.as_str())));
+            }
+            all.extend(extra.iter().copied());
+            debug_assert_eq!(
+                m.check_labels(&all.iter().map(|(k, _)| *k).collect::<Vec<_>>()),
+                Ok(())
+            );
+            f(m, &all, v);
+        });
     }
 }
 
@@ -506,6 +491,41 @@ mod tests {
             assert_eq!(l, want);
         });
         assert_eq!(lines.next(), None);
+    }
+
+    /// The families that are one reading are written from the catalog's description of
+    /// them: the window's reading times the scale (MHz to Hz for the SM clock).
+    #[test]
+    fn pass_through_families_are_their_reading_times_the_scale() {
+        use crate::catalog::{ALL, RawKind};
+        let raws: Vec<_> = ALL
+            .iter()
+            .filter_map(|m| Some((m, m.raw.filter(|r| r.kind == RawKind::PassThrough)?)))
+            .collect();
+        assert!(raws.len() >= 12, "{}", raws.len());
+        let mut g = entry("p");
+        let reading = |i: usize| 0.01 * (i + 1) as f64;
+        for (i, (_, r)) in raws.iter().enumerate() {
+            g.window.readings.set_value(r.field, reading(i));
+        }
+        let mut written = BTreeMap::new();
+        for_each_value(
+            &[g],
+            &Identity::default(),
+            &ExporterStatus::default(),
+            |m, _, v| {
+                written.insert(m.name, v);
+            },
+        );
+        for (i, (m, r)) in raws.iter().enumerate() {
+            assert_eq!(
+                written.get(m.name),
+                Some(&(reading(i) * r.scale)),
+                "{}",
+                m.name
+            );
+        }
+        assert_eq!(written["truthscale_gpu_sm_clock_hertz"], 0.01 * 11.0 * 1e6);
     }
 
     #[test]
@@ -725,7 +745,7 @@ mod tests {
     /// estimate is a family of its own, never the measured one's name.
     #[test]
     fn every_gpu_carries_its_tier_and_every_regime_its_method() {
-        use crate::catalog::MetricId;
+        use crate::catalog::{GpuMetric, MetricId, Scope};
         use std::collections::BTreeSet;
         for m in catalog::ALL.iter().filter(|m| m.scope == Scope::Gpu) {
             let regime = m.extra_labels.contains(&"regime") || m.extra_labels.contains(&"phase");
@@ -777,11 +797,13 @@ mod tests {
                 let get = |k: &str| labels.iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
                 let uuid = get("uuid").expect("a GPU series names its GPU").to_string();
                 families.entry(uuid.clone()).or_default().insert(m.id);
-                if m.id == MetricId::GpuInfo {
+                if m.id == MetricId::Gpu(GpuMetric::GpuInfo) {
                     let tier = get("fidelity").expect("the info series carries the tier");
                     tiers.entry(uuid.clone()).or_default().push(tier.into());
                 }
-                if m.extra_labels.contains(&"method") && m.id != MetricId::PodEffectiveCompute {
+                if m.extra_labels.contains(&"method")
+                    && m.id != MetricId::Gpu(GpuMetric::PodEffectiveCompute)
+                {
                     let method = get("method").expect("a regime series carries its method");
                     methods.entry(uuid).or_default().insert(method.into());
                 }
@@ -797,11 +819,17 @@ mod tests {
         // Measured effective compute for the one, its upper bound and the power estimate
         // for the other, each under its own name.
         let has = |uuid: &str, id: MetricId| families[uuid].contains(&id);
-        assert!(has("GPU-1", MetricId::GpuEffectiveCompute));
-        assert!(!has("GPU-1", MetricId::GpuEffectiveComputeUpperBound));
-        assert!(!has("GPU-2", MetricId::GpuEffectiveCompute));
-        assert!(has("GPU-2", MetricId::GpuEffectiveComputeUpperBound));
-        assert!(has("GPU-2", MetricId::GpuPowerProxy));
+        assert!(has("GPU-1", MetricId::Gpu(GpuMetric::GpuEffectiveCompute)));
+        assert!(!has(
+            "GPU-1",
+            MetricId::Gpu(GpuMetric::GpuEffectiveComputeUpperBound)
+        ));
+        assert!(!has("GPU-2", MetricId::Gpu(GpuMetric::GpuEffectiveCompute)));
+        assert!(has(
+            "GPU-2",
+            MetricId::Gpu(GpuMetric::GpuEffectiveComputeUpperBound)
+        ));
+        assert!(has("GPU-2", MetricId::Gpu(GpuMetric::GpuPowerProxy)));
     }
 
     #[test]

@@ -1,8 +1,10 @@
-//! What each catalog entry's value is: one exhaustive match from [`MetricId`] to the value
-//! of a GPU entity or of the exporter itself.
+//! What each catalog entry's value is: one exhaustive match per group of [`MetricId`]
+//! ([`GpuMetric`], [`ServingMetric`], [`ExporterMetric`]) to the value of a GPU entity, of
+//! its serving engine, or of the exporter itself. A family that is one reading of the
+//! source is written from its catalog entry ([`MetricDesc::raw`]).
 
-use super::{ExporterStatus, GpuEntry};
-use crate::catalog::{MetricDesc, MetricId};
+use super::{ExporterStatus, ExtraLabels, GpuEntry};
+use crate::catalog::{ExporterMetric, GpuMetric, MetricDesc, MetricId, RawKind, ServingMetric};
 use crate::model::{Field, Phase, SourceKind};
 use crate::phase::PhaseMethod;
 use crate::tracker::EntityWindow;
@@ -35,13 +37,46 @@ fn bool_f(b: bool) -> f64 {
     if b { 1.0 } else { 0.0 }
 }
 
-pub(super) fn gpu_values<'a>(
+/// Every value of family `m`, in exposition order: `push(entity, extra labels, value)`,
+/// with `entity` the index in `gpus` of the entity it belongs to (`None`: the exporter's).
+pub(super) fn family_values<'a>(
     m: &MetricDesc,
-    g: &'a GpuEntry,
-    mut push: impl FnMut(Vec<(&'static str, &'a str)>, f64),
+    gpus: &'a [GpuEntry],
+    status: &'a ExporterStatus,
+    mut push: impl FnMut(Option<usize>, ExtraLabels<'a>, f64),
 ) {
-    let id = m.id;
-    if id == MetricId::GpuUp {
+    match m.id {
+        MetricId::Gpu(id) => {
+            for (i, g) in gpus.iter().enumerate() {
+                gpu_values(m, id, g, |extra, v| push(Some(i), extra, v));
+            }
+        }
+        MetricId::Serving(id) => {
+            // A GPU that stopped is written only as truthscale_gpu_up 0.
+            for (i, g) in gpus.iter().enumerate().filter(|(_, g)| g.up) {
+                serving_values(id, &g.window, |extra, v| push(Some(i), extra, v));
+            }
+        }
+        MetricId::Exporter(id) => exporter_values(id, status, |extra, v| push(None, extra, v)),
+    }
+}
+
+/// A pass-through family's value: its reading times its scale (the catalog's [`Raw`]).
+///
+/// [`Raw`]: crate::catalog::Raw
+fn raw_value(m: &MetricDesc, r: &crate::model::Readings) -> Option<f64> {
+    let raw = m.raw.filter(|raw| raw.kind == RawKind::PassThrough);
+    debug_assert!(raw.is_some(), "{} is not a pass-through family", m.name);
+    raw.and_then(|raw| r.value(raw.field).map(|v| raw.export(v)))
+}
+
+fn gpu_values<'a>(
+    m: &MetricDesc,
+    id: GpuMetric,
+    g: &'a GpuEntry,
+    mut push: impl FnMut(ExtraLabels<'a>, f64),
+) {
+    if id == GpuMetric::GpuUp {
         push(Vec::new(), bool_f(g.up));
         return;
     }
@@ -58,7 +93,7 @@ pub(super) fn gpu_values<'a>(
         }
     };
     match id {
-        MetricId::GpuInfo => {
+        GpuMetric::GpuInfo => {
             // Simulated data says so, replayed or live.
             let source = if win.simulated {
                 SourceKind::Sim.as_str()
@@ -74,51 +109,57 @@ pub(super) fn gpu_values<'a>(
                 1.0,
             );
         }
-        MetricId::GpuReportedUtilization => one(x.reported_utilization),
-        MetricId::GpuEffectiveCompute => one(x.effective_compute),
-        MetricId::GpuEffectiveComputeUpperBound => one(x.effective_compute_upper_bound),
-        MetricId::GpuRooflineSaturation => one(x.roofline_saturation),
-        MetricId::GpuInflationGap => one(x.inflation_gap_points.map(|p| p / 100.0)),
-        MetricId::GpuSpatialInflation => one(x.spatial_inflation),
-        MetricId::GpuIntensityRidge => one(x.rho),
-        MetricId::GpuPowerProxy => one(x.power_proxy),
-        MetricId::GpuClockCorrection => one(x.kappa),
-        MetricId::GpuSmActive => one(r.value(Field::SmActive)),
-        MetricId::GpuSmOccupancy => one(r.value(Field::SmOccupancy)),
-        MetricId::GpuTensorActive => one(r.value(Field::TensorActive)),
-        MetricId::GpuHmmaActive => one(r.value(Field::HmmaActive)),
-        MetricId::GpuImmaActive => one(r.value(Field::ImmaActive)),
-        MetricId::GpuDramActive => one(r.value(Field::DramActive)),
-        MetricId::GpuObservedSeconds => one(Some(t.observed_seconds)),
+        // The readings exported as is.
+        GpuMetric::GpuReportedUtilization
+        | GpuMetric::GpuSmActive
+        | GpuMetric::GpuSmOccupancy
+        | GpuMetric::GpuTensorActive
+        | GpuMetric::GpuHmmaActive
+        | GpuMetric::GpuImmaActive
+        | GpuMetric::GpuDramActive
+        | GpuMetric::GpuMemoryUsed
+        | GpuMetric::GpuMemoryTotal
+        | GpuMetric::GpuPowerLimit
+        | GpuMetric::GpuSmClock
+        | GpuMetric::GpuTemperature => one(raw_value(m, r)),
+        GpuMetric::GpuEffectiveCompute => one(x.effective_compute),
+        GpuMetric::GpuEffectiveComputeUpperBound => one(x.effective_compute_upper_bound),
+        GpuMetric::GpuRooflineSaturation => one(x.roofline_saturation),
+        GpuMetric::GpuInflationGap => one(x.inflation_gap_points.map(|p| p / 100.0)),
+        GpuMetric::GpuSpatialInflation => one(x.spatial_inflation),
+        GpuMetric::GpuIntensityRidge => one(x.rho),
+        GpuMetric::GpuPowerProxy => one(x.power_proxy),
+        GpuMetric::GpuClockCorrection => one(x.kappa),
+        GpuMetric::GpuObservedSeconds => one(Some(t.observed_seconds)),
         // Counted from the entity's first window: 0 is a measurement (nothing was missed).
-        MetricId::GpuUnobservedSeconds => one(Some(t.unobserved_seconds)),
+        GpuMetric::GpuUnobservedSeconds => one(Some(t.unobserved_seconds)),
         // An integral is written only for an entity that had its input; its denominator
         // beside it, so that increase(x) / increase(denominator) is the exact mean.
-        MetricId::GpuBusySeconds => {
+        GpuMetric::GpuBusySeconds => {
             one(measured(t.busy_observed_seconds, t.busy_seconds));
         }
-        MetricId::GpuBusyObservedSeconds => {
+        GpuMetric::GpuBusyObservedSeconds => {
             one(measured(t.busy_observed_seconds, t.busy_observed_seconds));
         }
-        MetricId::GpuEffectiveComputeSeconds => {
+        GpuMetric::GpuEffectiveComputeSeconds => {
             one(measured(
                 t.effective_compute_observed_seconds,
                 t.effective_compute_seconds,
             ));
         }
-        MetricId::GpuEffectiveComputeObservedSeconds => one(measured(
+        GpuMetric::GpuEffectiveComputeObservedSeconds => one(measured(
             t.effective_compute_observed_seconds,
             t.effective_compute_observed_seconds,
         )),
-        MetricId::SimTruthEffectiveComputeSeconds => {
+        GpuMetric::SimTruthEffectiveComputeSeconds => {
             one(t.truth_effective_compute_seconds);
         }
-        MetricId::GpuRegimeSeconds | MetricId::GpuPhaseSeconds => {
+        GpuMetric::GpuRegimeSeconds | GpuMetric::GpuPhaseSeconds => {
             // Serving words only where the workload is LLM serving.
-            if id == MetricId::GpuPhaseSeconds && !win.llm_serving {
+            if id == GpuMetric::GpuPhaseSeconds && !win.llm_serving {
                 return;
             }
-            let (label, serving) = naming(id == MetricId::GpuPhaseSeconds);
+            let (label, serving) = naming(id == GpuMetric::GpuPhaseSeconds);
             for method in PhaseMethod::ALL {
                 let secs = &t.phase_seconds[method.index()];
                 // Only the methods this entity was classified by: none is a fake zero.
@@ -133,11 +174,11 @@ pub(super) fn gpu_values<'a>(
                 }
             }
         }
-        MetricId::GpuRegime | MetricId::GpuPhase => {
-            if id == MetricId::GpuPhase && !win.llm_serving {
+        GpuMetric::GpuRegime | GpuMetric::GpuPhase => {
+            if id == GpuMetric::GpuPhase && !win.llm_serving {
                 return;
             }
-            let (label, serving) = naming(id == MetricId::GpuPhase);
+            let (label, serving) = naming(id == GpuMetric::GpuPhase);
             if let (Some(cur), Some(method)) = (win.phase, win.phase_method) {
                 for p in Phase::ALL {
                     push(
@@ -147,20 +188,15 @@ pub(super) fn gpu_values<'a>(
                 }
             }
         }
-        MetricId::GpuMemoryUsed => one(r.value(Field::MemUsedBytes)),
-        MetricId::GpuMemoryTotal => one(r.value(Field::MemTotalBytes)),
-        MetricId::GpuPower => one(x.power_watts.map(|p| p.value)),
-        MetricId::GpuPowerLimit => one(r.value(Field::PowerLimitWatts)),
-        MetricId::GpuEnergy => {
+        GpuMetric::GpuPower => one(x.power_watts.map(|p| p.value)),
+        GpuMetric::GpuEnergy => {
             one(measured(t.energy_observed_seconds, t.energy_joules));
         }
-        MetricId::GpuEnergyObservedSeconds => one(measured(
+        GpuMetric::GpuEnergyObservedSeconds => one(measured(
             t.energy_observed_seconds,
             t.energy_observed_seconds,
         )),
-        MetricId::GpuSmClock => one(r.value(Field::SmClockMhz).map(|f| f * 1e6)),
-        MetricId::GpuTemperature => one(r.value(Field::TempCelsius)),
-        MetricId::GpuClockEvent => {
+        GpuMetric::GpuClockEvent => {
             if let Some(th) = &win.throttles {
                 let on = th.names();
                 for reason in CLOCK_REASONS {
@@ -168,19 +204,19 @@ pub(super) fn gpu_values<'a>(
                 }
             }
         }
-        MetricId::GpuVerdict => {
+        GpuMetric::GpuVerdict => {
             let cur = win.verdict.verdict;
             for v in Verdict::ALL {
                 push(vec![("verdict", v.as_str())], bool_f(v == cur));
             }
         }
-        MetricId::GpuCeilingRooflineSaturation => {
+        GpuMetric::GpuCeilingRooflineSaturation => {
             one(win.ceilings.roofline_saturation.map(|c| c.value));
         }
-        MetricId::GpuCeilingOutputTokens => {
+        GpuMetric::GpuCeilingOutputTokens => {
             one(win.ceilings.output_tokens_per_second.map(|c| c.value));
         }
-        MetricId::GpuCeilingAge | MetricId::GpuCeilingRatio => {
+        GpuMetric::GpuCeilingAge | GpuMetric::GpuCeilingRatio => {
             let tokens = win
                 .serving
                 .as_ref()
@@ -199,7 +235,7 @@ pub(super) fn gpu_values<'a>(
                 ),
             ] {
                 let Some(c) = ceiling else { continue };
-                let v = if id == MetricId::GpuCeilingAge {
+                let v = if id == GpuMetric::GpuCeilingAge {
                     Some(c.age_seconds)
                 } else {
                     c.ratio(current)
@@ -209,28 +245,9 @@ pub(super) fn gpu_values<'a>(
                 }
             }
         }
-        MetricId::ServingEngineUp
-        | MetricId::ServingKvCacheUsage
-        | MetricId::ServingRequestsRunning
-        | MetricId::ServingRequestsWaiting
-        | MetricId::ServingQueueSeconds
-        | MetricId::ServingPromptTokens
-        | MetricId::ServingOutputTokens
-        | MetricId::ServingBatchSize
-        | MetricId::ServingTokensPerEffectiveCompute
-        | MetricId::ServingMfu
-        | MetricId::ServingMbu
-        | MetricId::ServingEngineMfu
-        | MetricId::ServingEngineMbu
-        | MetricId::ServingComputeAgreement
-        | MetricId::ServingBandwidthAgreement
-        | MetricId::ServingPhaseComparedSeconds
-        | MetricId::ServingPhaseAgreedSeconds => {
-            serving_values(id, win, push);
-        }
-        MetricId::ProcessMemoryUsed | MetricId::ProcessSmBusy => {
+        GpuMetric::ProcessMemoryUsed | GpuMetric::ProcessSmBusy => {
             for p in &win.processes {
-                let v = if id == MetricId::ProcessMemoryUsed {
+                let v = if id == GpuMetric::ProcessMemoryUsed {
                     p.used_memory_bytes
                 } else {
                     p.sm_busy
@@ -247,12 +264,12 @@ pub(super) fn gpu_values<'a>(
                 }
             }
         }
-        MetricId::GpuPods => {
+        GpuMetric::GpuPods => {
             if let Some(a) = &win.allocation {
                 push(Vec::new(), a.len() as f64);
             }
         }
-        MetricId::GpuAllocation => {
+        GpuMetric::GpuAllocation => {
             let attributed = win.id.pod.as_ref().is_some_and(|p| !p.pod.is_empty());
             for h in win.allocation.iter().flatten() {
                 let mut labels = Vec::with_capacity(5);
@@ -280,29 +297,20 @@ pub(super) fn gpu_values<'a>(
                 push(labels, 1.0);
             }
         }
-        MetricId::PodEffectiveCompute | MetricId::PodMemoryUsed => {
+        GpuMetric::PodEffectiveCompute | GpuMetric::PodMemoryUsed => {
             pod_share_values(id, win, push);
         }
-        // Not per GPU (or handled above): nothing here.
-        MetricId::GpuUp
-        | MetricId::BuildInfo
-        | MetricId::SourceUp
-        | MetricId::SourceErrors
-        | MetricId::SampleDuration
-        | MetricId::Diagnostics
-        | MetricId::SnapshotTimestamp
-        | MetricId::ScrapeBody
-        | MetricId::SinkErrors
-        | MetricId::SeriesDropped => {}
+        // Written above, for a GPU that stopped too.
+        GpuMetric::GpuUp => {}
     }
 }
 
 /// The per-pod parts of a shared GPU (node mode, per-process attribution on): only for a
 /// device no single pod holds, with its processes listed.
 fn pod_share_values<'a>(
-    id: MetricId,
+    id: GpuMetric,
     win: &'a EntityWindow,
-    mut push: impl FnMut(Vec<(&'static str, &'a str)>, f64),
+    mut push: impl FnMut(ExtraLabels<'a>, f64),
 ) {
     let attributed = win.id.pod.as_ref().is_some_and(|p| !p.pod.is_empty());
     if attributed || win.allocation.is_none() || win.processes.is_empty() {
@@ -324,7 +332,7 @@ fn pod_share_values<'a>(
         }
         l
     };
-    if id == MetricId::PodMemoryUsed {
+    if id == GpuMetric::PodMemoryUsed {
         for part in &parts {
             if let Some(m) = part.memory_bytes {
                 push(labels(part.pod), m);
@@ -350,13 +358,13 @@ fn pod_share_values<'a>(
 const MIN_ECF_FOR_TOKENS: f64 = 0.01;
 
 fn serving_values<'a>(
-    id: MetricId,
+    id: ServingMetric,
     win: &'a EntityWindow,
-    mut push: impl FnMut(Vec<(&'static str, &'a str)>, f64),
+    mut push: impl FnMut(ExtraLabels<'a>, f64),
 ) {
     let Some(sv) = &win.serving else { return };
     let engine = sv.engine.as_deref().unwrap_or("");
-    if id == MetricId::ServingEngineUp {
+    if id == ServingMetric::ServingEngineUp {
         match &sv.absent_reason {
             Some(r) => push(vec![("engine", engine), ("absent_reason", r.as_str())], 0.0),
             None => push(vec![("engine", engine), ("absent_reason", "")], 1.0),
@@ -369,10 +377,10 @@ fn serving_values<'a>(
     let t = &win.totals;
     if matches!(
         id,
-        MetricId::ServingPhaseComparedSeconds | MetricId::ServingPhaseAgreedSeconds
+        ServingMetric::ServingPhaseComparedSeconds | ServingMetric::ServingPhaseAgreedSeconds
     ) {
         if t.phase_compared_seconds > 0.0 {
-            let v = if id == MetricId::ServingPhaseComparedSeconds {
+            let v = if id == ServingMetric::ServingPhaseComparedSeconds {
                 t.phase_compared_seconds
             } else {
                 t.phase_agreed_seconds
@@ -382,14 +390,14 @@ fn serving_values<'a>(
         return;
     }
     let value = match id {
-        MetricId::ServingKvCacheUsage => sv.kv_cache_utilization,
-        MetricId::ServingRequestsRunning => sv.running_requests,
-        MetricId::ServingRequestsWaiting => sv.queued_requests,
-        MetricId::ServingQueueSeconds => sv.queue_seconds,
-        MetricId::ServingPromptTokens => sv.prompt_tokens_per_sec,
-        MetricId::ServingOutputTokens => sv.output_tokens_per_sec,
-        MetricId::ServingBatchSize => sv.batch_size,
-        MetricId::ServingTokensPerEffectiveCompute => {
+        ServingMetric::ServingKvCacheUsage => sv.kv_cache_utilization,
+        ServingMetric::ServingRequestsRunning => sv.running_requests,
+        ServingMetric::ServingRequestsWaiting => sv.queued_requests,
+        ServingMetric::ServingQueueSeconds => sv.queue_seconds,
+        ServingMetric::ServingPromptTokens => sv.prompt_tokens_per_sec,
+        ServingMetric::ServingOutputTokens => sv.output_tokens_per_sec,
+        ServingMetric::ServingBatchSize => sv.batch_size,
+        ServingMetric::ServingTokensPerEffectiveCompute => {
             // Both rates or none: a missing one is not a zero.
             let tokens = match (sv.prompt_tokens_per_sec, sv.output_tokens_per_sec) {
                 (Some(p), Some(o)) => Some(p + o),
@@ -400,8 +408,8 @@ fn serving_values<'a>(
                 _ => None,
             }
         }
-        MetricId::ServingEngineMfu | MetricId::ServingEngineMbu => {
-            let v = if id == MetricId::ServingEngineMfu {
+        ServingMetric::ServingEngineMfu | ServingMetric::ServingEngineMbu => {
+            let v = if id == ServingMetric::ServingEngineMfu {
                 sv.engine_mfu
             } else {
                 sv.engine_mbu
@@ -412,8 +420,8 @@ fn serving_values<'a>(
             }
             return;
         }
-        MetricId::ServingComputeAgreement | MetricId::ServingBandwidthAgreement => {
-            let (estimate, measured, labels) = if id == MetricId::ServingComputeAgreement {
+        ServingMetric::ServingComputeAgreement | ServingMetric::ServingBandwidthAgreement => {
+            let (estimate, measured, labels) = if id == ServingMetric::ServingComputeAgreement {
                 (
                     sv.engine_mfu,
                     win.metrics.effective_compute,
@@ -440,8 +448,8 @@ fn serving_values<'a>(
             }
             return;
         }
-        MetricId::ServingMfu | MetricId::ServingMbu => {
-            let v = if id == MetricId::ServingMfu {
+        ServingMetric::ServingMfu | ServingMetric::ServingMbu => {
+            let v = if id == ServingMetric::ServingMfu {
                 sv.mfu
             } else {
                 sv.mbu
@@ -452,86 +460,29 @@ fn serving_values<'a>(
             }
             return;
         }
-        // Handled above, or not a serving metric (never routed here).
-        MetricId::GpuInfo
-        | MetricId::GpuUp
-        | MetricId::GpuReportedUtilization
-        | MetricId::GpuEffectiveCompute
-        | MetricId::GpuEffectiveComputeUpperBound
-        | MetricId::GpuRooflineSaturation
-        | MetricId::GpuInflationGap
-        | MetricId::GpuSpatialInflation
-        | MetricId::GpuIntensityRidge
-        | MetricId::GpuPowerProxy
-        | MetricId::GpuClockCorrection
-        | MetricId::GpuSmActive
-        | MetricId::GpuSmOccupancy
-        | MetricId::GpuTensorActive
-        | MetricId::GpuHmmaActive
-        | MetricId::GpuImmaActive
-        | MetricId::GpuDramActive
-        | MetricId::GpuObservedSeconds
-        | MetricId::GpuUnobservedSeconds
-        | MetricId::GpuBusySeconds
-        | MetricId::GpuBusyObservedSeconds
-        | MetricId::GpuEffectiveComputeSeconds
-        | MetricId::GpuEffectiveComputeObservedSeconds
-        | MetricId::GpuRegimeSeconds
-        | MetricId::GpuRegime
-        | MetricId::GpuPhaseSeconds
-        | MetricId::GpuPhase
-        | MetricId::GpuMemoryUsed
-        | MetricId::GpuMemoryTotal
-        | MetricId::GpuPower
-        | MetricId::GpuPowerLimit
-        | MetricId::GpuEnergy
-        | MetricId::GpuEnergyObservedSeconds
-        | MetricId::GpuSmClock
-        | MetricId::GpuTemperature
-        | MetricId::GpuClockEvent
-        | MetricId::GpuVerdict
-        | MetricId::GpuCeilingRooflineSaturation
-        | MetricId::GpuCeilingOutputTokens
-        | MetricId::GpuCeilingAge
-        | MetricId::GpuCeilingRatio
-        | MetricId::SimTruthEffectiveComputeSeconds
-        | MetricId::ProcessMemoryUsed
-        | MetricId::ProcessSmBusy
-        | MetricId::GpuPods
-        | MetricId::GpuAllocation
-        | MetricId::PodEffectiveCompute
-        | MetricId::PodMemoryUsed
-        | MetricId::BuildInfo
-        | MetricId::SourceUp
-        | MetricId::SourceErrors
-        | MetricId::SampleDuration
-        | MetricId::Diagnostics
-        | MetricId::SnapshotTimestamp
-        | MetricId::ScrapeBody
-        | MetricId::SinkErrors
-        | MetricId::SeriesDropped
-        | MetricId::ServingEngineUp
-        | MetricId::ServingPhaseAgreedSeconds
-        | MetricId::ServingPhaseComparedSeconds => None,
+        // Written above.
+        ServingMetric::ServingEngineUp
+        | ServingMetric::ServingPhaseAgreedSeconds
+        | ServingMetric::ServingPhaseComparedSeconds => None,
     };
     if let Some(v) = value {
         push(vec![("engine", engine)], v);
     }
 }
 
-pub(super) fn exporter_values<'a>(
-    id: MetricId,
+fn exporter_values<'a>(
+    id: ExporterMetric,
     s: &'a ExporterStatus,
-    mut push: impl FnMut(Vec<(&'static str, &'a str)>, f64),
+    mut push: impl FnMut(ExtraLabels<'a>, f64),
 ) {
     match id {
-        MetricId::BuildInfo => push(vec![("version", s.version.as_str())], 1.0),
-        MetricId::SourceUp => {
+        ExporterMetric::BuildInfo => push(vec![("version", s.version.as_str())], 1.0),
+        ExporterMetric::SourceUp => {
             for src in &s.sources {
                 push(vec![("source", src.name.as_str())], bool_f(src.up));
             }
         }
-        MetricId::SourceErrors => {
+        ExporterMetric::SourceErrors => {
             for src in &s.sources {
                 for (kind, count) in &src.errors {
                     push(
@@ -541,19 +492,19 @@ pub(super) fn exporter_values<'a>(
                 }
             }
         }
-        MetricId::SampleDuration => {
+        ExporterMetric::SampleDuration => {
             if let Some(d) = s.sample_duration_seconds {
                 push(Vec::new(), d);
             }
         }
-        MetricId::Diagnostics => {
+        ExporterMetric::Diagnostics => {
             for (kind, count) in &s.diagnostics {
                 push(vec![("kind", kind.as_str())], *count as f64);
             }
         }
-        MetricId::SnapshotTimestamp => push(Vec::new(), s.snapshot_unix_seconds),
-        MetricId::SeriesDropped => push(Vec::new(), s.series_dropped as f64),
-        MetricId::SinkErrors => {
+        ExporterMetric::SnapshotTimestamp => push(Vec::new(), s.snapshot_unix_seconds),
+        ExporterMetric::SeriesDropped => push(Vec::new(), s.series_dropped as f64),
+        ExporterMetric::SinkErrors => {
             for sink in &s.sinks {
                 for (kind, count) in &sink.errors {
                     push(
@@ -563,76 +514,10 @@ pub(super) fn exporter_values<'a>(
                 }
             }
         }
-        MetricId::ScrapeBody => {
+        ExporterMetric::ScrapeBody => {
             if let Some(b) = s.previous_body_bytes {
                 push(Vec::new(), b as f64);
             }
         }
-        // Per GPU: written by gpu_values.
-        MetricId::GpuInfo
-        | MetricId::GpuUp
-        | MetricId::GpuReportedUtilization
-        | MetricId::GpuEffectiveCompute
-        | MetricId::GpuEffectiveComputeUpperBound
-        | MetricId::GpuRooflineSaturation
-        | MetricId::GpuInflationGap
-        | MetricId::GpuSpatialInflation
-        | MetricId::GpuIntensityRidge
-        | MetricId::GpuPowerProxy
-        | MetricId::GpuClockCorrection
-        | MetricId::GpuSmActive
-        | MetricId::GpuSmOccupancy
-        | MetricId::GpuTensorActive
-        | MetricId::GpuHmmaActive
-        | MetricId::GpuImmaActive
-        | MetricId::GpuDramActive
-        | MetricId::GpuObservedSeconds
-        | MetricId::GpuUnobservedSeconds
-        | MetricId::GpuBusySeconds
-        | MetricId::GpuBusyObservedSeconds
-        | MetricId::GpuEffectiveComputeSeconds
-        | MetricId::GpuEffectiveComputeObservedSeconds
-        | MetricId::GpuRegimeSeconds
-        | MetricId::GpuRegime
-        | MetricId::GpuPhaseSeconds
-        | MetricId::GpuPhase
-        | MetricId::GpuMemoryUsed
-        | MetricId::GpuMemoryTotal
-        | MetricId::GpuPower
-        | MetricId::GpuPowerLimit
-        | MetricId::GpuEnergy
-        | MetricId::GpuEnergyObservedSeconds
-        | MetricId::GpuSmClock
-        | MetricId::GpuTemperature
-        | MetricId::GpuClockEvent
-        | MetricId::GpuVerdict
-        | MetricId::GpuCeilingRooflineSaturation
-        | MetricId::GpuCeilingOutputTokens
-        | MetricId::GpuCeilingAge
-        | MetricId::GpuCeilingRatio
-        | MetricId::ServingEngineUp
-        | MetricId::ServingKvCacheUsage
-        | MetricId::ServingRequestsRunning
-        | MetricId::ServingRequestsWaiting
-        | MetricId::ServingQueueSeconds
-        | MetricId::ServingPromptTokens
-        | MetricId::ServingOutputTokens
-        | MetricId::ServingBatchSize
-        | MetricId::ServingTokensPerEffectiveCompute
-        | MetricId::ServingMfu
-        | MetricId::ServingMbu
-        | MetricId::ServingEngineMfu
-        | MetricId::ServingEngineMbu
-        | MetricId::ServingComputeAgreement
-        | MetricId::ServingBandwidthAgreement
-        | MetricId::ServingPhaseComparedSeconds
-        | MetricId::ServingPhaseAgreedSeconds
-        | MetricId::SimTruthEffectiveComputeSeconds
-        | MetricId::ProcessMemoryUsed
-        | MetricId::ProcessSmBusy
-        | MetricId::GpuPods
-        | MetricId::GpuAllocation
-        | MetricId::PodEffectiveCompute
-        | MetricId::PodMemoryUsed => {}
     }
 }

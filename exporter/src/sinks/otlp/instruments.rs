@@ -10,10 +10,12 @@ use opentelemetry::metrics::{
 };
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
-use truthscale_core::catalog::{self, MetricDesc, OtelInstrument, Scope};
+use truthscale_core::catalog::{self, MetricId, OtelInstrument, Scope};
 use truthscale_core::exposition;
 
-/// The values of one pinned snapshot, per registered family.
+/// The values of one pinned snapshot, per catalog family: indexed by
+/// [`MetricId::index`](truthscale_core::catalog::MetricId::index), empty for a family
+/// without an OTLP name.
 #[derive(Debug, Default)]
 struct Pinned {
     tick: u64,
@@ -23,7 +25,6 @@ struct Pinned {
 #[derive(Debug)]
 struct Shared {
     rx: watch::Receiver<Arc<Snapshot>>,
-    families: Vec<&'static MetricDesc>,
     pinned: Mutex<Pinned>,
 }
 
@@ -38,14 +39,11 @@ impl Shared {
             return;
         }
         p.tick = snap.tick;
-        p.families = vec![Vec::new(); self.families.len()];
+        p.families = vec![Vec::new(); catalog::ALL.len()];
         if !snap.ready() {
             return;
         }
         exposition::for_each_value(&snap.gpus, &snap.identity, &snap.status, |m, labels, v| {
-            let Some(i) = self.families.iter().position(|f| f.name == m.name) else {
-                return;
-            };
             let Some(o) = m.otel else { return };
             let mut attrs: Vec<KeyValue> = Vec::with_capacity(labels.len() + 4);
             if m.scope == Scope::Gpu {
@@ -60,13 +58,13 @@ impl Shared {
                 let key = catalog::otel_attribute(l).unwrap_or(l);
                 attrs.push(KeyValue::new(key, (*val).to_string()));
             }
-            p.families[i].push((attrs, v));
+            p.families[m.id.index()].push((attrs, v));
         });
     }
 
-    fn observe_f64(&self, i: usize, obs: &dyn AsyncInstrument<f64>) {
+    fn observe_f64(&self, id: MetricId, obs: &dyn AsyncInstrument<f64>) {
         if let Ok(p) = self.pinned.lock()
-            && let Some(points) = p.families.get(i)
+            && let Some(points) = p.families.get(id.index())
         {
             for (attrs, v) in points {
                 obs.observe(*v, attrs);
@@ -74,9 +72,9 @@ impl Shared {
         }
     }
 
-    fn observe_i64(&self, i: usize, obs: &dyn AsyncInstrument<i64>) {
+    fn observe_i64(&self, id: MetricId, obs: &dyn AsyncInstrument<i64>) {
         if let Ok(p) = self.pinned.lock()
-            && let Some(points) = p.families.get(i)
+            && let Some(points) = p.families.get(id.index())
         {
             for (attrs, v) in points {
                 // Memory sizes: integral byte counts, exactly representable.
@@ -102,23 +100,25 @@ pub struct Registration {
 }
 
 /// Register one observable instrument per catalog family that has an OTLP name on
-/// `meter`, reading values from the sidecar's snapshots (`Sidecar::subscribe`).
+/// `meter`, in catalog order, reading values from the sampler's snapshots
+/// (`Sampler::subscribe`); each callback reads its family's values by [`MetricId`].
 ///
 /// For a service that already has an OpenTelemetry `MeterProvider`: its own reader and
 /// exporter then carry truthscale's metrics, with the values `/metrics` shows.
 #[must_use]
 pub fn register(meter: &Meter, rx: watch::Receiver<Arc<Snapshot>>) -> Registration {
-    let families: Vec<&'static MetricDesc> =
-        catalog::ALL.iter().filter(|m| m.otel.is_some()).collect();
     let shared = Arc::new(Shared {
         rx,
-        families: families.clone(),
         pinned: Mutex::new(Pinned::default()),
     });
-    let mut instruments = Vec::with_capacity(families.len());
-    for (i, m) in families.iter().enumerate() {
-        let Some(o) = m.otel else { continue };
+    let families = catalog::ALL
+        .iter()
+        .filter_map(|m| Some((m, m.otel?)))
+        .enumerate();
+    let mut instruments = Vec::with_capacity(catalog::ALL.len());
+    for (i, (m, o)) in families {
         let s = Arc::clone(&shared);
+        let id = m.id;
         // The first registered callback pins the snapshot for the whole collection.
         let first = i == 0;
         let inst = match o.instrument {
@@ -131,7 +131,7 @@ pub fn register(meter: &Meter, rx: watch::Receiver<Arc<Snapshot>>) -> Registrati
                         if first {
                             s.pin();
                         }
-                        s.observe_f64(i, obs);
+                        s.observe_f64(id, obs);
                     })
                     .build(),
             ),
@@ -144,7 +144,7 @@ pub fn register(meter: &Meter, rx: watch::Receiver<Arc<Snapshot>>) -> Registrati
                         if first {
                             s.pin();
                         }
-                        s.observe_f64(i, obs);
+                        s.observe_f64(id, obs);
                     })
                     .build(),
             ),
@@ -157,7 +157,7 @@ pub fn register(meter: &Meter, rx: watch::Receiver<Arc<Snapshot>>) -> Registrati
                         if first {
                             s.pin();
                         }
-                        s.observe_i64(i, obs);
+                        s.observe_i64(id, obs);
                     })
                     .build(),
             ),
