@@ -399,12 +399,8 @@ pub struct Derivation {
 #[derive(Debug, Clone)]
 struct EntityState {
     last_taken: Timestamp,
-    /// The latest energy counter reading, and when it was taken.
+    /// The energy counter's latest reading that moved (or its first), and when it was taken.
     last_energy: Option<(f64, Timestamp)>,
-    /// The latest energy reading that differed from the one before it, and when: an
-    /// energy-derived power spans the time since the counter last moved, so a counter that
-    /// repeats between its source's updates never reads as 0 W.
-    energy_moved: Option<(f64, Timestamp)>,
     /// Gauge energy (joules, seconds) of the observed windows since `last_energy` whose
     /// counter reading was blank: counted only if the counter comes back reset, since its
     /// next delta otherwise spans them.
@@ -456,7 +452,6 @@ impl EntityState {
         EntityState {
             last_taken: taken,
             last_energy: None,
-            energy_moved: None,
             provisional_energy: (0.0, 0.0),
             window_energy: EnergyRule::Gauge,
             idle_power: None,
@@ -956,6 +951,11 @@ impl EntityState {
         let energy = self.window.readings.value(Field::EnergyJoules);
         let totals = &mut self.window.totals;
         let mut energy_power = None;
+        // A reading equal to the previous one is the counter not yet updated (dcgm-exporter
+        // repeats it between its collections), not 0 W: it waits, like a blank, for the next
+        // reading that moves, whose delta then spans it. So `last_energy` is the counter's
+        // last move.
+        let mut moved = true;
         self.window_energy = match (energy, self.last_energy) {
             (Some(now), Some((prev, _))) if now < prev => {
                 diags.push(Diagnostic {
@@ -969,32 +969,26 @@ impl EntityState {
                 let (j, s) = std::mem::take(&mut self.provisional_energy);
                 totals.energy_joules += j;
                 totals.energy_observed_seconds += s;
-                self.energy_moved = Some((now, taken));
                 EnergyRule::Gauge
             }
+            (Some(now), Some((prev, _))) if now == prev => {
+                moved = false;
+                EnergyRule::Provisional
+            }
             (Some(now), Some((prev, since))) => {
+                let span = taken.seconds_since(since);
                 totals.energy_joules += now - prev;
-                totals.energy_observed_seconds += taken.seconds_since(since);
+                totals.energy_observed_seconds += span;
                 self.provisional_energy = (0.0, 0.0);
-                if now > prev {
-                    if let Some((moved, at)) = self.energy_moved {
-                        let span = taken.seconds_since(at);
-                        if span > 0.0 {
-                            energy_power = Some((now - moved) / span);
-                        }
-                    }
-                    self.energy_moved = Some((now, taken));
+                if span > 0.0 {
+                    energy_power = Some((now - prev) / span);
                 }
                 EnergyRule::Counter
             }
-            (Some(now), None) => {
-                self.energy_moved = Some((now, taken));
-                EnergyRule::Gauge
-            }
+            (Some(_), None) | (None, None) => EnergyRule::Gauge,
             (None, Some(_)) => EnergyRule::Provisional,
-            (None, None) => EnergyRule::Gauge,
         };
-        if let Some(now) = energy {
+        if let (Some(now), true) = (energy, moved) {
             self.last_energy = Some((now, taken));
         }
         energy_power
