@@ -52,7 +52,8 @@ pub fn cargo_build(args: &[&str]) -> PathBuf {
         .join("debug")
 }
 
-/// Run `truthscale` with `args`.
+/// Run `truthscale` with `args`, in this environment but for [`FULL_TESTS`] (the binary
+/// reads every `TRUTHSCALE_*` variable as a setting, and an unknown one stops it).
 ///
 /// # Panics
 /// When the process cannot be started.
@@ -60,6 +61,7 @@ pub fn cargo_build(args: &[&str]) -> PathBuf {
 pub fn run(args: &[&str]) -> Output {
     Command::new(truthscale())
         .args(args)
+        .env_remove(FULL_TESTS)
         .output()
         .expect("start truthscale")
 }
@@ -536,19 +538,188 @@ impl Sidecar {
     }
 }
 
-/// An external tool at a fixed path. Its absence fails the test (nothing is skipped), with
-/// the way to install it: `scripts/test`, or the Debian package `package`.
+// ---------------------------------------------------------------------------------------
+// The two test tiers.
+//
+// The Rust-only tier (`cargo test --workspace`, nothing set) runs every test that needs only
+// the truthscale binary, the fake NVML library and servers written in Rust. The
+// external-tool tier adds the tests that drive Prometheus, promtool, Chromium, tmux, openssl
+// or Python's `prometheus_client`; it is on when `TRUTHSCALE_FULL_TESTS` or `CI` is set
+// (`scripts/test` sets the first), and then a missing tool fails the test.
+
+/// The variable that turns the external-tool tier on (as `CI` does). The binary takes every
+/// `TRUTHSCALE_*` variable for a setting and refuses an unknown one, so the helpers that
+/// start it ([`run`], [`clean_command`]) leave this one out: a test that starts the binary
+/// in the test's own environment otherwise fails in this tier.
+pub const FULL_TESTS: &str = "TRUTHSCALE_FULL_TESTS";
+
+/// Whether the external-tool tier is on, from the values of `TRUTHSCALE_FULL_TESTS` and `CI`
+/// (`None`: unset): on when either is set to anything but empty, `0`, `false` or `no`.
+#[must_use]
+pub fn tier_on(full_tests: Option<&str>, ci: Option<&str>) -> bool {
+    let set = |v: Option<&str>| {
+        v.is_some_and(|v| {
+            !matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "" | "0" | "false" | "no"
+            )
+        })
+    };
+    set(full_tests) || set(ci)
+}
+
+/// [`tier_on`] for this process's environment, read once.
+fn external_tier() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        let var = |name: &str| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned());
+        tier_on(var(FULL_TESTS).as_deref(), var("CI").as_deref())
+    })
+}
+
+/// The line a test of the external-tool tier prints when the tier is off.
+#[must_use]
+pub fn not_run_message(tool: &str) -> String {
+    let tool = match tool.strip_prefix("python3:") {
+        Some(module) => format!("python3 with {module}"),
+        None => tool.to_owned(),
+    };
+    format!(
+        "not run: needs {tool} (the external-tool tier); set {FULL_TESTS}=1 or CI to run it, \
+         and ./scripts/test installs the tools"
+    )
+}
+
+/// Where `tool` is: an absolute path must be a file; a bare name (`python3`) is looked up on
+/// `PATH`; `python3:MODULE` is the `python3` on `PATH` when it imports `MODULE`.
+fn locate(tool: &str) -> Option<PathBuf> {
+    if let Some(module) = tool.strip_prefix("python3:") {
+        let python = locate("python3")?;
+        let imports = Command::new(&python)
+            .args(["-c", &format!("import {module}")])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        return imports.then_some(python);
+    }
+    locate_on(tool, std::env::var_os("PATH").as_deref())
+}
+
+/// A path (with a `/`) when it is a file, else a bare name in the folders of `path` (`PATH`).
+fn locate_on(tool: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    if tool.contains('/') {
+        return Path::new(tool).is_file().then(|| PathBuf::from(tool));
+    }
+    std::env::split_paths(path?)
+        .map(|dir| dir.join(tool))
+        .find(|p| p.is_file())
+}
+
+/// What to say when `tool` is missing with the tier on: how to install it.
+fn missing_message(tool: &str, package: &str) -> String {
+    match tool.strip_prefix("python3:") {
+        Some(module) => format!(
+            "python3 with the module {module} is missing: run `scripts/test`, which installs \
+             {package} (or `python3 -m pip install {package}`)"
+        ),
+        None => format!(
+            "{tool} is missing: run `scripts/test`, which installs the Debian package \
+             `{package}` (or `apt-get install --no-install-recommends {package}`)"
+        ),
+    }
+}
+
+/// The guard at the start of a test of the external-tool tier (through
+/// [`require_tool_or_return!`]): `Some(path)` of `tool` when the tier is on; `None` when it
+/// is off, after one line on stderr saying why the test is not run, so it never skips
+/// silently. `tool` is an absolute path, a name on `PATH`, or `python3:MODULE`; `package` is
+/// what installs it (a Debian package, or the pip requirement for a Python module).
 ///
 /// # Panics
-/// When `path` is not a file.
+/// When the tier is on and `tool` is missing, naming `package`.
 #[must_use]
-pub fn require_tool<'a>(path: &'a str, package: &str) -> &'a str {
+pub fn external_tool(tool: &str, package: &str) -> Option<PathBuf> {
+    match external_tool_in(external_tier(), tool, package) {
+        Ok(path) => Some(path),
+        Err(not_run) => {
+            // Straight to the file descriptor, past the test harness' capture of
+            // `eprintln!`, so that `cargo test` shows it, after the test's name.
+            let test = std::thread::current()
+                .name()
+                .filter(|n| *n != "main")
+                .map(|n| format!("{n}: "))
+                .unwrap_or_default();
+            let _ = writeln!(std::io::stderr().lock(), "{test}{not_run}");
+            None
+        }
+    }
+}
+
+/// The decision of [`external_tool`], with the tier given rather than read from the
+/// environment: `Ok(path)` when `tier_on` (and then helpers on this thread may use `tool`),
+/// `Err(the line to print)` when the test is not run.
+///
+/// # Panics
+/// When `tier_on` and `tool` is missing, naming `package`.
+pub fn external_tool_in(tier_on: bool, tool: &str, package: &str) -> Result<PathBuf, String> {
+    if !tier_on {
+        return Err(not_run_message(tool));
+    }
+    let path = locate(tool).unwrap_or_else(|| panic!("{}", missing_message(tool, package)));
+    GUARDED.with(|g| g.borrow_mut().insert(tool.to_owned()));
+    Ok(path)
+}
+
+thread_local! {
+    /// The tools this test's guards let through (the harness runs each test on its own
+    /// thread), so that a helper can tell a guarded test from one that is not.
+    static GUARDED: std::cell::RefCell<std::collections::BTreeSet<String>> =
+        const { std::cell::RefCell::new(std::collections::BTreeSet::new()) };
+}
+
+/// An external tool where a helper uses it (e.g. [`Prometheus::start`]), in a test that
+/// started with [`require_tool_or_return!`] for the same `tool` on this thread.
+///
+/// # Panics
+/// When the test has no such guard, in either tier (without one it would fail where the tool
+/// is missing instead of not running), or when `tool` is missing (naming `package`).
+#[must_use]
+pub fn require_tool(tool: &str, package: &str) -> PathBuf {
+    require_tool_in(GUARDED.with(|g| g.borrow().contains(tool)), tool, package)
+}
+
+/// [`require_tool`] with whether this test's guard let `tool` through given.
+///
+/// # Panics
+/// As [`require_tool`].
+#[must_use]
+pub fn require_tool_in(guarded: bool, tool: &str, package: &str) -> PathBuf {
     assert!(
-        Path::new(path).is_file(),
-        "{path} is missing: run `scripts/test`, which installs the Debian package `{package}` \
-         (or `apt-get install --no-install-recommends {package}`)"
+        guarded,
+        "{tool} is used by a test without `require_tool_or_return!({tool:?}, {package:?})` \
+         at its start: a test that needs an external tool belongs to the external-tool tier, \
+         which runs only with {FULL_TESTS} or CI set"
     );
-    path
+    locate(tool).unwrap_or_else(|| panic!("{}", missing_message(tool, package)))
+}
+
+/// The first line of a test of the external-tool tier: the path of `tool` (see
+/// [`external_tool`]) when the tier is on, else one line on stderr and `return` from the
+/// test.
+///
+/// ```no_run
+/// let promtool = truthscale_e2e::require_tool_or_return!("/usr/bin/promtool", "prometheus");
+/// # drop(promtool);
+/// ```
+#[macro_export]
+macro_rules! require_tool_or_return {
+    ($tool:expr, $package:expr $(,)?) => {
+        match $crate::external_tool($tool, $package) {
+            ::std::option::Option::Some(path) => path,
+            ::std::option::Option::None => return,
+        }
+    };
 }
 
 /// A running `/usr/bin/prometheus` on a free 127.0.0.1 port, with its configuration and TSDB
@@ -569,8 +740,8 @@ impl Prometheus {
     /// port when the chosen one was taken in between.
     ///
     /// # Panics
-    /// When `/usr/bin/prometheus` is missing (run `scripts/test`), or Prometheus exits early
-    /// or is not ready in time.
+    /// When `/usr/bin/prometheus` is missing (run `scripts/test`) or the test did not start
+    /// with its [`require_tool_or_return!`], or Prometheus exits early or is not ready in time.
     #[must_use]
     pub fn start(config: &str, dir: &Path) -> Self {
         let config_file = dir.join("prometheus.yml");
@@ -588,8 +759,9 @@ impl Prometheus {
     /// `dir`; over https with `tls` (certificate, key) when given.
     ///
     /// # Panics
-    /// When promtool or Prometheus is missing (run `scripts/test`), the backfill fails, or
-    /// Prometheus exits early or is not ready in time.
+    /// When promtool or Prometheus is missing (run `scripts/test`) or the test did not start
+    /// with their [`require_tool_or_return!`], the backfill fails, or Prometheus exits early or
+    /// is not ready in time.
     #[must_use]
     pub fn backfilled(openmetrics: &str, dir: &Path, tls: Option<(&Path, &Path)>) -> Self {
         let promtool = require_tool("/usr/bin/promtool", "prometheus");
@@ -648,7 +820,7 @@ impl Prometheus {
         let binary = require_tool("/usr/bin/prometheus", "prometheus");
         for attempt in 0..3 {
             let addr = format!("127.0.0.1:{}", free_port());
-            let mut cmd = Command::new(binary);
+            let mut cmd = Command::new(&binary);
             cmd.arg(format!("--config.file={}", config_file.display()))
                 .arg(format!(
                     "--storage.tsdb.path={}",
@@ -884,7 +1056,8 @@ pub const PROMETHEUS_CLIENT: &str = "prometheus_client==0.26.0";
 /// `Ok(samples)` or `Err(what it said)`.
 ///
 /// # Panics
-/// When `python3` or the module is missing (run `scripts/test`, which installs it).
+/// When `python3` or the module is missing (run `scripts/test`, which installs it), or the
+/// test did not start with `require_tool_or_return!("python3:prometheus_client", …)`.
 pub fn openmetrics_parse(body: &[u8]) -> Result<usize, String> {
     use std::io::Write as _;
     const SCRIPT: &str = "import sys\n\
@@ -892,13 +1065,13 @@ pub fn openmetrics_parse(body: &[u8]) -> Result<usize, String> {
         try:\n    n = sum(len(f.samples) for f in p(sys.stdin.read()))\n\
         except Exception as e:\n    print('REJECTED', e); sys.exit(3)\n\
         print(n)\n";
-    let mut child = Command::new("python3")
+    let mut child = Command::new(require_tool("python3:prometheus_client", PROMETHEUS_CLIENT))
         .args(["-c", SCRIPT])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("python3 is missing: run scripts/test");
+        .expect("start python3");
     child
         .stdin
         .take()
@@ -915,5 +1088,114 @@ pub fn openmetrics_parse(body: &[u8]) -> Result<usize, String> {
     match out.status.code() {
         Some(0) => stdout.parse().map_err(|_| stdout.clone()),
         _ => Err(format!("{stdout}{stderr}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tool that is nowhere.
+    const NOWHERE: &str = "/nonexistent/truthscale-tier-test/tool";
+
+    #[test]
+    fn the_external_tool_tier_is_on_with_either_variable() {
+        assert!(!tier_on(None, None));
+        for off in ["", " ", "0", "false", "FALSE", "no"] {
+            assert!(!tier_on(Some(off), None), "{off:?}");
+            assert!(!tier_on(None, Some(off)), "{off:?}");
+        }
+        for on in ["1", "true", "yes"] {
+            assert!(tier_on(Some(on), None), "{on:?}");
+            assert!(tier_on(None, Some(on)), "{on:?}");
+        }
+        assert!(tier_on(Some("0"), Some("true")));
+        assert!(tier_on(Some("1"), Some("false")));
+    }
+
+    #[test]
+    fn with_the_tier_off_an_external_tool_test_is_not_run_and_says_why() {
+        assert_eq!(
+            external_tool_in(false, NOWHERE, "some-package"),
+            Err(not_run_message(NOWHERE))
+        );
+        // The tier decides, not the machine: a tool that is there is not used either.
+        let here = std::env::current_exe().expect("the test binary");
+        let here_s = here.to_str().expect("UTF-8 path");
+        assert_eq!(
+            external_tool_in(false, here_s, "x"),
+            Err(not_run_message(here_s))
+        );
+        assert_eq!(
+            not_run_message("/usr/bin/prometheus"),
+            "not run: needs /usr/bin/prometheus (the external-tool tier); set \
+             TRUTHSCALE_FULL_TESTS=1 or CI to run it, and ./scripts/test installs the tools"
+        );
+        assert!(
+            not_run_message("python3:prometheus_client")
+                .starts_with("not run: needs python3 with prometheus_client (the external-tool")
+        );
+    }
+
+    #[test]
+    fn with_the_tier_on_a_tool_that_is_there_is_found() {
+        let here = std::env::current_exe().expect("the test binary");
+        let here_s = here.to_str().expect("UTF-8 path");
+        assert_eq!(external_tool_in(true, here_s, "x"), Ok(here.clone()));
+        // The guard let it through: a helper on this thread may use it.
+        assert_eq!(require_tool(here_s, "x"), here);
+        // A bare name is looked up on PATH.
+        let dir = here.parent().expect("a folder");
+        let name = here.file_name().and_then(|n| n.to_str()).expect("a name");
+        let path =
+            std::env::join_paths(["/nonexistent", dir.to_str().expect("UTF-8")]).expect("a PATH");
+        assert_eq!(locate_on(name, Some(&path)), Some(here.clone()));
+        assert_eq!(locate_on("truthscale-no-such-tool", Some(&path)), None);
+        assert_eq!(locate_on(name, None), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "/nonexistent/truthscale-tier-test/tool is missing: run \
+                               `scripts/test`, which installs the Debian package \
+                               `some-package` (or `apt-get install --no-install-recommends \
+                               some-package`)")]
+    fn with_the_tier_on_a_missing_tool_fails_naming_its_package() {
+        let _ = external_tool_in(true, NOWHERE, "some-package");
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "installs truthscale_no_such_module==1.0 (or `python3 -m pip \
+                               install truthscale_no_such_module==1.0`)"
+    )]
+    fn with_the_tier_on_a_missing_python_module_fails_naming_its_requirement() {
+        let _ = external_tool_in(
+            true,
+            "python3:truthscale_no_such_module",
+            "truthscale_no_such_module==1.0",
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "apt-get install --no-install-recommends some-package")]
+    fn a_helper_in_a_guarded_test_fails_on_a_missing_tool() {
+        let _ = require_tool_in(true, NOWHERE, "some-package");
+    }
+
+    #[test]
+    #[should_panic(expected = "is used by a test without \
+                               `require_tool_or_return!(\"/nonexistent/truthscale-tier-test/tool\", \
+                               \"some-package\")` at its start")]
+    fn a_helper_fails_the_test_that_has_no_guard() {
+        // Nothing on this thread guarded it, whatever the tier.
+        let _ = require_tool(NOWHERE, "some-package");
+    }
+
+    #[test]
+    fn a_guard_that_does_not_run_the_test_lets_nothing_through() {
+        let here = std::env::current_exe().expect("the test binary");
+        let here_s = here.to_str().expect("UTF-8 path");
+        assert!(external_tool_in(false, here_s, "x").is_err());
+        assert!(!GUARDED.with(|g| g.borrow().contains(here_s)));
     }
 }

@@ -1,9 +1,10 @@
 //! `truthscale explain` snapshots (one per verdict), `top --once` through a pipe, the live
-//! `top` view through a pseudo-terminal (tmux), and the verdict in `analyze`.
+//! `top` view through a pseudo-terminal (tmux: the external-tool tier, see
+//! `require_tool_or_return!`), and the verdict in `analyze`.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use truthscale_e2e::{TempDir, clean_command, require_tool};
+use truthscale_e2e::{TempDir, clean_command, require_tool, require_tool_or_return};
 
 /// A two-line trace of GPU 0 (an H100 at its reference SM clock, so κ = 1) with the same
 /// readings on both lines.
@@ -326,6 +327,7 @@ fn consistent_frame(t: &Tmux, at_least: u32) -> (u32, Vec<String>, String) {
 
 #[test]
 fn top_renders_a_live_table_in_a_terminal_and_updates_it() {
+    require_tool_or_return!("/usr/bin/tmux", "tmux");
     let dir = TempDir::new("top-tty");
     let p = dir.path().join("replay.jsonl");
     let h = "\"model\":\"NVIDIA H100 80GB HBM3\",\"sm_clock_mhz\":1830.0";

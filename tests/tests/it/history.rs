@@ -3,28 +3,21 @@
 //! HTTP servers for the error paths; and `docs/dcgm-compatibility.md` against the parser's
 //! mapping.
 //!
-//! Every process started here lives in a guard that kills it on drop. Missing external tools
-//! fail the test (run `scripts/test`, which installs them); nothing is skipped.
+//! Every process started here lives in a guard that kills it on drop. The tests on a real
+//! Prometheus belong to the external-tool tier (`require_tool_or_return!`): without
+//! `TRUTHSCALE_FULL_TESTS` or `CI` they say so and are not run; with either, a missing tool
+//! fails them (run `scripts/test`, which installs them).
 
 use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
-use std::path::Path;
 use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
-use truthscale_e2e::{Prometheus, Spawned, TempDir, clean_command, free_port};
-
-/// An external tool at a fixed path; its absence is a failure, not a skip.
-fn tool<'a>(path: &'a str, package: &str) -> &'a str {
-    assert!(
-        Path::new(path).is_file(),
-        "{path} is missing: run `scripts/test`, which installs the Debian package `{package}` \
-         (or `apt-get install --no-install-recommends {package}`)"
-    );
-    path
-}
+use truthscale_e2e::{
+    Prometheus, Spawned, TempDir, clean_command, free_port, require_tool, require_tool_or_return,
+};
 
 /// What one `truthscale` run left behind.
 struct Run {
@@ -238,6 +231,8 @@ fn entity<'a>(v: &'a Value, gpu: u64, pod: Option<&str>) -> &'a Value {
 
 #[test]
 fn history_from_a_real_prometheus() {
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    require_tool_or_return!("/usr/bin/promtool", "prometheus");
     let started = Instant::now();
     let p = backfilled();
     eprintln!(
@@ -577,9 +572,9 @@ fn fails(url: &str, extra: &[&str], env: &[(&str, &str)]) -> String {
 fn certificates(
     dir: &std::path::Path,
 ) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
-    let openssl = tool("/usr/bin/openssl", "openssl");
+    let openssl = require_tool("/usr/bin/openssl", "openssl");
     let run = |args: &[&str]| {
-        let out = Command::new(openssl)
+        let out = Command::new(&openssl)
             .args(args)
             .current_dir(dir)
             .output()
@@ -650,6 +645,9 @@ fn certificates(
 /// (saying it is the certificate), read with it; and `--until` ends the window in the past.
 #[test]
 fn history_over_https_with_a_ca_and_until() {
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    require_tool_or_return!("/usr/bin/promtool", "prometheus");
+    require_tool_or_return!("/usr/bin/openssl", "openssl");
     let certs = TempDir::new("history-tls");
     let (ca, cert, key) = certificates(certs.path());
     let p = backfilled_with(Some((&cert, &key)));

@@ -1,10 +1,13 @@
 //! Label and input hygiene: pod identities with quotes, backslashes, newlines and non-ASCII
 //! (through the Downward API environment) give exposition that promtool, the reference
-//! OpenMetrics parser and a real Prometheus all read back to the very same strings.
+//! OpenMetrics parser and a real Prometheus all read back to the very same strings (the
+//! external-tool tier: see `require_tool_or_return!`).
 
 use std::io::Write as _;
 use std::time::{Duration, Instant};
-use truthscale_e2e::{Prometheus, Sidecar, StandIn, TempDir, ok, require_tool};
+use truthscale_e2e::{
+    PROMETHEUS_CLIENT, Prometheus, Sidecar, StandIn, TempDir, ok, require_tool_or_return,
+};
 
 const POD: &str = "we\"ird\\pod\nname-é日本";
 const NAMESPACE: &str = "ns-\"quoted\"";
@@ -13,7 +16,7 @@ const NODE: &str = "nœud-⚙";
 /// A pod name as dcgm-exporter's own labels carry it (escaped in its exposition).
 const SOURCE_POD: &str = "src\"pod\\x\ny-ü";
 
-fn promtool_check(promtool: &str, body: &[u8]) {
+fn promtool_check(promtool: &std::path::Path, body: &[u8]) {
     let mut child = std::process::Command::new(promtool)
         .args(["check", "metrics"])
         .stdin(std::process::Stdio::piped())
@@ -33,7 +36,9 @@ fn promtool_check(promtool: &str, body: &[u8]) {
 
 #[test]
 fn awkward_identities_survive_every_parser() {
-    let promtool = require_tool("/usr/bin/promtool", "prometheus");
+    let promtool = require_tool_or_return!("/usr/bin/promtool", "prometheus");
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    require_tool_or_return!("python3:prometheus_client", PROMETHEUS_CLIENT);
     let tmp = TempDir::new("hygiene");
     let sidecar = Sidecar::start(
         &["--source", "sim", "--sim-gpus", "1", "--interval", "200ms"],
@@ -75,7 +80,7 @@ fn awkward_identities_survive_every_parser() {
             std::thread::sleep(Duration::from_millis(100));
         };
         // The text format: promtool's parser, warnings included.
-        promtool_check(promtool, &text);
+        promtool_check(&promtool, &text);
     }
     // OpenMetrics: the reference parser takes the whole body.
     for s in [&sidecar, &from_source] {

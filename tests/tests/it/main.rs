@@ -23,3 +23,4 @@ mod prometheus_rules;
 mod report;
 mod serve;
 mod sidecar_get;
+mod tiers;

@@ -31,8 +31,8 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use truthscale_e2e::{
-    Prometheus, Sample, Sidecar, TempDir, cargo_build, http_get, require_tool, run, url_encode,
-    workspace,
+    Prometheus, Sample, Sidecar, TempDir, cargo_build, http_get, require_tool_or_return, run,
+    url_encode, workspace,
 };
 use truthscale_exporter::attribution::config::DEFAULT_SOCKET;
 use truthscale_exporter::attribution::kubelet::proto::{ListPodResourcesResponse, PodResources};
@@ -990,7 +990,7 @@ fn scrape_job(target: &str) -> Json {
     reason = "one end-to-end scenario, read top to bottom"
 )]
 fn node_dashboard_on_real_prometheus() {
-    let _ = require_tool("/usr/bin/prometheus", "prometheus");
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
     let exprs = dashboard_exprs();
     assert!(exprs.len() > 10, "{exprs:?}");
 

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 use truthscale_e2e::{
     Prometheus, Silent, Spawned, TempDir, clean_command, free_port, require_tool,
+    require_tool_or_return,
 };
 
 const STEP: i64 = 60;
@@ -401,6 +402,8 @@ const FLEET_FLAGS: &[&str] = &[
 
 #[test]
 fn report_pins_the_fleet_from_truthscale_series() {
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    require_tool_or_return!("/usr/bin/promtool", "prometheus");
     let p = backfilled();
     let run = report(&p, "{job=\"truthscale\"}", FLEET_FLAGS);
     eprintln!("report: {}", run.stderr);
@@ -450,6 +453,8 @@ fn report_pins_the_fleet_from_truthscale_series() {
 
 #[test]
 fn report_from_dcgm_only_history_gives_the_same_answers() {
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    require_tool_or_return!("/usr/bin/promtool", "prometheus");
     let p = backfilled();
     let run = report(&p, "{job=\"dcgm\"}", FLEET_FLAGS);
     eprintln!("report: {}", run.stderr);
@@ -504,13 +509,13 @@ for y in range(h):
     prev = line
 print(' '.join(map(str, counts)))
 "#;
-    let out = Command::new("python3")
+    let out = Command::new(require_tool("python3", "python3"))
         .arg("-c")
         .arg(DECODE)
         .arg(png)
         .args(colors.iter().map(|(r, g, b)| format!("{r},{g},{b}")))
         .output()
-        .expect("python3 is missing: run scripts/test");
+        .expect("start python3");
     assert!(
         out.status.success(),
         "decoding {}: {}",
@@ -561,6 +566,10 @@ fn chromium(tmp: &Path, name: &str, extra: &[String], url: &str) -> (String, Str
 
 #[test]
 fn report_html_renders_in_chromium() {
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    require_tool_or_return!("/usr/bin/promtool", "prometheus");
+    require_tool_or_return!("/usr/bin/chromium", "chromium");
+    require_tool_or_return!("python3", "python3");
     let p = backfilled();
     let tmp = TempDir::new("report-html");
     let html = tmp.path().join("report.html");
@@ -648,6 +657,9 @@ fn report_bad_input_gets_a_clear_message_and_nothing_made_up() {
     assert_eq!(run.code, Some(2));
     assert!(run.stderr.contains("--headroom"), "{}", run.stderr);
 
+    // The rest reads a real Prometheus.
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    require_tool_or_return!("/usr/bin/promtool", "prometheus");
     let p = backfilled();
     // A selector that matches nothing.
     let run = report(&p, "{job=\"nothing-here\"}", &["--json"]);

@@ -2,8 +2,10 @@
 //! replayed capture, a stale source, headless Chromium, signals and the config commands.
 //!
 //! Every process started here lives in a guard that kills it on drop, so a failed assertion
-//! leaves nothing running. Missing external tools fail the test (run `scripts/test`, which
-//! installs them); nothing is skipped.
+//! leaves nothing running. The tests that drive Prometheus, promtool or Chromium belong to
+//! the external-tool tier (`require_tool_or_return!`): without `TRUTHSCALE_FULL_TESTS` or
+//! `CI` they say so and are not run; with either, a missing tool fails them (run
+//! `scripts/test`, which installs them).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use truthscale_e2e::{
-    Sample, Sidecar, Spawned, TempDir, clean_command, fixture, free_port, http_get, url_encode,
+    Sample, Sidecar, Spawned, TempDir, clean_command, fixture, free_port, http_get, require_tool,
+    require_tool_or_return, url_encode,
 };
 
 const T4: &str = "dcgm-exporter-cncf-k8s-ai-conformance-ericsson-ccd-t4.txt";
@@ -27,16 +30,6 @@ const PHASES: [&str; 8] = [
     "stalled",
     "underloaded",
 ];
-
-/// An external tool at a fixed path; its absence is a failure, not a skip.
-fn tool<'a>(path: &'a str, package: &str) -> &'a str {
-    assert!(
-        Path::new(path).is_file(),
-        "{path} is missing: run `scripts/test`, which installs the Debian package `{package}` \
-         (or `apt-get install --no-install-recommends {package}`)"
-    );
-    path
-}
 
 fn samples<'a>(all: &'a [Sample], name: &str) -> Vec<&'a Sample> {
     all.iter().filter(|s| s.name == name).collect()
@@ -115,7 +108,7 @@ fn per_phase(addr: &str, gpu: &str) -> Vec<(String, f64, f64)> {
 
 #[test]
 fn prometheus_round_trip() {
-    let prometheus = tool("/usr/bin/prometheus", "prometheus");
+    let prometheus = require_tool_or_return!("/usr/bin/prometheus", "prometheus");
     let started = Instant::now();
     let tmp = TempDir::new("prom");
     let mut sidecar = Sidecar::start(
@@ -308,7 +301,7 @@ fn prometheus_round_trip() {
 
 #[test]
 fn promtool_accepts_the_exposition() {
-    let promtool = tool("/usr/bin/promtool", "prometheus");
+    let promtool = require_tool_or_return!("/usr/bin/promtool", "prometheus");
     let tmp = TempDir::new("promtool");
     let sidecar = Sidecar::start(&["--source", "sim", "--interval", "1s"], &[], tmp.path());
 
@@ -676,7 +669,7 @@ fn stale_source_drops_series_and_keeps_serving() {
 // 5. The landing page renders in a real browser.
 
 fn chromium(tmp: &Path, name: &str, extra: &[String], url: &str) -> String {
-    let chromium = tool("/usr/bin/chromium", "chromium");
+    let chromium = require_tool("/usr/bin/chromium", "chromium");
     let profile = tmp.join(format!("profile-{name}"));
     std::fs::create_dir_all(&profile).unwrap();
     let mut cmd = Command::new(chromium);
@@ -721,7 +714,7 @@ fn be_u32(b: &[u8]) -> u32 {
 
 #[test]
 fn landing_page_renders_in_chromium() {
-    tool("/usr/bin/chromium", "chromium");
+    require_tool_or_return!("/usr/bin/chromium", "chromium");
     let tmp = TempDir::new("chromium");
     let sidecar = Sidecar::start(&["--source", "sim", "--sim-gpus", "2"], &[], tmp.path());
     let url = format!("http://{}/", sidecar.addr);
