@@ -26,8 +26,15 @@ pub fn render(gpus: &[GpuEntry], source: &str, up: bool, taken_unix_ms: i64) -> 
             (None, Some(b)) => format!("≤ {}", pct(Some(b))),
             _ => "—".into(),
         };
-        let reported = m.reported_utilization.unwrap_or(0.0).clamp(0.0, 1.0);
-        let eff_bar = m.effective_compute.unwrap_or(0.0).clamp(0.0, 1.0);
+        // A bar only for a measured value: an absent one is no bar, never a bar at 0.
+        let bar = |class: &str, v: Option<f64>| {
+            v.map_or_else(String::new, |v| {
+                format!(
+                    "<div class=\"{class}\" style=\"width:{:.1}%\"></div>",
+                    v.clamp(0.0, 1.0) * 100.0
+                )
+            })
+        };
         let sim = if w.simulated {
             " <span class=\"sim\">SIMULATED</span>"
         } else {
@@ -36,14 +43,13 @@ pub fn render(gpus: &[GpuEntry], source: &str, up: bool, taken_unix_ms: i64) -> 
         let _ = writeln!(
             rows,
             "<tr><td>{}</td><td>{}{sim}</td><td>{}</td>\
-             <td><div class=\"bar\"><div class=\"rep\" style=\"width:{:.1}%\"></div>\
-             <div class=\"eff\" style=\"width:{:.1}%\"></div></div></td>\
+             <td><div class=\"bar\">{}{}</div></td>\
              <td class=\"phase {}\">{}</td><td>{}</td></tr>",
             esc(&w.id.to_string()),
             esc(w.id.model.as_deref().unwrap_or("unknown")),
             format_args!("{} / {}", pct(m.reported_utilization), effective),
-            reported * 100.0,
-            eff_bar * 100.0,
+            bar("rep", m.reported_utilization),
+            bar("eff", m.effective_compute),
             w.phase.map_or("unknown", |p| p.as_str()),
             // Serving words (prefill, decode) only where the workload is LLM serving.
             w.phase.map_or("unknown", |p| p.name_for(w.llm_serving)),

@@ -45,14 +45,6 @@ pub struct Tick<'a> {
     pub held: Option<HashSet<EntityKey>>,
 }
 
-impl Tick<'_> {
-    /// Whether this pod holds the entity with this key (every entity, while no stage knows).
-    #[must_use]
-    pub fn holds(&self, key: &EntityKey) -> bool {
-        self.held.as_ref().is_none_or(|h| h.contains(key))
-    }
-}
-
 /// A stage's health: whether its last answer is usable, and its failures by kind.
 #[derive(Debug, Default, Clone)]
 pub struct Health {
