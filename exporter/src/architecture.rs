@@ -1720,3 +1720,171 @@ fn every_invariant_names_what_holds_it() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The public surface
+
+/// Where the exporter's public surface is written down, one path per line.
+const PUBLIC_API: &str = "exporter/public-api.txt";
+
+/// Whether an item is `pub` without a restriction (`pub(crate)` is not).
+fn is_pub(v: &syn::Visibility) -> bool {
+    matches!(v, syn::Visibility::Public(_))
+}
+
+/// The public items of the module in `path` (and of its public modules, files followed),
+/// as paths from the crate's root: `compose::start`, `pipeline::Sampler::latest`, `sources::*`
+/// for a macro that writes items, `attribution::kubelet::proto::*` for generated code.
+fn public_items(path: &Path, module: &str, items: &[Item], out: &mut BTreeSet<String>) {
+    let at = |name: &dyn std::fmt::Display| {
+        if module.is_empty() {
+            name.to_string()
+        } else {
+            format!("{module}::{name}")
+        }
+    };
+    for item in items {
+        if is_test(item_attrs(item)) {
+            continue;
+        }
+        match item {
+            Item::Mod(m) if is_pub(&m.vis) => {
+                let name = at(&m.ident);
+                if let Some((_, inner)) = &m.content {
+                    let generated = inner.iter().any(|i| matches!(i, Item::Macro(_)));
+                    if generated {
+                        out.insert(format!("{name}::*"));
+                    } else {
+                        public_items(path, &name, inner, out);
+                    }
+                    continue;
+                }
+                let dir = if path.ends_with("mod.rs") || path.ends_with("lib.rs") {
+                    path.parent().expect("a folder").to_path_buf()
+                } else {
+                    path.with_extension("")
+                };
+                let file = [
+                    dir.join(format!("{}.rs", m.ident)),
+                    dir.join(m.ident.to_string()).join("mod.rs"),
+                ]
+                .into_iter()
+                .find(|p| p.exists())
+                .unwrap_or_else(|| panic!("{}: no file for mod {}", path.display(), m.ident));
+                let text = std::fs::read_to_string(&file).expect("readable");
+                let parsed = parse(&file.display().to_string(), &text);
+                public_items(&file, &name, &parsed.items, out);
+            }
+            Item::Fn(f) if is_pub(&f.vis) => {
+                out.insert(at(&f.sig.ident));
+            }
+            Item::Struct(s) if is_pub(&s.vis) => {
+                out.insert(at(&s.ident));
+            }
+            Item::Enum(e) if is_pub(&e.vis) => {
+                out.insert(at(&e.ident));
+            }
+            Item::Trait(t) if is_pub(&t.vis) => {
+                out.insert(at(&t.ident));
+            }
+            Item::Const(c) if is_pub(&c.vis) => {
+                out.insert(at(&c.ident));
+            }
+            Item::Static(s) if is_pub(&s.vis) => {
+                out.insert(at(&s.ident));
+            }
+            Item::Type(t) if is_pub(&t.vis) => {
+                out.insert(at(&t.ident));
+            }
+            Item::Use(u) if is_pub(&u.vis) => {
+                let mut leaves_out = Vec::new();
+                self::leaves(&u.tree, &mut Vec::new(), false, &mut leaves_out);
+                for l in leaves_out {
+                    let name = l.binds.unwrap_or_else(|| l.raw.join("::"));
+                    out.insert(at(&format!("{name} (use)")));
+                }
+            }
+            Item::Macro(m) if m.mac.path.is_ident("sources") => {
+                out.insert(at(&"* (sources!)"));
+            }
+            Item::Impl(i) if i.trait_.is_none() => {
+                let syn::Type::Path(t) = &*i.self_ty else {
+                    continue;
+                };
+                let Some(ty) = t.path.segments.last() else {
+                    continue;
+                };
+                for ii in &i.items {
+                    if let ImplItem::Fn(f) = ii
+                        && is_pub(&f.vis)
+                        && !is_test(&f.attrs)
+                    {
+                        out.insert(at(&format!("{}::{}", ty.ident, f.sig.ident)));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The exporter's public surface, one path per line.
+fn public_api() -> String {
+    let lib = workspace().join("exporter/src/lib.rs");
+    let text = std::fs::read_to_string(&lib).expect("lib.rs");
+    let mut out = BTreeSet::new();
+    public_items(
+        &lib,
+        "",
+        &parse("exporter/src/lib.rs", &text).items,
+        &mut out,
+    );
+    let mut s = String::from(
+        "# The public surface of truthscale-exporter: what a Rust service embeds (ARCHITECTURE.md,\n\
+         # \"API boundary\"). Checked by architecture::the_public_surface_is_the_embedding_api;\n\
+         # regenerate with UPDATE_GOLDEN=1 after a deliberate change, and record it in CHANGELOG.md.\n",
+    );
+    for p in out {
+        s.push_str(&p);
+        s.push('\n');
+    }
+    s
+}
+
+#[test]
+fn the_public_surface_is_the_embedding_api() {
+    let got = public_api();
+    let path = workspace().join(PUBLIC_API);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, &got).expect("writable");
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        got == want,
+        "the exporter's public surface changed; if deliberately, run with UPDATE_GOLDEN=1 and record it in CHANGELOG.md:\n{}",
+        got.lines()
+            .filter(|l| !want.lines().any(|w| w == *l))
+            .map(|l| format!("+ {l}"))
+            .chain(
+                want.lines()
+                    .filter(|w| !got.lines().any(|l| l == *w))
+                    .map(|l| format!("- {l}"))
+            )
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+#[test]
+fn caught_a_new_public_item() {
+    let text = "pub mod x { pub fn f() {} pub(crate) fn g() {} fn h() {} pub struct S; impl S { pub fn m(&self) {} fn n(&self) {} } }";
+    let mut out = BTreeSet::new();
+    public_items(
+        Path::new("lib.rs"),
+        "",
+        &parse("lib.rs", text).items,
+        &mut out,
+    );
+    let got: Vec<_> = out.into_iter().collect();
+    assert_eq!(got, ["x::S", "x::S::m", "x::f"]);
+}

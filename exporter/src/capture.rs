@@ -3,7 +3,7 @@
 //! the core's parser. Used by `analyze`, `explain`, `top` and the replay source.
 //!
 //! A bad line is a per-line error naming `file:line` and the reader goes on: malformed
-//! text, a line that is not UTF-8, or a line longer than [`MAX_LINE`] (its bytes are skipped
+//! text, a line that is not UTF-8, or a line longer than `MAX_LINE` (its bytes are skipped
 //! without being held). Only a failing read ends the capture.
 
 use std::collections::VecDeque;
@@ -12,15 +12,15 @@ use truthscale_core::model::{Sample, Timestamp};
 use truthscale_core::parse::{Format, LineParser, ParseError};
 
 /// Lines read to detect the format.
-pub const DETECT_LINES: usize = 64;
+pub(crate) const DETECT_LINES: usize = 64;
 /// The longest line read; a longer one is an error for that line, and memory stays bounded.
-pub const MAX_LINE: usize = 1 << 20;
+pub(crate) const MAX_LINE: usize = 1 << 20;
 
 /// Bytes of whole lines checked as UTF-8 at a time.
 const BLOCK: usize = 4096;
 
 /// The most bytes of one over-long line skipped before the input is refused as not text.
-pub const MAX_SKIP: u64 = 64 << 20;
+pub(crate) const MAX_SKIP: u64 = 64 << 20;
 
 /// Why a capture cannot be read at all.
 #[derive(Debug, thiserror::Error)]
@@ -275,7 +275,7 @@ impl<R: BufRead> Capture<R> {
     ///
     /// # Errors
     /// A failing read (the capture ends).
-    pub fn lines_while(
+    pub(crate) fn lines_while(
         &mut self,
         mut f: impl FnMut(&mut LineParser, &str, usize, Result<&str, String>) -> bool,
     ) -> Result<bool, CaptureError> {

@@ -13,7 +13,7 @@
 
 /// A process's pod UID and container id.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attribution {
+pub(crate) struct Attribution {
     /// Pod UID (`1b4e28ba-2fa1-11d2-883f-0016d3cca427`).
     pub pod_uid: String,
     /// Container id (64 hex digits), when the path names one.

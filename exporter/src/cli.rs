@@ -13,7 +13,7 @@ use std::process::ExitCode;
 /// (idle, prefill, decode, mixed, stalled, underloaded).
 #[derive(Debug, Parser)]
 #[command(name = "truthscale", version, about, long_about)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -21,7 +21,7 @@ pub struct Cli {
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Analyze a capture: `dcgmi dmon` output, a dcgm-exporter scrape, or a JSONL trace;
     /// or the DCGM history a Prometheus server holds (--prometheus URL).
     ///

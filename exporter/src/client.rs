@@ -6,12 +6,12 @@
 use std::time::Duration;
 
 /// Largest body read from a metrics endpoint (after decompression).
-pub const MAX_METRICS_BODY: u64 = 32 << 20;
+pub(crate) const MAX_METRICS_BODY: u64 = 32 << 20;
 
 /// An agent whose requests, body included, take at most `timeout`; HTTP error statuses
 /// are answers to inspect, not errors.
 #[must_use]
-pub fn agent(timeout: Duration) -> ureq::Agent {
+pub(crate) fn agent(timeout: Duration) -> ureq::Agent {
     agent_with_tls(timeout, ureq::tls::TlsConfig::default())
 }
 
@@ -29,7 +29,10 @@ fn agent_with_tls(timeout: Duration, tls: ureq::tls::TlsConfig) -> ureq::Agent {
 ///
 /// # Errors
 /// The file cannot be read or holds no certificate; the message names it.
-pub fn agent_trusting(timeout: Duration, ca: &std::path::Path) -> Result<ureq::Agent, String> {
+pub(crate) fn agent_trusting(
+    timeout: Duration,
+    ca: &std::path::Path,
+) -> Result<ureq::Agent, String> {
     let pem = std::fs::read(ca).map_err(|e| format!("{}: cannot read: {e}", ca.display()))?;
     let certs: Vec<ureq::tls::Certificate<'static>> = ureq::tls::parse_pem(&pem)
         .filter_map(|item| match item {
@@ -48,7 +51,7 @@ pub fn agent_trusting(timeout: Duration, ca: &std::path::Path) -> Result<ureq::A
 
 /// Why a `GET` for text failed.
 #[derive(Debug, thiserror::Error)]
-pub enum FetchError {
+pub(crate) enum FetchError {
     /// Not reached (refused, timed out, DNS).
     #[error("cannot reach {url}: {message}")]
     Unreachable {
@@ -99,11 +102,25 @@ pub enum FetchError {
     },
 }
 
+impl FetchError {
+    /// The `kind` label value of `truthscale_source_errors_total`.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            FetchError::Unreachable { .. } => "unreachable",
+            FetchError::Timeout { .. } => "timeout",
+            FetchError::Status { .. } => "http",
+            FetchError::TooLarge { .. } => "too_large",
+            FetchError::NotText { .. } => "parse",
+            FetchError::Body { .. } => "io",
+        }
+    }
+}
+
 /// `GET url` with `Accept: accept`, and its body as text, at most `limit` bytes.
 ///
 /// # Errors
 /// [`FetchError`], naming the URL.
-pub fn get_text(
+pub(crate) fn get_text(
     agent: &ureq::Agent,
     url: &str,
     accept: &str,
@@ -116,7 +133,7 @@ pub fn get_text(
 ///
 /// # Errors
 /// [`FetchError`], naming the URL.
-pub fn get_text_with(
+pub(crate) fn get_text_with(
     agent: &ureq::Agent,
     url: &str,
     headers: &[(&str, &str)],

@@ -1,5 +1,5 @@
 //! The composition root: from validated [`Settings`], the source, the stages and the
-//! pipeline's configuration, handed to [`Sampler::start`]. The only place that turns the
+//! pipeline's configuration, handed to `Sampler::start`. The only place that turns the
 //! configuration's source table into a source; the pipeline is given what it runs.
 //!
 //! ```no_run
@@ -53,7 +53,7 @@ pub fn start_with_source(settings: &Settings, source: Box<dyn Source>) -> Sample
 
 /// The pipeline's own configuration.
 #[must_use]
-pub fn config(settings: &Settings) -> pipeline::Config {
+pub(crate) fn config(settings: &Settings) -> pipeline::Config {
     pipeline::Config {
         interval: settings.interval,
         stale_after: settings.stale_after,

@@ -229,40 +229,40 @@ pub enum ConfigError {
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// Where to listen.
-    pub listen: SocketAddr,
+    pub(crate) listen: SocketAddr,
     /// Web config file.
-    pub web_config_file: Option<PathBuf>,
+    pub(crate) web_config_file: Option<PathBuf>,
     /// The source, with its own configuration.
-    pub source: sources::SourceConfig,
+    pub(crate) source: sources::SourceConfig,
     /// What the source draws on besides its own settings.
-    pub source_context: sources::Context,
+    pub(crate) source_context: sources::Context,
     /// Sampling interval.
-    pub interval: Duration,
+    pub(crate) interval: Duration,
     /// Stale period.
-    pub stale_after: Duration,
+    pub(crate) stale_after: Duration,
     /// Identity labels.
-    pub identity: Identity,
+    pub(crate) identity: Identity,
     /// Request timeout.
-    pub request_timeout: Duration,
+    pub(crate) request_timeout: Duration,
     /// Concurrency bound.
-    pub max_concurrent_requests: usize,
+    pub(crate) max_concurrent_requests: usize,
     /// Header size bound.
-    pub max_header_bytes: usize,
+    pub(crate) max_header_bytes: usize,
     /// Derivation thresholds.
-    pub derive: DeriveConfig,
+    pub(crate) derive: DeriveConfig,
     /// OTLP push, when on.
-    pub otlp: Option<OtlpSettings>,
+    pub(crate) otlp: Option<OtlpSettings>,
     /// Verdict thresholds.
-    pub verdict: VerdictConfig,
+    pub(crate) verdict: VerdictConfig,
     /// The serving engine, when on.
-    pub engine: Option<EngineSettings>,
+    pub(crate) engine: Option<EngineSettings>,
     /// Sidecar mode's kubelet `Get` for this pod, when `sidecar.pod_resources` is on; `None`
     /// otherwise and in node mode.
-    pub pod_resources: Option<SidecarSettings>,
+    pub(crate) pod_resources: Option<SidecarSettings>,
     /// Node mode's kubelet settings; `None` in sidecar mode.
-    pub node: Option<NodeSettings>,
+    pub(crate) node: Option<NodeSettings>,
     /// The series cap.
-    pub max_series: usize,
+    pub(crate) max_series: usize,
 }
 
 /// Variables truthscale reads besides its own `TRUTHSCALE_…` and the standard `OTEL_…`.
@@ -643,7 +643,9 @@ impl Config {
     ///
     /// # Errors
     /// Each problem, keyed like `derive.phase.idle_enter_util`.
-    pub fn check_thresholds(&self) -> Result<(), Vec<truthscale_core::phase::InvalidSetting>> {
+    pub(crate) fn check_thresholds(
+        &self,
+    ) -> Result<(), Vec<truthscale_core::phase::InvalidSetting>> {
         let mut problems = Vec::new();
         for r in [
             self.derive.validate("derive."),
@@ -664,7 +666,7 @@ impl Config {
     ///
     /// # Errors
     /// Never in practice: every field serializes.
-    pub fn to_toml(&self) -> Result<String, toml::ser::Error> {
+    pub(crate) fn to_toml(&self) -> Result<String, toml::ser::Error> {
         toml::to_string_pretty(self)
     }
 }

@@ -1,22 +1,30 @@
 //! # truthscale-exporter
 //!
-//! The `truthscale` command line and sidecar. All I/O lives here; the derivations live in
-//! [`truthscale_core`].
+//! truthscale's sampler, `/metrics` router and OTLP instruments, for a Rust service that
+//! wants its GPUs' honest figures in-process, and the `truthscale` command line built on
+//! them. The derivations themselves live in [`truthscale_core`].
 //!
-//! - [`pipeline`]: the sampler thread, a pipeline of stages (sample → stages → derive →
-//!   publish), and the [`pipeline::Sampler`] handle; [`compose`] builds it from the settings.
-//! - [`sources`]: the `Source` trait and the sources: NVML, dcgm-exporter, the simulated GPU,
-//!   replays, null.
-//! - [`attribution`]: the kubelet and API server stages (which pods hold each GPU);
-//!   [`enrichment`]: the serving-engine stage.
-//! - [`publish`]: the snapshot encoded once per tick; [`sinks`]: OTLP push;
-//!   [`http`]: the axum router, web config, landing page.
-//! - [`config`]: defaults < file < environment < flags.
-//! - [`capture`]: the one capture reader; [`client`]: the one HTTP client builder;
-//!   [`history`]: a Prometheus range as samples.
-//! - [`commands`]: one file per verb (analyze, serve, simulate, explain, top, doctor, config,
-//!   report); [`cli`] only dispatches. [`view`]: the per-GPU view `explain` and `top` share;
-//!   [`report`]: the fleet report's collection from history and its renderings.
+//! The surface, in the order a service meets it:
+//!
+//! - [`config::Config`]: the same settings as the binary's TOML file and
+//!   `TRUTHSCALE_…` variables; [`Config::validate`](config::Config::validate) checks them
+//!   into [`config::Settings`].
+//! - [`compose::start`]: the sampler for those settings, on a thread of its own
+//!   ([`pipeline::Sampler`]); [`compose::start_with_source`] runs your own
+//!   [`sources::Source`] instead.
+//! - [`pipeline::Sampler::subscribe`] and [`pipeline::Sampler::latest`]: every tick's
+//!   [`publish::Snapshot`], with the per-GPU windows and both encodings of `/metrics`.
+//! - [`http::router`]: the `/metrics`, `/healthz`, `/readyz` and landing page routes, to
+//!   merge into your own axum app; [`http::web`] adds the Prometheus web config (TLS, basic
+//!   auth).
+//! - [`sinks::otlp::register`]: the same figures as instruments on your own OpenTelemetry
+//!   meter.
+//! - [`capture::Capture`] reads the capture formats `analyze` reads;
+//!   [`history::decode_range_answer`] decodes a Prometheus range answer into samples;
+//!   [`attribution::kubelet::proto`] is the kubelet's PodResources API (for a test kubelet).
+//! - [`cli::main`] is the whole `truthscale` binary.
+//!
+//! Everything else is the crate's own (ARCHITECTURE.md, "API boundary").
 //!
 //! Embedding in a Rust service:
 //!
@@ -33,21 +41,21 @@ pub mod attribution;
 pub mod capture;
 pub(crate) mod cgroup;
 pub mod cli;
-pub mod client;
-pub mod commands;
+pub(crate) mod client;
+pub(crate) mod commands;
 pub mod compose;
 pub mod config;
 pub mod enrichment;
 pub mod history;
 pub mod http;
-pub mod logging;
+pub(crate) mod logging;
 pub mod pipeline;
 pub mod publish;
-pub mod report;
-pub mod setting;
+pub(crate) mod report;
+pub(crate) mod setting;
 pub mod sinks;
 pub mod sources;
-pub mod view;
+pub(crate) mod view;
 
 #[cfg(test)]
 mod architecture;

@@ -5,18 +5,18 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// Repeated messages of one kind are logged at most this often.
-pub const LOG_EVERY: Duration = Duration::from_secs(30);
+pub(crate) const LOG_EVERY: Duration = Duration::from_secs(30);
 
 /// The one limiter of repeated log lines: a kind is let through at most every
 /// [`LOG_EVERY`]; counters still count every occurrence.
 #[derive(Debug, Default)]
-pub struct LogLimiter {
+pub(crate) struct LogLimiter {
     last: HashMap<&'static str, Instant>,
 }
 
 impl LogLimiter {
     /// Whether a message of `kind` may be logged now (and, if so, that it was).
-    pub fn allow(&mut self, kind: &'static str) -> bool {
+    pub(crate) fn allow(&mut self, kind: &'static str) -> bool {
         let due = self.last.get(kind).is_none_or(|t| t.elapsed() >= LOG_EVERY);
         if due {
             self.last.insert(kind, Instant::now());

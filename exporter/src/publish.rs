@@ -3,7 +3,7 @@
 //! reads, and the push sinks' failure counts it carries.
 //!
 //! gzip is done by the sampler too, next to the encoding and never per request: a format is
-//! compressed each tick once a scraper has asked for it gzipped ([`GzipDemand`]), and for as
+//! compressed each tick once a scraper has asked for it gzipped (`GzipDemand`), and for as
 //! long as one keeps asking. The first such request, before any compressed body exists, is
 //! answered uncompressed, which `Accept-Encoding` allows.
 
@@ -27,7 +27,7 @@ pub struct Snapshot {
     /// When the tick (or, before the first, the sampler) started, on the monotonic clock:
     /// what liveness measures the sampler's progress by. `None` for a snapshot no sampler
     /// made.
-    pub taken_at: Option<std::time::Instant>,
+    pub(crate) taken_at: Option<std::time::Instant>,
     /// The GPU entities being served; a GPU that stopped has `up == false` for a while
     /// (only `truthscale_gpu_up 0` is written for it).
     pub gpus: Vec<GpuEntry>,
@@ -40,11 +40,11 @@ pub struct Snapshot {
     /// `/metrics` in OpenMetrics.
     pub openmetrics: Bytes,
     /// `text`, gzipped, when a scraper asked for it lately.
-    pub text_gzip: Option<Bytes>,
+    pub(crate) text_gzip: Option<Bytes>,
     /// `openmetrics`, gzipped, when a scraper asked for it lately.
-    pub openmetrics_gzip: Option<Bytes>,
+    pub(crate) openmetrics_gzip: Option<Bytes>,
     /// Where scrapers note that they asked for gzip (shared by every snapshot of a sampler).
-    pub gzip_demand: Arc<GzipDemand>,
+    pub(crate) gzip_demand: Arc<GzipDemand>,
     /// The exporter status encoded into this snapshot.
     pub status: ExporterStatus,
     /// The identity labels encoded into this snapshot.
@@ -54,12 +54,12 @@ pub struct Snapshot {
 /// Failure counts of push sinks (OTLP), shared between a sink, which adds to them, and the
 /// sampler, which copies them into every snapshot (`truthscale_sink_errors_total`).
 #[derive(Debug, Clone, Default)]
-pub struct SinkErrors(Arc<Mutex<BTreeMap<String, BTreeMap<String, u64>>>>);
+pub(crate) struct SinkErrors(Arc<Mutex<BTreeMap<String, BTreeMap<String, u64>>>>);
 
 impl SinkErrors {
     /// Declare a sink and its error kinds, so that they are exposed (at 0) before the first
     /// failure.
-    pub fn register(&self, sink: &str, kinds: &[&str]) {
+    pub(crate) fn register(&self, sink: &str, kinds: &[&str]) {
         if let Ok(mut m) = self.0.lock() {
             let e = m.entry(sink.to_string()).or_default();
             for k in kinds {
@@ -69,22 +69,13 @@ impl SinkErrors {
     }
 
     /// Count one failure of `sink` of this kind.
-    pub fn add(&self, sink: &str, kind: &str) {
+    pub(crate) fn add(&self, sink: &str, kind: &str) {
         if let Ok(mut m) = self.0.lock() {
             *m.entry(sink.to_string())
                 .or_default()
                 .entry(kind.to_string())
                 .or_default() += 1;
         }
-    }
-
-    /// The failures of `sink` so far, all kinds together.
-    #[must_use]
-    pub fn total(&self, sink: &str) -> u64 {
-        self.0
-            .lock()
-            .map(|m| m.get(sink).map_or(0, |e| e.values().sum()))
-            .unwrap_or(0)
     }
 
     pub(crate) fn health(&self) -> Vec<SinkHealth> {
@@ -107,7 +98,7 @@ const GZIP_DEMAND_FOR_MS: i64 = 10 * 60 * 1000;
 
 /// When a scraper last asked for each format gzipped (Unix milliseconds, 0 never).
 #[derive(Debug, Default)]
-pub struct GzipDemand {
+pub(crate) struct GzipDemand {
     text: AtomicI64,
     openmetrics: AtomicI64,
 }
@@ -121,12 +112,12 @@ impl GzipDemand {
     }
 
     /// A scraper asked for `format` gzipped at `now_unix_ms`.
-    pub fn ask(&self, format: Format, now_unix_ms: i64) {
+    pub(crate) fn ask(&self, format: Format, now_unix_ms: i64) {
         self.of(format).fetch_max(now_unix_ms, Ordering::Relaxed);
     }
 
     /// A scraper asks for `format` gzipped now.
-    pub fn ask_now(&self, format: Format) {
+    pub(crate) fn ask_now(&self, format: Format) {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
@@ -135,14 +126,14 @@ impl GzipDemand {
 
     /// Whether `format` should be compressed at `now_unix_ms`: asked for within 10 minutes.
     #[must_use]
-    pub fn wanted(&self, format: Format, now_unix_ms: i64) -> bool {
+    pub(crate) fn wanted(&self, format: Format, now_unix_ms: i64) -> bool {
         let asked = self.of(format).load(Ordering::Relaxed);
         asked > 0 && now_unix_ms.saturating_sub(asked) <= GZIP_DEMAND_FOR_MS
     }
 
     /// `body` gzipped when `format` is wanted at `now_unix_ms`.
     #[must_use]
-    pub fn compress_if_wanted(
+    pub(crate) fn compress_if_wanted(
         &self,
         format: Format,
         body: &[u8],
@@ -155,7 +146,7 @@ impl GzipDemand {
 /// `body` gzipped at the fastest level: an exposition body is repetitive, so level 1 already
 /// takes it to about a tenth, at a fraction of the default level's CPU.
 #[must_use]
-pub fn gzip(body: &[u8]) -> Bytes {
+pub(crate) fn gzip(body: &[u8]) -> Bytes {
     let mut e = flate2::write::GzEncoder::new(
         Vec::with_capacity(body.len() / 8),
         flate2::Compression::fast(),
@@ -174,7 +165,7 @@ impl Snapshot {
 
     /// The body for `format`.
     #[must_use]
-    pub fn body(&self, format: Format) -> Bytes {
+    pub(crate) fn body(&self, format: Format) -> Bytes {
         match format {
             Format::Text => self.text.clone(),
             Format::OpenMetrics => self.openmetrics.clone(),
@@ -183,7 +174,7 @@ impl Snapshot {
 
     /// The gzipped body for `format`, when this tick compressed it.
     #[must_use]
-    pub fn body_gzip(&self, format: Format) -> Option<Bytes> {
+    pub(crate) fn body_gzip(&self, format: Format) -> Option<Bytes> {
         match format {
             Format::Text => self.text_gzip.clone(),
             Format::OpenMetrics => self.openmetrics_gzip.clone(),

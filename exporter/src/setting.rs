@@ -4,13 +4,13 @@
 use std::time::Duration;
 
 /// A setting that cannot be used: its dotted key (`source.interval`) and what is wrong.
-pub type Invalid = (&'static str, String);
+pub(crate) type Invalid = (&'static str, String);
 
 /// Parse `text` (`500ms`, `1s`, `2m`) as a duration in `[min, max]`.
 ///
 /// # Errors
 /// Not a duration, or outside the range; the message names both bounds.
-pub fn duration(
+pub(crate) fn duration(
     key: &'static str,
     text: &str,
     min: Duration,
@@ -37,7 +37,7 @@ pub fn duration(
 
 /// A clap value parser for a duration flag in `[min, max]` (`--interval 0s` is refused with
 /// the range, instead of being accepted and doing nothing useful).
-pub fn duration_flag(
+pub(crate) fn duration_flag(
     min: Duration,
     max: Duration,
 ) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {

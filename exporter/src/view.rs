@@ -11,11 +11,11 @@ use truthscale_core::tracker::{Deriver, EntityWindow};
 use truthscale_core::verdict::{self, VerdictConfig, VerdictInputs, VerdictResult};
 
 /// Points of history kept per GPU (for `top`'s sparkline).
-pub const HISTORY: usize = 120;
+pub(crate) const HISTORY: usize = 120;
 
 /// What is known about one GPU, from a replay or a sidecar.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct GpuView {
+pub(crate) struct GpuView {
     /// Sort key and `--gpu` match.
     pub gpu: Option<u32>,
     /// How to name it (`gpu 0 (NVIDIA H100 80GB HBM3)`).
@@ -80,7 +80,7 @@ impl GpuView {
     }
 
     /// Decide the verdict from the view's own values (for views read from `/metrics`).
-    pub fn decide(&mut self, cfg: &VerdictConfig) {
+    pub(crate) fn decide(&mut self, cfg: &VerdictConfig) {
         let r = verdict::decide(
             &VerdictInputs {
                 util: self.reported,
@@ -137,7 +137,7 @@ pub(crate) fn read_capture<S>(
 ///
 /// # Errors
 /// The file cannot be read or its format cannot be told.
-pub fn views_from_replay(path: &Path, cfg: &VerdictConfig) -> anyhow::Result<Vec<GpuView>> {
+pub(crate) fn views_from_replay(path: &Path, cfg: &VerdictConfig) -> anyhow::Result<Vec<GpuView>> {
     let stepper = read_capture(
         path,
         |nominal| Stepper::new(cfg, nominal),
@@ -215,7 +215,7 @@ fn parse_series(body: &str) -> Vec<Series> {
 
 /// Views from a sidecar's `/metrics` text (verdicts decided with `cfg`).
 #[must_use]
-pub fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> Vec<GpuView> {
+pub(crate) fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> Vec<GpuView> {
     let mut views: BTreeMap<(Option<u32>, String), GpuView> = BTreeMap::new();
     for s in parse_series(body) {
         // The catalog's reverse map: a renamed metric breaks this at compile time.
@@ -309,7 +309,7 @@ fn v_serving(engine: &str) -> ServingSnapshot {
 ///
 /// # Errors
 /// Unreachable, or not HTTP 200.
-pub fn fetch_metrics(url: &str) -> anyhow::Result<String> {
+pub(crate) fn fetch_metrics(url: &str) -> anyhow::Result<String> {
     let url = if url.trim_end_matches('/').matches('/').count() <= 2 {
         format!("{}/metrics", url.trim_end_matches('/'))
     } else {

@@ -9,7 +9,7 @@ use truthscale_core::model::{EntitySample, Holder, PodRef, ProcessReading};
 
 /// A device as the kubelet names it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum DeviceRef {
+pub(crate) enum DeviceRef {
     /// A GPU or MIG UUID.
     Uuid(String),
     /// A GPU index.
@@ -18,7 +18,7 @@ pub enum DeviceRef {
 
 /// A device-plugin id: the device and the replica (`GPU-…::2` → replica `2`).
 #[must_use]
-pub fn parse_device_id(id: &str) -> Option<(DeviceRef, Option<String>)> {
+pub(crate) fn parse_device_id(id: &str) -> Option<(DeviceRef, Option<String>)> {
     let id = id.trim();
     let (dev, replica) = match id.split_once("::") {
         Some((d, r)) if !r.is_empty() => (d, Some(r.to_string())),
@@ -71,14 +71,17 @@ fn is_gpu_resource(name: &str, patterns: &[String]) -> bool {
 
 /// Who holds which device, from one `List` answer.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Allocations {
+pub(crate) struct Allocations {
     holders: HashMap<DeviceRef, Vec<Holder>>,
 }
 
 impl Allocations {
     /// The GPU allocations of a `List` answer, for the resource names `patterns`.
     #[must_use]
-    pub fn from_response(r: &proto::ListPodResourcesResponse, patterns: &[String]) -> Allocations {
+    pub(crate) fn from_response(
+        r: &proto::ListPodResourcesResponse,
+        patterns: &[String],
+    ) -> Allocations {
         let mut holders: HashMap<DeviceRef, Vec<Holder>> = HashMap::new();
         for pod in &r.pod_resources {
             for c in &pod.containers {
@@ -126,7 +129,7 @@ impl Allocations {
     /// The containers holding entity `e`: a MIG instance by its own UUID; a GPU by its
     /// UUID, else its index.
     #[must_use]
-    pub fn of(&self, e: &EntitySample) -> Vec<Holder> {
+    pub(crate) fn of(&self, e: &EntitySample) -> Vec<Holder> {
         let mut keys = Vec::with_capacity(2);
         match &e.id.mig {
             Some(m) => keys.extend(m.uuid.clone().map(DeviceRef::Uuid)),
@@ -143,7 +146,7 @@ impl Allocations {
 
     /// Attribute every entity of `produced` (see the module documentation), and the
     /// processes listed on it, seen under `proc_root`.
-    pub fn attribute(&self, produced: &mut Produced, proc_root: &Path) {
+    pub(crate) fn attribute(&self, produced: &mut Produced, proc_root: &Path) {
         for s in &mut produced.samples {
             for e in &mut s.entities {
                 let holders = self.of(e);
@@ -170,7 +173,7 @@ impl Allocations {
     /// not the pod's alone: the same rule as node mode. No allocation is set: one pod's
     /// answer says nothing of the node's other pods, so neither `truthscale_gpu_pods` nor
     /// allocation info would be true.
-    pub fn attribute_own(&self, produced: &mut Produced) {
+    pub(crate) fn attribute_own(&self, produced: &mut Produced) {
         for s in &mut produced.samples {
             for e in &mut s.entities {
                 e.id.pod = match self.of(e).as_slice() {
@@ -183,7 +186,7 @@ impl Allocations {
 
     /// Whether a container of the answer holds entity `e` (alone or not).
     #[must_use]
-    pub fn holds(&self, e: &EntitySample) -> bool {
+    pub(crate) fn holds(&self, e: &EntitySample) -> bool {
         !self.of(e).is_empty()
     }
 }

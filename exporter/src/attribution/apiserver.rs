@@ -26,23 +26,23 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The `source` label of the API server reader's health.
-pub const SOURCE: &str = "apiserver";
+pub(crate) const SOURCE: &str = "apiserver";
 
 /// The in-cluster ServiceAccount token.
-pub const DEFAULT_TOKEN_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+pub(crate) const DEFAULT_TOKEN_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
 
 /// The in-cluster CA of the API server.
-pub const DEFAULT_CA_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+pub(crate) const DEFAULT_CA_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
 
 /// The overlay that grants the agent `list` on pods.
-pub const RBAC_OVERLAY: &str = "docker/kubernetes/node/pod-labels";
+pub(crate) const RBAC_OVERLAY: &str = "docker/kubernetes/node/pod-labels";
 
 /// Largest pod list read (metadata of one node's pods is far smaller).
 const MAX_BODY: u64 = 32 << 20;
 
 /// One allowlisted pod label: its Kubernetes key and its Prometheus label name.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodLabelKey {
+pub(crate) struct PodLabelKey {
     /// The key, as on the pod (`app.kubernetes.io/name`).
     pub key: String,
     /// The label name (`label_app_kubernetes_io_name`).
@@ -54,7 +54,7 @@ pub struct PodLabelKey {
 ///
 /// # Errors
 /// What is wrong with it.
-pub fn check_label_key(key: &str) -> Result<(), String> {
+pub(crate) fn check_label_key(key: &str) -> Result<(), String> {
     let (prefix, name) = match key.rsplit_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
@@ -115,7 +115,7 @@ fn intern(name: String) -> &'static str {
 /// # Errors
 /// A key that is not a Kubernetes label key, listed twice, or whose label name another key
 /// already has (`a.b` and `a_b` are both `label_a_b`).
-pub fn label_keys(keys: &[String]) -> Result<Vec<PodLabelKey>, crate::setting::Invalid> {
+pub(crate) fn label_keys(keys: &[String]) -> Result<Vec<PodLabelKey>, crate::setting::Invalid> {
     const KEY: &str = "node.pod_labels";
     let mut out: Vec<PodLabelKey> = Vec::new();
     for k in keys.iter().map(|k| k.trim()).filter(|k| !k.is_empty()) {
@@ -145,7 +145,7 @@ pub fn label_keys(keys: &[String]) -> Result<Vec<PodLabelKey>, crate::setting::I
 
 /// The pod-label reader's settings, checked (`node.pod_labels` not empty).
 #[derive(Debug, Clone, PartialEq)]
-pub struct PodLabelSettings {
+pub(crate) struct PodLabelSettings {
     /// The allowlist.
     pub keys: Vec<PodLabelKey>,
     /// How often the list is read.
@@ -167,7 +167,7 @@ pub struct PodLabelSettings {
 ///
 /// # Errors
 /// Not https, or nothing configured outside a cluster.
-pub fn api_server_url(
+pub(crate) fn api_server_url(
     configured: &str,
     getenv: &dyn Fn(&str) -> Option<String>,
 ) -> Result<String, crate::setting::Invalid> {
@@ -217,7 +217,7 @@ fn query_value(s: &str) -> String {
 impl PodLabelSettings {
     /// The list request: this node's pods (metadata only, from the API server's cache).
     #[must_use]
-    pub fn list_url(&self) -> String {
+    pub(crate) fn list_url(&self) -> String {
         format!(
             "{}/api/v1/pods?fieldSelector={}&resourceVersion=0",
             self.api_server,
@@ -249,7 +249,7 @@ struct Metadata {
 
 /// The allowlisted labels of each pod of one list answer.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct PodLabels {
+pub(crate) struct PodLabels {
     /// (namespace, name) → (label name, value), in allowlist order, only those it has.
     by_pod: HashMap<(String, String), Vec<(&'static str, String)>>,
 }
@@ -259,7 +259,7 @@ impl PodLabels {
     ///
     /// # Errors
     /// Not JSON, or not a list of pods.
-    pub fn from_json(body: &str, keys: &[PodLabelKey]) -> Result<PodLabels, String> {
+    pub(crate) fn from_json(body: &str, keys: &[PodLabelKey]) -> Result<PodLabels, String> {
         let list: List = serde_json::from_str(body).map_err(|e| format!("not a pod list: {e}"))?;
         if !list.kind.is_empty()
             && !matches!(list.kind.as_str(), "PodList" | "PartialObjectMetadataList")
@@ -285,20 +285,20 @@ impl PodLabels {
 
     /// How many pods the answer listed.
     #[must_use]
-    pub fn pods(&self) -> usize {
+    pub(crate) fn pods(&self) -> usize {
         self.by_pod.len()
     }
 
     /// The labels of pod `name` in `namespace` (empty when it has none, or was not listed).
     #[must_use]
-    pub fn of(&self, namespace: Option<&str>, name: &str) -> &[(&'static str, String)] {
+    pub(crate) fn of(&self, namespace: Option<&str>, name: &str) -> &[(&'static str, String)] {
         self.by_pod
             .get(&(namespace.unwrap_or_default().to_string(), name.to_string()))
             .map_or(&[], Vec::as_slice)
     }
 
     /// Give every holder of every entity of `produced` its pod's labels.
-    pub fn apply(&self, produced: &mut Produced) {
+    pub(crate) fn apply(&self, produced: &mut Produced) {
         for s in &mut produced.samples {
             for e in &mut s.entities {
                 for h in e.allocation.iter_mut().flatten() {
@@ -310,7 +310,7 @@ impl PodLabels {
 }
 
 /// A client of the API server's pod list.
-pub struct ApiServer {
+pub(crate) struct ApiServer {
     settings: PodLabelSettings,
     agent: ureq::Agent,
     url: String,
@@ -329,7 +329,7 @@ impl ApiServer {
     ///
     /// # Errors
     /// The CA or the token file cannot be read, naming the key and the file.
-    pub fn new(settings: PodLabelSettings) -> Result<ApiServer, BuildError> {
+    pub(crate) fn new(settings: PodLabelSettings) -> Result<ApiServer, BuildError> {
         let agent = crate::client::agent_trusting(settings.timeout, &settings.ca_file).map_err(
             |e| BuildError::Invalid {
                 key: "node.ca_file",
@@ -356,7 +356,7 @@ impl ApiServer {
     /// The token cannot be read (`io`), the API server refuses it or the request (401, 403:
     /// `no_permission`), cannot be reached, is slow, answers another error status, or not
     /// with a pod list.
-    pub fn list(&self) -> Result<PodLabels, SourceError> {
+    pub(crate) fn list(&self) -> Result<PodLabels, SourceError> {
         let token = read_token(&self.settings).map_err(SourceError::Io)?;
         let auth = format!("Bearer {token}");
         let body = get_text_with(
@@ -385,14 +385,10 @@ impl ApiServer {
             FetchError::Status { status: 403, .. } => SourceError::NoPermission(format!(
                 "{e} (Forbidden): the agent's ServiceAccount may not list pods; grant list on pods: kubectl apply --server-side -k {RBAC_OVERLAY} (or empty node.pod_labels)"
             )),
-            FetchError::Status { .. } => SourceError::Http(e.to_string()),
             FetchError::Unreachable { .. } => SourceError::Unreachable(format!(
                 "{e}; is node.api_server right and reachable, and node.ca_file its CA?"
             )),
-            FetchError::Timeout { .. } => SourceError::Timeout(e.to_string()),
-            FetchError::TooLarge { .. } => SourceError::TooLarge(e.to_string()),
-            FetchError::NotText { .. } => SourceError::Parse(e.to_string()),
-            FetchError::Body { .. } => SourceError::Io(e.to_string()),
+            e => SourceError::from(e),
         }
     }
 }
@@ -424,7 +420,7 @@ struct Shared {
 /// The reader's thread and what it last read. Dropping it stops the thread (after the
 /// request in flight, which has a timeout).
 #[derive(Debug)]
-pub struct PodLabelReader {
+pub(crate) struct PodLabelReader {
     shared: Arc<Mutex<Shared>>,
     keep_for: Duration,
     stop: Option<mpsc::Sender<()>>,
@@ -434,7 +430,7 @@ pub struct PodLabelReader {
 impl PodLabelReader {
     /// Start reading now and then every refresh period.
     #[must_use]
-    pub fn start(api: ApiServer) -> PodLabelReader {
+    pub(crate) fn start(api: ApiServer) -> PodLabelReader {
         let shared = Arc::new(Mutex::new(Shared::default()));
         let keep_for = api.settings.refresh * 3;
         let (stop, stopped) = mpsc::channel();
@@ -459,7 +455,7 @@ impl PodLabelReader {
     /// The last answer while it is younger than three refresh periods (`None` otherwise,
     /// which is also when the reader counts as down), and the errors so far by kind.
     #[must_use]
-    pub fn current(&self) -> (Option<Arc<PodLabels>>, BTreeMap<String, u64>) {
+    pub(crate) fn current(&self) -> (Option<Arc<PodLabels>>, BTreeMap<String, u64>) {
         let s = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
         let labels = s
             .last

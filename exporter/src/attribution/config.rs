@@ -56,7 +56,7 @@ impl Default for NodeConfig {
 /// The kubelet client's settings, checked: node mode's (`node.*`) and the sidecar's
 /// (`sidecar.*`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct KubeletSettings {
+pub(crate) struct KubeletSettings {
     /// The socket.
     pub socket: PathBuf,
     /// GPU resource names (exact, or a prefix ending in `*`).
@@ -139,7 +139,7 @@ impl Default for SidecarConfig {
 
 /// Sidecar mode's `Get`, checked: whose resources to ask for, and how.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SidecarSettings {
+pub(crate) struct SidecarSettings {
     /// This pod's name.
     pub pod: String,
     /// This pod's namespace.
@@ -155,7 +155,7 @@ impl SidecarConfig {
     /// # Errors
     /// `(key, message)` for a bad value, or `pod_resources` without the pod's name or
     /// namespace.
-    pub fn validate(
+    pub(crate) fn validate(
         &self,
         pod: Option<&str>,
         namespace: Option<&str>,
@@ -211,7 +211,7 @@ impl SidecarConfig {
 
 /// Node mode's settings, checked.
 #[derive(Debug, Clone, PartialEq)]
-pub struct NodeSettings {
+pub(crate) struct NodeSettings {
     /// The socket.
     pub socket: PathBuf,
     /// GPU resource names (exact, or a prefix ending in `*`).
@@ -231,7 +231,7 @@ impl NodeConfig {
     /// # Errors
     /// `(key, message)` for a bad value, or pod labels asked for without a node name or an
     /// API server.
-    pub fn validate(
+    pub(crate) fn validate(
         &self,
         node: Option<&str>,
         getenv: &dyn Fn(&str) -> Option<String>,
@@ -295,7 +295,7 @@ impl NodeConfig {
 impl NodeSettings {
     /// The kubelet client's part.
     #[must_use]
-    pub fn kubelet(&self) -> KubeletSettings {
+    pub(crate) fn kubelet(&self) -> KubeletSettings {
         KubeletSettings {
             socket: self.socket.clone(),
             resource_names: self.resource_names.clone(),

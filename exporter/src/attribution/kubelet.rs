@@ -14,7 +14,7 @@
 //!   source (counted by kind); the last answer is used for up to the stale period, then GPU
 //!   series flow without pod labels and without allocation (not known is not "none").
 //! - **Sidecar mode** (`sidecar.pod_resources`). The sidecar asks `Get` for its own pod only,
-//!   and labels with its pod only the GPUs that pod holds ([`Allocations::attribute_own`]);
+//!   and labels with its pod only the GPUs that pod holds (`Allocations::attribute_own`);
 //!   the others it sees are exported without pod labels. Until the kubelet has answered (or
 //!   when it does not serve `Get`), every GPU keeps the sidecar's own identity, as without it.
 
@@ -54,7 +54,7 @@ enum Request {
 
 /// A PodResources client on the kubelet's socket, with its own small runtime (the sampler
 /// thread is synchronous).
-pub struct Kubelet {
+pub(crate) struct Kubelet {
     settings: KubeletSettings,
     request: Request,
     runtime: Option<tokio::runtime::Runtime>,
@@ -77,13 +77,13 @@ impl Kubelet {
     /// A client of the socket in `settings` (connected on first use) that reads every pod's
     /// allocations with `List` (node mode).
     #[must_use]
-    pub fn new(settings: KubeletSettings) -> Kubelet {
+    pub(crate) fn new(settings: KubeletSettings) -> Kubelet {
         Kubelet::with_request(settings, Request::List)
     }
 
     /// A client that reads one pod's allocations with `Get` (the sidecar's own pod).
     #[must_use]
-    pub fn for_pod(settings: KubeletSettings, pod: &str, namespace: &str) -> Kubelet {
+    pub(crate) fn for_pod(settings: KubeletSettings, pod: &str, namespace: &str) -> Kubelet {
         Kubelet::with_request(
             settings,
             Request::Get {
@@ -112,7 +112,7 @@ impl Kubelet {
     /// # Errors
     /// The socket is missing or refuses (`unreachable`), does not answer in time
     /// (`timeout`), or answers with an error status (`http`).
-    pub fn list(&mut self) -> Result<Allocations, SourceError> {
+    pub(crate) fn list(&mut self) -> Result<Allocations, SourceError> {
         self.call(&Request::List)
     }
 
@@ -122,7 +122,7 @@ impl Kubelet {
     /// As [`Kubelet::list`], and `unsupported` when the kubelet does not serve `Get`
     /// (Kubernetes before 1.27, or the feature gate `KubeletPodResourcesGet` off); a pod
     /// the kubelet does not know is `http`.
-    pub fn get(&mut self, pod: &str, namespace: &str) -> Result<Allocations, SourceError> {
+    pub(crate) fn get(&mut self, pod: &str, namespace: &str) -> Result<Allocations, SourceError> {
         self.call(&Request::Get {
             pod: pod.to_string(),
             namespace: namespace.to_string(),
@@ -230,7 +230,10 @@ impl Kubelet {
     /// [`Kubelet::for_pod`]), else the last one while it is younger than `stale_after` (one
     /// slow answer does not flap every series' labels); `None` when neither, which is also
     /// when the kubelet counts as down.
-    pub fn current(&mut self, stale_after: Duration) -> (Option<Allocations>, Option<SourceError>) {
+    pub(crate) fn current(
+        &mut self,
+        stale_after: Duration,
+    ) -> (Option<Allocations>, Option<SourceError>) {
         let now = match self.request.clone() {
             Request::List => self.list(),
             Request::Get { pod, namespace } => self.get(&pod, &namespace),

@@ -1,34 +1,35 @@
 //! Attribution: which pods hold each GPU, as stages of the pipeline.
 //!
-//! - [`NodeAttribution`]: node mode, the kubelet's PodResources `List` for the whole node:
+//! - `NodeAttribution`: node mode, the kubelet's PodResources `List` for the whole node:
 //!   every entity (and every process on a shared GPU) attributed to its holders.
-//! - [`PodLabels`]: node mode's allowlisted pod labels from the API server, read on a thread
-//!   of its own ([`apiserver`]), applied to the allocation info.
-//! - [`OwnPod`]: the sidecar's `Get` for its own pod: only the GPUs the pod holds take its
+//! - `PodLabels`: node mode's allowlisted pod labels from the API server, read on a thread
+//!   of its own (`apiserver`), applied to the allocation info.
+//! - `OwnPod`: the sidecar's `Get` for its own pod: only the GPUs the pod holds take its
 //!   labels.
 //!
-//! [`kubelet`] holds the PodResources client, [`config`] its settings, [`allocations`] what an
-//! answer allocates and the attribution from it; [`apiserver`] the API server's pod-label
+//! [`kubelet`] holds the PodResources client, [`config`] its settings, `allocations` what an
+//! answer allocates and the attribution from it; `apiserver` the API server's pod-label
 //! reader.
 
-pub mod allocations;
-pub mod apiserver;
+pub(crate) mod allocations;
+pub(crate) mod apiserver;
 pub mod config;
 pub mod kubelet;
 
 use crate::pipeline::{Health, LogLimiter, Stage, Tick};
 use apiserver::{ApiServer, PodLabelReader};
 use kubelet::Kubelet;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use truthscale_core::exposition::SourceHealth;
 use truthscale_core::model::PodRef;
 
 /// The `source` label of the kubelet's health.
-pub const KUBELET: &str = "kubelet";
+pub(crate) const KUBELET: &str = "kubelet";
 
 /// Node mode: every entity attributed from the kubelet's `List` answer.
 #[derive(Debug)]
-pub struct NodeAttribution {
+pub(crate) struct NodeAttribution {
     kubelet: Kubelet,
     proc_root: PathBuf,
     health: Health,
@@ -38,7 +39,7 @@ pub struct NodeAttribution {
 impl NodeAttribution {
     /// Attribution from `kubelet`, reading processes' cgroups under `proc_root`.
     #[must_use]
-    pub fn new(kubelet: Kubelet, proc_root: PathBuf) -> NodeAttribution {
+    pub(crate) fn new(kubelet: Kubelet, proc_root: PathBuf) -> NodeAttribution {
         NodeAttribution {
             kubelet,
             proc_root,
@@ -72,8 +73,12 @@ impl Stage for NodeAttribution {
         }
     }
 
-    fn health(&self) -> Option<SourceHealth> {
-        Some(self.health.report(KUBELET))
+    fn health(&self) -> SourceHealth {
+        self.health.report(KUBELET)
+    }
+
+    fn count(&mut self, kind: &str) {
+        self.health.count(kind);
     }
 
     fn attributes(&self) -> bool {
@@ -83,18 +88,22 @@ impl Stage for NodeAttribution {
 
 /// Node mode's pod labels: the reader's last answer (never read on the sampler's thread).
 #[derive(Debug)]
-pub struct PodLabels {
+pub(crate) struct PodLabels {
     reader: PodLabelReader,
+    /// The reader's health, replaced on every tick.
     health: Health,
+    /// Failures the pipeline counted against this stage (overruns).
+    own: BTreeMap<String, u64>,
 }
 
 impl PodLabels {
     /// Start reading labels from `api` on a thread of its own.
     #[must_use]
-    pub fn start(api: ApiServer) -> PodLabels {
+    pub(crate) fn start(api: ApiServer) -> PodLabels {
         PodLabels {
             reader: PodLabelReader::start(api),
             health: Health::default(),
+            own: BTreeMap::new(),
         }
     }
 }
@@ -115,8 +124,16 @@ impl Stage for PodLabels {
         };
     }
 
-    fn health(&self) -> Option<SourceHealth> {
-        Some(self.health.report(apiserver::SOURCE))
+    fn health(&self) -> SourceHealth {
+        let mut h = self.health.report(apiserver::SOURCE);
+        for (kind, n) in &self.own {
+            *h.errors.entry(kind.clone()).or_default() += n;
+        }
+        h
+    }
+
+    fn count(&mut self, kind: &str) {
+        *self.own.entry(kind.to_string()).or_default() += 1;
     }
 }
 
@@ -126,7 +143,7 @@ impl Stage for PodLabels {
 /// kubelet unreadable, or without `Get`), every GPU takes this pod's identity, as without the
 /// setting. The GPUs the pod holds are handed on ([`Tick::held`]).
 #[derive(Debug)]
-pub struct OwnPod {
+pub(crate) struct OwnPod {
     kubelet: Kubelet,
     /// This pod's identity (`identity.*`, the Downward API): the labels of every GPU while
     /// the kubelet's answer is not known.
@@ -140,7 +157,7 @@ pub struct OwnPod {
 impl OwnPod {
     /// This pod's attribution from `kubelet` (made for this pod), `own` while unknown.
     #[must_use]
-    pub fn new(kubelet: Kubelet, own: PodRef) -> OwnPod {
+    pub(crate) fn new(kubelet: Kubelet, own: PodRef) -> OwnPod {
         OwnPod {
             kubelet,
             own,
@@ -217,8 +234,12 @@ impl Stage for OwnPod {
         }
     }
 
-    fn health(&self) -> Option<SourceHealth> {
-        Some(self.health.report(KUBELET))
+    fn health(&self) -> SourceHealth {
+        self.health.report(KUBELET)
+    }
+
+    fn count(&mut self, kind: &str) {
+        self.health.count(kind);
     }
 
     fn attributes(&self) -> bool {

@@ -21,7 +21,7 @@ use truthscale_core::tracker::Deriver;
 const SHOWN_ERRORS: usize = 20;
 /// Outcome of reading one input.
 #[derive(Debug)]
-pub struct Analysis {
+pub(crate) struct Analysis {
     /// The report.
     pub report: Report,
     /// The detected or given format.
@@ -38,7 +38,7 @@ pub struct Analysis {
 ///
 /// # Errors
 /// The file cannot be read, the format cannot be detected, or `--gpu-model` is unknown.
-pub fn run(args: &AnalyzeArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &AnalyzeArgs) -> anyhow::Result<ExitCode> {
     if args.history.prometheus.is_some() {
         return history(args);
     }
@@ -136,7 +136,7 @@ struct Lines {
 ///
 /// # Errors
 /// I/O errors, an undetectable format, or an unknown `--gpu-model`.
-pub fn analyze_reader(
+pub(crate) fn analyze_reader(
     reader: impl Read + Send,
     name: &str,
     args: &AnalyzeArgs,
@@ -303,7 +303,7 @@ pub fn analyze_reader(
 ///
 /// # Errors
 /// An unknown `--gpu-model`, or a configuration file that does not load.
-pub fn new_analyzer(args: &AnalyzeArgs, nominal: Option<f64>) -> anyhow::Result<Analyzer> {
+pub(crate) fn new_analyzer(args: &AnalyzeArgs, nominal: Option<f64>) -> anyhow::Result<Analyzer> {
     let spec = match &args.gpu_model {
         Some(m) => Some(gpus::lookup(m).with_context(|| {
             let keys: Vec<_> = gpus::CATALOG.iter().map(|s| s.key).collect();
@@ -415,7 +415,11 @@ fn write_table(out: &mut impl Write, a: &Analysis) -> std::io::Result<()> {
 ///
 /// # Errors
 /// Writing fails.
-pub fn write_report(out: &mut impl Write, header: &str, report: &Report) -> std::io::Result<()> {
+pub(crate) fn write_report(
+    out: &mut impl Write,
+    header: &str,
+    report: &Report,
+) -> std::io::Result<()> {
     writeln!(out, "{header}")?;
     if report.entities.is_empty() {
         writeln!(out, "no GPU readings found")?;
@@ -534,7 +538,7 @@ pub fn write_report(out: &mut impl Write, header: &str, report: &Report) -> std:
 
 /// Capture formats on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum FormatArg {
+pub(crate) enum FormatArg {
     /// Detect from the first lines.
     Auto,
     /// `dcgmi dmon` text output.
@@ -547,7 +551,7 @@ pub enum FormatArg {
 
 /// `truthscale analyze`.
 #[derive(Debug, clap::Args)]
-pub struct AnalyzeArgs {
+pub(crate) struct AnalyzeArgs {
     /// The capture file (`-` for standard input); or --prometheus URL instead.
     #[arg(required_unless_present = "prometheus", conflicts_with = "prometheus")]
     pub file: Option<PathBuf>,

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 /// `truthscale config`.
 #[derive(Debug, Subcommand)]
-pub enum ConfigCommand {
+pub(crate) enum ConfigCommand {
     /// Print the full default configuration as TOML.
     Defaults,
     /// Validate a configuration file (with the current environment) and exit.
@@ -20,7 +20,7 @@ pub enum ConfigCommand {
 ///
 /// # Errors
 /// A configuration that does not load or validate.
-pub fn run(c: &ConfigCommand) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(c: &ConfigCommand) -> anyhow::Result<ExitCode> {
     match c {
         ConfigCommand::Defaults => {
             print!("{}", crate::config::Config::default().to_toml()?);

@@ -22,7 +22,7 @@ const PROBE_SPACING: Duration = Duration::from_millis(250);
 
 /// What the probe found.
 #[derive(Debug)]
-pub struct Probe {
+pub(crate) struct Probe {
     /// The library loaded.
     pub library: String,
     /// Driver, NVML, CUDA versions.
@@ -39,7 +39,7 @@ pub struct Probe {
 ///
 /// # Errors
 /// NVML cannot be loaded or initialized; the message says what to do.
-pub fn probe(library: &std::path::Path) -> Result<Probe, nvml::OpenError> {
+pub(crate) fn probe(library: &std::path::Path) -> Result<Probe, nvml::OpenError> {
     let mut source = NvmlSource::open(library, PROBE_SPACING, None)?;
     let first = source.sample(SystemTime::now());
     std::thread::sleep(PROBE_SPACING);
@@ -71,7 +71,7 @@ pub fn probe(library: &std::path::Path) -> Result<Probe, nvml::OpenError> {
 /// # Errors
 /// Never: every problem is reported and reflected in the exit status (1: no usable NVML or
 /// no GPU).
-pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
     let library = args
         .nvml_library
         .clone()
@@ -149,7 +149,7 @@ fn is_hopper_or_newer(ident: &Ident) -> bool {
 
 /// How to get a better tier than `tier` on this GPU (or MIG instance).
 #[must_use]
-pub fn advice(d: &DeviceReport, tier: Fidelity, mig: bool) -> String {
+pub(crate) fn advice(d: &DeviceReport, tier: Fidelity, mig: bool) -> String {
     const DCGM: &str = "run dcgm-exporter with the profiling fields \
         (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, DCGM_FI_PROF_DRAM_ACTIVE, DCGM_FI_PROF_SM_ACTIVE) \
         and use --source dcgm-exporter:URL";
@@ -227,7 +227,7 @@ fn gpm_line(d: &DeviceReport) -> &'static str {
 
 /// The report as text.
 #[must_use]
-pub fn render(p: &Probe) -> String {
+pub(crate) fn render(p: &Probe) -> String {
     let mut s = String::new();
     let v = &p.versions;
     let or_q = |o: &Option<String>| o.clone().unwrap_or_else(|| "unknown".into());
@@ -343,7 +343,7 @@ pub fn render(p: &Probe) -> String {
 
 /// `truthscale doctor`.
 #[derive(Debug, clap::Args)]
-pub struct DoctorArgs {
+pub(crate) struct DoctorArgs {
     /// The NVML library to load [default: libnvidia-ml.so.1].
     #[arg(long, value_name = "PATH", env = "TRUTHSCALE_SOURCE__LIBRARY")]
     pub nvml_library: Option<PathBuf>,

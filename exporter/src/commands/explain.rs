@@ -16,7 +16,7 @@ fn pct(v: f64) -> String {
 
 /// The explanation of one GPU, in words.
 #[must_use]
-pub fn explain(v: &GpuView) -> String {
+pub(crate) fn explain(v: &GpuView) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "{}", v.name);
     let _ = match v.reported {
@@ -132,7 +132,7 @@ pub fn explain(v: &GpuView) -> String {
 ///
 /// # Errors
 /// Neither or both of `--replay` and `--url`, an unreadable input, or no such GPU.
-pub fn run(args: &ExplainArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: &ExplainArgs) -> anyhow::Result<()> {
     let cfg = match &args.config {
         Some(p) => crate::config::Config::load(Some(p), &[], &[])?.verdict,
         None => VerdictConfig::default(),
@@ -157,7 +157,7 @@ pub fn run(args: &ExplainArgs) -> anyhow::Result<()> {
 ///
 /// # Errors
 /// Neither or both given, or the input cannot be read.
-pub fn load(
+pub(crate) fn load(
     replay: Option<&Path>,
     url: Option<&str>,
     cfg: &VerdictConfig,
@@ -171,7 +171,7 @@ pub fn load(
 
 /// `truthscale explain`.
 #[derive(Debug, clap::Args)]
-pub struct ExplainArgs {
+pub(crate) struct ExplainArgs {
     /// A capture to replay (JSONL trace, dcgm-exporter scrape or dmon output); the newest
     /// window per GPU is explained.
     #[arg(long, conflicts_with = "url", required_unless_present = "url")]

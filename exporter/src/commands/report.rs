@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use truthscale_core::fleet::{FleetConfig, IDLE_BUSY_BELOW, IDLE_COMPUTE_BELOW};
 
 /// Default window of `report`.
-pub const DEFAULT_SINCE: Duration = Duration::from_secs(14 * 86_400);
+pub(crate) const DEFAULT_SINCE: Duration = Duration::from_secs(14 * 86_400);
 /// Default step of `report`.
-pub const DEFAULT_STEP: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_STEP: Duration = Duration::from_secs(60);
 
 fn fraction(max: f64) -> impl Fn(&str) -> Result<f64, String> + Clone {
     move |s: &str| {
@@ -44,7 +44,7 @@ fn price(s: &str) -> Result<f64, String> {
 
 /// `truthscale report`.
 #[derive(Debug, clap::Args)]
-pub struct ReportArgs {
+pub(crate) struct ReportArgs {
     /// The history to read: --prometheus URL is required here; --since defaults to 14d and
     /// --step to 60s for this command.
     #[command(flatten)]
@@ -78,7 +78,7 @@ pub struct ReportArgs {
 /// # Errors
 /// Bad flags; Prometheus unreachable, slow or answering errors; no GPU series; the HTML
 /// file cannot be written.
-pub fn run(args: &ReportArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     if args.history.prometheus.is_none() {
         bail!("report reads the history a Prometheus server holds: give --prometheus URL");
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 ///
 /// # Errors
 /// Bad configuration, a source that cannot be built, or a port that cannot be bound.
-pub fn run(config: &Config) -> anyhow::Result<()> {
+pub(crate) fn run(config: &Config) -> anyhow::Result<()> {
     let env = crate::config::environment()?;
     let settings = config.validate(&env).context("invalid configuration")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -126,7 +126,7 @@ async fn shutdown_signal() {
 
 /// `truthscale serve`.
 #[derive(Debug, clap::Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Counter source (see `--help`).
     #[arg(
         long,
@@ -177,7 +177,7 @@ impl ServeArgs {
     ///
     /// # Errors
     /// `--source` names no source, or gives an argument its kind does not take.
-    pub fn overrides(&self) -> anyhow::Result<Vec<(&'static str, String)>> {
+    pub(crate) fn overrides(&self) -> anyhow::Result<Vec<(&'static str, String)>> {
         let mut o = Vec::new();
         if let Some(v) = &self.source {
             o.extend(
@@ -227,7 +227,7 @@ impl ServeArgs {
 ///
 /// # Errors
 /// A configuration error, or the sidecar failing to start.
-pub fn main(args: &ServeArgs) -> anyhow::Result<()> {
+pub(crate) fn main(args: &ServeArgs) -> anyhow::Result<()> {
     init_logging();
     let env = crate::config::environment()?;
     let overrides = args.overrides()?;

@@ -17,7 +17,7 @@ const START_MS: i64 = 1_767_225_600_000;
 ///
 /// # Errors
 /// Unknown scenario or model, a bad interval, or an unwritable output.
-pub fn run(args: &SimulateArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: &SimulateArgs) -> anyhow::Result<()> {
     let scenario = Scenario::from_name(&args.scenario).with_context(|| {
         let names: Vec<_> = Scenario::ALL.iter().map(|s| s.as_str()).collect();
         format!(
@@ -77,7 +77,7 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<()> {
 
 /// `truthscale simulate`.
 #[derive(Debug, clap::Args)]
-pub struct SimulateArgs {
+pub(crate) struct SimulateArgs {
     /// Scenario: llm-serving, decode-only, training, tiny-kernel, idle-allocated.
     #[arg(long, default_value = "llm-serving")]
     pub scenario: String,

@@ -23,7 +23,7 @@ const SPARK: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'
 
 /// A sparkline of the last `width` values (0..1).
 #[must_use]
-pub fn sparkline(values: &[f64], width: usize) -> String {
+pub(crate) fn sparkline(values: &[f64], width: usize) -> String {
     let start = values.len().saturating_sub(width);
     values[start..]
         .iter()
@@ -65,7 +65,7 @@ fn gpu_text(v: &GpuView) -> String {
 
 /// One frame as text.
 #[must_use]
-pub fn frame(views: &[GpuView]) -> String {
+pub(crate) fn frame(views: &[GpuView]) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -299,7 +299,7 @@ impl Feed {
 ///
 /// # Errors
 /// The input cannot be opened, or the terminal cannot be set up.
-pub fn run(args: &TopArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: &TopArgs) -> anyhow::Result<()> {
     let cfg = VerdictConfig::default();
     let mut feed = Feed::open(args, &cfg)?;
     if args.once || !std::io::stdout().is_terminal() {
@@ -503,7 +503,7 @@ mod tui {
 
 /// `truthscale top`.
 #[derive(Debug, clap::Args)]
-pub struct TopArgs {
+pub(crate) struct TopArgs {
     /// A capture to replay: on a terminal it plays back one sample per --interval; with
     /// --once or without a terminal, one frame of the newest sample per GPU.
     #[arg(

@@ -46,7 +46,7 @@ impl Default for EngineConfig {
 
 /// Validated `[engine]`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct EngineSettings {
+pub(crate) struct EngineSettings {
     /// The endpoint.
     pub url: String,
     /// Scrape timeout.
@@ -60,7 +60,7 @@ impl EngineConfig {
     ///
     /// # Errors
     /// `(key, message)` for a bad value.
-    pub fn validate(&self) -> Result<Option<EngineSettings>, (&'static str, String)> {
+    pub(crate) fn validate(&self) -> Result<Option<EngineSettings>, (&'static str, String)> {
         if !self.enabled {
             return Ok(None);
         }
@@ -116,48 +116,55 @@ impl EngineConfig {
 
 /// Scrapes one engine, keeping the previous reading for rates.
 #[derive(Debug)]
-pub struct EngineScraper {
+pub(crate) struct EngineScraper {
     settings: EngineSettings,
     agent: ureq::Agent,
     prev: Option<Reading>,
+    /// Why the last scrape gave no reading (the `kind` of the failure), if it did not.
+    failed: Option<&'static str>,
 }
 
 impl EngineScraper {
     /// A scraper for these settings.
     #[must_use]
-    pub fn new(settings: EngineSettings) -> EngineScraper {
+    pub(crate) fn new(settings: EngineSettings) -> EngineScraper {
         let agent = crate::client::agent(settings.timeout);
         EngineScraper {
             settings,
             agent,
             prev: None,
+            failed: None,
         }
     }
 
     /// The model MFU and MBU are computed for, when configured.
     #[must_use]
-    pub fn model(&self) -> Option<ModelParams> {
+    pub(crate) fn model(&self) -> Option<ModelParams> {
         self.settings.model
     }
 
-    fn fetch(&self) -> Result<String, String> {
-        let url = &self.settings.url;
-        crate::client::get_text(&self.agent, url, "text/plain", MAX_BODY).map_err(|e| e.to_string())
+    /// Why the last scrape gave no reading: the failure's `kind` (`unreachable`, `timeout`,
+    /// `http`, `too_large`, `parse`, `io`); `None` after a reading.
+    pub(crate) fn failed(&self) -> Option<&'static str> {
+        self.failed
     }
 
     /// Scrape now (`taken_ms`: the GPU sample's time) and derive a snapshot. Failures give
     /// an absent snapshot with the reason and forget the previous reading.
-    pub fn scrape(&mut self, taken_ms: i64) -> ServingSnapshot {
-        let body = match self.fetch() {
+    pub(crate) fn scrape(&mut self, taken_ms: i64) -> ServingSnapshot {
+        let url = &self.settings.url;
+        let body = match crate::client::get_text(&self.agent, url, "text/plain", MAX_BODY) {
             Ok(b) => b,
-            Err(reason) => {
+            Err(e) => {
                 self.prev = None;
-                return serving::absent(reason);
+                self.failed = Some(e.kind());
+                return serving::absent(e.to_string());
             }
         };
         let parsed = serving::parse_text(&body);
         let Some(cur) = serving::read(&parsed, taken_ms) else {
             self.prev = None;
+            self.failed = Some("parse");
             return serving::absent(format!(
                 "no vLLM, SGLang or TGI metrics at {} (is it the engine's /metrics?)",
                 self.settings.url
@@ -165,6 +172,7 @@ impl EngineScraper {
         };
         let snap = serving::derive(self.prev.as_ref(), &cur);
         self.prev = Some(cur);
+        self.failed = None;
         snap
     }
 }

@@ -6,7 +6,7 @@
 //!    names present. The dcgm-exporter names the text parser maps
 //!    ([`dcgm_text::mapped_metrics`], `DCGM_FI_*` and the old lowercase `dcgm_*` names) are
 //!    used when any exist; otherwise truthscale's own `truthscale_gpu_*` gauges.
-//! 2. Chunks: the range is cut into chunks of at most [`CHUNK_POINTS`] steps (under
+//! 2. Chunks: the range is cut into chunks of at most `CHUNK_POINTS` steps (under
 //!    Prometheus' 11 000 points per series), aligned to multiples of the step. Each chunk
 //!    runs one `query_range` per metric name (`NAME{selector}`).
 //! 3. Merge: a chunk's points are sorted by (timestamp, series) and each timestamp becomes
@@ -34,25 +34,25 @@ use truthscale_core::model::{EntityId, EntityKey, EntitySample, MigId, PodRef, S
 use truthscale_core::parse::dcgm_text::{self, Scrape};
 
 /// Steps per `query_range` request: Prometheus refuses more than 11 000 points per series.
-pub const CHUNK_POINTS: i64 = 10_000;
+pub(crate) const CHUNK_POINTS: i64 = 10_000;
 /// Steps of the first chunk, before the number of series is known.
-pub const FIRST_CHUNK_POINTS: i64 = 1_000;
+pub(crate) const FIRST_CHUNK_POINTS: i64 = 1_000;
 /// Points (steps × series, all names together) one chunk may hold: after the first chunk,
 /// the chunk length is this over the number of series seen, so memory stays bounded
 /// whatever the number of GPUs.
-pub const CHUNK_BUDGET: i64 = 1_000_000;
+pub(crate) const CHUNK_BUDGET: i64 = 1_000_000;
 const _: () = assert!(CHUNK_POINTS <= 11_000, "Prometheus' limit per series");
 /// Time limit of one HTTP request, body included.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest response body read (after decompression).
 const MAX_BODY: u64 = 256 << 20;
 /// Environment variable holding the password for `--basic-auth USER`.
-pub const PASSWORD_ENV: &str = "TRUTHSCALE_PROMETHEUS_PASSWORD";
+pub(crate) const PASSWORD_ENV: &str = "TRUTHSCALE_PROMETHEUS_PASSWORD";
 
 /// `analyze --prometheus`: where to read history from.
 #[derive(Debug, Clone, clap::Args)]
 #[command(next_help_heading = "Prometheus history")]
-pub struct PrometheusArgs {
+pub(crate) struct PrometheusArgs {
     /// Read DCGM_FI_* (or truthscale_gpu_*) history from this Prometheus-compatible server,
     /// e.g. http://prometheus:9090 (a path prefix is kept).
     #[arg(long, value_name = "URL")]
@@ -89,7 +89,7 @@ pub struct PrometheusArgs {
 
 /// Where `--until` ends the window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Until {
+pub(crate) enum Until {
     /// At this time.
     At(SystemTime),
     /// This long before now.
@@ -99,7 +99,7 @@ pub enum Until {
 impl Until {
     /// The end, in Unix milliseconds, given `now`.
     #[must_use]
-    pub fn end_ms(self, now_ms: i64) -> i64 {
+    pub(crate) fn end_ms(self, now_ms: i64) -> i64 {
         match self {
             Until::At(t) => t
                 .duration_since(UNIX_EPOCH)
@@ -115,7 +115,7 @@ impl Until {
 ///
 /// # Errors
 /// Neither; the message shows both forms.
-pub fn parse_until(s: &str) -> Result<Until, String> {
+pub(crate) fn parse_until(s: &str) -> Result<Until, String> {
     let s = s.trim();
     if let Ok(t) = humantime::parse_rfc3339_weak(s) {
         return Ok(Until::At(t));
@@ -126,14 +126,14 @@ pub fn parse_until(s: &str) -> Result<Until, String> {
 }
 
 /// Default of `--since`.
-pub const DEFAULT_SINCE: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const DEFAULT_SINCE: Duration = Duration::from_secs(24 * 3600);
 /// Default of `--step`.
-pub const DEFAULT_STEP: Duration = Duration::from_secs(15);
+pub(crate) const DEFAULT_STEP: Duration = Duration::from_secs(15);
 
 impl PrometheusArgs {
     /// A flag of this group given without `--prometheus`, if any.
     #[must_use]
-    pub fn stray_flag(&self) -> Option<&'static str> {
+    pub(crate) fn stray_flag(&self) -> Option<&'static str> {
         if self.prometheus.is_some() {
             return None;
         }
@@ -154,7 +154,7 @@ impl PrometheusArgs {
 
 /// Which metric names the history is read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Family {
+pub(crate) enum Family {
     /// dcgm-exporter's raw counters (`DCGM_FI_*`, old `dcgm_*`).
     DcgmExporter,
     /// truthscale's own gauges (`truthscale_gpu_*`), when no DCGM series exist.
@@ -164,7 +164,7 @@ pub enum Family {
 impl Family {
     /// How the output names it.
     #[must_use]
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             Family::DcgmExporter => "dcgm-exporter series (DCGM_FI_*)",
             Family::Truthscale => "truthscale series (truthscale_gpu_*)",
@@ -199,7 +199,7 @@ fn own_names() -> impl Iterator<Item = &'static str> {
 
 /// The time range, in milliseconds since the epoch: evaluation at `start + k·step ≤ end`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Range {
+pub(crate) struct Range {
     /// First evaluation time, a multiple of `step`.
     pub start: i64,
     /// Last time (inclusive).
@@ -211,7 +211,7 @@ pub struct Range {
 impl Range {
     /// `since` back from `now`, the start aligned down to a multiple of `step`.
     #[must_use]
-    pub fn back_from(now: i64, since: i64, step: i64) -> Range {
+    pub(crate) fn back_from(now: i64, since: i64, step: i64) -> Range {
         let step = step.max(1);
         Range {
             start: (now - since).div_euclid(step) * step,
@@ -222,28 +222,12 @@ impl Range {
 
     /// Evaluation times in the range.
     #[must_use]
-    pub fn points(&self) -> i64 {
+    pub(crate) fn points(&self) -> i64 {
         if self.end < self.start {
             0
         } else {
             (self.end - self.start) / self.step + 1
         }
-    }
-
-    /// The chunks of at most `per_chunk` evaluation times: `(first, last)` inclusive, in
-    /// order, adjacent (the next starts one step after the previous ends) and covering the
-    /// range exactly.
-    #[must_use]
-    pub fn chunks(&self, per_chunk: i64) -> Vec<(i64, i64)> {
-        let per = per_chunk.max(1);
-        let n = self.points();
-        (0..(n + per - 1) / per)
-            .map(|c| {
-                let first = self.start + c * per * self.step;
-                let last = (first + (per - 1) * self.step).min(self.end);
-                (first, last)
-            })
-            .collect()
     }
 }
 
@@ -256,7 +240,7 @@ fn secs(ms: i64) -> String {
 ///
 /// # Errors
 /// A selector with a metric name or unbalanced braces.
-pub fn selector_matchers(selector: Option<&str>) -> anyhow::Result<String> {
+pub(crate) fn selector_matchers(selector: Option<&str>) -> anyhow::Result<String> {
     let Some(s) = selector.map(str::trim) else {
         return Ok(String::new());
     };
@@ -330,7 +314,7 @@ fn is_dcgm(name: &str) -> bool {
 
 /// A Prometheus history to read: the flags checked, the range fixed, the series found.
 #[derive(Debug)]
-pub struct History {
+pub(crate) struct History {
     client: Client,
     range: Range,
     step: Duration,
@@ -341,15 +325,13 @@ pub struct History {
 
 /// What reading the history cost, and where the time went.
 #[derive(Debug, Clone)]
-pub struct FeedStats {
+pub(crate) struct FeedStats {
     /// One line saying what was read.
     pub summary: String,
     /// `query_range` and label requests made.
     pub queries: u64,
     /// Chunks read.
     pub chunks: u64,
-    /// Steps with data handed on.
-    pub steps: u64,
     /// Seconds spent waiting for Prometheus' answers (until each whole body was read).
     pub waiting_seconds: f64,
     /// Seconds spent decoding the answers and merging them into samples.
@@ -366,7 +348,7 @@ impl History {
     /// # Errors
     /// Bad flags; Prometheus unreachable, answering an error, a status other than 200 or
     /// something that is not its API JSON; no GPU series in the range.
-    pub fn open(p: &PrometheusArgs) -> anyhow::Result<History> {
+    pub(crate) fn open(p: &PrometheusArgs) -> anyhow::Result<History> {
         let url = p
             .prometheus
             .as_deref()
@@ -460,31 +442,31 @@ impl History {
 
     /// The step, in seconds: the nominal interval of the samples.
     #[must_use]
-    pub fn step_seconds(&self) -> f64 {
+    pub(crate) fn step_seconds(&self) -> f64 {
         self.range.step as f64 / 1000.0
     }
 
     /// The range read, in milliseconds since the epoch.
     #[must_use]
-    pub fn range(&self) -> Range {
+    pub(crate) fn range(&self) -> Range {
         self.range
     }
 
     /// Which metric names are read.
     #[must_use]
-    pub fn family(&self) -> Family {
+    pub(crate) fn family(&self) -> Family {
         self.family
     }
 
     /// The server's base URL.
     #[must_use]
-    pub fn base_url(&self) -> &str {
+    pub(crate) fn base_url(&self) -> &str {
         &self.client.base
     }
 
     /// The label matchers of `--selector`, without braces.
     #[must_use]
-    pub fn matchers(&self) -> &str {
+    pub(crate) fn matchers(&self) -> &str {
         &self.matchers
     }
 
@@ -492,7 +474,7 @@ impl History {
     ///
     /// # Errors
     /// As [`History::open`], for any chunk.
-    pub fn feed(self, on_sample: impl FnMut(&Sample)) -> anyhow::Result<String> {
+    pub(crate) fn feed(self, on_sample: impl FnMut(&Sample)) -> anyhow::Result<String> {
         self.feed_stats(on_sample).map(|s| s.summary)
     }
 
@@ -504,7 +486,10 @@ impl History {
     ///
     /// # Errors
     /// As [`History::open`], for any chunk.
-    pub fn feed_stats(self, mut on_sample: impl FnMut(&Sample)) -> anyhow::Result<FeedStats> {
+    pub(crate) fn feed_stats(
+        self,
+        mut on_sample: impl FnMut(&Sample),
+    ) -> anyhow::Result<FeedStats> {
         let History {
             mut client,
             range,
@@ -615,7 +600,6 @@ impl History {
             summary,
             queries: client.queries,
             chunks,
-            steps,
             waiting_seconds: client.waiting.as_secs_f64(),
             decoding_seconds: (client.decoding + merging).as_secs_f64(),
             consuming_seconds: consuming.as_secs_f64(),
@@ -626,7 +610,7 @@ impl History {
 
 /// A time in milliseconds since the epoch as RFC 3339, to the second.
 #[must_use]
-pub fn rfc3339(ms: i64) -> String {
+pub(crate) fn rfc3339(ms: i64) -> String {
     let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
     humantime::format_rfc3339_seconds(t).to_string()
 }
@@ -665,30 +649,6 @@ pub fn decode_range_answer(
 mod tests {
     use super::*;
     use truthscale_core::model::{Field, Reading};
-
-    #[test]
-    fn chunks_cover_the_range_without_overlap() {
-        let r = Range::back_from(1_000_000_000, 24 * 3_600_000, 15_000);
-        assert_eq!(r.start % 15_000, 0);
-        let chunks = r.chunks(CHUNK_POINTS);
-        assert_eq!(chunks.first().map(|c| c.0), Some(r.start));
-        let mut total = 0;
-        for (i, &(a, b)) in chunks.iter().enumerate() {
-            let n = (b - a) / r.step + 1;
-            assert!(n <= CHUNK_POINTS);
-            total += n;
-            if let Some(&(next, _)) = chunks.get(i + 1) {
-                assert_eq!(next, b + r.step);
-            }
-        }
-        assert_eq!(total, r.points());
-        assert!(chunks.last().unwrap().1 <= r.end);
-        assert!(chunks.last().unwrap().1 + r.step > r.end);
-        // 24 h at 15 s: 5 761 points, one chunk; 30 d: 18 chunks.
-        assert_eq!(chunks.len(), 1);
-        let r = Range::back_from(10_000_000_000, 30 * 86_400_000, 15_000);
-        assert_eq!(r.chunks(CHUNK_POINTS).len(), 18);
-    }
 
     #[test]
     fn selectors() {

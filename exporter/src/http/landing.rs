@@ -16,7 +16,7 @@ fn pct(x: Option<f64>) -> String {
 
 /// Render the page for one snapshot.
 #[must_use]
-pub fn render(gpus: &[GpuEntry], source: &str, up: bool, taken_unix_ms: i64) -> String {
+pub(crate) fn render(gpus: &[GpuEntry], source: &str, up: bool, taken_unix_ms: i64) -> String {
     let mut rows = String::new();
     for g in gpus.iter().filter(|g| g.up) {
         let w = &g.window;

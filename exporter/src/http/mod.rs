@@ -1,6 +1,6 @@
 //! The HTTP surface: `/metrics`, `/`, `/healthz`, `/readyz`.
 
-pub mod landing;
+pub(crate) mod landing;
 pub mod web;
 
 use crate::publish::Snapshot;
@@ -60,7 +60,7 @@ pub fn router(rx: Snap, limits: RouterLimits) -> Router {
 
 /// OpenMetrics when the client's `Accept` asks for it, else text 0.0.4.
 #[must_use]
-pub fn negotiate(headers: &HeaderMap) -> Format {
+pub(crate) fn negotiate(headers: &HeaderMap) -> Format {
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -74,7 +74,7 @@ pub fn negotiate(headers: &HeaderMap) -> Format {
 
 /// Whether `Accept-Encoding` accepts gzip (`gzip`, `x-gzip` or `*`, with a q-value above 0).
 #[must_use]
-pub fn accepts_gzip(headers: &HeaderMap) -> bool {
+pub(crate) fn accepts_gzip(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::ACCEPT_ENCODING)
         .iter()

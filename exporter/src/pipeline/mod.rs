@@ -15,8 +15,8 @@
 mod served;
 mod stage;
 
-pub use crate::logging::{LOG_EVERY, LogLimiter};
-pub use stage::{Health, Stage, Tick};
+pub(crate) use crate::logging::LogLimiter;
+pub(crate) use stage::{Health, Stage, Tick};
 
 use crate::publish::{Published, Publisher, SinkErrors, Snapshot, VERSION};
 use crate::sources::{Produced, Source, SourceError, unix_ms};
@@ -34,7 +34,7 @@ use truthscale_core::verdict::VerdictConfig;
 
 /// What the pipeline runs by, besides its source and stages.
 #[derive(Debug, Clone)]
-pub struct Config {
+pub(crate) struct Config {
     /// Sampling interval.
     pub interval: Duration,
     /// How long a source's (and a stage's) last answer stays usable.
@@ -63,7 +63,11 @@ pub struct Sampler {
 impl Sampler {
     /// Start sampling `source` through `stages`, in order.
     #[must_use]
-    pub fn start(config: &Config, source: Box<dyn Source>, stages: Vec<Box<dyn Stage>>) -> Sampler {
+    pub(crate) fn start(
+        config: &Config,
+        source: Box<dyn Source>,
+        stages: Vec<Box<dyn Stage>>,
+    ) -> Sampler {
         let name = source.name().to_string();
         let (tx, rx) = watch::channel(Arc::new(Snapshot {
             source: name.clone(),
@@ -92,7 +96,7 @@ impl Sampler {
 
     /// The sink failure counters this sampler exposes; push sinks (OTLP) add to them.
     #[must_use]
-    pub fn sink_errors(&self) -> SinkErrors {
+    pub(crate) fn sink_errors(&self) -> SinkErrors {
         self.sinks.clone()
     }
 
@@ -207,6 +211,7 @@ impl Pipeline {
     fn tick(&mut self, now: SystemTime) -> Snapshot {
         let started = Instant::now();
         let mut produced = self.source.sample(now);
+        let read = started.elapsed();
         let source_keys = Served::source_keys(&produced, self.attributes);
         let mut tick = Tick {
             now,
@@ -214,11 +219,14 @@ impl Pipeline {
             produced: &mut produced,
             held: None,
         };
+        let mut took = Vec::with_capacity(self.stages.len());
         for stage in &mut self.stages {
+            let begun = Instant::now();
             stage.apply(&mut tick);
+            took.push(begun.elapsed());
         }
         self.served.remember_attribution(source_keys, &produced);
-        self.count_overrun(started, &mut produced);
+        self.count_overrun(started.elapsed(), read, &took, &mut produced);
         self.count_errors(&produced);
         self.served.derive(&produced, started, self.attributes);
         let source = self.source.name();
@@ -234,15 +242,43 @@ impl Pipeline {
             .publish(self.served.gpus(source), status, &tick)
     }
 
-    /// A tick whose reading took longer than the interval slipped the cadence.
-    fn count_overrun(&self, started: Instant, produced: &mut Produced) {
-        let took = started.elapsed();
-        if took > self.interval {
-            produced.errors.push(SourceError::Overrun(format!(
-                "reading the source took {} ms, longer than the {} ms interval: the cadence slipped (a slow or hung endpoint, or too much to read per tick)",
-                took.as_millis(),
-                self.interval.as_millis()
-            )));
+    /// A tick longer than the interval slipped the cadence: the overrun is counted against
+    /// the part that took longest, the source (`read`) or a stage (`stages`, in order).
+    fn count_overrun(
+        &mut self,
+        total: Duration,
+        read: Duration,
+        stages: &[Duration],
+        produced: &mut Produced,
+    ) {
+        if total <= self.interval {
+            return;
+        }
+        let slowest = stages
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, d)| **d)
+            .filter(|(_, d)| **d > read);
+        match slowest {
+            None => produced.errors.push(SourceError::Overrun(format!(
+                "the tick took {} ms, longer than the {} ms interval, {} ms of it reading the source: the cadence slipped (a slow or hung endpoint, or too much to read per tick)",
+                total.as_millis(),
+                self.interval.as_millis(),
+                read.as_millis()
+            ))),
+            Some((i, d)) => {
+                let stage = &mut self.stages[i];
+                stage.count("overrun");
+                if self.log.allow(stage.name()) {
+                    tracing::warn!(
+                        stage = stage.name(),
+                        took_ms = d.as_millis(),
+                        tick_ms = total.as_millis(),
+                        interval_ms = self.interval.as_millis(),
+                        "A stage made the tick longer than the interval and the cadence slipped; counted as truthscale_source_errors_total{{kind=\"overrun\"}} under the stage's source (repeats logged at most every 30 s)."
+                    );
+                }
+            }
         }
     }
 
@@ -271,7 +307,7 @@ impl Pipeline {
         ExporterStatus {
             version: VERSION.to_string(),
             sources: std::iter::once(source)
-                .chain(self.stages.iter().filter_map(|s| s.health()))
+                .chain(self.stages.iter().map(|s| s.health()))
                 .collect(),
             sample_duration_seconds: Some(started.elapsed().as_secs_f64()),
             diagnostics: self.served.diagnostics.clone(),
@@ -280,5 +316,98 @@ impl Pipeline {
             sinks: self.sinks.health(),
             series_dropped: 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::thread::sleep;
+
+    /// A source or stage that takes `delay` each tick.
+    #[derive(Debug)]
+    struct Slow {
+        delay: Duration,
+        health: Health,
+    }
+
+    impl Slow {
+        fn new(ms: u64) -> Slow {
+            Slow {
+                delay: Duration::from_millis(ms),
+                health: Health::default(),
+            }
+        }
+    }
+
+    impl Source for Slow {
+        fn name(&self) -> &'static str {
+            "null"
+        }
+        fn update_interval(&self) -> Option<Duration> {
+            None
+        }
+        fn sample(&mut self, _now: SystemTime) -> Produced {
+            sleep(self.delay);
+            Produced::default()
+        }
+    }
+
+    impl Stage for Slow {
+        fn name(&self) -> &'static str {
+            "kubelet"
+        }
+        fn apply(&mut self, _tick: &mut Tick<'_>) {
+            sleep(self.delay);
+        }
+        fn health(&self) -> SourceHealth {
+            self.health.report("kubelet")
+        }
+        fn count(&mut self, kind: &str) {
+            self.health.count(kind);
+        }
+    }
+
+    fn pipeline(source_ms: u64, stage_ms: u64) -> Pipeline {
+        let config = Config {
+            interval: Duration::from_millis(40),
+            stale_after: Duration::from_secs(10),
+            derive: DeriveConfig::default(),
+            verdict: VerdictConfig::default(),
+            identity: Identity::default(),
+            max_series: 100,
+        };
+        let stages: Vec<Box<dyn Stage>> = vec![Box::new(Slow::new(stage_ms))];
+        Pipeline::new(
+            &config,
+            Box::new(Slow::new(source_ms)),
+            stages,
+            SinkErrors::default(),
+        )
+    }
+
+    fn overruns(snap: &Snapshot, source: &str) -> u64 {
+        let h = snap.status.sources.iter().find(|s| s.name == source);
+        h.and_then(|h| h.errors.get("overrun").copied())
+            .unwrap_or_default()
+    }
+
+    /// A stage that makes the tick longer than the interval is counted, not the source: a
+    /// hung kubelet is not blamed on the GPUs.
+    #[test]
+    fn an_overrun_is_counted_against_the_stage_that_caused_it() {
+        let mut p = pipeline(0, 80);
+        let snap = p.tick(SystemTime::now());
+        assert_eq!(overruns(&snap, "kubelet"), 1);
+        assert_eq!(overruns(&snap, "null"), 0);
+
+        let mut p = pipeline(80, 0);
+        let snap = p.tick(SystemTime::now());
+        assert_eq!(overruns(&snap, "null"), 1);
+        assert_eq!(overruns(&snap, "kubelet"), 0);
+
+        let mut p = pipeline(0, 0);
+        let snap = p.tick(SystemTime::now());
+        assert_eq!(overruns(&snap, "null") + overruns(&snap, "kubelet"), 0);
     }
 }

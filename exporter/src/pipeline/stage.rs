@@ -10,7 +10,7 @@ use truthscale_core::model::EntityKey;
 /// One step of a tick after the source has been read and before the samples are derived.
 /// It runs on the sampler's thread, works on the tick's samples in place, and counts its own
 /// failures in its own health.
-pub trait Stage: Send {
+pub(crate) trait Stage: Send {
     /// The stage's name in logs.
     fn name(&self) -> &'static str;
 
@@ -18,10 +18,12 @@ pub trait Stage: Send {
     fn apply(&mut self, tick: &mut Tick<'_>);
 
     /// Its health as a source of its own (`truthscale_source_up{source=…}`,
-    /// `truthscale_source_errors_total`), when it reports one.
-    fn health(&self) -> Option<SourceHealth> {
-        None
-    }
+    /// `truthscale_source_errors_total`).
+    fn health(&self) -> SourceHealth;
+
+    /// Count one failure of this kind against the stage: the pipeline counts an `overrun`
+    /// here when this stage made the tick longer than the interval.
+    fn count(&mut self, kind: &str);
 
     /// Whether it attributes entities (changes their keys): then a device attributed
     /// otherwise from one tick to the next is the same GPU, not a GPU that stopped.
@@ -32,7 +34,7 @@ pub trait Stage: Send {
 
 /// One tick, as the stages see it.
 #[derive(Debug)]
-pub struct Tick<'a> {
+pub(crate) struct Tick<'a> {
     /// The wall time the tick samples at.
     pub now: SystemTime,
     /// How long an answer stays usable (`source.stale_after`).
@@ -47,7 +49,7 @@ pub struct Tick<'a> {
 
 /// A stage's health: whether its last answer is usable, and its failures by kind.
 #[derive(Debug, Default, Clone)]
-pub struct Health {
+pub(crate) struct Health {
     /// Whether this tick's work came from an answer within the stale period.
     pub up: bool,
     /// Failures by kind.
@@ -56,13 +58,13 @@ pub struct Health {
 
 impl Health {
     /// Count one failure of this kind.
-    pub fn count(&mut self, kind: &str) {
+    pub(crate) fn count(&mut self, kind: &str) {
         *self.errors.entry(kind.to_string()).or_default() += 1;
     }
 
     /// As the exposition reports it, under `name`.
     #[must_use]
-    pub fn report(&self, name: &str) -> SourceHealth {
+    pub(crate) fn report(&self, name: &str) -> SourceHealth {
         SourceHealth {
             name: name.to_string(),
             up: self.up,

@@ -210,7 +210,7 @@ fn bar_chart(doc: &Document, svg: &mut String) -> Drawn {
 ///
 /// # Errors
 /// A chart could not be drawn.
-pub fn render(doc: &Document) -> anyhow::Result<String> {
+pub(crate) fn render(doc: &Document) -> anyhow::Result<String> {
     let f = &doc.fleet;
     let s = &doc.source;
     let mut time_svg = String::new();

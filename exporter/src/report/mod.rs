@@ -7,8 +7,8 @@
 //! workload (16 bytes), so memory grows with workloads × steps at that rate and not with
 //! the raw series.
 
-pub mod html;
-pub mod text;
+pub(crate) mod html;
+pub(crate) mod text;
 
 use crate::history::{Family, FeedStats, History, rfc3339};
 use serde::Serialize;
@@ -19,14 +19,14 @@ use truthscale_core::model::{EntityId, EntityKey};
 use truthscale_core::tracker::Deriver;
 
 /// The JSON document's schema name.
-pub const SCHEMA: &str = "truthscale.report";
+pub(crate) const SCHEMA: &str = "truthscale.report";
 /// The JSON document's schema version: raised when a field changes meaning or goes away
 /// (adding a field does not raise it).
-pub const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 1;
 
 /// Where the history came from.
 #[derive(Debug, Clone, Serialize)]
-pub struct Source {
+pub(crate) struct Source {
     /// The Prometheus base URL.
     pub prometheus: String,
     /// `dcgm_exporter` (DCGM_FI_* fields with dcgm-exporter's pod labels) or `truthscale`.
@@ -45,7 +45,7 @@ pub struct Source {
 
 /// The whole report as `--json` writes it.
 #[derive(Debug, Clone, Serialize)]
-pub struct Document {
+pub(crate) struct Document {
     /// Always [`SCHEMA`].
     pub schema: &'static str,
     /// [`SCHEMA_VERSION`].
@@ -80,7 +80,7 @@ fn pod_name(id: &EntityId) -> Option<String> {
 ///
 /// # Errors
 /// As [`History::feed_stats`].
-pub fn collect(history: History) -> anyhow::Result<(FleetInput, Source, FeedStats)> {
+pub(crate) fn collect(history: History) -> anyhow::Result<(FleetInput, Source, FeedStats)> {
     let range = history.range();
     let step_seconds = history.step_seconds();
     let source = Source {
@@ -128,7 +128,7 @@ pub fn collect(history: History) -> anyhow::Result<(FleetInput, Source, FeedStat
 
 /// Analyze what [`collect`] read.
 #[must_use]
-pub fn document(input: &FleetInput, source: Source, cfg: &FleetConfig) -> Document {
+pub(crate) fn document(input: &FleetInput, source: Source, cfg: &FleetConfig) -> Document {
     Document {
         schema: SCHEMA,
         schema_version: SCHEMA_VERSION,

@@ -36,7 +36,7 @@ fn sum_row(out: &mut impl Write, name: &str, d: &FleetSum) -> std::io::Result<()
 ///
 /// # Errors
 /// Writing fails.
-pub fn write(out: &mut impl Write, doc: &Document) -> std::io::Result<()> {
+pub(crate) fn write(out: &mut impl Write, doc: &Document) -> std::io::Result<()> {
     let f = &doc.fleet;
     let s = &doc.source;
     writeln!(

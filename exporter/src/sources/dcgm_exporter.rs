@@ -46,7 +46,7 @@ pub enum Scope {
 impl Scope {
     /// Choose the scope from configuration and environment.
     #[must_use]
-    pub fn choose(
+    pub(crate) fn choose(
         uuids: &[String],
         indices: &[u32],
         pod: Option<&str>,
@@ -211,22 +211,9 @@ impl DcgmExporterSource {
         }
     }
 
-    /// The URL scraped.
-    #[must_use]
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
     fn fetch(&self) -> Result<String, SourceError> {
-        use crate::client::{FetchError, MAX_METRICS_BODY, get_text};
-        get_text(&self.agent, &self.url, "text/plain", MAX_METRICS_BODY).map_err(|e| match e {
-            FetchError::Unreachable { .. } => SourceError::Unreachable(e.to_string()),
-            FetchError::Timeout { .. } => SourceError::Timeout(e.to_string()),
-            FetchError::Status { .. } => SourceError::Http(e.to_string()),
-            FetchError::TooLarge { .. } => SourceError::TooLarge(e.to_string()),
-            FetchError::NotText { .. } => SourceError::Parse(e.to_string()),
-            FetchError::Body { .. } => SourceError::Io(e.to_string()),
-        })
+        use crate::client::{MAX_METRICS_BODY, get_text};
+        get_text(&self.agent, &self.url, "text/plain", MAX_METRICS_BODY).map_err(SourceError::from)
     }
 }
 

@@ -36,7 +36,7 @@ pub trait Source: Send + std::fmt::Debug {
 /// What a source may draw on besides its own settings, as the configuration resolved it
 /// (the sampling interval, this pod's identity, the node's environment).
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Context {
+pub(crate) struct Context {
     /// Sampling interval.
     pub interval: Duration,
     /// This node's name, when known.
@@ -53,7 +53,7 @@ pub struct Context {
 
 /// One source's own settings: a table in `[source]` (beside `kind`), which checks itself and
 /// builds the source.
-pub trait SourceSettings {
+pub(crate) trait SourceSettings {
     /// The setting that the argument of the `--source KIND:ARG` shorthand fills, when the
     /// kind takes one (`replay:PATH` fills `path`).
     const ARG: Option<&'static str>;
@@ -105,7 +105,7 @@ macro_rules! sources {
             ///
             /// # Errors
             /// The first setting that cannot be used, naming its key.
-            pub fn check(&self) -> Result<(), crate::setting::Invalid> {
+            pub(crate) fn check(&self) -> Result<(), crate::setting::Invalid> {
                 match self {
                     $(SourceConfig::$variant(c) => c.check(),)*
                 }
@@ -116,7 +116,7 @@ macro_rules! sources {
             /// # Errors
             /// [`BuildError`] for an NVML that cannot be loaded or replay files that cannot
             /// be used.
-            pub fn build(
+            pub(crate) fn build(
                 &self,
                 context: &Context,
                 now: SystemTime,
@@ -157,7 +157,7 @@ impl SourceConfig {
     /// # Errors
     /// An unknown kind, or an argument the kind does not take; the message says what is
     /// accepted.
-    pub fn shorthand(spec: &str) -> Result<Vec<(&'static str, String)>, String> {
+    pub(crate) fn shorthand(spec: &str) -> Result<Vec<(&'static str, String)>, String> {
         let s = spec.trim();
         let (kind, arg) = match s.split_once(':') {
             Some((k, a)) => (k, Some(a)),
@@ -267,6 +267,20 @@ impl SourceError {
     }
 }
 
+impl From<crate::client::FetchError> for SourceError {
+    fn from(e: crate::client::FetchError) -> SourceError {
+        use crate::client::FetchError;
+        match e {
+            FetchError::Unreachable { .. } => SourceError::Unreachable(e.to_string()),
+            FetchError::Timeout { .. } => SourceError::Timeout(e.to_string()),
+            FetchError::Status { .. } => SourceError::Http(e.to_string()),
+            FetchError::TooLarge { .. } => SourceError::TooLarge(e.to_string()),
+            FetchError::NotText { .. } => SourceError::Parse(e.to_string()),
+            FetchError::Body { .. } => SourceError::Io(e.to_string()),
+        }
+    }
+}
+
 /// What one sampling call produced.
 #[derive(Debug, Default)]
 pub struct Produced {
@@ -280,7 +294,7 @@ pub struct Produced {
 
 /// dcgm-exporter on this node: `http://$NODE_IP:9400/metrics`, else localhost.
 #[must_use]
-pub fn default_dcgm_url(node_ip: Option<&str>) -> String {
+pub(crate) fn default_dcgm_url(node_ip: Option<&str>) -> String {
     match node_ip.filter(|ip| !ip.is_empty()) {
         Some(ip) if ip.contains(':') => format!("http://[{ip}]:9400/metrics"),
         Some(ip) => format!("http://{ip}:9400/metrics"),
@@ -290,7 +304,7 @@ pub fn default_dcgm_url(node_ip: Option<&str>) -> String {
 
 /// Milliseconds since the Unix epoch of a wall time (0 before 1970).
 #[must_use]
-pub fn unix_ms(t: SystemTime) -> i64 {
+pub(crate) fn unix_ms(t: SystemTime) -> i64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
 }

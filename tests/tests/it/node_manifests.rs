@@ -497,9 +497,20 @@ fn pod_labels_overlay_grants_only_get_and_list_on_pods() {
     assert!(!container_env(agent(&ds), DAEMONSET).contains_key(POD_LABELS_VAR));
     let env = pod_labels_env();
     let list: Vec<String> = env[POD_LABELS_VAR].split(',').map(str::to_owned).collect();
-    let keys = truthscale_exporter::attribution::apiserver::label_keys(&list)
-        .unwrap_or_else(|e| panic!("{POD_LABELS_PATCH}: {e:?}"));
-    assert!(!keys.is_empty());
+    assert!(!list.is_empty());
+    // The keys are ones the agent accepts: node mode with them validates.
+    let mut config = truthscale_exporter::config::Config::default();
+    config.mode = truthscale_exporter::config::Mode::Node;
+    config.node.pod_labels = list;
+    let in_cluster = [
+        ("NODE_NAME", "node-1"),
+        ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
+        ("KUBERNETES_SERVICE_PORT", "443"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()));
+    if let Err(e) = config.validate(&in_cluster) {
+        panic!("{POD_LABELS_PATCH}: {e}");
+    }
     // The node name that selects the node's pods comes from the base.
     assert_eq!(env["NODE_NAME"], downward_api("spec.nodeName"));
 

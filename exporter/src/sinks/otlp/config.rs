@@ -104,7 +104,7 @@ pub enum OtlpProtocol {
 impl OtlpProtocol {
     /// Parse the `OTEL_EXPORTER_OTLP_PROTOCOL` spelling.
     #[must_use]
-    pub fn parse(s: &str) -> Option<OtlpProtocol> {
+    pub(crate) fn parse(s: &str) -> Option<OtlpProtocol> {
         match s.trim() {
             "grpc" => Some(OtlpProtocol::Grpc),
             "http/protobuf" => Some(OtlpProtocol::HttpProtobuf),
@@ -151,7 +151,7 @@ impl PemFile {
     ///
     /// # Errors
     /// `(origin, message)` naming the file.
-    pub fn read(&self) -> Result<Vec<u8>, (&'static str, String)> {
+    pub(crate) fn read(&self) -> Result<Vec<u8>, (&'static str, String)> {
         std::fs::read(&self.path).map_err(|e| {
             (
                 self.origin,
@@ -164,7 +164,9 @@ impl PemFile {
     ///
     /// # Errors
     /// Unreadable, not PEM, or no certificate in it.
-    pub fn certificates(&self) -> Result<Vec<CertificateDer<'static>>, (&'static str, String)> {
+    pub(crate) fn certificates(
+        &self,
+    ) -> Result<Vec<CertificateDer<'static>>, (&'static str, String)> {
         let bytes = self.read()?;
         let certs = CertificateDer::pem_slice_iter(&bytes)
             .collect::<Result<Vec<_>, pem::Error>>()
@@ -179,7 +181,7 @@ impl PemFile {
     ///
     /// # Errors
     /// Unreadable, not PEM, or no private key in it.
-    pub fn private_key(&self) -> Result<PrivateKeyDer<'static>, (&'static str, String)> {
+    pub(crate) fn private_key(&self) -> Result<PrivateKeyDer<'static>, (&'static str, String)> {
         let bytes = self.read()?;
         PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| match e {
             pem::Error::NoItemsFound => self.invalid(
@@ -210,7 +212,7 @@ pub struct OtlpTls {
 impl OtlpTls {
     /// Whether anything is set.
     #[must_use]
-    pub fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         self.certificate.is_some() || self.client_certificate.is_some()
     }
 
@@ -220,7 +222,7 @@ impl OtlpTls {
     /// # Errors
     /// A CA file that does not read or parse, or holds a certificate that cannot be a trust
     /// anchor; no system roots at all.
-    pub fn roots(&self) -> Result<rustls::RootCertStore, (&'static str, String)> {
+    pub(crate) fn roots(&self) -> Result<rustls::RootCertStore, (&'static str, String)> {
         let mut roots = rustls::RootCertStore::empty();
         match &self.certificate {
             Some(f) => {
@@ -266,7 +268,7 @@ impl OtlpTls {
     /// # Errors
     /// A client certificate or key that does not read or parse, or a key that does not
     /// belong to the certificate.
-    pub fn client_config(
+    pub(crate) fn client_config(
         &self,
         roots: rustls::RootCertStore,
     ) -> Result<rustls::ClientConfig, (&'static str, String)> {
@@ -334,7 +336,7 @@ fn percent_decode(v: &str) -> String {
 ///
 /// # Errors
 /// An entry without `=`, an empty name or value, or one HTTP cannot carry.
-pub fn parse_headers(text: &str) -> Result<Vec<(String, String)>, String> {
+pub(crate) fn parse_headers(text: &str) -> Result<Vec<(String, String)>, String> {
     let mut out: Vec<(String, String)> = Vec::new();
     for (i, entry) in text.split(',').enumerate() {
         let entry = entry.trim();
@@ -371,7 +373,7 @@ pub fn parse_headers(text: &str) -> Result<Vec<(String, String)>, String> {
 
 /// Validated `[otlp]`: `None` fields are left to the SDK (environment, then defaults).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OtlpSettings {
+pub(crate) struct OtlpSettings {
     /// Endpoint set in truthscale's configuration or flags.
     pub endpoint: Option<String>,
     /// Protocol set in truthscale's configuration.
@@ -435,7 +437,7 @@ impl OtlpConfig {
     ///
     /// # Errors
     /// `(key, message)` for a bad value.
-    pub fn validate(
+    pub(crate) fn validate(
         &self,
         env: &[(String, String)],
     ) -> Result<Option<OtlpSettings>, (&'static str, String)> {

@@ -13,10 +13,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// The `sink` label value of OTLP failures.
-pub const SINK: &str = "otlp";
+pub(crate) const SINK: &str = "otlp";
 
 /// Failure kinds counted in `truthscale_sink_errors_total{sink="otlp"}`.
-pub const ERROR_KINDS: [&str; 4] = ["unavailable", "timeout", "rejected", "other"];
+pub(crate) const ERROR_KINDS: [&str; 4] = ["unavailable", "timeout", "rejected", "other"];
 
 /// Repeated failures of one kind are logged at most this often.
 const LOG_EVERY: Duration = Duration::from_secs(30);
@@ -85,7 +85,7 @@ fn tls_hint(msg: &str, trust: &str) -> Option<String> {
 /// to a plain-text port) is `other`: the collector is up, and did not refuse the data, but
 /// truthscale's or the collector's TLS configuration must change; retrying does not help.
 #[must_use]
-pub fn error_kind(e: &OTelSdkError) -> &'static str {
+pub(super) fn error_kind(e: &OTelSdkError) -> &'static str {
     let msg = match e {
         OTelSdkError::Timeout(_) => return "timeout",
         OTelSdkError::AlreadyShutdown => return "other",
@@ -165,7 +165,7 @@ impl ExportState {
 /// (a failed TLS handshake with a hint), and backs off (skips exports) while the collector
 /// keeps failing.
 #[derive(Debug)]
-pub struct CountingExporter<E> {
+pub(crate) struct CountingExporter<E> {
     inner: E,
     errors: SinkErrors,
     state: Mutex<ExportState>,
@@ -180,7 +180,7 @@ pub struct CountingExporter<E> {
 
 impl<E> CountingExporter<E> {
     /// Wrap `inner`, whose exports time out after `timeout`.
-    pub fn new(inner: E, errors: SinkErrors, timeout: Duration) -> Self {
+    pub(crate) fn new(inner: E, errors: SinkErrors, timeout: Duration) -> Self {
         CountingExporter {
             inner,
             errors,

@@ -14,7 +14,7 @@
 //! reader keeps only the current aggregation), so memory stays bounded through an outage;
 //! with cumulative temporality nothing is lost either, since the next export carries the
 //! totals. Failures are counted in `truthscale_sink_errors_total{sink="otlp",kind}` by an
-//! exporter wrapper ([`CountingExporter`]), logged at most every 30 s (a failure of another
+//! exporter wrapper (`CountingExporter`), logged at most every 30 s (a failure of another
 //! kind, or the first after a success, at once), and back off:
 //! after repeated failures, exports are skipped for up to 30 s.
 //!
@@ -30,15 +30,15 @@
 //!
 //! The parts: `instruments` (the observable instruments and [`register`]), `transport`
 //! (endpoint and protocol, the gRPC channel and the HTTP client on one rustls
-//! configuration), `exporter` ([`CountingExporter`], which classifies failures into kinds);
-//! this module wires them into [`Otlp::start`].
+//! configuration), `exporter` (`CountingExporter`, which classifies failures into kinds);
+//! this module wires them into `Otlp::start`.
 
 pub mod config;
 mod exporter;
 mod instruments;
 mod transport;
 
-pub use exporter::{CountingExporter, ERROR_KINDS, SINK, error_kind};
+pub(crate) use exporter::{CountingExporter, ERROR_KINDS, SINK};
 pub use instruments::{Registration, register};
 
 use crate::publish::{SinkErrors, Snapshot, VERSION};
@@ -106,7 +106,7 @@ fn hostname() -> Option<String> {
 
 /// A running OTLP pipeline: meter provider, periodic reader thread, instruments.
 #[derive(Debug)]
-pub struct Otlp {
+pub(crate) struct Otlp {
     provider: SdkMeterProvider,
     _registration: Registration,
 }
@@ -118,7 +118,7 @@ impl Otlp {
     /// # Errors
     /// A bad `OTEL_…` value the SDK rejects; for an `https://` endpoint, a CA or client
     /// certificate file that does not read or parse, or no system roots at all.
-    pub fn start(
+    pub(crate) fn start(
         settings: &OtlpSettings,
         identity: &Identity,
         rx: watch::Receiver<Arc<Snapshot>>,
@@ -174,7 +174,7 @@ impl Otlp {
 
     /// Final export and stop. Blocks (up to the export timeout): call it from a blocking
     /// context (`spawn_blocking`), never on an async worker.
-    pub fn shutdown(self) {
+    pub(crate) fn shutdown(self) {
         if let Err(e) = self.provider.shutdown() {
             tracing::debug!(error = %e, "OTLP shutdown was not clean.");
         }

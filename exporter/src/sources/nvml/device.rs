@@ -19,7 +19,7 @@ use truthscale_core::model::{
 };
 
 /// A GPU that fell off the bus is looked for again this often.
-pub const LOST_RETRY: Duration = Duration::from_secs(10);
+pub(crate) const LOST_RETRY: Duration = Duration::from_secs(10);
 
 /// One tick's value of a call: a value, unsupported, or blank (an error, counted).
 #[derive(Debug)]

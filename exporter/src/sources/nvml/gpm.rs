@@ -15,13 +15,13 @@ use std::time::{Duration, Instant};
 use truthscale_core::model::{Field, Reading, Readings};
 
 /// GPM stays off this long after `NO_PERMISSION`, then is tried again.
-pub const GPM_DENIED_RETRY: Duration = Duration::from_secs(60);
+pub(super) const GPM_DENIED_RETRY: Duration = Duration::from_secs(60);
 /// The least spacing of two GPM samples ("should be greater than 100ms").
-pub const GPM_MIN_SPACING: Duration = Duration::from_millis(100);
+pub(super) const GPM_MIN_SPACING: Duration = Duration::from_millis(100);
 
 /// How a GPM value is scaled to the model's canonical unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GpmUnit {
+pub(super) enum GpmUnit {
     /// 0–100 → 0..1.
     Percent,
     /// MiB/s → bytes/s.
@@ -30,7 +30,7 @@ pub enum GpmUnit {
 
 /// The GPM metrics requested each tick: id, the field it fills (none: logged and shown by
 /// `doctor` only), unit, and NVML's name.
-pub const GPM_METRICS: &[(GpmMetricId, Option<Field>, GpmUnit, &str)] = &[
+pub(super) const GPM_METRICS: &[(GpmMetricId, Option<Field>, GpmUnit, &str)] = &[
     (
         GpmMetricId::GraphicsUtil,
         Some(Field::GrActive),
@@ -120,7 +120,7 @@ pub const GPM_METRICS: &[(GpmMetricId, Option<Field>, GpmUnit, &str)] = &[
 impl GpmUnit {
     /// Convert a GPM value to the canonical unit.
     #[must_use]
-    pub fn convert(self, v: f64) -> f64 {
+    pub(super) fn convert(self, v: f64) -> f64 {
         match self {
             GpmUnit::Percent => v / 100.0,
             GpmUnit::MibPerSec => v * 1_048_576.0,

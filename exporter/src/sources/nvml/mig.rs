@@ -168,7 +168,7 @@ impl DevState {
 /// parent model with this many slices and the nearest memory, else `{slices}g.{GiB rounded
 /// up}gb`.
 #[must_use]
-pub fn mig_profile_name(spec: Option<&GpuSpec>, slices: u32, memory_mb: u64) -> String {
+pub(super) fn mig_profile_name(spec: Option<&GpuSpec>, slices: u32, memory_mb: u64) -> String {
     let bytes = memory_mb as f64 * 1_048_576.0;
     let best = spec.and_then(|s| {
         s.mig

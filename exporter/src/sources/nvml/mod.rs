@@ -1,7 +1,7 @@
 //! NVML in-process: the driver's own counters, including GPM on Hopper and newer.
 //!
 //! - **Loading.** `libnvidia-ml.so.1` (or `source.library`) is `dlopen`ed at start through
-//!   nvml-wrapper 0.13; a machine without the driver fails [`NvmlSource::open`] with a message
+//!   nvml-wrapper 0.13; a machine without the driver fails `NvmlSource::open` with a message
 //!   that says what to do. Functions nvml-wrapper does not wrap are called through
 //!   nvml-wrapper-sys 0.10's symbol fields in `raw`, the exporter's only `unsafe` module.
 //! - **Per GPU, each tick.** Busy fraction: the mean of the driver's utilization samples since
@@ -15,23 +15,23 @@
 //!   active, occupancy, tensor, DRAM, FP pipes, PCIe and NVLink. Two samples must be more than
 //!   100 ms apart: a tick closer than that reports the GPU's entities as seen but unchanged,
 //!   and the next window covers both ticks. `NO_PERMISSION` turns GPM off for that GPU for
-//!   [`GPM_DENIED_RETRY`] (counted as `no_permission`; the GPU is then at the `nvml` tier).
+//!   `GPM_DENIED_RETRY` (counted as `no_permission`; the GPU is then at the `nvml` tier).
 //! - **MIG.** A GPU in MIG mode is exported as one entity per GPU instance (`mig_instance`,
 //!   `mig_profile`), with its memory and per-instance GPM (`nvmlGpmMigSampleGet` on the parent).
 //!   The busy flag does not exist on MIG, so it stays blank; the GPU-wide power is not split.
-//! - **Processes** (every [`PROCESS_EVERY`]): compute processes with their memory, per-process
+//! - **Processes** (every `PROCESS_EVERY`): compute processes with their memory, per-process
 //!   SM busy (`nvmlDeviceGetProcessesUtilizationInfo`, where the driver has it), and the pod
 //!   and container from `/proc/<pid>/cgroup`. They are shown by `truthscale doctor`, logged at
 //!   debug, and exported as `truthscale_process_*` series when `source.per_process_series` is
 //!   on (opt-in: one series per process).
 //! - **Failures.** Every failed call is counted by kind: `gpu_lost` (the GPU's entities go
-//!   stale, the others carry on, and it is looked for again every [`LOST_RETRY`]),
+//!   stale, the others carry on, and it is looked for again every `LOST_RETRY`),
 //!   `no_permission`, `unsupported` (once per GPU and function: a missing symbol is an older
 //!   driver, the value is reported unsupported), `nvml` (anything else; the value is blank).
 //!
 //! The parts: `device` (one GPU's state, its calls classified, a whole GPU's counters),
 //! `gpm`, `mig`, `processes` (listing and attribution through `crate::cgroup`), `report`
-//! (what `truthscale doctor` reads: versions, identity, [`DeviceReport`]) and `raw` (the only
+//! (what `truthscale doctor` reads: versions, identity, `DeviceReport`) and `raw` (the only
 //! `unsafe`); this module opens NVML and runs the tick over every GPU.
 
 mod device;
@@ -41,12 +41,9 @@ mod processes;
 pub(crate) mod raw;
 mod report;
 
-pub use crate::cgroup::Attribution;
-pub use device::LOST_RETRY;
-pub use gpm::{GPM_DENIED_RETRY, GPM_METRICS, GPM_MIN_SPACING, GpmUnit};
-pub use mig::mig_profile_name;
-pub use processes::{PROCESS_EVERY, ProcessInfo};
-pub use report::{DeviceReport, GpmStatus, Ident, Versions, identify};
+pub(crate) use device::LOST_RETRY;
+pub(crate) use processes::ProcessInfo;
+pub(crate) use report::{DeviceReport, GpmStatus, Ident, Versions, identify};
 
 use super::{Produced, SourceError, unix_ms};
 use device::{Ctx, DevState, Emitted, Lost, classify};
@@ -68,7 +65,7 @@ const ENUMERATE_EVERY: Duration = Duration::from_secs(60);
 /// NVML could not be loaded or initialized. The message says what to do.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct OpenError(pub String);
+pub(crate) struct OpenError(pub String);
 
 /// What to do when there is no usable NVML.
 const NO_NVML_HINT: &str = "On a GPU node, run where the NVIDIA driver is installed (in Kubernetes: a container \
@@ -80,7 +77,7 @@ const NO_NVML_HINT: &str = "On a GPU node, run where the NVIDIA driver is instal
 ///
 /// # Errors
 /// An [`OpenError`] naming the library, what went wrong, and what to do.
-pub fn open(library: &Path) -> Result<Nvml, OpenError> {
+pub(crate) fn open(library: &Path) -> Result<Nvml, OpenError> {
     let shown = library.display();
     Nvml::builder()
         .lib_path(OsStr::new(library.as_os_str()))
@@ -213,7 +210,7 @@ impl NvmlSource {
     ///
     /// # Errors
     /// NVML cannot be loaded or initialized, or cannot count the GPUs.
-    pub fn open(
+    pub(crate) fn open(
         library: &Path,
         interval: Duration,
         node: Option<String>,
@@ -226,7 +223,7 @@ impl NvmlSource {
     ///
     /// # Errors
     /// As [`NvmlSource::open`].
-    pub fn open_with(
+    pub(crate) fn open_with(
         library: &Path,
         interval: Duration,
         node: Option<String>,
@@ -276,19 +273,19 @@ impl NvmlSource {
 
     /// The library path as configured.
     #[must_use]
-    pub fn library(&self) -> &str {
+    pub(crate) fn library(&self) -> &str {
         &self.library
     }
 
     /// Driver, NVML and CUDA versions.
     #[must_use]
-    pub fn versions(&self) -> &Versions {
+    pub(crate) fn versions(&self) -> &Versions {
         &self.versions
     }
 
     /// What is known about each GPU.
     #[must_use]
-    pub fn report(&self) -> Vec<DeviceReport> {
+    pub(crate) fn report(&self) -> Vec<DeviceReport> {
         self.devices.iter().map(DevState::report).collect()
     }
 }

@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use truthscale_core::model::{EntitySample, ProcessReading};
 
 /// Processes are listed this often.
-pub const PROCESS_EVERY: Duration = Duration::from_secs(10);
+pub(super) const PROCESS_EVERY: Duration = Duration::from_secs(10);
 
 /// A compute process on a GPU.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ProcessInfo {
+pub(crate) struct ProcessInfo {
     /// Process id (host namespace).
     pub pid: u32,
     /// GPU memory it uses, bytes (`None` when the driver cannot tell).

@@ -10,7 +10,7 @@ use truthscale_core::gpus::{self, GpuSpec};
 
 /// Driver, NVML and CUDA versions, as far as NVML tells them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Versions {
+pub(crate) struct Versions {
     /// Driver version (`550.54.15`).
     pub driver: Option<String>,
     /// NVML version (`12.550.54.15`).
@@ -38,7 +38,7 @@ impl Versions {
 
 /// Who a GPU is.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Ident {
+pub(crate) struct Ident {
     /// `GPU-…`.
     pub uuid: String,
     /// `NVIDIA H100 80GB HBM3`.
@@ -55,7 +55,7 @@ pub struct Ident {
 ///
 /// # Errors
 /// The UUID or name cannot be read (`GpuLost` when it fell off the bus).
-pub fn identify(dev: &Device<'_>) -> Result<Ident, NvmlError> {
+pub(crate) fn identify(dev: &Device<'_>) -> Result<Ident, NvmlError> {
     let uuid = dev.uuid()?;
     let name = dev.name()?;
     let pci_bus_id = match dev.pci_info() {
@@ -79,7 +79,7 @@ pub fn identify(dev: &Device<'_>) -> Result<Ident, NvmlError> {
 
 /// Whether GPM is in use on a GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GpmStatus {
+pub(crate) enum GpmStatus {
     /// The GPU or driver has no GPM (pre-Hopper, or an NVML without the functions).
     Unsupported,
     /// GPM is used; `sampled` once a sample has succeeded.
@@ -106,7 +106,7 @@ impl GpmStatus {
 
 /// What the source knows about one GPU, for `doctor` and logs.
 #[derive(Debug, Clone, PartialEq)]
-pub struct DeviceReport {
+pub(crate) struct DeviceReport {
     /// NVML index.
     pub index: u32,
     /// Identity, `None` while it is lost or could not be read.
