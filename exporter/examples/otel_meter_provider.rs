@@ -12,7 +12,7 @@
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use std::time::Duration;
-use truthscale_exporter::{compose, config::Config, sinks::otlp};
+use truthscale_exporter::{compose, config, config::Config, sinks::otlp};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -24,8 +24,9 @@ async fn main() -> anyhow::Result<()> {
     // The service's own provider: here an OTLP exporter configured by the OTEL_… variables
     // (HTTP/protobuf to localhost:4318 when none is set), exporting every 2 seconds.
     let exporter = opentelemetry_otlp::MetricExporter::builder().build()?;
+    let env = config::environment()?;
     let provider = SdkMeterProvider::builder()
-        .with_resource(otlp::resource(&Default::default()))
+        .with_resource(otlp::resource(&Default::default(), &env))
         .with_reader(
             PeriodicReader::builder(exporter)
                 .with_interval(Duration::from_secs(2))
@@ -36,7 +37,7 @@ async fn main() -> anyhow::Result<()> {
 
     // truthscale's sampler (simulated GPUs with the default configuration), and its
     // instruments on the service's meter. Keep the registration alive as long as the meter.
-    let settings = Config::default().validate(&[])?;
+    let settings = Config::default().validate(&env)?;
     let sampler = compose::start(&settings)?;
     let _registration = otlp::register(&meter, sampler.subscribe());
 

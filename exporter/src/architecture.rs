@@ -910,6 +910,30 @@ fn http_violations(path: &str, text: &str) -> Vec<String> {
     out
 }
 
+/// The one place that reads the process environment.
+const ENVIRONMENT_READER: &str = "exporter/src/config.rs";
+
+/// Outside `config.rs`, the exporter never reads the process environment (`std::env::var`,
+/// `vars_os`, …): every command is handed what `config::environment` read once.
+fn environment_violations(path: &str, text: &str) -> Vec<String> {
+    if path == ENVIRONMENT_READER {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for n in facts(path, text).names {
+        let p = &n.path;
+        let reads = matches!(p.as_slice(), [std, env, ..] if std == "std" && env == "env")
+            && p.last().is_none_or(|l| l != "args");
+        if reads {
+            out.push(format!(
+                "{path}: names {}: the environment is read once, by config::environment, and handed on",
+                p.join("::")
+            ));
+        }
+    }
+    out
+}
+
 /// `unsafe` blocks, functions, impls, traits and extern blocks, tests included.
 fn unsafe_code(path: &str, text: &str) -> Vec<String> {
     struct Unsafe(Vec<&'static str>);
@@ -1189,6 +1213,29 @@ fn http_never_samples() {
     }
     let v = all_violations(&files, http_violations);
     assert!(v.is_empty(), "{}", v.join("\n"));
+}
+
+/// Architecture Invariant: the process environment is read once.
+#[test]
+fn the_environment_is_read_once() {
+    let files = crate_files("exporter/src");
+    assert!(files.iter().any(|(p, _)| p == ENVIRONMENT_READER));
+    let v = all_violations(&files, environment_violations);
+    assert!(v.is_empty(), "{}", v.join("\n"));
+}
+
+#[test]
+fn caught_a_second_read_of_the_environment() {
+    for text in [
+        "fn f() -> Option<String> { std::env::var(\"X\").ok() }",
+        "use std::env; fn f() -> bool { env::var_os(\"X\").is_some() }",
+        "use std::{env::{self as e}}; fn f() { let _ = e::vars_os(); }",
+    ] {
+        let v = environment_violations("exporter/src/history/mod.rs", text);
+        assert!(!v.is_empty(), "not caught: {text}");
+    }
+    let reader = "fn f() { let _ = std::env::vars_os(); }";
+    assert!(environment_violations(ENVIRONMENT_READER, reader).is_empty());
 }
 
 /// Architecture Invariant: the pipeline never sees the configuration: it is handed a built

@@ -64,15 +64,24 @@ pub(crate) enum Command {
 pub fn main() -> ExitCode {
     install_panic_hook();
     let cli = Cli::parse();
+    // The process environment, read once, here: every command that reads a variable reads
+    // it from this.
+    let env = match crate::config::environment() {
+        Ok(env) => env,
+        Err(e) => {
+            eprintln!("truthscale: error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let result = match cli.command {
-        Command::Analyze(a) => analyze::run(&a),
+        Command::Analyze(a) => analyze::run(&a, &env),
         Command::Simulate(s) => simulate::run(&s).map(|()| ExitCode::SUCCESS),
-        Command::Serve(s) => serve::main(&s).map(|()| ExitCode::SUCCESS),
-        Command::Config(c) => config::run(&c),
+        Command::Serve(s) => serve::main(&s, &env).map(|()| ExitCode::SUCCESS),
+        Command::Config(c) => config::run(&c, &env),
         Command::Doctor(d) => doctor::run(&d),
         Command::Explain(e) => explain::run(&e).map(|()| ExitCode::SUCCESS),
         Command::Top(t) => top::run(&t).map(|()| ExitCode::SUCCESS),
-        Command::Report(r) => report::run(&r),
+        Command::Report(r) => report::run(&r, &env),
     };
     match result {
         Ok(code) => code,

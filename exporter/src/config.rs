@@ -6,6 +6,7 @@
 
 use crate::attribution::config::{NodeConfig, NodeSettings, SidecarConfig, SidecarSettings};
 use crate::enrichment::engine::{EngineConfig, EngineSettings};
+use crate::setting::Invalid;
 use crate::sinks::otlp::config::{OtlpConfig, OtlpSettings};
 use crate::sources;
 use serde::{Deserialize, Serialize};
@@ -225,6 +226,15 @@ pub enum ConfigError {
     },
 }
 
+impl From<Invalid> for ConfigError {
+    fn from(e: Invalid) -> ConfigError {
+        ConfigError::Invalid {
+            key: e.key,
+            message: e.message,
+        }
+    }
+}
+
 /// Validated settings.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -355,8 +365,7 @@ fn duration(
     min: Duration,
     max: Duration,
 ) -> Result<Duration, ConfigError> {
-    crate::setting::duration(key, s, min, max)
-        .map_err(|(key, message)| ConfigError::Invalid { key, message })
+    crate::setting::duration(key, s, min, max).map_err(ConfigError::from)
 }
 
 impl Config {
@@ -535,10 +544,7 @@ impl Config {
                 message: "must be at least one interval".into(),
             });
         }
-        self.source
-            .config
-            .check()
-            .map_err(|(key, message)| ConfigError::Invalid { key, message })?;
+        self.source.config.check().map_err(ConfigError::from)?;
         if self.max_series < 100 {
             return Err(ConfigError::Invalid {
                 key: "max_series",
@@ -569,14 +575,8 @@ impl Config {
                 .map(|(_, v)| v.clone())
                 .filter(|v| !v.is_empty())
         };
-        let otlp = self
-            .otlp
-            .validate(env)
-            .map_err(|(key, message)| ConfigError::Invalid { key, message })?;
-        let engine = self
-            .engine
-            .validate()
-            .map_err(|(key, message)| ConfigError::Invalid { key, message })?;
+        let otlp = self.otlp.validate(env).map_err(ConfigError::from)?;
+        let engine = self.engine.validate().map_err(ConfigError::from)?;
         let id = &self.identity;
         let identity = match self.mode {
             Mode::Sidecar => Identity {
@@ -597,7 +597,7 @@ impl Config {
             Mode::Sidecar => self
                 .sidecar
                 .validate(identity.pod.as_deref(), identity.namespace.as_deref())
-                .map_err(|(key, message)| ConfigError::Invalid { key, message })?,
+                .map_err(ConfigError::from)?,
             // Node mode lists every pod: it reads no [sidecar] key.
             Mode::Node => None,
         };
@@ -606,7 +606,7 @@ impl Config {
             Mode::Node => Some(
                 self.node
                     .validate(identity.node.as_deref(), &getenv)
-                    .map_err(|(key, message)| ConfigError::Invalid { key, message })?,
+                    .map_err(ConfigError::from)?,
             ),
         };
         let source_context = sources::Context {
@@ -866,7 +866,7 @@ mod tests {
         let s = Config::default()
             .validate(&env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317")]))
             .unwrap();
-        // The SDK reads the environment itself: nothing is passed on.
+        // The endpoint stays the variable's: only the variables are passed on.
         assert_eq!(
             s.otlp,
             Some(OtlpSettings {
@@ -879,6 +879,7 @@ mod tests {
                 headers: Default::default(),
                 compression: None,
                 tls: Default::default(),
+                env: env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317")]),
             })
         );
         let c = Config::load(

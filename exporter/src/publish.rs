@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
-use truthscale_core::exposition::{self, ExporterStatus, Format, GpuEntry, Identity, SinkHealth};
+use truthscale_core::exposition::{self, Encoding, ExporterStatus, GpuEntry, Identity, SinkHealth};
 
 /// The exporter's version, as `truthscale_build_info` reports it.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -104,20 +104,20 @@ pub(crate) struct GzipDemand {
 }
 
 impl GzipDemand {
-    fn of(&self, format: Format) -> &AtomicI64 {
+    fn of(&self, format: Encoding) -> &AtomicI64 {
         match format {
-            Format::Text => &self.text,
-            Format::OpenMetrics => &self.openmetrics,
+            Encoding::Text => &self.text,
+            Encoding::OpenMetrics => &self.openmetrics,
         }
     }
 
     /// A scraper asked for `format` gzipped at `now_unix_ms`.
-    pub(crate) fn ask(&self, format: Format, now_unix_ms: i64) {
+    pub(crate) fn ask(&self, format: Encoding, now_unix_ms: i64) {
         self.of(format).fetch_max(now_unix_ms, Ordering::Relaxed);
     }
 
     /// A scraper asks for `format` gzipped now.
-    pub(crate) fn ask_now(&self, format: Format) {
+    pub(crate) fn ask_now(&self, format: Encoding) {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
@@ -126,7 +126,7 @@ impl GzipDemand {
 
     /// Whether `format` should be compressed at `now_unix_ms`: asked for within 10 minutes.
     #[must_use]
-    pub(crate) fn wanted(&self, format: Format, now_unix_ms: i64) -> bool {
+    pub(crate) fn wanted(&self, format: Encoding, now_unix_ms: i64) -> bool {
         let asked = self.of(format).load(Ordering::Relaxed);
         asked > 0 && now_unix_ms.saturating_sub(asked) <= GZIP_DEMAND_FOR_MS
     }
@@ -135,7 +135,7 @@ impl GzipDemand {
     #[must_use]
     pub(crate) fn compress_if_wanted(
         &self,
-        format: Format,
+        format: Encoding,
         body: &[u8],
         now_unix_ms: i64,
     ) -> Option<Bytes> {
@@ -165,19 +165,19 @@ impl Snapshot {
 
     /// The body for `format`.
     #[must_use]
-    pub(crate) fn body(&self, format: Format) -> Bytes {
+    pub(crate) fn body(&self, format: Encoding) -> Bytes {
         match format {
-            Format::Text => self.text.clone(),
-            Format::OpenMetrics => self.openmetrics.clone(),
+            Encoding::Text => self.text.clone(),
+            Encoding::OpenMetrics => self.openmetrics.clone(),
         }
     }
 
     /// The gzipped body for `format`, when this tick compressed it.
     #[must_use]
-    pub(crate) fn body_gzip(&self, format: Format) -> Option<Bytes> {
+    pub(crate) fn body_gzip(&self, format: Encoding) -> Option<Bytes> {
         match format {
-            Format::Text => self.text_gzip.clone(),
-            Format::OpenMetrics => self.openmetrics_gzip.clone(),
+            Encoding::Text => self.text_gzip.clone(),
+            Encoding::OpenMetrics => self.openmetrics_gzip.clone(),
         }
     }
 }
@@ -230,15 +230,15 @@ impl Publisher {
         self.tick += 1;
         status.previous_body_bytes = self.previous_body;
         let (gpus, text, status) = self.capped(gpus, status);
-        let openmetrics = exposition::encode(&gpus, &self.identity, &status, Format::OpenMetrics);
+        let openmetrics = exposition::encode(&gpus, &self.identity, &status, Encoding::OpenMetrics);
         self.previous_body = Some(text.len());
         let now_ms = crate::sources::unix_ms(tick.now);
         let text_gzip = self
             .gzip
-            .compress_if_wanted(Format::Text, text.as_bytes(), now_ms);
+            .compress_if_wanted(Encoding::Text, text.as_bytes(), now_ms);
         let openmetrics_gzip =
             self.gzip
-                .compress_if_wanted(Format::OpenMetrics, openmetrics.as_bytes(), now_ms);
+                .compress_if_wanted(Encoding::OpenMetrics, openmetrics.as_bytes(), now_ms);
         Snapshot {
             tick: self.tick,
             taken_unix_ms: now_ms,
@@ -270,7 +270,7 @@ impl Publisher {
                 .count()
         };
         status.series_dropped = self.series_dropped;
-        let text = exposition::encode(&gpus, &self.identity, &status, Format::Text);
+        let text = exposition::encode(&gpus, &self.identity, &status, Encoding::Text);
         let all = samples(&text);
         // Under the cap even with the exporter's own series counted: no second encoding.
         if all <= self.max_series {
@@ -280,7 +280,7 @@ impl Publisher {
             &[],
             &self.identity,
             &status,
-            Format::Text,
+            Encoding::Text,
         ));
         if all - own <= self.max_series {
             return (gpus, text, status);
@@ -292,7 +292,7 @@ impl Publisher {
                 std::slice::from_ref(g),
                 &self.identity,
                 &status,
-                Format::Text,
+                Encoding::Text,
             )) - own;
             if total + n <= self.max_series {
                 total += n;
@@ -312,7 +312,7 @@ impl Publisher {
             );
         }
         status.series_dropped = self.series_dropped;
-        let text = exposition::encode(&gpus, &self.identity, &status, Format::Text);
+        let text = exposition::encode(&gpus, &self.identity, &status, Encoding::Text);
         (gpus, text, status)
     }
 }

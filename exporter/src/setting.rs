@@ -3,8 +3,26 @@
 
 use std::time::Duration;
 
-/// A setting that cannot be used: its dotted key (`source.interval`) and what is wrong.
-pub(crate) type Invalid = (&'static str, String);
+/// A setting that cannot be used: its dotted key (`source.interval`) and what is wrong. The
+/// configuration's and the sources' errors take it with `?` (`From`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {message}")]
+pub(crate) struct Invalid {
+    /// The dotted key, such as `source.interval` (`flag` for a command-line value).
+    pub(crate) key: &'static str,
+    /// What is wrong.
+    pub(crate) message: String,
+}
+
+impl Invalid {
+    /// `key` cannot be used, because of `message`.
+    pub(crate) fn new(key: &'static str, message: impl Into<String>) -> Invalid {
+        Invalid {
+            key,
+            message: message.into(),
+        }
+    }
+}
 
 /// Parse `text` (`500ms`, `1s`, `2m`) as a duration in `[min, max]`.
 ///
@@ -17,13 +35,13 @@ pub(crate) fn duration(
     max: Duration,
 ) -> Result<Duration, Invalid> {
     let d = humantime::parse_duration(text.trim()).map_err(|e| {
-        (
+        Invalid::new(
             key,
             format!("{text:?} is not a duration ({e}); write e.g. 500ms, 1s, 2m"),
         )
     })?;
     if d < min || d > max {
-        return Err((
+        return Err(Invalid::new(
             key,
             format!(
                 "{text:?} is outside {}..={}",
@@ -41,7 +59,7 @@ pub(crate) fn duration_flag(
     min: Duration,
     max: Duration,
 ) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
-    move |text: &str| duration("flag", text, min, max).map_err(|(_, message)| message)
+    move |text: &str| duration("flag", text, min, max).map_err(|e| e.message)
 }
 
 #[cfg(test)]
@@ -54,16 +72,19 @@ mod tests {
         assert_eq!(duration("k", " 2s ", s(1), s(10)), Ok(s(2)));
         assert_eq!(
             duration("k", "365d", s(1), s(3600)),
-            Err(("k", "\"365d\" is outside 1s..=1h".to_string()))
+            Err(Invalid::new("k", "\"365d\" is outside 1s..=1h".to_string()))
         );
         assert_eq!(
             duration("k", "0s", Duration::from_millis(100), s(3600)),
-            Err(("k", "\"0s\" is outside 100ms..=1h".to_string()))
+            Err(Invalid::new(
+                "k",
+                "\"0s\" is outside 100ms..=1h".to_string()
+            ))
         );
         assert!(
             duration("k", "soon", s(1), s(2))
                 .unwrap_err()
-                .1
+                .message
                 .contains("not a duration")
         );
     }

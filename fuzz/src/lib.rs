@@ -507,7 +507,7 @@ pub fn check_exposition(gpus: &[GpuEntry]) {
         assert!(v.is_finite());
         yielded += 1;
     });
-    for format in [exposition::Format::Text, exposition::Format::OpenMetrics] {
+    for format in [exposition::Encoding::Text, exposition::Encoding::OpenMetrics] {
         let text = exposition::encode(gpus, &id, &status, format);
         let mut written = 0usize;
         for (line, s) in prom_text::samples(&text) {

@@ -1,6 +1,8 @@
 //! Helpers for the end-to-end tests: locate (building if needed) the `truthscale` binary and
 //! the shared fixtures.
 
+pub mod kubelet;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -398,6 +400,46 @@ impl Sample {
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.as_str())
     }
+}
+
+/// The value of the first sample named `name` that has every label of `labels`.
+#[must_use]
+pub fn value(m: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    series(m, name, labels).first().map(|s| s.value)
+}
+
+/// Every sample named `name` that has every label of `labels` (`&[]`: all of them).
+#[must_use]
+pub fn series<'a>(m: &'a [Sample], name: &str, labels: &[(&str, &str)]) -> Vec<&'a Sample> {
+    m.iter()
+        .filter(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(*v)))
+        .collect()
+}
+
+/// A Prometheus API answer's `data`, on success without warnings; else what went wrong
+/// (the status, Prometheus' `errorType` and `error`, or the warnings).
+///
+/// # Errors
+/// Not JSON, not a success, or with warnings.
+pub fn api_data(what: &str, r: &Response) -> Result<serde_json::Value, String> {
+    let v: serde_json::Value = serde_json::from_slice(&r.body)
+        .map_err(|e| format!("HTTP {} for {what}, not JSON ({e}): {}", r.status, r.text()))?;
+    if r.status != 200 || v["status"] != "success" {
+        return Err(format!(
+            "HTTP {}: {} {}",
+            r.status,
+            v["errorType"].as_str().unwrap_or("?"),
+            v["error"].as_str().unwrap_or("?")
+        ));
+    }
+    if let Some(w) = v
+        .get("warnings")
+        .and_then(serde_json::Value::as_array)
+        .filter(|w| !w.is_empty())
+    {
+        return Err(format!("warnings: {w:?}"));
+    }
+    Ok(v["data"].clone())
 }
 
 /// Parse the samples of a text exposition (0.0.4 or OpenMetrics) with the core's one
@@ -885,6 +927,33 @@ impl Prometheus {
     #[must_use]
     pub fn query(&self, expr: &str) -> Response {
         self.get(&format!("/api/v1/query?query={}", url_encode(expr)))
+    }
+
+    /// An instant query that must succeed: `(labels, value)` per series.
+    ///
+    /// # Panics
+    /// The query fails or answers with warnings.
+    #[must_use]
+    pub fn series(&self, query: &str) -> Vec<(std::collections::BTreeMap<String, String>, f64)> {
+        let data = api_data(query, &self.query(query)).unwrap_or_else(|e| panic!("{query}: {e}"));
+        data["result"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| {
+                let labels = s["metric"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                    .collect();
+                let value = s["value"][1]
+                    .as_str()
+                    .and_then(|x| x.parse().ok())
+                    .unwrap_or(f64::NAN);
+                (labels, value)
+            })
+            .collect()
     }
 }
 

@@ -175,7 +175,7 @@ pub fn parse_text(body: &str) -> HashMap<String, Option<f64>> {
 
 /// What one scrape read: the engine and its values (counters as totals).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Reading {
+pub struct Scrape {
     /// Unix milliseconds of the scrape (the GPU sample's clock).
     pub taken_ms: i64,
     /// Index into the engine table.
@@ -194,7 +194,7 @@ pub struct Reading {
 }
 
 /// Read an engine's values from a parsed scrape; `None` when no engine's names are there.
-pub fn read(parsed: &Parsed, taken_ms: i64) -> Option<Reading> {
+pub fn read(parsed: &Parsed, taken_ms: i64) -> Option<Scrape> {
     for (i, n) in ENGINES.iter().enumerate() {
         let present = |names: &[&str]| names.iter().any(|k| parsed.contains_key(*k));
         let get = |names: &[&str]| names.iter().find_map(|k| parsed.get(*k).copied().flatten());
@@ -206,7 +206,7 @@ pub fn read(parsed: &Parsed, taken_ms: i64) -> Option<Reading> {
         {
             continue;
         }
-        return Some(Reading {
+        return Some(Scrape {
             taken_ms,
             engine: i,
             kv: get(n.kv).map(|v| v.clamp(0.0, 1.0)),
@@ -234,14 +234,14 @@ pub fn increase(prev: f64, cur: f64) -> f64 {
 
 /// Turn two readings into a snapshot (rates need both; gauges only the current).
 #[must_use]
-pub fn derive(prev: Option<&Reading>, cur: &Reading) -> ServingSnapshot {
+pub fn derive(prev: Option<&Scrape>, cur: &Scrape) -> ServingSnapshot {
     let prev = prev.filter(|p| p.engine == cur.engine && p.taken_ms < cur.taken_ms);
     let dt = prev.map(|p| (cur.taken_ms - p.taken_ms) as f64 / 1000.0);
-    let delta = |f: fn(&Reading) -> Option<f64>| match (prev.and_then(f), f(cur)) {
+    let delta = |f: fn(&Scrape) -> Option<f64>| match (prev.and_then(f), f(cur)) {
         (Some(a), Some(b)) => Some(increase(a, b)),
         _ => None,
     };
-    let rate = |f: fn(&Reading) -> Option<f64>| match (delta(f), dt) {
+    let rate = |f: fn(&Scrape) -> Option<f64>| match (delta(f), dt) {
         (Some(d), Some(dt)) if dt > 0.0 => Some(d / dt).filter(|r| r.is_finite()),
         _ => None,
     };

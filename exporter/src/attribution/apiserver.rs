@@ -17,6 +17,7 @@
 //!   a pod without an allowlisted label, or not in the last answer, has no such label.
 
 use crate::client::{FetchError, get_text_with};
+use crate::setting::Invalid;
 use crate::sources::{BuildError, Produced, SourceError};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -115,15 +116,15 @@ fn intern(name: String) -> &'static str {
 /// # Errors
 /// A key that is not a Kubernetes label key, listed twice, or whose label name another key
 /// already has (`a.b` and `a_b` are both `label_a_b`).
-pub(crate) fn label_keys(keys: &[String]) -> Result<Vec<PodLabelKey>, crate::setting::Invalid> {
+pub(crate) fn label_keys(keys: &[String]) -> Result<Vec<PodLabelKey>, Invalid> {
     const KEY: &str = "node.pod_labels";
     let mut out: Vec<PodLabelKey> = Vec::new();
     for k in keys.iter().map(|k| k.trim()).filter(|k| !k.is_empty()) {
         check_label_key(k)
-            .map_err(|e| (KEY, format!("{k:?} is not a Kubernetes label key: {e}")))?;
+            .map_err(|e| Invalid::new(KEY, format!("{k:?} is not a Kubernetes label key: {e}")))?;
         let name = truthscale_core::catalog::pod_label_name(k);
         if let Some(other) = out.iter().find(|o| o.name == name) {
-            return Err((
+            return Err(Invalid::new(
                 KEY,
                 if other.key == k {
                     format!("{k:?} is listed twice")
@@ -170,18 +171,18 @@ pub(crate) struct PodLabelSettings {
 pub(crate) fn api_server_url(
     configured: &str,
     getenv: &dyn Fn(&str) -> Option<String>,
-) -> Result<String, crate::setting::Invalid> {
+) -> Result<String, Invalid> {
     const KEY: &str = "node.api_server";
     let configured = configured.trim();
     if !configured.is_empty() {
         let host = configured.strip_prefix("https://").ok_or_else(|| {
-            (
+            Invalid::new(
                 KEY,
                 format!("{configured:?} must be an https:// URL (the bearer token is sent to it)"),
             )
         })?;
         if host.trim_matches('/').is_empty() {
-            return Err((KEY, format!("{configured:?} names no host")));
+            return Err(Invalid::new(KEY, format!("{configured:?} names no host")));
         }
         return Ok(configured.trim_end_matches('/').to_string());
     }
@@ -194,9 +195,9 @@ pub(crate) fn api_server_url(
         } else {
             format!("https://{host}:{port}")
         }),
-        _ => Err((
+        _ => Err(Invalid::new(
             KEY,
-            "not set, and KUBERNETES_SERVICE_HOST / KUBERNETES_SERVICE_PORT are not in the environment (not in a cluster?): set node.api_server (TRUTHSCALE_NODE__API_SERVER) to read pod labels, or empty node.pod_labels".into(),
+            "not set, and KUBERNETES_SERVICE_HOST / KUBERNETES_SERVICE_PORT are not in the environment (not in a cluster?): set node.api_server (TRUTHSCALE_NODE__API_SERVER) to read pod labels, or empty node.pod_labels",
         )),
     }
 }
@@ -566,19 +567,20 @@ mod tests {
         // The same name is the same interned text.
         assert!(std::ptr::eq(got[1].name, keys(&["team"]).unwrap()[0].name));
         let err = keys(&["team", "bad key"]).unwrap_err();
-        assert_eq!(err.0, "node.pod_labels");
+        assert_eq!(err.key, "node.pod_labels");
         assert!(
-            err.1.contains("\"bad key\" is not a Kubernetes label key"),
+            err.message
+                .contains("\"bad key\" is not a Kubernetes label key"),
             "{}",
-            err.1
+            err.message
         );
         assert!(
             keys(&["team", "team"])
                 .unwrap_err()
-                .1
+                .message
                 .contains("listed twice")
         );
-        let err = keys(&["a.b", "a_b"]).unwrap_err().1;
+        let err = keys(&["a.b", "a_b"]).unwrap_err().message;
         assert!(err.contains("label_a_b"), "{err}");
         assert_eq!(keys(&[""]).unwrap(), []);
     }
@@ -612,12 +614,16 @@ mod tests {
         );
         let none = env(&[]);
         let err = api_server_url("", &none).unwrap_err();
-        assert_eq!(err.0, "node.api_server");
-        assert!(err.1.contains("KUBERNETES_SERVICE_HOST"), "{}", err.1);
+        assert_eq!(err.key, "node.api_server");
+        assert!(
+            err.message.contains("KUBERNETES_SERVICE_HOST"),
+            "{}",
+            err.message
+        );
         assert!(
             api_server_url("http://127.0.0.1:6443", &none)
                 .unwrap_err()
-                .1
+                .message
                 .contains("https://")
         );
         assert!(api_server_url("https://", &none).is_err());

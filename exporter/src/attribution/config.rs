@@ -2,6 +2,7 @@
 //! each checked into its settings.
 
 use super::apiserver::PodLabelSettings;
+use crate::setting::Invalid;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -78,15 +79,15 @@ fn kubelet_settings(
     socket: &Path,
     resource_names: &[String],
     timeout: &str,
-) -> Result<KubeletSettings, crate::setting::Invalid> {
+) -> Result<KubeletSettings, Invalid> {
     if socket.as_os_str().is_empty() {
-        return Err((
+        return Err(Invalid::new(
             keys.socket,
             format!("must name the kubelet socket (default {DEFAULT_SOCKET})"),
         ));
     }
     if resource_names.iter().any(|r| r.trim().is_empty()) {
-        return Err((keys.resource_names, "an empty resource name".into()));
+        return Err(Invalid::new(keys.resource_names, "an empty resource name"));
     }
     let timeout = crate::setting::duration(
         keys.timeout,
@@ -153,13 +154,13 @@ impl SidecarConfig {
     /// Downward API variables). `None` when `pod_resources` is off.
     ///
     /// # Errors
-    /// `(key, message)` for a bad value, or `pod_resources` without the pod's name or
+    /// An [`Invalid`] naming the key, for a bad value, or `pod_resources` without the pod's name or
     /// namespace.
     pub(crate) fn validate(
         &self,
         pod: Option<&str>,
         namespace: Option<&str>,
-    ) -> Result<Option<SidecarSettings>, crate::setting::Invalid> {
+    ) -> Result<Option<SidecarSettings>, Invalid> {
         if !self.pod_resources {
             return Ok(None);
         }
@@ -193,7 +194,7 @@ impl SidecarConfig {
                 .filter(|(_, m)| *m)
                 .map(|(v, _)| v)
                 .collect();
-                Err((
+                Err(Invalid::new(
                     "sidecar.pod_resources",
                     format!(
                         "asks the kubelet for this pod's GPUs by the pod's name and namespace, and {} not set: set POD_NAME and POD_NAMESPACE from the Downward API (fieldRef metadata.name and metadata.namespace), or identity.pod and identity.namespace",
@@ -229,13 +230,13 @@ impl NodeConfig {
     /// `getenv` reads the environment (the in-cluster API server's address).
     ///
     /// # Errors
-    /// `(key, message)` for a bad value, or pod labels asked for without a node name or an
+    /// An [`Invalid`] naming the key, for a bad value, or pod labels asked for without a node name or an
     /// API server.
     pub(crate) fn validate(
         &self,
         node: Option<&str>,
         getenv: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<NodeSettings, crate::setting::Invalid> {
+    ) -> Result<NodeSettings, Invalid> {
         let KubeletSettings {
             socket,
             resource_names,
@@ -260,7 +261,7 @@ impl NodeConfig {
         let pod_labels = if keys.is_empty() {
             None
         } else {
-            let node = node.filter(|n| !n.trim().is_empty()).ok_or((
+            let node = node.filter(|n| !n.trim().is_empty()).ok_or(Invalid::new(
                 "node.pod_labels",
                 "pod labels are read for this node's pods, and the node's name is not known: set NODE_NAME (Downward API fieldRef spec.nodeName, as the node DaemonSet does) or identity.node".to_string(),
             ))?;
@@ -269,7 +270,7 @@ impl NodeConfig {
                 ("node.ca_file", &self.ca_file),
             ] {
                 if path.as_os_str().is_empty() {
-                    return Err((key, "must name a file to read pod labels".into()));
+                    return Err(Invalid::new(key, "must name a file to read pod labels"));
                 }
             }
             Some(PodLabelSettings {

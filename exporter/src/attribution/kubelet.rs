@@ -311,6 +311,7 @@ mod tests {
     use super::*;
     use crate::attribution::allocations::*;
     use crate::attribution::config::*;
+    use crate::setting::Invalid;
     use crate::sources::Produced;
     use proto::*;
     use std::path::PathBuf;
@@ -587,13 +588,13 @@ mod tests {
             (None, None, vec!["POD_NAME", "POD_NAMESPACE"]),
             (Some(" "), Some(""), vec!["POD_NAME", "POD_NAMESPACE"]),
         ] {
-            let (key, message) = on.validate(pod, namespace).unwrap_err();
+            let Invalid { key, message } = on.validate(pod, namespace).unwrap_err();
             assert_eq!(key, "sidecar.pod_resources");
             for n in named {
                 assert!(message.contains(n), "{message}");
             }
         }
-        let bad = |c: SidecarConfig| c.validate(Some("p"), Some("n")).unwrap_err().0;
+        let bad = |c: SidecarConfig| c.validate(Some("p"), Some("n")).unwrap_err().key;
         assert_eq!(
             bad(SidecarConfig {
                 timeout: "5ms".into(),
@@ -627,7 +628,7 @@ mod tests {
             timeout: "2h".into(),
             ..NodeConfig::default()
         };
-        assert_eq!(c.validate(None, &no_env).unwrap_err().0, "node.timeout");
+        assert_eq!(c.validate(None, &no_env).unwrap_err().key, "node.timeout");
     }
 
     #[test]
@@ -642,11 +643,11 @@ mod tests {
             pod_labels: vec!["app.kubernetes.io/name".into()],
             ..NodeConfig::default()
         };
-        let (key, message) = c.validate(None, &cluster).unwrap_err();
+        let Invalid { key, message } = c.validate(None, &cluster).unwrap_err();
         assert_eq!(key, "node.pod_labels");
         assert!(message.contains("NODE_NAME"), "{message}");
         assert_eq!(
-            c.validate(Some("n1"), &no_env).unwrap_err().0,
+            c.validate(Some("n1"), &no_env).unwrap_err().key,
             "node.api_server"
         );
         let p = c
@@ -666,7 +667,7 @@ mod tests {
             pod_labels: vec!["not a key".into()],
             ..NodeConfig::default()
         };
-        let (key, message) = c.validate(Some("n1"), &cluster).unwrap_err();
+        let Invalid { key, message } = c.validate(Some("n1"), &cluster).unwrap_err();
         assert_eq!(key, "node.pod_labels");
         assert!(message.contains("\"not a key\""), "{message}");
         let c = NodeConfig {
@@ -674,7 +675,7 @@ mod tests {
             ..NodeConfig::default()
         };
         assert_eq!(
-            c.validate(None, &no_env).unwrap_err().0,
+            c.validate(None, &no_env).unwrap_err().key,
             "node.pod_labels_refresh"
         );
     }

@@ -38,9 +38,9 @@ pub(crate) struct Analysis {
 ///
 /// # Errors
 /// The file cannot be read, the format cannot be detected, or `--gpu-model` is unknown.
-pub(crate) fn run(args: &AnalyzeArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Result<ExitCode> {
     if args.history.prometheus.is_some() {
-        return history(args);
+        return history(args, env);
     }
     if let Some(flag) = args.history.stray_flag() {
         bail!("{flag} reads history from Prometheus: it needs --prometheus URL");
@@ -586,8 +586,8 @@ pub(crate) struct AnalyzeArgs {
 }
 
 /// `analyze --prometheus`: the same analysis over a Prometheus history.
-fn history(args: &AnalyzeArgs) -> anyhow::Result<ExitCode> {
-    let h = crate::history::History::open(&args.history)?;
+fn history(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Result<ExitCode> {
+    let h = crate::history::History::open(&args.history, env)?;
     let mut analyzer = new_analyzer(args, Some(h.step_seconds()))?;
     let summary = h.feed(|s| analyzer.push(s))?;
     let report = analyzer.report();

@@ -20,16 +20,15 @@ pub(crate) enum ConfigCommand {
 ///
 /// # Errors
 /// A configuration that does not load or validate.
-pub(crate) fn run(c: &ConfigCommand) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(c: &ConfigCommand, env: &[(String, String)]) -> anyhow::Result<ExitCode> {
     match c {
         ConfigCommand::Defaults => {
             print!("{}", crate::config::Config::default().to_toml()?);
             Ok(ExitCode::SUCCESS)
         }
         ConfigCommand::Check { file } => {
-            let env = crate::config::environment()?;
-            let cfg = crate::config::Config::load(Some(file), &env, &[])?;
-            cfg.validate(&env)?;
+            let cfg = crate::config::Config::load(Some(file), env, &[])?;
+            cfg.validate(env)?;
             println!("{}: ok", file.display());
             Ok(ExitCode::SUCCESS)
         }

@@ -78,7 +78,7 @@ pub(crate) struct ReportArgs {
 /// # Errors
 /// Bad flags; Prometheus unreachable, slow or answering errors; no GPU series; the HTML
 /// file cannot be written.
-pub(crate) fn run(args: &ReportArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result<ExitCode> {
     if args.history.prometheus.is_none() {
         bail!("report reads the history a Prometheus server holds: give --prometheus URL");
     }
@@ -86,7 +86,7 @@ pub(crate) fn run(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     p.since = Some(p.since.unwrap_or(DEFAULT_SINCE));
     p.step = Some(p.step.unwrap_or(DEFAULT_STEP));
     let started = Instant::now();
-    let history = History::open(&p)?;
+    let history = History::open(&p, env)?;
     let (input, source, stats) = report::collect(history)?;
     let cfg = FleetConfig {
         headroom: args.headroom,

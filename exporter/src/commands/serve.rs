@@ -11,9 +11,8 @@ use std::time::Duration;
 ///
 /// # Errors
 /// Bad configuration, a source that cannot be built, or a port that cannot be bound.
-pub(crate) fn run(config: &Config) -> anyhow::Result<()> {
-    let env = crate::config::environment()?;
-    let settings = config.validate(&env).context("invalid configuration")?;
+pub(crate) fn run(config: &Config, env: &[(String, String)]) -> anyhow::Result<()> {
+    let settings = config.validate(env).context("invalid configuration")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -227,18 +226,21 @@ impl ServeArgs {
 ///
 /// # Errors
 /// A configuration error, or the sidecar failing to start.
-pub(crate) fn main(args: &ServeArgs) -> anyhow::Result<()> {
-    init_logging();
-    let env = crate::config::environment()?;
+pub(crate) fn main(args: &ServeArgs, env: &[(String, String)]) -> anyhow::Result<()> {
+    init_logging(env);
     let overrides = args.overrides()?;
     let overrides: Vec<(&str, String)> = overrides.iter().map(|(k, v)| (*k, v.clone())).collect();
-    let config = crate::config::Config::load(args.config.as_deref(), &env, &overrides)?;
-    run(&config)
+    let config = crate::config::Config::load(args.config.as_deref(), env, &overrides)?;
+    run(&config, env)
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+/// Logging to stderr at `RUST_LOG`'s levels (from `env`), else `info`.
+fn init_logging(env: &[(String, String)]) {
+    let filter = env
+        .iter()
+        .find(|(k, _)| k == "RUST_LOG")
+        .and_then(|(_, v)| tracing_subscriber::EnvFilter::try_new(v).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

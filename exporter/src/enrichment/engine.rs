@@ -3,10 +3,11 @@
 //! attach the [`ServingSnapshot`] the core's [`truthscale_core::serving`] derives from it to
 //! the GPU sample. The name mapping is in `docs/serving-engines.md`.
 
+use crate::setting::Invalid;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use truthscale_core::model::ServingSnapshot;
-use truthscale_core::serving::{self, Dtype, ModelParams, Reading};
+use truthscale_core::serving::{self, Dtype, ModelParams, Scrape};
 
 /// The default engine endpoint: vLLM's and SGLang's default port in the same pod.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:8000/metrics";
@@ -59,19 +60,19 @@ impl EngineConfig {
     /// Check the section; `None` when the engine is off.
     ///
     /// # Errors
-    /// `(key, message)` for a bad value.
-    pub(crate) fn validate(&self) -> Result<Option<EngineSettings>, (&'static str, String)> {
+    /// An [`Invalid`] naming the key, for a bad value.
+    pub(crate) fn validate(&self) -> Result<Option<EngineSettings>, Invalid> {
         if !self.enabled {
             return Ok(None);
         }
         if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
-            return Err((
+            return Err(Invalid::new(
                 "engine.url",
                 format!("{:?} is not an http:// or https:// URL", self.url),
             ));
         }
         let timeout = humantime::parse_duration(self.timeout.trim()).map_err(|e| {
-            (
+            Invalid::new(
                 "engine.timeout",
                 format!("{:?} is not a duration ({e})", self.timeout),
             )
@@ -80,13 +81,13 @@ impl EngineConfig {
             (None, None) => None,
             (Some(p), Some(d)) => {
                 if !(p.is_finite() && p > 0.0) {
-                    return Err((
+                    return Err(Invalid::new(
                         "engine.model_params",
                         format!("{p} is not a positive count"),
                     ));
                 }
                 let dtype = Dtype::parse(d).ok_or_else(|| {
-                    (
+                    Invalid::new(
                         "engine.model_dtype",
                         format!("{d:?} is not one of fp32, bf16, fp16, fp8, int8, int4"),
                     )
@@ -94,15 +95,15 @@ impl EngineConfig {
                 Some(ModelParams { params: p, dtype })
             }
             (Some(_), None) => {
-                return Err((
+                return Err(Invalid::new(
                     "engine.model_dtype",
-                    "is needed with engine.model_params".into(),
+                    "is needed with engine.model_params",
                 ));
             }
             (None, Some(_)) => {
-                return Err((
+                return Err(Invalid::new(
                     "engine.model_params",
-                    "is needed with engine.model_dtype".into(),
+                    "is needed with engine.model_dtype",
                 ));
             }
         };
@@ -119,7 +120,7 @@ impl EngineConfig {
 pub(crate) struct EngineScraper {
     settings: EngineSettings,
     agent: ureq::Agent,
-    prev: Option<Reading>,
+    prev: Option<Scrape>,
     /// Why the last scrape gave no reading (the `kind` of the failure), if it did not.
     failed: Option<&'static str>,
 }
@@ -191,7 +192,7 @@ mod tests {
         std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
     }
 
-    fn reading(name: &str, ms: i64) -> Reading {
+    fn reading(name: &str, ms: i64) -> Scrape {
         read(&parse_text(&fixture(name)), ms).expect("an engine")
     }
 
@@ -380,11 +381,11 @@ mod tests {
             model_dtype: Some("fp7".into()),
             ..on.clone()
         };
-        assert_eq!(bad.validate().unwrap_err().0, "engine.model_dtype");
+        assert_eq!(bad.validate().unwrap_err().key, "engine.model_dtype");
         let half = EngineConfig {
             model_dtype: None,
             ..on
         };
-        assert_eq!(half.validate().unwrap_err().0, "engine.model_dtype");
+        assert_eq!(half.validate().unwrap_err().key, "engine.model_dtype");
     }
 }

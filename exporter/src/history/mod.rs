@@ -265,8 +265,12 @@ fn series_query(name: &str, matchers: &str) -> String {
     }
 }
 
-/// The `Authorization` header value, from `--bearer-token-file` or `--basic-auth`.
-fn authorization(args: &PrometheusArgs) -> anyhow::Result<Option<String>> {
+/// The `Authorization` header value, from `--bearer-token-file` or `--basic-auth` (the
+/// password, when not in the flag, from `PASSWORD_ENV` in `env`).
+fn authorization(
+    args: &PrometheusArgs,
+    env: &[(String, String)],
+) -> anyhow::Result<Option<String>> {
     use base64::Engine as _;
     if let Some(path) = &args.bearer_token_file {
         let token = std::fs::read_to_string(path)
@@ -282,9 +286,9 @@ fn authorization(args: &PrometheusArgs) -> anyhow::Result<Option<String>> {
     };
     let (user, password) = match basic.split_once(':') {
         Some((u, p)) => (u.to_owned(), p.to_owned()),
-        None => match std::env::var(PASSWORD_ENV) {
-            Ok(p) => (basic.clone(), p),
-            Err(_) => bail!(
+        None => match env.iter().find(|(k, _)| k == PASSWORD_ENV) {
+            Some((_, p)) => (basic.clone(), p.clone()),
+            None => bail!(
                 "--basic-auth USER without :PASSWORD takes the password from {PASSWORD_ENV}, which is not set"
             ),
         },
@@ -348,7 +352,7 @@ impl History {
     /// # Errors
     /// Bad flags; Prometheus unreachable, answering an error, a status other than 200 or
     /// something that is not its API JSON; no GPU series in the range.
-    pub(crate) fn open(p: &PrometheusArgs) -> anyhow::Result<History> {
+    pub(crate) fn open(p: &PrometheusArgs, env: &[(String, String)]) -> anyhow::Result<History> {
         let url = p
             .prometheus
             .as_deref()
@@ -376,7 +380,7 @@ impl History {
         if timeout.is_zero() {
             bail!("--prometheus-timeout: give a positive duration, like 30s");
         }
-        let mut client = Client::new(url, authorization(p)?, timeout, p.ca_file.as_deref())?;
+        let mut client = Client::new(url, authorization(p, env)?, timeout, p.ca_file.as_deref())?;
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
@@ -877,7 +881,7 @@ mod tests {
             ca_file: None,
         };
         assert_eq!(
-            authorization(&args).unwrap().as_deref(),
+            authorization(&args, &[]).unwrap().as_deref(),
             Some("Basic dXNlcjpwYTpzcw==")
         );
     }

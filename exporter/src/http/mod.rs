@@ -12,7 +12,7 @@ use axum::routing::get;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
-use truthscale_core::exposition::Format;
+use truthscale_core::exposition::Encoding;
 
 /// Limits applied to every route.
 #[derive(Debug, Clone, Copy)]
@@ -60,15 +60,15 @@ pub fn router(rx: Snap, limits: RouterLimits) -> Router {
 
 /// OpenMetrics when the client's `Accept` asks for it, else text 0.0.4.
 #[must_use]
-pub(crate) fn negotiate(headers: &HeaderMap) -> Format {
+pub(crate) fn negotiate(headers: &HeaderMap) -> Encoding {
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     if accept.contains("application/openmetrics-text") {
-        Format::OpenMetrics
+        Encoding::OpenMetrics
     } else {
-        Format::Text
+        Encoding::Text
     }
 }
 

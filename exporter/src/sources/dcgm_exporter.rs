@@ -159,7 +159,7 @@ impl SourceSettings for DcgmExporterConfig {
         if let Some(u) = &self.url
             && !(u.starts_with("http://") || u.starts_with("https://"))
         {
-            return Err((
+            return Err(Invalid::new(
                 "source.url",
                 format!("{u:?}: the URL must start with http:// or https://"),
             ));
@@ -169,8 +169,7 @@ impl SourceSettings for DcgmExporterConfig {
     }
 
     fn build(&self, context: &Context, _now: SystemTime) -> Result<Box<dyn Source>, BuildError> {
-        let invalid = |(key, message): Invalid| BuildError::Invalid { key, message };
-        self.check().map_err(invalid)?;
+        self.check().map_err(BuildError::from)?;
         let url = self
             .url
             .clone()
@@ -185,7 +184,7 @@ impl SourceSettings for DcgmExporterConfig {
         tracing::info!(url = %url, scope = ?scope, "Reading dcgm-exporter.");
         Ok(Box::new(DcgmExporterSource::new(
             &url,
-            self.timeout().map_err(invalid)?,
+            self.timeout().map_err(BuildError::from)?,
             context.interval,
             scope,
         )))

@@ -4,6 +4,7 @@
 //! path. `auto` is NVML when the library loads. Each source owns its configuration
 //! ([`SourceConfig`]), which builds it, and implements [`Source`].
 
+use crate::setting::Invalid;
 use std::time::{Duration, SystemTime};
 use truthscale_core::model::{EntityKey, Sample};
 
@@ -61,7 +62,7 @@ pub(crate) trait SourceSettings {
     ///
     /// # Errors
     /// The first setting that cannot be used.
-    fn check(&self) -> Result<(), crate::setting::Invalid>;
+    fn check(&self) -> Result<(), Invalid>;
     /// Build the source.
     ///
     /// # Errors
@@ -105,7 +106,7 @@ macro_rules! sources {
             ///
             /// # Errors
             /// The first setting that cannot be used, naming its key.
-            pub(crate) fn check(&self) -> Result<(), crate::setting::Invalid> {
+            pub(crate) fn check(&self) -> Result<(), Invalid> {
                 match self {
                     $(SourceConfig::$variant(c) => c.check(),)*
                 }
@@ -203,6 +204,15 @@ pub enum BuildError {
         /// What is wrong.
         message: String,
     },
+}
+
+impl From<Invalid> for BuildError {
+    fn from(e: Invalid) -> BuildError {
+        BuildError::Invalid {
+            key: e.key,
+            message: e.message,
+        }
+    }
 }
 
 /// Why a sampling attempt failed, or a value was dropped.
@@ -352,15 +362,15 @@ mod tests {
     fn each_kind_checks_its_own_settings() {
         let toml = |t: &str| toml::from_str::<SourceConfig>(t);
         let c = toml("kind = \"sim\"\nscenario = \"nope\"").unwrap();
-        assert!(c.check().unwrap_err().1.contains("llm-serving"));
+        assert!(c.check().unwrap_err().message.contains("llm-serving"));
         let c = toml("kind = \"sim\"\ngpus = 0").unwrap();
-        assert_eq!(c.check().unwrap_err().0, "source.gpus");
+        assert_eq!(c.check().unwrap_err().key, "source.gpus");
         let c = toml("kind = \"replay\"").unwrap();
-        assert_eq!(c.check().unwrap_err().0, "source.path");
+        assert_eq!(c.check().unwrap_err().key, "source.path");
         let c = toml("kind = \"dcgm-exporter\"\nurl = \"localhost:9400\"").unwrap();
-        assert_eq!(c.check().unwrap_err().0, "source.url");
+        assert_eq!(c.check().unwrap_err().key, "source.url");
         let c = toml("kind = \"dcgm-exporter\"\nscrape_timeout = \"1h\"").unwrap();
-        assert_eq!(c.check().unwrap_err().0, "source.scrape_timeout");
+        assert_eq!(c.check().unwrap_err().key, "source.scrape_timeout");
         let c = toml("kind = \"auto\"\nlibrary = \"/x/libnvidia-ml.so.1\"").unwrap();
         assert!(
             matches!(&c, SourceConfig::Auto(a) if a.0.library == std::path::Path::new("/x/libnvidia-ml.so.1"))

@@ -3,6 +3,7 @@
 //! series, and `truthscale_source_up{source="null"}` is 0 once the stale period passes.
 
 use super::{BuildError, Context, Produced, Source, SourceSettings};
+use crate::setting::Invalid;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, SystemTime};
 
@@ -14,7 +15,7 @@ pub struct NullConfig {}
 impl SourceSettings for NullConfig {
     const ARG: Option<&'static str> = None;
 
-    fn check(&self) -> Result<(), crate::setting::Invalid> {
+    fn check(&self) -> Result<(), Invalid> {
         Ok(())
     }
 

@@ -97,9 +97,9 @@ impl SourceSettings for ReplayConfig {
 
     fn check(&self) -> Result<(), Invalid> {
         if self.path.as_os_str().is_empty() {
-            return Err((
+            return Err(Invalid::new(
                 "source.path",
-                "replay needs a capture: set source.path, or --source replay:PATH".into(),
+                "replay needs a capture: set source.path, or --source replay:PATH",
             ));
         }
         self.spacing()?;
@@ -107,11 +107,8 @@ impl SourceSettings for ReplayConfig {
     }
 
     fn build(&self, _: &Context, now: SystemTime) -> Result<Box<dyn Source>, BuildError> {
-        self.check()
-            .map_err(|(key, message)| BuildError::Invalid { key, message })?;
-        let spacing = self
-            .spacing()
-            .map_err(|(key, message)| BuildError::Invalid { key, message })?;
+        self.check().map_err(BuildError::from)?;
+        let spacing = self.spacing().map_err(BuildError::from)?;
         Ok(Box::new(ReplaySource::open(
             &self.path,
             spacing,

@@ -70,7 +70,7 @@ impl SimConfig {
                 .iter()
                 .map(|s| s.key)
                 .collect();
-            (
+            Invalid::new(
                 "source.gpu_model",
                 format!(
                     "{:?} is not in the catalog; known: {}",
@@ -86,7 +86,7 @@ impl SimConfig {
             None => Ok(None),
             Some(name) => Scenario::from_name(name).map(Some).ok_or_else(|| {
                 let names: Vec<_> = Scenario::ALL.iter().map(|s| s.as_str()).collect();
-                (
+                Invalid::new(
                     "source.scenario",
                     format!(
                         "unknown scenario {name:?}; choose one of {}",
@@ -103,7 +103,7 @@ impl SourceSettings for SimConfig {
 
     fn check(&self) -> Result<(), Invalid> {
         if self.gpus == 0 || self.gpus > 64 {
-            return Err((
+            return Err(Invalid::new(
                 "source.gpus",
                 format!("{} is out of range 1..=64", self.gpus),
             ));
@@ -115,16 +115,15 @@ impl SourceSettings for SimConfig {
     }
 
     fn build(&self, context: &Context, now: SystemTime) -> Result<Box<dyn Source>, BuildError> {
-        let invalid = |(key, message): Invalid| BuildError::Invalid { key, message };
         Ok(Box::new(SimSource::new(
             self.gpus,
-            self.model().map_err(invalid)?,
+            self.model().map_err(BuildError::from)?,
             self.seed,
-            self.scenario().map_err(invalid)?,
+            self.scenario().map_err(BuildError::from)?,
             context.node.as_deref().unwrap_or("sim-node"),
             now,
             context.interval,
-            self.sample_every().map_err(invalid)?,
+            self.sample_every().map_err(BuildError::from)?,
         )))
     }
 }

@@ -446,22 +446,7 @@ fn engine_body(engine: Engine) -> Option<String> {
 
 /// `data` of a successful Prometheus API answer without warnings.
 fn api_data(what: &str, r: &Response) -> Json {
-    let v: Json = serde_json::from_slice(&r.body)
-        .unwrap_or_else(|e| panic!("{what}: HTTP {}, not JSON ({e}): {}", r.status, r.text()));
-    assert!(
-        r.status == 200 && v["status"] == "success",
-        "{what}: HTTP {}: {}",
-        r.status,
-        r.text()
-    );
-    assert!(
-        v.get("warnings")
-            .and_then(Json::as_array)
-            .is_none_or(Vec::is_empty),
-        "{what}: warnings {}",
-        v["warnings"]
-    );
-    v["data"].clone()
+    truthscale_e2e::api_data(what, r).unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
 type Series = Vec<(BTreeMap<String, String>, f64)>;

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use truthscale_e2e::value;
 use truthscale_e2e::{Reply, Sample, Sidecar, StandIn, TempDir, fixture, ok};
 
 fn fixture_text(name: &str) -> String {
@@ -13,12 +14,6 @@ fn fixture_text(name: &str) -> String {
         .map(|l| l.strip_prefix("> ").unwrap_or(l))
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-fn value(m: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    m.iter()
-        .find(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(*v)))
-        .map(|s| s.value)
 }
 
 /// How long a condition may take to show on `/metrics`.

@@ -6,15 +6,10 @@
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-use truthscale_e2e::{Reply, Sample, Sidecar, Silent, StandIn, TempDir, ok};
+use truthscale_e2e::value;
+use truthscale_e2e::{Reply, Sidecar, Silent, StandIn, TempDir, ok};
 
 const WAIT: Duration = Duration::from_secs(20);
-
-fn value(m: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    m.iter()
-        .find(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(*v)))
-        .map(|s| s.value)
-}
 
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))

@@ -7,171 +7,12 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use truthscale_e2e::kubelet::{Kubelet, State, pod};
 use truthscale_e2e::{Sample, Sidecar, TempDir, clean_command};
-use truthscale_exporter::attribution::kubelet::proto::pod_resources_lister_server::{
-    PodResourcesLister, PodResourcesListerServer,
-};
-use truthscale_exporter::attribution::kubelet::proto::{
-    AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices,
-    ContainerResources, GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest,
-    ListPodResourcesResponse, PodResources,
-};
+use truthscale_e2e::{series, value};
+use truthscale_exporter::attribution::kubelet::proto::ListPodResourcesResponse;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-/// What the fake kubelet answers, changeable while it runs; `delay` makes it slow. `Get`
-/// answers from the same pods, as `get` says; `calls` records what was asked.
-#[derive(Clone, Default)]
-pub(crate) struct State {
-    pub(crate) answer: Arc<Mutex<ListPodResourcesResponse>>,
-    pub(crate) delay: Arc<Mutex<Duration>>,
-    pub(crate) get: Arc<Mutex<GetMode>>,
-    pub(crate) calls: Arc<Mutex<Calls>>,
-}
-
-/// How the fake kubelet answers `Get`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) enum GetMode {
-    /// The pod asked for, from the answer; a pod not in it as the kubelet says so.
-    #[default]
-    Serve,
-    /// As a kubelet before 1.27, which has no `Get`.
-    Unimplemented,
-    /// As a later kubelet with the feature gate `KubeletPodResourcesGet` off (its own text).
-    Disabled,
-}
-
-/// The calls the fake kubelet saw: how many `List`s, and each `Get`'s pod and namespace.
-#[derive(Debug, Default)]
-pub(crate) struct Calls {
-    pub(crate) list: usize,
-    pub(crate) get: Vec<(String, String)>,
-}
-
-struct FakeKubelet(State);
-
-#[tonic::async_trait]
-impl PodResourcesLister for FakeKubelet {
-    async fn list(
-        &self,
-        _: tonic::Request<ListPodResourcesRequest>,
-    ) -> Result<tonic::Response<ListPodResourcesResponse>, tonic::Status> {
-        self.0.calls.lock().unwrap().list += 1;
-        let delay = *self.0.delay.lock().unwrap();
-        tokio::time::sleep(delay).await;
-        Ok(tonic::Response::new(self.0.answer.lock().unwrap().clone()))
-    }
-    async fn get_allocatable_resources(
-        &self,
-        _: tonic::Request<AllocatableResourcesRequest>,
-    ) -> Result<tonic::Response<AllocatableResourcesResponse>, tonic::Status> {
-        Ok(tonic::Response::new(AllocatableResourcesResponse::default()))
-    }
-    async fn get(
-        &self,
-        request: tonic::Request<GetPodResourcesRequest>,
-    ) -> Result<tonic::Response<GetPodResourcesResponse>, tonic::Status> {
-        let r = request.into_inner();
-        self.0
-            .calls
-            .lock()
-            .unwrap()
-            .get
-            .push((r.pod_name.clone(), r.pod_namespace.clone()));
-        let delay = *self.0.delay.lock().unwrap();
-        tokio::time::sleep(delay).await;
-        let mode = *self.0.get.lock().unwrap();
-        match mode {
-            GetMode::Unimplemented => Err(tonic::Status::unimplemented(
-                "unknown method Get for service v1.PodResourcesLister",
-            )),
-            // The kubelet's own errors are plain Go errors: gRPC code Unknown.
-            GetMode::Disabled => Err(tonic::Status::unknown(
-                "PodResources API Get method disabled",
-            )),
-            GetMode::Serve => self
-                .0
-                .answer
-                .lock()
-                .unwrap()
-                .pod_resources
-                .iter()
-                .find(|p| p.name == r.pod_name && p.namespace == r.pod_namespace)
-                .map(|p| {
-                    tonic::Response::new(GetPodResourcesResponse {
-                        pod_resources: Some(p.clone()),
-                    })
-                })
-                .ok_or_else(|| {
-                    tonic::Status::unknown(format!(
-                        "pod {} in namespace {} not found",
-                        r.pod_name, r.pod_namespace
-                    ))
-                }),
-        }
-    }
-}
-
-/// A fake kubelet serving `state` on `socket` until dropped.
-pub(crate) struct Kubelet {
-    _rt: tokio::runtime::Runtime,
-}
-
-impl Kubelet {
-    pub(crate) fn start(socket: &std::path::Path, state: State) -> Kubelet {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let _ = std::fs::remove_file(socket);
-        let listener = {
-            let _guard = rt.enter();
-            tokio::net::UnixListener::bind(socket).expect("bind the kubelet socket")
-        };
-        rt.spawn(async move {
-            let _ = tonic::transport::Server::builder()
-                .add_service(PodResourcesListerServer::new(FakeKubelet(state)))
-                .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
-                .await;
-        });
-        Kubelet { _rt: rt }
-    }
-}
-
-pub(crate) fn pod(
-    name: &str,
-    ns: &str,
-    container: &str,
-    resource: &str,
-    ids: &[&str],
-) -> PodResources {
-    PodResources {
-        name: name.into(),
-        namespace: ns.into(),
-        containers: vec![ContainerResources {
-            name: container.into(),
-            devices: vec![ContainerDevices {
-                resource_name: resource.into(),
-                device_ids: ids.iter().map(|s| (*s).into()).collect(),
-                topology: None,
-            }],
-            ..Default::default()
-        }],
-    }
-}
-
-fn series<'a>(m: &'a [Sample], name: &str, gpu: &str) -> Vec<&'a Sample> {
-    m.iter()
-        .filter(|s| s.name == name && s.label("gpu") == Some(gpu))
-        .collect()
-}
-
-fn value(m: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    m.iter()
-        .find(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(*v)))
-        .map(|s| s.value)
-}
 
 /// Three simulated GPUs: 0 held by one pod, 1 time-sliced between two, 2 by none. Then the
 /// exclusive pod ends, then the kubelet goes away.
@@ -217,32 +58,37 @@ fn node_mode_attributes_every_gpu_to_its_pods() {
         value(m, "truthscale_gpu_pods", &[("gpu", "2")]) == Some(0.0)
     });
     // GPU 0: exclusive, every series of it carries its pod.
-    let g0 = series(&m, "truthscale_gpu_info", "0");
+    let g0 = series(&m, "truthscale_gpu_info", &[("gpu", "0")]);
     assert_eq!(g0.len(), 1);
     assert_eq!(g0[0].label("pod"), Some("train-0"));
     assert_eq!(g0[0].label("namespace"), Some("ml"));
     assert_eq!(g0[0].label("container"), Some("cuda"));
     assert_eq!(g0[0].label("node"), Some("gpu-node-3"));
     assert!(
-        series(&m, "truthscale_gpu_roofline_saturation_ratio", "0")
-            .iter()
-            .all(|s| s.label("pod") == Some("train-0"))
+        series(
+            &m,
+            "truthscale_gpu_roofline_saturation_ratio",
+            &[("gpu", "0")]
+        )
+        .iter()
+        .all(|s| s.label("pod") == Some("train-0"))
     );
     assert_eq!(value(&m, "truthscale_gpu_pods", &[("gpu", "0")]), Some(1.0));
     // GPU 1: shared by two pods; the device's series carry no pod, the allocation lists both.
-    let g1 = series(&m, "truthscale_gpu_info", "1");
+    let g1 = series(&m, "truthscale_gpu_info", &[("gpu", "1")]);
     assert_eq!(g1.len(), 1);
     assert_eq!(g1[0].label("pod"), None);
     assert_eq!(value(&m, "truthscale_gpu_pods", &[("gpu", "1")]), Some(2.0));
-    let mut held: Vec<(String, String)> = series(&m, "truthscale_gpu_allocation_info", "1")
-        .iter()
-        .map(|s| {
-            (
-                s.label("pod").unwrap_or_default().to_string(),
-                s.label("replica").unwrap_or_default().to_string(),
-            )
-        })
-        .collect();
+    let mut held: Vec<(String, String)> =
+        series(&m, "truthscale_gpu_allocation_info", &[("gpu", "1")])
+            .iter()
+            .map(|s| {
+                (
+                    s.label("pod").unwrap_or_default().to_string(),
+                    s.label("replica").unwrap_or_default().to_string(),
+                )
+            })
+            .collect();
     held.sort();
     assert_eq!(
         held,
@@ -252,7 +98,10 @@ fn node_mode_attributes_every_gpu_to_its_pods() {
         ]
     );
     // GPU 2: idle capacity, no pod.
-    assert_eq!(series(&m, "truthscale_gpu_info", "2")[0].label("pod"), None);
+    assert_eq!(
+        series(&m, "truthscale_gpu_info", &[("gpu", "2")])[0].label("pod"),
+        None
+    );
     assert!(
         !m.iter()
             .any(|s| s.label("pod") == Some("truthscale-agent-x1"))
@@ -268,7 +117,7 @@ fn node_mode_attributes_every_gpu_to_its_pods() {
         value(m, "truthscale_gpu_pods", &[("gpu", "0")]) == Some(0.0)
             && !m.iter().any(|s| s.label("pod") == Some("train-0"))
     });
-    assert_eq!(series(&m, "truthscale_gpu_info", "0").len(), 1);
+    assert_eq!(series(&m, "truthscale_gpu_info", &[("gpu", "0")]).len(), 1);
 
     // The kubelet goes away: counted, kubelet down, GPUs flow without attribution.
     drop(kubelet);

@@ -34,6 +34,7 @@ use truthscale_e2e::{
     Prometheus, Sample, Sidecar, TempDir, cargo_build, http_get, require_tool_or_return, run,
     url_encode, workspace,
 };
+use truthscale_e2e::{api_data, value};
 use truthscale_exporter::attribution::config::DEFAULT_SOCKET;
 use truthscale_exporter::attribution::kubelet::proto::{ListPodResourcesResponse, PodResources};
 
@@ -61,8 +62,9 @@ const WAIT: Duration = Duration::from_secs(30);
 use crate::manifests::{
     container, container_env, downward_api, read, seq_of, str_of, strings, yaml,
 };
-use crate::node::{ApiServer, ApiState, Kubelet, State, api_pods};
+use crate::node::{ApiServer, ApiState, api_pods};
 use crate::prometheus_rules;
+use truthscale_e2e::kubelet::{Kubelet, State};
 
 /// The agent container of the DaemonSet.
 fn agent(ds: &Value) -> &Value {
@@ -522,7 +524,7 @@ fn pod_labels_overlay_grants_only_get_and_list_on_pods() {
 
 /// A pod holding `ids` of `nvidia.com/gpu`.
 fn pod(name: &str, ns: &str, container: &str, ids: &[&str]) -> PodResources {
-    crate::node::pod(name, ns, container, "nvidia.com/gpu", ids)
+    truthscale_e2e::kubelet::pod(name, ns, container, "nvidia.com/gpu", ids)
 }
 
 fn uuid(i: usize) -> String {
@@ -684,12 +686,6 @@ fn fake_nvml() -> &'static Path {
         assert!(lib.exists(), "{} missing after build", lib.display());
         lib
     })
-}
-
-fn value(m: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    m.iter()
-        .find(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(*v)))
-        .map(|s| s.value)
 }
 
 fn named<'a>(m: &'a [Sample], name: &str) -> Vec<&'a Sample> {
@@ -881,26 +877,6 @@ fn label_values(q: &str) -> Option<(&str, &str)> {
     Some((inner[..i].trim(), inner[i + 1..].trim()))
 }
 
-/// A Prometheus API answer's `data`, on success without warnings.
-fn api_data(what: &str, r: &truthscale_e2e::Response) -> Result<Json, String> {
-    let v: Json = serde_json::from_slice(&r.body)
-        .map_err(|e| format!("HTTP {} for {what}, not JSON ({e}): {}", r.status, r.text()))?;
-    if r.status != 200 || v["status"] != "success" {
-        return Err(format!(
-            "HTTP {}: {}",
-            r.status,
-            v["error"].as_str().unwrap_or("?")
-        ));
-    }
-    if v.get("warnings")
-        .and_then(Json::as_array)
-        .is_some_and(|w| !w.is_empty())
-    {
-        return Err(format!("warnings: {}", v["warnings"]));
-    }
-    Ok(v["data"].clone())
-}
-
 /// How many results an expression or a variable query has now.
 fn evaluate(prom: &Prometheus, text: &str) -> Result<usize, String> {
     if let Some((selector, label)) = label_values(text) {
@@ -917,29 +893,6 @@ fn evaluate(prom: &Prometheus, text: &str) -> Result<usize, String> {
     }
     let data = api_data(text, &prom.query(text))?;
     Ok(data["result"].as_array().map_or(0, Vec::len))
-}
-
-/// An instant query that must succeed: `(labels, value)` per series.
-fn series(prom: &Prometheus, query: &str) -> Vec<(BTreeMap<String, String>, f64)> {
-    let data = api_data(query, &prom.query(query)).unwrap_or_else(|e| panic!("{query}: {e}"));
-    data["result"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|s| {
-            let labels = s["metric"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
-                .collect();
-            let value = s["value"][1]
-                .as_str()
-                .and_then(|x| x.parse().ok())
-                .unwrap_or(f64::NAN);
-            (labels, value)
-        })
-        .collect()
 }
 
 /// A Prometheus scrape job for `target` as the Prometheus Operator builds it from the
@@ -1028,13 +981,11 @@ fn node_dashboard_on_real_prometheus() {
     let mut prom = Prometheus::start(&config.to_string(), dir.path());
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let ready = series(
-            &prom,
-            "rate(truthscale_gpu_effective_compute_seconds_total[1m])",
-        )
-        .len()
+        let ready = prom
+            .series("rate(truthscale_gpu_effective_compute_seconds_total[1m])")
+            .len()
             == 3
-            && series(&prom, "truthscale_pod_effective_compute_ratio").len() == 3;
+            && prom.series("truthscale_pod_effective_compute_ratio").len() == 3;
         if ready {
             break;
         }
@@ -1079,7 +1030,8 @@ fn node_dashboard_on_real_prometheus() {
         .iter()
         .find(|(at, _)| at == "truthscale-node.json / GPUs by allocation / A")
         .expect("the GPUs by allocation panel");
-    let states: BTreeMap<String, f64> = series(&prom, by_state)
+    let states: BTreeMap<String, f64> = prom
+        .series(by_state)
         .into_iter()
         .map(|(l, v)| (l.get("state").cloned().unwrap_or_default(), v))
         .collect();
@@ -1098,7 +1050,7 @@ fn node_dashboard_on_real_prometheus() {
         .find(|(at, _)| at == "truthscale-node.json / Kubelet readers down / A")
         .expect("the kubelet readers panel");
     assert_eq!(
-        series(&prom, down)
+        prom.series(down)
             .iter()
             .map(|(_, v)| *v)
             .collect::<Vec<_>>(),
@@ -1107,7 +1059,7 @@ fn node_dashboard_on_real_prometheus() {
 
     // Attribution survives the scrape: the workload's labels where the agent gave them, and
     // none (not the agent's pod) where it gave none.
-    for (l, _) in series(&prom, "truthscale_gpu_info") {
+    for (l, _) in prom.series("truthscale_gpu_info") {
         let gpu = l.get("gpu").map(String::as_str);
         let pod = l.get("pod").map(String::as_str);
         match gpu {
@@ -1127,25 +1079,26 @@ fn node_dashboard_on_real_prometheus() {
             Some(downward_api("spec.nodeName"))
         );
     }
-    for (l, _) in series(&prom, "truthscale_source_up") {
+    for (l, _) in prom.series("truthscale_source_up") {
         assert!(
             !l.contains_key("pod"),
             "the agent's own series got its pod: {l:?}"
         );
     }
     assert!(
-        series(&prom, "truthscale_gpu_allocation_info")
+        prom.series("truthscale_gpu_allocation_info")
             .iter()
             .all(|(l, _)| l.get("namespace").map(String::as_str) != Some("monitoring")),
         "a holder was replaced by the agent's namespace"
     );
 
     // The shares of the time-sliced GPU, from one scrape: 60 %, 30 % and 10 % (no pod found).
-    let device = series(&prom, "truthscale_gpu_effective_compute_ratio{gpu=\"1\"}");
+    let device = prom.series("truthscale_gpu_effective_compute_ratio{gpu=\"1\"}");
     assert_eq!(device.len(), 1, "{device:?}");
     let device = device[0].1;
     assert!(device > 0.0);
-    let parts: BTreeMap<String, f64> = series(&prom, "truthscale_pod_effective_compute_ratio")
+    let parts: BTreeMap<String, f64> = prom
+        .series("truthscale_pod_effective_compute_ratio")
         .into_iter()
         .map(|(l, v)| (l.get("pod").cloned().unwrap_or_default(), v / device))
         .collect();
@@ -1156,8 +1109,8 @@ fn node_dashboard_on_real_prometheus() {
             "{pod:?}: {got} of the device, want {share}"
         );
     }
-    assert_eq!(series(&prom, "truthscale_process_sm_busy_ratio").len(), 4);
-    let up = series(&prom, "up");
+    assert_eq!(prom.series("truthscale_process_sm_busy_ratio").len(), 4);
+    let up = prom.series("up");
     assert!(
         up.len() == 1 && up[0].1 == 1.0 && up[0].0["job"].contains("truthscale"),
         "{up:?}"

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 use truthscale_e2e::{Sample, Sidecar, TempDir, cargo_build, clean_command, workspace};
+use truthscale_e2e::{series, value};
 
 /// The fake library and its old-driver build (without
 /// `nvmlDeviceGetProcessesUtilizationInfo`), built once per test process.
@@ -52,16 +53,6 @@ fn serve(lib: &Path, name: &str, dir: &TempDir) -> Sidecar {
     )
 }
 
-fn value(m: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    m.iter()
-        .find(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(*v)))
-        .map(|s| s.value)
-}
-
-fn series<'a>(m: &'a [Sample], name: &str) -> Vec<&'a Sample> {
-    m.iter().filter(|s| s.name == name).collect()
-}
-
 /// How long a condition may take to show on `/metrics`.
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -96,7 +87,7 @@ fn close(v: Option<f64>, want: f64, tol: f64) -> bool {
 /// A clean scenario counts no error at all: every call answered, GPM's 100 ms rule kept
 /// (the fake refuses a sample pair closer than that).
 fn no_errors(m: &[Sample], stderr: &str) {
-    let errs = series(m, "truthscale_source_errors_total");
+    let errs = series(m, "truthscale_source_errors_total", &[]);
     assert!(errs.is_empty(), "unexpected errors {errs:#?}\n{stderr}");
 }
 
@@ -105,7 +96,7 @@ fn one_sm_kernel_on_h100_is_stalled_with_100x_spatial_inflation() {
     let dir = TempDir::new("nvml-one-sm");
     let s = serve(fake(), "h100-one-sm", &dir);
     let m = s.wait_for(WAIT, "regime stalled", |m| phase_is(m, "stalled"));
-    let info = series(&m, "truthscale_gpu_info");
+    let info = series(&m, "truthscale_gpu_info", &[]);
     assert_eq!(info.len(), 1, "{info:#?}");
     assert_eq!(info[0].label("source"), Some("nvml"));
     assert_eq!(info[0].label("fidelity"), Some("profiling"));
@@ -237,7 +228,7 @@ fn a100_without_gpm_gets_the_nvml_tier_and_only_an_upper_bound() {
     let m = s.wait_for(WAIT, "an A100 window with power", |m| {
         value(m, "truthscale_gpu_power_watts", &[]).is_some()
     });
-    let info = series(&m, "truthscale_gpu_info");
+    let info = series(&m, "truthscale_gpu_info", &[]);
     assert_eq!(info.len(), 1);
     assert_eq!(info[0].label("fidelity"), Some("nvml"));
     assert_eq!(info[0].label("catalog_model"), Some("a100-80-sxm"));
@@ -270,9 +261,9 @@ fn h100_in_mig_mode_exports_one_entity_per_gpu_instance_without_busy_flag() {
     let dir = TempDir::new("nvml-mig");
     let s = serve(fake(), "h100-mig", &dir);
     let m = s.wait_for(WAIT, "two MIG instances", |m| {
-        series(m, "truthscale_gpu_info").len() == 2
+        series(m, "truthscale_gpu_info", &[]).len() == 2
     });
-    let info = series(&m, "truthscale_gpu_info");
+    let info = series(&m, "truthscale_gpu_info", &[]);
     let mut instances: Vec<(&str, &str)> = info
         .iter()
         .map(|s| {
@@ -293,7 +284,7 @@ fn h100_in_mig_mode_exports_one_entity_per_gpu_instance_without_busy_flag() {
         );
     }
     assert!(
-        series(&m, "truthscale_gpu_reported_utilization_ratio").is_empty(),
+        series(&m, "truthscale_gpu_reported_utilization_ratio", &[]).is_empty(),
         "MIG has no busy flag"
     );
     let busy = &[("mig_instance", "1")];
@@ -383,7 +374,7 @@ fn a_gpu_lost_mid_run_goes_stale_and_the_other_carries_on() {
     let dir = TempDir::new("nvml-lost");
     let s = serve(fake(), "h100-lost", &dir);
     let gpus = |m: &[Sample]| -> Vec<String> {
-        series(m, "truthscale_gpu_info")
+        series(m, "truthscale_gpu_info", &[])
             .iter()
             .filter_map(|s| s.label("gpu").map(str::to_string))
             .collect()
@@ -551,7 +542,7 @@ fn serve_without_nvml_fails_at_start_with_a_clear_message() {
 fn a_lost_gpu_that_answers_again_is_found_on_the_next_retry() {
     let dir = TempDir::new("nvml-lost-recovers");
     let s = serve(fake(), "h100-lost-recovers", &dir);
-    let present = |m: &[Sample]| !series(m, "truthscale_gpu_info").is_empty();
+    let present = |m: &[Sample]| !series(m, "truthscale_gpu_info", &[]).is_empty();
     s.wait_for(WAIT, "the GPU", present);
     s.wait_for(WAIT, "the GPU lost and gone", |m| {
         errors_of(m, "gpu_lost") >= 1.0 && !present(m)
@@ -570,7 +561,7 @@ fn per_process_series_only_when_enabled() {
     // Off by default: no process series.
     let s = serve(fake(), "h100-decode", &dir);
     let m = s.wait_for(WAIT, "regime memory_bound", |m| phase_is(m, "memory_bound"));
-    assert!(series(&m, "truthscale_process_memory_used_bytes").is_empty());
+    assert!(series(&m, "truthscale_process_memory_used_bytes", &[]).is_empty());
     drop(s);
     // On: memory and SM busy per process, labelled with the pid.
     let scenario = scenario("h100-decode");
@@ -590,15 +581,15 @@ fn per_process_series_only_when_enabled() {
         dir.path(),
     );
     let m = s.wait_for(WAIT, "process series", |m| {
-        !series(m, "truthscale_process_memory_used_bytes").is_empty()
+        !series(m, "truthscale_process_memory_used_bytes", &[]).is_empty()
     });
-    let mem = series(&m, "truthscale_process_memory_used_bytes");
+    let mem = series(&m, "truthscale_process_memory_used_bytes", &[]);
     assert_eq!(mem.len(), 1, "{mem:?}");
     assert_eq!(mem[0].label("pid"), Some("4243"));
     assert_eq!(mem[0].label("gpu"), Some("0"));
     assert_eq!(mem[0].value, 75_161_927_680.0);
     let busy = s.wait_for(WAIT, "process SM busy", |m| {
-        !series(m, "truthscale_process_sm_busy_ratio").is_empty()
+        !series(m, "truthscale_process_sm_busy_ratio", &[]).is_empty()
     });
     assert_eq!(
         value(

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value as Json;
 use serde_yaml_ng::Value as Yaml;
+use truthscale_e2e::api_data;
 use truthscale_e2e::{Prometheus, Sidecar, TempDir, require_tool_or_return, url_encode, workspace};
 
 const RULES: &str = "alerts/truthscale.rules.yml";
@@ -587,28 +588,6 @@ fn label_values(q: &str) -> Option<(Option<&str>, &str)> {
     })
 }
 
-/// Parse a Prometheus API answer: `Ok(data)` on success without warnings.
-fn api_data(what: &str, r: &truthscale_e2e::Response) -> Result<Json, String> {
-    let v: Json = serde_json::from_slice(&r.body)
-        .map_err(|e| format!("HTTP {} for {what}, not JSON ({e}): {}", r.status, r.text()))?;
-    if r.status != 200 || v["status"] != "success" {
-        return Err(format!(
-            "HTTP {}: {} {}",
-            r.status,
-            v["errorType"].as_str().unwrap_or("?"),
-            v["error"].as_str().unwrap_or("?")
-        ));
-    }
-    if let Some(w) = v
-        .get("warnings")
-        .and_then(Json::as_array)
-        .filter(|w| !w.is_empty())
-    {
-        return Err(format!("warnings: {w:?}"));
-    }
-    Ok(v["data"].clone())
-}
-
 /// Evaluate a PromQL expression or a Grafana variable query now: `Ok(number of results)`.
 fn evaluate(prom: &Prometheus, text: &str) -> Result<usize, String> {
     if let Some((selector, label)) = label_values(text) {
@@ -632,29 +611,6 @@ fn evaluate(prom: &Prometheus, text: &str) -> Result<usize, String> {
         Some("scalar" | "string") => Ok(1),
         other => Err(format!("unexpected resultType {other:?}: {data}")),
     }
-}
-
-/// An instant query that must succeed: `(labels, value)` per series.
-fn series(prom: &Prometheus, query: &str) -> Vec<(BTreeMap<String, String>, f64)> {
-    let data = api_data(query, &prom.query(query)).unwrap_or_else(|e| panic!("{query}: {e}"));
-    data["result"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|s| {
-            let labels = s["metric"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
-                .collect();
-            let value = s["value"][1]
-                .as_str()
-                .and_then(|x| x.parse().ok())
-                .unwrap_or(f64::NAN);
-            (labels, value)
-        })
-        .collect()
 }
 
 fn label(l: &BTreeMap<String, String>, name: &str) -> String {
@@ -751,7 +707,7 @@ fn dashboards_and_rules_on_real_prometheus() {
     // All three targets up.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let up = series(&prom, "up{job=\"truthscale\"}");
+        let up = prom.series("up{job=\"truthscale\"}");
         if up.len() == 3 && up.iter().all(|(_, v)| *v == 1.0) {
             break;
         }
@@ -778,7 +734,7 @@ fn dashboards_and_rules_on_real_prometheus() {
 
     // The fleet is what the scenario says: four GPUs, each identified by pod and gpu, with
     // distinct UUIDs (one seed per sidecar), the workload's labels kept by honor_labels.
-    let info = series(&prom, "truthscale_gpu_info");
+    let info = prom.series("truthscale_gpu_info");
     assert_eq!(
         pod_gpus(&info),
         set(&[
@@ -971,8 +927,7 @@ fn dashboards_and_rules_on_real_prometheus() {
     // Over the whole run, not just now: the decode-bound GPUs (busy ~0.98, ECF a few %, DRAM
     // ~0.7) never trip the phantom alert.
     let window = format!("{}s", started.elapsed().as_secs() + 10);
-    let ever = series(
-        &prom,
+    let ever = prom.series(
         &format!(
             "max by (pod, gpu) (max_over_time(ALERTS{{alertname=\"TruthscalePhantomUtilization\"}}[{window}]))"
         ),
@@ -982,8 +937,7 @@ fn dashboards_and_rules_on_real_prometheus() {
         set(&[("phantom-b", "0")]),
         "TruthscalePhantomUtilization was active for another GPU during the run"
     );
-    let ever_idle = series(
-        &prom,
+    let ever_idle = prom.series(
         &format!(
             "max by (pod, gpu) (max_over_time(ALERTS{{alertname=\"TruthscaleGPUAllocatedIdle\"}}[{window}]))"
         ),
@@ -1065,7 +1019,7 @@ fn mig_and_multiplexed_means_on_real_prometheus() {
     // Long enough for rate() over several scrapes and a few rule evaluations.
     let deadline = started + Duration::from_secs(90);
     let pod_value = |q: &str, pod: &str| {
-        series(&prom, q)
+        prom.series(q)
             .into_iter()
             .find(|(l, _)| label(l, "pod") == pod)
             .map(|(_, v)| v)
@@ -1121,7 +1075,7 @@ fn mig_and_multiplexed_means_on_real_prometheus() {
         );
     }
     // The trace's attribution, not the sidecar's identity.
-    let info = series(&prom, "truthscale_gpu_info");
+    let info = prom.series("truthscale_gpu_info");
     assert_eq!(info.len(), 2, "{info:?}");
     for (l, _) in &info {
         assert_ne!(label(l, "pod"), "sidecar-pod", "{l:?}");
@@ -1135,11 +1089,11 @@ fn mig_and_multiplexed_means_on_real_prometheus() {
     )
     .unwrap();
     assert!((wasted - 0.7).abs() < 1e-9, "wasted {wasted}");
-    for (_, v) in series(&prom, "pod:truthscale_gpu_wasted_gpus:rate5m") {
+    for (_, v) in prom.series("pod:truthscale_gpu_wasted_gpus:rate5m") {
         assert!(v >= 0.0, "negative wasted GPUs {v}");
     }
     // No alert of any kind for either GPU.
-    let alerts = series(&prom, "ALERTS");
+    let alerts = prom.series("ALERTS");
     assert!(
         alerts.iter().all(|(l, _)| {
             let pod = label(l, "pod");

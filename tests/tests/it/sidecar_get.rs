@@ -4,11 +4,12 @@
 //! Only those GPUs carry the pod's labels; a kubelet without `Get`, or no socket at all,
 //! leaves every GPU with the sidecar's own identity, as without the setting.
 
-use crate::node::{GetMode, Kubelet, State, pod};
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use truthscale_e2e::kubelet::{GetMode, Kubelet, State, pod};
+use truthscale_e2e::value;
 use truthscale_e2e::{
     Sample, Sidecar, StandIn, TempDir, cargo_build, clean_command, fixture, ok, workspace,
 };
@@ -97,12 +98,6 @@ fn allocations() -> ListPodResourcesResponse {
             pod("batch-x", "ml", "cuda", "nvidia.com/gpu", &[UUIDS[1]]),
         ],
     }
-}
-
-fn value(m: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    m.iter()
-        .find(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(*v)))
-        .map(|s| s.value)
 }
 
 /// Every series of GPU `gpu`.

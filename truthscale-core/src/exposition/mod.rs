@@ -13,20 +13,20 @@ use values::family_values;
 
 /// Which text format to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
+pub enum Encoding {
     /// Prometheus text format 0.0.4.
     Text,
     /// OpenMetrics 1.0.0 text.
     OpenMetrics,
 }
 
-impl Format {
+impl Encoding {
     /// The HTTP `Content-Type` of this format.
     #[must_use]
     pub fn content_type(self) -> &'static str {
         match self {
-            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
-            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Encoding::Text => "text/plain; version=0.0.4; charset=utf-8",
+            Encoding::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
         }
     }
 }
@@ -178,7 +178,7 @@ pub fn gpu_label_pairs(e: &GpuEntry, id: &Identity) -> Vec<(&'static str, String
 
 struct Writer<'a> {
     out: &'a mut String,
-    format: Format,
+    format: Encoding,
 }
 
 impl Writer<'_> {
@@ -186,14 +186,14 @@ impl Writer<'_> {
         // OpenMetrics names the family without the sample suffix: `# TYPE x counter` for
         // `x_total`, `# TYPE x info` for `x_info`.
         let family = match (self.format, m.kind) {
-            (Format::OpenMetrics, Kind::Counter) => m.name.trim_end_matches("_total"),
-            (Format::OpenMetrics, Kind::Gauge) if m.name.ends_with("_info") => {
+            (Encoding::OpenMetrics, Kind::Counter) => m.name.trim_end_matches("_total"),
+            (Encoding::OpenMetrics, Kind::Gauge) if m.name.ends_with("_info") => {
                 m.name.trim_end_matches("_info")
             }
             _ => m.name,
         };
         let kind = match (self.format, m.kind, m.name) {
-            (Format::OpenMetrics, Kind::Gauge, n) if n.ends_with("_info") => "info",
+            (Encoding::OpenMetrics, Kind::Gauge, n) if n.ends_with("_info") => "info",
             (_, k, _) => k.as_str(),
         };
         let _ = writeln!(self.out, "# HELP {family} {}", m.help);
@@ -231,7 +231,7 @@ pub fn encode(
     gpus: &[GpuEntry],
     identity: &Identity,
     status: &ExporterStatus,
-    format: Format,
+    format: Encoding,
 ) -> String {
     let mut out = String::with_capacity(4096 + gpus.len() * 4096);
     let labels: Vec<String> = gpus.iter().map(|g| gpu_labels(g, identity)).collect();
@@ -251,7 +251,7 @@ pub fn encode(
             w.sample(m, l, &extra, v);
         }
     }
-    if format == Format::OpenMetrics {
+    if format == Encoding::OpenMetrics {
         out.push_str("# EOF\n");
     }
     out
@@ -346,7 +346,7 @@ mod tests {
             &[e],
             &Identity::default(),
             &ExporterStatus::default(),
-            Format::Text,
+            Encoding::Text,
         );
         let gpu_lines: Vec<&str> = body
             .lines()
@@ -362,7 +362,7 @@ mod tests {
             &[entry("p")],
             &Identity::default(),
             &ExporterStatus::default(),
-            Format::Text,
+            Encoding::Text,
         );
         assert!(body.contains(r#"truthscale_gpu_up{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns"} 1"#));
     }
@@ -386,7 +386,7 @@ mod tests {
                 errors: BTreeMap::from([("unavailable".to_string(), 2)]),
             }],
         };
-        let body = encode(&[entry("p")], &Identity::default(), &status, Format::Text);
+        let body = encode(&[entry("p")], &Identity::default(), &status, Encoding::Text);
         let expected_lines = [
             "# TYPE truthscale_gpu_info gauge",
             r#"truthscale_gpu_info{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns",source="sim",fidelity="profiling",catalog_model="h100-sxm"} 1"#,
@@ -421,7 +421,7 @@ mod tests {
             std::slice::from_ref(&g),
             &Identity::default(),
             &ExporterStatus::default(),
-            Format::Text,
+            Encoding::Text,
         );
         assert!(!body.contains("ceiling"), "{body}");
         g.window.ceilings = Ceilings {
@@ -442,7 +442,7 @@ mod tests {
             &[g],
             &Identity::default(),
             &ExporterStatus::default(),
-            Format::Text,
+            Encoding::Text,
         );
         let l = r#"gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns""#;
         // The window's roofline saturation is 0.5 (DRAM 0.5): 0.5 / 0.8 = 0.625.
@@ -475,7 +475,7 @@ mod tests {
             ..ExporterStatus::default()
         };
         let gpus = [entry("p")];
-        let body = encode(&gpus, &Identity::default(), &status, Format::Text);
+        let body = encode(&gpus, &Identity::default(), &status, Encoding::Text);
         let mut lines = body.lines().filter(|l| !l.starts_with('#'));
         for_each_value(&gpus, &Identity::default(), &status, |m, labels, v| {
             let l = lines.next().expect("as many lines as values");
@@ -534,7 +534,7 @@ mod tests {
             &[entry("p")],
             &Identity::default(),
             &ExporterStatus::default(),
-            Format::OpenMetrics,
+            Encoding::OpenMetrics,
         );
         assert!(body.contains("# TYPE truthscale_gpu_busy_seconds counter\n"));
         assert!(body.contains("\ntruthscale_gpu_busy_seconds_total{"));
@@ -554,7 +554,7 @@ mod tests {
                 ..Identity::default()
             },
             &ExporterStatus::default(),
-            Format::Text,
+            Encoding::Text,
         );
         assert!(body.contains(r#"pod="a\"b\\c\nd""#), "{body}");
         assert!(body.contains(r#"node="n\"1""#));
@@ -599,7 +599,7 @@ mod tests {
             &[e],
             &Identity::default(),
             &ExporterStatus::default(),
-            Format::Text,
+            Encoding::Text,
         );
         let allocation: Vec<&str> = body
             .lines()
@@ -626,7 +626,12 @@ mod tests {
         };
         // The source attributed the GPU to pod p in ns (no container): all three labels come
         // from there, none from the sidecar's own identity.
-        let body = encode(&[entry("p")], &id, &ExporterStatus::default(), Format::Text);
+        let body = encode(
+            &[entry("p")],
+            &id,
+            &ExporterStatus::default(),
+            Encoding::Text,
+        );
         assert!(
             body.contains(
                 r#"model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns",node="sidecar-node"}"#
@@ -637,7 +642,7 @@ mod tests {
         // A GPU the source did not attribute takes the sidecar's identity, all of it.
         let mut e = entry("p");
         e.window.id.pod = None;
-        let body = encode(&[e], &id, &ExporterStatus::default(), Format::Text);
+        let body = encode(&[e], &id, &ExporterStatus::default(), Encoding::Text);
         assert!(
             body.contains(r#"pod="sidecar-pod",namespace="sidecar-ns",container="kserve-container",node="sidecar-node"}"#),
             "{body}"
@@ -645,7 +650,7 @@ mod tests {
         // The node the source names wins over the sidecar's.
         let mut e = entry("p");
         e.window.id.node = Some("n7".into());
-        let body = encode(&[e], &id, &ExporterStatus::default(), Format::Text);
+        let body = encode(&[e], &id, &ExporterStatus::default(), Encoding::Text);
         assert!(body.contains(r#"namespace="ns",node="n7"}"#), "{body}");
     }
 
@@ -704,7 +709,7 @@ mod tests {
             &[g],
             &Identity::default(),
             &ExporterStatus::default(),
-            Format::Text,
+            Encoding::Text,
         );
         let value = |name: &str| {
             body.lines()
@@ -841,7 +846,7 @@ mod tests {
             &[e],
             &Identity::default(),
             &ExporterStatus::default(),
-            Format::Text,
+            Encoding::Text,
         );
         assert!(body.contains(r#"source="sim""#), "{body}");
         let mut e = entry("p");
@@ -850,7 +855,7 @@ mod tests {
             &[e],
             &Identity::default(),
             &ExporterStatus::default(),
-            Format::Text,
+            Encoding::Text,
         );
         assert!(body.contains(r#"source="replay""#));
     }

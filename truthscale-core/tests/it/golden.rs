@@ -6,14 +6,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use truthscale_core::catalog;
 use truthscale_core::derive::DeriveConfig;
 use truthscale_core::exposition::{
-    self, ExporterStatus, Format, GpuEntry, Identity, SinkHealth, SourceHealth,
+    self, Encoding, ExporterStatus, GpuEntry, Identity, SinkHealth, SourceHealth,
 };
 use truthscale_core::gpus::by_key;
 use truthscale_core::model::{
     EntityId, EntitySample, Field, Holder, MigId, PodRef, ProcessReading, Reading, Readings,
     Sample, ServingSnapshot, SourceKind, Timestamp,
 };
-use truthscale_core::parse::{Format as CaptureFormat, LineParser};
+use truthscale_core::parse::{Format, LineParser};
 use truthscale_core::sim::Simulator;
 use truthscale_core::tracker::{Deriver, EntityWindow};
 
@@ -150,7 +150,7 @@ fn t4_capture() -> Vec<GpuEntry> {
     let name = "dcgm-exporter-cncf-k8s-ai-conformance-ericsson-ccd-t4.txt";
     let path = format!("{}/tests/fixtures/dcgm/{name}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(path).unwrap();
-    let mut p = LineParser::new(CaptureFormat::DcgmExporter, name, 1.0, Timestamp(0));
+    let mut p = LineParser::new(Format::DcgmExporter, name, 1.0, Timestamp(0));
     let mut samples = Vec::new();
     for line in text.lines() {
         samples.extend(p.push_line(line).expect("the fixture parses"));
@@ -270,7 +270,7 @@ fn every_family() -> Vec<GpuEntry> {
     reason = "reads the goldens, and writes them under UPDATE_GOLDEN"
 )]
 fn check(name: &str, gpus: &[GpuEntry], identity: &Identity, source: &str) {
-    for (format, ext) in [(Format::Text, "prom"), (Format::OpenMetrics, "om.txt")] {
+    for (format, ext) in [(Encoding::Text, "prom"), (Encoding::OpenMetrics, "om.txt")] {
         let body = exposition::encode(gpus, identity, &status(source), format);
         let path = format!("{}/tests/golden/{name}.{ext}", env!("CARGO_MANIFEST_DIR"));
         if std::env::var_os("UPDATE_GOLDEN").is_some() {

@@ -7,6 +7,7 @@
 //! `…_CLIENT_CERTIFICATE`, `…_CLIENT_KEY`), which it does not read, are resolved here, and
 //! every file is read and parsed at start so that a bad one is refused with its name.
 
+use crate::setting::Invalid;
 use rustls_pki_types::pem::{self, PemObject as _};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde::{Deserialize, Serialize};
@@ -26,17 +27,17 @@ fn env_millis(
     var: &'static str,
     value: Option<String>,
     (min, max): (Duration, Duration),
-) -> Result<Option<Duration>, (&'static str, String)> {
+) -> Result<Option<Duration>, Invalid> {
     let Some(v) = value else { return Ok(None) };
     let ms: u64 = v.parse().map_err(|_| {
-        (
+        Invalid::new(
             var,
             format!("{v:?} is not a whole number of milliseconds (e.g. 10000)"),
         )
     })?;
     let d = Duration::from_millis(ms);
     if d < min || d > max {
-        return Err((
+        return Err(Invalid::new(
             var,
             format!(
                 "{ms} ms is outside {}..={} ms",
@@ -150,10 +151,10 @@ impl PemFile {
     /// The file's bytes.
     ///
     /// # Errors
-    /// `(origin, message)` naming the file.
-    pub(crate) fn read(&self) -> Result<Vec<u8>, (&'static str, String)> {
+    /// An [`Invalid`] naming the setting and the file.
+    pub(crate) fn read(&self) -> Result<Vec<u8>, Invalid> {
         std::fs::read(&self.path).map_err(|e| {
-            (
+            Invalid::new(
                 self.origin,
                 format!("cannot read {}: {e}", self.path.display()),
             )
@@ -164,9 +165,7 @@ impl PemFile {
     ///
     /// # Errors
     /// Unreadable, not PEM, or no certificate in it.
-    pub(crate) fn certificates(
-        &self,
-    ) -> Result<Vec<CertificateDer<'static>>, (&'static str, String)> {
+    pub(crate) fn certificates(&self) -> Result<Vec<CertificateDer<'static>>, Invalid> {
         let bytes = self.read()?;
         let certs = CertificateDer::pem_slice_iter(&bytes)
             .collect::<Result<Vec<_>, pem::Error>>()
@@ -181,7 +180,7 @@ impl PemFile {
     ///
     /// # Errors
     /// Unreadable, not PEM, or no private key in it.
-    pub(crate) fn private_key(&self) -> Result<PrivateKeyDer<'static>, (&'static str, String)> {
+    pub(crate) fn private_key(&self) -> Result<PrivateKeyDer<'static>, Invalid> {
         let bytes = self.read()?;
         PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| match e {
             pem::Error::NoItemsFound => self.invalid(
@@ -192,8 +191,8 @@ impl PemFile {
         })
     }
 
-    fn invalid(&self, why: String) -> (&'static str, String) {
-        (self.origin, format!("{}: {why}", self.path.display()))
+    fn invalid(&self, why: String) -> Invalid {
+        Invalid::new(self.origin, format!("{}: {why}", self.path.display()))
     }
 }
 
@@ -222,7 +221,7 @@ impl OtlpTls {
     /// # Errors
     /// A CA file that does not read or parse, or holds a certificate that cannot be a trust
     /// anchor; no system roots at all.
-    pub(crate) fn roots(&self) -> Result<rustls::RootCertStore, (&'static str, String)> {
+    pub(crate) fn roots(&self, env: &[(String, String)]) -> Result<rustls::RootCertStore, Invalid> {
         let mut roots = rustls::RootCertStore::empty();
         match &self.certificate {
             Some(f) => {
@@ -243,14 +242,18 @@ impl OtlpTls {
                     // rustls-native-certs reads these instead of the system store when set.
                     let store = ["SSL_CERT_FILE", "SSL_CERT_DIR"]
                         .into_iter()
-                        .filter_map(|v| std::env::var_os(v).map(|p| format!("{v}={p:?}")))
+                        .filter_map(|v| {
+                            env.iter()
+                                .find(|(k, _)| k == v)
+                                .map(|(_, p)| format!("{v}={p:?}"))
+                        })
                         .collect::<Vec<_>>();
                     let store = if store.is_empty() {
                         String::new()
                     } else {
                         format!(" ({})", store.join(", "))
                     };
-                    return Err((
+                    return Err(Invalid::new(
                         "otlp.certificate",
                         format!(
                             "no CA certificates found in the system store{store}{why}; install them (ca-certificates) or set OTEL_EXPORTER_OTLP_CERTIFICATE or otlp.certificate to the collector's CA"
@@ -271,19 +274,19 @@ impl OtlpTls {
     pub(crate) fn client_config(
         &self,
         roots: rustls::RootCertStore,
-    ) -> Result<rustls::ClientConfig, (&'static str, String)> {
+    ) -> Result<rustls::ClientConfig, Invalid> {
         let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))
         .with_safe_default_protocol_versions()
-        .map_err(|e| ("otlp", format!("TLS setup: {e}")))?
+        .map_err(|e| Invalid::new("otlp", format!("TLS setup: {e}")))?
         .with_root_certificates(roots);
         match (&self.client_certificate, &self.client_key) {
             (Some(c), Some(k)) => {
                 let chain = c.certificates()?;
                 let key = k.private_key()?;
                 builder.with_client_auth_cert(chain, key).map_err(|e| {
-                    (
+                    Invalid::new(
                         k.origin,
                         format!(
                             "{} does not go with the client certificate {c}: {e}",
@@ -372,7 +375,7 @@ pub(crate) fn parse_headers(text: &str) -> Result<Vec<(String, String)>, String>
 }
 
 /// Validated `[otlp]`: `None` fields are left to the SDK (environment, then defaults).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct OtlpSettings {
     /// Endpoint set in truthscale's configuration or flags.
     pub endpoint: Option<String>,
@@ -395,6 +398,22 @@ pub(crate) struct OtlpSettings {
     pub compression: Option<OtlpCompression>,
     /// TLS files from the configuration or the variables (the SDK reads none of them).
     pub tls: OtlpTls,
+    /// The `OTEL_…` variables, `HOSTNAME` and `SSL_CERT_FILE`/`SSL_CERT_DIR` as the
+    /// environment held them at start: the protocol, the endpoint and the resource are
+    /// resolved from these. (The SDK reads the
+    /// variables it resolves itself, such as `OTEL_EXPORTER_OTLP_HEADERS`, on its own.)
+    pub env: Vec<(String, String)>,
+}
+
+impl OtlpSettings {
+    /// The variable `k` at start, trimmed, when set and not empty.
+    pub(crate) fn var(&self, k: &str) -> Option<String> {
+        self.env
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    }
 }
 
 /// The file the key names, else the first of `vars` that is set.
@@ -420,15 +439,18 @@ fn first_set(
 }
 
 /// `gzip` or `none`, named by `origin` in the message.
-fn compression(origin: &'static str, v: &str) -> Result<OtlpCompression, (&'static str, String)> {
+fn compression(origin: &'static str, v: &str) -> Result<OtlpCompression, Invalid> {
     match v.trim().to_ascii_lowercase().as_str() {
         "gzip" => Ok(OtlpCompression::Gzip),
         "none" => Ok(OtlpCompression::None),
-        "zstd" => Err((
+        "zstd" => Err(Invalid::new(
             origin,
-            "zstd is not built into truthscale; use gzip or none".into(),
+            "zstd is not built into truthscale; use gzip or none",
         )),
-        other => Err((origin, format!("{other:?} is not one of gzip, none"))),
+        other => Err(Invalid::new(
+            origin,
+            format!("{other:?} is not one of gzip, none"),
+        )),
     }
 }
 
@@ -436,11 +458,11 @@ impl OtlpConfig {
     /// Check the section against the environment; `None` when OTLP is off.
     ///
     /// # Errors
-    /// `(key, message)` for a bad value.
+    /// An [`Invalid`] naming the key, for a bad value.
     pub(crate) fn validate(
         &self,
         env: &[(String, String)],
-    ) -> Result<Option<OtlpSettings>, (&'static str, String)> {
+    ) -> Result<Option<OtlpSettings>, Invalid> {
         let getenv = |k: &str| {
             env.iter()
                 .find(|(n, _)| n == k)
@@ -457,7 +479,7 @@ impl OtlpConfig {
             && !e.starts_with("http://")
             && !e.starts_with("https://")
         {
-            return Err((
+            return Err(Invalid::new(
                 "otlp.endpoint",
                 format!("{e:?} is not an http:// or https:// URL (e.g. https://collector:4317)"),
             ));
@@ -465,7 +487,7 @@ impl OtlpConfig {
         let protocol = match self.protocol.as_deref().map(str::trim) {
             None | Some("") => None,
             Some(p) => Some(OtlpProtocol::parse(p).ok_or_else(|| {
-                (
+                Invalid::new(
                     "otlp.protocol",
                     format!("{p:?} is not one of grpc, http/protobuf"),
                 )
@@ -511,7 +533,7 @@ impl OtlpConfig {
             Some("cumulative") => Some(OtlpTemporality::Cumulative),
             Some("delta") => Some(OtlpTemporality::Delta),
             Some(t) => {
-                return Err((
+                return Err(Invalid::new(
                     "otlp.temporality",
                     format!("{t:?} is not one of cumulative, delta"),
                 ));
@@ -530,7 +552,7 @@ impl OtlpConfig {
         // entry by entry without a word (a missing API key then shows only as 401s).
         let headers = match self.headers.as_deref().map(str::trim) {
             None | Some("") => Vec::new(),
-            Some(h) => parse_headers(h).map_err(|m| ("otlp.headers", m))?,
+            Some(h) => parse_headers(h).map_err(|m| Invalid::new("otlp.headers", m))?,
         };
         let headers_var = [
             "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
@@ -539,7 +561,7 @@ impl OtlpConfig {
         .into_iter()
         .find_map(|v| getenv(v).map(|h| (v, h)));
         if let Some((var, h)) = headers_var {
-            parse_headers(&h).map_err(|m| (var, m))?;
+            parse_headers(&h).map_err(|m| Invalid::new(var, m))?;
         }
         // Compression: the key is passed to the SDK, which reads the variables otherwise.
         let compression_key = match self.compression.as_deref().map(str::trim) {
@@ -560,7 +582,7 @@ impl OtlpConfig {
             && let Some((var, OtlpCompression::Gzip)) = compression_var
         {
             // The SDK has no way to be told "none" over the variable.
-            return Err((
+            return Err(Invalid::new(
                 "otlp.compression",
                 format!(
                     "\"none\" cannot override {var}=gzip (the SDK reads the variable itself); unset {var}"
@@ -599,7 +621,7 @@ impl OtlpConfig {
         };
         match (&tls.client_certificate, &tls.client_key) {
             (Some(c), None) => {
-                return Err((
+                return Err(Invalid::new(
                     c.origin,
                     format!(
                         "a client certificate needs its key: set otlp.client_key, OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY or OTEL_EXPORTER_OTLP_CLIENT_KEY too (certificate: {c})"
@@ -607,7 +629,7 @@ impl OtlpConfig {
                 ));
             }
             (None, Some(k)) => {
-                return Err((
+                return Err(Invalid::new(
                     k.origin,
                     format!(
                         "a client key needs its certificate: set otlp.client_certificate, OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE or OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE too (key: {k})"
@@ -620,7 +642,7 @@ impl OtlpConfig {
         // with its name (the system roots are loaded at start, only for https://).
         if tls.certificate.is_some() || tls.client_certificate.is_some() {
             let roots = match &tls.certificate {
-                Some(_) => tls.roots()?,
+                Some(_) => tls.roots(env)?,
                 None => rustls::RootCertStore::empty(),
             };
             tls.client_config(roots)?;
@@ -635,6 +657,14 @@ impl OtlpConfig {
             headers: OtlpHeaders(headers),
             compression: compression_key,
             tls,
+            env: env
+                .iter()
+                .filter(|(k, _)| {
+                    k.starts_with("OTEL_")
+                        || ["HOSTNAME", "SSL_CERT_FILE", "SSL_CERT_DIR"].contains(&k.as_str())
+                })
+                .cloned()
+                .collect(),
         }))
     }
 }
@@ -743,7 +773,7 @@ mod tests {
     fn a_missing_or_bad_ca_is_refused_naming_it() {
         let dir = Scratch::new("bad-ca");
         let missing = dir.0.join("missing.pem").display().to_string();
-        let (key, msg) = on()
+        let Invalid { key, message: msg } = on()
             .validate(&env(&[("OTEL_EXPORTER_OTLP_CERTIFICATE", &missing)]))
             .unwrap_err();
         assert_eq!(key, "OTEL_EXPORTER_OTLP_CERTIFICATE");
@@ -754,7 +784,7 @@ mod tests {
         let garbage = dir.write("garbage.pem", "not a certificate\n");
         let mut c = on();
         c.certificate = Some(PathBuf::from(&garbage));
-        let (key, msg) = c.validate(&[]).unwrap_err();
+        let Invalid { key, message: msg } = c.validate(&[]).unwrap_err();
         assert_eq!(key, "otlp.certificate");
         assert!(
             msg.contains(&garbage) && msg.contains("no PEM certificate"),
@@ -763,7 +793,10 @@ mod tests {
         let (_, _, private_key) = ca_and_leaf();
         let a_key = dir.write("a-key.pem", &private_key);
         c.certificate = Some(PathBuf::from(&a_key));
-        let (_, msg) = c.validate(&[]).unwrap_err();
+        let Invalid {
+            key: _,
+            message: msg,
+        } = c.validate(&[]).unwrap_err();
         assert!(msg.contains("no PEM certificate"), "{msg}");
     }
 
@@ -788,19 +821,31 @@ mod tests {
             tls.client_key.unwrap().origin,
             "OTEL_EXPORTER_OTLP_CLIENT_KEY"
         );
-        let (var, msg) = on().validate(&vars(&other_key)).unwrap_err();
+        let Invalid {
+            key: var,
+            message: msg,
+        } = on().validate(&vars(&other_key)).unwrap_err();
         assert_eq!(var, "OTEL_EXPORTER_OTLP_CLIENT_KEY");
         assert!(msg.contains("does not go with"), "{msg}");
-        let (var, msg) = on().validate(&vars(&ca)).unwrap_err();
+        let Invalid {
+            key: var,
+            message: msg,
+        } = on().validate(&vars(&ca)).unwrap_err();
         assert_eq!(var, "OTEL_EXPORTER_OTLP_CLIENT_KEY");
         assert!(msg.contains("no PEM private key"), "{msg}");
-        let (var, msg) = on().validate(&vars(&key)[..2]).unwrap_err();
+        let Invalid {
+            key: var,
+            message: msg,
+        } = on().validate(&vars(&key)[..2]).unwrap_err();
         assert_eq!(var, "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE");
         assert!(msg.contains("needs its key"), "{msg}");
         // The key's own setting wins over the variable, and is checked the same way.
         let mut c = on();
         c.client_key = Some(PathBuf::from(&other_key));
-        let (key_name, _) = c.validate(&vars(&key)).unwrap_err();
+        let Invalid {
+            key: key_name,
+            message: _,
+        } = c.validate(&vars(&key)).unwrap_err();
         assert_eq!(key_name, "otlp.client_key");
     }
 
@@ -837,10 +882,13 @@ mod tests {
             "{shown}"
         );
         c.headers = Some("authorization".into());
-        assert_eq!(c.validate(&[]).unwrap_err().0, "otlp.headers");
+        assert_eq!(c.validate(&[]).unwrap_err().key, "otlp.headers");
         // The variables are checked too (the SDK would drop a bad entry silently), and the
         // signal-specific one is the one read.
-        let (var, msg) = on()
+        let Invalid {
+            key: var,
+            message: msg,
+        } = on()
             .validate(&env(&[
                 ("OTEL_EXPORTER_OTLP_HEADERS", "a=1"),
                 ("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "x-api-key"),
@@ -861,7 +909,7 @@ mod tests {
         );
         let vars = env(&[("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")]);
         c.compression = Some("none".into());
-        let (key, msg) = c.validate(&vars).unwrap_err();
+        let Invalid { key, message: msg } = c.validate(&vars).unwrap_err();
         assert_eq!(key, "otlp.compression");
         assert!(
             msg.contains("unset OTEL_EXPORTER_OTLP_COMPRESSION"),
@@ -873,13 +921,16 @@ mod tests {
             ("OTEL_EXPORTER_OTLP_METRICS_COMPRESSION", "none"),
         ]);
         assert!(c.validate(&vars).is_ok());
-        let (var, msg) = on()
+        let Invalid {
+            key: var,
+            message: msg,
+        } = on()
             .validate(&env(&[("OTEL_EXPORTER_OTLP_METRICS_COMPRESSION", "zstd")]))
             .unwrap_err();
         assert_eq!(var, "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION");
         assert!(msg.contains("zstd is not built in"), "{msg}");
         c.compression = Some("brotli".into());
-        assert_eq!(c.validate(&[]).unwrap_err().0, "otlp.compression");
+        assert_eq!(c.validate(&[]).unwrap_err().key, "otlp.compression");
     }
 
     #[test]
@@ -888,6 +939,6 @@ mod tests {
         c.endpoint = Some("https://collector.example:4317".into());
         assert!(c.validate(&[]).unwrap().is_some());
         c.endpoint = Some("collector:4317".into());
-        assert_eq!(c.validate(&[]).unwrap_err().0, "otlp.endpoint");
+        assert_eq!(c.validate(&[]).unwrap_err().key, "otlp.endpoint");
     }
 }

@@ -48,21 +48,28 @@ use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
-use opentelemetry_sdk::resource::{EnvResourceDetector, TelemetryResourceDetector};
+use opentelemetry_sdk::resource::TelemetryResourceDetector;
 use std::sync::Arc;
 use tokio::sync::watch;
 use truthscale_core::exposition::Identity;
 
 /// The resource: `service.name` (default `truthscale`), `service.version`, `host.name`
-/// and the `k8s.*` identity, overridden by `OTEL_RESOURCE_ATTRIBUTES`, then by
-/// `OTEL_SERVICE_NAME`.
+/// (`HOSTNAME`, else the kernel's) and the `k8s.*` identity, overridden by
+/// `OTEL_RESOURCE_ATTRIBUTES`, then by `OTEL_SERVICE_NAME`, both read from `env` (the
+/// process environment, as [`crate::config::environment`] returns it).
 #[must_use]
-pub fn resource(identity: &Identity) -> Resource {
+pub fn resource(identity: &Identity, env: &[(String, String)]) -> Resource {
+    let env_nonempty = |k: &str| {
+        env.iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    };
     let mut attrs = vec![
         KeyValue::new("service.name", "truthscale"),
         KeyValue::new("service.version", VERSION),
     ];
-    if let Some(h) = hostname() {
+    if let Some(h) = env_nonempty("HOSTNAME").or_else(kernel_hostname) {
         attrs.push(KeyValue::new("host.name", h));
     }
     let k8s = [
@@ -76,32 +83,28 @@ pub fn resource(identity: &Identity) -> Resource {
             attrs.push(KeyValue::new(k, v.clone()));
         }
     }
+    // `OTEL_RESOURCE_ATTRIBUTES` as the SDK's own detector reads it: `key=value` pairs
+    // separated by commas, each trimmed; an entry without `=` is left out.
+    let from_env = env_nonempty("OTEL_RESOURCE_ATTRIBUTES").unwrap_or_default();
+    let from_env = from_env.split_terminator(',').filter_map(|entry| {
+        let (k, v) = entry.split_once('=')?;
+        Some(KeyValue::new(k.trim().to_owned(), v.trim().to_owned()))
+    });
     let mut b = Resource::builder_empty()
         .with_attributes(attrs)
-        .with_detectors(&[
-            Box::new(TelemetryResourceDetector),
-            Box::new(EnvResourceDetector::new()),
-        ]);
+        .with_detectors(&[Box::new(TelemetryResourceDetector)])
+        .with_attributes(from_env);
     if let Some(name) = env_nonempty("OTEL_SERVICE_NAME") {
         b = b.with_service_name(name);
     }
     b.build()
 }
 
-fn env_nonempty(k: &str) -> Option<String> {
-    std::env::var(k)
+fn kernel_hostname() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
-        .map(|v| v.trim().to_string())
-        .filter(|v| !v.is_empty())
-}
-
-fn hostname() -> Option<String> {
-    env_nonempty("HOSTNAME").or_else(|| {
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .ok()
-            .map(|h| h.trim().to_string())
-            .filter(|h| !h.is_empty())
-    })
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
 }
 
 /// A running OTLP pipeline: meter provider, periodic reader thread, instruments.
@@ -124,9 +127,9 @@ impl Otlp {
         rx: watch::Receiver<Arc<Snapshot>>,
         errors: SinkErrors,
     ) -> anyhow::Result<Otlp> {
-        let proto = transport::protocol(settings.protocol)?;
-        let (endpoint, endpoint_origin) = transport::endpoint(settings.endpoint.as_deref(), proto);
-        let tls = transport::uses_tls(&endpoint, proto);
+        let proto = transport::protocol(settings)?;
+        let (endpoint, endpoint_origin) = transport::endpoint(settings, proto);
+        let tls = transport::uses_tls(settings, &endpoint, proto);
         if !tls && settings.tls.is_set() {
             tracing::warn!(
                 endpoint = %transport::redact_userinfo(&endpoint),
@@ -193,7 +196,7 @@ fn meter_provider(
         reader = reader.with_interval(i);
     }
     SdkMeterProvider::builder()
-        .with_resource(resource(identity))
+        .with_resource(resource(identity, &settings.env))
         .with_reader(reader.build())
         .build()
 }

@@ -5,7 +5,6 @@
 //! certificate truthscale lacks.
 
 use super::config::{OtlpCompression, OtlpProtocol, OtlpSettings, OtlpTemporality};
-use super::env_nonempty;
 use anyhow::Context as _;
 use opentelemetry_otlp::{
     Compression, MetricExporter, Protocol, WithExportConfig as _, WithHttpConfig as _,
@@ -18,15 +17,15 @@ use std::time::Duration;
 
 /// The protocol: truthscale's setting, else `OTEL_EXPORTER_OTLP_METRICS_PROTOCOL`, else
 /// `OTEL_EXPORTER_OTLP_PROTOCOL`, else HTTP/protobuf (the SDK's order).
-pub(super) fn protocol(configured: Option<OtlpProtocol>) -> anyhow::Result<OtlpProtocol> {
-    if let Some(p) = configured {
+pub(super) fn protocol(settings: &OtlpSettings) -> anyhow::Result<OtlpProtocol> {
+    if let Some(p) = settings.protocol {
         return Ok(p);
     }
     for var in [
         "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
         "OTEL_EXPORTER_OTLP_PROTOCOL",
     ] {
-        if let Some(v) = env_nonempty(var) {
+        if let Some(v) = settings.var(var) {
             return OtlpProtocol::parse(&v).with_context(|| {
                 format!("{var}={v:?} is not one of grpc, http/protobuf (http/json is not built in)")
             });
@@ -47,15 +46,15 @@ fn http_metrics_url(base: &str) -> String {
 /// The endpoint in force and what set it, resolved as the SDK resolves it: truthscale's
 /// setting, else `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, else `OTEL_EXPORTER_OTLP_ENDPOINT`,
 /// else the SDK default.
-pub(super) fn endpoint(configured: Option<&str>, proto: OtlpProtocol) -> (String, &'static str) {
-    if let Some(e) = configured {
+pub(super) fn endpoint(settings: &OtlpSettings, proto: OtlpProtocol) -> (String, &'static str) {
+    if let Some(e) = settings.endpoint.as_deref() {
         return (e.to_string(), "otlp.endpoint");
     }
     for var in [
         "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
         "OTEL_EXPORTER_OTLP_ENDPOINT",
     ] {
-        if let Some(v) = env_nonempty(var) {
+        if let Some(v) = settings.var(var) {
             return (v, var);
         }
     }
@@ -68,7 +67,7 @@ pub(super) fn endpoint(configured: Option<&str>, proto: OtlpProtocol) -> (String
 
 /// Whether exports to `endpoint` use TLS: `https://`, or (gRPC) an endpoint without a
 /// scheme unless `OTEL_EXPORTER_OTLP_(METRICS_)INSECURE=true`, as the SDK decides.
-pub(super) fn uses_tls(endpoint: &str, proto: OtlpProtocol) -> bool {
+pub(super) fn uses_tls(settings: &OtlpSettings, endpoint: &str, proto: OtlpProtocol) -> bool {
     let e = endpoint.trim().to_ascii_lowercase();
     if e.starts_with("https://") {
         return true;
@@ -76,8 +75,9 @@ pub(super) fn uses_tls(endpoint: &str, proto: OtlpProtocol) -> bool {
     if e.contains("://") {
         return false;
     }
-    let insecure = env_nonempty("OTEL_EXPORTER_OTLP_METRICS_INSECURE")
-        .or_else(|| env_nonempty("OTEL_EXPORTER_OTLP_INSECURE"))
+    let insecure = settings
+        .var("OTEL_EXPORTER_OTLP_METRICS_INSECURE")
+        .or_else(|| settings.var("OTEL_EXPORTER_OTLP_INSECURE"))
         .is_some_and(|v| v.eq_ignore_ascii_case("true"));
     proto == OtlpProtocol::Grpc && !insecure
 }
@@ -91,11 +91,6 @@ pub(super) fn redact_userinfo(url: &str) -> String {
         Some(at) => format!("…{}", &rest[at..]),
         None => url.to_string(),
     }
-}
-
-/// A `(key or variable, message)` error as one line.
-fn named((key, message): (&'static str, String)) -> anyhow::Error {
-    anyhow::anyhow!("{key}: {message}")
 }
 
 /// `otlp.headers` as gRPC metadata, set over the SDK's own (from the variables).
@@ -304,7 +299,7 @@ pub(super) fn build(
     tls: bool,
 ) -> anyhow::Result<Transport> {
     let roots = if tls {
-        settings.tls.roots().map_err(named)?
+        settings.tls.roots(&settings.env)?
     } else {
         rustls::RootCertStore::empty()
     };
@@ -352,7 +347,7 @@ fn grpc_exporter(
         b = b.with_temporality(t);
     }
     if tls {
-        let mut tls_config = settings.tls.client_config(roots).map_err(named)?;
+        let mut tls_config = settings.tls.client_config(roots)?;
         tls_config.alpn_protocols = vec![b"h2".to_vec()];
         asked = Some(record_client_cert_requests(&mut tls_config));
         b = b.with_channel(grpc_tls_channel(
@@ -393,7 +388,7 @@ fn http_exporter(
     detail: &TransportDetail,
 ) -> anyhow::Result<(MetricExporter, Option<ClientCertAsked>)> {
     let mut asked = None;
-    let mut tls_config = settings.tls.client_config(roots).map_err(named)?;
+    let mut tls_config = settings.tls.client_config(roots)?;
     tls_config.alpn_protocols = vec![b"http/1.1".to_vec()];
     if tls {
         asked = Some(record_client_cert_requests(&mut tls_config));
@@ -461,19 +456,49 @@ mod tests {
 
     #[test]
     fn endpoints_and_tls() {
-        assert!(uses_tls("https://c:4317", OtlpProtocol::Grpc));
+        let none = OtlpSettings::default();
+        assert!(uses_tls(&none, "https://c:4317", OtlpProtocol::Grpc));
         assert!(uses_tls(
+            &none,
             "HTTPS://c:4318/v1/metrics",
             OtlpProtocol::HttpProtobuf
         ));
-        assert!(!uses_tls("http://c:4317", OtlpProtocol::Grpc));
+        assert!(!uses_tls(&none, "http://c:4317", OtlpProtocol::Grpc));
+        assert!(uses_tls(&none, "c:4317", OtlpProtocol::Grpc));
+        // The variables as the environment held them at start, not the process's now.
+        let env = |pairs: &[(&str, &str)]| OtlpSettings {
+            env: pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                .collect(),
+            ..OtlpSettings::default()
+        };
+        let insecure = env(&[("OTEL_EXPORTER_OTLP_INSECURE", "true")]);
+        assert!(!uses_tls(&insecure, "c:4317", OtlpProtocol::Grpc));
+        let grpc = env(&[
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", " http://c:4317 "),
+        ]);
+        assert_eq!(protocol(&grpc).unwrap(), OtlpProtocol::Grpc);
+        assert_eq!(
+            endpoint(&grpc, OtlpProtocol::Grpc),
+            ("http://c:4317".to_string(), "OTEL_EXPORTER_OTLP_ENDPOINT")
+        );
+        assert_eq!(protocol(&none).unwrap(), OtlpProtocol::HttpProtobuf);
+        assert!(protocol(&env(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")])).is_err());
         assert_eq!(
             redact_userinfo("https://user:secret@c:4318/v1/metrics"),
             "https://…@c:4318/v1/metrics"
         );
         assert_eq!(redact_userinfo("http://c:4318/a@b"), "http://c:4318/a@b");
         assert_eq!(
-            endpoint(Some("https://c:4317"), OtlpProtocol::Grpc),
+            endpoint(
+                &OtlpSettings {
+                    endpoint: Some("https://c:4317".into()),
+                    ..OtlpSettings::default()
+                },
+                OtlpProtocol::Grpc
+            ),
             ("https://c:4317".to_string(), "otlp.endpoint")
         );
     }

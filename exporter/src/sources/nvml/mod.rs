@@ -46,6 +46,7 @@ pub(crate) use processes::ProcessInfo;
 pub(crate) use report::{DeviceReport, GpmStatus, Ident, Versions, identify};
 
 use super::{Produced, SourceError, unix_ms};
+use crate::setting::Invalid;
 use device::{Ctx, DevState, Emitted, Lost, classify};
 use gpm::GpmMode;
 use nvml_wrapper::Nvml;
@@ -161,9 +162,9 @@ impl NvmlConfig {
 impl crate::sources::SourceSettings for NvmlConfig {
     const ARG: Option<&'static str> = None;
 
-    fn check(&self) -> Result<(), crate::setting::Invalid> {
+    fn check(&self) -> Result<(), Invalid> {
         if self.library.as_os_str().is_empty() {
-            return Err((
+            return Err(Invalid::new(
                 "source.library",
                 format!("must name the NVML library (default {DEFAULT_LIBRARY})"),
             ));
@@ -188,7 +189,7 @@ pub struct AutoConfig(pub NvmlConfig);
 impl crate::sources::SourceSettings for AutoConfig {
     const ARG: Option<&'static str> = None;
 
-    fn check(&self) -> Result<(), crate::setting::Invalid> {
+    fn check(&self) -> Result<(), Invalid> {
         crate::sources::SourceSettings::check(&self.0)
     }
 
