@@ -1,5 +1,5 @@
 //! The one limiter of repeated log lines, shared by the pipeline's stages, the sources'
-//! error reports and the API server's reader.
+//! error reports, the API server's reader and the OTLP sink.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -51,9 +51,14 @@ const CADENCES: [Cadence; 4] = [
 const SEEDS: u64 = 10;
 const SECONDS: f64 = 600.0;
 
-/// Agreement of one run, and its confusion in seconds (`[truth][classified]`, the last
-/// column unclassified).
-fn run(scenario: Scenario, cadence: Cadence, switch_after: u32, seed: u64) -> (f64, [[f64; 7]; 6]) {
+/// Agreement of one run (`None` when no window had both a truth and a regime: not 0), and
+/// its confusion in seconds (`[truth][classified]`, the last column unclassified).
+fn run(
+    scenario: Scenario,
+    cadence: Cadence,
+    switch_after: u32,
+    seed: u64,
+) -> (Option<f64>, [[f64; 7]; 6]) {
     let spec = by_key("h100-sxm").expect("catalog has h100-sxm");
     let mut cfg = DeriveConfig::default();
     cfg.phase.switch_after = switch_after;
@@ -75,7 +80,7 @@ fn run(scenario: Scenario, cadence: Cadence, switch_after: u32, seed: u64) -> (f
         }
     }
     let e = &a.report().entities[0];
-    (e.phase_agreement_with_truth.unwrap_or(0.0), confusion)
+    (e.phase_agreement_with_truth, confusion)
 }
 
 fn main() {
@@ -85,7 +90,7 @@ fn main() {
     )]
     let confusion = std::env::args().any(|a| a == "--confusion");
     println!(
-        "agreement with the simulator's truth, time-weighted (min / mean over {SEEDS} seeds, {} min each)",
+        "agreement with the simulator's truth, time-weighted (min / mean over {SEEDS} seeds, {} min each; * where some seeds had no agreement to measure)",
         SECONDS / 60.0
     );
     println!(
@@ -106,16 +111,22 @@ fn main() {
                 let mut total = [[0.0; 7]; 6];
                 for seed in 1..=SEEDS {
                     let (score, m) = run(scenario, cadence, n, seed);
-                    scores.push(score);
+                    scores.extend(score);
                     for (t, r) in total.iter_mut().zip(m) {
                         for (x, y) in t.iter_mut().zip(r) {
                             *x += y;
                         }
                     }
                 }
-                let min = scores.iter().copied().fold(1.0, f64::min);
-                let mean = scores.iter().sum::<f64>() / scores.len() as f64;
-                row.push_str(&format!("  {min:.3} / {mean:.3}  "));
+                // A run without an agreement is left out of the figures, and said so.
+                if scores.is_empty() {
+                    row.push_str(&format!("  {:^13}  ", "not measured"));
+                } else {
+                    let min = scores.iter().copied().fold(1.0, f64::min);
+                    let mean = scores.iter().sum::<f64>() / scores.len() as f64;
+                    let missing = if scores.len() < SEEDS as usize { "*" } else { " " };
+                    row.push_str(&format!("  {min:.3} / {mean:.3}{missing} "));
+                }
                 if n == 1 {
                     matrices.push((scenario, cadence.name, total));
                 }

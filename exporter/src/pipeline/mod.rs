@@ -312,9 +312,9 @@ impl Pipeline {
             sample_duration_seconds: Some(started.elapsed().as_secs_f64()),
             diagnostics: self.served.diagnostics.clone(),
             snapshot_unix_seconds: unix_ms(now) as f64 / 1000.0,
-            previous_body_bytes: None,
             sinks: self.sinks.health(),
-            series_dropped: 0,
+            // The body size and the series dropped are the publisher's to say.
+            ..ExporterStatus::default()
         }
     }
 }

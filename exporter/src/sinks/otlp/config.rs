@@ -454,6 +454,13 @@ fn compression(origin: &'static str, v: &str) -> Result<OtlpCompression, Invalid
     }
 }
 
+/// The durations set: `otlp.timeout`, `otlp.interval`, and the standard variables' timeout.
+struct Durations {
+    timeout: Option<Duration>,
+    interval: Option<Duration>,
+    env_timeout: Option<Duration>,
+}
+
 impl OtlpConfig {
     /// Check the section against the environment; `None` when OTLP is off.
     ///
@@ -469,6 +476,46 @@ impl OtlpConfig {
                 .map(|(_, v)| v.trim().to_string())
                 .filter(|v| !v.is_empty())
         };
+        let endpoint = self.endpoint()?;
+        let protocol = self.protocol()?;
+        let Durations {
+            timeout,
+            interval,
+            env_timeout,
+        } = self.durations(&getenv)?;
+        let temporality = self.temporality()?;
+        let on = self.enabled
+            || endpoint.is_some()
+            || getenv("OTEL_EXPORTER_OTLP_ENDPOINT").is_some()
+            || getenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT").is_some();
+        let sdk_disabled =
+            getenv("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        if !on || sdk_disabled {
+            return Ok(None);
+        }
+        Ok(Some(OtlpSettings {
+            endpoint,
+            protocol,
+            timeout,
+            interval,
+            temporality,
+            effective_timeout: timeout.or(env_timeout).unwrap_or(DEFAULT_TIMEOUT),
+            headers: OtlpHeaders(self.headers(&getenv)?),
+            compression: self.compression(&getenv)?,
+            tls: self.tls(&getenv, env)?,
+            env: env
+                .iter()
+                .filter(|(k, _)| {
+                    k.starts_with("OTEL_")
+                        || ["HOSTNAME", "SSL_CERT_FILE", "SSL_CERT_DIR"].contains(&k.as_str())
+                })
+                .cloned()
+                .collect(),
+        }))
+    }
+
+    /// `otlp.endpoint`, an http(s) URL, when set.
+    fn endpoint(&self) -> Result<Option<String>, Invalid> {
         let endpoint = self
             .endpoint
             .as_deref()
@@ -484,7 +531,12 @@ impl OtlpConfig {
                 format!("{e:?} is not an http:// or https:// URL (e.g. https://collector:4317)"),
             ));
         }
-        let protocol = match self.protocol.as_deref().map(str::trim) {
+        Ok(endpoint)
+    }
+
+    /// `otlp.protocol`, when set.
+    fn protocol(&self) -> Result<Option<OtlpProtocol>, Invalid> {
+        Ok(match self.protocol.as_deref().map(str::trim) {
             None | Some("") => None,
             Some(p) => Some(OtlpProtocol::parse(p).ok_or_else(|| {
                 Invalid::new(
@@ -492,7 +544,16 @@ impl OtlpConfig {
                     format!("{p:?} is not one of grpc, http/protobuf"),
                 )
             })?),
-        };
+        })
+    }
+
+    /// `otlp.timeout` and `otlp.interval` when set, and the timeout of the standard
+    /// variables; the variables the SDK reads itself are refused where it would spin or
+    /// stall on them.
+    fn durations(
+        &self,
+        getenv: &impl Fn(&str) -> Option<String>,
+    ) -> Result<Durations, Invalid> {
         let timeout = match self.timeout.as_deref().map(str::trim) {
             None | Some("") => None,
             Some(t) => Some(crate::setting::duration(
@@ -528,7 +589,16 @@ impl OtlpConfig {
             getenv("OTEL_EXPORTER_OTLP_TIMEOUT"),
             TIMEOUT_RANGE,
         )?);
-        let temporality = match self.temporality.as_deref().map(str::trim) {
+        Ok(Durations {
+            timeout,
+            interval,
+            env_timeout,
+        })
+    }
+
+    /// `otlp.temporality`, when set.
+    fn temporality(&self) -> Result<Option<OtlpTemporality>, Invalid> {
+        Ok(match self.temporality.as_deref().map(str::trim) {
             None | Some("") => None,
             Some("cumulative") => Some(OtlpTemporality::Cumulative),
             Some("delta") => Some(OtlpTemporality::Delta),
@@ -538,18 +608,15 @@ impl OtlpConfig {
                     format!("{t:?} is not one of cumulative, delta"),
                 ));
             }
-        };
-        let on = self.enabled
-            || endpoint.is_some()
-            || getenv("OTEL_EXPORTER_OTLP_ENDPOINT").is_some()
-            || getenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT").is_some();
-        let sdk_disabled =
-            getenv("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"));
-        if !on || sdk_disabled {
-            return Ok(None);
-        }
-        // Headers: the key's, checked here; the variable's too, which the SDK would drop
-        // entry by entry without a word (a missing API key then shows only as 401s).
+        })
+    }
+
+    /// The headers of `otlp.headers`; the variable's are checked too, which the SDK would
+    /// drop entry by entry without a word (a missing API key then shows only as 401s).
+    fn headers(
+        &self,
+        getenv: &impl Fn(&str) -> Option<String>,
+    ) -> Result<Vec<(String, String)>, Invalid> {
         let headers = match self.headers.as_deref().map(str::trim) {
             None | Some("") => Vec::new(),
             Some(h) => parse_headers(h).map_err(|m| Invalid::new("otlp.headers", m))?,
@@ -563,7 +630,14 @@ impl OtlpConfig {
         if let Some((var, h)) = headers_var {
             parse_headers(&h).map_err(|m| Invalid::new(var, m))?;
         }
-        // Compression: the key is passed to the SDK, which reads the variables otherwise.
+        Ok(headers)
+    }
+
+    /// `otlp.compression`, passed to the SDK, which reads the variables otherwise.
+    fn compression(
+        &self,
+        getenv: &impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<OtlpCompression>, Invalid> {
         let compression_key = match self.compression.as_deref().map(str::trim) {
             None | Some("") => None,
             Some(c) => Some(compression("otlp.compression", c)?),
@@ -589,7 +663,16 @@ impl OtlpConfig {
                 ),
             ));
         }
-        // TLS files: read by truthscale (the SDK does not read these variables).
+        Ok(compression_key)
+    }
+
+    /// The TLS files (read by truthscale: the SDK does not read these variables), each read
+    /// and parsed now, so that a missing or bad one stops the start with its name.
+    fn tls(
+        &self,
+        getenv: &impl Fn(&str) -> Option<String>,
+        env: &[(String, String)],
+    ) -> Result<OtlpTls, Invalid> {
         let tls = OtlpTls {
             certificate: first_set(
                 ("otlp.certificate", self.certificate.as_deref()),
@@ -597,7 +680,7 @@ impl OtlpConfig {
                     "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE",
                     "OTEL_EXPORTER_OTLP_CERTIFICATE",
                 ],
-                &getenv,
+                getenv,
             ),
             client_certificate: first_set(
                 (
@@ -608,7 +691,7 @@ impl OtlpConfig {
                     "OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE",
                     "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
                 ],
-                &getenv,
+                getenv,
             ),
             client_key: first_set(
                 ("otlp.client_key", self.client_key.as_deref()),
@@ -616,7 +699,7 @@ impl OtlpConfig {
                     "OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY",
                     "OTEL_EXPORTER_OTLP_CLIENT_KEY",
                 ],
-                &getenv,
+                getenv,
             ),
         };
         match (&tls.client_certificate, &tls.client_key) {
@@ -647,25 +730,7 @@ impl OtlpConfig {
             };
             tls.client_config(roots)?;
         }
-        Ok(Some(OtlpSettings {
-            endpoint,
-            protocol,
-            timeout,
-            interval,
-            temporality,
-            effective_timeout: timeout.or(env_timeout).unwrap_or(DEFAULT_TIMEOUT),
-            headers: OtlpHeaders(headers),
-            compression: compression_key,
-            tls,
-            env: env
-                .iter()
-                .filter(|(k, _)| {
-                    k.starts_with("OTEL_")
-                        || ["HOSTNAME", "SSL_CERT_FILE", "SSL_CERT_DIR"].contains(&k.as_str())
-                })
-                .cloned()
-                .collect(),
-        }))
+        Ok(tls)
     }
 }
 

@@ -10,6 +10,7 @@ use opentelemetry_sdk::metrics::data::ResourceMetrics;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
+use crate::logging::LogLimiter;
 use std::time::{Duration, Instant};
 
 /// The `sink` label value of OTLP failures.
@@ -18,8 +19,6 @@ pub(crate) const SINK: &str = "otlp";
 /// Failure kinds counted in `truthscale_sink_errors_total{sink="otlp"}`.
 pub(crate) const ERROR_KINDS: [&str; 4] = ["unavailable", "timeout", "rejected", "other"];
 
-/// Repeated failures of one kind are logged at most this often.
-const LOG_EVERY: Duration = Duration::from_secs(30);
 
 /// Longest pause between export attempts while the collector keeps failing.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -132,9 +131,10 @@ struct ExportState {
     not_before: Option<Instant>,
     /// When the current outage began.
     outage_since: Option<Instant>,
-    last_log: Option<Instant>,
-    /// The kind of the last failure logged: another kind is logged at once.
-    last_logged_kind: Option<&'static str>,
+    /// Failures are logged at most every 30 s per kind (a new kind at once), and the first
+    /// after a success at once.
+    log: LogLimiter,
+    /// Failures since the last one logged.
     unlogged: u64,
     succeeded_once: bool,
 }
@@ -153,7 +153,7 @@ impl ExportState {
             tracing::info!(sink = SINK, "First OTLP export succeeded.");
         }
         self.succeeded_once = true;
-        self.last_logged_kind = None;
+        self.log = LogLimiter::default();
         self.consecutive = 0;
         self.not_before = None;
         self.outage_since = None;
@@ -272,10 +272,8 @@ impl<E> CountingExporter<E> {
             .min(MAX_BACKOFF);
         s.not_before = Some(now + backoff);
         s.unlogged += 1;
-        if s.last_log.is_none_or(|t| now - t >= LOG_EVERY) || s.last_logged_kind != Some(kind) {
+        if s.log.allow(kind) {
             self.log_failure(s, e, kind, backoff, client_cert_asked);
-            s.last_log = Some(now);
-            s.last_logged_kind = Some(kind);
             s.unlogged = 0;
         }
     }

@@ -84,6 +84,35 @@ impl Shared {
     }
 }
 
+/// The callback of a float instrument: the first registered pins the snapshot for the whole
+/// collection.
+fn f64_callback(
+    s: Arc<Shared>,
+    id: MetricId,
+    first: bool,
+) -> impl Fn(&dyn AsyncInstrument<f64>) + Send + Sync + 'static {
+    move |obs| {
+        if first {
+            s.pin();
+        }
+        s.observe_f64(id, obs);
+    }
+}
+
+/// The callback of an integer instrument, as [`f64_callback`].
+fn i64_callback(
+    s: Arc<Shared>,
+    id: MetricId,
+    first: bool,
+) -> impl Fn(&dyn AsyncInstrument<i64>) + Send + Sync + 'static {
+    move |obs| {
+        if first {
+            s.pin();
+        }
+        s.observe_i64(id, obs);
+    }
+}
+
 /// One registered instrument (kept so that its callback stays registered).
 #[derive(Debug)]
 enum Instrument {
@@ -127,12 +156,7 @@ pub fn register(meter: &Meter, rx: watch::Receiver<Arc<Snapshot>>) -> Registrati
                     .f64_observable_gauge(o.name)
                     .with_unit(o.unit)
                     .with_description(m.help)
-                    .with_callback(move |obs| {
-                        if first {
-                            s.pin();
-                        }
-                        s.observe_f64(id, obs);
-                    })
+                    .with_callback(f64_callback(s, id, first))
                     .build(),
             ),
             OtelInstrument::Counter => Instrument::Counter(
@@ -140,12 +164,7 @@ pub fn register(meter: &Meter, rx: watch::Receiver<Arc<Snapshot>>) -> Registrati
                     .f64_observable_counter(o.name)
                     .with_unit(o.unit)
                     .with_description(m.help)
-                    .with_callback(move |obs| {
-                        if first {
-                            s.pin();
-                        }
-                        s.observe_f64(id, obs);
-                    })
+                    .with_callback(f64_callback(s, id, first))
                     .build(),
             ),
             OtelInstrument::UpDownCounter => Instrument::UpDown(
@@ -153,12 +172,7 @@ pub fn register(meter: &Meter, rx: watch::Receiver<Arc<Snapshot>>) -> Registrati
                     .i64_observable_up_down_counter(o.name)
                     .with_unit(o.unit)
                     .with_description(m.help)
-                    .with_callback(move |obs| {
-                        if first {
-                            s.pin();
-                        }
-                        s.observe_i64(id, obs);
-                    })
+                    .with_callback(i64_callback(s, id, first))
                     .build(),
             ),
         };
