@@ -124,7 +124,11 @@ fn main() {
                 } else {
                     let min = scores.iter().copied().fold(1.0, f64::min);
                     let mean = scores.iter().sum::<f64>() / scores.len() as f64;
-                    let missing = if scores.len() < SEEDS as usize { "*" } else { " " };
+                    let missing = if scores.len() < SEEDS as usize {
+                        "*"
+                    } else {
+                        " "
+                    };
                     row.push_str(&format!("  {min:.3} / {mean:.3}{missing} "));
                 }
                 if n == 1 {

@@ -550,10 +550,7 @@ impl OtlpConfig {
     /// `otlp.timeout` and `otlp.interval` when set, and the timeout of the standard
     /// variables; the variables the SDK reads itself are refused where it would spin or
     /// stall on them.
-    fn durations(
-        &self,
-        getenv: &impl Fn(&str) -> Option<String>,
-    ) -> Result<Durations, Invalid> {
+    fn durations(&self, getenv: &impl Fn(&str) -> Option<String>) -> Result<Durations, Invalid> {
         let timeout = match self.timeout.as_deref().map(str::trim) {
             None | Some("") => None,
             Some(t) => Some(crate::setting::duration(

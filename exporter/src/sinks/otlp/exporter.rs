@@ -3,6 +3,7 @@
 //! failed TLS handshake with a hint), and backs off while the collector keeps failing.
 
 use super::transport::{ClientCertAsked, TransportDetail};
+use crate::logging::LogLimiter;
 use crate::publish::SinkErrors;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::metrics::Temporality;
@@ -10,7 +11,6 @@ use opentelemetry_sdk::metrics::data::ResourceMetrics;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
-use crate::logging::LogLimiter;
 use std::time::{Duration, Instant};
 
 /// The `sink` label value of OTLP failures.
@@ -18,7 +18,6 @@ pub(crate) const SINK: &str = "otlp";
 
 /// Failure kinds counted in `truthscale_sink_errors_total{sink="otlp"}`.
 pub(crate) const ERROR_KINDS: [&str; 4] = ["unavailable", "timeout", "rejected", "other"];
-
 
 /// Longest pause between export attempts while the collector keeps failing.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
