@@ -1,7 +1,9 @@
 //! The one HTTP client builder. Every outgoing request (dcgm-exporter, the serving engine,
 //! Prometheus, a sidecar's `/metrics`, the API server's pod list) goes through an agent
 //! built here, with a timeout on the whole request, and every body is read with a size
-//! limit: a body over the limit is an error, never silently cut short.
+//! limit: a body over the limit is an error, never silently cut short. No agent follows a
+//! redirect: one is an error naming where it points (a redirect could take a bearer token's
+//! answer, or the answer itself, off https).
 
 use std::time::Duration;
 
@@ -20,6 +22,7 @@ fn agent_with_tls(timeout: Duration, tls: ureq::tls::TlsConfig) -> ureq::Agent {
     ureq::Agent::config_builder()
         .timeout_global(Some(timeout))
         .http_status_as_error(false)
+        .max_redirects(0)
         .tls_config(tls)
         .build()
         .into()
@@ -76,6 +79,18 @@ pub(crate) enum FetchError {
         /// The status code.
         status: u16,
     },
+    /// A redirect, which no agent follows.
+    #[error(
+        "{url} answered HTTP {status}, a redirect to {location:?}: not followed (truthscale follows no redirect; give the final URL)"
+    )]
+    Redirect {
+        /// The URL.
+        url: String,
+        /// The status code (3xx).
+        status: u16,
+        /// Where it points (`Location`), as sent.
+        location: String,
+    },
     /// The body is over the limit.
     #[error("{url}: the body is larger than the limit of {} MiB; not read", limit >> 20)]
     TooLarge {
@@ -108,7 +123,7 @@ impl FetchError {
         match self {
             FetchError::Unreachable { .. } => "unreachable",
             FetchError::Timeout { .. } => "timeout",
-            FetchError::Status { .. } => "http",
+            FetchError::Status { .. } | FetchError::Redirect { .. } => "http",
             FetchError::TooLarge { .. } => "too_large",
             FetchError::NotText { .. } => "parse",
             FetchError::Body { .. } => "io",
@@ -154,6 +169,23 @@ pub(crate) fn get_text_with(
         },
     })?;
     let status = resp.status().as_u16();
+    if (300..400).contains(&status) {
+        let location = resp
+            .headers()
+            .get("location")
+            .map(|l| {
+                String::from_utf8_lossy(l.as_bytes())
+                    .chars()
+                    .take(200)
+                    .collect()
+            })
+            .unwrap_or_default();
+        return Err(FetchError::Redirect {
+            url: url.to_string(),
+            status,
+            location,
+        });
+    }
     if status != 200 {
         return Err(FetchError::Status {
             url: url.to_string(),
@@ -183,4 +215,61 @@ pub(crate) fn get_text_with(
         url: url.to_string(),
         at: e.utf8_error().valid_up_to(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read as _, Write as _};
+    use std::net::TcpListener;
+
+    /// A server that answers every connection with `answer`, counting connections.
+    fn serve(answer: String) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let s = std::sync::Arc::clone(&seen);
+        std::thread::spawn(move || {
+            for c in l.incoming() {
+                let Ok(mut c) = c else { return };
+                s.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut buf = [0u8; 4096];
+                let _ = c.read(&mut buf);
+                let _ = c.write_all(answer.as_bytes());
+            }
+        });
+        (format!("http://{addr}"), seen)
+    }
+
+    /// A redirect is refused, naming where it points, and its target is never asked: the
+    /// API server's answer (sent with a bearer token) cannot be taken off https this way.
+    #[test]
+    fn a_redirect_is_not_followed() {
+        let (target, target_seen) =
+            serve("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}".into());
+        for status in [
+            "301 Moved Permanently",
+            "302 Found",
+            "307 Temporary Redirect",
+            "308 Permanent Redirect",
+        ] {
+            let (url, _) = serve(format!(
+                "HTTP/1.1 {status}\r\nLocation: {target}/api/v1/pods\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            ));
+            let e = get_text(
+                &agent(Duration::from_secs(5)),
+                &url,
+                "application/json",
+                1 << 20,
+            )
+            .unwrap_err();
+            assert!(
+                matches!(&e, FetchError::Redirect { location, .. } if location == &format!("{target}/api/v1/pods")),
+                "{status}: {e}"
+            );
+            assert_eq!(e.kind(), "http");
+            assert!(e.to_string().contains("not followed"), "{e}");
+        }
+        assert_eq!(target_seen.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
 }

@@ -577,6 +577,18 @@ impl Config {
         };
         let otlp = self.otlp.validate(env).map_err(ConfigError::from)?;
         let engine = self.engine.validate().map_err(ConfigError::from)?;
+        if let Some(e) = &engine
+            && e.timeout >= interval
+        {
+            return Err(ConfigError::Invalid {
+                key: "engine.timeout",
+                message: format!(
+                    "{:?} is not shorter than source.interval ({}): the engine is scraped on every tick",
+                    self.engine.timeout,
+                    humantime::format_duration(interval)
+                ),
+            });
+        }
         let id = &self.identity;
         let identity = match self.mode {
             Mode::Sidecar => Identity {
@@ -681,6 +693,97 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
             .collect()
+    }
+
+    /// Every key of `config defaults` that holds a duration, with its section switched on
+    /// (so that it is checked), refuses 0, a huge value and garbage, naming the key. The keys
+    /// come from the defaults themselves, so a new duration key is walked without a line here.
+    #[test]
+    fn every_duration_key_refuses_zero_huge_and_garbage() {
+        let defaults: toml::Table = toml::from_str(&Config::default().to_toml().unwrap()).unwrap();
+        // (section, key) of every string that parses as a duration, or is the empty
+        // `stale_after` (a duration left to its default).
+        let mut keys = Vec::new();
+        for (section, v) in &defaults {
+            let Some(t) = v.as_table() else { continue };
+            for (k, v) in t {
+                if let Some(text) = v.as_str()
+                    && (humantime::parse_duration(text).is_ok() || k == "stale_after")
+                {
+                    keys.push((section.clone(), k.clone()));
+                }
+            }
+        }
+        let names: Vec<String> = keys.iter().map(|(s, k)| format!("{s}.{k}")).collect();
+        for expected in [
+            "source.interval",
+            "source.stale_after",
+            "source.sample_every",
+            "http.request_timeout",
+            "engine.timeout",
+            "sidecar.timeout",
+            "node.timeout",
+            "node.pod_labels_refresh",
+        ] {
+            assert!(
+                names.iter().any(|n| n == expected),
+                "{expected} in {names:?}"
+            );
+        }
+        let in_cluster = env(&[
+            ("POD_NAME", "p"),
+            ("POD_NAMESPACE", "ns"),
+            ("NODE_NAME", "n1"),
+            ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
+            ("KUBERNETES_SERVICE_PORT", "443"),
+        ]);
+        for ((section, key), name) in keys.iter().zip(&names) {
+            for bad in ["0s", "100y", "soon"] {
+                let mut t = defaults.clone();
+                let on = |t: &mut toml::Table, s: &str, k: &str, v: toml::Value| {
+                    t.entry(s)
+                        .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+                        .as_table_mut()
+                        .unwrap()
+                        .insert(k.into(), v);
+                };
+                match section.as_str() {
+                    "engine" => on(&mut t, "engine", "enabled", true.into()),
+                    "sidecar" => on(&mut t, "sidecar", "pod_resources", true.into()),
+                    "node" => {
+                        t.insert("mode".into(), "node".into());
+                        on(&mut t, "node", "pod_labels", vec!["team"].into());
+                    }
+                    _ => {}
+                }
+                on(&mut t, section, key, bad.into());
+                let c: Config = toml::from_str(&toml::to_string(&t).unwrap())
+                    .unwrap_or_else(|e| panic!("{name} = {bad:?}: {e}"));
+                match c.validate(&in_cluster) {
+                    Err(ConfigError::Invalid { key: k, message }) => {
+                        assert_eq!(k, name.as_str(), "{name} = {bad:?}: {message}");
+                    }
+                    other => panic!("{name} = {bad:?} was not refused naming it: {other:?}"),
+                }
+            }
+        }
+    }
+
+    /// The engine is scraped on every tick: a timeout as long as the interval is refused.
+    #[test]
+    fn engine_timeout_is_shorter_than_the_interval() {
+        let mut c = Config::default();
+        c.engine.enabled = true;
+        c.engine.timeout = "1s".into();
+        match c.validate(&[]) {
+            Err(ConfigError::Invalid { key, message }) => {
+                assert_eq!(key, "engine.timeout");
+                assert!(message.contains("source.interval"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        c.engine.timeout = "900ms".into();
+        assert!(c.validate(&[]).is_ok());
     }
 
     #[test]

@@ -23,7 +23,8 @@ pub struct EngineConfig {
     pub enabled: bool,
     /// The engine's Prometheus endpoint.
     pub url: String,
-    /// Timeout of one scrape (kept short: it runs on the sampler thread).
+    /// Timeout of one scrape (10ms..=10s, and shorter than `source.interval`: it runs on the
+    /// sampler thread once per tick).
     pub timeout: String,
     /// The model's parameter count (e.g. 8e9), for MFU and MBU.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -71,12 +72,12 @@ impl EngineConfig {
                 format!("{:?} is not an http:// or https:// URL", self.url),
             ));
         }
-        let timeout = humantime::parse_duration(self.timeout.trim()).map_err(|e| {
-            Invalid::new(
-                "engine.timeout",
-                format!("{:?} is not a duration ({e})", self.timeout),
-            )
-        })?;
+        let timeout = crate::setting::duration(
+            "engine.timeout",
+            &self.timeout,
+            TIMEOUT_RANGE.0,
+            TIMEOUT_RANGE.1,
+        )?;
         let model = match (self.model_params, &self.model_dtype) {
             (None, None) => None,
             (Some(p), Some(d)) => {
@@ -114,6 +115,11 @@ impl EngineConfig {
         }))
     }
 }
+
+/// `engine.timeout`'s range: the scrape runs on the sampler's thread once per tick, so it is
+/// also refused when not shorter than `source.interval`.
+pub(crate) const TIMEOUT_RANGE: (Duration, Duration) =
+    (Duration::from_millis(10), Duration::from_secs(10));
 
 /// Scrapes one engine, keeping the previous reading for rates.
 #[derive(Debug)]

@@ -194,6 +194,7 @@ pub(super) fn decode<T: DeserializeOwned>(
         let hint = match status {
             401 | 403 => " (check --bearer-token-file or --basic-auth)",
             404 => " (is this the Prometheus base URL?)",
+            300..=399 => " (a redirect, which truthscale does not follow: give the final URL)",
             _ => "",
         };
         let reason = ureq::http::StatusCode::from_u16(status)

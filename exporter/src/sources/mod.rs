@@ -283,7 +283,9 @@ impl From<crate::client::FetchError> for SourceError {
         match e {
             FetchError::Unreachable { .. } => SourceError::Unreachable(e.to_string()),
             FetchError::Timeout { .. } => SourceError::Timeout(e.to_string()),
-            FetchError::Status { .. } => SourceError::Http(e.to_string()),
+            FetchError::Status { .. } | FetchError::Redirect { .. } => {
+                SourceError::Http(e.to_string())
+            }
             FetchError::TooLarge { .. } => SourceError::TooLarge(e.to_string()),
             FetchError::NotText { .. } => SourceError::Parse(e.to_string()),
             FetchError::Body { .. } => SourceError::Io(e.to_string()),
