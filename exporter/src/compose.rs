@@ -83,6 +83,7 @@ fn stages(settings: &Settings, api: Option<ApiServer>) -> Vec<Box<dyn Stage>> {
         stages.push(Box::new(NodeAttribution::new(
             Kubelet::new(n.kubelet()),
             n.proc_root.clone(),
+            settings.interval,
         )));
         if let Some(api) = api {
             stages.push(Box::new(PodLabels::start(api)));
@@ -103,6 +104,7 @@ fn stages(settings: &Settings, api: Option<ApiServer>) -> Vec<Box<dyn Stage>> {
         stages.push(Box::new(OwnPod::new(
             Kubelet::for_pod(p.kubelet, &p.pod, &p.namespace),
             own,
+            settings.interval,
         )));
     }
     if let Some(e) = settings.engine.clone() {

@@ -578,12 +578,12 @@ impl Config {
         let otlp = self.otlp.validate(env).map_err(ConfigError::from)?;
         let engine = self.engine.validate().map_err(ConfigError::from)?;
         if let Some(e) = &engine
-            && e.timeout >= interval
+            && e.timeout > interval
         {
             return Err(ConfigError::Invalid {
                 key: "engine.timeout",
                 message: format!(
-                    "{:?} is not shorter than source.interval ({}): the engine is scraped on every tick",
+                    "{:?} is longer than source.interval ({}): the engine is scraped on every tick",
                     self.engine.timeout,
                     humantime::format_duration(interval)
                 ),
@@ -769,12 +769,12 @@ mod tests {
         }
     }
 
-    /// The engine is scraped on every tick: a timeout as long as the interval is refused.
+    /// The engine is scraped on every tick: a timeout longer than the interval is refused.
     #[test]
     fn engine_timeout_is_shorter_than_the_interval() {
         let mut c = Config::default();
         c.engine.enabled = true;
-        c.engine.timeout = "1s".into();
+        c.engine.timeout = "1100ms".into();
         match c.validate(&[]) {
             Err(ConfigError::Invalid { key, message }) => {
                 assert_eq!(key, "engine.timeout");
@@ -782,7 +782,7 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        c.engine.timeout = "900ms".into();
+        c.engine.timeout = "1s".into();
         assert!(c.validate(&[]).is_ok());
     }
 

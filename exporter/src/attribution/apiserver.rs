@@ -20,11 +20,10 @@ use crate::client::{FetchError, get_text_with};
 use crate::setting::Invalid;
 use crate::sources::{BuildError, Produced, SourceError};
 use serde::Deserialize;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError, mpsc};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
 /// The `source` label of the API server reader's health.
 pub(crate) const SOURCE: &str = "apiserver";
@@ -317,6 +316,13 @@ pub(crate) struct ApiServer {
     url: String,
 }
 
+impl ApiServer {
+    /// How often the pod list is read (`node.pod_labels_refresh`).
+    pub(crate) fn refresh(&self) -> Duration {
+        self.settings.refresh
+    }
+}
+
 impl std::fmt::Debug for ApiServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ApiServer")
@@ -410,113 +416,6 @@ fn read_token(settings: &PodLabelSettings) -> Result<String, String> {
         ));
     }
     Ok(token.to_string())
-}
-
-#[derive(Debug, Default)]
-struct Shared {
-    last: Option<(Arc<PodLabels>, Instant)>,
-    errors: BTreeMap<String, u64>,
-}
-
-/// The reader's thread and what it last read. Dropping it stops the thread (after the
-/// request in flight, which has a timeout).
-#[derive(Debug)]
-pub(crate) struct PodLabelReader {
-    shared: Arc<Mutex<Shared>>,
-    keep_for: Duration,
-    stop: Option<mpsc::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl PodLabelReader {
-    /// Start reading now and then every refresh period.
-    #[must_use]
-    pub(crate) fn start(api: ApiServer) -> PodLabelReader {
-        let shared = Arc::new(Mutex::new(Shared::default()));
-        let keep_for = api.settings.refresh * 3;
-        let (stop, stopped) = mpsc::channel();
-        let s = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name("truthscale-pod-labels".into())
-            .spawn(move || refresh_loop(&api, &s, &stopped))
-            .ok();
-        if thread.is_none() {
-            tracing::error!(
-                "Could not start the pod-label reader's thread; allocation info is exported without pod labels."
-            );
-        }
-        PodLabelReader {
-            shared,
-            keep_for,
-            stop: Some(stop),
-            thread,
-        }
-    }
-
-    /// The last answer while it is younger than three refresh periods (`None` otherwise,
-    /// which is also when the reader counts as down), and the errors so far by kind.
-    #[must_use]
-    pub(crate) fn current(&self) -> (Option<Arc<PodLabels>>, BTreeMap<String, u64>) {
-        let s = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
-        let labels = s
-            .last
-            .as_ref()
-            .filter(|(_, at)| at.elapsed() <= self.keep_for)
-            .map(|(l, _)| Arc::clone(l));
-        (labels, s.errors.clone())
-    }
-}
-
-impl Drop for PodLabelReader {
-    fn drop(&mut self) {
-        self.stop.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn refresh_loop(api: &ApiServer, shared: &Mutex<Shared>, stop: &mpsc::Receiver<()>) {
-    let mut log = crate::logging::LogLimiter::default();
-    let mut failing = false;
-    loop {
-        match api.list() {
-            Ok(labels) => {
-                if failing {
-                    tracing::info!(
-                        source = SOURCE,
-                        pods = labels.pods(),
-                        "Reading pod labels from the API server again."
-                    );
-                }
-                failing = false;
-                shared.lock().unwrap_or_else(PoisonError::into_inner).last =
-                    Some((Arc::new(labels), Instant::now()));
-            }
-            Err(e) => {
-                failing = true;
-                *shared
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .errors
-                    .entry(e.kind().to_string())
-                    .or_default() += 1;
-                let kind = e.kind();
-                if log.allow(kind) {
-                    tracing::warn!(
-                        source = SOURCE,
-                        kind,
-                        error = %e,
-                        "Cannot read pod labels from the API server; allocation info is exported without them (the last answer is kept for three refresh periods; counted in truthscale_source_errors_total{{source=\"apiserver\"}}; repeats logged every 30 s)."
-                    );
-                }
-            }
-        }
-        match stop.recv_timeout(api.settings.refresh) {
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -22,7 +22,6 @@ use super::allocations::Allocations;
 use super::config::KubeletSettings;
 use crate::sources::SourceError;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 /// The code generated from `proto/kubelet/podresources/v1/api.proto`.
 #[allow(
@@ -52,7 +51,12 @@ enum Request {
     },
 }
 
-/// A PodResources client on the kubelet's socket, with its own small runtime (the sampler
+/// The largest answer read from the kubelet: 4 times tonic's default of 4 MiB, which a
+/// node with thousands of containers (DRA claims, topology, memory) can pass; a larger
+/// answer is counted as `too_large`, and the last answer is kept for the stale period.
+pub(crate) const MAX_ANSWER: usize = 16 << 20;
+
+/// A PodResources client on the kubelet's socket, with its own small runtime (the reading
 /// thread is synchronous).
 pub(crate) struct Kubelet {
     settings: KubeletSettings,
@@ -61,7 +65,6 @@ pub(crate) struct Kubelet {
     client: Option<
         proto::pod_resources_lister_client::PodResourcesListerClient<tonic::transport::Channel>,
     >,
-    last: Option<(Allocations, Instant)>,
 }
 
 impl std::fmt::Debug for Kubelet {
@@ -103,30 +106,7 @@ impl Kubelet {
             request,
             runtime,
             client: None,
-            last: None,
         }
-    }
-
-    /// `List()`: the allocations now.
-    ///
-    /// # Errors
-    /// The socket is missing or refuses (`unreachable`), does not answer in time
-    /// (`timeout`), or answers with an error status (`http`).
-    pub(crate) fn list(&mut self) -> Result<Allocations, SourceError> {
-        self.call(&Request::List)
-    }
-
-    /// `Get(pod, namespace)`: the allocations of that one pod now.
-    ///
-    /// # Errors
-    /// As [`Kubelet::list`], and `unsupported` when the kubelet does not serve `Get`
-    /// (Kubernetes before 1.27, or the feature gate `KubeletPodResourcesGet` off); a pod
-    /// the kubelet does not know is `http`.
-    pub(crate) fn get(&mut self, pod: &str, namespace: &str) -> Result<Allocations, SourceError> {
-        self.call(&Request::Get {
-            pod: pod.to_string(),
-            namespace: namespace.to_string(),
-        })
     }
 
     fn call(&mut self, request: &Request) -> Result<Allocations, SourceError> {
@@ -172,7 +152,10 @@ impl Kubelet {
                         source_text(&e)
                     ))
                 })?;
-                *client = Some(proto::pod_resources_lister_client::PodResourcesListerClient::new(channel));
+                *client = Some(
+                    proto::pod_resources_lister_client::PodResourcesListerClient::new(channel)
+                        .max_decoding_message_size(MAX_ANSWER),
+                );
             }
             let Some(c) = client.as_mut() else {
                 return Err(SourceError::Io("no kubelet client".into()));
@@ -213,11 +196,10 @@ impl Kubelet {
             }
         });
         match answer {
-            Ok(r) => {
-                let a = Allocations::from_response(&r, &self.settings.resource_names);
-                self.last = Some((a.clone(), Instant::now()));
-                Ok(a)
-            }
+            Ok(r) => Ok(Allocations::from_response(
+                &r,
+                &self.settings.resource_names,
+            )),
             Err(e) => {
                 // Reconnect next time.
                 self.client = None;
@@ -226,29 +208,18 @@ impl Kubelet {
         }
     }
 
-    /// The allocations to attribute with: this tick's answer (to `List`, or to `Get` for
-    /// [`Kubelet::for_pod`]), else the last one while it is younger than `stale_after` (one
-    /// slow answer does not flap every series' labels); `None` when neither, which is also
-    /// when the kubelet counts as down.
-    pub(crate) fn current(
-        &mut self,
-        stale_after: Duration,
-    ) -> (Option<Allocations>, Option<SourceError>) {
-        let now = match self.request.clone() {
-            Request::List => self.list(),
-            Request::Get { pod, namespace } => self.get(&pod, &namespace),
-        };
-        match now {
-            Ok(a) => (Some(a), None),
-            Err(e) => {
-                let last = self
-                    .last
-                    .as_ref()
-                    .filter(|(_, at)| at.elapsed() <= stale_after)
-                    .map(|(a, _)| a.clone());
-                (last, Some(e))
-            }
-        }
+    /// What this client is made to ask, now: `List()` (node mode), or `Get(pod, namespace)`
+    /// for [`Kubelet::for_pod`].
+    ///
+    /// # Errors
+    /// The socket is missing or refuses (`unreachable`), does not answer in time
+    /// (`timeout`), answers with an error status (`http`) or more than [`MAX_ANSWER`]
+    /// (`too_large`); `unsupported` when the kubelet does not serve `Get` (Kubernetes before
+    /// 1.27, or the feature gate `KubeletPodResourcesGet` off); a pod the kubelet does not
+    /// know is `http`.
+    pub(crate) fn read(&mut self) -> Result<Allocations, SourceError> {
+        let request = self.request.clone();
+        self.call(&request)
     }
 }
 
@@ -263,6 +234,12 @@ fn status_error(socket: &Path, request: &Request, status: &tonic::Status) -> Sou
     match (status.code(), request) {
         (tonic::Code::DeadlineExceeded, _) => {
             SourceError::Timeout(format!("kubelet {socket}: {message}"))
+        }
+        (tonic::Code::OutOfRange, _) if message.contains("too large") => {
+            SourceError::TooLarge(format!(
+                "kubelet {socket}: the {method} answer is larger than the {} MiB truthscale reads ({message}); the last answer is used for the stale period",
+                MAX_ANSWER >> 20
+            ))
         }
         (tonic::Code::Unavailable, _) => {
             SourceError::Unreachable(format!("kubelet {socket}: {message}"))
@@ -315,6 +292,7 @@ mod tests {
     use crate::sources::Produced;
     use proto::*;
     use std::path::PathBuf;
+    use std::time::Duration;
     use truthscale_core::model::{EntityId, MigId};
     use truthscale_core::model::{EntitySample, PodRef};
 
@@ -558,6 +536,15 @@ mod tests {
             kind(&get, tonic::Status::deadline_exceeded("slow")).kind(),
             "timeout"
         );
+        // Over the decoding limit (tonic's own status): too large, naming the limit.
+        let e = kind(
+            &Request::List,
+            tonic::Status::out_of_range(format!(
+                "Error, decoded message length too large: found 20000000 bytes, the limit is: {MAX_ANSWER} bytes"
+            )),
+        );
+        assert_eq!(e.kind(), "too_large");
+        assert!(e.to_string().contains("16 MiB"), "{e}");
         // `List` unimplemented is not the missing `Get`.
         assert_eq!(
             kind(&Request::List, tonic::Status::unimplemented("?")).kind(),

@@ -16,35 +16,74 @@ pub(crate) mod apiserver;
 pub mod config;
 pub mod kubelet;
 
-use crate::pipeline::{Health, LogLimiter, Stage, Tick};
-use apiserver::{ApiServer, PodLabelReader};
+use crate::pipeline::{Background, Health, LogLimiter, Stage, Tick};
+use crate::sources::SourceError;
+use allocations::Allocations;
+use apiserver::ApiServer;
 use kubelet::Kubelet;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 use truthscale_core::exposition::SourceHealth;
 use truthscale_core::model::PodRef;
 
 /// The `source` label of the kubelet's health.
 pub(crate) const KUBELET: &str = "kubelet";
 
-/// Node mode: every entity attributed from the kubelet's `List` answer.
+/// Node mode: every entity attributed from the kubelet's `List` answer, read every interval
+/// on a thread of its own (a slow or hung kubelet never slows sampling).
 #[derive(Debug)]
 pub(crate) struct NodeAttribution {
-    kubelet: Kubelet,
+    reader: Background<Allocations>,
     proc_root: PathBuf,
+    /// Up, and the reader's failures by kind, as of this tick.
     health: Health,
-    log: LogLimiter,
+    /// Failures the pipeline counted against this stage (overruns).
+    own: BTreeMap<String, u64>,
 }
 
 impl NodeAttribution {
-    /// Attribution from `kubelet`, reading processes' cgroups under `proc_root`.
+    /// Attribution from `kubelet`, read every `every`, reading processes' cgroups under
+    /// `proc_root`.
     #[must_use]
-    pub(crate) fn new(kubelet: Kubelet, proc_root: PathBuf) -> NodeAttribution {
+    pub(crate) fn new(
+        mut kubelet: Kubelet,
+        proc_root: PathBuf,
+        every: Duration,
+    ) -> NodeAttribution {
+        let mut log = LogLimiter::default();
+        let mut failing = false;
+        let reader = Background::start(
+            "truthscale-kubelet",
+            every,
+            move || kubelet.read(),
+            move |answer| match answer {
+                Ok(_) => {
+                    if std::mem::take(&mut failing) {
+                        tracing::info!(
+                            source = KUBELET,
+                            "Reading the kubelet's pod resources again."
+                        );
+                    }
+                }
+                Err(e) => {
+                    failing = true;
+                    if log.allow(e.kind()) {
+                        tracing::warn!(
+                            source = KUBELET,
+                            kind = e.kind(),
+                            error = %e,
+                            "Cannot read the kubelet's pod resources; the last answer is used for the stale period, then GPUs are exported without pod attribution until it answers (counted in truthscale_source_errors_total{{source=\"kubelet\"}}; repeats logged every 30 s)."
+                        );
+                    }
+                }
+            },
+        );
         NodeAttribution {
-            kubelet,
+            reader,
             proc_root,
             health: Health::default(),
-            log: LogLimiter::default(),
+            own: BTreeMap::new(),
         }
     }
 }
@@ -55,30 +94,22 @@ impl Stage for NodeAttribution {
     }
 
     fn apply(&mut self, tick: &mut Tick<'_>) {
-        let (allocations, error) = self.kubelet.current(tick.stale_after);
-        if let Some(e) = error {
-            self.health.count(e.kind());
-            if self.log.allow(KUBELET) {
-                tracing::warn!(
-                    source = KUBELET,
-                    kind = e.kind(),
-                    error = %e,
-                    "Cannot read the kubelet's pod resources; GPUs are exported without pod attribution until it answers (counted in truthscale_source_errors_total{{source=\"kubelet\"}}; repeats logged every 30 s)."
-                );
-            }
-        }
-        self.health.up = allocations.is_some();
+        let (allocations, errors) = self.reader.current(tick.stale_after);
+        self.health = Health {
+            up: allocations.is_some(),
+            errors,
+        };
         if let Some(a) = allocations {
             a.attribute(tick.produced, &self.proc_root);
         }
     }
 
     fn health(&self) -> SourceHealth {
-        self.health.report(KUBELET)
+        with_own(self.health.report(KUBELET), &self.own)
     }
 
     fn count(&mut self, kind: &str) {
-        self.health.count(kind);
+        *self.own.entry(kind.to_string()).or_default() += 1;
     }
 
     fn attributes(&self) -> bool {
@@ -86,22 +117,63 @@ impl Stage for NodeAttribution {
     }
 }
 
-/// Node mode's pod labels: the reader's last answer (never read on the sampler's thread).
+/// A reader's health with the failures the pipeline counted against its stage added.
+fn with_own(mut h: SourceHealth, own: &BTreeMap<String, u64>) -> SourceHealth {
+    for (kind, n) in own {
+        *h.errors.entry(kind.clone()).or_default() += n;
+    }
+    h
+}
+
+/// Node mode's pod labels: the pod list read every refresh period on a thread of its own
+/// (never on the sampler's thread); the last answer is used for three refresh periods.
 #[derive(Debug)]
 pub(crate) struct PodLabels {
-    reader: PodLabelReader,
-    /// The reader's health, replaced on every tick.
+    reader: Background<apiserver::PodLabels>,
+    keep_for: Duration,
+    /// The reader's health as of this tick.
     health: Health,
     /// Failures the pipeline counted against this stage (overruns).
     own: BTreeMap<String, u64>,
 }
 
 impl PodLabels {
-    /// Start reading labels from `api` on a thread of its own.
+    /// Start reading labels from `api`.
     #[must_use]
     pub(crate) fn start(api: ApiServer) -> PodLabels {
+        let every = api.refresh();
+        let mut log = LogLimiter::default();
+        let mut failing = false;
+        let reader = Background::start(
+            "truthscale-pod-labels",
+            every,
+            move || api.list(),
+            move |answer| match answer {
+                Ok(labels) => {
+                    if std::mem::take(&mut failing) {
+                        tracing::info!(
+                            source = apiserver::SOURCE,
+                            pods = labels.pods(),
+                            "Reading pod labels from the API server again."
+                        );
+                    }
+                }
+                Err(e) => {
+                    failing = true;
+                    if log.allow(e.kind()) {
+                        tracing::warn!(
+                            source = apiserver::SOURCE,
+                            kind = e.kind(),
+                            error = %e,
+                            "Cannot read pod labels from the API server; allocation info is exported without them (the last answer is kept for three refresh periods; counted in truthscale_source_errors_total{{source=\"apiserver\"}}; repeats logged every 30 s)."
+                        );
+                    }
+                }
+            },
+        );
         PodLabels {
-            reader: PodLabelReader::start(api),
+            reader,
+            keep_for: every * 3,
             health: Health::default(),
             own: BTreeMap::new(),
         }
@@ -114,7 +186,7 @@ impl Stage for PodLabels {
     }
 
     fn apply(&mut self, tick: &mut Tick<'_>) {
-        let (labels, errors) = self.reader.current();
+        let (labels, errors) = self.reader.current(self.keep_for);
         if let Some(l) = &labels {
             l.apply(tick.produced);
         }
@@ -125,11 +197,7 @@ impl Stage for PodLabels {
     }
 
     fn health(&self) -> SourceHealth {
-        let mut h = self.health.report(apiserver::SOURCE);
-        for (kind, n) in &self.own {
-            *h.errors.entry(kind.clone()).or_default() += n;
-        }
-        h
+        with_own(self.health.report(apiserver::SOURCE), &self.own)
     }
 
     fn count(&mut self, kind: &str) {
@@ -141,57 +209,60 @@ impl Stage for PodLabels {
 /// which of the GPUs this container sees are the pod's. Only those take the pod's labels
 /// (from the answer); the others are exported without any. While no answer is known (the
 /// kubelet unreadable, or without `Get`), every GPU takes this pod's identity, as without the
-/// setting. The GPUs the pod holds are handed on ([`Tick::held`]).
+/// setting. The GPUs the pod holds are handed on ([`Tick::held`]). The kubelet is read every
+/// interval on a thread of its own.
 #[derive(Debug)]
 pub(crate) struct OwnPod {
-    kubelet: Kubelet,
+    reader: Background<Allocations>,
     /// This pod's identity (`identity.*`, the Downward API): the labels of every GPU while
     /// the kubelet's answer is not known.
     own: PodRef,
     health: Health,
-    log: LogLimiter,
-    /// Whether "the kubelet does not serve Get" was logged since the last answer.
-    told_unsupported: bool,
+    /// Failures the pipeline counted against this stage (overruns).
+    counted: BTreeMap<String, u64>,
 }
 
 impl OwnPod {
-    /// This pod's attribution from `kubelet` (made for this pod), `own` while unknown.
+    /// This pod's attribution from `kubelet` (made for this pod), read every `every`; `own`
+    /// while unknown.
     #[must_use]
-    pub(crate) fn new(kubelet: Kubelet, own: PodRef) -> OwnPod {
+    pub(crate) fn new(mut kubelet: Kubelet, own: PodRef, every: Duration) -> OwnPod {
+        let mut log = LogLimiter::default();
+        // Whether "the kubelet does not serve Get" was logged since the last answer.
+        let mut told_unsupported = false;
+        let reader = Background::start(
+            "truthscale-kubelet",
+            every,
+            move || kubelet.read(),
+            move |answer| match answer {
+                Ok(_) => told_unsupported = false,
+                Err(e @ SourceError::Unsupported(_)) => {
+                    if !std::mem::replace(&mut told_unsupported, true) {
+                        tracing::warn!(
+                            source = KUBELET,
+                            kind = e.kind(),
+                            error = %e,
+                            "The kubelet does not serve Get (Kubernetes before 1.27, or the feature gate KubeletPodResourcesGet off, its default before 1.34); GPUs stay labelled with this pod, as without sidecar.pod_resources (counted in truthscale_source_errors_total{{source=\"kubelet\",kind=\"unsupported\"}}; logged once)."
+                        );
+                    }
+                }
+                Err(e) => {
+                    if log.allow(KUBELET) {
+                        tracing::warn!(
+                            source = KUBELET,
+                            kind = e.kind(),
+                            error = %e,
+                            "Cannot read this pod's resources from the kubelet; the last answer is used for up to the stale period, then every GPU this container sees is labelled with this pod, as without sidecar.pod_resources, until it answers (counted in truthscale_source_errors_total{{source=\"kubelet\"}}; repeats logged every 30 s)."
+                        );
+                    }
+                }
+            },
+        );
         OwnPod {
-            kubelet,
+            reader,
             own,
             health: Health::default(),
-            log: LogLimiter::default(),
-            told_unsupported: false,
-        }
-    }
-
-    fn log(&mut self, error: Option<&crate::sources::SourceError>) {
-        use crate::sources::SourceError;
-        match error {
-            None => self.told_unsupported = false,
-            Some(e @ SourceError::Unsupported(_)) => {
-                if !self.told_unsupported {
-                    self.told_unsupported = true;
-                    tracing::warn!(
-                        source = KUBELET,
-                        kind = e.kind(),
-                        error = %e,
-                        "The kubelet does not serve Get (Kubernetes before 1.27, or the feature gate KubeletPodResourcesGet off, its default before 1.34); GPUs stay labelled with this pod, as without sidecar.pod_resources (counted in truthscale_source_errors_total{{source=\"kubelet\",kind=\"unsupported\"}}; logged once)."
-                    );
-                }
-            }
-            Some(e) => {
-                if self.log.allow(KUBELET) {
-                    tracing::warn!(
-                        source = KUBELET,
-                        kind = e.kind(),
-                        error = %e,
-                        "Cannot read this pod's resources from the kubelet; the last answer is used for up to the stale period, then every GPU this container sees is labelled with this pod, as without sidecar.pod_resources, until it answers (counted in truthscale_source_errors_total{{source=\"kubelet\"}}; repeats logged every 30 s)."
-                    );
-                }
-            }
+            counted: BTreeMap::new(),
         }
     }
 }
@@ -202,12 +273,11 @@ impl Stage for OwnPod {
     }
 
     fn apply(&mut self, tick: &mut Tick<'_>) {
-        let (allocations, error) = self.kubelet.current(tick.stale_after);
-        self.log(error.as_ref());
-        if let Some(e) = error {
-            self.health.count(e.kind());
-        }
-        self.health.up = allocations.is_some();
+        let (allocations, errors) = self.reader.current(tick.stale_after);
+        self.health = Health {
+            up: allocations.is_some(),
+            errors,
+        };
         match &allocations {
             Some(a) => {
                 a.attribute_own(tick.produced);
@@ -235,11 +305,11 @@ impl Stage for OwnPod {
     }
 
     fn health(&self) -> SourceHealth {
-        self.health.report(KUBELET)
+        with_own(self.health.report(KUBELET), &self.counted)
     }
 
     fn count(&mut self, kind: &str) {
-        self.health.count(kind);
+        *self.counted.entry(kind.to_string()).or_default() += 1;
     }
 
     fn attributes(&self) -> bool {

@@ -23,7 +23,7 @@ pub struct EngineConfig {
     pub enabled: bool,
     /// The engine's Prometheus endpoint.
     pub url: String,
-    /// Timeout of one scrape (10ms..=10s, and shorter than `source.interval`: it runs on the
+    /// Timeout of one scrape (10ms..=10s, and at most `source.interval`: it runs on the
     /// sampler thread once per tick).
     pub timeout: String,
     /// The model's parameter count (e.g. 8e9), for MFU and MBU.
@@ -117,7 +117,7 @@ impl EngineConfig {
 }
 
 /// `engine.timeout`'s range: the scrape runs on the sampler's thread once per tick, so it is
-/// also refused when not shorter than `source.interval`.
+/// also refused when longer than `source.interval`.
 pub(crate) const TIMEOUT_RANGE: (Duration, Duration) =
     (Duration::from_millis(10), Duration::from_secs(10));
 

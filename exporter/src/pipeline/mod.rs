@@ -12,10 +12,12 @@
 //! built source and built stages (the composition root, `compose`, builds them from the
 //! settings).
 
+mod background;
 mod served;
 mod stage;
 
 pub(crate) use crate::logging::LogLimiter;
+pub(crate) use background::Background;
 pub(crate) use stage::{Health, Stage, Tick};
 
 use crate::publish::{Published, Publisher, SinkErrors, Snapshot, VERSION};

@@ -207,6 +207,66 @@ fn a_slow_kubelet_is_a_timeout() {
     }
 }
 
+/// A hung kubelet never slows sampling: its calls (2 s timeout, longer than the 500 ms
+/// interval) run on a thread of their own, so ticks keep their cadence and no overrun is
+/// counted, neither against the GPU source nor against the kubelet.
+#[test]
+fn a_hung_kubelet_does_not_slow_sampling() {
+    let dir = TempDir::new("node-hung");
+    let socket = dir.path().join("kubelet.sock");
+    let state = State::default();
+    *state.delay.lock().unwrap() = Duration::from_secs(5);
+    let _kubelet = Kubelet::start(&socket, state);
+    let socket_text = socket.display().to_string();
+    let sidecar = Sidecar::start(
+        &[
+            "--mode",
+            "node",
+            "--source",
+            "sim",
+            "--sim-gpus",
+            "1",
+            "--interval",
+            "500ms",
+        ],
+        &[
+            ("TRUTHSCALE_NODE__SOCKET", &socket_text),
+            ("TRUTHSCALE_NODE__TIMEOUT", "2s"),
+        ],
+        dir.path(),
+    );
+    let m = sidecar.wait_for(WAIT, "two kubelet timeouts", |m| {
+        value(
+            m,
+            "truthscale_source_errors_total",
+            &[("source", "kubelet"), ("kind", "timeout")],
+        )
+        .unwrap_or(0.0)
+            >= 2.0
+    });
+    for source in ["sim", "kubelet"] {
+        assert_eq!(
+            value(
+                &m,
+                "truthscale_source_errors_total",
+                &[("source", source), ("kind", "overrun")]
+            ),
+            None,
+            "{source}: an overrun was counted"
+        );
+    }
+    let took = value(&m, "truthscale_sample_duration_seconds", &[]).expect("sample duration");
+    assert!(took < 0.25, "a tick took {took} s with the kubelet hung");
+    assert_eq!(
+        value(&m, "truthscale_source_up", &[("source", "kubelet")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        m.iter().filter(|s| s.name == "truthscale_gpu_info").count(),
+        1
+    );
+}
+
 /// A source whose answer does not change between ticks (dcgm-exporter collects every 30 s by
 /// default, and is read every interval) reports its GPU as unchanged, under the key it names
 /// it by: the attributed GPU stays up, under its pod, over several stale periods.
