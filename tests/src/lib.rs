@@ -42,7 +42,27 @@ pub fn truthscale() -> &'static Path {
 #[must_use]
 pub fn cargo_build(args: &[&str]) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
+    let mut cmd = Command::new(cargo);
+    // The variables cargo sets for this test process describe the test crate, not the build:
+    // a build script that reads one (ring's reads CARGO_MANIFEST_DIR) would otherwise see it
+    // change between this build and the test runner's, and rebuild half the tree each time.
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if [
+            "CARGO_MANIFEST_",
+            "CARGO_PKG_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+            "CARGO_PRIMARY_PACKAGE",
+            "CARGO_TARGET_TMPDIR",
+        ]
+        .iter()
+        .any(|p| k.starts_with(p))
+        {
+            cmd.env_remove(&*k);
+        }
+    }
+    let status = cmd
         .args(["build", "--quiet"])
         .args(args)
         .current_dir(workspace())

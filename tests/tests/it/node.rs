@@ -267,6 +267,59 @@ fn a_hung_kubelet_does_not_slow_sampling() {
     );
 }
 
+/// A big node's answer over tonic's default 4 MiB decoding limit (here about 6 MiB: 50 000
+/// pods) is read, and the GPU attributed; it used to fail every `List` as `http`.
+#[test]
+fn a_kubelet_answer_over_4_mib_is_read() {
+    let dir = TempDir::new("node-big-answer");
+    let socket = dir.path().join("kubelet.sock");
+    let state = State::default();
+    let mut pods = vec![pod("train-0", "ml", "cuda", "nvidia.com/gpu", &["0"])];
+    for i in 0..50_000 {
+        let name = format!("padding-pod-with-a-long-generated-name-{i:08}");
+        pods.push(pod(
+            &name,
+            "batch-namespace",
+            "worker",
+            "example.com/fpga",
+            &["fpga-0"],
+        ));
+    }
+    *state.answer.lock().unwrap() = ListPodResourcesResponse {
+        pod_resources: pods,
+    };
+    let _kubelet = Kubelet::start(&socket, state);
+    let socket_text = socket.display().to_string();
+    let sidecar = Sidecar::start(
+        &["--mode", "node", "--source", "sim", "--sim-gpus", "1"],
+        &[("TRUTHSCALE_NODE__SOCKET", &socket_text)],
+        dir.path(),
+    );
+    let m = sidecar.wait_for(WAIT, "the GPU attributed", |m| {
+        value(
+            m,
+            "truthscale_gpu_info",
+            &[("gpu", "0"), ("pod", "train-0")],
+        )
+        .is_some()
+    });
+    assert_eq!(
+        value(&m, "truthscale_source_up", &[("source", "kubelet")]),
+        Some(1.0)
+    );
+    for kind in ["http", "too_large"] {
+        assert_eq!(
+            value(
+                &m,
+                "truthscale_source_errors_total",
+                &[("source", "kubelet"), ("kind", kind)]
+            ),
+            None,
+            "{kind}"
+        );
+    }
+}
+
 /// A source whose answer does not change between ticks (dcgm-exporter collects every 30 s by
 /// default, and is read every interval) reports its GPU as unchanged, under the key it names
 /// it by: the attributed GPU stays up, under its pod, over several stale periods.
