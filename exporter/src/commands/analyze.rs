@@ -69,6 +69,18 @@ pub(crate) fn run(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Resul
         bar.finish_and_clear();
     }
     let a = result?;
+    if a.report.entities.is_empty() {
+        for e in &a.errors {
+            eprintln!("{e}");
+        }
+        bail!(
+            "{name}: no GPU readings found as {} ({} malformed and {} non-data line(s)); is it a {} capture?",
+            a.format.as_str(),
+            a.error_count,
+            a.skipped_lines,
+            a.format.as_str()
+        );
+    }
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer(&mut out, &a.report)?;

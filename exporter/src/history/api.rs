@@ -63,13 +63,55 @@ impl<'de> Deserialize<'de> for PromValue {
     }
 }
 
+/// The distinct warnings kept from the answers (Thanos and Mimir add one per partial
+/// answer; one report once collected 400 003).
+pub(super) const MAX_WARNINGS: usize = 20;
+
+/// The longest warning kept, in characters.
+const MAX_WARNING_CHARS: usize = 500;
+
+/// The answers' warnings: the first [`MAX_WARNINGS`] distinct ones (each cut to
+/// [`MAX_WARNING_CHARS`]), and how many there were in all.
+#[derive(Debug, Default)]
+pub(super) struct Warnings {
+    pub(super) kept: BTreeSet<String>,
+    /// Every warning seen, repeats included.
+    pub(super) seen: u64,
+}
+
+impl Warnings {
+    /// Take an answer's warnings.
+    pub(super) fn add(&mut self, warnings: Vec<String>) {
+        for w in warnings {
+            self.seen += 1;
+            if self.kept.len() < MAX_WARNINGS {
+                let cut: String = w.chars().take(MAX_WARNING_CHARS).collect();
+                self.kept.insert(cut);
+            }
+        }
+    }
+
+    /// The lines to print: the kept warnings, then one line for the rest.
+    pub(super) fn lines(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.kept.iter().cloned().collect();
+        let shown = self.kept.len() as u64;
+        if self.seen > shown {
+            out.push(format!(
+                "{} warnings in all from the answers ({} distinct shown above)",
+                self.seen, shown
+            ));
+        }
+        out
+    }
+}
+
 /// A blocking client for one Prometheus API base URL.
 #[derive(Debug)]
 pub(super) struct Client {
     pub(super) base: String,
     pub(super) agent: ureq::Agent,
     pub(super) authorization: Option<String>,
-    pub(super) warnings: BTreeSet<String>,
+    pub(super) warnings: Warnings,
     /// Time limit of one request, body included.
     pub(super) timeout: Duration,
     /// Requests made, time spent waiting for Prometheus' answers (until the whole body is
@@ -122,7 +164,7 @@ impl Client {
             base: base.to_owned(),
             agent,
             authorization,
-            warnings: BTreeSet::new(),
+            warnings: Warnings::default(),
             timeout,
             queries: 0,
             waiting: Duration::ZERO,
@@ -171,7 +213,7 @@ impl Client {
         drop(body);
         self.decoding += answered.elapsed();
         let (data, warnings) = decoded?;
-        self.warnings.extend(warnings);
+        self.warnings.add(warnings);
         Ok(data)
     }
 }
@@ -255,5 +297,45 @@ pub(super) fn call_error(url: &str, e: ureq::Error, timeout: Duration) -> anyhow
             humantime::format_duration(timeout)
         ),
         e => anyhow::anyhow!("{url}: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 400 000 warnings (Thanos' partial answers) are kept as at most 20 distinct lines,
+    /// each at most 500 characters, and one line that counts them all.
+    #[test]
+    fn warnings_are_capped_and_counted() {
+        let mut w = Warnings::default();
+        for answer in 0..4 {
+            w.add(
+                (0..100_000)
+                    .map(|i| format!("partial answer {answer}-{i}: {}", "x".repeat(2000)))
+                    .collect(),
+            );
+        }
+        w.add(vec!["same".into(), "same".into()]);
+        let lines = w.lines();
+        assert_eq!(lines.len(), MAX_WARNINGS + 1);
+        assert!(
+            lines[..MAX_WARNINGS]
+                .iter()
+                .all(|l| l.chars().count() <= 500)
+        );
+        assert_eq!(
+            lines[MAX_WARNINGS],
+            "400002 warnings in all from the answers (20 distinct shown above)"
+        );
+        let mut few = Warnings::default();
+        few.add(vec!["a".into(), "a".into()]);
+        assert_eq!(
+            few.lines(),
+            [
+                "a",
+                "2 warnings in all from the answers (1 distinct shown above)"
+            ]
+        );
     }
 }

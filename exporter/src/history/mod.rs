@@ -583,7 +583,7 @@ impl History {
             bar.finish_and_clear();
         }
         result?;
-        for w in &client.warnings {
+        for w in client.warnings.lines() {
             eprintln!("truthscale: warning: {}: {w}", client.base);
         }
         let summary = format!(

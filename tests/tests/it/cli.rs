@@ -1,7 +1,7 @@
 //! The `truthscale` binary end to end: real captures and simulated traces through `analyze`.
 
 use serde_json::Value;
-use truthscale_e2e::{fixture, run};
+use truthscale_e2e::{TempDir, fixture, run};
 
 fn analyze_json(path: &str, extra: &[&str]) -> Value {
     let mut args = vec!["analyze", path, "--json"];
@@ -315,4 +315,24 @@ fn analyze_refuses_input_without_line_ends() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("-:1: no line end in 64 MiB"));
+}
+
+/// `--format dcgmi-dmon` on a file of junk used to exit 0 with "no GPU readings found": no
+/// reading at all is an error, naming the file and the format.
+#[test]
+fn analyze_of_a_file_without_readings_is_an_error() {
+    let dir = TempDir::new("analyze-junk");
+    let junk = dir.path().join("junk.txt");
+    std::fs::write(&junk, "this is not a capture\nnor is this\n").unwrap();
+    let path = junk.to_str().unwrap();
+    for format in ["dcgmi-dmon", "dcgm-exporter", "jsonl"] {
+        let out = run(&["analyze", "--format", format, path]);
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{format}: {e}");
+        assert!(
+            e.contains(path) && e.contains("no GPU readings found") && e.contains(format),
+            "{format}: {e}"
+        );
+        assert!(out.stdout.is_empty(), "{format}: nothing on stdout");
+    }
 }
