@@ -235,6 +235,10 @@ impl From<Invalid> for ConfigError {
     }
 }
 
+/// The largest `max_series`: far above any node's series, below what would hide a mistake
+/// (a 309-digit value read as infinity).
+const MAX_SERIES_LIMIT: usize = 10_000_000;
+
 /// Validated settings.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -545,6 +549,12 @@ impl Config {
             });
         }
         self.source.config.check().map_err(ConfigError::from)?;
+        if self.max_series > MAX_SERIES_LIMIT {
+            return Err(ConfigError::Invalid {
+                key: "max_series",
+                message: format!("is above the maximum of {MAX_SERIES_LIMIT}"),
+            });
+        }
         if self.max_series < 100 {
             return Err(ConfigError::Invalid {
                 key: "max_series",
@@ -784,6 +794,23 @@ mod tests {
         }
         c.engine.timeout = "1s".into();
         assert!(c.validate(&[]).is_ok());
+    }
+
+    /// A 309-digit `TRUTHSCALE_MAX_SERIES` is read as infinity: refused, not a cap of 2^63.
+    #[test]
+    fn max_series_has_a_ceiling() {
+        let huge = "9".repeat(309);
+        let c = Config::load(None, &env(&[("TRUTHSCALE_MAX_SERIES", &huge)]), &[]).unwrap();
+        match c.validate(&[]) {
+            Err(ConfigError::Invalid { key, message }) => {
+                assert_eq!(key, "max_series");
+                assert!(
+                    message.contains("10000000") && !message.contains(&huge),
+                    "{message}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -24,6 +24,18 @@ impl Invalid {
     }
 }
 
+/// A value as an error message quotes it: at most 40 characters, the rest elided, so that a
+/// 309-digit number is not echoed back whole.
+pub(crate) fn shown(text: &str) -> String {
+    const MAX: usize = 40;
+    if text.chars().count() <= MAX {
+        format!("{text:?}")
+    } else {
+        let head: String = text.chars().take(MAX).collect();
+        format!("{head:?}… ({} characters)", text.chars().count())
+    }
+}
+
 /// Parse `text` (`500ms`, `1s`, `2m`) as a duration in `[min, max]`.
 ///
 /// # Errors
@@ -37,14 +49,18 @@ pub(crate) fn duration(
     let d = humantime::parse_duration(text.trim()).map_err(|e| {
         Invalid::new(
             key,
-            format!("{text:?} is not a duration ({e}); write e.g. 500ms, 1s, 2m"),
+            format!(
+                "{} is not a duration ({e}); write e.g. 500ms, 1s, 2m",
+                shown(text)
+            ),
         )
     })?;
     if d < min || d > max {
         return Err(Invalid::new(
             key,
             format!(
-                "{text:?} is outside {}..={}",
+                "{} is outside {}..={}",
+                shown(text),
                 humantime::format_duration(min),
                 humantime::format_duration(max)
             ),
@@ -65,6 +81,15 @@ pub(crate) fn duration_flag(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_value_is_not_echoed_whole() {
+        let long = format!("{}s", "9".repeat(309));
+        let e = duration("source.interval", &long, Duration::ZERO, Duration::MAX).unwrap_err();
+        assert!(e.message.len() < 260, "{}", e.message);
+        assert!(e.message.contains("(310 characters)"), "{}", e.message);
+        assert_eq!(shown("2s"), "\"2s\"");
+    }
 
     #[test]
     fn durations_have_a_range() {
