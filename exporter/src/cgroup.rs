@@ -20,12 +20,57 @@ pub(crate) struct Attribution {
     pub container_id: Option<String>,
 }
 
+/// The largest `/proc/<pid>/cgroup` read (a few hundred bytes in practice).
+pub(crate) const MAX_CGROUP_BYTES: u64 = 64 << 10;
+
+/// The largest `/proc/<pid>/environ` read (the kernel's default limit on the arguments and
+/// environment together is 2 MiB; a container's environment is a few KiB).
+pub(crate) const MAX_ENVIRON_BYTES: u64 = 1 << 20;
+
+/// Why a `/proc` file was not read.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ProcRead {
+    /// Missing, unreadable, or not a regular file (a FIFO, a device: a fake `/proc` can
+    /// hold anything).
+    Unusable,
+    /// Larger than the limit.
+    TooLarge,
+}
+
+/// Read the `/proc` file `path`: opened without blocking (a FIFO does not hang the caller),
+/// only when it is a regular file, and at most `limit` bytes (`/dev/zero` behind a symlink
+/// does not grow memory).
+///
+/// # Errors
+/// [`ProcRead`]: what made it unusable.
+pub(crate) fn read_proc_file(path: &std::path::Path, limit: u64) -> Result<Vec<u8>, ProcRead> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|_| ProcRead::Unusable)?;
+    if !f.metadata().is_ok_and(|m| m.is_file()) {
+        return Err(ProcRead::Unusable);
+    }
+    let mut out = Vec::new();
+    f.take(limit + 1)
+        .read_to_end(&mut out)
+        .map_err(|_| ProcRead::Unusable)?;
+    if out.len() as u64 > limit {
+        return Err(ProcRead::TooLarge);
+    }
+    Ok(out)
+}
+
 /// Read and parse `/proc/<pid>/cgroup`; `None` when the process is not visible or not in a
 /// Kubernetes pod.
 #[must_use]
 pub(crate) fn of_pid(pid: u32) -> Option<Attribution> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    parse(&text)
+    let path = std::path::PathBuf::from(format!("/proc/{pid}/cgroup"));
+    let bytes = read_proc_file(&path, MAX_CGROUP_BYTES).ok()?;
+    parse(std::str::from_utf8(&bytes).ok()?)
 }
 
 /// Parse the text of a `/proc/<pid>/cgroup` file (`ID:CONTROLLERS:PATH` lines, v1 or v2).
@@ -77,6 +122,58 @@ fn container_id(seg: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, Instant};
+
+    /// A fake `/proc` can hold anything: `/dev/zero` behind a symlink is refused without
+    /// reading it (it grew RSS to 22.8 GB), a FIFO without blocking (it hung the sampler),
+    /// a file over the limit as too large; a regular file under it is read.
+    #[test]
+    fn proc_files_are_read_bounded_and_never_block() {
+        let dir = std::env::temp_dir().join(format!("truthscale-proc-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let zero = dir.join("environ-zero");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let fifo = dir.join("environ-fifo");
+        assert_eq!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .map(|s| s.success())
+                .ok(),
+            Some(true),
+            "mkfifo {}",
+            fifo.display()
+        );
+        let big = dir.join("environ-big");
+        std::fs::write(&big, vec![b'x'; 2 << 20]).unwrap();
+        let ok = dir.join("environ-ok");
+        std::fs::write(&ok, b"HOSTNAME=chat-a\0PATH=/bin\0").unwrap();
+        let t = Instant::now();
+        assert_eq!(
+            read_proc_file(&zero, MAX_ENVIRON_BYTES),
+            Err(ProcRead::Unusable)
+        );
+        assert_eq!(
+            read_proc_file(&fifo, MAX_ENVIRON_BYTES),
+            Err(ProcRead::Unusable)
+        );
+        assert_eq!(
+            read_proc_file(&big, MAX_ENVIRON_BYTES),
+            Err(ProcRead::TooLarge)
+        );
+        assert_eq!(
+            read_proc_file(&ok, MAX_ENVIRON_BYTES).as_deref(),
+            Ok(&b"HOSTNAME=chat-a\0PATH=/bin\0"[..])
+        );
+        assert_eq!(
+            read_proc_file(&dir.join("missing"), 10),
+            Err(ProcRead::Unusable)
+        );
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     use super::*;
 
     const UID: &str = "1b4e28ba-2fa1-11d2-883f-0016d3cca427";

@@ -2,6 +2,7 @@
 //! attribution of entities and processes from it (see [`super::kubelet`] for the rules).
 
 use super::kubelet::proto;
+use crate::cgroup::{MAX_CGROUP_BYTES, MAX_ENVIRON_BYTES, read_proc_file};
 use crate::sources::Produced;
 use std::collections::HashMap;
 use std::path::Path;
@@ -196,13 +197,13 @@ impl Allocations {
 /// of the device's holders. `None` (counted under no pod) otherwise.
 fn pod_of_process(proc_root: &Path, p: &mut ProcessReading, holders: &[Holder]) -> Option<PodRef> {
     let dir = proc_root.join(&p.pid);
-    let cgroup = std::fs::read_to_string(dir.join("cgroup")).ok()?;
-    let a = crate::cgroup::parse(&cgroup)?;
+    let cgroup = read_proc_file(&dir.join("cgroup"), MAX_CGROUP_BYTES).ok()?;
+    let a = crate::cgroup::parse(std::str::from_utf8(&cgroup).ok()?)?;
     p.pod_uid.get_or_insert(a.pod_uid);
     if let Some(c) = a.container_id {
         p.container_id.get_or_insert(c);
     }
-    let environ = std::fs::read(dir.join("environ")).ok()?;
+    let environ = read_proc_file(&dir.join("environ"), MAX_ENVIRON_BYTES).ok()?;
     let hostname = environ
         .split(|b| *b == 0)
         .find_map(|kv| kv.strip_prefix(b"HOSTNAME="))
