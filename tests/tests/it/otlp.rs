@@ -1238,3 +1238,59 @@ fn awkward_identities_arrive_exact_over_otlp() {
     assert_eq!(s(res, "k8s.namespace.name").as_deref(), Some(NAMESPACE));
     assert_eq!(s(res, "k8s.node.name").as_deref(), Some("nœud-⚙"));
 }
+
+/// A collector that answers HTTP/protobuf a byte every 300 ms: each read is within
+/// reqwest's timeout, so the export used to hang for as long as it trickled (one export in
+/// 45 s, nothing counted). The whole exchange has one deadline, and the failure is a
+/// `timeout`; a second export while the first is still trickling is not sent.
+#[test]
+fn http_trickling_collector_is_a_timeout() {
+    use std::io::{Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopping = std::sync::Arc::clone(&stop);
+    listener.set_nonblocking(true).unwrap();
+    let server = std::thread::spawn(move || {
+        let mut conns = Vec::new();
+        while !stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            if let Ok((mut c, _)) = listener.accept() {
+                c.set_nonblocking(false).unwrap();
+                c.set_read_timeout(Some(Duration::from_millis(200)))
+                    .unwrap();
+                let mut buf = [0u8; 65536];
+                let _ = c.read(&mut buf);
+                let _ = c.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 100000\r\n\r\n",
+                );
+                conns.push(c);
+            }
+            for c in &mut conns {
+                let _ = c.write_all(b"\0");
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    });
+    let dir = TempDir::new("otlp-trickle");
+    let endpoint = format!("http://{addr}");
+    let mut env = ENV.to_vec();
+    env.push(("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"));
+    env.push(("OTEL_EXPORTER_OTLP_TIMEOUT", "1000"));
+    let mut args = ARGS.to_vec();
+    args.extend(["--otlp-endpoint", &endpoint]);
+    let sidecar = Sidecar::start(&args, &env, dir.path());
+    let started = Instant::now();
+    let stderr = wait_for_failure(&sidecar, "timeout");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the first timeout took {:?}",
+        started.elapsed()
+    );
+    assert!(
+        stderr.contains("timeout") || stderr.contains("trickl"),
+        "{stderr}"
+    );
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    drop(sidecar);
+    let _ = server.join();
+}

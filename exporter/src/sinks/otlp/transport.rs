@@ -122,12 +122,32 @@ pub(super) type TransportDetail = Arc<Mutex<Option<String>>>;
 
 /// The HTTP/protobuf client: a blocking reqwest client with truthscale's rustls
 /// configuration, which sets `otlp.headers` over the SDK's headers and keeps the last
-/// transport error.
+/// transport error. Each exchange runs on a thread of its own under one deadline for the
+/// whole request: reqwest's timeout bounds each read, so a collector that trickles its
+/// answer a byte at a time would otherwise hold the export forever.
 #[derive(Debug)]
 struct HttpClient {
     inner: reqwest::blocking::Client,
     headers: Vec<(axum::http::HeaderName, axum::http::HeaderValue)>,
     detail: TransportDetail,
+    /// The whole exchange's deadline (the export timeout).
+    deadline: Duration,
+    /// An exchange still running past its deadline: the next export is refused at once
+    /// rather than starting a second thread.
+    in_flight: Arc<AtomicBool>,
+}
+
+/// Run a future that never waits (the blocking client's `send_bytes`) to completion on
+/// this thread.
+fn run_to_end<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::yield_now();
+    }
 }
 
 #[tonic::async_trait]
@@ -142,13 +162,54 @@ impl opentelemetry_http::HttpClient for HttpClient {
         for (k, v) in &self.headers {
             request.headers_mut().insert(k.clone(), v.clone());
         }
-        let result = opentelemetry_http::HttpClient::send_bytes(&self.inner, request).await;
+        let result = self.exchange(request);
         if let Err(e) = &result
             && let Ok(mut d) = self.detail.lock()
         {
             *d = Some(error_chain(e.as_ref()));
         }
         result
+    }
+}
+
+impl HttpClient {
+    /// One exchange under the whole-request deadline.
+    fn exchange(
+        &self,
+        request: opentelemetry_http::Request<opentelemetry_http::Bytes>,
+    ) -> Result<
+        opentelemetry_http::Response<opentelemetry_http::Bytes>,
+        opentelemetry_http::HttpError,
+    > {
+        if self.in_flight.swap(true, Ordering::AcqRel) {
+            return Err(format!(
+                "the previous export is still being answered after the {} ms timeout (a collector trickling its answer): not sent",
+                self.deadline.as_millis()
+            )
+            .into());
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let inner = self.inner.clone();
+        let in_flight = Arc::clone(&self.in_flight);
+        let spawned = std::thread::Builder::new()
+            .name("otlp-http-export".into())
+            .spawn(move || {
+                let r = run_to_end(opentelemetry_http::HttpClient::send_bytes(&inner, request));
+                in_flight.store(false, Ordering::Release);
+                let _ = tx.send(r);
+            });
+        if let Err(e) = spawned {
+            self.in_flight.store(false, Ordering::Release);
+            return Err(format!("cannot start the export's thread: {e}").into());
+        }
+        match rx.recv_timeout(self.deadline) {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "no complete answer within the {} ms timeout (the collector is slow or trickles its answer)",
+                self.deadline.as_millis()
+            )
+            .into()),
+        }
     }
 }
 
@@ -398,6 +459,8 @@ fn http_exporter(
         inner: http_client(tls_config, settings.effective_timeout)?,
         headers,
         detail: Arc::clone(detail),
+        deadline: settings.effective_timeout,
+        in_flight: Arc::new(AtomicBool::new(false)),
     };
     let mut b = MetricExporter::builder()
         .with_http()
