@@ -587,18 +587,6 @@ impl Config {
         };
         let otlp = self.otlp.validate(env).map_err(ConfigError::from)?;
         let engine = self.engine.validate().map_err(ConfigError::from)?;
-        if let Some(e) = &engine
-            && e.timeout > interval
-        {
-            return Err(ConfigError::Invalid {
-                key: "engine.timeout",
-                message: format!(
-                    "{:?} is longer than source.interval ({}): the engine is scraped on every tick",
-                    self.engine.timeout,
-                    humantime::format_duration(interval)
-                ),
-            });
-        }
         let id = &self.identity;
         let identity = match self.mode {
             Mode::Sidecar => Identity {
@@ -779,24 +767,6 @@ mod tests {
         }
     }
 
-    /// The engine is scraped on every tick: a timeout longer than the interval is refused.
-    #[test]
-    fn engine_timeout_is_shorter_than_the_interval() {
-        let mut c = Config::default();
-        c.engine.enabled = true;
-        c.engine.timeout = "1100ms".into();
-        match c.validate(&[]) {
-            Err(ConfigError::Invalid { key, message }) => {
-                assert_eq!(key, "engine.timeout");
-                assert!(message.contains("source.interval"), "{message}");
-            }
-            other => panic!("{other:?}"),
-        }
-        c.engine.timeout = "1s".into();
-        assert!(c.validate(&[]).is_ok());
-    }
-
-    /// A 309-digit `TRUTHSCALE_MAX_SERIES` is read as infinity: refused, not a cap of 2^63.
     #[test]
     fn max_series_has_a_ceiling() {
         let huge = "9".repeat(309);

@@ -23,8 +23,7 @@ pub struct EngineConfig {
     pub enabled: bool,
     /// The engine's Prometheus endpoint.
     pub url: String,
-    /// Timeout of one scrape (10ms..=10s, and at most `source.interval`: it runs on the
-    /// sampler thread once per tick).
+    /// Timeout of one scrape (10ms..=10s; it runs on the sampler thread once per tick).
     pub timeout: String,
     /// The model's parameter count (e.g. 8e9), for MFU and MBU.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -116,8 +115,8 @@ impl EngineConfig {
     }
 }
 
-/// `engine.timeout`'s range: the scrape runs on the sampler's thread once per tick, so it is
-/// also refused when longer than `source.interval`.
+/// `engine.timeout`'s range (the scrape runs on the sampler's thread once per tick; a slow
+/// one is counted as the engine stage's overrun).
 pub(crate) const TIMEOUT_RANGE: (Duration, Duration) =
     (Duration::from_millis(10), Duration::from_secs(10));
 
