@@ -149,10 +149,10 @@ fn node_mode_attributes_every_gpu_to_its_pods() {
     assert!(!sidecar.process.stderr().contains("panicked"));
 }
 
-/// A kubelet that answers too slowly is a `timeout`, and GPUs still flow.
-#[test]
-fn a_slow_kubelet_is_a_timeout() {
-    let dir = TempDir::new("node-slow");
+/// Node mode at a 500 ms interval against a kubelet that takes 5 s to answer, with the
+/// kubelet call's `timeout`: the metrics once two kubelet timeouts are counted.
+fn two_kubelet_timeouts(name: &str, timeout: &str) -> Vec<Sample> {
+    let dir = TempDir::new(name);
     let socket = dir.path().join("kubelet.sock");
     let state = State::default();
     *state.delay.lock().unwrap() = Duration::from_secs(5);
@@ -171,11 +171,11 @@ fn a_slow_kubelet_is_a_timeout() {
         ],
         &[
             ("TRUTHSCALE_NODE__SOCKET", &socket_text),
-            ("TRUTHSCALE_NODE__TIMEOUT", "200ms"),
+            ("TRUTHSCALE_NODE__TIMEOUT", timeout),
         ],
         dir.path(),
     );
-    let m = sidecar.wait_for(WAIT, "timeouts", |m| {
+    sidecar.wait_for(WAIT, "two kubelet timeouts", |m| {
         value(
             m,
             "truthscale_source_errors_total",
@@ -183,7 +183,13 @@ fn a_slow_kubelet_is_a_timeout() {
         )
         .unwrap_or(0.0)
             >= 2.0
-    });
+    })
+}
+
+/// A kubelet that answers too slowly is a `timeout`, and GPUs still flow.
+#[test]
+fn a_slow_kubelet_is_a_timeout() {
+    let m = two_kubelet_timeouts("node-slow", "200ms");
     assert_eq!(
         m.iter().filter(|s| s.name == "truthscale_gpu_info").count(),
         1
@@ -212,38 +218,7 @@ fn a_slow_kubelet_is_a_timeout() {
 /// counted, neither against the GPU source nor against the kubelet.
 #[test]
 fn a_hung_kubelet_does_not_slow_sampling() {
-    let dir = TempDir::new("node-hung");
-    let socket = dir.path().join("kubelet.sock");
-    let state = State::default();
-    *state.delay.lock().unwrap() = Duration::from_secs(5);
-    let _kubelet = Kubelet::start(&socket, state);
-    let socket_text = socket.display().to_string();
-    let sidecar = Sidecar::start(
-        &[
-            "--mode",
-            "node",
-            "--source",
-            "sim",
-            "--sim-gpus",
-            "1",
-            "--interval",
-            "500ms",
-        ],
-        &[
-            ("TRUTHSCALE_NODE__SOCKET", &socket_text),
-            ("TRUTHSCALE_NODE__TIMEOUT", "2s"),
-        ],
-        dir.path(),
-    );
-    let m = sidecar.wait_for(WAIT, "two kubelet timeouts", |m| {
-        value(
-            m,
-            "truthscale_source_errors_total",
-            &[("source", "kubelet"), ("kind", "timeout")],
-        )
-        .unwrap_or(0.0)
-            >= 2.0
-    });
+    let m = two_kubelet_timeouts("node-hung", "2s");
     for source in ["sim", "kubelet"] {
         assert_eq!(
             value(
