@@ -28,11 +28,18 @@ pub struct Snapshot {
     /// what liveness measures the sampler's progress by. `None` for a snapshot no sampler
     /// made.
     pub(crate) taken_at: Option<std::time::Instant>,
+    /// When the tick ended and published this, on the monotonic clock: what staleness is
+    /// measured by (a tick that hangs publishes nothing).
+    pub(crate) published_at: Option<std::time::Instant>,
     /// The GPU entities being served; a GPU that stopped has `up == false` for a while
     /// (only `truthscale_gpu_up 0` is written for it).
     pub gpus: Vec<GpuEntry>,
     /// Whether the source produced data within the stale period.
     pub source_up: bool,
+    /// Whether this is the last tick's data served stale, because the tick after it has
+    /// run past the stale limit (a read that hangs): every source is down and each GPU
+    /// writes only `truthscale_gpu_up 0`.
+    pub stale: bool,
     /// The source label.
     pub source: String,
     /// `/metrics` in text format 0.0.4.
@@ -157,10 +164,53 @@ pub(crate) fn gzip(body: &[u8]) -> Bytes {
 }
 
 impl Snapshot {
-    /// Whether a tick has run (readiness).
+    /// Whether a tick has run and its data is not stale (readiness).
     #[must_use]
     pub fn ready(&self) -> bool {
-        self.tick > 0
+        self.tick > 0 && !self.stale
+    }
+
+    /// This snapshot served stale: the same tick, every source down, every GPU only
+    /// `truthscale_gpu_up 0`, encoded again (rare: once per stuck tick).
+    #[must_use]
+    pub(crate) fn stale(&self) -> Snapshot {
+        let mut status = self.status.clone();
+        for s in &mut status.sources {
+            s.up = false;
+        }
+        let gpus: Vec<GpuEntry> = self
+            .gpus
+            .iter()
+            .map(|g| GpuEntry {
+                up: false,
+                ..g.clone()
+            })
+            .collect();
+        let text = exposition::encode(&gpus, &self.identity, &status, Encoding::Text);
+        let openmetrics = exposition::encode(&gpus, &self.identity, &status, Encoding::OpenMetrics);
+        let now_ms = crate::sources::unix_ms(std::time::SystemTime::now());
+        let demand = &self.gzip_demand;
+        Snapshot {
+            tick: self.tick,
+            taken_unix_ms: self.taken_unix_ms,
+            taken_at: self.taken_at,
+            published_at: self.published_at,
+            text_gzip: demand.compress_if_wanted(Encoding::Text, text.as_bytes(), now_ms),
+            openmetrics_gzip: demand.compress_if_wanted(
+                Encoding::OpenMetrics,
+                openmetrics.as_bytes(),
+                now_ms,
+            ),
+            gpus,
+            source_up: false,
+            stale: true,
+            source: self.source.clone(),
+            text: text.into(),
+            openmetrics: openmetrics.into(),
+            gzip_demand: Arc::clone(demand),
+            status,
+            identity: self.identity.clone(),
+        }
     }
 
     /// The body for `format`.
@@ -243,8 +293,10 @@ impl Publisher {
             tick: self.tick,
             taken_unix_ms: now_ms,
             taken_at: Some(tick.started),
+            published_at: Some(std::time::Instant::now()),
             gpus,
             source_up: tick.source_up,
+            stale: false,
             source: tick.source.to_string(),
             text: text.into(),
             openmetrics: openmetrics.into(),

@@ -101,7 +101,8 @@ pub(crate) fn accepts_gzip(headers: &HeaderMap) -> bool {
 
 async fn metrics(State(rx): State<Snap>, headers: HeaderMap) -> Response {
     let snap = rx.borrow().clone();
-    if !snap.ready() {
+    // A stale snapshot is served: it says that every source is down.
+    if snap.tick == 0 {
         return (StatusCode::SERVICE_UNAVAILABLE, "no snapshot yet\n").into_response();
     }
     let format = negotiate(&headers);
@@ -165,8 +166,18 @@ async fn healthz(rx: Snap, after: Duration) -> Response {
 }
 
 async fn readyz(State(rx): State<Snap>) -> Response {
-    if rx.borrow().ready() {
+    let snap = rx.borrow().clone();
+    if snap.ready() {
         (StatusCode::OK, "ready\n").into_response()
+    } else if snap.stale {
+        let age = snap.published_at.map_or(0, |t| t.elapsed().as_secs());
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "stale: the last tick ended {age} s ago and the next has not (a read that hangs); /metrics serves its data as down\n"
+            ),
+        )
+            .into_response()
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -25,6 +25,7 @@ use crate::sources::{Produced, Source, SourceError, unix_ms};
 use served::Served;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
@@ -51,16 +52,24 @@ pub(crate) struct Config {
     pub max_series: usize,
 }
 
-/// A running sampler: the pipeline's thread and its latest snapshot. Dropping it stops the
-/// thread.
+/// A running sampler: the pipeline's thread, its watchdog and its latest snapshot. Dropping
+/// it stops both threads.
 #[derive(Debug)]
 pub struct Sampler {
     rx: watch::Receiver<Arc<Snapshot>>,
     stop: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
+    /// Hangs up when the pipeline's thread has ended (whether it returned or panicked).
+    ended: mpsc::Receiver<()>,
+    watchdog: Option<(mpsc::Sender<()>, JoinHandle<()>)>,
     source: String,
     sinks: SinkErrors,
 }
+
+/// The longest [`Sampler::shutdown`] waits for a tick in flight. A read that hangs past it
+/// (a blocked replay file, an engine that never answers) is left behind: the process can
+/// still exit within its grace period.
+pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
 
 impl Sampler {
     /// Start sampling `source` through `stages`, in order.
@@ -77,20 +86,36 @@ impl Sampler {
             ..Snapshot::default()
         }));
         let (stop_tx, stop_rx) = mpsc::channel();
+        let (ended_tx, ended) = mpsc::channel::<()>();
         let sinks = SinkErrors::default();
         let pipeline = Pipeline::new(config, source, stages, sinks.clone());
+        let at = Arc::clone(&pipeline.at);
         let interval = config.interval;
+        let tx = Arc::new(tx);
+        let to_pipeline = Arc::clone(&tx);
         let thread = std::thread::Builder::new()
             .name("truthscale-sampler".into())
-            .spawn(move || run(pipeline, interval, &tx, &stop_rx))
+            .spawn(move || {
+                let _ended = ended_tx;
+                run(pipeline, interval, &to_pipeline, &stop_rx);
+            })
             .ok();
         if thread.is_none() {
             tracing::error!("Could not start the sampler thread; /metrics will stay empty.");
         }
+        let limit = config.stale_after + interval;
+        let (watch_stop, watch_stopped) = mpsc::channel();
+        let watchdog = std::thread::Builder::new()
+            .name("truthscale-watchdog".into())
+            .spawn(move || watchdog(&tx, &at, limit, &watch_stopped))
+            .ok()
+            .map(|t| (watch_stop, t));
         Sampler {
             rx,
             stop: Some(stop_tx),
             thread,
+            ended,
+            watchdog,
             source: name,
             sinks,
         }
@@ -120,15 +145,28 @@ impl Sampler {
         &self.source
     }
 
-    /// Stop sampling and wait for the thread.
+    /// Stop sampling and wait for the tick in flight, at most [`SHUTDOWN_WAIT`].
     pub fn shutdown(mut self) {
         self.stop_thread();
     }
 
     fn stop_thread(&mut self) {
         self.stop.take();
-        if let Some(t) = self.thread.take() {
+        if let Some((stop, t)) = self.watchdog.take() {
+            drop(stop);
             let _ = t.join();
+        }
+        let Some(t) = self.thread.take() else {
+            return;
+        };
+        match self.ended.recv_timeout(SHUTDOWN_WAIT) {
+            Err(mpsc::RecvTimeoutError::Timeout) => tracing::warn!(
+                waited_s = SHUTDOWN_WAIT.as_secs(),
+                "The tick in flight did not end in time (a read that hangs); stopping without it."
+            ),
+            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let _ = t.join();
+            }
         }
     }
 }
@@ -136,6 +174,56 @@ impl Sampler {
 impl Drop for Sampler {
     fn drop(&mut self) {
         self.stop_thread();
+    }
+}
+
+/// What the pipeline's thread is doing, for the watchdog to name: [`IDLE`], [`READING`] the
+/// source, or running stage `i` (`STAGE + i`).
+type At = Arc<AtomicUsize>;
+const IDLE: usize = 0;
+const READING: usize = 1;
+const STAGE: usize = 2;
+
+/// While a tick is stuck (a read that hangs), the snapshot it would have replaced is served
+/// stale once it was published longer than `limit` ago (the stale limit plus an interval): every source down
+/// and every GPU only `truthscale_gpu_up 0`, and `/readyz` 503. The next tick that ends
+/// replaces it.
+fn watchdog(
+    tx: &watch::Sender<Arc<Snapshot>>,
+    at: &At,
+    limit: Duration,
+    stop: &mpsc::Receiver<()>,
+) {
+    let every = (limit / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let mut warned = 0;
+    loop {
+        match stop.recv_timeout(every) {
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+        let mut age = Duration::ZERO;
+        let marked = tx.send_if_modified(|snap| {
+            age = snap.published_at.map_or(Duration::ZERO, |t| t.elapsed());
+            if !snap.ready() || age <= limit {
+                return false;
+            }
+            *snap = Arc::new(snap.stale());
+            true
+        });
+        if marked && warned != tx.borrow().tick {
+            warned = tx.borrow().tick;
+            let part = match at.load(Ordering::Relaxed) {
+                IDLE => "between ticks".to_string(),
+                READING => "reading the source".to_string(),
+                i => format!("in stage {}", i - STAGE + 1),
+            };
+            tracing::warn!(
+                age_s = age.as_secs(),
+                limit_ms = limit.as_millis(),
+                stuck = %part,
+                "The tick in flight has run past the stale limit (a read that hangs?): /metrics now serves the last data as stale (truthscale_source_up 0, only truthscale_gpu_up 0 per GPU) and /readyz answers 503 until a tick ends."
+            );
+        }
     }
 }
 
@@ -181,6 +269,8 @@ struct Pipeline {
     sinks: SinkErrors,
     interval: Duration,
     stale_after: Duration,
+    /// What the tick is doing now (for the watchdog).
+    at: At,
 }
 
 impl Pipeline {
@@ -206,12 +296,14 @@ impl Pipeline {
             sinks,
             interval: config.interval,
             stale_after: config.stale_after,
+            at: At::default(),
         }
     }
 
     /// One tick: sample, each stage, derive, publish.
     fn tick(&mut self, now: SystemTime) -> Snapshot {
         let started = Instant::now();
+        self.at.store(READING, Ordering::Relaxed);
         let mut produced = self.source.sample(now);
         let read = started.elapsed();
         let source_keys = Served::source_keys(&produced, self.attributes);
@@ -222,11 +314,13 @@ impl Pipeline {
             held: None,
         };
         let mut took = Vec::with_capacity(self.stages.len());
-        for stage in &mut self.stages {
+        for (i, stage) in self.stages.iter_mut().enumerate() {
+            self.at.store(STAGE + i, Ordering::Relaxed);
             let begun = Instant::now();
             stage.apply(&mut tick);
             took.push(begun.elapsed());
         }
+        self.at.store(IDLE, Ordering::Relaxed);
         self.served.remember_attribution(source_keys, &produced);
         self.count_overrun(started.elapsed(), read, &took, &mut produced);
         self.count_errors(&produced);
@@ -411,5 +505,90 @@ mod tests {
         let mut p = pipeline(0, 0);
         let snap = p.tick(SystemTime::now());
         assert_eq!(overruns(&snap, "null") + overruns(&snap, "kubelet"), 0);
+    }
+
+    /// A source that answers once, then hangs for `hang`.
+    #[derive(Debug)]
+    struct HangsAfterOne {
+        hang: Duration,
+        ticks: u32,
+    }
+
+    impl Source for HangsAfterOne {
+        fn name(&self) -> &'static str {
+            "null"
+        }
+        fn update_interval(&self) -> Option<Duration> {
+            None
+        }
+        fn sample(&mut self, _now: SystemTime) -> Produced {
+            self.ticks += 1;
+            if self.ticks == 2 {
+                sleep(self.hang);
+            }
+            Produced::default()
+        }
+    }
+
+    /// While a tick hangs, the last snapshot is served stale once older than the stale limit
+    /// plus an interval (not before), the next tick to end replaces it, and shutdown does not
+    /// wait for a hung read longer than `SHUTDOWN_WAIT`.
+    #[test]
+    fn a_stuck_tick_is_served_stale_and_shutdown_is_bounded() {
+        let config = Config {
+            interval: Duration::from_millis(50),
+            stale_after: Duration::from_millis(150),
+            derive: DeriveConfig::default(),
+            verdict: VerdictConfig::default(),
+            identity: Identity::default(),
+            max_series: 100,
+        };
+        let source = HangsAfterOne {
+            hang: Duration::from_millis(1200),
+            ticks: 0,
+        };
+        let sampler = Sampler::start(&config, Box::new(source), Vec::new());
+        let t0 = Instant::now();
+        let wait = |f: &dyn Fn(&Snapshot) -> bool| {
+            while !f(&sampler.latest()) {
+                assert!(t0.elapsed() < Duration::from_secs(10), "timed out");
+                sleep(Duration::from_millis(5));
+            }
+            t0.elapsed()
+        };
+        wait(&|s| s.tick == 1);
+        let stale_at = wait(&|s| s.stale);
+        let snap = sampler.latest();
+        assert_eq!(snap.tick, 1);
+        assert!(!snap.ready() && !snap.source_up);
+        assert!(snap.status.sources.iter().all(|s| !s.up));
+        let text = String::from_utf8_lossy(&snap.text).into_owned();
+        assert!(
+            text.contains("truthscale_source_up{source=\"null\"} 0"),
+            "{text}"
+        );
+        // Published at about 0 ms: stale after the 200 ms limit, not before.
+        assert!(stale_at >= Duration::from_millis(200), "{stale_at:?}");
+        let fresh_at = wait(&|s| s.tick == 2);
+        assert!(sampler.latest().ready());
+        assert!(fresh_at >= Duration::from_millis(1200), "{fresh_at:?}");
+        drop(sampler);
+
+        let hung = HangsAfterOne {
+            hang: Duration::from_secs(30),
+            ticks: 0,
+        };
+        let sampler = Sampler::start(&config, Box::new(hung), Vec::new());
+        while sampler.latest().tick < 1 {
+            sleep(Duration::from_millis(5));
+        }
+        sleep(Duration::from_millis(100));
+        let t = Instant::now();
+        sampler.shutdown();
+        let took = t.elapsed();
+        assert!(
+            took >= SHUTDOWN_WAIT && took < SHUTDOWN_WAIT + Duration::from_secs(2),
+            "{took:?}"
+        );
     }
 }

@@ -260,3 +260,93 @@ fn an_empty_web_config_warns() {
         sidecar.process.stderr()
     );
 }
+
+/// A replay whose file stops mid-capture (a FIFO whose writer went quiet): the read blocks
+/// the tick. Once the last data is older than the stale limit it is served as down
+/// (`truthscale_source_up 0`, only `truthscale_gpu_up 0`) and `/readyz` answers 503; SIGTERM
+/// still ends the process within a few seconds, whatever the read is doing.
+#[test]
+fn a_hung_replay_read_is_served_stale_and_sigterm_still_exits() {
+    let dir = TempDir::new("faults-hung-replay");
+    let fifo = dir.path().join("capture.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success(), "mkfifo failed");
+    // Held open for reading and writing: opening it does not block, and the reader never
+    // sees the end of the file.
+    let mut writer = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fifo)
+        .expect("open the FIFO");
+    // Three samples, then the header again (as dmon repeats it) so that the first 64 lines,
+    // which tell the format, are there.
+    let mut start =
+        "#Entity   GPUTL  TENSO  DRAMA\nID\nGPU 0     100    0.5    0.2\nGPU 0     100    0.4    0.2\nGPU 0     100    0.3    0.2\n"
+            .to_string();
+    start.push_str(&"#Entity   GPUTL  TENSO  DRAMA\nID\n".repeat(40));
+    writer
+        .write_all(start.as_bytes())
+        .expect("write the capture's start");
+    let mut sidecar = Sidecar::start(
+        &[
+            "--source",
+            &format!("replay:{}", fifo.display()),
+            "--interval",
+            "200ms",
+        ],
+        &[("TRUTHSCALE_SOURCE__SPACING", "200ms")],
+        dir.path(),
+    );
+    let live = sidecar.wait_for(WAIT, "the replayed GPU", |m| {
+        value(m, "truthscale_gpu_up", &[("gpu", "0")]) == Some(1.0)
+    });
+    assert_eq!(
+        value(&live, "truthscale_source_up", &[("source", "replay")]),
+        Some(1.0)
+    );
+    let gpu_series = |m: &[truthscale_e2e::Sample]| {
+        m.iter()
+            .filter(|s| s.name != "truthscale_gpu_up" && s.labels.iter().any(|(k, _)| k == "gpu"))
+            .count()
+    };
+    assert!(gpu_series(&live) > 5, "{live:#?}");
+    // The capture's three lines last 600 ms; then the read blocks and, past the stale limit
+    // (600 ms) plus an interval, the data is served stale.
+    let stale = sidecar.wait_for(WAIT, "the stale snapshot", |m| {
+        value(m, "truthscale_source_up", &[("source", "replay")]) == Some(0.0)
+    });
+    assert_eq!(
+        value(&stale, "truthscale_gpu_up", &[("gpu", "0")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        gpu_series(&stale),
+        0,
+        "a stale GPU writes only truthscale_gpu_up 0: {stale:#?}"
+    );
+    let ready = sidecar.get("/readyz", &[]);
+    assert_eq!(ready.status, 503, "{}", ready.text());
+    assert!(ready.text().contains("stale"), "{}", ready.text());
+    assert!(
+        sidecar.process.stderr().contains("past the stale limit"),
+        "the stall is logged:\n{}",
+        sidecar.process.stderr()
+    );
+    let sent = Instant::now();
+    sidecar.process.signal("TERM");
+    let status = sidecar
+        .process
+        .wait_timeout(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("still running after SIGTERM:\n{}", sidecar.process.stderr()));
+    let took = sent.elapsed();
+    eprintln!(
+        "a_hung_replay_read: exited {status} {:.1} s after SIGTERM",
+        took.as_secs_f64()
+    );
+    assert_eq!(status.code(), Some(0), "{}", sidecar.process.stderr());
+    assert!(took < Duration::from_secs(8), "took {took:?}");
+    drop(writer);
+}

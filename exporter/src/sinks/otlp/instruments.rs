@@ -18,7 +18,9 @@ use truthscale_core::exposition;
 /// without an OTLP name.
 #[derive(Debug, Default)]
 struct Pinned {
-    tick: u64,
+    /// The tick pinned, and whether it was served stale (a stale copy replaces its tick's
+    /// values: every source down).
+    tick: (u64, bool),
     families: Vec<Vec<(Vec<KeyValue>, f64)>>,
 }
 
@@ -35,12 +37,12 @@ impl Shared {
         let Ok(mut p) = self.pinned.lock() else {
             return;
         };
-        if p.tick == snap.tick && !p.families.is_empty() {
+        if p.tick == (snap.tick, snap.stale) && !p.families.is_empty() {
             return;
         }
-        p.tick = snap.tick;
+        p.tick = (snap.tick, snap.stale);
         p.families = vec![Vec::new(); catalog::ALL.len()];
-        if !snap.ready() {
+        if snap.tick == 0 {
             return;
         }
         exposition::for_each_value(&snap.gpus, &snap.identity, &snap.status, |m, labels, v| {
