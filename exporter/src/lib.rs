@@ -38,6 +38,7 @@
 //! ```
 
 pub mod attribution;
+pub(crate) mod bounds;
 pub mod capture;
 pub(crate) mod cgroup;
 pub mod cli;

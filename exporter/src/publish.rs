@@ -309,8 +309,10 @@ impl Publisher {
     }
 
     /// The entities that fit the series cap, the text body and the status that counts what
-    /// was left out. Entities are left out whole, the last first; the exporter's own series
-    /// always stay. Counting costs one extra encoding per entity, only when over the cap.
+    /// was left out; the exporter's own series always stay. The first cut is the listed
+    /// series (per process, per holder), capped per GPU alike, so that the devices' own
+    /// series stay; only when those alone are over the cap are whole entities left out, the
+    /// last first. Counting costs extra encodings, only when over the cap.
     fn capped(
         &mut self,
         mut gpus: Vec<GpuEntry>,
@@ -337,15 +339,42 @@ impl Publisher {
         if all - own <= self.max_series {
             return (gpus, text, status);
         }
-        let mut total = 0;
-        let mut dropped = 0;
-        gpus.retain(|g| {
-            let n = samples(&exposition::encode(
+        let series = |g: &GpuEntry| {
+            samples(&exposition::encode(
                 std::slice::from_ref(g),
                 &self.identity,
                 &status,
                 Encoding::Text,
-            )) - own;
+            )) - own
+        };
+        // The devices' own series: each GPU with nothing listed.
+        for g in &mut gpus {
+            g.list_cap = Some(0);
+        }
+        let devices: Vec<usize> = gpus.iter().map(series).collect();
+        let device_total: usize = devices.iter().sum();
+        if device_total <= self.max_series {
+            // What is left is shared alike: a process writes at most two series, a holder
+            // one, so `k` of each per GPU write at most 3k.
+            let k = (self.max_series - device_total) / (3 * gpus.len().max(1));
+            for g in &mut gpus {
+                g.list_cap = Some(k);
+            }
+            let text = exposition::encode(&gpus, &self.identity, &status, Encoding::Text);
+            let dropped = all - samples(&text);
+            return self.count_dropped(
+                gpus,
+                status,
+                dropped,
+                "the per-process and per-holder series of each GPU are capped alike",
+            );
+        }
+        let mut total = 0;
+        let mut dropped = all - own - device_total;
+        let mut i = 0;
+        gpus.retain(|_| {
+            let n = devices[i];
+            i += 1;
             if total + n <= self.max_series {
                 total += n;
                 true
@@ -354,17 +383,189 @@ impl Publisher {
                 false
             }
         });
+        self.count_dropped(
+            gpus,
+            status,
+            dropped,
+            "whole entities are left out, and no per-process or per-holder series is written",
+        )
+    }
+
+    /// Count `dropped` series, warn the first time, and encode what is kept.
+    fn count_dropped(
+        &mut self,
+        gpus: Vec<GpuEntry>,
+        mut status: ExporterStatus,
+        dropped: usize,
+        how: &str,
+    ) -> (Vec<GpuEntry>, String, ExporterStatus) {
         self.series_dropped += dropped as u64;
         if !self.warned_cap {
             self.warned_cap = true;
             tracing::warn!(
                 max_series = self.max_series,
                 dropped,
-                "More GPU series than max_series: whole entities are left out of /metrics (counted in truthscale_series_dropped_total). Raise max_series, or turn per-process series off."
+                "More GPU series than max_series: {how} (counted in truthscale_series_dropped_total). Raise max_series, or turn per-process series off."
             );
         }
         status.series_dropped = self.series_dropped;
         let text = exposition::encode(&gpus, &self.identity, &status, Encoding::Text);
         (gpus, text, status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use truthscale_core::derive::DeriveConfig;
+    use truthscale_core::model::{
+        EntityId, EntitySample, Field, Holder, PodRef, ProcessReading, Readings, Sample, Timestamp,
+    };
+    use truthscale_core::tracker::Deriver;
+
+    /// GPU `i`, shared by `holders` time-slicing replicas running `processes` processes.
+    fn shared_gpu(i: u32, holders: usize, processes: usize) -> GpuEntry {
+        let mut r = Readings::default();
+        r.set_value(Field::ReportedUtil, 1.0);
+        r.set_value(Field::SmActive, 0.5);
+        r.set_value(Field::TensorActive, 0.25);
+        r.set_value(Field::DramActive, 0.5);
+        let pod = |n: usize| PodRef {
+            pod: format!("p{n}"),
+            namespace: Some("ns".into()),
+            container: Some("c".into()),
+        };
+        let e = EntitySample {
+            id: EntityId {
+                gpu: Some(i),
+                uuid: Some(format!("GPU-{i}")),
+                model: Some("NVIDIA H100 80GB HBM3".into()),
+                ..EntityId::default()
+            },
+            readings: r,
+            processes: (0..processes)
+                .map(|n| ProcessReading {
+                    pid: n.to_string(),
+                    used_memory_bytes: Some(1e6),
+                    sm_busy: Some(0.01),
+                    pod: Some(pod(n % holders.max(1))),
+                    ..ProcessReading::default()
+                })
+                .collect(),
+            allocation: Some(
+                (0..holders)
+                    .map(|n| Holder {
+                        pod: pod(n),
+                        resource: "nvidia.com/gpu.shared".into(),
+                        replica: Some(n.to_string()),
+                        labels: Vec::new(),
+                    })
+                    .collect(),
+            ),
+            ..EntitySample::default()
+        };
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let window = d
+            .observe(&Sample {
+                taken: Timestamp(1000),
+                entities: vec![e],
+            })
+            .windows
+            .remove(0);
+        GpuEntry {
+            window,
+            source: "nvml",
+            up: true,
+            list_cap: None,
+        }
+    }
+
+    fn count(text: &str, name: &str, gpu: &str) -> usize {
+        let gpu = format!("gpu=\"{gpu}\"");
+        text.lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{') && l.contains(&gpu))
+            .count()
+    }
+
+    /// Over the cap, the per-process and per-holder series go first, capped per GPU alike,
+    /// and counted; every GPU keeps its own series, its holder count and its per-pod parts
+    /// (of all its processes). Only when the devices alone are over the cap do whole GPUs go.
+    #[test]
+    fn the_series_cap_cuts_listed_series_before_devices() {
+        let tick = Published {
+            now: std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(2),
+            started: std::time::Instant::now(),
+            source: "nvml",
+            source_up: true,
+        };
+        let gpus = || {
+            vec![
+                shared_gpu(0, 600, 5000),
+                shared_gpu(1, 600, 5000),
+                shared_gpu(2, 1, 1),
+            ]
+        };
+        let uncapped = Publisher::new(Identity::default(), usize::MAX).publish(
+            gpus(),
+            ExporterStatus::default(),
+            &tick,
+        );
+        let full = String::from_utf8_lossy(&uncapped.text).into_owned();
+        assert_eq!(
+            count(&full, "truthscale_process_memory_used_bytes", "0"),
+            5000
+        );
+        let own_series = |text: &str, gpu: &str| {
+            text.lines()
+                .filter(|l| {
+                    l.contains(&format!("gpu=\"{gpu}\""))
+                        && !l.starts_with("truthscale_process_")
+                        && !l.starts_with("truthscale_gpu_allocation_info")
+                })
+                .count()
+        };
+
+        let mut p = Publisher::new(Identity::default(), 4000);
+        let snap = p.publish(gpus(), ExporterStatus::default(), &tick);
+        let text = String::from_utf8_lossy(&snap.text).into_owned();
+        for g in ["0", "1", "2"] {
+            assert_eq!(
+                own_series(&text, g),
+                own_series(&full, g),
+                "GPU {g}'s own series"
+            );
+        }
+        let listed = count(&text, "truthscale_process_memory_used_bytes", "0");
+        assert!(listed > 100 && listed < 5000, "{listed}");
+        assert_eq!(listed, count(&text, "truthscale_gpu_allocation_info", "0"));
+        assert_eq!(
+            listed,
+            count(&text, "truthscale_process_memory_used_bytes", "1")
+        );
+        assert!(text.contains("truthscale_gpu_pods{gpu=\"0\""));
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("truthscale_gpu_pods{gpu=\"0\"") && l.ends_with(" 600"))
+        );
+        let samples = text
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .count();
+        let all = full
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .count();
+        assert_eq!(snap.status.series_dropped as usize, all - samples);
+
+        // Devices alone over the cap: whole GPUs go (each that does not fit in what is
+        // left, in order), with nothing listed.
+        let cap = own_series(&full, "0") + own_series(&full, "2") + 5;
+        let mut p = Publisher::new(Identity::default(), cap);
+        let snap = p.publish(gpus(), ExporterStatus::default(), &tick);
+        let text = String::from_utf8_lossy(&snap.text).into_owned();
+        assert_eq!(own_series(&text, "0"), own_series(&full, "0"));
+        assert_eq!(own_series(&text, "1"), 0);
+        assert_eq!(own_series(&text, "2"), own_series(&full, "2"));
+        assert_eq!(count(&text, "truthscale_process_memory_used_bytes", "0"), 0);
     }
 }

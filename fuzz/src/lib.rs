@@ -189,6 +189,7 @@ impl Checked {
                 window,
                 source: "replay",
                 up: true,
+                list_cap: None,
             })
             .collect();
         check_exposition(&gpus);

@@ -581,7 +581,7 @@ metrics! {
     SOURCE_UP / Exporter::SourceUp = "truthscale_source_up", Gauge, ["source"], gauge("truthscale.source.up", "1"), None,
         "Whether the counter source produced a sample recently (1) or went stale (0).";
     SOURCE_ERRORS / Exporter::SourceErrors = "truthscale_source_errors_total", Counter, ["source", "kind"], counter("truthscale.source.errors", "{error}"), None,
-        "Failed sampling attempts by kind: unreachable, timeout, http, too_large, parse, io, sentinel, overrun (a tick longer than the interval), and for NVML no_permission, gpu_lost, unsupported, nvml; for the kubelet also unsupported (it does not serve Get); no_permission also when the API server refuses the pod list (source=\"apiserver\").";
+        "Failed sampling attempts by kind: unreachable, timeout, http, too_large, parse, io, sentinel, overrun (a tick longer than the interval), over_limit (part of an answer over a reader's cap, left out), and for NVML no_permission, gpu_lost, unsupported, nvml; for the kubelet also unsupported (it does not serve Get); no_permission also when the API server refuses the pod list (source=\"apiserver\").";
     SAMPLE_DURATION / Exporter::SampleDuration = "truthscale_sample_duration_seconds", Gauge, [], gauge("truthscale.sample.duration", "s"), None,
         "Time the last sampling and derivation tick took.";
     DIAGNOSTICS / Exporter::Diagnostics = "truthscale_derivation_diagnostics_total", Counter, ["kind"], counter("truthscale.derivation.diagnostics", "{diagnostic}"), None,

@@ -2,8 +2,10 @@
 //! attribution of entities and processes from it (see [`super::kubelet`] for the rules).
 
 use super::kubelet::proto;
+use crate::bounds::{LeftOut, MAX_ENTITIES, MAX_HOLDERS, MAX_LABEL_BYTES, fits};
 use crate::cgroup::{MAX_CGROUP_BYTES, MAX_ENVIRON_BYTES, read_proc_file};
 use crate::sources::Produced;
+use crate::sources::SourceError;
 use std::collections::HashMap;
 use std::path::Path;
 use truthscale_core::model::{EntitySample, Holder, PodRef, ProcessReading};
@@ -74,6 +76,62 @@ fn is_gpu_resource(name: &str, patterns: &[String]) -> bool {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Allocations {
     holders: HashMap<DeviceRef, Vec<Holder>>,
+    /// What the caps left out of the answer.
+    left_out: LeftOut,
+}
+
+impl crate::pipeline::Answer for Allocations {
+    fn left_out(&self) -> Option<SourceError> {
+        self.left_out
+            .message("the kubelet's pod resources")
+            .map(SourceError::OverLimit)
+    }
+}
+
+/// The caps on one answer, and what they left out.
+#[derive(Default)]
+struct Caps {
+    long_names: u64,
+    devices: u64,
+    holders: u64,
+}
+
+impl Caps {
+    /// Add `holder` of `dev`, within the caps.
+    fn add(
+        &mut self,
+        holders: &mut HashMap<DeviceRef, Vec<Holder>>,
+        dev: DeviceRef,
+        holder: Holder,
+    ) {
+        if !holders.contains_key(&dev) && holders.len() >= MAX_ENTITIES {
+            self.devices += 1;
+            return;
+        }
+        let of = holders.entry(dev).or_default();
+        if of.len() >= MAX_HOLDERS {
+            self.holders += 1;
+            return;
+        }
+        of.push(holder);
+    }
+
+    fn left_out(&self) -> LeftOut {
+        let mut l = LeftOut::default();
+        l.add(
+            format!("containers whose pod, namespace, container or resource name is over {MAX_LABEL_BYTES} bytes"),
+            self.long_names,
+        );
+        l.add(
+            format!("devices past the first {MAX_ENTITIES}"),
+            self.devices,
+        );
+        l.add(
+            format!("holders past {MAX_HOLDERS} of one device"),
+            self.holders,
+        );
+        l
+    }
 }
 
 impl Allocations {
@@ -84,8 +142,23 @@ impl Allocations {
         patterns: &[String],
     ) -> Allocations {
         let mut holders: HashMap<DeviceRef, Vec<Holder>> = HashMap::new();
+        let mut caps = Caps::default();
         for pod in &r.pod_resources {
             for c in &pod.containers {
+                let names_fit = [&pod.name, &pod.namespace, &c.name]
+                    .into_iter()
+                    .chain(c.devices.iter().map(|d| &d.resource_name))
+                    .chain(
+                        c.dynamic_resources
+                            .iter()
+                            .flat_map(|d| &d.claim_resources)
+                            .map(|r| &r.driver_name),
+                    )
+                    .all(|n| fits(n));
+                if !names_fit {
+                    caps.long_names += 1;
+                    continue;
+                }
                 let who = PodRef {
                     pod: pod.name.clone(),
                     namespace: Some(pod.namespace.clone()).filter(|n| !n.is_empty()),
@@ -97,24 +170,26 @@ impl Allocations {
                     }
                     for id in &d.device_ids {
                         if let Some((dev, replica)) = parse_device_id(id) {
-                            holders.entry(dev).or_default().push(Holder {
+                            let holder = Holder {
                                 pod: who.clone(),
                                 resource: d.resource_name.clone(),
                                 replica,
                                 labels: Vec::new(),
-                            });
+                            };
+                            caps.add(&mut holders, dev, holder);
                         }
                     }
                 }
                 for claim in &c.dynamic_resources {
                     for cr in &claim.claim_resources {
                         if let Some(dev) = dra_device(cr) {
-                            holders.entry(dev).or_default().push(Holder {
+                            let holder = Holder {
                                 pod: who.clone(),
                                 resource: format!("dra:{}", cr.driver_name),
                                 replica: None,
                                 labels: Vec::new(),
-                            });
+                            };
+                            caps.add(&mut holders, dev, holder);
                         }
                     }
                 }
@@ -124,7 +199,10 @@ impl Allocations {
             h.sort();
             h.dedup();
         }
-        Allocations { holders }
+        Allocations {
+            holders,
+            left_out: caps.left_out(),
+        }
     }
 
     /// The containers holding entity `e`: a MIG instance by its own UUID; a GPU by its
@@ -146,8 +224,9 @@ impl Allocations {
     }
 
     /// Attribute every entity of `produced` (see the module documentation), and the
-    /// processes listed on it, seen under `proc_root`.
-    pub(crate) fn attribute(&self, produced: &mut Produced, proc_root: &Path) {
+    /// processes listed on it, seen under `procs`' root.
+    pub(crate) fn attribute(&self, produced: &mut Produced, procs: &mut Procs) {
+        procs.begin_tick();
         for s in &mut produced.samples {
             for e in &mut s.entities {
                 let holders = self.of(e);
@@ -158,12 +237,13 @@ impl Allocations {
                 for p in &mut e.processes {
                     p.pod = match &e.id.pod {
                         Some(pod) => Some(pod.clone()),
-                        None => pod_of_process(proc_root, p, &holders),
+                        None => procs.pod_of(p, &holders),
                     };
                 }
                 e.allocation = Some(holders);
             }
         }
+        procs.end_tick();
     }
 
     /// Sidecar mode (`sidecar.pod_resources`), from this pod's own `Get` answer: an entity
@@ -192,27 +272,111 @@ impl Allocations {
     }
 }
 
-/// The holder a process on a shared GPU belongs to: its cgroup names a pod (UID), and its
-/// container's hostname (`HOSTNAME`, which Kubernetes sets to the pod name) names exactly one
-/// of the device's holders. `None` (counted under no pod) otherwise.
-fn pod_of_process(proc_root: &Path, p: &mut ProcessReading, holders: &[Holder]) -> Option<PodRef> {
-    let dir = proc_root.join(&p.pid);
-    let cgroup = read_proc_file(&dir.join("cgroup"), MAX_CGROUP_BYTES).ok()?;
-    let a = crate::cgroup::parse(std::str::from_utf8(&cgroup).ok()?)?;
-    p.pod_uid.get_or_insert(a.pod_uid);
-    if let Some(c) = a.container_id {
-        p.container_id.get_or_insert(c);
+/// New processes whose `/proc` files are read in one tick: the per-process scan's cost per
+/// tick is bounded by this, whatever the number of processes (the rest are read on the
+/// ticks after, and are under no pod until then).
+pub(crate) const PROC_READS_PER_TICK: usize = 256;
+
+/// What a process's `/proc` files say of it: its cgroup's pod and container, and its
+/// container's hostname.
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    pod_uid: Option<String>,
+    container_id: Option<String>,
+    hostname: Option<String>,
+}
+
+/// The processes' `/proc` files under a root, each read once while the process lives (a
+/// process keeps its cgroup and its environment), at most [`PROC_READS_PER_TICK`] new ones
+/// a tick.
+#[derive(Debug)]
+pub(crate) struct Procs {
+    root: std::path::PathBuf,
+    seen: HashMap<String, (Seen, u64)>,
+    tick: u64,
+    reads_left: usize,
+    /// Processes read so far (for tests and the budget).
+    pub(crate) reads: u64,
+}
+
+impl Procs {
+    pub(crate) fn new(root: std::path::PathBuf) -> Procs {
+        Procs {
+            root,
+            seen: HashMap::new(),
+            tick: 0,
+            reads_left: PROC_READS_PER_TICK,
+            reads: 0,
+        }
     }
-    let environ = read_proc_file(&dir.join("environ"), MAX_ENVIRON_BYTES).ok()?;
-    let hostname = environ
-        .split(|b| *b == 0)
-        .find_map(|kv| kv.strip_prefix(b"HOSTNAME="))
-        .and_then(|h| std::str::from_utf8(h).ok())?;
-    let mut found = holders.iter().filter(|h| h.pod.pod == hostname);
-    let first = found.next()?;
-    // Two holders of that name (other namespaces): not told apart, so not attributed.
-    if found.any(|h| h.pod != first.pod) {
-        return None;
+
+    fn begin_tick(&mut self) {
+        self.tick += 1;
+        self.reads_left = PROC_READS_PER_TICK;
     }
-    Some(first.pod.clone())
+
+    /// Forget processes not seen this tick (they ended, and their pid may be reused).
+    fn end_tick(&mut self) {
+        let tick = self.tick;
+        self.seen.retain(|_, (_, at)| *at == tick);
+    }
+
+    /// The holder a process on a shared GPU belongs to: its cgroup names a pod (UID), and
+    /// its container's hostname (`HOSTNAME`, which Kubernetes sets to the pod name) names
+    /// exactly one of the device's holders. `None` (counted under no pod) otherwise, and
+    /// for a new process past this tick's reads.
+    fn pod_of(&mut self, p: &mut ProcessReading, holders: &[Holder]) -> Option<PodRef> {
+        let tick = self.tick;
+        let seen = match self.seen.get_mut(&p.pid) {
+            Some((seen, at)) => {
+                *at = tick;
+                seen.clone()
+            }
+            None if self.reads_left == 0 => return None,
+            None => {
+                self.reads_left -= 1;
+                self.reads += 1;
+                let seen = read_seen(&self.root.join(&p.pid));
+                self.seen.insert(p.pid.clone(), (seen.clone(), tick));
+                seen
+            }
+        };
+        if let Some(uid) = seen.pod_uid {
+            p.pod_uid.get_or_insert(uid);
+        }
+        if let Some(c) = seen.container_id {
+            p.container_id.get_or_insert(c);
+        }
+        let hostname = seen.hostname?;
+        let mut found = holders.iter().filter(|h| h.pod.pod == hostname);
+        let first = found.next()?;
+        // Two holders of that name (other namespaces): not told apart, so not attributed.
+        if found.any(|h| h.pod != first.pod) {
+            return None;
+        }
+        Some(first.pod.clone())
+    }
+}
+
+/// Read a process's cgroup and `HOSTNAME` under `dir` (bounded, non-blocking reads).
+fn read_seen(dir: &Path) -> Seen {
+    let mut seen = Seen::default();
+    let Some(a) = read_proc_file(&dir.join("cgroup"), MAX_CGROUP_BYTES)
+        .ok()
+        .and_then(|c| crate::cgroup::parse(std::str::from_utf8(&c).ok()?))
+    else {
+        return seen;
+    };
+    seen.pod_uid = Some(a.pod_uid);
+    seen.container_id = a.container_id;
+    seen.hostname = read_proc_file(&dir.join("environ"), MAX_ENVIRON_BYTES)
+        .ok()
+        .and_then(|environ| {
+            environ
+                .split(|b| *b == 0)
+                .find_map(|kv| kv.strip_prefix(b"HOSTNAME="))
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .map(str::to_string)
+        });
+    seen
 }

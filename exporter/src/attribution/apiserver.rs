@@ -16,10 +16,13 @@
 //!   extra labels (`truthscale_source_up{source="apiserver"} 0`). A label is never made up:
 //!   a pod without an allowlisted label, or not in the last answer, has no such label.
 
+use crate::bounds::{LeftOut, MAX_LABEL_BYTES, MAX_LABELS, MAX_PODS, fits};
 use crate::client::{FetchError, get_text_with};
 use crate::setting::Invalid;
 use crate::sources::{BuildError, Produced, SourceError};
 use serde::Deserialize;
+use serde::de::IgnoredAny;
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
@@ -227,24 +230,128 @@ impl PodLabelSettings {
 }
 
 #[derive(Deserialize)]
-struct List {
-    #[serde(default)]
-    kind: String,
-    items: Vec<Item>,
+struct List<'a> {
+    #[serde(default, borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    items: Items<'a>,
+}
+
+/// The list's pods, at most [`MAX_PODS`]; the rest are counted and skipped unread.
+struct Items<'a> {
+    kept: Vec<Item<'a>>,
+    over: u64,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Items<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = Items<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of pods")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Items<'a>, A::Error> {
+                let mut items = Items {
+                    kept: Vec::new(),
+                    over: 0,
+                };
+                while items.kept.len() < MAX_PODS {
+                    match seq.next_element()? {
+                        Some(i) => items.kept.push(i),
+                        None => return Ok(items),
+                    }
+                }
+                while seq.next_element::<IgnoredAny>()?.is_some() {
+                    items.over += 1;
+                }
+                Ok(items)
+            }
+        }
+        d.deserialize_seq(V(std::marker::PhantomData))
+    }
 }
 
 #[derive(Deserialize)]
-struct Item {
-    metadata: Metadata,
+struct Item<'a> {
+    #[serde(borrow)]
+    metadata: Metadata<'a>,
 }
 
 #[derive(Deserialize)]
-struct Metadata {
-    name: String,
-    #[serde(default)]
-    namespace: String,
-    #[serde(default)]
-    labels: HashMap<String, String>,
+struct Metadata<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(default, borrow)]
+    namespace: Cow<'a, str>,
+    #[serde(default, borrow)]
+    labels: Labels<'a>,
+}
+
+/// A pod's labels, borrowed from the answer where they need no unescaping; `None` when
+/// there are more than [`MAX_LABELS`] (the rest are skipped unread).
+struct Labels<'a>(Option<Vec<(Cow<'a, str>, Cow<'a, str>)>>);
+
+impl Default for Labels<'_> {
+    /// No labels (not over the cap).
+    fn default() -> Self {
+        Labels(Some(Vec::new()))
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Labels<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = Labels<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map of labels")
+            }
+            fn visit_unit<E>(self) -> Result<Labels<'a>, E> {
+                Ok(Labels(Some(Vec::new())))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Labels<'a>, A::Error> {
+                let mut kept = Vec::new();
+                while let Some((Text(k), Text(v))) = map.next_entry()? {
+                    kept.push((k, v));
+                    if kept.len() > MAX_LABELS {
+                        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                        return Ok(Labels(None));
+                    }
+                }
+                Ok(Labels(Some(kept)))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// A string borrowed from the answer when it can be (serde's `Cow<str>` always copies).
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(V(std::marker::PhantomData))
+    }
 }
 
 /// The allowlisted labels of each pod of one list answer.
@@ -252,35 +359,63 @@ struct Metadata {
 pub(crate) struct PodLabels {
     /// (namespace, name) → (label name, value), in allowlist order, only those it has.
     by_pod: HashMap<(String, String), Vec<(&'static str, String)>>,
+    /// What the caps left out of the answer.
+    left_out: LeftOut,
 }
 
 impl PodLabels {
-    /// Parse a `PodList` or `PartialObjectMetadataList` answer, keeping the labels of `keys`.
+    /// Parse a `PodList` or `PartialObjectMetadataList` answer, keeping the labels of `keys`
+    /// within the caps: at most [`MAX_PODS`] pods; a pod with more than [`MAX_LABELS`]
+    /// labels, or a name over [`MAX_LABEL_BYTES`], is left out; so is a label value over
+    /// it. Each is counted.
     ///
     /// # Errors
     /// Not JSON, or not a list of pods.
     pub(crate) fn from_json(body: &str, keys: &[PodLabelKey]) -> Result<PodLabels, String> {
         let list: List = serde_json::from_str(body).map_err(|e| format!("not a pod list: {e}"))?;
         if !list.kind.is_empty()
-            && !matches!(list.kind.as_str(), "PodList" | "PartialObjectMetadataList")
+            && !matches!(list.kind.as_ref(), "PodList" | "PartialObjectMetadataList")
         {
             return Err(format!("a {} where a pod list was expected", list.kind));
         }
-        let mut by_pod = HashMap::with_capacity(list.items.len());
-        for item in list.items {
+        let mut left_out = LeftOut::default();
+        left_out.add(format!("pods past the first {MAX_PODS}"), list.items.over);
+        let (mut many, mut long_names, mut long_values) = (0, 0, 0);
+        let mut by_pod = HashMap::with_capacity(list.items.kept.len());
+        for item in list.items.kept {
             let m = item.metadata;
-            let labels: Vec<(&'static str, String)> = keys
-                .iter()
-                .filter_map(|k| {
-                    m.labels
-                        .get(&k.key)
-                        .filter(|v| !v.is_empty())
-                        .map(|v| (k.name, v.clone()))
-                })
-                .collect();
-            by_pod.insert((m.namespace, m.name), labels);
+            let Labels(Some(all)) = m.labels else {
+                many += 1;
+                continue;
+            };
+            if !fits(&m.name) || !fits(&m.namespace) {
+                long_names += 1;
+                continue;
+            }
+            let mut labels: Vec<(&'static str, String)> = Vec::new();
+            for k in keys {
+                let Some((_, v)) = all.iter().find(|(name, v)| *name == k.key && !v.is_empty())
+                else {
+                    continue;
+                };
+                if fits(v) {
+                    labels.push((k.name, v.to_string()));
+                } else {
+                    long_values += 1;
+                }
+            }
+            by_pod.insert((m.namespace.into_owned(), m.name.into_owned()), labels);
         }
-        Ok(PodLabels { by_pod })
+        left_out.add(format!("pods with more than {MAX_LABELS} labels"), many);
+        left_out.add(
+            format!("pods whose name or namespace is over {MAX_LABEL_BYTES} bytes"),
+            long_names,
+        );
+        left_out.add(
+            format!("label values over {MAX_LABEL_BYTES} bytes"),
+            long_values,
+        );
+        Ok(PodLabels { by_pod, left_out })
     }
 
     /// How many pods the answer listed.
@@ -306,6 +441,14 @@ impl PodLabels {
                 }
             }
         }
+    }
+}
+
+impl crate::pipeline::Answer for PodLabels {
+    fn left_out(&self) -> Option<SourceError> {
+        self.left_out
+            .message("the API server's pod list")
+            .map(SourceError::OverLimit)
     }
 }
 
@@ -637,5 +780,48 @@ mod tests {
         let api = ApiServer::new(s).unwrap();
         assert_eq!(read_token(&api.settings).unwrap(), "abc");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// What is over a cap is left out and counted, never truncated: pods past the first
+    /// 10 000, a pod with more than 256 labels or a name over 1 024 bytes, a label value over
+    /// 1 024 bytes. Escaped strings are read as well as borrowed ones.
+    #[test]
+    fn pod_list_caps_leave_out_and_count() {
+        use crate::pipeline::Answer as _;
+        let s = settings();
+        let pod = |name: &str, labels: &str| {
+            format!(r#"{{"metadata":{{"name":"{name}","namespace":"web","labels":{{{labels}}}}}}}"#)
+        };
+        let long = "x".repeat(MAX_LABEL_BYTES + 1);
+        let many: Vec<String> = (0..=MAX_LABELS).map(|i| format!(r#""k{i}":"v""#)).collect();
+        let mut items = vec![
+            pod("ok", r#""team":"se\u0061rch""#),
+            pod("long-value", &format!(r#""team":"{long}""#)),
+            pod(&long, r#""team":"a""#),
+            pod("many", &many.join(",")),
+        ];
+        items.extend((0..MAX_PODS).map(|i| pod(&format!("p{i}"), r#""team":"t""#)));
+        let body = format!(r#"{{"kind":"PodList","items":[{}]}}"#, items.join(","));
+        let l = PodLabels::from_json(&body, &s.keys).unwrap();
+        assert_eq!(
+            l.of(Some("web"), "ok"),
+            [("label_team", "search".to_string())]
+        );
+        assert!(l.of(Some("web"), "long-value").is_empty());
+        assert!(l.of(Some("web"), "many").is_empty());
+        assert_eq!(
+            l.pods(),
+            MAX_PODS - 2,
+            "the long name and the many labels are left out"
+        );
+        let e = l.left_out().expect("counted");
+        assert_eq!(e.kind(), "over_limit");
+        assert_eq!(
+            e.to_string(),
+            "over limit: the API server's pod list: left out 4 pods past the first 10000, 1 pods with more than 256 labels, 1 pods whose name or namespace is over 1024 bytes, 1 label values over 1024 bytes (the reader's caps bound its memory; see docs/reliability.md)"
+        );
+        let small =
+            PodLabels::from_json(&format!(r#"{{"items":[{}]}}"#, pod("a", "")), &s.keys).unwrap();
+        assert!(small.left_out().is_none());
     }
 }

@@ -409,7 +409,7 @@ mod tests {
             }],
             ..Produced::default()
         };
-        a.attribute(&mut produced, Path::new("/nonexistent"));
+        a.attribute(&mut produced, &mut Procs::new("/nonexistent".into()));
         let e = &produced.samples[0].entities;
         // Exclusive: the pod's labels.
         assert_eq!(e[0].id.pod.as_ref().map(|p| p.pod.as_str()), Some("train"));
@@ -665,5 +665,105 @@ mod tests {
             c.validate(None, &no_env).unwrap_err().key,
             "node.pod_labels_refresh"
         );
+    }
+
+    /// A name over 1 024 bytes leaves its container out; holders past 256 of one device are
+    /// left out; both counted.
+    #[test]
+    fn pod_resources_caps_leave_out_and_count() {
+        use crate::pipeline::Answer as _;
+        let long = "p".repeat(crate::bounds::MAX_LABEL_BYTES + 1);
+        let mut pods = vec![PodResources {
+            name: long,
+            namespace: "web".into(),
+            containers: vec![container("c", "nvidia.com/gpu", &["GPU-a"])],
+        }];
+        pods.extend((0..300).map(|i| PodResources {
+            name: format!("slice-{i}"),
+            namespace: "web".into(),
+            containers: vec![container(
+                "c",
+                "nvidia.com/gpu.shared",
+                &[&format!("GPU-b::{i}")],
+            )],
+        }));
+        let r = ListPodResourcesResponse {
+            pod_resources: pods,
+        };
+        let a = Allocations::from_response(&r, &["nvidia.com/gpu*".into()]);
+        assert!(a.of(&entity(0, "GPU-a", None)).is_empty());
+        assert_eq!(a.of(&entity(1, "GPU-b", None)).len(), 256);
+        assert_eq!(
+            a.left_out().expect("counted").to_string(),
+            "over limit: the kubelet's pod resources: left out 1 containers whose pod, namespace, container or resource name is over 1024 bytes, 44 holders past 256 of one device (the reader's caps bound its memory; see docs/reliability.md)"
+        );
+    }
+
+    /// Each process's /proc files are read once while it lives, and at most
+    /// PROC_READS_PER_TICK new ones a tick: the scan's cost per tick is bounded.
+    #[test]
+    fn the_process_scan_is_bounded_per_tick() {
+        let root = std::env::temp_dir().join(format!("ts-procs-{}", std::process::id()));
+        let n = PROC_READS_PER_TICK + 100;
+        for pid in 0..n {
+            let dir = root.join(pid.to_string());
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(
+                dir.join("cgroup"),
+                "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0a1b2c3d_e4f5_4789_abcd_ef0123456789.slice/cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope\n",
+            )
+            .unwrap();
+            std::fs::write(dir.join("environ"), b"PATH=/bin\0HOSTNAME=slice-1\0").unwrap();
+        }
+        let r = ListPodResourcesResponse {
+            pod_resources: (0..2)
+                .map(|i| PodResources {
+                    name: format!("slice-{i}"),
+                    namespace: "web".into(),
+                    containers: vec![container(
+                        "c",
+                        "nvidia.com/gpu.shared",
+                        &[&format!("GPU-b::{i}")],
+                    )],
+                })
+                .collect(),
+        };
+        let a = Allocations::from_response(&r, &["nvidia.com/gpu*".into()]);
+        let produced = || {
+            let mut e = entity(1, "GPU-b", None);
+            e.processes = (0..n)
+                .map(|pid| truthscale_core::model::ProcessReading {
+                    pid: pid.to_string(),
+                    ..Default::default()
+                })
+                .collect();
+            Produced {
+                samples: vec![truthscale_core::model::Sample {
+                    taken: truthscale_core::model::Timestamp(0),
+                    entities: vec![e],
+                }],
+                ..Produced::default()
+            }
+        };
+        let mut procs = Procs::new(root.clone());
+        let attributed = |p: &Produced| {
+            p.samples[0].entities[0]
+                .processes
+                .iter()
+                .filter(|p| p.pod.as_ref().is_some_and(|pod| pod.pod == "slice-1"))
+                .count()
+        };
+        let mut first = produced();
+        a.attribute(&mut first, &mut procs);
+        assert_eq!(procs.reads, PROC_READS_PER_TICK as u64);
+        assert_eq!(attributed(&first), PROC_READS_PER_TICK);
+        let mut second = produced();
+        a.attribute(&mut second, &mut procs);
+        assert_eq!(procs.reads, n as u64, "only the new ones are read");
+        assert_eq!(attributed(&second), n);
+        let mut third = produced();
+        a.attribute(&mut third, &mut procs);
+        assert_eq!(procs.reads, n as u64, "nothing is read again");
+        let _ = std::fs::remove_dir_all(root);
     }
 }

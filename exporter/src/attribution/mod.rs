@@ -18,7 +18,7 @@ pub mod kubelet;
 
 use crate::pipeline::{Background, Health, LogLimiter, Stage, Tick};
 use crate::sources::SourceError;
-use allocations::Allocations;
+use allocations::{Allocations, Procs};
 use apiserver::ApiServer;
 use kubelet::Kubelet;
 use std::collections::BTreeMap;
@@ -35,7 +35,7 @@ pub(crate) const KUBELET: &str = "kubelet";
 #[derive(Debug)]
 pub(crate) struct NodeAttribution {
     reader: Background<Allocations>,
-    proc_root: PathBuf,
+    procs: Procs,
     /// Up, and the reader's failures by kind, as of this tick.
     health: Health,
     /// Failures the pipeline counted against this stage (overruns).
@@ -81,7 +81,7 @@ impl NodeAttribution {
         );
         NodeAttribution {
             reader,
-            proc_root,
+            procs: Procs::new(proc_root),
             health: Health::default(),
             own: BTreeMap::new(),
         }
@@ -100,7 +100,7 @@ impl Stage for NodeAttribution {
             errors,
         };
         if let Some(a) = allocations {
-            a.attribute(tick.produced, &self.proc_root);
+            a.attribute(tick.produced, &mut self.procs);
         }
     }
 

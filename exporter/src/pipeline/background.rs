@@ -9,6 +9,15 @@ use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// An answer a [`Background`] reader keeps: it may say that part of it was over a reader's
+/// cap and left out, which is counted as that error's kind (`over_limit`).
+pub(crate) trait Answer {
+    /// The error that counts what the caps left out of this answer, if anything.
+    fn left_out(&self) -> Option<SourceError> {
+        None
+    }
+}
+
 /// What the reading thread last read.
 #[derive(Debug)]
 struct Latest<T> {
@@ -25,7 +34,7 @@ pub(crate) struct Background<T> {
     thread: Option<JoinHandle<()>>,
 }
 
-impl<T: Send + Sync + 'static> Background<T> {
+impl<T: Answer + Send + Sync + 'static> Background<T> {
     /// Start reading now with `read`, then every `every`, on a thread named `name`; `told`
     /// hears each outcome on that thread (to log it).
     pub(crate) fn start<R, L>(name: &str, every: Duration, mut read: R, mut told: L) -> Self
@@ -39,6 +48,7 @@ impl<T: Send + Sync + 'static> Background<T> {
         }));
         let (stop, stopped) = mpsc::channel::<()>();
         let s = Arc::clone(&shared);
+        let mut log = crate::logging::LogLimiter::default();
         let thread = std::thread::Builder::new()
             .name(name.to_string())
             .spawn(move || {
@@ -48,7 +58,19 @@ impl<T: Send + Sync + 'static> Background<T> {
                     {
                         let mut l = s.lock().unwrap_or_else(PoisonError::into_inner);
                         match answer {
-                            Ok(v) => l.last = Some((Arc::new(v), Instant::now())),
+                            Ok(v) => {
+                                if let Some(e) = v.left_out() {
+                                    *l.errors.entry(e.kind().to_string()).or_default() += 1;
+                                    if log.allow(e.kind()) {
+                                        tracing::warn!(
+                                            reader = %std::thread::current().name().unwrap_or_default(),
+                                            error = %e,
+                                            "Part of an answer was over a cap and left out; counted in truthscale_source_errors_total{{kind=\"over_limit\"}} (repeats logged every 30 s)."
+                                        );
+                                    }
+                                }
+                                l.last = Some((Arc::new(v), Instant::now()));
+                            }
                             Err(e) => *l.errors.entry(e.kind().to_string()).or_default() += 1,
                         }
                     }
@@ -97,6 +119,8 @@ impl<T> Drop for Background<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Answer for i32 {}
 
     /// A read that hangs does not hold up the caller: `current` answers at once with the
     /// last answer, and a failure is counted by kind.

@@ -17,7 +17,7 @@ mod served;
 mod stage;
 
 pub(crate) use crate::logging::LogLimiter;
-pub(crate) use background::Background;
+pub(crate) use background::{Answer, Background};
 pub(crate) use stage::{Health, Stage, Tick};
 
 use crate::publish::{Published, Publisher, SinkErrors, Snapshot, VERSION};
@@ -69,7 +69,7 @@ pub struct Sampler {
 /// The longest [`Sampler::shutdown`] waits for a tick in flight. A read that hangs past it
 /// (a blocked replay file, an engine that never answers) is left behind: the process can
 /// still exit within its grace period.
-pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
+pub(crate) const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
 
 impl Sampler {
     /// Start sampling `source` through `stages`, in order.
@@ -91,8 +91,11 @@ impl Sampler {
         let pipeline = Pipeline::new(config, source, stages, sinks.clone());
         let at = Arc::clone(&pipeline.at);
         let interval = config.interval;
+        // The pipeline's thread holds the only sender: when it ends, the channel closes
+        // (which `/healthz` reports); the watchdog only borrows it while it lives.
         let tx = Arc::new(tx);
-        let to_pipeline = Arc::clone(&tx);
+        let watched = Arc::downgrade(&tx);
+        let to_pipeline = tx;
         let thread = std::thread::Builder::new()
             .name("truthscale-sampler".into())
             .spawn(move || {
@@ -107,7 +110,7 @@ impl Sampler {
         let (watch_stop, watch_stopped) = mpsc::channel();
         let watchdog = std::thread::Builder::new()
             .name("truthscale-watchdog".into())
-            .spawn(move || watchdog(&tx, &at, limit, &watch_stopped))
+            .spawn(move || watchdog(&watched, &at, limit, &watch_stopped))
             .ok()
             .map(|t| (watch_stop, t));
         Sampler {
@@ -145,7 +148,8 @@ impl Sampler {
         &self.source
     }
 
-    /// Stop sampling and wait for the tick in flight, at most [`SHUTDOWN_WAIT`].
+    /// Stop sampling and wait for the tick in flight, at most 3 s (a read that hangs is left
+    /// behind).
     pub fn shutdown(mut self) {
         self.stop_thread();
     }
@@ -189,7 +193,7 @@ const STAGE: usize = 2;
 /// and every GPU only `truthscale_gpu_up 0`, and `/readyz` 503. The next tick that ends
 /// replaces it.
 fn watchdog(
-    tx: &watch::Sender<Arc<Snapshot>>,
+    tx: &std::sync::Weak<watch::Sender<Arc<Snapshot>>>,
     at: &At,
     limit: Duration,
     stop: &mpsc::Receiver<()>,
@@ -201,6 +205,8 @@ fn watchdog(
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
         }
+        // The pipeline's thread has ended: nothing is left to watch.
+        let Some(tx) = tx.upgrade() else { return };
         let mut age = Duration::ZERO;
         let marked = tx.send_if_modified(|snap| {
             age = snap.published_at.map_or(Duration::ZERO, |t| t.elapsed());

@@ -159,6 +159,7 @@ impl Served {
                 window: s.window.clone(),
                 source,
                 up: s.last_seen.elapsed() <= self.stale_after,
+                list_cap: None,
             })
             .collect()
     }

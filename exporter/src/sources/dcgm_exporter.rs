@@ -236,7 +236,8 @@ impl Source for DcgmExporterSource {
                 return out;
             }
         };
-        let mut parser = DcgmTextParser::new(&self.url, 1.0, Timestamp(unix_ms(now)));
+        let mut parser = DcgmTextParser::new(&self.url, 1.0, Timestamp(unix_ms(now)))
+            .with_limits(crate::bounds::DCGM_EXPORTER);
         let mut samples: Vec<Sample> = Vec::new();
         let mut data_lines = 0usize;
         for line in body.lines() {
@@ -261,6 +262,11 @@ impl Source for DcgmExporterSource {
             }
         }
         samples.extend(parser.finish());
+        out.errors.extend(
+            crate::bounds::LeftOut::of_scrape(parser.refused())
+                .message(&self.url)
+                .map(SourceError::OverLimit),
+        );
         if data_lines == 0 || samples.is_empty() {
             out.errors.push(SourceError::Parse(format!(
                 "{}: no DCGM metrics in the response ({} bytes); is this a dcgm-exporter endpoint?",

@@ -236,6 +236,10 @@ pub enum SourceError {
     /// A tick took longer than the sampling interval (the cadence slipped).
     #[error("{0}")]
     Overrun(String),
+    /// Part of an answer was over a reader's cap (entities, label values, label sets, pods,
+    /// holders, processes) and was left out.
+    #[error("over limit: {0}")]
+    OverLimit(String),
     /// The endpoint answered with an error status.
     #[error("{0}")]
     Http(String),
@@ -267,6 +271,7 @@ impl SourceError {
             SourceError::Timeout(_) => "timeout",
             SourceError::TooLarge(_) => "too_large",
             SourceError::Overrun(_) => "overrun",
+            SourceError::OverLimit(_) => "over_limit",
             SourceError::Http(_) => "http",
             SourceError::Sentinel(_) => "sentinel",
             SourceError::NoPermission(_) => "no_permission",

@@ -350,3 +350,49 @@ fn a_hung_replay_read_is_served_stale_and_sigterm_still_exits() {
     assert!(took < Duration::from_secs(8), "took {took:?}");
     drop(writer);
 }
+
+/// A dcgm-exporter answer under the body cap that lists 200 000 GPUs, one line each: the
+/// reader keeps the first 1 024 and counts the rest as `over_limit`, so memory stays under
+/// the DaemonSet's 128 MiB limit (every entity tracked took 2.5 GB).
+#[test]
+fn a_dcgm_exporter_with_200000_gpus_keeps_the_first_1024() {
+    let mut body = String::with_capacity(200_000 * 60);
+    for i in 0..200_000 {
+        body.push_str(&format!(
+            "DCGM_FI_DEV_GPU_UTIL{{gpu=\"{i}\",UUID=\"GPU-{i:08}\",Hostname=\"h\"}} 50\n"
+        ));
+    }
+    let dcgm = StandIn::start(ok(&body));
+    let dir = TempDir::new("faults-many-gpus");
+    let sidecar = Sidecar::start(
+        &[
+            "--source",
+            &format!("dcgm-exporter:{}", dcgm.url()),
+            "--interval",
+            "500ms",
+        ],
+        &[],
+        dir.path(),
+    );
+    let m = sidecar.wait_for(WAIT, "over_limit counted twice", |m| {
+        value(
+            m,
+            "truthscale_source_errors_total",
+            &[("source", "dcgm_exporter"), ("kind", "over_limit")],
+        )
+        .is_some_and(|v| v >= 2.0)
+    });
+    let up = m.iter().filter(|s| s.name == "truthscale_gpu_up").count();
+    assert_eq!(up, 1024, "the first 1 024 GPUs are kept");
+    let rss = rss_kib(sidecar.process.id());
+    eprintln!("a_dcgm_exporter_with_200000_gpus: RSS {rss} KiB");
+    assert!(rss < 128 * 1024, "RSS {rss} KiB");
+    assert!(
+        sidecar
+            .process
+            .stderr()
+            .contains("left out 198976 lines of entities past the cap of 1024 entities"),
+        "{}",
+        sidecar.process.stderr()
+    );
+}

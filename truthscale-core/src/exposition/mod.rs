@@ -56,6 +56,10 @@ pub struct GpuEntry {
     /// Whether it produced data within the stale period. A GPU that stopped is written only
     /// as `truthscale_gpu_up 0`.
     pub up: bool,
+    /// The most processes, and the most holders, whose own series are written for this GPU
+    /// (the series cap's first cut, counted by the exporter); `None`: all of them. The
+    /// device's own series, its holder count and its per-pod parts are always of all of them.
+    pub list_cap: Option<usize>,
 }
 
 /// One source's health.
@@ -335,6 +339,7 @@ mod tests {
             window: w,
             source: SourceKind::Sim.as_str(),
             up: true,
+            list_cap: None,
         }
     }
 
@@ -704,6 +709,7 @@ mod tests {
             window: last.unwrap(),
             source: SourceKind::DcgmExporter.as_str(),
             up: true,
+            list_cap: None,
         };
         let body = encode(
             &[g],
@@ -786,6 +792,7 @@ mod tests {
             window: last.expect("a window"),
             source: SourceKind::Nvml.as_str(),
             up: true,
+            list_cap: None,
         };
         let mut tiers: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut methods: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();

@@ -87,6 +87,7 @@ fn gpu_values<'a>(
     let x = &win.metrics;
     let r = &win.readings;
     let t = &win.totals;
+    let listed = g.list_cap.unwrap_or(usize::MAX);
     let mut one = |v: Option<f64>| {
         if let Some(v) = v {
             push(Vec::new(), v);
@@ -246,7 +247,7 @@ fn gpu_values<'a>(
             }
         }
         GpuMetric::ProcessMemoryUsed | GpuMetric::ProcessSmBusy => {
-            for p in &win.processes {
+            for p in win.processes.iter().take(listed) {
                 let v = if id == GpuMetric::ProcessMemoryUsed {
                     p.used_memory_bytes
                 } else {
@@ -271,7 +272,7 @@ fn gpu_values<'a>(
         }
         GpuMetric::GpuAllocation => {
             let attributed = win.id.pod.as_ref().is_some_and(|p| !p.pod.is_empty());
-            for h in win.allocation.iter().flatten() {
+            for h in win.allocation.iter().flatten().take(listed) {
                 let mut labels = Vec::with_capacity(5);
                 // An entity attributed to its one holder has the holder's pod labels already.
                 if !attributed {

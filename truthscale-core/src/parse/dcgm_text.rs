@@ -21,6 +21,11 @@
 //! [`DcgmTextParser::timestamped`] tells whether the samples carried their own timestamps.
 //! Blank lines and `#` lines (`HELP`, `TYPE`, comments) are skipped and counted. `NaN`/`Inf`
 //! and DCGM's sentinel values become [`Reading::Blank`](crate::model::Reading::Blank).
+//!
+//! A reader of a peer it does not trust (the live dcgm-exporter source) sets [`Limits`]:
+//! a line with a label value over the byte cap or more labels than the cap, and every line
+//! of an entity past the entity cap, is left out and counted in [`Refused`], so that what is
+//! kept, and its memory, is bounded by the caps and not by the size of the answer.
 
 use super::ParseError;
 use super::dmon::{Acc, Target, Unit, error, nth_time};
@@ -72,6 +77,51 @@ const METRICS: &[(&str, Target)] = &[
     ("dcgm_fi_dev_clocks_event_reasons",     Target::Throttles),
 ];
 
+/// The most one scrape keeps (see the [module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Entities per scrape.
+    pub max_entities: usize,
+    /// Bytes of one label value.
+    pub max_label_bytes: usize,
+    /// Labels of one line.
+    pub max_labels: usize,
+}
+
+impl Limits {
+    /// No caps: for inputs the user chose (a capture file, their own Prometheus).
+    pub const NONE: Limits = Limits {
+        max_entities: usize::MAX,
+        max_label_bytes: usize::MAX,
+        max_labels: usize::MAX,
+    };
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits::NONE
+    }
+}
+
+/// Lines left out by the [`Limits`], by cap.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Refused {
+    /// Lines of entities past the entity cap.
+    pub entities: u64,
+    /// Lines with a label value over the byte cap.
+    pub long_values: u64,
+    /// Lines with more labels than the cap.
+    pub label_sets: u64,
+}
+
+impl Refused {
+    /// Whether nothing was left out.
+    #[must_use]
+    pub fn none(&self) -> bool {
+        *self == Refused::default()
+    }
+}
+
 /// Line-at-a-time parser for dcgm-exporter text.
 #[derive(Debug)]
 pub struct DcgmTextParser {
@@ -112,6 +162,19 @@ impl DcgmTextParser {
         }
     }
 
+    /// This parser with `limits` on each scrape.
+    #[must_use]
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.scrape.limits = limits;
+        self
+    }
+
+    /// What the limits left out so far.
+    #[must_use]
+    pub fn refused(&self) -> Refused {
+        self.scrape.refused
+    }
+
     /// Feed the next line (without its newline). Returns the previous scrape when this
     /// line starts a new one.
     ///
@@ -132,6 +195,15 @@ impl DcgmTextParser {
             value,
             timestamp_ms,
         } = prom_text::parse_sample(t).map_err(|m| error(&self.file, self.line, m))?;
+        let limits = self.scrape.limits;
+        if labels.len() > limits.max_labels {
+            self.scrape.refused.label_sets += 1;
+            return Ok(None);
+        }
+        if labels.iter().any(|(_, v)| v.len() > limits.max_label_bytes) {
+            self.scrape.refused.long_values += 1;
+            return Ok(None);
+        }
         let name = name.to_ascii_lowercase();
         let mut sorted: Vec<_> = labels.iter().collect();
         sorted.sort();
@@ -235,6 +307,8 @@ pub struct Scrape {
     /// Entities by key without the node: a line without a node label belongs to the entity
     /// of the same GPU, while the same GPU of another node is another entity.
     index: HashMap<EntityKey, Vec<usize>>,
+    limits: Limits,
+    refused: Refused,
 }
 
 impl Scrape {
@@ -254,17 +328,28 @@ impl Scrape {
             node: None,
             ..id.clone()
         };
-        let candidates = self.index.entry(nodeless.key()).or_default();
-        let entities = &mut self.entities;
-        let found = candidates.iter().copied().find(|&i| {
-            let node = &entities[i].sample.id.node;
-            node.is_none() || id.node.is_none() || *node == id.node
+        let key = nodeless.key();
+        let entities = &self.entities;
+        let found = self.index.get(&key).and_then(|candidates| {
+            candidates.iter().copied().find(|&i| {
+                let node = &entities[i].sample.id.node;
+                node.is_none() || id.node.is_none() || *node == id.node
+            })
         });
-        let i = found.unwrap_or_else(|| {
-            entities.push(Acc::new(id.clone()));
-            candidates.push(entities.len() - 1);
-            entities.len() - 1
-        });
+        let i = match found {
+            Some(i) => i,
+            // Past the cap a new entity is counted, and nothing of it is kept.
+            None if self.entities.len() >= self.limits.max_entities => {
+                self.refused.entities += 1;
+                return true;
+            }
+            None => {
+                self.entities.push(Acc::new(id.clone()));
+                let i = self.entities.len() - 1;
+                self.index.entry(key).or_default().push(i);
+                i
+            }
+        };
         if let Some(acc) = self.entities.get_mut(i) {
             fill_attributes(&mut acc.sample.id, id);
             acc.apply(*target, Some(raw));
@@ -675,5 +760,54 @@ DCGM_FI_DEV_FB_USED{gpu=\"0\"} 20
             e[0].readings.value(Field::MemUsedBytes),
             Some(20.0 * 1_048_576.0)
         );
+    }
+
+    /// Past the caps, lines are left out and counted: entities past the entity cap (the
+    /// entities already kept still take their later lines), a label value over the byte
+    /// cap, a line with more labels than the cap. Nothing of a refused line is kept.
+    #[test]
+    fn limits_leave_out_and_count() {
+        let limits = Limits {
+            max_entities: 2,
+            max_label_bytes: 8,
+            max_labels: 3,
+        };
+        let mut p = DcgmTextParser::new("m.txt", 1.0, Timestamp(0)).with_limits(limits);
+        let lines = [
+            "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 10",
+            "DCGM_FI_DEV_GPU_UTIL{gpu=\"1\"} 11",
+            "DCGM_FI_DEV_GPU_UTIL{gpu=\"2\"} 12",
+            "DCGM_FI_DEV_GPU_UTIL{gpu=\"3\"} 13",
+            "DCGM_FI_PROF_SM_ACTIVE{gpu=\"1\"} 0.5",
+            "DCGM_FI_PROF_SM_ACTIVE{gpu=\"0\",pod=\"123456789\"} 0.5",
+            "DCGM_FI_PROF_SM_ACTIVE{gpu=\"0\",a=\"1\",b=\"2\",c=\"3\"} 0.5",
+        ];
+        for l in lines {
+            assert_eq!(p.push_line(l), Ok(None), "{l}");
+        }
+        let s = p.finish().expect("a scrape");
+        let kept: Vec<_> = s.entities.iter().map(|e| e.id.gpu).collect();
+        assert_eq!(kept, [Some(0), Some(1)]);
+        assert_eq!(
+            s.entities[1].readings.get(Field::SmActive),
+            Reading::Value(0.5)
+        );
+        assert_eq!(s.entities[0].readings.get(Field::SmActive), Reading::Blank);
+        assert_eq!(s.entities[0].id.pod, None);
+        assert_eq!(
+            p.refused(),
+            Refused {
+                entities: 2,
+                long_values: 1,
+                label_sets: 1
+            }
+        );
+        // Without limits every line is kept (the pod's line is an entity of its own).
+        let mut p = DcgmTextParser::new("m.txt", 1.0, Timestamp(0));
+        for l in lines {
+            p.push_line(l).unwrap();
+        }
+        assert_eq!(p.finish().unwrap().entities.len(), 5);
+        assert!(p.refused().none());
     }
 }

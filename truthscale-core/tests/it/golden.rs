@@ -57,6 +57,7 @@ fn entries(windows: Vec<EntityWindow>, source: SourceKind) -> Vec<GpuEntry> {
             window,
             source,
             up: true,
+            list_cap: None,
         })
         .collect()
 }

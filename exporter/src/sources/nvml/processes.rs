@@ -5,6 +5,7 @@
 use super::device::{Ctx, DevState, Got, Lost};
 use super::mig::MigDev;
 use super::raw;
+use crate::bounds::MAX_PROCESSES;
 use crate::cgroup::Attribution;
 use crate::sources::SourceError;
 use nvml_wrapper::Device;
@@ -72,7 +73,20 @@ impl DevState {
         migs: Option<&[MigDev<'n>]>,
         errors: &mut Vec<SourceError>,
     ) -> Result<(), Lost> {
-        let listed = self.compute_processes(dev, migs, errors)?;
+        let mut listed = self.compute_processes(dev, migs, errors)?;
+        if listed.len() > MAX_PROCESSES {
+            let mut left_out = crate::bounds::LeftOut::default();
+            left_out.add(
+                format!("processes past the first {MAX_PROCESSES} of one GPU"),
+                (listed.len() - MAX_PROCESSES) as u64,
+            );
+            listed.truncate(MAX_PROCESSES);
+            errors.extend(
+                left_out
+                    .message("NVML's process list")
+                    .map(SourceError::OverLimit),
+            );
+        }
         // Per-process utilization is not supported on MIG.
         let util = if migs.is_none() {
             self.sm_busy_by_pid(ctx, dev, errors)?
