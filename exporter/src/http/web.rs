@@ -64,14 +64,20 @@ const VERIFY_PERMITS: usize = 1;
 /// How long a request waits for a verification slot before it is answered 503.
 const VERIFY_WAIT: Duration = Duration::from_secs(2);
 
-/// Failed logins a client address may make at once; it regains one per [`FAILURE_REFILL`].
+/// Failed logins a client address may make at once for one user (all unknown users count
+/// as one); it regains one per [`FAILURE_REFILL`].
 const FAILURE_BURST: f64 = 5.0;
 
 /// The time in which a client address regains one failed login.
 const FAILURE_REFILL: Duration = Duration::from_secs(1);
 
-/// Client addresses whose failures are tracked at most; beyond, the quiet ones are forgotten.
+/// (Client address, user) pairs whose failures are tracked at most; beyond, the quiet ones
+/// are forgotten.
 const MAX_TRACKED_CLIENTS: usize = 4096;
+
+/// Whose failed logins share one allowance: a client address and a configured user, or the
+/// address and `None` for every user name that is not configured.
+type Attempts = (IpAddr, Option<String>);
 
 /// How many successful credential checks [`BasicAuth`] remembers before it starts over.
 const AUTH_CACHE_CAPACITY: usize = 64;
@@ -443,8 +449,14 @@ type CacheKey = (String, [u8; 32]);
 ///   credentials cost a hash lookup instead of a bcrypt verification. Failures are never
 ///   cached.
 /// - bcrypt verification is bounded: one at a time; a request that waits longer than 2 s for
-///   its turn gets 503. Each client address may fail 5 times at once and regains one attempt
-///   a second; beyond that it gets 429 without any bcrypt work.
+///   its turn gets 503. Each client address may fail 5 times at once for each configured
+///   user, and 5 times for all other user names together, and regains one attempt a second;
+///   beyond that it gets 429 without any bcrypt work. So guessing from an address, with
+///   made-up user names or another user's, never locks out a valid user there: the
+///   allowance a scraper's login takes from is its own user's. (Guessing that very user's
+///   password from that very address does lock it out from there while the guessing lasts:
+///   that is what bounds the guessing. A scraper that logged in before is cached and never
+///   refused.)
 /// - User names do not show in timing: an unknown user is verified against a stand-in hash
 ///   of the highest configured cost, and a password over 72 bytes is refused without bcrypt
 ///   for every user, known or not.
@@ -457,8 +469,9 @@ pub struct BasicAuth {
     cache: Mutex<HashSet<CacheKey>>,
     /// Verification slots.
     permits: tokio::sync::Semaphore,
-    /// Failed-login allowance per client address: (attempts left, when last updated).
-    failures: Mutex<HashMap<IpAddr, (f64, Instant)>>,
+    /// Failed-login allowance per client address and user: (attempts left, when last
+    /// updated).
+    failures: Mutex<HashMap<Attempts, (f64, Instant)>>,
 }
 
 impl fmt::Debug for BasicAuth {
@@ -574,11 +587,16 @@ impl BasicAuth {
         }
     }
 
-    /// Take one failed-login attempt from `client`'s allowance; `false` when none is left.
-    fn take_attempt(&self, client: IpAddr) -> bool {
+    /// Whose allowance a login of `p` from `client` takes from.
+    fn attempts(client: IpAddr, p: &Pending) -> Attempts {
+        (client, p.known.then(|| p.key.0.clone()))
+    }
+
+    /// Take one failed-login attempt from `who`'s allowance; `false` when none is left.
+    fn take_attempt(&self, who: &Attempts) -> bool {
         let now = Instant::now();
         let mut map = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
-        if map.len() >= MAX_TRACKED_CLIENTS && !map.contains_key(&client) {
+        if map.len() >= MAX_TRACKED_CLIENTS && !map.contains_key(who) {
             // Forget the addresses whose allowance is full again; if none, start over.
             map.retain(|_, (left, at)| {
                 *left + now.duration_since(*at).as_secs_f64() / FAILURE_REFILL.as_secs_f64()
@@ -588,7 +606,7 @@ impl BasicAuth {
                 map.clear();
             }
         }
-        let (left, at) = map.entry(client).or_insert((FAILURE_BURST, now));
+        let (left, at) = map.entry(who.clone()).or_insert((FAILURE_BURST, now));
         *left = (*left + now.duration_since(*at).as_secs_f64() / FAILURE_REFILL.as_secs_f64())
             .min(FAILURE_BURST);
         *at = now;
@@ -601,9 +619,9 @@ impl BasicAuth {
     }
 
     /// Give back the attempt a successful login took.
-    fn refund_attempt(&self, client: IpAddr) {
+    fn refund_attempt(&self, who: &Attempts) {
         let mut map = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((left, _)) = map.get_mut(&client) {
+        if let Some((left, _)) = map.get_mut(who) {
             *left = (*left + 1.0).min(FAILURE_BURST);
         }
     }
@@ -661,17 +679,17 @@ async fn authorize(auth: Arc<BasicAuth>, req: Request, next: Next) -> Response {
         Precheck::Refused => return unauthorized(),
         Precheck::Verify(p) => p,
     };
-    let client = req
+    let who = req
         .extensions()
         .get::<axum::extract::ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip());
-    if let Some(ip) = client
-        && !auth.take_attempt(ip)
+        .map(|c| BasicAuth::attempts(c.0.ip(), &pending));
+    if let Some(who) = &who
+        && !auth.take_attempt(who)
     {
-        debug!(client = %ip, "too many failed logins; refused without checking");
+        debug!(client = %who.0, "too many failed logins; refused without checking");
         return refusal(
             StatusCode::TOO_MANY_REQUESTS,
-            "Too many failed logins from this address; retry later\n",
+            "Too many failed logins from this address for this user; retry later\n",
         );
     }
     let Ok(Ok(permit)) = tokio::time::timeout(VERIFY_WAIT, auth.permits.acquire()).await else {
@@ -687,8 +705,8 @@ async fn authorize(auth: Arc<BasicAuth>, req: Request, next: Next) -> Response {
         .unwrap_or(false);
     drop(permit);
     if allowed {
-        if let Some(ip) = client {
-            auth.refund_attempt(ip);
+        if let Some(who) = &who {
+            auth.refund_attempt(who);
         }
         next.run(req).await
     } else {

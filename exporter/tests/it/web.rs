@@ -327,6 +327,58 @@ async fn failed_logins_are_rate_limited_per_address() {
     server.stop_within(Duration::from_secs(5)).await;
 }
 
+/// Guessing from the scraper's own address, with made-up user names or another user's, does
+/// not lock the scraper out, even before its first login: its login takes from its own
+/// user's allowance (the flood that answered the scraper 429 38 times out of 38).
+#[tokio::test]
+async fn a_flood_from_the_same_address_does_not_lock_out_a_valid_user() {
+    let hash = bcrypt::hash(PASSWORD, 4).expect("bcrypt");
+    let path = write_raw(
+        "flood",
+        &format!("basic_auth_users:\n  {USER}: {hash}\n  bob: {hash}\n"),
+    );
+    let auth = WebConfig::load(&path)
+        .expect("valid config")
+        .basic_auth()
+        .expect("users configured");
+    let app = web::layer(metrics_app(), auth);
+    let server = Server::start(app, None, HttpLimits::default()).await;
+    let right = format!("Authorization: {}", basic(USER, PASSWORD));
+    let mut scraper = Vec::new();
+    let mut flood = Vec::new();
+    for round in 0..10 {
+        for i in 0..10 {
+            let guess = if i % 2 == 0 {
+                basic(&format!("admin{round}{i}"), "guess")
+            } else {
+                basic("bob", &format!("guess{round}{i}"))
+            };
+            let r = plain_get(
+                server.addr,
+                "/metrics",
+                &[format!("Authorization: {guess}")],
+            )
+            .await
+            .expect("response");
+            flood.push(r.status);
+        }
+        // The scraper's first login comes after the flood has spent the address's
+        // allowance for the other names.
+        if round >= 2 {
+            let r = plain_get(server.addr, "/metrics", std::slice::from_ref(&right))
+                .await
+                .expect("response");
+            scraper.push(r.status);
+        }
+    }
+    assert!(
+        flood.iter().filter(|s| **s == 429).count() > 50,
+        "{flood:?}"
+    );
+    assert!(scraper.iter().all(|s| *s == 200), "{scraper:?}");
+    server.stop_within(Duration::from_secs(5)).await;
+}
+
 #[test]
 fn empty_config_means_plain_http_without_auth() {
     let path = write_raw("empty", "# nothing configured\n");
