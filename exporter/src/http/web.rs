@@ -100,21 +100,23 @@ const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(10);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum WebConfigError {
+    // The cause is written into each message, so it is not also the error's `source()`
+    // (which a caller printing the chain would write a second time).
     /// The web-config file could not be read.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Read {
         /// The web-config file.
         path: PathBuf,
         /// The underlying I/O error.
-        source: io::Error,
+        error: io::Error,
     },
     /// The web-config file is not valid YAML for this schema (includes unknown keys).
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Parse {
         /// The web-config file.
         path: PathBuf,
         /// The YAML error, which names the key and position.
-        source: serde_yaml_ng::Error,
+        error: serde_yaml_ng::Error,
     },
     /// A `basic_auth_users` value is not a bcrypt hash.
     #[error("{}: basic_auth_users.{user}: not a bcrypt hash", path.display())]
@@ -154,7 +156,7 @@ pub enum WebConfigError {
         key: &'static str,
     },
     /// A certificate or key file could not be read.
-    #[error("{}: {key}: {}: {source}", path.display(), file.display())]
+    #[error("{}: {key}: {}: {error}", path.display(), file.display())]
     TlsRead {
         /// The web-config file.
         path: PathBuf,
@@ -163,7 +165,7 @@ pub enum WebConfigError {
         /// The certificate or key file, resolved against the web-config directory.
         file: PathBuf,
         /// The underlying I/O error.
-        source: io::Error,
+        error: io::Error,
     },
     /// A certificate or key file does not hold the expected PEM content.
     #[error("{}: {key}: {}: {reason}", path.display(), file.display())]
@@ -178,12 +180,12 @@ pub enum WebConfigError {
         reason: String,
     },
     /// rustls rejected the certificate and key (for example, they do not match).
-    #[error("{}: tls_server_config: {source}", path.display())]
+    #[error("{}: tls_server_config: {error}", path.display())]
     Tls {
         /// The web-config file.
         path: PathBuf,
         /// The rustls error.
-        source: rustls::Error,
+        error: rustls::Error,
     },
 }
 
@@ -237,9 +239,9 @@ impl WebConfig {
     ///
     /// A [`WebConfigError`] whose message names `path` and the offending key.
     pub fn load(path: &Path) -> Result<WebConfig, WebConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| WebConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| WebConfigError::Read {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         WebConfig::parse(&text, path)
     }
@@ -253,9 +255,9 @@ impl WebConfig {
     pub fn parse(text: &str, path: &Path) -> Result<WebConfig, WebConfigError> {
         // An empty (or comment-only) file is a valid, empty configuration.
         let raw: Option<RawWebConfig> =
-            serde_yaml_ng::from_str(text).map_err(|source| WebConfigError::Parse {
+            serde_yaml_ng::from_str(text).map_err(|error| WebConfigError::Parse {
                 path: path.to_path_buf(),
-                source,
+                error,
             })?;
         let raw = raw.unwrap_or_default();
         let base = path.parent().unwrap_or_else(|| Path::new(""));
@@ -378,11 +380,11 @@ fn read_tls_file(
     key: &'static str,
     file: &Path,
 ) -> Result<Vec<u8>, WebConfigError> {
-    std::fs::read(file).map_err(|source| WebConfigError::TlsRead {
+    std::fs::read(file).map_err(|error| WebConfigError::TlsRead {
         path: config_path.to_path_buf(),
         key,
         file: file.to_path_buf(),
-        source,
+        error,
     })
 }
 
@@ -422,9 +424,9 @@ fn build_server_config(
         err => pem_error(KEY_KEY, &tls.key_file, format!("invalid PEM: {err}")),
     })?;
 
-    let tls_error = |source| WebConfigError::Tls {
+    let tls_error = |error| WebConfigError::Tls {
         path: config_path.to_path_buf(),
-        source,
+        error,
     };
     let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),

@@ -396,3 +396,36 @@ fn a_dcgm_exporter_with_200000_gpus_keeps_the_first_1024() {
         sidecar.process.stderr()
     );
 }
+
+/// A web config naming a certificate that is not there: the error names the file, the key
+/// and the cause, once.
+#[test]
+fn a_web_config_error_says_its_cause_once() {
+    let dir = TempDir::new("faults-web-cause");
+    let web = dir.path().join("web.yml");
+    std::fs::write(
+        &web,
+        "tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n",
+    )
+    .unwrap();
+    let out = truthscale_e2e::run(&[
+        "serve",
+        "--source",
+        "null",
+        "--listen",
+        "127.0.0.1:0",
+        "--web-config",
+        web.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("tls_server_config.cert_file") && stderr.contains("missing.crt"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("No such file or directory").count(),
+        1,
+        "{stderr}"
+    );
+}

@@ -1,7 +1,8 @@
 //! Label and input hygiene: pod identities with quotes, backslashes, newlines and non-ASCII
 //! (through the Downward API environment) give exposition that promtool, the reference
-//! OpenMetrics parser and a real Prometheus all read back to the very same strings (the
-//! external-tool tier: see `require_tool_or_return!`).
+//! OpenMetrics parser and a real Prometheus all read back to the very same strings; raw CR,
+//! TAB and NUL (from a source's labels) are read back by all of them as the same visible
+//! text (the external-tool tier: see `require_tool_or_return!`).
 
 use std::io::Write as _;
 use std::time::{Duration, Instant};
@@ -13,8 +14,11 @@ const POD: &str = "we\"ird\\pod\nname-é日本";
 const NAMESPACE: &str = "ns-\"quoted\"";
 const CONTAINER: &str = "c\\\\double\nline";
 const NODE: &str = "nœud-⚙";
-/// A pod name as dcgm-exporter's own labels carry it (escaped in its exposition).
-const SOURCE_POD: &str = "src\"pod\\x\ny-ü";
+/// A pod name as dcgm-exporter's own labels carry it (escaped in its exposition), with raw
+/// control characters the formats have no escape for.
+const SOURCE_POD: &str = "src\"pod\\x\ny-ü\tt\rr\0z";
+/// How every reader reads [`SOURCE_POD`] back: the control characters as visible text.
+const SOURCE_POD_READ: &str = "src\"pod\\x\ny-ü\\tt\\rr\\0z";
 
 fn promtool_check(promtool: &std::path::Path, body: &[u8]) {
     let mut child = std::process::Command::new(promtool)
@@ -126,7 +130,7 @@ fn awkward_identities_survive_every_parser() {
             .find(|m| m["source"] == src)
             .unwrap_or_else(|| panic!("no {src} GPU in {infos:?}"))
     };
-    assert_eq!(by_source("dcgm_exporter")["pod"], SOURCE_POD);
+    assert_eq!(by_source("dcgm_exporter")["pod"], SOURCE_POD_READ);
     let labels = by_source("sim");
     assert_eq!(labels["pod"], POD);
     assert_eq!(labels["namespace"], NAMESPACE);

@@ -104,6 +104,11 @@ pub struct ExporterStatus {
 }
 
 /// Escape a label value for both text formats.
+///
+/// The formats have escapes for backslash, double quote and newline only. Any other control
+/// character (CR, TAB, NUL, …) is written as visible text: a backslash (itself escaped)
+/// then `r`, `t`, `0` or `xHH`, so every reader (Prometheus, promtool, the Python parser,
+/// a line reader that takes CR for a line end) reads the same characters, `\r` for a CR.
 #[must_use]
 pub fn escape_label(v: &str) -> String {
     let mut out = String::with_capacity(v.len());
@@ -112,6 +117,12 @@ pub fn escape_label(v: &str) -> String {
             '\\' => out.push_str("\\\\"),
             '"' => out.push_str("\\\""),
             '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\\\r"),
+            '\t' => out.push_str("\\\\t"),
+            '\0' => out.push_str("\\\\0"),
+            c if c.is_control() && (c as u32) < 0x80 => {
+                out.push_str(&format!("\\\\x{:02x}", c as u32));
+            }
             c => out.push(c),
         }
     }
@@ -300,6 +311,17 @@ mod tests {
     use crate::model::{EntityId, EntitySample, PodRef, Readings, Sample, Throttles, Timestamp};
     use crate::model::{Field, SourceKind};
     use crate::tracker::Deriver;
+
+    /// The three escapes of the formats, and visible text for other control characters.
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape_label("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+        assert_eq!(
+            escape_label("p\ta\rb\0c\u{1b}d\u{7f}"),
+            "p\\\\ta\\\\rb\\\\0c\\\\x1bd\\\\x7f"
+        );
+        assert_eq!(escape_label("日本\u{85}"), "日本\u{85}");
+    }
 
     fn entry(pod: &str) -> GpuEntry {
         let mut r = Readings::default();
