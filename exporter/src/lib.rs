@@ -47,6 +47,8 @@ pub(crate) mod commands;
 pub mod compose;
 pub mod config;
 pub mod enrichment;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod history;
 pub mod http;
 pub(crate) mod logging;

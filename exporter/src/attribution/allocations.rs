@@ -265,6 +265,12 @@ impl Allocations {
         }
     }
 
+    /// Every device's holders (for the fuzz targets).
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn devices(&self) -> &HashMap<DeviceRef, Vec<Holder>> {
+        &self.holders
+    }
+
     /// Whether a container of the answer holds entity `e` (alone or not).
     #[must_use]
     pub(crate) fn holds(&self, e: &EntitySample) -> bool {
@@ -360,23 +366,41 @@ impl Procs {
 
 /// Read a process's cgroup and `HOSTNAME` under `dir` (bounded, non-blocking reads).
 fn read_seen(dir: &Path) -> Seen {
-    let mut seen = Seen::default();
-    let Some(a) = read_proc_file(&dir.join("cgroup"), MAX_CGROUP_BYTES)
-        .ok()
-        .and_then(|c| crate::cgroup::parse(std::str::from_utf8(&c).ok()?))
-    else {
-        return seen;
+    let Ok(cgroup) = read_proc_file(&dir.join("cgroup"), MAX_CGROUP_BYTES) else {
+        return Seen::default();
     };
-    seen.pod_uid = Some(a.pod_uid);
-    seen.container_id = a.container_id;
-    seen.hostname = read_proc_file(&dir.join("environ"), MAX_ENVIRON_BYTES)
+    let environ = || read_proc_file(&dir.join("environ"), MAX_ENVIRON_BYTES).ok();
+    seen_of(&cgroup, environ)
+}
+
+/// What a process's `cgroup` file and its `environ` (read only when the cgroup names a
+/// pod) say of it.
+fn seen_of(cgroup: &[u8], environ: impl FnOnce() -> Option<Vec<u8>>) -> Seen {
+    let Some(a) = std::str::from_utf8(cgroup)
         .ok()
-        .and_then(|environ| {
-            environ
-                .split(|b| *b == 0)
+        .and_then(crate::cgroup::parse)
+    else {
+        return Seen::default();
+    };
+    Seen {
+        pod_uid: Some(a.pod_uid),
+        container_id: a.container_id,
+        hostname: environ().and_then(|e| {
+            e.split(|b| *b == 0)
                 .find_map(|kv| kv.strip_prefix(b"HOSTNAME="))
                 .and_then(|h| std::str::from_utf8(h).ok())
                 .map(str::to_string)
-        });
-    seen
+        }),
+    }
+}
+
+/// The fuzz targets' way in (feature `fuzzing`): what `cgroup` and `environ` say of a
+/// process, as (pod UID, container id, hostname).
+#[cfg(feature = "fuzzing")]
+pub(crate) fn seen_parts(
+    cgroup: &[u8],
+    environ: &[u8],
+) -> (Option<String>, Option<String>, Option<String>) {
+    let s = seen_of(cgroup, || Some(environ.to_vec()));
+    (s.pod_uid, s.container_id, s.hostname)
 }

@@ -418,6 +418,12 @@ impl PodLabels {
         Ok(PodLabels { by_pod, left_out })
     }
 
+    /// Every pod's labels kept (for the fuzz targets).
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn all_labels(&self) -> impl Iterator<Item = &[(&'static str, String)]> {
+        self.by_pod.values().map(Vec::as_slice)
+    }
+
     /// How many pods the answer listed.
     #[must_use]
     pub(crate) fn pods(&self) -> usize {
