@@ -272,4 +272,48 @@ mod tests {
         }
         assert_eq!(target_seen.load(std::sync::atomic::Ordering::SeqCst), 0);
     }
+
+    /// A peer that trickles its answer (a byte every 100 ms) is a `timeout` at the agent's
+    /// one deadline for the whole exchange, not an exchange that lasts as long as it likes;
+    /// one that answers more than the limit is `too_large`, not read whole. Every HTTP peer
+    /// (dcgm-exporter, the serving engine, the API server) is read through this function.
+    #[test]
+    fn a_trickle_is_a_timeout_and_a_huge_answer_too_large() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for c in l.incoming() {
+                let Ok(mut c) = c else { return };
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    let _ = c.read(&mut buf);
+                    let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n");
+                    for _ in 0..1000 {
+                        if c.write_all(b"x").is_err() {
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                });
+            }
+        });
+        let t = std::time::Instant::now();
+        let e = get_text(
+            &agent(Duration::from_millis(700)),
+            &url,
+            "text/plain",
+            1 << 20,
+        )
+        .unwrap_err();
+        assert_eq!(e.kind(), "timeout", "{e}");
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+
+        let body = "x".repeat(2 << 20);
+        let (url, _) = serve(format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ));
+        let e = get_text(&agent(Duration::from_secs(5)), &url, "text/plain", 1 << 20).unwrap_err();
+        assert_eq!(e.kind(), "too_large", "{e}");
+    }
 }

@@ -900,3 +900,70 @@ fn compatibility_doc_lists_every_mapped_name() {
         missing.join("\n")
     );
 }
+
+/// A Prometheus that trickles its answer (a byte every 100 ms) ends at the one deadline for
+/// the whole exchange, named with its flag; one that answers more than 256 MiB is refused
+/// at the cap, saying how to ask for less.
+#[test]
+fn a_trickling_or_huge_prometheus_answer_is_a_clear_error() {
+    let serve = |trickle: bool| {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut s) = stream else { continue };
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    let _ = s.read(&mut buf);
+                    let len: u64 = if trickle { 1000 } else { 300 << 20 };
+                    let _ = s.write_all(
+                        format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n")
+                            .as_bytes(),
+                    );
+                    if trickle {
+                        for _ in 0..len {
+                            if s.write_all(b" ").is_err() {
+                                return;
+                            }
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
+                    } else {
+                        let chunk = vec![b' '; 1 << 20];
+                        for _ in 0..300 {
+                            if s.write_all(&chunk).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        format!("http://{addr}")
+    };
+    let err = fails(&serve(true), &["--prometheus-timeout", "1s"], &[]);
+    assert!(
+        err.contains("no complete answer within 1s") && err.contains("--prometheus-timeout"),
+        "{err}"
+    );
+    let err = fails(&serve(false), &[], &[]);
+    assert!(
+        err.contains("larger than 256 MiB") && err.contains("--selector"),
+        "{err}"
+    );
+}
+
+/// A Prometheus (or a proxy before it) answering with a redirect: not followed, exit 2
+/// naming the answer, and the place it points to never asked.
+#[test]
+fn a_redirecting_prometheus_is_not_followed() {
+    let (target, asked) = canned(response("200 OK", r#"{"status":"success","data":[]}"#));
+    let (url, _) = canned(
+        format!(
+            "HTTP/1.1 302 Found\r\nLocation: {target}/api/v1/label/__name__/values\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+        .into_bytes(),
+    );
+    let err = fails(&url, &[], &[]);
+    assert!(err.contains("302"), "{err}");
+    assert!(asked.try_recv().is_err(), "the redirect was followed");
+}

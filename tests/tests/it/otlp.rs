@@ -868,6 +868,107 @@ fn check_rejecting(proto: Proto) {
     );
 }
 
+/// An OTLP/HTTP collector that answers with a redirect (to plain HTTP elsewhere): the
+/// export is not sent there, and the failure is counted.
+#[test]
+fn http_collector_redirect_is_not_followed() {
+    let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    elsewhere.set_nonblocking(true).unwrap();
+    let target = format!("http://{}/v1/metrics", elsewhere.local_addr().unwrap());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind(("127.0.0.1", 0)))
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = axum::Router::new().fallback(move |_body: axum::body::Bytes| {
+        let target = target.clone();
+        async move {
+            (
+                axum::http::StatusCode::TEMPORARY_REDIRECT,
+                [(axum::http::header::LOCATION, target)],
+                "moved",
+            )
+        }
+    });
+    rt.spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let dir = TempDir::new("otlp-redirect");
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let mut env = ENV.to_vec();
+    env.push(("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"));
+    let mut args = ARGS.to_vec();
+    args.extend(["--otlp-endpoint", &endpoint]);
+    let sidecar = Sidecar::start(&args, &env, dir.path());
+    let failed = |s: &Sidecar| {
+        s.metrics()
+            .iter()
+            .filter(|m| m.name == "truthscale_sink_errors_total" && m.label("sink") == Some("otlp"))
+            .map(|m| m.value)
+            .sum::<f64>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while failed(&sidecar) < 2.0 {
+        assert!(
+            Instant::now() < deadline,
+            "no export failure counted:\n{}",
+            sidecar.process.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        elsewhere.accept().is_err(),
+        "the export followed the redirect"
+    );
+}
+
+/// An OTLP/HTTP collector that answers 200 with 8 MiB: the answer is read to 4 MiB at most
+/// (opentelemetry-http's cap) and the export counted as failed, export after export.
+#[test]
+fn http_collector_answering_huge_is_counted() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind(("127.0.0.1", 0)))
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app =
+        axum::Router::new().fallback(|_body: axum::body::Bytes| async { vec![b'x'; 8 << 20] });
+    rt.spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let dir = TempDir::new("otlp-huge-answer");
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let mut env = ENV.to_vec();
+    env.push(("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"));
+    let mut args = ARGS.to_vec();
+    args.extend(["--otlp-endpoint", &endpoint]);
+    let sidecar = Sidecar::start(&args, &env, dir.path());
+    let failed = |s: &Sidecar| {
+        s.metrics()
+            .iter()
+            .filter(|m| m.name == "truthscale_sink_errors_total" && m.label("sink") == Some("otlp"))
+            .map(|m| m.value)
+            .sum::<f64>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while failed(&sidecar) < 2.0 {
+        assert!(
+            Instant::now() < deadline,
+            "no export failure counted:\n{}",
+            sidecar.process.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn grpc_rejecting_collector_is_counted_as_rejected() {
     check_rejecting(Proto::Grpc);

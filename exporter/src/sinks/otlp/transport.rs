@@ -327,6 +327,9 @@ fn http_client(
             reqwest::blocking::Client::builder()
                 .timeout(timeout)
                 .tls_backend_preconfigured(tls)
+                // A redirect is the collector's answer, not a new destination: metrics and
+                // headers never follow it (to plain HTTP or elsewhere); it fails the export.
+                .redirect(reqwest::redirect::Policy::none())
                 .build()
         })
         .context("cannot start a thread for the OTLP HTTP client")?
