@@ -114,25 +114,25 @@ impl Point {
         self
     }
 
-    fn sat(self) -> Option<u16> {
+    pub(crate) fn sat(self) -> Option<u16> {
         (self.saturation != NO_RATIO).then_some(self.saturation)
     }
-    fn mem(self) -> Option<u32> {
+    pub(crate) fn mem(self) -> Option<u32> {
         (self.memory_mib != NO_MIB).then_some(self.memory_mib)
     }
-    fn busy(self) -> Option<u16> {
+    pub(crate) fn busy(self) -> Option<u16> {
         (self.busy != NO_RATIO).then_some(self.busy)
     }
-    fn ecf(self) -> Option<u16> {
+    pub(crate) fn ecf(self) -> Option<u16> {
         (self.effective_compute != NO_RATIO).then_some(self.effective_compute)
     }
-    fn pipe(self) -> Option<u16> {
+    pub(crate) fn pipe(self) -> Option<u16> {
         (self.busiest_pipe != NO_RATIO).then_some(self.busiest_pipe)
     }
-    fn dram(self) -> Option<u16> {
+    pub(crate) fn dram(self) -> Option<u16> {
         (self.dram != NO_RATIO).then_some(self.dram)
     }
-    fn any(self) -> bool {
+    pub(crate) fn any(self) -> bool {
         self != Point::NONE
     }
 }
@@ -251,6 +251,13 @@ impl Track {
     #[must_use]
     pub fn first_step(&self) -> usize {
         self.first
+    }
+
+    /// The points from the first step on, one per step (`Point::NONE` where nothing was
+    /// read).
+    #[must_use]
+    pub(crate) fn points(&self) -> &[Point] {
+        &self.points
     }
 
     /// Steps from the first reading to the last.

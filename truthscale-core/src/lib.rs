@@ -38,6 +38,7 @@ pub mod phase;
 pub mod rightsizing;
 pub mod serving;
 pub mod share;
+pub mod showback;
 pub mod sim;
 pub mod tracker;
 pub mod verdict;

@@ -1,0 +1,633 @@
+//! Showback: the GPU-hours each group of pods (a namespace, a pod label's value, a node, a
+//! GPU model) held over a window, against what they really did with them, reconciled with
+//! the fleet's GPU-hours.
+//!
+//! The input is the fleet's [`Track`]s (one per pod on a GPU, or a GPU without pod labels)
+//! and the group of each. A pod holds its GPU from its first reading to its last (its
+//! lifetime, as OpenCost counts runtime); a step inside it with no reading of use (neither
+//! the busy flag nor effective compute) is *unmeasured*: never idle, never zero.
+//!
+//! **Allocation policy.** At each step every physical GPU is one GPU-step, split among the
+//! pods that hold it then:
+//! - a whole GPU held by one pod: all of it;
+//! - a time-sliced GPU held by `k` pods: `1/k` each. Their counters are the device's, not
+//!   theirs: without per-process attribution each one's use is *unknown* (only the
+//!   allocation is charged), never the device's use copied to each;
+//! - a MIG instance: its compute slices over the GPU's (`3g.40gb` is 3/7 of an H100), the
+//!   convention of NVIDIA's and GKE's slice naming; an instance whose profile is not known
+//!   takes an equal part with the GPU's other instances at that step. Each instance's use is
+//!   its own counters';
+//! - what no pod holds is *unallocated*.
+//!
+//! Shares are counted in integer units of 1/[`SHARE_UNITS`] of a GPU-step (a multiple of
+//! every split up to 12 ways and of 7 and 4 compute slices), so that the groups plus
+//! unallocated add up to the fleet exactly, which [`Period::reconciled`] checks.
+//!
+//! **Use** of a measured step: *idle* when the busy flag (where measured) is below the
+//! busy threshold and effective compute (where measured) below its threshold, as the
+//! fleet report's idle capacity; *used* otherwise. *Effective compute* and *saturation*
+//! GPU-hours are the fraction times the allocated time, over the steps where each was
+//! measured (the measured hours are given beside them). The busy flag's GPU-hours are
+//! there for comparison: they are what `nvidia-smi` and OpenCost's usage basis count.
+
+use crate::fleet::{FleetInput, Track};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+
+/// Units of one GPU-step: lcm(1..=12), so that splits up to 12 ways, and 7 or 4 compute
+/// slices, are exact.
+pub const SHARE_UNITS: u64 = 27_720;
+
+/// What showback is asked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShowbackConfig {
+    /// What groups are (`namespace`, `label:team`, `node`, `model`), for the output.
+    pub by: String,
+    /// A step is idle when the busy flag (where measured) is below this…
+    pub idle_busy_below: f64,
+    /// …and effective compute (where measured) below this.
+    pub idle_compute_below: f64,
+    /// Steps per period (one row per group and period); `None`: the whole window only.
+    pub period_steps: Option<usize>,
+    /// Price of one GPU-hour of a model without its own price.
+    pub default_price: Option<f64>,
+    /// Prices of one GPU-hour by model, as reported (`NVIDIA H100 80GB HBM3`).
+    pub prices: Vec<(String, f64)>,
+}
+
+/// One group's GPU-hours over a period.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GroupHours {
+    /// The group (`(none)` for pods without the attribute).
+    pub group: String,
+    /// Pod workloads (a pod on a GPU) of the group with a reading in the period.
+    pub workloads: usize,
+    /// GPU-hours held (allocated by the policy above).
+    pub allocated_gpu_hours: f64,
+    /// GPU-hours requested (kube-state-metrics' `nvidia_com_gpu` requests), when known.
+    pub requested_gpu_hours: Option<f64>,
+    /// Allocated GPU-hours at steps whose use was measured and not idle.
+    pub used_gpu_hours: f64,
+    /// Allocated GPU-hours at idle steps.
+    pub idle_gpu_hours: f64,
+    /// Allocated GPU-hours at steps with no reading of use.
+    pub unmeasured_gpu_hours: f64,
+    /// Allocated GPU-hours of a time-sliced GPU whose use per holder is not known.
+    pub use_unknown_gpu_hours: f64,
+    /// The busy flag × allocated time, where measured (for comparison).
+    pub busy_gpu_hours: f64,
+    /// Allocated GPU-hours at which the busy flag was measured.
+    pub busy_measured_gpu_hours: f64,
+    /// Effective compute × allocated time, where measured.
+    pub effective_compute_gpu_hours: f64,
+    /// Allocated GPU-hours at which effective compute was measured.
+    pub effective_compute_measured_gpu_hours: f64,
+    /// Roofline saturation × allocated time, where measured.
+    pub saturation_gpu_hours: f64,
+    /// Allocated GPU-hours at which saturation was measured.
+    pub saturation_measured_gpu_hours: f64,
+    /// The cost of each, with a price.
+    pub cost: Option<GroupCost>,
+}
+
+/// What a group's GPU-hours cost (each GPU-hour at its model's price).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GroupCost {
+    /// Of the allocated GPU-hours.
+    pub allocated: f64,
+    /// Of the requested GPU-hours (at the default price), when both are known.
+    pub requested: Option<f64>,
+    /// Of the used GPU-hours.
+    pub used: f64,
+    /// Of the idle GPU-hours: the cost of idle.
+    pub idle: f64,
+    /// Of the unmeasured GPU-hours.
+    pub unmeasured: f64,
+    /// Of the GPU-hours whose use is unknown.
+    pub use_unknown: f64,
+    /// Of the effective compute GPU-hours.
+    pub effective_compute: f64,
+}
+
+/// The groups' GPU-hours over one period of the window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Period {
+    /// First step of the period.
+    pub start_step: usize,
+    /// Steps in the period.
+    pub steps: usize,
+    /// Each group, most allocated first.
+    pub groups: Vec<GroupHours>,
+    /// GPU-hours no pod held.
+    pub unallocated_gpu_hours: f64,
+    /// The fleet's GPU-hours: each GPU from its first reading to its last.
+    pub fleet_gpu_hours: f64,
+    /// GPU-hours allocated beyond a whole GPU (pods' shares adding up to more than one):
+    /// zero when the policy holds.
+    pub overallocated_gpu_hours: f64,
+    /// Whether the groups plus unallocated are the fleet, exactly (in share units).
+    pub reconciled: bool,
+    /// The check, in words.
+    pub check: String,
+}
+
+/// Showback over the window, and per period when asked.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Showback {
+    /// What groups are.
+    pub by: String,
+    /// The whole window.
+    pub total: Period,
+    /// Each period, when asked (`ShowbackConfig::period_steps`).
+    pub periods: Vec<Period>,
+    /// The allocation policy and the definitions, in words.
+    pub policy: Vec<String>,
+    /// What was missing or is to be read with care, in words.
+    pub notes: Vec<String>,
+}
+
+/// Integer share units and float sums of one group in one period.
+#[derive(Debug, Default, Clone)]
+struct Acc {
+    workloads: std::collections::BTreeSet<usize>,
+    allocated: u64,
+    used: u64,
+    idle: u64,
+    unmeasured: u64,
+    unknown: u64,
+    busy: f64,
+    busy_measured: u64,
+    ecf: f64,
+    ecf_measured: u64,
+    sat: f64,
+    sat_measured: u64,
+    cost: Option<CostAcc>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct CostAcc {
+    allocated: f64,
+    used: f64,
+    idle: f64,
+    unmeasured: f64,
+    unknown: f64,
+    ecf: f64,
+}
+
+/// What an allocated step's use was.
+#[derive(Debug, Clone, Copy)]
+enum Use {
+    /// A time-sliced GPU's holder: the counters are the device's.
+    Unknown,
+    /// No reading of use.
+    Unmeasured,
+    Idle,
+    Used,
+}
+
+/// Per period: the groups, and the fleet's unallocated, overallocated and total units.
+#[derive(Debug, Default, Clone)]
+struct PeriodAcc {
+    groups: BTreeMap<String, Acc>,
+    unallocated: u64,
+    overallocated: u64,
+    fleet: u64,
+}
+
+/// The compute slices of a whole GPU of a track's model (7, or 4 on A30): the largest
+/// profile's.
+fn total_slices(t: &Track) -> Option<u32> {
+    t.spec?.mig.iter().map(|p| p.compute_slices).max()
+}
+
+/// Split `units` among `n` holders, exactly: the first `units % n` take one more.
+fn split(units: u64, n: usize, i: usize) -> u64 {
+    let n = n.max(1) as u64;
+    units / n + u64::from((i as u64) < units % n)
+}
+
+/// Showback of `input`, with `group[i]` the group of track `i` (`None`: no pod holds it),
+/// and `requested` the requested GPU-hours by group over the whole window.
+#[must_use]
+pub fn showback(
+    input: &FleetInput,
+    group: &[Option<String>],
+    requested: &BTreeMap<String, f64>,
+    cfg: &ShowbackConfig,
+) -> Showback {
+    let steps = input.steps;
+    let hours_per_step = input.step_seconds / 3600.0;
+    let per = cfg.period_steps.filter(|p| *p > 0).unwrap_or(steps.max(1));
+    let periods = steps.div_ceil(per).max(1);
+    let mut total = PeriodAcc::default();
+    let mut each = vec![PeriodAcc::default(); periods];
+    let mut notes = Vec::new();
+    let price_of = |t: &Track| {
+        let own = t
+            .model
+            .as_deref()
+            .and_then(|m| cfg.prices.iter().find(|(name, _)| name == m))
+            .map(|(_, p)| *p);
+        own.or(cfg.default_price)
+            .filter(|p| p.is_finite() && *p >= 0.0)
+    };
+    let priced = cfg.default_price.is_some() || !cfg.prices.is_empty();
+    let mut unpriced = std::collections::BTreeSet::new();
+    let busy_max = cfg.idle_busy_below;
+    let ecf_max = cfg.idle_compute_below;
+
+    let mut by_gpu: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, t) in input.tracks.iter().enumerate() {
+        if t.lifetime_steps() > 0 {
+            by_gpu.entry(t.gpu.as_str()).or_default().push(i);
+        }
+    }
+    let mut gpus: Vec<(&str, Vec<usize>)> = by_gpu.into_iter().collect();
+    gpus.sort_by(|a, b| a.0.cmp(b.0));
+    let mut unknown_profile = false;
+    let mut shared_gpus = 0usize;
+    for (_, members) in &gpus {
+        let tracks: Vec<&Track> = members.iter().map(|&i| &input.tracks[i]).collect();
+        let first = tracks.iter().map(|t| t.first_step()).min().unwrap_or(0);
+        let end = tracks
+            .iter()
+            .map(|t| t.first_step() + t.lifetime_steps())
+            .max()
+            .unwrap_or(0)
+            .min(steps);
+        let mut was_shared = false;
+        for s in first..end {
+            let covering: Vec<usize> = members
+                .iter()
+                .copied()
+                .filter(|&i| {
+                    let t = &input.tracks[i];
+                    (t.first_step()..t.first_step() + t.lifetime_steps()).contains(&s)
+                })
+                .collect();
+            let held: Vec<usize> = covering
+                .iter()
+                .copied()
+                .filter(|&i| group[i].is_some())
+                .collect();
+            let mig_covering = covering.iter().filter(|&&i| input.tracks[i].is_mig).count();
+            let whole: Vec<usize> = held
+                .iter()
+                .copied()
+                .filter(|&i| !input.tracks[i].is_mig)
+                .collect();
+            let shared = whole.len() > 1;
+            was_shared |= shared;
+            let mut shares: Vec<(usize, u64)> = Vec::with_capacity(held.len());
+            for (j, &i) in whole.iter().enumerate() {
+                shares.push((i, split(SHARE_UNITS, whole.len(), j)));
+            }
+            let unknown_migs: Vec<usize> = held
+                .iter()
+                .copied()
+                .filter(|&i| {
+                    let t = &input.tracks[i];
+                    t.is_mig && (t.mig.is_none() || total_slices(t).is_none())
+                })
+                .collect();
+            for &i in &held {
+                let t = &input.tracks[i];
+                if !t.is_mig {
+                    continue;
+                }
+                let u = match (t.mig, total_slices(t)) {
+                    (Some(p), Some(total)) => {
+                        SHARE_UNITS * u64::from(p.compute_slices) / u64::from(total.max(1))
+                    }
+                    _ => {
+                        unknown_profile = true;
+                        let j = unknown_migs.iter().position(|&x| x == i).unwrap_or(0);
+                        split(SHARE_UNITS, mig_covering.max(1), j)
+                    }
+                };
+                shares.push((i, u));
+            }
+            let sum: u64 = shares.iter().map(|(_, u)| u).sum();
+            let period = s / per;
+            for acc in [&mut total, &mut each[period.min(periods - 1)]] {
+                acc.fleet += SHARE_UNITS;
+                acc.unallocated += SHARE_UNITS.saturating_sub(sum);
+                acc.overallocated += sum.saturating_sub(SHARE_UNITS);
+            }
+            for &(i, u) in &shares {
+                let t = &input.tracks[i];
+                let Some(g) = &group[i] else { continue };
+                let p = t.points()[s - t.first_step()];
+                let hours = u as f64 / SHARE_UNITS as f64 * hours_per_step;
+                let price = price_of(t);
+                if priced && price.is_none() {
+                    unpriced.insert(t.model.clone().unwrap_or_else(|| "unknown".into()));
+                }
+                let ratio = |x: u16| f64::from(x) / f64::from(crate::fleet::RATIO_UNITS);
+                let (busy, ecf, sat) = (p.busy(), p.ecf(), p.sat());
+                let class = if shared && !t.is_mig {
+                    Use::Unknown
+                } else if busy.is_none() && ecf.is_none() {
+                    Use::Unmeasured
+                } else if busy.is_none_or(|b| ratio(b) < busy_max)
+                    && ecf.is_none_or(|e| ratio(e) < ecf_max)
+                {
+                    Use::Idle
+                } else {
+                    Use::Used
+                };
+                let measured = matches!(class, Use::Idle | Use::Used);
+                for acc in [&mut total, &mut each[period.min(periods - 1)]] {
+                    let a = acc.groups.entry(g.clone()).or_default();
+                    if p.any() {
+                        a.workloads.insert(i);
+                    }
+                    a.allocated += u;
+                    *match class {
+                        Use::Unknown => &mut a.unknown,
+                        Use::Unmeasured => &mut a.unmeasured,
+                        Use::Idle => &mut a.idle,
+                        Use::Used => &mut a.used,
+                    } += u;
+                    if measured {
+                        if let Some(b) = busy {
+                            a.busy += ratio(b) * hours;
+                            a.busy_measured += u;
+                        }
+                        if let Some(e) = ecf {
+                            a.ecf += ratio(e) * hours;
+                            a.ecf_measured += u;
+                        }
+                        if let Some(x) = sat {
+                            a.sat += ratio(x) * hours;
+                            a.sat_measured += u;
+                        }
+                    }
+                    if let Some(pr) = price {
+                        let ca = a.cost.get_or_insert_with(CostAcc::default);
+                        let c = pr * hours;
+                        ca.allocated += c;
+                        *match class {
+                            Use::Unknown => &mut ca.unknown,
+                            Use::Unmeasured => &mut ca.unmeasured,
+                            Use::Idle => &mut ca.idle,
+                            Use::Used => &mut ca.used,
+                        } += c;
+                        if measured && let Some(e) = ecf {
+                            ca.ecf += ratio(e) * c;
+                        }
+                    }
+                }
+            }
+        }
+        shared_gpus += usize::from(was_shared);
+    }
+    let hours = |u: u64| u as f64 / SHARE_UNITS as f64 * hours_per_step;
+    let finish = |acc: &PeriodAcc, start_step: usize, steps: usize, requested: Option<&BTreeMap<String, f64>>| {
+        let mut groups: Vec<GroupHours> = acc
+            .groups
+            .iter()
+            .map(|(g, a)| GroupHours {
+                group: g.clone(),
+                workloads: a.workloads.len(),
+                allocated_gpu_hours: hours(a.allocated),
+                requested_gpu_hours: requested.and_then(|r| r.get(g).copied()),
+                used_gpu_hours: hours(a.used),
+                idle_gpu_hours: hours(a.idle),
+                unmeasured_gpu_hours: hours(a.unmeasured),
+                use_unknown_gpu_hours: hours(a.unknown),
+                busy_gpu_hours: a.busy,
+                busy_measured_gpu_hours: hours(a.busy_measured),
+                effective_compute_gpu_hours: a.ecf,
+                effective_compute_measured_gpu_hours: hours(a.ecf_measured),
+                saturation_gpu_hours: a.sat,
+                saturation_measured_gpu_hours: hours(a.sat_measured),
+                cost: a.cost.as_ref().map(|c| GroupCost {
+                    allocated: c.allocated,
+                    requested: requested
+                        .and_then(|r| r.get(g))
+                        .zip(cfg.default_price)
+                        .map(|(h, p)| h * p),
+                    used: c.used,
+                    idle: c.idle,
+                    unmeasured: c.unmeasured,
+                    use_unknown: c.unknown,
+                    effective_compute: c.ecf,
+                }),
+            })
+            .collect();
+        // Requested by groups that held nothing.
+        if let Some(r) = requested {
+            for (g, h) in r {
+                if !acc.groups.contains_key(g) {
+                    groups.push(GroupHours {
+                        group: g.clone(),
+                        requested_gpu_hours: Some(*h),
+                        ..GroupHours::default()
+                    });
+                }
+            }
+        }
+        groups.sort_by(|a, b| {
+            b.allocated_gpu_hours
+                .total_cmp(&a.allocated_gpu_hours)
+                .then_with(|| a.group.cmp(&b.group))
+        });
+        let allocated: u64 = acc.groups.values().map(|a| a.allocated).sum();
+        let reconciled =
+            allocated + acc.unallocated == acc.fleet + acc.overallocated && acc.overallocated == 0;
+        let check = format!(
+            "groups {:.3} + unallocated {:.3} = fleet {:.3} GPU-hours{}",
+            hours(allocated),
+            hours(acc.unallocated),
+            hours(acc.fleet),
+            if reconciled {
+                String::new()
+            } else {
+                format!(
+                    ": does not reconcile, {:.3} GPU-hours allocated beyond whole GPUs",
+                    hours(acc.overallocated)
+                )
+            }
+        );
+        Period {
+            start_step,
+            steps,
+            groups,
+            unallocated_gpu_hours: hours(acc.unallocated),
+            fleet_gpu_hours: hours(acc.fleet),
+            overallocated_gpu_hours: hours(acc.overallocated),
+            reconciled,
+            check,
+        }
+    };
+    let total_period = finish(&total, 0, steps, Some(requested));
+    let periods: Vec<Period> = if cfg.period_steps.is_some() {
+        each.iter()
+            .enumerate()
+            .map(|(k, acc)| {
+                let start = k * per;
+                finish(acc, start, per.min(steps.saturating_sub(start)), None)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if shared_gpus > 0 {
+        notes.push(format!(
+            "{shared_gpus} GPU(s) were time-sliced between pods: each holder is charged its share of the GPU, and its use is unknown (the counters are the device's; per-process attribution is not in this history)"
+        ));
+    }
+    if unknown_profile {
+        notes.push("a MIG instance of an unknown profile took an equal part with its GPU's other instances".into());
+    }
+    if !unpriced.is_empty() {
+        notes.push(format!(
+            "no price for {}: those GPU-hours have no cost",
+            unpriced.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if cfg.period_steps.is_some() && !requested.is_empty() {
+        notes.push("requested GPU-hours are given for the whole window only".into());
+    }
+    Showback {
+        by: cfg.by.clone(),
+        total: total_period,
+        periods,
+        policy: vec![
+            "a GPU is held by a pod from its first reading to its last; a whole GPU held by one pod counts 1 GPU-hour an hour".into(),
+            "a time-sliced GPU held by k pods counts 1/k to each; a MIG instance its compute slices over the GPU's (3g.40gb on an H100: 3/7)".into(),
+            format!(
+                "a step is idle when the busy flag is below {} and effective compute below {} (each where measured); unmeasured when neither was measured",
+                cfg.idle_busy_below, cfg.idle_compute_below
+            ),
+            "effective compute and saturation GPU-hours are the fraction times the allocated time where measured; busy GPU-hours (the flag) for comparison".into(),
+        ],
+        notes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::Point;
+
+    fn cfg(by: &str) -> ShowbackConfig {
+        ShowbackConfig {
+            by: by.into(),
+            idle_busy_below: 0.05,
+            idle_compute_below: 0.01,
+            period_steps: None,
+            default_price: None,
+            prices: Vec::new(),
+        }
+    }
+
+    fn track(pod: Option<&str>, gpu: &str, points: &[Option<(f64, f64)>]) -> Track {
+        let mut t = Track::new(pod.map(str::to_string), gpu.into());
+        t.model = Some("NVIDIA H100 80GB HBM3".into());
+        t.spec = crate::gpus::lookup("NVIDIA H100 80GB HBM3");
+        for (s, p) in points.iter().enumerate() {
+            let p = p.map_or(Point::NONE, |(busy, ecf)| {
+                Point::new(Some(ecf), Some(busy), Some(ecf), Some(1e9))
+            });
+            t.record(s, p);
+        }
+        t
+    }
+
+    /// A whole GPU, a time-sliced one, a MIG instance and a GPU no pod holds, each over a
+    /// few 60 s steps: every figure is counted by hand from the steps below.
+    #[test]
+    fn gpu_hours_by_group_reconcile_with_the_fleet() {
+        let used = Some((0.9, 0.3));
+        let idle = Some((0.0, 0.0));
+        let a = track(
+            Some("ml/a"),
+            "n/g1",
+            &[used, used, used, used, used, idle, idle, idle, None, Some((1.0, 0.5))],
+        );
+        let b = track(Some("ml/b"), "n/g2", &[used; 6]);
+        let c = track(Some("web/c"), "n/g2", &[used; 6]);
+        let mut d = track(Some("web/d"), "n/g3", &[Some((0.5, 0.2)); 7]);
+        d.is_mig = true;
+        d.mig = d.spec.and_then(|s| s.mig.iter().find(|p| p.name == "3g.40gb"));
+        assert!(d.mig.is_some());
+        let e = track(None, "n/g4", &[used; 4]);
+        let input = FleetInput {
+            step_seconds: 60.0,
+            steps: 10,
+            tracks: vec![a, b, c, d, e],
+        };
+        let group = |t: &Track| t.pod.as_deref().map(|p| p.split('/').next().unwrap().to_string());
+        let groups: Vec<Option<String>> = input.tracks.iter().map(group).collect();
+        let requested = BTreeMap::from([("ml".to_string(), 0.5), ("batch".to_string(), 0.25)]);
+        let s = showback(&input, &groups, &requested, &cfg("namespace"));
+        let h = |steps: f64| steps / 60.0;
+        let near = |x: f64, y: f64| assert!((x - y).abs() < 1e-9, "{x} != {y}");
+        let t = &s.total;
+        assert!(t.reconciled, "{}", t.check);
+        near(t.fleet_gpu_hours, h(10.0 + 6.0 + 7.0 + 4.0));
+        near(t.unallocated_gpu_hours, h(4.0 + 4.0));
+        assert_eq!(t.check, "groups 0.317 + unallocated 0.133 = fleet 0.450 GPU-hours");
+        let g = |name: &str| t.groups.iter().find(|g| g.group == name).unwrap();
+        let ml = g("ml");
+        assert_eq!(ml.workloads, 2);
+        near(ml.allocated_gpu_hours, h(10.0 + 3.0));
+        near(ml.used_gpu_hours, h(6.0));
+        near(ml.idle_gpu_hours, h(3.0));
+        near(ml.unmeasured_gpu_hours, h(1.0));
+        near(ml.use_unknown_gpu_hours, h(3.0));
+        near(ml.effective_compute_gpu_hours, h(5.0 * 0.3 + 0.5));
+        near(ml.effective_compute_measured_gpu_hours, h(9.0));
+        near(ml.busy_gpu_hours, h(5.0 * 0.9 + 1.0));
+        assert_eq!(ml.requested_gpu_hours, Some(0.5));
+        let web = g("web");
+        near(web.allocated_gpu_hours, h(3.0 + 7.0 * 3.0 / 7.0));
+        near(web.use_unknown_gpu_hours, h(3.0));
+        // The MIG instance's own counters: 3/7 of the GPU-time, at its measured fractions.
+        near(web.used_gpu_hours, h(3.0));
+        near(web.effective_compute_gpu_hours, h(3.0 * 0.2));
+        assert!(web.requested_gpu_hours.is_none());
+        let batch = g("batch");
+        assert_eq!(batch.allocated_gpu_hours, 0.0);
+        assert_eq!(batch.requested_gpu_hours, Some(0.25));
+        assert_eq!(t.groups[0].group, "ml", "most allocated first");
+        assert!(s.notes.iter().any(|n| n.contains("1 GPU(s) were time-sliced")), "{:?}", s.notes);
+    }
+
+    /// Prices by model and a default: the cost of each part, and of idle; a model without a
+    /// price is named, not charged at 0.
+    #[test]
+    fn costs_by_model_and_periods() {
+        let used = Some((0.9, 0.3));
+        let idle = Some((0.0, 0.0));
+        let a = track(Some("ml/a"), "n/g1", &[used, idle, used, idle]);
+        let mut b = track(Some("ml/b"), "n/g2", &[used, used, used, used]);
+        b.model = Some("Tesla T4".into());
+        b.spec = crate::gpus::lookup("Tesla T4");
+        let input = FleetInput {
+            step_seconds: 3600.0,
+            steps: 4,
+            tracks: vec![a, b],
+        };
+        let groups = vec![Some("ml".to_string()), Some("ml".to_string())];
+        let mut c = cfg("namespace");
+        c.prices = vec![("NVIDIA H100 80GB HBM3".into(), 4.0)];
+        c.period_steps = Some(2);
+        let s = showback(&input, &groups, &BTreeMap::new(), &c);
+        let ml = &s.total.groups[0];
+        let cost = ml.cost.as_ref().unwrap();
+        assert_eq!(cost.allocated, 16.0, "only the H100's 4 GPU-hours are priced");
+        assert_eq!(cost.idle, 8.0);
+        assert_eq!(cost.used, 8.0);
+        assert!((cost.effective_compute - 2.0 * 0.3 * 4.0).abs() < 1e-9);
+        assert!(s.notes.iter().any(|n| n.contains("no price for Tesla T4")), "{:?}", s.notes);
+        assert_eq!(s.periods.len(), 2);
+        for p in &s.periods {
+            assert!(p.reconciled, "{}", p.check);
+            assert_eq!(p.fleet_gpu_hours, 4.0);
+            assert_eq!(p.groups[0].idle_gpu_hours, 1.0);
+        }
+    }
+}
