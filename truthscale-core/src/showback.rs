@@ -383,7 +383,10 @@ pub fn showback(
         shared_gpus += usize::from(was_shared);
     }
     let hours = |u: u64| u as f64 / SHARE_UNITS as f64 * hours_per_step;
-    let finish = |acc: &PeriodAcc, start_step: usize, steps: usize, requested: Option<&BTreeMap<String, f64>>| {
+    let finish = |acc: &PeriodAcc,
+                  start_step: usize,
+                  steps: usize,
+                  requested: Option<&BTreeMap<String, f64>>| {
         let mut groups: Vec<GroupHours> = acc
             .groups
             .iter()
@@ -545,13 +548,26 @@ mod tests {
         let a = track(
             Some("ml/a"),
             "n/g1",
-            &[used, used, used, used, used, idle, idle, idle, None, Some((1.0, 0.5))],
+            &[
+                used,
+                used,
+                used,
+                used,
+                used,
+                idle,
+                idle,
+                idle,
+                None,
+                Some((1.0, 0.5)),
+            ],
         );
         let b = track(Some("ml/b"), "n/g2", &[used; 6]);
         let c = track(Some("web/c"), "n/g2", &[used; 6]);
         let mut d = track(Some("web/d"), "n/g3", &[Some((0.5, 0.2)); 7]);
         d.is_mig = true;
-        d.mig = d.spec.and_then(|s| s.mig.iter().find(|p| p.name == "3g.40gb"));
+        d.mig = d
+            .spec
+            .and_then(|s| s.mig.iter().find(|p| p.name == "3g.40gb"));
         assert!(d.mig.is_some());
         let e = track(None, "n/g4", &[used; 4]);
         let input = FleetInput {
@@ -559,7 +575,11 @@ mod tests {
             steps: 10,
             tracks: vec![a, b, c, d, e],
         };
-        let group = |t: &Track| t.pod.as_deref().map(|p| p.split('/').next().unwrap().to_string());
+        let group = |t: &Track| {
+            t.pod
+                .as_deref()
+                .map(|p| p.split('/').next().unwrap().to_string())
+        };
         let groups: Vec<Option<String>> = input.tracks.iter().map(group).collect();
         let requested = BTreeMap::from([("ml".to_string(), 0.5), ("batch".to_string(), 0.25)]);
         let s = showback(&input, &groups, &requested, &cfg("namespace"));
@@ -569,7 +589,10 @@ mod tests {
         assert!(t.reconciled, "{}", t.check);
         near(t.fleet_gpu_hours, h(10.0 + 6.0 + 7.0 + 4.0));
         near(t.unallocated_gpu_hours, h(4.0 + 4.0));
-        assert_eq!(t.check, "groups 0.317 + unallocated 0.133 = fleet 0.450 GPU-hours");
+        assert_eq!(
+            t.check,
+            "groups 0.317 + unallocated 0.133 = fleet 0.450 GPU-hours"
+        );
         let g = |name: &str| t.groups.iter().find(|g| g.group == name).unwrap();
         let ml = g("ml");
         assert_eq!(ml.workloads, 2);
@@ -593,7 +616,13 @@ mod tests {
         assert_eq!(batch.allocated_gpu_hours, 0.0);
         assert_eq!(batch.requested_gpu_hours, Some(0.25));
         assert_eq!(t.groups[0].group, "ml", "most allocated first");
-        assert!(s.notes.iter().any(|n| n.contains("1 GPU(s) were time-sliced")), "{:?}", s.notes);
+        assert!(
+            s.notes
+                .iter()
+                .any(|n| n.contains("1 GPU(s) were time-sliced")),
+            "{:?}",
+            s.notes
+        );
     }
 
     /// Prices by model and a default: the cost of each part, and of idle; a model without a
@@ -618,11 +647,18 @@ mod tests {
         let s = showback(&input, &groups, &BTreeMap::new(), &c);
         let ml = &s.total.groups[0];
         let cost = ml.cost.as_ref().unwrap();
-        assert_eq!(cost.allocated, 16.0, "only the H100's 4 GPU-hours are priced");
+        assert_eq!(
+            cost.allocated, 16.0,
+            "only the H100's 4 GPU-hours are priced"
+        );
         assert_eq!(cost.idle, 8.0);
         assert_eq!(cost.used, 8.0);
         assert!((cost.effective_compute - 2.0 * 0.3 * 4.0).abs() < 1e-9);
-        assert!(s.notes.iter().any(|n| n.contains("no price for Tesla T4")), "{:?}", s.notes);
+        assert!(
+            s.notes.iter().any(|n| n.contains("no price for Tesla T4")),
+            "{:?}",
+            s.notes
+        );
         assert_eq!(s.periods.len(), 2);
         for p in &s.periods {
             assert!(p.reconciled, "{}", p.check);

@@ -71,6 +71,35 @@ pub(crate) struct ReportArgs {
     /// Also write the report as a self-contained HTML page to FILE.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Showback: GPU-hours by group, allocated against really used: namespace, node, model,
+    /// or a pod label's key (team, label:app.kubernetes.io/name), read from
+    /// kube-state-metrics' kube_pod_labels or truthscale's allocation info in the same
+    /// Prometheus.
+    #[arg(long, value_name = "GROUP", value_parser = report::showback::By::parse)]
+    pub by: Option<report::showback::By>,
+    /// With --by: also one row per group and period of this length (1d, 1h) in the JSON and
+    /// the CSV.
+    #[arg(long, value_name = "DURATION", requires = "by", value_parser = humantime::parse_duration)]
+    pub every: Option<Duration>,
+    /// With --by: the price of one GPU-hour of a model, as reported (repeatable), for
+    /// example --gpu-hour-price "NVIDIA H100 80GB HBM3=4.10"; other models take
+    /// --cost-per-gpu-hour.
+    #[arg(long, value_name = "MODEL=PRICE", requires = "by", value_parser = model_price)]
+    pub gpu_hour_price: Vec<(String, f64)>,
+    /// With --by: write the showback as CSV (one row per group and period) to FILE.
+    #[arg(long, value_name = "FILE", requires = "by")]
+    pub csv: Option<PathBuf>,
+}
+
+fn model_price(s: &str) -> Result<(String, f64), String> {
+    let (model, p) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{s:?}: give MODEL=PRICE"))?;
+    let model = model.trim();
+    if model.is_empty() {
+        return Err(format!("{s:?}: the model is empty"));
+    }
+    Ok((model.to_string(), price(p)?))
 }
 
 /// Run the command.
@@ -86,7 +115,11 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
     p.since = Some(p.since.unwrap_or(DEFAULT_SINCE));
     p.step = Some(p.step.unwrap_or(DEFAULT_STEP));
     let started = Instant::now();
-    let history = History::open(&p, env)?;
+    let mut history = History::open(&p, env)?;
+    let attributes = match &args.by {
+        Some(by) => Some(report::showback::read(&mut history, by)?),
+        None => None,
+    };
     let (input, source, stats) = report::collect(history)?;
     let cfg = FleetConfig {
         headroom: args.headroom,
@@ -104,7 +137,39 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
         );
     }
     let analysis = Instant::now();
-    let doc = report::document(&input, source, &cfg);
+    let start_ms = source.start_ms;
+    let mut doc = report::document(&input, source, &cfg);
+    if let (Some(by), Some(attrs)) = (&args.by, &attributes) {
+        let groups = report::showback::groups(&input, by, attrs);
+        let requested = report::showback::requested_by_group(&input, &groups, by, attrs);
+        let period_steps = args
+            .every
+            .map(|e| ((e.as_secs_f64() / input.step_seconds).round() as usize).max(1));
+        let mut sb = truthscale_core::showback::showback(
+            &input,
+            &groups,
+            &requested,
+            &truthscale_core::showback::ShowbackConfig {
+                by: by.describe(),
+                idle_busy_below: args.idle_busy_below,
+                idle_compute_below: args.idle_compute_below,
+                period_steps,
+                default_price: args.cost_per_gpu_hour,
+                prices: args.gpu_hour_price.clone(),
+            },
+        );
+        sb.notes.extend(attrs.notes.iter().cloned());
+        if let Some(path) = &args.csv {
+            let mut f = std::io::BufWriter::new(
+                std::fs::File::create(path)
+                    .with_context(|| format!("cannot write --csv {}", path.display()))?,
+            );
+            report::showback::write_csv(&mut f, &sb, start_ms, input.step_seconds)
+                .and_then(|()| f.flush())
+                .with_context(|| format!("cannot write --csv {}", path.display()))?;
+        }
+        doc.showback = Some(sb);
+    }
     let analysis_s = analysis.elapsed().as_secs_f64();
     drop(input);
     if let Some(path) = &args.html {

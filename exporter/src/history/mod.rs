@@ -346,6 +346,9 @@ pub(crate) struct FeedStats {
     pub max_series: u64,
 }
 
+/// One series of [`History::series_by_step`]: its labels, and its values by step index.
+pub(crate) type StepSeries = (BTreeMap<String, String>, Vec<(usize, f64)>);
+
 impl History {
     /// Check the flags and discover which series the range holds.
     ///
@@ -442,6 +445,55 @@ impl History {
             family,
             names,
         })
+    }
+
+    /// The series a PromQL `query` gives over the range, at its step, read in chunks of at
+    /// most [`CHUNK_POINTS`] steps: each series' labels and its values by step index (`None`
+    /// where not a number). For attributes of pods (kube-state-metrics' requests and
+    /// labels) beside the GPU series; the selector does not apply.
+    ///
+    /// # Errors
+    /// As the GPU series' reads.
+    pub(crate) fn series_by_step(&mut self, query: &str) -> anyhow::Result<Vec<StepSeries>> {
+        let range = self.range;
+        let step_s = secs(range.step);
+        let timeout = format!("{}s", self.client.timeout.as_secs().max(1));
+        let mut out: BTreeMap<BTreeMap<String, String>, Vec<(usize, f64)>> = BTreeMap::new();
+        let mut first = range.start;
+        while first <= range.end {
+            let last = (first + (CHUNK_POINTS - 1) * range.step).min(range.end);
+            let matrix: Matrix = self.client.get(
+                "/api/v1/query_range",
+                &[
+                    ("query", query),
+                    ("start", &secs(first)),
+                    ("end", &secs(last)),
+                    ("step", &step_s),
+                    ("timeout", &timeout),
+                ],
+            )?;
+            if matrix.result_type != "matrix" {
+                bail!(
+                    "{}/api/v1/query_range: expected a matrix, got {:?}",
+                    self.client.base,
+                    matrix.result_type
+                );
+            }
+            for series in matrix.result {
+                let values = out.entry(series.metric).or_default();
+                for (t, v) in series.values {
+                    let ms = (t * 1000.0).round() as i64;
+                    let Ok(step) = usize::try_from((ms - range.start) / range.step) else {
+                        continue;
+                    };
+                    if let Some(v) = v.0.filter(|v| v.is_finite()) {
+                        values.push((step, v));
+                    }
+                }
+            }
+            first = last + range.step;
+        }
+        Ok(out.into_iter().collect())
     }
 
     /// The step, in seconds: the nominal interval of the samples.

@@ -206,6 +206,142 @@ fn bar_chart(doc: &Document, svg: &mut String) -> Drawn {
     Ok(())
 }
 
+/// The parts of a group's allocated GPU-hours, in the order they are stacked, with their
+/// colours.
+const PARTS: [(&str, RGBColor); 4] = [
+    ("used", RGBColor(39, 174, 96)),
+    ("idle", RGBColor(192, 57, 43)),
+    ("unmeasured", RGBColor(170, 170, 170)),
+    ("use unknown (time-sliced)", RGBColor(120, 144, 156)),
+];
+
+fn parts(g: &truthscale_core::showback::GroupHours) -> [f64; 4] {
+    [
+        g.used_gpu_hours,
+        g.idle_gpu_hours,
+        g.unmeasured_gpu_hours,
+        g.use_unknown_gpu_hours,
+    ]
+}
+
+/// One stacked bar per group: its allocated GPU-hours split into used, idle, unmeasured and
+/// use unknown.
+fn showback_chart(s: &truthscale_core::showback::Showback, svg: &mut String) -> Drawn {
+    let groups: Vec<_> = s
+        .total
+        .groups
+        .iter()
+        .filter(|g| g.allocated_gpu_hours > 0.0)
+        .take(20)
+        .collect();
+    let n = groups.len().max(1);
+    let xmax = groups
+        .iter()
+        .map(|g| g.allocated_gpu_hours)
+        .fold(0.0_f64, f64::max)
+        .max(1e-9)
+        * 1.1;
+    let height = 60 + 28 * n as u32;
+    let root = SVGBackend::with_string(svg, (WIDTH, height)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let names: Vec<String> = groups.iter().map(|g| g.group.clone()).collect();
+    let mut chart = ChartBuilder::on(&root)
+        .margin(12)
+        .x_label_area_size(28)
+        .y_label_area_size(160)
+        .build_cartesian_2d(0.0..xmax, 0.0..n as f64)?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(n * 2 + 1)
+        .y_label_formatter(&|y| {
+            let i = y.floor() as usize;
+            if (y - y.floor() - 0.5).abs() < 0.01 {
+                names.get(n - 1 - i.min(n - 1)).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .x_desc("GPU-hours")
+        .light_line_style(RGBColor(238, 238, 238))
+        .draw()?;
+    for (k, g) in groups.iter().enumerate() {
+        let y = (n - 1 - k) as f64;
+        let mut x0 = 0.0;
+        for (v, (_, color)) in parts(g).iter().zip(PARTS) {
+            if *v > 0.0 {
+                chart.draw_series(std::iter::once(Rectangle::new(
+                    [(x0, y + 0.2), (x0 + v, y + 0.8)],
+                    color.filled(),
+                )))?;
+            }
+            x0 += v;
+        }
+    }
+    root.present()?;
+    Ok(())
+}
+
+/// The showback section: the stacked bars, the table, the check, the policy and notes.
+fn showback_section(w: &mut String, s: &truthscale_core::showback::Showback) -> anyhow::Result<()> {
+    let mut svg = String::new();
+    showback_chart(s, &mut svg).map_err(|e| anyhow::anyhow!("the showback chart: {e}"))?;
+    let legend: Vec<String> = PARTS
+        .iter()
+        .map(|(name, c)| {
+            format!(
+                "<span style=\"display:inline-block;width:12px;height:12px;background:rgb({},{},{})\"></span> {name}",
+                c.0, c.1, c.2
+            )
+        })
+        .collect();
+    let _ = writeln!(
+        w,
+        "<h2>Showback by {}</h2>\n<p class=\"muted\">Allocated GPU-hours of each group, split into {}.</p><div class=\"chart\" id=\"showback\">{svg}</div>",
+        esc(&s.by),
+        legend.join(" ")
+    );
+    let _ = writeln!(
+        w,
+        "<table id=\"showback-table\"><tr><th>group</th><th>allocated</th><th>requested</th><th>busy (flag)</th><th>effective compute</th><th>used</th><th>idle</th><th>unmeasured</th><th>use unknown</th><th>cost</th><th>idle cost</th></tr>"
+    );
+    let h = |x: f64| format!("{x:.2}");
+    for g in &s.total.groups {
+        let cost = |f: fn(&truthscale_core::showback::GroupCost) -> f64| {
+            g.cost
+                .as_ref()
+                .map_or_else(|| "—".to_string(), |c| format!("{:.2}", f(c)))
+        };
+        let _ = writeln!(
+            w,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&g.group),
+            h(g.allocated_gpu_hours),
+            g.requested_gpu_hours
+                .map_or_else(|| "unknown".to_string(), h),
+            h(g.busy_gpu_hours),
+            h(g.effective_compute_gpu_hours),
+            h(g.used_gpu_hours),
+            h(g.idle_gpu_hours),
+            h(g.unmeasured_gpu_hours),
+            h(g.use_unknown_gpu_hours),
+            cost(|c| c.allocated),
+            cost(|c| c.idle),
+        );
+    }
+    let _ = writeln!(
+        w,
+        "<tr><td>(unallocated)</td><td>{}</td><td colspan=\"9\"></td></tr></table>\n<p id=\"showback-check\">check: {}</p><ul>",
+        h(s.total.unallocated_gpu_hours),
+        esc(&s.total.check)
+    );
+    for p in s.policy.iter().chain(&s.notes) {
+        let _ = writeln!(w, "<li>{}</li>", esc(p));
+    }
+    let _ = writeln!(w, "</ul>");
+    Ok(())
+}
+
 /// The page.
 ///
 /// # Errors
@@ -461,6 +597,9 @@ th{{background:#f6f6f6}}td.n{{text-align:right;font-variant-numeric:tabular-nums
         None => {
             let _ = writeln!(w, "<p>unknown: no packing.</p>");
         }
+    }
+    if let Some(s) = &doc.showback {
+        showback_section(w, s)?;
     }
     if !f.notes.is_empty() {
         let _ = writeln!(w, "<h2>Notes</h2><ul>");

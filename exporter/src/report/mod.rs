@@ -8,6 +8,7 @@
 //! the raw series.
 
 pub(crate) mod html;
+pub(crate) mod showback;
 pub(crate) mod text;
 
 use crate::history::{Family, FeedStats, History, rfc3339};
@@ -55,6 +56,9 @@ pub(crate) struct Document {
     /// The analysis.
     #[serde(flatten)]
     pub fleet: FleetReport,
+    /// GPU-hours by group (`--by`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub showback: Option<truthscale_core::showback::Showback>,
 }
 
 /// The physical GPU an entity is on: `node/uuid`, or `node/gpu N` without a UUID.
@@ -134,6 +138,7 @@ pub(crate) fn document(input: &FleetInput, source: Source, cfg: &FleetConfig) ->
         schema_version: SCHEMA_VERSION,
         source,
         fleet: truthscale_core::fleet::analyze(input, cfg),
+        showback: None,
     }
 }
 

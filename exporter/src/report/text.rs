@@ -240,6 +240,10 @@ pub(crate) fn write(out: &mut impl Write, doc: &Document) -> std::io::Result<()>
         None => writeln!(out, "SAVINGS: unknown (no packing)")?,
     }
 
+    if let Some(s) = &doc.showback {
+        showback(out, s)?;
+    }
+
     if !f.notes.is_empty() {
         writeln!(out)?;
         writeln!(out, "NOTES")?;
@@ -251,6 +255,75 @@ pub(crate) fn write(out: &mut impl Write, doc: &Document) -> std::io::Result<()>
     writeln!(out, "METHOD")?;
     for m in &f.method {
         writeln!(out, "  {m}")?;
+    }
+    Ok(())
+}
+
+/// GPU-hours with one decimal.
+fn h(x: f64) -> String {
+    format!("{x:.1}")
+}
+
+/// The showback table: one row per group, the check line, the policy and its notes.
+fn showback(out: &mut impl Write, s: &truthscale_core::showback::Showback) -> std::io::Result<()> {
+    let t = &s.total;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "SHOWBACK BY {} (GPU-hours over the window)",
+        s.by.to_uppercase()
+    )?;
+    let priced = t.groups.iter().any(|g| g.cost.is_some());
+    writeln!(
+        out,
+        "  {:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}{}",
+        "group",
+        "allocated",
+        "requested",
+        "busy",
+        "effective",
+        "used",
+        "idle",
+        "unmeasured",
+        "unknown",
+        if priced { "       cost  idle cost" } else { "" }
+    )?;
+    for g in &t.groups {
+        writeln!(
+            out,
+            "  {:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}{}",
+            g.group,
+            h(g.allocated_gpu_hours),
+            g.requested_gpu_hours.map_or_else(|| "unknown".into(), h),
+            h(g.busy_gpu_hours),
+            h(g.effective_compute_gpu_hours),
+            h(g.used_gpu_hours),
+            h(g.idle_gpu_hours),
+            h(g.unmeasured_gpu_hours),
+            h(g.use_unknown_gpu_hours),
+            g.cost
+                .as_ref()
+                .map(|c| format!(" {:>10.2} {:>10.2}", c.allocated, c.idle))
+                .unwrap_or_default()
+        )?;
+    }
+    writeln!(
+        out,
+        "  {:<24} {:>9}",
+        "(unallocated)",
+        h(t.unallocated_gpu_hours)
+    )?;
+    writeln!(
+        out,
+        "  check: {}{}",
+        t.check,
+        if t.reconciled { " (reconciled)" } else { "" }
+    )?;
+    for p in &s.policy {
+        writeln!(out, "  {p}")?;
+    }
+    for n in &s.notes {
+        writeln!(out, "  note: {n}")?;
     }
     Ok(())
 }

@@ -22,5 +22,6 @@ mod otlp;
 mod prometheus_rules;
 mod report;
 mod serve;
+mod showback;
 mod sidecar_get;
 mod tiers;

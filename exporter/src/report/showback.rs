@@ -1,0 +1,327 @@
+//! `report --by`: the groups of the fleet's pods (a namespace, a pod label, a node, a GPU
+//! model), the attributes of pods the same Prometheus holds beside the GPU series
+//! (kube-state-metrics' GPU requests and pod labels, or truthscale's own allocation info),
+//! and the CSV rendering of [`truthscale_core::showback`].
+
+use crate::attribution::apiserver::label_keys;
+use crate::history::History;
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use truthscale_core::fleet::{FleetInput, Track};
+use truthscale_core::showback::{Period, Showback};
+
+/// What pods are grouped by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum By {
+    /// The pod's namespace.
+    Namespace,
+    /// The node of the pod's GPU.
+    Node,
+    /// The model of the pod's GPU.
+    Model,
+    /// A pod label: its Kubernetes key and its Prometheus name (`label_team`).
+    Label { key: String, name: &'static str },
+}
+
+/// The group of pods that no value names.
+pub(crate) const NONE: &str = "(none)";
+
+impl By {
+    /// `namespace`, `node`, `model`, or a pod label's key (`team`, `label:team`,
+    /// `app.kubernetes.io/name`).
+    ///
+    /// # Errors
+    /// A label key Kubernetes would not take.
+    pub(crate) fn parse(s: &str) -> Result<By, String> {
+        let s = s.trim();
+        match s {
+            "namespace" => Ok(By::Namespace),
+            "node" => Ok(By::Node),
+            "model" => Ok(By::Model),
+            _ => {
+                let key = s.strip_prefix("label:").unwrap_or(s);
+                let keys = label_keys(&[key.to_string()]).map_err(|e| {
+                    format!(
+                        "{key:?} is neither namespace, node, model nor a pod label key: {}",
+                        e.message
+                    )
+                })?;
+                let k = keys.into_iter().next().ok_or("give a pod label key")?;
+                Ok(By::Label {
+                    key: k.key,
+                    name: k.name,
+                })
+            }
+        }
+    }
+
+    /// The name in the output.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            By::Namespace => "namespace".into(),
+            By::Node => "node".into(),
+            By::Model => "model".into(),
+            By::Label { key, .. } => format!("label:{key}"),
+        }
+    }
+}
+
+/// What the same Prometheus says of each pod (`namespace/pod`).
+#[derive(Debug, Default)]
+pub(crate) struct PodAttributes {
+    /// GPU-hours requested over the window; `None` when no request series exists.
+    pub requested: Option<HashMap<String, f64>>,
+    /// The pod label's value (`--by` a label).
+    pub labels: HashMap<String, String>,
+    /// Where the labels came from, and what was not there, in words.
+    pub notes: Vec<String>,
+}
+
+/// `namespace/pod` of a series' labels.
+fn pod_of(labels: &BTreeMap<String, String>) -> Option<String> {
+    let pod = labels.get("pod").filter(|p| !p.is_empty())?;
+    Some(match labels.get("namespace").filter(|n| !n.is_empty()) {
+        Some(ns) => format!("{ns}/{pod}"),
+        None => pod.clone(),
+    })
+}
+
+/// Read the requests (kube-state-metrics' `nvidia_com_gpu`) and, grouping by a label, the
+/// pods' labels: kube-state-metrics' `kube_pod_labels` when it holds the label, else
+/// truthscale's own allocation info (node mode with `node.pod_labels`).
+///
+/// # Errors
+/// Prometheus refusing a query.
+pub(crate) fn read(history: &mut History, by: &By) -> anyhow::Result<PodAttributes> {
+    let hours_per_step = history.step_seconds() / 3600.0;
+    let mut out = PodAttributes::default();
+    let requests = history.series_by_step(
+        "sum by (namespace, pod) (kube_pod_container_resource_requests{resource=\"nvidia_com_gpu\"})",
+    )?;
+    if requests.is_empty() {
+        out.notes.push("no kube_pod_container_resource_requests{resource=\"nvidia_com_gpu\"} in this Prometheus (kube-state-metrics): requested GPU-hours are unknown".into());
+    } else {
+        let mut requested = HashMap::new();
+        for (labels, values) in &requests {
+            if let Some(pod) = pod_of(labels) {
+                *requested.entry(pod).or_insert(0.0) +=
+                    values.iter().map(|(_, v)| v).sum::<f64>() * hours_per_step;
+            }
+        }
+        out.requested = Some(requested);
+    }
+    if let By::Label { key, name } = by {
+        let mut found = false;
+        for (metric, source) in [
+            ("kube_pod_labels", "kube-state-metrics' kube_pod_labels"),
+            (
+                "truthscale_gpu_allocation_info",
+                "truthscale's allocation info (node.pod_labels)",
+            ),
+        ] {
+            let series =
+                history.series_by_step(&format!("max by (namespace, pod, {name}) ({metric})"))?;
+            // Each pod's value: the one of its latest series with the label.
+            let mut latest: HashMap<String, (usize, String)> = HashMap::new();
+            for (labels, values) in &series {
+                let (Some(pod), Some(value)) =
+                    (pod_of(labels), labels.get(*name).filter(|v| !v.is_empty()))
+                else {
+                    continue;
+                };
+                let last = values.iter().map(|(s, _)| *s).max().unwrap_or(0);
+                let e = latest.entry(pod).or_insert((last, value.clone()));
+                if last >= e.0 {
+                    *e = (last, value.clone());
+                }
+            }
+            if !latest.is_empty() {
+                out.notes.push(format!(
+                    "the pod label {key} ({name}) is read from {source}"
+                ));
+                out.labels = latest.into_iter().map(|(p, (_, v))| (p, v)).collect();
+                found = true;
+                break;
+            }
+        }
+        if !found {
+            out.notes.push(format!(
+                "no pod carries the label {key} ({name}) in kube_pod_labels (kube-state-metrics with --metric-labels-allowlist=pods=[{key}]) or truthscale_gpu_allocation_info (node.pod_labels): every pod is in {NONE}"
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// The group of each track (`None`: no pod holds it).
+#[must_use]
+pub(crate) fn groups(input: &FleetInput, by: &By, attrs: &PodAttributes) -> Vec<Option<String>> {
+    input
+        .tracks
+        .iter()
+        .map(|t| group_of(t, by, attrs))
+        .collect()
+}
+
+fn group_of(t: &Track, by: &By, attrs: &PodAttributes) -> Option<String> {
+    let pod = t.pod.as_deref()?;
+    Some(match by {
+        By::Namespace => pod
+            .split_once('/')
+            .map_or(NONE.to_string(), |(ns, _)| ns.to_string()),
+        By::Node => t
+            .gpu
+            .split_once('/')
+            .map_or(NONE.to_string(), |(n, _)| n.to_string()),
+        By::Model => t.model.clone().unwrap_or_else(|| NONE.to_string()),
+        By::Label { .. } => attrs
+            .labels
+            .get(pod)
+            .cloned()
+            .unwrap_or_else(|| NONE.to_string()),
+    })
+}
+
+/// The requested GPU-hours by group: a pod's group is its attribute's (namespace, label) or
+/// its GPU's (node, model; a pod seen on no GPU is in `(no GPU seen)`).
+#[must_use]
+pub(crate) fn requested_by_group(
+    input: &FleetInput,
+    groups: &[Option<String>],
+    by: &By,
+    attrs: &PodAttributes,
+) -> BTreeMap<String, f64> {
+    let Some(requested) = &attrs.requested else {
+        return BTreeMap::new();
+    };
+    let on_gpu: HashMap<&str, &str> = input
+        .tracks
+        .iter()
+        .zip(groups)
+        .filter_map(|(t, g)| Some((t.pod.as_deref()?, g.as_deref()?)))
+        .collect();
+    let mut out = BTreeMap::new();
+    for (pod, h) in requested {
+        let group = match by {
+            By::Namespace => pod
+                .split_once('/')
+                .map_or(NONE.to_string(), |(ns, _)| ns.to_string()),
+            By::Label { .. } => attrs
+                .labels
+                .get(pod)
+                .cloned()
+                .unwrap_or_else(|| NONE.to_string()),
+            By::Node | By::Model => on_gpu
+                .get(pod.as_str())
+                .map_or_else(|| "(no GPU seen)".to_string(), |g| (*g).to_string()),
+        };
+        *out.entry(group).or_insert(0.0) += h;
+    }
+    out
+}
+
+/// The CSV header.
+const CSV_HEADER: &str = "window_start,window_end,by,group,workloads,allocated_gpu_hours,requested_gpu_hours,used_gpu_hours,idle_gpu_hours,unmeasured_gpu_hours,use_unknown_gpu_hours,busy_gpu_hours,effective_compute_gpu_hours,saturation_gpu_hours,allocated_cost,idle_cost";
+
+/// A CSV field: quoted when it holds a comma, a quote or a line break.
+fn field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn num(x: Option<f64>) -> String {
+    x.map_or_else(String::new, |v| format!("{v:.6}"))
+}
+
+/// One row per group and period (the whole window without periods), plus an `(unallocated)`
+/// row per period; an unknown value is an empty field, never 0.
+///
+/// # Errors
+/// Writing fails.
+pub(crate) fn write_csv(
+    out: &mut impl Write,
+    s: &Showback,
+    start_ms: i64,
+    step_seconds: f64,
+) -> std::io::Result<()> {
+    writeln!(out, "{CSV_HEADER}")?;
+    let periods: Vec<&Period> = if s.periods.is_empty() {
+        vec![&s.total]
+    } else {
+        s.periods.iter().collect()
+    };
+    let at = |step: usize| {
+        crate::history::rfc3339(start_ms + (step as f64 * step_seconds * 1000.0) as i64)
+    };
+    for p in periods {
+        let (from, to) = (at(p.start_step), at(p.start_step + p.steps));
+        for g in &p.groups {
+            writeln!(
+                out,
+                "{from},{to},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                field(&s.by),
+                field(&g.group),
+                g.workloads,
+                num(Some(g.allocated_gpu_hours)),
+                num(g.requested_gpu_hours),
+                num(Some(g.used_gpu_hours)),
+                num(Some(g.idle_gpu_hours)),
+                num(Some(g.unmeasured_gpu_hours)),
+                num(Some(g.use_unknown_gpu_hours)),
+                num(Some(g.busy_gpu_hours)),
+                num(Some(g.effective_compute_gpu_hours)),
+                num(Some(g.saturation_gpu_hours)),
+                num(g.cost.as_ref().map(|c| c.allocated)),
+                num(g.cost.as_ref().map(|c| c.idle)),
+            )?;
+        }
+        writeln!(
+            out,
+            "{from},{to},{},(unallocated),,{},,,,,,,,,,",
+            field(&s.by),
+            num(Some(p.unallocated_gpu_hours))
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn by_parses_builtins_and_label_keys() {
+        assert_eq!(By::parse("namespace"), Ok(By::Namespace));
+        assert_eq!(By::parse(" model "), Ok(By::Model));
+        let By::Label { key, name } = By::parse("label:app.kubernetes.io/name").unwrap() else {
+            panic!("a label")
+        };
+        assert_eq!(
+            (key.as_str(), name),
+            ("app.kubernetes.io/name", "label_app_kubernetes_io_name")
+        );
+        assert!(matches!(
+            By::parse("team"),
+            Ok(By::Label {
+                name: "label_team",
+                ..
+            })
+        ));
+        let e = By::parse("bad key!").unwrap_err();
+        assert!(
+            e.contains("neither namespace, node, model nor a pod label key"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn csv_fields_are_quoted_and_unknown_is_empty() {
+        assert_eq!(field("a,b"), "\"a,b\"");
+        assert_eq!(field("say \"x\""), "\"say \"\"x\"\"\"");
+        assert_eq!(num(None), "");
+        assert_eq!(num(Some(1.5)), "1.500000");
+    }
+}
