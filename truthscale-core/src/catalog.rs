@@ -568,6 +568,8 @@ metrics! {
         "GPU memory used by one process (opt-in: source.per_process_series; high cardinality).";
     PROCESS_SM_BUSY / Gpu::ProcessSmBusy = "truthscale_process_sm_busy_ratio", Gauge, ["pid", "pod_uid", "container_id"], None, None,
         "Time fraction one process had a kernel on the SMs, as the driver reports it (opt-in; not compute).";
+    GPU_SHARE / Gpu::GpuShare = "truthscale_gpu_share_ratio", Gauge, [], gauge("truthscale.gpu.share", "1"), None,
+        "The share of its physical GPU this entity is, for GPU-hours: 1 for a whole GPU; a MIG instance's compute slices over the GPU's (3g.40gb on an H100: 3/7). Absent for a MIG instance of an unknown profile.";
     GPU_PODS / Gpu::GpuPods = "truthscale_gpu_pods", Gauge, [], None, None,
         "Node mode: containers the kubelet allocated this GPU or MIG instance to. 0 is idle capacity; more than 1 is a shared (time-sliced) GPU, whose series carry no pod labels. Absent where the kubelet could not be read.";
     GPU_ALLOCATION / Gpu::GpuAllocation = "truthscale_gpu_allocation_info", Gauge, ["resource", "replica"], None, None,

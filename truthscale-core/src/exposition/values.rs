@@ -265,6 +265,7 @@ fn gpu_values<'a>(
                 }
             }
         }
+        GpuMetric::GpuShare => one(crate::showback::share_of_gpu(win)),
         GpuMetric::GpuPods => {
             if let Some(a) = &win.allocation {
                 push(Vec::new(), a.len() as f64);
