@@ -6,7 +6,9 @@
 
 - docker/kubernetes/prometheusrule.yaml: a PrometheusRule whose spec is alerts/truthscale.rules.yml,
   and docker/kubernetes/autoscaling/prometheusrule.yaml, one whose spec is
-  alerts/autoscaling.rules.yml (the rules of the autoscaling recipes). A Prometheus rules file
+  alerts/autoscaling.rules.yml (the rules of the autoscaling recipes), and
+  docker/kubernetes/node/base/showback-prometheusrule.yaml, one whose spec is
+  alerts/showback.rules.yml (node mode's showback). A Prometheus rules file
   and PrometheusRule.spec have the same shape (`groups: [...]`), so the file's text is embedded
   as it is, indented under `spec:` (comments included).
 - docker/kubernetes/dashboards-configmap.yaml: a ConfigMap labelled grafana_dashboard: "1" that
@@ -48,6 +50,13 @@ RULE_SETS = [
         "truthscale",
         "rules",
         "tests/tests/it/docker.rs",
+    ),
+    RuleSet(
+        "alerts/showback.rules.yml",
+        "docker/kubernetes/node/base/showback-prometheusrule.yaml",
+        "truthscale-showback",
+        "showback-rules",
+        "tests/tests/it/node_manifests.rs",
     ),
     RuleSet(
         "alerts/autoscaling.rules.yml",

@@ -848,6 +848,39 @@ const CLUSTER_VARIABLE: (&str, &str, &str) = (
     "count by (cluster) (truthscale_gpu_info)",
 );
 
+/// The showback dashboard and the rules it reads.
+const SHOWBACK_DASHBOARD: &str = "dashboards/truthscale-showback.json";
+const SHOWBACK_RULES: &str = "alerts/showback.rules.yml";
+
+#[test]
+fn showback_prometheus_rule_spec_is_the_rules_file() {
+    let rule = yaml("docker/kubernetes/node/base/showback-prometheusrule.yaml");
+    assert_eq!(rule["kind"].as_str(), Some("PrometheusRule"));
+    assert_eq!(
+        rule["metadata"]["name"].as_str(),
+        Some("truthscale-showback")
+    );
+    let rules = yaml(SHOWBACK_RULES);
+    assert!(
+        !seq_of(&rules["groups"], "groups").is_empty(),
+        "{SHOWBACK_RULES} has no groups"
+    );
+    assert!(
+        rule["spec"] == rules,
+        "the PrometheusRule is stale: run python3 docker/generate.py"
+    );
+}
+
+/// Every expression of the showback dashboard, as [`dashboard_exprs`].
+fn showback_exprs() -> Vec<(String, String)> {
+    let d: Json = serde_json::from_str(&read(SHOWBACK_DASHBOARD)).expect("dashboard JSON");
+    let file = "truthscale-showback.json";
+    let mut out = Vec::new();
+    prometheus_rules::dashboard_exprs(file, &d, &mut out);
+    prometheus_rules::variable_queries(file, &d, &mut out);
+    out.into_iter().map(|e| (e.at, e.text)).collect()
+}
+
 /// Every expression of the dashboard, `<file> / <panel title> / <refId>` or
 /// `<file> / variable <name>`, variables substituted, as the dashboards-on-Prometheus test
 /// reads every dashboard.
@@ -976,6 +1009,7 @@ fn node_dashboard_on_real_prometheus() {
 
     let config = serde_json::json!({
         "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
+        "rule_files": [workspace().join(SHOWBACK_RULES)],
         "scrape_configs": [scrape_job(&running.addr)],
     });
     let mut prom = Prometheus::start(&config.to_string(), dir.path());
@@ -985,7 +1019,12 @@ fn node_dashboard_on_real_prometheus() {
             .series("rate(truthscale_gpu_effective_compute_seconds_total[1m])")
             .len()
             == 3
-            && prom.series("truthscale_pod_effective_compute_ratio").len() == 3;
+            && prom.series("truthscale_pod_effective_compute_ratio").len() == 3
+            // A rule's series over a one-minute subquery: once a minute boundary has passed
+            // since the rules first ran.
+            && !prom
+                .series("sum_over_time(cluster:truthscale_gpu_fleet:gpu_hours_per_hour[1m:1m])")
+                .is_empty();
         if ready {
             break;
         }
@@ -996,7 +1035,7 @@ fn node_dashboard_on_real_prometheus() {
         );
         assert!(
             Instant::now() < deadline,
-            "no rates in 90 s; agent:\n{}\nprometheus:\n{}",
+            "no rates or showback rules in 90 s; agent:\n{}\nprometheus:\n{}",
             running.process.stderr(),
             prom.process.stderr()
         );
@@ -1055,6 +1094,66 @@ fn node_dashboard_on_real_prometheus() {
             .map(|(_, v)| *v)
             .collect::<Vec<_>>(),
         [0.0]
+    );
+
+    // Showback: every query of its dashboard returns data but the team panel's (this node's
+    // pods carry no pod labels: the pod-labels overlay is not applied here); GPU-hours per
+    // hour held are the kubelet's allocation (ml: train-0's GPU; web: half of the shared
+    // GPU to each of its two holders), the idle GPU is unallocated, and held plus
+    // unallocated is the fleet.
+    let mut failures = Vec::new();
+    for (at, text) in showback_exprs() {
+        let team = at.contains("by team");
+        // The cluster variable, as the node dashboard's: no series has the label here.
+        let text = if at.ends_with("/ variable cluster") {
+            assert_eq!(text, CLUSTER_VARIABLE.1, "{at}");
+            CLUSTER_VARIABLE.2.to_owned()
+        } else {
+            text
+        };
+        match (evaluate(&prom, &text), team) {
+            (Ok(0), false) => failures.push(format!("{at}: no data: {text}")),
+            (Ok(n), true) if n > 0 => {
+                failures.push(format!("{at}: data without pod labels: {text}"))
+            }
+            (Err(e), _) => failures.push(format!("{at}: {e}: {text}")),
+            _ => {}
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} showback dashboard queries failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    let held: BTreeMap<String, f64> = prom
+        .series("namespace:truthscale_gpu_allocated:gpu_hours_per_hour")
+        .into_iter()
+        .map(|(l, v)| (l.get("namespace").cloned().unwrap_or_default(), v))
+        .collect();
+    assert_eq!(
+        held,
+        [("ml".to_string(), 1.0), ("web".to_string(), 1.0)]
+            .into_iter()
+            .collect()
+    );
+    let one = |q: &str| -> f64 {
+        let s = prom.series(q);
+        assert_eq!(s.len(), 1, "{q}: {s:?}");
+        s[0].1
+    };
+    assert_eq!(
+        one("cluster:truthscale_gpu_unallocated:gpu_hours_per_hour"),
+        1.0
+    );
+    assert_eq!(one("cluster:truthscale_gpu_fleet:gpu_hours_per_hour"), 3.0);
+    let web_parts = one("sum(truthscale_pod_effective_compute_ratio{namespace=\"web\"})");
+    let web_effective = prom
+        .series("namespace:truthscale_gpu_effective_compute:gpu_hours_per_hour{namespace=\"web\"}");
+    assert_eq!(web_effective.len(), 1);
+    assert!(
+        (web_effective[0].1 - web_parts).abs() < 1e-12,
+        "a shared GPU's use is its per-process parts: {web_effective:?} vs {web_parts}"
     );
 
     // Attribution survives the scrape: the workload's labels where the agent gave them, and

@@ -23,6 +23,7 @@ const DASHBOARDS: &[(&str, &str)] = &[
     ("truthscale-fleet.json", "truthscale-fleet"),
     ("truthscale-pod.json", "truthscale-pod"),
     ("truthscale-exporter.json", "truthscale-exporter"),
+    ("truthscale-showback.json", "truthscale-showback"),
 ];
 const ALERTS: &[&str] = &[
     "TruthscalePhantomUtilization",

@@ -348,6 +348,84 @@ const DOCUMENTED: &[Documented] = &[
             (", pod=\"\"}", "}"),
         ],
     },
+    // The showback dashboard (dashboards/truthscale-showback.json) reads the recording rules
+    // of alerts/showback.rules.yml over node mode's allocation info, which these sidecars do
+    // not export and this Prometheus does not load (it loads truthscale.rules.yml only); each
+    // form reads the series the rule is made of, for the same GPUs;
+    // node_manifests::node_dashboard_on_real_prometheus loads the rules against a node-mode
+    // agent and requires data from every one of these expressions (the team panel's aside).
+    Documented {
+        at: "truthscale-showback.json / Fleet GPU-hours over the range / A",
+        reason: "showback rules not loaded here: the form sums the devices' shares of their GPUs, \
+                 the rule's input",
+        rewrites: &[(
+            "cluster:truthscale_gpu_fleet:gpu_hours_per_hour{",
+            "truthscale_gpu_share_ratio{",
+        )],
+    },
+    Documented {
+        at: "truthscale-showback.json / Fleet GPU-hours over the range / B",
+        reason: "node mode only (allocation info): a sidecar's GPUs are its pod's; the form sums \
+                 their shares",
+        rewrites: &[(
+            "namespace:truthscale_gpu_allocated:gpu_hours_per_hour{",
+            "truthscale_gpu_share_ratio{",
+        )],
+    },
+    Documented {
+        at: "truthscale-showback.json / Fleet GPU-hours over the range / C",
+        reason: "node mode only: without allocation info nothing is known to be unallocated; \
+                 the form sums the same devices' shares",
+        rewrites: &[(
+            "cluster:truthscale_gpu_unallocated:gpu_hours_per_hour{",
+            "truthscale_gpu_share_ratio{",
+        )],
+    },
+    Documented {
+        at: "truthscale-showback.json / *, by namespace / A",
+        reason: "node mode only (allocation info): the form sums the shares of the same \
+                 namespaces' GPUs",
+        rewrites: &[(
+            "namespace:truthscale_gpu_allocated:gpu_hours_per_hour{",
+            "truthscale_gpu_share_ratio{",
+        )],
+    },
+    Documented {
+        at: "truthscale-showback.json / *, by namespace / B",
+        reason: "showback rules not loaded here: the form sums the same namespaces' effective \
+                 compute, the rule's input for GPUs one pod holds",
+        rewrites: &[(
+            "namespace:truthscale_gpu_effective_compute:gpu_hours_per_hour{",
+            "truthscale_gpu_effective_compute_ratio{",
+        )],
+    },
+    Documented {
+        at: "truthscale-showback.json / GPU-hours held, by team / A",
+        reason: "node mode with node.pod_labels only (label_team on allocation info): the form \
+                 sums the same GPUs' shares, under no team",
+        rewrites: &[(
+            "team:truthscale_gpu_allocated:gpu_hours_per_hour{",
+            "truthscale_gpu_share_ratio{",
+        )],
+    },
+    Documented {
+        at: "truthscale-showback.json / GPU-hours per pod / A",
+        reason: "node mode only (allocation info): the form sums the shares of the same pods' \
+                 GPUs",
+        rewrites: &[(
+            "pod:truthscale_gpu_allocated:gpu_hours_per_hour{",
+            "truthscale_gpu_share_ratio{",
+        )],
+    },
+    Documented {
+        at: "truthscale-showback.json / GPU-hours per pod / B",
+        reason: "showback rules not loaded here: the form sums the same pods' effective \
+                 compute",
+        rewrites: &[(
+            "pod:truthscale_gpu_effective_compute:gpu_hours_per_hour{",
+            "truthscale_gpu_effective_compute_ratio{",
+        )],
+    },
 ];
 
 /// One expression to check.
