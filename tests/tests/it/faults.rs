@@ -7,7 +7,7 @@ use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 use truthscale_e2e::value;
-use truthscale_e2e::{Reply, Sidecar, Silent, StandIn, TempDir, ok};
+use truthscale_e2e::{Reply, Sidecar, Silent, StandIn, TempDir, ok, require_tool_or_return};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -267,9 +267,10 @@ fn an_empty_web_config_warns() {
 /// still ends the process within a few seconds, whatever the read is doing.
 #[test]
 fn a_hung_replay_read_is_served_stale_and_sigterm_still_exits() {
+    let mkfifo = require_tool_or_return!("/usr/bin/mkfifo", "coreutils");
     let dir = TempDir::new("faults-hung-replay");
     let fifo = dir.path().join("capture.fifo");
-    let made = std::process::Command::new("mkfifo")
+    let made = std::process::Command::new(mkfifo)
         .arg(&fifo)
         .status()
         .expect("run mkfifo");
