@@ -149,7 +149,7 @@ pub struct Showback {
 /// Integer share units and float sums of one group in one period.
 #[derive(Debug, Default, Clone)]
 struct Acc {
-    workloads: std::collections::BTreeSet<usize>,
+    workloads: std::collections::BTreeSet<String>,
     allocated: u64,
     used: u64,
     idle: u64,
@@ -173,6 +173,40 @@ struct CostAcc {
     unknown: f64,
     ecf: f64,
 }
+
+/// One holder's share of one GPU-step, and what it did with it (fractions of its share).
+struct Charge<'a> {
+    group: &'a str,
+    pod: Option<&'a str>,
+    /// Whether anything was read at this step.
+    read: bool,
+    units: u64,
+    /// A time-sliced GPU's holder without a per-process part.
+    unknown: bool,
+    busy: Option<f64>,
+    ecf: Option<f64>,
+    sat: Option<f64>,
+    /// The track whose model prices it.
+    track: &'a Track,
+}
+
+/// A holder of a GPU whose own series name no pod: node mode's allocation info, read from
+/// truthscale's history (a time-sliced GPU's device series carry no pod).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Holding {
+    /// `namespace/pod`.
+    pub pod: String,
+    /// Its group.
+    pub group: String,
+    /// Its part of the device's effective compute, as a fraction of the whole GPU, when
+    /// per-process attribution split the device (`truthscale_pod_effective_compute_ratio`).
+    pub effective_compute: Option<f64>,
+    /// How the part was attributed (the series' `method`).
+    pub method: Option<String>,
+}
+
+/// The holders of each GPU (by its track's `gpu` key) at each step.
+pub type Holders = HashMap<String, BTreeMap<usize, Vec<Holding>>>;
 
 /// What an allocated step's use was.
 #[derive(Debug, Clone, Copy)]
@@ -221,11 +255,13 @@ fn split(units: u64, n: usize, i: usize) -> u64 {
 }
 
 /// Showback of `input`, with `group[i]` the group of track `i` (`None`: no pod holds it),
-/// and `requested` the requested GPU-hours by group over the whole window.
+/// `holders` the holders of GPUs whose own series name no pod, and `requested` the requested
+/// GPU-hours by group over the whole window.
 #[must_use]
 pub fn showback(
     input: &FleetInput,
     group: &[Option<String>],
+    holders: &Holders,
     requested: &BTreeMap<String, f64>,
     cfg: &ShowbackConfig,
 ) -> Showback {
@@ -260,6 +296,7 @@ pub fn showback(
     gpus.sort_by(|a, b| a.0.cmp(b.0));
     let mut unknown_profile = false;
     let mut shared_gpus = 0usize;
+    let mut split_by_processes = std::collections::BTreeSet::new();
     for (_, members) in &gpus {
         let tracks: Vec<&Track> = members.iter().map(|&i| &input.tracks[i]).collect();
         let first = tracks.iter().map(|t| t.first_step()).min().unwrap_or(0);
@@ -321,6 +358,64 @@ pub fn showback(
                 };
                 shares.push((i, u));
             }
+            let ratio = |x: u16| f64::from(x) / f64::from(crate::fleet::RATIO_UNITS);
+            let mut charges: Vec<Charge<'_>> = Vec::with_capacity(shares.len());
+            for &(i, u) in &shares {
+                let t = &input.tracks[i];
+                let Some(g) = &group[i] else { continue };
+                let p = t.points()[s - t.first_step()];
+                charges.push(Charge {
+                    group: g,
+                    pod: t.pod.as_deref(),
+                    read: p.any(),
+                    units: u,
+                    unknown: shared && !t.is_mig,
+                    busy: p.busy().map(ratio),
+                    ecf: p.ecf().map(ratio),
+                    sat: p.sat().map(ratio),
+                    track: t,
+                });
+            }
+            // A GPU whose own series name no pod, held per node mode's allocation info (a
+            // time-sliced GPU's device series carry none): its holders take its shares.
+            let device = covering
+                .iter()
+                .map(|&i| &input.tracks[i])
+                .find(|t| !t.is_mig && t.pod.is_none());
+            if let (true, Some(dev)) = (shares.is_empty(), device)
+                && let Some(hs) = holders.get(dev.gpu.as_str()).and_then(|m| m.get(&s))
+                && !hs.is_empty()
+            {
+                let p = dev.points()[s - dev.first_step()];
+                let k = hs.len();
+                was_shared |= k > 1;
+                for (j, h) in hs.iter().enumerate() {
+                    let u = split(SHARE_UNITS, k, j);
+                    shares.push((usize::MAX, u));
+                    let part = h.effective_compute.filter(|e| e.is_finite() && *e >= 0.0);
+                    if k > 1 && part.is_some() {
+                        split_by_processes.extend(h.method.iter().cloned());
+                    }
+                    charges.push(Charge {
+                        group: &h.group,
+                        pod: Some(&h.pod),
+                        read: p.any(),
+                        units: u,
+                        // One holder: the device's use is its own. Several: only its
+                        // per-process part, where attributed, is.
+                        unknown: k > 1 && part.is_none(),
+                        busy: if k > 1 { None } else { p.busy().map(ratio) },
+                        ecf: if k > 1 {
+                            // GPU-relative, as a fraction of the holder's share.
+                            part.map(|e| e * SHARE_UNITS as f64 / u.max(1) as f64)
+                        } else {
+                            p.ecf().map(ratio)
+                        },
+                        sat: if k > 1 { None } else { p.sat().map(ratio) },
+                        track: dev,
+                    });
+                }
+            }
             let sum: u64 = shares.iter().map(|(_, u)| u).sum();
             let period = s / per;
             for acc in [&mut total, &mut each[period.min(periods - 1)]] {
@@ -328,33 +423,30 @@ pub fn showback(
                 acc.unallocated += SHARE_UNITS.saturating_sub(sum);
                 acc.overallocated += sum.saturating_sub(SHARE_UNITS);
             }
-            for &(i, u) in &shares {
-                let t = &input.tracks[i];
-                let Some(g) = &group[i] else { continue };
-                let p = t.points()[s - t.first_step()];
+            for c in &charges {
+                let u = c.units;
                 let hours = u as f64 / SHARE_UNITS as f64 * hours_per_step;
-                let price = price_of(t);
+                let price = price_of(c.track);
                 if priced && price.is_none() {
-                    unpriced.insert(t.model.clone().unwrap_or_else(|| "unknown".into()));
+                    unpriced.insert(c.track.model.clone().unwrap_or_else(|| "unknown".into()));
                 }
-                let ratio = |x: u16| f64::from(x) / f64::from(crate::fleet::RATIO_UNITS);
-                let (busy, ecf, sat) = (p.busy(), p.ecf(), p.sat());
-                let class = if shared && !t.is_mig {
+                let (busy, ecf, sat) = (c.busy, c.ecf, c.sat);
+                let class = if c.unknown {
                     Use::Unknown
                 } else if busy.is_none() && ecf.is_none() {
                     Use::Unmeasured
-                } else if busy.is_none_or(|b| ratio(b) < busy_max)
-                    && ecf.is_none_or(|e| ratio(e) < ecf_max)
-                {
+                } else if busy.is_none_or(|b| b < busy_max) && ecf.is_none_or(|e| e < ecf_max) {
                     Use::Idle
                 } else {
                     Use::Used
                 };
                 let measured = matches!(class, Use::Idle | Use::Used);
                 for acc in [&mut total, &mut each[period.min(periods - 1)]] {
-                    let a = acc.groups.entry(g.clone()).or_default();
-                    if p.any() {
-                        a.workloads.insert(i);
+                    let a = acc.groups.entry(c.group.to_string()).or_default();
+                    if c.read
+                        && let Some(pod) = c.pod
+                    {
+                        a.workloads.insert(pod.to_string());
                     }
                     a.allocated += u;
                     *match class {
@@ -365,30 +457,30 @@ pub fn showback(
                     } += u;
                     if measured {
                         if let Some(b) = busy {
-                            a.busy += ratio(b) * hours;
+                            a.busy += b * hours;
                             a.busy_measured += u;
                         }
                         if let Some(e) = ecf {
-                            a.ecf += ratio(e) * hours;
+                            a.ecf += e * hours;
                             a.ecf_measured += u;
                         }
                         if let Some(x) = sat {
-                            a.sat += ratio(x) * hours;
+                            a.sat += x * hours;
                             a.sat_measured += u;
                         }
                     }
                     if let Some(pr) = price {
                         let ca = a.cost.get_or_insert_with(CostAcc::default);
-                        let c = pr * hours;
-                        ca.allocated += c;
+                        let cost = pr * hours;
+                        ca.allocated += cost;
                         *match class {
                             Use::Unknown => &mut ca.unknown,
                             Use::Unmeasured => &mut ca.unmeasured,
                             Use::Idle => &mut ca.idle,
                             Use::Used => &mut ca.used,
-                        } += c;
+                        } += cost;
                         if measured && let Some(e) = ecf {
-                            ca.ecf += ratio(e) * c;
+                            ca.ecf += e * cost;
                         }
                     }
                 }
@@ -492,7 +584,13 @@ pub fn showback(
     };
     if shared_gpus > 0 {
         notes.push(format!(
-            "{shared_gpus} GPU(s) were time-sliced between pods: each holder is charged its share of the GPU, and its use is unknown (the counters are the device's; per-process attribution is not in this history)"
+            "{shared_gpus} GPU(s) were time-sliced between pods: each holder is charged its share of the GPU; its use is only its per-process part where attribution split the device, else unknown (the counters are the device's)"
+        ));
+    }
+    if !split_by_processes.is_empty() {
+        notes.push(format!(
+            "per-process attribution split shared GPUs' effective compute among their holders (method {})",
+            split_by_processes.into_iter().collect::<Vec<_>>().join(", ")
         ));
     }
     if unknown_profile {
@@ -596,7 +694,13 @@ mod tests {
         };
         let groups: Vec<Option<String>> = input.tracks.iter().map(group).collect();
         let requested = BTreeMap::from([("ml".to_string(), 0.5), ("batch".to_string(), 0.25)]);
-        let s = showback(&input, &groups, &requested, &cfg("namespace"));
+        let s = showback(
+            &input,
+            &groups,
+            &Holders::new(),
+            &requested,
+            &cfg("namespace"),
+        );
         let h = |steps: f64| steps / 60.0;
         let near = |x: f64, y: f64| assert!((x - y).abs() < 1e-9, "{x} != {y}");
         let t = &s.total;
@@ -658,7 +762,7 @@ mod tests {
         let mut c = cfg("namespace");
         c.prices = vec![("NVIDIA H100 80GB HBM3".into(), 4.0)];
         c.period_steps = Some(2);
-        let s = showback(&input, &groups, &BTreeMap::new(), &c);
+        let s = showback(&input, &groups, &Holders::new(), &BTreeMap::new(), &c);
         let ml = &s.total.groups[0];
         let cost = ml.cost.as_ref().unwrap();
         assert_eq!(
@@ -679,5 +783,69 @@ mod tests {
             assert_eq!(p.fleet_gpu_hours, 4.0);
             assert_eq!(p.groups[0].idle_gpu_hours, 1.0);
         }
+    }
+}
+
+#[cfg(test)]
+mod holder_tests {
+    use super::*;
+    use crate::fleet::Point;
+
+    /// A time-sliced GPU whose device series name no pod (truthscale's own history): its two
+    /// holders from the allocation info take half each; the one with a per-process part is
+    /// charged that part as its use (0.06 of the GPU: 0.12 of its half), the other's use is
+    /// unknown; a step with one holder charges it the device's own use.
+    #[test]
+    fn holders_of_a_device_without_pods_take_its_shares() {
+        let mut dev = Track::new(None, "n/g2".into());
+        for s in 0..4 {
+            dev.record(s, Point::new(Some(0.4), Some(1.0), Some(0.3), Some(1e9)));
+        }
+        let input = FleetInput {
+            step_seconds: 3600.0,
+            steps: 4,
+            tracks: vec![dev],
+        };
+        let holding = |pod: &str, part: Option<f64>| Holding {
+            pod: pod.into(),
+            group: pod.split('/').next().unwrap().into(),
+            effective_compute: part,
+            method: part.map(|_| "sm_busy".to_string()),
+        };
+        let mut steps = BTreeMap::new();
+        for s in 0..3 {
+            steps.insert(
+                s,
+                vec![holding("a/chat-a", Some(0.06)), holding("b/chat-b", None)],
+            );
+        }
+        steps.insert(3, vec![holding("a/chat-a", None)]);
+        let holders = Holders::from([("n/g2".to_string(), steps)]);
+        let cfg = ShowbackConfig {
+            by: "namespace".into(),
+            idle_busy_below: 0.05,
+            idle_compute_below: 0.01,
+            period_steps: None,
+            default_price: None,
+            prices: Vec::new(),
+        };
+        let s = showback(&input, &[None], &holders, &BTreeMap::new(), &cfg);
+        assert!(s.total.reconciled, "{}", s.total.check);
+        assert_eq!(s.total.unallocated_gpu_hours, 0.0);
+        let g = |n: &str| s.total.groups.iter().find(|g| g.group == n).unwrap();
+        let a = g("a");
+        assert_eq!(a.allocated_gpu_hours, 1.5 + 1.0);
+        assert!((a.effective_compute_gpu_hours - (3.0 * 0.06 + 0.3)).abs() < 1e-12);
+        assert_eq!(a.used_gpu_hours, 2.5);
+        assert_eq!(a.busy_gpu_hours, 1.0, "only the step it held alone");
+        let b = g("b");
+        assert_eq!(b.allocated_gpu_hours, 1.5);
+        assert_eq!(b.use_unknown_gpu_hours, 1.5);
+        assert_eq!(b.effective_compute_gpu_hours, 0.0);
+        assert!(
+            s.notes.iter().any(|n| n.contains("method sm_busy")),
+            "{:?}",
+            s.notes
+        );
     }
 }

@@ -142,12 +142,14 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
     if let (Some(by), Some(attrs)) = (&args.by, &attributes) {
         let groups = report::showback::groups(&input, by, attrs);
         let requested = report::showback::requested_by_group(&input, &groups, by, attrs);
+        let holders = report::showback::holders(&input, by, attrs);
         let period_steps = args
             .every
             .map(|e| ((e.as_secs_f64() / input.step_seconds).round() as usize).max(1));
         let mut sb = truthscale_core::showback::showback(
             &input,
             &groups,
+            &holders,
             &requested,
             &truthscale_core::showback::ShowbackConfig {
                 by: by.describe(),

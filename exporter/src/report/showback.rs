@@ -8,7 +8,7 @@ use crate::history::History;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use truthscale_core::fleet::{FleetInput, Track};
-use truthscale_core::showback::{Period, Showback};
+use truthscale_core::showback::{Holders, Holding, Period, Showback};
 
 /// What pods are grouped by.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,9 +66,24 @@ impl By {
     }
 }
 
+/// One holder of a GPU at one step, from truthscale's allocation info: the GPU's key (as the
+/// report's tracks name it), the pod (`namespace/pod`), the step, and its per-process part
+/// of the device's effective compute with its method, where attributed.
+#[derive(Debug, Clone)]
+pub(crate) struct Held {
+    gpu: String,
+    pod: String,
+    step: usize,
+    part: Option<f64>,
+    method: Option<String>,
+}
+
 /// What the same Prometheus says of each pod (`namespace/pod`).
 #[derive(Debug, Default)]
 pub(crate) struct PodAttributes {
+    /// The holders of each GPU at each step (truthscale's own history only: node mode's
+    /// allocation info, and the per-process parts of shared GPUs).
+    pub held: Vec<Held>,
     /// GPU-hours requested over the window; `None` when no request series exists.
     pub requested: Option<HashMap<String, f64>>,
     /// The pod label's value (`--by` a label).
@@ -86,6 +101,116 @@ fn pod_of(labels: &BTreeMap<String, String>) -> Option<String> {
     })
 }
 
+/// The report's key of the GPU a series names: `node/uuid`, or `node/gpu N`.
+fn gpu_of(labels: &BTreeMap<String, String>) -> String {
+    let node = labels.get("node").map_or("?", String::as_str);
+    match (
+        labels.get("uuid").filter(|u| !u.is_empty()),
+        labels.get("gpu"),
+    ) {
+        (Some(u), _) => format!("{node}/{u}"),
+        (None, Some(g)) => format!("{node}/gpu {g}"),
+        (None, None) => format!("{node}/gpu ?"),
+    }
+}
+
+/// Node mode's allocation info over truthscale's history: each whole GPU's holders at each
+/// step, with the per-process parts of the device's effective compute where attributed.
+fn read_held(history: &mut History) -> anyhow::Result<Vec<Held>> {
+    let m = history.matchers().to_owned();
+    let with = |extra: &str| {
+        if m.is_empty() {
+            format!("{{{extra}}}")
+        } else {
+            format!("{{{extra},{m}}}")
+        }
+    };
+    let alloc = history.series_by_step(&format!(
+        "max by (node, uuid, gpu, namespace, pod) (truthscale_gpu_allocation_info{})",
+        with("mig_instance=\"\"")
+    ))?;
+    let parts = history.series_by_step(&format!(
+        "max by (node, uuid, gpu, namespace, pod, method) (truthscale_pod_effective_compute_ratio{})",
+        with("pod!=\"\"")
+    ))?;
+    let mut part_at: HashMap<(String, String, usize), (f64, Option<String>)> = HashMap::new();
+    for (labels, values) in &parts {
+        let Some(pod) = pod_of(labels) else { continue };
+        for (step, v) in values {
+            part_at.insert(
+                (gpu_of(labels), pod.clone(), *step),
+                (*v, labels.get("method").cloned()),
+            );
+        }
+    }
+    let mut held = Vec::new();
+    for (labels, values) in &alloc {
+        let Some(pod) = pod_of(labels) else { continue };
+        let gpu = gpu_of(labels);
+        for (step, _) in values {
+            let part = part_at.get(&(gpu.clone(), pod.clone(), *step));
+            held.push(Held {
+                gpu: gpu.clone(),
+                pod: pod.clone(),
+                step: *step,
+                part: part.map(|p| p.0),
+                method: part.and_then(|p| p.1.clone()),
+            });
+        }
+    }
+    Ok(held)
+}
+
+/// The holders of GPUs whose own series name no pod, with their groups.
+#[must_use]
+pub(crate) fn holders(input: &FleetInput, by: &By, attrs: &PodAttributes) -> Holders {
+    let model: HashMap<&str, Option<&str>> = input
+        .tracks
+        .iter()
+        .map(|t| (t.gpu.as_str(), t.model.as_deref()))
+        .collect();
+    let mut out = Holders::new();
+    for h in &attrs.held {
+        let group = match by {
+            By::Namespace => h
+                .pod
+                .split_once('/')
+                .map_or(NONE.to_string(), |(ns, _)| ns.to_string()),
+            By::Node => h
+                .gpu
+                .split_once('/')
+                .map_or(NONE.to_string(), |(n, _)| n.to_string()),
+            By::Model => model
+                .get(h.gpu.as_str())
+                .copied()
+                .flatten()
+                .unwrap_or(NONE)
+                .to_string(),
+            By::Label { .. } => attrs
+                .labels
+                .get(&h.pod)
+                .cloned()
+                .unwrap_or_else(|| NONE.to_string()),
+        };
+        out.entry(h.gpu.clone())
+            .or_default()
+            .entry(h.step)
+            .or_default()
+            .push(Holding {
+                pod: h.pod.clone(),
+                group,
+                effective_compute: h.part,
+                method: h.method.clone(),
+            });
+    }
+    for steps in out.values_mut() {
+        for hs in steps.values_mut() {
+            hs.sort_by(|a, b| a.pod.cmp(&b.pod));
+        }
+    }
+    out
+}
+
 /// Read the requests (kube-state-metrics' `nvidia_com_gpu`) and, grouping by a label, the
 /// pods' labels: kube-state-metrics' `kube_pod_labels` when it holds the label, else
 /// truthscale's own allocation info (node mode with `node.pod_labels`).
@@ -95,6 +220,9 @@ fn pod_of(labels: &BTreeMap<String, String>) -> Option<String> {
 pub(crate) fn read(history: &mut History, by: &By) -> anyhow::Result<PodAttributes> {
     let hours_per_step = history.step_seconds() / 3600.0;
     let mut out = PodAttributes::default();
+    if history.family() == crate::history::Family::Truthscale {
+        out.held = read_held(history)?;
+    }
     let requests = history.series_by_step(
         "sum by (namespace, pod) (kube_pod_container_resource_requests{resource=\"nvidia_com_gpu\"})",
     )?;

@@ -32,6 +32,10 @@ const H: f64 = 1.0 / 60.0;
 /// `web/batch` has NaN readings for these 30 steps of the window, counted back from its end.
 const GAP_FROM_END: std::ops::Range<i64> = 40..70;
 
+/// `web/chat-a`'s per-process part of the shared GPU's effective compute (truthscale's own
+/// series: node mode with per-process attribution); `web/chat-b` has none.
+const CHAT_A_PART: f64 = 0.06;
+
 /// DRAM activity of every GPU but the notebook's (0).
 const DRAM: f64 = 0.1;
 /// The SM clock of every GPU: the H100 SXM's datasheet clock (its BF16 dense peak is quoted
@@ -138,6 +142,25 @@ fn openmetrics(end: i64) -> String {
                 add("truthscale_gpu_tensor_active_ratio", &l, t, tensor);
                 add("truthscale_gpu_dram_active_ratio", &l, t, dram);
                 add("truthscale_gpu_sm_clock_hertz", &l, t, clock * 1e6);
+            }
+            // Node mode's allocation info: one series per holder; the shared GPU's first
+            // holder has a per-process part of the device's effective compute, the second none.
+            if !pod.is_empty() && !gap {
+                let replica = if gpu == 2 {
+                    format!(",replica=\"{}\"", &pod[5..])
+                } else {
+                    String::new()
+                };
+                let l = format!(
+                    "job=\"truthscale\",gpu=\"{gpu}\",uuid=\"GPU-{node}-{gpu}\",model=\"NVIDIA H100 80GB HBM3\",node=\"{node}\",namespace=\"{ns}\",pod=\"{pod}\",container=\"main\",resource=\"nvidia.com/gpu\"{replica}"
+                );
+                add("truthscale_gpu_allocation_info", &l, t, 1.0);
+                if pod == "chat-a" {
+                    let l = format!(
+                        "job=\"truthscale\",gpu=\"{gpu}\",uuid=\"GPU-{node}-{gpu}\",model=\"NVIDIA H100 80GB HBM3\",node=\"{node}\",namespace=\"{ns}\",pod=\"{pod}\",container=\"main\",method=\"sm_busy\""
+                    );
+                    add("truthscale_pod_effective_compute_ratio", &l, t, CHAT_A_PART);
+                }
             }
             if !pod.is_empty() {
                 let team = team
@@ -431,9 +454,10 @@ fn showback_by_team_from_dcgm_history_and_kube_state_metrics() {
     eprintln!("{}", &run.stdout[run.stdout.find("SHOWBACK").unwrap()..]);
 }
 
-/// The same fleet in truthscale's own series, by namespace and by node, with a price per
-/// model and hourly periods: every period reconciles, and the whole GPUs' figures are the
-/// dcgm-exporter history's.
+/// The same fleet in truthscale's own series (node mode's allocation info, a per-process
+/// part for one holder of the shared GPU), by namespace and by node, with a price per model
+/// and hourly periods: every period reconciles, the whole GPUs' figures are the
+/// dcgm-exporter history's, and the shared GPU's use is its holders' per-process parts.
 #[test]
 fn showback_by_namespace_and_node_from_truthscale_series() {
     require_tool_or_return!("/usr/bin/promtool", "prometheus");
@@ -458,8 +482,9 @@ fn showback_by_namespace_and_node_from_truthscale_series() {
     let total = &v["showback"]["total"];
     assert_eq!(total["reconciled"], true, "{}", total["check"]);
     near(&total["fleet_gpu_hours"], 5.0 * W * H, "fleet");
-    // The shared GPU carries no pod on truthscale's device series: no pod holds it here.
-    near(&total["unallocated_gpu_hours"], 2.0 * W * H, "unallocated");
+    // The shared GPU carries no pod on truthscale's device series: its holders come from
+    // the allocation info, half each.
+    near(&total["unallocated_gpu_hours"], W * H, "unallocated");
     let research = group(&v, "research");
     near(
         &research["allocated_gpu_hours"],
@@ -478,6 +503,37 @@ fn showback_by_namespace_and_node_from_truthscale_series() {
     );
     let web = group(&v, "web");
     near(&web["unmeasured_gpu_hours"], 30.0 * H, "web unmeasured");
+    near(
+        &web["allocated_gpu_hours"],
+        2.0 * W * H,
+        "web allocated: batch and half each of the shared GPU",
+    );
+    // chat-a's use is its per-process part; chat-b's, without one, is unknown.
+    near(
+        &web["use_unknown_gpu_hours"],
+        0.5 * W * H,
+        "web use unknown (chat-b)",
+    );
+    near(
+        &web["used_gpu_hours"],
+        (W - 30.0) * H + 0.5 * W * H,
+        "web used",
+    );
+    near(
+        &web["effective_compute_gpu_hours"],
+        0.3 * (W - 30.0) * H + CHAT_A_PART * W * H,
+        "web effective",
+    );
+    let notes: Vec<&str> = v["showback"]["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        notes.iter().any(|n| n.contains("method sm_busy")),
+        "{notes:?}"
+    );
     let periods = v["showback"]["periods"].as_array().expect("periods");
     assert_eq!(periods.len(), 3, "121 steps in hours of 60: 60, 60, 1");
     let fleet: f64 = periods
@@ -494,7 +550,11 @@ fn showback_by_namespace_and_node_from_truthscale_series() {
         &["--by", "node", "--json"],
     ));
     let a = group(&by_node, "node-a");
-    near(&a["allocated_gpu_hours"], 2.0 * W * H, "node-a allocated");
+    near(
+        &a["allocated_gpu_hours"],
+        3.0 * W * H,
+        "node-a allocated: train, notebook and the shared GPU's holders",
+    );
     eprintln!(
         "showback from truthscale's series: {:.1} s",
         started.elapsed().as_secs_f64()
