@@ -806,13 +806,25 @@ impl Prometheus {
     /// with its [`require_tool_or_return!`], or Prometheus exits early or is not ready in time.
     #[must_use]
     pub fn start(config: &str, dir: &Path) -> Self {
+        Self::start_with(config, dir, &[])
+    }
+
+    /// [`Prometheus::start`], with more command-line `flags` (`--agent`,
+    /// `--web.enable-remote-write-receiver`, …).
+    ///
+    /// # Panics
+    /// As [`Prometheus::start`].
+    #[must_use]
+    pub fn start_with(config: &str, dir: &Path, flags: &[&str]) -> Self {
         let config_file = dir.join("prometheus.yml");
         std::fs::write(&config_file, config).expect("write prometheus.yml");
+        let agent = flags.contains(&Self::agent_flag());
         Self::launch(
             dir,
             &config_file,
-            |attempt| dir.join(format!("tsdb-{attempt}")),
+            |attempt| dir.join(format!("{}-{attempt}", if agent { "wal" } else { "tsdb" })),
             None,
+            flags,
         )
     }
 
@@ -826,6 +838,20 @@ impl Prometheus {
     /// is not ready in time.
     #[must_use]
     pub fn backfilled(openmetrics: &str, dir: &Path, tls: Option<(&Path, &Path)>) -> Self {
+        Self::backfilled_with(openmetrics, dir, tls, &[])
+    }
+
+    /// [`Prometheus::backfilled`], with more command-line `flags` (query limits, …).
+    ///
+    /// # Panics
+    /// As [`Prometheus::backfilled`].
+    #[must_use]
+    pub fn backfilled_with(
+        openmetrics: &str,
+        dir: &Path,
+        tls: Option<(&Path, &Path)>,
+        flags: &[&str],
+    ) -> Self {
         let promtool = require_tool("/usr/bin/promtool", "prometheus");
         let om = dir.join("backfill.om.txt");
         std::fs::write(&om, openmetrics).expect("write the OpenMetrics text");
@@ -858,7 +884,30 @@ impl Prometheus {
             .expect("write web.yml");
             web
         });
-        Self::launch(dir, &config_file, |_| data.clone(), web.as_deref())
+        Self::launch(dir, &config_file, |_| data.clone(), web.as_deref(), flags)
+    }
+
+    /// The flag that starts `/usr/bin/prometheus` in agent mode: `--agent` from v3.0.0,
+    /// `--enable-feature=agent` from v2.32 through v2.x.
+    ///
+    /// # Panics
+    /// When `/usr/bin/prometheus --version` cannot be run.
+    #[must_use]
+    pub fn agent_flag() -> &'static str {
+        static FLAG: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+        FLAG.get_or_init(|| {
+            let out = Command::new("/usr/bin/prometheus")
+                .arg("--version")
+                .output()
+                .expect("run prometheus --version");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+            if text.contains("version 2.") {
+                "--enable-feature=agent"
+            } else {
+                "--agent"
+            }
+        })
     }
 
     /// `http://ADDR`, or `https://ADDR` when it serves TLS.
@@ -878,18 +927,23 @@ impl Prometheus {
         config_file: &Path,
         storage: impl Fn(u32) -> PathBuf,
         web: Option<&Path>,
+        flags: &[&str],
     ) -> Self {
         let binary = require_tool("/usr/bin/prometheus", "prometheus");
+        let agent = flags.contains(&Self::agent_flag());
         for attempt in 0..3 {
             let addr = format!("127.0.0.1:{}", free_port());
             let mut cmd = Command::new(&binary);
+            let storage_flag = if agent {
+                "--storage.agent.path"
+            } else {
+                "--storage.tsdb.path"
+            };
             cmd.arg(format!("--config.file={}", config_file.display()))
-                .arg(format!(
-                    "--storage.tsdb.path={}",
-                    storage(attempt).display()
-                ))
+                .arg(format!("{storage_flag}={}", storage(attempt).display()))
                 .arg(format!("--web.listen-address={addr}"))
-                .arg("--log.level=warn");
+                .arg("--log.level=warn")
+                .args(flags);
             if let Some(web) = web {
                 cmd.arg(format!("--web.config.file={}", web.display()));
             }

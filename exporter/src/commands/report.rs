@@ -91,6 +91,29 @@ pub(crate) struct ReportArgs {
     pub csv: Option<PathBuf>,
 }
 
+/// The report's notes on how the history was read: the answers' warnings (a Thanos or Mimir
+/// partial answer is one), queries split for a server limit, requests tried again.
+fn history_notes(stats: &crate::history::FeedStats) -> Vec<String> {
+    let mut notes: Vec<String> = stats
+        .warnings
+        .iter()
+        .map(|w| format!("Prometheus warned (the answer may be partial): {w}"))
+        .collect();
+    if stats.splits > 0 {
+        notes.push(format!(
+            "{} queries were refused for a server limit (samples or time per query) and read as smaller ones, shorter in time or over fewer series: the same data",
+            stats.splits
+        ));
+    }
+    if stats.retries > 0 {
+        notes.push(format!(
+            "{} requests to Prometheus failed for a passing reason and were tried again",
+            stats.retries
+        ));
+    }
+    notes
+}
+
 fn model_price(s: &str) -> Result<(String, f64), String> {
     let (model, p) = s
         .rsplit_once('=')
@@ -172,6 +195,17 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
         }
         doc.showback = Some(sb);
     }
+    if p.cluster_label.is_some() {
+        let clusters = report::by_cluster(&input, &cfg);
+        if clusters.len() > 1 {
+            doc.fleet.notes.push(format!(
+                "the fleet-wide figures pool the {} clusters as one; BY CLUSTER sizes each on its own, a GPU never shared across clusters",
+                clusters.len()
+            ));
+        }
+        doc.clusters = Some(clusters);
+    }
+    doc.fleet.notes.extend(history_notes(&stats));
     let analysis_s = analysis.elapsed().as_secs_f64();
     drop(input);
     if let Some(path) = &args.html {
@@ -190,8 +224,10 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
     let ours = stats.decoding_seconds + stats.consuming_seconds + analysis_s;
     eprintln!("truthscale: {}", stats.summary);
     eprintln!(
-        "truthscale: {} queries in {} chunks (at most {} series per chunk), {:.2} s in all: waiting for Prometheus {:.2} s ({:.0}%), truthscale {:.2} s (decoding {:.2} s, deriving {:.2} s, analysis {:.2} s)",
+        "truthscale: {} queries ({} retried, {} split for a server limit) in {} chunks (at most {} series per chunk), {:.2} s in all: waiting for Prometheus {:.2} s ({:.0}%), truthscale {:.2} s (decoding {:.2} s, deriving {:.2} s, analysis {:.2} s)",
         stats.queries,
+        stats.retries,
+        stats.splits,
         stats.chunks,
         stats.max_series,
         total,

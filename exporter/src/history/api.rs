@@ -105,20 +105,133 @@ impl Warnings {
     }
 }
 
-/// A blocking client for one Prometheus API base URL.
+/// Retries of a request that failed for a passing reason, by default.
+pub(crate) const DEFAULT_RETRIES: u32 = 3;
+/// The first wait before a retry; each next one doubles.
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+
+/// A limit the server enforces on one query, which a smaller query can meet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Limit {
+    /// Too many samples in memory: Prometheus' `--query.max-samples` (HTTP 422), Mimir's
+    /// `-querier.max-samples`.
+    Samples,
+    /// The query ran out of time on the server: Prometheus' `--query.timeout` (HTTP 503,
+    /// `errorType` `timeout`), Mimir's `-querier.timeout`; or no whole answer within
+    /// `--prometheus-timeout` after every retry.
+    Timeout,
+    /// One of Mimir's per-query limits (`err-mimir-max-*`): series, chunks or chunk bytes
+    /// fetched; the flag to raise.
+    Mimir(&'static str),
+}
+
+impl Limit {
+    /// What the limit is and which flag raises it.
+    #[must_use]
+    pub(crate) fn advice(self) -> String {
+        match self {
+            Limit::Samples => "the server's sample limit per query (Prometheus: raise --query.max-samples; Mimir: -querier.max-samples)".to_owned(),
+            Limit::Timeout => "the time limit per query (Prometheus: raise --query.timeout; Mimir: -querier.timeout; truthscale: --prometheus-timeout)".to_owned(),
+            Limit::Mimir(flag) => format!("Mimir's per-query limit (raise {flag})"),
+        }
+    }
+}
+
+/// Mimir's limit errors by their ID, and the flag each names.
+const MIMIR_LIMITS: &[(&str, &str)] = &[
+    (
+        "err-mimir-max-series-per-query",
+        "-querier.max-fetched-series-per-query",
+    ),
+    (
+        "err-mimir-max-chunks-per-query",
+        "-querier.max-fetched-chunks-per-query",
+    ),
+    (
+        "err-mimir-max-chunks-bytes-per-query",
+        "-querier.max-fetched-chunk-bytes-per-query",
+    ),
+    (
+        "err-mimir-max-estimated-chunks-per-query",
+        "-querier.max-estimated-fetched-chunks-per-query-multiplier",
+    ),
+];
+
+/// The limit an error answer reports, if any: from its status, `errorType` and text.
+#[must_use]
+pub(crate) fn limit_of(status: u16, error_type: Option<&str>, error: &str) -> Option<Limit> {
+    if let Some((_, flag)) = MIMIR_LIMITS.iter().find(|(id, _)| error.contains(id)) {
+        return Some(Limit::Mimir(flag));
+    }
+    if error.contains("would load too many samples") {
+        return Some(Limit::Samples);
+    }
+    if error_type == Some("timeout") || (status == 503 && error.contains("query timed out")) {
+        return Some(Limit::Timeout);
+    }
+    None
+}
+
+/// Why a request failed.
+#[derive(Debug)]
+pub(crate) enum GetError {
+    /// The server refused the query for a limit a smaller query can meet.
+    Limit {
+        /// Which limit.
+        limit: Limit,
+        /// The whole message, naming the URL.
+        message: String,
+    },
+    /// Anything else (after the retries for passing failures).
+    Other(anyhow::Error),
+}
+
+impl From<GetError> for anyhow::Error {
+    fn from(e: GetError) -> anyhow::Error {
+        match e {
+            GetError::Limit { limit, message } => {
+                anyhow::anyhow!("{message}; this is {}", limit.advice())
+            }
+            GetError::Other(e) => e,
+        }
+    }
+}
+
+/// What a failed attempt means for the next one.
+enum Attempt {
+    /// Passing (5xx, a connection refused or cut, no answer in time): try again later.
+    Retry(anyhow::Error, bool),
+    /// Final.
+    Fail(GetError),
+}
+
+/// Counters of a [`Client`], shared by the requests in flight.
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    pub(super) warnings: Warnings,
+    /// Requests answered.
+    pub(super) queries: u64,
+    /// Requests tried again after a passing failure.
+    pub(super) retries: u64,
+    /// Time spent waiting for Prometheus' answers (until the whole body is read), summed
+    /// over the requests (in flight together, they overlap).
+    pub(super) waiting: Duration,
+    /// Time spent decoding the answers, summed over the requests.
+    pub(super) decoding: Duration,
+}
+
+/// A blocking client for one Prometheus API base URL; requests may run from several
+/// threads at once.
 #[derive(Debug)]
 pub(super) struct Client {
     pub(super) base: String,
     pub(super) agent: ureq::Agent,
     pub(super) authorization: Option<String>,
-    pub(super) warnings: Warnings,
     /// Time limit of one request, body included.
     pub(super) timeout: Duration,
-    /// Requests made, time spent waiting for Prometheus' answers (until the whole body is
-    /// read), and time spent decoding them.
-    pub(super) queries: u64,
-    pub(super) waiting: Duration,
-    pub(super) decoding: Duration,
+    /// Retries of a request after a passing failure.
+    pub(super) retries: u32,
+    pub(super) counters: std::sync::Mutex<Counters>,
 }
 
 /// The first bytes of a body, for an error message.
@@ -164,20 +277,74 @@ impl Client {
             base: base.to_owned(),
             agent,
             authorization,
-            warnings: Warnings::default(),
             timeout,
-            queries: 0,
-            waiting: Duration::ZERO,
-            decoding: Duration::ZERO,
+            retries: DEFAULT_RETRIES,
+            counters: std::sync::Mutex::new(Counters::default()),
         })
     }
 
-    /// `GET base+path?params`, and the `data` of a successful API answer.
+    /// The counters, whatever a panicking thread left.
+    pub(super) fn counters(&self) -> std::sync::MutexGuard<'_, Counters> {
+        self.counters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `GET base+path?params`, and the `data` of a successful API answer; an error for the
+    /// other answers.
     pub(super) fn get<T: DeserializeOwned>(
-        &mut self,
+        &self,
         path: &str,
         params: &[(&str, &str)],
     ) -> anyhow::Result<T> {
+        self.get_limited(path, params).map_err(anyhow::Error::from)
+    }
+
+    /// [`Client::get`], telling a server's per-query limit apart ([`GetError::Limit`]). A
+    /// passing failure (HTTP 5xx other than a limit, 429, a connection refused or cut, no
+    /// whole answer within the timeout) is tried again up to `retries` times, after
+    /// 250 ms, 500 ms, 1 s…; one that still times out is [`Limit::Timeout`].
+    pub(super) fn get_limited<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        params: &[(&str, &str)],
+    ) -> Result<T, GetError> {
+        let mut backoff = FIRST_BACKOFF;
+        let mut tries = 0;
+        loop {
+            match self.attempt(path, params) {
+                Ok(data) => return Ok(data),
+                Err(Attempt::Fail(e)) => return Err(e),
+                Err(Attempt::Retry(e, timed_out)) => {
+                    if tries >= self.retries {
+                        let message = if tries == 0 {
+                            format!("{e:#}")
+                        } else {
+                            format!("{e:#} (after {tries} retries)")
+                        };
+                        return Err(if timed_out {
+                            GetError::Limit {
+                                limit: Limit::Timeout,
+                                message,
+                            }
+                        } else {
+                            GetError::Other(anyhow::anyhow!(message))
+                        });
+                    }
+                    tries += 1;
+                    self.counters().retries += 1;
+                    std::thread::sleep(backoff);
+                    backoff = backoff.saturating_mul(2);
+                }
+            }
+        }
+    }
+
+    fn attempt<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        params: &[(&str, &str)],
+    ) -> Result<T, Attempt> {
         let url = format!("{}{path}", self.base);
         let mut req = self.agent.get(&url);
         for (k, v) in params {
@@ -188,7 +355,17 @@ impl Client {
         }
         let started = std::time::Instant::now();
         let timeout = self.timeout;
-        let mut resp = req.call().map_err(|e| call_error(&url, e, timeout))?;
+        let mut resp = req.call().map_err(|e| {
+            let timed_out = matches!(e, ureq::Error::Timeout(_));
+            let passing =
+                timed_out || matches!(e, ureq::Error::Io(_) | ureq::Error::ConnectionFailed);
+            let e = call_error(&url, e, timeout);
+            if passing {
+                Attempt::Retry(e, timed_out)
+            } else {
+                Attempt::Fail(GetError::Other(e))
+            }
+        })?;
         let status = resp.status();
         let body = resp
             .body_mut()
@@ -196,25 +373,51 @@ impl Client {
             .limit(MAX_BODY)
             .read_to_vec()
             .map_err(|e| match e {
-                ureq::Error::BodyExceedsLimit(_) => anyhow::anyhow!(
+                ureq::Error::BodyExceedsLimit(_) => Attempt::Fail(GetError::Other(anyhow::anyhow!(
                     "{url}: the answer is larger than {} MiB; narrow --selector, use a longer --step or a shorter --since",
                     MAX_BODY >> 20
+                ))),
+                ureq::Error::Timeout(_) => Attempt::Retry(
+                    anyhow::anyhow!(
+                        "{url}: no complete answer within {} (--prometheus-timeout)",
+                        humantime::format_duration(timeout)
+                    ),
+                    true,
                 ),
-                ureq::Error::Timeout(_) => anyhow::anyhow!(
-                    "{url}: no complete answer within {} (--prometheus-timeout)",
-                    humantime::format_duration(timeout)
+                e => Attempt::Retry(
+                    anyhow::anyhow!("{url}: the answer could not be read (cut short?): {e}"),
+                    false,
                 ),
-                e => anyhow::anyhow!("{url}: the answer could not be read (cut short?): {e}"),
             })?;
         let answered = std::time::Instant::now();
-        self.queries += 1;
-        self.waiting += answered - started;
-        let decoded = decode::<T>(&url, status.as_u16(), &body);
+        let status = status.as_u16();
+        let decoded = decode::<T>(&url, status, &body);
+        let limit = if status == 200 {
+            None
+        } else {
+            serde_json::from_slice::<Envelope<IgnoredAny>>(&body)
+                .ok()
+                .and_then(|e| limit_of(status, e.error_type.as_deref(), e.error.as_deref()?))
+        };
         drop(body);
-        self.decoding += answered.elapsed();
-        let (data, warnings) = decoded?;
-        self.warnings.add(warnings);
-        Ok(data)
+        let mut c = self.counters();
+        c.queries += 1;
+        c.waiting += answered - started;
+        c.decoding += answered.elapsed();
+        match decoded {
+            Ok((data, warnings)) => {
+                c.warnings.add(warnings);
+                Ok(data)
+            }
+            Err(message) => Err(match limit {
+                Some(limit) => Attempt::Fail(GetError::Limit {
+                    limit,
+                    message: format!("{message:#}"),
+                }),
+                None if status >= 500 || status == 429 => Attempt::Retry(message, false),
+                None => Attempt::Fail(GetError::Other(message)),
+            }),
+        }
     }
 }
 
@@ -303,6 +506,40 @@ pub(super) fn call_error(url: &str, e: ureq::Error, timeout: Duration) -> anyhow
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The limits by the exact texts of Prometheus' and Mimir's errors; other errors are
+    /// not limits.
+    #[test]
+    fn limits_are_told_by_their_errors() {
+        assert_eq!(
+            limit_of(
+                422,
+                Some("execution"),
+                "query processing would load too many samples into memory in query execution"
+            ),
+            Some(Limit::Samples)
+        );
+        assert_eq!(
+            limit_of(503, Some("timeout"), "query timed out in query execution"),
+            Some(Limit::Timeout)
+        );
+        assert_eq!(
+            limit_of(
+                422,
+                Some("execution"),
+                "the query exceeded the maximum number of series (limit: 1000 series) (err-mimir-max-series-per-query). Consider reducing the time range"
+            ),
+            Some(Limit::Mimir("-querier.max-fetched-series-per-query"))
+        );
+        assert_eq!(
+            limit_of(422, None, "x (err-mimir-max-chunks-bytes-per-query)"),
+            Some(Limit::Mimir("-querier.max-fetched-chunk-bytes-per-query"))
+        );
+        assert_eq!(limit_of(500, Some("internal"), "boom in the tsdb"), None);
+        assert_eq!(limit_of(400, Some("bad_data"), "parse error"), None);
+        assert!(Limit::Samples.advice().contains("--query.max-samples"));
+        assert!(Limit::Timeout.advice().contains("--query.timeout"));
+    }
 
     /// 400 000 warnings (Thanos' partial answers) are kept as at most 20 distinct lines,
     /// each at most 500 characters, and one line that counts them all.

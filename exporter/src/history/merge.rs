@@ -15,6 +15,33 @@ pub(super) enum SeriesMap {
     Own { id: Box<EntityId>, raw: Raw },
 }
 
+/// The labels dcgm-exporter's node may be in, in the parser's order.
+const DCGM_NODE_LABELS: &[&str] = &["Hostname", "hostname", "node", "instance"];
+
+/// The cluster a series names in `cluster_label`, when that is given;
+/// `(no cluster)` when the series lacks it.
+fn cluster_of<'a>(
+    labels: &'a BTreeMap<String, String>,
+    cluster_label: Option<&str>,
+) -> Option<&'a str> {
+    let label = cluster_label?;
+    Some(
+        labels
+            .get(label)
+            .map(String::as_str)
+            .filter(|c| !c.is_empty())
+            .unwrap_or(crate::report::NO_CLUSTER),
+    )
+}
+
+/// `CLUSTER/NODE`: a node named with its cluster (`CLUSTER` alone without a node).
+pub(crate) fn cluster_node(cluster: &str, node: Option<&str>) -> String {
+    match node {
+        Some(n) => format!("{cluster}/{n}"),
+        None => cluster.to_owned(),
+    }
+}
+
 /// The entity truthscale's own labels name; empty values are absent.
 pub(super) fn own_entity(labels: &BTreeMap<String, String>) -> EntityId {
     let get = |k: &str| labels.get(k).filter(|v| !v.is_empty()).cloned();
@@ -47,6 +74,8 @@ pub(super) struct Chunk {
     /// The chunk's first and last evaluation times: points outside (from a misbehaving
     /// server) are dropped, so times keep increasing from chunk to chunk.
     pub(super) bounds: Option<(i64, i64)>,
+    /// `--cluster-label`: a series' node is named `CLUSTER/NODE`.
+    pub(super) cluster_label: Option<String>,
     pub(super) series: Vec<SeriesMap>,
     pub(super) points: Vec<(i64, u32, f64)>,
 }
@@ -54,17 +83,34 @@ pub(super) struct Chunk {
 impl Chunk {
     pub(super) fn add(&mut self, family: Family, name: &str, matrix: Matrix) {
         for s in matrix.result {
+            let cluster = cluster_of(&s.metric, self.cluster_label.as_deref()).map(str::to_owned);
             let map = match family {
-                Family::DcgmExporter => SeriesMap::Dcgm {
-                    name: name.to_owned(),
-                    labels: s.metric.into_iter().collect(),
-                },
+                Family::DcgmExporter => {
+                    let mut labels: Vec<(String, String)> = s.metric.into_iter().collect();
+                    if let Some(c) = &cluster {
+                        let node = DCGM_NODE_LABELS
+                            .iter()
+                            .find_map(|l| labels.iter().position(|(k, v)| k == l && !v.is_empty()));
+                        match node {
+                            Some(i) => labels[i].1 = cluster_node(c, Some(&labels[i].1)),
+                            None => labels.push(("Hostname".to_owned(), cluster_node(c, None))),
+                        }
+                    }
+                    SeriesMap::Dcgm {
+                        name: name.to_owned(),
+                        labels,
+                    }
+                }
                 Family::Truthscale => {
                     let Some(raw) = own_metric(name) else {
                         continue;
                     };
+                    let mut id = own_entity(&s.metric);
+                    if let Some(c) = &cluster {
+                        id.node = Some(cluster_node(c, id.node.as_deref()));
+                    }
                     SeriesMap::Own {
-                        id: Box::new(own_entity(&s.metric)),
+                        id: Box::new(id),
                         raw,
                     }
                 }

@@ -28,6 +28,7 @@ use serde::de::{DeserializeOwned, IgnoredAny};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use truthscale_core::catalog::{self, GpuMetric, MetricId, Raw};
 use truthscale_core::model::{EntityId, EntityKey, EntitySample, MigId, PodRef, Sample, Timestamp};
@@ -85,7 +86,40 @@ pub(crate) struct PrometheusArgs {
     /// private CA); without it, the Mozilla roots are trusted.
     #[arg(long, value_name = "PEM")]
     pub ca_file: Option<PathBuf>,
+    /// Queries to Prometheus in flight at once (1 to 32) [default: 2].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=32))]
+    pub max_queries_in_flight: Option<u32>,
+    /// Tries again of a request that failed for a passing reason (HTTP 5xx or 429, a
+    /// connection refused or cut, no answer in time), after 250 ms, 500 ms, 1 s… (0 to 10)
+    /// [default: 3].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=10))]
+    pub prometheus_retries: Option<u32>,
+    /// The label that tells clusters apart in a store several clusters write to (an
+    /// external label such as `cluster`): each GPU's node is then named CLUSTER/NODE, so
+    /// the same node or pod name in two clusters stays two, and `report` sizes each cluster
+    /// on its own as well.
+    #[arg(long, value_name = "LABEL", value_parser = label_name)]
+    pub cluster_label: Option<String>,
 }
+
+/// A Prometheus label name: `[a-zA-Z_][a-zA-Z0-9_]*`.
+fn label_name(s: &str) -> Result<String, String> {
+    let mut chars = s.chars();
+    let ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "{s:?} is not a label name (letters, digits and _, not starting with a digit)"
+        ))
+    }
+}
+
+/// Default of `--max-queries-in-flight`.
+pub(crate) const DEFAULT_IN_FLIGHT: u32 = 2;
 
 /// Where `--until` ends the window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,6 +180,12 @@ impl PrometheusArgs {
             (self.prometheus_timeout.is_some(), "--prometheus-timeout"),
             (self.until.is_some(), "--until"),
             (self.ca_file.is_some(), "--ca-file"),
+            (
+                self.max_queries_in_flight.is_some(),
+                "--max-queries-in-flight",
+            ),
+            (self.prometheus_retries.is_some(), "--prometheus-retries"),
+            (self.cluster_label.is_some(), "--cluster-label"),
         ]
         .into_iter()
         .find_map(|(given, flag)| given.then_some(flag))
@@ -265,6 +305,44 @@ fn series_query(name: &str, matchers: &str) -> String {
     }
 }
 
+/// The labels a metric's series are split by when one step of all of them is refused: the
+/// first with two values or more in the range.
+const SPLIT_LABELS: &[&str] = &["uuid", "UUID", "node", "Hostname", "instance", "gpu", "pod"];
+
+/// `matchers` with one more matcher.
+fn join_matchers(matchers: &str, more: &str) -> String {
+    if matchers.is_empty() {
+        more.to_owned()
+    } else {
+        format!("{matchers},{more}")
+    }
+}
+
+/// A regular expression matching exactly the `values` (Prometheus anchors it), escaped
+/// for RE2 and for a PromQL double-quoted string.
+fn alternation(values: &[String]) -> String {
+    let mut out = String::new();
+    for (i, v) in values.iter().enumerate() {
+        if i > 0 {
+            out.push('|');
+        }
+        for c in v.chars() {
+            match c {
+                // The regex escape of a backslash, each of the two escaped for the string.
+                '\\' => out.push_str(r"\\\\"),
+                // The regex escape, itself escaped for the string.
+                '.' | '+' | '*' | '?' | '(' | ')' | '|' | '[' | ']' | '{' | '}' | '^' | '$' => {
+                    out.push_str(r"\\");
+                    out.push(c);
+                }
+                '"' => out.push_str(r#"\""#),
+                c => out.push(c),
+            }
+        }
+    }
+    out
+}
+
 /// The `Authorization` header value, from `--bearer-token-file` or `--basic-auth` (the
 /// password, when not in the flag, from `PASSWORD_ENV` in `env`).
 fn authorization(
@@ -325,6 +403,14 @@ pub(crate) struct History {
     matchers: String,
     family: Family,
     names: Vec<String>,
+    in_flight: usize,
+    /// `--cluster-label`.
+    cluster_label: Option<String>,
+    /// Queries the server refused for a limit and that were split.
+    splits: AtomicU64,
+    /// After a split: the most steps one query of a name has been answered for, so later
+    /// chunks start there (`i64::MAX`: no split yet).
+    steps_answered: AtomicI64,
 }
 
 /// What reading the history cost, and where the time went.
@@ -344,6 +430,13 @@ pub(crate) struct FeedStats {
     pub consuming_seconds: f64,
     /// Largest number of series one chunk held.
     pub max_series: u64,
+    /// Requests tried again after a passing failure.
+    pub retries: u64,
+    /// Queries refused for a server limit and split into smaller ones.
+    pub splits: u64,
+    /// The answers' warnings (Prometheus', or Thanos' and Mimir's partial answers), capped
+    /// and summarised: for the report's notes.
+    pub warnings: Vec<String>,
 }
 
 /// One series of [`History::series_by_step`]: its labels, and its values by step index.
@@ -384,6 +477,7 @@ impl History {
             bail!("--prometheus-timeout: give a positive duration, like 30s");
         }
         let mut client = Client::new(url, authorization(p, env)?, timeout, p.ca_file.as_deref())?;
+        client.retries = p.prometheus_retries.unwrap_or(DEFAULT_RETRIES);
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
@@ -444,7 +538,154 @@ impl History {
             matchers,
             family,
             names,
+            in_flight: p.max_queries_in_flight.unwrap_or(DEFAULT_IN_FLIGHT).max(1) as usize,
+            cluster_label: p.cluster_label.clone(),
+            splits: AtomicU64::new(0),
+            steps_answered: AtomicI64::new(i64::MAX),
         })
+    }
+
+    /// One `query_range` of `query` over `[first, last]` at the range's step.
+    fn matrix(&self, query: &str, first: i64, last: i64) -> Result<Matrix, GetError> {
+        let timeout = format!("{}s", self.client.timeout.as_secs().max(1));
+        let matrix: Matrix = self.client.get_limited(
+            "/api/v1/query_range",
+            &[
+                ("query", query),
+                ("start", &secs(first)),
+                ("end", &secs(last)),
+                ("step", &secs(self.range.step)),
+                ("timeout", &timeout),
+            ],
+        )?;
+        if matrix.result_type != "matrix" {
+            return Err(GetError::Other(anyhow::anyhow!(
+                "{}/api/v1/query_range: expected a matrix, got {:?}",
+                self.client.base,
+                matrix.result_type
+            )));
+        }
+        Ok(matrix)
+    }
+
+    /// Every series of `query` over `[first, last]`, as one answer or, when the server
+    /// refuses it for a limit a smaller query meets ([`Limit`]), as the answers of smaller
+    /// queries: halves in time, down to one step; when one step is still refused and the
+    /// query is one metric's series (`name`: the name and the matchers of `query`), halves
+    /// of its series over the whole range, told apart by the first of [`SPLIT_LABELS`]
+    /// with two values or more (each half again split in time while refused). A refusal no
+    /// split works around is an error naming the limit and the flag that raises it.
+    fn read(
+        &self,
+        query: &str,
+        name: Option<(&str, &str)>,
+        first: i64,
+        last: i64,
+    ) -> anyhow::Result<Vec<Matrix>> {
+        let (limit, message) = match self.read_halves(query, first, last, false)? {
+            Ok(out) => return Ok(out),
+            Err(refused) => refused,
+        };
+        let Some((name, matchers)) = name else {
+            bail!(
+                "{message}; split down to one step, it is still refused: this is {}",
+                limit.advice()
+            );
+        };
+        for label in SPLIT_LABELS {
+            let values: Vec<String> = self.client.get(
+                &format!("/api/v1/label/{label}/values"),
+                &[
+                    ("match[]", query),
+                    ("start", &secs(first)),
+                    ("end", &secs(last)),
+                ],
+            )?;
+            if values.len() >= 2 {
+                // The series without the label, then halves of those with it.
+                let without = join_matchers(matchers, &format!("{label}=\"\""));
+                let mut out = self.read_series(name, &without, label, &[], first, last)?;
+                out.extend(self.read_series(name, matchers, label, &values, first, last)?);
+                return Ok(out);
+            }
+        }
+        bail!(
+            "{message}; split down to one step, it is still refused, and no label ({}) tells two of its series apart: this is {}",
+            SPLIT_LABELS.join(", "),
+            limit.advice()
+        )
+    }
+
+    /// `query` over `[first, last]`, in halves in time while the server refuses it for a
+    /// limit; `Ok(Err(..))`: one step is still refused (the limit and the message).
+    /// `halved`: this is a half (its length is then remembered for later chunks).
+    fn read_halves(
+        &self,
+        query: &str,
+        first: i64,
+        last: i64,
+        halved: bool,
+    ) -> anyhow::Result<Result<Vec<Matrix>, (Limit, String)>> {
+        let steps = (last - first) / self.range.step + 1;
+        match self.matrix(query, first, last) {
+            Ok(m) => {
+                if halved {
+                    self.steps_answered.fetch_min(steps, Ordering::Relaxed);
+                }
+                Ok(Ok(vec![m]))
+            }
+            Err(GetError::Other(e)) => Err(e),
+            Err(GetError::Limit { limit, message }) => {
+                self.splits.fetch_add(1, Ordering::Relaxed);
+                if steps < 2 {
+                    return Ok(Err((limit, message)));
+                }
+                let mid = first + (steps / 2 - 1) * self.range.step;
+                let mut out = match self.read_halves(query, first, mid, true)? {
+                    Ok(out) => out,
+                    refused => return Ok(refused),
+                };
+                match self.read_halves(query, mid + self.range.step, last, true)? {
+                    Ok(more) => out.extend(more),
+                    refused => return Ok(refused),
+                }
+                Ok(Ok(out))
+            }
+        }
+    }
+
+    /// The series of `name{matchers}` whose `label` is one of `values` (none: all of
+    /// `matchers`), split in time while refused, and in halves of `values` when one step
+    /// is still refused.
+    fn read_series(
+        &self,
+        name: &str,
+        matchers: &str,
+        label: &str,
+        values: &[String],
+        first: i64,
+        last: i64,
+    ) -> anyhow::Result<Vec<Matrix>> {
+        let m = if values.is_empty() {
+            matchers.to_owned()
+        } else {
+            join_matchers(matchers, &format!("{label}=~\"{}\"", alternation(values)))
+        };
+        match self.read_halves(&series_query(name, &m), first, last, false)? {
+            Ok(out) => Ok(out),
+            Err((limit, message)) => {
+                if values.len() < 2 {
+                    bail!(
+                        "{message}; split down to one step and one {label}, it is still refused: this is {}",
+                        limit.advice()
+                    );
+                }
+                let (a, b) = values.split_at(values.len() / 2);
+                let mut out = self.read_series(name, matchers, label, a, first, last)?;
+                out.extend(self.read_series(name, matchers, label, b, first, last)?);
+                Ok(out)
+            }
+        }
     }
 
     /// The series a PromQL `query` gives over the range, at its step, read in chunks of at
@@ -454,44 +695,33 @@ impl History {
     ///
     /// # Errors
     /// As the GPU series' reads.
-    pub(crate) fn series_by_step(&mut self, query: &str) -> anyhow::Result<Vec<StepSeries>> {
+    pub(crate) fn series_by_step(&self, query: &str) -> anyhow::Result<Vec<StepSeries>> {
         let range = self.range;
-        let step_s = secs(range.step);
-        let timeout = format!("{}s", self.client.timeout.as_secs().max(1));
         let mut out: BTreeMap<BTreeMap<String, String>, Vec<(usize, f64)>> = BTreeMap::new();
         let mut first = range.start;
         while first <= range.end {
             let last = (first + (CHUNK_POINTS - 1) * range.step).min(range.end);
-            let matrix: Matrix = self.client.get(
-                "/api/v1/query_range",
-                &[
-                    ("query", query),
-                    ("start", &secs(first)),
-                    ("end", &secs(last)),
-                    ("step", &step_s),
-                    ("timeout", &timeout),
-                ],
-            )?;
-            if matrix.result_type != "matrix" {
-                bail!(
-                    "{}/api/v1/query_range: expected a matrix, got {:?}",
-                    self.client.base,
-                    matrix.result_type
-                );
-            }
-            for series in matrix.result {
-                let values = out.entry(series.metric).or_default();
-                for (t, v) in series.values {
-                    let ms = (t * 1000.0).round() as i64;
-                    let Ok(step) = usize::try_from((ms - range.start) / range.step) else {
-                        continue;
-                    };
-                    if let Some(v) = v.0.filter(|v| v.is_finite()) {
-                        values.push((step, v));
+            for matrix in self.read(query, None, first, last)? {
+                for series in matrix.result {
+                    let values = out.entry(series.metric).or_default();
+                    for (t, v) in series.values {
+                        let ms = (t * 1000.0).round() as i64;
+                        let Ok(step) = usize::try_from((ms - range.start) / range.step) else {
+                            continue;
+                        };
+                        if let Some(v) = v.0.filter(|v| v.is_finite()) {
+                            values.push((step, v));
+                        }
                     }
                 }
             }
             first = last + range.step;
+        }
+        for values in out.values_mut() {
+            // The halves of a split range arrive in order; a split by series is not used
+            // here. Sorted anyway, so a step's value is found by position.
+            values.sort_unstable_by_key(|v| v.0);
+            values.dedup_by_key(|v| v.0);
         }
         Ok(out.into_iter().collect())
     }
@@ -535,10 +765,13 @@ impl History {
     }
 
     /// Read the range in chunks, handing each step's sample to `on_sample` in time order, with
-    /// progress on a terminal. The first chunk is [`FIRST_CHUNK_POINTS`] steps; each next one
-    /// holds about [`CHUNK_BUDGET`] points for the number of series seen so far (at most
-    /// [`CHUNK_POINTS`] steps), so memory does not grow with GPUs × steps. Returns what was
-    /// read and where the time went.
+    /// progress on a terminal (queries done of the total, the rate). The first chunk is
+    /// [`FIRST_CHUNK_POINTS`] steps; each next one holds about [`CHUNK_BUDGET`] points for
+    /// the number of series seen so far (at most [`CHUNK_POINTS`] steps, and no more than a
+    /// split query was answered for), so memory does not grow with GPUs × steps. A chunk's
+    /// queries (one per name) run up to `--max-queries-in-flight` at once, and the next
+    /// chunk is read while this one is handed over. Returns what was read and where the time
+    /// went.
     ///
     /// # Errors
     /// As [`History::open`], for any chunk.
@@ -546,75 +779,71 @@ impl History {
         self,
         mut on_sample: impl FnMut(&Sample),
     ) -> anyhow::Result<FeedStats> {
-        let History {
-            mut client,
-            range,
-            step: step_d,
-            matchers,
-            family,
-            names,
-        } = self;
         let progress = std::io::stderr().is_terminal().then(|| {
             let bar = indicatif::ProgressBar::new(0);
             bar.set_style(
-                indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} queries {eta}")
-                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+                indicatif::ProgressStyle::with_template(
+                    "{bar:40} {pos}/{len} queries ({per_sec}) {eta}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
             );
             bar
         });
-        let step_s = secs(range.step);
-        let timeout = format!("{}s", client.timeout.as_secs().max(1));
+        let range = self.range;
+        let names = self.names.len() as u64;
         let mut steps = 0u64;
         let mut chunks = 0u64;
         let mut max_series = 0u64;
         let mut consuming = Duration::ZERO;
         let mut merging = Duration::ZERO;
-        let result = (|| -> anyhow::Result<()> {
-            let mut per = FIRST_CHUNK_POINTS.min(CHUNK_POINTS);
-            let mut first = range.start;
-            while first <= range.end {
-                let last = (first + (per - 1) * range.step).min(range.end);
-                if let Some(bar) = &progress {
-                    // Queries so far, plus this chunk's and the rest at the current length.
-                    let rest = (range.end - last) / range.step;
+        let this = &self;
+        let bar = progress.as_ref();
+        let result = std::thread::scope(|scope| -> anyhow::Result<()> {
+            let fetch =
+                |first: i64, last: i64| scope.spawn(move || this.read_chunk(first, last, bar));
+            // The queries expected: those done, and a name's per chunk of `per` steps after
+            // `end` (a split adds more).
+            let expect = |end: i64, per: i64| {
+                if let Some(bar) = bar {
+                    let rest = (range.end - end).max(0) / range.step;
                     let more = (rest + per - 1) / per.max(1);
-                    bar.set_length(
-                        bar.position() + (names.len() as u64) * (1 + more.max(0) as u64),
-                    );
+                    bar.set_length(bar.position() + names * more as u64);
                 }
+            };
+            let mut per = FIRST_CHUNK_POINTS.min(CHUNK_POINTS);
+            let last = (range.start + (per - 1) * range.step).min(range.end);
+            expect(range.start - range.step, per);
+            let mut pending =
+                (range.start <= range.end).then(|| (range.start, last, fetch(range.start, last)));
+            while let Some((first, end, handle)) = pending.take() {
+                let answers = handle
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("a history reader thread panicked"))??;
+                let t = std::time::Instant::now();
                 let mut chunk = Chunk {
-                    bounds: Some((first, last)),
+                    bounds: Some((first, end)),
+                    cluster_label: this.cluster_label.clone(),
                     ..Chunk::default()
                 };
-                let (first_s, last_s) = (secs(first), secs(last));
-                for name in &names {
-                    let query = series_query(name, &matchers);
-                    let matrix: Matrix = client.get(
-                        "/api/v1/query_range",
-                        &[
-                            ("query", &query),
-                            ("start", &first_s),
-                            ("end", &last_s),
-                            ("step", &step_s),
-                            ("timeout", &timeout),
-                        ],
-                    )?;
-                    if matrix.result_type != "matrix" {
-                        bail!(
-                            "{}/api/v1/query_range: expected a matrix, got {:?}",
-                            client.base,
-                            matrix.result_type
-                        );
-                    }
-                    let t = std::time::Instant::now();
-                    chunk.add(family, name, matrix);
-                    merging += t.elapsed();
-                    if let Some(bar) = &progress {
-                        bar.inc(1);
+                for (name, matrices) in this.names.iter().zip(answers) {
+                    for matrix in matrices {
+                        chunk.add(this.family, name, matrix);
                     }
                 }
-                let series = chunk.series.len() as i64;
+                merging += t.elapsed();
+                // Series per step (a split query brings its series more than once).
+                let chunk_steps = (end - first) / range.step + 1;
+                let series = (chunk.points.len() as i64 + chunk_steps - 1) / chunk_steps;
                 max_series = max_series.max(series as u64);
+                per = (CHUNK_BUDGET / series.max(1))
+                    .min(this.steps_answered.load(Ordering::Relaxed))
+                    .clamp(1, CHUNK_POINTS);
+                expect(end, per);
+                if end < range.end {
+                    let next = end + range.step;
+                    let last = (next + (per - 1) * range.step).min(range.end);
+                    pending = Some((next, last, fetch(next, last)));
+                }
                 let t = std::time::Instant::now();
                 let mut spent = Duration::ZERO;
                 chunk.feed(|sample| {
@@ -626,16 +855,25 @@ impl History {
                 merging += t.elapsed().saturating_sub(spent);
                 consuming += spent;
                 chunks += 1;
-                per = (CHUNK_BUDGET / series.max(1)).clamp(1, CHUNK_POINTS);
-                first = last + range.step;
             }
             Ok(())
-        })();
+        });
         if let Some(bar) = progress {
             bar.finish_and_clear();
         }
         result?;
-        for w in client.warnings.lines() {
+        let History {
+            client,
+            range,
+            step: step_d,
+            matchers,
+            family,
+            splits,
+            ..
+        } = self;
+        let c = client.counters();
+        let warnings = c.warnings.lines();
+        for w in &warnings {
             eprintln!("truthscale: warning: {}: {w}", client.base);
         }
         let summary = format!(
@@ -654,13 +892,70 @@ impl History {
         );
         Ok(FeedStats {
             summary,
-            queries: client.queries,
+            queries: c.queries,
             chunks,
-            waiting_seconds: client.waiting.as_secs_f64(),
-            decoding_seconds: (client.decoding + merging).as_secs_f64(),
+            waiting_seconds: c.waiting.as_secs_f64(),
+            decoding_seconds: (c.decoding + merging).as_secs_f64(),
             consuming_seconds: consuming.as_secs_f64(),
             max_series,
+            retries: c.retries,
+            splits: splits.into_inner(),
+            warnings,
         })
+    }
+
+    /// One chunk's answers, one list per name in order: up to `in_flight` queries at once.
+    fn read_chunk(
+        &self,
+        first: i64,
+        last: i64,
+        bar: Option<&indicatif::ProgressBar>,
+    ) -> anyhow::Result<Vec<Vec<Matrix>>> {
+        let next = AtomicUsize::new(0);
+        let failed = std::sync::atomic::AtomicBool::new(false);
+        let slots: Vec<std::sync::Mutex<Option<anyhow::Result<Vec<Matrix>>>>> = self
+            .names
+            .iter()
+            .map(|_| std::sync::Mutex::new(None))
+            .collect();
+        std::thread::scope(|scope| {
+            for _ in 0..self.in_flight.min(self.names.len()) {
+                scope.spawn(|| {
+                    while !failed.load(Ordering::Relaxed) {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(name) = self.names.get(i) else {
+                            break;
+                        };
+                        let query = series_query(name, &self.matchers);
+                        let answer = self.read(&query, Some((name, &self.matchers)), first, last);
+                        failed.fetch_or(answer.is_err(), Ordering::Relaxed);
+                        if let Some(bar) = bar {
+                            bar.inc(1);
+                        }
+                        *slots[i]
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(answer);
+                    }
+                });
+            }
+        });
+        let mut out = Vec::with_capacity(slots.len());
+        for slot in slots {
+            match slot
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+            {
+                Some(answer) => out.push(answer?),
+                None => {
+                    // Not read because another query failed: that error is returned.
+                    out.push(Vec::new());
+                }
+            }
+        }
+        if failed.load(Ordering::Relaxed) {
+            bail!("a history query failed without an error (this is a bug)");
+        }
+        Ok(out)
     }
 }
 
@@ -722,6 +1017,24 @@ mod tests {
         assert_eq!(series_query("X", ""), "X");
         assert_eq!(series_query("X", "a=\"b\""), "X{a=\"b\"}");
         assert_eq!(secs(1_700_000_000_005), "1700000000.005");
+    }
+
+    /// The regular expression of a split by series matches exactly its values, escaped for
+    /// RE2 and for PromQL's string.
+    #[test]
+    fn split_matchers() {
+        let values: Vec<String> = ["GPU-1", "a.b", "q\"x", "b\\s", "(x)|y"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        assert_eq!(
+            alternation(&values),
+            r#"GPU-1|a\\.b|q\"x|b\\\\s|\\(x\\)\\|y"#
+        );
+        assert_eq!(join_matchers("", "uuid=\"\""), "uuid=\"\"");
+        assert_eq!(join_matchers("a=\"b\"", "uuid=\"\""), "a=\"b\",uuid=\"\"");
+        assert_eq!(label_name("cluster"), Ok("cluster".to_owned()));
+        assert!(label_name("9x").is_err() && label_name("a-b").is_err() && label_name("").is_err());
     }
 
     type Labels<'a> = &'a [(&'a str, &'a str)];
@@ -931,6 +1244,9 @@ mod tests {
             prometheus_timeout: None,
             until: None,
             ca_file: None,
+            max_queries_in_flight: None,
+            prometheus_retries: None,
+            cluster_label: None,
         };
         assert_eq!(
             authorization(&args, &[]).unwrap().as_deref(),

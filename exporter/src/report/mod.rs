@@ -59,6 +59,75 @@ pub(crate) struct Document {
     /// GPU-hours by group (`--by`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub showback: Option<truthscale_core::showback::Showback>,
+    /// Each cluster sized on its own (`--cluster-label`): a GPU is never shared across
+    /// clusters there, while the fleet-wide figures above pool them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clusters: Option<Vec<ClusterReport>>,
+}
+
+/// One cluster's sizing, from the analysis of its workloads alone.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ClusterReport {
+    /// The value of `--cluster-label` (`(no cluster)` for series without it).
+    pub cluster: String,
+    /// Workloads analysed.
+    pub workloads: usize,
+    /// GPUs holding a workload.
+    pub allocated_gpus: Option<truthscale_core::fleet::Summary>,
+    /// GPUs with a reading.
+    pub gpus_reporting: Option<truthscale_core::fleet::Summary>,
+    /// The pooled lower bound, GPUs.
+    pub pooled_lower_bound_gpus: Option<u64>,
+    /// GPUs needed packed (first-fit decreasing), excluded workloads' GPUs included.
+    pub packed_gpus: Option<u64>,
+    /// GPUs the packing frees against the peak allocation (or GPUs reporting).
+    pub gpus_freed: Option<u64>,
+    /// Idle allocated GPU-hours of the workloads listed idle.
+    pub idle_gpu_hours: f64,
+    /// The cluster's own notes.
+    pub notes: Vec<String>,
+}
+
+/// What a series without the cluster label is filed under.
+pub(crate) const NO_CLUSTER: &str = "(no cluster)";
+
+/// The cluster of a track read with `--cluster-label`: its node is `CLUSTER/NODE`.
+fn cluster_of_track(t: &Track) -> &str {
+    t.gpu.split('/').next().unwrap_or(NO_CLUSTER)
+}
+
+/// Each cluster's workloads analysed on their own, in cluster order.
+#[must_use]
+pub(crate) fn by_cluster(input: &FleetInput, cfg: &FleetConfig) -> Vec<ClusterReport> {
+    let mut parts: std::collections::BTreeMap<&str, Vec<Track>> = std::collections::BTreeMap::new();
+    for t in &input.tracks {
+        parts
+            .entry(cluster_of_track(t))
+            .or_default()
+            .push(t.clone());
+    }
+    parts
+        .into_iter()
+        .map(|(cluster, tracks)| {
+            let part = FleetInput {
+                step_seconds: input.step_seconds,
+                steps: input.steps,
+                tracks,
+            };
+            let r = truthscale_core::fleet::analyze(&part, cfg);
+            ClusterReport {
+                cluster: cluster.to_owned(),
+                workloads: r.workloads,
+                allocated_gpus: r.sizing.allocated_gpus,
+                gpus_reporting: r.sizing.gpus_reporting,
+                pooled_lower_bound_gpus: r.sizing.pooled_lower_bound.as_ref().map(|b| b.gpus),
+                packed_gpus: r.sizing.packing.as_ref().map(|p| p.gpus),
+                gpus_freed: r.savings.as_ref().map(|s| s.gpus_freed),
+                idle_gpu_hours: r.idle.idle_gpu_hours,
+                notes: r.notes,
+            }
+        })
+        .collect()
 }
 
 /// The physical GPU an entity is on: `node/uuid`, or `node/gpu N` without a UUID.
@@ -119,6 +188,9 @@ pub(crate) fn collect(history: History) -> anyhow::Result<(FleetInput, Source, F
             tracks[i].observe(step, w);
         }
     })?;
+    // In the order of their GPUs and pods, whatever order the answers came in (a query
+    // split for a server limit brings its series in another).
+    tracks.sort_by(|a, b| (&a.gpu, &a.pod).cmp(&(&b.gpu, &b.pod)));
     Ok((
         FleetInput {
             step_seconds,
@@ -139,6 +211,7 @@ pub(crate) fn document(input: &FleetInput, source: Source, cfg: &FleetConfig) ->
         source,
         fleet: truthscale_core::fleet::analyze(input, cfg),
         showback: None,
+        clusters: None,
     }
 }
 

@@ -243,6 +243,9 @@ pub(crate) fn write(out: &mut impl Write, doc: &Document) -> std::io::Result<()>
     if let Some(s) = &doc.showback {
         showback(out, s)?;
     }
+    if let Some(c) = &doc.clusters {
+        clusters(out, c)?;
+    }
 
     if !f.notes.is_empty() {
         writeln!(out)?;
@@ -324,6 +327,36 @@ fn showback(out: &mut impl Write, s: &truthscale_core::showback::Showback) -> st
     }
     for n in &s.notes {
         writeln!(out, "  note: {n}")?;
+    }
+    Ok(())
+}
+
+/// The BY CLUSTER table: each cluster sized on its own.
+fn clusters(out: &mut impl Write, clusters: &[super::ClusterReport]) -> std::io::Result<()> {
+    let num = |x: Option<u64>| x.map_or_else(|| "unknown".to_owned(), |v| v.to_string());
+    writeln!(out)?;
+    writeln!(
+        out,
+        "BY CLUSTER (each on its own: a GPU is never shared across clusters)"
+    )?;
+    writeln!(
+        out,
+        "  {:<24} {:>9} {:>14} {:>13} {:>7} {:>6} {:>11}",
+        "cluster", "workloads", "allocated max", "pooled bound", "packed", "frees", "idle GPU-h"
+    )?;
+    for c in clusters {
+        writeln!(
+            out,
+            "  {:<24} {:>9} {:>14} {:>13} {:>7} {:>6} {:>11.1}",
+            c.cluster,
+            c.workloads,
+            c.allocated_gpus
+                .map_or_else(|| "unknown".to_owned(), |s| format!("{}", s.max)),
+            num(c.pooled_lower_bound_gpus),
+            num(c.packed_gpus),
+            num(c.gpus_freed),
+            c.idle_gpu_hours
+        )?;
     }
     Ok(())
 }

@@ -21,6 +21,7 @@ mod observability;
 mod otlp;
 mod prometheus_rules;
 mod report;
+mod report_limits;
 mod serve;
 mod showback;
 mod sidecar_get;

@@ -38,22 +38,22 @@ const STEPS: u64 = 361;
 const GAP_FROM_END: std::ops::Range<i64> = 120..180;
 
 /// What one `truthscale` run left behind.
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-    took: Duration,
+pub(crate) struct Run {
+    pub(crate) code: Option<i32>,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+    pub(crate) took: Duration,
 }
 
 impl Run {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         assert_eq!(self.code, Some(0), "stderr:\n{}", self.stderr);
         serde_json::from_str(&self.stdout)
             .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", self.stdout))
     }
 }
 
-fn truthscale(args: &[&str]) -> Run {
+pub(crate) fn truthscale(args: &[&str]) -> Run {
     let tmp = TempDir::new("report-run");
     let mut cmd = clean_command();
     cmd.args(args);
@@ -124,7 +124,7 @@ impl Om {
 }
 
 /// The last data timestamp: the last whole minute.
-fn end_now() -> i64 {
+pub(crate) fn end_now() -> i64 {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -133,7 +133,7 @@ fn end_now() -> i64 {
 }
 
 /// Every job's series.
-fn openmetrics(end: i64) -> String {
+pub(crate) fn openmetrics(end: i64) -> String {
     let mut om = Om::default();
     let times = (0..POINTS).map(|i| end - (POINTS - 1 - i) * STEP);
     for t in times {
@@ -392,7 +392,7 @@ fn assert_fleet(v: &Value, family: &str) {
     assert_eq!(at(v, "/series/compute_demand_gpus/0"), 2.3);
 }
 
-const FLEET_FLAGS: &[&str] = &[
+pub(crate) const FLEET_FLAGS: &[&str] = &[
     "--json",
     "--cost-per-gpu-hour",
     "2.5",
