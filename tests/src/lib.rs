@@ -896,7 +896,7 @@ impl Prometheus {
     pub fn agent_flag() -> &'static str {
         static FLAG: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
         FLAG.get_or_init(|| {
-            let out = Command::new("/usr/bin/prometheus")
+            let out = Command::new(require_tool("/usr/bin/prometheus", "prometheus"))
                 .arg("--version")
                 .output()
                 .expect("run prometheus --version");

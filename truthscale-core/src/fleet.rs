@@ -26,7 +26,9 @@
 //! whole lifetime, and (b) the time-aligned sum of saturations has a p99 (over the steps at
 //! which it is known) of at most `1 − h`. Workloads whose busy periods do not overlap share a
 //! GPU that their percentiles alone would refuse them. Saturations are summed as fractions
-//! of the fleet's model (work assumed to add linearly on one GPU).
+//! of the fleet's model (work assumed to add linearly on one GPU). The search for the first
+//! GPU is bounded per workload (see `first_fit`): exact while the packing is small, a valid
+//! packing that may use a few more GPUs on a very large fleet.
 
 use crate::gpus::{self, GpuSpec, MigProfile};
 use crate::model::Field;
@@ -698,25 +700,33 @@ fn sum_series(
     (sum, n)
 }
 
-/// Distinct GPUs with a reading per step, among `tracks`.
+/// Distinct GPUs with a reading per step, among `tracks`: the tracks grouped by GPU, a step
+/// counts a GPU once however many of its tracks read then (`O(n log n + n · steps)`).
 fn gpu_count(tracks: &[&Track], steps: usize) -> Vec<Option<u32>> {
     let mut ids: BTreeMap<&str, usize> = BTreeMap::new();
     for t in tracks {
         let n = ids.len();
         ids.entry(t.gpu.as_str()).or_insert(n);
     }
-    let mut seen: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); steps];
-    for t in tracks {
-        let g = ids[t.gpu.as_str()];
+    let mut by_gpu: Vec<(usize, &Track)> =
+        tracks.iter().map(|t| (ids[t.gpu.as_str()], *t)).collect();
+    by_gpu.sort_by_key(|&(g, _)| g);
+    let mut count = vec![0u32; steps];
+    // The last GPU counted at each step: its tracks come one after the other.
+    let mut last = vec![usize::MAX; steps];
+    for (g, t) in by_gpu {
         for (i, p) in t.points.iter().enumerate() {
-            if p.any() && t.first + i < steps {
-                seen[t.first + i].insert(g);
+            let s = t.first + i;
+            if s >= steps {
+                break;
+            }
+            if p.any() && last[s] != g {
+                last[s] = g;
+                count[s] += 1;
             }
         }
     }
-    seen.into_iter()
-        .map(|s| (!s.is_empty()).then_some(s.len() as u32))
-        .collect()
+    count.into_iter().map(|c| (c > 0).then_some(c)).collect()
 }
 
 fn ceil_div(a: u64, b: u64) -> u64 {
@@ -741,8 +751,12 @@ const SAT_UNKNOWN: u32 = u32::MAX - 1;
 
 /// Whether at most a 1 % tail of `known` values exceeds the limit: nearest-rank p99 ≤ L.
 fn p99_within(known: usize, over: usize) -> bool {
-    let need = ((0.99 * known as f64).ceil() as usize).min(known);
-    known - over.min(known) >= need
+    over.min(known) <= p99_slack(known)
+}
+
+/// How many of `known` values may exceed the limit with the nearest-rank p99 still within it.
+fn p99_slack(known: usize) -> usize {
+    known - ((0.99 * known as f64).ceil() as usize).min(known)
 }
 
 /// What one workload brings to the packing.
@@ -766,10 +780,25 @@ impl Bin {
 
     /// The known and over-limit step counts once `t` joins.
     fn counts(&self, t: &Track, limit: u32) -> (usize, usize) {
+        // Over `usize::MAX` steps: it never gives up.
+        self.counts_within(t, limit, usize::MAX, &mut 0)
+            .unwrap_or((self.known, self.over))
+    }
+
+    /// [`Bin::counts`], or `None` as soon as more than `give_up` steps are over the limit;
+    /// adds the steps it looked at to `visited`.
+    fn counts_within(
+        &self,
+        t: &Track,
+        limit: u32,
+        give_up: usize,
+        visited: &mut usize,
+    ) -> Option<(usize, usize)> {
         let steps = self.sat.len();
         let r = t.range();
         let (mut known, mut over) = (self.known, self.over);
         for s in r.start..r.end.min(steps) {
+            *visited += 1;
             let b = self.sat[s];
             // Remove the bin's own contribution at this step…
             if b < SAT_UNKNOWN {
@@ -788,22 +817,39 @@ impl Bin {
                 known += 1;
                 if c > limit {
                     over += 1;
+                    if over > give_up {
+                        return None;
+                    }
                 }
             }
         }
-        (known, over)
+        Some((known, over))
     }
 
-    /// Whether `item` (track `t`) fits; and the new known/over counts.
-    fn fits(&self, t: &Track, item: &Item, cap: u64, limit: u32) -> Option<(usize, usize)> {
+    /// Whether `item` (track `t`) fits; and the new known/over counts. `slack` is at least
+    /// [`p99_slack`] of any count of steps in the window (`G`): the check stops once more
+    /// than `slack + over` steps are over the limit, since only the bin's own `over` steps
+    /// can leave the count, and p99 can allow no more than `slack`. Adds the steps it looked
+    /// at to `visited`.
+    fn fits(
+        &self,
+        t: &Track,
+        item: &Item,
+        (cap, limit, slack): (u64, u32, usize),
+        visited: &mut usize,
+    ) -> Option<(usize, usize)> {
         let steps = self.sat.len();
         let r = t.range();
         if self.max_mem + item.peak_mib > cap
-            && (r.start..r.end.min(steps)).any(|s| self.mem[s] + item.peak_mib > cap)
+            && (r.start..r.end.min(steps)).any(|s| {
+                *visited += 1;
+                self.mem[s] + item.peak_mib > cap
+            })
         {
             return None;
         }
-        let (known, over) = self.counts(t, limit);
+        let give_up = slack.saturating_add(self.over);
+        let (known, over) = self.counts_within(t, limit, give_up, visited)?;
         p99_within(known, over).then_some((known, over))
     }
 
@@ -823,6 +869,35 @@ impl Bin {
         self.known = counts.0;
         self.over = counts.1;
         self.members.push(idx);
+    }
+
+    /// The bin's keys in the [`BinIndex`] (see [`Keys`]), `O(steps)`.
+    fn keys(&self, ranks: &Ranks, scratch: &mut Vec<u32>) -> Keys {
+        scratch.clear();
+        let mut unknown = 0usize;
+        for &b in &self.sat {
+            match b {
+                SAT_UNKNOWN => unknown += 1,
+                SAT_NONE => scratch.push(0),
+                b => scratch.push(b),
+            }
+        }
+        let mut rule = [0; RULES];
+        rule[0] = to_i64(self.mem.iter().min().copied().unwrap_or(0));
+        // Unknown steps rank below every value: the `(a + 1)`-th smallest step is then
+        // the `(a + 1 − unknown)`-th smallest value.
+        for (key, &a) in rule[1..].iter_mut().zip(&ranks.below) {
+            *key = match a.checked_sub(unknown) {
+                None => i64::MIN,
+                Some(k) if k < scratch.len() => i64::from(*scratch.select_nth_unstable(k).1),
+                Some(_) => 0,
+            };
+        }
+        let room_sat = top(scratch, ranks.room).map_or(0, i64::from);
+        Keys {
+            rule,
+            room: [to_i64(self.max_mem), room_sat],
+        }
     }
 
     fn p99(&self) -> Option<u64> {
@@ -1228,8 +1303,369 @@ fn packing_items(work: &[&Track], names: &[String]) -> (Vec<Item>, Vec<Excluded>
     (items, excluded)
 }
 
+/// The work one workload spends at most looking for the first GPU it fits, in full checks:
+/// each worth `2 · steps` steps of [`Bin::fits`] (memory, then saturation; either may stop
+/// early) and one pass over the
+/// [`BinIndex`] (`RULES · (⌈log₂ GPUs⌉ + 1)` look-ups), before [`first_fit`] stops looking.
+const MAX_BIN_TRIES: usize = 64;
+/// The work, in full checks, one workload then spends at most on the GPUs after those that
+/// seem to have room for it (see [`Keys::room`]).
+const MAX_ROOM_TRIES: usize = 16;
+/// Saturation rules of the index: rule `i` takes a bin's summed saturation at
+/// `i · steps / SAT_RULES` steps from its bottom (see [`Query::of`]).
+const SAT_RULES: usize = 4;
+/// Keys that rule a bin out: memory, then the saturation rules.
+const RULES: usize = 1 + SAT_RULES;
+
+/// What one workload may spend finding its GPU, in full checks (see [`MAX_BIN_TRIES`]).
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    /// On the first-fit search, on the GPUs not ruled out.
+    tries: usize,
+    /// After it, on the GPUs that seem to have room.
+    room: usize,
+}
+
+const BUDGET: Budget = Budget {
+    tries: MAX_BIN_TRIES,
+    room: MAX_ROOM_TRIES,
+};
+
+fn to_i64(x: u64) -> i64 {
+    i64::try_from(x).unwrap_or(i64::MAX)
+}
+
+/// The `r`-th largest of `v` (`r ≥ 1`), `None` when `v` has fewer; reorders `v`.
+fn nth_largest<T: Ord + Copy>(v: &mut [T], r: usize) -> Option<T> {
+    if r == 0 || v.len() < r {
+        return None;
+    }
+    let k = v.len() - r;
+    Some(*v.select_nth_unstable(k).1)
+}
+
+/// The `r`-th largest of `v`, or its largest when it has fewer; `None` when empty.
+fn top<T: Ord + Copy>(v: &mut [T], r: usize) -> Option<T> {
+    let r = r.min(v.len());
+    nth_largest(v, r)
+}
+
+/// The ranks the index compares, from the window's steps.
+#[derive(Debug, Clone, Copy)]
+struct Ranks {
+    /// `G`: the most over-limit steps any bin may have (`max over k ≤ steps of slack(k)`).
+    slack: usize,
+    /// Per saturation rule, `a`: a bin's summed saturation is taken at its `(a + 1)`-th
+    /// smallest step, an unknown step ranking below every value.
+    below: [usize; SAT_RULES],
+    /// The rank from the top at which saturations are taken for room.
+    room: usize,
+}
+
+impl Ranks {
+    fn of(steps: usize) -> Ranks {
+        let slack = (0..=steps).map(p99_slack).max().unwrap_or(0);
+        Ranks {
+            slack,
+            below: std::array::from_fn(|i| i * steps / SAT_RULES),
+            room: slack + 1,
+        }
+    }
+
+    /// The workload's rank from the top for saturation rule `i`: `G + a + 1`.
+    fn rule(&self, i: usize) -> usize {
+        self.slack + self.below[i] + 1
+    }
+}
+
+/// A bin's keys: it is ruled out for a workload when a `rule` key is above the workload's
+/// bound (it certainly cannot take it), and seems to have room when both `room` keys are
+/// at most theirs (see [`Query`]).
+#[derive(Debug, Clone, Copy)]
+struct Keys {
+    /// The least summed memory at any step (MiB); then per saturation rule the summed
+    /// saturation at its `(a + 1)`-th smallest step (a step with no live member counting 0),
+    /// or `i64::MIN` (never ruled out on it) when that step is unknown: more than `a` are.
+    rule: [i64; RULES],
+    /// The largest summed memory (`max_mem`, MiB), and the summed saturation at rank
+    /// `room` from the top (0 where no member is live).
+    room: [i64; 2],
+}
+
+/// A min-tree over the bins' keys: the first bin from a position whose key is at most a
+/// bound, in `O(log bins)`.
+#[derive(Debug)]
+struct MinTree {
+    /// Leaves: a power of two, at least `len`.
+    width: usize,
+    /// Bins keyed.
+    len: usize,
+    /// `t[1]` the root, `t[width + i]` bin `i`'s key; `i64::MAX` past `len`.
+    t: Vec<i64>,
+}
+
+impl MinTree {
+    fn new() -> MinTree {
+        MinTree {
+            width: 1,
+            len: 0,
+            t: vec![i64::MAX; 2],
+        }
+    }
+
+    fn key(&self, i: usize) -> i64 {
+        self.t[self.width + i]
+    }
+
+    /// Set bin `i`'s key (`i ≤ len`: bins are keyed in order); `O(log bins)` amortized.
+    fn set(&mut self, i: usize, key: i64) {
+        if i >= self.width {
+            let width = (i + 1).next_power_of_two();
+            let mut t = vec![i64::MAX; 2 * width];
+            t[width..width + self.len].copy_from_slice(&self.t[self.width..self.width + self.len]);
+            for k in (1..width).rev() {
+                t[k] = t[2 * k].min(t[2 * k + 1]);
+            }
+            (self.width, self.t) = (width, t);
+        }
+        self.len = self.len.max(i + 1);
+        let mut k = self.width + i;
+        self.t[k] = key;
+        while k > 1 {
+            k /= 2;
+            self.t[k] = self.t[2 * k].min(self.t[2 * k + 1]);
+        }
+    }
+
+    /// The first bin at or after `from` whose key is at most `bound`.
+    fn first_at_most(&self, from: usize, bound: i64) -> Option<usize> {
+        self.first(1, 0, self.width, from, bound)
+    }
+
+    fn first(&self, k: usize, lo: usize, hi: usize, from: usize, bound: i64) -> Option<usize> {
+        if hi <= from || lo >= self.len || self.t[k] > bound {
+            return None;
+        }
+        if hi - lo == 1 {
+            return Some(lo);
+        }
+        let mid = lo.midpoint(hi);
+        self.first(2 * k, lo, mid, from, bound)
+            .or_else(|| self.first(2 * k + 1, mid, hi, from, bound))
+    }
+}
+
+/// `K` keys of the bins: the first bin from a position whose every key is at most its
+/// bound, leapfrogging from one tree to the next.
+#[derive(Debug)]
+struct Trees<const K: usize>([MinTree; K]);
+
+impl<const K: usize> Trees<K> {
+    fn new() -> Trees<K> {
+        Trees(std::array::from_fn(|_| MinTree::new()))
+    }
+
+    fn set(&mut self, b: usize, keys: [i64; K]) {
+        for (t, k) in self.0.iter_mut().zip(keys) {
+            t.set(b, k);
+        }
+    }
+
+    fn admits(&self, b: usize, bounds: &[i64; K]) -> bool {
+        self.0.iter().zip(bounds).all(|(t, &x)| t.key(b) <= x)
+    }
+
+    /// The first bin at or after `from` whose keys are within `bounds`, each pass (`K`
+    /// look-ups) taking `pass` from `work`. A pass ends on a bin past the previous pass's, or
+    /// ends the search.
+    fn next(&self, mut from: usize, bounds: &[i64; K], work: &mut usize, pass: usize) -> Search {
+        loop {
+            if *work < pass {
+                return Search::Exhausted(from);
+            }
+            *work -= pass;
+            for (t, &x) in self.0.iter().zip(bounds) {
+                match t.first_at_most(from, x) {
+                    Some(b) => from = b,
+                    None => return Search::None,
+                }
+            }
+            if self.admits(from, bounds) {
+                return Search::Found(from);
+            }
+        }
+    }
+}
+
+/// A workload's bounds on the bins' [`Keys`].
+#[derive(Debug, Clone, Copy)]
+struct Query {
+    /// `cap − peak`, then per saturation rule `limit − x`, `x` the workload's saturation at
+    /// the rank that makes the rule a necessary condition (`i64::MAX`: no such rank).
+    rule: [i64; RULES],
+    /// `cap − peak`, and `limit − x`, `x` the workload's saturation at rank `room` from the
+    /// top.
+    room: [i64; 2],
+}
+
+impl Query {
+    /// The bounds for item `it` (track `t`), `O(steps)`. Those that rule out are necessary
+    /// conditions of [`Bin::fits`], so the index never rules out a bin that would take the
+    /// workload:
+    ///
+    /// - memory: when the workload's range (within the window) is not empty, `fits` refuses a
+    ///   bin when `max_mem + peak > cap` and some step of the range has `mem + peak > cap`;
+    ///   both hold at once when the least `mem` of the window is above `cap − peak`;
+    /// - saturation: `fits` needs the combined over-limit steps `o′ ≤ slack(k′)`, `k′ ≤ steps`
+    ///   the combined known steps, so `o′ ≤ G`. Take the bin's summed saturation `β` at its
+    ///   `(a + 1)`-th smallest step of the window, unknown steps ranking lowest (so at most `a`
+    ///   steps are unknown or below `β`; no `β` when more than `a` are unknown), and the
+    ///   workload's `j`-th largest known saturation `x` in its range, `j = G + a + 1`. Of the
+    ///   `j` steps at which the workload is at least `x`, at most `a` have the bin unknown or
+    ///   below `β`: at the others, at least `G + 1`, the sum is known and at least `β + x`. So
+    ///   a bin that fits has `β + x ≤ limit`. With fewer known values than `j` there is no
+    ///   bound.
+    ///
+    /// A bin seems to have room when `max_mem ≤ cap − peak` (memory then holds) and its
+    /// summed saturation and the workload's, each at rank `room` from the top, add up to at
+    /// most `limit` (likely, not certain: [`Bin::fits`] decides).
+    fn of(
+        t: &Track,
+        it: &Item,
+        cap: u64,
+        limit: u32,
+        ranks: &Ranks,
+        steps: usize,
+        scratch: &mut Vec<u32>,
+    ) -> Query {
+        let range = t.range();
+        let end = range.end.min(steps);
+        if range.start >= end {
+            // Nothing of it in the window: memory always holds and saturation is the bin's own.
+            return Query {
+                rule: [i64::MAX; RULES],
+                room: [i64::MAX; 2],
+            };
+        }
+        let mem = cap.checked_sub(it.peak_mib).map_or(-1, to_i64);
+        scratch.clear();
+        scratch.extend(
+            t.points[..end - range.start]
+                .iter()
+                .filter_map(|p| p.sat())
+                .map(u32::from),
+        );
+        let limit = i64::from(limit);
+        let mut rule = [mem; RULES];
+        for (i, bound) in rule[1..].iter_mut().enumerate() {
+            *bound = nth_largest(scratch, ranks.rule(i)).map_or(i64::MAX, |x| limit - i64::from(x));
+        }
+        let room = top(scratch, ranks.room).unwrap_or(0);
+        Query {
+            rule,
+            room: [mem, limit - i64::from(room)],
+        }
+    }
+}
+
+/// Where a search of the [`BinIndex`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Search {
+    /// A bin within the bounds.
+    Found(usize),
+    /// No bin left within the bounds.
+    None,
+    /// Out of work, at this position.
+    Exhausted(usize),
+}
+
+/// The bins' [`Keys`]: to skip those that certainly cannot take a workload, and to find
+/// those that seem to have room for it.
+#[derive(Debug)]
+struct BinIndex {
+    rule: Trees<RULES>,
+    room: Trees<2>,
+}
+
+impl BinIndex {
+    fn set(&mut self, b: usize, k: Keys) {
+        self.rule.set(b, k.rule);
+        self.room.set(b, k.room);
+    }
+}
+
+/// The GPU item `it` (track `t`, bounds `q`) goes on, with its known and over-limit counts
+/// there; `None` for a GPU of its own. First fit among the bins the index does not rule out,
+/// within `budget.tries`; past those, first fit among the next that seem to have room,
+/// within `budget.room`.
+fn place(
+    bins: &[Bin],
+    index: &BinIndex,
+    (t, it, q): (&Track, &Item, &Query),
+    check: (u64, u32, usize),
+    budget: Budget,
+) -> Option<(usize, (usize, usize))> {
+    let steps = bins.first().map_or(0, |b| b.sat.len());
+    // One pass over the index: each tree's look-up visits about two nodes per level.
+    let levels = (usize::BITS - bins.len().leading_zeros()) as usize + 1;
+    let (pass, room_pass) = (RULES * levels, 2 * levels);
+    let mut work = budget.tries.saturating_mul(2 * steps + pass);
+    let mut from = 0;
+    loop {
+        match index.rule.next(from, &q.rule, &mut work, pass) {
+            Search::Found(b) => {
+                let mut visited = 0;
+                let fit = bins[b].fits(t, it, check, &mut visited);
+                if let Some(c) = fit {
+                    return Some((b, c));
+                }
+                work = work.saturating_sub(visited);
+                from = b + 1;
+            }
+            // No bin can take it: exactly first fit's answer.
+            Search::None => return None,
+            Search::Exhausted(at) => {
+                from = at;
+                break;
+            }
+        }
+    }
+    // Out of work at `from`: the bins after it that seem to have room.
+    let mut work = budget.room.saturating_mul(2 * steps + room_pass);
+    loop {
+        match index.room.next(from, &q.room, &mut work, room_pass) {
+            Search::Found(b) => {
+                if index.rule.admits(b, &q.rule) {
+                    let mut visited = 0;
+                    if let Some(c) = bins[b].fits(t, it, check, &mut visited) {
+                        return Some((b, c));
+                    }
+                    work = work.saturating_sub(visited);
+                }
+                from = b + 1;
+            }
+            Search::None | Search::Exhausted(_) => return None,
+        }
+    }
+}
+
 /// First-fit decreasing: sorts `items` by their larger share (of `cap` MiB or of `limit`),
 /// ties by name, and puts each on the first GPU it fits, or on a GPU of its own.
+///
+/// **Bounded.** A [`BinIndex`] over the GPUs skips, in `O(log GPUs)` a pass, those that
+/// certainly cannot take the workload (memory above `cap − peak` at every step, or summed
+/// saturation too high where the workload's is high: see [`Query::of`]); [`Bin::fits`]
+/// stays the final word on the others, and stops early once they certainly fail. Each
+/// workload spends on this first-fit search at most the work of [`MAX_BIN_TRIES`] full
+/// checks (`2 · steps` steps of checks and one pass over the index each); past that, at most
+/// that of [`MAX_ROOM_TRIES`] on the next GPUs that seem to have room for it (`max_mem + peak
+/// ≤ cap`, and high-rank saturations that add up within the limit), in order; then it takes
+/// a GPU of its own. So the packing is exactly first-fit decreasing whenever the search
+/// reaches each workload's first fit within that work, always while the packing has fewer
+/// than `MAX_BIN_TRIES` GPUs (at most one check per GPU and `GPUs + 1` passes), and
+/// otherwise a valid packing that may use more GPUs. Cost per workload:
+/// `O((MAX_BIN_TRIES + MAX_ROOM_TRIES) · (steps + RULES · log n))`; in all
+/// `O(n log n + n · steps)` time, and `O(GPUs · steps)` memory (the bins' per-step sums).
 fn first_fit(
     work: &[&Track],
     names: &[String],
@@ -1238,39 +1674,71 @@ fn first_fit(
     limit: u32,
     steps: usize,
 ) -> Vec<Bin> {
-    let size = |it: &Item| (it.peak_mib as f64 / cap as f64).max(it.p99 as f64 / f64::from(limit));
-    items.sort_by(|a, b| {
-        size(b)
-            .total_cmp(&size(a))
-            .then_with(|| names[a.track].cmp(&names[b.track]))
-    });
+    first_fit_within(work, names, items, (cap, limit, steps), BUDGET)
+}
+
+/// [`first_fit`] within a budget; `(cap, limit, steps)` as there.
+fn first_fit_within(
+    work: &[&Track],
+    names: &[String],
+    items: &mut [Item],
+    (cap, limit, steps): (u64, u32, usize),
+    budget: Budget,
+) -> Vec<Bin> {
+    sort_items(names, items, cap, limit);
+    let ranks = Ranks::of(steps);
     let mut bins: Vec<Bin> = Vec::new();
+    let mut index = BinIndex {
+        rule: Trees::new(),
+        room: Trees::new(),
+    };
+    let mut scratch = Vec::new();
     for it in items.iter() {
         let t = work[it.track];
-        let placed = bins
-            .iter()
-            .enumerate()
-            .find_map(|(b, bin)| bin.fits(t, it, cap, limit).map(|c| (b, c)));
-        match placed {
-            Some((b, c)) => bins[b].add(it.track, t, it, c),
+        let q = Query::of(t, it, cap, limit, &ranks, steps, &mut scratch);
+        let b = match place(
+            &bins,
+            &index,
+            (t, it, &q),
+            (cap, limit, ranks.slack),
+            budget,
+        ) {
+            Some((b, c)) => {
+                bins[b].add(it.track, t, it, c);
+                b
+            }
             None => {
                 // A workload too big to share still takes one GPU of its own.
                 let mut bin = Bin::new(steps);
                 let c = bin.counts(t, limit);
                 bin.add(it.track, t, it, c);
                 bins.push(bin);
+                bins.len() - 1
             }
-        }
+        };
+        index.set(b, bins[b].keys(&ranks, &mut scratch));
     }
     bins
 }
 
+/// Sorts `items` by their larger share (of `cap` MiB or of `limit`), largest first, ties by
+/// name.
+fn sort_items(names: &[String], items: &mut [Item], cap: u64, limit: u32) {
+    let size = |it: &Item| (it.peak_mib as f64 / cap as f64).max(it.p99 as f64 / f64::from(limit));
+    items.sort_by(|a, b| {
+        size(b)
+            .total_cmp(&size(a))
+            .then_with(|| names[a.track].cmp(&names[b.track]))
+    });
+}
+
 /// Distinct GPUs held by the excluded workloads: they keep them.
 fn excluded_gpus(work: &[&Track], names: &[String], excluded: &[Excluded]) -> u64 {
+    let excluded: BTreeSet<&str> = excluded.iter().map(|e| e.workload.as_str()).collect();
     let gpus: BTreeSet<&str> = work
         .iter()
         .zip(names)
-        .filter(|(_, n)| excluded.iter().any(|e| &e.workload == *n))
+        .filter(|(_, n)| excluded.contains(n.as_str()))
         .map(|(t, _)| t.gpu.as_str())
         .collect();
     gpus.len() as u64
@@ -1285,15 +1753,15 @@ fn colocations(
     items: &[Item],
     limit: u32,
 ) -> Vec<Colocation> {
+    let mut p99_of: Vec<Option<u64>> = vec![None; work.len()];
+    for it in items {
+        p99_of[it.track] = Some(it.p99);
+    }
     let mut colocation = Vec::new();
     for bin in bins {
         let held: BTreeSet<&str> = bin.members.iter().map(|&m| work[m].gpu.as_str()).collect();
         if bin.members.len() >= 2 && held.len() >= 2 {
-            let sum_p99: u64 = bin
-                .members
-                .iter()
-                .filter_map(|&m| items.iter().find(|it| it.track == m).map(|it| it.p99))
-                .sum();
+            let sum_p99: u64 = bin.members.iter().filter_map(|&m| p99_of[m]).sum();
             let p99 = bin.p99();
             colocation.push(Colocation {
                 workloads: bin.members.iter().map(|&m| names[m].clone()).collect(),
@@ -2048,5 +2516,287 @@ mod tests {
             (pooled.compute_gpus, pooled.binding),
             (None, Binding::Memory)
         );
+    }
+
+    /// A seeded fleet on 80 GiB H100s: steady pods at varied saturation, bursty ones, idle
+    /// ones, short-lived ones; a few steps missed or with saturation unmeasured, a few pods
+    /// too big to share; peaks 5–40 GiB.
+    fn random_fleet(seed: u64, n: usize, steps: usize) -> Vec<Track> {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        (0..n)
+            .map(|i| {
+                let mut t = Track::new(
+                    Some(format!("r{seed}/p{i}")),
+                    format!("n{}/gpu {}", i / 8, i % 8),
+                );
+                t.spec = Some(h100());
+                t.memory_total_mib = Some(80 * 1024);
+                let peak = if i % 97 == 5 {
+                    85.0
+                } else {
+                    rng.random_range(5.0..40.0)
+                };
+                let level = if i % 89 == 7 {
+                    0.95
+                } else {
+                    rng.random_range(0.0..0.7)
+                };
+                let kind = rng.random_range(0..5);
+                let (start, end) = if kind == 4 {
+                    let a = rng.random_range(0..steps);
+                    (a, rng.random_range(a + 1..=steps))
+                } else {
+                    (0, steps)
+                };
+                let phase = rng.random_range(0..steps);
+                for s in start..end {
+                    if rng.random_bool(0.03) {
+                        continue;
+                    }
+                    let sat = match kind {
+                        1 => Some(if ((s + phase) / 5).is_multiple_of(2) {
+                            level + 0.1
+                        } else {
+                            0.0
+                        }),
+                        2 => Some(0.001),
+                        _ => Some(level * rng.random_range(0.85..1.15)),
+                    };
+                    let sat = sat.filter(|_| !rng.random_bool(0.02));
+                    let mem = if s == start {
+                        peak
+                    } else {
+                        peak * rng.random_range(0.7..1.0)
+                    };
+                    t.record(s, Point::new(sat, Some(0.5), None, Some(mem * GIB)));
+                }
+                t
+            })
+            .collect()
+    }
+
+    const CAP: u64 = 80 * 1024;
+    const LIMIT: u32 = 8_000;
+
+    /// The first-fit decreasing of before the index: every bin tried in order. On the way,
+    /// checks that the index never rules out a bin that takes the workload, and that the
+    /// check stopping early answers as the whole check does.
+    fn first_fit_exhaustive(tracks: &[Track], steps: usize) -> Vec<Vec<usize>> {
+        let work: Vec<&Track> = tracks.iter().collect();
+        let names = names(&work);
+        let (mut items, _) = packing_items(&work, &names);
+        sort_items(&names, &mut items, CAP, LIMIT);
+        let ranks = Ranks::of(steps);
+        let mut bins: Vec<Bin> = Vec::new();
+        let mut index = BinIndex {
+            rule: Trees::new(),
+            room: Trees::new(),
+        };
+        let mut scratch = Vec::new();
+        for it in &items {
+            let t = work[it.track];
+            let q = Query::of(t, it, CAP, LIMIT, &ranks, steps, &mut scratch);
+            let mut placed = None;
+            for (b, bin) in bins.iter().enumerate() {
+                let whole = bin.fits(t, it, (CAP, LIMIT, usize::MAX), &mut 0);
+                let early = bin.fits(t, it, (CAP, LIMIT, ranks.slack), &mut 0);
+                assert_eq!(whole, early);
+                if whole.is_some() {
+                    assert!(
+                        index.rule.admits(b, &q.rule),
+                        "{} ruled out of {b}",
+                        names[it.track]
+                    );
+                    placed = placed.or(whole.map(|c| (b, c)));
+                }
+            }
+            let b = match placed {
+                Some((b, c)) => {
+                    bins[b].add(it.track, t, it, c);
+                    b
+                }
+                None => {
+                    let mut bin = Bin::new(steps);
+                    let c = bin.counts(t, LIMIT);
+                    bin.add(it.track, t, it, c);
+                    bins.push(bin);
+                    bins.len() - 1
+                }
+            };
+            index.set(b, bins[b].keys(&ranks, &mut scratch));
+        }
+        bins.into_iter().map(|b| b.members).collect()
+    }
+
+    /// The bounded first-fit decreasing's bins (track indices), and the packable tracks.
+    fn first_fit_bounded(
+        tracks: &[Track],
+        steps: usize,
+        budget: Budget,
+    ) -> (Vec<Vec<usize>>, Vec<usize>) {
+        let work: Vec<&Track> = tracks.iter().collect();
+        let names = names(&work);
+        let (mut items, _) = packing_items(&work, &names);
+        let bins = first_fit_within(&work, &names, &mut items, (CAP, LIMIT, steps), budget);
+        let packable = items.iter().map(|it| it.track).collect();
+        (bins.into_iter().map(|b| b.members).collect(), packable)
+    }
+
+    /// Checks from the tracks alone that every GPU shared by two or more workloads holds
+    /// them (each reserving its peak memory over its lifetime, never over the GPU's memory
+    /// unless only one is live; summed saturation, unknown where a live one's is, at most
+    /// the limit at p99), and that every packable workload is on exactly one GPU.
+    fn assert_valid(tracks: &[Track], steps: usize, bins: &[Vec<usize>], packable: &[usize]) {
+        let mut placed: Vec<usize> = bins.iter().flatten().copied().collect();
+        placed.sort_unstable();
+        let mut want = packable.to_vec();
+        want.sort_unstable();
+        assert_eq!(placed, want, "every packable workload placed exactly once");
+        for members in bins.iter().filter(|m| m.len() >= 2) {
+            let mut sums = Vec::new();
+            for s in 0..steps {
+                let live: Vec<&Track> = members
+                    .iter()
+                    .map(|&m| &tracks[m])
+                    .filter(|t| t.range().contains(&s))
+                    .collect();
+                let mem: u64 = live
+                    .iter()
+                    .map(|t| u64::from(t.points.iter().filter_map(|p| p.mem()).max().unwrap()))
+                    .sum();
+                // One workload too big to share may be over on its own.
+                assert!(
+                    mem <= CAP || live.len() == 1,
+                    "{members:?} at step {s}: {mem} MiB"
+                );
+                let sat: Option<u64> = live
+                    .iter()
+                    .map(|t| t.points[s - t.first].sat().map(u64::from))
+                    .sum();
+                if let (false, Some(x)) = (live.is_empty(), sat) {
+                    sums.push(x);
+                }
+            }
+            if let Some(p) = summarize(sums, |x| x as f64) {
+                assert!(p.p99 <= f64::from(LIMIT), "{members:?}: p99 {}", p.p99);
+            }
+        }
+    }
+
+    #[test]
+    fn bounded_first_fit_is_first_fit_while_the_packing_is_small() {
+        for seed in 0..24 {
+            let steps = [20, 50, 150][seed as usize % 3];
+            let tracks = random_fleet(seed, 30 + seed as usize * 3, steps);
+            let exhaustive = first_fit_exhaustive(&tracks, steps);
+            assert!(
+                exhaustive.len() < MAX_BIN_TRIES,
+                "seed {seed}: a small packing"
+            );
+            let (bounded, packable) = first_fit_bounded(&tracks, steps, BUDGET);
+            assert_eq!(bounded, exhaustive, "seed {seed}");
+            assert_valid(&tracks, steps, &bounded, &packable);
+        }
+    }
+
+    /// With no bound on the work, the index's skips alone leave the packing as it was, on a
+    /// packing of many more GPUs than the budget's checks.
+    #[test]
+    fn the_index_never_rules_out_a_gpu_that_fits() {
+        let unbounded = Budget {
+            tries: usize::MAX,
+            room: 0,
+        };
+        for (seed, steps) in [(100, 120), (101, 40)] {
+            let tracks = random_fleet(seed, 400, steps);
+            let exhaustive = first_fit_exhaustive(&tracks, steps);
+            assert!(exhaustive.len() > 2 * MAX_BIN_TRIES);
+            let (bounded, _) = first_fit_bounded(&tracks, steps, unbounded);
+            assert_eq!(bounded, exhaustive, "seed {seed}");
+        }
+    }
+
+    /// 3 000 workloads × 50 steps within the default budget: a valid packing.
+    #[test]
+    fn a_large_fleet_packs_validly_within_the_budget() {
+        let steps = 50;
+        let tracks = random_fleet(7, 3_000, steps);
+        let (bins, packable) = first_fit_bounded(&tracks, steps, BUDGET);
+        assert!(packable.len() > 2_990);
+        assert_valid(&tracks, steps, &bins, &packable);
+        // Shared GPUs, not one per workload.
+        assert!(bins.len() < 1_500, "{} GPUs", bins.len());
+        // And the same through `analyze`.
+        let r = analyze(&input(tracks, steps), &FleetConfig::default());
+        let p = r.sizing.packing.unwrap();
+        assert_eq!(p.packed_gpus, bins.len() as u64);
+        assert_eq!(p.excluded.len(), 3_000 - packable.len());
+    }
+
+    /// However small the budget, the packing is valid: the check has the final word.
+    #[test]
+    fn a_tiny_budget_still_packs_validly() {
+        let steps = 30;
+        let tracks = random_fleet(3, 500, steps);
+        let exhaustive = first_fit_exhaustive(&tracks, steps).len();
+        for budget in [
+            Budget { tries: 0, room: 0 },
+            Budget { tries: 1, room: 0 },
+            Budget { tries: 0, room: 1 },
+            Budget { tries: 2, room: 2 },
+        ] {
+            let (bins, packable) = first_fit_bounded(&tracks, steps, budget);
+            assert_valid(&tracks, steps, &bins, &packable);
+            assert!(bins.len() >= exhaustive / 2, "{budget:?}: {}", bins.len());
+        }
+    }
+
+    #[test]
+    fn the_min_tree_finds_the_first_key_within_a_bound() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let mut tree = MinTree::new();
+        let mut keys: Vec<i64> = Vec::new();
+        for _ in 0..300 {
+            // Mostly new bins, sometimes a key changed.
+            let i = if keys.is_empty() || rng.random_bool(0.7) {
+                keys.push(0);
+                keys.len() - 1
+            } else {
+                rng.random_range(0..keys.len())
+            };
+            keys[i] = rng.random_range(-5..50);
+            tree.set(i, keys[i]);
+            for _ in 0..5 {
+                let from = rng.random_range(0..keys.len() + 2);
+                let bound = rng.random_range(-6..52);
+                let want = (from..keys.len()).find(|&j| keys[j] <= bound);
+                assert_eq!(tree.first_at_most(from, bound), want);
+            }
+        }
+        assert_eq!(tree.first_at_most(0, i64::MAX), Some(0));
+        assert_eq!(tree.first_at_most(keys.len(), i64::MAX), None);
+    }
+
+    /// A GPU read by two workloads at once counts once; a step at which nothing was read
+    /// counts nothing.
+    #[test]
+    fn a_gpu_read_by_two_workloads_counts_once() {
+        let p = Point::new(Some(0.1), None, None, Some(GIB));
+        let mut a = Track::new(Some("x/a".into()), "n/gpu 0".into());
+        let mut b = Track::new(Some("x/b".into()), "n/gpu 0".into());
+        let mut c = Track::new(Some("x/c".into()), "n/gpu 1".into());
+        for s in 0..4 {
+            a.record(s, p);
+            b.record(s + 2, if s == 1 { Point::NONE } else { p });
+            c.record(s + 1, p);
+        }
+        let counts = gpu_count(&[&a, &c, &b], 6);
+        assert_eq!(
+            counts,
+            [Some(1), Some(2), Some(2), Some(2), Some(2), Some(1)]
+        );
+        assert_eq!(gpu_count(&[], 2), [None, None]);
     }
 }

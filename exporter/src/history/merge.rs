@@ -15,6 +15,9 @@ pub(super) enum SeriesMap {
     Own { id: Box<EntityId>, raw: Raw },
 }
 
+/// What a series without the cluster label is filed under.
+pub(crate) const NO_CLUSTER: &str = "(no cluster)";
+
 /// The labels dcgm-exporter's node may be in, in the parser's order.
 const DCGM_NODE_LABELS: &[&str] = &["Hostname", "hostname", "node", "instance"];
 
@@ -30,7 +33,7 @@ fn cluster_of<'a>(
             .get(label)
             .map(String::as_str)
             .filter(|c| !c.is_empty())
-            .unwrap_or(crate::report::NO_CLUSTER),
+            .unwrap_or(NO_CLUSTER),
     )
 }
 

@@ -22,6 +22,7 @@ mod merge;
 
 use anyhow::{Context, bail};
 use api::*;
+pub(crate) use merge::NO_CLUSTER;
 use merge::*;
 use serde::Deserialize;
 use serde::de::{DeserializeOwned, IgnoredAny};

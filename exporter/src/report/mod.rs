@@ -11,7 +11,7 @@ pub(crate) mod html;
 pub(crate) mod showback;
 pub(crate) mod text;
 
-use crate::history::{Family, FeedStats, History, rfc3339};
+use crate::history::{Family, FeedStats, History, NO_CLUSTER, rfc3339};
 use serde::Serialize;
 use std::collections::HashMap;
 use truthscale_core::derive::DeriveConfig;
@@ -87,9 +87,6 @@ pub(crate) struct ClusterReport {
     /// The cluster's own notes.
     pub notes: Vec<String>,
 }
-
-/// What a series without the cluster label is filed under.
-pub(crate) const NO_CLUSTER: &str = "(no cluster)";
 
 /// The cluster of a track read with `--cluster-label`: its node is `CLUSTER/NODE`.
 fn cluster_of_track(t: &Track) -> &str {
