@@ -1696,26 +1696,14 @@ fn first_fit_within(
     for it in items.iter() {
         let t = work[it.track];
         let q = Query::of(t, it, cap, limit, &ranks, steps, &mut scratch);
-        let b = match place(
+        let found = place(
             &bins,
             &index,
             (t, it, &q),
             (cap, limit, ranks.slack),
             budget,
-        ) {
-            Some((b, c)) => {
-                bins[b].add(it.track, t, it, c);
-                b
-            }
-            None => {
-                // A workload too big to share still takes one GPU of its own.
-                let mut bin = Bin::new(steps);
-                let c = bin.counts(t, limit);
-                bin.add(it.track, t, it, c);
-                bins.push(bin);
-                bins.len() - 1
-            }
-        };
+        );
+        let b = join_or_open(&mut bins, found, t, it, steps, limit);
         index.set(b, bins[b].keys(&ranks, &mut scratch));
     }
     bins
@@ -1723,6 +1711,32 @@ fn first_fit_within(
 
 /// Sorts `items` by their larger share (of `cap` MiB or of `limit`), largest first, ties by
 /// name.
+/// Put `it` (track `t`) on the GPU `found` (with its new known/over counts), or on a GPU
+/// of its own when none was found (a workload too big to share still takes one); the index
+/// of the GPU it went to.
+fn join_or_open(
+    bins: &mut Vec<Bin>,
+    found: Option<(usize, (usize, usize))>,
+    t: &Track,
+    it: &Item,
+    steps: usize,
+    limit: u32,
+) -> usize {
+    match found {
+        Some((b, c)) => {
+            bins[b].add(it.track, t, it, c);
+            b
+        }
+        None => {
+            let mut bin = Bin::new(steps);
+            let c = bin.counts(t, limit);
+            bin.add(it.track, t, it, c);
+            bins.push(bin);
+            bins.len() - 1
+        }
+    }
+}
+
 fn sort_items(names: &[String], items: &mut [Item], cap: u64, limit: u32) {
     let size = |it: &Item| (it.peak_mib as f64 / cap as f64).max(it.p99 as f64 / f64::from(limit));
     items.sort_by(|a, b| {
@@ -2611,19 +2625,7 @@ mod tests {
                     placed = placed.or(whole.map(|c| (b, c)));
                 }
             }
-            let b = match placed {
-                Some((b, c)) => {
-                    bins[b].add(it.track, t, it, c);
-                    b
-                }
-                None => {
-                    let mut bin = Bin::new(steps);
-                    let c = bin.counts(t, LIMIT);
-                    bin.add(it.track, t, it, c);
-                    bins.push(bin);
-                    bins.len() - 1
-                }
-            };
+            let b = join_or_open(&mut bins, placed, t, it, steps, LIMIT);
             index.set(b, bins[b].keys(&ranks, &mut scratch));
         }
         bins.into_iter().map(|b| b.members).collect()

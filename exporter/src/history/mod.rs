@@ -940,21 +940,14 @@ impl History {
                 });
             }
         });
+        // A slot left empty was not read because another query failed, and that slot holds
+        // the error returned here.
         let mut out = Vec::with_capacity(slots.len());
         for slot in slots {
-            match slot
+            let answer = slot
                 .into_inner()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-            {
-                Some(answer) => out.push(answer?),
-                None => {
-                    // Not read because another query failed: that error is returned.
-                    out.push(Vec::new());
-                }
-            }
-        }
-        if failed.load(Ordering::Relaxed) {
-            bail!("a history query failed without an error (this is a bug)");
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            out.push(answer.transpose()?.unwrap_or_default());
         }
         Ok(out)
     }

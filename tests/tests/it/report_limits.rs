@@ -354,7 +354,7 @@ fn report_reads_two_clusters_remote_written_by_agents_to_a_central_prometheus() 
         std::thread::sleep(Duration::from_millis(500));
     }
     let url = central.url();
-    let run = |extra: &[&str]| {
+    let read = |extra: &[&str]| {
         let mut args = vec![
             "report",
             "--prometheus",
@@ -363,11 +363,11 @@ fn report_reads_two_clusters_remote_written_by_agents_to_a_central_prometheus() 
             "15s",
             "--step",
             "1s",
-            "--json",
         ];
         args.extend_from_slice(extra);
         truthscale(&args)
     };
+    let run = |extra: &[&str]| read(&[&["--json"], extra].concat());
 
     // The simulated pod's GPUs, in each cluster.
     let n = by_cluster(
@@ -433,17 +433,7 @@ fn report_reads_two_clusters_remote_written_by_agents_to_a_central_prometheus() 
     assert_eq!(v["clusters"].as_array().map(Vec::len), Some(1));
 
     // The text report has the table.
-    let text = truthscale(&[
-        "report",
-        "--prometheus",
-        url.as_str(),
-        "--since",
-        "15s",
-        "--step",
-        "1s",
-        "--cluster-label",
-        "cluster",
-    ]);
+    let text = read(&["--cluster-label", "cluster"]);
     assert_eq!(text.code, Some(0), "{}", text.stderr);
     assert!(text.stdout.contains("BY CLUSTER"), "{}", text.stdout);
     drop(keep);
