@@ -73,6 +73,9 @@ fn units_to_ratio(u: u64) -> f64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Point {
     saturation: u16,
+    /// The saturation the sizing checks use where it differs from the mean (a coarse
+    /// step's p99 of the raw samples in it): [`NO_RATIO`] when it is the mean's.
+    saturation_peak: u16,
     busiest_pipe: u16,
     dram: u16,
     busy: u16,
@@ -84,6 +87,7 @@ impl Point {
     /// A step at which nothing was measured.
     pub const NONE: Point = Point {
         saturation: NO_RATIO,
+        saturation_peak: NO_RATIO,
         busiest_pipe: NO_RATIO,
         dram: NO_RATIO,
         busy: NO_RATIO,
@@ -116,8 +120,18 @@ impl Point {
         self
     }
 
+    /// The step's saturation: its mean over the step, for sums of use over time.
     pub(crate) fn sat(self) -> Option<u16> {
         (self.saturation != NO_RATIO).then_some(self.saturation)
+    }
+    /// The saturation the sizing uses (percentiles, packing): the step's peak where one was
+    /// read ([`Track::observe_peak`]), else its mean.
+    pub(crate) fn sat_peak(self) -> Option<u16> {
+        if self.saturation_peak == NO_RATIO {
+            self.sat()
+        } else {
+            Some(self.saturation_peak)
+        }
     }
     pub(crate) fn mem(self) -> Option<u32> {
         (self.memory_mib != NO_MIB).then_some(self.memory_mib)
@@ -220,7 +234,48 @@ impl Track {
             self.memory_total_mib = Some(self.memory_total_mib.map_or(t, |m| m.max(t)));
         }
         let m = &w.metrics;
-        let saturation = if self.is_mig {
+        let saturation = self.saturation_of(w);
+        let p = Point::new(
+            saturation,
+            m.reported_utilization,
+            m.effective_compute,
+            w.readings.value(Field::MemUsedBytes),
+        )
+        .with_pipes(m.busiest_pipe, w.readings.value(Field::DramActive));
+        self.record(step, p);
+    }
+
+    /// Raise the point of `step`, recorded by [`Track::observe`] from the step's means, to
+    /// the step's peak: `w` is the same step derived from the peaks of the raw samples in
+    /// it (a coarse step's p99 of each activity ratio), so the percentiles and the packing
+    /// see a one-minute burst inside a five-minute step. Its saturation becomes the point's
+    /// sizing saturation, and its busiest pipe and DRAM activity (only ever used as
+    /// percentiles) replace the means'. A step not recorded is left unknown.
+    pub fn observe_peak(&mut self, step: usize, w: &EntityWindow) {
+        let Some(at) = step.checked_sub(self.first) else {
+            return;
+        };
+        let saturation = self.saturation_of(w);
+        let Some(p) = self.points.get_mut(at) else {
+            return;
+        };
+        if *p == Point::NONE {
+            return;
+        }
+        let raise = |mean: u16, peak: Option<u16>| match (mean, peak) {
+            (NO_RATIO, _) | (_, None) => mean,
+            (mean, Some(peak)) => mean.max(peak),
+        };
+        p.saturation_peak = raise(p.sat_peak().unwrap_or(NO_RATIO), ratio_units(saturation));
+        p.busiest_pipe = raise(p.busiest_pipe, ratio_units(w.metrics.busiest_pipe));
+        p.dram = raise(p.dram, ratio_units(w.readings.value(Field::DramActive)));
+    }
+
+    /// Roofline saturation of a window, in whole-GPU terms for a MIG instance of a known
+    /// profile (compute by its SM share, DRAM by its memory-slice share); `None` for an
+    /// instance whose share is not known.
+    fn saturation_of(&self, w: &EntityWindow) -> Option<f64> {
+        if self.is_mig {
             match (self.mig, self.spec) {
                 (Some(p), Some(spec)) => {
                     let sm = f64::from(p.sms) / f64::from(spec.sms.max(1));
@@ -237,16 +292,8 @@ impl Track {
                 _ => None,
             }
         } else {
-            m.roofline_saturation
-        };
-        let p = Point::new(
-            saturation,
-            m.reported_utilization,
-            m.effective_compute,
-            w.readings.value(Field::MemUsedBytes),
-        )
-        .with_pipes(m.busiest_pipe, w.readings.value(Field::DramActive));
-        self.record(step, p);
+            w.metrics.roofline_saturation
+        }
     }
 
     /// The first step of the lifetime.
@@ -808,7 +855,7 @@ impl Bin {
                 }
             }
             // …and add the combined one.
-            let c = match (b, t.points[s - r.start].sat()) {
+            let c = match (b, t.points[s - r.start].sat_peak()) {
                 (SAT_UNKNOWN, _) | (_, None) => None,
                 (SAT_NONE, Some(x)) => Some(u32::from(x)),
                 (b, Some(x)) => Some(b + u32::from(x)),
@@ -860,7 +907,7 @@ impl Bin {
             self.mem[s] += item.peak_mib;
             self.max_mem = self.max_mem.max(self.mem[s]);
             let b = self.sat[s];
-            self.sat[s] = match (b, t.points[s - r.start].sat()) {
+            self.sat[s] = match (b, t.points[s - r.start].sat_peak()) {
                 (SAT_UNKNOWN, _) | (_, None) => SAT_UNKNOWN,
                 (SAT_NONE, Some(x)) => u32::from(x),
                 (b, Some(x)) => b + u32::from(x),
@@ -1115,7 +1162,7 @@ impl Series {
         };
         let busy = sum_series(work, steps, has_busy, |p| p.busy().map(u64::from));
         let compute = sum_series(work, steps, Track::has_saturation, |p| {
-            p.sat().map(u64::from)
+            p.sat_peak().map(u64::from)
         });
         let memory = sum_series(work, steps, Track::has_memory, |p| p.mem().map(u64::from));
         Series {
@@ -1281,7 +1328,7 @@ fn packing_items(work: &[&Track], names: &[String]) -> (Vec<Item>, Vec<Excluded>
     let mut excluded = Vec::new();
     let mut items = Vec::new();
     for (i, t) in work.iter().enumerate() {
-        let sat = track_quantile(t, 0.99, |p| p.sat().map(u64::from));
+        let sat = track_quantile(t, 0.99, |p| p.sat_peak().map(u64::from));
         let peak = t.points.iter().filter_map(|p| p.mem()).max();
         match (sat, peak) {
             (Some(p99), Some(peak)) => items.push(Item {
@@ -1552,7 +1599,7 @@ impl Query {
         scratch.extend(
             t.points[..end - range.start]
                 .iter()
-                .filter_map(|p| p.sat())
+                .filter_map(|p| p.sat_peak())
                 .map(u32::from),
         );
         let limit = i64::from(limit);
@@ -1940,7 +1987,7 @@ fn method_text(h: f64) -> Vec<String> {
 fn right_size(t: &Track, name: &str, h: f64) -> RightSizing {
     let mem_peak = t.points.iter().filter_map(|p| p.mem()).max();
     let mem_p99 = track_quantile(t, 0.99, |p| p.mem().map(u64::from));
-    let sat_p99 = track_quantile(t, 0.99, |p| p.sat().map(u64::from));
+    let sat_p99 = track_quantile(t, 0.99, |p| p.sat_peak().map(u64::from));
     let pipe_p95 = track_quantile(t, 0.95, |p| p.pipe().map(u64::from)).map(units_to_ratio);
     let dram_p95 = track_quantile(t, 0.95, |p| p.dram().map(u64::from)).map(units_to_ratio);
     let pipe_p99 = track_quantile(t, 0.99, |p| p.pipe().map(u64::from)).map(units_to_ratio);
@@ -2082,6 +2129,61 @@ mod tests {
             );
         }
         t
+    }
+
+    /// A coarse step read twice: its means feed the sums of use, its peaks the sizing.
+    #[test]
+    fn a_steps_peak_sizes_it_while_its_mean_sums_its_use() {
+        use crate::derive::DeriveConfig;
+        use crate::model::{EntityId, EntitySample, Readings, Sample, Timestamp};
+        use crate::tracker::Deriver;
+        let f_ref = h100().f_ref_mhz;
+        let sample = |ms: i64, tensor: f64| {
+            let mut r = Readings::default();
+            r.set_value(Field::TensorActive, tensor);
+            r.set_value(Field::DramActive, tensor / 4.0);
+            r.set_value(Field::SmClockMhz, f_ref);
+            r.set_value(Field::ReportedUtil, 1.0);
+            Sample {
+                taken: Timestamp(ms),
+                entities: vec![EntitySample {
+                    id: EntityId {
+                        gpu: Some(0),
+                        model: Some("NVIDIA H100 80GB HBM3".into()),
+                        ..Default::default()
+                    },
+                    readings: r,
+                    ..Default::default()
+                }],
+            }
+        };
+        let mut means = Deriver::new(DeriveConfig::default(), Some(300.0));
+        let mut peaks = Deriver::new(DeriveConfig::default(), Some(300.0));
+        let mut t = Track::new(Some("ns/p".into()), "n/gpu 0".into());
+        for step in 0..4 {
+            let ms = step as i64 * 300_000;
+            for w in &means.observe(&sample(ms, 0.2)).windows {
+                t.observe(step, w);
+            }
+            for w in &peaks.observe(&sample(ms, 0.8)).windows {
+                t.observe_peak(step, w);
+            }
+        }
+        let p = t.points()[2];
+        assert_eq!(p.sat(), Some(2_000), "the mean: 0.2 of the tensor pipe");
+        assert_eq!(p.sat_peak(), Some(8_000), "the step's p99: 0.8");
+        assert_eq!(p.pipe(), Some(8_000));
+        assert_eq!(p.dram(), Some(2_000));
+        // The sizing takes the peak: p99 saturation 0.8, not 0.2.
+        let r = right_size(&t, "ns/p", 0.2);
+        assert_eq!(r.saturation_p99, Some(0.8));
+        // A peak never lowers a point, and a step without a mean stays unknown.
+        for w in &peaks.observe(&sample(1_200_000, 0.0)).windows {
+            t.observe_peak(3, w);
+            t.observe_peak(9, w);
+        }
+        assert_eq!(t.points()[3].sat_peak(), Some(8_000));
+        assert_eq!(t.lifetime_steps(), 4);
     }
 
     fn steady(i: usize, steps: usize) -> Track {
@@ -2674,7 +2776,7 @@ mod tests {
                 );
                 let sat: Option<u64> = live
                     .iter()
-                    .map(|t| t.points[s - t.first].sat().map(u64::from))
+                    .map(|t| t.points[s - t.first].sat_peak().map(u64::from))
                     .sum();
                 if let (false, Some(x)) = (live.is_empty(), sat) {
                     sums.push(x);

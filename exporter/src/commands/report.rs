@@ -205,6 +205,11 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
         }
         doc.clusters = Some(clusters);
     }
+    if doc.source.summarized_steps {
+        doc.fleet
+            .notes
+            .push(report::summarized_note(doc.source.step_seconds));
+    }
     doc.fleet.notes.extend(history_notes(&stats));
     let analysis_s = analysis.elapsed().as_secs_f64();
     drop(input);

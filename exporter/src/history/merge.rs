@@ -84,12 +84,16 @@ pub(super) struct Chunk {
 }
 
 impl Chunk {
-    pub(super) fn add(&mut self, family: Family, name: &str, matrix: Matrix) {
-        for s in matrix.result {
+    pub(super) fn add(&mut self, family: Family, name: &str, matrix: &Matrix) {
+        for s in &matrix.result {
             let cluster = cluster_of(&s.metric, self.cluster_label.as_deref()).map(str::to_owned);
             let map = match family {
                 Family::DcgmExporter => {
-                    let mut labels: Vec<(String, String)> = s.metric.into_iter().collect();
+                    let mut labels: Vec<(String, String)> = s
+                        .metric
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect();
                     if let Some(c) = &cluster {
                         let node = DCGM_NODE_LABELS
                             .iter()
@@ -122,7 +126,7 @@ impl Chunk {
                 return;
             };
             self.series.push(map);
-            for (t, v) in s.values {
+            for &(t, v) in &s.values {
                 let t = (t * 1000.0).round() as i64;
                 let inside = self.bounds.is_none_or(|(a, b)| (a..=b).contains(&t));
                 if let (true, PromValue(Some(v))) = (inside, v) {

@@ -32,7 +32,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use truthscale_core::catalog::{self, GpuMetric, MetricId, Raw};
-use truthscale_core::model::{EntityId, EntityKey, EntitySample, MigId, PodRef, Sample, Timestamp};
+use truthscale_core::model::{
+    EntityId, EntityKey, EntitySample, Field, MigId, PodRef, Sample, Timestamp,
+};
 use truthscale_core::parse::dcgm_text::{self, Scrape};
 
 /// Steps per `query_range` request: Prometheus refuses more than 11 000 points per series.
@@ -101,6 +103,13 @@ pub(crate) struct PrometheusArgs {
     /// on its own as well.
     #[arg(long, value_name = "LABEL", value_parser = label_name)]
     pub cluster_label: Option<String>,
+    /// How often the series were scraped [default: 60s]. A --step of at least twice this
+    /// reads each step as summaries of the raw samples in it (the mean of each activity
+    /// ratio, the peak of memory used, and for `report` the p99 of each activity ratio for
+    /// the sizing) instead of one sample per step, so a coarse step over a long window
+    /// keeps the bursts and peaks a finer one would see.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub scrape_interval: Option<Duration>,
 }
 
 /// A Prometheus label name: `[a-zA-Z_][a-zA-Z0-9_]*`.
@@ -164,6 +173,89 @@ pub(crate) fn parse_until(s: &str) -> Result<Until, String> {
 pub(crate) const DEFAULT_SINCE: Duration = Duration::from_secs(24 * 3600);
 /// Default of `--step`.
 pub(crate) const DEFAULT_STEP: Duration = Duration::from_secs(15);
+/// Default of `--scrape-interval`.
+pub(crate) const DEFAULT_SCRAPE_INTERVAL: Duration = Duration::from_secs(60);
+
+/// How a step coarser than the scrape ([`History::summarizes`]) summarises the raw samples
+/// scraped in it: one `*_over_time` function over the step's own window, `[step − 1ms]`
+/// back from its time `t`, so the windows tile the range and every raw sample is in exactly
+/// one step, whether the server's ranges include their start (Prometheus 2: the window is
+/// `[t − step + 1ms, t]`) or not (Prometheus 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Summary {
+    /// `avg_over_time`: activity ratios, clocks, power, rates.
+    Mean,
+    /// `max_over_time`: memory used and total (a step's peak is what must fit).
+    Max,
+    /// `min_over_time`: dcgm-exporter's free framebuffer (with the peak used, the total).
+    Min,
+    /// `last_over_time`: counters (energy: the differences between steps stay exact) and
+    /// bit fields (throttle reasons).
+    Last,
+    /// `quantile_over_time(0.99, …)`: the step's p99 of an activity ratio, read beside the
+    /// mean for the sizing ([`SampleKind::Peak`]).
+    P99,
+}
+
+impl Summary {
+    /// The summary of `selector` over each step of `step_ms`.
+    fn wrap(self, selector: &str, step_ms: i64) -> String {
+        let f = match self {
+            Summary::Mean => "avg_over_time(",
+            Summary::Max => "max_over_time(",
+            Summary::Min => "min_over_time(",
+            Summary::Last => "last_over_time(",
+            Summary::P99 => "quantile_over_time(0.99, ",
+        };
+        format!("{f}{selector}[{}ms])", (step_ms - 1).max(1))
+    }
+
+    /// How a coarse step summarises the series `name` of `family`, and whether its p99 is
+    /// read too (activity ratios).
+    fn of(family: Family, name: &str) -> (Summary, bool) {
+        let field = match family {
+            Family::Truthscale => own_metric(name).map(|r| r.field),
+            Family::DcgmExporter => {
+                if name.to_ascii_lowercase().ends_with("fb_free") {
+                    return (Summary::Min, false);
+                }
+                dcgm_text::mapped_metrics()
+                    .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                    .and_then(|(_, f)| f)
+            }
+        };
+        match field {
+            Some(f) if f.is_ratio() => (Summary::Mean, true),
+            Some(Field::MemUsedBytes | Field::MemTotalBytes) => (Summary::Max, false),
+            Some(Field::EnergyJoules) | None => (Summary::Last, false),
+            Some(_) => (Summary::Mean, false),
+        }
+    }
+}
+
+/// Which of a step's two samples [`History::feed_stats`] hands over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SampleKind {
+    /// The step's sample: Prometheus' own at a fine step, the summaries (means, peak
+    /// memory) at a coarse one.
+    Step,
+    /// At a coarse step with peaks asked for ([`History::read_peaks`]): the same step with
+    /// each activity ratio's p99 over the raw samples in it, after all of a chunk's
+    /// [`SampleKind::Step`] samples.
+    Peak,
+}
+
+/// One query of each chunk: a metric name and how each step reads it.
+#[derive(Debug, Clone)]
+struct Column {
+    name: String,
+    /// `None`: the sample Prometheus evaluates at each step.
+    summary: Option<Summary>,
+    /// Read for the [`SampleKind::Peak`] samples only.
+    peak: bool,
+    /// Read for both kinds (a series without a p99 of its own: memory, clocks…).
+    shared: bool,
+}
 
 impl PrometheusArgs {
     /// A flag of this group given without `--prometheus`, if any.
@@ -187,6 +279,7 @@ impl PrometheusArgs {
             ),
             (self.prometheus_retries.is_some(), "--prometheus-retries"),
             (self.cluster_label.is_some(), "--cluster-label"),
+            (self.scrape_interval.is_some(), "--scrape-interval"),
         ]
         .into_iter()
         .find_map(|(given, flag)| given.then_some(flag))
@@ -403,7 +496,12 @@ pub(crate) struct History {
     step: Duration,
     matchers: String,
     family: Family,
-    names: Vec<String>,
+    /// The queries of each chunk, one per metric name (two for an activity ratio read with
+    /// its peaks).
+    columns: Vec<Column>,
+    /// Each step summarises the raw samples in it (`--step` at least twice
+    /// `--scrape-interval`).
+    summarizes: bool,
     in_flight: usize,
     /// `--cluster-label`.
     cluster_label: Option<String>,
@@ -465,6 +563,11 @@ impl History {
                 humantime::format_duration(step_d)
             );
         }
+        let scrape = p.scrape_interval.unwrap_or(DEFAULT_SCRAPE_INTERVAL);
+        if scrape.is_zero() {
+            bail!("--scrape-interval: give a positive duration, like 60s");
+        }
+        let summarizes = step_d >= scrape.saturating_mul(2);
         if since_d < step_d {
             bail!(
                 "--since {} is shorter than --step {}",
@@ -532,13 +635,23 @@ impl History {
             );
         };
 
+        let columns = names
+            .into_iter()
+            .map(|name| Column {
+                summary: summarizes.then(|| Summary::of(family, &name).0),
+                name,
+                peak: false,
+                shared: true,
+            })
+            .collect();
         Ok(History {
             client,
             range,
             step: step_d,
             matchers,
             family,
-            names,
+            columns,
+            summarizes,
             in_flight: p.max_queries_in_flight.unwrap_or(DEFAULT_IN_FLIGHT).max(1) as usize,
             cluster_label: p.cluster_label.clone(),
             splits: AtomicU64::new(0),
@@ -579,7 +692,7 @@ impl History {
     fn read(
         &self,
         query: &str,
-        name: Option<(&str, &str)>,
+        column: Option<(&Column, &str)>,
         first: i64,
         last: i64,
     ) -> anyhow::Result<Vec<Matrix>> {
@@ -587,7 +700,7 @@ impl History {
             Ok(out) => return Ok(out),
             Err(refused) => refused,
         };
-        let Some((name, matchers)) = name else {
+        let Some((column, matchers)) = column else {
             bail!(
                 "{message}; split down to one step, it is still refused: this is {}",
                 limit.advice()
@@ -597,7 +710,7 @@ impl History {
             let values: Vec<String> = self.client.get(
                 &format!("/api/v1/label/{label}/values"),
                 &[
-                    ("match[]", query),
+                    ("match[]", &series_query(&column.name, matchers)),
                     ("start", &secs(first)),
                     ("end", &secs(last)),
                 ],
@@ -605,8 +718,8 @@ impl History {
             if values.len() >= 2 {
                 // The series without the label, then halves of those with it.
                 let without = join_matchers(matchers, &format!("{label}=\"\""));
-                let mut out = self.read_series(name, &without, label, &[], first, last)?;
-                out.extend(self.read_series(name, matchers, label, &values, first, last)?);
+                let mut out = self.read_series(column, &without, label, &[], first, last)?;
+                out.extend(self.read_series(column, matchers, label, &values, first, last)?);
                 return Ok(out);
             }
         }
@@ -655,12 +768,12 @@ impl History {
         }
     }
 
-    /// The series of `name{matchers}` whose `label` is one of `values` (none: all of
-    /// `matchers`), split in time while refused, and in halves of `values` when one step
+    /// The series of `column` over `matchers` whose `label` is one of `values` (none: all
+    /// of `matchers`), split in time while refused, and in halves of `values` when one step
     /// is still refused.
     fn read_series(
         &self,
-        name: &str,
+        column: &Column,
         matchers: &str,
         label: &str,
         values: &[String],
@@ -672,7 +785,7 @@ impl History {
         } else {
             join_matchers(matchers, &format!("{label}=~\"{}\"", alternation(values)))
         };
-        match self.read_halves(&series_query(name, &m), first, last, false)? {
+        match self.read_halves(&self.column_query(column, &m), first, last, false)? {
             Ok(out) => Ok(out),
             Err((limit, message)) => {
                 if values.len() < 2 {
@@ -682,8 +795,8 @@ impl History {
                     );
                 }
                 let (a, b) = values.split_at(values.len() / 2);
-                let mut out = self.read_series(name, matchers, label, a, first, last)?;
-                out.extend(self.read_series(name, matchers, label, b, first, last)?);
+                let mut out = self.read_series(column, matchers, label, a, first, last)?;
+                out.extend(self.read_series(column, matchers, label, b, first, last)?);
                 Ok(out)
             }
         }
@@ -727,6 +840,45 @@ impl History {
         Ok(out.into_iter().collect())
     }
 
+    /// The query of `column` over `matchers`: its series, summarised per step when the step
+    /// is coarse.
+    fn column_query(&self, column: &Column, matchers: &str) -> String {
+        let selector = series_query(&column.name, matchers);
+        match column.summary {
+            Some(s) => s.wrap(&selector, self.range.step),
+            None => selector,
+        }
+    }
+
+    /// At a coarse step, also read each activity ratio's p99 over the raw samples in each
+    /// step, handed over as [`SampleKind::Peak`] samples (one more query per ratio and
+    /// chunk). Nothing changes at a fine step, whose samples are the raw ones.
+    pub(crate) fn read_peaks(&mut self) {
+        if !self.summarizes || self.columns.iter().any(|c| c.peak) {
+            return;
+        }
+        let mut peaks = Vec::new();
+        for c in &mut self.columns {
+            if Summary::of(self.family, &c.name).1 {
+                c.shared = false;
+                peaks.push(Column {
+                    name: c.name.clone(),
+                    summary: Some(Summary::P99),
+                    peak: true,
+                    shared: false,
+                });
+            }
+        }
+        self.columns.extend(peaks);
+    }
+
+    /// Each step summarises the raw samples in it (the step is at least twice
+    /// `--scrape-interval`).
+    #[must_use]
+    pub(crate) fn summarizes(&self) -> bool {
+        self.summarizes
+    }
+
     /// The step, in seconds: the nominal interval of the samples.
     #[must_use]
     pub(crate) fn step_seconds(&self) -> f64 {
@@ -761,11 +913,17 @@ impl History {
     ///
     /// # Errors
     /// As [`History::open`], for any chunk.
-    pub(crate) fn feed(self, on_sample: impl FnMut(&Sample)) -> anyhow::Result<String> {
-        self.feed_stats(on_sample).map(|s| s.summary)
+    pub(crate) fn feed(self, mut on_sample: impl FnMut(&Sample)) -> anyhow::Result<String> {
+        self.feed_stats(|s, kind| {
+            if kind == SampleKind::Step {
+                on_sample(s);
+            }
+        })
+        .map(|s| s.summary)
     }
 
-    /// Read the range in chunks, handing each step's sample to `on_sample` in time order, with
+    /// Read the range in chunks, handing each step's sample to `on_sample` in time order (and,
+    /// with [`History::read_peaks`], each chunk's peak samples after its step samples), with
     /// progress on a terminal (queries done of the total, the rate). The first chunk is
     /// [`FIRST_CHUNK_POINTS`] steps; each next one holds about [`CHUNK_BUDGET`] points for
     /// the number of series seen so far (at most [`CHUNK_POINTS`] steps, and no more than a
@@ -778,7 +936,7 @@ impl History {
     /// As [`History::open`], for any chunk.
     pub(crate) fn feed_stats(
         self,
-        mut on_sample: impl FnMut(&Sample),
+        mut on_sample: impl FnMut(&Sample, SampleKind),
     ) -> anyhow::Result<FeedStats> {
         let progress = std::io::stderr().is_terminal().then(|| {
             let bar = indicatif::ProgressBar::new(0);
@@ -791,7 +949,8 @@ impl History {
             bar
         });
         let range = self.range;
-        let names = self.names.len() as u64;
+        let names = self.columns.len() as u64;
+        let peaks = self.columns.iter().any(|c| c.peak);
         let mut steps = 0u64;
         let mut chunks = 0u64;
         let mut max_series = 0u64;
@@ -821,20 +980,28 @@ impl History {
                     .join()
                     .map_err(|_| anyhow::anyhow!("a history reader thread panicked"))??;
                 let t = std::time::Instant::now();
-                let mut chunk = Chunk {
+                let new_chunk = || Chunk {
                     bounds: Some((first, end)),
                     cluster_label: this.cluster_label.clone(),
                     ..Chunk::default()
                 };
-                for (name, matrices) in this.names.iter().zip(answers) {
-                    for matrix in matrices {
-                        chunk.add(this.family, name, matrix);
+                let mut chunk = new_chunk();
+                let mut peak = peaks.then(new_chunk);
+                for (column, matrices) in this.columns.iter().zip(answers) {
+                    for matrix in &matrices {
+                        if let Some(p) = peak.as_mut().filter(|_| column.peak || column.shared) {
+                            p.add(this.family, &column.name, matrix);
+                        }
+                        if !column.peak {
+                            chunk.add(this.family, &column.name, matrix);
+                        }
                     }
                 }
                 merging += t.elapsed();
                 // Series per step (a split query brings its series more than once).
                 let chunk_steps = (end - first) / range.step + 1;
-                let series = (chunk.points.len() as i64 + chunk_steps - 1) / chunk_steps;
+                let held = chunk.points.len() + peak.as_ref().map_or(0, |p| p.points.len());
+                let series = (held as i64 + chunk_steps - 1) / chunk_steps;
                 max_series = max_series.max(series as u64);
                 per = (CHUNK_BUDGET / series.max(1))
                     .min(this.steps_answered.load(Ordering::Relaxed))
@@ -849,10 +1016,17 @@ impl History {
                 let mut spent = Duration::ZERO;
                 chunk.feed(|sample| {
                     let c = std::time::Instant::now();
-                    on_sample(sample);
+                    on_sample(sample, SampleKind::Step);
                     spent += c.elapsed();
                     steps += 1;
                 });
+                if let Some(peak) = peak {
+                    peak.feed(|sample| {
+                        let c = std::time::Instant::now();
+                        on_sample(sample, SampleKind::Peak);
+                        spent += c.elapsed();
+                    });
+                }
                 merging += t.elapsed().saturating_sub(spent);
                 consuming += spent;
                 chunks += 1;
@@ -870,6 +1044,7 @@ impl History {
             matchers,
             family,
             splits,
+            summarizes,
             ..
         } = self;
         let c = client.counters();
@@ -878,11 +1053,16 @@ impl History {
             eprintln!("truthscale: warning: {}: {w}", client.base);
         }
         let summary = format!(
-            "prometheus {}: {}, {} steps with data, every {} from {} to {}{}",
+            "prometheus {}: {}, {} steps with data, every {}{} from {} to {}{}",
             client.base,
             family.describe(),
             steps,
             humantime::format_duration(step_d),
+            if summarizes {
+                " (summaries of the raw samples in each)"
+            } else {
+                ""
+            },
             rfc3339(range.start),
             rfc3339(range.end),
             if matchers.is_empty() {
@@ -905,7 +1085,7 @@ impl History {
         })
     }
 
-    /// One chunk's answers, one list per name in order: up to `in_flight` queries at once.
+    /// One chunk's answers, one list per column in order: up to `in_flight` queries at once.
     fn read_chunk(
         &self,
         first: i64,
@@ -915,20 +1095,20 @@ impl History {
         let next = AtomicUsize::new(0);
         let failed = std::sync::atomic::AtomicBool::new(false);
         let slots: Vec<std::sync::Mutex<Option<anyhow::Result<Vec<Matrix>>>>> = self
-            .names
+            .columns
             .iter()
             .map(|_| std::sync::Mutex::new(None))
             .collect();
         std::thread::scope(|scope| {
-            for _ in 0..self.in_flight.min(self.names.len()) {
+            for _ in 0..self.in_flight.min(self.columns.len()) {
                 scope.spawn(|| {
                     while !failed.load(Ordering::Relaxed) {
                         let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(name) = self.names.get(i) else {
+                        let Some(column) = self.columns.get(i) else {
                             break;
                         };
-                        let query = series_query(name, &self.matchers);
-                        let answer = self.read(&query, Some((name, &self.matchers)), first, last);
+                        let query = self.column_query(column, &self.matchers);
+                        let answer = self.read(&query, Some((column, &self.matchers)), first, last);
                         failed.fetch_or(answer.is_err(), Ordering::Relaxed);
                         if let Some(bar) = bar {
                             bar.inc(1);
@@ -985,7 +1165,7 @@ pub fn decode_range_answer(
         Family::DcgmExporter
     };
     let mut chunk = Chunk::default();
-    chunk.add(family, metric, matrix);
+    chunk.add(family, metric, &matrix);
     chunk.feed(on_sample);
     Ok(())
 }
@@ -993,7 +1173,7 @@ pub fn decode_range_answer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use truthscale_core::model::{Field, Reading};
+    use truthscale_core::model::Reading;
 
     #[test]
     fn selectors() {
@@ -1061,7 +1241,7 @@ mod tests {
         c.add(
             Family::DcgmExporter,
             "DCGM_FI_DEV_GPU_UTIL",
-            matrix(&[
+            &matrix(&[
                 (g0, &[(15.0, "100"), (30.0, "50"), (60.0, "NaN")]),
                 (g1a, &[(15.0, "10")]),
                 (g1b, &[(45.0, "20")]),
@@ -1070,17 +1250,17 @@ mod tests {
         c.add(
             Family::DcgmExporter,
             "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-            matrix(&[(g0, &[(30.0, "0.25")])]),
+            &matrix(&[(g0, &[(30.0, "0.25")])]),
         );
         c.add(
             Family::DcgmExporter,
             "DCGM_FI_DEV_FB_USED",
-            matrix(&[(g0, &[(15.0, "100")])]),
+            &matrix(&[(g0, &[(15.0, "100")])]),
         );
         c.add(
             Family::DcgmExporter,
             "dcgm_fi_dev_fb_free",
-            matrix(&[(g0, &[(15.0, "300")])]),
+            &matrix(&[(g0, &[(15.0, "300")])]),
         );
         let mut s: Vec<Sample> = Vec::new();
         c.feed(|x| s.push(x.clone()));
@@ -1121,7 +1301,7 @@ mod tests {
         c.add(
             Family::DcgmExporter,
             "DCGM_FI_DEV_GPU_UTIL",
-            matrix(&[(g0, &[(0.0, "1"), (15.0, "2"), (30.0, "3"), (45.0, "4")])]),
+            &matrix(&[(g0, &[(0.0, "1"), (15.0, "2"), (30.0, "3"), (45.0, "4")])]),
         );
         let mut times = Vec::new();
         c.feed(|s| times.push(s.taken.0));
@@ -1145,12 +1325,12 @@ mod tests {
         c.add(
             Family::Truthscale,
             "truthscale_gpu_sm_clock_hertz",
-            matrix(&[(l, &[(1.0, "1830000000")])]),
+            &matrix(&[(l, &[(1.0, "1830000000")])]),
         );
         c.add(
             Family::Truthscale,
             "truthscale_gpu_tensor_active_ratio",
-            matrix(&[(l, &[(1.0, "0.5")])]),
+            &matrix(&[(l, &[(1.0, "0.5")])]),
         );
         let mut s: Vec<Sample> = Vec::new();
         c.feed(|x| s.push(x.clone()));
@@ -1241,10 +1421,61 @@ mod tests {
             max_queries_in_flight: None,
             prometheus_retries: None,
             cluster_label: None,
+            scrape_interval: None,
         };
         assert_eq!(
             authorization(&args, &[]).unwrap().as_deref(),
             Some("Basic dXNlcjpwYTpzcw==")
+        );
+    }
+
+    #[test]
+    fn a_coarse_step_summarises_each_reading_by_what_it_is() {
+        let own = |n| Summary::of(Family::Truthscale, n);
+        let dcgm = |n| Summary::of(Family::DcgmExporter, n);
+        // Activity ratios: the mean for use, and their p99 for the sizing.
+        assert_eq!(
+            own("truthscale_gpu_tensor_active_ratio"),
+            (Summary::Mean, true)
+        );
+        assert_eq!(
+            own("truthscale_gpu_reported_utilization_ratio"),
+            (Summary::Mean, true)
+        );
+        assert_eq!(dcgm("DCGM_FI_PROF_DRAM_ACTIVE"), (Summary::Mean, true));
+        assert_eq!(dcgm("dcgm_gpu_utilization"), (Summary::Mean, true));
+        // Memory: the step's peak; the free framebuffer its least, so used + free stays the
+        // total.
+        assert_eq!(
+            own("truthscale_gpu_memory_used_bytes"),
+            (Summary::Max, false)
+        );
+        assert_eq!(
+            own("truthscale_gpu_memory_total_bytes"),
+            (Summary::Max, false)
+        );
+        assert_eq!(dcgm("DCGM_FI_DEV_FB_USED"), (Summary::Max, false));
+        assert_eq!(dcgm("DCGM_FI_DEV_FB_FREE"), (Summary::Min, false));
+        // A counter's last value, so differences between steps stay exact; bit fields too.
+        assert_eq!(
+            dcgm("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"),
+            (Summary::Last, false)
+        );
+        assert_eq!(
+            dcgm("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
+            (Summary::Last, false)
+        );
+        // Other gauges: the mean.
+        assert_eq!(dcgm("DCGM_FI_DEV_POWER_USAGE"), (Summary::Mean, false));
+        assert_eq!(dcgm("DCGM_FI_DEV_SM_CLOCK"), (Summary::Mean, false));
+        // The query: the step's own window, so steps tile the range.
+        assert_eq!(
+            Summary::P99.wrap("m{a=\"b\"}", 300_000),
+            "quantile_over_time(0.99, m{a=\"b\"}[299999ms])"
+        );
+        assert_eq!(
+            Summary::Max.wrap("m", 120_000),
+            "max_over_time(m[119999ms])"
         );
     }
 }

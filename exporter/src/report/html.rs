@@ -371,7 +371,7 @@ th{{background:#f6f6f6}}td.n{{text-align:right;font-variant-numeric:tabular-nums
     );
     let _ = writeln!(
         w,
-        "<h1>truthscale report{}</h1>\n<p class=\"muted\">{} ({}){} &middot; {} to {} &middot; every {} s &middot; {} of {} steps with data &middot; {} {}s on {} &middot; schema {} v{}</p>",
+        "<h1>truthscale report{}</h1>\n<p class=\"muted\">{} ({}){} &middot; {} to {} &middot; every {} s{} &middot; {} of {} steps with data &middot; {} {}s on {} &middot; schema {} v{}</p>",
         if f.simulated {
             " <span class=\"sim\">SIMULATED</span>"
         } else {
@@ -386,6 +386,7 @@ th{{background:#f6f6f6}}td.n{{text-align:right;font-variant-numeric:tabular-nums
         esc(&s.start),
         esc(&s.end),
         s.step_seconds,
+        super::step_reading(s),
         f.steps_with_data,
         f.steps,
         f.workloads,

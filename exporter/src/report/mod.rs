@@ -11,7 +11,7 @@ pub(crate) mod html;
 pub(crate) mod showback;
 pub(crate) mod text;
 
-use crate::history::{Family, FeedStats, History, NO_CLUSTER, rfc3339};
+use crate::history::{Family, FeedStats, History, NO_CLUSTER, SampleKind, rfc3339};
 use serde::Serialize;
 use std::collections::HashMap;
 use truthscale_core::derive::DeriveConfig;
@@ -42,6 +42,10 @@ pub(crate) struct Source {
     pub start_ms: i64,
     /// Seconds per step.
     pub step_seconds: f64,
+    /// Each step summarises the raw samples scraped in it (`--step` at least twice
+    /// `--scrape-interval`): means for use and idle time, the peak of memory used, and the
+    /// p99 of each activity ratio for the sizing. `false`: one sample per step.
+    pub summarized_steps: bool,
 }
 
 /// The whole report as `--json` writes it.
@@ -150,7 +154,8 @@ fn pod_name(id: &EntityId) -> Option<String> {
 ///
 /// # Errors
 /// As [`History::feed_stats`].
-pub(crate) fn collect(history: History) -> anyhow::Result<(FleetInput, Source, FeedStats)> {
+pub(crate) fn collect(mut history: History) -> anyhow::Result<(FleetInput, Source, FeedStats)> {
+    history.read_peaks();
     let range = history.range();
     let step_seconds = history.step_seconds();
     let source = Source {
@@ -164,16 +169,28 @@ pub(crate) fn collect(history: History) -> anyhow::Result<(FleetInput, Source, F
         end: rfc3339(range.end),
         start_ms: range.start,
         step_seconds,
+        summarized_steps: history.summarizes(),
     };
     let steps = usize::try_from(range.points()).unwrap_or(0);
     let mut deriver = Deriver::new(DeriveConfig::default(), Some(step_seconds));
+    // The peak samples (a coarse step's p99s) through a deriver of their own: they are the
+    // same steps again, not later ones.
+    let mut peak_deriver = Deriver::new(DeriveConfig::default(), Some(step_seconds));
     let mut index: HashMap<EntityKey, usize> = HashMap::new();
     let mut tracks: Vec<Track> = Vec::new();
-    let stats = history.feed_stats(|sample| {
+    let stats = history.feed_stats(|sample, kind| {
         let Ok(step) = usize::try_from((sample.taken.0 - range.start) / range.step) else {
             return;
         };
         if step >= steps {
+            return;
+        }
+        if kind == SampleKind::Peak {
+            for w in &peak_deriver.observe(sample).windows {
+                if let Some(&i) = index.get(&w.id.key()) {
+                    tracks[i].observe_peak(step, w);
+                }
+            }
             return;
         }
         let d = deriver.observe(sample);
@@ -210,6 +227,22 @@ pub(crate) fn document(input: &FleetInput, source: Source, cfg: &FleetConfig) ->
         showback: None,
         clusters: None,
     }
+}
+
+/// How each step was read, after its length: nothing for one sample per step.
+pub(crate) fn step_reading(s: &Source) -> &'static str {
+    if s.summarized_steps {
+        " (each step summarises the raw samples in it)"
+    } else {
+        ""
+    }
+}
+
+/// The note on a summarised step: what each figure is of.
+pub(crate) fn summarized_note(step_seconds: f64) -> String {
+    format!(
+        "each {step_seconds} s step summarises the raw samples scraped in it: use and idle time from the mean of each activity ratio, memory from its peak, and the sizing (percentiles, packing, MIG fit) from the p99 of each activity ratio in the step, so a burst shorter than a step is sized, not averaged away"
+    )
 }
 
 /// A ratio as a percentage with one decimal, or `unknown`.

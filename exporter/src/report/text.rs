@@ -51,10 +51,11 @@ pub(crate) fn write(out: &mut impl Write, doc: &Document) -> std::io::Result<()>
     )?;
     writeln!(
         out,
-        "window {} to {}, every {} s: {} of {} steps with data; {} {}s on {}",
+        "window {} to {}, every {} s{}: {} of {} steps with data; {} {}s on {}",
         s.start,
         s.end,
         s.step_seconds,
+        super::step_reading(s),
         f.steps_with_data,
         f.steps,
         f.workloads,

@@ -22,6 +22,7 @@ mod otlp;
 mod prometheus_rules;
 mod report;
 mod report_limits;
+mod report_steps;
 mod serve;
 mod showback;
 mod sidecar_get;

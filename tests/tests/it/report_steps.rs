@@ -1,0 +1,214 @@
+//! `truthscale report --step` coarser than the scrape, on a real Prometheus: each step is
+//! read as summaries of the raw samples in it (`avg_over_time` for use, `max_over_time` for
+//! memory, `quantile_over_time(0.99, …)` for the sizing), so a one-minute burst inside a
+//! five-minute step is still sized, while the means still add up to the use. The same
+//! step read as one sample per step (`--scrape-interval 5m`) misses the bursts: the effect
+//! the summaries exist for.
+//!
+//! The fleet, one hour of it repeated over 7 hours at a 60 s scrape (`source="sim"`):
+//! - `burst/a`: tensor 0.1, DRAM 0.025, 20 GiB, except one minute in every 30 (the minute
+//!   `t / 60 ≡ 7 (mod 30)`, never on a multiple of 5 minutes) at tensor 0.9, DRAM 0.225 and
+//!   70 GiB;
+//! - `steady/b`: tensor 0.3, DRAM 0.075, 30 GiB throughout.
+
+use std::fmt::Write as _;
+use std::time::{Duration, UNIX_EPOCH};
+
+use serde_json::Value;
+use truthscale_e2e::{Prometheus, TempDir, require_tool_or_return};
+
+use crate::report::{Run, end_now, truthscale};
+
+const GIB: f64 = 1_073_741_824.0;
+const SCRAPE: i64 = 60;
+const POINTS: i64 = 7 * 60;
+
+/// Whether `t` (Unix seconds) is a burst minute of `burst/a`.
+fn burst(t: i64) -> bool {
+    (t / 60) % 30 == 7
+}
+
+/// `burst/a`'s tensor activity at `t`.
+fn tensor_a(t: i64) -> f64 {
+    if burst(t) { 0.9 } else { 0.1 }
+}
+
+fn openmetrics(end: i64) -> String {
+    let mut tensor = String::new();
+    let mut dram = String::new();
+    let mut busy = String::new();
+    let mut used = String::new();
+    let mut total = String::new();
+    for i in 0..POINTS {
+        let t = end - (POINTS - 1 - i) * SCRAPE;
+        for (pod, ns, x, mem) in [
+            (
+                "a",
+                "burst",
+                tensor_a(t),
+                if burst(t) { 70.0 } else { 20.0 },
+            ),
+            ("b", "steady", 0.3, 30.0),
+        ] {
+            let l = format!(
+                "source=\"sim\",gpu=\"0\",uuid=\"GPU-{pod}\",model=\"Simulated H100 SXM\",node=\"n-{pod}\",namespace=\"{ns}\",pod=\"{pod}\""
+            );
+            let _ = writeln!(tensor, "truthscale_gpu_tensor_active_ratio{{{l}}} {x} {t}");
+            let _ = writeln!(
+                dram,
+                "truthscale_gpu_dram_active_ratio{{{l}}} {} {t}",
+                x / 4.0
+            );
+            let _ = writeln!(
+                busy,
+                "truthscale_gpu_reported_utilization_ratio{{{l}}} 1 {t}"
+            );
+            let _ = writeln!(
+                used,
+                "truthscale_gpu_memory_used_bytes{{{l}}} {} {t}",
+                mem * GIB
+            );
+            let _ = writeln!(
+                total,
+                "truthscale_gpu_memory_total_bytes{{{l}}} {} {t}",
+                80.0 * GIB
+            );
+        }
+    }
+    let mut om = String::new();
+    for (name, body) in [
+        ("truthscale_gpu_dram_active_ratio", dram),
+        ("truthscale_gpu_memory_total_bytes", total),
+        ("truthscale_gpu_memory_used_bytes", used),
+        ("truthscale_gpu_reported_utilization_ratio", busy),
+        ("truthscale_gpu_tensor_active_ratio", tensor),
+    ] {
+        let _ = writeln!(om, "# TYPE {name} gauge");
+        om.push_str(&body);
+    }
+    om.push_str("# EOF\n");
+    om
+}
+
+fn report(url: &str, until: &str, step: &str, extra: &[&str]) -> Run {
+    let mut args = vec![
+        "report",
+        "--prometheus",
+        url,
+        "--since",
+        "6h",
+        "--until",
+        until,
+        "--step",
+        step,
+        "--by",
+        "namespace",
+    ];
+    args.extend_from_slice(extra);
+    truthscale(&args)
+}
+
+/// `burst/a`'s right-sizing entry.
+fn sizing_a(v: &Value) -> &Value {
+    v["rightsizing"]
+        .as_array()
+        .and_then(|r| r.iter().find(|w| w["workload"] == "burst/a"))
+        .unwrap_or_else(|| panic!("no burst/a in {v:#}"))
+}
+
+/// The `burst` namespace's saturation GPU-hours in the showback (the sum of use).
+fn used_a(v: &Value) -> f64 {
+    v["showback"]["total"]["groups"]
+        .as_array()
+        .and_then(|g| g.iter().find(|g| g["group"] == "burst"))
+        .and_then(|g| g["saturation_gpu_hours"].as_f64())
+        .unwrap_or_else(|| panic!("no burst group in {:#}", v["showback"]))
+}
+
+#[test]
+fn a_coarse_step_keeps_the_bursts_a_fine_one_sees() {
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    require_tool_or_return!("/usr/bin/promtool", "prometheus");
+    let end = end_now();
+    let until = humantime::format_rfc3339_seconds(
+        UNIX_EPOCH + Duration::from_secs(u64::try_from(end).unwrap()),
+    )
+    .to_string();
+    let dir = TempDir::new("report-steps");
+    let prom = Prometheus::backfilled(&openmetrics(end), dir.path(), None);
+    let url = prom.url();
+
+    // The scrape's own step: every sample, bursts included.
+    let fine = report(&url, &until, "60s", &["--json"]).json();
+    assert_eq!(fine["source"]["summarized_steps"], false);
+    let a = sizing_a(&fine);
+    assert_eq!(a["memory_peak_bytes"].as_f64(), Some(70.0 * GIB));
+    assert_eq!(a["saturation_p99"].as_f64(), Some(0.9), "{a:#}");
+
+    // Five minutes, summarised: the step's window (t − 5m, t] holds five samples, one of
+    // them the burst in one step of six. Memory: the peak, 70 GiB. Saturation for the
+    // sizing: Prometheus' p99 of {0.1 ×4, 0.9}, 0.1 + 0.96 × 0.8 = 0.868.
+    let run = report(&url, &until, "5m", &["--json"]);
+    let coarse = run.json();
+    assert_eq!(coarse["source"]["step_seconds"], 300.0);
+    assert_eq!(coarse["source"]["summarized_steps"], true);
+    assert_eq!(coarse["steps"], 73, "6 h at 5 m, the start aligned down");
+    let a = sizing_a(&coarse);
+    assert_eq!(a["memory_peak_bytes"].as_f64(), Some(70.0 * GIB), "{a:#}");
+    assert_eq!(a["saturation_p99"].as_f64(), Some(0.868), "{a:#}");
+    assert!(
+        coarse["notes"]
+            .to_string()
+            .contains("each 300 s step summarises the raw samples"),
+        "{}",
+        coarse["notes"]
+    );
+    assert!(
+        run.stderr
+            .contains("every 5m (summaries of the raw samples in each)"),
+        "{}",
+        run.stderr
+    );
+    // The means still add up to the use: each step's mean of its five samples, over the 73
+    // steps (the windows tile (start − 5m, end]).
+    let start = (end - 6 * 3600).div_euclid(300) * 300;
+    let want: f64 = (0..73)
+        .map(|k| {
+            let t = start + k * 300;
+            let mean = (0..5).map(|j| tensor_a(t - j * 60)).sum::<f64>() / 5.0;
+            mean * 300.0 / 3600.0
+        })
+        .sum();
+    let got = used_a(&coarse);
+    assert!((got - want).abs() < 1e-3, "used {got} GPU-h, want {want}");
+    // …and match the fine step's to within one 5-minute step at the window's edge (a
+    // narrower margin than what sampling loses below).
+    let fine_used = used_a(&fine);
+    assert!(
+        (got - fine_used).abs() <= 0.9 * 300.0 / 3600.0,
+        "5m {got} against 60s {fine_used}"
+    );
+
+    // The same step as one sample per step misses every burst: the peak memory, the p99
+    // and a fifth of the use.
+    let sampled = report(&url, &until, "5m", &["--json", "--scrape-interval", "5m"]).json();
+    assert_eq!(sampled["source"]["summarized_steps"], false);
+    let a = sizing_a(&sampled);
+    assert_eq!(a["memory_peak_bytes"].as_f64(), Some(20.0 * GIB), "{a:#}");
+    assert_eq!(a["saturation_p99"].as_f64(), Some(0.1), "{a:#}");
+    let lost = fine_used - used_a(&sampled);
+    assert!(
+        lost > 2.0 * 0.9 * 300.0 / 3600.0,
+        "sampling loses {lost} GPU-h, more than the margin above"
+    );
+
+    // The text report says which step it used, and how.
+    let text = report(&url, &until, "5m", &[]);
+    assert_eq!(text.code, Some(0), "{}", text.stderr);
+    assert!(
+        text.stdout
+            .contains("every 300 s (each step summarises the raw samples in it)"),
+        "{}",
+        text.stdout
+    );
+}
