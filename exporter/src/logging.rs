@@ -1,5 +1,6 @@
-//! The one limiter of repeated log lines, shared by the pipeline's stages, the sources'
-//! error reports, the API server's reader and the OTLP sink.
+//! Logging to stderr, set up once for the commands that log, and the one limiter of
+//! repeated log lines, shared by the pipeline's stages, the sources' error reports, the API
+//! server's reader and the OTLP sink.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -23,4 +24,18 @@ impl LogLimiter {
         }
         due
     }
+}
+
+/// Logging to stderr at `RUST_LOG`'s levels (from `env`), else `info`.
+pub(crate) fn init(env: &[(String, String)]) {
+    let filter = env
+        .iter()
+        .find(|(k, _)| k == "RUST_LOG")
+        .and_then(|(_, v)| tracing_subscriber::EnvFilter::try_new(v).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
 }

@@ -634,7 +634,14 @@ pub struct Deriver {
     entities: EntityTable<EntityState>,
     /// Counts the entities forgotten: while it stands, each entity keeps its slot.
     epoch: u64,
+    /// The catalog entries of the model names seen, so a name is parsed once and not once
+    /// per entity and sample (a fleet names few models; past [`MODELS_CACHED`] names, the
+    /// rest are looked up each time).
+    models: Vec<(String, Option<&'static GpuSpec>)>,
 }
+
+/// Model names [`Deriver`] keeps the catalog entry of.
+const MODELS_CACHED: usize = 32;
 
 /// Where a window's entity lies in the deriver, for a consumer that keeps its own state
 /// per entity to find it without comparing keys.
@@ -697,7 +704,20 @@ impl Deriver {
             ceilings: true,
             entities: EntityTable::default(),
             epoch: 0,
+            models: Vec::new(),
         }
+    }
+
+    /// The catalog entry of a model name, through [`Deriver::models`].
+    fn spec_of(&mut self, model: &str) -> Option<&'static GpuSpec> {
+        if let Some((_, spec)) = self.models.iter().find(|(m, _)| m == model) {
+            return *spec;
+        }
+        let spec = gpus::lookup(model);
+        if self.models.len() < MODELS_CACHED {
+            self.models.push((model.to_owned(), spec));
+        }
+        spec
     }
 
     /// Use this catalog entry for every entity, whatever model the readings name.
@@ -800,9 +820,11 @@ impl Deriver {
         diags: &mut Vec<Diagnostic>,
         each: &mut impl FnMut(Slot, &EntityWindow, Handed),
     ) {
-        let spec = self
-            .model_override
-            .or_else(|| e.id.model.as_deref().and_then(gpus::lookup));
+        let spec = match (self.model_override, e.id.model.as_deref()) {
+            (Some(spec), _) => Some(spec),
+            (None, Some(model)) => self.spec_of(model),
+            (None, None) => None,
+        };
 
         let slot = self.entities.find(pos, &e.id);
         let existing = slot.map(|slot| self.entities.get(slot));

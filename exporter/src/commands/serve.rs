@@ -227,23 +227,10 @@ impl ServeArgs {
 /// # Errors
 /// A configuration error, or the sidecar failing to start.
 pub(crate) fn main(args: &ServeArgs, env: &[(String, String)]) -> anyhow::Result<()> {
-    init_logging(env);
+    crate::logging::init(env);
     let overrides = args.overrides()?;
     let overrides: Vec<(&str, String)> = overrides.iter().map(|(k, v)| (*k, v.clone())).collect();
     let config = crate::config::Config::load(args.config.as_deref(), env, &overrides)?;
     run(&config, env)
 }
 
-/// Logging to stderr at `RUST_LOG`'s levels (from `env`), else `info`.
-fn init_logging(env: &[(String, String)]) {
-    let filter = env
-        .iter()
-        .find(|(k, _)| k == "RUST_LOG")
-        .and_then(|(_, v)| tracing_subscriber::EnvFilter::try_new(v).ok())
-        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
-}

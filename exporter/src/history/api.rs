@@ -346,6 +346,16 @@ impl Client {
         params: &[(&str, &str)],
     ) -> Result<T, Attempt> {
         let url = format!("{}{path}", self.base);
+        tracing::debug!(
+            target: "truthscale::prometheus",
+            "GET {path} {}",
+            serde_json::Value::Object(
+                params
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), serde_json::Value::from(*v)))
+                    .collect()
+            )
+        );
         let mut req = self.agent.get(&url);
         for (k, v) in params {
             req = req.query(k, v);

@@ -11,8 +11,9 @@ pub(super) enum SeriesMap {
         name: String,
         labels: Vec<(String, String)>,
     },
-    /// One of truthscale's gauges.
-    Own { id: Box<EntityId>, raw: Raw },
+    /// One of truthscale's gauges: the entity (an index into the chunk's
+    /// [`Chunk::entities`]) and the reading it is.
+    Own { entity: u32, raw: Raw },
 }
 
 /// What a series without the cluster label is filed under.
@@ -77,10 +78,17 @@ pub(super) struct Chunk {
     /// The chunk's first and last evaluation times: points outside (from a misbehaving
     /// server) are dropped, so times keep increasing from chunk to chunk.
     pub(super) bounds: Option<(i64, i64)>,
+    /// The step between evaluation times (0: not known), which lets the points be put in
+    /// time order by counting, without a sort.
+    pub(super) step: i64,
     /// `--cluster-label`: a series' node is named `CLUSTER/NODE`.
     pub(super) cluster_label: Option<String>,
     pub(super) series: Vec<SeriesMap>,
     pub(super) points: Vec<(i64, u32, f64)>,
+    /// The entities truthscale's own series name, each once (found by key once per series
+    /// and chunk, not per point).
+    pub(super) entities: Vec<EntityId>,
+    pub(super) entity_index: HashMap<EntityKey, u32>,
 }
 
 impl Chunk {
@@ -116,10 +124,12 @@ impl Chunk {
                     if let Some(c) = &cluster {
                         id.node = Some(cluster_node(c, id.node.as_deref()));
                     }
-                    SeriesMap::Own {
-                        id: Box::new(id),
-                        raw,
+                    let next = u32::try_from(self.entities.len()).unwrap_or(u32::MAX);
+                    let entity = *self.entity_index.entry(id.key()).or_insert(next);
+                    if entity == next {
+                        self.entities.push(id);
                     }
+                    SeriesMap::Own { entity, raw }
                 }
             };
             let Ok(index) = u32::try_from(self.series.len()) else {
@@ -136,12 +146,52 @@ impl Chunk {
         }
     }
 
+    /// Order the points by (time, series). They arrive series by series, each in time
+    /// order: on the chunk's grid of steps a stable counting sort by step does it in linear
+    /// time (the series order within a step is kept); off the grid, a sort.
+    pub(super) fn order_by_time(&mut self) {
+        let on_grid = |t: i64| match self.bounds {
+            Some((a, b)) if self.step > 0 && (a..=b).contains(&t) => {
+                ((t - a) % self.step == 0).then(|| ((t - a) / self.step) as usize)
+            }
+            _ => None,
+        };
+        if self.points.iter().any(|p| on_grid(p.0).is_none()) {
+            self.points.sort_unstable_by_key(|p| (p.0, p.1));
+            return;
+        }
+        let steps = self
+            .bounds
+            .map_or(0, |(a, b)| ((b - a) / self.step.max(1)) as usize + 1);
+        let mut at = vec![0usize; steps + 1];
+        for p in &self.points {
+            at[on_grid(p.0).unwrap_or(0) + 1] += 1;
+        }
+        for i in 1..at.len() {
+            at[i] += at[i - 1];
+        }
+        let mut out = vec![(0, 0, 0.0); self.points.len()];
+        for &p in &self.points {
+            let k = on_grid(p.0).unwrap_or(0);
+            out[at[k]] = p;
+            at[k] += 1;
+        }
+        self.points = out;
+    }
+
     /// Hand `f` the samples, one per timestamp with at least one value, in time order;
     /// one sample is built at a time.
     pub(super) fn feed(mut self, mut f: impl FnMut(&Sample)) {
-        self.points.sort_unstable_by_key(|p| (p.0, p.1));
+        self.order_by_time();
+        let mut slots = vec![u32::MAX; self.entities.len()];
         for group in self.points.chunk_by(|a, b| a.0 == b.0) {
-            let sample = sample_at(Timestamp(group[0].0), group, &self.series);
+            let sample = sample_at(
+                Timestamp(group[0].0),
+                group,
+                &self.series,
+                &self.entities,
+                &mut slots,
+            );
             if !sample.entities.is_empty() {
                 f(&sample);
             }
@@ -149,34 +199,44 @@ impl Chunk {
     }
 }
 
-/// The sample at one timestamp from its points.
+/// The sample at one timestamp from its points. `slots`: one per entity of `entities`,
+/// `u32::MAX` on entry and on return (its place in this sample while it is built).
 pub(super) fn sample_at(
     taken: Timestamp,
     points: &[(i64, u32, f64)],
     series: &[SeriesMap],
+    entities: &[EntityId],
+    slots: &mut [u32],
 ) -> Sample {
     let mut scrape = Scrape::default();
     let mut own: Vec<EntitySample> = Vec::new();
-    let mut own_index: HashMap<EntityKey, usize> = HashMap::new();
+    let mut used: Vec<u32> = Vec::new();
     for &(_, i, v) in points {
         match series.get(i as usize) {
             Some(SeriesMap::Dcgm { name, labels }) => {
                 scrape.push(name, labels, v);
             }
-            Some(SeriesMap::Own { id, raw }) => {
-                let k = *own_index.entry(id.key()).or_insert_with(|| {
+            Some(&SeriesMap::Own { entity, raw }) => {
+                let (Some(slot), Some(id)) = (
+                    slots.get_mut(entity as usize),
+                    entities.get(entity as usize),
+                ) else {
+                    continue;
+                };
+                if *slot == u32::MAX {
+                    *slot = u32::try_from(own.len()).unwrap_or(u32::MAX);
+                    used.push(entity);
                     own.push(EntitySample {
-                        id: (**id).clone(),
+                        id: id.clone(),
                         simulated: id
                             .model
                             .as_deref()
                             .is_some_and(|m| m.starts_with("Simulated ")),
                         ..EntitySample::default()
                     });
-                    own.len() - 1
-                });
+                }
                 let x = raw.read_back(v);
-                if let Some(e) = own.get_mut(k)
+                if let Some(e) = own.get_mut(*slot as usize)
                     && x.is_finite()
                 {
                     e.readings.set_value(raw.field, x);
@@ -184,6 +244,9 @@ pub(super) fn sample_at(
             }
             None => {}
         }
+    }
+    for e in used {
+        slots[e as usize] = u32::MAX;
     }
     let mut entities = scrape.finish();
     entities.extend(own);

@@ -39,8 +39,10 @@ use truthscale_core::parse::dcgm_text::{self, Scrape};
 
 /// Steps per `query_range` request: Prometheus refuses more than 11 000 points per series.
 pub(crate) const CHUNK_POINTS: i64 = 10_000;
-/// Steps of the first chunk, before the number of series is known.
-pub(crate) const FIRST_CHUNK_POINTS: i64 = 1_000;
+/// Steps of the first chunk, before the number of series is known: few, so that even a
+/// fleet of 10 000 GPUs holds no more than [`CHUNK_BUDGET`] points in it (50 000 series ×
+/// 10 steps is half the budget); each next chunk is sized from the series seen.
+pub(crate) const FIRST_CHUNK_POINTS: i64 = 10;
 /// Points (steps × series, all names together) one chunk may hold: after the first chunk,
 /// the chunk length is this over the number of series seen, so memory stays bounded
 /// whatever the number of GPUs.
@@ -982,11 +984,26 @@ impl History {
                 let t = std::time::Instant::now();
                 let new_chunk = || Chunk {
                     bounds: Some((first, end)),
+                    step: range.step,
                     cluster_label: this.cluster_label.clone(),
                     ..Chunk::default()
                 };
                 let mut chunk = new_chunk();
                 let mut peak = peaks.then(new_chunk);
+                // Each chunk's points allocated once, at their count.
+                let count = |peak: bool| -> usize {
+                    this.columns
+                        .iter()
+                        .zip(&answers)
+                        .filter(|(c, _)| if peak { c.peak || c.shared } else { !c.peak })
+                        .flat_map(|(_, m)| m.iter().flat_map(|m| &m.result))
+                        .map(|s| s.values.len())
+                        .sum()
+                };
+                chunk.points.reserve_exact(count(false));
+                if let Some(p) = peak.as_mut() {
+                    p.points.reserve_exact(count(true));
+                }
                 for (column, matrices) in this.columns.iter().zip(answers) {
                     for matrix in &matrices {
                         if let Some(p) = peak.as_mut().filter(|_| column.peak || column.shared) {
@@ -1288,6 +1305,57 @@ mod tests {
         assert_eq!(
             s[3].entities[0].readings.get(Field::ReportedUtil),
             Reading::Blank
+        );
+    }
+
+    #[test]
+    fn counting_on_the_grid_orders_as_the_sort_does() {
+        let g0: Labels<'_> = &[("gpu", "0")];
+        let g1: Labels<'_> = &[("gpu", "1")];
+        let fill = |c: &mut Chunk| {
+            c.add(
+                Family::DcgmExporter,
+                "DCGM_FI_DEV_GPU_UTIL",
+                &matrix(&[
+                    (g1, &[(15.0, "1"), (30.0, "2"), (60.0, "3")]),
+                    (g0, &[(30.0, "4"), (45.0, "5")]),
+                ]),
+            );
+            c.add(
+                Family::DcgmExporter,
+                "DCGM_FI_DEV_FB_USED",
+                &matrix(&[(g0, &[(15.0, "6"), (60.0, "7")])]),
+            );
+        };
+        let mut counted = Chunk {
+            bounds: Some((15_000, 60_000)),
+            step: 15_000,
+            ..Chunk::default()
+        };
+        let mut sorted = Chunk::default();
+        fill(&mut counted);
+        fill(&mut sorted);
+        counted.order_by_time();
+        sorted.order_by_time();
+        assert_eq!(counted.points, sorted.points);
+        let times: Vec<i64> = counted.points.iter().map(|p| p.0).collect();
+        assert_eq!(
+            times,
+            [15_000, 15_000, 30_000, 30_000, 45_000, 60_000, 60_000]
+        );
+        // A point off the grid: the sort.
+        let mut off = Chunk {
+            bounds: Some((15_000, 60_000)),
+            step: 15_000,
+            ..Chunk::default()
+        };
+        fill(&mut off);
+        off.points.push((20_000, 0, 1.0));
+        off.order_by_time();
+        assert!(
+            off.points
+                .windows(2)
+                .all(|w| (w[0].0, w[0].1) <= (w[1].0, w[1].1))
         );
     }
 

@@ -176,7 +176,7 @@ pub(crate) fn collect(mut history: History) -> anyhow::Result<(FleetInput, Sourc
     // The peak samples (a coarse step's p99s) through a deriver of their own: they are the
     // same steps again, not later ones.
     let mut peak_deriver = Deriver::new(DeriveConfig::default(), Some(step_seconds));
-    let mut index: HashMap<EntityKey, usize> = HashMap::new();
+    let mut found = Found::default();
     let mut tracks: Vec<Track> = Vec::new();
     let stats = history.feed_stats(|sample, kind| {
         let Ok(step) = usize::try_from((sample.taken.0 - range.start) / range.step) else {
@@ -186,19 +186,18 @@ pub(crate) fn collect(mut history: History) -> anyhow::Result<(FleetInput, Sourc
             return;
         }
         if kind == SampleKind::Peak {
-            for w in &peak_deriver.observe(sample).windows {
-                if let Some(&i) = index.get(&w.id.key()) {
+            for (j, w) in peak_deriver.observe(sample).windows.iter().enumerate() {
+                if let Some(i) = found.track(j, &w.id, None) {
                     tracks[i].observe_peak(step, w);
                 }
             }
             return;
         }
         let d = deriver.observe(sample);
-        for w in &d.windows {
-            let i = *index.entry(w.id.key()).or_insert_with(|| {
-                tracks.push(Track::new(pod_name(&w.id), gpu_key(&w.id)));
-                tracks.len() - 1
-            });
+        for (j, w) in d.windows.iter().enumerate() {
+            let Some(i) = found.track(j, &w.id, Some(&mut tracks)) else {
+                continue;
+            };
             tracks[i].observe(step, w);
         }
     })?;
@@ -214,6 +213,45 @@ pub(crate) fn collect(mut history: History) -> anyhow::Result<(FleetInput, Sourc
         source,
         stats,
     ))
+}
+
+/// The track of each entity, found without building its key when it is where it was in the
+/// previous sample (the samples of a chunk list their entities in the same order).
+#[derive(Default)]
+struct Found {
+    index: HashMap<EntityKey, usize>,
+    keys: Vec<EntityKey>,
+    /// The track of the entity at each place of the previous sample.
+    last: Vec<usize>,
+}
+
+impl Found {
+    /// The track of the `j`-th entity of a sample, `id`; a new one in `tracks` when given
+    /// (else `None` for an entity not seen).
+    fn track(&mut self, j: usize, id: &EntityId, tracks: Option<&mut Vec<Track>>) -> Option<usize> {
+        let i = match self.last.get(j) {
+            Some(&i) if self.keys[i].is_key_of(id) => i,
+            _ => {
+                let key = id.key();
+                match (self.index.get(&key), tracks) {
+                    (Some(&i), _) => i,
+                    (None, Some(tracks)) => {
+                        tracks.push(Track::new(pod_name(id), gpu_key(id)));
+                        self.keys.push(key.clone());
+                        self.index.insert(key, tracks.len() - 1);
+                        tracks.len() - 1
+                    }
+                    (None, None) => return None,
+                }
+            }
+        };
+        if let Some(slot) = self.last.get_mut(j) {
+            *slot = i;
+        } else {
+            self.last.push(i);
+        }
+        Some(i)
+    }
 }
 
 /// Analyze what [`collect`] read.
