@@ -30,8 +30,9 @@
 //! GPU is bounded per workload (see `first_fit`): exact while the packing is small, a valid
 //! packing that may use a few more GPUs on a very large fleet.
 
+use crate::derive::{DeriveConfig, WindowContext, WindowMetrics};
 use crate::gpus::{self, GpuSpec, MigProfile};
-use crate::model::Field;
+use crate::model::{EntitySample, Field, Readings};
 use crate::rightsizing::{self, Constraint, Demand};
 use crate::tracker::EntityWindow;
 use serde::Serialize;
@@ -234,7 +235,7 @@ impl Track {
             self.memory_total_mib = Some(self.memory_total_mib.map_or(t, |m| m.max(t)));
         }
         let m = &w.metrics;
-        let saturation = self.saturation_of(w);
+        let saturation = self.saturation_of(&w.readings, &w.metrics);
         let p = Point::new(
             saturation,
             m.reported_utilization,
@@ -246,16 +247,17 @@ impl Track {
     }
 
     /// Raise the point of `step`, recorded by [`Track::observe`] from the step's means, to
-    /// the step's peak: `w` is the same step derived from the peaks of the raw samples in
-    /// it (a coarse step's p99 of each activity ratio), so the percentiles and the packing
-    /// see a one-minute burst inside a five-minute step. Its saturation becomes the point's
-    /// sizing saturation, and its busiest pipe and DRAM activity (only ever used as
-    /// percentiles) replace the means'. A step not recorded is left unknown.
-    pub fn observe_peak(&mut self, step: usize, w: &EntityWindow) {
+    /// the step's peak: `readings` (sanitized) and `metrics` ([`crate::derive::window`] of
+    /// them, with the track's own model) are the same step from the peaks of the raw
+    /// samples in it (a coarse step's p99 of each activity ratio), so the percentiles and
+    /// the packing see a one-minute burst inside a five-minute step. Its saturation becomes
+    /// the point's sizing saturation, and its busiest pipe and DRAM activity (only ever used
+    /// as percentiles) replace the means' where higher. A step not recorded is left unknown.
+    pub fn observe_peak(&mut self, step: usize, readings: &Readings, metrics: &WindowMetrics) {
         let Some(at) = step.checked_sub(self.first) else {
             return;
         };
-        let saturation = self.saturation_of(w);
+        let saturation = self.saturation_of(readings, metrics);
         let Some(p) = self.points.get_mut(at) else {
             return;
         };
@@ -267,21 +269,38 @@ impl Track {
             (mean, Some(peak)) => mean.max(peak),
         };
         p.saturation_peak = raise(p.sat_peak().unwrap_or(NO_RATIO), ratio_units(saturation));
-        p.busiest_pipe = raise(p.busiest_pipe, ratio_units(w.metrics.busiest_pipe));
-        p.dram = raise(p.dram, ratio_units(w.readings.value(Field::DramActive)));
+        p.busiest_pipe = raise(p.busiest_pipe, ratio_units(metrics.busiest_pipe));
+        p.dram = raise(p.dram, ratio_units(readings.value(Field::DramActive)));
+    }
+
+    /// [`Track::observe_peak`] from the entity's peak sample `e` (a coarse step's p99s):
+    /// its readings sanitized and derived with the track's model, without the state of a
+    /// tracker (a peak is not a later window, and has no energy or idle power of its own).
+    pub fn observe_peak_sample(&mut self, step: usize, e: &EntitySample, cfg: &DeriveConfig) {
+        let mut readings = e.readings;
+        let mut diags = Vec::new();
+        crate::derive::sanitize(&mut readings, &e.id, self.spec, &mut diags);
+        let ctx = WindowContext {
+            spec: self.spec,
+            energy_power_watts: None,
+            idle_power_watts: None,
+            throttles: e.throttles,
+        };
+        let metrics = crate::derive::window(&readings, &ctx, cfg);
+        self.observe_peak(step, &readings, &metrics);
     }
 
     /// Roofline saturation of a window, in whole-GPU terms for a MIG instance of a known
     /// profile (compute by its SM share, DRAM by its memory-slice share); `None` for an
     /// instance whose share is not known.
-    fn saturation_of(&self, w: &EntityWindow) -> Option<f64> {
+    fn saturation_of(&self, readings: &Readings, metrics: &WindowMetrics) -> Option<f64> {
         if self.is_mig {
             match (self.mig, self.spec) {
                 (Some(p), Some(spec)) => {
                     let sm = f64::from(p.sms) / f64::from(spec.sms.max(1));
                     let slices = f64::from(p.memory_slices) / f64::from(p.memory_slices_total);
-                    let c = crate::derive::compute_term(&w.readings, w.spec).map(|c| c * sm);
-                    let d = w.readings.value(Field::DramActive).map(|d| d * slices);
+                    let c = crate::derive::compute_term(readings, Some(spec)).map(|c| c * sm);
+                    let d = readings.value(Field::DramActive).map(|d| d * slices);
                     match (c, d) {
                         (Some(c), Some(d)) => Some(c.max(d)),
                         (c, d) => c.or(d),
@@ -292,7 +311,7 @@ impl Track {
                 _ => None,
             }
         } else {
-            w.metrics.roofline_saturation
+            metrics.roofline_saturation
         }
     }
 
@@ -2134,8 +2153,7 @@ mod tests {
     /// A coarse step read twice: its means feed the sums of use, its peaks the sizing.
     #[test]
     fn a_steps_peak_sizes_it_while_its_mean_sums_its_use() {
-        use crate::derive::DeriveConfig;
-        use crate::model::{EntityId, EntitySample, Readings, Sample, Timestamp};
+        use crate::model::{EntityId, Sample, Timestamp};
         use crate::tracker::Deriver;
         let f_ref = h100().f_ref_mhz;
         let sample = |ms: i64, tensor: f64| {
@@ -2157,17 +2175,15 @@ mod tests {
                 }],
             }
         };
-        let mut means = Deriver::new(DeriveConfig::default(), Some(300.0));
-        let mut peaks = Deriver::new(DeriveConfig::default(), Some(300.0));
+        let cfg = DeriveConfig::default();
+        let mut means = Deriver::new(cfg.clone(), Some(300.0));
         let mut t = Track::new(Some("ns/p".into()), "n/gpu 0".into());
         for step in 0..4 {
             let ms = step as i64 * 300_000;
             for w in &means.observe(&sample(ms, 0.2)).windows {
                 t.observe(step, w);
             }
-            for w in &peaks.observe(&sample(ms, 0.8)).windows {
-                t.observe_peak(step, w);
-            }
+            t.observe_peak_sample(step, &sample(ms, 0.8).entities[0], &cfg);
         }
         let p = t.points()[2];
         assert_eq!(p.sat(), Some(2_000), "the mean: 0.2 of the tensor pipe");
@@ -2178,10 +2194,15 @@ mod tests {
         let r = right_size(&t, "ns/p", 0.2);
         assert_eq!(r.saturation_p99, Some(0.8));
         // A peak never lowers a point, and a step without a mean stays unknown.
-        for w in &peaks.observe(&sample(1_200_000, 0.0)).windows {
-            t.observe_peak(3, w);
-            t.observe_peak(9, w);
-        }
+        let idle = sample(1_200_000, 0.0);
+        t.observe_peak_sample(3, &idle.entities[0], &cfg);
+        t.observe_peak_sample(9, &idle.entities[0], &cfg);
+        // A sentinel is a blank, not a peak.
+        let mut blank = sample(1_200_000, 0.9);
+        blank.entities[0]
+            .readings
+            .set_value(Field::TensorActive, 9.223_372_036_854_776e18);
+        t.observe_peak_sample(3, &blank.entities[0], &cfg);
         assert_eq!(t.points()[3].sat_peak(), Some(8_000));
         assert_eq!(t.lifetime_steps(), 4);
     }

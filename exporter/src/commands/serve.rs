@@ -233,4 +233,3 @@ pub(crate) fn main(args: &ServeArgs, env: &[(String, String)]) -> anyhow::Result
     let config = crate::config::Config::load(args.config.as_deref(), env, &overrides)?;
     run(&config, env)
 }
-

@@ -41,12 +41,12 @@ use truthscale_core::parse::dcgm_text::{self, Scrape};
 pub(crate) const CHUNK_POINTS: i64 = 10_000;
 /// Steps of the first chunk, before the number of series is known: few, so that even a
 /// fleet of 10 000 GPUs holds no more than [`CHUNK_BUDGET`] points in it (50 000 series ×
-/// 10 steps is half the budget); each next chunk is sized from the series seen.
+/// 10 steps is a third of the budget); each next chunk is sized from the series seen.
 pub(crate) const FIRST_CHUNK_POINTS: i64 = 10;
 /// Points (steps × series, all names together) one chunk may hold: after the first chunk,
 /// the chunk length is this over the number of series seen, so memory stays bounded
 /// whatever the number of GPUs.
-pub(crate) const CHUNK_BUDGET: i64 = 1_000_000;
+pub(crate) const CHUNK_BUDGET: i64 = 1_500_000;
 const _: () = assert!(CHUNK_POINTS <= 11_000, "Prometheus' limit per series");
 /// Time limit of one HTTP request, body included.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -215,23 +215,26 @@ impl Summary {
     /// How a coarse step summarises the series `name` of `family`, and whether its p99 is
     /// read too (activity ratios).
     fn of(family: Family, name: &str) -> (Summary, bool) {
-        let field = match family {
-            Family::Truthscale => own_metric(name).map(|r| r.field),
-            Family::DcgmExporter => {
-                if name.to_ascii_lowercase().ends_with("fb_free") {
-                    return (Summary::Min, false);
-                }
-                dcgm_text::mapped_metrics()
-                    .find(|(n, _)| n.eq_ignore_ascii_case(name))
-                    .and_then(|(_, f)| f)
-            }
-        };
-        match field {
+        if family == Family::DcgmExporter && name.to_ascii_lowercase().ends_with("fb_free") {
+            return (Summary::Min, false);
+        }
+        match field_of(family, name) {
             Some(f) if f.is_ratio() => (Summary::Mean, true),
             Some(Field::MemUsedBytes | Field::MemTotalBytes) => (Summary::Max, false),
             Some(Field::EnergyJoules) | None => (Summary::Last, false),
             Some(_) => (Summary::Mean, false),
         }
+    }
+}
+
+/// The reading a series of `family` is (dcgm-exporter's free framebuffer: the total it
+/// completes).
+fn field_of(family: Family, name: &str) -> Option<Field> {
+    match family {
+        Family::Truthscale => own_metric(name).map(|r| r.field),
+        Family::DcgmExporter => dcgm_text::mapped_metrics()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .and_then(|(_, f)| f),
     }
 }
 
@@ -255,7 +258,8 @@ struct Column {
     summary: Option<Summary>,
     /// Read for the [`SampleKind::Peak`] samples only.
     peak: bool,
-    /// Read for both kinds (a series without a p99 of its own: memory, clocks…).
+    /// Read for both kinds: a series without a p99 of its own that the saturation of a peak
+    /// sample needs (the clocks).
     shared: bool,
 }
 
@@ -861,8 +865,11 @@ impl History {
         }
         let mut peaks = Vec::new();
         for c in &mut self.columns {
+            c.shared = matches!(
+                field_of(self.family, &c.name),
+                Some(Field::SmClockMhz | Field::MemClockMhz)
+            );
             if Summary::of(self.family, &c.name).1 {
-                c.shared = false;
                 peaks.push(Column {
                     name: c.name.clone(),
                     summary: Some(Summary::P99),

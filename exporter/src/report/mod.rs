@@ -173,9 +173,9 @@ pub(crate) fn collect(mut history: History) -> anyhow::Result<(FleetInput, Sourc
     };
     let steps = usize::try_from(range.points()).unwrap_or(0);
     let mut deriver = Deriver::new(DeriveConfig::default(), Some(step_seconds));
-    // The peak samples (a coarse step's p99s) through a deriver of their own: they are the
-    // same steps again, not later ones.
-    let mut peak_deriver = Deriver::new(DeriveConfig::default(), Some(step_seconds));
+    // The peak samples (a coarse step's p99s) are the same steps again, not later ones:
+    // derived without the tracker's state.
+    let peak_config = DeriveConfig::default();
     let mut found = Found::default();
     let mut tracks: Vec<Track> = Vec::new();
     let stats = history.feed_stats(|sample, kind| {
@@ -186,9 +186,9 @@ pub(crate) fn collect(mut history: History) -> anyhow::Result<(FleetInput, Sourc
             return;
         }
         if kind == SampleKind::Peak {
-            for (j, w) in peak_deriver.observe(sample).windows.iter().enumerate() {
-                if let Some(i) = found.track(j, &w.id, None) {
-                    tracks[i].observe_peak(step, w);
+            for (j, e) in sample.entities.iter().enumerate() {
+                if let Some(i) = found.track(j, &e.id, None) {
+                    tracks[i].observe_peak_sample(step, e, &peak_config);
                 }
             }
             return;
