@@ -126,7 +126,7 @@ impl Point {
         (self.saturation != NO_RATIO).then_some(self.saturation)
     }
     /// The saturation the sizing uses (percentiles, packing): the step's peak where one was
-    /// read ([`Track::observe_peak`]), else its mean.
+    /// read ([`Track::observe_peak_sample`]), else its mean.
     pub(crate) fn sat_peak(self) -> Option<u16> {
         if self.saturation_peak == NO_RATIO {
             self.sat()
@@ -253,7 +253,7 @@ impl Track {
     /// the packing see a one-minute burst inside a five-minute step. Its saturation becomes
     /// the point's sizing saturation, and its busiest pipe and DRAM activity (only ever used
     /// as percentiles) replace the means' where higher. A step not recorded is left unknown.
-    pub fn observe_peak(&mut self, step: usize, readings: &Readings, metrics: &WindowMetrics) {
+    fn observe_peak(&mut self, step: usize, readings: &Readings, metrics: &WindowMetrics) {
         let Some(at) = step.checked_sub(self.first) else {
             return;
         };
@@ -273,7 +273,7 @@ impl Track {
         p.dram = raise(p.dram, ratio_units(readings.value(Field::DramActive)));
     }
 
-    /// [`Track::observe_peak`] from the entity's peak sample `e` (a coarse step's p99s):
+    /// Raise the point of `step` to the entity's peak sample `e` (a coarse step's p99s):
     /// its readings sanitized and derived with the track's model, without the state of a
     /// tracker (a peak is not a later window, and has no energy or idle power of its own).
     pub fn observe_peak_sample(&mut self, step: usize, e: &EntitySample, cfg: &DeriveConfig) {
@@ -2153,27 +2153,18 @@ mod tests {
     /// A coarse step read twice: its means feed the sums of use, its peaks the sizing.
     #[test]
     fn a_steps_peak_sizes_it_while_its_mean_sums_its_use() {
-        use crate::model::{EntityId, Sample, Timestamp};
         use crate::tracker::Deriver;
         let f_ref = h100().f_ref_mhz;
         let sample = |ms: i64, tensor: f64| {
-            let mut r = Readings::default();
-            r.set_value(Field::TensorActive, tensor);
-            r.set_value(Field::DramActive, tensor / 4.0);
-            r.set_value(Field::SmClockMhz, f_ref);
-            r.set_value(Field::ReportedUtil, 1.0);
-            Sample {
-                taken: Timestamp(ms),
-                entities: vec![EntitySample {
-                    id: EntityId {
-                        gpu: Some(0),
-                        model: Some("NVIDIA H100 80GB HBM3".into()),
-                        ..Default::default()
-                    },
-                    readings: r,
-                    ..Default::default()
-                }],
-            }
+            crate::tracker::tests::sample(
+                ms,
+                &[
+                    (Field::TensorActive, tensor),
+                    (Field::DramActive, tensor / 4.0),
+                    (Field::SmClockMhz, f_ref),
+                    (Field::ReportedUtil, 1.0),
+                ],
+            )
         };
         let cfg = DeriveConfig::default();
         let mut means = Deriver::new(cfg.clone(), Some(300.0));

@@ -1285,11 +1285,12 @@ fn integrate(w: &mut EntityWindow, dt: f64) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::Readings;
 
-    fn sample(ms: i64, pairs: &[(Field, f64)]) -> Sample {
+    /// A sample of one H100 (gpu 0) at `ms` with these readings.
+    pub(crate) fn sample(ms: i64, pairs: &[(Field, f64)]) -> Sample {
         let mut r = Readings::default();
         for &(f, v) in pairs {
             r.set_value(f, v);

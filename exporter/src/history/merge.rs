@@ -150,28 +150,33 @@ impl Chunk {
     /// order: on the chunk's grid of steps a stable counting sort by step does it in linear
     /// time (the series order within a step is kept); off the grid, a sort.
     pub(super) fn order_by_time(&mut self) {
-        let on_grid = |t: i64| match self.bounds {
-            Some((a, b)) if self.step > 0 && (a..=b).contains(&t) => {
-                ((t - a) % self.step == 0).then(|| ((t - a) / self.step) as usize)
-            }
-            _ => None,
-        };
-        if self.points.iter().any(|p| on_grid(p.0).is_none()) {
+        let (Some((a, b)), step) = (self.bounds, self.step) else {
             self.points.sort_unstable_by_key(|p| (p.0, p.1));
             return;
-        }
-        let steps = self
-            .bounds
-            .map_or(0, |(a, b)| ((b - a) / self.step.max(1)) as usize + 1);
-        let mut at = vec![0usize; steps + 1];
-        for p in &self.points {
-            at[on_grid(p.0).unwrap_or(0) + 1] += 1;
+        };
+        let on_grid = |t: i64| {
+            (step > 0 && (a..=b).contains(&t) && (t - a) % step == 0)
+                .then(|| ((t - a) / step) as usize)
+        };
+        // Where each step's points start (counted one place on), or `None` off the grid.
+        let mut at = vec![0usize; ((b - a) / step.max(1)).max(0) as usize + 2];
+        let counted = self.points.iter().all(|p| match on_grid(p.0) {
+            Some(k) => {
+                at[k + 1] += 1;
+                true
+            }
+            None => false,
+        });
+        if !counted {
+            self.points.sort_unstable_by_key(|p| (p.0, p.1));
+            return;
         }
         for i in 1..at.len() {
             at[i] += at[i - 1];
         }
         let mut out = vec![(0, 0, 0.0); self.points.len()];
         for &p in &self.points {
+            // On the grid: every point was counted above.
             let k = on_grid(p.0).unwrap_or(0);
             out[at[k]] = p;
             at[k] += 1;

@@ -263,6 +263,16 @@ struct Column {
     shared: bool,
 }
 
+impl Column {
+    /// Whether the column's answers go into the samples of `kind`.
+    fn feeds(&self, kind: SampleKind) -> bool {
+        match kind {
+            SampleKind::Step => !self.peak,
+            SampleKind::Peak => self.peak || self.shared,
+        }
+    }
+}
+
 impl PrometheusArgs {
     /// A flag of this group given without `--prometheus`, if any.
     #[must_use]
@@ -647,7 +657,7 @@ impl History {
                 summary: summarizes.then(|| Summary::of(family, &name).0),
                 name,
                 peak: false,
-                shared: true,
+                shared: false,
             })
             .collect();
         Ok(History {
@@ -998,25 +1008,25 @@ impl History {
                 let mut chunk = new_chunk();
                 let mut peak = peaks.then(new_chunk);
                 // Each chunk's points allocated once, at their count.
-                let count = |peak: bool| -> usize {
+                let count = |kind: SampleKind| -> usize {
                     this.columns
                         .iter()
                         .zip(&answers)
-                        .filter(|(c, _)| if peak { c.peak || c.shared } else { !c.peak })
+                        .filter(|(c, _)| c.feeds(kind))
                         .flat_map(|(_, m)| m.iter().flat_map(|m| &m.result))
                         .map(|s| s.values.len())
                         .sum()
                 };
-                chunk.points.reserve_exact(count(false));
+                chunk.points.reserve_exact(count(SampleKind::Step));
                 if let Some(p) = peak.as_mut() {
-                    p.points.reserve_exact(count(true));
+                    p.points.reserve_exact(count(SampleKind::Peak));
                 }
                 for (column, matrices) in this.columns.iter().zip(answers) {
                     for matrix in &matrices {
-                        if let Some(p) = peak.as_mut().filter(|_| column.peak || column.shared) {
+                        if let Some(p) = peak.as_mut().filter(|_| column.feeds(SampleKind::Peak)) {
                             p.add(this.family, &column.name, matrix);
                         }
-                        if !column.peak {
+                        if column.feeds(SampleKind::Step) {
                             chunk.add(this.family, &column.name, matrix);
                         }
                     }
