@@ -192,6 +192,13 @@ pub(crate) fn get_text_with(
             status,
         });
     }
+    // An answer that says it is over the limit is refused before a byte of it is read.
+    if resp.body().content_length().is_some_and(|n| n > limit) {
+        return Err(FetchError::TooLarge {
+            url: url.to_string(),
+            limit,
+        });
+    }
     let bytes = resp
         .body_mut()
         .with_config()
@@ -315,5 +322,23 @@ mod tests {
         ));
         let e = get_text(&agent(Duration::from_secs(5)), &url, "text/plain", 1 << 20).unwrap_err();
         assert_eq!(e.kind(), "too_large", "{e}");
+
+        // Without a Content-Length the limit stops the read.
+        let (url, _) = serve(format!(
+            "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n{body}"
+        ));
+        let e = get_text(&agent(Duration::from_secs(5)), &url, "text/plain", 1 << 20).unwrap_err();
+        assert_eq!(e.kind(), "too_large", "{e}");
+    }
+
+    /// An answer whose `Content-Length` is over the limit is refused on its head: this one
+    /// closes without its body, so only a refusal before the read makes it `too_large`.
+    #[test]
+    fn a_claimed_length_over_the_limit_is_refused_unread() {
+        let (url, _) = serve("HTTP/1.1 200 OK\r\nContent-Length: 2097152\r\n\r\n".to_string());
+        let t = std::time::Instant::now();
+        let e = get_text(&agent(Duration::from_secs(10)), &url, "text/plain", 1 << 20).unwrap_err();
+        assert_eq!(e.kind(), "too_large", "{e}");
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     }
 }
