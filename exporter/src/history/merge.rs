@@ -188,50 +188,61 @@ impl Chunk {
     /// one sample is built at a time.
     pub(super) fn feed(mut self, mut f: impl FnMut(&Sample)) {
         self.order_by_time();
+        let mut pool: Vec<Option<EntitySample>> = Vec::new();
+        pool.resize_with(self.entities.len(), || None);
         let mut slots = vec![u32::MAX; self.entities.len()];
+        let mut used = Vec::new();
         for group in self.points.chunk_by(|a, b| a.0 == b.0) {
-            let sample = sample_at(
+            let mut sample = sample_at(
                 Timestamp(group[0].0),
                 group,
                 &self.series,
                 &self.entities,
+                &mut pool,
                 &mut slots,
+                &mut used,
             );
             if !sample.entities.is_empty() {
                 f(&sample);
             }
+            put_back(&mut sample, &used, &mut pool);
         }
     }
 }
 
-/// The sample at one timestamp from its points. `slots`: one per entity of `entities`,
-/// `u32::MAX` on entry and on return (its place in this sample while it is built).
+/// The sample at one timestamp from its points; `used` gets the entity of each of its own
+/// entities (the last ones, after the DCGM scrape's). `pool`: one place per entity of
+/// `entities`, where its sample is taken from (built, its id cloned, only the first time)
+/// and put back by [`put_back`]. `slots`: one per entity, `u32::MAX` on entry and on
+/// return (its place in this sample while it is built).
 pub(super) fn sample_at(
     taken: Timestamp,
     points: &[(i64, u32, f64)],
     series: &[SeriesMap],
     entities: &[EntityId],
+    pool: &mut [Option<EntitySample>],
     slots: &mut [u32],
+    used: &mut Vec<u32>,
 ) -> Sample {
     let mut scrape = Scrape::default();
-    let mut own: Vec<EntitySample> = Vec::new();
-    let mut used: Vec<u32> = Vec::new();
+    used.clear();
+    let mut own: Vec<EntitySample> = Vec::with_capacity(entities.len().min(points.len()));
     for &(_, i, v) in points {
         match series.get(i as usize) {
             Some(SeriesMap::Dcgm { name, labels }) => {
                 scrape.push(name, labels, v);
             }
             Some(&SeriesMap::Own { entity, raw }) => {
-                let (Some(slot), Some(id)) = (
-                    slots.get_mut(entity as usize),
-                    entities.get(entity as usize),
-                ) else {
+                let e = entity as usize;
+                let (Some(slot), Some(id), Some(place)) =
+                    (slots.get_mut(e), entities.get(e), pool.get_mut(e))
+                else {
                     continue;
                 };
                 if *slot == u32::MAX {
                     *slot = u32::try_from(own.len()).unwrap_or(u32::MAX);
                     used.push(entity);
-                    own.push(EntitySample {
+                    let mut s = place.take().unwrap_or_else(|| EntitySample {
                         id: id.clone(),
                         simulated: id
                             .model
@@ -239,6 +250,8 @@ pub(super) fn sample_at(
                             .is_some_and(|m| m.starts_with("Simulated ")),
                         ..EntitySample::default()
                     });
+                    s.readings = truthscale_core::model::Readings::default();
+                    own.push(s);
                 }
                 let x = raw.read_back(v);
                 if let Some(e) = own.get_mut(*slot as usize)
@@ -250,10 +263,25 @@ pub(super) fn sample_at(
             None => {}
         }
     }
-    for e in used {
+    for &e in used.iter() {
         slots[e as usize] = u32::MAX;
     }
     let mut entities = scrape.finish();
-    entities.extend(own);
+    if entities.is_empty() {
+        entities = own;
+    } else {
+        entities.extend(own);
+    }
     Sample { taken, entities }
+}
+
+/// Put the own entities' samples of `sample` (built by [`sample_at`], with `used`) back
+/// in `pool` for the next timestamp.
+pub(super) fn put_back(sample: &mut Sample, used: &[u32], pool: &mut [Option<EntitySample>]) {
+    let first = sample.entities.len().saturating_sub(used.len());
+    for (&e, s) in used.iter().zip(sample.entities.drain(first..)) {
+        if let Some(place) = pool.get_mut(e as usize) {
+            *place = Some(s);
+        }
+    }
 }

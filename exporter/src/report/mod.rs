@@ -173,6 +173,9 @@ pub(crate) fn collect(mut history: History) -> anyhow::Result<(FleetInput, Sourc
     };
     let steps = usize::try_from(range.points()).unwrap_or(0);
     let mut deriver = Deriver::new(DeriveConfig::default(), Some(step_seconds));
+    // The report reads no observed ceilings.
+    deriver.set_ceilings(false);
+    let mut diagnostics = Vec::new();
     // The peak samples (a coarse step's p99s) are the same steps again, not later ones:
     // derived without the tracker's state.
     let peak_config = DeriveConfig::default();
@@ -193,13 +196,15 @@ pub(crate) fn collect(mut history: History) -> anyhow::Result<(FleetInput, Sourc
             }
             return;
         }
-        let d = deriver.observe(sample);
-        for (j, w) in d.windows.iter().enumerate() {
-            let Some(i) = found.track(j, &w.id, Some(&mut tracks)) else {
-                continue;
-            };
-            tracks[i].observe(step, w);
-        }
+        // Each window as it is derived, not a copy; the diagnostics are not reported.
+        let mut j = 0;
+        deriver.observe_each(sample, &mut diagnostics, |w| {
+            if let Some(i) = found.track(j, &w.id, Some(&mut tracks)) {
+                tracks[i].observe(step, w);
+            }
+            j += 1;
+        });
+        diagnostics.clear();
     })?;
     // In the order of their GPUs and pods, whatever order the answers came in (a query
     // split for a server limit brings its series in another).
