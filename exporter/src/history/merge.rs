@@ -2,6 +2,7 @@
 //! dcgm-exporter scrape mapping, truthscale's own through the catalog.
 
 use super::*;
+use truthscale_core::model::Readings;
 
 /// What one result series is, fixed once per chunk.
 #[derive(Debug)]
@@ -185,64 +186,88 @@ impl Chunk {
     }
 
     /// Hand `f` the samples, one per timestamp with at least one value, in time order;
-    /// one sample is built at a time.
+    /// one sample is built at a time, in place of the previous one.
     pub(super) fn feed(mut self, mut f: impl FnMut(&Sample)) {
         self.order_by_time();
-        let mut pool: Vec<Option<EntitySample>> = Vec::new();
-        pool.resize_with(self.entities.len(), || None);
-        let mut slots = vec![u32::MAX; self.entities.len()];
-        let mut used = Vec::new();
+        let mut builder = Builder::new(self.entities.len());
         for group in self.points.chunk_by(|a, b| a.0 == b.0) {
-            let mut sample = sample_at(
-                Timestamp(group[0].0),
-                group,
-                &self.series,
-                &self.entities,
-                &mut pool,
-                &mut slots,
-                &mut used,
-            );
+            let sample = builder.build(Timestamp(group[0].0), group, &self.series, &self.entities);
             if !sample.entities.is_empty() {
-                f(&sample);
+                f(sample);
             }
-            put_back(&mut sample, &used, &mut pool);
         }
     }
 }
 
-/// The sample at one timestamp from its points; `used` gets the entity of each of its own
-/// entities (the last ones, after the DCGM scrape's). `pool`: one place per entity of
-/// `entities`, where its sample is taken from (built, its id cloned, only the first time)
-/// and put back by [`put_back`]. `slots`: one per entity, `u32::MAX` on entry and on
-/// return (its place in this sample while it is built).
-pub(super) fn sample_at(
-    taken: Timestamp,
-    points: &[(i64, u32, f64)],
-    series: &[SeriesMap],
-    entities: &[EntityId],
-    pool: &mut [Option<EntitySample>],
-    slots: &mut [u32],
-    used: &mut Vec<u32>,
-) -> Sample {
-    let mut scrape = Scrape::default();
-    used.clear();
-    let mut own: Vec<EntitySample> = Vec::with_capacity(entities.len().min(points.len()));
-    for &(_, i, v) in points {
-        match series.get(i as usize) {
-            Some(SeriesMap::Dcgm { name, labels }) => {
-                scrape.push(name, labels, v);
+/// Builds each timestamp's sample in place of the previous one. Truthscale's own entities
+/// follow the DCGM scrape's, in the order their first points come; each is built (its id
+/// cloned) once a chunk, kept in the sample while the next timestamp has the same entities
+/// in the same order (the usual case), and kept aside in `pool` while it is not in one.
+pub(super) struct Builder {
+    sample: Sample,
+    /// The entity of each own entity of `sample`, in its order.
+    used: Vec<u32>,
+    /// The next timestamp's, while it is built.
+    next: Vec<u32>,
+    /// One per entity: its place in the sample being built, `u32::MAX` when not in it
+    /// (and between builds).
+    slots: Vec<u32>,
+    /// One per entity: its sample while it is not in `sample`.
+    pool: Vec<Option<EntitySample>>,
+    /// How many of `sample`'s entities are the DCGM scrape's.
+    dcgm: usize,
+}
+
+impl Builder {
+    pub(super) fn new(entities: usize) -> Builder {
+        let mut pool = Vec::new();
+        pool.resize_with(entities, || None);
+        Builder {
+            sample: Sample::default(),
+            used: Vec::new(),
+            next: Vec::new(),
+            slots: vec![u32::MAX; entities],
+            pool,
+            dcgm: 0,
+        }
+    }
+
+    /// The sample at `taken` from its points.
+    pub(super) fn build(
+        &mut self,
+        taken: Timestamp,
+        points: &[(i64, u32, f64)],
+        series: &[SeriesMap],
+        entities: &[EntityId],
+    ) -> &Sample {
+        // Which own entities, in which order.
+        self.next.clear();
+        for &(_, i, _) in points {
+            if let Some(&SeriesMap::Own { entity, .. }) = series.get(i as usize)
+                && let Some(slot) = self.slots.get_mut(entity as usize)
+                && *slot == u32::MAX
+            {
+                *slot = u32::try_from(self.next.len()).unwrap_or(u32::MAX);
+                self.next.push(entity);
             }
-            Some(&SeriesMap::Own { entity, raw }) => {
-                let e = entity as usize;
-                let (Some(slot), Some(id), Some(place)) =
-                    (slots.get_mut(e), entities.get(e), pool.get_mut(e))
-                else {
-                    continue;
-                };
-                if *slot == u32::MAX {
-                    *slot = u32::try_from(own.len()).unwrap_or(u32::MAX);
-                    used.push(entity);
-                    let mut s = place.take().unwrap_or_else(|| EntitySample {
+        }
+        let own = &mut self.sample.entities;
+        own.drain(..self.dcgm);
+        if self.next == self.used {
+            for e in own.iter_mut() {
+                e.readings = Readings::default();
+            }
+        } else {
+            for (&e, s) in self.used.iter().zip(own.drain(..)) {
+                if let Some(place) = self.pool.get_mut(e as usize) {
+                    *place = Some(s);
+                }
+            }
+            for &e in &self.next {
+                let id = &entities[e as usize];
+                let mut s = self.pool[e as usize]
+                    .take()
+                    .unwrap_or_else(|| EntitySample {
                         id: id.clone(),
                         simulated: id
                             .model
@@ -250,38 +275,36 @@ pub(super) fn sample_at(
                             .is_some_and(|m| m.starts_with("Simulated ")),
                         ..EntitySample::default()
                     });
-                    s.readings = truthscale_core::model::Readings::default();
-                    own.push(s);
-                }
-                let x = raw.read_back(v);
-                if let Some(e) = own.get_mut(*slot as usize)
-                    && x.is_finite()
-                {
-                    e.readings.set_value(raw.field, x);
-                }
+                s.readings = Readings::default();
+                own.push(s);
             }
-            None => {}
+            std::mem::swap(&mut self.used, &mut self.next);
         }
-    }
-    for &e in used.iter() {
-        slots[e as usize] = u32::MAX;
-    }
-    let mut entities = scrape.finish();
-    if entities.is_empty() {
-        entities = own;
-    } else {
-        entities.extend(own);
-    }
-    Sample { taken, entities }
-}
-
-/// Put the own entities' samples of `sample` (built by [`sample_at`], with `used`) back
-/// in `pool` for the next timestamp.
-pub(super) fn put_back(sample: &mut Sample, used: &[u32], pool: &mut [Option<EntitySample>]) {
-    let first = sample.entities.len().saturating_sub(used.len());
-    for (&e, s) in used.iter().zip(sample.entities.drain(first..)) {
-        if let Some(place) = pool.get_mut(e as usize) {
-            *place = Some(s);
+        let mut scrape = Scrape::default();
+        for &(_, i, v) in points {
+            match series.get(i as usize) {
+                Some(SeriesMap::Dcgm { name, labels }) => {
+                    scrape.push(name, labels, v);
+                }
+                Some(&SeriesMap::Own { entity, raw }) => {
+                    let x = raw.read_back(v);
+                    if let Some(&slot) = self.slots.get(entity as usize)
+                        && let Some(e) = own.get_mut(slot as usize)
+                        && x.is_finite()
+                    {
+                        e.readings.set_value(raw.field, x);
+                    }
+                }
+                None => {}
+            }
         }
+        for &e in &self.used {
+            self.slots[e as usize] = u32::MAX;
+        }
+        let dcgm = scrape.finish();
+        self.dcgm = dcgm.len();
+        own.splice(..0, dcgm);
+        self.sample.taken = taken;
+        &self.sample
     }
 }

@@ -1325,6 +1325,66 @@ mod tests {
         );
     }
 
+    /// Own entities that come and go, and change order: each sample holds exactly its
+    /// timestamp's entities, in the order of their first points, and nothing of an earlier
+    /// timestamp (the samples are built in place of the previous ones).
+    #[test]
+    fn own_entities_that_come_and_go_carry_nothing_over() {
+        let a: Labels<'_> = &[("gpu", "0"), ("uuid", "GPU-a"), ("pod", "a")];
+        let b: Labels<'_> = &[("gpu", "1"), ("uuid", "GPU-b"), ("pod", "b")];
+        let mut c = Chunk::default();
+        c.add(
+            Family::Truthscale,
+            "truthscale_gpu_tensor_active_ratio",
+            &matrix(&[
+                (a, &[(1.0, "0.5"), (3.0, "0.6"), (5.0, "0.8"), (6.0, "0.1")]),
+                (
+                    b,
+                    &[
+                        (1.0, "0.1"),
+                        (2.0, "0.2"),
+                        (3.0, "0.3"),
+                        (4.0, "0.4"),
+                        (5.0, "0.9"),
+                    ],
+                ),
+            ]),
+        );
+        c.add(
+            Family::Truthscale,
+            "truthscale_gpu_dram_active_ratio",
+            &matrix(&[(a, &[(4.0, "0.7")]), (b, &[(6.0, "0.3")])]),
+        );
+        let mut got: Vec<Vec<(String, Reading, Reading)>> = Vec::new();
+        c.feed(|s| {
+            got.push(
+                s.entities
+                    .iter()
+                    .map(|e| {
+                        (
+                            e.id.pod.as_ref().map(|p| p.pod.clone()).unwrap_or_default(),
+                            e.readings.get(Field::TensorActive),
+                            e.readings.get(Field::DramActive),
+                        )
+                    })
+                    .collect(),
+            );
+        });
+        let (v, blank) = (Reading::Value, Reading::Blank);
+        let e = |p: &str, t, d| (p.to_owned(), t, d);
+        assert_eq!(
+            got,
+            [
+                vec![e("a", v(0.5), blank), e("b", v(0.1), blank)],
+                vec![e("b", v(0.2), blank)],
+                vec![e("a", v(0.6), blank), e("b", v(0.3), blank)],
+                vec![e("b", v(0.4), blank), e("a", blank, v(0.7))],
+                vec![e("a", v(0.8), blank), e("b", v(0.9), blank)],
+                vec![e("a", v(0.1), blank), e("b", blank, v(0.3))],
+            ]
+        );
+    }
+
     #[test]
     fn counting_on_the_grid_orders_as_the_sort_does() {
         let g0: Labels<'_> = &[("gpu", "0")];
