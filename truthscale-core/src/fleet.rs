@@ -31,8 +31,9 @@
 //! packing that may use a few more GPUs on a very large fleet.
 
 use crate::derive::{DeriveConfig, WindowContext, WindowMetrics};
+use crate::diag::Diagnostic;
 use crate::gpus::{self, GpuSpec, MigProfile};
-use crate::model::{EntitySample, Field, Readings};
+use crate::model::{EntitySample, Field, Reading, Readings};
 use crate::rightsizing::{self, Constraint, Demand};
 use crate::tracker::EntityWindow;
 use serde::Serialize;
@@ -274,12 +275,37 @@ impl Track {
     }
 
     /// Raise the point of `step` to the entity's peak sample `e` (a coarse step's p99s):
-    /// its readings sanitized and derived with the track's model, without the state of a
-    /// tracker (a peak is not a later window, and has no energy or idle power of its own).
-    pub fn observe_peak_sample(&mut self, step: usize, e: &EntitySample, cfg: &DeriveConfig) {
+    /// its readings sanitized (what that notices appended to `diags`) and derived with the
+    /// track's model, without the state of a tracker (a peak is not a later window, and has
+    /// no energy or idle power of its own).
+    ///
+    /// A peak that sanitizing blanks (a sentinel, or a ratio past
+    /// [`crate::derive::RATIO_CLAMP_LIMIT`]) says the step held an impossible raw sample,
+    /// which its mean has averaged in: the step is then unknown, mean and peak, and this
+    /// returns `true`. (A p99 over the limit means a raw sample over it; one raw sample that
+    /// the p99 interpolates below the limit is not seen here.)
+    pub fn observe_peak_sample(
+        &mut self,
+        step: usize,
+        e: &EntitySample,
+        cfg: &DeriveConfig,
+        diags: &mut Vec<Diagnostic>,
+    ) -> bool {
         let mut readings = e.readings;
-        let mut diags = Vec::new();
-        crate::derive::sanitize(&mut readings, &e.id, self.spec, &mut diags);
+        crate::derive::sanitize(&mut readings, &e.id, self.spec, diags);
+        let blanked = Field::ALL.iter().any(|&f| {
+            matches!(e.readings.get(f), Reading::Value(_))
+                && !matches!(readings.get(f), Reading::Value(_))
+        });
+        if blanked {
+            if let Some(p) = step
+                .checked_sub(self.first)
+                .and_then(|at| self.points.get_mut(at))
+            {
+                *p = Point::NONE;
+            }
+            return true;
+        }
         let ctx = WindowContext {
             spec: self.spec,
             energy_power_watts: None,
@@ -288,6 +314,7 @@ impl Track {
         };
         let metrics = crate::derive::window(&readings, &ctx, cfg);
         self.observe_peak(step, &readings, &metrics);
+        false
     }
 
     /// Roofline saturation of a window, in whole-GPU terms for a MIG instance of a known
@@ -2167,6 +2194,7 @@ mod tests {
             )
         };
         let cfg = DeriveConfig::default();
+        let mut diags = Vec::new();
         let mut means = Deriver::new(cfg.clone(), Some(300.0));
         let mut t = Track::new(Some("ns/p".into()), "n/gpu 0".into());
         for step in 0..4 {
@@ -2174,7 +2202,7 @@ mod tests {
             for w in &means.observe(&sample(ms, 0.2)).windows {
                 t.observe(step, w);
             }
-            t.observe_peak_sample(step, &sample(ms, 0.8).entities[0], &cfg);
+            assert!(!t.observe_peak_sample(step, &sample(ms, 0.8).entities[0], &cfg, &mut diags));
         }
         let p = t.points()[2];
         assert_eq!(p.sat(), Some(2_000), "the mean: 0.2 of the tensor pipe");
@@ -2186,15 +2214,22 @@ mod tests {
         assert_eq!(r.saturation_p99, Some(0.8));
         // A peak never lowers a point, and a step without a mean stays unknown.
         let idle = sample(1_200_000, 0.0);
-        t.observe_peak_sample(3, &idle.entities[0], &cfg);
-        t.observe_peak_sample(9, &idle.entities[0], &cfg);
-        // A sentinel is a blank, not a peak.
-        let mut blank = sample(1_200_000, 0.9);
-        blank.entities[0]
-            .readings
-            .set_value(Field::TensorActive, 9.223_372_036_854_776e18);
-        t.observe_peak_sample(3, &blank.entities[0], &cfg);
+        assert!(!t.observe_peak_sample(3, &idle.entities[0], &cfg, &mut diags));
+        assert!(!t.observe_peak_sample(9, &idle.entities[0], &cfg, &mut diags));
         assert_eq!(t.points()[3].sat_peak(), Some(8_000));
+        assert!(diags.is_empty(), "{diags:?}");
+        // A sentinel, or a p99 no fraction can be, is not a peak: the step held an
+        // impossible raw sample that its mean averaged in, so the step is unknown.
+        for (step, bad) in [(3, 9.223_372_036_854_776e18), (2, 2.89)] {
+            let mut blank = sample(step as i64 * 300_000, 0.9);
+            blank.entities[0]
+                .readings
+                .set_value(Field::TensorActive, bad);
+            assert!(t.observe_peak_sample(step, &blank.entities[0], &cfg, &mut diags));
+            assert_eq!(t.points()[step], Point::NONE);
+        }
+        assert_eq!(diags.len(), 2);
+        assert_eq!(t.points()[1].sat_peak(), Some(8_000));
         assert_eq!(t.lifetime_steps(), 4);
     }
 

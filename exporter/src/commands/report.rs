@@ -237,6 +237,7 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
             .notes
             .push(report::summarized_note(doc.source.step_seconds));
     }
+    doc.fleet.notes.extend(report::blanks_note(&doc.source));
     doc.fleet.notes.extend(history_notes(&stats));
     let analysis_s = analysis.elapsed().as_secs_f64();
     drop(input);

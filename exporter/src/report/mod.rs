@@ -13,8 +13,9 @@ pub(crate) mod text;
 
 use crate::history::{Family, FeedStats, History, NO_CLUSTER, SampleKind, rfc3339};
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use truthscale_core::derive::DeriveConfig;
+use truthscale_core::diag::{Diagnostic, DiagnosticKind};
 use truthscale_core::fleet::{FleetConfig, FleetInput, FleetReport, Track};
 use truthscale_core::model::{EntityId, EntityKey};
 use truthscale_core::tracker::Deriver;
@@ -46,6 +47,15 @@ pub(crate) struct Source {
     /// `--scrape-interval`): means for use and idle time, the peak of memory used, and the
     /// p99 of each activity ratio for the sizing. `false`: one sample per step.
     pub summarized_steps: bool,
+    /// Readings that were not measurements (sentinels, NaN, values out of their physical
+    /// range), left blank and never counted, by kind (`sentinel`, `non_finite`,
+    /// `out_of_range`).
+    pub blanked_readings: BTreeMap<&'static str, u64>,
+    /// Ratios a little over 1 (up to 1.5, rounding in the source) read as 1.
+    pub clamped_ratios: u64,
+    /// Summarised steps whose p99 was impossible: a raw sample in them was, and their
+    /// means averaged it in, so the step is unknown for that workload.
+    pub impossible_steps: u64,
 }
 
 /// The whole report as `--json` writes it.
@@ -170,7 +180,11 @@ pub(crate) fn collect(mut history: History) -> anyhow::Result<(FleetInput, Sourc
         start_ms: range.start,
         step_seconds,
         summarized_steps: history.summarizes(),
+        blanked_readings: BTreeMap::new(),
+        clamped_ratios: 0,
+        impossible_steps: 0,
     };
+    let mut source = source;
     let steps = usize::try_from(range.points()).unwrap_or(0);
     let mut deriver = Deriver::new(DeriveConfig::default(), Some(step_seconds));
     // The report reads no observed ceilings.
@@ -190,13 +204,16 @@ pub(crate) fn collect(mut history: History) -> anyhow::Result<(FleetInput, Sourc
         }
         if kind == SampleKind::Peak {
             for (j, e) in sample.entities.iter().enumerate() {
-                if let Some(i) = found.track(j, &e.id, None) {
-                    tracks[i].observe_peak_sample(step, e, &peak_config);
+                if let Some(i) = found.track(j, &e.id, None)
+                    && tracks[i].observe_peak_sample(step, e, &peak_config, &mut diagnostics)
+                {
+                    source.impossible_steps += 1;
                 }
             }
+            count_blanks(&mut source, &mut diagnostics);
             return;
         }
-        // Each window as it is derived, not a copy; the diagnostics are not reported.
+        // Each window as it is derived, not a copy.
         let mut j = 0;
         deriver.observe_each(sample, &mut diagnostics, |w| {
             if let Some(i) = found.track(j, &w.id, Some(&mut tracks)) {
@@ -204,7 +221,7 @@ pub(crate) fn collect(mut history: History) -> anyhow::Result<(FleetInput, Sourc
             }
             j += 1;
         });
-        diagnostics.clear();
+        count_blanks(&mut source, &mut diagnostics);
     })?;
     // In the order of their GPUs and pods, whatever order the answers came in (a query
     // split for a server limit brings its series in another).
@@ -218,6 +235,52 @@ pub(crate) fn collect(mut history: History) -> anyhow::Result<(FleetInput, Sourc
         source,
         stats,
     ))
+}
+
+/// Count the readings `diagnostics` blanked by kind, and the ratios it clamped, into
+/// `source`; and empty it.
+fn count_blanks(source: &mut Source, diagnostics: &mut Vec<Diagnostic>) {
+    for d in diagnostics.drain(..) {
+        match d.kind {
+            DiagnosticKind::OutOfRange if d.detail.ends_with("clamped to 1") => {
+                source.clamped_ratios += 1;
+            }
+            DiagnosticKind::Sentinel | DiagnosticKind::NonFinite | DiagnosticKind::OutOfRange => {
+                *source.blanked_readings.entry(d.kind.as_str()).or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The report's note on readings that were not measurements, when there were any.
+pub(crate) fn blanks_note(s: &Source) -> Option<String> {
+    let readings: u64 = s.blanked_readings.values().sum();
+    let mut parts = Vec::new();
+    if readings > 0 {
+        let kinds: Vec<String> = s
+            .blanked_readings
+            .iter()
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect();
+        parts.push(format!(
+            "{readings} readings were not measurements ({}) and were left out, never counted as 0",
+            kinds.join(", ")
+        ));
+    }
+    if s.impossible_steps > 0 {
+        parts.push(format!(
+            "{} workload steps held an impossible raw sample (their p99 was) and are unknown, their means too",
+            s.impossible_steps
+        ));
+    }
+    if s.clamped_ratios > 0 {
+        parts.push(format!(
+            "{} ratios a little over 1 were read as 1",
+            s.clamped_ratios
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 /// The track of each entity, found without building its key when it is where it was in the

@@ -34,6 +34,12 @@ fn tensor_a(t: i64) -> f64 {
 }
 
 fn openmetrics(end: i64) -> String {
+    openmetrics_with(end, None)
+}
+
+/// [`openmetrics`], with `steady/b`'s tensor activity at `impossible` (Unix seconds) 3.0,
+/// which no fraction can be.
+fn openmetrics_with(end: i64, impossible: Option<i64>) -> String {
     let mut tensor = String::new();
     let mut dram = String::new();
     let mut busy = String::new();
@@ -48,7 +54,12 @@ fn openmetrics(end: i64) -> String {
                 tensor_a(t),
                 if burst(t) { 70.0 } else { 20.0 },
             ),
-            ("b", "steady", 0.3, 30.0),
+            (
+                "b",
+                "steady",
+                if impossible == Some(t) { 3.0 } else { 0.3 },
+                30.0,
+            ),
         ] {
             let l = format!(
                 "source=\"sim\",gpu=\"0\",uuid=\"GPU-{pod}\",model=\"Simulated H100 SXM\",node=\"n-{pod}\",namespace=\"{ns}\",pod=\"{pod}\""
@@ -110,10 +121,14 @@ fn report(url: &str, until: &str, step: &str, extra: &[&str]) -> Run {
 
 /// `burst/a`'s right-sizing entry.
 fn sizing_a(v: &Value) -> &Value {
+    sizing(v, "burst/a")
+}
+
+fn sizing<'a>(v: &'a Value, workload: &str) -> &'a Value {
     v["rightsizing"]
         .as_array()
-        .and_then(|r| r.iter().find(|w| w["workload"] == "burst/a"))
-        .unwrap_or_else(|| panic!("no burst/a in {v:#}"))
+        .and_then(|r| r.iter().find(|w| w["workload"] == workload))
+        .unwrap_or_else(|| panic!("no {workload} in {v:#}"))
 }
 
 /// The `burst` namespace's saturation GPU-hours in the showback (the sum of use).
@@ -211,4 +226,57 @@ fn a_coarse_step_keeps_the_bursts_a_fine_one_sees() {
         "{}",
         text.stdout
     );
+}
+
+/// One impossible raw sample (a tensor activity of 3.0) inside a five-minute step: read one
+/// sample per step it is a blank, counted; summarised, the step's mean would average it in
+/// to a plausible 0.84 ((0.3 × 4 + 3) / 5), but its p99 (0.3 + 0.96 × 2.7 = 2.892) is no
+/// fraction, so the step is unknown for that workload and counted, and its sizing is the
+/// steady 0.3 of every other step.
+#[test]
+fn an_impossible_sample_in_a_summarised_step_blanks_the_step() {
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    require_tool_or_return!("/usr/bin/promtool", "prometheus");
+    let end = end_now();
+    let until = humantime::format_rfc3339_seconds(
+        UNIX_EPOCH + Duration::from_secs(u64::try_from(end).unwrap()),
+    )
+    .to_string();
+    // Two minutes into a five-minute step, three hours back.
+    let bad = (end - 3 * 3600).div_euclid(300) * 300 + 120;
+    let dir = TempDir::new("report-impossible");
+    let prom = Prometheus::backfilled(&openmetrics_with(end, Some(bad)), dir.path(), None);
+    let url = prom.url();
+
+    let fine = report(&url, &until, "60s", &["--json"]).json();
+    assert_eq!(
+        fine["source"]["blanked_readings"]["out_of_range"], 1,
+        "{:#}",
+        fine["source"]
+    );
+    assert_eq!(fine["source"]["impossible_steps"], 0);
+    assert_eq!(
+        sizing(&fine, "steady/b")["saturation_p99"].as_f64(),
+        Some(0.3)
+    );
+
+    let coarse = report(&url, &until, "5m", &["--json"]).json();
+    assert_eq!(coarse["source"]["summarized_steps"], true);
+    assert_eq!(
+        coarse["source"]["impossible_steps"], 1,
+        "{:#}",
+        coarse["source"]
+    );
+    assert_eq!(coarse["source"]["blanked_readings"]["out_of_range"], 1);
+    let b = sizing(&coarse, "steady/b");
+    assert_eq!(b["saturation_p99"].as_f64(), Some(0.3), "{b:#}");
+    assert!(
+        coarse["notes"]
+            .to_string()
+            .contains("1 workload steps held an impossible raw sample"),
+        "{}",
+        coarse["notes"]
+    );
+    // burst/a is untouched.
+    assert_eq!(sizing_a(&coarse)["saturation_p99"].as_f64(), Some(0.868));
 }
