@@ -177,6 +177,77 @@ pub struct Track {
     pub simulated: bool,
     first: usize,
     points: Vec<Point>,
+    /// Steps per point: 1, or more for a grid finer than the points kept
+    /// ([`Track::with_steps_per_point`]).
+    per: usize,
+    /// With `per` > 1, the point its steps are being combined into, and its index.
+    open: Option<(usize, Combine)>,
+    /// With `per` > 1, the last step recorded.
+    last: Option<usize>,
+}
+
+/// The steps of one point being combined ([`Track::with_steps_per_point`]): the means'
+/// sums and counts (in ratio units) over the steps that measured them, and the peaks of the
+/// rest. A step that measured nothing adds nothing, never a 0.
+#[derive(Debug, Clone, Copy, Default)]
+struct Combine {
+    sat: (u64, u64),
+    busy: (u64, u64),
+    ecf: (u64, u64),
+    peak: Option<u16>,
+    pipe: Option<u16>,
+    dram: Option<u16>,
+    mem: Option<u32>,
+    /// A step of it held an impossible raw sample: the point is unknown.
+    impossible: bool,
+}
+
+impl Combine {
+    fn add(&mut self, p: Point) {
+        let mean = |acc: &mut (u64, u64), x: Option<u16>| {
+            if let Some(x) = x {
+                acc.0 += u64::from(x);
+                acc.1 += 1;
+            }
+        };
+        mean(&mut self.sat, p.sat());
+        mean(&mut self.busy, p.busy());
+        mean(&mut self.ecf, p.ecf());
+        self.raise(p.sat_peak(), p.pipe(), p.dram());
+        self.mem = self.mem.max(p.mem());
+    }
+
+    /// Raise the peaks (of saturation, the busiest pipe and DRAM activity).
+    fn raise(&mut self, peak: Option<u16>, pipe: Option<u16>, dram: Option<u16>) {
+        self.peak = self.peak.max(peak);
+        self.pipe = self.pipe.max(pipe);
+        self.dram = self.dram.max(dram);
+    }
+
+    fn point(&self) -> Point {
+        if self.impossible {
+            return Point::NONE;
+        }
+        let mean = |(sum, n): (u64, u64)| {
+            (sum + n / 2)
+                .checked_div(n)
+                .and_then(|m| u16::try_from(m).ok())
+                .unwrap_or(NO_RATIO)
+        };
+        let saturation = mean(self.sat);
+        Point {
+            saturation,
+            saturation_peak: match self.peak {
+                Some(p) if saturation != NO_RATIO && p != saturation => p,
+                _ => NO_RATIO,
+            },
+            busiest_pipe: self.pipe.unwrap_or(NO_RATIO),
+            dram: self.dram.unwrap_or(NO_RATIO),
+            busy: mean(self.busy),
+            effective_compute: mean(self.ecf),
+            memory_mib: self.mem.unwrap_or(NO_MIB),
+        }
+    }
 }
 
 impl Track {
@@ -194,12 +265,60 @@ impl Track {
             simulated: false,
             first: 0,
             points: Vec::new(),
+            per: 1,
+            open: None,
+            last: None,
+        }
+    }
+
+    /// This track keeping one point per `per` steps of the grid it is fed (steps
+    /// `k·per … k·per + per − 1` make point `k`), so that its memory is that of the points
+    /// kept, whatever the step: each point's saturation, busy fraction and effective compute
+    /// are their means over the steps that measured them, its memory and its peaks (of
+    /// saturation for the sizing, busiest pipe, DRAM activity) the highest. Its
+    /// [`Track::first_step`] and [`Track::lifetime_steps`] are then in points; call
+    /// [`Track::finish`] after the last step.
+    #[must_use]
+    pub fn with_steps_per_point(mut self, per: usize) -> Track {
+        self.per = per.max(1);
+        self
+    }
+
+    /// Close the point still being combined from its steps (with more than one step per
+    /// point); nothing otherwise.
+    pub fn finish(&mut self) {
+        if let Some((at, c)) = self.open.take() {
+            self.push(at, c.point());
         }
     }
 
     /// Record the point of step `step`. Steps must increase; a step not after the last one
-    /// recorded is ignored. Steps skipped in between are unknown.
+    /// recorded is ignored. Steps skipped in between are unknown. With more than one step
+    /// per point, the step is combined into its point.
     pub fn record(&mut self, step: usize, point: Point) {
+        if self.per == 1 {
+            self.push(step, point);
+            return;
+        }
+        let at = step / self.per;
+        match &mut self.open {
+            _ if self.last.is_some_and(|last| step <= last) => {}
+            Some((open, c)) if *open == at => {
+                c.add(point);
+                self.last = Some(step);
+            }
+            _ => {
+                self.finish();
+                let mut c = Combine::default();
+                c.add(point);
+                self.open = Some((at, c));
+                self.last = Some(step);
+            }
+        }
+    }
+
+    /// Put `point` at step (or point) `step` of the points.
+    fn push(&mut self, step: usize, point: Point) {
         if self.points.is_empty() {
             self.first = step;
         } else if step < self.first + self.points.len() {
@@ -255,10 +374,21 @@ impl Track {
     /// the point's sizing saturation, and its busiest pipe and DRAM activity (only ever used
     /// as percentiles) replace the means' where higher. A step not recorded is left unknown.
     fn observe_peak(&mut self, step: usize, readings: &Readings, metrics: &WindowMetrics) {
-        let Some(at) = step.checked_sub(self.first) else {
+        let saturation = self.saturation_of(readings, metrics);
+        let point = step / self.per;
+        if let Some((open, c)) = &mut self.open
+            && *open == point
+        {
+            c.raise(
+                ratio_units(saturation),
+                ratio_units(metrics.busiest_pipe),
+                ratio_units(readings.value(Field::DramActive)),
+            );
+            return;
+        }
+        let Some(at) = point.checked_sub(self.first) else {
             return;
         };
-        let saturation = self.saturation_of(readings, metrics);
         let Some(p) = self.points.get_mut(at) else {
             return;
         };
@@ -298,11 +428,17 @@ impl Track {
                 && !matches!(readings.get(f), Reading::Value(_))
         });
         if blanked {
-            if let Some(p) = step
-                .checked_sub(self.first)
-                .and_then(|at| self.points.get_mut(at))
-            {
-                *p = Point::NONE;
+            let point = step / self.per;
+            match &mut self.open {
+                Some((open, c)) if *open == point => c.impossible = true,
+                _ => {
+                    if let Some(p) = point
+                        .checked_sub(self.first)
+                        .and_then(|at| self.points.get_mut(at))
+                    {
+                        *p = Point::NONE;
+                    }
+                }
             }
             return true;
         }
@@ -2231,6 +2367,91 @@ mod tests {
         assert_eq!(diags.len(), 2);
         assert_eq!(t.points()[1].sat_peak(), Some(8_000));
         assert_eq!(t.lifetime_steps(), 4);
+    }
+
+    /// Three steps a point: each point's means are over the steps that measured them (an
+    /// unmeasured step is not a 0), memory and the sizing's saturation are the highest, and a
+    /// summarised step's peak raises its point whether that point is still open or closed.
+    #[test]
+    fn steps_combined_into_points_keep_means_over_what_was_measured_and_the_peaks() {
+        let gib = 1_073_741_824.0;
+        let p =
+            |sat: f64, mem: f64| Point::new(Some(sat), Some(1.0), Some(sat / 2.0), Some(mem * gib));
+        let mut t = Track::new(Some("ns/p".into()), "n/gpu 0".into()).with_steps_per_point(3);
+        t.record(0, p(0.2, 10.0));
+        t.record(1, Point::NONE);
+        t.record(2, p(0.4, 30.0));
+        t.record(3, p(0.5, 20.0));
+        // Step 4 not read at all; step 3 again is ignored.
+        t.record(3, p(0.9, 70.0));
+        t.record(5, p(0.1, 20.0));
+        t.record(7, p(0.6, 5.0));
+        t.finish();
+        assert_eq!(t.first_step(), 0);
+        assert_eq!(t.lifetime_steps(), 3);
+        let pts = t.points();
+        assert_eq!(
+            pts[0].sat(),
+            Some(3_000),
+            "the mean of 0.2 and 0.4, not of 0.2, 0, 0.4"
+        );
+        assert_eq!(pts[0].sat_peak(), Some(4_000));
+        assert_eq!(pts[0].ecf(), Some(1_500));
+        assert_eq!(pts[0].busy(), Some(10_000));
+        assert_eq!(pts[0].mem(), Some(30 * 1024));
+        assert_eq!(pts[1].sat(), Some(3_000));
+        assert_eq!(pts[1].sat_peak(), Some(5_000));
+        assert_eq!(pts[1].mem(), Some(20 * 1024));
+        assert_eq!(pts[2].sat(), Some(6_000));
+        assert_eq!(pts[2].sat_peak(), Some(6_000));
+
+        // A track that starts later starts at its point; peaks raise open and closed points.
+        use crate::tracker::Deriver;
+        let f_ref = h100().f_ref_mhz;
+        let sample = |ms: i64, tensor: f64| {
+            crate::tracker::tests::sample(
+                ms,
+                &[
+                    (Field::TensorActive, tensor),
+                    (Field::DramActive, tensor / 4.0),
+                    (Field::SmClockMhz, f_ref),
+                    (Field::ReportedUtil, 1.0),
+                ],
+            )
+        };
+        let cfg = DeriveConfig::default();
+        let mut diags = Vec::new();
+        let mut means = Deriver::new(cfg.clone(), Some(60.0));
+        let mut t = Track::new(Some("ns/q".into()), "n/gpu 1".into()).with_steps_per_point(2);
+        for step in 3..7 {
+            for w in &means.observe(&sample(step as i64 * 60_000, 0.2)).windows {
+                t.observe(step, w);
+            }
+        }
+        // Points 1 (step 3), 2 (steps 4, 5) closed, 3 (step 6) open.
+        assert!(!t.observe_peak_sample(4, &sample(240_000, 0.8).entities[0], &cfg, &mut diags));
+        assert!(!t.observe_peak_sample(6, &sample(360_000, 0.7).entities[0], &cfg, &mut diags));
+        let mut bad = sample(180_000, 0.9);
+        bad.entities[0].readings.set_value(Field::TensorActive, 2.9);
+        assert!(t.observe_peak_sample(3, &bad.entities[0], &cfg, &mut diags));
+        t.finish();
+        assert_eq!(t.first_step(), 1);
+        let pts = t.points();
+        assert_eq!(pts.len(), 3);
+        assert_eq!(
+            pts[0],
+            Point::NONE,
+            "an impossible peak: the point is unknown"
+        );
+        assert_eq!(
+            (pts[1].sat(), pts[1].sat_peak()),
+            (Some(2_000), Some(8_000))
+        );
+        assert_eq!(
+            (pts[2].sat(), pts[2].sat_peak()),
+            (Some(2_000), Some(7_000))
+        );
+        assert_eq!(pts[2].pipe(), Some(7_000));
     }
 
     fn steady(i: usize, steps: usize) -> Track {

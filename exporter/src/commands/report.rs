@@ -87,6 +87,12 @@ pub(crate) struct ReportArgs {
     /// …and effective compute below this (where measured).
     #[arg(long, default_value_t = IDLE_COMPUTE_BELOW, value_parser = fraction(1.0))]
     pub idle_compute_below: f64,
+    /// The most points kept per workload: a finer grid (an explicit --step over a long
+    /// window) is combined, each point then holding as many steps as it takes (their means
+    /// for use, their peaks for memory and the sizing), so memory stays bounded whatever
+    /// the step.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_STEPS, value_parser = clap::value_parser!(u64).range(100..))]
+    pub max_points: u64,
     /// Print the versioned JSON document (docs/report.md) instead of the text report.
     #[arg(long)]
     pub json: bool,
@@ -170,7 +176,8 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
         Some(by) => Some(report::showback::read(&mut history, by)?),
         None => None,
     };
-    let (input, source, stats) = report::collect(history)?;
+    let (input, source, stats) = report::collect(history, args.max_points)?;
+    let per = source.steps_per_point;
     let cfg = FleetConfig {
         headroom: args.headroom,
         idle_share: args.idle_share,
@@ -192,7 +199,7 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
     if let (Some(by), Some(attrs)) = (&args.by, &attributes) {
         let groups = report::showback::groups(&input, by, attrs);
         let requested = report::showback::requested_by_group(&input, &groups, by, attrs);
-        let holders = report::showback::holders(&input, by, attrs);
+        let holders = report::showback::holders(&input, by, attrs, per);
         let period_steps = args
             .every
             .map(|e| ((e.as_secs_f64() / input.step_seconds).round() as usize).max(1));
@@ -236,6 +243,9 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
         doc.fleet
             .notes
             .push(report::summarized_note(doc.source.step_seconds));
+    }
+    if per > 1 {
+        doc.fleet.notes.push(report::combined_note(&doc.source));
     }
     doc.fleet.notes.extend(report::blanks_note(&doc.source));
     doc.fleet.notes.extend(history_notes(&stats));

@@ -53,6 +53,10 @@ pub(crate) struct Source {
     pub blanked_readings: BTreeMap<&'static str, u64>,
     /// Ratios a little over 1 (up to 1.5, rounding in the source) read as 1.
     pub clamped_ratios: u64,
+    /// Steps of `step_seconds` per point of the analysis (`--max-points`): 1, or more when
+    /// the grid was finer than the points kept per workload; the analysis' own
+    /// `step_seconds` is then this many times the source's.
+    pub steps_per_point: usize,
     /// Summarised steps whose p99 was impossible: a raw sample in them was, and their
     /// means averaged it in, so the step is unknown for that workload.
     pub impossible_steps: u64,
@@ -164,7 +168,10 @@ fn pod_name(id: &EntityId) -> Option<String> {
 ///
 /// # Errors
 /// As [`History::feed_stats`].
-pub(crate) fn collect(mut history: History) -> anyhow::Result<(FleetInput, Source, FeedStats)> {
+pub(crate) fn collect(
+    mut history: History,
+    max_points: u64,
+) -> anyhow::Result<(FleetInput, Source, FeedStats)> {
     history.read_peaks();
     let range = history.range();
     let step_seconds = history.step_seconds();
@@ -182,10 +189,16 @@ pub(crate) fn collect(mut history: History) -> anyhow::Result<(FleetInput, Sourc
         summarized_steps: history.summarizes(),
         blanked_readings: BTreeMap::new(),
         clamped_ratios: 0,
+        steps_per_point: 1,
         impossible_steps: 0,
     };
     let mut source = source;
     let steps = usize::try_from(range.points()).unwrap_or(0);
+    // Each workload keeps at most `max_points` points, whatever the step.
+    let per = steps
+        .div_ceil(usize::try_from(max_points.max(1)).unwrap_or(usize::MAX))
+        .max(1);
+    source.steps_per_point = per;
     let mut deriver = Deriver::new(DeriveConfig::default(), Some(step_seconds));
     // The report reads no observed ceilings.
     deriver.set_ceilings(false);
@@ -193,7 +206,10 @@ pub(crate) fn collect(mut history: History) -> anyhow::Result<(FleetInput, Sourc
     // The peak samples (a coarse step's p99s) are the same steps again, not later ones:
     // derived without the tracker's state.
     let peak_config = DeriveConfig::default();
-    let mut found = Found::default();
+    let mut found = Found {
+        per,
+        ..Found::default()
+    };
     let mut tracks: Vec<Track> = Vec::new();
     let stats = history.feed_stats(|sample, kind| {
         let Ok(step) = usize::try_from((sample.taken.0 - range.start) / range.step) else {
@@ -223,13 +239,16 @@ pub(crate) fn collect(mut history: History) -> anyhow::Result<(FleetInput, Sourc
         });
         count_blanks(&mut source, &mut diagnostics);
     })?;
+    for t in &mut tracks {
+        t.finish();
+    }
     // In the order of their GPUs and pods, whatever order the answers came in (a query
     // split for a server limit brings its series in another).
     tracks.sort_by(|a, b| (&a.gpu, &a.pod).cmp(&(&b.gpu, &b.pod)));
     Ok((
         FleetInput {
-            step_seconds,
-            steps,
+            step_seconds: step_seconds * per as f64,
+            steps: steps.div_ceil(per),
             tracks,
         },
         source,
@@ -287,6 +306,8 @@ pub(crate) fn blanks_note(s: &Source) -> Option<String> {
 /// previous sample (the samples of a chunk list their entities in the same order).
 #[derive(Default)]
 struct Found {
+    /// Steps per point of the tracks it makes.
+    per: usize,
     index: HashMap<EntityKey, usize>,
     keys: Vec<EntityKey>,
     /// The track of the entity at each place of the previous sample.
@@ -304,7 +325,9 @@ impl Found {
                 match (self.index.get(&key), tracks) {
                     (Some(&i), _) => i,
                     (None, Some(tracks)) => {
-                        tracks.push(Track::new(pod_name(id), gpu_key(id)));
+                        tracks.push(
+                            Track::new(pod_name(id), gpu_key(id)).with_steps_per_point(self.per),
+                        );
                         self.keys.push(key.clone());
                         self.index.insert(key, tracks.len() - 1);
                         tracks.len() - 1
@@ -336,18 +359,29 @@ pub(crate) fn document(input: &FleetInput, source: Source, cfg: &FleetConfig) ->
 }
 
 /// How each step was read, after its length: nothing for one sample per step.
-pub(crate) fn step_reading(s: &Source) -> &'static str {
+pub(crate) fn step_reading(s: &Source) -> String {
+    let mut out = String::new();
     if s.summarized_steps {
-        " (each step summarises the raw samples in it)"
-    } else {
-        ""
+        out.push_str(" (each step summarises the raw samples in it)");
     }
+    if s.steps_per_point > 1 {
+        out.push_str(&format!(", {} steps per point", s.steps_per_point));
+    }
+    out
 }
 
 /// The note on a summarised step: what each figure is of.
 pub(crate) fn summarized_note(step_seconds: f64) -> String {
     format!(
         "each {step_seconds} s step summarises the raw samples scraped in it: use and idle time from the mean of each activity ratio, memory from its peak, and the sizing (percentiles, packing, MIG fit) from the p99 of each activity ratio in the step, so a burst shorter than a step is sized, not averaged away"
+    )
+}
+
+/// The report's note on points that combine several steps (`--max-points`).
+pub(crate) fn combined_note(s: &Source) -> String {
+    format!(
+        "each point combines {} steps of {} s (--max-points keeps each workload's points bounded): use and idle time from their mean over the steps that measured them, memory and the sizing from their peak",
+        s.steps_per_point, s.step_seconds
     )
 }
 

@@ -163,7 +163,9 @@ fn read_held(history: &mut History) -> anyhow::Result<Vec<Held>> {
 
 /// The holders of GPUs whose own series name no pod, with their groups.
 #[must_use]
-pub(crate) fn holders(input: &FleetInput, by: &By, attrs: &PodAttributes) -> Holders {
+/// `per`: steps per point of `input` (a holder at any step of a point holds it at that
+/// point, once).
+pub(crate) fn holders(input: &FleetInput, by: &By, attrs: &PodAttributes, per: usize) -> Holders {
     let model: HashMap<&str, Option<&str>> = input
         .tracks
         .iter()
@@ -192,16 +194,19 @@ pub(crate) fn holders(input: &FleetInput, by: &By, attrs: &PodAttributes) -> Hol
                 .cloned()
                 .unwrap_or_else(|| NONE.to_string()),
         };
-        out.entry(h.gpu.clone())
+        let at = out
+            .entry(h.gpu.clone())
             .or_default()
-            .entry(h.step)
-            .or_default()
-            .push(Holding {
+            .entry(h.step / per.max(1))
+            .or_default();
+        if per <= 1 || !at.iter().any(|x| x.pod == h.pod) {
+            at.push(Holding {
                 pod: h.pod.clone(),
                 group,
                 effective_compute: h.part,
                 method: h.method.clone(),
             });
+        }
     }
     for steps in out.values_mut() {
         for hs in steps.values_mut() {

@@ -280,3 +280,58 @@ fn an_impossible_sample_in_a_summarised_step_blanks_the_step() {
     // burst/a is untouched.
     assert_eq!(sizing_a(&coarse)["saturation_p99"].as_f64(), Some(0.868));
 }
+
+/// `--max-points` below the steps of the grid: each workload keeps one point per four
+/// 60 s steps (361 steps, 91 points), the mean of its steps for use and their peak for
+/// memory and the sizing, so the bursts are sized as at one point a step and the use adds up
+/// to within the last point (one step held, counted as four).
+#[test]
+fn a_fine_step_over_more_steps_than_points_combines_them() {
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    require_tool_or_return!("/usr/bin/promtool", "prometheus");
+    let end = end_now();
+    let until = humantime::format_rfc3339_seconds(
+        UNIX_EPOCH + Duration::from_secs(u64::try_from(end).unwrap()),
+    )
+    .to_string();
+    let dir = TempDir::new("report-points");
+    let prom = Prometheus::backfilled(&openmetrics(end), dir.path(), None);
+    let url = prom.url();
+
+    let fine = report(&url, &until, "60s", &["--json"]).json();
+    assert_eq!(fine["source"]["steps_per_point"], 1);
+    let combined = report(&url, &until, "60s", &["--json", "--max-points", "100"]).json();
+    assert_eq!(
+        combined["source"]["steps_per_point"], 4,
+        "{:#}",
+        combined["source"]
+    );
+    assert_eq!(combined["source"]["step_seconds"], 60.0);
+    assert_eq!(combined["step_seconds"], 240.0);
+    assert_eq!(combined["steps"], 91);
+    let a = sizing_a(&combined);
+    assert_eq!(a["memory_peak_bytes"].as_f64(), Some(70.0 * GIB), "{a:#}");
+    assert_eq!(a["saturation_p99"].as_f64(), Some(0.9), "{a:#}");
+    assert_eq!(
+        sizing(&combined, "steady/b")["saturation_p99"].as_f64(),
+        Some(0.3)
+    );
+    let (got, want) = (used_a(&combined), used_a(&fine));
+    assert!(
+        (got - want).abs() <= 3.0 * 0.9 * 60.0 / 3600.0,
+        "combined {got} GPU-h against {want} at one point a step"
+    );
+    assert!(
+        combined["notes"]
+            .to_string()
+            .contains("each point combines 4 steps of 60 s"),
+        "{}",
+        combined["notes"]
+    );
+    let text = report(&url, &until, "60s", &["--max-points", "100"]);
+    assert!(
+        text.stdout.contains("every 60 s, 4 steps per point"),
+        "{}",
+        text.stdout
+    );
+}
