@@ -175,7 +175,7 @@ pub(crate) fn collect(
     history.read_peaks();
     let range = history.range();
     let step_seconds = history.step_seconds();
-    let source = Source {
+    let mut source = Source {
         prometheus: history.base_url().to_owned(),
         family: match history.family() {
             Family::DcgmExporter => "dcgm_exporter",
@@ -192,7 +192,6 @@ pub(crate) fn collect(
         steps_per_point: 1,
         impossible_steps: 0,
     };
-    let mut source = source;
     let steps = usize::try_from(range.points()).unwrap_or(0);
     // Each workload keeps at most `max_points` points, whatever the step.
     let per = steps
