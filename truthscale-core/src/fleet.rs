@@ -2313,22 +2313,24 @@ mod tests {
         t
     }
 
+    /// A sample of one H100 at `ms`: tensor activity `tensor`, DRAM a quarter of it, busy.
+    fn tensor_sample(ms: i64, tensor: f64) -> crate::model::Sample {
+        crate::tracker::tests::sample(
+            ms,
+            &[
+                (Field::TensorActive, tensor),
+                (Field::DramActive, tensor / 4.0),
+                (Field::SmClockMhz, h100().f_ref_mhz),
+                (Field::ReportedUtil, 1.0),
+            ],
+        )
+    }
+
     /// A coarse step read twice: its means feed the sums of use, its peaks the sizing.
     #[test]
     fn a_steps_peak_sizes_it_while_its_mean_sums_its_use() {
         use crate::tracker::Deriver;
-        let f_ref = h100().f_ref_mhz;
-        let sample = |ms: i64, tensor: f64| {
-            crate::tracker::tests::sample(
-                ms,
-                &[
-                    (Field::TensorActive, tensor),
-                    (Field::DramActive, tensor / 4.0),
-                    (Field::SmClockMhz, f_ref),
-                    (Field::ReportedUtil, 1.0),
-                ],
-            )
-        };
+        let sample = tensor_sample;
         let cfg = DeriveConfig::default();
         let mut diags = Vec::new();
         let mut means = Deriver::new(cfg.clone(), Some(300.0));
@@ -2407,18 +2409,7 @@ mod tests {
 
         // A track that starts later starts at its point; peaks raise open and closed points.
         use crate::tracker::Deriver;
-        let f_ref = h100().f_ref_mhz;
-        let sample = |ms: i64, tensor: f64| {
-            crate::tracker::tests::sample(
-                ms,
-                &[
-                    (Field::TensorActive, tensor),
-                    (Field::DramActive, tensor / 4.0),
-                    (Field::SmClockMhz, f_ref),
-                    (Field::ReportedUtil, 1.0),
-                ],
-            )
-        };
+        let sample = tensor_sample;
         let cfg = DeriveConfig::default();
         let mut diags = Vec::new();
         let mut means = Deriver::new(cfg.clone(), Some(60.0));

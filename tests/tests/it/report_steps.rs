@@ -119,6 +119,16 @@ fn report(url: &str, until: &str, step: &str, extra: &[&str]) -> Run {
     truthscale(&args)
 }
 
+/// The fleet's last sample time (Unix seconds), and it as `--until`.
+fn end_and_until() -> (i64, String) {
+    let end = end_now();
+    let until = humantime::format_rfc3339_seconds(
+        UNIX_EPOCH + Duration::from_secs(u64::try_from(end).unwrap()),
+    )
+    .to_string();
+    (end, until)
+}
+
 /// `burst/a`'s right-sizing entry.
 fn sizing_a(v: &Value) -> &Value {
     sizing(v, "burst/a")
@@ -144,11 +154,7 @@ fn used_a(v: &Value) -> f64 {
 fn a_coarse_step_keeps_the_bursts_a_fine_one_sees() {
     require_tool_or_return!("/usr/bin/prometheus", "prometheus");
     require_tool_or_return!("/usr/bin/promtool", "prometheus");
-    let end = end_now();
-    let until = humantime::format_rfc3339_seconds(
-        UNIX_EPOCH + Duration::from_secs(u64::try_from(end).unwrap()),
-    )
-    .to_string();
+    let (end, until) = end_and_until();
     let dir = TempDir::new("report-steps");
     let prom = Prometheus::backfilled(&openmetrics(end), dir.path(), None);
     let url = prom.url();
@@ -237,11 +243,7 @@ fn a_coarse_step_keeps_the_bursts_a_fine_one_sees() {
 fn an_impossible_sample_in_a_summarised_step_blanks_the_step() {
     require_tool_or_return!("/usr/bin/prometheus", "prometheus");
     require_tool_or_return!("/usr/bin/promtool", "prometheus");
-    let end = end_now();
-    let until = humantime::format_rfc3339_seconds(
-        UNIX_EPOCH + Duration::from_secs(u64::try_from(end).unwrap()),
-    )
-    .to_string();
+    let (end, until) = end_and_until();
     // Two minutes into a five-minute step, three hours back.
     let bad = (end - 3 * 3600).div_euclid(300) * 300 + 120;
     let dir = TempDir::new("report-impossible");
@@ -289,11 +291,7 @@ fn an_impossible_sample_in_a_summarised_step_blanks_the_step() {
 fn a_fine_step_over_more_steps_than_points_combines_them() {
     require_tool_or_return!("/usr/bin/prometheus", "prometheus");
     require_tool_or_return!("/usr/bin/promtool", "prometheus");
-    let end = end_now();
-    let until = humantime::format_rfc3339_seconds(
-        UNIX_EPOCH + Duration::from_secs(u64::try_from(end).unwrap()),
-    )
-    .to_string();
+    let (end, until) = end_and_until();
     let dir = TempDir::new("report-points");
     let prom = Prometheus::backfilled(&openmetrics(end), dir.path(), None);
     let url = prom.url();
