@@ -231,6 +231,8 @@ pub(super) struct Client {
     pub(super) timeout: Duration,
     /// Retries of a request after a passing failure.
     pub(super) retries: u32,
+    /// Ask for gzip-compressed answers (`Accept-Encoding: gzip`); else `identity`.
+    pub(super) gzip: bool,
     pub(super) counters: std::sync::Mutex<Counters>,
 }
 
@@ -279,8 +281,28 @@ impl Client {
             authorization,
             timeout,
             retries: DEFAULT_RETRIES,
+            gzip: true,
             counters: std::sync::Mutex::new(Counters::default()),
         })
+    }
+
+    /// Whether the server is on this host: `localhost`, an address in 127.0.0.0/8, or
+    /// `[::1]`.
+    pub(super) fn is_local(&self) -> bool {
+        let rest = self
+            .base
+            .strip_prefix("http://")
+            .or_else(|| self.base.strip_prefix("https://"))
+            .unwrap_or(&self.base);
+        let authority = rest.split('/').next().unwrap_or_default();
+        let host = match authority.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().unwrap_or_default(),
+            None => authority.split(':').next().unwrap_or_default(),
+        };
+        host.eq_ignore_ascii_case("localhost")
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
     }
 
     /// The counters, whatever a panicking thread left.
@@ -362,6 +384,9 @@ impl Client {
         }
         if let Some(a) = &self.authorization {
             req = req.header("Authorization", a);
+        }
+        if !self.gzip {
+            req = req.header("Accept-Encoding", "identity");
         }
         let started = std::time::Instant::now();
         let timeout = self.timeout;
@@ -516,6 +541,33 @@ pub(super) fn call_error(url: &str, e: ureq::Error, timeout: Duration) -> anyhow
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--compression auto` leaves out gzip for a server on this host only.
+    #[test]
+    fn a_server_on_this_host_is_told_by_its_url() {
+        let local = |url: &str| {
+            Client::new(url, None, Duration::from_secs(1), None)
+                .unwrap()
+                .is_local()
+        };
+        for url in [
+            "http://localhost:9090",
+            "http://LOCALHOST",
+            "http://127.0.0.1:9090/prefix",
+            "https://127.1.2.3",
+            "http://[::1]:9090",
+        ] {
+            assert!(local(url), "{url}");
+        }
+        for url in [
+            "http://prometheus:9090",
+            "http://10.0.0.1:9090",
+            "http://[2001:db8::1]:9090",
+            "http://localhost.example.com",
+        ] {
+            assert!(!local(url), "{url}");
+        }
+    }
 
     /// The limits by the exact texts of Prometheus' and Mimir's errors; other errors are
     /// not limits.

@@ -112,6 +112,22 @@ pub(crate) struct PrometheusArgs {
     /// keeps the bursts and peaks a finer one would see.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub scrape_interval: Option<Duration>,
+    /// Ask Prometheus for gzip-compressed answers: `auto` does unless the server is on
+    /// this host (localhost, 127.0.0.0/8, [::1]), where compressing costs the server more
+    /// CPU than the transfer it saves [default: auto].
+    #[arg(long, value_name = "WHEN", value_enum)]
+    pub compression: Option<Compression>,
+}
+
+/// `--compression`: whether answers are asked for gzip-compressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Compression {
+    /// gzip unless the server is on this host.
+    Auto,
+    /// Always gzip.
+    Gzip,
+    /// Never: the answers come as they are.
+    None,
 }
 
 /// A Prometheus label name: `[a-zA-Z_][a-zA-Z0-9_]*`.
@@ -296,6 +312,7 @@ impl PrometheusArgs {
             (self.prometheus_retries.is_some(), "--prometheus-retries"),
             (self.cluster_label.is_some(), "--cluster-label"),
             (self.scrape_interval.is_some(), "--scrape-interval"),
+            (self.compression.is_some(), "--compression"),
         ]
         .into_iter()
         .find_map(|(given, flag)| given.then_some(flag))
@@ -598,6 +615,11 @@ impl History {
         }
         let mut client = Client::new(url, authorization(p, env)?, timeout, p.ca_file.as_deref())?;
         client.retries = p.prometheus_retries.unwrap_or(DEFAULT_RETRIES);
+        client.gzip = match p.compression.unwrap_or(Compression::Auto) {
+            Compression::Auto => !client.is_local(),
+            Compression::Gzip => true,
+            Compression::None => false,
+        };
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
@@ -1567,6 +1589,7 @@ mod tests {
             prometheus_retries: None,
             cluster_label: None,
             scrape_interval: None,
+            compression: None,
         };
         assert_eq!(
             authorization(&args, &[]).unwrap().as_deref(),

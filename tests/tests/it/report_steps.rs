@@ -333,3 +333,19 @@ fn a_fine_step_over_more_steps_than_points_combines_them() {
         text.stdout
     );
 }
+
+/// `--compression gzip` (the answers gzipped, as from a remote server) and `none` read the
+/// same history: the reports are equal.
+#[test]
+fn gzipped_answers_give_the_same_report() {
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    require_tool_or_return!("/usr/bin/promtool", "prometheus");
+    let (end, until) = end_and_until();
+    let dir = TempDir::new("report-gzip");
+    let prom = Prometheus::backfilled(&openmetrics(end), dir.path(), None);
+    let url = prom.url();
+    let plain = report(&url, &until, "60s", &["--json", "--compression", "none"]).json();
+    let gzipped = report(&url, &until, "60s", &["--json", "--compression", "gzip"]).json();
+    assert_eq!(sizing_a(&plain)["saturation_p99"].as_f64(), Some(0.9));
+    assert_eq!(plain, gzipped);
+}
