@@ -186,6 +186,14 @@ pub struct Track {
     last: Option<usize>,
 }
 
+/// The point of a step in a [`Track`] ([`Track::point_of`]).
+enum PointOf<'a> {
+    /// The point being combined.
+    Open(&'a mut Combine),
+    /// A closed point.
+    Closed(&'a mut Point),
+}
+
 /// The steps of one point being combined ([`Track::with_steps_per_point`]): the means'
 /// sums and counts (in ratio units) over the steps that measured them, and the peaks of the
 /// rest. A step that measured nothing adds nothing, never a 0.
@@ -375,26 +383,19 @@ impl Track {
     /// as percentiles) replace the means' where higher. A step not recorded is left unknown.
     fn observe_peak(&mut self, step: usize, readings: &Readings, metrics: &WindowMetrics) {
         let saturation = self.saturation_of(readings, metrics);
-        let point = step / self.per;
-        if let Some((open, c)) = &mut self.open
-            && *open == point
-        {
-            c.raise(
-                ratio_units(saturation),
-                ratio_units(metrics.busiest_pipe),
-                ratio_units(readings.value(Field::DramActive)),
-            );
-            return;
-        }
-        let Some(at) = point.checked_sub(self.first) else {
-            return;
+        let p = match self.point_of(step) {
+            None => return,
+            Some(PointOf::Open(c)) => {
+                c.raise(
+                    ratio_units(saturation),
+                    ratio_units(metrics.busiest_pipe),
+                    ratio_units(readings.value(Field::DramActive)),
+                );
+                return;
+            }
+            Some(PointOf::Closed(p)) if *p == Point::NONE => return,
+            Some(PointOf::Closed(p)) => p,
         };
-        let Some(p) = self.points.get_mut(at) else {
-            return;
-        };
-        if *p == Point::NONE {
-            return;
-        }
         let raise = |mean: u16, peak: Option<u16>| match (mean, peak) {
             (NO_RATIO, _) | (_, None) => mean,
             (mean, Some(peak)) => mean.max(peak),
@@ -402,6 +403,19 @@ impl Track {
         p.saturation_peak = raise(p.sat_peak().unwrap_or(NO_RATIO), ratio_units(saturation));
         p.busiest_pipe = raise(p.busiest_pipe, ratio_units(metrics.busiest_pipe));
         p.dram = raise(p.dram, ratio_units(readings.value(Field::DramActive)));
+    }
+
+    /// Where the point of `step` is: still being combined, or closed; `None` before the
+    /// track's first point or past its last.
+    fn point_of(&mut self, step: usize) -> Option<PointOf<'_>> {
+        let point = step / self.per;
+        match &mut self.open {
+            Some((open, c)) if *open == point => Some(PointOf::Open(c)),
+            _ => point
+                .checked_sub(self.first)
+                .and_then(|at| self.points.get_mut(at))
+                .map(PointOf::Closed),
+        }
     }
 
     /// Raise the point of `step` to the entity's peak sample `e` (a coarse step's p99s):
@@ -428,17 +442,10 @@ impl Track {
                 && !matches!(readings.get(f), Reading::Value(_))
         });
         if blanked {
-            let point = step / self.per;
-            match &mut self.open {
-                Some((open, c)) if *open == point => c.impossible = true,
-                _ => {
-                    if let Some(p) = point
-                        .checked_sub(self.first)
-                        .and_then(|at| self.points.get_mut(at))
-                    {
-                        *p = Point::NONE;
-                    }
-                }
+            match self.point_of(step) {
+                Some(PointOf::Open(c)) => c.impossible = true,
+                Some(PointOf::Closed(p)) => *p = Point::NONE,
+                None => {}
             }
             return true;
         }

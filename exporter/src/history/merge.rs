@@ -86,6 +86,8 @@ pub(super) struct Chunk {
     pub(super) cluster_label: Option<String>,
     pub(super) series: Vec<SeriesMap>,
     pub(super) points: Vec<(i64, u32, f64)>,
+    /// Where each series' points start in `points` (they come series by series).
+    pub(super) starts: Vec<usize>,
     /// The entities truthscale's own series name, each once (found by key once per series
     /// and chunk, not per point).
     pub(super) entities: Vec<EntityId>,
@@ -137,6 +139,7 @@ impl Chunk {
                 return;
             };
             self.series.push(map);
+            self.starts.push(self.points.len());
             for &(t, v) in &s.values {
                 let t = (t * 1000.0).round() as i64;
                 let inside = self.bounds.is_none_or(|(a, b)| (a..=b).contains(&t));
@@ -147,56 +150,96 @@ impl Chunk {
         }
     }
 
-    /// Order the points by (time, series). They arrive series by series, each in time
-    /// order: on the chunk's grid of steps a stable counting sort by step does it in linear
-    /// time (the series order within a step is kept); off the grid, a sort.
-    pub(super) fn order_by_time(&mut self) {
-        let (Some((a, b)), step) = (self.bounds, self.step) else {
-            self.points.sort_unstable_by_key(|p| (p.0, p.1));
-            return;
-        };
-        let on_grid = |t: i64| {
-            (step > 0 && (a..=b).contains(&t) && (t - a) % step == 0)
-                .then(|| ((t - a) / step) as usize)
-        };
-        // Where each step's points start (counted one place on), or `None` off the grid.
-        let mut at = vec![0usize; ((b - a) / step.max(1)).max(0) as usize + 2];
-        let counted = self.points.iter().all(|p| match on_grid(p.0) {
-            Some(k) => {
-                at[k + 1] += 1;
-                true
-            }
-            None => false,
-        });
-        if !counted {
-            self.points.sort_unstable_by_key(|p| (p.0, p.1));
-            return;
-        }
-        for i in 1..at.len() {
-            at[i] += at[i - 1];
-        }
-        let mut out = vec![(0, 0, 0.0); self.points.len()];
-        for &p in &self.points {
-            // On the grid: every point was counted above.
-            let k = on_grid(p.0).unwrap_or(0);
-            out[at[k]] = p;
-            at[k] += 1;
-        }
-        self.points = out;
+    /// Hand `each` the points of each timestamp with any, as [`for_each_time`].
+    #[cfg(test)]
+    pub(super) fn for_each_time(&mut self, each: impl FnMut(&[(i64, u32, f64)])) {
+        for_each_time(&mut self.points, &self.starts, self.bounds, self.step, each);
     }
 
     /// Hand `f` the samples, one per timestamp with at least one value, in time order;
     /// one sample is built at a time, in place of the previous one.
-    pub(super) fn feed(mut self, mut f: impl FnMut(&Sample)) {
-        self.order_by_time();
-        let mut builder = Builder::new(self.entities.len());
-        for group in self.points.chunk_by(|a, b| a.0 == b.0) {
-            let sample = builder.build(Timestamp(group[0].0), group, &self.series, &self.entities);
+    pub(super) fn feed(self, mut f: impl FnMut(&Sample)) {
+        let Chunk {
+            bounds,
+            step,
+            series,
+            mut points,
+            entities,
+            starts,
+            ..
+        } = self;
+        let mut builder = Builder::new(entities.len());
+        for_each_time(&mut points, &starts, bounds, step, |group| {
+            let sample = builder.build(Timestamp(group[0].0), group, &series, &entities);
             if !sample.entities.is_empty() {
                 f(sample);
             }
-        }
+        });
     }
+}
+
+/// Hand `each` the points of each timestamp with any, in time order, in series order
+/// within one. The points come series by series (series `i`'s from `starts[i]`), each in
+/// time order: when every point is on the grid of `step` over `bounds` and each series'
+/// times increase, a merge walks the series' cursors step by step without copying the
+/// points (a sort into a copy had doubled a chunk's memory); otherwise a sort.
+pub(super) fn for_each_time(
+    points: &mut [(i64, u32, f64)],
+    starts: &[usize],
+    bounds: Option<(i64, i64)>,
+    step: i64,
+    mut each: impl FnMut(&[(i64, u32, f64)]),
+) {
+    let ends: Vec<usize> = starts
+        .iter()
+        .skip(1)
+        .copied()
+        .chain(std::iter::once(points.len()))
+        .collect();
+    if let Some((a, steps)) = grid(points, starts, &ends, bounds, step) {
+        let mut cursor = starts.to_vec();
+        let mut group = Vec::with_capacity(cursor.len());
+        for k in 0..steps {
+            let t = a + k * step;
+            group.clear();
+            for (c, &end) in cursor.iter_mut().zip(&ends) {
+                if *c < end && points[*c].0 == t {
+                    group.push(points[*c]);
+                    *c += 1;
+                }
+            }
+            if !group.is_empty() {
+                each(&group);
+            }
+        }
+        return;
+    }
+    points.sort_unstable_by_key(|p| (p.0, p.1));
+    for group in points.chunk_by(|a, b| a.0 == b.0) {
+        each(group);
+    }
+}
+
+/// The grid's first time and its steps, when every point is on it and each series' times
+/// increase (so that a series has at most one point a step).
+fn grid(
+    points: &[(i64, u32, f64)],
+    starts: &[usize],
+    ends: &[usize],
+    bounds: Option<(i64, i64)>,
+    step: i64,
+) -> Option<(i64, i64)> {
+    let (a, b) = bounds?;
+    if step <= 0 || b < a {
+        return None;
+    }
+    let on_grid = |t: i64| (a..=b).contains(&t) && (t - a) % step == 0;
+    let ordered = starts.iter().zip(ends).all(|(&start, &end)| {
+        points.get(start..end).is_some_and(|run| {
+            run.iter().all(|p| on_grid(p.0)) && run.windows(2).all(|w| w[0].0 < w[1].0)
+        })
+    });
+    ordered.then_some((a, (b - a) / step + 1))
 }
 
 /// Builds each timestamp's sample in place of the previous one. Truthscale's own entities

@@ -1408,7 +1408,7 @@ mod tests {
     }
 
     #[test]
-    fn counting_on_the_grid_orders_as_the_sort_does() {
+    fn merging_on_the_grid_orders_as_the_sort_does() {
         let g0: Labels<'_> = &[("gpu", "0")];
         let g1: Labels<'_> = &[("gpu", "1")];
         let fill = |c: &mut Chunk| {
@@ -1426,36 +1426,50 @@ mod tests {
                 &matrix(&[(g0, &[(15.0, "6"), (60.0, "7")])]),
             );
         };
-        let mut counted = Chunk {
+        let groups = |c: &mut Chunk| {
+            let mut out: Vec<Vec<(i64, u32, f64)>> = Vec::new();
+            c.for_each_time(|g| out.push(g.to_vec()));
+            out
+        };
+        let grid = || Chunk {
             bounds: Some((15_000, 60_000)),
             step: 15_000,
             ..Chunk::default()
         };
+        let mut merged = grid();
         let mut sorted = Chunk::default();
-        fill(&mut counted);
+        fill(&mut merged);
         fill(&mut sorted);
-        counted.order_by_time();
-        sorted.order_by_time();
-        assert_eq!(counted.points, sorted.points);
-        let times: Vec<i64> = counted.points.iter().map(|p| p.0).collect();
+        let (merged, sorted) = (groups(&mut merged), groups(&mut sorted));
+        assert_eq!(merged, sorted);
+        let times: Vec<Vec<i64>> = merged
+            .iter()
+            .map(|g| g.iter().map(|p| p.0).collect())
+            .collect();
         assert_eq!(
             times,
-            [15_000, 15_000, 30_000, 30_000, 45_000, 60_000, 60_000]
+            [
+                vec![15_000, 15_000],
+                vec![30_000, 30_000],
+                vec![45_000],
+                vec![60_000, 60_000]
+            ]
         );
-        // A point off the grid: the sort.
-        let mut off = Chunk {
-            bounds: Some((15_000, 60_000)),
-            step: 15_000,
-            ..Chunk::default()
-        };
-        fill(&mut off);
-        off.points.push((20_000, 0, 1.0));
-        off.order_by_time();
-        assert!(
-            off.points
-                .windows(2)
-                .all(|w| (w[0].0, w[0].1) <= (w[1].0, w[1].1))
-        );
+        // Series order within a timestamp: g1's GPU_UTIL (series 0), g0's (1), FB_USED (2).
+        assert_eq!(merged[0], [(15_000, 0, 1.0), (15_000, 2, 6.0)]);
+        // A point off the grid, or a series out of time order: the sort, the same groups.
+        for extra in [(20_000, 2, 1.0), (15_000, 2, 1.0)] {
+            let mut off = grid();
+            fill(&mut off);
+            off.points.push(extra);
+            let mut reference = Chunk::default();
+            fill(&mut reference);
+            reference.points.push(extra);
+            let got = groups(&mut off);
+            assert_eq!(got, groups(&mut reference));
+            assert!(got.iter().flatten().any(|p| *p == extra), "{extra:?}");
+            assert!(got.windows(2).all(|w| w[0][0].0 < w[1][0].0));
+        }
     }
 
     #[test]
