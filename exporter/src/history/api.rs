@@ -236,6 +236,13 @@ pub(super) struct Client {
     pub(super) counters: std::sync::Mutex<Counters>,
 }
 
+/// The `host[:port]` of an `http://` or `https://` URL; `None` for another scheme.
+fn authority(url: &str) -> Option<&str> {
+    url.strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .and_then(|rest| rest.split('/').next())
+}
+
 /// The first bytes of a body, for an error message.
 pub(super) fn snippet(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
@@ -263,11 +270,7 @@ impl Client {
         if base.contains(['?', '#']) {
             bail!("--prometheus: give the server's base URL, without a query or fragment");
         }
-        let host = base
-            .strip_prefix("http://")
-            .or_else(|| base.strip_prefix("https://"))
-            .and_then(|rest| rest.split('/').next());
-        if host.is_none_or(str::is_empty) {
+        if authority(base).is_none_or(str::is_empty) {
             bail!("--prometheus {url:?}: expected a URL like http://prometheus:9090");
         }
         let agent = match ca_file {
@@ -289,12 +292,7 @@ impl Client {
     /// Whether the server is on this host: `localhost`, an address in 127.0.0.0/8, or
     /// `[::1]`.
     pub(super) fn is_local(&self) -> bool {
-        let rest = self
-            .base
-            .strip_prefix("http://")
-            .or_else(|| self.base.strip_prefix("https://"))
-            .unwrap_or(&self.base);
-        let authority = rest.split('/').next().unwrap_or_default();
+        let authority = authority(&self.base).unwrap_or_default();
         let host = match authority.strip_prefix('[') {
             Some(v6) => v6.split(']').next().unwrap_or_default(),
             None => authority.split(':').next().unwrap_or_default(),

@@ -119,6 +119,32 @@ fn report(url: &str, until: &str, step: &str, extra: &[&str]) -> Run {
     truthscale(&args)
 }
 
+/// The fleet backfilled into a Prometheus of its own.
+struct Fleet {
+    /// The last sample time (Unix seconds), and it as `--until`.
+    end: i64,
+    until: String,
+    url: String,
+    // Stopped before its data directory is removed: fields drop in order.
+    _prom: Prometheus,
+    _dir: TempDir,
+}
+
+/// The fleet as `openmetrics(end)` writes it, in a Prometheus over a temporary directory
+/// named after `name`.
+fn fleet(name: &str, openmetrics: impl FnOnce(i64) -> String) -> Fleet {
+    let (end, until) = end_and_until();
+    let dir = TempDir::new(name);
+    let prom = Prometheus::backfilled(&openmetrics(end), dir.path(), None);
+    Fleet {
+        end,
+        until,
+        url: prom.url(),
+        _prom: prom,
+        _dir: dir,
+    }
+}
+
 /// The fleet's last sample time (Unix seconds), and it as `--until`.
 fn end_and_until() -> (i64, String) {
     let end = end_now();
@@ -154,13 +180,12 @@ fn used_a(v: &Value) -> f64 {
 fn a_coarse_step_keeps_the_bursts_a_fine_one_sees() {
     require_tool_or_return!("/usr/bin/prometheus", "prometheus");
     require_tool_or_return!("/usr/bin/promtool", "prometheus");
-    let (end, until) = end_and_until();
-    let dir = TempDir::new("report-steps");
-    let prom = Prometheus::backfilled(&openmetrics(end), dir.path(), None);
-    let url = prom.url();
+    let Fleet {
+        end, until, url, ..
+    } = &fleet("report-steps", openmetrics);
 
     // The scrape's own step: every sample, bursts included.
-    let fine = report(&url, &until, "60s", &["--json"]).json();
+    let fine = report(url, until, "60s", &["--json"]).json();
     assert_eq!(fine["source"]["summarized_steps"], false);
     let a = sizing_a(&fine);
     assert_eq!(a["memory_peak_bytes"].as_f64(), Some(70.0 * GIB));
@@ -169,7 +194,7 @@ fn a_coarse_step_keeps_the_bursts_a_fine_one_sees() {
     // Five minutes, summarised: the step's window (t − 5m, t] holds five samples, one of
     // them the burst in one step of six. Memory: the peak, 70 GiB. Saturation for the
     // sizing: Prometheus' p99 of {0.1 ×4, 0.9}, 0.1 + 0.96 × 0.8 = 0.868.
-    let run = report(&url, &until, "5m", &["--json"]);
+    let run = report(url, until, "5m", &["--json"]);
     let coarse = run.json();
     assert_eq!(coarse["source"]["step_seconds"], 300.0);
     assert_eq!(coarse["source"]["summarized_steps"], true);
@@ -212,7 +237,7 @@ fn a_coarse_step_keeps_the_bursts_a_fine_one_sees() {
 
     // The same step as one sample per step misses every burst: the peak memory, the p99
     // and a fifth of the use.
-    let sampled = report(&url, &until, "5m", &["--json", "--scrape-interval", "5m"]).json();
+    let sampled = report(url, until, "5m", &["--json", "--scrape-interval", "5m"]).json();
     assert_eq!(sampled["source"]["summarized_steps"], false);
     let a = sizing_a(&sampled);
     assert_eq!(a["memory_peak_bytes"].as_f64(), Some(20.0 * GIB), "{a:#}");
@@ -224,7 +249,7 @@ fn a_coarse_step_keeps_the_bursts_a_fine_one_sees() {
     );
 
     // The text report says which step it used, and how.
-    let text = report(&url, &until, "5m", &[]);
+    let text = report(url, until, "5m", &[]);
     assert_eq!(text.code, Some(0), "{}", text.stderr);
     assert!(
         text.stdout
@@ -243,14 +268,13 @@ fn a_coarse_step_keeps_the_bursts_a_fine_one_sees() {
 fn an_impossible_sample_in_a_summarised_step_blanks_the_step() {
     require_tool_or_return!("/usr/bin/prometheus", "prometheus");
     require_tool_or_return!("/usr/bin/promtool", "prometheus");
-    let (end, until) = end_and_until();
-    // Two minutes into a five-minute step, three hours back.
-    let bad = (end - 3 * 3600).div_euclid(300) * 300 + 120;
-    let dir = TempDir::new("report-impossible");
-    let prom = Prometheus::backfilled(&openmetrics_with(end, Some(bad)), dir.path(), None);
-    let url = prom.url();
+    let Fleet { until, url, .. } = &fleet("report-impossible", |end| {
+        // Two minutes into a five-minute step, three hours back.
+        let bad = (end - 3 * 3600).div_euclid(300) * 300 + 120;
+        openmetrics_with(end, Some(bad))
+    });
 
-    let fine = report(&url, &until, "60s", &["--json"]).json();
+    let fine = report(url, until, "60s", &["--json"]).json();
     assert_eq!(
         fine["source"]["blanked_readings"]["out_of_range"], 1,
         "{:#}",
@@ -262,7 +286,7 @@ fn an_impossible_sample_in_a_summarised_step_blanks_the_step() {
         Some(0.3)
     );
 
-    let coarse = report(&url, &until, "5m", &["--json"]).json();
+    let coarse = report(url, until, "5m", &["--json"]).json();
     assert_eq!(coarse["source"]["summarized_steps"], true);
     assert_eq!(
         coarse["source"]["impossible_steps"], 1,
@@ -291,14 +315,11 @@ fn an_impossible_sample_in_a_summarised_step_blanks_the_step() {
 fn a_fine_step_over_more_steps_than_points_combines_them() {
     require_tool_or_return!("/usr/bin/prometheus", "prometheus");
     require_tool_or_return!("/usr/bin/promtool", "prometheus");
-    let (end, until) = end_and_until();
-    let dir = TempDir::new("report-points");
-    let prom = Prometheus::backfilled(&openmetrics(end), dir.path(), None);
-    let url = prom.url();
+    let Fleet { until, url, .. } = &fleet("report-points", openmetrics);
 
-    let fine = report(&url, &until, "60s", &["--json"]).json();
+    let fine = report(url, until, "60s", &["--json"]).json();
     assert_eq!(fine["source"]["steps_per_point"], 1);
-    let combined = report(&url, &until, "60s", &["--json", "--max-points", "100"]).json();
+    let combined = report(url, until, "60s", &["--json", "--max-points", "100"]).json();
     assert_eq!(
         combined["source"]["steps_per_point"], 4,
         "{:#}",
@@ -326,7 +347,7 @@ fn a_fine_step_over_more_steps_than_points_combines_them() {
         "{}",
         combined["notes"]
     );
-    let text = report(&url, &until, "60s", &["--max-points", "100"]);
+    let text = report(url, until, "60s", &["--max-points", "100"]);
     assert!(
         text.stdout.contains("every 60 s, 4 steps per point"),
         "{}",
@@ -340,12 +361,9 @@ fn a_fine_step_over_more_steps_than_points_combines_them() {
 fn gzipped_answers_give_the_same_report() {
     require_tool_or_return!("/usr/bin/prometheus", "prometheus");
     require_tool_or_return!("/usr/bin/promtool", "prometheus");
-    let (end, until) = end_and_until();
-    let dir = TempDir::new("report-gzip");
-    let prom = Prometheus::backfilled(&openmetrics(end), dir.path(), None);
-    let url = prom.url();
-    let plain = report(&url, &until, "60s", &["--json", "--compression", "none"]).json();
-    let gzipped = report(&url, &until, "60s", &["--json", "--compression", "gzip"]).json();
+    let Fleet { until, url, .. } = &fleet("report-gzip", openmetrics);
+    let plain = report(url, until, "60s", &["--json", "--compression", "none"]).json();
+    let gzipped = report(url, until, "60s", &["--json", "--compression", "gzip"]).json();
     assert_eq!(sizing_a(&plain)["saturation_p99"].as_f64(), Some(0.9));
     assert_eq!(plain, gzipped);
 }
