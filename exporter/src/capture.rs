@@ -1,13 +1,21 @@
-//! The one capture reader: a `dcgmi dmon` capture, dcgm-exporter scrapes or a JSONL trace,
-//! its format detected from the first lines (or given), streamed a line at a time through
-//! the core's parser. Used by `analyze`, `explain`, `top` and the replay source.
+//! The one capture reader: a `dcgmi dmon` capture, dcgm-exporter scrapes, `nvidia-smi
+//! --query-gpu … --format=csv` output or a JSONL trace, its format detected from the first
+//! lines (or given), streamed a line at a time through the core's parser. Used by
+//! `analyze`, `explain`, `top` and the replay source.
+//!
+//! A gzip- or zstd-compressed capture is read as it is decompressed, told by its first
+//! bytes (the magic numbers `1f 8b` and `28 b5 2f fd`, or a zstd skippable frame), never by
+//! the file's name: the decompressed text goes through the same line reader, a buffer at a
+//! time, so memory stays bounded (a zstd frame's window is at most 128 MiB, the decoder's
+//! default; a frame that declares more is refused). Concatenated gzip members and zstd
+//! frames are read one after another.
 //!
 //! A bad line is a per-line error naming `file:line` and the reader goes on: malformed
 //! text, a line that is not UTF-8, or a line longer than `MAX_LINE` (its bytes are skipped
 //! without being held). Only a failing read ends the capture.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, Read};
+use std::io::{BufRead, BufReader, Chain, Cursor, Read};
 use truthscale_core::model::{Sample, Timestamp};
 use truthscale_core::parse::{Format, LineParser, ParseError};
 
@@ -35,7 +43,13 @@ pub enum CaptureError {
     },
     /// The first lines match no format.
     #[error(
-        "{name}: cannot tell the format from the first {lines} lines; pass --format dcgmi-dmon, dcgm-exporter or jsonl"
+        "{name}: cannot tell the format from the first {lines} lines; pass --format dcgmi-dmon, \
+         dcgm-exporter, nvidia-smi-csv or jsonl if it is one of them (plain, gzip or zstd), or \
+         capture one: `dcgmi dmon -e 203,1001,1002,1004,1005,100,155 -d 1000 > capture.txt`, \
+         `nvidia-smi --query-gpu=timestamp,index,uuid,name,utilization.gpu,memory.used,\
+         memory.total,power.draw,clocks.sm --format=csv -lms 1000 > capture.csv` (no \
+         profiling counters: effective compute is only bounded), or a dcgm-exporter scrape \
+         (`curl -s HOST:9400/metrics > scrape.txt`)"
     )]
     Unknown {
         /// The capture's name.
@@ -48,7 +62,7 @@ pub enum CaptureError {
 /// A capture being read.
 #[derive(Debug)]
 pub struct Capture<R> {
-    reader: R,
+    reader: Input<R>,
     name: String,
     format: Format,
     parser: LineParser,
@@ -72,6 +86,10 @@ impl<R: BufRead> Capture<R> {
         format: Option<Format>,
         interval_secs: f64,
     ) -> Result<Capture<R>, CaptureError> {
+        let reader = Input::new(reader).map_err(|error| CaptureError::Read {
+            name: name.to_string(),
+            error,
+        })?;
         let mut c = Capture {
             reader,
             name: name.to_string(),
@@ -83,9 +101,12 @@ impl<R: BufRead> Capture<R> {
             buf: Vec::new(),
             done: false,
         };
-        // The first lines tell the format, and whether a dcgm-exporter scrape carries its
-        // own timestamps.
-        if matches!(format, None | Some(Format::DcgmExporter)) {
+        // The first lines tell the format, and whether a dcgm-exporter scrape or an
+        // nvidia-smi CSV capture carries its own timestamps.
+        if matches!(
+            format,
+            None | Some(Format::DcgmExporter | Format::NvidiaSmiCsv)
+        ) {
             while c.head.len() < DETECT_LINES {
                 match c.read_line()? {
                     Some(l) => c.head.push_back(l),
@@ -119,7 +140,8 @@ impl<R: BufRead> Capture<R> {
     }
 
     /// Whether the samples carry their own timestamps (JSONL's `taken`; a dcgm-exporter
-    /// scrape whose first sample line has an exposition timestamp), rather than being
+    /// scrape whose first sample line has an exposition timestamp; an nvidia-smi CSV
+    /// capture whose header has a `timestamp` column), rather than being
     /// stamped `interval_secs` apart: then the time between samples is the capture's own,
     /// and no update interval can be declared for it.
     #[must_use]
@@ -135,6 +157,9 @@ impl<R: BufRead> Capture<R> {
                 .find(|l| !l.is_empty() && !l.starts_with('#'))
                 .and_then(|l| truthscale_core::parse::prom_text::parse_sample(l).ok())
                 .is_some_and(|s| s.timestamp_ms.is_some()),
+            Format::NvidiaSmiCsv => truthscale_core::parse::smi_csv::header_has_timestamp(
+                self.head.iter().filter_map(|(_, l)| l.as_deref().ok()),
+            ),
         }
     }
 
@@ -145,16 +170,38 @@ impl<R: BufRead> Capture<R> {
         (!self.has_own_timestamps()).then_some(interval_secs)
     }
 
-    /// Bytes read so far (for progress).
+    /// Bytes of the input read so far (for progress): of the file as stored, so of the
+    /// compressed bytes for a compressed capture.
     #[must_use]
     pub fn bytes_read(&self) -> u64 {
-        self.bytes
+        match &self.reader {
+            Input::Plain(_) => self.bytes,
+            Input::Gzip(r) => r.get_ref().get_ref().count,
+            Input::Zstd(r) => r.get_ref().source.count,
+        }
+    }
+
+    /// The compression the capture was read through (`None`: plain text).
+    #[must_use]
+    pub fn compression(&self) -> Option<&'static str> {
+        match &self.reader {
+            Input::Plain(_) => None,
+            Input::Gzip(_) => Some("gzip"),
+            Input::Zstd(_) => Some("zstd"),
+        }
     }
 
     /// Lines the parser skipped (comments, headers, blank lines).
     #[must_use]
     pub fn skipped_lines(&self) -> u64 {
         self.parser.skipped_lines()
+    }
+
+    /// What the capture held that is not read (DCGM families or `dmon` columns, readings
+    /// refused for an ambiguous unit), for the formats that name DCGM fields.
+    #[must_use]
+    pub fn unread(&self) -> Option<&truthscale_core::parse::Unread> {
+        self.parser.unread()
     }
 
     /// One line as text (`Err` with the reason for a line that is not usable text).
@@ -178,7 +225,7 @@ impl<R: BufRead> Capture<R> {
     )]
     fn read_slow(&mut self) -> Result<Option<(usize, Result<(), String>)>, CaptureError> {
         self.buf.clear();
-        let read = |r: &mut R, buf: &mut Vec<u8>, limit: usize| {
+        let read = |r: &mut Input<R>, buf: &mut Vec<u8>, limit: usize| {
             r.by_ref().take(limit as u64).read_until(b'\n', buf)
         };
         let n = read(&mut self.reader, &mut self.buf, MAX_LINE + 1).map_err(|source| {
@@ -369,6 +416,215 @@ impl<R: BufRead> Capture<R> {
     }
 }
 
+/// The input's first bytes, put back in front of the rest.
+type Source<R> = Chain<Cursor<Vec<u8>>, R>;
+
+/// Bytes the decompressors read through their buffers at a time.
+const DECOMPRESSED_BUFFER: usize = 1 << 16;
+
+/// A capture's bytes as the line reader sees them: as they are, or decompressed on the way.
+enum Input<R> {
+    /// Plain text.
+    Plain(Source<R>),
+    /// gzip (one or more members).
+    Gzip(BufReader<flate2::bufread::MultiGzDecoder<Counted<Source<R>>>>),
+    /// zstd (one or more frames).
+    Zstd(BufReader<ZstdFrames<Counted<Source<R>>>>),
+}
+
+impl<R> std::fmt::Debug for Input<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Input::Plain(_) => "Plain",
+            Input::Gzip(_) => "Gzip",
+            Input::Zstd(_) => "Zstd",
+        })
+    }
+}
+
+impl<R: BufRead> Input<R> {
+    /// `reader`, decompressed when its first bytes are gzip's or zstd's magic number.
+    ///
+    /// # Errors
+    /// A failing read of the first bytes.
+    fn new(mut reader: R) -> std::io::Result<Input<R>> {
+        let mut magic = Vec::with_capacity(4);
+        while magic.len() < 4 {
+            let buf = reader.fill_buf()?;
+            if buf.is_empty() {
+                break;
+            }
+            let n = buf.len().min(4 - magic.len());
+            magic.extend_from_slice(&buf[..n]);
+            reader.consume(n);
+        }
+        let gzip = magic.starts_with(&[0x1f, 0x8b]);
+        // A zstd frame, or a skippable frame (magic 0x184D2A50..=0x184D2A5F, little-endian).
+        let zstd = magic == [0x28, 0xb5, 0x2f, 0xfd]
+            || (magic.len() == 4 && magic[0] & 0xf0 == 0x50 && magic[1..] == [0x2a, 0x4d, 0x18]);
+        let source = Cursor::new(magic).chain(reader);
+        Ok(if gzip {
+            let decoder = flate2::bufread::MultiGzDecoder::new(Counted::new(source));
+            Input::Gzip(BufReader::with_capacity(DECOMPRESSED_BUFFER, decoder))
+        } else if zstd {
+            let decoder = ZstdFrames::new(Counted::new(source));
+            Input::Zstd(BufReader::with_capacity(DECOMPRESSED_BUFFER, decoder))
+        } else {
+            Input::Plain(source)
+        })
+    }
+}
+
+impl<R: BufRead> Read for Input<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Input::Plain(r) => r.read(buf),
+            Input::Gzip(r) => r.read(buf),
+            Input::Zstd(r) => r.read(buf),
+        }
+    }
+}
+
+impl<R: BufRead> BufRead for Input<R> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        match self {
+            Input::Plain(r) => r.fill_buf(),
+            Input::Gzip(r) => r.fill_buf(),
+            Input::Zstd(r) => r.fill_buf(),
+        }
+    }
+
+    fn consume(&mut self, amount: usize) {
+        match self {
+            Input::Plain(r) => r.consume(amount),
+            Input::Gzip(r) => r.consume(amount),
+            Input::Zstd(r) => r.consume(amount),
+        }
+    }
+}
+
+/// A reader that counts the bytes taken from it (the compressed bytes, for progress).
+#[derive(Debug)]
+struct Counted<S> {
+    inner: S,
+    count: u64,
+}
+
+impl<S> Counted<S> {
+    fn new(inner: S) -> Counted<S> {
+        Counted { inner, count: 0 }
+    }
+}
+
+impl<S: Read> Read for Counted<S> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count += n as u64;
+        Ok(n)
+    }
+}
+
+impl<S: BufRead> BufRead for Counted<S> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        self.inner.fill_buf()
+    }
+
+    fn consume(&mut self, amount: usize) {
+        self.count += amount as u64;
+        self.inner.consume(amount);
+    }
+}
+
+/// zstd frames one after another (`ruzstd`'s streaming decoder reads one), skippable frames
+/// skipped, each frame's checksum checked where it has one.
+struct ZstdFrames<S> {
+    source: S,
+    decoder: ruzstd::decoding::FrameDecoder,
+    /// Whether a frame is being decoded (its header read, its content not all handed out).
+    in_frame: bool,
+}
+
+impl<S: BufRead> ZstdFrames<S> {
+    fn new(source: S) -> ZstdFrames<S> {
+        ZstdFrames {
+            source,
+            decoder: ruzstd::decoding::FrameDecoder::new(),
+            in_frame: false,
+        }
+    }
+
+    /// Read the next frame's header; a skippable frame is skipped whole.
+    fn start_frame(&mut self) -> std::io::Result<()> {
+        use ruzstd::decoding::errors::{FrameDecoderError, ReadFrameHeaderError};
+        match self.decoder.reset(&mut self.source) {
+            Ok(()) => self.in_frame = true,
+            Err(FrameDecoderError::ReadFrameHeaderError(ReadFrameHeaderError::SkipFrame {
+                length,
+                ..
+            })) => {
+                let want = u64::from(length);
+                let skipped =
+                    std::io::copy(&mut (&mut self.source).take(want), &mut std::io::sink())?;
+                if skipped < want {
+                    return Err(zstd_error("the input ends inside a skippable frame"));
+                }
+            }
+            Err(e) => return Err(zstd_error(e)),
+        }
+        Ok(())
+    }
+
+    /// The end of a frame: its checksum, where it has one, must match its content.
+    fn end_frame(&mut self) -> std::io::Result<()> {
+        self.in_frame = false;
+        match (
+            self.decoder.get_checksum_from_data(),
+            self.decoder.get_calculated_checksum(),
+        ) {
+            (Some(stored), Some(computed)) if stored != computed => Err(zstd_error(format!(
+                "checksum mismatch: the frame says {stored:08x}, its content {computed:08x}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl<S: BufRead> Read for ZstdFrames<S> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            if !self.in_frame {
+                if self.source.fill_buf()?.is_empty() {
+                    return Ok(0);
+                }
+                self.start_frame()?;
+                continue;
+            }
+            let n = self.decoder.read(buf)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            if self.decoder.is_finished() {
+                self.end_frame()?;
+                continue;
+            }
+            self.decoder
+                .decode_blocks(
+                    &mut self.source,
+                    ruzstd::decoding::BlockDecodingStrategy::UptoBlocks(1),
+                )
+                .map_err(zstd_error)?;
+        }
+    }
+}
+
+/// An error in zstd-compressed input, as an I/O error (the capture ends).
+fn zstd_error(e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, format!("zstd: {e}"))
+}
+
 /// Where the text of a line read with its line end lies: without the line end (and any
 /// carriage returns before it) and, on the first line, without a byte-order mark.
 fn text_range(line: &[u8], line_no: usize) -> std::ops::Range<usize> {
@@ -413,14 +669,20 @@ mod tests {
 
     fn all(text: &[u8]) -> (Format, Vec<Sample>, Vec<String>) {
         let mut c = Capture::open(text, "c.txt", None, 1.0).unwrap();
+        let (samples, errors) = drain(&mut c).unwrap();
+        (c.format(), samples, errors)
+    }
+
+    /// Every sample and per-line error to come; `Err` when a read fails.
+    fn drain<R: BufRead>(c: &mut Capture<R>) -> Result<(Vec<Sample>, Vec<String>), CaptureError> {
         let (mut samples, mut errors) = (Vec::new(), Vec::new());
-        while let Some(r) = c.next_sample().unwrap() {
+        while let Some(r) = c.next_sample()? {
             match r {
                 Ok(s) => samples.push(s),
                 Err(e) => errors.push(e.to_string()),
             }
         }
-        (c.format(), samples, errors)
+        Ok((samples, errors))
     }
 
     #[test]
@@ -524,5 +786,148 @@ mod tests {
             err.to_string()
                 .contains("x: cannot tell the format from the first 2 lines")
         );
+    }
+
+    /// The error that ends reading `bytes` as a capture, at its opening or later.
+    fn failure(bytes: &[u8]) -> String {
+        let reader = std::io::BufReader::with_capacity(7, bytes);
+        match Capture::open(reader, "c", None, 1.0) {
+            Err(e) => e.to_string(),
+            Ok(mut c) => drain(&mut c).map(|_| ()).unwrap_err().to_string(),
+        }
+    }
+
+    #[test]
+    fn unknown_format_says_what_to_capture() {
+        let err = Capture::open(&b"hello\n"[..], "x", None, 1.0).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "x: cannot tell the format from the first 1 lines; pass --format dcgmi-dmon, \
+             dcgm-exporter, nvidia-smi-csv or jsonl if it is one of them (plain, gzip or zstd), \
+             or capture one: `dcgmi dmon -e 203,1001,1002,1004,1005,100,155 -d 1000 > \
+             capture.txt`, `nvidia-smi --query-gpu=timestamp,index,uuid,name,utilization.gpu,\
+             memory.used,memory.total,power.draw,clocks.sm --format=csv -lms 1000 > capture.csv` \
+             (no profiling counters: effective compute is only bounded), or a dcgm-exporter \
+             scrape (`curl -s HOST:9400/metrics > scrape.txt`)"
+        );
+    }
+
+    const SMI: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../truthscale-core/tests/fixtures/nvidia-smi/nvidia-smi-constructed-h100-units.csv"
+    );
+
+    /// The gzip and zstd copies of a capture read as its text does, told by their first
+    /// bytes whatever the reader's buffer; progress counts the bytes as stored.
+    #[test]
+    fn compressed_captures_read_as_their_text() {
+        let text = std::fs::read(SMI).unwrap();
+        let mut c = Capture::open(&text[..], "c", None, 1.0).unwrap();
+        assert_eq!((c.format(), c.compression()), (Format::NvidiaSmiCsv, None));
+        assert!(c.has_own_timestamps());
+        let (plain, errors) = drain(&mut c).unwrap();
+        assert_eq!((plain.len(), errors.len()), (12, 0));
+        assert_eq!(c.bytes_read(), text.len() as u64);
+        for (ext, kind) in [("gz", "gzip"), ("zst", "zstd")] {
+            let bytes = std::fs::read(format!("{SMI}.{ext}")).unwrap();
+            for capacity in [1, 3, 4096, 1 << 18] {
+                let reader = std::io::BufReader::with_capacity(capacity, &bytes[..]);
+                let mut c = Capture::open(reader, "c", None, 1.0).unwrap();
+                assert_eq!(c.format(), Format::NvidiaSmiCsv, "{ext} {capacity}");
+                assert_eq!(c.compression(), Some(kind));
+                assert_eq!(c.declared_interval(1.0), None);
+                let (samples, errors) = drain(&mut c).unwrap();
+                assert!(samples == plain, "{ext} {capacity}");
+                assert_eq!(errors, Vec::<String>::new());
+                assert_eq!(c.bytes_read(), bytes.len() as u64, "{ext} {capacity}");
+            }
+        }
+    }
+
+    /// gzip members and zstd frames one after another (a skippable frame skipped) are one
+    /// capture.
+    #[test]
+    fn concatenated_members_and_frames_are_read_in_turn() {
+        use ruzstd::encoding::{CompressionLevel, compress_to_vec};
+        use std::io::Write as _;
+        let one = b"timestamp, index, utilization.gpu [%]\n2026/12/03 16:23:40, 0, 10 %\n";
+        let two = b"2026/12/03 16:23:41, 0, 20 %\n";
+        let gzip = |b: &[u8]| {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            e.write_all(b).unwrap();
+            e.finish().unwrap()
+        };
+        let mut gzipped = gzip(one);
+        gzipped.extend(gzip(two));
+        let mut zstd = vec![0x5e, 0x2a, 0x4d, 0x18, 3, 0, 0, 0, b'a', b'b', b'c'];
+        zstd.extend(compress_to_vec(&one[..], CompressionLevel::Fastest));
+        zstd.extend(compress_to_vec(&two[..], CompressionLevel::Uncompressed));
+        for bytes in [gzipped, zstd] {
+            let (format, samples, errors) = all(&bytes);
+            assert_eq!(format, Format::NvidiaSmiCsv);
+            assert_eq!(errors, Vec::<String>::new());
+            let got: Vec<_> = samples
+                .iter()
+                .map(|s| {
+                    let r = &s.entities[0].readings;
+                    (
+                        s.taken.0,
+                        r.value(truthscale_core::model::Field::ReportedUtil),
+                    )
+                })
+                .collect();
+            assert_eq!(
+                got,
+                [
+                    (1_796_315_020_000, Some(0.1)),
+                    (1_796_315_021_000, Some(0.2))
+                ]
+            );
+        }
+    }
+
+    /// A damaged compressed capture ends with an error naming it and the compression.
+    #[test]
+    fn damaged_compressed_captures_end_with_an_error() {
+        let zst = std::fs::read(format!("{SMI}.zst")).unwrap();
+        // The last four bytes are the frame's checksum.
+        let mut bad = zst.clone();
+        if let Some(b) = bad.last_mut() {
+            *b ^= 0xff;
+        }
+        let err = failure(&bad);
+        assert!(
+            err.starts_with("cannot read c: zstd: checksum mismatch: the frame says "),
+            "{err}"
+        );
+        let err = failure(&zst[..zst.len() - 100]);
+        assert!(err.starts_with("cannot read c: zstd: "), "{err}");
+        let gz = std::fs::read(format!("{SMI}.gz")).unwrap();
+        let err = failure(&gz[..gz.len() / 2]);
+        assert!(err.starts_with("cannot read c: "), "{err}");
+        let err = failure(b"\x1f\x8bnot gzip at all\n");
+        assert!(err.starts_with("cannot read c: "), "{err}");
+        // Trailing bytes after the last zstd frame that are no frame.
+        let mut trailing = zst;
+        trailing.extend_from_slice(b"tail");
+        let err = failure(&trailing);
+        assert!(err.starts_with("cannot read c: zstd: "), "{err}");
+    }
+
+    /// With `--format nvidia-smi-csv` given, the header still says whether the rows carry
+    /// their own times.
+    #[test]
+    fn a_given_nvidia_smi_format_reads_its_header_for_timestamps() {
+        let stamped = b"timestamp, index, utilization.gpu [%]\n2026/12/03 16:23:40, 0, 10 %\n";
+        let c = Capture::open(&stamped[..], "c", Some(Format::NvidiaSmiCsv), 2.0).unwrap();
+        assert_eq!(c.declared_interval(2.0), None);
+        let bare = b"index, utilization.gpu [%]\n0, 10 %\n";
+        let c = Capture::open(&bare[..], "c", Some(Format::NvidiaSmiCsv), 2.0).unwrap();
+        assert_eq!(c.declared_interval(2.0), Some(2.0));
+        // One byte, or none: plain text too short to be compressed.
+        for short in [&b"\x1f"[..], b""] {
+            let c = Capture::open(short, "c", Some(Format::Jsonl), 1.0).unwrap();
+            assert_eq!(c.compression(), None);
+        }
     }
 }

@@ -90,7 +90,8 @@ impl Default for Config {
 }
 
 /// `[source]`: the sampling interval and stale period, which every source has, and which
-/// source (`kind`, default `sim`) with that source's own settings beside it
+/// source (`kind`, default `auto`: NVML when a driver is present, else a start error naming
+/// the choices; the simulator only when asked for) with that source's own settings beside it
 /// ([`sources::SourceConfig`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SourceSection {
@@ -149,11 +150,21 @@ impl<'de> Deserialize<'de> for SourceSection {
         let defaults = SourceSection::default();
         let interval = take("interval")?.unwrap_or(defaults.interval);
         let stale_after = take("stale_after")?.unwrap_or(defaults.stale_after);
+        // Keys of another kind without a kind are most likely the simulator's (`gpus`): say
+        // that the default is not the simulator.
+        let hint = if table.contains_key("kind") {
+            ""
+        } else {
+            " (no source.kind is set, so it is auto, which reads NVML: set the kind these keys \
+             belong to, e.g. --source sim or kind = \"sim\")"
+        };
         table
             .entry("kind")
             .or_insert_with(|| toml::Value::String(defaults.config.kind().into()));
-        let config = sources::SourceConfig::deserialize(toml::Value::Table(table))
-            .map_err(|e| D::Error::custom(format!("in [source]: {}", e.message().trim_end())))?;
+        let config =
+            sources::SourceConfig::deserialize(toml::Value::Table(table)).map_err(|e| {
+                D::Error::custom(format!("in [source]: {}{hint}", e.message().trim_end()))
+            })?;
         Ok(SourceSection {
             interval,
             stale_after,
@@ -384,13 +395,14 @@ impl Config {
         overrides: &[(&str, String)],
     ) -> Result<Config, ConfigError> {
         // The defaults hold only the `[source]` keys every kind has: a kind's own settings
-        // default in its own struct, so that choosing another kind carries none across.
+        // default in its own struct, so that choosing another kind carries none across. The
+        // kind too, so that an unset kind is seen as such (and defaults when deserialized).
         let mut defaults =
             toml::Table::try_from(Config::default()).map_err(|e| ConfigError::Load {
                 origin: "defaults".into(),
                 message: e.to_string(),
             })?;
-        keep_common_source_keys(&mut defaults, true);
+        keep_common_source_keys(&mut defaults, false);
         let mut b = config::Config::builder().add_source(config::File::from_str(
             &defaults.to_string(),
             config::FileFormat::Toml,
@@ -698,7 +710,10 @@ mod tests {
     /// come from the defaults themselves, so a new duration key is walked without a line here.
     #[test]
     fn every_duration_key_refuses_zero_huge_and_garbage() {
-        let defaults: toml::Table = toml::from_str(&Config::default().to_toml().unwrap()).unwrap();
+        // With the simulator's table, so that a source's own duration key is walked too.
+        let mut with_sim = Config::default();
+        with_sim.source.config = sources::SourceConfig::Sim(Default::default());
+        let defaults: toml::Table = toml::from_str(&with_sim.to_toml().unwrap()).unwrap();
         // (section, key) of every string that parses as a duration, or is the empty
         // `stale_after` (a duration left to its default).
         let mut keys = Vec::new();
@@ -789,11 +804,41 @@ mod tests {
         assert_eq!(s.listen.port(), DEFAULT_PORT);
         assert_eq!(s.interval, Duration::from_secs(1));
         assert_eq!(s.stale_after, Duration::from_secs(3));
+        // No source configured: auto (NVML when a driver is present), never the simulator.
         match s.source {
-            sources::SourceConfig::Sim(sim) => assert_eq!(sim.gpus, 4),
+            sources::SourceConfig::Auto(a) => {
+                assert_eq!(a.0.library, PathBuf::from("libnvidia-ml.so.1"));
+            }
             other => panic!("{other:?}"),
         }
         assert_eq!(s.source_context.interval, Duration::from_secs(1));
+    }
+
+    /// Without a kind (file, environment or flag), the source is auto; the simulator's keys
+    /// then are refused with a hint that the default is not the simulator.
+    #[test]
+    fn no_kind_is_auto_and_sim_keys_without_it_say_so() {
+        let c = Config::load(None, &[], &[]).unwrap();
+        assert_eq!(
+            c.source.config,
+            sources::SourceConfig::Auto(Default::default())
+        );
+        let c = Config::load(None, &[], &[("mode", "node".into())]).unwrap();
+        assert_eq!(c.mode, Mode::Node);
+        assert_eq!(c.source.config.kind(), "auto");
+        let err = Config::load(None, &[], &[("source.gpus", "8".into())])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "flags: in [source]: unknown field `gpus`, expected `library` or \
+             `per_process_series` (no source.kind is set, so it is auto, which reads NVML: set \
+             the kind these keys belong to, e.g. --source sim or kind = \"sim\") for key \
+             `source`"
+        );
+        let flags = [("source.kind", "sim".into()), ("source.gpus", "8".into())];
+        let c = Config::load(None, &[], &flags).unwrap();
+        assert!(matches!(&c.source.config, sources::SourceConfig::Sim(s) if s.gpus == 8));
     }
 
     /// A kind chosen by a flag or the environment replaces the file's `[source]` settings;
@@ -844,7 +889,7 @@ mod tests {
         let f = dir.join("t.toml");
         std::fs::write(
             &f,
-            "[source]\ninterval = \"2s\"\ngpus = 2\n[identity]\npod = \"from-file\"\n",
+            "[source]\nkind = \"sim\"\ninterval = \"2s\"\ngpus = 2\n[identity]\npod = \"from-file\"\n",
         )
         .unwrap();
         let e = env(&[("TRUTHSCALE_SOURCE__GPUS", "3"), ("POD_NAME", "downward")]);

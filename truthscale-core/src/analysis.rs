@@ -106,7 +106,14 @@ struct EntityAcc {
     ecf_q: Quantiles,
     pipe_q: Quantiles,
     dram_q: Quantiles,
+    /// Each window's measured effective compute or, where it has none, its upper bound.
     upper: Mean,
+    /// The bound's seconds: all, and those without each input (tensor counter, SM clock,
+    /// catalog model, in [`MissingInput`]'s order).
+    bounded_seconds: f64,
+    missing_seconds: [f64; 3],
+    /// Each window's inflation gap, or where only a bound on ECF exists, its lower bound.
+    gap_at_least: Mean,
     proxy: Mean,
     gap: Mean,
     sat: Mean,
@@ -310,7 +317,7 @@ fn add_weighted(acc: &mut EntityAcc, w: &EntityWindow, dt: f64) {
     acc.ecf_q.add(m.effective_compute, dt);
     acc.pipe_q.add(m.busiest_pipe, dt);
     acc.dram_q.add(w.readings.value(Field::DramActive), dt);
-    acc.upper.add(m.effective_compute_upper_bound, dt);
+    add_bound(acc, m, dt);
     acc.proxy.add(m.power_proxy, dt);
     acc.gap.add(m.inflation_gap_points, dt);
     acc.sat.add(m.roofline_saturation, dt);
@@ -326,6 +333,31 @@ fn add_weighted(acc: &mut EntityAcc, w: &EntityWindow, dt: f64) {
         acc.truth_seconds += dt;
         if w.phase == Some(truth) {
             acc.agree_seconds += dt;
+        }
+    }
+}
+
+/// Add a window to the capture's upper bound on effective compute: its measured ECF, or its
+/// bound where it has none, and what the bound lacked.
+fn add_bound(acc: &mut EntityAcc, m: &crate::derive::WindowMetrics, dt: f64) {
+    let x = m
+        .effective_compute
+        .or(m.effective_compute_upper_bound)
+        .filter(|x| x.is_finite());
+    acc.upper.add(x, dt);
+    acc.gap_at_least.add(
+        m.inflation_gap_points.or(m.inflation_gap_points_at_least),
+        dt,
+    );
+    if let (None, Some(_), Some(missing)) =
+        (m.effective_compute, x, m.effective_compute_bound_missing)
+    {
+        acc.bounded_seconds += dt;
+        let lacked = [missing.tensor_counter, missing.sm_clock, missing.model];
+        for (s, lacked) in acc.missing_seconds.iter_mut().zip(lacked) {
+            if lacked {
+                *s += dt;
+            }
         }
     }
 }
@@ -346,6 +378,86 @@ pub struct Report {
 pub struct MeanOnly {
     /// Time-weighted mean.
     pub mean: f64,
+}
+
+/// The capture's upper bound on effective compute, where some windows had no measured
+/// effective compute (`docs/derivations.md`, The bound where the clock is missing).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct UpperBound {
+    /// Time-weighted mean over `seconds`: each window's measured effective compute, or its
+    /// upper bound where it has none; so never below the true mean effective compute of
+    /// those seconds.
+    pub mean: f64,
+    /// The seconds the bound covers: every window with either.
+    pub seconds: f64,
+    /// Of those, the seconds whose effective compute is a bound, not a measurement.
+    pub bounded_seconds: f64,
+    /// Time-weighted mean over the covered windows with `u ≥ inflation_min_util`: each
+    /// one's inflation gap, or its lower bound where the effective compute is only bounded
+    /// (`100·(u − bound)`, clamped at 0). The gap is at least this many points.
+    pub inflation_gap_points_at_least: Option<f64>,
+    /// What the bounded seconds lacked, and what gives the exact figure.
+    pub missing: Vec<MissingInput>,
+}
+
+/// An input the bound's windows lacked.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct MissingInput {
+    /// `tensor_counter`, `sm_clock` or `model`.
+    pub input: &'static str,
+    /// The bounded seconds without it.
+    pub seconds: f64,
+    /// What was missing and what gives the exact figure.
+    pub fix: String,
+    /// For `model`: the clock-correction bound used in place of the model's maximum over
+    /// reference clock (`derive.kappa_max`, 1.1 by default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kappa_bound: Option<f64>,
+}
+
+/// What a window with a tensor counter and no SM clock lacked, and the field of `dcgmi
+/// dmon -e` (dcgm-exporter's `DCGM_FI_DEV_SM_CLOCK`) that gives the exact figure.
+pub const SM_CLOCK_FIX: &str = "a tensor counter, but no SM clock; add field 100 \
+    (DCGM_FI_DEV_SM_CLOCK) to dcgmi dmon -e for the exact figure";
+
+/// The capture's upper bound, where any window's effective compute was only bounded.
+fn upper_bound(a: &EntityAcc, cfg: &DeriveConfig) -> Option<UpperBound> {
+    if a.bounded_seconds <= 0.0 {
+        return None;
+    }
+    let mean = a.upper.get()?;
+    let kappa = crate::derive::kappa_bound(None, cfg);
+    let fixes = [
+        (
+            "tensor_counter",
+            "no tensor counter: add field 1004 (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE) to dcgmi dmon -e; the bound is the busy fraction".to_owned(),
+            None,
+        ),
+        ("sm_clock", SM_CLOCK_FIX.to_owned(), None),
+        (
+            "model",
+            format!("unknown model: pass --gpu-model (the clock correction was bounded by {kappa})"),
+            Some(kappa),
+        ),
+    ];
+    let missing = fixes
+        .into_iter()
+        .zip(a.missing_seconds)
+        .filter(|(_, seconds)| *seconds > 0.0)
+        .map(|((input, fix, kappa_bound), seconds)| MissingInput {
+            input,
+            seconds,
+            fix,
+            kappa_bound,
+        })
+        .collect();
+    Some(UpperBound {
+        mean,
+        seconds: a.upper.w,
+        bounded_seconds: a.bounded_seconds,
+        inflation_gap_points_at_least: a.gap_at_least.get(),
+        missing,
+    })
 }
 
 /// A mean and a 95th percentile.
@@ -454,8 +566,11 @@ pub struct EntitySummary {
     /// Seconds not observed: gaps longer than `max_gap_intervals` update intervals, left out
     /// of every mean and fraction.
     pub unobserved_seconds: f64,
-    /// Upper bound on effective compute, below the profiling tier.
-    pub effective_compute_upper_bound: Option<MeanOnly>,
+    /// Upper bound on effective compute where some windows had none measured (no tensor
+    /// counter, no SM clock, or a model the catalog does not know): over every window with
+    /// a measured effective compute or a bound, with the seconds it covers and what was
+    /// missing. `None` where every such window was measured.
+    pub effective_compute_upper_bound: Option<UpperBound>,
     /// Power proxy (an estimate of work intensity, not compute), below the profiling tier.
     pub power_proxy: Option<MeanOnly>,
     /// Inflation gap in points.
@@ -590,7 +705,7 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig, partitioned: bool) -> EntitySumm
         clock_corrected: (a.compute_windows > 0)
             .then(|| a.corrected_windows as f64 / a.compute_windows as f64),
         unobserved_seconds: a.unobserved,
-        effective_compute_upper_bound: mean(&a.upper),
+        effective_compute_upper_bound: upper_bound(a, cfg),
         power_proxy: mean(&a.proxy),
         inflation_gap_points: mean(&a.gap),
         spatial_inflation: mean(&a.spatial),
@@ -740,6 +855,90 @@ mod tests {
                 .mig_fit
                 .is_some()
         );
+    }
+
+    /// One H100 window a second from `rows` (busy flag, tensor, SM clock; `None` blank),
+    /// analyzed.
+    fn bound_of(rows: &[(Option<f64>, Option<f64>, Option<f64>)]) -> EntitySummary {
+        use crate::model::{EntityId, EntitySample, Readings, Sample};
+        let mut a = Analyzer::new(Deriver::new(DeriveConfig::default(), Some(1.0)), false);
+        for (k, &(u, tau, clock)) in (1..).zip(rows) {
+            let mut r = Readings::default();
+            for (f, v) in [
+                (Field::ReportedUtil, u),
+                (Field::TensorActive, tau),
+                (Field::SmClockMhz, clock),
+            ] {
+                if let Some(v) = v {
+                    r.set_value(f, v);
+                }
+            }
+            a.push(&Sample {
+                taken: Timestamp(k * 1000),
+                entities: vec![EntitySample {
+                    id: EntityId {
+                        gpu: Some(0),
+                        model: Some("NVIDIA H100 80GB HBM3".into()),
+                        ..EntityId::default()
+                    },
+                    readings: r,
+                    ..EntitySample::default()
+                }],
+            });
+        }
+        a.report().entities.remove(0)
+    }
+
+    /// The capture's bound covers every window with a measured ECF or a bound, says how
+    /// many seconds, and never stands on one stray window: ten measured windows (τ 0.3 at
+    /// 1464 MHz: ECF 0.24) and one without the tensor counter (u 0.84) bound the mean at
+    /// (10 × 0.24 + 0.84) / 11, not at 0.84.
+    #[test]
+    fn the_upper_bound_covers_every_window_it_says() {
+        let mut rows = vec![(Some(0.9), Some(0.3), Some(1464.0)); 10];
+        rows.push((Some(0.84), None, Some(1464.0)));
+        let e = bound_of(&rows);
+        let ecf = 0.3 * (1464.0 / 1830.0);
+        assert!((e.effective_compute.unwrap().mean - ecf).abs() < 1e-12);
+        let b = e.effective_compute_upper_bound.unwrap();
+        assert!((b.mean - (10.0 * ecf + 0.84) / 11.0).abs() < 1e-12, "{b:?}");
+        assert_eq!((b.seconds, b.bounded_seconds), (11.0, 1.0));
+        let missing: Vec<_> = b.missing.iter().map(|m| (m.input, m.seconds)).collect();
+        assert_eq!(missing, vec![("tensor_counter", 1.0)]);
+        // The gap: 10 windows of 100 × (0.9 − 0.24) measured, one of at least 0.
+        let gap = (10.0 * 100.0 * (0.9 - ecf) + 0.0) / 11.0;
+        assert!((b.inflation_gap_points_at_least.unwrap() - gap).abs() < 1e-9);
+        // Every window measured: no bound at all.
+        let e = bound_of(&[(Some(0.9), Some(0.3), Some(1464.0)); 4]);
+        assert_eq!(e.effective_compute_upper_bound, None);
+    }
+
+    /// A capture without the SM clock: τ 0.1, 0.2, 0.3, 0.4 and the busy flag at 0.9 give
+    /// the bound τ × 1980 / 1830 in each window, its mean over the 4 s, the gap at least
+    /// 100 × (0.9 − bound), and what was missing.
+    #[test]
+    fn a_clockless_capture_is_bounded_and_says_why() {
+        let taus = [0.1, 0.2, 0.3, 0.4];
+        let rows: Vec<_> = taus.iter().map(|&t| (Some(0.9), Some(t), None)).collect();
+        let e = bound_of(&rows);
+        assert_eq!(e.effective_compute, None);
+        let b = e.effective_compute_upper_bound.unwrap();
+        let mean = taus.iter().map(|t| t * (1980.0 / 1830.0)).sum::<f64>() / 4.0;
+        assert!((b.mean - mean).abs() < 1e-12, "{b:?}");
+        assert_eq!((b.seconds, b.bounded_seconds), (4.0, 4.0));
+        let gap = taus
+            .iter()
+            .map(|t| 100.0 * (0.9 - t * (1980.0 / 1830.0)))
+            .sum::<f64>()
+            / 4.0;
+        assert!((b.inflation_gap_points_at_least.unwrap() - gap).abs() < 1e-9);
+        assert_eq!(b.missing.len(), 1);
+        assert_eq!(
+            (b.missing[0].input, b.missing[0].seconds),
+            ("sm_clock", 4.0)
+        );
+        assert!(b.missing[0].fix.contains("add field 100"), "{b:?}");
+        assert_eq!(b.missing[0].kappa_bound, None);
     }
 
     #[test]

@@ -446,8 +446,8 @@ impl From<ExporterMetric> for MetricId {
 }
 
 metrics! {
-    GPU_INFO / Gpu::GpuInfo = "truthscale_gpu_info", Gauge, ["source", "fidelity", "catalog_model"], gauge("truthscale.gpu.info", "1"), None,
-        "Identity of a GPU or MIG instance (value 1); source=\"sim\" marks simulated data, replayed or live; fidelity is the capability tier, the best any window had (stable; per-window coverage is in the *_observed_seconds_total counters).";
+    GPU_INFO / Gpu::GpuInfo = "truthscale_gpu_info", Gauge, ["source", "fidelity", "catalog_model", "pci_bus_id", "driver_version"], gauge("truthscale.gpu.info", "1"), None,
+        "Identity of a GPU or MIG instance (value 1); source=\"sim\" marks simulated data, replayed or live; fidelity is the capability tier, the best any window had (stable; per-window coverage is in the *_observed_seconds_total counters); pci_bus_id and driver_version as the source tells them, empty when it does not (joins with dcgm-exporter's series: docs/metrics.md).";
     GPU_UP / Gpu::GpuUp = "truthscale_gpu_up", Gauge, [], gauge("truthscale.gpu.up", "1"), None,
         "Whether the GPU produced data within the stale period (1), or stopped, e.g. fell off the bus (0, kept for 10 minutes; its other series are gone).";
     GPU_REPORTED_UTILIZATION / Gpu::GpuReportedUtilization = "truthscale_gpu_reported_utilization_ratio", Gauge, [], Some(OtelDesc { name: "hw.gpu.utilization", unit: "1", instrument: OtelInstrument::Gauge, fixed: &[("hw.gpu.task", "general")] }), raw(Field::ReportedUtil, 1.0),
@@ -455,7 +455,7 @@ metrics! {
     GPU_EFFECTIVE_COMPUTE / Gpu::GpuEffectiveCompute = "truthscale_gpu_effective_compute_ratio", Gauge, [], gauge("truthscale.gpu.effective_compute", "1"), None,
         "Effective compute fraction of the last window: tensor work (plus peak-weighted FP16/FP32 pipes) over the datasheet dense peak, times the clock correction; only for a window with an SM-clock reading and a catalog model (truthscale_gpu_clock_correction_ratio present): without them the tensor activity is not corrected, so there is no value (the raw pipe is truthscale_gpu_tensor_active_ratio).";
     GPU_EFFECTIVE_COMPUTE_UPPER_BOUND / Gpu::GpuEffectiveComputeUpperBound = "truthscale_gpu_effective_compute_upper_bound_ratio", Gauge, [], gauge("truthscale.gpu.effective_compute.upper_bound", "1"), None,
-        "Upper bound on effective compute when no tensor counter exists (equals the busy fraction).";
+        "Upper bound on effective compute where it is not measured: the busy fraction without a tensor counter; with one but no SM-clock reading, the compute term times the model's maximum over reference clock (times 1.1 for a model not in the catalog).";
     GPU_ROOFLINE_SATURATION / Gpu::GpuRooflineSaturation = "truthscale_gpu_roofline_saturation_ratio", Gauge, [], gauge("truthscale.gpu.roofline_saturation", "1"), None,
         "Roofline saturation at the clocks the GPU ran: max(compute, DRAM activity).";
     GPU_INFLATION_GAP / Gpu::GpuInflationGap = "truthscale_gpu_inflation_gap_ratio", Gauge, [], gauge("truthscale.gpu.inflation_gap", "1"), None,
@@ -583,7 +583,7 @@ metrics! {
     SOURCE_UP / Exporter::SourceUp = "truthscale_source_up", Gauge, ["source"], gauge("truthscale.source.up", "1"), None,
         "Whether the counter source produced a sample recently (1) or went stale (0).";
     SOURCE_ERRORS / Exporter::SourceErrors = "truthscale_source_errors_total", Counter, ["source", "kind"], counter("truthscale.source.errors", "{error}"), None,
-        "Failed sampling attempts by kind: unreachable, timeout, http, too_large, parse, io, sentinel, overrun (a tick longer than the interval), over_limit (part of an answer over a reader's cap, left out), and for NVML no_permission, gpu_lost, unsupported, nvml; for the kubelet also unsupported (it does not serve Get); no_permission also when the API server refuses the pod list (source=\"apiserver\").";
+        "Failed sampling attempts by kind: unreachable, timeout, http, too_large, parse, io, sentinel, unread_family (a DCGM family truthscale does not read, once per family), ambiguous_unit (a reading whose percent or 0..1 unit could not be told, refused), overrun (a tick longer than the interval), over_limit (part of an answer over a reader's cap, left out), and for NVML no_permission, gpu_lost, unsupported, nvml; for the kubelet also unsupported (it does not serve Get); no_permission also when the API server refuses the pod list (source=\"apiserver\").";
     SAMPLE_DURATION / Exporter::SampleDuration = "truthscale_sample_duration_seconds", Gauge, [], gauge("truthscale.sample.duration", "s"), None,
         "Time the last sampling and derivation tick took.";
     DIAGNOSTICS / Exporter::Diagnostics = "truthscale_derivation_diagnostics_total", Counter, ["kind"], counter("truthscale.derivation.diagnostics", "{diagnostic}"), None,
@@ -649,6 +649,8 @@ pub const OTEL_ATTRIBUTES: &[(&str, &str)] = &[
     ("source", "truthscale.source"),
     ("fidelity", "truthscale.fidelity"),
     ("catalog_model", "truthscale.catalog_model"),
+    ("pci_bus_id", "truthscale.gpu.pci_bus_id"),
+    ("driver_version", "hw.driver_version"),
     ("phase", "truthscale.phase"),
     ("regime", "truthscale.gpu.regime"),
     ("method", "truthscale.method"),

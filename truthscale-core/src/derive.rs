@@ -84,6 +84,10 @@ impl DeriveConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Fidelity {
+    /// Cumulative cycle counters exist (DCGM 4.6+ fields 1084–1096, NVML GPM 248–260): each
+    /// window's tensor, SM and pipe activity is the counters' delta over the window, exact
+    /// at any cadence.
+    Cumulative,
     /// Tensor (and usually DRAM) activity counters exist: DCGM profiling or NVML GPM.
     Profiling,
     /// Only the busy flag, power and clocks exist: compute is bounded and estimated.
@@ -99,6 +103,7 @@ impl Fidelity {
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
+            Fidelity::Cumulative => "cumulative",
             Fidelity::Profiling => "profiling",
             Fidelity::Nvml => "nvml",
             Fidelity::BusyOnly => "busy_only",
@@ -143,8 +148,19 @@ pub struct WindowMetrics {
     /// SM-clock reading, or a model the catalog does not know): not an effective compute
     /// fraction, so never integrated or averaged with one.
     pub effective_compute_uncorrected: Option<f64>,
-    /// Upper bound on effective compute when no tensor counter exists (`≤ u`).
+    /// Upper bound on the effective compute of a window that has none: the busy fraction
+    /// `u` without a tensor counter; `C × f_max / f_ref` with a tensor counter but no
+    /// SM-clock reading (`C × kappa_max`, 1.1 by default, for a model the catalog does not
+    /// know), which holds the true ECF at any clock up to the maximum
+    /// ([`effective_compute_bound`]). `None` where the effective compute is measured.
     pub effective_compute_upper_bound: Option<f64>,
+    /// What the window lacked to measure its effective compute, where
+    /// [`Self::effective_compute_upper_bound`] stands in for it.
+    pub effective_compute_bound_missing: Option<BoundMissing>,
+    /// Where the effective compute is only bounded: the inflation gap is at least
+    /// `100·(u − bound)` points, clamped at 0 (only where `u ≥ inflation_min_util`). A
+    /// bound on the gap, never the gap itself ([`Self::inflation_gap_points`]).
+    pub inflation_gap_points_at_least: Option<f64>,
     /// Busiest-pipe view: `max(τ, φ16, φ32, φ64)`.
     pub busiest_pipe: Option<f64>,
     /// Clock correction `κ = f̄ / f_ref`.
@@ -179,6 +195,20 @@ impl WindowMetrics {
     pub fn compute_measured(&self) -> bool {
         self.effective_compute.is_some() || self.effective_compute_uncorrected.is_some()
     }
+}
+
+/// What a window lacked to measure its effective compute: the reason an upper bound
+/// ([`WindowMetrics::effective_compute_upper_bound`]) stands in for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct BoundMissing {
+    /// No tensor counter: the bound is the busy fraction `u`.
+    pub tensor_counter: bool,
+    /// A tensor counter but no SM-clock reading: the clock correction is bounded by the
+    /// model's maximum clock over its reference clock.
+    pub sm_clock: bool,
+    /// A tensor counter, of a model the catalog does not know: the clock correction is
+    /// bounded by `kappa_max` (1.1 by default).
+    pub model: bool,
 }
 
 /// Turn raw readings into clean ones: NaN, infinities, DCGM/NVML sentinels and readings
@@ -225,8 +255,9 @@ fn sanitize_each(
         };
         let max = bounds.max[field as usize];
         // Most values are clean: within 0..=the field's bound (NaN fails both comparisons,
-        // infinities the second) and not an integer sentinel.
-        if (0.0..=max).contains(&v) && !is_sentinel(v) {
+        // infinities the second) and not a sentinel of the field's type.
+        let sentinel = is_sentinel_of(field, v);
+        if (0.0..=max).contains(&v) && !sentinel {
             continue;
         }
         let mut push = |kind, detail: String| {
@@ -240,7 +271,7 @@ fn sanitize_each(
         if !v.is_finite() {
             push(DiagnosticKind::NonFinite, format!("{v}"));
             readings.set(field, Reading::Blank);
-        } else if is_sentinel(v) {
+        } else if sentinel {
             push(DiagnosticKind::Sentinel, format!("{v}"));
             readings.set(field, Reading::Blank);
         } else if v < 0.0 {
@@ -278,6 +309,18 @@ pub fn is_sentinel(v: f64) -> bool {
             && ((INT32_BLANK..=f64::from(i32::MAX)).contains(&v) || v == f64::from(u32::MAX)))
 }
 
+/// Whether `v` is a blank of `field`'s DCGM type: an INT64 cumulative counter's blanks are
+/// the INT64 ones alone ([`INT64_BLANK`] and up), since a counter passes the INT32 band and
+/// 2^47 (the FP64 blank) as it counts; every other field's are [`is_sentinel`]'s.
+#[must_use]
+pub fn is_sentinel_of(field: Field, v: f64) -> bool {
+    if field.is_cycle_counter() {
+        v >= INT64_BLANK
+    } else {
+        is_sentinel(v)
+    }
+}
+
 /// A superset of the integer sentinels, told with a few comparisons and no branch (the fast
 /// check; [`is_sentinel`] decides).
 #[inline]
@@ -291,6 +334,9 @@ pub const INT32_BLANK: f64 = 2_147_483_632.0;
 /// Values at or above DCGM's FP64 blank (2^47) are sentinels, never measurements (the INT64
 /// blanks, from 0x7ffffffffffffff0, and NVML's 64-bit `0xFFFF…FF` lie above it too).
 pub const SENTINEL_FLOOR: f64 = 140_737_488_355_328.0;
+/// DCGM's INT64 blank (`DCGM_INT64_BLANK`, 0x7ffffffffffffff0) as a double (it rounds to
+/// 2^63): it and every value above it are a cumulative counter's blanks.
+pub const INT64_BLANK: f64 = 0x7fff_ffff_ffff_fff0_u64 as f64;
 /// Ratios up to this are clamped to 1 (SM active above 1 is reported on MIG); above, dropped.
 pub const RATIO_CLAMP_LIMIT: f64 = 1.5;
 
@@ -360,6 +406,14 @@ const CLEAN_MAX: [f64; Field::COUNT] = {
     t[Field::MemUsedBytes as usize] = GENERIC_MAX_MEMORY_BYTES;
     t[Field::MemTotalBytes as usize] = GENERIC_MAX_MEMORY_BYTES;
     t[Field::TempCelsius as usize] = MAX_TEMP_CELSIUS;
+    // A cumulative counter counts up to the INT64 blanks.
+    let mut i = 0;
+    while i < Field::COUNT {
+        if Field::ALL[i].is_cycle_counter() {
+            t[i] = f64::from_bits(INT64_BLANK.to_bits() - 1);
+        }
+        i += 1;
+    }
     t
 };
 
@@ -448,6 +502,9 @@ pub struct WindowContext<'a> {
     pub idle_power_watts: Option<f64>,
     /// Clock-event reasons in the window.
     pub throttles: Option<Throttles>,
+    /// Whether the readings' activity ratios are the cumulative cycle counters' deltas over
+    /// the window (the [`Fidelity::Cumulative`] tier).
+    pub activity_from_counters: bool,
 }
 
 fn clamp01(x: f64) -> f64 {
@@ -465,6 +522,84 @@ pub fn compute_term(r: &Readings, spec: Option<&GpuSpec>) -> Option<f64> {
     let f16 = r.value(Field::Fp16Active).unwrap_or(0.0) * spec.fp16_tflops / p;
     let f32 = r.value(Field::Fp32Active).unwrap_or(0.0) * spec.fp32_tflops / p;
     Some(clamp01(tau + f16 + f32))
+}
+
+/// The largest clock correction a window of `spec` can have: the model's maximum (boost)
+/// clock over its reference clock, `f_max / f_ref` (1.082 on H100 SXM, 1.156 on H100 NVL);
+/// for a model the catalog does not know, `kappa_max` (1.1 by default), the clamp of κ
+/// itself. Never below 1 (every catalog model's maximum clock is at least its reference
+/// clock) and never NaN, whatever the configuration.
+#[must_use]
+pub fn kappa_bound(spec: Option<&GpuSpec>, cfg: &DeriveConfig) -> f64 {
+    let ratio = spec
+        .filter(|s| s.f_ref_mhz > 0.0)
+        .map_or(cfg.kappa_max, |s| s.max_sm_clock_mhz / s.f_ref_mhz);
+    // `max` returns 1 for a NaN ratio.
+    ratio.max(1.0)
+}
+
+/// The upper bound on the effective compute of a window with the compute term `c` but no
+/// clock correction: `C × κ_bound` ([`kappa_bound`]), at most 1. Since `C·κ ≤ C·κ_bound`
+/// whatever the clock between the lowest and the maximum, it is never below the true ECF;
+/// and never below `C` itself. Never NaN.
+#[must_use]
+pub fn effective_compute_bound(c: f64, spec: Option<&GpuSpec>, cfg: &DeriveConfig) -> f64 {
+    // min then max: a NaN product (0 × ∞ from a bad configuration) gives 1, a bound still.
+    (c * kappa_bound(spec, cfg)).min(1.0).max(0.0)
+}
+
+/// The clock correction κ; effective compute where it is measured (`C·κ`); where it is
+/// not, the upper bound that stands in for it and what was missing (`docs/derivations.md`,
+/// The bound where the clock is missing); and the busiest pipe.
+fn effective_compute(
+    m: &mut WindowMetrics,
+    r: &Readings,
+    c: Option<f64>,
+    spec: Option<&GpuSpec>,
+    cfg: &DeriveConfig,
+) {
+    m.kappa = match (r.value(Field::SmClockMhz), spec) {
+        (Some(f), Some(spec)) if f > 0.0 && spec.f_ref_mhz > 0.0 => {
+            // min then max, not clamp: no configured bound can panic.
+            Some((f / spec.f_ref_mhz).min(cfg.kappa_max).max(0.0))
+        }
+        _ => None,
+    };
+    match (c, m.kappa) {
+        (Some(c), Some(k)) => {
+            m.effective_compute = Some(clamp01(c * k));
+            m.clock_corrected = true;
+        }
+        (Some(c), None) => {
+            m.effective_compute_uncorrected = Some(c);
+            // Never the busy fraction here: `u` can lie below `τ·κ` (τ is a share of
+            // cycles, `u` of time), and the bound must hold the truth.
+            m.effective_compute_upper_bound = Some(effective_compute_bound(c, spec, cfg));
+            m.effective_compute_bound_missing = Some(BoundMissing {
+                tensor_counter: false,
+                sm_clock: r.value(Field::SmClockMhz).is_none_or(|f| f <= 0.0),
+                model: spec.is_none(),
+            });
+        }
+        (None, _) => {
+            if let Some(u) = r.value(Field::ReportedUtil) {
+                m.effective_compute_upper_bound = Some(u);
+                m.effective_compute_bound_missing = Some(BoundMissing {
+                    tensor_counter: true,
+                    ..BoundMissing::default()
+                });
+            }
+        }
+    }
+    if c.is_some() {
+        let pipes = [
+            Field::TensorActive,
+            Field::Fp16Active,
+            Field::Fp32Active,
+            Field::Fp64Active,
+        ];
+        m.busiest_pipe = pipes.iter().filter_map(|&f| r.value(f)).reduce(f64::max);
+    }
 }
 
 /// The fidelity tier readings allow.
@@ -502,8 +637,12 @@ pub fn fidelity(r: &Readings) -> Fidelity {
 #[must_use]
 #[inline]
 pub fn window(r: &Readings, ctx: &WindowContext<'_>, cfg: &DeriveConfig) -> WindowMetrics {
+    let tier = match fidelity(r) {
+        Fidelity::Profiling if ctx.activity_from_counters => Fidelity::Cumulative,
+        tier => tier,
+    };
     let mut m = WindowMetrics {
-        fidelity: Some(fidelity(r)),
+        fidelity: Some(tier),
         ..WindowMetrics::default()
     };
     let u = r.value(Field::ReportedUtil);
@@ -511,33 +650,7 @@ pub fn window(r: &Readings, ctx: &WindowContext<'_>, cfg: &DeriveConfig) -> Wind
     let d = r.value(Field::DramActive);
     let c = compute_term(r, ctx.spec);
     m.reported_utilization = u;
-
-    m.kappa = match (r.value(Field::SmClockMhz), ctx.spec) {
-        (Some(f), Some(spec)) if f > 0.0 && spec.f_ref_mhz > 0.0 => {
-            // min then max, not clamp: no configured bound can panic.
-            Some((f / spec.f_ref_mhz).min(cfg.kappa_max).max(0.0))
-        }
-        _ => None,
-    };
-
-    if let Some(c) = c {
-        match m.kappa {
-            Some(k) => {
-                m.effective_compute = Some(clamp01(c * k));
-                m.clock_corrected = true;
-            }
-            None => m.effective_compute_uncorrected = Some(c),
-        }
-        let pipes = [
-            Field::TensorActive,
-            Field::Fp16Active,
-            Field::Fp32Active,
-            Field::Fp64Active,
-        ];
-        m.busiest_pipe = pipes.iter().filter_map(|&f| r.value(f)).reduce(f64::max);
-    } else if let Some(u) = u {
-        m.effective_compute_upper_bound = Some(u);
-    }
+    effective_compute(&mut m, r, c, ctx.spec, cfg);
 
     if let (Some(c), Some(d)) = (c, d) {
         m.roofline_saturation = Some(clamp01(c.max(d)));
@@ -553,6 +666,8 @@ pub fn window(r: &Readings, ctx: &WindowContext<'_>, cfg: &DeriveConfig) -> Wind
         if let Some(ecf) = m.effective_compute {
             m.inflation_gap_points = Some((100.0 * (u - ecf)).max(0.0));
             m.inflation_ratio = Some(u / ecf.max(0.01));
+        } else if let Some(bound) = m.effective_compute_upper_bound {
+            m.inflation_gap_points_at_least = Some((100.0 * (u - bound)).max(0.0));
         }
         if let Some(s) = s {
             m.spatial_inflation = Some(u / s.max(0.01));
@@ -682,6 +797,209 @@ mod tests {
         assert_eq!(m.inflation_gap_points, None);
     }
 
+    /// A window with the tensor counter and no SM clock gets the tightest upper bound: the
+    /// compute term times the model's maximum over reference clock (H100 SXM: 1980 and
+    /// 1830 MHz in the catalog), or × 1.1 (`kappa_max`) for a model the catalog does not
+    /// know; the measured ECF never moves to the bound's name, and a window with a clock
+    /// is unchanged.
+    #[test]
+    fn without_a_clock_the_bound_is_the_maximum_clock_over_the_reference() {
+        let h100 = by_key("h100-sxm");
+        let cfg = DeriveConfig::default();
+        let ctx = WindowContext {
+            spec: h100,
+            ..WindowContext::default()
+        };
+        let r = readings(&[(Field::ReportedUtil, 0.9), (Field::TensorActive, 0.2)]);
+        let m = window(&r, &ctx, &cfg);
+        assert_eq!(m.effective_compute, None);
+        assert_eq!(m.effective_compute_uncorrected, Some(0.2));
+        assert_eq!(
+            m.effective_compute_upper_bound,
+            Some(0.2 * (1980.0 / 1830.0))
+        );
+        let only_clock = BoundMissing {
+            sm_clock: true,
+            ..BoundMissing::default()
+        };
+        assert_eq!(m.effective_compute_bound_missing, Some(only_clock));
+        // The gap is at least u − bound: 100 × (0.9 − 0.2 × 1980 / 1830) = 68.36… points.
+        assert_eq!(
+            m.inflation_gap_points_at_least,
+            Some(100.0 * (0.9 - 0.2 * (1980.0 / 1830.0)))
+        );
+        assert_eq!(m.inflation_gap_points, None);
+        // Never the busy fraction where the tensor counter exists: u = 0.2 is below the
+        // bound, and the truth at the maximum clock would be above it.
+        let r = readings(&[(Field::ReportedUtil, 0.2), (Field::TensorActive, 0.2)]);
+        let m = window(&r, &ctx, &cfg);
+        assert_eq!(
+            m.effective_compute_upper_bound,
+            Some(0.2 * (1980.0 / 1830.0))
+        );
+        assert_eq!(m.inflation_gap_points_at_least, Some(0.0));
+        // The FP32 pipe counts, peak-weighted: C = 0.2 + 0.5 × 67 / 989.
+        let r = readings(&[(Field::TensorActive, 0.2), (Field::Fp32Active, 0.5)]);
+        let m = window(&r, &ctx, &cfg);
+        let c = 0.2 + 0.5 * 67.0 / 989.0;
+        assert!(close(
+            m.effective_compute_upper_bound,
+            c * (1980.0 / 1830.0)
+        ));
+        // A bound at most 1: τ = 0.95 × 1.082 = 1.028.
+        let r = readings(&[(Field::TensorActive, 0.95)]);
+        assert_eq!(
+            window(&r, &ctx, &cfg).effective_compute_upper_bound,
+            Some(1.0)
+        );
+        // H100 NVL: 1785 / 1544, above the κ clamp of 1.1: the bound holds the truth.
+        let nvl = WindowContext {
+            spec: by_key("h100-nvl"),
+            ..WindowContext::default()
+        };
+        let r = readings(&[(Field::TensorActive, 0.5)]);
+        let m = window(&r, &nvl, &cfg);
+        assert_eq!(
+            m.effective_compute_upper_bound,
+            Some(0.5 * (1785.0 / 1544.0))
+        );
+    }
+
+    #[test]
+    fn an_unknown_model_is_bounded_by_kappa_max() {
+        let cfg = DeriveConfig::default();
+        assert_eq!(cfg.kappa_max, 1.1);
+        let none = WindowContext::default();
+        // No model and no clock: both missing, τ × 1.1.
+        let r = readings(&[(Field::ReportedUtil, 0.5), (Field::TensorActive, 0.3)]);
+        let m = window(&r, &none, &cfg);
+        assert_eq!(m.effective_compute, None);
+        assert_eq!(m.effective_compute_upper_bound, Some(0.3 * 1.1));
+        let both = BoundMissing {
+            tensor_counter: false,
+            sm_clock: true,
+            model: true,
+        };
+        assert_eq!(m.effective_compute_bound_missing, Some(both));
+        assert_eq!(
+            m.inflation_gap_points_at_least,
+            Some(100.0 * (0.5 - 0.3 * 1.1))
+        );
+        // A clock but no model: only the model is missing (no f_ref to divide by).
+        let r = readings(&[(Field::TensorActive, 0.3), (Field::SmClockMhz, 1700.0)]);
+        let m = window(&r, &none, &cfg);
+        assert_eq!(m.kappa, None);
+        assert_eq!(m.effective_compute_upper_bound, Some(0.3 * 1.1));
+        let model = BoundMissing {
+            model: true,
+            ..BoundMissing::default()
+        };
+        assert_eq!(m.effective_compute_bound_missing, Some(model));
+        // kappa_max is the configured one.
+        let wide = DeriveConfig {
+            kappa_max: 1.3,
+            ..DeriveConfig::default()
+        };
+        let r = readings(&[(Field::TensorActive, 0.5)]);
+        assert_eq!(
+            window(&r, &none, &wide).effective_compute_upper_bound,
+            Some(0.5 * 1.3)
+        );
+    }
+
+    #[test]
+    fn a_measured_window_has_no_bound_and_no_tensor_means_the_busy_flag() {
+        let ctx = WindowContext {
+            spec: by_key("h100-sxm"),
+            ..WindowContext::default()
+        };
+        // τ = 0.5 at 1464 MHz: ECF = 0.5 × 1464 / 1830 = 0.4, as before; no bound.
+        let r = readings(&[
+            (Field::ReportedUtil, 1.0),
+            (Field::TensorActive, 0.5),
+            (Field::SmClockMhz, 1464.0),
+        ]);
+        let m = window(&r, &ctx, &DeriveConfig::default());
+        assert!(close(m.effective_compute, 0.4));
+        assert_eq!(m.effective_compute_upper_bound, None);
+        assert_eq!(m.effective_compute_bound_missing, None);
+        assert_eq!(m.inflation_gap_points_at_least, None);
+        assert!(close(m.inflation_gap_points, 60.0));
+        // No tensor counter: the busy fraction, as before.
+        let r = readings(&[(Field::ReportedUtil, 0.7), (Field::SmClockMhz, 1464.0)]);
+        let m = window(&r, &ctx, &DeriveConfig::default());
+        assert_eq!(m.effective_compute_upper_bound, Some(0.7));
+        let tensor = BoundMissing {
+            tensor_counter: true,
+            ..BoundMissing::default()
+        };
+        assert_eq!(m.effective_compute_bound_missing, Some(tensor));
+        assert_eq!(m.inflation_gap_points_at_least, Some(0.0));
+        // Nothing at all: no bound.
+        let m = window(&Readings::default(), &ctx, &DeriveConfig::default());
+        assert_eq!(m.effective_compute_upper_bound, None);
+        assert_eq!(m.effective_compute_bound_missing, None);
+    }
+
+    /// For random compute activity, pipes and a random true clock between a floor of
+    /// 210 MHz and the model's maximum, the bound of the window without the clock holds the
+    /// true ECF, `clamp01(C × f / f_ref)` computed here, and the ECF `window` gives when
+    /// the clock is read; and it is never below `τ` (so never below `τ × κ_min` whatever the
+    /// lowest clock, at most `f_ref` on every catalog model).
+    #[test]
+    fn the_bound_holds_the_truth_at_any_clock_up_to_the_maximum() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(33);
+        let cfg = DeriveConfig::default();
+        for _ in 0..20_000 {
+            let spec = &crate::gpus::CATALOG[rng.random_range(0..crate::gpus::CATALOG.len())];
+            let tau: f64 = rng.random_range(0.0..=1.0);
+            let fp16: f64 = rng.random_range(0.0..=0.3);
+            let fp32: f64 = rng.random_range(0.0..=0.3);
+            let f: f64 = rng.random_range(210.0..=spec.max_sm_clock_mhz);
+            let c = (tau
+                + fp16 * spec.fp16_tflops / spec.bf16_dense_tflops
+                + fp32 * spec.fp32_tflops / spec.bf16_dense_tflops)
+                .min(1.0);
+            let truth = (c * f / spec.f_ref_mhz).min(1.0);
+            let pipes = [
+                (Field::TensorActive, tau),
+                (Field::Fp16Active, fp16),
+                (Field::Fp32Active, fp32),
+            ];
+            let ctx = WindowContext {
+                spec: Some(spec),
+                ..WindowContext::default()
+            };
+            let b = window(&readings(&pipes), &ctx, &cfg)
+                .effective_compute_upper_bound
+                .unwrap();
+            assert!(
+                b >= truth - 1e-12,
+                "{} τ {tau} f {f}: {b} < {truth}",
+                spec.key
+            );
+            assert!(b >= tau, "{} τ {tau}: {b}", spec.key);
+            let mut clocked = readings(&pipes);
+            clocked.set_value(Field::SmClockMhz, f);
+            let ecf = window(&clocked, &ctx, &cfg).effective_compute.unwrap();
+            assert!(b >= ecf, "{} τ {tau} f {f}: {b} < ECF {ecf}", spec.key);
+        }
+        // An unknown model whose maximum clock is at most 1.1 × its reference clock.
+        for _ in 0..5_000 {
+            let tau: f64 = rng.random_range(0.0..=1.0);
+            let kappa: f64 = rng.random_range(0.1..=1.1);
+            let r = readings(&[(Field::TensorActive, tau)]);
+            let b = window(&r, &WindowContext::default(), &cfg)
+                .effective_compute_upper_bound
+                .unwrap();
+            assert!(
+                b >= (tau * kappa).min(1.0) - 1e-12,
+                "τ {tau} κ {kappa}: {b}"
+            );
+        }
+    }
+
     #[test]
     fn decode_is_not_roofline_inflated() {
         let h100 = by_key("h100-sxm").unwrap();
@@ -806,6 +1124,39 @@ mod tests {
     }
 
     #[test]
+    fn a_cycle_counter_past_the_fp64_blank_is_a_reading() {
+        // Days of uptime: an H100's SM cycles elapsed pass 2^47 within minutes of boot.
+        let values = [
+            SENTINEL_FLOOR,
+            SENTINEL_FLOOR * 3.0,
+            INT32_BLANK,
+            f64::from(u32::MAX),
+            1.0e18,
+        ];
+        for &f in Field::ALL.iter().filter(|f| f.is_cycle_counter()) {
+            for v in values {
+                let mut r = Readings::default();
+                r.set_value(f, v);
+                let mut d = Vec::new();
+                sanitize(&mut r, &EntityId::default(), None, &mut d);
+                assert_eq!(r.get(f), Reading::Value(v), "{} = {v}", f.name());
+                assert!(d.is_empty(), "{d:?}");
+            }
+            for v in [INT64_BLANK, u64::MAX as f64] {
+                let mut r = Readings::default();
+                r.set_value(f, v);
+                let mut d = Vec::new();
+                sanitize(&mut r, &EntityId::default(), None, &mut d);
+                assert_eq!(r.get(f), Reading::Blank, "{} = {v}", f.name());
+                assert_eq!(d[0].kind, DiagnosticKind::Sentinel);
+            }
+        }
+        // Every other field keeps the FP64 blank rule.
+        assert!(is_sentinel_of(Field::TensorActive, SENTINEL_FLOOR));
+        assert!(!is_sentinel_of(Field::MmaCyclesActive, SENTINEL_FLOOR));
+    }
+
+    #[test]
     fn every_sentinel_in_every_field_is_blank() {
         for spec in specs() {
             let clean = plausible(spec);
@@ -814,7 +1165,9 @@ mod tests {
             sanitize(&mut r, &EntityId::default(), spec, &mut d);
             assert!(d.is_empty(), "{spec:?}: {d:?}");
             for &f in Field::ALL {
-                for v in sentinels() {
+                // A cumulative counter's blanks are the INT64 ones alone.
+                let of_type = |v: &f64| !f.is_cycle_counter() || *v >= INT64_BLANK;
+                for v in sentinels().into_iter().filter(of_type) {
                     assert!(is_sentinel(v), "{v}");
                     let mut r = clean;
                     r.set_value(f, v);
@@ -1059,7 +1412,8 @@ mod tests {
                 r.set_value(Field::MemTotalBytes, total);
                 let b = Bounds::new(&r, spec);
                 for &f in Field::ALL {
-                    if !WIDE_FIELDS.contains(&f) {
+                    // A cycle counter has no INT32 blanks to catch.
+                    if !WIDE_FIELDS.contains(&f) && !f.is_cycle_counter() {
                         assert!(b.max[f as usize] < INT32_BLANK, "{}", f.name());
                     }
                 }

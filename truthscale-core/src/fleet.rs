@@ -454,6 +454,7 @@ impl Track {
             energy_power_watts: None,
             idle_power_watts: None,
             throttles: e.throttles,
+            activity_from_counters: false,
         };
         let metrics = crate::derive::window(&readings, &ctx, cfg);
         self.observe_peak(step, &readings, &metrics);

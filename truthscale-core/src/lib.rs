@@ -27,6 +27,7 @@
 
 pub mod analysis;
 pub mod catalog;
+pub mod cycles;
 pub mod derive;
 pub mod diag;
 pub mod exposition;

@@ -97,6 +97,9 @@ pub struct EntityId {
     pub model: Option<String>,
     /// PCI bus id, when known.
     pub pci_bus_id: Option<String>,
+    /// The NVIDIA driver's version (`550.54.15`), when the source says: an attribute, like
+    /// the model and the PCI id, that never splits an entity.
+    pub driver_version: Option<String>,
     /// MIG instance, when this entity is one.
     pub mig: Option<MigId>,
     /// Pod attribution, when known.
@@ -149,8 +152,8 @@ impl EntityKey {
 
 impl EntityId {
     /// Whether `other`, an id with the same [`EntityKey`], has the same attributes too
-    /// (model, PCI id, MIG profile and UUID): `*self == *other`, comparing only what the
-    /// key leaves out.
+    /// (model, PCI id, driver version, MIG profile and UUID): `*self == *other`, comparing
+    /// only what the key leaves out.
     #[must_use]
     pub fn same_attributes(&self, other: &EntityId) -> bool {
         let mig = match (&self.mig, &other.mig) {
@@ -158,7 +161,9 @@ impl EntityId {
             (Some(a), Some(b)) => a.profile == b.profile && a.uuid == b.uuid,
             _ => false,
         };
-        mig && self.model == other.model && self.pci_bus_id == other.pci_bus_id
+        mig && self.model == other.model
+            && self.pci_bus_id == other.pci_bus_id
+            && self.driver_version == other.driver_version
     }
 }
 
@@ -282,9 +287,55 @@ fields! {
     NvlinkRxBytesPerSec => "nvlink_rx_bytes_per_sec",
     /// GPU temperature in degrees Celsius.
     TempCelsius => "temp_celsius",
+    /// SM cycles elapsed since boot, summed as DCGM counts them (field 1084, NVML GPM 248):
+    /// the denominator of every cumulative activity ratio.
+    SmCyclesElapsed => "sm_cycles_elapsed_total",
+    /// SM cycles with at least one warp resident since boot (field 1085, GPM 249).
+    SmCyclesActive => "sm_cycles_active_total",
+    /// Cycles with any tensor (MMA) pipe active since boot (field 1086, GPM 250).
+    MmaCyclesActive => "mma_cycles_active_total",
+    /// Cycles with the HMMA (half-precision tensor) pipe active since boot (field 1088).
+    HmmaCyclesActive => "hmma_cycles_active_total",
+    /// Cycles with the IMMA (integer tensor) pipe active since boot (field 1089).
+    ImmaCyclesActive => "imma_cycles_active_total",
+    /// Cycles with the FP64 pipe active since boot (field 1094).
+    Fp64CyclesActive => "fp64_cycles_active_total",
+    /// Cycles with the FP32 pipe active since boot (field 1095).
+    Fp32CyclesActive => "fp32_cycles_active_total",
+    /// Cycles with the FP16 pipe active since boot (field 1096).
+    Fp16CyclesActive => "fp16_cycles_active_total",
 }
 
 impl Field {
+    /// The cumulative cycle counters and the activity ratio each one's delta over
+    /// [`Field::SmCyclesElapsed`]'s gives over a window.
+    pub const CYCLE_COUNTERS: [(Field, Field); 7] = [
+        (Field::SmCyclesActive, Field::SmActive),
+        (Field::MmaCyclesActive, Field::TensorActive),
+        (Field::HmmaCyclesActive, Field::HmmaActive),
+        (Field::ImmaCyclesActive, Field::ImmaActive),
+        (Field::Fp64CyclesActive, Field::Fp64Active),
+        (Field::Fp32CyclesActive, Field::Fp32Active),
+        (Field::Fp16CyclesActive, Field::Fp16Active),
+    ];
+
+    /// Whether the field is a cumulative INT64 cycle counter: its blanks are DCGM's INT64
+    /// ones only (a counter passes 2^47, the FP64 blank, within minutes of boot).
+    #[must_use]
+    pub const fn is_cycle_counter(self) -> bool {
+        matches!(
+            self,
+            Field::SmCyclesElapsed
+                | Field::SmCyclesActive
+                | Field::MmaCyclesActive
+                | Field::HmmaCyclesActive
+                | Field::ImmaCyclesActive
+                | Field::Fp64CyclesActive
+                | Field::Fp32CyclesActive
+                | Field::Fp16CyclesActive
+        )
+    }
+
     /// Whether the field is a 0..1 fraction.
     #[must_use]
     pub const fn is_ratio(self) -> bool {

@@ -5,6 +5,7 @@
 //! per phase) accumulate over those windows, so consumers can take exact averages over
 //! any range as a `rate()` of a counter.
 
+use crate::cycles::CycleCounters;
 use crate::derive::{self, DeriveConfig, Fidelity, WindowContext, WindowMetrics, WorkloadHint};
 use crate::diag::{Diagnostic, DiagnosticKind};
 use crate::gpus::{self, GpuSpec};
@@ -419,6 +420,10 @@ struct EntityState {
     warned_unknown_model: bool,
     capability: Fidelity,
     last_clock_mhz: Option<f64>,
+    /// The cumulative cycle counters between windows.
+    cycles: CycleCounters,
+    /// Whether the current window's activity came from the cycle counters.
+    activity_from_counters: bool,
     ceiling_saturation: CeilingTracker,
     ceiling_output_tokens: CeilingTracker,
 }
@@ -484,6 +489,8 @@ impl EntityState {
             warned_unknown_model: false,
             capability: Fidelity::None,
             last_clock_mhz: None,
+            cycles: CycleCounters::default(),
+            activity_from_counters: false,
             ceiling_saturation: CeilingTracker::default(),
             ceiling_output_tokens: CeilingTracker::default(),
         }
@@ -852,6 +859,10 @@ impl Deriver {
         // The window is derived in place of the entity's previous one.
         let attributes_changed = state.take_readings(e, spec, diags);
         let id_changed = first || attributes_changed;
+        state.activity_from_counters =
+            state
+                .cycles
+                .derive(&mut state.window.readings, &e.id, diags);
         let energy_power = state.count_energy(taken, e, diags);
         state.last_taken = taken;
         state.mean_clock(e.sm_clock_is_point, first);
@@ -1050,6 +1061,7 @@ impl EntityState {
             energy_power_watts: energy_power,
             idle_power_watts: self.idle_power,
             throttles: e.throttles,
+            activity_from_counters: self.activity_from_counters,
         };
         win.metrics = derive::window(&win.readings, &ctx, cfg);
         let metrics = &win.metrics;
@@ -1098,7 +1110,7 @@ impl EntityState {
             power_proxy: metrics.power_proxy,
             power_capped: e.throttles.is_some_and(|t| t.sw_power_cap),
         };
-        let method = if self.capability == Fidelity::Profiling {
+        let method = if self.capability <= Fidelity::Profiling {
             PhaseMethod::Counters
         } else {
             PhaseMethod::PowerHeuristic

@@ -9,12 +9,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::Duration;
-use truthscale_core::analysis::{Analyzer, EntitySummary, Report};
+use truthscale_core::analysis::{Analyzer, EntitySummary, Report, UpperBound};
 use truthscale_core::derive::DeriveConfig;
 use truthscale_core::gpus;
 use truthscale_core::model::{Sample, Timestamp};
 use truthscale_core::parse::dmon::{DmonParser, Scanned, Scanner};
-use truthscale_core::parse::{Format, ParseError};
+use truthscale_core::parse::{Format, ParseError, Unread};
 use truthscale_core::tracker::Deriver;
 
 /// Malformed lines printed individually before the rest are only counted.
@@ -32,6 +32,8 @@ pub(crate) struct Analysis {
     pub error_count: u64,
     /// Lines skipped as not data.
     pub skipped_lines: u64,
+    /// What the capture held that is not read.
+    pub unread: Unread,
 }
 
 /// Run the command; returns exit code 1 when any line was malformed.
@@ -74,11 +76,15 @@ pub(crate) fn run(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Resul
             eprintln!("{e}");
         }
         bail!(
-            "{name}: no GPU readings found as {} ({} malformed and {} non-data line(s)); is it a {} capture?",
+            "{name}: no GPU readings found as {} ({} malformed and {} non-data line(s)); is it a {} capture?{}",
             a.format.as_str(),
             a.error_count,
             a.skipped_lines,
-            a.format.as_str()
+            a.format.as_str(),
+            a.unread
+                .summary()
+                .map(|s| format!(" It holds DCGM fields truthscale does not read ({s})."))
+                .unwrap_or_default()
         );
     }
     let mut out = std::io::stdout().lock();
@@ -121,7 +127,7 @@ enum Handed {
     /// Samples and malformed lines of any other format, parsed, and the bytes read so far.
     Samples(Vec<Result<Sample, ParseError>>, u64),
     /// The end of the input, with the lines the reading thread's parser skipped as not data.
-    End(u64),
+    End(u64, Unread),
     /// A read failed: the capture ends.
     Failed(CaptureError),
 }
@@ -159,6 +165,7 @@ pub(crate) fn analyze_reader(
         FormatArg::DcgmiDmon => Some(Format::DcgmiDmon),
         FormatArg::DcgmExporter => Some(Format::DcgmExporter),
         FormatArg::Jsonl => Some(Format::Jsonl),
+        FormatArg::NvidiaSmiCsv => Some(Format::NvidiaSmiCsv),
         FormatArg::Auto => None,
     };
     let interval = args.interval.as_secs_f64();
@@ -184,7 +191,7 @@ pub(crate) fn analyze_reader(
     // The `dcgmi dmon` parser on this thread, fed the lines the reading thread has read.
     let mut dmon = DmonParser::new(name, interval, Timestamp(0));
     let scanning = format == Format::DcgmiDmon;
-    let skipped_lines = std::thread::scope(|scope| -> anyhow::Result<u64> {
+    let (skipped_lines, unread) = std::thread::scope(|scope| -> anyhow::Result<(u64, Unread)> {
         // Made here, so that the receiving ends go away with this closure however it ends,
         // and a reading thread blocked on a full queue then stops.
         let (tx, rx) = mpsc::sync_channel(IN_FLIGHT);
@@ -210,7 +217,7 @@ pub(crate) fn analyze_reader(
                         });
                         let last = match read {
                             Ok(true) => None,
-                            Ok(false) => Some(Handed::End(0)),
+                            Ok(false) => Some(Handed::End(0, Unread::default())),
                             Err(e) => Some(Handed::Failed(e)),
                         };
                         batch.bytes_read = capture.bytes_read();
@@ -226,7 +233,10 @@ pub(crate) fn analyze_reader(
                                         break None;
                                     }
                                 }
-                                Ok(None) => break Some(Handed::End(capture.skipped_lines())),
+                                Ok(None) => {
+                                    let unread = capture.unread().cloned().unwrap_or_default();
+                                    break Some(Handed::End(capture.skipped_lines(), unread));
+                                }
                                 Err(e) => break Some(Handed::Failed(e)),
                             }
                         };
@@ -287,14 +297,14 @@ pub(crate) fn analyze_reader(
                     }
                     progress_to(bytes);
                 }
-                Handed::End(skipped) => {
+                Handed::End(skipped, unread) => {
                     if !scanning {
-                        return Ok(skipped);
+                        return Ok((skipped, unread));
                     }
                     if let Some(s) = dmon.finish() {
                         analyzer.push(&s);
                     }
-                    return Ok(dmon.skipped_lines());
+                    return Ok((dmon.skipped_lines(), dmon.unread().clone()));
                 }
                 Handed::Failed(e) => return Err(e.into()),
             }
@@ -307,6 +317,7 @@ pub(crate) fn analyze_reader(
         errors,
         error_count,
         skipped_lines,
+        unread,
     })
 }
 
@@ -391,6 +402,75 @@ fn phases(e: &EntitySummary) -> String {
     }
 }
 
+/// The model as reported, and the catalog model `--gpu-model` put in its place, if any.
+fn model_text(e: &EntitySummary) -> String {
+    let spec = e.catalog_model.and_then(gpus::by_key);
+    match (e.model.as_deref(), spec) {
+        (Some(m), Some(s)) if gpus::lookup(m).map(|r| r.key) != Some(s.key) => {
+            format!("{m} (taken as {}: --gpu-model)", s.name)
+        }
+        (Some(m), _) => m.to_owned(),
+        (None, Some(s)) => format!("{} (--gpu-model)", s.name),
+        (None, None) => "unknown model".to_owned(),
+    }
+}
+
+/// The effective compute and inflation gap lines: the measured figures, and where some
+/// windows had none, the upper bound, what it lacked, and the gap it implies.
+fn write_effective_compute(out: &mut impl Write, e: &EntitySummary) -> std::io::Result<()> {
+    let proxy = e
+        .power_proxy
+        .map(|p| format!("  power proxy {:.2} (estimate)", p.mean))
+        .unwrap_or_default();
+    let bound = e.effective_compute_upper_bound.as_ref();
+    let why = |b: &UpperBound| {
+        let fixes: Vec<&str> = b.missing.iter().map(|m| m.fix.as_str()).collect();
+        fixes.join("; ")
+    };
+    match (e.effective_compute, bound) {
+        (Some(ecf), _) => writeln!(
+            out,
+            "  effective compute  {} (p95 {}){}",
+            pct(Some(ecf.mean)),
+            pct(Some(ecf.p95)),
+            corrected_note(e.clock_corrected)
+        )?,
+        (None, Some(b)) => writeln!(
+            out,
+            "  effective compute  ≤ {} over {:.0} s ({}){proxy}",
+            pct(Some(b.mean)),
+            b.seconds,
+            why(b)
+        )?,
+        (None, None) => writeln!(
+            out,
+            "  effective compute  unknown (no tensor counter and no busy flag){proxy}"
+        )?,
+    }
+    if let (Some(_), Some(b)) = (e.effective_compute, bound) {
+        writeln!(
+            out,
+            "  ECF upper bound    ≤ {} over {:.0} s, {:.0} s of them bounded ({}){proxy}",
+            pct(Some(b.mean)),
+            b.seconds,
+            b.bounded_seconds,
+            why(b)
+        )?;
+    }
+    if let Some(g) = e.inflation_gap_points {
+        writeln!(out, "  inflation gap      {:.1} points", g.mean)?;
+    }
+    if let Some(g) = bound.and_then(|b| b.inflation_gap_points_at_least)
+        && g > 0.0
+    {
+        writeln!(
+            out,
+            "  inflation gap      at least {g:.1} points (reported utilization over the bound)"
+        )?;
+    }
+    Ok(())
+}
+
 /// The verdict that held longest, then each verdict's share of the time (≥ 0.5 %), largest
 /// first: `starved (starved 80%, busy 20%)`.
 fn verdicts(e: &EntitySummary) -> String {
@@ -420,6 +500,12 @@ fn write_table(out: &mut impl Write, a: &Analysis) -> std::io::Result<()> {
             a.skipped_lines
         )?;
     }
+    if let Some(s) = a.unread.summary() {
+        writeln!(
+            out,
+            "DCGM fields {s} (docs/dcgm-compatibility.md lists what is read)"
+        )?;
+    }
     Ok(())
 }
 
@@ -439,12 +525,7 @@ pub(crate) fn write_report(
     for e in &report.entities {
         let sim = if e.simulated { "  [SIMULATED]" } else { "" };
         writeln!(out)?;
-        writeln!(
-            out,
-            "{}  {}{sim}",
-            e.entity,
-            e.model.as_deref().unwrap_or("unknown model")
-        )?;
+        writeln!(out, "{}  {}{sim}", e.entity, model_text(e))?;
         writeln!(
             out,
             "  samples            {}   fidelity {}",
@@ -463,30 +544,7 @@ pub(crate) fn write_report(
             "  reported util      {}",
             pct(e.reported_utilization.map(|m| m.mean))
         )?;
-        match e.effective_compute {
-            Some(ecf) => writeln!(
-                out,
-                "  effective compute  {} (p95 {}){}",
-                pct(Some(ecf.mean)),
-                pct(Some(ecf.p95)),
-                corrected_note(e.clock_corrected)
-            )?,
-            None if e.clock_corrected.is_some() => writeln!(
-                out,
-                "  effective compute  unknown (a tensor counter, but no SM clock or catalog model to correct it by)"
-            )?,
-            None => writeln!(
-                out,
-                "  effective compute  unknown (≤ {}; no tensor counter){}",
-                pct(e.effective_compute_upper_bound.map(|m| m.mean)),
-                e.power_proxy
-                    .map(|p| format!("  power proxy {:.2} (estimate)", p.mean))
-                    .unwrap_or_default()
-            )?,
-        }
-        if let Some(g) = e.inflation_gap_points {
-            writeln!(out, "  inflation gap      {:.1} points", g.mean)?;
-        }
+        write_effective_compute(out, e)?;
         if let Some(s) = e.spatial_inflation {
             writeln!(out, "  spatial inflation  {:.1}×", s.mean)?;
         }
@@ -559,6 +617,8 @@ pub(crate) enum FormatArg {
     DcgmExporter,
     /// truthscale JSONL trace.
     Jsonl,
+    /// `nvidia-smi --query-gpu=… --format=csv` output, with its header.
+    NvidiaSmiCsv,
 }
 
 /// `truthscale analyze`.

@@ -9,7 +9,8 @@ use std::process::ExitCode;
 pub(crate) enum ConfigCommand {
     /// Print the full default configuration as TOML.
     Defaults,
-    /// Validate a configuration file (with the current environment) and exit.
+    /// Validate a configuration file (with the current environment) and exit. Without a
+    /// source kind (auto), also whether this machine has the NVIDIA driver it would read.
     Check {
         /// The TOML file.
         file: PathBuf,
@@ -28,8 +29,12 @@ pub(crate) fn run(c: &ConfigCommand, env: &[(String, String)]) -> anyhow::Result
         }
         ConfigCommand::Check { file } => {
             let cfg = crate::config::Config::load(Some(file), env, &[])?;
-            cfg.validate(env)?;
-            println!("{}: ok", file.display());
+            let settings = cfg.validate(env)?;
+            // What the start would meet where the source depends on this machine.
+            match settings.source.probe()? {
+                Some(found) => println!("{}: ok ({found})", file.display()),
+                None => println!("{}: ok", file.display()),
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -156,7 +156,7 @@ pub(crate) fn advice(d: &DeviceReport, tier: Fidelity, mig: bool) -> String {
     let Some(ident) = &d.ident else {
         return "the GPU is not answering; see the errors below".into();
     };
-    if tier == Fidelity::Profiling {
+    if tier <= Fidelity::Profiling {
         return "nothing to do: GPM counters give the profiling tier \
                 (tensor, DRAM and SM activity)"
             .into();

@@ -56,6 +56,7 @@ pub(super) fn own_entity(labels: &BTreeMap<String, String>) -> EntityId {
         uuid: get("uuid"),
         model: get("model"),
         pci_bus_id: None,
+        driver_version: None,
         mig: num("mig_instance").map(|gpu_instance| MigId {
             gpu_instance,
             compute_instance: None,
@@ -259,6 +260,9 @@ pub(super) struct Builder {
     pool: Vec<Option<EntitySample>>,
     /// How many of `sample`'s entities are the DCGM scrape's.
     dcgm: usize,
+    /// Maps each timestamp's DCGM points; kept from one timestamp to the next, so a unit
+    /// decided from one reading (percent or 0..1) holds for the chunk.
+    scrape: Scrape,
 }
 
 impl Builder {
@@ -272,6 +276,7 @@ impl Builder {
             slots: vec![u32::MAX; entities],
             pool,
             dcgm: 0,
+            scrape: Scrape::default(),
         }
     }
 
@@ -323,7 +328,7 @@ impl Builder {
             }
             std::mem::swap(&mut self.used, &mut self.next);
         }
-        let mut scrape = Scrape::default();
+        let scrape = &mut self.scrape;
         for &(_, i, v) in points {
             match series.get(i as usize) {
                 Some(SeriesMap::Dcgm { name, labels }) => {

@@ -1525,6 +1525,7 @@ mod tests {
             uuid: Some("GPU-x".into()),
             model: Some("Simulated H100 SXM".into()),
             pci_bus_id: None,
+            driver_version: None,
             mig: Some(MigId {
                 gpu_instance: 2,
                 compute_instance: None,

@@ -17,10 +17,13 @@
 use super::{BuildError, Context, Produced, Source, SourceError, SourceSettings, unix_ms};
 use crate::setting::Invalid;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 use truthscale_core::model::{EntityKey, EntitySample, Sample, SourceKind, Timestamp};
-use truthscale_core::parse::{DcgmTextParser, dcgm_value};
+use truthscale_core::parse::DcgmTextParser;
+use truthscale_core::parse::dcgm_text::is_blank_value;
+use truthscale_core::parse::names::{MAX_UNREAD_NAMES, Unread};
 
 /// Which GPUs belong to this pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,6 +115,38 @@ pub struct DcgmExporterSource {
     /// The sampling interval (the source's declared update interval).
     interval: Duration,
     warned_scope: bool,
+    /// The families not read that were already counted and named (at most
+    /// [`MAX_UNREAD_NAMES`]).
+    unread_seen: BTreeSet<String>,
+}
+
+impl DcgmExporterSource {
+    /// Name, once each, the families of the answer truthscale does not read, and count
+    /// every reading refused for an ambiguous unit.
+    fn count_unread(&mut self, unread: &Unread, errors: &mut Vec<SourceError>) {
+        let mut new = Vec::new();
+        for f in &unread.families {
+            if self.unread_seen.len() < MAX_UNREAD_NAMES && self.unread_seen.insert(f.clone()) {
+                errors.push(SourceError::UnreadFamily(format!("{}: {f}", self.url)));
+                new.push(f.as_str());
+            }
+        }
+        if !new.is_empty() {
+            tracing::info!(
+                url = %self.url,
+                families = %new.join(", "),
+                "dcgm-exporter families truthscale does not read (each counted once, kind=\"unread_family\"); see docs/dcgm-compatibility.md"
+            );
+        }
+        for (f, n) in &unread.ambiguous {
+            for _ in 0..*n {
+                errors.push(SourceError::AmbiguousUnit(format!(
+                    "{}: {f}: percent or 0..1 ratio cannot be told; the reading is refused",
+                    self.url
+                )));
+            }
+        }
+    }
 }
 
 /// `kind = "dcgm-exporter"`: a live dcgm-exporter, this pod's GPUs only.
@@ -207,6 +242,7 @@ impl DcgmExporterSource {
             scope,
             interval,
             warned_scope: false,
+            unread_seen: BTreeSet::new(),
         }
     }
 
@@ -244,8 +280,9 @@ impl Source for DcgmExporterSource {
             let t = line.trim();
             if !t.is_empty() && !t.starts_with('#') {
                 data_lines += 1;
+                let name = t.split(['{', ' ']).next().unwrap_or_default();
                 if let Some(v) = t.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok())
-                    && dcgm_value(v).is_none()
+                    && is_blank_value(name, v)
                 {
                     out.errors
                         .push(SourceError::Sentinel(format!("{}: {t}", self.url)));
@@ -262,6 +299,7 @@ impl Source for DcgmExporterSource {
             }
         }
         samples.extend(parser.finish());
+        self.count_unread(parser.unread(), &mut out.errors);
         out.errors.extend(
             crate::bounds::LeftOut::of_scrape(parser.refused())
                 .message(&self.url)

@@ -1,8 +1,9 @@
 //! Counter sources. Each produces raw [`Sample`]s and derives nothing.
 //!
 //! Sources are synchronous: the sampler runs them on its own thread, never on the scrape
-//! path. `auto` is NVML when the library loads. Each source owns its configuration
-//! ([`SourceConfig`]), which builds it, and implements [`Source`].
+//! path. `auto`, the default, is NVML when the library loads, and an error naming the other
+//! sources when it does not: the simulator runs only when asked for. Each source owns its
+//! configuration ([`SourceConfig`]), which builds it, and implements [`Source`].
 
 use crate::setting::Invalid;
 use std::time::{Duration, SystemTime};
@@ -68,6 +69,14 @@ pub(crate) trait SourceSettings {
     /// # Errors
     /// A [`BuildError`] saying what to do.
     fn build(&self, context: &Context, now: SystemTime) -> Result<Box<dyn Source>, BuildError>;
+    /// What `config check` can tell about this machine without starting the source: for a
+    /// kind whose source depends on it (`auto`), which source it would be, as a phrase.
+    ///
+    /// # Errors
+    /// The [`BuildError`] the start would meet.
+    fn probe(&self) -> Result<Option<String>, BuildError> {
+        Ok(None)
+    }
 }
 
 /// The sources: `kind` name → variant (its own settings struct). The one list a new source
@@ -112,6 +121,17 @@ macro_rules! sources {
                 }
             }
 
+            /// What this machine makes of the source, when its kind depends on it
+            /// (`config check`).
+            ///
+            /// # Errors
+            /// The [`BuildError`] the start would meet.
+            pub(crate) fn probe(&self) -> Result<Option<String>, BuildError> {
+                match self {
+                    $(SourceConfig::$variant(c) => c.probe(),)*
+                }
+            }
+
             /// Build the source.
             ///
             /// # Errors
@@ -137,7 +157,7 @@ sources! {
     "replay" => Replay(replay::ReplayConfig),
     /// NVML in-process.
     "nvml" => Nvml(nvml::NvmlConfig),
-    /// NVML when the library loads, with a hint at the other sources when it does not.
+    /// NVML when the library loads, else an error naming the other sources; the default.
     "auto" => Auto(nvml::AutoConfig),
     /// A live dcgm-exporter.
     "dcgm-exporter" => DcgmExporter(dcgm_exporter::DcgmExporterConfig),
@@ -145,9 +165,11 @@ sources! {
     "null" => Null(null::NullConfig),
 }
 
+/// No source configured: NVML when a driver is present, else a start error naming the
+/// choices; never the simulator, which runs only when asked for.
 impl Default for SourceConfig {
     fn default() -> Self {
-        SourceConfig::Sim(sim::SimConfig::default())
+        SourceConfig::Auto(nvml::AutoConfig::default())
     }
 }
 
@@ -246,6 +268,13 @@ pub enum SourceError {
     /// A DCGM sentinel value was dropped.
     #[error("sentinel value dropped: {0}")]
     Sentinel(String),
+    /// A DCGM family (metric or column) truthscale does not read: counted once per family
+    /// and source, named in the log.
+    #[error("not read: {0}")]
+    UnreadFamily(String),
+    /// A reading refused because its unit (percent or 0..1 ratio) could not be told.
+    #[error("ambiguous unit: {0}")]
+    AmbiguousUnit(String),
     /// NVML refused (`NVML_ERROR_NO_PERMISSION`), e.g. GPM in an unprivileged container.
     #[error("no permission: {0}")]
     NoPermission(String),
@@ -274,6 +303,8 @@ impl SourceError {
             SourceError::OverLimit(_) => "over_limit",
             SourceError::Http(_) => "http",
             SourceError::Sentinel(_) => "sentinel",
+            SourceError::UnreadFamily(_) => "unread_family",
+            SourceError::AmbiguousUnit(_) => "ambiguous_unit",
             SourceError::NoPermission(_) => "no_permission",
             SourceError::GpuLost(_) => "gpu_lost",
             SourceError::Unsupported(_) => "unsupported",

@@ -106,6 +106,12 @@ fn gpu_values<'a>(
                     ("source", source),
                     ("fidelity", win.capability.as_str()),
                     ("catalog_model", win.spec.map_or("unknown", |s| s.key)),
+                    // Absent is empty (no label, to PromQL), never a made-up value.
+                    ("pci_bus_id", win.id.pci_bus_id.as_deref().unwrap_or("")),
+                    (
+                        "driver_version",
+                        win.id.driver_version.as_deref().unwrap_or(""),
+                    ),
                 ],
                 1.0,
             );

@@ -28,17 +28,25 @@
 //! kept, and its memory, is bounded by the caps and not by the size of the answer.
 
 use super::ParseError;
-use super::dmon::{Acc, Target, Unit, error, nth_time};
+use super::dmon::{Acc, Target, Unit, dcgm_value, error, nth_time};
+use super::names::{Scale, Units, Unread};
 use super::prom_text;
 use crate::model::{EntityId, EntityKey, EntitySample, Field, MigId, PodRef, Sample, Timestamp};
 use std::collections::{HashMap, HashSet};
 
 use Target::Field as F;
 
-/// Lowercase metric names. `DCGM_FI_DEV_MEM_COPY_UTIL` / `dcgm_mem_copy_utilization`
-/// are memory-copy utilization, not DRAM bandwidth, and are deliberately absent.
+/// Lowercase metric names, every generation in one table: dcgm-exporter 1.x (`dcgm_*`),
+/// 2.x–4.8 (DCGM's legacy `DCGM_FI_*` names), 4.9 (DCGM 4.7's canonical names, base units)
+/// and 4.10 (`…_BYTES_PER_SECOND`), and DCGM 4.6's cumulative counters. Each name carries
+/// its unit; a name that does not prove it (`DCGM_FI_DEV_GPU_UTIL_RATIO`: percent under
+/// DCGM 4.6, a 0..1 ratio from dcgm-exporter 4.9) is decided per source
+/// ([`super::names`]). `docs/dcgm-compatibility.md` lists them by generation with their
+/// sources. `DCGM_FI_DEV_MEM_COPY_UTIL` / `dcgm_mem_copy_utilization` are memory-copy
+/// utilization, not DRAM bandwidth, and are deliberately absent.
 #[rustfmt::skip]
 const METRICS: &[(&str, Target)] = &[
+    // Legacy names (dcgm-exporter 2.x-4.8) and the 1.x ones.
     ("dcgm_fi_dev_gpu_util",                 F(Field::ReportedUtil, Unit::Percent)),
     ("dcgm_gpu_utilization",                 F(Field::ReportedUtil, Unit::Percent)),
     ("dcgm_fi_prof_gr_engine_active",        F(Field::GrActive, Unit::Same)),
@@ -64,9 +72,9 @@ const METRICS: &[(&str, Target)] = &[
     ("dcgm_fi_dev_fb_used",                  F(Field::MemUsedBytes, Unit::Mib)),
     ("dcgm_fb_used",                         F(Field::MemUsedBytes, Unit::Mib)),
     ("dcgm_fi_dev_fb_total",                 F(Field::MemTotalBytes, Unit::Mib)),
-    ("dcgm_fi_dev_fb_free",                  Target::FbFree),
-    ("dcgm_fb_free",                         Target::FbFree),
-    ("dcgm_fi_dev_fb_reserved",              Target::FbReserved),
+    ("dcgm_fi_dev_fb_free",                  Target::FbFree(Unit::Mib)),
+    ("dcgm_fb_free",                         Target::FbFree(Unit::Mib)),
+    ("dcgm_fi_dev_fb_reserved",              Target::FbReserved(Unit::Mib)),
     ("dcgm_fi_prof_pcie_tx_bytes",           F(Field::PcieTxBytesPerSec, Unit::Same)),
     ("dcgm_fi_prof_pcie_rx_bytes",           F(Field::PcieRxBytesPerSec, Unit::Same)),
     ("dcgm_fi_prof_nvlink_tx_bytes",         F(Field::NvlinkTxBytesPerSec, Unit::Same)),
@@ -75,6 +83,47 @@ const METRICS: &[(&str, Target)] = &[
     ("dcgm_gpu_temp",                        F(Field::TempCelsius, Unit::Same)),
     ("dcgm_fi_dev_clock_throttle_reasons",   Target::Throttles),
     ("dcgm_fi_dev_clocks_event_reasons",     Target::Throttles),
+    // DCGM 4.6 canonical names (same ids and units as the legacy ones) and the DCGM 4.7
+    // base-unit fields (new ids 1600-1612), as dcgm-exporter 4.9 emits them.
+    ("dcgm_fi_dev_gpu_util_ratio",           F(Field::ReportedUtil, Unit::PercentOrRatio)),
+    ("dcgm_fi_prof_gr_engine_util_ratio",    F(Field::GrActive, Unit::Same)),
+    ("dcgm_fi_prof_sm_util_ratio",           F(Field::SmActive, Unit::Same)),
+    ("dcgm_fi_prof_sm_occupancy_ratio",      F(Field::SmOccupancy, Unit::Same)),
+    ("dcgm_fi_prof_tensor_util_ratio",       F(Field::TensorActive, Unit::Same)),
+    ("dcgm_fi_prof_hmma_util_ratio",         F(Field::HmmaActive, Unit::Same)),
+    ("dcgm_fi_prof_imma_util_ratio",         F(Field::ImmaActive, Unit::Same)),
+    ("dcgm_fi_prof_dram_util_ratio",         F(Field::DramActive, Unit::Same)),
+    ("dcgm_fi_prof_fp16_util_ratio",         F(Field::Fp16Active, Unit::Same)),
+    ("dcgm_fi_prof_fp32_util_ratio",         F(Field::Fp32Active, Unit::Same)),
+    ("dcgm_fi_prof_fp64_util_ratio",         F(Field::Fp64Active, Unit::Same)),
+    ("dcgm_fi_dev_sm_clock_hertz",           F(Field::SmClockMhz, Unit::Hertz)),
+    ("dcgm_fi_dev_memory_clock_hertz",       F(Field::MemClockMhz, Unit::Hertz)),
+    ("dcgm_fi_dev_board_power_watts",        F(Field::PowerWatts, Unit::Same)),
+    ("dcgm_fi_dev_board_power_limit_enforced_watts", F(Field::PowerLimitWatts, Unit::Same)),
+    ("dcgm_fi_dev_board_power_limit_requested_watts", Target::WeakPowerLimit),
+    ("dcgm_fi_dev_gpu_energy_joules_total",  F(Field::EnergyJoules, Unit::Same)),
+    // Framebuffer in bytes: `FB_CAPACITY_BYTES` is collected by default from 4.9.0; the
+    // used/free/total bytes names are read where they appear (unverified, see the docs).
+    ("dcgm_fi_dev_fb_capacity_bytes",        F(Field::MemTotalBytes, Unit::Same)),
+    ("dcgm_fi_dev_fb_total_bytes",           F(Field::MemTotalBytes, Unit::Same)),
+    ("dcgm_fi_dev_fb_used_bytes",            F(Field::MemUsedBytes, Unit::Same)),
+    ("dcgm_fi_dev_fb_free_bytes",            Target::FbFree(Unit::Same)),
+    ("dcgm_fi_dev_fb_reserved_bytes",        Target::FbReserved(Unit::Same)),
+    ("dcgm_fi_dev_gpu_temp_celsius",         F(Field::TempCelsius, Unit::Same)),
+    // dcgm-exporter 4.10 (DCGM 4.8): the PCIe and NVLink rates, still bytes per second.
+    ("dcgm_fi_prof_pcie_tx_bytes_per_second",   F(Field::PcieTxBytesPerSec, Unit::Same)),
+    ("dcgm_fi_prof_pcie_rx_bytes_per_second",   F(Field::PcieRxBytesPerSec, Unit::Same)),
+    ("dcgm_fi_prof_nvlink_tx_bytes_per_second", F(Field::NvlinkTxBytesPerSec, Unit::Same)),
+    ("dcgm_fi_prof_nvlink_rx_bytes_per_second", F(Field::NvlinkRxBytesPerSec, Unit::Same)),
+    // DCGM 4.6 cumulative counters (fields 1084-1096, INT64, since boot).
+    ("dcgm_fi_prof_sm_cycles_elapsed_total",   F(Field::SmCyclesElapsed, Unit::Count)),
+    ("dcgm_fi_prof_sm_cycles_active_total",    F(Field::SmCyclesActive, Unit::Count)),
+    ("dcgm_fi_prof_mma_cycles_active_total",   F(Field::MmaCyclesActive, Unit::Count)),
+    ("dcgm_fi_prof_hmma_cycles_active_total",  F(Field::HmmaCyclesActive, Unit::Count)),
+    ("dcgm_fi_prof_imma_cycles_active_total",  F(Field::ImmaCyclesActive, Unit::Count)),
+    ("dcgm_fi_prof_fp64_cycles_active_total",  F(Field::Fp64CyclesActive, Unit::Count)),
+    ("dcgm_fi_prof_fp32_cycles_active_total",  F(Field::Fp32CyclesActive, Unit::Count)),
+    ("dcgm_fi_prof_fp16_cycles_active_total",  F(Field::Fp16CyclesActive, Unit::Count)),
 ];
 
 /// The most one scrape keeps (see the [module docs](self)).
@@ -169,6 +218,12 @@ impl DcgmTextParser {
         self
     }
 
+    /// What was seen and not read so far ([`Scrape::unread`]).
+    #[must_use]
+    pub fn unread(&self) -> &Unread {
+        self.scrape.unread()
+    }
+
     /// What the limits left out so far.
     #[must_use]
     pub fn refused(&self) -> Refused {
@@ -186,6 +241,12 @@ impl DcgmTextParser {
         self.line += 1;
         let t = line.trim();
         if t.is_empty() || t.starts_with('#') {
+            if let Some((name, text)) = t
+                .strip_prefix("# HELP ")
+                .and_then(|h| h.trim_start().split_once(' '))
+            {
+                self.scrape.help(name, text);
+            }
             self.skipped += 1;
             return Ok(None);
         }
@@ -277,7 +338,7 @@ pub fn mapped_metrics() -> impl Iterator<Item = (&'static str, Option<Field>)> {
     METRICS.iter().map(|(name, target)| {
         let field = match target {
             Target::Field(f, _) => Some(*f),
-            Target::FbFree | Target::FbReserved => Some(Field::MemTotalBytes),
+            Target::FbFree(_) | Target::FbReserved(_) => Some(Field::MemTotalBytes),
             Target::WeakPowerLimit => Some(Field::PowerLimitWatts),
             Target::Throttles => None,
         };
@@ -303,6 +364,10 @@ pub fn mapped_metrics() -> impl Iterator<Item = (&'static str, Option<Field>)> {
 /// ```
 #[derive(Debug, Default)]
 pub struct Scrape {
+    /// The units decided for the families whose name does not prove it: kept from one
+    /// scrape to the next, like the families left unread.
+    units: Units,
+    unread: Unread,
     entities: Vec<Acc>,
     /// Entities by key without the node: a line without a node label belongs to the entity
     /// of the same GPU, while the same GPU of another node is another entity.
@@ -320,8 +385,12 @@ impl Scrape {
         labels: &[(K, V)],
         raw: f64,
     ) -> bool {
-        let Some((_, target)) = METRICS.iter().find(|(m, _)| m.eq_ignore_ascii_case(name)) else {
+        let Some(target) = target_of(name) else {
+            self.note_unread(name);
             return false;
+        };
+        let Some(target) = self.decide_unit(name, target, raw) else {
+            return true;
         };
         let id = entity_of(labels);
         let nodeless = EntityId {
@@ -352,9 +421,53 @@ impl Scrape {
         };
         if let Some(acc) = self.entities.get_mut(i) {
             fill_attributes(&mut acc.sample.id, id);
-            acc.apply(*target, Some(raw));
+            acc.apply(target, Some(raw));
         }
         true
+    }
+
+    /// The `# HELP` text of family `name`: decides the unit of a family whose name does not
+    /// prove it (see [`super::names`]). Other families' help is not kept.
+    pub fn help(&mut self, name: &str, text: &str) {
+        if let Some(Target::Field(_, Unit::PercentOrRatio)) = target_of(name) {
+            self.units.help(&name.to_ascii_lowercase(), text);
+        }
+    }
+
+    /// What was seen and not read so far: DCGM families truthscale does not map, and
+    /// readings refused for an ambiguous unit.
+    #[must_use]
+    pub fn unread(&self) -> &Unread {
+        &self.unread
+    }
+
+    #[cold]
+    fn note_unread(&mut self, name: &str) {
+        let lower = name.to_ascii_lowercase();
+        if lower.starts_with("dcgm_") {
+            self.unread.family(&lower);
+        }
+    }
+
+    /// `target` with its unit decided for reading `raw` (see [`super::names`]); `None`:
+    /// refused, and counted, as ambiguous.
+    fn decide_unit(&mut self, name: &str, target: Target, raw: f64) -> Option<Target> {
+        let Target::Field(field, Unit::PercentOrRatio) = target else {
+            return Some(target);
+        };
+        // A blank is blank whatever the unit.
+        let Some(v) = dcgm_value(raw) else {
+            return Some(Target::Field(field, Unit::Same));
+        };
+        let lower = name.to_ascii_lowercase();
+        match self.units.resolve(&lower, v) {
+            Some(Scale::Percent) => Some(Target::Field(field, Unit::Percent)),
+            Some(Scale::Ratio) => Some(Target::Field(field, Unit::Same)),
+            None => {
+                self.unread.refuse(&lower);
+                None
+            }
+        }
     }
 
     /// The entities read, in first-seen order; the scrape is empty afterwards.
@@ -364,10 +477,31 @@ impl Scrape {
     }
 }
 
-/// Attributes (model, PCI id, node, MIG profile) a later line of the same entity adds.
+/// The target of metric `name` (any case).
+fn target_of(name: &str) -> Option<Target> {
+    METRICS
+        .iter()
+        .find(|(m, _)| m.eq_ignore_ascii_case(name))
+        .map(|m| m.1)
+}
+
+/// Whether `v` is a blank for metric `name`: by the field's type, so a cumulative INT64
+/// counter past 2^47 (DCGM's FP64 blank) is a reading. Unknown names take the FP64 and
+/// INT32 rules.
+#[must_use]
+pub fn is_blank_value(name: &str, v: f64) -> bool {
+    match target_of(name) {
+        Some(Target::Field(_, Unit::Count)) => super::dmon::count_value(v).is_none(),
+        _ => dcgm_value(v).is_none(),
+    }
+}
+
+/// Attributes (model, PCI id, driver version, node, MIG profile) a later line of the same
+/// entity adds.
 fn fill_attributes(id: &mut EntityId, other: EntityId) {
     id.model = id.model.take().or(other.model);
     id.pci_bus_id = id.pci_bus_id.take().or(other.pci_bus_id);
+    id.driver_version = id.driver_version.take().or(other.driver_version);
     id.node = id.node.take().or(other.node);
     if let (Some(m), Some(o)) = (id.mig.as_mut(), other.mig) {
         m.profile = m.profile.take().or(o.profile);
@@ -388,6 +522,9 @@ fn entity_of<K: AsRef<str>, V: AsRef<str>>(labels: &[(K, V)]) -> EntityId {
         uuid: get(&["UUID", "uuid"]),
         model: get(&["modelName", "model_name"]),
         pci_bus_id: get(&["pci_bus_id"]),
+        // The driver-version field as a label (`DCGM_FI_DRIVER_VERSION`), under the name
+        // dcgm-exporter 4.9 gave it (`DCGM_FI_SYSTEM_DRIVER_VERSION`) too.
+        driver_version: get(&["DCGM_FI_DRIVER_VERSION", "DCGM_FI_SYSTEM_DRIVER_VERSION"]),
         mig: num(&["GPU_I_ID"]).map(|gpu_instance| MigId {
             uuid: None,
             gpu_instance,

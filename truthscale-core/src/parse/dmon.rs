@@ -25,6 +25,7 @@
 //! sentinels, clock-event bits, framebuffer totals) live here as well.
 
 use super::ParseError;
+use super::names::Unread;
 use crate::model::{
     EntityId, EntitySample, Field, MigId, Reading, Readings, Sample, Throttles, Timestamp,
 };
@@ -60,14 +61,26 @@ pub(crate) enum Unit {
     Mega,
     /// Megabits (Mb/s) to bytes (B/s): 10^6 / 8.
     Megabit,
+    /// Hertz to MHz (the DCGM 4.7 base-unit clocks).
+    Hertz,
+    /// A cumulative INT64 counter, as read: only DCGM's INT64 blanks are blanks.
+    Count,
+    /// Percent or a 0..1 ratio, as the family's unit is decided
+    /// ([`super::names`]); never converted without that decision.
+    PercentOrRatio,
 }
 
 impl Unit {
     /// A raw DCGM number (`None`: blank) in this unit: `None` for a blank, one of DCGM's
     /// sentinels, or what does not convert to a finite number.
     #[inline]
-    fn convert(self, raw: Option<f64>) -> Option<f64> {
-        raw.and_then(dcgm_value)
+    pub(crate) fn convert(self, raw: Option<f64>) -> Option<f64> {
+        let blank_rule = if self == Unit::Count {
+            count_value
+        } else {
+            dcgm_value
+        };
+        raw.and_then(blank_rule)
             .map(|v| self.apply(v))
             .filter(|v| v.is_finite())
     }
@@ -82,6 +95,10 @@ impl Unit {
             Unit::Kilo => v * 1e3,
             Unit::Mega => v * 1e6,
             Unit::Megabit => v * 125_000.0,
+            Unit::Hertz => v / 1e6,
+            Unit::Count => v,
+            // Decided before conversion; undecided is never converted.
+            Unit::PercentOrRatio => f64::NAN,
         }
     }
 }
@@ -93,10 +110,11 @@ const MIB: f64 = 1_048_576.0;
 pub(crate) enum Target {
     /// A field, converted from the source unit.
     Field(Field, Unit),
-    /// Free framebuffer in MiB: only completes the total.
-    FbFree,
-    /// Reserved framebuffer in MiB: only completes the total.
-    FbReserved,
+    /// Free framebuffer in the unit given (MiB, or bytes in DCGM 4.7 names): only completes
+    /// the total.
+    FbFree(Unit),
+    /// Reserved framebuffer, likewise.
+    FbReserved(Unit),
     /// A power limit that yields to an enforced limit read in the same sample.
     WeakPowerLimit,
     /// The clock-event ("throttle") reasons bitmask.
@@ -126,9 +144,19 @@ const COLUMNS: &[(&str, Target)] = &[
     ("SMCLK", F(Field::SmClockMhz, Unit::Same)),
     ("MMCLK", F(Field::MemClockMhz, Unit::Same)),
     ("FBUSD", F(Field::MemUsedBytes, Unit::Mib)),
-    ("FBFRE", Target::FbFree),
+    ("FBFRE", Target::FbFree(Unit::Mib)),
     ("FBTTL", F(Field::MemTotalBytes, Unit::Mib)),
     ("TMPTR", F(Field::TempCelsius, Unit::Same)),
+    // DCGM 4.6 cumulative counters (fields 1084-1096; `dcgmi dmon` short names from
+    // `dcgmlib/src/dcgm_fields.cpp` at v4.6.0).
+    ("SMCELAP", F(Field::SmCyclesElapsed, Unit::Count)),
+    ("SMCACT", F(Field::SmCyclesActive, Unit::Count)),
+    ("MMACACT", F(Field::MmaCyclesActive, Unit::Count)),
+    ("HMMACACT", F(Field::HmmaCyclesActive, Unit::Count)),
+    ("IMMACACT", F(Field::ImmaCyclesActive, Unit::Count)),
+    ("FP64CACT", F(Field::Fp64CyclesActive, Unit::Count)),
+    ("FP32CACT", F(Field::Fp32CyclesActive, Unit::Count)),
+    ("FP16CACT", F(Field::Fp16CyclesActive, Unit::Count)),
 ];
 
 /// What a unit measures: a unit declared for a column must measure what the column's field
@@ -141,6 +169,7 @@ enum Quantity {
     Clock,
     Ratio,
     ByteRate,
+    Bytes,
 }
 
 /// The units a dmon units line may declare, what each measures, and how a value in it
@@ -153,6 +182,9 @@ const UNITS: &[(&str, Quantity, Unit)] = &[
     ("mJ", Quantity::Energy, Unit::Milli),
     ("J", Quantity::Energy, Unit::Same),
     ("MHz", Quantity::Clock, Unit::Same),
+    ("Hz", Quantity::Clock, Unit::Hertz),
+    ("MiB", Quantity::Bytes, Unit::Mib),
+    ("B", Quantity::Bytes, Unit::Same),
     ("%", Quantity::Ratio, Unit::Percent),
     ("B/s", Quantity::ByteRate, Unit::Same),
     ("KB/s", Quantity::ByteRate, Unit::Kilo),
@@ -165,6 +197,7 @@ fn quantity(field: Field) -> Option<Quantity> {
     match field {
         Field::PowerWatts | Field::PowerLimitWatts => Some(Quantity::Power),
         Field::TempCelsius => Some(Quantity::Temperature),
+        Field::MemUsedBytes | Field::MemTotalBytes => Some(Quantity::Bytes),
         Field::EnergyJoules => Some(Quantity::Energy),
         Field::SmClockMhz | Field::MemClockMhz => Some(Quantity::Clock),
         Field::PcieTxBytesPerSec
@@ -193,6 +226,7 @@ fn with_unit(target: Option<Target>, unit: &str) -> Result<Option<Target>, Strin
     match target {
         Target::Field(f, _) if quantity(f) == Some(measures) => Ok(Some(Target::Field(f, scale))),
         Target::Field(f, _) => Err(format!("unit `{unit}` does not fit {}", f.name())),
+        Target::FbFree(_) if measures == Quantity::Bytes => Ok(Some(Target::FbFree(scale))),
         _ => Err(format!("unit `{unit}` does not fit this column")),
     }
 }
@@ -209,6 +243,13 @@ pub fn dcgm_value(raw: f64) -> Option<f64> {
         || raw == 4_294_967_295.0)
         && raw.fract() == 0.0;
     (raw.is_finite() && !int_sentinel && raw < TWO_POW_47).then_some(raw)
+}
+
+/// A raw cumulative INT64 counter, or `None` when it is one of DCGM's INT64 blanks or not
+/// finite: a counter passes the INT32 band and 2^47 (the FP64 blank) as it counts.
+#[inline]
+pub fn count_value(raw: f64) -> Option<f64> {
+    (raw.is_finite() && !crate::derive::is_sentinel_of(Field::SmCyclesElapsed, raw)).then_some(raw)
 }
 
 /// A [`ParseError`] at `line` of `file`.
@@ -290,8 +331,8 @@ impl Extra {
                     r.set_value(Field::PowerLimitWatts, v);
                 }
             }
-            Target::FbFree => self.fb_free = v,
-            Target::FbReserved => self.fb_reserved = v,
+            Target::FbFree(unit) => self.fb_free = unit.convert(raw),
+            Target::FbReserved(unit) => self.fb_reserved = unit.convert(raw),
             Target::Throttles => {
                 if let Some(m) = v.filter(|m| *m >= 0.0 && m.fract() == 0.0) {
                     sample.throttles = Some(Throttles::from_event_bits(m as u64));
@@ -308,7 +349,8 @@ impl Extra {
             r.value(Field::MemUsedBytes),
             self.fb_free,
         ) {
-            let total = used + (free + self.fb_reserved.unwrap_or(0.0)) * MIB;
+            // Free and reserved are in bytes; reserved completes the sum where it is read.
+            let total = used + free + self.fb_reserved.unwrap_or(0.0);
             if total.is_finite() {
                 r.set_value(Field::MemTotalBytes, total);
             }
@@ -350,9 +392,17 @@ pub struct DmonParser {
     ctx_gpu: Option<u32>,
     ctx_gi: Option<(Option<u32>, u32)>,
     sweeps: u64,
+    /// The columns of the headers seen that are not read.
+    unread: Unread,
 }
 
 impl DmonParser {
+    /// The header columns seen so far that are not read.
+    #[must_use]
+    pub fn unread(&self) -> &Unread {
+        &self.unread
+    }
+
     /// A parser for the input named `file`; sweep `k` is stamped `start + k * interval_secs`.
     #[must_use]
     pub fn new(file: &str, interval_secs: f64, start: Timestamp) -> Self {
@@ -372,6 +422,7 @@ impl DmonParser {
             ctx_gpu: None,
             ctx_gi: None,
             sweeps: 0,
+            unread: Unread::default(),
         }
     }
 
@@ -408,8 +459,11 @@ impl DmonParser {
     ) -> Result<Option<Sample>, ParseError> {
         self.line += 1;
         let (kind, n) = match line.line() {
-            Line::Header(columns) => {
+            Line::Header(columns, unread) => {
                 self.columns = Some(columns);
+                for name in &unread {
+                    self.unread.family(name);
+                }
                 return Ok(None);
             }
             Line::Units(columns, problem) => {
@@ -594,7 +648,7 @@ pub struct Scanned {
 
 #[derive(Debug, Clone, PartialEq)]
 enum Rare {
-    Header(Vec<Option<Target>>),
+    Header(Vec<Option<Target>>, Vec<String>),
     Units(Vec<Option<Target>>, Option<String>),
     Bad(String),
 }
@@ -603,7 +657,7 @@ enum Rare {
 #[derive(Debug, Clone, PartialEq)]
 enum Line {
     /// A header: the columns' targets.
-    Header(Vec<Option<Target>>),
+    Header(Vec<Option<Target>>, Vec<String>),
     /// The units line under a header: the header's columns with the units it declares,
     /// and what in it does not read (those columns are not read).
     Units(Vec<Option<Target>>, Option<String>),
@@ -628,7 +682,7 @@ impl Scanned {
             Line::Blank => (Scanned::BLANK, None),
             Line::Id => (Scanned::ID, None),
             Line::Row(kind, n) => (Scanned::ROW | (kind as u64) << 8 | u64::from(n) << 32, None),
-            Line::Header(columns) => (Scanned::RARE, Some(Rare::Header(columns))),
+            Line::Header(columns, unread) => (Scanned::RARE, Some(Rare::Header(columns, unread))),
             Line::Units(columns, m) => (Scanned::RARE, Some(Rare::Units(columns, m))),
             Line::Bad(m) => (Scanned::RARE, Some(Rare::Bad(m))),
         };
@@ -647,7 +701,7 @@ impl Scanned {
     fn line(self) -> Line {
         match (self.word & 0xff, self.rare) {
             (_, Some(rare)) => match *rare {
-                Rare::Header(columns) => Line::Header(columns),
+                Rare::Header(columns, unread) => Line::Header(columns, unread),
                 Rare::Units(columns, m) => Line::Units(columns, m),
                 Rare::Bad(m) => Line::Bad(m),
             },
@@ -702,7 +756,7 @@ impl Scanner {
         if values.len() - start < columns.len() && scanned.is_row() {
             scan_by_position(line, &self.names, columns, values, start);
         }
-        if let Some(Rare::Header(columns)) = scanned.rare.as_deref() {
+        if let Some(Rare::Header(columns, _)) = scanned.rare.as_deref() {
             self.columns = Some(columns.clone());
             self.names = column_names(line);
             self.after_header = true;
@@ -887,18 +941,23 @@ fn scan_with(line: &str, values: &mut Vec<f64>, columns: &[Option<Target>]) -> S
     };
     if t.starts_with("#Entity") || t.starts_with("# Entity") {
         let names = t.strip_prefix('#').unwrap_or(t).trim_start();
+        let mut unread = Vec::new();
         let columns = names
             .strip_prefix("Entity")
             .unwrap_or_default()
             .split_whitespace()
             .map(|n| {
-                COLUMNS
+                let target = COLUMNS
                     .iter()
                     .find(|(c, _)| c.eq_ignore_ascii_case(n))
-                    .map(|c| c.1)
+                    .map(|c| c.1);
+                if target.is_none() {
+                    unread.push(n.to_owned());
+                }
+                target
             })
             .collect();
-        return Scanned::of(Line::Header(columns));
+        return Scanned::of(Line::Header(columns, unread));
     }
     if t.is_empty() || t.starts_with('#') {
         return Scanned::of(Line::Blank);

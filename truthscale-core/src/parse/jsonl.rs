@@ -119,6 +119,7 @@ fn read_line(t: &str) -> Result<Sample, String> {
         uuid: take(o, "uuid")?,
         model: take(o, "model")?,
         pci_bus_id: take(o, "pci_bus_id")?,
+        driver_version: take(o, "driver_version")?,
         mig: gi.map(|gpu_instance| MigId {
             uuid: None,
             gpu_instance,
@@ -216,6 +217,8 @@ struct Wire<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pci_bus_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    driver_version: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     mig_gpu_instance: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     mig_compute_instance: Option<u32>,
@@ -262,6 +265,7 @@ pub fn to_line(taken: Timestamp, e: &EntitySample) -> String {
         model: id.model.as_deref(),
         uuid: id.uuid.as_deref(),
         pci_bus_id: id.pci_bus_id.as_deref(),
+        driver_version: id.driver_version.as_deref(),
         mig_gpu_instance: mig.map(|m| m.gpu_instance),
         mig_compute_instance: mig.and_then(|m| m.compute_instance),
         mig_profile: mig.and_then(|m| m.profile.as_deref()),
@@ -341,6 +345,7 @@ mod tests {
                 uuid: Some("GPU-1".into()),
                 model: Some("NVIDIA H100 80GB HBM3".into()),
                 pci_bus_id: Some("00000000:37:00.0".into()),
+                driver_version: Some("550.54.15".into()),
                 mig: Some(MigId {
                     uuid: None,
                     gpu_instance: 2,

@@ -8,11 +8,15 @@ use crate::model::{Sample, Timestamp};
 pub mod dcgm_text;
 pub mod dmon;
 pub mod jsonl;
+pub mod names;
 pub mod prom_text;
+pub mod smi_csv;
 
 pub use dcgm_text::DcgmTextParser;
 pub use dmon::{DmonParser, dcgm_value};
 pub use jsonl::JsonlParser;
+pub use names::Unread;
+pub use smi_csv::SmiCsvParser;
 
 /// A malformed line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,6 +39,8 @@ pub enum Format {
     DcgmExporter,
     /// truthscale's JSONL trace format.
     Jsonl,
+    /// `nvidia-smi --query-gpu=… --format=csv` output (with its header).
+    NvidiaSmiCsv,
 }
 
 impl Format {
@@ -45,6 +51,7 @@ impl Format {
             Format::DcgmiDmon => "dcgmi-dmon",
             Format::DcgmExporter => "dcgm-exporter",
             Format::Jsonl => "jsonl",
+            Format::NvidiaSmiCsv => "nvidia-smi-csv",
         }
     }
 
@@ -55,6 +62,7 @@ impl Format {
     /// assert_eq!(Format::detect("#Entity   GRACT\nID\n"), Some(Format::DcgmiDmon));
     /// assert_eq!(Format::detect("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 5\n"), Some(Format::DcgmExporter));
     /// assert_eq!(Format::detect("{\"taken\":\"2024-01-01T00:00:00Z\",\"gpu\":0}\n"), Some(Format::Jsonl));
+    /// assert_eq!(Format::detect("timestamp, index, utilization.gpu [%]\n"), Some(Format::NvidiaSmiCsv));
     /// ```
     #[must_use]
     pub fn detect(head: &str) -> Option<Format> {
@@ -73,12 +81,15 @@ impl Format {
             {
                 return Some(Format::DcgmExporter);
             }
+            if smi_csv::detects(t) {
+                return Some(Format::NvidiaSmiCsv);
+            }
         }
         None
     }
 }
 
-/// Any of the three parsers, behind one interface.
+/// Any of the parsers, behind one interface.
 #[derive(Debug)]
 pub enum LineParser {
     /// `dcgmi dmon`.
@@ -87,6 +98,8 @@ pub enum LineParser {
     DcgmText(DcgmTextParser),
     /// JSONL trace.
     Jsonl(JsonlParser),
+    /// nvidia-smi CSV.
+    SmiCsv(SmiCsvParser),
 }
 
 impl LineParser {
@@ -100,6 +113,9 @@ impl LineParser {
                 LineParser::DcgmText(DcgmTextParser::new(file, interval_secs, start))
             }
             Format::Jsonl => LineParser::Jsonl(JsonlParser::new(file)),
+            Format::NvidiaSmiCsv => {
+                LineParser::SmiCsv(SmiCsvParser::new(file, interval_secs, start))
+            }
         }
     }
 
@@ -113,6 +129,7 @@ impl LineParser {
             LineParser::Dmon(p) => p.push_line(line),
             LineParser::DcgmText(p) => p.push_line(line),
             LineParser::Jsonl(p) => p.push_line(line),
+            LineParser::SmiCsv(p) => p.push_line(line),
         }
     }
 
@@ -122,6 +139,18 @@ impl LineParser {
             LineParser::Dmon(p) => p.finish(),
             LineParser::DcgmText(p) => p.finish(),
             LineParser::Jsonl(p) => p.finish(),
+            LineParser::SmiCsv(p) => p.finish(),
+        }
+    }
+
+    /// What the input held that is not read: DCGM families or `dmon` columns, and readings
+    /// refused for an ambiguous unit (`None` for a format that names no DCGM fields).
+    #[must_use]
+    pub fn unread(&self) -> Option<&Unread> {
+        match self {
+            LineParser::Dmon(p) => Some(p.unread()),
+            LineParser::DcgmText(p) => Some(p.unread()),
+            _ => None,
         }
     }
 
@@ -133,6 +162,7 @@ impl LineParser {
             LineParser::Dmon(p) => p.skipped_lines(),
             LineParser::DcgmText(p) => p.skipped_lines(),
             LineParser::Jsonl(p) => p.skipped_lines(),
+            LineParser::SmiCsv(p) => p.skipped_lines(),
         }
     }
 }

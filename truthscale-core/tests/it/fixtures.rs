@@ -567,3 +567,177 @@ fn dmon_v4_6_0_layout_units_line_repeated_headers_and_blank_fields() {
         ],
     );
 }
+
+// nvidia-smi CSV (`tests/fixtures/nvidia-smi/`): constructed in nvidia-smi's documented CSV
+// layout (their `# source:` lines say so), with and without units, with `[N/A]` values; and a
+// gzip and a zstd copy of one, read by the exporter's capture reader (`exporter/src/capture.rs`
+// and `tests/tests/it/cli.rs`).
+
+const SMI_UNITS: &str = "nvidia-smi-constructed-h100-units.csv";
+const SMI_NOUNITS: &str = "nvidia-smi-constructed-h100-nounits.csv";
+const SMI_NA: &str = "nvidia-smi-constructed-t4-na.csv";
+const SMI_GZ: &str = "nvidia-smi-constructed-h100-units.csv.gz";
+const SMI_ZST: &str = "nvidia-smi-constructed-h100-units.csv.zst";
+
+/// Every nvidia-smi fixture some test reads.
+const SMI_TESTED: &[&str] = &[SMI_UNITS, SMI_NOUNITS, SMI_NA, SMI_GZ, SMI_ZST];
+
+/// 2026-12-03T16:23:40Z, the first row's second in the H100 fixtures (read as UTC).
+const SMI_T0: i64 = 1_796_315_020_000;
+
+fn smi_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nvidia-smi")
+}
+
+#[expect(clippy::disallowed_methods, reason = "a test reads its fixtures")]
+fn smi(name: &str) -> (Vec<Sample>, u64) {
+    let text = std::fs::read_to_string(smi_dir().join(name)).unwrap();
+    assert!(
+        text.starts_with("# source: constructed"),
+        "{name} lost its source line"
+    );
+    parse(Format::NvidiaSmiCsv, name, &text)
+}
+
+#[test]
+#[expect(
+    clippy::disallowed_methods,
+    reason = "lists the fixtures on disk and reads the compressed ones"
+)]
+fn every_nvidia_smi_fixture_is_tested() {
+    let on_disk: BTreeSet<String> = std::fs::read_dir(smi_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let tested: BTreeSet<String> = SMI_TESTED.iter().map(|n| (*n).to_owned()).collect();
+    assert_eq!(on_disk, tested, "add a test for each new fixture");
+    // The compressed copies stay compressed (the exporter checks what they hold).
+    let head = |name: &str| std::fs::read(smi_dir().join(name)).unwrap()[..4].to_vec();
+    assert_eq!(head(SMI_GZ)[..2], [0x1f, 0x8b]);
+    assert_eq!(head(SMI_ZST), [0x28, 0xb5, 0x2f, 0xfd]);
+}
+
+/// Two H100s, 12 sweeps a second apart, each GPU's row stamped 2 ms after the other's:
+/// one sample per sweep, at its later row's time; every mapped column read, in its unit;
+/// `utilization.memory` not read.
+#[test]
+fn nvidia_smi_h100_with_units() {
+    let (samples, skipped) = smi(SMI_UNITS);
+    assert_eq!((samples.len(), skipped), (12, 1), "the source line");
+    for (k, s) in samples.iter().enumerate() {
+        assert_eq!(s.taken, Timestamp(SMI_T0 + 125 + 1_000 * k as i64));
+        let gpus: Vec<_> = s.entities.iter().map(|e| e.id.gpu).collect();
+        assert_eq!(gpus, [Some(0), Some(1)], "sweep {k}");
+        for e in &s.entities {
+            assert_eq!(e.readings.get(Field::DramActive), Reading::Blank);
+            assert_eq!(e.readings.get(Field::TensorActive), Reading::Blank);
+        }
+    }
+    let g0 = &samples[0].entities[0];
+    assert_eq!(
+        g0.id,
+        EntityId {
+            gpu: Some(0),
+            uuid: s("GPU-3b9c1e0a-5f2d-4c8e-9a71-0d6e2f4b8c13"),
+            model: s("NVIDIA H100 80GB HBM3"),
+            pci_bus_id: s("00000000:18:00.0"),
+            ..EntityId::default()
+        }
+    );
+    check(
+        g0,
+        &[
+            (Field::ReportedUtil, Some(0.4)),
+            (Field::MemUsedBytes, Some(20_480.0 * MIB)),
+            (Field::MemTotalBytes, Some(81_559.0 * MIB)),
+            (Field::PowerWatts, Some(312.45)),
+            (Field::PowerLimitWatts, Some(700.0)),
+            (Field::SmClockMhz, Some(1980.0)),
+            (Field::MemClockMhz, Some(2619.0)),
+            (Field::TempCelsius, Some(48.0)),
+        ],
+    );
+    check(
+        &samples[11].entities[0],
+        &[
+            (Field::ReportedUtil, Some(1.0)),
+            (Field::MemUsedBytes, Some(40_960.0 * MIB)),
+            (Field::PowerWatts, Some(689.99)),
+            (Field::SmClockMhz, Some(1755.0)),
+            (Field::TempCelsius, Some(64.0)),
+        ],
+    );
+    check(
+        &samples[1].entities[1],
+        &[
+            (Field::ReportedUtil, Some(0.0)),
+            (Field::MemUsedBytes, Some(0.0)),
+            (Field::PowerWatts, Some(71.2)),
+            (Field::SmClockMhz, Some(345.0)),
+            (Field::TempCelsius, Some(31.0)),
+        ],
+    );
+}
+
+/// `--format=csv,nounits`: the same samples as with units.
+#[test]
+fn nvidia_smi_h100_nounits_reads_the_same() {
+    let (units, _) = smi(SMI_UNITS);
+    let (bare, skipped) = smi(SMI_NOUNITS);
+    assert_eq!(skipped, 1);
+    assert_eq!(bare, units);
+}
+
+/// A T4 without a timestamp column (samples an interval apart) and with `[N/A]`,
+/// `[Not Supported]` and `N/A` readings: blanks, never 0; the total memory from used + free.
+#[test]
+fn nvidia_smi_t4_blanks_and_no_timestamps() {
+    let (samples, skipped) = smi(SMI_NA);
+    assert_eq!((samples.len(), skipped), (6, 1));
+    for (k, sample) in samples.iter().enumerate() {
+        assert_eq!(sample.taken, Timestamp(k as i64 * 1_000));
+        let [e] = &sample.entities[..] else {
+            panic!("sweep {k}: {:?}", sample.entities)
+        };
+        let want = EntityId {
+            gpu: Some(0),
+            model: s("Tesla T4"),
+            pci_bus_id: s("00000000:00:1E.0"),
+            ..EntityId::default()
+        };
+        assert_eq!(e.id, want);
+    }
+    let e = |k: usize| &samples[k].entities[0];
+    check(
+        e(1),
+        &[
+            (Field::ReportedUtil, None),
+            (Field::PowerWatts, None),
+            (Field::SmClockMhz, None),
+            (Field::MemUsedBytes, Some(1024.0 * MIB)),
+            (Field::MemTotalBytes, Some(15_095.0 * MIB)),
+            (Field::PowerLimitWatts, Some(70.0)),
+            (Field::TempCelsius, Some(38.0)),
+        ],
+    );
+    check(
+        e(3),
+        &[
+            (Field::ReportedUtil, Some(0.93)),
+            (Field::PowerWatts, None),
+            (Field::PowerLimitWatts, None),
+            (Field::MemClockMhz, None),
+            (Field::SmClockMhz, Some(1590.0)),
+        ],
+    );
+    check(
+        e(4),
+        &[
+            (Field::ReportedUtil, None),
+            (Field::MemUsedBytes, None),
+            (Field::MemTotalBytes, None),
+            (Field::TempCelsius, None),
+            (Field::PowerWatts, Some(69.75)),
+        ],
+    );
+}

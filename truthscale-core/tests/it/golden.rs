@@ -184,10 +184,13 @@ fn every_family() -> Vec<GpuEntry> {
         replica: Some(replica.into()),
         labels: vec![("label_team", team.into())],
     };
+    // NVML's PCI id and driver version: truthscale_gpu_info's joins with dcgm-exporter.
     let id = |gpu, uuid: &str| EntityId {
         gpu: Some(gpu),
         uuid: Some(uuid.into()),
         model: Some("NVIDIA H100 80GB HBM3".into()),
+        pci_bus_id: Some(format!("00000000:1{}:00.0", ["A", "B"][gpu as usize])),
+        driver_version: Some("550.54.15".into()),
         node: Some("node-e".into()),
         ..EntityId::default()
     };

@@ -4,10 +4,12 @@
 //! file. Data stays where it was: `tests/fixtures/dcgm/` and `tests/golden/`.
 //! Run one module with `cargo test -p truthscale-core --test it golden::`.
 
+mod clock_bound;
 mod derive_props;
 mod docs;
 mod fixtures;
 mod fuzz_regressions;
+mod generations;
 mod golden;
 mod parse_props;
 mod time;

@@ -259,6 +259,7 @@ fn entity_sample() -> impl Strategy<Value = EntitySample> {
         prop::option::of(text),
         prop::option::of(text),
         prop::option::of(text),
+        prop::option::of(text),
         prop::option::of((
             any::<u32>(),
             prop::option::of(any::<u32>()),
@@ -267,24 +268,27 @@ fn entity_sample() -> impl Strategy<Value = EntitySample> {
         prop::option::of((text, prop::option::of(text), prop::option::of(text))),
         prop::option::of(text),
     )
-        .prop_map(|(gpu, uuid, model, pci_bus_id, mig, pod, node)| EntityId {
-            gpu,
-            uuid,
-            model,
-            pci_bus_id,
-            mig: mig.map(|(gpu_instance, compute_instance, profile)| MigId {
-                uuid: None,
-                gpu_instance,
-                compute_instance,
-                profile,
-            }),
-            pod: pod.map(|(pod, namespace, container)| PodRef {
-                pod,
-                namespace,
-                container,
-            }),
-            node,
-        });
+        .prop_map(
+            |(gpu, uuid, model, pci_bus_id, driver_version, mig, pod, node)| EntityId {
+                gpu,
+                uuid,
+                model,
+                pci_bus_id,
+                driver_version,
+                mig: mig.map(|(gpu_instance, compute_instance, profile)| MigId {
+                    uuid: None,
+                    gpu_instance,
+                    compute_instance,
+                    profile,
+                }),
+                pod: pod.map(|(pod, namespace, container)| PodRef {
+                    pod,
+                    namespace,
+                    container,
+                }),
+                node,
+            },
+        );
     let readings = prop::collection::vec(reading(), Field::COUNT).prop_map(|rs| {
         let mut r = Readings::default();
         for (&f, v) in Field::ALL.iter().zip(rs) {

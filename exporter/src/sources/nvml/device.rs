@@ -111,6 +111,8 @@ fn mean_samples(
 pub(super) struct Ctx<'a> {
     pub(super) nvml: &'a Nvml,
     pub(super) node: Option<&'a str>,
+    /// The driver's version, as NVML tells it (the same for every GPU).
+    pub(super) driver_version: Option<&'a str>,
     pub(super) interval_us: u64,
     pub(super) now: Instant,
     pub(super) gpm_mig_symbol: bool,
@@ -238,6 +240,7 @@ impl DevState {
             uuid: ident.map(|i| i.uuid.clone()),
             model: ident.map(|i| i.name.clone()),
             pci_bus_id: ident.and_then(|i| i.pci_bus_id.clone()),
+            driver_version: ctx.driver_version.map(str::to_string),
             mig,
             pod: None,
             node: ctx.node.map(str::to_string),

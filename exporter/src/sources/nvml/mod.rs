@@ -65,14 +65,49 @@ const ENUMERATE_EVERY: Duration = Duration::from_secs(60);
 
 /// NVML could not be loaded or initialized. The message says what to do.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub(crate) struct OpenError(pub String);
+#[error("{message}")]
+pub(crate) struct OpenError {
+    /// What went wrong, naming the library, and what to do.
+    pub message: String,
+    /// Why there is no driver, when there is none: the library did not load (not installed,
+    /// or not where it was looked for), or it loaded and says the driver is not running.
+    /// `None` when a driver is there and something else failed.
+    pub no_driver: Option<String>,
+}
+
+impl OpenError {
+    fn new(message: String) -> OpenError {
+        OpenError {
+            message,
+            no_driver: None,
+        }
+    }
+}
 
 /// What to do when there is no usable NVML.
 const NO_NVML_HINT: &str = "On a GPU node, run where the NVIDIA driver is installed (in Kubernetes: a container \
      that requests nvidia.com/gpu, or the NVIDIA container runtime), point --nvml-library \
      (source.library) at libnvidia-ml.so.1 if it is elsewhere, or read another source: \
-     --source dcgm-exporter:URL, or --source sim for a demo";
+     --source dcgm-exporter:URL, --source replay:FILE, or --source sim for the simulated GPU";
+
+/// The sources to choose from when `auto` (no source configured) finds no driver.
+const CHOICES: &str = "pass --source nvml (with --nvml-library PATH where the library is \
+     elsewhere), --source dcgm-exporter:URL, --source replay:FILE, or --source sim for the \
+     simulated GPU";
+
+/// `auto`'s start error: no driver (naming the choices), or a driver whose NVML is unusable.
+fn auto_error(e: OpenError) -> crate::sources::BuildError {
+    crate::sources::BuildError::Nvml(match e.no_driver {
+        Some(why) => {
+            format!("no GPU source configured and no NVIDIA driver found ({why}): {CHOICES}")
+        }
+        None => format!(
+            "no GPU source configured (source.kind auto reads NVML when a driver is present), \
+             and this driver's NVML is not usable: {}",
+            e.message
+        ),
+    })
+}
 
 /// Load the NVML library at `library` and initialize it.
 ///
@@ -84,17 +119,26 @@ pub(crate) fn open(library: &Path) -> Result<Nvml, OpenError> {
         .lib_path(OsStr::new(library.as_os_str()))
         .init()
         .map_err(|e| {
-            OpenError(match e {
+            let no_driver = match &e {
                 NvmlError::LibloadingError(e) => {
-                    format!("cannot load the NVML library {shown}: {e}. {NO_NVML_HINT}.")
+                    Some(format!("cannot load the NVML library {shown}: {e}"))
                 }
+                NvmlError::DriverNotLoaded => Some(format!(
+                    "NVML ({shown}) loaded, but the NVIDIA driver is not running \
+                     (NVML_ERROR_DRIVER_NOT_LOADED)"
+                )),
+                _ => None,
+            };
+            if let Some(why) = no_driver {
+                return OpenError {
+                    message: format!("{why}. {NO_NVML_HINT}."),
+                    no_driver: Some(why),
+                };
+            }
+            OpenError::new(match e {
                 NvmlError::FailedToLoadSymbol(e) => {
                     format!("{shown} is not an NVML library ({e}). {NO_NVML_HINT}.")
                 }
-                NvmlError::DriverNotLoaded => format!(
-                    "NVML ({shown}) loaded, but the NVIDIA driver is not running \
-                     (NVML_ERROR_DRIVER_NOT_LOADED). {NO_NVML_HINT}."
-                ),
                 NvmlError::NoPermission => format!(
                     "NVML ({shown}) loaded, but may not talk to the driver \
                      (NVML_ERROR_NO_PERMISSION): give the process access to /dev/nvidia*."
@@ -146,8 +190,7 @@ impl NvmlConfig {
     fn open(
         &self,
         context: &crate::sources::Context,
-        prefix: &str,
-    ) -> Result<Box<dyn crate::sources::Source>, crate::sources::BuildError> {
+    ) -> Result<Box<dyn crate::sources::Source>, OpenError> {
         NvmlSource::open_with(
             &self.library,
             context.interval,
@@ -155,7 +198,6 @@ impl NvmlConfig {
             self.per_process_series,
         )
         .map(|s| Box::new(s) as Box<dyn crate::sources::Source>)
-        .map_err(|e| crate::sources::BuildError::Nvml(format!("{prefix}{e}")))
     }
 }
 
@@ -177,11 +219,13 @@ impl crate::sources::SourceSettings for NvmlConfig {
         context: &crate::sources::Context,
         _now: SystemTime,
     ) -> Result<Box<dyn crate::sources::Source>, crate::sources::BuildError> {
-        self.open(context, "")
+        self.open(context)
+            .map_err(|e| crate::sources::BuildError::Nvml(e.to_string()))
     }
 }
 
-/// `kind = "auto"`: NVML when the library loads; the error names the other sources.
+/// `kind = "auto"`, the default: NVML when the library loads (a driver is present); else
+/// the error names the other sources. Never the simulator.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct AutoConfig(pub NvmlConfig);
@@ -198,10 +242,20 @@ impl crate::sources::SourceSettings for AutoConfig {
         context: &crate::sources::Context,
         _now: SystemTime,
     ) -> Result<Box<dyn crate::sources::Source>, crate::sources::BuildError> {
-        self.0.open(
-            context,
-            "--source auto found no usable NVML (it reads NVML when the library loads): ",
-        )
+        self.0.open(context).map_err(auto_error)
+    }
+
+    /// Whether a driver is here: NVML loaded and initialized, its version read.
+    fn probe(&self) -> Result<Option<String>, crate::sources::BuildError> {
+        let nvml = open(&self.0.library).map_err(auto_error)?;
+        let driver = match nvml.sys_driver_version() {
+            Ok(v) => format!(", driver {v}"),
+            Err(_) => String::new(),
+        };
+        Ok(Some(format!(
+            "no source configured: auto reads NVML ({}{driver})",
+            self.0.library.display()
+        )))
     }
 }
 
@@ -233,7 +287,7 @@ impl NvmlSource {
         let nvml = open(library)?;
         let versions = Versions::read(&nvml);
         let count = nvml.device_count().map_err(|e| {
-            OpenError(format!(
+            OpenError::new(format!(
                 "NVML ({}) loaded but cannot count the GPUs: {e}",
                 library.display()
             ))
@@ -314,6 +368,7 @@ impl crate::sources::Source for NvmlSource {
         let ctx = Ctx {
             nvml: &self.nvml,
             node: self.node.as_deref(),
+            driver_version: self.versions.driver.as_deref(),
             interval_us: self.interval.as_micros() as u64,
             now: tick,
             gpm_mig_symbol: self.gpm_mig_symbol,

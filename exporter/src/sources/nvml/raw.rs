@@ -157,6 +157,50 @@ pub(crate) fn gpm_symbols_present(nvml: &Nvml) -> bool {
         && l.nvmlGpmMetricsGet.is_ok()
 }
 
+/// The most metrics one [`gpm_metrics_raw`] call asks for: `NVML_GPM_METRIC_MAX` of the
+/// oldest header with GPM (the drivers' struct holds at least that many).
+const GPM_RAW_MAX: usize = 98;
+
+/// `nvmlGpmMetricsGet` between two samples for raw metric ids, including ids that
+/// nvml-wrapper's `GpmMetricId` lacks (and that nvml-wrapper-sys 0.10's bindings do not
+/// name, such as the cumulative counters 248–260). Each metric's value or its own NVML error,
+/// in the order of `ids`.
+///
+/// # Errors
+/// The call's own error (a driver that does not know an id may refuse the whole request),
+/// `InvalidArg` for more than [`GPM_RAW_MAX`] ids, or `FailedToLoadSymbol`.
+pub(crate) fn gpm_metrics_raw(
+    nvml: &Nvml,
+    sample1: &GpmSample<'_>,
+    sample2: &GpmSample<'_>,
+    ids: &[u32],
+) -> Result<Vec<Result<f64, NvmlError>>, NvmlError> {
+    if ids.len() > GPM_RAW_MAX {
+        return Err(NvmlError::InvalidArg);
+    }
+    let f = nvml.lib().nvmlGpmMetricsGet.as_ref().map_err(missing)?;
+    // SAFETY: every field of the request is an integer, a float or a raw pointer, for all of
+    // which zero bytes are a valid value (null pointers: NVML fills in the names).
+    let mut request: sys::nvmlGpmMetricsGet_t = unsafe { std::mem::zeroed() };
+    request.version = sys::NVML_GPM_METRICS_GET_VERSION;
+    request.numMetrics = ids.len() as c_uint;
+    // SAFETY: the handles are borrowed for the call only; both samples outlive it and keep
+    // ownership (nothing here frees or rebuilds a `GpmSample` from them).
+    (request.sample1, request.sample2) = unsafe { (sample1.handle(), sample2.handle()) };
+    for (m, &id) in request.metrics.iter_mut().zip(ids) {
+        m.metricId = id;
+    }
+    // SAFETY: `f` comes from the library `nvml` loaded; the samples were allocated by it;
+    // `request` is a valid, initialized struct for the call's duration.
+    nvml_try(unsafe { f(&mut request) })?;
+    Ok(request
+        .metrics
+        .iter()
+        .take(ids.len())
+        .map(|m| nvml_try(m.nvmlReturn).map(|()| m.value))
+        .collect())
+}
+
 /// Whether the library has `nvmlGpmMigSampleGet` (per-GPU-instance GPM).
 #[must_use]
 pub(crate) fn gpm_mig_symbol_present(nvml: &Nvml) -> bool {

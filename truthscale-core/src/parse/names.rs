@@ -1,0 +1,210 @@
+//! What DCGM's name generations leave to decide: the unit of a family whose name does not
+//! prove it, and the families a reader saw and did not read.
+//!
+//! DCGM 4.6 renamed fields without changing their ids or units (`DCGM_FI_DEV_GPU_UTIL` is
+//! `DCGM_FI_DEV_GPU_UTIL_RATIO`, still id 203 in percent), while dcgm-exporter 4.9 (DCGM
+//! 4.7) emits GPU utilisation under that name as a 0..1 ratio. So the name alone does not
+//! say the unit of such a family. It is decided, once per family and source, from:
+//! 1. the `# HELP` text, where there is one (`%`, `percent` → percent; `ratio`, `0-1`,
+//!    `0 to 1`, `fraction` → ratio);
+//! 2. else the values: one above 1 is a percent; a fraction (not a whole number) at most 1
+//!    is a ratio, since DCGM's percent fields are INT64 and cannot read 0.95;
+//! 3. else (0 or 1 before anything decided it) the reading is ambiguous: refused and
+//!    counted in [`Unread::ambiguous`], never scaled by a guess.
+//!
+//! A value at odds with the decision (a fraction for a percent family, above 1 for a ratio
+//! one) is refused and counted the same way.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The most unread family names one reader keeps; the rest are counted.
+pub const MAX_UNREAD_NAMES: usize = 256;
+
+/// What a reader saw and did not read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Unread {
+    /// DCGM families (lowercase metric names, or `dcgmi dmon` short names) seen and not read.
+    pub families: BTreeSet<String>,
+    /// Readings of further families past [`MAX_UNREAD_NAMES`], counted only.
+    pub more: u64,
+    /// Readings refused because their unit stayed ambiguous, by family.
+    pub ambiguous: BTreeMap<String, u64>,
+}
+
+impl Unread {
+    /// Note a family that is not read.
+    pub fn family(&mut self, name: &str) {
+        if self.families.contains(name) {
+            return;
+        }
+        if self.families.len() < MAX_UNREAD_NAMES {
+            self.families.insert(name.to_owned());
+        } else {
+            self.more += 1;
+        }
+    }
+
+    /// Note a reading of `family` refused for its unit.
+    pub fn refuse(&mut self, family: &str) {
+        match self.ambiguous.get_mut(family) {
+            Some(n) => *n += 1,
+            None => {
+                self.ambiguous.insert(family.to_owned(), 1);
+            }
+        }
+    }
+
+    /// Whether nothing was left unread.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.families.is_empty() && self.more == 0 && self.ambiguous.is_empty()
+    }
+
+    /// How many families were seen and not read (at least: past the cap, lines).
+    #[must_use]
+    pub fn count(&self) -> u64 {
+        self.families.len() as u64 + self.more
+    }
+
+    /// One line for a log or a report, `None` when nothing was left unread.
+    #[must_use]
+    pub fn summary(&self) -> Option<String> {
+        if self.is_empty() {
+            return None;
+        }
+        let mut parts = Vec::new();
+        if !self.families.is_empty() || self.more > 0 {
+            let names: Vec<&str> = self.families.iter().map(String::as_str).collect();
+            let more = if self.more > 0 {
+                format!(" and {} more", self.more)
+            } else {
+                String::new()
+            };
+            parts.push(format!("not read: {}{more}", names.join(", ")));
+        }
+        for (family, n) in &self.ambiguous {
+            parts.push(format!(
+                "{n} reading(s) of {family} refused: percent or 0..1 ratio could not be told (no # HELP, values 0 or 1 only)"
+            ));
+        }
+        Some(parts.join("; "))
+    }
+}
+
+/// The unit of a percent-or-ratio family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scale {
+    /// 0–100.
+    Percent,
+    /// 0..1.
+    Ratio,
+}
+
+/// The decided unit of each percent-or-ratio family of one source.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Units {
+    decided: Vec<(String, Scale)>,
+}
+
+impl Units {
+    /// A `# HELP` line's text for family `name` (lowercase): decides its unit when the text
+    /// says it.
+    pub(crate) fn help(&mut self, name: &str, text: &str) {
+        if let Some(scale) = scale_of_help(text) {
+            self.set(name, scale);
+        }
+    }
+
+    /// The unit of a reading `v` (not a blank) of family `name`, deciding it from the value
+    /// where nothing did before; `None`: ambiguous or at odds with the decision, refused.
+    pub(crate) fn resolve(&mut self, name: &str, v: f64) -> Option<Scale> {
+        let whole = v.fract() == 0.0;
+        match self.get(name) {
+            Some(Scale::Percent) if !whole && v <= 1.0 => None,
+            Some(Scale::Ratio) if v > 1.0 => None,
+            Some(scale) => Some(scale),
+            None if v > 1.0 => Some(self.set(name, Scale::Percent)),
+            None if !whole => Some(self.set(name, Scale::Ratio)),
+            None => None,
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<Scale> {
+        self.decided.iter().find(|(n, _)| n == name).map(|d| d.1)
+    }
+
+    fn set(&mut self, name: &str, scale: Scale) -> Scale {
+        match self.decided.iter_mut().find(|(n, _)| n == name) {
+            Some(d) => d.1 = scale,
+            None => self.decided.push((name.to_owned(), scale)),
+        }
+        scale
+    }
+}
+
+/// What a `# HELP` text says of the unit, if anything.
+fn scale_of_help(text: &str) -> Option<Scale> {
+    let t = text.to_ascii_lowercase();
+    if t.contains('%') || t.contains("percent") {
+        Some(Scale::Percent)
+    } else if ["ratio", "0-1", "0 to 1", "0..1", "fraction"]
+        .iter()
+        .any(|w| t.contains(w))
+    {
+        Some(Scale::Ratio)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn help_then_values_decide_and_ambiguity_is_refused() {
+        let mut u = Units::default();
+        let f = "dcgm_fi_dev_gpu_util_ratio";
+        assert_eq!(u.resolve(f, 0.0), None, "0 before anything decided");
+        assert_eq!(u.resolve(f, 1.0), None);
+        assert_eq!(
+            u.resolve(f, 0.95),
+            Some(Scale::Ratio),
+            "an INT64 percent cannot read 0.95"
+        );
+        assert_eq!(u.resolve(f, 1.0), Some(Scale::Ratio));
+        assert_eq!(u.resolve(f, 37.0), None, "above 1 for a ratio family");
+        let mut u = Units::default();
+        assert_eq!(u.resolve(f, 37.0), Some(Scale::Percent));
+        assert_eq!(u.resolve(f, 0.0), Some(Scale::Percent));
+        assert_eq!(u.resolve(f, 0.5), None, "a fraction for a percent family");
+        let mut u = Units::default();
+        u.help(f, "GPU utilization (in %).");
+        assert_eq!(u.resolve(f, 1.0), Some(Scale::Percent));
+        let mut u = Units::default();
+        u.help(f, "GPU utilization as a ratio (0-1).");
+        assert_eq!(u.resolve(f, 0.0), Some(Scale::Ratio));
+        u.help("other", "Nothing about units.");
+        assert_eq!(u.resolve("other", 1.0), None);
+    }
+
+    #[test]
+    fn unread_names_are_capped_and_summarised() {
+        let mut u = Unread::default();
+        assert_eq!(u.summary(), None);
+        for i in 0..MAX_UNREAD_NAMES + 3 {
+            u.family(&format!("dcgm_fi_dev_x{i}"));
+            u.family(&format!("dcgm_fi_dev_x{i}"));
+        }
+        assert_eq!(u.families.len(), MAX_UNREAD_NAMES);
+        assert_eq!((u.more, u.count()), (6, MAX_UNREAD_NAMES as u64 + 6));
+        u.refuse("dcgm_fi_dev_gpu_util_ratio");
+        u.refuse("dcgm_fi_dev_gpu_util_ratio");
+        let s = u.summary().unwrap();
+        assert!(s.contains("and 6 more"), "{s}");
+        assert!(
+            s.contains("2 reading(s) of dcgm_fi_dev_gpu_util_ratio refused"),
+            "{s}"
+        );
+    }
+}
