@@ -486,3 +486,64 @@ fn impossible_readings_are_counted_logged_once_and_never_integrated() {
         .count();
     assert_eq!(logged, 1, "logged once per GPU and kind:\n{stderr}");
 }
+
+/// A dcgm-exporter 4.10 answer (DCGM 4.7 names, base units, `hostname`) with the cumulative
+/// counters days past boot: read at the top tier, with nothing counted as a sentinel, and
+/// the one family truthscale does not read counted once, however many scrapes name it.
+#[test]
+fn a_dcgm_exporter_4_10_answer_reads_at_the_cumulative_tier() {
+    let labels = "gpu=\"0\",UUID=\"GPU-1\",hostname=\"node-a\",modelName=\"NVIDIA H100 80GB HBM3\"";
+    // The counters of one scrape: 0.25 of the cycles with a tensor pipe active since the
+    // previous one, `k` scrapes after a start past 2^47.
+    let body = |k: u64| {
+        let elapsed = 300_000_000_000_000_000_u64 + k * 1_000_000_000_000;
+        let mma = 75_000_000_000_000_000_u64 + k * 250_000_000_000;
+        format!(
+            "# HELP DCGM_FI_DEV_GPU_UTIL_RATIO GPU utilization (ratio 0-1).\n\
+             DCGM_FI_DEV_GPU_UTIL_RATIO{{{labels}}} 1\n\
+             DCGM_FI_DEV_SM_CLOCK_HERTZ{{{labels}}} 1830000000\n\
+             DCGM_FI_PROF_TENSOR_UTIL_RATIO{{{labels}}} 0.9\n\
+             DCGM_FI_PROF_SM_CYCLES_ELAPSED_TOTAL{{{labels}}} {elapsed}\n\
+             DCGM_FI_PROF_MMA_CYCLES_ACTIVE_TOTAL{{{labels}}} {mma}\n\
+             DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND{{{labels}}} 1000000\n\
+             DCGM_FI_DEV_XID_ERROR{{{labels}}} 0\n"
+        )
+    };
+    let server = StandIn::start(ok(&body(0)));
+    let src = format!("dcgm-exporter:{}", server.url());
+    let dir = TempDir::new("dcgm-4-10");
+    let sidecar = Sidecar::start(&["--source", &src, "--interval", "200ms"], &[], dir.path());
+    sidecar.wait_for(WAIT, "info", |m| {
+        m.iter().any(|s| s.name == "truthscale_gpu_info")
+    });
+    for k in 1..=4 {
+        server.set(ok(&body(k)));
+        std::thread::sleep(Duration::from_millis(450));
+    }
+    let m = sidecar.wait_for(WAIT, "the cumulative tier", |m| {
+        m.iter()
+            .any(|s| s.name == "truthscale_gpu_info" && s.label("fidelity") == Some("cumulative"))
+    });
+    // τ from the counters (0.25), not the gauge (0.9), at κ = 1830 / f_ref = 1.
+    assert_eq!(
+        value(&m, "truthscale_gpu_tensor_active_ratio", &[("gpu", "0")]),
+        Some(0.25)
+    );
+    let ecf = value(&m, "truthscale_gpu_effective_compute_ratio", &[("gpu", "0")]).unwrap();
+    assert!((ecf - 0.25).abs() < 1e-9, "{ecf}");
+    // Ratio units from the help text: busy 1, not 0.01.
+    assert_eq!(
+        value(&m, "truthscale_gpu_reported_utilization_ratio", &[("gpu", "0")]),
+        Some(1.0)
+    );
+    let errors = |kind: &str| {
+        value(
+            &m,
+            "truthscale_source_errors_total",
+            &[("source", "dcgm_exporter"), ("kind", kind)],
+        )
+    };
+    assert_eq!(errors("unread_family"), Some(1.0), "XID, named once");
+    assert_eq!(errors("sentinel"), None, "counters past 2^47 are readings");
+    assert_eq!(errors("ambiguous_unit"), None);
+}

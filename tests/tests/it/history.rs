@@ -967,3 +967,78 @@ fn a_redirecting_prometheus_is_not_followed() {
     assert!(err.contains("302"), "{err}");
     assert!(asked.try_recv().is_err(), "the redirect was followed");
 }
+
+/// One workload on three GPUs in Prometheus: node-a's written in dcgm-exporter 4.8's names
+/// and units (`Hostname`, %, MHz, W, mJ, MiB), node-b's in 4.9's (`hostname`, the DCGM 4.7
+/// names, 0..1, Hz, J, bytes), and node-c's upgraded halfway through (4.8 then 4.10). All
+/// three read the same, and node-c's is one GPU across the upgrade.
+#[test]
+fn every_name_generation_in_history_reads_the_same() {
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    require_tool_or_return!("/usr/bin/promtool", "prometheus");
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let end = (i64::try_from(now).unwrap() / STEP) * STEP;
+    let points = 240_i64;
+    let t = |i: i64| end - (points - 1 - i) * STEP;
+    let legacy = [
+        ("DCGM_FI_DEV_GPU_UTIL", 80.0),
+        ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 0.3),
+        ("DCGM_FI_DEV_SM_CLOCK", 1830.0),
+        ("DCGM_FI_DEV_POWER_USAGE", 400.0),
+        ("DCGM_FI_DEV_FB_USED", 20_000.0),
+        ("DCGM_FI_DEV_FB_FREE", 61_000.0),
+    ];
+    let canonical = [
+        ("DCGM_FI_DEV_GPU_UTIL_RATIO", 0.8),
+        ("DCGM_FI_PROF_TENSOR_UTIL_RATIO", 0.3),
+        ("DCGM_FI_DEV_SM_CLOCK_HERTZ", 1.83e9),
+        ("DCGM_FI_DEV_BOARD_POWER_WATTS", 400.0),
+        ("DCGM_FI_DEV_FB_USED_BYTES", 20_000.0 * 1_048_576.0),
+        ("DCGM_FI_DEV_FB_FREE_BYTES", 61_000.0 * 1_048_576.0),
+    ];
+    let mut fams = Families::new();
+    let mut write = |host: &str, node: &str, names: &[(&'static str, f64)], from: i64, to: i64| {
+        let labels =
+            format!("gpu=\"0\",UUID=\"GPU-{node}\",modelName=\"{H100}\",{host}=\"{node}\"");
+        for &(name, v) in names {
+            add(&mut fams, name, &labels, (from..to).map(|i| (t(i), v)).collect());
+        }
+    };
+    write("Hostname", "node-a", &legacy, 0, points);
+    write("hostname", "node-b", &canonical, 0, points);
+    write("Hostname", "node-c", &legacy, 0, points / 2);
+    write("hostname", "node-c", &canonical, points / 2, points);
+    let mut text = String::new();
+    for (name, series) in &fams {
+        text.push_str(&format!("# TYPE {name} gauge\n"));
+        for (labels, pts) in series {
+            for (t, v) in pts {
+                text.push_str(&format!("{name}{{{labels}}} {v} {t}\n"));
+            }
+        }
+    }
+    text.push_str("# EOF\n");
+    let dir = TempDir::new("history-generations");
+    let prom = Prometheus::backfilled(&text, dir.path(), None);
+    let url = prom.url();
+    let run = truthscale(
+        &["analyze", "--prometheus", &url, "--since", "1h", "--step", "15s", "--json"],
+        &[],
+    );
+    let v = run.json();
+    let ents = v["entities"].as_array().unwrap();
+    assert_eq!(ents.len(), 3, "one GPU per node, node-c across its upgrade: {v:#}");
+    for node in ["node-a", "node-b", "node-c"] {
+        let e = ents
+            .iter()
+            .find(|e| e["node"] == node)
+            .unwrap_or_else(|| panic!("{node} in {v:#}"));
+        near(f(e, "/reported_utilization/mean"), 0.8, 1e-9, node);
+        // κ = 1830 / f_ref (1830 for the H100 SXM) = 1: ECF = τ.
+        near(f(e, "/effective_compute/mean"), 0.3, 1e-9, node);
+        assert_eq!(e["fidelity"], "profiling", "{node}");
+    }
+}

@@ -1396,6 +1396,32 @@ mod tests {
     }
 
     #[test]
+    fn cumulative_counters_past_2_pow_47_and_unread_columns() {
+        // Days of uptime: the counters are far past 2^47 and read as they are; the DMMA
+        // counter and the XID column are not read, and named.
+        let text = "\
+#Entity   SMCELAP              MMACACT              DMMACACT   XIDER   SMCLK
+ID                                                                      Hz
+GPU 0     300000000000000000   75000000000000000    12         0       1980000000
+";
+        let mut p = DmonParser::new("cap.txt", 1.0, Timestamp(0));
+        let mut out = Vec::new();
+        for l in text.lines() {
+            out.extend(p.push_line(l).unwrap());
+        }
+        out.extend(p.finish());
+        assert_eq!(val(&out[0], 0, Field::SmCyclesElapsed), Reading::Value(3.0e17));
+        assert_eq!(val(&out[0], 0, Field::MmaCyclesActive), Reading::Value(7.5e16));
+        assert_eq!(val(&out[0], 0, Field::SmClockMhz), Reading::Value(1980.0), "Hz read as MHz");
+        let names: Vec<&str> = p.unread().families.iter().map(String::as_str).collect();
+        assert_eq!(names, ["DMMACACT", "XIDER"]);
+        // An INT64 blank is blank.
+        let text = "#Entity   SMCELAP\nID\nGPU 0     9223372036854775807\n";
+        let (s, _) = parse(text).unwrap();
+        assert_eq!(val(&s[0], 0, Field::SmCyclesElapsed), Reading::Blank);
+    }
+
+    #[test]
     fn several_headers_and_unit_conversions() {
         let text = "\
 [root@h ~]# dcgmi dmon -e 203,155,156
