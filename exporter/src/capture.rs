@@ -181,16 +181,6 @@ impl<R: BufRead> Capture<R> {
         }
     }
 
-    /// The compression the capture was read through (`None`: plain text).
-    #[must_use]
-    pub fn compression(&self) -> Option<&'static str> {
-        match &self.reader {
-            Input::Plain(_) => None,
-            Input::Gzip(_) => Some("gzip"),
-            Input::Zstd(_) => Some("zstd"),
-        }
-    }
-
     /// Lines the parser skipped (comments, headers, blank lines).
     #[must_use]
     pub fn skipped_lines(&self) -> u64 {
@@ -200,7 +190,7 @@ impl<R: BufRead> Capture<R> {
     /// What the capture held that is not read (DCGM families or `dmon` columns, readings
     /// refused for an ambiguous unit), for the formats that name DCGM fields.
     #[must_use]
-    pub fn unread(&self) -> Option<&truthscale_core::parse::Unread> {
+    pub(crate) fn unread(&self) -> Option<&truthscale_core::parse::Unread> {
         self.parser.unread()
     }
 
@@ -422,14 +412,15 @@ type Source<R> = Chain<Cursor<Vec<u8>>, R>;
 /// Bytes the decompressors read through their buffers at a time.
 const DECOMPRESSED_BUFFER: usize = 1 << 16;
 
-/// A capture's bytes as the line reader sees them: as they are, or decompressed on the way.
+/// A capture's bytes as the line reader sees them: as they are, or decompressed on the way
+/// (the decompressors, a kilobyte of state or so, boxed).
 enum Input<R> {
     /// Plain text.
     Plain(Source<R>),
     /// gzip (one or more members).
-    Gzip(BufReader<flate2::bufread::MultiGzDecoder<Counted<Source<R>>>>),
+    Gzip(Box<BufReader<flate2::bufread::MultiGzDecoder<Counted<Source<R>>>>>),
     /// zstd (one or more frames).
-    Zstd(BufReader<ZstdFrames<Counted<Source<R>>>>),
+    Zstd(Box<BufReader<ZstdFrames<Counted<Source<R>>>>>),
 }
 
 impl<R> std::fmt::Debug for Input<R> {
@@ -465,10 +456,16 @@ impl<R: BufRead> Input<R> {
         let source = Cursor::new(magic).chain(reader);
         Ok(if gzip {
             let decoder = flate2::bufread::MultiGzDecoder::new(Counted::new(source));
-            Input::Gzip(BufReader::with_capacity(DECOMPRESSED_BUFFER, decoder))
+            Input::Gzip(Box::new(BufReader::with_capacity(
+                DECOMPRESSED_BUFFER,
+                decoder,
+            )))
         } else if zstd {
             let decoder = ZstdFrames::new(Counted::new(source));
-            Input::Zstd(BufReader::with_capacity(DECOMPRESSED_BUFFER, decoder))
+            Input::Zstd(Box::new(BufReader::with_capacity(
+                DECOMPRESSED_BUFFER,
+                decoder,
+            )))
         } else {
             Input::Plain(source)
         })
@@ -479,7 +476,7 @@ impl<R: BufRead> Read for Input<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         match self {
             Input::Plain(r) => r.read(buf),
-            Input::Gzip(r) => r.read(buf),
+            Input::Gzip(r) => r.read(buf).map_err(gzip_error),
             Input::Zstd(r) => r.read(buf),
         }
     }
@@ -489,7 +486,7 @@ impl<R: BufRead> BufRead for Input<R> {
     fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
         match self {
             Input::Plain(r) => r.fill_buf(),
-            Input::Gzip(r) => r.fill_buf(),
+            Input::Gzip(r) => r.fill_buf().map_err(gzip_error),
             Input::Zstd(r) => r.fill_buf(),
         }
     }
@@ -618,6 +615,11 @@ impl<S: BufRead> Read for ZstdFrames<S> {
                 .map_err(zstd_error)?;
         }
     }
+}
+
+/// An error reading gzip-compressed input, saying so.
+fn gzip_error(e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("gzip: {e}"))
 }
 
 /// An error in zstd-compressed input, as an I/O error (the capture ends).
@@ -788,6 +790,15 @@ mod tests {
         );
     }
 
+    /// The compression a capture is read through (`None`: plain text).
+    fn compression<R>(c: &Capture<R>) -> Option<&'static str> {
+        match &c.reader {
+            Input::Plain(_) => None,
+            Input::Gzip(_) => Some("gzip"),
+            Input::Zstd(_) => Some("zstd"),
+        }
+    }
+
     /// The error that ends reading `bytes` as a capture, at its opening or later.
     fn failure(bytes: &[u8]) -> String {
         let reader = std::io::BufReader::with_capacity(7, bytes);
@@ -823,7 +834,7 @@ mod tests {
     fn compressed_captures_read_as_their_text() {
         let text = std::fs::read(SMI).unwrap();
         let mut c = Capture::open(&text[..], "c", None, 1.0).unwrap();
-        assert_eq!((c.format(), c.compression()), (Format::NvidiaSmiCsv, None));
+        assert_eq!((c.format(), compression(&c)), (Format::NvidiaSmiCsv, None));
         assert!(c.has_own_timestamps());
         let (plain, errors) = drain(&mut c).unwrap();
         assert_eq!((plain.len(), errors.len()), (12, 0));
@@ -834,7 +845,7 @@ mod tests {
                 let reader = std::io::BufReader::with_capacity(capacity, &bytes[..]);
                 let mut c = Capture::open(reader, "c", None, 1.0).unwrap();
                 assert_eq!(c.format(), Format::NvidiaSmiCsv, "{ext} {capacity}");
-                assert_eq!(c.compression(), Some(kind));
+                assert_eq!(compression(&c), Some(kind));
                 assert_eq!(c.declared_interval(1.0), None);
                 let (samples, errors) = drain(&mut c).unwrap();
                 assert!(samples == plain, "{ext} {capacity}");
@@ -904,9 +915,9 @@ mod tests {
         assert!(err.starts_with("cannot read c: zstd: "), "{err}");
         let gz = std::fs::read(format!("{SMI}.gz")).unwrap();
         let err = failure(&gz[..gz.len() / 2]);
-        assert!(err.starts_with("cannot read c: "), "{err}");
+        assert_eq!(err, "cannot read c: gzip: incomplete deflate stream");
         let err = failure(b"\x1f\x8bnot gzip at all\n");
-        assert!(err.starts_with("cannot read c: "), "{err}");
+        assert!(err.starts_with("cannot read c: gzip: "), "{err}");
         // Trailing bytes after the last zstd frame that are no frame.
         let mut trailing = zst;
         trailing.extend_from_slice(b"tail");
@@ -927,7 +938,7 @@ mod tests {
         // One byte, or none: plain text too short to be compressed.
         for short in [&b"\x1f"[..], b""] {
             let c = Capture::open(short, "c", Some(Format::Jsonl), 1.0).unwrap();
-            assert_eq!(c.compression(), None);
+            assert_eq!(compression(&c), None);
         }
     }
 }

@@ -1,6 +1,6 @@
-//! Any bytes as a capture file, through the one capture reader (`Capture`: format
-//! detection, line limits, UTF-8, the three parsers) into the deriver and the analyzer,
-//! every window checked as in the `derive` target.
+//! Any bytes as a capture file, through the one capture reader (`Capture`: gzip and zstd
+//! decompression, format detection, line limits, UTF-8, every parser) into the deriver and
+//! the analyzer, every window checked as in the `derive` target.
 
 #![no_main]
 

@@ -1,7 +1,7 @@
 //! The `truthscale` binary end to end: real captures and simulated traces through `analyze`.
 
 use serde_json::Value;
-use truthscale_e2e::{TempDir, fixture, run};
+use truthscale_e2e::{TempDir, fixture, run, workspace};
 
 fn analyze_json(path: &str, extra: &[&str]) -> Value {
     let mut args = vec!["analyze", path, "--json"];
@@ -325,7 +325,7 @@ fn analyze_of_a_file_without_readings_is_an_error() {
     let junk = dir.path().join("junk.txt");
     std::fs::write(&junk, "this is not a capture\nnor is this\n").unwrap();
     let path = junk.to_str().unwrap();
-    for format in ["dcgmi-dmon", "dcgm-exporter", "jsonl"] {
+    for format in ["dcgmi-dmon", "dcgm-exporter", "jsonl", "nvidia-smi-csv"] {
         let out = run(&["analyze", "--format", format, path]);
         let e = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{format}: {e}");
@@ -334,5 +334,91 @@ fn analyze_of_a_file_without_readings_is_an_error() {
             "{format}: {e}"
         );
         assert!(out.stdout.is_empty(), "{format}: nothing on stdout");
+    }
+}
+
+/// An `nvidia-smi --query-gpu … --format=csv` capture, and its gzip and zstd copies (told
+/// by their first bytes: here under names that do not say so): the same analysis. The
+/// busy-flag tier: utilization, power and clocks, no tensor counter, so effective compute
+/// is only bounded.
+#[test]
+fn nvidia_smi_csv_plain_gzip_and_zstd_analyze_the_same() {
+    let dir = workspace().join("truthscale-core/tests/fixtures/nvidia-smi");
+    let name = "nvidia-smi-constructed-h100-units.csv";
+    let tmp = TempDir::new("smi-compressed");
+    let mut paths = vec![dir.join(name)];
+    for (ext, alias) in [("gz", "capture-a.dat"), ("zst", "capture-b.dat")] {
+        let p = tmp.path().join(alias);
+        std::fs::copy(dir.join(format!("{name}.{ext}")), &p).unwrap();
+        paths.push(p);
+    }
+    let paths: Vec<&str> = paths.iter().map(|p| p.to_str().unwrap()).collect();
+    let json: Vec<Value> = paths.iter().map(|p| analyze_json(p, &[])).collect();
+    assert_eq!(json[1], json[0], "gzip");
+    assert_eq!(json[2], json[0], "zstd");
+    let tables: Vec<String> = paths
+        .iter()
+        .map(|p| {
+            let out = run(&["analyze", p]);
+            assert!(out.status.success(), "{p}");
+            String::from_utf8(out.stdout).unwrap()
+        })
+        .collect();
+    assert!(
+        tables[0].starts_with("format: nvidia-smi-csv\n"),
+        "{}",
+        tables[0]
+    );
+    assert_eq!(tables[1], tables[0]);
+    assert_eq!(tables[2], tables[0]);
+    let ents = json[0]["entities"].as_array().unwrap();
+    assert_eq!(ents.len(), 2);
+    let g0 = &ents[0];
+    assert_eq!(g0["gpu"], 0);
+    assert_eq!(g0["uuid"], "GPU-3b9c1e0a-5f2d-4c8e-9a71-0d6e2f4b8c13");
+    assert_eq!(g0["model"], "NVIDIA H100 80GB HBM3");
+    assert_eq!(g0["samples"], 12);
+    assert_eq!(g0["fidelity"], "nvml");
+    // 12 windows of 1 s: (40 + 4·100 + 60 + 4·100 + 80 + 100) / 12 = 90 %.
+    assert_eq!(f(g0, "/reported_utilization/mean"), 0.9);
+    // No tensor counter: no effective compute, only its bound (the busy fraction).
+    assert!(g0["effective_compute"].is_null(), "{g0}");
+    assert_eq!(f(g0, "/effective_compute_upper_bound/mean"), 0.9);
+    assert_eq!(f(g0, "/effective_compute_upper_bound/seconds"), 12.0);
+    assert_eq!(
+        g0["effective_compute_upper_bound"]["missing"][0]["input"],
+        "tensor_counter"
+    );
+    assert_eq!(f(g0, "/memory/peak_used_bytes"), 40_960.0 * 1_048_576.0);
+    assert_eq!(f(g0, "/memory/total_bytes"), 81_559.0 * 1_048_576.0);
+    let g1 = &ents[1];
+    assert_eq!(
+        (&g1["gpu"], &g1["fidelity"]),
+        (&Value::from(1), &Value::from("nvml"))
+    );
+    assert_eq!(f(g1, "/reported_utilization/mean"), 0.0);
+    assert_eq!(f(g1, "/regime_fraction/idle"), 1.0);
+}
+
+/// A file no reader recognises: the error names every format and what to capture.
+#[test]
+fn an_unknown_capture_says_what_to_capture_instead() {
+    let dir = TempDir::new("analyze-unknown");
+    let p = dir.path().join("notes.txt");
+    std::fs::write(&p, "GPU was busy\nall day\n").unwrap();
+    let out = run(&["analyze", p.to_str().unwrap()]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("cannot tell the format from the first 2 lines"),
+        "{e}"
+    );
+    for needed in [
+        "dcgmi-dmon, dcgm-exporter, nvidia-smi-csv or jsonl",
+        "dcgmi dmon -e 203,1001,1002,1004,1005,100,155 -d 1000 > capture.txt",
+        "--format=csv -lms 1000 > capture.csv",
+        "curl -s HOST:9400/metrics",
+    ] {
+        assert!(e.contains(needed), "{needed}: {e}");
     }
 }

@@ -529,11 +529,20 @@ fn a_dcgm_exporter_4_10_answer_reads_at_the_cumulative_tier() {
         value(&m, "truthscale_gpu_tensor_active_ratio", &[("gpu", "0")]),
         Some(0.25)
     );
-    let ecf = value(&m, "truthscale_gpu_effective_compute_ratio", &[("gpu", "0")]).unwrap();
+    let ecf = value(
+        &m,
+        "truthscale_gpu_effective_compute_ratio",
+        &[("gpu", "0")],
+    )
+    .unwrap();
     assert!((ecf - 0.25).abs() < 1e-9, "{ecf}");
     // Ratio units from the help text: busy 1, not 0.01.
     assert_eq!(
-        value(&m, "truthscale_gpu_reported_utilization_ratio", &[("gpu", "0")]),
+        value(
+            &m,
+            "truthscale_gpu_reported_utilization_ratio",
+            &[("gpu", "0")]
+        ),
         Some(1.0)
     );
     let errors = |kind: &str| {

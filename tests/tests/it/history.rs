@@ -1004,7 +1004,12 @@ fn every_name_generation_in_history_reads_the_same() {
         let labels =
             format!("gpu=\"0\",UUID=\"GPU-{node}\",modelName=\"{H100}\",{host}=\"{node}\"");
         for &(name, v) in names {
-            add(&mut fams, name, &labels, (from..to).map(|i| (t(i), v)).collect());
+            add(
+                &mut fams,
+                name,
+                &labels,
+                (from..to).map(|i| (t(i), v)).collect(),
+            );
         }
     };
     write("Hostname", "node-a", &legacy, 0, points);
@@ -1025,12 +1030,25 @@ fn every_name_generation_in_history_reads_the_same() {
     let prom = Prometheus::backfilled(&text, dir.path(), None);
     let url = prom.url();
     let run = truthscale(
-        &["analyze", "--prometheus", &url, "--since", "1h", "--step", "15s", "--json"],
+        &[
+            "analyze",
+            "--prometheus",
+            &url,
+            "--since",
+            "1h",
+            "--step",
+            "15s",
+            "--json",
+        ],
         &[],
     );
     let v = run.json();
     let ents = v["entities"].as_array().unwrap();
-    assert_eq!(ents.len(), 3, "one GPU per node, node-c across its upgrade: {v:#}");
+    assert_eq!(
+        ents.len(),
+        3,
+        "one GPU per node, node-c across its upgrade: {v:#}"
+    );
     for node in ["node-a", "node-b", "node-c"] {
         let e = ents
             .iter()

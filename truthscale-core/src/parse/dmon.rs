@@ -1410,9 +1410,19 @@ GPU 0     300000000000000000   75000000000000000    12         0       198000000
             out.extend(p.push_line(l).unwrap());
         }
         out.extend(p.finish());
-        assert_eq!(val(&out[0], 0, Field::SmCyclesElapsed), Reading::Value(3.0e17));
-        assert_eq!(val(&out[0], 0, Field::MmaCyclesActive), Reading::Value(7.5e16));
-        assert_eq!(val(&out[0], 0, Field::SmClockMhz), Reading::Value(1980.0), "Hz read as MHz");
+        assert_eq!(
+            val(&out[0], 0, Field::SmCyclesElapsed),
+            Reading::Value(3.0e17)
+        );
+        assert_eq!(
+            val(&out[0], 0, Field::MmaCyclesActive),
+            Reading::Value(7.5e16)
+        );
+        assert_eq!(
+            val(&out[0], 0, Field::SmClockMhz),
+            Reading::Value(1980.0),
+            "Hz read as MHz"
+        );
         let names: Vec<&str> = p.unread().families.iter().map(String::as_str).collect();
         assert_eq!(names, ["DMMACACT", "XIDER"]);
         // An INT64 blank is blank.
