@@ -35,6 +35,7 @@ use truthscale_core::catalog::{self, GpuMetric, MetricId, Raw};
 use truthscale_core::model::{
     EntityId, EntityKey, EntitySample, Field, MigId, PodRef, Sample, Timestamp,
 };
+use truthscale_core::parse::Unread;
 use truthscale_core::parse::dcgm_text::{self, Scrape};
 
 /// Steps per `query_range` request: Prometheus refuses more than 11 000 points per series.
@@ -231,13 +232,18 @@ impl Summary {
     /// How a coarse step summarises the series `name` of `family`, and whether its p99 is
     /// read too (activity ratios).
     fn of(family: Family, name: &str) -> (Summary, bool) {
-        if family == Family::DcgmExporter && name.to_ascii_lowercase().ends_with("fb_free") {
+        let lower = name.to_ascii_lowercase();
+        if family == Family::DcgmExporter
+            && (lower.ends_with("fb_free") || lower.ends_with("fb_free_bytes"))
+        {
             return (Summary::Min, false);
         }
         match field_of(family, name) {
             Some(f) if f.is_ratio() => (Summary::Mean, true),
             Some(Field::MemUsedBytes | Field::MemTotalBytes) => (Summary::Max, false),
+            // Counters: their last value in each step, whose deltas the deriver reads.
             Some(Field::EnergyJoules) | None => (Summary::Last, false),
+            Some(f) if f.is_cycle_counter() => (Summary::Last, false),
             Some(_) => (Summary::Mean, false),
         }
     }
@@ -543,6 +549,8 @@ pub(crate) struct History {
     /// After a split: the most steps one query of a name has been answered for, so later
     /// chunks start there (`i64::MAX`: no split yet).
     steps_answered: AtomicI64,
+    /// The DCGM families in the range that are not read.
+    unread: Unread,
 }
 
 /// What reading the history cost, and where the time went.
@@ -636,8 +644,9 @@ impl History {
         let since = i64::try_from(since_d.as_millis()).unwrap_or(i64::MAX / 2);
         let range = Range::back_from(now, since.min(now), step);
 
-        // Discovery: which names exist in the range.
-        let names_re = candidate_names().join("|");
+        // Discovery: which names exist in the range, and which DCGM families beside them
+        // are not read (named, never dropped in silence).
+        let names_re = format!("{}|DCGM_FI_.+|dcgm_fi_.+", candidate_names().join("|"));
         let mut discover = format!("{{__name__=~\"{names_re}\"");
         if !matchers.is_empty() {
             discover.push(',');
@@ -650,6 +659,12 @@ impl History {
             &[("match[]", &discover), ("start", &start_s), ("end", &end_s)],
         )?;
         let dcgm: Vec<String> = found.iter().filter(|n| is_dcgm(n)).cloned().collect();
+        let mut unread = Unread::default();
+        for n in found.iter().filter(|n| {
+            n.to_ascii_lowercase().starts_with("dcgm_fi_") && !is_dcgm(n)
+        }) {
+            unread.family(&n.to_ascii_lowercase());
+        }
         let own: Vec<String> = found
             .iter()
             .filter(|n| own_metric(n).is_some())
@@ -694,6 +709,7 @@ impl History {
             cluster_label: p.cluster_label.clone(),
             splits: AtomicU64::new(0),
             steps_answered: AtomicI64::new(i64::MAX),
+            unread,
         })
     }
 
@@ -1101,10 +1117,16 @@ impl History {
             family,
             splits,
             summarizes,
+            unread,
             ..
         } = self;
         let c = client.counters();
-        let warnings = c.warnings.lines();
+        let mut warnings = c.warnings.lines();
+        warnings.extend(
+            unread
+                .summary()
+                .map(|s| format!("DCGM fields {s} (docs/dcgm-compatibility.md lists what is read)")),
+        );
         for w in &warnings {
             eprintln!("truthscale: warning: {}: {w}", client.base);
         }
@@ -1639,6 +1661,18 @@ mod tests {
         );
         assert_eq!(dcgm("DCGM_FI_DEV_FB_USED"), (Summary::Max, false));
         assert_eq!(dcgm("DCGM_FI_DEV_FB_FREE"), (Summary::Min, false));
+        assert_eq!(dcgm("DCGM_FI_DEV_FB_FREE_BYTES"), (Summary::Min, false));
+        assert_eq!(dcgm("DCGM_FI_DEV_FB_USED_BYTES"), (Summary::Max, false));
+        assert_eq!(dcgm("DCGM_FI_PROF_TENSOR_UTIL_RATIO"), (Summary::Mean, true));
+        // The cumulative cycle counters: their last value, whose deltas the deriver reads.
+        assert_eq!(
+            dcgm("DCGM_FI_PROF_MMA_CYCLES_ACTIVE_TOTAL"),
+            (Summary::Last, false)
+        );
+        assert_eq!(
+            dcgm("DCGM_FI_PROF_SM_CYCLES_ELAPSED_TOTAL"),
+            (Summary::Last, false)
+        );
         // A counter's last value, so differences between steps stay exact; bit fields too.
         assert_eq!(
             dcgm("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"),
