@@ -8,7 +8,9 @@
   and docker/kubernetes/autoscaling/prometheusrule.yaml, one whose spec is
   alerts/autoscaling.rules.yml (the rules of the autoscaling recipes), and
   docker/kubernetes/node/base/showback-prometheusrule.yaml, one whose spec is
-  alerts/showback.rules.yml (node mode's showback). A Prometheus rules file
+  alerts/showback.rules.yml (node mode's showback), and
+  docker/kubernetes/dcgm-exporter-prometheusrule.yaml, one whose spec is
+  alerts/dcgm-exporter.rules.yml (the joins with dcgm-exporter's series). A Prometheus rules file
   and PrometheusRule.spec have the same shape (`groups: [...]`), so the file's text is embedded
   as it is, indented under `spec:` (comments included).
 - docker/kubernetes/dashboards-configmap.yaml: a ConfigMap labelled grafana_dashboard: "1" that
@@ -64,6 +66,13 @@ RULE_SETS = [
         "truthscale-autoscaling",
         "autoscaling-rules",
         "tests/tests/it/autoscaling.rs",
+    ),
+    RuleSet(
+        "alerts/dcgm-exporter.rules.yml",
+        "docker/kubernetes/dcgm-exporter-prometheusrule.yaml",
+        "truthscale-dcgm-exporter",
+        "dcgm-exporter-rules",
+        "tests/tests/it/dcgm_joins.rs",
     ),
 ]
 

@@ -12,6 +12,7 @@
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use std::time::Duration;
+use truthscale_exporter::sources::{SourceConfig, sim::SimConfig};
 use truthscale_exporter::{compose, config, config::Config, sinks::otlp};
 
 #[tokio::main]
@@ -35,9 +36,11 @@ async fn main() -> anyhow::Result<()> {
         .build();
     let meter = provider.meter("my-service");
 
-    // truthscale's sampler (simulated GPUs with the default configuration), and its
+    // truthscale's sampler (simulated GPUs, asked for: the default source is NVML), and its
     // instruments on the service's meter. Keep the registration alive as long as the meter.
-    let settings = Config::default().validate(&env)?;
+    let mut config = Config::default();
+    config.source.config = SourceConfig::Sim(SimConfig::default());
+    let settings = config.validate(&env)?;
     let sampler = compose::start(&settings)?;
     let _registration = otlp::register(&meter, sampler.subscribe());
 

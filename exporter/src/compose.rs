@@ -5,7 +5,8 @@
 //! ```no_run
 //! use truthscale_exporter::{compose, config::Config};
 //! let settings = Config::default().validate(&[]).expect("valid defaults");
-//! let sampler = compose::start(&settings).expect("the simulated source");
+//! // No source configured: NVML where a driver is present, else an error naming the choices.
+//! let sampler = compose::start(&settings).expect("an NVIDIA driver");
 //! println!("{} GPUs", sampler.latest().gpus.len());
 //! ```
 

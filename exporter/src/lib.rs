@@ -31,7 +31,8 @@
 //! ```no_run
 //! use truthscale_exporter::{compose, config::Config, http};
 //! let settings = Config::default().validate(&[]).expect("valid defaults");
-//! let sampler = compose::start(&settings).expect("simulated source");
+//! // The default source: NVML where a driver is present (`Config::source` chooses another).
+//! let sampler = compose::start(&settings).expect("an NVIDIA driver");
 //! let app: axum::Router = http::router(sampler.subscribe(), http::RouterLimits::default());
 //! // merge `app` into your own router, and read `sampler.latest()` whenever you like.
 //! # drop(app);

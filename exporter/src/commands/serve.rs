@@ -130,8 +130,9 @@ pub(crate) struct ServeArgs {
     #[arg(
         long,
         help = "Counter source: sim[:SCENARIO], replay:PATH, nvml, dcgm-exporter[:URL], auto or \
-                null [default: sim]. auto reads NVML when the library loads. Short for \
-                source.kind plus its argument (source.scenario, source.path, source.url)"
+                null [default: auto]. auto reads NVML when a driver is present, and otherwise \
+                stops naming these choices: the simulated GPU (sim) only when asked for. Short \
+                for source.kind plus its argument (source.scenario, source.path, source.url)"
     )]
     pub source: Option<String>,
     /// Address to serve on [default: 0.0.0.0:9488].

@@ -113,6 +113,7 @@ async fn scrapes_do_not_sample() {
     // The body is the same bytes until the next tick, however many scrapes come.
     let mut c = Config::default();
     c.source.interval = "10s".into();
+    c.source.config = truthscale_exporter::sources::SourceConfig::Sim(Default::default());
     let s = compose::start(&c.validate(&[]).unwrap()).unwrap();
     while !s.latest().ready() {
         std::thread::sleep(Duration::from_millis(10));
@@ -324,6 +325,7 @@ fn the_series_cap_drops_whole_entities_and_counts_them() {
     // Below the cap, nothing is dropped and the counter is a measured 0.
     let mut c = Config::default();
     c.source.interval = "100ms".into();
+    c.source.config = truthscale_exporter::sources::SourceConfig::Sim(Default::default());
     let s = compose::start(&c.validate(&[]).unwrap()).unwrap();
     while s.latest().tick < 1 {
         std::thread::sleep(Duration::from_millis(10));

@@ -89,6 +89,25 @@ const GPM_IDS: &[(&str, u32)] = &[
     ),
 ];
 
+/// The cumulative cycle counters a scenario's `counters` may give (percent of elapsed SM
+/// cycles), with their NVML GPM ids. nvml-wrapper-sys 0.10 names none of them: the ids follow
+/// NVIDIA's `nvmlGpmMetricId_t` order, DCGM fields 1084–1096 = GPM 248–260.
+const COUNTER_IDS: &[(&str, u32)] = &[
+    ("sm_cycles_active", 249),
+    ("mma_cycles_active", 250),
+    ("dmma_cycles_active", 251),
+    ("hmma_cycles_active", 252),
+    ("imma_cycles_active", 253),
+    ("dfma_cycles_active", 254),
+    ("integer_cycles_active", 257),
+    ("fp64_cycles_active", 258),
+    ("fp32_cycles_active", 259),
+    ("fp16_cycles_active", 260),
+];
+
+/// `NVML_GPM_METRIC_SM_CYCLES_ELAPSED`.
+const SM_CYCLES_ELAPSED: u32 = 248;
+
 /// Period of the fake busy-flag ring buffer (the driver's is 1/6 s to 1 s).
 const UTIL_PERIOD_US: u64 = 166_666;
 /// Length of the fake busy-flag ring buffer.
@@ -194,6 +213,51 @@ pub(crate) struct Gpm {
     /// not listed answers `NOT_SUPPORTED` in its own slot.
     #[serde(default)]
     metrics: BTreeMap<String, f64>,
+    /// The cumulative cycle counters (GPM 248–260); absent: each answers `NOT_SUPPORTED` in
+    /// its own slot, like a driver without them.
+    #[serde(default)]
+    counters: Option<Counters>,
+}
+
+fn default_counters_start() -> f64 {
+    // 2^48 cycles: days of uptime, far past the FP64 blank 2^47.
+    281_474_976_710_656.0
+}
+
+/// Cumulative cycle counters, computed at each `nvmlGpmMetricsGet` from the time since
+/// `nvmlInit_v2`: elapsed = start + SMs × clock × t, each active counter = its percent of
+/// that (the start too), so every delta's ratio is the percent exactly.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Counters {
+    /// SMs the elapsed cycles are summed over (the GPU's, or the instance's).
+    sms: u32,
+    /// The SM clock the cycles count at; default: the device's `sm_clock_samples_mhz`, else
+    /// its `sm_clock_mhz`.
+    #[serde(default)]
+    clock_mhz: Option<f64>,
+    /// The elapsed counter at `nvmlInit_v2`.
+    #[serde(default = "default_counters_start")]
+    start_cycles: f64,
+    /// Active cycles in percent of elapsed, by name (`mma_cycles_active`, …; see
+    /// `COUNTER_IDS`). A counter not listed answers `NOT_SUPPORTED` in its own slot.
+    #[serde(default)]
+    active_percent: BTreeMap<String, f64>,
+}
+
+impl Counters {
+    /// The value of counter `id` `secs` seconds after init; `None`: not in the scenario.
+    fn value(&self, d: &Device, id: u32, secs: f64) -> Option<f64> {
+        let mhz = self
+            .clock_mhz
+            .or_else(|| d.sm_clock_samples_mhz.or(d.sm_clock_mhz).map(f64::from))?;
+        let elapsed = self.start_cycles + f64::from(self.sms) * mhz * 1e6 * secs;
+        if id == SM_CYCLES_ELAPSED {
+            return Some(elapsed);
+        }
+        let (name, _) = COUNTER_IDS.iter().find(|(_, i)| *i == id)?;
+        self.active_percent.get(*name).map(|p| elapsed * p / 100.0)
+    }
 }
 
 /// One MIG GPU instance (one compute instance spanning it).
@@ -377,6 +441,18 @@ fn load() -> Result<State, Ret> {
         {
             if !GPM_IDS.iter().any(|(n, _)| n == name) {
                 eprintln!("fake-nvml: unknown GPM metric {name:?}");
+                return Err(UNKNOWN);
+            }
+        }
+        for name in d
+            .gpm
+            .iter()
+            .chain(d.mig.iter().filter_map(|m| m.gpm.as_ref()))
+            .filter_map(|g| g.counters.as_ref())
+            .flat_map(|c| c.active_percent.keys())
+        {
+            if !COUNTER_IDS.iter().any(|(n, _)| n == name) {
+                eprintln!("fake-nvml: unknown GPM counter {name:?}");
                 return Err(UNKNOWN);
             }
         }
@@ -1285,11 +1361,18 @@ pub(crate) unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut sys::nvmlGpmMetr
         let Some(g) = gpm_of(d, gi1) else {
             return NOT_SUPPORTED;
         };
+        // The counters are read at the second sample.
+        let secs = t2.saturating_duration_since(s.started).as_secs_f64();
         for m in req.metrics.iter_mut().take(req.numMetrics as usize) {
+            let counter = g
+                .counters
+                .as_ref()
+                .and_then(|c| c.value(d, m.metricId, secs));
             let value = GPM_IDS
                 .iter()
                 .find(|(_, id)| *id == m.metricId)
-                .and_then(|(name, _)| g.metrics.get(*name));
+                .and_then(|(name, _)| g.metrics.get(*name).copied())
+                .or(counter);
             m.metricInfo = sys::nvmlGpmMetric_t__bindgen_ty_1 {
                 shortName: std::ptr::null_mut(),
                 longName: std::ptr::null_mut(),
@@ -1297,7 +1380,7 @@ pub(crate) unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut sys::nvmlGpmMetr
             };
             match value {
                 Some(v) => {
-                    m.value = *v;
+                    m.value = v;
                     m.nvmlReturn = SUCCESS;
                 }
                 None => {

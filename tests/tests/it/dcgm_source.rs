@@ -556,3 +556,53 @@ fn a_dcgm_exporter_4_10_answer_reads_at_the_cumulative_tier() {
     assert_eq!(errors("sentinel"), None, "counters past 2^47 are readings");
     assert_eq!(errors("ambiguous_unit"), None);
 }
+
+/// `truthscale_gpu_info` carries the PCI id and the driver version dcgm-exporter labels its
+/// series with, the driver version under either name (`DCGM_FI_DRIVER_VERSION`, and
+/// `DCGM_FI_SYSTEM_DRIVER_VERSION` from 4.9), the node from `Hostname` or `hostname`; both
+/// empty when the exporter has neither.
+#[test]
+fn driver_version_and_pci_bus_id_from_either_label_name() {
+    let dir = TempDir::new("dcgm-driver-version");
+    let cases = [
+        (
+            "Hostname=\"node-48\",DCGM_FI_DRIVER_VERSION=\"550.54.15\"",
+            "00000000:3B:00.0",
+            "node-48",
+            "550.54.15",
+        ),
+        (
+            "hostname=\"node-49\",DCGM_FI_SYSTEM_DRIVER_VERSION=\"570.124.06\"",
+            "00000000:3C:00.0",
+            "node-49",
+            "570.124.06",
+        ),
+        ("hostname=\"node-50\"", "", "node-50", ""),
+    ];
+    for (labels, pci, node, driver) in cases {
+        let body = format!(
+            "DCGM_FI_DEV_GPU_UTIL{{gpu=\"0\",UUID=\"GPU-1\",pci_bus_id=\"{pci}\",\
+             modelName=\"NVIDIA H100 80GB HBM3\",{labels}}} 80\n"
+        );
+        let server = StandIn::start(ok(&body));
+        let src = format!("dcgm-exporter:{}", server.url());
+        let sidecar = Sidecar::start(&["--source", &src, "--interval", "200ms"], &[], dir.path());
+        let m = sidecar.wait_for(WAIT, "info", |m| {
+            m.iter().any(|s| s.name == "truthscale_gpu_info")
+        });
+        let info: Vec<&Sample> = m
+            .iter()
+            .filter(|s| s.name == "truthscale_gpu_info")
+            .collect();
+        assert_eq!(info.len(), 1, "{info:?}");
+        for (k, v) in [
+            ("uuid", "GPU-1"),
+            ("node", node),
+            ("source", "dcgm_exporter"),
+            ("pci_bus_id", pci),
+            ("driver_version", driver),
+        ] {
+            assert_eq!(info[0].label(k), Some(v), "{labels}: {k}: {info:?}");
+        }
+    }
+}

@@ -7,6 +7,7 @@
 mod autoscaling;
 mod cli;
 mod clock_bound;
+mod dcgm_joins;
 mod dcgm_source;
 mod docker;
 mod engine;

@@ -221,6 +221,84 @@ fn prefill_on_h100_at_its_power_cap() {
     no_errors(&m, &s.process.stderr());
 }
 
+/// GPU 0 of `h100-cumulative` has the cumulative GPM counters (248–260), GPU 1 only the
+/// ratio metrics: GPU 0's window activity is the counters' deltas (SM 90 %, tensor and HMMA
+/// 80 %, FP32 10 %, FP16 4 %, where its ratio metrics say 98 / 50 / 50 / 5 / 2 %), at the
+/// `cumulative` tier; GPU 1 stays at `profiling` with the ratio metrics.
+#[test]
+fn cumulative_gpm_counters_give_the_cumulative_tier_and_replace_the_ratios() {
+    let dir = TempDir::new("nvml-cumulative");
+    let s = serve(fake(), "h100-cumulative", &dir);
+    let tier = |m: &[Sample], gpu: &str| -> Option<String> {
+        series(m, "truthscale_gpu_info", &[("gpu", gpu)])
+            .first()
+            .and_then(|s| s.label("fidelity").map(str::to_string))
+    };
+    let m = s.wait_for(WAIT, "GPU 0 at the cumulative tier", |m| {
+        tier(m, "0").as_deref() == Some("cumulative") && tier(m, "1").is_some()
+    });
+    assert_eq!(series(&m, "truthscale_gpu_info", &[]).len(), 2);
+    assert_eq!(tier(&m, "1").as_deref(), Some("profiling"));
+    let get = |n: &str, gpu: &str| value(&m, n, &[("gpu", gpu)]);
+    // GPU 0: the counters' ratios, to rounding of two doubles near 2^48.
+    for (metric, want) in [
+        ("truthscale_gpu_sm_active_ratio", 0.9),
+        ("truthscale_gpu_tensor_active_ratio", 0.8),
+        ("truthscale_gpu_hmma_active_ratio", 0.8),
+        ("truthscale_gpu_imma_active_ratio", 0.0),
+    ] {
+        let v = get(metric, "0");
+        assert!(close(v, want, 1e-9), "{metric} {v:?}, want {want}");
+    }
+    // κ still from the clock samples: 1464 / 1830.
+    assert!(close(
+        get("truthscale_gpu_clock_correction_ratio", "0"),
+        0.8,
+        1e-12
+    ));
+    // The truth from the scenario: (0.8 + 0.04·134/989 + 0.10·67/989) · 1464/1830 = 0.64976.
+    // With the ratio metrics it would be 0.40488.
+    let ecf = get("truthscale_gpu_effective_compute_ratio", "0").unwrap();
+    let want = h100_ecf(0.8, 0.04, 0.10, 1464.0);
+    assert!((ecf - want).abs() < 1e-9, "GPU 0 ECF {ecf}, want {want}");
+    // GPU 1: the ratio metrics as GPM gives them.
+    assert!(close(
+        get("truthscale_gpu_tensor_active_ratio", "1"),
+        0.5,
+        1e-9
+    ));
+    assert!(close(
+        get("truthscale_gpu_sm_active_ratio", "1"),
+        0.98,
+        1e-9
+    ));
+    let ecf1 = get("truthscale_gpu_effective_compute_ratio", "1").unwrap();
+    let want1 = h100_ecf(0.5, 0.02, 0.05, 1464.0);
+    assert!(
+        (ecf1 - want1).abs() < 1e-9,
+        "GPU 1 ECF {ecf1}, want {want1}"
+    );
+    // A driver without the counters is no error: the ratios stand in.
+    no_errors(&m, &s.process.stderr());
+    // Later windows stay at the tier, with the same values.
+    let later = s.wait_for(WAIT, "a later window", |l| {
+        value(l, "truthscale_gpu_observed_seconds_total", &[("gpu", "0")])
+            > value(&m, "truthscale_gpu_observed_seconds_total", &[("gpu", "0")])
+    });
+    assert_eq!(tier(&later, "0").as_deref(), Some("cumulative"));
+    let ecf = value(
+        &later,
+        "truthscale_gpu_effective_compute_ratio",
+        &[("gpu", "0")],
+    )
+    .unwrap();
+    assert!(
+        (ecf - want).abs() < 1e-9,
+        "later GPU 0 ECF {ecf}, want {want}"
+    );
+    no_errors(&later, &s.process.stderr());
+}
+
 #[test]
 fn a100_without_gpm_gets_the_nvml_tier_and_only_an_upper_bound() {
     let dir = TempDir::new("nvml-a100");
@@ -482,15 +560,28 @@ fn doctor_per_scenario() {
 
     let (code, out, _) = doctor(old_driver(), Some("h100-decode"));
     assert_eq!(code, 0, "{out}");
-    // That scenario has no processor-clock samples either: both are listed.
+    // That scenario has no processor-clock samples and no cumulative GPM counters either:
+    // all three are listed (the counters once, not one line per counter).
     assert!(
         has_line(
             &out,
-            "  not available   nvmlDeviceGetProcessesUtilizationInfo, nvmlDeviceGetSamples(PROCESSOR_CLK)"
+            "  not available   GPM cumulative counters (248-260), \
+             nvmlDeviceGetProcessesUtilizationInfo, nvmlDeviceGetSamples(PROCESSOR_CLK)"
         ),
         "{out}"
     );
     assert!(has_line(&out, "  fidelity tier   profiling"), "{out}");
+
+    // Two H100s, the counters on GPU 0 only: listed as not available for GPU 1 alone.
+    let (code, out, _) = doctor(fake(), Some("h100-cumulative"));
+    assert_eq!(code, 0, "{out}");
+    let gpu1 = out.find("GPU 1  ").expect("GPU 1 listed");
+    let noted: Vec<usize> = out
+        .match_indices("GPM cumulative counters (248-260)")
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(noted.len(), 1, "{out}");
+    assert!(noted[0] > gpu1, "{out}");
 }
 
 #[test]
@@ -533,7 +624,10 @@ fn serve_without_nvml_fails_at_start_with_a_clear_message() {
         );
         assert!(err.contains("--source dcgm-exporter:URL"), "{err}");
         if source == "auto" {
-            assert!(err.contains("--source auto found no usable NVML"), "{err}");
+            assert!(
+                err.contains("no GPU source configured and no NVIDIA driver found"),
+                "{err}"
+            );
         }
     }
 }
@@ -599,4 +693,147 @@ fn per_process_series_only_when_enabled() {
         ),
         Some(1.0)
     );
+}
+
+/// The choices a start without a source names when there is no driver.
+const CHOICES: &str = "): pass --source nvml (with --nvml-library PATH where the library is \
+                       elsewhere), --source dcgm-exporter:URL, --source replay:FILE, or --source \
+                       sim for the simulated GPU";
+
+/// `truthscale ARGS` with the NVML library `lib` and no source kind, in node mode's
+/// environment (and the fake's `scenario_name`, when given): `(exit status, stderr, stdout)`.
+/// Only for a run that exits: a start that succeeds would keep serving.
+fn without_a_source(
+    args: &[&str],
+    lib: &str,
+    scenario_name: Option<&str>,
+    dir: &TempDir,
+) -> (i32, String, String) {
+    let mut cmd = clean_command();
+    cmd.args(args)
+        .env("TRUTHSCALE_SOURCE__LIBRARY", lib)
+        .env("TRUTHSCALE_NODE__SOCKET", dir.path().join("kubelet.sock"))
+        .env("NODE_NAME", "gpu-node-9");
+    if let Some(n) = scenario_name {
+        cmd.env("FAKE_NVML_SCENARIO", scenario(n));
+    }
+    let out = cmd.output().expect("run truthscale");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (
+        out.status.code().unwrap_or(-1),
+        text(&out.stderr),
+        text(&out.stdout),
+    )
+}
+
+/// Node mode with no source configured: NVML where a driver is present (the library loads
+/// and the driver answers), with `source="nvml"` and NVML's PCI id and driver version on
+/// `truthscale_gpu_info`; otherwise the start (and `config check`) stops naming the choices,
+/// never serving the simulator; `--source sim` serves the simulator.
+#[test]
+fn node_mode_without_a_source_reads_nvml_or_names_the_choices() {
+    let dir = TempDir::new("nvml-no-source");
+    let file = dir.path().join("node.toml");
+    std::fs::write(&file, "mode = \"node\"\n").expect("write node.toml");
+    let serve = ["serve", "--mode", "node", "--listen", "127.0.0.1:0"];
+    let check = ["config", "check", file.to_str().unwrap()];
+    // No library: no driver. The start and `config check` say the same.
+    let absent = "/nonexistent/libnvidia-ml.so.1";
+    for args in [&serve[..], &check[..]] {
+        let (code, err, out) = without_a_source(args, absent, None, &dir);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        let head = format!(
+            "no GPU source configured and no NVIDIA driver found (cannot load the NVML library \
+             {absent}: "
+        );
+        assert!(err.contains(&head) && err.contains(CHOICES), "{err}");
+        assert!(
+            !err.contains("Serving /metrics") && out.is_empty(),
+            "{err}{out}"
+        );
+    }
+    // The library loads but the driver is not running (the fake without a scenario).
+    let lib = fake().to_str().unwrap();
+    for args in [&serve[..], &check[..]] {
+        let (code, err, _) = without_a_source(args, lib, None, &dir);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        let want = format!(
+            "no GPU source configured and no NVIDIA driver found (NVML ({lib}) loaded, but the \
+             NVIDIA driver is not running (NVML_ERROR_DRIVER_NOT_LOADED){CHOICES}"
+        );
+        assert!(err.contains(&want), "{err}");
+    }
+    // A driver: config check says what the start will read.
+    let (code, err, out) = without_a_source(&check, lib, Some("h100-decode"), &dir);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        format!(
+            "{}: ok (no source configured: auto reads NVML ({lib}, driver 550.54.15))\n",
+            file.display()
+        )
+    );
+    // And the start reads it.
+    let socket = dir.path().join("kubelet.sock").display().to_string();
+    let node_env = [
+        ("TRUTHSCALE_NODE__SOCKET", socket.as_str()),
+        ("NODE_NAME", "gpu-node-9"),
+    ];
+    let mut env = node_env.to_vec();
+    let decode = scenario("h100-decode");
+    env.push(("FAKE_NVML_SCENARIO", decode.to_str().unwrap()));
+    let s = Sidecar::start(
+        &[
+            "--mode",
+            "node",
+            "--nvml-library",
+            lib,
+            "--interval",
+            "250ms",
+        ],
+        &env,
+        dir.path(),
+    );
+    let m = s.wait_for(WAIT, "the GPU", |m| {
+        !series(m, "truthscale_gpu_info", &[]).is_empty()
+    });
+    let info = series(&m, "truthscale_gpu_info", &[]);
+    assert_eq!(info.len(), 1, "{info:?}");
+    for (k, v) in [
+        ("gpu", "0"),
+        ("uuid", "GPU-5f0c6a3e-8d3b-4c1e-9a7f-000000000002"),
+        ("model", "NVIDIA H100 80GB HBM3"),
+        ("node", "gpu-node-9"),
+        ("source", "nvml"),
+        ("pci_bus_id", "00000000:1A:00.0"),
+        ("driver_version", "550.54.15"),
+    ] {
+        assert_eq!(info[0].label(k), Some(v), "{k}: {info:?}");
+    }
+    assert_eq!(
+        value(&m, "truthscale_source_up", &[("source", "nvml")]),
+        Some(1.0)
+    );
+    let stderr = s.process.stderr();
+    assert!(stderr.contains("Reading NVML."), "{stderr}");
+    drop(s);
+    // Asked for: the simulator, which says so.
+    let s = Sidecar::start(
+        &["--mode", "node", "--source", "sim", "--sim-gpus", "1"],
+        &node_env,
+        dir.path(),
+    );
+    let m = s.wait_for(WAIT, "the simulated GPU", |m| {
+        !series(m, "truthscale_gpu_info", &[]).is_empty()
+    });
+    let info = series(&m, "truthscale_gpu_info", &[]);
+    assert_eq!(info.len(), 1, "{info:?}");
+    for (k, v) in [
+        ("source", "sim"),
+        ("model", "Simulated H100 SXM"),
+        ("pci_bus_id", ""),
+        ("driver_version", ""),
+    ] {
+        assert_eq!(info[0].label(k), Some(v), "{k}: {info:?}");
+    }
 }

@@ -321,7 +321,7 @@ fn report_reads_two_clusters_remote_written_by_agents_to_a_central_prometheus() 
         let d = dir.path().join(cluster);
         std::fs::create_dir_all(&d).unwrap();
         let sidecar = Sidecar::start(
-            &["--interval", "1s"],
+            &["--source", "sim", "--interval", "1s"],
             &[
                 ("POD_NAME", "llm-0"),
                 ("POD_NAMESPACE", "serving"),

@@ -1,9 +1,14 @@
 //! GPM (Hopper+): the metrics requested each tick, the samples kept between ticks (per GPU,
 //! per GPU instance under MIG), and the metrics between two samples. `NO_PERMISSION` turns
 //! GPM off for a GPU for [`GPM_DENIED_RETRY`].
+//!
+//! Beside the ratio metrics, each tick asks in a second `nvmlGpmMetricsGet` call for the
+//! cumulative cycle counters ([`GPM_COUNTERS`]), through the raw symbol (nvml-wrapper has no
+//! id for them). A driver that does not know them refuses that call or answers each one
+//! unsupported: the counters stay blank, noted once per GPU, and the ratios stay.
 
 use super::device::{DevState, Lost, classify, is_unsupported};
-use super::raw::GpmHandle;
+use super::raw::{self, GpmHandle};
 use crate::sources::SourceError;
 use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
@@ -117,6 +122,36 @@ pub(super) const GPM_METRICS: &[(GpmMetricId, Option<Field>, GpmUnit, &str)] = &
     ),
 ];
 
+/// The cumulative cycle counters read each tick: NVML's raw metric id, the field it fills
+/// (a raw cycle count since boot, the metric's `value`), and NVML's name.
+///
+/// nvml-wrapper-sys 0.10's bindings stop at id 209 (`NVML_GPM_METRIC_MAX` = 210) and name
+/// none of these. The order is NVIDIA's `nvmlGpmMetricId_t` (CUDA 12.9+ headers, as mirrored
+/// by cuda-bindings): SM_CYCLES_ELAPSED, SM_CYCLES_ACTIVE, MMA, DMMA, HMMA, IMMA, DFMA,
+/// PCIE_TX, PCIE_RX, INTEGER, FP64, FP32, FP16, the same order as DCGM's fields 1084–1096,
+/// which DCGM documents as backed by GPM 248–260; the ids below take that mapping. DMMA,
+/// DFMA, INTEGER (251, 254, 257) and the PCIe byte counters (255, 256) have no field.
+pub(super) const GPM_COUNTERS: &[(u32, Field, &str)] = &[
+    (248, Field::SmCyclesElapsed, "SM_CYCLES_ELAPSED"),
+    (249, Field::SmCyclesActive, "SM_CYCLES_ACTIVE"),
+    (250, Field::MmaCyclesActive, "MMA_CYCLES_ACTIVE"),
+    (252, Field::HmmaCyclesActive, "HMMA_CYCLES_ACTIVE"),
+    (253, Field::ImmaCyclesActive, "IMMA_CYCLES_ACTIVE"),
+    (258, Field::Fp64CyclesActive, "FP64_CYCLES_ACTIVE"),
+    (259, Field::Fp32CyclesActive, "FP32_CYCLES_ACTIVE"),
+    (260, Field::Fp16CyclesActive, "FP16_CYCLES_ACTIVE"),
+];
+
+/// What is noted once (and listed by `doctor`) when the driver refuses the whole counters
+/// request or answers every counter unsupported.
+const COUNTERS_CALL: &str = "GPM cumulative counters (248-260)";
+
+/// Whether a counter the driver lacks is counted in `truthscale_source_errors_total`. Not,
+/// like the other calls with a fallback (the clock samples, the clock-event reasons): the
+/// ratio metrics stand in, and every driver before the counters would otherwise count an
+/// error on every Hopper GPU. It is logged once per GPU and counter (info level).
+const COUNT_UNSUPPORTED_COUNTERS: bool = false;
+
 impl GpmUnit {
     /// Convert a GPM value to the canonical unit.
     #[must_use]
@@ -143,11 +178,19 @@ pub(super) enum GpmMode {
     Denied { until: Instant },
 }
 
+/// The metrics between two samples: the ratio metrics by index in [`GPM_METRICS`], and the
+/// cumulative counters in [`GPM_COUNTERS`]' order (empty: not asked, or the call failed).
+#[derive(Debug)]
+pub(super) struct GpmValues {
+    ratios: Vec<(usize, Result<f64, NvmlError>)>,
+    counters: Vec<Result<f64, NvmlError>>,
+}
+
 /// What a GPM step gave.
 #[derive(Debug)]
 pub(super) enum GpmStep {
     /// Metrics between the previous sample and this one.
-    Metrics(Vec<(usize, Result<f64, NvmlError>)>),
+    Metrics(GpmValues),
     /// The first sample: nothing to compare with yet.
     First,
     /// GPM is off or failed this tick.
@@ -158,6 +201,9 @@ pub(super) enum GpmStep {
 /// sample).
 type Between = Option<Result<Vec<Result<GpmMetricResult, NvmlError>>, NvmlError>>;
 
+/// The cumulative counters between two samples (`None`: not asked).
+type CountersBetween = Option<Result<Vec<Result<f64, NvmlError>>, NvmlError>>;
+
 /// One GPU's GPM state between ticks: the mode, and the previous sample per slot (the whole
 /// GPU, or a GPU instance).
 #[derive(Debug)]
@@ -166,6 +212,8 @@ pub(super) struct GpmState {
     /// A sample succeeded at least once.
     pub(super) sampled: bool,
     warned_denied: bool,
+    /// The driver refused the cumulative counters request: not asked again.
+    counters_off: bool,
     prev: Option<Taken>,
     mig_prev: BTreeMap<u32, Taken>,
 }
@@ -176,6 +224,7 @@ impl GpmState {
             mode: GpmMode::Unsupported,
             sampled: false,
             warned_denied: false,
+            counters_off: false,
             prev: None,
             mig_prev: BTreeMap::new(),
         }
@@ -290,17 +339,52 @@ impl DevState {
         };
         let at = Instant::now();
         self.gpm.sampled = true;
-        let result = self.gpm.take_slot(slot).map(|p| {
-            let before = p.sample.restore(nvml);
-            let ids: Vec<GpmMetricId> = GPM_METRICS.iter().map(|m| m.0).collect();
-            gpm_metrics_get(nvml, &before, &new, &ids)
-        });
+        let counters_on = !self.gpm.counters_off;
+        let (result, counters) = match self.gpm.take_slot(slot) {
+            None => (None, None),
+            Some(p) => {
+                let before = p.sample.restore(nvml);
+                let ids: Vec<GpmMetricId> = GPM_METRICS.iter().map(|m| m.0).collect();
+                let ratios = gpm_metrics_get(nvml, &before, &new, &ids);
+                let ids: Vec<u32> = GPM_COUNTERS.iter().map(|c| c.0).collect();
+                let counters = (counters_on && ratios.is_ok())
+                    .then(|| raw::gpm_metrics_raw(nvml, &before, &new, &ids));
+                (Some(ratios), counters)
+            }
+        };
         let keep = Taken {
             sample: GpmHandle::keep(new),
             at,
         };
         self.gpm.keep_slot(slot, keep);
-        self.metrics_got(nvml, result, errors)
+        let step = self.metrics_got(nvml, result, errors)?;
+        let counters = self.counters_got(counters, errors)?;
+        Ok(match step {
+            GpmStep::Metrics(mut v) => {
+                v.counters = counters;
+                GpmStep::Metrics(v)
+            }
+            other => other,
+        })
+    }
+
+    /// The counters `nvmlGpmMetricsGet` gave; a refused request is the driver not knowing
+    /// them: noted once, not asked again on this GPU.
+    fn counters_got(
+        &mut self,
+        got: CountersBetween,
+        errors: &mut Vec<SourceError>,
+    ) -> Result<Vec<Result<f64, NvmlError>>, Lost> {
+        match got {
+            None => Ok(Vec::new()),
+            Some(Ok(values)) => Ok(values),
+            Some(Err(NvmlError::GpuLost)) => Err(Lost(COUNTERS_CALL.into())),
+            Some(Err(e)) => {
+                self.note_unsupported(COUNTERS_CALL, &e, COUNT_UNSUPPORTED_COUNTERS, errors);
+                self.gpm.counters_off = true;
+                Ok(Vec::new())
+            }
+        }
     }
 
     /// A GPM sample could not be taken: GPM off (denied, unsupported) or this tick's slot
@@ -338,13 +422,14 @@ impl DevState {
     ) -> Result<GpmStep, Lost> {
         match result {
             None => Ok(GpmStep::First),
-            Some(Ok(values)) => Ok(GpmStep::Metrics(
-                values
+            Some(Ok(values)) => Ok(GpmStep::Metrics(GpmValues {
+                ratios: values
                     .into_iter()
                     .enumerate()
                     .map(|(i, r)| (i, r.map(|m| m.value)))
                     .collect(),
-            )),
+                counters: Vec::new(),
+            })),
             Some(Err(NvmlError::NoPermission)) => {
                 self.deny(nvml, errors);
                 Ok(GpmStep::Off)
@@ -365,10 +450,11 @@ impl DevState {
     pub(super) fn apply_gpm(
         &mut self,
         r: &mut Readings,
-        values: Vec<(usize, Result<f64, NvmlError>)>,
+        values: GpmValues,
         errors: &mut Vec<SourceError>,
     ) {
-        for (i, v) in values {
+        self.apply_counters(r, values.counters, errors);
+        for (i, v) in values.ratios {
             let Some(&(_, field, unit, name)) = GPM_METRICS.get(i) else {
                 continue;
             };
@@ -398,6 +484,46 @@ impl DevState {
     }
 }
 
+impl DevState {
+    /// Put the cumulative counters into readings: the raw count, or blank (never 0) where
+    /// NVML has none; a counter the GPU cannot report is noted once.
+    fn apply_counters(
+        &mut self,
+        r: &mut Readings,
+        values: Vec<Result<f64, NvmlError>>,
+        errors: &mut Vec<SourceError>,
+    ) {
+        let none = values.iter().all(|v| v.as_ref().is_err_and(is_unsupported));
+        for (&(_, field, name), v) in GPM_COUNTERS.iter().zip(values) {
+            let reading = match v {
+                Ok(v) if v.is_finite() && v >= 0.0 => Reading::Value(v),
+                Ok(v) => {
+                    tracing::debug!(gpu = self.index, metric = name, value = v, "GPM counter.");
+                    Reading::Blank
+                }
+                Err(e) if is_unsupported(&e) => {
+                    // A driver without any of them is one note, not eight.
+                    let what = if none {
+                        COUNTERS_CALL.to_string()
+                    } else {
+                        format!("GPM {name}")
+                    };
+                    self.note_unsupported(&what, &e, COUNT_UNSUPPORTED_COUNTERS, errors);
+                    Reading::Blank
+                }
+                Err(e) => {
+                    errors.push(classify(
+                        &format!("gpu {}: GPM {name}: {e}", self.index),
+                        &e,
+                    ));
+                    Reading::Blank
+                }
+            };
+            r.set(field, reading);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,5 +541,34 @@ mod tests {
             GPM_METRICS.len() <= 98,
             "keep numMetrics within the oldest header's MAX"
         );
+    }
+
+    #[test]
+    fn counter_ids_follow_dcgm_1084_to_1096() {
+        // DCGM field 1084 + k is GPM 248 + k: the counters' names in that order.
+        let dcgm = [
+            "SM_CYCLES_ELAPSED",
+            "SM_CYCLES_ACTIVE",
+            "MMA_CYCLES_ACTIVE",
+            "DMMA_CYCLES_ACTIVE",
+            "HMMA_CYCLES_ACTIVE",
+            "IMMA_CYCLES_ACTIVE",
+            "DFMA_CYCLES_ACTIVE",
+            "PCIE_TX_BYTES",
+            "PCIE_RX_BYTES",
+            "INTEGER_CYCLES_ACTIVE",
+            "FP64_CYCLES_ACTIVE",
+            "FP32_CYCLES_ACTIVE",
+            "FP16_CYCLES_ACTIVE",
+        ];
+        for &(id, field, name) in GPM_COUNTERS {
+            assert_eq!(dcgm[(id - 248) as usize], name, "{id}");
+            assert!(field.is_cycle_counter(), "{field:?}");
+        }
+        let fields: Vec<Field> = GPM_COUNTERS.iter().map(|c| c.1).collect();
+        assert_eq!(fields[0], Field::SmCyclesElapsed);
+        for (counter, _) in Field::CYCLE_COUNTERS {
+            assert!(fields.contains(&counter), "{counter:?} not read");
+        }
     }
 }
