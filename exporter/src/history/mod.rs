@@ -660,9 +660,10 @@ impl History {
         )?;
         let dcgm: Vec<String> = found.iter().filter(|n| is_dcgm(n)).cloned().collect();
         let mut unread = Unread::default();
-        for n in found.iter().filter(|n| {
-            n.to_ascii_lowercase().starts_with("dcgm_fi_") && !is_dcgm(n)
-        }) {
+        for n in found
+            .iter()
+            .filter(|n| n.to_ascii_lowercase().starts_with("dcgm_fi_") && !is_dcgm(n))
+        {
             unread.family(&n.to_ascii_lowercase());
         }
         let own: Vec<String> = found
@@ -1123,9 +1124,9 @@ impl History {
         let c = client.counters();
         let mut warnings = c.warnings.lines();
         warnings.extend(
-            unread
-                .summary()
-                .map(|s| format!("DCGM fields {s} (docs/dcgm-compatibility.md lists what is read)")),
+            unread.summary().map(|s| {
+                format!("DCGM fields {s} (docs/dcgm-compatibility.md lists what is read)")
+            }),
         );
         for w in &warnings {
             eprintln!("truthscale: warning: {}: {w}", client.base);
@@ -1663,7 +1664,10 @@ mod tests {
         assert_eq!(dcgm("DCGM_FI_DEV_FB_FREE"), (Summary::Min, false));
         assert_eq!(dcgm("DCGM_FI_DEV_FB_FREE_BYTES"), (Summary::Min, false));
         assert_eq!(dcgm("DCGM_FI_DEV_FB_USED_BYTES"), (Summary::Max, false));
-        assert_eq!(dcgm("DCGM_FI_PROF_TENSOR_UTIL_RATIO"), (Summary::Mean, true));
+        assert_eq!(
+            dcgm("DCGM_FI_PROF_TENSOR_UTIL_RATIO"),
+            (Summary::Mean, true)
+        );
         // The cumulative cycle counters: their last value, whose deltas the deriver reads.
         assert_eq!(
             dcgm("DCGM_FI_PROF_MMA_CYCLES_ACTIVE_TOTAL"),

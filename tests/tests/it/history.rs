@@ -1017,7 +1017,13 @@ fn every_name_generation_in_history_reads_the_same() {
     write("Hostname", "node-c", &legacy, 0, points / 2);
     write("hostname", "node-c", &canonical, points / 2, points);
     // A family truthscale does not read: named, never dropped in silence.
-    write("hostname", "node-b", &[("DCGM_FI_DEV_XID_ERROR", 0.0)], 0, points);
+    write(
+        "hostname",
+        "node-b",
+        &[("DCGM_FI_DEV_XID_ERROR", 0.0)],
+        0,
+        points,
+    );
     let mut text = String::new();
     for (name, series) in &fams {
         text.push_str(&format!("# TYPE {name} gauge\n"));
@@ -1062,7 +1068,8 @@ fn every_name_generation_in_history_reads_the_same() {
         assert_eq!(e["fidelity"], "profiling", "{node}");
     }
     assert!(
-        run.stderr.contains("DCGM fields not read: dcgm_fi_dev_xid_error"),
+        run.stderr
+            .contains("DCGM fields not read: dcgm_fi_dev_xid_error"),
         "{}",
         run.stderr
     );
