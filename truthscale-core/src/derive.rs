@@ -544,8 +544,9 @@ pub fn kappa_bound(spec: Option<&GpuSpec>, cfg: &DeriveConfig) -> f64 {
 /// and never below `C` itself. Never NaN.
 #[must_use]
 pub fn effective_compute_bound(c: f64, spec: Option<&GpuSpec>, cfg: &DeriveConfig) -> f64 {
-    // min then max: a NaN product (0 × ∞ from a bad configuration) gives 1, a bound still.
-    (c * kappa_bound(spec, cfg)).min(1.0).max(0.0)
+    let b = c * kappa_bound(spec, cfg);
+    // A NaN product (0 × ∞ from a bad configuration) gives 1, a bound still.
+    if b.is_nan() { 1.0 } else { b.clamp(0.0, 1.0) }
 }
 
 /// The clock correction κ; effective compute where it is measured (`C·κ`); where it is
