@@ -32,7 +32,7 @@ fn tau_milli(g: u32, k: u32) -> u32 {
 
 /// GPU `g`'s busy flag in sweep `k`, percent.
 fn util_percent(g: u32, k: u32) -> u32 {
-    if (k + g) % 7 == 0 { 40 } else { 95 }
+    if (k + g).is_multiple_of(7) { 40 } else { 95 }
 }
 
 /// A `dcgmi dmon -e 203,1001,1002,1003,1004,1005,155` capture without the SM clock, as
