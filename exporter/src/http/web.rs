@@ -64,8 +64,8 @@ const VERIFY_PERMITS: usize = 1;
 /// How long a request waits for a verification slot before it is answered 503.
 const VERIFY_WAIT: Duration = Duration::from_secs(2);
 
-/// Failed logins a client address may make at once for one user (all unknown users count
-/// as one); it regains one per [`FAILURE_REFILL`].
+/// Failed logins a client address may make at once for one user name, configured or not; it
+/// regains one per [`FAILURE_REFILL`].
 const FAILURE_BURST: f64 = 5.0;
 
 /// The time in which a client address regains one failed login.
@@ -75,9 +75,10 @@ const FAILURE_REFILL: Duration = Duration::from_secs(1);
 /// are forgotten.
 const MAX_TRACKED_CLIENTS: usize = 4096;
 
-/// Whose failed logins share one allowance: a client address and a configured user, or the
-/// address and `None` for every user name that is not configured.
-type Attempts = (IpAddr, Option<String>);
+/// Whose failed logins share one allowance: a client address and a user name (as a digest,
+/// so a long name costs no more memory), whether the name is configured or not: the
+/// allowance never tells a configured name from an unknown one.
+type Attempts = (IpAddr, [u8; 32]);
 
 /// How many successful credential checks [`BasicAuth`] remembers before it starts over.
 const AUTH_CACHE_CAPACITY: usize = 64;
@@ -239,10 +240,11 @@ impl WebConfig {
     ///
     /// A [`WebConfigError`] whose message names `path` and the offending key.
     pub fn load(path: &Path) -> Result<WebConfig, WebConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|error| WebConfigError::Read {
-            path: path.to_path_buf(),
-            error,
-        })?;
+        let text = crate::bounds::read_file_to_string(path, crate::bounds::MAX_CONFIG_FILE)
+            .map_err(|error| WebConfigError::Read {
+                path: path.to_path_buf(),
+                error,
+            })?;
         WebConfig::parse(&text, path)
     }
 
@@ -380,11 +382,13 @@ fn read_tls_file(
     key: &'static str,
     file: &Path,
 ) -> Result<Vec<u8>, WebConfigError> {
-    std::fs::read(file).map_err(|error| WebConfigError::TlsRead {
-        path: config_path.to_path_buf(),
-        key,
-        file: file.to_path_buf(),
-        error,
+    crate::bounds::read_file(file, crate::bounds::MAX_PEM_FILE).map_err(|error| {
+        WebConfigError::TlsRead {
+            path: config_path.to_path_buf(),
+            key,
+            file: file.to_path_buf(),
+            error,
+        }
     })
 }
 
@@ -451,14 +455,15 @@ type CacheKey = (String, [u8; 32]);
 ///   credentials cost a hash lookup instead of a bcrypt verification. Failures are never
 ///   cached.
 /// - bcrypt verification is bounded: one at a time; a request that waits longer than 2 s for
-///   its turn gets 503. Each client address may fail 5 times at once for each configured
-///   user, and 5 times for all other user names together, and regains one attempt a second;
-///   beyond that it gets 429 without any bcrypt work. So guessing from an address, with
-///   made-up user names or another user's, never locks out a valid user there: the
-///   allowance a scraper's login takes from is its own user's. (Guessing that very user's
-///   password from that very address does lock it out from there while the guessing lasts:
-///   that is what bounds the guessing. A scraper that logged in before is cached and never
-///   refused.)
+///   its turn gets 503. Each client address may fail 5 times at once for each user name,
+///   configured or not, and regains one attempt a second; beyond that it gets 429 without
+///   any bcrypt work. So guessing from an address, with made-up user names or another
+///   user's, never locks out a valid user there: the allowance a scraper's login takes from
+///   is its own name's. (Guessing that very user's password from that very address does
+///   lock it out from there while the guessing lasts: that is what bounds the guessing. A
+///   scraper that logged in before is cached and never refused.) Since a made-up name and a
+///   configured one are limited alike, the answers (status, timing) never say which names
+///   exist; bcrypt work stays bounded by the one verification slot.
 /// - User names do not show in timing: an unknown user is verified against a stand-in hash
 ///   of the highest configured cost, and a password over 72 bytes is refused without bcrypt
 ///   for every user, known or not.
@@ -589,9 +594,10 @@ impl BasicAuth {
         }
     }
 
-    /// Whose allowance a login of `p` from `client` takes from.
+    /// Whose allowance a login of `p` from `client` takes from: the name's, configured or
+    /// not.
     fn attempts(client: IpAddr, p: &Pending) -> Attempts {
-        (client, p.known.then(|| p.key.0.clone()))
+        (client, Sha256::digest(p.key.0.as_bytes()).into())
     }
 
     /// Take one failed-login attempt from `who`'s allowance; `false` when none is left.
@@ -608,7 +614,7 @@ impl BasicAuth {
                 map.clear();
             }
         }
-        let (left, at) = map.entry(who.clone()).or_insert((FAILURE_BURST, now));
+        let (left, at) = map.entry(*who).or_insert((FAILURE_BURST, now));
         *left = (*left + now.duration_since(*at).as_secs_f64() / FAILURE_REFILL.as_secs_f64())
             .min(FAILURE_BURST);
         *at = now;

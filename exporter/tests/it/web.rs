@@ -371,11 +371,105 @@ async fn a_flood_from_the_same_address_does_not_lock_out_a_valid_user() {
             scraper.push(r.status);
         }
     }
+    // Each made-up name has an allowance of its own, as a configured name does (so the
+    // answers never say which names exist): every one fails once, 401. Guessing bob's
+    // password is what the allowance bounds: 5 at once, then 429 but for the one a second
+    // it regains.
+    let (made_up, bob): (Vec<_>, Vec<_>) = flood.iter().enumerate().partition(|(i, _)| i % 2 == 0);
+    assert!(made_up.iter().all(|(_, s)| **s == 401), "{flood:?}");
     assert!(
-        flood.iter().filter(|s| **s == 429).count() > 50,
+        bob.iter().filter(|(_, s)| **s == 429).count() >= 35,
         "{flood:?}"
     );
     assert!(scraper.iter().all(|s| *s == 200), "{scraper:?}");
+    server.stop_within(Duration::from_secs(5)).await;
+}
+
+/// GET `path` from the local address `from` (a loopback address of its own: a fresh client).
+async fn get_from(
+    from: std::net::IpAddr,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[String],
+) -> RawResponse {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.bind(SocketAddr::new(from, 0)).expect("bind");
+    let stream = socket.connect(addr).await.expect("connect");
+    request(stream, path, headers).await.expect("response")
+}
+
+/// No user-name oracle: walked from fresh addresses, a made-up name and a configured one
+/// get the same answers, status by status (401 five times, then 429), and both 401s pay a
+/// bcrypt verification (the unknown name against the stand-in hash of the same cost).
+#[tokio::test]
+async fn the_failed_login_allowance_does_not_tell_which_names_exist() {
+    let hash = bcrypt::hash(PASSWORD, 8).expect("bcrypt");
+    let path = write_raw("oracle", &format!("basic_auth_users:\n  {USER}: {hash}\n"));
+    let auth = WebConfig::load(&path)
+        .expect("valid config")
+        .basic_auth()
+        .expect("users configured");
+    let server = Server::start(web::layer(metrics_app(), auth), None, HttpLimits::default()).await;
+    // One verification at this cost, timed here: what a 401 must at least take.
+    let t = std::time::Instant::now();
+    assert!(!bcrypt::verify("wrong", &hash).expect("verify"));
+    let bcrypt_time = t.elapsed();
+    let walk = |from: [u8; 4], user: &'static str| {
+        let addr = server.addr;
+        async move {
+            let header = format!("Authorization: {}", basic(user, "wrong"));
+            let mut answers = Vec::new();
+            for _ in 0..6 {
+                let t = std::time::Instant::now();
+                let r =
+                    get_from(from.into(), addr, "/metrics", std::slice::from_ref(&header)).await;
+                answers.push((r.status, t.elapsed()));
+            }
+            answers
+        }
+    };
+    // Five made-up names from their own addresses first, as an attacker would begin.
+    for (i, user) in ["admin", "root", "bob", "mallory", "ops"]
+        .into_iter()
+        .enumerate()
+    {
+        let made_up = walk([127, 0, 1, 10 + i as u8], user).await;
+        let configured = walk([127, 0, 2, 10 + i as u8], USER).await;
+        let statuses = |a: &[(u16, Duration)]| a.iter().map(|x| x.0).collect::<Vec<_>>();
+        assert_eq!(statuses(&made_up), [401, 401, 401, 401, 401, 429], "{user}");
+        assert_eq!(
+            statuses(&made_up),
+            statuses(&configured),
+            "{user} against {USER}"
+        );
+        for (status, took) in made_up.iter().chain(&configured) {
+            if *status == 401 {
+                assert!(
+                    *took >= bcrypt_time / 2,
+                    "a 401 in {took:?} without bcrypt ({bcrypt_time:?})"
+                );
+            }
+        }
+    }
+    // The probe of the issue: five failures with made-up names from one address, then one
+    // more made-up name and the configured one: the same answer for both (it was 429 for
+    // the unknown name and 401 for the configured one).
+    for i in 0..3u8 {
+        let from: std::net::IpAddr = [127, 0, 3, 10 + i].into();
+        let fail = |user: String| {
+            let addr = server.addr;
+            async move {
+                let header = format!("Authorization: {}", basic(&user, "wrong"));
+                get_from(from, addr, "/metrics", &[header]).await.status
+            }
+        };
+        for k in 0..5 {
+            assert_eq!(fail(format!("guess{i}{k}")).await, 401);
+        }
+        let unknown = fail(format!("another{i}")).await;
+        let configured = fail(USER.to_owned()).await;
+        assert_eq!((unknown, configured), (401, 401), "address {from}");
+    }
     server.stop_within(Duration::from_secs(5)).await;
 }
 

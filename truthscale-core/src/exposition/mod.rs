@@ -416,7 +416,7 @@ mod tests {
         let body = encode(&[entry("p")], &Identity::default(), &status, Encoding::Text);
         let expected_lines = [
             "# TYPE truthscale_gpu_info gauge",
-            r#"truthscale_gpu_info{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns",source="sim",fidelity="profiling",catalog_model="h100-sxm"} 1"#,
+            r#"truthscale_gpu_info{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns",source="sim",fidelity="profiling",catalog_model="h100-sxm",pci_bus_id="",driver_version=""} 1"#,
             r#"truthscale_gpu_effective_compute_ratio{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns"} 0.25"#,
             r#"truthscale_gpu_inflation_gap_ratio{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns"} 0.75"#,
             r#"truthscale_gpu_regime{gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3",pod="p",namespace="ns",regime="memory_bound",method="counters"} 1"#,
@@ -836,7 +836,12 @@ mod tests {
                     tiers.entry(uuid.clone()).or_default().push(tier.into());
                 }
                 if m.extra_labels.contains(&"method")
-                    && m.id != MetricId::Gpu(GpuMetric::PodEffectiveCompute)
+                    && !matches!(
+                        m.id,
+                        MetricId::Gpu(
+                            GpuMetric::PodEffectiveCompute | GpuMetric::PodEffectiveComputeEstimate
+                        )
+                    )
                 {
                     let method = get("method").expect("a regime series carries its method");
                     methods.entry(uuid).or_default().insert(method.into());
@@ -887,5 +892,96 @@ mod tests {
             Encoding::Text,
         );
         assert!(body.contains(r#"source="replay""#));
+    }
+
+    /// Issue 34: a pod spinning one block (SM busy 0.6, no tensor work) beside a pod doing
+    /// GEMMs (SM busy 0.2, all the tensor work) on one time-sliced H100. The device's
+    /// measured effective compute is all the GEMM pod's (truth: the spin pod's is 0); the
+    /// SM-busy split (0.75 of it to the spin pod) is an estimate, written only under
+    /// `truthscale_pod_effective_compute_estimate_ratio`, never under the measured
+    /// `truthscale_pod_effective_compute_ratio`, which only a sole holder (a whole GPU or a
+    /// MIG instance) has, at its device's value.
+    #[test]
+    fn a_shared_gpus_split_is_an_estimate_and_a_sole_holders_is_measured() {
+        use crate::catalog::{GpuMetric, MetricId};
+        use crate::model::{Holder, MigId, ProcessReading};
+        let pod = |name: &str| PodRef {
+            pod: name.into(),
+            namespace: Some("ml".into()),
+            container: Some("main".into()),
+        };
+        let holder = |name: &str| Holder {
+            pod: pod(name),
+            resource: "nvidia.com/gpu".into(),
+            replica: None,
+            labels: Vec::new(),
+        };
+        let process = |pid: &str, name: &str, sm: f64| ProcessReading {
+            pid: pid.into(),
+            sm_busy: Some(sm),
+            pod: Some(pod(name)),
+            ..ProcessReading::default()
+        };
+        let (spin_sm, gemm_sm) = (0.6, 0.2);
+        let mut shared = entry("p");
+        shared.window.id.pod = None;
+        shared.window.allocation = Some(vec![holder("spin"), holder("gemm")]);
+        shared.window.processes =
+            vec![process("1", "spin", spin_sm), process("2", "gemm", gemm_sm)];
+        let device = shared.window.metrics.effective_compute.expect("measured");
+        let mut sole = entry("train");
+        sole.window.id.uuid = Some("GPU-2".into());
+        sole.window.allocation = Some(vec![holder("train")]);
+        let mut mig = entry("eval");
+        mig.window.id.uuid = Some("GPU-3".into());
+        mig.window.id.mig = Some(MigId {
+            gpu_instance: 1,
+            profile: Some("3g.40gb".into()),
+            ..MigId::default()
+        });
+        mig.window.allocation = Some(vec![holder("eval")]);
+        let mut measured = Vec::new();
+        let mut estimate = Vec::new();
+        for_each_value(
+            &[shared, sole, mig],
+            &Identity::default(),
+            &ExporterStatus::default(),
+            |m, labels, v| {
+                let get = |k: &str| labels.iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
+                let key = (
+                    get("uuid").unwrap_or("").to_string(),
+                    get("pod").unwrap_or("").to_string(),
+                );
+                let method = get("method").unwrap_or("").to_string();
+                match m.id {
+                    MetricId::Gpu(GpuMetric::PodEffectiveCompute) => {
+                        measured.push((key, method, v))
+                    }
+                    MetricId::Gpu(GpuMetric::PodEffectiveComputeEstimate) => {
+                        estimate.push((key, method, v));
+                    }
+                    _ => {}
+                }
+            },
+        );
+        let k = |uuid: &str, pod: &str| (uuid.to_string(), pod.to_string());
+        let s = "sm_busy_share".to_string();
+        let total = spin_sm + gemm_sm;
+        assert_eq!(
+            estimate,
+            [
+                (k("GPU-1", "spin"), s.clone(), device * spin_sm / total),
+                (k("GPU-1", "gemm"), s, device - device * spin_sm / total),
+            ]
+        );
+        let sole_holder = "sole_holder".to_string();
+        assert_eq!(
+            measured,
+            [
+                (k("GPU-2", "train"), sole_holder.clone(), device),
+                (k("GPU-3", "eval"), sole_holder, device),
+            ],
+            "the shared GPU's holders have no measured per-pod value"
+        );
     }
 }

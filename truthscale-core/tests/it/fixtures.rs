@@ -331,6 +331,8 @@ fn ericsson_t4_misleading_utilization() {
         uuid: s("GPU-6d5c0ac5-74d7-3130-46f1-e93ed57f469a"),
         model: s("Tesla T4"),
         pci_bus_id: s("00000000:37:00.0"),
+        // The driver version from its label, as each fixture shows it.
+        driver_version: s("590.48.01"),
         node: s("cp-bm14r7"),
         ..EntityId::default()
     };
@@ -369,6 +371,8 @@ fn upcloud_l40s_idle_with_help_and_type() {
         uuid: s("GPU-5b4e07f6-3a86-4340-039d-25f2a83cdc43"),
         model: s("NVIDIA L40S"),
         pci_bus_id: s("00000000:00:07.0"),
+        // The driver version from its label, as each fixture shows it.
+        driver_version: s("595.58.03"),
         node: s("gpu1-wl8sg"),
         ..EntityId::default()
     };
@@ -408,6 +412,8 @@ fn linode_rtx4000_ada_pod_attributed() {
         uuid: s("GPU-a8394b51-c086-568a-9f1a-c1e1c934c44c"),
         model: s("NVIDIA RTX 4000 Ada Generation"),
         pci_bus_id: s("00000000:00:02.0"),
+        // The driver version from its label, as each fixture shows it.
+        driver_version: s("580.95.05"),
         node: s("lke529760-766837-0a634ab30000"),
         pod: pod("cuda-75454ffb9f-8ljq7", "default", "cuda"),
         ..EntityId::default()
