@@ -532,6 +532,29 @@ pub struct FleetConfig {
     pub idle_compute_below: f64,
     /// Price of one GPU-hour, for the savings estimate.
     pub cost_per_gpu_hour: Option<f64>,
+    /// A smaller model is proposed only where the workload's observed peak is at most this
+    /// many times the model's capacity (1.0: the peak must fit); above 1, the peak runs that
+    /// much slower on it. Finite and positive ([`FleetConfig::check`]).
+    pub max_peak_over_capacity: f64,
+}
+
+impl FleetConfig {
+    /// Check the knobs the analysis does not clamp itself: `max_peak_over_capacity` must
+    /// be finite and positive.
+    ///
+    /// # Errors
+    ///
+    /// A sentence naming the knob and its value.
+    pub fn check(&self) -> Result<(), String> {
+        let f = self.max_peak_over_capacity;
+        if f.is_finite() && f > 0.0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "max_peak_over_capacity must be a finite number above 0, got {f}"
+            ))
+        }
+    }
 }
 
 impl Default for FleetConfig {
@@ -542,6 +565,7 @@ impl Default for FleetConfig {
             idle_busy_below: IDLE_BUSY_BELOW,
             idle_compute_below: IDLE_COMPUTE_BELOW,
             cost_per_gpu_hour: None,
+            max_peak_over_capacity: 1.0,
         }
     }
 }
@@ -747,6 +771,29 @@ pub struct SmallerGpu {
     pub name: &'static str,
     /// Whether compute was checked too (it was measured).
     pub compute_checked: bool,
+    /// What it costs the workload's observed peak (`None`: saturation was not measured).
+    pub peak: Option<PeakCost>,
+}
+
+/// What a smaller model costs a workload's observed peak: the peak in the source GPU's
+/// terms and in the target's, and how long its longest burst above the target's capacity
+/// would run there.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PeakCost {
+    /// The workload's observed peak saturation, of its own GPU: the highest step.
+    pub peak_saturation: f64,
+    /// The target's capacity in the source's terms: its dense BF16 tensor peak over the
+    /// source's.
+    pub capacity_ratio: f64,
+    /// The peak in the target's terms, `peak_saturation / capacity_ratio`: above 1 it is
+    /// more than the target can do, and runs that many times longer.
+    pub peak_on_target: f64,
+    /// The longest run of steps whose saturation is above the target's capacity, seconds
+    /// (`None`: the peak fits).
+    pub burst_seconds: Option<f64>,
+    /// How long that burst would run on the target at its full capacity:
+    /// `burst_seconds × peak_on_target` (`None`: the peak fits).
+    pub burst_on_target_seconds: Option<f64>,
 }
 
 /// Right-sizing of one workload.
@@ -1178,7 +1225,13 @@ pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
     let rightsizing = work
         .iter()
         .zip(&names)
-        .map(|(t, n)| right_size(t, n, h))
+        .map(|(t, n)| {
+            let limit = PeakLimit {
+                max_over: cfg.max_peak_over_capacity,
+                seconds_per_point: input.step_seconds * t.per as f64,
+            };
+            right_size(t, n, h, limit)
+        })
         .collect();
     let idle = idle_capacity(&work, &names, cfg, hours_per_step);
     let allocated_summary = gpu_summary(&series.allocated);
@@ -2173,8 +2226,125 @@ fn method_text(h: f64) -> Vec<String> {
     ]
 }
 
+/// How far a workload's peak may exceed a smaller model's capacity, and how long a point
+/// of its track lasts.
+#[derive(Debug, Clone, Copy)]
+struct PeakLimit {
+    /// [`FleetConfig::max_peak_over_capacity`].
+    max_over: f64,
+    /// Seconds per point of the track.
+    seconds_per_point: f64,
+}
+
+/// What model `c` costs the peak of track `t`, which ran on `spec`.
+fn peak_cost(t: &Track, spec: &GpuSpec, c: &GpuSpec, seconds_per_point: f64) -> Option<PeakCost> {
+    let peak = t.points.iter().filter_map(|p| p.sat_peak()).max()?;
+    let peak = units_to_ratio(u64::from(peak));
+    let ratio = c.bf16_dense_tflops / spec.bf16_dense_tflops;
+    if !(ratio.is_finite() && ratio > 0.0) {
+        return None;
+    }
+    let (mut longest, mut run) = (0usize, 0usize);
+    for p in &t.points {
+        let above = p
+            .sat_peak()
+            .is_some_and(|x| units_to_ratio(u64::from(x)) > ratio);
+        run = if above { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    let on_target = peak / ratio;
+    let burst = (longest > 0).then_some(longest as f64 * seconds_per_point);
+    Some(PeakCost {
+        peak_saturation: peak,
+        capacity_ratio: ratio,
+        peak_on_target: on_target,
+        burst_seconds: burst,
+        burst_on_target_seconds: burst.map(|b| b * on_target),
+    })
+}
+
+/// The smallest catalog model with less memory and bandwidth than the workload's own that
+/// covers its p99 demand and whose capacity its peak exceeds by at most `limit.max_over`;
+/// else why there is none (naming the cheapest model its peak alone ruled out, and the cost).
+fn smaller_gpu(
+    t: &Track,
+    mem_p99: Option<u64>,
+    dram_p99: Option<f64>,
+    pipe_p99: Option<f64>,
+    h: f64,
+    limit: PeakLimit,
+) -> (Option<SmallerGpu>, Option<String>) {
+    let (spec, m, d) = match (t.spec, mem_p99, dram_p99) {
+        _ if t.is_mig => return (None, Some("runs on a MIG instance".to_owned())),
+        (None, _, _) => return (None, Some("model not in the catalog".to_owned())),
+        (_, None, _) => return (None, Some("memory was not measured".to_owned())),
+        (_, _, None) => {
+            return (
+                None,
+                Some("bandwidth was not measured (no DRAM counter)".to_owned()),
+            );
+        }
+        (Some(spec), Some(m), Some(d)) => (spec, m, d),
+    };
+    let need_mem = f64::from(m as u32) * MIB * (1.0 + h);
+    let need_bw = d * spec.bandwidth_bytes_per_sec;
+    let need_flops = pipe_p99.map(|c| c * spec.bf16_dense_tflops);
+    let mut fits: Vec<&'static GpuSpec> = gpus::CATALOG
+        .iter()
+        .filter(|c| {
+            c.memory_bytes < spec.memory_bytes
+                && c.bandwidth_bytes_per_sec < spec.bandwidth_bytes_per_sec
+                && c.memory_bytes as f64 >= need_mem
+                && c.bandwidth_bytes_per_sec * D_MAX * (1.0 - h) >= need_bw
+                && need_flops.is_none_or(|f| c.bf16_dense_tflops * (1.0 - h) >= f)
+        })
+        .collect();
+    fits.sort_by(|a, b| {
+        a.bandwidth_bytes_per_sec
+            .total_cmp(&b.bandwidth_bytes_per_sec)
+            .then(a.memory_bytes.cmp(&b.memory_bytes))
+            .then(a.key.cmp(b.key))
+    });
+    let costed = fits
+        .iter()
+        .map(|c| (c, peak_cost(t, spec, c, limit.seconds_per_point)));
+    let mut withheld = None;
+    for (c, cost) in costed {
+        if let Some(k) = cost
+            && k.peak_on_target > limit.max_over
+        {
+            withheld.get_or_insert((c, k));
+            continue;
+        }
+        let proposal = SmallerGpu {
+            key: c.key,
+            name: c.name,
+            compute_checked: need_flops.is_some(),
+            peak: cost,
+        };
+        return (Some(proposal), None);
+    }
+    let note = match withheld {
+        Some((c, k)) => withheld_note(c, &k, limit.max_over),
+        None => "no smaller catalog model covers its p99 demand".to_owned(),
+    };
+    (None, Some(note))
+}
+
+/// Why a model that covers the p99 demand is not proposed: its peak would exceed it.
+fn withheld_note(c: &GpuSpec, k: &PeakCost, max_over: f64) -> String {
+    let burst = match (k.burst_seconds, k.burst_on_target_seconds) {
+        (Some(b), Some(on)) => format!(": its longest burst, {b:.0} s, would run {on:.0} s there"),
+        _ => String::new(),
+    };
+    format!(
+        "the {} covers its p99 demand, but its peak saturation {:.2} is {:.2}× the {}'s capacity ({:.3} of its own GPU), above the {max_over:.2}× allowed{burst}",
+        c.name, k.peak_saturation, k.peak_on_target, c.name, k.capacity_ratio
+    )
+}
+
 /// Right-size one workload.
-fn right_size(t: &Track, name: &str, h: f64) -> RightSizing {
+fn right_size(t: &Track, name: &str, h: f64, limit: PeakLimit) -> RightSizing {
     let mem_peak = t.points.iter().filter_map(|p| p.mem()).max();
     let mem_p99 = track_quantile(t, 0.99, |p| p.mem().map(u64::from));
     let sat_p99 = track_quantile(t, 0.99, |p| p.sat_peak().map(u64::from));
@@ -2219,50 +2389,7 @@ fn right_size(t: &Track, name: &str, h: f64) -> RightSizing {
         }
         (Some(spec), _) => (None, Some(format!("the {} has no MIG", spec.name))),
     };
-    let (smaller_gpu, smaller_gpu_note) = match (t.spec, mem_p99, dram_p99) {
-        _ if t.is_mig => (None, Some("runs on a MIG instance".to_owned())),
-        (None, _, _) => (None, Some("model not in the catalog".to_owned())),
-        (_, None, _) => (None, Some("memory was not measured".to_owned())),
-        (_, _, None) => (
-            None,
-            Some("bandwidth was not measured (no DRAM counter)".to_owned()),
-        ),
-        (Some(spec), Some(m), Some(d)) => {
-            let need_mem = f64::from(m as u32) * MIB * (1.0 + h);
-            let need_bw = d * spec.bandwidth_bytes_per_sec;
-            let need_flops = pipe_p99.map(|c| c * spec.bf16_dense_tflops);
-            let mut fits: Vec<&'static GpuSpec> = gpus::CATALOG
-                .iter()
-                .filter(|c| {
-                    c.memory_bytes < spec.memory_bytes
-                        && c.bandwidth_bytes_per_sec < spec.bandwidth_bytes_per_sec
-                        && c.memory_bytes as f64 >= need_mem
-                        && c.bandwidth_bytes_per_sec * D_MAX * (1.0 - h) >= need_bw
-                        && need_flops.is_none_or(|f| c.bf16_dense_tflops * (1.0 - h) >= f)
-                })
-                .collect();
-            fits.sort_by(|a, b| {
-                a.bandwidth_bytes_per_sec
-                    .total_cmp(&b.bandwidth_bytes_per_sec)
-                    .then(a.memory_bytes.cmp(&b.memory_bytes))
-                    .then(a.key.cmp(b.key))
-            });
-            match fits.first() {
-                Some(c) => (
-                    Some(SmallerGpu {
-                        key: c.key,
-                        name: c.name,
-                        compute_checked: need_flops.is_some(),
-                    }),
-                    None,
-                ),
-                None => (
-                    None,
-                    Some("no smaller catalog model covers its p99 demand".to_owned()),
-                ),
-            }
-        }
-    };
+    let (smaller_gpu, smaller_gpu_note) = smaller_gpu(t, mem_p99, dram_p99, pipe_p99, h, limit);
     RightSizing {
         workload: name.to_owned(),
         gpu: t.gpu.clone(),
@@ -2356,7 +2483,11 @@ mod tests {
         assert_eq!(p.pipe(), Some(8_000));
         assert_eq!(p.dram(), Some(2_000));
         // The sizing takes the peak: p99 saturation 0.8, not 0.2.
-        let r = right_size(&t, "ns/p", 0.2);
+        let limit = PeakLimit {
+            max_over: 1.0,
+            seconds_per_point: 300.0,
+        };
+        let r = right_size(&t, "ns/p", 0.2, limit);
         assert_eq!(r.saturation_p99, Some(0.8));
         // A peak never lowers a point, and a step without a mean stays unknown.
         let idle = sample(1_200_000, 0.0);
@@ -2681,6 +2812,78 @@ mod tests {
         assert_eq!(r.gpus_without_pods, ["n/gpu 0"]);
         assert_eq!(r.sizing.gpus_reporting.unwrap().max, 2.0);
         assert_eq!(r.sizing.allocated_gpus.unwrap().max, 1.0);
+    }
+
+    /// A pod at 0.05 of an H100 all day but for a 3-minute burst to 0.95 (its p99 is 0.05),
+    /// and a pod at a steady 0.05, each with 10 GiB, at 60 s steps. The L4 covers both p99
+    /// demands; its dense peak is about 1/8 of the H100's, so the burst's peak is 0.95 ÷
+    /// (L4 ÷ H100) of it and would run that many times longer: withheld at the default
+    /// factor, proposed with its cost at a permissive one; the steady pod's peak fits.
+    #[test]
+    fn a_smaller_model_states_what_it_costs_the_peak() {
+        let steps = 1440;
+        let burst = 600..603;
+        let bursting = pod("ml/burst", "n/gpu 0", 0..steps, |s| {
+            let sat = if burst.contains(&s) { 0.95 } else { 0.05 };
+            (Some(sat), Some(1.0), Some(10.0))
+        });
+        let steady = pod("ml/steady", "n/gpu 1", 0..steps, |_| {
+            (Some(0.05), Some(1.0), Some(10.0))
+        });
+        let l4 = gpus::by_key("l4").unwrap();
+        let ratio = l4.bf16_dense_tflops / h100().bf16_dense_tflops;
+        assert!((ratio - 1.0 / 8.0).abs() < 0.01, "about 1/8: {ratio}");
+        let tracks = vec![bursting, steady];
+        let run = |max_over| {
+            let cfg = FleetConfig {
+                max_peak_over_capacity: max_over,
+                ..FleetConfig::default()
+            };
+            analyze(&input(tracks.clone(), steps), &cfg).rightsizing
+        };
+
+        let r = run(1.0);
+        let (b, s) = (&r[0], &r[1]);
+        assert_eq!(b.saturation_p99, Some(0.05));
+        assert_eq!(b.smaller_gpu, None, "0.95 of an H100 is above an L4");
+        let note = b.smaller_gpu_note.as_deref().unwrap();
+        assert!(note.starts_with("the L4 covers its p99 demand"), "{note}");
+        assert!(note.contains(&format!("{:.2}×", 0.95 / ratio)), "{note}");
+        assert!(note.contains("180 s"), "{note}");
+        let fit = s.smaller_gpu.as_ref().unwrap();
+        assert_eq!(fit.key, "l4");
+        let cost = fit.peak.unwrap();
+        assert_eq!(cost.peak_saturation, 0.05);
+        assert_eq!(cost.capacity_ratio, ratio);
+        assert_eq!(cost.peak_on_target, 0.05 / ratio);
+        assert!(cost.peak_on_target < 1.0);
+        assert_eq!(
+            (cost.burst_seconds, cost.burst_on_target_seconds),
+            (None, None)
+        );
+
+        let r = run(10.0);
+        let fit = r[0].smaller_gpu.as_ref().unwrap();
+        assert_eq!(fit.key, "l4");
+        let cost = fit.peak.unwrap();
+        assert_eq!(cost.peak_saturation, 0.95);
+        assert_eq!(cost.peak_on_target, 0.95 / ratio);
+        assert_eq!(cost.burst_seconds, Some(180.0));
+        let on_l4 = cost.burst_on_target_seconds.unwrap();
+        assert_eq!(on_l4, 180.0 * 0.95 / ratio);
+        assert!(
+            (on_l4 / 180.0 - 8.0).abs() < 0.5,
+            "about 8× longer: {on_l4} s"
+        );
+
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let cfg = FleetConfig {
+                max_peak_over_capacity: bad,
+                ..FleetConfig::default()
+            };
+            assert!(cfg.check().is_err(), "{bad}");
+        }
+        assert_eq!(FleetConfig::default().check(), Ok(()));
     }
 
     #[test]

@@ -775,6 +775,11 @@ pub struct EntitySample {
     /// Whether the SM clock is a reading at one instant (the window's end) rather than the
     /// window's mean. The deriver then uses the mean of the window's two end readings.
     pub sm_clock_is_point: bool,
+    /// Whether the counters are held between the source's own collections (dcgm-exporter
+    /// repeats its last collection until the next, up to 30 s): a first reading then has no
+    /// known time, and the energy counter's deltas are paired with its own moves only. A
+    /// source that reads its counters when sampled (NVML, the simulator) leaves it false.
+    pub counters_held: bool,
     /// Processes on this entity, when the source lists them and per-process series are on.
     pub processes: Vec<ProcessReading>,
     /// Node mode: the containers the kubelet allocated this entity to (empty: none, idle

@@ -534,6 +534,7 @@ impl SimGpu {
             truth_effective_compute: Some((truth_acc.tensor / n).clamp(0.0, 1.0)),
             simulated: true,
             sm_clock_is_point: false,
+            counters_held: false,
             processes: Vec::new(),
         }
     }

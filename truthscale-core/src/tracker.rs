@@ -400,11 +400,13 @@ pub struct Derivation {
 #[derive(Debug, Clone)]
 struct EntityState {
     last_taken: Timestamp,
-    /// The energy counter's latest reading that moved (or its first), and when it was taken.
-    last_energy: Option<(f64, Timestamp)>,
+    /// The energy counter's latest reading that moved (or its first), when it was taken,
+    /// and whether that sample is one where the counter changed: only then is its time the
+    /// counter's own move, which a delta may be paired with.
+    last_energy: Option<(f64, Timestamp, bool)>,
     /// Gauge energy (joules, seconds) of the observed windows since `last_energy` whose
-    /// counter reading was blank: counted only if the counter comes back reset, since its
-    /// next delta otherwise spans them.
+    /// counter reading was blank or repeated: counted only if the counter comes back reset,
+    /// since its next delta otherwise spans them.
     provisional_energy: (f64, f64),
     /// How the current window's energy counts.
     window_energy: EnergyRule,
@@ -448,7 +450,8 @@ enum EnergyRule {
     Counter,
     /// From the power gauge, once the window is observed.
     Gauge,
-    /// From the power gauge, provisionally: the counter's next delta will span it.
+    /// From the power gauge, provisionally: the counter's next delta will span it (the
+    /// windows after the counter's last move, until it moves again).
     Provisional,
 }
 
@@ -968,12 +971,19 @@ impl EntityState {
         changed
     }
 
-    /// Energy bookkeeping, and how the window's own energy counts ([`EnergyRule`]): the
-    /// counter's delta spans the time since its previous reading, whatever lies between
-    /// (blank readings, gaps), and is counted at once; a window it does not span is counted
-    /// from the power gauge once observed; after a reset, the gauge energy of the windows
-    /// since the counter's previous reading is counted instead. Returns the power the counter
-    /// gives over the time since it last moved, when it moved.
+    /// Energy bookkeeping, and how the window's own energy counts ([`EnergyRule`]). Each
+    /// counter delta is paired with the time between the counter's own moves, the samples
+    /// where its reading changed: a delta spans whatever lies between (blank or repeated
+    /// readings, gaps) and is counted at once; the windows after the last move are
+    /// provisional until the next. Where the source holds its counters between collections
+    /// ([`EntitySample::counters_held`]: dcgm-exporter may have taken a first reading up to
+    /// a collection interval before), the first reading (or a drop) is not known to be a
+    /// move: the windows up to the counter's first change, and that change's own, count
+    /// from the power gauge, and the change is the first move. A counter read when sampled
+    /// moves at its first reading. A
+    /// window no delta spans counts from the gauge once observed; after a reset, the gauge
+    /// energy of the windows since the counter's last move is counted instead. Returns the
+    /// power the counter gives over the time since it last moved, when it moved.
     #[inline]
     fn count_energy(
         &mut self,
@@ -987,10 +997,10 @@ impl EntityState {
         // A reading equal to the previous one is the counter not yet updated (dcgm-exporter
         // repeats it between its collections), not 0 W: it waits, like a blank, for the next
         // reading that moves, whose delta then spans it. So `last_energy` is the counter's
-        // last move.
-        let mut moved = true;
+        // last move (or its first reading, until it changes).
+        let mut changed = true;
         self.window_energy = match (energy, self.last_energy) {
-            (Some(now), Some((prev, _))) if now < prev => {
+            (Some(now), Some((prev, _, _))) if now < prev => {
                 diags.push(Diagnostic {
                     kind: DiagnosticKind::CounterReset,
                     entity: Some(e.id.clone()),
@@ -1004,11 +1014,11 @@ impl EntityState {
                 totals.energy_observed_seconds += s;
                 EnergyRule::Gauge
             }
-            (Some(now), Some((prev, _))) if now == prev => {
-                moved = false;
-                EnergyRule::Provisional
+            (Some(now), Some((prev, _, _))) if now == prev => {
+                changed = false;
+                self.provisional_or_gauge()
             }
-            (Some(now), Some((prev, since))) => {
+            (Some(now), Some((prev, since, true))) => {
                 let span = taken.seconds_since(since);
                 totals.energy_joules += now - prev;
                 totals.energy_observed_seconds += span;
@@ -1018,13 +1028,28 @@ impl EntityState {
                 }
                 EnergyRule::Counter
             }
-            (Some(_), None) | (None, None) => EnergyRule::Gauge,
-            (None, Some(_)) => EnergyRule::Provisional,
+            // The first change: the reading before it has no known time, so its delta has
+            // none to be paired with.
+            (Some(_), Some((_, _, false))) | (Some(_), None) | (None, None) => EnergyRule::Gauge,
+            (None, Some(_)) => self.provisional_or_gauge(),
         };
-        if let (Some(now), true) = (energy, moved) {
-            self.last_energy = Some((now, taken));
+        if let (Some(now), true) = (energy, changed) {
+            // A drop is a change too: the counter counts again from it. A counter read when
+            // sampled moves at its first reading; a held one only when it changes.
+            let moved = self.last_energy.is_some() || !e.counters_held;
+            self.last_energy = Some((now, taken, moved));
         }
         energy_power
+    }
+
+    /// A window the counter's last reading does not span: provisional after a move (its
+    /// next delta will span it), from the gauge before the counter's first move (no delta
+    /// will).
+    fn provisional_or_gauge(&self) -> EnergyRule {
+        match self.last_energy {
+            Some((_, _, true)) => EnergyRule::Provisional,
+            _ => EnergyRule::Gauge,
+        }
     }
 
     /// κ from the window's mean SM clock: a source that reads the clock at one instant

@@ -62,6 +62,19 @@ fn price(s: &str) -> Result<f64, String> {
     }
 }
 
+/// A factor above 0, checked as the fleet analysis checks it (`FleetConfig::check`).
+fn peak_factor(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number"))?;
+    let cfg = FleetConfig {
+        max_peak_over_capacity: v,
+        ..FleetConfig::default()
+    };
+    cfg.check().map(|()| v)
+}
+
 /// `truthscale report`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct ReportArgs {
@@ -87,6 +100,10 @@ pub(crate) struct ReportArgs {
     /// …and effective compute below this (where measured).
     #[arg(long, default_value_t = IDLE_COMPUTE_BELOW, value_parser = fraction(1.0))]
     pub idle_compute_below: f64,
+    /// Propose a smaller model only where the workload's observed peak is at most this many
+    /// times its capacity (1: the peak must fit; 8: a burst may run up to 8× longer).
+    #[arg(long, value_name = "FACTOR", default_value = "1.0", value_parser = peak_factor)]
+    pub max_peak_over_capacity: f64,
     /// The most points kept per workload: a finer grid (an explicit --step over a long
     /// window) is combined, each point then holding as many steps as it takes (their means
     /// for use, their peaks for memory and the sizing), so memory stays bounded whatever
@@ -184,6 +201,7 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
         idle_busy_below: args.idle_busy_below,
         idle_compute_below: args.idle_compute_below,
         cost_per_gpu_hour: args.cost_per_gpu_hour,
+        max_peak_over_capacity: args.max_peak_over_capacity,
     };
     if input.tracks.is_empty() {
         bail!(

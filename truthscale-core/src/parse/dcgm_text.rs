@@ -413,7 +413,10 @@ impl Scrape {
                 return true;
             }
             None => {
-                self.entities.push(Acc::new(id.clone()));
+                let mut acc = Acc::new(id.clone());
+                // dcgm-exporter repeats its last collection between collections.
+                acc.sample.counters_held = true;
+                self.entities.push(acc);
                 let i = self.entities.len() - 1;
                 self.index.entry(key).or_default().push(i);
                 i

@@ -181,6 +181,7 @@ fn read_line(t: &str) -> Result<Sample, String> {
         truth_effective_compute: take(o, "truth_effective_compute")?,
         simulated: take::<String>(o, "source")?.as_deref() == Some("sim"),
         sm_clock_is_point: false,
+        counters_held: false,
         processes: Vec::new(),
     };
     Ok(Sample {
@@ -374,6 +375,7 @@ mod tests {
             truth_phase: Some(Phase::MemoryBound),
             truth_workload: Some(Workload::Decode),
             sm_clock_is_point: false,
+            counters_held: false,
             truth_effective_compute: Some(0.125),
             simulated: true,
             processes: Vec::new(),

@@ -339,6 +339,7 @@ fn entity_sample() -> impl Strategy<Value = EntitySample> {
                 simulated,
                 // Not part of the trace format: the deriver treats trace clocks as means.
                 sm_clock_is_point: false,
+                counters_held: false,
                 // Process lists are not part of the trace format.
                 processes: Vec::new(),
             }

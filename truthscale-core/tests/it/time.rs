@@ -401,3 +401,97 @@ proptest! {
             "joules {} vs {known_j}", totals.energy_joules);
     }
 }
+
+/// A GPU at a steady 400 W behind a dcgm-exporter that collects every 30 s, its first
+/// collection not aligned with the first sample (before it, or after it: blank until then),
+/// read at `times` (ms). Its energy counter is `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`, in
+/// whole mJ, read as joules as the parser does; the power gauge is collected with it.
+/// Returns the totals after each sample, and the time (ms) of the last sample whose counter
+/// reading differed from the one before it (the counter's last move seen), if any.
+fn steady_400_w_behind_dcgm_exporter(
+    first_collection_ms: i64,
+    times: &[i64],
+    interval: f64,
+) -> Vec<(Totals, Option<i64>)> {
+    const MJ_PER_MS: i64 = 400; // 400 W = 400 mJ per ms
+    const COLLECT_MS: i64 = 30_000;
+    let mut d = Deriver::new(DeriveConfig::default(), Some(interval));
+    let (mut out, mut previous, mut last_move) = (Vec::new(), None, None);
+    for &t in times {
+        // The latest collection at or before `t`, if one was made yet.
+        let collected = (t >= first_collection_ms).then(|| {
+            first_collection_ms + (t - first_collection_ms).div_euclid(COLLECT_MS) * COLLECT_MS
+        });
+        let mut pairs = vec![(Field::ReportedUtil, 1.0)];
+        let counter_mj = collected.map(|c| 7_000_000_000 + MJ_PER_MS * c);
+        if let Some(mj) = counter_mj {
+            pairs.push((Field::EnergyJoules, mj as f64 / 1000.0));
+            pairs.push((Field::PowerWatts, 400.0));
+            if previous.is_some_and(|p| p != mj) {
+                last_move = Some(t);
+            }
+        }
+        previous = counter_mj;
+        // dcgm-exporter holds its counters between collections.
+        let mut e = entity(&pairs);
+        e.counters_held = true;
+        out.push((d.observe(&at(t, e)).windows[0].totals, last_move));
+    }
+    out
+}
+
+/// The mean power behind a dcgm-exporter that refreshes every 30 s, read every 15 s, 10 s,
+/// in a repeating irregular pattern (4, 11, 15 s) and every 15 s with ±0.5 s of jitter,
+/// over 10 minutes, for first collections before and after the first sample: within 0.2 %
+/// of the 400 W the GPU ran at (exact where the cadence repeats within the collection
+/// period), and the energy-observed seconds never run ahead of the counter's last move.
+#[test]
+fn mean_power_behind_a_30_s_dcgm_exporter_is_unbiased() {
+    let regular = |step: i64| (0..=600_000 / step).map(|k| k * step).collect::<Vec<_>>();
+    let pattern: Vec<i64> = std::iter::successors(Some(0_i64), |&t| {
+        Some(t + [4_000, 11_000, 15_000][((t / 1000) % 30 / 4).min(2) as usize])
+    })
+    .take_while(|&t| t <= 600_000)
+    .collect();
+    // 15 s, jittered by a fixed pseudo-random sequence within ±500 ms.
+    let jittered: Vec<i64> = (0..=40_i64)
+        .map(|k| k * 15_000 + (k * 7_919 % 1_001) - 500)
+        .map(|t| t.max(0))
+        .collect();
+    let cadences = [
+        ("15 s", regular(15_000), 15.0, true),
+        ("10 s", regular(10_000), 10.0, true),
+        ("4, 11, 15 s", pattern, 10.0, true),
+        ("15 s jittered", jittered, 15.0, false),
+    ];
+    for (name, times, interval, exact) in &cadences {
+        for first_collection_ms in [-22_500, -7_300, 4_100, 13_700] {
+            let run = steady_400_w_behind_dcgm_exporter(first_collection_ms, times, *interval);
+            // The first window lasts the declared interval before the first sample.
+            let start_ms = times[0] as f64 - interval * 1000.0;
+            for (totals, last_move) in &run {
+                if let Some(moved) = last_move {
+                    let to_move = (*moved as f64 - start_ms) / 1000.0;
+                    assert!(
+                        totals.energy_observed_seconds <= to_move + 1e-9,
+                        "{name}, first collection at {first_collection_ms} ms: {} s observed, the counter's last move {to_move} s in",
+                        totals.energy_observed_seconds
+                    );
+                }
+            }
+            let totals = run.last().unwrap().0;
+            let mean = totals.energy_joules / totals.energy_observed_seconds;
+            let tolerance = if *exact { 1e-9 } else { 0.002 * 400.0 };
+            assert!(
+                (mean - 400.0).abs() <= tolerance,
+                "{name}, first collection at {first_collection_ms} ms: {mean} W over {} s",
+                totals.energy_observed_seconds
+            );
+            // Ten minutes, less what the counter's last move has not covered yet.
+            assert!(
+                totals.energy_observed_seconds >= 540.0,
+                "{name}: {totals:?}"
+            );
+        }
+    }
+}
