@@ -368,6 +368,9 @@ pub struct Scrape {
     /// scrape to the next, like the families left unread.
     units: Units,
     unread: Unread,
+    /// The targets of the names seen so far (at most [`MAX_CACHED_NAMES`]): one hash
+    /// lookup a reading, where the table holds every generation's names.
+    targets: HashMap<String, Option<Target>>,
     entities: Vec<Acc>,
     /// Entities by key without the node: a line without a node label belongs to the entity
     /// of the same GPU, while the same GPU of another node is another entity.
@@ -385,7 +388,7 @@ impl Scrape {
         labels: &[(K, V)],
         raw: f64,
     ) -> bool {
-        let Some(target) = target_of(name) else {
+        let Some(target) = self.target(name) else {
             self.note_unread(name);
             return false;
         };
@@ -444,6 +447,19 @@ impl Scrape {
         &self.unread
     }
 
+    /// [`target_of`] `name`, remembered.
+    #[inline]
+    fn target(&mut self, name: &str) -> Option<Target> {
+        if let Some(t) = self.targets.get(name) {
+            return *t;
+        }
+        let t = target_of(name);
+        if self.targets.len() < MAX_CACHED_NAMES {
+            self.targets.insert(name.to_owned(), t);
+        }
+        t
+    }
+
     #[cold]
     fn note_unread(&mut self, name: &str) {
         let lower = name.to_ascii_lowercase();
@@ -479,6 +495,10 @@ impl Scrape {
         self.entities.drain(..).map(Acc::finish).collect()
     }
 }
+
+/// The most metric names a [`Scrape`] remembers the targets of: far above the families a
+/// dcgm-exporter writes, and a bound on what a hostile one costs.
+const MAX_CACHED_NAMES: usize = 1024;
 
 /// The target of metric `name` (any case).
 fn target_of(name: &str) -> Option<Target> {
