@@ -37,31 +37,17 @@ pub(crate) enum ProcRead {
     TooLarge,
 }
 
-/// Read the `/proc` file `path`: opened without blocking (a FIFO does not hang the caller),
-/// only when it is a regular file, and at most `limit` bytes (`/dev/zero` behind a symlink
-/// does not grow memory).
+/// Read the `/proc` file `path` through [`crate::bounds::read_file`]: opened without
+/// blocking (a FIFO does not hang the caller), only when it is a regular file, and at most
+/// `limit` bytes (`/dev/zero` behind a symlink does not grow memory).
 ///
 /// # Errors
 /// [`ProcRead`]: what made it unusable.
 pub(crate) fn read_proc_file(path: &std::path::Path, limit: u64) -> Result<Vec<u8>, ProcRead> {
-    use std::io::Read as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|_| ProcRead::Unusable)?;
-    if !f.metadata().is_ok_and(|m| m.is_file()) {
-        return Err(ProcRead::Unusable);
-    }
-    let mut out = Vec::new();
-    f.take(limit + 1)
-        .read_to_end(&mut out)
-        .map_err(|_| ProcRead::Unusable)?;
-    if out.len() as u64 > limit {
-        return Err(ProcRead::TooLarge);
-    }
-    Ok(out)
+    crate::bounds::read_file(path, limit).map_err(|e| match e.kind() {
+        std::io::ErrorKind::FileTooLarge => ProcRead::TooLarge,
+        _ => ProcRead::Unusable,
+    })
 }
 
 /// Read and parse `/proc/<pid>/cgroup`; `None` when the process is not visible or not in a

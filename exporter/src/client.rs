@@ -36,7 +36,8 @@ pub(crate) fn agent_trusting(
     timeout: Duration,
     ca: &std::path::Path,
 ) -> Result<ureq::Agent, String> {
-    let pem = std::fs::read(ca).map_err(|e| format!("{}: cannot read: {e}", ca.display()))?;
+    let pem = crate::bounds::read_file(ca, crate::bounds::MAX_PEM_FILE)
+        .map_err(|e| format!("{}: cannot read: {e}", ca.display()))?;
     let certs: Vec<ureq::tls::Certificate<'static>> = ureq::tls::parse_pem(&pem)
         .filter_map(|item| match item {
             Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
@@ -340,5 +341,19 @@ mod tests {
         let e = get_text(&agent(Duration::from_secs(10)), &url, "text/plain", 1 << 20).unwrap_err();
         assert_eq!(e.kind(), "too_large", "{e}");
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    }
+
+    /// A CA file (`node.ca_file`, `--ca-file`) is read bounded: `/dev/zero`, a FIFO, a
+    /// directory and a file over 1 MiB are refused at once, naming the file.
+    #[test]
+    fn ca_files_are_read_bounded() {
+        let dir = std::env::temp_dir().join(format!("ts-client-ca-{}", std::process::id()));
+        let t = std::time::Instant::now();
+        for (path, why) in crate::bounds::hostile::files(&dir, crate::bounds::MAX_PEM_FILE) {
+            let e = agent_trusting(Duration::from_secs(1), &path).unwrap_err();
+            assert_eq!(e, format!("{}: cannot read: {why}", path.display()));
+        }
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

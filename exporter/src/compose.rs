@@ -14,6 +14,7 @@ use crate::attribution::kubelet::Kubelet;
 use crate::attribution::{NodeAttribution, OwnPod, PodLabels, apiserver::ApiServer};
 use crate::config::Settings;
 use crate::enrichment::Engine;
+use crate::http::web::{WebConfig, WebConfigError};
 use crate::pipeline::{self, Sampler, Stage};
 use crate::sources::{BuildError, Source};
 use std::time::SystemTime;
@@ -112,6 +113,29 @@ fn stages(settings: &Settings, api: Option<ApiServer>) -> Vec<Box<dyn Stage>> {
         stages.push(Box::new(Engine::new(e)));
     }
     stages
+}
+
+/// The web config the settings name (`web_config_file`), read and checked as `serve` uses
+/// it: with its TLS acceptor built, the certificate and key read and matched. `config check`
+/// runs it too, so that a web config that passes the check starts.
+///
+/// # Errors
+/// A [`WebConfigError`] naming the file and the key.
+pub(crate) fn web_config(settings: &Settings) -> Result<Option<WebParts>, WebConfigError> {
+    let Some(path) = &settings.web_config_file else {
+        return Ok(None);
+    };
+    let config = WebConfig::load(path)?;
+    let tls = config.tls_acceptor()?;
+    Ok(Some(WebParts { config, tls }))
+}
+
+/// A web config read and checked, with its TLS acceptor when it sets TLS.
+pub(crate) struct WebParts {
+    /// The web config.
+    pub(crate) config: WebConfig,
+    /// Its TLS acceptor, when it has `tls_server_config`.
+    pub(crate) tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 /// The API server client for node mode's pod labels, when they are asked for.

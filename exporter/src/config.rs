@@ -224,7 +224,9 @@ pub enum ConfigError {
         /// What is wrong (names the key).
         message: String,
     },
-    /// Thresholds that cannot be used: each `[origin: ]key: message`, one per line.
+    /// Numbers that cannot be used (thresholds, limits, counts): each
+    /// `[origin: ]key: message`, one per line, the origin the file and line, the variable or
+    /// the flags that set it.
     #[error("{}", .0.join("\n"))]
     Thresholds(Vec<String>),
     /// A key has a bad value.
@@ -245,10 +247,6 @@ impl From<Invalid> for ConfigError {
         }
     }
 }
-
-/// The largest `max_series`: far above any node's series, below what would hide a mistake
-/// (a 309-digit value read as infinity).
-const MAX_SERIES_LIMIT: usize = 10_000_000;
 
 /// Validated settings.
 #[derive(Debug, Clone)]
@@ -383,9 +381,268 @@ fn duration(
     crate::setting::duration(key, s, min, max).map_err(ConfigError::from)
 }
 
+/// The text and table of the configuration file `f`, checked alone first so that its
+/// errors name it and the line: its schema, then its numbers (and its source's, unless a
+/// kind set above it, `upper_kind`, replaces its `[source]`, which is then dropped from the
+/// table but for the keys every kind has).
+fn file_layer(f: &Path, upper_kind: Option<&str>) -> Result<(String, toml::Table), ConfigError> {
+    let text =
+        crate::bounds::read_file_to_string(f, crate::bounds::MAX_CONFIG_FILE).map_err(|e| {
+            ConfigError::Load {
+                origin: f.display().to_string(),
+                message: format!("cannot read: {e}"),
+            }
+        })?;
+    let at_line = |e: &toml::de::Error| {
+        let line = e
+            .span()
+            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+        let mut message = e.message().trim_end().to_string();
+        // An integer TOML cannot hold (past 2^63 − 1) is refused as TOML: name its key
+        // and range too.
+        if let Some(r) = line
+            .and_then(|l| key_at_line(&text, l))
+            .and_then(|k| crate::setting::INTEGERS.iter().find(|r| r.key == k))
+        {
+            message = format!(
+                "{}: {message}; use a whole number in {}..={}",
+                r.key, r.min, r.max
+            );
+        }
+        ConfigError::Load {
+            origin: match line {
+                Some(l) => format!("{}:{l}", f.display()),
+                None => f.display().to_string(),
+            },
+            message,
+        }
+    };
+    let mut table: toml::Table = toml::from_str(&text).map_err(|e| at_line(&e))?;
+    // Its integers as written, before the schema converts them, naming their range.
+    let named = |problems: Vec<truthscale_core::phase::InvalidSetting>| {
+        ConfigError::Thresholds(
+            problems
+                .into_iter()
+                .map(|p| match key_line(&text, &p.key) {
+                    Some(l) => format!("{}:{l}: {p}", f.display()),
+                    None => format!("{}: {p}", f.display()),
+                })
+                .collect(),
+        )
+    };
+    let written = check_table_integers(&table);
+    if !written.is_empty() {
+        return Err(named(written));
+    }
+    let own: Config = toml::from_str(&text).map_err(|e| at_line(&e))?;
+    let replaced = upper_kind.is_some_and(|kind| kind != own.source.config.kind());
+    let problems = own.check_numbers(!replaced);
+    if !problems.is_empty() {
+        return Err(named(problems));
+    }
+    // A kind chosen by a flag or the environment replaces the file's source, with its
+    // settings; the interval and stale period still apply.
+    if let Some(kind) = upper_kind
+        && replaced
+    {
+        tracing::info!(
+            file = %f.display(),
+            file_kind = own.source.config.kind(),
+            kind = %kind,
+            "The source kind set by a flag or TRUTHSCALE_SOURCE__KIND replaces the file's [source] settings (its interval and stale_after still apply)."
+        );
+        keep_common_source_keys(&mut table, false);
+    }
+    Ok((text, table))
+}
+
+/// The dotted key a `TRUTHSCALE_…` variable sets (`TRUTHSCALE_HTTP__MAX_HEADER_BYTES` →
+/// `http.max_header_bytes`).
+fn env_key(var: &str) -> Option<String> {
+    var.strip_prefix("TRUTHSCALE_")
+        .map(|k| k.to_ascii_lowercase().replace("__", "."))
+}
+
+/// Each integer of [`crate::setting::INTEGERS`] that the TOML `table` sets, as written: a
+/// whole number in its range (a list's every item), not a fraction, `inf` or `nan`.
+fn check_table_integers(table: &toml::Table) -> Vec<truthscale_core::phase::InvalidSetting> {
+    let mut problems = Vec::new();
+    for range in crate::setting::INTEGERS {
+        let mut value = None;
+        let mut t = Some(table);
+        let parts: Vec<&str> = range.key.split('.').collect();
+        for (i, part) in parts.iter().enumerate() {
+            let Some(v) = t.and_then(|t| t.get(*part)) else {
+                break;
+            };
+            if i + 1 == parts.len() {
+                value = Some(v);
+            } else {
+                t = v.as_table();
+            }
+        }
+        let items: Vec<&toml::Value> = match value {
+            None => continue,
+            Some(toml::Value::Array(items)) => items.iter().collect(),
+            Some(v) => vec![v],
+        };
+        let problem = items.into_iter().find_map(|v| match v {
+            toml::Value::Integer(i) => range.check(*i).err(),
+            other => Some(crate::setting::Invalid::new(
+                range.key,
+                format!(
+                    "{other} is not a whole number; use one in {}..={}",
+                    range.min, range.max
+                ),
+            )),
+        });
+        if let Some(e) = problem {
+            problems.push(truthscale_core::phase::InvalidSetting {
+                key: e.key.to_string(),
+                message: e.message,
+            });
+        }
+    }
+    problems
+}
+
+/// The keys of `table` (the defaults) whose values are numbers with a fraction, with the
+/// optional ones the defaults leave out.
+fn fraction_keys(table: &toml::Table) -> Vec<String> {
+    fn walk(t: &toml::Table, prefix: &str, out: &mut Vec<String>) {
+        for (k, v) in t {
+            match v {
+                toml::Value::Float(_) => out.push(format!("{prefix}{k}")),
+                toml::Value::Table(t) => walk(t, &format!("{prefix}{k}."), out),
+                _ => {}
+            }
+        }
+    }
+    let mut out: Vec<String> = crate::setting::OPTIONAL_FRACTIONS
+        .iter()
+        .map(|k| (*k).to_string())
+        .collect();
+    walk(table, "", &mut out);
+    out
+}
+
+/// Each `TRUTHSCALE_…` variable of a numeric setting, as text, before it is converted (which
+/// would turn `1e19` and `inf` into the largest integer and `NaN` into 0): an integer's is a
+/// whole number in its range, a list's every item; a fraction's a number (its range is the
+/// setting's own check). `defaults` finds the fractions.
+///
+/// # Errors
+/// The first variable that is not, naming it, the key and the range.
+fn check_env_numbers(
+    env: &config::Map<String, String>,
+    defaults: &toml::Table,
+) -> Result<(), ConfigError> {
+    let fractions = fraction_keys(defaults);
+    for (var, text) in env {
+        let Some(key) = env_key(var) else { continue };
+        let problem = if let Some(range) = crate::setting::INTEGERS.iter().find(|r| r.key == key) {
+            // A list's items, each; an empty list is no item.
+            let items: Vec<&str> = if key == crate::setting::GPU_INDICES.key {
+                text.split(',').filter(|i| !i.trim().is_empty()).collect()
+            } else {
+                vec![text.as_str()]
+            };
+            items
+                .into_iter()
+                .find_map(|item| range.check_text(item).err())
+                .map(|e| e.to_string())
+        } else if fractions.contains(&key) && text.trim().parse::<f64>().is_err() {
+            let hint = fraction_range(defaults, &key).unwrap_or_default();
+            Some(format!(
+                "{key}: {} is not a number{hint}",
+                crate::setting::shown(text)
+            ))
+        } else {
+            None
+        };
+        if let Some(message) = problem {
+            return Err(ConfigError::Load {
+                origin: format!("environment ({var})"),
+                message,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The range of the fraction `key`, as its own check writes it (`; use a value in [0, 1]`):
+/// the check is asked about `NaN` in `defaults`, so that the range is written only there.
+fn fraction_range(defaults: &toml::Table, key: &str) -> Option<String> {
+    let mut table = defaults.clone();
+    let (path, last) = key.rsplit_once('.').unwrap_or(("", key));
+    let mut t = &mut table;
+    for part in path.split('.').filter(|p| !p.is_empty()) {
+        t = t
+            .entry(part)
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            .as_table_mut()?;
+    }
+    t.insert(last.to_string(), toml::Value::Float(f64::NAN));
+    let config = Config::deserialize(toml::Value::Table(table)).ok()?;
+    let problem = config
+        .check_numbers(false)
+        .into_iter()
+        .find(|p| p.key == key)?;
+    let (_, range) = problem.message.split_once("; ")?;
+    Some(format!("; {range}"))
+}
+
+/// Where `key` was set, as the start of a message: the variable, the flags, or the file and
+/// line; empty when none of them sets it (a default).
+fn origin_of(
+    key: &str,
+    file: Option<(&Path, &str)>,
+    env: &[(String, String)],
+    overrides: &[(&str, String)],
+) -> String {
+    if overrides.iter().any(|(k, _)| *k == key) {
+        return "flags: ".into();
+    }
+    if let Some((var, _)) = env
+        .iter()
+        .find(|(var, _)| env_key(var).as_deref() == Some(key))
+    {
+        return format!("environment ({var}): ");
+    }
+    match file {
+        Some((f, text)) => match key_line(text, key) {
+            Some(l) => format!("{}:{l}: ", f.display()),
+            None => String::new(),
+        },
+        None => String::new(),
+    }
+}
+
+/// The dotted key set on 1-based `line` of TOML `text`, the inverse of [`key_line`].
+fn key_at_line(text: &str, line: usize) -> Option<String> {
+    let mut current = String::new();
+    for (i, l) in text.lines().enumerate() {
+        let t = l.trim();
+        if let Some(h) = t.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            current = h.trim().trim_matches(['[', ']']).replace(' ', "");
+        } else if i + 1 == line {
+            let (lhs, _) = t.split_once('=')?;
+            let lhs = lhs.trim().replace(' ', "");
+            return Some(if current.is_empty() {
+                lhs
+            } else {
+                format!("{current}.{lhs}")
+            });
+        }
+    }
+    None
+}
+
 impl Config {
     /// Load: defaults, then `file` (when given), then `TRUTHSCALE_…` variables from `env`,
-    /// then `overrides` (dotted key → value, from flags).
+    /// then `overrides` (dotted key → value, from flags). Every numeric setting is checked
+    /// here against its range, naming where it was set (the file and line, the variable, or
+    /// the flags); [`Config::validate`] checks them again, with everything else.
     ///
     /// # Errors
     /// A [`ConfigError`] naming the file or environment and the key.
@@ -418,61 +675,21 @@ impl Config {
                     .find(|(k, _)| k == "TRUTHSCALE_SOURCE__KIND")
                     .map(|(_, v)| v.clone())
             });
+        let mut file_text = None;
         if let Some(f) = file {
-            let text = std::fs::read_to_string(f).map_err(|e| ConfigError::Load {
-                origin: f.display().to_string(),
-                message: format!("cannot read: {e}"),
-            })?;
-            let at_line = |e: &toml::de::Error| {
-                let line = e
-                    .span()
-                    .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
-                ConfigError::Load {
-                    origin: match line {
-                        Some(l) => format!("{}:{l}", f.display()),
-                        None => f.display().to_string(),
-                    },
-                    message: e.message().trim_end().to_string(),
-                }
-            };
-            // Check the file alone first, so that its errors name it.
-            let own: Config = toml::from_str(&text).map_err(|e| at_line(&e))?;
-            // Its thresholds too, naming the line of each bad key.
-            if let Err(problems) = own.check_thresholds() {
-                return Err(ConfigError::Thresholds(
-                    problems
-                        .into_iter()
-                        .map(|p| match key_line(&text, &p.key) {
-                            Some(l) => format!("{}:{l}: {p}", f.display()),
-                            None => format!("{}: {p}", f.display()),
-                        })
-                        .collect(),
-                ));
-            }
-            let mut table: toml::Table = toml::from_str(&text).map_err(|e| at_line(&e))?;
-            // A kind chosen by a flag or the environment replaces the file's source, with
-            // its settings; the interval and stale period still apply.
-            if let Some(kind) = &upper_kind
-                && kind != own.source.config.kind()
-            {
-                tracing::info!(
-                    file = %f.display(),
-                    file_kind = own.source.config.kind(),
-                    kind = %kind,
-                    "The source kind set by a flag or TRUTHSCALE_SOURCE__KIND replaces the file's [source] settings (its interval and stale_after still apply)."
-                );
-                keep_common_source_keys(&mut table, false);
-            }
+            let (text, table) = file_layer(f, upper_kind.as_deref())?;
             b = b.add_source(config::File::from_str(
                 &table.to_string(),
                 config::FileFormat::Toml,
             ));
+            file_text = Some((f, text));
         }
         let env_map: config::Map<String, String> = env
             .iter()
             .filter(|(k, _)| k.starts_with("TRUTHSCALE_"))
             .cloned()
             .collect();
+        check_env_numbers(&env_map, &defaults)?;
         let env_keys: Vec<String> = env_map.keys().cloned().collect();
         b = b.add_source(
             config::Environment::with_prefix("TRUTHSCALE")
@@ -504,7 +721,7 @@ impl Config {
             origin: "configuration".into(),
             message: e.to_string(),
         })?;
-        built
+        let config = built
             .try_deserialize::<Config>()
             .map_err(|e| ConfigError::Load {
                 origin: if env_keys.is_empty() {
@@ -513,7 +730,19 @@ impl Config {
                     format!("environment ({})", env_keys.join(", "))
                 },
                 message: e.to_string(),
-            })
+            })?;
+        // The numbers of all the layers together, each problem named by where it was set.
+        let problems = config.check_numbers(true);
+        if problems.is_empty() {
+            return Ok(config);
+        }
+        let file_text = file_text.as_ref().map(|(f, t)| (*f, t.as_str()));
+        Err(ConfigError::Thresholds(
+            problems
+                .iter()
+                .map(|p| format!("{}{p}", origin_of(&p.key, file_text, env, overrides)))
+                .collect(),
+        ))
     }
 
     /// Check every value and resolve the Downward API fallbacks from `env`.
@@ -521,8 +750,9 @@ impl Config {
     /// # Errors
     /// A [`ConfigError::Invalid`] naming the key.
     pub fn validate(&self, env: &[(String, String)]) -> Result<Settings, ConfigError> {
-        // Thresholds from the environment or flags (a file's were checked when loaded).
-        if let Err(problems) = self.check_thresholds() {
+        // The numbers, as `load` checked them (for a `Config` built in code, the only check).
+        let problems = self.check_numbers(true);
+        if !problems.is_empty() {
             return Err(ConfigError::Thresholds(
                 problems.into_iter().map(|p| p.to_string()).collect(),
             ));
@@ -561,36 +791,12 @@ impl Config {
             });
         }
         self.source.config.check().map_err(ConfigError::from)?;
-        if self.max_series > MAX_SERIES_LIMIT {
-            return Err(ConfigError::Invalid {
-                key: "max_series",
-                message: format!("is above the maximum of {MAX_SERIES_LIMIT}"),
-            });
-        }
-        if self.max_series < 100 {
-            return Err(ConfigError::Invalid {
-                key: "max_series",
-                message: format!("{} is below the minimum of 100", self.max_series),
-            });
-        }
         let request_timeout = duration(
             "http.request_timeout",
             &self.http.request_timeout,
             Duration::from_millis(100),
             Duration::from_secs(3600),
         )?;
-        if self.http.max_concurrent_requests == 0 {
-            return Err(ConfigError::Invalid {
-                key: "http.max_concurrent_requests",
-                message: "must be at least 1".into(),
-            });
-        }
-        if self.http.max_header_bytes < 1024 {
-            return Err(ConfigError::Invalid {
-                key: "http.max_header_bytes",
-                message: "must be at least 1024".into(),
-            });
-        }
         let getenv = |k: &str| {
             env.iter()
                 .find(|(n, _)| n == k)
@@ -660,14 +866,18 @@ impl Config {
         })
     }
 
-    /// Every `[derive]`, `[derive.phase]` and `[verdict]` threshold in range, and every
-    /// hysteresis band pointing the right way.
+    /// Every numeric setting in its range: the `[derive]`, `[derive.phase]` and `[verdict]`
+    /// thresholds (and every hysteresis band pointing the right way), `max_series`, the
+    /// `[http]` limits, `engine.model_params`, and, with `with_source`, the source's own
+    /// numbers. The ranges are in `docs/config.md`; [`crate::setting::INTEGERS`] holds the
+    /// integers'.
     ///
-    /// # Errors
     /// Each problem, keyed like `derive.phase.idle_enter_util`.
-    pub(crate) fn check_thresholds(
+    pub(crate) fn check_numbers(
         &self,
-    ) -> Result<(), Vec<truthscale_core::phase::InvalidSetting>> {
+        with_source: bool,
+    ) -> Vec<truthscale_core::phase::InvalidSetting> {
+        use crate::setting::{MAX_CONCURRENT_REQUESTS, MAX_HEADER_BYTES, MAX_SERIES};
         let mut problems = Vec::new();
         for r in [
             self.derive.validate("derive."),
@@ -677,11 +887,29 @@ impl Config {
                 problems.extend(p);
             }
         }
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems)
+        let mut own = vec![
+            MAX_SERIES.check(self.max_series),
+            MAX_CONCURRENT_REQUESTS.check(self.http.max_concurrent_requests),
+            MAX_HEADER_BYTES.check(self.http.max_header_bytes),
+        ];
+        if let Some(p) = self.engine.model_params {
+            own.push(crate::enrichment::engine::check_model_params(p));
         }
+        // The source's own check stops at its first problem: only a number's is taken here
+        // (the others are `validate`'s, unchanged).
+        if with_source
+            && let Err(e) = self.source.config.check()
+            && crate::setting::INTEGERS.iter().any(|r| r.key == e.key)
+        {
+            own.push(Err(e));
+        }
+        problems.extend(own.into_iter().filter_map(Result::err).map(|e| {
+            truthscale_core::phase::InvalidSetting {
+                key: e.key.to_string(),
+                message: e.message,
+            }
+        }));
+        problems
     }
 
     /// The configuration as TOML.
@@ -785,17 +1013,332 @@ mod tests {
     #[test]
     fn max_series_has_a_ceiling() {
         let huge = "9".repeat(309);
-        let c = Config::load(None, &env(&[("TRUTHSCALE_MAX_SERIES", &huge)]), &[]).unwrap();
-        match c.validate(&[]) {
-            Err(ConfigError::Invalid { key, message }) => {
-                assert_eq!(key, "max_series");
-                assert!(
-                    message.contains("10000000") && !message.contains(&huge),
-                    "{message}"
+        let err = Config::load(None, &env(&[("TRUTHSCALE_MAX_SERIES", &huge)]), &[])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            format!(
+                "environment (TRUTHSCALE_MAX_SERIES): max_series: \"{}\"… (309 characters) is \
+                 outside 100..=10000000",
+                "9".repeat(40)
+            )
+        );
+        // A `Config` built in code is checked by `validate` the same way.
+        let c = Config {
+            max_series: usize::MAX,
+            ..Config::default()
+        };
+        assert_eq!(
+            c.validate(&[]).unwrap_err().to_string(),
+            "max_series: 18446744073709551615 is outside 100..=10000000"
+        );
+    }
+
+    /// Every numeric key of the configuration, found in the defaults of every source kind,
+    /// plus the ones the defaults leave out (`setting::OPTIONAL_FRACTIONS`, and
+    /// `source.gpu_indices`, an empty list by default): the key, whether it is an integer,
+    /// and the source kind it belongs to (for a `source.` key).
+    fn numeric_keys() -> Vec<(String, bool, Option<&'static str>)> {
+        fn walk(
+            t: &toml::Table,
+            prefix: &str,
+            kind: Option<&'static str>,
+            out: &mut Vec<(String, bool, Option<&'static str>)>,
+        ) {
+            for (k, v) in t {
+                let key = format!("{prefix}{k}");
+                let integer = match v {
+                    toml::Value::Integer(_) => true,
+                    toml::Value::Float(_) => false,
+                    toml::Value::Table(t) => {
+                        walk(t, &format!("{key}."), kind, out);
+                        continue;
+                    }
+                    _ => continue,
+                };
+                if !out.iter().any(|(k, _, _)| *k == key) {
+                    let kind = if key.starts_with("source.") {
+                        kind
+                    } else {
+                        None
+                    };
+                    out.push((key, integer, kind));
+                }
+            }
+        }
+        let mut out = vec![(
+            "source.gpu_indices".to_string(),
+            true,
+            Some("dcgm-exporter"),
+        )];
+        for k in crate::setting::OPTIONAL_FRACTIONS {
+            out.push(((*k).to_string(), false, None));
+        }
+        for kind in sources::SourceConfig::KINDS {
+            let mut t = toml::Table::new();
+            t.insert("kind".into(), (*kind).into());
+            let mut c = Config::default();
+            c.source.config = sources::SourceConfig::deserialize(toml::Value::Table(t)).unwrap();
+            let table: toml::Table = toml::from_str(&c.to_toml().unwrap()).unwrap();
+            walk(&table, "", Some(kind), &mut out);
+        }
+        out
+    }
+
+    /// Every integer key has its range in `setting::INTEGERS` (a new one without a range
+    /// fails here), every range there is a key, and each range is the one its check
+    /// applies: its bounds pass, one past each is refused naming the key.
+    #[test]
+    fn every_numeric_key_has_a_range() {
+        let keys = numeric_keys();
+        let integers: Vec<&str> = keys
+            .iter()
+            .filter(|(_, i, _)| *i)
+            .map(|(k, _, _)| k.as_str())
+            .collect();
+        let ranged: Vec<&str> = crate::setting::INTEGERS.iter().map(|r| r.key).collect();
+        for k in &integers {
+            assert!(ranged.contains(k), "{k} has no range in setting::INTEGERS");
+        }
+        for k in &ranged {
+            assert!(
+                integers.contains(k),
+                "setting::INTEGERS has {k}, no such key"
+            );
+        }
+        assert!(keys.len() > 40, "{keys:?}");
+        for r in crate::setting::INTEGERS {
+            let (_, _, kind) = keys.iter().find(|(k, _, _)| k == r.key).unwrap();
+            for (value, ok) in [(r.min, true), (r.max, true), (r.min - 1, false)]
+                .into_iter()
+                .chain((r.max < i64::MAX).then(|| (r.max + 1, false)))
+            {
+                let text = if r.key == crate::setting::GPU_INDICES.key {
+                    format!("[{value}]")
+                } else {
+                    value.to_string()
+                };
+                let c = with_value(r.key, &text, *kind);
+                let problems: Vec<String> = match &c {
+                    Ok(c) => c
+                        .check_numbers(true)
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect(),
+                    // Negative for an unsigned key: the schema refuses it.
+                    Err(e) => vec![format!("{}: {e}", r.key)],
+                };
+                assert_eq!(problems.is_empty(), ok, "{} = {value}: {problems:?}", r.key);
+                if !ok {
+                    assert!(
+                        problems[0].starts_with(&format!("{}: ", r.key)),
+                        "{problems:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The defaults with `key` (dotted) set to the TOML `value`, under source `kind`.
+    fn with_value(key: &str, value: &str, kind: Option<&str>) -> Result<Config, String> {
+        let (section, name) = key.rsplit_once('.').unwrap_or(("", key));
+        let mut text = String::new();
+        if section.is_empty() {
+            text.push_str(&format!("{name} = {value}\n"));
+        }
+        if let Some(kind) = kind {
+            text.push_str(&format!("[source]\nkind = \"{kind}\"\n"));
+            if section == "source" {
+                text.push_str(&format!("{name} = {value}\n"));
+            }
+        }
+        if !section.is_empty() && section != "source" {
+            text.push_str(&format!("[{section}]\n{name} = {value}\n"));
+        }
+        toml::from_str(&text).map_err(|e| e.message().to_string())
+    }
+
+    /// Hostile values of every numeric key, from a file and from the environment, are
+    /// refused with an error naming the key and where it was set (the file and line, or the
+    /// variable), and, for an integer, its range; never converted into something that
+    /// passes (the conversion rounds `1e19` and `inf` to the largest integer, `NaN` to 0).
+    #[test]
+    fn hostile_numbers_are_refused_naming_the_key_file_and_variable() {
+        let dir = std::env::temp_dir().join(format!("truthscale-numbers-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        for (key, integer, kind) in numeric_keys() {
+            let range = crate::setting::INTEGERS.iter().find(|r| r.key == key);
+            let var = format!("TRUTHSCALE_{}", key.to_ascii_uppercase().replace('.', "__"));
+            let env_values: &[&str] = if integer {
+                &[
+                    "1e19",
+                    "1e308",
+                    "inf",
+                    "NaN",
+                    "-1",
+                    "1.5",
+                    "18446744073709551616",
+                ]
+            } else {
+                &["1e308", "-1e308", "inf", "-inf", "NaN", "abc"]
+            };
+            for v in env_values {
+                let mut vars = vec![(var.clone(), (*v).to_string())];
+                if let Some(kind) = kind {
+                    vars.push(("TRUTHSCALE_SOURCE__KIND".into(), kind.into()));
+                }
+                let err = Config::load(None, &vars, &[])
+                    .and_then(|c| c.validate(&vars))
+                    .err()
+                    .unwrap_or_else(|| panic!("{var}={v} was accepted"))
+                    .to_string();
+                // A fraction out of range may also turn hysteresis bands round: more lines,
+                // each naming its key.
+                assert!(!integer || err.lines().count() == 1, "{err}");
+                let err = err.lines().next().unwrap_or_default().to_string();
+                let head = format!("environment ({var}): {key}: ");
+                assert!(err.starts_with(&head), "{var}={v}: {err}");
+                match range {
+                    Some(r) if v.parse::<i128>().is_ok() => assert_eq!(
+                        err,
+                        format!("{head}\"{v}\" is outside {}..={}", r.min, r.max)
+                    ),
+                    Some(r) => assert_eq!(
+                        err,
+                        format!(
+                            "{head}\"{v}\" is not a whole number; use one in {}..={}",
+                            r.min, r.max
+                        )
+                    ),
+                    None => assert!(
+                        err.contains(" is not a number; use ") || err.contains(" is outside ["),
+                        "{err}"
+                    ),
+                }
+            }
+            let file_values: &[&str] = if integer {
+                &["1e19", "inf", "nan", "-1", "1.5", "99999999999999999999"]
+            } else {
+                &["1e308", "-1e308", "inf", "-inf", "nan"]
+            };
+            for v in file_values {
+                check_file_value(&file, &key, v, kind, range);
+            }
+            if let Some(r) = range
+                && r.max < i64::MAX
+                && r.key != crate::setting::SWITCH_AFTER.key
+            {
+                let over = (r.max + 1).to_string();
+                let (err, line) = check_file_value(&file, &key, &over, kind, range);
+                assert_eq!(
+                    err,
+                    format!(
+                        "{}:{line}: {key}: {over} is outside {}..={}",
+                        file.display(),
+                        r.min,
+                        r.max
+                    )
                 );
             }
-            other => panic!("{other:?}"),
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `key = value` in the file `file` (under source `kind`) is refused by `load`, naming
+    /// the file, the line and the key (and the range, for an integer); the error and line.
+    fn check_file_value(
+        file: &Path,
+        key: &str,
+        value: &str,
+        kind: Option<&str>,
+        range: Option<&crate::setting::IntRange>,
+    ) -> (String, usize) {
+        let (section, name) = key.rsplit_once('.').unwrap_or(("", key));
+        let value = if key == crate::setting::GPU_INDICES.key {
+            format!("[{value}]")
+        } else {
+            value.to_string()
+        };
+        let mut text = String::new();
+        if section.is_empty() {
+            text.push_str(&format!("{name} = {value}\n"));
+        }
+        if let Some(kind) = kind {
+            text.push_str(&format!("[source]\nkind = \"{kind}\"\n"));
+        } else if !section.is_empty() {
+            text.push_str(&format!("[{section}]\n"));
+        }
+        if !section.is_empty() {
+            text.push_str(&format!("{name} = {value}\n"));
+        }
+        let line = text.lines().count();
+        std::fs::write(file, &text).unwrap();
+        let err = Config::load(Some(file), &[], &[])
+            .and_then(|c| c.validate(&[]))
+            .err()
+            .unwrap_or_else(|| panic!("{key} = {value} was accepted"))
+            .to_string();
+        let head = format!("{}:{line}: {key}: ", file.display());
+        assert!(err.starts_with(&head), "{key} = {value}: {err}");
+        assert!(range.is_none() || err.lines().count() == 1, "{err}");
+        let err = err.lines().next().unwrap_or_default().to_string();
+        if let Some(r) = range {
+            assert!(
+                err.contains(&format!("{}..={}", r.min, r.max)) || err.contains("[1, 100]"),
+                "{err}"
+            );
+        }
+        (err, line)
+    }
+
+    /// What `serve` aborted on: above the semaphore's limit, through the environment, is
+    /// refused by the same check that `config check` runs.
+    #[test]
+    fn max_concurrent_requests_over_the_semaphore_limit_is_refused() {
+        for v in ["2305843009213693952", "1e19", "1e308", "inf"] {
+            let vars = env(&[("TRUTHSCALE_HTTP__MAX_CONCURRENT_REQUESTS", v)]);
+            let err = Config::load(None, &vars, &[]).unwrap_err().to_string();
+            let why = if v.contains(['e', 'i']) {
+                "is not a whole number; use one in"
+            } else {
+                "is outside"
+            };
+            assert_eq!(
+                err,
+                format!(
+                    "environment (TRUTHSCALE_HTTP__MAX_CONCURRENT_REQUESTS): \
+                     http.max_concurrent_requests: \"{v}\" {why} 1..=65536"
+                )
+            );
+        }
+        let c = Config {
+            http: HttpConfig {
+                max_concurrent_requests: 65_536,
+                ..HttpConfig::default()
+            },
+            ..Config::default()
+        };
+        assert_eq!(c.validate(&[]).unwrap().max_concurrent_requests, 65_536);
+    }
+
+    /// The configuration file is read bounded: `/dev/zero`, a FIFO, a directory and a file
+    /// over 1 MiB are refused at once, naming the file.
+    #[test]
+    fn the_configuration_file_is_read_bounded() {
+        let dir = std::env::temp_dir().join(format!("truthscale-cfgfile-{}", std::process::id()));
+        let t = std::time::Instant::now();
+        for (path, why) in crate::bounds::hostile::files(&dir, crate::bounds::MAX_CONFIG_FILE) {
+            let err = Config::load(Some(&path), &[], &[]).unwrap_err().to_string();
+            assert_eq!(err, format!("{}: cannot read: {why}", path.display()));
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(1),
+            "{:?}",
+            t.elapsed()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -990,13 +1533,29 @@ mod tests {
             )),
             "{err}"
         );
-        // The same from the environment names the key.
-        let c = Config::load(
+        // The same from the environment names the variable and the key.
+        let err = Config::load(
             None,
             &env(&[("TRUTHSCALE_DERIVE__PHASE__SWITCH_AFTER", "0")]),
             &[],
         )
-        .unwrap();
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            err,
+            "environment (TRUTHSCALE_DERIVE__PHASE__SWITCH_AFTER): derive.phase.switch_after: \
+             \"0\" is outside 1..=100"
+        );
+        let err = Config::load(None, &env(&[("TRUTHSCALE_VERDICT__BUSY_UTIL", "2")]), &[])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "environment (TRUTHSCALE_VERDICT__BUSY_UTIL): verdict.busy_util: 2 is outside [0, 1]"
+        );
+        // A `Config` built in code: `validate` checks it, naming the key.
+        let mut c = Config::default();
+        c.derive.phase.switch_after = 0;
         let err = c.validate(&[]).unwrap_err().to_string();
         assert!(
             err.starts_with("derive.phase.switch_after: 0 is outside [1, 100]"),

@@ -69,6 +69,131 @@ pub(crate) fn duration(
     Ok(d)
 }
 
+/// An integer setting and its range, inclusive: the one place each range is written. The
+/// check of the value reads it, and so does the check of a `TRUTHSCALE_…` variable's text,
+/// before the text is converted (the conversion would round `1e19` or `inf` to the largest
+/// integer, and `NaN` to 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IntRange {
+    /// The dotted key (`http.max_concurrent_requests`).
+    pub(crate) key: &'static str,
+    /// The least value accepted.
+    pub(crate) min: i64,
+    /// The largest value accepted.
+    pub(crate) max: i64,
+}
+
+impl IntRange {
+    /// `value` within the range.
+    ///
+    /// # Errors
+    /// Outside it; the message names both bounds.
+    pub(crate) fn check<T>(&self, value: T) -> Result<(), Invalid>
+    where
+        T: TryInto<i64> + std::fmt::Display + Copy,
+    {
+        match value.try_into() {
+            Ok(v) if (self.min..=self.max).contains(&v) => Ok(()),
+            _ => Err(self.outside(&value.to_string())),
+        }
+    }
+
+    /// The text of a variable for this setting: a whole number (`64`, not `64.0`, `1e19`,
+    /// `inf` or `NaN`) within the range.
+    ///
+    /// # Errors
+    /// Not a whole number, or outside the range; the message names both bounds.
+    pub(crate) fn check_text(&self, text: &str) -> Result<(), Invalid> {
+        let t = text.trim();
+        let digits = t.strip_prefix(['-', '+']).unwrap_or(t);
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(Invalid::new(
+                self.key,
+                format!(
+                    "{} is not a whole number; use one in {}..={}",
+                    shown(text),
+                    self.min,
+                    self.max
+                ),
+            ));
+        }
+        match t.parse::<i128>() {
+            Ok(v) if (i128::from(self.min)..=i128::from(self.max)).contains(&v) => Ok(()),
+            _ => Err(self.outside(&shown(t))),
+        }
+    }
+
+    fn outside(&self, value: &str) -> Invalid {
+        Invalid::new(
+            self.key,
+            format!("{value} is outside {}..={}", self.min, self.max),
+        )
+    }
+}
+
+/// `max_series`: far above any node's series, below what would hide a mistake.
+pub(crate) const MAX_SERIES: IntRange = IntRange {
+    key: "max_series",
+    min: 100,
+    max: 10_000_000,
+};
+/// `http.max_concurrent_requests`: far above what one scraper or a few need, far below the
+/// limit of the semaphore that holds them (2^61 − 1, where the server would abort).
+pub(crate) const MAX_CONCURRENT_REQUESTS: IntRange = IntRange {
+    key: "http.max_concurrent_requests",
+    min: 1,
+    max: 65_536,
+};
+/// `http.max_header_bytes`: a request head's buffer, 1 KiB to 1 MiB.
+pub(crate) const MAX_HEADER_BYTES: IntRange = IntRange {
+    key: "http.max_header_bytes",
+    min: 1024,
+    max: 1 << 20,
+};
+/// `source.gpus` (`sim`).
+pub(crate) const SIM_GPUS: IntRange = IntRange {
+    key: "source.gpus",
+    min: 1,
+    max: 64,
+};
+/// `source.seed` (`sim`): any integer TOML can write that is not negative.
+pub(crate) const SIM_SEED: IntRange = IntRange {
+    key: "source.seed",
+    min: 0,
+    max: i64::MAX,
+};
+/// Each of `source.gpu_indices` (`dcgm-exporter`).
+pub(crate) const GPU_INDICES: IntRange = IntRange {
+    key: "source.gpu_indices",
+    min: 0,
+    max: 4095,
+};
+/// `derive.phase.switch_after`: the core checks the value (`PhaseConfig::validate`); the
+/// range is written here too for the environment's text (a test holds the two equal).
+pub(crate) const SWITCH_AFTER: IntRange = IntRange {
+    key: "derive.phase.switch_after",
+    min: 1,
+    max: 100,
+};
+
+/// Every integer setting, with its range.
+pub(crate) const INTEGERS: &[IntRange] = &[
+    MAX_SERIES,
+    MAX_CONCURRENT_REQUESTS,
+    MAX_HEADER_BYTES,
+    SIM_GPUS,
+    SIM_SEED,
+    GPU_INDICES,
+    SWITCH_AFTER,
+];
+
+/// `engine.model_params`: a parameter count, 1 to 10^15 (the largest models are near 10^12).
+pub(crate) const MODEL_PARAMS: (&str, f64, f64) = ("engine.model_params", 1.0, 1e15);
+
+/// The settings that are numbers with a fraction and that `config defaults` does not write
+/// (unset by default); the others are found in the defaults.
+pub(crate) const OPTIONAL_FRACTIONS: &[&str] = &[MODEL_PARAMS.0];
+
 /// A clap value parser for a duration flag in `[min, max]` (`--interval 0s` is refused with
 /// the range, instead of being accepted and doing nothing useful).
 pub(crate) fn duration_flag(
@@ -89,6 +214,54 @@ mod tests {
         assert!(e.message.len() < 260, "{}", e.message);
         assert!(e.message.contains("(310 characters)"), "{}", e.message);
         assert_eq!(shown("2s"), "\"2s\"");
+    }
+
+    #[test]
+    fn integers_have_a_range_in_value_and_text() {
+        let r = MAX_CONCURRENT_REQUESTS;
+        assert_eq!(r.check(64_usize), Ok(()));
+        assert_eq!(
+            r.check(usize::MAX),
+            Err(Invalid::new(
+                r.key,
+                "18446744073709551615 is outside 1..=65536"
+            ))
+        );
+        assert_eq!(r.check_text(" 65536 "), Ok(()));
+        for (text, message) in [
+            (
+                "1e19",
+                "\"1e19\" is not a whole number; use one in 1..=65536",
+            ),
+            ("inf", "\"inf\" is not a whole number; use one in 1..=65536"),
+            ("NaN", "\"NaN\" is not a whole number; use one in 1..=65536"),
+            (
+                "64.0",
+                "\"64.0\" is not a whole number; use one in 1..=65536",
+            ),
+            ("", "\"\" is not a whole number; use one in 1..=65536"),
+            ("-1", "\"-1\" is outside 1..=65536"),
+            ("0", "\"0\" is outside 1..=65536"),
+            ("65537", "\"65537\" is outside 1..=65536"),
+            (
+                "18446744073709551616",
+                "\"18446744073709551616\" is outside 1..=65536",
+            ),
+        ] {
+            assert_eq!(
+                r.check_text(text),
+                Err(Invalid::new(r.key, message)),
+                "{text}"
+            );
+        }
+        let huge = "9".repeat(309);
+        assert_eq!(
+            r.check_text(&huge).unwrap_err().message,
+            format!(
+                "\"{}\"… (309 characters) is outside 1..=65536",
+                "9".repeat(40)
+            )
+        );
     }
 
     #[test]

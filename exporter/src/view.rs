@@ -42,6 +42,58 @@ pub(crate) struct GpuView {
     pub verdict: Option<VerdictResult>,
     /// Recent effective compute (or saturation) values, oldest first.
     pub history: Vec<f64>,
+    /// A time-sliced GPU's holders' estimated parts of its effective compute (node mode,
+    /// per-process attribution): estimates, never measurements.
+    pub pod_estimates: Vec<PodEstimate>,
+}
+
+/// One holder's estimated part of a shared GPU's effective compute
+/// (`truthscale_pod_effective_compute_estimate_ratio`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PodEstimate {
+    /// `namespace/pod`, or `(no pod found)` for processes whose pod was not found.
+    pub pod: String,
+    /// The estimate, a fraction of the device.
+    pub value: f64,
+    /// How it was estimated (`sm_busy_share`).
+    pub method: String,
+}
+
+/// `namespace/pod` of a pod reference.
+fn pod_name(p: Option<&truthscale_core::model::PodRef>) -> String {
+    match p {
+        Some(p) => match &p.namespace {
+            Some(ns) => format!("{ns}/{}", p.pod),
+            None => p.pod.clone(),
+        },
+        None => "(no pod found)".to_string(),
+    }
+}
+
+/// The estimates the exporter writes for a window: a device no single pod holds, its
+/// effective compute split by its processes' share of SM busy time.
+fn pod_estimates(w: &EntityWindow) -> Vec<PodEstimate> {
+    let attributed = w.id.pod.as_ref().is_some_and(|p| !p.pod.is_empty());
+    if attributed || w.allocation.is_none() {
+        return Vec::new();
+    }
+    let (Some(device), Some(parts)) = (
+        w.metrics.effective_compute,
+        truthscale_core::share::by_pod(&w.processes),
+    ) else {
+        return Vec::new();
+    };
+    let weights: Vec<f64> = parts.iter().map(|p| p.sm_busy).collect();
+    let values = truthscale_core::share::apportion(device, &weights).unwrap_or_default();
+    parts
+        .iter()
+        .zip(values)
+        .map(|(p, value)| PodEstimate {
+            pod: pod_name(p.pod),
+            value,
+            method: "sm_busy_share".to_string(),
+        })
+        .collect()
 }
 
 impl GpuView {
@@ -76,6 +128,7 @@ impl GpuView {
             serving: w.serving.clone(),
             verdict: Some(w.verdict.explain()),
             history: Vec::new(),
+            pod_estimates: pod_estimates(w),
         }
     }
 
@@ -245,6 +298,9 @@ pub(crate) fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> Vec<GpuV
             MetricId::Gpu(GpuMetric::GpuRooflineSaturation) => v.saturation = x,
             MetricId::Gpu(GpuMetric::GpuTensorActive) => v.tensor = x,
             MetricId::Gpu(GpuMetric::GpuDramActive) => v.dram = x,
+            MetricId::Gpu(GpuMetric::PodEffectiveComputeEstimate) => {
+                v.pod_estimates.push(estimate_of(&s));
+            }
             // The regime for every GPU; the serving phase (written after it) where serving.
             MetricId::Gpu(GpuMetric::GpuRegime | GpuMetric::GpuPhase) if s.value == 1.0 => {
                 let name = label(if id == MetricId::Gpu(GpuMetric::GpuRegime) {
@@ -296,6 +352,21 @@ pub(crate) fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> Vec<GpuV
         }
     }
     out
+}
+
+/// A holder's estimate read from its `truthscale_pod_effective_compute_estimate_ratio`.
+fn estimate_of(s: &Series) -> PodEstimate {
+    let get = |k: &str| s.labels.get(k).filter(|v| !v.is_empty()).cloned();
+    let pod = get("pod").map(|pod| truthscale_core::model::PodRef {
+        pod,
+        namespace: get("namespace"),
+        container: None,
+    });
+    PodEstimate {
+        pod: pod_name(pod.as_ref()),
+        value: s.value,
+        method: get("method").unwrap_or_default(),
+    }
 }
 
 fn v_serving(engine: &str) -> ServingSnapshot {

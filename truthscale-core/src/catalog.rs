@@ -157,6 +157,7 @@ impl MetricDesc {
                 MetricId::Gpu(
                     GpuMetric::GpuAllocation
                         | GpuMetric::PodEffectiveCompute
+                        | GpuMetric::PodEffectiveComputeEstimate
                         | GpuMetric::PodMemoryUsed
                 )
             ) {
@@ -575,7 +576,9 @@ metrics! {
     GPU_ALLOCATION / Gpu::GpuAllocation = "truthscale_gpu_allocation_info", Gauge, ["resource", "replica"], None, None,
         "Node mode: one series (value 1) per container the kubelet allocated this GPU or MIG instance to, labelled with that container's pod, namespace and container; replica is the time-slicing replica when the device id names one; with node.pod_labels, one more label for each allowlisted label the holder's pod has, named label_ and the key (kube-state-metrics naming: every character outside [a-zA-Z0-9_] becomes _).";
     POD_EFFECTIVE_COMPUTE / Gpu::PodEffectiveCompute = "truthscale_pod_effective_compute_ratio", Gauge, ["method"], None, None,
-        "Node mode, shared GPUs with per-process attribution: an estimate of the device's effective compute fraction that is this pod's, by its processes' share of SM busy time (method=\"sm_busy_share\"); a pod label left out is processes whose pod was not found. The pods of a GPU sum to the device value.";
+        "Node mode: the effective compute fraction of a GPU or MIG instance that one container holds alone, measured by the device's own counters (method=\"sole_holder\"). Never written for a device several pods hold: their split is truthscale_pod_effective_compute_estimate_ratio.";
+    POD_EFFECTIVE_COMPUTE_ESTIMATE / Gpu::PodEffectiveComputeEstimate = "truthscale_pod_effective_compute_estimate_ratio", Gauge, ["method"], gauge("truthscale.pod.effective_compute.estimate", "1"), None,
+        "Node mode, shared (time-sliced) GPUs with per-process attribution: an ESTIMATE, not a measurement, of the device's effective compute fraction that is this pod's, by its processes' share of SM busy time (method=\"sm_busy_share\"); a pod label left out is processes whose pod was not found. The parts of a GPU sum to the device value; each lies between 0 and the device's measured truthscale_gpu_effective_compute_ratio, its only bounds.";
     POD_MEMORY_USED / Gpu::PodMemoryUsed = "truthscale_pod_memory_used_bytes", Gauge, [], None, None,
         "Node mode, shared GPUs with per-process attribution: GPU memory the pod's processes use, as the driver reports it per process (measured, not estimated).";
     BUILD_INFO / Exporter::BuildInfo = "truthscale_build_info", Gauge, ["version"], None, None,

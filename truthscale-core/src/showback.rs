@@ -11,8 +11,11 @@
 //! pods that hold it then:
 //! - a whole GPU held by one pod: all of it;
 //! - a time-sliced GPU held by `k` pods: `1/k` each. Their counters are the device's, not
-//!   theirs: without per-process attribution each one's use is *unknown* (only the
-//!   allocation is charged), never the device's use copied to each;
+//!   theirs: each one's use is *unknown*, never the device's use copied to each. The
+//!   device's measured effective compute is billed to its holders as the GPU is, `1/k`
+//!   each ([`GroupHours::time_sliced_effective_compute_gpu_hours`]); per-process
+//!   attribution's split by SM-busy share is an *estimate*, shown in a column of its own
+//!   ([`GroupHours::effective_compute_estimate_gpu_hours`]) and never billed as measured;
 //! - a MIG instance: its compute slices over the GPU's (`3g.40gb` is 3/7 of an H100), the
 //!   convention of NVIDIA's and GKE's slice naming; an instance whose profile is not known
 //!   takes an equal part with the GPU's other instances at that step. Each instance's use is
@@ -82,6 +85,16 @@ pub struct GroupHours {
     pub effective_compute_gpu_hours: f64,
     /// Allocated GPU-hours at which effective compute was measured.
     pub effective_compute_measured_gpu_hours: f64,
+    /// Time-sliced GPUs: the device's measured effective compute × this group's allocated
+    /// share of it (`1/k` of a GPU `k` pods hold), where measured: the device total billed
+    /// as the allocation policy splits the GPU, not the holders' own use; `None` when the
+    /// group held no time-sliced GPU whose effective compute was measured.
+    pub time_sliced_effective_compute_gpu_hours: Option<f64>,
+    /// An **estimate**, never billed: a time-sliced GPU's effective compute split among its
+    /// holders by their processes' share of SM busy time
+    /// (`truthscale_pod_effective_compute_estimate_ratio`) × time. Each holder's lies between
+    /// 0 and the device's measured total. `None` when there was no such split.
+    pub effective_compute_estimate_gpu_hours: Option<f64>,
     /// Roofline saturation × allocated time, where measured.
     pub saturation_gpu_hours: f64,
     /// Allocated GPU-hours at which saturation was measured.
@@ -161,6 +174,8 @@ struct Acc {
     ecf_measured: u64,
     sat: f64,
     sat_measured: u64,
+    time_sliced_ecf: Option<f64>,
+    ecf_estimate: Option<f64>,
     cost: Option<CostAcc>,
 }
 
@@ -186,6 +201,12 @@ struct Charge<'a> {
     busy: Option<f64>,
     ecf: Option<f64>,
     sat: Option<f64>,
+    /// A time-sliced GPU: the device's measured effective compute (a fraction of the GPU),
+    /// billed by the holder's share.
+    time_sliced_ecf: Option<f64>,
+    /// A time-sliced GPU: the holder's estimated part of the device's effective compute (a
+    /// fraction of the whole GPU), never billed.
+    ecf_estimate: Option<f64>,
     /// The track whose model prices it.
     track: &'a Track,
 }
@@ -198,10 +219,11 @@ pub struct Holding {
     pub pod: String,
     /// Its group.
     pub group: String,
-    /// Its part of the device's effective compute, as a fraction of the whole GPU, when
-    /// per-process attribution split the device (`truthscale_pod_effective_compute_ratio`).
-    pub effective_compute: Option<f64>,
-    /// How the part was attributed (the series' `method`).
+    /// Its estimated part of the device's effective compute, as a fraction of the whole
+    /// GPU, when per-process attribution split the device by SM-busy share
+    /// (`truthscale_pod_effective_compute_estimate_ratio`): an estimate, never billed.
+    pub effective_compute_estimate: Option<f64>,
+    /// How the estimate was made (the series' `method`).
     pub method: Option<String>,
 }
 
@@ -373,6 +395,9 @@ pub fn showback(
                     busy: p.busy().map(ratio),
                     ecf: p.ecf().map(ratio),
                     sat: p.sat().map(ratio),
+                    // Each holder's series is the device's: its value, by the holder's share.
+                    time_sliced_ecf: p.ecf().map(ratio).filter(|_| shared && !t.is_mig),
+                    ecf_estimate: None,
                     track: t,
                 });
             }
@@ -392,8 +417,10 @@ pub fn showback(
                 for (j, h) in hs.iter().enumerate() {
                     let u = split(SHARE_UNITS, k, j);
                     shares.push((usize::MAX, u));
-                    let part = h.effective_compute.filter(|e| e.is_finite() && *e >= 0.0);
-                    if k > 1 && part.is_some() {
+                    let part = h
+                        .effective_compute_estimate
+                        .filter(|e| e.is_finite() && *e >= 0.0 && k > 1);
+                    if part.is_some() {
                         split_by_processes.extend(h.method.iter().cloned());
                     }
                     charges.push(Charge {
@@ -401,17 +428,15 @@ pub fn showback(
                         pod: Some(&h.pod),
                         read: p.any(),
                         units: u,
-                        // One holder: the device's use is its own. Several: only its
-                        // per-process part, where attributed, is.
-                        unknown: k > 1 && part.is_none(),
-                        busy: if k > 1 { None } else { p.busy().map(ratio) },
-                        ecf: if k > 1 {
-                            // GPU-relative, as a fraction of the holder's share.
-                            part.map(|e| e * SHARE_UNITS as f64 / u.max(1) as f64)
-                        } else {
-                            p.ecf().map(ratio)
-                        },
-                        sat: if k > 1 { None } else { p.sat().map(ratio) },
+                        // One holder: the device's use is its own. Several: unknown; the
+                        // device's measured effective compute is billed by the holder's
+                        // share, and the per-process split is an estimate apart.
+                        unknown: k > 1,
+                        busy: p.busy().map(ratio).filter(|_| k == 1),
+                        ecf: p.ecf().map(ratio).filter(|_| k == 1),
+                        sat: p.sat().map(ratio).filter(|_| k == 1),
+                        time_sliced_ecf: p.ecf().map(ratio).filter(|_| k > 1),
+                        ecf_estimate: part,
                         track: dev,
                     });
                 }
@@ -455,6 +480,13 @@ pub fn showback(
                         Use::Idle => &mut a.idle,
                         Use::Used => &mut a.used,
                     } += u;
+                    if let Some(e) = c.time_sliced_ecf {
+                        *a.time_sliced_ecf.get_or_insert(0.0) += e * hours;
+                    }
+                    if let Some(e) = c.ecf_estimate {
+                        // GPU-relative: over the whole GPU's time, whatever the share.
+                        *a.ecf_estimate.get_or_insert(0.0) += e * hours_per_step;
+                    }
                     if measured {
                         if let Some(b) = busy {
                             a.busy += b * hours;
@@ -509,6 +541,8 @@ pub fn showback(
                 busy_measured_gpu_hours: hours(a.busy_measured),
                 effective_compute_gpu_hours: a.ecf,
                 effective_compute_measured_gpu_hours: hours(a.ecf_measured),
+                time_sliced_effective_compute_gpu_hours: a.time_sliced_ecf,
+                effective_compute_estimate_gpu_hours: a.ecf_estimate,
                 saturation_gpu_hours: a.sat,
                 saturation_measured_gpu_hours: hours(a.sat_measured),
                 cost: a.cost.as_ref().map(|c| GroupCost {
@@ -584,12 +618,12 @@ pub fn showback(
     };
     if shared_gpus > 0 {
         notes.push(format!(
-            "{shared_gpus} GPU(s) were time-sliced between pods: each holder is charged its share of the GPU; its use is only its per-process part where attribution split the device, else unknown (the counters are the device's)"
+            "{shared_gpus} GPU(s) were time-sliced between pods: each holder is charged its share of the GPU and the same share of the device's measured effective compute (time-sliced effective compute); its own use is unknown (the counters are the device's)"
         ));
     }
     if !split_by_processes.is_empty() {
         notes.push(format!(
-            "per-process attribution split shared GPUs' effective compute among their holders (method {})",
+            "per-process attribution estimated each holder's part of shared GPUs' effective compute (method {}): an estimate, shown apart (effective compute estimate) and never billed as measured",
             split_by_processes.into_iter().collect::<Vec<_>>().join(", ")
         ));
     }
@@ -616,7 +650,8 @@ pub fn showback(
                 "a step is idle when the busy flag is below {} and effective compute below {} (each where measured); unmeasured when neither was measured",
                 cfg.idle_busy_below, cfg.idle_compute_below
             ),
-            "effective compute and saturation GPU-hours are the fraction times the allocated time where measured; busy GPU-hours (the flag) for comparison".into(),
+            "effective compute and saturation GPU-hours are the fraction times the allocated time where measured (a holder's own: a GPU or MIG instance it holds alone); busy GPU-hours (the flag) for comparison".into(),
+            "a time-sliced GPU's measured effective compute is billed to its holders 1/k each (time-sliced effective compute); the split by SM-busy share is an estimate, never billed".into(),
         ],
         notes,
     }
@@ -722,6 +757,12 @@ mod tests {
         near(ml.effective_compute_gpu_hours, h(5.0 * 0.3 + 0.5));
         near(ml.effective_compute_measured_gpu_hours, h(9.0));
         near(ml.busy_gpu_hours, h(5.0 * 0.9 + 1.0));
+        // Half of the time-sliced device's measured 0.3 over its 6 steps, not its own use.
+        near(
+            ml.time_sliced_effective_compute_gpu_hours.unwrap(),
+            h(6.0 * 0.3 / 2.0),
+        );
+        assert_eq!(ml.effective_compute_estimate_gpu_hours, None);
         assert_eq!(ml.requested_gpu_hours, Some(0.5));
         let web = g("web");
         near(web.allocated_gpu_hours, h(3.0 + 7.0 * 3.0 / 7.0));
@@ -791,10 +832,31 @@ mod holder_tests {
     use super::*;
     use crate::fleet::Point;
 
+    fn cfg() -> ShowbackConfig {
+        ShowbackConfig {
+            by: "namespace".into(),
+            idle_busy_below: 0.05,
+            idle_compute_below: 0.01,
+            period_steps: None,
+            default_price: None,
+            prices: Vec::new(),
+        }
+    }
+
+    fn holding(pod: &str, estimate: Option<f64>) -> Holding {
+        Holding {
+            pod: pod.into(),
+            group: pod.split('/').next().unwrap().into(),
+            effective_compute_estimate: estimate,
+            method: estimate.map(|_| "sm_busy_share".to_string()),
+        }
+    }
+
     /// A time-sliced GPU whose device series name no pod (truthscale's own history): its two
-    /// holders from the allocation info take half each; the one with a per-process part is
-    /// charged that part as its use (0.06 of the GPU: 0.12 of its half), the other's use is
-    /// unknown; a step with one holder charges it the device's own use.
+    /// holders from the allocation info take half each, and half each of the device's
+    /// measured effective compute (0.3) as time-sliced effective compute; the one with a
+    /// per-process estimate (0.06 of the GPU) has it shown apart, never billed; both holders'
+    /// use is unknown. A step with one holder charges it the device's own use.
     #[test]
     fn holders_of_a_device_without_pods_take_its_shares() {
         let mut dev = Track::new(None, "n/g2".into());
@@ -806,12 +868,6 @@ mod holder_tests {
             steps: 4,
             tracks: vec![dev],
         };
-        let holding = |pod: &str, part: Option<f64>| Holding {
-            pod: pod.into(),
-            group: pod.split('/').next().unwrap().into(),
-            effective_compute: part,
-            method: part.map(|_| "sm_busy".to_string()),
-        };
         let mut steps = BTreeMap::new();
         for s in 0..3 {
             steps.insert(
@@ -821,31 +877,107 @@ mod holder_tests {
         }
         steps.insert(3, vec![holding("a/chat-a", None)]);
         let holders = Holders::from([("n/g2".to_string(), steps)]);
-        let cfg = ShowbackConfig {
-            by: "namespace".into(),
-            idle_busy_below: 0.05,
-            idle_compute_below: 0.01,
-            period_steps: None,
-            default_price: None,
-            prices: Vec::new(),
-        };
-        let s = showback(&input, &[None], &holders, &BTreeMap::new(), &cfg);
+        let s = showback(&input, &[None], &holders, &BTreeMap::new(), &cfg());
         assert!(s.total.reconciled, "{}", s.total.check);
         assert_eq!(s.total.unallocated_gpu_hours, 0.0);
         let g = |n: &str| s.total.groups.iter().find(|g| g.group == n).unwrap();
         let a = g("a");
         assert_eq!(a.allocated_gpu_hours, 1.5 + 1.0);
-        assert!((a.effective_compute_gpu_hours - (3.0 * 0.06 + 0.3)).abs() < 1e-12);
-        assert_eq!(a.used_gpu_hours, 2.5);
+        assert!(
+            (a.effective_compute_gpu_hours - 0.3).abs() < 1e-12,
+            "the step alone"
+        );
+        assert_eq!(a.effective_compute_measured_gpu_hours, 1.0);
+        let sliced = a.time_sliced_effective_compute_gpu_hours.unwrap();
+        assert!((sliced - 3.0 * 0.3 / 2.0).abs() < 1e-12, "{sliced}");
+        assert!((a.effective_compute_estimate_gpu_hours.unwrap() - 3.0 * 0.06).abs() < 1e-12);
+        assert_eq!(a.used_gpu_hours, 1.0);
+        assert_eq!(a.use_unknown_gpu_hours, 1.5);
         assert_eq!(a.busy_gpu_hours, 1.0, "only the step it held alone");
         let b = g("b");
         assert_eq!(b.allocated_gpu_hours, 1.5);
         assert_eq!(b.use_unknown_gpu_hours, 1.5);
         assert_eq!(b.effective_compute_gpu_hours, 0.0);
+        assert_eq!(b.effective_compute_measured_gpu_hours, 0.0);
+        assert!((b.time_sliced_effective_compute_gpu_hours.unwrap() - 1.5 * 0.3).abs() < 1e-12);
+        assert_eq!(b.effective_compute_estimate_gpu_hours, None);
         assert!(
-            s.notes.iter().any(|n| n.contains("method sm_busy")),
+            s.notes
+                .iter()
+                .any(|n| n.contains("method sm_busy_share") && n.contains("never billed")),
             "{:?}",
             s.notes
         );
+    }
+
+    /// Issue 34: a pod spinning one block (SM busy 0.6, no tensor work) beside a pod doing
+    /// GEMMs (tensor 0.30, SM busy 0.2) on one time-sliced H100 for 2 h. Truth from the
+    /// workload: the device's effective compute is the GEMM pod's tensor activity, 0.30; the
+    /// spin pod's own is 0. The SM-busy split gives the spin pod 0.30 × 0.6/0.8 = 0.225 and
+    /// the GEMM pod 0.075: that estimate is shown apart and never billed as measured; each
+    /// holder is billed half the GPU and half the device's measured 0.30.
+    #[test]
+    fn a_spinning_pod_is_never_billed_its_neighbours_gemms() {
+        let (spin_sm, gemm_sm, gemm_tensor) = (0.6, 0.2, 0.30);
+        let device_ecf = gemm_tensor; // the spin pod does no tensor or FP work
+        let hours = 2.0;
+        let mut dev = Track::new(None, "n/g0".into());
+        for s in 0..2 {
+            let busy = Some(1.0);
+            dev.record(
+                s,
+                Point::new(Some(device_ecf), busy, Some(device_ecf), Some(1e9)),
+            );
+        }
+        let input = FleetInput {
+            step_seconds: 3600.0,
+            steps: 2,
+            tracks: vec![dev],
+        };
+        // The estimate as the exporter writes it: the device value split by SM busy.
+        let total_sm = spin_sm + gemm_sm;
+        let (spin_est, gemm_est) = (
+            device_ecf * spin_sm / total_sm,
+            device_ecf * gemm_sm / total_sm,
+        );
+        let at = vec![
+            holding("gemm/train", Some(gemm_est)),
+            holding("spin/notebook", Some(spin_est)),
+        ];
+        let holders = Holders::from([(
+            "n/g0".to_string(),
+            BTreeMap::from([(0, at.clone()), (1, at)]),
+        )]);
+        let s = showback(&input, &[None], &holders, &BTreeMap::new(), &cfg());
+        assert!(s.total.reconciled, "{}", s.total.check);
+        let g = |n: &str| s.total.groups.iter().find(|g| g.group == n).unwrap();
+        let near = |x: f64, y: f64| assert!((x - y).abs() < 1e-12, "{x} != {y}");
+        for (name, est) in [("spin", 0.225), ("gemm", 0.075)] {
+            let h = g(name);
+            near(h.allocated_gpu_hours, hours / 2.0);
+            // No measured effective compute is billed to either holder of the shared GPU:
+            // neither holds it alone.
+            assert_eq!(h.effective_compute_gpu_hours, 0.0, "{name}");
+            assert_eq!(h.effective_compute_measured_gpu_hours, 0.0, "{name}");
+            assert_eq!(h.used_gpu_hours, 0.0, "{name}");
+            near(h.use_unknown_gpu_hours, hours / 2.0);
+            // The device's measured total, billed as the GPU is: half each.
+            near(
+                h.time_sliced_effective_compute_gpu_hours.unwrap(),
+                device_ecf / 2.0 * hours,
+            );
+            // The estimate, in its own column.
+            near(h.effective_compute_estimate_gpu_hours.unwrap(), est * hours);
+        }
+        near(spin_est, 0.225);
+        near(gemm_est, 0.075);
+        // The billed parts add up to the device's measured total.
+        let billed: f64 = s
+            .total
+            .groups
+            .iter()
+            .filter_map(|g| g.time_sliced_effective_compute_gpu_hours)
+            .sum();
+        near(billed, device_ecf * hours);
     }
 }

@@ -555,7 +555,7 @@ fn read_token(settings: &PodLabelSettings) -> Result<String, String> {
     let hint = format!(
         "the ServiceAccount token is needed to read pod labels (node.pod_labels); mount it (automountServiceAccountToken: true, as {RBAC_OVERLAY} sets) or set node.token_file"
     );
-    let text = std::fs::read_to_string(path)
+    let text = crate::bounds::read_file_to_string(path, crate::bounds::MAX_TOKEN_FILE)
         .map_err(|e| format!("{}: cannot read the token ({e}): {hint}", path.display()))?;
     let token = text.trim();
     if token.is_empty() {
@@ -785,6 +785,47 @@ mod tests {
         std::fs::write(&s.token_file, "abc\n").unwrap();
         let api = ApiServer::new(s).unwrap();
         assert_eq!(read_token(&api.settings).unwrap(), "abc");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The token and the CA are read bounded: `/dev/zero`, a FIFO, a directory and a file
+    /// over the cap (64 KiB for the token, 1 MiB for the CA) are refused at once, naming the
+    /// key and the file; none hangs the start or grows memory.
+    #[test]
+    fn token_and_ca_files_are_read_bounded() {
+        use crate::bounds::{MAX_PEM_FILE, MAX_TOKEN_FILE, hostile};
+        let dir = std::env::temp_dir().join(format!("ts-apiserver-bounded-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        let good_ca = dir.join("ca.crt");
+        std::fs::write(&good_ca, ca.cert.pem()).unwrap();
+        let t = std::time::Instant::now();
+        for (path, why) in hostile::files(&dir.join("token"), MAX_TOKEN_FILE) {
+            let mut s = settings();
+            s.ca_file = good_ca.clone();
+            s.token_file = path.clone();
+            match ApiServer::new(s) {
+                Err(BuildError::Invalid { key, message }) => {
+                    assert_eq!(key, "node.token_file");
+                    let head = format!("{}: cannot read the token ({why}): ", path.display());
+                    assert!(message.starts_with(&head), "{message}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        for (path, why) in hostile::files(&dir.join("ca"), MAX_PEM_FILE) {
+            let mut s = settings();
+            s.ca_file = path.clone();
+            match ApiServer::new(s) {
+                Err(BuildError::Invalid { key, message }) => {
+                    assert_eq!(key, "node.ca_file");
+                    let head = format!("{}: cannot read: {why}: ", path.display());
+                    assert!(message.starts_with(&head), "{message}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

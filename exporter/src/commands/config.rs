@@ -30,6 +30,9 @@ pub(crate) fn run(c: &ConfigCommand, env: &[(String, String)]) -> anyhow::Result
         ConfigCommand::Check { file } => {
             let cfg = crate::config::Config::load(Some(file), env, &[])?;
             let settings = cfg.validate(env)?;
+            // The web config as `serve` reads it: its TLS certificate and key too.
+            crate::compose::web_config(&settings)
+                .map_err(|e| anyhow::anyhow!("invalid web config: {e}"))?;
             // What the start would meet where the source depends on this machine.
             match settings.source.probe()? {
                 Some(found) => println!("{}: ok ({found})", file.display()),

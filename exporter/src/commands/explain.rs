@@ -50,6 +50,7 @@ pub(crate) fn explain(v: &GpuView) -> String {
         ),
         _ => writeln!(o, "  counters say:   nothing beyond the busy flag"),
     };
+    pod_estimates(&mut o, v);
     match (v.reported, v.effective) {
         (Some(u), Some(e)) if u >= 0.05 => {
             let _ = writeln!(
@@ -128,6 +129,28 @@ pub(crate) fn explain(v: &GpuView) -> String {
     o
 }
 
+/// A time-sliced GPU's holders' parts of its effective compute, said to be estimates and
+/// why: the counters are the device's, so no holder's own part is measured.
+fn pod_estimates(o: &mut String, v: &GpuView) {
+    if v.pod_estimates.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "  per pod:        ESTIMATES, not measurements: this GPU is shared (time-sliced) and its counters are the device's, so no holder's own effective compute is measured; each part below is the device's effective compute split by the pod's processes' share of SM busy time, and lies between 0 and the device's {} (showback bills the device's measured total 1/k to each of k holders, never these)",
+        v.effective.map_or_else(|| "total".to_string(), pct)
+    );
+    for e in &v.pod_estimates {
+        let _ = writeln!(
+            o,
+            "    - {}: about {} (estimate, method {})",
+            e.pod,
+            pct(e.value),
+            e.method
+        );
+    }
+}
+
 /// Run `truthscale explain`.
 ///
 /// # Errors
@@ -185,4 +208,53 @@ pub(crate) struct ExplainArgs {
     /// Configuration file whose `[verdict]` section sets the thresholds.
     #[arg(long)]
     pub config: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::views_from_exposition;
+
+    /// Issue 34: a spinning pod (SM busy 0.6, no tensor work) beside a GEMM pod (SM busy
+    /// 0.2) on one time-sliced GPU whose measured effective compute is 0.30, all the GEMM
+    /// pod's. The sidecar writes the SM-busy split, 0.225 and 0.075; explain shows it as
+    /// estimates, says why, and names the device's measured total as their bound.
+    #[test]
+    fn a_shared_gpus_parts_are_said_to_be_estimates_and_why() {
+        let (device, spin_sm, gemm_sm) = (0.30, 0.6, 0.2);
+        let spin = device * spin_sm / (spin_sm + gemm_sm);
+        let gemm = device - spin;
+        let l = "gpu=\"0\",uuid=\"GPU-0\",model=\"M\"";
+        let body = format!(
+            "truthscale_gpu_reported_utilization_ratio{{{l}}} 1\n\
+             truthscale_gpu_effective_compute_ratio{{{l}}} {device}\n\
+             truthscale_pod_effective_compute_estimate_ratio{{{l},pod=\"notebook\",namespace=\"spin\",container=\"main\",method=\"sm_busy_share\"}} {spin}\n\
+             truthscale_pod_effective_compute_estimate_ratio{{{l},pod=\"train\",namespace=\"gemm\",container=\"main\",method=\"sm_busy_share\"}} {gemm}\n"
+        );
+        let v = views_from_exposition(&body, &VerdictConfig::default());
+        assert_eq!(v.len(), 1);
+        let text = explain(&v[0]);
+        assert!(
+            text.contains("per pod:        ESTIMATES, not measurements: this GPU is shared (time-sliced) and its counters are the device's"),
+            "{text}"
+        );
+        assert!(
+            text.contains("lies between 0 and the device's 30 %"),
+            "{text}"
+        );
+        assert!(
+            text.contains("    - spin/notebook: about 22 % (estimate, method sm_busy_share)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("    - gemm/train: about 8 % (estimate, method sm_busy_share)\n"),
+            "{text}"
+        );
+        // A GPU without a split says nothing of estimates.
+        let alone = views_from_exposition(
+            &format!("truthscale_gpu_effective_compute_ratio{{{l}}} {device}\n"),
+            &VerdictConfig::default(),
+        );
+        assert!(!explain(&alone[0]).contains("per pod:"));
+    }
 }

@@ -23,22 +23,19 @@ pub(crate) fn run(config: &Config, env: &[(String, String)]) -> anyhow::Result<(
 }
 
 async fn serve(settings: Settings) -> anyhow::Result<()> {
-    let web_config = match &settings.web_config_file {
-        Some(p) => {
-            let w = web::WebConfig::load(p).context("invalid web config")?;
-            if !w.tls_enabled() && !w.auth_enabled() {
-                tracing::warn!(
-                    file = %p.display(),
-                    "The web config sets neither tls_server_config nor basic_auth_users: serving plain HTTP without authentication. Add them, or drop --web-config if that is intended."
-                );
-            }
-            Some(w)
-        }
-        None => None,
-    };
-    let tls = match &web_config {
-        Some(w) => w.tls_acceptor().context("invalid web config")?,
-        None => None,
+    let web = crate::compose::web_config(&settings).context("invalid web config")?;
+    if let (Some(w), Some(p)) = (&web, &settings.web_config_file)
+        && !w.config.tls_enabled()
+        && !w.config.auth_enabled()
+    {
+        tracing::warn!(
+            file = %p.display(),
+            "The web config sets neither tls_server_config nor basic_auth_users: serving plain HTTP without authentication. Add them, or drop --web-config if that is intended."
+        );
+    }
+    let (web_config, tls) = match web {
+        Some(w) => (Some(w.config), w.tls),
+        None => (None, None),
     };
     let sidecar = crate::compose::start(&settings).context("cannot start the source")?;
     let otlp = match &settings.otlp {

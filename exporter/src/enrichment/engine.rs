@@ -80,12 +80,7 @@ impl EngineConfig {
         let model = match (self.model_params, &self.model_dtype) {
             (None, None) => None,
             (Some(p), Some(d)) => {
-                if !(p.is_finite() && p > 0.0) {
-                    return Err(Invalid::new(
-                        "engine.model_params",
-                        format!("{p} is not a positive count"),
-                    ));
-                }
+                check_model_params(p)?;
                 let dtype = Dtype::parse(d).ok_or_else(|| {
                     Invalid::new(
                         "engine.model_dtype",
@@ -113,6 +108,33 @@ impl EngineConfig {
             model,
         }))
     }
+}
+
+/// `engine.model_params` within [`crate::setting::MODEL_PARAMS`], checked whether the
+/// engine is on or not (so that `config check` refuses it either way).
+///
+/// # Errors
+/// Not finite, or outside the range; the message names both bounds.
+pub(crate) fn check_model_params(p: f64) -> Result<(), Invalid> {
+    let (key, min, max) = crate::setting::MODEL_PARAMS;
+    if !p.is_finite() {
+        return Err(Invalid::new(
+            key,
+            format!("{p} is not a number; use a parameter count in [{min}, {max:e}]"),
+        ));
+    }
+    if !(min..=max).contains(&p) {
+        let shown = if p.abs() >= 1e6 {
+            format!("{p:e}")
+        } else {
+            p.to_string()
+        };
+        return Err(Invalid::new(
+            key,
+            format!("{shown} is outside [{min}, {max:e}] (a parameter count, e.g. 8e9)"),
+        ));
+    }
+    Ok(())
 }
 
 /// `engine.timeout`'s range (the scrape runs on the sampler's thread once per tick; a slow

@@ -484,7 +484,7 @@ fn authorization(
 ) -> anyhow::Result<Option<String>> {
     use base64::Engine as _;
     if let Some(path) = &args.bearer_token_file {
-        let token = std::fs::read_to_string(path)
+        let token = crate::bounds::read_file_to_string(path, crate::bounds::MAX_TOKEN_FILE)
             .with_context(|| format!("cannot read --bearer-token-file {}", path.display()))?;
         let token = token.trim();
         if token.is_empty() {
@@ -1609,6 +1609,42 @@ mod tests {
         assert_eq!(at.end_ms(0), 1_796_047_200_000);
         assert_eq!(parse_until("2h").unwrap().end_ms(10_000_000), 2_800_000);
         assert!(parse_until("yesterday").unwrap_err().contains("RFC 3339"));
+    }
+
+    /// `--bearer-token-file` is read bounded: `/dev/zero`, a FIFO, a directory and a file
+    /// over 64 KiB are refused at once, naming the flag and the file.
+    #[test]
+    fn bearer_token_file_is_read_bounded() {
+        use crate::bounds::{MAX_TOKEN_FILE, hostile};
+        let dir = std::env::temp_dir().join(format!("ts-history-token-{}", std::process::id()));
+        let t = std::time::Instant::now();
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            p: PrometheusArgs,
+        }
+        for (path, why) in hostile::files(&dir, MAX_TOKEN_FILE) {
+            let args = <Cli as clap::Parser>::try_parse_from([
+                "t".as_ref(),
+                "--prometheus".as_ref(),
+                "http://x".as_ref(),
+                "--bearer-token-file".as_ref(),
+                path.as_os_str(),
+            ])
+            .unwrap()
+            .p;
+            let err = authorization(&args, &[]).unwrap_err();
+            assert_eq!(
+                format!("{err:#}"),
+                format!("cannot read --bearer-token-file {}: {why}", path.display())
+            );
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(1),
+            "{:?}",
+            t.elapsed()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

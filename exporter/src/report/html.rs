@@ -303,7 +303,7 @@ fn showback_section(w: &mut String, s: &truthscale_core::showback::Showback) -> 
     );
     let _ = writeln!(
         w,
-        "<table id=\"showback-table\"><tr><th>group</th><th>allocated</th><th>requested</th><th>busy (flag)</th><th>effective compute</th><th>used</th><th>idle</th><th>unmeasured</th><th>use unknown</th><th>cost</th><th>idle cost</th></tr>"
+        "<table id=\"showback-table\"><tr><th>group</th><th>allocated</th><th>requested</th><th>busy (flag)</th><th>effective compute</th><th>used</th><th>idle</th><th>unmeasured</th><th>use unknown</th><th>time-sliced effective compute (device's, 1/k each)</th><th>effective compute estimate (never billed)</th><th>cost</th><th>idle cost</th></tr>"
     );
     let h = |x: f64| format!("{x:.2}");
     for g in &s.total.groups {
@@ -314,7 +314,7 @@ fn showback_section(w: &mut String, s: &truthscale_core::showback::Showback) -> 
         };
         let _ = writeln!(
             w,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&g.group),
             h(g.allocated_gpu_hours),
             g.requested_gpu_hours
@@ -325,13 +325,17 @@ fn showback_section(w: &mut String, s: &truthscale_core::showback::Showback) -> 
             h(g.idle_gpu_hours),
             h(g.unmeasured_gpu_hours),
             h(g.use_unknown_gpu_hours),
+            g.time_sliced_effective_compute_gpu_hours
+                .map_or_else(|| "—".to_string(), h),
+            g.effective_compute_estimate_gpu_hours
+                .map_or_else(|| "—".to_string(), h),
             cost(|c| c.allocated),
             cost(|c| c.idle),
         );
     }
     let _ = writeln!(
         w,
-        "<tr><td>(unallocated)</td><td>{}</td><td colspan=\"9\"></td></tr></table>\n<p id=\"showback-check\">check: {}</p><ul>",
+        "<tr><td>(unallocated)</td><td>{}</td><td colspan=\"11\"></td></tr></table>\n<p id=\"showback-check\">check: {}</p><ul>",
         h(s.total.unallocated_gpu_hours),
         esc(&s.total.check)
     );
@@ -548,7 +552,7 @@ th{{background:#f6f6f6}}td.n{{text-align:right;font-variant-numeric:tabular-nums
             esc(&r
                 .smaller_gpu
                 .as_ref()
-                .map(|g| g.name.to_owned())
+                .map(|g| format!("{}{}", g.name, super::text::smaller_cost(g)))
                 .or_else(|| r.smaller_gpu_note.clone())
                 .unwrap_or_default()),
         );

@@ -67,8 +67,9 @@ impl By {
 }
 
 /// One holder of a GPU at one step, from truthscale's allocation info: the GPU's key (as the
-/// report's tracks name it), the pod (`namespace/pod`), the step, and its per-process part
-/// of the device's effective compute with its method, where attributed.
+/// report's tracks name it), the pod (`namespace/pod`), the step, and its per-process
+/// estimate of its part of the device's effective compute with its method, where attributed
+/// (an estimate: shown apart, never billed).
 #[derive(Debug, Clone)]
 pub(crate) struct Held {
     gpu: String,
@@ -82,7 +83,7 @@ pub(crate) struct Held {
 #[derive(Debug, Default)]
 pub(crate) struct PodAttributes {
     /// The holders of each GPU at each step (truthscale's own history only: node mode's
-    /// allocation info, and the per-process parts of shared GPUs).
+    /// allocation info, and the per-process estimates of shared GPUs' parts).
     pub held: Vec<Held>,
     /// GPU-hours requested over the window; `None` when no request series exists.
     pub requested: Option<HashMap<String, f64>>,
@@ -115,7 +116,8 @@ fn gpu_of(labels: &BTreeMap<String, String>) -> String {
 }
 
 /// Node mode's allocation info over truthscale's history: each whole GPU's holders at each
-/// step, with the per-process parts of the device's effective compute where attributed.
+/// step, with the per-process estimates of their parts of the device's effective compute
+/// where attributed (`truthscale_pod_effective_compute_estimate_ratio`).
 fn read_held(history: &mut History) -> anyhow::Result<Vec<Held>> {
     let m = history.matchers().to_owned();
     let with = |extra: &str| {
@@ -130,7 +132,8 @@ fn read_held(history: &mut History) -> anyhow::Result<Vec<Held>> {
         with("mig_instance=\"\"")
     ))?;
     let parts = history.series_by_step(&format!(
-        "max by (node, uuid, gpu, namespace, pod, method) (truthscale_pod_effective_compute_ratio{})",
+        "max by (node, uuid, gpu, namespace, pod, method) ({}{})",
+        truthscale_core::catalog::POD_EFFECTIVE_COMPUTE_ESTIMATE.name,
         with("pod!=\"\"")
     ))?;
     let mut part_at: HashMap<(String, String, usize), (f64, Option<String>)> = HashMap::new();
@@ -203,7 +206,7 @@ pub(crate) fn holders(input: &FleetInput, by: &By, attrs: &PodAttributes, per: u
             at.push(Holding {
                 pod: h.pod.clone(),
                 group,
-                effective_compute: h.part,
+                effective_compute_estimate: h.part,
                 method: h.method.clone(),
             });
         }
@@ -354,7 +357,11 @@ pub(crate) fn requested_by_group(
 }
 
 /// The CSV header.
-const CSV_HEADER: &str = "window_start,window_end,by,group,workloads,allocated_gpu_hours,requested_gpu_hours,used_gpu_hours,idle_gpu_hours,unmeasured_gpu_hours,use_unknown_gpu_hours,busy_gpu_hours,effective_compute_gpu_hours,saturation_gpu_hours,allocated_cost,idle_cost";
+/// `effective_compute_gpu_hours` is the holders' own measured effective compute;
+/// `time_sliced_effective_compute_gpu_hours` the measured device total of time-sliced GPUs
+/// billed as the allocation policy splits them; `effective_compute_estimate_gpu_hours` the
+/// SM-busy split, an estimate never billed.
+const CSV_HEADER: &str = "window_start,window_end,by,group,workloads,allocated_gpu_hours,requested_gpu_hours,used_gpu_hours,idle_gpu_hours,unmeasured_gpu_hours,use_unknown_gpu_hours,busy_gpu_hours,effective_compute_gpu_hours,saturation_gpu_hours,allocated_cost,idle_cost,time_sliced_effective_compute_gpu_hours,effective_compute_estimate_gpu_hours";
 
 /// A CSV field: quoted when it holds a comma, a quote or a line break.
 fn field(s: &str) -> String {
@@ -394,7 +401,7 @@ pub(crate) fn write_csv(
         for g in &p.groups {
             writeln!(
                 out,
-                "{from},{to},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{from},{to},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 field(&s.by),
                 field(&g.group),
                 g.workloads,
@@ -409,11 +416,13 @@ pub(crate) fn write_csv(
                 num(Some(g.saturation_gpu_hours)),
                 num(g.cost.as_ref().map(|c| c.allocated)),
                 num(g.cost.as_ref().map(|c| c.idle)),
+                num(g.time_sliced_effective_compute_gpu_hours),
+                num(g.effective_compute_estimate_gpu_hours),
             )?;
         }
         writeln!(
             out,
-            "{from},{to},{},(unallocated),,{},,,,,,,,,,",
+            "{from},{to},{},(unallocated),,{},,,,,,,,,,,,",
             field(&s.by),
             num(Some(p.unallocated_gpu_hours))
         )?;

@@ -181,7 +181,7 @@ pub(crate) fn write(out: &mut impl Write, doc: &Document) -> std::io::Result<()>
         let smaller = r
             .smaller_gpu
             .as_ref()
-            .map(|g| format!("; a smaller model fits: {}", g.name))
+            .map(|g| format!("; a smaller model fits: {}{}", g.name, smaller_cost(g)))
             .unwrap_or_default();
         writeln!(
             out,
@@ -278,9 +278,16 @@ fn showback(out: &mut impl Write, s: &truthscale_core::showback::Showback) -> st
         s.by.to_uppercase()
     )?;
     let priced = t.groups.iter().any(|g| g.cost.is_some());
+    // Time-sliced GPUs: the device's measured total billed by share, and the SM-busy split,
+    // an estimate, each in a column of its own (only where some group has them).
+    let sliced = t.groups.iter().any(|g| {
+        g.time_sliced_effective_compute_gpu_hours.is_some()
+            || g.effective_compute_estimate_gpu_hours.is_some()
+    });
+    let opt = |x: Option<f64>| x.map_or_else(|| "—".to_string(), h);
     writeln!(
         out,
-        "  {:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}{}",
+        "  {:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}{}{}",
         "group",
         "allocated",
         "requested",
@@ -290,12 +297,13 @@ fn showback(out: &mut impl Write, s: &truthscale_core::showback::Showback) -> st
         "idle",
         "unmeasured",
         "unknown",
+        if sliced { "  t-sliced  estimate" } else { "" },
         if priced { "       cost  idle cost" } else { "" }
     )?;
     for g in &t.groups {
         writeln!(
             out,
-            "  {:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}{}",
+            "  {:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}{}{}",
             g.group,
             h(g.allocated_gpu_hours),
             g.requested_gpu_hours.map_or_else(|| "unknown".into(), h),
@@ -305,6 +313,15 @@ fn showback(out: &mut impl Write, s: &truthscale_core::showback::Showback) -> st
             h(g.idle_gpu_hours),
             h(g.unmeasured_gpu_hours),
             h(g.use_unknown_gpu_hours),
+            if sliced {
+                format!(
+                    " {:>9} {:>9}",
+                    opt(g.time_sliced_effective_compute_gpu_hours),
+                    opt(g.effective_compute_estimate_gpu_hours)
+                )
+            } else {
+                String::new()
+            },
             g.cost
                 .as_ref()
                 .map(|c| format!(" {:>10.2} {:>10.2}", c.allocated, c.idle))
@@ -323,6 +340,12 @@ fn showback(out: &mut impl Write, s: &truthscale_core::showback::Showback) -> st
         t.check,
         if t.reconciled { " (reconciled)" } else { "" }
     )?;
+    if sliced {
+        writeln!(
+            out,
+            "  effective: each group's own measured effective compute; t-sliced: time-sliced GPUs' measured effective compute, billed 1/k to each of k holders; estimate: the SM-busy split, an ESTIMATE, never billed"
+        )?;
+    }
     for p in &s.policy {
         writeln!(out, "  {p}")?;
     }
@@ -360,4 +383,21 @@ fn clusters(out: &mut impl Write, clusters: &[super::ClusterReport]) -> std::io:
         )?;
     }
     Ok(())
+}
+
+/// What a proposed smaller model costs the workload's peak, after its name: the peak in
+/// its own GPU's terms and in the model's, and how long its burst above the model's
+/// capacity would run there; nothing where saturation was not measured.
+pub(super) fn smaller_cost(g: &truthscale_core::fleet::SmallerGpu) -> String {
+    let Some(k) = g.peak else {
+        return String::new();
+    };
+    let burst = match (k.burst_seconds, k.burst_on_target_seconds) {
+        (Some(b), Some(on)) => format!(", its {b:.0} s burst would run {on:.0} s"),
+        _ => String::new(),
+    };
+    format!(
+        " (peak {:.2} of its GPU, {:.2} of the {}{burst})",
+        k.peak_saturation, k.peak_on_target, g.name
+    )
 }

@@ -200,6 +200,9 @@ impl SourceSettings for DcgmExporterConfig {
             ));
         }
         self.timeout()?;
+        for i in &self.gpu_indices {
+            crate::setting::GPU_INDICES.check(*i)?;
+        }
         Ok(())
     }
 

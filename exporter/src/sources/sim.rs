@@ -102,12 +102,8 @@ impl SourceSettings for SimConfig {
     const ARG: Option<&'static str> = Some("source.scenario");
 
     fn check(&self) -> Result<(), Invalid> {
-        if self.gpus == 0 || self.gpus > 64 {
-            return Err(Invalid::new(
-                "source.gpus",
-                format!("{} is out of range 1..=64", self.gpus),
-            ));
-        }
+        crate::setting::SIM_GPUS.check(self.gpus)?;
+        crate::setting::SIM_SEED.check(self.seed)?;
         self.model()?;
         self.scenario()?;
         self.sample_every()?;

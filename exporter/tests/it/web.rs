@@ -557,6 +557,76 @@ fn garbage_key_file_is_rejected_with_file_and_key() {
     assert!(msg.contains("no PEM private key found"), "{msg}");
 }
 
+/// Under `dir`: `/dev/zero` behind a symlink, a FIFO, a directory and a file one byte over
+/// 1 MiB (the cap of a web config and of a PEM file), each with why it is refused.
+fn hostile_files(dir: &Path) -> Vec<(PathBuf, String)> {
+    let zero = dir.join("zero");
+    std::os::unix::fs::symlink("/dev/zero", &zero).expect("symlink /dev/zero");
+    let fifo = dir.join("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(made, "mkfifo {}", fifo.display());
+    let folder = dir.join("folder");
+    std::fs::create_dir_all(&folder).expect("create a folder");
+    let big = dir.join("big");
+    std::fs::write(&big, vec![b'#'; (1 << 20) + 1]).expect("write the big file");
+    let not_regular =
+        |what: &str| format!("is {what}, not a regular file: point the setting at a regular file");
+    vec![
+        (zero, not_regular("a character device")),
+        (fifo, not_regular("a FIFO (named pipe)")),
+        (folder, not_regular("a directory")),
+        (
+            big,
+            "is larger than 1 MiB, the most truthscale reads of such a file: is it the right file?"
+                .to_owned(),
+        ),
+    ]
+}
+
+/// The web config, its certificate and its key are read bounded: `/dev/zero`, a FIFO (which
+/// blocked the start), a directory and a file over 1 MiB are each refused at once, naming
+/// the web config, the key and the file; none grows memory.
+#[test]
+fn web_config_and_tls_files_are_read_bounded() {
+    let (good, _) = write_config("bounded", true, false);
+    let dir = good.parent().expect("dir").to_path_buf();
+    let started = std::time::Instant::now();
+    for (path, why) in hostile_files(&dir) {
+        let err = WebConfig::load(&path).expect_err("refused").to_string();
+        assert_eq!(err, format!("{}: {why}", path.display()));
+        for key in ["cert_file", "key_file"] {
+            let (cert, tls_key) = if key == "cert_file" {
+                (path.display().to_string(), "server.key".to_owned())
+            } else {
+                ("server.crt".to_owned(), path.display().to_string())
+            };
+            let config = dir.join(format!("web-{key}.yml"));
+            std::fs::write(
+                &config,
+                format!("tls_server_config:\n  cert_file: {cert}\n  key_file: {tls_key}\n"),
+            )
+            .expect("write the web config");
+            let err = WebConfig::load(&config).expect_err("refused").to_string();
+            assert_eq!(
+                err,
+                format!(
+                    "{}: tls_server_config.{key}: {}: {why}",
+                    config.display(),
+                    path.display()
+                )
+            );
+        }
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 #[tokio::test]
 async fn basic_auth_over_plain_http() {
     let (path, _) = write_config("auth-http", false, true);

@@ -424,7 +424,7 @@ fn shared_gpu_is_apportioned_to_its_pods_by_sm_busy() {
     );
     let m = sidecar.wait_for(WAIT, "per-pod shares", |m| {
         m.iter()
-            .filter(|s| s.name == "truthscale_pod_effective_compute_ratio")
+            .filter(|s| s.name == "truthscale_pod_effective_compute_estimate_ratio")
             .count()
             == 3
             && value(m, "truthscale_gpu_effective_compute_ratio", &[("gpu", "0")]).is_some()
@@ -438,7 +438,9 @@ fn shared_gpu_is_apportioned_to_its_pods_by_sm_busy() {
     assert!(device > 0.0);
     let part = |pod: Option<&str>| {
         m.iter()
-            .find(|s| s.name == "truthscale_pod_effective_compute_ratio" && s.label("pod") == pod)
+            .find(|s| {
+                s.name == "truthscale_pod_effective_compute_estimate_ratio" && s.label("pod") == pod
+            })
             .map(|s| {
                 assert_eq!(s.label("method"), Some("sm_busy_share"));
                 s.value

@@ -774,7 +774,7 @@ fn the_daemonset_serves_every_gpu_as_the_manifest_says() {
     for name in [
         "truthscale_process_sm_busy_ratio",
         "truthscale_process_memory_used_bytes",
-        "truthscale_pod_effective_compute_ratio",
+        "truthscale_pod_effective_compute_estimate_ratio",
     ] {
         assert!(
             named(&m, name).is_empty(),
@@ -1004,7 +1004,7 @@ fn node_dashboard_on_real_prometheus() {
     let node = FakeNode::start(dir.path());
     let running = node.agent(&args, &env, true, dir.path());
     running.wait_for(WAIT, "per-pod shares", |m| {
-        named(m, "truthscale_pod_effective_compute_ratio").len() == 3
+        named(m, "truthscale_pod_effective_compute_estimate_ratio").len() == 3
     });
 
     let config = serde_json::json!({
@@ -1019,7 +1019,7 @@ fn node_dashboard_on_real_prometheus() {
             .series("rate(truthscale_gpu_effective_compute_seconds_total[1m])")
             .len()
             == 3
-            && prom.series("truthscale_pod_effective_compute_ratio").len() == 3
+            && prom.series("truthscale_pod_effective_compute_estimate_ratio").len() == 3
             // A rule's series over a one-minute subquery: once a minute boundary has passed
             // since the rules first ran.
             && !prom
@@ -1147,13 +1147,37 @@ fn node_dashboard_on_real_prometheus() {
         1.0
     );
     assert_eq!(one("cluster:truthscale_gpu_fleet:gpu_hours_per_hour"), 3.0);
-    let web_parts = one("sum(truthscale_pod_effective_compute_ratio{namespace=\"web\"})");
+    // A shared GPU's holders: no measured effective compute of their own; the device's
+    // measured total billed by share (1/2 each of a whole GPU); the SM-busy split apart.
     let web_effective = prom
         .series("namespace:truthscale_gpu_effective_compute:gpu_hours_per_hour{namespace=\"web\"}");
-    assert_eq!(web_effective.len(), 1);
+    assert!(web_effective.is_empty(), "{web_effective:?}");
+    let shared_device = one("truthscale_gpu_effective_compute_ratio{gpu=\"1\"}");
+    let web_sliced = one(
+        "namespace:truthscale_gpu_time_sliced_effective_compute:gpu_hours_per_hour{namespace=\"web\"}",
+    );
     assert!(
-        (web_effective[0].1 - web_parts).abs() < 1e-12,
-        "a shared GPU's use is its per-process parts: {web_effective:?} vs {web_parts}"
+        (web_sliced - shared_device).abs() < 1e-9,
+        "the shared device's measured total, half to each of its two web holders: {web_sliced} vs {shared_device}"
+    );
+    let web_parts = one("sum(truthscale_pod_effective_compute_estimate_ratio{namespace=\"web\"})");
+    let web_estimate = one(
+        "sum(namespace:truthscale_gpu_effective_compute_estimate:gpu_hours_per_hour{namespace=\"web\"})",
+    );
+    assert!(
+        (web_estimate - web_parts).abs() < 1e-9,
+        "the estimate, apart: {web_estimate} vs {web_parts}"
+    );
+    // The measured per-pod family: the sole holder only.
+    let measured = prom.series("truthscale_pod_effective_compute_ratio");
+    assert_eq!(measured.len(), 1, "{measured:?}");
+    assert_eq!(
+        measured[0].0.get("pod").map(String::as_str),
+        Some("train-0")
+    );
+    assert_eq!(
+        measured[0].0.get("method").map(String::as_str),
+        Some("sole_holder")
     );
 
     // Attribution survives the scrape: the workload's labels where the agent gave them, and
@@ -1197,7 +1221,7 @@ fn node_dashboard_on_real_prometheus() {
     let device = device[0].1;
     assert!(device > 0.0);
     let parts: BTreeMap<String, f64> = prom
-        .series("truthscale_pod_effective_compute_ratio")
+        .series("truthscale_pod_effective_compute_estimate_ratio")
         .into_iter()
         .map(|(l, v)| (l.get("pod").cloned().unwrap_or_default(), v / device))
         .collect();

@@ -288,7 +288,7 @@ const DOCUMENTED: &[Documented] = &[
                  exports no per-pod share; the form reads the device's effective compute of \
                  the same pods",
         rewrites: &[(
-            "truthscale_pod_effective_compute_ratio{",
+            "truthscale_pod_effective_compute_estimate_ratio{",
             "truthscale_gpu_effective_compute_ratio{",
         )],
     },
@@ -299,7 +299,7 @@ const DOCUMENTED: &[Documented] = &[
                  the form reads the same devices' effective compute",
         rewrites: &[
             (
-                "truthscale_pod_effective_compute_ratio{",
+                "truthscale_pod_effective_compute_estimate_ratio{",
                 "truthscale_gpu_effective_compute_ratio{",
             ),
             (", pod=\"\"}", "}"),

@@ -865,3 +865,109 @@ fn config_commands() {
     assert!(!status.success(), "serve --interval 50ms started: {stderr}");
     assert!(stderr.contains("source.interval"), "{stderr}");
 }
+
+/// A setting past its range aborted `serve` (exit 134) after passing `config check`:
+/// `http.max_concurrent_requests` above the semaphore's limit, here through the environment
+/// as `1e19` (which the conversion rounded to the largest integer). Both now run the same
+/// check and stop with status 2 and the same message, naming the variable, the key and the
+/// range.
+#[test]
+fn a_setting_past_its_range_stops_check_and_serve_alike() {
+    let tmp = TempDir::new("config-range");
+    let file = tmp.path().join("empty.toml");
+    std::fs::write(&file, "").unwrap();
+    let expected = "truthscale: error: environment (TRUTHSCALE_HTTP__MAX_CONCURRENT_REQUESTS): \
+                    http.max_concurrent_requests: \"1e19\" is not a whole number; use one in \
+                    1..=65536\n";
+    let out = clean_command()
+        .args(["config", "check"])
+        .arg(&file)
+        .env("TRUTHSCALE_SOURCE__KIND", "sim")
+        .env("TRUTHSCALE_HTTP__MAX_CONCURRENT_REQUESTS", "1e19")
+        .output()
+        .expect("run config check");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), expected);
+
+    let mut cmd = clean_command();
+    cmd.args([
+        "serve",
+        "--source",
+        "sim",
+        "--listen",
+        &format!("127.0.0.1:{}", free_port()),
+    ])
+    .env("TRUTHSCALE_HTTP__MAX_CONCURRENT_REQUESTS", "1e19");
+    let run = Spawned::start(cmd, tmp.path(), "serve-1e19");
+    let status = run.finish(Duration::from_secs(10));
+    let stderr = std::fs::read_to_string(tmp.path().join("serve-1e19.stderr")).unwrap_or_default();
+    assert_eq!(status.code(), Some(2), "{status:?}: {stderr}");
+    assert!(stderr.ends_with(expected), "{stderr}");
+}
+
+/// A FIFO as the TLS certificate blocked the start with no log line. It is refused at once,
+/// by `config check` (which reads the web config as `serve` does) and by `serve`, with
+/// status 2 and a message naming the web config, the key and the file.
+#[test]
+fn a_fifo_as_the_tls_certificate_is_refused_at_start() {
+    let mkfifo = require_tool_or_return!("/usr/bin/mkfifo", "coreutils");
+    let tmp = TempDir::new("tls-fifo");
+    let fifo = tmp.path().join("cert.fifo");
+    let made = Command::new(mkfifo)
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success(), "mkfifo failed");
+    std::fs::write(tmp.path().join("server.key"), "").unwrap();
+    let web = tmp.path().join("web.yml");
+    std::fs::write(
+        &web,
+        format!(
+            "tls_server_config:\n  cert_file: {}\n  key_file: server.key\n",
+            fifo.display()
+        ),
+    )
+    .unwrap();
+    let config = tmp.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!("web_config_file = \"{}\"\n", web.display()),
+    )
+    .unwrap();
+    let expected = format!(
+        "invalid web config: {}: tls_server_config.cert_file: {}: is a FIFO (named pipe), not \
+         a regular file: point the setting at a regular file",
+        web.display(),
+        fifo.display()
+    );
+    let started = Instant::now();
+    let out = clean_command()
+        .args(["config", "check"])
+        .arg(&config)
+        .env("TRUTHSCALE_SOURCE__KIND", "sim")
+        .output()
+        .expect("run config check");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!("truthscale: error: {expected}\n")
+    );
+
+    let mut cmd = clean_command();
+    cmd.args(["serve", "--source", "sim", "--web-config"])
+        .arg(&web)
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())]);
+    let run = Spawned::start(cmd, tmp.path(), "serve-fifo");
+    let status = run.finish(Duration::from_secs(10));
+    let stderr = std::fs::read_to_string(tmp.path().join("serve-fifo.stderr")).unwrap_or_default();
+    assert_eq!(status.code(), Some(2), "{status:?}: {stderr}");
+    assert!(
+        stderr.ends_with(&format!("truthscale: error: {expected}\n")),
+        "{stderr}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -32,9 +32,25 @@ const H: f64 = 1.0 / 60.0;
 /// `web/batch` has NaN readings for these 30 steps of the window, counted back from its end.
 const GAP_FROM_END: std::ops::Range<i64> = 40..70;
 
-/// `web/chat-a`'s per-process part of the shared GPU's effective compute (truthscale's own
-/// series: node mode with per-process attribution); `web/chat-b` has none.
-const CHAT_A_PART: f64 = 0.06;
+/// The shared GPU's holders in truthscale's own series (node mode with per-process
+/// attribution): `web/chat-a` spins one block (its processes' SM busy 0.6, no tensor work),
+/// `web/chat-b` does all the device's tensor work (SM busy 0.2). Truth: the device's
+/// effective compute (0.1, its tensor activity at κ = 1) is all chat-b's, chat-a's own is 0.
+const SPIN_SM_BUSY: f64 = 0.6;
+/// See [`SPIN_SM_BUSY`].
+const GEMM_SM_BUSY: f64 = 0.2;
+/// The shared GPU's effective compute, measured on the device (its tensor activity).
+const SHARED_DEVICE_ECF: f64 = 0.1;
+
+/// A holder's estimate as node mode writes it: the device's value split by SM-busy share.
+fn sm_busy_estimate(pod: &str) -> f64 {
+    let own = if pod == "chat-a" {
+        SPIN_SM_BUSY
+    } else {
+        GEMM_SM_BUSY
+    };
+    SHARED_DEVICE_ECF * own / (SPIN_SM_BUSY + GEMM_SM_BUSY)
+}
 
 /// DRAM activity of every GPU but the notebook's (0).
 const DRAM: f64 = 0.1;
@@ -143,8 +159,8 @@ fn openmetrics(end: i64) -> String {
                 add("truthscale_gpu_dram_active_ratio", &l, t, dram);
                 add("truthscale_gpu_sm_clock_hertz", &l, t, clock * 1e6);
             }
-            // Node mode's allocation info: one series per holder; the shared GPU's first
-            // holder has a per-process part of the device's effective compute, the second none.
+            // Node mode's allocation info: one series per holder; the shared GPU's holders have
+            // per-process estimates of their parts of the device's effective compute.
             if !pod.is_empty() && !gap {
                 let replica = if gpu == 2 {
                     format!(",replica=\"{}\"", &pod[5..])
@@ -155,11 +171,17 @@ fn openmetrics(end: i64) -> String {
                     "job=\"truthscale\",gpu=\"{gpu}\",uuid=\"GPU-{node}-{gpu}\",model=\"NVIDIA H100 80GB HBM3\",node=\"{node}\",namespace=\"{ns}\",pod=\"{pod}\",container=\"main\",resource=\"nvidia.com/gpu\"{replica}"
                 );
                 add("truthscale_gpu_allocation_info", &l, t, 1.0);
-                if pod == "chat-a" {
+                if gpu == 2 {
+                    assert_eq!(tensor, SHARED_DEVICE_ECF);
                     let l = format!(
-                        "job=\"truthscale\",gpu=\"{gpu}\",uuid=\"GPU-{node}-{gpu}\",model=\"NVIDIA H100 80GB HBM3\",node=\"{node}\",namespace=\"{ns}\",pod=\"{pod}\",container=\"main\",method=\"sm_busy\""
+                        "job=\"truthscale\",gpu=\"{gpu}\",uuid=\"GPU-{node}-{gpu}\",model=\"NVIDIA H100 80GB HBM3\",node=\"{node}\",namespace=\"{ns}\",pod=\"{pod}\",container=\"main\",method=\"sm_busy_share\""
                     );
-                    add("truthscale_pod_effective_compute_ratio", &l, t, CHAT_A_PART);
+                    add(
+                        "truthscale_pod_effective_compute_estimate_ratio",
+                        &l,
+                        t,
+                        sm_busy_estimate(pod),
+                    );
                 }
             }
             if !pod.is_empty() {
@@ -454,10 +476,12 @@ fn showback_by_team_from_dcgm_history_and_kube_state_metrics() {
     eprintln!("{}", &run.stdout[run.stdout.find("SHOWBACK").unwrap()..]);
 }
 
-/// The same fleet in truthscale's own series (node mode's allocation info, a per-process
-/// part for one holder of the shared GPU), by namespace and by node, with a price per model
-/// and hourly periods: every period reconciles, the whole GPUs' figures are the
-/// dcgm-exporter history's, and the shared GPU's use is its holders' per-process parts.
+/// The same fleet in truthscale's own series (node mode's allocation info, per-process
+/// estimates for the shared GPU's holders: a spinning pod beside the one doing the tensor
+/// work), by namespace and by node, with a price per model and hourly periods: every period
+/// reconciles, the whole GPUs' figures are the dcgm-exporter history's, and the shared GPU
+/// bills no measured effective compute to either holder: its measured total half to each
+/// (time-sliced), the SM-busy split in the estimate column, never billed.
 #[test]
 fn showback_by_namespace_and_node_from_truthscale_series() {
     require_tool_or_return!("/usr/bin/promtool", "prometheus");
@@ -508,22 +532,43 @@ fn showback_by_namespace_and_node_from_truthscale_series() {
         2.0 * W * H,
         "web allocated: batch and half each of the shared GPU",
     );
-    // chat-a's use is its per-process part; chat-b's, without one, is unknown.
+    // Both holders' own use is unknown: the estimate is not a measurement of theirs.
     near(
         &web["use_unknown_gpu_hours"],
-        0.5 * W * H,
-        "web use unknown (chat-b)",
+        W * H,
+        "web use unknown (chat-a and chat-b)",
     );
     near(
         &web["used_gpu_hours"],
-        (W - 30.0) * H + 0.5 * W * H,
-        "web used",
+        (W - 30.0) * H,
+        "web used (batch only)",
     );
+    // Measured effective compute: batch's own only; none from the shared GPU's estimate
+    // (chat-a's would be 0.075 of the GPU, three quarters of work chat-b did).
     near(
         &web["effective_compute_gpu_hours"],
-        0.3 * (W - 30.0) * H + CHAT_A_PART * W * H,
-        "web effective",
+        0.3 * (W - 30.0) * H,
+        "web effective (batch's own)",
     );
+    near(
+        &web["effective_compute_measured_gpu_hours"],
+        (W - 30.0) * H,
+        "web effective measured (batch's)",
+    );
+    // The device's measured total, billed half to each holder.
+    near(
+        &web["time_sliced_effective_compute_gpu_hours"],
+        2.0 * (0.5 * SHARED_DEVICE_ECF) * W * H,
+        "web time-sliced effective compute",
+    );
+    // The estimate apart: chat-a's 0.075 and chat-b's 0.025 of the GPU over the window.
+    near(
+        &web["effective_compute_estimate_gpu_hours"],
+        (sm_busy_estimate("chat-a") + sm_busy_estimate("chat-b")) * W * H,
+        "web effective compute estimate",
+    );
+    assert!((sm_busy_estimate("chat-a") - 0.075).abs() < 1e-12);
+    assert!(research["effective_compute_estimate_gpu_hours"].is_null());
     let notes: Vec<&str> = v["showback"]["notes"]
         .as_array()
         .unwrap()
@@ -531,7 +576,9 @@ fn showback_by_namespace_and_node_from_truthscale_series() {
         .filter_map(Value::as_str)
         .collect();
     assert!(
-        notes.iter().any(|n| n.contains("method sm_busy")),
+        notes
+            .iter()
+            .any(|n| n.contains("method sm_busy_share") && n.contains("never billed")),
         "{notes:?}"
     );
     let periods = v["showback"]["periods"].as_array().expect("periods");
@@ -544,6 +591,36 @@ fn showback_by_namespace_and_node_from_truthscale_series() {
         })
         .sum();
     assert!((fleet - 5.0 * W * H).abs() < 1e-9, "{fleet}");
+    // The CSV and the terminal table name the estimate as one, in a column of its own.
+    let csv = dir.path().join("own.csv");
+    let run = report(
+        &url,
+        "job=\"truthscale\"",
+        &["--by", "namespace", "--csv", csv.to_str().unwrap()],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(run.stdout.contains("t-sliced  estimate"), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("estimate: the SM-busy split, an ESTIMATE, never billed"),
+        "{}",
+        run.stdout
+    );
+    let text = std::fs::read_to_string(&csv).expect("the CSV");
+    let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+    let web_row: Vec<&str> = text
+        .lines()
+        .find(|r| r.contains(",web,"))
+        .expect("web")
+        .split(',')
+        .collect();
+    let col = |name: &str| {
+        let i = header.iter().position(|h| *h == name).expect(name);
+        web_row[i].parse::<f64>().unwrap()
+    };
+    let want = (sm_busy_estimate("chat-a") + sm_busy_estimate("chat-b")) * W * H;
+    assert!((col("effective_compute_estimate_gpu_hours") - want).abs() < 1e-5);
+    assert!((col("effective_compute_gpu_hours") - 0.3 * (W - 30.0) * H).abs() < 1e-5);
     let by_node = json(&report(
         &url,
         "job=\"truthscale\"",

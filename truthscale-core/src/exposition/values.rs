@@ -305,7 +305,14 @@ fn gpu_values<'a>(
                 push(labels, 1.0);
             }
         }
-        GpuMetric::PodEffectiveCompute | GpuMetric::PodMemoryUsed => {
+        GpuMetric::PodEffectiveCompute => {
+            if sole_holder(win)
+                && let Some(v) = win.metrics.effective_compute
+            {
+                push(vec![("method", "sole_holder")], v);
+            }
+        }
+        GpuMetric::PodEffectiveComputeEstimate | GpuMetric::PodMemoryUsed => {
             pod_share_values(id, win, push);
         }
         // Written above, for a GPU that stopped too.
@@ -313,8 +320,18 @@ fn gpu_values<'a>(
     }
 }
 
+/// Whether one container holds this GPU or MIG instance alone, as the kubelet says (node
+/// mode), its series labelled with that holder: then the device's counters are the
+/// holder's own, and its effective compute a measurement of the holder's.
+fn sole_holder(win: &EntityWindow) -> bool {
+    let attributed = win.id.pod.as_ref().is_some_and(|p| !p.pod.is_empty());
+    attributed && win.allocation.as_ref().is_some_and(|a| a.len() == 1)
+}
+
 /// The per-pod parts of a shared GPU (node mode, per-process attribution on): only for a
-/// device no single pod holds, with its processes listed.
+/// device no single pod holds, with its processes listed. Effective compute is split by SM
+/// busy share, an estimate (`truthscale_pod_effective_compute_estimate_ratio`), never the
+/// measured family.
 fn pod_share_values<'a>(
     id: GpuMetric,
     win: &'a EntityWindow,

@@ -162,8 +162,9 @@ fn t4_capture() -> Vec<GpuEntry> {
 
 /// Node mode: a shared H100 (time-sliced between two pods, with per-process attribution,
 /// every reading the catalog exports as is, and a vLLM engine with model and engine
-/// estimates) and an idle NVML-tier H100 (busy flag and power only, allocated to no one):
-/// the inputs of the families the other goldens do not write.
+/// estimates), an idle NVML-tier H100 (busy flag and power only, allocated to no one) and
+/// an H100 one pod holds alone (its measured per-pod effective compute): the inputs of the
+/// families the other goldens do not write.
 fn every_family() -> Vec<GpuEntry> {
     let pod = |name: &str| PodRef {
         pod: name.into(),
@@ -189,7 +190,7 @@ fn every_family() -> Vec<GpuEntry> {
         gpu: Some(gpu),
         uuid: Some(uuid.into()),
         model: Some("NVIDIA H100 80GB HBM3".into()),
-        pci_bus_id: Some(format!("00000000:1{}:00.0", ["A", "B"][gpu as usize])),
+        pci_bus_id: Some(format!("00000000:1{}:00.0", ["A", "B", "C"][gpu as usize])),
         driver_version: Some("550.54.15".into()),
         node: Some("node-e".into()),
         ..EntityId::default()
@@ -260,6 +261,15 @@ fn every_family() -> Vec<GpuEntry> {
                         readings: nvml,
                         sm_clock_is_point: true,
                         allocation: Some(Vec::new()),
+                        ..EntitySample::default()
+                    },
+                    EntitySample {
+                        id: EntityId {
+                            pod: Some(pod("train")),
+                            ..id(2, "GPU-SOLE")
+                        },
+                        readings: shared,
+                        allocation: Some(vec![holder("train", "0", "search")]),
                         ..EntitySample::default()
                     },
                 ],

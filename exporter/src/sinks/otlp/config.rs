@@ -153,7 +153,7 @@ impl PemFile {
     /// # Errors
     /// An [`Invalid`] naming the setting and the file.
     pub(crate) fn read(&self) -> Result<Vec<u8>, Invalid> {
-        std::fs::read(&self.path).map_err(|e| {
+        crate::bounds::read_file(&self.path, crate::bounds::MAX_PEM_FILE).map_err(|e| {
             Invalid::new(
                 self.origin,
                 format!("cannot read {}: {e}", self.path.display()),
@@ -1002,5 +1002,27 @@ mod tests {
         assert!(c.validate(&[]).unwrap().is_some());
         c.endpoint = Some("collector:4317".into());
         assert_eq!(c.validate(&[]).unwrap_err().key, "otlp.endpoint");
+    }
+
+    /// The OTLP certificate, client certificate and key are read bounded: `/dev/zero`, a
+    /// FIFO, a directory and a file over 1 MiB are refused at once, naming the setting and
+    /// the file.
+    #[test]
+    fn pem_files_are_read_bounded() {
+        let dir = Scratch::new("bounded");
+        let t = std::time::Instant::now();
+        for (path, why) in crate::bounds::hostile::files(&dir.0, crate::bounds::MAX_PEM_FILE) {
+            let file = PemFile {
+                path: path.clone(),
+                origin: "otlp.certificate",
+            };
+            let expected = Invalid::new(
+                "otlp.certificate",
+                format!("cannot read {}: {why}", path.display()),
+            );
+            assert_eq!(file.certificates().unwrap_err(), expected);
+            assert_eq!(file.private_key().unwrap_err(), expected);
+        }
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
     }
 }

@@ -101,10 +101,13 @@ pub fn resource(identity: &Identity, env: &[(String, String)]) -> Resource {
 }
 
 fn kernel_hostname() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
+    crate::bounds::read_file_to_string(
+        std::path::Path::new("/proc/sys/kernel/hostname"),
+        crate::bounds::MAX_HOSTNAME_FILE,
+    )
+    .ok()
+    .map(|h| h.trim().to_string())
+    .filter(|h| !h.is_empty())
 }
 
 /// A running OTLP pipeline: meter provider, periodic reader thread, instruments.
