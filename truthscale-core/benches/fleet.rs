@@ -89,6 +89,7 @@ fn fleet(n: usize) -> FleetInput {
         step_seconds: 60.0,
         steps: STEPS,
         tracks,
+        held: Default::default(),
     }
 }
 

@@ -292,6 +292,25 @@ impl Track {
         self
     }
 
+    /// Take `other`, another holder's copy of the same device's counters, into this track:
+    /// a step either knows is known, this track's point first where both do (the copies
+    /// are the same readings).
+    fn merge_copy(&mut self, other: &Track) {
+        let first = self.first.min(other.first);
+        let end = (self.first + self.points.len()).max(other.first + other.points.len());
+        let at = |t: &Track, s: usize| {
+            s.checked_sub(t.first)
+                .and_then(|i| t.points.get(i).copied())
+                .filter(|p| p.any())
+        };
+        self.points = (first..end)
+            .map(|s| at(self, s).or_else(|| at(other, s)).unwrap_or(Point::NONE))
+            .collect();
+        self.first = first;
+        self.memory_total_mib = self.memory_total_mib.max(other.memory_total_mib);
+        self.simulated |= other.simulated;
+    }
+
     /// Close the point still being combined from its steps (with more than one step per
     /// point); nothing otherwise.
     pub fn finish(&mut self) {
@@ -579,6 +598,11 @@ pub struct FleetInput {
     pub steps: usize,
     /// One per workload.
     pub tracks: Vec<Track>,
+    /// The holders (`namespace/pod`) of each GPU (by its track's `gpu` key) whose own series
+    /// carry no pod, where node mode's allocation info names them: a time-sliced GPU's
+    /// counters are the device's, written without pod labels, and the device is its
+    /// holders' one workload in the sizing.
+    pub held: BTreeMap<String, Vec<String>>,
 }
 
 /// Percentiles of a series over the steps at which it is known.
@@ -1210,7 +1234,8 @@ pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
     let hours_per_step = input.step_seconds / 3600.0;
     let mut notes = Vec::new();
 
-    let (unit, work) = workloads(input, &mut notes);
+    let merged = devices(input, &mut notes);
+    let (unit, work) = workloads(input, &merged, &mut notes);
     let gpus_without_pods = gpus_without_pods(input, unit, &work, &mut notes);
     let names = names(&work);
     let (fleet_spec, gpu_mib) = fleet_gpu(&work, &mut notes);
@@ -1289,10 +1314,83 @@ pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
     }
 }
 
-/// The workloads: the tracks with a pod when any has one (unit `pod`), else every GPU as
-/// one workload (unit `gpu`, with a note that allocation is then unknown).
-fn workloads<'a>(input: &'a FleetInput, notes: &mut Vec<String>) -> (&'static str, Vec<&'a Track>) {
-    let with_pod: Vec<&Track> = input.tracks.iter().filter(|t| t.pod.is_some()).collect();
+/// The devices held by several pods, each one workload ([`devices`]), keyed by GPU.
+struct Merged {
+    tracks: Vec<Track>,
+    gpus: BTreeSet<String>,
+}
+
+/// One physical GPU, one place in the sizing. A whole GPU's tracks under several pods are
+/// one device's counters read once per holder (dcgm-exporter, and each holder's sidecar,
+/// write a time-sliced GPU's series once per pod): merged into one workload named by its
+/// holders, its demand counted once. A GPU whose own series carry no pod but whose holders
+/// node mode's allocation info names ([`FleetInput::held`]) is that workload too. MIG
+/// instances are devices of their own and never merged.
+fn devices(input: &FleetInput, notes: &mut Vec<String>) -> Merged {
+    let mut by_gpu: BTreeMap<&str, Vec<&Track>> = BTreeMap::new();
+    for t in input.tracks.iter().filter(|t| !t.is_mig) {
+        if t.pod.is_some() || input.held.contains_key(&t.gpu) {
+            by_gpu.entry(t.gpu.as_str()).or_default().push(t);
+        }
+    }
+    let mut merged = Merged {
+        tracks: Vec::new(),
+        gpus: BTreeSet::new(),
+    };
+    for (gpu, tracks) in by_gpu {
+        let holders: BTreeSet<&str> = tracks
+            .iter()
+            .filter_map(|t| t.pod.as_deref())
+            .chain(
+                input
+                    .held
+                    .get(gpu)
+                    .into_iter()
+                    .flatten()
+                    .map(String::as_str),
+            )
+            .collect();
+        let pod_tracks = tracks.iter().filter(|t| t.pod.is_some()).count();
+        let pod_less = tracks.len() - pod_tracks;
+        if !(pod_tracks > 1 || (pod_less > 0 && !holders.is_empty())) {
+            continue;
+        }
+        // The device's own pod-less series first, then its holders' copies (and any
+        // sole holder's steps before or after the sharing).
+        let mut device = tracks;
+        device.sort_by_key(|t| t.pod.is_some());
+        let mut one = device[0].clone();
+        for t in &device[1..] {
+            one.merge_copy(t);
+        }
+        one.pod = Some(holders.into_iter().collect::<Vec<_>>().join(" + "));
+        merged.gpus.insert(gpu.to_owned());
+        merged.tracks.push(one);
+    }
+    if !merged.gpus.is_empty() {
+        notes.push(format!(
+            "{} GPU(s) held by several pods at once, or time-sliced under node mode, are sized once each, as one workload named by their holders: {}",
+            merged.gpus.len(),
+            merged.gpus.iter().cloned().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    merged
+}
+
+/// The workloads: one per device ([`devices`]), the tracks with a pod when any has one
+/// (unit `pod`), else every GPU as one workload (unit `gpu`, with a note that allocation is
+/// then unknown).
+fn workloads<'a>(
+    input: &'a FleetInput,
+    merged: &'a Merged,
+    notes: &mut Vec<String>,
+) -> (&'static str, Vec<&'a Track>) {
+    let with_pod: Vec<&Track> = input
+        .tracks
+        .iter()
+        .filter(|t| t.pod.is_some() && (t.is_mig || !merged.gpus.contains(&t.gpu)))
+        .chain(&merged.tracks)
+        .collect();
     if with_pod.is_empty() {
         if !input.tracks.is_empty() {
             notes.push(
@@ -2598,6 +2696,7 @@ mod tests {
             step_seconds: 60.0,
             steps,
             tracks,
+            held: Default::default(),
         }
     }
 
@@ -2625,6 +2724,55 @@ mod tests {
         assert_eq!(ratio_units(None), None);
         assert_eq!(mib(Some(30.0 * GIB)), Some(30_720));
         assert_eq!(Point::new(None, None, None, None), Point::NONE);
+    }
+
+    /// A time-sliced GPU is one device in the sizing, whichever way its history names its
+    /// holders: dcgm-exporter writes its series once per holder (two copies), node mode
+    /// without pods (its holders in the allocation info). With a sole holder's GPU beside it:
+    /// busy claim 2 GPUs, compute 0.5 + 0.2 = 0.7, memory (20 + 10) / 80 = 0.375 GPUs, packed
+    /// onto 1 GPU of the 2 allocated, 1 freed. Counted per holder, the shared GPU read 1.7
+    /// compute and 3 busy GPUs.
+    #[test]
+    fn a_time_sliced_gpu_is_sized_once_however_its_holders_are_written() {
+        let steps = 60;
+        let shared = |name: &str| {
+            pod(name, "n/gpu 0", 0..steps, |_| {
+                (Some(0.5), Some(1.0), Some(20.0))
+            })
+        };
+        let sole = pod("ns/c", "n/gpu 1", 0..steps, |_| {
+            (Some(0.2), Some(1.0), Some(10.0))
+        });
+        let per_holder = input(vec![shared("ns/a"), shared("ns/b"), sole.clone()], steps);
+        let mut node_mode = input(vec![shared("x"), sole], steps);
+        node_mode.tracks[0].pod = None;
+        node_mode
+            .held
+            .insert("n/gpu 0".into(), vec!["ns/a".into(), "ns/b".into()]);
+        for (how, fleet) in [("per holder", per_holder), ("node mode", node_mode)] {
+            let r = analyze(&fleet, &FleetConfig::default());
+            let s = &r.sizing;
+            assert_eq!(r.workloads, 2, "{how}");
+            assert!(r.gpus_without_pods.is_empty(), "{how}");
+            assert_eq!(s.allocated_gpus.unwrap().p99, 2.0, "{how}");
+            assert_eq!(s.busy_claim_gpus.summary.unwrap().p99, 2.0, "{how}");
+            assert_eq!(s.compute_demand_gpus.summary.unwrap().p99, 0.7, "{how}");
+            assert_eq!(s.memory_demand_gpus.summary.unwrap().p99, 0.375, "{how}");
+            let p = s.packing.as_ref().unwrap();
+            assert_eq!(p.gpus, 1, "{how}");
+            let names: Vec<&str> = p.bins[0].workloads.iter().map(String::as_str).collect();
+            assert!(names.contains(&"ns/a + ns/b"), "{how}: {names:?}");
+            let sv = r.savings.unwrap();
+            assert_eq!(
+                (sv.baseline_gpus, sv.needed_gpus, sv.gpus_freed),
+                (2, 1, 1),
+                "{how}"
+            );
+            assert!(
+                r.notes.iter().any(|n| n.contains("sized once each")),
+                "{how}"
+            );
+        }
     }
 
     /// The example: 8 GPUs of 80 GiB, one pod each at 20 % saturation and 30 GiB.

@@ -721,6 +721,7 @@ mod tests {
             step_seconds: 60.0,
             steps: 10,
             tracks: vec![a, b, c, d, e],
+            held: Default::default(),
         };
         let group = |t: &Track| {
             t.pod
@@ -798,6 +799,7 @@ mod tests {
             step_seconds: 3600.0,
             steps: 4,
             tracks: vec![a, b],
+            held: Default::default(),
         };
         let groups = vec![Some("ml".to_string()), Some("ml".to_string())];
         let mut c = cfg("namespace");
@@ -867,6 +869,7 @@ mod holder_tests {
             step_seconds: 3600.0,
             steps: 4,
             tracks: vec![dev],
+            held: Default::default(),
         };
         let mut steps = BTreeMap::new();
         for s in 0..3 {
@@ -933,6 +936,7 @@ mod holder_tests {
             step_seconds: 3600.0,
             steps: 2,
             tracks: vec![dev],
+            held: Default::default(),
         };
         // The estimate as the exporter writes it: the device value split by SM busy.
         let total_sm = spin_sm + gemm_sm;

@@ -193,7 +193,13 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
         Some(by) => Some(report::showback::read(&mut history, by)?),
         None => None,
     };
-    let (input, source, stats) = report::collect(history, args.max_points)?;
+    // A time-sliced GPU's holders, for the sizing (node mode writes its series without pods).
+    let held = match &attributes {
+        Some(attrs) => report::showback::held_by_gpu(&attrs.held),
+        None => report::showback::read_held_by_gpu(&mut history)?,
+    };
+    let (mut input, source, stats) = report::collect(history, args.max_points)?;
+    input.held = held;
     let per = source.steps_per_point;
     let cfg = FleetConfig {
         headroom: args.headroom,

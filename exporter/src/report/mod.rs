@@ -124,10 +124,17 @@ pub(crate) fn by_cluster(input: &FleetInput, cfg: &FleetConfig) -> Vec<ClusterRe
     parts
         .into_iter()
         .map(|(cluster, tracks)| {
+            // The holders of this cluster's GPUs (their keys are the tracks').
+            let held = tracks
+                .iter()
+                .filter_map(|t| input.held.get_key_value(&t.gpu))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
             let part = FleetInput {
                 step_seconds: input.step_seconds,
                 steps: input.steps,
                 tracks,
+                held,
             };
             let r = truthscale_core::fleet::analyze(&part, cfg);
             ClusterReport {
@@ -249,6 +256,7 @@ pub(crate) fn collect(
             step_seconds: step_seconds * per as f64,
             steps: steps.div_ceil(per),
             tracks,
+            held: Default::default(),
         },
         source,
         stats,

@@ -164,6 +164,34 @@ fn read_held(history: &mut History) -> anyhow::Result<Vec<Held>> {
     Ok(held)
 }
 
+/// Each GPU's holders over the window, from node mode's allocation info (`held`): what the
+/// sizing counts a time-sliced GPU's workload by ([`FleetInput::held`]).
+#[must_use]
+pub(crate) fn held_by_gpu(held: &[Held]) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for h in held {
+        let pods = out.entry(h.gpu.clone()).or_default();
+        if !pods.contains(&h.pod) {
+            pods.push(h.pod.clone());
+        }
+    }
+    out
+}
+
+/// Node mode's holders of each GPU, for the sizing where `--by` did not read them: empty
+/// for a history of dcgm-exporter's series (their pods are on the series).
+///
+/// # Errors
+/// Prometheus refusing the query.
+pub(crate) fn read_held_by_gpu(
+    history: &mut History,
+) -> anyhow::Result<BTreeMap<String, Vec<String>>> {
+    if history.family() != crate::history::Family::Truthscale {
+        return Ok(BTreeMap::new());
+    }
+    Ok(held_by_gpu(&read_held(history)?))
+}
+
 /// The holders of GPUs whose own series name no pod, with their groups.
 #[must_use]
 /// `per`: steps per point of `input` (a holder at any step of a point holds it at that

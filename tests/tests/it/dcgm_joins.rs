@@ -185,11 +185,11 @@ fn start() -> Joined {
     }
 }
 
-const DEV_UTIL: &str = "device:dcgm_exporter_gpu_utilization:ratio";
-const DEV_GR: &str = "device:dcgm_exporter_gr_engine_active:ratio";
-const GPU_UTIL: &str = "gpu:dcgm_exporter_gpu_utilization:ratio";
-const GPU_GR: &str = "gpu:dcgm_exporter_gr_engine_active:ratio";
-const OVER: &str = "gpu:dcgm_exporter_utilization_over_effective_compute:ratio";
+const DEV_UTIL: &str = "device:truthscale_dcgm_exporter_gpu_utilization:ratio";
+const DEV_GR: &str = "device:truthscale_dcgm_exporter_gr_engine_active:ratio";
+const GPU_UTIL: &str = "gpu:truthscale_dcgm_exporter_gpu_utilization:ratio";
+const GPU_GR: &str = "gpu:truthscale_dcgm_exporter_gr_engine_active:ratio";
+const OVER: &str = "gpu:truthscale_dcgm_exporter_utilization_over_effective_compute:ratio";
 
 /// The five rules on a real Prometheus: a 4.8 and a 4.9 dcgm-exporter, each read by a
 /// truthscale sidecar, all scraped. dcgm-exporter's readings under truthscale's labels from
