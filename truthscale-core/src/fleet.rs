@@ -1385,12 +1385,20 @@ fn workloads<'a>(
     merged: &'a Merged,
     notes: &mut Vec<String>,
 ) -> (&'static str, Vec<&'a Track>) {
-    let with_pod: Vec<&Track> = input
-        .tracks
-        .iter()
-        .filter(|t| t.pod.is_some() && (t.is_mig || !merged.gpus.contains(&t.gpu)))
-        .chain(&merged.tracks)
-        .collect();
+    // Each merged device where its GPU's first track was.
+    let mut emitted = BTreeSet::new();
+    let mut with_pod: Vec<&Track> = Vec::new();
+    for t in &input.tracks {
+        if t.is_mig || !merged.gpus.contains(&t.gpu) {
+            if t.pod.is_some() {
+                with_pod.push(t);
+            }
+        } else if emitted.insert(t.gpu.as_str())
+            && let Some(m) = merged.tracks.iter().find(|m| m.gpu == t.gpu)
+        {
+            with_pod.push(m);
+        }
+    }
     if with_pod.is_empty() {
         if !input.tracks.is_empty() {
             notes.push(

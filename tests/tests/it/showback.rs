@@ -637,3 +637,64 @@ fn showback_by_namespace_and_node_from_truthscale_series() {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// One physical GPU, one place in the sizing: the time-sliced GPU is one workload whether
+/// the history names its holders on copies of its series (dcgm-exporter) or only in the
+/// allocation info (node mode, no pod on the device's series), with or without `--by`.
+/// Truth from the fleet: 4 GPUs allocated (train, notebook, the shared one, batch), 4
+/// workloads, and a compute demand at its p99 of 0.5 + 0 + 0.1 + 0.3 = 0.9 (saturation is
+/// max(τ, DRAM) at κ = 1; the notebook's is 0).
+#[test]
+fn a_time_sliced_gpu_is_one_workload_in_the_sizing_from_either_history() {
+    require_tool_or_return!("/usr/bin/promtool", "prometheus");
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    let dir = TempDir::new("showback-sizing");
+    let prom = Prometheus::backfilled(&openmetrics(end_now()), dir.path(), None);
+    let url = prom.url();
+    for (selector, by) in [
+        ("job=\"dcgm\"", None),
+        ("job=\"truthscale\"", None),
+        ("job=\"truthscale\"", Some("namespace")),
+    ] {
+        let mut extra = vec!["--json"];
+        if let Some(by) = by {
+            extra.extend(["--by", by]);
+        }
+        let v = json(&report(&url, selector, &extra));
+        let fleet = &v;
+        let what = format!("{selector} --by {by:?}");
+        assert_eq!(fleet["workloads"], 4, "{what}: {fleet:#}");
+        assert_eq!(
+            fleet["gpus_without_pods"].as_array().map(Vec::len),
+            Some(1),
+            "{what}"
+        );
+        near(&fleet["sizing"]["allocated_gpus"]["p99"], 4.0, &what);
+        near(
+            &fleet["sizing"]["compute_demand_gpus"]["summary"]["p99"],
+            0.9,
+            &what,
+        );
+        near(
+            &fleet["sizing"]["busy_claim_gpus"]["summary"]["p99"],
+            3.0,
+            &what,
+        );
+        let names: Vec<&str> = fleet["rightsizing"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|w| w["workload"].as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "research/train",
+                "research/notebook",
+                "web/chat-a + web/chat-b",
+                "web/batch"
+            ],
+            "{what}"
+        );
+    }
+}
