@@ -17,8 +17,9 @@ const NODE: &str = "nœud-⚙";
 /// A pod name as dcgm-exporter's own labels carry it (escaped in its exposition), with raw
 /// control characters the formats have no escape for.
 const SOURCE_POD: &str = "src\"pod\\x\ny-ü\tt\rr\0z";
-/// How every reader reads [`SOURCE_POD`] back: the control characters as visible text.
-const SOURCE_POD_READ: &str = "src\"pod\\x\ny-ü\\tt\\rr\\0z";
+/// How every reader reads [`SOURCE_POD`] back: the control characters as visible text, and
+/// the backslash before `x` (which could be read as the start of one) as `\x5c`.
+const SOURCE_POD_READ: &str = "src\"pod\\x5cx\ny-ü\\tt\\rr\\0z";
 
 fn promtool_check(promtool: &std::path::Path, body: &[u8]) {
     let mut child = std::process::Command::new(promtool)

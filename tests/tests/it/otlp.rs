@@ -14,6 +14,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 use prost::Message as _;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use truthscale_e2e::{Sample, Sidecar, TempDir, free_port};
@@ -1340,10 +1341,160 @@ fn awkward_identities_arrive_exact_over_otlp() {
     assert_eq!(s(res, "k8s.node.name").as_deref(), Some("nœud-⚙"));
 }
 
+/// A collector whose first connection trickles its answer (a byte every 300 ms, never
+/// finishing) and whose later connections answer at once; what it saw.
+struct TricklingThenHealthy {
+    addr: std::net::SocketAddr,
+    /// Exports answered on the later connections.
+    answered: Arc<AtomicUsize>,
+    /// Set when the trickling connection is closed by the exporter.
+    trickle_closed: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+}
+
+impl TricklingThenHealthy {
+    fn start() -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let this = Self {
+            addr: listener.local_addr().unwrap(),
+            answered: Arc::default(),
+            trickle_closed: Arc::default(),
+            stop: Arc::default(),
+        };
+        let (answered, closed, stop) = (
+            Arc::clone(&this.answered),
+            Arc::clone(&this.trickle_closed),
+            Arc::clone(&this.stop),
+        );
+        std::thread::spawn(move || {
+            let mut first = true;
+            while !stop.load(Ordering::SeqCst) {
+                let Ok((c, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                };
+                c.set_nonblocking(false).unwrap();
+                let (answered, closed, stop) = (
+                    Arc::clone(&answered),
+                    Arc::clone(&closed),
+                    Arc::clone(&stop),
+                );
+                if std::mem::take(&mut first) {
+                    std::thread::spawn(move || trickle(c, &closed, &stop));
+                } else {
+                    std::thread::spawn(move || answer_each(c, &answered));
+                }
+            }
+        });
+        this
+    }
+}
+
+impl Drop for TricklingThenHealthy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Read one request's head and body from `c`; false at the connection's end.
+fn read_request(c: &mut std::io::BufReader<std::net::TcpStream>) -> bool {
+    use std::io::{BufRead as _, Read as _};
+    let mut len = 0usize;
+    loop {
+        let mut line = String::new();
+        if c.read_line(&mut line).unwrap_or(0) == 0 {
+            return false;
+        }
+        let lower = line.to_ascii_lowercase();
+        if let Some(v) = lower.strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap_or(0);
+        }
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut body = vec![0u8; len];
+    c.read_exact(&mut body).is_ok()
+}
+
+/// Answer the first request's head, then a byte every 300 ms until the peer closes.
+fn trickle(c: std::net::TcpStream, closed: &AtomicBool, stop: &AtomicBool) {
+    use std::io::Write as _;
+    let mut reader = std::io::BufReader::new(c.try_clone().unwrap());
+    let mut c = c;
+    if !read_request(&mut reader) {
+        return;
+    }
+    let head = b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 100000\r\n\r\n";
+    let _ = c.write_all(head);
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(300));
+        if c.write_all(b"\0").and_then(|()| c.flush()).is_err() {
+            closed.store(true, Ordering::SeqCst);
+            return;
+        }
+    }
+}
+
+/// Answer every request on `c` at once with an empty (successful) export answer.
+fn answer_each(c: std::net::TcpStream, answered: &AtomicUsize) {
+    use std::io::Write as _;
+    let mut reader = std::io::BufReader::new(c.try_clone().unwrap());
+    let mut c = c;
+    while read_request(&mut reader) {
+        let ok =
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n";
+        if c.write_all(ok).is_err() {
+            return;
+        }
+        answered.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A collector whose first answer trickles forever, then answers new connections at once:
+/// the stuck exchange used to keep its in-flight flag, so every later export was refused
+/// unsent (0 exports in 60 s). The stuck exchange is abandoned at its deadline (the 1 s
+/// export timeout), counted once as `timeout`, its connection closed, and exports resume
+/// on a fresh connection within one interval (1 s) of it.
+#[test]
+fn http_exports_resume_after_a_trickling_answer() {
+    let collector = TricklingThenHealthy::start();
+    let dir = TempDir::new("otlp-trickle-recovers");
+    let endpoint = format!("http://{}", collector.addr);
+    let mut env = ENV.to_vec();
+    env.push(("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"));
+    env.push(("OTEL_EXPORTER_OTLP_TIMEOUT", "1000"));
+    let mut args = ARGS.to_vec();
+    args.extend(["--otlp-endpoint", &endpoint]);
+    let sidecar = Sidecar::start(&args, &env, dir.path());
+    wait_for_failure(&sidecar, "timeout");
+    let timed_out = Instant::now();
+    while collector.answered.load(Ordering::SeqCst) == 0 {
+        assert!(
+            timed_out.elapsed() < Duration::from_millis(2500),
+            "no export answered within one interval of the timeout; stderr:\n{}",
+            sidecar.process.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let first = collector.answered.load(Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(3500));
+    let later = collector.answered.load(Ordering::SeqCst) - first;
+    assert!(
+        (2..=5).contains(&later),
+        "{later} exports answered in 3.5 s at a 1 s interval"
+    );
+    assert!(collector.trickle_closed.load(Ordering::SeqCst));
+    assert_eq!(errors_of_kind(&sidecar, "timeout"), 1.0);
+    assert_eq!(errors_of_kind(&sidecar, "unavailable"), 0.0);
+    assert_eq!(errors_of_kind(&sidecar, "other"), 0.0);
+}
+
 /// A collector that answers HTTP/protobuf a byte every 300 ms: each read is within
 /// reqwest's timeout, so the export used to hang for as long as it trickled (one export in
 /// 45 s, nothing counted). The whole exchange has one deadline, and the failure is a
-/// `timeout`; a second export while the first is still trickling is not sent.
+/// `timeout` (that the next export then goes out: `http_exports_resume_after_a_trickling_answer`).
 #[test]
 fn http_trickling_collector_is_a_timeout() {
     use std::io::{Read as _, Write as _};

@@ -103,30 +103,123 @@ pub struct ExporterStatus {
     pub series_dropped: u64,
 }
 
-/// Escape a label value for both text formats.
+/// Escape a label value for both text formats, one-to-one: two different values are never
+/// written the same, and [`unescape_label`] reads back the value.
 ///
-/// The formats have escapes for backslash, double quote and newline only. Any other control
-/// character (CR, TAB, NUL, …) is written as visible text: a backslash (itself escaped)
-/// then `r`, `t`, `0` or `xHH`, so every reader (Prometheus, promtool, the Python parser,
-/// a line reader that takes CR for a line end) reads the same characters, `\r` for a CR.
+/// The formats have escapes for backslash, double quote and newline only. Characters that
+/// must not be written raw are written as visible text instead: a backslash (itself escaped
+/// by the format) then `r`, `t` or `0` for CR, TAB and NUL, `xHH` for the other ASCII
+/// controls, and `u{HHHH}` for the bidirectional controls (U+061C, U+200E, U+200F,
+/// U+202A–U+202E, U+2066–U+2069), which would otherwise reorder what a reader sees. So that
+/// this cannot collide with a value holding the same text, a backslash that a reader could
+/// take for the start of such an escape (one followed by `r`, `t`, `0`, `x`, `u`, or a
+/// character written as an escape) is itself written as one, `x5c`; every other backslash is
+/// written as it is. Every reader (Prometheus, promtool, the Python parser, a line reader
+/// that takes CR for a line end) reads the same characters: `\r` for a CR, `\x5cr` for a
+/// backslash then `r`, `\\` for two backslashes.
 #[must_use]
 pub fn escape_label(v: &str) -> String {
     let mut out = String::with_capacity(v.len());
-    for c in v.chars() {
+    let mut chars = v.chars().peekable();
+    while let Some(c) = chars.next() {
         match c {
-            '\\' => out.push_str("\\\\"),
+            '\\' if backslash_escaped(chars.peek().copied()) => out.push_str(r"\\x5c"),
+            '\\' => out.push_str(r"\\"),
             '"' => out.push_str("\\\""),
             '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\\\r"),
-            '\t' => out.push_str("\\\\t"),
-            '\0' => out.push_str("\\\\0"),
-            c if c.is_control() && (c as u32) < 0x80 => {
-                out.push_str(&format!("\\\\x{:02x}", c as u32));
+            '\r' => out.push_str(r"\\r"),
+            '\t' => out.push_str(r"\\t"),
+            '\0' => out.push_str(r"\\0"),
+            c if c.is_ascii_control() => {
+                let _ = write!(out, r"\\x{:02x}", u32::from(c));
+            }
+            c if is_bidi_control(c) => {
+                let _ = write!(out, r"\\u{{{:04x}}}", u32::from(c));
             }
             c => out.push(c),
         }
     }
     out
+}
+
+/// The bidirectional-control characters, never written raw.
+fn is_bidi_control(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+    )
+}
+
+/// Whether a backslash before `next` is written as the visible escape `x5c`, so that it
+/// cannot be read as the start of one.
+fn backslash_escaped(next: Option<char>) -> bool {
+    next.is_some_and(|n| {
+        matches!(n, 'r' | 't' | '0' | 'x' | 'u')
+            || (n.is_ascii_control() && n != '\n')
+            || is_bidi_control(n)
+    })
+}
+
+/// Read back a label value written by [`escape_label`] (the text between the quotes): the
+/// format's three escapes, then truthscale's visible ones. `None` for text that
+/// [`escape_label`] cannot have written (a lone or unknown format escape, a bad `xHH` or
+/// `u{…}`).
+#[must_use]
+pub fn unescape_label(text: &str) -> Option<String> {
+    let mut read = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '"' || c == '\n' {
+            return None;
+        }
+        if c != '\\' {
+            read.push(c);
+            continue;
+        }
+        read.push(match chars.next()? {
+            '\\' => '\\',
+            '"' => '"',
+            'n' => '\n',
+            _ => return None,
+        });
+    }
+    unescape_visible(&read)
+}
+
+/// Undo the visible escapes of [`escape_label`] in a value the format's reader has read.
+fn unescape_visible(read: &str) -> Option<String> {
+    let mut out = String::with_capacity(read.len());
+    let mut rest = read;
+    while let Some(at) = rest.find('\\') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let (c, used) = match after.chars().next() {
+            Some('r') => ('\r', 1),
+            Some('t') => ('\t', 1),
+            Some('0') => ('\0', 1),
+            Some('x') => {
+                let hex = after
+                    .get(1..3)
+                    .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))?;
+                let c = char::from(u8::from_str_radix(hex, 16).ok()?);
+                ((c.is_ascii_control() || c == '\\').then_some(c)?, 3)
+            }
+            Some('u') => {
+                let close = after.find('}')?;
+                let hex = after.get(1..close)?.strip_prefix('{')?;
+                if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return None;
+                }
+                let c = char::from_u32(u32::from_str_radix(hex, 16).ok()?)?;
+                (is_bidi_control(c).then_some(c)?, close + 1)
+            }
+            _ => ('\\', 0),
+        };
+        out.push(c);
+        rest = &after[used..];
+    }
+    out.push_str(rest);
+    Some(out)
 }
 
 fn gpu_labels(e: &GpuEntry, id: &Identity) -> String {
@@ -321,6 +414,66 @@ mod tests {
             "p\\\\ta\\\\rb\\\\0c\\\\x1bd\\\\x7f"
         );
         assert_eq!(escape_label("日本\u{85}"), "日本\u{85}");
+    }
+
+    /// A value holding the text of a visible escape is written apart from the character
+    /// that escape stands for; a backslash before anything else is written once, as before.
+    #[test]
+    fn label_escaping_is_one_to_one() {
+        // A CR and a backslash then `r` were once written the same.
+        assert_eq!(escape_label("\r"), r"\\r");
+        assert_eq!(escape_label(r"\r"), r"\\x5cr");
+        assert_eq!(escape_label("\\\r"), r"\\x5c\\r");
+        assert_eq!(escape_label(r"\\r"), r"\\\\x5cr");
+        assert_eq!(escape_label(r"C:\data\x"), r"C:\\data\\x5cx");
+        assert_eq!(escape_label(r"\\srv\d"), r"\\\\srv\\d");
+        assert_eq!(escape_label("a\\"), r"a\\");
+        assert_eq!(escape_label("\u{202e}cba"), r"\\u{202e}cba");
+        assert_eq!(escape_label(r"\u{202e}"), r"\\x5cu{202e}");
+        assert_eq!(
+            escape_label("\u{61c}\u{200e}\u{200f}\u{202a}\u{2066}\u{2069}"),
+            r"\\u{061c}\\u{200e}\\u{200f}\\u{202a}\\u{2066}\\u{2069}"
+        );
+        assert_eq!(
+            unescape_label(r"\\x5cu{202e}").as_deref(),
+            Some(r"\u{202e}")
+        );
+        assert_eq!(unescape_label(r"\\u{202e}").as_deref(), Some("\u{202e}"));
+        assert_eq!(
+            unescape_label(r"\\r\\x1b\\\\").as_deref(),
+            Some("\r\u{1b}\\\\")
+        );
+        assert_eq!(unescape_label(r"\q"), None);
+        assert_eq!(unescape_label(r#"a"b"#), None);
+        assert_eq!(unescape_label(r"\\x+1"), None);
+        assert_eq!(unescape_label(r"\\u{41}"), None);
+    }
+
+    /// Awkward characters, the letters of the visible escapes, and anything else.
+    fn awkward_value() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let c = prop_oneof![
+            prop::sample::select(vec![
+                '\\', '"', '\n', '\r', '\t', '\0', '\u{1b}', '\u{7f}', 'r', 't', '0', 'x', 'u',
+                '{', '}', '2', 'e', '\u{61c}', '\u{200e}', '\u{200f}', '\u{202a}', '\u{202e}',
+                '\u{2066}', '\u{2069}', '\u{85}',
+            ]),
+            any::<char>(),
+        ];
+        proptest::collection::vec(c, 0..16).prop_map(|v| v.into_iter().collect())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        /// Escaping reads back exactly, so two values are never written the same; no
+        /// bidirectional or ASCII control is ever written raw.
+        #[test]
+        fn label_escaping_reads_back_and_hides_controls(a in awkward_value(), b in awkward_value()) {
+            let (ea, eb) = (escape_label(&a), escape_label(&b));
+            proptest::prop_assert_eq!(unescape_label(&ea), Some(a.clone()));
+            proptest::prop_assert_eq!(ea == eb, a == b);
+            proptest::prop_assert!(!ea.chars().any(|c| is_bidi_control(c) || c.is_ascii_control()), "{:?}", ea);
+        }
     }
 
     fn entry(pod: &str) -> GpuEntry {

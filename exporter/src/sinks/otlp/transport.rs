@@ -120,33 +120,36 @@ impl tonic::service::Interceptor for HeaderInterceptor {
 /// error").
 pub(super) type TransportDetail = Arc<Mutex<Option<String>>>;
 
-/// The HTTP/protobuf client: a blocking reqwest client with truthscale's rustls
-/// configuration, which sets `otlp.headers` over the SDK's headers and keeps the last
-/// transport error. Each exchange runs on a thread of its own under one deadline for the
-/// whole request: reqwest's timeout bounds each read, so a collector that trickles its
-/// answer a byte at a time would otherwise hold the export forever.
+/// The largest answer read from a collector, as the SDK's own clients read it.
+const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+
+/// The HTTP/protobuf client: a reqwest client with truthscale's rustls configuration, which
+/// sets `otlp.headers` over the SDK's headers and keeps the last transport error. Each
+/// exchange runs as a task on the client's own runtime under one deadline for the whole
+/// request (the export timeout): a collector that trickles its answer a byte at a time is
+/// abandoned at the deadline, its connection closed, and the next export is sent on a
+/// fresh connection.
 #[derive(Debug)]
 struct HttpClient {
-    inner: reqwest::blocking::Client,
+    inner: reqwest::Client,
+    runtime: ExchangeRuntime,
     headers: Vec<(axum::http::HeaderName, axum::http::HeaderValue)>,
     detail: TransportDetail,
     /// The whole exchange's deadline (the export timeout).
     deadline: Duration,
-    /// An exchange still running past its deadline: the next export is refused at once
-    /// rather than starting a second thread.
-    in_flight: Arc<AtomicBool>,
 }
 
-/// Run a future that never waits (the blocking client's `send_bytes`) to completion on
-/// this thread.
-fn run_to_end<F: std::future::Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    loop {
-        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
+/// The runtime the HTTP client's exchanges run on (the SDK calls the client from a thread
+/// of its own, outside any runtime). Shut down in the background when dropped, so that
+/// dropping it never blocks, even on an async worker.
+#[derive(Debug)]
+struct ExchangeRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for ExchangeRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
         }
-        std::thread::yield_now();
     }
 }
 
@@ -172,8 +175,18 @@ impl opentelemetry_http::HttpClient for HttpClient {
     }
 }
 
+/// The error of an exchange abandoned at its deadline.
+fn deadline_error(deadline: Duration) -> opentelemetry_http::HttpError {
+    format!(
+        "no complete answer within the {} ms timeout (the collector is slow or trickles its answer): abandoned, its connection closed",
+        deadline.as_millis()
+    )
+    .into()
+}
+
 impl HttpClient {
-    /// One exchange under the whole-request deadline.
+    /// One exchange under the whole-request deadline. Past the deadline the exchange's task
+    /// is dropped, which closes its connection: nothing of it outlives the export.
     fn exchange(
         &self,
         request: opentelemetry_http::Request<opentelemetry_http::Bytes>,
@@ -181,36 +194,46 @@ impl HttpClient {
         opentelemetry_http::Response<opentelemetry_http::Bytes>,
         opentelemetry_http::HttpError,
     > {
-        if self.in_flight.swap(true, Ordering::AcqRel) {
-            return Err(format!(
-                "the previous export is still being answered after the {} ms timeout (a collector trickling its answer): not sent",
-                self.deadline.as_millis()
-            )
-            .into());
-        }
+        let request = reqwest::Request::try_from(request)?;
+        let Some(rt) = &self.runtime.0 else {
+            return Err("the OTLP HTTP client is shut down".into());
+        };
         let (tx, rx) = std::sync::mpsc::channel();
-        let inner = self.inner.clone();
-        let in_flight = Arc::clone(&self.in_flight);
-        let spawned = std::thread::Builder::new()
-            .name("otlp-http-export".into())
-            .spawn(move || {
-                let r = run_to_end(opentelemetry_http::HttpClient::send_bytes(&inner, request));
-                in_flight.store(false, Ordering::Release);
-                let _ = tx.send(r);
-            });
-        if let Err(e) = spawned {
-            self.in_flight.store(false, Ordering::Release);
-            return Err(format!("cannot start the export's thread: {e}").into());
-        }
-        match rx.recv_timeout(self.deadline) {
-            Ok(r) => r,
-            Err(_) => Err(format!(
-                "no complete answer within the {} ms timeout (the collector is slow or trickles its answer)",
-                self.deadline.as_millis()
-            )
-            .into()),
-        }
+        let (inner, deadline) = (self.inner.clone(), self.deadline);
+        rt.spawn(async move {
+            let r = tokio::time::timeout(deadline, send(inner, request))
+                .await
+                .unwrap_or_else(|_| Err(deadline_error(deadline)));
+            let _ = tx.send(r);
+        });
+        // The task ends at the deadline; the margin covers a runtime slow to wake it. Were
+        // the wait to end first, the task still ends (and closes its connection) by itself.
+        rx.recv_timeout(deadline.saturating_add(Duration::from_secs(1)))
+            .unwrap_or_else(|_| Err(deadline_error(deadline)))
     }
+}
+
+/// Send `request` and read the whole answer, at most [`MAX_ANSWER_BYTES`] of it.
+async fn send(
+    client: reqwest::Client,
+    request: reqwest::Request,
+) -> Result<opentelemetry_http::Response<opentelemetry_http::Bytes>, opentelemetry_http::HttpError>
+{
+    let mut response = client.execute(request).await?;
+    let status = response.status();
+    let headers = std::mem::take(response.headers_mut());
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len().saturating_add(chunk.len()) > MAX_ANSWER_BYTES {
+            return Err(Box::new(opentelemetry_http::ResponseBodyTooLarge::new()));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    let mut answer = opentelemetry_http::Response::builder()
+        .status(status)
+        .body(opentelemetry_http::Bytes::from(body))?;
+    *answer.headers_mut() = headers;
+    Ok(answer)
 }
 
 /// An error and its sources, `: `-joined, each only once.
@@ -315,27 +338,27 @@ fn grpc_tls_channel(
     )
 }
 
-/// Build the blocking HTTP client on a thread of its own: reqwest's blocking client must
-/// not be built (or dropped) on an async worker.
+/// Build the HTTP client and the runtime its exchanges run on.
 fn http_client(
     tls: rustls::ClientConfig,
     timeout: Duration,
-) -> anyhow::Result<reqwest::blocking::Client> {
-    std::thread::Builder::new()
-        .name("otlp-http-client".into())
-        .spawn(move || {
-            reqwest::blocking::Client::builder()
-                .timeout(timeout)
-                .tls_backend_preconfigured(tls)
-                // A redirect is the collector's answer, not a new destination: metrics and
-                // headers never follow it (to plain HTTP or elsewhere); it fails the export.
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-        })
-        .context("cannot start a thread for the OTLP HTTP client")?
-        .join()
-        .map_err(|_| anyhow::anyhow!("building the OTLP HTTP client panicked"))?
-        .context("cannot build the OTLP HTTP client")
+) -> anyhow::Result<(reqwest::Client, ExchangeRuntime)> {
+    let client = reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .tls_backend_preconfigured(tls)
+        // A redirect is the collector's answer, not a new destination: metrics and headers
+        // never follow it (to plain HTTP or elsewhere); it fails the export.
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .context("cannot build the OTLP HTTP client")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("otlp-http-export")
+        .enable_all()
+        .build()
+        .context("cannot start the OTLP HTTP client's runtime")?;
+    Ok((client, ExchangeRuntime(Some(runtime))))
 }
 
 /// The SDK's exporter over truthscale's transport, and what that transport notes for the
@@ -458,12 +481,13 @@ fn http_exporter(
         asked = Some(record_client_cert_requests(&mut tls_config));
     }
     let headers = http_headers(settings)?;
+    let (inner, runtime) = http_client(tls_config, settings.effective_timeout)?;
     let client = HttpClient {
-        inner: http_client(tls_config, settings.effective_timeout)?,
+        inner,
+        runtime,
         headers,
         detail: Arc::clone(detail),
         deadline: settings.effective_timeout,
-        in_flight: Arc::new(AtomicBool::new(false)),
     };
     let mut b = MetricExporter::builder()
         .with_http()
