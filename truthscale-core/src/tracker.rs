@@ -616,6 +616,44 @@ impl<T> EntityTable<T> {
         }
     }
 
+    /// Keep only the entities for which `keep` holds; the rest are dropped with their index
+    /// entries, the slots compacted (a later slot moves down), and the index rebuilt only
+    /// when something was dropped. Memory held past four times what is kept goes back.
+    /// Returns how many were dropped.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) -> usize {
+        let before = self.slots.len();
+        self.slots.retain(|(_, t)| keep(t));
+        let dropped = before - self.slots.len();
+        if dropped == 0 {
+            return 0;
+        }
+        self.index.clear();
+        for (slot, (key, _)) in self.slots.iter().enumerate() {
+            self.index.insert(key.clone(), slot);
+        }
+        // A hint is checked against its slot's key before use; the stale ones would only
+        // miss, but they are cleared so that none points past the end.
+        self.hints.clear();
+        let floor = self.slots.len().max(16);
+        if self.slots.capacity() > 4 * floor {
+            self.slots.shrink_to(2 * floor);
+            self.index.shrink_to(2 * floor);
+            self.hints.shrink_to(2 * floor);
+        }
+        dropped
+    }
+
+    /// How many entities the table holds.
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Entries in the key index (the same number as entities; for tests of the bound).
+    #[cfg(test)]
+    pub(crate) fn index_len(&self) -> usize {
+        self.index.len()
+    }
+
     /// The values in key order.
     pub(crate) fn sorted(&self) -> Vec<&T> {
         let mut v: Vec<&(EntityKey, T)> = self.slots.iter().collect();
@@ -752,10 +790,34 @@ impl Deriver {
         &self.config
     }
 
-    /// Forget an entity (for example when its source went stale).
+    /// Forget an entity (for example when its source went stale): its state, its slot and
+    /// its index entry are dropped. A later sample of it starts it afresh.
     pub fn forget(&mut self, key: &EntityKey) {
+        let before = self.entities.len();
         self.entities.remove(key);
-        self.epoch += 1;
+        if self.entities.len() != before {
+            self.epoch += 1;
+        }
+    }
+
+    /// Forget every entity whose latest sample was taken before `cutoff` (an entity not
+    /// seen for a while: a pod that ended, a GPU replaced); returns how many. Meant to run
+    /// once in a while (say once per stale period), not every sample: it walks every
+    /// entity.
+    pub fn forget_unseen_since(&mut self, cutoff: Timestamp) -> usize {
+        let dropped = self
+            .entities
+            .retain(|st| st.last_taken.seconds_since(cutoff) >= 0.0);
+        if dropped > 0 {
+            self.epoch += 1;
+        }
+        dropped
+    }
+
+    /// How many entities the deriver keeps state for.
+    #[must_use]
+    pub fn tracked(&self) -> usize {
+        self.entities.len()
     }
 
     /// Feed one sample.
@@ -1324,7 +1386,7 @@ fn integrate(w: &mut EntityWindow, dt: f64) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::model::Readings;
+    use crate::model::{PodRef, Readings};
 
     /// A sample of one H100 (gpu 0) at `ms` with these readings.
     pub(crate) fn sample(ms: i64, pairs: &[(Field, f64)]) -> Sample {
@@ -1886,5 +1948,76 @@ pub(crate) mod tests {
         s.entities[0].sm_clock_is_point = false;
         let w = d.observe(&s).windows.remove(0);
         assert!((w.metrics.kappa.unwrap() - 0.6).abs() < 1e-12);
+    }
+
+    /// One H100's entity: `uuid`, index `gpu`, held by `pod`, with readings that vary by `i`.
+    fn churn_entity(gpu: u32, uuid: &str, pod: &str, i: i64) -> EntitySample {
+        let mut r = Readings::default();
+        r.set_value(Field::ReportedUtil, (i % 10) as f64 / 10.0);
+        r.set_value(Field::TensorActive, (i % 7) as f64 / 10.0);
+        r.set_value(Field::EnergyJoules, 1000.0 + 300.0 * i as f64);
+        EntitySample {
+            id: EntityId {
+                gpu: Some(gpu),
+                uuid: Some(uuid.into()),
+                model: Some("NVIDIA H100 80GB HBM3".into()),
+                pod: Some(PodRef {
+                    pod: pod.into(),
+                    namespace: Some("batch".into()),
+                    container: None,
+                }),
+                ..Default::default()
+            },
+            readings: r,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn forgetting_the_unseen_keeps_churn_bounded_and_the_rest_unchanged() {
+        // Two GPUs held all along; beside them, every sample, a new UUID (a replaced GPU)
+        // and a new pod on a third GPU (a batch job), for 3 000 samples a second apart. A
+        // sweep every 60 samples forgets what was not seen for 30 s.
+        let mut churned = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let mut steady = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let (mut most, mut after_sweeps) = (0, Vec::new());
+        for i in 1..=3000_i64 {
+            let taken = Timestamp(i * 1000);
+            let stable = vec![
+                churn_entity(0, "GPU-a", "server", i),
+                churn_entity(1, "GPU-b", "server", i),
+            ];
+            let mut all = stable.clone();
+            all.push(churn_entity(2, &format!("GPU-new-{i}"), "job", i));
+            all.push(churn_entity(3, "GPU-d", &format!("job-{i}"), i));
+            let out = churned.observe(&Sample {
+                taken,
+                entities: all,
+            });
+            let alone = steady.observe(&Sample {
+                taken,
+                entities: stable,
+            });
+            // The entities still present derive exactly what they would without the churn.
+            assert_eq!(out.windows[..2], alone.windows[..]);
+            most = most.max(churned.tracked());
+            if i % 60 == 0 {
+                let dropped = churned.forget_unseen_since(Timestamp(taken.0 - 30_000));
+                assert_eq!(dropped, if i == 60 { 58 } else { 120 });
+                after_sweeps.push(churned.tracked());
+                assert_eq!(churned.entities.index_len(), churned.tracked());
+            }
+        }
+        // After a sweep: the 2 held GPUs and the 2 churning entities of the last 31 samples
+        // (the cutoff's own included); before one, 60 samples' more churn at most.
+        assert_eq!(after_sweeps, vec![64; 50]);
+        assert_eq!(most, 64 + 2 * 60);
+        assert_eq!(steady.tracked(), 2);
+        // Forgetting one by key drops it, and only it.
+        churned.forget(&churn_entity(3, "GPU-d", "job-3000", 3000).id.key());
+        assert_eq!(churned.tracked(), 63);
+        assert_eq!(churned.entities.index_len(), 63);
+        churned.forget(&churn_entity(3, "GPU-d", "job-1", 1).id.key());
+        assert_eq!(churned.tracked(), 63);
     }
 }

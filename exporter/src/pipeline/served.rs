@@ -35,6 +35,26 @@ pub(crate) struct Served {
     pub(crate) diagnostics: BTreeMap<String, u64>,
     /// The entities (and kinds) whose impossible readings or gaps were logged: once each.
     logged_diagnostics: HashSet<(EntityKey, DiagnosticKind)>,
+    /// Entities no longer served because their device is now attributed otherwise, with
+    /// when: the deriver keeps their state (should the attribution come back) until they
+    /// have been gone as long as a stopped GPU is kept, then forgets them.
+    retired: HashMap<EntityKey, Instant>,
+    /// How long a stopped GPU is still listed after it went stale ([`FORGET_STOPPED_AFTER`];
+    /// shorter in tests).
+    stopped_kept: Duration,
+    /// When `retired` was last swept (once per stale period).
+    last_sweep: Option<Instant>,
+}
+
+/// How many entries each per-entity map of [`Served`] holds, for tests of the bound.
+#[cfg(test)]
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Held {
+    pub(crate) served: usize,
+    pub(crate) deriver: usize,
+    pub(crate) retired: usize,
+    pub(crate) attributed_keys: usize,
+    pub(crate) logged_diagnostics: usize,
 }
 
 /// A device whatever its attribution: node, index, UUID and MIG instance.
@@ -57,6 +77,27 @@ impl Served {
             last_data: None,
             diagnostics: BTreeMap::new(),
             logged_diagnostics: HashSet::new(),
+            retired: HashMap::new(),
+            stopped_kept: FORGET_STOPPED_AFTER,
+            last_sweep: None,
+        }
+    }
+
+    /// Keep a stopped GPU listed this long (tests shorten the 10 minutes).
+    #[cfg(test)]
+    pub(crate) fn set_stopped_kept(&mut self, kept: Duration) {
+        self.stopped_kept = kept;
+    }
+
+    /// How many entries each per-entity map holds.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> Held {
+        Held {
+            served: self.entities.len(),
+            deriver: self.deriver.tracked(),
+            retired: self.retired.len(),
+            attributed_keys: self.attributed_keys.len(),
+            logged_diagnostics: self.logged_diagnostics.len(),
         }
     }
 
@@ -109,8 +150,13 @@ impl Served {
                 // as a GPU that stopped.
                 let devices: HashSet<_> = d.windows.iter().map(|w| device_of(&w.id)).collect();
                 let fresh: HashSet<_> = d.windows.iter().map(|w| w.id.key()).collect();
+                let retired = &mut self.retired;
                 self.entities.retain(|k, s| {
-                    fresh.contains(k) || !devices.contains(&device_of(&s.window.id))
+                    let keep = fresh.contains(k) || !devices.contains(&device_of(&s.window.id));
+                    if !keep {
+                        retired.insert(k.clone(), t0);
+                    }
+                    keep
                 });
             }
             for w in d.windows {
@@ -134,11 +180,48 @@ impl Served {
         if !produced.unchanged.is_empty() {
             self.last_data = Some(t0);
         }
-        let stale_after = self.stale_after;
-        // A GPU that stopped (stale) is kept as `truthscale_gpu_up 0` for a while, then
-        // forgotten.
-        self.entities
-            .retain(|_, s| s.last_seen.elapsed() <= stale_after + FORGET_STOPPED_AFTER);
+        self.forget_gone(t0);
+    }
+
+    /// A GPU that stopped (stale) is kept as `truthscale_gpu_up 0` for a while, then
+    /// forgotten: its served entry, its deriver state and what was logged of it. Entities
+    /// retired by a change of attribution are forgotten as long after, swept once per stale
+    /// period. Nothing goes before it would have stopped being listed.
+    fn forget_gone(&mut self, t0: Instant) {
+        let limit = self.stale_after + self.stopped_kept;
+        let deriver = &mut self.deriver;
+        let mut forgot = 0_usize;
+        self.entities.retain(|k, s| {
+            let keep = t0.saturating_duration_since(s.last_seen) <= limit;
+            if !keep {
+                deriver.forget(k);
+                forgot += 1;
+            }
+            keep
+        });
+        let due = self
+            .last_sweep
+            .is_none_or(|t| t0.saturating_duration_since(t) >= self.stale_after);
+        if due {
+            self.last_sweep = Some(t0);
+            let served = &self.entities;
+            self.retired.retain(|k, at| {
+                let keep = !served.contains_key(k) && t0.saturating_duration_since(*at) <= limit;
+                if !keep && !served.contains_key(k) {
+                    deriver.forget(k);
+                    forgot += 1;
+                }
+                keep
+            });
+            if self.retired.capacity() > 4 * self.retired.len().max(16) {
+                self.retired.shrink_to_fit();
+            }
+        }
+        if forgot > 0 {
+            let (served, retired) = (&self.entities, &self.retired);
+            self.logged_diagnostics
+                .retain(|(k, _)| served.contains_key(k) || retired.contains_key(k));
+        }
         if !self.attributed_keys.is_empty() {
             let served = &self.entities;
             self.attributed_keys.retain(|_, to| served.contains_key(to));
@@ -187,5 +270,141 @@ impl Served {
         } else {
             tracing::debug!(diagnostic = %diag, "Derivation diagnostic.");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use truthscale_core::derive::DeriveConfig;
+    use truthscale_core::model::{EntitySample, Field, PodRef, Readings, Sample, Timestamp};
+
+    /// An H100 at index `gpu` with `uuid`, held by `pod` if any, its power past any
+    /// datasheet (a diagnostic logged once per entity).
+    fn entity(gpu: u32, uuid: &str, pod: Option<&str>, i: u64) -> EntitySample {
+        let mut r = Readings::default();
+        r.set_value(Field::ReportedUtil, (i % 10) as f64 / 10.0);
+        r.set_value(Field::PowerWatts, 1.0e6);
+        EntitySample {
+            id: EntityId {
+                gpu: Some(gpu),
+                uuid: Some(uuid.into()),
+                model: Some("NVIDIA H100 80GB HBM3".into()),
+                pod: pod.map(|p| PodRef {
+                    pod: p.into(),
+                    namespace: Some("batch".into()),
+                    container: None,
+                }),
+                ..Default::default()
+            },
+            readings: r,
+            ..Default::default()
+        }
+    }
+
+    fn produced(i: u64, entities: Vec<EntitySample>) -> Produced {
+        Produced {
+            samples: vec![Sample {
+                taken: Timestamp(1_000 * i as i64),
+                entities,
+            }],
+            ..Default::default()
+        }
+    }
+
+    /// Stale after 5 s, a stopped GPU listed 10 s more.
+    fn served() -> Served {
+        let mut s = Served::new(
+            Deriver::new(DeriveConfig::default(), Some(1.0)),
+            Duration::from_secs(5),
+        );
+        s.set_stopped_kept(Duration::from_secs(10));
+        s
+    }
+
+    #[test]
+    fn pods_churning_on_attributed_gpus_keep_every_map_bounded() {
+        // Node mode: 4 GPUs, each given to a new pod every 5 ticks (a second apart), for
+        // 2 000 ticks; the stage attributes the source's keys (no pod) to the pod.
+        let mut s = served();
+        let base = Instant::now();
+        for i in 0..2_000_u64 {
+            let pod = format!("job-{}", i / 5);
+            let bare: Vec<_> = (0..4)
+                .map(|g| entity(g, &format!("GPU-{g}"), None, i))
+                .collect();
+            let keys = Served::source_keys(&produced(i, bare), true);
+            let held: Vec<_> = (0..4)
+                .map(|g| entity(g, &format!("GPU-{g}"), Some(&pod), i))
+                .collect();
+            let p = produced(i, held);
+            s.remember_attribution(keys, &p);
+            s.derive(&p, base + Duration::from_secs(i), true);
+            if i >= 20 {
+                // Served: the 4 current holders; kept in the deriver besides: the 4 GPUs'
+                // 4 previous holders (retired within 15 s, swept every 5 s).
+                let want = Held {
+                    served: 4,
+                    deriver: 20,
+                    retired: 16,
+                    attributed_keys: 4,
+                    logged_diagnostics: 20,
+                };
+                assert_eq!(s.held(), want, "tick {i}");
+            }
+        }
+        let pods: Vec<_> = s
+            .gpus("test")
+            .into_iter()
+            .map(|g| g.window.id.pod.map(|p| p.pod))
+            .collect();
+        assert_eq!(pods, vec![Some("job-399".to_string()); 4]);
+    }
+
+    #[test]
+    fn new_uuids_every_tick_are_forgotten_after_the_stopped_gpus_are_unlisted() {
+        // A GPU with a new UUID every tick beside two that stay, for 2 000 ticks; the two
+        // are served exactly as by a deriver that never saw the churn.
+        let (mut s, mut steady) = (served(), served());
+        let base = Instant::now();
+        for i in 0..2_000_u64 {
+            let stable = vec![entity(0, "GPU-a", None, i), entity(1, "GPU-b", None, i)];
+            let mut all = stable.clone();
+            all.push(entity(2, &format!("GPU-new-{i}"), None, i));
+            let t0 = base + Duration::from_secs(i);
+            s.derive(&produced(i, all), t0, false);
+            steady.derive(&produced(i, stable), t0, false);
+            if i >= 15 {
+                // The new GPU of each of the last 16 ticks (stale after 5 s, listed 10 s
+                // more), and the two that stay.
+                let want = Held {
+                    served: 18,
+                    deriver: 18,
+                    retired: 0,
+                    attributed_keys: 0,
+                    logged_diagnostics: 18,
+                };
+                assert_eq!(s.held(), want, "tick {i}");
+            }
+        }
+        let listed: Vec<_> = s
+            .gpus("test")
+            .into_iter()
+            .filter_map(|g| g.window.id.uuid)
+            .collect();
+        let mut want: Vec<_> = (1984..2000).map(|i| format!("GPU-new-{i}")).collect();
+        want.extend(["GPU-a".to_string(), "GPU-b".to_string()]);
+        want.sort();
+        let mut listed_sorted = listed.clone();
+        listed_sorted.sort();
+        assert_eq!(listed_sorted, want);
+        let stable: Vec<_> = s
+            .gpus("test")
+            .into_iter()
+            .filter(|g| g.window.id.gpu != Some(2))
+            .map(|g| g.window)
+            .collect();
+        let alone: Vec<_> = steady.gpus("test").into_iter().map(|g| g.window).collect();
+        assert_eq!(stable, alone);
     }
 }
