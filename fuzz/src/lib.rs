@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use truthscale_core::analysis::Analyzer;
-use truthscale_core::derive::{self, DeriveConfig, SENTINEL_FLOOR};
+use truthscale_core::derive::{self, DeriveConfig, INT64_BLANK, SENTINEL_FLOOR, is_sentinel_of};
 use truthscale_core::exposition::{self, ExporterStatus, GpuEntry, Identity};
 use truthscale_core::gpus::GpuSpec;
 use truthscale_core::model::{EntityKey, Field, Reading, Sample, Timestamp};
@@ -205,11 +205,17 @@ fn check_window(w: &EntityWindow, seen: &mut Seen, taken: Timestamp, kappa_max: 
             w.id
         );
     }
-    // Sanitized readings: finite, not negative, below the sentinel floor, fractions ≤ 1.
+    // Sanitized readings: finite, not negative, below the blanks of the field's type (the
+    // FP64 blank, 2^47; a cumulative counter's INT64 one), fractions ≤ 1.
     for (f, r) in w.readings.iter() {
         if let Reading::Value(v) = r {
+            let floor = if f.is_cycle_counter() {
+                INT64_BLANK
+            } else {
+                SENTINEL_FLOOR
+            };
             assert!(
-                (0.0..SENTINEL_FLOOR).contains(&v),
+                (0.0..floor).contains(&v) && !is_sentinel_of(f, v),
                 "sanitized {} = {v}",
                 f.name()
             );
