@@ -436,7 +436,7 @@ impl Scrape {
     /// prove it (see [`super::names`]). Other families' help is not kept.
     pub fn help(&mut self, name: &str, text: &str) {
         if let Some(Target::Field(_, Unit::PercentOrRatio)) = target_of(name) {
-            self.units.help(&name.to_ascii_lowercase(), text);
+            self.units.help(name, text);
         }
     }
 
@@ -478,12 +478,11 @@ impl Scrape {
         let Some(v) = dcgm_value(raw) else {
             return Some(Target::Field(field, Unit::Same));
         };
-        let lower = name.to_ascii_lowercase();
-        match self.units.resolve(&lower, v) {
+        match self.units.resolve(name, v) {
             Some(Scale::Percent) => Some(Target::Field(field, Unit::Percent)),
             Some(Scale::Ratio) => Some(Target::Field(field, Unit::Same)),
             None => {
-                self.unread.refuse(&lower);
+                self.unread.refuse(&name.to_ascii_lowercase());
                 None
             }
         }

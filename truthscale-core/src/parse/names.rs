@@ -107,7 +107,7 @@ pub(crate) struct Units {
 }
 
 impl Units {
-    /// A `# HELP` line's text for family `name` (lowercase): decides its unit when the text
+    /// A `# HELP` line's text for family `name` (any case): decides its unit when the text
     /// says it.
     pub(crate) fn help(&mut self, name: &str, text: &str) {
         if let Some(scale) = scale_of_help(text) {
@@ -129,14 +129,22 @@ impl Units {
         }
     }
 
+    /// Families are metric names, matched in any case.
     fn get(&self, name: &str) -> Option<Scale> {
-        self.decided.iter().find(|(n, _)| n == name).map(|d| d.1)
+        self.decided
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|d| d.1)
     }
 
     fn set(&mut self, name: &str, scale: Scale) -> Scale {
-        match self.decided.iter_mut().find(|(n, _)| n == name) {
+        match self
+            .decided
+            .iter_mut()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        {
             Some(d) => d.1 = scale,
-            None => self.decided.push((name.to_owned(), scale)),
+            None => self.decided.push((name.to_ascii_lowercase(), scale)),
         }
         scale
     }
@@ -184,6 +192,11 @@ mod tests {
         let mut u = Units::default();
         u.help(f, "GPU utilization as a ratio (0-1).");
         assert_eq!(u.resolve(f, 0.0), Some(Scale::Ratio));
+        // A family in another case is the same family.
+        assert_eq!(
+            u.resolve("DCGM_FI_DEV_GPU_UTIL_RATIO", 1.0),
+            Some(Scale::Ratio)
+        );
         u.help("other", "Nothing about units.");
         assert_eq!(u.resolve("other", 1.0), None);
     }
