@@ -512,6 +512,10 @@ fn target_of(name: &str) -> Option<Target> {
 /// INT32 rules.
 #[must_use]
 pub fn is_blank_value(name: &str, v: f64) -> bool {
+    // Every counter blank is a blank of the other fields too: most values need no name.
+    if dcgm_value(v).is_some() {
+        return false;
+    }
     match target_of(name) {
         Some(Target::Field(_, Unit::Count)) => super::dmon::count_value(v).is_none(),
         _ => dcgm_value(v).is_none(),
