@@ -90,6 +90,7 @@ fn fleet(n: usize) -> FleetInput {
         steps: STEPS,
         tracks,
         held: Default::default(),
+        step_bands: None,
     }
 }
 

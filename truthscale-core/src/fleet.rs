@@ -71,13 +71,67 @@ fn units_to_ratio(u: u64) -> f64 {
     u as f64 / f64::from(RATIO_UNITS)
 }
 
+/// The bands a coarse step's raw samples are read in for the sizing ([`STEP_QUANTILES`]).
+pub const BANDS: usize = 4;
+/// The quantiles of a coarse step's raw samples the sizing reads: each is the upper edge of
+/// a band of the step's time (the lowest half, the next 40 %, the next 9 %, the top 1 %),
+/// held for that band's share of the step ([`StepBands`]).
+pub const STEP_QUANTILES: [f64; BANDS] = [0.5, 0.9, 0.99, 1.0];
+/// The units of a step's weight in [`StepBands`]: 10⁻⁴ of a step.
+pub const STEP_WEIGHT_UNITS: u32 = 10_000;
+/// The band of [`STEP_QUANTILES`] that is the step's p99.
+pub const P99_BAND: usize = 2;
+
+/// How a coarse step's time is shared between its [`STEP_QUANTILES`]: band `j` holds the
+/// quantile `STEP_QUANTILES[j]` of the step's raw samples for `weights[j]` of the step, in
+/// [`STEP_WEIGHT_UNITS`]. Every raw sample is at most its band's upper edge, so the time a
+/// workload spends above any level is never counted short by more than one raw sample a
+/// step, and a burst shorter than a step weighs about its real duration, not the whole
+/// step's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StepBands {
+    /// Each band's share of the step, in [`STEP_WEIGHT_UNITS`] (they add up to one step).
+    pub weights: [u32; BANDS],
+}
+
+impl StepBands {
+    /// The bands of a step holding about `samples` raw samples (the step over the scrape
+    /// interval): each band's share is the quantiles' difference, and the top band's at
+    /// least one raw sample's (taken from the bands below it, from the top down), since the
+    /// highest sample holds that much of the step whatever the quantile says.
+    #[must_use]
+    pub fn for_samples(samples: f64) -> StepBands {
+        let mut weights = [0u32; BANDS];
+        let mut below = 0u32;
+        for (w, q) in weights.iter_mut().zip(STEP_QUANTILES) {
+            let upper = (q * f64::from(STEP_WEIGHT_UNITS)).round() as u32;
+            *w = upper - below;
+            below = upper;
+        }
+        let one = if samples.is_finite() && samples >= 1.0 {
+            (f64::from(STEP_WEIGHT_UNITS) / samples).ceil() as u32
+        } else {
+            STEP_WEIGHT_UNITS
+        };
+        let mut need = one.min(STEP_WEIGHT_UNITS).saturating_sub(weights[BANDS - 1]);
+        weights[BANDS - 1] += need;
+        for w in weights[..BANDS - 1].iter_mut().rev() {
+            let take = need.min(*w);
+            *w -= take;
+            need -= take;
+        }
+        StepBands { weights }
+    }
+}
+
 /// One step of one workload. Each field is optional; an unmeasured one is unknown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Point {
     saturation: u16,
-    /// The saturation the sizing checks use where it differs from the mean (a coarse
-    /// step's p99 of the raw samples in it): [`NO_RATIO`] when it is the mean's.
-    saturation_peak: u16,
+    /// The saturation the sizing uses in each band of a coarse step ([`STEP_QUANTILES`]:
+    /// the step's quantiles of the raw samples in it): [`NO_RATIO`] where not read (a fine
+    /// step's one sample is its every band).
+    bands: [u16; BANDS],
     busiest_pipe: u16,
     dram: u16,
     busy: u16,
@@ -89,7 +143,7 @@ impl Point {
     /// A step at which nothing was measured.
     pub const NONE: Point = Point {
         saturation: NO_RATIO,
-        saturation_peak: NO_RATIO,
+        bands: [NO_RATIO; BANDS],
         busiest_pipe: NO_RATIO,
         dram: NO_RATIO,
         busy: NO_RATIO,
@@ -126,13 +180,42 @@ impl Point {
     pub(crate) fn sat(self) -> Option<u16> {
         (self.saturation != NO_RATIO).then_some(self.saturation)
     }
-    /// The saturation the sizing uses (percentiles, packing): the step's peak where one was
-    /// read ([`Track::observe_peak_sample`]), else its mean.
+    /// The saturation the sizing uses in band `j` of the step (percentiles, packing): the
+    /// band's quantile where one was read ([`Track::observe_peak_sample`]), else the step's
+    /// sample.
+    pub(crate) fn band(self, j: usize) -> Option<u16> {
+        match self.bands[j] {
+            NO_RATIO => self.sat(),
+            b => Some(b),
+        }
+    }
+
+    /// The step's highest saturation: its top band (the largest raw sample of a coarse
+    /// step), else its sample.
     pub(crate) fn sat_peak(self) -> Option<u16> {
-        if self.saturation_peak == NO_RATIO {
-            self.sat()
-        } else {
-            Some(self.saturation_peak)
+        self.band(BANDS - 1)
+    }
+
+    /// The bands made whole once every band is read: each at least the bands below it (a
+    /// higher quantile is never lower), a band not read taking the next read one above it,
+    /// and the top at least the step's mean. Nothing where no band was read.
+    fn settle_bands(&mut self) {
+        if self.bands.iter().all(|&b| b == NO_RATIO) || self.saturation == NO_RATIO {
+            if self.saturation == NO_RATIO {
+                self.bands = [NO_RATIO; BANDS];
+            }
+            return;
+        }
+        let mut above = self.saturation;
+        for b in self.bands.iter_mut().rev() {
+            if *b == NO_RATIO {
+                *b = above;
+            }
+            above = *b;
+        }
+        self.bands[BANDS - 1] = self.bands[BANDS - 1].max(self.saturation);
+        for j in 1..BANDS {
+            self.bands[j] = self.bands[j].max(self.bands[j - 1]);
         }
     }
     pub(crate) fn mem(self) -> Option<u32> {
@@ -202,7 +285,9 @@ struct Combine {
     sat: (u64, u64),
     busy: (u64, u64),
     ecf: (u64, u64),
-    peak: Option<u16>,
+    /// Per band, the highest of the steps' (each band of the point holds at least what
+    /// that band held in any of its steps, so no time above a level is lost).
+    bands: [Option<u16>; BANDS],
     pipe: Option<u16>,
     dram: Option<u16>,
     mem: Option<u32>,
@@ -221,13 +306,20 @@ impl Combine {
         mean(&mut self.sat, p.sat());
         mean(&mut self.busy, p.busy());
         mean(&mut self.ecf, p.ecf());
-        self.raise(p.sat_peak(), p.pipe(), p.dram());
+        for j in 0..BANDS {
+            self.raise_band(j, p.band(j));
+        }
+        self.raise_pipes(p.pipe(), p.dram());
         self.mem = self.mem.max(p.mem());
     }
 
-    /// Raise the peaks (of saturation, the busiest pipe and DRAM activity).
-    fn raise(&mut self, peak: Option<u16>, pipe: Option<u16>, dram: Option<u16>) {
-        self.peak = self.peak.max(peak);
+    /// Raise band `j`'s saturation.
+    fn raise_band(&mut self, j: usize, x: Option<u16>) {
+        self.bands[j] = self.bands[j].max(x);
+    }
+
+    /// Raise the peaks of the busiest pipe and DRAM activity.
+    fn raise_pipes(&mut self, pipe: Option<u16>, dram: Option<u16>) {
         self.pipe = self.pipe.max(pipe);
         self.dram = self.dram.max(dram);
     }
@@ -243,12 +335,13 @@ impl Combine {
                 .unwrap_or(NO_RATIO)
         };
         let saturation = mean(self.sat);
+        let band = |b: Option<u16>| match b {
+            Some(b) if saturation != NO_RATIO => b,
+            _ => NO_RATIO,
+        };
         Point {
             saturation,
-            saturation_peak: match self.peak {
-                Some(p) if saturation != NO_RATIO && p != saturation => p,
-                _ => NO_RATIO,
-            },
+            bands: self.bands.map(band),
             busiest_pipe: self.pipe.unwrap_or(NO_RATIO),
             dram: self.dram.unwrap_or(NO_RATIO),
             busy: mean(self.busy),
@@ -316,6 +409,9 @@ impl Track {
     pub fn finish(&mut self) {
         if let Some((at, c)) = self.open.take() {
             self.push(at, c.point());
+        }
+        for p in &mut self.points {
+            p.settle_bands();
         }
     }
 
@@ -393,23 +489,28 @@ impl Track {
         self.record(step, p);
     }
 
-    /// Raise the point of `step`, recorded by [`Track::observe`] from the step's means, to
-    /// the step's peak: `readings` (sanitized) and `metrics` ([`crate::derive::window`] of
-    /// them, with the track's own model) are the same step from the peaks of the raw
-    /// samples in it (a coarse step's p99 of each activity ratio), so the percentiles and
-    /// the packing see a one-minute burst inside a five-minute step. Its saturation becomes
-    /// the point's sizing saturation, and its busiest pipe and DRAM activity (only ever used
-    /// as percentiles) replace the means' where higher. A step not recorded is left unknown.
-    fn observe_peak(&mut self, step: usize, readings: &Readings, metrics: &WindowMetrics) {
-        let saturation = self.saturation_of(readings, metrics);
+    /// Set band `j` of the point of `step`, recorded by [`Track::observe`] from the step's
+    /// means: `readings` (sanitized) and `metrics` ([`crate::derive::window`] of them, with
+    /// the track's own model) are the same step from the quantile `STEP_QUANTILES[j]` of
+    /// the raw samples in it, so the percentiles and the packing weigh a one-minute burst
+    /// inside a five-minute step by its own share of the step. The p99 band's busiest pipe
+    /// and DRAM activity (only ever used as percentiles) replace the means' where higher. A
+    /// step not recorded is left unknown.
+    fn observe_peak(&mut self, step: usize, j: usize, readings: &Readings, metrics: &WindowMetrics) {
+        let saturation = ratio_units(self.saturation_of(readings, metrics));
+        let (pipe, dram) = if j == P99_BAND {
+            (
+                ratio_units(metrics.busiest_pipe),
+                ratio_units(readings.value(Field::DramActive)),
+            )
+        } else {
+            (None, None)
+        };
         let p = match self.point_of(step) {
             None => return,
             Some(PointOf::Open(c)) => {
-                c.raise(
-                    ratio_units(saturation),
-                    ratio_units(metrics.busiest_pipe),
-                    ratio_units(readings.value(Field::DramActive)),
-                );
+                c.raise_band(j, saturation);
+                c.raise_pipes(pipe, dram);
                 return;
             }
             Some(PointOf::Closed(p)) if *p == Point::NONE => return,
@@ -419,9 +520,13 @@ impl Track {
             (NO_RATIO, _) | (_, None) => mean,
             (mean, Some(peak)) => mean.max(peak),
         };
-        p.saturation_peak = raise(p.sat_peak().unwrap_or(NO_RATIO), ratio_units(saturation));
-        p.busiest_pipe = raise(p.busiest_pipe, ratio_units(metrics.busiest_pipe));
-        p.dram = raise(p.dram, ratio_units(readings.value(Field::DramActive)));
+        if p.saturation != NO_RATIO
+            && let Some(x) = saturation
+        {
+            p.bands[j] = if p.bands[j] == NO_RATIO { x } else { p.bands[j].max(x) };
+        }
+        p.busiest_pipe = raise(p.busiest_pipe, pipe);
+        p.dram = raise(p.dram, dram);
     }
 
     /// Where the point of `step` is: still being combined, or closed; `None` before the
@@ -437,19 +542,21 @@ impl Track {
         }
     }
 
-    /// Raise the point of `step` to the entity's peak sample `e` (a coarse step's p99s):
-    /// its readings sanitized (what that notices appended to `diags`) and derived with the
-    /// track's model, without the state of a tracker (a peak is not a later window, and has
-    /// no energy or idle power of its own).
+    /// Set band `band` of the point of `step` from the entity's quantile sample `e` (a
+    /// coarse step's quantile `STEP_QUANTILES[band]` of each activity ratio): its readings
+    /// sanitized (what that notices appended to `diags`) and derived with the track's
+    /// model, without the state of a tracker (a quantile is not a later window, and has no
+    /// energy or idle power of its own).
     ///
-    /// A peak that sanitizing blanks (a sentinel, or a ratio past
+    /// A quantile that sanitizing blanks (a sentinel, or a ratio past
     /// [`crate::derive::RATIO_CLAMP_LIMIT`]) says the step held an impossible raw sample,
-    /// which its mean has averaged in: the step is then unknown, mean and peak, and this
-    /// returns `true`. (A p99 over the limit means a raw sample over it; one raw sample that
-    /// the p99 interpolates below the limit is not seen here.)
+    /// which its mean has averaged in: the step is then unknown, mean and bands, and this
+    /// returns `true`. (The top band is the step's largest raw sample, so any raw sample
+    /// over the limit is seen.)
     pub fn observe_peak_sample(
         &mut self,
         step: usize,
+        band: usize,
         e: &EntitySample,
         cfg: &DeriveConfig,
         diags: &mut Vec<Diagnostic>,
@@ -476,7 +583,7 @@ impl Track {
             activity_from_counters: false,
         };
         let metrics = crate::derive::window(&readings, &ctx, cfg);
-        self.observe_peak(step, &readings, &metrics);
+        self.observe_peak(step, band.min(BANDS - 1), &readings, &metrics);
         false
     }
 
@@ -603,6 +710,9 @@ pub struct FleetInput {
     /// counters are the device's, written without pod labels, and the device is its
     /// holders' one workload in the sizing.
     pub held: BTreeMap<String, Vec<String>>,
+    /// How each step's time is shared between its bands, where the steps are coarse and
+    /// their bands were read ([`Track::observe_peak_sample`]); `None`: one value a step.
+    pub step_bands: Option<StepBands>,
 }
 
 /// Percentiles of a series over the steps at which it is known.
@@ -639,6 +749,24 @@ fn summarize(mut values: Vec<u64>, scale: impl Fn(u64) -> f64) -> Option<Summary
         p99: scale(rank(&values, 0.99)),
         max: scale(values[values.len() - 1]),
         steps_known: values.len(),
+    })
+}
+
+/// [`summarize`] of weighted values (each a sub-step of a step, weighted by its share):
+/// weighted nearest-rank p50, p95, p99 and the max, over `steps_known` steps.
+fn summarize_weighted(
+    mut values: Vec<(u64, u64)>,
+    steps_known: usize,
+    scale: impl Fn(u64) -> f64,
+) -> Option<Summary> {
+    let max = values.iter().map(|x| x.0).max()?;
+    let mut q = |q: f64| weighted_rank(&mut values, q).map(&scale);
+    Some(Summary {
+        p50: q(0.50)?,
+        p95: q(0.95)?,
+        p99: q(0.99)?,
+        max: scale(max),
+        steps_known,
     })
 }
 
@@ -1008,6 +1136,35 @@ fn sum_series(
     (sum, n)
 }
 
+/// [`sum_series`] of the saturation per sub-step of `grid` (`steps · grid.m` of them):
+/// each workload's band `j` added to sub-step `j` of its step.
+fn sum_sub_steps(tracks: &[&Track], steps: usize, grid: Grid) -> Vec<Option<u64>> {
+    let subs = steps * grid.m;
+    let mut sum: Vec<Option<u64>> = vec![None; subs];
+    let mut unknown = vec![false; subs];
+    for t in tracks.iter().filter(|t| t.has_saturation()) {
+        for (i, p) in t.points.iter().enumerate() {
+            let s = t.first + i;
+            if s >= steps {
+                break;
+            }
+            for j in 0..grid.m {
+                let u = s * grid.m + j;
+                match grid.value(*p, j) {
+                    Some(v) => *sum[u].get_or_insert(0) += u64::from(v),
+                    None => unknown[u] = true,
+                }
+            }
+        }
+    }
+    for (x, &unknown) in sum.iter_mut().zip(&unknown) {
+        if unknown {
+            *x = None;
+        }
+    }
+    sum
+}
+
 /// Distinct GPUs with a reading per step, among `tracks`: the tracks grouped by GPU, a step
 /// counts a GPU once however many of its tracks read then (`O(n log n + n · steps)`).
 fn gpu_count(tracks: &[&Track], steps: usize) -> Vec<Option<u32>> {
@@ -1041,30 +1198,113 @@ fn ceil_div(a: u64, b: u64) -> u64 {
     a.div_ceil(b.max(1))
 }
 
+/// The sub-steps the sizing weighs each step by: one a step (a fine step's sample), or
+/// the bands of a coarse step that have a share of it ([`StepBands`]), each with its
+/// share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Grid {
+    /// Sub-steps a step: 1 to [`BANDS`].
+    m: usize,
+    /// The band each sub-step reads.
+    band: [usize; BANDS],
+    /// Each sub-step's weight (never 0).
+    weights: [u64; BANDS],
+}
+
+impl Grid {
+    fn of(bands: Option<StepBands>) -> Grid {
+        let mut g = Grid {
+            m: 0,
+            band: [BANDS - 1; BANDS],
+            weights: [1; BANDS],
+        };
+        match bands {
+            None => g.m = 1,
+            Some(b) => {
+                for (j, &w) in b.weights.iter().enumerate().filter(|(_, w)| **w > 0) {
+                    (g.band[g.m], g.weights[g.m]) = (j, u64::from(w));
+                    g.m += 1;
+                }
+                if g.m == 0 {
+                    g.m = 1;
+                }
+            }
+        }
+        g
+    }
+
+    /// One sub-step a step, of weight 1: the counts are steps.
+    fn is_unit(&self) -> bool {
+        self.m == 1 && self.weights[0] == 1
+    }
+
+    /// The saturation of point `p` at its sub-step `j`.
+    fn value(&self, p: Point, j: usize) -> Option<u16> {
+        p.band(self.band[j])
+    }
+
+    /// The (value, weight) of each sub-step of `p`, where its saturation is known.
+    fn weighted(&self, p: Point) -> impl Iterator<Item = (u64, u64)> + '_ {
+        (0..self.m).filter_map(move |j| self.value(p, j).map(|x| (u64::from(x), self.weights[j])))
+    }
+
+    /// The least weight of a sub-step.
+    fn min_weight(&self) -> u64 {
+        self.weights[..self.m].iter().copied().min().unwrap_or(1)
+    }
+}
+
+/// Nearest-rank quantile `q` of weighted values: the least value such that those at most it
+/// weigh at least `⌈q · total⌉` (with unit weights, the `⌈q·n⌉`-th smallest). Reorders `v`.
+fn weighted_rank(v: &mut [(u64, u64)], q: f64) -> Option<u64> {
+    let total: u64 = v.iter().map(|x| x.1).sum();
+    if total == 0 {
+        return None;
+    }
+    v.sort_unstable();
+    let k = ((q * total as f64).ceil() as u64).clamp(1, total);
+    let mut below = 0;
+    v.iter()
+        .find(|&&(_, w)| {
+            below += w;
+            below >= k
+        })
+        .map(|x| x.0)
+}
+
+/// Nearest-rank quantile `q` of a track's sizing saturation over its known sub-steps, each
+/// weighted by its share of its step.
+fn sizing_quantile(t: &Track, q: f64, grid: Grid) -> Option<u64> {
+    let mut v: Vec<(u64, u64)> = t.points.iter().flat_map(|&p| grid.weighted(p)).collect();
+    weighted_rank(&mut v, q)
+}
+
 /// One GPU of the packing while it is being filled.
 struct Bin {
+    grid: Grid,
     members: Vec<usize>,
     /// Per step: summed peak memory of the live members, MiB.
     mem: Vec<u64>,
     max_mem: u64,
-    /// Per step: summed saturation units; `SAT_NONE` no live member, `SAT_UNKNOWN` a live
-    /// member unmeasured.
+    /// Per sub-step (`grid.m` a step): summed saturation units; `SAT_NONE` no live member,
+    /// `SAT_UNKNOWN` a live member unmeasured.
     sat: Vec<u32>,
-    known: usize,
-    over: usize,
+    /// The weight of the sub-steps at which the sum is known, and of those over the limit.
+    known: u64,
+    over: u64,
 }
 
 const SAT_NONE: u32 = u32::MAX;
 const SAT_UNKNOWN: u32 = u32::MAX - 1;
 
-/// Whether at most a 1 % tail of `known` values exceeds the limit: nearest-rank p99 ≤ L.
-fn p99_within(known: usize, over: usize) -> bool {
+/// Whether at most a 1 % tail of `known` weight exceeds the limit: nearest-rank p99 ≤ L.
+fn p99_within(known: u64, over: u64) -> bool {
     over.min(known) <= p99_slack(known)
 }
 
-/// How many of `known` values may exceed the limit with the nearest-rank p99 still within it.
-fn p99_slack(known: usize) -> usize {
-    known - ((0.99 * known as f64).ceil() as usize).min(known)
+/// How much of `known` weight may exceed the limit with the nearest-rank p99 still within it.
+fn p99_slack(known: u64) -> u64 {
+    known - ((0.99 * known as f64).ceil() as u64).min(known)
 }
 
 /// What one workload brings to the packing.
@@ -1075,58 +1315,68 @@ struct Item {
 }
 
 impl Bin {
-    fn new(steps: usize) -> Bin {
+    fn new(steps: usize, grid: Grid) -> Bin {
         Bin {
+            grid,
             members: Vec::new(),
             mem: vec![0; steps],
             max_mem: 0,
-            sat: vec![SAT_NONE; steps],
+            sat: vec![SAT_NONE; steps * grid.m],
             known: 0,
             over: 0,
         }
     }
 
-    /// The known and over-limit step counts once `t` joins.
-    fn counts(&self, t: &Track, limit: u32) -> (usize, usize) {
-        // Over `usize::MAX` steps: it never gives up.
-        self.counts_within(t, limit, usize::MAX, &mut 0)
+    /// Steps of the window.
+    fn steps(&self) -> usize {
+        self.mem.len()
+    }
+
+    /// The known and over-limit weights once `t` joins.
+    fn counts(&self, t: &Track, limit: u32) -> (u64, u64) {
+        // Over `u64::MAX`: it never gives up.
+        self.counts_within(t, limit, u64::MAX, &mut 0)
             .unwrap_or((self.known, self.over))
     }
 
-    /// [`Bin::counts`], or `None` as soon as more than `give_up` steps are over the limit;
-    /// adds the steps it looked at to `visited`.
+    /// [`Bin::counts`], or `None` as soon as more than `give_up` weight is over the limit;
+    /// adds the sub-steps it looked at to `visited`.
     fn counts_within(
         &self,
         t: &Track,
         limit: u32,
-        give_up: usize,
+        give_up: u64,
         visited: &mut usize,
-    ) -> Option<(usize, usize)> {
-        let steps = self.sat.len();
+    ) -> Option<(u64, u64)> {
+        let (g, m) = (self.grid, self.grid.m);
         let r = t.range();
         let (mut known, mut over) = (self.known, self.over);
-        for s in r.start..r.end.min(steps) {
-            *visited += 1;
-            let b = self.sat[s];
-            // Remove the bin's own contribution at this step…
-            if b < SAT_UNKNOWN {
-                known -= 1;
-                if b > limit {
-                    over -= 1;
+        for s in r.start..r.end.min(self.steps()) {
+            let p = t.points[s - r.start];
+            for j in 0..m {
+                *visited += 1;
+                let w = g.weights[j];
+                let b = self.sat[s * m + j];
+                // Remove the bin's own contribution at this sub-step…
+                if b < SAT_UNKNOWN {
+                    known -= w;
+                    if b > limit {
+                        over -= w;
+                    }
                 }
-            }
-            // …and add the combined one.
-            let c = match (b, t.points[s - r.start].sat_peak()) {
-                (SAT_UNKNOWN, _) | (_, None) => None,
-                (SAT_NONE, Some(x)) => Some(u32::from(x)),
-                (b, Some(x)) => Some(b + u32::from(x)),
-            };
-            if let Some(c) = c {
-                known += 1;
-                if c > limit {
-                    over += 1;
-                    if over > give_up {
-                        return None;
+                // …and add the combined one.
+                let c = match (b, g.value(p, j)) {
+                    (SAT_UNKNOWN, _) | (_, None) => None,
+                    (SAT_NONE, Some(x)) => Some(u32::from(x)),
+                    (b, Some(x)) => Some(b + u32::from(x)),
+                };
+                if let Some(c) = c {
+                    known += w;
+                    if c > limit {
+                        over += w;
+                        if over > give_up {
+                            return None;
+                        }
                     }
                 }
             }
@@ -1134,22 +1384,21 @@ impl Bin {
         Some((known, over))
     }
 
-    /// Whether `item` (track `t`) fits; and the new known/over counts. `slack` is at least
-    /// [`p99_slack`] of any count of steps in the window (`G`): the check stops once more
-    /// than `slack + over` steps are over the limit, since only the bin's own `over` steps
-    /// can leave the count, and p99 can allow no more than `slack`. Adds the steps it looked
-    /// at to `visited`.
+    /// Whether `item` (track `t`) fits; and the new known/over weights. `slack` is at least
+    /// [`p99_slack`] of any weight of the window (`G`): the check stops once more than
+    /// `slack + over` weight is over the limit, since only the bin's own `over` can leave
+    /// the count, and p99 can allow no more than `slack`. Adds the steps it looked at to
+    /// `visited`.
     fn fits(
         &self,
         t: &Track,
         item: &Item,
-        (cap, limit, slack): (u64, u32, usize),
+        (cap, limit, slack): (u64, u32, u64),
         visited: &mut usize,
-    ) -> Option<(usize, usize)> {
-        let steps = self.sat.len();
+    ) -> Option<(u64, u64)> {
         let r = t.range();
         if self.max_mem + item.peak_mib > cap
-            && (r.start..r.end.min(steps)).any(|s| {
+            && (r.start..r.end.min(self.steps())).any(|s| {
                 *visited += 1;
                 self.mem[s] + item.peak_mib > cap
             })
@@ -1161,18 +1410,21 @@ impl Bin {
         p99_within(known, over).then_some((known, over))
     }
 
-    fn add(&mut self, idx: usize, t: &Track, item: &Item, counts: (usize, usize)) {
-        let steps = self.sat.len();
+    fn add(&mut self, idx: usize, t: &Track, item: &Item, counts: (u64, u64)) {
+        let (g, m) = (self.grid, self.grid.m);
         let r = t.range();
-        for s in r.start..r.end.min(steps) {
+        for s in r.start..r.end.min(self.steps()) {
             self.mem[s] += item.peak_mib;
             self.max_mem = self.max_mem.max(self.mem[s]);
-            let b = self.sat[s];
-            self.sat[s] = match (b, t.points[s - r.start].sat_peak()) {
-                (SAT_UNKNOWN, _) | (_, None) => SAT_UNKNOWN,
-                (SAT_NONE, Some(x)) => u32::from(x),
-                (b, Some(x)) => b + u32::from(x),
-            };
+            let p = t.points[s - r.start];
+            for j in 0..m {
+                let b = self.sat[s * m + j];
+                self.sat[s * m + j] = match (b, g.value(p, j)) {
+                    (SAT_UNKNOWN, _) | (_, None) => SAT_UNKNOWN,
+                    (SAT_NONE, Some(x)) => u32::from(x),
+                    (b, Some(x)) => b + u32::from(x),
+                };
+            }
         }
         self.known = counts.0;
         self.over = counts.1;
@@ -1192,8 +1444,8 @@ impl Bin {
         }
         let mut rule = [0; RULES];
         rule[0] = to_i64(self.mem.iter().min().copied().unwrap_or(0));
-        // Unknown steps rank below every value: the `(a + 1)`-th smallest step is then
-        // the `(a + 1 − unknown)`-th smallest value.
+        // Unknown sub-steps rank below every value: the `(a + 1)`-th smallest sub-step is
+        // then the `(a + 1 − unknown)`-th smallest value.
         for (key, &a) in rule[1..].iter_mut().zip(&ranks.below) {
             *key = match a.checked_sub(unknown) {
                 None => i64::MIN,
@@ -1208,14 +1460,17 @@ impl Bin {
         }
     }
 
+    /// The p99 of the summed saturation over the sub-steps at which it is known, weighted.
     fn p99(&self) -> Option<u64> {
-        let v: Vec<u64> = self
+        let m = self.grid.m;
+        let mut v: Vec<(u64, u64)> = self
             .sat
             .iter()
-            .filter(|&&x| x < SAT_UNKNOWN)
-            .map(|&x| u64::from(x))
+            .enumerate()
+            .filter(|&(_, &x)| x < SAT_UNKNOWN)
+            .map(|(u, &x)| (u64::from(x), self.grid.weights[u % m]))
             .collect();
-        summarize(v, |x| x as f64).map(|s| s.p99 as u64)
+        weighted_rank(&mut v, 0.99)
     }
 }
 
@@ -1239,13 +1494,14 @@ pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
     let gpus_without_pods = gpus_without_pods(input, unit, &work, &mut notes);
     let names = names(&work);
     let (fleet_spec, gpu_mib) = fleet_gpu(&work, &mut notes);
-    let series = Series::of(input, unit, &work, steps);
+    let grid = Grid::of(input.step_bands);
+    let series = Series::of(input, unit, &work, steps, grid);
     let steps_with_data = series.reporting.iter().filter(|x| x.is_some()).count();
     let [busy_claim, compute_demand, memory_demand] =
         demand_sums(&work, &names, &series, gpu_mib, &mut notes);
-    let pooled = pooled_bound(&series.compute.0, &series.memory.0, gpu_mib, limit);
+    let pooled = pooled_bound(series.compute_weighted(), &series.memory.0, gpu_mib, limit);
 
-    let (packing, colocation) = packing(&work, &names, gpu_mib, limit, steps, &mut notes);
+    let (packing, colocation) = packing(&work, &names, gpu_mib, limit, (steps, grid), &mut notes);
 
     let rightsizing = work
         .iter()
@@ -1253,7 +1509,8 @@ pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
         .map(|(t, n)| {
             let limit = PeakLimit {
                 max_over: cfg.max_peak_over_capacity,
-                seconds_per_point: input.step_seconds * t.per as f64,
+                seconds_per_point: input.step_seconds,
+                grid,
             };
             right_size(t, n, h, limit)
         })
@@ -1493,15 +1750,19 @@ struct Series {
     allocated: Vec<Option<u32>>,
     /// Summed busy flag, ratio units.
     busy: (Vec<Option<u64>>, usize),
-    /// Summed saturation, ratio units.
+    /// Summed saturation, ratio units: the step's (a coarse step's p99 band).
     compute: (Vec<Option<u64>>, usize),
+    /// Summed saturation per sub-step of `grid` (the bands of a workload summed band by
+    /// band: within a step, their busiest times taken as at once), for the percentiles.
+    compute_subs: Vec<Option<u64>>,
+    grid: Grid,
     /// Summed memory, MiB.
     memory: (Vec<Option<u64>>, usize),
 }
 
 impl Series {
     /// The series of `work` (and, for `reporting`, of every track) over `steps` steps.
-    fn of(input: &FleetInput, unit: &str, work: &[&Track], steps: usize) -> Series {
+    fn of(input: &FleetInput, unit: &str, work: &[&Track], steps: usize, grid: Grid) -> Series {
         let all: Vec<&Track> = input.tracks.iter().collect();
         let reporting = gpu_count(&all, steps);
         let allocated = if unit == "pod" {
@@ -1510,17 +1771,35 @@ impl Series {
             vec![None; steps]
         };
         let busy = sum_series(work, steps, has_busy, |p| p.busy().map(u64::from));
+        let step_band = if grid.m == 1 { BANDS - 1 } else { P99_BAND };
         let compute = sum_series(work, steps, Track::has_saturation, |p| {
-            p.sat_peak().map(u64::from)
+            p.band(step_band).map(u64::from)
         });
+        let compute_subs = if grid.is_unit() {
+            compute.0.clone()
+        } else {
+            sum_sub_steps(work, steps, grid)
+        };
         let memory = sum_series(work, steps, Track::has_memory, |p| p.mem().map(u64::from));
         Series {
             reporting,
             allocated,
             busy,
             compute,
+            compute_subs,
+            grid,
             memory,
         }
+    }
+
+    /// The summed saturation's sub-steps where known, with their weights.
+    fn compute_weighted(&self) -> Vec<(u64, u64)> {
+        let m = self.grid.m;
+        self.compute_subs
+            .iter()
+            .enumerate()
+            .filter_map(|(u, x)| x.map(|x| (x, self.grid.weights[u % m])))
+            .collect()
     }
 
     /// The report's series: ratios as fractions, memory over one GPU's memory (`gpu_mib`).
@@ -1571,7 +1850,11 @@ fn demand_sums(
         unmeasured: unmeasured(&has_busy),
     };
     let compute_demand = FleetSum {
-        summary: summarize(compute.iter().flatten().copied().collect(), units_to_ratio),
+        summary: summarize_weighted(
+            series.compute_weighted(),
+            compute.iter().flatten().count(),
+            units_to_ratio,
+        ),
         workloads: *compute_n,
         unmeasured: unmeasured(&Track::has_saturation),
     };
@@ -1602,16 +1885,12 @@ fn demand_sums(
 /// summed memory (MiB, over one GPU's `gpu_mib`); `None` when neither was measured. Memory
 /// binds on a tie.
 fn pooled_bound(
-    compute: &[Option<u64>],
+    mut compute: Vec<(u64, u64)>,
     memory: &[Option<u64>],
     gpu_mib: Option<u64>,
     limit: u32,
 ) -> Option<PooledBound> {
-    let compute_p99_units = {
-        let mut v: Vec<u64> = compute.iter().flatten().copied().collect();
-        v.sort_unstable();
-        (!v.is_empty()).then(|| rank(&v, 0.99))
-    };
+    let compute_p99_units = weighted_rank(&mut compute, 0.99);
     let memory_peak_mib = memory.iter().flatten().copied().max();
     let compute_term =
         compute_p99_units.map(|u| (u as f64 / f64::from(limit), ceil_div(u, u64::from(limit))));
@@ -1646,13 +1925,13 @@ fn packing(
     names: &[String],
     gpu_mib: Option<u64>,
     limit: u32,
-    steps: usize,
+    (steps, grid): (usize, Grid),
     notes: &mut Vec<String>,
 ) -> (Option<Packing>, Vec<Colocation>) {
-    let (mut items, excluded) = packing_items(work, names);
+    let (mut items, excluded) = packing_items(work, names, grid);
     let mut colocation = Vec::new();
     let packing = gpu_mib.filter(|_| !items.is_empty()).map(|cap| {
-        let bins = first_fit(work, names, &mut items, cap, limit, steps);
+        let bins = first_fit(work, names, &mut items, cap, limit, (steps, grid));
         colocation = colocations(&bins, work, names, &items, limit);
         packing_of(
             &bins,
@@ -1673,11 +1952,11 @@ fn packing(
 
 /// What each workload brings to the packing (p99 saturation and peak memory), or why it is
 /// left out: a demand that was never measured.
-fn packing_items(work: &[&Track], names: &[String]) -> (Vec<Item>, Vec<Excluded>) {
+fn packing_items(work: &[&Track], names: &[String], grid: Grid) -> (Vec<Item>, Vec<Excluded>) {
     let mut excluded = Vec::new();
     let mut items = Vec::new();
     for (i, t) in work.iter().enumerate() {
-        let sat = track_quantile(t, 0.99, |p| p.sat_peak().map(u64::from));
+        let sat = sizing_quantile(t, 0.99, grid);
         let peak = t.points.iter().filter_map(|p| p.mem()).max();
         match (sat, peak) {
             (Some(p99), Some(peak)) => items.push(Item {
@@ -1746,31 +2025,49 @@ fn top<T: Ord + Copy>(v: &mut [T], r: usize) -> Option<T> {
     nth_largest(v, r)
 }
 
-/// The ranks the index compares, from the window's steps.
+/// The ranks the index compares, from the window's sub-steps.
 #[derive(Debug, Clone, Copy)]
 struct Ranks {
-    /// `G`: the most over-limit steps any bin may have (`max over k ≤ steps of slack(k)`).
-    slack: usize,
+    /// `G`: the most over-limit weight any bin may have (`max over k ≤ the window's weight
+    /// of slack(k)`).
+    slack: u64,
+    /// `G` in sub-steps: the most over-limit sub-steps any bin may have (each weighs at
+    /// least the grid's least weight).
+    slack_steps: usize,
     /// Per saturation rule, `a`: a bin's summed saturation is taken at its `(a + 1)`-th
-    /// smallest step, an unknown step ranking below every value.
+    /// smallest sub-step, an unknown one ranking below every value.
     below: [usize; SAT_RULES],
     /// The rank from the top at which saturations are taken for room.
     room: usize,
+    /// The sub-steps of a step.
+    grid: Grid,
 }
 
 impl Ranks {
-    fn of(steps: usize) -> Ranks {
-        let slack = (0..=steps).map(p99_slack).max().unwrap_or(0);
+    fn of(steps: usize, grid: Grid) -> Ranks {
+        let subs = steps * grid.m;
+        let slack = if grid.is_unit() {
+            (0..=steps as u64).map(p99_slack).max().unwrap_or(0)
+        } else {
+            // `slack(k) ≤ k / 100` for every `k` up to the window's weight.
+            grid.weights[..grid.m].iter().sum::<u64>() * steps as u64 / 100 + 1
+        };
+        let slack_steps = usize::try_from(slack / grid.min_weight()).unwrap_or(usize::MAX);
         Ranks {
             slack,
-            below: std::array::from_fn(|i| i * steps / SAT_RULES),
-            room: slack + 1,
+            slack_steps,
+            below: std::array::from_fn(|i| i * subs / SAT_RULES),
+            room: slack_steps.saturating_add(1),
+            grid,
         }
     }
 
-    /// The workload's rank from the top for saturation rule `i`: `G + a + 1`.
+    /// The workload's rank from the top for saturation rule `i`: `G + a + 1`, `G` in
+    /// sub-steps.
     fn rule(&self, i: usize) -> usize {
-        self.slack + self.below[i] + 1
+        self.slack_steps
+            .saturating_add(self.below[i])
+            .saturating_add(1)
     }
 }
 
@@ -1912,15 +2209,16 @@ impl Query {
     /// - memory: when the workload's range (within the window) is not empty, `fits` refuses a
     ///   bin when `max_mem + peak > cap` and some step of the range has `mem + peak > cap`;
     ///   both hold at once when the least `mem` of the window is above `cap − peak`;
-    /// - saturation: `fits` needs the combined over-limit steps `o′ ≤ slack(k′)`, `k′ ≤ steps`
-    ///   the combined known steps, so `o′ ≤ G`. Take the bin's summed saturation `β` at its
-    ///   `(a + 1)`-th smallest step of the window, unknown steps ranking lowest (so at most `a`
-    ///   steps are unknown or below `β`; no `β` when more than `a` are unknown), and the
-    ///   workload's `j`-th largest known saturation `x` in its range, `j = G + a + 1`. Of the
-    ///   `j` steps at which the workload is at least `x`, at most `a` have the bin unknown or
-    ///   below `β`: at the others, at least `G + 1`, the sum is known and at least `β + x`. So
-    ///   a bin that fits has `β + x ≤ limit`. With fewer known values than `j` there is no
-    ///   bound.
+    /// - saturation (over sub-steps: one a step, or a coarse step's bands): `fits` needs the
+    ///   combined over-limit weight `o′ ≤ slack(k′)`, `k′` at most the window's weight, so
+    ///   `o′ ≤ G`, and so at most `G / w_min` sub-steps over the limit (`G` below, in
+    ///   sub-steps). Take the bin's summed saturation `β` at its `(a + 1)`-th smallest
+    ///   sub-step of the window, unknown ones ranking lowest (so at most `a` are unknown or
+    ///   below `β`; no `β` when more than `a` are unknown), and the workload's `j`-th largest
+    ///   known saturation `x` in its range, `j = G + a + 1`. Of the `j` sub-steps at which
+    ///   the workload is at least `x`, at most `a` have the bin unknown or below `β`: at the
+    ///   others, at least `G + 1`, the sum is known and at least `β + x`. So a bin that fits
+    ///   has `β + x ≤ limit`. With fewer known values than `j` there is no bound.
     ///
     /// A bin seems to have room when `max_mem ≤ cap − peak` (memory then holds) and its
     /// summed saturation and the workload's, each at rank `room` from the top, add up to at
@@ -1945,10 +2243,11 @@ impl Query {
         }
         let mem = cap.checked_sub(it.peak_mib).map_or(-1, to_i64);
         scratch.clear();
+        let g = ranks.grid;
         scratch.extend(
             t.points[..end - range.start]
                 .iter()
-                .filter_map(|p| p.sat_peak())
+                .flat_map(|&p| (0..g.m).filter_map(move |j| g.value(p, j)))
                 .map(u32::from),
         );
         let limit = i64::from(limit);
@@ -1998,9 +2297,9 @@ fn place(
     bins: &[Bin],
     index: &BinIndex,
     (t, it, q): (&Track, &Item, &Query),
-    check: (u64, u32, usize),
+    check: (u64, u32, u64),
     budget: Budget,
-) -> Option<(usize, (usize, usize))> {
+) -> Option<(usize, (u64, u64))> {
     let steps = bins.first().map_or(0, |b| b.sat.len());
     // One pass over the index: each tree's look-up visits about two nodes per level.
     let levels = (usize::BITS - bins.len().leading_zeros()) as usize + 1;
@@ -2068,9 +2367,9 @@ fn first_fit(
     items: &mut [Item],
     cap: u64,
     limit: u32,
-    steps: usize,
+    (steps, grid): (usize, Grid),
 ) -> Vec<Bin> {
-    first_fit_within(work, names, items, (cap, limit, steps), BUDGET)
+    first_fit_within(work, names, items, (cap, limit, steps, grid), BUDGET)
 }
 
 /// [`first_fit`] within a budget; `(cap, limit, steps)` as there.
@@ -2078,11 +2377,11 @@ fn first_fit_within(
     work: &[&Track],
     names: &[String],
     items: &mut [Item],
-    (cap, limit, steps): (u64, u32, usize),
+    (cap, limit, steps, grid): (u64, u32, usize, Grid),
     budget: Budget,
 ) -> Vec<Bin> {
     sort_items(names, items, cap, limit);
-    let ranks = Ranks::of(steps);
+    let ranks = Ranks::of(steps, grid);
     let mut bins: Vec<Bin> = Vec::new();
     let mut index = BinIndex {
         rule: Trees::new(),
@@ -2099,7 +2398,7 @@ fn first_fit_within(
             (cap, limit, ranks.slack),
             budget,
         );
-        let b = join_or_open(&mut bins, found, t, it, steps, limit);
+        let b = join_or_open(&mut bins, found, t, it, (steps, grid), limit);
         index.set(b, bins[b].keys(&ranks, &mut scratch));
     }
     bins
@@ -2112,10 +2411,10 @@ fn first_fit_within(
 /// of the GPU it went to.
 fn join_or_open(
     bins: &mut Vec<Bin>,
-    found: Option<(usize, (usize, usize))>,
+    found: Option<(usize, (u64, u64))>,
     t: &Track,
     it: &Item,
-    steps: usize,
+    (steps, grid): (usize, Grid),
     limit: u32,
 ) -> usize {
     match found {
@@ -2124,7 +2423,7 @@ fn join_or_open(
             b
         }
         None => {
-            let mut bin = Bin::new(steps);
+            let mut bin = Bin::new(steps, grid);
             let c = bin.counts(t, limit);
             bin.add(it.track, t, it, c);
             bins.push(bin);
@@ -2340,26 +2639,38 @@ struct PeakLimit {
     max_over: f64,
     /// Seconds per point of the track.
     seconds_per_point: f64,
+    /// How a point's time is shared between its bands.
+    grid: Grid,
 }
 
-/// What model `c` costs the peak of track `t`, which ran on `spec`.
-fn peak_cost(t: &Track, spec: &GpuSpec, c: &GpuSpec, seconds_per_point: f64) -> Option<PeakCost> {
+/// What model `c` costs the peak of track `t`, which ran on `spec`: the peak, and the
+/// longest burst above `c`'s capacity (consecutive points, each counting the share of its
+/// time its bands were above: a three-minute burst in an hour's point counts the bands it
+/// filled, not the hour).
+fn peak_cost(t: &Track, spec: &GpuSpec, c: &GpuSpec, limit: &PeakLimit) -> Option<PeakCost> {
     let peak = t.points.iter().filter_map(|p| p.sat_peak()).max()?;
     let peak = units_to_ratio(u64::from(peak));
     let ratio = c.bf16_dense_tflops / spec.bf16_dense_tflops;
     if !(ratio.is_finite() && ratio > 0.0) {
         return None;
     }
-    let (mut longest, mut run) = (0usize, 0usize);
-    for p in &t.points {
-        let above = p
-            .sat_peak()
-            .is_some_and(|x| units_to_ratio(u64::from(x)) > ratio);
-        run = if above { run + 1 } else { 0 };
+    let g = limit.grid;
+    let whole: u64 = g.weights[..g.m].iter().sum();
+    let (mut longest, mut run) = (0u64, 0u64);
+    for &p in &t.points {
+        let above: u64 = (0..g.m)
+            .filter(|&j| {
+                g.value(p, j)
+                    .is_some_and(|x| units_to_ratio(u64::from(x)) > ratio)
+            })
+            .map(|j| g.weights[j])
+            .sum();
+        run = if above > 0 { run + above } else { 0 };
         longest = longest.max(run);
     }
     let on_target = peak / ratio;
-    let burst = (longest > 0).then_some(longest as f64 * seconds_per_point);
+    let burst =
+        (longest > 0).then(|| longest as f64 / whole.max(1) as f64 * limit.seconds_per_point);
     Some(PeakCost {
         peak_saturation: peak,
         capacity_ratio: ratio,
@@ -2413,7 +2724,7 @@ fn smaller_gpu(
     });
     let costed = fits
         .iter()
-        .map(|c| (c, peak_cost(t, spec, c, limit.seconds_per_point)));
+        .map(|c| (c, peak_cost(t, spec, c, &limit)));
     let mut withheld = None;
     for (c, cost) in costed {
         if let Some(k) = cost
@@ -2453,7 +2764,7 @@ fn withheld_note(c: &GpuSpec, k: &PeakCost, max_over: f64) -> String {
 fn right_size(t: &Track, name: &str, h: f64, limit: PeakLimit) -> RightSizing {
     let mem_peak = t.points.iter().filter_map(|p| p.mem()).max();
     let mem_p99 = track_quantile(t, 0.99, |p| p.mem().map(u64::from));
-    let sat_p99 = track_quantile(t, 0.99, |p| p.sat_peak().map(u64::from));
+    let sat_p99 = sizing_quantile(t, 0.99, limit.grid);
     let pipe_p95 = track_quantile(t, 0.95, |p| p.pipe().map(u64::from)).map(units_to_ratio);
     let dram_p95 = track_quantile(t, 0.95, |p| p.dram().map(u64::from)).map(units_to_ratio);
     let pipe_p99 = track_quantile(t, 0.99, |p| p.pipe().map(u64::from)).map(units_to_ratio);
@@ -2567,6 +2878,18 @@ mod tests {
         )
     }
 
+    /// The same quantile sample as each band of a step, as a step whose raw samples were
+    /// all alike reads; `true` where it was impossible.
+    fn every_band(
+        t: &mut Track,
+        step: usize,
+        e: &EntitySample,
+        cfg: &DeriveConfig,
+        diags: &mut Vec<Diagnostic>,
+    ) -> bool {
+        (0..BANDS).any(|j| t.observe_peak_sample(step, j, e, cfg, diags))
+    }
+
     /// A coarse step read twice: its means feed the sums of use, its peaks the sizing.
     #[test]
     fn a_steps_peak_sizes_it_while_its_mean_sums_its_use() {
@@ -2581,7 +2904,7 @@ mod tests {
             for w in &means.observe(&sample(ms, 0.2)).windows {
                 t.observe(step, w);
             }
-            assert!(!t.observe_peak_sample(step, &sample(ms, 0.8).entities[0], &cfg, &mut diags));
+            assert!(!every_band(&mut t, step, &sample(ms, 0.8).entities[0], &cfg, &mut diags));
         }
         let p = t.points()[2];
         assert_eq!(p.sat(), Some(2_000), "the mean: 0.2 of the tensor pipe");
@@ -2592,13 +2915,14 @@ mod tests {
         let limit = PeakLimit {
             max_over: 1.0,
             seconds_per_point: 300.0,
+            grid: Grid::of(None),
         };
         let r = right_size(&t, "ns/p", 0.2, limit);
         assert_eq!(r.saturation_p99, Some(0.8));
         // A peak never lowers a point, and a step without a mean stays unknown.
         let idle = sample(1_200_000, 0.0);
-        assert!(!t.observe_peak_sample(3, &idle.entities[0], &cfg, &mut diags));
-        assert!(!t.observe_peak_sample(9, &idle.entities[0], &cfg, &mut diags));
+        assert!(!every_band(&mut t, 3, &idle.entities[0], &cfg, &mut diags));
+        assert!(!every_band(&mut t, 9, &idle.entities[0], &cfg, &mut diags));
         assert_eq!(t.points()[3].sat_peak(), Some(8_000));
         assert!(diags.is_empty(), "{diags:?}");
         // A sentinel, or a p99 no fraction can be, is not a peak: the step held an
@@ -2608,7 +2932,7 @@ mod tests {
             blank.entities[0]
                 .readings
                 .set_value(Field::TensorActive, bad);
-            assert!(t.observe_peak_sample(step, &blank.entities[0], &cfg, &mut diags));
+            assert!(every_band(&mut t, step, &blank.entities[0], &cfg, &mut diags));
             assert_eq!(t.points()[step], Point::NONE);
         }
         assert_eq!(diags.len(), 2);
@@ -2665,11 +2989,11 @@ mod tests {
             }
         }
         // Points 1 (step 3), 2 (steps 4, 5) closed, 3 (step 6) open.
-        assert!(!t.observe_peak_sample(4, &sample(240_000, 0.8).entities[0], &cfg, &mut diags));
-        assert!(!t.observe_peak_sample(6, &sample(360_000, 0.7).entities[0], &cfg, &mut diags));
+        assert!(!every_band(&mut t, 4, &sample(240_000, 0.8).entities[0], &cfg, &mut diags));
+        assert!(!every_band(&mut t, 6, &sample(360_000, 0.7).entities[0], &cfg, &mut diags));
         let mut bad = sample(180_000, 0.9);
         bad.entities[0].readings.set_value(Field::TensorActive, 2.9);
-        assert!(t.observe_peak_sample(3, &bad.entities[0], &cfg, &mut diags));
+        assert!(every_band(&mut t, 3, &bad.entities[0], &cfg, &mut diags));
         t.finish();
         assert_eq!(t.first_step(), 1);
         let pts = t.points();
@@ -2705,6 +3029,7 @@ mod tests {
             steps,
             tracks,
             held: Default::default(),
+            step_bands: None,
         }
     }
 
@@ -3327,9 +3652,9 @@ mod tests {
     fn first_fit_exhaustive(tracks: &[Track], steps: usize) -> Vec<Vec<usize>> {
         let work: Vec<&Track> = tracks.iter().collect();
         let names = names(&work);
-        let (mut items, _) = packing_items(&work, &names);
+        let (mut items, _) = packing_items(&work, &names, Grid::of(None));
         sort_items(&names, &mut items, CAP, LIMIT);
-        let ranks = Ranks::of(steps);
+        let ranks = Ranks::of(steps, Grid::of(None));
         let mut bins: Vec<Bin> = Vec::new();
         let mut index = BinIndex {
             rule: Trees::new(),
@@ -3341,7 +3666,7 @@ mod tests {
             let q = Query::of(t, it, CAP, LIMIT, &ranks, steps, &mut scratch);
             let mut placed = None;
             for (b, bin) in bins.iter().enumerate() {
-                let whole = bin.fits(t, it, (CAP, LIMIT, usize::MAX), &mut 0);
+                let whole = bin.fits(t, it, (CAP, LIMIT, u64::MAX), &mut 0);
                 let early = bin.fits(t, it, (CAP, LIMIT, ranks.slack), &mut 0);
                 assert_eq!(whole, early);
                 if whole.is_some() {
@@ -3353,7 +3678,7 @@ mod tests {
                     placed = placed.or(whole.map(|c| (b, c)));
                 }
             }
-            let b = join_or_open(&mut bins, placed, t, it, steps, LIMIT);
+            let b = join_or_open(&mut bins, placed, t, it, (steps, Grid::of(None)), LIMIT);
             index.set(b, bins[b].keys(&ranks, &mut scratch));
         }
         bins.into_iter().map(|b| b.members).collect()
@@ -3367,8 +3692,8 @@ mod tests {
     ) -> (Vec<Vec<usize>>, Vec<usize>) {
         let work: Vec<&Track> = tracks.iter().collect();
         let names = names(&work);
-        let (mut items, _) = packing_items(&work, &names);
-        let bins = first_fit_within(&work, &names, &mut items, (CAP, LIMIT, steps), budget);
+        let (mut items, _) = packing_items(&work, &names, Grid::of(None));
+        let bins = first_fit_within(&work, &names, &mut items, (CAP, LIMIT, steps, Grid::of(None)), budget);
         let packable = items.iter().map(|it| it.track).collect();
         (bins.into_iter().map(|b| b.members).collect(), packable)
     }

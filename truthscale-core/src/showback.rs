@@ -722,6 +722,7 @@ mod tests {
             steps: 10,
             tracks: vec![a, b, c, d, e],
             held: Default::default(),
+            step_bands: None,
         };
         let group = |t: &Track| {
             t.pod
@@ -800,6 +801,7 @@ mod tests {
             steps: 4,
             tracks: vec![a, b],
             held: Default::default(),
+            step_bands: None,
         };
         let groups = vec![Some("ml".to_string()), Some("ml".to_string())];
         let mut c = cfg("namespace");
@@ -870,6 +872,7 @@ mod holder_tests {
             steps: 4,
             tracks: vec![dev],
             held: Default::default(),
+            step_bands: None,
         };
         let mut steps = BTreeMap::new();
         for s in 0..3 {
@@ -937,6 +940,7 @@ mod holder_tests {
             steps: 2,
             tracks: vec![dev],
             held: Default::default(),
+            step_bands: None,
         };
         // The estimate as the exporter writes it: the device value split by SM busy.
         let total_sm = spin_sm + gemm_sm;

@@ -135,6 +135,7 @@ pub(crate) fn by_cluster(input: &FleetInput, cfg: &FleetConfig) -> Vec<ClusterRe
                 steps: input.steps,
                 tracks,
                 held,
+                step_bands: input.step_bands,
             };
             let r = truthscale_core::fleet::analyze(&part, cfg);
             ClusterReport {
@@ -225,9 +226,10 @@ pub(crate) fn collect(
             return;
         }
         if kind == SampleKind::Peak {
+            let band = truthscale_core::fleet::P99_BAND;
             for (j, e) in sample.entities.iter().enumerate() {
                 if let Some(i) = found.track(j, &e.id, None)
-                    && tracks[i].observe_peak_sample(step, e, &peak_config, &mut diagnostics)
+                    && tracks[i].observe_peak_sample(step, band, e, &peak_config, &mut diagnostics)
                 {
                     source.impossible_steps += 1;
                 }
@@ -257,6 +259,7 @@ pub(crate) fn collect(
             steps: steps.div_ceil(per),
             tracks,
             held: Default::default(),
+            step_bands: None,
         },
         source,
         stats,
