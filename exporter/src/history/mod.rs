@@ -21,6 +21,7 @@ mod api;
 mod merge;
 
 use anyhow::{Context, bail};
+use truthscale_core::fleet::{BANDS, STEP_QUANTILES};
 use api::*;
 pub(crate) use merge::NO_CLUSTER;
 use merge::*;
@@ -51,7 +52,13 @@ pub(crate) const CHUNK_BUDGET: i64 = 1_500_000;
 const _: () = assert!(CHUNK_POINTS <= 11_000, "Prometheus' limit per series");
 /// Time limit of one HTTP request, body included.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// Largest response body read (after decompression).
+/// Time limit of the whole read (`--deadline`).
+pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_secs(600);
+/// Requests one query may take, retries and split parts included
+/// (`--max-requests-per-query`).
+pub(crate) const DEFAULT_REQUESTS_PER_QUERY: u64 = 64;
+/// Largest response body read (after decompression), whatever the queries in flight
+/// ([`api::MAX_BODIES_IN_FLIGHT`] shared by them may lower it).
 const MAX_BODY: u64 = 256 << 20;
 /// Environment variable holding the password for `--basic-auth USER`.
 pub(crate) const PASSWORD_ENV: &str = "TRUTHSCALE_PROMETHEUS_PASSWORD";
@@ -81,9 +88,19 @@ pub(crate) struct PrometheusArgs {
     /// TRUTHSCALE_PROMETHEUS_PASSWORD (which keeps it out of the process list).
     #[arg(long, value_name = "USER[:PASSWORD]")]
     pub basic_auth: Option<String>,
-    /// Time limit of each request to Prometheus, its answer included [default: 30s].
+    /// Time limit of each request to Prometheus, its answer included [default: 30s]. A
+    /// request with no whole answer in time is tried again (--prometheus-retries), then
+    /// the command fails naming this flag; it is never split into smaller queries.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub prometheus_timeout: Option<Duration>,
+    /// Time limit of the whole read from Prometheus, every request, retry and split query
+    /// included: the command fails naming this flag when it runs out [default: 10m].
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub deadline: Option<Duration>,
+    /// The most requests one query may take: its retries, and the smaller queries it is
+    /// split into when the server refuses it for a limit (1 to 100000) [default: 64].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub max_requests_per_query: Option<u64>,
     /// End of the window instead of now: an RFC 3339 time (2026-11-30T14:00:00Z) or how
     /// long ago (2h), to read a past incident; --since counts back from it.
     #[arg(long, value_name = "TIME|AGO", value_parser = parse_until)]
@@ -108,7 +125,7 @@ pub(crate) struct PrometheusArgs {
     pub cluster_label: Option<String>,
     /// How often the series were scraped [default: 60s]. A --step of at least twice this
     /// reads each step as summaries of the raw samples in it (the mean of each activity
-    /// ratio, the peak of memory used, and for `report` the p99 of each activity ratio for
+    /// ratio, the peak of memory used, and for `report` four bands of each activity ratio for
     /// the sizing) instead of one sample per step, so a coarse step over a long window
     /// keeps the bursts and peaks a finer one would see.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
@@ -211,9 +228,10 @@ pub(crate) enum Summary {
     /// `last_over_time`: counters (energy: the differences between steps stay exact) and
     /// bit fields (throttle reasons).
     Last,
-    /// `quantile_over_time(0.99, …)`: the step's p99 of an activity ratio, read beside the
-    /// mean for the sizing ([`SampleKind::Peak`]).
-    P99,
+    /// The upper edge of band `j` of the step's raw samples of an activity ratio
+    /// ([`STEP_QUANTILES`]): `quantile_over_time(q, …)`, the top band `max_over_time`; read
+    /// beside the mean for the sizing ([`SampleKind::Peak`]).
+    Band(usize),
 }
 
 impl Summary {
@@ -224,12 +242,19 @@ impl Summary {
             Summary::Max => "max_over_time(",
             Summary::Min => "min_over_time(",
             Summary::Last => "last_over_time(",
-            Summary::P99 => "quantile_over_time(0.99, ",
+            Summary::Band(j) if j + 1 >= BANDS => "max_over_time(",
+            Summary::Band(j) => {
+                return format!(
+                    "quantile_over_time({}, {selector}[{}ms])",
+                    STEP_QUANTILES[j],
+                    (step_ms - 1).max(1)
+                );
+            }
         };
         format!("{f}{selector}[{}ms])", (step_ms - 1).max(1))
     }
 
-    /// How a coarse step summarises the series `name` of `family`, and whether its p99 is
+    /// How a coarse step summarises the series `name` of `family`, and whether its bands are
     /// read too (activity ratios).
     fn of(family: Family, name: &str) -> (Summary, bool) {
         let lower = name.to_ascii_lowercase();
@@ -260,16 +285,29 @@ fn field_of(family: Family, name: &str) -> Option<Field> {
     }
 }
 
-/// Which of a step's two samples [`History::feed_stats`] hands over.
+/// The activity ratios the sizing's saturation and busiest pipe are derived from: read in
+/// bands at a coarse step ([`History::read_peaks`]).
+const SIZING_RATIOS: [Field; 7] = [
+    Field::TensorActive,
+    Field::HmmaActive,
+    Field::ImmaActive,
+    Field::Fp16Active,
+    Field::Fp32Active,
+    Field::Fp64Active,
+    Field::DramActive,
+];
+
+/// Which of a step's samples [`History::feed_stats`] hands over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SampleKind {
     /// The step's sample: Prometheus' own at a fine step, the summaries (means, peak
     /// memory) at a coarse one.
     Step,
-    /// At a coarse step with peaks asked for ([`History::read_peaks`]): the same step with
+    /// At a coarse step with peaks asked for ([`History::read_peaks`]): band `j` of the
+    /// same step ([`STEP_QUANTILES`]), with
     /// each activity ratio's p99 over the raw samples in it, after all of a chunk's
     /// [`SampleKind::Step`] samples.
-    Peak,
+    Peak(usize),
 }
 
 /// One query of each chunk: a metric name and how each step reads it.
@@ -278,9 +316,9 @@ struct Column {
     name: String,
     /// `None`: the sample Prometheus evaluates at each step.
     summary: Option<Summary>,
-    /// Read for the [`SampleKind::Peak`] samples only.
-    peak: bool,
-    /// Read for both kinds: a series without a p99 of its own that the saturation of a peak
+    /// Read for the [`SampleKind::Peak`] samples of this band only.
+    band: Option<usize>,
+    /// Read for every kind: a series without bands of its own that the saturation of a band
     /// sample needs (the clocks).
     shared: bool,
 }
@@ -289,8 +327,8 @@ impl Column {
     /// Whether the column's answers go into the samples of `kind`.
     fn feeds(&self, kind: SampleKind) -> bool {
         match kind {
-            SampleKind::Step => !self.peak,
-            SampleKind::Peak => self.peak || self.shared,
+            SampleKind::Step => self.band.is_none(),
+            SampleKind::Peak(j) => self.band == Some(j) || self.shared,
         }
     }
 }
@@ -309,6 +347,11 @@ impl PrometheusArgs {
             (self.bearer_token_file.is_some(), "--bearer-token-file"),
             (self.basic_auth.is_some(), "--basic-auth"),
             (self.prometheus_timeout.is_some(), "--prometheus-timeout"),
+            (self.deadline.is_some(), "--deadline"),
+            (
+                self.max_requests_per_query.is_some(),
+                "--max-requests-per-query",
+            ),
             (self.until.is_some(), "--until"),
             (self.ca_file.is_some(), "--ca-file"),
             (
@@ -535,15 +578,19 @@ pub(crate) struct History {
     step: Duration,
     matchers: String,
     family: Family,
-    /// The queries of each chunk, one per metric name (two for an activity ratio read with
-    /// its peaks).
+    /// The queries of each chunk, one per metric name (and one per band for an activity
+    /// ratio read in bands).
     columns: Vec<Column>,
     /// Each step summarises the raw samples in it (`--step` at least twice
     /// `--scrape-interval`).
     summarizes: bool,
+    /// Raw samples a step holds: the step over `--scrape-interval`.
+    samples_per_step: f64,
     in_flight: usize,
     /// `--cluster-label`.
     cluster_label: Option<String>,
+    /// `--max-requests-per-query`.
+    requests_per_query: u64,
     /// Queries the server refused for a limit and that were split.
     splits: AtomicU64,
     /// After a split: the most steps one query of a name has been answered for, so later
@@ -617,17 +664,8 @@ impl History {
             );
         }
         let matchers = selector_matchers(p.selector.as_deref())?;
-        let timeout = p.prometheus_timeout.unwrap_or(REQUEST_TIMEOUT);
-        if timeout.is_zero() {
-            bail!("--prometheus-timeout: give a positive duration, like 30s");
-        }
-        let mut client = Client::new(url, authorization(p, env)?, timeout, p.ca_file.as_deref())?;
-        client.retries = p.prometheus_retries.unwrap_or(DEFAULT_RETRIES);
-        client.gzip = match p.compression.unwrap_or(Compression::Auto) {
-            Compression::Auto => !client.is_local(),
-            Compression::Gzip => true,
-            Compression::None => false,
-        };
+        let in_flight = p.max_queries_in_flight.unwrap_or(DEFAULT_IN_FLIGHT).max(1) as usize;
+        let client = Self::client(url, p, env, in_flight)?;
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
@@ -694,7 +732,7 @@ impl History {
             .map(|name| Column {
                 summary: summarizes.then(|| Summary::of(family, &name).0),
                 name,
-                peak: false,
+                band: None,
                 shared: false,
             })
             .collect();
@@ -706,16 +744,58 @@ impl History {
             family,
             columns,
             summarizes,
-            in_flight: p.max_queries_in_flight.unwrap_or(DEFAULT_IN_FLIGHT).max(1) as usize,
+            samples_per_step: step_d.as_secs_f64() / scrape.as_secs_f64(),
+            in_flight,
             cluster_label: p.cluster_label.clone(),
+            requests_per_query: p
+                .max_requests_per_query
+                .unwrap_or(DEFAULT_REQUESTS_PER_QUERY),
             splits: AtomicU64::new(0),
             steps_answered: AtomicI64::new(i64::MAX),
             unread,
         })
     }
 
+    /// The client for `url` as `p` asks: its timeout, retries and compression, the
+    /// deadline of the whole read (from now), and the largest answer for `in_flight`
+    /// queries at once.
+    fn client(
+        url: &str,
+        p: &PrometheusArgs,
+        env: &[(String, String)],
+        in_flight: usize,
+    ) -> anyhow::Result<Client> {
+        let timeout = p.prometheus_timeout.unwrap_or(REQUEST_TIMEOUT);
+        if timeout.is_zero() {
+            bail!("--prometheus-timeout: give a positive duration, like 30s");
+        }
+        let deadline = p.deadline.unwrap_or(DEFAULT_DEADLINE);
+        if deadline.is_zero() {
+            bail!("--deadline: give a positive duration, like 10m");
+        }
+        let mut client = Client::new(url, authorization(p, env)?, timeout, p.ca_file.as_deref())?;
+        client.retries = p.prometheus_retries.unwrap_or(DEFAULT_RETRIES);
+        client.max_body = api::max_body(in_flight);
+        client.deadline = Some(api::Deadline {
+            at: std::time::Instant::now() + deadline,
+            given: deadline,
+        });
+        client.gzip = match p.compression.unwrap_or(Compression::Auto) {
+            Compression::Auto => !client.is_local(),
+            Compression::Gzip => true,
+            Compression::None => false,
+        };
+        Ok(client)
+    }
+
     /// One `query_range` of `query` over `[first, last]` at the range's step.
-    fn matrix(&self, query: &str, first: i64, last: i64) -> Result<Matrix, GetError> {
+    fn matrix(
+        &self,
+        query: &str,
+        first: i64,
+        last: i64,
+        budget: &Budget,
+    ) -> Result<Matrix, GetError> {
         let timeout = format!("{}s", self.client.timeout.as_secs().max(1));
         let matrix: Matrix = self.client.get_limited(
             "/api/v1/query_range",
@@ -726,6 +806,7 @@ impl History {
                 ("step", &secs(self.range.step)),
                 ("timeout", &timeout),
             ],
+            Some(budget),
         )?;
         if matrix.result_type != "matrix" {
             return Err(GetError::Other(anyhow::anyhow!(
@@ -743,7 +824,9 @@ impl History {
     /// query is one metric's series (`name`: the name and the matchers of `query`), halves
     /// of its series over the whole range, told apart by the first of [`SPLIT_LABELS`]
     /// with two values or more (each half again split in time while refused). A refusal no
-    /// split works around is an error naming the limit and the flag that raises it.
+    /// split works around is an error naming the limit and the flag that raises it. All
+    /// its requests (retries, parts, label lookups) come out of one budget of
+    /// `--max-requests-per-query`.
     fn read(
         &self,
         query: &str,
@@ -751,7 +834,8 @@ impl History {
         first: i64,
         last: i64,
     ) -> anyhow::Result<Vec<Matrix>> {
-        let (limit, message) = match self.read_halves(query, first, last, false)? {
+        let budget = &Budget::new(self.requests_per_query);
+        let (limit, message) = match self.read_halves(query, first, last, false, budget)? {
             Ok(out) => return Ok(out),
             Err(refused) => refused,
         };
@@ -762,19 +846,24 @@ impl History {
             );
         };
         for label in SPLIT_LABELS {
-            let values: Vec<String> = self.client.get(
-                &format!("/api/v1/label/{label}/values"),
-                &[
-                    ("match[]", &series_query(&column.name, matchers)),
-                    ("start", &secs(first)),
-                    ("end", &secs(last)),
-                ],
-            )?;
+            let values: Vec<String> = self
+                .client
+                .get_limited(
+                    &format!("/api/v1/label/{label}/values"),
+                    &[
+                        ("match[]", &series_query(&column.name, matchers)),
+                        ("start", &secs(first)),
+                        ("end", &secs(last)),
+                    ],
+                    Some(budget),
+                )
+                .map_err(anyhow::Error::from)?;
             if values.len() >= 2 {
                 // The series without the label, then halves of those with it.
                 let without = join_matchers(matchers, &format!("{label}=\"\""));
-                let mut out = self.read_series(column, &without, label, &[], first, last)?;
-                out.extend(self.read_series(column, matchers, label, &values, first, last)?);
+                let series = (column, *label, first, last, budget);
+                let mut out = self.read_series(series, &without, &[])?;
+                out.extend(self.read_series(series, matchers, &values)?);
                 return Ok(out);
             }
         }
@@ -794,9 +883,10 @@ impl History {
         first: i64,
         last: i64,
         halved: bool,
+        budget: &Budget,
     ) -> anyhow::Result<Result<Vec<Matrix>, (Limit, String)>> {
         let steps = (last - first) / self.range.step + 1;
-        match self.matrix(query, first, last) {
+        match self.matrix(query, first, last, budget) {
             Ok(m) => {
                 if halved {
                     self.steps_answered.fetch_min(steps, Ordering::Relaxed);
@@ -810,11 +900,11 @@ impl History {
                     return Ok(Err((limit, message)));
                 }
                 let mid = first + (steps / 2 - 1) * self.range.step;
-                let mut out = match self.read_halves(query, first, mid, true)? {
+                let mut out = match self.read_halves(query, first, mid, true, budget)? {
                     Ok(out) => out,
                     refused => return Ok(refused),
                 };
-                match self.read_halves(query, mid + self.range.step, last, true)? {
+                match self.read_halves(query, mid + self.range.step, last, true, budget)? {
                     Ok(more) => out.extend(more),
                     refused => return Ok(refused),
                 }
@@ -828,19 +918,17 @@ impl History {
     /// is still refused.
     fn read_series(
         &self,
-        column: &Column,
+        series: (&Column, &str, i64, i64, &Budget),
         matchers: &str,
-        label: &str,
         values: &[String],
-        first: i64,
-        last: i64,
     ) -> anyhow::Result<Vec<Matrix>> {
+        let (column, label, first, last, budget) = series;
         let m = if values.is_empty() {
             matchers.to_owned()
         } else {
             join_matchers(matchers, &format!("{label}=~\"{}\"", alternation(values)))
         };
-        match self.read_halves(&self.column_query(column, &m), first, last, false)? {
+        match self.read_halves(&self.column_query(column, &m), first, last, false, budget)? {
             Ok(out) => Ok(out),
             Err((limit, message)) => {
                 if values.len() < 2 {
@@ -850,8 +938,8 @@ impl History {
                     );
                 }
                 let (a, b) = values.split_at(values.len() / 2);
-                let mut out = self.read_series(column, matchers, label, a, first, last)?;
-                out.extend(self.read_series(column, matchers, label, b, first, last)?);
+                let mut out = self.read_series(series, matchers, a)?;
+                out.extend(self.read_series(series, matchers, b)?);
                 Ok(out)
             }
         }
@@ -905,11 +993,13 @@ impl History {
         }
     }
 
-    /// At a coarse step, also read each activity ratio's p99 over the raw samples in each
-    /// step, handed over as [`SampleKind::Peak`] samples (one more query per ratio and
-    /// chunk). Nothing changes at a fine step, whose samples are the raw ones.
+    /// At a coarse step, also read the bands of each activity ratio the sizing uses
+    /// ([`SIZING_RATIOS`]) over the raw samples in each step: the quantiles
+    /// [`STEP_QUANTILES`], handed over as [`SampleKind::Peak`] samples of each band
+    /// ([`BANDS`] more queries per ratio and chunk). Nothing changes at a fine step, whose
+    /// samples are the raw ones.
     pub(crate) fn read_peaks(&mut self) {
-        if !self.summarizes || self.columns.iter().any(|c| c.peak) {
+        if !self.summarizes || self.columns.iter().any(|c| c.band.is_some()) {
             return;
         }
         let mut peaks = Vec::new();
@@ -918,13 +1008,14 @@ impl History {
                 field_of(self.family, &c.name),
                 Some(Field::SmClockMhz | Field::MemClockMhz)
             );
-            if Summary::of(self.family, &c.name).1 {
-                peaks.push(Column {
+            let sizing = field_of(self.family, &c.name).is_some_and(|f| SIZING_RATIOS.contains(&f));
+            if sizing && Summary::of(self.family, &c.name).1 {
+                peaks.extend((0..BANDS).map(|j| Column {
                     name: c.name.clone(),
-                    summary: Some(Summary::P99),
-                    peak: true,
+                    summary: Some(Summary::Band(j)),
+                    band: Some(j),
                     shared: false,
-                });
+                }));
             }
         }
         self.columns.extend(peaks);
@@ -935,6 +1026,14 @@ impl History {
     #[must_use]
     pub(crate) fn summarizes(&self) -> bool {
         self.summarizes
+    }
+
+    /// How a summarised step's time is shared between the bands read
+    /// ([`History::read_peaks`]): `None` at a fine step, or before the bands are asked for.
+    #[must_use]
+    pub(crate) fn step_bands(&self) -> Option<truthscale_core::fleet::StepBands> {
+        (self.summarizes && self.columns.iter().any(|c| c.band.is_some()))
+            .then(|| truthscale_core::fleet::StepBands::for_samples(self.samples_per_step))
     }
 
     /// The step, in seconds: the nominal interval of the samples.
@@ -1008,7 +1107,11 @@ impl History {
         });
         let range = self.range;
         let names = self.columns.len() as u64;
-        let peaks = self.columns.iter().any(|c| c.peak);
+        let bands = if self.columns.iter().any(|c| c.band.is_some()) {
+            BANDS
+        } else {
+            0
+        };
         let mut steps = 0u64;
         let mut chunks = 0u64;
         let mut max_series = 0u64;
@@ -1045,7 +1148,7 @@ impl History {
                     ..Chunk::default()
                 };
                 let mut chunk = new_chunk();
-                let mut peak = peaks.then(new_chunk);
+                let mut banded: Vec<Chunk> = (0..bands).map(|_| new_chunk()).collect();
                 // Each chunk's points allocated once, at their count.
                 let count = |kind: SampleKind| -> usize {
                     this.columns
@@ -1057,13 +1160,15 @@ impl History {
                         .sum()
                 };
                 chunk.points.reserve_exact(count(SampleKind::Step));
-                if let Some(p) = peak.as_mut() {
-                    p.points.reserve_exact(count(SampleKind::Peak));
+                for (j, b) in banded.iter_mut().enumerate() {
+                    b.points.reserve_exact(count(SampleKind::Peak(j)));
                 }
                 for (column, matrices) in this.columns.iter().zip(answers) {
                     for matrix in &matrices {
-                        if let Some(p) = peak.as_mut().filter(|_| column.feeds(SampleKind::Peak)) {
-                            p.add(this.family, &column.name, matrix);
+                        for (j, b) in banded.iter_mut().enumerate() {
+                            if column.feeds(SampleKind::Peak(j)) {
+                                b.add(this.family, &column.name, matrix);
+                            }
                         }
                         if column.feeds(SampleKind::Step) {
                             chunk.add(this.family, &column.name, matrix);
@@ -1073,7 +1178,7 @@ impl History {
                 merging += t.elapsed();
                 // Series per step (a split query brings its series more than once).
                 let chunk_steps = (end - first) / range.step + 1;
-                let held = chunk.points.len() + peak.as_ref().map_or(0, |p| p.points.len());
+                let held = chunk.points.len() + banded.iter().map(|b| b.points.len()).sum::<usize>();
                 let series = (held as i64 + chunk_steps - 1) / chunk_steps;
                 max_series = max_series.max(series as u64);
                 per = (CHUNK_BUDGET / series.max(1))
@@ -1093,10 +1198,10 @@ impl History {
                     spent += c.elapsed();
                     steps += 1;
                 });
-                if let Some(peak) = peak {
-                    peak.feed(|sample| {
+                for (j, b) in banded.into_iter().enumerate() {
+                    b.feed(|sample| {
                         let c = std::time::Instant::now();
-                        on_sample(sample, SampleKind::Peak);
+                        on_sample(sample, SampleKind::Peak(j));
                         spent += c.elapsed();
                     });
                 }
@@ -1657,6 +1762,8 @@ mod tests {
             bearer_token_file: None,
             basic_auth: Some("user:pa:ss".into()),
             prometheus_timeout: None,
+            deadline: None,
+            max_requests_per_query: None,
             until: None,
             ca_file: None,
             max_queries_in_flight: None,
@@ -1727,9 +1834,14 @@ mod tests {
         assert_eq!(dcgm("DCGM_FI_DEV_SM_CLOCK"), (Summary::Mean, false));
         // The query: the step's own window, so steps tile the range.
         assert_eq!(
-            Summary::P99.wrap("m{a=\"b\"}", 300_000),
+            Summary::Band(truthscale_core::fleet::P99_BAND).wrap("m{a=\"b\"}", 300_000),
             "quantile_over_time(0.99, m{a=\"b\"}[299999ms])"
         );
+        assert_eq!(
+            Summary::Band(0).wrap("m", 60_000),
+            "quantile_over_time(0.5, m[59999ms])"
+        );
+        assert_eq!(Summary::Band(3).wrap("m", 60_000), "max_over_time(m[59999ms])");
         assert_eq!(
             Summary::Max.wrap("m", 120_000),
             "max_over_time(m[119999ms])"

@@ -45,7 +45,8 @@ pub(crate) struct Source {
     pub step_seconds: f64,
     /// Each step summarises the raw samples scraped in it (`--step` at least twice
     /// `--scrape-interval`): means for use and idle time, the peak of memory used, and the
-    /// p99 of each activity ratio for the sizing. `false`: one sample per step.
+    /// bands (p50, p90, p99, largest) of each activity ratio for the sizing. `false`: one
+    /// sample per step.
     pub summarized_steps: bool,
     /// Readings that were not measurements (sentinels, NaN, values out of their physical
     /// range), left blank and never counted, by kind (`sentinel`, `non_finite`,
@@ -181,6 +182,7 @@ pub(crate) fn collect(
     max_points: u64,
 ) -> anyhow::Result<(FleetInput, Source, FeedStats)> {
     history.read_peaks();
+    let step_bands = history.step_bands();
     let range = history.range();
     let step_seconds = history.step_seconds();
     let mut source = Source {
@@ -210,7 +212,7 @@ pub(crate) fn collect(
     // The report reads no observed ceilings.
     deriver.set_ceilings(false);
     let mut diagnostics = Vec::new();
-    // The peak samples (a coarse step's p99s) are the same steps again, not later ones:
+    // The band samples (a coarse step's quantiles) are the same steps again, not later ones:
     // derived without the tracker's state.
     let peak_config = DeriveConfig::default();
     let mut found = Found {
@@ -225,13 +227,19 @@ pub(crate) fn collect(
         if step >= steps {
             return;
         }
-        if kind == SampleKind::Peak {
-            let band = truthscale_core::fleet::P99_BAND;
+        if let SampleKind::Peak(band) = kind {
             for (j, e) in sample.entities.iter().enumerate() {
+                // A raw sample that is no measurement is over the top band (the largest)
+                // whatever the others: counted there, once a step.
+                let top = band + 1 == truthscale_core::fleet::BANDS;
                 if let Some(i) = found.track(j, &e.id, None)
                     && tracks[i].observe_peak_sample(step, band, e, &peak_config, &mut diagnostics)
+                    && top
                 {
                     source.impossible_steps += 1;
+                }
+                if !top {
+                    diagnostics.clear();
                 }
             }
             count_blanks(&mut source, &mut diagnostics);
@@ -259,7 +267,7 @@ pub(crate) fn collect(
             steps: steps.div_ceil(per),
             tracks,
             held: Default::default(),
-            step_bands: None,
+            step_bands,
         },
         source,
         stats,
@@ -383,7 +391,7 @@ pub(crate) fn step_reading(s: &Source) -> String {
 /// The note on a summarised step: what each figure is of.
 pub(crate) fn summarized_note(step_seconds: f64) -> String {
     format!(
-        "each {step_seconds} s step summarises the raw samples scraped in it: use and idle time from the mean of each activity ratio, memory from its peak, and the sizing (percentiles, packing, MIG fit) from the p99 of each activity ratio in the step, so a burst shorter than a step is sized, not averaged away"
+        "each {step_seconds} s step summarises the raw samples scraped in it: use and idle time from the mean of each activity ratio, memory from its peak, and the sizing (percentiles, packing, smaller models) from four bands of the raw samples in the step (their p50, p90, p99 and largest, each held for its share of the step: 50 %, 40 %, 9 % and 1 %, the top band at least one scrape), so a burst shorter than a step is sized by its own duration, neither averaged away nor stretched to the step; within a step, workloads' busiest bands are taken as coinciding, so a coarser step can only add to the sizing, by at most a band's share of each step"
     )
 }
 
