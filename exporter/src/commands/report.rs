@@ -134,6 +134,11 @@ pub(crate) struct ReportArgs {
     /// With --by: write the showback as CSV (one row per group and period) to FILE.
     #[arg(long, value_name = "FILE", requires = "by")]
     pub csv: Option<PathBuf>,
+    /// With --by: the text, the CSV and the HTML list the N most allocated groups of each
+    /// period and sum the others in one row, `(the rest: K groups)`; the JSON lists every
+    /// group.
+    #[arg(long, value_name = "N", requires = "by", default_value_t = report::showback::DEFAULT_TOP as u64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub top: u64,
 }
 
 /// The report's notes on how the history was read: the answers' warnings (a Thanos or Mimir
@@ -220,6 +225,8 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
     let analysis = Instant::now();
     let start_ms = source.start_ms;
     let mut doc = report::document(&input, source, &cfg);
+    // The showback with every group, for the JSON; the document's own lists the --top ones.
+    let mut every_group = None;
     if let (Some(by), Some(attrs)) = (&args.by, &attributes) {
         let groups = report::showback::groups(&input, by, attrs);
         let requested = report::showback::requested_by_group(&input, &groups, by, attrs);
@@ -242,16 +249,19 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
             },
         );
         sb.notes.extend(attrs.notes.iter().cloned());
+        let mut shown = sb.clone();
+        report::showback::fold_rest(&mut shown, usize::try_from(args.top).unwrap_or(usize::MAX));
         if let Some(path) = &args.csv {
             let mut f = std::io::BufWriter::new(
                 std::fs::File::create(path)
                     .with_context(|| format!("cannot write --csv {}", path.display()))?,
             );
-            report::showback::write_csv(&mut f, &sb, start_ms, input.step_seconds)
+            report::showback::write_csv(&mut f, &shown, start_ms, input.step_seconds)
                 .and_then(|()| f.flush())
                 .with_context(|| format!("cannot write --csv {}", path.display()))?;
         }
-        doc.showback = Some(sb);
+        doc.showback = Some(shown);
+        every_group = Some(sb);
     }
     if p.cluster_label.is_some() {
         let clusters = report::by_cluster(&input, &cfg);
@@ -282,6 +292,9 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
     }
     let mut out = std::io::stdout().lock();
     if args.json {
+        if every_group.is_some() {
+            doc.showback = every_group;
+        }
         serde_json::to_writer(&mut out, &doc)?;
         writeln!(out)?;
     } else {

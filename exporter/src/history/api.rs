@@ -117,8 +117,9 @@ pub(crate) enum Limit {
     /// `-querier.max-samples`.
     Samples,
     /// The query ran out of time on the server: Prometheus' `--query.timeout` (HTTP 503,
-    /// `errorType` `timeout`), Mimir's `-querier.timeout`; or no whole answer within
-    /// `--prometheus-timeout` after every retry.
+    /// `errorType` `timeout`), Mimir's `-querier.timeout`. Only the server's own answer
+    /// says so: no whole answer within `--prometheus-timeout` is not a limit (a smaller
+    /// query is not known to meet it), it is tried again and then an error.
     Timeout,
     /// One of Mimir's per-query limits (`err-mimir-max-*`): series, chunks or chunk bytes
     /// fetched; the flag to raise.
@@ -131,7 +132,7 @@ impl Limit {
     pub(crate) fn advice(self) -> String {
         match self {
             Limit::Samples => "the server's sample limit per query (Prometheus: raise --query.max-samples; Mimir: -querier.max-samples)".to_owned(),
-            Limit::Timeout => "the time limit per query (Prometheus: raise --query.timeout; Mimir: -querier.timeout; truthscale: --prometheus-timeout)".to_owned(),
+            Limit::Timeout => "the server's time limit per query (Prometheus: raise --query.timeout; Mimir: -querier.timeout)".to_owned(),
             Limit::Mimir(flag) => format!("Mimir's per-query limit (raise {flag})"),
         }
     }
@@ -199,7 +200,8 @@ impl From<GetError> for anyhow::Error {
 
 /// What a failed attempt means for the next one.
 enum Attempt {
-    /// Passing (5xx, a connection refused or cut, no answer in time): try again later.
+    /// Passing (5xx, a connection refused or cut, no answer in time): try again later;
+    /// `true`: no whole answer in time.
     Retry(anyhow::Error, bool),
     /// Final.
     Fail(GetError),
@@ -211,6 +213,8 @@ pub(super) struct Counters {
     pub(super) warnings: Warnings,
     /// Requests answered.
     pub(super) queries: u64,
+    /// Requests sent, retries and the parts of split queries included.
+    pub(super) sent: u64,
     /// Requests tried again after a passing failure.
     pub(super) retries: u64,
     /// Time spent waiting for Prometheus' answers (until the whole body is read), summed
@@ -218,6 +222,60 @@ pub(super) struct Counters {
     pub(super) waiting: Duration,
     /// Time spent decoding the answers, summed over the requests.
     pub(super) decoding: Duration,
+}
+
+/// The one deadline of a whole read (`--deadline`): every request ends by it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Deadline {
+    /// When it runs out.
+    pub(super) at: std::time::Instant,
+    /// As given, for the messages.
+    pub(super) given: Duration,
+}
+
+/// The requests one query may take (`--max-requests-per-query`): its retries, and the
+/// smaller queries (and label lookups) it is split into when the server refuses it.
+#[derive(Debug)]
+pub(super) struct Budget {
+    /// The most requests.
+    pub(super) max: u64,
+    /// Requests sent so far.
+    spent: std::cell::Cell<u64>,
+}
+
+impl Budget {
+    /// A budget of `max` requests, none spent.
+    pub(super) fn new(max: u64) -> Budget {
+        Budget {
+            max,
+            spent: std::cell::Cell::new(0),
+        }
+    }
+
+    /// Take one request from the budget; an error naming `--max-requests-per-query` when
+    /// none is left.
+    fn spend(&self, url: &str) -> Result<(), GetError> {
+        let spent = self.spent.get();
+        if spent >= self.max {
+            return Err(GetError::Other(anyhow::anyhow!(
+                "{url}: the request budget of one query ran out (--max-requests-per-query {}): {spent} requests (its retries, the smaller queries it was split into and their label lookups) did not read it whole; the server refuses queries this size: narrow --selector, use a longer --step or a shorter --since, or raise the budget",
+                self.max
+            )));
+        }
+        self.spent.set(spent + 1);
+        Ok(())
+    }
+}
+
+/// The most bytes of answers held at once, all queries in flight together: one answer may
+/// be at most this over `--max-queries-in-flight` (and at most [`MAX_BODY`]).
+pub(crate) const MAX_BODIES_IN_FLIGHT: u64 = 512 << 20;
+
+/// The largest answer read for `in_flight` queries at once: [`MAX_BODIES_IN_FLIGHT`]
+/// shared, at most [`MAX_BODY`].
+#[must_use]
+pub(crate) fn max_body(in_flight: usize) -> u64 {
+    (MAX_BODIES_IN_FLIGHT / (in_flight.max(1) as u64)).min(MAX_BODY)
 }
 
 /// A blocking client for one Prometheus API base URL; requests may run from several
@@ -233,6 +291,10 @@ pub(super) struct Client {
     pub(super) retries: u32,
     /// Ask for gzip-compressed answers (`Accept-Encoding: gzip`); else `identity`.
     pub(super) gzip: bool,
+    /// The deadline of the whole read, if any.
+    pub(super) deadline: Option<Deadline>,
+    /// The largest answer read, in bytes (after decompression).
+    pub(super) max_body: u64,
     pub(super) counters: std::sync::Mutex<Counters>,
 }
 
@@ -285,6 +347,8 @@ impl Client {
             timeout,
             retries: DEFAULT_RETRIES,
             gzip: true,
+            deadline: None,
+            max_body: MAX_BODY,
             counters: std::sync::Mutex::new(Counters::default()),
         })
     }
@@ -317,53 +381,97 @@ impl Client {
         path: &str,
         params: &[(&str, &str)],
     ) -> anyhow::Result<T> {
-        self.get_limited(path, params).map_err(anyhow::Error::from)
+        self.get_limited(path, params, None)
+            .map_err(anyhow::Error::from)
+    }
+
+    /// The error of a read whose deadline ran out.
+    fn deadline_error(&self, d: Deadline) -> GetError {
+        let c = self.counters();
+        GetError::Other(anyhow::anyhow!(
+            "{}: the overall deadline (--deadline {}) ran out after {} requests to Prometheus ({} answered); raise --deadline, or read less (a shorter --since, a longer --step, a narrower --selector)",
+            self.base,
+            humantime::format_duration(d.given),
+            c.sent,
+            c.queries
+        ))
+    }
+
+    /// The time limit of the next request: `--prometheus-timeout`, or what is left of the
+    /// deadline when that is less (`true`: cut by the deadline); an error when none is left.
+    fn call_timeout(&self) -> Result<(Duration, bool), GetError> {
+        let Some(d) = self.deadline else {
+            return Ok((self.timeout, false));
+        };
+        let left = d.at.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(self.deadline_error(d));
+        }
+        Ok((left.min(self.timeout), left < self.timeout))
     }
 
     /// [`Client::get`], telling a server's per-query limit apart ([`GetError::Limit`]). A
     /// passing failure (HTTP 5xx other than a limit, 429, a connection refused or cut, no
     /// whole answer within the timeout) is tried again up to `retries` times, after
-    /// 250 ms, 500 ms, 1 s…; one that still times out is [`Limit::Timeout`].
+    /// 250 ms, 500 ms, 1 s…; then it is an error (no whole answer in time names
+    /// `--prometheus-timeout`: it is never taken for a server's limit). Each request ends
+    /// by the deadline, and takes one from `budget`; either running out is an error naming
+    /// its flag.
     pub(super) fn get_limited<T: DeserializeOwned>(
         &self,
         path: &str,
         params: &[(&str, &str)],
+        budget: Option<&Budget>,
     ) -> Result<T, GetError> {
         let mut backoff = FIRST_BACKOFF;
         let mut tries = 0;
         loop {
-            match self.attempt(path, params) {
+            if let Some(b) = budget {
+                b.spend(&format!("{}{path}", self.base))?;
+            }
+            let (timeout, cut) = self.call_timeout()?;
+            let e = match self.attempt(path, params, timeout) {
                 Ok(data) => return Ok(data),
                 Err(Attempt::Fail(e)) => return Err(e),
                 Err(Attempt::Retry(e, timed_out)) => {
-                    if tries >= self.retries {
-                        let message = if tries == 0 {
-                            format!("{e:#}")
-                        } else {
-                            format!("{e:#} (after {tries} retries)")
-                        };
-                        return Err(if timed_out {
-                            GetError::Limit {
-                                limit: Limit::Timeout,
-                                message,
-                            }
-                        } else {
-                            GetError::Other(anyhow::anyhow!(message))
-                        });
+                    if let Some(d) = self.deadline.filter(|_| timed_out && cut) {
+                        return Err(self.deadline_error(d));
                     }
-                    tries += 1;
-                    self.counters().retries += 1;
-                    std::thread::sleep(backoff);
-                    backoff = backoff.saturating_mul(2);
+                    (e, timed_out)
                 }
+            };
+            if tries >= self.retries {
+                let (e, timed_out) = e;
+                let after = if tries == 0 {
+                    String::new()
+                } else {
+                    format!(" (after {tries} retries)")
+                };
+                let hint = if timed_out {
+                    "; raise --prometheus-timeout, or ask for less (a narrower --selector, a longer --step, a shorter --since)"
+                } else {
+                    ""
+                };
+                return Err(GetError::Other(anyhow::anyhow!("{e:#}{after}{hint}")));
             }
+            tries += 1;
+            self.counters().retries += 1;
+            if let Some(d) = self.deadline
+                && d.at.saturating_duration_since(std::time::Instant::now()) <= backoff
+            {
+                return Err(self.deadline_error(d));
+            }
+            std::thread::sleep(backoff);
+            backoff = backoff.saturating_mul(2);
         }
     }
 
+    /// One request, ending within `timeout`.
     fn attempt<T: DeserializeOwned>(
         &self,
         path: &str,
         params: &[(&str, &str)],
+        timeout: Duration,
     ) -> Result<T, Attempt> {
         let url = format!("{}{path}", self.base);
         tracing::debug!(
@@ -376,7 +484,7 @@ impl Client {
                     .collect()
             )
         );
-        let mut req = self.agent.get(&url);
+        let mut req = within(self.agent.get(&url), timeout);
         for (k, v) in params {
             req = req.query(k, v);
         }
@@ -387,7 +495,9 @@ impl Client {
             req = req.header("Accept-Encoding", "identity");
         }
         let started = std::time::Instant::now();
+        self.counters().sent += 1;
         let timeout = self.timeout;
+        let max_body = self.max_body;
         let mut resp = req.call().map_err(|e| {
             let timed_out = matches!(e, ureq::Error::Timeout(_));
             let passing =
@@ -403,12 +513,13 @@ impl Client {
         let body = resp
             .body_mut()
             .with_config()
-            .limit(MAX_BODY)
+            .limit(max_body)
             .read_to_vec()
             .map_err(|e| match e {
                 ureq::Error::BodyExceedsLimit(_) => Attempt::Fail(GetError::Other(anyhow::anyhow!(
-                    "{url}: the answer is larger than {} MiB; narrow --selector, use a longer --step or a shorter --since",
-                    MAX_BODY >> 20
+                    "{url}: the answer is larger than {} MiB (the cap of one answer: {} MiB shared by the queries in flight, --max-queries-in-flight); narrow --selector, use a longer --step or a shorter --since",
+                    max_body >> 20,
+                    MAX_BODIES_IN_FLIGHT >> 20
                 ))),
                 ureq::Error::Timeout(_) => Attempt::Retry(
                     anyhow::anyhow!(
@@ -452,6 +563,19 @@ impl Client {
             }),
         }
     }
+}
+
+/// `req` ending within `timeout`: the agent's whole-request timeout, narrowed for this one
+/// request to what is left of the deadline (the agent's other settings stay).
+#[expect(
+    clippy::disallowed_methods,
+    reason = "narrows the agent's whole-request timeout for one request"
+)]
+fn within(
+    req: ureq::RequestBuilder<ureq::typestate::WithoutBody>,
+    timeout: Duration,
+) -> ureq::RequestBuilder<ureq::typestate::WithoutBody> {
+    req.config().timeout_global(Some(timeout)).build()
 }
 
 /// The `data` and warnings of an API answer with HTTP `status` and `body` from `url`.
@@ -599,6 +723,26 @@ mod tests {
         assert_eq!(limit_of(400, Some("bad_data"), "parse error"), None);
         assert!(Limit::Samples.advice().contains("--query.max-samples"));
         assert!(Limit::Timeout.advice().contains("--query.timeout"));
+    }
+
+    /// The answers in flight share 512 MiB: 256 MiB each at 1 or 2 in flight, 64 MiB at 8,
+    /// 16 MiB at 32.
+    #[test]
+    fn answers_in_flight_share_one_cap() {
+        let mib = |n| max_body(n) >> 20;
+        assert_eq!([mib(1), mib(2), mib(8), mib(32)], [256, 256, 64, 16]);
+        assert!((1..=32).all(|n| max_body(n) * n as u64 <= MAX_BODIES_IN_FLIGHT));
+    }
+
+    /// A query's budget gives exactly its requests, then an error naming the flag.
+    #[test]
+    fn a_query_budget_runs_out_naming_its_flag() {
+        let b = Budget::new(3);
+        assert!((0..3).all(|_| b.spend("u").is_ok()));
+        let Err(GetError::Other(e)) = b.spend("u") else {
+            panic!("the fourth request is refused")
+        };
+        assert!(e.to_string().contains("--max-requests-per-query 3"), "{e}");
     }
 
     /// 400 000 warnings (Thanos' partial answers) are kept as at most 20 distinct lines,

@@ -8,7 +8,7 @@ use crate::history::History;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use truthscale_core::fleet::{FleetInput, Track};
-use truthscale_core::showback::{Holders, Holding, Period, Showback};
+use truthscale_core::showback::{GroupCost, GroupHours, Holders, Holding, Period, Showback};
 
 /// What pods are grouped by.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -247,6 +247,105 @@ pub(crate) fn holders(input: &FleetInput, by: &By, attrs: &PodAttributes, per: u
     out
 }
 
+/// The most GPUs one pod may request: more is no GPU count (a broken exporter, or a
+/// hostile store) and is refused rather than summed into absurd GPU-hours.
+pub(crate) const MAX_REQUESTED_GPUS: f64 = 1e6;
+
+/// A pod's GPU requests by step, each checked: a number from 0 to [`MAX_REQUESTED_GPUS`].
+///
+/// # Errors
+/// The first step with another value, naming the pod and the series.
+fn check_requests(pod: &str, values: &[(usize, f64)]) -> anyhow::Result<()> {
+    if let Some((step, v)) = values
+        .iter()
+        .find(|(_, v)| !(0.0..=MAX_REQUESTED_GPUS).contains(v))
+    {
+        let v = if v.abs() < 1e9 {
+            v.to_string()
+        } else {
+            format!("{v:e}")
+        };
+        anyhow::bail!(
+            "kube_pod_container_resource_requests{{resource=\"nvidia_com_gpu\"}} of pod {pod} is {v} at step {step}: not a GPU count (0 to {MAX_REQUESTED_GPUS:e}); the requests are refused rather than summed (fix the series, or leave out --by)"
+        );
+    }
+    Ok(())
+}
+
+/// Groups listed in the text, CSV and HTML showback by default (`--top`).
+pub(crate) const DEFAULT_TOP: usize = 50;
+
+/// The sum of an optional value over groups where unknown in one is unknown in all.
+fn all_known(groups: &[GroupHours], f: impl Fn(&GroupHours) -> Option<f64>) -> Option<f64> {
+    groups.iter().map(f).sum()
+}
+
+/// The sum of an optional value over the groups that have it (`None`: none has).
+fn where_any(groups: &[GroupHours], f: impl Fn(&GroupHours) -> Option<f64>) -> Option<f64> {
+    groups.iter().filter_map(f).reduce(|a, b| a + b)
+}
+
+/// One row holding the sums of `groups`, named for how many they are.
+fn rest_row(groups: &[GroupHours]) -> GroupHours {
+    let sum = |f: fn(&GroupHours) -> f64| groups.iter().map(f).sum::<f64>();
+    let cost: Option<Vec<&GroupCost>> = groups.iter().map(|g| g.cost.as_ref()).collect();
+    let cost = cost.map(|c| {
+        let sum = |f: fn(&GroupCost) -> f64| c.iter().map(|g| f(g)).sum::<f64>();
+        GroupCost {
+            allocated: sum(|c| c.allocated),
+            requested: c.iter().map(|g| g.requested).sum(),
+            used: sum(|c| c.used),
+            idle: sum(|c| c.idle),
+            unmeasured: sum(|c| c.unmeasured),
+            use_unknown: sum(|c| c.use_unknown),
+            effective_compute: sum(|c| c.effective_compute),
+        }
+    });
+    GroupHours {
+        group: format!("(the rest: {} groups)", groups.len()),
+        workloads: groups.iter().map(|g| g.workloads).sum(),
+        allocated_gpu_hours: sum(|g| g.allocated_gpu_hours),
+        requested_gpu_hours: all_known(groups, |g| g.requested_gpu_hours),
+        used_gpu_hours: sum(|g| g.used_gpu_hours),
+        idle_gpu_hours: sum(|g| g.idle_gpu_hours),
+        unmeasured_gpu_hours: sum(|g| g.unmeasured_gpu_hours),
+        use_unknown_gpu_hours: sum(|g| g.use_unknown_gpu_hours),
+        busy_gpu_hours: sum(|g| g.busy_gpu_hours),
+        busy_measured_gpu_hours: sum(|g| g.busy_measured_gpu_hours),
+        effective_compute_gpu_hours: sum(|g| g.effective_compute_gpu_hours),
+        effective_compute_measured_gpu_hours: sum(|g| g.effective_compute_measured_gpu_hours),
+        time_sliced_effective_compute_gpu_hours: where_any(groups, |g| {
+            g.time_sliced_effective_compute_gpu_hours
+        }),
+        effective_compute_estimate_gpu_hours: where_any(groups, |g| {
+            g.effective_compute_estimate_gpu_hours
+        }),
+        saturation_gpu_hours: sum(|g| g.saturation_gpu_hours),
+        saturation_measured_gpu_hours: sum(|g| g.saturation_measured_gpu_hours),
+        cost,
+    }
+}
+
+/// For the text, CSV and HTML: each period's first `top` groups (the most allocated), the
+/// others folded into one row `(the rest: K groups)` holding their sums (a sum some group
+/// does not know is unknown), and a note saying so. The JSON keeps every group.
+pub(crate) fn fold_rest(s: &mut Showback, top: usize) {
+    let all = s.total.groups.len();
+    let mut folded = false;
+    for p in std::iter::once(&mut s.total).chain(s.periods.iter_mut()) {
+        if p.groups.len() > top + 1 {
+            let rest = p.groups.split_off(top);
+            p.groups.push(rest_row(&rest));
+            folded = true;
+        }
+    }
+    if folded {
+        s.notes.push(format!(
+            "{all} groups: the {top} most allocated are listed (--top), the others summed in one row; the JSON lists every group"
+        ));
+    }
+}
+
 /// Read the requests (kube-state-metrics' `nvidia_com_gpu`) and, grouping by a label, the
 /// pods' labels: kube-state-metrics' `kube_pod_labels` when it holds the label, else
 /// truthscale's own allocation info (node mode with `node.pod_labels`).
@@ -268,6 +367,7 @@ pub(crate) fn read(history: &mut History, by: &By) -> anyhow::Result<PodAttribut
         let mut requested = HashMap::new();
         for (labels, values) in &requests {
             if let Some(pod) = pod_of(labels) {
+                check_requests(&pod, values)?;
                 *requested.entry(pod).or_insert(0.0) +=
                     values.iter().map(|(_, v)| v).sum::<f64>() * hours_per_step;
             }
@@ -485,6 +585,52 @@ mod tests {
             e.contains("neither namespace, node, model nor a pod label key"),
             "{e}"
         );
+    }
+
+    /// 120 groups with `--top 50`: the first 50 kept, the other 70 summed in one row; a sum
+    /// one group does not know is unknown, never a partial sum; 51 groups are not folded.
+    #[test]
+    fn the_rest_is_summed_in_one_row() {
+        let group = |i: usize| GroupHours {
+            group: format!("g{i}"),
+            workloads: 1,
+            allocated_gpu_hours: 2.0,
+            requested_gpu_hours: (i != 100).then_some(1.0),
+            time_sliced_effective_compute_gpu_hours: (i == 60).then_some(0.5),
+            ..GroupHours::default()
+        };
+        let period = |n: usize| Period {
+            groups: (0..n).map(group).collect(),
+            ..Period::default()
+        };
+        let mut s = Showback {
+            total: period(120),
+            periods: vec![period(51)],
+            ..Showback::default()
+        };
+        fold_rest(&mut s, 50);
+        let t = &s.total.groups;
+        assert_eq!(t.len(), 51);
+        assert_eq!(t[49].group, "g49");
+        let rest = &t[50];
+        assert_eq!(rest.group, "(the rest: 70 groups)");
+        assert_eq!((rest.workloads, rest.allocated_gpu_hours), (70, 140.0));
+        assert_eq!(rest.requested_gpu_hours, None, "g100's is unknown");
+        assert_eq!(rest.time_sliced_effective_compute_gpu_hours, Some(0.5));
+        assert_eq!(s.periods[0].groups.len(), 51, "one more than --top: kept");
+        assert!(s.notes[0].starts_with("120 groups: the 50 most allocated"));
+    }
+
+    /// Requests of 0 to 1e6 GPUs pass; 1e308 and -1 are refused naming the pod.
+    #[test]
+    fn absurd_requests_are_refused() {
+        assert!(check_requests("a/p", &[(0, 0.0), (1, 8.0), (2, 1e6)]).is_ok());
+        let e = check_requests("a/p", &[(0, 1.0), (7, 1e308)]).unwrap_err();
+        assert!(
+            e.to_string().contains("of pod a/p is 1e308 at step 7"),
+            "{e}"
+        );
+        assert!(check_requests("a/p", &[(0, -1.0)]).is_err());
     }
 
     #[test]

@@ -1074,3 +1074,200 @@ fn every_name_generation_in_history_reads_the_same() {
         run.stderr
     );
 }
+
+/// What [`fake`] does with one request: wait, then write these bytes (an HTTP answer).
+type FakeAnswer = (Duration, Vec<u8>);
+
+/// A Prometheus stand-in on 127.0.0.1, one request per connection, each in a thread of its
+/// own: `route(decoded request target)` says how long to wait and what to write. The
+/// requests are counted. The threads end with the test process.
+fn fake(
+    route: impl Fn(&str) -> FakeAnswer + Send + Sync + 'static,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+    let (counter, route) = (Arc::clone(&count), Arc::new(route));
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let (counter, route) = (Arc::clone(&counter), Arc::clone(&route));
+            std::thread::spawn(move || {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+                let mut head = Vec::new();
+                let mut buf = [0u8; 8192];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                counter.fetch_add(1, Ordering::SeqCst);
+                let text = String::from_utf8_lossy(&head).into_owned();
+                let target = text.split_whitespace().nth(1).unwrap_or_default();
+                let (wait, answer) = route(&percent_decode(target));
+                std::thread::sleep(wait);
+                let _ = s.write_all(&answer);
+                let _ = s.flush();
+            });
+        }
+    });
+    (format!("http://{addr}"), count)
+}
+
+/// `%XX` and `+` of a request target decoded.
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => {
+                let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(v) => out.push(v),
+                    Err(_) => out.extend_from_slice(&b[i..i + 3]),
+                }
+                i += 3;
+                continue;
+            }
+            b'+' => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The discovery answer of [`fake`]: one name of truthscale's own.
+fn names_answer() -> FakeAnswer {
+    (
+        Duration::ZERO,
+        response(
+            "200 OK",
+            r#"{"status":"success","data":["truthscale_gpu_memory_used_bytes"]}"#,
+        ),
+    )
+}
+
+/// A Prometheus that takes 3 s a query, read with `--prometheus-timeout 1s`: no whole
+/// answer in time is tried again (three retries), never taken for a server's limit and
+/// split: 4 query_range requests, and the error names `--prometheus-timeout` within
+/// about 6 s (it took 16 min 53 s when each timed-out query was split in halves and each
+/// half retried). And one `--deadline` ends the whole read: queries of 3 s each under
+/// `--deadline 4s` end at 4 s, the error naming the deadline and the 3 requests sent.
+#[test]
+fn a_client_timeout_is_never_split_and_the_deadline_ends_the_read() {
+    let slow = || {
+        fake(|target| {
+            if target.starts_with("/api/v1/label/") {
+                return names_answer();
+            }
+            let body = r#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#;
+            (Duration::from_secs(3), response("200 OK", body))
+        })
+    };
+    let (url, count) = slow();
+    let started = Instant::now();
+    let err = fails(&url, &["--step", "60s", "--prometheus-timeout", "1s"], &[]);
+    let took = started.elapsed();
+    let sent = count.load(std::sync::atomic::Ordering::SeqCst);
+    eprintln!(
+        "client timeout: {sent} requests, {:.1} s",
+        took.as_secs_f64()
+    );
+    assert!(
+        err.contains("within 1s") && err.contains("raise --prometheus-timeout"),
+        "{err}"
+    );
+    assert!(err.contains("after 3 retries"), "{err}");
+    assert!(!err.contains("split"), "{err}");
+    assert_eq!(sent, 1 + 4, "discovery, then one query tried four times");
+    assert!(took < Duration::from_secs(15), "{took:?}");
+
+    let (url, count) = slow();
+    let started = Instant::now();
+    let err = fails(&url, &["--step", "60s", "--deadline", "4s"], &[]);
+    let took = started.elapsed();
+    let sent = count.load(std::sync::atomic::Ordering::SeqCst);
+    eprintln!("deadline: {sent} requests, {:.1} s", took.as_secs_f64());
+    assert!(
+        err.contains("the overall deadline (--deadline 4s) ran out after 3 requests"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(8), "{took:?}");
+    assert_eq!(sent, 1 + 2, "discovery, the first chunk, the second cut");
+}
+
+/// A Prometheus answering only one series at one step (Mimir's series limit on anything
+/// more) drew 27 000 requests in 10 minutes: now one query's retries and split parts come
+/// out of a budget of 64 requests (`--max-requests-per-query`), and running out is an
+/// error naming it, after at most 65 requests.
+#[test]
+fn splitting_a_refused_query_has_a_budget() {
+    let uuids: Vec<String> = (0..200).map(|i| format!("\"GPU-{i}\"")).collect();
+    let uuids = format!(r#"{{"status":"success","data":[{}]}}"#, uuids.join(","));
+    let (url, count) = fake(move |target| {
+        if target.starts_with("/api/v1/label/__name__/") {
+            return names_answer();
+        }
+        if target.starts_with("/api/v1/label/") {
+            return (Duration::ZERO, response("200 OK", &uuids));
+        }
+        let param = |k: &str| {
+            target
+                .split(['?', '&'])
+                .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let query = param("query");
+        let one_series = query.contains("=~\"") && !query.contains('|');
+        let ok = query.contains("uuid=\"\"") || (one_series && param("start") == param("end"));
+        let body = if ok {
+            response(
+                "200 OK",
+                r#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#,
+            )
+        } else {
+            response(
+                "422 Unprocessable Entity",
+                r#"{"status":"error","errorType":"execution","error":"the query exceeded the maximum number of series (limit: 1 series) (err-mimir-max-series-per-query)"}"#,
+            )
+        };
+        (Duration::ZERO, body)
+    });
+    let err = fails(&url, &["--step", "60s"], &[]);
+    let sent = count.load(std::sync::atomic::Ordering::SeqCst);
+    eprintln!("split budget: {sent} requests");
+    assert!(
+        err.contains("request budget of one query ran out (--max-requests-per-query 64)"),
+        "{err}"
+    );
+    assert!(sent <= 1 + 64, "{sent} requests");
+}
+
+/// Several large answers in flight share one cap of 512 MiB: with 8 queries in flight one
+/// answer may be at most 64 MiB, and a 100 MiB answer is refused at the cap, naming it.
+#[test]
+fn answers_in_flight_share_one_memory_cap() {
+    let (url, _) = fake(|target| {
+        if target.starts_with("/api/v1/label/") {
+            return names_answer();
+        }
+        let len = 100u64 << 20;
+        let mut answer = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n"
+        )
+        .into_bytes();
+        answer.resize(answer.len() + (len as usize), b' ');
+        (Duration::ZERO, answer)
+    });
+    let err = fails(&url, &["--max-queries-in-flight", "8"], &[]);
+    assert!(
+        err.contains("larger than 64 MiB") && err.contains("--max-queries-in-flight"),
+        "{err}"
+    );
+}

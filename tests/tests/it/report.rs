@@ -739,3 +739,145 @@ fn report_bad_input_gets_a_clear_message_and_nothing_made_up() {
         (STEPS - 55) as f64 / STEPS as f64
     );
 }
+
+/// `pods` pods over the last hour, each in a namespace of its own (`ns0/p0`…), at a
+/// steady 0.2, each requesting one GPU except `ns0/p0`, which requests `first_request`.
+fn many_namespaces(end: i64, pods: usize, first_request: f64) -> String {
+    let mut om = Om::default();
+    for i in 0..61 {
+        let t = end - (60 - i) * STEP;
+        for p in 0..pods {
+            let l = format!(
+                "job=\"many\",source=\"sim\",gpu=\"0\",uuid=\"GPU-many-{p}\",model=\"Simulated H100 SXM\",node=\"node-{p}\",namespace=\"ns{p}\",pod=\"p{p}\",container=\"main\""
+            );
+            om.add("truthscale_gpu_tensor_active_ratio", &l, t, 0.2);
+            om.add("truthscale_gpu_dram_active_ratio", &l, t, 0.1);
+            om.add("truthscale_gpu_reported_utilization_ratio", &l, t, 0.9);
+            om.add("truthscale_gpu_memory_used_bytes", &l, t, 30.0 * GIB);
+            om.add("truthscale_gpu_memory_total_bytes", &l, t, 80.0 * GIB);
+            let r = format!(
+                "namespace=\"ns{p}\",pod=\"p{p}\",container=\"main\",resource=\"nvidia_com_gpu\",unit=\"integer\""
+            );
+            let request = if p == 0 { first_request } else { 1.0 };
+            om.add("kube_pod_container_resource_requests", &r, t, request);
+        }
+    }
+    om.text()
+}
+
+/// `--by` over 120 namespaces lists the 50 most allocated (`--top`) and one row
+/// `(the rest: 70 groups)` with their sums, in the text and the CSV; the JSON keeps all
+/// 120, and `--top 200` lists every group.
+#[test]
+fn report_by_many_groups_lists_the_top_and_sums_the_rest() {
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    require_tool_or_return!("/usr/bin/promtool", "prometheus");
+    let dir = TempDir::new("report-many");
+    let prom = Prometheus::backfilled(&many_namespaces(end_now(), 120, 1.0), dir.path(), None);
+    let url = prom.url();
+    let csv = dir.path().join("showback.csv");
+    let csv_s = csv.to_str().unwrap();
+    let base = [
+        "report",
+        "--prometheus",
+        url.as_str(),
+        "--since",
+        "1h",
+        "--step",
+        "60s",
+        "--by",
+        "namespace",
+    ];
+    let v = truthscale(&[&base[..], &["--json"]].concat()).json();
+    let groups = at(&v, "/showback/total/groups").as_array().unwrap().clone();
+    assert_eq!(groups.len(), 120);
+    let summed = |k: &str| format!("{:.1}", groups[50..].iter().map(|g| num(g, k)).sum::<f64>());
+    let run = truthscale(&[&base[..], &["--csv", csv_s]].concat());
+    assert_eq!(run.code, Some(0), "stderr:\n{}", run.stderr);
+    // The SHOWBACK table's rows of namespaces.
+    let table = |text: &str| -> usize {
+        let section = text.split("SHOWBACK BY").nth(1).unwrap_or_default();
+        section
+            .lines()
+            .take_while(|l| !l.trim_start().starts_with("check:"))
+            .filter(|l| {
+                l.split_whitespace()
+                    .next()
+                    .is_some_and(|w| w.starts_with("ns"))
+            })
+            .count()
+    };
+    assert_eq!(table(&run.stdout), 50, "{}", run.stdout);
+    let rest = run
+        .stdout
+        .lines()
+        .find(|l| l.contains("(the rest: 70 groups)"))
+        .unwrap_or_else(|| panic!("no rest row:\n{}", run.stdout));
+    let cells: Vec<&str> = rest.split_whitespace().collect();
+    assert_eq!(
+        cells[4..6],
+        [
+            summed("/allocated_gpu_hours"),
+            summed("/requested_gpu_hours")
+        ],
+        "{rest}"
+    );
+    assert!(
+        run.stdout
+            .contains("120 groups: the 50 most allocated are listed"),
+        "{}",
+        run.stdout
+    );
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let rows = text
+        .lines()
+        .filter(|l| l.split(',').nth(3).is_some_and(|g| g.starts_with("ns")));
+    assert_eq!(rows.count(), 50, "{text}");
+    assert_eq!(text.lines().count(), 1 + 51 + 1, "{text}");
+    assert!(text.contains(",(the rest: 70 groups),70,"), "{text}");
+
+    let all = truthscale(&[&base[..], &["--top", "200"]].concat());
+    assert_eq!(table(&all.stdout), 120, "{}", all.stdout);
+    assert!(!all.stdout.contains("the rest"), "{}", all.stdout);
+}
+
+/// A pod requesting 1e308 GPUs (summed, +inf GPU-hours in the text and the CSV) is
+/// refused at reading: exit 2 naming the pod and the series, nothing printed.
+#[test]
+fn report_refuses_an_absurd_gpu_request() {
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    require_tool_or_return!("/usr/bin/promtool", "prometheus");
+    let dir = TempDir::new("report-absurd");
+    let prom = Prometheus::backfilled(&many_namespaces(end_now(), 3, 1e308), dir.path(), None);
+    let url = prom.url();
+    let run = truthscale(&[
+        "report",
+        "--prometheus",
+        url.as_str(),
+        "--since",
+        "1h",
+        "--step",
+        "60s",
+        "--by",
+        "namespace",
+    ]);
+    assert_eq!(
+        run.code,
+        Some(2),
+        "stdout:\n{}\nstderr:\n{}",
+        run.stdout,
+        run.stderr
+    );
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    for want in [
+        "kube_pod_container_resource_requests",
+        "of pod ns0/p0 is 1e308",
+        "not a GPU count",
+    ] {
+        assert!(
+            run.stderr.contains(want),
+            "{want:?} not in:\n{}",
+            run.stderr
+        );
+    }
+}
