@@ -109,7 +109,8 @@ pub(crate) struct PrometheusArgs {
     /// private CA); without it, the Mozilla roots are trusted.
     #[arg(long, value_name = "PEM")]
     pub ca_file: Option<PathBuf>,
-    /// Queries to Prometheus in flight at once (1 to 32) [default: 2].
+    /// Queries to Prometheus in flight at once (1 to 32) [default: 2]. Their answers share
+    /// 512 MiB: one answer may be at most 512 MiB over N (256 MiB at 2, 16 MiB at 32).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=32))]
     pub max_queries_in_flight: Option<u32>,
     /// Tries again of a request that failed for a passing reason (HTTP 5xx or 429, a
