@@ -113,7 +113,9 @@ impl StepBands {
         } else {
             STEP_WEIGHT_UNITS
         };
-        let mut need = one.min(STEP_WEIGHT_UNITS).saturating_sub(weights[BANDS - 1]);
+        let mut need = one
+            .min(STEP_WEIGHT_UNITS)
+            .saturating_sub(weights[BANDS - 1]);
         weights[BANDS - 1] += need;
         for w in weights[..BANDS - 1].iter_mut().rev() {
             let take = need.min(*w);
@@ -496,7 +498,13 @@ impl Track {
     /// inside a five-minute step by its own share of the step. The p99 band's busiest pipe
     /// and DRAM activity (only ever used as percentiles) replace the means' where higher. A
     /// step not recorded is left unknown.
-    fn observe_peak(&mut self, step: usize, j: usize, readings: &Readings, metrics: &WindowMetrics) {
+    fn observe_peak(
+        &mut self,
+        step: usize,
+        j: usize,
+        readings: &Readings,
+        metrics: &WindowMetrics,
+    ) {
         let saturation = ratio_units(self.saturation_of(readings, metrics));
         let (pipe, dram) = if j == P99_BAND {
             (
@@ -523,7 +531,11 @@ impl Track {
         if p.saturation != NO_RATIO
             && let Some(x) = saturation
         {
-            p.bands[j] = if p.bands[j] == NO_RATIO { x } else { p.bands[j].max(x) };
+            p.bands[j] = if p.bands[j] == NO_RATIO {
+                x
+            } else {
+                p.bands[j].max(x)
+            };
         }
         p.busiest_pipe = raise(p.busiest_pipe, pipe);
         p.dram = raise(p.dram, dram);
@@ -1007,12 +1019,28 @@ pub struct Idle {
     pub busy_below: f64,
     /// …and effective compute below this (each where measured).
     pub effective_compute_below: f64,
-    /// The workloads, most idle GPU-hours first.
+    /// The workloads idle more than `idle_share_above` of their measured time, most idle
+    /// GPU-hours first.
     pub workloads: Vec<IdleWorkload>,
-    /// Their idle GPU-hours together.
+    /// The idle GPU-hours of every workload whose idleness was measured, listed or not: a
+    /// total never depends on the listing's threshold.
     pub idle_gpu_hours: f64,
+    /// Of them, the idle GPU-hours of the workloads listed.
+    pub listed_idle_gpu_hours: f64,
+    /// The workloads with idle time that the threshold leaves out of the list, and their
+    /// idle GPU-hours together.
+    pub not_listed: NotListed,
     /// Workloads with neither busy flag nor effective compute: their idleness is unknown.
     pub unmeasured: Vec<String>,
+}
+
+/// What a list's threshold leaves out of it: how many, and how much.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct NotListed {
+    /// Workloads left out of the list (with any of the quantity).
+    pub workloads: usize,
+    /// Their GPU-hours together.
+    pub gpu_hours: f64,
 }
 
 /// The savings estimate.
@@ -2528,6 +2556,13 @@ fn idle_capacity(
     let ecf_max = ratio_units(Some(cfg.idle_compute_below)).unwrap_or(0);
     let mut idle_list = Vec::new();
     let mut idle_unmeasured = Vec::new();
+    let (mut total, mut not_listed) = (
+        0.0,
+        NotListed {
+            workloads: 0,
+            gpu_hours: 0.0,
+        },
+    );
     for (t, n) in work.iter().zip(names) {
         let (mut measured, mut idle, mut held) = (0usize, 0usize, 0usize);
         for p in &t.points {
@@ -2548,6 +2583,11 @@ fn idle_capacity(
             continue;
         }
         let share = idle as f64 / measured as f64;
+        total += idle as f64 * hours_per_step;
+        if share <= cfg.idle_share && idle > 0 {
+            not_listed.workloads += 1;
+            not_listed.gpu_hours += idle as f64 * hours_per_step;
+        }
         if share > cfg.idle_share {
             idle_list.push(IdleWorkload {
                 workload: n.clone(),
@@ -2567,7 +2607,9 @@ fn idle_capacity(
         idle_share_above: cfg.idle_share,
         busy_below: cfg.idle_busy_below,
         effective_compute_below: cfg.idle_compute_below,
-        idle_gpu_hours: idle_list.iter().map(|w| w.idle_gpu_hours).sum(),
+        idle_gpu_hours: total,
+        listed_idle_gpu_hours: idle_list.iter().map(|w| w.idle_gpu_hours).sum(),
+        not_listed,
         workloads: idle_list,
         unmeasured: idle_unmeasured,
     }
@@ -2722,9 +2764,7 @@ fn smaller_gpu(
             .then(a.memory_bytes.cmp(&b.memory_bytes))
             .then(a.key.cmp(b.key))
     });
-    let costed = fits
-        .iter()
-        .map(|c| (c, peak_cost(t, spec, c, &limit)));
+    let costed = fits.iter().map(|c| (c, peak_cost(t, spec, c, &limit)));
     let mut withheld = None;
     for (c, cost) in costed {
         if let Some(k) = cost
@@ -2904,7 +2944,13 @@ mod tests {
             for w in &means.observe(&sample(ms, 0.2)).windows {
                 t.observe(step, w);
             }
-            assert!(!every_band(&mut t, step, &sample(ms, 0.8).entities[0], &cfg, &mut diags));
+            assert!(!every_band(
+                &mut t,
+                step,
+                &sample(ms, 0.8).entities[0],
+                &cfg,
+                &mut diags
+            ));
         }
         let p = t.points()[2];
         assert_eq!(p.sat(), Some(2_000), "the mean: 0.2 of the tensor pipe");
@@ -2932,7 +2978,13 @@ mod tests {
             blank.entities[0]
                 .readings
                 .set_value(Field::TensorActive, bad);
-            assert!(every_band(&mut t, step, &blank.entities[0], &cfg, &mut diags));
+            assert!(every_band(
+                &mut t,
+                step,
+                &blank.entities[0],
+                &cfg,
+                &mut diags
+            ));
             assert_eq!(t.points()[step], Point::NONE);
         }
         assert_eq!(diags.len(), 2);
@@ -2989,8 +3041,20 @@ mod tests {
             }
         }
         // Points 1 (step 3), 2 (steps 4, 5) closed, 3 (step 6) open.
-        assert!(!every_band(&mut t, 4, &sample(240_000, 0.8).entities[0], &cfg, &mut diags));
-        assert!(!every_band(&mut t, 6, &sample(360_000, 0.7).entities[0], &cfg, &mut diags));
+        assert!(!every_band(
+            &mut t,
+            4,
+            &sample(240_000, 0.8).entities[0],
+            &cfg,
+            &mut diags
+        ));
+        assert!(!every_band(
+            &mut t,
+            6,
+            &sample(360_000, 0.7).entities[0],
+            &cfg,
+            &mut diags
+        ));
         let mut bad = sample(180_000, 0.9);
         bad.entities[0].readings.set_value(Field::TensorActive, 2.9);
         assert!(every_band(&mut t, 3, &bad.entities[0], &cfg, &mut diags));
@@ -3031,6 +3095,102 @@ mod tests {
             held: Default::default(),
             step_bands: None,
         }
+    }
+
+    /// Each band's share is the quantiles' difference, the top band at least one raw
+    /// sample's (taken from the bands below it), and the shares add up to one step.
+    #[test]
+    fn step_bands_share_a_step_with_one_sample_in_the_top_band() {
+        for (samples, want) in [
+            (60.0, [5_000, 4_000, 833, 167]),
+            (15.0, [5_000, 4_000, 333, 667]),
+            (5.0, [5_000, 3_000, 0, 2_000]),
+            (2.0, [5_000, 0, 0, 5_000]),
+            (1.0, [0, 0, 0, 10_000]),
+            (1_000.0, [5_000, 4_000, 900, 100]),
+            (f64::NAN, [0, 0, 0, 10_000]),
+        ] {
+            let b = StepBands::for_samples(samples);
+            assert_eq!(b.weights, want, "{samples} samples a step");
+            assert_eq!(b.weights.iter().sum::<u32>(), STEP_WEIGHT_UNITS);
+        }
+        // Zero shares are not sub-steps of the sizing.
+        let g = Grid::of(Some(StepBands::for_samples(5.0)));
+        assert_eq!(
+            (g.m, &g.band[..3], &g.weights[..3]),
+            (3, &[0, 1, 3][..], &[5_000, 3_000, 2_000][..])
+        );
+        assert_eq!(Grid::of(None).m, 1);
+    }
+
+    /// Weighted nearest rank: with unit weights the `⌈q·n⌉`-th smallest; a value holding 1 %
+    /// of the weight or less is above the p99 only when more than 1 % is above it.
+    #[test]
+    fn weighted_ranks() {
+        let mut v: Vec<(u64, u64)> = (1..=100).map(|x| (x, 1)).collect();
+        assert_eq!(weighted_rank(&mut v, 0.99), Some(99));
+        let mut v = vec![(950, 100), (50, 9_900)];
+        assert_eq!(weighted_rank(&mut v, 0.99), Some(50));
+        let mut v = vec![(950, 101), (50, 9_899)];
+        assert_eq!(weighted_rank(&mut v, 0.99), Some(950));
+        assert_eq!(weighted_rank(&mut [], 0.99), None);
+    }
+
+    /// A pod at 0.05 but for a burst to 0.95 that fills the top two bands of one hour-long
+    /// step a day (p99 and max: 10 % of that hour, 6 minutes), beside four at 0.35: sized
+    /// in bands it shares a GPU with two of them (its 0.95 over 0.25 % of the day), as its
+    /// minutes would; held for the hour (4 % of the day) its p99 would be 0.95 and it
+    /// would take a GPU of its own.
+    #[test]
+    fn a_burst_in_the_top_bands_of_a_coarse_step_weighs_its_share_of_the_step() {
+        let steps = 24;
+        let bands = StepBands::for_samples(60.0);
+        let mut tracks = Vec::new();
+        let mut bursty = pod("team/bursty", "n/gpu 9", 0..steps, |_| {
+            (Some(0.05), Some(1.0), Some(10.0))
+        });
+        for j in 0..BANDS {
+            let x = if j >= P99_BAND { 9_500 } else { 500 };
+            bursty.points[10].bands[j] = x;
+        }
+        bursty.finish();
+        assert_eq!(bursty.points[10].sat_peak(), Some(9_500));
+        tracks.push(bursty);
+        for i in 0..4 {
+            tracks.push(pod(
+                &format!("team/s{i}"),
+                &format!("n/gpu {i}"),
+                0..steps,
+                |_| (Some(0.35), Some(1.0), Some(10.0)),
+            ));
+        }
+        let mut fleet = FleetInput {
+            step_seconds: 3_600.0,
+            step_bands: Some(bands),
+            ..input(tracks, steps)
+        };
+        let r = analyze(&fleet, &FleetConfig::default());
+        let a = r
+            .rightsizing
+            .iter()
+            .find(|w| w.workload == "team/bursty")
+            .unwrap();
+        assert_eq!(a.saturation_p99, Some(0.05));
+        assert_eq!(r.sizing.packing.as_ref().map(|p| p.gpus), Some(2));
+        assert_eq!(
+            r.sizing.pooled_lower_bound.as_ref().map(|b| b.gpus),
+            Some(2)
+        );
+        // The same points, each step one value (its top band held for the hour).
+        fleet.step_bands = None;
+        let r = analyze(&fleet, &FleetConfig::default());
+        let a = r
+            .rightsizing
+            .iter()
+            .find(|w| w.workload == "team/bursty")
+            .unwrap();
+        assert_eq!(a.saturation_p99, Some(0.95));
+        assert_eq!(r.sizing.packing.as_ref().map(|p| p.gpus), Some(3));
     }
 
     #[test]
@@ -3188,7 +3348,7 @@ mod tests {
         assert!(c.interleaved);
         // Both idle half of the time: listed above a 0.4 share, with their idle hours.
         let r = analyze(
-            &input(vec![a, b.clone()], steps),
+            &input(vec![a.clone(), b.clone()], steps),
             &FleetConfig {
                 idle_share: 0.4,
                 ..FleetConfig::default()
@@ -3198,6 +3358,26 @@ mod tests {
         assert_eq!(r.idle.workloads[0].idle_share, 0.5);
         assert_eq!(r.idle.workloads[0].idle_gpu_hours, 1.0);
         assert_eq!(r.idle.workloads[0].held_hours, 2.0);
+        assert_eq!(
+            (r.idle.idle_gpu_hours, r.idle.listed_idle_gpu_hours),
+            (2.0, 2.0)
+        );
+        // Above a 0.5 share neither is listed, and the total is the same 2 idle GPU-hours
+        // (one hour each, from their 120 one-minute steps): the listing says what it left.
+        let r = analyze(
+            &input(vec![a.clone(), b.clone()], steps),
+            &FleetConfig::default(),
+        );
+        assert!(r.idle.workloads.is_empty());
+        assert_eq!(r.idle.idle_gpu_hours, 2.0);
+        assert_eq!(r.idle.listed_idle_gpu_hours, 0.0);
+        assert_eq!(
+            r.idle.not_listed,
+            NotListed {
+                workloads: 2,
+                gpu_hours: 2.0
+            }
+        );
         // In phase, the same two pods need two GPUs.
         let b2 = pod("alt/a2", "node-b/gpu 0", 0..steps, |s| {
             (Some(if busy_a(s) { 0.0 } else { 0.7 }), None, Some(30.0))
@@ -3649,12 +3829,12 @@ mod tests {
     /// The first-fit decreasing of before the index: every bin tried in order. On the way,
     /// checks that the index never rules out a bin that takes the workload, and that the
     /// check stopping early answers as the whole check does.
-    fn first_fit_exhaustive(tracks: &[Track], steps: usize) -> Vec<Vec<usize>> {
+    fn first_fit_exhaustive(tracks: &[Track], steps: usize, grid: Grid) -> Vec<Vec<usize>> {
         let work: Vec<&Track> = tracks.iter().collect();
         let names = names(&work);
-        let (mut items, _) = packing_items(&work, &names, Grid::of(None));
+        let (mut items, _) = packing_items(&work, &names, grid);
         sort_items(&names, &mut items, CAP, LIMIT);
-        let ranks = Ranks::of(steps, Grid::of(None));
+        let ranks = Ranks::of(steps, grid);
         let mut bins: Vec<Bin> = Vec::new();
         let mut index = BinIndex {
             rule: Trees::new(),
@@ -3678,7 +3858,7 @@ mod tests {
                     placed = placed.or(whole.map(|c| (b, c)));
                 }
             }
-            let b = join_or_open(&mut bins, placed, t, it, (steps, Grid::of(None)), LIMIT);
+            let b = join_or_open(&mut bins, placed, t, it, (steps, grid), LIMIT);
             index.set(b, bins[b].keys(&ranks, &mut scratch));
         }
         bins.into_iter().map(|b| b.members).collect()
@@ -3689,11 +3869,12 @@ mod tests {
         tracks: &[Track],
         steps: usize,
         budget: Budget,
+        grid: Grid,
     ) -> (Vec<Vec<usize>>, Vec<usize>) {
         let work: Vec<&Track> = tracks.iter().collect();
         let names = names(&work);
-        let (mut items, _) = packing_items(&work, &names, Grid::of(None));
-        let bins = first_fit_within(&work, &names, &mut items, (CAP, LIMIT, steps, Grid::of(None)), budget);
+        let (mut items, _) = packing_items(&work, &names, grid);
+        let bins = first_fit_within(&work, &names, &mut items, (CAP, LIMIT, steps, grid), budget);
         let packable = items.iter().map(|it| it.track).collect();
         (bins.into_iter().map(|b| b.members).collect(), packable)
     }
@@ -3744,12 +3925,12 @@ mod tests {
         for seed in 0..24 {
             let steps = [20, 50, 150][seed as usize % 3];
             let tracks = random_fleet(seed, 30 + seed as usize * 3, steps);
-            let exhaustive = first_fit_exhaustive(&tracks, steps);
+            let exhaustive = first_fit_exhaustive(&tracks, steps, Grid::of(None));
             assert!(
                 exhaustive.len() < MAX_BIN_TRIES,
                 "seed {seed}: a small packing"
             );
-            let (bounded, packable) = first_fit_bounded(&tracks, steps, BUDGET);
+            let (bounded, packable) = first_fit_bounded(&tracks, steps, BUDGET, Grid::of(None));
             assert_eq!(bounded, exhaustive, "seed {seed}");
             assert_valid(&tracks, steps, &bounded, &packable);
         }
@@ -3765,11 +3946,31 @@ mod tests {
         };
         for (seed, steps) in [(100, 120), (101, 40)] {
             let tracks = random_fleet(seed, 400, steps);
-            let exhaustive = first_fit_exhaustive(&tracks, steps);
+            let exhaustive = first_fit_exhaustive(&tracks, steps, Grid::of(None));
             assert!(exhaustive.len() > 2 * MAX_BIN_TRIES);
-            let (bounded, _) = first_fit_bounded(&tracks, steps, unbounded);
+            let (bounded, _) = first_fit_bounded(&tracks, steps, unbounded, Grid::of(None));
             assert_eq!(bounded, exhaustive, "seed {seed}");
         }
+        // And in the bands of coarse steps: each step's bands spread below and above its
+        // value (p50 lower, the max higher), weighted as a step of 15 samples.
+        let grid = Grid::of(Some(StepBands::for_samples(15.0)));
+        let mut tracks = random_fleet(102, 400, 60);
+        for t in &mut tracks {
+            for (k, p) in t.points.iter_mut().enumerate() {
+                if let Some(x) = p.sat() {
+                    let spread = [
+                        x / 2,
+                        x,
+                        x.saturating_add(1_500),
+                        x.saturating_add(4_000 + (k as u16 % 7) * 500),
+                    ];
+                    p.bands = spread.map(|b| b.min(NO_RATIO - 1));
+                }
+            }
+        }
+        let exhaustive = first_fit_exhaustive(&tracks, 60, grid);
+        let (bounded, _) = first_fit_bounded(&tracks, 60, unbounded, grid);
+        assert_eq!(bounded, exhaustive, "in bands");
     }
 
     /// 3 000 workloads × 50 steps within the default budget: a valid packing.
@@ -3777,7 +3978,7 @@ mod tests {
     fn a_large_fleet_packs_validly_within_the_budget() {
         let steps = 50;
         let tracks = random_fleet(7, 3_000, steps);
-        let (bins, packable) = first_fit_bounded(&tracks, steps, BUDGET);
+        let (bins, packable) = first_fit_bounded(&tracks, steps, BUDGET, Grid::of(None));
         assert!(packable.len() > 2_990);
         assert_valid(&tracks, steps, &bins, &packable);
         // Shared GPUs, not one per workload.
@@ -3794,14 +3995,14 @@ mod tests {
     fn a_tiny_budget_still_packs_validly() {
         let steps = 30;
         let tracks = random_fleet(3, 500, steps);
-        let exhaustive = first_fit_exhaustive(&tracks, steps).len();
+        let exhaustive = first_fit_exhaustive(&tracks, steps, Grid::of(None)).len();
         for budget in [
             Budget { tries: 0, room: 0 },
             Budget { tries: 1, room: 0 },
             Budget { tries: 0, room: 1 },
             Budget { tries: 2, room: 2 },
         ] {
-            let (bins, packable) = first_fit_bounded(&tracks, steps, budget);
+            let (bins, packable) = first_fit_bounded(&tracks, steps, budget, Grid::of(None));
             assert_valid(&tracks, steps, &bins, &packable);
             assert!(bins.len() >= exhaustive / 2, "{budget:?}: {}", bins.len());
         }

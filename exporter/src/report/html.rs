@@ -577,6 +577,22 @@ th{{background:#f6f6f6}}td.n{{text-align:right;font-variant-numeric:tabular-nums
         );
     }
     let _ = writeln!(w, "</table>");
+    let left = f.idle.not_listed;
+    let _ = writeln!(
+        w,
+        "<p>Idle GPU-hours of every workload measured: {:.2}{}.</p>",
+        f.idle.idle_gpu_hours,
+        if left.workloads > 0 {
+            format!(
+                " ({} more workloads idle at most {} of their time, {:.2} idle GPU-hours, not listed)",
+                left.workloads,
+                pct(Some(f.idle.idle_share_above)),
+                left.gpu_hours
+            )
+        } else {
+            String::new()
+        }
+    );
 
     let _ = writeln!(w, "<h2>Savings (estimate)</h2>");
     match &f.savings {

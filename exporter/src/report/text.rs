@@ -217,6 +217,21 @@ pub(crate) fn write(out: &mut impl Write, doc: &Document) -> std::io::Result<()>
             w.idle_gpu_hours
         )?;
     }
+    let left = f.idle.not_listed;
+    if left.workloads > 0 {
+        writeln!(
+            out,
+            "  … {} more idle at most {} of their time, {:.1} idle GPU-hours, not listed",
+            left.workloads,
+            pct(Some(f.idle.idle_share_above)),
+            left.gpu_hours
+        )?;
+    }
+    writeln!(
+        out,
+        "  idle GPU-hours of every workload measured: {:.1}",
+        f.idle.idle_gpu_hours
+    )?;
 
     writeln!(out)?;
     match &f.savings {
