@@ -157,6 +157,66 @@ pub struct Showback {
     pub policy: Vec<String>,
     /// What was missing or is to be read with care, in words.
     pub notes: Vec<String>,
+    /// The physical GPUs and GPU-hours charged to any group, against the sizing's
+    /// ([`check_against_sizing`]).
+    pub allocation: Allocation,
+}
+
+/// What the showback allocated, physical GPU by physical GPU, and whether the sizing of the
+/// same report counts the same.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Allocation {
+    /// Physical GPUs some group was charged for.
+    pub gpus: usize,
+    /// Physical GPU-hours in which some group held the GPU (a MIG GPU's hour counts once,
+    /// whatever its instances).
+    pub gpu_hours: f64,
+    /// Of them, the hours with nothing read of the GPU (held, unmeasured): the sizing
+    /// counts a GPU only where something was read.
+    pub unread_gpu_hours: f64,
+    /// The sizing's allocated GPU-hours (its allocated GPUs at each step), once checked.
+    pub sizing_gpu_hours: Option<f64>,
+    /// Whether the sizing counts exactly the read hours the showback charged.
+    pub agrees: Option<bool>,
+    /// The check, in words.
+    pub check: String,
+}
+
+/// Check `sb`'s allocation against the sizing of the same report (`fleet`): the GPU-hours
+/// the sizing counts as allocated (its allocated GPUs at each step with a reading) must be
+/// the physical GPU-hours the showback charged to some group, less those with nothing read.
+/// Filled into `sb.allocation`; without pod labels (no allocated series) nothing is checked.
+pub fn check_against_sizing(sb: &mut Showback, fleet: &crate::fleet::FleetReport) {
+    let hours_per_step = fleet.step_seconds / 3600.0;
+    let steps: u64 = fleet
+        .series
+        .allocated_gpus
+        .iter()
+        .flatten()
+        .map(|&n| u64::from(n))
+        .sum();
+    if fleet.sizing.allocated_gpus.is_none() && steps == 0 {
+        sb.allocation.check = "no pod labels: the sizing counts no allocated GPUs to check the showback against".to_owned();
+        return;
+    }
+    let a = &mut sb.allocation;
+    let sizing = steps as f64 * hours_per_step;
+    let read = a.gpu_hours - a.unread_gpu_hours;
+    // Both are whole steps of hours: equal to well within one step.
+    let agrees = (sizing - read).abs() < hours_per_step * 1e-6;
+    a.sizing_gpu_hours = Some(sizing);
+    a.agrees = Some(agrees);
+    a.check = if agrees {
+        format!(
+            "sizing and showback agree on what is allocated: {sizing:.3} GPU-hours on {} GPUs ({:.3} more held with nothing read, charged, not sized)",
+            a.gpus, a.unread_gpu_hours
+        )
+    } else {
+        format!(
+            "sizing and showback DISAGREE on what is allocated: the sizing counts {sizing:.3} GPU-hours, the showback charged {read:.3} read GPU-hours on {} GPUs: a GPU held with no holder named, or holders named without readings",
+            a.gpus
+        )
+    };
 }
 
 /// Integer share units and float sums of one group in one period.
@@ -319,7 +379,9 @@ pub fn showback(
     let mut unknown_profile = false;
     let mut shared_gpus = 0usize;
     let mut split_by_processes = std::collections::BTreeSet::new();
+    let mut allocation = (0usize, 0u64, 0u64);
     for (_, members) in &gpus {
+        let mut charged = false;
         let tracks: Vec<&Track> = members.iter().map(|&i| &input.tracks[i]).collect();
         let first = tracks.iter().map(|t| t.first_step()).min().unwrap_or(0);
         let end = tracks
@@ -442,6 +504,11 @@ pub fn showback(
                 }
             }
             let sum: u64 = shares.iter().map(|(_, u)| u).sum();
+            if !charges.is_empty() {
+                charged = true;
+                allocation.1 += 1;
+                allocation.2 += u64::from(!charges.iter().any(|c| c.read));
+            }
             let period = s / per;
             for acc in [&mut total, &mut each[period.min(periods - 1)]] {
                 acc.fleet += SHARE_UNITS;
@@ -519,6 +586,7 @@ pub fn showback(
             }
         }
         shared_gpus += usize::from(was_shared);
+        allocation.0 += usize::from(charged);
     }
     let hours = |u: u64| u as f64 / SHARE_UNITS as f64 * hours_per_step;
     let finish = |acc: &PeriodAcc,
@@ -654,6 +722,12 @@ pub fn showback(
             "a time-sliced GPU's measured effective compute is billed to its holders 1/k each (time-sliced effective compute); the split by SM-busy share is an estimate, never billed".into(),
         ],
         notes,
+        allocation: Allocation {
+            gpus: allocation.0,
+            gpu_hours: allocation.1 as f64 * hours_per_step,
+            unread_gpu_hours: allocation.2 as f64 * hours_per_step,
+            ..Allocation::default()
+        },
     }
 }
 
@@ -914,6 +988,40 @@ mod holder_tests {
             "{:?}",
             s.notes
         );
+    }
+
+    /// The report's check that its two halves count the same allocation: a time-sliced
+    /// device held at its 4 read hours is 4 GPU-hours on 1 GPU in both; with no holder named
+    /// for its last hour the showback charges 3 while the sizing (the device is one
+    /// workload all 4 hours) counts 4, and the check says they disagree.
+    #[test]
+    fn the_allocation_check_compares_the_sizing_and_the_showback() {
+        let mut dev = Track::new(None, "n/g2".into());
+        for s in 0..4 {
+            dev.record(s, Point::new(Some(0.4), Some(1.0), Some(0.3), Some(1e9)));
+        }
+        let pods = vec!["a/chat-a".to_string(), "b/chat-b".to_string()];
+        let input = FleetInput {
+            step_seconds: 3600.0,
+            steps: 4,
+            tracks: vec![dev],
+            held: BTreeMap::from([("n/g2".to_string(), pods)]),
+            step_bands: None,
+        };
+        let fleet = crate::fleet::analyze(&input, &crate::fleet::FleetConfig::default());
+        for (named, agrees, charged) in [(4, true, 4.0), (3, false, 3.0)] {
+            let steps: BTreeMap<usize, Vec<Holding>> = (0..named)
+                .map(|s| (s, vec![holding("a/chat-a", None), holding("b/chat-b", None)]))
+                .collect();
+            let holders = Holders::from([("n/g2".to_string(), steps)]);
+            let mut s = showback(&input, &[None], &holders, &BTreeMap::new(), &cfg());
+            check_against_sizing(&mut s, &fleet);
+            let a = &s.allocation;
+            assert_eq!((a.gpus, a.gpu_hours, a.unread_gpu_hours), (1, charged, 0.0));
+            assert_eq!(a.sizing_gpu_hours, Some(4.0));
+            assert_eq!(a.agrees, Some(agrees), "{}", a.check);
+            assert_eq!(a.check.contains("DISAGREE"), !agrees, "{}", a.check);
+        }
     }
 
     /// Issue 34: a pod spinning one block (SM busy 0.6, no tensor work) beside a pod doing

@@ -249,6 +249,7 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
             },
         );
         sb.notes.extend(attrs.notes.iter().cloned());
+        truthscale_core::showback::check_against_sizing(&mut sb, &doc.fleet);
         let mut shown = sb.clone();
         report::showback::fold_rest(&mut shown, usize::try_from(args.top).unwrap_or(usize::MAX));
         if let Some(path) = &args.csv {

@@ -335,9 +335,10 @@ fn showback_section(w: &mut String, s: &truthscale_core::showback::Showback) -> 
     }
     let _ = writeln!(
         w,
-        "<tr><td>(unallocated)</td><td>{}</td><td colspan=\"11\"></td></tr></table>\n<p id=\"showback-check\">check: {}</p><ul>",
+        "<tr><td>(unallocated)</td><td>{}</td><td colspan=\"11\"></td></tr></table>\n<p id=\"showback-check\">check: {}</p><p id=\"allocation-check\">{}</p><ul>",
         h(s.total.unallocated_gpu_hours),
-        esc(&s.total.check)
+        esc(&s.total.check),
+        esc(&s.allocation.check)
     );
     for p in s.policy.iter().chain(&s.notes) {
         let _ = writeln!(w, "<li>{}</li>", esc(p));

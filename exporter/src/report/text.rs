@@ -355,6 +355,9 @@ fn showback(out: &mut impl Write, s: &truthscale_core::showback::Showback) -> st
         t.check,
         if t.reconciled { " (reconciled)" } else { "" }
     )?;
+    if !s.allocation.check.is_empty() {
+        writeln!(out, "  check: {}", s.allocation.check)?;
+    }
     if sliced {
         writeln!(
             out,

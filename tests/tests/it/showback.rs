@@ -653,6 +653,7 @@ fn a_time_sliced_gpu_is_one_workload_in_the_sizing_from_either_history() {
     let url = prom.url();
     for (selector, by) in [
         ("job=\"dcgm\"", None),
+        ("job=\"dcgm\"", Some("namespace")),
         ("job=\"truthscale\"", None),
         ("job=\"truthscale\"", Some("namespace")),
     ] {
@@ -670,6 +671,21 @@ fn a_time_sliced_gpu_is_one_workload_in_the_sizing_from_either_history() {
             "{what}"
         );
         near(&fleet["sizing"]["allocated_gpus"]["p99"], 4.0, &what);
+        if by.is_some() {
+            // The two halves of one report count the same GPUs allocated: the report says so.
+            let a = &fleet["showback"]["allocation"];
+            assert_eq!(a["agrees"], true, "{what}: {a:#}");
+            assert_eq!(a["gpus"], 4, "{what}: {a:#}");
+            let read = a["gpu_hours"].as_f64().unwrap() - a["unread_gpu_hours"].as_f64().unwrap();
+            near(&a["sizing_gpu_hours"], read, &what);
+            assert!(
+                a["check"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("sizing and showback agree"),
+                "{what}: {a:#}"
+            );
+        }
         near(
             &fleet["sizing"]["compute_demand_gpus"]["summary"]["p99"],
             0.9,
