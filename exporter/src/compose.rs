@@ -110,7 +110,7 @@ fn stages(settings: &Settings, api: Option<ApiServer>) -> Vec<Box<dyn Stage>> {
         )));
     }
     if let Some(e) = settings.engine.clone() {
-        stages.push(Box::new(Engine::new(e)));
+        stages.push(Box::new(Engine::new(e, settings.interval)));
     }
     stages
 }

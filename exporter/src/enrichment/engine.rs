@@ -1,9 +1,11 @@
-//! The serving-engine enricher: scrape the inference server's Prometheus endpoint in the
-//! same pod (vLLM, SGLang or TGI) on the sampler thread, with the GPU sample's clock, and
-//! attach the [`ServingSnapshot`] the core's [`truthscale_core::serving`] derives from it to
-//! the GPU sample. The name mapping is in `docs/serving-engines.md`.
+//! The serving-engine reader: scrape the inference server's Prometheus endpoint in the
+//! same pod (vLLM, SGLang or TGI), on a thread of its own (never the sampler's), and derive
+//! the [`ServingSnapshot`] the core's [`truthscale_core::serving`] makes of it, with rates
+//! over the reads' own clock. The stage (`enrichment::Engine`) attaches the last fresh one to
+//! the GPU samples. The name mapping is in `docs/serving-engines.md`.
 
 use crate::setting::Invalid;
+use crate::sources::SourceError;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use truthscale_core::model::ServingSnapshot;
@@ -23,7 +25,8 @@ pub struct EngineConfig {
     pub enabled: bool,
     /// The engine's Prometheus endpoint.
     pub url: String,
-    /// Timeout of one scrape (10ms..=10s; it runs on the sampler thread once per tick).
+    /// Timeout of one scrape (10ms..=10s; it runs on the engine reader's own thread, so a
+    /// slow engine never slows sampling).
     pub timeout: String,
     /// The model's parameter count (e.g. 8e9), for MFU and MBU.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -137,10 +140,20 @@ pub(crate) fn check_model_params(p: f64) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// `engine.timeout`'s range (the scrape runs on the sampler's thread once per tick; a slow
-/// one is counted as the engine stage's overrun).
+/// `engine.timeout`'s range (the scrape runs on the engine reader's own thread every
+/// interval; a slow one is the engine's `timeout`, never the GPU source's overrun).
 pub(crate) const TIMEOUT_RANGE: (Duration, Duration) =
     (Duration::from_millis(10), Duration::from_secs(10));
+
+/// Why a scrape gave no reading: the error counted by its kind, and the reason the engine's
+/// series show (`absent_reason`).
+#[derive(Debug)]
+pub(crate) struct Failure {
+    /// Counted in `truthscale_source_errors_total{source="engine"}` by its kind.
+    pub error: SourceError,
+    /// What `truthscale_serving_engine_up`'s `absent_reason` says.
+    pub reason: String,
+}
 
 /// Scrapes one engine, keeping the previous reading for rates.
 #[derive(Debug)]
@@ -148,8 +161,6 @@ pub(crate) struct EngineScraper {
     settings: EngineSettings,
     agent: ureq::Agent,
     prev: Option<Scrape>,
-    /// Why the last scrape gave no reading (the `kind` of the failure), if it did not.
-    failed: Option<&'static str>,
 }
 
 impl EngineScraper {
@@ -161,47 +172,42 @@ impl EngineScraper {
             settings,
             agent,
             prev: None,
-            failed: None,
         }
     }
 
-    /// The model MFU and MBU are computed for, when configured.
-    #[must_use]
-    pub(crate) fn model(&self) -> Option<ModelParams> {
-        self.settings.model
-    }
-
-    /// Why the last scrape gave no reading: the failure's `kind` (`unreachable`, `timeout`,
-    /// `http`, `too_large`, `parse`, `io`); `None` after a reading.
-    pub(crate) fn failed(&self) -> Option<&'static str> {
-        self.failed
-    }
-
-    /// Scrape now (`taken_ms`: the GPU sample's time) and derive a snapshot. Failures give
-    /// an absent snapshot with the reason and forget the previous reading.
-    pub(crate) fn scrape(&mut self, taken_ms: i64) -> ServingSnapshot {
+    /// Scrape now (`taken_ms`: the read's wall time, the clock of its rates) and derive a
+    /// snapshot.
+    ///
+    /// # Errors
+    /// A [`Failure`] (unreachable, timeout, http, too large, not an engine's metrics); it
+    /// forgets the previous reading, so the next rates wait for two answers in a row.
+    pub(crate) fn scrape(&mut self, taken_ms: i64) -> Result<ServingSnapshot, Failure> {
         let url = &self.settings.url;
         let body = match crate::client::get_text(&self.agent, url, "text/plain", MAX_BODY) {
             Ok(b) => b,
             Err(e) => {
                 self.prev = None;
-                self.failed = Some(e.kind());
-                return serving::absent(e.to_string());
+                return Err(Failure {
+                    reason: e.to_string(),
+                    error: SourceError::from(e),
+                });
             }
         };
         let parsed = serving::parse_text(&body);
         let Some(cur) = serving::read(&parsed, taken_ms) else {
             self.prev = None;
-            self.failed = Some("parse");
-            return serving::absent(format!(
+            let reason = format!(
                 "no vLLM, SGLang or TGI metrics at {} (is it the engine's /metrics?)",
                 self.settings.url
-            ));
+            );
+            return Err(Failure {
+                error: SourceError::Parse(reason.clone()),
+                reason,
+            });
         };
         let snap = serving::derive(self.prev.as_ref(), &cur);
         self.prev = Some(cur);
-        self.failed = None;
-        snap
+        Ok(snap)
     }
 }
 
@@ -370,26 +376,27 @@ mod tests {
             timeout: Duration::from_secs(2),
             model: None,
         });
-        assert_eq!(s.scrape(1_000).absent_reason, None);
-        let b = s.scrape(3_000);
+        assert_eq!(s.scrape(1_000).unwrap().absent_reason, None);
+        let b = s.scrape(3_000).unwrap();
         assert_eq!(b.prompt_tokens_per_sec, Some(1000.0));
-        assert_eq!(
-            s.scrape(4_000).absent_reason,
-            Some(format!("{url} answered HTTP 404"))
+        let f = s.scrape(4_000).unwrap_err();
+        assert_eq!(f.reason, format!("{url} answered HTTP 404"));
+        assert_eq!(f.error.kind(), "http");
+        let f = s.scrape(5_000).unwrap_err();
+        assert!(
+            f.reason.starts_with("no vLLM, SGLang or TGI metrics at"),
+            "{}",
+            f.reason
         );
-        let r = s.scrape(5_000).absent_reason.unwrap();
-        assert!(r.starts_with("no vLLM, SGLang or TGI metrics at"), "{r}");
+        assert_eq!(f.error.kind(), "parse");
         t.join().unwrap();
         // Nothing listens any more.
-        let r = s.scrape(6_000);
+        let f = s.scrape(6_000).unwrap_err();
         assert!(
-            r.absent_reason
-                .as_deref()
-                .unwrap()
-                .starts_with(&format!("cannot reach {url}")),
-            "{r:?}"
+            f.reason.starts_with(&format!("cannot reach {url}")),
+            "{f:?}"
         );
-        assert_eq!(r.kv_cache_utilization, None);
+        assert_eq!(f.error.kind(), "unreachable");
     }
 
     #[test]

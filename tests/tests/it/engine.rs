@@ -1,9 +1,10 @@
 //! `truthscale serve` with `[engine]` on, against a local stand-in serving the engine
 //! fixtures in `tests/fixtures/engines/`: values and rates across scrapes, a counter
-//! reset, a non-engine endpoint, NaN values, and an unreachable engine.
+//! reset, a non-engine endpoint, NaN values, an unreachable engine, and a hung one.
 
-use std::time::Duration;
-use truthscale_e2e::{Sample, Sidecar, StandIn, TempDir, free_port, ok, workspace};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+use truthscale_e2e::{Sample, Sidecar, Silent, StandIn, TempDir, free_port, ok, series, workspace};
 
 fn engine_fixture(name: &str) -> String {
     std::fs::read_to_string(workspace().join("tests/fixtures/engines").join(name)).unwrap()
@@ -215,4 +216,107 @@ fn engine_flop_estimates_are_cross_checked_against_the_counters() {
     let bw = find("truthscale_serving_bandwidth_agreement_ratio");
     assert_eq!(bw.label("measure"), Some("dram_active"));
     assert!((bw.value * dram / mbu - 1.0).abs() < 1e-12);
+}
+
+/// A serving engine that accepts and never answers, read with `engine.timeout` 5 s (issue
+/// 35): it is read on a thread of its own, so it never blanks a GPU, never flaps `/readyz`,
+/// never slows sampling, and is not the GPU source's overrun; the engine's own series say it
+/// is absent, with its staleness, then its timeout, as the reason.
+#[test]
+fn a_hung_engine_never_blanks_a_gpu_nor_slows_sampling() {
+    let dir = TempDir::new("engine-hung");
+    let hung = Silent::start();
+    let url = format!("http://{}/metrics", hung.addr());
+    let sidecar = Sidecar::start(
+        &["--source", "sim", "--sim-gpus", "2", "--interval", "200ms"],
+        &[
+            ("TRUTHSCALE_ENGINE__ENABLED", "true"),
+            ("TRUTHSCALE_ENGINE__URL", &url),
+            ("TRUTHSCALE_ENGINE__TIMEOUT", "5s"),
+        ],
+        dir.path(),
+    );
+    let began = Instant::now();
+    let mut ticks = BTreeSet::new();
+    let mut polls = 0;
+    // Past the engine's 5 s timeout, so that a whole hung read falls inside the window.
+    while began.elapsed() < Duration::from_secs(6) {
+        let ready = sidecar.get("/readyz", &[]);
+        assert_eq!(ready.status, 200, "/readyz: {}", ready.text());
+        let m = sidecar.metrics();
+        assert_gpus_up(&m);
+        if let Some(t) = truthscale_e2e::value(&m, "truthscale_snapshot_timestamp_seconds", &[]) {
+            ticks.insert(t.to_bits());
+        }
+        polls += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A 200 ms interval over the window; a hung engine on the sampler's thread gave one tick
+    // per 5 s timeout. Not halved: more than half the ticks the window holds.
+    let expected = began.elapsed().as_secs_f64() / 0.2;
+    assert!(
+        ticks.len() as f64 > expected / 2.0,
+        "{} ticks seen in {polls} polls over {:?}; {expected:.0} expected",
+        ticks.len(),
+        began.elapsed()
+    );
+    let m = sidecar.wait_for(WAIT, "the engine's timeout counted", |m| {
+        engine_errors(m, "timeout").is_some_and(|n| n >= 1.0)
+    });
+    assert_gpus_up(&m);
+    let labelled = |name: &str, labels: &[(&str, &str)]| truthscale_e2e::value(&m, name, labels);
+    assert_eq!(
+        labelled("truthscale_source_up", &[("source", "engine")]),
+        Some(0.0)
+    );
+    for source in ["sim", "engine"] {
+        assert_eq!(
+            labelled(
+                "truthscale_source_errors_total",
+                &[("source", source), ("kind", "overrun")]
+            ),
+            None,
+            "{source}: an overrun was counted"
+        );
+    }
+    let took = labelled("truthscale_sample_duration_seconds", &[]).expect("sample duration");
+    assert!(took < 0.2, "a tick took {took} s with the engine hung");
+    // The engine's own series: absent on every GPU, with the reason; never zeros.
+    let up = series(&m, "truthscale_serving_engine_up", &[]);
+    assert_eq!(up.len(), 2, "{up:?}");
+    for s in up {
+        assert_eq!(s.value, 0.0);
+        let reason = s.label("absent_reason").unwrap();
+        assert!(
+            reason.starts_with(&format!("{url}: no complete answer within the timeout"))
+                || reason.starts_with(&format!("{url}: no answer within the stale period")),
+            "{reason}"
+        );
+    }
+    assert!(
+        m.iter()
+            .filter(|s| s.name.starts_with("truthscale_serving_"))
+            .all(|s| s.name == "truthscale_serving_engine_up"),
+        "absent is never zeros"
+    );
+}
+
+/// Every GPU is up, and so is the GPU source.
+fn assert_gpus_up(m: &[Sample]) {
+    let up = series(m, "truthscale_gpu_up", &[]);
+    assert_eq!(up.len(), 2, "{up:?}");
+    assert!(up.iter().all(|s| s.value == 1.0), "{up:?}");
+    assert_eq!(
+        truthscale_e2e::value(m, "truthscale_source_up", &[("source", "sim")]),
+        Some(1.0)
+    );
+}
+
+/// The engine's failures of `kind` so far.
+fn engine_errors(m: &[Sample], kind: &str) -> Option<f64> {
+    truthscale_e2e::value(
+        m,
+        "truthscale_source_errors_total",
+        &[("source", "engine"), ("kind", kind)],
+    )
 }
