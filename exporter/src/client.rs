@@ -120,6 +120,7 @@ pub(crate) enum FetchError {
 
 impl FetchError {
     /// The `kind` label value of `truthscale_source_errors_total`.
+    #[cfg(test)]
     pub(crate) fn kind(&self) -> &'static str {
         match self {
             FetchError::Unreachable { .. } => "unreachable",

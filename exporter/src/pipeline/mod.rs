@@ -314,7 +314,6 @@ impl Pipeline {
         let read = started.elapsed();
         let source_keys = Served::source_keys(&produced, self.attributes);
         let mut tick = Tick {
-            now,
             stale_after: self.stale_after,
             produced: &mut produced,
             held: None,

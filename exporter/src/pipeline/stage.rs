@@ -3,7 +3,7 @@
 
 use crate::sources::Produced;
 use std::collections::{BTreeMap, HashSet};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use truthscale_core::exposition::SourceHealth;
 use truthscale_core::model::EntityKey;
 
@@ -35,8 +35,6 @@ pub(crate) trait Stage: Send {
 /// One tick, as the stages see it.
 #[derive(Debug)]
 pub(crate) struct Tick<'a> {
-    /// The wall time the tick samples at.
-    pub now: SystemTime,
     /// How long an answer stays usable (`source.stale_after`).
     pub stale_after: Duration,
     /// What the source produced, worked on in place.
