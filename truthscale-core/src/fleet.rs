@@ -924,6 +924,9 @@ pub struct MigChoice {
     pub binding: Constraint,
     /// Constraints not checked because their demand was not measured.
     pub unmeasured: Vec<Constraint>,
+    /// What it costs the workload's observed peak, its capacity the profile's share of the
+    /// GPU's SMs (`None`: saturation was not measured).
+    pub peak: Option<PeakCost>,
 }
 
 /// A smaller catalog model that covers the demand.
@@ -946,8 +949,8 @@ pub struct SmallerGpu {
 pub struct PeakCost {
     /// The workload's observed peak saturation, of its own GPU: the highest step.
     pub peak_saturation: f64,
-    /// The target's capacity in the source's terms: its dense BF16 tensor peak over the
-    /// source's.
+    /// The target's capacity in the source's terms: a model's dense BF16 tensor peak over
+    /// the source's; a MIG profile's share of the GPU's SMs.
     pub capacity_ratio: f64,
     /// The peak in the target's terms, `peak_saturation / capacity_ratio`: above 1 it is
     /// more than the target can do, and runs that many times longer.
@@ -2690,9 +2693,14 @@ struct PeakLimit {
 /// time its bands were above: a three-minute burst in an hour's point counts the bands it
 /// filled, not the hour).
 fn peak_cost(t: &Track, spec: &GpuSpec, c: &GpuSpec, limit: &PeakLimit) -> Option<PeakCost> {
+    peak_cost_at(t, c.bf16_dense_tflops / spec.bf16_dense_tflops, limit)
+}
+
+/// [`peak_cost`] on a target of capacity `ratio` in the track's own terms (a fraction of a
+/// whole GPU of its model).
+fn peak_cost_at(t: &Track, ratio: f64, limit: &PeakLimit) -> Option<PeakCost> {
     let peak = t.points.iter().filter_map(|p| p.sat_peak()).max()?;
     let peak = units_to_ratio(u64::from(peak));
-    let ratio = c.bf16_dense_tflops / spec.bf16_dense_tflops;
     if !(ratio.is_finite() && ratio > 0.0) {
         return None;
     }
@@ -2788,6 +2796,57 @@ fn smaller_gpu(
     (None, Some(note))
 }
 
+/// The smallest MIG profile of `spec` that covers `demand` and whose share of the SMs the
+/// workload's observed peak exceeds by at most `limit.max_over`, with what it costs the
+/// peak; else why there is none (naming the profile its peak alone ruled out).
+fn mig_choice(
+    t: &Track,
+    spec: &GpuSpec,
+    demand: Demand,
+    h: f64,
+    limit: &PeakLimit,
+) -> (Option<MigChoice>, Option<String>) {
+    let share = |p: &MigProfile| f64::from(p.sms) / f64::from(spec.sms.max(1));
+    let choice = |f: rightsizing::MigFit| MigChoice {
+        profile: f.profile.name,
+        binding: f.binding,
+        unmeasured: f.unmeasured(),
+        peak: peak_cost_at(t, share(f.profile), limit),
+    };
+    let Some(first) = rightsizing::mig_fit(spec, &demand, h, D_MAX).map(choice) else {
+        return (
+            None,
+            Some("no MIG profile fits: it needs the whole GPU".to_owned()),
+        );
+    };
+    let Some(k) = first.peak.filter(|k| k.peak_on_target > limit.max_over) else {
+        return (Some(first), None);
+    };
+    // The peak needs a share of at least peak / max_over: ask for it as compute.
+    let need = k.peak_saturation / limit.max_over * (1.0 - sane(h));
+    let bumped = Demand {
+        compute: Some(demand.compute.map_or(need, |c| c.max(need))),
+        ..demand
+    };
+    let why = format!(
+        "MIG {} covers its p99 demand, but its peak saturation {:.2} is {:.2}× the {}'s capacity ({:.3} of the GPU), above the {:.2}× allowed{}",
+        first.profile,
+        k.peak_saturation,
+        k.peak_on_target,
+        first.profile,
+        k.capacity_ratio,
+        limit.max_over,
+        match (k.burst_seconds, k.burst_on_target_seconds) {
+            (Some(b), Some(on)) => format!(": its longest burst, {b:.0} s, would run {on:.0} s there"),
+            _ => String::new(),
+        }
+    );
+    match rightsizing::mig_fit(spec, &bumped, h, D_MAX).map(choice) {
+        Some(c) if c.profile != first.profile => (Some(c), Some(why)),
+        _ => (None, Some(format!("{why}; no larger profile fits"))),
+    }
+}
+
 /// Why a model that covers the p99 demand is not proposed: its peak would exceed it.
 fn withheld_note(c: &GpuSpec, k: &PeakCost, max_over: f64) -> String {
     let burst = match (k.burst_seconds, k.burst_on_target_seconds) {
@@ -2828,20 +2887,7 @@ fn right_size(t: &Track, name: &str, h: f64, limit: PeakLimit) -> RightSizing {
             };
             match demand {
                 None => (None, Some("MIG instance of an unknown profile".to_owned())),
-                Some(d) => match rightsizing::mig_fit(spec, &d, h, D_MAX) {
-                    Some(f) => (
-                        Some(MigChoice {
-                            profile: f.profile.name,
-                            binding: f.binding,
-                            unmeasured: f.unmeasured(),
-                        }),
-                        None,
-                    ),
-                    None => (
-                        None,
-                        Some("no MIG profile fits: it needs the whole GPU".to_owned()),
-                    ),
-                },
+                Some(d) => mig_choice(t, spec, d, h, &limit),
             }
         }
         (Some(spec), _) => (None, Some(format!("the {} has no MIG", spec.name))),
@@ -3523,7 +3569,30 @@ mod tests {
             (None, None)
         );
 
+        // A MIG profile too: the smallest that holds 10 GiB with headroom (12 GiB) is
+        // 1g.20gb, 16 of the H100's 132 SMs; the steady pod's peak fits it, the burst's is
+        // 0.95 ÷ (16/132) = 7.8× it, so the burst is offered the profile its peak fits.
+        let one = h100().mig.iter().find(|p| p.name == "1g.20gb").unwrap();
+        let share = f64::from(one.sms) / f64::from(h100().sms);
+        let m = s.mig_fit.as_ref().unwrap();
+        assert_eq!(m.profile, "1g.20gb");
+        let k = m.peak.unwrap();
+        assert_eq!((k.capacity_ratio, k.peak_on_target), (share, 0.05 / share));
+        let m = b.mig_fit.as_ref().unwrap();
+        assert_eq!(m.profile, "7g.80gb", "the only profile with the SMs for 0.95");
+        assert_eq!(m.peak.unwrap().burst_seconds, None);
+        let note = b.mig_fit_note.as_deref().unwrap();
+        assert!(note.starts_with("MIG 1g.20gb covers its p99 demand"), "{note}");
+        assert!(note.contains(&format!("{:.2}×", 0.95 / share)), "{note}");
+        assert!(note.contains("180 s"), "{note}");
+
         let r = run(10.0);
+        let m = r[0].mig_fit.as_ref().unwrap();
+        assert_eq!(m.profile, "1g.20gb", "7.8× is within 10×");
+        let k = m.peak.unwrap();
+        assert_eq!(k.burst_seconds, Some(180.0));
+        let on = k.burst_on_target_seconds.unwrap();
+        assert!((on - 180.0 * 0.95 / share).abs() < 1e-9, "{on}");
         let fit = r[0].smaller_gpu.as_ref().unwrap();
         assert_eq!(fit.key, "l4");
         let cost = fit.peak.unwrap();

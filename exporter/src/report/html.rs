@@ -520,8 +520,9 @@ th{{background:#f6f6f6}}td.n{{text-align:right;font-variant-numeric:tabular-nums
     for r in &f.rightsizing {
         let mig = match (&r.mig_fit, &r.mig_fit_note) {
             (Some(m), _) => format!(
-                "{} ({}{})",
+                "{}{} ({}{})",
                 m.profile,
+                super::text::peak_cost(m.peak, m.profile),
                 serde_json::to_value(m.binding)
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_owned))

@@ -154,8 +154,9 @@ pub(crate) fn write(out: &mut impl Write, doc: &Document) -> std::io::Result<()>
     for r in f.rightsizing.iter().take(SHOWN) {
         let mig = match (&r.mig_fit, &r.mig_fit_note) {
             (Some(m), _) => format!(
-                "MIG {} (bound by {}){}",
+                "MIG {}{} (bound by {}){}",
                 m.profile,
+                peak_cost(m.peak, m.profile),
                 serde_json::to_value(m.binding)
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_owned))
@@ -407,7 +408,12 @@ fn clusters(out: &mut impl Write, clusters: &[super::ClusterReport]) -> std::io:
 /// its own GPU's terms and in the model's, and how long its burst above the model's
 /// capacity would run there; nothing where saturation was not measured.
 pub(super) fn smaller_cost(g: &truthscale_core::fleet::SmallerGpu) -> String {
-    let Some(k) = g.peak else {
+    peak_cost(g.peak, g.name)
+}
+
+/// What a proposal (`name`: a model or a MIG profile) costs the workload's peak, in words.
+pub(super) fn peak_cost(k: Option<truthscale_core::fleet::PeakCost>, name: &str) -> String {
+    let Some(k) = k else {
         return String::new();
     };
     let burst = match (k.burst_seconds, k.burst_on_target_seconds) {
@@ -416,6 +422,6 @@ pub(super) fn smaller_cost(g: &truthscale_core::fleet::SmallerGpu) -> String {
     };
     format!(
         " (peak {:.2} of its GPU, {:.2} of the {}{burst})",
-        k.peak_saturation, k.peak_on_target, g.name
+        k.peak_saturation, k.peak_on_target, name
     )
 }
