@@ -156,11 +156,97 @@ pub(crate) fn get_text_with(
     headers: &[(&str, &str)],
     limit: u64,
 ) -> Result<String, FetchError> {
+    let mut resp = answer(agent, url, headers, limit)?;
+    let bytes = resp
+        .body_mut()
+        .with_config()
+        .limit(limit)
+        .read_to_vec()
+        .map_err(|e| body_error(url, limit, e))?;
+    String::from_utf8(bytes).map_err(|e| FetchError::NotText {
+        url: url.to_string(),
+        at: e.utf8_error().valid_up_to(),
+    })
+}
+
+/// The longest line [`for_each_line`] reads: a text exposition's lines are a series each.
+pub(crate) const MAX_LINE: u64 = 1 << 20;
+
+/// `GET url` with `Accept: accept`, its body (at most `limit` bytes) handed to `line` one
+/// line at a time as it arrives, never held whole: memory is one line's (at most
+/// [`MAX_LINE`]) whatever the body. `line` returns `false` to stop reading. Returns the
+/// bytes read.
+///
+/// # Errors
+/// [`FetchError`], naming the URL; a line over [`MAX_LINE`] is [`FetchError::TooLarge`].
+pub(crate) fn for_each_line(
+    agent: &ureq::Agent,
+    url: &str,
+    accept: &str,
+    limit: u64,
+    mut line: impl FnMut(&str) -> bool,
+) -> Result<u64, FetchError> {
+    use std::io::{BufRead as _, Read as _};
+    let mut resp = answer(agent, url, &[("Accept", accept)], limit)?;
+    let mut reader = std::io::BufReader::new(resp.body_mut().with_config().limit(limit).reader());
+    let (mut buf, mut read) = (Vec::new(), 0u64);
+    loop {
+        buf.clear();
+        let n = (&mut reader)
+            .take(MAX_LINE + 1)
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| body_error(url, limit, ureq::Error::from(e)))?;
+        if n == 0 {
+            return Ok(read);
+        }
+        if n as u64 > MAX_LINE {
+            return Err(FetchError::TooLarge {
+                url: url.to_string(),
+                limit: MAX_LINE,
+            });
+        }
+        let text = std::str::from_utf8(&buf).map_err(|e| FetchError::NotText {
+            url: url.to_string(),
+            at: usize::try_from(read).unwrap_or(usize::MAX) + e.valid_up_to(),
+        })?;
+        read += n as u64;
+        if !line(text.trim_end_matches(['\n', '\r'])) {
+            return Ok(read);
+        }
+    }
+}
+
+/// The error of a body read of `url` under `limit`.
+fn body_error(url: &str, limit: u64, e: ureq::Error) -> FetchError {
+    match e {
+        ureq::Error::BodyExceedsLimit(_) => FetchError::TooLarge {
+            url: url.to_string(),
+            limit,
+        },
+        ureq::Error::Timeout(_) => FetchError::Timeout {
+            url: url.to_string(),
+            message: e.to_string(),
+        },
+        e => FetchError::Body {
+            url: url.to_string(),
+            message: e.to_string(),
+        },
+    }
+}
+
+/// `GET url` with `headers`: the answer, once it is a 200 that does not say it is over
+/// `limit` (its body not read yet).
+fn answer(
+    agent: &ureq::Agent,
+    url: &str,
+    headers: &[(&str, &str)],
+    limit: u64,
+) -> Result<ureq::http::Response<ureq::Body>, FetchError> {
     let mut req = agent.get(url);
     for (name, value) in headers {
         req = req.header(*name, *value);
     }
-    let mut resp = req.call().map_err(|e| match e {
+    let resp = req.call().map_err(|e| match e {
         ureq::Error::Timeout(_) => FetchError::Timeout {
             url: url.to_string(),
             message: e.to_string(),
@@ -201,29 +287,7 @@ pub(crate) fn get_text_with(
             limit,
         });
     }
-    let bytes = resp
-        .body_mut()
-        .with_config()
-        .limit(limit)
-        .read_to_vec()
-        .map_err(|e| match e {
-            ureq::Error::BodyExceedsLimit(_) => FetchError::TooLarge {
-                url: url.to_string(),
-                limit,
-            },
-            ureq::Error::Timeout(_) => FetchError::Timeout {
-                url: url.to_string(),
-                message: e.to_string(),
-            },
-            e => FetchError::Body {
-                url: url.to_string(),
-                message: e.to_string(),
-            },
-        })?;
-    String::from_utf8(bytes).map_err(|e| FetchError::NotText {
-        url: url.to_string(),
-        at: e.utf8_error().valid_up_to(),
-    })
+    Ok(resp)
 }
 
 #[cfg(test)]

@@ -249,9 +249,45 @@ impl DcgmExporterSource {
         }
     }
 
-    fn fetch(&self) -> Result<String, SourceError> {
-        use crate::client::{MAX_METRICS_BODY, get_text};
-        get_text(&self.agent, &self.url, "text/plain", MAX_METRICS_BODY).map_err(SourceError::from)
+    /// Read one answer, line by line as it arrives (never held whole: memory is the
+    /// parser's, within its caps, whatever the body's size), into `parser`'s samples; and
+    /// the bytes read. Sentinel readings are counted in `errors`.
+    fn read(
+        &self,
+        parser: &mut DcgmTextParser,
+        samples: &mut Vec<Sample>,
+        errors: &mut Vec<SourceError>,
+    ) -> Result<(u64, usize), SourceError> {
+        use crate::client::{MAX_METRICS_BODY, for_each_line};
+        let mut data_lines = 0usize;
+        let mut failed = None;
+        let bytes = for_each_line(&self.agent, &self.url, "text/plain", MAX_METRICS_BODY, |line| {
+            let t = line.trim();
+            if !t.is_empty() && !t.starts_with('#') {
+                data_lines += 1;
+                let name = t.split(['{', ' ']).next().unwrap_or_default();
+                if let Some(v) = t.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok())
+                    && is_blank_value(name, v)
+                {
+                    errors.push(SourceError::Sentinel(format!("{}: {t}", self.url)));
+                }
+            }
+            match parser.push_line(line) {
+                Ok(Some(s)) => samples.push(s),
+                Ok(None) => {}
+                Err(e) => {
+                    // A body that does not parse is not data: the whole scrape is dropped.
+                    failed = Some(SourceError::Parse(e.to_string()));
+                    return false;
+                }
+            }
+            true
+        })
+        .map_err(SourceError::from)?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok((bytes, data_lines)),
+        }
     }
 }
 
@@ -268,39 +304,18 @@ impl Source for DcgmExporterSource {
     /// Scrape once.
     fn sample(&mut self, now: SystemTime) -> Produced {
         let mut out = Produced::default();
-        let body = match self.fetch() {
-            Ok(b) => b,
+        let mut parser = DcgmTextParser::new(&self.url, 1.0, Timestamp(unix_ms(now)))
+            .with_limits(crate::bounds::DCGM_EXPORTER);
+        let mut samples: Vec<Sample> = Vec::new();
+        let mut sentinels = Vec::new();
+        let (bytes, data_lines) = match self.read(&mut parser, &mut samples, &mut sentinels) {
+            Ok(read) => read,
             Err(e) => {
                 out.errors.push(e);
                 return out;
             }
         };
-        let mut parser = DcgmTextParser::new(&self.url, 1.0, Timestamp(unix_ms(now)))
-            .with_limits(crate::bounds::DCGM_EXPORTER);
-        let mut samples: Vec<Sample> = Vec::new();
-        let mut data_lines = 0usize;
-        for line in body.lines() {
-            let t = line.trim();
-            if !t.is_empty() && !t.starts_with('#') {
-                data_lines += 1;
-                let name = t.split(['{', ' ']).next().unwrap_or_default();
-                if let Some(v) = t.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok())
-                    && is_blank_value(name, v)
-                {
-                    out.errors
-                        .push(SourceError::Sentinel(format!("{}: {t}", self.url)));
-                }
-            }
-            match parser.push_line(line) {
-                Ok(Some(s)) => samples.push(s),
-                Ok(None) => {}
-                Err(e) => {
-                    out.errors.push(SourceError::Parse(e.to_string()));
-                    // A body that does not parse is not data: drop the whole scrape.
-                    return out;
-                }
-            }
-        }
+        out.errors.extend(sentinels);
         samples.extend(parser.finish());
         self.count_unread(parser.unread(), &mut out.errors);
         out.errors.extend(
@@ -310,9 +325,8 @@ impl Source for DcgmExporterSource {
         );
         if data_lines == 0 || samples.is_empty() {
             out.errors.push(SourceError::Parse(format!(
-                "{}: no DCGM metrics in the response ({} bytes); is this a dcgm-exporter endpoint?",
-                self.url,
-                body.len()
+                "{}: no DCGM metrics in the response ({bytes} bytes); is this a dcgm-exporter endpoint?",
+                self.url
             )));
             return out;
         }

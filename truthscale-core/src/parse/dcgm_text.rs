@@ -179,7 +179,7 @@ pub struct DcgmTextParser {
     line: usize,
     skipped: u64,
     scrapes: u64,
-    /// Series (lowercase name + sorted labels) of the current scrape.
+    /// Series (lowercase name + sorted labels) of the current scrape's kept entities.
     seen: HashSet<String>,
     scrape: Scrape,
     /// The latest exposition timestamp (ms) of the current scrape's lines.
@@ -280,10 +280,16 @@ impl DcgmTextParser {
         } else {
             None
         };
-        self.seen.insert(series);
         // `None` orders below any timestamp: the scrape keeps its latest.
         self.scrape_ms = self.scrape_ms.max(timestamp_ms);
+        let refused = self.scrape.refused.entities;
         self.scrape.push(&name, &labels, value);
+        // Only the series of entities kept are remembered: an answer of entities past the
+        // cap costs no memory per line (a kept entity's series repeating still ends the
+        // scrape).
+        if self.scrape.refused.entities == refused {
+            self.seen.insert(series);
+        }
         Ok(done)
     }
 
