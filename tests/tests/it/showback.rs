@@ -52,6 +52,12 @@ fn sm_busy_estimate(pod: &str) -> f64 {
     SHARED_DEVICE_ECF * own / (SPIN_SM_BUSY + GEMM_SM_BUSY)
 }
 
+/// Memory every GPU holds, and holds in all, MiB.
+const MEMORY_MIB: f64 = 10_240.0;
+/// See [`MEMORY_MIB`].
+const TOTAL_MIB: f64 = 81_920.0;
+const MIB: f64 = 1_048_576.0;
+
 /// DRAM activity of every GPU but the notebook's (0).
 const DRAM: f64 = 0.1;
 /// The SM clock of every GPU: the H100 SXM's datasheet clock (its BF16 dense peak is quoted
@@ -138,6 +144,9 @@ fn openmetrics(end: i64) -> String {
             add("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", &l, t, tensor);
             add("DCGM_FI_PROF_DRAM_ACTIVE", &l, t, dram);
             add("DCGM_FI_DEV_SM_CLOCK", &l, t, clock);
+            // Every GPU holds 10 GiB of its 80 (dcgm-exporter in MiB, truthscale in bytes).
+            add("DCGM_FI_DEV_FB_USED", &l, t, MEMORY_MIB);
+            add("DCGM_FI_DEV_FB_FREE", &l, t, TOTAL_MIB - MEMORY_MIB);
             // truthscale's own series: one device series per GPU, pod labels only on a GPU one
             // pod holds (node mode writes none on a shared device's series).
             if gpu != 2 || pod == "chat-a" {
@@ -158,6 +167,8 @@ fn openmetrics(end: i64) -> String {
                 add("truthscale_gpu_tensor_active_ratio", &l, t, tensor);
                 add("truthscale_gpu_dram_active_ratio", &l, t, dram);
                 add("truthscale_gpu_sm_clock_hertz", &l, t, clock * 1e6);
+                add("truthscale_gpu_memory_used_bytes", &l, t, MEMORY_MIB * MIB);
+                add("truthscale_gpu_memory_total_bytes", &l, t, TOTAL_MIB * MIB);
             }
             // Node mode's allocation info: one series per holder; the shared GPU's holders have
             // per-process estimates of their parts of the device's effective compute.
@@ -643,7 +654,9 @@ fn showback_by_namespace_and_node_from_truthscale_series() {
 /// allocation info (node mode, no pod on the device's series), with or without `--by`.
 /// Truth from the fleet: 4 GPUs allocated (train, notebook, the shared one, batch), 4
 /// workloads, and a compute demand at its p99 of 0.5 + 0 + 0.1 + 0.3 = 0.9 (saturation is
-/// max(τ, DRAM) at κ = 1; the notebook's is 0).
+/// max(τ, DRAM) at κ = 1; the notebook's is 0). The GPUs needed ([`needed_gpus`]): 2, so
+/// 2 freed of the 4 allocated; counting the shared GPU once per holder made it 3 workloads'
+/// demand where there is one.
 #[test]
 fn a_time_sliced_gpu_is_one_workload_in_the_sizing_from_either_history() {
     require_tool_or_return!("/usr/bin/promtool", "prometheus");
@@ -671,6 +684,13 @@ fn a_time_sliced_gpu_is_one_workload_in_the_sizing_from_either_history() {
             "{what}"
         );
         near(&fleet["sizing"]["allocated_gpus"]["p99"], 4.0, &what);
+        let needed = needed_gpus();
+        assert_eq!(
+            fleet["sizing"]["packing"]["gpus"], needed,
+            "{what}: {:#}",
+            fleet["sizing"]
+        );
+        assert_eq!(fleet["savings"]["gpus_freed"], 4 - needed, "{what}");
         if by.is_some() {
             // The two halves of one report count the same GPUs allocated: the report says so.
             let a = &fleet["showback"]["allocation"];
@@ -713,4 +733,33 @@ fn a_time_sliced_gpu_is_one_workload_in_the_sizing_from_either_history() {
             "{what}"
         );
     }
+}
+
+/// The GPUs the pod-held workloads need, worked out here from the fleet: each workload's
+/// saturation (max(τ, DRAM), steady: its p99; the shared GPU's counted once for its two
+/// holders, as one workload) and 10 GiB each, first-fit decreasing onto 80 GiB H100s kept
+/// under 1 − 0.2 (ties by name).
+fn needed_gpus() -> u64 {
+    let mut work: Vec<(String, f64)> = Vec::new();
+    for (node, gpu, _, pod, _, _, tensor) in FLEET {
+        if pod.is_empty() || work.iter().any(|(k, _)| k == &format!("{node}/{gpu}")) {
+            continue;
+        }
+        let dram = if pod == "notebook" { 0.0 } else { DRAM };
+        work.push((format!("{node}/{gpu}"), f64::max(tensor, dram)));
+    }
+    assert_eq!(work.len(), 4, "train, notebook, the shared GPU, batch");
+    let size = |s: f64| f64::max(s / 0.8, MEMORY_MIB / TOTAL_MIB);
+    work.sort_by(|a, b| size(b.1).total_cmp(&size(a.1)).then(a.0.cmp(&b.0)));
+    let mut bins: Vec<(f64, f64)> = Vec::new();
+    for (_, s) in work {
+        match bins
+            .iter_mut()
+            .find(|(sat, mem)| sat + s <= 0.8 + 1e-9 && mem + MEMORY_MIB <= TOTAL_MIB)
+        {
+            Some(b) => *b = (b.0 + s, b.1 + MEMORY_MIB),
+            None => bins.push((s, MEMORY_MIB)),
+        }
+    }
+    bins.len() as u64
 }
