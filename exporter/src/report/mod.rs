@@ -7,6 +7,8 @@
 //! workload (16 bytes), so memory grows with workloads × steps at that rate and not with
 //! the raw series.
 
+#[cfg(test)]
+mod golden;
 pub(crate) mod html;
 pub(crate) mod showback;
 pub(crate) mod text;

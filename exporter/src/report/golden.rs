@@ -1,0 +1,624 @@
+//! Goldens of the report document: two fixed fleets built in the process (no Prometheus),
+//! assembled as `commands::report::run` assembles them, and rendered as the command renders
+//! them (the text, the HTML page, the `--json` document and the `--csv` file). The rendered
+//! bytes must equal the files under `exporter/tests/golden/report/`; `UPDATE_GOLDEN=1`
+//! rewrites them (see docs/report.md, "Goldens").
+//!
+//! Every value of the inputs is made with integer steps and the four operations (no `sin`,
+//! no clock, no hash order), so the same bytes come out on any machine.
+
+use super::showback::{By, PodAttributes};
+use super::{Document, Source};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use truthscale_core::derive::DeriveConfig;
+use truthscale_core::fleet::{BANDS, FleetConfig, FleetInput, Point, StepBands, Track};
+use truthscale_core::gpus::{self, MigProfile};
+use truthscale_core::model::{EntitySample, Field};
+use truthscale_core::showback::{Holders, Holding, Showback, ShowbackConfig};
+
+const GIB: f64 = 1_073_741_824.0;
+/// Points of each fleet.
+const STEPS: usize = 48;
+const H100: &str = "NVIDIA H100 80GB HBM3";
+const L4: &str = "NVIDIA L4";
+/// 2025-01-06T00:00:00Z.
+const START_MS: i64 = 1_736_121_600_000;
+/// The time-sliced GPU's holders: `(pod, its part of the device's effective compute)`.
+/// In pod order, as `report::showback::holders` sorts them.
+const TIME_SLICED: [(&str, f64); 2] = [("lab/nb-b", 0.125), ("research/nb-a", 0.25)];
+const REGENERATE: &str = "run `UPDATE_GOLDEN=1 cargo test -p truthscale-exporter --lib report::golden` and review the diff";
+
+/// A triangle wave over `period` steps from `lo` (step 0) up to `hi` (half-way) and back.
+fn wave(step: usize, period: usize, lo: f64, hi: f64) -> f64 {
+    let half = (period / 2).max(1);
+    let k = step % period;
+    let up = if k <= half { k } else { period - k };
+    lo + (hi - lo) * up as f64 / half as f64
+}
+
+/// How one workload's points are made from its step.
+struct Shape {
+    sat: fn(usize) -> Option<f64>,
+    busy: f64,
+    mem_gib: fn(usize) -> Option<f64>,
+}
+
+/// A track on a whole GPU of the catalog's `key` (memory total as NVML reports it).
+fn gpu_track(pod: Option<&str>, gpu: String, key: &str, model: &str, total_mib: u32) -> Track {
+    let mut t = Track::new(pod.map(str::to_owned), gpu);
+    t.spec = gpus::by_key(key);
+    assert!(t.spec.is_some(), "{key} is in the catalog");
+    t.model = Some(model.to_owned());
+    t.memory_total_mib = Some(total_mib);
+    t
+}
+
+/// An H100's MIG instance of `profile`: its saturation is recorded in whole-GPU terms.
+fn mig_track(pod: &str, gpu: String, profile: &str) -> Track {
+    let mut t = gpu_track(Some(pod), gpu, "h100-sxm", H100, 40_448);
+    let found: Option<&'static MigProfile> = t
+        .spec
+        .and_then(|s| s.mig.iter().find(|p| p.name == profile));
+    assert!(found.is_some(), "{profile} is an H100 profile");
+    t.mig = found;
+    t.is_mig = true;
+    t
+}
+
+/// Record `shape` at each of `steps`.
+fn record(t: &mut Track, steps: impl IntoIterator<Item = usize>, shape: &Shape) {
+    for s in steps {
+        let sat = (shape.sat)(s);
+        let p = Point::new(
+            sat,
+            sat.map(|_| shape.busy),
+            sat.map(|x| x * 0.75),
+            (shape.mem_gib)(s).map(|g| g * GIB),
+        );
+        t.record(s, p.with_pipes(sat, sat.map(|x| x / 2.0)));
+    }
+}
+
+/// A raw-sample quantile of a coarse step: tensor activity `tensor`, DRAM a third of it.
+fn quantile(tensor: f64, sm_clock_mhz: f64) -> EntitySample {
+    let mut e = EntitySample::default();
+    e.readings.set_value(Field::TensorActive, tensor);
+    e.readings.set_value(Field::DramActive, tensor / 3.0);
+    e.readings.set_value(Field::SmClockMhz, sm_clock_mhz);
+    e.readings.set_value(Field::ReportedUtil, 1.0);
+    e
+}
+
+/// The four bands of every `every`-th step of `t`, rising from `low` to `top`; and a raw
+/// sample past the clamp limit in the top band of step `impossible` (the step is then
+/// unknown). Returns how many steps held an impossible sample.
+fn bands(t: &mut Track, every: usize, low: f64, top: f64, impossible: Option<usize>) -> u64 {
+    let cfg = DeriveConfig::default();
+    let clock = t.spec.map_or(1_000.0, |s| s.f_ref_mhz);
+    let mut diags = Vec::new();
+    let mut n = 0;
+    for step in (0..STEPS).filter(|s| s % every == every - 1) {
+        for j in 0..BANDS {
+            let x = low + (top - low) * j as f64 / (BANDS - 1) as f64;
+            let _ = t.observe_peak_sample(step, j, &quantile(x, clock), &cfg, &mut diags);
+        }
+    }
+    if let Some(step) = impossible
+        && t.observe_peak_sample(step, BANDS - 1, &quantile(2.0, clock), &cfg, &mut diags)
+    {
+        n += 1;
+    }
+    n
+}
+
+/// The workloads on whole GPUs with pods: a trainer, an embedder, a batch job with an
+/// unmeasured stretch (8 steps without readings, then 4 with memory alone) and an idle
+/// notebook that stops early. `at(node)` names a node's GPUs.
+fn pod_tracks(at: &dyn Fn(&str) -> String) -> Vec<Track> {
+    let mut train = gpu_track(
+        Some("ml/train"),
+        at("node-a") + "/GPU-a0",
+        "h100-sxm",
+        H100,
+        81_559,
+    );
+    let shape = Shape {
+        sat: |s| Some(wave(s, 12, 0.35, 0.85)),
+        busy: 1.0,
+        mem_gib: |s| Some(wave(s, 16, 52.0, 68.0)),
+    };
+    record(&mut train, 0..STEPS, &shape);
+    let mut embed = gpu_track(
+        Some("web/embed"),
+        at("node-b") + "/GPU-b0",
+        "l4",
+        L4,
+        23_034,
+    );
+    let shape = Shape {
+        sat: |s| Some(wave(s, 6, 0.02, 0.12)),
+        busy: 0.6,
+        mem_gib: |s| Some(wave(s, 8, 3.0, 5.0)),
+    };
+    record(&mut embed, 0..STEPS, &shape);
+    let mut batch = gpu_track(
+        Some("web/batch"),
+        at("node-b") + "/GPU-b1",
+        "l4",
+        L4,
+        23_034,
+    );
+    let shape = Shape {
+        sat: |s| Some(wave(s, 10, 0.3, 0.7)),
+        busy: 0.95,
+        mem_gib: |s| Some(wave(s, 10, 12.0, 18.0)),
+    };
+    let memory_only = Shape {
+        sat: |_| None,
+        busy: 0.0,
+        mem_gib: |_| Some(14.0),
+    };
+    record(&mut batch, 0..18, &shape);
+    record(&mut batch, 26..30, &memory_only);
+    record(&mut batch, 30..STEPS, &shape);
+    let mut idle = gpu_track(
+        Some("research/idle"),
+        at("node-b") + "/GPU-b2",
+        "l4",
+        L4,
+        23_034,
+    );
+    let shape = Shape {
+        sat: |_| Some(0.001),
+        busy: 0.01,
+        mem_gib: |_| Some(2.0),
+    };
+    record(&mut idle, 0..40, &shape);
+    vec![train, embed, batch, idle]
+}
+
+/// The MIG instance (3g.40gb on an H100), a GPU without pod labels (idle), and a
+/// time-sliced GPU whose series name no pod (its holders are [`TIME_SLICED`]).
+fn other_tracks(at: &dyn Fn(&str) -> String) -> Vec<Track> {
+    let mut infer = mig_track("ml/infer", at("node-a") + "/GPU-a1", "3g.40gb");
+    let shape = Shape {
+        sat: |s| Some(wave(s, 8, 0.05, 0.2)),
+        busy: 0.9,
+        mem_gib: |s| Some(wave(s, 8, 8.0, 14.0)),
+    };
+    record(&mut infer, 4..STEPS, &shape);
+    let mut bare = gpu_track(None, at("node-c") + "/GPU-c0", "h100-sxm", H100, 81_559);
+    let shape = Shape {
+        sat: |_| Some(0.0),
+        busy: 0.0,
+        mem_gib: |_| Some(0.5),
+    };
+    record(&mut bare, 0..STEPS, &shape);
+    let mut sliced = gpu_track(None, at("node-c") + "/GPU-c1", "h100-sxm", H100, 81_559);
+    let shape = Shape {
+        sat: |s| Some(wave(s, 10, 0.1, 0.45)),
+        busy: 0.7,
+        mem_gib: |s| Some(wave(s, 12, 20.0, 30.0)),
+    };
+    record(&mut sliced, 0..STEPS, &shape);
+    vec![infer, bare, sliced]
+}
+
+/// The seven tracks in the order `report::collect` sorts them (by GPU, then pod).
+fn tracks(at: &dyn Fn(&str) -> String) -> Vec<Track> {
+    let mut all = pod_tracks(at);
+    all.extend(other_tracks(at));
+    for t in &mut all {
+        t.finish();
+    }
+    all.sort_by(|a, b| (&a.gpu, &a.pod).cmp(&(&b.gpu, &b.pod)));
+    all
+}
+
+/// The key of the time-sliced GPU among `input`'s tracks.
+fn sliced_gpu(input: &FleetInput) -> String {
+    let t = input.tracks.iter().find(|t| t.gpu.ends_with("/GPU-c1"));
+    t.map(|t| t.gpu.clone()).unwrap_or_default()
+}
+
+/// The time-sliced GPU's holders over the window, as `FleetInput::held` takes them.
+fn held(input: &FleetInput) -> BTreeMap<String, Vec<String>> {
+    let pods = TIME_SLICED.iter().map(|(p, _)| (*p).to_owned()).collect();
+    BTreeMap::from([(sliced_gpu(input), pods)])
+}
+
+/// Fleet 1: 48 coarse steps of 300 s (about 5 raw samples each, read in bands), one
+/// cluster, no showback.
+fn fleet() -> (FleetInput, Source) {
+    let mut input = FleetInput {
+        step_seconds: 300.0,
+        steps: STEPS,
+        tracks: tracks(&|node| node.to_owned()),
+        held: BTreeMap::new(),
+        step_bands: Some(StepBands::for_samples(5.0)),
+    };
+    input.held = held(&input);
+    let mut impossible = 0;
+    for t in &mut input.tracks {
+        impossible += match t.pod.as_deref() {
+            Some("ml/train") => bands(t, 6, 0.6, 0.98, None),
+            Some("ml/infer") => bands(t, 8, 0.3, 0.9, None),
+            Some("web/batch") => bands(t, 5, 0.5, 0.8, Some(40)),
+            None if t.gpu.ends_with("/GPU-c1") => bands(t, 4, 0.3, 0.7, None),
+            _ => 0,
+        };
+        t.finish();
+    }
+    let source = Source {
+        prometheus: "http://prometheus.example:9090".into(),
+        family: "truthscale",
+        selector: None,
+        start: "2025-01-06T00:00:00Z".into(),
+        end: "2025-01-06T04:00:00Z".into(),
+        start_ms: START_MS,
+        step_seconds: 300.0,
+        summarized_steps: true,
+        blanked_readings: BTreeMap::from([("out_of_range", 1), ("sentinel", 3)]),
+        clamped_ratios: 2,
+        steps_per_point: 1,
+        impossible_steps: impossible,
+    };
+    (input, source)
+}
+
+/// Fleet 2: the same workloads in two clusters (`east/node-a`, `east/node-b`,
+/// `west/node-c`), 96 fine steps of 300 s combined two to a point.
+fn clustered() -> (FleetInput, Source) {
+    let at = |node: &str| {
+        let cluster = if node == "node-c" { "west" } else { "east" };
+        format!("{cluster}/{node}")
+    };
+    let mut input = FleetInput {
+        step_seconds: 600.0,
+        steps: STEPS,
+        tracks: tracks(&at),
+        held: BTreeMap::new(),
+        step_bands: None,
+    };
+    input.held = held(&input);
+    let source = Source {
+        prometheus: "https://prometheus.example/api/prom".into(),
+        family: "dcgm_exporter",
+        selector: Some("namespace!=\"kube-system\"".into()),
+        start: "2025-01-06T00:00:00Z".into(),
+        end: "2025-01-06T08:00:00Z".into(),
+        start_ms: START_MS,
+        step_seconds: 300.0,
+        summarized_steps: false,
+        blanked_readings: BTreeMap::new(),
+        clamped_ratios: 0,
+        steps_per_point: 2,
+        impossible_steps: 0,
+    };
+    (input, source)
+}
+
+/// What `report --by` reads from the history beside the GPU series, and its flags.
+struct ByArgs {
+    by: By,
+    attrs: PodAttributes,
+    holders: Holders,
+    period_steps: Option<usize>,
+    prices: Vec<(String, f64)>,
+    top: usize,
+}
+
+/// `--by namespace --every 2h --gpu-hour-price 'NVIDIA H100 80GB HBM3=4.1' --top 2` over
+/// fleet 2: GPU requests for most pods (one that never ran), and the time-sliced GPU's
+/// holders at every point.
+fn by_namespace(input: &FleetInput) -> ByArgs {
+    let requested = [
+        ("ml/train", 8.0),
+        ("ml/infer", 4.0),
+        ("web/embed", 8.0),
+        ("web/batch", 6.5),
+        ("research/idle", 8.0),
+        ("lab/nb-b", 2.0),
+        ("ghost/never-ran", 1.0),
+    ];
+    let attrs = PodAttributes {
+        requested: Some(HashMap::from(requested.map(|(p, h)| (p.to_owned(), h)))),
+        ..PodAttributes::default()
+    };
+    let holding = |(pod, part): (&str, f64)| Holding {
+        pod: pod.to_owned(),
+        group: pod.split_once('/').map_or("", |(ns, _)| ns).to_owned(),
+        effective_compute_estimate: Some(part),
+        method: Some("sm_busy".into()),
+    };
+    let at_each: BTreeMap<usize, Vec<Holding>> = (0..STEPS)
+        .map(|s| (s, TIME_SLICED.map(holding).to_vec()))
+        .collect();
+    ByArgs {
+        by: By::Namespace,
+        attrs,
+        holders: Holders::from([(sliced_gpu(input), at_each)]),
+        period_steps: Some((7_200.0 / input.step_seconds).round() as usize),
+        prices: vec![(H100.to_owned(), 4.1)],
+        top: 2,
+    }
+}
+
+/// The document as `commands::report::run` assembles it; with `--by`, also the showback
+/// with every group (the JSON's) and the CSV.
+struct Assembled {
+    doc: Document,
+    every_group: Option<Showback>,
+    csv: Option<String>,
+}
+
+/// `commands::report::run` from the document on: the showback (`by`), the clusters
+/// (`cluster_label`, as `--cluster-label` gives), then the notes on how the steps were read.
+fn assemble(
+    input: &FleetInput,
+    source: Source,
+    cfg: &FleetConfig,
+    by: Option<&ByArgs>,
+    cluster_label: bool,
+) -> Assembled {
+    let start_ms = source.start_ms;
+    let mut doc = super::document(input, source, cfg);
+    let (mut every_group, mut csv) = (None, None);
+    if let Some(b) = by {
+        let (shown, sb, text) = showback(input, &doc, cfg, b, start_ms);
+        doc.showback = Some(shown);
+        every_group = Some(sb);
+        csv = Some(text);
+    }
+    if cluster_label {
+        let clusters = super::by_cluster(input, cfg);
+        if clusters.len() > 1 {
+            doc.fleet.notes.push(format!(
+                "the fleet-wide figures pool the {} clusters as one; BY CLUSTER sizes each on its own, a GPU never shared across clusters",
+                clusters.len()
+            ));
+        }
+        doc.clusters = Some(clusters);
+    }
+    if doc.source.summarized_steps {
+        let note = super::summarized_note(doc.source.step_seconds);
+        doc.fleet.notes.push(note);
+    }
+    if doc.source.steps_per_point > 1 {
+        let note = super::combined_note(&doc.source);
+        doc.fleet.notes.push(note);
+    }
+    let blanks = super::blanks_note(&doc.source);
+    doc.fleet.notes.extend(blanks);
+    Assembled {
+        doc,
+        every_group,
+        csv,
+    }
+}
+
+/// The showback as `run` makes it: (the `--top` groups shown, every group, the CSV).
+fn showback(
+    input: &FleetInput,
+    doc: &Document,
+    cfg: &FleetConfig,
+    b: &ByArgs,
+    start_ms: i64,
+) -> (Showback, Showback, String) {
+    let groups = super::showback::groups(input, &b.by, &b.attrs);
+    let requested = super::showback::requested_by_group(input, &groups, &b.by, &b.attrs);
+    let mut sb = truthscale_core::showback::showback(
+        input,
+        &groups,
+        &b.holders,
+        &requested,
+        &ShowbackConfig {
+            by: b.by.describe(),
+            idle_busy_below: cfg.idle_busy_below,
+            idle_compute_below: cfg.idle_compute_below,
+            period_steps: b.period_steps,
+            default_price: cfg.cost_per_gpu_hour,
+            prices: b.prices.clone(),
+        },
+    );
+    sb.notes.extend(b.attrs.notes.iter().cloned());
+    truthscale_core::showback::check_against_sizing(&mut sb, &doc.fleet);
+    let mut shown = sb.clone();
+    super::showback::fold_rest(&mut shown, b.top);
+    let mut csv = Vec::new();
+    super::showback::write_csv(&mut csv, &shown, start_ms, input.step_seconds)
+        .expect("a CSV written to memory");
+    let csv = String::from_utf8(csv).expect("the CSV is UTF-8");
+    (shown, sb, csv)
+}
+
+/// The golden files of `a`, named `{name}.txt`, `.html`, `.json` (and `.csv`): the text
+/// and the page show the `--top` groups, the JSON every group, as `run` writes them.
+fn render(name: &str, a: &Assembled) -> Vec<(String, String)> {
+    let mut text = Vec::new();
+    super::text::write(&mut text, &a.doc).expect("the text written to memory");
+    let text = String::from_utf8(text).expect("the text is UTF-8");
+    let html = super::html::render(&a.doc).expect("the page renders");
+    let mut doc = a.doc.clone();
+    if a.every_group.is_some() {
+        doc.showback.clone_from(&a.every_group);
+    }
+    let json = serde_json::to_string(&doc).expect("the document serializes") + "\n";
+    let mut files = vec![
+        (format!("{name}.json"), json),
+        (format!("{name}.txt"), text),
+        (format!("{name}.html"), html),
+    ];
+    if let Some(csv) = &a.csv {
+        files.push((format!("{name}.csv"), csv.clone()));
+    }
+    files
+}
+
+/// Up to 60 characters either side of character `col` of `line`, without its line break.
+fn excerpt(line: Option<&str>, col: usize) -> String {
+    let Some(line) = line else {
+        return "(no such line)".to_owned();
+    };
+    let chars: Vec<char> = line.trim_end_matches('\n').chars().collect();
+    let from = col.saturating_sub(60).min(chars.len());
+    let to = (col + 60).min(chars.len());
+    let cut: String = chars[from..to].iter().collect();
+    format!(
+        "{}{cut:?}{}",
+        if from > 0 { "…" } else { "" },
+        if to < chars.len() { "…" } else { "" }
+    )
+}
+
+/// Where `got` first differs from `want`: its line (from 1), its column, and both lines
+/// around it; `None` when they are the same.
+fn first_difference(want: &str, got: &str) -> Option<String> {
+    if want == got {
+        return None;
+    }
+    let mut w = want.split_inclusive('\n');
+    let mut g = got.split_inclusive('\n');
+    let mut n = 0;
+    loop {
+        n += 1;
+        let (a, b) = (w.next(), g.next());
+        if a == b {
+            continue;
+        }
+        let col = match (a, b) {
+            (Some(a), Some(b)) => a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count(),
+            _ => 0,
+        };
+        return Some(format!(
+            "first differs at line {n}, column {}:\n  golden: {}\n  output: {}",
+            col + 1,
+            excerpt(a, col),
+            excerpt(b, col)
+        ));
+    }
+}
+
+fn golden_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/report")
+}
+
+/// Compare `files` with their goldens, every file before failing; under `UPDATE_GOLDEN`
+/// write them instead.
+fn check(files: &[(String, String)]) {
+    let dir = golden_dir();
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(&dir).expect("the golden folder can be made");
+        for (name, got) in files {
+            let path = dir.join(name);
+            std::fs::write(&path, got)
+                .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+        }
+        return;
+    }
+    let mut failures = Vec::new();
+    for (name, got) in files {
+        let path = dir.join(name);
+        match std::fs::read_to_string(&path) {
+            Err(e) => failures.push(format!("{}: {e}", path.display())),
+            Ok(want) => failures
+                .extend(first_difference(&want, got).map(|d| format!("{}: {d}", path.display()))),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "the report's output differs from its goldens:\n{}\nif the change is intended, {REGENERATE}",
+        failures.join("\n")
+    );
+}
+
+/// Fleet 1 (no `--by`, no clusters): 48 coarse steps read in bands, MIG, time-sliced and
+/// pod-less GPUs, an unmeasured stretch.
+fn fleet_files() -> Vec<(String, String)> {
+    let (input, source) = fleet();
+    let cfg = FleetConfig {
+        cost_per_gpu_hour: Some(3.0),
+        ..FleetConfig::default()
+    };
+    render("fleet", &assemble(&input, source, &cfg, None, false))
+}
+
+/// Fleet 2: `--by namespace --every 2h --top 2` with requests and prices, and
+/// `--cluster-label` over two clusters.
+fn showback_files() -> Vec<(String, String)> {
+    let (input, source) = clustered();
+    let cfg = FleetConfig {
+        cost_per_gpu_hour: Some(2.5),
+        ..FleetConfig::default()
+    };
+    let by = by_namespace(&input);
+    render("showback", &assemble(&input, source, &cfg, Some(&by), true))
+}
+
+#[test]
+fn the_fleet_report_is_its_golden() {
+    check(&fleet_files());
+}
+
+#[test]
+fn the_showback_and_cluster_report_is_its_golden() {
+    check(&showback_files());
+}
+
+/// Built twice in one process (each hash map with its own random keys), the files are the
+/// same bytes: nothing in them follows a hash map's order.
+#[test]
+fn the_goldens_come_out_alike_twice() {
+    assert_eq!(fleet_files(), fleet_files());
+    assert_eq!(showback_files(), showback_files());
+}
+
+/// The inputs hold what the goldens are meant to cover.
+#[test]
+fn the_inputs_cover_what_they_claim() {
+    let (input, source) = fleet();
+    assert_eq!(input.tracks.len(), 7);
+    assert!(
+        input
+            .tracks
+            .iter()
+            .any(|t| t.mig.is_some_and(|p| p.name == "3g.40gb"))
+    );
+    assert_eq!(input.held.values().map(Vec::len).sum::<usize>(), 2);
+    assert_eq!(source.impossible_steps, 1, "the raw sample past the limit");
+    let a = assemble(&input, source, &FleetConfig::default(), None, false);
+    assert!(a.doc.fleet.sizing.packing.is_some());
+    let (input, source) = clustered();
+    let by = by_namespace(&input);
+    let a = assemble(&input, source, &FleetConfig::default(), Some(&by), true);
+    assert_eq!(a.doc.clusters.as_ref().map(Vec::len), Some(2));
+    let every = a.every_group.as_ref().expect("a showback");
+    assert_eq!(every.periods.len(), 4, "2 h periods of 8 h");
+    assert_eq!(
+        every.total.groups.len(),
+        5,
+        "lab, ml, research, web, and ghost (requested, never ran)"
+    );
+    assert!(
+        every
+            .total
+            .groups
+            .iter()
+            .all(|g| g.requested_gpu_hours.is_some())
+    );
+}
+
+#[test]
+fn a_difference_names_its_line_and_column() {
+    assert_eq!(first_difference("a\nb\n", "a\nb\n"), None);
+    let d = first_difference("a\nbcd\ne\n", "a\nbXd\ne\n").unwrap_or_default();
+    assert!(d.contains("line 2, column 2"), "{d}");
+    assert!(d.contains("\"bcd\"") && d.contains("\"bXd\""), "{d}");
+    let d = first_difference("a\n", "a\nmore\n").unwrap_or_default();
+    assert!(d.contains("line 2") && d.contains("(no such line)"), "{d}");
+    let long = "x".repeat(200);
+    let d =
+        first_difference(&long, &format!("{}y{}", &long[..100], &long[101..])).unwrap_or_default();
+    assert!(d.contains("column 101") && d.contains('…'), "{d}");
+}
