@@ -5,22 +5,27 @@
 use crate::attribution::allocations::{Allocations, seen_parts};
 use crate::attribution::apiserver::{PodLabels, label_keys};
 use crate::attribution::kubelet::proto;
+use crate::attribution::kubelet_codec::decode_answer;
 use crate::bounds::{MAX_ENTITIES, MAX_HOLDERS, MAX_LABEL_BYTES, MAX_PODS};
 use crate::pipeline::Answer as _;
 use prost::Message as _;
 
-/// A kubelet `List` answer as protobuf bytes: `None` when it does not decode; else the
-/// number of devices with holders. Panics when a cap does not hold.
+/// A kubelet `List` answer as protobuf bytes, read as the client reads it (decoded under
+/// the caps, `kubelet_codec::decode_answer`): `None` when it does not decode; else the
+/// number of devices with holders. Panics when a cap does not hold, or when the answer
+/// decodes into the generated structs and gives other allocations from them.
 #[must_use]
 pub fn kubelet_answer(bytes: &[u8]) -> Option<usize> {
-    let r = proto::ListPodResourcesResponse::decode(bytes).ok()?;
-    let a = Allocations::from_response(
-        &r,
-        &[
-            "nvidia.com/gpu*".to_string(),
-            "nvidia.com/mig-*".to_string(),
-        ],
-    );
+    let patterns = [
+        "nvidia.com/gpu*".to_string(),
+        "nvidia.com/mig-*".to_string(),
+    ];
+    let decoded = decode_answer(bytes, &patterns);
+    if let Ok(r) = proto::ListPodResourcesResponse::decode(bytes) {
+        let reference = Allocations::from_response(&r, &patterns);
+        assert_eq!(decoded.as_ref().ok(), Some(&reference), "not as prost reads it");
+    }
+    let a = decoded.ok()?;
     let devices = a.devices();
     assert!(devices.len() <= MAX_ENTITIES, "{} devices", devices.len());
     for holders in devices.values() {

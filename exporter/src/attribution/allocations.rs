@@ -1,8 +1,11 @@
 //! What a PodResources answer allocates: which containers hold each device, and the
 //! attribution of entities and processes from it (see [`super::kubelet`] for the rules).
 
+#[cfg(any(test, feature = "fuzzing"))]
 use super::kubelet::proto;
-use crate::bounds::{LeftOut, MAX_ENTITIES, MAX_HOLDERS, MAX_LABEL_BYTES, fits};
+#[cfg(any(test, feature = "fuzzing"))]
+use crate::bounds::fits;
+use crate::bounds::{LeftOut, MAX_ENTITIES, MAX_HOLDERS, MAX_LABEL_BYTES};
 use crate::cgroup::{MAX_CGROUP_BYTES, MAX_ENVIRON_BYTES, read_proc_file};
 use crate::sources::Produced;
 use crate::sources::SourceError;
@@ -35,14 +38,14 @@ pub(crate) fn parse_device_id(id: &str) -> Option<(DeviceRef, Option<String>)> {
     }
 }
 
-/// The device a DRA claim names: a `GPU-`/`MIG-` UUID in the device or CDI names, else the
-/// index of `gpu-N`.
-fn dra_device(c: &proto::ClaimResource) -> Option<DeviceRef> {
-    let names = std::iter::once(c.device_name.as_str()).chain(
-        c.cdi_devices
-            .iter()
-            .map(|d| d.name.rsplit('=').next().unwrap_or(&d.name)),
-    );
+/// The device a DRA claim names: a `GPU-`/`MIG-` UUID in its device name or its CDI
+/// devices' names (`vendor/class=name`), else the index of `gpu-N`.
+pub(crate) fn dra_device<'a>(
+    device_name: &'a str,
+    cdi_names: impl Iterator<Item = &'a str>,
+) -> Option<DeviceRef> {
+    let names =
+        std::iter::once(device_name).chain(cdi_names.map(|n| n.rsplit('=').next().unwrap_or(n)));
     let mut index = None;
     for n in names {
         for prefix in ["GPU-", "MIG-"] {
@@ -97,25 +100,6 @@ struct Caps {
 }
 
 impl Caps {
-    /// Add `holder` of `dev`, within the caps.
-    fn add(
-        &mut self,
-        holders: &mut HashMap<DeviceRef, Vec<Holder>>,
-        dev: DeviceRef,
-        holder: Holder,
-    ) {
-        if !holders.contains_key(&dev) && holders.len() >= MAX_ENTITIES {
-            self.devices += 1;
-            return;
-        }
-        let of = holders.entry(dev).or_default();
-        if of.len() >= MAX_HOLDERS {
-            self.holders += 1;
-            return;
-        }
-        of.push(holder);
-    }
-
     fn left_out(&self) -> LeftOut {
         let mut l = LeftOut::default();
         l.add(
@@ -134,15 +118,72 @@ impl Caps {
     }
 }
 
+/// [`Allocations`] built one holder at a time, within the caps: what is past them is
+/// counted and never built.
+pub(crate) struct Builder<'p> {
+    patterns: &'p [String],
+    holders: HashMap<DeviceRef, Vec<Holder>>,
+    caps: Caps,
+}
+
+impl<'p> Builder<'p> {
+    /// Allocations of the GPU resource names `patterns`.
+    pub(crate) fn new(patterns: &'p [String]) -> Self {
+        Builder {
+            patterns,
+            holders: HashMap::new(),
+            caps: Caps::default(),
+        }
+    }
+
+    /// Whether `resource` is one of the GPU resource names.
+    pub(crate) fn is_gpu_resource(&self, resource: &str) -> bool {
+        is_gpu_resource(resource, self.patterns)
+    }
+
+    /// Count a container left out because a name is over [`MAX_LABEL_BYTES`].
+    pub(crate) fn long_names(&mut self) {
+        self.caps.long_names += 1;
+    }
+
+    /// Add `holder()` of `dev`, within the caps (built only when kept).
+    pub(crate) fn add(&mut self, dev: DeviceRef, holder: impl FnOnce() -> Holder) {
+        if !self.holders.contains_key(&dev) && self.holders.len() >= MAX_ENTITIES {
+            self.caps.devices += 1;
+            return;
+        }
+        let of = self.holders.entry(dev).or_default();
+        if of.len() >= MAX_HOLDERS {
+            self.caps.holders += 1;
+            return;
+        }
+        of.push(holder());
+    }
+
+    /// The allocations, each device's holders sorted and without repeats.
+    pub(crate) fn finish(mut self) -> Allocations {
+        for h in self.holders.values_mut() {
+            h.sort();
+            h.dedup();
+        }
+        Allocations {
+            holders: self.holders,
+            left_out: self.caps.left_out(),
+        }
+    }
+}
+
 impl Allocations {
-    /// The GPU allocations of a `List` answer, for the resource names `patterns`.
+    /// The GPU allocations of a `List` answer decoded by prost, for the resource names
+    /// `patterns`: what [`super::kubelet_codec::decode_answer`] reads from its bytes, kept
+    /// as the reference its tests and fuzz target compare it with.
+    #[cfg(any(test, feature = "fuzzing"))]
     #[must_use]
     pub(crate) fn from_response(
         r: &proto::ListPodResourcesResponse,
         patterns: &[String],
     ) -> Allocations {
-        let mut holders: HashMap<DeviceRef, Vec<Holder>> = HashMap::new();
-        let mut caps = Caps::default();
+        let mut b = Builder::new(patterns);
         for pod in &r.pod_resources {
             for c in &pod.containers {
                 let names_fit = [&pod.name, &pod.namespace, &c.name]
@@ -156,7 +197,7 @@ impl Allocations {
                     )
                     .all(|n| fits(n));
                 if !names_fit {
-                    caps.long_names += 1;
+                    b.long_names();
                     continue;
                 }
                 let who = PodRef {
@@ -165,44 +206,32 @@ impl Allocations {
                     container: Some(c.name.clone()).filter(|n| !n.is_empty()),
                 };
                 for d in &c.devices {
-                    if !is_gpu_resource(&d.resource_name, patterns) {
+                    if !b.is_gpu_resource(&d.resource_name) {
                         continue;
                     }
-                    for id in &d.device_ids {
-                        if let Some((dev, replica)) = parse_device_id(id) {
-                            let holder = Holder {
-                                pod: who.clone(),
-                                resource: d.resource_name.clone(),
-                                replica,
-                                labels: Vec::new(),
-                            };
-                            caps.add(&mut holders, dev, holder);
-                        }
+                    for (dev, replica) in d.device_ids.iter().filter_map(|id| parse_device_id(id)) {
+                        b.add(dev, || Holder {
+                            pod: who.clone(),
+                            resource: d.resource_name.clone(),
+                            replica,
+                            labels: Vec::new(),
+                        });
                     }
                 }
-                for claim in &c.dynamic_resources {
-                    for cr in &claim.claim_resources {
-                        if let Some(dev) = dra_device(cr) {
-                            let holder = Holder {
-                                pod: who.clone(),
-                                resource: format!("dra:{}", cr.driver_name),
-                                replica: None,
-                                labels: Vec::new(),
-                            };
-                            caps.add(&mut holders, dev, holder);
-                        }
+                for cr in c.dynamic_resources.iter().flat_map(|d| &d.claim_resources) {
+                    let cdi = cr.cdi_devices.iter().map(|d| d.name.as_str());
+                    if let Some(dev) = dra_device(&cr.device_name, cdi) {
+                        b.add(dev, || Holder {
+                            pod: who.clone(),
+                            resource: format!("dra:{}", cr.driver_name),
+                            replica: None,
+                            labels: Vec::new(),
+                        });
                     }
                 }
             }
         }
-        for h in holders.values_mut() {
-            h.sort();
-            h.dedup();
-        }
-        Allocations {
-            holders,
-            left_out: caps.left_out(),
-        }
+        b.finish()
     }
 
     /// The containers holding entity `e`: a MIG instance by its own UUID; a GPU by its
@@ -263,6 +292,12 @@ impl Allocations {
                 };
             }
         }
+    }
+
+    /// How many devices have holders (for the tests).
+    #[cfg(test)]
+    pub(crate) fn devices_held(&self) -> usize {
+        self.holders.len()
     }
 
     /// Every device's holders (for the fuzz targets).

@@ -20,6 +20,7 @@
 
 use super::allocations::Allocations;
 use super::config::KubeletSettings;
+use super::kubelet_codec::AnswerCodec;
 use crate::sources::SourceError;
 use std::path::Path;
 
@@ -62,9 +63,8 @@ pub(crate) struct Kubelet {
     settings: KubeletSettings,
     request: Request,
     runtime: Option<tokio::runtime::Runtime>,
-    client: Option<
-        proto::pod_resources_lister_client::PodResourcesListerClient<tonic::transport::Channel>,
-    >,
+    /// tonic's generic client: the answer is decoded by [`AnswerCodec`] under the caps.
+    client: Option<tonic::client::Grpc<tonic::transport::Channel>>,
 }
 
 impl std::fmt::Debug for Kubelet {
@@ -118,6 +118,7 @@ impl Kubelet {
             ));
         };
         let client = &mut self.client;
+        let patterns = &self.settings.resource_names;
         let answer = rt.block_on(async {
             if client.is_none() {
                 let path = socket.clone();
@@ -152,39 +153,17 @@ impl Kubelet {
                         source_text(&e)
                     ))
                 })?;
-                *client = Some(
-                    proto::pod_resources_lister_client::PodResourcesListerClient::new(channel)
-                        .max_decoding_message_size(MAX_ANSWER),
-                );
+                *client =
+                    Some(tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_ANSWER));
             }
             let Some(c) = client.as_mut() else {
                 return Err(SourceError::Io("no kubelet client".into()));
             };
-            let (method, answer) = match request {
-                Request::List => (
-                    "List",
-                    tokio::time::timeout(timeout, c.list(proto::ListPodResourcesRequest {}))
-                        .await
-                        .map(|r| r.map(tonic::Response::into_inner)),
-                ),
-                // One pod's answer, as a list of one: the same matching as `List`'s.
-                Request::Get { pod, namespace } => (
-                    "Get",
-                    tokio::time::timeout(
-                        timeout,
-                        c.get(proto::GetPodResourcesRequest {
-                            pod_name: pod.clone(),
-                            pod_namespace: namespace.clone(),
-                        }),
-                    )
-                    .await
-                    .map(|r| {
-                        r.map(|r| proto::ListPodResourcesResponse {
-                            pod_resources: r.into_inner().pod_resources.into_iter().collect(),
-                        })
-                    }),
-                ),
+            let method = match request {
+                Request::List => "List",
+                Request::Get { .. } => "Get",
             };
+            let answer = tokio::time::timeout(timeout, ask(c, request, patterns)).await;
             match answer {
                 Err(_) => Err(SourceError::Timeout(format!(
                     "kubelet {}: {method} did not answer within {} ms",
@@ -196,10 +175,7 @@ impl Kubelet {
             }
         });
         match answer {
-            Ok(r) => Ok(Allocations::from_response(
-                &r,
-                &self.settings.resource_names,
-            )),
+            Ok(a) => Ok(a),
             Err(e) => {
                 // Reconnect next time.
                 self.client = None;
@@ -221,6 +197,48 @@ impl Kubelet {
         let request = self.request.clone();
         self.call(&request)
     }
+}
+
+/// Ask `request` of the kubelet on `client`: the answer's allocations of the GPU resource
+/// names `patterns`, decoded under the caps (a `Get` answer holds one pod where a `List`
+/// answer holds several, in the same field: both decode alike).
+async fn ask(
+    client: &mut tonic::client::Grpc<tonic::transport::Channel>,
+    request: &Request,
+    patterns: &[String],
+) -> Result<Allocations, tonic::Status> {
+    client
+        .ready()
+        .await
+        .map_err(|e| tonic::Status::unknown(format!("Service was not ready: {e}")))?;
+    let answer = match request {
+        Request::List => {
+            client
+                .unary(
+                    tonic::Request::new(proto::ListPodResourcesRequest {}),
+                    tonic::codegen::http::uri::PathAndQuery::from_static(
+                        "/v1.PodResourcesLister/List",
+                    ),
+                    AnswerCodec::new(patterns),
+                )
+                .await
+        }
+        Request::Get { pod, namespace } => {
+            client
+                .unary(
+                    tonic::Request::new(proto::GetPodResourcesRequest {
+                        pod_name: pod.clone(),
+                        pod_namespace: namespace.clone(),
+                    }),
+                    tonic::codegen::http::uri::PathAndQuery::from_static(
+                        "/v1.PodResourcesLister/Get",
+                    ),
+                    AnswerCodec::new(patterns),
+                )
+                .await
+        }
+    };
+    answer.map(tonic::Response::into_inner)
 }
 
 /// The error of a status the kubelet answered `request` with.

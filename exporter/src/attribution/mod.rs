@@ -15,6 +15,7 @@ pub(crate) mod allocations;
 pub(crate) mod apiserver;
 pub mod config;
 pub mod kubelet;
+pub(crate) mod kubelet_codec;
 
 use crate::pipeline::{Background, Health, LogLimiter, Stage, Tick};
 use crate::sources::SourceError;

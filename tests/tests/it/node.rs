@@ -1021,3 +1021,89 @@ fn an_unreadable_token_is_refused_at_start_and_counted_after() {
         "{stderr}"
     );
 }
+
+/// The kubelet's answer is read within the node DaemonSet's 128 MiB memory limit at its cap,
+/// whatever it holds: just under 16 MiB of the answer that costs most once decoded into
+/// structs (hundreds of thousands of pods, each with several empty containers: 2 bytes on
+/// the wire each), plus one pod holding GPU 0. Read at least twice, the peak resident memory
+/// (`VmHWM`) stays under the limit (docker/kubernetes/node/base/daemonset.yaml).
+#[test]
+fn a_kubelet_answer_of_empty_containers_at_the_cap_is_read_within_128_mib() {
+    use prost::Message as _;
+    use truthscale_exporter::attribution::kubelet::proto::{ContainerResources, PodResources};
+    let dir = TempDir::new("node-amplified-answer");
+    let socket = dir.path().join("kubelet.sock");
+    let state = State::default();
+    let mut answer = ListPodResourcesResponse {
+        pod_resources: vec![pod("train-0", "ml", "cuda", "nvidia.com/gpu", &["0"])],
+    };
+    let empty = PodResources {
+        name: "p-0000000".into(),
+        namespace: String::new(),
+        containers: vec![ContainerResources::default(); 8],
+    };
+    // Each padding pod is the same size on the wire: fill to just under 16 MiB.
+    let each = ListPodResourcesResponse {
+        pod_resources: vec![empty.clone()],
+    }
+    .encoded_len();
+    let room = (16 << 20) - 4096 - answer.encoded_len();
+    answer
+        .pod_resources
+        .extend((0..room / each).map(|i| PodResources {
+            name: format!("p-{i:07}"),
+            ..empty.clone()
+        }));
+    let bytes = answer.encoded_len();
+    assert!((15 << 20..16 << 20).contains(&bytes), "{bytes} bytes");
+    *state.answer.lock().unwrap() = answer;
+    let _kubelet = Kubelet::start(&socket, state.clone());
+    let socket_text = socket.display().to_string();
+    let sidecar = Sidecar::start(
+        &[
+            "--mode",
+            "node",
+            "--source",
+            "sim",
+            "--sim-gpus",
+            "1",
+            "--interval",
+            "250ms",
+        ],
+        // Encoding millions of messages (the fake kubelet) takes more than the default 2 s.
+        &[
+            ("TRUTHSCALE_NODE__SOCKET", &socket_text),
+            ("TRUTHSCALE_NODE__TIMEOUT", "30s"),
+        ],
+        dir.path(),
+    );
+    let m = sidecar.wait_for(Duration::from_secs(180), "the answer read twice", |m| {
+        // A third call begins only once the second answer was read.
+        state.calls.lock().unwrap().list >= 3
+            && value(
+                m,
+                "truthscale_gpu_info",
+                &[("gpu", "0"), ("pod", "train-0")],
+            )
+            .is_some()
+    });
+    for kind in ["http", "too_large", "timeout"] {
+        assert_eq!(
+            value(
+                &m,
+                "truthscale_source_errors_total",
+                &[("source", "kubelet"), ("kind", kind)]
+            ),
+            None,
+            "{kind}"
+        );
+    }
+    let peak = super::faults::peak_rss_kib(sidecar.process.id());
+    eprintln!(
+        "a_kubelet_answer_of_empty_containers_at_the_cap_is_read_within_128_mib: {bytes} bytes, peak RSS {peak} KiB"
+    );
+    assert!(
+        peak < 128 * 1024,
+        "peak RSS {peak} KiB over the DaemonSet's 128 MiB limit"
+    );
+}
