@@ -465,7 +465,10 @@ pub(crate) fn requested_by_group(
         .filter_map(|(t, g)| Some((t.pod.as_deref()?, g.as_deref()?)))
         .collect();
     let mut out = BTreeMap::new();
-    for (pod, h) in requested {
+    // In pod order, so that a group's sum is the same floating-point sum on every run.
+    let mut pods: Vec<(&String, &f64)> = requested.iter().collect();
+    pods.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    for (pod, h) in pods {
         let group = match by {
             By::Namespace => pod
                 .split_once('/')
