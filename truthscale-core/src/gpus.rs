@@ -49,6 +49,16 @@ impl GpuSpec {
     pub fn ridge_bf16(&self) -> f64 {
         self.bf16_dense_tflops * 1e12 / self.bandwidth_bytes_per_sec
     }
+
+    /// The share of a whole GPU of this model that a MIG instance of the profile `name` is:
+    /// its compute slices over the GPU's (the largest profile's); `None` for a profile the
+    /// model does not list.
+    #[must_use]
+    pub fn share_of_profile(&self, name: &str) -> Option<f64> {
+        let p = self.mig.iter().find(|p| p.name == name)?;
+        let total = self.mig.iter().map(|p| p.compute_slices).max()?;
+        Some(f64::from(p.compute_slices) / f64::from(total.max(1)))
+    }
 }
 
 /// One MIG GPU-instance profile.

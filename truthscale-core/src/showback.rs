@@ -316,20 +316,6 @@ fn total_slices(t: &Track) -> Option<u32> {
     t.spec?.mig.iter().map(|p| p.compute_slices).max()
 }
 
-/// The share of its physical GPU an entity is: 1 for a whole GPU, a MIG instance's compute
-/// slices over the GPU's; `None` for a MIG instance whose profile is not known.
-#[must_use]
-pub fn share_of_gpu(w: &crate::tracker::EntityWindow) -> Option<f64> {
-    let Some(m) = &w.id.mig else {
-        return Some(1.0);
-    };
-    let spec = w.spec?;
-    let name = m.profile.as_deref()?;
-    let p = spec.mig.iter().find(|p| p.name == name)?;
-    let total = spec.mig.iter().map(|p| p.compute_slices).max()?;
-    Some(f64::from(p.compute_slices) / f64::from(total.max(1)))
-}
-
 /// Split `units` among `n` holders, exactly: the first `units % n` take one more.
 fn split(units: u64, n: usize, i: usize) -> u64 {
     let n = n.max(1) as u64;

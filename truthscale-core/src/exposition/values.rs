@@ -271,7 +271,15 @@ fn gpu_values<'a>(
                 }
             }
         }
-        GpuMetric::GpuShare => one(crate::showback::share_of_gpu(win)),
+        // The share of its physical GPU the entity is: 1 for a whole GPU, a MIG instance's
+        // compute slices over the GPU's; none for a MIG instance whose profile is not known.
+        GpuMetric::GpuShare => one(match &win.id.mig {
+            None => Some(1.0),
+            Some(m) => win
+                .spec
+                .zip(m.profile.as_deref())
+                .and_then(|(spec, name)| spec.share_of_profile(name)),
+        }),
         GpuMetric::GpuPods => {
             if let Some(a) = &win.allocation {
                 push(Vec::new(), a.len() as f64);

@@ -1,0 +1,112 @@
+//! Idle capacity (GPUs held while idle) and the savings of the packing.
+
+use super::track::{Track, ratio_units};
+use super::{FleetConfig, Idle, IdleWorkload, NotListed, Packing, Savings, Summary};
+
+/// The workloads idle more than `cfg.idle_share` of their measured steps (a step is idle
+/// when the busy flag and effective compute, each where measured, are under their
+/// thresholds), most idle hours first; and those whose idleness was never measured.
+pub(super) fn idle_capacity(
+    work: &[&Track],
+    names: &[String],
+    cfg: &FleetConfig,
+    hours_per_step: f64,
+) -> Idle {
+    let busy_max = ratio_units(Some(cfg.idle_busy_below)).unwrap_or(0);
+    let ecf_max = ratio_units(Some(cfg.idle_compute_below)).unwrap_or(0);
+    let mut idle_list = Vec::new();
+    let mut idle_unmeasured = Vec::new();
+    let (mut total, mut not_listed) = (
+        0.0,
+        NotListed {
+            workloads: 0,
+            gpu_hours: 0.0,
+        },
+    );
+    for (t, n) in work.iter().zip(names) {
+        let (mut measured, mut idle, mut held) = (0usize, 0usize, 0usize);
+        for p in &t.points {
+            if p.any() {
+                held += 1;
+            }
+            let (b, e) = (p.busy(), p.ecf());
+            if b.is_none() && e.is_none() {
+                continue;
+            }
+            measured += 1;
+            if b.is_none_or(|b| b < busy_max) && e.is_none_or(|e| e < ecf_max) {
+                idle += 1;
+            }
+        }
+        if measured == 0 {
+            idle_unmeasured.push(n.clone());
+            continue;
+        }
+        let share = idle as f64 / measured as f64;
+        total += idle as f64 * hours_per_step;
+        if share <= cfg.idle_share && idle > 0 {
+            not_listed.workloads += 1;
+            not_listed.gpu_hours += idle as f64 * hours_per_step;
+        }
+        if share > cfg.idle_share {
+            idle_list.push(IdleWorkload {
+                workload: n.clone(),
+                idle_share: share,
+                held_hours: held as f64 * hours_per_step,
+                measured_hours: measured as f64 * hours_per_step,
+                idle_gpu_hours: idle as f64 * hours_per_step,
+            });
+        }
+    }
+    idle_list.sort_by(|a, b| {
+        b.idle_gpu_hours
+            .total_cmp(&a.idle_gpu_hours)
+            .then_with(|| a.workload.cmp(&b.workload))
+    });
+    Idle {
+        idle_share_above: cfg.idle_share,
+        busy_below: cfg.idle_busy_below,
+        effective_compute_below: cfg.idle_compute_below,
+        idle_gpu_hours: total,
+        listed_idle_gpu_hours: idle_list.iter().map(|w| w.idle_gpu_hours).sum(),
+        not_listed,
+        workloads: idle_list,
+        unmeasured: idle_unmeasured,
+    }
+}
+
+/// The savings of packing `p` against the peak of `baseline` (allocated GPUs for pods,
+/// GPUs reporting otherwise) over `hours` with data; `None` without a baseline. A price
+/// counts only when finite and not negative.
+pub(super) fn savings(
+    p: &Packing,
+    unit: &str,
+    baseline: Option<Summary>,
+    hours: f64,
+    cost_per_gpu_hour: Option<f64>,
+) -> Option<Savings> {
+    let baseline = baseline.map(|s| s.max as u64)?;
+    let freed = baseline.saturating_sub(p.gpus);
+    let gpu_hours = freed as f64 * hours;
+    let cost = cost_per_gpu_hour.filter(|c| c.is_finite() && *c >= 0.0);
+    let mut assumptions = vec![
+        format!("the fleet is re-packed as proposed for the whole window ({hours:.2} h with data)"),
+        format!("baseline: the peak of {} over the window", if unit == "pod" { "allocated GPUs" } else { "GPUs reporting (allocation unknown)" }),
+        "each workload keeps its peak memory and its measured saturation; work adds linearly on a shared GPU".to_owned(),
+        "workloads with unmeasured demand keep the GPUs they held".to_owned(),
+    ];
+    if cost.is_none() {
+        assumptions.push("no --cost-per-gpu-hour: GPU-hours only".to_owned());
+    }
+    Some(Savings {
+        estimate: true,
+        baseline_gpus: baseline,
+        needed_gpus: p.gpus,
+        gpus_freed: freed,
+        hours,
+        gpu_hours,
+        cost_per_gpu_hour: cost,
+        cost: cost.map(|c| c * gpu_hours),
+        assumptions,
+    })
+}

@@ -1,0 +1,392 @@
+//! Right-sizing one workload: a MIG profile, a smaller model, and what either costs its peak.
+
+use super::demand::{sizing_quantile, track_quantile};
+use super::track::{Grid, MIB, Track, units_to_ratio};
+use super::{D_MAX, MigChoice, PeakCost, RightSizing, SmallerGpu, sane};
+use crate::gpus;
+use crate::gpus::{GpuSpec, MigProfile};
+use crate::rightsizing;
+use crate::rightsizing::Demand;
+
+/// How far a workload's peak may exceed a smaller model's capacity, and how long a point
+/// of its track lasts.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PeakLimit {
+    /// [`FleetConfig::max_peak_over_capacity`](super::FleetConfig::max_peak_over_capacity).
+    pub(super) max_over: f64,
+    /// Seconds per point of the track.
+    pub(super) seconds_per_point: f64,
+    /// How a point's time is shared between its bands.
+    pub(super) grid: Grid,
+}
+
+/// What model `c` costs the peak of track `t`, which ran on `spec`: the peak, and the
+/// longest burst above `c`'s capacity (consecutive points, each counting the share of its
+/// time its bands were above: a three-minute burst in an hour's point counts the bands it
+/// filled, not the hour).
+fn peak_cost(t: &Track, spec: &GpuSpec, c: &GpuSpec, limit: &PeakLimit) -> Option<PeakCost> {
+    peak_cost_at(t, c.bf16_dense_tflops / spec.bf16_dense_tflops, limit)
+}
+
+/// [`peak_cost`] on a target of capacity `ratio` in the track's own terms (a fraction of a
+/// whole GPU of its model).
+fn peak_cost_at(t: &Track, ratio: f64, limit: &PeakLimit) -> Option<PeakCost> {
+    let peak = t.points.iter().filter_map(|p| p.sat_peak()).max()?;
+    let peak = units_to_ratio(u64::from(peak));
+    if !(ratio.is_finite() && ratio > 0.0) {
+        return None;
+    }
+    let g = limit.grid;
+    let whole: u64 = g.weights[..g.m].iter().sum();
+    let (mut longest, mut run) = (0u64, 0u64);
+    for &p in &t.points {
+        let above: u64 = (0..g.m)
+            .filter(|&j| {
+                g.value(p, j)
+                    .is_some_and(|x| units_to_ratio(u64::from(x)) > ratio)
+            })
+            .map(|j| g.weights[j])
+            .sum();
+        run = if above > 0 { run + above } else { 0 };
+        longest = longest.max(run);
+    }
+    let on_target = peak / ratio;
+    let burst =
+        (longest > 0).then(|| longest as f64 / whole.max(1) as f64 * limit.seconds_per_point);
+    Some(PeakCost {
+        peak_saturation: peak,
+        capacity_ratio: ratio,
+        peak_on_target: on_target,
+        burst_seconds: burst,
+        burst_on_target_seconds: burst.map(|b| b * on_target),
+    })
+}
+
+/// The smallest catalog model with less memory and bandwidth than the workload's own that
+/// covers its p99 demand and whose capacity its peak exceeds by at most `limit.max_over`;
+/// else why there is none (naming the cheapest model its peak alone ruled out, and the cost).
+pub(super) fn smaller_gpu(
+    t: &Track,
+    mem_p99: Option<u64>,
+    dram_p99: Option<f64>,
+    pipe_p99: Option<f64>,
+    h: f64,
+    limit: PeakLimit,
+) -> (Option<SmallerGpu>, Option<String>) {
+    let (spec, m, d) = match (t.spec, mem_p99, dram_p99) {
+        _ if t.is_mig => return (None, Some("runs on a MIG instance".to_owned())),
+        (None, _, _) => return (None, Some("model not in the catalog".to_owned())),
+        (_, None, _) => return (None, Some("memory was not measured".to_owned())),
+        (_, _, None) => {
+            return (
+                None,
+                Some("bandwidth was not measured (no DRAM counter)".to_owned()),
+            );
+        }
+        (Some(spec), Some(m), Some(d)) => (spec, m, d),
+    };
+    let need_mem = f64::from(m as u32) * MIB * (1.0 + h);
+    let need_bw = d * spec.bandwidth_bytes_per_sec;
+    let need_flops = pipe_p99.map(|c| c * spec.bf16_dense_tflops);
+    let mut fits: Vec<&'static GpuSpec> = gpus::CATALOG
+        .iter()
+        .filter(|c| {
+            c.memory_bytes < spec.memory_bytes
+                && c.bandwidth_bytes_per_sec < spec.bandwidth_bytes_per_sec
+                && c.memory_bytes as f64 >= need_mem
+                && c.bandwidth_bytes_per_sec * D_MAX * (1.0 - h) >= need_bw
+                && need_flops.is_none_or(|f| c.bf16_dense_tflops * (1.0 - h) >= f)
+        })
+        .collect();
+    fits.sort_by(|a, b| {
+        a.bandwidth_bytes_per_sec
+            .total_cmp(&b.bandwidth_bytes_per_sec)
+            .then(a.memory_bytes.cmp(&b.memory_bytes))
+            .then(a.key.cmp(b.key))
+    });
+    let costed = fits.iter().map(|c| (c, peak_cost(t, spec, c, &limit)));
+    let mut withheld = None;
+    for (c, cost) in costed {
+        if let Some(k) = cost
+            && k.peak_on_target > limit.max_over
+        {
+            withheld.get_or_insert((c, k));
+            continue;
+        }
+        let proposal = SmallerGpu {
+            key: c.key,
+            name: c.name,
+            compute_checked: need_flops.is_some(),
+            peak: cost,
+        };
+        return (Some(proposal), None);
+    }
+    let note = match withheld {
+        Some((c, k)) => withheld_note(c, &k, limit.max_over),
+        None => "no smaller catalog model covers its p99 demand".to_owned(),
+    };
+    (None, Some(note))
+}
+
+/// The smallest MIG profile of `spec` that covers `demand` and whose share of the SMs the
+/// workload's observed peak exceeds by at most `limit.max_over`, with what it costs the
+/// peak; else why there is none (naming the profile its peak alone ruled out).
+fn mig_choice(
+    t: &Track,
+    spec: &GpuSpec,
+    demand: Demand,
+    h: f64,
+    limit: &PeakLimit,
+) -> (Option<MigChoice>, Option<String>) {
+    let share = |p: &MigProfile| f64::from(p.sms) / f64::from(spec.sms.max(1));
+    let choice = |f: rightsizing::MigFit| MigChoice {
+        profile: f.profile.name,
+        binding: f.binding,
+        unmeasured: f.unmeasured(),
+        peak: peak_cost_at(t, share(f.profile), limit),
+    };
+    let Some(first) = rightsizing::mig_fit(spec, &demand, h, D_MAX).map(choice) else {
+        return (
+            None,
+            Some("no MIG profile fits: it needs the whole GPU".to_owned()),
+        );
+    };
+    let Some(k) = first.peak.filter(|k| k.peak_on_target > limit.max_over) else {
+        return (Some(first), None);
+    };
+    // The peak needs a share of at least peak / max_over: ask for it as compute.
+    let need = k.peak_saturation / limit.max_over * (1.0 - sane(h));
+    let bumped = Demand {
+        compute: Some(demand.compute.map_or(need, |c| c.max(need))),
+        ..demand
+    };
+    let why = format!(
+        "MIG {} covers its p99 demand, but its peak saturation {:.2} is {:.2}× the {}'s capacity ({:.3} of the GPU), above the {:.2}× allowed{}",
+        first.profile,
+        k.peak_saturation,
+        k.peak_on_target,
+        first.profile,
+        k.capacity_ratio,
+        limit.max_over,
+        match (k.burst_seconds, k.burst_on_target_seconds) {
+            (Some(b), Some(on)) =>
+                format!(": its longest burst, {b:.0} s, would run {on:.0} s there"),
+            _ => String::new(),
+        }
+    );
+    match rightsizing::mig_fit(spec, &bumped, h, D_MAX).map(choice) {
+        Some(c) if c.profile != first.profile => (Some(c), Some(why)),
+        _ => (None, Some(format!("{why}; no larger profile fits"))),
+    }
+}
+
+/// Why a model that covers the p99 demand is not proposed: its peak would exceed it.
+fn withheld_note(c: &GpuSpec, k: &PeakCost, max_over: f64) -> String {
+    let burst = match (k.burst_seconds, k.burst_on_target_seconds) {
+        (Some(b), Some(on)) => format!(": its longest burst, {b:.0} s, would run {on:.0} s there"),
+        _ => String::new(),
+    };
+    format!(
+        "the {} covers its p99 demand, but its peak saturation {:.2} is {:.2}× the {}'s capacity ({:.3} of its own GPU), above the {max_over:.2}× allowed{burst}",
+        c.name, k.peak_saturation, k.peak_on_target, c.name, k.capacity_ratio
+    )
+}
+
+/// Right-size one workload.
+pub(super) fn right_size(t: &Track, name: &str, h: f64, limit: PeakLimit) -> RightSizing {
+    let mem_peak = t.points.iter().filter_map(|p| p.mem()).max();
+    let mem_p99 = track_quantile(t, 0.99, |p| p.mem().map(u64::from));
+    let sat_p99 = sizing_quantile(t, 0.99, limit.grid);
+    let pipe_p95 = track_quantile(t, 0.95, |p| p.pipe().map(u64::from)).map(units_to_ratio);
+    let dram_p95 = track_quantile(t, 0.95, |p| p.dram().map(u64::from)).map(units_to_ratio);
+    let pipe_p99 = track_quantile(t, 0.99, |p| p.pipe().map(u64::from)).map(units_to_ratio);
+    let dram_p99 = track_quantile(t, 0.99, |p| p.dram().map(u64::from)).map(units_to_ratio);
+    let sat_known = t.points.iter().filter(|p| p.sat().is_some()).count();
+    let total = t.memory_total_mib.map(|m| f64::from(m) * MIB);
+    let peak_b = mem_peak.map(|m| f64::from(m) * MIB);
+    let (mig_fit, mig_fit_note) = match (t.spec, peak_b) {
+        (None, _) => (None, Some("model not in the catalog".to_owned())),
+        (_, None) => (None, Some("memory was not measured".to_owned())),
+        (Some(spec), Some(peak)) if !spec.mig.is_empty() => {
+            let demand = Demand {
+                memory_bytes: peak,
+                compute: pipe_p95,
+                bandwidth: dram_p95,
+            };
+            let demand = match (t.is_mig, t.mig) {
+                (true, Some(p)) => Some(demand.of_instance(spec, p)),
+                (true, None) => None,
+                (false, _) => Some(demand),
+            };
+            match demand {
+                None => (None, Some("MIG instance of an unknown profile".to_owned())),
+                Some(d) => mig_choice(t, spec, d, h, &limit),
+            }
+        }
+        (Some(spec), _) => (None, Some(format!("the {} has no MIG", spec.name))),
+    };
+    let (smaller_gpu, smaller_gpu_note) = smaller_gpu(t, mem_p99, dram_p99, pipe_p99, h, limit);
+    RightSizing {
+        workload: name.to_owned(),
+        gpu: t.gpu.clone(),
+        model: t.model.clone(),
+        mig_profile: t.mig.map(|p| p.name),
+        simulated: t.simulated,
+        memory_peak_bytes: peak_b,
+        memory_p99_bytes: mem_p99.map(|m| m as f64 * MIB),
+        memory_total_bytes: total,
+        memory_peak_fraction: match (peak_b, total) {
+            (Some(p), Some(t)) if t > 0.0 => Some(p / t),
+            _ => None,
+        },
+        saturation_p99: sat_p99.map(units_to_ratio),
+        saturation_measured_share: if t.points.is_empty() {
+            0.0
+        } else {
+            sat_known as f64 / t.points.len() as f64
+        },
+        mig_fit,
+        mig_fit_note,
+        smaller_gpu,
+        smaller_gpu_note,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::test_support::{GIB, h100, input, pod, steady};
+    use crate::fleet::{FleetConfig, analyze};
+    use crate::rightsizing::Constraint;
+
+    /// A pod at 0.05 of an H100 all day but for a 3-minute burst to 0.95 (its p99 is 0.05),
+    /// and a pod at a steady 0.05, each with 10 GiB, at 60 s steps. The L4 covers both p99
+    /// demands; its dense peak is about 1/8 of the H100's, so the burst's peak is 0.95 ÷
+    /// (L4 ÷ H100) of it and would run that many times longer: withheld at the default
+    /// factor, proposed with its cost at a permissive one; the steady pod's peak fits.
+    #[test]
+    fn a_smaller_model_states_what_it_costs_the_peak() {
+        let steps = 1440;
+        let burst = 600..603;
+        let bursting = pod("ml/burst", "n/gpu 0", 0..steps, |s| {
+            let sat = if burst.contains(&s) { 0.95 } else { 0.05 };
+            (Some(sat), Some(1.0), Some(10.0))
+        });
+        let steady = pod("ml/steady", "n/gpu 1", 0..steps, |_| {
+            (Some(0.05), Some(1.0), Some(10.0))
+        });
+        let l4 = gpus::by_key("l4").unwrap();
+        let ratio = l4.bf16_dense_tflops / h100().bf16_dense_tflops;
+        assert!((ratio - 1.0 / 8.0).abs() < 0.01, "about 1/8: {ratio}");
+        let tracks = vec![bursting, steady];
+        let run = |max_over| {
+            let cfg = FleetConfig {
+                max_peak_over_capacity: max_over,
+                ..FleetConfig::default()
+            };
+            analyze(&input(tracks.clone(), steps), &cfg).rightsizing
+        };
+
+        let r = run(1.0);
+        let (b, s) = (&r[0], &r[1]);
+        assert_eq!(b.saturation_p99, Some(0.05));
+        assert_eq!(b.smaller_gpu, None, "0.95 of an H100 is above an L4");
+        let note = b.smaller_gpu_note.as_deref().unwrap();
+        assert!(note.starts_with("the L4 covers its p99 demand"), "{note}");
+        assert!(note.contains(&format!("{:.2}×", 0.95 / ratio)), "{note}");
+        assert!(note.contains("180 s"), "{note}");
+        let fit = s.smaller_gpu.as_ref().unwrap();
+        assert_eq!(fit.key, "l4");
+        let cost = fit.peak.unwrap();
+        assert_eq!(cost.peak_saturation, 0.05);
+        assert_eq!(cost.capacity_ratio, ratio);
+        assert_eq!(cost.peak_on_target, 0.05 / ratio);
+        assert!(cost.peak_on_target < 1.0);
+        assert_eq!(
+            (cost.burst_seconds, cost.burst_on_target_seconds),
+            (None, None)
+        );
+
+        // A MIG profile too: the smallest that holds 10 GiB with headroom (12 GiB) is
+        // 1g.20gb, 16 of the H100's 132 SMs; the steady pod's peak fits it, the burst's is
+        // 0.95 ÷ (16/132) = 7.8× it, so the burst is offered the profile its peak fits.
+        let one = h100().mig.iter().find(|p| p.name == "1g.20gb").unwrap();
+        let share = f64::from(one.sms) / f64::from(h100().sms);
+        let m = s.mig_fit.as_ref().unwrap();
+        assert_eq!(m.profile, "1g.20gb");
+        let k = m.peak.unwrap();
+        assert_eq!((k.capacity_ratio, k.peak_on_target), (share, 0.05 / share));
+        let m = b.mig_fit.as_ref().unwrap();
+        assert_eq!(
+            m.profile, "7g.80gb",
+            "the only profile with the SMs for 0.95"
+        );
+        assert_eq!(m.peak.unwrap().burst_seconds, None);
+        let note = b.mig_fit_note.as_deref().unwrap();
+        assert!(
+            note.starts_with("MIG 1g.20gb covers its p99 demand"),
+            "{note}"
+        );
+        assert!(note.contains(&format!("{:.2}×", 0.95 / share)), "{note}");
+        assert!(note.contains("180 s"), "{note}");
+
+        let r = run(10.0);
+        let m = r[0].mig_fit.as_ref().unwrap();
+        assert_eq!(m.profile, "1g.20gb", "7.8× is within 10×");
+        let k = m.peak.unwrap();
+        assert_eq!(k.burst_seconds, Some(180.0));
+        let on = k.burst_on_target_seconds.unwrap();
+        assert!((on - 180.0 * 0.95 / share).abs() < 1e-9, "{on}");
+        let fit = r[0].smaller_gpu.as_ref().unwrap();
+        assert_eq!(fit.key, "l4");
+        let cost = fit.peak.unwrap();
+        assert_eq!(cost.peak_saturation, 0.95);
+        assert_eq!(cost.peak_on_target, 0.95 / ratio);
+        assert_eq!(cost.burst_seconds, Some(180.0));
+        let on_l4 = cost.burst_on_target_seconds.unwrap();
+        assert_eq!(on_l4, 180.0 * 0.95 / ratio);
+        assert!(
+            (on_l4 / 180.0 - 8.0).abs() < 0.5,
+            "about 8× longer: {on_l4} s"
+        );
+
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let cfg = FleetConfig {
+                max_peak_over_capacity: bad,
+                ..FleetConfig::default()
+            };
+            assert!(cfg.check().is_err(), "{bad}");
+        }
+        assert_eq!(FleetConfig::default().check(), Ok(()));
+    }
+
+    #[test]
+    fn right_sizing_names_a_mig_profile_and_a_smaller_model() {
+        let steps = 20;
+        let notebook = pod("dev/notebook", "n/gpu 1", 0..steps, |_| {
+            (Some(0.0), Some(0.0), Some(2.0))
+        });
+        let r = analyze(
+            &input(vec![steady(0, steps), notebook], steps),
+            &FleetConfig::default(),
+        );
+        let s = &r.rightsizing[0];
+        assert_eq!(s.workload, "steady/p0");
+        assert_eq!(s.memory_peak_bytes, Some(30.0 * GIB));
+        assert_eq!(s.memory_peak_fraction, Some(0.375));
+        // 30 GiB × 1.2 = 36 GiB needs 3g.40gb (39.5 GiB); SMs 0.2 / 0.8 and DRAM fit it.
+        let mig = s.mig_fit.as_ref().unwrap();
+        assert_eq!((mig.profile, mig.binding), ("3g.40gb", Constraint::Memory));
+        assert!(mig.unmeasured.is_empty());
+        // 36 GiB: an L40S (48 GB, 0.864 TB/s ≥ 0.1 × 3.35 / 0.64, 362 TFLOPS ≥ 0.2 × 989 / 0.8).
+        assert_eq!(s.smaller_gpu.as_ref().unwrap().key, "l40s");
+        let n = &r.rightsizing[1];
+        assert_eq!(n.mig_fit.as_ref().unwrap().profile, "1g.10gb");
+        assert_eq!(n.smaller_gpu.as_ref().unwrap().name, "L4");
+        // The notebook never worked: idle all the time it held its GPU.
+        assert_eq!(r.idle.workloads.len(), 1);
+        assert_eq!(r.idle.workloads[0].workload, "dev/notebook");
+        assert_eq!(r.idle.workloads[0].idle_share, 1.0);
+        assert_eq!(r.idle.workloads[0].idle_gpu_hours, 20.0 / 60.0);
+    }
+}

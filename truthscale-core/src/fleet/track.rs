@@ -1,0 +1,866 @@
+//! Tracks: one workload's readings quantized onto the report's steps ([`Point`], [`Track`]),
+//! the bands of a coarse step ([`StepBands`]) and the grid the sizing reads them on.
+
+use crate::derive::{DeriveConfig, WindowContext, WindowMetrics};
+use crate::diag::Diagnostic;
+use crate::gpus::{GpuSpec, MigProfile};
+use crate::model::{EntitySample, Field, Reading, Readings};
+use crate::tracker::EntityWindow;
+use serde::Serialize;
+
+/// Ratio units per 1.0: ratios are stored as integers of 10⁻⁴.
+pub const RATIO_UNITS: u32 = 10_000;
+pub(super) const NO_RATIO: u16 = u16::MAX;
+const NO_MIB: u32 = u32::MAX;
+pub(super) const MIB: f64 = 1_048_576.0;
+
+/// A ratio as ratio units (rounded), `None` for a missing, negative or non-finite value.
+#[must_use]
+pub fn ratio_units(x: Option<f64>) -> Option<u16> {
+    let x = x.filter(|x| x.is_finite() && *x >= 0.0)?;
+    let u = (x * f64::from(RATIO_UNITS)).round();
+    // Saturation is a ratio of at most ~1.1; anything beyond the range is clamped.
+    Some(u.min(f64::from(NO_RATIO - 1)) as u16)
+}
+
+/// Bytes as MiB (rounded), `None` for a missing, negative or non-finite value.
+#[must_use]
+pub fn mib(bytes: Option<f64>) -> Option<u32> {
+    let b = bytes.filter(|b| b.is_finite() && *b >= 0.0)?;
+    Some((b / MIB).round().min(f64::from(NO_MIB - 1)) as u32)
+}
+
+pub(super) fn units_to_ratio(u: u64) -> f64 {
+    u as f64 / f64::from(RATIO_UNITS)
+}
+
+/// The bands a coarse step's raw samples are read in for the sizing ([`STEP_QUANTILES`]).
+pub const BANDS: usize = 4;
+/// The quantiles of a coarse step's raw samples the sizing reads: each is the upper edge of
+/// a band of the step's time (the lowest half, the next 40 %, the next 9 %, the top 1 %),
+/// held for that band's share of the step ([`StepBands`]).
+pub const STEP_QUANTILES: [f64; BANDS] = [0.5, 0.9, 0.99, 1.0];
+/// The units of a step's weight in [`StepBands`]: 10⁻⁴ of a step.
+pub const STEP_WEIGHT_UNITS: u32 = 10_000;
+/// The band of [`STEP_QUANTILES`] that is the step's p99.
+pub const P99_BAND: usize = 2;
+
+/// How a coarse step's time is shared between its [`STEP_QUANTILES`]: band `j` holds the
+/// quantile `STEP_QUANTILES[j]` of the step's raw samples for `weights[j]` of the step, in
+/// [`STEP_WEIGHT_UNITS`]. Every raw sample is at most its band's upper edge, so the time a
+/// workload spends above any level is never counted short by more than one raw sample a
+/// step, and a burst shorter than a step weighs about its real duration, not the whole
+/// step's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StepBands {
+    /// Each band's share of the step, in [`STEP_WEIGHT_UNITS`] (they add up to one step).
+    pub weights: [u32; BANDS],
+}
+
+impl StepBands {
+    /// The bands of a step holding about `samples` raw samples (the step over the scrape
+    /// interval): each band's share is the quantiles' difference, and the top band's at
+    /// least one raw sample's (taken from the bands below it, from the top down), since the
+    /// highest sample holds that much of the step whatever the quantile says.
+    #[must_use]
+    pub fn for_samples(samples: f64) -> StepBands {
+        let mut weights = [0u32; BANDS];
+        let mut below = 0u32;
+        for (w, q) in weights.iter_mut().zip(STEP_QUANTILES) {
+            let upper = (q * f64::from(STEP_WEIGHT_UNITS)).round() as u32;
+            *w = upper - below;
+            below = upper;
+        }
+        let one = if samples.is_finite() && samples >= 1.0 {
+            (f64::from(STEP_WEIGHT_UNITS) / samples).ceil() as u32
+        } else {
+            STEP_WEIGHT_UNITS
+        };
+        let mut need = one
+            .min(STEP_WEIGHT_UNITS)
+            .saturating_sub(weights[BANDS - 1]);
+        weights[BANDS - 1] += need;
+        for w in weights[..BANDS - 1].iter_mut().rev() {
+            let take = need.min(*w);
+            *w -= take;
+            need -= take;
+        }
+        StepBands { weights }
+    }
+}
+
+/// One step of one workload. Each field is optional; an unmeasured one is unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Point {
+    saturation: u16,
+    /// The saturation the sizing uses in each band of a coarse step ([`STEP_QUANTILES`]:
+    /// the step's quantiles of the raw samples in it): [`NO_RATIO`] where not read (a fine
+    /// step's one sample is its every band).
+    pub(super) bands: [u16; BANDS],
+    busiest_pipe: u16,
+    dram: u16,
+    busy: u16,
+    effective_compute: u16,
+    memory_mib: u32,
+}
+
+impl Point {
+    /// A step at which nothing was measured.
+    pub const NONE: Point = Point {
+        saturation: NO_RATIO,
+        bands: [NO_RATIO; BANDS],
+        busiest_pipe: NO_RATIO,
+        dram: NO_RATIO,
+        busy: NO_RATIO,
+        effective_compute: NO_RATIO,
+        memory_mib: NO_MIB,
+    };
+
+    /// A point from its values (ratios as fractions, memory in bytes); `None` is unmeasured.
+    #[must_use]
+    pub fn new(
+        saturation: Option<f64>,
+        busy: Option<f64>,
+        effective_compute: Option<f64>,
+        memory_bytes: Option<f64>,
+    ) -> Point {
+        Point {
+            saturation: ratio_units(saturation).unwrap_or(NO_RATIO),
+            busy: ratio_units(busy).unwrap_or(NO_RATIO),
+            effective_compute: ratio_units(effective_compute).unwrap_or(NO_RATIO),
+            memory_mib: mib(memory_bytes).unwrap_or(NO_MIB),
+            ..Point::NONE
+        }
+    }
+
+    /// The same point with the busiest pipe and DRAM activity (for the MIG fit).
+    #[must_use]
+    pub fn with_pipes(mut self, busiest_pipe: Option<f64>, dram: Option<f64>) -> Point {
+        self.busiest_pipe = ratio_units(busiest_pipe).unwrap_or(NO_RATIO);
+        self.dram = ratio_units(dram).unwrap_or(NO_RATIO);
+        self
+    }
+
+    /// The step's saturation: its mean over the step, for sums of use over time.
+    pub(crate) fn sat(self) -> Option<u16> {
+        (self.saturation != NO_RATIO).then_some(self.saturation)
+    }
+    /// The saturation the sizing uses in band `j` of the step (percentiles, packing): the
+    /// band's quantile where one was read ([`Track::observe_peak_sample`]), else the step's
+    /// sample.
+    pub(crate) fn band(self, j: usize) -> Option<u16> {
+        match self.bands[j] {
+            NO_RATIO => self.sat(),
+            b => Some(b),
+        }
+    }
+
+    /// The step's highest saturation: its top band (the largest raw sample of a coarse
+    /// step), else its sample.
+    pub(crate) fn sat_peak(self) -> Option<u16> {
+        self.band(BANDS - 1)
+    }
+
+    /// The bands made whole once every band is read: each at least the bands below it (a
+    /// higher quantile is never lower), a band not read taking the next read one above it,
+    /// and the top at least the step's mean. Nothing where no band was read.
+    fn settle_bands(&mut self) {
+        if self.bands.iter().all(|&b| b == NO_RATIO) || self.saturation == NO_RATIO {
+            if self.saturation == NO_RATIO {
+                self.bands = [NO_RATIO; BANDS];
+            }
+            return;
+        }
+        let mut above = self.saturation;
+        for b in self.bands.iter_mut().rev() {
+            if *b == NO_RATIO {
+                *b = above;
+            }
+            above = *b;
+        }
+        self.bands[BANDS - 1] = self.bands[BANDS - 1].max(self.saturation);
+        for j in 1..BANDS {
+            self.bands[j] = self.bands[j].max(self.bands[j - 1]);
+        }
+    }
+    pub(crate) fn mem(self) -> Option<u32> {
+        (self.memory_mib != NO_MIB).then_some(self.memory_mib)
+    }
+    pub(crate) fn busy(self) -> Option<u16> {
+        (self.busy != NO_RATIO).then_some(self.busy)
+    }
+    pub(crate) fn ecf(self) -> Option<u16> {
+        (self.effective_compute != NO_RATIO).then_some(self.effective_compute)
+    }
+    pub(crate) fn pipe(self) -> Option<u16> {
+        (self.busiest_pipe != NO_RATIO).then_some(self.busiest_pipe)
+    }
+    pub(crate) fn dram(self) -> Option<u16> {
+        (self.dram != NO_RATIO).then_some(self.dram)
+    }
+    pub(crate) fn any(self) -> bool {
+        self != Point::NONE
+    }
+}
+
+/// One workload's readings on the report's steps, from its first reading to its last.
+#[derive(Debug, Clone)]
+pub struct Track {
+    /// `namespace/pod` when the GPU was attributed to a pod; `None` for a GPU without pod
+    /// labels.
+    pub pod: Option<String>,
+    /// The physical GPU (`node/uuid`, or `node/gpu N`): MIG instances name their parent.
+    pub gpu: String,
+    /// The model as reported.
+    pub model: Option<String>,
+    /// The catalog entry of the model.
+    pub spec: Option<&'static GpuSpec>,
+    /// The MIG profile, when this workload ran on a MIG instance of a known profile.
+    pub mig: Option<&'static MigProfile>,
+    /// Whether the entity is a MIG instance (profile known or not).
+    pub is_mig: bool,
+    /// Largest total memory seen (of the GPU, or of the MIG instance), MiB.
+    pub memory_total_mib: Option<u32>,
+    /// Simulated data.
+    pub simulated: bool,
+    pub(super) first: usize,
+    pub(super) points: Vec<Point>,
+    /// Steps per point: 1, or more for a grid finer than the points kept
+    /// ([`Track::with_steps_per_point`]).
+    per: usize,
+    /// With `per` > 1, the point its steps are being combined into, and its index.
+    open: Option<(usize, Combine)>,
+    /// With `per` > 1, the last step recorded.
+    last: Option<usize>,
+}
+
+/// The point of a step in a [`Track`] ([`Track::point_of`]).
+enum PointOf<'a> {
+    /// The point being combined.
+    Open(&'a mut Combine),
+    /// A closed point.
+    Closed(&'a mut Point),
+}
+
+/// The steps of one point being combined ([`Track::with_steps_per_point`]): the means'
+/// sums and counts (in ratio units) over the steps that measured them, and the peaks of the
+/// rest. A step that measured nothing adds nothing, never a 0.
+#[derive(Debug, Clone, Copy, Default)]
+struct Combine {
+    sat: (u64, u64),
+    busy: (u64, u64),
+    ecf: (u64, u64),
+    /// Per band, the highest of the steps' (each band of the point holds at least what
+    /// that band held in any of its steps, so no time above a level is lost).
+    bands: [Option<u16>; BANDS],
+    pipe: Option<u16>,
+    dram: Option<u16>,
+    mem: Option<u32>,
+    /// A step of it held an impossible raw sample: the point is unknown.
+    impossible: bool,
+}
+
+impl Combine {
+    fn add(&mut self, p: Point) {
+        let mean = |acc: &mut (u64, u64), x: Option<u16>| {
+            if let Some(x) = x {
+                acc.0 += u64::from(x);
+                acc.1 += 1;
+            }
+        };
+        mean(&mut self.sat, p.sat());
+        mean(&mut self.busy, p.busy());
+        mean(&mut self.ecf, p.ecf());
+        for j in 0..BANDS {
+            self.raise_band(j, p.band(j));
+        }
+        self.raise_pipes(p.pipe(), p.dram());
+        self.mem = self.mem.max(p.mem());
+    }
+
+    /// Raise band `j`'s saturation.
+    fn raise_band(&mut self, j: usize, x: Option<u16>) {
+        self.bands[j] = self.bands[j].max(x);
+    }
+
+    /// Raise the peaks of the busiest pipe and DRAM activity.
+    fn raise_pipes(&mut self, pipe: Option<u16>, dram: Option<u16>) {
+        self.pipe = self.pipe.max(pipe);
+        self.dram = self.dram.max(dram);
+    }
+
+    fn point(&self) -> Point {
+        if self.impossible {
+            return Point::NONE;
+        }
+        let mean = |(sum, n): (u64, u64)| {
+            (sum + n / 2)
+                .checked_div(n)
+                .and_then(|m| u16::try_from(m).ok())
+                .unwrap_or(NO_RATIO)
+        };
+        let saturation = mean(self.sat);
+        let band = |b: Option<u16>| match b {
+            Some(b) if saturation != NO_RATIO => b,
+            _ => NO_RATIO,
+        };
+        Point {
+            saturation,
+            bands: self.bands.map(band),
+            busiest_pipe: self.pipe.unwrap_or(NO_RATIO),
+            dram: self.dram.unwrap_or(NO_RATIO),
+            busy: mean(self.busy),
+            effective_compute: mean(self.ecf),
+            memory_mib: self.mem.unwrap_or(NO_MIB),
+        }
+    }
+}
+
+impl Track {
+    /// An empty track for a workload on `gpu`.
+    #[must_use]
+    pub fn new(pod: Option<String>, gpu: String) -> Track {
+        Track {
+            pod,
+            gpu,
+            model: None,
+            spec: None,
+            mig: None,
+            is_mig: false,
+            memory_total_mib: None,
+            simulated: false,
+            first: 0,
+            points: Vec::new(),
+            per: 1,
+            open: None,
+            last: None,
+        }
+    }
+
+    /// This track keeping one point per `per` steps of the grid it is fed (steps
+    /// `k·per … k·per + per − 1` make point `k`), so that its memory is that of the points
+    /// kept, whatever the step: each point's saturation, busy fraction and effective compute
+    /// are their means over the steps that measured them, its memory and its peaks (of
+    /// saturation for the sizing, busiest pipe, DRAM activity) the highest. Its
+    /// [`Track::first_step`] and [`Track::lifetime_steps`] are then in points; call
+    /// [`Track::finish`] after the last step.
+    #[must_use]
+    pub fn with_steps_per_point(mut self, per: usize) -> Track {
+        self.per = per.max(1);
+        self
+    }
+
+    /// Take `other`, another holder's copy of the same device's counters, into this track:
+    /// a step either knows is known, this track's point first where both do (the copies
+    /// are the same readings).
+    pub(super) fn merge_copy(&mut self, other: &Track) {
+        let first = self.first.min(other.first);
+        let end = (self.first + self.points.len()).max(other.first + other.points.len());
+        let at = |t: &Track, s: usize| {
+            s.checked_sub(t.first)
+                .and_then(|i| t.points.get(i).copied())
+                .filter(|p| p.any())
+        };
+        self.points = (first..end)
+            .map(|s| at(self, s).or_else(|| at(other, s)).unwrap_or(Point::NONE))
+            .collect();
+        self.first = first;
+        self.memory_total_mib = self.memory_total_mib.max(other.memory_total_mib);
+        self.simulated |= other.simulated;
+    }
+
+    /// Close the point still being combined from its steps (with more than one step per
+    /// point); nothing otherwise.
+    pub fn finish(&mut self) {
+        if let Some((at, c)) = self.open.take() {
+            self.push(at, c.point());
+        }
+        for p in &mut self.points {
+            p.settle_bands();
+        }
+    }
+
+    /// Record the point of step `step`. Steps must increase; a step not after the last one
+    /// recorded is ignored. Steps skipped in between are unknown. With more than one step
+    /// per point, the step is combined into its point.
+    pub fn record(&mut self, step: usize, point: Point) {
+        if self.per == 1 {
+            self.push(step, point);
+            return;
+        }
+        let at = step / self.per;
+        match &mut self.open {
+            _ if self.last.is_some_and(|last| step <= last) => {}
+            Some((open, c)) if *open == at => {
+                c.add(point);
+                self.last = Some(step);
+            }
+            _ => {
+                self.finish();
+                let mut c = Combine::default();
+                c.add(point);
+                self.open = Some((at, c));
+                self.last = Some(step);
+            }
+        }
+    }
+
+    /// Put `point` at step (or point) `step` of the points.
+    fn push(&mut self, step: usize, point: Point) {
+        if self.points.is_empty() {
+            self.first = step;
+        } else if step < self.first + self.points.len() {
+            return;
+        }
+        let at = step - self.first;
+        if at > self.points.len() {
+            self.points.resize(at, Point::NONE);
+        }
+        self.points.push(point);
+    }
+
+    /// Record a derived window at `step`: roofline saturation (for a MIG instance of a known
+    /// profile, in whole-GPU terms: compute by its SM share, DRAM by its memory-slice share),
+    /// busy flag, effective compute, memory used, busiest pipe and DRAM activity; and the
+    /// identity (model, MIG profile, total memory, simulated).
+    pub fn observe(&mut self, step: usize, w: &EntityWindow) {
+        if self.model.is_none() {
+            self.model.clone_from(&w.id.model);
+        }
+        if self.spec.is_none() {
+            self.spec = w.spec;
+        }
+        self.simulated |= w.simulated;
+        if let Some(m) = &w.id.mig {
+            self.is_mig = true;
+            if self.mig.is_none()
+                && let (Some(spec), Some(name)) = (w.spec, m.profile.as_deref())
+            {
+                self.mig = spec.mig.iter().find(|p| p.name == name);
+            }
+        }
+        if let Some(t) = mib(w.readings.value(Field::MemTotalBytes)) {
+            self.memory_total_mib = Some(self.memory_total_mib.map_or(t, |m| m.max(t)));
+        }
+        let m = &w.metrics;
+        let saturation = self.saturation_of(&w.readings, &w.metrics);
+        let p = Point::new(
+            saturation,
+            m.reported_utilization,
+            m.effective_compute,
+            w.readings.value(Field::MemUsedBytes),
+        )
+        .with_pipes(m.busiest_pipe, w.readings.value(Field::DramActive));
+        self.record(step, p);
+    }
+
+    /// Set band `j` of the point of `step`, recorded by [`Track::observe`] from the step's
+    /// means: `readings` (sanitized) and `metrics` ([`crate::derive::window`] of them, with
+    /// the track's own model) are the same step from the quantile `STEP_QUANTILES[j]` of
+    /// the raw samples in it, so the percentiles and the packing weigh a one-minute burst
+    /// inside a five-minute step by its own share of the step. The p99 band's busiest pipe
+    /// and DRAM activity (only ever used as percentiles) replace the means' where higher. A
+    /// step not recorded is left unknown.
+    fn observe_peak(
+        &mut self,
+        step: usize,
+        j: usize,
+        readings: &Readings,
+        metrics: &WindowMetrics,
+    ) {
+        let saturation = ratio_units(self.saturation_of(readings, metrics));
+        let (pipe, dram) = if j == P99_BAND {
+            (
+                ratio_units(metrics.busiest_pipe),
+                ratio_units(readings.value(Field::DramActive)),
+            )
+        } else {
+            (None, None)
+        };
+        let p = match self.point_of(step) {
+            None => return,
+            Some(PointOf::Open(c)) => {
+                c.raise_band(j, saturation);
+                c.raise_pipes(pipe, dram);
+                return;
+            }
+            Some(PointOf::Closed(p)) if *p == Point::NONE => return,
+            Some(PointOf::Closed(p)) => p,
+        };
+        let raise = |mean: u16, peak: Option<u16>| match (mean, peak) {
+            (NO_RATIO, _) | (_, None) => mean,
+            (mean, Some(peak)) => mean.max(peak),
+        };
+        if p.saturation != NO_RATIO
+            && let Some(x) = saturation
+        {
+            p.bands[j] = if p.bands[j] == NO_RATIO {
+                x
+            } else {
+                p.bands[j].max(x)
+            };
+        }
+        p.busiest_pipe = raise(p.busiest_pipe, pipe);
+        p.dram = raise(p.dram, dram);
+    }
+
+    /// Where the point of `step` is: still being combined, or closed; `None` before the
+    /// track's first point or past its last.
+    fn point_of(&mut self, step: usize) -> Option<PointOf<'_>> {
+        let point = step / self.per;
+        match &mut self.open {
+            Some((open, c)) if *open == point => Some(PointOf::Open(c)),
+            _ => point
+                .checked_sub(self.first)
+                .and_then(|at| self.points.get_mut(at))
+                .map(PointOf::Closed),
+        }
+    }
+
+    /// Set band `band` of the point of `step` from the entity's quantile sample `e` (a
+    /// coarse step's quantile `STEP_QUANTILES[band]` of each activity ratio): its readings
+    /// sanitized (what that notices appended to `diags`) and derived with the track's
+    /// model, without the state of a tracker (a quantile is not a later window, and has no
+    /// energy or idle power of its own).
+    ///
+    /// A quantile that sanitizing blanks (a sentinel, or a ratio past
+    /// [`crate::derive::RATIO_CLAMP_LIMIT`]) says the step held an impossible raw sample,
+    /// which its mean has averaged in: the step is then unknown, mean and bands, and this
+    /// returns `true`. (The top band is the step's largest raw sample, so any raw sample
+    /// over the limit is seen.)
+    pub fn observe_peak_sample(
+        &mut self,
+        step: usize,
+        band: usize,
+        e: &EntitySample,
+        cfg: &DeriveConfig,
+        diags: &mut Vec<Diagnostic>,
+    ) -> bool {
+        let mut readings = e.readings;
+        crate::derive::sanitize(&mut readings, &e.id, self.spec, diags);
+        let blanked = Field::ALL.iter().any(|&f| {
+            matches!(e.readings.get(f), Reading::Value(_))
+                && !matches!(readings.get(f), Reading::Value(_))
+        });
+        if blanked {
+            match self.point_of(step) {
+                Some(PointOf::Open(c)) => c.impossible = true,
+                Some(PointOf::Closed(p)) => *p = Point::NONE,
+                None => {}
+            }
+            return true;
+        }
+        let ctx = WindowContext {
+            spec: self.spec,
+            energy_power_watts: None,
+            idle_power_watts: None,
+            throttles: e.throttles,
+            activity_from_counters: false,
+        };
+        let metrics = crate::derive::window(&readings, &ctx, cfg);
+        self.observe_peak(step, band.min(BANDS - 1), &readings, &metrics);
+        false
+    }
+
+    /// Roofline saturation of a window, in whole-GPU terms for a MIG instance of a known
+    /// profile (compute by its SM share, DRAM by its memory-slice share); `None` for an
+    /// instance whose share is not known.
+    fn saturation_of(&self, readings: &Readings, metrics: &WindowMetrics) -> Option<f64> {
+        if self.is_mig {
+            match (self.mig, self.spec) {
+                (Some(p), Some(spec)) => {
+                    let sm = f64::from(p.sms) / f64::from(spec.sms.max(1));
+                    let slices = f64::from(p.memory_slices) / f64::from(p.memory_slices_total);
+                    let c = crate::derive::compute_term(readings, Some(spec)).map(|c| c * sm);
+                    let d = readings.value(Field::DramActive).map(|d| d * slices);
+                    match (c, d) {
+                        (Some(c), Some(d)) => Some(c.max(d)),
+                        (c, d) => c.or(d),
+                    }
+                }
+                // The instance's share of the GPU is not known: its saturation is not a
+                // share of a whole GPU, so it is not counted.
+                _ => None,
+            }
+        } else {
+            metrics.roofline_saturation
+        }
+    }
+
+    /// The first step of the lifetime.
+    #[must_use]
+    pub fn first_step(&self) -> usize {
+        self.first
+    }
+
+    /// The points from the first step on, one per step (`Point::NONE` where nothing was
+    /// read).
+    #[must_use]
+    pub(crate) fn points(&self) -> &[Point] {
+        &self.points
+    }
+
+    /// Steps from the first reading to the last.
+    #[must_use]
+    pub fn lifetime_steps(&self) -> usize {
+        self.points.len()
+    }
+
+    pub(super) fn range(&self) -> std::ops::Range<usize> {
+        self.first..self.first + self.points.len()
+    }
+
+    pub(super) fn has_saturation(&self) -> bool {
+        self.points.iter().any(|p| p.sat().is_some())
+    }
+    pub(super) fn has_memory(&self) -> bool {
+        self.points.iter().any(|p| p.mem().is_some())
+    }
+}
+
+/// The sub-steps the sizing weighs each step by: one a step (a fine step's sample), or
+/// the bands of a coarse step that have a share of it ([`StepBands`]), each with its
+/// share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Grid {
+    /// Sub-steps a step: 1 to [`BANDS`].
+    pub(super) m: usize,
+    /// The band each sub-step reads.
+    band: [usize; BANDS],
+    /// Each sub-step's weight (never 0).
+    pub(super) weights: [u64; BANDS],
+}
+
+impl Grid {
+    pub(super) fn of(bands: Option<StepBands>) -> Grid {
+        let mut g = Grid {
+            m: 0,
+            band: [BANDS - 1; BANDS],
+            weights: [1; BANDS],
+        };
+        match bands {
+            None => g.m = 1,
+            Some(b) => {
+                for (j, &w) in b.weights.iter().enumerate().filter(|(_, w)| **w > 0) {
+                    (g.band[g.m], g.weights[g.m]) = (j, u64::from(w));
+                    g.m += 1;
+                }
+                if g.m == 0 {
+                    g.m = 1;
+                }
+            }
+        }
+        g
+    }
+
+    /// One sub-step a step, of weight 1: the counts are steps.
+    pub(super) fn is_unit(&self) -> bool {
+        self.m == 1 && self.weights[0] == 1
+    }
+
+    /// The saturation of point `p` at its sub-step `j`.
+    pub(super) fn value(&self, p: Point, j: usize) -> Option<u16> {
+        p.band(self.band[j])
+    }
+
+    /// The (value, weight) of each sub-step of `p`, where its saturation is known.
+    pub(super) fn weighted(&self, p: Point) -> impl Iterator<Item = (u64, u64)> + '_ {
+        (0..self.m).filter_map(move |j| self.value(p, j).map(|x| (u64::from(x), self.weights[j])))
+    }
+
+    /// The least weight of a sub-step.
+    pub(super) fn min_weight(&self) -> u64 {
+        self.weights[..self.m].iter().copied().min().unwrap_or(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::sizing::{PeakLimit, right_size};
+    use crate::fleet::test_support::{GIB, every_band, tensor_sample};
+
+    /// A coarse step read twice: its means feed the sums of use, its peaks the sizing.
+    #[test]
+    fn a_steps_peak_sizes_it_while_its_mean_sums_its_use() {
+        use crate::tracker::Deriver;
+        let sample = tensor_sample;
+        let cfg = DeriveConfig::default();
+        let mut diags = Vec::new();
+        let mut means = Deriver::new(cfg.clone(), Some(300.0));
+        let mut t = Track::new(Some("ns/p".into()), "n/gpu 0".into());
+        for step in 0..4 {
+            let ms = step as i64 * 300_000;
+            for w in &means.observe(&sample(ms, 0.2)).windows {
+                t.observe(step, w);
+            }
+            assert!(!every_band(
+                &mut t,
+                step,
+                &sample(ms, 0.8).entities[0],
+                &cfg,
+                &mut diags
+            ));
+        }
+        let p = t.points()[2];
+        assert_eq!(p.sat(), Some(2_000), "the mean: 0.2 of the tensor pipe");
+        assert_eq!(p.sat_peak(), Some(8_000), "the step's p99: 0.8");
+        assert_eq!(p.pipe(), Some(8_000));
+        assert_eq!(p.dram(), Some(2_000));
+        // The sizing takes the peak: p99 saturation 0.8, not 0.2.
+        let limit = PeakLimit {
+            max_over: 1.0,
+            seconds_per_point: 300.0,
+            grid: Grid::of(None),
+        };
+        let r = right_size(&t, "ns/p", 0.2, limit);
+        assert_eq!(r.saturation_p99, Some(0.8));
+        // A peak never lowers a point, and a step without a mean stays unknown.
+        let idle = sample(1_200_000, 0.0);
+        assert!(!every_band(&mut t, 3, &idle.entities[0], &cfg, &mut diags));
+        assert!(!every_band(&mut t, 9, &idle.entities[0], &cfg, &mut diags));
+        assert_eq!(t.points()[3].sat_peak(), Some(8_000));
+        assert!(diags.is_empty(), "{diags:?}");
+        // A sentinel, or a p99 no fraction can be, is not a peak: the step held an
+        // impossible raw sample that its mean averaged in, so the step is unknown.
+        for (step, bad) in [(3, 9.223_372_036_854_776e18), (2, 2.89)] {
+            let mut blank = sample(step as i64 * 300_000, 0.9);
+            blank.entities[0]
+                .readings
+                .set_value(Field::TensorActive, bad);
+            assert!(every_band(
+                &mut t,
+                step,
+                &blank.entities[0],
+                &cfg,
+                &mut diags
+            ));
+            assert_eq!(t.points()[step], Point::NONE);
+        }
+        assert_eq!(diags.len(), 2);
+        assert_eq!(t.points()[1].sat_peak(), Some(8_000));
+        assert_eq!(t.lifetime_steps(), 4);
+    }
+
+    /// Three steps a point: each point's means are over the steps that measured them (an
+    /// unmeasured step is not a 0), memory and the sizing's saturation are the highest, and a
+    /// summarised step's peak raises its point whether that point is still open or closed.
+    #[test]
+    fn steps_combined_into_points_keep_means_over_what_was_measured_and_the_peaks() {
+        let gib = 1_073_741_824.0;
+        let p =
+            |sat: f64, mem: f64| Point::new(Some(sat), Some(1.0), Some(sat / 2.0), Some(mem * gib));
+        let mut t = Track::new(Some("ns/p".into()), "n/gpu 0".into()).with_steps_per_point(3);
+        t.record(0, p(0.2, 10.0));
+        t.record(1, Point::NONE);
+        t.record(2, p(0.4, 30.0));
+        t.record(3, p(0.5, 20.0));
+        // Step 4 not read at all; step 3 again is ignored.
+        t.record(3, p(0.9, 70.0));
+        t.record(5, p(0.1, 20.0));
+        t.record(7, p(0.6, 5.0));
+        t.finish();
+        assert_eq!(t.first_step(), 0);
+        assert_eq!(t.lifetime_steps(), 3);
+        let pts = t.points();
+        assert_eq!(
+            pts[0].sat(),
+            Some(3_000),
+            "the mean of 0.2 and 0.4, not of 0.2, 0, 0.4"
+        );
+        assert_eq!(pts[0].sat_peak(), Some(4_000));
+        assert_eq!(pts[0].ecf(), Some(1_500));
+        assert_eq!(pts[0].busy(), Some(10_000));
+        assert_eq!(pts[0].mem(), Some(30 * 1024));
+        assert_eq!(pts[1].sat(), Some(3_000));
+        assert_eq!(pts[1].sat_peak(), Some(5_000));
+        assert_eq!(pts[1].mem(), Some(20 * 1024));
+        assert_eq!(pts[2].sat(), Some(6_000));
+        assert_eq!(pts[2].sat_peak(), Some(6_000));
+
+        // A track that starts later starts at its point; peaks raise open and closed points.
+        use crate::tracker::Deriver;
+        let sample = tensor_sample;
+        let cfg = DeriveConfig::default();
+        let mut diags = Vec::new();
+        let mut means = Deriver::new(cfg.clone(), Some(60.0));
+        let mut t = Track::new(Some("ns/q".into()), "n/gpu 1".into()).with_steps_per_point(2);
+        for step in 3..7 {
+            for w in &means.observe(&sample(step as i64 * 60_000, 0.2)).windows {
+                t.observe(step, w);
+            }
+        }
+        // Points 1 (step 3), 2 (steps 4, 5) closed, 3 (step 6) open.
+        assert!(!every_band(
+            &mut t,
+            4,
+            &sample(240_000, 0.8).entities[0],
+            &cfg,
+            &mut diags
+        ));
+        assert!(!every_band(
+            &mut t,
+            6,
+            &sample(360_000, 0.7).entities[0],
+            &cfg,
+            &mut diags
+        ));
+        let mut bad = sample(180_000, 0.9);
+        bad.entities[0].readings.set_value(Field::TensorActive, 2.9);
+        assert!(every_band(&mut t, 3, &bad.entities[0], &cfg, &mut diags));
+        t.finish();
+        assert_eq!(t.first_step(), 1);
+        let pts = t.points();
+        assert_eq!(pts.len(), 3);
+        assert_eq!(
+            pts[0],
+            Point::NONE,
+            "an impossible peak: the point is unknown"
+        );
+        assert_eq!(
+            (pts[1].sat(), pts[1].sat_peak()),
+            (Some(2_000), Some(8_000))
+        );
+        assert_eq!(
+            (pts[2].sat(), pts[2].sat_peak()),
+            (Some(2_000), Some(7_000))
+        );
+        assert_eq!(pts[2].pipe(), Some(7_000));
+    }
+
+    /// Each band's share is the quantiles' difference, the top band at least one raw
+    /// sample's (taken from the bands below it), and the shares add up to one step.
+    #[test]
+    fn step_bands_share_a_step_with_one_sample_in_the_top_band() {
+        for (samples, want) in [
+            (60.0, [5_000, 4_000, 833, 167]),
+            (15.0, [5_000, 4_000, 333, 667]),
+            (5.0, [5_000, 3_000, 0, 2_000]),
+            (2.0, [5_000, 0, 0, 5_000]),
+            (1.0, [0, 0, 0, 10_000]),
+            (1_000.0, [5_000, 4_000, 900, 100]),
+            (f64::NAN, [0, 0, 0, 10_000]),
+        ] {
+            let b = StepBands::for_samples(samples);
+            assert_eq!(b.weights, want, "{samples} samples a step");
+            assert_eq!(b.weights.iter().sum::<u32>(), STEP_WEIGHT_UNITS);
+        }
+        // Zero shares are not sub-steps of the sizing.
+        let g = Grid::of(Some(StepBands::for_samples(5.0)));
+        assert_eq!(
+            (g.m, &g.band[..3], &g.weights[..3]),
+            (3, &[0, 1, 3][..], &[5_000, 3_000, 2_000][..])
+        );
+        assert_eq!(Grid::of(None).m, 1);
+    }
+
+    #[test]
+    fn quantizing_is_exact_and_never_invents_a_value() {
+        assert_eq!(ratio_units(Some(0.2)), Some(2000));
+        assert_eq!(ratio_units(Some(f64::NAN)), None);
+        assert_eq!(ratio_units(Some(-0.1)), None);
+        assert_eq!(ratio_units(None), None);
+        assert_eq!(mib(Some(30.0 * GIB)), Some(30_720));
+        assert_eq!(Point::new(None, None, None, None), Point::NONE);
+    }
+}

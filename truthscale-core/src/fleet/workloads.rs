@@ -1,0 +1,334 @@
+//! The workloads of a fleet: devices read by several tracks merged, pods and GPUs without
+//! pods, their names and the fleet's GPU model.
+
+use super::FleetInput;
+use super::track::Track;
+use crate::gpus::GpuSpec;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The workload's display names, unique: a pod on several GPUs is named with its GPU.
+pub(super) fn names(tracks: &[&Track]) -> Vec<String> {
+    let base: Vec<String> = tracks
+        .iter()
+        .map(|t| t.pod.clone().unwrap_or_else(|| t.gpu.clone()))
+        .collect();
+    let mut count: BTreeMap<&str, usize> = BTreeMap::new();
+    for b in &base {
+        *count.entry(b.as_str()).or_default() += 1;
+    }
+    tracks
+        .iter()
+        .zip(&base)
+        .map(|(t, b)| {
+            if count[b.as_str()] > 1 && t.pod.is_some() {
+                format!("{b} on {}", t.gpu)
+            } else {
+                b.clone()
+            }
+        })
+        .collect()
+}
+
+/// The devices held by several pods, each one workload ([`devices`]), keyed by GPU.
+pub(super) struct Merged {
+    tracks: Vec<Track>,
+    gpus: BTreeSet<String>,
+}
+
+/// One physical GPU, one place in the sizing. A whole GPU's tracks under several pods are
+/// one device's counters read once per holder (dcgm-exporter, and each holder's sidecar,
+/// write a time-sliced GPU's series once per pod): merged into one workload named by its
+/// holders, its demand counted once. A GPU whose own series carry no pod but whose holders
+/// node mode's allocation info names ([`FleetInput::held`]) is that workload too. MIG
+/// instances are devices of their own and never merged.
+pub(super) fn devices(input: &FleetInput, notes: &mut Vec<String>) -> Merged {
+    let mut by_gpu: BTreeMap<&str, Vec<&Track>> = BTreeMap::new();
+    for t in input.tracks.iter().filter(|t| !t.is_mig) {
+        if t.pod.is_some() || input.held.contains_key(&t.gpu) {
+            by_gpu.entry(t.gpu.as_str()).or_default().push(t);
+        }
+    }
+    let mut merged = Merged {
+        tracks: Vec::new(),
+        gpus: BTreeSet::new(),
+    };
+    for (gpu, tracks) in by_gpu {
+        let holders: BTreeSet<&str> = tracks
+            .iter()
+            .filter_map(|t| t.pod.as_deref())
+            .chain(
+                input
+                    .held
+                    .get(gpu)
+                    .into_iter()
+                    .flatten()
+                    .map(String::as_str),
+            )
+            .collect();
+        let pod_tracks = tracks.iter().filter(|t| t.pod.is_some()).count();
+        let pod_less = tracks.len() - pod_tracks;
+        if !(pod_tracks > 1 || (pod_less > 0 && !holders.is_empty())) {
+            continue;
+        }
+        // The device's own pod-less series first, then its holders' copies (and any
+        // sole holder's steps before or after the sharing).
+        let mut device = tracks;
+        device.sort_by_key(|t| t.pod.is_some());
+        let mut one = device[0].clone();
+        for t in &device[1..] {
+            one.merge_copy(t);
+        }
+        one.pod = Some(holders.into_iter().collect::<Vec<_>>().join(" + "));
+        merged.gpus.insert(gpu.to_owned());
+        merged.tracks.push(one);
+    }
+    if !merged.gpus.is_empty() {
+        notes.push(format!(
+            "{} GPU(s) held by several pods at once, or time-sliced under node mode, are sized once each, as one workload named by their holders: {}",
+            merged.gpus.len(),
+            merged.gpus.iter().cloned().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    merged
+}
+
+/// The workloads: one per device ([`devices`]), the tracks with a pod when any has one
+/// (unit `pod`), else every GPU as one workload (unit `gpu`, with a note that allocation is
+/// then unknown).
+pub(super) fn workloads<'a>(
+    input: &'a FleetInput,
+    merged: &'a Merged,
+    notes: &mut Vec<String>,
+) -> (&'static str, Vec<&'a Track>) {
+    // Each merged device where its GPU's first track was.
+    let mut emitted = BTreeSet::new();
+    let mut with_pod: Vec<&Track> = Vec::new();
+    for t in &input.tracks {
+        if t.is_mig || !merged.gpus.contains(&t.gpu) {
+            if t.pod.is_some() {
+                with_pod.push(t);
+            }
+        } else if emitted.insert(t.gpu.as_str())
+            && let Some(m) = merged.tracks.iter().find(|m| m.gpu == t.gpu)
+        {
+            with_pod.push(m);
+        }
+    }
+    if with_pod.is_empty() {
+        if !input.tracks.is_empty() {
+            notes.push(
+                "no GPU carried pod labels (pod, namespace): each GPU is treated as one workload, allocation is unknown, and savings are counted against the GPUs reporting".to_owned(),
+            );
+        }
+        ("gpu", input.tracks.iter().collect())
+    } else {
+        ("pod", with_pod)
+    }
+}
+
+/// In the pod analysis, the GPUs that never carried a pod (sorted, each once): left out of
+/// it, and named in a note.
+pub(super) fn gpus_without_pods(
+    input: &FleetInput,
+    unit: &str,
+    work: &[&Track],
+    notes: &mut Vec<String>,
+) -> Vec<String> {
+    let mut gpus_without_pods: Vec<String> = if unit == "pod" {
+        let pod_gpus: BTreeSet<&str> = work.iter().map(|t| t.gpu.as_str()).collect();
+        input
+            .tracks
+            .iter()
+            .filter(|t| t.pod.is_none() && !pod_gpus.contains(t.gpu.as_str()))
+            .map(|t| t.gpu.clone())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    gpus_without_pods.sort();
+    gpus_without_pods.dedup();
+    if !gpus_without_pods.is_empty() {
+        notes.push(format!(
+            "{} GPU(s) never carried pod labels and are left out of the pod analysis (counted in gpus_reporting only): {}",
+            gpus_without_pods.len(),
+            gpus_without_pods.join(", ")
+        ));
+    }
+    gpus_without_pods
+}
+
+/// The fleet's model (the most common among the workloads) and one GPU's memory in MiB:
+/// the largest total measured on a whole GPU of that model, else the catalog's figure, else
+/// the largest total measured on any whole GPU.
+pub(super) fn fleet_gpu(
+    work: &[&Track],
+    notes: &mut Vec<String>,
+) -> (Option<&'static GpuSpec>, Option<u64>) {
+    let mut models: BTreeMap<&str, (usize, &'static GpuSpec)> = BTreeMap::new();
+    for t in work {
+        if let Some(s) = t.spec {
+            models.entry(s.key).or_insert((0, s)).0 += 1;
+        }
+    }
+    let fleet_spec = models
+        .values()
+        .max_by(|a, b| a.0.cmp(&b.0).then(b.1.key.cmp(a.1.key)))
+        .map(|x| x.1);
+    if models.len() > 1 {
+        notes.push(format!(
+            "the fleet mixes {} models; packing places every workload on the most common one, {}, and sums saturations as fractions of it",
+            models.len(),
+            fleet_spec.map_or("?", |s| s.name)
+        ));
+    }
+    let measured_total = work
+        .iter()
+        .filter(|t| !t.is_mig && t.spec.map(|s| s.key) == fleet_spec.map(|s| s.key))
+        .filter_map(|t| t.memory_total_mib)
+        .max();
+    let gpu_mib: Option<u64> = measured_total
+        .map(u64::from)
+        .or_else(|| fleet_spec.map(|s| s.memory_bytes / (1 << 20)))
+        .or_else(|| {
+            work.iter()
+                .filter(|t| !t.is_mig)
+                .filter_map(|t| t.memory_total_mib)
+                .max()
+                .map(u64::from)
+        });
+    if measured_total.is_none() && gpu_mib.is_some() && fleet_spec.is_some() {
+        notes.push("no total-memory series for the fleet's model: one GPU's memory is the catalog's figure".to_owned());
+    }
+    (fleet_spec, gpu_mib)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::test_support::{GIB, input, pod, steady};
+    use crate::fleet::track::Point;
+    use crate::fleet::{Binding, FleetConfig, analyze};
+
+    /// A time-sliced GPU is one device in the sizing, whichever way its history names its
+    /// holders: dcgm-exporter writes its series once per holder (two copies), node mode
+    /// without pods (its holders in the allocation info). With a sole holder's GPU beside it:
+    /// busy claim 2 GPUs, compute 0.5 + 0.2 = 0.7, memory (20 + 10) / 80 = 0.375 GPUs, packed
+    /// onto 1 GPU of the 2 allocated, 1 freed. Counted per holder, the shared GPU read 1.7
+    /// compute and 3 busy GPUs.
+    #[test]
+    fn a_time_sliced_gpu_is_sized_once_however_its_holders_are_written() {
+        let steps = 60;
+        let shared = |name: &str| {
+            pod(name, "n/gpu 0", 0..steps, |_| {
+                (Some(0.5), Some(1.0), Some(20.0))
+            })
+        };
+        let sole = pod("ns/c", "n/gpu 1", 0..steps, |_| {
+            (Some(0.2), Some(1.0), Some(10.0))
+        });
+        let per_holder = input(vec![shared("ns/a"), shared("ns/b"), sole.clone()], steps);
+        let mut node_mode = input(vec![shared("x"), sole], steps);
+        node_mode.tracks[0].pod = None;
+        node_mode
+            .held
+            .insert("n/gpu 0".into(), vec!["ns/a".into(), "ns/b".into()]);
+        for (how, fleet) in [("per holder", per_holder), ("node mode", node_mode)] {
+            let r = analyze(&fleet, &FleetConfig::default());
+            let s = &r.sizing;
+            assert_eq!(r.workloads, 2, "{how}");
+            assert!(r.gpus_without_pods.is_empty(), "{how}");
+            assert_eq!(s.allocated_gpus.unwrap().p99, 2.0, "{how}");
+            assert_eq!(s.busy_claim_gpus.summary.unwrap().p99, 2.0, "{how}");
+            assert_eq!(s.compute_demand_gpus.summary.unwrap().p99, 0.7, "{how}");
+            assert_eq!(s.memory_demand_gpus.summary.unwrap().p99, 0.375, "{how}");
+            let p = s.packing.as_ref().unwrap();
+            assert_eq!(p.gpus, 1, "{how}");
+            let names: Vec<&str> = p.bins[0].workloads.iter().map(String::as_str).collect();
+            assert!(names.contains(&"ns/a + ns/b"), "{how}: {names:?}");
+            let sv = r.savings.unwrap();
+            assert_eq!(
+                (sv.baseline_gpus, sv.needed_gpus, sv.gpus_freed),
+                (2, 1, 1),
+                "{how}"
+            );
+            assert!(
+                r.notes.iter().any(|n| n.contains("sized once each")),
+                "{how}"
+            );
+        }
+    }
+
+    #[test]
+    fn gpus_without_pod_labels_are_their_own_workloads() {
+        let mut g = Track::new(None, "n/gpu 0".into());
+        g.record(0, Point::new(Some(0.3), Some(0.5), None, Some(GIB)));
+        let r = analyze(&input(vec![g.clone()], 1), &FleetConfig::default());
+        assert_eq!(r.workload_unit, "gpu");
+        assert_eq!(r.sizing.allocated_gpus, None);
+        assert!(r.notes[0].starts_with("no GPU carried pod labels"));
+        // Beside pods, such a GPU is left out of the pod analysis and named.
+        let r = analyze(&input(vec![g, steady(0, 1)], 1), &FleetConfig::default());
+        assert_eq!(r.workloads, 1);
+        assert_eq!(r.gpus_without_pods, ["n/gpu 0"]);
+        assert_eq!(r.sizing.gpus_reporting.unwrap().max, 2.0);
+        assert_eq!(r.sizing.allocated_gpus.unwrap().max, 1.0);
+    }
+
+    /// Without pod labels, savings count against the GPUs reporting; without one GPU's
+    /// memory, or without a workload whose demand was measured, there is no packing.
+    #[test]
+    fn gpus_pack_against_those_reporting_and_no_packing_says_why() {
+        let gpu = |name: &str, p: Point| {
+            let mut t = Track::new(None, name.to_owned());
+            t.memory_total_mib = Some(81_920);
+            for s in 0..3 {
+                t.record(s, p);
+            }
+            t
+        };
+        let p = Point::new(Some(0.2), Some(0.5), None, Some(GIB));
+        let r = analyze(
+            &input(vec![gpu("n/gpu 0", p), gpu("n/gpu 1", p)], 3),
+            &FleetConfig {
+                cost_per_gpu_hour: Some(3.0),
+                ..FleetConfig::default()
+            },
+        );
+        assert_eq!(r.gpu_model, None);
+        assert_eq!(r.gpu_memory_bytes, Some(80.0 * GIB));
+        let sv = r.savings.as_ref().unwrap();
+        assert_eq!((sv.baseline_gpus, sv.needed_gpus, sv.gpus_freed), (2, 1, 1));
+        assert_eq!((sv.hours, sv.cost), (0.05, Some(0.15000000000000002)));
+        assert!(sv.assumptions[1].contains("GPUs reporting (allocation unknown)"));
+        // No total memory and no catalog model: one GPU's memory is not known.
+        let mut t = gpu("n/gpu 0", p);
+        t.memory_total_mib = None;
+        let r = analyze(&input(vec![t], 3), &FleetConfig::default());
+        assert_eq!(r.sizing.packing, None);
+        assert_eq!(r.savings, None);
+        assert!(
+            r.notes
+                .last()
+                .unwrap()
+                .starts_with("no packing: one GPU's memory")
+        );
+        assert_eq!(r.sizing.memory_demand_gpus.summary, None);
+        assert_eq!(r.sizing.pooled_lower_bound.as_ref().unwrap().gpus, 1);
+        // Memory known, but no workload with both demands.
+        let blind = Point::new(None, Some(0.5), None, Some(GIB));
+        let r = analyze(
+            &input(vec![gpu("n/gpu 0", blind)], 3),
+            &FleetConfig::default(),
+        );
+        assert_eq!(r.sizing.packing, None);
+        assert_eq!(
+            r.notes.last().unwrap(),
+            "no packing: no workload had both saturation and memory measured"
+        );
+        let pooled = r.sizing.pooled_lower_bound.unwrap();
+        assert_eq!(
+            (pooled.compute_gpus, pooled.binding),
+            (None, Binding::Memory)
+        );
+    }
+}
