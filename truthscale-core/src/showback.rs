@@ -35,7 +35,7 @@
 
 use crate::fleet::{FleetInput, Track};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Units of one GPU-step: lcm(1..=12), so that splits up to 12 ways, and 7 or 4 compute
 /// slices, are exact.
@@ -322,6 +322,65 @@ fn split(units: u64, n: usize, i: usize) -> u64 {
     units / n + u64::from((i as u64) < units % n)
 }
 
+/// What charging the window's steps reads: the request, and the window's steps and periods.
+struct Window<'a> {
+    input: &'a FleetInput,
+    group: &'a [Option<String>],
+    holders: &'a Holders,
+    cfg: &'a ShowbackConfig,
+    hours_per_step: f64,
+    /// Steps per period.
+    per: usize,
+    /// Whether any price was given.
+    priced: bool,
+}
+
+/// The whole window's accumulator and each period's.
+struct Accs {
+    total: PeriodAcc,
+    each: Vec<PeriodAcc>,
+}
+
+impl Accs {
+    /// The whole window's and the period's of `period` (the last for any beyond it).
+    fn both(&mut self, period: usize) -> [&mut PeriodAcc; 2] {
+        let last = self.each.len() - 1;
+        [&mut self.total, &mut self.each[period.min(last)]]
+    }
+}
+
+/// What the steps leave to the notes and the allocation check.
+#[derive(Default)]
+struct Tally {
+    unknown_profile: bool,
+    shared_gpus: usize,
+    split_by_processes: BTreeSet<String>,
+    unpriced: BTreeSet<String>,
+    /// GPUs charged at some step, GPU-steps charged, and those with nothing read.
+    allocation: (usize, u64, u64),
+}
+
+/// `u` share units over one step, as GPU-hours.
+fn gpu_hours(u: u64, hours_per_step: f64) -> f64 {
+    u as f64 / SHARE_UNITS as f64 * hours_per_step
+}
+
+/// A ratio unit of the fleet's tracks as a fraction.
+fn ratio(x: u16) -> f64 {
+    f64::from(x) / f64::from(crate::fleet::RATIO_UNITS)
+}
+
+/// The price of one GPU-hour of a track's model: its own, or the default.
+fn price_of(t: &Track, cfg: &ShowbackConfig) -> Option<f64> {
+    let own = t
+        .model
+        .as_deref()
+        .and_then(|m| cfg.prices.iter().find(|(name, _)| name == m))
+        .map(|(_, p)| *p);
+    own.or(cfg.default_price)
+        .filter(|p| p.is_finite() && *p >= 0.0)
+}
+
 /// Showback of `input`, with `group[i]` the group of track `i` (`None`: no pod holds it),
 /// `holders` the holders of GPUs whose own series name no pod, and `requested` the requested
 /// GPU-hours by group over the whole window.
@@ -334,26 +393,22 @@ pub fn showback(
     cfg: &ShowbackConfig,
 ) -> Showback {
     let steps = input.steps;
-    let hours_per_step = input.step_seconds / 3600.0;
-    let per = cfg.period_steps.filter(|p| *p > 0).unwrap_or(steps.max(1));
-    let periods = steps.div_ceil(per).max(1);
-    let mut total = PeriodAcc::default();
-    let mut each = vec![PeriodAcc::default(); periods];
-    let mut notes = Vec::new();
-    let price_of = |t: &Track| {
-        let own = t
-            .model
-            .as_deref()
-            .and_then(|m| cfg.prices.iter().find(|(name, _)| name == m))
-            .map(|(_, p)| *p);
-        own.or(cfg.default_price)
-            .filter(|p| p.is_finite() && *p >= 0.0)
+    let w = Window {
+        input,
+        group,
+        holders,
+        cfg,
+        hours_per_step: input.step_seconds / 3600.0,
+        per: cfg.period_steps.filter(|p| *p > 0).unwrap_or(steps.max(1)),
+        priced: cfg.default_price.is_some() || !cfg.prices.is_empty(),
     };
-    let priced = cfg.default_price.is_some() || !cfg.prices.is_empty();
-    let mut unpriced = std::collections::BTreeSet::new();
-    let busy_max = cfg.idle_busy_below;
-    let ecf_max = cfg.idle_compute_below;
-
+    let per = w.per;
+    let periods = steps.div_ceil(per).max(1);
+    let mut accs = Accs {
+        total: PeriodAcc::default(),
+        each: vec![PeriodAcc::default(); periods],
+    };
+    let mut tally = Tally::default();
     let mut by_gpu: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, t) in input.tracks.iter().enumerate() {
         if t.lifetime_steps() > 0 {
@@ -362,352 +417,30 @@ pub fn showback(
     }
     let mut gpus: Vec<(&str, Vec<usize>)> = by_gpu.into_iter().collect();
     gpus.sort_by(|a, b| a.0.cmp(b.0));
-    let mut unknown_profile = false;
-    let mut shared_gpus = 0usize;
-    let mut split_by_processes = std::collections::BTreeSet::new();
-    let mut allocation = (0usize, 0u64, 0u64);
     for (_, members) in &gpus {
-        let mut charged = false;
-        let tracks: Vec<&Track> = members.iter().map(|&i| &input.tracks[i]).collect();
-        let first = tracks.iter().map(|t| t.first_step()).min().unwrap_or(0);
-        let end = tracks
-            .iter()
-            .map(|t| t.first_step() + t.lifetime_steps())
-            .max()
-            .unwrap_or(0)
-            .min(steps);
-        let mut was_shared = false;
-        for s in first..end {
-            let covering: Vec<usize> = members
-                .iter()
-                .copied()
-                .filter(|&i| {
-                    let t = &input.tracks[i];
-                    (t.first_step()..t.first_step() + t.lifetime_steps()).contains(&s)
-                })
-                .collect();
-            let held: Vec<usize> = covering
-                .iter()
-                .copied()
-                .filter(|&i| group[i].is_some())
-                .collect();
-            let mig_covering = covering.iter().filter(|&&i| input.tracks[i].is_mig).count();
-            let whole: Vec<usize> = held
-                .iter()
-                .copied()
-                .filter(|&i| !input.tracks[i].is_mig)
-                .collect();
-            let shared = whole.len() > 1;
-            was_shared |= shared;
-            let mut shares: Vec<(usize, u64)> = Vec::with_capacity(held.len());
-            for (j, &i) in whole.iter().enumerate() {
-                shares.push((i, split(SHARE_UNITS, whole.len(), j)));
-            }
-            let unknown_migs: Vec<usize> = held
-                .iter()
-                .copied()
-                .filter(|&i| {
-                    let t = &input.tracks[i];
-                    t.is_mig && (t.mig.is_none() || total_slices(t).is_none())
-                })
-                .collect();
-            for &i in &held {
-                let t = &input.tracks[i];
-                if !t.is_mig {
-                    continue;
-                }
-                let u = match (t.mig, total_slices(t)) {
-                    (Some(p), Some(total)) => {
-                        SHARE_UNITS * u64::from(p.compute_slices) / u64::from(total.max(1))
-                    }
-                    _ => {
-                        unknown_profile = true;
-                        let j = unknown_migs.iter().position(|&x| x == i).unwrap_or(0);
-                        split(SHARE_UNITS, mig_covering.max(1), j)
-                    }
-                };
-                shares.push((i, u));
-            }
-            let ratio = |x: u16| f64::from(x) / f64::from(crate::fleet::RATIO_UNITS);
-            let mut charges: Vec<Charge<'_>> = Vec::with_capacity(shares.len());
-            for &(i, u) in &shares {
-                let t = &input.tracks[i];
-                let Some(g) = &group[i] else { continue };
-                let p = t.points()[s - t.first_step()];
-                charges.push(Charge {
-                    group: g,
-                    pod: t.pod.as_deref(),
-                    read: p.any(),
-                    units: u,
-                    unknown: shared && !t.is_mig,
-                    busy: p.busy().map(ratio),
-                    ecf: p.ecf().map(ratio),
-                    sat: p.sat().map(ratio),
-                    // Each holder's series is the device's: its value, by the holder's share.
-                    time_sliced_ecf: p.ecf().map(ratio).filter(|_| shared && !t.is_mig),
-                    ecf_estimate: None,
-                    track: t,
-                });
-            }
-            // A GPU whose own series name no pod, held per node mode's allocation info (a
-            // time-sliced GPU's device series carry none): its holders take its shares.
-            let device = covering
-                .iter()
-                .map(|&i| &input.tracks[i])
-                .find(|t| !t.is_mig && t.pod.is_none());
-            if let (true, Some(dev)) = (shares.is_empty(), device)
-                && let Some(hs) = holders.get(dev.gpu.as_str()).and_then(|m| m.get(&s))
-                && !hs.is_empty()
-            {
-                let p = dev.points()[s - dev.first_step()];
-                let k = hs.len();
-                was_shared |= k > 1;
-                for (j, h) in hs.iter().enumerate() {
-                    let u = split(SHARE_UNITS, k, j);
-                    shares.push((usize::MAX, u));
-                    let part = h
-                        .effective_compute_estimate
-                        .filter(|e| e.is_finite() && *e >= 0.0 && k > 1);
-                    if part.is_some() {
-                        split_by_processes.extend(h.method.iter().cloned());
-                    }
-                    charges.push(Charge {
-                        group: &h.group,
-                        pod: Some(&h.pod),
-                        read: p.any(),
-                        units: u,
-                        // One holder: the device's use is its own. Several: unknown; the
-                        // device's measured effective compute is billed by the holder's
-                        // share, and the per-process split is an estimate apart.
-                        unknown: k > 1,
-                        busy: p.busy().map(ratio).filter(|_| k == 1),
-                        ecf: p.ecf().map(ratio).filter(|_| k == 1),
-                        sat: p.sat().map(ratio).filter(|_| k == 1),
-                        time_sliced_ecf: p.ecf().map(ratio).filter(|_| k > 1),
-                        ecf_estimate: part,
-                        track: dev,
-                    });
-                }
-            }
-            let sum: u64 = shares.iter().map(|(_, u)| u).sum();
-            if !charges.is_empty() {
-                charged = true;
-                allocation.1 += 1;
-                allocation.2 += u64::from(!charges.iter().any(|c| c.read));
-            }
-            let period = s / per;
-            for acc in [&mut total, &mut each[period.min(periods - 1)]] {
-                acc.fleet += SHARE_UNITS;
-                acc.unallocated += SHARE_UNITS.saturating_sub(sum);
-                acc.overallocated += sum.saturating_sub(SHARE_UNITS);
-            }
-            for c in &charges {
-                let u = c.units;
-                let hours = u as f64 / SHARE_UNITS as f64 * hours_per_step;
-                let price = price_of(c.track);
-                if priced && price.is_none() {
-                    unpriced.insert(c.track.model.clone().unwrap_or_else(|| "unknown".into()));
-                }
-                let (busy, ecf, sat) = (c.busy, c.ecf, c.sat);
-                let class = if c.unknown {
-                    Use::Unknown
-                } else if busy.is_none() && ecf.is_none() {
-                    Use::Unmeasured
-                } else if busy.is_none_or(|b| b < busy_max) && ecf.is_none_or(|e| e < ecf_max) {
-                    Use::Idle
-                } else {
-                    Use::Used
-                };
-                let measured = matches!(class, Use::Idle | Use::Used);
-                for acc in [&mut total, &mut each[period.min(periods - 1)]] {
-                    let a = acc.groups.entry(c.group.to_string()).or_default();
-                    if c.read
-                        && let Some(pod) = c.pod
-                    {
-                        a.workloads.insert(pod.to_string());
-                    }
-                    a.allocated += u;
-                    *match class {
-                        Use::Unknown => &mut a.unknown,
-                        Use::Unmeasured => &mut a.unmeasured,
-                        Use::Idle => &mut a.idle,
-                        Use::Used => &mut a.used,
-                    } += u;
-                    if let Some(e) = c.time_sliced_ecf {
-                        *a.time_sliced_ecf.get_or_insert(0.0) += e * hours;
-                    }
-                    if let Some(e) = c.ecf_estimate {
-                        // GPU-relative: over the whole GPU's time, whatever the share.
-                        *a.ecf_estimate.get_or_insert(0.0) += e * hours_per_step;
-                    }
-                    if measured {
-                        if let Some(b) = busy {
-                            a.busy += b * hours;
-                            a.busy_measured += u;
-                        }
-                        if let Some(e) = ecf {
-                            a.ecf += e * hours;
-                            a.ecf_measured += u;
-                        }
-                        if let Some(x) = sat {
-                            a.sat += x * hours;
-                            a.sat_measured += u;
-                        }
-                    }
-                    if let Some(pr) = price {
-                        let ca = a.cost.get_or_insert_with(CostAcc::default);
-                        let cost = pr * hours;
-                        ca.allocated += cost;
-                        *match class {
-                            Use::Unknown => &mut ca.unknown,
-                            Use::Unmeasured => &mut ca.unmeasured,
-                            Use::Idle => &mut ca.idle,
-                            Use::Used => &mut ca.used,
-                        } += cost;
-                        if measured && let Some(e) = ecf {
-                            ca.ecf += e * cost;
-                        }
-                    }
-                }
-            }
-        }
-        shared_gpus += usize::from(was_shared);
-        allocation.0 += usize::from(charged);
+        charge_gpu(&w, members, &mut accs, &mut tally);
     }
-    let hours = |u: u64| u as f64 / SHARE_UNITS as f64 * hours_per_step;
-    let finish = |acc: &PeriodAcc,
-                  start_step: usize,
-                  steps: usize,
-                  requested: Option<&BTreeMap<String, f64>>| {
-        let mut groups: Vec<GroupHours> = acc
-            .groups
-            .iter()
-            .map(|(g, a)| GroupHours {
-                group: g.clone(),
-                workloads: a.workloads.len(),
-                allocated_gpu_hours: hours(a.allocated),
-                requested_gpu_hours: requested.and_then(|r| r.get(g).copied()),
-                used_gpu_hours: hours(a.used),
-                idle_gpu_hours: hours(a.idle),
-                unmeasured_gpu_hours: hours(a.unmeasured),
-                use_unknown_gpu_hours: hours(a.unknown),
-                busy_gpu_hours: a.busy,
-                busy_measured_gpu_hours: hours(a.busy_measured),
-                effective_compute_gpu_hours: a.ecf,
-                effective_compute_measured_gpu_hours: hours(a.ecf_measured),
-                time_sliced_effective_compute_gpu_hours: a.time_sliced_ecf,
-                effective_compute_estimate_gpu_hours: a.ecf_estimate,
-                saturation_gpu_hours: a.sat,
-                saturation_measured_gpu_hours: hours(a.sat_measured),
-                cost: a.cost.as_ref().map(|c| GroupCost {
-                    allocated: c.allocated,
-                    requested: requested
-                        .and_then(|r| r.get(g))
-                        .zip(cfg.default_price)
-                        .map(|(h, p)| h * p),
-                    used: c.used,
-                    idle: c.idle,
-                    unmeasured: c.unmeasured,
-                    use_unknown: c.unknown,
-                    effective_compute: c.ecf,
-                }),
-            })
-            .collect();
-        // Requested by groups that held nothing.
-        if let Some(r) = requested {
-            for (g, h) in r {
-                if !acc.groups.contains_key(g) {
-                    groups.push(GroupHours {
-                        group: g.clone(),
-                        requested_gpu_hours: Some(*h),
-                        ..GroupHours::default()
-                    });
-                }
-            }
-        }
-        groups.sort_by(|a, b| {
-            b.allocated_gpu_hours
-                .total_cmp(&a.allocated_gpu_hours)
-                .then_with(|| a.group.cmp(&b.group))
-        });
-        let allocated: u64 = acc.groups.values().map(|a| a.allocated).sum();
-        let reconciled =
-            allocated + acc.unallocated == acc.fleet + acc.overallocated && acc.overallocated == 0;
-        let check = format!(
-            "groups {:.3} + unallocated {:.3} = fleet {:.3} GPU-hours{}",
-            hours(allocated),
-            hours(acc.unallocated),
-            hours(acc.fleet),
-            if reconciled {
-                String::new()
-            } else {
-                format!(
-                    ": does not reconcile, {:.3} GPU-hours allocated beyond whole GPUs",
-                    hours(acc.overallocated)
-                )
-            }
-        );
-        Period {
-            start_step,
-            steps,
-            groups,
-            unallocated_gpu_hours: hours(acc.unallocated),
-            fleet_gpu_hours: hours(acc.fleet),
-            overallocated_gpu_hours: hours(acc.overallocated),
-            reconciled,
-            check,
-        }
-    };
-    let total_period = finish(&total, 0, steps, Some(requested));
+    let hours_per_step = w.hours_per_step;
+    let total = period(&accs.total, 0, steps, Some(requested), &w);
     let periods: Vec<Period> = if cfg.period_steps.is_some() {
-        each.iter()
+        accs.each
+            .iter()
             .enumerate()
             .map(|(k, acc)| {
                 let start = k * per;
-                finish(acc, start, per.min(steps.saturating_sub(start)), None)
+                period(acc, start, per.min(steps.saturating_sub(start)), None, &w)
             })
             .collect()
     } else {
         Vec::new()
     };
-    if shared_gpus > 0 {
-        notes.push(format!(
-            "{shared_gpus} GPU(s) were time-sliced between pods: each holder is charged its share of the GPU and the same share of the device's measured effective compute (time-sliced effective compute); its own use is unknown (the counters are the device's)"
-        ));
-    }
-    if !split_by_processes.is_empty() {
-        notes.push(format!(
-            "per-process attribution estimated each holder's part of shared GPUs' effective compute (method {}): an estimate, shown apart (effective compute estimate) and never billed as measured",
-            split_by_processes.into_iter().collect::<Vec<_>>().join(", ")
-        ));
-    }
-    if unknown_profile {
-        notes.push("a MIG instance of an unknown profile took an equal part with its GPU's other instances".into());
-    }
-    if !unpriced.is_empty() {
-        notes.push(format!(
-            "no price for {}: those GPU-hours have no cost",
-            unpriced.into_iter().collect::<Vec<_>>().join(", ")
-        ));
-    }
-    if cfg.period_steps.is_some() && !requested.is_empty() {
-        notes.push("requested GPU-hours are given for the whole window only".into());
-    }
+    let allocation = tally.allocation;
     Showback {
         by: cfg.by.clone(),
-        total: total_period,
+        total,
         periods,
-        policy: vec![
-            "a GPU is held by a pod from its first reading to its last; a whole GPU held by one pod counts 1 GPU-hour an hour".into(),
-            "a time-sliced GPU held by k pods counts 1/k to each; a MIG instance its compute slices over the GPU's (3g.40gb on an H100: 3/7)".into(),
-            format!(
-                "a step is idle when the busy flag is below {} and effective compute below {} (each where measured); unmeasured when neither was measured",
-                cfg.idle_busy_below, cfg.idle_compute_below
-            ),
-            "effective compute and saturation GPU-hours are the fraction times the allocated time where measured (a holder's own: a GPU or MIG instance it holds alone); busy GPU-hours (the flag) for comparison".into(),
-            "a time-sliced GPU's measured effective compute is billed to its holders 1/k each (time-sliced effective compute); the split by SM-busy share is an estimate, never billed".into(),
-        ],
-        notes,
+        policy: policy(cfg),
+        notes: notes(tally, cfg, requested),
         allocation: Allocation {
             gpus: allocation.0,
             gpu_hours: allocation.1 as f64 * hours_per_step,
@@ -715,6 +448,435 @@ pub fn showback(
             ..Allocation::default()
         },
     }
+}
+
+/// Charges each step of one physical GPU (the tracks `members` read it) to its holders.
+fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tally: &mut Tally) {
+    let input = w.input;
+    let mut charged = false;
+    let tracks: Vec<&Track> = members.iter().map(|&i| &input.tracks[i]).collect();
+    let first = tracks.iter().map(|t| t.first_step()).min().unwrap_or(0);
+    let end = tracks
+        .iter()
+        .map(|t| t.first_step() + t.lifetime_steps())
+        .max()
+        .unwrap_or(0)
+        .min(input.steps);
+    let mut was_shared = false;
+    for s in first..end {
+        let (covering, mut shares, shared) = step_shares(w, members, s, &mut tally.unknown_profile);
+        was_shared |= shared;
+        let mut charges = track_charges(w, &shares, s, shared);
+        // A GPU whose own series name no pod, held per node mode's allocation info (a
+        // time-sliced GPU's device series carry none): its holders take its shares.
+        let device = covering
+            .iter()
+            .map(|&i| &input.tracks[i])
+            .find(|t| !t.is_mig && t.pod.is_none());
+        if let (true, Some(dev)) = (shares.is_empty(), device)
+            && let Some(hs) = w.holders.get(dev.gpu.as_str()).and_then(|m| m.get(&s))
+            && !hs.is_empty()
+        {
+            was_shared |= hs.len() > 1;
+            let by_processes = &mut tally.split_by_processes;
+            holder_charges(dev, hs, s, (&mut shares, &mut charges), by_processes);
+        }
+        let sum: u64 = shares.iter().map(|(_, u)| u).sum();
+        if !charges.is_empty() {
+            charged = true;
+            tally.allocation.1 += 1;
+            tally.allocation.2 += u64::from(!charges.iter().any(|c| c.read));
+        }
+        let period = s / w.per;
+        for acc in accs.both(period) {
+            acc.fleet += SHARE_UNITS;
+            acc.unallocated += SHARE_UNITS.saturating_sub(sum);
+            acc.overallocated += sum.saturating_sub(SHARE_UNITS);
+        }
+        for c in &charges {
+            add_charge(c, w, accs.both(period), &mut tally.unpriced);
+        }
+    }
+    tally.shared_gpus += usize::from(was_shared);
+    tally.allocation.0 += usize::from(charged);
+}
+
+/// The tracks of `members` covering step `s`, the shares of those a group holds (by the
+/// allocation policy), and whether whole-GPU holders time-slice it.
+fn step_shares(
+    w: &Window<'_>,
+    members: &[usize],
+    s: usize,
+    unknown_profile: &mut bool,
+) -> (Vec<usize>, Vec<(usize, u64)>, bool) {
+    let tracks = &w.input.tracks;
+    let covering: Vec<usize> = members
+        .iter()
+        .copied()
+        .filter(|&i| {
+            let t = &tracks[i];
+            (t.first_step()..t.first_step() + t.lifetime_steps()).contains(&s)
+        })
+        .collect();
+    let held: Vec<usize> = covering
+        .iter()
+        .copied()
+        .filter(|&i| w.group[i].is_some())
+        .collect();
+    let mig_covering = covering.iter().filter(|&&i| tracks[i].is_mig).count();
+    let whole: Vec<usize> = held
+        .iter()
+        .copied()
+        .filter(|&i| !tracks[i].is_mig)
+        .collect();
+    let shared = whole.len() > 1;
+    let mut shares: Vec<(usize, u64)> = Vec::with_capacity(held.len());
+    for (j, &i) in whole.iter().enumerate() {
+        shares.push((i, split(SHARE_UNITS, whole.len(), j)));
+    }
+    let unknown_migs: Vec<usize> = held
+        .iter()
+        .copied()
+        .filter(|&i| {
+            let t = &tracks[i];
+            t.is_mig && (t.mig.is_none() || total_slices(t).is_none())
+        })
+        .collect();
+    for &i in &held {
+        let t = &tracks[i];
+        if !t.is_mig {
+            continue;
+        }
+        let u = match (t.mig, total_slices(t)) {
+            (Some(p), Some(total)) => {
+                SHARE_UNITS * u64::from(p.compute_slices) / u64::from(total.max(1))
+            }
+            _ => {
+                *unknown_profile = true;
+                let j = unknown_migs.iter().position(|&x| x == i).unwrap_or(0);
+                split(SHARE_UNITS, mig_covering.max(1), j)
+            }
+        };
+        shares.push((i, u));
+    }
+    (covering, shares, shared)
+}
+
+/// The charges of the tracks holding `shares` of a GPU at step `s` (`shared`: whole-GPU
+/// holders time-slice it, so their use is unknown).
+fn track_charges<'a>(
+    w: &Window<'a>,
+    shares: &[(usize, u64)],
+    s: usize,
+    shared: bool,
+) -> Vec<Charge<'a>> {
+    let mut charges: Vec<Charge<'a>> = Vec::with_capacity(shares.len());
+    for &(i, u) in shares {
+        let t = &w.input.tracks[i];
+        let Some(g) = &w.group[i] else { continue };
+        let p = t.points()[s - t.first_step()];
+        charges.push(Charge {
+            group: g,
+            pod: t.pod.as_deref(),
+            read: p.any(),
+            units: u,
+            unknown: shared && !t.is_mig,
+            busy: p.busy().map(ratio),
+            ecf: p.ecf().map(ratio),
+            sat: p.sat().map(ratio),
+            // Each holder's series is the device's: its value, by the holder's share.
+            time_sliced_ecf: p.ecf().map(ratio).filter(|_| shared && !t.is_mig),
+            ecf_estimate: None,
+            track: t,
+        });
+    }
+    charges
+}
+
+/// The shares and charges of the holders `hs` of a GPU whose own series `dev` names no pod,
+/// at step `s`; the methods of per-process parts go to `by_processes`.
+fn holder_charges<'a>(
+    dev: &'a Track,
+    hs: &'a [Holding],
+    s: usize,
+    (shares, charges): (&mut Vec<(usize, u64)>, &mut Vec<Charge<'a>>),
+    by_processes: &mut BTreeSet<String>,
+) {
+    let p = dev.points()[s - dev.first_step()];
+    let k = hs.len();
+    for (j, h) in hs.iter().enumerate() {
+        let u = split(SHARE_UNITS, k, j);
+        shares.push((usize::MAX, u));
+        let part = h
+            .effective_compute_estimate
+            .filter(|e| e.is_finite() && *e >= 0.0 && k > 1);
+        if part.is_some() {
+            by_processes.extend(h.method.iter().cloned());
+        }
+        charges.push(Charge {
+            group: &h.group,
+            pod: Some(&h.pod),
+            read: p.any(),
+            units: u,
+            // One holder: the device's use is its own. Several: unknown; the device's
+            // measured effective compute is billed by the holder's share, and the
+            // per-process split is an estimate apart.
+            unknown: k > 1,
+            busy: p.busy().map(ratio).filter(|_| k == 1),
+            ecf: p.ecf().map(ratio).filter(|_| k == 1),
+            sat: p.sat().map(ratio).filter(|_| k == 1),
+            time_sliced_ecf: p.ecf().map(ratio).filter(|_| k > 1),
+            ecf_estimate: part,
+            track: dev,
+        });
+    }
+}
+
+impl Use {
+    /// The use of a charge's step, by the idle thresholds of `cfg`.
+    fn of(c: &Charge<'_>, cfg: &ShowbackConfig) -> Use {
+        let (busy, ecf) = (c.busy, c.ecf);
+        if c.unknown {
+            Use::Unknown
+        } else if busy.is_none() && ecf.is_none() {
+            Use::Unmeasured
+        } else if busy.is_none_or(|b| b < cfg.idle_busy_below)
+            && ecf.is_none_or(|e| e < cfg.idle_compute_below)
+        {
+            Use::Idle
+        } else {
+            Use::Used
+        }
+    }
+}
+
+/// Adds one charge to the window's and its period's accumulators; a model without a price
+/// (where prices were given) goes to `unpriced`.
+fn add_charge(
+    c: &Charge<'_>,
+    w: &Window<'_>,
+    accs: [&mut PeriodAcc; 2],
+    unpriced: &mut BTreeSet<String>,
+) {
+    let hours = gpu_hours(c.units, w.hours_per_step);
+    let price = price_of(c.track, w.cfg);
+    if w.priced && price.is_none() {
+        unpriced.insert(c.track.model.clone().unwrap_or_else(|| "unknown".into()));
+    }
+    let class = Use::of(c, w.cfg);
+    for acc in accs {
+        let a = acc.groups.entry(c.group.to_string()).or_default();
+        if c.read
+            && let Some(pod) = c.pod
+        {
+            a.workloads.insert(pod.to_string());
+        }
+        a.add(c, class, hours, w.hours_per_step);
+        if let Some(pr) = price {
+            let ca = a.cost.get_or_insert_with(CostAcc::default);
+            ca.add(class, pr * hours, c.ecf);
+        }
+    }
+}
+
+impl Acc {
+    /// Adds a charge of `hours` GPU-hours (`hours_per_step` a whole GPU-step's) of use
+    /// `class`.
+    fn add(&mut self, c: &Charge<'_>, class: Use, hours: f64, hours_per_step: f64) {
+        let u = c.units;
+        self.allocated += u;
+        *match class {
+            Use::Unknown => &mut self.unknown,
+            Use::Unmeasured => &mut self.unmeasured,
+            Use::Idle => &mut self.idle,
+            Use::Used => &mut self.used,
+        } += u;
+        if let Some(e) = c.time_sliced_ecf {
+            *self.time_sliced_ecf.get_or_insert(0.0) += e * hours;
+        }
+        if let Some(e) = c.ecf_estimate {
+            // GPU-relative: over the whole GPU's time, whatever the share.
+            *self.ecf_estimate.get_or_insert(0.0) += e * hours_per_step;
+        }
+        if matches!(class, Use::Idle | Use::Used) {
+            if let Some(b) = c.busy {
+                self.busy += b * hours;
+                self.busy_measured += u;
+            }
+            if let Some(e) = c.ecf {
+                self.ecf += e * hours;
+                self.ecf_measured += u;
+            }
+            if let Some(x) = c.sat {
+                self.sat += x * hours;
+                self.sat_measured += u;
+            }
+        }
+    }
+}
+
+impl CostAcc {
+    /// Adds the `cost` of a charge of use `class` with effective compute `ecf`.
+    fn add(&mut self, class: Use, cost: f64, ecf: Option<f64>) {
+        self.allocated += cost;
+        *match class {
+            Use::Unknown => &mut self.unknown,
+            Use::Unmeasured => &mut self.unmeasured,
+            Use::Idle => &mut self.idle,
+            Use::Used => &mut self.used,
+        } += cost;
+        if matches!(class, Use::Idle | Use::Used)
+            && let Some(e) = ecf
+        {
+            self.ecf += e * cost;
+        }
+    }
+}
+
+/// One group's row of a period, from its accumulator.
+fn group_hours(
+    g: &str,
+    a: &Acc,
+    requested: Option<&BTreeMap<String, f64>>,
+    w: &Window<'_>,
+) -> GroupHours {
+    let hours = |u: u64| gpu_hours(u, w.hours_per_step);
+    GroupHours {
+        group: g.to_owned(),
+        workloads: a.workloads.len(),
+        allocated_gpu_hours: hours(a.allocated),
+        requested_gpu_hours: requested.and_then(|r| r.get(g).copied()),
+        used_gpu_hours: hours(a.used),
+        idle_gpu_hours: hours(a.idle),
+        unmeasured_gpu_hours: hours(a.unmeasured),
+        use_unknown_gpu_hours: hours(a.unknown),
+        busy_gpu_hours: a.busy,
+        busy_measured_gpu_hours: hours(a.busy_measured),
+        effective_compute_gpu_hours: a.ecf,
+        effective_compute_measured_gpu_hours: hours(a.ecf_measured),
+        time_sliced_effective_compute_gpu_hours: a.time_sliced_ecf,
+        effective_compute_estimate_gpu_hours: a.ecf_estimate,
+        saturation_gpu_hours: a.sat,
+        saturation_measured_gpu_hours: hours(a.sat_measured),
+        cost: a.cost.as_ref().map(|c| GroupCost {
+            allocated: c.allocated,
+            requested: requested
+                .and_then(|r| r.get(g))
+                .zip(w.cfg.default_price)
+                .map(|(h, p)| h * p),
+            used: c.used,
+            idle: c.idle,
+            unmeasured: c.unmeasured,
+            use_unknown: c.unknown,
+            effective_compute: c.ecf,
+        }),
+    }
+}
+
+/// A period of `steps` steps from `start_step`, from its accumulator: its groups (and those
+/// in `requested` that held nothing), largest first, and whether they reconcile.
+fn period(
+    acc: &PeriodAcc,
+    start_step: usize,
+    steps: usize,
+    requested: Option<&BTreeMap<String, f64>>,
+    w: &Window<'_>,
+) -> Period {
+    let hours = |u: u64| gpu_hours(u, w.hours_per_step);
+    let mut groups: Vec<GroupHours> = acc
+        .groups
+        .iter()
+        .map(|(g, a)| group_hours(g, a, requested, w))
+        .collect();
+    // Requested by groups that held nothing.
+    if let Some(r) = requested {
+        for (g, h) in r {
+            if !acc.groups.contains_key(g) {
+                groups.push(GroupHours {
+                    group: g.clone(),
+                    requested_gpu_hours: Some(*h),
+                    ..GroupHours::default()
+                });
+            }
+        }
+    }
+    groups.sort_by(|a, b| {
+        b.allocated_gpu_hours
+            .total_cmp(&a.allocated_gpu_hours)
+            .then_with(|| a.group.cmp(&b.group))
+    });
+    let allocated: u64 = acc.groups.values().map(|a| a.allocated).sum();
+    let reconciled =
+        allocated + acc.unallocated == acc.fleet + acc.overallocated && acc.overallocated == 0;
+    let check = format!(
+        "groups {:.3} + unallocated {:.3} = fleet {:.3} GPU-hours{}",
+        hours(allocated),
+        hours(acc.unallocated),
+        hours(acc.fleet),
+        if reconciled {
+            String::new()
+        } else {
+            format!(
+                ": does not reconcile, {:.3} GPU-hours allocated beyond whole GPUs",
+                hours(acc.overallocated)
+            )
+        }
+    );
+    Period {
+        start_step,
+        steps,
+        groups,
+        unallocated_gpu_hours: hours(acc.unallocated),
+        fleet_gpu_hours: hours(acc.fleet),
+        overallocated_gpu_hours: hours(acc.overallocated),
+        reconciled,
+        check,
+    }
+}
+
+/// The notes on what the steps met: time-sliced GPUs, per-process estimates, MIG instances
+/// of unknown profiles, models without a price, requests over periods.
+fn notes(tally: Tally, cfg: &ShowbackConfig, requested: &BTreeMap<String, f64>) -> Vec<String> {
+    let mut notes = Vec::new();
+    let shared_gpus = tally.shared_gpus;
+    if shared_gpus > 0 {
+        notes.push(format!(
+            "{shared_gpus} GPU(s) were time-sliced between pods: each holder is charged its share of the GPU and the same share of the device's measured effective compute (time-sliced effective compute); its own use is unknown (the counters are the device's)"
+        ));
+    }
+    if !tally.split_by_processes.is_empty() {
+        notes.push(format!(
+            "per-process attribution estimated each holder's part of shared GPUs' effective compute (method {}): an estimate, shown apart (effective compute estimate) and never billed as measured",
+            tally.split_by_processes.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if tally.unknown_profile {
+        notes.push("a MIG instance of an unknown profile took an equal part with its GPU's other instances".into());
+    }
+    if !tally.unpriced.is_empty() {
+        notes.push(format!(
+            "no price for {}: those GPU-hours have no cost",
+            tally.unpriced.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if cfg.period_steps.is_some() && !requested.is_empty() {
+        notes.push("requested GPU-hours are given for the whole window only".into());
+    }
+    notes
+}
+
+/// The allocation policy, as the report states it.
+fn policy(cfg: &ShowbackConfig) -> Vec<String> {
+    vec![
+        "a GPU is held by a pod from its first reading to its last; a whole GPU held by one pod counts 1 GPU-hour an hour".into(),
+        "a time-sliced GPU held by k pods counts 1/k to each; a MIG instance its compute slices over the GPU's (3g.40gb on an H100: 3/7)".into(),
+        format!(
+            "a step is idle when the busy flag is below {} and effective compute below {} (each where measured); unmeasured when neither was measured",
+            cfg.idle_busy_below, cfg.idle_compute_below
+        ),
+        "effective compute and saturation GPU-hours are the fraction times the allocated time where measured (a holder's own: a GPU or MIG instance it holds alone); busy GPU-hours (the flag) for comparison".into(),
+        "a time-sliced GPU's measured effective compute is billed to its holders 1/k each (time-sliced effective compute); the split by SM-busy share is an estimate, never billed".into(),
+    ]
 }
 
 #[cfg(test)]
