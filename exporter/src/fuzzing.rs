@@ -23,7 +23,11 @@ pub fn kubelet_answer(bytes: &[u8]) -> Option<usize> {
     let decoded = decode_answer(bytes, &patterns);
     if let Ok(r) = proto::ListPodResourcesResponse::decode(bytes) {
         let reference = Allocations::from_response(&r, &patterns);
-        assert_eq!(decoded.as_ref().ok(), Some(&reference), "not as prost reads it");
+        assert_eq!(
+            decoded.as_ref().ok(),
+            Some(&reference),
+            "not as prost reads it"
+        );
     }
     let a = decoded.ok()?;
     let devices = a.devices();

@@ -196,7 +196,9 @@ pub fn check_against_sizing(sb: &mut Showback, fleet: &crate::fleet::FleetReport
         .map(|&n| u64::from(n))
         .sum();
     if fleet.sizing.allocated_gpus.is_none() && steps == 0 {
-        sb.allocation.check = "no pod labels: the sizing counts no allocated GPUs to check the showback against".to_owned();
+        sb.allocation.check =
+            "no pod labels: the sizing counts no allocated GPUs to check the showback against"
+                .to_owned();
         return;
     }
     let a = &mut sb.allocation;
@@ -1159,7 +1161,12 @@ mod holder_tests {
         let fleet = crate::fleet::analyze(&input, &crate::fleet::FleetConfig::default());
         for (named, agrees, charged) in [(4, true, 4.0), (3, false, 3.0)] {
             let steps: BTreeMap<usize, Vec<Holding>> = (0..named)
-                .map(|s| (s, vec![holding("a/chat-a", None), holding("b/chat-b", None)]))
+                .map(|s| {
+                    (
+                        s,
+                        vec![holding("a/chat-a", None), holding("b/chat-b", None)],
+                    )
+                })
                 .collect();
             let holders = Holders::from([("n/g2".to_string(), steps)]);
             let mut s = showback(&input, &[None], &holders, &BTreeMap::new(), &cfg());

@@ -21,7 +21,6 @@ mod api;
 mod merge;
 
 use anyhow::{Context, bail};
-use truthscale_core::fleet::{BANDS, STEP_QUANTILES};
 use api::*;
 pub(crate) use merge::NO_CLUSTER;
 use merge::*;
@@ -33,6 +32,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use truthscale_core::catalog::{self, GpuMetric, MetricId, Raw};
+use truthscale_core::fleet::{BANDS, STEP_QUANTILES};
 use truthscale_core::model::{
     EntityId, EntityKey, EntitySample, Field, MigId, PodRef, Sample, Timestamp,
 };
@@ -1179,7 +1179,8 @@ impl History {
                 merging += t.elapsed();
                 // Series per step (a split query brings its series more than once).
                 let chunk_steps = (end - first) / range.step + 1;
-                let held = chunk.points.len() + banded.iter().map(|b| b.points.len()).sum::<usize>();
+                let held =
+                    chunk.points.len() + banded.iter().map(|b| b.points.len()).sum::<usize>();
                 let series = (held as i64 + chunk_steps - 1) / chunk_steps;
                 max_series = max_series.max(series as u64);
                 per = (CHUNK_BUDGET / series.max(1))
@@ -1842,7 +1843,10 @@ mod tests {
             Summary::Band(0).wrap("m", 60_000),
             "quantile_over_time(0.5, m[59999ms])"
         );
-        assert_eq!(Summary::Band(3).wrap("m", 60_000), "max_over_time(m[59999ms])");
+        assert_eq!(
+            Summary::Band(3).wrap("m", 60_000),
+            "max_over_time(m[59999ms])"
+        );
         assert_eq!(
             Summary::Max.wrap("m", 120_000),
             "max_over_time(m[119999ms])"

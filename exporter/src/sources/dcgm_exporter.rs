@@ -261,28 +261,34 @@ impl DcgmExporterSource {
         use crate::client::{MAX_METRICS_BODY, for_each_line};
         let mut data_lines = 0usize;
         let mut failed = None;
-        let bytes = for_each_line(&self.agent, &self.url, "text/plain", MAX_METRICS_BODY, |line| {
-            let t = line.trim();
-            if !t.is_empty() && !t.starts_with('#') {
-                data_lines += 1;
-                let name = t.split(['{', ' ']).next().unwrap_or_default();
-                if let Some(v) = t.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok())
-                    && is_blank_value(name, v)
-                {
-                    errors.push(SourceError::Sentinel(format!("{}: {t}", self.url)));
+        let bytes = for_each_line(
+            &self.agent,
+            &self.url,
+            "text/plain",
+            MAX_METRICS_BODY,
+            |line| {
+                let t = line.trim();
+                if !t.is_empty() && !t.starts_with('#') {
+                    data_lines += 1;
+                    let name = t.split(['{', ' ']).next().unwrap_or_default();
+                    if let Some(v) = t.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok())
+                        && is_blank_value(name, v)
+                    {
+                        errors.push(SourceError::Sentinel(format!("{}: {t}", self.url)));
+                    }
                 }
-            }
-            match parser.push_line(line) {
-                Ok(Some(s)) => samples.push(s),
-                Ok(None) => {}
-                Err(e) => {
-                    // A body that does not parse is not data: the whole scrape is dropped.
-                    failed = Some(SourceError::Parse(e.to_string()));
-                    return false;
+                match parser.push_line(line) {
+                    Ok(Some(s)) => samples.push(s),
+                    Ok(None) => {}
+                    Err(e) => {
+                        // A body that does not parse is not data: the whole scrape is dropped.
+                        failed = Some(SourceError::Parse(e.to_string()));
+                        return false;
+                    }
                 }
-            }
-            true
-        })
+                true
+            },
+        )
         .map_err(SourceError::from)?;
         match failed {
             Some(e) => Err(e),
