@@ -947,8 +947,8 @@ impl History {
     }
 
     /// The series a PromQL `query` gives over the range, at its step, read in chunks of at
-    /// most [`CHUNK_POINTS`] steps: each series' labels and its values by step index (`None`
-    /// where not a number). For attributes of pods (kube-state-metrics' requests and
+    /// most [`CHUNK_POINTS`] steps: each series' labels and its values by step index (NaN
+    /// and infinities kept, for the reader to refuse or leave out). For attributes of pods (kube-state-metrics' requests and
     /// labels) beside the GPU series; the selector does not apply.
     ///
     /// # Errors
@@ -967,7 +967,9 @@ impl History {
                         let Ok(step) = usize::try_from((ms - range.start) / range.step) else {
                             continue;
                         };
-                        if let Some(v) = v.0.filter(|v| v.is_finite()) {
+                        // Non-finite values too: each reader decides (a GPU request that
+                        // is not a number is refused, never dropped in silence).
+                        if let Some(v) = v.0 {
                             values.push((step, v));
                         }
                     }

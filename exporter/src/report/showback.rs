@@ -139,7 +139,7 @@ fn read_held(history: &mut History) -> anyhow::Result<Vec<Held>> {
     let mut part_at: HashMap<(String, String, usize), (f64, Option<String>)> = HashMap::new();
     for (labels, values) in &parts {
         let Some(pod) = pod_of(labels) else { continue };
-        for (step, v) in values {
+        for (step, v) in values.iter().filter(|(_, v)| v.is_finite()) {
             part_at.insert(
                 (gpu_of(labels), pod.clone(), *step),
                 (*v, labels.get("method").cloned()),
@@ -150,7 +150,7 @@ fn read_held(history: &mut History) -> anyhow::Result<Vec<Held>> {
     for (labels, values) in &alloc {
         let Some(pod) = pod_of(labels) else { continue };
         let gpu = gpu_of(labels);
-        for (step, _) in values {
+        for (step, _) in values.iter().filter(|(_, v)| v.is_finite()) {
             let part = part_at.get(&(gpu.clone(), pod.clone(), *step));
             held.push(Held {
                 gpu: gpu.clone(),
@@ -260,7 +260,7 @@ fn check_requests(pod: &str, values: &[(usize, f64)]) -> anyhow::Result<()> {
         .iter()
         .find(|(_, v)| !(0.0..=MAX_REQUESTED_GPUS).contains(v))
     {
-        let v = if v.abs() < 1e9 {
+        let v = if !v.is_finite() || v.abs() < 1e9 {
             v.to_string()
         } else {
             format!("{v:e}")
@@ -634,6 +634,15 @@ mod tests {
             "{e}"
         );
         assert!(check_requests("a/p", &[(0, -1.0)]).is_err());
+        // Not a number, or infinite: refused too, never left out in silence.
+        for (bad, said) in [
+            (f64::NAN, "is NaN"),
+            (f64::INFINITY, "is inf"),
+            (f64::NEG_INFINITY, "is -inf"),
+        ] {
+            let e = check_requests("a/p", &[(3, bad)]).unwrap_err();
+            assert!(e.to_string().contains(said), "{e}");
+        }
     }
 
     #[test]
