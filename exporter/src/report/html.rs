@@ -1,9 +1,16 @@
 //! The report as one self-contained HTML page: inline CSS, charts as inline SVG drawn with
-//! plotters' SVG backend, no script, no external font or image.
+//! plotters' SVG backend, no script, no external font or image. Layout only: it walks
+//! [`SECTIONS`], and every figure comes formatted from [`super::format`].
 
-use super::{Document, gib, gpus, pct};
+use super::Document;
+use super::format::{
+    binding, cost, cost_or_none, count, gib, gpus, hours, hours_or_none, hours_or_unknown,
+    json_name, pct, peak_cost, smaller_cost,
+};
+use super::sections::{SECTIONS, Section};
 use plotters::prelude::*;
 use std::fmt::Write as _;
+use truthscale_core::fleet::{FleetReport, RightSizing, Sizing, Summary};
 
 /// Escape text for HTML.
 fn esc(s: &str) -> String {
@@ -305,32 +312,24 @@ fn showback_section(w: &mut String, s: &truthscale_core::showback::Showback) -> 
         w,
         "<table id=\"showback-table\"><tr><th>group</th><th>allocated</th><th>requested</th><th>busy (flag)</th><th>effective compute</th><th>used</th><th>idle</th><th>unmeasured</th><th>use unknown</th><th>time-sliced effective compute (device's, 1/k each)</th><th>effective compute estimate (never billed)</th><th>cost</th><th>idle cost</th></tr>"
     );
-    let h = |x: f64| format!("{x:.2}");
+    let h = |x: f64| hours(x, DIGITS);
     for g in &s.total.groups {
-        let cost = |f: fn(&truthscale_core::showback::GroupCost) -> f64| {
-            g.cost
-                .as_ref()
-                .map_or_else(|| "—".to_string(), |c| format!("{:.2}", f(c)))
-        };
         let _ = writeln!(
             w,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&g.group),
             h(g.allocated_gpu_hours),
-            g.requested_gpu_hours
-                .map_or_else(|| "unknown".to_string(), h),
+            hours_or_unknown(g.requested_gpu_hours, DIGITS),
             h(g.busy_gpu_hours),
             h(g.effective_compute_gpu_hours),
             h(g.used_gpu_hours),
             h(g.idle_gpu_hours),
             h(g.unmeasured_gpu_hours),
             h(g.use_unknown_gpu_hours),
-            g.time_sliced_effective_compute_gpu_hours
-                .map_or_else(|| "—".to_string(), h),
-            g.effective_compute_estimate_gpu_hours
-                .map_or_else(|| "—".to_string(), h),
-            cost(|c| c.allocated),
-            cost(|c| c.idle),
+            hours_or_none(g.time_sliced_effective_compute_gpu_hours, DIGITS),
+            hours_or_none(g.effective_compute_estimate_gpu_hours, DIGITS),
+            cost_or_none(g.cost.as_ref().map(|c| c.allocated)),
+            cost_or_none(g.cost.as_ref().map(|c| c.idle)),
         );
     }
     let _ = writeln!(
@@ -347,20 +346,49 @@ fn showback_section(w: &mut String, s: &truthscale_core::showback::Showback) -> 
     Ok(())
 }
 
+/// Decimals of GPU-hours and hours on the page.
+const DIGITS: usize = 2;
+
 /// The page.
 ///
 /// # Errors
 /// A chart could not be drawn.
 pub(crate) fn render(doc: &Document) -> anyhow::Result<String> {
     let f = &doc.fleet;
-    let s = &doc.source;
-    let mut time_svg = String::new();
-    time_chart(doc, &mut time_svg).map_err(|e| anyhow::anyhow!("drawing the time chart: {e}"))?;
-    let mut bar_svg = String::new();
-    bar_chart(doc, &mut bar_svg).map_err(|e| anyhow::anyhow!("drawing the bar chart: {e}"))?;
-
     let mut h = String::new();
     let w = &mut h;
+    head(w);
+    for section in SECTIONS {
+        match section {
+            Section::Header => header(w, doc),
+            Section::Sizing => sizing(w, doc)?,
+            Section::Colocation => colocation(w, f),
+            Section::Rightsizing => rightsizing(w, f),
+            Section::Idle => idle(w, f),
+            Section::Savings => savings(w, f),
+            Section::Showback => {
+                if let Some(s) = &doc.showback {
+                    showback_section(w, s)?;
+                }
+            }
+            // The page has no table of clusters: the JSON and the text have it.
+            Section::Clusters => {}
+            Section::Notes => notes(w, f),
+            Section::Method => {
+                let _ = writeln!(w, "<h2>Method and assumptions</h2><ul>");
+                for m in &f.method {
+                    let _ = writeln!(w, "<li>{}</li>", esc(m));
+                }
+                let _ = writeln!(w, "</ul>");
+            }
+        }
+    }
+    let _ = writeln!(w, "</body></html>");
+    Ok(h)
+}
+
+/// The document's head, its inline style, and the body's start.
+fn head(w: &mut String) {
     let _ = writeln!(
         w,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
@@ -374,6 +402,11 @@ th{{background:#f6f6f6}}td.n{{text-align:right;font-variant-numeric:tabular-nums
 .big{{font-size:28px;font-weight:bold}}.muted{{color:#666;font-size:13px}}\
 .chart svg{{max-width:100%;height:auto}}</style></head><body>"
     );
+}
+
+/// The title, the simulator's mark, where the history came from and the window.
+fn header(w: &mut String, doc: &Document) {
+    let (f, s) = (&doc.fleet, &doc.source);
     let _ = writeln!(
         w,
         "<h1>truthscale report{}</h1>\n<p class=\"muted\">{} ({}){} &middot; {} to {} &middot; every {} s{} &middot; {} of {} steps with data &middot; {} {}s on {} &middot; schema {} v{}</p>",
@@ -400,76 +433,30 @@ th{{background:#f6f6f6}}td.n{{text-align:right;font-variant-numeric:tabular-nums
         super::SCHEMA,
         super::SCHEMA_VERSION,
     );
+}
 
-    // The answers.
-    let z = &f.sizing;
+/// The answers (GPUs needed against allocated), the two charts, the table of
+/// GPU-equivalents, the pooled lower bound and the workloads left out of the packing.
+fn sizing(w: &mut String, doc: &Document) -> anyhow::Result<()> {
+    let mut time_svg = String::new();
+    time_chart(doc, &mut time_svg).map_err(|e| anyhow::anyhow!("drawing the time chart: {e}"))?;
+    let mut bar_svg = String::new();
+    bar_chart(doc, &mut bar_svg).map_err(|e| anyhow::anyhow!("drawing the bar chart: {e}"))?;
+    let z = &doc.fleet.sizing;
     let _ = write!(w, "<h2>GPUs needed vs allocated</h2>\n<p>");
     let _ = writeln!(
         w,
         "allocated (peak): <span class=\"big\">{}</span> &nbsp; pooled lower bound: <span class=\"big\" id=\"pooled\">{}</span> &nbsp; packed: <span class=\"big\" id=\"packed\">{}</span></p>",
-        z.allocated_gpus
-            .map_or_else(|| "unknown".to_owned(), |a| format!("{}", a.max)),
-        z.pooled_lower_bound
-            .as_ref()
-            .map_or_else(|| "unknown".to_owned(), |b| b.gpus.to_string()),
-        z.packing
-            .as_ref()
-            .map_or_else(|| "unknown".to_owned(), |p| p.gpus.to_string()),
+        count(z.allocated_gpus.map(|a| a.max)),
+        count(z.pooled_lower_bound.as_ref().map(|b| b.gpus)),
+        count(z.packing.as_ref().map(|p| p.gpus)),
     );
     let _ = writeln!(w, "<div class=\"chart\" id=\"bars\">{bar_svg}</div>");
     let _ = writeln!(
         w,
         "<h2>Demand over time</h2><div class=\"chart\" id=\"timeline\">{time_svg}</div>"
     );
-    let _ = writeln!(
-        w,
-        "<table><tr><th>GPU-equivalents</th><th>p50</th><th>p95</th><th>p99</th><th>max</th><th>steps known</th><th>unknown for</th></tr>"
-    );
-    let mut srow = |name: &str,
-                    sum: Option<&truthscale_core::fleet::Summary>,
-                    unknown: &[String]| {
-        match sum {
-            Some(x) => {
-                let _ = writeln!(
-                    w,
-                    "<tr><td>{}</td><td class=n>{:.2}</td><td class=n>{:.2}</td><td class=n>{:.2}</td><td class=n>{:.2}</td><td class=n>{}</td><td>{}</td></tr>",
-                    esc(name),
-                    x.p50,
-                    x.p95,
-                    x.p99,
-                    x.max,
-                    x.steps_known,
-                    esc(&unknown.join(", "))
-                );
-            }
-            None => {
-                let _ = writeln!(
-                    w,
-                    "<tr><td>{}</td><td colspan=5>unknown</td><td>{}</td></tr>",
-                    esc(name),
-                    esc(&unknown.join(", "))
-                );
-            }
-        }
-    };
-    srow("allocated GPUs", z.allocated_gpus.as_ref(), &[]);
-    srow("GPUs reporting", z.gpus_reporting.as_ref(), &[]);
-    srow(
-        "busy flag claims",
-        z.busy_claim_gpus.summary.as_ref(),
-        &z.busy_claim_gpus.unmeasured,
-    );
-    srow(
-        "compute demand",
-        z.compute_demand_gpus.summary.as_ref(),
-        &z.compute_demand_gpus.unmeasured,
-    );
-    srow(
-        "memory demand",
-        z.memory_demand_gpus.summary.as_ref(),
-        &z.memory_demand_gpus.unmeasured,
-    );
-    let _ = writeln!(w, "</table>");
+    sizing_table(w, z);
     if let Some(b) = &z.pooled_lower_bound {
         let _ = writeln!(
             w,
@@ -477,11 +464,7 @@ th{{background:#f6f6f6}}td.n{{text-align:right;font-variant-numeric:tabular-nums
             b.gpus,
             gpus(b.compute_gpus),
             gpus(b.memory_gpus),
-            if b.binding == truthscale_core::fleet::Binding::Memory {
-                "memory"
-            } else {
-                "compute"
-            }
+            binding(b.binding)
         );
     }
     if let Some(p) = &z.packing {
@@ -494,7 +477,60 @@ th{{background:#f6f6f6}}td.n{{text-align:right;font-variant-numeric:tabular-nums
             );
         }
     }
+    Ok(())
+}
 
+/// The table of GPU-equivalents: allocated, reporting, and the three demands.
+fn sizing_table(w: &mut String, z: &Sizing) {
+    let _ = writeln!(
+        w,
+        "<table><tr><th>GPU-equivalents</th><th>p50</th><th>p95</th><th>p99</th><th>max</th><th>steps known</th><th>unknown for</th></tr>"
+    );
+    let rows: [(&str, Option<&Summary>, &[String]); 5] = [
+        ("allocated GPUs", z.allocated_gpus.as_ref(), &[]),
+        ("GPUs reporting", z.gpus_reporting.as_ref(), &[]),
+        (
+            "busy flag claims",
+            z.busy_claim_gpus.summary.as_ref(),
+            &z.busy_claim_gpus.unmeasured,
+        ),
+        (
+            "compute demand",
+            z.compute_demand_gpus.summary.as_ref(),
+            &z.compute_demand_gpus.unmeasured,
+        ),
+        (
+            "memory demand",
+            z.memory_demand_gpus.summary.as_ref(),
+            &z.memory_demand_gpus.unmeasured,
+        ),
+    ];
+    for (name, sum, unknown) in rows {
+        let _ = match sum {
+            Some(x) => writeln!(
+                w,
+                "<tr><td>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td>{}</td></tr>",
+                esc(name),
+                gpus(Some(x.p50)),
+                gpus(Some(x.p95)),
+                gpus(Some(x.p99)),
+                gpus(Some(x.max)),
+                x.steps_known,
+                esc(&unknown.join(", "))
+            ),
+            None => writeln!(
+                w,
+                "<tr><td>{}</td><td colspan=5>unknown</td><td>{}</td></tr>",
+                esc(name),
+                esc(&unknown.join(", "))
+            ),
+        };
+    }
+    let _ = writeln!(w, "</table>");
+}
+
+/// The co-location candidates, every one.
+fn colocation(w: &mut String, f: &FleetReport) {
     let _ = writeln!(
         w,
         "<h2>Co-location candidates</h2>\n<table><tr><th>workloads</th><th>GPUs freed</th><th>peak memory</th><th>p99 saturation</th><th>sum of p99s</th><th>interleaved</th></tr>"
@@ -512,30 +548,40 @@ th{{background:#f6f6f6}}td.n{{text-align:right;font-variant-numeric:tabular-nums
         );
     }
     let _ = writeln!(w, "</table>");
+}
 
+/// A workload's MIG fit in the page's words, or why none fits.
+fn mig_words(r: &RightSizing) -> String {
+    match (&r.mig_fit, &r.mig_fit_note) {
+        (Some(m), _) => format!(
+            "{}{} ({}{})",
+            m.profile,
+            peak_cost(m.peak, m.profile),
+            json_name(m.binding),
+            if m.unmeasured.is_empty() {
+                ""
+            } else {
+                "; not all checked"
+            }
+        ),
+        (None, Some(n)) => n.clone(),
+        _ => String::new(),
+    }
+}
+
+/// The right-sizing table, every workload.
+fn rightsizing(w: &mut String, f: &FleetReport) {
     let _ = writeln!(
         w,
         "<h2>Right-sizing</h2>\n<table><tr><th>workload</th><th>GPU</th><th>memory peak</th><th>memory p99</th><th>of</th><th>p99 saturation</th><th>MIG fit</th><th>smaller model</th></tr>"
     );
     for r in &f.rightsizing {
-        let mig = match (&r.mig_fit, &r.mig_fit_note) {
-            (Some(m), _) => format!(
-                "{}{} ({}{})",
-                m.profile,
-                super::text::peak_cost(m.peak, m.profile),
-                serde_json::to_value(m.binding)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default(),
-                if m.unmeasured.is_empty() {
-                    ""
-                } else {
-                    "; not all checked"
-                }
-            ),
-            (None, Some(n)) => n.clone(),
-            _ => String::new(),
-        };
+        let smaller = r
+            .smaller_gpu
+            .as_ref()
+            .map(|g| format!("{}{}", g.name, smaller_cost(g)))
+            .or_else(|| r.smaller_gpu_note.clone())
+            .unwrap_or_default();
         let _ = writeln!(
             w,
             "<tr><td>{}{}</td><td>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td>{}</td><td>{}</td></tr>",
@@ -550,17 +596,15 @@ th{{background:#f6f6f6}}td.n{{text-align:right;font-variant-numeric:tabular-nums
             gib(r.memory_p99_bytes),
             gib(r.memory_total_bytes),
             pct(r.saturation_p99),
-            esc(&mig),
-            esc(&r
-                .smaller_gpu
-                .as_ref()
-                .map(|g| format!("{}{}", g.name, super::text::smaller_cost(g)))
-                .or_else(|| r.smaller_gpu_note.clone())
-                .unwrap_or_default()),
+            esc(&mig_words(r)),
+            esc(&smaller),
         );
     }
     let _ = writeln!(w, "</table>");
+}
 
+/// The idle allocated capacity: the workloads listed, the others summed, the total.
+fn idle(w: &mut String, f: &FleetReport) {
     let _ = writeln!(
         w,
         "<h2>Idle allocated capacity</h2>\n<p class=\"muted\">Idle more than {} of the measured time (busy flag below {}, effective compute below {}, each where measured).</p>\n<table><tr><th>workload</th><th>idle</th><th>measured hours</th><th>idle GPU-hours</th></tr>",
@@ -571,59 +615,60 @@ th{{background:#f6f6f6}}td.n{{text-align:right;font-variant-numeric:tabular-nums
     for i in &f.idle.workloads {
         let _ = writeln!(
             w,
-            "<tr><td>{}</td><td class=n>{}</td><td class=n>{:.2}</td><td class=n>{:.2}</td></tr>",
+            "<tr><td>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td></tr>",
             esc(&i.workload),
             pct(Some(i.idle_share)),
-            i.measured_hours,
-            i.idle_gpu_hours
+            hours(i.measured_hours, DIGITS),
+            hours(i.idle_gpu_hours, DIGITS)
         );
     }
     let _ = writeln!(w, "</table>");
     let left = f.idle.not_listed;
     let _ = writeln!(
         w,
-        "<p>Idle GPU-hours of every workload measured: {:.2}{}.</p>",
-        f.idle.idle_gpu_hours,
+        "<p>Idle GPU-hours of every workload measured: {}{}.</p>",
+        hours(f.idle.idle_gpu_hours, DIGITS),
         if left.workloads > 0 {
             format!(
-                " ({} more workloads idle at most {} of their time, {:.2} idle GPU-hours, not listed)",
+                " ({} more workloads idle at most {} of their time, {} idle GPU-hours, not listed)",
                 left.workloads,
                 pct(Some(f.idle.idle_share_above)),
-                left.gpu_hours
+                hours(left.gpu_hours, DIGITS)
             )
         } else {
             String::new()
         }
     );
+}
 
+/// The savings estimate and its assumptions.
+fn savings(w: &mut String, f: &FleetReport) {
     let _ = writeln!(w, "<h2>Savings (estimate)</h2>");
-    match &f.savings {
-        Some(sv) => {
-            let _ = writeln!(
-                w,
-                "<p>{} GPUs freed ({} today, {} needed) &times; {:.2} h = {:.2} GPU-hours{}.</p><ul>",
-                sv.gpus_freed,
-                sv.baseline_gpus,
-                sv.needed_gpus,
-                sv.hours,
-                sv.gpu_hours,
-                sv.cost
-                    .zip(sv.cost_per_gpu_hour)
-                    .map(|(c, p)| format!(" &times; {p} per GPU-hour = <b>{c:.2}</b>"))
-                    .unwrap_or_default()
-            );
-            for a in &sv.assumptions {
-                let _ = writeln!(w, "<li>assumes {}</li>", esc(a));
-            }
-            let _ = writeln!(w, "</ul>");
-        }
-        None => {
-            let _ = writeln!(w, "<p>unknown: no packing.</p>");
-        }
+    let Some(sv) = &f.savings else {
+        let _ = writeln!(w, "<p>unknown: no packing.</p>");
+        return;
+    };
+    let _ = writeln!(
+        w,
+        "<p>{} GPUs freed ({} today, {} needed) &times; {} h = {} GPU-hours{}.</p><ul>",
+        sv.gpus_freed,
+        sv.baseline_gpus,
+        sv.needed_gpus,
+        hours(sv.hours, DIGITS),
+        hours(sv.gpu_hours, DIGITS),
+        sv.cost
+            .zip(sv.cost_per_gpu_hour)
+            .map(|(c, p)| format!(" &times; {p} per GPU-hour = <b>{}</b>", cost(c)))
+            .unwrap_or_default()
+    );
+    for a in &sv.assumptions {
+        let _ = writeln!(w, "<li>assumes {}</li>", esc(a));
     }
-    if let Some(s) = &doc.showback {
-        showback_section(w, s)?;
-    }
+    let _ = writeln!(w, "</ul>");
+}
+
+/// The notes, when there are any.
+fn notes(w: &mut String, f: &FleetReport) {
     if !f.notes.is_empty() {
         let _ = writeln!(w, "<h2>Notes</h2><ul>");
         for n in &f.notes {
@@ -631,12 +676,6 @@ th{{background:#f6f6f6}}td.n{{text-align:right;font-variant-numeric:tabular-nums
         }
         let _ = writeln!(w, "</ul>");
     }
-    let _ = writeln!(w, "<h2>Method and assumptions</h2><ul>");
-    for m in &f.method {
-        let _ = writeln!(w, "<li>{}</li>", esc(m));
-    }
-    let _ = writeln!(w, "</ul>\n</body></html>");
-    Ok(h)
 }
 
 #[cfg(test)]

@@ -7,9 +7,11 @@
 //! workload (16 bytes), so memory grows with workloads × steps at that rate and not with
 //! the raw series.
 
+pub(crate) mod format;
 #[cfg(test)]
 mod golden;
 pub(crate) mod html;
+pub(crate) mod sections;
 pub(crate) mod showback;
 pub(crate) mod text;
 
@@ -405,24 +407,6 @@ pub(crate) fn combined_note(s: &Source) -> String {
     )
 }
 
-/// A ratio as a percentage with one decimal, or `unknown`.
-pub(crate) fn pct(x: Option<f64>) -> String {
-    x.map_or_else(|| "unknown".to_owned(), |v| format!("{:.1}%", 100.0 * v))
-}
-
-/// Bytes as GiB with one decimal, or `unknown`.
-pub(crate) fn gib(x: Option<f64>) -> String {
-    x.map_or_else(
-        || "unknown".to_owned(),
-        |v| format!("{:.1} GiB", v / 1_073_741_824.0),
-    )
-}
-
-/// A GPU-equivalent count with two decimals, or `unknown`.
-pub(crate) fn gpus(x: Option<f64>) -> String {
-    x.map_or_else(|| "unknown".to_owned(), |v| format!("{v:.2}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -445,8 +429,5 @@ mod tests {
         });
         assert_eq!(gpu_key(&id), "n1/GPU-x");
         assert_eq!(pod_name(&id).as_deref(), Some("ns/p"));
-        assert_eq!(pct(None), "unknown");
-        assert_eq!(pct(Some(0.25)), "25.0%");
-        assert_eq!(gib(Some(32_212_254_720.0)), "30.0 GiB");
     }
 }

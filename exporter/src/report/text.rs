@@ -1,24 +1,37 @@
-//! The report on the terminal: plain text, widest facts first.
+//! The report on the terminal: plain text, widest facts first. Layout only: it walks
+//! [`SECTIONS`], and every figure comes formatted from [`super::format`].
 
-use super::{Document, gib, gpus, pct};
-use std::io::Write;
-use truthscale_core::fleet::{FleetSum, Summary};
+use super::format::{
+    binding, cost, count, gib, gpus, hours, hours_or_none, hours_or_unknown, json_name, pct,
+    peak_cost, smaller_cost,
+};
+use super::sections::{SECTIONS, Section};
+use super::{ClusterReport, Document};
+use std::io::{Result, Write};
+use truthscale_core::fleet::{FleetReport, FleetSum, RightSizing, Summary};
+use truthscale_core::showback::Showback;
 
 /// Rows of the right-sizing and co-location tables shown; `--json` has them all.
 const SHOWN: usize = 20;
+/// Decimals of GPU-hours and hours on the terminal.
+const DIGITS: usize = 1;
 
-fn row(out: &mut impl Write, name: &str, s: Option<&Summary>, unit: &str) -> std::io::Result<()> {
+fn row(out: &mut impl Write, name: &str, s: Option<&Summary>, unit: &str) -> Result<()> {
     match s {
         Some(s) => writeln!(
             out,
-            "  {name:<22} {:>8.2} {:>8.2} {:>8.2} {:>8.2}   {} steps{unit}",
-            s.p50, s.p95, s.p99, s.max, s.steps_known
+            "  {name:<22} {:>8} {:>8} {:>8} {:>8}   {} steps{unit}",
+            gpus(Some(s.p50)),
+            gpus(Some(s.p95)),
+            gpus(Some(s.p99)),
+            gpus(Some(s.max)),
+            s.steps_known
         ),
         None => writeln!(out, "  {name:<22} {:>8}{unit}", "unknown"),
     }
 }
 
-fn sum_row(out: &mut impl Write, name: &str, d: &FleetSum) -> std::io::Result<()> {
+fn sum_row(out: &mut impl Write, name: &str, d: &FleetSum) -> Result<()> {
     let note = if d.unmeasured.is_empty() {
         String::new()
     } else {
@@ -36,9 +49,42 @@ fn sum_row(out: &mut impl Write, name: &str, d: &FleetSum) -> std::io::Result<()
 ///
 /// # Errors
 /// Writing fails.
-pub(crate) fn write(out: &mut impl Write, doc: &Document) -> std::io::Result<()> {
+pub(crate) fn write(out: &mut impl Write, doc: &Document) -> Result<()> {
     let f = &doc.fleet;
-    let s = &doc.source;
+    for section in SECTIONS {
+        match section {
+            Section::Header => header(out, doc)?,
+            Section::Sizing => sizing(out, f)?,
+            Section::Colocation => colocation(out, f)?,
+            Section::Rightsizing => rightsizing(out, f)?,
+            Section::Idle => idle(out, f)?,
+            Section::Savings => savings(out, f)?,
+            Section::Showback => {
+                if let Some(s) = &doc.showback {
+                    showback(out, s)?;
+                }
+            }
+            Section::Clusters => {
+                if let Some(c) = &doc.clusters {
+                    clusters(out, c)?;
+                }
+            }
+            Section::Notes => notes(out, f)?,
+            Section::Method => {
+                writeln!(out)?;
+                writeln!(out, "METHOD")?;
+                for m in &f.method {
+                    writeln!(out, "  {m}")?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where the history came from, the window, and the simulator's mark.
+fn header(out: &mut impl Write, doc: &Document) -> Result<()> {
+    let (f, s) = (&doc.fleet, &doc.source);
     writeln!(
         out,
         "truthscale report: {} ({}){}",
@@ -68,7 +114,11 @@ pub(crate) fn write(out: &mut impl Write, doc: &Document) -> std::io::Result<()>
             "[SIMULATED] some of this data comes from the simulator"
         )?;
     }
+    Ok(())
+}
 
+/// FLEET SIZING: the GPU-equivalents, the pooled lower bound and the packing.
+fn sizing(out: &mut impl Write, f: &FleetReport) -> Result<()> {
     writeln!(out)?;
     writeln!(
         out,
@@ -88,40 +138,39 @@ pub(crate) fn write(out: &mut impl Write, doc: &Document) -> std::io::Result<()>
             b.gpus,
             gpus(b.compute_gpus),
             gpus(b.memory_gpus),
-            match b.binding {
-                truthscale_core::fleet::Binding::Compute => "compute",
-                truthscale_core::fleet::Binding::Memory => "memory",
-            }
+            binding(b.binding)
         )?,
         None => writeln!(
             out,
             "GPUs needed, pooled lower bound: unknown (no demand measured)"
         )?,
     }
-    match &z.packing {
-        Some(p) => {
-            writeln!(
-                out,
-                "GPUs needed, packed (first-fit decreasing): {}{}",
-                p.gpus,
-                if p.excluded_gpus > 0 {
-                    format!(
-                        "  ({} packed + {} kept by {} workload(s) with unmeasured demand)",
-                        p.packed_gpus,
-                        p.excluded_gpus,
-                        p.excluded.len()
-                    )
-                } else {
-                    String::new()
-                }
-            )?;
-            for e in &p.excluded {
-                writeln!(out, "  not packed: {}: {}", e.workload, e.reason)?;
-            }
+    let Some(p) = &z.packing else {
+        return writeln!(out, "GPUs needed, packed: unknown (see notes)");
+    };
+    writeln!(
+        out,
+        "GPUs needed, packed (first-fit decreasing): {}{}",
+        p.gpus,
+        if p.excluded_gpus > 0 {
+            format!(
+                "  ({} packed + {} kept by {} workload(s) with unmeasured demand)",
+                p.packed_gpus,
+                p.excluded_gpus,
+                p.excluded.len()
+            )
+        } else {
+            String::new()
         }
-        None => writeln!(out, "GPUs needed, packed: unknown (see notes)")?,
+    )?;
+    for e in &p.excluded {
+        writeln!(out, "  not packed: {}: {}", e.workload, e.reason)?;
     }
+    Ok(())
+}
 
+/// CO-LOCATION CANDIDATES, the first [`SHOWN`].
+fn colocation(out: &mut impl Write, f: &FleetReport) -> Result<()> {
     writeln!(out)?;
     writeln!(out, "CO-LOCATION CANDIDATES (most GPUs freed first)")?;
     if f.colocation.is_empty() {
@@ -148,37 +197,38 @@ pub(crate) fn write(out: &mut impl Write, doc: &Document) -> std::io::Result<()>
     if f.colocation.len() > SHOWN {
         writeln!(out, "  … {} more in --json", f.colocation.len() - SHOWN)?;
     }
+    Ok(())
+}
 
+/// A workload's MIG fit in words: the profile, what it costs the peak, the binding
+/// resource and what was not checked; or why none fits.
+fn mig_words(r: &RightSizing) -> String {
+    match (&r.mig_fit, &r.mig_fit_note) {
+        (Some(m), _) => format!(
+            "MIG {}{} (bound by {}){}",
+            m.profile,
+            peak_cost(m.peak, m.profile),
+            json_name(m.binding),
+            if m.unmeasured.is_empty() {
+                String::new()
+            } else {
+                let unchecked: Vec<String> = m.unmeasured.iter().map(json_name).collect();
+                let unchecked: Vec<String> =
+                    unchecked.into_iter().filter(|c| !c.is_empty()).collect();
+                format!(", {} not checked", unchecked.join(" and "))
+            }
+        ),
+        (None, Some(n)) => format!("no MIG: {n}"),
+        (None, None) => "no MIG".to_owned(),
+    }
+}
+
+/// RIGHT-SIZING, the first [`SHOWN`].
+fn rightsizing(out: &mut impl Write, f: &FleetReport) -> Result<()> {
     writeln!(out)?;
     writeln!(out, "RIGHT-SIZING")?;
     for r in f.rightsizing.iter().take(SHOWN) {
-        let mig = match (&r.mig_fit, &r.mig_fit_note) {
-            (Some(m), _) => format!(
-                "MIG {}{} (bound by {}){}",
-                m.profile,
-                peak_cost(m.peak, m.profile),
-                serde_json::to_value(m.binding)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default(),
-                if m.unmeasured.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        ", {} not checked",
-                        m.unmeasured
-                            .iter()
-                            .filter_map(|c| serde_json::to_value(c)
-                                .ok()
-                                .and_then(|v| v.as_str().map(str::to_owned)))
-                            .collect::<Vec<_>>()
-                            .join(" and ")
-                    )
-                }
-            ),
-            (None, Some(n)) => format!("no MIG: {n}"),
-            (None, None) => "no MIG".to_owned(),
-        };
+        let mig = mig_words(r);
         let smaller = r
             .smaller_gpu
             .as_ref()
@@ -198,7 +248,11 @@ pub(crate) fn write(out: &mut impl Write, doc: &Document) -> std::io::Result<()>
     if f.rightsizing.len() > SHOWN {
         writeln!(out, "  … {} more in --json", f.rightsizing.len() - SHOWN)?;
     }
+    Ok(())
+}
 
+/// IDLE ALLOCATED CAPACITY: the workloads listed, the others summed, the total.
+fn idle(out: &mut impl Write, f: &FleetReport) -> Result<()> {
     writeln!(out)?;
     writeln!(
         out,
@@ -211,59 +265,57 @@ pub(crate) fn write(out: &mut impl Write, doc: &Document) -> std::io::Result<()>
     for w in &f.idle.workloads {
         writeln!(
             out,
-            "  {}: idle {} of {:.1} h measured, {:.1} idle GPU-hours",
+            "  {}: idle {} of {} h measured, {} idle GPU-hours",
             w.workload,
             pct(Some(w.idle_share)),
-            w.measured_hours,
-            w.idle_gpu_hours
+            hours(w.measured_hours, DIGITS),
+            hours(w.idle_gpu_hours, DIGITS)
         )?;
     }
     let left = f.idle.not_listed;
     if left.workloads > 0 {
         writeln!(
             out,
-            "  … {} more idle at most {} of their time, {:.1} idle GPU-hours, not listed",
+            "  … {} more idle at most {} of their time, {} idle GPU-hours, not listed",
             left.workloads,
             pct(Some(f.idle.idle_share_above)),
-            left.gpu_hours
+            hours(left.gpu_hours, DIGITS)
         )?;
     }
     writeln!(
         out,
-        "  idle GPU-hours of every workload measured: {:.1}",
-        f.idle.idle_gpu_hours
-    )?;
+        "  idle GPU-hours of every workload measured: {}",
+        hours(f.idle.idle_gpu_hours, DIGITS)
+    )
+}
 
+/// SAVINGS: GPUs freed × hours, priced where a price was given, and the assumptions.
+fn savings(out: &mut impl Write, f: &FleetReport) -> Result<()> {
     writeln!(out)?;
-    match &f.savings {
-        Some(sv) => {
-            writeln!(
-                out,
-                "SAVINGS (estimate): {} GPUs freed ({} today, {} needed) × {:.1} h = {:.1} GPU-hours{}",
-                sv.gpus_freed,
-                sv.baseline_gpus,
-                sv.needed_gpus,
-                sv.hours,
-                sv.gpu_hours,
-                sv.cost
-                    .zip(sv.cost_per_gpu_hour)
-                    .map(|(c, p)| format!(" × {p} per GPU-hour = {c:.2}"))
-                    .unwrap_or_default()
-            )?;
-            for a in &sv.assumptions {
-                writeln!(out, "  assumes {a}")?;
-            }
-        }
-        None => writeln!(out, "SAVINGS: unknown (no packing)")?,
+    let Some(sv) = &f.savings else {
+        return writeln!(out, "SAVINGS: unknown (no packing)");
+    };
+    writeln!(
+        out,
+        "SAVINGS (estimate): {} GPUs freed ({} today, {} needed) × {} h = {} GPU-hours{}",
+        sv.gpus_freed,
+        sv.baseline_gpus,
+        sv.needed_gpus,
+        hours(sv.hours, DIGITS),
+        hours(sv.gpu_hours, DIGITS),
+        sv.cost
+            .zip(sv.cost_per_gpu_hour)
+            .map(|(c, p)| format!(" × {p} per GPU-hour = {}", cost(c)))
+            .unwrap_or_default()
+    )?;
+    for a in &sv.assumptions {
+        writeln!(out, "  assumes {a}")?;
     }
+    Ok(())
+}
 
-    if let Some(s) = &doc.showback {
-        showback(out, s)?;
-    }
-    if let Some(c) = &doc.clusters {
-        clusters(out, c)?;
-    }
-
+/// NOTES, when there are any.
+fn notes(out: &mut impl Write, f: &FleetReport) -> Result<()> {
     if !f.notes.is_empty() {
         writeln!(out)?;
         writeln!(out, "NOTES")?;
@@ -271,21 +323,11 @@ pub(crate) fn write(out: &mut impl Write, doc: &Document) -> std::io::Result<()>
             writeln!(out, "  {n}")?;
         }
     }
-    writeln!(out)?;
-    writeln!(out, "METHOD")?;
-    for m in &f.method {
-        writeln!(out, "  {m}")?;
-    }
     Ok(())
 }
 
-/// GPU-hours with one decimal.
-fn h(x: f64) -> String {
-    format!("{x:.1}")
-}
-
 /// The showback table: one row per group, the check line, the policy and its notes.
-fn showback(out: &mut impl Write, s: &truthscale_core::showback::Showback) -> std::io::Result<()> {
+fn showback(out: &mut impl Write, s: &Showback) -> Result<()> {
     let t = &s.total;
     writeln!(out)?;
     writeln!(
@@ -300,7 +342,6 @@ fn showback(out: &mut impl Write, s: &truthscale_core::showback::Showback) -> st
         g.time_sliced_effective_compute_gpu_hours.is_some()
             || g.effective_compute_estimate_gpu_hours.is_some()
     });
-    let opt = |x: Option<f64>| x.map_or_else(|| "—".to_string(), h);
     writeln!(
         out,
         "  {:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}{}{}",
@@ -317,39 +358,56 @@ fn showback(out: &mut impl Write, s: &truthscale_core::showback::Showback) -> st
         if priced { "       cost  idle cost" } else { "" }
     )?;
     for g in &t.groups {
-        writeln!(
-            out,
-            "  {:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}{}{}",
-            g.group,
-            h(g.allocated_gpu_hours),
-            g.requested_gpu_hours.map_or_else(|| "unknown".into(), h),
-            h(g.busy_gpu_hours),
-            h(g.effective_compute_gpu_hours),
-            h(g.used_gpu_hours),
-            h(g.idle_gpu_hours),
-            h(g.unmeasured_gpu_hours),
-            h(g.use_unknown_gpu_hours),
-            if sliced {
-                format!(
-                    " {:>9} {:>9}",
-                    opt(g.time_sliced_effective_compute_gpu_hours),
-                    opt(g.effective_compute_estimate_gpu_hours)
-                )
-            } else {
-                String::new()
-            },
-            g.cost
-                .as_ref()
-                .map(|c| format!(" {:>10.2} {:>10.2}", c.allocated, c.idle))
-                .unwrap_or_default()
-        )?;
+        showback_row(out, g, sliced)?;
     }
     writeln!(
         out,
         "  {:<24} {:>9}",
         "(unallocated)",
-        h(t.unallocated_gpu_hours)
+        hours(t.unallocated_gpu_hours, DIGITS)
     )?;
+    showback_footer(out, s, sliced)
+}
+
+/// One group's row of the showback table.
+fn showback_row(
+    out: &mut impl Write,
+    g: &truthscale_core::showback::GroupHours,
+    sliced: bool,
+) -> Result<()> {
+    let h = |x: f64| hours(x, DIGITS);
+    writeln!(
+        out,
+        "  {:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}{}{}",
+        g.group,
+        h(g.allocated_gpu_hours),
+        hours_or_unknown(g.requested_gpu_hours, DIGITS),
+        h(g.busy_gpu_hours),
+        h(g.effective_compute_gpu_hours),
+        h(g.used_gpu_hours),
+        h(g.idle_gpu_hours),
+        h(g.unmeasured_gpu_hours),
+        h(g.use_unknown_gpu_hours),
+        if sliced {
+            format!(
+                " {:>9} {:>9}",
+                hours_or_none(g.time_sliced_effective_compute_gpu_hours, DIGITS),
+                hours_or_none(g.effective_compute_estimate_gpu_hours, DIGITS)
+            )
+        } else {
+            String::new()
+        },
+        g.cost
+            .as_ref()
+            .map(|c| format!(" {:>10} {:>10}", cost(c.allocated), cost(c.idle)))
+            .unwrap_or_default()
+    )
+}
+
+/// The showback's check lines, the legend of the time-sliced columns, the policy and the
+/// notes.
+fn showback_footer(out: &mut impl Write, s: &Showback, sliced: bool) -> Result<()> {
+    let t = &s.total;
     writeln!(
         out,
         "  check: {}{}",
@@ -375,8 +433,7 @@ fn showback(out: &mut impl Write, s: &truthscale_core::showback::Showback) -> st
 }
 
 /// The BY CLUSTER table: each cluster sized on its own.
-fn clusters(out: &mut impl Write, clusters: &[super::ClusterReport]) -> std::io::Result<()> {
-    let num = |x: Option<u64>| x.map_or_else(|| "unknown".to_owned(), |v| v.to_string());
+fn clusters(out: &mut impl Write, clusters: &[ClusterReport]) -> Result<()> {
     writeln!(out)?;
     writeln!(
         out,
@@ -390,38 +447,15 @@ fn clusters(out: &mut impl Write, clusters: &[super::ClusterReport]) -> std::io:
     for c in clusters {
         writeln!(
             out,
-            "  {:<24} {:>9} {:>14} {:>13} {:>7} {:>6} {:>11.1}",
+            "  {:<24} {:>9} {:>14} {:>13} {:>7} {:>6} {:>11}",
             c.cluster,
             c.workloads,
-            c.allocated_gpus
-                .map_or_else(|| "unknown".to_owned(), |s| format!("{}", s.max)),
-            num(c.pooled_lower_bound_gpus),
-            num(c.packed_gpus),
-            num(c.gpus_freed),
-            c.idle_gpu_hours
+            count(c.allocated_gpus.map(|s| s.max)),
+            count(c.pooled_lower_bound_gpus),
+            count(c.packed_gpus),
+            count(c.gpus_freed),
+            hours(c.idle_gpu_hours, DIGITS)
         )?;
     }
     Ok(())
-}
-
-/// What a proposed smaller model costs the workload's peak, after its name: the peak in
-/// its own GPU's terms and in the model's, and how long its burst above the model's
-/// capacity would run there; nothing where saturation was not measured.
-pub(super) fn smaller_cost(g: &truthscale_core::fleet::SmallerGpu) -> String {
-    peak_cost(g.peak, g.name)
-}
-
-/// What a proposal (`name`: a model or a MIG profile) costs the workload's peak, in words.
-pub(super) fn peak_cost(k: Option<truthscale_core::fleet::PeakCost>, name: &str) -> String {
-    let Some(k) = k else {
-        return String::new();
-    };
-    let burst = match (k.burst_seconds, k.burst_on_target_seconds) {
-        (Some(b), Some(on)) => format!(", its {b:.0} s burst would run {on:.0} s"),
-        _ => String::new(),
-    };
-    format!(
-        " (peak {:.2} of its GPU, {:.2} of the {}{burst})",
-        k.peak_saturation, k.peak_on_target, name
-    )
 }

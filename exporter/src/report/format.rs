@@ -1,0 +1,120 @@
+//! The one place a figure of the report is formatted for the text and the HTML page:
+//! shares as percentages, bytes as GiB, GPU-equivalents, GPU-hours, costs, counts, the
+//! words of a binding resource and what a proposal costs a workload's peak. The renderers
+//! lay these strings out; they format no figure of their own.
+
+use serde::Serialize;
+use truthscale_core::fleet::{Binding, PeakCost, SmallerGpu};
+
+/// What stands for a figure that was not measured.
+pub(crate) const UNKNOWN: &str = "unknown";
+/// What stands for a figure that does not apply (a showback column a group lacks).
+pub(crate) const NONE: &str = "—";
+
+/// A ratio as a percentage with one decimal, or `unknown`.
+pub(crate) fn pct(x: Option<f64>) -> String {
+    x.map_or_else(|| UNKNOWN.to_owned(), |v| format!("{:.1}%", 100.0 * v))
+}
+
+/// Bytes as GiB with one decimal, or `unknown`.
+pub(crate) fn gib(x: Option<f64>) -> String {
+    x.map_or_else(
+        || UNKNOWN.to_owned(),
+        |v| format!("{:.1} GiB", v / 1_073_741_824.0),
+    )
+}
+
+/// A GPU-equivalent count with two decimals, or `unknown`.
+pub(crate) fn gpus(x: Option<f64>) -> String {
+    x.map_or_else(|| UNKNOWN.to_owned(), |v| format!("{v:.2}"))
+}
+
+/// GPU-hours (or hours) with `digits` decimals: 1 on the terminal, 2 on the page.
+pub(crate) fn hours(x: f64, digits: usize) -> String {
+    format!("{x:.digits$}")
+}
+
+/// GPU-hours with `digits` decimals, or `unknown`.
+pub(crate) fn hours_or_unknown(x: Option<f64>, digits: usize) -> String {
+    x.map_or_else(|| UNKNOWN.to_owned(), |v| hours(v, digits))
+}
+
+/// GPU-hours with `digits` decimals, or `—` where the figure does not apply.
+pub(crate) fn hours_or_none(x: Option<f64>, digits: usize) -> String {
+    x.map_or_else(|| NONE.to_owned(), |v| hours(v, digits))
+}
+
+/// A cost with two decimals.
+pub(crate) fn cost(x: f64) -> String {
+    format!("{x:.2}")
+}
+
+/// A cost with two decimals, or `—` where no price applies.
+pub(crate) fn cost_or_none(x: Option<f64>) -> String {
+    x.map_or_else(|| NONE.to_owned(), cost)
+}
+
+/// A count (GPUs, a summary's figure), or `unknown`.
+pub(crate) fn count<T: std::fmt::Display>(x: Option<T>) -> String {
+    x.map_or_else(|| UNKNOWN.to_owned(), |v| v.to_string())
+}
+
+/// The resource that binds a pooled lower bound, in words.
+pub(crate) fn binding(b: Binding) -> &'static str {
+    match b {
+        Binding::Compute => "compute",
+        Binding::Memory => "memory",
+    }
+}
+
+/// A unit variant's name as the JSON writes it (a MIG fit's binding, a dimension left
+/// unchecked); empty for anything else.
+pub(crate) fn json_name<T: Serialize>(v: T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// What a proposed smaller model costs the workload's peak, after its name: the peak in
+/// its own GPU's terms and in the model's, and how long its burst above the model's
+/// capacity would run there; nothing where saturation was not measured.
+pub(crate) fn smaller_cost(g: &SmallerGpu) -> String {
+    peak_cost(g.peak, g.name)
+}
+
+/// What a proposal (`name`: a model or a MIG profile) costs the workload's peak, in words.
+pub(crate) fn peak_cost(k: Option<PeakCost>, name: &str) -> String {
+    let Some(k) = k else {
+        return String::new();
+    };
+    let burst = match (k.burst_seconds, k.burst_on_target_seconds) {
+        (Some(b), Some(on)) => format!(", its {b:.0} s burst would run {on:.0} s"),
+        _ => String::new(),
+    };
+    format!(
+        " (peak {:.2} of its GPU, {:.2} of the {}{burst})",
+        k.peak_saturation, k.peak_on_target, name
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures() {
+        assert_eq!(pct(None), "unknown");
+        assert_eq!(pct(Some(0.25)), "25.0%");
+        assert_eq!(gib(Some(32_212_254_720.0)), "30.0 GiB");
+        assert_eq!(gpus(Some(1.0 / 3.0)), "0.33");
+        assert_eq!(hours(2.25, 1), format!("{:.1}", 2.25));
+        assert_eq!(hours(2.125, 2), format!("{:.2}", 2.125));
+        assert_eq!(hours_or_unknown(None, 1), "unknown");
+        assert_eq!(hours_or_none(None, 2), "—");
+        assert_eq!(cost_or_none(Some(4.1)), "4.10");
+        assert_eq!(count(Some(3_u64)), "3");
+        assert_eq!(count::<u64>(None), "unknown");
+        assert_eq!(binding(Binding::Memory), "memory");
+    }
+}
