@@ -4,7 +4,7 @@
 
 use crate::history::{History, PrometheusArgs};
 use crate::report;
-use anyhow::{Context, bail};
+use anyhow::{Context as _, bail};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -141,29 +141,6 @@ pub(crate) struct ReportArgs {
     pub top: u64,
 }
 
-/// The report's notes on how the history was read: the answers' warnings (a Thanos or Mimir
-/// partial answer is one), queries split for a server limit, requests tried again.
-fn history_notes(stats: &crate::history::FeedStats) -> Vec<String> {
-    let mut notes: Vec<String> = stats
-        .warnings
-        .iter()
-        .map(|w| format!("Prometheus warned (the answer may be partial): {w}"))
-        .collect();
-    if stats.splits > 0 {
-        notes.push(format!(
-            "{} queries were refused for a server limit (samples or time per query) and read as smaller ones, shorter in time or over fewer series: the same data",
-            stats.splits
-        ));
-    }
-    if stats.retries > 0 {
-        notes.push(format!(
-            "{} requests to Prometheus failed for a passing reason and were tried again",
-            stats.retries
-        ));
-    }
-    notes
-}
-
 fn model_price(s: &str) -> Result<(String, f64), String> {
     let (model, p) = s
         .rsplit_once('=')
@@ -175,150 +152,77 @@ fn model_price(s: &str) -> Result<(String, f64), String> {
     Ok((model.to_string(), price(p)?))
 }
 
+/// The history's flags with this command's defaults: a window of [`DEFAULT_SINCE`], and
+/// [`default_step`] of it.
+fn history_args(history: &PrometheusArgs) -> PrometheusArgs {
+    let mut p = history.clone();
+    let since = p.since.unwrap_or(DEFAULT_SINCE);
+    p.since = Some(since);
+    p.step = Some(p.step.unwrap_or_else(|| default_step(since)));
+    p
+}
+
+/// What the report is asked, from the flags.
+fn config(args: &ReportArgs, history: &PrometheusArgs) -> report::Config {
+    report::Config {
+        fleet: FleetConfig {
+            headroom: args.headroom,
+            idle_share: args.idle_share,
+            idle_busy_below: args.idle_busy_below,
+            idle_compute_below: args.idle_compute_below,
+            cost_per_gpu_hour: args.cost_per_gpu_hour,
+            max_peak_over_capacity: args.max_peak_over_capacity,
+        },
+        max_points: args.max_points,
+        showback: args.by.clone().map(|by| report::ShowbackArgs {
+            by,
+            every: args.every,
+            prices: args.gpu_hour_price.clone(),
+            top: usize::try_from(args.top).unwrap_or(usize::MAX),
+        }),
+        clusters: history.cluster_label.is_some(),
+    }
+}
+
 /// Run the command.
 ///
 /// # Errors
-/// Bad flags; Prometheus unreachable, slow or answering errors; no GPU series; the HTML
-/// file cannot be written.
+/// Bad flags; Prometheus unreachable, slow or answering errors; no GPU series; the CSV or
+/// the HTML file cannot be written.
 pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result<ExitCode> {
     if args.history.prometheus.is_none() {
         bail!("report reads the history a Prometheus server holds: give --prometheus URL");
     }
     // RUST_LOG=truthscale::prometheus=debug lists each request to Prometheus.
     crate::logging::init(env);
-    let mut p = args.history.clone();
-    p.since = Some(p.since.unwrap_or(DEFAULT_SINCE));
-    p.step = Some(
-        p.step
-            .unwrap_or_else(|| default_step(p.since.unwrap_or(DEFAULT_SINCE))),
-    );
+    let p = history_args(&args.history);
     let started = Instant::now();
-    let mut history = History::open(&p, env)?;
-    let attributes = match &args.by {
-        Some(by) => Some(report::showback::read(&mut history, by)?),
-        None => None,
-    };
-    // A time-sliced GPU's holders, for the sizing (node mode writes its series without pods).
-    let held = match &attributes {
-        Some(attrs) => report::showback::held_by_gpu(&attrs.held),
-        None => report::showback::read_held_by_gpu(&mut history)?,
-    };
-    let (mut input, source, stats) = report::collect(history, args.max_points)?;
-    input.held = held;
-    let per = source.steps_per_point;
-    let cfg = FleetConfig {
-        headroom: args.headroom,
-        idle_share: args.idle_share,
-        idle_busy_below: args.idle_busy_below,
-        idle_compute_below: args.idle_compute_below,
-        cost_per_gpu_hour: args.cost_per_gpu_hour,
-        max_peak_over_capacity: args.max_peak_over_capacity,
-    };
-    if input.tracks.is_empty() {
-        bail!(
-            "{}: the series exist but hold no GPU readings between {} and {}",
-            source.prometheus,
-            source.start,
-            source.end
-        );
+    let built = report::build(&config(args, &p), History::open(&p, env)?)?;
+    if let Some(path) = &args.csv {
+        let cannot = || format!("cannot write --csv {}", path.display());
+        let mut f = std::io::BufWriter::new(std::fs::File::create(path).with_context(cannot)?);
+        built
+            .write_csv(&mut f)
+            .and_then(|()| f.flush())
+            .with_context(cannot)?;
     }
-    let analysis = Instant::now();
-    let start_ms = source.start_ms;
-    let mut doc = report::document(&input, source, &cfg);
-    // The showback with every group, for the JSON; the document's own lists the --top ones.
-    let mut every_group = None;
-    if let (Some(by), Some(attrs)) = (&args.by, &attributes) {
-        let groups = report::showback::groups(&input, by, attrs);
-        let requested = report::showback::requested_by_group(&input, &groups, by, attrs);
-        let holders = report::showback::holders(&input, by, attrs, per);
-        let period_steps = args
-            .every
-            .map(|e| ((e.as_secs_f64() / input.step_seconds).round() as usize).max(1));
-        let mut sb = truthscale_core::showback::showback(
-            &input,
-            &groups,
-            &holders,
-            &requested,
-            &truthscale_core::showback::ShowbackConfig {
-                by: by.describe(),
-                idle_busy_below: args.idle_busy_below,
-                idle_compute_below: args.idle_compute_below,
-                period_steps,
-                default_price: args.cost_per_gpu_hour,
-                prices: args.gpu_hour_price.clone(),
-            },
-        );
-        sb.notes.extend(attrs.notes.iter().cloned());
-        truthscale_core::showback::check_against_sizing(&mut sb, &doc.fleet);
-        let mut shown = sb.clone();
-        report::showback::fold_rest(&mut shown, usize::try_from(args.top).unwrap_or(usize::MAX));
-        if let Some(path) = &args.csv {
-            let mut f = std::io::BufWriter::new(
-                std::fs::File::create(path)
-                    .with_context(|| format!("cannot write --csv {}", path.display()))?,
-            );
-            report::showback::write_csv(&mut f, &shown, start_ms, input.step_seconds)
-                .and_then(|()| f.flush())
-                .with_context(|| format!("cannot write --csv {}", path.display()))?;
-        }
-        doc.showback = Some(shown);
-        every_group = Some(sb);
-    }
-    if p.cluster_label.is_some() {
-        let clusters = report::by_cluster(&input, &cfg);
-        if clusters.len() > 1 {
-            doc.fleet.notes.push(format!(
-                "the fleet-wide figures pool the {} clusters as one; BY CLUSTER sizes each on its own, a GPU never shared across clusters",
-                clusters.len()
-            ));
-        }
-        doc.clusters = Some(clusters);
-    }
-    if doc.source.summarized_steps {
-        doc.fleet
-            .notes
-            .push(report::summarized_note(doc.source.step_seconds));
-    }
-    if per > 1 {
-        doc.fleet.notes.push(report::combined_note(&doc.source));
-    }
-    doc.fleet.notes.extend(report::blanks_note(&doc.source));
-    doc.fleet.notes.extend(history_notes(&stats));
-    let analysis_s = analysis.elapsed().as_secs_f64();
-    drop(input);
     if let Some(path) = &args.html {
-        let page = report::html::render(&doc)?;
+        let page = report::html::render(&built.doc)?;
         std::fs::write(path, page)
             .with_context(|| format!("cannot write --html {}", path.display()))?;
     }
+    let (stats, analysis) = (built.stats.clone(), built.analysis_seconds);
     let mut out = std::io::stdout().lock();
     if args.json {
-        if every_group.is_some() {
-            doc.showback = every_group;
-        }
-        serde_json::to_writer(&mut out, &doc)?;
+        serde_json::to_writer(&mut out, &built.into_json_document())?;
         writeln!(out)?;
     } else {
-        report::text::write(&mut out, &doc)?;
+        report::text::write(&mut out, &built.doc)?;
     }
     let total = started.elapsed().as_secs_f64();
-    let ours = stats.decoding_seconds + stats.consuming_seconds + analysis_s;
-    eprintln!("truthscale: {}", stats.summary);
-    eprintln!(
-        "truthscale: {} queries ({} retried, {} split for a server limit) in {} chunks (at most {} series per chunk), {:.2} s in all: waiting for Prometheus {:.2} s ({:.0}%), truthscale {:.2} s (decoding {:.2} s, deriving {:.2} s, analysis {:.2} s)",
-        stats.queries,
-        stats.retries,
-        stats.splits,
-        stats.chunks,
-        stats.max_series,
-        total,
-        stats.waiting_seconds,
-        100.0 * stats.waiting_seconds / total.max(1e-9),
-        ours,
-        stats.decoding_seconds,
-        stats.consuming_seconds,
-        analysis_s
-    );
+    for line in report::notes::timings(&stats, total, analysis) {
+        eprintln!("truthscale: {line}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 

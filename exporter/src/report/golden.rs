@@ -382,14 +382,14 @@ fn assemble(
         doc.clusters = Some(clusters);
     }
     if doc.source.summarized_steps {
-        let note = super::summarized_note(doc.source.step_seconds);
+        let note = super::notes::summarized_note(doc.source.step_seconds);
         doc.fleet.notes.push(note);
     }
     if doc.source.steps_per_point > 1 {
-        let note = super::combined_note(&doc.source);
+        let note = super::notes::combined_note(&doc.source);
         doc.fleet.notes.push(note);
     }
-    let blanks = super::blanks_note(&doc.source);
+    let blanks = super::notes::blanks_note(&doc.source);
     doc.fleet.notes.extend(blanks);
     Assembled {
         doc,

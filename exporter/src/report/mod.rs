@@ -7,15 +7,18 @@
 //! workload (16 bytes), so memory grows with workloads × steps at that rate and not with
 //! the raw series.
 
+mod build;
 pub(crate) mod format;
 #[cfg(test)]
 mod golden;
 pub(crate) mod html;
+pub(crate) mod notes;
 pub(crate) mod sections;
 pub(crate) mod showback;
 pub(crate) mod text;
 
 use crate::history::{Family, FeedStats, History, NO_CLUSTER, SampleKind, rfc3339};
+pub(crate) use build::{Config, ShowbackArgs, build};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use truthscale_core::derive::DeriveConfig;
@@ -294,36 +297,6 @@ fn count_blanks(source: &mut Source, diagnostics: &mut Vec<Diagnostic>) {
     }
 }
 
-/// The report's note on readings that were not measurements, when there were any.
-pub(crate) fn blanks_note(s: &Source) -> Option<String> {
-    let readings: u64 = s.blanked_readings.values().sum();
-    let mut parts = Vec::new();
-    if readings > 0 {
-        let kinds: Vec<String> = s
-            .blanked_readings
-            .iter()
-            .map(|(k, n)| format!("{n} {k}"))
-            .collect();
-        parts.push(format!(
-            "{readings} readings were not measurements ({}) and were left out, never counted as 0",
-            kinds.join(", ")
-        ));
-    }
-    if s.impossible_steps > 0 {
-        parts.push(format!(
-            "{} workload steps held an impossible raw sample (their p99 was) and are unknown, their means too",
-            s.impossible_steps
-        ));
-    }
-    if s.clamped_ratios > 0 {
-        parts.push(format!(
-            "{} ratios a little over 1 were read as 1",
-            s.clamped_ratios
-        ));
-    }
-    (!parts.is_empty()).then(|| parts.join("; "))
-}
-
 /// The track of each entity, found without building its key when it is where it was in the
 /// previous sample (the samples of a chunk list their entities in the same order).
 #[derive(Default)]
@@ -390,21 +363,6 @@ pub(crate) fn step_reading(s: &Source) -> String {
         out.push_str(&format!(", {} steps per point", s.steps_per_point));
     }
     out
-}
-
-/// The note on a summarised step: what each figure is of.
-pub(crate) fn summarized_note(step_seconds: f64) -> String {
-    format!(
-        "each {step_seconds} s step summarises the raw samples scraped in it: use and idle time from the mean of each activity ratio, memory from its peak, and the sizing (percentiles, packing, smaller models) from four bands of the raw samples in the step (their p50, p90, p99 and largest, each held for its share of the step: 50 %, 40 %, 9 % and 1 %, the top band at least one scrape), so a burst shorter than a step is sized by its own duration, neither averaged away nor stretched to the step; within a step, workloads' busiest bands are taken as coinciding, so a coarser step can only add to the sizing, by at most a band's share of each step"
-    )
-}
-
-/// The report's note on points that combine several steps (`--max-points`).
-pub(crate) fn combined_note(s: &Source) -> String {
-    format!(
-        "each point combines {} steps of {} s (--max-points keeps each workload's points bounded): use and idle time from their mean over the steps that measured them, memory and the sizing from their peak",
-        s.steps_per_point, s.step_seconds
-    )
 }
 
 #[cfg(test)]

@@ -1,0 +1,164 @@
+//! The report from a history, in one call: [`build`] reads what `--by` needs beside the GPU
+//! series, collects the tracks, analyses them, adds the showback (checked against the
+//! sizing, its `--top` groups folded for the text, the page and the CSV), each cluster on
+//! its own, and the notes. `commands/report.rs` parses the flags, calls it and writes.
+
+use super::showback::{self, By, PodAttributes};
+use super::{Document, notes};
+use crate::history::{FeedStats, History};
+use anyhow::bail;
+use std::io::Write;
+use std::time::{Duration, Instant};
+use truthscale_core::fleet::{FleetConfig, FleetInput};
+use truthscale_core::showback::{Showback, ShowbackConfig};
+
+/// What the report is asked, from the command's flags.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    /// The fleet analysis' settings.
+    pub fleet: FleetConfig,
+    /// The most points kept per workload (`--max-points`).
+    pub max_points: u64,
+    /// The showback (`--by`), when asked.
+    pub showback: Option<ShowbackArgs>,
+    /// Each cluster sized on its own (`--cluster-label` given).
+    pub clusters: bool,
+}
+
+/// The showback's flags.
+#[derive(Debug, Clone)]
+pub(crate) struct ShowbackArgs {
+    /// `--by`: the groups.
+    pub by: By,
+    /// `--every`: also one row per group and period of this length.
+    pub every: Option<Duration>,
+    /// `--gpu-hour-price`: a model's price of one GPU-hour.
+    pub prices: Vec<(String, f64)>,
+    /// `--top`: the groups the text, the page and the CSV list, the others summed.
+    pub top: usize,
+}
+
+/// The report, built.
+#[derive(Debug)]
+pub(crate) struct Built {
+    /// The document the text and the page render: its showback lists the `--top` groups.
+    pub doc: Document,
+    /// The showback with every group, for the JSON.
+    pub every_group: Option<Showback>,
+    /// Seconds per point of the analysis (the CSV's periods are counted in them).
+    pub point_seconds: f64,
+    /// How the history was read.
+    pub stats: FeedStats,
+    /// Seconds of the analysis and the report's assembly.
+    pub analysis_seconds: f64,
+}
+
+impl Built {
+    /// Write the showback (its `--top` groups) as CSV; nothing without `--by`.
+    ///
+    /// # Errors
+    /// Writing fails.
+    pub(crate) fn write_csv(&self, out: &mut impl Write) -> std::io::Result<()> {
+        match &self.doc.showback {
+            Some(shown) => {
+                showback::write_csv(out, shown, self.doc.source.start_ms, self.point_seconds)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The document as `--json` writes it: its showback lists every group.
+    #[must_use]
+    pub(crate) fn into_json_document(self) -> Document {
+        let mut doc = self.doc;
+        if self.every_group.is_some() {
+            doc.showback = self.every_group;
+        }
+        doc
+    }
+}
+
+/// Read `history` and build the report.
+///
+/// # Errors
+/// Prometheus unreachable, slow or answering errors; a pod's GPU request refused; no GPU
+/// readings in the window.
+pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built> {
+    let attributes = match &cfg.showback {
+        Some(s) => Some(showback::read(&mut history, &s.by)?),
+        None => None,
+    };
+    // A time-sliced GPU's holders, for the sizing (node mode writes its series without pods).
+    let held = match &attributes {
+        Some(attrs) => showback::held_by_gpu(&attrs.held),
+        None => showback::read_held_by_gpu(&mut history)?,
+    };
+    let (mut input, source, stats) = super::collect(history, cfg.max_points)?;
+    input.held = held;
+    if input.tracks.is_empty() {
+        bail!(
+            "{}: the series exist but hold no GPU readings between {} and {}",
+            source.prometheus,
+            source.start,
+            source.end
+        );
+    }
+    let analysis = Instant::now();
+    let mut doc = super::document(&input, source, &cfg.fleet);
+    let every_group = match (&cfg.showback, &attributes) {
+        (Some(args), Some(attrs)) => Some(add_showback(&mut doc, &input, cfg, args, attrs)),
+        _ => None,
+    };
+    if cfg.clusters {
+        let clusters = super::by_cluster(&input, &cfg.fleet);
+        doc.fleet.notes.extend(notes::clusters_note(clusters.len()));
+        doc.clusters = Some(clusters);
+    }
+    doc.fleet.notes.extend(notes::source_notes(&doc.source));
+    doc.fleet.notes.extend(notes::history_notes(&stats));
+    Ok(Built {
+        doc,
+        every_group,
+        point_seconds: input.step_seconds,
+        stats,
+        analysis_seconds: analysis.elapsed().as_secs_f64(),
+    })
+}
+
+/// The showback of `input` by `args.by`, checked against the sizing: the document takes
+/// its `--top` groups (the rest folded in one row); every group is returned, for the JSON.
+fn add_showback(
+    doc: &mut Document,
+    input: &FleetInput,
+    cfg: &Config,
+    args: &ShowbackArgs,
+    attrs: &PodAttributes,
+) -> Showback {
+    let by = &args.by;
+    let groups = showback::groups(input, by, attrs);
+    let requested = showback::requested_by_group(input, &groups, by, attrs);
+    let holders = showback::holders(input, by, attrs, doc.source.steps_per_point);
+    let period_steps = args
+        .every
+        .map(|e| ((e.as_secs_f64() / input.step_seconds).round() as usize).max(1));
+    let mut sb = truthscale_core::showback::showback(
+        input,
+        &groups,
+        &holders,
+        &requested,
+        &ShowbackConfig {
+            by: by.describe(),
+            idle_busy_below: cfg.fleet.idle_busy_below,
+            idle_compute_below: cfg.fleet.idle_compute_below,
+            period_steps,
+            default_price: cfg.fleet.cost_per_gpu_hour,
+            prices: args.prices.clone(),
+        },
+    );
+    sb.notes.extend(attrs.notes.iter().cloned());
+    truthscale_core::showback::check_against_sizing(&mut sb, &doc.fleet);
+    let mut shown = sb.clone();
+    showback::fold_rest(&mut shown, args.top);
+    doc.showback = Some(shown);
+    sb
+}
