@@ -50,42 +50,42 @@ fn segments(values: &[Option<f64>], hours_per_step: f64) -> Vec<Vec<(f64, f64)>>
 
 type Drawn = Result<(), Box<dyn std::error::Error>>;
 
-/// The fleet's series over time, with the two answers as horizontal lines.
-fn time_chart(doc: &Document, svg: &mut String) -> Drawn {
-    let f = &doc.fleet;
-    let hps = f.step_seconds / 3600.0;
+/// The fleet's series over time, each with its name and colour: GPUs allocated (or
+/// reporting, without pods), what the busy flag claims, and the two demands.
+fn time_lines(f: &FleetReport) -> [(&'static str, Vec<Option<f64>>, RGBColor); 4] {
     let s = &f.series;
-    let allocated: Vec<Option<f64>> = if f.workload_unit == "pod" {
-        s.allocated_gpus.iter().map(|x| x.map(f64::from)).collect()
+    let (name, allocated): (&str, Vec<Option<f64>>) = if f.workload_unit == "pod" {
+        let a = s.allocated_gpus.iter().map(|x| x.map(f64::from)).collect();
+        ("allocated GPUs", a)
     } else {
-        s.gpus_reporting.iter().map(|x| x.map(f64::from)).collect()
+        let a = s.gpus_reporting.iter().map(|x| x.map(f64::from)).collect();
+        ("GPUs reporting", a)
     };
-    let lines: [(&str, &[Option<f64>], RGBColor); 4] = [
-        (
-            if f.workload_unit == "pod" {
-                "allocated GPUs"
-            } else {
-                "GPUs reporting"
-            },
-            &allocated,
-            RGBColor(90, 90, 90),
-        ),
+    [
+        (name, allocated, RGBColor(90, 90, 90)),
         (
             "busy flag claims",
-            &s.busy_claim_gpus,
+            s.busy_claim_gpus.clone(),
             RGBColor(230, 126, 34),
         ),
         (
             "compute demand",
-            &s.compute_demand_gpus,
+            s.compute_demand_gpus.clone(),
             RGBColor(41, 128, 185),
         ),
         (
             "memory demand",
-            &s.memory_demand_gpus,
+            s.memory_demand_gpus.clone(),
             RGBColor(142, 68, 173),
         ),
-    ];
+    ]
+}
+
+/// The fleet's series over time, with the two answers as horizontal lines.
+fn time_chart(doc: &Document, svg: &mut String) -> Drawn {
+    let f = &doc.fleet;
+    let hps = f.step_seconds / 3600.0;
+    let lines = time_lines(f);
     let pooled = f.sizing.pooled_lower_bound.as_ref().map(|b| b.gpus as f64);
     let packed = f.sizing.packing.as_ref().map(|p| p.gpus as f64);
     let ymax = lines
@@ -111,7 +111,7 @@ fn time_chart(doc: &Document, svg: &mut String) -> Drawn {
         .draw()?;
     for (name, values, color) in lines {
         let mut first = true;
-        for seg in segments(values, hps) {
+        for seg in segments(&values, hps) {
             let series = chart.draw_series(LineSeries::new(seg, color.stroke_width(2)))?;
             if first {
                 series

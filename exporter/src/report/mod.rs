@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 use truthscale_core::derive::DeriveConfig;
 use truthscale_core::diag::{Diagnostic, DiagnosticKind};
 use truthscale_core::fleet::{FleetConfig, FleetInput, FleetReport, Track};
-use truthscale_core::model::{EntityId, EntityKey};
+use truthscale_core::model::{EntityId, EntityKey, EntitySample};
 use truthscale_core::tracker::Deriver;
 
 /// The JSON document's schema name.
@@ -179,6 +179,29 @@ fn pod_name(id: &EntityId) -> Option<String> {
     })
 }
 
+/// Where `history` comes from, before anything is read: no reading blanked yet, one step
+/// per point.
+fn source_of(history: &History) -> Source {
+    let range = history.range();
+    Source {
+        prometheus: history.base_url().to_owned(),
+        family: match history.family() {
+            Family::DcgmExporter => "dcgm_exporter",
+            Family::Truthscale => "truthscale",
+        },
+        selector: Some(history.matchers().to_owned()).filter(|m| !m.is_empty()),
+        start: rfc3339(range.start),
+        end: rfc3339(range.end),
+        start_ms: range.start,
+        step_seconds: history.step_seconds(),
+        summarized_steps: history.summarizes(),
+        blanked_readings: BTreeMap::new(),
+        clamped_ratios: 0,
+        steps_per_point: 1,
+        impossible_steps: 0,
+    }
+}
+
 /// Read the history and build the fleet's tracks: each step's sample goes through the
 /// deriver, and each entity's window becomes one point of its track.
 ///
@@ -192,23 +215,7 @@ pub(crate) fn collect(
     let step_bands = history.step_bands();
     let range = history.range();
     let step_seconds = history.step_seconds();
-    let mut source = Source {
-        prometheus: history.base_url().to_owned(),
-        family: match history.family() {
-            Family::DcgmExporter => "dcgm_exporter",
-            Family::Truthscale => "truthscale",
-        },
-        selector: Some(history.matchers().to_owned()).filter(|m| !m.is_empty()),
-        start: rfc3339(range.start),
-        end: rfc3339(range.end),
-        start_ms: range.start,
-        step_seconds,
-        summarized_steps: history.summarizes(),
-        blanked_readings: BTreeMap::new(),
-        clamped_ratios: 0,
-        steps_per_point: 1,
-        impossible_steps: 0,
-    };
+    let mut source = source_of(&history);
     let steps = usize::try_from(range.points()).unwrap_or(0);
     // Each workload keeps at most `max_points` points, whatever the step.
     let per = steps
@@ -219,9 +226,6 @@ pub(crate) fn collect(
     // The report reads no observed ceilings.
     deriver.set_ceilings(false);
     let mut diagnostics = Vec::new();
-    // The band samples (a coarse step's quantiles) are the same steps again, not later ones:
-    // derived without the tracker's state.
-    let peak_config = DeriveConfig::default();
     let mut found = Found {
         per,
         ..Found::default()
@@ -235,21 +239,15 @@ pub(crate) fn collect(
             return;
         }
         if let SampleKind::Peak(band) = kind {
-            for (j, e) in sample.entities.iter().enumerate() {
-                // A raw sample that is no measurement is over the top band (the largest)
-                // whatever the others: counted there, once a step.
-                let top = band + 1 == truthscale_core::fleet::BANDS;
-                if let Some(i) = found.track(j, &e.id, None)
-                    && tracks[i].observe_peak_sample(step, band, e, &peak_config, &mut diagnostics)
-                    && top
-                {
-                    source.impossible_steps += 1;
-                }
-                if !top {
-                    diagnostics.clear();
-                }
-            }
-            count_blanks(&mut source, &mut diagnostics);
+            observe_band(
+                &sample.entities,
+                step,
+                band,
+                &mut found,
+                &mut tracks,
+                &mut source,
+                &mut diagnostics,
+            );
             return;
         }
         // Each window as it is derived, not a copy.
@@ -279,6 +277,37 @@ pub(crate) fn collect(
         source,
         stats,
     ))
+}
+
+/// A coarse step's band samples (`band`: which quantile of the raw samples in `step`), each
+/// entity's observed on its track (never a new one); their blanks counted into `source`.
+fn observe_band(
+    entities: &[EntitySample],
+    step: usize,
+    band: usize,
+    found: &mut Found,
+    tracks: &mut [Track],
+    source: &mut Source,
+    diagnostics: &mut Vec<Diagnostic>,
+) {
+    // The band samples (a coarse step's quantiles) are the same steps again, not later ones:
+    // derived without the tracker's state.
+    let peak_config = DeriveConfig::default();
+    // A raw sample that is no measurement is over the top band (the largest) whatever the
+    // others: counted there, once a step.
+    let top = band + 1 == truthscale_core::fleet::BANDS;
+    for (j, e) in entities.iter().enumerate() {
+        if let Some(i) = found.track(j, &e.id, None)
+            && tracks[i].observe_peak_sample(step, band, e, &peak_config, diagnostics)
+            && top
+        {
+            source.impossible_steps += 1;
+        }
+        if !top {
+            diagnostics.clear();
+        }
+    }
+    count_blanks(source, diagnostics);
 }
 
 /// Count the readings `diagnostics` blanked by kind, and the ratios it clamped, into
