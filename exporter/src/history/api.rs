@@ -1,7 +1,15 @@
 //! The Prometheus HTTP API client: `query_range` and label queries, the JSON envelope,
 //! and errors that name the URL.
 
-use super::*;
+use anyhow::{Context, bail};
+use serde::Deserialize;
+use serde::de::{DeserializeOwned, IgnoredAny};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// Largest response body read (after decompression), whatever the queries in flight
+/// ([`MAX_BODIES_IN_FLIGHT`] shared by them may lower it).
+const MAX_BODY: u64 = 256 << 20;
 
 /// The Prometheus HTTP API envelope.
 #[derive(Debug, Deserialize)]

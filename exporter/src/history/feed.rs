@@ -1,0 +1,289 @@
+//! Feeding the samples: each chunk's answers merged into samples and handed over in time
+//! order while the next chunk is read, and what the read cost ([`FeedStats`]).
+
+use super::api::Matrix;
+use super::columns::SampleKind;
+use super::merge::Chunk;
+use super::read::{CHUNK_BUDGET, CHUNK_POINTS, FIRST_CHUNK_POINTS};
+use super::{History, rfc3339};
+use std::io::IsTerminal;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use truthscale_core::fleet::BANDS;
+use truthscale_core::model::Sample;
+
+/// What reading the history cost, and where the time went.
+#[derive(Debug, Clone)]
+pub(crate) struct FeedStats {
+    /// One line saying what was read.
+    pub summary: String,
+    /// `query_range` and label requests made.
+    pub queries: u64,
+    /// Chunks read.
+    pub chunks: u64,
+    /// Seconds spent waiting for Prometheus' answers (until each whole body was read).
+    pub waiting_seconds: f64,
+    /// Seconds spent decoding the answers and merging them into samples.
+    pub decoding_seconds: f64,
+    /// Seconds spent in the caller's hand-over function (the analysis).
+    pub consuming_seconds: f64,
+    /// Largest number of series one chunk held.
+    pub max_series: u64,
+    /// Requests tried again after a passing failure.
+    pub retries: u64,
+    /// Queries refused for a server limit and split into smaller ones.
+    pub splits: u64,
+    /// The answers' warnings (Prometheus', or Thanos' and Mimir's partial answers), capped
+    /// and summarised: for the report's notes.
+    pub warnings: Vec<String>,
+}
+
+impl History {
+    /// Read the range in chunks, as [`History::feed_stats`], and return the one-line summary.
+    ///
+    /// # Errors
+    /// As [`History::open`], for any chunk.
+    pub(crate) fn feed(self, mut on_sample: impl FnMut(&Sample)) -> anyhow::Result<String> {
+        self.feed_stats(|s, kind| {
+            if kind == SampleKind::Step {
+                on_sample(s);
+            }
+        })
+        .map(|s| s.summary)
+    }
+
+    /// Read the range in chunks, handing each step's sample to `on_sample` in time order (and,
+    /// with [`History::read_peaks`], each chunk's peak samples after its step samples), with
+    /// progress on a terminal (queries done of the total, the rate). The first chunk is
+    /// [`FIRST_CHUNK_POINTS`] steps; each next one holds about [`CHUNK_BUDGET`] points for
+    /// the number of series seen so far (at most [`CHUNK_POINTS`] steps, and no more than a
+    /// split query was answered for), so memory does not grow with GPUs × steps. A chunk's
+    /// queries (one per name) run up to `--max-queries-in-flight` at once, and the next
+    /// chunk is read while this one is handed over. Returns what was read and where the time
+    /// went.
+    ///
+    /// # Errors
+    /// As [`History::open`], for any chunk.
+    pub(crate) fn feed_stats(
+        self,
+        mut on_sample: impl FnMut(&Sample, SampleKind),
+    ) -> anyhow::Result<FeedStats> {
+        let progress = std::io::stderr().is_terminal().then(progress_bar);
+        let range = self.range;
+        let names = self.columns.len() as u64;
+        let bands = if self.columns.iter().any(|c| c.band.is_some()) {
+            BANDS
+        } else {
+            0
+        };
+        let mut tally = Tally::default();
+        let this = &self;
+        let bar = progress.as_ref();
+        let result = std::thread::scope(|scope| -> anyhow::Result<()> {
+            let fetch =
+                |first: i64, last: i64| scope.spawn(move || this.read_chunk(first, last, bar));
+            // The queries expected: those done, and a name's per chunk of `per` steps after
+            // `end` (a split adds more).
+            let expect = |end: i64, per: i64| {
+                if let Some(bar) = bar {
+                    let rest = (range.end - end).max(0) / range.step;
+                    let more = (rest + per - 1) / per.max(1);
+                    bar.set_length(bar.position() + names * more as u64);
+                }
+            };
+            let mut per = FIRST_CHUNK_POINTS.min(CHUNK_POINTS);
+            let last = (range.start + (per - 1) * range.step).min(range.end);
+            expect(range.start - range.step, per);
+            let mut pending =
+                (range.start <= range.end).then(|| (range.start, last, fetch(range.start, last)));
+            while let Some((first, end, handle)) = pending.take() {
+                let answers = handle
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("a history reader thread panicked"))??;
+                let t = std::time::Instant::now();
+                let (chunk, banded) = this.merge_chunk(first, end, bands, answers);
+                tally.merging += t.elapsed();
+                // Series per step (a split query brings its series more than once).
+                let chunk_steps = (end - first) / range.step + 1;
+                let held =
+                    chunk.points.len() + banded.iter().map(|b| b.points.len()).sum::<usize>();
+                let series = (held as i64 + chunk_steps - 1) / chunk_steps;
+                tally.max_series = tally.max_series.max(series as u64);
+                per = (CHUNK_BUDGET / series.max(1))
+                    .min(this.steps_answered.load(Ordering::Relaxed))
+                    .clamp(1, CHUNK_POINTS);
+                expect(end, per);
+                if end < range.end {
+                    let next = end + range.step;
+                    let last = (next + (per - 1) * range.step).min(range.end);
+                    pending = Some((next, last, fetch(next, last)));
+                }
+                let t = std::time::Instant::now();
+                let spent = hand_over(chunk, banded, &mut on_sample, &mut tally.steps);
+                tally.merging += t.elapsed().saturating_sub(spent);
+                tally.consuming += spent;
+                tally.chunks += 1;
+            }
+            Ok(())
+        });
+        if let Some(bar) = progress {
+            bar.finish_and_clear();
+        }
+        result?;
+        Ok(self.stats(&tally))
+    }
+
+    /// One chunk's answers (one list per column, as [`History::read_chunk`] returns them)
+    /// merged into the chunk of its step samples and, with `bands`, one chunk per band; each
+    /// chunk's points allocated once, at their count.
+    fn merge_chunk(
+        &self,
+        first: i64,
+        end: i64,
+        bands: usize,
+        answers: Vec<Vec<Matrix>>,
+    ) -> (Chunk, Vec<Chunk>) {
+        let new_chunk = || Chunk {
+            bounds: Some((first, end)),
+            step: self.range.step,
+            cluster_label: self.cluster_label.clone(),
+            ..Chunk::default()
+        };
+        let mut chunk = new_chunk();
+        let mut banded: Vec<Chunk> = (0..bands).map(|_| new_chunk()).collect();
+        // Each chunk's points allocated once, at their count.
+        let count = |kind: SampleKind| -> usize {
+            self.columns
+                .iter()
+                .zip(&answers)
+                .filter(|(c, _)| c.feeds(kind))
+                .flat_map(|(_, m)| m.iter().flat_map(|m| &m.result))
+                .map(|s| s.values.len())
+                .sum()
+        };
+        chunk.points.reserve_exact(count(SampleKind::Step));
+        for (j, b) in banded.iter_mut().enumerate() {
+            b.points.reserve_exact(count(SampleKind::Peak(j)));
+        }
+        for (column, matrices) in self.columns.iter().zip(answers) {
+            for matrix in &matrices {
+                for (j, b) in banded.iter_mut().enumerate() {
+                    if column.feeds(SampleKind::Peak(j)) {
+                        b.add(self.family, &column.name, matrix);
+                    }
+                }
+                if column.feeds(SampleKind::Step) {
+                    chunk.add(self.family, &column.name, matrix);
+                }
+            }
+        }
+        (chunk, banded)
+    }
+
+    /// What the read cost, once every chunk is handed over: the counters of the client and of
+    /// `tally`, the answers' warnings (printed), and the one-line summary.
+    fn stats(self, tally: &Tally) -> FeedStats {
+        let History {
+            client,
+            range,
+            step: step_d,
+            matchers,
+            family,
+            splits,
+            summarizes,
+            unread,
+            ..
+        } = self;
+        let c = client.counters();
+        let mut warnings = c.warnings.lines();
+        warnings.extend(
+            unread.summary().map(|s| {
+                format!("DCGM fields {s} (docs/dcgm-compatibility.md lists what is read)")
+            }),
+        );
+        for w in &warnings {
+            eprintln!("truthscale: warning: {}: {w}", client.base);
+        }
+        let summary = format!(
+            "prometheus {}: {}, {} steps with data, every {}{} from {} to {}{}",
+            client.base,
+            family.describe(),
+            tally.steps,
+            humantime::format_duration(step_d),
+            if summarizes {
+                " (summaries of the raw samples in each)"
+            } else {
+                ""
+            },
+            rfc3339(range.start),
+            rfc3339(range.end),
+            if matchers.is_empty() {
+                String::new()
+            } else {
+                format!(", {{{matchers}}}")
+            }
+        );
+        FeedStats {
+            summary,
+            queries: c.queries,
+            chunks: tally.chunks,
+            waiting_seconds: c.waiting.as_secs_f64(),
+            decoding_seconds: (c.decoding + tally.merging).as_secs_f64(),
+            consuming_seconds: tally.consuming.as_secs_f64(),
+            max_series: tally.max_series,
+            retries: c.retries,
+            splits: splits.into_inner(),
+            warnings,
+        }
+    }
+}
+
+/// What [`History::feed_stats`] counts as it goes.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Step samples handed over.
+    steps: u64,
+    /// Chunks read.
+    chunks: u64,
+    /// Largest number of series one chunk held.
+    max_series: u64,
+    /// Time spent in the caller's hand-over function.
+    consuming: Duration,
+    /// Time spent merging the answers into samples.
+    merging: Duration,
+}
+
+/// The progress bar of a read on a terminal: queries done of the total, the rate.
+fn progress_bar() -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} queries ({per_sec}) {eta}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+/// Hand a chunk's step samples to `on_sample` in time order (counting them in `steps`),
+/// then each band's peak samples; returns the time spent in `on_sample`.
+fn hand_over(
+    chunk: Chunk,
+    banded: Vec<Chunk>,
+    on_sample: &mut impl FnMut(&Sample, SampleKind),
+    steps: &mut u64,
+) -> Duration {
+    let mut spent = Duration::ZERO;
+    chunk.feed(|sample| {
+        let c = std::time::Instant::now();
+        on_sample(sample, SampleKind::Step);
+        spent += c.elapsed();
+        *steps += 1;
+    });
+    for (j, b) in banded.into_iter().enumerate() {
+        b.feed(|sample| {
+            let c = std::time::Instant::now();
+            on_sample(sample, SampleKind::Peak(j));
+            spent += c.elapsed();
+        });
+    }
+    spent
+}
