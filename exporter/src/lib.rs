@@ -19,24 +19,30 @@
 //!   auth).
 //! - [`sinks::otlp::register`]: the same figures as instruments on your own OpenTelemetry
 //!   meter.
-//! - [`capture::Capture`] reads the capture formats `analyze` reads;
-//!   [`history::decode_range_answer`] decodes a Prometheus range answer into samples;
-//!   [`attribution::kubelet::proto`] is the kubelet's PodResources API (for a test kubelet).
-//! - [`cli::main`] is the whole `truthscale` binary.
+//! - [`capture::Capture`] reads the capture formats `analyze` reads.
+//! - [`cli::main`] is the whole `truthscale` binary (the `truthscale` target calls it).
 //!
-//! Everything else is the crate's own (ARCHITECTURE.md, "API boundary").
+//! The most used of these are re-exported here: [`Config`], [`Settings`], [`start`],
+//! [`Sampler`], [`Snapshot`] and [`router`].
+//!
+//! Two features open hooks that are not a stable API: `testing` (the kubelet's PodResources
+//! API for a test kubelet, `BasicAuth::check` and `BasicAuth::user_count`) for truthscale's
+//! own tests, and `fuzzing` (the readers' entry points, `history::decode_range_answer`) for
+//! its fuzz targets. Everything else is the crate's own (ARCHITECTURE.md, "API boundary").
 //!
 //! Embedding in a Rust service:
 //!
 //! ```no_run
-//! use truthscale_exporter::{compose, config::Config, http};
+//! use truthscale_exporter::{Config, http, router, start};
 //! let settings = Config::default().validate(&[]).expect("valid defaults");
 //! // The default source: NVML where a driver is present (`Config::source` chooses another).
-//! let sampler = compose::start(&settings).expect("an NVIDIA driver");
-//! let app: axum::Router = http::router(sampler.subscribe(), http::RouterLimits::default());
+//! let sampler = start(&settings).expect("an NVIDIA driver");
+//! let app: axum::Router = router(sampler.subscribe(), http::RouterLimits::default());
 //! // merge `app` into your own router, and read `sampler.latest()` whenever you like.
 //! # drop(app);
 //! ```
+
+#![warn(missing_docs)]
 
 pub mod attribution;
 pub(crate) mod bounds;
@@ -60,6 +66,12 @@ pub(crate) mod setting;
 pub mod sinks;
 pub mod sources;
 pub(crate) mod view;
+
+pub use compose::start;
+pub use config::{Config, Settings};
+pub use http::router;
+pub use pipeline::Sampler;
+pub use publish::Snapshot;
 
 #[cfg(test)]
 mod architecture;

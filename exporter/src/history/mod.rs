@@ -10,10 +10,11 @@
 //!    Prometheus' 11 000 points per series), aligned to multiples of the step. Each chunk
 //!    runs one `query_range` per metric name (`NAME{selector}`).
 //! 3. Merge: a chunk's points are sorted by (timestamp, series) and each timestamp becomes
-//!    one [`Sample`] with the entities that have a value at it, built with the text
-//!    parser's own mapping ([`Scrape`](dcgm_text::Scrape)): units, sentinels, label
-//!    conventions, MIG, pods. A series missing at a step is blank there, never zero;
-//!    series that come and go (pods, relabelling) are entities that come and go.
+//!    one [`Sample`](truthscale_core::model::Sample) with the entities that have a value
+//!    at it, built with the text parser's own mapping ([`Scrape`](dcgm_text::Scrape)):
+//!    units, sentinels, label conventions, MIG, pods. A series missing at a step is blank
+//!    there, never zero; series that come and go (pods, relabelling) are entities that
+//!    come and go.
 //! 4. The samples feed the [`Analyzer`](truthscale_core::analysis::Analyzer) in time order
 //!    with a nominal interval of one step, and the report prints as `analyze FILE`'s does.
 
@@ -26,7 +27,9 @@ mod query;
 mod read;
 
 use anyhow::{Context, bail};
-use api::{Client, DEFAULT_RETRIES, Matrix};
+#[cfg(any(test, feature = "fuzzing"))]
+use api::Matrix;
+use api::{Client, DEFAULT_RETRIES};
 pub(crate) use args::PrometheusArgs;
 use args::{
     Compression, DEFAULT_DEADLINE, DEFAULT_IN_FLIGHT, DEFAULT_REQUESTS_PER_QUERY,
@@ -35,6 +38,7 @@ use args::{
 use columns::Column;
 pub(crate) use columns::SampleKind;
 pub(crate) use feed::FeedStats;
+#[cfg(any(test, feature = "fuzzing"))]
 use merge::Chunk;
 pub(crate) use merge::NO_CLUSTER;
 use query::{Range, Summary, secs, selector_matchers};
@@ -42,6 +46,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use truthscale_core::catalog::{self, GpuMetric, MetricId, Raw};
+#[cfg(any(test, feature = "fuzzing"))]
 use truthscale_core::model::Sample;
 use truthscale_core::parse::Unread;
 use truthscale_core::parse::dcgm_text;
@@ -393,6 +398,7 @@ pub(crate) fn rfc3339(ms: i64) -> String {
 ///
 /// # Errors
 /// The body is not a successful Prometheus API matrix answer.
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub fn decode_range_answer(
     metric: &str,

@@ -537,7 +537,8 @@ impl BasicAuth {
         }
     }
 
-    /// How many users are configured.
+    /// How many users are configured (for tests and the fuzz targets).
+    #[cfg(any(test, feature = "testing", feature = "fuzzing"))]
     pub fn user_count(&self) -> usize {
         self.users.len()
     }
@@ -585,7 +586,8 @@ impl BasicAuth {
 
     /// Whether `authorization` carries valid `Basic` credentials for a configured user:
     /// [`BasicAuth::precheck`], then [`BasicAuth::verify`] when needed, unbounded (the
-    /// server bounds it in [`layer`]).
+    /// server bounds it in [`layer`]). For tests.
+    #[cfg(any(test, feature = "testing"))]
     pub fn check(&self, authorization: Option<&HeaderValue>) -> bool {
         match self.precheck(authorization) {
             Precheck::Refused => false,
