@@ -1093,6 +1093,636 @@ fn all_violations(
 }
 
 // ---------------------------------------------------------------------------------------
+// Structure: the length of functions, globs, who names what, metric names
+
+/// A production function longer than this (from its `fn` to its closing brace) is refused.
+const MAX_FN_LINES: usize = 80;
+
+/// The production functions over `MAX_FN_LINES` today, with their length then: the list only
+/// shrinks. A function on it may not grow, and leaves it once it is `MAX_FN_LINES` or less.
+const LONG_FNS: &[(&str, usize)] = &[
+    ("core::analysis::summarize", 127),
+    ("core::exposition::values::gpu_values", 257),
+    ("core::exposition::values::serving_values", 112),
+    ("core::fleet::analyze", 89),
+    ("core::parse::dmon::DmonParser::push_scanned", 106),
+    ("core::parse::dmon::scan_values", 83),
+    ("core::parse::jsonl::read_line", 105),
+    ("core::phase::PhaseConfig::validate", 133),
+    ("core::sim::SimGpu::step", 152),
+    ("exporter::commands::analyze::analyze_reader", 166),
+    ("exporter::commands::analyze::write_report", 92),
+    ("exporter::commands::doctor::render", 113),
+    ("exporter::commands::explain::explain", 112),
+    ("exporter::commands::top::tui::draw", 82),
+    ("exporter::config::Config::load", 98),
+    ("exporter::config::Config::validate", 116),
+    ("exporter::history::api::Client::attempt", 96),
+    ("exporter::view::views_from_exposition", 85),
+];
+
+/// A token of Rust source, with strings, characters, lifetimes and comments left out.
+enum Tok {
+    Ident(String, usize),
+    Punct(char, usize),
+}
+
+/// The identifiers and punctuation of `text`, each with its line (from 1).
+fn tokens(text: &str) -> Vec<Tok> {
+    let c: Vec<char> = text.chars().collect();
+    let (mut i, mut line, mut out) = (0, 1, Vec::new());
+    // Skips to just past `end` (a sequence) from `i`, counting lines.
+    let skip_to = |i: &mut usize, line: &mut usize, end: &[char]| {
+        while *i < c.len() && !c[*i..].starts_with(end) {
+            if c[*i] == '\\' && end == ['"'] {
+                if c.get(*i + 1) == Some(&'\n') {
+                    *line += 1;
+                }
+                *i += 1;
+            } else if c[*i] == '\n' {
+                *line += 1;
+            }
+            *i += 1;
+        }
+        *i += end.len();
+    };
+    while i < c.len() {
+        let ch = c[i];
+        if ch == '\n' {
+            line += 1;
+            i += 1;
+        } else if ch.is_whitespace() {
+            i += 1;
+        } else if c[i..].starts_with(&['/', '/']) {
+            skip_to(&mut i, &mut line, &['\n']);
+            line += 1;
+        } else if c[i..].starts_with(&['/', '*']) {
+            let mut depth = 0;
+            while i < c.len() {
+                if c[i..].starts_with(&['/', '*']) {
+                    depth += 1;
+                    i += 2;
+                } else if c[i..].starts_with(&['*', '/']) {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    line += usize::from(c[i] == '\n');
+                    i += 1;
+                }
+            }
+        } else if ch == '"' {
+            i += 1;
+            skip_to(&mut i, &mut line, &['"']);
+        } else if ch == '\'' {
+            if c.get(i + 1) == Some(&'\\') {
+                i += 3;
+                skip_to(&mut i, &mut line, &['\'']);
+            } else if c.get(i + 2) == Some(&'\'') {
+                i += 3;
+            } else {
+                i += 1;
+                while i < c.len() && (c[i].is_alphanumeric() || c[i] == '_') {
+                    i += 1;
+                }
+            }
+        } else if ch.is_alphabetic() || ch == '_' {
+            // A raw, byte or C string, or a byte character, before an identifier.
+            let mut j = i;
+            if matches!(c[j], 'b' | 'c') {
+                j += 1;
+            }
+            let raw = c.get(j) == Some(&'r');
+            if raw {
+                j += 1;
+            }
+            let hashes = c[j..].iter().take_while(|x| **x == '#').count();
+            if j > i && c.get(j + hashes) == Some(&'"') && (raw || hashes == 0) {
+                i = j + hashes + 1;
+                let mut end = vec!['"'];
+                end.extend(std::iter::repeat_n('#', hashes));
+                if raw {
+                    while i < c.len() && !c[i..].starts_with(&end) {
+                        line += usize::from(c[i] == '\n');
+                        i += 1;
+                    }
+                    i += end.len();
+                } else {
+                    skip_to(&mut i, &mut line, &['"']);
+                }
+                continue;
+            }
+            if c[i] == 'b' && c.get(i + 1) == Some(&'\'') {
+                i += 1;
+                continue; // the character literal is skipped next
+            }
+            let start = i;
+            while i < c.len() && (c[i].is_alphanumeric() || c[i] == '_') {
+                i += 1;
+            }
+            out.push(Tok::Ident(c[start..i].iter().collect(), line));
+        } else {
+            out.push(Tok::Punct(ch, line));
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Every `fn NAME` of `text` that has a body, in order, with its length in lines from the
+/// `fn` to the closing brace; `macro_rules!` bodies are left out.
+fn fn_lengths(text: &str) -> Vec<(String, usize)> {
+    let toks = tokens(text);
+    let punct = |k: usize| match toks.get(k) {
+        Some(Tok::Punct(p, _)) => Some(*p),
+        _ => None,
+    };
+    // The index just past the group that opens at `k`.
+    let close = |k: usize| {
+        let mut depth = 0i32;
+        let mut k = k;
+        while k < toks.len() {
+            match punct(k) {
+                Some('{' | '(' | '[') => depth += 1,
+                Some('}' | ')' | ']') => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return k + 1;
+                    }
+                }
+                _ => {}
+            }
+            k += 1;
+        }
+        k
+    };
+    let mut out = Vec::new();
+    let mut k = 0;
+    while k < toks.len() {
+        match &toks[k] {
+            Tok::Ident(m, _) if m == "macro_rules" && punct(k + 1) == Some('!') => {
+                let open = (k + 2..toks.len())
+                    .find(|&j| matches!(punct(j), Some('{' | '(' | '[')))
+                    .unwrap_or(toks.len());
+                k = close(open);
+                continue;
+            }
+            Tok::Ident(f, start) if f == "fn" => {
+                if let Some(Tok::Ident(name, _)) = toks.get(k + 1) {
+                    let mut j = k + 2;
+                    let mut depth = 0i32;
+                    while j < toks.len() {
+                        match punct(j) {
+                            Some('(' | '[') => depth += 1,
+                            Some(')' | ']') => depth -= 1,
+                            Some('{' | ';') if depth == 0 => break,
+                            _ => {}
+                        }
+                        j += 1;
+                    }
+                    if punct(j) == Some('{') {
+                        let end = close(j) - 1;
+                        if let Some(Tok::Punct('}', last)) = toks.get(end) {
+                            out.push((name.clone(), last - start + 1));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        k += 1;
+    }
+    out
+}
+
+/// The functions with a body that syn sees, in order: (name, `module::Type::name`, in test
+/// code).
+#[derive(Default)]
+struct Fns {
+    owner: Segs,
+    test: u32,
+    out: Vec<(String, String, bool)>,
+}
+
+impl Fns {
+    fn record(&mut self, attrs: &[Attribute], ident: &syn::Ident, body: impl FnOnce(&mut Self)) {
+        let t = u32::from(is_test(attrs));
+        self.test += t;
+        let name = ident.to_string();
+        let mut path = self.owner.clone();
+        path.push(name.clone());
+        self.out
+            .push((name.clone(), path.join("::"), self.test > 0));
+        self.owner.push(name);
+        body(self);
+        self.owner.pop();
+        self.test -= t;
+    }
+}
+
+impl<'ast> Visit<'ast> for Fns {
+    fn visit_item(&mut self, item: &'ast Item) {
+        let t = u32::from(is_test(item_attrs(item)));
+        self.test += t;
+        let owner = match item {
+            Item::Mod(m) => Some(m.ident.to_string()),
+            Item::Impl(i) => Some(match &*i.self_ty {
+                syn::Type::Path(p) => p
+                    .path
+                    .segments
+                    .last()
+                    .map_or_else(|| "_".into(), |s| s.ident.to_string()),
+                _ => "_".into(),
+            }),
+            Item::Trait(tr) => Some(tr.ident.to_string()),
+            _ => None,
+        };
+        if let Some(o) = &owner {
+            self.owner.push(o.clone());
+        }
+        visit::visit_item(self, item);
+        if owner.is_some() {
+            self.owner.pop();
+        }
+        self.test -= t;
+    }
+
+    fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+        self.record(&[], &f.sig.ident, |v| visit::visit_item_fn(v, f));
+    }
+
+    fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+        self.record(&f.attrs, &f.sig.ident, |v| visit::visit_impl_item_fn(v, f));
+    }
+
+    fn visit_trait_item_fn(&mut self, f: &'ast syn::TraitItemFn) {
+        if f.default.is_some() {
+            self.record(&f.attrs, &f.sig.ident, |v| visit::visit_trait_item_fn(v, f));
+        } else {
+            visit::visit_trait_item_fn(self, f);
+        }
+    }
+}
+
+/// The production functions of a file, as `crate::module::Type::name` (`core::…` for
+/// `truthscale-core`, `exporter::…` for the exporter) with their length in lines.
+fn production_fn_lengths(path: &str, text: &str) -> Vec<(String, usize)> {
+    let file = parse(path, text);
+    if is_test(&file.attrs) {
+        return Vec::new();
+    }
+    let krate = if path.starts_with("truthscale-core/") {
+        "core"
+    } else {
+        "exporter"
+    };
+    let mut fns = Fns {
+        owner: std::iter::once(krate.to_string())
+            .chain(place(path).module)
+            .collect(),
+        ..Fns::default()
+    };
+    fns.visit_file(&file);
+    let lengths = fn_lengths(text);
+    let mut j = 0;
+    let mut out = Vec::new();
+    for (name, qualified, test) in fns.out {
+        while j < lengths.len() && lengths[j].0 != name {
+            j += 1;
+        }
+        let (_, n) = lengths
+            .get(j)
+            .unwrap_or_else(|| panic!("{path}: fn {qualified} not found by the line counter"));
+        if !test {
+            out.push((qualified, *n));
+        }
+        j += 1;
+    }
+    out
+}
+
+/// What is wrong with the functions' lengths (every production function, with its length)
+/// against the allow-list.
+fn length_violations(fns: &[(String, usize)], allowed: &[(&str, usize)]) -> Vec<String> {
+    let mut longest: BTreeMap<&str, usize> = BTreeMap::new();
+    for (name, n) in fns {
+        let e = longest.entry(name.as_str()).or_default();
+        *e = (*e).max(*n);
+    }
+    let listed: BTreeMap<&str, usize> = allowed.iter().copied().collect();
+    let mut out = Vec::new();
+    for (name, &n) in &longest {
+        match listed.get(name) {
+            None if n > MAX_FN_LINES => out.push(format!(
+                "{name} is {n} lines: a function is at most {MAX_FN_LINES} lines; split it"
+            )),
+            Some(&was) if n > was => out.push(format!(
+                "{name} grew from {was} to {n} lines: a long function on LONG_FNS may only shrink"
+            )),
+            Some(_) if n <= MAX_FN_LINES => out.push(format!(
+                "{name} is {n} lines now: take it off LONG_FNS in exporter/src/architecture.rs"
+            )),
+            _ => {}
+        }
+    }
+    for name in listed.keys() {
+        if !longest.contains_key(name) {
+            out.push(format!(
+                "{name} is on LONG_FNS but no longer exists: take it off the list"
+            ));
+        }
+    }
+    out
+}
+
+/// Globs of an external crate's module allowed outside tests: (file, the glob).
+const EXTERNAL_GLOBS: &[(&str, &str)] = &[("exporter/src/report/html.rs", "plotters::prelude::*")];
+
+/// Outside tests, no glob imports a module of the same crate (`use super::*;`), and a glob of
+/// an external crate is one of `EXTERNAL_GLOBS`.
+fn glob_violations(path: &str, text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for n in facts(path, text).names {
+        if n.path.last().is_none_or(|l| l != "*") {
+            continue;
+        }
+        let written = n.path.join("::");
+        if n.path.first().is_some_and(|r| r == "crate") {
+            out.push(format!(
+                "{path}: imports {written}: outside tests, a use names what it imports"
+            ));
+        } else if !EXTERNAL_GLOBS.contains(&(path, written.as_str())) {
+            out.push(format!(
+                "{path}: imports {written}: a glob of an external crate is refused unless on EXTERNAL_GLOBS"
+            ));
+        }
+    }
+    out
+}
+
+/// Paths of the core's fleet analysis or showback a command may name: the fleet
+/// configuration `report` builds from its flags.
+const COMMAND_CORE_NAMES: &[&str] = &[
+    "truthscale_core::fleet::FleetConfig",
+    "truthscale_core::fleet::IDLE_BUSY_BELOW",
+    "truthscale_core::fleet::IDLE_COMPUTE_BELOW",
+];
+
+/// The report's renderers: they read the sections, never compute them.
+const RENDERERS: &[&str] = &["exporter/src/report/text.rs", "exporter/src/report/html.rs"];
+
+/// A command names neither the core's fleet analysis nor its showback (but the
+/// `COMMAND_CORE_NAMES`); a renderer runs neither analysis and reads no history.
+fn report_violations(path: &str, text: &str) -> Vec<String> {
+    let command = place(path).module.first().is_some_and(|m| m == "commands");
+    let renderer = RENDERERS.contains(&path);
+    if !command && !renderer {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for n in facts(path, text).names {
+        let written = n.path.join("::");
+        let p: Vec<&str> = n.path.iter().map(String::as_str).collect();
+        if command
+            && matches!(p.as_slice(), ["truthscale_core", "fleet" | "showback", ..])
+            && !COMMAND_CORE_NAMES
+                .iter()
+                .any(|a| written == *a || written.starts_with(&format!("{a}::")))
+        {
+            out.push(format!(
+                "{path}: names {written}: a command hands its flags to report, which analyzes"
+            ));
+        }
+        if renderer
+            && matches!(
+                p.as_slice(),
+                ["truthscale_core", "fleet", "analyze" | "*"]
+                    | ["truthscale_core", "showback", "showback" | "*"]
+                    | ["crate", "history", ..]
+            )
+        {
+            out.push(format!(
+                "{path}: names {written}: a renderer reads the sections, it analyzes nothing"
+            ));
+        }
+    }
+    out
+}
+
+/// The one caller of the exposition's encoder.
+const PUBLISHER: &str = "exporter/src/publish.rs";
+
+/// Outside `publish.rs`, the exporter never names `truthscale_core::exposition::encode`: the
+/// publisher encodes once per tick, and the HTTP layer and sinks read what it published.
+fn encode_violations(path: &str, text: &str) -> Vec<String> {
+    if path == PUBLISHER || path.starts_with("truthscale-core/") {
+        return Vec::new();
+    }
+    facts(path, text)
+        .names
+        .iter()
+        .filter(|n| {
+            matches!(n.path.as_slice(), [c, e, last] if c == "truthscale_core" && e == "exposition"
+                && (last == "encode" || last == "*"))
+        })
+        .map(|n| {
+            format!(
+                "{path}: names {}: only the publisher encodes the exposition",
+                n.path.join("::")
+            )
+        })
+        .collect()
+}
+
+/// `sinks` names neither the sources, the sampler nor the composition root, and calls no
+/// `sample`: a sink reads the published snapshot.
+fn sink_violations(path: &str, text: &str) -> Vec<String> {
+    if top_module(path) != "sinks" {
+        return Vec::new();
+    }
+    struct Samples(usize);
+    impl<'ast> Visit<'ast> for Samples {
+        fn visit_item(&mut self, item: &'ast Item) {
+            if !is_test(item_attrs(item)) {
+                visit::visit_item(self, item);
+            }
+        }
+        fn visit_impl_item(&mut self, item: &'ast ImplItem) {
+            if !is_test(impl_item_attrs(item)) {
+                visit::visit_impl_item(self, item);
+            }
+        }
+        fn visit_expr_method_call(&mut self, m: &'ast syn::ExprMethodCall) {
+            self.0 += usize::from(m.method == "sample");
+            visit::visit_expr_method_call(self, m);
+        }
+    }
+    let mut out = Vec::new();
+    for n in facts(path, text).names {
+        if let [root, to, ..] = n.path.as_slice()
+            && root == "crate"
+            && (to == "sources" || to == "pipeline" || to == "compose")
+        {
+            out.push(format!(
+                "{path}: names {}: a sink reads the snapshot, never a source or the sampler",
+                n.path.join("::")
+            ));
+        }
+    }
+    let mut samples = Samples(0);
+    samples.visit_file(&parse(path, text));
+    if samples.0 > 0 {
+        out.push(format!("{path}: calls `.sample(…)`: a sink never samples"));
+    }
+    out
+}
+
+/// The string literals outside the catalog that name a `truthscale_*` metric family today,
+/// as (file, family): the exporter's own series it counts or reads back by name. The list
+/// only shrinks: a new name belongs in the catalog.
+const METRIC_NAME_LITERALS: &[(&str, &str)] = &[
+    (
+        "exporter/src/attribution/mod.rs",
+        "truthscale_source_errors_total",
+    ),
+    (
+        "exporter/src/commands/doctor.rs",
+        "truthscale_source_errors_total",
+    ),
+    (
+        "exporter/src/enrichment/mod.rs",
+        "truthscale_serving_engine_up",
+    ),
+    (
+        "exporter/src/enrichment/mod.rs",
+        "truthscale_source_errors_total",
+    ),
+    ("exporter/src/history/mod.rs", "truthscale_gpu_"),
+    (
+        "exporter/src/pipeline/background.rs",
+        "truthscale_source_errors_total",
+    ),
+    ("exporter/src/pipeline/mod.rs", "truthscale_gpu_up"),
+    (
+        "exporter/src/pipeline/mod.rs",
+        "truthscale_source_errors_total",
+    ),
+    ("exporter/src/pipeline/mod.rs", "truthscale_source_up"),
+    (
+        "exporter/src/pipeline/served.rs",
+        "truthscale_derivation_diagnostics_total",
+    ),
+    ("exporter/src/publish.rs", "truthscale_series_dropped_total"),
+    (
+        "exporter/src/report/showback.rs",
+        "truthscale_gpu_allocation_info",
+    ),
+];
+
+/// The catalog: where the metric families are named.
+const CATALOG: &str = "truthscale-core/src/catalog.rs";
+
+/// The `truthscale_*` metric families a string names (the crates' own names are not).
+fn metric_names(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, _) in s.match_indices("truthscale_") {
+        if s[..i]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            continue;
+        }
+        let name: String = s[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if name.len() > "truthscale_".len()
+            && name != "truthscale_core"
+            && name != "truthscale_exporter"
+        {
+            out.push(name);
+        }
+    }
+    out
+}
+
+/// The string literals of a file's non-test code (doc comments are attributes, not counted),
+/// macro arguments included.
+fn string_literals(path: &str, text: &str) -> Vec<String> {
+    #[derive(Default)]
+    struct Lits(Vec<String>);
+    impl Lits {
+        fn scan(&mut self, mut c: Cursor<'_>) {
+            while !c.eof() {
+                if let Some((inside, _, _, next)) = c.any_group() {
+                    self.scan(inside);
+                    c = next;
+                } else if let Some((lit, next)) = c.literal() {
+                    if let Ok(syn::Lit::Str(s)) = syn::parse_str::<syn::Lit>(&lit.to_string()) {
+                        self.0.push(s.value());
+                    }
+                    c = next;
+                } else if let Some((_, next)) = c.token_tree() {
+                    c = next;
+                } else {
+                    break;
+                }
+            }
+        }
+    }
+    impl<'ast> Visit<'ast> for Lits {
+        fn visit_item(&mut self, item: &'ast Item) {
+            if !is_test(item_attrs(item)) {
+                visit::visit_item(self, item);
+            }
+        }
+        fn visit_impl_item(&mut self, item: &'ast ImplItem) {
+            if !is_test(impl_item_attrs(item)) {
+                visit::visit_impl_item(self, item);
+            }
+        }
+        fn visit_attribute(&mut self, _: &'ast Attribute) {}
+        fn visit_lit_str(&mut self, s: &'ast syn::LitStr) {
+            self.0.push(s.value());
+        }
+        fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+            self.scan(TokenBuffer::new2(mac.tokens.clone()).begin());
+        }
+    }
+    let file = parse(path, text);
+    if is_test(&file.attrs) {
+        return Vec::new();
+    }
+    let mut lits = Lits::default();
+    lits.visit_file(&file);
+    lits.0
+}
+
+/// Outside the catalog, no non-test string literal names a `truthscale_*` metric family but
+/// the pairs of `METRIC_NAME_LITERALS`.
+fn metric_literal_violations(path: &str, text: &str) -> Vec<String> {
+    if path == CATALOG {
+        return Vec::new();
+    }
+    let names: BTreeSet<String> = string_literals(path, text)
+        .iter()
+        .flat_map(|s| metric_names(s))
+        .collect();
+    names
+        .into_iter()
+        .filter(|m| !METRIC_NAME_LITERALS.contains(&(path, m.as_str())))
+        .map(|m| {
+            format!(
+                "{path}: a string literal names the metric family {m}: metric names live in the catalog ({CATALOG})"
+            )
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------
 // The invariants, on the real tree
 
 /// Architecture Invariant: the exporter's modules import each other without cycles.
@@ -1766,6 +2396,259 @@ fn every_invariant_names_what_holds_it() {
             "an invariant that names no test or lint: {p}"
         );
     }
+}
+
+/// Every production file of both crates: `exporter/src` and `truthscale-core/src`.
+fn production_files() -> Vec<(String, String)> {
+    let mut files = crate_files("exporter/src");
+    files.extend(crate_files("truthscale-core/src"));
+    files
+}
+
+/// Architecture Invariant: no production function is over 80 lines, but those on the
+/// shrinking allow-list.
+#[test]
+fn no_function_over_80_lines() {
+    let files = production_files();
+    let fns: Vec<(String, usize)> = files
+        .iter()
+        .flat_map(|(p, t)| production_fn_lengths(p, t))
+        .collect();
+    assert!(fns.len() > 200, "read the functions: {}", fns.len());
+    let v = length_violations(&fns, LONG_FNS);
+    assert!(v.is_empty(), "{}", v.join("\n"));
+}
+
+/// Architecture Invariant: outside tests, no glob imports a module of the same crate.
+#[test]
+fn no_sibling_globs_outside_tests() {
+    let v = all_violations(&production_files(), glob_violations);
+    assert!(v.is_empty(), "{}", v.join("\n"));
+}
+
+/// Architecture Invariant: commands never name the core's fleet analysis or showback, and the
+/// report's renderers read only its sections.
+#[test]
+fn commands_and_renderers_never_analyze() {
+    let files = crate_files("exporter/src");
+    for r in RENDERERS {
+        assert!(files.iter().any(|(p, _)| p == r), "{r} exists");
+    }
+    let v = all_violations(&files, report_violations);
+    assert!(v.is_empty(), "{}", v.join("\n"));
+}
+
+/// Architecture Invariant: the metric families are named in the catalog.
+#[test]
+fn metric_names_live_in_the_catalog() {
+    let files = production_files();
+    assert!(files.iter().any(|(p, _)| p == CATALOG));
+    let catalog = read(CATALOG);
+    assert!(
+        string_literals(CATALOG, &catalog)
+            .iter()
+            .any(|s| !metric_names(s).is_empty()),
+        "the catalog names the metric families"
+    );
+    let v = all_violations(&files, metric_literal_violations);
+    assert!(v.is_empty(), "{}", v.join("\n"));
+}
+
+/// Architecture Invariant: only the publisher encodes the exposition.
+#[test]
+fn only_the_publisher_encodes() {
+    let files = crate_files("exporter/src");
+    let publisher = files
+        .iter()
+        .find(|(p, _)| p == PUBLISHER)
+        .expect("the publisher");
+    assert!(
+        facts(&publisher.0, &publisher.1)
+            .names
+            .iter()
+            .any(|n| n.path.join("::") == "truthscale_core::exposition::encode"),
+        "the publisher encodes"
+    );
+    let v = all_violations(&files, encode_violations);
+    assert!(v.is_empty(), "{}", v.join("\n"));
+}
+
+/// Architecture Invariant: sinks never sample.
+#[test]
+fn sinks_never_sample() {
+    let files = crate_files("exporter/src");
+    assert!(files.iter().any(|(p, _)| top_module(p) == "sinks"));
+    let v = all_violations(&files, sink_violations);
+    assert!(v.is_empty(), "{}", v.join("\n"));
+}
+
+#[test]
+fn caught_a_long_function() {
+    let body = |n: usize| -> String {
+        (0..n.saturating_sub(2))
+            .map(|i| format!("    let _x{i} = {i};\n"))
+            .collect()
+    };
+    let long = format!(
+        "impl S {{\n    fn short(&self) {{}}\n}}\nmod m {{\n    pub fn long() {{\n{}}}\n}}\n\
+         #[cfg(test)]\nmod tests {{\n    fn long_test() {{\n{}}}\n}}\n",
+        body(81),
+        body(200)
+    );
+    let fns = production_fn_lengths("exporter/src/view.rs", &long);
+    assert_eq!(
+        fns,
+        vec![
+            ("exporter::view::S::short".to_string(), 1),
+            ("exporter::view::m::long".to_string(), 81),
+        ]
+    );
+    // Not on the list; on it and grown; on it and short now; on it and gone.
+    assert_eq!(length_violations(&fns, &[]).len(), 1);
+    assert_eq!(
+        length_violations(&fns, &[("exporter::view::m::long", 90)]),
+        Vec::<String>::new()
+    );
+    assert!(length_violations(&fns, &[("exporter::view::m::long", 80)])[0].contains("grew"));
+    let short = [("exporter::view::m::long".to_string(), 80)];
+    assert!(
+        length_violations(&short, &[("exporter::view::m::long", 85)])[0].contains("take it off")
+    );
+    assert!(length_violations(&[], &[("exporter::view::m::long", 85)])[0].contains("no longer"));
+    // Strings, characters, comments and macro_rules! bodies do not confuse the counter.
+    let tricky = "fn a() {\n    let _ = \"}\\\"{\";\n    let _ = '}';\n    let _ = r#\"\n}\"#;\n    // }\n    /* } /* } */ */\n    let _: &'static str = b\"}\";\n}\nmacro_rules! m { () => { fn b() {} } }\nfn c<'a>(x: &'a [u8; 2]) -> [u8; 2] { *x }\n";
+    assert_eq!(
+        fn_lengths(tricky),
+        vec![("a".to_string(), 9), ("c".to_string(), 1)]
+    );
+}
+
+#[test]
+fn caught_a_sibling_glob() {
+    for text in [
+        "use super::*;",
+        "mod inner { pub fn f() {} } use inner::*;",
+        "use crate::report::{format::*};",
+        "use std::collections::*;",
+    ] {
+        assert!(
+            !glob_violations("exporter/src/view.rs", text).is_empty(),
+            "not caught: {text}"
+        );
+    }
+    for text in [
+        "#[cfg(test)] mod tests { use super::*; }",
+        "use super::format::fmt_pct;",
+    ] {
+        assert!(
+            glob_violations("exporter/src/view.rs", text).is_empty(),
+            "{text}"
+        );
+    }
+    assert!(glob_violations("exporter/src/report/html.rs", "use plotters::prelude::*;").is_empty());
+}
+
+#[test]
+fn caught_a_command_analyzing_or_a_renderer_reading_history() {
+    for text in [
+        "use truthscale_core::fleet; fn f() { let _ = fleet::analyze(&i, &c); }",
+        "fn f() { let _ = truthscale_core::showback::showback(); }",
+        "use truthscale_core::showback::{self as s}; fn f(x: &s::Showback) {}",
+    ] {
+        assert!(
+            !report_violations("exporter/src/commands/top.rs", text).is_empty(),
+            "not caught: {text}"
+        );
+    }
+    let allowed = "use truthscale_core::fleet::{FleetConfig, IDLE_BUSY_BELOW}; fn f() { let _ = FleetConfig::default(); }";
+    assert!(report_violations("exporter/src/commands/report.rs", allowed).is_empty());
+    for text in [
+        "use truthscale_core::fleet::analyze;",
+        "fn f() { let _ = truthscale_core::showback::showback(); }",
+        "use crate::history::History;",
+        "fn f() { let _ = super::super::history::decode_range_answer(b\"\"); }",
+    ] {
+        for r in RENDERERS {
+            assert!(
+                !report_violations(r, text).is_empty(),
+                "not caught in {r}: {text}"
+            );
+        }
+    }
+    let reads =
+        "use truthscale_core::fleet::{FleetReport, Summary}; use super::sections::SECTIONS;";
+    assert!(report_violations("exporter/src/report/text.rs", reads).is_empty());
+}
+
+#[test]
+fn caught_a_metric_name_literal() {
+    for text in [
+        "const NAME: &str = \"truthscale_gpu_up\";",
+        "fn f() -> String { format!(\"{}\", \"truthscale_gpu_effective_compute_ratio\") }",
+        "fn f(w: &mut String) { w.push_str(&format!(\"truthscale_gpu_info{{uuid=\\\"{}\\\"}}\", 1)); }",
+        "fn f() -> bool { \"x\" == r\"truthscale_source_up\" }",
+    ] {
+        assert!(
+            !metric_literal_violations("exporter/src/view.rs", text).is_empty(),
+            "not caught: {text}"
+        );
+    }
+    for text in [
+        "/// `truthscale_gpu_up`\nfn f() {}",
+        "#[cfg(test)] mod tests { const N: &str = \"truthscale_gpu_up\"; }",
+        "const C: &str = \"truthscale_core\";",
+    ] {
+        assert!(
+            metric_literal_violations("exporter/src/view.rs", text).is_empty(),
+            "{text}"
+        );
+    }
+    assert!(
+        metric_literal_violations(CATALOG, "const N: &str = \"truthscale_gpu_up\";").is_empty()
+    );
+}
+
+#[test]
+fn caught_encoding_outside_the_publisher() {
+    for (path, text) in [
+        (
+            "exporter/src/http/mod.rs",
+            "use truthscale_core::exposition; fn f() { let _ = exposition::encode(a, b, c, d); }",
+        ),
+        (
+            "exporter/src/sinks/otlp/mod.rs",
+            "fn f() { let _ = truthscale_core::exposition::encode(a, b, c, d); }",
+        ),
+        (
+            "exporter/src/view.rs",
+            "use truthscale_core::exposition::*;",
+        ),
+    ] {
+        assert!(
+            !encode_violations(path, text).is_empty(),
+            "not caught: {text}"
+        );
+    }
+    let text = "use truthscale_core::exposition::{self, Encoding}; fn f() { exposition::encode(a, b, c, Encoding::Text); }";
+    assert!(encode_violations(PUBLISHER, text).is_empty());
+}
+
+#[test]
+fn caught_a_sink_sampling() {
+    for text in [
+        "use crate::sources::Source;",
+        "fn f(s: &mut dyn Source) { let _ = s.sample(now); }",
+        "use crate::{pipeline::Sampler};",
+        "fn f() { let _ = super::super::super::compose::start(c); }",
+    ] {
+        assert!(
+            !sink_violations("exporter/src/sinks/otlp/instruments.rs", text).is_empty(),
+            "not caught: {text}"
+        );
+    }
+    let text =
+        "use crate::publish::Snapshot; #[cfg(test)] mod tests { fn t(s: &mut S) { s.sample(n); } }";
+    assert!(sink_violations("exporter/src/sinks/otlp/mod.rs", text).is_empty());
 }
 
 // ---------------------------------------------------------------------------------------
