@@ -171,6 +171,40 @@ fn is_test(attrs: &[Attribute]) -> bool {
     })
 }
 
+/// Whether `attrs` gate an item to tests or to the `testing` and `fuzzing` features: a hook,
+/// not the embedding API.
+fn is_hook(attrs: &[Attribute]) -> bool {
+    is_test(attrs)
+        || attrs.iter().any(|a| {
+            a.path().is_ident("cfg") && a.parse_args::<Meta>().is_ok_and(|m| needs_hook(&m))
+        })
+}
+
+/// Whether a `cfg` predicate holds only under `test` or the `testing`/`fuzzing` features.
+fn needs_hook(m: &Meta) -> bool {
+    match m {
+        Meta::Path(p) => p.is_ident("test"),
+        Meta::NameValue(nv) => {
+            nv.path.is_ident("feature")
+                && matches!(&nv.value, syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. })
+                    if s.value() == "testing" || s.value() == "fuzzing")
+        }
+        Meta::List(l) => {
+            let Ok(args) = l.parse_args_with(Punctuated::<Meta, Token![,]>::parse_terminated)
+            else {
+                return false;
+            };
+            if l.path.is_ident("all") {
+                args.iter().any(needs_hook)
+            } else if l.path.is_ident("any") {
+                !args.is_empty() && args.iter().all(needs_hook)
+            } else {
+                false
+            }
+        }
+    }
+}
+
 /// Whether a `cfg` predicate holds only under `test`.
 fn needs_test(m: &Meta) -> bool {
     match m {
@@ -2674,7 +2708,7 @@ fn public_items(path: &Path, module: &str, items: &[Item], out: &mut BTreeSet<St
         }
     };
     for item in items {
-        if is_test(item_attrs(item)) {
+        if is_hook(item_attrs(item)) {
             continue;
         }
         match item {
@@ -2747,7 +2781,7 @@ fn public_items(path: &Path, module: &str, items: &[Item], out: &mut BTreeSet<St
                 for ii in &i.items {
                     if let ImplItem::Fn(f) = ii
                         && is_pub(&f.vis)
-                        && !is_test(&f.attrs)
+                        && !is_hook(&f.attrs)
                     {
                         out.insert(at(&format!("{}::{}", ty.ident, f.sig.ident)));
                     }
