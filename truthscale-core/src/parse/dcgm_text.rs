@@ -171,6 +171,20 @@ impl Refused {
     }
 }
 
+/// A series' identity: its lowercase name and its labels, sorted.
+fn series_key<K: AsRef<str> + Ord, V: AsRef<str> + Ord>(name: &str, labels: &[(K, V)]) -> String {
+    let mut sorted: Vec<_> = labels.iter().collect();
+    sorted.sort();
+    let mut series = name.to_owned();
+    for (k, v) in sorted {
+        series.extend(['\0', '{']);
+        series.push_str(k.as_ref());
+        series.push('\0');
+        series.push_str(v.as_ref());
+    }
+    series
+}
+
 /// Line-at-a-time parser for dcgm-exporter text.
 #[derive(Debug)]
 pub struct DcgmTextParser {
@@ -266,15 +280,7 @@ impl DcgmTextParser {
             return Ok(None);
         }
         let name = name.to_ascii_lowercase();
-        let mut sorted: Vec<_> = labels.iter().collect();
-        sorted.sort();
-        let mut series = name.clone();
-        for (k, v) in sorted {
-            series.extend(['\0', '{']);
-            series.push_str(k);
-            series.push('\0');
-            series.push_str(v);
-        }
+        let series = series_key(&name, &labels);
         let done = if self.seen.contains(&series) {
             self.end_scrape()
         } else {
