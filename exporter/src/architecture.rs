@@ -167,62 +167,48 @@ fn parse(path: &str, text: &str) -> syn::File {
 fn is_test(attrs: &[Attribute]) -> bool {
     attrs.iter().any(|a| {
         a.path().is_ident("test")
-            || (a.path().is_ident("cfg") && a.parse_args::<Meta>().is_ok_and(|m| needs_test(&m)))
+            || (a.path().is_ident("cfg")
+                && a.parse_args::<Meta>()
+                    .is_ok_and(|m| holds_only_under(&m, &|_| false)))
     })
 }
 
 /// Whether `attrs` gate an item to tests or to the `testing` and `fuzzing` features: a hook,
 /// not the embedding API.
 fn is_hook(attrs: &[Attribute]) -> bool {
+    let hook_feature = |f: &str| f == "testing" || f == "fuzzing";
     is_test(attrs)
         || attrs.iter().any(|a| {
-            a.path().is_ident("cfg") && a.parse_args::<Meta>().is_ok_and(|m| needs_hook(&m))
+            a.path().is_ident("cfg")
+                && a.parse_args::<Meta>()
+                    .is_ok_and(|m| holds_only_under(&m, &hook_feature))
         })
 }
 
-/// Whether a `cfg` predicate holds only under `test` or the `testing`/`fuzzing` features.
-fn needs_hook(m: &Meta) -> bool {
+/// Whether a `cfg` predicate holds only under `test` or a `feature = "…"` that `feature`
+/// accepts.
+fn holds_only_under(m: &Meta, feature: &dyn Fn(&str) -> bool) -> bool {
     match m {
         Meta::Path(p) => p.is_ident("test"),
         Meta::NameValue(nv) => {
             nv.path.is_ident("feature")
                 && matches!(&nv.value, syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. })
-                    if s.value() == "testing" || s.value() == "fuzzing")
+                    if feature(&s.value()))
         }
         Meta::List(l) => {
             let Ok(args) = l.parse_args_with(Punctuated::<Meta, Token![,]>::parse_terminated)
             else {
                 return false;
             };
+            let only = |m: &Meta| holds_only_under(m, feature);
             if l.path.is_ident("all") {
-                args.iter().any(needs_hook)
+                args.iter().any(only)
             } else if l.path.is_ident("any") {
-                !args.is_empty() && args.iter().all(needs_hook)
+                !args.is_empty() && args.iter().all(only)
             } else {
                 false
             }
         }
-    }
-}
-
-/// Whether a `cfg` predicate holds only under `test`.
-fn needs_test(m: &Meta) -> bool {
-    match m {
-        Meta::Path(p) => p.is_ident("test"),
-        Meta::List(l) => {
-            let Ok(args) = l.parse_args_with(Punctuated::<Meta, Token![,]>::parse_terminated)
-            else {
-                return false;
-            };
-            if l.path.is_ident("all") {
-                args.iter().any(needs_test)
-            } else if l.path.is_ident("any") {
-                !args.is_empty() && args.iter().all(needs_test)
-            } else {
-                false
-            }
-        }
-        Meta::NameValue(_) => false,
     }
 }
 

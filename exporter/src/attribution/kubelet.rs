@@ -321,7 +321,7 @@ fn source_text(e: &dyn std::error::Error) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::attribution::allocations::*;
     use crate::attribution::config::*;
@@ -353,7 +353,12 @@ mod tests {
         assert_eq!(parse_device_id("nvidia0"), None);
     }
 
-    fn container(name: &str, resource: &str, ids: &[&str]) -> ContainerResources {
+    /// A container holding `ids` of `resource` (the decoder's tests build answers with it).
+    pub(in crate::attribution) fn container(
+        name: &str,
+        resource: &str,
+        ids: &[&str],
+    ) -> ContainerResources {
         ContainerResources {
             name: name.into(),
             devices: vec![ContainerDevices {

@@ -325,24 +325,13 @@ impl<M: prost::Message + Send + 'static> tonic::codec::Codec for AnswerCodec<M> 
 mod tests {
     use super::*;
     use crate::attribution::kubelet::proto::*;
+    use crate::attribution::kubelet::tests::container;
     use crate::bounds::{MAX_ENTITIES, MAX_HOLDERS, MAX_LABEL_BYTES};
     use crate::pipeline::Answer as _;
     use prost::Message as _;
 
     fn patterns() -> Vec<String> {
         vec!["nvidia.com/gpu*".into(), "nvidia.com/mig-*".into()]
-    }
-
-    fn container(name: &str, resource: &str, ids: &[&str]) -> ContainerResources {
-        ContainerResources {
-            name: name.into(),
-            devices: vec![ContainerDevices {
-                resource_name: resource.into(),
-                device_ids: ids.iter().map(|s| (*s).into()).collect(),
-                topology: None,
-            }],
-            ..Default::default()
-        }
     }
 
     fn pod(name: &str, namespace: &str, containers: Vec<ContainerResources>) -> PodResources {

@@ -122,7 +122,13 @@ pub(super) fn smaller_gpu(
         return (Some(proposal), None);
     }
     let note = match withheld {
-        Some((c, k)) => withheld_note(c, &k, limit.max_over),
+        Some((c, k)) => withheld_note(
+            &format!("the {}", c.name),
+            c.name,
+            "its own GPU",
+            &k,
+            limit.max_over,
+        ),
         None => "no smaller catalog model covers its p99 demand".to_owned(),
     };
     (None, Some(note))
@@ -160,19 +166,12 @@ fn mig_choice(
         compute: Some(demand.compute.map_or(need, |c| c.max(need))),
         ..demand
     };
-    let why = format!(
-        "MIG {} covers its p99 demand, but its peak saturation {:.2} is {:.2}× the {}'s capacity ({:.3} of the GPU), above the {:.2}× allowed{}",
+    let why = withheld_note(
+        &format!("MIG {}", first.profile),
         first.profile,
-        k.peak_saturation,
-        k.peak_on_target,
-        first.profile,
-        k.capacity_ratio,
+        "the GPU",
+        &k,
         limit.max_over,
-        match (k.burst_seconds, k.burst_on_target_seconds) {
-            (Some(b), Some(on)) =>
-                format!(": its longest burst, {b:.0} s, would run {on:.0} s there"),
-            _ => String::new(),
-        }
     );
     match rightsizing::mig_fit(spec, &bumped, h, D_MAX).map(choice) {
         Some(c) if c.profile != first.profile => (Some(c), Some(why)),
@@ -181,14 +180,22 @@ fn mig_choice(
 }
 
 /// Why a model that covers the p99 demand is not proposed: its peak would exceed it.
-fn withheld_note(c: &GpuSpec, k: &PeakCost, max_over: f64) -> String {
+/// `proposal` (a model or a MIG profile, named `target`) covers the p99 demand, but the
+/// peak `k` exceeds its capacity (a share of `relative_to`) by more than `max_over`.
+fn withheld_note(
+    proposal: &str,
+    target: &str,
+    relative_to: &str,
+    k: &PeakCost,
+    max_over: f64,
+) -> String {
     let burst = match (k.burst_seconds, k.burst_on_target_seconds) {
         (Some(b), Some(on)) => format!(": its longest burst, {b:.0} s, would run {on:.0} s there"),
         _ => String::new(),
     };
     format!(
-        "the {} covers its p99 demand, but its peak saturation {:.2} is {:.2}× the {}'s capacity ({:.3} of its own GPU), above the {max_over:.2}× allowed{burst}",
-        c.name, k.peak_saturation, k.peak_on_target, c.name, k.capacity_ratio
+        "{proposal} covers its p99 demand, but its peak saturation {:.2} is {:.2}× the {target}'s capacity ({:.3} of {relative_to}), above the {max_over:.2}× allowed{burst}",
+        k.peak_saturation, k.peak_on_target, k.capacity_ratio
     )
 }
 

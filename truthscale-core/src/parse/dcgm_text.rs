@@ -177,7 +177,7 @@ fn series_key<K: AsRef<str> + Ord, V: AsRef<str> + Ord>(name: &str, labels: &[(K
     sorted.sort();
     let mut series = name.to_owned();
     for (k, v) in sorted {
-        series.extend(['\0', '{']);
+        series.push_str("\0{");
         series.push_str(k.as_ref());
         series.push('\0');
         series.push_str(v.as_ref());
