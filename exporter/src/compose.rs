@@ -15,7 +15,7 @@ use crate::attribution::{NodeAttribution, OwnPod, PodLabels, apiserver::ApiServe
 use crate::config::Settings;
 use crate::enrichment::Engine;
 use crate::http::web::{WebConfig, WebConfigError};
-use crate::pipeline::{self, Sampler, Stage};
+use crate::pipeline::{self, Sampler, SourceLabel, Stage};
 use crate::sources::{BuildError, Source};
 use std::time::SystemTime;
 use truthscale_core::exposition::Identity;
@@ -31,11 +31,7 @@ pub fn start(settings: &Settings) -> Result<Sampler, BuildError> {
         .source
         .build(&settings.source_context, SystemTime::now())?;
     let api = pod_label_client(settings)?;
-    Ok(Sampler::start(
-        &config(settings),
-        source,
-        stages(settings, api),
-    ))
+    Ok(start_sampler(settings, source, api))
 }
 
 /// Start sampling an already built source through the stages the settings ask for. Node
@@ -50,7 +46,13 @@ pub fn start_with_source(settings: &Settings, source: Box<dyn Source>) -> Sample
         );
         None
     });
-    Sampler::start(&config(settings), source, stages(settings, api))
+    start_sampler(settings, source, api)
+}
+
+/// Start the sampler on `source`, handing the pipeline the source's label once.
+fn start_sampler(settings: &Settings, source: Box<dyn Source>, api: Option<ApiServer>) -> Sampler {
+    let label = SourceLabel::new(source.name());
+    Sampler::start(&config(settings), label, source, stages(settings, api))
 }
 
 /// The pipeline's own configuration.

@@ -73,5 +73,3 @@ pub use http::router;
 pub use pipeline::Sampler;
 pub use publish::Snapshot;
 
-#[cfg(test)]
-mod architecture;

@@ -35,6 +35,31 @@ use truthscale_core::exposition::{ExporterStatus, Identity, SourceHealth};
 use truthscale_core::tracker::Deriver;
 use truthscale_core::verdict::VerdictConfig;
 
+/// The `source` label of what a pipeline samples, handed to it at start by the composition
+/// root: written on every series and in the status, never compared. The pipeline cannot ask
+/// which source it runs (it has no `PartialEq`, and the pipeline never reads its source's
+/// name).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SourceLabel(&'static str);
+
+impl SourceLabel {
+    /// The label `name` (the composition root reads it off the source it built).
+    pub(crate) fn new(name: &'static str) -> SourceLabel {
+        SourceLabel(name)
+    }
+
+    /// The label's value, to write.
+    pub(crate) fn value(self) -> &'static str {
+        self.0
+    }
+}
+
+impl std::fmt::Display for SourceLabel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
 /// What the pipeline runs by, besides its source and stages.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -72,14 +97,15 @@ pub struct Sampler {
 pub(crate) const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
 
 impl Sampler {
-    /// Start sampling `source` through `stages`, in order.
+    /// Start sampling `source`, labelled `label`, through `stages`, in order.
     #[must_use]
     pub(crate) fn start(
         config: &Config,
+        label: SourceLabel,
         source: Box<dyn Source>,
         stages: Vec<Box<dyn Stage>>,
     ) -> Sampler {
-        let name = source.name().to_string();
+        let name = label.to_string();
         let (tx, rx) = watch::channel(Arc::new(Snapshot {
             source: name.clone(),
             taken_at: Some(Instant::now()),
@@ -88,7 +114,7 @@ impl Sampler {
         let (stop_tx, stop_rx) = mpsc::channel();
         let (ended_tx, ended) = mpsc::channel::<()>();
         let sinks = SinkErrors::default();
-        let pipeline = Pipeline::new(config, source, stages, sinks.clone());
+        let pipeline = Pipeline::new(config, (label, source), stages, sinks.clone());
         let at = Arc::clone(&pipeline.at);
         let interval = config.interval;
         // The pipeline's thread holds the only sender: when it ends, the channel closes
@@ -264,6 +290,8 @@ fn run(
 /// The pipeline's state, owned by its thread.
 struct Pipeline {
     source: Box<dyn Source>,
+    /// The source's label, handed at start.
+    label: SourceLabel,
     /// The source's health: failures by kind (up is the served data's freshness).
     errors: BTreeMap<String, u64>,
     log: LogLimiter,
@@ -282,7 +310,7 @@ struct Pipeline {
 impl Pipeline {
     fn new(
         config: &Config,
-        source: Box<dyn Source>,
+        (label, source): (SourceLabel, Box<dyn Source>),
         stages: Vec<Box<dyn Stage>>,
         sinks: SinkErrors,
     ) -> Pipeline {
@@ -293,6 +321,7 @@ impl Pipeline {
         deriver.set_verdict_config(config.verdict.clone());
         Pipeline {
             source,
+            label,
             errors: BTreeMap::new(),
             log: LogLimiter::default(),
             attributes: stages.iter().any(|s| s.attributes()),
@@ -330,7 +359,7 @@ impl Pipeline {
         self.count_overrun(started.elapsed(), read, &took, &mut produced);
         self.count_errors(&produced);
         self.served.derive(&produced, started, self.attributes);
-        let source = self.source.name();
+        let source = self.label.value();
         let source_up = self.served.up();
         let status = self.status(now, started, source_up);
         let tick = Published {
@@ -389,7 +418,7 @@ impl Pipeline {
             *self.errors.entry(e.kind().to_string()).or_default() += 1;
             if self.log.allow(e.kind()) {
                 tracing::warn!(
-                    source = self.source.name(),
+                    source = %self.label,
                     kind = e.kind(),
                     error = %e,
                     "Source reported a problem; it is counted in truthscale_source_errors_total (repeats of this kind are logged at most every 30 s)."
@@ -401,7 +430,7 @@ impl Pipeline {
     /// The exporter's own status at this tick: the source's health and each stage's.
     fn status(&self, now: SystemTime, started: Instant, source_up: bool) -> ExporterStatus {
         let source = SourceHealth {
-            name: self.source.name().to_string(),
+            name: self.label.to_string(),
             up: source_up,
             errors: self.errors.clone(),
         };
@@ -479,9 +508,10 @@ mod tests {
             max_series: 100,
         };
         let stages: Vec<Box<dyn Stage>> = vec![Box::new(Slow::new(stage_ms))];
+        let source = Box::new(Slow::new(source_ms));
         Pipeline::new(
             &config,
-            Box::new(Slow::new(source_ms)),
+            (SourceLabel::new("null"), source),
             stages,
             SinkErrors::default(),
         )
@@ -552,7 +582,12 @@ mod tests {
             hang: Duration::from_millis(1200),
             ticks: 0,
         };
-        let sampler = Sampler::start(&config, Box::new(source), Vec::new());
+        let sampler = Sampler::start(
+            &config,
+            SourceLabel::new("null"),
+            Box::new(source),
+            Vec::new(),
+        );
         let t0 = Instant::now();
         let wait = |f: &dyn Fn(&Snapshot) -> bool| {
             while !f(&sampler.latest()) {
@@ -583,7 +618,12 @@ mod tests {
             hang: Duration::from_secs(30),
             ticks: 0,
         };
-        let sampler = Sampler::start(&config, Box::new(hung), Vec::new());
+        let sampler = Sampler::start(
+            &config,
+            SourceLabel::new("null"),
+            Box::new(hung),
+            Vec::new(),
+        );
         while sampler.latest().tick < 1 {
             sleep(Duration::from_millis(5));
         }

@@ -62,8 +62,9 @@ const CORE_BANNED_MACROS: &[&str] = &["print", "println", "eprint", "eprintln", 
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the exporter lies in the workspace")
+        .ancestors()
+        .nth(2)
+        .expect("tests/architecture lies in the workspace")
         .to_path_buf()
 }
 
@@ -1442,7 +1443,7 @@ fn length_violations(fns: &[(String, usize)], allowed: &[(&str, usize)]) -> Vec<
                 "{name} grew from {was} to {n} lines: a long function on LONG_FNS may only shrink"
             )),
             Some(_) if n <= MAX_FN_LINES => out.push(format!(
-                "{name} is {n} lines now: take it off LONG_FNS in exporter/src/architecture.rs"
+                "{name} is {n} lines now: take it off LONG_FNS in tests/architecture/tests/architecture.rs"
             )),
             _ => {}
         }
@@ -1554,6 +1555,151 @@ fn encode_violations(path: &str, text: &str) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// The pipeline is handed its source's label at start (by `compose`) and has nothing to
+/// compare: outside tests, no file of `pipeline/` asks a source its name or kind, compares
+/// anything to a string literal (`==`, `!=`, `.eq("…")`, `.starts_with("…")`, …) or matches
+/// against one (`match`, `matches!`), so it cannot branch on which source it runs, through a
+/// local variable or otherwise.
+fn pipeline_violations(path: &str, text: &str) -> Vec<String> {
+    if top_module(path) != "pipeline" {
+        return Vec::new();
+    }
+    struct Compares(Vec<String>);
+    const STR_METHODS: &[&str] = &[
+        "eq",
+        "ne",
+        "starts_with",
+        "ends_with",
+        "contains",
+        "eq_ignore_ascii_case",
+    ];
+    impl<'ast> Visit<'ast> for Compares {
+        fn visit_item(&mut self, item: &'ast Item) {
+            if !is_test(item_attrs(item)) {
+                visit::visit_item(self, item);
+            }
+        }
+        fn visit_impl_item(&mut self, item: &'ast ImplItem) {
+            if !is_test(impl_item_attrs(item)) {
+                visit::visit_impl_item(self, item);
+            }
+        }
+        fn visit_expr_method_call(&mut self, m: &'ast syn::ExprMethodCall) {
+            let method = m.method.to_string();
+            if (method == "name" || method == "kind")
+                && m.args.is_empty()
+                && names_a_source(&m.receiver)
+            {
+                self.0.push(format!("asks its source's {method}()"));
+            }
+            if STR_METHODS.contains(&method.as_str()) && m.args.iter().any(is_str) {
+                self.0
+                    .push(format!("compares to a string with .{method}(\"…\")"));
+            }
+            visit::visit_expr_method_call(self, m);
+        }
+        fn visit_expr_binary(&mut self, b: &'ast syn::ExprBinary) {
+            if matches!(b.op, syn::BinOp::Eq(_) | syn::BinOp::Ne(_))
+                && (is_str(&b.left) || is_str(&b.right))
+            {
+                self.0.push("compares to a string literal".into());
+            }
+            visit::visit_expr_binary(self, b);
+        }
+        fn visit_expr_match(&mut self, m: &'ast syn::ExprMatch) {
+            if m.arms.iter().any(|a| pat_has_str(&a.pat)) {
+                self.0.push("matches against a string literal".into());
+            }
+            visit::visit_expr_match(self, m);
+        }
+        fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+            if mac.path.is_ident("matches") && mac.tokens.to_string().contains('"') {
+                self.0.push("matches! against a string literal".into());
+            }
+        }
+    }
+    let mut found = Compares(Vec::new());
+    found.visit_file(&parse(path, text));
+    found
+        .0
+        .into_iter()
+        .map(|what| {
+            format!(
+                "{path}: {what}: the pipeline is handed its source's label at start and never \
+                 asks or compares which source it runs"
+            )
+        })
+        .collect()
+}
+
+/// The modules directly under `sources/` (`nvml`, `sim`, `replay`, …).
+fn source_modules(files: &[(String, String)]) -> BTreeSet<String> {
+    files
+        .iter()
+        .filter_map(|(p, _)| {
+            let m = place(p).module;
+            (m.len() >= 2 && m[0] == "sources").then(|| m[1].clone())
+        })
+        .collect()
+}
+
+/// `sources/`, file by file: outside `sources/`, its list (`sources/mod.rs`, which names each
+/// source's type) and the commands (the CLI's leaf, where
+/// `doctor` opens NVML as the NVML source does), nothing names what lies inside one source's
+/// module (`crate::sources::nvml::…`), only what `sources/mod.rs` shares; and inside it, no
+/// source names another's files. So a helper that other modules need cannot live in a
+/// source's folder: it belongs beside the sources (as `cgroup` does).
+fn source_file_violations(path: &str, text: &str, modules: &BTreeSet<String>) -> Vec<String> {
+    let module = place(path).module;
+    let top = module.first().map_or("crate", String::as_str);
+    if top == "commands" || path == SOURCES_LIST || path.starts_with("truthscale-core/") {
+        return Vec::new();
+    }
+    let own = (top == "sources").then(|| module.get(1)).flatten();
+    facts(path, text)
+        .names
+        .iter()
+        .filter_map(|n| match n.path.as_slice() {
+            [c, s, m, _, ..] if c == "crate" && s == "sources" && modules.contains(m) => {
+                (own != Some(m)).then(|| {
+                    format!(
+                        "{path}: names {}: only the source `{m}` (and the commands) reach inside \
+                         sources/{m}/; a helper shared with others lives outside sources/",
+                        n.path.join("::")
+                    )
+                })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The files of the fleet report's path: the core's fleet analysis and showback, the
+/// history reader, the report and its command.
+const REPORT_PATH: &[&str] = &[
+    "truthscale-core/src/fleet",
+    "truthscale-core/src/showback",
+    "exporter/src/history",
+    "exporter/src/report",
+    "exporter/src/commands/report.rs",
+];
+
+/// The most lines a production file on the report's path holds.
+const MAX_FILE_LINES: usize = 700;
+
+/// A production file on the report's path is at most [`MAX_FILE_LINES`] lines.
+fn file_length_violations(path: &str, text: &str) -> Vec<String> {
+    let lines = text.lines().count();
+    if REPORT_PATH.iter().any(|p| path.starts_with(p)) && lines > MAX_FILE_LINES {
+        vec![format!(
+            "{path}: {lines} lines: a file on the report's path holds at most {MAX_FILE_LINES}; \
+             split it by concern (tests in their own file)"
+        )]
+    } else {
+        Vec::new()
+    }
 }
 
 /// `sinks` names neither the sources, the sampler nor the composition root, and calls no
@@ -1813,7 +1959,7 @@ fn the_core_depends_only_on_its_allow_list() {
         deps, allowed,
         "truthscale-core's dependencies changed: the core stays pure and small; if the new \
          dependency does no I/O and reads no clock, add it to CORE_DEPENDENCIES in \
-         exporter/src/architecture.rs and to the core's dependency invariant in ARCHITECTURE.md"
+         tests/architecture/tests/architecture.rs and to the core's dependency invariant in ARCHITECTURE.md"
     );
     let doc = read("ARCHITECTURE.md");
     let line = doc
@@ -2500,6 +2646,128 @@ fn sinks_never_sample() {
     assert!(files.iter().any(|(p, _)| top_module(p) == "sinks"));
     let v = all_violations(&files, sink_violations);
     assert!(v.is_empty(), "{}", v.join("\n"));
+}
+
+/// Architecture Invariant: the pipeline is handed its source's label at start and has
+/// nothing to compare: it never asks its source's name or kind and compares nothing to a
+/// string.
+#[test]
+fn the_pipeline_never_asks_which_source_it_runs() {
+    let files = crate_files("exporter/src");
+    assert!(
+        files
+            .iter()
+            .filter(|(p, _)| top_module(p) == "pipeline")
+            .count()
+            >= 3
+    );
+    let v = all_violations(&files, pipeline_violations);
+    assert!(v.is_empty(), "{}", v.join("\n"));
+}
+
+#[test]
+fn caught_the_pipeline_comparing_its_source_through_a_local() {
+    let at = "exporter/src/pipeline/mod.rs";
+    let edits = [
+        "impl Pipeline { fn tick(&mut self) { let n = self.source.name(); if n == \"sim\" {} } }",
+        "impl Pipeline { fn tick(&mut self) { let n = self.label.value(); if \"sim\" != n {} } }",
+        "fn f(label: SourceLabel) -> bool { let v = label.to_string(); v.eq(\"sim\") }",
+        "fn f(v: &str) -> bool { v.starts_with(\"dcgm\") }",
+        "fn f(v: &str) -> u8 { match v { \"sim\" => 1, _ => 0 } }",
+        "fn f(v: &str) -> bool { matches!(v, \"sim\" | \"replay\") }",
+        "fn f(p: &Pipeline) -> &str { p.source.kind() }",
+    ];
+    for edit in edits {
+        assert!(
+            !pipeline_violations(at, edit).is_empty(),
+            "not caught: {edit}"
+        );
+    }
+    let fine = [
+        "fn f(p: &Pipeline) -> String { p.label.to_string() }",
+        "#[cfg(test)] mod tests { fn f(v: &str) -> bool { v == \"sim\" } }",
+    ];
+    for edit in fine {
+        assert!(pipeline_violations(at, edit).is_empty(), "flagged: {edit}");
+    }
+    let elsewhere = "fn f(v: &str) -> bool { v == \"sim\" }";
+    assert!(pipeline_violations("exporter/src/view.rs", elsewhere).is_empty());
+}
+
+/// Architecture Invariant: `sources/` is checked file by file: nothing outside `sources/` and
+/// the commands reaches inside one source's module, and no source reaches inside another's.
+#[test]
+fn only_a_source_reaches_inside_its_folder() {
+    let files = crate_files("exporter/src");
+    let modules = source_modules(&files);
+    assert!(
+        modules.contains("nvml") && modules.contains("sim"),
+        "{modules:?}"
+    );
+    let v = all_violations(&files, |p, t| source_file_violations(p, t, &modules));
+    assert!(v.is_empty(), "{}", v.join("\n"));
+}
+
+/// Moving the cgroup reader (which attribution shares with NVML) back under `sources/nvml/`.
+#[test]
+fn caught_a_helper_moved_under_a_source() {
+    let modules: BTreeSet<String> = ["nvml", "sim"].map(String::from).into();
+    let rule = |p: &str, t: &str| source_file_violations(p, t, &modules);
+    let caught = [
+        (
+            "exporter/src/attribution/mod.rs",
+            "use crate::sources::nvml::cgroup::pod_of_pid;\nfn f() { pod_of_pid(1); }",
+        ),
+        (
+            "exporter/src/attribution/kubelet.rs",
+            "fn f() { crate::sources::nvml::pod_of_pid(1); }",
+        ),
+        (
+            "exporter/src/sources/sim.rs",
+            "use super::nvml::cgroup;\nfn f() { cgroup::pod_of_pid(1); }",
+        ),
+    ];
+    for (at, edit) in caught {
+        assert!(!rule(at, edit).is_empty(), "not caught in {at}: {edit}");
+    }
+    let fine = [
+        (
+            "exporter/src/sources/nvml/mod.rs",
+            "mod cgroup;\nfn f() { cgroup::pod_of_pid(1); }",
+        ),
+        (
+            "exporter/src/commands/doctor.rs",
+            "fn f() { crate::sources::nvml::open(); }",
+        ),
+        (
+            "exporter/src/compose.rs",
+            "use crate::sources::{Source, unix_ms};",
+        ),
+    ];
+    for (at, edit) in fine {
+        assert!(rule(at, edit).is_empty(), "flagged in {at}: {edit}");
+    }
+}
+
+/// Architecture Invariant: no production file on the report's path is over 700 lines.
+#[test]
+fn report_path_files_stay_short() {
+    let files = production_files();
+    for p in REPORT_PATH {
+        assert!(files.iter().any(|(f, _)| f.starts_with(p)), "{p} exists");
+    }
+    let v = all_violations(&files, file_length_violations);
+    assert!(v.is_empty(), "{}", v.join("\n"));
+}
+
+#[test]
+fn caught_a_long_file_on_the_report_path() {
+    let long = "fn f() {}\n".repeat(MAX_FILE_LINES + 1);
+    assert!(!file_length_violations("exporter/src/history/read.rs", &long).is_empty());
+    assert!(!file_length_violations("truthscale-core/src/fleet/packing.rs", &long).is_empty());
+    let at_most = "fn f() {}\n".repeat(MAX_FILE_LINES);
+    assert!(file_length_violations("exporter/src/history/read.rs", &at_most).is_empty());
+    assert!(file_length_violations("exporter/src/view.rs", &long).is_empty());
 }
 
 #[test]
