@@ -142,6 +142,7 @@ impl GpuView {
                 dram: self.dram,
                 throttles: self.throttles,
                 serving: self.serving.as_ref(),
+                readings: None,
             },
             cfg,
         );

@@ -521,6 +521,32 @@ metrics! {
         "Clock-event (throttle) reasons active in the last window (1) or not (0).";
     GPU_VERDICT / Gpu::GpuVerdict = "truthscale_gpu_verdict", Gauge, ["verdict"], gauge("truthscale.gpu.verdict", "1"), None,
         "The verdict of the last window (1) and the others (0): throttled, blocked, starved, busy, idle, unknown (see docs/verdicts.md).";
+    GPU_STARVED_SECONDS / Gpu::GpuStarvedSeconds = "truthscale_gpu_starved_seconds_total", Counter, ["cause"], counter("truthscale.gpu.starved.time", "s"), None,
+        "Seconds judged starved (busy flag high, roofline saturation low), by the cause decided for each window, in rule order: cpu_throttled, cpu_contended, io_stalled, host_to_device, launch_bound, comm_bound, else unknown (docs/verdicts.md). Summed over cause: the starved seconds. Only for entities whose windows were judged.";
+    GPU_PCIE_RECEIVE / Gpu::GpuPcieReceive = "truthscale_gpu_pcie_receive_bytes_per_second", Gauge, [], gauge("truthscale.gpu.pcie.receive.rate", "By/s"), raw(Field::PcieRxBytesPerSec, 1.0),
+        "PCIe receive (host to device) over the last window, as the source measures it (DCGM 1010/1092, NVML GPM).";
+    GPU_PCIE_TRANSMIT / Gpu::GpuPcieTransmit = "truthscale_gpu_pcie_transmit_bytes_per_second", Gauge, [], gauge("truthscale.gpu.pcie.transmit.rate", "By/s"), raw(Field::PcieTxBytesPerSec, 1.0),
+        "PCIe transmit (device to host) over the last window.";
+    GPU_PCIE_LINK_GENERATION / Gpu::GpuPcieLinkGeneration = "truthscale_gpu_pcie_link_generation", Gauge, [], gauge("truthscale.gpu.pcie.link.generation", "1"), raw(Field::PcieLinkGen, 1.0),
+        "The PCIe link's current generation (DCGM 237, NVML): with its width, the link's capacity.";
+    GPU_PCIE_LINK_WIDTH / Gpu::GpuPcieLinkWidth = "truthscale_gpu_pcie_link_width", Gauge, [], gauge("truthscale.gpu.pcie.link.width", "{lane}"), raw(Field::PcieLinkWidth, 1.0),
+        "The PCIe link's current width in lanes (DCGM 238, NVML).";
+    GPU_NVLINK_RECEIVE / Gpu::GpuNvlinkReceive = "truthscale_gpu_nvlink_receive_bytes_per_second", Gauge, [], gauge("truthscale.gpu.nvlink.receive.rate", "By/s"), raw(Field::NvlinkRxBytesPerSec, 1.0),
+        "NVLink receive over the last window, all links (DCGM 1012/1203, NVML GPM).";
+    GPU_NVLINK_TRANSMIT / Gpu::GpuNvlinkTransmit = "truthscale_gpu_nvlink_transmit_bytes_per_second", Gauge, [], gauge("truthscale.gpu.nvlink.transmit.rate", "By/s"), raw(Field::NvlinkTxBytesPerSec, 1.0),
+        "NVLink transmit over the last window, all links (DCGM 1011/1201, NVML GPM).";
+    GPU_HOLDER_CPU_THROTTLED / Gpu::GpuHolderCpuThrottled = "truthscale_gpu_holder_cpu_throttled_ratio", Gauge, [], gauge("truthscale.gpu.holder.cpu.throttled", "1"), raw(Field::HolderCpuThrottledRatio, 1.0),
+        "Node mode: of the CFS periods of the pods holding the GPU over the last window, the share throttled (cgroup v2 cpu.stat nr_throttled/nr_periods; the worst holder).";
+    GPU_HOLDER_CPU_LIMIT / Gpu::GpuHolderCpuLimit = "truthscale_gpu_holder_cpu_limit_cores", Gauge, [], gauge("truthscale.gpu.holder.cpu.limit", "{cpu}"), raw(Field::HolderCpuLimitCores, 1.0),
+        "Node mode: the CPU limit of the most throttled holder pod, in CPUs (cgroup v2 cpu.max); absent where no limit is set.";
+    GPU_HOLDER_CPU_WAITING / Gpu::GpuHolderCpuWaiting = "truthscale_gpu_holder_cpu_pressure_waiting_ratio", Gauge, [], gauge("truthscale.gpu.holder.cpu.pressure.waiting", "1"), raw(Field::HolderCpuWaitingRatio, 1.0),
+        "Node mode: the share of the last window in which some task of a holder pod waited for a CPU (cpu.pressure some; the worst holder).";
+    GPU_HOLDER_IO_WAITING / Gpu::GpuHolderIoWaiting = "truthscale_gpu_holder_io_pressure_waiting_ratio", Gauge, [], gauge("truthscale.gpu.holder.io.pressure.waiting", "1"), raw(Field::HolderIoWaitingRatio, 1.0),
+        "Node mode: the share of the last window in which some task of a holder pod waited on I/O (io.pressure some; the worst holder).";
+    GPU_HOLDER_IO_STALLED / Gpu::GpuHolderIoStalled = "truthscale_gpu_holder_io_pressure_stalled_ratio", Gauge, [], gauge("truthscale.gpu.holder.io.pressure.stalled", "1"), raw(Field::HolderIoStalledRatio, 1.0),
+        "Node mode: the share of the last window in which all tasks of a holder pod waited on I/O (io.pressure full; the worst holder).";
+    GPU_HOLDER_MEMORY_STALLED / Gpu::GpuHolderMemoryStalled = "truthscale_gpu_holder_memory_pressure_stalled_ratio", Gauge, [], gauge("truthscale.gpu.holder.memory.pressure.stalled", "1"), raw(Field::HolderMemoryStalledRatio, 1.0),
+        "Node mode: the share of the last window in which all tasks of a holder pod waited on memory (memory.pressure full; the worst holder).";
     GPU_CEILING_ROOFLINE_SATURATION / Gpu::GpuCeilingRooflineSaturation = "truthscale_gpu_ceiling_roofline_saturation_ratio", Gauge, [], gauge("truthscale.gpu.ceiling.roofline_saturation", "1"), None,
         "Observed ceiling: the best 60 s average roofline saturation seen in the last hour. Observed, so a lower bound on the true ceiling.";
     GPU_CEILING_OUTPUT_TOKENS / Gpu::GpuCeilingOutputTokens = "truthscale_gpu_ceiling_output_tokens_per_second", Gauge, [], gauge("truthscale.gpu.ceiling.output_tokens.rate", "{token}/s"), None,
@@ -658,6 +684,7 @@ pub const OTEL_ATTRIBUTES: &[(&str, &str)] = &[
     ("regime", "truthscale.gpu.regime"),
     ("method", "truthscale.method"),
     ("verdict", "truthscale.verdict"),
+    ("cause", "truthscale.starved.cause"),
     ("quantity", "truthscale.ceiling.quantity"),
     ("engine", "truthscale.serving.engine"),
     ("absent_reason", "truthscale.serving.absent_reason"),
@@ -800,7 +827,7 @@ mod tests {
                 o.name
             );
             assert!(
-                ["1", "s", "By", "W", "J", "Hz", "Cel", "{token}/s"].contains(&o.unit)
+                ["1", "s", "By", "By/s", "W", "J", "Hz", "Cel", "{token}/s"].contains(&o.unit)
                     || (o.unit.starts_with('{') && o.unit.ends_with('}')),
                 "{}: unit {}",
                 o.name,

@@ -370,6 +370,12 @@ pub const MEMORY_TOLERANCE: f64 = 1.1;
 pub const GENERIC_MAX_MEMORY_BYTES: f64 = 4_398_046_511_104.0;
 /// A temperature above this many degrees Celsius is not a reading (GPUs shut down near 100).
 pub const MAX_TEMP_CELSIUS: f64 = 200.0;
+/// The newest PCIe generation (6.0); a higher one is not a reading.
+pub const MAX_PCIE_LINK_GEN: f64 = 6.0;
+/// The widest PCIe link, in lanes (x32 in the specification; GPUs use x16).
+pub const MAX_PCIE_LINK_WIDTH: f64 = 32.0;
+/// A CPU limit above this many CPUs is not a reading (Linux supports at most 8192 CPUs).
+pub const MAX_CPU_LIMIT_CORES: f64 = 8192.0;
 
 /// The fields whose bound can reach the INT32 sentinels, so that the bound alone does not
 /// catch them: every other field's bound stays below [`INT32_BLANK`].
@@ -406,6 +412,9 @@ const CLEAN_MAX: [f64; Field::COUNT] = {
     t[Field::MemUsedBytes as usize] = GENERIC_MAX_MEMORY_BYTES;
     t[Field::MemTotalBytes as usize] = GENERIC_MAX_MEMORY_BYTES;
     t[Field::TempCelsius as usize] = MAX_TEMP_CELSIUS;
+    t[Field::PcieLinkGen as usize] = MAX_PCIE_LINK_GEN;
+    t[Field::PcieLinkWidth as usize] = MAX_PCIE_LINK_WIDTH;
+    t[Field::HolderCpuLimitCores as usize] = MAX_CPU_LIMIT_CORES;
     // A cumulative counter counts up to the INT64 blanks.
     let mut i = 0;
     while i < Field::COUNT {

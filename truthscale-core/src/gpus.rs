@@ -265,6 +265,63 @@ pub const CATALOG: &[GpuSpec] = &[
           mem_gb 16, bw_tbs 0.320, fref 1590.0, max_clk 1590.0, power 70.0, idle 10.0, mig &[]),
 ];
 
+/// A model's host link and NVLink: the interconnect peaks beside the FLOP peaks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Interconnect {
+    /// The PCIe generation of the board's host link.
+    pub pcie_gen: u32,
+    /// Its lanes.
+    pub pcie_lanes: u32,
+    /// NVLink bandwidth, both directions together, bytes per second (datasheet; for the
+    /// PCIe boards through their NVLink bridge); `None` where the model has no NVLink.
+    pub nvlink_bytes_per_sec: Option<f64>,
+}
+
+/// The interconnect of each model, by key (NVIDIA datasheets: A100 and H100 PCIe, NVL and
+/// SXM; H200 NVL and SXM; GH200; HGX B200; L4, L40S, A10, A30, T4; A10G as A10).
+const INTERCONNECTS: &[(&str, Interconnect)] = &[
+    ("a100-40-pcie", link(4, Some(600.0))),
+    ("a100-80-pcie", link(4, Some(600.0))),
+    ("a100-40-sxm", link(4, Some(600.0))),
+    ("a100-80-sxm", link(4, Some(600.0))),
+    ("h100-sxm", link(5, Some(900.0))),
+    ("h100-pcie", link(5, Some(600.0))),
+    ("h100-nvl", link(5, Some(600.0))),
+    ("h200-sxm", link(5, Some(900.0))),
+    ("h200-nvl", link(5, Some(900.0))),
+    ("gh200", link(5, Some(900.0))),
+    ("b200", link(5, Some(1800.0))),
+    ("l4", link(4, None)),
+    ("l40s", link(4, None)),
+    ("a10", link(4, None)),
+    ("a10g", link(4, None)),
+    ("a30", link(4, Some(200.0))),
+    ("t4", link(3, None)),
+];
+
+/// A x16 link of `generation` and NVLink of `nvlink_gbs` GB/s.
+const fn link(generation: u32, nvlink_gbs: Option<f64>) -> Interconnect {
+    Interconnect {
+        pcie_gen: generation,
+        pcie_lanes: 16,
+        nvlink_bytes_per_sec: match nvlink_gbs {
+            Some(g) => Some(g * 1e9),
+            None => None,
+        },
+    }
+}
+
+impl GpuSpec {
+    /// The model's host link and NVLink peak.
+    #[must_use]
+    pub fn interconnect(&self) -> Option<Interconnect> {
+        INTERCONNECTS
+            .iter()
+            .find(|(k, _)| *k == self.key)
+            .map(|(_, l)| *l)
+    }
+}
+
 /// Find a spec by its short key (`h100-sxm`).
 #[must_use]
 pub fn by_key(key: &str) -> Option<&'static GpuSpec> {

@@ -27,6 +27,7 @@
 
 pub mod analysis;
 pub mod catalog;
+pub mod causes;
 pub mod cycles;
 pub mod derive;
 pub mod diag;

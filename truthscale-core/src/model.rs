@@ -285,6 +285,31 @@ fields! {
     NvlinkTxBytesPerSec => "nvlink_tx_bytes_per_sec",
     /// NVLink receive rate in bytes per second.
     NvlinkRxBytesPerSec => "nvlink_rx_bytes_per_sec",
+    /// The PCIe link's current generation (1..6; DCGM field 237, NVML
+    /// `nvmlDeviceGetCurrPcieLinkGeneration`): with the width, the link's capacity.
+    PcieLinkGen => "pcie_link_gen",
+    /// The PCIe link's current width in lanes (DCGM field 238, NVML
+    /// `nvmlDeviceGetCurrPcieLinkWidth`).
+    PcieLinkWidth => "pcie_link_width",
+    /// Of the CFS periods of the GPU's holder pods in the window, the share in which the
+    /// pod was throttled (`nr_throttled / nr_periods` of cgroup v2 `cpu.stat`; the worst
+    /// holder), 0..1.
+    HolderCpuThrottledRatio => "holder_cpu_throttled_ratio",
+    /// The CPU limit of the holder pod that was throttled most, in CPUs (cgroup v2
+    /// `cpu.max`: quota over period); absent where no limit is set.
+    HolderCpuLimitCores => "holder_cpu_limit_cores",
+    /// The share of the window in which some task of a holder pod waited for a CPU
+    /// (`cpu.pressure` "some"; the worst holder), 0..1.
+    HolderCpuWaitingRatio => "holder_cpu_pressure_waiting_ratio",
+    /// The share of the window in which some task of a holder pod waited on I/O
+    /// (`io.pressure` "some"; the worst holder), 0..1.
+    HolderIoWaitingRatio => "holder_io_pressure_waiting_ratio",
+    /// The share of the window in which every task of a holder pod waited on I/O
+    /// (`io.pressure` "full"; the worst holder), 0..1.
+    HolderIoStalledRatio => "holder_io_pressure_stalled_ratio",
+    /// The share of the window in which every task of a holder pod waited on memory
+    /// (`memory.pressure` "full"; the worst holder), 0..1.
+    HolderMemoryStalledRatio => "holder_memory_pressure_stalled_ratio",
     /// GPU temperature in degrees Celsius.
     TempCelsius => "temp_celsius",
     /// SM cycles elapsed since boot, summed as DCGM counts them (field 1084, NVML GPM 248):
@@ -352,13 +377,25 @@ impl Field {
                 | Field::Fp16Active
                 | Field::Fp32Active
                 | Field::Fp64Active
+                | Field::HolderCpuThrottledRatio
+                | Field::HolderCpuWaitingRatio
+                | Field::HolderIoWaitingRatio
+                | Field::HolderIoStalledRatio
+                | Field::HolderMemoryStalledRatio
         )
     }
 }
 
 /// One reading per [`Field`].
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Readings([Reading; Field::COUNT]);
+
+impl Default for Readings {
+    /// Every field blank.
+    fn default() -> Self {
+        Readings([Reading::Blank; Field::COUNT])
+    }
+}
 
 impl Readings {
     /// The reading of `field`.

@@ -40,6 +40,9 @@ pub struct Totals {
     pub unclassified_seconds: f64,
     /// Seconds under each verdict, indexed by [`crate::verdict::Verdict::index`].
     pub verdict_seconds: [f64; 6],
+    /// Of the `starved` seconds, those of each cause, indexed by
+    /// [`crate::causes::Cause::index`]: they sum to `verdict_seconds[starved]`.
+    pub starved_cause_seconds: [f64; 7],
     /// Energy in joules: the energy counter's deltas over the spans between its readings,
     /// else ∫ power dt over windows the counter does not span; never both for one second.
     pub energy_joules: f64,
@@ -1213,6 +1216,7 @@ impl EntityState {
                 dram: readings.value(Field::DramActive),
                 throttles: e.throttles,
                 serving: e.serving.as_ref(),
+                readings: Some((readings, spec)),
             },
             verdict_cfg,
         );
@@ -1372,6 +1376,9 @@ fn integrate(w: &mut EntityWindow, dt: f64) {
         }
     }
     t.verdict_seconds[w.verdict.verdict.index()] += dt;
+    if let Some(finding) = w.verdict.cause() {
+        t.starved_cause_seconds[finding.cause.index()] += dt;
+    }
     // The simulator's truth is a fraction; a trace may carry anything, and what is not a
     // fraction is not integrated (an integral must stay finite).
     if let Some(truth) = w

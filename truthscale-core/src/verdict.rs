@@ -11,10 +11,12 @@
 //! | `throttled` | busy and a power or thermal clock-event reason is active |
 //! | `blocked` | KV cache `≥ kv_blocked` with at least `queued_min` requests waiting |
 //! | `unknown` | busy, but no roofline saturation (no tensor/DRAM counters) |
-//! | `starved` | busy flag `≥ busy_util` while roofline saturation `< starved_saturation` |
+//! | `starved` | busy flag `≥ busy_util` while roofline saturation `< starved_saturation`, with its cause ([`crate::causes`]) |
 //! | `busy` | otherwise: the work is real, compute- or memory-bound |
 
-use crate::model::{ServingSnapshot, Throttles};
+use crate::causes::{self, Cause, CauseConfig, CauseSignals, Finding};
+use crate::gpus::GpuSpec;
+use crate::model::{Readings, ServingSnapshot, Throttles};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -93,6 +95,8 @@ pub struct VerdictConfig {
     pub kv_blocked: f64,
     /// Requests waiting for `blocked`.
     pub queued_min: f64,
+    /// The thresholds of the rules that name a starved window's cause.
+    pub causes: CauseConfig,
 }
 
 impl Default for VerdictConfig {
@@ -103,6 +107,7 @@ impl Default for VerdictConfig {
             starved_saturation: 0.25,
             kv_blocked: 0.9,
             queued_min: 1.0,
+            causes: CauseConfig::default(),
         }
     }
 }
@@ -126,7 +131,12 @@ impl VerdictConfig {
             self.busy_util,
             "a busy flag cannot be idle and high at once",
         );
-        c.finish()
+        let own = c.finish();
+        let of_causes = self.causes.validate(&format!("{prefix}causes."));
+        match (own, of_causes) {
+            (Ok(()), Ok(())) => Ok(()),
+            (a, b) => Err(a.err().into_iter().chain(b.err()).flatten().collect()),
+        }
     }
 }
 
@@ -145,6 +155,9 @@ pub struct VerdictInputs<'a> {
     pub throttles: Option<Throttles>,
     /// The serving engine's view, when scraped.
     pub serving: Option<&'a ServingSnapshot>,
+    /// The window's sanitized readings and the GPU's model, which a starved window's cause
+    /// is decided from (read only for a starved window).
+    pub readings: Option<(&'a Readings, Option<&'static GpuSpec>)>,
 }
 
 /// A verdict with its reasons, what was missing, and one suggested action, as text.
@@ -237,6 +250,8 @@ pub enum Reason {
         pipes: Option<(f64, f64)>,
         /// The engine's KV-cache usage, when known.
         kv: Option<f64>,
+        /// Why it waits.
+        cause: Finding,
     },
     /// Real work.
     Busy {
@@ -368,10 +383,11 @@ impl fmt::Display for Reason {
                 util,
                 saturation,
                 pipes,
+                cause,
                 ..
             } => write!(
                 f,
-                "busy flag {} but roofline saturation only {}{}: kernels are resident, the math and memory units mostly wait",
+                "busy flag {} but roofline saturation only {}{}: kernels are resident, the math and memory units mostly wait; cause {cause}",
                 Pct(util),
                 Pct(saturation),
                 Pipes(pipes)
@@ -418,6 +434,9 @@ impl Reason {
             Reason::NoSaturation { .. } => {
                 "enable profiling counters (DCGM fields 1004 and 1005, or NVML GPM) to tell busy from starved"
             }
+            Reason::Starved { cause, .. } if cause.cause != Cause::Unknown => {
+                return cause.advice();
+            }
             Reason::Starved { kv, .. } => match kv {
                 Some(kv) if kv < 0.5 => {
                     return format!("batch more: the KV cache is {} used", Pct(kv));
@@ -439,6 +458,15 @@ impl Reason {
 }
 
 impl Decision {
+    /// The cause of a starved window (`None` for any other verdict).
+    #[must_use]
+    pub fn cause(&self) -> Option<Finding> {
+        match self.reason {
+            Reason::Starved { cause, .. } => Some(cause),
+            _ => None,
+        }
+    }
+
     /// The reasons, what was missing and the action, as text.
     #[must_use]
     pub fn explain(&self) -> VerdictResult {
@@ -532,6 +560,12 @@ fn reason(
                 saturation,
                 pipes,
                 kv,
+                cause: causes::cause(
+                    &i.readings
+                        .map(|(r, spec)| CauseSignals::from_readings(r, spec))
+                        .unwrap_or_default(),
+                    &cfg.causes,
+                ),
             },
         );
     }
@@ -558,6 +592,7 @@ mod tests {
             dram: Some(dram),
             throttles: Some(Throttles::default()),
             serving: None,
+            readings: None,
         }
     }
 

@@ -5,6 +5,7 @@
 
 use super::{ExporterStatus, ExtraLabels, GpuEntry};
 use crate::catalog::{ExporterMetric, GpuMetric, MetricDesc, MetricId, RawKind, ServingMetric};
+use crate::causes::Cause;
 use crate::model::{Field, Phase, SourceKind};
 use crate::phase::PhaseMethod;
 use crate::tracker::EntityWindow;
@@ -93,6 +94,11 @@ fn gpu_values<'a>(
             push(Vec::new(), v);
         }
     };
+    // The readings exported as is (the catalog says which).
+    if m.raw.is_some_and(|raw| raw.kind == RawKind::PassThrough) {
+        one(raw_value(m, r));
+        return;
+    }
     match id {
         GpuMetric::GpuInfo => {
             // Simulated data says so, replayed or live.
@@ -116,19 +122,6 @@ fn gpu_values<'a>(
                 1.0,
             );
         }
-        // The readings exported as is.
-        GpuMetric::GpuReportedUtilization
-        | GpuMetric::GpuSmActive
-        | GpuMetric::GpuSmOccupancy
-        | GpuMetric::GpuTensorActive
-        | GpuMetric::GpuHmmaActive
-        | GpuMetric::GpuImmaActive
-        | GpuMetric::GpuDramActive
-        | GpuMetric::GpuMemoryUsed
-        | GpuMetric::GpuMemoryTotal
-        | GpuMetric::GpuPowerLimit
-        | GpuMetric::GpuSmClock
-        | GpuMetric::GpuTemperature => one(raw_value(m, r)),
         GpuMetric::GpuEffectiveCompute => one(x.effective_compute),
         GpuMetric::GpuEffectiveComputeUpperBound => one(x.effective_compute_upper_bound),
         GpuMetric::GpuRooflineSaturation => one(x.roofline_saturation),
@@ -215,6 +208,15 @@ fn gpu_values<'a>(
             let cur = win.verdict.verdict;
             for v in Verdict::ALL {
                 push(vec![("verdict", v.as_str())], bool_f(v == cur));
+            }
+        }
+        GpuMetric::GpuStarvedSeconds => {
+            // Only for entities whose windows were judged: no judged second, no zero.
+            if t.verdict_seconds.iter().all(|s| *s == 0.0) {
+                return;
+            }
+            for c in Cause::ALL {
+                push(vec![("cause", c.as_str())], t.starved_cause_seconds[c.index()]);
             }
         }
         GpuMetric::GpuCeilingRooflineSaturation => {
@@ -323,8 +325,8 @@ fn gpu_values<'a>(
         GpuMetric::PodEffectiveComputeEstimate | GpuMetric::PodMemoryUsed => {
             pod_share_values(id, win, push);
         }
-        // Written above, for a GPU that stopped too.
-        GpuMetric::GpuUp => {}
+        // Written above: up for a GPU that stopped too, and the readings exported as is.
+        _ => {}
     }
 }
 

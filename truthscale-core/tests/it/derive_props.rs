@@ -146,6 +146,12 @@ proptest! {
         let verdict = VerdictConfig {
             idle_util: next(), busy_util: next(), starved_saturation: next(),
             kv_blocked: next(), queued_min: next(),
+            causes: truthscale_core::causes::CauseConfig {
+                cpu_throttled_ratio: next(), cpu_waiting_ratio: next(), io_waiting_ratio: next(),
+                io_stalled_ratio: next(), pcie_rx_share: next(), host_to_device_sm_below: next(),
+                launch_gr_active: next(), launch_sm_below: next(), nvlink_share: next(),
+                comm_tensor_below: next(),
+            },
         };
         let all_finite = [cfg.tau_max, cfg.d_max, cfg.kappa_max, cfg.headroom].iter().all(|x| x.is_finite());
         if cfg.validate("derive.").is_ok() {

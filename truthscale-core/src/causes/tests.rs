@@ -1,0 +1,123 @@
+use super::*;
+use crate::gpus;
+
+fn h100() -> &'static GpuSpec {
+    gpus::by_key("h100-sxm").expect("h100-sxm")
+}
+
+/// A starved window with nothing pointing anywhere: busy engine, SMs half used.
+fn quiet() -> CauseSignals {
+    CauseSignals {
+        cpu_throttled: Some(0.0),
+        cpu_waiting: Some(0.01),
+        io_waiting: Some(0.0),
+        io_stalled: Some(0.0),
+        memory_stalled: Some(0.0),
+        pcie_rx_share: Some(0.05),
+        sm_active: Some(0.4),
+        gr_active: Some(0.9),
+        tensor: Some(0.05),
+        nvlink_share: Some(0.0),
+        ..CauseSignals::default()
+    }
+}
+
+#[test]
+fn pcie_capacity_is_the_lane_rate_less_the_encoding() {
+    // Gen4 x16: 16 GT/s × 16 lanes × 128/130 / 8 = 31.5 GB/s per direction.
+    let g4 = pcie_bytes_per_sec(4, 16).expect("gen4");
+    assert!((g4 - 31.507_692e9).abs() < 1e6, "{g4}");
+    // Gen5 doubles it (63.0 GB/s); Gen1 x1 is 2.5 GT/s × 0.8 / 8 = 250 MB/s.
+    assert!((pcie_bytes_per_sec(5, 16).expect("gen5") - 2.0 * g4).abs() < 1.0);
+    assert_eq!(pcie_bytes_per_sec(1, 1), Some(250e6));
+    assert_eq!(pcie_bytes_per_sec(7, 16), None);
+    assert_eq!(pcie_bytes_per_sec(4, 0), None);
+}
+
+#[test]
+fn the_rules_name_their_cause_in_order() {
+    let cfg = CauseConfig::default();
+    let cases = [
+        (CauseSignals { cpu_throttled: Some(0.6), cpu_limit_cores: Some(2.0), ..quiet() }, Cause::CpuThrottled),
+        (CauseSignals { cpu_waiting: Some(0.35), ..quiet() }, Cause::CpuContended),
+        (CauseSignals { io_waiting: Some(0.3), ..quiet() }, Cause::IoStalled),
+        (CauseSignals { io_stalled: Some(0.12), ..quiet() }, Cause::IoStalled),
+        (CauseSignals { pcie_rx_share: Some(0.9), sm_active: Some(0.2), ..quiet() }, Cause::HostToDevice),
+        (CauseSignals { sm_active: Some(0.1), ..quiet() }, Cause::LaunchBound),
+        (CauseSignals { nvlink_share: Some(0.6), ..quiet() }, Cause::CommBound),
+        (quiet(), Cause::Unknown),
+        (CauseSignals::default(), Cause::Unknown),
+    ];
+    for (signals, want) in cases {
+        assert_eq!(cause(&signals, &cfg).cause, want, "{signals:?}");
+    }
+    // Throttling comes first even when I/O also waits: the order is the documented one.
+    let both = CauseSignals { cpu_throttled: Some(0.3), io_waiting: Some(0.9), ..quiet() };
+    assert_eq!(cause(&both, &cfg).cause, Cause::CpuThrottled);
+    // Host-to-device needs the SMs to be waiting: a full link feeding busy SMs is not it.
+    let fed = CauseSignals { pcie_rx_share: Some(0.9), sm_active: Some(0.8), ..quiet() };
+    assert_eq!(cause(&fed, &cfg).cause, Cause::Unknown);
+    // A missing signal never fires a rule.
+    let blank = CauseSignals { sm_active: None, ..quiet() };
+    assert_eq!(cause(&blank, &cfg).cause, Cause::Unknown);
+}
+
+#[test]
+fn a_finding_carries_its_numbers_and_advice() {
+    let f = cause(
+        &CauseSignals { cpu_throttled: Some(0.62), cpu_limit_cores: Some(2.0), ..quiet() },
+        &CauseConfig::default(),
+    );
+    assert_eq!(f.evidence, Some(("cpu_throttled_ratio", 0.62, 0.25)));
+    assert_eq!(f.to_string(), "cpu_throttled: cpu_throttled_ratio 0.62 at or above 0.25");
+    assert!(f.advice().starts_with("raise the pod's CPU limit from 2 "), "{}", f.advice());
+    let launch = cause(&CauseSignals { sm_active: Some(0.1), ..quiet() }, &CauseConfig::default());
+    assert_eq!(
+        launch.to_string(),
+        "launch_bound: sm_active 0.10 below 0.25 while the graphics engine is active"
+    );
+}
+
+#[test]
+fn signals_come_from_the_readings_and_the_catalog() {
+    let mut r = Readings::default();
+    // 28.35 GB/s received on a measured Gen4 x16 link: 0.9 of 31.5 GB/s.
+    let gen4 = 16e9 * 16.0 * 128.0 / 130.0 / 8.0;
+    r.set_value(Field::PcieRxBytesPerSec, 0.9 * gen4);
+    r.set_value(Field::PcieLinkGen, 4.0);
+    r.set_value(Field::PcieLinkWidth, 16.0);
+    // 300 + 240 GB/s of NVLink on an H100 SXM (900 GB/s): 0.6 of the peak.
+    r.set_value(Field::NvlinkTxBytesPerSec, 300e9);
+    r.set_value(Field::NvlinkRxBytesPerSec, 240e9);
+    let s = CauseSignals::from_readings(&r, Some(h100()));
+    assert!((s.pcie_rx_share.expect("share") - 0.9).abs() < 1e-12);
+    assert_eq!(s.pcie_capacity.map(|(_, measured)| measured), Some(true));
+    assert!((s.nvlink_share.expect("nvlink") - 0.6).abs() < 1e-12);
+    // Without the current link, the model's maximum (Gen5 x16, 63 GB/s) bounds the share
+    // from below: 28.35 / 63.0 = 0.45, and it says so.
+    let mut r2 = r;
+    r2.set(Field::PcieLinkGen, crate::model::Reading::Blank);
+    let s2 = CauseSignals::from_readings(&r2, Some(h100()));
+    assert!((s2.pcie_rx_share.expect("share") - 0.45).abs() < 1e-12);
+    assert_eq!(s2.pcie_capacity.map(|(_, measured)| measured), Some(false));
+    // No model, no link: no share at all (never a zero).
+    let s3 = CauseSignals::from_readings(&r2, None);
+    assert_eq!((s3.pcie_rx_share, s3.nvlink_share), (None, None));
+}
+
+#[test]
+fn every_model_has_its_interconnect() {
+    for spec in gpus::CATALOG {
+        let link = spec.interconnect().unwrap_or_else(|| panic!("{}", spec.key));
+        assert!((3..=6).contains(&link.pcie_gen), "{}", spec.key);
+    }
+    assert_eq!(h100().interconnect().and_then(|l| l.nvlink_bytes_per_sec), Some(900e9));
+}
+
+#[test]
+fn the_config_checks_every_key() {
+    let bad = CauseConfig { io_stalled_ratio: 1.5, ..CauseConfig::default() };
+    let e = bad.validate("causes.").expect_err("out of range");
+    assert!(e.iter().any(|e| e.to_string().contains("causes.io_stalled_ratio")), "{e:?}");
+    assert!(CauseConfig::default().validate("causes.").is_ok());
+}
