@@ -1125,7 +1125,6 @@ const LONG_FNS: &[(&str, usize)] = &[
     ("core::analysis::summarize", 127),
     ("core::exposition::values::gpu_values", 257),
     ("core::exposition::values::serving_values", 112),
-    ("core::fleet::analyze", 89),
     ("core::parse::dmon::DmonParser::push_scanned", 106),
     ("core::parse::dmon::scan_values", 83),
     ("core::parse::jsonl::read_line", 105),
