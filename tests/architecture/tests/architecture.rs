@@ -1137,7 +1137,6 @@ const LONG_FNS: &[(&str, usize)] = &[
     ("exporter::commands::top::tui::draw", 82),
     ("exporter::config::Config::load", 98),
     ("exporter::config::Config::validate", 116),
-    ("exporter::history::api::Client::attempt", 96),
     ("exporter::view::views_from_exposition", 85),
 ];
 
