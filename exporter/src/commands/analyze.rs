@@ -659,7 +659,10 @@ pub(crate) struct AnalyzeArgs {
 
 /// `analyze --prometheus`: the same analysis over a Prometheus history.
 fn history(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Result<ExitCode> {
-    let h = crate::history::History::open(&args.history, env)?;
+    let resolved = args
+        .history
+        .resolve(&crate::history::Defaults::ANALYZE, env)?;
+    let h = crate::history::History::open(&resolved)?;
     let mut analyzer = new_analyzer(args, Some(h.step_seconds()))?;
     let summary = h.feed(|s| analyzer.push(s))?;
     let report = analyzer.report();

@@ -2,7 +2,7 @@
 //! MIG slice or a smaller model, which sit idle, and what that saves, from the history a
 //! Prometheus server holds (truthscale's own series, or dcgm-exporter's with its pod labels).
 
-use crate::history::{History, PrometheusArgs};
+use crate::history::{DEFAULT_MAX_STEPS, Defaults, History, PrometheusArgs, default_step};
 use crate::report;
 use anyhow::{Context as _, bail};
 use std::io::Write;
@@ -12,29 +12,12 @@ use std::time::{Duration, Instant};
 use truthscale_core::fleet::{FleetConfig, IDLE_BUSY_BELOW, IDLE_COMPUTE_BELOW};
 
 /// Default window of `report`.
-pub(crate) const DEFAULT_SINCE: Duration = Duration::from_secs(14 * 86_400);
-/// Most steps the default step gives a window: a workload's 5 000 steps are 80 kB, so
-/// 2 000 GPUs over 14 days (at 5 minutes) hold 129 MB where 60 s would hold 645 MB.
-pub(crate) const DEFAULT_MAX_STEPS: u64 = 5_000;
-/// The steps the default is chosen from, finest first: whole minutes and hours.
-const DEFAULT_STEPS_S: &[u64] = &[
-    60, 120, 300, 600, 900, 1_800, 3_600, 7_200, 21_600, 43_200, 86_400,
-];
-
-/// The default step of a window of `since`: 60 s, or for a long window the finest of
-/// [`DEFAULT_STEPS_S`] that keeps it under [`DEFAULT_MAX_STEPS`] steps (14 days: 5
-/// minutes). A step at least twice the scrape interval reads the raw samples in it as
-/// summaries, so the coarser step keeps the peaks and p99s.
-#[must_use]
-pub(crate) fn default_step(since: Duration) -> Duration {
-    let s = since.as_secs();
-    let step = DEFAULT_STEPS_S
-        .iter()
-        .copied()
-        .find(|step| s / step < DEFAULT_MAX_STEPS)
-        .unwrap_or(86_400);
-    Duration::from_secs(step)
-}
+const DEFAULT_SINCE: Duration = Duration::from_secs(14 * 86_400);
+/// `report`'s defaults: a window of [`DEFAULT_SINCE`], and [`default_step`] of it.
+const DEFAULTS: Defaults = Defaults {
+    since: DEFAULT_SINCE,
+    step: default_step,
+};
 
 fn fraction(max: f64) -> impl Fn(&str) -> Result<f64, String> + Clone {
     move |s: &str| {
@@ -152,18 +135,8 @@ fn model_price(s: &str) -> Result<(String, f64), String> {
     Ok((model.to_string(), price(p)?))
 }
 
-/// The history's flags with this command's defaults: a window of [`DEFAULT_SINCE`], and
-/// [`default_step`] of it.
-fn history_args(history: &PrometheusArgs) -> PrometheusArgs {
-    let mut p = history.clone();
-    let since = p.since.unwrap_or(DEFAULT_SINCE);
-    p.since = Some(since);
-    p.step = Some(p.step.unwrap_or_else(|| default_step(since)));
-    p
-}
-
 /// What the report is asked, from the flags.
-fn config(args: &ReportArgs, history: &PrometheusArgs) -> report::Config {
+fn config(args: &ReportArgs, clusters: bool) -> report::Config {
     report::Config {
         fleet: FleetConfig {
             headroom: args.headroom,
@@ -180,7 +153,7 @@ fn config(args: &ReportArgs, history: &PrometheusArgs) -> report::Config {
             prices: args.gpu_hour_price.clone(),
             top: usize::try_from(args.top).unwrap_or(usize::MAX),
         }),
-        clusters: history.cluster_label.is_some(),
+        clusters,
     }
 }
 
@@ -195,9 +168,10 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
     }
     // RUST_LOG=truthscale::prometheus=debug lists each request to Prometheus.
     crate::logging::init(env);
-    let p = history_args(&args.history);
     let started = Instant::now();
-    let built = report::build(&config(args, &p), History::open(&p, env)?)?;
+    let resolved = args.history.resolve(&DEFAULTS, env)?;
+    let config = config(args, resolved.cluster_label.is_some());
+    let built = report::build(&config, History::open(&resolved)?)?;
     if let Some(path) = &args.csv {
         let cannot = || format!("cannot write --csv {}", path.display());
         let mut f = std::io::BufWriter::new(std::fs::File::create(path).with_context(cannot)?);
@@ -224,25 +198,4 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
         eprintln!("truthscale: {line}");
     }
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_default_step_keeps_a_window_under_5000_steps() {
-        let d = |h: u64| default_step(Duration::from_secs(h * 3600));
-        assert_eq!(d(6), Duration::from_secs(60));
-        assert_eq!(d(72), Duration::from_secs(60), "3 days: 4 320 steps");
-        assert_eq!(
-            d(7 * 24),
-            Duration::from_secs(300),
-            "2 m would be 5 040 steps"
-        );
-        assert_eq!(d(14 * 24), Duration::from_secs(300), "4 032 steps");
-        assert_eq!(d(30 * 24), Duration::from_secs(600), "4 320 steps");
-        assert_eq!(d(365 * 24), Duration::from_secs(7_200));
-        assert_eq!(d(100 * 365 * 24), Duration::from_secs(86_400));
-    }
 }

@@ -87,6 +87,6 @@ impl History {
     #[must_use]
     pub(crate) fn step_bands(&self) -> Option<truthscale_core::fleet::StepBands> {
         (self.summarizes && self.columns.iter().any(|c| c.band.is_some()))
-            .then(|| truthscale_core::fleet::StepBands::for_samples(self.samples_per_step))
+            .then(|| truthscale_core::fleet::StepBands::for_samples(self.samples_per_step()))
     }
 }

@@ -183,10 +183,10 @@ impl History {
     /// What the read cost, once every chunk is handed over: the counters of the client and of
     /// `tally`, the answers' warnings (printed), and the one-line summary.
     fn stats(self, tally: &Tally) -> FeedStats {
+        let step = self.step();
         let History {
             client,
             range,
-            step: step_d,
             matchers,
             family,
             splits,
@@ -209,7 +209,7 @@ impl History {
             client.base,
             family.describe(),
             tally.steps,
-            humantime::format_duration(step_d),
+            humantime::format_duration(step),
             if summarizes {
                 " (summaries of the raw samples in each)"
             } else {

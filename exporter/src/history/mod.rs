@@ -25,23 +25,22 @@ mod feed;
 mod merge;
 mod query;
 mod read;
+mod resolved;
 
 use anyhow::{Context, bail};
+use api::Client;
 #[cfg(any(test, feature = "fuzzing"))]
 use api::Matrix;
-use api::{Client, DEFAULT_RETRIES};
 pub(crate) use args::PrometheusArgs;
-use args::{
-    Compression, DEFAULT_DEADLINE, DEFAULT_IN_FLIGHT, DEFAULT_REQUESTS_PER_QUERY,
-    DEFAULT_SCRAPE_INTERVAL, DEFAULT_SINCE, DEFAULT_STEP, PASSWORD_ENV, REQUEST_TIMEOUT,
-};
+use args::{Compression, PASSWORD_ENV};
 use columns::Column;
 pub(crate) use columns::SampleKind;
 pub(crate) use feed::FeedStats;
 #[cfg(any(test, feature = "fuzzing"))]
 use merge::Chunk;
 pub(crate) use merge::NO_CLUSTER;
-use query::{Range, Summary, secs, selector_matchers};
+use query::{Range, Summary, secs};
+pub(crate) use resolved::{DEFAULT_MAX_STEPS, Defaults, Resolved, default_step};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -207,7 +206,6 @@ fn discover(
 pub(crate) struct History {
     client: Client,
     range: Range,
-    step: Duration,
     matchers: String,
     family: Family,
     /// The queries of each chunk, one per metric name (and one per band for an activity
@@ -216,8 +214,8 @@ pub(crate) struct History {
     /// Each step summarises the raw samples in it (`--step` at least twice
     /// `--scrape-interval`).
     summarizes: bool,
-    /// Raw samples a step holds: the step over `--scrape-interval`.
-    samples_per_step: f64,
+    /// `--scrape-interval`: a step holds the step over it in raw samples.
+    scrape_interval: Duration,
     in_flight: usize,
     /// `--cluster-label`.
     cluster_label: Option<String>,
@@ -233,59 +231,17 @@ pub(crate) struct History {
 }
 
 impl History {
-    /// Check the flags and discover which series the range holds.
+    /// Discover which series the range of `r` holds.
     ///
     /// # Errors
-    /// Bad flags; Prometheus unreachable, answering an error, a status other than 200 or
-    /// something that is not its API JSON; no GPU series in the range.
-    pub(crate) fn open(p: &PrometheusArgs, env: &[(String, String)]) -> anyhow::Result<History> {
-        let url = p
-            .prometheus
-            .as_deref()
-            .context("--prometheus URL is missing")?;
-        let (since_d, step_d) = (
-            p.since.unwrap_or(DEFAULT_SINCE),
-            p.step.unwrap_or(DEFAULT_STEP),
-        );
-        let step = i64::try_from(step_d.as_millis()).unwrap_or(i64::MAX);
-        if step < 100 {
-            bail!(
-                "--step {}: at least 100ms",
-                humantime::format_duration(step_d)
-            );
-        }
-        let scrape = p.scrape_interval.unwrap_or(DEFAULT_SCRAPE_INTERVAL);
-        if scrape.is_zero() {
-            bail!("--scrape-interval: give a positive duration, like 60s");
-        }
-        let summarizes = step_d >= scrape.saturating_mul(2);
-        if since_d < step_d {
-            bail!(
-                "--since {} is shorter than --step {}",
-                humantime::format_duration(since_d),
-                humantime::format_duration(step_d)
-            );
-        }
-        let matchers = selector_matchers(p.selector.as_deref())?;
-        let in_flight = p.max_queries_in_flight.unwrap_or(DEFAULT_IN_FLIGHT).max(1) as usize;
-        let client = Self::client(url, p, env, in_flight)?;
-        let wall = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        let now = match p.until {
-            Some(u) => {
-                let end = u.end_ms(wall);
-                if end > wall {
-                    bail!("--until is in the future: the window must end by now");
-                }
-                end
-            }
-            None => wall,
-        };
-        let since = i64::try_from(since_d.as_millis()).unwrap_or(i64::MAX / 2);
-        let range = Range::back_from(now, since.min(now), step);
-
-        let (family, names, unread) = discover(&client, range, &matchers)?;
+    /// A bad `--prometheus` URL or `--ca-file`; `--until` in the future; Prometheus
+    /// unreachable, answering an error, a status other than 200 or something that is not
+    /// its API JSON; no GPU series in the range.
+    pub(crate) fn open(r: &Resolved) -> anyhow::Result<History> {
+        let client = Self::client(r)?;
+        let range = window(r)?;
+        let summarizes = r.summarizes();
+        let (family, names, unread) = discover(&client, range, &r.matchers)?;
         let columns = names
             .into_iter()
             .map(|name| Column {
@@ -298,53 +254,51 @@ impl History {
         Ok(History {
             client,
             range,
-            step: step_d,
-            matchers,
+            matchers: r.matchers.clone(),
             family,
             columns,
             summarizes,
-            samples_per_step: step_d.as_secs_f64() / scrape.as_secs_f64(),
-            in_flight,
-            cluster_label: p.cluster_label.clone(),
-            requests_per_query: p
-                .max_requests_per_query
-                .unwrap_or(DEFAULT_REQUESTS_PER_QUERY),
+            scrape_interval: r.scrape_interval,
+            in_flight: r.in_flight,
+            cluster_label: r.cluster_label.clone(),
+            requests_per_query: r.requests_per_query,
             splits: AtomicU64::new(0),
             steps_answered: AtomicI64::new(i64::MAX),
             unread,
         })
     }
 
-    /// The client for `url` as `p` asks: its timeout, retries and compression, the
-    /// deadline of the whole read (from now), and the largest answer for `in_flight`
-    /// queries at once.
-    fn client(
-        url: &str,
-        p: &PrometheusArgs,
-        env: &[(String, String)],
-        in_flight: usize,
-    ) -> anyhow::Result<Client> {
-        let timeout = p.prometheus_timeout.unwrap_or(REQUEST_TIMEOUT);
-        if timeout.is_zero() {
-            bail!("--prometheus-timeout: give a positive duration, like 30s");
-        }
-        let deadline = p.deadline.unwrap_or(DEFAULT_DEADLINE);
-        if deadline.is_zero() {
-            bail!("--deadline: give a positive duration, like 10m");
-        }
-        let mut client = Client::new(url, authorization(p, env)?, timeout, p.ca_file.as_deref())?;
-        client.retries = p.prometheus_retries.unwrap_or(DEFAULT_RETRIES);
-        client.max_body = api::max_body(in_flight);
+    /// The client `r` asks for: its timeout, retries and compression, the deadline of the
+    /// whole read (from now), and the largest answer for `r.in_flight` queries at once.
+    fn client(r: &Resolved) -> anyhow::Result<Client> {
+        let mut client = Client::new(
+            &r.url,
+            r.authorization.clone(),
+            r.timeout,
+            r.ca_file.as_deref(),
+        )?;
+        client.retries = r.retries;
+        client.max_body = api::max_body(r.in_flight);
         client.deadline = Some(api::Deadline {
-            at: std::time::Instant::now() + deadline,
-            given: deadline,
+            at: std::time::Instant::now() + r.deadline,
+            given: r.deadline,
         });
-        client.gzip = match p.compression.unwrap_or(Compression::Auto) {
+        client.gzip = match r.compression {
             Compression::Auto => !client.is_local(),
             Compression::Gzip => true,
             Compression::None => false,
         };
         Ok(client)
+    }
+
+    /// The step, as a duration: the range's.
+    fn step(&self) -> Duration {
+        Duration::from_millis(self.range.step.unsigned_abs())
+    }
+
+    /// Raw samples a step holds: the step over `--scrape-interval`.
+    fn samples_per_step(&self) -> f64 {
+        self.step().as_secs_f64() / self.scrape_interval.as_secs_f64()
     }
 
     /// Each step summarises the raw samples in it (the step is at least twice
@@ -383,6 +337,29 @@ impl History {
     pub(crate) fn matchers(&self) -> &str {
         &self.matchers
     }
+}
+
+/// The range `r` reads: `--since` back from `--until` (or now), in steps of `--step`.
+///
+/// # Errors
+/// `--until` is in the future.
+fn window(r: &Resolved) -> anyhow::Result<Range> {
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let now = match r.until {
+        Some(u) => {
+            let end = u.end_ms(wall);
+            if end > wall {
+                bail!("--until is in the future: the window must end by now");
+            }
+            end
+        }
+        None => wall,
+    };
+    let step = i64::try_from(r.step.as_millis()).unwrap_or(i64::MAX);
+    let since = i64::try_from(r.since.as_millis()).unwrap_or(i64::MAX / 2);
+    Ok(Range::back_from(now, since.min(now), step))
 }
 
 /// A time in milliseconds since the epoch as RFC 3339, to the second.

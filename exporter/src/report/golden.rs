@@ -9,7 +9,7 @@
 
 use super::showback::{By, PodAttributes};
 use super::{Document, Source};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use truthscale_core::derive::DeriveConfig;
 use truthscale_core::fleet::{BANDS, FleetConfig, FleetInput, Point, StepBands, Track};
@@ -433,6 +433,15 @@ fn showback(
     (shown, sb, csv)
 }
 
+/// The document `--json` writes: every group of the showback.
+fn json_document(a: &Assembled) -> Document {
+    let mut doc = a.doc.clone();
+    if a.every_group.is_some() {
+        doc.showback.clone_from(&a.every_group);
+    }
+    doc
+}
+
 /// The golden files of `a`, named `{name}.txt`, `.html`, `.json` (and `.csv`): the text
 /// and the page show the `--top` groups, the JSON every group, as `run` writes them.
 fn render(name: &str, a: &Assembled) -> Vec<(String, String)> {
@@ -440,11 +449,7 @@ fn render(name: &str, a: &Assembled) -> Vec<(String, String)> {
     super::text::write(&mut text, &a.doc).expect("the text written to memory");
     let text = String::from_utf8(text).expect("the text is UTF-8");
     let html = super::html::render(&a.doc).expect("the page renders");
-    let mut doc = a.doc.clone();
-    if a.every_group.is_some() {
-        doc.showback.clone_from(&a.every_group);
-    }
-    let json = serde_json::to_string(&doc).expect("the document serializes") + "\n";
+    let json = serde_json::to_string(&json_document(a)).expect("the document serializes") + "\n";
     let mut files = vec![
         (format!("{name}.json"), json),
         (format!("{name}.txt"), text),
@@ -535,43 +540,83 @@ fn check(files: &[(String, String)]) {
 
 /// Fleet 1 (no `--by`, no clusters): 48 coarse steps read in bands, MIG, time-sliced and
 /// pod-less GPUs, an unmeasured stretch.
-fn fleet_files() -> Vec<(String, String)> {
+fn fleet_assembled() -> Assembled {
     let (input, source) = fleet();
     let cfg = FleetConfig {
         cost_per_gpu_hour: Some(3.0),
         ..FleetConfig::default()
     };
-    render("fleet", &assemble(&input, source, &cfg, None, false))
+    assemble(&input, source, &cfg, None, false)
 }
 
 /// Fleet 2: `--by namespace --every 2h --top 2` with requests and prices, and
 /// `--cluster-label` over two clusters.
-fn showback_files() -> Vec<(String, String)> {
+fn showback_assembled() -> Assembled {
     let (input, source) = clustered();
     let cfg = FleetConfig {
         cost_per_gpu_hour: Some(2.5),
         ..FleetConfig::default()
     };
     let by = by_namespace(&input);
-    render("showback", &assemble(&input, source, &cfg, Some(&by), true))
+    assemble(&input, source, &cfg, Some(&by), true)
+}
+
+/// Every object key of `v`, at any depth.
+fn keys_of(v: &serde_json::Value, out: &mut BTreeSet<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, x) in m {
+                out.insert(k.clone());
+                keys_of(x, out);
+            }
+        }
+        serde_json::Value::Array(xs) => xs.iter().for_each(|x| keys_of(x, out)),
+        _ => {}
+    }
+}
+
+/// Whether `text` names `key`: as `` `key` ``, or at the end of a backticked dotted path
+/// (`` `x.key` ``, `` `x.*.key` ``).
+fn names(text: &str, key: &str) -> bool {
+    if text.contains(&format!("`{key}`")) {
+        return true;
+    }
+    let tail = format!(".{key}`");
+    text.match_indices(&tail).any(|(at, _)| {
+        let path_start = text[..at].rfind(|c: char| c == '`' || c.is_whitespace());
+        path_start.is_some_and(|i| text[i..].starts_with('`'))
+    })
+}
+
+/// The object keys of `doc`, at any depth, that `text` does not name, in order.
+fn unnamed_keys(doc: &serde_json::Value, text: &str) -> Vec<String> {
+    let mut keys = BTreeSet::new();
+    keys_of(doc, &mut keys);
+    keys.into_iter().filter(|k| !names(text, k)).collect()
 }
 
 #[test]
 fn the_fleet_report_is_its_golden() {
-    check(&fleet_files());
+    check(&render("fleet", &fleet_assembled()));
 }
 
 #[test]
 fn the_showback_and_cluster_report_is_its_golden() {
-    check(&showback_files());
+    check(&render("showback", &showback_assembled()));
 }
 
 /// Built twice in one process (each hash map with its own random keys), the files are the
 /// same bytes: nothing in them follows a hash map's order.
 #[test]
 fn the_goldens_come_out_alike_twice() {
-    assert_eq!(fleet_files(), fleet_files());
-    assert_eq!(showback_files(), showback_files());
+    assert_eq!(
+        render("fleet", &fleet_assembled()),
+        render("fleet", &fleet_assembled())
+    );
+    assert_eq!(
+        render("showback", &showback_assembled()),
+        render("showback", &showback_assembled())
+    );
 }
 
 /// The inputs hold what the goldens are meant to cover.
@@ -607,6 +652,36 @@ fn the_inputs_cover_what_they_claim() {
             .iter()
             .all(|g| g.requested_gpu_hours.is_some())
     );
+}
+
+/// docs/report.md names every key of both JSON goldens (issue 36).
+#[test]
+fn docs_name_every_field_of_the_json_document() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/report.md");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    for (name, a) in [
+        ("fleet", fleet_assembled()),
+        ("showback", showback_assembled()),
+    ] {
+        let doc = serde_json::to_value(json_document(&a)).expect("the document serializes");
+        let missing = unnamed_keys(&doc, &text);
+        assert!(
+            missing.is_empty(),
+            "{name}.json has fields docs/report.md does not name: {}; document them in \
+             docs/report.md (\"The JSON document, field by field\"), each as `key` or `object.key`",
+            missing.join(", ")
+        );
+    }
+}
+
+#[test]
+fn caught_an_undocumented_field() {
+    let doc = serde_json::json!({"a": [{"no_such_field_xyz": 1, "named": {"deep": true}}]});
+    let text = "`a`, `named` and `x.deep`; no_such_field_xyz bare, `no_such_field_xyz2`, `x y.no_such_field_xyz`";
+    assert_eq!(unnamed_keys(&doc, text), ["no_such_field_xyz"]);
+    let text = "`a`, `named` and `x.deep`; `a.no_such_field_xyz`";
+    assert!(unnamed_keys(&doc, text).is_empty());
 }
 
 #[test]

@@ -244,6 +244,23 @@ fn impl_item_attrs(item: &ImplItem) -> &[Attribute] {
     }
 }
 
+/// A visitor's `visit_item` and `visit_impl_item` that leave out test items (`#[test]`,
+/// `#[cfg(test)]`), for the rules that look at production code only.
+macro_rules! skip_test_items {
+    () => {
+        fn visit_item(&mut self, item: &'ast Item) {
+            if !is_test(item_attrs(item)) {
+                visit::visit_item(self, item);
+            }
+        }
+        fn visit_impl_item(&mut self, item: &'ast ImplItem) {
+            if !is_test(impl_item_attrs(item)) {
+                visit::visit_impl_item(self, item);
+            }
+        }
+    };
+}
+
 /// The modules a file declares only for tests (`#[cfg(test)] mod x;`), from the crate root.
 fn test_modules(path: &str, text: &str) -> Vec<Segs> {
     fn walk(items: &[Item], module: &mut Segs, out: &mut Vec<Segs>) {
@@ -1125,7 +1142,6 @@ const LONG_FNS: &[(&str, usize)] = &[
     ("core::analysis::summarize", 127),
     ("core::exposition::values::gpu_values", 257),
     ("core::exposition::values::serving_values", 112),
-    ("core::fleet::analyze", 89),
     ("core::parse::dmon::DmonParser::push_scanned", 106),
     ("core::parse::dmon::scan_values", 83),
     ("core::parse::jsonl::read_line", 105),
@@ -1138,7 +1154,6 @@ const LONG_FNS: &[(&str, usize)] = &[
     ("exporter::commands::top::tui::draw", 82),
     ("exporter::config::Config::load", 98),
     ("exporter::config::Config::validate", 116),
-    ("exporter::history::api::Client::attempt", 96),
     ("exporter::view::views_from_exposition", 85),
 ];
 
@@ -1576,16 +1591,7 @@ fn pipeline_violations(path: &str, text: &str) -> Vec<String> {
         "eq_ignore_ascii_case",
     ];
     impl<'ast> Visit<'ast> for Compares {
-        fn visit_item(&mut self, item: &'ast Item) {
-            if !is_test(item_attrs(item)) {
-                visit::visit_item(self, item);
-            }
-        }
-        fn visit_impl_item(&mut self, item: &'ast ImplItem) {
-            if !is_test(impl_item_attrs(item)) {
-                visit::visit_impl_item(self, item);
-            }
-        }
+        skip_test_items!();
         fn visit_expr_method_call(&mut self, m: &'ast syn::ExprMethodCall) {
             let method = m.method.to_string();
             if (method == "name" || method == "kind")
@@ -1710,16 +1716,7 @@ fn sink_violations(path: &str, text: &str) -> Vec<String> {
     }
     struct Samples(usize);
     impl<'ast> Visit<'ast> for Samples {
-        fn visit_item(&mut self, item: &'ast Item) {
-            if !is_test(item_attrs(item)) {
-                visit::visit_item(self, item);
-            }
-        }
-        fn visit_impl_item(&mut self, item: &'ast ImplItem) {
-            if !is_test(impl_item_attrs(item)) {
-                visit::visit_impl_item(self, item);
-            }
-        }
+        skip_test_items!();
         fn visit_expr_method_call(&mut self, m: &'ast syn::ExprMethodCall) {
             self.0 += usize::from(m.method == "sample");
             visit::visit_expr_method_call(self, m);
@@ -1840,16 +1837,7 @@ fn string_literals(path: &str, text: &str) -> Vec<String> {
         }
     }
     impl<'ast> Visit<'ast> for Lits {
-        fn visit_item(&mut self, item: &'ast Item) {
-            if !is_test(item_attrs(item)) {
-                visit::visit_item(self, item);
-            }
-        }
-        fn visit_impl_item(&mut self, item: &'ast ImplItem) {
-            if !is_test(impl_item_attrs(item)) {
-                visit::visit_impl_item(self, item);
-            }
-        }
+        skip_test_items!();
         fn visit_attribute(&mut self, _: &'ast Attribute) {}
         fn visit_lit_str(&mut self, s: &'ast syn::LitStr) {
             self.0.push(s.value());

@@ -367,6 +367,18 @@ pub(super) fn gpu_summary(counts: &[Option<u32>]) -> Option<Summary> {
     )
 }
 
+/// The note on the steps of `steps` with no data at all (a gap in the history), when
+/// `steps_with_data` is fewer.
+pub(super) fn gap_note(steps_with_data: usize, steps: usize) -> Option<String> {
+    (steps_with_data < steps).then(|| {
+        format!(
+            "{} of {} steps had no data at all (a gap in the history): they are left out, never counted as idle or 0",
+            steps - steps_with_data,
+            steps
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

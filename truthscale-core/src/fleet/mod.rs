@@ -41,11 +41,11 @@ mod track;
 mod workloads;
 
 use crate::rightsizing::Constraint;
-use demand::{Series, demand_sums, gpu_summary, pooled_bound};
+use demand::{Series, demand_sums, gap_note, gpu_summary, pooled_bound};
 use idle::{idle_capacity, savings};
 use packing::packing;
 use serde::Serialize;
-use sizing::{PeakLimit, right_size};
+use sizing::{PeakLimit, right_size_each};
 use std::collections::BTreeMap;
 use track::{Grid, MIB};
 use workloads::{devices, fleet_gpu, gpus_without_pods, names, workloads};
@@ -496,18 +496,12 @@ pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
 
     let (packing, colocation) = packing(&work, &names, gpu_mib, limit, (steps, grid), &mut notes);
 
-    let rightsizing = work
-        .iter()
-        .zip(&names)
-        .map(|(t, n)| {
-            let limit = PeakLimit {
-                max_over: cfg.max_peak_over_capacity,
-                seconds_per_point: input.step_seconds,
-                grid,
-            };
-            right_size(t, n, h, limit)
-        })
-        .collect();
+    let peak_limit = PeakLimit {
+        max_over: cfg.max_peak_over_capacity,
+        seconds_per_point: input.step_seconds,
+        grid,
+    };
+    let rightsizing = right_size_each(&work, &names, h, peak_limit);
     let idle = idle_capacity(&work, &names, cfg, hours_per_step);
     let allocated_summary = gpu_summary(&series.allocated);
     let reporting_summary = gpu_summary(&series.reporting);
@@ -527,13 +521,7 @@ pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
     });
 
     let simulated = input.tracks.iter().any(|t| t.simulated);
-    if steps_with_data < steps {
-        notes.push(format!(
-            "{} of {} steps had no data at all (a gap in the history): they are left out, never counted as idle or 0",
-            steps - steps_with_data,
-            steps
-        ));
-    }
+    notes.extend(gap_note(steps_with_data, steps));
     FleetReport {
         workload_unit: unit,
         steps,

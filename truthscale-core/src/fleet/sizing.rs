@@ -259,6 +259,20 @@ pub(super) fn right_size(t: &Track, name: &str, h: f64, limit: PeakLimit) -> Rig
     }
 }
 
+/// The right-sizing of each workload of `work` (named by `names`) at headroom `h`, each
+/// peak limited by `limit`.
+pub(super) fn right_size_each(
+    work: &[&Track],
+    names: &[String],
+    h: f64,
+    limit: PeakLimit,
+) -> Vec<RightSizing> {
+    work.iter()
+        .zip(names)
+        .map(|(t, n)| right_size(t, n, h, limit))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

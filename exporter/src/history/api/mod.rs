@@ -1,117 +1,21 @@
 //! The Prometheus HTTP API client: `query_range` and label queries, the JSON envelope,
 //! and errors that name the URL.
 
+mod answer;
+
+use answer::Envelope;
+#[cfg(test)]
+use answer::MAX_WARNINGS;
+#[cfg(test)]
+pub(super) use answer::RangeSeries;
+pub(super) use answer::{Matrix, PromValue, Warnings};
 use anyhow::{Context, bail};
-use serde::Deserialize;
 use serde::de::{DeserializeOwned, IgnoredAny};
-use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// Largest response body read (after decompression), whatever the queries in flight
 /// ([`MAX_BODIES_IN_FLIGHT`] shared by them may lower it).
 const MAX_BODY: u64 = 256 << 20;
-
-/// The Prometheus HTTP API envelope.
-#[derive(Debug, Deserialize)]
-pub(super) struct Envelope<T> {
-    pub(super) status: String,
-    pub(super) data: Option<T>,
-    #[serde(rename = "errorType")]
-    pub(super) error_type: Option<String>,
-    pub(super) error: Option<String>,
-    #[serde(default)]
-    pub(super) warnings: Vec<String>,
-}
-
-impl<T> Envelope<T> {
-    pub(super) fn error_text(&self) -> Option<String> {
-        let e = self.error.as_deref()?;
-        Some(match &self.error_type {
-            Some(t) => format!("{t}: {e}"),
-            None => e.to_owned(),
-        })
-    }
-}
-
-/// `data` of a range query.
-#[derive(Debug, Deserialize)]
-pub(super) struct Matrix {
-    #[serde(rename = "resultType")]
-    pub(super) result_type: String,
-    pub(super) result: Vec<RangeSeries>,
-}
-
-#[derive(Debug, Deserialize)]
-pub(super) struct RangeSeries {
-    pub(super) metric: BTreeMap<String, String>,
-    #[serde(default)]
-    pub(super) values: Vec<(f64, PromValue)>,
-}
-
-/// A sample value as the API writes it, a string (`"0.5"`, `"NaN"`, `"+Inf"`), decoded
-/// straight to a number: no string is kept per point. `None`: not a number.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct PromValue(pub(super) Option<f64>);
-
-impl<'de> Deserialize<'de> for PromValue {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl serde::de::Visitor<'_> for V {
-            type Value = PromValue;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a sample value as a string")
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<PromValue, E> {
-                // Prometheus writes NaN and ±Inf as strings too; Rust parses them, and the
-                // mapping turns them into blanks.
-                Ok(PromValue(v.parse::<f64>().ok()))
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
-
-/// The distinct warnings kept from the answers (Thanos and Mimir add one per partial
-/// answer; one report once collected 400 003).
-pub(super) const MAX_WARNINGS: usize = 20;
-
-/// The longest warning kept, in characters.
-const MAX_WARNING_CHARS: usize = 500;
-
-/// The answers' warnings: the first [`MAX_WARNINGS`] distinct ones (each cut to
-/// [`MAX_WARNING_CHARS`]), and how many there were in all.
-#[derive(Debug, Default)]
-pub(super) struct Warnings {
-    pub(super) kept: BTreeSet<String>,
-    /// Every warning seen, repeats included.
-    pub(super) seen: u64,
-}
-
-impl Warnings {
-    /// Take an answer's warnings.
-    pub(super) fn add(&mut self, warnings: Vec<String>) {
-        for w in warnings {
-            self.seen += 1;
-            if self.kept.len() < MAX_WARNINGS {
-                let cut: String = w.chars().take(MAX_WARNING_CHARS).collect();
-                self.kept.insert(cut);
-            }
-        }
-    }
-
-    /// The lines to print: the kept warnings, then one line for the rest.
-    pub(super) fn lines(&self) -> Vec<String> {
-        let mut out: Vec<String> = self.kept.iter().cloned().collect();
-        let shown = self.kept.len() as u64;
-        if self.seen > shown {
-            out.push(format!(
-                "{} warnings in all from the answers ({} distinct shown above)",
-                self.seen, shown
-            ));
-        }
-        out
-    }
-}
 
 /// Retries of a request that failed for a passing reason, by default.
 pub(crate) const DEFAULT_RETRIES: u32 = 3;
@@ -482,6 +386,49 @@ impl Client {
         timeout: Duration,
     ) -> Result<T, Attempt> {
         let url = format!("{}{path}", self.base);
+        let req = self.request(&url, path, params, timeout);
+        let started = std::time::Instant::now();
+        self.counters().sent += 1;
+        let (status, body) = self.call(&url, req)?;
+        let answered = std::time::Instant::now();
+        let decoded = decode::<T>(&url, status, &body);
+        let limit = if status == 200 {
+            None
+        } else {
+            serde_json::from_slice::<Envelope<IgnoredAny>>(&body)
+                .ok()
+                .and_then(|e| limit_of(status, e.error_type.as_deref(), e.error.as_deref()?))
+        };
+        drop(body);
+        let mut c = self.counters();
+        c.queries += 1;
+        c.waiting += answered - started;
+        c.decoding += answered.elapsed();
+        match decoded {
+            Ok((data, warnings)) => {
+                c.warnings.add(warnings);
+                Ok(data)
+            }
+            Err(message) => Err(match limit {
+                Some(limit) => Attempt::Fail(GetError::Limit {
+                    limit,
+                    message: format!("{message:#}"),
+                }),
+                None if status >= 500 || status == 429 => Attempt::Retry(message, false),
+                None => Attempt::Fail(GetError::Other(message)),
+            }),
+        }
+    }
+
+    /// The request `GET url` (`base+path`) with `params`, ending within `timeout`, with
+    /// the client's headers; listed at debug level.
+    fn request(
+        &self,
+        url: &str,
+        path: &str,
+        params: &[(&str, &str)],
+        timeout: Duration,
+    ) -> ureq::RequestBuilder<ureq::typestate::WithoutBody> {
         tracing::debug!(
             target: "truthscale::prometheus",
             "GET {path} {}",
@@ -492,7 +439,7 @@ impl Client {
                     .collect()
             )
         );
-        let mut req = within(self.agent.get(&url), timeout);
+        let mut req = within(self.agent.get(url), timeout);
         for (k, v) in params {
             req = req.query(k, v);
         }
@@ -502,15 +449,24 @@ impl Client {
         if !self.gzip {
             req = req.header("Accept-Encoding", "identity");
         }
-        let started = std::time::Instant::now();
-        self.counters().sent += 1;
+        req
+    }
+
+    /// Send `req` to `url` and read its answer whole: the HTTP status and the body (at
+    /// most `max_body` bytes). A connection refused or cut and no answer in time are
+    /// passing; a body over the cap is final.
+    fn call(
+        &self,
+        url: &str,
+        req: ureq::RequestBuilder<ureq::typestate::WithoutBody>,
+    ) -> Result<(u16, Vec<u8>), Attempt> {
         let timeout = self.timeout;
         let max_body = self.max_body;
         let mut resp = req.call().map_err(|e| {
             let timed_out = matches!(e, ureq::Error::Timeout(_));
             let passing =
                 timed_out || matches!(e, ureq::Error::Io(_) | ureq::Error::ConnectionFailed);
-            let e = call_error(&url, e, timeout);
+            let e = call_error(url, e, timeout);
             if passing {
                 Attempt::Retry(e, timed_out)
             } else {
@@ -541,35 +497,7 @@ impl Client {
                     false,
                 ),
             })?;
-        let answered = std::time::Instant::now();
-        let status = status.as_u16();
-        let decoded = decode::<T>(&url, status, &body);
-        let limit = if status == 200 {
-            None
-        } else {
-            serde_json::from_slice::<Envelope<IgnoredAny>>(&body)
-                .ok()
-                .and_then(|e| limit_of(status, e.error_type.as_deref(), e.error.as_deref()?))
-        };
-        drop(body);
-        let mut c = self.counters();
-        c.queries += 1;
-        c.waiting += answered - started;
-        c.decoding += answered.elapsed();
-        match decoded {
-            Ok((data, warnings)) => {
-                c.warnings.add(warnings);
-                Ok(data)
-            }
-            Err(message) => Err(match limit {
-                Some(limit) => Attempt::Fail(GetError::Limit {
-                    limit,
-                    message: format!("{message:#}"),
-                }),
-                None if status >= 500 || status == 429 => Attempt::Retry(message, false),
-                None => Attempt::Fail(GetError::Other(message)),
-            }),
-        }
+        Ok((status.as_u16(), body))
     }
 }
 
@@ -669,122 +597,4 @@ pub(super) fn call_error(url: &str, e: ureq::Error, timeout: Duration) -> anyhow
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `--compression auto` leaves out gzip for a server on this host only.
-    #[test]
-    fn a_server_on_this_host_is_told_by_its_url() {
-        let local = |url: &str| {
-            Client::new(url, None, Duration::from_secs(1), None)
-                .unwrap()
-                .is_local()
-        };
-        for url in [
-            "http://localhost:9090",
-            "http://LOCALHOST",
-            "http://127.0.0.1:9090/prefix",
-            "https://127.1.2.3",
-            "http://[::1]:9090",
-        ] {
-            assert!(local(url), "{url}");
-        }
-        for url in [
-            "http://prometheus:9090",
-            "http://10.0.0.1:9090",
-            "http://[2001:db8::1]:9090",
-            "http://localhost.example.com",
-        ] {
-            assert!(!local(url), "{url}");
-        }
-    }
-
-    /// The limits by the exact texts of Prometheus' and Mimir's errors; other errors are
-    /// not limits.
-    #[test]
-    fn limits_are_told_by_their_errors() {
-        assert_eq!(
-            limit_of(
-                422,
-                Some("execution"),
-                "query processing would load too many samples into memory in query execution"
-            ),
-            Some(Limit::Samples)
-        );
-        assert_eq!(
-            limit_of(503, Some("timeout"), "query timed out in query execution"),
-            Some(Limit::Timeout)
-        );
-        assert_eq!(
-            limit_of(
-                422,
-                Some("execution"),
-                "the query exceeded the maximum number of series (limit: 1000 series) (err-mimir-max-series-per-query). Consider reducing the time range"
-            ),
-            Some(Limit::Mimir("-querier.max-fetched-series-per-query"))
-        );
-        assert_eq!(
-            limit_of(422, None, "x (err-mimir-max-chunks-bytes-per-query)"),
-            Some(Limit::Mimir("-querier.max-fetched-chunk-bytes-per-query"))
-        );
-        assert_eq!(limit_of(500, Some("internal"), "boom in the tsdb"), None);
-        assert_eq!(limit_of(400, Some("bad_data"), "parse error"), None);
-        assert!(Limit::Samples.advice().contains("--query.max-samples"));
-        assert!(Limit::Timeout.advice().contains("--query.timeout"));
-    }
-
-    /// The answers in flight share 512 MiB: 256 MiB each at 1 or 2 in flight, 64 MiB at 8,
-    /// 16 MiB at 32.
-    #[test]
-    fn answers_in_flight_share_one_cap() {
-        let mib = |n| max_body(n) >> 20;
-        assert_eq!([mib(1), mib(2), mib(8), mib(32)], [256, 256, 64, 16]);
-        assert!((1..=32).all(|n| max_body(n) * n as u64 <= MAX_BODIES_IN_FLIGHT));
-    }
-
-    /// A query's budget gives exactly its requests, then an error naming the flag.
-    #[test]
-    fn a_query_budget_runs_out_naming_its_flag() {
-        let b = Budget::new(3);
-        assert!((0..3).all(|_| b.spend("u").is_ok()));
-        let Err(GetError::Other(e)) = b.spend("u") else {
-            panic!("the fourth request is refused")
-        };
-        assert!(e.to_string().contains("--max-requests-per-query 3"), "{e}");
-    }
-
-    /// 400 000 warnings (Thanos' partial answers) are kept as at most 20 distinct lines,
-    /// each at most 500 characters, and one line that counts them all.
-    #[test]
-    fn warnings_are_capped_and_counted() {
-        let mut w = Warnings::default();
-        for answer in 0..4 {
-            w.add(
-                (0..100_000)
-                    .map(|i| format!("partial answer {answer}-{i}: {}", "x".repeat(2000)))
-                    .collect(),
-            );
-        }
-        w.add(vec!["same".into(), "same".into()]);
-        let lines = w.lines();
-        assert_eq!(lines.len(), MAX_WARNINGS + 1);
-        assert!(
-            lines[..MAX_WARNINGS]
-                .iter()
-                .all(|l| l.chars().count() <= 500)
-        );
-        assert_eq!(
-            lines[MAX_WARNINGS],
-            "400002 warnings in all from the answers (20 distinct shown above)"
-        );
-        let mut few = Warnings::default();
-        few.add(vec!["a".into(), "a".into()]);
-        assert_eq!(
-            few.lines(),
-            [
-                "a",
-                "2 warnings in all from the answers (1 distinct shown above)"
-            ]
-        );
-    }
-}
+mod tests;

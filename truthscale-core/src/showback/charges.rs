@@ -1,0 +1,315 @@
+//! What the shares come to: each charge's use (idle, used, unmeasured, unknown) and price
+//! summed per group and period, the periods' rows and their reconciliation with the fleet,
+//! and the allocation check against the sizing.
+
+use super::shares::Charge;
+use super::{GroupCost, GroupHours, Period, SHARE_UNITS, Showback, ShowbackConfig, Window};
+use crate::fleet::Track;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Check `sb`'s allocation against the sizing of the same report (`fleet`): the GPU-hours
+/// the sizing counts as allocated (its allocated GPUs at each step with a reading) must be
+/// the physical GPU-hours the showback charged to some group, less those with nothing read.
+/// Filled into `sb.allocation`; without pod labels (no allocated series) nothing is checked.
+pub fn check_against_sizing(sb: &mut Showback, fleet: &crate::fleet::FleetReport) {
+    let hours_per_step = fleet.step_seconds / 3600.0;
+    let steps: u64 = fleet
+        .series
+        .allocated_gpus
+        .iter()
+        .flatten()
+        .map(|&n| u64::from(n))
+        .sum();
+    if fleet.sizing.allocated_gpus.is_none() && steps == 0 {
+        sb.allocation.check =
+            "no pod labels: the sizing counts no allocated GPUs to check the showback against"
+                .to_owned();
+        return;
+    }
+    let a = &mut sb.allocation;
+    let sizing = steps as f64 * hours_per_step;
+    let read = a.gpu_hours - a.unread_gpu_hours;
+    // Both are whole steps of hours: equal to well within one step.
+    let agrees = (sizing - read).abs() < hours_per_step * 1e-6;
+    a.sizing_gpu_hours = Some(sizing);
+    a.agrees = Some(agrees);
+    a.check = if agrees {
+        format!(
+            "sizing and showback agree on what is allocated: {sizing:.3} GPU-hours on {} GPUs ({:.3} more held with nothing read, charged, not sized)",
+            a.gpus, a.unread_gpu_hours
+        )
+    } else {
+        format!(
+            "sizing and showback DISAGREE on what is allocated: the sizing counts {sizing:.3} GPU-hours, the showback charged {read:.3} read GPU-hours on {} GPUs: a GPU held with no holder named, or holders named without readings",
+            a.gpus
+        )
+    };
+}
+
+/// Integer share units and float sums of one group in one period.
+#[derive(Debug, Default, Clone)]
+struct Acc {
+    workloads: std::collections::BTreeSet<String>,
+    allocated: u64,
+    used: u64,
+    idle: u64,
+    unmeasured: u64,
+    unknown: u64,
+    busy: f64,
+    busy_measured: u64,
+    ecf: f64,
+    ecf_measured: u64,
+    sat: f64,
+    sat_measured: u64,
+    time_sliced_ecf: Option<f64>,
+    ecf_estimate: Option<f64>,
+    cost: Option<CostAcc>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct CostAcc {
+    allocated: f64,
+    used: f64,
+    idle: f64,
+    unmeasured: f64,
+    unknown: f64,
+    ecf: f64,
+}
+
+/// What an allocated step's use was.
+#[derive(Debug, Clone, Copy)]
+enum Use {
+    /// A time-sliced GPU's holder: the counters are the device's.
+    Unknown,
+    /// No reading of use.
+    Unmeasured,
+    Idle,
+    Used,
+}
+
+/// Per period: the groups, and the fleet's unallocated, overallocated and total units.
+#[derive(Debug, Default, Clone)]
+pub(super) struct PeriodAcc {
+    groups: BTreeMap<String, Acc>,
+    pub(super) unallocated: u64,
+    pub(super) overallocated: u64,
+    pub(super) fleet: u64,
+}
+
+/// `u` share units over one step, as GPU-hours.
+fn gpu_hours(u: u64, hours_per_step: f64) -> f64 {
+    u as f64 / SHARE_UNITS as f64 * hours_per_step
+}
+
+/// The price of one GPU-hour of a track's model: its own, or the default.
+fn price_of(t: &Track, cfg: &ShowbackConfig) -> Option<f64> {
+    let own = t
+        .model
+        .as_deref()
+        .and_then(|m| cfg.prices.iter().find(|(name, _)| name == m))
+        .map(|(_, p)| *p);
+    own.or(cfg.default_price)
+        .filter(|p| p.is_finite() && *p >= 0.0)
+}
+
+impl Use {
+    /// The use of a charge's step, by the idle thresholds of `cfg`.
+    fn of(c: &Charge<'_>, cfg: &ShowbackConfig) -> Use {
+        let (busy, ecf) = (c.busy, c.ecf);
+        if c.unknown {
+            Use::Unknown
+        } else if busy.is_none() && ecf.is_none() {
+            Use::Unmeasured
+        } else if busy.is_none_or(|b| b < cfg.idle_busy_below)
+            && ecf.is_none_or(|e| e < cfg.idle_compute_below)
+        {
+            Use::Idle
+        } else {
+            Use::Used
+        }
+    }
+}
+
+/// Adds one charge to the window's and its period's accumulators; a model without a price
+/// (where prices were given) goes to `unpriced`.
+pub(super) fn add_charge(
+    c: &Charge<'_>,
+    w: &Window<'_>,
+    accs: [&mut PeriodAcc; 2],
+    unpriced: &mut BTreeSet<String>,
+) {
+    let hours = gpu_hours(c.units, w.hours_per_step);
+    let price = price_of(c.track, w.cfg);
+    if w.priced && price.is_none() {
+        unpriced.insert(c.track.model.clone().unwrap_or_else(|| "unknown".into()));
+    }
+    let class = Use::of(c, w.cfg);
+    for acc in accs {
+        let a = acc.groups.entry(c.group.to_string()).or_default();
+        if c.read
+            && let Some(pod) = c.pod
+        {
+            a.workloads.insert(pod.to_string());
+        }
+        a.add(c, class, hours, w.hours_per_step);
+        if let Some(pr) = price {
+            let ca = a.cost.get_or_insert_with(CostAcc::default);
+            ca.add(class, pr * hours, c.ecf);
+        }
+    }
+}
+
+impl Acc {
+    /// Adds a charge of `hours` GPU-hours (`hours_per_step` a whole GPU-step's) of use
+    /// `class`.
+    fn add(&mut self, c: &Charge<'_>, class: Use, hours: f64, hours_per_step: f64) {
+        let u = c.units;
+        self.allocated += u;
+        *match class {
+            Use::Unknown => &mut self.unknown,
+            Use::Unmeasured => &mut self.unmeasured,
+            Use::Idle => &mut self.idle,
+            Use::Used => &mut self.used,
+        } += u;
+        if let Some(e) = c.time_sliced_ecf {
+            *self.time_sliced_ecf.get_or_insert(0.0) += e * hours;
+        }
+        if let Some(e) = c.ecf_estimate {
+            // GPU-relative: over the whole GPU's time, whatever the share.
+            *self.ecf_estimate.get_or_insert(0.0) += e * hours_per_step;
+        }
+        if matches!(class, Use::Idle | Use::Used) {
+            if let Some(b) = c.busy {
+                self.busy += b * hours;
+                self.busy_measured += u;
+            }
+            if let Some(e) = c.ecf {
+                self.ecf += e * hours;
+                self.ecf_measured += u;
+            }
+            if let Some(x) = c.sat {
+                self.sat += x * hours;
+                self.sat_measured += u;
+            }
+        }
+    }
+}
+
+impl CostAcc {
+    /// Adds the `cost` of a charge of use `class` with effective compute `ecf`.
+    fn add(&mut self, class: Use, cost: f64, ecf: Option<f64>) {
+        self.allocated += cost;
+        *match class {
+            Use::Unknown => &mut self.unknown,
+            Use::Unmeasured => &mut self.unmeasured,
+            Use::Idle => &mut self.idle,
+            Use::Used => &mut self.used,
+        } += cost;
+        if matches!(class, Use::Idle | Use::Used)
+            && let Some(e) = ecf
+        {
+            self.ecf += e * cost;
+        }
+    }
+}
+
+/// One group's row of a period, from its accumulator.
+fn group_hours(
+    g: &str,
+    a: &Acc,
+    requested: Option<&BTreeMap<String, f64>>,
+    w: &Window<'_>,
+) -> GroupHours {
+    let hours = |u: u64| gpu_hours(u, w.hours_per_step);
+    GroupHours {
+        group: g.to_owned(),
+        workloads: a.workloads.len(),
+        allocated_gpu_hours: hours(a.allocated),
+        requested_gpu_hours: requested.and_then(|r| r.get(g).copied()),
+        used_gpu_hours: hours(a.used),
+        idle_gpu_hours: hours(a.idle),
+        unmeasured_gpu_hours: hours(a.unmeasured),
+        use_unknown_gpu_hours: hours(a.unknown),
+        busy_gpu_hours: a.busy,
+        busy_measured_gpu_hours: hours(a.busy_measured),
+        effective_compute_gpu_hours: a.ecf,
+        effective_compute_measured_gpu_hours: hours(a.ecf_measured),
+        time_sliced_effective_compute_gpu_hours: a.time_sliced_ecf,
+        effective_compute_estimate_gpu_hours: a.ecf_estimate,
+        saturation_gpu_hours: a.sat,
+        saturation_measured_gpu_hours: hours(a.sat_measured),
+        cost: a.cost.as_ref().map(|c| GroupCost {
+            allocated: c.allocated,
+            requested: requested
+                .and_then(|r| r.get(g))
+                .zip(w.cfg.default_price)
+                .map(|(h, p)| h * p),
+            used: c.used,
+            idle: c.idle,
+            unmeasured: c.unmeasured,
+            use_unknown: c.unknown,
+            effective_compute: c.ecf,
+        }),
+    }
+}
+
+/// A period of `steps` steps from `start_step`, from its accumulator: its groups (and those
+/// in `requested` that held nothing), largest first, and whether they reconcile.
+pub(super) fn period(
+    acc: &PeriodAcc,
+    start_step: usize,
+    steps: usize,
+    requested: Option<&BTreeMap<String, f64>>,
+    w: &Window<'_>,
+) -> Period {
+    let hours = |u: u64| gpu_hours(u, w.hours_per_step);
+    let mut groups: Vec<GroupHours> = acc
+        .groups
+        .iter()
+        .map(|(g, a)| group_hours(g, a, requested, w))
+        .collect();
+    // Requested by groups that held nothing.
+    if let Some(r) = requested {
+        for (g, h) in r {
+            if !acc.groups.contains_key(g) {
+                groups.push(GroupHours {
+                    group: g.clone(),
+                    requested_gpu_hours: Some(*h),
+                    ..GroupHours::default()
+                });
+            }
+        }
+    }
+    groups.sort_by(|a, b| {
+        b.allocated_gpu_hours
+            .total_cmp(&a.allocated_gpu_hours)
+            .then_with(|| a.group.cmp(&b.group))
+    });
+    let allocated: u64 = acc.groups.values().map(|a| a.allocated).sum();
+    let reconciled =
+        allocated + acc.unallocated == acc.fleet + acc.overallocated && acc.overallocated == 0;
+    let check = format!(
+        "groups {:.3} + unallocated {:.3} = fleet {:.3} GPU-hours{}",
+        hours(allocated),
+        hours(acc.unallocated),
+        hours(acc.fleet),
+        if reconciled {
+            String::new()
+        } else {
+            format!(
+                ": does not reconcile, {:.3} GPU-hours allocated beyond whole GPUs",
+                hours(acc.overallocated)
+            )
+        }
+    );
+    Period {
+        start_step,
+        steps,
+        groups,
+        unallocated_gpu_hours: hours(acc.unallocated),
+        fleet_gpu_hours: hours(acc.fleet),
+        overallocated_gpu_hours: hours(acc.overallocated),
+        reconciled,
+        check,
+    }
+}

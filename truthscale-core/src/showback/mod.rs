@@ -1,0 +1,367 @@
+//! Showback: the GPU-hours each group of pods (a namespace, a pod label's value, a node, a
+//! GPU model) held over a window, against what they really did with them, reconciled with
+//! the fleet's GPU-hours.
+//!
+//! The input is the fleet's [`Track`]s (one per pod on a GPU, or a GPU without pod labels)
+//! and the group of each. A pod holds its GPU from its first reading to its last (its
+//! lifetime, as OpenCost counts runtime); a step inside it with no reading of use (neither
+//! the busy flag nor effective compute) is *unmeasured*: never idle, never zero.
+//!
+//! **Allocation policy.** At each step every physical GPU is one GPU-step, split among the
+//! pods that hold it then:
+//! - a whole GPU held by one pod: all of it;
+//! - a time-sliced GPU held by `k` pods: `1/k` each. Their counters are the device's, not
+//!   theirs: each one's use is *unknown*, never the device's use copied to each. The
+//!   device's measured effective compute is billed to its holders as the GPU is, `1/k`
+//!   each ([`GroupHours::time_sliced_effective_compute_gpu_hours`]); per-process
+//!   attribution's split by SM-busy share is an *estimate*, shown in a column of its own
+//!   ([`GroupHours::effective_compute_estimate_gpu_hours`]) and never billed as measured;
+//! - a MIG instance: its compute slices over the GPU's (`3g.40gb` is 3/7 of an H100), the
+//!   convention of NVIDIA's and GKE's slice naming; an instance whose profile is not known
+//!   takes an equal part with the GPU's other instances at that step. Each instance's use is
+//!   its own counters';
+//! - what no pod holds is *unallocated*.
+//!
+//! Shares are counted in integer units of 1/[`SHARE_UNITS`] of a GPU-step (a multiple of
+//! every split up to 12 ways and of 7 and 4 compute slices), so that the groups plus
+//! unallocated add up to the fleet exactly, which [`Period::reconciled`] checks.
+//!
+//! **Use** of a measured step: *idle* when the busy flag (where measured) is below the
+//! busy threshold and effective compute (where measured) below its threshold, as the
+//! fleet report's idle capacity; *used* otherwise. *Effective compute* and *saturation*
+//! GPU-hours are the fraction times the allocated time, over the steps where each was
+//! measured (the measured hours are given beside them). The busy flag's GPU-hours are
+//! there for comparison: they are what `nvidia-smi` and OpenCost's usage basis count.
+//!
+//! [`Track`]: crate::fleet::Track
+
+mod charges;
+#[cfg(test)]
+mod holder_tests;
+mod shares;
+#[cfg(test)]
+mod tests;
+
+use crate::fleet::FleetInput;
+use charges::{PeriodAcc, period};
+use serde::Serialize;
+use shares::charge_gpu;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+pub use charges::check_against_sizing;
+
+/// Units of one GPU-step: lcm(1..=12), so that splits up to 12 ways, and 7 or 4 compute
+/// slices, are exact.
+pub const SHARE_UNITS: u64 = 27_720;
+
+/// What showback is asked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShowbackConfig {
+    /// What groups are (`namespace`, `label:team`, `node`, `model`), for the output.
+    pub by: String,
+    /// A step is idle when the busy flag (where measured) is below this…
+    pub idle_busy_below: f64,
+    /// …and effective compute (where measured) below this.
+    pub idle_compute_below: f64,
+    /// Steps per period (one row per group and period); `None`: the whole window only.
+    pub period_steps: Option<usize>,
+    /// Price of one GPU-hour of a model without its own price.
+    pub default_price: Option<f64>,
+    /// Prices of one GPU-hour by model, as reported (`NVIDIA H100 80GB HBM3`).
+    pub prices: Vec<(String, f64)>,
+}
+
+/// One group's GPU-hours over a period.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GroupHours {
+    /// The group (`(none)` for pods without the attribute).
+    pub group: String,
+    /// Pod workloads (a pod on a GPU) of the group with a reading in the period.
+    pub workloads: usize,
+    /// GPU-hours held (allocated by the policy above).
+    pub allocated_gpu_hours: f64,
+    /// GPU-hours requested (kube-state-metrics' `nvidia_com_gpu` requests), when known.
+    pub requested_gpu_hours: Option<f64>,
+    /// Allocated GPU-hours at steps whose use was measured and not idle.
+    pub used_gpu_hours: f64,
+    /// Allocated GPU-hours at idle steps.
+    pub idle_gpu_hours: f64,
+    /// Allocated GPU-hours at steps with no reading of use.
+    pub unmeasured_gpu_hours: f64,
+    /// Allocated GPU-hours of a time-sliced GPU whose use per holder is not known.
+    pub use_unknown_gpu_hours: f64,
+    /// The busy flag × allocated time, where measured (for comparison).
+    pub busy_gpu_hours: f64,
+    /// Allocated GPU-hours at which the busy flag was measured.
+    pub busy_measured_gpu_hours: f64,
+    /// Effective compute × allocated time, where measured.
+    pub effective_compute_gpu_hours: f64,
+    /// Allocated GPU-hours at which effective compute was measured.
+    pub effective_compute_measured_gpu_hours: f64,
+    /// Time-sliced GPUs: the device's measured effective compute × this group's allocated
+    /// share of it (`1/k` of a GPU `k` pods hold), where measured: the device total billed
+    /// as the allocation policy splits the GPU, not the holders' own use; `None` when the
+    /// group held no time-sliced GPU whose effective compute was measured.
+    pub time_sliced_effective_compute_gpu_hours: Option<f64>,
+    /// An **estimate**, never billed: a time-sliced GPU's effective compute split among its
+    /// holders by their processes' share of SM busy time
+    /// (`truthscale_pod_effective_compute_estimate_ratio`) × time. Each holder's lies between
+    /// 0 and the device's measured total. `None` when there was no such split.
+    pub effective_compute_estimate_gpu_hours: Option<f64>,
+    /// Roofline saturation × allocated time, where measured.
+    pub saturation_gpu_hours: f64,
+    /// Allocated GPU-hours at which saturation was measured.
+    pub saturation_measured_gpu_hours: f64,
+    /// The cost of each, with a price.
+    pub cost: Option<GroupCost>,
+}
+
+/// What a group's GPU-hours cost (each GPU-hour at its model's price).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GroupCost {
+    /// Of the allocated GPU-hours.
+    pub allocated: f64,
+    /// Of the requested GPU-hours (at the default price), when both are known.
+    pub requested: Option<f64>,
+    /// Of the used GPU-hours.
+    pub used: f64,
+    /// Of the idle GPU-hours: the cost of idle.
+    pub idle: f64,
+    /// Of the unmeasured GPU-hours.
+    pub unmeasured: f64,
+    /// Of the GPU-hours whose use is unknown.
+    pub use_unknown: f64,
+    /// Of the effective compute GPU-hours.
+    pub effective_compute: f64,
+}
+
+/// The groups' GPU-hours over one period of the window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Period {
+    /// First step of the period.
+    pub start_step: usize,
+    /// Steps in the period.
+    pub steps: usize,
+    /// Each group, most allocated first.
+    pub groups: Vec<GroupHours>,
+    /// GPU-hours no pod held.
+    pub unallocated_gpu_hours: f64,
+    /// The fleet's GPU-hours: each GPU from its first reading to its last.
+    pub fleet_gpu_hours: f64,
+    /// GPU-hours allocated beyond a whole GPU (pods' shares adding up to more than one):
+    /// zero when the policy holds.
+    pub overallocated_gpu_hours: f64,
+    /// Whether the groups plus unallocated are the fleet, exactly (in share units).
+    pub reconciled: bool,
+    /// The check, in words.
+    pub check: String,
+}
+
+/// Showback over the window, and per period when asked.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Showback {
+    /// What groups are.
+    pub by: String,
+    /// The whole window.
+    pub total: Period,
+    /// Each period, when asked (`ShowbackConfig::period_steps`).
+    pub periods: Vec<Period>,
+    /// The allocation policy and the definitions, in words.
+    pub policy: Vec<String>,
+    /// What was missing or is to be read with care, in words.
+    pub notes: Vec<String>,
+    /// The physical GPUs and GPU-hours charged to any group, against the sizing's
+    /// ([`check_against_sizing`]).
+    pub allocation: Allocation,
+}
+
+/// What the showback allocated, physical GPU by physical GPU, and whether the sizing of the
+/// same report counts the same.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Allocation {
+    /// Physical GPUs some group was charged for.
+    pub gpus: usize,
+    /// Physical GPU-hours in which some group held the GPU (a MIG GPU's hour counts once,
+    /// whatever its instances).
+    pub gpu_hours: f64,
+    /// Of them, the hours with nothing read of the GPU (held, unmeasured): the sizing
+    /// counts a GPU only where something was read.
+    pub unread_gpu_hours: f64,
+    /// The sizing's allocated GPU-hours (its allocated GPUs at each step), once checked.
+    pub sizing_gpu_hours: Option<f64>,
+    /// Whether the sizing counts exactly the read hours the showback charged.
+    pub agrees: Option<bool>,
+    /// The check, in words.
+    pub check: String,
+}
+
+/// A holder of a GPU whose own series name no pod: node mode's allocation info, read from
+/// truthscale's history (a time-sliced GPU's device series carry no pod).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Holding {
+    /// `namespace/pod`.
+    pub pod: String,
+    /// Its group.
+    pub group: String,
+    /// Its estimated part of the device's effective compute, as a fraction of the whole
+    /// GPU, when per-process attribution split the device by SM-busy share
+    /// (`truthscale_pod_effective_compute_estimate_ratio`): an estimate, never billed.
+    pub effective_compute_estimate: Option<f64>,
+    /// How the estimate was made (the series' `method`).
+    pub method: Option<String>,
+}
+
+/// The holders of each GPU (by its track's `gpu` key) at each step.
+pub type Holders = HashMap<String, BTreeMap<usize, Vec<Holding>>>;
+
+/// What charging the window's steps reads: the request, and the window's steps and periods.
+struct Window<'a> {
+    input: &'a FleetInput,
+    group: &'a [Option<String>],
+    holders: &'a Holders,
+    cfg: &'a ShowbackConfig,
+    hours_per_step: f64,
+    /// Steps per period.
+    per: usize,
+    /// Whether any price was given.
+    priced: bool,
+}
+
+/// The whole window's accumulator and each period's.
+struct Accs {
+    total: PeriodAcc,
+    each: Vec<PeriodAcc>,
+}
+
+impl Accs {
+    /// The whole window's and the period's of `period` (the last for any beyond it).
+    fn both(&mut self, period: usize) -> [&mut PeriodAcc; 2] {
+        let last = self.each.len() - 1;
+        [&mut self.total, &mut self.each[period.min(last)]]
+    }
+}
+
+/// What the steps leave to the notes and the allocation check.
+#[derive(Default)]
+struct Tally {
+    unknown_profile: bool,
+    shared_gpus: usize,
+    split_by_processes: BTreeSet<String>,
+    unpriced: BTreeSet<String>,
+    /// GPUs charged at some step, GPU-steps charged, and those with nothing read.
+    allocation: (usize, u64, u64),
+}
+
+/// Showback of `input`, with `group[i]` the group of track `i` (`None`: no pod holds it),
+/// `holders` the holders of GPUs whose own series name no pod, and `requested` the requested
+/// GPU-hours by group over the whole window.
+#[must_use]
+pub fn showback(
+    input: &FleetInput,
+    group: &[Option<String>],
+    holders: &Holders,
+    requested: &BTreeMap<String, f64>,
+    cfg: &ShowbackConfig,
+) -> Showback {
+    let steps = input.steps;
+    let w = Window {
+        input,
+        group,
+        holders,
+        cfg,
+        hours_per_step: input.step_seconds / 3600.0,
+        per: cfg.period_steps.filter(|p| *p > 0).unwrap_or(steps.max(1)),
+        priced: cfg.default_price.is_some() || !cfg.prices.is_empty(),
+    };
+    let per = w.per;
+    let periods = steps.div_ceil(per).max(1);
+    let mut accs = Accs {
+        total: PeriodAcc::default(),
+        each: vec![PeriodAcc::default(); periods],
+    };
+    let mut tally = Tally::default();
+    let mut by_gpu: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, t) in input.tracks.iter().enumerate() {
+        if t.lifetime_steps() > 0 {
+            by_gpu.entry(t.gpu.as_str()).or_default().push(i);
+        }
+    }
+    let mut gpus: Vec<(&str, Vec<usize>)> = by_gpu.into_iter().collect();
+    gpus.sort_by(|a, b| a.0.cmp(b.0));
+    for (_, members) in &gpus {
+        charge_gpu(&w, members, &mut accs, &mut tally);
+    }
+    let hours_per_step = w.hours_per_step;
+    let total = period(&accs.total, 0, steps, Some(requested), &w);
+    let periods: Vec<Period> = if cfg.period_steps.is_some() {
+        accs.each
+            .iter()
+            .enumerate()
+            .map(|(k, acc)| {
+                let start = k * per;
+                period(acc, start, per.min(steps.saturating_sub(start)), None, &w)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let allocation = tally.allocation;
+    Showback {
+        by: cfg.by.clone(),
+        total,
+        periods,
+        policy: policy(cfg),
+        notes: notes(tally, cfg, requested),
+        allocation: Allocation {
+            gpus: allocation.0,
+            gpu_hours: allocation.1 as f64 * hours_per_step,
+            unread_gpu_hours: allocation.2 as f64 * hours_per_step,
+            ..Allocation::default()
+        },
+    }
+}
+
+/// The notes on what the steps met: time-sliced GPUs, per-process estimates, MIG instances
+/// of unknown profiles, models without a price, requests over periods.
+fn notes(tally: Tally, cfg: &ShowbackConfig, requested: &BTreeMap<String, f64>) -> Vec<String> {
+    let mut notes = Vec::new();
+    let shared_gpus = tally.shared_gpus;
+    if shared_gpus > 0 {
+        notes.push(format!(
+            "{shared_gpus} GPU(s) were time-sliced between pods: each holder is charged its share of the GPU and the same share of the device's measured effective compute (time-sliced effective compute); its own use is unknown (the counters are the device's)"
+        ));
+    }
+    if !tally.split_by_processes.is_empty() {
+        notes.push(format!(
+            "per-process attribution estimated each holder's part of shared GPUs' effective compute (method {}): an estimate, shown apart (effective compute estimate) and never billed as measured",
+            tally.split_by_processes.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if tally.unknown_profile {
+        notes.push("a MIG instance of an unknown profile took an equal part with its GPU's other instances".into());
+    }
+    if !tally.unpriced.is_empty() {
+        notes.push(format!(
+            "no price for {}: those GPU-hours have no cost",
+            tally.unpriced.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if cfg.period_steps.is_some() && !requested.is_empty() {
+        notes.push("requested GPU-hours are given for the whole window only".into());
+    }
+    notes
+}
+
+/// The allocation policy, as the report states it.
+fn policy(cfg: &ShowbackConfig) -> Vec<String> {
+    vec![
+        "a GPU is held by a pod from its first reading to its last; a whole GPU held by one pod counts 1 GPU-hour an hour".into(),
+        "a time-sliced GPU held by k pods counts 1/k to each; a MIG instance its compute slices over the GPU's (3g.40gb on an H100: 3/7)".into(),
+        format!(
+            "a step is idle when the busy flag is below {} and effective compute below {} (each where measured); unmeasured when neither was measured",
+            cfg.idle_busy_below, cfg.idle_compute_below
+        ),
+        "effective compute and saturation GPU-hours are the fraction times the allocated time where measured (a holder's own: a GPU or MIG instance it holds alone); busy GPU-hours (the flag) for comparison".into(),
+        "a time-sliced GPU's measured effective compute is billed to its holders 1/k each (time-sliced effective compute); the split by SM-busy share is an estimate, never billed".into(),
+    ]
+}

@@ -1,0 +1,229 @@
+//! Who holds what share of a GPU over time: each physical GPU's steps split among the pods
+//! holding it by the allocation policy (whole, time-sliced `1/k`, MIG compute slices, or the
+//! holders node mode names), as [`Charge`]s of what each did with its share.
+
+use super::charges::add_charge;
+use super::{Accs, Holding, SHARE_UNITS, Tally, Window};
+use crate::fleet::Track;
+use std::collections::BTreeSet;
+
+/// One holder's share of one GPU-step, and what it did with it (fractions of its share).
+pub(super) struct Charge<'a> {
+    pub(super) group: &'a str,
+    pub(super) pod: Option<&'a str>,
+    /// Whether anything was read at this step.
+    pub(super) read: bool,
+    pub(super) units: u64,
+    /// A time-sliced GPU's holder without a per-process part.
+    pub(super) unknown: bool,
+    pub(super) busy: Option<f64>,
+    pub(super) ecf: Option<f64>,
+    pub(super) sat: Option<f64>,
+    /// A time-sliced GPU: the device's measured effective compute (a fraction of the GPU),
+    /// billed by the holder's share.
+    pub(super) time_sliced_ecf: Option<f64>,
+    /// A time-sliced GPU: the holder's estimated part of the device's effective compute (a
+    /// fraction of the whole GPU), never billed.
+    pub(super) ecf_estimate: Option<f64>,
+    /// The track whose model prices it.
+    pub(super) track: &'a Track,
+}
+
+/// The compute slices of a whole GPU of a track's model (7, or 4 on A30): the largest
+/// profile's.
+fn total_slices(t: &Track) -> Option<u32> {
+    t.spec?.mig.iter().map(|p| p.compute_slices).max()
+}
+
+/// Split `units` among `n` holders, exactly: the first `units % n` take one more.
+fn split(units: u64, n: usize, i: usize) -> u64 {
+    let n = n.max(1) as u64;
+    units / n + u64::from((i as u64) < units % n)
+}
+
+/// A ratio unit of the fleet's tracks as a fraction.
+fn ratio(x: u16) -> f64 {
+    f64::from(x) / f64::from(crate::fleet::RATIO_UNITS)
+}
+
+/// Charges each step of one physical GPU (the tracks `members` read it) to its holders.
+pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tally: &mut Tally) {
+    let input = w.input;
+    let mut charged = false;
+    let tracks: Vec<&Track> = members.iter().map(|&i| &input.tracks[i]).collect();
+    let first = tracks.iter().map(|t| t.first_step()).min().unwrap_or(0);
+    let end = tracks
+        .iter()
+        .map(|t| t.first_step() + t.lifetime_steps())
+        .max()
+        .unwrap_or(0)
+        .min(input.steps);
+    let mut was_shared = false;
+    for s in first..end {
+        let (covering, mut shares, shared) = step_shares(w, members, s, &mut tally.unknown_profile);
+        was_shared |= shared;
+        let mut charges = track_charges(w, &shares, s, shared);
+        // A GPU whose own series name no pod, held per node mode's allocation info (a
+        // time-sliced GPU's device series carry none): its holders take its shares.
+        let device = covering
+            .iter()
+            .map(|&i| &input.tracks[i])
+            .find(|t| !t.is_mig && t.pod.is_none());
+        if let (true, Some(dev)) = (shares.is_empty(), device)
+            && let Some(hs) = w.holders.get(dev.gpu.as_str()).and_then(|m| m.get(&s))
+            && !hs.is_empty()
+        {
+            was_shared |= hs.len() > 1;
+            let by_processes = &mut tally.split_by_processes;
+            holder_charges(dev, hs, s, (&mut shares, &mut charges), by_processes);
+        }
+        let sum: u64 = shares.iter().map(|(_, u)| u).sum();
+        if !charges.is_empty() {
+            charged = true;
+            tally.allocation.1 += 1;
+            tally.allocation.2 += u64::from(!charges.iter().any(|c| c.read));
+        }
+        let period = s / w.per;
+        for acc in accs.both(period) {
+            acc.fleet += SHARE_UNITS;
+            acc.unallocated += SHARE_UNITS.saturating_sub(sum);
+            acc.overallocated += sum.saturating_sub(SHARE_UNITS);
+        }
+        for c in &charges {
+            add_charge(c, w, accs.both(period), &mut tally.unpriced);
+        }
+    }
+    tally.shared_gpus += usize::from(was_shared);
+    tally.allocation.0 += usize::from(charged);
+}
+
+/// The tracks of `members` covering step `s`, the shares of those a group holds (by the
+/// allocation policy), and whether whole-GPU holders time-slice it.
+fn step_shares(
+    w: &Window<'_>,
+    members: &[usize],
+    s: usize,
+    unknown_profile: &mut bool,
+) -> (Vec<usize>, Vec<(usize, u64)>, bool) {
+    let tracks = &w.input.tracks;
+    let covering: Vec<usize> = members
+        .iter()
+        .copied()
+        .filter(|&i| {
+            let t = &tracks[i];
+            (t.first_step()..t.first_step() + t.lifetime_steps()).contains(&s)
+        })
+        .collect();
+    let held: Vec<usize> = covering
+        .iter()
+        .copied()
+        .filter(|&i| w.group[i].is_some())
+        .collect();
+    let mig_covering = covering.iter().filter(|&&i| tracks[i].is_mig).count();
+    let whole: Vec<usize> = held
+        .iter()
+        .copied()
+        .filter(|&i| !tracks[i].is_mig)
+        .collect();
+    let shared = whole.len() > 1;
+    let mut shares: Vec<(usize, u64)> = Vec::with_capacity(held.len());
+    for (j, &i) in whole.iter().enumerate() {
+        shares.push((i, split(SHARE_UNITS, whole.len(), j)));
+    }
+    let unknown_migs: Vec<usize> = held
+        .iter()
+        .copied()
+        .filter(|&i| {
+            let t = &tracks[i];
+            t.is_mig && (t.mig.is_none() || total_slices(t).is_none())
+        })
+        .collect();
+    for &i in &held {
+        let t = &tracks[i];
+        if !t.is_mig {
+            continue;
+        }
+        let u = match (t.mig, total_slices(t)) {
+            (Some(p), Some(total)) => {
+                SHARE_UNITS * u64::from(p.compute_slices) / u64::from(total.max(1))
+            }
+            _ => {
+                *unknown_profile = true;
+                let j = unknown_migs.iter().position(|&x| x == i).unwrap_or(0);
+                split(SHARE_UNITS, mig_covering.max(1), j)
+            }
+        };
+        shares.push((i, u));
+    }
+    (covering, shares, shared)
+}
+
+/// The charges of the tracks holding `shares` of a GPU at step `s` (`shared`: whole-GPU
+/// holders time-slice it, so their use is unknown).
+fn track_charges<'a>(
+    w: &Window<'a>,
+    shares: &[(usize, u64)],
+    s: usize,
+    shared: bool,
+) -> Vec<Charge<'a>> {
+    let mut charges: Vec<Charge<'a>> = Vec::with_capacity(shares.len());
+    for &(i, u) in shares {
+        let t = &w.input.tracks[i];
+        let Some(g) = &w.group[i] else { continue };
+        let p = t.points()[s - t.first_step()];
+        charges.push(Charge {
+            group: g,
+            pod: t.pod.as_deref(),
+            read: p.any(),
+            units: u,
+            unknown: shared && !t.is_mig,
+            busy: p.busy().map(ratio),
+            ecf: p.ecf().map(ratio),
+            sat: p.sat().map(ratio),
+            // Each holder's series is the device's: its value, by the holder's share.
+            time_sliced_ecf: p.ecf().map(ratio).filter(|_| shared && !t.is_mig),
+            ecf_estimate: None,
+            track: t,
+        });
+    }
+    charges
+}
+
+/// The shares and charges of the holders `hs` of a GPU whose own series `dev` names no pod,
+/// at step `s`; the methods of per-process parts go to `by_processes`.
+fn holder_charges<'a>(
+    dev: &'a Track,
+    hs: &'a [Holding],
+    s: usize,
+    (shares, charges): (&mut Vec<(usize, u64)>, &mut Vec<Charge<'a>>),
+    by_processes: &mut BTreeSet<String>,
+) {
+    let p = dev.points()[s - dev.first_step()];
+    let k = hs.len();
+    for (j, h) in hs.iter().enumerate() {
+        let u = split(SHARE_UNITS, k, j);
+        shares.push((usize::MAX, u));
+        let part = h
+            .effective_compute_estimate
+            .filter(|e| e.is_finite() && *e >= 0.0 && k > 1);
+        if part.is_some() {
+            by_processes.extend(h.method.iter().cloned());
+        }
+        charges.push(Charge {
+            group: &h.group,
+            pod: Some(&h.pod),
+            read: p.any(),
+            units: u,
+            // One holder: the device's use is its own. Several: unknown; the device's
+            // measured effective compute is billed by the holder's share, and the
+            // per-process split is an estimate apart.
+            unknown: k > 1,
+            busy: p.busy().map(ratio).filter(|_| k == 1),
+            ecf: p.ecf().map(ratio).filter(|_| k == 1),
+            sat: p.sat().map(ratio).filter(|_| k == 1),
+            time_sliced_ecf: p.ecf().map(ratio).filter(|_| k > 1),
+            ecf_estimate: part,
+            track: dev,
+        });
+    }
+}

@@ -1,0 +1,170 @@
+use super::*;
+use crate::fleet::{Point, Track};
+
+fn cfg(by: &str) -> ShowbackConfig {
+    ShowbackConfig {
+        by: by.into(),
+        idle_busy_below: 0.05,
+        idle_compute_below: 0.01,
+        period_steps: None,
+        default_price: None,
+        prices: Vec::new(),
+    }
+}
+
+fn track(pod: Option<&str>, gpu: &str, points: &[Option<(f64, f64)>]) -> Track {
+    let mut t = Track::new(pod.map(str::to_string), gpu.into());
+    t.model = Some("NVIDIA H100 80GB HBM3".into());
+    t.spec = crate::gpus::lookup("NVIDIA H100 80GB HBM3");
+    for (s, p) in points.iter().enumerate() {
+        let p = p.map_or(Point::NONE, |(busy, ecf)| {
+            Point::new(Some(ecf), Some(busy), Some(ecf), Some(1e9))
+        });
+        t.record(s, p);
+    }
+    t
+}
+
+/// A whole GPU, a time-sliced one, a MIG instance and a GPU no pod holds, each over a
+/// few 60 s steps: every figure is counted by hand from the steps below.
+#[test]
+fn gpu_hours_by_group_reconcile_with_the_fleet() {
+    let used = Some((0.9, 0.3));
+    let idle = Some((0.0, 0.0));
+    let a = track(
+        Some("ml/a"),
+        "n/g1",
+        &[
+            used,
+            used,
+            used,
+            used,
+            used,
+            idle,
+            idle,
+            idle,
+            None,
+            Some((1.0, 0.5)),
+        ],
+    );
+    let b = track(Some("ml/b"), "n/g2", &[used; 6]);
+    let c = track(Some("web/c"), "n/g2", &[used; 6]);
+    let mut d = track(Some("web/d"), "n/g3", &[Some((0.5, 0.2)); 7]);
+    d.is_mig = true;
+    d.mig = d
+        .spec
+        .and_then(|s| s.mig.iter().find(|p| p.name == "3g.40gb"));
+    assert!(d.mig.is_some());
+    let e = track(None, "n/g4", &[used; 4]);
+    let input = FleetInput {
+        step_seconds: 60.0,
+        steps: 10,
+        tracks: vec![a, b, c, d, e],
+        held: Default::default(),
+        step_bands: None,
+    };
+    let group = |t: &Track| {
+        t.pod
+            .as_deref()
+            .map(|p| p.split('/').next().unwrap().to_string())
+    };
+    let groups: Vec<Option<String>> = input.tracks.iter().map(group).collect();
+    let requested = BTreeMap::from([("ml".to_string(), 0.5), ("batch".to_string(), 0.25)]);
+    let s = showback(
+        &input,
+        &groups,
+        &Holders::new(),
+        &requested,
+        &cfg("namespace"),
+    );
+    let h = |steps: f64| steps / 60.0;
+    let near = |x: f64, y: f64| assert!((x - y).abs() < 1e-9, "{x} != {y}");
+    let t = &s.total;
+    assert!(t.reconciled, "{}", t.check);
+    near(t.fleet_gpu_hours, h(10.0 + 6.0 + 7.0 + 4.0));
+    near(t.unallocated_gpu_hours, h(4.0 + 4.0));
+    assert_eq!(
+        t.check,
+        "groups 0.317 + unallocated 0.133 = fleet 0.450 GPU-hours"
+    );
+    let g = |name: &str| t.groups.iter().find(|g| g.group == name).unwrap();
+    let ml = g("ml");
+    assert_eq!(ml.workloads, 2);
+    near(ml.allocated_gpu_hours, h(10.0 + 3.0));
+    near(ml.used_gpu_hours, h(6.0));
+    near(ml.idle_gpu_hours, h(3.0));
+    near(ml.unmeasured_gpu_hours, h(1.0));
+    near(ml.use_unknown_gpu_hours, h(3.0));
+    near(ml.effective_compute_gpu_hours, h(5.0 * 0.3 + 0.5));
+    near(ml.effective_compute_measured_gpu_hours, h(9.0));
+    near(ml.busy_gpu_hours, h(5.0 * 0.9 + 1.0));
+    // Half of the time-sliced device's measured 0.3 over its 6 steps, not its own use.
+    near(
+        ml.time_sliced_effective_compute_gpu_hours.unwrap(),
+        h(6.0 * 0.3 / 2.0),
+    );
+    assert_eq!(ml.effective_compute_estimate_gpu_hours, None);
+    assert_eq!(ml.requested_gpu_hours, Some(0.5));
+    let web = g("web");
+    near(web.allocated_gpu_hours, h(3.0 + 7.0 * 3.0 / 7.0));
+    near(web.use_unknown_gpu_hours, h(3.0));
+    // The MIG instance's own counters: 3/7 of the GPU-time, at its measured fractions.
+    near(web.used_gpu_hours, h(3.0));
+    near(web.effective_compute_gpu_hours, h(3.0 * 0.2));
+    assert!(web.requested_gpu_hours.is_none());
+    let batch = g("batch");
+    assert_eq!(batch.allocated_gpu_hours, 0.0);
+    assert_eq!(batch.requested_gpu_hours, Some(0.25));
+    assert_eq!(t.groups[0].group, "ml", "most allocated first");
+    assert!(
+        s.notes
+            .iter()
+            .any(|n| n.contains("1 GPU(s) were time-sliced")),
+        "{:?}",
+        s.notes
+    );
+}
+
+/// Prices by model and a default: the cost of each part, and of idle; a model without a
+/// price is named, not charged at 0.
+#[test]
+fn costs_by_model_and_periods() {
+    let used = Some((0.9, 0.3));
+    let idle = Some((0.0, 0.0));
+    let a = track(Some("ml/a"), "n/g1", &[used, idle, used, idle]);
+    let mut b = track(Some("ml/b"), "n/g2", &[used, used, used, used]);
+    b.model = Some("Tesla T4".into());
+    b.spec = crate::gpus::lookup("Tesla T4");
+    let input = FleetInput {
+        step_seconds: 3600.0,
+        steps: 4,
+        tracks: vec![a, b],
+        held: Default::default(),
+        step_bands: None,
+    };
+    let groups = vec![Some("ml".to_string()), Some("ml".to_string())];
+    let mut c = cfg("namespace");
+    c.prices = vec![("NVIDIA H100 80GB HBM3".into(), 4.0)];
+    c.period_steps = Some(2);
+    let s = showback(&input, &groups, &Holders::new(), &BTreeMap::new(), &c);
+    let ml = &s.total.groups[0];
+    let cost = ml.cost.as_ref().unwrap();
+    assert_eq!(
+        cost.allocated, 16.0,
+        "only the H100's 4 GPU-hours are priced"
+    );
+    assert_eq!(cost.idle, 8.0);
+    assert_eq!(cost.used, 8.0);
+    assert!((cost.effective_compute - 2.0 * 0.3 * 4.0).abs() < 1e-9);
+    assert!(
+        s.notes.iter().any(|n| n.contains("no price for Tesla T4")),
+        "{:?}",
+        s.notes
+    );
+    assert_eq!(s.periods.len(), 2);
+    for p in &s.periods {
+        assert!(p.reconciled, "{}", p.check);
+        assert_eq!(p.fleet_gpu_hours, 4.0);
+        assert_eq!(p.groups[0].idle_gpu_hours, 1.0);
+    }
+}
