@@ -38,13 +38,57 @@ fn pcie_capacity_is_the_lane_rate_less_the_encoding() {
 fn the_rules_name_their_cause_in_order() {
     let cfg = CauseConfig::default();
     let cases = [
-        (CauseSignals { cpu_throttled: Some(0.6), cpu_limit_cores: Some(2.0), ..quiet() }, Cause::CpuThrottled),
-        (CauseSignals { cpu_waiting: Some(0.35), ..quiet() }, Cause::CpuContended),
-        (CauseSignals { io_waiting: Some(0.3), ..quiet() }, Cause::IoStalled),
-        (CauseSignals { io_stalled: Some(0.12), ..quiet() }, Cause::IoStalled),
-        (CauseSignals { pcie_rx_share: Some(0.9), sm_active: Some(0.2), ..quiet() }, Cause::HostToDevice),
-        (CauseSignals { sm_active: Some(0.1), ..quiet() }, Cause::LaunchBound),
-        (CauseSignals { nvlink_share: Some(0.6), ..quiet() }, Cause::CommBound),
+        (
+            CauseSignals {
+                cpu_throttled: Some(0.6),
+                cpu_limit_cores: Some(2.0),
+                ..quiet()
+            },
+            Cause::CpuThrottled,
+        ),
+        (
+            CauseSignals {
+                cpu_waiting: Some(0.35),
+                ..quiet()
+            },
+            Cause::CpuContended,
+        ),
+        (
+            CauseSignals {
+                io_waiting: Some(0.3),
+                ..quiet()
+            },
+            Cause::IoStalled,
+        ),
+        (
+            CauseSignals {
+                io_stalled: Some(0.12),
+                ..quiet()
+            },
+            Cause::IoStalled,
+        ),
+        (
+            CauseSignals {
+                pcie_rx_share: Some(0.9),
+                sm_active: Some(0.2),
+                ..quiet()
+            },
+            Cause::HostToDevice,
+        ),
+        (
+            CauseSignals {
+                sm_active: Some(0.1),
+                ..quiet()
+            },
+            Cause::LaunchBound,
+        ),
+        (
+            CauseSignals {
+                nvlink_share: Some(0.6),
+                ..quiet()
+            },
+            Cause::CommBound,
+        ),
         (quiet(), Cause::Unknown),
         (CauseSignals::default(), Cause::Unknown),
     ];
@@ -52,26 +96,54 @@ fn the_rules_name_their_cause_in_order() {
         assert_eq!(cause(&signals, &cfg).cause, want, "{signals:?}");
     }
     // Throttling comes first even when I/O also waits: the order is the documented one.
-    let both = CauseSignals { cpu_throttled: Some(0.3), io_waiting: Some(0.9), ..quiet() };
+    let both = CauseSignals {
+        cpu_throttled: Some(0.3),
+        io_waiting: Some(0.9),
+        ..quiet()
+    };
     assert_eq!(cause(&both, &cfg).cause, Cause::CpuThrottled);
     // Host-to-device needs the SMs to be waiting: a full link feeding busy SMs is not it.
-    let fed = CauseSignals { pcie_rx_share: Some(0.9), sm_active: Some(0.8), ..quiet() };
+    let fed = CauseSignals {
+        pcie_rx_share: Some(0.9),
+        sm_active: Some(0.8),
+        ..quiet()
+    };
     assert_eq!(cause(&fed, &cfg).cause, Cause::Unknown);
     // A missing signal never fires a rule.
-    let blank = CauseSignals { sm_active: None, ..quiet() };
+    let blank = CauseSignals {
+        sm_active: None,
+        ..quiet()
+    };
     assert_eq!(cause(&blank, &cfg).cause, Cause::Unknown);
 }
 
 #[test]
 fn a_finding_carries_its_numbers_and_advice() {
     let f = cause(
-        &CauseSignals { cpu_throttled: Some(0.62), cpu_limit_cores: Some(2.0), ..quiet() },
+        &CauseSignals {
+            cpu_throttled: Some(0.62),
+            cpu_limit_cores: Some(2.0),
+            ..quiet()
+        },
         &CauseConfig::default(),
     );
     assert_eq!(f.evidence, Some(("cpu_throttled_ratio", 0.62, 0.25)));
-    assert_eq!(f.to_string(), "cpu_throttled: cpu_throttled_ratio 0.62 at or above 0.25");
-    assert!(f.advice().starts_with("raise the pod's CPU limit from 2 "), "{}", f.advice());
-    let launch = cause(&CauseSignals { sm_active: Some(0.1), ..quiet() }, &CauseConfig::default());
+    assert_eq!(
+        f.to_string(),
+        "cpu_throttled: cpu_throttled_ratio 0.62 at or above 0.25"
+    );
+    assert!(
+        f.advice().starts_with("raise the pod's CPU limit from 2 "),
+        "{}",
+        f.advice()
+    );
+    let launch = cause(
+        &CauseSignals {
+            sm_active: Some(0.1),
+            ..quiet()
+        },
+        &CauseConfig::default(),
+    );
     assert_eq!(
         launch.to_string(),
         "launch_bound: sm_active 0.10 below 0.25 while the graphics engine is active"
@@ -108,16 +180,168 @@ fn signals_come_from_the_readings_and_the_catalog() {
 #[test]
 fn every_model_has_its_interconnect() {
     for spec in gpus::CATALOG {
-        let link = spec.interconnect().unwrap_or_else(|| panic!("{}", spec.key));
+        let link = spec
+            .interconnect()
+            .unwrap_or_else(|| panic!("{}", spec.key));
         assert!((3..=6).contains(&link.pcie_gen), "{}", spec.key);
     }
-    assert_eq!(h100().interconnect().and_then(|l| l.nvlink_bytes_per_sec), Some(900e9));
+    assert_eq!(
+        h100().interconnect().and_then(|l| l.nvlink_bytes_per_sec),
+        Some(900e9)
+    );
 }
 
 #[test]
 fn the_config_checks_every_key() {
-    let bad = CauseConfig { io_stalled_ratio: 1.5, ..CauseConfig::default() };
+    let bad = CauseConfig {
+        io_stalled_ratio: 1.5,
+        ..CauseConfig::default()
+    };
     let e = bad.validate("causes.").expect_err("out of range");
-    assert!(e.iter().any(|e| e.to_string().contains("causes.io_stalled_ratio")), "{e:?}");
+    assert!(
+        e.iter()
+            .any(|e| e.to_string().contains("causes.io_stalled_ratio")),
+        "{e:?}"
+    );
     assert!(CauseConfig::default().validate("causes.").is_ok());
+}
+
+/// Four starved H100s, each with one cause, beside a busy one and a starved one whose cause
+/// changes halfway: each gets its own cause, the busy one none, and per GPU the cause
+/// seconds sum to the starved seconds.
+#[test]
+fn each_starved_gpu_gets_its_cause_and_the_seconds_add_up() {
+    use crate::derive::DeriveConfig;
+    use crate::model::{EntityId, EntitySample, Sample, Timestamp};
+    use crate::tracker::Deriver;
+    use crate::verdict::Verdict;
+    // Starved on every counter: the busy flag high, tensor and DRAM low, SMs half used.
+    let starved = |extra: &[(Field, f64)]| {
+        let mut r = Readings::default();
+        for (f, v) in [
+            (Field::ReportedUtil, 0.98),
+            (Field::GrActive, 0.9),
+            (Field::SmActive, 0.4),
+            (Field::TensorActive, 0.05),
+            (Field::DramActive, 0.08),
+            (Field::SmClockMhz, 1830.0),
+        ]
+        .iter()
+        .chain(extra)
+        {
+            r.set_value(*f, *v);
+        }
+        r
+    };
+    let gpus: [(&str, &[(Field, f64)]); 5] = [
+        (
+            "cfs-1cpu",
+            &[
+                (Field::HolderCpuThrottledRatio, 0.7),
+                (Field::HolderCpuLimitCores, 1.0),
+            ],
+        ),
+        ("io", &[(Field::HolderIoWaitingRatio, 0.45)]),
+        (
+            "pcie",
+            &[
+                (Field::PcieRxBytesPerSec, 60e9),
+                (Field::PcieLinkGen, 5.0),
+                (Field::PcieLinkWidth, 16.0),
+            ],
+        ),
+        ("tiny-kernels", &[(Field::SmActive, 0.08)]),
+        (
+            "busy",
+            &[(Field::TensorActive, 0.7), (Field::DramActive, 0.5)],
+        ),
+    ];
+    let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+    let mut last = Vec::new();
+    for i in 0..=20i64 {
+        let mut entities: Vec<EntitySample> = gpus
+            .iter()
+            .enumerate()
+            .map(|(n, (uuid, extra))| EntitySample {
+                id: EntityId {
+                    gpu: Some(u32::try_from(n).expect("five")),
+                    uuid: Some((*uuid).into()),
+                    model: Some("NVIDIA H100 80GB HBM3".into()),
+                    ..EntityId::default()
+                },
+                readings: starved(extra),
+                ..EntitySample::default()
+            })
+            .collect();
+        // The sixth: NVLink collectives for the first 10 s, then CPU contention.
+        let sixth: &[(Field, f64)] = if i <= 10 {
+            &[
+                (Field::NvlinkTxBytesPerSec, 300e9),
+                (Field::NvlinkRxBytesPerSec, 300e9),
+            ]
+        } else {
+            &[(Field::HolderCpuWaitingRatio, 0.5)]
+        };
+        entities.push(EntitySample {
+            id: EntityId {
+                gpu: Some(5),
+                uuid: Some("changes".into()),
+                model: Some("NVIDIA H100 80GB HBM3".into()),
+                ..EntityId::default()
+            },
+            readings: starved(sixth),
+            ..EntitySample::default()
+        });
+        last = d
+            .observe(&Sample {
+                taken: Timestamp(i * 1000),
+                entities,
+            })
+            .windows;
+    }
+    let by_uuid = |u: &str| {
+        last.iter()
+            .find(|w| w.id.uuid.as_deref() == Some(u))
+            .unwrap_or_else(|| panic!("{u}"))
+    };
+    let starved_idx = Verdict::Starved.index();
+    for (uuid, want) in [
+        ("cfs-1cpu", Cause::CpuThrottled),
+        ("io", Cause::IoStalled),
+        ("pcie", Cause::HostToDevice),
+        ("tiny-kernels", Cause::LaunchBound),
+    ] {
+        let w = by_uuid(uuid);
+        assert_eq!(w.verdict.verdict, Verdict::Starved, "{uuid}");
+        assert_eq!(w.verdict.cause().map(|f| f.cause), Some(want), "{uuid}");
+        // 21 windows of 1 s (the first lasts the declared update interval), all starved,
+        // all this cause.
+        assert_eq!(w.totals.verdict_seconds[starved_idx], 21.0, "{uuid}");
+        assert_eq!(w.totals.starved_cause_seconds[want.index()], 21.0, "{uuid}");
+        assert_eq!(
+            w.totals.starved_cause_seconds.iter().sum::<f64>(),
+            21.0,
+            "{uuid}"
+        );
+    }
+    let busy = by_uuid("busy");
+    assert_eq!(busy.verdict.verdict, Verdict::Busy);
+    assert_eq!(busy.verdict.cause(), None);
+    assert_eq!(busy.totals.starved_cause_seconds, [0.0; 7]);
+    // The sixth: the windows ending at 0..=10 s NVLink (600 of 900 GB/s = 0.67 of the
+    // peak), those ending at 11..=20 s CPU contention.
+    let sixth = by_uuid("changes");
+    let t = &sixth.totals;
+    assert_eq!(t.starved_cause_seconds[Cause::CommBound.index()], 11.0);
+    assert_eq!(t.starved_cause_seconds[Cause::CpuContended.index()], 10.0);
+    assert_eq!(
+        t.starved_cause_seconds.iter().sum::<f64>(),
+        t.verdict_seconds[starved_idx]
+    );
+    // The limit behind the advice: 1 CPU.
+    let advice = by_uuid("cfs-1cpu").verdict.explain().action;
+    assert!(
+        advice.starts_with("raise the pod's CPU limit from 1 "),
+        "{advice}"
+    );
 }

@@ -212,8 +212,32 @@ fn every_family() -> Vec<GpuEntry> {
                 (Field::TempCelsius, 61.0),
                 (Field::MemUsedBytes, 60e9),
                 (Field::MemTotalBytes, 80e9),
+                (Field::PcieRxBytesPerSec, 2.5e9),
+                (Field::PcieTxBytesPerSec, 0.5e9),
+                (Field::PcieLinkGen, 5.0),
+                (Field::PcieLinkWidth, 16.0),
+                (Field::NvlinkRxBytesPerSec, 40e9),
+                (Field::NvlinkTxBytesPerSec, 40e9),
+                (Field::HolderCpuThrottledRatio, 0.05),
+                (Field::HolderCpuWaitingRatio, 0.02),
+                (Field::HolderIoWaitingRatio, 0.01),
+                (Field::HolderIoStalledRatio, 0.0),
+                (Field::HolderMemoryStalledRatio, 0.0),
             ] {
                 shared.set_value(f, v);
+            }
+            // The training pod is starved: the busy flag high, tensor and DRAM low, and its
+            // pod CFS-throttled in 60 % of its periods under a 2-CPU limit.
+            let mut starved = shared;
+            for (f, v) in [
+                (Field::TensorActive, 0.05),
+                (Field::HmmaActive, 0.04),
+                (Field::ImmaActive, 0.0),
+                (Field::DramActive, 0.1),
+                (Field::HolderCpuThrottledRatio, 0.6),
+                (Field::HolderCpuLimitCores, 2.0),
+            ] {
+                starved.set_value(f, v);
             }
             let mut nvml = Readings::default();
             nvml.set_value(Field::ReportedUtil, 0.7);
@@ -268,7 +292,7 @@ fn every_family() -> Vec<GpuEntry> {
                             pod: Some(pod("train")),
                             ..id(2, "GPU-SOLE")
                         },
-                        readings: shared,
+                        readings: starved,
                         allocation: Some(vec![holder("train", "0", "search")]),
                         ..EntitySample::default()
                     },
