@@ -432,6 +432,64 @@ mod tests {
                 (catalog::GPU_POWER.name, Field::PowerWatts, 1.0),
                 (catalog::GPU_POWER_LIMIT.name, Field::PowerLimitWatts, 1.0),
                 (catalog::GPU_SM_CLOCK.name, Field::SmClockMhz, 1e-6),
+                // What a starved window's cause is decided from, so node mode's history
+                // decides it by the same rules.
+                (
+                    catalog::GPU_PCIE_RECEIVE.name,
+                    Field::PcieRxBytesPerSec,
+                    1.0
+                ),
+                (
+                    catalog::GPU_PCIE_TRANSMIT.name,
+                    Field::PcieTxBytesPerSec,
+                    1.0
+                ),
+                (
+                    catalog::GPU_PCIE_LINK_GENERATION.name,
+                    Field::PcieLinkGen,
+                    1.0
+                ),
+                (catalog::GPU_PCIE_LINK_WIDTH.name, Field::PcieLinkWidth, 1.0),
+                (
+                    catalog::GPU_NVLINK_RECEIVE.name,
+                    Field::NvlinkRxBytesPerSec,
+                    1.0
+                ),
+                (
+                    catalog::GPU_NVLINK_TRANSMIT.name,
+                    Field::NvlinkTxBytesPerSec,
+                    1.0
+                ),
+                (
+                    catalog::GPU_HOLDER_CPU_THROTTLED.name,
+                    Field::HolderCpuThrottledRatio,
+                    1.0
+                ),
+                (
+                    catalog::GPU_HOLDER_CPU_LIMIT.name,
+                    Field::HolderCpuLimitCores,
+                    1.0
+                ),
+                (
+                    catalog::GPU_HOLDER_CPU_WAITING.name,
+                    Field::HolderCpuWaitingRatio,
+                    1.0
+                ),
+                (
+                    catalog::GPU_HOLDER_IO_WAITING.name,
+                    Field::HolderIoWaitingRatio,
+                    1.0
+                ),
+                (
+                    catalog::GPU_HOLDER_IO_STALLED.name,
+                    Field::HolderIoStalledRatio,
+                    1.0
+                ),
+                (
+                    catalog::GPU_HOLDER_MEMORY_STALLED.name,
+                    Field::HolderMemoryStalledRatio,
+                    1.0
+                ),
             ]
         );
         for id in NOT_READ_BACK {
