@@ -383,11 +383,10 @@ impl fmt::Display for Reason {
                 util,
                 saturation,
                 pipes,
-                cause,
                 ..
             } => write!(
                 f,
-                "busy flag {} but roofline saturation only {}{}: kernels are resident, the math and memory units mostly wait; cause {cause}",
+                "busy flag {} but roofline saturation only {}{}: kernels are resident, the math and memory units mostly wait",
                 Pct(util),
                 Pct(saturation),
                 Pipes(pipes)
@@ -470,9 +469,11 @@ impl Decision {
     /// The reasons, what was missing and the action, as text.
     #[must_use]
     pub fn explain(&self) -> VerdictResult {
+        let mut reasons = vec![self.reason.to_string()];
+        reasons.extend(self.cause().map(|c| format!("the wait is {c}")));
         VerdictResult {
             verdict: self.verdict,
-            reasons: vec![self.reason.to_string()],
+            reasons,
             missing: self.missing.lines(),
             action: self.reason.action(),
         }

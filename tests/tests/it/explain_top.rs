@@ -57,6 +57,7 @@ const CASES: &[(&str, &str, &str)] = &[
   phase:          mixed
   verdict:        starved
     because busy flag 99 % but roofline saturation only 19 % (tensor 2 %, DRAM 19 %): kernels are resident, the math and memory units mostly wait
+    because the wait is unknown (no cause signal crossed its threshold)
   not measured:
     - serving engine: not configured; set [engine] url to read vLLM, SGLang or TGI
   suggestion:     feed it faster or more at once: larger batches, more data-loader workers, mixed precision (bf16) so the tensor cores do the math

@@ -210,7 +210,11 @@ impl CauseSignals {
     #[must_use]
     pub fn from_readings(r: &Readings, spec: Option<&GpuSpec>) -> CauseSignals {
         let measured_link = match (r.value(Field::PcieLinkGen), r.value(Field::PcieLinkWidth)) {
-            #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "sanitized to 0..=6 and 0..=32")]
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                reason = "sanitized to 0..=6 and 0..=32"
+            )]
             (Some(g), Some(w)) => pcie_bytes_per_sec(g.round() as u32, w.round() as u32),
             _ => None,
         };
@@ -225,7 +229,8 @@ impl CauseSignals {
         let nvlink_share = match (
             r.value(Field::NvlinkTxBytesPerSec),
             r.value(Field::NvlinkRxBytesPerSec),
-            spec.and_then(GpuSpec::interconnect).and_then(|l| l.nvlink_bytes_per_sec),
+            spec.and_then(GpuSpec::interconnect)
+                .and_then(|l| l.nvlink_bytes_per_sec),
         ) {
             (Some(tx), Some(rx), Some(peak)) => Some((tx + rx) / peak),
             _ => None,
@@ -270,21 +275,46 @@ pub fn cause(s: &CauseSignals, cfg: &CauseConfig) -> Finding {
         cpu_limit_cores: s.cpu_limit_cores,
     };
     if let Some(v) = at_least(s.cpu_throttled, cfg.cpu_throttled_ratio) {
-        return found(Cause::CpuThrottled, "cpu_throttled_ratio", v, cfg.cpu_throttled_ratio);
+        return found(
+            Cause::CpuThrottled,
+            "cpu_throttled_ratio",
+            v,
+            cfg.cpu_throttled_ratio,
+        );
     }
     if let Some(v) = at_least(s.cpu_waiting, cfg.cpu_waiting_ratio) {
-        return found(Cause::CpuContended, "cpu_pressure_waiting_ratio", v, cfg.cpu_waiting_ratio);
+        return found(
+            Cause::CpuContended,
+            "cpu_pressure_waiting_ratio",
+            v,
+            cfg.cpu_waiting_ratio,
+        );
     }
     if let Some(v) = at_least(s.io_stalled, cfg.io_stalled_ratio) {
-        return found(Cause::IoStalled, "io_pressure_stalled_ratio", v, cfg.io_stalled_ratio);
+        return found(
+            Cause::IoStalled,
+            "io_pressure_stalled_ratio",
+            v,
+            cfg.io_stalled_ratio,
+        );
     }
     if let Some(v) = at_least(s.io_waiting, cfg.io_waiting_ratio) {
-        return found(Cause::IoStalled, "io_pressure_waiting_ratio", v, cfg.io_waiting_ratio);
+        return found(
+            Cause::IoStalled,
+            "io_pressure_waiting_ratio",
+            v,
+            cfg.io_waiting_ratio,
+        );
     }
     if let Some(v) = at_least(s.pcie_rx_share, cfg.pcie_rx_share)
         && below(s.sm_active, cfg.host_to_device_sm_below)
     {
-        return found(Cause::HostToDevice, "pcie_rx_share_of_link", v, cfg.pcie_rx_share);
+        return found(
+            Cause::HostToDevice,
+            "pcie_rx_share_of_link",
+            v,
+            cfg.pcie_rx_share,
+        );
     }
     if at_least(s.gr_active, cfg.launch_gr_active).is_some()
         && let Some(sm) = s.sm_active.filter(|v| *v < cfg.launch_sm_below)
@@ -294,7 +324,12 @@ pub fn cause(s: &CauseSignals, cfg: &CauseConfig) -> Finding {
     if let Some(v) = at_least(s.nvlink_share, cfg.nvlink_share)
         && below(s.tensor, cfg.comm_tensor_below)
     {
-        return found(Cause::CommBound, "nvlink_share_of_peak", v, cfg.nvlink_share);
+        return found(
+            Cause::CommBound,
+            "nvlink_share_of_peak",
+            v,
+            cfg.nvlink_share,
+        );
     }
     Finding {
         cause: Cause::Unknown,
@@ -336,11 +371,11 @@ impl fmt::Display for Finding {
         match self.evidence {
             Some((name, v, t)) if self.cause == Cause::LaunchBound => write!(
                 f,
-                "{}: {name} {v:.2} below {t:.2} while the graphics engine is active",
+                "{} ({name} {v:.2}, below {t:.2}, while the graphics engine is active)",
                 self.cause
             ),
-            Some((name, v, t)) => write!(f, "{}: {name} {v:.2} at or above {t:.2}", self.cause),
-            None => write!(f, "{}: no cause signal crossed its threshold", self.cause),
+            Some((name, v, t)) => write!(f, "{} ({name} {v:.2}, at or above {t:.2})", self.cause),
+            None => write!(f, "{} (no cause signal crossed its threshold)", self.cause),
         }
     }
 }

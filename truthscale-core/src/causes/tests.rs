@@ -130,7 +130,7 @@ fn a_finding_carries_its_numbers_and_advice() {
     assert_eq!(f.evidence, Some(("cpu_throttled_ratio", 0.62, 0.25)));
     assert_eq!(
         f.to_string(),
-        "cpu_throttled: cpu_throttled_ratio 0.62 at or above 0.25"
+        "cpu_throttled (cpu_throttled_ratio 0.62, at or above 0.25)"
     );
     assert!(
         f.advice().starts_with("raise the pod's CPU limit from 2 "),
@@ -146,7 +146,7 @@ fn a_finding_carries_its_numbers_and_advice() {
     );
     assert_eq!(
         launch.to_string(),
-        "launch_bound: sm_active 0.10 below 0.25 while the graphics engine is active"
+        "launch_bound (sm_active 0.10, below 0.25, while the graphics engine is active)"
     );
 }
 
