@@ -5,8 +5,9 @@ use anyhow::Context;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
-use truthscale_core::catalog::{GpuMetric, MetricId, ServingMetric};
-use truthscale_core::model::{EntityKey, Sample, ServingSnapshot, Throttles};
+use truthscale_core::catalog::{GpuMetric, MetricId, RawKind, ServingMetric};
+use truthscale_core::gpus::{self, GpuSpec};
+use truthscale_core::model::{EntityKey, Readings, Sample, ServingSnapshot, Throttles};
 use truthscale_core::tracker::{Deriver, EntityWindow};
 use truthscale_core::verdict::{self, VerdictConfig, VerdictInputs, VerdictResult};
 
@@ -45,6 +46,11 @@ pub(crate) struct GpuView {
     /// A time-sliced GPU's holders' estimated parts of its effective compute (node mode,
     /// per-process attribution): estimates, never measurements.
     pub pod_estimates: Vec<PodEstimate>,
+    /// The readings exported as is (from `/metrics`), which a starved GPU's cause is
+    /// decided from.
+    pub readings: Readings,
+    /// The catalog model, where the model name is known.
+    pub spec: Option<&'static GpuSpec>,
 }
 
 /// One holder's estimated part of a shared GPU's effective compute
@@ -129,6 +135,8 @@ impl GpuView {
             verdict: Some(w.verdict.explain()),
             history: Vec::new(),
             pod_estimates: pod_estimates(w),
+            readings: w.readings,
+            spec: w.spec,
         }
     }
 
@@ -142,7 +150,7 @@ impl GpuView {
                 dram: self.dram,
                 throttles: self.throttles,
                 serving: self.serving.as_ref(),
-                readings: None,
+                readings: Some((&self.readings, self.spec)),
             },
             cfg,
         );
@@ -280,16 +288,14 @@ pub(crate) fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> Vec<GpuV
         let Some(uuid) = s.labels.get("uuid").or(s.labels.get("gpu")).cloned() else {
             continue;
         };
-        let v = views.entry((gpu, uuid)).or_insert_with(|| GpuView {
-            gpu,
-            name: match (gpu, s.labels.get("model")) {
-                (Some(g), Some(m)) => format!("gpu {g} ({m})"),
-                (Some(g), None) => format!("gpu {g}"),
-                (None, _) => s.labels.get("uuid").cloned().unwrap_or_default(),
-            },
-            ..GpuView::default()
-        });
+        let v = views
+            .entry((gpu, uuid))
+            .or_insert_with(|| new_view(gpu, &s));
         let x = Some(s.value);
+        // The readings exported as is, read back (the catalog says which).
+        if let Some(raw) = id.desc().raw.filter(|r| r.kind == RawKind::PassThrough) {
+            v.readings.set_value(raw.field, raw.read_back(s.value));
+        }
         let label = |k: &str| s.labels.get(k).map(String::as_str).unwrap_or("");
         let serving = || v_serving(label("engine"));
         match id {
@@ -353,6 +359,21 @@ pub(crate) fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> Vec<GpuV
         }
     }
     out
+}
+
+/// A GPU's view from the labels of its first series.
+fn new_view(gpu: Option<u32>, s: &Series) -> GpuView {
+    let model = s.labels.get("model");
+    GpuView {
+        gpu,
+        name: match (gpu, model) {
+            (Some(g), Some(m)) => format!("gpu {g} ({m})"),
+            (Some(g), None) => format!("gpu {g}"),
+            (None, _) => s.labels.get("uuid").cloned().unwrap_or_default(),
+        },
+        spec: model.and_then(|m| gpus::lookup(m)),
+        ..GpuView::default()
+    }
 }
 
 /// A holder's estimate read from its `truthscale_pod_effective_compute_estimate_ratio`.
@@ -424,6 +445,35 @@ mod tests {
         assert!(
             r.missing
                 .contains(&"serving engine: cannot reach x".to_string())
+        );
+        // Nothing says why: the cause is unknown, not guessed.
+        assert_eq!(r.cause, Some(truthscale_core::causes::Cause::Unknown));
+    }
+
+    /// `top` on a sidecar's `/metrics` decides a starved GPU's cause from the gauges it
+    /// reads back: PCIe receive at 0.9 of a Gen4 x16 link (31.5 GB/s) with the SMs waiting.
+    #[test]
+    fn exposition_round_trip_gives_the_cause() {
+        let rx = 0.9 * 16e9 * 16.0 * 128.0 / 130.0 / 8.0;
+        let body = format!(
+            "truthscale_gpu_reported_utilization_ratio{{gpu=\"0\",model=\"NVIDIA H100 80GB HBM3\"}} 0.99\n\
+             truthscale_gpu_roofline_saturation_ratio{{gpu=\"0\",model=\"NVIDIA H100 80GB HBM3\"}} 0.1\n\
+             truthscale_gpu_sm_active_ratio{{gpu=\"0\",model=\"NVIDIA H100 80GB HBM3\"}} 0.3\n\
+             truthscale_gpu_pcie_receive_bytes_per_second{{gpu=\"0\",model=\"NVIDIA H100 80GB HBM3\"}} {rx}\n\
+             truthscale_gpu_pcie_link_generation{{gpu=\"0\",model=\"NVIDIA H100 80GB HBM3\"}} 4\n\
+             truthscale_gpu_pcie_link_width{{gpu=\"0\",model=\"NVIDIA H100 80GB HBM3\"}} 16\n"
+        );
+        let v = views_from_exposition(&body, &VerdictConfig::default());
+        let r = v[0].verdict.as_ref().unwrap();
+        assert_eq!(r.verdict.as_str(), "starved");
+        assert_eq!(r.cause, Some(truthscale_core::causes::Cause::HostToDevice));
+        assert!(
+            r.action
+                .starts_with("copies from the host fill the PCIe link")
+        );
+        assert_eq!(
+            r.reasons[1],
+            "the wait is host_to_device (pcie_rx_share_of_link 0.90, at or above 0.70)"
         );
     }
 }

@@ -171,6 +171,9 @@ pub struct VerdictResult {
     pub missing: Vec<String>,
     /// One suggested action.
     pub action: String,
+    /// A starved window's cause (absent for any other verdict).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
 }
 
 /// A verdict and the numbers it was decided from. Nothing is formatted until a reader asks
@@ -476,6 +479,7 @@ impl Decision {
             reasons,
             missing: self.missing.lines(),
             action: self.reason.action(),
+            cause: self.cause().map(|c| c.cause),
         }
     }
 }

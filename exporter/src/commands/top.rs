@@ -59,6 +59,14 @@ fn queue_text(v: &GpuView) -> String {
         .map_or_else(|| "—".to_string(), |q| format!("{q:.0}"))
 }
 
+/// A starved GPU's cause, `—` for any other verdict.
+fn cause_text(v: &GpuView) -> &'static str {
+    v.verdict
+        .as_ref()
+        .and_then(|r| r.cause)
+        .map_or("—", |c| c.as_str())
+}
+
 fn gpu_text(v: &GpuView) -> String {
     v.gpu.map_or_else(|| "?".to_string(), |g| g.to_string())
 }
@@ -69,19 +77,20 @@ pub(crate) fn frame(views: &[GpuView]) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "{:<6} {:>8} {:>9} {:>10} {:<13} {:<9} {:>6} {:>6}  EFFECTIVE (recent)",
-        "GPU", "REPORTED", "EFFECTIVE", "SATURATION", "PHASE", "VERDICT", "KV", "QUEUE"
+        "{:<6} {:>8} {:>9} {:>10} {:<13} {:<9} {:<14} {:>6} {:>6}  EFFECTIVE (recent)",
+        "GPU", "REPORTED", "EFFECTIVE", "SATURATION", "PHASE", "VERDICT", "CAUSE", "KV", "QUEUE"
     );
     for v in views {
         let _ = writeln!(
             o,
-            "{:<6} {:>8} {:>9} {:>10} {:<13} {:<9} {:>6} {:>6}  {}",
+            "{:<6} {:>8} {:>9} {:>10} {:<13} {:<9} {:<14} {:>6} {:>6}  {}",
             gpu_text(v),
             pct(v.reported),
             effective_text(v),
             pct(v.saturation),
             v.phase.as_deref().unwrap_or("—"),
             v.verdict.as_ref().map_or("—", |r| r.verdict.as_str()),
+            cause_text(v),
             kv_text(v),
             queue_text(v),
             sparkline(&v.history, 30)
@@ -447,7 +456,7 @@ mod tui {
                     "{}: {} — {}",
                     v.name,
                     r.verdict.as_str(),
-                    r.reasons.first().map_or("", String::as_str)
+                    r.reasons.join("; ")
                 )))
             })
             .collect();
