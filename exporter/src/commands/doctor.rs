@@ -124,6 +124,9 @@ fn readings_line(e: &EntitySample) -> String {
     if let Some(f) = r.value(Field::SmClockMhz) {
         parts.push(format!("SM clock {f:.0} MHz"));
     }
+    if let (Some(g), Some(w)) = (r.value(Field::PcieLinkGen), r.value(Field::PcieLinkWidth)) {
+        parts.push(format!("PCIe Gen{g:.0} x{w:.0}"));
+    }
     if let (Some(u), Some(t)) = (r.value(Field::MemUsedBytes), r.value(Field::MemTotalBytes)) {
         parts.push(format!("memory {} of {}", gib(u), gib(t)));
     }

@@ -186,6 +186,22 @@ pub(crate) struct Device {
     /// Clock-event reason bits.
     #[serde(default)]
     clocks_event_reasons: u64,
+    /// The PCIe link's current generation (`nvmlDeviceGetCurrPcieLinkGeneration`); absent:
+    /// not supported.
+    #[serde(default)]
+    pcie_link_gen: Option<u32>,
+    /// The PCIe link's current width in lanes (`nvmlDeviceGetCurrPcieLinkWidth`); absent:
+    /// not supported.
+    #[serde(default)]
+    pcie_link_width: Option<u32>,
+    /// PCIe receive throughput in KB/s (`nvmlDeviceGetPcieThroughput`, RX); absent: not
+    /// supported.
+    #[serde(default)]
+    pcie_rx_kbps: Option<u32>,
+    /// PCIe transmit throughput in KB/s (`nvmlDeviceGetPcieThroughput`, TX); absent: not
+    /// supported.
+    #[serde(default)]
+    pcie_tx_kbps: Option<u32>,
     /// GPM; absent: not supported (pre-Hopper).
     #[serde(default)]
     gpm: Option<Gpm>,
@@ -931,6 +947,65 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetTemperature(
             (true, None, Some(c)) => unsafe { put(temp, c) },
             _ => NOT_SUPPORTED,
         }
+    })
+}
+
+/// `value` through `out` for a whole GPU; `NOT_SUPPORTED` for a MIG device or without one.
+///
+/// # Safety
+/// `out` must be null or valid for a write.
+unsafe fn put_gpu_value(t: Target, value: Option<c_uint>, out: *mut c_uint) -> Ret {
+    match (t.mig, value) {
+        // SAFETY: forwarded from the caller.
+        (None, Some(v)) => unsafe { put(out, v) },
+        _ => NOT_SUPPORTED,
+    }
+}
+
+/// # Safety
+/// `link_gen` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetCurrPcieLinkGeneration(
+    device: sys::nvmlDevice_t,
+    link_gen: *mut c_uint,
+) -> Ret {
+    // SAFETY: forwarded from the caller.
+    with_device(device, |t, d| unsafe {
+        put_gpu_value(t, d.pcie_link_gen, link_gen)
+    })
+}
+
+/// # Safety
+/// `width` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetCurrPcieLinkWidth(
+    device: sys::nvmlDevice_t,
+    width: *mut c_uint,
+) -> Ret {
+    // SAFETY: forwarded from the caller.
+    with_device(device, |t, d| unsafe {
+        put_gpu_value(t, d.pcie_link_width, width)
+    })
+}
+
+/// KB/s, as NVML answers (without the driver's 20 ms wait).
+///
+/// # Safety
+/// `value` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetPcieThroughput(
+    device: sys::nvmlDevice_t,
+    counter: sys::nvmlPcieUtilCounter_t,
+    value: *mut c_uint,
+) -> Ret {
+    with_device(device, |t, d| {
+        let kbps = match counter {
+            sys::nvmlPcieUtilCounter_enum_NVML_PCIE_UTIL_RX_BYTES => d.pcie_rx_kbps,
+            sys::nvmlPcieUtilCounter_enum_NVML_PCIE_UTIL_TX_BYTES => d.pcie_tx_kbps,
+            _ => return INVALID_ARGUMENT,
+        };
+        // SAFETY: forwarded from the caller.
+        unsafe { put_gpu_value(t, kbps, value) }
     })
 }
 

@@ -5,6 +5,7 @@
 //! `cargo nextest run -p truthscale-e2e -E 'test(/^serve::/)'`.
 
 mod autoscaling;
+mod causes_gpu;
 mod cli;
 mod clock_bound;
 mod dcgm_joins;

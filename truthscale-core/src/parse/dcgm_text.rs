@@ -79,6 +79,9 @@ const METRICS: &[(&str, Target)] = &[
     ("dcgm_fi_prof_pcie_rx_bytes",           F(Field::PcieRxBytesPerSec, Unit::Same)),
     ("dcgm_fi_prof_nvlink_tx_bytes",         F(Field::NvlinkTxBytesPerSec, Unit::Same)),
     ("dcgm_fi_prof_nvlink_rx_bytes",         F(Field::NvlinkRxBytesPerSec, Unit::Same)),
+    // The PCIe link now (fields 237, 238): one name in every generation (DCGM 4.7 kept it).
+    ("dcgm_fi_dev_pcie_link_gen",            F(Field::PcieLinkGen, Unit::Same)),
+    ("dcgm_fi_dev_pcie_link_width",          F(Field::PcieLinkWidth, Unit::Same)),
     ("dcgm_fi_dev_gpu_temp",                 F(Field::TempCelsius, Unit::Same)),
     ("dcgm_gpu_temp",                        F(Field::TempCelsius, Unit::Same)),
     ("dcgm_fi_dev_clock_throttle_reasons",   Target::Throttles),
@@ -617,6 +620,18 @@ mod tests {
         }
         let e = one("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 91");
         assert_eq!(e.readings.get(Field::ReportedUtil), Reading::Value(0.91));
+    }
+
+    #[test]
+    fn pcie_link_generation_and_width() {
+        let e = one("DCGM_FI_DEV_PCIE_LINK_GEN{gpu=\"0\",UUID=\"GPU-a\"} 4\n\
+             DCGM_FI_DEV_PCIE_LINK_WIDTH{gpu=\"0\",UUID=\"GPU-a\"} 16");
+        assert_eq!(e.readings.get(Field::PcieLinkGen), Reading::Value(4.0));
+        assert_eq!(e.readings.get(Field::PcieLinkWidth), Reading::Value(16.0));
+        // DCGM's INT32 blank is blank, never a generation.
+        let e = one("DCGM_FI_DEV_PCIE_LINK_GEN{gpu=\"0\"} 2147483632");
+        assert_eq!(e.readings.get(Field::PcieLinkGen), Reading::Blank);
+        assert_eq!(e.readings.get(Field::PcieLinkWidth), Reading::Blank);
     }
 
     #[test]

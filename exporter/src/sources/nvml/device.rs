@@ -1,6 +1,6 @@
 //! One GPU's state between ticks, the NVML calls made on it (each outcome classified), and
 //! what is read from a whole GPU each tick: busy flag, memory, energy and power, clocks,
-//! temperature. GPM, MIG and processes are read by their own modules, as more of
+//! temperature, the PCIe link (and its throughput where GPM gives none). GPM, MIG and processes are read by their own modules, as more of
 //! [`DevState`]'s methods.
 
 use super::gpm::{GpmMode, GpmState, GpmStep};
@@ -8,7 +8,7 @@ use super::processes::Processes;
 use super::raw;
 use super::report::Ident;
 use crate::sources::SourceError;
-use nvml_wrapper::enum_wrappers::device::{Clock, Sampling, TemperatureSensor};
+use nvml_wrapper::enum_wrappers::device::{Clock, PcieUtilCounter, Sampling, TemperatureSensor};
 use nvml_wrapper::enums::device::SampleValue;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
@@ -17,6 +17,24 @@ use std::time::{Duration, Instant};
 use truthscale_core::model::{
     EntityId, EntityKey, EntitySample, Field, MigId, Reading, Readings, Throttles,
 };
+
+/// `nvmlDeviceGetPcieThroughput` answers in KB/s (a byte counter over a 20 ms sample):
+/// bytes per second per KB/s.
+const PCIE_KB: f64 = 1000.0;
+
+/// The PCIe throughput calls: the field each fills, the counter, and the call's name.
+const PCIE_THROUGHPUT: [(Field, PcieUtilCounter, &str); 2] = [
+    (
+        Field::PcieRxBytesPerSec,
+        PcieUtilCounter::Receive,
+        "nvmlDeviceGetPcieThroughput(RX)",
+    ),
+    (
+        Field::PcieTxBytesPerSec,
+        PcieUtilCounter::Send,
+        "nvmlDeviceGetPcieThroughput(TX)",
+    ),
+];
 
 /// A GPU that fell off the bus is looked for again this often.
 pub(crate) const LOST_RETRY: Duration = Duration::from_secs(10);
@@ -419,6 +437,7 @@ impl DevState {
         r.set(Field::ReportedUtil, self.busy(ctx, dev, errors)?);
         self.memory(dev, "nvmlDeviceGetMemoryInfo_v2", &mut r, errors)?;
         self.power(dev, &mut r, errors)?;
+        self.pcie(dev, &mut r, errors)?;
         let temp = self.call("nvmlDeviceGetTemperature", errors, || {
             dev.temperature(TemperatureSensor::Gpu)
         })?;
@@ -457,6 +476,33 @@ impl DevState {
             Field::PowerLimitWatts,
             limit.reading(|mw| f64::from(mw) / 1000.0),
         );
+        Ok(())
+    }
+
+    /// The PCIe link's current generation and width, and its receive and transmit rates
+    /// where GPM gave none (GPM's own values win): `nvmlDeviceGetPcieThroughput`, KB/s over
+    /// a 20 ms sample the call waits for, converted to bytes per second.
+    fn pcie(
+        &mut self,
+        dev: &Device<'_>,
+        r: &mut Readings,
+        errors: &mut Vec<SourceError>,
+    ) -> Result<(), Lost> {
+        let link_gen = self.call("nvmlDeviceGetCurrPcieLinkGeneration", errors, || {
+            dev.current_pcie_link_gen()
+        })?;
+        r.set(Field::PcieLinkGen, link_gen.reading(f64::from));
+        let width = self.call("nvmlDeviceGetCurrPcieLinkWidth", errors, || {
+            dev.current_pcie_link_width()
+        })?;
+        r.set(Field::PcieLinkWidth, width.reading(f64::from));
+        for (field, counter, what) in PCIE_THROUGHPUT {
+            if r.value(field).is_some() {
+                continue;
+            }
+            let kbps = self.call(what, errors, || dev.pcie_throughput(counter))?;
+            r.set(field, kbps.reading(|kb| f64::from(kb) * PCIE_KB));
+        }
         Ok(())
     }
 
