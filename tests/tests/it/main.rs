@@ -5,6 +5,7 @@
 //! `cargo nextest run -p truthscale-e2e -E 'test(/^serve::/)'`.
 
 mod autoscaling;
+mod causes;
 mod cli;
 mod clock_bound;
 mod dcgm_joins;
