@@ -168,6 +168,8 @@ import yaml  # PyYAML, which yamllint brings into the virtual environment
 
 SOCKET_DIR = "/var/lib/kubelet/pod-resources"
 PER_PROCESS = "TRUTHSCALE_SOURCE__PER_PROCESS_SERIES"
+CGROUP_DIR = "/sys/fs/cgroup"
+CGROUP_ROOT = "TRUTHSCALE_NODE__CGROUP_ROOT"
 POD_LABELS = "TRUTHSCALE_NODE__POD_LABELS"
 RBAC = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
 
@@ -217,9 +219,14 @@ for path, per_process, pod_labels in ((sys.argv[1], False, False), (sys.argv[2],
     mounts = [m for m in c.get("volumeMounts", []) if vols.get(m["name"], {}).get("hostPath", {}).get("path") == SOCKET_DIR]
     if len(mounts) != 1 or mounts[0]["mountPath"] != SOCKET_DIR or mounts[0].get("readOnly") is not True:
         fail(f"{path}: {SOCKET_DIR} is not mounted read-only at {SOCKET_DIR}: {mounts}")
+    allowed = {SOCKET_DIR, CGROUP_DIR} if per_process else {SOCKET_DIR}
     for name, v in vols.items():
-        if "hostPath" in v and v["hostPath"]["path"] != SOCKET_DIR:
+        if "hostPath" in v and v["hostPath"]["path"] not in allowed:
             fail(f"{path}: unexpected hostPath volume {name}: {v['hostPath']['path']}")
+    cgroup = [m for m in c.get("volumeMounts", []) if vols.get(m["name"], {}).get("hostPath", {}).get("path") == CGROUP_DIR]
+    if per_process and (len(cgroup) != 1 or cgroup[0].get("readOnly") is not True
+                        or {e["name"]: e.get("value") for e in c.get("env", [])}.get(CGROUP_ROOT) != cgroup[0]["mountPath"]):
+        fail(f"{path}: {CGROUP_DIR} is not mounted read-only where {CGROUP_ROOT} points: {cgroup}")
     sc = c.get("securityContext", {})
     if sc.get("readOnlyRootFilesystem") is not True or sc.get("allowPrivilegeEscalation") is not False:
         fail(f"{path}: readOnlyRootFilesystem / allowPrivilegeEscalation: {sc}")

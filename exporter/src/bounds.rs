@@ -13,6 +13,7 @@
 //! | pods in the API server's list | 10 000 | the list is of this node's pods (110 by default) |
 //! | holders of one device | 256 | time-slicing replicas are tens per GPU |
 //! | processes of one GPU | 1 024 | more than a GPU's memory can hold contexts for |
+//! | pods whose cgroup files are read in one tick (node mode's holder pressure) | 1 024 | the pods holding a node's GPUs: 8–16 GPUs, tens of time-slicing replicas each |
 //!
 //! Every whole file truthscale reads goes through [`read_file`]: opened without blocking (a
 //! FIFO cannot hang the start), a regular file only (a FIFO, a device such as `/dev/zero`, a
@@ -44,6 +45,9 @@ pub(crate) const MAX_PODS: usize = 10_000;
 pub(crate) const MAX_HOLDERS: usize = 256;
 /// Processes kept of one GPU.
 pub(crate) const MAX_PROCESSES: usize = 1024;
+
+/// Pods holding GPUs whose cgroup files (CPU and I/O pressure) are read in one tick.
+pub(crate) const MAX_GPU_PODS: usize = 1024;
 
 /// The largest configuration file or web config read.
 pub(crate) const MAX_CONFIG_FILE: u64 = 1 << 20;

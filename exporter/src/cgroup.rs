@@ -106,6 +106,125 @@ fn container_id(seg: &str) -> Option<String> {
     (s.len() >= 12 && s.bytes().all(|b| b.is_ascii_hexdigit())).then(|| s.to_string())
 }
 
+/// The largest cgroup v2 interface file read (`cpu.stat`, `cpu.max`, a PSI file): a few
+/// hundred bytes in practice.
+pub(crate) const MAX_CGROUP_FILE_BYTES: u64 = 64 << 10;
+
+/// What a cgroup v2 `cpu.stat` counts of CFS bandwidth control (cumulative).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CpuStat {
+    /// Enforcement periods that have elapsed (`nr_periods`).
+    pub nr_periods: u64,
+    /// Periods in which the group was throttled (`nr_throttled`).
+    pub nr_throttled: u64,
+    /// Time the group was throttled, in microseconds (`throttled_usec`), where written.
+    pub throttled_usec: Option<u64>,
+}
+
+/// Parse a cgroup v2 `cpu.stat` (`key value` lines): `None` without `nr_periods` and
+/// `nr_throttled` (no CPU controller, or not a `cpu.stat`), or when a line is not a key and
+/// one unsigned integer. Other keys (`usage_usec`, `nr_bursts`, …) are ignored.
+#[must_use]
+pub(crate) fn parse_cpu_stat(text: &str) -> Option<CpuStat> {
+    let (mut periods, mut throttled, mut usec) = (None, None, None);
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let mut it = line.split_ascii_whitespace();
+        let (Some(key), Some(value), None) = (it.next(), it.next(), it.next()) else {
+            return None;
+        };
+        let v: u64 = value.parse().ok()?;
+        match key {
+            "nr_periods" => periods = Some(v),
+            "nr_throttled" => throttled = Some(v),
+            "throttled_usec" => usec = Some(v),
+            _ => {}
+        }
+    }
+    Some(CpuStat {
+        nr_periods: periods?,
+        nr_throttled: throttled?,
+        throttled_usec: usec,
+    })
+}
+
+/// A cgroup v2 `cpu.max`: the CPU limit it sets.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum CpuMax {
+    /// `max <period>`: no limit.
+    Unlimited,
+    /// `<quota> <period>`: this many CPUs (quota over period).
+    Cores(f64),
+}
+
+/// Parse a cgroup v2 `cpu.max` (`$MAX $PERIOD`, the period optional): `max 100000` is no
+/// limit, `200000 100000` two CPUs. `None` for anything else (a zero period or quota, more
+/// than two words, a number that is not one).
+#[must_use]
+pub(crate) fn parse_cpu_max(text: &str) -> Option<CpuMax> {
+    let mut it = text.split_ascii_whitespace();
+    let quota = it.next()?;
+    let period: u64 = match it.next() {
+        Some(p) => p.parse().ok()?,
+        // The kernel's default period when only the quota is written.
+        None => 100_000,
+    };
+    if it.next().is_some() || period == 0 {
+        return None;
+    }
+    if quota == "max" {
+        return Some(CpuMax::Unlimited);
+    }
+    let quota: u64 = quota.parse().ok()?;
+    if quota == 0 {
+        return None;
+    }
+    #[expect(clippy::cast_precision_loss, reason = "microseconds, far below 2^53")]
+    Some(CpuMax::Cores(quota as f64 / period as f64))
+}
+
+/// A PSI file (`cpu.pressure`, `io.pressure`, `memory.pressure`): the cumulative stall
+/// times, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pressure {
+    /// Time some task of the group was stalled (`some … total=`).
+    pub some_usec: Option<u64>,
+    /// Time every non-idle task was stalled at once (`full … total=`); absent in older
+    /// kernels' `cpu.pressure`.
+    pub full_usec: Option<u64>,
+}
+
+/// Parse a PSI file: `some avg10=0.00 avg60=0.00 avg300=0.00 total=123456` and `full …`
+/// lines. `None` when no line is a `some` or `full` line with a `total`, or when a line of
+/// either kind is malformed (its `total` not an unsigned integer, written twice, or
+/// missing); the averages are not read.
+#[must_use]
+pub(crate) fn parse_pressure(text: &str) -> Option<Pressure> {
+    let mut p = Pressure {
+        some_usec: None,
+        full_usec: None,
+    };
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let mut words = line.split_ascii_whitespace();
+        let slot = match words.next()? {
+            "some" => &mut p.some_usec,
+            "full" => &mut p.full_usec,
+            _ => return None,
+        };
+        if slot.is_some() {
+            return None;
+        }
+        let mut total = None;
+        for w in words {
+            let (k, v) = w.split_once('=')?;
+            if k == "total" {
+                total = Some(v.parse::<u64>().ok()?);
+            }
+        }
+        *slot = Some(total?);
+    }
+    (p.some_usec.is_some() || p.full_usec.is_some()).then_some(p)
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, Instant};
@@ -226,5 +345,83 @@ mod tests {
         assert_eq!(parse("0::/kubepods/burstable/podnot-a-uid/abc\n"), None);
         assert_eq!(parse(""), None);
         assert_eq!(parse("garbage"), None);
+    }
+    #[test]
+    fn cpu_stat_of_a_throttled_pod() {
+        let text = "usage_usec 8712345678\nuser_usec 7000000000\nsystem_usec 1712345678\ncore_sched.force_idle_usec 0\nnr_periods 123456\nnr_throttled 86419\nthrottled_usec 4321098765\nnr_bursts 0\nburst_usec 0\n";
+        assert_eq!(
+            parse_cpu_stat(text),
+            Some(CpuStat {
+                nr_periods: 123_456,
+                nr_throttled: 86_419,
+                throttled_usec: Some(4_321_098_765),
+            })
+        );
+        // No CPU controller enabled: only the usage keys.
+        assert_eq!(
+            parse_cpu_stat("usage_usec 1\nuser_usec 1\nsystem_usec 0\n"),
+            None
+        );
+        assert_eq!(parse_cpu_stat("nr_periods 1\nnr_throttled -1\n"), None);
+        assert_eq!(parse_cpu_stat("nr_periods 1 2\nnr_throttled 1\n"), None);
+        assert_eq!(parse_cpu_stat("nr_periods\nnr_throttled 1\n"), None);
+        assert_eq!(parse_cpu_stat(""), None);
+        assert_eq!(
+            parse_cpu_stat("nr_periods 99999999999999999999999\nnr_throttled 1\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn cpu_max_limits() {
+        assert_eq!(parse_cpu_max("max 100000\n"), Some(CpuMax::Unlimited));
+        assert_eq!(parse_cpu_max("200000 100000\n"), Some(CpuMax::Cores(2.0)));
+        assert_eq!(parse_cpu_max("50000 100000"), Some(CpuMax::Cores(0.5)));
+        assert_eq!(parse_cpu_max("100000"), Some(CpuMax::Cores(1.0)));
+        assert_eq!(parse_cpu_max("max"), Some(CpuMax::Unlimited));
+        for bad in [
+            "",
+            "\n",
+            "0 100000",
+            "100 0",
+            "max 0",
+            "1 2 3",
+            "x 100000",
+            "-1 100000",
+            "1.5 100000",
+        ] {
+            assert_eq!(parse_cpu_max(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn pressure_files() {
+        let io = "some avg10=1.23 avg60=0.87 avg300=0.20 total=987654321\nfull avg10=0.50 avg60=0.30 avg300=0.10 total=123456789\n";
+        assert_eq!(
+            parse_pressure(io),
+            Some(Pressure {
+                some_usec: Some(987_654_321),
+                full_usec: Some(123_456_789),
+            })
+        );
+        // Kernels before 5.13 write no `full` line in cpu.pressure.
+        assert_eq!(
+            parse_pressure("some avg10=0.00 avg60=0.00 avg300=0.00 total=42\n"),
+            Some(Pressure {
+                some_usec: Some(42),
+                full_usec: None,
+            })
+        );
+        for bad in [
+            "",
+            "garbage",
+            "some avg10=0.00 avg60=0.00 avg300=0.00\n",
+            "some total=-1\n",
+            "some total=1\nsome total=2\n",
+            "some total=1\nhalf total=2\n",
+            "some avg10 total=1\n",
+        ] {
+            assert_eq!(parse_pressure(bad), None, "{bad:?}");
+        }
     }
 }

@@ -13,7 +13,7 @@
 use crate::attribution::kubelet::Kubelet;
 use crate::attribution::{NodeAttribution, OwnPod, PodLabels, apiserver::ApiServer};
 use crate::config::Settings;
-use crate::enrichment::Engine;
+use crate::enrichment::{Engine, HolderPressure};
 use crate::http::web::{WebConfig, WebConfigError};
 use crate::pipeline::{self, Sampler, SourceLabel, Stage};
 use crate::sources::{BuildError, Source};
@@ -79,8 +79,8 @@ pub(crate) fn config(settings: &Settings) -> pipeline::Config {
     }
 }
 
-/// The stages, in order: attribution (node mode's `List` and pod labels, or the sidecar's
-/// own `Get`), then the serving engine.
+/// The stages, in order: attribution (node mode's `List`, its holder pods' CPU and I/O
+/// pressure, and pod labels, or the sidecar's own `Get`), then the serving engine.
 fn stages(settings: &Settings, api: Option<ApiServer>) -> Vec<Box<dyn Stage>> {
     let mut stages: Vec<Box<dyn Stage>> = Vec::new();
     if let Some(n) = &settings.node {
@@ -88,6 +88,10 @@ fn stages(settings: &Settings, api: Option<ApiServer>) -> Vec<Box<dyn Stage>> {
             Kubelet::new(n.kubelet()),
             n.proc_root.clone(),
             settings.interval,
+        )));
+        stages.push(Box::new(HolderPressure::new(
+            n.cgroup_root.clone(),
+            n.proc_root.clone(),
         )));
         if let Some(api) = api {
             stages.push(Box::new(PodLabels::start(api)));

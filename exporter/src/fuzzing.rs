@@ -91,3 +91,31 @@ pub fn proc_files(
     }
     (uid, container, hostname)
 }
+
+/// A pod's cgroup v2 files as node mode's holder pressure reads them: the same bytes read as
+/// `cpu.stat`, `cpu.max` and a PSI file (`cpu.pressure`, `io.pressure`,
+/// `memory.pressure`). Panics when a parse holds what the text does not say: throttled
+/// periods without periods written, a CPU limit that is not finite and positive, or a PSI
+/// file with neither line.
+#[must_use]
+pub fn cgroup_files(bytes: &[u8]) -> (bool, bool, bool) {
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return (false, false, false);
+    };
+    let stat = crate::cgroup::parse_cpu_stat(text);
+    if stat.is_some() {
+        assert!(
+            text.contains("nr_periods") && text.contains("nr_throttled"),
+            "{text:?}"
+        );
+    }
+    let max = crate::cgroup::parse_cpu_max(text);
+    if let Some(crate::cgroup::CpuMax::Cores(c)) = max {
+        assert!(c.is_finite() && c > 0.0, "{c} CPUs from {text:?}");
+    }
+    let psi = crate::cgroup::parse_pressure(text);
+    if let Some(p) = psi {
+        assert!(p.some_usec.is_some() || p.full_usec.is_some(), "{text:?}");
+    }
+    (stat.is_some(), max.is_some(), psi.is_some())
+}

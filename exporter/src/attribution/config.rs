@@ -10,6 +10,9 @@ use std::time::Duration;
 /// The kubelet's default PodResources socket.
 pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 
+/// Where the host's cgroup v2 hierarchy is mounted, by default.
+pub const DEFAULT_CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
 /// `[node]`: node mode's settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -24,6 +27,9 @@ pub struct NodeConfig {
     /// host's `/proc`): per-process attribution reads `<proc_root>/<pid>/cgroup` and
     /// `<proc_root>/<pid>/environ` there.
     pub proc_root: PathBuf,
+    /// The host's cgroup v2 hierarchy (`/sys/fs/cgroup`, or a read-only mount of it): the
+    /// pressure of the pods holding each GPU is read from their cgroup directories there.
+    pub cgroup_root: PathBuf,
     /// Pod labels to add to `truthscale_gpu_allocation_info` as `label_<key>`, read from the
     /// API server (Kubernetes label keys). Empty: none, and no request to the API server.
     pub pod_labels: Vec<String>,
@@ -45,6 +51,7 @@ impl Default for NodeConfig {
             resource_names: default_resource_names(),
             timeout: "2s".into(),
             proc_root: "/proc".into(),
+            cgroup_root: DEFAULT_CGROUP_ROOT.into(),
             pod_labels: Vec::new(),
             pod_labels_refresh: "30s".into(),
             api_server: String::new(),
@@ -221,6 +228,8 @@ pub(crate) struct NodeSettings {
     pub timeout: Duration,
     /// Where the host's processes are seen.
     pub proc_root: PathBuf,
+    /// Where the host's cgroup v2 hierarchy is seen.
+    pub cgroup_root: PathBuf,
     /// The pod-label reader, when `pod_labels` is not empty.
     pub pod_labels: Option<PodLabelSettings>,
 }
@@ -288,9 +297,28 @@ impl NodeConfig {
             resource_names,
             timeout,
             proc_root: self.proc_root.clone(),
+            cgroup_root: cgroup_root(&self.cgroup_root)?,
             pod_labels,
         })
     }
+}
+
+/// `node.cgroup_root`, checked: an absolute path (it is walked, never written; a root that
+/// is missing at the start only leaves the holder pressure blank, counted).
+///
+/// # Errors
+/// An [`Invalid`] naming `node.cgroup_root`.
+fn cgroup_root(path: &Path) -> Result<PathBuf, Invalid> {
+    if path.as_os_str().is_empty() || !path.is_absolute() {
+        return Err(Invalid::new(
+            "node.cgroup_root",
+            format!(
+                "must be an absolute path to the host's cgroup v2 hierarchy (default {DEFAULT_CGROUP_ROOT}), not {:?}",
+                path.display().to_string()
+            ),
+        ));
+    }
+    Ok(path.to_path_buf())
 }
 
 impl NodeSettings {
@@ -301,6 +329,46 @@ impl NodeSettings {
             socket: self.socket.clone(),
             resource_names: self.resource_names.clone(),
             timeout: self.timeout,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect()
+    }
+
+    /// `[node] cgroup_root`: `/sys/fs/cgroup` by default, from the environment
+    /// (`TRUTHSCALE_NODE__CGROUP_ROOT`), and refused unless it is an absolute path.
+    #[test]
+    fn cgroup_root_defaults_overrides_and_is_checked() {
+        let node = |pairs: &[(&str, &str)]| {
+            let mut all = vec![("TRUTHSCALE_MODE", "node")];
+            all.extend_from_slice(pairs);
+            let v = vars(&all);
+            Config::load(None, &v, &[])
+                .unwrap()
+                .validate(&v)
+                .map(|s| s.node.unwrap().cgroup_root)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(node(&[]).unwrap(), std::path::Path::new("/sys/fs/cgroup"));
+        assert_eq!(
+            node(&[("TRUTHSCALE_NODE__CGROUP_ROOT", "/host/sys/fs/cgroup")]).unwrap(),
+            std::path::Path::new("/host/sys/fs/cgroup")
+        );
+        for bad in ["", "sys/fs/cgroup"] {
+            let err = node(&[("TRUTHSCALE_NODE__CGROUP_ROOT", bad)]).unwrap_err();
+            assert!(
+                err.starts_with("node.cgroup_root: must be an absolute path"),
+                "{err}"
+            );
         }
     }
 }

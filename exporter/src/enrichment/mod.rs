@@ -2,12 +2,16 @@
 //! stage of the pipeline. `Engine`: the serving engine's figures (vLLM, SGLang, TGI), read
 //! by [`engine`] every interval on a thread of its own (`pipeline::Background`, as the
 //! kubelet is read): a slow or hung engine never slows sampling nor blanks a GPU.
+//! `HolderPressure` ([`pressure`], node mode): the CPU and I/O pressure of the pods holding
+//! each GPU, from their cgroup v2 files, read on the sampler's thread (bounded, non-blocking).
 
 pub mod engine;
+pub(crate) mod pressure;
 
 use crate::pipeline::{Answer, Background, Health, LogLimiter, Stage, Tick};
 use crate::sources::unix_ms;
 use engine::{EngineScraper, EngineSettings};
+pub(crate) use pressure::HolderPressure;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 use truthscale_core::exposition::SourceHealth;

@@ -5,6 +5,7 @@
 //! `cargo nextest run -p truthscale-e2e -E 'test(/^serve::/)'`.
 
 mod autoscaling;
+mod causes;
 mod causes_gpu;
 mod cli;
 mod clock_bound;

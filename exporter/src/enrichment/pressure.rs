@@ -1,0 +1,681 @@
+//! Node mode: the CPU and I/O pressure of the pods that hold each GPU, from their cgroup v2
+//! files, so that a starved GPU's cause can be told (`truthscale_core::causes`).
+//!
+//! After node attribution, each GPU entity's processes carry their pod's UID (from
+//! `/proc/<pid>/cgroup`; a process without one is looked up here, under `node.proc_root`).
+//! Each pod's cgroup directory is found under `node.cgroup_root` (a directory at most
+//! [`MAX_DEPTH`] levels down whose name holds `pod<UID>`, cgroupfs driver, or `pod<UID with _
+//! for ->`, systemd driver), cached, and its `cpu.stat`, `cpu.max`, `cpu.pressure`,
+//! `io.pressure` and `memory.pressure` read once a tick, bounded and without blocking. From
+//! the counters' deltas since the previous tick over the wall time between the reads:
+//!
+//! - `HolderCpuThrottledRatio`: `Δnr_throttled / Δnr_periods` (blank without periods);
+//! - `HolderCpuLimitCores`: the most throttled pod's `cpu.max` (blank when `max`);
+//! - the waiting and stalled shares: `Δtotal / Δwall`, clamped to `0..=1`;
+//!
+//! each the worst of the GPU's pods. A pod's first read, a counter that went backwards (the
+//! pod restarted) and a file that could not be read give no value: the field stays blank,
+//! never a zero nobody measured.
+
+use crate::bounds::MAX_GPU_PODS;
+use crate::cgroup::{
+    CpuMax, CpuStat, MAX_CGROUP_BYTES, MAX_CGROUP_FILE_BYTES, Pressure as Psi, ProcRead,
+    parse_cpu_max, parse_cpu_stat, parse_pressure, read_proc_file,
+};
+use crate::pipeline::{Health, Stage, Tick};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use truthscale_core::exposition::SourceHealth;
+use truthscale_core::model::{EntitySample, Field};
+
+/// The `source` label of the stage's health.
+pub(crate) const PRESSURE: &str = "pressure";
+
+/// How deep below the cgroup root a pod's directory is looked for.
+pub(crate) const MAX_DEPTH: usize = 4;
+
+/// Directory entries read per tick while looking for pods' cgroup directories: the search's
+/// cost per tick is bounded by this, whatever the size of the hierarchy (a pod not found
+/// within it is looked for again next tick).
+pub(crate) const WALK_ENTRIES_PER_TICK: usize = 20_000;
+
+/// Processes without a pod UID whose `/proc/<pid>/cgroup` is read per tick.
+const PID_READS_PER_TICK: usize = 256;
+
+/// What one read of a pod's cgroup files gave, at the instant it was read.
+#[derive(Debug, Clone, Copy)]
+struct Counters {
+    at: Instant,
+    cpu: Option<CpuStat>,
+    limit: Option<CpuMax>,
+    cpu_psi: Option<Psi>,
+    io_psi: Option<Psi>,
+    memory_psi: Option<Psi>,
+}
+
+/// A pod's shares over the last tick: each `None` where it was not measured.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Shares {
+    throttled: Option<f64>,
+    limit_cores: Option<f64>,
+    cpu_waiting: Option<f64>,
+    io_waiting: Option<f64>,
+    io_stalled: Option<f64>,
+    memory_stalled: Option<f64>,
+}
+
+/// Node mode's holder-pressure stage (see the module documentation).
+#[derive(Debug)]
+pub(crate) struct HolderPressure {
+    cgroup_root: PathBuf,
+    proc_root: PathBuf,
+    /// Pod UID → its cgroup directory, while it exists.
+    dirs: HashMap<String, PathBuf>,
+    /// Pod UID → the last read of its counters (pods seen this tick only).
+    last: HashMap<String, Counters>,
+    /// PID → the pod UID its cgroup names (`None`: none), with the tick it was last seen.
+    pids: HashMap<String, (Option<String>, u64)>,
+    tick: u64,
+    /// Directory entries read by the searches so far (for tests).
+    pub(crate) walked: u64,
+    health: Health,
+}
+
+impl HolderPressure {
+    /// Read the holder pods' cgroups under `cgroup_root`, their processes under
+    /// `proc_root`.
+    #[must_use]
+    pub(crate) fn new(cgroup_root: PathBuf, proc_root: PathBuf) -> HolderPressure {
+        HolderPressure {
+            cgroup_root,
+            proc_root,
+            dirs: HashMap::new(),
+            last: HashMap::new(),
+            pids: HashMap::new(),
+            tick: 0,
+            walked: 0,
+            health: Health::default(),
+        }
+    }
+
+    /// The pod UIDs of an entity's processes, looking up (within this tick's budget) the
+    /// cgroup of a process that has none.
+    fn pods_of(&mut self, e: &EntitySample, reads_left: &mut usize) -> BTreeSet<String> {
+        let tick = self.tick;
+        let mut uids = BTreeSet::new();
+        for p in &e.processes {
+            if let Some(uid) = &p.pod_uid {
+                uids.insert(uid.clone());
+                continue;
+            }
+            let uid = match self.pids.get_mut(&p.pid) {
+                Some((uid, at)) => {
+                    *at = tick;
+                    uid.clone()
+                }
+                None if *reads_left == 0 => continue,
+                None => {
+                    *reads_left -= 1;
+                    let uid = self.pid_uid(&p.pid);
+                    self.pids.insert(p.pid.clone(), (uid.clone(), tick));
+                    uid
+                }
+            };
+            uids.extend(uid);
+        }
+        uids
+    }
+
+    /// The pod UID `<proc_root>/<pid>/cgroup` names (bounded, non-blocking read).
+    fn pid_uid(&self, pid: &str) -> Option<String> {
+        if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let bytes = read_proc_file(&self.proc_root.join(pid).join("cgroup"), MAX_CGROUP_BYTES);
+        let text = String::from_utf8(bytes.ok()?).ok()?;
+        crate::cgroup::parse(&text).map(|a| a.pod_uid)
+    }
+
+    /// Find the cgroup directories of the `wanted` pods not cached (or whose cached
+    /// directory is gone): one breadth-first walk below the root, `kubepods` first, within
+    /// [`WALK_ENTRIES_PER_TICK`] entries; a pod's own directory is not descended into.
+    fn find_dirs(&mut self, wanted: &BTreeSet<String>) {
+        self.dirs
+            .retain(|uid, dir| wanted.contains(uid) && dir.is_dir());
+        let mut missing: HashMap<String, String> = wanted
+            .iter()
+            .filter(|u| !self.dirs.contains_key(*u))
+            .flat_map(|u| {
+                [
+                    (format!("pod{u}"), u.clone()),
+                    (format!("pod{}", u.replace('-', "_")), u.clone()),
+                ]
+            })
+            .collect();
+        let mut queue = VecDeque::from([(self.cgroup_root.clone(), 0usize)]);
+        let mut budget = WALK_ENTRIES_PER_TICK;
+        while !missing.is_empty()
+            && budget > 0
+            && let Some((dir, depth)) = queue.pop_front()
+        {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries {
+                if budget == 0 {
+                    break;
+                }
+                budget -= 1;
+                self.walked += 1;
+                let Ok(entry) = entry else { continue };
+                if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    continue;
+                }
+                let name = entry.file_name();
+                let Some(name) = name.to_str() else { continue };
+                if let Some(uid) = pod_in(name, &missing) {
+                    missing.retain(|_, u| *u != uid);
+                    self.dirs.insert(uid, entry.path());
+                } else if name.contains("pod") && looks_like_a_pod(name) {
+                    // Another pod: only its containers are below.
+                } else if depth + 1 < MAX_DEPTH {
+                    if name.contains("kubepods") {
+                        queue.push_front((entry.path(), depth + 1));
+                    } else {
+                        queue.push_back((entry.path(), depth + 1));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Read a pod's five files (`None` for each that could not be read or parsed, counted).
+    fn read_pod(&mut self, dir: &Path) -> Counters {
+        let at = Instant::now();
+        let cpu = self.read(dir, "cpu.stat", parse_cpu_stat);
+        let limit = self.read(dir, "cpu.max", parse_cpu_max);
+        let cpu_psi = self.read(dir, "cpu.pressure", parse_pressure);
+        let io_psi = self.read(dir, "io.pressure", parse_pressure);
+        let memory_psi = self.read(dir, "memory.pressure", parse_pressure);
+        Counters {
+            at,
+            cpu,
+            limit,
+            cpu_psi,
+            io_psi,
+            memory_psi,
+        }
+    }
+
+    /// Read one file of a pod's cgroup, bounded and without blocking, and parse it; a
+    /// failure is counted by kind: `unreadable` (missing, not a regular file: a FIFO, a
+    /// device, a directory), `too_large`, `malformed` (not UTF-8, or not what the file
+    /// holds).
+    fn read<T>(&mut self, dir: &Path, file: &str, parse: fn(&str) -> Option<T>) -> Option<T> {
+        let bytes = match read_proc_file(&dir.join(file), MAX_CGROUP_FILE_BYTES) {
+            Ok(b) => b,
+            Err(ProcRead::Unusable) => {
+                self.health.count("unreadable");
+                return None;
+            }
+            Err(ProcRead::TooLarge) => {
+                self.health.count("too_large");
+                return None;
+            }
+        };
+        let parsed = std::str::from_utf8(&bytes).ok().and_then(parse);
+        if parsed.is_none() {
+            self.health.count("malformed");
+        }
+        parsed
+    }
+
+    /// This tick's shares of each of `pods` (at most [`MAX_GPU_PODS`], the rest counted
+    /// once as `over_limit`), the previous reads of pods not among them forgotten.
+    fn measure(&mut self, pods: &BTreeSet<String>) -> HashMap<String, Shares> {
+        if pods.len() > MAX_GPU_PODS {
+            self.health.count("over_limit");
+        }
+        let pods: BTreeSet<String> = pods.iter().take(MAX_GPU_PODS).cloned().collect();
+        self.find_dirs(&pods);
+        let mut shares = HashMap::new();
+        let mut last = HashMap::new();
+        for uid in &pods {
+            let Some(dir) = self.dirs.get(uid).cloned() else {
+                self.health.count("not_found");
+                continue;
+            };
+            let now = self.read_pod(&dir);
+            if let Some(before) = self.last.get(uid) {
+                shares.insert(uid.clone(), between(before, &now));
+            }
+            last.insert(uid.clone(), now);
+        }
+        self.last = last;
+        shares
+    }
+}
+
+/// The wanted pod a directory name holds (`pod<UID>` or `pod<UID_>`), by its UID.
+fn pod_in(name: &str, missing: &HashMap<String, String>) -> Option<String> {
+    name.match_indices("pod")
+        .find_map(|(at, _)| missing.get(name.get(at..at + 39)?).cloned())
+}
+
+/// Whether a directory name is a pod's (`pod` then a UID, dashes or underscores).
+fn looks_like_a_pod(name: &str) -> bool {
+    name.match_indices("pod").any(|(at, _)| {
+        name.get(at + 3..at + 39).is_some_and(|u| {
+            u.bytes()
+                .all(|b| b.is_ascii_hexdigit() || b == b'-' || b == b'_')
+        })
+    })
+}
+
+/// `Δpart / Δwhole` clamped to `0..=1`; `None` when either went backwards or the whole did
+/// not advance.
+#[expect(clippy::cast_precision_loss, reason = "counter deltas, far below 2^53")]
+fn ratio(part: (u64, u64), whole: (u64, u64)) -> Option<f64> {
+    let dp = part.1.checked_sub(part.0)?;
+    let dw = whole.1.checked_sub(whole.0)?;
+    (dw > 0).then(|| (dp as f64 / dw as f64).clamp(0.0, 1.0))
+}
+
+/// A pod's shares between two reads.
+fn between(before: &Counters, now: &Counters) -> Shares {
+    let wall_usec = u64::try_from(now.at.duration_since(before.at).as_micros()).ok();
+    let share = |b: Option<u64>, n: Option<u64>| ratio((b?, n?), (0, wall_usec?));
+    let psi = |f: fn(&Counters) -> Option<Psi>, full: bool| {
+        let pick = |p: Option<Psi>| p.and_then(|p| if full { p.full_usec } else { p.some_usec });
+        share(pick(f(before)), pick(f(now)))
+    };
+    let throttled = before.cpu.zip(now.cpu).and_then(|(b, n)| {
+        ratio(
+            (b.nr_throttled, n.nr_throttled),
+            (b.nr_periods, n.nr_periods),
+        )
+    });
+    Shares {
+        throttled,
+        limit_cores: match now.limit {
+            Some(CpuMax::Cores(c)) => Some(c),
+            _ => None,
+        },
+        cpu_waiting: psi(|c| c.cpu_psi, false),
+        io_waiting: psi(|c| c.io_psi, false),
+        io_stalled: psi(|c| c.io_psi, true),
+        memory_stalled: psi(|c| c.memory_psi, true),
+    }
+}
+
+/// The worst of a GPU's pods' shares: each the largest measured; the CPU limit of the most
+/// throttled pod (of the first pod with a limit when none has a throttled share).
+fn worst<'a>(pods: impl Iterator<Item = &'a Shares>) -> Shares {
+    let pods: Vec<&Shares> = pods.collect();
+    let max = |f: fn(&Shares) -> Option<f64>| pods.iter().filter_map(|s| f(s)).reduce(f64::max);
+    let most_throttled = pods
+        .iter()
+        .filter(|s| s.throttled.is_some())
+        .max_by(|a, b| {
+            a.throttled
+                .partial_cmp(&b.throttled)
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+    let limit_cores = match most_throttled {
+        Some(s) => s.limit_cores,
+        None => pods.iter().find_map(|s| s.limit_cores),
+    };
+    Shares {
+        throttled: max(|s| s.throttled),
+        limit_cores,
+        cpu_waiting: max(|s| s.cpu_waiting),
+        io_waiting: max(|s| s.io_waiting),
+        io_stalled: max(|s| s.io_stalled),
+        memory_stalled: max(|s| s.memory_stalled),
+    }
+}
+
+/// Write the measured shares on the entity; what was not measured stays as it was (blank).
+fn set(e: &mut EntitySample, s: &Shares) {
+    for (field, v) in [
+        (Field::HolderCpuThrottledRatio, s.throttled),
+        (Field::HolderCpuLimitCores, s.limit_cores),
+        (Field::HolderCpuWaitingRatio, s.cpu_waiting),
+        (Field::HolderIoWaitingRatio, s.io_waiting),
+        (Field::HolderIoStalledRatio, s.io_stalled),
+        (Field::HolderMemoryStalledRatio, s.memory_stalled),
+    ] {
+        if let Some(v) = v {
+            e.readings.set_value(field, v);
+        }
+    }
+}
+
+impl Stage for HolderPressure {
+    fn name(&self) -> &'static str {
+        PRESSURE
+    }
+
+    fn apply(&mut self, tick: &mut Tick<'_>) {
+        self.tick += 1;
+        self.health.up = self.cgroup_root.is_dir();
+        let mut reads_left = PID_READS_PER_TICK;
+        let mut by_entity = Vec::new();
+        let mut all = BTreeSet::new();
+        for (si, s) in tick.produced.samples.iter().enumerate() {
+            for (ei, e) in s.entities.iter().enumerate() {
+                let pods = self.pods_of(e, &mut reads_left);
+                if !pods.is_empty() {
+                    all.extend(pods.iter().cloned());
+                    by_entity.push((si, ei, pods));
+                }
+            }
+        }
+        let tick_no = self.tick;
+        self.pids.retain(|_, (_, at)| *at == tick_no);
+        let shares = self.measure(&all);
+        for (si, ei, pods) in by_entity {
+            let w = worst(pods.iter().filter_map(|u| shares.get(u)));
+            if let Some(e) = tick.produced.samples[si].entities.get_mut(ei) {
+                set(e, &w);
+            }
+        }
+    }
+
+    fn health(&self) -> SourceHealth {
+        self.health.report(PRESSURE)
+    }
+
+    fn count(&mut self, kind: &str) {
+        self.health.count(kind);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sources::Produced;
+    use std::time::{Duration, Instant};
+    use truthscale_core::model::{EntityId, ProcessReading, Sample, Timestamp};
+
+    const A: &str = "1b4e28ba-2fa1-11d2-883f-0016d3cca427";
+    const B: &str = "2c5f39cb-3fb2-22e3-994f-1127e4ddb538";
+
+    /// A scratch folder, removed when dropped.
+    struct Dir(PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    fn scratch(name: &str) -> Dir {
+        let d = std::env::temp_dir().join(format!("truthscale-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+
+    /// Write a pod's cgroup files: CFS periods and throttled ones, its quota (`None`:
+    /// `max`), and the PSI totals (cpu some, io some, io full, memory full), in µs.
+    fn write_pod(dir: &Path, periods: u64, throttled: u64, quota: Option<u64>, psi: [u64; 4]) {
+        std::fs::create_dir_all(dir).unwrap();
+        let w = |f: &str, t: String| std::fs::write(dir.join(f), t).unwrap();
+        w(
+            "cpu.stat",
+            format!(
+                "usage_usec 100\nuser_usec 90\nsystem_usec 10\nnr_periods {periods}\nnr_throttled {throttled}\nthrottled_usec {}\nnr_bursts 0\nburst_usec 0\n",
+                throttled * 50_000
+            ),
+        );
+        w(
+            "cpu.max",
+            quota.map_or("max 100000\n".into(), |q| format!("{q} 100000\n")),
+        );
+        let line =
+            |kind: &str, t: u64| format!("{kind} avg10=0.00 avg60=0.00 avg300=0.00 total={t}\n");
+        w("cpu.pressure", line("some", psi[0]) + &line("full", 0));
+        w("io.pressure", line("some", psi[1]) + &line("full", psi[2]));
+        w("memory.pressure", line("some", 0) + &line("full", psi[3]));
+    }
+
+    fn gpu(index: u32, pods: &[Option<&str>]) -> EntitySample {
+        EntitySample {
+            id: EntityId {
+                gpu: Some(index),
+                uuid: Some(format!("GPU-{index}")),
+                ..Default::default()
+            },
+            processes: pods
+                .iter()
+                .enumerate()
+                .map(|(i, uid)| ProcessReading {
+                    pid: format!("{}", 1000 * (index + 1) + u32::try_from(i).unwrap()),
+                    pod_uid: uid.map(str::to_string),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn tick(stage: &mut HolderPressure, entities: Vec<EntitySample>) -> Vec<EntitySample> {
+        let mut produced = Produced {
+            samples: vec![Sample {
+                taken: Timestamp(0),
+                entities,
+            }],
+            ..Produced::default()
+        };
+        let mut t = Tick {
+            stale_after: Duration::from_secs(1),
+            produced: &mut produced,
+            held: None,
+        };
+        stage.apply(&mut t);
+        produced.samples.remove(0).entities
+    }
+
+    /// Both drivers' layouts: a pod found by its UID (cgroupfs) or its UID with `_`
+    /// (systemd), read twice: the first read gives nothing (no delta), the second the
+    /// deltas' shares over the wall time; the GPU takes the worst of its pods, and the
+    /// limit of the most throttled one.
+    #[test]
+    fn both_layouts_give_the_deltas_shares_on_the_gpu() {
+        let root = scratch("cgroup-layouts");
+        let a = root.0.join(format!("kubepods/burstable/pod{A}"));
+        let b = root.0.join(format!(
+            "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice",
+            B.replace('-', "_")
+        ));
+        std::fs::create_dir_all(a.join("0123456789ab")).unwrap();
+        std::fs::create_dir_all(root.0.join("system.slice/containerd.service")).unwrap();
+        write_pod(&a, 1000, 100, Some(100_000), [0, 0, 0, 0]);
+        write_pod(&b, 500, 0, Some(200_000), [0, 0, 0, 0]);
+        let mut stage = HolderPressure::new(root.0.clone(), "/nonexistent".into());
+        let entities = || {
+            vec![
+                gpu(0, &[Some(A), Some(B), None]),
+                gpu(1, &[Some(B)]),
+                gpu(2, &[]),
+            ]
+        };
+        let first = tick(&mut stage, entities());
+        for e in &first {
+            for (f, r) in e.readings.iter() {
+                assert!(
+                    r.value().is_none()
+                        || !matches!(
+                            f,
+                            Field::HolderCpuThrottledRatio | Field::HolderIoWaitingRatio
+                        ),
+                    "{f:?} on a first read"
+                );
+            }
+        }
+        let t0 = Instant::now();
+        std::thread::sleep(Duration::from_millis(200));
+        // A: 70 % of its new periods throttled; B: I/O waited 100 ms of some, 20 ms full.
+        write_pod(&a, 1100, 170, Some(100_000), [30_000, 0, 0, 0]);
+        write_pod(&b, 600, 10, Some(200_000), [0, 100_000, 20_000, 5_000]);
+        let second = tick(&mut stage, entities());
+        let wall = t0.elapsed().as_secs_f64();
+        let v = |e: &EntitySample, f| e.readings.value(f);
+        assert_eq!(v(&second[0], Field::HolderCpuThrottledRatio), Some(0.7));
+        assert_eq!(v(&second[0], Field::HolderCpuLimitCores), Some(1.0));
+        let io = v(&second[0], Field::HolderIoWaitingRatio).unwrap();
+        assert!(
+            io > 0.0 && io <= 0.1 / 0.2 && (io - 0.1 / wall).abs() < 0.1,
+            "{io}"
+        );
+        assert!(v(&second[0], Field::HolderCpuWaitingRatio).unwrap() > 0.0);
+        // The second GPU only has B: 10 % throttled, its own limit.
+        assert_eq!(v(&second[1], Field::HolderCpuThrottledRatio), Some(0.1));
+        assert_eq!(v(&second[1], Field::HolderCpuLimitCores), Some(2.0));
+        assert_eq!(v(&second[1], Field::HolderCpuWaitingRatio), Some(0.0));
+        assert!(v(&second[1], Field::HolderIoStalledRatio).unwrap() > 0.0);
+        assert!(v(&second[1], Field::HolderMemoryStalledRatio).unwrap() > 0.0);
+        // No process: nothing.
+        assert_eq!(v(&second[2], Field::HolderCpuThrottledRatio), None);
+        assert!(
+            stage.health().errors.is_empty(),
+            "{:?}",
+            stage.health().errors
+        );
+        assert!(stage.health().up);
+        // A restarted (counters back to small values): no value this tick, a value again
+        // on the next; a pod no longer present is forgotten.
+        write_pod(&a, 10, 5, None, [0, 0, 0, 0]);
+        let third = tick(&mut stage, vec![gpu(0, &[Some(A)])]);
+        assert_eq!(v(&third[0], Field::HolderCpuThrottledRatio), None);
+        assert_eq!(
+            v(&third[0], Field::HolderCpuLimitCores),
+            None,
+            "cpu.max is max"
+        );
+        assert_eq!(v(&third[0], Field::HolderCpuWaitingRatio), None);
+        assert_eq!(stage.last.len(), 1);
+        write_pod(&a, 20, 5, None, [0, 0, 0, 0]);
+        let fourth = tick(&mut stage, vec![gpu(0, &[Some(A)])]);
+        assert_eq!(v(&fourth[0], Field::HolderCpuThrottledRatio), Some(0.0));
+        // The pod's directory moves (recreated elsewhere): found again.
+        let walked = stage.walked;
+        std::fs::remove_dir_all(&a).unwrap();
+        let moved = root.0.join(format!("kubepods/pod{A}"));
+        write_pod(&moved, 1, 1, None, [0, 0, 0, 0]);
+        tick(&mut stage, vec![gpu(0, &[Some(A)])]);
+        assert!(stage.walked > walked);
+        assert_eq!(stage.dirs.get(A), Some(&moved));
+    }
+
+    /// A process without a pod UID is looked up under the proc root; a pod with no cgroup
+    /// directory is counted `not_found`, never a value.
+    #[test]
+    fn a_process_is_looked_up_and_a_missing_pod_is_counted() {
+        let root = scratch("cgroup-lookup");
+        let procs = root.0.join("proc");
+        std::fs::create_dir_all(procs.join("1000")).unwrap();
+        std::fs::write(
+            procs.join("1000/cgroup"),
+            format!("0::/kubepods/burstable/pod{A}/0123456789abcdef\n"),
+        )
+        .unwrap();
+        let cg = root.0.join("cg");
+        let a = cg.join(format!("kubepods/burstable/pod{A}"));
+        write_pod(&a, 0, 0, Some(50_000), [0, 0, 0, 0]);
+        let mut stage = HolderPressure::new(cg.clone(), procs);
+        tick(&mut stage, vec![gpu(0, &[None])]);
+        write_pod(&a, 10, 5, Some(50_000), [0, 0, 0, 0]);
+        let e = tick(&mut stage, vec![gpu(0, &[None])]);
+        assert_eq!(
+            e[0].readings.value(Field::HolderCpuThrottledRatio),
+            Some(0.5)
+        );
+        assert_eq!(e[0].readings.value(Field::HolderCpuLimitCores), Some(0.5));
+        let e = tick(&mut stage, vec![gpu(0, &[Some(B)])]);
+        assert_eq!(e[0].readings.value(Field::HolderCpuThrottledRatio), None);
+        assert_eq!(stage.health().errors.get("not_found"), Some(&1));
+    }
+
+    /// Hostile cgroup files (`/dev/zero`, a FIFO, a directory, one over the cap, garbage,
+    /// missing) are refused at once and counted by kind; never a panic, a hang or a value.
+    #[test]
+    fn hostile_cgroup_files_are_bounded_and_counted() {
+        let root = scratch("cgroup-hostile");
+        let pod = root.0.join(format!("kubepods/burstable/pod{A}"));
+        let cases = crate::bounds::hostile::files(&root.0.join("h"), MAX_CGROUP_FILE_BYTES);
+        std::fs::create_dir_all(&pod).unwrap();
+        // Each of the five files is one hostile kind (the fifth, garbage).
+        let files = ["cpu.stat", "cpu.max", "cpu.pressure", "io.pressure"];
+        for ((path, _), file) in cases.iter().zip(files) {
+            let target = pod.join(file);
+            if path.is_dir() {
+                std::fs::create_dir_all(&target).unwrap();
+            } else if file == "io.pressure" {
+                std::fs::rename(path, &target).unwrap();
+            } else {
+                std::os::unix::fs::symlink(path, &target).unwrap();
+            }
+        }
+        std::fs::write(pod.join("memory.pressure"), b"\xff\xfe garbage").unwrap();
+        let mut stage = HolderPressure::new(root.0.clone(), "/nonexistent".into());
+        let t = Instant::now();
+        for _ in 0..3 {
+            let e = tick(&mut stage, vec![gpu(0, &[Some(A)])]);
+            assert!(
+                e[0].readings
+                    .iter()
+                    .all(|(f, r)| r.value().is_none() || !format!("{f:?}").starts_with("Holder"))
+            );
+        }
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        let errors = stage.health().errors;
+        assert_eq!(errors.get("unreadable"), Some(&9), "{errors:?}");
+        assert_eq!(errors.get("too_large"), Some(&3), "{errors:?}");
+        assert_eq!(errors.get("malformed"), Some(&3), "{errors:?}");
+        std::fs::remove_file(pod.join("memory.pressure")).unwrap();
+        tick(&mut stage, vec![gpu(0, &[Some(A)])]);
+        assert_eq!(stage.health().errors.get("unreadable"), Some(&13));
+    }
+
+    /// The search for pods' directories reads at most its budget of entries a tick, and
+    /// pods past the cap are left out and counted once as `over_limit`.
+    #[test]
+    fn the_search_and_the_pods_are_bounded() {
+        let root = scratch("cgroup-bounds");
+        for i in 0..50 {
+            std::fs::create_dir_all(root.0.join(format!("system.slice/s{i}.service/x"))).unwrap();
+        }
+        let mut stage = HolderPressure::new(root.0.clone(), "/nonexistent".into());
+        let many: Vec<String> = (0..=MAX_GPU_PODS)
+            .map(|i| format!("00000000-0000-0000-0000-{i:012}"))
+            .collect();
+        let uids: Vec<Option<&str>> = many.iter().map(|u| Some(u.as_str())).collect();
+        let t = Instant::now();
+        tick(&mut stage, vec![gpu(0, &uids)]);
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        let errors = stage.health().errors;
+        assert_eq!(errors.get("over_limit"), Some(&1), "{errors:?}");
+        assert_eq!(errors.get("not_found"), Some(&(MAX_GPU_PODS as u64)));
+        assert!(
+            stage.walked <= WALK_ENTRIES_PER_TICK as u64,
+            "{}",
+            stage.walked
+        );
+        assert!(stage.last.is_empty());
+    }
+
+    #[test]
+    fn shares_of_counters() {
+        assert_eq!(ratio((0, 70), (0, 100)), Some(0.7));
+        assert_eq!(ratio((0, 70), (5, 5)), None, "no periods");
+        assert_eq!(ratio((10, 5), (0, 100)), None, "went backwards");
+        assert_eq!(ratio((0, 200), (0, 100)), Some(1.0), "clamped");
+        assert!(looks_like_a_pod(&format!("pod{A}")));
+        assert!(looks_like_a_pod(&format!(
+            "kubepods-pod{}.slice",
+            A.replace('-', "_")
+        )));
+        assert!(!looks_like_a_pod("kubepods-burstable.slice"));
+    }
+}

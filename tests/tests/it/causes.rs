@@ -1,0 +1,382 @@
+//! Why a starved GPU waits, end to end in node mode: the real binary with the fake NVML
+//! library (four H100s, a scenario written here), a fake kubelet, a fake `/proc` naming each
+//! process's pod, and a fake cgroup v2 tree whose counters a thread of the test advances
+//! (`TRUTHSCALE_NODE__CGROUP_ROOT`): a starved GPU's seconds go to the cause its holder
+//! pod's pressure names.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use truthscale_e2e::kubelet::{Kubelet, State, pod};
+use truthscale_e2e::{Sample, Sidecar, TempDir, series, value};
+use truthscale_exporter::attribution::kubelet::proto::ListPodResourcesResponse;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+const CAUSES: [&str; 7] = [
+    "cpu_throttled",
+    "cpu_contended",
+    "io_stalled",
+    "host_to_device",
+    "launch_bound",
+    "comm_bound",
+    "unknown",
+];
+
+/// One fake GPU of the scenario: starved (busy flag 100 %, tensor 2 %, DRAM 10 %) or busy
+/// (tensor 85 %), with its one process.
+fn device(i: usize, starved: bool, pid: u32) -> serde_json::Value {
+    let (tensor, dram) = if starved { (2, 10) } else { (85, 40) };
+    serde_json::json!({
+        "name": "NVIDIA H100 80GB HBM3",
+        "uuid": uuid(i),
+        "pci_bus_id": format!("00000000:{:02X}:00.0", 0x1A + i),
+        "architecture": "hopper",
+        "memory_total_bytes": 85_520_809_984_u64,
+        "memory_used_bytes": 40_000_000_000_u64,
+        "memory_reserved_bytes": 566_231_040,
+        "util_percent": 100,
+        "power_watts": if starved { 250 } else { 600 },
+        "power_limit_watts": 700,
+        "sm_clock_mhz": 1980,
+        "mem_clock_mhz": 2619,
+        "temperature_c": 45,
+        "gpm": {"metrics": {
+            "graphics_util": 100, "sm_util": 60, "sm_occupancy": 20,
+            "any_tensor_util": tensor, "hmma_tensor_util": tensor, "imma_tensor_util": 0,
+            "dram_bw_util": dram, "fp64_util": 0, "fp32_util": 3, "fp16_util": 1,
+            "pcie_tx_per_sec": 12, "pcie_rx_per_sec": 30,
+            "nvlink_total_rx_per_sec": 1024, "nvlink_total_tx_per_sec": 1024
+        }},
+        "processes": [{"pid": pid, "used_memory_bytes": 40_000_000_000_u64, "sm_util": 60}]
+    })
+}
+
+fn uuid(i: usize) -> String {
+    format!("GPU-5f0c6a3e-8d3b-4c1e-9a7f-00000000c0a{i}")
+}
+
+/// Write `text` to `path` whole (a reader never sees a half-written file).
+fn put(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// How a pod's counters advance with the time since the start, in µs.
+#[derive(Clone, Copy)]
+enum Load {
+    /// CFS-throttled in 70 % of its periods, under a quota of one CPU.
+    Throttled,
+    /// Some task waiting on I/O half of the time.
+    IoWaiting,
+    /// Nothing rising.
+    Calm,
+}
+
+/// Write a pod's five cgroup files for `us` microseconds since the start.
+fn write_pod(dir: &Path, load: Load, us: u64) {
+    let periods = us / 1000;
+    let (throttled, io_some, quota) = match load {
+        Load::Throttled => (periods * 7 / 10, 0, "100000 100000"),
+        Load::IoWaiting => (0, us / 2, "max 100000"),
+        Load::Calm => (0, 0, "max 100000"),
+    };
+    let periods = match load {
+        Load::Throttled => periods,
+        _ => 0,
+    };
+    let psi = |kind: &str, total: u64| {
+        format!("{kind} avg10=0.00 avg60=0.00 avg300=0.00 total={total}\n")
+    };
+    put(
+        &dir.join("cpu.stat"),
+        &format!(
+            "usage_usec {us}\nuser_usec {us}\nsystem_usec 0\nnr_periods {periods}\nnr_throttled {throttled}\nthrottled_usec {}\nnr_bursts 0\nburst_usec 0\n",
+            throttled * 30_000
+        ),
+    );
+    put(&dir.join("cpu.max"), &format!("{quota}\n"));
+    put(
+        &dir.join("cpu.pressure"),
+        &(psi("some", 0) + &psi("full", 0)),
+    );
+    put(
+        &dir.join("io.pressure"),
+        &(psi("some", io_some) + &psi("full", 0)),
+    );
+    put(
+        &dir.join("memory.pressure"),
+        &(psi("some", 0) + &psi("full", 0)),
+    );
+}
+
+/// The starved seconds of GPU `gpu` by cause, `None` for a cause without a series.
+fn starved(m: &[Sample], gpu: &str) -> Vec<Option<f64>> {
+    CAUSES
+        .iter()
+        .map(|c| {
+            value(
+                m,
+                "truthscale_gpu_starved_seconds_total",
+                &[("gpu", gpu), ("cause", c)],
+            )
+        })
+        .collect()
+}
+
+/// The starved seconds of GPU `gpu` by cause, every cause written.
+fn every_cause(m: &[Sample], gpu: &str) -> Vec<f64> {
+    starved(m, gpu)
+        .into_iter()
+        .zip(CAUSES)
+        .map(|(v, c)| v.unwrap_or_else(|| panic!("GPU {gpu}: no starved seconds for {c}")))
+        .collect()
+}
+
+/// A thread advancing the pods' counters every 20 ms until dropped.
+struct Advancing(Arc<AtomicBool>, Option<std::thread::JoinHandle<()>>);
+
+impl Advancing {
+    fn start(pods: Vec<(PathBuf, Load)>) -> Advancing {
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::clone(&stop);
+        let t0 = Instant::now();
+        for (dir, load) in &pods {
+            write_pod(dir, *load, 0);
+        }
+        let h = std::thread::spawn(move || {
+            while !seen.load(Ordering::Relaxed) {
+                let us = u64::try_from(t0.elapsed().as_micros()).unwrap();
+                for (dir, load) in &pods {
+                    write_pod(dir, *load, us);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        Advancing(stop, Some(h))
+    }
+}
+
+impl Drop for Advancing {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+        if let Some(h) = self.1.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Four H100s, one pod each. Pod A (GPU 0) is throttled in 70 % of its CFS periods under a
+/// quota of one CPU; pod B (GPU 1) waits on I/O half of the time; pod C (GPU 2) has nothing
+/// rising; pod D's GPU 3 is busy though D is throttled too. Between two scrapes once the
+/// pressure is read: GPU 0's starved seconds all go to `cpu_throttled`, GPU 1's to
+/// `io_stalled`, GPU 2's to `unknown`, GPU 3 has none; and A's throttled share and limit are
+/// exported.
+#[test]
+fn a_starved_gpus_seconds_go_to_its_holders_pressure() {
+    let dir = TempDir::new("causes");
+    let socket = dir.path().join("kubelet.sock");
+    let pods = [
+        (
+            "train-a",
+            "1b4e28ba-2fa1-11d2-883f-0016d3cca427",
+            Load::Throttled,
+        ),
+        (
+            "load-b",
+            "2c5f39cb-3fb2-22e3-994f-1127e4ddb538",
+            Load::IoWaiting,
+        ),
+        ("calm-c", "3d6f4adc-4fc3-33f4-aa5f-2238f5eec649", Load::Calm),
+        (
+            "busy-d",
+            "4e7f5bed-5fd4-44f5-bb6f-3349f6ffd75a",
+            Load::Throttled,
+        ),
+    ];
+    let state = State::default();
+    *state.answer.lock().unwrap() = ListPodResourcesResponse {
+        pod_resources: pods
+            .iter()
+            .enumerate()
+            .map(|(i, (name, _, _))| pod(name, "ml", "cuda", "nvidia.com/gpu", &[&uuid(i)]))
+            .collect(),
+    };
+    let _kubelet = Kubelet::start(&socket, state);
+    let proc_root = dir.path().join("proc");
+    let cgroup_root = dir.path().join("cgroup");
+    let mut advancing = Vec::new();
+    let mut devices = Vec::new();
+    for (i, (_, uid, load)) in pods.iter().enumerate() {
+        let pid = 6001 + u32::try_from(i).unwrap();
+        let p = proc_root.join(pid.to_string());
+        std::fs::create_dir_all(&p).unwrap();
+        // Two drivers' layouts: systemd for A and C, cgroupfs for B and D.
+        let (line, cg) = if i % 2 == 0 {
+            let slice = format!("kubepods-burstable-pod{}.slice", uid.replace('-', "_"));
+            (
+                format!(
+                    "0::/kubepods.slice/kubepods-burstable.slice/{slice}/cri-containerd-{}.scope\n",
+                    "ab".repeat(32)
+                ),
+                cgroup_root
+                    .join("kubepods.slice/kubepods-burstable.slice")
+                    .join(slice),
+            )
+        } else {
+            (
+                format!("0::/kubepods/burstable/pod{uid}/{}\n", "cd".repeat(32)),
+                cgroup_root.join(format!("kubepods/burstable/pod{uid}")),
+            )
+        };
+        std::fs::write(p.join("cgroup"), line).unwrap();
+        std::fs::create_dir_all(&cg).unwrap();
+        advancing.push((cg, *load));
+        devices.push(device(i, i < 3, pid));
+    }
+    let _advancing = Advancing::start(advancing);
+    let scenario = dir.path().join("scenario.json");
+    std::fs::write(
+        &scenario,
+        serde_json::to_string_pretty(&serde_json::json!({ "devices": devices })).unwrap(),
+    )
+    .unwrap();
+    let lib = truthscale_e2e::cargo_build(&["-p", "fake-nvml", "--lib"]).join("libfake_nvml.so");
+    let sidecar = Sidecar::start(
+        &[
+            "--mode",
+            "node",
+            "--source",
+            "nvml",
+            "--nvml-library",
+            lib.to_str().unwrap(),
+            "--interval",
+            "500ms",
+        ],
+        &[
+            ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
+            ("TRUTHSCALE_SOURCE__PER_PROCESS_SERIES", "true"),
+            ("TRUTHSCALE_NODE__SOCKET", socket.to_str().unwrap()),
+            ("TRUTHSCALE_NODE__PROC_ROOT", proc_root.to_str().unwrap()),
+            (
+                "TRUTHSCALE_NODE__CGROUP_ROOT",
+                cgroup_root.to_str().unwrap(),
+            ),
+        ],
+        dir.path(),
+    );
+    let read = |m: &[Sample]| {
+        value(
+            m,
+            "truthscale_gpu_holder_cpu_throttled_ratio",
+            &[("gpu", "0")],
+        )
+        .is_some()
+            && value(
+                m,
+                "truthscale_gpu_holder_io_pressure_waiting_ratio",
+                &[("gpu", "1")],
+            )
+            .is_some()
+            && starved(m, "0").iter().flatten().sum::<f64>() > 0.0
+    };
+    let before = sidecar.wait_for(WAIT, "the holders' pressure", read);
+    // Two more seconds of windows, all with the pressure read.
+    std::thread::sleep(Duration::from_secs(3));
+    let after = sidecar.metrics();
+    let delta = |gpu: &str| -> Vec<f64> {
+        every_cause(&after, gpu)
+            .iter()
+            .zip(every_cause(&before, gpu))
+            .map(|(a, b)| a - b)
+            .collect()
+    };
+    for (gpu, cause) in [
+        ("0", "cpu_throttled"),
+        ("1", "io_stalled"),
+        ("2", "unknown"),
+    ] {
+        let d = delta(gpu);
+        let at = CAUSES.iter().position(|c| *c == cause).unwrap();
+        assert!(d[at] >= 1.0, "GPU {gpu}: {cause} rose by {}: {d:?}", d[at]);
+        for (i, v) in d.iter().enumerate() {
+            if i != at {
+                assert!(*v == 0.0, "GPU {gpu}: {} rose by {v}: {d:?}", CAUSES[i]);
+            }
+        }
+    }
+    assert_eq!(
+        starved(&after, "3").iter().flatten().sum::<f64>(),
+        0.0,
+        "the busy GPU is never starved"
+    );
+    let ratio = value(
+        &after,
+        "truthscale_gpu_holder_cpu_throttled_ratio",
+        &[("gpu", "0")],
+    )
+    .unwrap();
+    assert!((ratio - 0.7).abs() < 0.05, "{ratio}");
+    assert_eq!(
+        value(
+            &after,
+            "truthscale_gpu_holder_cpu_limit_cores",
+            &[("gpu", "0")]
+        ),
+        Some(1.0)
+    );
+    let io = value(
+        &after,
+        "truthscale_gpu_holder_io_pressure_waiting_ratio",
+        &[("gpu", "1")],
+    )
+    .unwrap();
+    assert!((io - 0.5).abs() < 0.15, "{io}");
+    assert_eq!(
+        value(
+            &after,
+            "truthscale_gpu_holder_cpu_throttled_ratio",
+            &[("gpu", "2")]
+        ),
+        None,
+        "no periods: blank, not 0"
+    );
+    assert_eq!(
+        value(
+            &after,
+            "truthscale_gpu_holder_io_pressure_waiting_ratio",
+            &[("gpu", "2")]
+        ),
+        Some(0.0)
+    );
+    assert!(
+        value(
+            &after,
+            "truthscale_gpu_holder_cpu_throttled_ratio",
+            &[("gpu", "3")]
+        )
+        .is_some()
+    );
+    // The stage counted no failure.
+    let errors = series(
+        &after,
+        "truthscale_source_errors_total",
+        &[("source", "pressure")],
+    );
+    assert!(
+        errors.iter().all(|s| s.value == 0.0),
+        "{:?}",
+        errors
+            .iter()
+            .map(|s| (s.label("kind"), s.value))
+            .collect::<Vec<_>>()
+    );
+    eprintln!(
+        "GPU 0 throttled ratio {ratio}, GPU 1 io waiting {io}; starved seconds over 3 s: {:?} {:?} {:?}",
+        delta("0"),
+        delta("1"),
+        delta("2")
+    );
+}
