@@ -191,6 +191,7 @@ impl History {
     /// `tally`, the answers' warnings (printed), and the one-line summary.
     fn stats(self, tally: &Tally) -> FeedStats {
         let step = self.step();
+        let holders = self.holders_read();
         let History {
             client,
             range,
@@ -212,7 +213,7 @@ impl History {
             eprintln!("truthscale: warning: {}: {w}", client.base);
         }
         let summary = format!(
-            "prometheus {}: {}, {} steps with data, every {}{} from {} to {}{}",
+            "prometheus {}: {}, {} steps with data, every {}{} from {} to {}{}{holders}",
             client.base,
             family.describe(),
             tally.steps,

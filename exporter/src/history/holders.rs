@@ -173,6 +173,22 @@ impl History {
         }
     }
 
+    /// What the summary line adds for the holder signals read: `, holder pods' signals from
+    /// cAdvisor (holder_cpu_throttled_ratio, …)`, or nothing where none is read.
+    pub(super) fn holders_read(&self) -> String {
+        let read: Vec<&str> = self
+            .columns
+            .iter()
+            .filter_map(|c| c.holder.as_ref())
+            .map(|h| h.signal.field().name())
+            .collect();
+        if read.is_empty() {
+            String::new()
+        } else {
+            format!(", holder pods' signals from cAdvisor ({})", read.join(", "))
+        }
+    }
+
     /// The rate window of the holder signals: the step, and at least four
     /// `--scrape-interval`s, so a step as fine as the scrape still has samples to rate.
     fn holder_window_ms(&self) -> i64 {

@@ -1426,6 +1426,14 @@ fn history_says_why_gpus_are_starved() {
 
         let run = truthscale(&base, &[]);
         assert_eq!(run.code, Some(0), "{}", run.stderr);
+        // The source line names the signals read (those whose cAdvisor series exist).
+        assert!(
+            run.stdout.lines().next().is_some_and(|l| l.ends_with(
+                ", holder pods' signals from cAdvisor (holder_cpu_throttled_ratio, holder_cpu_pressure_waiting_ratio, holder_io_pressure_waiting_ratio)"
+            )),
+            "{step}: {}",
+            run.stdout
+        );
         assert!(
             run.stdout.contains("  starved by cause   cpu_throttled "),
             "{step}: {}",
