@@ -145,32 +145,12 @@ impl History {
     /// `truthscale_gpu_holder_*`). Each column's answers are put on the GPU series'
     /// entities as the signal's reading; a pod without cAdvisor series stays blank.
     pub(super) fn read_holders(&mut self) {
-        if self.family != Family::DcgmExporter || self.columns.iter().any(|c| c.holder.is_some()) {
+        if self.columns.iter().any(|c| c.holder.is_some()) {
             return;
         }
         let names: Vec<String> = self.columns.iter().map(|c| c.name.clone()).collect();
-        let presence = presence(self.family, &names);
-        let Some(first) = presence.first().cloned() else {
-            return;
-        };
-        for signal in HolderSignal::ALL {
-            if signal
-                .needs()
-                .iter()
-                .all(|n| self.cadvisor.iter().any(|f| f == n))
-            {
-                self.columns.push(Column {
-                    name: first.clone(),
-                    summary: None,
-                    band: None,
-                    shared: false,
-                    holder: Some(HolderColumn {
-                        signal,
-                        presence: presence.clone(),
-                    }),
-                });
-            }
-        }
+        let more = holder_columns(self.family, &names, &self.cadvisor);
+        self.columns.extend(more);
     }
 
     /// What the summary line adds for the holder signals read: `, holder pods' signals from
@@ -220,6 +200,33 @@ impl Chunk {
             self.push_series(SeriesMap::Holder { field, labels }, &s.values);
         }
     }
+}
+
+/// The holder columns over the GPU series `names` of `family`, with the cAdvisor names
+/// `cadvisor` found: one per signal whose series are all there, put on the presence series
+/// ([`presence`]); none for truthscale's own family, or without a presence series.
+fn holder_columns(family: Family, names: &[String], cadvisor: &[String]) -> Vec<Column> {
+    let presence = presence(family, names);
+    let Some(first) = presence.first() else {
+        return Vec::new();
+    };
+    if family != Family::DcgmExporter {
+        return Vec::new();
+    }
+    HolderSignal::ALL
+        .into_iter()
+        .filter(|s| s.needs().iter().all(|n| cadvisor.iter().any(|f| f == n)))
+        .map(|signal| Column {
+            name: first.clone(),
+            summary: None,
+            band: None,
+            shared: false,
+            holder: Some(HolderColumn {
+                signal,
+                presence: presence.clone(),
+            }),
+        })
+        .collect()
 }
 
 /// [`History::holder_query`] with its window and `--cluster-label`.
@@ -375,6 +382,54 @@ mod tests {
         // GPU 1 has no DCGM series at 30 s: its holder answer makes no entity.
         assert_eq!(read(&got[1], 1), None);
         assert_eq!(got[1].entities.len(), 1);
+    }
+
+    /// A column per signal whose cAdvisor series all exist (throttling needs both CFS
+    /// counters), on the busy flag and the graphics engine; none over truthscale's own
+    /// series, or without a series that says which pod holds a GPU.
+    #[test]
+    fn only_the_signals_whose_series_exist_are_read() {
+        let own = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<String>>();
+        let gpus = own(&[
+            "DCGM_FI_DEV_GPU_UTIL",
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        ]);
+        let signals = |family, names: &[String], cadvisor: &[&str]| -> Vec<HolderSignal> {
+            holder_columns(family, names, &own(cadvisor))
+                .iter()
+                .filter_map(|c| c.holder.as_ref().map(|h| h.signal))
+                .collect()
+        };
+        assert_eq!(signals(Family::DcgmExporter, &gpus, &[]), []);
+        assert_eq!(
+            signals(
+                Family::DcgmExporter,
+                &gpus,
+                &[CFS_PERIODS, IO_WAITING, MEMORY_STALLED]
+            ),
+            [HolderSignal::IoWaiting, HolderSignal::MemoryStalled]
+        );
+        assert_eq!(
+            signals(Family::DcgmExporter, &gpus, &CADVISOR_NAMES),
+            HolderSignal::ALL
+        );
+        let c = holder_columns(Family::DcgmExporter, &gpus, &own(&[CPU_WAITING]));
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].name, "DCGM_FI_DEV_GPU_UTIL");
+        assert!(c[0].summary.is_none() && c[0].band.is_none() && !c[0].shared);
+        assert_eq!(
+            c[0].holder.as_ref().unwrap().presence,
+            ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"]
+        );
+        // No GPU series that names the holder's GPU; truthscale's own series.
+        let tensor_only = own(&["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"]);
+        assert_eq!(
+            signals(Family::DcgmExporter, &tensor_only, &CADVISOR_NAMES),
+            []
+        );
+        let mine = own(&["truthscale_gpu_reported_utilization_ratio"]);
+        assert_eq!(signals(Family::Truthscale, &mine, &CADVISOR_NAMES), []);
     }
 
     #[test]
