@@ -3,6 +3,7 @@
 //! Feed [`Sample`]s one at a time; memory grows with the number of entities, not with the
 //! number of samples (the optional timeline excepted).
 
+use crate::causes::Cause;
 use crate::derive::{DeriveConfig, Fidelity};
 use crate::diag::DiagnosticKind;
 use crate::gpus::GpuSpec;
@@ -129,6 +130,8 @@ struct EntityAcc {
     llm_serving: bool,
     phase_seconds: [[f64; 6]; 2],
     verdict_seconds: [f64; 6],
+    /// The `starved` seconds by their cause, in [`Cause::ALL`]'s order.
+    starved_cause_seconds: [f64; 7],
     /// Seconds whose regime matched the simulator's ground truth.
     agree_seconds: f64,
     /// Seconds with a ground truth (the denominator of the agreement).
@@ -326,6 +329,9 @@ fn add_weighted(acc: &mut EntityAcc, w: &EntityWindow, dt: f64) {
         acc.phase_seconds[method.index()][p.index()] += dt;
     }
     acc.verdict_seconds[w.verdict.verdict.index()] += dt;
+    if let Some(found) = w.verdict.cause() {
+        acc.starved_cause_seconds[found.cause.index()] += dt;
+    }
     acc.truth_ecf.add(w.truth_effective_compute, dt);
     // Time-weighted, as the regime seconds are: a window's truth is the regime of its own
     // time shares, and it counts for as long as it lasted.
@@ -591,6 +597,10 @@ pub struct EntitySummary {
     pub verdict: Verdict,
     /// Fraction of observed time under each verdict.
     pub verdict_fraction: BTreeMap<&'static str, f64>,
+    /// The `starved` seconds by their cause (every cause of
+    /// [`Cause::ALL`](crate::causes::Cause::ALL), 0 where none): they add up to the starved
+    /// time, `verdict_fraction["starved"]` of the observed seconds.
+    pub starved_cause_seconds: BTreeMap<&'static str, f64>,
     /// Where a serving engine is attached: the fraction of the comparable time in which the
     /// counter phase matched what the engine's token rates say (prompt tokens only: prefill;
     /// output only: decode; both: mixed).
@@ -729,6 +739,10 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig, partitioned: bool) -> EntitySumm
         }),
         verdict,
         verdict_fraction,
+        starved_cause_seconds: Cause::ALL
+            .iter()
+            .map(|c| (c.as_str(), a.starved_cause_seconds[c.index()]))
+            .collect(),
         engine_phase_agreement: (a.engine_compared > 0.0)
             .then(|| a.engine_agreed / a.engine_compared),
         phase_agreement_with_truth: (a.truth_seconds > 0.0)
@@ -783,6 +797,60 @@ mod tests {
 
     /// A GPU already split into MIG instances gets no MIG advice of its own (its summed
     /// memory says nothing about one workload); its instance still gets its own.
+    /// The starved seconds by cause: GPU 0's holder throttled in 60 % of its CFS periods,
+    /// GPU 1's waiting on I/O 40 % of the time, GPU 2 with no holder signal; each is starved
+    /// (busy flag 100 %, tensor and DRAM 2 %) the whole time, and its starved seconds all go
+    /// to its one cause.
+    #[test]
+    fn starved_seconds_by_cause() {
+        use crate::model::{EntityId, EntitySample, Readings, Sample};
+        let f_ref = by_key("h100-sxm").unwrap().f_ref_mhz;
+        let entity = |gpu: u32, holder: Option<(Field, f64)>| {
+            let mut r = Readings::default();
+            for (f, v) in [
+                (Field::ReportedUtil, 1.0),
+                (Field::TensorActive, 0.02),
+                (Field::DramActive, 0.02),
+                (Field::SmActive, 0.9),
+                (Field::SmClockMhz, f_ref),
+            ]
+            .into_iter()
+            .chain(holder)
+            {
+                r.set_value(f, v);
+            }
+            EntitySample {
+                id: EntityId {
+                    gpu: Some(gpu),
+                    model: Some("NVIDIA H100 80GB HBM3".into()),
+                    ..EntityId::default()
+                },
+                readings: r,
+                ..EntitySample::default()
+            }
+        };
+        let mut a = Analyzer::new(Deriver::new(DeriveConfig::default(), Some(1.0)), false);
+        for k in 0..=60 {
+            a.push(&Sample {
+                taken: Timestamp(k * 1000),
+                entities: vec![
+                    entity(0, Some((Field::HolderCpuThrottledRatio, 0.6))),
+                    entity(1, Some((Field::HolderIoWaitingRatio, 0.4))),
+                    entity(2, None),
+                ],
+            });
+        }
+        let report = a.report();
+        for (gpu, cause) in [(0, "cpu_throttled"), (1, "io_stalled"), (2, "unknown")] {
+            let e = &report.entities[gpu];
+            assert_eq!(e.verdict, Verdict::Starved, "gpu {gpu}");
+            assert_eq!(e.starved_cause_seconds.len(), Cause::ALL.len());
+            let starved: f64 = e.starved_cause_seconds.values().sum();
+            assert!((e.starved_cause_seconds[cause] - 60.0).abs() < 1.5, "{e:?}");
+            assert_eq!(starved, e.starved_cause_seconds[cause], "gpu {gpu}");
+        }
+    }
+
     #[test]
     fn no_mig_advice_for_a_partitioned_gpu() {
         use crate::model::{EntityId, EntitySample, MigId, Readings, Sample};

@@ -491,6 +491,28 @@ fn verdicts(e: &EntitySummary) -> String {
     format!("{} ({})", e.verdict.as_str(), shares.join(", "))
 }
 
+/// Where any time was starved: its causes, largest first, each with its seconds and its
+/// share of the starved time (shares under 0.5 % left out): `cpu_throttled 600 s (75%),
+/// unknown 200 s (25%)`.
+fn starved_causes(e: &EntitySummary) -> Option<String> {
+    let starved: f64 = e.starved_cause_seconds.values().sum();
+    if starved <= 0.0 {
+        return None;
+    }
+    let mut v: Vec<(&str, f64)> = e
+        .starved_cause_seconds
+        .iter()
+        .map(|(n, s)| (*n, *s))
+        .filter(|(_, s)| *s / starved >= 0.005)
+        .collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+    let causes: Vec<String> = v
+        .iter()
+        .map(|(n, s)| format!("{n} {s:.0} s ({:.0}%)", 100.0 * s / starved))
+        .collect();
+    Some(causes.join(", "))
+}
+
 fn write_table(out: &mut impl Write, a: &Analysis) -> std::io::Result<()> {
     write_report(out, &format!("format: {}", a.format.as_str()), &a.report)?;
     if a.skipped_lines > 0 {
@@ -564,6 +586,9 @@ pub(crate) fn write_report(
             phases(e)
         )?;
         writeln!(out, "  verdict            {}", verdicts(e))?;
+        if let Some(causes) = starved_causes(e) {
+            writeln!(out, "  starved by cause   {causes}")?;
+        }
         if let Some(m) = &e.memory {
             writeln!(
                 out,

@@ -3,6 +3,7 @@
 //! each feeds ([`SampleKind`]).
 
 use super::History;
+use super::holders::HolderColumn;
 use super::query::{SIZING_RATIOS, Summary, field_of, series_query};
 use truthscale_core::fleet::BANDS;
 use truthscale_core::model::Field;
@@ -31,6 +32,9 @@ pub(super) struct Column {
     /// Read for every kind: a series without bands of its own that the saturation of a band
     /// sample needs (the clocks).
     pub(super) shared: bool,
+    /// A holder-pod signal from cAdvisor's series, joined onto the GPU series `name` names
+    /// ([`History::read_holders`]): its answers are that signal's reading, not `name`'s.
+    pub(super) holder: Option<HolderColumn>,
 }
 
 impl Column {
@@ -47,6 +51,9 @@ impl History {
     /// The query of `column` over `matchers`: its series, summarised per step when the step
     /// is coarse.
     pub(super) fn column_query(&self, column: &Column, matchers: &str) -> String {
+        if let Some(h) = &column.holder {
+            return self.holder_query(h, matchers);
+        }
         let selector = series_query(&column.name, matchers);
         match column.summary {
             Some(s) => s.wrap(&selector, self.range.step),
@@ -64,7 +71,7 @@ impl History {
             return;
         }
         let mut peaks = Vec::new();
-        for c in &mut self.columns {
+        for c in self.columns.iter_mut().filter(|c| c.holder.is_none()) {
             c.shared = matches!(
                 field_of(self.family, &c.name),
                 Some(Field::SmClockMhz | Field::MemClockMhz)
@@ -76,6 +83,7 @@ impl History {
                     summary: Some(Summary::Band(j)),
                     band: Some(j),
                     shared: false,
+                    holder: None,
                 }));
             }
         }

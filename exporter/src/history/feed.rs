@@ -39,11 +39,14 @@ pub(crate) struct FeedStats {
 }
 
 impl History {
-    /// Read the range in chunks, as [`History::feed_stats`], and return the one-line summary.
+    /// Read the range in chunks, as [`History::feed_stats`], and return the one-line summary:
+    /// `analyze --prometheus`'s read, with the holder pods' signals from cAdvisor's series
+    /// ([`History::read_holders`]).
     ///
     /// # Errors
     /// As [`History::open`], for any chunk.
-    pub(crate) fn feed(self, mut on_sample: impl FnMut(&Sample)) -> anyhow::Result<String> {
+    pub(crate) fn feed(mut self, mut on_sample: impl FnMut(&Sample)) -> anyhow::Result<String> {
+        self.read_holders();
         self.feed_stats(|s, kind| {
             if kind == SampleKind::Step {
                 on_sample(s);
@@ -167,6 +170,10 @@ impl History {
         }
         for (column, matrices) in self.columns.iter().zip(answers) {
             for matrix in &matrices {
+                if let Some(h) = &column.holder {
+                    chunk.add_holder(h.signal.field(), matrix);
+                    continue;
+                }
                 for (j, b) in banded.iter_mut().enumerate() {
                     if column.feeds(SampleKind::Peak(j)) {
                         b.add(self.family, &column.name, matrix);
@@ -184,6 +191,7 @@ impl History {
     /// `tally`, the answers' warnings (printed), and the one-line summary.
     fn stats(self, tally: &Tally) -> FeedStats {
         let step = self.step();
+        let holders = self.holders_read();
         let History {
             client,
             range,
@@ -205,7 +213,7 @@ impl History {
             eprintln!("truthscale: warning: {}: {w}", client.base);
         }
         let summary = format!(
-            "prometheus {}: {}, {} steps with data, every {}{} from {} to {}{}",
+            "prometheus {}: {}, {} steps with data, every {}{} from {} to {}{}{holders}",
             client.base,
             family.describe(),
             tally.steps,

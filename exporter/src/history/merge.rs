@@ -6,7 +6,7 @@ use super::{Family, own_metric};
 use std::collections::{BTreeMap, HashMap};
 use truthscale_core::catalog::Raw;
 use truthscale_core::model::{
-    EntityId, EntityKey, EntitySample, MigId, PodRef, Readings, Sample, Timestamp,
+    EntityId, EntityKey, EntitySample, Field, MigId, PodRef, Readings, Sample, Timestamp,
 };
 use truthscale_core::parse::dcgm_text::Scrape;
 
@@ -21,6 +21,12 @@ pub(super) enum SeriesMap {
     /// One of truthscale's gauges: the entity (an index into the chunk's
     /// [`Chunk::entities`]) and the reading it is.
     Own { entity: u32, raw: Raw },
+    /// A holder-pod signal on a dcgm-exporter series' labels: put on the entity those
+    /// labels name, once the timestamp's DCGM series have named it.
+    Holder {
+        field: Field,
+        labels: Vec<(String, String)>,
+    },
 }
 
 /// What a series without the cluster label is filed under.
@@ -31,7 +37,7 @@ const DCGM_NODE_LABELS: &[&str] = &["Hostname", "hostname", "node", "instance"];
 
 /// The cluster a series names in `cluster_label`, when that is given;
 /// `(no cluster)` when the series lacks it.
-fn cluster_of<'a>(
+pub(super) fn cluster_of<'a>(
     labels: &'a BTreeMap<String, String>,
     cluster_label: Option<&str>,
 ) -> Option<&'a str> {
@@ -80,6 +86,25 @@ pub(super) fn own_entity(labels: &BTreeMap<String, String>) -> EntityId {
     }
 }
 
+/// A dcgm-exporter series' labels, its node named `CLUSTER/NODE` with `cluster`.
+pub(super) fn dcgm_labels(
+    metric: &BTreeMap<String, String>,
+    cluster: Option<&str>,
+) -> Vec<(String, String)> {
+    let mut labels: Vec<(String, String)> =
+        metric.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    if let Some(c) = cluster {
+        let node = DCGM_NODE_LABELS
+            .iter()
+            .find_map(|l| labels.iter().position(|(k, v)| k == l && !v.is_empty()));
+        match node {
+            Some(i) => labels[i].1 = cluster_node(c, Some(&labels[i].1)),
+            None => labels.push(("Hostname".to_owned(), cluster_node(c, None))),
+        }
+    }
+    labels
+}
+
 /// One chunk's series and points `(time ms, series index, value)`.
 #[derive(Debug, Default)]
 pub(super) struct Chunk {
@@ -106,26 +131,10 @@ impl Chunk {
         for s in &matrix.result {
             let cluster = cluster_of(&s.metric, self.cluster_label.as_deref()).map(str::to_owned);
             let map = match family {
-                Family::DcgmExporter => {
-                    let mut labels: Vec<(String, String)> = s
-                        .metric
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect();
-                    if let Some(c) = &cluster {
-                        let node = DCGM_NODE_LABELS
-                            .iter()
-                            .find_map(|l| labels.iter().position(|(k, v)| k == l && !v.is_empty()));
-                        match node {
-                            Some(i) => labels[i].1 = cluster_node(c, Some(&labels[i].1)),
-                            None => labels.push(("Hostname".to_owned(), cluster_node(c, None))),
-                        }
-                    }
-                    SeriesMap::Dcgm {
-                        name: name.to_owned(),
-                        labels,
-                    }
-                }
+                Family::DcgmExporter => SeriesMap::Dcgm {
+                    name: name.to_owned(),
+                    labels: dcgm_labels(&s.metric, cluster.as_deref()),
+                },
                 Family::Truthscale => {
                     let Some(raw) = own_metric(name) else {
                         continue;
@@ -142,17 +151,22 @@ impl Chunk {
                     SeriesMap::Own { entity, raw }
                 }
             };
-            let Ok(index) = u32::try_from(self.series.len()) else {
-                return;
-            };
-            self.series.push(map);
-            self.starts.push(self.points.len());
-            for &(t, v) in &s.values {
-                let t = (t * 1000.0).round() as i64;
-                let inside = self.bounds.is_none_or(|(a, b)| (a..=b).contains(&t));
-                if let (true, PromValue(Some(v))) = (inside, v) {
-                    self.points.push((t, index, v));
-                }
+            self.push_series(map, &s.values);
+        }
+    }
+
+    /// Add a series' points inside the chunk, as series `map`.
+    pub(super) fn push_series(&mut self, map: SeriesMap, values: &[(f64, PromValue)]) {
+        let Ok(index) = u32::try_from(self.series.len()) else {
+            return;
+        };
+        self.series.push(map);
+        self.starts.push(self.points.len());
+        for &(t, v) in values {
+            let t = (t * 1000.0).round() as i64;
+            let inside = self.bounds.is_none_or(|(a, b)| (a..=b).contains(&t));
+            if let (true, PromValue(Some(v))) = (inside, v) {
+                self.points.push((t, index, v));
             }
         }
     }
@@ -349,7 +363,13 @@ impl Builder {
                         e.readings.set_value(raw.field, x);
                     }
                 }
-                None => {}
+                Some(SeriesMap::Holder { .. }) | None => {}
+            }
+        }
+        // The holder signals once every DCGM series of the timestamp has named its entity.
+        for &(_, i, v) in points {
+            if let Some(SeriesMap::Holder { field, labels }) = series.get(i as usize) {
+                scrape.push_field(*field, labels, v);
             }
         }
         for &e in &self.used {

@@ -22,6 +22,7 @@ mod api;
 mod args;
 mod columns;
 mod feed;
+mod holders;
 mod merge;
 mod query;
 mod read;
@@ -146,16 +147,18 @@ fn authorization(
     Ok(Some(format!("Basic {encoded}")))
 }
 
+/// What discovery found: the family read, its names, the DCGM families not read, and the
+/// cAdvisor names present.
+type Discovered = (Family, Vec<String>, Unread, Vec<String>);
+
 /// Discovery: which names exist in the range, and which DCGM families beside them are not
-/// read (named, never dropped in silence): the family read, its names, and the others.
+/// read (named, never dropped in silence): the family read, its names, the others, and
+/// the cAdvisor names present (asked in the same request, without the selector, which
+/// narrows the GPU series: a pod's series need not carry the GPU's labels).
 ///
 /// # Errors
 /// Prometheus unreachable or answering an error; no GPU series in the range.
-fn discover(
-    client: &Client,
-    range: Range,
-    matchers: &str,
-) -> anyhow::Result<(Family, Vec<String>, Unread)> {
+fn discover(client: &Client, range: Range, matchers: &str) -> anyhow::Result<Discovered> {
     let names_re = format!("{}|DCGM_FI_.+|dcgm_fi_.+", candidate_names().join("|"));
     let mut discover = format!("{{__name__=~\"{names_re}\"");
     if !matchers.is_empty() {
@@ -164,10 +167,21 @@ fn discover(
     }
     discover.push('}');
     let (start_s, end_s) = (secs(range.start), secs(range.end));
+    let cadvisor_match = format!("{{__name__=~\"{}\"}}", holders::CADVISOR_NAMES.join("|"));
     let found: Vec<String> = client.get(
         "/api/v1/label/__name__/values",
-        &[("match[]", &discover), ("start", &start_s), ("end", &end_s)],
+        &[
+            ("match[]", &discover),
+            ("match[]", &cadvisor_match),
+            ("start", &start_s),
+            ("end", &end_s),
+        ],
     )?;
+    let cadvisor: Vec<String> = found
+        .iter()
+        .filter(|n| holders::CADVISOR_NAMES.contains(&n.as_str()))
+        .cloned()
+        .collect();
     let dcgm: Vec<String> = found.iter().filter(|n| is_dcgm(n)).cloned().collect();
     let mut unread = Unread::default();
     for n in found
@@ -198,7 +212,7 @@ fn discover(
             rfc3339(range.end)
         );
     };
-    Ok((family, names, unread))
+    Ok((family, names, unread, cadvisor))
 }
 
 /// A Prometheus history to read: the flags checked, the range fixed, the series found.
@@ -228,6 +242,9 @@ pub(crate) struct History {
     steps_answered: AtomicI64,
     /// The DCGM families in the range that are not read.
     unread: Unread,
+    /// The cAdvisor names in the range ([`holders::CADVISOR_NAMES`]), whatever the
+    /// selector: the holder pods' signals are read from them ([`History::read_holders`]).
+    cadvisor: Vec<String>,
 }
 
 impl History {
@@ -241,7 +258,7 @@ impl History {
         let client = Self::client(r)?;
         let range = window(r)?;
         let summarizes = r.summarizes();
-        let (family, names, unread) = discover(&client, range, &r.matchers)?;
+        let (family, names, unread, cadvisor) = discover(&client, range, &r.matchers)?;
         let columns = names
             .into_iter()
             .map(|name| Column {
@@ -249,6 +266,7 @@ impl History {
                 name,
                 band: None,
                 shared: false,
+                holder: None,
             })
             .collect();
         Ok(History {
@@ -265,6 +283,7 @@ impl History {
             splits: AtomicU64::new(0),
             steps_answered: AtomicI64::new(i64::MAX),
             unread,
+            cadvisor,
         })
     }
 

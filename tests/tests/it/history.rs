@@ -1271,3 +1271,178 @@ fn answers_in_flight_share_one_memory_cap() {
         "{err}"
     );
 }
+
+/// Why GPUs are starved, from history: three H100s starved for an hour (busy flag 100 %,
+/// tensor and DRAM activity 2 %), and cAdvisor's series of their holder pods, from which
+/// `analyze --prometheus` reads the holder signals, joined to each GPU by its pod:
+///
+/// - gpu 0, held by `ml/a` (dcgm-exporter's labels honoured): pod a's container throttled in
+///   9 of its 15 CFS periods a second (60 %), its pod cgroup (`container=""`) in all of
+///   them (not counted): `cpu_throttled`;
+/// - gpu 1, held by `ml/b` under Prometheus' renamed labels (`exported_pod`; `pod` is the
+///   exporter's own): pod b's container waits on I/O 0.4 s a second (PSI some, 40 %):
+///   `io_stalled`;
+/// - gpu 2, held by `ml/c`, which has no cAdvisor series: no signal, so `unknown` (never a
+///   zero read as "not throttled").
+///
+/// The ground truth is how the series are built. At a coarse step and a fine one.
+#[test]
+fn history_says_why_gpus_are_starved() {
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    require_tool_or_return!("/usr/bin/promtool", "prometheus");
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let end = (i64::try_from(now).unwrap() / STEP) * STEP;
+    let points = 240_i64;
+    let t = |i: i64| end - (points - 1 - i) * STEP;
+    let mut fams = Families::new();
+    let gpus = [
+        ("0", "pod=\"a\",namespace=\"ml\",container=\"train\""),
+        (
+            "1",
+            "pod=\"dcgm-exporter-x\",namespace=\"gpu-operator\",exported_pod=\"b\",exported_namespace=\"ml\",exported_container=\"loader\"",
+        ),
+        ("2", "pod=\"c\",namespace=\"ml\",container=\"main\""),
+    ];
+    for (gpu, holder) in gpus {
+        let labels = format!(
+            "gpu=\"{gpu}\",UUID=\"GPU-{gpu}\",modelName=\"{H100}\",Hostname=\"node-a\",{holder}"
+        );
+        for (name, v) in [
+            ("DCGM_FI_DEV_GPU_UTIL", 100.0),
+            ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 0.02),
+            ("DCGM_FI_PROF_DRAM_ACTIVE", 0.02),
+            ("DCGM_FI_PROF_SM_ACTIVE", 0.9),
+            ("DCGM_FI_DEV_SM_CLOCK", 1830.0),
+        ] {
+            add(
+                &mut fams,
+                name,
+                &labels,
+                (0..points).map(|i| (t(i), v)).collect(),
+            );
+        }
+    }
+    // Counters, every 15 s: (name, labels, increase per second).
+    let counters = [
+        (
+            "container_cpu_cfs_periods_total",
+            "namespace=\"ml\",pod=\"a\",container=\"train\"",
+            15.0,
+        ),
+        (
+            "container_cpu_cfs_throttled_periods_total",
+            "namespace=\"ml\",pod=\"a\",container=\"train\"",
+            9.0,
+        ),
+        (
+            "container_cpu_cfs_periods_total",
+            "namespace=\"ml\",pod=\"a\",container=\"\"",
+            15.0,
+        ),
+        (
+            "container_cpu_cfs_throttled_periods_total",
+            "namespace=\"ml\",pod=\"a\",container=\"\"",
+            15.0,
+        ),
+        (
+            "container_pressure_io_waiting_seconds_total",
+            "namespace=\"ml\",pod=\"b\",container=\"loader\"",
+            0.4,
+        ),
+        (
+            "container_pressure_cpu_waiting_seconds_total",
+            "namespace=\"ml\",pod=\"b\",container=\"loader\"",
+            0.01,
+        ),
+    ];
+    for (name, labels, per_second) in counters {
+        let labels = format!("{labels},job=\"kubelet\",node=\"node-a\"");
+        add(
+            &mut fams,
+            name,
+            &labels,
+            (0..points)
+                .map(|i| (t(i), per_second * (i * STEP) as f64))
+                .collect(),
+        );
+    }
+    let mut text = String::new();
+    for (name, series) in &fams {
+        text.push_str(&format!("# TYPE {name} gauge\n"));
+        for (labels, pts) in series {
+            for (t, v) in pts {
+                text.push_str(&format!("{name}{{{labels}}} {v} {t}\n"));
+            }
+        }
+    }
+    text.push_str("# EOF\n");
+    let dir = TempDir::new("history-causes");
+    let prom = Prometheus::backfilled(&text, dir.path(), None);
+    let url = prom.url();
+    for step in ["60s", "15s"] {
+        let base = [
+            "analyze",
+            "--prometheus",
+            url.as_str(),
+            "--since",
+            "1h",
+            "--step",
+            step,
+            "--scrape-interval",
+            "15s",
+        ];
+        let mut args = base.to_vec();
+        args.push("--json");
+        let v = truthscale(&args, &[]).json();
+        let ents = v["entities"].as_array().unwrap();
+        assert_eq!(ents.len(), 3, "{step}: {v:#}");
+        for (gpu, cause) in [(0, "cpu_throttled"), (1, "io_stalled"), (2, "unknown")] {
+            let e = ents
+                .iter()
+                .find(|e| e["gpu"] == gpu)
+                .unwrap_or_else(|| panic!("{step}: gpu {gpu} in {v:#}"));
+            assert_eq!(e["verdict"], "starved", "{step}: gpu {gpu}: {e:#}");
+            let by_cause = e["starved_cause_seconds"]
+                .as_object()
+                .unwrap_or_else(|| panic!("{step}: gpu {gpu}: {e:#}"));
+            let starved: f64 = by_cause.values().filter_map(Value::as_f64).sum();
+            let of_cause = f(e, &format!("/starved_cause_seconds/{cause}"));
+            eprintln!(
+                "history causes, step {step}: gpu {gpu}: {of_cause:.0} s of {starved:.0} starved s {cause}"
+            );
+            // The whole hour but the first window, whose rate has too few samples yet.
+            assert!(starved > 3000.0, "{step}: gpu {gpu}: {by_cause:?}");
+            assert!(
+                of_cause >= starved - 300.0,
+                "{step}: gpu {gpu}: {by_cause:?}"
+            );
+        }
+        // gpu 1's pod: the holder as exported_pod; its entity keeps dcgm-exporter's `pod`.
+        let g1 = ents.iter().find(|e| e["gpu"] == 1).unwrap();
+        assert_eq!(g1["pod"], "dcgm-exporter-x", "{g1:#}");
+
+        let run = truthscale(&base, &[]);
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+        // The source line names the signals read (those whose cAdvisor series exist).
+        assert!(
+            run.stdout.lines().next().is_some_and(|l| l.ends_with(
+                ", holder pods' signals from cAdvisor (holder_cpu_throttled_ratio, holder_cpu_pressure_waiting_ratio, holder_io_pressure_waiting_ratio)"
+            )),
+            "{step}: {}",
+            run.stdout
+        );
+        assert!(
+            run.stdout.contains("  starved by cause   cpu_throttled "),
+            "{step}: {}",
+            run.stdout
+        );
+        assert!(
+            run.stdout.contains("  starved by cause   io_stalled "),
+            "{step}: {}",
+            run.stdout
+        );
+    }
+}

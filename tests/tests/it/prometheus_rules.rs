@@ -1180,3 +1180,146 @@ fn mig_and_multiplexed_means_on_real_prometheus() {
         "false alerts: {alerts:?}"
     );
 }
+
+/// An HTTP server on 127.0.0.1 for the cause rules' test, one request per connection: a
+/// kubelet's `/metrics/cadvisor` whose counters grow at fixed rates from its start (pod
+/// `ml/a`'s container throttled in 6 of its 10 CFS periods a second, its pod cgroup in all
+/// 10; pod `ml/b`'s container waiting on I/O 0.4 s a second), and two dcgm-exporters' busy
+/// flags (`/dcgm-a`: GPU-A held by `ml/a` and GPU-C held by no one; `/dcgm-b`: GPU-B held by
+/// `ml/b`). The thread ends with the test process.
+fn cause_targets() -> String {
+    use std::io::{Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().unwrap().to_string();
+    let started = Instant::now();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let text = String::from_utf8_lossy(&head).into_owned();
+            let path = text
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or_default()
+                .to_owned();
+            let e = started.elapsed().as_secs_f64();
+            let a = "namespace=\"ml\",pod=\"a\"";
+            let body = match path.as_str() {
+                "/metrics/cadvisor" => format!(
+                    "container_cpu_cfs_periods_total{{{a},container=\"train\"}} {}\n\
+                     container_cpu_cfs_throttled_periods_total{{{a},container=\"train\"}} {}\n\
+                     container_cpu_cfs_periods_total{{{a},container=\"\"}} {}\n\
+                     container_cpu_cfs_throttled_periods_total{{{a},container=\"\"}} {}\n\
+                     container_pressure_io_waiting_seconds_total{{namespace=\"ml\",pod=\"b\",container=\"loader\"}} {}\n\
+                     container_pressure_io_waiting_seconds_total{{id=\"/\"}} {}\n",
+                    10.0 * e,
+                    6.0 * e,
+                    10.0 * e,
+                    10.0 * e,
+                    0.4 * e,
+                    0.9 * e
+                ),
+                "/dcgm-a" => format!(
+                    "DCGM_FI_DEV_GPU_UTIL{{gpu=\"0\",UUID=\"GPU-A\",Hostname=\"node-c\",{a},container=\"train\"}} 100\n\
+                     DCGM_FI_DEV_GPU_UTIL{{gpu=\"2\",UUID=\"GPU-C\",Hostname=\"node-c\"}} 0\n"
+                ),
+                "/dcgm-b" => "DCGM_FI_DEV_GPU_UTIL{gpu=\"1\",UUID=\"GPU-B\",Hostname=\"node-c\",namespace=\"ml\",pod=\"b\",container=\"loader\"} 100\n".to_owned(),
+                _ => String::new(),
+            };
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    addr
+}
+
+/// `alerts/causes.rules.yml` on a real Prometheus scraping a kubelet's cAdvisor series and
+/// two dcgm-exporters: one whose labels are honoured, one whose `pod` and `namespace`
+/// Prometheus itself renames to `exported_pod` and `exported_namespace` (honor_labels off,
+/// the target labelled with the exporter's own pod). GPU-A's holder is throttled in 60 % of
+/// its CFS periods (its pod cgroup's own series, throttled in all, not counted), GPU-B's
+/// waits on I/O 40 % of the time, GPU-C has no holder and no signal.
+#[test]
+fn cause_rules_on_real_prometheus() {
+    const T: &str = "cause_rules_on_real_prometheus";
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    let tmp = TempDir::new("rules-causes");
+    let addr = cause_targets();
+    let rules_path = workspace().join("alerts/causes.rules.yml");
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+         rule_files:\n  - '{}'\n\
+         scrape_configs:\n\
+         \x20 - job_name: kubelet\n    honor_labels: true\n    metrics_path: /metrics/cadvisor\n    \
+         static_configs:\n      - targets: ['{addr}']\n\
+         \x20 - job_name: dcgm-a\n    honor_labels: true\n    metrics_path: /dcgm-a\n    \
+         static_configs:\n      - targets: ['{addr}']\n\
+         \x20 - job_name: dcgm-b\n    metrics_path: /dcgm-b\n    \
+         static_configs:\n      - targets: ['{addr}']\n        \
+         labels:\n          pod: dcgm-exporter-x\n          namespace: gpu-operator\n",
+        rules_path.display()
+    );
+    let prom = Prometheus::start(&config, tmp.path());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let throttled = "device:truthscale_holder_cpu_throttled:ratio";
+    let io_waiting = "device:truthscale_holder_io_pressure_waiting:ratio";
+    loop {
+        // A few scrapes in each rate window.
+        let ready = !prom.series(throttled).is_empty()
+            && !prom.series(io_waiting).is_empty()
+            && !prom
+                .series("pod:truthscale_io_pressure_waiting:ratio_rate5m offset 3s")
+                .is_empty();
+        if ready {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{T}: no holder series in 60 s; prometheus:\n{}",
+            prom.process.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // Prometheus renamed dcgm-b's holder labels.
+    let b = prom.series("DCGM_FI_DEV_GPU_UTIL{UUID=\"GPU-B\"}");
+    assert_eq!(b.len(), 1, "{b:?}");
+    assert_eq!(label(&b[0].0, "exported_pod"), "b", "{b:?}");
+    assert_eq!(label(&b[0].0, "pod"), "dcgm-exporter-x", "{b:?}");
+    let one = |q: &str| {
+        let s = prom.series(q);
+        assert_eq!(s.len(), 1, "{q}: {s:?}");
+        s.into_iter().next().unwrap()
+    };
+    let (l, v) = one(throttled);
+    eprintln!("{T}: {throttled} {l:?} {v}");
+    assert_eq!(
+        (label(&l, "uuid"), label(&l, "pod"), label(&l, "namespace")),
+        ("GPU-A".into(), "a".into(), "ml".into())
+    );
+    assert!((v - 0.6).abs() < 1e-6, "{v}");
+    let (l, v) = one(io_waiting);
+    eprintln!("{T}: {io_waiting} {l:?} {v}");
+    assert_eq!(
+        (label(&l, "uuid"), label(&l, "pod"), label(&l, "namespace")),
+        ("GPU-B".into(), "b".into(), "ml".into())
+    );
+    // rate() over 5 minutes of a series younger than that is its increase over 300 s, so
+    // the share grows to 0.4 as the series ages (promtool's test,
+    // alerts/tests/causes.rules.test.yml, checks the full window's 0.4); throttling is a
+    // ratio of two such rates, exact at once.
+    assert!(v > 0.0 && v <= 0.41, "{v}");
+    // GPU-C: held by no one, no signal (never a zero).
+    let info = prom.series("device:truthscale_holder_pod:info{uuid=\"GPU-C\"}");
+    assert_eq!(info.len(), 1, "{info:?}");
+    assert_eq!(label(&info[0].0, "pod"), "", "{info:?}");
+}

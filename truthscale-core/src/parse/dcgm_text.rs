@@ -411,18 +411,7 @@ impl Scrape {
             return true;
         };
         let id = entity_of(labels);
-        let nodeless = EntityId {
-            node: None,
-            ..id.clone()
-        };
-        let key = nodeless.key();
-        let entities = &self.entities;
-        let found = self.index.get(&key).and_then(|candidates| {
-            candidates.iter().copied().find(|&i| {
-                let node = &entities[i].sample.id.node;
-                node.is_none() || id.node.is_none() || *node == id.node
-            })
-        });
+        let (key, found) = self.find(&id);
         let i = match found {
             Some(i) => i,
             // Past the cap a new entity is counted, and nothing of it is kept.
@@ -445,6 +434,44 @@ impl Scrape {
             acc.apply(target, Some(raw));
         }
         true
+    }
+
+    /// Add `value` as `field` to the entity `labels` name, when a mapped series has already
+    /// named it in this scrape: a reading from beside the exporter's own series (a Prometheus
+    /// history's holder-pod signals, joined onto the GPU's series). Never creates an entity;
+    /// returns whether the value was kept (a non-finite value stays blank).
+    pub fn push_field<K: AsRef<str>, V: AsRef<str>>(
+        &mut self,
+        field: Field,
+        labels: &[(K, V)],
+        value: f64,
+    ) -> bool {
+        let Some(i) = self.find(&entity_of(labels)).1 else {
+            return false;
+        };
+        if !value.is_finite() {
+            return false;
+        }
+        self.entities[i].apply(Target::Field(field, Unit::Same), Some(value));
+        true
+    }
+
+    /// The key of `id` without its node, and the entity of this scrape it is: the same key,
+    /// and the same node where both name one.
+    fn find(&self, id: &EntityId) -> (EntityKey, Option<usize>) {
+        let key = EntityId {
+            node: None,
+            ..id.clone()
+        }
+        .key();
+        let entities = &self.entities;
+        let found = self.index.get(&key).and_then(|candidates| {
+            candidates.iter().copied().find(|&i| {
+                let node = &entities[i].sample.id.node;
+                node.is_none() || id.node.is_none() || *node == id.node
+            })
+        });
+        (key, found)
     }
 
     /// The `# HELP` text of family `name`: decides the unit of a family whose name does not
