@@ -621,22 +621,9 @@ pub struct EntitySummary {
     pub timeline: Option<Vec<TimelinePoint>>,
 }
 
-/// `partitioned`: the entity is a GPU split into MIG instances, which get their own advice.
-fn summarize(a: &EntityAcc, cfg: &DeriveConfig, partitioned: bool) -> EntitySummary {
-    let fidelity = a.capability.unwrap_or(Fidelity::None);
-    // One method per entity: counters where any window had them, else the heuristic.
-    let regime_method = PhaseMethod::ALL
-        .into_iter()
-        .find(|m| a.phase_seconds[m.index()].iter().sum::<f64>() > 0.0);
-    let secs = regime_method.map_or([0.0; 6], |m| a.phase_seconds[m.index()]);
-    let classified: f64 = secs.iter().sum();
-    let frac = |p: Phase| {
-        if classified > 0.0 {
-            secs[p.index()] / classified
-        } else {
-            0.0
-        }
-    };
+/// The verdict held longest (ties to the first in label order) and the fraction of the
+/// judged time under each.
+fn verdicts(a: &EntityAcc) -> (Verdict, BTreeMap<&'static str, f64>) {
     let judged: f64 = a.verdict_seconds.iter().sum();
     let verdict_fraction: BTreeMap<&'static str, f64> = Verdict::ALL
         .iter()
@@ -659,6 +646,26 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig, partitioned: bool) -> EntitySumm
                 .then(y.index().cmp(&x.index()))
         })
         .unwrap_or(Verdict::Unknown);
+    (verdict, verdict_fraction)
+}
+
+/// `partitioned`: the entity is a GPU split into MIG instances, which get their own advice.
+fn summarize(a: &EntityAcc, cfg: &DeriveConfig, partitioned: bool) -> EntitySummary {
+    let fidelity = a.capability.unwrap_or(Fidelity::None);
+    // One method per entity: counters where any window had them, else the heuristic.
+    let regime_method = PhaseMethod::ALL
+        .into_iter()
+        .find(|m| a.phase_seconds[m.index()].iter().sum::<f64>() > 0.0);
+    let secs = regime_method.map_or([0.0; 6], |m| a.phase_seconds[m.index()]);
+    let classified: f64 = secs.iter().sum();
+    let frac = |p: Phase| {
+        if classified > 0.0 {
+            secs[p.index()] / classified
+        } else {
+            0.0
+        }
+    };
+    let (verdict, verdict_fraction) = verdicts(a);
     let memory = match (a.peak_used, a.total_mem) {
         (Some(u), Some(t)) => rightsizing::memory_sizing(u, t, cfg.headroom).map(|m| {
             let fit = a.spec.filter(|_| !partitioned).and_then(|spec| {
@@ -795,8 +802,6 @@ mod tests {
         assert_eq!(Quantiles::default().quantile(0.5), None);
     }
 
-    /// A GPU already split into MIG instances gets no MIG advice of its own (its summed
-    /// memory says nothing about one workload); its instance still gets its own.
     /// The starved seconds by cause: GPU 0's holder throttled in 60 % of its CFS periods,
     /// GPU 1's waiting on I/O 40 % of the time, GPU 2 with no holder signal; each is starved
     /// (busy flag 100 %, tensor and DRAM 2 %) the whole time, and its starved seconds all go
@@ -851,6 +856,8 @@ mod tests {
         }
     }
 
+    /// A GPU already split into MIG instances gets no MIG advice of its own (its summed
+    /// memory says nothing about one workload); its instance still gets its own.
     #[test]
     fn no_mig_advice_for_a_partitioned_gpu() {
         use crate::model::{EntityId, EntitySample, MigId, Readings, Sample};

@@ -11,7 +11,7 @@ use std::time::Duration;
 pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 
 /// Where the host's cgroup v2 hierarchy is mounted, by default.
-pub const DEFAULT_CGROUP_ROOT: &str = "/sys/fs/cgroup";
+pub(crate) const DEFAULT_CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// `[node]`: node mode's settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

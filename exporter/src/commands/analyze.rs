@@ -513,6 +513,15 @@ fn starved_causes(e: &EntitySummary) -> Option<String> {
     Some(causes.join(", "))
 }
 
+/// The verdict line, and where any time was starved, the line of its causes.
+fn write_verdict(out: &mut impl Write, e: &EntitySummary) -> std::io::Result<()> {
+    writeln!(out, "  verdict            {}", verdicts(e))?;
+    if let Some(causes) = starved_causes(e) {
+        writeln!(out, "  starved by cause   {causes}")?;
+    }
+    Ok(())
+}
+
 fn write_table(out: &mut impl Write, a: &Analysis) -> std::io::Result<()> {
     write_report(out, &format!("format: {}", a.format.as_str()), &a.report)?;
     if a.skipped_lines > 0 {
@@ -585,10 +594,7 @@ pub(crate) fn write_report(
             },
             phases(e)
         )?;
-        writeln!(out, "  verdict            {}", verdicts(e))?;
-        if let Some(causes) = starved_causes(e) {
-            writeln!(out, "  starved by cause   {causes}")?;
-        }
+        write_verdict(out, e)?;
         if let Some(m) = &e.memory {
             writeln!(
                 out,

@@ -34,8 +34,8 @@ pub(super) const CADVISOR_NAMES: [&str; 6] = [
 /// The label the join puts the holder pod (and its namespace) in, from the GPU series'
 /// `pod` or, where Prometheus renamed the exporter's labels, `exported_pod`; and from
 /// cAdvisor's `pod`. Dropped again before the answer.
-const HOLDER_POD: &str = "truthscale_holder_pod";
-const HOLDER_NAMESPACE: &str = "truthscale_holder_namespace";
+const HOLDER_POD: &str = "holder_pod_of_gpu";
+const HOLDER_NAMESPACE: &str = "holder_namespace_of_gpu";
 
 /// One holder-pod signal read from cAdvisor's series: a share of time, 0..1, per pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -291,19 +291,19 @@ mod tests {
         );
         assert_eq!(
             q,
-            "max without (truthscale_holder_namespace, truthscale_holder_pod) (\
+            "max without (holder_namespace_of_gpu, holder_pod_of_gpu) (\
              label_replace(label_replace(label_replace(label_replace(\
              (DCGM_FI_DEV_GPU_UTIL{Hostname=\"a\"} or DCGM_FI_PROF_GR_ENGINE_ACTIVE{Hostname=\"a\"}) * 0, \
-             \"truthscale_holder_pod\", \"$1\", \"pod\", \"(.+)\"), \
-             \"truthscale_holder_pod\", \"$1\", \"exported_pod\", \"(.+)\"), \
-             \"truthscale_holder_namespace\", \"$1\", \"namespace\", \"(.+)\"), \
-             \"truthscale_holder_namespace\", \"$1\", \"exported_namespace\", \"(.+)\") \
-             + on (truthscale_holder_namespace, truthscale_holder_pod) group_left () \
+             \"holder_pod_of_gpu\", \"$1\", \"pod\", \"(.+)\"), \
+             \"holder_pod_of_gpu\", \"$1\", \"exported_pod\", \"(.+)\"), \
+             \"holder_namespace_of_gpu\", \"$1\", \"namespace\", \"(.+)\"), \
+             \"holder_namespace_of_gpu\", \"$1\", \"exported_namespace\", \"(.+)\") \
+             + on (holder_namespace_of_gpu, holder_pod_of_gpu) group_left () \
              label_replace(label_replace(\
              sum by (namespace, pod) (rate(container_cpu_cfs_throttled_periods_total{container!=\"\",pod!=\"\"}[60000ms])) \
              / sum by (namespace, pod) (rate(container_cpu_cfs_periods_total{container!=\"\",pod!=\"\"}[60000ms])), \
-             \"truthscale_holder_pod\", \"$1\", \"pod\", \"(.+)\"), \
-             \"truthscale_holder_namespace\", \"$1\", \"namespace\", \"(.+)\"))"
+             \"holder_pod_of_gpu\", \"$1\", \"pod\", \"(.+)\"), \
+             \"holder_namespace_of_gpu\", \"$1\", \"namespace\", \"(.+)\"))"
         );
         let q = holder_query(&column(HolderSignal::IoWaiting), "", "5m", Some("cluster"));
         assert!(
@@ -313,7 +313,7 @@ mod tests {
             "{q}"
         );
         assert!(
-            q.contains("+ on (cluster, truthscale_holder_namespace, truthscale_holder_pod)"),
+            q.contains("+ on (cluster, holder_namespace_of_gpu, holder_pod_of_gpu)"),
             "{q}"
         );
     }

@@ -71,6 +71,27 @@ fn raw_value(m: &MetricDesc, r: &crate::model::Readings) -> Option<f64> {
     raw.and_then(|raw| r.value(raw.field).map(|v| raw.export(v)))
 }
 
+/// `truthscale_gpu_info`'s own labels: simulated data says so, replayed or live; absent is
+/// empty (no label, to PromQL), never a made-up value.
+fn info_labels(g: &GpuEntry) -> ExtraLabels<'_> {
+    let win = &g.window;
+    let source = if win.simulated {
+        SourceKind::Sim.as_str()
+    } else {
+        g.source
+    };
+    vec![
+        ("source", source),
+        ("fidelity", win.capability.as_str()),
+        ("catalog_model", win.spec.map_or("unknown", |s| s.key)),
+        ("pci_bus_id", win.id.pci_bus_id.as_deref().unwrap_or("")),
+        (
+            "driver_version",
+            win.id.driver_version.as_deref().unwrap_or(""),
+        ),
+    ]
+}
+
 fn gpu_values<'a>(
     m: &MetricDesc,
     id: GpuMetric,
@@ -100,28 +121,7 @@ fn gpu_values<'a>(
         return;
     }
     match id {
-        GpuMetric::GpuInfo => {
-            // Simulated data says so, replayed or live.
-            let source = if win.simulated {
-                SourceKind::Sim.as_str()
-            } else {
-                g.source
-            };
-            push(
-                vec![
-                    ("source", source),
-                    ("fidelity", win.capability.as_str()),
-                    ("catalog_model", win.spec.map_or("unknown", |s| s.key)),
-                    // Absent is empty (no label, to PromQL), never a made-up value.
-                    ("pci_bus_id", win.id.pci_bus_id.as_deref().unwrap_or("")),
-                    (
-                        "driver_version",
-                        win.id.driver_version.as_deref().unwrap_or(""),
-                    ),
-                ],
-                1.0,
-            );
-        }
+        GpuMetric::GpuInfo => push(info_labels(g), 1.0),
         GpuMetric::GpuEffectiveCompute => one(x.effective_compute),
         GpuMetric::GpuEffectiveComputeUpperBound => one(x.effective_compute_upper_bound),
         GpuMetric::GpuRooflineSaturation => one(x.roofline_saturation),
@@ -210,13 +210,13 @@ fn gpu_values<'a>(
                 push(vec![("verdict", v.as_str())], bool_f(v == cur));
             }
         }
-        GpuMetric::GpuStarvedSeconds => {
-            // Only for entities whose windows were judged: no judged second, no zero.
-            if t.verdict_seconds.iter().all(|s| *s == 0.0) {
-                return;
-            }
+        // Only for entities whose windows were judged: no judged second, no zero.
+        GpuMetric::GpuStarvedSeconds if t.verdict_seconds.iter().any(|s| *s != 0.0) => {
             for c in Cause::ALL {
-                push(vec![("cause", c.as_str())], t.starved_cause_seconds[c.index()]);
+                push(
+                    vec![("cause", c.as_str())],
+                    t.starved_cause_seconds[c.index()],
+                );
             }
         }
         GpuMetric::GpuCeilingRooflineSaturation => {
