@@ -72,4 +72,3 @@ pub use config::{Config, Settings};
 pub use http::router;
 pub use pipeline::Sampler;
 pub use publish::Snapshot;
-
