@@ -2,7 +2,7 @@
 //! stage of the pipeline. `Engine`: the serving engine's figures (vLLM, SGLang, TGI), read
 //! by [`engine`] every interval on a thread of its own (`pipeline::Background`, as the
 //! kubelet is read): a slow or hung engine never slows sampling nor blanks a GPU.
-//! `HolderPressure` ([`pressure`], node mode): the CPU and I/O pressure of the pods holding
+//! `HolderPressure` (`pressure`, node mode): the CPU and I/O pressure of the pods holding
 //! each GPU, from their cgroup v2 files, read on the sampler's thread (bounded, non-blocking).
 
 pub mod engine;

@@ -571,6 +571,7 @@ struct FakeNode {
     socket: PathBuf,
     scenario: PathBuf,
     proc_root: PathBuf,
+    cgroup_root: PathBuf,
     _kubelet: Kubelet,
 }
 
@@ -639,10 +640,35 @@ impl FakeNode {
             std::fs::write(d.join("environ"), format!("PATH=/bin\0HOSTNAME={host}\0"))
                 .expect("environ");
         }
+        // The host's cgroup v2 tree (per-process overlay): each pod's cgroup, quiet (no CPU
+        // period, no pressure), so its shares are measured zeros.
+        let cgroup_root = dir.join("cgroup");
+        for (_, uid, _, _, _) in PROCESSES {
+            let d = cgroup_root.join(format!(
+                "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+                uid.replace('-', "_")
+            ));
+            std::fs::create_dir_all(&d).expect("fake cgroup");
+            let psi = "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n\
+                       full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+            for (file, text) in [
+                (
+                    "cpu.stat",
+                    "usage_usec 0\nnr_periods 0\nnr_throttled 0\nthrottled_usec 0\n",
+                ),
+                ("cpu.max", "max 100000\n"),
+                ("cpu.pressure", psi),
+                ("io.pressure", psi),
+                ("memory.pressure", psi),
+            ] {
+                std::fs::write(d.join(file), text).expect("cgroup file");
+            }
+        }
         FakeNode {
             socket,
             scenario,
             proc_root,
+            cgroup_root,
             _kubelet: kubelet,
         }
     }
@@ -671,6 +697,10 @@ impl FakeNode {
             env.insert(
                 "TRUTHSCALE_NODE__PROC_ROOT".into(),
                 self.proc_root.display().to_string(),
+            );
+            env.insert(
+                "TRUTHSCALE_NODE__CGROUP_ROOT".into(),
+                self.cgroup_root.display().to_string(),
             );
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
