@@ -212,8 +212,8 @@ fn top_once_prints_the_newest_sample_per_gpu_as_plain_text() {
     assert!(lines[0].starts_with("GPU "), "{out}");
     let row0: Vec<&str> = lines[1].split_whitespace().collect();
     assert_eq!(
-        &row0[..8],
-        ["0", "100%", "25%", "50%", "decode", "busy", "42%", "3"],
+        &row0[..9],
+        ["0", "100%", "25%", "50%", "decode", "busy", "—", "42%", "3"],
         "{out}"
     );
     let row1: Vec<&str> = lines[2].split_whitespace().collect();

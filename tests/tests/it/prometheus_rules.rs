@@ -218,6 +218,75 @@ const DOCUMENTED: &[Documented] = &[
         )],
     },
     Documented {
+        at: "truthscale.rules.yml / alert TruthscaleStarvedByCPUThrottling",
+        reason: "the simulated GPUs have no holder pods' cgroups and no PCIe or NVLink traffic \
+                 near a link's capacity, so none is starved with this cause half the time; the \
+                 form is the same rate without the threshold (a judged GPU has every cause's \
+                 counter)",
+        rewrites: &[(" > 0.5", "")],
+    },
+    Documented {
+        at: "truthscale.rules.yml / alert TruthscaleStarvedByCPUContention",
+        reason: "the simulated GPUs have no holder pods' cgroups and no PCIe or NVLink traffic \
+                 near a link's capacity, so none is starved with this cause half the time; the \
+                 form is the same rate without the threshold (a judged GPU has every cause's \
+                 counter)",
+        rewrites: &[(" > 0.5", "")],
+    },
+    Documented {
+        at: "truthscale.rules.yml / alert TruthscaleStarvedByIO",
+        reason: "the simulated GPUs have no holder pods' cgroups and no PCIe or NVLink traffic \
+                 near a link's capacity, so none is starved with this cause half the time; the \
+                 form is the same rate without the threshold (a judged GPU has every cause's \
+                 counter)",
+        rewrites: &[(" > 0.5", "")],
+    },
+    Documented {
+        at: "truthscale.rules.yml / alert TruthscaleStarvedByHostToDevice",
+        reason: "the simulated GPUs have no holder pods' cgroups and no PCIe or NVLink traffic \
+                 near a link's capacity, so none is starved with this cause half the time; the \
+                 form is the same rate without the threshold (a judged GPU has every cause's \
+                 counter)",
+        rewrites: &[(" > 0.5", "")],
+    },
+    Documented {
+        at: "truthscale.rules.yml / alert TruthscaleStarvedByKernelLaunches",
+        reason: "the simulated GPUs have no holder pods' cgroups and no PCIe or NVLink traffic \
+                 near a link's capacity, so none is starved with this cause half the time; the \
+                 form is the same rate without the threshold (a judged GPU has every cause's \
+                 counter)",
+        rewrites: &[(" > 0.5", "")],
+    },
+    Documented {
+        at: "truthscale.rules.yml / alert TruthscaleStarvedByCommunication",
+        reason: "the simulated GPUs have no holder pods' cgroups and no PCIe or NVLink traffic \
+                 near a link's capacity, so none is starved with this cause half the time; the \
+                 form is the same rate without the threshold (a judged GPU has every cause's \
+                 counter)",
+        rewrites: &[(" > 0.5", "")],
+    },
+    Documented {
+        at: "truthscale-node.json / Cause signals: the holder pods' CPU and I/O pressure / A",
+        reason: "node mode only: the holder pods' cgroups are read by the node agent, and this \
+                 panel returns data in node_manifests::node_dashboard_on_real_prometheus; these \
+                 sidecars run no node agent, so the form checks the same expression's shape on \
+                 a gauge every GPU here has",
+        rewrites: &[
+            (
+                "truthscale_gpu_holder_cpu_throttled_ratio",
+                "truthscale_gpu_sm_active_ratio",
+            ),
+            (
+                "truthscale_gpu_holder_cpu_pressure_waiting_ratio",
+                "truthscale_gpu_sm_active_ratio",
+            ),
+            (
+                "truthscale_gpu_holder_io_pressure_waiting_ratio",
+                "truthscale_gpu_sm_active_ratio",
+            ),
+        ],
+    },
+    Documented {
         at: "truthscale.rules.yml / alert TruthscaleFidelityDropped",
         reason: "every simulated GPU stays at the profiling tier with effective compute \
                  measured in every window (coverage 1, above the 0.25 threshold), keeps its \
