@@ -4,7 +4,7 @@
 //! lay these strings out; they format no figure of their own.
 
 use serde::Serialize;
-use truthscale_core::fleet::{Binding, PeakCost, SmallerGpu};
+use truthscale_core::fleet::{Binding, PeakCost, Savings, SmallerGpu};
 
 /// What stands for a figure that was not measured.
 pub(crate) const UNKNOWN: &str = "unknown";
@@ -117,4 +117,32 @@ mod tests {
         assert_eq!(count::<u64>(None), "unknown");
         assert_eq!(binding(Binding::Memory), "memory");
     }
+}
+
+/// The savings sentence both renderers write: GPUs freed, today and needed, times the hours,
+/// the GPU-hours, and where priced the price and the cost (`bold` wraps the cost): `times` is
+/// the renderer's multiplication sign, `digits` its hours' decimals.
+pub(crate) fn savings_sentence(
+    sv: &Savings,
+    times: &str,
+    bold: (&str, &str),
+    digits: usize,
+) -> String {
+    format!(
+        "{} GPUs freed ({} today, {} needed) {times} {} h = {} GPU-hours{}",
+        sv.gpus_freed,
+        sv.baseline_gpus,
+        sv.needed_gpus,
+        hours(sv.hours, digits),
+        hours(sv.gpu_hours, digits),
+        sv.cost
+            .zip(sv.cost_per_gpu_hour)
+            .map(|(c, p)| format!(
+                " {times} {p} per GPU-hour = {}{}{}",
+                bold.0,
+                cost(c),
+                bold.1
+            ))
+            .unwrap_or_default()
+    )
 }

@@ -4,7 +4,7 @@
 
 use super::Document;
 use super::format::{
-    binding, cost, cost_or_none, count, gib, gpus, hours, hours_or_none, hours_or_unknown,
+    self, binding, cost_or_none, count, gib, gpus, hours, hours_or_none, hours_or_unknown,
     json_name, pct, peak_cost, smaller_cost,
 };
 use super::sections::{SECTIONS, Section};
@@ -650,16 +650,8 @@ fn savings(w: &mut String, f: &FleetReport) {
     };
     let _ = writeln!(
         w,
-        "<p>{} GPUs freed ({} today, {} needed) &times; {} h = {} GPU-hours{}.</p><ul>",
-        sv.gpus_freed,
-        sv.baseline_gpus,
-        sv.needed_gpus,
-        hours(sv.hours, DIGITS),
-        hours(sv.gpu_hours, DIGITS),
-        sv.cost
-            .zip(sv.cost_per_gpu_hour)
-            .map(|(c, p)| format!(" &times; {p} per GPU-hour = <b>{}</b>", cost(c)))
-            .unwrap_or_default()
+        "<p>{}.</p><ul>",
+        format::savings_sentence(sv, "&times;", ("<b>", "</b>"), DIGITS)
     );
     for a in &sv.assumptions {
         let _ = writeln!(w, "<li>assumes {}</li>", esc(a));

@@ -2,7 +2,7 @@
 //! [`SECTIONS`], and every figure comes formatted from [`super::format`].
 
 use super::format::{
-    binding, cost, count, gib, gpus, hours, hours_or_none, hours_or_unknown, json_name, pct,
+    self, binding, cost, count, gib, gpus, hours, hours_or_none, hours_or_unknown, json_name, pct,
     peak_cost, smaller_cost,
 };
 use super::sections::{SECTIONS, Section};
@@ -297,16 +297,8 @@ fn savings(out: &mut impl Write, f: &FleetReport) -> Result<()> {
     };
     writeln!(
         out,
-        "SAVINGS (estimate): {} GPUs freed ({} today, {} needed) × {} h = {} GPU-hours{}",
-        sv.gpus_freed,
-        sv.baseline_gpus,
-        sv.needed_gpus,
-        hours(sv.hours, DIGITS),
-        hours(sv.gpu_hours, DIGITS),
-        sv.cost
-            .zip(sv.cost_per_gpu_hour)
-            .map(|(c, p)| format!(" × {p} per GPU-hour = {}", cost(c)))
-            .unwrap_or_default()
+        "SAVINGS (estimate): {}",
+        format::savings_sentence(sv, "×", ("", ""), DIGITS)
     )?;
     for a in &sv.assumptions {
         writeln!(out, "  assumes {a}")?;
