@@ -98,27 +98,6 @@ pub(crate) fn peak_cost(k: Option<PeakCost>, name: &str) -> String {
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn figures() {
-        assert_eq!(pct(None), "unknown");
-        assert_eq!(pct(Some(0.25)), "25.0%");
-        assert_eq!(gib(Some(32_212_254_720.0)), "30.0 GiB");
-        assert_eq!(gpus(Some(1.0 / 3.0)), "0.33");
-        assert_eq!(hours(2.25, 1), format!("{:.1}", 2.25));
-        assert_eq!(hours(2.125, 2), format!("{:.2}", 2.125));
-        assert_eq!(hours_or_unknown(None, 1), "unknown");
-        assert_eq!(hours_or_none(None, 2), "—");
-        assert_eq!(cost_or_none(Some(4.1)), "4.10");
-        assert_eq!(count(Some(3_u64)), "3");
-        assert_eq!(count::<u64>(None), "unknown");
-        assert_eq!(binding(Binding::Memory), "memory");
-    }
-}
-
 /// The savings sentence both renderers write: GPUs freed, today and needed, times the hours,
 /// the GPU-hours, and where priced the price and the cost (`bold` wraps the cost): `times` is
 /// the renderer's multiplication sign, `digits` its hours' decimals.
@@ -145,4 +124,25 @@ pub(crate) fn savings_sentence(
             ))
             .unwrap_or_default()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures() {
+        assert_eq!(pct(None), "unknown");
+        assert_eq!(pct(Some(0.25)), "25.0%");
+        assert_eq!(gib(Some(32_212_254_720.0)), "30.0 GiB");
+        assert_eq!(gpus(Some(1.0 / 3.0)), "0.33");
+        assert_eq!(hours(2.25, 1), format!("{:.1}", 2.25));
+        assert_eq!(hours(2.125, 2), format!("{:.2}", 2.125));
+        assert_eq!(hours_or_unknown(None, 1), "unknown");
+        assert_eq!(hours_or_none(None, 2), "—");
+        assert_eq!(cost_or_none(Some(4.1)), "4.10");
+        assert_eq!(count(Some(3_u64)), "3");
+        assert_eq!(count::<u64>(None), "unknown");
+        assert_eq!(binding(Binding::Memory), "memory");
+    }
 }
