@@ -218,9 +218,10 @@ impl CauseSignals {
             (Some(g), Some(w)) => pcie_bytes_per_sec(g.round() as u32, w.round() as u32),
             _ => None,
         };
+        let link = spec.and_then(GpuSpec::interconnect);
         let pcie_capacity = measured_link.map(|c| (c, true)).or_else(|| {
-            let link = spec?.interconnect()?;
-            pcie_bytes_per_sec(link.pcie_gen, link.pcie_lanes).map(|c| (c, false))
+            link.and_then(|l| pcie_bytes_per_sec(l.pcie_gen, l.pcie_lanes))
+                .map(|c| (c, false))
         });
         let pcie_rx_share = r
             .value(Field::PcieRxBytesPerSec)
@@ -229,8 +230,7 @@ impl CauseSignals {
         let nvlink_share = match (
             r.value(Field::NvlinkTxBytesPerSec),
             r.value(Field::NvlinkRxBytesPerSec),
-            spec.and_then(GpuSpec::interconnect)
-                .and_then(|l| l.nvlink_bytes_per_sec),
+            link.and_then(|l| l.nvlink_bytes_per_sec),
         ) {
             (Some(tx), Some(rx), Some(peak)) => Some((tx + rx) / peak),
             _ => None,
