@@ -128,7 +128,7 @@ struct EntityAcc {
     total_mem: Option<f64>,
     capability: Option<Fidelity>,
     llm_serving: bool,
-    phase_seconds: [[f64; 6]; 2],
+    phase_seconds: [[f64; Phase::ALL.len()]; 2],
     verdict_seconds: [f64; 6],
     /// The `starved` seconds by their cause, in [`Cause::ALL`]'s order.
     starved_cause_seconds: [f64; 7],
@@ -490,6 +490,8 @@ pub struct RegimeFraction {
     pub stalled: f64,
     /// Underloaded.
     pub underloaded: f64,
+    /// Waiting on the interconnect (or on a straggler of its job).
+    pub comm_bound: f64,
 }
 
 /// Fraction of classified time in each LLM-serving phase (the regimes in serving words).
@@ -507,6 +509,8 @@ pub struct PhaseFraction {
     pub stalled: f64,
     /// Underloaded.
     pub underloaded: f64,
+    /// Waiting on the interconnect.
+    pub comm_bound: f64,
 }
 
 /// Memory right-sizing and MIG fit.
@@ -656,7 +660,7 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig, partitioned: bool) -> EntitySumm
     let regime_method = PhaseMethod::ALL
         .into_iter()
         .find(|m| a.phase_seconds[m.index()].iter().sum::<f64>() > 0.0);
-    let secs = regime_method.map_or([0.0; 6], |m| a.phase_seconds[m.index()]);
+    let secs = regime_method.map_or([0.0; Phase::ALL.len()], |m| a.phase_seconds[m.index()]);
     let classified: f64 = secs.iter().sum();
     let frac = |p: Phase| {
         if classified > 0.0 {
@@ -735,6 +739,7 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig, partitioned: bool) -> EntitySumm
             mixed: frac(Phase::Mixed),
             stalled: frac(Phase::Stalled),
             underloaded: frac(Phase::Underloaded),
+            comm_bound: frac(Phase::CommBound),
         },
         phase_fraction: a.llm_serving.then(|| PhaseFraction {
             idle: frac(Phase::Idle),
@@ -743,6 +748,7 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig, partitioned: bool) -> EntitySumm
             mixed: frac(Phase::Mixed),
             stalled: frac(Phase::Stalled),
             underloaded: frac(Phase::Underloaded),
+            comm_bound: frac(Phase::CommBound),
         }),
         verdict,
         verdict_fraction,
@@ -1105,8 +1111,13 @@ mod tests {
                     s.as_str()
                 );
                 let f = e.regime_fraction;
-                let sum =
-                    f.idle + f.compute_bound + f.memory_bound + f.mixed + f.stalled + f.underloaded;
+                let sum = f.idle
+                    + f.compute_bound
+                    + f.memory_bound
+                    + f.mixed
+                    + f.stalled
+                    + f.underloaded
+                    + f.comm_bound;
                 assert!((sum - 1.0).abs() < 1e-9, "{sum}");
             }
         }

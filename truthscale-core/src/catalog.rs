@@ -494,7 +494,7 @@ metrics! {
     GPU_EFFECTIVE_COMPUTE_OBSERVED_SECONDS / Gpu::GpuEffectiveComputeObservedSeconds = "truthscale_gpu_effective_compute_observed_seconds_total", Counter, [], counter("truthscale.gpu.effective_compute.observed.time", "s"), None,
         "Seconds in which effective compute was measured (DCGM multiplexing blanks some windows): the denominator of truthscale_gpu_effective_compute_seconds_total.";
     GPU_REGIME_SECONDS / Gpu::GpuRegimeSeconds = "truthscale_gpu_regime_seconds_total", Counter, ["regime", "method"], counter("truthscale.gpu.regime.time", "s"), None,
-        "Seconds in each counter regime (idle, compute_bound, memory_bound, mixed, stalled, underloaded), for every workload; method=counters from tensor and DRAM counters, method=power_heuristic an estimate from the busy flag and power.";
+        "Seconds in each counter regime (idle, compute_bound, memory_bound, mixed, stalled, underloaded, comm_bound), for every workload; method=counters from tensor and DRAM counters, method=power_heuristic an estimate from the busy flag and power.";
     GPU_REGIME / Gpu::GpuRegime = "truthscale_gpu_regime", Gauge, ["regime", "method"], gauge("truthscale.gpu.regime", "1"), None,
         "The counter regime of the last window (1) and the others (0); method says how it was decided.";
     GPU_PHASE_SECONDS / Gpu::GpuPhaseSeconds = "truthscale_gpu_phase_seconds_total", Counter, ["phase", "method"], counter("truthscale.gpu.phase.time", "s"), None,
@@ -535,6 +535,16 @@ metrics! {
         "NVLink receive over the last window, all links (DCGM 1012/1203, NVML GPM).";
     GPU_NVLINK_TRANSMIT / Gpu::GpuNvlinkTransmit = "truthscale_gpu_nvlink_transmit_bytes_per_second", Gauge, [], gauge("truthscale.gpu.nvlink.transmit.rate", "By/s"), raw(Field::NvlinkTxBytesPerSec, 1.0),
         "NVLink transmit over the last window, all links (DCGM 1011/1201, NVML GPM).";
+    GPU_PCIE_RECEIVE_SATURATION / Gpu::GpuPcieReceiveSaturation = "truthscale_gpu_pcie_receive_saturation_ratio", Gauge, [], gauge("truthscale.gpu.pcie.receive.saturation", "1"), None,
+        "PCIe receive over the link's capacity per direction at its current generation and width (read from the device): near 1, host-to-device copies fill the link. Written only where the link was read; else truthscale_gpu_pcie_receive_saturation_lower_bound_ratio.";
+    GPU_PCIE_RECEIVE_SATURATION_LOWER_BOUND / Gpu::GpuPcieReceiveSaturationLowerBound = "truthscale_gpu_pcie_receive_saturation_lower_bound_ratio", Gauge, [], gauge("truthscale.gpu.pcie.receive.saturation.lower_bound", "1"), None,
+        "A LOWER BOUND, not a measurement: PCIe receive over the model's maximum link (the catalog's generation, x16), where the link's current generation and width were not read. A link trained lower makes the true share larger; reading DCGM 237/238 or NVML's link makes it exact.";
+    GPU_NVLINK_SATURATION / Gpu::GpuNvlinkSaturation = "truthscale_gpu_nvlink_saturation_ratio", Gauge, [], gauge("truthscale.gpu.nvlink.saturation", "1"), None,
+        "NVLink traffic, both directions, over the model's bidirectional NVLink peak (the catalog, beside the FLOP peaks; 900 GB/s on H100 and H200 SXM). Absent for a model without NVLink or where a direction was not read.";
+    GPU_STRAGGLER_GAP / Gpu::GpuStragglerGap = "truthscale_gpu_straggler_gap_ratio", Gauge, ["job_group", "signal"], gauge("truthscale.gpu.straggler.gap", "1"), None,
+        "A sustained straggler of its job (job_group: the pod, the job label's value, or node; see docs/verdicts.md): how far its signal (sm_clock, effective_compute) sits below the job's median, as a share of the median. Written only for the straggler, only while it is one.";
+    GPU_WAITING_ON_STRAGGLER / Gpu::GpuWaitingOnStraggler = "truthscale_gpu_waiting_on_straggler_gap_ratio", Gauge, ["job_group"], gauge("truthscale.gpu.waiting_on_straggler.gap", "1"), None,
+        "A GPU whose job has a sustained straggler (not this GPU): that straggler's largest gap. The GPU then waits on it: regime comm_bound, and its starved seconds go to cause comm_bound.";
     GPU_HOLDER_CPU_THROTTLED / Gpu::GpuHolderCpuThrottled = "truthscale_gpu_holder_cpu_throttled_ratio", Gauge, [], gauge("truthscale.gpu.holder.cpu.throttled", "1"), raw(Field::HolderCpuThrottledRatio, 1.0),
         "Node mode: of the CFS periods of the pods holding the GPU over the last window, the share throttled (cgroup v2 cpu.stat nr_throttled/nr_periods; the worst holder).";
     GPU_HOLDER_CPU_LIMIT / Gpu::GpuHolderCpuLimit = "truthscale_gpu_holder_cpu_limit_cores", Gauge, [], gauge("truthscale.gpu.holder.cpu.limit", "{cpu}"), raw(Field::HolderCpuLimitCores, 1.0),
@@ -685,6 +695,8 @@ pub const OTEL_ATTRIBUTES: &[(&str, &str)] = &[
     ("method", "truthscale.method"),
     ("verdict", "truthscale.verdict"),
     ("cause", "truthscale.starved.cause"),
+    ("job_group", "truthscale.straggler.job"),
+    ("signal", "truthscale.straggler.signal"),
     ("quantity", "truthscale.ceiling.quantity"),
     ("engine", "truthscale.serving.engine"),
     ("absent_reason", "truthscale.serving.absent_reason"),

@@ -42,5 +42,6 @@ pub mod serving;
 pub mod share;
 pub mod showback;
 pub mod sim;
+pub mod stragglers;
 pub mod tracker;
 pub mod verdict;

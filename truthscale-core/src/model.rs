@@ -310,6 +310,15 @@ fields! {
     /// The share of the window in which every task of a holder pod waited on memory
     /// (`memory.pressure` "full"; the worst holder), 0..1.
     HolderMemoryStalledRatio => "holder_memory_pressure_stalled_ratio",
+    /// A sustained straggler of its job ([`crate::stragglers`]): how far its SM clock sits
+    /// below the job's median, as a share of the median, 0..1. Absent for any other GPU.
+    StragglerClockGap => "straggler_sm_clock_gap_ratio",
+    /// A sustained straggler of its job: how far its effective compute (the compute term)
+    /// sits below the job's median, as a share of the median, 0..1.
+    StragglerComputeGap => "straggler_effective_compute_gap_ratio",
+    /// A GPU whose job has a sustained straggler (not this GPU): the straggler's largest
+    /// gap, 0..1. The GPU then waits on it (`comm_bound`), not starved on its own.
+    StragglerWaitGap => "waiting_on_straggler_gap_ratio",
     /// GPU temperature in degrees Celsius.
     TempCelsius => "temp_celsius",
     /// SM cycles elapsed since boot, summed as DCGM counts them (field 1084, NVML GPM 248):
@@ -382,6 +391,9 @@ impl Field {
                 | Field::HolderIoWaitingRatio
                 | Field::HolderIoStalledRatio
                 | Field::HolderMemoryStalledRatio
+                | Field::StragglerClockGap
+                | Field::StragglerComputeGap
+                | Field::StragglerWaitGap
         )
     }
 }
@@ -584,17 +596,21 @@ pub enum Phase {
     Stalled,
     /// Busy, but neither pipe nor memory meaningfully used.
     Underloaded,
+    /// Waiting on the interconnect: NVLink near its peak, or a straggler of its job to wait
+    /// on ([`crate::stragglers`]), while the tensor pipes idle. Never idle, never busy.
+    CommBound,
 }
 
 impl Phase {
     /// All regimes, in a fixed order.
-    pub const ALL: [Phase; 6] = [
+    pub const ALL: [Phase; 7] = [
         Phase::Idle,
         Phase::ComputeBound,
         Phase::MemoryBound,
         Phase::Mixed,
         Phase::Stalled,
         Phase::Underloaded,
+        Phase::CommBound,
     ];
 
     /// The regime's label value (`regime="…"`), the same for every workload.
@@ -607,6 +623,7 @@ impl Phase {
             Phase::Mixed => "mixed",
             Phase::Stalled => "stalled",
             Phase::Underloaded => "underloaded",
+            Phase::CommBound => "comm_bound",
         }
     }
 
@@ -737,7 +754,7 @@ pub fn regime_of_shares(seconds: &[f64; 7]) -> Option<Phase> {
     if total <= 0.0 {
         return None;
     }
-    let mut by_regime = [0.0; 6];
+    let mut by_regime = [0.0; Phase::ALL.len()];
     for w in Workload::ALL {
         by_regime[w.regime().index()] += seconds[w.index()];
     }
@@ -822,6 +839,9 @@ pub struct EntitySample {
     /// Node mode: the containers the kubelet allocated this entity to (empty: none, idle
     /// capacity); `None` where that is not known (sidecar mode, or the kubelet unread).
     pub allocation: Option<Vec<Holder>>,
+    /// The job of a straggler, or of a GPU that waits on one ([`crate::stragglers`]);
+    /// `None` for any other GPU.
+    pub job: Option<String>,
 }
 
 /// A timestamp plus per-entity readings.

@@ -75,6 +75,14 @@ pub struct PhaseConfig {
     pub power_stalled: f64,
     /// Power-heuristic tier: what counts as a high busy flag.
     pub power_busy_util: f64,
+    /// Comm-bound: NVLink traffic (both directions) over the model's peak at or above this…
+    pub comm_bound_enter_nvlink: f64,
+    /// … with tensor activity below this (collectives barely use the tensor pipes).
+    pub comm_bound_enter_tensor: f64,
+    /// Comm-bound ends when NVLink traffic falls below this…
+    pub comm_bound_exit_nvlink: f64,
+    /// … or tensor activity rises to this.
+    pub comm_bound_exit_tensor: f64,
     /// The dwell before a switch, in windows of the default 1 s interval (1 = no delay):
     /// the classifier takes a new regime once every window for `switch_after − 1` seconds
     /// after the first window that pointed to it has pointed to it too
@@ -111,6 +119,10 @@ impl Default for PhaseConfig {
             power_memory_bound: 0.30,
             power_stalled: 0.20,
             power_busy_util: 0.8,
+            comm_bound_enter_nvlink: 0.5,
+            comm_bound_enter_tensor: 0.10,
+            comm_bound_exit_nvlink: 0.4,
+            comm_bound_exit_tensor: 0.15,
             switch_after: 1,
         }
     }
@@ -148,7 +160,8 @@ impl Checker {
         }
     }
 
-    fn push(&mut self, key: &str, message: String) {
+    /// Record a problem with `key`.
+    pub fn push(&mut self, key: &str, message: String) {
         self.problems.push(InvalidSetting {
             key: format!("{}{key}", self.prefix),
             message,
@@ -238,6 +251,10 @@ impl PhaseConfig {
             ("power_memory_bound", self.power_memory_bound),
             ("power_stalled", self.power_stalled),
             ("power_busy_util", self.power_busy_util),
+            ("comm_bound_enter_nvlink", self.comm_bound_enter_nvlink),
+            ("comm_bound_enter_tensor", self.comm_bound_enter_tensor),
+            ("comm_bound_exit_nvlink", self.comm_bound_exit_nvlink),
+            ("comm_bound_exit_tensor", self.comm_bound_exit_tensor),
         ] {
             c.range(k, v, 0.0, 1.0);
         }
@@ -364,6 +381,13 @@ pub struct PhaseInputs {
     pub power_proxy: Option<f64>,
     /// Software power cap asserted.
     pub power_capped: bool,
+    /// Tensor activity (the comm-bound rule's "tensor pipes idle").
+    pub tensor: Option<f64>,
+    /// NVLink traffic, both directions, over the model's bidirectional peak.
+    pub nvlink_share: Option<f64>,
+    /// Whether a straggler of the entity's job holds it back ([`crate::stragglers`]): then
+    /// it is comm-bound while its tensor pipes idle, as it is with NVLink near its peak.
+    pub waiting_on_straggler: bool,
 }
 
 /// How the regime of a window was decided.
@@ -430,6 +454,13 @@ impl PhaseInputs {
                 tau.is_some_and(|t| t >= c.mixed_tensor) || d.is_some_and(|d| d >= c.mixed_dram)
             }
             Phase::Underloaded => u.is_some_and(|u| u >= c.idle_enter_util),
+            Phase::CommBound => {
+                (self.waiting_on_straggler
+                    || self
+                        .nvlink_share
+                        .is_some_and(|n| n >= c.comm_bound_enter_nvlink))
+                    && self.tensor.is_some_and(|t| t < c.comm_bound_enter_tensor)
+            }
         }
     }
 
@@ -450,6 +481,13 @@ impl PhaseInputs {
                 rho.is_none_or(|r| r > c.memory_bound_exit_rho)
                     || d.is_none_or(|d| d < c.memory_bound_exit_dram)
             }
+            Phase::CommBound => {
+                self.tensor.is_none_or(|t| t >= c.comm_bound_exit_tensor)
+                    || (!self.waiting_on_straggler
+                        && self
+                            .nvlink_share
+                            .is_none_or(|n| n < c.comm_bound_exit_nvlink))
+            }
             // Mixed and underloaded have no exit rule of their own: any other enter rule wins.
             Phase::Mixed | Phase::Underloaded => true,
         }
@@ -460,19 +498,21 @@ impl PhaseInputs {
     #[must_use]
     pub fn counter_candidate(&self, current: Option<Phase>, c: &PhaseConfig) -> Option<Phase> {
         self.compute?;
-        // Idle and stalled first, in every window (spec §6.4).
-        for p in [Phase::Idle, Phase::Stalled] {
+        // Idle, comm-bound and stalled first, in every window (spec §6.4): a GPU waiting on
+        // its links is neither idle (its busy flag is high) nor stalled on its own.
+        const FIRST: [Phase; 3] = [Phase::Idle, Phase::CommBound, Phase::Stalled];
+        for p in FIRST {
             if current == Some(p) && !self.exits(p, c) {
                 return Some(p);
             }
         }
-        for p in [Phase::Idle, Phase::Stalled] {
+        for p in FIRST {
             if self.enters(p, c) {
                 return Some(p);
             }
         }
         if let Some(cur) = current
-            && !matches!(cur, Phase::Idle | Phase::Stalled)
+            && !FIRST.contains(&cur)
             && !self.exits(cur, c)
         {
             return Some(cur);
@@ -498,6 +538,9 @@ impl PhaseInputs {
         let u = self.util?;
         if u < c.idle_enter_util {
             return Some(Phase::Idle);
+        }
+        if self.waiting_on_straggler {
+            return Some(Phase::CommBound);
         }
         let pi = self.power_proxy?;
         Some(

@@ -536,6 +536,7 @@ impl SimGpu {
             sm_clock_is_point: false,
             counters_held: false,
             processes: Vec::new(),
+            job: None,
         }
     }
 }

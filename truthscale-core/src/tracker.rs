@@ -5,6 +5,7 @@
 //! per phase) accumulate over those windows, so consumers can take exact averages over
 //! any range as a `rate()` of a counter.
 
+use crate::causes;
 use crate::cycles::CycleCounters;
 use crate::derive::{self, DeriveConfig, Fidelity, WindowContext, WindowMetrics, WorkloadHint};
 use crate::diag::{Diagnostic, DiagnosticKind};
@@ -35,7 +36,7 @@ pub struct Totals {
     /// Seconds with an effective compute value (the denominator for its mean).
     pub effective_compute_observed_seconds: f64,
     /// Seconds in each regime, by method: `[PhaseMethod::index][Phase::index]`.
-    pub phase_seconds: [[f64; 6]; 2],
+    pub phase_seconds: [[f64; Phase::ALL.len()]; 2],
     /// Seconds whose regime could not be decided.
     pub unclassified_seconds: f64,
     /// Seconds under each verdict, indexed by [`crate::verdict::Verdict::index`].
@@ -90,6 +91,8 @@ pub struct EntityWindow {
     pub processes: Vec<crate::model::ProcessReading>,
     /// Node mode: the containers the kubelet allocated the entity to, when known.
     pub allocation: Option<Vec<crate::model::Holder>>,
+    /// The job of a straggler, or of a GPU that waits on one.
+    pub job: Option<String>,
     /// Ground-truth regime, for simulated data.
     pub truth_phase: Option<Phase>,
     /// Ground-truth workload, for simulated data.
@@ -481,6 +484,7 @@ impl EntityState {
                 throttles: None,
                 processes: Vec::new(),
                 allocation: None,
+                job: None,
                 truth_phase: None,
                 truth_workload: None,
                 truth_effective_compute: None,
@@ -1199,6 +1203,9 @@ impl EntityState {
             pipe: metrics.busiest_pipe,
             power_proxy: metrics.power_proxy,
             power_capped: e.throttles.is_some_and(|t| t.sw_power_cap),
+            tensor: readings.value(Field::TensorActive),
+            nvlink_share: causes::nvlink_share(readings, spec.and_then(GpuSpec::interconnect)),
+            waiting_on_straggler: readings.value(Field::StragglerWaitGap).is_some(),
         };
         let method = if self.capability <= Fidelity::Profiling {
             PhaseMethod::Counters
@@ -1287,6 +1294,9 @@ impl EntityState {
         }
         if win.allocation.is_some() || e.allocation.is_some() {
             win.allocation.clone_from(&e.allocation);
+        }
+        if win.job.is_some() || e.job.is_some() {
+            win.job.clone_from(&e.job);
         }
         win.truth_phase = e.truth_phase;
         win.truth_workload = e.truth_workload;

@@ -97,6 +97,8 @@ pub struct VerdictConfig {
     pub queued_min: f64,
     /// The thresholds of the rules that name a starved window's cause.
     pub causes: CauseConfig,
+    /// Which GPUs make one job, and when one of them is its straggler.
+    pub stragglers: crate::stragglers::StragglerConfig,
 }
 
 impl Default for VerdictConfig {
@@ -108,6 +110,7 @@ impl Default for VerdictConfig {
             kv_blocked: 0.9,
             queued_min: 1.0,
             causes: CauseConfig::default(),
+            stragglers: crate::stragglers::StragglerConfig::default(),
         }
     }
 }
@@ -133,9 +136,16 @@ impl VerdictConfig {
         );
         let own = c.finish();
         let of_causes = self.causes.validate(&format!("{prefix}causes."));
-        match (own, of_causes) {
-            (Ok(()), Ok(())) => Ok(()),
-            (a, b) => Err(a.err().into_iter().chain(b.err()).flatten().collect()),
+        let of_stragglers = self.stragglers.validate(&format!("{prefix}stragglers."));
+        let problems: Vec<_> = [own, of_causes, of_stragglers]
+            .into_iter()
+            .filter_map(Result::err)
+            .flatten()
+            .collect();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
         }
     }
 }

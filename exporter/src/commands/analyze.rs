@@ -383,6 +383,7 @@ fn phases(e: &EntitySummary) -> String {
         ("mixed", f.mixed),
         ("stalled", f.stalled),
         ("underloaded", f.underloaded),
+        ("comm-bound", f.comm_bound),
     ];
     v.retain(|(_, x)| *x >= 0.005);
     v.sort_by(|a, b| b.1.total_cmp(&a.1));

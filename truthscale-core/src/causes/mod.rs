@@ -12,8 +12,12 @@
 //! | `cpu_contended` | some task of a holder pod waited for a CPU `≥ 20 %` of the window (PSI) |
 //! | `io_stalled` | some task waited on I/O `≥ 20 %` of the window, or all did `≥ 10 %` (PSI) |
 //! | `host_to_device` | PCIe receive `≥ 70 %` of the link's capacity with SM activity `< 50 %` |
-//! | `launch_bound` | graphics engine active `≥ 50 %` with SM activity `< 25 %` |
+//! | `launch_bound` | graphics engine active `≥ 50 %` with SM activity `< 25 %`, NVLink not `≥ 50 %` of its peak |
 //! | `comm_bound` | NVLink `≥ 50 %` of the model's peak with tensor activity `< 10 %` |
+//!
+//! One thing comes before every rule: a GPU whose job has a straggler
+//! ([`crate::stragglers`], not this GPU) waits on it, `comm_bound`, whatever its own
+//! signals say.
 //! | `unknown` | none of these, or none could be read |
 
 use crate::gpus::GpuSpec;
@@ -185,6 +189,8 @@ pub struct CauseSignals {
     pub tensor: Option<f64>,
     /// NVLink traffic, both directions, over the model's bidirectional peak.
     pub nvlink_share: Option<f64>,
+    /// The gap of the straggler of this GPU's job it waits on ([`crate::stragglers`]).
+    pub waiting_on_straggler: Option<f64>,
 }
 
 /// Bytes per second, per direction, of a PCIe link of `generation` and `lanes`: the
@@ -227,14 +233,7 @@ impl CauseSignals {
             .value(Field::PcieRxBytesPerSec)
             .zip(pcie_capacity)
             .map(|(rx, (cap, _))| rx / cap);
-        let nvlink_share = match (
-            r.value(Field::NvlinkTxBytesPerSec),
-            r.value(Field::NvlinkRxBytesPerSec),
-            link.and_then(|l| l.nvlink_bytes_per_sec),
-        ) {
-            (Some(tx), Some(rx), Some(peak)) => Some((tx + rx) / peak),
-            _ => None,
-        };
+        let nvlink_share = nvlink_share(r, link);
         CauseSignals {
             cpu_throttled: r.value(Field::HolderCpuThrottledRatio),
             cpu_limit_cores: r.value(Field::HolderCpuLimitCores),
@@ -248,8 +247,19 @@ impl CauseSignals {
             gr_active: r.value(Field::GrActive),
             tensor: r.value(Field::TensorActive),
             nvlink_share,
+            waiting_on_straggler: r.value(Field::StragglerWaitGap),
         }
     }
+}
+
+/// NVLink traffic, both directions, over the model's bidirectional peak (`link`'s), when
+/// both directions were read and the model has NVLink.
+#[must_use]
+pub fn nvlink_share(r: &Readings, link: Option<crate::gpus::Interconnect>) -> Option<f64> {
+    let peak = link?.nvlink_bytes_per_sec.filter(|p| *p > 0.0)?;
+    let tx = r.value(Field::NvlinkTxBytesPerSec)?;
+    let rx = r.value(Field::NvlinkRxBytesPerSec)?;
+    Some((tx + rx) / peak)
 }
 
 /// A cause and the signal that decided it: its name, the value read and the threshold.
@@ -274,6 +284,9 @@ pub fn cause(s: &CauseSignals, cfg: &CauseConfig) -> Finding {
         evidence: Some((name, v, t)),
         cpu_limit_cores: s.cpu_limit_cores,
     };
+    if let Some(gap) = s.waiting_on_straggler {
+        return found(Cause::CommBound, "waiting_on_straggler_gap_ratio", gap, 0.0);
+    }
     if let Some(v) = at_least(s.cpu_throttled, cfg.cpu_throttled_ratio) {
         return found(
             Cause::CpuThrottled,
@@ -316,7 +329,10 @@ pub fn cause(s: &CauseSignals, cfg: &CauseConfig) -> Finding {
             cfg.pcie_rx_share,
         );
     }
+    // Collectives run on few SMs too: a window whose NVLink is near its peak is left to
+    // `comm_bound`, whose evidence is direct.
     if at_least(s.gr_active, cfg.launch_gr_active).is_some()
+        && at_least(s.nvlink_share, cfg.nvlink_share).is_none()
         && let Some(sm) = s.sm_active.filter(|v| *v < cfg.launch_sm_below)
     {
         return found(Cause::LaunchBound, "sm_active", sm, cfg.launch_sm_below);
@@ -354,6 +370,7 @@ impl Finding {
             Cause::IoStalled => "the pod waits on reads: more data-loader workers with prefetching, a local cache of the dataset, or faster storage".into(),
             Cause::HostToDevice => "copies from the host fill the PCIe link: pin host memory, overlap copies with compute, keep data on the GPU, or use larger batches".into(),
             Cause::LaunchBound => "tiny kernels and synchronizations: larger batches, CUDA graphs, fused kernels, fewer host syncs".into(),
+            Cause::CommBound if self.evidence.is_some_and(|(n, _, _)| n == "waiting_on_straggler_gap_ratio") => "a straggler of its job holds it back: fix that GPU (its clock, power or thermal cap, its pod's input), not this one; truthscale_gpu_straggler_gap_ratio names it".into(),
             Cause::CommBound => "the GPU waits on collectives over NVLink: overlap communication with compute, larger per-GPU batches, or check for a straggler".into(),
             Cause::Unknown => "none of the cause signals crossed its threshold (or none was read): in node mode truthscale reads the holder pods' cgroups; the PCIe and NVLink counters need DCGM profiling fields or NVML GPM".into(),
         }
@@ -369,6 +386,12 @@ fn trim(v: f64) -> String {
 impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.evidence {
+            Some(("waiting_on_straggler_gap_ratio", gap, _)) => write!(
+                f,
+                "{} (waiting on a straggler of its job, {:.0} % behind the job's median)",
+                self.cause,
+                gap * 100.0
+            ),
             Some((name, v, t)) if self.cause == Cause::LaunchBound => write!(
                 f,
                 "{} ({name} {v:.2}, below {t:.2}, while the graphics engine is active)",

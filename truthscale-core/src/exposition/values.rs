@@ -325,8 +325,54 @@ fn gpu_values<'a>(
         GpuMetric::PodEffectiveComputeEstimate | GpuMetric::PodMemoryUsed => {
             pod_share_values(id, win, push);
         }
+        GpuMetric::GpuPcieReceiveSaturation
+        | GpuMetric::GpuPcieReceiveSaturationLowerBound
+        | GpuMetric::GpuNvlinkSaturation => one(link_saturation(id, win)),
+        GpuMetric::GpuStragglerGap | GpuMetric::GpuWaitingOnStraggler => {
+            straggler_values(id, win, push);
+        }
         // Written above: up for a GPU that stopped too, and the readings exported as is.
         _ => {}
+    }
+}
+
+/// A link's saturation: PCIe receive over the link read from the device (or, under the
+/// bound's name, over the model's maximum link), NVLink over the model's peak.
+fn link_saturation(id: GpuMetric, win: &EntityWindow) -> Option<f64> {
+    let r = &win.readings;
+    let link = win.spec.and_then(crate::gpus::GpuSpec::interconnect);
+    if id == GpuMetric::GpuNvlinkSaturation {
+        return crate::causes::nvlink_share(r, link);
+    }
+    let s = crate::causes::CauseSignals::from_readings(r, win.spec);
+    let (_, measured) = s.pcie_capacity?;
+    let bound = id == GpuMetric::GpuPcieReceiveSaturationLowerBound;
+    (measured != bound).then_some(s.pcie_rx_share).flatten()
+}
+
+/// A straggler's gaps by signal, or the gap a GPU waits on, labelled with the job.
+fn straggler_values<'a>(
+    id: GpuMetric,
+    win: &'a EntityWindow,
+    mut push: impl FnMut(ExtraLabels<'a>, f64),
+) {
+    let Some(job) = win.job.as_deref() else {
+        return;
+    };
+    let r = &win.readings;
+    if id == GpuMetric::GpuWaitingOnStraggler {
+        if let Some(g) = r.value(Field::StragglerWaitGap) {
+            push(vec![("job_group", job)], g);
+        }
+        return;
+    }
+    for (signal, f) in [
+        ("sm_clock", Field::StragglerClockGap),
+        ("effective_compute", Field::StragglerComputeGap),
+    ] {
+        if let Some(g) = r.value(f) {
+            push(vec![("job_group", job), ("signal", signal)], g);
+        }
     }
 }
 

@@ -183,6 +183,7 @@ fn read_line(t: &str) -> Result<Sample, String> {
         sm_clock_is_point: false,
         counters_held: false,
         processes: Vec::new(),
+        job: None,
     };
     Ok(Sample {
         taken: Timestamp(ms),
@@ -341,6 +342,7 @@ mod tests {
         readings.set(Field::NvlinkTxBytesPerSec, Reading::Blank);
         EntitySample {
             allocation: None,
+            job: None,
             id: EntityId {
                 gpu: Some(3),
                 uuid: Some("GPU-1".into()),

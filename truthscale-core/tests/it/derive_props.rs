@@ -111,7 +111,7 @@ proptest! {
             prop_assert!(finite(e.inflation_gap_points.map(|m| m.mean)));
             prop_assert!(finite(e.roofline_saturation.map(|m| m.mean)));
             let f = e.regime_fraction;
-            let sum = f.idle + f.compute_bound + f.memory_bound + f.mixed + f.stalled + f.underloaded;
+            let sum = f.idle + f.compute_bound + f.memory_bound + f.mixed + f.stalled + f.underloaded + f.comm_bound;
             prop_assert!(sum.is_finite() && (sum == 0.0 || (sum - 1.0).abs() < 1e-9));
         }
     }
@@ -121,7 +121,7 @@ proptest! {
     /// validation accepts only finite values.
     #[test]
     fn no_configuration_panics(
-        vals in proptest::collection::vec(any_threshold(), 40),
+        vals in proptest::collection::vec(any_threshold(), 56),
         switch_after in any::<u32>(),
         steps in proptest::collection::vec((1i64..3_000, proptest::collection::vec(any_entity(), 1..3)), 1..20),
     ) {
@@ -137,7 +137,9 @@ proptest! {
             memory_bound_enter_dram: next(), memory_bound_exit_rho: next(),
             memory_bound_exit_dram: next(), mixed_tensor: next(), mixed_dram: next(),
             power_compute_bound: next(), power_memory_bound: next(), power_stalled: next(),
-            power_busy_util: next(), switch_after,
+            power_busy_util: next(), comm_bound_enter_nvlink: next(),
+            comm_bound_enter_tensor: next(), comm_bound_exit_nvlink: next(),
+            comm_bound_exit_tensor: next(), switch_after,
         };
         let cfg = DeriveConfig {
             tau_max: next(), d_max: next(), kappa_max: next(), inflation_min_util: next(),
@@ -151,6 +153,10 @@ proptest! {
                 io_stalled_ratio: next(), pcie_rx_share: next(), host_to_device_sm_below: next(),
                 launch_gr_active: next(), launch_sm_below: next(), nvlink_share: next(),
                 comm_tensor_below: next(),
+            },
+            stragglers: truthscale_core::stragglers::StragglerConfig {
+                band_mads: next(), min_gap: next(), sustain_seconds: next(),
+                ..Default::default()
             },
         };
         let all_finite = [cfg.tau_max, cfg.d_max, cfg.kappa_max, cfg.headroom].iter().all(|x| x.is_finite());

@@ -243,6 +243,11 @@ fn every_family() -> Vec<GpuEntry> {
             nvml.set_value(Field::ReportedUtil, 0.7);
             nvml.set_value(Field::PowerWatts, 350.0);
             nvml.set_value(Field::SmClockMhz, 1980.0);
+            // The node's GPUs as one job (group_by = "node"): the NVML GPU is its
+            // straggler, its clock 30 % under the median; the shared GPU waits on it.
+            nvml.set_value(Field::StragglerClockGap, 0.3);
+            let mut shared = shared;
+            shared.set_value(Field::StragglerWaitGap, 0.3);
             Sample {
                 taken: Timestamp(i * 1000),
                 entities: vec![
@@ -278,6 +283,7 @@ fn every_family() -> Vec<GpuEntry> {
                             holder("chat-a", "0", "search"),
                             holder("chat-b", "1", "ads"),
                         ]),
+                        job: Some("node".into()),
                         ..EntitySample::default()
                     },
                     EntitySample {
@@ -285,6 +291,7 @@ fn every_family() -> Vec<GpuEntry> {
                         readings: nvml,
                         sm_clock_is_point: true,
                         allocation: Some(Vec::new()),
+                        job: Some("node".into()),
                         ..EntitySample::default()
                     },
                     EntitySample {

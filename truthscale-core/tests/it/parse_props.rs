@@ -342,6 +342,7 @@ fn entity_sample() -> impl Strategy<Value = EntitySample> {
                 counters_held: false,
                 // Process lists are not part of the trace format.
                 processes: Vec::new(),
+                job: None,
             }
         },
     )

@@ -1,0 +1,268 @@
+//! Stragglers: among the GPUs of one job, the one whose SM clock or effective compute sits
+//! well below the others', sustained, and which the others then wait on.
+//!
+//! Pure, like [`crate::verdict`]: [`Stragglers::mark`] takes one sample's entities (all the
+//! GPUs a source read at one instant) and the time it was taken, and writes on them what it
+//! found; the state it keeps is how long each GPU has sat outside its job's band.
+//!
+//! - **A job** is the GPUs whose holder is the same pod (`group_by = "pod"`, the default:
+//!   a pod that holds eight GPUs is one job), whose holder pods share the value of one pod
+//!   label (`group_by = "label"`, `job_label`, e.g. `training.kubeflow.org/job-name`; the
+//!   label must be one of `node.pod_labels`), or every GPU of the sample
+//!   (`group_by = "node"`: one job per machine, a bare-metal training box).
+//! - **The band**, per signal (the SM clock, and the compute term
+//!   [`crate::derive::compute_term`], the effective compute before the clock correction),
+//!   over the members that read it, at least `min_members` of them: the median `m` less
+//!   the larger of `band_mads` median absolute deviations and `min_gap · m`. A member under
+//!   it is out of the band by `(m − x) / m`, its gap. Only the low side counts: a GPU that
+//!   computes while its peers wait is the one doing the job's work.
+//! - **Sustained:** a member is a straggler once it has sat out of the band for
+//!   `sustain_seconds` after the sample that first found it there (a clock that dips for a
+//!   second is not one). Its gaps are written on it ([`Field::StragglerClockGap`],
+//!   [`Field::StragglerComputeGap`]); every other member of its job gets the largest gap of
+//!   the job's stragglers as [`Field::StragglerWaitGap`]: those wait on it, `comm_bound`,
+//!   not starved on their own.
+
+use crate::derive;
+use crate::gpus::{self, GpuSpec};
+use crate::model::{EntityId, EntitySample, Field, Readings, Sample, Timestamp};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+
+/// What makes GPUs one job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupBy {
+    /// The GPUs one pod holds (sole holder in node mode, or the `pod` label of a source).
+    #[default]
+    Pod,
+    /// The GPUs whose holder pods share the value of `job_label`.
+    Label,
+    /// Every GPU of a sample.
+    Node,
+    /// No straggler detection.
+    Off,
+}
+
+/// The straggler rule's settings (`[verdict.stragglers]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StragglerConfig {
+    /// What makes GPUs one job.
+    pub group_by: GroupBy,
+    /// The pod label whose value names the job, for `group_by = "label"`.
+    pub job_label: String,
+    /// The band's width in median absolute deviations below the median.
+    pub band_mads: f64,
+    /// The band is at least this share of the median wide: a job of identical GPUs has no
+    /// deviation, and a clock 2 % lower is no straggler.
+    pub min_gap: f64,
+    /// Seconds a GPU must stay out of the band, after the sample that first found it there.
+    pub sustain_seconds: f64,
+    /// Fewest members reading a signal for its band (a median of two is no majority).
+    pub min_members: u32,
+}
+
+impl Default for StragglerConfig {
+    fn default() -> Self {
+        StragglerConfig {
+            group_by: GroupBy::Pod,
+            job_label: String::new(),
+            band_mads: 3.0,
+            min_gap: 0.10,
+            sustain_seconds: 30.0,
+            min_members: 3,
+        }
+    }
+}
+
+impl StragglerConfig {
+    /// Every setting in range (keys are `<prefix>name`).
+    ///
+    /// # Errors
+    /// Each problem, naming its key.
+    pub fn validate(&self, prefix: &str) -> Result<(), Vec<crate::phase::InvalidSetting>> {
+        let mut c = crate::phase::Checker::new(prefix);
+        c.range("band_mads", self.band_mads, 0.0, 100.0);
+        c.range("min_gap", self.min_gap, 0.0, 1.0);
+        c.range("sustain_seconds", self.sustain_seconds, 0.0, 86_400.0);
+        if self.min_members < 3 {
+            c.push(
+                "min_members",
+                format!(
+                    "{} is under 3: a median of two is no majority",
+                    self.min_members
+                ),
+            );
+        }
+        if self.group_by == GroupBy::Label && self.job_label.trim().is_empty() {
+            c.push(
+                "job_label",
+                "empty while group_by = \"label\": name the pod label that names the job (and list it in node.pod_labels)".into(),
+            );
+        }
+        c.finish()
+    }
+}
+
+/// A signal's band over one job: its median and the floor under which a member is out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Band {
+    /// The members' median.
+    pub median: f64,
+    /// `median − max(band_mads · MAD, min_gap · median)`.
+    pub floor: f64,
+}
+
+impl Band {
+    /// The band of `values` (finite, at least `min_members` of them), else `None`.
+    #[must_use]
+    pub fn of(values: &[f64], cfg: &StragglerConfig) -> Option<Band> {
+        let n = u32::try_from(values.len()).unwrap_or(u32::MAX);
+        if n < cfg.min_members.max(3) || values.iter().any(|v| !v.is_finite()) {
+            return None;
+        }
+        let m = median(values.to_vec());
+        let mad = median(values.iter().map(|v| (v - m).abs()).collect());
+        let width = (cfg.band_mads * mad).max(cfg.min_gap * m);
+        Some(Band {
+            median: m,
+            floor: m - width,
+        })
+    }
+
+    /// How far under the band `x` is, as a share of the median: `None` when in it.
+    #[must_use]
+    pub fn gap(&self, x: f64) -> Option<f64> {
+        (x < self.floor && self.median > 0.0).then(|| (self.median - x) / self.median)
+    }
+}
+
+/// The median of finite values (the mean of the middle two for an even count).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => f64::midpoint(v[n / 2 - 1], v[n / 2]),
+    }
+}
+
+/// The job an entity belongs to under `cfg`, when it has one.
+#[must_use]
+pub fn job_of(e: &EntitySample, cfg: &StragglerConfig) -> Option<String> {
+    let named = |ns: Option<&str>, name: &str| match ns {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_string(),
+    };
+    match cfg.group_by {
+        GroupBy::Off => None,
+        GroupBy::Node => Some("node".to_string()),
+        GroupBy::Pod => {
+            let pod = e.id.pod.as_ref().filter(|p| !p.pod.is_empty())?;
+            Some(named(pod.namespace.as_deref(), &pod.pod))
+        }
+        GroupBy::Label => {
+            let label = crate::catalog::pod_label_name(&cfg.job_label);
+            let holder = e.allocation.as_ref()?.iter().find_map(|h| {
+                let v = h.labels.iter().find(|(k, _)| *k == label)?;
+                Some((h.pod.namespace.as_deref(), v.1.as_str()))
+            })?;
+            Some(named(holder.0, holder.1))
+        }
+    }
+}
+
+/// One member's signals, sanitized: the SM clock and the compute term.
+fn signals(e: &EntitySample) -> [Option<f64>; 2] {
+    let spec: Option<&GpuSpec> = e.id.model.as_deref().and_then(gpus::lookup);
+    let mut r: Readings = e.readings;
+    derive::sanitize(&mut r, &e.id, spec, &mut Vec::new());
+    [r.value(Field::SmClockMhz), derive::compute_term(&r, spec)]
+}
+
+/// The straggler detector of one sampler: how long each GPU has been out of its job's band.
+#[derive(Debug, Clone, Default)]
+pub struct Stragglers {
+    /// The previous sample's time.
+    last: Option<Timestamp>,
+    /// A GPU out of its band: seconds since the sample that first found it there.
+    out: HashMap<EntityId, f64>,
+}
+
+impl Stragglers {
+    /// Mark the sample's stragglers and those that wait on them (see the module
+    /// documentation). Entities outside any job, or in a job too small for a band, are left
+    /// as they are.
+    pub fn mark(&mut self, sample: &mut Sample, cfg: &StragglerConfig) {
+        let dt = self
+            .last
+            .map_or(0.0, |t| sample.taken.seconds_since(t).max(0.0));
+        self.last = Some(sample.taken);
+        let mut jobs: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (i, e) in sample.entities.iter().enumerate() {
+            if let Some(job) = job_of(e, cfg) {
+                jobs.entry(job).or_default().push(i);
+            }
+        }
+        let mut seen = HashMap::with_capacity(self.out.len());
+        for members in jobs.values() {
+            self.mark_job(&mut sample.entities, members, dt, cfg, &mut seen);
+        }
+        self.out = seen;
+    }
+
+    /// One job: the bands, each member's gaps, who is sustained, and the marks.
+    fn mark_job(
+        &self,
+        entities: &mut [EntitySample],
+        members: &[usize],
+        dt: f64,
+        cfg: &StragglerConfig,
+        seen: &mut HashMap<EntityId, f64>,
+    ) {
+        let sig: Vec<[Option<f64>; 2]> = members.iter().map(|&i| signals(&entities[i])).collect();
+        let bands: [Option<Band>; 2] = [0, 1].map(|k| {
+            let v: Vec<f64> = sig.iter().filter_map(|s| s[k]).collect();
+            Band::of(&v, cfg)
+        });
+        let mut worst: Option<f64> = None;
+        let mut stragglers = Vec::new();
+        for (m, s) in members.iter().zip(&sig) {
+            let gaps = [0, 1].map(|k| bands[k].zip(s[k]).and_then(|(b, x)| b.gap(x)));
+            if gaps.iter().all(Option::is_none) {
+                continue;
+            }
+            let id = entities[*m].id.clone();
+            let held = self.out.get(&id).map_or(0.0, |h| h + dt);
+            seen.insert(id, held);
+            if held + 1e-6 >= cfg.sustain_seconds {
+                stragglers.push((*m, gaps));
+                let g = gaps.iter().flatten().copied().fold(0.0, f64::max);
+                worst = Some(worst.map_or(g, |w: f64| w.max(g)));
+            }
+        }
+        let Some(worst) = worst else { return };
+        for &m in members {
+            entities[m].job = job_of(&entities[m], cfg);
+            let r = &mut entities[m].readings;
+            match stragglers.iter().find(|(s, _)| *s == m) {
+                Some((_, [clock, compute])) => {
+                    for (f, g) in [
+                        (Field::StragglerClockGap, clock),
+                        (Field::StragglerComputeGap, compute),
+                    ] {
+                        if let Some(g) = g {
+                            r.set_value(f, *g);
+                        }
+                    }
+                }
+                None => r.set_value(Field::StragglerWaitGap, worst),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
