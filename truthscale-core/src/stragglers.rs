@@ -182,6 +182,19 @@ fn signals(e: &EntitySample) -> [Option<f64>; 2] {
     [r.value(Field::SmClockMhz), derive::compute_term(&r, spec)]
 }
 
+/// What the detector found for one entity of a sample: its job, and the fields to write
+/// on its readings (its gaps, or the gap it waits on).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mark {
+    /// The entity's position in the sample.
+    pub index: usize,
+    /// Its job.
+    pub job: String,
+    /// [`Field::StragglerClockGap`] and [`Field::StragglerComputeGap`] for a straggler,
+    /// [`Field::StragglerWaitGap`] for the others.
+    pub fields: Vec<(Field, f64)>,
+}
+
 /// The straggler detector of one sampler: how long each GPU has been out of its job's band.
 #[derive(Debug, Clone, Default)]
 pub struct Stragglers {
@@ -196,6 +209,20 @@ impl Stragglers {
     /// documentation). Entities outside any job, or in a job too small for a band, are left
     /// as they are.
     pub fn mark(&mut self, sample: &mut Sample, cfg: &StragglerConfig) {
+        for m in self.marks(sample, cfg) {
+            let e = &mut sample.entities[m.index];
+            for (f, v) in m.fields {
+                e.readings.set_value(f, v);
+            }
+            e.job = Some(m.job);
+        }
+    }
+
+    /// What [`Stragglers::mark`] would write, by entity position, in order.
+    pub fn marks(&mut self, sample: &Sample, cfg: &StragglerConfig) -> Vec<Mark> {
+        if cfg.group_by == GroupBy::Off {
+            return Vec::new();
+        }
         let dt = self
             .last
             .map_or(0.0, |t| sample.taken.seconds_since(t).max(0.0));
@@ -207,59 +234,76 @@ impl Stragglers {
             }
         }
         let mut seen = HashMap::with_capacity(self.out.len());
-        for members in jobs.values() {
-            self.mark_job(&mut sample.entities, members, dt, cfg, &mut seen);
+        let mut out = Vec::new();
+        for (job, members) in jobs {
+            if members.len() >= 3 {
+                self.mark_job(
+                    &sample.entities,
+                    &job,
+                    &members,
+                    dt,
+                    cfg,
+                    &mut seen,
+                    &mut out,
+                );
+            }
         }
         self.out = seen;
+        out.sort_by_key(|m| m.index);
+        out
     }
 
     /// One job: the bands, each member's gaps, who is sustained, and the marks.
+    #[expect(clippy::too_many_arguments, reason = "one job's step of `marks`")]
     fn mark_job(
         &self,
-        entities: &mut [EntitySample],
+        entities: &[EntitySample],
+        job: &str,
         members: &[usize],
         dt: f64,
         cfg: &StragglerConfig,
         seen: &mut HashMap<EntityId, f64>,
+        out: &mut Vec<Mark>,
     ) {
         let sig: Vec<[Option<f64>; 2]> = members.iter().map(|&i| signals(&entities[i])).collect();
         let bands: [Option<Band>; 2] = [0, 1].map(|k| {
             let v: Vec<f64> = sig.iter().filter_map(|s| s[k]).collect();
             Band::of(&v, cfg)
         });
-        let mut worst: Option<f64> = None;
         let mut stragglers = Vec::new();
         for (m, s) in members.iter().zip(&sig) {
             let gaps = [0, 1].map(|k| bands[k].zip(s[k]).and_then(|(b, x)| b.gap(x)));
             if gaps.iter().all(Option::is_none) {
                 continue;
             }
-            let id = entities[*m].id.clone();
-            let held = self.out.get(&id).map_or(0.0, |h| h + dt);
-            seen.insert(id, held);
+            let id = &entities[*m].id;
+            let held = self.out.get(id).map_or(0.0, |h| h + dt);
+            seen.insert(id.clone(), held);
             if held + 1e-6 >= cfg.sustain_seconds {
                 stragglers.push((*m, gaps));
-                let g = gaps.iter().flatten().copied().fold(0.0, f64::max);
-                worst = Some(worst.map_or(g, |w: f64| w.max(g)));
             }
         }
+        let worst = stragglers
+            .iter()
+            .flat_map(|(_, g)| g.iter().flatten().copied())
+            .reduce(f64::max);
         let Some(worst) = worst else { return };
         for &m in members {
-            entities[m].job = job_of(&entities[m], cfg);
-            let r = &mut entities[m].readings;
-            match stragglers.iter().find(|(s, _)| *s == m) {
-                Some((_, [clock, compute])) => {
-                    for (f, g) in [
-                        (Field::StragglerClockGap, clock),
-                        (Field::StragglerComputeGap, compute),
-                    ] {
-                        if let Some(g) = g {
-                            r.set_value(f, *g);
-                        }
-                    }
-                }
-                None => r.set_value(Field::StragglerWaitGap, worst),
-            }
+            let fields = match stragglers.iter().find(|(s, _)| *s == m) {
+                Some((_, [clock, compute])) => [
+                    (Field::StragglerClockGap, *clock),
+                    (Field::StragglerComputeGap, *compute),
+                ]
+                .into_iter()
+                .filter_map(|(f, g)| g.map(|g| (f, g)))
+                .collect(),
+                None => vec![(Field::StragglerWaitGap, worst)],
+            };
+            out.push(Mark {
+                index: m,
+                job: job.to_string(),
+                fields,
+            });
         }
     }
 }

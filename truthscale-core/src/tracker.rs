@@ -14,6 +14,7 @@ use crate::model::{
     EntityId, EntityKey, EntitySample, Field, Phase, Sample, ServingSnapshot, Timestamp,
 };
 use crate::phase::{PhaseClassifier, PhaseInputs, PhaseMethod};
+use crate::stragglers::{Mark, Stragglers};
 use crate::verdict::{self, Decision, VerdictConfig, VerdictInputs};
 use std::collections::{HashMap, VecDeque};
 
@@ -693,6 +694,8 @@ pub struct Deriver {
     /// per entity and sample (a fleet names few models; past [`MODELS_CACHED`] names, the
     /// rest are looked up each time).
     models: Vec<(String, Option<&'static GpuSpec>)>,
+    /// Each job's stragglers, found across a sample's entities before each is derived.
+    stragglers: Stragglers,
 }
 
 /// Model names [`Deriver`] keeps the catalog entry of.
@@ -760,6 +763,7 @@ impl Deriver {
             entities: EntityTable::default(),
             epoch: 0,
             models: Vec::new(),
+            stragglers: Stragglers::default(),
         }
     }
 
@@ -862,8 +866,11 @@ impl Deriver {
         diagnostics: &mut Vec<Diagnostic>,
         mut each: impl FnMut(Slot, &EntityWindow, Handed),
     ) {
+        let marks = self.stragglers.marks(sample, &self.verdict.stragglers);
+        let mut marks = marks.iter().peekable();
         for (pos, e) in sample.entities.iter().enumerate() {
-            self.observe_entity(sample.taken, pos, e, diagnostics, &mut each);
+            let mark = marks.next_if(|m| m.index == pos);
+            self.observe_entity(sample.taken, (pos, mark), e, diagnostics, &mut each);
         }
     }
 
@@ -894,7 +901,7 @@ impl Deriver {
     fn observe_entity(
         &mut self,
         taken: Timestamp,
-        pos: usize,
+        (pos, mark): (usize, Option<&Mark>),
         e: &EntitySample,
         diags: &mut Vec<Diagnostic>,
         each: &mut impl FnMut(Slot, &EntityWindow, Handed),
@@ -930,6 +937,7 @@ impl Deriver {
         }
         // The window is derived in place of the entity's previous one.
         let attributes_changed = state.take_readings(e, spec, diags);
+        state.window.mark(e, mark);
         let id_changed = first || attributes_changed;
         state.activity_from_counters =
             state
@@ -944,6 +952,25 @@ impl Deriver {
         state.copy_attributes(e, spec, cfg.workload);
         let seconds = state.settle(decision, self.update_interval, k, diags);
         each(handed_slot(id_changed), &state.window, Handed::New(seconds));
+    }
+}
+
+impl EntityWindow {
+    /// The job's marks on the window: a straggler's gaps, or the gap it waits on, and the
+    /// job (the sample's own, where its source marked it, else none).
+    fn mark(&mut self, e: &EntitySample, mark: Option<&Mark>) {
+        match mark {
+            Some(m) => {
+                for (f, v) in &m.fields {
+                    self.readings.set_value(*f, *v);
+                }
+                if self.job.as_deref() != Some(m.job.as_str()) {
+                    self.job = Some(m.job.clone());
+                }
+            }
+            None if self.job.is_some() || e.job.is_some() => self.job.clone_from(&e.job),
+            None => {}
+        }
     }
 }
 
@@ -1294,9 +1321,6 @@ impl EntityState {
         }
         if win.allocation.is_some() || e.allocation.is_some() {
             win.allocation.clone_from(&e.allocation);
-        }
-        if win.job.is_some() || e.job.is_some() {
-            win.job.clone_from(&e.job);
         }
         win.truth_phase = e.truth_phase;
         win.truth_workload = e.truth_workload;

@@ -255,22 +255,25 @@ fn the_waiting_gpus_are_comm_bound_and_the_straggler_is_busy() {
     use crate::model::Phase;
     use crate::tracker::Deriver;
     use crate::verdict::Verdict;
-    let cfg = StragglerConfig {
-        sustain_seconds: 5.0,
-        ..StragglerConfig::default()
-    };
-    let mut marks = Stragglers::default();
+    // The deriver finds them itself, from its verdict configuration.
     let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+    d.set_verdict_config(crate::verdict::VerdictConfig {
+        stragglers: StragglerConfig {
+            sustain_seconds: 5.0,
+            ..StragglerConfig::default()
+        },
+        ..crate::verdict::VerdictConfig::default()
+    });
     let mut totals = Vec::new();
     for t in 0..=20 {
         let mut s = job_at(t * 1000);
         busy_flags(&mut s);
-        marks.mark(&mut s, &cfg);
         let windows = d.observe(&s).windows;
         for w in &windows {
             let g = w.id.gpu.unwrap();
             // Before the mark (t < 5) the waiting GPUs are starved of unknown cause and
             // stalled; from it, comm-bound.
+            assert_eq!(w.job.as_deref(), (t >= 5).then_some("ml/train"), "t = {t}");
             if g == 3 {
                 assert_eq!(w.verdict.verdict, Verdict::Busy, "t = {t}");
                 assert_ne!(w.phase, Some(Phase::CommBound), "t = {t}");
