@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 use truthscale_core::catalog::{GpuMetric, MetricId, RawKind, ServingMetric};
 use truthscale_core::gpus::{self, GpuSpec};
-use truthscale_core::model::{EntityKey, Readings, Sample, ServingSnapshot, Throttles};
+use truthscale_core::model::{EntityKey, Field, Readings, Sample, ServingSnapshot, Throttles};
 use truthscale_core::tracker::{Deriver, EntityWindow};
 use truthscale_core::verdict::{self, VerdictConfig, VerdictInputs, VerdictResult};
 
@@ -51,6 +51,8 @@ pub(crate) struct GpuView {
     pub readings: Readings,
     /// The catalog model, where the model name is known.
     pub spec: Option<&'static GpuSpec>,
+    /// The job of a straggler, or of a GPU that waits on one.
+    pub job: Option<String>,
 }
 
 /// One holder's estimated part of a shared GPU's effective compute
@@ -137,6 +139,7 @@ impl GpuView {
             pod_estimates: pod_estimates(w),
             readings: w.readings,
             spec: w.spec,
+            job: w.job.clone(),
         }
     }
 
@@ -307,6 +310,15 @@ pub(crate) fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> Vec<GpuV
             MetricId::Gpu(GpuMetric::GpuDramActive) => v.dram = x,
             MetricId::Gpu(GpuMetric::PodEffectiveComputeEstimate) => {
                 v.pod_estimates.push(estimate_of(&s));
+            }
+            MetricId::Gpu(GpuMetric::GpuStragglerGap | GpuMetric::GpuWaitingOnStraggler) => {
+                let field = match label("signal") {
+                    "sm_clock" => Field::StragglerClockGap,
+                    "effective_compute" => Field::StragglerComputeGap,
+                    _ => Field::StragglerWaitGap,
+                };
+                v.readings.set_value(field, s.value);
+                v.job = Some(label("job_group").to_string());
             }
             // The regime for every GPU; the serving phase (written after it) where serving.
             MetricId::Gpu(GpuMetric::GpuRegime | GpuMetric::GpuPhase) if s.value == 1.0 => {

@@ -502,7 +502,9 @@ impl PhaseInputs {
         // its links is neither idle (its busy flag is high) nor stalled on its own.
         const FIRST: [Phase; 3] = [Phase::Idle, Phase::CommBound, Phase::Stalled];
         for p in FIRST {
-            if current == Some(p) && !self.exits(p, c) {
+            // Comm-bound, the more specific, wins over staying stalled.
+            let stays = current == Some(p) && !self.exits(p, c);
+            if stays || (p == Phase::CommBound && self.enters(p, c)) {
                 return Some(p);
             }
         }

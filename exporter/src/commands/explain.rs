@@ -8,6 +8,7 @@ use crate::view::{GpuView, fetch_metrics, views_from_exposition, views_from_repl
 use anyhow::bail;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use truthscale_core::model::Field;
 use truthscale_core::verdict::VerdictConfig;
 
 fn pct(v: f64) -> String {
@@ -87,6 +88,7 @@ pub(crate) fn explain(v: &GpuView) -> String {
         "  phase:          {}",
         v.phase.as_deref().unwrap_or("undecided")
     );
+    straggler(&mut o, v);
     if let Some(sv) = &v.serving {
         let _ = match &sv.absent_reason {
             Some(r) => writeln!(o, "  engine:         absent ({r})"),
@@ -131,6 +133,35 @@ pub(crate) fn explain(v: &GpuView) -> String {
 
 /// A time-sliced GPU's holders' parts of its effective compute, said to be estimates and
 /// why: the counters are the device's, so no holder's own part is measured.
+/// The straggler line: this GPU holds its job back, or waits on the one that does.
+fn straggler(o: &mut String, v: &GpuView) {
+    let Some(job) = &v.job else { return };
+    let r = &v.readings;
+    let gaps: Vec<String> = [
+        ("SM clock", Field::StragglerClockGap),
+        ("effective compute", Field::StragglerComputeGap),
+    ]
+    .into_iter()
+    .filter_map(|(what, f)| {
+        r.value(f)
+            .map(|g| format!("its {what} {} under the job's median", pct(g)))
+    })
+    .collect();
+    if !gaps.is_empty() {
+        let _ = writeln!(
+            o,
+            "  straggler:      of job {job}: {}; the job's other GPUs wait on it (comm_bound)",
+            gaps.join(", ")
+        );
+    } else if let Some(g) = r.value(Field::StragglerWaitGap) {
+        let _ = writeln!(
+            o,
+            "  straggler:      waits on a straggler of job {job} ({} behind the job's median): comm_bound, not starved on its own",
+            pct(g)
+        );
+    }
+}
+
 fn pod_estimates(o: &mut String, v: &GpuView) {
     if v.pod_estimates.is_empty() {
         return;

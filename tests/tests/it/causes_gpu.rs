@@ -60,9 +60,19 @@ fn uuid(index: usize) -> String {
 
 /// Write a scenario of `devices` and serve it, sampling every 250 ms.
 fn serve(dir: &TempDir, comment: &str, devices: Vec<Json>) -> Sidecar {
+    serve_with(dir, comment, devices, &[])
+}
+
+/// [`serve`] with more environment.
+fn serve_with(dir: &TempDir, comment: &str, devices: Vec<Json>, env: &[(&str, &str)]) -> Sidecar {
     let scenario = dir.path().join("scenario.json");
     let text = json!({ "_comment": comment, "devices": devices }).to_string();
     std::fs::write(&scenario, text).expect("write the scenario");
+    let mut all = vec![(
+        "FAKE_NVML_SCENARIO",
+        scenario.to_str().expect("a UTF-8 path"),
+    )];
+    all.extend_from_slice(env);
     Sidecar::start(
         &[
             "--source",
@@ -72,10 +82,7 @@ fn serve(dir: &TempDir, comment: &str, devices: Vec<Json>) -> Sidecar {
             "--interval",
             "250ms",
         ],
-        &[(
-            "FAKE_NVML_SCENARIO",
-            scenario.to_str().expect("a UTF-8 path"),
-        )],
+        &all,
         dir.path(),
     )
 }
@@ -301,4 +308,119 @@ fn each_starved_gpu_is_given_its_cause_from_the_gpu_counters() {
             "GPU {gpu}"
         );
     }
+}
+
+/// An eight-GPU job on one machine (`group_by = "node"`), GPU 5's SM clock capped at
+/// 1200 MHz: it computes (tensor 60 %) while the seven others wait in their collectives
+/// (tensor 3 %, SMs 15 %). GPU 5 is flagged with its gap; the others are `comm_bound`, their
+/// regime and their starved seconds' cause, and `explain` says so.
+#[test]
+fn an_eight_gpu_job_with_one_clock_capped_has_one_straggler_and_seven_waiting() {
+    let dir = TempDir::new("stragglers");
+    let capped = 5;
+    let devices: Vec<Json> = (0..8)
+        .map(|i| {
+            let (tensor, sm) = if i == capped { (60, 90) } else { (3, 15) };
+            let mut d = h100(
+                i,
+                &json!({
+                    "graphics_util": 100, "sm_util": sm, "sm_occupancy": 10,
+                    "any_tensor_util": tensor, "dram_bw_util": 5, "fp32_util": 1,
+                    "fp16_util": 0, "pcie_rx_per_sec": 50, "pcie_tx_per_sec": 50,
+                    "nvlink_total_rx_per_sec": 100, "nvlink_total_tx_per_sec": 100,
+                }),
+            );
+            if i == capped {
+                d["sm_clock_mhz"] = json!(1200);
+            }
+            d
+        })
+        .collect();
+    let s = serve_with(
+        &dir,
+        "Eight H100s of one job, GPU 5's clock capped at 1200 MHz.",
+        devices,
+        &[
+            ("TRUTHSCALE_VERDICT__STRAGGLERS__GROUP_BY", "node"),
+            ("TRUTHSCALE_VERDICT__STRAGGLERS__SUSTAIN_SECONDS", "1"),
+        ],
+    );
+    let waiting = |m: &[Sample], gpu| {
+        of(m, gpu, "truthscale_gpu_regime", &[("regime", "comm_bound")]) == Some(1.0)
+            && of(m, gpu, STARVED, &[("cause", "comm_bound")]).is_some_and(|v| v > 0.0)
+    };
+    let m = s.wait_for(WAIT, "one straggler and seven GPUs waiting on it", |m| {
+        (0..8).filter(|g| *g != capped).all(|g| waiting(m, g))
+    });
+    // The gap, from the scenario's clocks: (1980 − 1200) / 1980, the median of eight
+    // where seven read 1980.
+    let gap = (1980.0 - 1200.0) / 1980.0;
+    let flagged = series(&m, "truthscale_gpu_straggler_gap_ratio", &[]);
+    assert_eq!(flagged.len(), 1, "{flagged:?}");
+    assert_eq!(flagged[0].label("uuid"), Some(uuid(capped).as_str()));
+    assert_eq!(flagged[0].label("signal"), Some("sm_clock"));
+    assert_eq!(flagged[0].label("job_group"), Some("node"));
+    assert!(close(Some(flagged[0].value), gap, 1e-12), "{flagged:?}");
+    for g in (0..8).filter(|g| *g != capped) {
+        let w = of(
+            &m,
+            g,
+            "truthscale_gpu_waiting_on_straggler_gap_ratio",
+            &[("job_group", "node")],
+        );
+        assert!(close(w, gap, 1e-12), "GPU {g}: {w:?}");
+        assert_eq!(
+            of(&m, g, "truthscale_gpu_verdict", &[("verdict", "starved")]),
+            Some(1.0)
+        );
+    }
+    // The straggler itself computes: busy, never waiting, never comm-bound.
+    assert_eq!(
+        of(&m, capped, "truthscale_gpu_verdict", &[("verdict", "busy")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        of(
+            &m,
+            capped,
+            "truthscale_gpu_waiting_on_straggler_gap_ratio",
+            &[]
+        ),
+        None
+    );
+    assert_eq!(
+        of(
+            &m,
+            capped,
+            "truthscale_gpu_regime",
+            &[("regime", "comm_bound")]
+        ),
+        Some(0.0)
+    );
+    // explain, from the sidecar's /metrics.
+    let out = clean_command()
+        .args(["explain", "--url", &format!("http://{}", s.addr)])
+        .output()
+        .expect("run explain");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("  straggler:      of job node: its SM clock 39 % under the job's median; the job's other GPUs wait on it (comm_bound)"),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("  straggler:      waits on a straggler of job node (39 % behind the job's median): comm_bound, not starved on its own").count(),
+        7,
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "comm_bound (waiting on a straggler of its job, 39 % behind the job's median)"
+        ),
+        "{text}"
+    );
 }

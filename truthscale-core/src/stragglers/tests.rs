@@ -347,3 +347,34 @@ fn a_pure_all_reduce_is_comm_bound() {
     // comm_bound, the regime and the cause alike.
     assert_eq!(w.verdict.cause().map(|f| f.cause), Some(Cause::CommBound));
 }
+
+#[test]
+fn comm_bound_takes_over_from_stalled() {
+    use crate::model::Phase;
+    use crate::phase::{PhaseConfig, PhaseInputs};
+    let c = PhaseConfig::default();
+    let waiting = PhaseInputs {
+        util: Some(1.0),
+        sm_active: Some(0.15),
+        compute: Some(0.03),
+        dram: Some(0.05),
+        pipe: Some(0.03),
+        tensor: Some(0.03),
+        ..PhaseInputs::default()
+    };
+    // Stalled on its own counters; once its job has a straggler, comm-bound.
+    assert_eq!(waiting.counter_candidate(None, &c), Some(Phase::Stalled));
+    let marked = PhaseInputs {
+        waiting_on_straggler: true,
+        ..waiting
+    };
+    assert_eq!(
+        marked.counter_candidate(Some(Phase::Stalled), &c),
+        Some(Phase::CommBound)
+    );
+    // And back once the straggler is gone.
+    assert_eq!(
+        waiting.counter_candidate(Some(Phase::CommBound), &c),
+        Some(Phase::Stalled)
+    );
+}
