@@ -90,6 +90,8 @@ pub struct EntityWindow {
     pub processes: Vec<crate::model::ProcessReading>,
     /// Node mode: the containers the kubelet allocated the entity to, when known.
     pub allocation: Option<Vec<crate::model::Holder>>,
+    /// Node mode: each holder pod's own pressure over the window, where measured.
+    pub holder_pressure: Vec<crate::model::PodPressure>,
     /// Ground-truth regime, for simulated data.
     pub truth_phase: Option<Phase>,
     /// Ground-truth workload, for simulated data.
@@ -481,6 +483,7 @@ impl EntityState {
                 throttles: None,
                 processes: Vec::new(),
                 allocation: None,
+                holder_pressure: Vec::new(),
                 truth_phase: None,
                 truth_workload: None,
                 truth_effective_compute: None,
@@ -1287,6 +1290,9 @@ impl EntityState {
         }
         if win.allocation.is_some() || e.allocation.is_some() {
             win.allocation.clone_from(&e.allocation);
+        }
+        if !(win.holder_pressure.is_empty() && e.holder_pressure.is_empty()) {
+            win.holder_pressure.clone_from(&e.holder_pressure);
         }
         win.truth_phase = e.truth_phase;
         win.truth_workload = e.truth_workload;

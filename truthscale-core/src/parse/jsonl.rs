@@ -171,7 +171,6 @@ fn read_line(t: &str) -> Result<Sample, String> {
         ),
     };
     let e = EntitySample {
-        allocation: None,
         id,
         readings,
         throttles,
@@ -182,7 +181,8 @@ fn read_line(t: &str) -> Result<Sample, String> {
         simulated: take::<String>(o, "source")?.as_deref() == Some("sim"),
         sm_clock_is_point: false,
         counters_held: false,
-        processes: Vec::new(),
+        // Node mode's lists (processes, allocation, holders' pressure): not in the format.
+        ..EntitySample::default()
     };
     Ok(Sample {
         taken: Timestamp(ms),
@@ -341,6 +341,7 @@ mod tests {
         readings.set(Field::NvlinkTxBytesPerSec, Reading::Blank);
         EntitySample {
             allocation: None,
+            holder_pressure: Vec::new(),
             id: EntityId {
                 gpu: Some(3),
                 uuid: Some("GPU-1".into()),
