@@ -10,7 +10,9 @@
   docker/kubernetes/node/base/showback-prometheusrule.yaml, one whose spec is
   alerts/showback.rules.yml (node mode's showback), and
   docker/kubernetes/dcgm-exporter-prometheusrule.yaml, one whose spec is
-  alerts/dcgm-exporter.rules.yml (the joins with dcgm-exporter's series). A Prometheus rules file
+  alerts/dcgm-exporter.rules.yml (the joins with dcgm-exporter's series), and
+  docker/kubernetes/causes-prometheusrule.yaml, one whose spec is alerts/causes.rules.yml (the
+  holder pods' pressure from cAdvisor, joined with dcgm-exporter's GPUs). A Prometheus rules file
   and PrometheusRule.spec have the same shape (`groups: [...]`), so the file's text is embedded
   as it is, indented under `spec:` (comments included).
 - docker/kubernetes/dashboards-configmap.yaml: a ConfigMap labelled grafana_dashboard: "1" that
@@ -73,6 +75,13 @@ RULE_SETS = [
         "truthscale-dcgm-exporter",
         "dcgm-exporter-rules",
         "tests/tests/it/dcgm_joins.rs",
+    ),
+    RuleSet(
+        "alerts/causes.rules.yml",
+        "docker/kubernetes/causes-prometheusrule.yaml",
+        "truthscale-causes",
+        "causes-rules",
+        "tests/tests/it/docker.rs",
     ),
 ]
 

@@ -159,6 +159,12 @@ impl MetricDesc {
                         | GpuMetric::PodEffectiveCompute
                         | GpuMetric::PodEffectiveComputeEstimate
                         | GpuMetric::PodMemoryUsed
+                        | GpuMetric::PodCpuThrottled
+                        | GpuMetric::PodCpuLimit
+                        | GpuMetric::PodCpuWaiting
+                        | GpuMetric::PodIoWaiting
+                        | GpuMetric::PodIoStalled
+                        | GpuMetric::PodMemoryStalled
                 )
             ) {
                 ordered_run(
@@ -557,6 +563,18 @@ metrics! {
         "Node mode: the share of the last window in which all tasks of a holder pod waited on I/O (io.pressure full; the worst holder).";
     GPU_HOLDER_MEMORY_STALLED / Gpu::GpuHolderMemoryStalled = "truthscale_gpu_holder_memory_pressure_stalled_ratio", Gauge, [], gauge("truthscale.gpu.holder.memory.pressure.stalled", "1"), raw(Field::HolderMemoryStalledRatio, 1.0),
         "Node mode: the share of the last window in which all tasks of a holder pod waited on memory (memory.pressure full; the worst holder).";
+    POD_CPU_THROTTLED / Gpu::PodCpuThrottled = "truthscale_pod_cpu_throttled_ratio", Gauge, [], gauge("truthscale.pod.cpu.throttled", "1"), None,
+        "Node mode: of the CFS periods of one pod holding the GPU over the last window, the share throttled (cgroup v2 cpu.stat nr_throttled/nr_periods), labelled with that pod and namespace (none where the GPU's series already name it); a pod whose processes are not attributed has none (it still counts in truthscale_gpu_holder_cpu_throttled_ratio).";
+    POD_CPU_LIMIT / Gpu::PodCpuLimit = "truthscale_pod_cpu_limit_cores", Gauge, [], gauge("truthscale.pod.cpu.limit", "{cpu}"), None,
+        "Node mode: the CPU limit of one pod holding the GPU, in CPUs (cgroup v2 cpu.max), labelled as truthscale_pod_cpu_throttled_ratio; absent where no limit is set.";
+    POD_CPU_WAITING / Gpu::PodCpuWaiting = "truthscale_pod_cpu_pressure_waiting_ratio", Gauge, [], gauge("truthscale.pod.cpu.pressure.waiting", "1"), None,
+        "Node mode: the share of the last window in which some task of one pod holding the GPU waited for a CPU (cpu.pressure some), labelled as truthscale_pod_cpu_throttled_ratio.";
+    POD_IO_WAITING / Gpu::PodIoWaiting = "truthscale_pod_io_pressure_waiting_ratio", Gauge, [], gauge("truthscale.pod.io.pressure.waiting", "1"), None,
+        "Node mode: the share of the last window in which some task of one pod holding the GPU waited on I/O (io.pressure some), labelled as truthscale_pod_cpu_throttled_ratio.";
+    POD_IO_STALLED / Gpu::PodIoStalled = "truthscale_pod_io_pressure_stalled_ratio", Gauge, [], gauge("truthscale.pod.io.pressure.stalled", "1"), None,
+        "Node mode: the share of the last window in which all tasks of one pod holding the GPU waited on I/O (io.pressure full), labelled as truthscale_pod_cpu_throttled_ratio.";
+    POD_MEMORY_STALLED / Gpu::PodMemoryStalled = "truthscale_pod_memory_pressure_stalled_ratio", Gauge, [], gauge("truthscale.pod.memory.pressure.stalled", "1"), None,
+        "Node mode: the share of the last window in which all tasks of one pod holding the GPU waited on memory (memory.pressure full), labelled as truthscale_pod_cpu_throttled_ratio.";
     GPU_CEILING_ROOFLINE_SATURATION / Gpu::GpuCeilingRooflineSaturation = "truthscale_gpu_ceiling_roofline_saturation_ratio", Gauge, [], gauge("truthscale.gpu.ceiling.roofline_saturation", "1"), None,
         "Observed ceiling: the best 60 s average roofline saturation seen in the last hour. Observed, so a lower bound on the true ceiling.";
     GPU_CEILING_OUTPUT_TOKENS / Gpu::GpuCeilingOutputTokens = "truthscale_gpu_ceiling_output_tokens_per_second", Gauge, [], gauge("truthscale.gpu.ceiling.output_tokens.rate", "{token}/s"), None,
@@ -964,6 +982,11 @@ mod tests {
             POD_MEMORY_USED.check_labels(&["gpu", "node", "pod", "namespace", "container"]),
             Ok(())
         );
+        assert_eq!(
+            POD_CPU_THROTTLED.check_labels(&with(&["pod", "namespace"])),
+            Ok(())
+        );
+        assert_eq!(POD_IO_STALLED.check_labels(&gpu), Ok(()));
         // Only those families add a pod after the node; none adds one the entity has.
         assert!(GPU_UP.check_labels(&["gpu", "node", "pod"]).is_err());
         assert!(

@@ -806,6 +806,29 @@ pub struct Holder {
     pub labels: Vec<(&'static str, String)>,
 }
 
+/// Node mode: one pod's own CPU, I/O and memory pressure over the last tick, from its
+/// cgroup v2 files: the pod that holds a GPU, named as its processes are (pod and
+/// namespace; the files are the pod's, so no container). Each share is `None` where it was
+/// not measured (a first read, a counter that went backwards, a file that could not be
+/// read): never a zero nobody measured.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PodPressure {
+    /// The pod (its `container` always `None`).
+    pub pod: PodRef,
+    /// Of its CFS periods, the share throttled (`cpu.stat` `nr_throttled / nr_periods`).
+    pub cpu_throttled_ratio: Option<f64>,
+    /// Its CPU limit in CPUs (`cpu.max`; `None` where it is `max`).
+    pub cpu_limit_cores: Option<f64>,
+    /// The share of the tick some of its tasks waited for a CPU (`cpu.pressure` some).
+    pub cpu_waiting_ratio: Option<f64>,
+    /// The share of the tick some of its tasks waited on I/O (`io.pressure` some).
+    pub io_waiting_ratio: Option<f64>,
+    /// The share of the tick all of its tasks waited on I/O (`io.pressure` full).
+    pub io_stalled_ratio: Option<f64>,
+    /// The share of the tick all of its tasks waited on memory (`memory.pressure` full).
+    pub memory_stalled_ratio: Option<f64>,
+}
+
 /// One entity's readings at one time.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct EntitySample {
@@ -842,6 +865,10 @@ pub struct EntitySample {
     /// The job of a straggler, or of a GPU that waits on one ([`crate::stragglers`]);
     /// `None` for any other GPU.
     pub job: Option<String>,
+    /// Node mode: the own pressure of each pod holding this entity whose processes name it
+    /// (empty: none measured, or not node mode). The entity's `Holder*` readings are the
+    /// worst of all its pods.
+    pub holder_pressure: Vec<PodPressure>,
 }
 
 /// A timestamp plus per-entity readings.

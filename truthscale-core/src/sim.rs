@@ -519,7 +519,6 @@ impl SimGpu {
                 }
             });
         EntitySample {
-            allocation: None,
             id: self.id.clone(),
             readings: r,
             throttles: Some(Throttles {
@@ -535,8 +534,8 @@ impl SimGpu {
             simulated: true,
             sm_clock_is_point: false,
             counters_held: false,
-            processes: Vec::new(),
-            job: None,
+            // No processes, no node mode.
+            ..EntitySample::default()
         }
     }
 }

@@ -94,6 +94,8 @@ pub struct EntityWindow {
     pub allocation: Option<Vec<crate::model::Holder>>,
     /// The job of a straggler, or of a GPU that waits on one.
     pub job: Option<String>,
+    /// Node mode: each holder pod's own pressure over the window, where measured.
+    pub holder_pressure: Vec<crate::model::PodPressure>,
     /// Ground-truth regime, for simulated data.
     pub truth_phase: Option<Phase>,
     /// Ground-truth workload, for simulated data.
@@ -486,6 +488,7 @@ impl EntityState {
                 processes: Vec::new(),
                 allocation: None,
                 job: None,
+                holder_pressure: Vec::new(),
                 truth_phase: None,
                 truth_workload: None,
                 truth_effective_compute: None,
@@ -1321,6 +1324,9 @@ impl EntityState {
         }
         if win.allocation.is_some() || e.allocation.is_some() {
             win.allocation.clone_from(&e.allocation);
+        }
+        if !(win.holder_pressure.is_empty() && e.holder_pressure.is_empty()) {
+            win.holder_pressure.clone_from(&e.holder_pressure);
         }
         win.truth_phase = e.truth_phase;
         win.truth_workload = e.truth_workload;

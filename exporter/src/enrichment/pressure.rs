@@ -13,9 +13,12 @@
 //! - `HolderCpuLimitCores`: the most throttled pod's `cpu.max` (blank when `max`);
 //! - the waiting and stalled shares: `Δtotal / Δwall`, clamped to `0..=1`;
 //!
-//! each the worst of the GPU's pods. A pod's first read, a counter that went backwards (the
-//! pod restarted) and a file that could not be read give no value: the field stays blank,
-//! never a zero nobody measured.
+//! each the worst of the GPU's pods. Each pod's own shares are kept on the entity too
+//! (`EntitySample::holder_pressure`, exported as `truthscale_pod_cpu_throttled_ratio` and
+//! the like), named by the pod and namespace its processes were attributed to: a pod whose
+//! processes name none still counts in the GPU's worst, without series of its own. A pod's
+//! first read, a counter that went backwards (the pod restarted) and a file that could not
+//! be read give no value: the field stays blank, never a zero nobody measured.
 
 use crate::bounds::MAX_GPU_PODS;
 use crate::cgroup::{
@@ -23,11 +26,11 @@ use crate::cgroup::{
     parse_cpu_max, parse_cpu_stat, parse_pressure, read_proc_file,
 };
 use crate::pipeline::{Health, Stage, Tick};
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use truthscale_core::exposition::SourceHealth;
-use truthscale_core::model::{EntitySample, Field};
+use truthscale_core::model::{EntitySample, Field, PodPressure, PodRef};
 
 /// The `source` label of the stage's health.
 pub(crate) const PRESSURE: &str = "pressure";
@@ -65,6 +68,9 @@ struct Shares {
     memory_stalled: Option<f64>,
 }
 
+/// An entity's pods by UID, each with the names (pod and namespace) its processes carry.
+type Pods = BTreeMap<String, BTreeSet<PodRef>>;
+
 /// Node mode's holder-pressure stage (see the module documentation).
 #[derive(Debug)]
 pub(crate) struct HolderPressure {
@@ -100,31 +106,35 @@ impl HolderPressure {
     }
 
     /// The pod UIDs of an entity's processes, looking up (within this tick's budget) the
-    /// cgroup of a process that has none.
-    fn pods_of(&mut self, e: &EntitySample, reads_left: &mut usize) -> BTreeSet<String> {
+    /// cgroup of a process that has none; each with the names (pod and namespace) its
+    /// processes were attributed to, if any.
+    fn pods_of(&mut self, e: &EntitySample, reads_left: &mut usize) -> Pods {
         let tick = self.tick;
-        let mut uids = BTreeSet::new();
+        let mut pods = Pods::new();
         for p in &e.processes {
-            if let Some(uid) = &p.pod_uid {
-                uids.insert(uid.clone());
-                continue;
-            }
-            let uid = match self.pids.get_mut(&p.pid) {
-                Some((uid, at)) => {
+            let uid = match (&p.pod_uid, self.pids.get_mut(&p.pid)) {
+                (Some(uid), _) => Some(uid.clone()),
+                (None, Some((uid, at))) => {
                     *at = tick;
                     uid.clone()
                 }
-                None if *reads_left == 0 => continue,
-                None => {
+                (None, None) if *reads_left == 0 => continue,
+                (None, None) => {
                     *reads_left -= 1;
                     let uid = self.pid_uid(&p.pid);
                     self.pids.insert(p.pid.clone(), (uid.clone(), tick));
                     uid
                 }
             };
-            uids.extend(uid);
+            let Some(uid) = uid else { continue };
+            let names = pods.entry(uid).or_default();
+            names.extend(p.pod.as_ref().map(|r| PodRef {
+                pod: r.pod.clone(),
+                namespace: r.namespace.clone(),
+                container: None,
+            }));
         }
-        uids
+        pods
     }
 
     /// The pod UID `<proc_root>/<pid>/cgroup` names (bounded, non-blocking read).
@@ -336,6 +346,39 @@ fn worst<'a>(pods: impl Iterator<Item = &'a Shares>) -> Shares {
     }
 }
 
+/// Each pod's own shares, where any was measured, named by its processes' pod and
+/// namespace: a pod whose processes name none, or disagree, and a name two pods' processes
+/// carry (not told apart) get none. In name order.
+fn per_pod(pods: &Pods, shares: &HashMap<String, Shares>) -> Vec<PodPressure> {
+    let mut out: Vec<PodPressure> = Vec::new();
+    let (mut seen, mut twice) = (BTreeSet::new(), BTreeSet::new());
+    for (uid, names) in pods {
+        let mut names = names.iter();
+        let (Some(name), None) = (names.next(), names.next()) else {
+            continue;
+        };
+        if !seen.insert(name) {
+            twice.insert(name);
+            continue;
+        }
+        let Some(s) = shares.get(uid).filter(|s| **s != Shares::default()) else {
+            continue;
+        };
+        out.push(PodPressure {
+            pod: name.clone(),
+            cpu_throttled_ratio: s.throttled,
+            cpu_limit_cores: s.limit_cores,
+            cpu_waiting_ratio: s.cpu_waiting,
+            io_waiting_ratio: s.io_waiting,
+            io_stalled_ratio: s.io_stalled,
+            memory_stalled_ratio: s.memory_stalled,
+        });
+    }
+    out.retain(|p| !twice.contains(&p.pod));
+    out.sort_by(|a, b| a.pod.cmp(&b.pod));
+    out
+}
+
 /// Write the measured shares on the entity; what was not measured stays as it was (blank).
 fn set(e: &mut EntitySample, s: &Shares) {
     for (field, v) in [
@@ -367,7 +410,7 @@ impl Stage for HolderPressure {
             for (ei, e) in s.entities.iter().enumerate() {
                 let pods = self.pods_of(e, &mut reads_left);
                 if !pods.is_empty() {
-                    all.extend(pods.iter().cloned());
+                    all.extend(pods.keys().cloned());
                     by_entity.push((si, ei, pods));
                 }
             }
@@ -376,9 +419,10 @@ impl Stage for HolderPressure {
         self.pids.retain(|_, (_, at)| *at == tick_no);
         let shares = self.measure(&all);
         for (si, ei, pods) in by_entity {
-            let w = worst(pods.iter().filter_map(|u| shares.get(u)));
+            let w = worst(pods.keys().filter_map(|u| shares.get(u)));
             if let Some(e) = tick.produced.samples[si].entities.get_mut(ei) {
                 set(e, &w);
+                e.holder_pressure = per_pod(&pods, &shares);
             }
         }
     }
@@ -401,6 +445,7 @@ mod tests {
 
     const A: &str = "1b4e28ba-2fa1-11d2-883f-0016d3cca427";
     const B: &str = "2c5f39cb-3fb2-22e3-994f-1127e4ddb538";
+    const C: &str = "3d6a4adc-4ac3-33f4-aa5a-2238f5eec649";
 
     /// A scratch folder, removed when dropped.
     struct Dir(PathBuf);
@@ -566,6 +611,98 @@ mod tests {
         tick(&mut stage, vec![gpu(0, &[Some(A)])]);
         assert!(stage.walked > walked);
         assert_eq!(stage.dirs.get(A), Some(&moved));
+    }
+
+    /// Processes of the pods `(UID, pod name)` on GPU `index`, in namespace `ml`, each
+    /// pod's name given by its process's attribution (`None`: not attributed).
+    fn named(index: u32, pods: &[(&str, Option<&str>)]) -> EntitySample {
+        let mut e = gpu(
+            index,
+            &pods.iter().map(|(u, _)| Some(*u)).collect::<Vec<_>>(),
+        );
+        for (p, (_, name)) in e.processes.iter_mut().zip(pods) {
+            p.pod = name.map(|n| PodRef {
+                pod: n.into(),
+                namespace: Some("ml".into()),
+                container: Some(format!("c{}", p.pid)),
+            });
+        }
+        e
+    }
+
+    /// Two pods on one GPU (and a third whose processes name no pod): each named pod has
+    /// its own shares, by pod and namespace (no container: the files are the pod's), the
+    /// GPU the worst of all three; a pod's two processes are one pod; two pods whose
+    /// processes carry one name are not told apart, so neither has its own.
+    #[test]
+    fn each_pod_has_its_own_shares_and_the_gpu_the_worst() {
+        let root = scratch("cgroup-per-pod");
+        let dir = |uid: &str| root.0.join(format!("kubepods/burstable/pod{uid}"));
+        write_pod(&dir(A), 1000, 100, Some(100_000), [0, 0, 0, 0]);
+        write_pod(&dir(B), 500, 0, Some(200_000), [0, 0, 0, 0]);
+        write_pod(&dir(C), 100, 0, Some(300_000), [0, 0, 0, 0]);
+        let mut stage = HolderPressure::new(root.0.clone(), "/nonexistent".into());
+        let entities = || {
+            let train = Some("train");
+            vec![
+                named(0, &[(A, train), (A, train), (B, Some("loader")), (C, None)]),
+                named(1, &[(A, Some("twin")), (B, Some("twin"))]),
+            ]
+        };
+        let first = tick(&mut stage, entities());
+        assert!(
+            first.iter().all(|e| e.holder_pressure.is_empty()),
+            "no delta yet"
+        );
+        let t0 = Instant::now();
+        std::thread::sleep(Duration::from_millis(200));
+        // A: 70 % throttled; B: 10 % throttled and I/O waiting; C: 90 % throttled.
+        write_pod(&dir(A), 1100, 170, Some(100_000), [0, 0, 0, 0]);
+        write_pod(&dir(B), 600, 10, Some(200_000), [0, 100_000, 20_000, 0]);
+        write_pod(&dir(C), 200, 90, Some(300_000), [0, 0, 0, 0]);
+        let second = tick(&mut stage, entities());
+        let wall = t0.elapsed().as_secs_f64();
+        let pods = &second[0].holder_pressure;
+        let names: Vec<_> = pods.iter().map(|p| p.pod.pod.as_str()).collect();
+        assert_eq!(names, ["loader", "train"]);
+        assert!(
+            pods.iter()
+                .all(|p| p.pod.namespace.as_deref() == Some("ml"))
+        );
+        assert!(pods.iter().all(|p| p.pod.container.is_none()));
+        let (loader, train) = (&pods[0], &pods[1]);
+        assert_eq!(train.cpu_throttled_ratio, Some(0.7));
+        assert_eq!(train.cpu_limit_cores, Some(1.0));
+        assert_eq!(train.io_waiting_ratio, Some(0.0));
+        assert_eq!(train.memory_stalled_ratio, Some(0.0));
+        assert_eq!(loader.cpu_throttled_ratio, Some(0.1));
+        assert_eq!(loader.cpu_limit_cores, Some(2.0));
+        let io = loader.io_waiting_ratio.unwrap();
+        assert!(
+            io > 0.0 && io <= 0.5 && (io - 0.1 / wall).abs() < 0.1,
+            "{io}"
+        );
+        assert!(loader.io_stalled_ratio.unwrap() > 0.0);
+        // The GPU: the worst of the three, the unnamed pod C included.
+        let v = |f| second[0].readings.value(f);
+        assert_eq!(v(Field::HolderCpuThrottledRatio), Some(0.9));
+        assert_eq!(v(Field::HolderCpuLimitCores), Some(3.0));
+        assert_eq!(v(Field::HolderIoWaitingRatio), loader.io_waiting_ratio);
+        // One name, two pods: no per-pod shares, the GPU's still measured.
+        assert!(second[1].holder_pressure.is_empty());
+        assert_eq!(
+            second[1].readings.value(Field::HolderCpuThrottledRatio),
+            Some(0.7)
+        );
+        // A pod whose files went away: no shares of its own, the other's kept.
+        std::fs::remove_dir_all(dir(B)).unwrap();
+        let third = tick(&mut stage, entities());
+        let names: Vec<_> = third[0]
+            .holder_pressure
+            .iter()
+            .map(|p| &p.pod.pod)
+            .collect();
+        assert_eq!(names, ["train"]);
     }
 
     /// A process without a pod UID is looked up under the proc root; a pod with no cgroup

@@ -1,8 +1,8 @@
 //! Why a starved GPU waits, end to end in node mode: the real binary with the fake NVML
-//! library (four H100s, a scenario written here), a fake kubelet, a fake `/proc` naming each
+//! library (five H100s, a scenario written here), a fake kubelet, a fake `/proc` naming each
 //! process's pod, and a fake cgroup v2 tree whose counters a thread of the test advances
 //! (`TRUTHSCALE_NODE__CGROUP_ROOT`): a starved GPU's seconds go to the cause its holder
-//! pod's pressure names.
+//! pod's pressure names, and each holder pod's own pressure is exported under its pod.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -112,6 +112,30 @@ fn write_pod(dir: &Path, load: Load, us: u64) {
     );
 }
 
+/// A fake process under `proc_root`: its cgroup in pod `uid`, cgroupfs layout (the pod's
+/// cgroup directory under `cgroup_root` is returned), and its hostname (the pod's name).
+fn cgroupfs_process(
+    proc_root: &Path,
+    cgroup_root: &Path,
+    pid: u32,
+    uid: &str,
+    host: &str,
+) -> PathBuf {
+    let p = proc_root.join(pid.to_string());
+    std::fs::create_dir_all(&p).unwrap();
+    std::fs::write(
+        p.join("cgroup"),
+        format!("0::/kubepods/burstable/pod{uid}/{}\n", "ef".repeat(32)),
+    )
+    .unwrap();
+    std::fs::write(
+        p.join("environ"),
+        format!("PATH=/bin\0HOSTNAME={host}\0HOME=/root\0"),
+    )
+    .unwrap();
+    cgroup_root.join(format!("kubepods/burstable/pod{uid}"))
+}
+
 /// The starved seconds of GPU `gpu` by cause, `None` for a cause without a series.
 fn starved(m: &[Sample], gpu: &str) -> Vec<Option<f64>> {
     CAUSES
@@ -168,12 +192,102 @@ impl Drop for Advancing {
     }
 }
 
+/// The two pods of the time-sliced GPU 4: E, waiting on I/O; F, without a cgroup directory.
+const SHARED: [(&str, &str); 2] = [
+    ("prep-e", "5f8a6cfe-6ae5-55a6-cc7a-445a0aaae86b"),
+    ("nofiles-f", "6a9b7daf-7bf6-66b7-dd8b-556b1bbbf97c"),
+];
+
+/// Each holder pod's own shares, as its cgroup files say, under its pod: on a GPU it holds
+/// alone, the GPU's own series' pod labels (once); on the shared GPU 4, its pod and
+/// namespace (no container: the files are the pod's). Only what was measured: C's zeros,
+/// no throttled share without periods, no limit where `cpu.max` is `max`, nothing for F.
+fn each_pods_own_pressure(m: &[Sample]) {
+    let own = |family: &str, gpu: &str, pod: &str| {
+        let found = series(m, family, &[("gpu", gpu), ("pod", pod)]);
+        assert!(found.len() <= 1, "{family} {pod}: {} series", found.len());
+        found.first().map(|s| {
+            assert_eq!(s.label("namespace"), Some("ml"), "{family} {pod}");
+            s.value
+        })
+    };
+    let near = |v: Option<f64>, want: f64, tol: f64| v.is_some_and(|v| (v - want).abs() < tol);
+    let throttled = "truthscale_pod_cpu_throttled_ratio";
+    let io = "truthscale_pod_io_pressure_waiting_ratio";
+    for (gpu, pod) in [("0", "train-a"), ("3", "busy-d")] {
+        let t = own(throttled, gpu, pod);
+        assert!(near(t, 0.7, 0.05), "{pod}: {t:?}");
+        assert_eq!(own("truthscale_pod_cpu_limit_cores", gpu, pod), Some(1.0));
+    }
+    assert!(
+        near(own(io, "1", "load-b"), 0.5, 0.15),
+        "{:?}",
+        own(io, "1", "load-b")
+    );
+    assert!(
+        near(own(io, "4", "prep-e"), 0.5, 0.15),
+        "{:?}",
+        own(io, "4", "prep-e")
+    );
+    for family in [
+        "truthscale_pod_cpu_pressure_waiting_ratio",
+        io,
+        "truthscale_pod_io_pressure_stalled_ratio",
+        "truthscale_pod_memory_pressure_stalled_ratio",
+    ] {
+        assert_eq!(own(family, "2", "calm-c"), Some(0.0), "{family}");
+    }
+    assert_eq!(
+        own(throttled, "2", "calm-c"),
+        None,
+        "no periods: blank, not 0"
+    );
+    assert_eq!(own("truthscale_pod_cpu_limit_cores", "2", "calm-c"), None);
+    let on_4 = series(m, io, &[("gpu", "4")]);
+    assert!(on_4.iter().all(|s| s.label("container").is_none()));
+    for family in POD_PRESSURE {
+        assert_eq!(own(family, "4", "nofiles-f"), None, "{family}: made up");
+        assert!(series(m, family, &[("gpu", "4")]).len() <= 1, "{family}");
+    }
+    // The attribution did name F (its memory is there): only its pressure is missing.
+    assert!(
+        value(
+            m,
+            "truthscale_pod_memory_used_bytes",
+            &[("pod", "nofiles-f")]
+        )
+        .is_some()
+    );
+    // The GPU's worst, without a pod: E's.
+    let gpu = series(
+        m,
+        "truthscale_gpu_holder_io_pressure_waiting_ratio",
+        &[("gpu", "4")],
+    );
+    assert_eq!(gpu.len(), 1);
+    assert_eq!(gpu[0].label("pod"), None);
+    assert_eq!(Some(gpu[0].value), own(io, "4", "prep-e"));
+}
+
+/// The per-pod pressure families.
+const POD_PRESSURE: [&str; 6] = [
+    "truthscale_pod_cpu_throttled_ratio",
+    "truthscale_pod_cpu_limit_cores",
+    "truthscale_pod_cpu_pressure_waiting_ratio",
+    "truthscale_pod_io_pressure_waiting_ratio",
+    "truthscale_pod_io_pressure_stalled_ratio",
+    "truthscale_pod_memory_pressure_stalled_ratio",
+];
+
 /// Four H100s, one pod each. Pod A (GPU 0) is throttled in 70 % of its CFS periods under a
 /// quota of one CPU; pod B (GPU 1) waits on I/O half of the time; pod C (GPU 2) has nothing
 /// rising; pod D's GPU 3 is busy though D is throttled too. Between two scrapes once the
 /// pressure is read: GPU 0's starved seconds all go to `cpu_throttled`, GPU 1's to
 /// `io_stalled`, GPU 2's to `unknown`, GPU 3 has none; and A's throttled share and limit are
-/// exported.
+/// exported. GPU 4 is time-sliced between pod E, waiting on I/O half of the time, and pod
+/// F, whose cgroup directory is not there: each pod's own shares are exported under its
+/// pod (on GPUs 0 to 3, the GPU's own pod labels; on GPU 4, the pod and namespace), C's
+/// zeros as zeros, and nothing for F.
 #[test]
 fn a_starved_gpus_seconds_go_to_its_holders_pressure() {
     let dir = TempDir::new("causes");
@@ -202,6 +316,15 @@ fn a_starved_gpus_seconds_go_to_its_holders_pressure() {
             .iter()
             .enumerate()
             .map(|(i, (name, _, _))| pod(name, "ml", "cuda", "nvidia.com/gpu", &[&uuid(i)]))
+            .chain(SHARED.iter().enumerate().map(|(r, (name, _))| {
+                pod(
+                    name,
+                    "ml",
+                    "cuda",
+                    "nvidia.com/gpu",
+                    &[&format!("{}::{r}", uuid(4))],
+                )
+            }))
             .collect(),
     };
     let _kubelet = Kubelet::start(&socket, state);
@@ -236,6 +359,24 @@ fn a_starved_gpus_seconds_go_to_its_holders_pressure() {
         advancing.push((cg, *load));
         devices.push(device(i, i < 3, pid));
     }
+    // GPU 4, time-sliced: E's cgroup directory is advanced, F's never made.
+    let mut shared = device(4, false, 6005);
+    for (i, (name, uid)) in SHARED.iter().enumerate() {
+        let pid = 6005 + u32::try_from(i).unwrap();
+        let cg = cgroupfs_process(&proc_root, &cgroup_root, pid, uid, name);
+        if i == 0 {
+            std::fs::create_dir_all(&cg).unwrap();
+            advancing.push((cg, Load::IoWaiting));
+        } else {
+            shared["processes"]
+                .as_array_mut()
+                .unwrap()
+                .push(serde_json::json!(
+                    {"pid": pid, "used_memory_bytes": 1_000_000_000_u64, "sm_util": 10}
+                ));
+        }
+    }
+    devices.push(shared);
     let _advancing = Advancing::start(advancing);
     let scenario = dir.path().join("scenario.json");
     std::fs::write(
@@ -281,6 +422,12 @@ fn a_starved_gpus_seconds_go_to_its_holders_pressure() {
             )
             .is_some()
             && starved(m, "0").iter().flatten().sum::<f64>() > 0.0
+            && value(
+                m,
+                "truthscale_pod_io_pressure_waiting_ratio",
+                &[("gpu", "4"), ("pod", "prep-e")],
+            )
+            .is_some()
     };
     let before = sidecar.wait_for(WAIT, "the holders' pressure", read);
     // Two more seconds of windows, all with the pressure read.
@@ -359,14 +506,17 @@ fn a_starved_gpus_seconds_go_to_its_holders_pressure() {
         )
         .is_some()
     );
-    // The stage counted no failure.
+    each_pods_own_pressure(&after);
+    // The stage counted no failure but F's missing directory.
     let errors = series(
         &after,
         "truthscale_source_errors_total",
         &[("source", "pressure")],
     );
     assert!(
-        errors.iter().all(|s| s.value == 0.0),
+        errors
+            .iter()
+            .all(|s| (s.label("kind") == Some("not_found")) == (s.value > 0.0)),
         "{:?}",
         errors
             .iter()

@@ -163,6 +163,26 @@ fn prometheus_rule_spec_is_the_rules_file() {
     assert!(rule["spec"] == rules, "{REGENERATE}");
 }
 
+/// The cause signals' recording rules (cAdvisor's pressure joined with dcgm-exporter's GPUs),
+/// for clusters that read GPUs through dcgm-exporter: not in a kustomization (node mode
+/// exports the same signals itself), applied beside one.
+#[test]
+fn causes_prometheus_rule_spec_is_the_rules_file() {
+    let rule = yaml("docker/kubernetes/causes-prometheusrule.yaml");
+    assert_eq!(
+        rule["apiVersion"].as_str(),
+        Some("monitoring.coreos.com/v1")
+    );
+    assert_eq!(rule["kind"].as_str(), Some("PrometheusRule"));
+    assert_eq!(rule["metadata"]["name"].as_str(), Some("truthscale-causes"));
+    let rules = yaml("alerts/causes.rules.yml");
+    assert!(
+        !seq_of(&rules["groups"], "rules groups").is_empty(),
+        "alerts/causes.rules.yml has no groups"
+    );
+    assert!(rule["spec"] == rules, "{REGENERATE}");
+}
+
 #[test]
 fn dashboards_configmap_holds_every_dashboard_byte_for_byte() {
     let cm = yaml("docker/kubernetes/dashboards-configmap.yaml");

@@ -1137,4 +1137,76 @@ mod tests {
             "the shared GPU's holders have no measured per-pod value"
         );
     }
+
+    /// Node mode: each holder pod's own pressure, labelled with its pod and namespace on a
+    /// shared GPU; on a GPU attributed to its one holder, only that pod's, without a second
+    /// pod label (another pod's is left out); a share not measured is not written, a
+    /// measured zero is.
+    #[test]
+    fn each_holder_pods_pressure_is_written_with_its_pod_once() {
+        use crate::model::PodPressure;
+        let pressure = |name: &str, throttled: Option<f64>, io: Option<f64>| PodPressure {
+            pod: PodRef {
+                pod: name.into(),
+                namespace: Some("ml".into()),
+                container: None,
+            },
+            cpu_throttled_ratio: throttled,
+            cpu_limit_cores: throttled.map(|_| 2.0),
+            io_waiting_ratio: io,
+            ..PodPressure::default()
+        };
+        let mut shared = entry("p");
+        shared.window.id.pod = None;
+        shared.window.holder_pressure = vec![
+            pressure("loader", Some(0.1), Some(0.5)),
+            pressure("train", Some(0.7), None),
+        ];
+        let mut sole = entry("train");
+        sole.window.id.uuid = Some("GPU-2".into());
+        sole.window.id.pod = Some(PodRef {
+            pod: "train".into(),
+            namespace: Some("ml".into()),
+            container: Some("main".into()),
+        });
+        sole.window.holder_pressure = vec![
+            pressure("other", Some(0.9), None),
+            pressure("train", Some(0.7), Some(0.0)),
+        ];
+        let body = encode(
+            &[shared, sole],
+            &Identity::default(),
+            &ExporterStatus::default(),
+            Encoding::Text,
+        );
+        let lines = |family: &str| -> Vec<&str> {
+            let start = format!("{family}{{");
+            body.lines().filter(|l| l.starts_with(&start)).collect()
+        };
+        let gpu1 = r#"gpu="0",uuid="GPU-1",model="NVIDIA H100 80GB HBM3""#;
+        let gpu2 = r#"gpu="0",uuid="GPU-2",model="NVIDIA H100 80GB HBM3",pod="train",namespace="ml",container="main""#;
+        let want = |family: &str, values: [&str; 3]| -> Vec<String> {
+            let [loader, train, sole] = values;
+            [
+                (format!(r#"{gpu1},pod="loader",namespace="ml""#), loader),
+                (format!(r#"{gpu1},pod="train",namespace="ml""#), train),
+                (gpu2.to_string(), sole),
+            ]
+            .into_iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(labels, v)| format!("{family}{{{labels}}} {v}"))
+            .collect()
+        };
+        for (family, values) in [
+            ("truthscale_pod_cpu_throttled_ratio", ["0.1", "0.7", "0.7"]),
+            ("truthscale_pod_cpu_limit_cores", ["2", "2", "2"]),
+            ("truthscale_pod_io_pressure_waiting_ratio", ["0.5", "", "0"]),
+            ("truthscale_pod_cpu_pressure_waiting_ratio", ["", "", ""]),
+            ("truthscale_pod_io_pressure_stalled_ratio", ["", "", ""]),
+            ("truthscale_pod_memory_pressure_stalled_ratio", ["", "", ""]),
+        ] {
+            assert_eq!(lines(family), want(family, values), "{body}");
+        }
+        assert!(!body.contains("\"other\""), "{body}");
+    }
 }

@@ -6,7 +6,7 @@
 use super::{ExporterStatus, ExtraLabels, GpuEntry};
 use crate::catalog::{ExporterMetric, GpuMetric, MetricDesc, MetricId, RawKind, ServingMetric};
 use crate::causes::Cause;
-use crate::model::{Field, Phase, SourceKind};
+use crate::model::{Field, Phase, PodPressure, SourceKind};
 use crate::phase::PhaseMethod;
 use crate::tracker::EntityWindow;
 use crate::verdict::Verdict;
@@ -331,6 +331,12 @@ fn gpu_values<'a>(
         GpuMetric::GpuStragglerGap | GpuMetric::GpuWaitingOnStraggler => {
             straggler_values(id, win, push);
         }
+        GpuMetric::PodCpuThrottled
+        | GpuMetric::PodCpuLimit
+        | GpuMetric::PodCpuWaiting
+        | GpuMetric::PodIoWaiting
+        | GpuMetric::PodIoStalled
+        | GpuMetric::PodMemoryStalled => pod_pressure_values(id, win, push),
         // Written above: up for a GPU that stopped too, and the readings exported as is.
         _ => {}
     }
@@ -430,6 +436,43 @@ fn pod_share_values<'a>(
             let mut l = labels(part.pod);
             l.push(("method", "sm_busy_share"));
             push(l, v);
+        }
+    }
+}
+
+/// Node mode: each holder pod's own pressure share (`truthscale_pod_cpu_…`, `…_io_…`,
+/// `…_memory_…`), labelled with its pod and namespace; only what was measured. On an entity
+/// already attributed to its one holder, only that pod's, without the labels its series
+/// already carry (another pod's would need a second `pod` label, so it is left out).
+fn pod_pressure_values<'a>(
+    id: GpuMetric,
+    win: &'a EntityWindow,
+    mut push: impl FnMut(ExtraLabels<'a>, f64),
+) {
+    let share: fn(&PodPressure) -> Option<f64> = match id {
+        GpuMetric::PodCpuThrottled => |p| p.cpu_throttled_ratio,
+        GpuMetric::PodCpuLimit => |p| p.cpu_limit_cores,
+        GpuMetric::PodCpuWaiting => |p| p.cpu_waiting_ratio,
+        GpuMetric::PodIoWaiting => |p| p.io_waiting_ratio,
+        GpuMetric::PodIoStalled => |p| p.io_stalled_ratio,
+        GpuMetric::PodMemoryStalled => |p| p.memory_stalled_ratio,
+        _ => return,
+    };
+    let attributed = win.id.pod.as_ref().filter(|p| !p.pod.is_empty());
+    for p in &win.holder_pressure {
+        let Some(v) = share(p) else { continue };
+        match attributed {
+            Some(a) if a.pod == p.pod.pod && a.namespace == p.pod.namespace => {
+                push(Vec::new(), v);
+            }
+            Some(_) => {}
+            None => {
+                let mut labels = vec![("pod", p.pod.pod.as_str())];
+                if let Some(n) = &p.pod.namespace {
+                    labels.push(("namespace", n.as_str()));
+                }
+                push(labels, v);
+            }
         }
     }
 }

@@ -171,7 +171,6 @@ fn read_line(t: &str) -> Result<Sample, String> {
         ),
     };
     let e = EntitySample {
-        allocation: None,
         id,
         readings,
         throttles,
@@ -182,8 +181,8 @@ fn read_line(t: &str) -> Result<Sample, String> {
         simulated: take::<String>(o, "source")?.as_deref() == Some("sim"),
         sm_clock_is_point: false,
         counters_held: false,
-        processes: Vec::new(),
-        job: None,
+        // Node mode's lists (processes, allocation, holders' pressure): not in the format.
+        ..EntitySample::default()
     };
     Ok(Sample {
         taken: Timestamp(ms),
@@ -343,6 +342,7 @@ mod tests {
         EntitySample {
             allocation: None,
             job: None,
+            holder_pressure: Vec::new(),
             id: EntityId {
                 gpu: Some(3),
                 uuid: Some("GPU-1".into()),

@@ -10,8 +10,8 @@ use truthscale_core::exposition::{
 };
 use truthscale_core::gpus::by_key;
 use truthscale_core::model::{
-    EntityId, EntitySample, Field, Holder, MigId, PodRef, ProcessReading, Reading, Readings,
-    Sample, ServingSnapshot, SourceKind, Timestamp,
+    EntityId, EntitySample, Field, Holder, MigId, PodPressure, PodRef, ProcessReading, Reading,
+    Readings, Sample, ServingSnapshot, SourceKind, Timestamp,
 };
 use truthscale_core::parse::{Format, LineParser};
 use truthscale_core::sim::Simulator;
@@ -185,6 +185,37 @@ fn every_family() -> Vec<GpuEntry> {
         replica: Some(replica.into()),
         labels: vec![("label_team", team.into())],
     };
+    // A holder pod's own pressure (pod and namespace, no container): throttled, its limit,
+    // CPU waiting, I/O waiting and stalled, memory stalled; `None` where not measured.
+    const CHAT_A: [Option<f64>; 6] = [
+        Some(0.05),
+        None,
+        Some(0.02),
+        Some(0.01),
+        Some(0.0),
+        Some(0.0),
+    ];
+    const CHAT_B: [Option<f64>; 6] = [Some(0.0), Some(4.0), Some(0.01), None, None, Some(0.0)];
+    const TRAIN: [Option<f64>; 6] = [
+        Some(0.6),
+        Some(2.0),
+        Some(0.02),
+        Some(0.01),
+        Some(0.0),
+        Some(0.0),
+    ];
+    let pressure = |name: &str, s: [Option<f64>; 6]| PodPressure {
+        pod: PodRef {
+            container: None,
+            ..pod(name)
+        },
+        cpu_throttled_ratio: s[0],
+        cpu_limit_cores: s[1],
+        cpu_waiting_ratio: s[2],
+        io_waiting_ratio: s[3],
+        io_stalled_ratio: s[4],
+        memory_stalled_ratio: s[5],
+    };
     // NVML's PCI id and driver version: truthscale_gpu_info's joins with dcgm-exporter.
     let id = |gpu, uuid: &str| EntityId {
         gpu: Some(gpu),
@@ -284,6 +315,12 @@ fn every_family() -> Vec<GpuEntry> {
                             holder("chat-b", "1", "ads"),
                         ]),
                         job: Some("node".into()),
+                        // The GPU's Holder* readings are the worst of these; chat-b's I/O
+                        // pressure could not be read.
+                        holder_pressure: vec![
+                            pressure("chat-a", CHAT_A),
+                            pressure("chat-b", CHAT_B),
+                        ],
                         ..EntitySample::default()
                     },
                     EntitySample {
@@ -301,6 +338,7 @@ fn every_family() -> Vec<GpuEntry> {
                         },
                         readings: starved,
                         allocation: Some(vec![holder("train", "0", "search")]),
+                        holder_pressure: vec![pressure("train", TRAIN)],
                         ..EntitySample::default()
                     },
                 ],
