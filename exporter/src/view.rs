@@ -300,7 +300,6 @@ pub(crate) fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> Vec<GpuV
             v.readings.set_value(raw.field, raw.read_back(s.value));
         }
         let label = |k: &str| s.labels.get(k).map(String::as_str).unwrap_or("");
-        let serving = || v_serving(label("engine"));
         match id {
             MetricId::Gpu(GpuMetric::GpuReportedUtilization) => v.reported = x,
             MetricId::Gpu(GpuMetric::GpuEffectiveCompute) => v.effective = x,
@@ -339,27 +338,7 @@ pub(crate) fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> Vec<GpuV
                     t.set_by_name(label("reason"));
                 }
             }
-            MetricId::Serving(ServingMetric::ServingEngineUp) => {
-                let sv = v.serving.get_or_insert_with(serving);
-                if s.value == 0.0 {
-                    sv.absent_reason = Some(label("absent_reason").to_string());
-                }
-            }
-            MetricId::Serving(ServingMetric::ServingKvCacheUsage) => {
-                v.serving.get_or_insert_with(serving).kv_cache_utilization = x;
-            }
-            MetricId::Serving(ServingMetric::ServingRequestsRunning) => {
-                v.serving.get_or_insert_with(serving).running_requests = x;
-            }
-            MetricId::Serving(ServingMetric::ServingRequestsWaiting) => {
-                v.serving.get_or_insert_with(serving).queued_requests = x;
-            }
-            MetricId::Serving(ServingMetric::ServingPromptTokens) => {
-                v.serving.get_or_insert_with(serving).prompt_tokens_per_sec = x;
-            }
-            MetricId::Serving(ServingMetric::ServingOutputTokens) => {
-                v.serving.get_or_insert_with(serving).output_tokens_per_sec = x;
-            }
+            MetricId::Serving(sm) => serving_series(v, sm, &s),
             _ => {}
         }
     }
@@ -371,6 +350,32 @@ pub(crate) fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> Vec<GpuV
         }
     }
     out
+}
+
+/// A serving engine's series read back onto the view (the engine's entry made by the
+/// first of them).
+fn serving_series(v: &mut GpuView, id: ServingMetric, s: &Series) {
+    use ServingMetric as M;
+    let label = |k: &str| s.labels.get(k).map(String::as_str).unwrap_or("");
+    let x = Some(s.value);
+    fn set<'a>(v: &'a mut GpuView, s: &Series) -> &'a mut ServingSnapshot {
+        let engine = s.labels.get("engine").map_or("", String::as_str);
+        v.serving.get_or_insert_with(|| v_serving(engine))
+    }
+    match id {
+        M::ServingEngineUp if s.value == 0.0 => {
+            set(v, s).absent_reason = Some(label("absent_reason").to_string());
+        }
+        M::ServingEngineUp => {
+            set(v, s);
+        }
+        M::ServingKvCacheUsage => set(v, s).kv_cache_utilization = x,
+        M::ServingRequestsRunning => set(v, s).running_requests = x,
+        M::ServingRequestsWaiting => set(v, s).queued_requests = x,
+        M::ServingPromptTokens => set(v, s).prompt_tokens_per_sec = x,
+        M::ServingOutputTokens => set(v, s).output_tokens_per_sec = x,
+        _ => {}
+    }
 }
 
 /// A GPU's view from the labels of its first series.

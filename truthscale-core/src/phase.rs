@@ -251,10 +251,6 @@ impl PhaseConfig {
             ("power_memory_bound", self.power_memory_bound),
             ("power_stalled", self.power_stalled),
             ("power_busy_util", self.power_busy_util),
-            ("comm_bound_enter_nvlink", self.comm_bound_enter_nvlink),
-            ("comm_bound_enter_tensor", self.comm_bound_enter_tensor),
-            ("comm_bound_exit_nvlink", self.comm_bound_exit_nvlink),
-            ("comm_bound_exit_tensor", self.comm_bound_exit_tensor),
         ] {
             c.range(k, v, 0.0, 1.0);
         }
@@ -340,27 +336,57 @@ impl PhaseConfig {
             "memory-bound must end before compute-bound can begin",
         );
         c.below(
-            "power_stalled",
-            self.power_stalled,
-            "power_memory_bound",
-            self.power_memory_bound,
-            "the power-heuristic bands must be ordered stalled < memory-bound < compute-bound",
-        );
-        c.below(
-            "power_memory_bound",
-            self.power_memory_bound,
-            "power_compute_bound",
-            self.power_compute_bound,
-            "the power-heuristic bands must be ordered stalled < memory-bound < compute-bound",
-        );
-        c.below(
             "idle_enter_util",
             self.idle_enter_util,
             "stalled_enter_util",
             self.stalled_enter_util,
             "a busy flag cannot be idle and stalled at once",
         );
+        self.check_power_and_comm_bound(&mut c, band);
         c.finish()
+    }
+
+    /// The power heuristic's bands in order, and the comm-bound thresholds in range with
+    /// their hysteresis pointing the right way.
+    fn check_power_and_comm_bound(&self, c: &mut Checker, band: &str) {
+        let power =
+            "the power-heuristic bands must be ordered stalled < memory-bound < compute-bound";
+        c.below(
+            "power_stalled",
+            self.power_stalled,
+            "power_memory_bound",
+            self.power_memory_bound,
+            power,
+        );
+        c.below(
+            "power_memory_bound",
+            self.power_memory_bound,
+            "power_compute_bound",
+            self.power_compute_bound,
+            power,
+        );
+        for (k, v) in [
+            ("comm_bound_enter_nvlink", self.comm_bound_enter_nvlink),
+            ("comm_bound_enter_tensor", self.comm_bound_enter_tensor),
+            ("comm_bound_exit_nvlink", self.comm_bound_exit_nvlink),
+            ("comm_bound_exit_tensor", self.comm_bound_exit_tensor),
+        ] {
+            c.range(k, v, 0.0, 1.0);
+        }
+        c.below(
+            "comm_bound_exit_nvlink",
+            self.comm_bound_exit_nvlink,
+            "comm_bound_enter_nvlink",
+            self.comm_bound_enter_nvlink,
+            band,
+        );
+        c.below(
+            "comm_bound_enter_tensor",
+            self.comm_bound_enter_tensor,
+            "comm_bound_exit_tensor",
+            self.comm_bound_exit_tensor,
+            band,
+        );
     }
 }
 

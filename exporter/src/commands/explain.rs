@@ -83,12 +83,7 @@ pub(crate) fn explain(v: &GpuView) -> String {
             );
         }
     }
-    let _ = writeln!(
-        o,
-        "  phase:          {}",
-        v.phase.as_deref().unwrap_or("undecided")
-    );
-    straggler(&mut o, v);
+    regime(&mut o, v);
     if let Some(sv) = &v.serving {
         let _ = match &sv.absent_reason {
             Some(r) => writeln!(o, "  engine:         absent ({r})"),
@@ -133,8 +128,14 @@ pub(crate) fn explain(v: &GpuView) -> String {
 
 /// A time-sliced GPU's holders' parts of its effective compute, said to be estimates and
 /// why: the counters are the device's, so no holder's own part is measured.
-/// The straggler line: this GPU holds its job back, or waits on the one that does.
-fn straggler(o: &mut String, v: &GpuView) {
+/// The regime line, and the straggler line: this GPU holds its job back, or waits on the
+/// one that does.
+fn regime(o: &mut String, v: &GpuView) {
+    let _ = writeln!(
+        o,
+        "  phase:          {}",
+        v.phase.as_deref().unwrap_or("undecided")
+    );
     let Some(job) = &v.job else { return };
     let r = &v.readings;
     let gaps: Vec<String> = [

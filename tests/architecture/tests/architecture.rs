@@ -1154,7 +1154,6 @@ const LONG_FNS: &[(&str, usize)] = &[
     ("exporter::commands::top::tui::draw", 82),
     ("exporter::config::Config::load", 98),
     ("exporter::config::Config::validate", 116),
-    ("exporter::view::views_from_exposition", 85),
 ];
 
 /// A token of Rust source, with strings, characters, lifetimes and comments left out.

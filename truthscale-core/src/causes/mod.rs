@@ -370,7 +370,7 @@ impl Finding {
             Cause::IoStalled => "the pod waits on reads: more data-loader workers with prefetching, a local cache of the dataset, or faster storage".into(),
             Cause::HostToDevice => "copies from the host fill the PCIe link: pin host memory, overlap copies with compute, keep data on the GPU, or use larger batches".into(),
             Cause::LaunchBound => "tiny kernels and synchronizations: larger batches, CUDA graphs, fused kernels, fewer host syncs".into(),
-            Cause::CommBound if self.evidence.is_some_and(|(n, _, _)| n == "waiting_on_straggler_gap_ratio") => "a straggler of its job holds it back: fix that GPU (its clock, power or thermal cap, its pod's input), not this one; truthscale_gpu_straggler_gap_ratio names it".into(),
+            Cause::CommBound if self.evidence.is_some_and(|(n, _, _)| n == "waiting_on_straggler_gap_ratio") => format!("a straggler of its job holds it back: fix that GPU (its clock, power or thermal cap, its pod's input), not this one; {} names it", crate::catalog::GPU_STRAGGLER_GAP.name),
             Cause::CommBound => "the GPU waits on collectives over NVLink: overlap communication with compute, larger per-GPU batches, or check for a straggler".into(),
             Cause::Unknown => "none of the cause signals crossed its threshold (or none was read): in node mode truthscale reads the holder pods' cgroups; the PCIe and NVLink counters need DCGM profiling fields or NVML GPM".into(),
         }

@@ -277,7 +277,6 @@ fn every_family() -> Vec<GpuEntry> {
             // The node's GPUs as one job (group_by = "node"): the NVML GPU is its
             // straggler, its clock 30 % under the median; the shared GPU waits on it.
             nvml.set_value(Field::StragglerClockGap, 0.3);
-            let mut shared = shared;
             shared.set_value(Field::StragglerWaitGap, 0.3);
             Sample {
                 taken: Timestamp(i * 1000),
