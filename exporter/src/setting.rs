@@ -176,6 +176,14 @@ pub(crate) const SWITCH_AFTER: IntRange = IntRange {
     max: 100,
 };
 
+/// `verdict.stragglers.min_members`: the core checks the value
+/// (`StragglerConfig::validate`); the range is written here too for the environment's text.
+pub(crate) const STRAGGLER_MIN_MEMBERS: IntRange = IntRange {
+    key: "verdict.stragglers.min_members",
+    min: 3,
+    max: 100_000,
+};
+
 /// Every integer setting, with its range.
 pub(crate) const INTEGERS: &[IntRange] = &[
     MAX_SERIES,
@@ -185,6 +193,7 @@ pub(crate) const INTEGERS: &[IntRange] = &[
     SIM_SEED,
     GPU_INDICES,
     SWITCH_AFTER,
+    STRAGGLER_MIN_MEMBERS,
 ];
 
 /// `engine.model_params`: a parameter count, 1 to 10^15 (the largest models are near 10^12).

@@ -86,11 +86,11 @@ impl StragglerConfig {
         c.range("band_mads", self.band_mads, 0.0, 100.0);
         c.range("min_gap", self.min_gap, 0.0, 1.0);
         c.range("sustain_seconds", self.sustain_seconds, 0.0, 86_400.0);
-        if self.min_members < 3 {
+        if !(3..=100_000).contains(&self.min_members) {
             c.push(
                 "min_members",
                 format!(
-                    "{} is under 3: a median of two is no majority",
+                    "{} is outside [3, 100000] (a median of two is no majority)",
                     self.min_members
                 ),
             );

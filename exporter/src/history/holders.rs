@@ -144,7 +144,7 @@ impl History {
     /// whose series discovery found (none for truthscale's own series, which carry them as
     /// `truthscale_gpu_holder_*`). Each column's answers are put on the GPU series'
     /// entities as the signal's reading; a pod without cAdvisor series stays blank.
-    pub(super) fn read_holders(&mut self) {
+    pub(crate) fn read_holders(&mut self) {
         if self.columns.iter().any(|c| c.holder.is_some()) {
             return;
         }

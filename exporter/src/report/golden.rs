@@ -11,6 +11,7 @@ use super::showback::{By, PodAttributes};
 use super::{Document, Source};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
+use truthscale_core::causes::Cause;
 use truthscale_core::derive::DeriveConfig;
 use truthscale_core::fleet::{BANDS, FleetConfig, FleetInput, Point, StepBands, Track};
 use truthscale_core::gpus::{self, MigProfile};
@@ -211,9 +212,33 @@ fn tracks(at: &dyn Fn(&str) -> String) -> Vec<Track> {
     all.extend(other_tracks(at));
     for t in &mut all {
         t.finish();
+        waits(t);
     }
     all.sort_by(|a, b| (&a.gpu, &a.pod).cmp(&(&b.gpu, &b.pod)));
     all
+}
+
+/// What the windows of two workloads said of their waits (the tally `report::collect`
+/// makes from the derived windows): `ml/train` judged 4 h, starved 1 h (45 min
+/// CFS-throttled, 15 min on I/O), and its job's straggler for 20 min, up to 25 % behind;
+/// `web/batch` judged 4 h, starved 30 min on NVLink.
+fn waits(t: &mut Track) {
+    let w = &mut t.waits;
+    match t.pod.as_deref() {
+        Some("ml/train") => {
+            w.judged_seconds = 14_400.0;
+            w.starved_seconds[Cause::CpuThrottled.index()] = 2700.0;
+            w.starved_seconds[Cause::IoStalled.index()] = 900.0;
+            w.straggler_seconds = 1200.0;
+            w.straggler_gap_max = Some(0.25);
+            w.job = Some("ml/train".into());
+        }
+        Some("web/batch") => {
+            w.judged_seconds = 14_400.0;
+            w.starved_seconds[Cause::CommBound.index()] = 1800.0;
+        }
+        _ => {}
+    }
 }
 
 /// The key of the time-sliced GPU among `input`'s tracks.

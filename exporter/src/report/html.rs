@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use truthscale_core::fleet::{FleetReport, RightSizing, Sizing, Summary};
 
 /// Escape text for HTML.
-fn esc(s: &str) -> String {
+pub(super) fn esc(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -365,6 +365,7 @@ pub(crate) fn render(doc: &Document) -> anyhow::Result<String> {
             Section::Colocation => colocation(w, f),
             Section::Rightsizing => rightsizing(w, f),
             Section::Idle => idle(w, f),
+            Section::Waits => super::waits::html(w, f, DIGITS),
             Section::Savings => savings(w, f),
             Section::Showback => {
                 if let Some(s) = &doc.showback {

@@ -16,6 +16,7 @@ pub(crate) mod notes;
 pub(crate) mod sections;
 pub(crate) mod showback;
 pub(crate) mod text;
+mod waits;
 
 use crate::history::{Family, FeedStats, History, NO_CLUSTER, SampleKind, rfc3339};
 pub(crate) use build::{Config, ShowbackArgs, build};
@@ -212,6 +213,8 @@ pub(crate) fn collect(
     max_points: u64,
 ) -> anyhow::Result<(FleetInput, Source, FeedStats)> {
     history.read_peaks();
+    // The holder pods' CPU and I/O pressure from cAdvisor, for the starved windows' causes.
+    history.read_holders();
     let step_bands = history.step_bands();
     let range = history.range();
     let step_seconds = history.step_seconds();

@@ -15,6 +15,8 @@ pub(crate) enum Section {
     Rightsizing,
     /// Workloads idle most of their measured time.
     Idle,
+    /// Why GPUs wait: starved time by cause, and stragglers.
+    Waits,
     /// GPUs and GPU-hours the packing frees.
     Savings,
     /// GPU-hours by group (`--by`), when asked.
@@ -28,12 +30,13 @@ pub(crate) enum Section {
 }
 
 /// Every section, in order.
-pub(crate) const SECTIONS: [Section; 10] = [
+pub(crate) const SECTIONS: [Section; 11] = [
     Section::Header,
     Section::Sizing,
     Section::Colocation,
     Section::Rightsizing,
     Section::Idle,
+    Section::Waits,
     Section::Savings,
     Section::Showback,
     Section::Clusters,

@@ -58,6 +58,7 @@ pub(crate) fn write(out: &mut impl Write, doc: &Document) -> Result<()> {
             Section::Colocation => colocation(out, f)?,
             Section::Rightsizing => rightsizing(out, f)?,
             Section::Idle => idle(out, f)?,
+            Section::Waits => super::waits::text(out, f, DIGITS)?,
             Section::Savings => savings(out, f)?,
             Section::Showback => {
                 if let Some(s) = &doc.showback {

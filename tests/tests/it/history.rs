@@ -1444,5 +1444,54 @@ fn history_says_why_gpus_are_starved() {
             "{step}: {}",
             run.stdout
         );
+        // The report joins the same cAdvisor series and names the same causes.
+        let report = [
+            "report",
+            "--prometheus",
+            url.as_str(),
+            "--since",
+            "1h",
+            "--step",
+            step,
+            "--scrape-interval",
+            "15s",
+            "--json",
+        ];
+        let r = truthscale(&report, &[]).json();
+        let rows = r["waits"]["starved"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{r:#}"));
+        assert_eq!(rows.len(), 3, "{step}: {:#}", r["waits"]);
+        for (gpu, cause) in [
+            ("GPU-0", "cpu_throttled"),
+            ("GPU-1", "io_stalled"),
+            ("GPU-2", "unknown"),
+        ] {
+            let row = rows
+                .iter()
+                .find(|x| x["gpu"].as_str().is_some_and(|g| g.ends_with(gpu)))
+                .unwrap_or_else(|| panic!("{step}: {gpu} in {:#}", r["waits"]));
+            assert_eq!(row["main_cause"], cause, "{step}: {row:#}");
+            // Starved from its first judged window on: the whole judged hour but a window.
+            let share = f(row, "/starved_share");
+            assert!(share > 0.9, "{step}: {row:#}");
+            let e = ents
+                .iter()
+                .find(|e| e["uuid"].as_str().is_some_and(|u| u.ends_with(gpu)))
+                .unwrap_or_else(|| panic!("{gpu}"));
+            let analyzed = f(e, &format!("/starved_cause_seconds/{cause}")) / 3600.0;
+            let reported = row["by_cause"]
+                .as_array()
+                .and_then(|b| b.iter().find(|c| c["cause"] == cause))
+                .map(|c| f(c, "/hours"))
+                .unwrap_or_default();
+            eprintln!(
+                "report causes, step {step}: {gpu}: {reported:.3} h {cause}, analyze {analyzed:.3} h"
+            );
+            assert!(
+                (reported - analyzed).abs() < 1e-9,
+                "{step}: {gpu}: report {reported} h, analyze {analyzed} h"
+            );
+        }
     }
 }

@@ -38,6 +38,7 @@ mod sizing;
 #[cfg(test)]
 mod test_support;
 mod track;
+pub mod waits;
 mod workloads;
 
 use crate::rightsizing::Constraint;
@@ -465,6 +466,8 @@ pub struct FleetReport {
     pub notes: Vec<String>,
     /// The fleet series per step.
     pub series: FleetSeries,
+    /// Why GPUs wait: starved time by cause, and the stragglers of jobs.
+    pub waits: waits::Waits,
 }
 
 /// The headroom in [0, 0.9], NaN as 0.
@@ -549,6 +552,7 @@ pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
         method: method_text(h),
         notes,
         series: series.into_fleet_series(gpu_mib),
+        waits: waits::waits(&input.tracks),
     }
 }
 

@@ -223,6 +223,8 @@ pub struct Track {
     pub memory_total_mib: Option<u32>,
     /// Simulated data.
     pub simulated: bool,
+    /// Its starved seconds by cause and straggler seconds, from the windows observed.
+    pub waits: super::waits::WaitTally,
     pub(super) first: usize,
     pub(super) points: Vec<Point>,
     /// Steps per point: 1, or more for a grid finer than the points kept
@@ -329,6 +331,7 @@ impl Track {
             is_mig: false,
             memory_total_mib: None,
             simulated: false,
+            waits: super::waits::WaitTally::default(),
             first: 0,
             points: Vec::new(),
             per: 1,
@@ -431,6 +434,7 @@ impl Track {
             self.spec = w.spec;
         }
         self.simulated |= w.simulated;
+        self.waits.observe(w);
         if let Some(m) = &w.id.mig {
             self.is_mig = true;
             if self.mig.is_none()

@@ -1,0 +1,342 @@
+//! Why GPUs wait, over the report's window: each workload's starved time by cause (the
+//! rules of [`crate::causes`], window by window, as `serve` and `analyze` decide them) and
+//! the stragglers of jobs ([`crate::stragglers`]). Tallied per track from the windows the
+//! report derives ([`WaitTally::observe`]), so that the report names the same causes as
+//! node mode and `analyze` on the same readings.
+
+use super::NotListed;
+use super::track::Track;
+use crate::causes::Cause;
+use crate::model::Field;
+use crate::tracker::EntityWindow;
+use crate::verdict::Verdict;
+use serde::Serialize;
+
+/// Rows a list of the section keeps; the rest are summed in its `not_listed`.
+pub const LISTED: usize = 20;
+
+/// One track's starved and straggler seconds, from its derived windows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WaitTally {
+    /// Seconds judged `starved`, by cause ([`Cause::index`]).
+    pub starved_seconds: [f64; 7],
+    /// Seconds with a verdict (the denominator of the starved share).
+    pub judged_seconds: f64,
+    /// Seconds in which the GPU was its job's straggler.
+    pub straggler_seconds: f64,
+    /// The straggler's largest gap below its job's median.
+    pub straggler_gap_max: Option<f64>,
+    /// The job it was a straggler of (the last one named).
+    pub job: Option<String>,
+}
+
+impl WaitTally {
+    /// Count one derived window over the seconds it was integrated.
+    pub fn observe(&mut self, w: &EntityWindow) {
+        let dt = w.dt_seconds;
+        if !(dt.is_finite() && dt > 0.0) {
+            return;
+        }
+        if w.verdict.verdict != Verdict::Unknown {
+            self.judged_seconds += dt;
+        }
+        if let Some(f) = w.verdict.cause() {
+            self.starved_seconds[f.cause.index()] += dt;
+        }
+        let gap = [Field::StragglerClockGap, Field::StragglerComputeGap]
+            .into_iter()
+            .filter_map(|f| w.readings.value(f))
+            .reduce(f64::max);
+        if let Some(g) = gap {
+            self.straggler_seconds += dt;
+            self.straggler_gap_max = Some(self.straggler_gap_max.map_or(g, |m| m.max(g)));
+            if self.job != w.job {
+                self.job.clone_from(&w.job);
+            }
+        }
+    }
+}
+
+/// One workload on one GPU, starved part of the window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StarvedRow {
+    /// The workload (`namespace/pod`, or the GPU where none held it).
+    pub workload: String,
+    /// The GPU.
+    pub gpu: String,
+    /// Hours judged starved.
+    pub starved_hours: f64,
+    /// Of the hours with a verdict, the share starved.
+    pub starved_share: f64,
+    /// Starved hours by cause, every cause (0 where none).
+    pub by_cause: Vec<CauseHours>,
+    /// The cause of most of its starved hours.
+    pub main_cause: Cause,
+    /// What to do about that cause.
+    pub action: String,
+}
+
+/// Hours under one cause.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CauseHours {
+    /// The cause.
+    pub cause: Cause,
+    /// Its hours.
+    pub hours: f64,
+}
+
+/// A job's straggler over the window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StragglerRow {
+    /// The straggler's workload.
+    pub workload: String,
+    /// The straggler GPU.
+    pub gpu: String,
+    /// The job it held back.
+    pub job: Option<String>,
+    /// Hours it was the straggler.
+    pub straggler_hours: f64,
+    /// Its largest gap below the job's median, a share of the median.
+    pub gap_max: f64,
+}
+
+/// The section: starved workloads (most starved hours first) and stragglers.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Waits {
+    /// Starved GPU-hours of every track, by cause.
+    pub starved_gpu_hours: Vec<CauseHours>,
+    /// Hours with a verdict, every track.
+    pub judged_gpu_hours: f64,
+    /// The workloads with starved time, most first (at most [`LISTED`]).
+    pub starved: Vec<StarvedRow>,
+    /// Starved workloads left out of the list, and their starved hours.
+    pub starved_not_listed: NotListed,
+    /// The stragglers, most hours first (at most [`LISTED`]).
+    pub stragglers: Vec<StragglerRow>,
+}
+
+/// Hours of each cause from seconds.
+fn hours_by_cause(seconds: &[f64; 7]) -> Vec<CauseHours> {
+    Cause::ALL
+        .iter()
+        .map(|c| CauseHours {
+            cause: *c,
+            hours: seconds[c.index()] / 3600.0,
+        })
+        .collect()
+}
+
+/// The section, from every track's tally.
+#[must_use]
+pub fn waits(tracks: &[Track]) -> Waits {
+    let mut total = [0.0; 7];
+    let mut judged = 0.0;
+    let mut starved = Vec::new();
+    let mut stragglers = Vec::new();
+    for t in tracks {
+        let w = &t.waits;
+        judged += w.judged_seconds;
+        for (sum, s) in total.iter_mut().zip(w.starved_seconds) {
+            *sum += s;
+        }
+        let name = t.pod.clone().unwrap_or_else(|| t.gpu.clone());
+        if let Some(row) = starved_row(&name, &t.gpu, w) {
+            starved.push(row);
+        }
+        if let Some(gap) = w.straggler_gap_max {
+            stragglers.push(StragglerRow {
+                workload: name,
+                gpu: t.gpu.clone(),
+                job: w.job.clone(),
+                straggler_hours: w.straggler_seconds / 3600.0,
+                gap_max: gap,
+            });
+        }
+    }
+    // Most hours first; ties by workload and GPU, so the order never depends on the input's.
+    starved.sort_by(|a, b| {
+        (b.starved_hours.total_cmp(&a.starved_hours))
+            .then_with(|| (&a.workload, &a.gpu).cmp(&(&b.workload, &b.gpu)))
+    });
+    stragglers.sort_by(|a, b| {
+        (b.straggler_hours.total_cmp(&a.straggler_hours))
+            .then_with(|| (&a.workload, &a.gpu).cmp(&(&b.workload, &b.gpu)))
+    });
+    let rest = starved.split_off(starved.len().min(LISTED));
+    stragglers.truncate(LISTED);
+    Waits {
+        starved_gpu_hours: hours_by_cause(&total),
+        judged_gpu_hours: judged / 3600.0,
+        starved_not_listed: NotListed {
+            workloads: rest.len(),
+            gpu_hours: rest.iter().map(|r| r.starved_hours).sum(),
+        },
+        starved,
+        stragglers,
+    }
+}
+
+/// A track's row, when it was starved at all.
+fn starved_row(name: &str, gpu: &str, w: &WaitTally) -> Option<StarvedRow> {
+    let seconds: f64 = w.starved_seconds.iter().sum();
+    if seconds <= 0.0 || w.judged_seconds <= 0.0 {
+        return None;
+    }
+    let main = Cause::ALL
+        .into_iter()
+        .max_by(|a, b| w.starved_seconds[a.index()].total_cmp(&w.starved_seconds[b.index()]))?;
+    Some(StarvedRow {
+        workload: name.to_string(),
+        gpu: gpu.to_string(),
+        starved_hours: seconds / 3600.0,
+        starved_share: seconds / w.judged_seconds,
+        by_cause: hours_by_cause(&w.starved_seconds),
+        main_cause: main,
+        action: crate::causes::Finding {
+            cause: main,
+            evidence: None,
+            cpu_limit_cores: None,
+        }
+        .advice(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::derive::DeriveConfig;
+    use crate::model::{EntityId, EntitySample, PodRef, Sample, Timestamp};
+    use crate::tracker::Deriver;
+
+    /// GPU `i` of pod `pod` at `clock`, busy flag 100 %, tensor `tensor`, DRAM 5 %, its pod
+    /// throttled in `throttled` of its CFS periods.
+    fn gpu(i: u32, pod: &str, clock: f64, tensor: f64, throttled: f64) -> EntitySample {
+        let mut e = EntitySample {
+            id: EntityId {
+                gpu: Some(i),
+                uuid: Some(format!("GPU-{i}")),
+                model: Some("NVIDIA H100 80GB HBM3".into()),
+                pod: Some(PodRef {
+                    pod: pod.into(),
+                    namespace: Some("ml".into()),
+                    container: None,
+                }),
+                ..EntityId::default()
+            },
+            ..EntitySample::default()
+        };
+        for (f, v) in [
+            (Field::ReportedUtil, 1.0),
+            (Field::SmClockMhz, clock),
+            (Field::TensorActive, tensor),
+            (Field::DramActive, 0.05),
+            (Field::HolderCpuThrottledRatio, throttled),
+        ] {
+            e.readings.set_value(f, v);
+        }
+        e
+    }
+
+    /// An hour at 60 s steps of: pod `train`'s eight GPUs, GPU 3's clock capped (1200 of
+    /// 1980 MHz); pod `etl`'s GPU 8, starved with its pod throttled in 60 % of its periods;
+    /// pod `serve`'s GPU 9, busy.
+    fn tracks() -> Vec<Track> {
+        let mut d = Deriver::new(DeriveConfig::default(), Some(60.0));
+        let mut tracks: Vec<Track> = (0..10)
+            .map(|i| Track::new(None, format!("node-a/GPU-{i}")))
+            .collect();
+        for step in 0..60 {
+            let mut entities: Vec<EntitySample> = (0..8)
+                .map(|i| {
+                    if i == 3 {
+                        gpu(i, "train", 1200.0, 0.6, 0.0)
+                    } else {
+                        gpu(i, "train", 1980.0, 0.03, 0.0)
+                    }
+                })
+                .collect();
+            entities.push(gpu(8, "etl", 1980.0, 0.02, 0.6));
+            entities.push(gpu(9, "serve", 1980.0, 0.7, 0.0));
+            let s = Sample {
+                taken: Timestamp(step * 60_000),
+                entities,
+            };
+            for (t, w) in tracks.iter_mut().zip(d.observe(&s).windows) {
+                t.observe(usize::try_from(step).unwrap(), &w);
+            }
+        }
+        for (i, t) in tracks.iter_mut().enumerate() {
+            let pod = match i {
+                8 => "ml/etl",
+                9 => "ml/serve",
+                _ => "ml/train",
+            };
+            t.pod = Some(pod.into());
+        }
+        tracks
+    }
+
+    #[test]
+    fn starved_hours_by_cause_and_the_straggler_of_a_job() {
+        let w = waits(&tracks());
+        // Every window is judged: ten GPUs × 60 steps × 60 s.
+        assert!((w.judged_gpu_hours - 10.0).abs() < 1e-9, "{w:?}");
+        let of = |c: Cause| w.starved_gpu_hours[c.index()].hours;
+        // The throttled pod: the whole hour. The seven waiting GPUs: every step but the
+        // first (a straggler is one once out of the band for 30 s: at the second 60 s step).
+        assert!((of(Cause::CpuThrottled) - 1.0).abs() < 1e-9, "{w:?}");
+        assert!(
+            (of(Cause::CommBound) - 7.0 * 59.0 / 60.0).abs() < 1e-9,
+            "{w:?}"
+        );
+        assert!((of(Cause::Unknown) - 7.0 / 60.0).abs() < 1e-9, "{w:?}");
+        assert_eq!(w.starved.len(), 8, "{w:?}");
+        let etl = &w.starved[0];
+        assert_eq!(
+            (etl.workload.as_str(), etl.gpu.as_str()),
+            ("ml/etl", "node-a/GPU-8")
+        );
+        assert_eq!(etl.main_cause, Cause::CpuThrottled);
+        assert!((etl.starved_share - 1.0).abs() < 1e-12);
+        assert!(
+            etl.action.starts_with("raise the pod's CPU limit"),
+            "{}",
+            etl.action
+        );
+        assert!(
+            w.starved[1..]
+                .iter()
+                .all(|r| r.main_cause == Cause::CommBound && r.workload == "ml/train")
+        );
+        // The straggler: 59 minutes, 39.4 % behind (780 of 1980 MHz).
+        assert_eq!(w.stragglers.len(), 1, "{w:?}");
+        let s = &w.stragglers[0];
+        assert_eq!(
+            (s.gpu.as_str(), s.job.as_deref()),
+            ("node-a/GPU-3", Some("ml/train"))
+        );
+        assert!((s.straggler_hours - 59.0 / 60.0).abs() < 1e-9, "{s:?}");
+        assert!((s.gap_max - 780.0 / 1980.0).abs() < 1e-12, "{s:?}");
+        assert_eq!(w.starved_not_listed.workloads, 0);
+    }
+
+    #[test]
+    fn a_long_list_is_cut_and_the_rest_summed() {
+        let mut many: Vec<Track> = (0..25)
+            .map(|i| {
+                let mut t = Track::new(Some(format!("ml/p{i:02}")), format!("g{i}"));
+                t.waits.judged_seconds = 3600.0;
+                t.waits.starved_seconds[Cause::IoStalled.index()] = 36.0 * f64::from(i + 1);
+                t
+            })
+            .collect();
+        many.push(Track::new(Some("ml/never".into()), "gx".into()));
+        let w = waits(&many);
+        assert_eq!(w.starved.len(), LISTED);
+        assert_eq!(w.starved[0].workload, "ml/p24");
+        assert_eq!(w.starved_not_listed.workloads, 5);
+        // The five least starved: 36 s × (1 + … + 5) = 540 s.
+        assert!((w.starved_not_listed.gpu_hours - 0.15).abs() < 1e-12);
+        assert!(w.stragglers.is_empty());
+    }
+}
