@@ -1023,7 +1023,15 @@ fn node_dashboard_on_real_prometheus() {
 
     let ds = yaml(DAEMONSET);
     let args = serve_args(agent(&ds));
-    let env = per_process_env();
+    let mut env = per_process_env();
+    // The node's three GPUs as one job (a bare-metal training box): the idle one runs far
+    // behind the other two, a straggler for the Stragglers panel, once sustained 1 s.
+    for (k, v) in [
+        ("TRUTHSCALE_VERDICT__STRAGGLERS__GROUP_BY", "node"),
+        ("TRUTHSCALE_VERDICT__STRAGGLERS__SUSTAIN_SECONDS", "1"),
+    ] {
+        env.insert(k.to_owned(), v.to_owned());
+    }
     let patch = yaml(PER_PROCESS_PATCH);
     assert_eq!(
         patch["spec"]["template"]["spec"]["hostPID"].as_bool(),

@@ -266,6 +266,34 @@ const DOCUMENTED: &[Documented] = &[
         rewrites: &[(" > 0.5", "")],
     },
     Documented {
+        at: "truthscale.rules.yml / alert TruthscaleStraggler",
+        reason: "the simulated GPUs belong to no job (no pod holds several of them), so none \
+                 is a straggler and the gap family has no series; \
+                 causes_gpu::an_eight_gpu_job_with_one_clock_capped_has_one_straggler_and_seven_waiting \
+                 shows it on eight GPUs of one job; the form checks the expression's shape on \
+                 a gauge every GPU here has",
+        rewrites: &[(
+            "truthscale_gpu_straggler_gap_ratio",
+            "truthscale_gpu_sm_active_ratio",
+        )],
+    },
+    Documented {
+        at: "truthscale-node.json / Stragglers: how far each GPU holds its job back / A",
+        reason: "the simulated GPUs belong to no job, so neither straggler family has a series \
+                 (see the alert's entry); the form checks the expression's shape on a gauge \
+                 every GPU here has",
+        rewrites: &[
+            (
+                "truthscale_gpu_straggler_gap_ratio",
+                "truthscale_gpu_sm_active_ratio",
+            ),
+            (
+                "truthscale_gpu_waiting_on_straggler_gap_ratio",
+                "truthscale_gpu_sm_active_ratio",
+            ),
+        ],
+    },
+    Documented {
         at: "truthscale-node.json / Cause signals: the holder pods' CPU and I/O pressure / A",
         reason: "node mode only: the holder pods' cgroups are read by the node agent, and this \
                  panel returns data in node_manifests::node_dashboard_on_real_prometheus; these \
