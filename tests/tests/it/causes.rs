@@ -269,6 +269,20 @@ fn each_pods_own_pressure(m: &[Sample]) {
     assert_eq!(Some(gpu[0].value), own(io, "4", "prep-e"));
 }
 
+/// The pods of GPUs 5 and 6, calm: their GPUs are starved by their own counters (PCIe
+/// receive at the link's cap; tiny kernels and syncs).
+const GPU_SIDE: [(&str, &str); 2] = [
+    ("copy-g", "7bacfeb0-8cf7-77c8-ee8d-667c2ccc0a8d"),
+    ("tiny-h", "8cbd0fc1-9d08-88d9-ff9e-778d3ddd1b9e"),
+];
+
+/// MiB, the unit of GPM's byte rates.
+const MIB: f64 = 1_048_576.0;
+
+/// A Gen5 x16 link, bytes per second per direction: 32 GT/s × 16 lanes × 128/130 ÷ 8,
+/// from the PCIe specification's figures.
+const GEN5_X16: f64 = 32e9 * 16.0 * 128.0 / 130.0 / 8.0;
+
 /// The per-pod pressure families.
 const POD_PRESSURE: [&str; 6] = [
     "truthscale_pod_cpu_throttled_ratio",
@@ -287,7 +301,9 @@ const POD_PRESSURE: [&str; 6] = [
 /// exported. GPU 4 is time-sliced between pod E, waiting on I/O half of the time, and pod
 /// F, whose cgroup directory is not there: each pod's own shares are exported under its
 /// pod (on GPUs 0 to 3, the GPU's own pod labels; on GPU 4, the pod and namespace), C's
-/// zeros as zeros, and nothing for F.
+/// zeros as zeros, and nothing for F. GPUs 5 and 6 hold calm pods G and H and are starved
+/// by their own counters: G's PCIe receive at 0.9 of its Gen5 x16 link (`host_to_device`),
+/// H's tiny kernels, the engine busy and the SMs at 10 % (`launch_bound`).
 #[test]
 fn a_starved_gpus_seconds_go_to_its_holders_pressure() {
     let dir = TempDir::new("causes");
@@ -311,22 +327,26 @@ fn a_starved_gpus_seconds_go_to_its_holders_pressure() {
         ),
     ];
     let state = State::default();
-    *state.answer.lock().unwrap() = ListPodResourcesResponse {
-        pod_resources: pods
-            .iter()
-            .enumerate()
-            .map(|(i, (name, _, _))| pod(name, "ml", "cuda", "nvidia.com/gpu", &[&uuid(i)]))
-            .chain(SHARED.iter().enumerate().map(|(r, (name, _))| {
-                pod(
-                    name,
-                    "ml",
-                    "cuda",
-                    "nvidia.com/gpu",
-                    &[&format!("{}::{r}", uuid(4))],
-                )
-            }))
-            .collect(),
-    };
+    *state.answer.lock().unwrap() =
+        ListPodResourcesResponse {
+            pod_resources: pods
+                .iter()
+                .enumerate()
+                .map(|(i, (name, _, _))| pod(name, "ml", "cuda", "nvidia.com/gpu", &[&uuid(i)]))
+                .chain(SHARED.iter().enumerate().map(|(r, (name, _))| {
+                    pod(
+                        name,
+                        "ml",
+                        "cuda",
+                        "nvidia.com/gpu",
+                        &[&format!("{}::{r}", uuid(4))],
+                    )
+                }))
+                .chain(GPU_SIDE.iter().enumerate().map(|(j, (name, _))| {
+                    pod(name, "ml", "cuda", "nvidia.com/gpu", &[&uuid(5 + j)])
+                }))
+                .collect(),
+        };
     let _kubelet = Kubelet::start(&socket, state);
     let proc_root = dir.path().join("proc");
     let cgroup_root = dir.path().join("cgroup");
@@ -377,6 +397,32 @@ fn a_starved_gpus_seconds_go_to_its_holders_pressure() {
         }
     }
     devices.push(shared);
+    // GPUs 5 and 6: calm pods, each GPU starved by its own counters.
+    for (j, (name, uid)) in GPU_SIDE.iter().enumerate() {
+        let pid = 6007 + u32::try_from(j).unwrap();
+        let cg = cgroupfs_process(&proc_root, &cgroup_root, pid, uid, name);
+        std::fs::create_dir_all(&cg).unwrap();
+        advancing.push((cg, Load::Calm));
+        let mut d = device(5 + j, true, pid);
+        let gpm = d["gpm"]["metrics"].as_object_mut().unwrap();
+        if j == 0 {
+            // Host-to-device copies at 0.9 of the Gen5 x16 link, SMs at 30 %.
+            d["pcie_link_gen"] = serde_json::json!(5);
+            d["pcie_link_width"] = serde_json::json!(16);
+            let gpm = d["gpm"]["metrics"].as_object_mut().unwrap();
+            gpm.insert(
+                "pcie_rx_per_sec".into(),
+                serde_json::json!(0.9 * GEN5_X16 / MIB),
+            );
+            gpm.insert("sm_util".into(), serde_json::json!(30));
+            gpm.insert("graphics_util".into(), serde_json::json!(35));
+        } else {
+            // Tiny kernels and syncs: the engine busy, SMs at 10 %.
+            gpm.insert("sm_util".into(), serde_json::json!(10));
+            gpm.insert("graphics_util".into(), serde_json::json!(95));
+        }
+        devices.push(d);
+    }
     let _advancing = Advancing::start(advancing);
     let scenario = dir.path().join("scenario.json");
     std::fs::write(
@@ -444,6 +490,8 @@ fn a_starved_gpus_seconds_go_to_its_holders_pressure() {
         ("0", "cpu_throttled"),
         ("1", "io_stalled"),
         ("2", "unknown"),
+        ("5", "host_to_device"),
+        ("6", "launch_bound"),
     ] {
         let d = delta(gpu);
         let at = CAUSES.iter().position(|c| *c == cause).unwrap();
