@@ -525,6 +525,8 @@ metrics! {
         "GPU temperature.";
     GPU_CLOCK_EVENT / Gpu::GpuClockEvent = "truthscale_gpu_clock_event_active", Gauge, ["reason"], gauge("truthscale.gpu.clock_event.active", "1"), None,
         "Clock-event (throttle) reasons active in the last window (1) or not (0).";
+    GPU_IDLE_SECONDS / Gpu::GpuIdleSeconds = "truthscale_gpu_idle_seconds", Gauge, [], gauge("truthscale.gpu.idle.time", "s"), None,
+        "Seconds since this GPU or MIG instance (and, in node mode, its holder: a new holder starts at 0) last did work: the busy flag at verdict.idle_util or more, effective compute at 0.01 or more, or tokens from its serving engine (a decode server with steady tokens is never idle). 0 in a window with work; since truthscale first saw it when it never worked. Absent where the window measured none of them.";
     GPU_VERDICT / Gpu::GpuVerdict = "truthscale_gpu_verdict", Gauge, ["verdict"], gauge("truthscale.gpu.verdict", "1"), None,
         "The verdict of the last window (1) and the others (0): throttled, blocked, starved, busy, idle, unknown (see docs/verdicts.md).";
     GPU_STARVED_SECONDS / Gpu::GpuStarvedSeconds = "truthscale_gpu_starved_seconds_total", Counter, ["cause"], counter("truthscale.gpu.starved.time", "s"), None,
@@ -627,8 +629,8 @@ metrics! {
         "The share of its physical GPU this entity is, for GPU-hours: 1 for a whole GPU; a MIG instance's compute slices over the GPU's (3g.40gb on an H100: 3/7). Absent for a MIG instance of an unknown profile.";
     GPU_PODS / Gpu::GpuPods = "truthscale_gpu_pods", Gauge, [], None, None,
         "Node mode: containers the kubelet allocated this GPU or MIG instance to. 0 is idle capacity; more than 1 is a shared (time-sliced) GPU, whose series carry no pod labels. Absent where the kubelet could not be read.";
-    GPU_ALLOCATION / Gpu::GpuAllocation = "truthscale_gpu_allocation_info", Gauge, ["resource", "replica"], None, None,
-        "Node mode: one series (value 1) per container the kubelet allocated this GPU or MIG instance to, labelled with that container's pod, namespace and container; replica is the time-slicing replica when the device id names one; with node.pod_labels, one more label for each allowlisted label the holder's pod has, named label_ and the key (kube-state-metrics naming: every character outside [a-zA-Z0-9_] becomes _).";
+    GPU_ALLOCATION / Gpu::GpuAllocation = "truthscale_gpu_allocation_info", Gauge, ["resource", "replica", "owner_kind", "owner_name"], None, None,
+        "Node mode: one series (value 1) per container the kubelet allocated this GPU or MIG instance to, labelled with that container's pod, namespace and container; replica is the time-slicing replica when the device id names one; owner_kind and owner_name the workload behind the pod where the API server's pod list names it (its controller reference, a ReplicaSet followed to its Deployment by the pod-template-hash naming rule); with node.pod_labels, one more label for each allowlisted label the holder's pod has, named label_ and the key (kube-state-metrics naming: every character outside [a-zA-Z0-9_] becomes _).";
     POD_EFFECTIVE_COMPUTE / Gpu::PodEffectiveCompute = "truthscale_pod_effective_compute_ratio", Gauge, ["method"], None, None,
         "Node mode: the effective compute fraction of a GPU or MIG instance that one container holds alone, measured by the device's own counters (method=\"sole_holder\"). Never written for a device several pods hold: their split is truthscale_pod_effective_compute_estimate_ratio.";
     POD_EFFECTIVE_COMPUTE_ESTIMATE / Gpu::PodEffectiveComputeEstimate = "truthscale_pod_effective_compute_estimate_ratio", Gauge, ["method"], gauge("truthscale.pod.effective_compute.estimate", "1"), None,
@@ -713,6 +715,8 @@ pub const OTEL_ATTRIBUTES: &[(&str, &str)] = &[
     ("method", "truthscale.method"),
     ("verdict", "truthscale.verdict"),
     ("cause", "truthscale.starved.cause"),
+    ("owner_kind", "truthscale.k8s.owner.kind"),
+    ("owner_name", "truthscale.k8s.owner.name"),
     ("job_group", "truthscale.straggler.job"),
     ("signal", "truthscale.straggler.signal"),
     ("quantity", "truthscale.ceiling.quantity"),

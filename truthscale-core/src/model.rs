@@ -790,6 +790,16 @@ pub struct ProcessReading {
     pub pod: Option<PodRef>,
 }
 
+/// The workload behind a pod: its controller's kind and name (a ReplicaSet's pods are
+/// named by their Deployment).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Default, Hash)]
+pub struct PodOwner {
+    /// `Deployment`, `StatefulSet`, `Job`, `Notebook`, `InferenceService`, …
+    pub kind: String,
+    /// Its name, in the pod's namespace.
+    pub name: String,
+}
+
 /// One container the kubelet gave a GPU or MIG instance to (node mode).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct Holder {
@@ -804,6 +814,8 @@ pub struct Holder {
     /// names (`label_<key>`, [`crate::catalog::pod_label_name`]) with their values, in
     /// allowlist order. A label the pod does not have is left out, never written empty.
     pub labels: Vec<(&'static str, String)>,
+    /// The pod's owner, from the API server (node mode with the pod reader on).
+    pub owner: Option<PodOwner>,
 }
 
 /// Node mode: one pod's own CPU, I/O and memory pressure over the last tick, from its

@@ -94,6 +94,9 @@ pub struct EntityWindow {
     pub allocation: Option<Vec<crate::model::Holder>>,
     /// The job of a straggler, or of a GPU that waits on one.
     pub job: Option<String>,
+    /// Seconds since the entity last did work (0 in a window with work); `None` where the
+    /// window measured neither busy flag, effective compute nor tokens.
+    pub idle_seconds: Option<f64>,
     /// Node mode: each holder pod's own pressure over the window, where measured.
     pub holder_pressure: Vec<crate::model::PodPressure>,
     /// Ground-truth regime, for simulated data.
@@ -437,6 +440,9 @@ struct EntityState {
     activity_from_counters: bool,
     ceiling_saturation: CeilingTracker,
     ceiling_output_tokens: CeilingTracker,
+    /// Since when the entity has done no work: the end of its last window with work, else
+    /// the first sample seen of it.
+    idle_from: Timestamp,
 }
 
 /// Why an entity's window waits to be integrated.
@@ -467,6 +473,7 @@ enum EnergyRule {
 impl EntityState {
     fn new(taken: Timestamp, e: &EntitySample) -> EntityState {
         EntityState {
+            idle_from: taken,
             last_taken: taken,
             last_energy: None,
             provisional_energy: (0.0, 0.0),
@@ -488,6 +495,7 @@ impl EntityState {
                 processes: Vec::new(),
                 allocation: None,
                 job: None,
+                idle_seconds: None,
                 holder_pressure: Vec::new(),
                 truth_phase: None,
                 truth_workload: None,
@@ -951,6 +959,7 @@ impl Deriver {
         state.mean_clock(e.sm_clock_is_point, first);
         state.derive_metrics(e, spec, energy_power, cfg, diags);
         state.classify(e, spec, decision.seconds(), cfg, &self.verdict);
+        state.idle_since(taken, e, self.verdict.idle_util);
         state.observe_ceilings(taken, decision, e, self.ceilings);
         state.copy_attributes(e, spec, cfg.workload);
         let seconds = state.settle(decision, self.update_interval, k, diags);
@@ -1259,6 +1268,36 @@ impl EntityState {
         );
         win.phase = phase;
         win.phase_method = phase.map(|_| method);
+    }
+
+    /// How long the entity has done no work, as of `taken`: 0 after a window with work (the
+    /// busy flag at `idle_util` or more, effective compute at
+    /// [`crate::fleet::IDLE_COMPUTE_BELOW`] or more, or tokens from its serving engine: a
+    /// decode server with low effective compute but steady tokens works), the seconds since
+    /// the end of its last such window otherwise (since the first sample seen of it, when it
+    /// never worked). `None` for a window that measured none of them.
+    #[inline]
+    fn idle_since(&mut self, taken: Timestamp, e: &EntitySample, idle_util: f64) {
+        let m = &self.window.metrics;
+        let busy = m.reported_utilization;
+        let ecf = m.effective_compute;
+        let tokens = e.serving.as_ref().and_then(|s| {
+            match (s.output_tokens_per_sec, s.prompt_tokens_per_sec) {
+                (None, None) => None,
+                (o, p) => Some(o.unwrap_or(0.0) + p.unwrap_or(0.0)),
+            }
+        });
+        if busy.is_none() && ecf.is_none() && tokens.is_none() {
+            self.window.idle_seconds = None;
+            return;
+        }
+        let worked = busy.is_some_and(|u| u >= idle_util)
+            || ecf.is_some_and(|c| c >= crate::fleet::IDLE_COMPUTE_BELOW)
+            || tokens.is_some_and(|t| t > 0.0);
+        if worked {
+            self.idle_from = taken;
+        }
+        self.window.idle_seconds = Some(taken.seconds_since(self.idle_from).max(0.0));
     }
 
     /// The window's observed ceilings, when tracked (`on`): an observed window feeds the

@@ -21,6 +21,7 @@ use crate::client::{FetchError, get_text_with};
 use crate::setting::Invalid;
 use crate::sources::{BuildError, Produced, SourceError};
 use serde::Deserialize;
+use truthscale_core::model::PodOwner;
 use serde::de::IgnoredAny;
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
@@ -289,6 +290,55 @@ struct Metadata<'a> {
     namespace: Cow<'a, str>,
     #[serde(default, borrow)]
     labels: Labels<'a>,
+    #[serde(default, borrow, rename = "ownerReferences")]
+    owner_references: Vec<OwnerReference<'a>>,
+}
+
+/// One of a pod's `ownerReferences`.
+#[derive(Deserialize)]
+struct OwnerReference<'a> {
+    #[serde(default, borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default, borrow)]
+    name: Cow<'a, str>,
+    #[serde(default)]
+    controller: bool,
+}
+
+/// The label the Deployment controller puts on its ReplicaSets' pods, whose value ends the
+/// ReplicaSet's name (`<deployment>-<hash>`).
+const POD_TEMPLATE_HASH: &str = "pod-template-hash";
+
+/// A pod's owner: its controller reference (else its first), followed from a ReplicaSet to
+/// its Deployment where the ReplicaSet's name is the Deployment's and the pod's
+/// `pod-template-hash` (how the Deployment controller names them): no extra request.
+fn owner_of(m: &Metadata<'_>, labels: &[(Cow<'_, str>, Cow<'_, str>)]) -> Option<PodOwner> {
+    let r = m
+        .owner_references
+        .iter()
+        .find(|r| r.controller)
+        .or(m.owner_references.first())?;
+    if r.kind.is_empty() || r.name.is_empty() || !fits(&r.kind) || !fits(&r.name) {
+        return None;
+    }
+    let hash = labels
+        .iter()
+        .find(|(k, _)| k == POD_TEMPLATE_HASH)
+        .map(|(_, v)| v.as_ref());
+    let deployment = (r.kind == "ReplicaSet")
+        .then(|| r.name.strip_suffix(hash?)?.strip_suffix('-'))
+        .flatten()
+        .filter(|d| !d.is_empty());
+    Some(match deployment {
+        Some(d) => PodOwner {
+            kind: "Deployment".into(),
+            name: d.into(),
+        },
+        None => PodOwner {
+            kind: r.kind.to_string(),
+            name: r.name.to_string(),
+        },
+    })
 }
 
 /// A pod's labels, borrowed from the answer where they need no unescaping; `None` when
@@ -354,11 +404,13 @@ impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
     }
 }
 
-/// The allowlisted labels of each pod of one list answer.
+/// The allowlisted labels and the owner of each pod of one list answer.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct PodLabels {
     /// (namespace, name) → (label name, value), in allowlist order, only those it has.
     by_pod: HashMap<(String, String), Vec<(&'static str, String)>>,
+    /// (namespace, name) → the pod's owner, where it has one.
+    owners: HashMap<(String, String), PodOwner>,
     /// What the caps left out of the answer.
     left_out: LeftOut,
 }
@@ -382,9 +434,10 @@ impl PodLabels {
         left_out.add(format!("pods past the first {MAX_PODS}"), list.items.over);
         let (mut many, mut long_names, mut long_values) = (0, 0, 0);
         let mut by_pod = HashMap::with_capacity(list.items.kept.len());
+        let mut owners = HashMap::new();
         for item in list.items.kept {
-            let m = item.metadata;
-            let Labels(Some(all)) = m.labels else {
+            let mut m = item.metadata;
+            let Labels(Some(all)) = std::mem::take(&mut m.labels) else {
                 many += 1;
                 continue;
             };
@@ -404,7 +457,12 @@ impl PodLabels {
                     long_values += 1;
                 }
             }
-            by_pod.insert((m.namespace.into_owned(), m.name.into_owned()), labels);
+            let owner = owner_of(&m, &all);
+            let key = (m.namespace.into_owned(), m.name.into_owned());
+            if let Some(o) = owner {
+                owners.insert(key.clone(), o);
+            }
+            by_pod.insert(key, labels);
         }
         left_out.add(format!("pods with more than {MAX_LABELS} labels"), many);
         left_out.add(
@@ -415,7 +473,11 @@ impl PodLabels {
             format!("label values over {MAX_LABEL_BYTES} bytes"),
             long_values,
         );
-        Ok(PodLabels { by_pod, left_out })
+        Ok(PodLabels {
+            by_pod,
+            owners,
+            left_out,
+        })
     }
 
     /// Every pod's labels kept (for the fuzz targets).
@@ -438,12 +500,21 @@ impl PodLabels {
             .map_or(&[], Vec::as_slice)
     }
 
-    /// Give every holder of every entity of `produced` its pod's labels.
+    /// The owner of pod `name` in `namespace`, where the answer named one.
+    #[must_use]
+    pub(crate) fn owner(&self, namespace: Option<&str>, name: &str) -> Option<&PodOwner> {
+        self.owners
+            .get(&(namespace.unwrap_or_default().to_string(), name.to_string()))
+    }
+
+    /// Give every holder of every entity of `produced` its pod's labels and owner.
     pub(crate) fn apply(&self, produced: &mut Produced) {
         for s in &mut produced.samples {
             for e in &mut s.entities {
                 for h in e.allocation.iter_mut().flatten() {
-                    h.labels = self.of(h.pod.namespace.as_deref(), &h.pod.pod).to_vec();
+                    let ns = h.pod.namespace.as_deref();
+                    h.labels = self.of(ns, &h.pod.pod).to_vec();
+                    h.owner = self.owner(ns, &h.pod.pod).cloned();
                 }
             }
         }
@@ -749,6 +820,30 @@ mod tests {
         assert!(PodLabels::from_json(r#"{"kind":"Status","items":[]}"#, &s.keys).is_err());
         assert!(PodLabels::from_json(r#"{"kind":"PodList"}"#, &s.keys).is_err());
         assert!(PodLabels::from_json("<html>", &s.keys).is_err());
+    }
+
+    #[test]
+    fn each_pod_s_owner_a_replicaset_followed_to_its_deployment() {
+        let body = r#"{"kind":"PartialObjectMetadataList","items":[
+          {"metadata":{"name":"web-7d9f8b-x2k4q","namespace":"serving",
+            "labels":{"pod-template-hash":"7d9f8b","team":"search"},
+            "ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-7d9f8b","uid":"u1","controller":true}]}},
+          {"metadata":{"name":"nb-0","namespace":"research",
+            "ownerReferences":[{"kind":"Other","name":"x"},{"apiVersion":"apps/v1","kind":"StatefulSet","name":"nb","controller":true}]}},
+          {"metadata":{"name":"odd-abc","namespace":"ml","labels":{"pod-template-hash":"zzz"},
+            "ownerReferences":[{"kind":"ReplicaSet","name":"odd-abc","controller":true}]}},
+          {"metadata":{"name":"bare","namespace":"ml"}}
+        ]}"#;
+        let s = settings();
+        let l = PodLabels::from_json(body, &s.keys).unwrap();
+        let owner = |ns: &str, pod: &str| l.owner(Some(ns), pod).map(|o| (o.kind.clone(), o.name.clone()));
+        assert_eq!(owner("serving", "web-7d9f8b-x2k4q"), Some(("Deployment".into(), "web".into())));
+        // The controller reference, not the first.
+        assert_eq!(owner("research", "nb-0"), Some(("StatefulSet".into(), "nb".into())));
+        // A ReplicaSet whose name does not end in the pod's hash stays a ReplicaSet.
+        assert_eq!(owner("ml", "odd-abc"), Some(("ReplicaSet".into(), "odd-abc".into())));
+        assert_eq!(owner("ml", "bare"), None);
+        assert_eq!(owner("ml", "not-listed"), None);
     }
 
     #[test]

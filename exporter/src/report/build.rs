@@ -93,6 +93,7 @@ pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built>
         Some(attrs) => showback::held_by_gpu(&attrs.held),
         None => showback::read_held_by_gpu(&mut history)?,
     };
+    let owners = super::owners::read(&history)?;
     let (mut input, source, stats) = super::collect(history, cfg.max_points)?;
     input.held = held;
     if input.tracks.is_empty() {
@@ -105,6 +106,10 @@ pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built>
     }
     let analysis = Instant::now();
     let mut doc = super::document(&input, source, &cfg.fleet);
+    owners.apply(&mut doc.fleet.idle);
+    if !doc.fleet.idle.workloads.is_empty() {
+        doc.fleet.notes.push(owners.note.clone());
+    }
     let every_group = match (&cfg.showback, &attributes) {
         (Some(args), Some(attrs)) => Some(add_showback(&mut doc, &input, cfg, args, attrs)),
         _ => None,

@@ -364,7 +364,7 @@ pub(crate) fn render(doc: &Document) -> anyhow::Result<String> {
             Section::Sizing => sizing(w, doc)?,
             Section::Colocation => colocation(w, f),
             Section::Rightsizing => rightsizing(w, f),
-            Section::Idle => idle(w, f),
+            Section::Idle => super::idle::html(w, f, DIGITS),
             Section::Waits => super::waits::html(w, f, DIGITS),
             Section::Savings => savings(w, f),
             Section::Showback => {
@@ -602,44 +602,6 @@ fn rightsizing(w: &mut String, f: &FleetReport) {
         );
     }
     let _ = writeln!(w, "</table>");
-}
-
-/// The idle allocated capacity: the workloads listed, the others summed, the total.
-fn idle(w: &mut String, f: &FleetReport) {
-    let _ = writeln!(
-        w,
-        "<h2>Idle allocated capacity</h2>\n<p class=\"muted\">Idle more than {} of the measured time (busy flag below {}, effective compute below {}, each where measured).</p>\n<table><tr><th>workload</th><th>idle</th><th>measured hours</th><th>idle GPU-hours</th></tr>",
-        pct(Some(f.idle.idle_share_above)),
-        pct(Some(f.idle.busy_below)),
-        pct(Some(f.idle.effective_compute_below)),
-    );
-    for i in &f.idle.workloads {
-        let _ = writeln!(
-            w,
-            "<tr><td>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td></tr>",
-            esc(&i.workload),
-            pct(Some(i.idle_share)),
-            hours(i.measured_hours, DIGITS),
-            hours(i.idle_gpu_hours, DIGITS)
-        );
-    }
-    let _ = writeln!(w, "</table>");
-    let left = f.idle.not_listed;
-    let _ = writeln!(
-        w,
-        "<p>Idle GPU-hours of every workload measured: {}{}.</p>",
-        hours(f.idle.idle_gpu_hours, DIGITS),
-        if left.workloads > 0 {
-            format!(
-                " ({} more workloads idle at most {} of their time, {} idle GPU-hours, not listed)",
-                left.workloads,
-                pct(Some(f.idle.idle_share_above)),
-                hours(left.gpu_hours, DIGITS)
-            )
-        } else {
-            String::new()
-        }
-    );
 }
 
 /// The savings estimate and its assumptions.

@@ -12,7 +12,9 @@ pub(crate) mod format;
 #[cfg(test)]
 mod golden;
 pub(crate) mod html;
+mod idle;
 pub(crate) mod notes;
+mod owners;
 pub(crate) mod sections;
 pub(crate) mod showback;
 pub(crate) mod text;

@@ -57,7 +57,7 @@ pub(crate) fn write(out: &mut impl Write, doc: &Document) -> Result<()> {
             Section::Sizing => sizing(out, f)?,
             Section::Colocation => colocation(out, f)?,
             Section::Rightsizing => rightsizing(out, f)?,
-            Section::Idle => idle(out, f)?,
+            Section::Idle => super::idle::text(out, f, DIGITS)?,
             Section::Waits => super::waits::text(out, f, DIGITS)?,
             Section::Savings => savings(out, f)?,
             Section::Showback => {
@@ -250,44 +250,6 @@ fn rightsizing(out: &mut impl Write, f: &FleetReport) -> Result<()> {
         writeln!(out, "  … {} more in --json", f.rightsizing.len() - SHOWN)?;
     }
     Ok(())
-}
-
-/// IDLE ALLOCATED CAPACITY: the workloads listed, the others summed, the total.
-fn idle(out: &mut impl Write, f: &FleetReport) -> Result<()> {
-    writeln!(out)?;
-    writeln!(
-        out,
-        "IDLE ALLOCATED CAPACITY (idle more than {} of the measured time)",
-        pct(Some(f.idle.idle_share_above))
-    )?;
-    if f.idle.workloads.is_empty() {
-        writeln!(out, "  none")?;
-    }
-    for w in &f.idle.workloads {
-        writeln!(
-            out,
-            "  {}: idle {} of {} h measured, {} idle GPU-hours",
-            w.workload,
-            pct(Some(w.idle_share)),
-            hours(w.measured_hours, DIGITS),
-            hours(w.idle_gpu_hours, DIGITS)
-        )?;
-    }
-    let left = f.idle.not_listed;
-    if left.workloads > 0 {
-        writeln!(
-            out,
-            "  … {} more idle at most {} of their time, {} idle GPU-hours, not listed",
-            left.workloads,
-            pct(Some(f.idle.idle_share_above)),
-            hours(left.gpu_hours, DIGITS)
-        )?;
-    }
-    writeln!(
-        out,
-        "  idle GPU-hours of every workload measured: {}",
-        hours(f.idle.idle_gpu_hours, DIGITS)
-    )
 }
 
 /// SAVINGS: GPUs freed × hours, priced where a price was given, and the assumptions.

@@ -266,6 +266,16 @@ const DOCUMENTED: &[Documented] = &[
         rewrites: &[(" > 0.5", "")],
     },
     Documented {
+        at: "truthscale.rules.yml / alert TruthscaleGPUHeldIdle",
+        reason: "a one-minute run never reaches 20 idle minutes, and no holder here has an \
+                 owner (no pod reader); the form drops the threshold (every GPU's idle seconds, \
+                 0 while it works) and the owner filter",
+        rewrites: &[
+            (" > 1200", " >= 0"),
+            ("{owner_kind!=\"\"}", ""),
+        ],
+    },
+    Documented {
         at: "truthscale.rules.yml / alert TruthscaleStraggler",
         reason: "the simulated GPUs belong to no job (no pod holds several of them), so none \
                  is a straggler and the gap family has no series; \

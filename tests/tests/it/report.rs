@@ -158,6 +158,26 @@ pub(crate) fn openmetrics(end: i64) -> String {
             om.add("DCGM_FI_DEV_FB_USED", &l, t, mem * GIB_MIB);
             om.add("DCGM_FI_DEV_FB_FREE", &l, t, (80.0 - mem) * GIB_MIB);
         }
+        // kube-state-metrics' owners: the notebook's Notebook; p0's ReplicaSet, whose
+        // Deployment kube_replicaset_owner names.
+        om.add(
+            "kube_pod_owner",
+            "job=\"ksm\",namespace=\"dev\",pod=\"notebook\",owner_kind=\"Notebook\",owner_name=\"notebook\",owner_is_controller=\"true\"",
+            t,
+            1.0,
+        );
+        om.add(
+            "kube_pod_owner",
+            "job=\"ksm\",namespace=\"steady\",pod=\"p0\",owner_kind=\"ReplicaSet\",owner_name=\"steady-7d9f8b\",owner_is_controller=\"true\"",
+            t,
+            1.0,
+        );
+        om.add(
+            "kube_replicaset_owner",
+            "job=\"ksm\",namespace=\"steady\",replicaset=\"steady-7d9f8b\",owner_kind=\"Deployment\",owner_name=\"steady\",owner_is_controller=\"true\"",
+            t,
+            1.0,
+        );
         // Two GPUs without pod labels (dcgm-exporter without the pod-resources mapping).
         for gpu in 0..2 {
             let l = format!(
@@ -367,6 +387,18 @@ fn assert_fleet(v: &Value, family: &str) {
     assert_eq!(idle[0]["idle_share"], 1.0);
     assert_eq!(num(&idle[0], "/idle_gpu_hours"), hours);
     assert_eq!(num(&idle[0], "/held_hours"), hours);
+    // Idle for the whole window at its last reading, holding its 2 GiB; its owner from
+    // kube-state-metrics' kube_pod_owner, and the command that would stop it; its cost at
+    // the price given (2.5 a GPU-hour).
+    assert_eq!(num(&idle[0], "/idle_for_hours"), hours);
+    assert_eq!(num(&idle[0], "/memory_held_bytes"), 2.0 * GIB);
+    assert_eq!(num(&idle[0], "/idle_cost"), 2.5 * hours);
+    assert_eq!(at(&idle[0], "/owner/kind"), "Notebook");
+    assert_eq!(at(&idle[0], "/owner/name"), "notebook");
+    assert_eq!(
+        at(&idle[0], "/command"),
+        "kubectl -n dev annotate notebook/notebook kubeflow-resource-stopped=\"$(date -u +%Y-%m-%dT%H:%M:%SZ)\" --overwrite"
+    );
 
     // Savings: 11 − 5 = 6 GPUs × 6.0167 h × 2.5.
     let sv = at(v, "/savings");

@@ -131,6 +131,7 @@ fn gpu_values<'a>(
         GpuMetric::GpuPowerProxy => one(x.power_proxy),
         GpuMetric::GpuClockCorrection => one(x.kappa),
         GpuMetric::GpuObservedSeconds => one(Some(t.observed_seconds)),
+        GpuMetric::GpuIdleSeconds => one(win.idle_seconds),
         // Counted from the entity's first window: 0 is a measurement (nothing was missed).
         GpuMetric::GpuUnobservedSeconds => one(Some(t.unobserved_seconds)),
         // An integral is written only for an entity that had its input; its denominator
@@ -304,6 +305,10 @@ fn gpu_values<'a>(
                 labels.push(("resource", h.resource.as_str()));
                 if let Some(r) = &h.replica {
                     labels.push(("replica", r.as_str()));
+                }
+                if let Some(o) = &h.owner {
+                    labels.push(("owner_kind", o.kind.as_str()));
+                    labels.push(("owner_name", o.name.as_str()));
                 }
                 // The holder's pod's allowlisted labels (node.pod_labels), only those it has.
                 labels.extend(

@@ -49,12 +49,21 @@ pub(super) fn idle_capacity(
             not_listed.gpu_hours += idle as f64 * hours_per_step;
         }
         if share > cfg.idle_share {
+            let (trailing, memory_mib) = trailing_idle(t, busy_max, ecf_max);
             idle_list.push(IdleWorkload {
                 workload: n.clone(),
                 idle_share: share,
                 held_hours: held as f64 * hours_per_step,
                 measured_hours: measured as f64 * hours_per_step,
                 idle_gpu_hours: idle as f64 * hours_per_step,
+                idle_cost: cfg
+                    .cost_per_gpu_hour
+                    .filter(|p| p.is_finite() && *p >= 0.0)
+                    .map(|p| p * idle as f64 * hours_per_step),
+                idle_for_hours: trailing as f64 * hours_per_step,
+                memory_held_bytes: memory_mib.map(|m| f64::from(m) * super::MIB),
+                owner: None,
+                command: None,
             });
         }
     }
@@ -73,6 +82,27 @@ pub(super) fn idle_capacity(
         workloads: idle_list,
         unmeasured: idle_unmeasured,
     }
+}
+
+/// The trailing idle points of a track (measured and idle, counted back from its last point
+/// to the first that is not), and the most memory held over them, MiB.
+fn trailing_idle(t: &Track, busy_max: u16, ecf_max: u16) -> (usize, Option<u32>) {
+    let mut n = 0;
+    let mut memory: Option<u32> = None;
+    for p in t.points.iter().rev().skip_while(|p| !p.any()) {
+        let (b, e) = (p.busy(), p.ecf());
+        let idle = (b.is_some() || e.is_some())
+            && b.is_none_or(|b| b < busy_max)
+            && e.is_none_or(|e| e < ecf_max);
+        if !idle {
+            break;
+        }
+        n += 1;
+        if let Some(m) = p.mem() {
+            memory = Some(memory.map_or(m, |x| x.max(m)));
+        }
+    }
+    (n, memory)
 }
 
 /// The savings of packing `p` against the peak of `baseline` (allocated GPUs for pods,

@@ -369,6 +369,43 @@ pub struct IdleWorkload {
     pub measured_hours: f64,
     /// Idle hours (GPU-hours for a whole GPU).
     pub idle_gpu_hours: f64,
+    /// `idle_gpu_hours` at the price of a GPU-hour, where one is given (an estimate of what
+    /// holding it idle cost).
+    pub idle_cost: Option<f64>,
+    /// How long it had been idle at its last reading: its trailing idle steps' hours.
+    pub idle_for_hours: f64,
+    /// The most memory it held over those trailing idle steps, bytes, where read.
+    pub memory_held_bytes: Option<f64>,
+    /// The workload behind the pod (kube-state-metrics' `kube_pod_owner`, or truthscale's
+    /// allocation info), where the history names it.
+    pub owner: Option<crate::model::PodOwner>,
+    /// What would suspend it (truthscale changes nothing in the cluster), where its owner
+    /// is known: [`suspend_command`].
+    pub command: Option<String>,
+}
+
+/// The command that would suspend a workload held idle, by its owner's kind: scale a
+/// Deployment or StatefulSet to 0, stop a Kubeflow Notebook (its stop annotation), let a
+/// KServe InferenceService scale to zero, delete a finished Job's pods. `None` for a kind
+/// truthscale has no command for. It is a recommendation: truthscale runs nothing.
+#[must_use]
+pub fn suspend_command(namespace: &str, owner: &crate::model::PodOwner) -> Option<String> {
+    let (ns, name) = (namespace, owner.name.as_str());
+    Some(match owner.kind.as_str() {
+        "Deployment" => format!("kubectl -n {ns} scale deployment/{name} --replicas=0"),
+        "StatefulSet" => format!("kubectl -n {ns} scale statefulset/{name} --replicas=0"),
+        "Notebook" => format!(
+            "kubectl -n {ns} annotate notebook/{name} kubeflow-resource-stopped=\"$(date -u +%Y-%m-%dT%H:%M:%SZ)\" --overwrite"
+        ),
+        "InferenceService" => format!(
+            "kubectl -n {ns} patch inferenceservice/{name} --type merge -p '{{\"spec\":{{\"predictor\":{{\"minReplicas\":0}}}}}}'"
+        ),
+        "Job" => format!("kubectl -n {ns} delete job/{name}"),
+        "ScaledObject" => format!(
+            "kubectl -n {ns} patch scaledobject/{name} --type merge -p '{{\"spec\":{{\"minReplicaCount\":0}}}}'"
+        ),
+        _ => return None,
+    })
 }
 
 /// Idle allocated capacity.

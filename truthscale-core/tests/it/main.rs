@@ -11,5 +11,6 @@ mod fixtures;
 mod fuzz_regressions;
 mod generations;
 mod golden;
+mod idle_since;
 mod parse_props;
 mod time;
