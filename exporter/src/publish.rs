@@ -459,6 +459,7 @@ mod tests {
                         resource: "nvidia.com/gpu.shared".into(),
                         replica: Some(n.to_string()),
                         labels: Vec::new(),
+                        owner: None,
                     })
                     .collect(),
             ),

@@ -178,9 +178,16 @@ impl MetricDesc {
             rest = &rest[own + holder..];
         }
         let ok = if self.id == MetricId::Gpu(GpuMetric::GpuAllocation) {
-            debug_assert_eq!(self.extra_labels, ["resource", "replica"]);
+            debug_assert_eq!(
+                self.extra_labels,
+                ["resource", "replica", "owner_kind", "owner_name"]
+            );
             let after = rest.strip_prefix(&["resource"][..]);
             let after = after.map(|a| a.strip_prefix(&["replica"][..]).unwrap_or(a));
+            let after = after.map(|a| {
+                a.strip_prefix(&["owner_kind", "owner_name"][..])
+                    .unwrap_or(a)
+            });
             after.is_some_and(|a| a.iter().all(|n| n.starts_with("label_")))
         } else {
             rest == self.extra_labels

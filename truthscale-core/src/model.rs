@@ -792,7 +792,7 @@ pub struct ProcessReading {
 
 /// The workload behind a pod: its controller's kind and name (a ReplicaSet's pods are
 /// named by their Deployment).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Default, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Default, Hash, serde::Serialize)]
 pub struct PodOwner {
     /// `Deployment`, `StatefulSet`, `Job`, `Notebook`, `InferenceService`, …
     pub kind: String,

@@ -215,6 +215,7 @@ impl Allocations {
                             resource: d.resource_name.clone(),
                             replica,
                             labels: Vec::new(),
+                            owner: None,
                         });
                     }
                 }
@@ -226,6 +227,7 @@ impl Allocations {
                             resource: format!("dra:{}", cr.driver_name),
                             replica: None,
                             labels: Vec::new(),
+                            owner: None,
                         });
                     }
                 }

@@ -21,13 +21,13 @@ use crate::client::{FetchError, get_text_with};
 use crate::setting::Invalid;
 use crate::sources::{BuildError, Produced, SourceError};
 use serde::Deserialize;
-use truthscale_core::model::PodOwner;
 use serde::de::IgnoredAny;
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
+use truthscale_core::model::PodOwner;
 
 /// The `source` label of the API server reader's health.
 pub(crate) const SOURCE: &str = "apiserver";
@@ -836,12 +836,24 @@ mod tests {
         ]}"#;
         let s = settings();
         let l = PodLabels::from_json(body, &s.keys).unwrap();
-        let owner = |ns: &str, pod: &str| l.owner(Some(ns), pod).map(|o| (o.kind.clone(), o.name.clone()));
-        assert_eq!(owner("serving", "web-7d9f8b-x2k4q"), Some(("Deployment".into(), "web".into())));
+        let owner = |ns: &str, pod: &str| {
+            l.owner(Some(ns), pod)
+                .map(|o| (o.kind.clone(), o.name.clone()))
+        };
+        assert_eq!(
+            owner("serving", "web-7d9f8b-x2k4q"),
+            Some(("Deployment".into(), "web".into()))
+        );
         // The controller reference, not the first.
-        assert_eq!(owner("research", "nb-0"), Some(("StatefulSet".into(), "nb".into())));
+        assert_eq!(
+            owner("research", "nb-0"),
+            Some(("StatefulSet".into(), "nb".into()))
+        );
         // A ReplicaSet whose name does not end in the pod's hash stays a ReplicaSet.
-        assert_eq!(owner("ml", "odd-abc"), Some(("ReplicaSet".into(), "odd-abc".into())));
+        assert_eq!(
+            owner("ml", "odd-abc"),
+            Some(("ReplicaSet".into(), "odd-abc".into()))
+        );
         assert_eq!(owner("ml", "bare"), None);
         assert_eq!(owner("ml", "not-listed"), None);
     }

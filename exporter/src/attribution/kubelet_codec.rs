@@ -189,6 +189,7 @@ impl Who<'_> {
             resource,
             replica,
             labels: Vec::new(),
+            owner: None,
         }
     }
 }

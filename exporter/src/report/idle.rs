@@ -38,9 +38,12 @@ pub(super) fn text(out: &mut impl Write, f: &FleetReport, digits: usize) -> Resu
             pct(Some(w.idle_share)),
             hours(w.measured_hours, digits),
             hours(w.idle_gpu_hours, digits),
-            w.idle_cost.map(|c| format!(" ({})", cost(c))).unwrap_or_default(),
+            w.idle_cost
+                .map(|c| format!(" ({})", cost(c)))
+                .unwrap_or_default(),
             hours(w.idle_for_hours, digits),
-            w.memory_held_bytes.map_or("unknown memory".into(), |b| gib(Some(b))),
+            w.memory_held_bytes
+                .map_or("unknown memory".into(), |b| gib(Some(b))),
             owner(w)
         )?;
         if let Some(c) = &w.command {
@@ -83,7 +86,8 @@ pub(super) fn html(h: &mut String, f: &FleetReport, digits: usize) {
             hours(w.measured_hours, digits),
             hours(w.idle_gpu_hours, digits),
             hours(w.idle_for_hours, digits),
-            w.memory_held_bytes.map_or("unknown".into(), |b| gib(Some(b))),
+            w.memory_held_bytes
+                .map_or("unknown".into(), |b| gib(Some(b))),
             esc(w.command.as_deref().unwrap_or(""))
         );
     }

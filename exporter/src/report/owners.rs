@@ -19,8 +19,12 @@ pub(super) struct Owners {
 /// The owner named by a series' `owner_kind` and `owner_name` (kube-state-metrics writes
 /// `<none>` for a pod without one).
 fn named(labels: &BTreeMap<String, String>) -> Option<PodOwner> {
-    let kind = labels.get("owner_kind").filter(|k| !k.is_empty() && *k != "<none>")?;
-    let name = labels.get("owner_name").filter(|n| !n.is_empty() && *n != "<none>")?;
+    let kind = labels
+        .get("owner_kind")
+        .filter(|k| !k.is_empty() && *k != "<none>")?;
+    let name = labels
+        .get("owner_name")
+        .filter(|n| !n.is_empty() && *n != "<none>")?;
     Some(PodOwner {
         kind: kind.clone(),
         name: name.clone(),
@@ -45,7 +49,7 @@ pub(super) fn read(history: &History) -> anyhow::Result<Owners> {
         ))
     };
     let mut by_pod = HashMap::new();
-    for (labels, _) in by("truthscale_gpu_allocation_info", "pod")? {
+    for (labels, _) in by(truthscale_core::catalog::GPU_ALLOCATION.name, "pod")? {
         if let (Some(pod), Some(o)) = (labels.get("pod"), named(&labels)) {
             by_pod.insert(key(labels.get("namespace"), pod), o);
         }

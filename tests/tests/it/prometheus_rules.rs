@@ -270,10 +270,7 @@ const DOCUMENTED: &[Documented] = &[
         reason: "a one-minute run never reaches 20 idle minutes, and no holder here has an \
                  owner (no pod reader); the form drops the threshold (every GPU's idle seconds, \
                  0 while it works) and the owner filter",
-        rewrites: &[
-            (" > 1200", " >= 0"),
-            ("{owner_kind!=\"\"}", ""),
-        ],
+        rewrites: &[(" > 1200", " >= 0"), ("{owner_kind!=\"\"}", "")],
     },
     Documented {
         at: "truthscale.rules.yml / alert TruthscaleStraggler",

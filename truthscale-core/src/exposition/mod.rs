@@ -764,6 +764,7 @@ mod tests {
             resource: "nvidia.com/gpu".into(),
             replica: Some("0".into()),
             labels,
+            owner: None,
         };
         e.window.allocation = Some(vec![
             holder(
@@ -1068,6 +1069,7 @@ mod tests {
             resource: "nvidia.com/gpu".into(),
             replica: None,
             labels: Vec::new(),
+            owner: None,
         };
         let process = |pid: &str, name: &str, sm: f64| ProcessReading {
             pid: pid.into(),

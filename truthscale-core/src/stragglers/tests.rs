@@ -154,6 +154,7 @@ fn jobs_are_pods_labels_or_the_node_and_small_jobs_have_no_band() {
         resource: "nvidia.com/gpu".into(),
         replica: None,
         labels: vec![("label_job_name", job.into())],
+        owner: None,
     };
     let mut by_label = s.clone();
     for e in &mut by_label.entities {

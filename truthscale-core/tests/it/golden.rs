@@ -184,6 +184,10 @@ fn every_family() -> Vec<GpuEntry> {
         resource: "nvidia.com/gpu".into(),
         replica: Some(replica.into()),
         labels: vec![("label_team", team.into())],
+        owner: Some(truthscale_core::model::PodOwner {
+            kind: "Deployment".into(),
+            name: format!("{name}-server"),
+        }),
     };
     // A holder pod's own pressure (pod and namespace, no container): throttled, its limit,
     // CPU waiting, I/O waiting and stalled, memory stalled; `None` where not measured.

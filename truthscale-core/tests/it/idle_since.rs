@@ -57,7 +57,11 @@ fn a_notebook_with_no_kernels_for_20_minutes_is_idle_1200_s() {
     let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
     // Ten seconds of work (busy 80 %, tensor 40 %), then twenty minutes of nothing.
     for t in 0..10 {
-        assert_eq!(idle(&mut d, t, gpu("nb-0", 0.8, 0.4, None)), Some(0.0), "t = {t}");
+        assert_eq!(
+            idle(&mut d, t, gpu("nb-0", 0.8, 0.4, None)),
+            Some(0.0),
+            "t = {t}"
+        );
     }
     let last_work = 9;
     let mut at_20_min = None;
@@ -83,14 +87,20 @@ fn a_decode_server_with_steady_tokens_is_never_idle() {
         );
     }
     // The engine reports no tokens: idle from then on.
-    assert_eq!(idle(&mut d, 100, gpu("decode-0", 0.03, 0.005, Some(0.0))), Some(1.0));
+    assert_eq!(
+        idle(&mut d, 100, gpu("decode-0", 0.03, 0.005, Some(0.0))),
+        Some(1.0)
+    );
 }
 
 #[test]
 fn a_holder_that_never_worked_is_idle_since_it_was_first_seen_and_nothing_read_is_blank() {
     let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
     for t in 0..30 {
-        assert_eq!(idle(&mut d, 100 + t, gpu("never", 0.0, 0.0, None)), Some(t as f64));
+        assert_eq!(
+            idle(&mut d, 100 + t, gpu("never", 0.0, 0.0, None)),
+            Some(t as f64)
+        );
     }
     // No busy flag, no tensor, no tokens: nothing says whether it worked.
     let mut blank = gpu("never", 0.0, 0.0, None);

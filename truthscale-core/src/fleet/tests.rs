@@ -1,0 +1,114 @@
+use super::*;
+use crate::fleet::test_support::{GIB, input};
+use crate::gpus;
+
+/// Pins `analyze` on a small fleet that takes the branches the tests above do not: a
+/// pod on two GPUs, mixed models, one GPU's memory from the catalog, a MIG instance, a
+/// GPU without pod labels, both exclusion reasons, idleness unmeasured, a gap step and
+/// savings without a price.
+#[test]
+fn a_mixed_fleet_takes_every_note() {
+    let steps = 5;
+    let spec = |t: &mut Track, key| {
+        t.spec = gpus::by_key(key);
+        t.model = t.spec.map(|s| s.name.to_owned());
+    };
+    let mut a = Track::new(Some("a/x".into()), "n/gpu 0".into());
+    spec(&mut a, "h100-sxm");
+    let mut b = Track::new(Some("a/x".into()), "n/gpu 1".into());
+    spec(&mut b, "l4");
+    let mut blind = Track::new(Some("b/blind".into()), "n/gpu 2".into());
+    spec(&mut blind, "h100-sxm");
+    let mut nomem = Track::new(Some("b/nomem".into()), "n/gpu 3".into());
+    spec(&mut nomem, "h100-sxm");
+    nomem.is_mig = true;
+    // A MIG instance's total is not one GPU's memory.
+    nomem.memory_total_mib = Some(40_000);
+    for s in 0..4 {
+        a.record(
+            s,
+            Point::new(Some(0.5), Some(0.9), Some(0.4), Some(10.0 * GIB)),
+        );
+        b.record(s, Point::new(Some(0.1), Some(0.5), Some(0.1), Some(GIB)));
+        blind.record(s, Point::new(None, Some(0.0), None, None));
+        nomem.record(s, Point::new(Some(0.2), None, None, None));
+    }
+    let mut bare = Track::new(None, "m/gpu 0".into());
+    bare.record(0, Point::new(Some(0.3), None, None, None));
+    let r = analyze(
+        &input(vec![a, b, blind, nomem, bare], steps),
+        &FleetConfig::default(),
+    );
+    assert_eq!(
+        (r.workload_unit, r.workloads, r.steps_with_data),
+        ("pod", 4, 4)
+    );
+    assert_eq!(r.gpus_without_pods, ["m/gpu 0"]);
+    // The catalog's 80 GB, in whole MiB.
+    assert_eq!(r.gpu_memory_bytes, Some(76_293.0 * MIB));
+    let notes: Vec<&str> = r.notes.iter().map(|n| &n[..24]).collect();
+    assert_eq!(
+        notes,
+        [
+            "1 GPU(s) never carried p",
+            "the fleet mixes 2 models",
+            "no total-memory series f",
+            "saturation (compute dema",
+            "memory was never measure",
+            "1 of 5 steps had no data",
+        ]
+    );
+    assert!(r.notes[4].contains("for b/blind, b/nomem:"));
+    let s = &r.sizing;
+    assert_eq!(s.allocated_gpus.unwrap().max, 4.0);
+    assert_eq!(s.gpus_reporting.unwrap().max, 5.0);
+    assert_eq!(s.compute_demand_gpus.summary.unwrap().p99, 0.8);
+    assert_eq!(
+        (
+            s.busy_claim_gpus.workloads,
+            s.busy_claim_gpus.unmeasured.len()
+        ),
+        (3, 1)
+    );
+    assert_eq!(
+        s.memory_demand_gpus.summary.unwrap().max,
+        11_264.0 / 76_293.0
+    );
+    let pooled = s.pooled_lower_bound.as_ref().unwrap();
+    assert_eq!(
+        (pooled.gpus, pooled.compute_gpus, pooled.binding),
+        (1, Some(1.0), Binding::Memory)
+    );
+    let p = s.packing.as_ref().unwrap();
+    assert_eq!((p.packed_gpus, p.excluded_gpus, p.gpus), (1, 2, 3));
+    assert_eq!(p.bins[0].workloads, ["a/x on n/gpu 0", "a/x on n/gpu 1"]);
+    let reasons: Vec<(&str, &str)> = p
+        .excluded
+        .iter()
+        .map(|e| (e.workload.as_str(), e.reason.as_str()))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            ("b/blind", "neither saturation nor memory was measured"),
+            ("b/nomem", "memory was not measured"),
+        ]
+    );
+    let c = &r.colocation[0];
+    assert_eq!((c.gpus_held, c.gpus_freed, c.interleaved), (2, 1, false));
+    assert_eq!((c.sum_of_p99s, c.saturation_p99), (0.6, Some(0.6)));
+    assert_eq!(r.idle.workloads.len(), 1);
+    assert_eq!(r.idle.workloads[0].workload, "b/blind");
+    assert_eq!(r.idle.workloads[0].idle_gpu_hours, 4.0 / 60.0);
+    assert_eq!(r.idle.unmeasured, ["b/nomem"]);
+    assert_eq!(r.rightsizing.len(), 4);
+    let sv = r.savings.as_ref().unwrap();
+    assert_eq!((sv.baseline_gpus, sv.gpus_freed, sv.cost), (4, 1, None));
+    assert_eq!(sv.gpu_hours, 4.0 / 60.0);
+    assert_eq!(
+        sv.assumptions.last().unwrap(),
+        "no --cost-per-gpu-hour: GPU-hours only"
+    );
+    assert_eq!(r.series.memory_demand_gpus[4], None);
+    assert_eq!(r.series.busy_claim_gpus[0], Some(1.4));
+}
