@@ -227,6 +227,26 @@ impl History {
         Ok(out.into_iter().collect())
     }
 
+    /// The label sets of the series a PromQL `query` gives at the range's last step alone
+    /// (one sample a series: the attributes of what is there at the end, at the cost of one
+    /// small query, whatever the range).
+    ///
+    /// # Errors
+    /// As the GPU series' reads.
+    pub(crate) fn series_at_end(
+        &self,
+        query: &str,
+    ) -> anyhow::Result<Vec<BTreeMap<String, String>>> {
+        let end = self.range.end;
+        let mut out = Vec::new();
+        for matrix in self.read(query, None, end, end)? {
+            out.extend(matrix.result.into_iter().map(|s| s.metric));
+        }
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+
     /// One chunk's answers, one list per column in order: up to `in_flight` queries at once.
     pub(super) fn read_chunk(
         &self,

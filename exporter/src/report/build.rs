@@ -93,7 +93,7 @@ pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built>
         Some(attrs) => showback::held_by_gpu(&attrs.held),
         None => showback::read_held_by_gpu(&mut history)?,
     };
-    let owners = super::owners::read(&history)?;
+    let owners = super::owners::read(&history);
     let (mut input, source, stats) = super::collect(history, cfg.max_points)?;
     input.held = held;
     if input.tracks.is_empty() {

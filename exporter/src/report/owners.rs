@@ -1,4 +1,4 @@
-//! The workload behind each pod, for the idle section: truthscale's allocation info where
+//! The workload behind each pod at the window's end, for the idle section: truthscale's allocation info where
 //! node mode wrote owners on it, else kube-state-metrics' `kube_pod_owner`, a ReplicaSet
 //! followed to its Deployment through `kube_replicaset_owner`. Each idle workload then gets
 //! the command that would suspend it ([`truthscale_core::fleet::suspend_command`]); truthscale
@@ -38,18 +38,29 @@ fn key(ns: Option<&String>, name: &str) -> String {
     }
 }
 
-/// Read the owners over the history's window (the latest series of each pod wins).
-///
-/// # Errors
-/// Prometheus refusing a query.
-pub(super) fn read(history: &History) -> anyhow::Result<Owners> {
+/// Read the owners at the window's end (the pods still there: those whose idle GPUs can
+/// be given back), one small query a source. A failure leaves the owners unknown, with the
+/// reason in the note: they name what to suspend, the report stands without them.
+pub(super) fn read(history: &History) -> Owners {
+    match read_at_end(history) {
+        Ok(o) => o,
+        Err(e) => Owners {
+            by_pod: HashMap::new(),
+            note: format!(
+                "pod owners not read ({e:#}): idle workloads are listed without owner or command"
+            ),
+        },
+    }
+}
+
+fn read_at_end(history: &History) -> anyhow::Result<Owners> {
     let by = |metric: &str, what: &str| {
-        history.series_by_step(&format!(
+        history.series_at_end(&format!(
             "max by (namespace, {what}, owner_kind, owner_name) ({metric})"
         ))
     };
     let mut by_pod = HashMap::new();
-    for (labels, _) in by(truthscale_core::catalog::GPU_ALLOCATION.name, "pod")? {
+    for labels in by(truthscale_core::catalog::GPU_ALLOCATION.name, "pod")? {
         if let (Some(pod), Some(o)) = (labels.get("pod"), named(&labels)) {
             by_pod.insert(key(labels.get("namespace"), pod), o);
         }
@@ -61,12 +72,12 @@ pub(super) fn read(history: &History) -> anyhow::Result<Owners> {
         });
     }
     let mut replicasets = HashMap::new();
-    for (labels, _) in by("kube_replicaset_owner", "replicaset")? {
+    for labels in by("kube_replicaset_owner", "replicaset")? {
         if let (Some(rs), Some(o)) = (labels.get("replicaset"), named(&labels)) {
             replicasets.insert(key(labels.get("namespace"), rs), o);
         }
     }
-    for (labels, _) in by("kube_pod_owner", "pod")? {
+    for labels in by("kube_pod_owner", "pod")? {
         let (Some(pod), Some(mut o)) = (labels.get("pod"), named(&labels)) else {
             continue;
         };
