@@ -268,9 +268,20 @@ const DOCUMENTED: &[Documented] = &[
     Documented {
         at: "truthscale.rules.yml / alert TruthscaleGPUHeldIdle",
         reason: "a one-minute run never reaches 20 idle minutes, and no holder here has an \
-                 owner (no pod reader); the form drops the threshold (every GPU's idle seconds, \
-                 0 while it works) and the owner filter",
-        rewrites: &[(" > 1200", " >= 0"), ("{owner_kind!=\"\"}", "")],
+                 owner (no pod reader) nor, on the simulated GPUs, a pod label; the form drops \
+                 the threshold and the pod filter (every GPU's idle seconds, 0 while it works) \
+                 and the owner filter",
+        rewrites: &[
+            (
+                "truthscale_gpu_idle_seconds{pod!=\"\"} > 1200",
+                "truthscale_gpu_idle_seconds >= 0",
+            ),
+            ("{owner_kind!=\"\"}", ""),
+            (
+                "truthscale_gpu_idle_seconds{pod!=\"\"} > 1200",
+                "truthscale_gpu_idle_seconds >= 0",
+            ),
+        ],
     },
     Documented {
         at: "truthscale.rules.yml / alert TruthscaleStraggler",
