@@ -550,6 +550,8 @@ metrics! {
         "NVLink receive over the last window, all links (DCGM 1012/1203, NVML GPM).";
     GPU_NVLINK_TRANSMIT / Gpu::GpuNvlinkTransmit = "truthscale_gpu_nvlink_transmit_bytes_per_second", Gauge, [], gauge("truthscale.gpu.nvlink.transmit.rate", "By/s"), raw(Field::NvlinkTxBytesPerSec, 1.0),
         "NVLink transmit over the last window, all links (DCGM 1011/1201, NVML GPM).";
+    GPU_NVLINK_TRANSMIT_WAIT / Gpu::GpuNvlinkTransmitWait = "truthscale_gpu_nvlink_transmit_wait_per_second", Gauge, [], gauge("truthscale.gpu.nvlink.transmit_wait.rate", "{tick}/s"), raw(Field::NvlinkTxWaitPerSec, 1.0),
+        "NVLink port transmit wait over the last window, summed over the GPU's links (DCGM 1509, per link; the rise of the cumulative counter per second): ticks in which a port had data to send and could not. Rising while the tensor pipes idle, the GPU waits on its links (comm_bound). Blank for a first reading, a counter that went back, or any link blank.";
     GPU_PCIE_RECEIVE_SATURATION / Gpu::GpuPcieReceiveSaturation = "truthscale_gpu_pcie_receive_saturation_ratio", Gauge, [], gauge("truthscale.gpu.pcie.receive.saturation", "1"), None,
         "PCIe receive over the link's capacity per direction at its current generation and width (read from the device): near 1, host-to-device copies fill the link. Written only where the link was read; else truthscale_gpu_pcie_receive_saturation_lower_bound_ratio.";
     GPU_PCIE_RECEIVE_SATURATION_LOWER_BOUND / Gpu::GpuPcieReceiveSaturationLowerBound = "truthscale_gpu_pcie_receive_saturation_lower_bound_ratio", Gauge, [], gauge("truthscale.gpu.pcie.receive.saturation.lower_bound", "1"), None,
@@ -868,7 +870,19 @@ mod tests {
                 o.name
             );
             assert!(
-                ["1", "s", "By", "By/s", "W", "J", "Hz", "Cel", "{token}/s"].contains(&o.unit)
+                [
+                    "1",
+                    "s",
+                    "By",
+                    "By/s",
+                    "W",
+                    "J",
+                    "Hz",
+                    "Cel",
+                    "{token}/s",
+                    "{tick}/s"
+                ]
+                .contains(&o.unit)
                     || (o.unit.starts_with('{') && o.unit.ends_with('}')),
                 "{}: unit {}",
                 o.name,

@@ -387,6 +387,7 @@ const WIDE_FIELDS: &[Field] = &[
     Field::PcieRxBytesPerSec,
     Field::NvlinkTxBytesPerSec,
     Field::NvlinkRxBytesPerSec,
+    Field::NvlinkTxWaitPerSec,
 ];
 
 /// The largest value below the INT32 sentinels: a bound of a field not in [`WIDE_FIELDS`]

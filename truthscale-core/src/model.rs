@@ -285,6 +285,13 @@ fields! {
     NvlinkTxBytesPerSec => "nvlink_tx_bytes_per_sec",
     /// NVLink receive rate in bytes per second.
     NvlinkRxBytesPerSec => "nvlink_rx_bytes_per_sec",
+    /// NVLink port transmit wait, summed over the GPU's links, cumulative (DCGM field 1509,
+    /// `DCGM_FI_DEV_NVLINK_PPCNT_IBPC_TX_WAIT_TOTAL`, `…_IBPC_PORT_XMIT_WAIT` before DCGM
+    /// 4.7): ticks in which a port had data to send and could not.
+    NvlinkTxWaitTotal => "nvlink_tx_wait_total",
+    /// The transmit wait's rise per second over the window, from [`Field::NvlinkTxWaitTotal`]'s
+    /// delta (derived; blank for a first reading, a reset or a blank).
+    NvlinkTxWaitPerSec => "nvlink_tx_wait_per_sec",
     /// The PCIe link's current generation (1..6; DCGM field 237, NVML
     /// `nvmlDeviceGetCurrPcieLinkGeneration`): with the width, the link's capacity.
     PcieLinkGen => "pcie_link_gen",
@@ -353,13 +360,15 @@ impl Field {
         (Field::Fp16CyclesActive, Field::Fp16Active),
     ];
 
-    /// Whether the field is a cumulative INT64 cycle counter: its blanks are DCGM's INT64
-    /// ones only (a counter passes 2^47, the FP64 blank, within minutes of boot).
+    /// Whether the field is a cumulative INT64 counter of cycles or ticks (the SM and pipe
+    /// cycle counters, the NVLink transmit wait): its blanks are DCGM's INT64 ones only (a
+    /// counter passes 2^47, the FP64 blank, within minutes of boot).
     #[must_use]
     pub const fn is_cycle_counter(self) -> bool {
         matches!(
             self,
-            Field::SmCyclesElapsed
+            Field::NvlinkTxWaitTotal
+                | Field::SmCyclesElapsed
                 | Field::SmCyclesActive
                 | Field::MmaCyclesActive
                 | Field::HmmaCyclesActive

@@ -411,6 +411,8 @@ pub struct PhaseInputs {
     pub tensor: Option<f64>,
     /// NVLink traffic, both directions, over the model's bidirectional peak.
     pub nvlink_share: Option<f64>,
+    /// Whether the NVLink transmit wait rose over the window (the links could not send).
+    pub link_waiting: bool,
     /// Whether a straggler of the entity's job holds it back ([`crate::stragglers`]): then
     /// it is comm-bound while its tensor pipes idle, as it is with NVLink near its peak.
     pub waiting_on_straggler: bool,
@@ -482,6 +484,7 @@ impl PhaseInputs {
             Phase::Underloaded => u.is_some_and(|u| u >= c.idle_enter_util),
             Phase::CommBound => {
                 (self.waiting_on_straggler
+                    || self.link_waiting
                     || self
                         .nvlink_share
                         .is_some_and(|n| n >= c.comm_bound_enter_nvlink))
@@ -510,6 +513,7 @@ impl PhaseInputs {
             Phase::CommBound => {
                 self.tensor.is_none_or(|t| t >= c.comm_bound_exit_tensor)
                     || (!self.waiting_on_straggler
+                        && !self.link_waiting
                         && self
                             .nvlink_share
                             .is_none_or(|n| n < c.comm_bound_exit_nvlink))

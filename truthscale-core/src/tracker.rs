@@ -443,6 +443,8 @@ struct EntityState {
     /// Since when the entity has done no work: the end of its last window with work, else
     /// the first sample seen of it.
     idle_from: Timestamp,
+    /// The NVLink transmit-wait counter's last reading and when it was taken.
+    last_tx_wait: Option<(f64, Timestamp)>,
 }
 
 /// Why an entity's window waits to be integrated.
@@ -474,6 +476,7 @@ impl EntityState {
     fn new(taken: Timestamp, e: &EntitySample) -> EntityState {
         EntityState {
             idle_from: taken,
+            last_tx_wait: None,
             last_taken: taken,
             last_energy: None,
             provisional_energy: (0.0, 0.0),
@@ -949,6 +952,7 @@ impl Deriver {
         // The window is derived in place of the entity's previous one.
         let attributes_changed = state.take_readings(e, spec, diags);
         state.window.mark(e, mark);
+        state.tx_wait_rate(taken);
         let id_changed = first || attributes_changed;
         state.activity_from_counters =
             state
@@ -1244,6 +1248,9 @@ impl EntityState {
             power_capped: e.throttles.is_some_and(|t| t.sw_power_cap),
             tensor: readings.value(Field::TensorActive),
             nvlink_share: causes::nvlink_share(readings, spec.and_then(GpuSpec::interconnect)),
+            link_waiting: readings
+                .value(Field::NvlinkTxWaitPerSec)
+                .is_some_and(|w| w > verdict_cfg.causes.nvlink_tx_wait_per_sec),
             waiting_on_straggler: readings.value(Field::StragglerWaitGap).is_some(),
         };
         let method = if self.capability <= Fidelity::Profiling {
@@ -1268,6 +1275,24 @@ impl EntityState {
         );
         win.phase = phase;
         win.phase_method = phase.map(|_| method);
+    }
+
+    /// The NVLink transmit wait's rise per second since the counter's previous reading
+    /// ([`Field::NvlinkTxWaitPerSec`]); blank for a first reading, a counter that went back
+    /// (reset) or a blank.
+    #[inline]
+    fn tx_wait_rate(&mut self, taken: Timestamp) {
+        let r = &mut self.window.readings;
+        let Some(now) = r.value(Field::NvlinkTxWaitTotal) else {
+            return;
+        };
+        if let Some((prev, at)) = self.last_tx_wait {
+            let dt = taken.seconds_since(at);
+            if now >= prev && dt > 0.0 {
+                r.set_value(Field::NvlinkTxWaitPerSec, (now - prev) / dt);
+            }
+        }
+        self.last_tx_wait = Some((now, taken));
     }
 
     /// How long the entity has done no work, as of `taken`: 0 after a window with work (the

@@ -480,6 +480,11 @@ mod tests {
                     1.0
                 ),
                 (
+                    catalog::GPU_NVLINK_TRANSMIT_WAIT.name,
+                    Field::NvlinkTxWaitPerSec,
+                    1.0
+                ),
+                (
                     catalog::GPU_HOLDER_CPU_THROTTLED.name,
                     Field::HolderCpuThrottledRatio,
                     1.0

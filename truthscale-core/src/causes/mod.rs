@@ -116,6 +116,9 @@ pub struct CauseConfig {
     pub nvlink_share: f64,
     /// `comm_bound`: tensor activity below this.
     pub comm_tensor_below: f64,
+    /// `comm_bound`: the NVLink transmit wait rising faster than this, ticks per second
+    /// (0: any rise), also decides it.
+    pub nvlink_tx_wait_per_sec: f64,
 }
 
 impl Default for CauseConfig {
@@ -131,6 +134,7 @@ impl Default for CauseConfig {
             launch_sm_below: 0.25,
             nvlink_share: 0.5,
             comm_tensor_below: 0.1,
+            nvlink_tx_wait_per_sec: 0.0,
         }
     }
 }
@@ -156,6 +160,12 @@ impl CauseConfig {
         ] {
             c.range(key, v, 0.0, 1.0);
         }
+        c.range(
+            "nvlink_tx_wait_per_sec",
+            self.nvlink_tx_wait_per_sec,
+            0.0,
+            1e18,
+        );
         c.finish()
     }
 }
@@ -191,6 +201,8 @@ pub struct CauseSignals {
     pub nvlink_share: Option<f64>,
     /// The gap of the straggler of this GPU's job it waits on ([`crate::stragglers`]).
     pub waiting_on_straggler: Option<f64>,
+    /// The NVLink transmit wait's rise per second.
+    pub nvlink_tx_wait: Option<f64>,
 }
 
 /// Bytes per second, per direction, of a PCIe link of `generation` and `lanes`: the
@@ -248,6 +260,7 @@ impl CauseSignals {
             tensor: r.value(Field::TensorActive),
             nvlink_share,
             waiting_on_straggler: r.value(Field::StragglerWaitGap),
+            nvlink_tx_wait: r.value(Field::NvlinkTxWaitPerSec),
         }
     }
 }
@@ -331,26 +344,36 @@ pub fn cause(s: &CauseSignals, cfg: &CauseConfig) -> Finding {
     }
     // Collectives run on few SMs too: a window whose NVLink is near its peak is left to
     // `comm_bound`, whose evidence is direct.
+    let tx_wait = s.nvlink_tx_wait.filter(|w| *w > cfg.nvlink_tx_wait_per_sec);
     if at_least(s.gr_active, cfg.launch_gr_active).is_some()
         && at_least(s.nvlink_share, cfg.nvlink_share).is_none()
+        && tx_wait.is_none()
         && let Some(sm) = s.sm_active.filter(|v| *v < cfg.launch_sm_below)
     {
         return found(Cause::LaunchBound, "sm_active", sm, cfg.launch_sm_below);
     }
-    if let Some(v) = at_least(s.nvlink_share, cfg.nvlink_share)
-        && below(s.tensor, cfg.comm_tensor_below)
+    if below(s.tensor, cfg.comm_tensor_below)
+        && let Some((name, v, t)) = comm_evidence(s, cfg, tx_wait)
     {
-        return found(
-            Cause::CommBound,
-            "nvlink_share_of_peak",
-            v,
-            cfg.nvlink_share,
-        );
+        return found(Cause::CommBound, name, v, t);
     }
     Finding {
         cause: Cause::Unknown,
         evidence: None,
         cpu_limit_cores: s.cpu_limit_cores,
+    }
+}
+
+/// What says the links hold the GPU back: NVLink near its peak, else its transmit wait
+/// rising (`tx_wait`, already over its threshold).
+fn comm_evidence(
+    s: &CauseSignals,
+    cfg: &CauseConfig,
+    tx_wait: Option<f64>,
+) -> Option<(&'static str, f64, f64)> {
+    match s.nvlink_share.filter(|v| *v >= cfg.nvlink_share) {
+        Some(v) => Some(("nvlink_share_of_peak", v, cfg.nvlink_share)),
+        None => tx_wait.map(|w| ("nvlink_tx_wait_per_sec", w, cfg.nvlink_tx_wait_per_sec)),
     }
 }
 

@@ -345,3 +345,72 @@ fn each_starved_gpu_gets_its_cause_and_the_seconds_add_up() {
         "{advice}"
     );
 }
+
+#[test]
+fn a_rising_nvlink_transmit_wait_is_comm_bound_even_on_few_sms() {
+    let cfg = CauseConfig::default();
+    // Collectives stuck on their links: traffic far from the peak, the transmit wait
+    // rising, the engine busy on 15 % of the SMs, tensor 2 %.
+    let s = CauseSignals {
+        gr_active: Some(0.95),
+        sm_active: Some(0.15),
+        tensor: Some(0.02),
+        nvlink_share: Some(0.05),
+        nvlink_tx_wait: Some(4.0e6),
+        ..quiet()
+    };
+    let f = cause(&s, &cfg);
+    assert_eq!(f.cause, Cause::CommBound);
+    assert_eq!(f.evidence, Some(("nvlink_tx_wait_per_sec", 4.0e6, 0.0)));
+    // Not rising: the same window is launch-bound.
+    let flat = CauseSignals {
+        nvlink_tx_wait: Some(0.0),
+        ..s
+    };
+    assert_eq!(cause(&flat, &cfg).cause, Cause::LaunchBound);
+    // Rising while the tensor pipes work: not a starved window's cause.
+    let working = CauseSignals {
+        tensor: Some(0.5),
+        gr_active: Some(0.2),
+        ..s
+    };
+    assert_eq!(cause(&working, &cfg).cause, Cause::Unknown);
+}
+
+#[test]
+fn the_transmit_wait_rate_is_the_counters_rise_over_its_own_time() {
+    use crate::derive::DeriveConfig;
+    use crate::model::{EntityId, EntitySample, Sample, Timestamp};
+    use crate::tracker::Deriver;
+    let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+    let at = |ms: i64, total: Option<f64>| {
+        let mut e = EntitySample {
+            id: EntityId {
+                gpu: Some(0),
+                uuid: Some("GPU-0".into()),
+                ..EntityId::default()
+            },
+            ..EntitySample::default()
+        };
+        if let Some(t) = total {
+            e.readings.set_value(Field::NvlinkTxWaitTotal, t);
+        }
+        Sample {
+            taken: Timestamp(ms),
+            entities: vec![e],
+        }
+    };
+    let mut rate = |ms, total| {
+        d.observe(&at(ms, total)).windows[0]
+            .readings
+            .value(Field::NvlinkTxWaitPerSec)
+    };
+    // First reading: no rate. 3 000 more ticks over 1.5 s: 2 000 a second. A blank, then
+    // a reading 2 s after the last: its rise over those 2 s. A counter that went back: none.
+    assert_eq!(rate(0, Some(1.0e9)), None);
+    assert_eq!(rate(1500, Some(1.0e9 + 3000.0)), Some(2000.0));
+    assert_eq!(rate(2500, None), None);
+    assert_eq!(rate(3500, Some(1.0e9 + 5000.0)), Some(1000.0));
+    assert_eq!(rate(4500, Some(10.0)), None);
+    assert_eq!(rate(5500, Some(110.0)), Some(100.0));
+}

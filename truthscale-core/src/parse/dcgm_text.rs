@@ -78,6 +78,8 @@ const METRICS: &[(&str, Target)] = &[
     ("dcgm_fi_prof_pcie_tx_bytes",           F(Field::PcieTxBytesPerSec, Unit::Same)),
     ("dcgm_fi_prof_pcie_rx_bytes",           F(Field::PcieRxBytesPerSec, Unit::Same)),
     ("dcgm_fi_prof_nvlink_tx_bytes",         F(Field::NvlinkTxBytesPerSec, Unit::Same)),
+    ("dcgm_fi_dev_nvlink_ppcnt_ibpc_tx_wait_total", Target::LinkSum(Field::NvlinkTxWaitTotal)),
+    ("dcgm_fi_dev_nvlink_ppcnt_ibpc_port_xmit_wait", Target::LinkSum(Field::NvlinkTxWaitTotal)),
     ("dcgm_fi_prof_nvlink_rx_bytes",         F(Field::NvlinkRxBytesPerSec, Unit::Same)),
     // The PCIe link now (fields 237, 238): one name in every generation (DCGM 4.7 kept it).
     ("dcgm_fi_dev_pcie_link_gen",            F(Field::PcieLinkGen, Unit::Same)),
@@ -352,7 +354,7 @@ impl DcgmTextParser {
 pub fn mapped_metrics() -> impl Iterator<Item = (&'static str, Option<Field>)> {
     METRICS.iter().map(|(name, target)| {
         let field = match target {
-            Target::Field(f, _) => Some(*f),
+            Target::Field(f, _) | Target::LinkSum(f) => Some(*f),
             Target::FbFree(_) | Target::FbReserved(_) => Some(Field::MemTotalBytes),
             Target::WeakPowerLimit => Some(Field::PowerLimitWatts),
             Target::Throttles => None,
@@ -647,6 +649,31 @@ mod tests {
         }
         let e = one("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 91");
         assert_eq!(e.readings.get(Field::ReportedUtil), Reading::Value(0.91));
+    }
+
+    #[test]
+    fn nvlink_transmit_wait_is_summed_over_links_and_a_blank_link_blanks_it() {
+        // One series a link (DCGM's link entities), under both names of field 1509.
+        let e = one(
+            "DCGM_FI_DEV_NVLINK_PPCNT_IBPC_TX_WAIT_TOTAL{gpu=\"0\",UUID=\"GPU-a\",link=\"0\"} 5000000000\n\
+             DCGM_FI_DEV_NVLINK_PPCNT_IBPC_TX_WAIT_TOTAL{gpu=\"0\",UUID=\"GPU-a\",link=\"1\"} 7000\n\
+             DCGM_FI_DEV_NVLINK_PPCNT_IBPC_TX_WAIT_TOTAL{gpu=\"0\",UUID=\"GPU-a\",link=\"2\"} 3000",
+        );
+        assert_eq!(
+            e.readings.get(Field::NvlinkTxWaitTotal),
+            Reading::Value(5_000_010_000.0)
+        );
+        let e = one("DCGM_FI_DEV_NVLINK_PPCNT_IBPC_PORT_XMIT_WAIT{gpu=\"0\",link=\"0\"} 12");
+        assert_eq!(
+            e.readings.get(Field::NvlinkTxWaitTotal),
+            Reading::Value(12.0)
+        );
+        // An INT64 blank on one link: no total, never the other links' partial sum.
+        let e = one(
+            "DCGM_FI_DEV_NVLINK_PPCNT_IBPC_TX_WAIT_TOTAL{gpu=\"0\",link=\"0\"} 7000\n\
+             DCGM_FI_DEV_NVLINK_PPCNT_IBPC_TX_WAIT_TOTAL{gpu=\"0\",link=\"1\"} 9223372036854775792",
+        );
+        assert_eq!(e.readings.get(Field::NvlinkTxWaitTotal), Reading::Blank);
     }
 
     #[test]

@@ -119,6 +119,9 @@ pub(crate) enum Target {
     WeakPowerLimit,
     /// The clock-event ("throttle") reasons bitmask.
     Throttles,
+    /// One link's value of a per-link counter, summed over the GPU's links (one series a
+    /// link): a blank link blanks the sum, never a partial total.
+    LinkSum(Field),
 }
 
 use Target::Field as F;
@@ -279,6 +282,8 @@ pub(crate) struct Acc {
 pub(crate) struct Extra {
     fb_free: Option<f64>,
     fb_reserved: Option<f64>,
+    /// A link of the per-link counter (the NVLink transmit wait, the one read) was blank.
+    link_blank: bool,
 }
 
 impl Acc {
@@ -338,12 +343,21 @@ impl Extra {
                     sample.throttles = Some(Throttles::from_event_bits(m as u64));
                 }
             }
+            Target::LinkSum(f) => match raw
+                .filter(|x| x.is_finite() && *x >= 0.0 && !crate::derive::is_sentinel_of(f, *x))
+            {
+                Some(x) => r.set_value(f, r.value(f).unwrap_or(0.0) + x),
+                None => self.link_blank = true,
+            },
         }
     }
 
     /// [`Acc::finish`] on `sample`.
     pub(crate) fn complete(&self, sample: &mut EntitySample) {
         let r = &mut sample.readings;
+        if self.link_blank {
+            r.set(Field::NvlinkTxWaitTotal, Reading::Blank);
+        }
         if let (Reading::Blank, Some(used), Some(free)) = (
             r.get(Field::MemTotalBytes),
             r.value(Field::MemUsedBytes),

@@ -397,7 +397,7 @@ mod tests {
             "{line}"
         );
         assert!(
-            line.contains(r#""source":"sim""#) && !line.contains("nvlink_tx"),
+            line.contains(r#""source":"sim""#) && !line.contains("nvlink_tx_bytes"),
             "{line}"
         );
         assert!(!line.contains('\n'));

@@ -152,7 +152,7 @@ proptest! {
                 cpu_throttled_ratio: next(), cpu_waiting_ratio: next(), io_waiting_ratio: next(),
                 io_stalled_ratio: next(), pcie_rx_share: next(), host_to_device_sm_below: next(),
                 launch_gr_active: next(), launch_sm_below: next(), nvlink_share: next(),
-                comm_tensor_below: next(),
+                comm_tensor_below: next(), nvlink_tx_wait_per_sec: next(),
             },
             stragglers: truthscale_core::stragglers::StragglerConfig {
                 band_mads: next(), min_gap: next(), sustain_seconds: next(),

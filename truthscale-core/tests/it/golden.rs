@@ -253,6 +253,8 @@ fn every_family() -> Vec<GpuEntry> {
                 (Field::PcieLinkWidth, 16.0),
                 (Field::NvlinkRxBytesPerSec, 40e9),
                 (Field::NvlinkTxBytesPerSec, 40e9),
+                // The links' transmit wait, 1 500 ticks a second.
+                (Field::NvlinkTxWaitTotal, 1.0e12 + 1500.0 * i as f64),
                 (Field::HolderCpuThrottledRatio, 0.05),
                 (Field::HolderCpuWaitingRatio, 0.02),
                 (Field::HolderIoWaitingRatio, 0.01),
