@@ -6,6 +6,7 @@
 use super::{ExporterStatus, ExtraLabels, GpuEntry};
 use crate::catalog::{ExporterMetric, GpuMetric, MetricDesc, MetricId, RawKind, ServingMetric};
 use crate::causes::Cause;
+use crate::energy::PodEnergyMethod;
 use crate::model::{Field, Phase, PodPressure, SourceKind};
 use crate::phase::PhaseMethod;
 use crate::tracker::EntityWindow;
@@ -196,6 +197,11 @@ fn gpu_values<'a>(
             t.energy_observed_seconds,
             t.energy_observed_seconds,
         )),
+        GpuMetric::GpuEnergyPart
+        | GpuMetric::GpuIdleFloor
+        | GpuMetric::GpuUnallocatedEnergy
+        | GpuMetric::PodEnergy
+        | GpuMetric::PodEnergyEstimate => energy_values(id, win, push),
         GpuMetric::GpuClockEvent => {
             if let Some(th) = &win.throttles {
                 let on = th.names();
@@ -440,6 +446,80 @@ fn pod_share_values<'a>(
     }
 }
 
+/// Where the entity's energy went ([`crate::energy`]): its two parts and its floor, and in
+/// node mode its holders' parts and what no pod held. Only for an entity whose energy was
+/// measured and split at a floor.
+fn energy_values<'a>(
+    id: GpuMetric,
+    win: &'a EntityWindow,
+    mut push: impl FnMut(ExtraLabels<'a>, f64),
+) {
+    let t = &win.totals;
+    let Some(floor) = win.idle_floor else { return };
+    if t.energy_observed_seconds <= 0.0 {
+        return;
+    }
+    let h = &win.energy_holders;
+    let attributed = win.id.pod.as_ref().filter(|p| !p.pod.is_empty());
+    match id {
+        GpuMetric::GpuIdleFloor => push(vec![("floor", floor.source.as_str())], floor.watts),
+        GpuMetric::GpuEnergyPart => {
+            push(vec![("part", "active")], t.active_energy_joules);
+            push(vec![("part", "idle_floor")], t.idle_floor_joules);
+        }
+        GpuMetric::GpuUnallocatedEnergy if h.node_mode => {
+            push(vec![("part", "active")], h.unallocated.1);
+            push(vec![("part", "idle_floor")], h.unallocated.0);
+        }
+        GpuMetric::PodEnergy => {
+            let Some(pod) = attributed else { return };
+            let own = h
+                .pods
+                .iter()
+                .find(|p| p.method == PodEnergyMethod::SoleHolder && p.pod.as_ref() == Some(pod));
+            if let Some(p) = own {
+                let m = ("method", p.method.as_str());
+                push(vec![("part", "active"), m], p.active_joules);
+                push(vec![("part", "idle_floor"), m], p.idle_floor_joules);
+            }
+        }
+        GpuMetric::PodEnergyEstimate if attributed.is_none() => {
+            // Only the pods that hold the device now (or, for processes whose pod was not
+            // found, while such processes run).
+            let holds = |pod: Option<&crate::model::PodRef>| match pod {
+                Some(p) => win
+                    .allocation
+                    .iter()
+                    .flatten()
+                    .any(|h| h.pod.pod == p.pod && h.pod.namespace == p.namespace),
+                None => win.processes.iter().any(|p| p.pod.is_none()),
+            };
+            for p in h
+                .pods
+                .iter()
+                .filter(|p| p.method == PodEnergyMethod::SmBusyShare)
+            {
+                if !holds(p.pod.as_ref()) {
+                    continue;
+                }
+                let mut l = Vec::with_capacity(4);
+                if let Some(pod) = &p.pod {
+                    l.push(("pod", pod.pod.as_str()));
+                    if let Some(n) = &pod.namespace {
+                        l.push(("namespace", n.as_str()));
+                    }
+                    if let Some(c) = &pod.container {
+                        l.push(("container", c.as_str()));
+                    }
+                }
+                l.push(("method", p.method.as_str()));
+                push(l, p.active_joules);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Node mode: each holder pod's own pressure share (`truthscale_pod_cpu_…`, `…_io_…`,
 /// `…_memory_…`), labelled with its pod and namespace; only what was measured. On an entity
 /// already attributed to its one holder, only that pod's, without the labels its series
@@ -521,6 +601,10 @@ fn serving_values<'a>(
         ServingMetric::ServingPromptTokens => sv.prompt_tokens_per_sec,
         ServingMetric::ServingOutputTokens => sv.output_tokens_per_sec,
         ServingMetric::ServingBatchSize => sv.batch_size,
+        ServingMetric::ServingEnergyPerOutputToken => crate::energy::joules_per_output_token(
+            win.metrics.power_watts.map(|p| p.value),
+            sv.output_tokens_per_sec,
+        ),
         ServingMetric::ServingTokensPerEffectiveCompute => {
             // Both rates or none: a missing one is not a zero.
             let tokens = match (sv.prompt_tokens_per_sec, sv.output_tokens_per_sec) {
