@@ -616,14 +616,18 @@ fn serving_values<'a>(
                 _ => None,
             }
         }
-        ServingMetric::ServingEngineMfu | ServingMetric::ServingEngineMbu => {
-            let v = if id == ServingMetric::ServingEngineMfu {
-                sv.engine_mfu
-            } else {
-                sv.engine_mbu
+        ServingMetric::ServingEngineMfu
+        | ServingMetric::ServingEngineMbu
+        | ServingMetric::ServingMfu
+        | ServingMetric::ServingMbu => {
+            let (v, a) = match id {
+                ServingMetric::ServingEngineMfu => (sv.engine_mfu, &sv.engine_assumptions),
+                ServingMetric::ServingEngineMbu => (sv.engine_mbu, &sv.engine_assumptions),
+                ServingMetric::ServingMfu => (sv.mfu, &sv.assumptions),
+                _ => (sv.mbu, &sv.assumptions),
             };
             if let Some(v) = v {
-                let a = sv.engine_assumptions.as_deref().unwrap_or("");
+                let a = a.as_deref().unwrap_or("");
                 push(vec![("engine", engine), ("assumptions", a)], v);
             }
             return;
@@ -653,18 +657,6 @@ fn serving_values<'a>(
                     ],
                     e / m,
                 );
-            }
-            return;
-        }
-        ServingMetric::ServingMfu | ServingMetric::ServingMbu => {
-            let v = if id == ServingMetric::ServingMfu {
-                sv.mfu
-            } else {
-                sv.mbu
-            };
-            if let Some(v) = v {
-                let a = sv.assumptions.as_deref().unwrap_or("");
-                push(vec![("engine", engine), ("assumptions", a)], v);
             }
             return;
         }
