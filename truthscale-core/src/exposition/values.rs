@@ -484,14 +484,19 @@ fn energy_values<'a>(
             }
         }
         GpuMetric::PodEnergyEstimate if attributed.is_none() => {
-            // Only the pods that hold the device now (or, for processes whose pod was not
-            // found, while such processes run).
+            // Only the pods that hold the device now or whose processes run there now (and
+            // processes whose pod was not found, while such processes run).
+            let same = |a: &crate::model::PodRef, b: &crate::model::PodRef| {
+                a.pod == b.pod && a.namespace == b.namespace
+            };
             let holds = |pod: Option<&crate::model::PodRef>| match pod {
-                Some(p) => win
-                    .allocation
-                    .iter()
-                    .flatten()
-                    .any(|h| h.pod.pod == p.pod && h.pod.namespace == p.namespace),
+                Some(p) => {
+                    win.allocation.iter().flatten().any(|h| same(&h.pod, p))
+                        || win
+                            .processes
+                            .iter()
+                            .any(|q| q.pod.as_ref().is_some_and(|q| same(q, p)))
+                }
                 None => win.processes.iter().any(|p| p.pod.is_none()),
             };
             for p in h
