@@ -158,6 +158,8 @@ impl MetricDesc {
                     GpuMetric::GpuAllocation
                         | GpuMetric::PodEffectiveCompute
                         | GpuMetric::PodEffectiveComputeEstimate
+                        | GpuMetric::PodEnergy
+                        | GpuMetric::PodEnergyEstimate
                         | GpuMetric::PodMemoryUsed
                         | GpuMetric::PodCpuThrottled
                         | GpuMetric::PodCpuLimit
@@ -526,6 +528,12 @@ metrics! {
         "Energy measured since the exporter first saw the GPU (energy counter deltas, else power times time); only for entities with an energy or power reading.";
     GPU_ENERGY_OBSERVED_SECONDS / Gpu::GpuEnergyObservedSeconds = "truthscale_gpu_energy_observed_seconds_total", Counter, [], counter("truthscale.gpu.energy.observed.time", "s"), None,
         "Seconds in which energy was measured: the denominator for mean power from truthscale_gpu_energy_joules_total.";
+    GPU_ENERGY_PART / Gpu::GpuEnergyPart = "truthscale_gpu_energy_part_joules_total", Counter, ["part"], counter("truthscale.gpu.energy.part", "J"), None,
+        "truthscale_gpu_energy_joules_total in two parts that sum to it: part=\"idle_floor\", the idle floor (truthscale_gpu_idle_floor_watts) times the seconds, at most the energy; part=\"active\", the rest (never below 0). Only for entities with an idle floor.";
+    GPU_IDLE_FLOOR / Gpu::GpuIdleFloor = "truthscale_gpu_idle_floor_watts", Gauge, ["floor"], gauge("truthscale.gpu.idle_floor", "W"), None,
+        "The power this GPU draws at busy 0, the floor its energy is split at: floor=\"measured\", the lowest power of its own windows whose busy flag read 0; floor=\"catalog\", the model's idle power until such a window.";
+    GPU_UNALLOCATED_ENERGY / Gpu::GpuUnallocatedEnergy = "truthscale_gpu_unallocated_energy_joules_total", Counter, ["part"], counter("truthscale.gpu.energy.unallocated", "J"), None,
+        "Node mode: the energy of the windows no pod held this GPU or MIG instance (part=\"idle_floor\" and part=\"active\", as truthscale_gpu_energy_part_joules_total): showback's unallocated row.";
     GPU_SM_CLOCK / Gpu::GpuSmClock = "truthscale_gpu_sm_clock_hertz", Gauge, [], gauge("truthscale.gpu.sm.clock", "Hz"), raw(Field::SmClockMhz, 1e6),
         "SM clock.";
     GPU_TEMPERATURE / Gpu::GpuTemperature = "truthscale_gpu_temperature_celsius", Gauge, [], gauge("truthscale.gpu.temperature", "Cel"), raw(Field::TempCelsius, 1.0),
@@ -612,6 +620,8 @@ metrics! {
         "Requests in the running batch.";
     SERVING_TOKENS_PER_EFFECTIVE_COMPUTE / Serving::ServingTokensPerEffectiveCompute = "truthscale_serving_tokens_per_effective_compute_second", Gauge, ["engine"], gauge("truthscale.serving.tokens_per_effective_compute", "{token}/s"), None,
         "Prompt plus output tokens per second over the effective compute fraction: tokens per second of full-peak compute.";
+    SERVING_ENERGY_PER_OUTPUT_TOKEN / Serving::ServingEnergyPerOutputToken = "truthscale_serving_energy_per_output_token_joules", Gauge, ["engine"], gauge("truthscale.serving.energy_per_output_token", "J/{token}"), None,
+        "The GPU's energy per output token over the last window: its power over the engine's output tokens per second; only when the engine produced tokens. The GPU's whole energy, idle floor included.";
     SERVING_MFU / Serving::ServingMfu = "truthscale_serving_model_flops_utilization_ratio", Gauge, ["engine", "assumptions"], gauge("truthscale.serving.mfu", "1"), None,
         "Model FLOP utilization 2*params*tokens/s over the datasheet dense peak, only when params and dtype are configured; assumptions label says which.";
     SERVING_MBU / Serving::ServingMbu = "truthscale_serving_model_bandwidth_utilization_ratio", Gauge, ["engine", "assumptions"], gauge("truthscale.serving.mbu", "1"), None,
@@ -646,6 +656,10 @@ metrics! {
         "Node mode, shared (time-sliced) GPUs with per-process attribution: an ESTIMATE, not a measurement, of the device's effective compute fraction that is this pod's, by its processes' share of SM busy time (method=\"sm_busy_share\"); a pod label left out is processes whose pod was not found. The parts of a GPU sum to the device value; each lies between 0 and the device's measured truthscale_gpu_effective_compute_ratio, its only bounds.";
     POD_MEMORY_USED / Gpu::PodMemoryUsed = "truthscale_pod_memory_used_bytes", Gauge, [], None, None,
         "Node mode, shared GPUs with per-process attribution: GPU memory the pod's processes use, as the driver reports it per process (measured, not estimated).";
+    POD_ENERGY / Gpu::PodEnergy = "truthscale_pod_energy_joules_total", Counter, ["part", "method"], None, None,
+        "Node mode: the energy of a GPU or MIG instance while one container held it alone, measured (method=\"sole_holder\"), in the parts of truthscale_gpu_energy_part_joules_total; it grows only while that container holds it. A device several pods hold: truthscale_pod_energy_estimate_joules_total.";
+    POD_ENERGY_ESTIMATE / Gpu::PodEnergyEstimate = "truthscale_pod_energy_estimate_joules_total", Counter, ["method"], None, None,
+        "Node mode, shared (time-sliced) GPUs with per-process attribution: an ESTIMATE of the device's active energy (truthscale_gpu_energy_part_joules_total{part=\"active\"}) that is this pod's, by its processes' share of SM busy time in each window (method=\"sm_busy_share\", Kepler's rule); a pod label left out is processes whose pod was not found. The idle floor is not split. It grows only while the pod's processes run there; where no share is known the energy stays unsplit.";
     BUILD_INFO / Exporter::BuildInfo = "truthscale_build_info", Gauge, ["version"], None, None,
         "Build of the running exporter (value 1).";
     SOURCE_UP / Exporter::SourceUp = "truthscale_source_up", Gauge, ["source"], gauge("truthscale.source.up", "1"), None,
@@ -736,6 +750,8 @@ pub const OTEL_ATTRIBUTES: &[(&str, &str)] = &[
     ("measure", "truthscale.serving.agreement.measure"),
     ("reason", "truthscale.clock_event.reason"),
     ("kind", "error.type"),
+    ("part", "truthscale.energy.part"),
+    ("floor", "truthscale.energy.floor"),
     ("sink", "truthscale.sink"),
     ("version", "service.version"),
 ];
@@ -877,6 +893,7 @@ mod tests {
                     "By/s",
                     "W",
                     "J",
+                    "J/{token}",
                     "Hz",
                     "Cel",
                     "{token}/s",

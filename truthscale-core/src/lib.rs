@@ -31,6 +31,7 @@ pub mod causes;
 pub mod cycles;
 pub mod derive;
 pub mod diag;
+pub mod energy;
 pub mod exposition;
 pub mod fleet;
 pub mod gpus;

@@ -9,6 +9,7 @@ use crate::causes;
 use crate::cycles::CycleCounters;
 use crate::derive::{self, DeriveConfig, Fidelity, WindowContext, WindowMetrics, WorkloadHint};
 use crate::diag::{Diagnostic, DiagnosticKind};
+use crate::energy::{EnergyHolders, IdleFloor};
 use crate::gpus::{self, GpuSpec};
 use crate::model::{
     EntityId, EntityKey, EntitySample, Field, Phase, Sample, ServingSnapshot, Timestamp,
@@ -50,6 +51,11 @@ pub struct Totals {
     pub energy_joules: f64,
     /// Seconds whose energy was measured (the denominator for mean power).
     pub energy_observed_seconds: f64,
+    /// Of `energy_joules`, the idle floor's part: the floor in force ([`EntityWindow::idle_floor`])
+    /// times the seconds, at most the energy ([`crate::energy`]).
+    pub idle_floor_joules: f64,
+    /// Of `energy_joules`, the rest: active energy (never below 0 in any window).
+    pub active_energy_joules: f64,
     /// Seconds in which both the counter regime and the serving engine's token rates were
     /// known (the denominator of `phase_agreed_seconds`).
     pub phase_compared_seconds: f64,
@@ -92,6 +98,11 @@ pub struct EntityWindow {
     pub processes: Vec<crate::model::ProcessReading>,
     /// Node mode: the containers the kubelet allocated the entity to, when known.
     pub allocation: Option<Vec<crate::model::Holder>>,
+    /// The idle floor in force (the entity's power at busy 0, else the catalog's idle
+    /// power), when one is known.
+    pub idle_floor: Option<IdleFloor>,
+    /// The entity's energy by holder (node mode): per pod, and what no pod held.
+    pub energy_holders: EnergyHolders,
     /// The job of a straggler, or of a GPU that waits on one.
     pub job: Option<String>,
     /// Seconds since the entity last did work (0 in a window with work); `None` where the
@@ -422,7 +433,12 @@ struct EntityState {
     provisional_energy: (f64, f64),
     /// How the current window's energy counts.
     window_energy: EnergyRule,
+    /// Energy (joules, seconds) the counter counted for the current window, added once the
+    /// window's holders are known ([`EntityState::add_energy`]).
+    counted_energy: (f64, f64),
     idle_power: Option<f64>,
+    /// The lowest power of the windows whose busy flag read 0 ([`crate::energy`]).
+    measured_floor: Option<f64>,
     classifier: PhaseClassifier,
     /// The entity's latest window, with the entity's integrals up to it.
     window: EntityWindow,
@@ -481,7 +497,9 @@ impl EntityState {
             last_energy: None,
             provisional_energy: (0.0, 0.0),
             window_energy: EnergyRule::Gauge,
+            counted_energy: (0.0, 0.0),
             idle_power: None,
+            measured_floor: None,
             classifier: PhaseClassifier::default(),
             window: EntityWindow {
                 id: e.id.clone(),
@@ -497,6 +515,8 @@ impl EntityState {
                 throttles: None,
                 processes: Vec::new(),
                 allocation: None,
+                idle_floor: None,
+                energy_holders: EnergyHolders::default(),
                 job: None,
                 idle_seconds: None,
                 holder_pressure: Vec::new(),
@@ -527,18 +547,33 @@ impl EntityState {
         let Some(p) = self.window.metrics.power_watts.map(|p| p.value) else {
             return;
         };
-        let t = &mut self.window.totals;
         match self.window_energy {
             EnergyRule::Counter => {}
-            EnergyRule::Gauge => {
-                t.energy_joules += p * dt;
-                t.energy_observed_seconds += dt;
-            }
+            EnergyRule::Gauge => self.add_energy(p * dt, dt),
             EnergyRule::Provisional => {
                 self.provisional_energy.0 += p * dt;
                 self.provisional_energy.1 += dt;
             }
         }
+    }
+
+    /// Count `joules` over `seconds`: the idle floor's part and the active rest, and both to
+    /// the window's holders ([`crate::energy`]).
+    fn add_energy(&mut self, joules: f64, seconds: f64) {
+        let win = &mut self.window;
+        let floor = IdleFloor::decide(self.measured_floor, win.spec.map(|s| s.idle_power_watts));
+        let (idle, active) = IdleFloor::split(floor, joules, seconds);
+        let t = &mut win.totals;
+        t.energy_joules += joules;
+        t.energy_observed_seconds += seconds;
+        t.idle_floor_joules += idle;
+        t.active_energy_joules += active;
+        win.energy_holders.attribute(
+            &win.id,
+            win.allocation.as_deref(),
+            &win.processes,
+            (idle, active),
+        );
     }
 
     /// The current window was not observed: `dt` seconds of gap.
@@ -966,6 +1001,10 @@ impl Deriver {
         state.idle_since(taken, e, self.verdict.idle_util);
         state.observe_ceilings(taken, decision, e, self.ceilings);
         state.copy_attributes(e, spec, cfg.workload);
+        let (joules, seconds) = std::mem::take(&mut state.counted_energy);
+        if seconds > 0.0 || joules > 0.0 {
+            state.add_energy(joules, seconds);
+        }
         let seconds = state.settle(decision, self.update_interval, k, diags);
         each(handed_slot(id_changed), &state.window, Handed::New(seconds));
     }
@@ -1094,8 +1133,10 @@ impl EntityState {
     /// from the power gauge, and the change is the first move. A counter read when sampled
     /// moves at its first reading. A
     /// window no delta spans counts from the gauge once observed; after a reset, the gauge
-    /// energy of the windows since the counter's last move is counted instead. Returns the
-    /// power the counter gives over the time since it last moved, when it moved.
+    /// energy of the windows since the counter's last move is counted instead. What the
+    /// counter counts waits in `counted_energy` until the window's holders are known (the
+    /// window ending at this sample is its holders'). Returns the power the counter gives
+    /// over the time since it last moved, when it moved.
     #[inline]
     fn count_energy(
         &mut self,
@@ -1104,7 +1145,6 @@ impl EntityState {
         diags: &mut Vec<Diagnostic>,
     ) -> Option<f64> {
         let energy = self.window.readings.value(Field::EnergyJoules);
-        let totals = &mut self.window.totals;
         let mut energy_power = None;
         // A reading equal to the previous one is the counter not yet updated (dcgm-exporter
         // repeats it between its collections), not 0 W: it waits, like a blank, for the next
@@ -1122,8 +1162,7 @@ impl EntityState {
                 // The counter cannot say what the windows since its previous reading used:
                 // their gauge energy is counted instead, and this window's.
                 let (j, s) = std::mem::take(&mut self.provisional_energy);
-                totals.energy_joules += j;
-                totals.energy_observed_seconds += s;
+                self.counted_energy = (j, s);
                 EnergyRule::Gauge
             }
             (Some(now), Some((prev, _, _))) if now == prev => {
@@ -1132,8 +1171,7 @@ impl EntityState {
             }
             (Some(now), Some((prev, since, true))) => {
                 let span = taken.seconds_since(since);
-                totals.energy_joules += now - prev;
-                totals.energy_observed_seconds += span;
+                self.counted_energy = (now - prev, span);
                 self.provisional_energy = (0.0, 0.0);
                 if span > 0.0 {
                     energy_power = Some((now - prev) / span);
@@ -1202,6 +1240,12 @@ impl EntityState {
         };
         win.metrics = derive::window(&win.readings, &ctx, cfg);
         let metrics = &win.metrics;
+        self.measured_floor = crate::energy::learn_floor(
+            self.measured_floor,
+            metrics.reported_utilization,
+            metrics.power_watts.map(|p| p.value),
+        );
+        win.idle_floor = IdleFloor::decide(self.measured_floor, spec.map(|s| s.idle_power_watts));
         if let Some(f) = metrics.fidelity {
             self.capability = self.capability.min(f);
         }

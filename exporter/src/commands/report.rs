@@ -114,6 +114,10 @@ pub(crate) struct ReportArgs {
     /// --cost-per-gpu-hour.
     #[arg(long, value_name = "MODEL=PRICE", requires = "by", value_parser = model_price)]
     pub gpu_hour_price: Vec<(String, f64)>,
+    /// With --by: the price of one kWh, for the cost of each group's energy (its share of
+    /// each GPU's measured energy, as its GPU-hours are shared).
+    #[arg(long, value_name = "PRICE", requires = "by", value_parser = price)]
+    pub energy_price_per_kwh: Option<f64>,
     /// With --by: write the showback as CSV (one row per group and period) to FILE.
     #[arg(long, value_name = "FILE", requires = "by")]
     pub csv: Option<PathBuf>,
@@ -151,6 +155,7 @@ fn config(args: &ReportArgs, clusters: bool) -> report::Config {
             by,
             every: args.every,
             prices: args.gpu_hour_price.clone(),
+            energy_price_per_kwh: args.energy_price_per_kwh,
             top: usize::try_from(args.top).unwrap_or(usize::MAX),
         }),
         clusters,

@@ -34,6 +34,8 @@ pub(crate) struct ShowbackArgs {
     pub every: Option<Duration>,
     /// `--gpu-hour-price`: a model's price of one GPU-hour.
     pub prices: Vec<(String, f64)>,
+    /// `--energy-price-per-kwh`: the price of one kWh.
+    pub energy_price_per_kwh: Option<f64>,
     /// `--top`: the groups the text, the page and the CSV list, the others summed.
     pub top: usize,
 }
@@ -158,6 +160,7 @@ fn add_showback(
             period_steps,
             default_price: cfg.fleet.cost_per_gpu_hour,
             prices: args.prices.clone(),
+            energy_price_per_kwh: args.energy_price_per_kwh,
         },
     );
     sb.notes.extend(attrs.notes.iter().cloned());

@@ -77,7 +77,9 @@ fn record(t: &mut Track, steps: impl IntoIterator<Item = usize>, shape: &Shape) 
             sat.map(|x| x * 0.75),
             (shape.mem_gib)(s).map(|g| g * GIB),
         );
-        t.record(s, p.with_pipes(sat, sat.map(|x| x / 2.0)));
+        // Power: the idle floor and a part in proportion to saturation.
+        let power = sat.map(|x| 75.0 + 600.0 * x);
+        t.record(s, p.with_pipes(sat, sat.map(|x| x / 2.0)).with_power(power));
     }
 }
 
@@ -331,10 +333,12 @@ struct ByArgs {
     holders: Holders,
     period_steps: Option<usize>,
     prices: Vec<(String, f64)>,
+    energy_price: Option<f64>,
     top: usize,
 }
 
-/// `--by namespace --every 2h --gpu-hour-price 'NVIDIA H100 80GB HBM3=4.1' --top 2` over
+/// `--by namespace --every 2h --gpu-hour-price 'NVIDIA H100 80GB HBM3=4.1'
+/// --energy-price-per-kwh 0.15 --top 2` over
 /// fleet 2: GPU requests for most pods (one that never ran), and the time-sliced GPU's
 /// holders at every point.
 fn by_namespace(input: &FleetInput) -> ByArgs {
@@ -366,6 +370,7 @@ fn by_namespace(input: &FleetInput) -> ByArgs {
         holders: Holders::from([(sliced_gpu(input), at_each)]),
         period_steps: Some((7_200.0 / input.step_seconds).round() as usize),
         prices: vec![(H100.to_owned(), 4.1)],
+        energy_price: Some(0.15),
         top: 2,
     }
 }
@@ -445,6 +450,7 @@ fn showback(
             period_steps: b.period_steps,
             default_price: cfg.cost_per_gpu_hour,
             prices: b.prices.clone(),
+            energy_price_per_kwh: b.energy_price,
         },
     );
     sb.notes.extend(b.attrs.notes.iter().cloned());

@@ -322,6 +322,8 @@ fn rest_row(groups: &[GroupHours]) -> GroupHours {
         }),
         saturation_gpu_hours: sum(|g| g.saturation_gpu_hours),
         saturation_measured_gpu_hours: sum(|g| g.saturation_measured_gpu_hours),
+        energy_kwh: where_any(groups, |g| g.energy_kwh),
+        energy_cost: where_any(groups, |g| g.energy_cost),
         cost,
     }
 }
@@ -492,7 +494,7 @@ pub(crate) fn requested_by_group(
 /// `time_sliced_effective_compute_gpu_hours` the measured device total of time-sliced GPUs
 /// billed as the allocation policy splits them; `effective_compute_estimate_gpu_hours` the
 /// SM-busy split, an estimate never billed.
-const CSV_HEADER: &str = "window_start,window_end,by,group,workloads,allocated_gpu_hours,requested_gpu_hours,used_gpu_hours,idle_gpu_hours,unmeasured_gpu_hours,use_unknown_gpu_hours,busy_gpu_hours,effective_compute_gpu_hours,saturation_gpu_hours,allocated_cost,idle_cost,time_sliced_effective_compute_gpu_hours,effective_compute_estimate_gpu_hours";
+const CSV_HEADER: &str = "window_start,window_end,by,group,workloads,allocated_gpu_hours,requested_gpu_hours,used_gpu_hours,idle_gpu_hours,unmeasured_gpu_hours,use_unknown_gpu_hours,busy_gpu_hours,effective_compute_gpu_hours,saturation_gpu_hours,allocated_cost,idle_cost,time_sliced_effective_compute_gpu_hours,effective_compute_estimate_gpu_hours,energy_kwh,energy_cost";
 
 /// A CSV field: quoted when it holds a comma, a quote or a line break.
 fn field(s: &str) -> String {
@@ -532,7 +534,7 @@ pub(crate) fn write_csv(
         for g in &p.groups {
             writeln!(
                 out,
-                "{from},{to},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{from},{to},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 field(&s.by),
                 field(&g.group),
                 g.workloads,
@@ -549,13 +551,17 @@ pub(crate) fn write_csv(
                 num(g.cost.as_ref().map(|c| c.idle)),
                 num(g.time_sliced_effective_compute_gpu_hours),
                 num(g.effective_compute_estimate_gpu_hours),
+                num(g.energy_kwh),
+                num(g.energy_cost),
             )?;
         }
         writeln!(
             out,
-            "{from},{to},{},(unallocated),,{},,,,,,,,,,,,",
+            "{from},{to},{},(unallocated),,{},,,,,,,,,,,,,{},{}",
             field(&s.by),
-            num(Some(p.unallocated_gpu_hours))
+            num(Some(p.unallocated_gpu_hours)),
+            num(p.energy.as_ref().map(|e| e.unallocated_kwh)),
+            num(p.energy.as_ref().and_then(|e| e.unallocated_cost)),
         )?;
     }
     Ok(())

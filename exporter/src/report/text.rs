@@ -359,6 +359,39 @@ fn showback_row(
     )
 }
 
+/// The showback's energy: each group's kWh (and cost, with a price), what no pod held, and
+/// the check that they add up to the fleet's.
+fn energy_lines(
+    out: &mut impl Write,
+    s: &Showback,
+    e: &truthscale_core::showback::PeriodEnergy,
+) -> Result<()> {
+    let with_cost = |kwh: f64, c: Option<f64>| match c {
+        Some(c) => format!("{kwh:.3} kWh ({})", cost(c)),
+        None => format!("{kwh:.3} kWh"),
+    };
+    let groups: Vec<String> = s
+        .total
+        .groups
+        .iter()
+        .filter_map(|g| {
+            Some(format!(
+                "{} {}",
+                g.group,
+                with_cost(g.energy_kwh?, g.energy_cost)
+            ))
+        })
+        .collect();
+    writeln!(out, "  energy: {}", groups.join(", "))?;
+    writeln!(
+        out,
+        "  energy: (unallocated) {}; check: {}{}",
+        with_cost(e.unallocated_kwh, e.unallocated_cost),
+        e.check,
+        if e.reconciled { " (reconciled)" } else { "" }
+    )
+}
+
 /// The showback's check lines, the legend of the time-sliced columns, the policy and the
 /// notes.
 fn showback_footer(out: &mut impl Write, s: &Showback, sliced: bool) -> Result<()> {
@@ -371,6 +404,9 @@ fn showback_footer(out: &mut impl Write, s: &Showback, sliced: bool) -> Result<(
     )?;
     if !s.allocation.check.is_empty() {
         writeln!(out, "  check: {}", s.allocation.check)?;
+    }
+    if let Some(e) = &t.energy {
+        energy_lines(out, s, e)?;
     }
     if sliced {
         writeln!(

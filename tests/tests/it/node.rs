@@ -470,6 +470,80 @@ fn shared_gpu_is_apportioned_to_its_pods_by_sm_busy() {
             .filter(|s| s.name == "truthscale_gpu_effective_compute_ratio")
             .all(|s| s.label("pod").is_none())
     );
+    energy_follows_sm_busy(&sidecar);
+}
+
+/// The shared GPU's active energy goes to its pods by SM busy share (60:30:10), an estimate
+/// whose parts sum to the device's active energy; nothing is unallocated (the GPU is held);
+/// its floor is the catalog's H100 idle power (the busy flag never reads 0). Compared over
+/// the growth between two scrapes, so that windows before the holders were known do not
+/// count; the expected ratios are the scenario's own SM busy figures.
+fn energy_follows_sm_busy(sidecar: &Sidecar) {
+    const PART: &str = "truthscale_pod_energy_estimate_joules_total";
+    const DEVICE: &str = "truthscale_gpu_energy_part_joules_total";
+    let snapshot = |m: &[Sample]| {
+        let part = |pod: Option<&str>| {
+            m.iter()
+                .find(|s| s.name == PART && s.label("pod") == pod)
+                .map(|s| {
+                    assert_eq!(s.label("method"), Some("sm_busy_share"));
+                    s.value
+                })
+        };
+        let active = value(m, DEVICE, &[("gpu", "0"), ("part", "active")]);
+        (
+            part(Some("chat-a")),
+            part(Some("chat-b")),
+            part(None),
+            active,
+        )
+    };
+    let ready = |m: &[Sample]| {
+        let (a, b, none, active) = snapshot(m);
+        a.is_some() && b.is_some() && none.is_some() && active.is_some_and(|x| x > 0.0)
+    };
+    let first = snapshot(&sidecar.wait_for(WAIT, "per-pod energy", ready));
+    let active0 = first.3.unwrap();
+    let m = sidecar.wait_for(WAIT, "more energy", |m| {
+        ready(m) && snapshot(m).3.is_some_and(|x| x > active0 + 100.0)
+    });
+    let then = snapshot(&m);
+    let grew = |x: Option<f64>, y: Option<f64>| y.unwrap() - x.unwrap();
+    let (a, b, none) = (
+        grew(first.0, then.0),
+        grew(first.1, then.1),
+        grew(first.2, then.2),
+    );
+    let active = grew(first.3, then.3);
+    assert!(a > 0.0 && b > 0.0 && none > 0.0, "{a} {b} {none}");
+    assert!(
+        (a / b - 2.0).abs() / 2.0 < 0.01,
+        "chat-a:chat-b {a}:{b}, not 2:1"
+    );
+    assert!(
+        (a / none - 6.0).abs() / 6.0 < 0.01,
+        "chat-a:none {a}:{none}, not 6:1"
+    );
+    assert!(
+        ((a + b + none) - active).abs() <= 1e-6 * active,
+        "{a}+{b}+{none} vs {active}"
+    );
+    for part in ["active", "idle_floor"] {
+        let unallocated = value(
+            &m,
+            "truthscale_gpu_unallocated_energy_joules_total",
+            &[("gpu", "0"), ("part", part)],
+        );
+        assert_eq!(unallocated, Some(0.0), "{part}");
+    }
+    assert_eq!(
+        value(
+            &m,
+            "truthscale_gpu_idle_floor_watts",
+            &[("gpu", "0"), ("floor", "catalog")]
+        ),
+        Some(75.0)
+    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 use super::{ExporterStatus, ExtraLabels, GpuEntry};
 use crate::catalog::{ExporterMetric, GpuMetric, MetricDesc, MetricId, RawKind, ServingMetric};
 use crate::causes::Cause;
+use crate::energy::PodEnergyMethod;
 use crate::model::{Field, Phase, PodPressure, SourceKind};
 use crate::phase::PhaseMethod;
 use crate::tracker::EntityWindow;
@@ -197,6 +198,11 @@ fn gpu_values<'a>(
             t.energy_observed_seconds,
             t.energy_observed_seconds,
         )),
+        GpuMetric::GpuEnergyPart
+        | GpuMetric::GpuIdleFloor
+        | GpuMetric::GpuUnallocatedEnergy
+        | GpuMetric::PodEnergy
+        | GpuMetric::PodEnergyEstimate => energy_values(id, win, push),
         GpuMetric::GpuClockEvent => {
             if let Some(th) = &win.throttles {
                 let on = th.names();
@@ -288,38 +294,7 @@ fn gpu_values<'a>(
                 push(Vec::new(), a.len() as f64);
             }
         }
-        GpuMetric::GpuAllocation => {
-            let attributed = win.id.pod.as_ref().is_some_and(|p| !p.pod.is_empty());
-            for h in win.allocation.iter().flatten().take(listed) {
-                let mut labels = Vec::with_capacity(5);
-                // An entity attributed to its one holder has the holder's pod labels already.
-                if !attributed {
-                    labels.push(("pod", h.pod.pod.as_str()));
-                    if let Some(n) = &h.pod.namespace {
-                        labels.push(("namespace", n.as_str()));
-                    }
-                    if let Some(c) = &h.pod.container {
-                        labels.push(("container", c.as_str()));
-                    }
-                }
-                labels.push(("resource", h.resource.as_str()));
-                if let Some(r) = &h.replica {
-                    labels.push(("replica", r.as_str()));
-                }
-                if let Some(o) = &h.owner {
-                    labels.push(("owner_kind", o.kind.as_str()));
-                    labels.push(("owner_name", o.name.as_str()));
-                }
-                // The holder's pod's allowlisted labels (node.pod_labels), only those it has.
-                labels.extend(
-                    h.labels
-                        .iter()
-                        .filter(|(_, v)| !v.is_empty())
-                        .map(|(k, v)| (*k, v.as_str())),
-                );
-                push(labels, 1.0);
-            }
-        }
+        GpuMetric::GpuAllocation => allocation_values(win, listed, push),
         GpuMetric::PodEffectiveCompute => {
             if sole_holder(win)
                 && let Some(v) = win.metrics.effective_compute
@@ -387,6 +362,45 @@ fn straggler_values<'a>(
     }
 }
 
+/// One series per holder of the entity (node mode), labelled with its pod (unless the
+/// entity's own labels name it), resource, replica, owner and allowlisted pod labels.
+fn allocation_values<'a>(
+    win: &'a EntityWindow,
+    listed: usize,
+    mut push: impl FnMut(ExtraLabels<'a>, f64),
+) {
+    let attributed = win.id.pod.as_ref().is_some_and(|p| !p.pod.is_empty());
+    for h in win.allocation.iter().flatten().take(listed) {
+        let mut labels = Vec::with_capacity(5);
+        // An entity attributed to its one holder has the holder's pod labels already.
+        if !attributed {
+            labels.push(("pod", h.pod.pod.as_str()));
+            if let Some(n) = &h.pod.namespace {
+                labels.push(("namespace", n.as_str()));
+            }
+            if let Some(c) = &h.pod.container {
+                labels.push(("container", c.as_str()));
+            }
+        }
+        labels.push(("resource", h.resource.as_str()));
+        if let Some(r) = &h.replica {
+            labels.push(("replica", r.as_str()));
+        }
+        if let Some(o) = &h.owner {
+            labels.push(("owner_kind", o.kind.as_str()));
+            labels.push(("owner_name", o.name.as_str()));
+        }
+        // The holder's pod's allowlisted labels (node.pod_labels), only those it has.
+        labels.extend(
+            h.labels
+                .iter()
+                .filter(|(_, v)| !v.is_empty())
+                .map(|(k, v)| (*k, v.as_str())),
+        );
+        push(labels, 1.0);
+    }
+}
+
 /// Whether one container holds this GPU or MIG instance alone, as the kubelet says (node
 /// mode), its series labelled with that holder: then the device's counters are the
 /// holder's own, and its effective compute a measurement of the holder's.
@@ -442,6 +456,85 @@ fn pod_share_values<'a>(
             l.push(("method", "sm_busy_share"));
             push(l, v);
         }
+    }
+}
+
+/// Where the entity's energy went ([`crate::energy`]): its two parts and its floor, and in
+/// node mode its holders' parts and what no pod held. Only for an entity whose energy was
+/// measured and split at a floor.
+fn energy_values<'a>(
+    id: GpuMetric,
+    win: &'a EntityWindow,
+    mut push: impl FnMut(ExtraLabels<'a>, f64),
+) {
+    let t = &win.totals;
+    let Some(floor) = win.idle_floor else { return };
+    if t.energy_observed_seconds <= 0.0 {
+        return;
+    }
+    let h = &win.energy_holders;
+    let attributed = win.id.pod.as_ref().filter(|p| !p.pod.is_empty());
+    match id {
+        GpuMetric::GpuIdleFloor => push(vec![("floor", floor.source.as_str())], floor.watts),
+        GpuMetric::GpuEnergyPart => {
+            push(vec![("part", "active")], t.active_energy_joules);
+            push(vec![("part", "idle_floor")], t.idle_floor_joules);
+        }
+        GpuMetric::GpuUnallocatedEnergy if h.node_mode => {
+            push(vec![("part", "active")], h.unallocated.1);
+            push(vec![("part", "idle_floor")], h.unallocated.0);
+        }
+        GpuMetric::PodEnergy => {
+            let Some(pod) = attributed else { return };
+            let own = h
+                .pods
+                .iter()
+                .find(|p| p.method == PodEnergyMethod::SoleHolder && p.pod.as_ref() == Some(pod));
+            if let Some(p) = own {
+                let m = ("method", p.method.as_str());
+                push(vec![("part", "active"), m], p.active_joules);
+                push(vec![("part", "idle_floor"), m], p.idle_floor_joules);
+            }
+        }
+        GpuMetric::PodEnergyEstimate if attributed.is_none() => {
+            // Only the pods that hold the device now or whose processes run there now (and
+            // processes whose pod was not found, while such processes run).
+            let same = |a: &crate::model::PodRef, b: &crate::model::PodRef| {
+                a.pod == b.pod && a.namespace == b.namespace
+            };
+            let holds = |pod: Option<&crate::model::PodRef>| match pod {
+                Some(p) => {
+                    win.allocation.iter().flatten().any(|h| same(&h.pod, p))
+                        || win
+                            .processes
+                            .iter()
+                            .any(|q| q.pod.as_ref().is_some_and(|q| same(q, p)))
+                }
+                None => win.processes.iter().any(|p| p.pod.is_none()),
+            };
+            for p in h
+                .pods
+                .iter()
+                .filter(|p| p.method == PodEnergyMethod::SmBusyShare)
+            {
+                if !holds(p.pod.as_ref()) {
+                    continue;
+                }
+                let mut l = Vec::with_capacity(4);
+                if let Some(pod) = &p.pod {
+                    l.push(("pod", pod.pod.as_str()));
+                    if let Some(n) = &pod.namespace {
+                        l.push(("namespace", n.as_str()));
+                    }
+                    if let Some(c) = &pod.container {
+                        l.push(("container", c.as_str()));
+                    }
+                }
+                l.push(("method", p.method.as_str()));
+                push(l, p.active_joules);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -526,6 +619,10 @@ fn serving_values<'a>(
         ServingMetric::ServingPromptTokens => sv.prompt_tokens_per_sec,
         ServingMetric::ServingOutputTokens => sv.output_tokens_per_sec,
         ServingMetric::ServingBatchSize => sv.batch_size,
+        ServingMetric::ServingEnergyPerOutputToken => crate::energy::joules_per_output_token(
+            win.metrics.power_watts.map(|p| p.value),
+            sv.output_tokens_per_sec,
+        ),
         ServingMetric::ServingTokensPerEffectiveCompute => {
             // Both rates or none: a missing one is not a zero.
             let tokens = match (sv.prompt_tokens_per_sec, sv.output_tokens_per_sec) {
@@ -537,14 +634,18 @@ fn serving_values<'a>(
                 _ => None,
             }
         }
-        ServingMetric::ServingEngineMfu | ServingMetric::ServingEngineMbu => {
-            let v = if id == ServingMetric::ServingEngineMfu {
-                sv.engine_mfu
-            } else {
-                sv.engine_mbu
+        ServingMetric::ServingEngineMfu
+        | ServingMetric::ServingEngineMbu
+        | ServingMetric::ServingMfu
+        | ServingMetric::ServingMbu => {
+            let (v, a) = match id {
+                ServingMetric::ServingEngineMfu => (sv.engine_mfu, &sv.engine_assumptions),
+                ServingMetric::ServingEngineMbu => (sv.engine_mbu, &sv.engine_assumptions),
+                ServingMetric::ServingMfu => (sv.mfu, &sv.assumptions),
+                _ => (sv.mbu, &sv.assumptions),
             };
             if let Some(v) = v {
-                let a = sv.engine_assumptions.as_deref().unwrap_or("");
+                let a = a.as_deref().unwrap_or("");
                 push(vec![("engine", engine), ("assumptions", a)], v);
             }
             return;
@@ -574,18 +675,6 @@ fn serving_values<'a>(
                     ],
                     e / m,
                 );
-            }
-            return;
-        }
-        ServingMetric::ServingMfu | ServingMetric::ServingMbu => {
-            let v = if id == ServingMetric::ServingMfu {
-                sv.mfu
-            } else {
-                sv.mbu
-            };
-            if let Some(v) = v {
-                let a = sv.assumptions.as_deref().unwrap_or("");
-                push(vec![("engine", engine), ("assumptions", a)], v);
             }
             return;
         }

@@ -3,7 +3,9 @@
 //! and the allocation check against the sizing.
 
 use super::shares::Charge;
-use super::{GroupCost, GroupHours, Period, SHARE_UNITS, Showback, ShowbackConfig, Window};
+use super::{
+    GroupCost, GroupHours, Period, PeriodEnergy, SHARE_UNITS, Showback, ShowbackConfig, Window,
+};
 use crate::fleet::Track;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -63,6 +65,8 @@ struct Acc {
     sat_measured: u64,
     time_sliced_ecf: Option<f64>,
     ecf_estimate: Option<f64>,
+    /// Millijoules of the group's shares, where the GPU's power was read.
+    energy_mj: Option<u64>,
     cost: Option<CostAcc>,
 }
 
@@ -94,6 +98,21 @@ pub(super) struct PeriodAcc {
     pub(super) unallocated: u64,
     pub(super) overallocated: u64,
     pub(super) fleet: u64,
+    pub(super) energy: EnergyAcc,
+}
+
+/// A period's energy in millijoules: the fleet's (every GPU's, at the steps its power was
+/// read) and what no pod held.
+#[derive(Debug, Default, Clone)]
+pub(super) struct EnergyAcc {
+    pub(super) fleet_mj: u64,
+    pub(super) unallocated_mj: u64,
+    pub(super) measured: bool,
+}
+
+/// Millijoules as kWh.
+fn kwh(mj: u64) -> f64 {
+    mj as f64 / 3.6e9
 }
 
 /// `u` share units over one step, as GPU-hours.
@@ -152,6 +171,9 @@ pub(super) fn add_charge(
             a.workloads.insert(pod.to_string());
         }
         a.add(c, class, hours, w.hours_per_step);
+        if let Some(e) = c.energy_mj {
+            *a.energy_mj.get_or_insert(0) += e;
+        }
         if let Some(pr) = price {
             let ca = a.cost.get_or_insert_with(CostAcc::default);
             ca.add(class, pr * hours, c.ecf);
@@ -238,6 +260,11 @@ fn group_hours(
         effective_compute_estimate_gpu_hours: a.ecf_estimate,
         saturation_gpu_hours: a.sat,
         saturation_measured_gpu_hours: hours(a.sat_measured),
+        energy_kwh: a.energy_mj.map(kwh),
+        energy_cost: a
+            .energy_mj
+            .zip(w.cfg.energy_price_per_kwh)
+            .map(|(e, p)| kwh(e) * p),
         cost: a.cost.as_ref().map(|c| GroupCost {
             allocated: c.allocated,
             requested: requested
@@ -302,14 +329,45 @@ pub(super) fn period(
             )
         }
     );
+    let energy = period_energy(acc, w);
     Period {
         start_step,
         steps,
         groups,
+        energy,
         unallocated_gpu_hours: hours(acc.unallocated),
         fleet_gpu_hours: hours(acc.fleet),
         overallocated_gpu_hours: hours(acc.overallocated),
         reconciled,
         check,
     }
+}
+
+/// A period's energy: the groups' (their shares of each GPU's energy), what no pod held (a
+/// GPU no pod holds: all of its energy, its idle floor with it) and the fleet's, and whether
+/// they add up exactly (in millijoules); `None` where no power was read.
+fn period_energy(acc: &PeriodAcc, w: &Window<'_>) -> Option<PeriodEnergy> {
+    let e = &acc.energy;
+    if !e.measured {
+        return None;
+    }
+    let groups: u64 = acc.groups.values().filter_map(|a| a.energy_mj).sum();
+    let reconciled = groups + e.unallocated_mj == e.fleet_mj;
+    let check = format!(
+        "groups {:.6} + unallocated {:.6} {} fleet {:.6} kWh",
+        kwh(groups),
+        kwh(e.unallocated_mj),
+        if reconciled { "=" } else { "!=" },
+        kwh(e.fleet_mj)
+    );
+    let price = w.cfg.energy_price_per_kwh;
+    Some(PeriodEnergy {
+        groups_kwh: kwh(groups),
+        unallocated_kwh: kwh(e.unallocated_mj),
+        fleet_kwh: kwh(e.fleet_mj),
+        unallocated_cost: price.map(|p| kwh(e.unallocated_mj) * p),
+        fleet_cost: price.map(|p| kwh(e.fleet_mj) * p),
+        reconciled,
+        check,
+    })
 }

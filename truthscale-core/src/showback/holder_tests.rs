@@ -9,6 +9,7 @@ fn cfg() -> ShowbackConfig {
         period_steps: None,
         default_price: None,
         prices: Vec::new(),
+        energy_price_per_kwh: None,
     }
 }
 

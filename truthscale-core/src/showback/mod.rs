@@ -69,6 +69,8 @@ pub struct ShowbackConfig {
     pub default_price: Option<f64>,
     /// Prices of one GPU-hour by model, as reported (`NVIDIA H100 80GB HBM3`).
     pub prices: Vec<(String, f64)>,
+    /// Price of one kWh, for the cost of energy.
+    pub energy_price_per_kwh: Option<f64>,
 }
 
 /// One group's GPU-hours over a period.
@@ -112,6 +114,11 @@ pub struct GroupHours {
     pub saturation_gpu_hours: f64,
     /// Allocated GPU-hours at which saturation was measured.
     pub saturation_measured_gpu_hours: f64,
+    /// The group's energy, kWh: its share of each GPU's energy at each step (the same
+    /// shares as its GPU-hours), where the GPU's power was read; `None` where none was.
+    pub energy_kwh: Option<f64>,
+    /// What that energy costs, with a price per kWh.
+    pub energy_cost: Option<f64>,
     /// The cost of each, with a price.
     pub cost: Option<GroupCost>,
 }
@@ -144,6 +151,8 @@ pub struct Period {
     pub steps: usize,
     /// Each group, most allocated first.
     pub groups: Vec<GroupHours>,
+    /// The period's energy and its reconciliation; `None` where no power was read.
+    pub energy: Option<PeriodEnergy>,
     /// GPU-hours no pod held.
     pub unallocated_gpu_hours: f64,
     /// The fleet's GPU-hours: each GPU from its first reading to its last.
@@ -152,6 +161,26 @@ pub struct Period {
     /// zero when the policy holds.
     pub overallocated_gpu_hours: f64,
     /// Whether the groups plus unallocated are the fleet, exactly (in share units).
+    pub reconciled: bool,
+    /// The check, in words.
+    pub check: String,
+}
+
+/// A period's energy: the groups', what no pod held, the fleet's, reconciled exactly.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PeriodEnergy {
+    /// The groups' energy, kWh (the sum of their `energy_kwh`).
+    pub groups_kwh: f64,
+    /// The energy no pod held, kWh: a GPU no pod holds, all of it (its idle floor with it);
+    /// a GPU partly held, the rest of its shares.
+    pub unallocated_kwh: f64,
+    /// The fleet's energy, kWh: each GPU's mean power times the step, at the steps read.
+    pub fleet_kwh: f64,
+    /// What the unallocated energy costs, with a price per kWh.
+    pub unallocated_cost: Option<f64>,
+    /// What the fleet's energy costs, with a price per kWh.
+    pub fleet_cost: Option<f64>,
+    /// Whether the groups plus unallocated are the fleet, exactly (in millijoules).
     pub reconciled: bool,
     /// The check, in words.
     pub check: String,
@@ -363,5 +392,6 @@ fn policy(cfg: &ShowbackConfig) -> Vec<String> {
         ),
         "effective compute and saturation GPU-hours are the fraction times the allocated time where measured (a holder's own: a GPU or MIG instance it holds alone); busy GPU-hours (the flag) for comparison".into(),
         "a time-sliced GPU's measured effective compute is billed to its holders 1/k each (time-sliced effective compute); the split by SM-busy share is an estimate, never billed".into(),
+        "a GPU's energy at a step (its mean power times the step) is shared as its GPU-hours are; the energy of a GPU no pod holds, its idle floor with it, is unallocated; groups plus unallocated are the fleet's energy exactly".into(),
     ]
 }

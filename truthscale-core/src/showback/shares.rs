@@ -25,6 +25,8 @@ pub(super) struct Charge<'a> {
     /// A time-sliced GPU: the holder's estimated part of the device's effective compute (a
     /// fraction of the whole GPU), never billed.
     pub(super) ecf_estimate: Option<f64>,
+    /// Its part of the GPU's energy at this step, in millijoules (by its share).
+    pub(super) energy_mj: Option<u64>,
     /// The track whose model prices it.
     pub(super) track: &'a Track,
 }
@@ -78,6 +80,8 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
             holder_charges(dev, hs, s, (&mut shares, &mut charges), by_processes);
         }
         let sum: u64 = shares.iter().map(|(_, u)| u).sum();
+        let energy = step_energy_mj(w, &covering, s);
+        let unallocated_mj = energy.map(|e| share_energy(e, &mut charges));
         if !charges.is_empty() {
             charged = true;
             tally.allocation.1 += 1;
@@ -88,6 +92,11 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
             acc.fleet += SHARE_UNITS;
             acc.unallocated += SHARE_UNITS.saturating_sub(sum);
             acc.overallocated += sum.saturating_sub(SHARE_UNITS);
+            if let (Some(e), Some(u)) = (energy, unallocated_mj) {
+                acc.energy.fleet_mj += e;
+                acc.energy.unallocated_mj += u;
+                acc.energy.measured = true;
+            }
         }
         for c in &charges {
             add_charge(c, w, accs.both(period), &mut tally.unpriced);
@@ -95,6 +104,37 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
     }
     tally.shared_gpus += usize::from(was_shared);
     tally.allocation.0 += usize::from(charged);
+}
+
+/// The GPU's energy at step `s`, in millijoules: its mean power over the step times the
+/// step, read from the device's own track (a whole GPU's), else from a MIG instance's (whose
+/// power is the GPU's); `None` where no covering track read power.
+fn step_energy_mj(w: &Window<'_>, covering: &[usize], s: usize) -> Option<u64> {
+    let tracks = &w.input.tracks;
+    let power = |t: &Track| t.points()[s - t.first_step()].power_dw();
+    let dw = covering
+        .iter()
+        .map(|&i| &tracks[i])
+        .filter(|t| !t.is_mig)
+        .find_map(power)
+        .or_else(|| covering.iter().map(|&i| &tracks[i]).find_map(power))?;
+    // Deciwatts × seconds × 100 = millijoules.
+    let mj = f64::from(dw) * 100.0 * w.input.step_seconds;
+    (mj.is_finite() && mj >= 0.0).then(|| mj.round() as u64)
+}
+
+/// Each charge's part of `energy` millijoules by its share units (rounded down, so the parts
+/// never exceed their shares); returns the rest, the unallocated part (the whole energy of a
+/// step no pod holds). Integer parts: the groups plus unallocated are the GPU's exactly.
+fn share_energy(energy: u64, charges: &mut [Charge<'_>]) -> u64 {
+    let mut given = 0u64;
+    for c in charges.iter_mut() {
+        let part = u128::from(energy) * u128::from(c.units) / u128::from(SHARE_UNITS);
+        let part = u64::try_from(part).unwrap_or(u64::MAX).min(energy - given);
+        given += part;
+        c.energy_mj = Some(part);
+    }
+    energy - given
 }
 
 /// The tracks of `members` covering step `s`, the shares of those a group holds (by the
@@ -183,6 +223,7 @@ fn track_charges<'a>(
             // Each holder's series is the device's: its value, by the holder's share.
             time_sliced_ecf: p.ecf().map(ratio).filter(|_| shared && !t.is_mig),
             ecf_estimate: None,
+            energy_mj: None,
             track: t,
         });
     }
@@ -223,6 +264,7 @@ fn holder_charges<'a>(
             sat: p.sat().map(ratio).filter(|_| k == 1),
             time_sliced_ecf: p.ecf().map(ratio).filter(|_| k > 1),
             ecf_estimate: part,
+            energy_mj: None,
             track: dev,
         });
     }

@@ -9,6 +9,7 @@ fn cfg(by: &str) -> ShowbackConfig {
         period_steps: None,
         default_price: None,
         prices: Vec::new(),
+        energy_price_per_kwh: None,
     }
 }
 
@@ -167,4 +168,110 @@ fn costs_by_model_and_periods() {
         assert_eq!(p.fleet_gpu_hours, 4.0);
         assert_eq!(p.groups[0].idle_gpu_hours, 1.0);
     }
+}
+
+/// A track of `watts` at each step (`None`: power not read), busy 0.9.
+fn powered(pod: Option<&str>, gpu: &str, watts: &[Option<f64>]) -> Track {
+    let mut t = Track::new(pod.map(str::to_string), gpu.into());
+    t.model = Some("NVIDIA H100 80GB HBM3".into());
+    t.spec = crate::gpus::lookup("NVIDIA H100 80GB HBM3");
+    for (s, w) in watts.iter().enumerate() {
+        let p = Point::new(Some(0.3), Some(0.9), Some(0.3), Some(1e9)).with_power(*w);
+        t.record(s, p);
+    }
+    t
+}
+
+/// Energy by group beside GPU-hours, by hand: a whole GPU at 700 W held by `ml` for 3
+/// steps of 60 s; a GPU time-sliced by `ml` and `web` at 333.3 W (1/2 each); a 3g.40gb
+/// MIG instance of `web` on a GPU at 400.1 W (3/7); a GPU no pod holds at 61.7 W (its idle
+/// floor: unallocated); a step with no power read counts no energy. Groups plus
+/// unallocated are the fleet's energy exactly, with a price per kWh.
+#[test]
+fn energy_by_group_reconciles_with_the_fleets_exactly() {
+    let a = powered(
+        Some("ml/a"),
+        "n/g1",
+        &[Some(700.0), Some(700.0), Some(700.0), None],
+    );
+    let b = powered(Some("ml/b"), "n/g2", &[Some(333.3); 3]);
+    let c = powered(Some("web/c"), "n/g2", &[Some(333.3); 3]);
+    let mut d = powered(Some("web/d"), "n/g3", &[Some(400.1); 2]);
+    d.is_mig = true;
+    d.mig = d
+        .spec
+        .and_then(|s| s.mig.iter().find(|p| p.name == "3g.40gb"));
+    let e = powered(None, "n/g4", &[Some(61.7); 4]);
+    let input = FleetInput {
+        step_seconds: 60.0,
+        steps: 4,
+        tracks: vec![a, b, c, d, e],
+        held: Default::default(),
+        step_bands: None,
+    };
+    let groups: Vec<Option<String>> = input
+        .tracks
+        .iter()
+        .map(|t| {
+            t.pod
+                .as_deref()
+                .map(|p| p.split('/').next().unwrap().to_string())
+        })
+        .collect();
+    let mut config = cfg("namespace");
+    config.energy_price_per_kwh = Some(0.25);
+    let s = showback(&input, &groups, &Holders::new(), &BTreeMap::new(), &config);
+    let kwh = |joules: f64| joules / 3.6e6;
+    // By hand, in joules.
+    let g1 = 700.0 * 60.0 * 3.0;
+    let g2 = 333.3 * 60.0 * 3.0;
+    let g3 = 400.1 * 60.0 * 2.0;
+    let g4 = 61.7 * 60.0 * 4.0;
+    let ml = g1 + g2 / 2.0;
+    let web = g2 / 2.0 + g3 * 3.0 / 7.0;
+    let unallocated = g3 * 4.0 / 7.0 + g4;
+    let row = |g: &str| {
+        s.total
+            .groups
+            .iter()
+            .find(|r| r.group == g)
+            .unwrap()
+            .clone()
+    };
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+    assert!(
+        close(row("ml").energy_kwh.unwrap(), kwh(ml)),
+        "{:?}",
+        row("ml")
+    );
+    assert!(close(row("web").energy_kwh.unwrap(), kwh(web)));
+    assert!(close(row("web").energy_cost.unwrap(), kwh(web) * 0.25));
+    let e = s.total.energy.as_ref().unwrap();
+    assert!(close(e.unallocated_kwh, kwh(unallocated)), "{e:?}");
+    assert!(close(e.fleet_kwh, kwh(g1 + g2 + g3 + g4)));
+    assert!(e.reconciled, "{}", e.check);
+    // Exactly: the groups' kWh are the sum of millijoule parts that add up to the fleet's.
+    assert_eq!(
+        (e.groups_kwh * 3.6e9).round() + (e.unallocated_kwh * 3.6e9).round(),
+        (e.fleet_kwh * 3.6e9).round()
+    );
+    assert!(close(e.fleet_cost.unwrap(), kwh(g1 + g2 + g3 + g4) * 0.25));
+    // Without any power read, no energy: never a zero.
+    let blind = track(Some("ml/a"), "n/g1", &[Some((0.9, 0.3))]);
+    let input = FleetInput {
+        step_seconds: 60.0,
+        steps: 1,
+        tracks: vec![blind],
+        held: Default::default(),
+        step_bands: None,
+    };
+    let s = showback(
+        &input,
+        &[Some("ml".into())],
+        &Holders::new(),
+        &BTreeMap::new(),
+        &config,
+    );
+    assert_eq!(s.total.energy, None);
+    assert_eq!(s.total.groups[0].energy_kwh, None);
 }

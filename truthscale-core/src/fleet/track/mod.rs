@@ -6,12 +6,15 @@ use crate::diag::Diagnostic;
 use crate::gpus::{GpuSpec, MigProfile};
 use crate::model::{EntitySample, Field, Reading, Readings};
 use crate::tracker::EntityWindow;
-use serde::Serialize;
+
+mod bands;
+pub use bands::{BANDS, P99_BAND, STEP_QUANTILES, STEP_WEIGHT_UNITS, StepBands};
 
 /// Ratio units per 1.0: ratios are stored as integers of 10⁻⁴.
 pub const RATIO_UNITS: u32 = 10_000;
 pub(super) const NO_RATIO: u16 = u16::MAX;
 const NO_MIB: u32 = u32::MAX;
+const NO_POWER: u32 = u32::MAX;
 pub(super) const MIB: f64 = 1_048_576.0;
 
 /// A ratio as ratio units (rounded), `None` for a missing, negative or non-finite value.
@@ -34,61 +37,6 @@ pub(super) fn units_to_ratio(u: u64) -> f64 {
     u as f64 / f64::from(RATIO_UNITS)
 }
 
-/// The bands a coarse step's raw samples are read in for the sizing ([`STEP_QUANTILES`]).
-pub const BANDS: usize = 4;
-/// The quantiles of a coarse step's raw samples the sizing reads: each is the upper edge of
-/// a band of the step's time (the lowest half, the next 40 %, the next 9 %, the top 1 %),
-/// held for that band's share of the step ([`StepBands`]).
-pub const STEP_QUANTILES: [f64; BANDS] = [0.5, 0.9, 0.99, 1.0];
-/// The units of a step's weight in [`StepBands`]: 10⁻⁴ of a step.
-pub const STEP_WEIGHT_UNITS: u32 = 10_000;
-/// The band of [`STEP_QUANTILES`] that is the step's p99.
-pub const P99_BAND: usize = 2;
-
-/// How a coarse step's time is shared between its [`STEP_QUANTILES`]: band `j` holds the
-/// quantile `STEP_QUANTILES[j]` of the step's raw samples for `weights[j]` of the step, in
-/// [`STEP_WEIGHT_UNITS`]. Every raw sample is at most its band's upper edge, so the time a
-/// workload spends above any level is never counted short by more than one raw sample a
-/// step, and a burst shorter than a step weighs about its real duration, not the whole
-/// step's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct StepBands {
-    /// Each band's share of the step, in [`STEP_WEIGHT_UNITS`] (they add up to one step).
-    pub weights: [u32; BANDS],
-}
-
-impl StepBands {
-    /// The bands of a step holding about `samples` raw samples (the step over the scrape
-    /// interval): each band's share is the quantiles' difference, and the top band's at
-    /// least one raw sample's (taken from the bands below it, from the top down), since the
-    /// highest sample holds that much of the step whatever the quantile says.
-    #[must_use]
-    pub fn for_samples(samples: f64) -> StepBands {
-        let mut weights = [0u32; BANDS];
-        let mut below = 0u32;
-        for (w, q) in weights.iter_mut().zip(STEP_QUANTILES) {
-            let upper = (q * f64::from(STEP_WEIGHT_UNITS)).round() as u32;
-            *w = upper - below;
-            below = upper;
-        }
-        let one = if samples.is_finite() && samples >= 1.0 {
-            (f64::from(STEP_WEIGHT_UNITS) / samples).ceil() as u32
-        } else {
-            STEP_WEIGHT_UNITS
-        };
-        let mut need = one
-            .min(STEP_WEIGHT_UNITS)
-            .saturating_sub(weights[BANDS - 1]);
-        weights[BANDS - 1] += need;
-        for w in weights[..BANDS - 1].iter_mut().rev() {
-            let take = need.min(*w);
-            *w -= take;
-            need -= take;
-        }
-        StepBands { weights }
-    }
-}
-
 /// One step of one workload. Each field is optional; an unmeasured one is unknown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Point {
@@ -102,6 +50,8 @@ pub struct Point {
     busy: u16,
     effective_compute: u16,
     memory_mib: u32,
+    /// Mean power over the step, in deciwatts.
+    power_dw: u32,
 }
 
 impl Point {
@@ -114,6 +64,7 @@ impl Point {
         busy: NO_RATIO,
         effective_compute: NO_RATIO,
         memory_mib: NO_MIB,
+        power_dw: NO_POWER,
     };
 
     /// A point from its values (ratios as fractions, memory in bytes); `None` is unmeasured.
@@ -139,6 +90,22 @@ impl Point {
         self.busiest_pipe = ratio_units(busiest_pipe).unwrap_or(NO_RATIO);
         self.dram = ratio_units(dram).unwrap_or(NO_RATIO);
         self
+    }
+
+    /// The same point with the step's mean power in watts (for energy, at 0.1 W).
+    #[must_use]
+    pub fn with_power(mut self, watts: Option<f64>) -> Point {
+        self.power_dw = watts
+            .filter(|w| w.is_finite() && *w >= 0.0)
+            .map_or(NO_POWER, |w| {
+                (w * 10.0).round().min(f64::from(NO_POWER - 1)) as u32
+            });
+        self
+    }
+
+    /// The step's mean power, in deciwatts.
+    pub(crate) fn power_dw(self) -> Option<u32> {
+        (self.power_dw != NO_POWER).then_some(self.power_dw)
     }
 
     /// The step's saturation: its mean over the step, for sums of use over time.
@@ -252,6 +219,7 @@ struct Combine {
     sat: (u64, u64),
     busy: (u64, u64),
     ecf: (u64, u64),
+    power: (u64, u64),
     /// Per band, the highest of the steps' (each band of the point holds at least what
     /// that band held in any of its steps, so no time above a level is lost).
     bands: [Option<u16>; BANDS],
@@ -273,6 +241,10 @@ impl Combine {
         mean(&mut self.sat, p.sat());
         mean(&mut self.busy, p.busy());
         mean(&mut self.ecf, p.ecf());
+        if let Some(x) = p.power_dw() {
+            self.power.0 += u64::from(x);
+            self.power.1 += 1;
+        }
         for j in 0..BANDS {
             self.raise_band(j, p.band(j));
         }
@@ -314,6 +286,10 @@ impl Combine {
             busy: mean(self.busy),
             effective_compute: mean(self.ecf),
             memory_mib: self.mem.unwrap_or(NO_MIB),
+            power_dw: (self.power.0 + self.power.1 / 2)
+                .checked_div(self.power.1)
+                .and_then(|m| u32::try_from(m).ok())
+                .unwrap_or(NO_POWER),
         }
     }
 }
@@ -454,7 +430,8 @@ impl Track {
             m.effective_compute,
             w.readings.value(Field::MemUsedBytes),
         )
-        .with_pipes(m.busiest_pipe, w.readings.value(Field::DramActive));
+        .with_pipes(m.busiest_pipe, w.readings.value(Field::DramActive))
+        .with_power(m.power_watts.map(|p| p.value));
         self.record(step, p);
     }
 
