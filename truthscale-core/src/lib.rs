@@ -34,6 +34,7 @@ pub mod diag;
 pub mod exposition;
 pub mod fleet;
 pub mod gpus;
+pub mod health;
 pub mod model;
 pub mod parse;
 pub mod phase;

@@ -10,6 +10,7 @@ use crate::cycles::CycleCounters;
 use crate::derive::{self, DeriveConfig, Fidelity, WindowContext, WindowMetrics, WorkloadHint};
 use crate::diag::{Diagnostic, DiagnosticKind};
 use crate::gpus::{self, GpuSpec};
+use crate::health::{self, HealthFinding, HealthInputs};
 use crate::model::{
     EntityId, EntityKey, EntitySample, Field, Phase, Sample, ServingSnapshot, Timestamp,
 };
@@ -41,7 +42,7 @@ pub struct Totals {
     /// Seconds whose regime could not be decided.
     pub unclassified_seconds: f64,
     /// Seconds under each verdict, indexed by [`crate::verdict::Verdict::index`].
-    pub verdict_seconds: [f64; 6],
+    pub verdict_seconds: [f64; crate::verdict::Verdict::ALL.len()],
     /// Of the `starved` seconds, those of each cause, indexed by
     /// [`crate::causes::Cause::index`]: they sum to `verdict_seconds[starved]`.
     pub starved_cause_seconds: [f64; 7],
@@ -107,6 +108,8 @@ pub struct EntityWindow {
     /// The verdict of the window, with the numbers behind it ([`Decision::explain`] gives
     /// the reasons as text).
     pub verdict: Decision,
+    /// The window's health ([`crate::health::classify`]), when anything of it was read.
+    pub health: Option<HealthFinding>,
     /// Integrals up to and including this window.
     pub totals: Totals,
     /// The sanitized readings the window was derived from.
@@ -433,6 +436,9 @@ struct EntityState {
     last_clock_mhz: Option<f64>,
     /// The cumulative cycle counters between windows.
     cycles: CycleCounters,
+    /// The single-bit ECC total and the power plus thermal violation time at the entity's
+    /// previous reading of each: what the window's health rises are taken from.
+    last_health_counters: (Option<f64>, Option<f64>),
     /// Whether the current window's activity came from the cycle counters.
     activity_from_counters: bool,
     ceiling_saturation: CeilingTracker,
@@ -494,6 +500,7 @@ impl EntityState {
                 truth_effective_compute: None,
                 serving: None,
                 verdict: Decision::default(),
+                health: None,
                 totals: Totals::default(),
                 readings: e.readings,
                 ceilings: Ceilings::default(),
@@ -504,6 +511,7 @@ impl EntityState {
             capability: Fidelity::None,
             last_clock_mhz: None,
             cycles: CycleCounters::default(),
+            last_health_counters: (None, None),
             activity_from_counters: false,
             ceiling_saturation: CeilingTracker::default(),
             ceiling_output_tokens: CeilingTracker::default(),
@@ -946,6 +954,7 @@ impl Deriver {
             state
                 .cycles
                 .derive(&mut state.window.readings, &e.id, diags);
+        state.judge_health(&e.id, diags);
         let energy_power = state.count_energy(taken, e, diags);
         state.last_taken = taken;
         state.mean_clock(e.sm_clock_is_point, first);
@@ -1068,6 +1077,45 @@ impl EntityState {
             });
         }
         changed
+    }
+
+    /// The window's health ([`health::classify`]): its levels, and the rises of the
+    /// single-bit ECC total and the violation time since their previous readings. After a
+    /// fatal XID the window's profiling readings are not trusted: they are blanked, with a
+    /// diagnostic, so that no effective compute comes from the window.
+    #[inline]
+    fn judge_health(&mut self, id: &EntityId, diags: &mut Vec<Diagnostic>) {
+        let r = &mut self.window.readings;
+        let sbe = r.value(Field::EccSbeVolatile);
+        let violation = match (
+            r.value(Field::PowerViolationNs),
+            r.value(Field::ThermalViolationNs),
+        ) {
+            (None, None) => None,
+            (p, t) => Some(p.unwrap_or(0.0) + t.unwrap_or(0.0)),
+        };
+        let (last_sbe, last_violation) = self.last_health_counters;
+        let inputs = HealthInputs {
+            sbe_rise: health::rise(last_sbe, sbe),
+            violation_rise_ns: health::rise(last_violation, violation),
+            ..HealthInputs::from_readings(r)
+        };
+        self.last_health_counters = (sbe.or(last_sbe), violation.or(last_violation));
+        self.window.health = health::classify(&inputs);
+        if self.window.health.is_some_and(|h| h.profiling_untrusted()) {
+            for f in health::PROFILING_FIELDS {
+                if r.value(f).is_some() {
+                    r.set(f, crate::model::Reading::Blank);
+                    diags.push(Diagnostic {
+                        kind: DiagnosticKind::UntrustedAfterXid,
+                        entity: Some(id.clone()),
+                        field: Some(f),
+                        detail: "after a fatal XID the profiling readings are not trusted"
+                            .to_string(),
+                    });
+                }
+            }
+        }
     }
 
     /// Energy bookkeeping, and how the window's own energy counts ([`EnergyRule`]). Each
@@ -1254,6 +1302,7 @@ impl EntityState {
                 throttles: e.throttles,
                 serving: e.serving.as_ref(),
                 readings: Some((readings, spec)),
+                health: win.health,
             },
             verdict_cfg,
         );
