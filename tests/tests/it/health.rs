@@ -201,8 +201,9 @@ fn scrape(legacy: bool) -> String {
     out
 }
 
-/// The health series of a dcgm-exporter answer, once the healthy GPU is judged busy.
-fn health_series(body: &str, name: &str) -> Vec<(String, Option<f64>)> {
+/// The health series of a dcgm-exporter answer, once the healthy GPU is judged busy, and
+/// the profiling readings dropped as untrusted (after XID 79) by then.
+fn health_series(body: &str, name: &str) -> (Vec<(String, Option<f64>)>, Option<f64>) {
     let server = StandIn::start(ok(body));
     let src = format!("dcgm-exporter:{}", server.url());
     let dir = TempDir::new(name);
@@ -230,14 +231,23 @@ fn health_series(body: &str, name: &str) -> Vec<(String, Option<f64>)> {
             out.push((format!("{gpu} {f}"), of(&m, gpu, f, &[])));
         }
     }
-    out
+    let untrusted = value(
+        &m,
+        "truthscale_derivation_diagnostics_total",
+        &[("kind", "untrusted_after_xid")],
+    );
+    (out, untrusted)
 }
 
 #[test]
 fn dcgm_health_fields_under_legacy_and_canonical_names_read_the_same() {
-    let legacy = health_series(&scrape(true), "health-dcgm-legacy");
-    let canonical = health_series(&scrape(false), "health-dcgm-canonical");
+    let (legacy, untrusted_legacy) = health_series(&scrape(true), "health-dcgm-legacy");
+    let (canonical, untrusted_canonical) = health_series(&scrape(false), "health-dcgm-canonical");
     assert_eq!(legacy, canonical);
+    // GPU 0's tensor and DRAM readings, dropped each window and counted.
+    for u in [untrusted_legacy, untrusted_canonical] {
+        assert!(u.is_some_and(|u| u >= 2.0), "{u:?}");
+    }
     let get = |k: &str| legacy.iter().find(|(n, _)| n == k).and_then(|(_, v)| *v);
     assert_eq!(get("0 verdict unavailable"), Some(1.0));
     assert_eq!(get("0 verdict busy"), Some(0.0));
