@@ -527,9 +527,7 @@ fn unavailable_action(health: HealthReason) -> &'static str {
         HealthReason::RowRemapFailed => {
             "drain the GPU and have it serviced: its memory cannot be repaired in the field"
         }
-        HealthReason::RecoveryAction(a) if a == 2.0 => {
-            "drain the node and reboot it, as the driver asks"
-        }
+        HealthReason::RecoveryAction(2.0) => "drain the node and reboot it, as the driver asks",
         _ => {
             "drain the GPU and reset it (or reboot the node, as the driver asks); see docs/runbooks.md"
         }
