@@ -1095,9 +1095,11 @@ impl EntityState {
             (p, t) => Some(p.unwrap_or(0.0) + t.unwrap_or(0.0)),
         };
         let (last_sbe, last_violation) = self.last_health_counters;
+        // A counter's first reading (or its first after a drop) says nothing rose in the
+        // window: what it counted came before.
         let inputs = HealthInputs {
-            sbe_rise: health::rise(last_sbe, sbe),
-            violation_rise_ns: health::rise(last_violation, violation),
+            sbe_rise: health::rise(last_sbe, sbe).or(sbe.map(|_| 0.0)),
+            violation_rise_ns: health::rise(last_violation, violation).or(violation.map(|_| 0.0)),
             ..HealthInputs::from_readings(r)
         };
         self.last_health_counters = (sbe.or(last_sbe), violation.or(last_violation));
@@ -1615,6 +1617,46 @@ pub(crate) mod tests {
         assert_eq!(out.diagnostics[0].kind, DiagnosticKind::UnknownModel);
         s.taken = Timestamp(1000);
         assert!(d.observe(&s).diagnostics.is_empty());
+    }
+
+    #[test]
+    fn health_rises_are_taken_between_windows_and_a_fatal_xid_drops_profiling() {
+        use crate::health::{Health, HealthReason};
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let health = |d: &mut Deriver, t: i64, r: &[(Field, f64)]| {
+            let out = d.observe(&sample(t, r));
+            (out.windows[0].health.map(|h| h.health), out)
+        };
+        let base = [(Field::ReportedUtil, 1.0), (Field::TensorActive, 0.5)];
+        let with = |sbe: f64| [base[0], base[1], (Field::EccSbeVolatile, sbe)];
+        // The first reading has nothing to rise from: ok, nothing rose in the window.
+        assert_eq!(health(&mut d, 0, &with(3.0)).0, Some(Health::Ok));
+        assert_eq!(health(&mut d, 1000, &with(3.0)).0, Some(Health::Ok));
+        assert_eq!(health(&mut d, 2000, &with(5.0)).0, Some(Health::Degraded));
+        // A blank keeps the last reading: the next rise is taken from it.
+        assert_eq!(health(&mut d, 3000, &base).0, None);
+        assert_eq!(health(&mut d, 4000, &with(5.0)).0, Some(Health::Ok));
+        // A drop (a driver reload) is no rise.
+        assert_eq!(health(&mut d, 5000, &with(0.0)).0, Some(Health::Ok));
+        // A fatal XID: unavailable, the tensor reading dropped and counted.
+        let xid = [base[0], base[1], (Field::XidLast, 79.0)];
+        let (h, out) = health(&mut d, 6000, &xid);
+        assert_eq!(h, Some(Health::Unavailable));
+        let w = &out.windows[0];
+        assert_eq!(
+            w.health.map(|h| h.reason),
+            Some(HealthReason::FatalXid(79, "GPU has fallen off the bus"))
+        );
+        assert_eq!(w.verdict.verdict, crate::verdict::Verdict::Unavailable);
+        assert_eq!(w.readings.value(Field::TensorActive), None);
+        assert_eq!(w.metrics.effective_compute, None);
+        assert!(
+            out.diagnostics
+                .iter()
+                .any(|g| g.kind == DiagnosticKind::UntrustedAfterXid
+                    && g.field == Some(Field::TensorActive))
+        );
+        assert!(w.totals.verdict_seconds[crate::verdict::Verdict::Unavailable.index()] > 0.0);
     }
 
     /// Feed `values` as consecutive 1 s windows ending at `start + 1`, `start + 2`, … s.
