@@ -453,14 +453,26 @@ mod tests {
                 (catalog::GPU_SM_CLOCK.name, Field::SmClockMhz, 1e-6),
                 // The health levels, so that history decides health by the same rules.
                 (catalog::GPU_XID_LAST.name, Field::XidLast, 1.0),
-                (catalog::GPU_ROW_REMAP_PENDING.name, Field::RowRemapPending, 1.0),
-                (catalog::GPU_ROW_REMAP_FAILED.name, Field::RowRemapFailed, 1.0),
+                (
+                    catalog::GPU_ROW_REMAP_PENDING.name,
+                    Field::RowRemapPending,
+                    1.0
+                ),
+                (
+                    catalog::GPU_ROW_REMAP_FAILED.name,
+                    Field::RowRemapFailed,
+                    1.0
+                ),
                 (
                     catalog::GPU_ROW_REMAP_UNCORRECTABLE.name,
                     Field::RowRemapUncorrectable,
                     1.0
                 ),
-                (catalog::GPU_RECOVERY_ACTION.name, Field::RecoveryAction, 1.0),
+                (
+                    catalog::GPU_RECOVERY_ACTION.name,
+                    Field::RecoveryAction,
+                    1.0
+                ),
                 // What a starved window's cause is decided from, so node mode's history
                 // decides it by the same rules.
                 (
