@@ -154,6 +154,10 @@ impl GpuView {
                 throttles: self.throttles,
                 serving: self.serving.as_ref(),
                 readings: Some((&self.readings, self.spec)),
+                // The levels only: a view has one window, so no rise.
+                health: truthscale_core::health::classify(
+                    &truthscale_core::health::HealthInputs::from_readings(&self.readings),
+                ),
             },
             cfg,
         );

@@ -209,7 +209,7 @@ fn check_window(w: &EntityWindow, seen: &mut Seen, taken: Timestamp, kappa_max: 
     // FP64 blank, 2^47; a cumulative counter's INT64 one), fractions ≤ 1.
     for (f, r) in w.readings.iter() {
         if let Reading::Value(v) = r {
-            let floor = if f.is_cycle_counter() {
+            let floor = if f.is_int64_counter() {
                 INT64_BLANK
             } else {
                 SENTINEL_FLOOR

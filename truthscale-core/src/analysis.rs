@@ -129,7 +129,7 @@ struct EntityAcc {
     capability: Option<Fidelity>,
     llm_serving: bool,
     phase_seconds: [[f64; Phase::ALL.len()]; 2],
-    verdict_seconds: [f64; 6],
+    verdict_seconds: [f64; Verdict::ALL.len()],
     /// The `starved` seconds by their cause, in [`Cause::ALL`]'s order.
     starved_cause_seconds: [f64; 7],
     /// Seconds whose regime matched the simulator's ground truth.

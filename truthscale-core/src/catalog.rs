@@ -543,9 +543,27 @@ metrics! {
     GPU_IDLE_SECONDS / Gpu::GpuIdleSeconds = "truthscale_gpu_idle_seconds", Gauge, [], gauge("truthscale.gpu.idle.time", "s"), None,
         "Seconds since this GPU or MIG instance (and, in node mode, its holder: a new holder starts at 0) last did work: the busy flag at verdict.idle_util or more, effective compute at 0.01 or more, or tokens from its serving engine (a decode server with steady tokens is never idle). 0 in a window with work; since truthscale first saw it when it never worked. Absent where the window measured none of them.";
     GPU_VERDICT / Gpu::GpuVerdict = "truthscale_gpu_verdict", Gauge, ["verdict"], gauge("truthscale.gpu.verdict", "1"), None,
-        "The verdict of the last window (1) and the others (0): throttled, blocked, starved, busy, idle, unknown (see docs/verdicts.md).";
+        "The verdict of the last window (1) and the others (0): throttled, blocked, starved, busy, idle, unknown, unavailable (see docs/verdicts.md).";
     GPU_STARVED_SECONDS / Gpu::GpuStarvedSeconds = "truthscale_gpu_starved_seconds_total", Counter, ["cause"], counter("truthscale.gpu.starved.time", "s"), None,
         "Seconds judged starved (busy flag high, roofline saturation low), by the cause decided for each window, in rule order: cpu_throttled, cpu_contended, io_stalled, host_to_device, launch_bound, comm_bound, else unknown (docs/verdicts.md). Summed over cause: the starved seconds. Only for entities whose windows were judged.";
+    GPU_HEALTH / Gpu::GpuHealth = "truthscale_gpu_health", Gauge, ["state"], updown("hw.status", "1"), None,
+        "The health of the last window (1) and the others (0): unavailable (a row remap pending or failed, a recovery action asked for, a fatal XID, a double-bit ECC error), degraded (single-bit ECC errors or power/thermal violation time rose in the window), else ok; absent where none of the health fields was read (see docs/verdicts.md).";
+    GPU_UNAVAILABLE_SECONDS / Gpu::GpuUnavailableSeconds = "truthscale_gpu_unavailable_seconds_total", Counter, [], counter("truthscale.gpu.unavailable.time", "s"), None,
+        "Seconds judged unavailable (verdict unavailable): GPU time that could take no work, counted apart from idle and busy. Only for entities whose windows were judged.";
+    GPU_XID_LAST / Gpu::GpuXidLast = "truthscale_gpu_xid_last", Gauge, [], gauge("truthscale.gpu.xid.last", "1"), raw(Field::XidLast, 1.0),
+        "The last XID error the driver reported (DCGM 230), 0 for none; 48, 79, 94, 95, 119 and 120 make the GPU unavailable.";
+    GPU_ECC_ERRORS / Gpu::GpuEccErrors = "truthscale_gpu_ecc_errors_total", Counter, ["kind", "scope"], counter("hw.errors", "{error}"), None,
+        "ECC errors as the device counts them: kind=sbe (single-bit, corrected) or dbe (double-bit, uncorrected); scope=volatile since the driver loaded (DCGM 310/311, NVML), aggregate over the device's life (DBE only, DCGM 313). Resets with the driver.";
+    GPU_ROW_REMAP_PENDING / Gpu::GpuRowRemapPending = "truthscale_gpu_row_remap_pending", Gauge, [], gauge("truthscale.gpu.row_remap.pending", "1"), raw(Field::RowRemapPending, 1.0),
+        "1 while a row remap waits for a GPU reset (DCGM 396, NVML remapped rows), else 0: the GPU is unavailable.";
+    GPU_ROW_REMAP_FAILED / Gpu::GpuRowRemapFailed = "truthscale_gpu_row_remap_failed", Gauge, [], gauge("truthscale.gpu.row_remap.failed", "1"), raw(Field::RowRemapFailed, 1.0),
+        "1 when a row remap failed (DCGM 395, NVML remapped rows), else 0: the GPU is unavailable.";
+    GPU_ROW_REMAP_UNCORRECTABLE / Gpu::GpuRowRemapUncorrectable = "truthscale_gpu_row_remap_uncorrectable_rows", Gauge, [], gauge("truthscale.gpu.row_remap.uncorrectable", "{row}"), raw(Field::RowRemapUncorrectable, 1.0),
+        "Rows remapped for uncorrectable memory errors (DCGM 393, NVML remapped rows).";
+    GPU_RECOVERY_ACTION / Gpu::GpuRecoveryAction = "truthscale_gpu_recovery_action", Gauge, [], gauge("truthscale.gpu.recovery_action", "1"), raw(Field::RecoveryAction, 1.0),
+        "The recovery the driver asks for (DCGM 1523): 0 none, 1 GPU reset, 2 node reboot, 3 drain peer-to-peer, 4 drain and reset; not 0 makes the GPU unavailable.";
+    GPU_CLOCK_VIOLATION_SECONDS / Gpu::GpuClockViolationSeconds = "truthscale_gpu_clock_violation_seconds_total", Counter, ["reason"], counter("truthscale.gpu.clock_violation.time", "s"), None,
+        "Time the clocks were held down, as the device counts it since the driver loaded: reason=power (DCGM 240) or thermal (DCGM 241, NVML violation status). A rise in a window makes the GPU degraded.";
     GPU_PCIE_RECEIVE / Gpu::GpuPcieReceive = "truthscale_gpu_pcie_receive_bytes_per_second", Gauge, [], gauge("truthscale.gpu.pcie.receive.rate", "By/s"), raw(Field::PcieRxBytesPerSec, 1.0),
         "PCIe receive (host to device) over the last window, as the source measures it (DCGM 1010/1092, NVML GPM).";
     GPU_PCIE_TRANSMIT / Gpu::GpuPcieTransmit = "truthscale_gpu_pcie_transmit_bytes_per_second", Gauge, [], gauge("truthscale.gpu.pcie.transmit.rate", "By/s"), raw(Field::PcieTxBytesPerSec, 1.0),
@@ -749,6 +767,8 @@ pub const OTEL_ATTRIBUTES: &[(&str, &str)] = &[
     ("estimate", "truthscale.serving.agreement.estimate"),
     ("measure", "truthscale.serving.agreement.measure"),
     ("reason", "truthscale.clock_event.reason"),
+    ("state", "hw.state"),
+    ("scope", "truthscale.ecc.scope"),
     ("kind", "error.type"),
     ("part", "truthscale.energy.part"),
     ("floor", "truthscale.energy.floor"),

@@ -286,7 +286,7 @@ fn sanitize_each(
                 readings.set(field, Reading::Blank);
             }
         } else {
-            // Every bound of a field that is not a fraction is at least 200: whole units.
+            // Every bound of a field that is not a fraction is a whole number of its unit.
             let why = bounds.why(field, spec);
             push(
                 DiagnosticKind::OutOfRange,
@@ -314,7 +314,7 @@ pub fn is_sentinel(v: f64) -> bool {
 /// 2^47 (the FP64 blank) as it counts; every other field's are [`is_sentinel`]'s.
 #[must_use]
 pub fn is_sentinel_of(field: Field, v: f64) -> bool {
-    if field.is_cycle_counter() {
+    if field.is_int64_counter() {
         v >= INT64_BLANK
     } else {
         is_sentinel(v)
@@ -374,6 +374,13 @@ pub const MAX_TEMP_CELSIUS: f64 = 200.0;
 pub const MAX_PCIE_LINK_GEN: f64 = 6.0;
 /// The widest PCIe link, in lanes (x32 in the specification; GPUs use x16).
 pub const MAX_PCIE_LINK_WIDTH: f64 = 32.0;
+/// An XID above this is not a reading (NVIDIA's catalog numbers them below 200).
+pub const MAX_XID: f64 = 65_535.0;
+/// A remapped-row count above this is not a reading (an HBM stack has some thousands of
+/// spare rows at most).
+pub const MAX_REMAPPED_ROWS: f64 = 1_000_000.0;
+/// A recovery-action code above this is not a reading (NVML defines 0 to 4).
+pub const MAX_RECOVERY_ACTION: f64 = 255.0;
 /// A CPU limit above this many CPUs is not a reading (Linux supports at most 8192 CPUs).
 pub const MAX_CPU_LIMIT_CORES: f64 = 8192.0;
 
@@ -416,10 +423,16 @@ const CLEAN_MAX: [f64; Field::COUNT] = {
     t[Field::PcieLinkGen as usize] = MAX_PCIE_LINK_GEN;
     t[Field::PcieLinkWidth as usize] = MAX_PCIE_LINK_WIDTH;
     t[Field::HolderCpuLimitCores as usize] = MAX_CPU_LIMIT_CORES;
+    t[Field::XidLast as usize] = MAX_XID;
+    // The row remapper's flags are 0 or 1.
+    t[Field::RowRemapPending as usize] = 1.0;
+    t[Field::RowRemapFailed as usize] = 1.0;
+    t[Field::RowRemapUncorrectable as usize] = MAX_REMAPPED_ROWS;
+    t[Field::RecoveryAction as usize] = MAX_RECOVERY_ACTION;
     // A cumulative counter counts up to the INT64 blanks.
     let mut i = 0;
     while i < Field::COUNT {
-        if Field::ALL[i].is_cycle_counter() {
+        if Field::ALL[i].is_int64_counter() {
             t[i] = f64::from_bits(INT64_BLANK.to_bits() - 1);
         }
         i += 1;
@@ -1177,7 +1190,7 @@ mod tests {
             assert!(d.is_empty(), "{spec:?}: {d:?}");
             for &f in Field::ALL {
                 // A cumulative counter's blanks are the INT64 ones alone.
-                let of_type = |v: &f64| !f.is_cycle_counter() || *v >= INT64_BLANK;
+                let of_type = |v: &f64| !f.is_int64_counter() || *v >= INT64_BLANK;
                 for v in sentinels().into_iter().filter(of_type) {
                     assert!(is_sentinel(v), "{v}");
                     let mut r = clean;
@@ -1423,8 +1436,8 @@ mod tests {
                 r.set_value(Field::MemTotalBytes, total);
                 let b = Bounds::new(&r, spec);
                 for &f in Field::ALL {
-                    // A cycle counter has no INT32 blanks to catch.
-                    if !WIDE_FIELDS.contains(&f) && !f.is_cycle_counter() {
+                    // An INT64 counter has no INT32 blanks to catch.
+                    if !WIDE_FIELDS.contains(&f) && !f.is_int64_counter() {
                         assert!(b.max[f as usize] < INT32_BLANK, "{}", f.name());
                     }
                 }

@@ -22,6 +22,8 @@ pub enum DiagnosticKind {
     UnknownModel,
     /// The reported busy fraction was below the effective compute fraction (window misalignment).
     NegativeGap,
+    /// A profiling reading of a window after a fatal XID was dropped: not trusted.
+    UntrustedAfterXid,
 }
 
 impl DiagnosticKind {
@@ -37,6 +39,7 @@ impl DiagnosticKind {
             DiagnosticKind::Gap => "gap",
             DiagnosticKind::UnknownModel => "unknown_model",
             DiagnosticKind::NegativeGap => "negative_gap",
+            DiagnosticKind::UntrustedAfterXid => "untrusted_after_xid",
         }
     }
 }

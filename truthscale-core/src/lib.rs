@@ -35,6 +35,7 @@ pub mod energy;
 pub mod exposition;
 pub mod fleet;
 pub mod gpus;
+pub mod health;
 pub mod model;
 pub mod parse;
 pub mod phase;

@@ -345,6 +345,45 @@ fields! {
     Fp32CyclesActive => "fp32_cycles_active_total",
     /// Cycles with the FP16 pipe active since boot (field 1096).
     Fp16CyclesActive => "fp16_cycles_active_total",
+    /// The last XID error the driver reported (DCGM field 230, `DCGM_FI_DEV_XID_ERRORS`,
+    /// `DCGM_FI_DEV_XID_ERROR` from DCGM 4.6): its code, 0 for none. NVML reports XIDs only as
+    /// events (`nvmlEventSetWait`), which truthscale does not read.
+    XidLast => "xid_last",
+    /// Single-bit (corrected) ECC errors since the driver loaded (DCGM field 310,
+    /// `DCGM_FI_DEV_ECC_SBE_VOL_TOTAL`; NVML `nvmlDeviceGetTotalEccErrors`, corrected,
+    /// volatile). An INT64 counter.
+    EccSbeVolatile => "ecc_sbe_volatile_total",
+    /// Double-bit (uncorrected) ECC errors since the driver loaded (DCGM field 311,
+    /// `DCGM_FI_DEV_ECC_DBE_VOL_TOTAL`; NVML `nvmlDeviceGetTotalEccErrors`, uncorrected,
+    /// volatile). An INT64 counter.
+    EccDbeVolatile => "ecc_dbe_volatile_total",
+    /// Double-bit ECC errors over the device's life (DCGM field 313,
+    /// `DCGM_FI_DEV_ECC_DBE_AGG_TOTAL`; NVML `nvmlDeviceGetTotalEccErrors`, uncorrected,
+    /// aggregate). An INT64 counter.
+    EccDbeAggregate => "ecc_dbe_aggregate_total",
+    /// A row remap is pending: 1 until the GPU is reset, else 0 (DCGM field 396,
+    /// `DCGM_FI_DEV_ROW_REMAP_PENDING`; NVML `nvmlDeviceGetRemappedRows`, `isPending`).
+    RowRemapPending => "row_remap_pending",
+    /// A row remap failed: 1, else 0 (DCGM field 395, `DCGM_FI_DEV_ROW_REMAP_FAILURE`,
+    /// `DCGM_FI_DEV_ROW_REMAP_FAILED` from DCGM 4.6; NVML `nvmlDeviceGetRemappedRows`,
+    /// `failureOccurred`).
+    RowRemapFailed => "row_remap_failed",
+    /// Rows remapped for uncorrectable errors (DCGM field 393,
+    /// `DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS`, `…_ROW_REMAP_UNCORRECTABLE_TOTAL` from DCGM
+    /// 4.6; NVML `nvmlDeviceGetRemappedRows`, `uncRows`).
+    RowRemapUncorrectable => "row_remap_uncorrectable_rows",
+    /// The recovery the driver asks for (DCGM field 1523, `DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION`,
+    /// `DCGM_FI_DEV_GPU_RECOVERY_ACTION` from DCGM 4.6; NVML's `nvmlDeviceGpuRecoveryAction_t`):
+    /// 0 none, 1 GPU reset, 2 node reboot, 3 drain peer-to-peer, 4 drain and reset.
+    RecoveryAction => "gpu_recovery_action",
+    /// Time the clocks were held down by the power limit since the driver loaded, in
+    /// nanoseconds (DCGM field 240, `DCGM_FI_DEV_POWER_VIOLATION`; NVML
+    /// `nvmlDeviceGetViolationStatus`, `NVML_PERF_POLICY_POWER`). An INT64 counter.
+    PowerViolationNs => "power_violation_ns_total",
+    /// Time the clocks were held down by temperature since the driver loaded, in nanoseconds
+    /// (DCGM field 241, `DCGM_FI_DEV_THERMAL_VIOLATION`; NVML `nvmlDeviceGetViolationStatus`,
+    /// `NVML_PERF_POLICY_THERMAL`). An INT64 counter.
+    ThermalViolationNs => "thermal_violation_ns_total",
 }
 
 impl Field {
@@ -377,6 +416,22 @@ impl Field {
                 | Field::Fp32CyclesActive
                 | Field::Fp16CyclesActive
         )
+    }
+
+    /// Whether the field is one of DCGM's INT64 counters, whose blanks are the INT64 ones
+    /// alone: the cycle counters, the ECC error totals and the violation times (in
+    /// nanoseconds, past 2^47 after 39 hours of capping).
+    #[must_use]
+    pub const fn is_int64_counter(self) -> bool {
+        self.is_cycle_counter()
+            || matches!(
+                self,
+                Field::EccSbeVolatile
+                    | Field::EccDbeVolatile
+                    | Field::EccDbeAggregate
+                    | Field::PowerViolationNs
+                    | Field::ThermalViolationNs
+            )
     }
 
     /// Whether the field is a 0..1 fraction.

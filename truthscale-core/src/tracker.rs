@@ -11,6 +11,7 @@ use crate::derive::{self, DeriveConfig, Fidelity, WindowContext, WindowMetrics, 
 use crate::diag::{Diagnostic, DiagnosticKind};
 use crate::energy::{EnergyHolders, IdleFloor};
 use crate::gpus::{self, GpuSpec};
+use crate::health::{self, HealthFinding, HealthInputs};
 use crate::model::{
     EntityId, EntityKey, EntitySample, Field, Phase, Sample, ServingSnapshot, Timestamp,
 };
@@ -42,7 +43,7 @@ pub struct Totals {
     /// Seconds whose regime could not be decided.
     pub unclassified_seconds: f64,
     /// Seconds under each verdict, indexed by [`crate::verdict::Verdict::index`].
-    pub verdict_seconds: [f64; 6],
+    pub verdict_seconds: [f64; crate::verdict::Verdict::ALL.len()],
     /// Of the `starved` seconds, those of each cause, indexed by
     /// [`crate::causes::Cause::index`]: they sum to `verdict_seconds[starved]`.
     pub starved_cause_seconds: [f64; 7],
@@ -121,6 +122,8 @@ pub struct EntityWindow {
     /// The verdict of the window, with the numbers behind it ([`Decision::explain`] gives
     /// the reasons as text).
     pub verdict: Decision,
+    /// The window's health ([`crate::health::classify`]), when anything of it was read.
+    pub health: Option<HealthFinding>,
     /// Integrals up to and including this window.
     pub totals: Totals,
     /// The sanitized readings the window was derived from.
@@ -452,6 +455,9 @@ struct EntityState {
     last_clock_mhz: Option<f64>,
     /// The cumulative cycle counters between windows.
     cycles: CycleCounters,
+    /// The single-bit ECC total and the power plus thermal violation time at the entity's
+    /// previous reading of each: what the window's health rises are taken from.
+    last_health_counters: (Option<f64>, Option<f64>),
     /// Whether the current window's activity came from the cycle counters.
     activity_from_counters: bool,
     ceiling_saturation: CeilingTracker,
@@ -525,6 +531,7 @@ impl EntityState {
                 truth_effective_compute: None,
                 serving: None,
                 verdict: Decision::default(),
+                health: None,
                 totals: Totals::default(),
                 readings: e.readings,
                 ceilings: Ceilings::default(),
@@ -535,6 +542,7 @@ impl EntityState {
             capability: Fidelity::None,
             last_clock_mhz: None,
             cycles: CycleCounters::default(),
+            last_health_counters: (None, None),
             activity_from_counters: false,
             ceiling_saturation: CeilingTracker::default(),
             ceiling_output_tokens: CeilingTracker::default(),
@@ -993,6 +1001,7 @@ impl Deriver {
             state
                 .cycles
                 .derive(&mut state.window.readings, &e.id, diags);
+        state.judge_health(&e.id, diags);
         let energy_power = state.count_energy(taken, e, diags);
         state.last_taken = taken;
         state.mean_clock(e.sm_clock_is_point, first);
@@ -1120,6 +1129,47 @@ impl EntityState {
             });
         }
         changed
+    }
+
+    /// The window's health ([`health::classify`]): its levels, and the rises of the
+    /// single-bit ECC total and the violation time since their previous readings. After a
+    /// fatal XID the window's profiling readings are not trusted: they are blanked, with a
+    /// diagnostic, so that no effective compute comes from the window.
+    #[inline]
+    fn judge_health(&mut self, id: &EntityId, diags: &mut Vec<Diagnostic>) {
+        let r = &mut self.window.readings;
+        let sbe = r.value(Field::EccSbeVolatile);
+        let violation = match (
+            r.value(Field::PowerViolationNs),
+            r.value(Field::ThermalViolationNs),
+        ) {
+            (None, None) => None,
+            (p, t) => Some(p.unwrap_or(0.0) + t.unwrap_or(0.0)),
+        };
+        let (last_sbe, last_violation) = self.last_health_counters;
+        // A counter's first reading (or its first after a drop) says nothing rose in the
+        // window: what it counted came before.
+        let inputs = HealthInputs {
+            sbe_rise: health::rise(last_sbe, sbe).or(sbe.map(|_| 0.0)),
+            violation_rise_ns: health::rise(last_violation, violation).or(violation.map(|_| 0.0)),
+            ..HealthInputs::from_readings(r)
+        };
+        self.last_health_counters = (sbe.or(last_sbe), violation.or(last_violation));
+        self.window.health = health::classify(&inputs);
+        if self.window.health.is_some_and(|h| h.profiling_untrusted()) {
+            for f in health::PROFILING_FIELDS {
+                if r.value(f).is_some() {
+                    r.set(f, crate::model::Reading::Blank);
+                    diags.push(Diagnostic {
+                        kind: DiagnosticKind::UntrustedAfterXid,
+                        entity: Some(id.clone()),
+                        field: Some(f),
+                        detail: "after a fatal XID the profiling readings are not trusted"
+                            .to_string(),
+                    });
+                }
+            }
+        }
     }
 
     /// Energy bookkeeping, and how the window's own energy counts ([`EnergyRule`]). Each
@@ -1314,6 +1364,7 @@ impl EntityState {
                 throttles: e.throttles,
                 serving: e.serving.as_ref(),
                 readings: Some((readings, spec)),
+                health: win.health,
             },
             verdict_cfg,
         );
@@ -1674,6 +1725,46 @@ pub(crate) mod tests {
         assert_eq!(out.diagnostics[0].kind, DiagnosticKind::UnknownModel);
         s.taken = Timestamp(1000);
         assert!(d.observe(&s).diagnostics.is_empty());
+    }
+
+    #[test]
+    fn health_rises_are_taken_between_windows_and_a_fatal_xid_drops_profiling() {
+        use crate::health::{Health, HealthReason};
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let health = |d: &mut Deriver, t: i64, r: &[(Field, f64)]| {
+            let out = d.observe(&sample(t, r));
+            (out.windows[0].health.map(|h| h.health), out)
+        };
+        let base = [(Field::ReportedUtil, 1.0), (Field::TensorActive, 0.5)];
+        let with = |sbe: f64| [base[0], base[1], (Field::EccSbeVolatile, sbe)];
+        // The first reading has nothing to rise from: ok, nothing rose in the window.
+        assert_eq!(health(&mut d, 0, &with(3.0)).0, Some(Health::Ok));
+        assert_eq!(health(&mut d, 1000, &with(3.0)).0, Some(Health::Ok));
+        assert_eq!(health(&mut d, 2000, &with(5.0)).0, Some(Health::Degraded));
+        // A blank keeps the last reading: the next rise is taken from it.
+        assert_eq!(health(&mut d, 3000, &base).0, None);
+        assert_eq!(health(&mut d, 4000, &with(5.0)).0, Some(Health::Ok));
+        // A drop (a driver reload) is no rise.
+        assert_eq!(health(&mut d, 5000, &with(0.0)).0, Some(Health::Ok));
+        // A fatal XID: unavailable, the tensor reading dropped and counted.
+        let xid = [base[0], base[1], (Field::XidLast, 79.0)];
+        let (h, out) = health(&mut d, 6000, &xid);
+        assert_eq!(h, Some(Health::Unavailable));
+        let w = &out.windows[0];
+        assert_eq!(
+            w.health.map(|h| h.reason),
+            Some(HealthReason::FatalXid(79, "GPU has fallen off the bus"))
+        );
+        assert_eq!(w.verdict.verdict, crate::verdict::Verdict::Unavailable);
+        assert_eq!(w.readings.value(Field::TensorActive), None);
+        assert_eq!(w.metrics.effective_compute, None);
+        assert!(
+            out.diagnostics
+                .iter()
+                .any(|g| g.kind == DiagnosticKind::UntrustedAfterXid
+                    && g.field == Some(Field::TensorActive))
+        );
+        assert!(w.totals.verdict_seconds[crate::verdict::Verdict::Unavailable.index()] > 0.0);
     }
 
     /// Feed `values` as consecutive 1 s windows ending at `start + 1`, `start + 2`, … s.

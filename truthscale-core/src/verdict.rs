@@ -6,6 +6,7 @@
 //!
 //! | verdict | when |
 //! |---|---|
+//! | `unavailable` | the GPU's health is unavailable ([`crate::health`]): never idle, never busy |
 //! | `unknown` | no busy flag (nor GR engine active) |
 //! | `idle` | busy flag `< idle_util`, or below `busy_util` with saturation `< starved_saturation` |
 //! | `throttled` | busy and a power or thermal clock-event reason is active |
@@ -16,6 +17,7 @@
 
 use crate::causes::{self, Cause, CauseConfig, CauseSignals, Finding};
 use crate::gpus::GpuSpec;
+use crate::health::{Health, HealthFinding, HealthReason};
 use crate::model::{Readings, ServingSnapshot, Throttles};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -36,17 +38,21 @@ pub enum Verdict {
     Idle,
     /// Not enough counters to say.
     Unknown,
+    /// The GPU cannot take work: a pending or failed row remap, a recovery action asked
+    /// for, a fatal XID or a double-bit ECC error ([`crate::health`]).
+    Unavailable,
 }
 
 impl Verdict {
     /// All verdicts, in label order.
-    pub const ALL: [Verdict; 6] = [
+    pub const ALL: [Verdict; 7] = [
         Verdict::Throttled,
         Verdict::Blocked,
         Verdict::Starved,
         Verdict::Busy,
         Verdict::Idle,
         Verdict::Unknown,
+        Verdict::Unavailable,
     ];
 
     /// The label value.
@@ -59,6 +65,7 @@ impl Verdict {
             Verdict::Busy => "busy",
             Verdict::Idle => "idle",
             Verdict::Unknown => "unknown",
+            Verdict::Unavailable => "unavailable",
         }
     }
 
@@ -168,6 +175,8 @@ pub struct VerdictInputs<'a> {
     /// The window's sanitized readings and the GPU's model, which a starved window's cause
     /// is decided from (read only for a starved window).
     pub readings: Option<(&'a Readings, Option<&'static GpuSpec>)>,
+    /// The window's health ([`crate::health::classify`]), when anything of it was read.
+    pub health: Option<HealthFinding>,
 }
 
 /// A verdict with its reasons, what was missing, and one suggested action, as text.
@@ -218,6 +227,11 @@ impl Default for Decision {
 /// Why a verdict was reached, with the numbers that decided it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Reason {
+    /// The GPU's health is unavailable.
+    Unavailable {
+        /// Why.
+        health: HealthReason,
+    },
     /// No busy flag.
     NoBusyFlag,
     /// The busy flag is under `idle_util`.
@@ -366,6 +380,12 @@ fn capping_names(t: &Throttles) -> String {
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
+            Reason::Unavailable { health } => {
+                write!(
+                    f,
+                    "unavailable: {health}; its work and its counters do not count"
+                )
+            }
             Reason::NoBusyFlag => f.write_str("no busy flag, so not even idle can be told"),
             Reason::Idle { util, idle_util } => {
                 write!(f, "busy flag {} (below {})", Pct(util), Pct(idle_util))
@@ -426,6 +446,7 @@ impl Reason {
     #[must_use]
     pub fn action(&self) -> String {
         let s = match *self {
+            Reason::Unavailable { health } => unavailable_action(health),
             Reason::NoBusyFlag => {
                 "collect GPU utilization (NVML, or dcgm-exporter with DCGM_FI_DEV_GPU_UTIL)"
             }
@@ -497,6 +518,22 @@ impl Decision {
 const NO_PROFILING: &str = "roofline saturation: needs the tensor and DRAM activity counters \
      (DCGM profiling fields 1004/1005 or NVML GPM); run `truthscale doctor`";
 
+/// What to do about an unavailable GPU.
+fn unavailable_action(health: HealthReason) -> &'static str {
+    match health {
+        HealthReason::RowRemapPending => {
+            "drain the GPU and reset it (nvidia-smi -r) to apply the pending row remap"
+        }
+        HealthReason::RowRemapFailed => {
+            "drain the GPU and have it serviced: its memory cannot be repaired in the field"
+        }
+        HealthReason::RecoveryAction(2.0) => "drain the node and reboot it, as the driver asks",
+        _ => {
+            "drain the GPU and reset it (or reboot the node, as the driver asks); see docs/runbooks.md"
+        }
+    }
+}
+
 /// Decide the verdict of one window, with its reasons as text.
 #[must_use]
 pub fn decide(i: &VerdictInputs<'_>, cfg: &VerdictConfig) -> VerdictResult {
@@ -528,6 +565,14 @@ fn reason(
     serving: Option<&ServingSnapshot>,
     cfg: &VerdictConfig,
 ) -> (Verdict, Reason) {
+    if let Some(h) = i.health
+        && h.health == Health::Unavailable
+    {
+        return (
+            Verdict::Unavailable,
+            Reason::Unavailable { health: h.reason },
+        );
+    }
     let Some(util) = i.util else {
         return (Verdict::Unknown, Reason::NoBusyFlag);
     };
@@ -608,6 +653,7 @@ mod tests {
             throttles: Some(Throttles::default()),
             serving: None,
             readings: None,
+            health: None,
         }
     }
 
@@ -728,5 +774,40 @@ mod tests {
             r.missing,
             vec!["serving engine: cannot reach http://127.0.0.1:8000/metrics".to_string()]
         );
+    }
+
+    #[test]
+    fn an_unavailable_gpu_is_never_idle_nor_busy() {
+        let cfg = VerdictConfig::default();
+        let down = crate::health::classify(&crate::health::HealthInputs {
+            row_remap_pending: Some(1.0),
+            ..Default::default()
+        });
+        for (u, t, d) in [(0.0, 0.0, 0.0), (1.0, 0.9, 0.5), (0.99, 0.01, 0.02)] {
+            let i = VerdictInputs {
+                health: down,
+                ..inputs(u, t, d)
+            };
+            let r = decide(&i, &cfg);
+            assert_eq!(r.verdict, Verdict::Unavailable);
+            assert!(r.reasons[0].contains("row remap is pending"), "{r:?}");
+            assert!(r.action.contains("reset"));
+        }
+        // Without a busy flag too.
+        let i = VerdictInputs {
+            health: down,
+            ..VerdictInputs::default()
+        };
+        assert_eq!(decide(&i, &cfg).verdict, Verdict::Unavailable);
+        // A degraded or ok GPU is judged as before.
+        let degraded = crate::health::classify(&crate::health::HealthInputs {
+            sbe_rise: Some(1.0),
+            ..Default::default()
+        });
+        let i = VerdictInputs {
+            health: degraded,
+            ..inputs(0.01, 0.0, 0.0)
+        };
+        assert_eq!(decide(&i, &cfg).verdict, Verdict::Idle);
     }
 }

@@ -378,7 +378,7 @@ mod tui {
             "idle" => Color::DarkGray,
             "starved" => Color::Yellow,
             "blocked" => Color::Magenta,
-            "throttled" => Color::Red,
+            "throttled" | "unavailable" => Color::Red,
             _ => Color::Reset,
         };
         Style::default().fg(c).add_modifier(Modifier::BOLD)

@@ -451,6 +451,28 @@ mod tests {
                 (catalog::GPU_POWER.name, Field::PowerWatts, 1.0),
                 (catalog::GPU_POWER_LIMIT.name, Field::PowerLimitWatts, 1.0),
                 (catalog::GPU_SM_CLOCK.name, Field::SmClockMhz, 1e-6),
+                // The health levels, so that history decides health by the same rules.
+                (catalog::GPU_XID_LAST.name, Field::XidLast, 1.0),
+                (
+                    catalog::GPU_ROW_REMAP_PENDING.name,
+                    Field::RowRemapPending,
+                    1.0
+                ),
+                (
+                    catalog::GPU_ROW_REMAP_FAILED.name,
+                    Field::RowRemapFailed,
+                    1.0
+                ),
+                (
+                    catalog::GPU_ROW_REMAP_UNCORRECTABLE.name,
+                    Field::RowRemapUncorrectable,
+                    1.0
+                ),
+                (
+                    catalog::GPU_RECOVERY_ACTION.name,
+                    Field::RecoveryAction,
+                    1.0
+                ),
                 // What a starved window's cause is decided from, so node mode's history
                 // decides it by the same rules.
                 (
@@ -522,7 +544,7 @@ mod tests {
         let names = candidate_names();
         assert!(names.iter().any(|n| n == "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"));
         assert!(names.iter().any(|n| n == "dcgm_gpu_utilization"));
-        assert!(is_dcgm("DCGM_FI_DEV_FB_FREE") && !is_dcgm("DCGM_FI_DEV_XID_ERRORS"));
+        assert!(is_dcgm("DCGM_FI_DEV_FB_FREE") && !is_dcgm("DCGM_FI_DEV_PCIE_REPLAY_COUNTER"));
     }
 
     /// `--bearer-token-file` is read bounded: `/dev/zero`, a FIFO, a directory and a file

@@ -202,6 +202,26 @@ pub(crate) struct Device {
     /// supported.
     #[serde(default)]
     pcie_tx_kbps: Option<u32>,
+    /// Single-bit ECC errors since the driver loaded (`nvmlDeviceGetTotalEccErrors`,
+    /// corrected, volatile); absent: not supported (ECC off).
+    #[serde(default)]
+    ecc_sbe_volatile: Option<u64>,
+    /// Double-bit ECC errors since the driver loaded (uncorrected, volatile).
+    #[serde(default)]
+    ecc_dbe_volatile: Option<u64>,
+    /// Double-bit ECC errors over the device's life (uncorrected, aggregate).
+    #[serde(default)]
+    ecc_dbe_aggregate: Option<u64>,
+    /// The row remapper (`nvmlDeviceGetRemappedRows`); absent: not supported (pre-Ampere).
+    #[serde(default)]
+    row_remap: Option<RowRemap>,
+    /// Power violation time in ns (`nvmlDeviceGetViolationStatus`, power); absent: not
+    /// supported.
+    #[serde(default)]
+    power_violation_ns: Option<u64>,
+    /// Thermal violation time in ns (`nvmlDeviceGetViolationStatus`, thermal).
+    #[serde(default)]
+    thermal_violation_ns: Option<u64>,
     /// GPM; absent: not supported (pre-Hopper).
     #[serde(default)]
     gpm: Option<Gpm>,
@@ -216,6 +236,20 @@ pub(crate) struct Device {
     /// … for this long, then it answers again (default: for ever).
     #[serde(default)]
     lost_for_ms: Option<u64>,
+}
+
+/// The row remapper's answer.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RowRemap {
+    #[serde(default)]
+    correctable: u32,
+    #[serde(default)]
+    uncorrectable: u32,
+    #[serde(default)]
+    pending: bool,
+    #[serde(default)]
+    failed: bool,
 }
 
 /// GPM behaviour of a GPU or GPU instance.
@@ -972,6 +1006,99 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetCurrPcieLinkGeneration(
     // SAFETY: forwarded from the caller.
     with_device(device, |t, d| unsafe {
         put_gpu_value(t, d.pcie_link_gen, link_gen)
+    })
+}
+
+/// # Safety
+/// `count` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
+    device: sys::nvmlDevice_t,
+    error_type: sys::nvmlMemoryErrorType_t,
+    counter_type: sys::nvmlEccCounterType_t,
+    count: *mut std::ffi::c_ulonglong,
+) -> Ret {
+    with_device(device, |t, d| {
+        let v = match (error_type, counter_type) {
+            (
+                sys::nvmlMemoryErrorType_enum_NVML_MEMORY_ERROR_TYPE_CORRECTED,
+                sys::nvmlEccCounterType_enum_NVML_VOLATILE_ECC,
+            ) => d.ecc_sbe_volatile,
+            (
+                sys::nvmlMemoryErrorType_enum_NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                sys::nvmlEccCounterType_enum_NVML_VOLATILE_ECC,
+            ) => d.ecc_dbe_volatile,
+            (
+                sys::nvmlMemoryErrorType_enum_NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                sys::nvmlEccCounterType_enum_NVML_AGGREGATE_ECC,
+            ) => d.ecc_dbe_aggregate,
+            _ => None,
+        };
+        match (t.mig, v) {
+            // SAFETY: forwarded from the caller.
+            (None, Some(v)) => unsafe { put(count, v) },
+            _ => NOT_SUPPORTED,
+        }
+    })
+}
+
+/// # Safety
+/// The four pointers must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetRemappedRows(
+    device: sys::nvmlDevice_t,
+    corr: *mut c_uint,
+    unc: *mut c_uint,
+    pending: *mut c_uint,
+    failed: *mut c_uint,
+) -> Ret {
+    with_device(device, |t, d| match (t.mig, &d.row_remap) {
+        (None, Some(rr)) => {
+            for (out, v) in [
+                (corr, rr.correctable),
+                (unc, rr.uncorrectable),
+                (pending, c_uint::from(rr.pending)),
+                (failed, c_uint::from(rr.failed)),
+            ] {
+                // SAFETY: forwarded from the caller.
+                let rc = unsafe { put(out, v) };
+                if rc != SUCCESS {
+                    return rc;
+                }
+            }
+            SUCCESS
+        }
+        _ => NOT_SUPPORTED,
+    })
+}
+
+/// # Safety
+/// `time` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetViolationStatus(
+    device: sys::nvmlDevice_t,
+    policy: sys::nvmlPerfPolicyType_t,
+    time: *mut sys::nvmlViolationTime_t,
+) -> Ret {
+    with_device(device, |t, d| {
+        let v = match policy {
+            sys::nvmlPerfPolicyType_enum_NVML_PERF_POLICY_POWER => d.power_violation_ns,
+            sys::nvmlPerfPolicyType_enum_NVML_PERF_POLICY_THERMAL => d.thermal_violation_ns,
+            _ => None,
+        };
+        match (t.mig, v) {
+            // SAFETY: forwarded from the caller.
+            (None, Some(ns)) => unsafe {
+                put(
+                    time,
+                    sys::nvmlViolationTime_t {
+                        referenceTime: 0,
+                        violationTime: ns,
+                    },
+                )
+            },
+            _ => NOT_SUPPORTED,
+        }
     })
 }
 

@@ -506,7 +506,7 @@ fn a_dcgm_exporter_4_10_answer_reads_at_the_cumulative_tier() {
              DCGM_FI_PROF_SM_CYCLES_ELAPSED_TOTAL{{{labels}}} {elapsed}\n\
              DCGM_FI_PROF_MMA_CYCLES_ACTIVE_TOTAL{{{labels}}} {mma}\n\
              DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND{{{labels}}} 1000000\n\
-             DCGM_FI_DEV_XID_ERROR{{{labels}}} 0\n"
+             DCGM_FI_DEV_PCIE_REPLAY_TOTAL{{{labels}}} 0\n"
         )
     };
     let server = StandIn::start(ok(&body(0)));
@@ -552,7 +552,11 @@ fn a_dcgm_exporter_4_10_answer_reads_at_the_cumulative_tier() {
             &[("source", "dcgm_exporter"), ("kind", kind)],
         )
     };
-    assert_eq!(errors("unread_family"), Some(1.0), "XID, named once");
+    assert_eq!(
+        errors("unread_family"),
+        Some(1.0),
+        "PCIe replays, named once"
+    );
     assert_eq!(errors("sentinel"), None, "counters past 2^47 are readings");
     assert_eq!(errors("ambiguous_unit"), None);
 }

@@ -153,7 +153,8 @@ fn analyze_json_has_verdict_and_fraction() {
     assert_eq!(e["verdict"], "starved");
     assert_eq!(e["verdict_fraction"]["starved"], 1.0);
     assert_eq!(e["verdict_fraction"]["busy"], 0.0);
-    assert_eq!(e["verdict_fraction"].as_object().unwrap().len(), 6);
+    assert_eq!(e["verdict_fraction"]["unavailable"], 0.0);
+    assert_eq!(e["verdict_fraction"].as_object().unwrap().len(), 7);
 }
 
 #[test]

@@ -1020,7 +1020,7 @@ fn every_name_generation_in_history_reads_the_same() {
     write(
         "hostname",
         "node-b",
-        &[("DCGM_FI_DEV_XID_ERROR", 0.0)],
+        &[("DCGM_FI_DEV_PCIE_REPLAY_TOTAL", 0.0)],
         0,
         points,
     );
@@ -1069,7 +1069,7 @@ fn every_name_generation_in_history_reads_the_same() {
     }
     assert!(
         run.stderr
-            .contains("DCGM fields not read: dcgm_fi_dev_xid_error"),
+            .contains("DCGM fields not read: dcgm_fi_dev_pcie_replay_total"),
         "{}",
         run.stderr
     );

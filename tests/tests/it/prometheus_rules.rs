@@ -296,6 +296,18 @@ const DOCUMENTED: &[Documented] = &[
         )],
     },
     Documented {
+        at: "truthscale.rules.yml / alert TruthscaleGPUUnavailable",
+        reason: "the simulated GPUs report no health field (no XID, ECC, row remapper), so \
+                 the health family has no series; health::nvml_a_pending_row_remap_is_unavailable_and_a_healthy_gpu_ok \
+                 and health::dcgm_health_fields_under_legacy_and_canonical_names_read_the_same \
+                 show it on a GPU with a pending row remap; the form checks the expression's \
+                 shape on the verdict family every judged GPU has",
+        rewrites: &[(
+            "truthscale_gpu_health{state=\"unavailable\"} == 1",
+            "truthscale_gpu_verdict{verdict=\"unavailable\"} == 0",
+        )],
+    },
+    Documented {
         at: "truthscale-node.json / Stragglers: how far each GPU holds its job back / A",
         reason: "the simulated GPUs belong to no job, so neither straggler family has a series \
                  (see the alert's entry); the form checks the expression's shape on a gauge \

@@ -7,6 +7,7 @@ use super::{ExporterStatus, ExtraLabels, GpuEntry};
 use crate::catalog::{ExporterMetric, GpuMetric, MetricDesc, MetricId, RawKind, ServingMetric};
 use crate::causes::Cause;
 use crate::energy::PodEnergyMethod;
+use crate::health::Health;
 use crate::model::{Field, Phase, PodPressure, SourceKind};
 use crate::phase::PhaseMethod;
 use crate::tracker::EntityWindow;
@@ -92,6 +93,93 @@ fn info_labels(g: &GpuEntry) -> ExtraLabels<'_> {
         ),
     ]
 }
+
+/// The observed ceilings' age and ratio, by quantity.
+fn ceiling_values<'a>(
+    id: GpuMetric,
+    win: &'a EntityWindow,
+    mut push: impl FnMut(ExtraLabels<'a>, f64),
+) {
+    let x = &win.metrics;
+    let tokens = win
+        .serving
+        .as_ref()
+        .filter(|s| s.absent_reason.is_none())
+        .and_then(|s| s.output_tokens_per_sec);
+    for (quantity, ceiling, current) in [
+        (
+            "roofline_saturation",
+            win.ceilings.roofline_saturation,
+            x.roofline_saturation,
+        ),
+        (
+            "output_tokens_per_second",
+            win.ceilings.output_tokens_per_second,
+            tokens,
+        ),
+    ] {
+        let Some(c) = ceiling else { continue };
+        let v = if id == GpuMetric::GpuCeilingAge {
+            Some(c.age_seconds)
+        } else {
+            c.ratio(current)
+        };
+        if let Some(v) = v {
+            push(vec![("quantity", quantity)], v);
+        }
+    }
+}
+
+/// The health families: the window's health, the unavailable seconds, and the ECC and
+/// violation counters by kind.
+fn health_values<'a>(
+    id: GpuMetric,
+    win: &'a EntityWindow,
+    mut push: impl FnMut(ExtraLabels<'a>, f64),
+) {
+    let r = &win.readings;
+    match id {
+        GpuMetric::GpuHealth => {
+            if let Some(h) = win.health {
+                for state in Health::ALL {
+                    push(vec![("state", state.as_str())], bool_f(state == h.health));
+                }
+            }
+        }
+        // Only for entities whose windows were judged: no judged second, no zero.
+        GpuMetric::GpuUnavailableSeconds => {
+            let t = &win.totals;
+            if t.verdict_seconds.iter().any(|s| *s != 0.0) {
+                push(Vec::new(), t.verdict_seconds[Verdict::Unavailable.index()]);
+            }
+        }
+        GpuMetric::GpuEccErrors => {
+            for (kind, scope, field) in ECC_SERIES {
+                if let Some(v) = r.value(field) {
+                    push(vec![("kind", kind), ("scope", scope)], v);
+                }
+            }
+        }
+        GpuMetric::GpuClockViolationSeconds => {
+            for (reason, field) in [
+                ("power", Field::PowerViolationNs),
+                ("thermal", Field::ThermalViolationNs),
+            ] {
+                if let Some(ns) = r.value(field) {
+                    push(vec![("reason", reason)], ns / 1e9);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The ECC series: kind, scope and the reading each is.
+const ECC_SERIES: [(&str, &str, Field); 3] = [
+    ("sbe", "volatile", Field::EccSbeVolatile),
+    ("dbe", "volatile", Field::EccDbeVolatile),
+    ("dbe", "aggregate", Field::EccDbeAggregate),
+];
 
 fn gpu_values<'a>(
     m: &MetricDesc,
@@ -232,35 +320,11 @@ fn gpu_values<'a>(
         GpuMetric::GpuCeilingOutputTokens => {
             one(win.ceilings.output_tokens_per_second.map(|c| c.value));
         }
-        GpuMetric::GpuCeilingAge | GpuMetric::GpuCeilingRatio => {
-            let tokens = win
-                .serving
-                .as_ref()
-                .filter(|s| s.absent_reason.is_none())
-                .and_then(|s| s.output_tokens_per_sec);
-            for (quantity, ceiling, current) in [
-                (
-                    "roofline_saturation",
-                    win.ceilings.roofline_saturation,
-                    x.roofline_saturation,
-                ),
-                (
-                    "output_tokens_per_second",
-                    win.ceilings.output_tokens_per_second,
-                    tokens,
-                ),
-            ] {
-                let Some(c) = ceiling else { continue };
-                let v = if id == GpuMetric::GpuCeilingAge {
-                    Some(c.age_seconds)
-                } else {
-                    c.ratio(current)
-                };
-                if let Some(v) = v {
-                    push(vec![("quantity", quantity)], v);
-                }
-            }
-        }
+        GpuMetric::GpuCeilingAge | GpuMetric::GpuCeilingRatio => ceiling_values(id, win, push),
+        GpuMetric::GpuHealth
+        | GpuMetric::GpuUnavailableSeconds
+        | GpuMetric::GpuEccErrors
+        | GpuMetric::GpuClockViolationSeconds => health_values(id, win, push),
         GpuMetric::ProcessMemoryUsed | GpuMetric::ProcessSmBusy => {
             for p in win.processes.iter().take(listed) {
                 let v = if id == GpuMetric::ProcessMemoryUsed {

@@ -120,6 +120,23 @@ const METRICS: &[(&str, Target)] = &[
     ("dcgm_fi_prof_pcie_rx_bytes_per_second",   F(Field::PcieRxBytesPerSec, Unit::Same)),
     ("dcgm_fi_prof_nvlink_tx_bytes_per_second", F(Field::NvlinkTxBytesPerSec, Unit::Same)),
     ("dcgm_fi_prof_nvlink_rx_bytes_per_second", F(Field::NvlinkRxBytesPerSec, Unit::Same)),
+    // Health: the last XID (230), ECC totals (310, 311, 313), row remapping (393, 395,
+    // 396), the recovery action (1523) and the violation times (240, 241), under the
+    // legacy names and DCGM 4.6's canonical ones where they differ.
+    ("dcgm_fi_dev_xid_errors",               F(Field::XidLast, Unit::Same)),
+    ("dcgm_fi_dev_xid_error",                F(Field::XidLast, Unit::Same)),
+    ("dcgm_fi_dev_ecc_sbe_vol_total",        F(Field::EccSbeVolatile, Unit::Count)),
+    ("dcgm_fi_dev_ecc_dbe_vol_total",        F(Field::EccDbeVolatile, Unit::Count)),
+    ("dcgm_fi_dev_ecc_dbe_agg_total",        F(Field::EccDbeAggregate, Unit::Count)),
+    ("dcgm_fi_dev_uncorrectable_remapped_rows",  F(Field::RowRemapUncorrectable, Unit::Same)),
+    ("dcgm_fi_dev_row_remap_uncorrectable_total", F(Field::RowRemapUncorrectable, Unit::Same)),
+    ("dcgm_fi_dev_row_remap_failure",        F(Field::RowRemapFailed, Unit::Same)),
+    ("dcgm_fi_dev_row_remap_failed",         F(Field::RowRemapFailed, Unit::Same)),
+    ("dcgm_fi_dev_row_remap_pending",        F(Field::RowRemapPending, Unit::Same)),
+    ("dcgm_fi_dev_get_gpu_recovery_action",  F(Field::RecoveryAction, Unit::Same)),
+    ("dcgm_fi_dev_gpu_recovery_action",      F(Field::RecoveryAction, Unit::Same)),
+    ("dcgm_fi_dev_power_violation",          F(Field::PowerViolationNs, Unit::Count)),
+    ("dcgm_fi_dev_thermal_violation",        F(Field::ThermalViolationNs, Unit::Count)),
     // DCGM 4.6 cumulative counters (fields 1084-1096, INT64, since boot).
     ("dcgm_fi_prof_sm_cycles_elapsed_total",   F(Field::SmCyclesElapsed, Unit::Count)),
     ("dcgm_fi_prof_sm_cycles_active_total",    F(Field::SmCyclesActive, Unit::Count)),
@@ -374,7 +391,7 @@ pub fn mapped_metrics() -> impl Iterator<Item = (&'static str, Option<Field>)> {
 /// use truthscale_core::parse::dcgm_text::Scrape;
 /// let mut s = Scrape::default();
 /// assert!(s.push("DCGM_FI_DEV_GPU_UTIL", &[("gpu", "0"), ("pod", "")], 91.0));
-/// assert!(!s.push("DCGM_FI_DEV_XID_ERRORS", &[("gpu", "0")], 0.0));
+/// assert!(!s.push("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", &[("gpu", "0")], 0.0));
 /// let e = s.finish();
 /// assert_eq!(e[0].readings.get(Field::ReportedUtil), Reading::Value(0.91));
 /// assert_eq!((e[0].id.gpu, &e[0].id.pod), (Some(0), &None));
@@ -689,6 +706,52 @@ mod tests {
     }
 
     #[test]
+    fn health_fields_under_every_name_read_the_same() {
+        let legacy = one("DCGM_FI_DEV_XID_ERRORS{gpu=\"0\"} 79\n\
+             DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{gpu=\"0\"} 3\n\
+             DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu=\"0\"} 0\n\
+             DCGM_FI_DEV_ECC_DBE_AGG_TOTAL{gpu=\"0\"} 2\n\
+             DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{gpu=\"0\"} 1\n\
+             DCGM_FI_DEV_ROW_REMAP_FAILURE{gpu=\"0\"} 0\n\
+             DCGM_FI_DEV_ROW_REMAP_PENDING{gpu=\"0\"} 1\n\
+             DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION{gpu=\"0\"} 1\n\
+             DCGM_FI_DEV_POWER_VIOLATION{gpu=\"0\"} 281474976710656\n\
+             DCGM_FI_DEV_THERMAL_VIOLATION{gpu=\"0\"} 5000");
+        let canonical = one("DCGM_FI_DEV_XID_ERROR{gpu=\"0\"} 79\n\
+             DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{gpu=\"0\"} 3\n\
+             DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu=\"0\"} 0\n\
+             DCGM_FI_DEV_ECC_DBE_AGG_TOTAL{gpu=\"0\"} 2\n\
+             DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL{gpu=\"0\"} 1\n\
+             DCGM_FI_DEV_ROW_REMAP_FAILED{gpu=\"0\"} 0\n\
+             DCGM_FI_DEV_ROW_REMAP_PENDING{gpu=\"0\"} 1\n\
+             DCGM_FI_DEV_GPU_RECOVERY_ACTION{gpu=\"0\"} 1\n\
+             DCGM_FI_DEV_POWER_VIOLATION{gpu=\"0\"} 281474976710656\n\
+             DCGM_FI_DEV_THERMAL_VIOLATION{gpu=\"0\"} 5000");
+        assert_eq!(legacy.readings, canonical.readings);
+        let r = &legacy.readings;
+        for (f, v) in [
+            (Field::XidLast, 79.0),
+            (Field::EccSbeVolatile, 3.0),
+            (Field::EccDbeVolatile, 0.0),
+            (Field::EccDbeAggregate, 2.0),
+            (Field::RowRemapUncorrectable, 1.0),
+            (Field::RowRemapFailed, 0.0),
+            (Field::RowRemapPending, 1.0),
+            (Field::RecoveryAction, 1.0),
+            // An INT64 counter past 2^47 (the FP64 blank) is a reading.
+            (Field::PowerViolationNs, 281_474_976_710_656.0),
+            (Field::ThermalViolationNs, 5000.0),
+        ] {
+            assert_eq!(r.get(f), Reading::Value(v), "{f:?}");
+        }
+        // DCGM's blanks stay blanks.
+        let e = one("DCGM_FI_DEV_XID_ERRORS{gpu=\"0\"} 2147483632\n\
+             DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu=\"0\"} 9223372036854775792");
+        assert_eq!(e.readings.get(Field::XidLast), Reading::Blank);
+        assert_eq!(e.readings.get(Field::EccDbeVolatile), Reading::Blank);
+    }
+
+    #[test]
     fn two_scrapes() {
         let text = "\
 # HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).
@@ -815,8 +878,8 @@ DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 10 1767225601000
             )
         );
         // A timestamped scrape of unknown metrics only yields no sample (and does not count
-        // as timestamped), but still anchors the one after it, which the XID repeat begins.
-        let text = "DCGM_FI_DEV_XID_ERRORS{gpu=\"0\"} 0 1767225600000\nDCGM_FI_DEV_XID_ERRORS{gpu=\"0\"} 0\n";
+        // as timestamped), but still anchors the one after it, which the replay counter repeat begins.
+        let text = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER{gpu=\"0\"} 0 1767225600000\nDCGM_FI_DEV_PCIE_REPLAY_COUNTER{gpu=\"0\"} 0\n";
         let text = format!("{text}{}", scrapes(&[""]));
         assert_eq!(takens(&text, 1.0), (vec![1_767_225_601_000], false));
     }
@@ -975,7 +1038,7 @@ dcgm_mem_copy_utilization{gpu=\"2\",uuid=\"GPU-x\",pod_name=\"p\",pod_namespace=
     #[test]
     fn unknown_metrics_alone_make_no_sample() {
         assert_eq!(
-            parse("DCGM_FI_DEV_XID_ERRORS{gpu=\"0\"} 0\nfoo 1\nfoo 2\n").unwrap(),
+            parse("DCGM_FI_DEV_PCIE_REPLAY_COUNTER{gpu=\"0\"} 0\nfoo 1\nfoo 2\n").unwrap(),
             vec![]
         );
         assert_eq!(parse("").unwrap(), vec![]);

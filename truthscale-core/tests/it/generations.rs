@@ -65,7 +65,7 @@ fn series(generation: Generation, p: &Point) -> Vec<(&'static str, f64)> {
             ("DCGM_FI_DEV_FB_USED", p.used_mib),
             ("DCGM_FI_DEV_FB_FREE", p.free_mib),
             ("DCGM_FI_PROF_PCIE_TX_BYTES", p.pcie),
-            ("DCGM_FI_DEV_XID_ERRORS", 0.0),
+            ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", 0.0),
         ],
         Generation::V49 | Generation::V410 => vec![
             ("DCGM_FI_DEV_GPU_UTIL_RATIO", p.util_pct / 100.0),
@@ -85,7 +85,7 @@ fn series(generation: Generation, p: &Point) -> Vec<(&'static str, f64)> {
                 },
                 p.pcie,
             ),
-            ("DCGM_FI_DEV_XID_ERROR", 0.0),
+            ("DCGM_FI_DEV_PCIE_REPLAY_TOTAL", 0.0),
         ],
     }
 }
@@ -189,7 +189,7 @@ fn every_name_generation_gives_the_same_derived_series() {
         let unread = parser.unread().expect("dcgm-exporter names DCGM fields");
         assert_eq!(
             unread.families.iter().collect::<Vec<_>>(),
-            ["dcgm_fi_dev_xid_error"],
+            ["dcgm_fi_dev_pcie_replay_total"],
             "the family not read is named"
         );
         assert!(unread.ambiguous.is_empty());

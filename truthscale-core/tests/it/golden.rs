@@ -260,6 +260,18 @@ fn every_family() -> Vec<GpuEntry> {
                 (Field::HolderIoWaitingRatio, 0.01),
                 (Field::HolderIoStalledRatio, 0.0),
                 (Field::HolderMemoryStalledRatio, 0.0),
+                // Healthy: no XID, no ECC error, no remap, no recovery asked for, and the
+                // violation counters standing still.
+                (Field::XidLast, 0.0),
+                (Field::EccSbeVolatile, 0.0),
+                (Field::EccDbeVolatile, 0.0),
+                (Field::EccDbeAggregate, 0.0),
+                (Field::RowRemapPending, 0.0),
+                (Field::RowRemapFailed, 0.0),
+                (Field::RowRemapUncorrectable, 0.0),
+                (Field::RecoveryAction, 0.0),
+                (Field::PowerViolationNs, 1.5e9),
+                (Field::ThermalViolationNs, 0.0),
             ] {
                 shared.set_value(f, v);
             }

@@ -8,7 +8,9 @@ use super::processes::Processes;
 use super::raw;
 use super::report::Ident;
 use crate::sources::SourceError;
-use nvml_wrapper::enum_wrappers::device::{Clock, PcieUtilCounter, Sampling, TemperatureSensor};
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, EccCounter, MemoryError, PcieUtilCounter, PerformancePolicy, Sampling, TemperatureSensor,
+};
 use nvml_wrapper::enums::device::SampleValue;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
@@ -23,6 +25,42 @@ use truthscale_core::model::{
 const PCIE_KB: f64 = 1000.0;
 
 /// The PCIe throughput calls: the field each fills, the counter, and the call's name.
+/// The ECC totals read, with the call's name (each counted unsupported on its own).
+const ECC_TOTALS: [(Field, MemoryError, EccCounter, &str); 3] = [
+    (
+        Field::EccSbeVolatile,
+        MemoryError::Corrected,
+        EccCounter::Volatile,
+        "nvmlDeviceGetTotalEccErrors(corrected, volatile)",
+    ),
+    (
+        Field::EccDbeVolatile,
+        MemoryError::Uncorrected,
+        EccCounter::Volatile,
+        "nvmlDeviceGetTotalEccErrors(uncorrected, volatile)",
+    ),
+    (
+        Field::EccDbeAggregate,
+        MemoryError::Uncorrected,
+        EccCounter::Aggregate,
+        "nvmlDeviceGetTotalEccErrors(uncorrected, aggregate)",
+    ),
+];
+
+/// The violation times read, with the call's name.
+const VIOLATIONS: [(Field, PerformancePolicy, &str); 2] = [
+    (
+        Field::PowerViolationNs,
+        PerformancePolicy::Power,
+        "nvmlDeviceGetViolationStatus(power)",
+    ),
+    (
+        Field::ThermalViolationNs,
+        PerformancePolicy::Thermal,
+        "nvmlDeviceGetViolationStatus(thermal)",
+    ),
+];
+
 const PCIE_THROUGHPUT: [(Field, PcieUtilCounter, &str); 2] = [
     (
         Field::PcieRxBytesPerSec,
@@ -40,7 +78,7 @@ const PCIE_THROUGHPUT: [(Field, PcieUtilCounter, &str); 2] = [
 pub(crate) const LOST_RETRY: Duration = Duration::from_secs(10);
 
 /// One tick's value of a call: a value, unsupported, or blank (an error, counted).
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub(super) enum Got<T> {
     Value(T),
     Unsupported,
@@ -443,6 +481,7 @@ impl DevState {
         })?;
         r.set(Field::TempCelsius, temp.reading(f64::from));
         let (throttles, sm_clock_is_point) = self.clocks(ctx, dev, &mut r, errors)?;
+        self.health(ctx.nvml, dev, &mut r, errors)?;
         emit.entities.push(EntitySample {
             id: self.entity_id(ctx, None),
             readings: r,
@@ -476,6 +515,43 @@ impl DevState {
             Field::PowerLimitWatts,
             limit.reading(|mw| f64::from(mw) / 1000.0),
         );
+        Ok(())
+    }
+
+    /// The health fields: ECC totals (`nvmlDeviceGetTotalEccErrors`, with ECC on), the row
+    /// remapper (`nvmlDeviceGetRemappedRows`, Ampere and newer) and the power and thermal
+    /// violation times (`nvmlDeviceGetViolationStatus`). NVML gives XIDs only as events and
+    /// the recovery action only as a field value: neither is read here.
+    fn health(
+        &mut self,
+        nvml: &Nvml,
+        dev: &Device<'_>,
+        r: &mut Readings,
+        errors: &mut Vec<SourceError>,
+    ) -> Result<(), Lost> {
+        for (field, error, counter, what) in ECC_TOTALS {
+            let n = self.call(what, errors, || dev.total_ecc_errors(error, counter))?;
+            r.set(field, n.reading(|n| n as f64));
+        }
+        let rows = self.call("nvmlDeviceGetRemappedRows", errors, || {
+            raw::remapped_rows(nvml, dev)
+        })?;
+        r.set(
+            Field::RowRemapUncorrectable,
+            rows.reading(|m| f64::from(m.uncorrectable)),
+        );
+        r.set(
+            Field::RowRemapPending,
+            rows.reading(|m| f64::from(u8::from(m.pending))),
+        );
+        r.set(
+            Field::RowRemapFailed,
+            rows.reading(|m| f64::from(u8::from(m.failed))),
+        );
+        for (field, policy, what) in VIOLATIONS {
+            let v = self.call(what, errors, || dev.violation_status(policy))?;
+            r.set(field, v.reading(|v| v.violation_time as f64));
+        }
         Ok(())
     }
 

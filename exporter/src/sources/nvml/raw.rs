@@ -59,6 +59,38 @@ pub(crate) fn clocks_event_reasons(nvml: &Nvml, dev: &Device<'_>) -> Result<u64,
     Ok(bits)
 }
 
+/// What `nvmlDeviceGetRemappedRows` tells of a GPU's memory row remapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RemappedRows {
+    /// Rows remapped for uncorrectable errors.
+    pub(crate) uncorrectable: u32,
+    /// A remap waits for a GPU reset.
+    pub(crate) pending: bool,
+    /// A remap failed.
+    pub(crate) failed: bool,
+}
+
+/// `nvmlDeviceGetRemappedRows`: the row remapper's counts and flags (Ampere and newer).
+///
+/// # Errors
+/// NVML's error, or `FailedToLoadSymbol` on a driver without the function.
+pub(crate) fn remapped_rows(nvml: &Nvml, dev: &Device<'_>) -> Result<RemappedRows, NvmlError> {
+    let f = nvml
+        .lib()
+        .nvmlDeviceGetRemappedRows
+        .as_ref()
+        .map_err(missing)?;
+    let (mut corr, mut unc, mut pending, mut failed): (c_uint, c_uint, c_uint, c_uint) =
+        (0, 0, 0, 0);
+    // SAFETY: as in `gpu_instance_id`; the four out-pointers are valid for the call.
+    nvml_try(unsafe { f(dev.handle(), &mut corr, &mut unc, &mut pending, &mut failed) })?;
+    Ok(RemappedRows {
+        uncorrectable: unc,
+        pending: pending != 0,
+        failed: failed != 0,
+    })
+}
+
 /// One process's utilization over the driver's last sample period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ProcessUtil {
