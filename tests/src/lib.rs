@@ -74,6 +74,20 @@ pub fn cargo_build(args: &[&str]) -> PathBuf {
         .join("debug")
 }
 
+/// The fake NVML library (`tests/fake-nvml`), built once per test process.
+///
+/// # Panics
+/// When the build fails or leaves no library.
+#[must_use]
+pub fn fake_nvml() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let lib = cargo_build(&["-p", "fake-nvml", "--lib"]).join("libfake_nvml.so");
+        assert!(lib.exists(), "{} missing after build", lib.display());
+        lib
+    })
+}
+
 /// Run `truthscale` with `args`, in this environment but for [`FULL_TESTS`] (the binary
 /// reads every `TRUTHSCALE_*` variable as a setting, and an unknown one stops it).
 ///

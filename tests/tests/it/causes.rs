@@ -430,7 +430,7 @@ fn a_starved_gpus_seconds_go_to_its_holders_pressure() {
         serde_json::to_string_pretty(&serde_json::json!({ "devices": devices })).unwrap(),
     )
     .unwrap();
-    let lib = truthscale_e2e::cargo_build(&["-p", "fake-nvml", "--lib"]).join("libfake_nvml.so");
+    let lib = truthscale_e2e::fake_nvml();
     let sidecar = Sidecar::start(
         &[
             "--mode",

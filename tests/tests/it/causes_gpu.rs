@@ -4,26 +4,15 @@
 //! (`host_to_device`, `launch_bound`, `comm_bound`), and the PCIe link NVML reports.
 
 use serde_json::{Value as Json, json};
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::Duration;
-use truthscale_e2e::{Sample, Sidecar, TempDir, cargo_build, clean_command, series, value};
+use truthscale_e2e::fake_nvml as fake;
+use truthscale_e2e::{Sample, Sidecar, TempDir, clean_command, series, value};
 
 /// How long a condition may take to show on `/metrics`.
 const WAIT: Duration = Duration::from_secs(30);
 
 /// MiB, the unit of GPM's byte rates.
 const MIB: f64 = 1_048_576.0;
-
-/// The fake library, built once per test process.
-fn fake() -> &'static Path {
-    static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let lib = cargo_build(&["-p", "fake-nvml", "--lib"]).join("libfake_nvml.so");
-        assert!(lib.exists(), "{} missing after build", lib.display());
-        lib
-    })
-}
 
 /// Bytes per second, per direction, of a PCIe link: GT/s per lane × lanes × the 128b/130b
 /// line code (Gen 3 to 5) ÷ 8 bits. Written from the PCIe specification's figures, not

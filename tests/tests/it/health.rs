@@ -7,23 +7,12 @@
 //! written here, and NVIDIA's XID catalog says XID 79 is a GPU fallen off the bus.
 
 use serde_json::{Value as Json, json};
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::Duration;
-use truthscale_e2e::{Sample, Sidecar, StandIn, TempDir, cargo_build, ok, value};
+use truthscale_e2e::fake_nvml as fake;
+use truthscale_e2e::{Sample, Sidecar, StandIn, TempDir, ok, value};
 
 /// How long a condition may take to show on `/metrics`.
 const WAIT: Duration = Duration::from_secs(30);
-
-/// The fake library, built once per test process.
-fn fake() -> &'static Path {
-    static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let lib = cargo_build(&["-p", "fake-nvml", "--lib"]).join("libfake_nvml.so");
-        assert!(lib.exists(), "{} missing after build", lib.display());
-        lib
-    })
-}
 
 fn uuid(index: usize) -> String {
     format!("GPU-4ea1e000-0000-4000-8000-00000000000{index}")

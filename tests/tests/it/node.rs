@@ -401,7 +401,7 @@ fn shared_gpu_is_apportioned_to_its_pods_by_sm_busy() {
         )
         .unwrap();
     }
-    let lib = truthscale_e2e::cargo_build(&["-p", "fake-nvml", "--lib"]).join("libfake_nvml.so");
+    let lib = truthscale_e2e::fake_nvml();
     let scenario = truthscale_e2e::workspace().join("tests/fake-nvml/scenarios/h100-shared.json");
     let sidecar = Sidecar::start(
         &[

@@ -28,10 +28,9 @@ use serde_json::Value as Json;
 use serde_yaml_ng::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use truthscale_e2e::{
-    Prometheus, Sample, Sidecar, TempDir, cargo_build, http_get, require_tool_or_return, run,
+    Prometheus, Sample, Sidecar, TempDir, fake_nvml, http_get, require_tool_or_return, run,
     url_encode, workspace,
 };
 use truthscale_e2e::{api_data, value};
@@ -707,15 +706,6 @@ impl FakeNode {
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         Sidecar::start(&args, &env, dir)
     }
-}
-
-fn fake_nvml() -> &'static Path {
-    static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let lib = cargo_build(&["-p", "fake-nvml", "--lib"]).join("libfake_nvml.so");
-        assert!(lib.exists(), "{} missing after build", lib.display());
-        lib
-    })
 }
 
 fn named<'a>(m: &'a [Sample], name: &str) -> Vec<&'a Sample> {

@@ -10,9 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use truthscale_e2e::kubelet::{GetMode, Kubelet, State, pod};
 use truthscale_e2e::value;
-use truthscale_e2e::{
-    Sample, Sidecar, StandIn, TempDir, cargo_build, clean_command, fixture, ok, workspace,
-};
+use truthscale_e2e::{Sample, Sidecar, StandIn, TempDir, clean_command, fixture, ok, workspace};
 use truthscale_exporter::attribution::kubelet::proto::ListPodResourcesResponse;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -66,7 +64,7 @@ fn two_gpus(dir: &Path) -> PathBuf {
 
 /// The sidecar with `sidecar.pod_resources` on, reading `socket`.
 fn start(dir: &Path, socket: &Path) -> Sidecar {
-    let lib = cargo_build(&["-p", "fake-nvml", "--lib"]).join("libfake_nvml.so");
+    let lib = truthscale_e2e::fake_nvml();
     let scenario = two_gpus(dir);
     let mut env = vec![
         ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
