@@ -42,6 +42,20 @@ impl Health {
     }
 }
 
+impl Health {
+    /// Its rank, worst highest (its place in [`Health::ALL`]).
+    #[must_use]
+    pub fn rank(self) -> u8 {
+        self as u8
+    }
+
+    /// The health of a rank ([`Health::rank`]); `None` for any other number.
+    #[must_use]
+    pub fn of_rank(r: u8) -> Option<Health> {
+        Health::ALL.get(usize::from(r)).copied()
+    }
+}
+
 impl fmt::Display for Health {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

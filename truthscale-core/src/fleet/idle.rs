@@ -5,7 +5,8 @@ use super::{FleetConfig, Idle, IdleWorkload, NotListed, Packing, Savings, Summar
 
 /// The workloads idle more than `cfg.idle_share` of their measured steps (a step is idle
 /// when the busy flag and effective compute, each where measured, are under their
-/// thresholds), most idle hours first; and those whose idleness was never measured.
+/// thresholds; a step on an unavailable GPU is neither idle nor measured), most idle hours
+/// first; and those whose idleness was never measured.
 pub(super) fn idle_capacity(
     work: &[&Track],
     names: &[String],
@@ -30,7 +31,8 @@ pub(super) fn idle_capacity(
                 held += 1;
             }
             let (b, e) = (p.busy(), p.ecf());
-            if b.is_none() && e.is_none() {
+            // A GPU that could take no work is not idle: its hours are unavailable.
+            if p.unavailable() || (b.is_none() && e.is_none()) {
                 continue;
             }
             measured += 1;
@@ -91,7 +93,8 @@ fn trailing_idle(t: &Track, busy_max: u16, ecf_max: u16) -> (usize, Option<u32>)
     let mut memory: Option<u32> = None;
     for p in t.points.iter().rev().skip_while(|p| !p.any()) {
         let (b, e) = (p.busy(), p.ecf());
-        let idle = (b.is_some() || e.is_some())
+        let idle = !p.unavailable()
+            && (b.is_some() || e.is_some())
             && b.is_none_or(|b| b < busy_max)
             && e.is_none_or(|e| e < ecf_max);
         if !idle {

@@ -57,6 +57,7 @@ struct Acc {
     idle: u64,
     unmeasured: u64,
     unknown: u64,
+    unavailable: u64,
     busy: f64,
     busy_measured: u64,
     ecf: f64,
@@ -77,12 +78,15 @@ struct CostAcc {
     idle: f64,
     unmeasured: f64,
     unknown: f64,
+    unavailable: f64,
     ecf: f64,
 }
 
 /// What an allocated step's use was.
 #[derive(Debug, Clone, Copy)]
 enum Use {
+    /// The GPU could take no work ([`crate::health`]): neither idle nor used.
+    Unavailable,
     /// A time-sliced GPU's holder: the counters are the device's.
     Unknown,
     /// No reading of use.
@@ -99,6 +103,7 @@ pub(super) struct PeriodAcc {
     pub(super) overallocated: u64,
     pub(super) fleet: u64,
     pub(super) energy: EnergyAcc,
+    pub(super) funnel: super::funnel::FunnelAcc,
 }
 
 /// A period's energy in millijoules: the fleet's (every GPU's, at the steps its power was
@@ -135,7 +140,9 @@ impl Use {
     /// The use of a charge's step, by the idle thresholds of `cfg`.
     fn of(c: &Charge<'_>, cfg: &ShowbackConfig) -> Use {
         let (busy, ecf) = (c.busy, c.ecf);
-        if c.unknown {
+        if c.down {
+            Use::Unavailable
+        } else if c.unknown {
             Use::Unknown
         } else if busy.is_none() && ecf.is_none() {
             Use::Unmeasured
@@ -188,6 +195,7 @@ impl Acc {
         let u = c.units;
         self.allocated += u;
         *match class {
+            Use::Unavailable => &mut self.unavailable,
             Use::Unknown => &mut self.unknown,
             Use::Unmeasured => &mut self.unmeasured,
             Use::Idle => &mut self.idle,
@@ -222,6 +230,7 @@ impl CostAcc {
     fn add(&mut self, class: Use, cost: f64, ecf: Option<f64>) {
         self.allocated += cost;
         *match class {
+            Use::Unavailable => &mut self.unavailable,
             Use::Unknown => &mut self.unknown,
             Use::Unmeasured => &mut self.unmeasured,
             Use::Idle => &mut self.idle,
@@ -252,6 +261,7 @@ fn group_hours(
         idle_gpu_hours: hours(a.idle),
         unmeasured_gpu_hours: hours(a.unmeasured),
         use_unknown_gpu_hours: hours(a.unknown),
+        unavailable_gpu_hours: hours(a.unavailable),
         busy_gpu_hours: a.busy,
         busy_measured_gpu_hours: hours(a.busy_measured),
         effective_compute_gpu_hours: a.ecf,
@@ -275,6 +285,7 @@ fn group_hours(
             idle: c.idle,
             unmeasured: c.unmeasured,
             use_unknown: c.unknown,
+            unavailable: c.unavailable,
             effective_compute: c.ecf,
         }),
     }
@@ -336,6 +347,7 @@ pub(super) fn period(
         groups,
         energy,
         unallocated_gpu_hours: hours(acc.unallocated),
+        funnel: acc.funnel.funnel(w.hours_per_step),
         fleet_gpu_hours: hours(acc.fleet),
         overallocated_gpu_hours: hours(acc.overallocated),
         reconciled,

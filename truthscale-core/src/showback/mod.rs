@@ -36,6 +36,7 @@
 //! [`Track`]: crate::fleet::Track
 
 mod charges;
+mod funnel;
 #[cfg(test)]
 mod holder_tests;
 mod shares;
@@ -49,6 +50,7 @@ use shares::charge_gpu;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 pub use charges::check_against_sizing;
+pub use funnel::Funnel;
 
 /// Units of one GPU-step: lcm(1..=12), so that splits up to 12 ways, and 7 or 4 compute
 /// slices, are exact.
@@ -92,6 +94,9 @@ pub struct GroupHours {
     pub unmeasured_gpu_hours: f64,
     /// Allocated GPU-hours of a time-sliced GPU whose use per holder is not known.
     pub use_unknown_gpu_hours: f64,
+    /// Allocated GPU-hours at steps the GPU was unavailable ([`crate::health`]): held, but
+    /// it could take no work; never idle, never used.
+    pub unavailable_gpu_hours: f64,
     /// The busy flag × allocated time, where measured (for comparison).
     pub busy_gpu_hours: f64,
     /// Allocated GPU-hours at which the busy flag was measured.
@@ -138,6 +143,8 @@ pub struct GroupCost {
     pub unmeasured: f64,
     /// Of the GPU-hours whose use is unknown.
     pub use_unknown: f64,
+    /// Of the GPU-hours the GPU was unavailable.
+    pub unavailable: f64,
     /// Of the effective compute GPU-hours.
     pub effective_compute: f64,
 }
@@ -155,6 +162,8 @@ pub struct Period {
     pub energy: Option<PeriodEnergy>,
     /// GPU-hours no pod held.
     pub unallocated_gpu_hours: f64,
+    /// The funnel: total → healthy → allocated → active → effective, each loss named.
+    pub funnel: Funnel,
     /// The fleet's GPU-hours: each GPU from its first reading to its last.
     pub fleet_gpu_hours: f64,
     /// GPU-hours allocated beyond a whole GPU (pods' shares adding up to more than one):
@@ -392,6 +401,7 @@ fn policy(cfg: &ShowbackConfig) -> Vec<String> {
         ),
         "effective compute and saturation GPU-hours are the fraction times the allocated time where measured (a holder's own: a GPU or MIG instance it holds alone); busy GPU-hours (the flag) for comparison".into(),
         "a time-sliced GPU's measured effective compute is billed to its holders 1/k each (time-sliced effective compute); the split by SM-busy share is an estimate, never billed".into(),
+        "a step at which the GPU was judged unavailable (a pending or failed row remap, a fatal XID, a recovery action asked for) is unavailable: held, charged, but neither idle nor used".into(),
         "a GPU's energy at a step (its mean power times the step) is shared as its GPU-hours are; the energy of a GPU no pod holds, its idle floor with it, is unallocated; groups plus unallocated are the fleet's energy exactly".into(),
     ]
 }

@@ -27,6 +27,11 @@ pub(super) struct Charge<'a> {
     pub(super) ecf_estimate: Option<f64>,
     /// Its part of the GPU's energy at this step, in millijoules (by its share).
     pub(super) energy_mj: Option<u64>,
+    /// The GPU was unavailable at this step ([`crate::health`]): neither idle nor used.
+    pub(super) down: bool,
+    /// The busy flag and effective compute of what it held (the device's on a time-sliced
+    /// GPU): whether the GPU was active, for the funnel.
+    pub(super) device_use: (Option<f64>, Option<f64>),
     /// The track whose model prices it.
     pub(super) track: &'a Track,
 }
@@ -80,6 +85,10 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
             holder_charges(dev, hs, s, (&mut shares, &mut charges), by_processes);
         }
         let sum: u64 = shares.iter().map(|(_, u)| u).sum();
+        let health = step_health(w, &covering, s);
+        for c in &mut charges {
+            c.down = health.0;
+        }
         let energy = step_energy_mj(w, &covering, s);
         let unallocated_mj = energy.map(|e| share_energy(e, &mut charges));
         if !charges.is_empty() {
@@ -97,6 +106,8 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
                 acc.energy.unallocated_mj += u;
                 acc.energy.measured = true;
             }
+            acc.funnel
+                .add_step(health, &charges, w.cfg, w.hours_per_step);
         }
         for c in &charges {
             add_charge(c, w, accs.both(period), &mut tally.unpriced);
@@ -104,6 +115,21 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
     }
     tally.shared_gpus += usize::from(was_shared);
     tally.allocation.0 += usize::from(charged);
+}
+
+/// Whether the GPU was unavailable at step `s` (any entity of it judged so: health is the
+/// device's), and whether any health field of it was read.
+fn step_health(w: &Window<'_>, covering: &[usize], s: usize) -> (bool, bool) {
+    let tracks = &w.input.tracks;
+    let health = covering
+        .iter()
+        .map(|&i| &tracks[i])
+        .filter_map(|t| t.points()[s - t.first_step()].health())
+        .max();
+    (
+        health == Some(crate::health::Health::Unavailable),
+        health.is_some(),
+    )
 }
 
 /// The GPU's energy at step `s`, in millijoules: its mean power over the step times the
@@ -224,6 +250,8 @@ fn track_charges<'a>(
             time_sliced_ecf: p.ecf().map(ratio).filter(|_| shared && !t.is_mig),
             ecf_estimate: None,
             energy_mj: None,
+            down: false,
+            device_use: (p.busy().map(ratio), p.ecf().map(ratio)),
             track: t,
         });
     }
@@ -265,6 +293,8 @@ fn holder_charges<'a>(
             time_sliced_ecf: p.ecf().map(ratio).filter(|_| k > 1),
             ecf_estimate: part,
             energy_mj: None,
+            down: false,
+            device_use: (p.busy().map(ratio), p.ecf().map(ratio)),
             track: dev,
         });
     }

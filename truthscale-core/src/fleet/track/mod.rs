@@ -4,6 +4,7 @@
 use crate::derive::{DeriveConfig, WindowContext, WindowMetrics};
 use crate::diag::Diagnostic;
 use crate::gpus::{GpuSpec, MigProfile};
+use crate::health::Health;
 use crate::model::{EntitySample, Field, Reading, Readings};
 use crate::tracker::EntityWindow;
 
@@ -52,7 +53,13 @@ pub struct Point {
     memory_mib: u32,
     /// Mean power over the step, in deciwatts.
     power_dw: u32,
+    /// The step's health: [`NO_HEALTH`] where none of its fields was read, else the
+    /// worst window's ([`Health::rank`]).
+    health: u8,
 }
+
+/// No health field read at the step.
+const NO_HEALTH: u8 = u8::MAX;
 
 impl Point {
     /// A step at which nothing was measured.
@@ -65,6 +72,7 @@ impl Point {
         effective_compute: NO_RATIO,
         memory_mib: NO_MIB,
         power_dw: NO_POWER,
+        health: NO_HEALTH,
     };
 
     /// A point from its values (ratios as fractions, memory in bytes); `None` is unmeasured.
@@ -101,6 +109,24 @@ impl Point {
                 (w * 10.0).round().min(f64::from(NO_POWER - 1)) as u32
             });
         self
+    }
+
+    /// The same point with the step's health (its worst window's), where read.
+    #[must_use]
+    pub fn with_health(mut self, health: Option<Health>) -> Point {
+        self.health = health.map_or(NO_HEALTH, Health::rank);
+        self
+    }
+
+    /// The step's health, where read.
+    #[must_use]
+    pub fn health(self) -> Option<Health> {
+        Health::of_rank(self.health)
+    }
+
+    /// Whether the GPU could take no work at the step: never idle, never used.
+    pub(crate) fn unavailable(self) -> bool {
+        self.health() == Some(Health::Unavailable)
     }
 
     /// The step's mean power, in deciwatts.
@@ -226,6 +252,8 @@ struct Combine {
     pipe: Option<u16>,
     dram: Option<u16>,
     mem: Option<u32>,
+    /// The worst health of its steps.
+    health: Option<Health>,
     /// A step of it held an impossible raw sample: the point is unknown.
     impossible: bool,
 }
@@ -250,6 +278,7 @@ impl Combine {
         }
         self.raise_pipes(p.pipe(), p.dram());
         self.mem = self.mem.max(p.mem());
+        self.health = self.health.max(p.health());
     }
 
     /// Raise band `j`'s saturation.
@@ -290,6 +319,7 @@ impl Combine {
                 .checked_div(self.power.1)
                 .and_then(|m| u32::try_from(m).ok())
                 .unwrap_or(NO_POWER),
+            health: self.health.map_or(NO_HEALTH, Health::rank),
         }
     }
 }
@@ -431,7 +461,8 @@ impl Track {
             w.readings.value(Field::MemUsedBytes),
         )
         .with_pipes(m.busiest_pipe, w.readings.value(Field::DramActive))
-        .with_power(m.power_watts.map(|p| p.value));
+        .with_power(m.power_watts.map(|p| p.value))
+        .with_health(w.health.map(|h| h.health));
         self.record(step, p);
     }
 
