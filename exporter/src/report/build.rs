@@ -90,11 +90,13 @@ pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built>
         Some(s) => Some(showback::read(&mut history, &s.by)?),
         None => None,
     };
-    // A time-sliced GPU's holders, for the sizing (node mode writes its series without pods).
-    let held = match &attributes {
-        Some(attrs) => showback::held_by_gpu(&attrs.held),
-        None => showback::read_held_by_gpu(&mut history)?,
+    // A time-sliced GPU's holders, for the sizing and the funnel (node mode writes its
+    // series without pods).
+    let held_steps = match &attributes {
+        Some(_) => Vec::new(),
+        None => showback::read_held_steps(&mut history)?,
     };
+    let held = showback::held_by_gpu(attributes.as_ref().map_or(&held_steps, |a| &a.held));
     let owners = super::owners::read(&history);
     let (mut input, source, stats) = super::collect(history, cfg.max_points)?;
     input.held = held;
@@ -116,6 +118,10 @@ pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built>
         (Some(args), Some(attrs)) => Some(add_showback(&mut doc, &input, cfg, args, attrs)),
         _ => None,
     };
+    doc.funnel = Some(match &every_group {
+        Some(sb) => sb.total.funnel.clone(),
+        None => super::funnel::funnel(&input, &held_steps, &cfg.fleet, doc.source.steps_per_point),
+    });
     if cfg.clusters {
         let clusters = super::by_cluster(&input, &cfg.fleet);
         doc.fleet.notes.extend(notes::clusters_note(clusters.len()));

@@ -44,6 +44,16 @@ pub(crate) fn hours_or_none(x: Option<f64>, digits: usize) -> String {
     x.map_or_else(|| NONE.to_owned(), |v| hours(v, digits))
 }
 
+/// Energy in kWh, at three decimals.
+pub(crate) fn kwh(x: f64) -> String {
+    format!("{x:.3}")
+}
+
+/// Energy in kWh, [`NONE`] where no power was read.
+pub(crate) fn kwh_or_none(x: Option<f64>) -> String {
+    x.map_or_else(|| NONE.to_owned(), kwh)
+}
+
 /// A cost with two decimals.
 pub(crate) fn cost(x: f64) -> String {
     format!("{x:.2}")

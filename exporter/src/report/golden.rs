@@ -401,6 +401,24 @@ fn assemble(
         every_group = Some(sb);
         csv = Some(text);
     }
+    // The funnel: the showback's own, else every holder in one group (the time-sliced
+    // GPU's holders at every step, as node mode's allocation info names them).
+    doc.funnel = Some(match &every_group {
+        Some(sb) => sb.total.funnel.clone(),
+        None => {
+            let holding = |pod: &str| Holding {
+                pod: pod.to_owned(),
+                group: super::funnel::ALL.to_owned(),
+                effective_compute_estimate: None,
+                method: None,
+            };
+            let at_each: BTreeMap<usize, Vec<Holding>> = (0..input.steps)
+                .map(|s| (s, TIME_SLICED.iter().map(|(p, _)| holding(p)).collect()))
+                .collect();
+            let holders = Holders::from([(sliced_gpu(input), at_each)]);
+            super::funnel::of_holders(input, &holders, cfg)
+        }
+    });
     if cluster_label {
         let clusters = super::by_cluster(input, cfg);
         if clusters.len() > 1 {

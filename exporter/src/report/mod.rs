@@ -9,6 +9,7 @@
 
 mod build;
 pub(crate) mod format;
+mod funnel;
 #[cfg(test)]
 mod golden;
 pub(crate) mod html;
@@ -17,6 +18,7 @@ pub(crate) mod notes;
 mod owners;
 pub(crate) mod sections;
 pub(crate) mod showback;
+mod showback_html;
 pub(crate) mod text;
 mod waits;
 
@@ -82,6 +84,10 @@ pub(crate) struct Document {
     pub schema_version: u32,
     /// Where the history came from.
     pub source: Source,
+    /// Where the fleet's GPU-hours went: total → healthy → allocated → active → effective,
+    /// each loss named.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub funnel: Option<truthscale_core::showback::Funnel>,
     /// The analysis.
     #[serde(flatten)]
     pub fleet: FleetReport,
@@ -381,6 +387,7 @@ pub(crate) fn document(input: &FleetInput, source: Source, cfg: &FleetConfig) ->
         schema: SCHEMA,
         schema_version: SCHEMA_VERSION,
         source,
+        funnel: None,
         fleet: truthscale_core::fleet::analyze(input, cfg),
         showback: None,
         clusters: None,

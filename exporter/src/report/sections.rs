@@ -7,6 +7,8 @@
 pub(crate) enum Section {
     /// Where the history came from, the window and its steps.
     Header,
+    /// Where the GPU-hours went: the funnel from total to effective.
+    Funnel,
     /// The fleet's sizing: GPU-equivalents over time, the pooled lower bound, the packing.
     Sizing,
     /// Workloads that can share a GPU.
@@ -30,8 +32,9 @@ pub(crate) enum Section {
 }
 
 /// Every section, in order.
-pub(crate) const SECTIONS: [Section; 11] = [
+pub(crate) const SECTIONS: [Section; 12] = [
     Section::Header,
+    Section::Funnel,
     Section::Sizing,
     Section::Colocation,
     Section::Rightsizing,

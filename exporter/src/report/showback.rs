@@ -178,18 +178,16 @@ pub(crate) fn held_by_gpu(held: &[Held]) -> BTreeMap<String, Vec<String>> {
     out
 }
 
-/// Node mode's holders of each GPU, for the sizing where `--by` did not read them: empty
-/// for a history of dcgm-exporter's series (their pods are on the series).
+/// Node mode's holders of each GPU at each step, where `--by` did not read them: none for
+/// a history of dcgm-exporter's series (their pods are on the series).
 ///
 /// # Errors
 /// Prometheus refusing the query.
-pub(crate) fn read_held_by_gpu(
-    history: &mut History,
-) -> anyhow::Result<BTreeMap<String, Vec<String>>> {
+pub(crate) fn read_held_steps(history: &mut History) -> anyhow::Result<Vec<Held>> {
     if history.family() != crate::history::Family::Truthscale {
-        return Ok(BTreeMap::new());
+        return Ok(Vec::new());
     }
-    Ok(held_by_gpu(&read_held(history)?))
+    read_held(history)
 }
 
 /// The holders of GPUs whose own series name no pod, with their groups.
@@ -202,29 +200,35 @@ pub(crate) fn holders(input: &FleetInput, by: &By, attrs: &PodAttributes, per: u
         .iter()
         .map(|t| (t.gpu.as_str(), t.model.as_deref()))
         .collect();
+    holders_in(&attrs.held, per, |h| match by {
+        By::Namespace => h
+            .pod
+            .split_once('/')
+            .map_or(NONE.to_string(), |(ns, _)| ns.to_string()),
+        By::Node => h
+            .gpu
+            .split_once('/')
+            .map_or(NONE.to_string(), |(n, _)| n.to_string()),
+        By::Model => model
+            .get(h.gpu.as_str())
+            .copied()
+            .flatten()
+            .unwrap_or(NONE)
+            .to_string(),
+        By::Label { .. } => attrs
+            .labels
+            .get(&h.pod)
+            .cloned()
+            .unwrap_or_else(|| NONE.to_string()),
+    })
+}
+
+/// The holders `held` of GPUs whose own series name no pod, each in the group `group_of`
+/// gives it; `per` steps per point.
+pub(crate) fn holders_in(held: &[Held], per: usize, group_of: impl Fn(&Held) -> String) -> Holders {
     let mut out = Holders::new();
-    for h in &attrs.held {
-        let group = match by {
-            By::Namespace => h
-                .pod
-                .split_once('/')
-                .map_or(NONE.to_string(), |(ns, _)| ns.to_string()),
-            By::Node => h
-                .gpu
-                .split_once('/')
-                .map_or(NONE.to_string(), |(n, _)| n.to_string()),
-            By::Model => model
-                .get(h.gpu.as_str())
-                .copied()
-                .flatten()
-                .unwrap_or(NONE)
-                .to_string(),
-            By::Label { .. } => attrs
-                .labels
-                .get(&h.pod)
-                .cloned()
-                .unwrap_or_else(|| NONE.to_string()),
-        };
+    for h in held {
+        let group = group_of(h);
         let at = out
             .entry(h.gpu.clone())
             .or_default()
@@ -298,6 +302,7 @@ fn rest_row(groups: &[GroupHours]) -> GroupHours {
             idle: sum(|c| c.idle),
             unmeasured: sum(|c| c.unmeasured),
             use_unknown: sum(|c| c.use_unknown),
+            unavailable: sum(|c| c.unavailable),
             effective_compute: sum(|c| c.effective_compute),
         }
     });
@@ -310,6 +315,7 @@ fn rest_row(groups: &[GroupHours]) -> GroupHours {
         idle_gpu_hours: sum(|g| g.idle_gpu_hours),
         unmeasured_gpu_hours: sum(|g| g.unmeasured_gpu_hours),
         use_unknown_gpu_hours: sum(|g| g.use_unknown_gpu_hours),
+        unavailable_gpu_hours: sum(|g| g.unavailable_gpu_hours),
         busy_gpu_hours: sum(|g| g.busy_gpu_hours),
         busy_measured_gpu_hours: sum(|g| g.busy_measured_gpu_hours),
         effective_compute_gpu_hours: sum(|g| g.effective_compute_gpu_hours),
@@ -494,7 +500,7 @@ pub(crate) fn requested_by_group(
 /// `time_sliced_effective_compute_gpu_hours` the measured device total of time-sliced GPUs
 /// billed as the allocation policy splits them; `effective_compute_estimate_gpu_hours` the
 /// SM-busy split, an estimate never billed.
-const CSV_HEADER: &str = "window_start,window_end,by,group,workloads,allocated_gpu_hours,requested_gpu_hours,used_gpu_hours,idle_gpu_hours,unmeasured_gpu_hours,use_unknown_gpu_hours,busy_gpu_hours,effective_compute_gpu_hours,saturation_gpu_hours,allocated_cost,idle_cost,time_sliced_effective_compute_gpu_hours,effective_compute_estimate_gpu_hours,energy_kwh,energy_cost";
+const CSV_HEADER: &str = "window_start,window_end,by,group,workloads,allocated_gpu_hours,requested_gpu_hours,used_gpu_hours,idle_gpu_hours,unmeasured_gpu_hours,use_unknown_gpu_hours,busy_gpu_hours,effective_compute_gpu_hours,saturation_gpu_hours,allocated_cost,idle_cost,time_sliced_effective_compute_gpu_hours,effective_compute_estimate_gpu_hours,energy_kwh,energy_cost,unavailable_gpu_hours,unavailable_cost";
 
 /// A CSV field: quoted when it holds a comma, a quote or a line break.
 fn field(s: &str) -> String {
@@ -534,7 +540,7 @@ pub(crate) fn write_csv(
         for g in &p.groups {
             writeln!(
                 out,
-                "{from},{to},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{from},{to},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 field(&s.by),
                 field(&g.group),
                 g.workloads,
@@ -553,15 +559,22 @@ pub(crate) fn write_csv(
                 num(g.effective_compute_estimate_gpu_hours),
                 num(g.energy_kwh),
                 num(g.energy_cost),
+                num(Some(g.unavailable_gpu_hours)),
+                num(g.cost.as_ref().map(|c| c.unavailable)),
             )?;
         }
+        // What no pod held of the GPUs lost to health: the fleet's unavailable hours less
+        // the groups'.
+        let held_down: f64 = p.groups.iter().map(|g| g.unavailable_gpu_hours).sum();
+        let unheld_down = (p.funnel.unavailable_gpu_hours - held_down).max(0.0);
         writeln!(
             out,
-            "{from},{to},{},(unallocated),,{},,,,,,,,,,,,,{},{}",
+            "{from},{to},{},(unallocated),,{},,,,,,,,,,,,,{},{},{},",
             field(&s.by),
             num(Some(p.unallocated_gpu_hours)),
             num(p.energy.as_ref().map(|e| e.unallocated_kwh)),
             num(p.energy.as_ref().and_then(|e| e.unallocated_cost)),
+            num(Some(unheld_down)),
         )?;
     }
     Ok(())

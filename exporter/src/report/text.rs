@@ -54,6 +54,11 @@ pub(crate) fn write(out: &mut impl Write, doc: &Document) -> Result<()> {
     for section in SECTIONS {
         match section {
             Section::Header => header(out, doc)?,
+            Section::Funnel => {
+                if let Some(fu) = &doc.funnel {
+                    super::funnel::text(out, fu, DIGITS)?;
+                }
+            }
             Section::Sizing => sizing(out, f)?,
             Section::Colocation => colocation(out, f)?,
             Section::Rightsizing => rightsizing(out, f)?,
@@ -297,9 +302,11 @@ fn showback(out: &mut impl Write, s: &Showback) -> Result<()> {
         g.time_sliced_effective_compute_gpu_hours.is_some()
             || g.effective_compute_estimate_gpu_hours.is_some()
     });
+    // GPUs lost to health: their held hours in a column of their own, where any.
+    let down = t.groups.iter().any(|g| g.unavailable_gpu_hours > 0.0);
     writeln!(
         out,
-        "  {:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}{}{}",
+        "  {:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}{}{}{}",
         "group",
         "allocated",
         "requested",
@@ -309,11 +316,12 @@ fn showback(out: &mut impl Write, s: &Showback) -> Result<()> {
         "idle",
         "unmeasured",
         "unknown",
+        if down { " unavailable" } else { "" },
         if sliced { "  t-sliced  estimate" } else { "" },
         if priced { "       cost  idle cost" } else { "" }
     )?;
     for g in &t.groups {
-        showback_row(out, g, sliced)?;
+        showback_row(out, g, (sliced, down))?;
     }
     writeln!(
         out,
@@ -328,12 +336,12 @@ fn showback(out: &mut impl Write, s: &Showback) -> Result<()> {
 fn showback_row(
     out: &mut impl Write,
     g: &truthscale_core::showback::GroupHours,
-    sliced: bool,
+    (sliced, down): (bool, bool),
 ) -> Result<()> {
     let h = |x: f64| hours(x, DIGITS);
     writeln!(
         out,
-        "  {:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}{}{}",
+        "  {:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}{}{}{}",
         g.group,
         h(g.allocated_gpu_hours),
         hours_or_unknown(g.requested_gpu_hours, DIGITS),
@@ -343,6 +351,11 @@ fn showback_row(
         h(g.idle_gpu_hours),
         h(g.unmeasured_gpu_hours),
         h(g.use_unknown_gpu_hours),
+        if down {
+            format!(" {:>11}", h(g.unavailable_gpu_hours))
+        } else {
+            String::new()
+        },
         if sliced {
             format!(
                 " {:>9} {:>9}",
@@ -367,8 +380,8 @@ fn energy_lines(
     e: &truthscale_core::showback::PeriodEnergy,
 ) -> Result<()> {
     let with_cost = |kwh: f64, c: Option<f64>| match c {
-        Some(c) => format!("{kwh:.3} kWh ({})", cost(c)),
-        None => format!("{kwh:.3} kWh"),
+        Some(c) => format!("{} kWh ({})", format::kwh(kwh), cost(c)),
+        None => format!("{} kWh", format::kwh(kwh)),
     };
     let groups: Vec<String> = s
         .total

@@ -1,0 +1,172 @@
+//! The report page's showback section: each group's allocated GPU-hours as stacked bars of
+//! what they were (used, idle, unmeasured, use unknown, unavailable), the table with energy,
+//! the checks, the policy and the notes. Layout only, like [`super::html`], which calls it
+//! where [`super::sections`] puts it.
+
+use super::format::{cost_or_none, hours, hours_or_none, hours_or_unknown, kwh_or_none};
+use super::html::esc;
+use plotters::prelude::*;
+use std::fmt::Write as _;
+
+/// The chart's width, as the page's other charts.
+const WIDTH: u32 = 960;
+
+/// A chart drawn, or plotters' error.
+type Drawn = Result<(), Box<dyn std::error::Error>>;
+
+/// The parts of a group's allocated GPU-hours, in the order they are stacked, with their
+/// colours.
+const PARTS: [(&str, RGBColor); 5] = [
+    ("used", RGBColor(39, 174, 96)),
+    ("idle", RGBColor(192, 57, 43)),
+    ("unmeasured", RGBColor(170, 170, 170)),
+    ("use unknown (time-sliced)", RGBColor(120, 144, 156)),
+    ("unavailable (health)", RGBColor(44, 62, 80)),
+];
+
+fn parts(g: &truthscale_core::showback::GroupHours) -> [f64; 5] {
+    [
+        g.used_gpu_hours,
+        g.idle_gpu_hours,
+        g.unmeasured_gpu_hours,
+        g.use_unknown_gpu_hours,
+        g.unavailable_gpu_hours,
+    ]
+}
+
+/// One stacked bar per group: its allocated GPU-hours split into used, idle, unmeasured and
+/// use unknown.
+fn showback_chart(s: &truthscale_core::showback::Showback, svg: &mut String) -> Drawn {
+    let groups: Vec<_> = s
+        .total
+        .groups
+        .iter()
+        .filter(|g| g.allocated_gpu_hours > 0.0)
+        .take(20)
+        .collect();
+    let n = groups.len().max(1);
+    let xmax = groups
+        .iter()
+        .map(|g| g.allocated_gpu_hours)
+        .fold(0.0_f64, f64::max)
+        .max(1e-9)
+        * 1.1;
+    let height = 60 + 28 * n as u32;
+    let root = SVGBackend::with_string(svg, (WIDTH, height)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let names: Vec<String> = groups.iter().map(|g| g.group.clone()).collect();
+    let mut chart = ChartBuilder::on(&root)
+        .margin(12)
+        .x_label_area_size(28)
+        .y_label_area_size(160)
+        .build_cartesian_2d(0.0..xmax, 0.0..n as f64)?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(n * 2 + 1)
+        .y_label_formatter(&|y| {
+            let i = y.floor() as usize;
+            if (y - y.floor() - 0.5).abs() < 0.01 {
+                names.get(n - 1 - i.min(n - 1)).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .x_desc("GPU-hours")
+        .light_line_style(RGBColor(238, 238, 238))
+        .draw()?;
+    for (k, g) in groups.iter().enumerate() {
+        let y = (n - 1 - k) as f64;
+        let mut x0 = 0.0;
+        for (v, (_, color)) in parts(g).iter().zip(PARTS) {
+            if *v > 0.0 {
+                chart.draw_series(std::iter::once(Rectangle::new(
+                    [(x0, y + 0.2), (x0 + v, y + 0.8)],
+                    color.filled(),
+                )))?;
+            }
+            x0 += v;
+        }
+    }
+    root.present()?;
+    Ok(())
+}
+
+/// The showback section: the stacked bars, the table, the check, the policy and notes.
+pub(super) fn section(
+    w: &mut String,
+    s: &truthscale_core::showback::Showback,
+    digits: usize,
+) -> anyhow::Result<()> {
+    let mut svg = String::new();
+    showback_chart(s, &mut svg).map_err(|e| anyhow::anyhow!("the showback chart: {e}"))?;
+    let legend: Vec<String> = PARTS
+        .iter()
+        .map(|(name, c)| {
+            format!(
+                "<span style=\"display:inline-block;width:12px;height:12px;background:rgb({},{},{})\"></span> {name}",
+                c.0, c.1, c.2
+            )
+        })
+        .collect();
+    let _ = writeln!(
+        w,
+        "<h2>Showback by {}</h2>\n<p class=\"muted\">Allocated GPU-hours of each group, split into {}.</p><div class=\"chart\" id=\"showback\">{svg}</div>",
+        esc(&s.by),
+        legend.join(" ")
+    );
+    let _ = writeln!(
+        w,
+        "<table id=\"showback-table\"><tr><th>group</th><th>allocated</th><th>requested</th><th>busy (flag)</th><th>effective compute</th><th>used</th><th>idle</th><th>unmeasured</th><th>use unknown</th><th>unavailable</th><th>time-sliced effective compute (device's, 1/k each)</th><th>effective compute estimate (never billed)</th><th>cost</th><th>idle cost</th><th>energy (kWh)</th><th>energy cost</th></tr>"
+    );
+    let h = |x: f64| hours(x, digits);
+    for g in &s.total.groups {
+        let _ = writeln!(
+            w,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&g.group),
+            h(g.allocated_gpu_hours),
+            hours_or_unknown(g.requested_gpu_hours, digits),
+            h(g.busy_gpu_hours),
+            h(g.effective_compute_gpu_hours),
+            h(g.used_gpu_hours),
+            h(g.idle_gpu_hours),
+            h(g.unmeasured_gpu_hours),
+            h(g.use_unknown_gpu_hours),
+            h(g.unavailable_gpu_hours),
+            hours_or_none(g.time_sliced_effective_compute_gpu_hours, digits),
+            hours_or_none(g.effective_compute_estimate_gpu_hours, digits),
+            cost_or_none(g.cost.as_ref().map(|c| c.allocated)),
+            cost_or_none(g.cost.as_ref().map(|c| c.idle)),
+            kwh_or_none(g.energy_kwh),
+            cost_or_none(g.energy_cost),
+        );
+    }
+    let energy = s.total.energy.as_ref();
+    let _ = writeln!(
+        w,
+        "<tr><td>(unallocated)</td><td>{}</td><td colspan=\"12\"></td><td>{}</td><td>{}</td></tr></table>\n<p id=\"showback-check\">check: {}</p><p id=\"allocation-check\">{}</p>",
+        h(s.total.unallocated_gpu_hours),
+        kwh_or_none(energy.map(|e| e.unallocated_kwh)),
+        cost_or_none(energy.and_then(|e| e.unallocated_cost)),
+        esc(&s.total.check),
+        esc(&s.allocation.check)
+    );
+    if let Some(e) = energy {
+        let _ = writeln!(
+            w,
+            "<p id=\"energy-check\">energy: fleet {} kWh{}; check: {}</p>",
+            kwh_or_none(Some(e.fleet_kwh)),
+            e.fleet_cost
+                .map(|c| format!(" ({})", cost_or_none(Some(c))))
+                .unwrap_or_default(),
+            esc(&e.check)
+        );
+    }
+    let _ = writeln!(w, "<ul>");
+    for p in s.policy.iter().chain(&s.notes) {
+        let _ = writeln!(w, "<li>{}</li>", esc(p));
+    }
+    let _ = writeln!(w, "</ul>");
+    Ok(())
+}
