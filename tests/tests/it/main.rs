@@ -32,3 +32,4 @@ mod serve;
 mod showback;
 mod sidecar_get;
 mod tiers;
+mod unavailable;

@@ -100,7 +100,7 @@ const FLEET: [Workload; 6] = [
     ("node-b", 1, "web", "batch", None, 100.0, 0.3),
 ];
 
-fn end_now() -> i64 {
+pub(crate) fn end_now() -> i64 {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -225,7 +225,7 @@ fn openmetrics(end: i64) -> String {
     out
 }
 
-struct Run {
+pub(crate) struct Run {
     code: Option<i32>,
     stdout: String,
     stderr: String,
@@ -244,7 +244,7 @@ fn truthscale(args: &[&str]) -> Run {
     }
 }
 
-fn report(url: &str, selector: &str, extra: &[&str]) -> Run {
+pub(crate) fn report(url: &str, selector: &str, extra: &[&str]) -> Run {
     let mut args = vec![
         "report",
         "--prometheus",
@@ -260,12 +260,12 @@ fn report(url: &str, selector: &str, extra: &[&str]) -> Run {
     truthscale(&args)
 }
 
-fn json(r: &Run) -> Value {
+pub(crate) fn json(r: &Run) -> Value {
     assert_eq!(r.code, Some(0), "stderr:\n{}", r.stderr);
     serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", r.stdout))
 }
 
-fn group<'a>(v: &'a Value, name: &str) -> &'a Value {
+pub(crate) fn group<'a>(v: &'a Value, name: &str) -> &'a Value {
     v["showback"]["total"]["groups"]
         .as_array()
         .expect("groups")
@@ -274,7 +274,7 @@ fn group<'a>(v: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no group {name} in {:#}", v["showback"]))
 }
 
-fn near(got: &Value, want: f64, what: &str) {
+pub(crate) fn near(got: &Value, want: f64, what: &str) {
     let got = got
         .as_f64()
         .unwrap_or_else(|| panic!("{what}: {got} is not a number"));
