@@ -492,6 +492,16 @@ impl SimGpu {
         let total = spec.memory_bytes as f64;
         r.set_value(Field::MemUsedBytes, (total * mem_frac).round());
         r.set_value(Field::MemTotalBytes, total);
+        // A simulated GPU is healthy: no XID, no row remap pending or failed, no recovery
+        // asked for (docs/verdicts.md, Health).
+        for f in [
+            Field::XidLast,
+            Field::RowRemapPending,
+            Field::RowRemapFailed,
+            Field::RecoveryAction,
+        ] {
+            r.set_value(f, 0.0);
+        }
         r.set_value(
             Field::TempCelsius,
             (35.0 + 40.0 * (power_sum / n - spec.idle_power_watts) / spec.max_power_watts).round(),
