@@ -1175,6 +1175,29 @@ fn node_dashboard_on_real_prometheus() {
         1.0
     );
     assert_eq!(one("cluster:truthscale_gpu_fleet:gpu_hours_per_hour"), 3.0);
+    // The funnel: three healthy GPUs (health read from NVML), two held; the losses and the
+    // active stage add up to the total.
+    let stage = |s: &str| {
+        one(&format!(
+            "cluster:truthscale_gpu_funnel:gpu_hours_per_hour{{stage=\"{s}\"}}"
+        ))
+    };
+    let loss = |l: &str| {
+        one(&format!(
+            "cluster:truthscale_gpu_funnel_loss:gpu_hours_per_hour{{loss=\"{l}\"}}"
+        ))
+    };
+    assert_eq!(stage("total"), 3.0);
+    assert_eq!(stage("healthy"), 3.0);
+    assert_eq!(loss("unavailable"), 0.0);
+    assert_eq!(stage("allocated"), 2.0);
+    assert_eq!(loss("unallocated"), 1.0);
+    let parts = ["unavailable", "unallocated", "idle_held", "use_unmeasured"].map(loss);
+    assert_eq!(
+        parts.iter().sum::<f64>() + stage("active"),
+        3.0,
+        "{parts:?}"
+    );
     // A shared GPU's holders: no measured effective compute of their own; the device's
     // measured total billed by share (1/2 each of a whole GPU); the SM-busy split apart.
     let web_effective = prom

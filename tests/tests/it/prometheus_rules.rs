@@ -553,6 +553,56 @@ const DOCUMENTED: &[Documented] = &[
             "truthscale_gpu_effective_compute_ratio{",
         )],
     },
+    Documented {
+        at: "truthscale-showback.json / Where the GPU-hours went: total → healthy → allocated → active → effective / *",
+        reason: "showback rules not loaded here (node_manifests::node_dashboard_on_real_prometheus \
+                 requires data from each stage against a node-mode agent): the form sums the \
+                 devices' shares of their GPUs, the funnel's input, for any stage",
+        rewrites: &[
+            (
+                "cluster:truthscale_gpu_funnel:gpu_hours_per_hour{",
+                "truthscale_gpu_share_ratio{",
+            ),
+            ("stage=\"", "stage!=\""),
+        ],
+    },
+    Documented {
+        at: "truthscale-showback.json / Where the GPU-hours were lost / A",
+        reason: "showback rules not loaded here: the form sums the devices' shares of their \
+                 GPUs, the losses' input",
+        rewrites: &[(
+            "cluster:truthscale_gpu_funnel_loss:gpu_hours_per_hour{",
+            "truthscale_gpu_share_ratio{",
+        )],
+    },
+    Documented {
+        at: "truthscale-showback.json / Energy by namespace (kWh) / A",
+        reason: "node mode only (the kubelet's allocation): a sidecar's GPUs are its pod's, \
+                 and their energy in its parts is the device's; the form sums the same \
+                 namespaces' device energy parts",
+        rewrites: &[(
+            "truthscale_pod_energy_joules_total{",
+            "truthscale_gpu_energy_part_joules_total{",
+        )],
+    },
+    Documented {
+        at: "truthscale-showback.json / Energy by namespace (kWh) / B",
+        reason: "node mode only, on time-sliced GPUs with per-process attribution: no GPU is \
+                 shared here; the form sums the same namespaces' device energy parts",
+        rewrites: &[(
+            "truthscale_pod_energy_estimate_joules_total{",
+            "truthscale_gpu_energy_part_joules_total{",
+        )],
+    },
+    Documented {
+        at: "truthscale-showback.json / Fleet energy over the range (kWh) / B",
+        reason: "node mode only: without the kubelet's allocation nothing is known to be \
+                 unallocated; the form sums the same devices' energy parts",
+        rewrites: &[(
+            "truthscale_gpu_unallocated_energy_joules_total{",
+            "truthscale_gpu_energy_part_joules_total{",
+        )],
+    },
 ];
 
 /// One expression to check.
