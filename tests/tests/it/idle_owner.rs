@@ -365,3 +365,104 @@ fn a_decode_server_with_steady_tokens_is_not_idle_until_they_stop() {
         assert!(!sidecar.process.stderr().contains("panicked"));
     });
 }
+
+/// History and node mode agree: a real Prometheus scrapes the node agent of the first test
+/// every second until node mode has counted 25 s of idle; `truthscale report` over that
+/// history (2 minutes, 1 s steps: all of it) lists the notebook alone, idle all of the time
+/// history saw it hold the GPU, and that time is what node mode's own
+/// `truthscale_gpu_idle_seconds` counted over the same stretch: its value at the report
+/// (read just before and just after it) less its value at the first scrape (the agent
+/// counted a few seconds before Prometheus started), within 3 s (the step, the scrape and
+/// the tick). Holding the 8 GB (in whole MiB), owned by Notebook `nb-alice` (from the allocation info in
+/// history), with its stop command.
+#[test]
+fn the_report_from_history_lists_the_notebook_idle_as_long_as_node_mode_counted() {
+    truthscale_e2e::require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    let NotebookNode {
+        dir,
+        _kubelet,
+        _api,
+        sidecar,
+    } = notebook_node();
+    let prom_dir = dir.path().join("prometheus");
+    std::fs::create_dir_all(&prom_dir).unwrap();
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n\
+         scrape_configs:\n\
+         \x20 - job_name: truthscale\n    honor_labels: true\n    \
+         static_configs:\n      - targets: ['{}']\n",
+        sidecar.addr
+    );
+    let prom = truthscale_e2e::Prometheus::start(&config, &prom_dir);
+    let node_idle = || {
+        prom.series(&format!("{IDLE}{{gpu=\"0\",pod=\"nb-alice-0\"}}"))
+            .first()
+            .map(|(_, v)| *v)
+    };
+    let started = Instant::now();
+    while !node_idle().is_some_and(|s| s >= 25.0) {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "no 25 s of idle in Prometheus: {:?}\n{}",
+            node_idle(),
+            prom.process.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let before = node_idle().unwrap();
+    // The value at the first scrape: the smallest (it only rises while nothing works).
+    let first = prom
+        .series(&format!(
+            "min_over_time({IDLE}{{gpu=\"0\",pod=\"nb-alice-0\"}}[5m])"
+        ))
+        .first()
+        .map(|(_, v)| *v)
+        .unwrap();
+    let url = format!("http://{}", prom.addr);
+    let run = crate::report::truthscale(&[
+        "report",
+        "--prometheus",
+        &url,
+        "--since",
+        "2m",
+        "--step",
+        "1s",
+        "--scrape-interval",
+        "1s",
+        "--selector",
+        "{job=\"truthscale\"}",
+        "--json",
+    ]);
+    let after = node_idle().unwrap();
+    let v = run.json();
+    let idle = v
+        .pointer("/idle/workloads")
+        .and_then(|w| w.as_array())
+        .unwrap();
+    assert_eq!(idle.len(), 1, "{idle:#?}");
+    let w = &idle[0];
+    let num = |k: &str| w[k].as_f64().unwrap_or_else(|| panic!("{k} in {w:#}"));
+    assert_eq!(w["workload"], "research/nb-alice-0");
+    assert_eq!(w["idle_share"], 1.0);
+    let idle_for = num("idle_for_hours") * 3600.0;
+    assert!(
+        idle_for >= before - first - 3.0 && idle_for <= after - first + 3.0,
+        "the report: idle for {idle_for} s; node mode: {first} s at the first scrape, {before} s before the report, {after} s after"
+    );
+    assert!(
+        (num("held_hours") * 3600.0 - idle_for).abs() < 1e-6,
+        "{w:#}"
+    );
+    assert!(
+        (num("idle_gpu_hours") * 3600.0 - idle_for).abs() < 1e-6,
+        "{w:#}"
+    );
+    // History keeps memory in whole MiB: 8e9 bytes are 7 629.39 MiB, kept as 7 629 MiB.
+    assert_eq!(num("memory_held_bytes"), 7_629.0 * 1_048_576.0);
+    assert_eq!(w["owner"]["kind"], "Notebook");
+    assert_eq!(w["owner"]["name"], "nb-alice");
+    assert_eq!(
+        w["command"],
+        "kubectl -n research annotate notebook/nb-alice kubeflow-resource-stopped=\"$(date -u +%Y-%m-%dT%H:%M:%SZ)\" --overwrite"
+    );
+}

@@ -552,6 +552,12 @@ fn energy_follows_sm_busy(sidecar: &Sidecar) {
 /// A pod of the fake API server: namespace, name, labels.
 pub(crate) type ApiPod = (String, String, Vec<(String, String)>);
 
+/// A pod of the fake API server by namespace and name.
+type ApiPodKey = (String, String);
+
+/// A pod's controller: kind and name.
+type ApiOwner = (String, String);
+
 /// A request the fake API server saw: its `Authorization` header and its query.
 type ApiRequest = (String, HashMap<String, String>);
 
@@ -568,7 +574,7 @@ pub(crate) struct ApiState {
     pods: Arc<Mutex<Vec<ApiPod>>>,
     /// The controller of a pod, by (namespace, name): (kind, name), served as its
     /// `ownerReferences`; a pod not here has none.
-    owners: Arc<Mutex<HashMap<(String, String), (String, String)>>>,
+    owners: Arc<Mutex<HashMap<ApiPodKey, ApiOwner>>>,
     /// Every request: its `Authorization` header and its query.
     requests: Arc<Mutex<Vec<ApiRequest>>>,
 }
