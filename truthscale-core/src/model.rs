@@ -864,6 +864,31 @@ pub struct PodOwner {
     pub name: String,
 }
 
+/// The pod label Kubeflow's notebook controller gives a Notebook's pods: the Notebook's
+/// name. The controller runs each Notebook as a StatefulSet of the same name, with the
+/// Notebook as its controller owner, and puts `notebook-name: <name>` (and
+/// `statefulset: <name>`) on the pod template (kubeflow/kubeflow,
+/// components/notebook-controller, `generateStatefulSet`).
+pub const NOTEBOOK_NAME_LABEL: &str = "notebook-name";
+
+impl PodOwner {
+    /// The workload to name for a pod whose controller is `self` and whose
+    /// [`NOTEBOOK_NAME_LABEL`] label is `notebook`: a StatefulSet whose name is that label's
+    /// value is a Kubeflow Notebook's, so the Notebook (what stops it: scaling the
+    /// StatefulSet alone, the notebook controller would scale it back); anything else
+    /// unchanged. Both come with the pod, so no further request is needed.
+    #[must_use]
+    pub fn through_notebook(self, notebook: Option<&str>) -> PodOwner {
+        match notebook {
+            Some(n) if self.kind == "StatefulSet" && !n.is_empty() && self.name == n => PodOwner {
+                kind: "Notebook".into(),
+                name: self.name,
+            },
+            _ => self,
+        }
+    }
+}
+
 /// One container the kubelet gave a GPU or MIG instance to (node mode).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct Holder {

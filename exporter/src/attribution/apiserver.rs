@@ -27,7 +27,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
-use truthscale_core::model::PodOwner;
+use truthscale_core::model::{NOTEBOOK_NAME_LABEL, PodOwner};
 
 /// The `source` label of the API server reader's health.
 pub(crate) const SOURCE: &str = "apiserver";
@@ -311,7 +311,10 @@ const POD_TEMPLATE_HASH: &str = "pod-template-hash";
 
 /// A pod's owner: its controller reference (else its first), followed from a ReplicaSet to
 /// its Deployment where the ReplicaSet's name is the Deployment's and the pod's
-/// `pod-template-hash` (how the Deployment controller names them): no extra request.
+/// `pod-template-hash` (how the Deployment controller names them), and from a StatefulSet
+/// to its Kubeflow Notebook where the pod's `notebook-name` label is the StatefulSet's name
+/// (how Kubeflow's notebook controller makes them: [`PodOwner::through_notebook`]). Both
+/// rules read only the pod's own metadata: no extra request.
 fn owner_of(m: &Metadata<'_>, labels: &[(Cow<'_, str>, Cow<'_, str>)]) -> Option<PodOwner> {
     let r = m
         .owner_references
@@ -321,10 +324,13 @@ fn owner_of(m: &Metadata<'_>, labels: &[(Cow<'_, str>, Cow<'_, str>)]) -> Option
     if r.kind.is_empty() || r.name.is_empty() || !fits(&r.kind) || !fits(&r.name) {
         return None;
     }
-    let hash = labels
-        .iter()
-        .find(|(k, _)| k == POD_TEMPLATE_HASH)
-        .map(|(_, v)| v.as_ref());
+    let label = |key: &str| {
+        labels
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_ref())
+    };
+    let hash = label(POD_TEMPLATE_HASH);
     let deployment = (r.kind == "ReplicaSet")
         .then(|| r.name.strip_suffix(hash?)?.strip_suffix('-'))
         .flatten()
@@ -337,7 +343,8 @@ fn owner_of(m: &Metadata<'_>, labels: &[(Cow<'_, str>, Cow<'_, str>)]) -> Option
         None => PodOwner {
             kind: r.kind.to_string(),
             name: r.name.to_string(),
-        },
+        }
+        .through_notebook(label(NOTEBOOK_NAME_LABEL)),
     })
 }
 
@@ -856,6 +863,40 @@ mod tests {
         );
         assert_eq!(owner("ml", "bare"), None);
         assert_eq!(owner("ml", "not-listed"), None);
+    }
+
+    /// Kubeflow's notebook controller runs Notebook `nb-alice` as StatefulSet `nb-alice`
+    /// (the Notebook its controller) and labels its pod `notebook-name: nb-alice`: the pod's
+    /// owner is the Notebook, from the pod's own metadata. A StatefulSet whose pods carry
+    /// another notebook's name, or none, stays a StatefulSet; the label on a Deployment's
+    /// pod changes nothing.
+    #[test]
+    fn a_notebook_s_statefulset_pod_is_owned_by_the_notebook() {
+        let body = r#"{"kind":"PodList","items":[
+          {"metadata":{"name":"nb-alice-0","namespace":"research",
+            "labels":{"notebook-name":"nb-alice","statefulset":"nb-alice","app":"nb-alice"},
+            "ownerReferences":[{"apiVersion":"apps/v1","kind":"StatefulSet","name":"nb-alice","controller":true}]}},
+          {"metadata":{"name":"db-0","namespace":"research",
+            "labels":{"notebook-name":"nb-alice"},
+            "ownerReferences":[{"kind":"StatefulSet","name":"db","controller":true}]}},
+          {"metadata":{"name":"blank-0","namespace":"research",
+            "labels":{"notebook-name":""},
+            "ownerReferences":[{"kind":"StatefulSet","name":"blank","controller":true}]}},
+          {"metadata":{"name":"web-7d9f8b-x2k4q","namespace":"research",
+            "labels":{"pod-template-hash":"7d9f8b","notebook-name":"web"},
+            "ownerReferences":[{"kind":"ReplicaSet","name":"web-7d9f8b","controller":true}]}}
+        ]}"#;
+        let l = PodLabels::from_json(body, &settings().keys).unwrap();
+        let owner = |pod: &str| {
+            l.owner(Some("research"), pod)
+                .map(|o| (o.kind.as_str(), o.name.as_str()))
+        };
+        assert_eq!(owner("nb-alice-0"), Some(("Notebook", "nb-alice")));
+        assert_eq!(owner("db-0"), Some(("StatefulSet", "db")));
+        assert_eq!(owner("blank-0"), Some(("StatefulSet", "blank")));
+        assert_eq!(owner("web-7d9f8b-x2k4q"), Some(("Deployment", "web")));
+        // The labels reader is unchanged: `notebook-name` is not allowlisted, so not copied.
+        assert!(l.of(Some("research"), "nb-alice-0").is_empty());
     }
 
     #[test]

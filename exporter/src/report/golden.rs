@@ -746,3 +746,52 @@ fn a_difference_names_its_line_and_column() {
         first_difference(&long, &format!("{}y{}", &long[..100], &long[101..])).unwrap_or_default();
     assert!(d.contains("column 101") && d.contains('…'), "{d}");
 }
+
+/// Fleet 1's idle pod `research/idle` run by Kubeflow Notebook `idle`: kube-state-metrics
+/// names its owner StatefulSet `idle`, and `kube_pod_labels` its `notebook-name` label
+/// `idle`. The idle row names the Notebook and, under it, the command that stops it (its
+/// stop annotation), in both layouts; without the label the StatefulSet is named, and
+/// scaled.
+#[test]
+fn an_idle_notebook_s_row_names_it_and_the_command_that_stops_it() {
+    use super::owners::{Owners, tests::row};
+    let pod = row(&[
+        ("namespace", "research"),
+        ("pod", "idle"),
+        ("owner_kind", "StatefulSet"),
+        ("owner_name", "idle"),
+    ]);
+    let label = row(&[
+        ("namespace", "research"),
+        ("pod", "idle"),
+        ("label_notebook_name", "idle"),
+    ]);
+    let text_of = |owners: &Owners| {
+        let mut doc = fleet_assembled().doc;
+        owners.apply(&mut doc.fleet.idle);
+        let mut text = Vec::new();
+        super::text::write(&mut text, &doc).expect("the text written to memory");
+        let html = super::html::render(&doc).expect("the page renders");
+        (String::from_utf8(text).expect("UTF-8"), html)
+    };
+    let row_head = "  research/idle: idle 100.0% of 3.3 h measured, 3.3 idle GPU-hours (10.00); idle for the last 3.3 h, holding 2.0 GiB;";
+    let (text, html) = text_of(&Owners::from_series(
+        std::slice::from_ref(&pod),
+        &[],
+        std::slice::from_ref(&label),
+    ));
+    let want = format!(
+        "{row_head} Notebook idle\n    to suspend it: kubectl -n research annotate notebook/idle kubeflow-resource-stopped=\"$(date -u +%Y-%m-%dT%H:%M:%SZ)\" --overwrite\n"
+    );
+    assert!(text.contains(&want), "{text}");
+    assert!(html.contains("<td>Notebook idle</td>"), "{html}");
+    assert!(
+        html.contains("kubectl -n research annotate notebook/idle kubeflow-resource-stopped="),
+        "{html}"
+    );
+    let (text, _) = text_of(&Owners::from_series(&[pod], &[], &[]));
+    let want = format!(
+        "{row_head} StatefulSet idle\n    to suspend it: kubectl -n research scale statefulset/idle --replicas=0\n"
+    );
+    assert!(text.contains(&want), "{text}");
+}

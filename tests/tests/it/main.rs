@@ -18,6 +18,7 @@ mod faults;
 mod health;
 mod history;
 mod hygiene;
+mod idle_owner;
 mod manifests;
 mod node;
 mod node_manifests;

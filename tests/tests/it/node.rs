@@ -550,7 +550,13 @@ fn energy_follows_sm_busy(sidecar: &Sidecar) {
 // Pod labels from the API server.
 
 /// A pod of the fake API server: namespace, name, labels.
-type ApiPod = (String, String, Vec<(String, String)>);
+pub(crate) type ApiPod = (String, String, Vec<(String, String)>);
+
+/// A pod of the fake API server by namespace and name.
+type ApiPodKey = (String, String);
+
+/// A pod's controller: kind and name.
+type ApiOwner = (String, String);
 
 /// A request the fake API server saw: its `Authorization` header and its query.
 type ApiRequest = (String, HashMap<String, String>);
@@ -566,6 +572,9 @@ pub(crate) struct ApiState {
     status: Arc<Mutex<u16>>,
     /// The pods, as (namespace, name, labels).
     pods: Arc<Mutex<Vec<ApiPod>>>,
+    /// The controller of a pod, by (namespace, name): (kind, name), served as its
+    /// `ownerReferences`; a pod not here has none.
+    owners: Arc<Mutex<HashMap<ApiPodKey, ApiOwner>>>,
     /// Every request: its `Authorization` header and its query.
     requests: Arc<Mutex<Vec<ApiRequest>>>,
 }
@@ -577,8 +586,22 @@ impl ApiState {
             node: node.into(),
             status: Arc::new(Mutex::new(200)),
             pods: Arc::default(),
+            owners: Arc::default(),
             requests: Arc::default(),
         }
+    }
+
+    /// Serve these pods.
+    pub(crate) fn set_pods(&self, pods: Vec<ApiPod>) {
+        *self.pods.lock().unwrap() = pods;
+    }
+
+    /// Name `kind`/`name` as the controller of pod `ns`/`pod`.
+    pub(crate) fn set_owner(&self, ns: &str, pod: &str, kind: &str, name: &str) {
+        self.owners
+            .lock()
+            .unwrap()
+            .insert((ns.into(), pod.into()), (kind.into(), name.into()));
     }
 
     pub(crate) fn requests(&self) -> Vec<ApiRequest> {
@@ -632,6 +655,7 @@ async fn list_pods(
             ),
         );
     }
+    let owners = s.owners.lock().unwrap().clone();
     let items: Vec<serde_json::Value> = s
         .pods
         .lock()
@@ -642,9 +666,17 @@ async fn list_pods(
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone().into()))
                 .collect();
-            serde_json::json!({"metadata": {
+            let mut item = serde_json::json!({"metadata": {
                 "name": name, "namespace": ns, "uid": format!("uid-{ns}-{name}"), "labels": labels,
-            }})
+            }});
+            if let Some((kind, owner)) = owners.get(&(ns.clone(), name.clone())) {
+                item["metadata"]["ownerReferences"] = serde_json::json!([{
+                    "apiVersion": "apps/v1", "kind": kind, "name": owner,
+                    "uid": format!("uid-{ns}-{owner}"), "controller": true,
+                    "blockOwnerDeletion": true,
+                }]);
+            }
+            item
         })
         .collect();
     (
@@ -747,7 +779,7 @@ impl ApiServer {
 const NODE: &str = "gpu-node-3";
 const APP: &str = "label_app_kubernetes_io_name";
 
-fn labelled(ns: &str, name: &str, labels: &[(&str, &str)]) -> ApiPod {
+pub(crate) fn labelled(ns: &str, name: &str, labels: &[(&str, &str)]) -> ApiPod {
     (
         ns.into(),
         name.into(),

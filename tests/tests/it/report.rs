@@ -158,11 +158,19 @@ pub(crate) fn openmetrics(end: i64) -> String {
             om.add("DCGM_FI_DEV_FB_USED", &l, t, mem * GIB_MIB);
             om.add("DCGM_FI_DEV_FB_FREE", &l, t, (80.0 - mem) * GIB_MIB);
         }
-        // kube-state-metrics' owners: the notebook's Notebook; p0's ReplicaSet, whose
-        // Deployment kube_replicaset_owner names.
+        // kube-state-metrics' owners: the notebook's StatefulSet, which Kubeflow's notebook
+        // controller names after the Notebook and whose pod it labels `notebook-name` (on
+        // kube_pod_labels with `--metric-labels-allowlist=pods=[notebook-name]`): the
+        // Notebook; p0's ReplicaSet, whose Deployment kube_replicaset_owner names.
         om.add(
             "kube_pod_owner",
-            "job=\"ksm\",namespace=\"dev\",pod=\"notebook\",owner_kind=\"Notebook\",owner_name=\"notebook\",owner_is_controller=\"true\"",
+            "job=\"ksm\",namespace=\"dev\",pod=\"notebook\",owner_kind=\"StatefulSet\",owner_name=\"notebook\",owner_is_controller=\"true\"",
+            t,
+            1.0,
+        );
+        om.add(
+            "kube_pod_labels",
+            "job=\"ksm\",namespace=\"dev\",pod=\"notebook\",label_notebook_name=\"notebook\"",
             t,
             1.0,
         );
@@ -388,7 +396,8 @@ fn assert_fleet(v: &Value, family: &str) {
     assert_eq!(num(&idle[0], "/idle_gpu_hours"), hours);
     assert_eq!(num(&idle[0], "/held_hours"), hours);
     // Idle for the whole window at its last reading, holding its 2 GiB; its owner from
-    // kube-state-metrics' kube_pod_owner, and the command that would stop it; its cost at
+    // kube-state-metrics' kube_pod_owner (the StatefulSet) and kube_pod_labels (its
+    // notebook-name: the Notebook), and the command that would stop it; its cost at
     // the price given (2.5 a GPU-hour).
     assert_eq!(num(&idle[0], "/idle_for_hours"), hours);
     assert_eq!(num(&idle[0], "/memory_held_bytes"), 2.0 * GIB);

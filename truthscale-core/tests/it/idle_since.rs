@@ -107,3 +107,58 @@ fn a_holder_that_never_worked_is_idle_since_it_was_first_seen_and_nothing_read_i
     blank.readings = Readings::default();
     assert_eq!(idle(&mut d, 130, blank), None);
 }
+
+fn window(d: &mut Deriver, t: i64, e: EntitySample) -> truthscale_core::tracker::EntityWindow {
+    let s = Sample {
+        taken: Timestamp(t * 1000),
+        entities: vec![e],
+    };
+    d.observe(&s).windows.pop().expect("one window")
+}
+
+/// The notebook, seen from its first sample: 8 GB (8e9 bytes) held, busy 0, tensor
+/// 0, one sample a second. Its idle seconds are its age: 1 199 at t = 1 199 s (under the
+/// alert's threshold), exactly 1 200 at t = 1 200 s, the 8e9 bytes in every window; the
+/// first window with work puts it back to 0, and idleness counts again from there.
+#[test]
+fn a_notebook_holding_8_gb_from_its_first_sample_is_idle_1200_s_at_t_1200() {
+    let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+    for t in 0..=1200 {
+        let w = window(&mut d, t, gpu("nb-alice-0", 0.0, 0.0, None));
+        assert_eq!(w.idle_seconds, Some(t as f64), "t = {t}");
+        assert_eq!(w.readings.value(Field::MemUsedBytes), Some(8e9), "t = {t}");
+    }
+    // One window with a kernel (busy 30 %): 0 at once; then idle again, from that window.
+    assert_eq!(
+        idle(&mut d, 1201, gpu("nb-alice-0", 0.3, 0.0, None)),
+        Some(0.0)
+    );
+    assert_eq!(
+        idle(&mut d, 1202, gpu("nb-alice-0", 0.0, 0.0, None)),
+        Some(1.0)
+    );
+    assert_eq!(
+        idle(&mut d, 1261, gpu("nb-alice-0", 0.0, 0.0, None)),
+        Some(60.0)
+    );
+}
+
+/// A decode server without an engine attached: effective compute under 1 % (tensor 0.5 %)
+/// but the busy flag at 100 % (its kernels keep the GPU busy): it works, 0 for the whole
+/// 20 minutes. With the busy flag under `idle_util` (5 %: 4 %) and nothing else, it would
+/// be idle: the flag is what says so.
+#[test]
+fn a_decode_server_kept_busy_with_low_effective_compute_is_never_idle() {
+    let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+    for t in 0..=1200 {
+        assert_eq!(
+            idle(&mut d, t, gpu("decode-0", 1.0, 0.005, None)),
+            Some(0.0),
+            "t = {t}"
+        );
+    }
+    assert_eq!(
+        idle(&mut d, 1201, gpu("decode-0", 0.04, 0.005, None)),
+        Some(1.0)
+    );
+}
