@@ -96,6 +96,12 @@ pub(crate) struct ReportArgs {
     /// Print the versioned JSON document (docs/report.md) instead of the text report.
     #[arg(long)]
     pub json: bool,
+    /// Print only the reclaimable capacity: the holders idle most of their measured time,
+    /// most idle GPU-hours first, each with its owner, namespace, how long it has been idle,
+    /// the memory it holds, the cost of its idle hours and the command that would suspend
+    /// it (truthscale runs nothing). The JSON has it as `idle`.
+    #[arg(long, conflicts_with = "json")]
+    pub idle: bool,
     /// Also write the report as a self-contained HTML page to FILE.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
@@ -195,6 +201,8 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
     if args.json {
         serde_json::to_writer(&mut out, &built.into_json_document())?;
         writeln!(out)?;
+    } else if args.idle {
+        report::text::write_sections(&mut out, &built.doc, &report::sections::IDLE_ONLY)?;
     } else {
         report::text::write(&mut out, &built.doc)?;
     }

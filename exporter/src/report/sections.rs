@@ -46,3 +46,6 @@ pub(crate) const SECTIONS: [Section; 12] = [
     Section::Notes,
     Section::Method,
 ];
+
+/// `report --idle`: where the history came from, and the idle holders.
+pub(crate) const IDLE_ONLY: [Section; 2] = [Section::Header, Section::Idle];

@@ -50,8 +50,20 @@ fn sum_row(out: &mut impl Write, name: &str, d: &FleetSum) -> Result<()> {
 /// # Errors
 /// Writing fails.
 pub(crate) fn write(out: &mut impl Write, doc: &Document) -> Result<()> {
+    write_sections(out, doc, &SECTIONS)
+}
+
+/// Write `sections` of the report, in the order given.
+///
+/// # Errors
+/// Writing fails.
+pub(crate) fn write_sections(
+    out: &mut impl Write,
+    doc: &Document,
+    sections: &[Section],
+) -> Result<()> {
     let f = &doc.fleet;
-    for section in SECTIONS {
+    for &section in sections {
         match section {
             Section::Header => header(out, doc)?,
             Section::Funnel => {

@@ -490,6 +490,34 @@ fn report_pins_the_fleet_from_truthscale_series() {
     ] {
         assert!(t.contains(want), "text lacks {want:?}:\n{t}");
     }
+
+    // `--idle`: the header and the reclaimable capacity alone, the notebook with its owner
+    // and the command that would stop it.
+    let run = report(
+        &p,
+        "{job=\"truthscale\"}",
+        &["--idle", "--cost-per-gpu-hour", "2.5"],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let t = &run.stdout;
+    assert!(t.starts_with("truthscale report: "), "{t}");
+    assert!(t.contains("IDLE ALLOCATED CAPACITY"), "{t}");
+    assert!(t.contains("dev/notebook: idle 100.0%"), "{t}");
+    assert!(t.contains("Notebook notebook"), "{t}");
+    assert!(
+        t.contains(
+            "to suspend it: kubectl -n dev annotate notebook/notebook kubeflow-resource-stopped="
+        ),
+        "{t}"
+    );
+    for other in [
+        "FLEET SIZING",
+        "WHERE THE GPU-HOURS WENT",
+        "SAVINGS",
+        "METHOD",
+    ] {
+        assert!(!t.contains(other), "--idle printed {other:?}:\n{t}");
+    }
 }
 
 #[test]
