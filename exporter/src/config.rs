@@ -291,6 +291,7 @@ pub struct Settings {
 /// Variables truthscale reads besides its own `TRUTHSCALE_…` and the standard `OTEL_…`.
 const READ_VARIABLES: &[&str] = &[
     "POD_NAME",
+    "POD_UID",
     "POD_NAMESPACE",
     "CONTAINER_NAME",
     "NODE_NAME",

@@ -6,6 +6,8 @@
 //! exposition writes it from there, and `analyze --prometheus` reads it back from there.
 
 use crate::model::Field;
+use opentelemetry_semantic_conventions::attribute as sa;
+use opentelemetry_semantic_conventions::metric as sm;
 
 /// Prometheus metric type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -466,7 +468,7 @@ metrics! {
         "Identity of a GPU or MIG instance (value 1); source=\"sim\" marks simulated data, replayed or live; fidelity is the capability tier, the best any window had (stable; per-window coverage is in the *_observed_seconds_total counters); pci_bus_id and driver_version as the source tells them, empty when it does not (joins with dcgm-exporter's series: docs/metrics.md).";
     GPU_UP / Gpu::GpuUp = "truthscale_gpu_up", Gauge, [], gauge("truthscale.gpu.up", "1"), None,
         "Whether the GPU produced data within the stale period (1), or stopped, e.g. fell off the bus (0, kept for 10 minutes; its other series are gone).";
-    GPU_REPORTED_UTILIZATION / Gpu::GpuReportedUtilization = "truthscale_gpu_reported_utilization_ratio", Gauge, [], Some(OtelDesc { name: "hw.gpu.utilization", unit: "1", instrument: OtelInstrument::Gauge, fixed: &[("hw.gpu.task", "general")] }), raw(Field::ReportedUtil, 1.0),
+    GPU_REPORTED_UTILIZATION / Gpu::GpuReportedUtilization = "truthscale_gpu_reported_utilization_ratio", Gauge, [], Some(OtelDesc { name: sm::HW_GPU_UTILIZATION, unit: "1", instrument: OtelInstrument::Gauge, fixed: &[(sa::HW_GPU_TASK, "general")] }), raw(Field::ReportedUtil, 1.0),
         "Busy fraction as nvidia-smi reports it: time with at least one kernel resident.";
     GPU_EFFECTIVE_COMPUTE / Gpu::GpuEffectiveCompute = "truthscale_gpu_effective_compute_ratio", Gauge, [], gauge("truthscale.gpu.effective_compute", "1"), None,
         "Effective compute fraction of the last window: tensor work (plus peak-weighted FP16/FP32 pipes) over the datasheet dense peak, times the clock correction; only for a window with an SM-clock reading and a catalog model (truthscale_gpu_clock_correction_ratio present): without them the tensor activity is not corrected, so there is no value (the raw pipe is truthscale_gpu_tensor_active_ratio).";
@@ -516,15 +518,17 @@ metrics! {
         "LLM serving only (an engine attached, or derive.workload = llm_serving): seconds in each phase; prefill is the compute-bound regime, decode the memory-bound one.";
     GPU_PHASE / Gpu::GpuPhase = "truthscale_gpu_phase", Gauge, ["phase", "method"], gauge("truthscale.gpu.phase", "1"), None,
         "LLM serving only: the current phase (1) and the others (0), in serving words (prefill, decode).";
-    GPU_MEMORY_USED / Gpu::GpuMemoryUsed = "truthscale_gpu_memory_used_bytes", Gauge, [], updown("hw.gpu.memory.usage", "By"), raw(Field::MemUsedBytes, 1.0),
+    GPU_MEMORY_USED / Gpu::GpuMemoryUsed = "truthscale_gpu_memory_used_bytes", Gauge, [], updown(sm::HW_GPU_MEMORY_USAGE, "By"), raw(Field::MemUsedBytes, 1.0),
         "Allocated device memory.";
-    GPU_MEMORY_TOTAL / Gpu::GpuMemoryTotal = "truthscale_gpu_memory_total_bytes", Gauge, [], updown("hw.gpu.memory.limit", "By"), raw(Field::MemTotalBytes, 1.0),
+    GPU_MEMORY_TOTAL / Gpu::GpuMemoryTotal = "truthscale_gpu_memory_total_bytes", Gauge, [], updown(sm::HW_GPU_MEMORY_LIMIT, "By"), raw(Field::MemTotalBytes, 1.0),
         "Total device memory.";
-    GPU_POWER / Gpu::GpuPower = "truthscale_gpu_power_watts", Gauge, [], gauge("hw.power", "W"), estimate(Field::PowerWatts, 1.0),
+    GPU_MEMORY_UTILIZATION / Gpu::GpuMemoryUtilization = "truthscale_gpu_memory_utilization_ratio", Gauge, [], gauge(sm::HW_GPU_MEMORY_UTILIZATION, "1"), None,
+        "Allocated device memory over total device memory (truthscale_gpu_memory_used_bytes / truthscale_gpu_memory_total_bytes), where both were read: what the memory holds, not how busy its bus is (that is truthscale_gpu_dram_active_ratio).";
+    GPU_POWER / Gpu::GpuPower = "truthscale_gpu_power_watts", Gauge, [], gauge(sm::HW_POWER, "W"), estimate(Field::PowerWatts, 1.0),
         "Power over the last window (from the energy counter when available).";
     GPU_POWER_LIMIT / Gpu::GpuPowerLimit = "truthscale_gpu_power_limit_watts", Gauge, [], gauge("truthscale.gpu.power.limit", "W"), raw(Field::PowerLimitWatts, 1.0),
         "Enforced power limit.";
-    GPU_ENERGY / Gpu::GpuEnergy = "truthscale_gpu_energy_joules_total", Counter, [], counter("hw.energy", "J"), None,
+    GPU_ENERGY / Gpu::GpuEnergy = "truthscale_gpu_energy_joules_total", Counter, [], counter(sm::HW_ENERGY, "J"), None,
         "Energy measured since the exporter first saw the GPU (energy counter deltas, else power times time); only for entities with an energy or power reading.";
     GPU_ENERGY_OBSERVED_SECONDS / Gpu::GpuEnergyObservedSeconds = "truthscale_gpu_energy_observed_seconds_total", Counter, [], counter("truthscale.gpu.energy.observed.time", "s"), None,
         "Seconds in which energy was measured: the denominator for mean power from truthscale_gpu_energy_joules_total.";
@@ -546,13 +550,13 @@ metrics! {
         "The verdict of the last window (1) and the others (0): throttled, blocked, starved, busy, idle, unknown, unavailable (see docs/verdicts.md).";
     GPU_STARVED_SECONDS / Gpu::GpuStarvedSeconds = "truthscale_gpu_starved_seconds_total", Counter, ["cause"], counter("truthscale.gpu.starved.time", "s"), None,
         "Seconds judged starved (busy flag high, roofline saturation low), by the cause decided for each window, in rule order: cpu_throttled, cpu_contended, io_stalled, host_to_device, launch_bound, comm_bound, else unknown (docs/verdicts.md). Summed over cause: the starved seconds. Only for entities whose windows were judged.";
-    GPU_HEALTH / Gpu::GpuHealth = "truthscale_gpu_health", Gauge, ["state"], updown("hw.status", "1"), None,
+    GPU_HEALTH / Gpu::GpuHealth = "truthscale_gpu_health", Gauge, ["state"], updown(sm::HW_STATUS, "1"), None,
         "The health of the last window (1) and the others (0): unavailable (a row remap pending or failed, a recovery action asked for, a fatal XID, a double-bit ECC error), degraded (single-bit ECC errors or power/thermal violation time rose in the window), else ok; absent where none of the health fields was read (see docs/verdicts.md).";
     GPU_UNAVAILABLE_SECONDS / Gpu::GpuUnavailableSeconds = "truthscale_gpu_unavailable_seconds_total", Counter, [], counter("truthscale.gpu.unavailable.time", "s"), None,
         "Seconds judged unavailable (verdict unavailable): GPU time that could take no work, counted apart from idle and busy. Only for entities whose windows were judged.";
     GPU_XID_LAST / Gpu::GpuXidLast = "truthscale_gpu_xid_last", Gauge, [], gauge("truthscale.gpu.xid.last", "1"), raw(Field::XidLast, 1.0),
         "The last XID error the driver reported (DCGM 230), 0 for none; 48, 79, 94, 95, 119 and 120 make the GPU unavailable.";
-    GPU_ECC_ERRORS / Gpu::GpuEccErrors = "truthscale_gpu_ecc_errors_total", Counter, ["kind", "scope"], counter("hw.errors", "{error}"), None,
+    GPU_ECC_ERRORS / Gpu::GpuEccErrors = "truthscale_gpu_ecc_errors_total", Counter, ["kind", "scope"], counter(sm::HW_ERRORS, "{error}"), None,
         "ECC errors as the device counts them: kind=sbe (single-bit, corrected) or dbe (double-bit, uncorrected); scope=volatile since the driver loaded (DCGM 310/311, NVML), aggregate over the device's life (DBE only, DCGM 313). Resets with the driver.";
     GPU_ROW_REMAP_PENDING / Gpu::GpuRowRemapPending = "truthscale_gpu_row_remap_pending", Gauge, [], gauge("truthscale.gpu.row_remap.pending", "1"), raw(Field::RowRemapPending, 1.0),
         "1 while a row remap waits for a GPU reset (DCGM 396, NVML remapped rows), else 0: the GPU is unavailable.";
@@ -738,19 +742,19 @@ pub const GPU_LABELS: &[&str] = &[
 /// OTLP attribute for each Prometheus label, in label order.
 pub const OTEL_ATTRIBUTES: &[(&str, &str)] = &[
     ("gpu", "truthscale.gpu.index"),
-    ("uuid", "hw.id"),
-    ("model", "hw.model"),
+    ("uuid", sa::HW_ID),
+    ("model", sa::HW_MODEL),
     ("mig_instance", "truthscale.gpu.mig.instance"),
     ("mig_profile", "truthscale.gpu.mig.profile"),
-    ("pod", "k8s.pod.name"),
-    ("namespace", "k8s.namespace.name"),
-    ("container", "k8s.container.name"),
-    ("node", "k8s.node.name"),
+    ("pod", sa::K8S_POD_NAME),
+    ("namespace", sa::K8S_NAMESPACE_NAME),
+    ("container", sa::K8S_CONTAINER_NAME),
+    ("node", sa::K8S_NODE_NAME),
     ("source", "truthscale.source"),
     ("fidelity", "truthscale.fidelity"),
     ("catalog_model", "truthscale.catalog_model"),
     ("pci_bus_id", "truthscale.gpu.pci_bus_id"),
-    ("driver_version", "hw.driver_version"),
+    ("driver_version", sa::HW_DRIVER_VERSION),
     ("phase", "truthscale.phase"),
     ("regime", "truthscale.gpu.regime"),
     ("method", "truthscale.method"),
@@ -767,17 +771,17 @@ pub const OTEL_ATTRIBUTES: &[(&str, &str)] = &[
     ("estimate", "truthscale.serving.agreement.estimate"),
     ("measure", "truthscale.serving.agreement.measure"),
     ("reason", "truthscale.clock_event.reason"),
-    ("state", "hw.state"),
+    ("state", sa::HW_STATE),
     ("scope", "truthscale.ecc.scope"),
-    ("kind", "error.type"),
+    ("kind", sa::ERROR_TYPE),
     ("part", "truthscale.energy.part"),
     ("floor", "truthscale.energy.floor"),
     ("sink", "truthscale.sink"),
-    ("version", "service.version"),
+    ("version", sa::SERVICE_VERSION),
 ];
 
 /// Attributes every GPU-scoped OTLP data point carries, as the hardware conventions ask.
-pub const OTEL_GPU_FIXED: &[(&str, &str)] = &[("hw.type", "gpu"), ("hw.vendor", "NVIDIA")];
+pub const OTEL_GPU_FIXED: &[(&str, &str)] = &[(sa::HW_TYPE, "gpu"), (sa::HW_VENDOR, "NVIDIA")];
 
 /// The OTLP attribute for a Prometheus label.
 #[must_use]
@@ -884,6 +888,70 @@ mod tests {
             assert!(!m.help.is_empty());
         }
         assert_eq!(by_name("truthscale_gpu_info"), Some(&GPU_INFO));
+    }
+
+    /// Every OTLP name truthscale claims from the semantic conventions (any name outside its
+    /// own `truthscale.` namespace) is one the `opentelemetry-semantic-conventions` crate
+    /// defines, metric or attribute, and is used as its kind.
+    #[test]
+    fn every_name_claimed_as_semconv_is_in_the_semconv_crate() {
+        use opentelemetry_semantic_conventions::{attribute, metric, resource};
+        let metrics = [
+            metric::HW_GPU_UTILIZATION,
+            metric::HW_GPU_MEMORY_USAGE,
+            metric::HW_GPU_MEMORY_LIMIT,
+            metric::HW_GPU_MEMORY_UTILIZATION,
+            metric::HW_POWER,
+            metric::HW_ENERGY,
+            metric::HW_STATUS,
+            metric::HW_ERRORS,
+        ];
+        let attributes = [
+            attribute::HW_ID,
+            attribute::HW_MODEL,
+            attribute::HW_TYPE,
+            attribute::HW_VENDOR,
+            attribute::HW_PARENT,
+            attribute::HW_STATE,
+            attribute::HW_GPU_TASK,
+            attribute::HW_DRIVER_VERSION,
+            attribute::ERROR_TYPE,
+            attribute::K8S_POD_NAME,
+            attribute::K8S_POD_UID,
+            attribute::K8S_NAMESPACE_NAME,
+            attribute::K8S_CONTAINER_NAME,
+            attribute::K8S_NODE_NAME,
+            resource::SERVICE_VERSION,
+        ];
+        let ours = |n: &str| n.starts_with("truthscale.");
+        for m in ALL {
+            let Some(o) = m.otel else { continue };
+            assert!(
+                ours(o.name) || metrics.contains(&o.name),
+                "{} is not a semconv metric",
+                o.name
+            );
+            for (k, _) in o.fixed {
+                assert!(
+                    ours(k) || attributes.contains(k),
+                    "{k} is not a semconv attribute"
+                );
+            }
+        }
+        let mapped = OTEL_ATTRIBUTES.iter().map(|(_, a)| a);
+        for a in mapped.chain(OTEL_GPU_FIXED.iter().map(|(a, _)| a)) {
+            assert!(
+                ours(a) || attributes.contains(a),
+                "{a} is not a semconv attribute"
+            );
+        }
+        // Each constant is the name the conventions give it.
+        assert_eq!(
+            metric::HW_GPU_MEMORY_UTILIZATION,
+            "hw.gpu.memory.utilization"
+        );
+        assert_eq!(attribute::HW_PARENT, "hw.parent");
+        assert_eq!(attribute::K8S_POD_UID, "k8s.pod.uid");
     }
 
     #[test]

@@ -468,6 +468,7 @@ fn gauge_value(r: &ExportMetricsServiceRequest, name: &str) -> Option<f64> {
 const ENV: &[(&str, &str)] = &[
     ("OTEL_METRIC_EXPORT_INTERVAL", "1000"),
     ("POD_NAME", "trainer-0"),
+    ("POD_UID", "6f0c2a4e-0d1b-4c55-9c1e-2f5a7d1e9b01"),
     ("POD_NAMESPACE", "ml"),
     ("CONTAINER_NAME", "cuda"),
     ("NODE_NAME", "gpu-node-7"),
@@ -560,6 +561,10 @@ fn check_push(proto: Proto) {
         Some(env!("CARGO_PKG_VERSION"))
     );
     assert_eq!(s(res, "k8s.pod.name").as_deref(), Some("trainer-0"));
+    assert_eq!(
+        s(res, "k8s.pod.uid").as_deref(),
+        Some("6f0c2a4e-0d1b-4c55-9c1e-2f5a7d1e9b01")
+    );
     assert_eq!(s(res, "k8s.namespace.name").as_deref(), Some("ml"));
     assert_eq!(s(res, "k8s.container.name").as_deref(), Some("cuda"));
     assert_eq!(s(res, "k8s.node.name").as_deref(), Some("gpu-node-7"));
@@ -583,6 +588,7 @@ fn check_push(proto: Proto) {
         ("hw.gpu.utilization", "1"),
         ("hw.gpu.memory.usage", "By"),
         ("hw.gpu.memory.limit", "By"),
+        ("hw.gpu.memory.utilization", "1"),
         ("hw.power", "W"),
         ("hw.energy", "J"),
         ("truthscale.gpu.effective_compute", "1"),
@@ -609,6 +615,21 @@ fn check_push(proto: Proto) {
     assert_eq!(s(&p.attributes, "hw.type").as_deref(), Some("gpu"));
     assert!(s(&p.attributes, "hw.model").is_some_and(|m| m.starts_with("Simulated")));
     assert!(matches!(util.data, Some(metric::Data::Gauge(_))));
+    // Memory utilization is usage over limit, point by point of the same GPU.
+    let of_gpu = |name: &str| -> f64 {
+        let m = find_metric(r, name).unwrap();
+        let p = points(m)
+            .iter()
+            .find(|p| s(&p.attributes, "hw.id").as_deref() == Some(uuid.as_str()))
+            .unwrap_or_else(|| panic!("{name}: no point of {uuid}"));
+        value(p)
+    };
+    let ratio = of_gpu("hw.gpu.memory.usage") / of_gpu("hw.gpu.memory.limit");
+    let utilization = of_gpu("hw.gpu.memory.utilization");
+    assert!(
+        (utilization - ratio).abs() < 1e-9 && utilization > 0.0,
+        "memory utilization {utilization} vs usage / limit {ratio}"
+    );
     let regimes = find_metric(r, "truthscale.gpu.regime.time").unwrap();
     assert!(points(regimes).iter().any(|p| {
         s(&p.attributes, "truthscale.gpu.regime").as_deref() == Some("idle")

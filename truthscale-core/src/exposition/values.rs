@@ -8,7 +8,7 @@ use crate::catalog::{ExporterMetric, GpuMetric, MetricDesc, MetricId, RawKind, S
 use crate::causes::Cause;
 use crate::energy::PodEnergyMethod;
 use crate::health::Health;
-use crate::model::{Field, Phase, PodPressure, SourceKind};
+use crate::model::{Field, Phase, PodPressure, Readings, SourceKind};
 use crate::phase::PhaseMethod;
 use crate::tracker::EntityWindow;
 use crate::verdict::Verdict;
@@ -221,6 +221,7 @@ fn gpu_values<'a>(
         GpuMetric::GpuClockCorrection => one(x.kappa),
         GpuMetric::GpuObservedSeconds => one(Some(t.observed_seconds)),
         GpuMetric::GpuIdleSeconds => one(win.idle_seconds),
+        GpuMetric::GpuMemoryUtilization => one(memory_utilization(r)),
         // Counted from the entity's first window: 0 is a measurement (nothing was missed).
         GpuMetric::GpuUnobservedSeconds => one(Some(t.unobserved_seconds)),
         // An integral is written only for an entity that had its input; its denominator
@@ -398,6 +399,13 @@ fn link_saturation(id: GpuMetric, win: &EntityWindow) -> Option<f64> {
     let (_, measured) = s.pcie_capacity?;
     let bound = id == GpuMetric::GpuPcieReceiveSaturationLowerBound;
     (measured != bound).then_some(s.pcie_rx_share).flatten()
+}
+
+/// Memory used over total, where both were read and the total is positive.
+fn memory_utilization(r: &Readings) -> Option<f64> {
+    let used = r.value(Field::MemUsedBytes)?;
+    let total = r.value(Field::MemTotalBytes).filter(|t| *t > 0.0)?;
+    Some(used / total)
 }
 
 /// A straggler's gaps by signal, or the gap a GPU waits on, labelled with the job.

@@ -398,7 +398,7 @@ pub(crate) struct OtlpSettings {
     pub compression: Option<OtlpCompression>,
     /// TLS files from the configuration or the variables (the SDK reads none of them).
     pub tls: OtlpTls,
-    /// The `OTEL_…` variables, `HOSTNAME` and `SSL_CERT_FILE`/`SSL_CERT_DIR` as the
+    /// The `OTEL_…` variables, `HOSTNAME`, `POD_UID` and `SSL_CERT_FILE`/`SSL_CERT_DIR` as the
     /// environment held them at start: the protocol, the endpoint and the resource are
     /// resolved from these. (The SDK reads the
     /// variables it resolves itself, such as `OTEL_EXPORTER_OTLP_HEADERS`, on its own.)
@@ -507,7 +507,8 @@ impl OtlpConfig {
                 .iter()
                 .filter(|(k, _)| {
                     k.starts_with("OTEL_")
-                        || ["HOSTNAME", "SSL_CERT_FILE", "SSL_CERT_DIR"].contains(&k.as_str())
+                        || ["HOSTNAME", "POD_UID", "SSL_CERT_FILE", "SSL_CERT_DIR"]
+                            .contains(&k.as_str())
                 })
                 .cloned()
                 .collect(),

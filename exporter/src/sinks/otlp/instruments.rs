@@ -8,6 +8,8 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::{
     AsyncInstrument, Meter, ObservableCounter, ObservableGauge, ObservableUpDownCounter,
 };
+use opentelemetry_semantic_conventions::attribute as sa;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 use truthscale_core::catalog::{self, MetricId, OtelInstrument, Scope};
@@ -45,21 +47,19 @@ impl Shared {
         if snap.tick == 0 {
             return;
         }
+        // Each GPU's driver version, for every data point of it (`hw.driver_version`).
+        let drivers: HashMap<&str, &str> = snap
+            .gpus
+            .iter()
+            .filter_map(|g| {
+                let id = &g.window.id;
+                Some((id.uuid.as_deref()?, id.driver_version.as_deref()?))
+            })
+            .filter(|(_, d)| !d.is_empty())
+            .collect();
         exposition::for_each_value(&snap.gpus, &snap.identity, &snap.status, |m, labels, v| {
             let Some(o) = m.otel else { return };
-            let mut attrs: Vec<KeyValue> = Vec::with_capacity(labels.len() + 4);
-            if m.scope == Scope::Gpu {
-                attrs.extend(
-                    catalog::OTEL_GPU_FIXED
-                        .iter()
-                        .map(|(k, v)| KeyValue::new(*k, *v)),
-                );
-            }
-            attrs.extend(o.fixed.iter().map(|(k, v)| KeyValue::new(*k, *v)));
-            for (l, val) in labels {
-                let key = catalog::otel_attribute(l).unwrap_or(l);
-                attrs.push(KeyValue::new(key, (*val).to_string()));
-            }
+            let attrs = point_attributes(m.scope == Scope::Gpu, o.fixed, labels, &drivers);
             p.families[m.id.index()].push((attrs, v));
         });
     }
@@ -84,6 +84,51 @@ impl Shared {
             }
         }
     }
+}
+
+/// A data point's attributes: a GPU's fixed ones (`hw.type`, `hw.vendor`), the instrument's
+/// own, and each label by its OTLP name; for a GPU, its driver version where known. A MIG
+/// instance is a component of its own: `hw.id` is its GPU's UUID and instance
+/// (`GPU-…/mig/3`), and `hw.parent` its GPU's UUID. `hw.state` takes the conventions'
+/// values (`unavailable` is `failed`).
+fn point_attributes(
+    gpu: bool,
+    fixed: &[(&'static str, &'static str)],
+    labels: &[(&'static str, &str)],
+    drivers: &HashMap<&str, &str>,
+) -> Vec<KeyValue> {
+    let mut attrs: Vec<KeyValue> = Vec::with_capacity(labels.len() + 6);
+    if gpu {
+        attrs.extend(
+            catalog::OTEL_GPU_FIXED
+                .iter()
+                .map(|(k, v)| KeyValue::new(*k, *v)),
+        );
+    }
+    attrs.extend(fixed.iter().map(|(k, v)| KeyValue::new(*k, *v)));
+    let label = |k: &str| labels.iter().find(|(l, _)| *l == k).map(|(_, v)| *v);
+    let uuid = label("uuid");
+    let mig = label("mig_instance").filter(|m| !m.is_empty());
+    for (l, val) in labels {
+        let key = catalog::otel_attribute(l).unwrap_or(l);
+        let val = match (*l, mig, uuid) {
+            ("uuid", Some(m), Some(u)) => format!("{u}/mig/{m}"),
+            ("state", _, _) if *val == "unavailable" => "failed".to_owned(),
+            _ => (*val).to_owned(),
+        };
+        attrs.push(KeyValue::new(key, val));
+    }
+    if gpu {
+        if let (Some(_), Some(u)) = (mig, uuid) {
+            attrs.push(KeyValue::new(sa::HW_PARENT, u.to_owned()));
+        }
+        if label("driver_version").is_none()
+            && let Some(d) = uuid.and_then(|u| drivers.get(u))
+        {
+            attrs.push(KeyValue::new(sa::HW_DRIVER_VERSION, (*d).to_owned()));
+        }
+    }
+    attrs
 }
 
 /// The callback of a float instrument: the first registered pins the snapshot for the whole
@@ -182,5 +227,54 @@ pub fn register(meter: &Meter, rx: watch::Receiver<Arc<Snapshot>>) -> Registrati
     }
     Registration {
         _instruments: instruments,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get<'a>(attrs: &'a [KeyValue], k: &str) -> Option<String> {
+        attrs
+            .iter()
+            .find(|kv| kv.key.as_str() == k)
+            .map(|kv| kv.value.to_string())
+    }
+
+    #[test]
+    fn a_mig_instance_is_its_own_component_under_its_gpu_with_the_driver_version() {
+        let drivers = HashMap::from([("GPU-1", "580.65.06")]);
+        let labels = [
+            ("gpu", "0"),
+            ("uuid", "GPU-1"),
+            ("mig_instance", "3"),
+            ("mig_profile", "3g.40gb"),
+        ];
+        let a = point_attributes(true, &[], &labels, &drivers);
+        assert_eq!(get(&a, "hw.id").as_deref(), Some("GPU-1/mig/3"));
+        assert_eq!(get(&a, "hw.parent").as_deref(), Some("GPU-1"));
+        assert_eq!(get(&a, "hw.driver_version").as_deref(), Some("580.65.06"));
+        assert_eq!(get(&a, "hw.type").as_deref(), Some("gpu"));
+        assert_eq!(get(&a, "truthscale.gpu.mig.instance").as_deref(), Some("3"));
+        // The whole GPU: its own UUID, no parent.
+        let a = point_attributes(true, &[], &[("uuid", "GPU-1")], &drivers);
+        assert_eq!(get(&a, "hw.id").as_deref(), Some("GPU-1"));
+        assert_eq!(get(&a, "hw.parent"), None);
+        assert_eq!(get(&a, "hw.driver_version").as_deref(), Some("580.65.06"));
+        // No driver version known: none made up.
+        let a = point_attributes(true, &[], &[("uuid", "GPU-2")], &drivers);
+        assert_eq!(get(&a, "hw.driver_version"), None);
+    }
+
+    #[test]
+    fn health_states_take_the_conventions_values() {
+        let none = HashMap::new();
+        let state = |s: &str| {
+            let a = point_attributes(true, &[], &[("uuid", "GPU-1"), ("state", s)], &none);
+            get(&a, "hw.state")
+        };
+        assert_eq!(state("ok").as_deref(), Some("ok"));
+        assert_eq!(state("degraded").as_deref(), Some("degraded"));
+        assert_eq!(state("unavailable").as_deref(), Some("failed"));
     }
 }

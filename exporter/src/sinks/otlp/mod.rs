@@ -49,6 +49,8 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::resource::TelemetryResourceDetector;
+use opentelemetry_semantic_conventions::attribute as sa;
+use opentelemetry_semantic_conventions::resource as sr;
 use std::sync::Arc;
 use tokio::sync::watch;
 use truthscale_core::exposition::Identity;
@@ -66,20 +68,24 @@ pub fn resource(identity: &Identity, env: &[(String, String)]) -> Resource {
             .filter(|v| !v.is_empty())
     };
     let mut attrs = vec![
-        KeyValue::new("service.name", "truthscale"),
-        KeyValue::new("service.version", VERSION),
+        KeyValue::new(sr::SERVICE_NAME, "truthscale"),
+        KeyValue::new(sr::SERVICE_VERSION, VERSION),
     ];
     if let Some(h) = env_nonempty("HOSTNAME").or_else(kernel_hostname) {
-        attrs.push(KeyValue::new("host.name", h));
+        attrs.push(KeyValue::new(sr::HOST_NAME, h));
     }
+    // The pod's UID from the Downward API (`POD_UID`, fieldRef metadata.uid), where the
+    // exporter is a pod's own (a sidecar): node mode's agent is not its GPUs' pod.
+    let uid = identity.pod.as_ref().and(env_nonempty("POD_UID"));
     let k8s = [
-        ("k8s.pod.name", &identity.pod),
-        ("k8s.namespace.name", &identity.namespace),
-        ("k8s.container.name", &identity.container),
-        ("k8s.node.name", &identity.node),
+        (sa::K8S_POD_NAME, identity.pod.as_ref()),
+        (sa::K8S_POD_UID, uid.as_ref()),
+        (sa::K8S_NAMESPACE_NAME, identity.namespace.as_ref()),
+        (sa::K8S_CONTAINER_NAME, identity.container.as_ref()),
+        (sa::K8S_NODE_NAME, identity.node.as_ref()),
     ];
     for (k, v) in k8s {
-        if let Some(v) = v.as_ref().filter(|v| !v.is_empty()) {
+        if let Some(v) = v.filter(|v| !v.is_empty()) {
             attrs.push(KeyValue::new(k, v.clone()));
         }
     }
