@@ -471,10 +471,8 @@ impl SimGpu {
         r.set_value(Field::TensorActive, v);
         let v = noisy(self, d);
         r.set_value(Field::DramActive, v);
-        r.set_value(Field::Fp16Active, 0.0);
         let v = noisy(self, fp32);
         r.set_value(Field::Fp32Active, v);
-        r.set_value(Field::Fp64Active, 0.0);
         let clk = self.noise(clock_sum / n, 5.0).round();
         r.set_value(Field::SmClockMhz, clk);
         r.set_value(Field::PowerWatts, (power_sum / n * 1000.0).round() / 1000.0);
@@ -492,16 +490,7 @@ impl SimGpu {
         let total = spec.memory_bytes as f64;
         r.set_value(Field::MemUsedBytes, (total * mem_frac).round());
         r.set_value(Field::MemTotalBytes, total);
-        // A simulated GPU is healthy: no XID, no row remap pending or failed, no recovery
-        // asked for (docs/verdicts.md, Health).
-        for f in [
-            Field::XidLast,
-            Field::RowRemapPending,
-            Field::RowRemapFailed,
-            Field::RecoveryAction,
-        ] {
-            r.set_value(f, 0.0);
-        }
+        constant_readings(&mut r);
         r.set_value(
             Field::TempCelsius,
             (35.0 + 40.0 * (power_sum / n - spec.idle_power_watts) / spec.max_power_watts).round(),
@@ -612,6 +601,21 @@ impl Simulator {
     #[must_use]
     pub fn now(&self) -> Timestamp {
         self.now
+    }
+}
+
+/// What a simulated GPU always reads: no FP16 or FP64 work, and healthy (no XID, no row
+/// remap pending or failed, no recovery asked for: docs/verdicts.md, Health).
+fn constant_readings(r: &mut Readings) {
+    for f in [
+        Field::Fp16Active,
+        Field::Fp64Active,
+        Field::XidLast,
+        Field::RowRemapPending,
+        Field::RowRemapFailed,
+        Field::RecoveryAction,
+    ] {
+        r.set_value(f, 0.0);
     }
 }
 
