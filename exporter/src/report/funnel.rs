@@ -46,8 +46,11 @@ pub(crate) fn of_holders(input: &FleetInput, holders: &Holders, cfg: &FleetConfi
     sb.total.funnel
 }
 
-/// Each stage with its GPU-hours and the loss before it (`None` for the first), named.
-fn stages(f: &Funnel) -> [(&'static str, f64, Option<(&'static str, f64)>); 5] {
+/// A stage: its name, its GPU-hours, and the loss before it (named), `None` for the first.
+type Stage = (&'static str, f64, Option<(&'static str, f64)>);
+
+/// Each stage with its GPU-hours and the loss before it.
+fn stages(f: &Funnel) -> [Stage; 5] {
     [
         ("total", f.total_gpu_hours, None),
         (

@@ -162,13 +162,11 @@ mod tests {
     use crate::health::Health;
     use std::collections::BTreeMap;
 
-    /// A track on an H100 with, at each step, `(busy, effective compute, health)`; `None`
-    /// is a step with nothing read.
-    fn track(
-        pod: Option<&str>,
-        gpu: &str,
-        steps: &[Option<(f64, Option<f64>, Option<Health>)>],
-    ) -> Track {
+    /// One step: `(busy, effective compute, health)`; `None` is a step with nothing read.
+    type Step = Option<(f64, Option<f64>, Option<Health>)>;
+
+    /// A track on an H100 with `steps`.
+    fn track(pod: Option<&str>, gpu: &str, steps: &[Step]) -> Track {
         let mut t = Track::new(pod.map(str::to_string), gpu.into());
         t.model = Some("NVIDIA H100 80GB HBM3".into());
         t.spec = crate::gpus::lookup("NVIDIA H100 80GB HBM3");

@@ -234,7 +234,7 @@ pub fn register(meter: &Meter, rx: watch::Receiver<Arc<Snapshot>>) -> Registrati
 mod tests {
     use super::*;
 
-    fn get<'a>(attrs: &'a [KeyValue], k: &str) -> Option<String> {
+    fn get(attrs: &[KeyValue], k: &str) -> Option<String> {
         attrs
             .iter()
             .find(|kv| kv.key.as_str() == k)
