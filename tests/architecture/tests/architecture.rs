@@ -1477,7 +1477,10 @@ fn length_violations(fns: &[(String, usize)], allowed: &[(&str, usize)]) -> Vec<
 const EXTERNAL_GLOBS: &[(&str, &str)] = &[
     ("exporter/src/report/html.rs", "plotters::prelude::*"),
     ("exporter/src/report/funnel.rs", "plotters::prelude::*"),
-    ("exporter/src/report/showback_html.rs", "plotters::prelude::*"),
+    (
+        "exporter/src/report/showback_html.rs",
+        "plotters::prelude::*",
+    ),
 ];
 
 /// Outside tests, no glob imports a module of the same crate (`use super::*;`), and a glob of
