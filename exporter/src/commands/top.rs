@@ -352,8 +352,114 @@ fn plain(args: &TopArgs, cfg: &VerdictConfig, feed: &mut Feed) -> anyhow::Result
     }
 }
 
+/// A column of the terminal table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Col {
+    Name,
+    Reported,
+    Effective,
+    Saturation,
+    Phase,
+    Verdict,
+    Kv,
+    Queue,
+    Recent,
+}
+
+impl Col {
+    /// Every column, in the order shown.
+    const ORDER: [Col; 9] = [
+        Col::Name,
+        Col::Reported,
+        Col::Effective,
+        Col::Saturation,
+        Col::Phase,
+        Col::Verdict,
+        Col::Kv,
+        Col::Queue,
+        Col::Recent,
+    ];
+
+    /// Its header: whole words, each within the column's width.
+    fn header(self) -> &'static str {
+        match self {
+            Col::Name => "GPU",
+            Col::Reported => "REPORTED",
+            Col::Effective => "EFFECTIVE",
+            Col::Saturation => "SATURATION",
+            Col::Phase => "PHASE",
+            Col::Verdict => "VERDICT",
+            Col::Kv => "KV",
+            Col::Queue => "QUEUE",
+            Col::Recent => "RECENT",
+        }
+    }
+
+    /// Its width (the name's and the sparkline's are decided by [`columns`]).
+    fn width(self) -> u16 {
+        match self {
+            Col::Reported => 8,
+            Col::Effective => 9,
+            Col::Saturation => 10,
+            Col::Phase => 13,
+            Col::Verdict => 11,
+            Col::Kv | Col::Queue => 5,
+            Col::Name | Col::Recent => 0,
+        }
+    }
+}
+
+/// The columns that fit a table `width` cells wide (borders and one space between columns
+/// included), with their widths, in the order shown. The name takes what it needs up to a
+/// quarter of the width (at least 12); the others join by what they tell, most first
+/// (reported and effective, the verdict, saturation, the phase, KV and queue), each whole or
+/// not at all; the sparkline of recent effective compute takes what is left, when 8 cells
+/// or more are.
+fn columns(width: u16, name_width: usize) -> Vec<(Col, u16)> {
+    const BY_WORTH: [Col; 7] = [
+        Col::Reported,
+        Col::Effective,
+        Col::Verdict,
+        Col::Saturation,
+        Col::Phase,
+        Col::Kv,
+        Col::Queue,
+    ];
+    let cap = usize::from(width / 4).max(12);
+    let name = u16::try_from(name_width.clamp(3, cap)).unwrap_or(12);
+    // Borders (2), the name.
+    let mut used = 2 + name;
+    let mut chosen = vec![Col::Name];
+    for c in BY_WORTH {
+        if used + 1 + c.width() <= width {
+            used += 1 + c.width();
+            chosen.push(c);
+        }
+    }
+    let left = width.saturating_sub(used + 1);
+    let mut out: Vec<(Col, u16)> = Col::ORDER
+        .iter()
+        .filter(|c| chosen.contains(c))
+        .map(|&c| (c, if c == Col::Name { name } else { c.width() }))
+        .collect();
+    if left >= 8 {
+        out.push((Col::Recent, left));
+    }
+    out
+}
+
+/// `s` within `w` characters: whole, or cut with `…` at the end.
+fn fit(s: &str, w: usize) -> String {
+    if s.chars().count() <= w {
+        return s.to_owned();
+    }
+    let mut out: String = s.chars().take(w.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
 mod tui {
-    use super::{Feed, GpuView, effective_text, kv_text, pct, queue_text, sparkline};
+    use super::{Col, Feed, GpuView, effective_text, kv_text, pct, queue_text, sparkline};
     use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
     use ratatui::Frame;
     use ratatui::layout::{Constraint, Layout};
@@ -384,8 +490,26 @@ mod tui {
         Style::default().fg(c).add_modifier(Modifier::BOLD)
     }
 
-    /// Widths of the columns after the name and before the sparkline.
-    const FIXED: [u16; 7] = [8, 9, 10, 13, 9, 5, 5];
+    /// One cell of `v` in column `c` of width `w`: a name longer than its column ends in `…`.
+    fn cell(c: Col, w: u16, v: &GpuView) -> Cell<'static> {
+        let w = usize::from(w);
+        match c {
+            Col::Name => Cell::from(super::fit(&v.name, w)),
+            Col::Reported => Cell::from(format!("{:>w$}", pct(v.reported))),
+            Col::Effective => Cell::from(format!("{:>w$}", effective_text(v))),
+            Col::Saturation => Cell::from(format!("{:>w$}", pct(v.saturation))),
+            Col::Phase => Cell::from(super::fit(v.phase.as_deref().unwrap_or("—"), w)),
+            Col::Verdict => {
+                let verdict = v.verdict.as_ref().map_or("—", |r| r.verdict.as_str());
+                Cell::from(verdict.to_string()).style(verdict_style(verdict))
+            }
+            Col::Kv => Cell::from(format!("{:>w$}", kv_text(v))),
+            Col::Queue => Cell::from(format!("{:>w$}", queue_text(v))),
+            Col::Recent => {
+                Cell::from(sparkline(&v.history, w)).style(Style::default().fg(Color::Cyan))
+            }
+        }
+    }
 
     fn draw(f: &mut Frame<'_>, views: &[GpuView], status: &str) {
         let [title, table, why, help] = Layout::vertical([
@@ -404,44 +528,14 @@ mod tui {
             .iter()
             .map(|v| v.name.chars().count())
             .max()
-            .unwrap_or(0)
-            .clamp(3, 60);
-        let name_width = u16::try_from(name_width).unwrap_or(60);
-        // Borders (2) and one space between each of the 9 columns (8).
-        let used = name_width + FIXED.iter().sum::<u16>() + 10;
-        let spark_width = usize::from(table.width.saturating_sub(used)).max(1);
-        let widths: Vec<Constraint> = std::iter::once(name_width)
-            .chain(FIXED)
-            .map(Constraint::Length)
-            .chain([Constraint::Fill(1)])
-            .collect();
-        let header = Row::new([
-            "GPU",
-            "REPORTED",
-            "EFFECTIVE",
-            "SATURATION",
-            "PHASE",
-            "VERDICT",
-            "KV",
-            "QUEUE",
-            "EFFECTIVE (recent)",
-        ])
-        .style(Style::default().add_modifier(Modifier::REVERSED));
-        let rows = views.iter().map(|v| {
-            let verdict = v.verdict.as_ref().map_or("—", |r| r.verdict.as_str());
-            Row::new([
-                Cell::from(v.name.clone()),
-                Cell::from(format!("{:>8}", pct(v.reported))),
-                Cell::from(format!("{:>9}", effective_text(v))),
-                Cell::from(format!("{:>10}", pct(v.saturation))),
-                Cell::from(v.phase.clone().unwrap_or_else(|| "—".into())),
-                Cell::from(verdict.to_string()).style(verdict_style(verdict)),
-                Cell::from(format!("{:>5}", kv_text(v))),
-                Cell::from(format!("{:>5}", queue_text(v))),
-                Cell::from(sparkline(&v.history, spark_width))
-                    .style(Style::default().fg(Color::Cyan)),
-            ])
-        });
+            .unwrap_or(0);
+        let cols = super::columns(table.width, name_width);
+        let widths: Vec<Constraint> = cols.iter().map(|c| Constraint::Length(c.1)).collect();
+        let header = Row::new(cols.iter().map(|c| c.0.header()))
+            .style(Style::default().add_modifier(Modifier::REVERSED));
+        let rows = views
+            .iter()
+            .map(|v| Row::new(cols.iter().map(|&(c, w)| cell(c, w, v))));
         f.render_widget(
             Table::new(rows, widths)
                 .header(header)
@@ -538,6 +632,45 @@ pub(crate) struct TopArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn at_80_columns_every_header_fits_whole() {
+        for (width, name) in [(80u16, 28usize), (80, 4), (100, 40), (200, 30), (40, 10)] {
+            let cols = columns(width, name);
+            let total: u16 = 2 + cols.iter().map(|c| c.1).sum::<u16>() + (cols.len() as u16 - 1);
+            assert!(total <= width, "{width}: {cols:?} take {total}");
+            for (c, w) in &cols {
+                assert!(
+                    c.header().chars().count() <= usize::from(*w),
+                    "{width}: {} cut in {w}",
+                    c.header()
+                );
+            }
+            assert_eq!(cols[0].0, Col::Name);
+        }
+        // 80 columns: the name (a quarter: 20), reported, effective, the verdict,
+        // saturation and the phase whole (78 cells); KV, queue and the sparkline left out.
+        let cols = columns(80, 28);
+        let names: Vec<Col> = cols.iter().map(|c| c.0).collect();
+        assert_eq!(
+            names,
+            [
+                Col::Name,
+                Col::Reported,
+                Col::Effective,
+                Col::Saturation,
+                Col::Phase,
+                Col::Verdict,
+            ]
+        );
+        assert_eq!(cols[0].1, 20);
+        // 120 columns: KV and queue join, the sparkline takes the 21 cells left.
+        assert_eq!(columns(120, 28).last(), Some(&(Col::Recent, 21)));
+        // Wide: every column, the sparkline the rest.
+        assert_eq!(columns(200, 30).len(), 9);
+        assert_eq!(fit("gpu 0 (NVIDIA H100 80GB HBM3)", 12), "gpu 0 (NVID…");
+        assert_eq!(fit("gpu 0", 12), "gpu 0");
+    }
 
     #[test]
     fn sparkline_scales_and_keeps_the_newest() {

@@ -24,6 +24,28 @@ pub(crate) fn gib(x: Option<f64>) -> String {
     )
 }
 
+/// What the report covers, counted once for the text and the page: `2 pods on 3 GPUs
+/// (H100 SXM)`, or `3 GPUs (H100 SXM)` when no GPU carried pod labels. Pods and GPUs are
+/// each counted distinct (a pod on two GPUs is one pod, a GPU time-shared by two pods one
+/// GPU).
+pub(crate) fn scope(f: &truthscale_core::fleet::FleetReport) -> String {
+    let model = f.gpu_model.as_deref().unwrap_or("an unknown model");
+    let gpus: std::collections::BTreeSet<&str> =
+        f.rightsizing.iter().map(|r| r.gpu.as_str()).collect();
+    let n = |k: usize, one: &str, many: &str| format!("{k} {}", if k == 1 { one } else { many });
+    if f.workload_unit == "pod" {
+        let pods: std::collections::BTreeSet<&str> =
+            f.rightsizing.iter().map(|r| r.workload.as_str()).collect();
+        format!(
+            "{} on {} ({model})",
+            n(pods.len(), "pod", "pods"),
+            n(gpus.len(), "GPU", "GPUs")
+        )
+    } else {
+        format!("{} ({model})", n(f.workloads, "GPU", "GPUs"))
+    }
+}
+
 /// A GPU-equivalent count with two decimals, or `unknown`.
 pub(crate) fn gpus(x: Option<f64>) -> String {
     x.map_or_else(|| UNKNOWN.to_owned(), |v| format!("{v:.2}"))

@@ -147,7 +147,7 @@ fn chart(
     let names: Vec<&str> = st.iter().map(|s| s.0).collect();
     let mut c = ChartBuilder::on(&root)
         .margin(12)
-        .x_label_area_size(32)
+        .x_label_area_size(48)
         .y_label_area_size(130)
         .build_cartesian_2d(0.0..xmax, 0.0..n as f64)?;
     c.configure_mesh()
@@ -159,7 +159,8 @@ fn chart(
             let name = names.get(n - 1 - i.min(n - 1)).copied().unwrap_or("");
             if mid { name.to_owned() } else { String::new() }
         })
-        .label_style(("sans-serif", 14))
+        .label_style(("sans-serif", 17))
+        .axis_desc_style(("sans-serif", 17))
         .x_desc("GPU-hours")
         .light_line_style(RGBColor(238, 238, 238))
         .draw()?;
@@ -173,7 +174,7 @@ fn chart(
         c.draw_series(std::iter::once(Text::new(
             label,
             (*h + xmax * 0.01, y + 0.62),
-            ("sans-serif", 14),
+            ("sans-serif", 17),
         )))?;
     }
     root.present()?;
@@ -189,7 +190,7 @@ pub(super) fn html(w: &mut String, f: &Funnel, digits: usize) -> anyhow::Result<
     chart(f, &mut svg, digits).map_err(|e| anyhow::anyhow!("the funnel chart: {e}"))?;
     let _ = writeln!(
         w,
-        "<h2>Where the GPU-hours went</h2>\n<p class=\"muted\">Total → healthy → allocated → active (busy) → effective compute, in GPU-hours, each stage's loss named.</p><div class=\"chart\" id=\"funnel\">{svg}</div><p id=\"funnel-check\">check: {}</p>",
+        "<h2>Where the GPU-hours went</h2>\n<p class=\"muted\">Total → healthy → allocated → active (busy) → effective compute, in GPU-hours, each stage's loss named.</p><div class=\"chart\" id=\"funnel\">{svg}</div><p class=\"muted\" id=\"funnel-check\">check: {}</p>",
         esc(&f.check)
     );
     if f.health_unread_gpu_hours > 0.0 {

@@ -26,121 +26,8 @@ pub(super) fn esc(s: &str) -> String {
 }
 
 const WIDTH: u32 = 960;
-const HEIGHT: u32 = 360;
-
-/// Contiguous runs of known values as `(hours, value)` points.
-fn segments(values: &[Option<f64>], hours_per_step: f64) -> Vec<Vec<(f64, f64)>> {
-    let mut out: Vec<Vec<(f64, f64)>> = Vec::new();
-    let mut cur = Vec::new();
-    for (i, v) in values.iter().enumerate() {
-        match v {
-            Some(v) => cur.push((i as f64 * hours_per_step, *v)),
-            None if !cur.is_empty() => out.push(std::mem::take(&mut cur)),
-            None => {}
-        }
-    }
-    if !cur.is_empty() {
-        out.push(cur);
-    }
-    out
-}
 
 type Drawn = Result<(), Box<dyn std::error::Error>>;
-
-/// The fleet's series over time, each with its name and colour: GPUs allocated (or
-/// reporting, without pods), what the busy flag claims, and the two demands.
-fn time_lines(f: &FleetReport) -> [(&'static str, Vec<Option<f64>>, RGBColor); 4] {
-    let s = &f.series;
-    let (name, allocated): (&str, Vec<Option<f64>>) = if f.workload_unit == "pod" {
-        let a = s.allocated_gpus.iter().map(|x| x.map(f64::from)).collect();
-        ("allocated GPUs", a)
-    } else {
-        let a = s.gpus_reporting.iter().map(|x| x.map(f64::from)).collect();
-        ("GPUs reporting", a)
-    };
-    [
-        (name, allocated, RGBColor(90, 90, 90)),
-        (
-            "busy flag claims",
-            s.busy_claim_gpus.clone(),
-            RGBColor(230, 126, 34),
-        ),
-        (
-            "compute demand",
-            s.compute_demand_gpus.clone(),
-            RGBColor(41, 128, 185),
-        ),
-        (
-            "memory demand",
-            s.memory_demand_gpus.clone(),
-            RGBColor(142, 68, 173),
-        ),
-    ]
-}
-
-/// The fleet's series over time, with the two answers as horizontal lines.
-fn time_chart(doc: &Document, svg: &mut String) -> Drawn {
-    let f = &doc.fleet;
-    let hps = f.step_seconds / 3600.0;
-    let lines = time_lines(f);
-    let pooled = f.sizing.pooled_lower_bound.as_ref().map(|b| b.gpus as f64);
-    let packed = f.sizing.packing.as_ref().map(|p| p.gpus as f64);
-    let ymax = lines
-        .iter()
-        .flat_map(|l| l.1.iter().flatten().copied())
-        .chain(pooled)
-        .chain(packed)
-        .fold(1.0_f64, f64::max)
-        * 1.15;
-    let xmax = (f.steps.max(2) - 1) as f64 * hps;
-    let root = SVGBackend::with_string(svg, (WIDTH, HEIGHT)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .margin(12)
-        .x_label_area_size(36)
-        .y_label_area_size(48)
-        .build_cartesian_2d(0.0..xmax.max(hps), 0.0..ymax)?;
-    chart
-        .configure_mesh()
-        .x_desc("hours since the start of the window")
-        .y_desc("GPUs (equivalents)")
-        .light_line_style(RGBColor(238, 238, 238))
-        .draw()?;
-    for (name, values, color) in lines {
-        let mut first = true;
-        for seg in segments(&values, hps) {
-            let series = chart.draw_series(LineSeries::new(seg, color.stroke_width(2)))?;
-            if first {
-                series
-                    .label(name)
-                    .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color));
-                first = false;
-            }
-        }
-    }
-    for (name, value, color) in [
-        ("pooled lower bound", pooled, RGBColor(39, 174, 96)),
-        ("packed", packed, RGBColor(192, 57, 43)),
-    ] {
-        if let Some(v) = value {
-            chart
-                .draw_series(LineSeries::new(
-                    [(0.0, v), (xmax.max(hps), v)],
-                    color.stroke_width(2),
-                ))?
-                .label(format!("{name}: {v}"))
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color));
-        }
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(200, 200, 200))
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()?;
-    root.present()?;
-    Ok(())
-}
 
 /// Bars: GPUs allocated, what the busy flag claims, and the two answers.
 fn bar_chart(doc: &Document, svg: &mut String) -> Drawn {
@@ -173,7 +60,7 @@ fn bar_chart(doc: &Document, svg: &mut String) -> Drawn {
     let n = bars.len() as f64;
     let mut chart = ChartBuilder::on(&root)
         .margin(12)
-        .x_label_area_size(28)
+        .x_label_area_size(32)
         .y_label_area_size(48)
         .build_cartesian_2d(0.0..n, 0.0..ymax)?;
     let names: Vec<String> = bars.iter().map(|b| b.0.to_owned()).collect();
@@ -190,6 +77,8 @@ fn bar_chart(doc: &Document, svg: &mut String) -> Drawn {
             }
         })
         .y_desc("GPUs")
+        .label_style(("sans-serif", 17))
+        .axis_desc_style(("sans-serif", 17))
         .light_line_style(RGBColor(238, 238, 238))
         .draw()?;
     for (i, (_, v, color)) in bars.iter().enumerate() {
@@ -199,10 +88,17 @@ fn bar_chart(doc: &Document, svg: &mut String) -> Drawn {
                 [(x + 0.2, 0.0), (x + 0.8, *v)],
                 color.filled(),
             )))?;
+            // The same figure as the numbers above and the table, formatted as they are:
+            // GPU counts as counts, the busy flag's GPU-equivalents with two decimals.
+            let label = if i == 1 {
+                gpus(Some(*v))
+            } else {
+                count(Some(*v))
+            };
             chart.draw_series(std::iter::once(Text::new(
-                format!("{v}"),
-                (x + 0.45, *v + ymax * 0.03),
-                ("sans-serif", 14),
+                label,
+                (x + 0.42, *v + ymax * 0.08),
+                ("sans-serif", 17),
             )))?;
         }
     }
@@ -270,7 +166,8 @@ table{{border-collapse:collapse;font-size:13px}}td,th{{padding:3px 8px;border-bo
 th{{background:#f6f6f6}}td.n{{text-align:right;font-variant-numeric:tabular-nums}}\
 .sim{{background:#c0392b;color:#fff;padding:2px 8px;border-radius:3px;font-weight:bold}}\
 .big{{font-size:28px;font-weight:bold}}.muted{{color:#666;font-size:13px}}\
-.chart svg{{max-width:100%;height:auto}}</style></head><body>"
+.chart svg{{max-width:100%;height:auto}}\
+.legend{{font-size:14px}}.key{{margin-right:18px;white-space:nowrap}}.swatch{{display:inline-block;width:28px;margin-right:6px;vertical-align:middle}}</style></head><body>"
     );
 }
 
@@ -279,7 +176,7 @@ fn header(w: &mut String, doc: &Document) {
     let (f, s) = (&doc.fleet, &doc.source);
     let _ = writeln!(
         w,
-        "<h1>truthscale report{}</h1>\n<p class=\"muted\">{} ({}){} &middot; {} to {} &middot; every {} s{} &middot; {} of {} steps with data &middot; {} {}s on {} &middot; schema {} v{}</p>",
+        "<h1>truthscale report{}</h1>\n<p class=\"muted\">{} ({}){} &middot; {} to {} &middot; every {} s{} &middot; {} of {} steps with data &middot; {} &middot; schema {} v{}</p>",
         if f.simulated {
             " <span class=\"sim\">SIMULATED</span>"
         } else {
@@ -297,9 +194,7 @@ fn header(w: &mut String, doc: &Document) {
         super::step_reading(s),
         f.steps_with_data,
         f.steps,
-        f.workloads,
-        f.workload_unit,
-        esc(f.gpu_model.as_deref().unwrap_or("an unknown model")),
+        esc(&format::scope(f)),
         super::SCHEMA,
         super::SCHEMA_VERSION,
     );
@@ -308,8 +203,7 @@ fn header(w: &mut String, doc: &Document) {
 /// The answers (GPUs needed against allocated), the two charts, the table of
 /// GPU-equivalents, the pooled lower bound and the workloads left out of the packing.
 fn sizing(w: &mut String, doc: &Document) -> anyhow::Result<()> {
-    let mut time_svg = String::new();
-    time_chart(doc, &mut time_svg).map_err(|e| anyhow::anyhow!("drawing the time chart: {e}"))?;
+    let timeline = super::timeline::html(doc)?;
     let mut bar_svg = String::new();
     bar_chart(doc, &mut bar_svg).map_err(|e| anyhow::anyhow!("drawing the bar chart: {e}"))?;
     let z = &doc.fleet.sizing;
@@ -322,10 +216,7 @@ fn sizing(w: &mut String, doc: &Document) -> anyhow::Result<()> {
         count(z.packing.as_ref().map(|p| p.gpus)),
     );
     let _ = writeln!(w, "<div class=\"chart\" id=\"bars\">{bar_svg}</div>");
-    let _ = writeln!(
-        w,
-        "<h2>Demand over time</h2><div class=\"chart\" id=\"timeline\">{time_svg}</div>"
-    );
+    let _ = writeln!(w, "<h2>Demand over time</h2>{timeline}");
     sizing_table(w, z);
     if let Some(b) = &z.pooled_lower_bound {
         let _ = writeln!(
@@ -401,6 +292,13 @@ fn sizing_table(w: &mut String, z: &Sizing) {
 
 /// The co-location candidates, every one.
 fn colocation(w: &mut String, f: &FleetReport) {
+    if f.colocation.is_empty() {
+        let _ = writeln!(
+            w,
+            "<h2>Co-location candidates</h2>\n<p class=\"muted\">None: no two workloads fit one GPU together (their time-aligned p99 saturation and peak memory).</p>"
+        );
+        return;
+    }
     let _ = writeln!(
         w,
         "<h2>Co-location candidates</h2>\n<table><tr><th>workloads</th><th>GPUs freed</th><th>peak memory</th><th>p99 saturation</th><th>sum of p99s</th><th>interleaved</th></tr>"
@@ -507,12 +405,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn escapes_and_segments() {
+    fn escapes() {
         assert_eq!(
             esc("<a href=\"x\">&'"),
             "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
         );
-        let s = segments(&[Some(1.0), None, Some(2.0), Some(3.0)], 0.5);
-        assert_eq!(s, vec![vec![(0.0, 1.0)], vec![(1.0, 2.0), (1.5, 3.0)]]);
     }
 }

@@ -71,11 +71,18 @@ pub(super) fn text(out: &mut impl Write, f: &FleetReport, digits: usize) -> Resu
 pub(super) fn html(h: &mut String, f: &FleetReport, digits: usize) {
     let _ = writeln!(
         h,
-        "<h2>Idle allocated capacity</h2>\n<p class=\"muted\">Idle more than {} of the measured time (busy flag below {}, effective compute below {}, each where measured). truthscale recommends; it changes nothing in the cluster.</p>\n<table><tr><th>workload</th><th>owner</th><th>idle</th><th>measured hours</th><th>idle GPU-hours</th><th>idle for (h)</th><th>memory held</th><th>to suspend it</th></tr>",
+        "<h2>Idle allocated capacity</h2>\n<p class=\"muted\">Idle more than {} of the measured time (busy flag below {}, effective compute below {}, each where measured). truthscale recommends; it changes nothing in the cluster.</p>\n",
         pct(Some(f.idle.idle_share_above)),
         pct(Some(f.idle.busy_below)),
         pct(Some(f.idle.effective_compute_below)),
     );
+    // No table with only its header.
+    if !f.idle.workloads.is_empty() {
+        let _ = writeln!(
+            h,
+            "<table><tr><th>workload</th><th>owner</th><th>idle</th><th>measured hours</th><th>idle GPU-hours</th><th>idle for (h)</th><th>memory held</th><th>to suspend it</th></tr>"
+        );
+    }
     for w in &f.idle.workloads {
         let _ = writeln!(
             h,
@@ -91,7 +98,9 @@ pub(super) fn html(h: &mut String, f: &FleetReport, digits: usize) {
             esc(w.command.as_deref().unwrap_or(""))
         );
     }
-    let _ = writeln!(h, "</table>");
+    if !f.idle.workloads.is_empty() {
+        let _ = writeln!(h, "</table>");
+    }
     let left = f.idle.not_listed;
     let _ = writeln!(
         h,

@@ -20,6 +20,7 @@ pub(crate) mod sections;
 pub(crate) mod showback;
 mod showback_html;
 pub(crate) mod text;
+mod timeline;
 mod waits;
 
 use crate::history::{Family, FeedStats, History, NO_CLUSTER, SampleKind, rfc3339};

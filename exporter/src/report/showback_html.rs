@@ -73,6 +73,8 @@ fn showback_chart(s: &truthscale_core::showback::Showback, svg: &mut String) -> 
             }
         })
         .x_desc("GPU-hours")
+        .label_style(("sans-serif", 17))
+        .axis_desc_style(("sans-serif", 17))
         .light_line_style(RGBColor(238, 238, 238))
         .draw()?;
     for (k, g) in groups.iter().enumerate() {

@@ -115,16 +115,14 @@ fn header(out: &mut impl Write, doc: &Document) -> Result<()> {
     )?;
     writeln!(
         out,
-        "window {} to {}, every {} s{}: {} of {} steps with data; {} {}s on {}",
+        "window {} to {}, every {} s{}: {} of {} steps with data; {}",
         s.start,
         s.end,
         s.step_seconds,
         super::step_reading(s),
         f.steps_with_data,
         f.steps,
-        f.workloads,
-        f.workload_unit,
-        f.gpu_model.as_deref().unwrap_or("an unknown model")
+        format::scope(f)
     )?;
     if f.simulated {
         writeln!(

@@ -102,23 +102,10 @@ pub(super) fn html(h: &mut String, f: &FleetReport, digits: usize) {
         hours(w.judged_gpu_hours, digits),
         esc(&by_cause(&w.starved_gpu_hours, digits))
     );
-    let _ = writeln!(
-        h,
-        "<table><tr><th>workload</th><th>GPU</th><th>starved hours</th><th>share</th><th>mostly</th><th>what to do</th></tr>"
-    );
-    for r in &w.starved {
-        let _ = writeln!(
-            h,
-            "<tr><td>{}</td><td>{}</td><td class=n>{}</td><td class=n>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&r.workload),
-            esc(&r.gpu),
-            hours(r.starved_hours, digits),
-            pct(Some(r.starved_share)),
-            r.main_cause,
-            esc(&r.action)
-        );
+    // No table with only its header: the sentence above says none was starved.
+    if !w.starved.is_empty() {
+        starved_table(h, w, digits);
     }
-    let _ = writeln!(h, "</table>");
     if w.starved_not_listed.workloads > 0 {
         let _ = writeln!(
             h,
@@ -139,4 +126,25 @@ pub(super) fn html(h: &mut String, f: &FleetReport, digits: usize) {
             Cause::CommBound
         );
     }
+}
+
+/// The table of starved workloads, on the page.
+fn starved_table(h: &mut String, w: &Waits, digits: usize) {
+    let _ = writeln!(
+        h,
+        "<table><tr><th>workload</th><th>GPU</th><th>starved hours</th><th>share</th><th>mostly</th><th>what to do</th></tr>"
+    );
+    for r in &w.starved {
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td class=n>{}</td><td class=n>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&r.workload),
+            esc(&r.gpu),
+            hours(r.starved_hours, digits),
+            pct(Some(r.starved_share)),
+            r.main_cause,
+            esc(&r.action)
+        );
+    }
+    let _ = writeln!(h, "</table>");
 }

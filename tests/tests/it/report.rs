@@ -656,7 +656,38 @@ fn report_html_renders_in_chromium() {
     ] {
         assert!(!page.contains(banned), "the page has {banned:?}");
     }
-    assert_eq!(page.matches("<svg").count(), 2, "two inline SVG charts");
+    assert_eq!(
+        page.matches("<svg").count(),
+        3,
+        "three inline SVG charts: the funnel, the bars, the timeline"
+    );
+    // The timeline reads clock time, and its legend is below the plot, not in it.
+    let timeline = &page[page.find("id=\"timeline\"").expect("the timeline")..];
+    let svg_end = timeline.find("</svg>").unwrap();
+    assert!(
+        timeline[..svg_end].contains("time (UTC)"),
+        "clock-time axis"
+    );
+    assert!(
+        timeline[svg_end + "</svg>".len()..]
+            .trim_start()
+            .starts_with("</div><p class=\"legend\">"),
+        "the legend follows the plot"
+    );
+    assert!(
+        !timeline[..svg_end].contains("compute demand"),
+        "no legend drawn over the plot"
+    );
+    // Readable type: no text in the charts under 13.5 px.
+    for size in page.match_indices("font-size=\"").map(|(i, _)| {
+        let rest = &page[i + 11..];
+        rest[..rest.find('"').unwrap()]
+            .trim_end_matches("px")
+            .parse::<f64>()
+            .unwrap()
+    }) {
+        assert!(size >= 13.5, "chart text of {size} px");
+    }
     assert!(page.contains("id=\"pooled\">4<") && page.contains("id=\"packed\">5<"));
 
     let url = format!("file://{html_s}");
@@ -672,7 +703,14 @@ fn report_html_renders_in_chromium() {
     }
     // The charts' colours: the compute-demand line (blue), the packed bar and line (red),
     // the pooled bound (green), the busy-flag line and bar (orange).
-    let colors = [(41, 128, 185), (192, 57, 43), (39, 174, 96), (230, 126, 34)];
+    // The allocated line (grey, widest, drawn first) shows under the others.
+    let colors = [
+        (41, 128, 185),
+        (192, 57, 43),
+        (39, 174, 96),
+        (230, 126, 34),
+        (170, 170, 170),
+    ];
     let counts = pixel_counts(&png, &colors);
     eprintln!("report_html_renders_in_chromium: chart pixels {counts:?}");
     for (c, n) in colors.iter().zip(&counts) {
@@ -683,7 +721,7 @@ fn report_html_renders_in_chromium() {
     assert!(dom.contains("SIMULATED"), "no SIMULATED badge");
     assert!(dom.contains("GPUs needed vs allocated"));
     assert!(dom.contains("alt/a + alt/b + dev/notebook"));
-    assert_eq!(dom.matches("<svg").count(), 2);
+    assert_eq!(dom.matches("<svg").count(), 3);
 }
 
 #[test]
