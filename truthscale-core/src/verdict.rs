@@ -528,8 +528,11 @@ fn unavailable_action(health: HealthReason) -> &'static str {
         HealthReason::RowRemapPending => {
             "drain the GPU and reset it (nvidia-smi -r) to apply the pending row remap"
         }
-        HealthReason::RowRemapFailed => {
+        HealthReason::RowRemapFailed | HealthReason::MemoryUnrepairable => {
             "drain the GPU and have it serviced: its memory cannot be repaired in the field"
+        }
+        HealthReason::FabricUnhealthy => {
+            "drain the GPU and check its NVLink fabric (the fabric manager, NVSwitches, links)"
         }
         HealthReason::RecoveryAction(2.0) => "drain the node and reboot it, as the driver asks",
         _ => {
@@ -806,6 +809,31 @@ mod tests {
             ..VerdictInputs::default()
         };
         assert_eq!(decide(&i, &cfg).verdict, Verdict::Unavailable);
+        // Unrepairable memory and an unhealthy fabric each name what to do.
+        for (state, action) in [
+            (
+                crate::health::HealthInputs {
+                    memory_unrepairable: Some(1.0),
+                    ..Default::default()
+                },
+                "have it serviced",
+            ),
+            (
+                crate::health::HealthInputs {
+                    fabric_health: Some(2.0),
+                    ..Default::default()
+                },
+                "check its NVLink fabric",
+            ),
+        ] {
+            let i = VerdictInputs {
+                health: crate::health::classify(&state, &cfg.health),
+                ..inputs(0.5, 0.5, 0.5)
+            };
+            let r = decide(&i, &cfg);
+            assert_eq!(r.verdict, Verdict::Unavailable);
+            assert!(r.action.contains(action), "{r:?}");
+        }
         // A degraded or ok GPU is judged as before.
         let degraded = crate::health::classify(
             &crate::health::HealthInputs {
