@@ -157,6 +157,7 @@ impl GpuView {
                 // The levels only: a view has one window, so no rise.
                 health: truthscale_core::health::classify(
                     &truthscale_core::health::HealthInputs::from_readings(&self.readings),
+                    &cfg.health,
                 ),
             },
             cfg,

@@ -551,11 +551,15 @@ metrics! {
     GPU_STARVED_SECONDS / Gpu::GpuStarvedSeconds = "truthscale_gpu_starved_seconds_total", Counter, ["cause"], counter("truthscale.gpu.starved.time", "s"), None,
         "Seconds judged starved (busy flag high, roofline saturation low), by the cause decided for each window, in rule order: cpu_throttled, cpu_contended, io_stalled, host_to_device, launch_bound, comm_bound, else unknown (docs/verdicts.md). Summed over cause: the starved seconds. Only for entities whose windows were judged.";
     GPU_HEALTH / Gpu::GpuHealth = "truthscale_gpu_health", Gauge, ["state"], updown(sm::HW_STATUS, "1"), None,
-        "The health of the last window (1) and the others (0): unavailable (a row remap pending or failed, a recovery action asked for, a fatal XID, a double-bit ECC error), degraded (single-bit ECC errors or power/thermal violation time rose in the window), else ok; absent where none of the health fields was read (see docs/verdicts.md).";
+        "The health of the last window (1) and the others (0): unavailable (a row remap pending or failed, unrepairable memory, a recovery action asked for, a fatal XID last or counted in dcgm-exporter's window, an unhealthy fabric, a double-bit ECC error), degraded (single-bit ECC errors rose in the window, the clocks were held down by power or temperature for verdict.health.degraded_violation_share of it or more, or the fabric has limited capacity), else ok; absent where none of the health fields was read (see docs/verdicts.md).";
     GPU_UNAVAILABLE_SECONDS / Gpu::GpuUnavailableSeconds = "truthscale_gpu_unavailable_seconds_total", Counter, [], counter("truthscale.gpu.unavailable.time", "s"), None,
         "Seconds judged unavailable (verdict unavailable): GPU time that could take no work, counted apart from idle and busy. Only for entities whose windows were judged.";
     GPU_XID_LAST / Gpu::GpuXidLast = "truthscale_gpu_xid_last", Gauge, [], gauge("truthscale.gpu.xid.last", "1"), raw(Field::XidLast, 1.0),
-        "The last XID error the driver reported (DCGM 230), 0 for none; 48, 79, 94, 95, 119 and 120 make the GPU unavailable.";
+        "The last XID error the driver reported (DCGM 230, NVML's critical-XID events), 0 for none; 48, 79, 94, 95, 119 and 120 make the GPU unavailable.";
+    GPU_XID_WINDOW_ERRORS / Gpu::GpuXidWindowErrors = "truthscale_gpu_xid_window_errors", Gauge, [], gauge("truthscale.gpu.xid.window_errors", "{error}"), raw(Field::XidWindowErrors, 1.0),
+        "XID errors dcgm-exporter counted in its own window (DCGM_EXP_XID_ERRORS_COUNT summed over xid; the window is its --xid-count-window-size, 5 minutes by default). Per XID, read dcgm-exporter's own series.";
+    GPU_XID_WINDOW_FATAL / Gpu::GpuXidWindowFatal = "truthscale_gpu_xid_window_fatal", Gauge, [], gauge("truthscale.gpu.xid.window_fatal", "1"), raw(Field::XidWindowFatal, 1.0),
+        "A fatal XID (48, 79, 94, 95, 119, 120) dcgm-exporter counted in its own window, the one counted most (the lowest on a tie), 0 for none: not 0 makes the GPU unavailable.";
     GPU_ECC_ERRORS / Gpu::GpuEccErrors = "truthscale_gpu_ecc_errors_total", Counter, ["kind", "scope"], counter(sm::HW_ERRORS, "{error}"), None,
         "ECC errors as the device counts them: kind=sbe (single-bit, corrected) or dbe (double-bit, uncorrected); scope=volatile since the driver loaded (DCGM 310/311, NVML), aggregate over the device's life (DBE only, DCGM 313). Resets with the driver.";
     GPU_ROW_REMAP_PENDING / Gpu::GpuRowRemapPending = "truthscale_gpu_row_remap_pending", Gauge, [], gauge("truthscale.gpu.row_remap.pending", "1"), raw(Field::RowRemapPending, 1.0),
@@ -565,9 +569,15 @@ metrics! {
     GPU_ROW_REMAP_UNCORRECTABLE / Gpu::GpuRowRemapUncorrectable = "truthscale_gpu_row_remap_uncorrectable_rows", Gauge, [], gauge("truthscale.gpu.row_remap.uncorrectable", "{row}"), raw(Field::RowRemapUncorrectable, 1.0),
         "Rows remapped for uncorrectable memory errors (DCGM 393, NVML remapped rows).";
     GPU_RECOVERY_ACTION / Gpu::GpuRecoveryAction = "truthscale_gpu_recovery_action", Gauge, [], gauge("truthscale.gpu.recovery_action", "1"), raw(Field::RecoveryAction, 1.0),
-        "The recovery the driver asks for (DCGM 1523): 0 none, 1 GPU reset, 2 node reboot, 3 drain peer-to-peer, 4 drain and reset; not 0 makes the GPU unavailable.";
+        "The recovery the driver asks for (DCGM 1523, NVML field value): 0 none, 1 GPU reset, 2 node reboot, 3 drain peer-to-peer, 4 drain and reset; not 0 makes the GPU unavailable.";
+    GPU_MEMORY_UNREPAIRABLE / Gpu::GpuMemoryUnrepairable = "truthscale_gpu_memory_unrepairable", Gauge, [], gauge("truthscale.gpu.memory.unrepairable", "1"), raw(Field::MemoryUnrepairable, 1.0),
+        "1 when the driver flags the GPU's memory unrepairable (DCGM 1507), else 0: the GPU is unavailable.";
+    GPU_FABRIC_HEALTH_SUMMARY / Gpu::GpuFabricHealthSummary = "truthscale_gpu_fabric_health_summary", Gauge, [], gauge("truthscale.gpu.fabric.health_summary", "1"), raw(Field::FabricHealthSummary, 1.0),
+        "The GPU fabric's health summary (DCGM 175): 0 not supported, 1 healthy, 2 unhealthy (the GPU is unavailable), 3 limited capacity (degraded).";
     GPU_CLOCK_VIOLATION_SECONDS / Gpu::GpuClockViolationSeconds = "truthscale_gpu_clock_violation_seconds_total", Counter, ["reason"], counter("truthscale.gpu.clock_violation.time", "s"), None,
-        "Time the clocks were held down, as the device counts it since the driver loaded: reason=power (DCGM 240) or thermal (DCGM 241, NVML violation status). A rise in a window makes the GPU degraded.";
+        "Time the clocks were held down, as the device counts it since the driver loaded: reason=power (DCGM 240) or thermal (DCGM 241, NVML violation status). A rise of verdict.health.degraded_violation_share of a window or more makes the GPU degraded.";
+    GPU_CLOCK_EVENT_SECONDS / Gpu::GpuClockEventSeconds = "truthscale_gpu_clock_event_seconds_total", Counter, ["reason"], counter("truthscale.gpu.clock_event.time", "s"), None,
+        "Time the clocks were slowed, by clock-event reason, as the device counts it since the driver loaded (DCGM 1420-1424, NVML field values): reason=sw_power_cap, sync_boost, sw_thermal, hw_thermal, hw_power_brake. Reasons overlap (and overlap truthscale_gpu_clock_violation_seconds_total): do not sum them. Where the violation times are not read, the power and thermal reasons (not sync_boost) decide degraded.";
     GPU_PCIE_RECEIVE / Gpu::GpuPcieReceive = "truthscale_gpu_pcie_receive_bytes_per_second", Gauge, [], gauge("truthscale.gpu.pcie.receive.rate", "By/s"), raw(Field::PcieRxBytesPerSec, 1.0),
         "PCIe receive (host to device) over the last window, as the source measures it (DCGM 1010/1092, NVML GPM).";
     GPU_PCIE_TRANSMIT / Gpu::GpuPcieTransmit = "truthscale_gpu_pcie_transmit_bytes_per_second", Gauge, [], gauge("truthscale.gpu.pcie.transmit.rate", "By/s"), raw(Field::PcieTxBytesPerSec, 1.0),

@@ -381,6 +381,11 @@ pub const MAX_XID: f64 = 65_535.0;
 pub const MAX_REMAPPED_ROWS: f64 = 1_000_000.0;
 /// A recovery-action code above this is not a reading (NVML defines 0 to 4).
 pub const MAX_RECOVERY_ACTION: f64 = 255.0;
+/// More XIDs than this counted in one window of the source is not a reading.
+pub const MAX_XID_WINDOW_ERRORS: f64 = 1e9;
+/// A fabric health summary above this is not a reading (NVML defines 0 to 3; room is left
+/// for values a newer driver adds).
+pub const MAX_FABRIC_HEALTH_SUMMARY: f64 = 255.0;
 /// A CPU limit above this many CPUs is not a reading (Linux supports at most 8192 CPUs).
 pub const MAX_CPU_LIMIT_CORES: f64 = 8192.0;
 
@@ -429,6 +434,10 @@ const CLEAN_MAX: [f64; Field::COUNT] = {
     t[Field::RowRemapFailed as usize] = 1.0;
     t[Field::RowRemapUncorrectable as usize] = MAX_REMAPPED_ROWS;
     t[Field::RecoveryAction as usize] = MAX_RECOVERY_ACTION;
+    t[Field::XidWindowFatal as usize] = MAX_XID;
+    t[Field::XidWindowErrors as usize] = MAX_XID_WINDOW_ERRORS;
+    t[Field::MemoryUnrepairable as usize] = 1.0;
+    t[Field::FabricHealthSummary as usize] = MAX_FABRIC_HEALTH_SUMMARY;
     // A cumulative counter counts up to the INT64 blanks.
     let mut i = 0;
     while i < Field::COUNT {

@@ -347,7 +347,7 @@ fields! {
     Fp16CyclesActive => "fp16_cycles_active_total",
     /// The last XID error the driver reported (DCGM field 230, `DCGM_FI_DEV_XID_ERRORS`,
     /// `DCGM_FI_DEV_XID_ERROR` from DCGM 4.6): its code, 0 for none. NVML reports XIDs only as
-    /// events (`nvmlEventSetWait`), which truthscale does not read.
+    /// events (`nvmlEventSetWait`): the NVML source reads the last one it was told of.
     XidLast => "xid_last",
     /// Single-bit (corrected) ECC errors since the driver loaded (DCGM field 310,
     /// `DCGM_FI_DEV_ECC_SBE_VOL_TOTAL`; NVML `nvmlDeviceGetTotalEccErrors`, corrected,
@@ -384,6 +384,37 @@ fields! {
     /// (DCGM field 241, `DCGM_FI_DEV_THERMAL_VIOLATION`; NVML `nvmlDeviceGetViolationStatus`,
     /// `NVML_PERF_POLICY_THERMAL`). An INT64 counter.
     ThermalViolationNs => "thermal_violation_ns_total",
+    /// Time the clocks were held down by the software power cap since the driver loaded, in
+    /// nanoseconds (DCGM field 1420, `DCGM_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP_NS`; NVML
+    /// field `NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP`). An INT64 counter.
+    ClockEventSwPowerCapNs => "clock_event_sw_power_cap_ns_total",
+    /// Time the clocks were held to the slowest of their sync-boost group, in nanoseconds
+    /// (DCGM field 1421, `…_SYNC_BOOST_NS`; NVML `…_SYNC_BOOST`). An INT64 counter.
+    ClockEventSyncBoostNs => "clock_event_sync_boost_ns_total",
+    /// Time the clocks were held down to keep the GPU and memory under their operating
+    /// temperatures, in nanoseconds (DCGM field 1422, `…_SW_THERM_SLOWDOWN_NS`; NVML
+    /// `…_SW_THERM_SLOWDOWN`). An INT64 counter.
+    ClockEventSwThermalNs => "clock_event_sw_thermal_ns_total",
+    /// Time the hardware slowed the clocks for temperature, in nanoseconds (DCGM field 1423,
+    /// `…_HW_THERM_SLOWDOWN_NS`; NVML `…_HW_THERM_SLOWDOWN`). An INT64 counter.
+    ClockEventHwThermalNs => "clock_event_hw_thermal_ns_total",
+    /// Time the hardware power brake slowed the clocks, in nanoseconds (DCGM field 1424,
+    /// `…_HW_POWER_BRAKE_SLOWDOWN_NS`; NVML `…_HW_POWER_BRAKE_SLOWDOWN`). An INT64 counter.
+    ClockEventHwPowerBrakeNs => "clock_event_hw_power_brake_ns_total",
+    /// XID errors the source counted in its own window, all XIDs together (dcgm-exporter's
+    /// `DCGM_EXP_XID_ERRORS_COUNT{xid,window_size_in_ms}`, summed over `xid`).
+    XidWindowErrors => "xid_window_errors",
+    /// A fatal XID ([`crate::health::FATAL_XIDS`]) the source counted in its own window: the
+    /// one counted most (the lowest on a tie), 0 for none (from
+    /// `DCGM_EXP_XID_ERRORS_COUNT`).
+    XidWindowFatal => "xid_window_fatal",
+    /// The GPU's memory cannot be repaired in the field: 1, else 0 (DCGM field 1507,
+    /// `DCGM_FI_DEV_MEMORY_UNREPAIRABLE_FLAG`, `DCGM_FI_DEV_MEMORY_UNREPAIRABLE` from DCGM 4.6).
+    MemoryUnrepairable => "memory_unrepairable",
+    /// The GPU fabric's health summary (DCGM field 175, `DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY`,
+    /// NVML's `NVML_GPU_FABRIC_HEALTH_SUMMARY_*`): 0 not supported, 1 healthy, 2 unhealthy,
+    /// 3 limited capacity.
+    FabricHealthSummary => "fabric_health_summary",
 }
 
 impl Field {
@@ -431,7 +462,33 @@ impl Field {
                     | Field::EccDbeAggregate
                     | Field::PowerViolationNs
                     | Field::ThermalViolationNs
+                    | Field::ClockEventSwPowerCapNs
+                    | Field::ClockEventSyncBoostNs
+                    | Field::ClockEventSwThermalNs
+                    | Field::ClockEventHwThermalNs
+                    | Field::ClockEventHwPowerBrakeNs
             )
+    }
+
+    /// Whether the field is a health level: a code or a flag whose non-zero value says
+    /// something is wrong (the last XID, a fatal XID and the XIDs counted in the source's
+    /// window, row remap pending, failed and rows, unrepairable memory, the recovery action,
+    /// the fabric's health summary). A summary of several readings keeps their largest, so
+    /// that one unhealthy reading is never averaged away.
+    #[must_use]
+    pub const fn is_health_level(self) -> bool {
+        matches!(
+            self,
+            Field::XidLast
+                | Field::XidWindowErrors
+                | Field::XidWindowFatal
+                | Field::RowRemapPending
+                | Field::RowRemapFailed
+                | Field::RowRemapUncorrectable
+                | Field::MemoryUnrepairable
+                | Field::RecoveryAction
+                | Field::FabricHealthSummary
+        )
     }
 
     /// Whether the field is a 0..1 fraction.

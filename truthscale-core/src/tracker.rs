@@ -455,9 +455,10 @@ struct EntityState {
     last_clock_mhz: Option<f64>,
     /// The cumulative cycle counters between windows.
     cycles: CycleCounters,
-    /// The single-bit ECC total and the power plus thermal violation time at the entity's
-    /// previous reading of each: what the window's health rises are taken from.
-    last_health_counters: (Option<f64>, Option<f64>),
+    /// The single-bit ECC total, and the power plus thermal violation time with the time it
+    /// was read, at the entity's previous reading of each: what the window's health rises
+    /// are taken from.
+    last_health_counters: (Option<f64>, Option<(f64, Timestamp)>),
     /// Whether the current window's activity came from the cycle counters.
     activity_from_counters: bool,
     ceiling_saturation: CeilingTracker,
@@ -1001,7 +1002,7 @@ impl Deriver {
             state
                 .cycles
                 .derive(&mut state.window.readings, &e.id, diags);
-        state.judge_health(&e.id, diags);
+        state.judge_health(&e.id, &self.verdict.health, taken, diags);
         let energy_power = state.count_energy(taken, e, diags);
         state.last_taken = taken;
         state.mean_clock(e.sm_clock_is_point, first);
@@ -1132,30 +1133,37 @@ impl EntityState {
     }
 
     /// The window's health ([`health::classify`]): its levels, and the rises of the
-    /// single-bit ECC total and the violation time since their previous readings. After a
-    /// fatal XID the window's profiling readings are not trusted: they are blanked, with a
-    /// diagnostic, so that no effective compute comes from the window.
+    /// single-bit ECC total and the violation time since their previous readings, the
+    /// violation time as a share of the window that ends at `taken`. After a fatal XID the
+    /// window's profiling readings are not trusted: they are blanked, with a diagnostic, so
+    /// that no effective compute comes from the window.
     #[inline]
-    fn judge_health(&mut self, id: &EntityId, diags: &mut Vec<Diagnostic>) {
+    fn judge_health(
+        &mut self,
+        id: &EntityId,
+        cfg: &health::HealthConfig,
+        taken: Timestamp,
+        diags: &mut Vec<Diagnostic>,
+    ) {
         let r = &mut self.window.readings;
         let sbe = r.value(Field::EccSbeVolatile);
-        let violation = match (
-            r.value(Field::PowerViolationNs),
-            r.value(Field::ThermalViolationNs),
-        ) {
-            (None, None) => None,
-            (p, t) => Some(p.unwrap_or(0.0) + t.unwrap_or(0.0)),
-        };
+        let violation = health::violation_ns(r);
         let (last_sbe, last_violation) = self.last_health_counters;
         // A counter's first reading (or its first after a drop) says nothing rose in the
-        // window: what it counted came before.
+        // window: what it counted came before. The violation time's rise is a share of the
+        // time since its previous reading (a blank in between widens both).
         let inputs = HealthInputs {
             sbe_rise: health::rise(last_sbe, sbe).or(sbe.map(|_| 0.0)),
-            violation_rise_ns: health::rise(last_violation, violation).or(violation.map(|_| 0.0)),
+            violation_rise_ns: health::rise(last_violation.map(|v| v.0), violation)
+                .or(violation.map(|_| 0.0)),
+            window_seconds: last_violation.map(|(_, at)| taken.seconds_since(at)),
             ..HealthInputs::from_readings(r)
         };
-        self.last_health_counters = (sbe.or(last_sbe), violation.or(last_violation));
-        self.window.health = health::classify(&inputs);
+        self.last_health_counters = (
+            sbe.or(last_sbe),
+            violation.map(|v| (v, taken)).or(last_violation),
+        );
+        self.window.health = health::classify(&inputs, cfg);
         if self.window.health.is_some_and(|h| h.profiling_untrusted()) {
             for f in health::PROFILING_FIELDS {
                 if r.value(f).is_some() {
@@ -1765,6 +1773,50 @@ pub(crate) mod tests {
                     && g.field == Some(Field::TensorActive))
         );
         assert!(w.totals.verdict_seconds[crate::verdict::Verdict::Unavailable.index()] > 0.0);
+    }
+
+    #[test]
+    fn violation_time_degrades_a_window_from_its_share_of_the_time_since_the_last_reading() {
+        use crate::health::Health;
+        let mut d = Deriver::new(DeriveConfig::default(), Some(10.0));
+        let health = |d: &mut Deriver, t: i64, r: &[(Field, f64)]| {
+            d.observe(&sample(t, r)).windows[0].health.map(|h| h.health)
+        };
+        let at = |power: f64, thermal: f64| {
+            [
+                (Field::ReportedUtil, 1.0),
+                (Field::PowerViolationNs, power),
+                (Field::ThermalViolationNs, thermal),
+            ]
+        };
+        assert_eq!(health(&mut d, 0, &at(0.0, 0.0)), Some(Health::Ok));
+        // 1 ms held down in 10 s (0.0001 of it): ok.
+        assert_eq!(health(&mut d, 10_000, &at(1e6, 0.0)), Some(Health::Ok));
+        // 0.3 s power + 0.3 s thermal in 10 s: 0.06, over the default 0.05: degraded.
+        assert_eq!(
+            health(&mut d, 20_000, &at(3.01e8, 3e8)),
+            Some(Health::Degraded)
+        );
+        // A blank window, then 0.8 s more over the 20 s since the last reading: 0.04, ok.
+        let blank = [(Field::ReportedUtil, 1.0)];
+        assert_eq!(health(&mut d, 30_000, &blank), None);
+        assert_eq!(health(&mut d, 40_000, &at(1.101e9, 3e8)), Some(Health::Ok));
+        // Only the clock-event reasons read (a DCGM 4.x capture without 240/241): 0.7 s of
+        // hardware slowdown in 10 s is degraded, 9 s of sync boost is not a cap.
+        let mut d = Deriver::new(DeriveConfig::default(), Some(10.0));
+        let events = |hw: f64, sync: f64| {
+            [
+                (Field::ReportedUtil, 1.0),
+                (Field::ClockEventHwThermalNs, hw),
+                (Field::ClockEventSyncBoostNs, sync),
+            ]
+        };
+        assert_eq!(health(&mut d, 0, &events(0.0, 0.0)), Some(Health::Ok));
+        assert_eq!(health(&mut d, 10_000, &events(0.0, 9e9)), Some(Health::Ok));
+        assert_eq!(
+            health(&mut d, 20_000, &events(7e8, 9e9)),
+            Some(Health::Degraded)
+        );
     }
 
     /// Feed `values` as consecutive 1 s windows ending at `start + 1`, `start + 2`, … s.

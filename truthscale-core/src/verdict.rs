@@ -106,6 +106,8 @@ pub struct VerdictConfig {
     pub causes: CauseConfig,
     /// Which GPUs make one job, and when one of them is its straggler.
     pub stragglers: crate::stragglers::StragglerConfig,
+    /// The health rules' settings.
+    pub health: crate::health::HealthConfig,
 }
 
 impl Default for VerdictConfig {
@@ -118,6 +120,7 @@ impl Default for VerdictConfig {
             queued_min: 1.0,
             causes: CauseConfig::default(),
             stragglers: crate::stragglers::StragglerConfig::default(),
+            health: crate::health::HealthConfig::default(),
         }
     }
 }
@@ -144,7 +147,8 @@ impl VerdictConfig {
         let own = c.finish();
         let of_causes = self.causes.validate(&format!("{prefix}causes."));
         let of_stragglers = self.stragglers.validate(&format!("{prefix}stragglers."));
-        let problems: Vec<_> = [own, of_causes, of_stragglers]
+        let of_health = self.health.validate(&format!("{prefix}health."));
+        let problems: Vec<_> = [own, of_causes, of_stragglers, of_health]
             .into_iter()
             .filter_map(Result::err)
             .flatten()
@@ -524,8 +528,11 @@ fn unavailable_action(health: HealthReason) -> &'static str {
         HealthReason::RowRemapPending => {
             "drain the GPU and reset it (nvidia-smi -r) to apply the pending row remap"
         }
-        HealthReason::RowRemapFailed => {
+        HealthReason::RowRemapFailed | HealthReason::MemoryUnrepairable => {
             "drain the GPU and have it serviced: its memory cannot be repaired in the field"
+        }
+        HealthReason::FabricUnhealthy => {
+            "drain the GPU and check its NVLink fabric (the fabric manager, NVSwitches, links)"
         }
         HealthReason::RecoveryAction(2.0) => "drain the node and reboot it, as the driver asks",
         _ => {
@@ -779,10 +786,13 @@ mod tests {
     #[test]
     fn an_unavailable_gpu_is_never_idle_nor_busy() {
         let cfg = VerdictConfig::default();
-        let down = crate::health::classify(&crate::health::HealthInputs {
-            row_remap_pending: Some(1.0),
-            ..Default::default()
-        });
+        let down = crate::health::classify(
+            &crate::health::HealthInputs {
+                row_remap_pending: Some(1.0),
+                ..Default::default()
+            },
+            &cfg.health,
+        );
         for (u, t, d) in [(0.0, 0.0, 0.0), (1.0, 0.9, 0.5), (0.99, 0.01, 0.02)] {
             let i = VerdictInputs {
                 health: down,
@@ -799,11 +809,39 @@ mod tests {
             ..VerdictInputs::default()
         };
         assert_eq!(decide(&i, &cfg).verdict, Verdict::Unavailable);
+        // Unrepairable memory and an unhealthy fabric each name what to do.
+        for (state, action) in [
+            (
+                crate::health::HealthInputs {
+                    memory_unrepairable: Some(1.0),
+                    ..Default::default()
+                },
+                "have it serviced",
+            ),
+            (
+                crate::health::HealthInputs {
+                    fabric_health: Some(2.0),
+                    ..Default::default()
+                },
+                "check its NVLink fabric",
+            ),
+        ] {
+            let i = VerdictInputs {
+                health: crate::health::classify(&state, &cfg.health),
+                ..inputs(0.5, 0.5, 0.5)
+            };
+            let r = decide(&i, &cfg);
+            assert_eq!(r.verdict, Verdict::Unavailable);
+            assert!(r.action.contains(action), "{r:?}");
+        }
         // A degraded or ok GPU is judged as before.
-        let degraded = crate::health::classify(&crate::health::HealthInputs {
-            sbe_rise: Some(1.0),
-            ..Default::default()
-        });
+        let degraded = crate::health::classify(
+            &crate::health::HealthInputs {
+                sbe_rise: Some(1.0),
+                ..Default::default()
+            },
+            &cfg.health,
+        );
         let i = VerdictInputs {
             health: degraded,
             ..inputs(0.01, 0.0, 0.0)

@@ -454,6 +454,16 @@ mod tests {
                 // The health levels, so that history decides health by the same rules.
                 (catalog::GPU_XID_LAST.name, Field::XidLast, 1.0),
                 (
+                    catalog::GPU_XID_WINDOW_ERRORS.name,
+                    Field::XidWindowErrors,
+                    1.0
+                ),
+                (
+                    catalog::GPU_XID_WINDOW_FATAL.name,
+                    Field::XidWindowFatal,
+                    1.0
+                ),
+                (
                     catalog::GPU_ROW_REMAP_PENDING.name,
                     Field::RowRemapPending,
                     1.0
@@ -471,6 +481,16 @@ mod tests {
                 (
                     catalog::GPU_RECOVERY_ACTION.name,
                     Field::RecoveryAction,
+                    1.0
+                ),
+                (
+                    catalog::GPU_MEMORY_UNREPAIRABLE.name,
+                    Field::MemoryUnrepairable,
+                    1.0
+                ),
+                (
+                    catalog::GPU_FABRIC_HEALTH_SUMMARY.name,
+                    Field::FabricHealthSummary,
                     1.0
                 ),
                 // What a starved window's cause is decided from, so node mode's history

@@ -119,12 +119,15 @@ pub(super) fn alternation(values: &[String]) -> String {
 pub(crate) enum Summary {
     /// `avg_over_time`: activity ratios, clocks, power, rates.
     Mean,
-    /// `max_over_time`: memory used and total (a step's peak is what must fit).
+    /// `max_over_time`: memory used and total (a step's peak is what must fit), and the
+    /// health levels (a step with one unhealthy reading stays unhealthy,
+    /// [`Field::is_health_level`]).
     Max,
     /// `min_over_time`: dcgm-exporter's free framebuffer (with the peak used, the total).
     Min,
-    /// `last_over_time`: counters (energy: the differences between steps stay exact) and
-    /// bit fields (throttle reasons).
+    /// `last_over_time`: counters (energy, the cycle counters, the ECC totals, the
+    /// violation and clock-event times: the differences between steps stay exact) and bit
+    /// fields (throttle reasons).
     Last,
     /// The upper edge of band `j` of the step's raw samples of an activity ratio
     /// ([`STEP_QUANTILES`]): `quantile_over_time(q, …)`, the top band `max_over_time`; read
@@ -164,9 +167,11 @@ impl Summary {
         match field_of(family, name) {
             Some(f) if f.is_ratio() => (Summary::Mean, true),
             Some(Field::MemUsedBytes | Field::MemTotalBytes) => (Summary::Max, false),
+            // A health level's largest: one unhealthy reading is never averaged away.
+            Some(f) if f.is_health_level() => (Summary::Max, false),
             // Counters: their last value in each step, whose deltas the deriver reads.
             Some(Field::EnergyJoules) | None => (Summary::Last, false),
-            Some(f) if f.is_cycle_counter() => (Summary::Last, false),
+            Some(f) if f.is_int64_counter() => (Summary::Last, false),
             Some(_) => (Summary::Mean, false),
         }
     }
@@ -283,6 +288,58 @@ mod tests {
         assert_eq!(
             dcgm("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
             (Summary::Last, false)
+        );
+        // The health counters (ECC totals, violation and clock-event times, INT64): their
+        // last value, under every name generation.
+        for name in [
+            "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+            "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+            "DCGM_FI_DEV_POWER_VIOLATION",
+            "DCGM_FI_DEV_THERMAL_VIOLATION",
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP_NS",
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST_NS",
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN_NS",
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN_NS",
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN_NS",
+        ] {
+            assert_eq!(dcgm(name), (Summary::Last, false), "{name}");
+        }
+        // The health levels, the exporter's XID counts in its window and truthscale's own
+        // level gauges: the step's largest, so a step with a pending remap stays pending.
+        for name in [
+            "DCGM_FI_DEV_XID_ERRORS",
+            "DCGM_FI_DEV_XID_ERROR",
+            "DCGM_EXP_XID_ERRORS_COUNT",
+            "DCGM_FI_DEV_ROW_REMAP_PENDING",
+            "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+            "DCGM_FI_DEV_ROW_REMAP_FAILED",
+            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+            "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL",
+            "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",
+            "DCGM_FI_DEV_GPU_RECOVERY_ACTION",
+            "DCGM_FI_DEV_MEMORY_UNREPAIRABLE_FLAG",
+            "DCGM_FI_DEV_MEMORY_UNREPAIRABLE",
+            "DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY",
+        ] {
+            assert_eq!(dcgm(name), (Summary::Max, false), "{name}");
+        }
+        for name in [
+            "truthscale_gpu_xid_last",
+            "truthscale_gpu_xid_window_errors",
+            "truthscale_gpu_xid_window_fatal",
+            "truthscale_gpu_row_remap_pending",
+            "truthscale_gpu_row_remap_failed",
+            "truthscale_gpu_row_remap_uncorrectable_rows",
+            "truthscale_gpu_recovery_action",
+            "truthscale_gpu_memory_unrepairable",
+            "truthscale_gpu_fabric_health_summary",
+        ] {
+            assert_eq!(own(name), (Summary::Max, false), "{name}");
+        }
+        assert_eq!(
+            Summary::Max.wrap("DCGM_FI_DEV_ROW_REMAP_PENDING{gpu=\"0\"}", 300_000),
+            "max_over_time(DCGM_FI_DEV_ROW_REMAP_PENDING{gpu=\"0\"}[299999ms])"
         );
         // Other gauges: the mean.
         assert_eq!(dcgm("DCGM_FI_DEV_POWER_USAGE"), (Summary::Mean, false));

@@ -27,6 +27,7 @@ const DRIVER_NOT_LOADED: Ret = sys::nvmlReturn_enum_NVML_ERROR_DRIVER_NOT_LOADED
 const GPU_IS_LOST: Ret = sys::nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST;
 pub(crate) const VERSION_MISMATCH: Ret = sys::nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
 const UNKNOWN: Ret = sys::nvmlReturn_enum_NVML_ERROR_UNKNOWN;
+const TIMEOUT: Ret = sys::nvmlReturn_enum_NVML_ERROR_TIMEOUT;
 
 /// GPM metric names accepted in a scenario, with their NVML ids.
 const GPM_IDS: &[(&str, u32)] = &[
@@ -222,6 +223,19 @@ pub(crate) struct Device {
     /// Thermal violation time in ns (`nvmlDeviceGetViolationStatus`, thermal).
     #[serde(default)]
     thermal_violation_ns: Option<u64>,
+    /// The recovery action the driver asks for (`nvmlDeviceGetFieldValues`,
+    /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`); absent: that field answers `NOT_SUPPORTED`.
+    #[serde(default)]
+    recovery_action: Option<u32>,
+    /// The clock-event reasons' times in ns, by name (`sw_power_cap`, `sync_boost`,
+    /// `sw_thermal`, `hw_thermal`, `hw_power_brake`; field values under NVML 12's ids); a
+    /// reason not listed answers `NOT_SUPPORTED` in its own slot.
+    #[serde(default)]
+    clock_event_ns: BTreeMap<String, u64>,
+    /// Critical XID events, each delivered once to every event set the GPU is registered
+    /// on, from `after_ms` after `nvmlInit_v2`.
+    #[serde(default)]
+    xid_events: Vec<XidEvent>,
     /// GPM; absent: not supported (pre-Hopper).
     #[serde(default)]
     gpm: Option<Gpm>,
@@ -236,6 +250,50 @@ pub(crate) struct Device {
     /// … for this long, then it answers again (default: for ever).
     #[serde(default)]
     lost_for_ms: Option<u64>,
+}
+
+/// One critical XID event.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct XidEvent {
+    xid: u64,
+    #[serde(default)]
+    after_ms: u64,
+}
+
+/// The field values a scenario may give, by NVML 12's field id: the recovery action, and the
+/// clock-event reasons' times by their names in `clock_event_ns`.
+const FIELD_IDS: &[(u32, &str)] = &[
+    (
+        sys::field_id::NVML_FI_DEV_GET_GPU_RECOVERY_ACTION,
+        "recovery_action",
+    ),
+    (
+        sys::field_id::NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP,
+        "sw_power_cap",
+    ),
+    (
+        sys::field_id::NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST,
+        "sync_boost",
+    ),
+    (
+        sys::field_id::NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
+        "sw_thermal",
+    ),
+    (
+        sys::field_id::NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
+        "hw_thermal",
+    ),
+    (
+        sys::field_id::NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
+        "hw_power_brake",
+    ),
+];
+
+/// An event set: each registered GPU with how many of its XID events were delivered.
+#[derive(Debug, Default)]
+struct EventSetState {
+    devices: Vec<(usize, usize)>,
 }
 
 /// The row remapper's answer.
@@ -359,6 +417,8 @@ pub(crate) struct State {
     pub(crate) scenario: Scenario,
     started: Instant,
     devices: Vec<DeviceState>,
+    /// Event sets by handle − 1; `None` once freed.
+    event_sets: Vec<Option<EventSetState>>,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -508,10 +568,21 @@ fn load() -> Result<State, Ret> {
         }
     }
     let devices = vec![DeviceState::default(); scenario.devices.len()];
+    for d in &scenario.devices {
+        if let Some(name) = d
+            .clock_event_ns
+            .keys()
+            .find(|n| !FIELD_IDS.iter().any(|(_, f)| f == n))
+        {
+            eprintln!("fake-nvml: unknown clock-event reason {name:?}");
+            return Err(UNKNOWN);
+        }
+    }
     Ok(State {
         scenario,
         started: Instant::now(),
         devices,
+        event_sets: Vec::new(),
     })
 }
 
@@ -1098,6 +1169,150 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetViolationStatus(
                 )
             },
             _ => NOT_SUPPORTED,
+        }
+    })
+}
+
+/// # Safety
+/// `values` must be valid for `count` entries.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetFieldValues(
+    device: sys::nvmlDevice_t,
+    count: c_int,
+    values: *mut sys::nvmlFieldValue_t,
+) -> Ret {
+    let Ok(n) = usize::try_from(count) else {
+        return INVALID_ARGUMENT;
+    };
+    if values.is_null() || n == 0 {
+        return INVALID_ARGUMENT;
+    }
+    with_device(device, |t, d| {
+        // SAFETY: the caller gave `count` valid entries.
+        let values = unsafe { std::slice::from_raw_parts_mut(values, n) };
+        for v in values {
+            let value = FIELD_IDS
+                .iter()
+                .find(|(id, _)| *id == v.fieldId)
+                .and_then(|(_, name)| match *name {
+                    "recovery_action" => d.recovery_action.map(u64::from),
+                    reason => d.clock_event_ns.get(reason).copied(),
+                })
+                .filter(|_| t.mig.is_none());
+            v.timestamp = now_us() as i64;
+            v.latencyUsec = 0;
+            v.valueType = sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+            match value {
+                Some(x) => {
+                    v.nvmlReturn = SUCCESS;
+                    v.value = sys::nvmlValue_t { ullVal: x };
+                }
+                None => v.nvmlReturn = NOT_SUPPORTED,
+            }
+        }
+        SUCCESS
+    })
+}
+
+/// # Safety
+/// `set` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlEventSetCreate(set: *mut sys::nvmlEventSet_t) -> Ret {
+    with_state(|s| {
+        s.event_sets.push(Some(EventSetState::default()));
+        let handle = s.event_sets.len() as sys::nvmlEventSet_t;
+        // SAFETY: forwarded from the caller.
+        unsafe { put(set, handle) }
+    })
+}
+
+/// The event set a handle names, when it is live.
+fn event_set(
+    sets: &mut [Option<EventSetState>],
+    set: sys::nvmlEventSet_t,
+) -> Option<&mut EventSetState> {
+    let i = (set as usize).checked_sub(1)?;
+    sets.get_mut(i)?.as_mut()
+}
+
+#[unsafe(no_mangle)]
+pub(crate) extern "C" fn nvmlDeviceRegisterEvents(
+    device: sys::nvmlDevice_t,
+    types: c_ulonglong,
+    set: sys::nvmlEventSet_t,
+) -> Ret {
+    with_state(|s| {
+        let t = match s.device(device) {
+            Ok((t, _)) => t,
+            Err(e) => return e,
+        };
+        // Critical XIDs only, on whole GPUs, as the source asks.
+        if t.mig.is_some() || types != c_ulonglong::from(sys::nvmlEventTypeXidCriticalError) {
+            return NOT_SUPPORTED;
+        }
+        match event_set(&mut s.event_sets, set) {
+            Some(es) => {
+                es.devices.push((t.gpu, 0));
+                SUCCESS
+            }
+            None => INVALID_ARGUMENT,
+        }
+    })
+}
+
+/// # Safety
+/// `data` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlEventSetWait_v2(
+    set: sys::nvmlEventSet_t,
+    data: *mut sys::nvmlEventData_t,
+    _timeout_ms: c_uint,
+) -> Ret {
+    with_state(|s| {
+        let elapsed = s.started.elapsed();
+        let devices = &s.scenario.devices;
+        let lost: Vec<bool> = (0..devices.len()).map(|g| s.is_lost(g)).collect();
+        let Some(es) = event_set(&mut s.event_sets, set) else {
+            return INVALID_ARGUMENT;
+        };
+        for (gpu, delivered) in &mut es.devices {
+            if lost[*gpu] {
+                return GPU_IS_LOST;
+            }
+            let Some(e) = devices[*gpu].xid_events.get(*delivered) else {
+                continue;
+            };
+            if elapsed < Duration::from_millis(e.after_ms) {
+                continue;
+            }
+            *delivered += 1;
+            let event = sys::nvmlEventData_t {
+                device: handle_of(*gpu, None),
+                eventType: c_ulonglong::from(sys::nvmlEventTypeXidCriticalError),
+                eventData: e.xid,
+                gpuInstanceId: c_uint::MAX,
+                computeInstanceId: c_uint::MAX,
+            };
+            // SAFETY: forwarded from the caller.
+            return unsafe { put(data, event) };
+        }
+        // Nothing waiting: the fake never sleeps, whatever the timeout.
+        TIMEOUT
+    })
+}
+
+#[unsafe(no_mangle)]
+pub(crate) extern "C" fn nvmlEventSetFree(set: sys::nvmlEventSet_t) -> Ret {
+    with_state(|s| {
+        let Some(slot) = (set as usize)
+            .checked_sub(1)
+            .and_then(|i| s.event_sets.get_mut(i))
+        else {
+            return INVALID_ARGUMENT;
+        };
+        match slot.take() {
+            Some(_) => SUCCESS,
+            None => INVALID_ARGUMENT,
         }
     })
 }

@@ -251,3 +251,112 @@ fn dcgm_health_fields_under_legacy_and_canonical_names_read_the_same() {
     assert_eq!(get("1 truthscale_gpu_xid_last"), Some(0.0));
     assert!(get("1 truthscale_gpu_effective_compute_ratio").is_some());
 }
+
+/// The fake driver's health state common to the NVML tests below: no ECC error, no remap,
+/// no violation time, and `more` merged in.
+fn clean_nvml(more: &Json) -> Json {
+    let mut h = json!({
+        "ecc_sbe_volatile": 0, "ecc_dbe_volatile": 0, "ecc_dbe_aggregate": 0,
+        "row_remap": {},
+        "power_violation_ns": 0, "thermal_violation_ns": 0,
+    });
+    for (k, v) in more.as_object().expect("an object") {
+        h[k] = v.clone();
+    }
+    h
+}
+
+/// NVML's recovery action (a field value), its critical XID events and the clock-event
+/// reasons' times. GPU 0: the driver asks for a GPU reset (recovery action 1). GPU 1: XID 79
+/// arrives 1.5 s after the driver is opened, so its last XID goes from 0 (no XID since the
+/// events were registered) to 79 and it turns unavailable. GPU 2: XID 13 (the
+/// application's) arrives and it stays ok and busy; its clock-event reasons' times are read.
+#[test]
+fn nvml_recovery_action_xid_events_and_clock_event_times() {
+    let dir = TempDir::new("health-nvml-events");
+    let scenario = dir.path().join("scenario.json");
+    let devices = vec![
+        h100(0, &clean_nvml(&json!({ "recovery_action": 1 }))),
+        h100(
+            1,
+            &clean_nvml(&json!({
+                "recovery_action": 0,
+                "xid_events": [{ "xid": 79, "after_ms": 1500 }],
+            })),
+        ),
+        h100(
+            2,
+            &clean_nvml(&json!({
+                "recovery_action": 0,
+                "xid_events": [{ "xid": 13, "after_ms": 0 }],
+                "clock_event_ns": {
+                    "sw_power_cap": 2_500_000_000_u64, "sync_boost": 0,
+                    "sw_thermal": 0, "hw_thermal": 750_000_000, "hw_power_brake": 0,
+                },
+            })),
+        ),
+    ];
+    let text = json!({
+        "_comment": "GPU 0: recovery action 1; GPU 1: XID 79 after 1.5 s; GPU 2: XID 13, and clock-event times.",
+        "devices": devices,
+    })
+    .to_string();
+    std::fs::write(&scenario, text).expect("write the scenario");
+    let s = Sidecar::start(
+        &[
+            "--source",
+            "nvml",
+            "--nvml-library",
+            fake().to_str().expect("a UTF-8 path"),
+            "--interval",
+            "250ms",
+        ],
+        &[(
+            "FAKE_NVML_SCENARIO",
+            scenario.to_str().expect("a UTF-8 path"),
+        )],
+        dir.path(),
+    );
+    // Before XID 79 arrives GPU 1 reads XID 0: registered, nothing yet, busy.
+    let before = s.wait_for(WAIT, "GPU 1 busy with no XID yet", |m| {
+        of(m, 1, "truthscale_gpu_xid_last", &[]) == Some(0.0) && verdict(m, 1, "busy") == Some(1.0)
+    });
+    assert_eq!(health(&before, 1, "ok"), Some(1.0));
+    let m = s.wait_for(WAIT, "XID 79 on GPU 1 and GPU 2 busy", |m| {
+        of(m, 1, "truthscale_gpu_xid_last", &[]) == Some(79.0)
+            && verdict(m, 1, "unavailable") == Some(1.0)
+            && verdict(m, 2, "busy") == Some(1.0)
+    });
+    // GPU 0: the driver asks for a reset.
+    assert_eq!(of(&m, 0, "truthscale_gpu_recovery_action", &[]), Some(1.0));
+    assert_eq!(verdict(&m, 0, "unavailable"), Some(1.0));
+    assert_eq!(health(&m, 0, "unavailable"), Some(1.0));
+    assert_eq!(of(&m, 0, "truthscale_gpu_xid_last", &[]), Some(0.0));
+    // GPU 1: XID 79 (fallen off the bus), unavailable, never busy.
+    assert_eq!(of(&m, 1, "truthscale_gpu_recovery_action", &[]), Some(0.0));
+    assert_eq!(health(&m, 1, "unavailable"), Some(1.0));
+    assert_eq!(verdict(&m, 1, "busy"), Some(0.0));
+    // GPU 2: XID 13 is the application's: ok and busy.
+    assert_eq!(of(&m, 2, "truthscale_gpu_xid_last", &[]), Some(13.0));
+    assert_eq!(health(&m, 2, "ok"), Some(1.0));
+    assert_eq!(verdict(&m, 2, "unavailable"), Some(0.0));
+    // Its clock-event times, ns / 1e9, by reason; GPU 0 reads none (not supported).
+    let event = |gpu, reason| {
+        of(
+            &m,
+            gpu,
+            "truthscale_gpu_clock_event_seconds_total",
+            &[("reason", reason)],
+        )
+    };
+    assert_eq!(event(2, "sw_power_cap"), Some(2.5));
+    assert_eq!(event(2, "hw_thermal"), Some(0.75));
+    assert_eq!(event(2, "sync_boost"), Some(0.0));
+    assert_eq!(event(0, "sw_power_cap"), None);
+    // Unavailable seconds: GPU 0 counts them from its first window, GPU 2 none.
+    assert!(of(&m, 0, "truthscale_gpu_unavailable_seconds_total", &[]).is_some_and(|v| v > 0.0));
+    assert_eq!(
+        of(&m, 2, "truthscale_gpu_unavailable_seconds_total", &[]),
+        Some(0.0)
+    );
+}

@@ -1075,7 +1075,108 @@ fn every_name_generation_in_history_reads_the_same() {
     );
 }
 
-/// What [`fake`] does with one request: wait, then write these bytes (an HTTP answer).
+/// A coarse step summarises the health levels by their largest reading and the health
+/// counters by their last: one 15 s reading of XID 79, of an unhealthy fabric (summary 2) or
+/// of a fatal XID counted by dcgm-exporter, among 5-minute steps of healthy readings, still
+/// makes that step unavailable (a mean, 79 / 20 = 3.95 or 1.05, would be healthy), while a GPU
+/// whose readings are all healthy stays wholly ok.
+#[test]
+fn a_coarse_step_keeps_one_unhealthy_reading() {
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    require_tool_or_return!("/usr/bin/promtool", "prometheus");
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let end = (i64::try_from(now).unwrap() / STEP) * STEP;
+    let points = 240_i64;
+    let t = |i: i64| end - (points - 1 - i) * STEP;
+    // The one unhealthy reading, half way through.
+    let bad = points / 2;
+    let mut fams = Families::new();
+    for (node, name, healthy, unhealthy) in [
+        ("node-a", "DCGM_FI_DEV_XID_ERRORS", 0.0, 79.0),
+        ("node-b", "DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY", 1.0, 2.0),
+        ("node-c", "DCGM_EXP_XID_ERRORS_COUNT", 0.0, 1.0),
+        ("node-d", "DCGM_FI_DEV_XID_ERRORS", 0.0, 0.0),
+    ] {
+        let labels =
+            format!("gpu=\"0\",UUID=\"GPU-{node}\",modelName=\"{H100}\",Hostname=\"{node}\"");
+        for (metric, v) in [
+            ("DCGM_FI_DEV_GPU_UTIL", 100.0),
+            ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 0.6),
+            ("DCGM_FI_PROF_DRAM_ACTIVE", 0.4),
+            ("DCGM_FI_DEV_SM_CLOCK", 1830.0),
+            // A single-bit ECC total that stands still: no rise, never degraded.
+            ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", 5.0),
+        ] {
+            add(
+                &mut fams,
+                metric,
+                &labels,
+                (0..points).map(|i| (t(i), v)).collect(),
+            );
+        }
+        let labels = if name.starts_with("DCGM_EXP") {
+            format!("{labels},xid=\"79\",window_size_in_ms=\"300000\"")
+        } else {
+            labels
+        };
+        let series = (0..points)
+            .map(|i| (t(i), if i == bad { unhealthy } else { healthy }))
+            .collect();
+        add(&mut fams, name, &labels, series);
+    }
+    let mut text = String::new();
+    for (name, series) in &fams {
+        text.push_str(&format!("# TYPE {name} gauge\n"));
+        for (labels, pts) in series {
+            for (t, v) in pts {
+                text.push_str(&format!("{name}{{{labels}}} {v} {t}\n"));
+            }
+        }
+    }
+    text.push_str("# EOF\n");
+    let dir = TempDir::new("history-health");
+    let prom = Prometheus::backfilled(&text, dir.path(), None);
+    let url = prom.url();
+    let run = truthscale(
+        &[
+            "analyze",
+            "--prometheus",
+            &url,
+            "--since",
+            "1h",
+            "--step",
+            "5m",
+            "--json",
+        ],
+        &[],
+    );
+    let v = run.json();
+    let ents = v["entities"].as_array().unwrap();
+    assert_eq!(ents.len(), 4, "one GPU per node: {v:#}");
+    let unavailable = |node: &str| {
+        let e = ents
+            .iter()
+            .find(|e| e["node"] == node)
+            .unwrap_or_else(|| panic!("{node} in {v:#}"));
+        (
+            f(e, "/verdict_fraction/unavailable"),
+            f(e, "/verdict_fraction/busy"),
+        )
+    };
+    // An hour in 5-minute steps: 12 or 13 steps, of which the one holding the reading is
+    // unavailable and the others busy (a window is its step, the first one judged has none).
+    for node in ["node-a", "node-b", "node-c"] {
+        let (u, busy) = unavailable(node);
+        assert!((0.07..=0.1).contains(&u), "{node}: unavailable {u}");
+        near(u + busy, 1.0, 1e-9, node);
+    }
+    assert_eq!(unavailable("node-d"), (0.0, 1.0));
+}
+
+/// What [`fake`] does with one request: wait, then write these bytes (an HTTP answer)./// What [`fake`] does with one request: wait, then write these bytes (an HTTP answer).
 type FakeAnswer = (Duration, Vec<u8>);
 
 /// A Prometheus stand-in on 127.0.0.1, one request per connection, each in a thread of its

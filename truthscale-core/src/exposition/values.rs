@@ -160,11 +160,13 @@ fn health_values<'a>(
                 }
             }
         }
-        GpuMetric::GpuClockViolationSeconds => {
-            for (reason, field) in [
-                ("power", Field::PowerViolationNs),
-                ("thermal", Field::ThermalViolationNs),
-            ] {
+        GpuMetric::GpuClockViolationSeconds | GpuMetric::GpuClockEventSeconds => {
+            let reasons: &[(&str, Field)] = if id == GpuMetric::GpuClockViolationSeconds {
+                &VIOLATION_SERIES
+            } else {
+                &CLOCK_EVENT_SERIES
+            };
+            for &(reason, field) in reasons {
                 if let Some(ns) = r.value(field) {
                     push(vec![("reason", reason)], ns / 1e9);
                 }
@@ -173,6 +175,21 @@ fn health_values<'a>(
         _ => {}
     }
 }
+
+/// The violation-time series: reason and the reading each is.
+const VIOLATION_SERIES: [(&str, Field); 2] = [
+    ("power", Field::PowerViolationNs),
+    ("thermal", Field::ThermalViolationNs),
+];
+
+/// The clock-event time series: reason and the reading each is.
+const CLOCK_EVENT_SERIES: [(&str, Field); 5] = [
+    ("sw_power_cap", Field::ClockEventSwPowerCapNs),
+    ("sync_boost", Field::ClockEventSyncBoostNs),
+    ("sw_thermal", Field::ClockEventSwThermalNs),
+    ("hw_thermal", Field::ClockEventHwThermalNs),
+    ("hw_power_brake", Field::ClockEventHwPowerBrakeNs),
+];
 
 /// The ECC series: kind, scope and the reading each is.
 const ECC_SERIES: [(&str, &str, Field); 3] = [
@@ -325,7 +342,8 @@ fn gpu_values<'a>(
         GpuMetric::GpuHealth
         | GpuMetric::GpuUnavailableSeconds
         | GpuMetric::GpuEccErrors
-        | GpuMetric::GpuClockViolationSeconds => health_values(id, win, push),
+        | GpuMetric::GpuClockViolationSeconds
+        | GpuMetric::GpuClockEventSeconds => health_values(id, win, push),
         GpuMetric::ProcessMemoryUsed | GpuMetric::ProcessSmBusy => {
             for p in win.processes.iter().take(listed) {
                 let v = if id == GpuMetric::ProcessMemoryUsed {

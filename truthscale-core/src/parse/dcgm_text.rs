@@ -121,8 +121,10 @@ const METRICS: &[(&str, Target)] = &[
     ("dcgm_fi_prof_nvlink_tx_bytes_per_second", F(Field::NvlinkTxBytesPerSec, Unit::Same)),
     ("dcgm_fi_prof_nvlink_rx_bytes_per_second", F(Field::NvlinkRxBytesPerSec, Unit::Same)),
     // Health: the last XID (230), ECC totals (310, 311, 313), row remapping (393, 395,
-    // 396), the recovery action (1523) and the violation times (240, 241), under the
-    // legacy names and DCGM 4.6's canonical ones where they differ.
+    // 396), unrepairable memory (1507), the recovery action (1523), the fabric's health
+    // summary (175), the violation times (240, 241) and the clock-event reasons' times
+    // (1420-1424), under the legacy names and DCGM 4.6's canonical ones where they differ;
+    // and dcgm-exporter's own count of each XID in its window.
     ("dcgm_fi_dev_xid_errors",               F(Field::XidLast, Unit::Same)),
     ("dcgm_fi_dev_xid_error",                F(Field::XidLast, Unit::Same)),
     ("dcgm_fi_dev_ecc_sbe_vol_total",        F(Field::EccSbeVolatile, Unit::Count)),
@@ -137,6 +139,15 @@ const METRICS: &[(&str, Target)] = &[
     ("dcgm_fi_dev_gpu_recovery_action",      F(Field::RecoveryAction, Unit::Same)),
     ("dcgm_fi_dev_power_violation",          F(Field::PowerViolationNs, Unit::Count)),
     ("dcgm_fi_dev_thermal_violation",        F(Field::ThermalViolationNs, Unit::Count)),
+    ("dcgm_fi_dev_memory_unrepairable_flag", F(Field::MemoryUnrepairable, Unit::Same)),
+    ("dcgm_fi_dev_memory_unrepairable",      F(Field::MemoryUnrepairable, Unit::Same)),
+    ("dcgm_fi_dev_fabric_health_summary",    F(Field::FabricHealthSummary, Unit::Same)),
+    ("dcgm_fi_dev_clocks_event_reason_sw_power_cap_ns",  F(Field::ClockEventSwPowerCapNs, Unit::Count)),
+    ("dcgm_fi_dev_clocks_event_reason_sync_boost_ns",    F(Field::ClockEventSyncBoostNs, Unit::Count)),
+    ("dcgm_fi_dev_clocks_event_reason_sw_therm_slowdown_ns", F(Field::ClockEventSwThermalNs, Unit::Count)),
+    ("dcgm_fi_dev_clocks_event_reason_hw_therm_slowdown_ns", F(Field::ClockEventHwThermalNs, Unit::Count)),
+    ("dcgm_fi_dev_clocks_event_reason_hw_power_brake_slowdown_ns", F(Field::ClockEventHwPowerBrakeNs, Unit::Count)),
+    ("dcgm_exp_xid_errors_count",            Target::XidCount),
     // DCGM 4.6 cumulative counters (fields 1084-1096, INT64, since boot).
     ("dcgm_fi_prof_sm_cycles_elapsed_total",   F(Field::SmCyclesElapsed, Unit::Count)),
     ("dcgm_fi_prof_sm_cycles_active_total",    F(Field::SmCyclesActive, Unit::Count)),
@@ -367,11 +378,13 @@ impl DcgmTextParser {
 
 /// The metric names this parser maps (lowercase; matched case-insensitively), each with
 /// the field it feeds. `None` is the clock-event reasons bitmask, which is not a field;
-/// free and reserved framebuffer feed the total, an advisory power limit the power limit.
+/// free and reserved framebuffer feed the total, an advisory power limit the power limit,
+/// dcgm-exporter's XID counts the window's XID total (and the fatal XID counted).
 pub fn mapped_metrics() -> impl Iterator<Item = (&'static str, Option<Field>)> {
     METRICS.iter().map(|(name, target)| {
         let field = match target {
             Target::Field(f, _) | Target::LinkSum(f) => Some(*f),
+            Target::XidCount => Some(Field::XidWindowErrors),
             Target::FbFree(_) | Target::FbReserved(_) => Some(Field::MemTotalBytes),
             Target::WeakPowerLimit => Some(Field::PowerLimitWatts),
             Target::Throttles => None,
@@ -450,7 +463,11 @@ impl Scrape {
         };
         if let Some(acc) = self.entities.get_mut(i) {
             fill_attributes(&mut acc.sample.id, id);
-            acc.apply(target, Some(raw));
+            if target == Target::XidCount {
+                acc.count_xid(label_u32(labels, "xid"), raw);
+            } else {
+                acc.apply(target, Some(raw));
+            }
         }
         true
     }
@@ -595,6 +612,14 @@ fn fill_attributes(id: &mut EntityId, other: EntityId) {
     }
 }
 
+/// The value of label `name`, as a number.
+fn label_u32<K: AsRef<str>, V: AsRef<str>>(labels: &[(K, V)], name: &str) -> Option<u32> {
+    labels
+        .iter()
+        .find(|(k, _)| k.as_ref() == name)
+        .and_then(|(_, v)| v.as_ref().trim().parse().ok())
+}
+
 /// The entity a label set names. Empty label values count as absent.
 fn entity_of<K: AsRef<str>, V: AsRef<str>>(labels: &[(K, V)]) -> EntityId {
     let get = |names: &[&str]| {
@@ -705,50 +730,245 @@ mod tests {
         assert_eq!(e.readings.get(Field::PcieLinkWidth), Reading::Blank);
     }
 
+    /// Every health field, once under its legacy name and once under DCGM 4.6's canonical
+    /// one (the same where the rename table keeps it): `(legacy, canonical, value)`.
+    const HEALTH_NAMES: [(&str, &str, &str); 17] = [
+        ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_XID_ERROR", "13"),
+        (
+            "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+            "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+            "3",
+        ),
+        (
+            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+            "0",
+        ),
+        (
+            "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+            "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+            "2",
+        ),
+        (
+            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+            "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL",
+            "1",
+        ),
+        (
+            "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+            "DCGM_FI_DEV_ROW_REMAP_FAILED",
+            "0",
+        ),
+        (
+            "DCGM_FI_DEV_ROW_REMAP_PENDING",
+            "DCGM_FI_DEV_ROW_REMAP_PENDING",
+            "0",
+        ),
+        (
+            "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",
+            "DCGM_FI_DEV_GPU_RECOVERY_ACTION",
+            "0",
+        ),
+        (
+            "DCGM_FI_DEV_MEMORY_UNREPAIRABLE_FLAG",
+            "DCGM_FI_DEV_MEMORY_UNREPAIRABLE",
+            "1",
+        ),
+        (
+            "DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY",
+            "DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY",
+            "1",
+        ),
+        (
+            "DCGM_FI_DEV_POWER_VIOLATION",
+            "DCGM_FI_DEV_POWER_VIOLATION",
+            "281474976710656",
+        ),
+        (
+            "DCGM_FI_DEV_THERMAL_VIOLATION",
+            "DCGM_FI_DEV_THERMAL_VIOLATION",
+            "5000",
+        ),
+        (
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP_NS",
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP_NS",
+            "700",
+        ),
+        (
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST_NS",
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST_NS",
+            "11",
+        ),
+        (
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN_NS",
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN_NS",
+            "22",
+        ),
+        (
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN_NS",
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN_NS",
+            "33",
+        ),
+        (
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN_NS",
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN_NS",
+            "44",
+        ),
+    ];
+
+    /// A scrape of GPU 0 with the health fields under the legacy or the canonical names, each value
+    /// replaced where `with` names the field's legacy name.
+    fn health_scrape(canonical: bool, with: &[(&str, &str)]) -> EntitySample {
+        let mut text = String::new();
+        for (legacy, new, v) in HEALTH_NAMES {
+            let v = with.iter().find(|(n, _)| *n == legacy).map_or(v, |w| w.1);
+            let name = if canonical { new } else { legacy };
+            text.push_str(&format!("{name}{{gpu=\"0\",UUID=\"GPU-a\"}} {v}\n"));
+        }
+        one(&text)
+    }
+
     #[test]
     fn health_fields_under_every_name_read_the_same() {
-        let legacy = one("DCGM_FI_DEV_XID_ERRORS{gpu=\"0\"} 79\n\
-             DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{gpu=\"0\"} 3\n\
-             DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu=\"0\"} 0\n\
-             DCGM_FI_DEV_ECC_DBE_AGG_TOTAL{gpu=\"0\"} 2\n\
-             DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{gpu=\"0\"} 1\n\
-             DCGM_FI_DEV_ROW_REMAP_FAILURE{gpu=\"0\"} 0\n\
-             DCGM_FI_DEV_ROW_REMAP_PENDING{gpu=\"0\"} 1\n\
-             DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION{gpu=\"0\"} 1\n\
-             DCGM_FI_DEV_POWER_VIOLATION{gpu=\"0\"} 281474976710656\n\
-             DCGM_FI_DEV_THERMAL_VIOLATION{gpu=\"0\"} 5000");
-        let canonical = one("DCGM_FI_DEV_XID_ERROR{gpu=\"0\"} 79\n\
-             DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{gpu=\"0\"} 3\n\
-             DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu=\"0\"} 0\n\
-             DCGM_FI_DEV_ECC_DBE_AGG_TOTAL{gpu=\"0\"} 2\n\
-             DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL{gpu=\"0\"} 1\n\
-             DCGM_FI_DEV_ROW_REMAP_FAILED{gpu=\"0\"} 0\n\
-             DCGM_FI_DEV_ROW_REMAP_PENDING{gpu=\"0\"} 1\n\
-             DCGM_FI_DEV_GPU_RECOVERY_ACTION{gpu=\"0\"} 1\n\
-             DCGM_FI_DEV_POWER_VIOLATION{gpu=\"0\"} 281474976710656\n\
-             DCGM_FI_DEV_THERMAL_VIOLATION{gpu=\"0\"} 5000");
+        use crate::health::{self, Health, HealthConfig, HealthInputs, HealthReason};
+        let legacy = health_scrape(false, &[]);
+        let canonical = health_scrape(true, &[]);
         assert_eq!(legacy.readings, canonical.readings);
         let r = &legacy.readings;
         for (f, v) in [
-            (Field::XidLast, 79.0),
+            (Field::XidLast, 13.0),
             (Field::EccSbeVolatile, 3.0),
             (Field::EccDbeVolatile, 0.0),
             (Field::EccDbeAggregate, 2.0),
             (Field::RowRemapUncorrectable, 1.0),
             (Field::RowRemapFailed, 0.0),
-            (Field::RowRemapPending, 1.0),
-            (Field::RecoveryAction, 1.0),
+            (Field::RowRemapPending, 0.0),
+            (Field::RecoveryAction, 0.0),
+            (Field::MemoryUnrepairable, 1.0),
+            (Field::FabricHealthSummary, 1.0),
             // An INT64 counter past 2^47 (the FP64 blank) is a reading.
             (Field::PowerViolationNs, 281_474_976_710_656.0),
             (Field::ThermalViolationNs, 5000.0),
+            (Field::ClockEventSwPowerCapNs, 700.0),
+            (Field::ClockEventSyncBoostNs, 11.0),
+            (Field::ClockEventSwThermalNs, 22.0),
+            (Field::ClockEventHwThermalNs, 33.0),
+            (Field::ClockEventHwPowerBrakeNs, 44.0),
         ] {
             assert_eq!(r.get(f), Reading::Value(v), "{f:?}");
         }
+        // The same verdict under both generations, for each field that decides one: the
+        // unrepairable memory first; then, with it 0, each other rule.
+        let judge = |e: &EntitySample| {
+            health::classify(
+                &HealthInputs::from_readings(&e.readings),
+                &HealthConfig::default(),
+            )
+            .map(|f| (f.health, f.reason))
+        };
+        let unrepairable = Some((Health::Unavailable, HealthReason::MemoryUnrepairable));
+        assert_eq!(judge(&legacy), unrepairable);
+        assert_eq!(judge(&canonical), unrepairable);
+        let repaired = ("DCGM_FI_DEV_MEMORY_UNREPAIRABLE_FLAG", "0");
+        for (field, value, expected) in [
+            (
+                "DCGM_FI_DEV_ROW_REMAP_PENDING",
+                "1",
+                HealthReason::RowRemapPending,
+            ),
+            (
+                "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+                "1",
+                HealthReason::RowRemapFailed,
+            ),
+            (
+                "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",
+                "2",
+                HealthReason::RecoveryAction(2.0),
+            ),
+            (
+                "DCGM_FI_DEV_XID_ERRORS",
+                "79",
+                HealthReason::FatalXid(79, "GPU has fallen off the bus"),
+            ),
+            (
+                "DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY",
+                "2",
+                HealthReason::FabricUnhealthy,
+            ),
+            (
+                "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+                "4",
+                HealthReason::DoubleBitErrors(4.0),
+            ),
+            (
+                "DCGM_FI_DEV_MEMORY_UNREPAIRABLE_FLAG",
+                "0",
+                HealthReason::Clean,
+            ),
+        ] {
+            let with = [repaired, (field, value)];
+            let (l, c) = (health_scrape(false, &with), health_scrape(true, &with));
+            assert_eq!(l.readings, c.readings, "{field}");
+            let health = if expected == HealthReason::Clean {
+                Health::Ok
+            } else {
+                Health::Unavailable
+            };
+            assert_eq!(judge(&l), Some((health, expected)), "{field}");
+            assert_eq!(judge(&c), Some((health, expected)), "{field}");
+        }
         // DCGM's blanks stay blanks.
         let e = one("DCGM_FI_DEV_XID_ERRORS{gpu=\"0\"} 2147483632\n\
-             DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu=\"0\"} 9223372036854775792");
+             DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu=\"0\"} 9223372036854775792\n\
+             DCGM_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN_NS{gpu=\"0\"} 9223372036854775792\n\
+             DCGM_FI_DEV_MEMORY_UNREPAIRABLE{gpu=\"0\"} 2147483632");
         assert_eq!(e.readings.get(Field::XidLast), Reading::Blank);
         assert_eq!(e.readings.get(Field::EccDbeVolatile), Reading::Blank);
+        assert_eq!(e.readings.get(Field::ClockEventHwThermalNs), Reading::Blank);
+        assert_eq!(e.readings.get(Field::MemoryUnrepairable), Reading::Blank);
+    }
+
+    #[test]
+    fn the_exporters_xid_counts_give_the_window_total_and_the_fatal_xid() {
+        let window = "window_size_in_ms=\"300000\"";
+        let e = one(&format!(
+            "DCGM_EXP_XID_ERRORS_COUNT{{gpu=\"0\",UUID=\"GPU-a\",xid=\"13\",{window}}} 5\n\
+             DCGM_EXP_XID_ERRORS_COUNT{{gpu=\"0\",UUID=\"GPU-a\",xid=\"79\",{window}}} 1\n\
+             DCGM_EXP_XID_ERRORS_COUNT{{gpu=\"0\",UUID=\"GPU-a\",xid=\"48\",{window}}} 2\n\
+             DCGM_EXP_XID_ERRORS_COUNT{{gpu=\"0\",UUID=\"GPU-a\",xid=\"94\",{window}}} 2\n\
+             DCGM_FI_DEV_XID_ERRORS{{gpu=\"0\",UUID=\"GPU-a\"}} 13"
+        ));
+        let r = &e.readings;
+        // 5 + 1 + 2 + 2 XIDs; of the fatal ones 48 and 94 were counted most (2 each): the
+        // lower code.
+        assert_eq!(r.get(Field::XidWindowErrors), Reading::Value(10.0));
+        assert_eq!(r.get(Field::XidWindowFatal), Reading::Value(48.0));
+        let f = crate::health::classify(
+            &crate::health::HealthInputs::from_readings(r),
+            &crate::health::HealthConfig::default(),
+        )
+        .unwrap();
+        // The last XID (13) is not fatal; one counted in the window is.
+        assert_eq!(f.health, crate::health::Health::Unavailable);
+        assert_eq!(
+            f.reason,
+            crate::health::HealthReason::FatalXidInWindow(48, "double-bit ECC error")
+        );
+        // Only the application's XIDs, a fatal one counted 0 times, a blank count and an
+        // unnamed XID: the total of the read counts, no fatal XID.
+        let e = one(&format!(
+            "DCGM_EXP_XID_ERRORS_COUNT{{gpu=\"0\",xid=\"13\",{window}}} 3\n\
+             DCGM_EXP_XID_ERRORS_COUNT{{gpu=\"0\",xid=\"79\",{window}}} 0\n\
+             DCGM_EXP_XID_ERRORS_COUNT{{gpu=\"0\",xid=\"95\",{window}}} NaN\n\
+             DCGM_EXP_XID_ERRORS_COUNT{{gpu=\"0\",xid=\"x\",{window}}} 4"
+        ));
+        assert_eq!(e.readings.get(Field::XidWindowErrors), Reading::Value(7.0));
+        assert_eq!(e.readings.get(Field::XidWindowFatal), Reading::Value(0.0));
+        // Without the exporter's counts neither is read.
+        let e = one("DCGM_FI_DEV_XID_ERRORS{gpu=\"0\"} 79");
+        assert_eq!(e.readings.get(Field::XidWindowErrors), Reading::Blank);
+        assert_eq!(e.readings.get(Field::XidWindowFatal), Reading::Blank);
     }
 
     #[test]

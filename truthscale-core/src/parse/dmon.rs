@@ -122,6 +122,11 @@ pub(crate) enum Target {
     /// One link's value of a per-link counter, summed over the GPU's links (one series a
     /// link): a blank link blanks the sum, never a partial total.
     LinkSum(Field),
+    /// One XID's count in the source's window (dcgm-exporter's `DCGM_EXP_XID_ERRORS_COUNT`,
+    /// one series an XID, the code in its `xid` label): summed into
+    /// [`Field::XidWindowErrors`], the fatal one counted most into [`Field::XidWindowFatal`]
+    /// ([`Acc::count_xid`]).
+    XidCount,
 }
 
 use Target::Field as F;
@@ -284,6 +289,9 @@ pub(crate) struct Extra {
     fb_reserved: Option<f64>,
     /// A link of the per-link counter (the NVLink transmit wait, the one read) was blank.
     link_blank: bool,
+    /// The XIDs counted in the source's window, all together, and the fatal one counted
+    /// most with its count (the lowest code on a tie).
+    xids: Option<(f64, Option<(u32, f64)>)>,
 }
 
 impl Acc {
@@ -308,6 +316,28 @@ impl Acc {
     /// convert to a finite number stay blank.
     pub(crate) fn apply(&mut self, target: Target, raw: Option<f64>) {
         self.extra.apply(&mut self.sample, target, raw);
+    }
+
+    /// Add one XID's count in the source's window ([`Target::XidCount`]): `xid` from the
+    /// series' `xid` label (`None`: none, or not a number, which counts to the total only).
+    /// A blank or negative count is left out.
+    pub(crate) fn count_xid(&mut self, xid: Option<u32>, raw: f64) {
+        let Some(n) = dcgm_value(raw).filter(|n| *n >= 0.0) else {
+            return;
+        };
+        let (total, fatal) = self.extra.xids.get_or_insert((0.0, None));
+        *total += n;
+        let Some(x) = xid.filter(|x| n > 0.0 && crate::health::fatal_xid(f64::from(*x)).is_some())
+        else {
+            return;
+        };
+        let better = match *fatal {
+            None => true,
+            Some((code, count)) => n > count || (n == count && x < code),
+        };
+        if better {
+            *fatal = Some((x, n));
+        }
     }
 
     /// The finished sample; the total memory is completed from used + free (+ reserved)
@@ -349,6 +379,8 @@ impl Extra {
                 Some(x) => r.set_value(f, r.value(f).unwrap_or(0.0) + x),
                 None => self.link_blank = true,
             },
+            // Needs the series' `xid` label: [`Acc::count_xid`].
+            Target::XidCount => {}
         }
     }
 
@@ -357,6 +389,13 @@ impl Extra {
         let r = &mut sample.readings;
         if self.link_blank {
             r.set(Field::NvlinkTxWaitTotal, Reading::Blank);
+        }
+        if let Some((total, fatal)) = self.xids {
+            r.set_value(Field::XidWindowErrors, total);
+            r.set_value(
+                Field::XidWindowFatal,
+                fatal.map_or(0.0, |(x, _)| f64::from(x)),
+            );
         }
         if let (Reading::Blank, Some(used), Some(free)) = (
             r.get(Field::MemTotalBytes),

@@ -158,6 +158,9 @@ proptest! {
                 band_mads: next(), min_gap: next(), sustain_seconds: next(),
                 ..Default::default()
             },
+            health: truthscale_core::health::HealthConfig {
+                degraded_violation_share: next(),
+            },
         };
         let all_finite = [cfg.tau_max, cfg.d_max, cfg.kappa_max, cfg.headroom].iter().all(|x| x.is_finite());
         if cfg.validate("derive.").is_ok() {

@@ -272,6 +272,17 @@ fn every_family() -> Vec<GpuEntry> {
                 (Field::RecoveryAction, 0.0),
                 (Field::PowerViolationNs, 1.5e9),
                 (Field::ThermalViolationNs, 0.0),
+                // No XID counted in dcgm-exporter's window, the memory repairable, the
+                // fabric healthy, and the clock-event reasons' times standing still.
+                (Field::XidWindowErrors, 0.0),
+                (Field::XidWindowFatal, 0.0),
+                (Field::MemoryUnrepairable, 0.0),
+                (Field::FabricHealthSummary, 1.0),
+                (Field::ClockEventSwPowerCapNs, 1.5e9),
+                (Field::ClockEventSyncBoostNs, 0.0),
+                (Field::ClockEventSwThermalNs, 0.0),
+                (Field::ClockEventHwThermalNs, 0.0),
+                (Field::ClockEventHwPowerBrakeNs, 0.0),
             ] {
                 shared.set_value(f, v);
             }

@@ -13,7 +13,10 @@ use nvml_wrapper::enum_wrappers::device::{
 };
 use nvml_wrapper::enums::device::SampleValue;
 use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::struct_wrappers::device::FieldValueSample;
+use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
+use nvml_wrapper_sys::bindings::field_id as fid;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 use truthscale_core::model::{
@@ -61,6 +64,39 @@ const VIOLATIONS: [(Field, PerformancePolicy, &str); 2] = [
     ),
 ];
 
+/// The health fields read as NVML field values (`nvmlDeviceGetFieldValues`, one call for
+/// all): the recovery action and the clock-event reasons' times. nvml-wrapper numbers the ids
+/// as NVML 12 does and renumbers them for a driver that moved them (NVML 13 update 1).
+const FIELD_VALUES: [(Field, u32); 6] = [
+    (
+        Field::RecoveryAction,
+        fid::NVML_FI_DEV_GET_GPU_RECOVERY_ACTION,
+    ),
+    (
+        Field::ClockEventSwPowerCapNs,
+        fid::NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP,
+    ),
+    (
+        Field::ClockEventSyncBoostNs,
+        fid::NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST,
+    ),
+    (
+        Field::ClockEventSwThermalNs,
+        fid::NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
+    ),
+    (
+        Field::ClockEventHwThermalNs,
+        fid::NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
+    ),
+    (
+        Field::ClockEventHwPowerBrakeNs,
+        fid::NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
+    ),
+];
+
+/// The call that registers a GPU's critical XID events.
+const REGISTER_XID: &str = "nvmlDeviceRegisterEvents(XID critical error)";
+
 const PCIE_THROUGHPUT: [(Field, PcieUtilCounter, &str); 2] = [
     (
         Field::PcieRxBytesPerSec,
@@ -73,6 +109,21 @@ const PCIE_THROUGHPUT: [(Field, PcieUtilCounter, &str); 2] = [
         "nvmlDeviceGetPcieThroughput(TX)",
     ),
 ];
+
+/// One field value's reading: its number, unsupported where the driver says so for that
+/// field alone, else blank.
+fn field_reading(sample: Result<FieldValueSample, NvmlError>) -> Reading {
+    match sample.map(|s| s.value) {
+        Ok(Ok(v)) => Reading::Value(match v {
+            SampleValue::F64(v) => v,
+            SampleValue::U32(v) => f64::from(v),
+            SampleValue::U64(v) => v as f64,
+            SampleValue::I64(v) => v as f64,
+        }),
+        Ok(Err(e)) | Err(e) if is_unsupported(&e) => Reading::Unsupported,
+        _ => Reading::Blank,
+    }
+}
 
 /// A GPU that fell off the bus is looked for again this often.
 pub(crate) const LOST_RETRY: Duration = Duration::from_secs(10);
@@ -137,6 +188,10 @@ pub(super) struct DevState {
     pub(super) gpm: GpmState,
     pub(super) procs: Processes,
     pub(super) last_keys: Vec<EntityKey>,
+    /// The GPU's critical XID events, once registered.
+    xid_events: Option<raw::XidEvents>,
+    /// The last XID the events told of (0 once registered, before any).
+    xid_last: Option<f64>,
 }
 
 /// The mean of the driver's samples newer than `since_us`, and the newest timestamp; `None`
@@ -194,6 +249,17 @@ impl DevState {
             gpm: GpmState::new(),
             procs: Processes::new(now),
             last_keys: Vec::new(),
+            xid_events: None,
+            xid_last: None,
+        }
+    }
+
+    /// Free what this GPU holds in the driver between ticks: GPM samples and the XID event
+    /// set.
+    pub(super) fn free(&mut self, nvml: &Nvml) {
+        self.gpm.free(nvml);
+        if let Some(set) = self.xid_events.take() {
+            set.free(nvml);
         }
     }
 
@@ -229,7 +295,7 @@ impl DevState {
             "gpu {} ({uuid}): {what}: GPU is lost",
             self.index
         )));
-        self.gpm.free(nvml);
+        self.free(nvml);
         self.ident = None;
         self.last_keys.clear();
         self.retry_at = now + LOST_RETRY;
@@ -520,8 +586,9 @@ impl DevState {
 
     /// The health fields: ECC totals (`nvmlDeviceGetTotalEccErrors`, with ECC on), the row
     /// remapper (`nvmlDeviceGetRemappedRows`, Ampere and newer) and the power and thermal
-    /// violation times (`nvmlDeviceGetViolationStatus`). NVML gives XIDs only as events and
-    /// the recovery action only as a field value: neither is read here.
+    /// violation times (`nvmlDeviceGetViolationStatus`); the recovery action and the
+    /// clock-event reasons' times as field values ([`DevState::field_values`]) and the last XID
+    /// from the critical XID events ([`DevState::xid`]).
     fn health(
         &mut self,
         nvml: &Nvml,
@@ -551,6 +618,81 @@ impl DevState {
         for (field, policy, what) in VIOLATIONS {
             let v = self.call(what, errors, || dev.violation_status(policy))?;
             r.set(field, v.reading(|v| v.violation_time as f64));
+        }
+        self.field_values(dev, r, errors)?;
+        self.xid(nvml, dev, r, errors)
+    }
+
+    /// The [`FIELD_VALUES`], in one `nvmlDeviceGetFieldValues` call: each value, or its own
+    /// error (a field this driver does not know is unsupported alone).
+    fn field_values(
+        &mut self,
+        dev: &Device<'_>,
+        r: &mut Readings,
+        errors: &mut Vec<SourceError>,
+    ) -> Result<(), Lost> {
+        let ids = FIELD_VALUES.map(|(_, id)| FieldId(id));
+        let got = self.call("nvmlDeviceGetFieldValues", errors, || {
+            dev.field_values_for(&ids)
+        })?;
+        match got {
+            Got::Value(samples) => {
+                for ((field, _), sample) in FIELD_VALUES.iter().zip(samples) {
+                    r.set(*field, field_reading(sample));
+                }
+            }
+            Got::Unsupported => {
+                for (field, _) in FIELD_VALUES {
+                    r.set(field, Reading::Unsupported);
+                }
+            }
+            Got::Blank => {}
+        }
+        Ok(())
+    }
+
+    /// The last XID: the GPU's critical XID events, registered on an event set at the first
+    /// tick and polled without waiting at each (`nvmlEventSetWait_v2`, timeout 0). 0 until
+    /// an XID arrives: NVML tells of XIDs after the registration only (as DCGM does of those
+    /// after it started watching). Left blank where the events cannot be registered.
+    fn xid(
+        &mut self,
+        nvml: &Nvml,
+        dev: &Device<'_>,
+        r: &mut Readings,
+        errors: &mut Vec<SourceError>,
+    ) -> Result<(), Lost> {
+        if self.xid_events.is_none() {
+            match self.call(REGISTER_XID, errors, || raw::XidEvents::register(nvml, dev))? {
+                Got::Value(set) => {
+                    self.xid_events = Some(set);
+                    self.xid_last = Some(0.0);
+                }
+                // Not tried again every tick: the error is told once.
+                Got::Blank => {
+                    self.unsupported.insert(REGISTER_XID.to_string());
+                }
+                Got::Unsupported => {}
+            }
+        }
+        let Some(set) = &self.xid_events else {
+            return Ok(());
+        };
+        match set.poll(nvml) {
+            Ok(xids) => {
+                if let Some(&x) = xids.last() {
+                    tracing::warn!(gpu = self.index, xid = x, "NVML: critical XID event.");
+                    self.xid_last = Some(x as f64);
+                }
+            }
+            Err(NvmlError::GpuLost) => return Err(Lost("nvmlEventSetWait_v2".to_string())),
+            Err(e) => {
+                let what = format!("gpu {}: nvmlEventSetWait_v2: {e}", self.index);
+                errors.push(classify(&what, &e));
+            }
+        }
+        if let Some(x) = self.xid_last {
+            r.set_value(Field::XidLast, x);
         }
         Ok(())
     }

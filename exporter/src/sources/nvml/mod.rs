@@ -462,7 +462,7 @@ impl NvmlSource {
 impl Drop for NvmlSource {
     fn drop(&mut self) {
         for d in &mut self.devices {
-            d.gpm.free(&self.nvml);
+            d.free(&self.nvml);
         }
     }
 }

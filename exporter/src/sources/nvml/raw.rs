@@ -9,7 +9,8 @@
 //! `NvmlLib` panic on a missing symbol and are never called.
 //!
 //! [`GpmHandle`] keeps a GPM sample from one tick to the next without borrowing the `Nvml`
-//! that owns it (a `GpmSample<'nvml>` cannot live in the same struct as its `Nvml`).
+//! that owns it (a `GpmSample<'nvml>` cannot live in the same struct as its `Nvml`);
+//! [`XidEvents`] keeps an event set the same way.
 
 #![expect(
     unsafe_code,
@@ -89,6 +90,85 @@ pub(crate) fn remapped_rows(nvml: &Nvml, dev: &Device<'_>) -> Result<RemappedRow
         pending: pending != 0,
         failed: failed != 0,
     })
+}
+
+/// The most events one [`XidEvents::poll`] takes: the set is polled every tick, and a driver
+/// that keeps delivering is not waited on for ever (the rest wait for the next tick).
+const MAX_EVENTS_PER_POLL: usize = 64;
+
+/// An event set registered for one GPU's critical XID events (`nvmlEventTypeXidCriticalError`),
+/// kept between ticks: the raw handle, owned. Free it with [`XidEvents::free`]; one dropped
+/// without it leaks one small allocation in the driver, nothing worse.
+#[derive(Debug)]
+pub(crate) struct XidEvents(sys::nvmlEventSet_t);
+
+// SAFETY: the handle is an opaque pointer owned by exactly one `XidEvents`, used only by the
+// thread that owns it; nvml-wrapper declares `EventSet` (its owner there) `Send` likewise.
+unsafe impl Send for XidEvents {}
+
+impl XidEvents {
+    /// `nvmlEventSetCreate`, then `nvmlDeviceRegisterEvents` of `dev`'s critical XID events
+    /// on the set (freed again when registering fails).
+    ///
+    /// # Errors
+    /// NVML's error, or `FailedToLoadSymbol` on a driver without the functions.
+    pub(crate) fn register(nvml: &Nvml, dev: &Device<'_>) -> Result<XidEvents, NvmlError> {
+        let l = nvml.lib();
+        let create = l.nvmlEventSetCreate.as_ref().map_err(missing)?;
+        let register = l.nvmlDeviceRegisterEvents.as_ref().map_err(missing)?;
+        let free = l.nvmlEventSetFree.as_ref().map_err(missing)?;
+        l.nvmlEventSetWait_v2.as_ref().map_err(missing)?;
+        let mut set: sys::nvmlEventSet_t = std::ptr::null_mut();
+        // SAFETY: `create` comes from the library `nvml` loaded; `set` is a valid out-pointer.
+        nvml_try(unsafe { create(&mut set) })?;
+        let events = std::ffi::c_ulonglong::from(sys::nvmlEventTypeXidCriticalError);
+        // SAFETY: as in `gpu_instance_id`; `set` was just created by this library.
+        if let Err(e) = nvml_try(unsafe { register(dev.handle(), events, set) }) {
+            // SAFETY: `set` was created above and is freed once, here, and never used again.
+            let _ = unsafe { free(set) };
+            return Err(e);
+        }
+        Ok(XidEvents(set))
+    }
+
+    /// The XIDs delivered since the last poll, oldest first: `nvmlEventSetWait_v2` with a
+    /// timeout of 0 until it times out (no event waiting), at most [`MAX_EVENTS_PER_POLL`].
+    ///
+    /// # Errors
+    /// NVML's error other than the timeout (`GpuLost` for a GPU fallen off the bus).
+    pub(crate) fn poll(&self, nvml: &Nvml) -> Result<Vec<u64>, NvmlError> {
+        let wait = nvml.lib().nvmlEventSetWait_v2.as_ref().map_err(missing)?;
+        let mut xids = Vec::new();
+        for _ in 0..MAX_EVENTS_PER_POLL {
+            // SAFETY: every field of the event data is an integer or a raw pointer, for
+            // which zero bytes are valid.
+            let mut data: sys::nvmlEventData_t = unsafe { std::mem::zeroed() };
+            // SAFETY: `wait` comes from the library `nvml` loaded; the set is this
+            // library's and still owned; `data` is valid for a write.
+            match nvml_try(unsafe { wait(self.0, &mut data, 0) }) {
+                Ok(()) => {
+                    if data.eventType
+                        == std::ffi::c_ulonglong::from(sys::nvmlEventTypeXidCriticalError)
+                    {
+                        xids.push(data.eventData);
+                    }
+                }
+                Err(NvmlError::Timeout) => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(xids)
+    }
+
+    /// `nvmlEventSetFree`: `nvml` must be the `Nvml` the set was created by (each source owns
+    /// exactly one, and its sets never leave it).
+    pub(crate) fn free(self, nvml: &Nvml) {
+        if let Ok(free) = nvml.lib().nvmlEventSetFree.as_ref() {
+            // SAFETY: the set was created by this library and is freed once (`self` is
+            // moved).
+            let _ = unsafe { free(self.0) };
+        }
+    }
 }
 
 /// One process's utilization over the driver's last sample period.
