@@ -4,10 +4,12 @@
 #
 # While `truthscale serve --source nvml --interval 1s` runs, it drives one GPU for about
 # DURATION seconds with each of:
-#   one-sm     a 1-block spin kernel (torch.cuda._sleep)    expect: stalled, ECF ~ 0, spatial >= 100x
-#   gemm       a large BF16 GEMM in a loop                   expect: prefill, high ECF
-#   copy       device-to-device copies of 2 GiB              expect: DRAM high, tensor ~ 0 (decode-like)
+#   one-sm     a 1-block spin kernel (torch.cuda._sleep)    expect: stalled, SM active <= 2/SMs, ECF ~ 0, spatial >= 50x
+#   gemm       a large BF16 GEMM in a loop                   expect: compute_bound, high ECF
+#   copy       device-to-device copies of 2 GiB              expect: memory_bound, DRAM high, tensor ~ 0
 #   half-grid  a spin kernel on half of the SMs (Triton)     expect: SM active ~ 0.5
+# The regime is truthscale_gpu_regime's (the phase, prefill or decode, is only for LLM
+# serving); spatial inflation is u / max(s, 0.01), so a busy flag of 0.99 gives at most 99x.
 # scrapes /metrics every 2 s after a warm-up, and prints truthscale's medians next to the
 # expectations (also written, with every scrape, under OUT). Exits 1 when an expectation
 # fails. About 4 x (DURATION + 5) s plus the build: under 5 minutes with the defaults.
@@ -19,6 +21,7 @@
 #   TRUTHSCALE=...    a truthscale binary (default: cargo build -p truthscale-exporter)
 #   NVML_LIBRARY=...  passed as --nvml-library (default: libnvidia-ml.so.1)
 #   PYTHON=python3    the Python with PyTorch
+#   SMS=132           the GPU's SMs, for the one-SM check (132: H100 SXM, H200)
 #   OUT=gpu-check-<time>   output directory
 #   GPU_CHECK_DRY_RUN=1    run no workload (sleep instead): a self-test of this script, e.g.
 #                          against the fake library (NVML_LIBRARY=target/debug/libfake_nvml.so
@@ -121,10 +124,16 @@ else:
     sys.exit(f"unknown mode {mode}")
 '''
 
+WORK_FILE = os.path.join(OUT, "workload.py")
+with open(WORK_FILE, "w") as f:
+    f.write(WORK)
+# The SMs of the GPU under test, for the one-SM check (132 on an H100 SXM and an H200).
+SMS = int(os.environ.get("SMS", "132"))
+
 EXPECT = {
-    "one-sm": "stalled, ECF ~ 0, spatial >= 100x",
-    "gemm": "prefill, high ECF",
-    "copy": "decode-like: DRAM high, tensor ~ 0",
+    "one-sm": "stalled, SM active <= 2/SMs, ECF ~ 0, spatial >= 50x",
+    "gemm": "compute_bound, high ECF",
+    "copy": "memory_bound: DRAM high, tensor ~ 0",
     "half-grid": "SM active ~ 0.5",
 }
 
@@ -198,7 +207,8 @@ def run(mode):
     if DRY_RUN:
         child = subprocess.Popen(["sleep", str(DURATION)])
     else:
-        child = subprocess.Popen([sys.executable, "-c", WORK, mode, str(DURATION)], env=env)
+        # From a file: Triton reads a kernel's source from the file that defines it.
+        child = subprocess.Popen([sys.executable, WORK_FILE, mode, str(DURATION)], env=env)
     start = time.time()
     rows, phases, fidelity = [], [], set()
     with open(os.path.join(OUT, f"{mode}.scrapes.txt"), "w") as raw:
@@ -211,8 +221,8 @@ def run(mode):
             s = parse(text)
             rows.append({k: gpu_value(s, n) for k, n in FIELDS.items()})
             for n, labels, v in s:
-                if n == "truthscale_gpu_phase" and labels.get("gpu") == GPU and v == 1:
-                    phases.append(labels.get("phase"))
+                if n == "truthscale_gpu_regime" and labels.get("gpu") == GPU and v == 1:
+                    phases.append(labels.get("regime"))
                 if n == "truthscale_gpu_info" and labels.get("gpu") == GPU:
                     fidelity.add(labels.get("fidelity"))
     code = child.wait()
@@ -236,11 +246,16 @@ def check(mode, r):
     lt = lambda k, x: g(k) is not None and g(k) < x
     ge = lambda k, x: g(k) is not None and g(k) >= x
     if mode == "one-sm":
-        return r["phase"] == "stalled" and lt("ecf", 0.01) and ge("spatial", 100 - 1e-6)
+        return (
+            r["phase"] == "stalled"
+            and lt("sm", 2 / SMS + 1e-9)
+            and lt("ecf", 0.01)
+            and ge("spatial", 50)
+        )
     if mode == "gemm":
-        return r["phase"] == "prefill" and ge("ecf", 0.3)
+        return r["phase"] == "compute_bound" and ge("ecf", 0.3)
     if mode == "copy":
-        return ge("dram", 0.5) and lt("tensor", 0.05) and r["phase"] == "decode"
+        return ge("dram", 0.5) and lt("tensor", 0.05) and r["phase"] == "memory_bound"
     if mode == "half-grid":
         return g("sm") is not None and 0.35 <= g("sm") <= 0.65
     return False
@@ -265,7 +280,7 @@ lines = [
     f"GPU {GPU}, {DURATION:.0f} s per workload, truthscale serve --source nvml --interval 1s"
     + (" (DRY RUN: no workload ran)" if DRY_RUN else ""),
     "",
-    "| workload | expected | phase | fidelity | busy | SM active | tensor | DRAM | ECF | spatial | rho | power W | check |",
+    "| workload | expected | regime | fidelity | busy | SM active | tensor | DRAM | ECF | spatial | rho | power W | check |",
     "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
 ]
 failed = []

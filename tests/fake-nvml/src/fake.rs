@@ -109,6 +109,11 @@ const COUNTER_IDS: &[(&str, u32)] = &[
 /// `NVML_GPM_METRIC_SM_CYCLES_ELAPSED`.
 const SM_CYCLES_ELAPSED: u32 = 248;
 
+/// Whether `id` is one of the cumulative counters' ids (248–260).
+fn is_counter_id(id: u32) -> bool {
+    (SM_CYCLES_ELAPSED..=260).contains(&id)
+}
+
 /// Period of the fake busy-flag ring buffer (the driver's is 1/6 s to 1 s).
 const UTIL_PERIOD_US: u64 = 166_666;
 /// Length of the fake busy-flag ring buffer.
@@ -325,6 +330,11 @@ pub(crate) struct Gpm {
     /// its own slot, like a driver without them.
     #[serde(default)]
     counters: Option<Counters>,
+    /// How a counter id the scenario does not give answers: `not_supported` (default) or
+    /// `invalid_argument`, as NVML 13.580 (driver 580.159) answered every id of 248–260 on
+    /// an H200.
+    #[serde(default)]
+    counters_error: Option<String>,
 }
 
 fn default_counters_start() -> f64 {
@@ -1802,7 +1812,13 @@ pub(crate) unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut sys::nvmlGpmMetr
                 }
                 None => {
                     m.value = 0.0;
-                    m.nvmlReturn = NOT_SUPPORTED;
+                    m.nvmlReturn = if is_counter_id(m.metricId)
+                        && g.counters_error.as_deref() == Some("invalid_argument")
+                    {
+                        INVALID_ARGUMENT
+                    } else {
+                        NOT_SUPPORTED
+                    };
                 }
             }
         }

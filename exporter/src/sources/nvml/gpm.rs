@@ -493,7 +493,13 @@ impl DevState {
         values: Vec<Result<f64, NvmlError>>,
         errors: &mut Vec<SourceError>,
     ) {
-        let none = values.iter().all(|v| v.as_ref().is_err_and(is_unsupported));
+        let none = values
+            .iter()
+            .all(|v| v.as_ref().is_err_and(counter_unknown));
+        if none && !values.is_empty() {
+            // Not asked again on this GPU: the ratio metrics stand in.
+            self.gpm.counters_off = true;
+        }
         for (&(_, field, name), v) in GPM_COUNTERS.iter().zip(values) {
             let reading = match v {
                 Ok(v) if v.is_finite() && v >= 0.0 => Reading::Value(v),
@@ -501,7 +507,7 @@ impl DevState {
                     tracing::debug!(gpu = self.index, metric = name, value = v, "GPM counter.");
                     Reading::Blank
                 }
-                Err(e) if is_unsupported(&e) => {
+                Err(e) if counter_unknown(&e) => {
                     // A driver without any of them is one note, not eight.
                     let what = if none {
                         COUNTERS_CALL.to_string()
@@ -522,6 +528,13 @@ impl DevState {
             r.set(field, reading);
         }
     }
+}
+
+/// Whether a counter's own answer says the driver does not know it: unsupported, or (as
+/// NVML 13.580, driver 580.159, answered every id of 248–260 on an H200) an invalid argument
+/// for an id it does not have.
+fn counter_unknown(e: &NvmlError) -> bool {
+    is_unsupported(e) || matches!(e, NvmlError::InvalidArg)
 }
 
 #[cfg(test)]
