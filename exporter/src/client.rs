@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+mod tls;
+
 /// Largest body read from a metrics endpoint (after decompression).
 pub(crate) const MAX_METRICS_BODY: u64 = 32 << 20;
 
@@ -26,6 +28,26 @@ fn agent_with_tls(timeout: Duration, tls: ureq::tls::TlsConfig) -> ureq::Agent {
         .tls_config(tls)
         .build()
         .into()
+}
+
+/// [`agent`], over a rustls configuration of the caller's own for https (OTLP/HTTP: the
+/// same configuration as its gRPC channel, with the client certificate and the resolver that
+/// notes a collector asking for one). Like every agent here: one deadline for the whole
+/// request, error statuses are answers, no redirect followed.
+#[must_use]
+#[expect(clippy::disallowed_methods, reason = "the one HTTP client builder")]
+pub(crate) fn agent_with_rustls(timeout: Duration, tls: rustls::ClientConfig) -> ureq::Agent {
+    use ureq::unversioned::resolver::DefaultResolver;
+    use ureq::unversioned::transport::{ConnectProxyConnector, Connector as _, TcpConnector};
+    let config = ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .build();
+    let connector = TcpConnector::default()
+        .chain(ConnectProxyConnector::default())
+        .chain(tls::RustlsWith(std::sync::Arc::new(tls)));
+    ureq::Agent::with_parts(config, connector, DefaultResolver::default())
 }
 
 /// [`agent`], trusting only the CA certificates in the PEM file `ca` for https.

@@ -24,8 +24,8 @@
 //! `https://` endpoints use rustls (ring) for both protocols, checking the collector against
 //! the CA file of `otlp.certificate` / `OTEL_EXPORTER_OTLP_(METRICS_)CERTIFICATE`, else the
 //! system roots, and presenting the client certificate when one is set (mutual TLS). The
-//! HTTP client is truthscale's own (a blocking reqwest client with that rustls
-//! configuration), handed to the SDK; it also keeps the transport error the SDK reduces to
+//! HTTP client is truthscale's one HTTP client (a ureq agent over that rustls
+//! configuration, `client::agent_with_rustls`), handed to the SDK; it also keeps the transport error the SDK reduces to
 //! "network error", so that a failed handshake is logged with its cause and a hint.
 //!
 //! The parts: `instruments` (the observable instruments and [`register`]), `transport`

@@ -123,34 +123,19 @@ pub(super) type TransportDetail = Arc<Mutex<Option<String>>>;
 /// The largest answer read from a collector, as the SDK's own clients read it.
 const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 
-/// The HTTP/protobuf client: a reqwest client with truthscale's rustls configuration, which
-/// sets `otlp.headers` over the SDK's headers and keeps the last transport error. Each
-/// exchange runs as a task on the client's own runtime under one deadline for the whole
-/// request (the export timeout): a collector that trickles its answer a byte at a time is
-/// abandoned at the deadline, its connection closed, and the next export is sent on a
-/// fresh connection.
+/// The HTTP/protobuf client: an agent of truthscale's one HTTP client (ureq) over the
+/// rustls configuration the gRPC channel uses, which sets `otlp.headers` over the SDK's
+/// headers and keeps the last transport error. One deadline holds for the whole exchange
+/// (the export timeout): a collector that trickles its answer a byte at a time is abandoned
+/// at the deadline and its connection closed. The SDK calls the client from a thread of its
+/// own, outside any runtime, so the exchange runs there, blocking.
 #[derive(Debug)]
 struct HttpClient {
-    inner: reqwest::Client,
-    runtime: ExchangeRuntime,
+    agent: ureq::Agent,
     headers: Vec<(axum::http::HeaderName, axum::http::HeaderValue)>,
     detail: TransportDetail,
     /// The whole exchange's deadline (the export timeout).
     deadline: Duration,
-}
-
-/// The runtime the HTTP client's exchanges run on (the SDK calls the client from a thread
-/// of its own, outside any runtime). Shut down in the background when dropped, so that
-/// dropping it never blocks, even on an async worker.
-#[derive(Debug)]
-struct ExchangeRuntime(Option<tokio::runtime::Runtime>);
-
-impl Drop for ExchangeRuntime {
-    fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
-            rt.shutdown_background();
-        }
-    }
 }
 
 #[tonic::async_trait]
@@ -185,8 +170,8 @@ fn deadline_error(deadline: Duration) -> opentelemetry_http::HttpError {
 }
 
 impl HttpClient {
-    /// One exchange under the whole-request deadline. Past the deadline the exchange's task
-    /// is dropped, which closes its connection: nothing of it outlives the export.
+    /// One exchange under the whole-request deadline, the answer read whole (at most
+    /// [`MAX_ANSWER_BYTES`] of it).
     fn exchange(
         &self,
         request: opentelemetry_http::Request<opentelemetry_http::Bytes>,
@@ -194,46 +179,28 @@ impl HttpClient {
         opentelemetry_http::Response<opentelemetry_http::Bytes>,
         opentelemetry_http::HttpError,
     > {
-        let request = reqwest::Request::try_from(request)?;
-        let Some(rt) = &self.runtime.0 else {
-            return Err("the OTLP HTTP client is shut down".into());
-        };
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (inner, deadline) = (self.inner.clone(), self.deadline);
-        rt.spawn(async move {
-            let r = tokio::time::timeout(deadline, send(inner, request))
-                .await
-                .unwrap_or_else(|_| Err(deadline_error(deadline)));
-            let _ = tx.send(r);
+        let (parts, body) = request.into_parts();
+        let request = opentelemetry_http::Request::from_parts(parts, body.to_vec());
+        let answer = self.agent.run(request).and_then(|r| {
+            let (parts, mut body) = r.into_parts();
+            let bytes = body
+                .with_config()
+                .limit(MAX_ANSWER_BYTES as u64)
+                .read_to_vec()?;
+            Ok((parts, bytes))
         });
-        // The task ends at the deadline; the margin covers a runtime slow to wake it. Were
-        // the wait to end first, the task still ends (and closes its connection) by itself.
-        rx.recv_timeout(deadline.saturating_add(Duration::from_secs(1)))
-            .unwrap_or_else(|_| Err(deadline_error(deadline)))
-    }
-}
-
-/// Send `request` and read the whole answer, at most [`MAX_ANSWER_BYTES`] of it.
-async fn send(
-    client: reqwest::Client,
-    request: reqwest::Request,
-) -> Result<opentelemetry_http::Response<opentelemetry_http::Bytes>, opentelemetry_http::HttpError>
-{
-    let mut response = client.execute(request).await?;
-    let status = response.status();
-    let headers = std::mem::take(response.headers_mut());
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await? {
-        if body.len().saturating_add(chunk.len()) > MAX_ANSWER_BYTES {
-            return Err(Box::new(opentelemetry_http::ResponseBodyTooLarge::new()));
+        match answer {
+            Ok((parts, bytes)) => Ok(opentelemetry_http::Response::from_parts(
+                parts,
+                opentelemetry_http::Bytes::from(bytes),
+            )),
+            Err(ureq::Error::Timeout(_)) => Err(deadline_error(self.deadline)),
+            Err(ureq::Error::BodyExceedsLimit(_)) => {
+                Err(Box::new(opentelemetry_http::ResponseBodyTooLarge::new()))
+            }
+            Err(e) => Err(Box::new(e)),
         }
-        body.extend_from_slice(&chunk);
     }
-    let mut answer = opentelemetry_http::Response::builder()
-        .status(status)
-        .body(opentelemetry_http::Bytes::from(body))?;
-    *answer.headers_mut() = headers;
-    Ok(answer)
 }
 
 /// An error and its sources, `: `-joined, each only once.
@@ -336,29 +303,6 @@ fn grpc_tls_channel(
             }
         })),
     )
-}
-
-/// Build the HTTP client and the runtime its exchanges run on.
-fn http_client(
-    tls: rustls::ClientConfig,
-    timeout: Duration,
-) -> anyhow::Result<(reqwest::Client, ExchangeRuntime)> {
-    let client = reqwest::Client::builder()
-        .timeout(timeout)
-        .connect_timeout(timeout)
-        .tls_backend_preconfigured(tls)
-        // A redirect is the collector's answer, not a new destination: metrics and headers
-        // never follow it (to plain HTTP or elsewhere); it fails the export.
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .context("cannot build the OTLP HTTP client")?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("otlp-http-export")
-        .enable_all()
-        .build()
-        .context("cannot start the OTLP HTTP client's runtime")?;
-    Ok((client, ExchangeRuntime(Some(runtime))))
 }
 
 /// The SDK's exporter over truthscale's transport, and what that transport notes for the
@@ -481,10 +425,8 @@ fn http_exporter(
         asked = Some(record_client_cert_requests(&mut tls_config));
     }
     let headers = http_headers(settings)?;
-    let (inner, runtime) = http_client(tls_config, settings.effective_timeout)?;
     let client = HttpClient {
-        inner,
-        runtime,
+        agent: crate::client::agent_with_rustls(settings.effective_timeout, tls_config),
         headers,
         detail: Arc::clone(detail),
         deadline: settings.effective_timeout,
