@@ -1512,8 +1512,8 @@ fn http_exports_resume_after_a_trickling_answer() {
     assert_eq!(errors_of_kind(&sidecar, "other"), 0.0);
 }
 
-/// A collector that answers HTTP/protobuf a byte every 300 ms: each read is within
-/// reqwest's timeout, so the export used to hang for as long as it trickled (one export in
+/// A collector that answers HTTP/protobuf a byte every 300 ms: each read is within a
+/// per-read timeout, so the export used to hang for as long as it trickled (one export in
 /// 45 s, nothing counted). The whole exchange has one deadline, and the failure is a
 /// `timeout` (that the next export then goes out: `http_exports_resume_after_a_trickling_answer`).
 #[test]
