@@ -37,7 +37,7 @@ use std::path::Path;
 )]
 #[cfg(any(test, feature = "testing"))]
 pub mod proto {
-    include!(concat!(env!("OUT_DIR"), "/v1.rs"));
+    include!("../../proto/kubelet/podresources/v1/generated.rs");
 }
 
 /// The code generated from `proto/kubelet/podresources/v1/api.proto` (the crate's own
@@ -54,7 +54,7 @@ pub mod proto {
 )]
 #[cfg(not(any(test, feature = "testing")))]
 pub(crate) mod proto {
-    include!(concat!(env!("OUT_DIR"), "/v1.rs"));
+    include!("../../proto/kubelet/podresources/v1/generated.rs");
 }
 
 /// What the client asks the kubelet for.

@@ -14,6 +14,8 @@
 pub(crate) mod allocations;
 pub(crate) mod apiserver;
 pub mod config;
+#[cfg(test)]
+mod generated_check;
 pub mod kubelet;
 pub(crate) mod kubelet_codec;
 
