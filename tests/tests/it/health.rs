@@ -42,6 +42,28 @@ fn h100(index: usize, health: &Json) -> Json {
 }
 
 /// The GPU's series `name`, with `labels` too.
+/// A sidecar on the fake NVML library at a 250 ms interval, over a scenario of `devices`.
+fn nvml_sidecar(dir: &TempDir, comment: &str, devices: &[Json]) -> Sidecar {
+    let scenario = dir.path().join("scenario.json");
+    let text = json!({ "_comment": comment, "devices": devices }).to_string();
+    std::fs::write(&scenario, text).expect("write the scenario");
+    Sidecar::start(
+        &[
+            "--source",
+            "nvml",
+            "--nvml-library",
+            fake().to_str().expect("a UTF-8 path"),
+            "--interval",
+            "250ms",
+        ],
+        &[(
+            "FAKE_NVML_SCENARIO",
+            scenario.to_str().expect("a UTF-8 path"),
+        )],
+        dir.path(),
+    )
+}
+
 fn of(m: &[Sample], gpu: usize, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     let id = uuid(gpu);
     let mut all = vec![("uuid", id.as_str())];
@@ -60,7 +82,6 @@ fn health(m: &[Sample], gpu: usize, state: &str) -> Option<f64> {
 #[test]
 fn nvml_a_pending_row_remap_is_unavailable_and_a_healthy_gpu_ok() {
     let dir = TempDir::new("health-nvml");
-    let scenario = dir.path().join("scenario.json");
     let devices = vec![
         h100(
             0,
@@ -79,26 +100,10 @@ fn nvml_a_pending_row_remap_is_unavailable_and_a_healthy_gpu_ok() {
             }),
         ),
     ];
-    let text = json!({
-        "_comment": "GPU 0 has a row remap pending; GPU 1 is healthy; both are busy.",
-        "devices": devices,
-    })
-    .to_string();
-    std::fs::write(&scenario, text).expect("write the scenario");
-    let s = Sidecar::start(
-        &[
-            "--source",
-            "nvml",
-            "--nvml-library",
-            fake().to_str().expect("a UTF-8 path"),
-            "--interval",
-            "250ms",
-        ],
-        &[(
-            "FAKE_NVML_SCENARIO",
-            scenario.to_str().expect("a UTF-8 path"),
-        )],
-        dir.path(),
+    let s = nvml_sidecar(
+        &dir,
+        "GPU 0 has a row remap pending; GPU 1 is healthy; both are busy.",
+        &devices,
     );
     let m = s.wait_for(WAIT, "unavailable seconds and a busy GPU", |m| {
         of(m, 0, "truthscale_gpu_unavailable_seconds_total", &[]).is_some_and(|v| v > 0.0)
@@ -274,7 +279,6 @@ fn clean_nvml(more: &Json) -> Json {
 #[test]
 fn nvml_recovery_action_xid_events_and_clock_event_times() {
     let dir = TempDir::new("health-nvml-events");
-    let scenario = dir.path().join("scenario.json");
     let devices = vec![
         h100(0, &clean_nvml(&json!({ "recovery_action": 1 }))),
         h100(
@@ -296,26 +300,10 @@ fn nvml_recovery_action_xid_events_and_clock_event_times() {
             })),
         ),
     ];
-    let text = json!({
-        "_comment": "GPU 0: recovery action 1; GPU 1: XID 79 after 1.5 s; GPU 2: XID 13, and clock-event times.",
-        "devices": devices,
-    })
-    .to_string();
-    std::fs::write(&scenario, text).expect("write the scenario");
-    let s = Sidecar::start(
-        &[
-            "--source",
-            "nvml",
-            "--nvml-library",
-            fake().to_str().expect("a UTF-8 path"),
-            "--interval",
-            "250ms",
-        ],
-        &[(
-            "FAKE_NVML_SCENARIO",
-            scenario.to_str().expect("a UTF-8 path"),
-        )],
-        dir.path(),
+    let s = nvml_sidecar(
+        &dir,
+        "GPU 0: recovery action 1; GPU 1: XID 79 after 1.5 s; GPU 2: XID 13, and clock-event times.",
+        &devices,
     );
     // Before XID 79 arrives GPU 1 reads XID 0: registered, nothing yet, busy.
     let before = s.wait_for(WAIT, "GPU 1 busy with no XID yet", |m| {

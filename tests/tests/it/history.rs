@@ -85,6 +85,21 @@ fn add(fams: &mut Families, name: &'static str, labels: &str, points: Vec<(i64, 
     }
 }
 
+/// `fams` as OpenMetrics text to backfill (every family a gauge).
+fn exposition(fams: &Families) -> String {
+    let mut text = String::new();
+    for (name, series) in fams {
+        text.push_str(&format!("# TYPE {name} gauge\n"));
+        for (labels, points) in series {
+            for (t, v) in points {
+                text.push_str(&format!("{name}{{{labels}}} {v} {t}\n"));
+            }
+        }
+    }
+    text.push_str("# EOF\n");
+    text
+}
+
 /// The OpenMetrics text to backfill, and the timestamp of its last step.
 fn openmetrics() -> (String, i64) {
     let now = SystemTime::now()
@@ -187,16 +202,7 @@ fn openmetrics() -> (String, i64) {
         add(&mut fams, name, &g7, all(&|_| Some(v)));
     }
 
-    let mut text = String::new();
-    for (name, series) in &fams {
-        text.push_str(&format!("# TYPE {name} gauge\n"));
-        for (labels, points) in series {
-            for (t, v) in points {
-                text.push_str(&format!("{name}{{{labels}}} {v} {t}\n"));
-            }
-        }
-    }
-    text.push_str("# EOF\n");
+    let text = exposition(&fams);
     (text, end)
 }
 
@@ -1024,16 +1030,7 @@ fn every_name_generation_in_history_reads_the_same() {
         0,
         points,
     );
-    let mut text = String::new();
-    for (name, series) in &fams {
-        text.push_str(&format!("# TYPE {name} gauge\n"));
-        for (labels, pts) in series {
-            for (t, v) in pts {
-                text.push_str(&format!("{name}{{{labels}}} {v} {t}\n"));
-            }
-        }
-    }
-    text.push_str("# EOF\n");
+    let text = exposition(&fams);
     let dir = TempDir::new("history-generations");
     let prom = Prometheus::backfilled(&text, dir.path(), None);
     let url = prom.url();
@@ -1127,16 +1124,7 @@ fn a_coarse_step_keeps_one_unhealthy_reading() {
             .collect();
         add(&mut fams, name, &labels, series);
     }
-    let mut text = String::new();
-    for (name, series) in &fams {
-        text.push_str(&format!("# TYPE {name} gauge\n"));
-        for (labels, pts) in series {
-            for (t, v) in pts {
-                text.push_str(&format!("{name}{{{labels}}} {v} {t}\n"));
-            }
-        }
-    }
-    text.push_str("# EOF\n");
+    let text = exposition(&fams);
     let dir = TempDir::new("history-health");
     let prom = Prometheus::backfilled(&text, dir.path(), None);
     let url = prom.url();
@@ -1470,16 +1458,7 @@ fn history_says_why_gpus_are_starved() {
                 .collect(),
         );
     }
-    let mut text = String::new();
-    for (name, series) in &fams {
-        text.push_str(&format!("# TYPE {name} gauge\n"));
-        for (labels, pts) in series {
-            for (t, v) in pts {
-                text.push_str(&format!("{name}{{{labels}}} {v} {t}\n"));
-            }
-        }
-    }
-    text.push_str("# EOF\n");
+    let text = exposition(&fams);
     let dir = TempDir::new("history-causes");
     let prom = Prometheus::backfilled(&text, dir.path(), None);
     let url = prom.url();
