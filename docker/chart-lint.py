@@ -47,11 +47,14 @@ GOOD = {
         "source": "dcgm-exporter",
         "prometheusRule": {"ruleSets": {"dcgmExporter": True, "causes": True, "autoscaling": True}},
     },
-    "sidecar": {"mode": "sidecar", "prometheusRule": {"ruleSets": {"showback": False}}},
+    "sidecar": {"mode": "sidecar"},
     "sidecar, ServiceMonitor, release label": {
         "mode": "sidecar",
         "monitor": {"kind": "ServiceMonitor", "labels": {"release": "prometheus"}},
         "prometheusRule": {"labels": {"release": "prometheus"}},
+    },
+    "node, no rules, no dashboards, no monitor": {
+        "monitor": {"kind": "none"}, "prometheusRule": {"enabled": False}, "dashboards": {"enabled": False},
     },
     "sidecar, dcgm-exporter source, no monitor": {"mode": "sidecar", "source": "dcgm-exporter", "monitor": {"kind": "none"}},
 }
@@ -315,7 +318,7 @@ def check_rules_and_dashboards(v: dict, kinds: dict[str, list[dict]]) -> list[st
     ConfigMap labelled grafana_dashboard holds every dashboards/*.json, the same text."""
     errs = []
     sets = v["prometheusRule"]["ruleSets"] if v["prometheusRule"]["enabled"] else {}
-    want = sorted(RULE_FILES[k] for k, on in sets.items() if on)
+    want = sorted(RULE_FILES[k] for k, on in sets.items() if on and (k != "showback" or v["mode"] == "node"))
     got = {r["metadata"]["labels"]["app.kubernetes.io/component"].removesuffix("-rules"): r
            for r in kinds.get("PrometheusRule", [])}
     if sorted(got) != want:
