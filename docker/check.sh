@@ -35,11 +35,19 @@
 #    queries; the prometheus-adapter seriesQuery and metricsQuery, rendered as the adapter
 #    renders it), after checking the fields the recipes rely on (an empty KEDA result is an
 #    error, not 0; the adapter maps the namespace and pod labels);
-# 7. docker/generate.py --check: the generated PrometheusRules and dashboards ConfigMap match
-#    alerts/ and dashboards/.
+# 7. docker/chart-lint.py: Helm's own lint (the helm-sdkpy package, offline) of the chart
+#    docker/chart/truthscale with each mode's good values, which must pass, and with hostile
+#    values (a wrong mode, port -1, an unknown key, huge strings, ...), which must fail
+#    (values.schema.json); each good case is also installed against a stand-in API server on
+#    127.0.0.1 (helm-sdkpy has no template action), and the objects Helm sends are checked
+#    (what each mode and value renders, rules and dashboards against alerts/ and dashboards/)
+#    and their built-in kinds validated with kubernetes-validate --strict;
+# 8. docker/generate.py --check: the generated PrometheusRules, dashboards ConfigMap and the
+#    chart's copies (docker/chart/truthscale/files/) match alerts/ and dashboards/.
 #
 # The tools go into a virtual environment under target/docker-check-venv, installed from PyPI
-# on the first run (pinned versions below) and reused afterwards.
+# on the first run (pinned versions below) and reused afterwards. helm-sdkpy's metadata asks
+# for Python 3.12 but it runs on 3.11: it is installed with --ignore-requires-python.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,6 +64,14 @@ if [[ ! -f "$STAMP" ]] || [[ "$(cat "$STAMP")" != "${PINS[*]}" ]]; then
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${PINS[@]}"
   echo "${PINS[*]}" >"$STAMP"
 fi
+HELM_PINS=(helm-sdkpy==0.1.32 cffi==2.1.1)
+HELM_STAMP="$VENV/.installed-helm"
+if [[ ! -f "$HELM_STAMP" ]] || [[ "$(cat "$HELM_STAMP")" != "${HELM_PINS[*]}" ]] \
+  || ! "$VENV/bin/python" -c 'import helm_sdkpy' 2>/dev/null; then
+  step "installing ${HELM_PINS[*]} into $VENV"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --ignore-requires-python "${HELM_PINS[@]}"
+  echo "${HELM_PINS[*]}" >"$HELM_STAMP"
+fi
 export PATH="$PWD/$VENV/bin:$PATH"
 
 step "hadolint docker/Dockerfile"
@@ -63,7 +79,9 @@ hadolint --failure-threshold info docker/Dockerfile
 echo "hadolint: no findings"
 
 step "yamllint -s (docker/, alerts/)"
-mapfile -t yaml_files < <(find docker alerts -type f \( -name '*.yaml' -o -name '*.yml' \) | sort)
+# The chart's templates are Go templates, not YAML: Helm's lint renders and checks them (below).
+mapfile -t yaml_files < <(find docker alerts -type f \( -name '*.yaml' -o -name '*.yml' \) \
+  -not -path 'docker/chart/*/templates/*' | sort)
 yamllint -s -c docker/.yamllint "${yaml_files[@]}"
 echo "yamllint: ${#yaml_files[@]} files, no findings"
 
@@ -408,6 +426,9 @@ else
   echo
   echo "==> promtool not found: docker/prometheus/prometheus.yml and the autoscaling queries not checked by promtool (skipped)"
 fi
+
+step "helm lint and install (helm-sdkpy, stand-in API server) docker/chart/truthscale: good values pass, hostile values fail"
+"$VENV/bin/python" docker/chart-lint.py --k8s-version "$k8s_version"
 
 step "python3 docker/generate.py --check"
 python3 docker/generate.py --check

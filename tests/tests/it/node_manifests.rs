@@ -3,9 +3,10 @@
 //!
 //! - What the manifests promise, read from the files: the kubelet's pod-resources folder is
 //!   mounted read-only where the agent looks for the socket; hostPID, the per-process
-//!   variable and the added capabilities are in the per-process overlay only; the PodMonitor
-//!   selects the DaemonSet's pods and port, honours their labels and drops the agent pod's
-//!   target labels; no RBAC object exists outside the pod-labels overlay, whose ClusterRole
+//!   variable and the added capabilities are in the per-process overlay only (and the Helm
+//!   chart's DaemonSet template); the PodMonitor selects the DaemonSet's pods and port,
+//!   honours their labels and drops the agent pod's target labels; no RBAC object exists
+//!   outside the pod-labels overlay (and the chart's template), whose ClusterRole
 //!   is exactly `list` on pods, bound to the agent's ServiceAccount, with a token
 //!   mounted in the DaemonSet's pods only.
 //! - What they run, on the host: the DaemonSet's `args` and environment against the fake NVML
@@ -48,6 +49,10 @@ const POD_LABELS: &str = "docker/kubernetes/node/pod-labels/kustomization.yaml";
 const POD_LABELS_PATCH: &str = "docker/kubernetes/node/pod-labels/pod-labels-patch.yaml";
 const CLUSTER_ROLE: &str = "docker/kubernetes/node/pod-labels/clusterrole.yaml";
 const CLUSTER_ROLE_BINDING: &str = "docker/kubernetes/node/pod-labels/clusterrolebinding.yaml";
+/// The Helm chart's node-mode templates: hostPID only with `node.perProcess`, the ClusterRole
+/// and its binding only with `node.podLabels` (docker/chart-lint.py lints both ways).
+const CHART_DAEMONSET: &str = "docker/chart/truthscale/templates/daemonset.yaml";
+const CHART_RBAC: &str = "docker/chart/truthscale/templates/serviceaccount-rbac.yaml";
 const POD_LABELS_VAR: &str = "TRUTHSCALE_NODE__POD_LABELS";
 const RBAC_KINDS: [&str; 4] = ["Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"];
 const SIDECAR: &str = "docker/kubernetes/sidecar-deployment.yaml";
@@ -259,8 +264,9 @@ fn host_pid_and_added_capabilities_only_in_the_per_process_overlay() {
     added.sort();
     assert_eq!(added, ["DAC_READ_SEARCH", "SYS_PTRACE"]);
 
-    // No other manifest under docker/ turns hostPID on.
-    let with_host_pid: Vec<String> = docker_manifests()
+    // No other manifest under docker/ turns hostPID on (the chart's DaemonSet, only when
+    // its values ask for per-process attribution).
+    let mut with_host_pid: Vec<String> = docker_manifests()
         .into_iter()
         .filter(|(_, text)| {
             text.lines()
@@ -268,7 +274,8 @@ fn host_pid_and_added_capabilities_only_in_the_per_process_overlay() {
         })
         .map(|(rel, _)| rel)
         .collect();
-    assert_eq!(with_host_pid, [PER_PROCESS_PATCH]);
+    with_host_pid.sort();
+    assert_eq!(with_host_pid, [CHART_DAEMONSET, PER_PROCESS_PATCH]);
 }
 
 #[test]
@@ -515,7 +522,10 @@ fn pod_labels_overlay_grants_only_get_and_list_on_pods() {
     // The node name that selects the node's pods comes from the base.
     assert_eq!(env["NODE_NAME"], downward_api("spec.nodeName"));
 
-    assert_eq!(rbac_manifests(), [CLUSTER_ROLE, CLUSTER_ROLE_BINDING]);
+    assert_eq!(
+        rbac_manifests(),
+        [CHART_RBAC, CLUSTER_ROLE, CLUSTER_ROLE_BINDING]
+    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,0 +1,397 @@
+#!/usr/bin/env python3
+"""Lint the Helm chart docker/chart/truthscale with Helm's own lint (the helm-sdkpy package),
+offline, for good values (each must pass) and hostile values (each must fail).
+
+    python3 docker/chart-lint.py        (docker/check.sh runs it in its virtual environment)
+
+helm-sdkpy's Lint takes a chart path and no values, so each case lints a copy of the chart
+whose values.yaml is the chart's defaults with the case's values merged in. Lint renders every
+template with those values and checks them against values.schema.json. A message of severity
+warning or error fails a case (as `helm lint --strict`).
+
+helm-sdkpy has no template action and its install needs an API server, so the good cases are
+also installed against FakeApiServer below, a stand-in on 127.0.0.1 that answers discovery
+and keeps what Helm creates: the objects exactly as Helm renders them. Those are checked
+(what each mode and value must and must not render, the rules and dashboards against their
+sources) and the built-in kinds validated with kubernetes-validate --strict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import http.server
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import helm_sdkpy
+import yaml  # PyYAML, which yamllint brings into docker/check.sh's virtual environment
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "docker" / "chart" / "truthscale"
+SEVERITY = {0: "unknown", 1: "info", 2: "warning", 3: "error"}
+
+GOOD = {
+    "node (defaults)": {},
+    "node, per-process, pod labels, ServiceMonitor": {
+        "node": {"perProcess": True, "podLabels": ["app.kubernetes.io/name", "team"]},
+        "monitor": {"kind": "ServiceMonitor", "labels": {"release": "kube-prometheus-stack"}},
+    },
+    "node, dcgm-exporter source, every rule set": {
+        "source": "dcgm-exporter",
+        "prometheusRule": {"ruleSets": {"dcgmExporter": True, "causes": True, "autoscaling": True}},
+    },
+    "sidecar": {"mode": "sidecar"},
+    "sidecar, ServiceMonitor, release label": {
+        "mode": "sidecar",
+        "monitor": {"kind": "ServiceMonitor", "labels": {"release": "prometheus"}},
+        "prometheusRule": {"labels": {"release": "prometheus"}},
+    },
+    "node, no rules, no dashboards, no monitor": {
+        "monitor": {"kind": "none"}, "prometheusRule": {"enabled": False}, "dashboards": {"enabled": False},
+    },
+    "sidecar, dcgm-exporter source, no monitor": {"mode": "sidecar", "source": "dcgm-exporter", "monitor": {"kind": "none"}},
+}
+
+HUGE = "x" * 100_000
+BAD = {
+    "mode: daemonset": {"mode": "daemonset"},
+    "port: -1": {"port": -1},
+    "port: 70000": {"port": 70000},
+    "port: a string": {"port": "9488"},
+    "unknown top-level key": {"replicaCount": 3},
+    "unknown key under node": {"node": {"hostNetwork": True}},
+    "source: gpu": {"source": "gpu"},
+    "monitor.kind: both": {"monitor": {"kind": "both"}},
+    "honorLabels: a string": {"monitor": {"honorLabels": "yes"}},
+    "huge image tag": {"image": {"tag": HUGE}},
+    "huge image repository": {"image": {"repository": HUGE}},
+    "huge extra label value": {"monitor": {"labels": {"release": HUGE}}},
+    "huge workload name": {"mode": "sidecar", "sidecar": {"workload": {"name": HUGE}}},
+    "pullPolicy: Sometimes": {"image": {"pullPolicy": "Sometimes"}},
+    "negative replicas": {"mode": "sidecar", "sidecar": {"workload": {"replicas": -1}}},
+}
+
+
+def merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def lint(chart: Path) -> list[str]:
+    """Helm's lint of the chart: its findings of severity warning or error (empty: it passes)."""
+    try:
+        result = asyncio.run(helm_sdkpy.Lint(helm_sdkpy.Configuration(namespace="default")).run(str(chart)))
+    except helm_sdkpy.exceptions.HelmError as e:
+        return [f"lint error: {e}"]
+    findings = [f"{SEVERITY.get(m['Severity'], m['Severity'])} {m['Path']}: {m.get('Err')}"
+                for m in result.get("Messages") or [] if m["Severity"] >= 2]
+    return findings + [f"error: {e}" for e in result.get("Errors") or []]
+
+
+def with_values(tmp: str, values: dict) -> Path:
+    """A copy of the chart whose values.yaml is `values`."""
+    chart = Path(tmp) / "truthscale"
+    shutil.copytree(CHART, chart)
+    (chart / "values.yaml").write_text(json.dumps(values))
+    return chart
+
+
+class FakeApiServer:
+    """Just enough of a Kubernetes API server on 127.0.0.1 for Helm's install to run offline:
+    discovery for the kinds the chart renders, an empty release history, and every create
+    accepted and kept (`created`). Nothing is stored or served back; no cluster is involved."""
+
+    CORE = [("secrets", "Secret"), ("configmaps", "ConfigMap"), ("serviceaccounts", "ServiceAccount"),
+            ("services", "Service")]
+    GROUPS = {
+        "apps/v1": [("deployments", "Deployment"), ("daemonsets", "DaemonSet")],
+        "rbac.authorization.k8s.io/v1": [("clusterroles", "ClusterRole"), ("clusterrolebindings", "ClusterRoleBinding")],
+        "monitoring.coreos.com/v1": [("podmonitors", "PodMonitor"), ("servicemonitors", "ServiceMonitor"),
+                                     ("prometheusrules", "PrometheusRule")],
+    }
+    CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding"}
+
+    def __init__(self):
+        self.created: list[dict] = []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def reply(self, code: int, obj: dict):
+                body = json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                code, obj = server.get(self.path.split("?")[0])
+                self.reply(code, obj)
+
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if "json" in (self.headers.get("Content-Type") or ""):
+                    server.created.append(json.loads(raw))  # a chart object
+                    return self.reply(201, json.loads(raw))
+                self.reply(201, server.release_secret())  # Helm's release record (protobuf)
+
+            def do_PUT(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.reply(200, server.release_secret())
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    @staticmethod
+    def release_secret() -> dict:
+        return {"kind": "Secret", "apiVersion": "v1", "metadata": {"name": "release", "namespace": "default"}}
+
+    def resources(self, group_version: str, kinds: list[tuple[str, str]]) -> dict:
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": [
+            {"name": plural, "singularName": kind.lower(), "kind": kind, "namespaced": kind not in self.CLUSTER_SCOPED,
+             "verbs": ["create", "delete", "get", "list", "patch", "update"]} for plural, kind in kinds]}
+
+    def get(self, path: str) -> tuple[int, dict]:
+        if path == "/version":
+            return 200, {"major": "1", "minor": "33", "gitVersion": "v1.33.0"}
+        if path == "/api":
+            return 200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
+        if path == "/apis":
+            return 200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+                {"name": gv.split("/")[0], "versions": [{"groupVersion": gv, "version": "v1"}],
+                 "preferredVersion": {"groupVersion": gv, "version": "v1"}} for gv in self.GROUPS]}
+        if path == "/api/v1":
+            return 200, self.resources("v1", self.CORE)
+        if path.startswith("/apis/") and path[6:] in self.GROUPS:
+            return 200, self.resources(path[6:], self.GROUPS[path[6:]])
+        if path.endswith("/secrets"):  # Helm's release history: none
+            return 200, {"kind": "SecretList", "apiVersion": "v1", "metadata": {}, "items": []}
+        return 404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
+
+    def kubeconfig(self) -> str:
+        """Kubeconfig YAML text (helm-sdkpy takes a kubeconfig's text or its path)."""
+        return yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "check",
+            "clusters": [{"name": "check", "cluster": {"server": f"http://127.0.0.1:{self.httpd.server_port}"}}],
+            "contexts": [{"name": "check", "context": {"cluster": "check", "namespace": "monitoring"}}],
+            "users": [{"name": "check", "user": {}}],
+        })
+
+
+def render(chart: Path) -> list[dict]:
+    """The chart's objects, as Helm's install (release `truthscale`, namespace monitoring) sends
+    them to FakeApiServer."""
+    with FakeApiServer() as api:
+        config = helm_sdkpy.Configuration(namespace="monitoring", kubeconfig=api.kubeconfig())
+        asyncio.run(helm_sdkpy.Install(config).run("truthscale", str(chart), wait=False, timeout=60))
+        return list(api.created)
+
+
+RULE_FILES = {"truthscale": "truthscale", "showback": "showback", "dcgmExporter": "dcgm-exporter",
+              "causes": "causes", "autoscaling": "autoscaling"}
+
+
+def by_kind(objs: list[dict]) -> dict[str, list[dict]]:
+    kinds: dict[str, list[dict]] = {}
+    for o in objs:
+        kinds.setdefault(o["kind"], []).append(o)
+    return kinds
+
+
+def check_workload(v: dict, kinds: dict[str, list[dict]]) -> list[str]:
+    """The DaemonSet (node) or Deployment (sidecar): args, port, resources, and what node mode
+    adds only when its values ask (hostPID, capabilities, the cgroup mount, a token)."""
+    node = v["mode"] == "node"
+    want, other = ("DaemonSet", "Deployment") if node else ("Deployment", "DaemonSet")
+    if len(kinds.get(want, [])) != 1 or kinds.get(other):
+        return [f"mode {v['mode']}: {len(kinds.get(want, []))} {want}, {len(kinds.get(other, []))} {other}"]
+    pod = kinds[want][0]["spec"]["template"]["spec"]
+    (c,) = [c for c in pod["containers"] if c["name"] == "truthscale"]
+    errs = []
+    if (c["args"][:3] == ["serve", "--mode", "node"]) != node or c["args"][0] != "serve":
+        errs.append(f"args {c['args']}: serve, with --mode node in node mode only")
+    if not any(a == v["source"] or a.startswith(f"{v['source']}:") for a in c["args"]):
+        errs.append(f"args {c['args']} do not name the source {v['source']}")
+    if [p["containerPort"] for p in c["ports"]] != [v["port"]]:
+        errs.append(f"container ports {c['ports']}, want {v['port']}")
+    if c["resources"] != v["node" if node else "sidecar"]["resources"]:
+        errs.append(f"resources {c['resources']} are not the values'")
+    sc = c["securityContext"]
+    if sc.get("readOnlyRootFilesystem") is not True or sc.get("capabilities", {}).get("drop") != ["ALL"]:
+        errs.append(f"securityContext {sc}: read-only root and no capabilities kept")
+    if not node:
+        return errs
+    per_process, labels = v["node"]["perProcess"], bool(v["node"]["podLabels"])
+    host_paths = {x["hostPath"]["path"] for x in pod.get("volumes", []) if "hostPath" in x}
+    want_paths = {"/var/lib/kubelet/pod-resources"} | ({"/sys/fs/cgroup"} if per_process else set())
+    if host_paths != want_paths:
+        errs.append(f"hostPath volumes {sorted(host_paths)}, want {sorted(want_paths)}")
+    if any(m.get("readOnly") is not True for m in c.get("volumeMounts", [])):
+        errs.append(f"a hostPath mount is not read-only: {c.get('volumeMounts')}")
+    added = sc.get("capabilities", {}).get("add", [])
+    if bool(pod.get("hostPID")) != per_process or bool(added) != per_process:
+        errs.append(f"hostPID {pod.get('hostPID')}, capabilities added {added}: only with node.perProcess")
+    env = {e["name"]: e.get("value") for e in c.get("env", [])}
+    if ("TRUTHSCALE_NODE__POD_LABELS" in env) != labels or pod.get("automountServiceAccountToken") is not labels:
+        errs.append("the pod-labels variable and a token belong with node.podLabels only")
+    if {"POD_NAME", "POD_NAMESPACE", "CONTAINER_NAME"} & set(env):
+        errs.append("the node agent's own identity must not label GPUs")
+    return errs
+
+
+def check_rbac(v: dict, kinds: dict[str, list[dict]]) -> list[str]:
+    """RBAC only for node mode's pod labels: exactly list on pods, bound to the agent's
+    ServiceAccount."""
+    rbac = [k for k in ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding") for _ in kinds.get(k, [])]
+    if v["mode"] != "node" or not v["node"]["podLabels"]:
+        return [f"RBAC {rbac} without node.podLabels"] if rbac else []
+    if rbac != ["ClusterRole", "ClusterRoleBinding"]:
+        return [f"RBAC {rbac}, want one ClusterRole and one ClusterRoleBinding"]
+    (role,), (binding,), (sa,) = kinds["ClusterRole"], kinds["ClusterRoleBinding"], kinds["ServiceAccount"]
+    errs = []
+    if role["rules"] != [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]:
+        errs.append(f"ClusterRole rules {role['rules']}")
+    if binding["roleRef"]["name"] != role["metadata"]["name"]:
+        errs.append(f"the binding refers to {binding['roleRef']}")
+    if binding["subjects"] != [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "monitoring"}]:
+        errs.append(f"the binding's subjects {binding['subjects']}")
+    return errs
+
+
+def check_monitor(v: dict, kinds: dict[str, list[dict]]) -> list[str]:
+    """The PodMonitor or ServiceMonitor selects the exporter's pods (through the Service),
+    honours labels as asked, carries the extra labels, and in node mode drops the agent's."""
+    m, kind = v["monitor"], v["monitor"]["kind"]
+    present = [k for k in ("PodMonitor", "ServiceMonitor", "Service") for _ in kinds.get(k, [])]
+    want = {"PodMonitor": ["PodMonitor"], "ServiceMonitor": ["ServiceMonitor", "Service"], "none": []}[kind]
+    if present != want:
+        return [f"monitor.kind {kind}: rendered {present}"]
+    if kind == "none":
+        return []
+    (workload,) = kinds.get("DaemonSet", []) + kinds.get("Deployment", [])
+    pod_labels = workload["spec"]["template"]["metadata"]["labels"]
+    mon = kinds[kind][0]
+    errs = []
+    targets = pod_labels
+    if kind == "ServiceMonitor":
+        (svc,) = kinds["Service"]
+        if any(pod_labels.get(k) != x for k, x in svc["spec"]["selector"].items()):
+            errs.append(f"the Service selects {svc['spec']['selector']}, the pods are {pod_labels}")
+        targets = svc["metadata"]["labels"]
+    if any(targets.get(k) != x for k, x in mon["spec"]["selector"]["matchLabels"].items()):
+        errs.append(f"the {kind} selects {mon['spec']['selector']}, not {targets}")
+    if any(mon["metadata"]["labels"].get(k) != x for k, x in m["labels"].items()):
+        errs.append(f"the {kind} lacks the labels {m['labels']}")
+    if "truthscale" not in mon["metadata"]["name"]:
+        errs.append("the job label must contain truthscale")
+    (ep,) = mon["spec"]["podMetricsEndpoints" if kind == "PodMonitor" else "endpoints"]
+    drops = [r.get("regex") for r in ep.get("relabelings", []) if r.get("action") == "labeldrop"]
+    if ep["honorLabels"] is not m["honorLabels"] or ep["port"] != "metrics":
+        errs.append(f"endpoint {ep}")
+    if drops != (["pod|namespace|container"] if v["mode"] == "node" else []):
+        errs.append(f"labeldrop {drops} in mode {v['mode']}")
+    return errs
+
+
+def check_rules_and_dashboards(v: dict, kinds: dict[str, list[dict]]) -> list[str]:
+    """Each enabled rule set's PrometheusRule has alerts/<name>.rules.yml as its spec; the
+    ConfigMap labelled grafana_dashboard holds every dashboards/*.json, the same text."""
+    errs = []
+    sets = v["prometheusRule"]["ruleSets"] if v["prometheusRule"]["enabled"] else {}
+    want = sorted(RULE_FILES[k] for k, on in sets.items() if on and (k != "showback" or v["mode"] == "node"))
+    got = {r["metadata"]["labels"]["app.kubernetes.io/component"].removesuffix("-rules"): r
+           for r in kinds.get("PrometheusRule", [])}
+    if sorted(got) != want:
+        errs.append(f"PrometheusRules {sorted(got)}, want {want}")
+    for name, rule in got.items():
+        if rule["spec"] != yaml.safe_load((ROOT / "alerts" / f"{name}.rules.yml").read_text()):
+            errs.append(f"PrometheusRule {name}: its spec is not alerts/{name}.rules.yml")
+    maps = kinds.get("ConfigMap", [])
+    if not v["dashboards"]["enabled"]:
+        return errs + ([f"{len(maps)} ConfigMaps with dashboards off"] if maps else [])
+    dashboards = {p.name: p.read_text() for p in sorted((ROOT / "dashboards").glob("*.json"))}
+    if len(maps) != 1 or maps[0]["metadata"]["labels"].get("grafana_dashboard") != "1":
+        errs.append("no single ConfigMap labelled grafana_dashboard: \"1\"")
+    elif maps[0]["data"] != dashboards:
+        errs.append(f"the ConfigMap holds {sorted(maps[0]['data'])}, not dashboards/*.json as they are")
+    return errs
+
+
+def kubernetes_validate(objs: list[dict], k8s_version: str, folder: Path) -> list[str]:
+    """kubernetes-validate --strict on the built-in kinds (the CRD kinds have no schema there)."""
+    core = [o for o in objs if o["kind"] not in ("PodMonitor", "ServiceMonitor", "PrometheusRule")]
+    path = folder / "rendered.core.yaml"
+    path.write_text(yaml.safe_dump_all(core))
+    run = subprocess.run(["kubernetes-validate", "--strict", "--quiet", "-k", k8s_version, str(path)],
+                         capture_output=True, text=True)
+    return [] if run.returncode == 0 else [f"kubernetes-validate: {(run.stdout + run.stderr).strip()[:600]}"]
+
+
+def good_case(name: str, values: dict, k8s_version: str) -> bool:
+    """Lint must pass; the rendered objects must pass every check."""
+    with tempfile.TemporaryDirectory() as tmp:
+        chart = with_values(tmp, values)
+        problems = lint(chart)
+        if not problems:
+            try:
+                objs = render(chart)
+            except helm_sdkpy.exceptions.HelmError as e:
+                objs, problems = [], [f"render (install against the stand-in API server): {e}"]
+            kinds = by_kind(objs)
+            for check in (check_workload, check_rbac, check_monitor, check_rules_and_dashboards):
+                problems += check(values, kinds)
+            problems += kubernetes_validate(objs, k8s_version, Path(tmp))
+    summary = "" if problems else (
+        f"; renders {', '.join(f'{len(v)} {k}' for k, v in sorted(kinds.items()))}; "
+        f"checks and kubernetes-validate pass")
+    print(f"{'pass' if not problems else 'FAIL'}: {name}: lint {'passes' if not problems else 'or a check of its objects fails'}{summary}")
+    for p in problems:
+        print(f"    {p[:600]}")
+    return not problems
+
+
+def bad_case(name: str, values: dict) -> bool:
+    """Lint must fail."""
+    with tempfile.TemporaryDirectory() as tmp:
+        findings = lint(with_values(tmp, values))
+    print(f"{'pass' if findings else 'FAIL'}: {name}: lint {'fails, as it must' if findings else 'PASSES'}"
+          + (f" ({findings[0][:160]})" if findings else ""))
+    return bool(findings)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--k8s-version", required=True, help="the Kubernetes version for kubernetes-validate")
+    args = parser.parse_args()
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    wrong = [n for n, v in GOOD.items() if not good_case(n, merge(defaults, v), args.k8s_version)]
+    wrong += [n for n, v in BAD.items() if not bad_case(n, merge(defaults, v))]
+    if wrong:
+        print(f"chart-lint: {len(wrong)} case(s) wrong: {wrong}", file=sys.stderr)
+        return 1
+    print(f"chart-lint: {len(GOOD)} good values pass lint and render valid objects; {len(BAD)} hostile values fail lint")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

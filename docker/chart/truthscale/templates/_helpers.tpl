@@ -1,0 +1,89 @@
+{{/* The objects' base name: the release name, with "truthscale" added unless it has it. */}}
+{{- define "truthscale.fullname" -}}
+{{- if contains "truthscale" .Release.Name -}}
+{{- .Release.Name | trunc 53 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-truthscale" .Release.Name | trunc 53 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The component of the exporter's pods: node-agent or the sidecar's workload. */}}
+{{- define "truthscale.component" -}}
+{{- if eq .Values.mode "node" -}}node-agent{{- else -}}sidecar{{- end -}}
+{{- end -}}
+
+{{- define "truthscale.labels" -}}
+app.kubernetes.io/name: truthscale
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* The labels that select the pods carrying the exporter. */}}
+{{- define "truthscale.selectorLabels" -}}
+{{- if eq .Values.mode "node" -}}
+app.kubernetes.io/name: truthscale
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: node-agent
+{{- else -}}
+app.kubernetes.io/name: {{ .Values.sidecar.workload.name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+{{- end -}}
+
+{{- define "truthscale.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* serve's arguments. */}}
+{{- define "truthscale.args" -}}
+{{- $args := list "serve" -}}
+{{- if eq .Values.mode "node" -}}{{- $args = concat $args (list "--mode" "node") -}}{{- end -}}
+{{- if eq .Values.source "dcgm-exporter" -}}
+{{- $args = concat $args (list "--source" (printf "dcgm-exporter:http://$(NODE_IP):%d/metrics" (int .Values.dcgmExporterPort))) -}}
+{{- else -}}
+{{- $args = concat $args (list "--source" .Values.source) -}}
+{{- end -}}
+{{- $args = concat $args (list "--listen" (printf "0.0.0.0:%d" (int .Values.port))) .Values.extraArgs -}}
+{{- toJson $args -}}
+{{- end -}}
+
+{{/* What both modes' truthscale containers share after args and env. */}}
+{{- define "truthscale.containerCommon" -}}
+image: {{ include "truthscale.image" . }}
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+ports:
+  - name: metrics
+    containerPort: {{ .Values.port }}
+    protocol: TCP
+livenessProbe:
+  # 503 once the sampler thread has ended or its last tick began too long ago.
+  httpGet:
+    path: /healthz
+    port: metrics
+  periodSeconds: 10
+  timeoutSeconds: 2
+  failureThreshold: 3
+readinessProbe:
+  # 200 once the first sample is in and the source is not stale.
+  httpGet:
+    path: /readyz
+    port: metrics
+  periodSeconds: 5
+  timeoutSeconds: 2
+  failureThreshold: 3
+# `kubectl describe pod` shows the error of a failed start.
+terminationMessagePolicy: FallbackToLogsOnError
+{{- end -}}
+
+{{/* The env entry giving the node's address, for the dcgm-exporter source. */}}
+{{- define "truthscale.nodeIP" -}}
+{{- if eq .Values.source "dcgm-exporter" }}
+# The node's address, where dcgm-exporter listens.
+- name: NODE_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.hostIP
+{{- end }}
+{{- end -}}
