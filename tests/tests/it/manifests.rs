@@ -50,6 +50,7 @@ pub(crate) fn downward_api(field_path: &str) -> &'static str {
         "metadata.name" => "llm-inference-5f7c9d8b6-x2x7q",
         "metadata.namespace" => "inference-e2e",
         "spec.nodeName" => "gpu-node-7",
+        "metadata.uid" => "0b6a2f4e-7c1d-4e8a-9f3b-5d2c8e1a7b64",
         "status.hostIP" => "127.0.0.1",
         other => panic!("no test value for the Downward API field {other}"),
     }
