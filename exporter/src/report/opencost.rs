@@ -216,3 +216,156 @@ pub(crate) fn document(s: &Showback, by: &By, start_ms: i64, step_seconds: f64) 
         .collect();
     json!({ "code": 200, "status": "success", "data": sets })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use truthscale_core::showback::GroupCost;
+
+    /// 2025-01-06T00:00:00Z.
+    const START_MS: i64 = 1_736_121_600_000;
+
+    /// A 2 h window (120 steps of 60 s): `ml` held 4 GPU-hours (2 pods, 6 requested), busy 3
+    /// of the 4 measured, effective compute 1 of 4; one pod without a namespace held 1
+    /// GPU-hour whose use is unknown; 1 GPU-hour no pod held, 0.5 GPU-hours down without a
+    /// holder. At $2 a GPU-hour when `priced`.
+    fn showback(priced: bool) -> Showback {
+        let cost = |allocated: f64, idle: f64| {
+            priced.then_some(GroupCost {
+                allocated,
+                idle,
+                ..GroupCost::default()
+            })
+        };
+        let ml = GroupHours {
+            group: "ml".into(),
+            workloads: 2,
+            allocated_gpu_hours: 4.0,
+            requested_gpu_hours: Some(6.0),
+            used_gpu_hours: 3.0,
+            idle_gpu_hours: 1.0,
+            busy_gpu_hours: 3.0,
+            busy_measured_gpu_hours: 4.0,
+            effective_compute_gpu_hours: 1.0,
+            effective_compute_measured_gpu_hours: 4.0,
+            cost: cost(8.0, 2.0),
+            ..GroupHours::default()
+        };
+        let none = GroupHours {
+            group: NONE.into(),
+            workloads: 1,
+            allocated_gpu_hours: 1.0,
+            use_unknown_gpu_hours: 1.0,
+            cost: cost(2.0, 0.0),
+            ..GroupHours::default()
+        };
+        let mut total = Period {
+            steps: 120,
+            groups: vec![ml, none],
+            unallocated_gpu_hours: 1.0,
+            unallocated_cost: priced.then_some(2.0),
+            ..Period::default()
+        };
+        total.funnel.unavailable_gpu_hours = 0.5;
+        Showback {
+            total,
+            ..Showback::default()
+        }
+    }
+
+    fn window() -> Value {
+        json!({ "start": "2025-01-06T00:00:00Z", "end": "2025-01-06T02:00:00Z" })
+    }
+
+    /// The document of known inputs, every figure worked out by hand.
+    #[test]
+    fn a_priced_showback_is_opencosts_allocation_shape() {
+        let doc = document(&showback(true), &By::Namespace, START_MS, 60.0);
+        let (s, e) = ("2025-01-06T00:00:00Z", "2025-01-06T02:00:00Z");
+        let want = json!({
+            "code": 200,
+            "status": "success",
+            "data": [{
+                "ml": {
+                    "name": "ml", "properties": { "namespace": "ml" }, "window": window(),
+                    "start": s, "end": e, "minutes": 120.0,
+                    "gpuCount": 2.0,          // 4 GPU-hours over 2 h
+                    "gpuHours": 4.0,
+                    "gpuCost": 8.0,           // 4 × $2
+                    "gpuCostIdle": 0.0,
+                    "gpuCostAdjustment": 0.0,
+                    "gpuEfficiency": 0.75,    // busy 3 / measured 4
+                    "gpuAllocation": { "gpuRequestAverage": 3.0, "gpuUsageAverage": 1.5 },
+                    "totalCost": 8.0,
+                    "truthscaleEffectiveComputeEfficiency": 0.25, // 1 / 4
+                    "truthscaleUsedOverAllocated": 0.75,          // 3 / 4
+                    "truthscaleWorkloads": 2,
+                    "truthscaleRequestedGpuHours": 6.0,
+                    "truthscaleUsedGpuHours": 3.0,
+                    "truthscaleIdleGpuHours": 1.0,
+                    "truthscaleIdleCost": 2.0,
+                    "truthscaleUnmeasuredGpuHours": 0.0,
+                    "truthscaleUseUnknownGpuHours": 0.0,
+                    "truthscaleUnavailableGpuHours": 0.0,
+                    "truthscaleUnavailableCost": 0.0,
+                    "truthscaleBusyGpuHours": 3.0,
+                    "truthscaleEffectiveComputeGpuHours": 1.0,
+                    "truthscaleEffectiveComputeEstimateGpuHours": null,
+                },
+                "__unallocated__": {
+                    "name": "__unallocated__", "properties": {}, "window": window(),
+                    "start": s, "end": e, "minutes": 120.0,
+                    "gpuCount": 0.5,
+                    "gpuHours": 1.0,
+                    "gpuCost": 2.0,
+                    "gpuCostIdle": 0.0,
+                    "gpuCostAdjustment": 0.0,
+                    "gpuEfficiency": null,    // the busy flag never read
+                    "gpuAllocation": { "gpuRequestAverage": null, "gpuUsageAverage": 0.0 },
+                    "totalCost": 2.0,
+                    "truthscaleEffectiveComputeEfficiency": null,
+                    "truthscaleUsedOverAllocated": 0.0,
+                    "truthscaleWorkloads": 1,
+                    "truthscaleRequestedGpuHours": null,
+                    "truthscaleUsedGpuHours": 0.0,
+                    "truthscaleIdleGpuHours": 0.0,
+                    "truthscaleIdleCost": 0.0,
+                    "truthscaleUnmeasuredGpuHours": 0.0,
+                    "truthscaleUseUnknownGpuHours": 1.0,
+                    "truthscaleUnavailableGpuHours": 0.0,
+                    "truthscaleUnavailableCost": 0.0,
+                    "truthscaleBusyGpuHours": 0.0,
+                    "truthscaleEffectiveComputeGpuHours": 0.0,
+                    "truthscaleEffectiveComputeEstimateGpuHours": null,
+                },
+                "__idle__": {
+                    "name": "__idle__", "properties": {}, "window": window(),
+                    "start": s, "end": e, "minutes": 120.0,
+                    "gpuCount": 0.5,
+                    "gpuHours": 1.0,
+                    "gpuCost": 2.0,
+                    "gpuCostIdle": 2.0,
+                    "gpuCostAdjustment": 0.0,
+                    "gpuEfficiency": null,
+                    "totalCost": 2.0,
+                    "truthscaleUnavailableGpuHours": 0.5,
+                },
+            }]
+        });
+        assert_eq!(doc, want);
+    }
+
+    /// Without a price every cost is unknown: `null`, never 0.
+    #[test]
+    fn an_unpriced_showback_has_null_costs() {
+        let doc = document(&showback(false), &By::Namespace, START_MS, 60.0);
+        let set = &doc["data"][0];
+        for name in ["ml", UNALLOCATED, IDLE] {
+            for key in ["gpuCost", "gpuCostIdle", "gpuCostAdjustment", "totalCost"] {
+                assert_eq!(set[name][key], Value::Null, "{name}.{key}");
+            }
+        }
+        assert_eq!(set["ml"]["truthscaleIdleCost"], Value::Null);
+        assert_eq!(set["ml"]["gpuEfficiency"], json!(0.75));
+    }
+}
