@@ -95,7 +95,7 @@ pub(crate) struct ReportArgs {
     pub max_points: u64,
     /// What to print: `text`, `json` (the versioned JSON document, docs/report.md) or, with
     /// --by, `opencost` (the showback in the shape of OpenCost's /allocation answer,
-    /// docs/showback.md).
+    /// docs/report.md).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
     /// Print the versioned JSON document: --format json.
@@ -132,7 +132,7 @@ pub(crate) struct ReportArgs {
     /// With --by: write the showback as CSV (one row per group and period) to FILE.
     #[arg(long, value_name = "FILE", requires = "by")]
     pub csv: Option<PathBuf>,
-    /// With --by: write the showback as a FOCUS 1.0 cost and usage CSV to FILE (every group,
+    /// With --by: write the showback as a FOCUS 1.2 cost and usage CSV to FILE (every group,
     /// one row per group and period, and one for the capacity no pod held); every row needs
     /// a price.
     #[arg(long, value_name = "FILE", requires = "by")]

@@ -1,4 +1,4 @@
-//! `report --by … --focus FILE`: the showback as a FOCUS 1.0 cost and usage CSV (FinOps
+//! `report --by … --focus FILE`: the showback as a FOCUS 1.2 cost and usage CSV (FinOps
 //! Open Cost and Usage Specification), one `Usage` row per group and period (the whole
 //! window without `--every`, every group), and one per period for the capacity no pod held
 //! (`x_Group` `__idle__`, as OpenCost names it). A showback is no invoice: the costs are the
@@ -12,7 +12,7 @@ use super::showback::By;
 use std::io::Write;
 use truthscale_core::showback::{GroupHours, Showback};
 
-/// The columns: FOCUS 1.0's, then truthscale's.
+/// The columns: FOCUS 1.2's, then truthscale's.
 const HEADER: &str = "BillingAccountId,BillingAccountName,BillingCurrency,BillingPeriodStart,BillingPeriodEnd,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,ChargeClass,ChargeDescription,ChargeFrequency,BilledCost,EffectiveCost,ListCost,ListUnitPrice,ContractedCost,ContractedUnitPrice,ConsumedQuantity,ConsumedUnit,PricingQuantity,PricingUnit,PricingCategory,InvoiceId,InvoiceIssuerName,ProviderName,PublisherName,ServiceCategory,ServiceSubcategory,ServiceName,ResourceId,ResourceName,ResourceType,RegionId,RegionName,AvailabilityZone,SkuId,SkuPriceId,SubAccountId,SubAccountName,CommitmentDiscountCategory,CommitmentDiscountId,CommitmentDiscountName,CommitmentDiscountStatus,CommitmentDiscountType,Tags,x_By,x_Group,x_Workloads,x_UsedGpuHours,x_IdleGpuHours,x_IdleCost,x_UnmeasuredGpuHours,x_UseUnknownGpuHours,x_UnavailableGpuHours,x_UnavailableCost,x_BusyGpuHours,x_EffectiveComputeGpuHours";
 
 /// The account every row is in: the showback, not a cloud bill.
