@@ -224,4 +224,77 @@ mod tests {
         let e = write(&mut Vec::new(), &none, &By::Namespace, &args, 0, 60.0).unwrap_err();
         assert!(e.to_string().contains("--cost-per-gpu-hour"), "{e}");
     }
+
+    /// Known inputs, each cost worked out by hand: `ml` held 4 GPU-hours at $2 (8), and 1
+    /// GPU-hour no pod held (2); the rows' BilledCost add up to the fleet's 10.
+    #[test]
+    fn the_costs_are_the_hours_at_the_price() {
+        let s = Showback {
+            total: truthscale_core::showback::Period {
+                steps: 120,
+                groups: vec![GroupHours {
+                    group: "ml".into(),
+                    workloads: 2,
+                    allocated_gpu_hours: 4.0,
+                    used_gpu_hours: 3.0,
+                    cost: Some(truthscale_core::showback::GroupCost {
+                        allocated: 8.0,
+                        ..Default::default()
+                    }),
+                    ..GroupHours::default()
+                }],
+                unallocated_gpu_hours: 1.0,
+                unallocated_cost: Some(2.0),
+                ..Default::default()
+            },
+            ..Showback::default()
+        };
+        let args = FocusArgs {
+            currency: "EUR".into(),
+        };
+        let mut out = Vec::new();
+        // 2025-01-06T00:00:00Z, 120 steps of 60 s.
+        write(&mut out, &s, &By::Namespace, &args, 1_736_121_600_000, 60.0).expect("written");
+        let text = String::from_utf8(out).expect("UTF-8");
+        let header: Vec<&str> = HEADER.split(',').collect();
+        // Split at the commas outside quotes (Tags holds some).
+        let split = |l: &str| -> Vec<String> {
+            let (mut fields, mut cur, mut quoted) = (Vec::new(), String::new(), false);
+            for c in l.chars() {
+                match c {
+                    '"' => quoted = !quoted,
+                    ',' if !quoted => fields.push(std::mem::take(&mut cur)),
+                    _ => cur.push(c),
+                }
+            }
+            fields.push(cur);
+            fields
+        };
+        let rows: Vec<Vec<String>> = text.lines().skip(1).map(split).collect();
+        let col = |row: &[String], name: &str| -> String {
+            let i = header.iter().position(|h| *h == name).expect(name);
+            row[i].to_string()
+        };
+        let (ml, idle) = (&rows[0], &rows[1]);
+        assert_eq!(col(ml, "x_Group"), "ml");
+        assert_eq!(col(ml, "BilledCost"), "8.000000");
+        assert_eq!(col(ml, "EffectiveCost"), "8.000000");
+        assert_eq!(col(ml, "ConsumedQuantity"), "4.000000");
+        assert_eq!(col(ml, "x_UsedGpuHours"), "3.000000");
+        assert_eq!(col(ml, "SubAccountId"), "ml");
+        assert_eq!(col(ml, "BillingCurrency"), "EUR");
+        assert_eq!(col(ml, "ChargePeriodStart"), "2025-01-06T00:00:00Z");
+        assert_eq!(col(ml, "ChargePeriodEnd"), "2025-01-06T02:00:00Z");
+        assert_eq!(col(ml, "InvoiceId"), "", "no invoice: null");
+        assert_eq!(col(idle, "x_Group"), IDLE);
+        assert_eq!(col(idle, "BilledCost"), "2.000000");
+        assert_eq!(col(idle, "ConsumedQuantity"), "1.000000");
+        assert_eq!(col(idle, "SubAccountId"), "");
+        assert_eq!(col(idle, "x_UsedGpuHours"), "", "unknown: empty, not 0");
+        let billed: f64 = rows
+            .iter()
+            .map(|r| col(r, "BilledCost").parse::<f64>().unwrap())
+            .sum();
+        assert!((billed - 10.0).abs() < 1e-9, "{billed}");
+    }
 }
