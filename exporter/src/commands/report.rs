@@ -93,14 +93,19 @@ pub(crate) struct ReportArgs {
     /// the step.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_STEPS, value_parser = clap::value_parser!(u64).range(100..))]
     pub max_points: u64,
-    /// Print the versioned JSON document (docs/report.md) instead of the text report.
-    #[arg(long)]
+    /// What to print: `text`, `json` (the versioned JSON document, docs/report.md) or, with
+    /// --by, `opencost` (the showback in the shape of OpenCost's /allocation answer,
+    /// docs/report.md).
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Print the versioned JSON document: --format json.
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
     /// Print only the reclaimable capacity: the holders idle most of their measured time,
     /// most idle GPU-hours first, each with its owner, namespace, how long it has been idle,
     /// the memory it holds, the cost of its idle hours and the command that would suspend
     /// it (truthscale runs nothing). The JSON has it as `idle`.
-    #[arg(long, conflicts_with = "json")]
+    #[arg(long, conflicts_with_all = ["json", "format"])]
     pub idle: bool,
     /// Also write the report as a self-contained HTML page to FILE.
     #[arg(long, value_name = "FILE")]
@@ -127,11 +132,30 @@ pub(crate) struct ReportArgs {
     /// With --by: write the showback as CSV (one row per group and period) to FILE.
     #[arg(long, value_name = "FILE", requires = "by")]
     pub csv: Option<PathBuf>,
+    /// With --by: write the showback as a FOCUS 1.2 cost and usage CSV to FILE (every group,
+    /// one row per group and period, and one for the capacity no pod held); every row needs
+    /// a price.
+    #[arg(long, value_name = "FILE", requires = "by")]
+    pub focus: Option<PathBuf>,
+    /// The currency of the prices, an ISO 4217 code, for --focus's BillingCurrency.
+    #[arg(long, value_name = "CODE", default_value = "USD", value_parser = report::focus::currency)]
+    pub currency: String,
     /// With --by: the text, the CSV and the HTML list the N most allocated groups of each
     /// period and sum the others in one row, `(the rest: K groups)`; the JSON lists every
     /// group.
     #[arg(long, value_name = "N", requires = "by", default_value_t = report::showback::DEFAULT_TOP as u64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub top: u64,
+}
+
+/// What `report` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Format {
+    /// The text report.
+    Text,
+    /// The versioned JSON document.
+    Json,
+    /// With --by: the showback shaped as OpenCost's /allocation answer.
+    Opencost,
 }
 
 fn model_price(s: &str) -> Result<(String, f64), String> {
@@ -181,8 +205,15 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
     crate::logging::init(env);
     let started = Instant::now();
     let resolved = args.history.resolve(&DEFAULTS, env)?;
+    let format = if args.json { Format::Json } else { args.format };
+    if format == Format::Opencost && args.by.is_none() {
+        bail!("--format opencost writes the showback: give --by GROUP");
+    }
     let config = config(args, resolved.cluster_label.is_some());
     let built = report::build(&config, History::open(&resolved)?)?;
+    if let (Some(path), Some(by)) = (&args.focus, &args.by) {
+        write_focus(path, &built, by, &args.currency)?;
+    }
     if let Some(path) = &args.csv {
         let cannot = || format!("cannot write --csv {}", path.display());
         let mut f = std::io::BufWriter::new(std::fs::File::create(path).with_context(cannot)?);
@@ -198,7 +229,14 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
     }
     let (stats, analysis) = (built.stats.clone(), built.analysis_seconds);
     let mut out = std::io::stdout().lock();
-    if args.json {
+    if format == Format::Opencost
+        && let (Some(sb), Some(by)) = (&built.every_group, &args.by)
+    {
+        let doc =
+            report::opencost::document(sb, by, built.doc.source.start_ms, built.point_seconds);
+        serde_json::to_writer(&mut out, &doc)?;
+        writeln!(out)?;
+    } else if format == Format::Json {
         serde_json::to_writer(&mut out, &built.into_json_document())?;
         writeln!(out)?;
     } else if args.idle {
@@ -211,4 +249,32 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
         eprintln!("truthscale: {line}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the FOCUS CSV of the showback (every group) to `path`.
+///
+/// # Errors
+/// A row without a price; the file cannot be written.
+fn write_focus(
+    path: &std::path::Path,
+    built: &report::Built,
+    by: &report::showback::By,
+    currency: &str,
+) -> anyhow::Result<()> {
+    let Some(sb) = &built.every_group else {
+        return Ok(());
+    };
+    let args = report::focus::FocusArgs {
+        currency: currency.to_string(),
+    };
+    let mut buf = Vec::new();
+    report::focus::write(
+        &mut buf,
+        sb,
+        by,
+        &args,
+        built.doc.source.start_ms,
+        built.point_seconds,
+    )?;
+    std::fs::write(path, buf).with_context(|| format!("cannot write --focus {}", path.display()))
 }

@@ -381,6 +381,8 @@ struct Assembled {
     doc: Document,
     every_group: Option<Showback>,
     csv: Option<String>,
+    /// `--format opencost`'s document and `--focus`'s CSV, with `--by`.
+    exports: Vec<(&'static str, String)>,
 }
 
 /// `commands::report::run` from the document on: the showback (`by`), the clusters
@@ -394,10 +396,11 @@ fn assemble(
 ) -> Assembled {
     let start_ms = source.start_ms;
     let mut doc = super::document(input, source, cfg);
-    let (mut every_group, mut csv) = (None, None);
+    let (mut every_group, mut csv, mut exports) = (None, None, Vec::new());
     if let Some(b) = by {
         let (shown, sb, text) = showback(input, &doc, cfg, b, start_ms);
         doc.showback = Some(shown);
+        exports = exported(&sb, &b.by, start_ms, input.step_seconds);
         every_group = Some(sb);
         csv = Some(text);
     }
@@ -443,7 +446,32 @@ fn assemble(
         doc,
         every_group,
         csv,
+        exports,
     }
+}
+
+/// `--format opencost`'s document and `--focus`'s CSV of `sb` (every group).
+fn exported(
+    sb: &Showback,
+    by: &super::showback::By,
+    start_ms: i64,
+    step_seconds: f64,
+) -> Vec<(&'static str, String)> {
+    let doc = super::opencost::document(sb, by, start_ms, step_seconds);
+    let json = serde_json::to_string_pretty(&doc).expect("the document serializes") + "\n";
+    let args = super::focus::FocusArgs {
+        currency: "USD".into(),
+    };
+    let mut files = vec![("opencost.json", json)];
+    let mut focus = Vec::new();
+    // Without a price there is no FOCUS CSV.
+    if super::focus::write(&mut focus, sb, by, &args, start_ms, step_seconds).is_ok() {
+        files.push((
+            "focus.csv",
+            String::from_utf8(focus).expect("the CSV is UTF-8"),
+        ));
+    }
+    files
 }
 
 /// The showback as `run` makes it: (the `--top` groups shown, every group, the CSV).
@@ -506,6 +534,9 @@ fn render(name: &str, a: &Assembled) -> Vec<(String, String)> {
     ];
     if let Some(csv) = &a.csv {
         files.push((format!("{name}.csv"), csv.clone()));
+    }
+    for (suffix, text) in &a.exports {
+        files.push((format!("{name}.{suffix}"), text.clone()));
     }
     files
 }

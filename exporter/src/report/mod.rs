@@ -8,6 +8,7 @@
 //! the raw series.
 
 mod build;
+pub(crate) mod focus;
 pub(crate) mod format;
 mod funnel;
 #[cfg(test)]
@@ -15,6 +16,7 @@ mod golden;
 pub(crate) mod html;
 mod idle;
 pub(crate) mod notes;
+pub(crate) mod opencost;
 mod owners;
 pub(crate) mod sections;
 pub(crate) mod showback;
@@ -24,7 +26,7 @@ mod timeline;
 mod waits;
 
 use crate::history::{Family, FeedStats, History, NO_CLUSTER, SampleKind, rfc3339};
-pub(crate) use build::{Config, ShowbackArgs, build};
+pub(crate) use build::{Built, Config, ShowbackArgs, build};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use truthscale_core::derive::DeriveConfig;

@@ -15,6 +15,7 @@ mod docker;
 mod engine;
 mod explain_top;
 mod faults;
+mod finops;
 mod health;
 mod history;
 mod hygiene;

@@ -26,9 +26,9 @@ const STEP: i64 = 60;
 /// Three hours of data; the report reads the last two.
 const POINTS: i64 = 3 * 60;
 /// Steps of a 2 h window at 60 s (the start is aligned down to the step).
-const W: f64 = 121.0;
+pub(crate) const W: f64 = 121.0;
 /// Hours per step.
-const H: f64 = 1.0 / 60.0;
+pub(crate) const H: f64 = 1.0 / 60.0;
 /// `web/batch` has NaN readings for these 30 steps of the window, counted back from its end.
 const GAP_FROM_END: std::ops::Range<i64> = 40..70;
 
@@ -111,7 +111,7 @@ pub(crate) fn end_now() -> i64 {
 /// The OpenMetrics text promtool backfills: dcgm-exporter's fields (job `dcgm`),
 /// truthscale's own gauges for the whole GPUs (job `truthscale`), and kube-state-metrics'
 /// series (job `ksm`).
-fn openmetrics(end: i64) -> String {
+pub(crate) fn openmetrics(end: i64) -> String {
     let mut families: std::collections::BTreeMap<&str, String> = Default::default();
     let mut add = |name: &'static str, labels: &str, t: i64, v: f64| {
         let s = families.entry(name).or_default();
@@ -226,9 +226,9 @@ fn openmetrics(end: i64) -> String {
 }
 
 pub(crate) struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
+    pub(crate) code: Option<i32>,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 fn truthscale(args: &[&str]) -> Run {

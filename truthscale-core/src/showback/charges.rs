@@ -100,6 +100,8 @@ enum Use {
 pub(super) struct PeriodAcc {
     groups: BTreeMap<String, Acc>,
     pub(super) unallocated: u64,
+    /// What the unallocated GPU-hours cost, at each GPU's price, where priced.
+    pub(super) unallocated_cost: Option<f64>,
     pub(super) overallocated: u64,
     pub(super) fleet: u64,
     pub(super) energy: EnergyAcc,
@@ -121,12 +123,12 @@ fn kwh(mj: u64) -> f64 {
 }
 
 /// `u` share units over one step, as GPU-hours.
-fn gpu_hours(u: u64, hours_per_step: f64) -> f64 {
+pub(super) fn gpu_hours(u: u64, hours_per_step: f64) -> f64 {
     u as f64 / SHARE_UNITS as f64 * hours_per_step
 }
 
 /// The price of one GPU-hour of a track's model: its own, or the default.
-fn price_of(t: &Track, cfg: &ShowbackConfig) -> Option<f64> {
+pub(super) fn price_of(t: &Track, cfg: &ShowbackConfig) -> Option<f64> {
     let own = t
         .model
         .as_deref()
@@ -347,6 +349,7 @@ pub(super) fn period(
         groups,
         energy,
         unallocated_gpu_hours: hours(acc.unallocated),
+        unallocated_cost: acc.unallocated_cost,
         funnel: acc.funnel.funnel(w.hours_per_step),
         fleet_gpu_hours: hours(acc.fleet),
         overallocated_gpu_hours: hours(acc.overallocated),

@@ -162,6 +162,9 @@ pub struct Period {
     pub energy: Option<PeriodEnergy>,
     /// GPU-hours no pod held.
     pub unallocated_gpu_hours: f64,
+    /// What the GPU-hours no pod held cost (each GPU's hours at its model's price), with a
+    /// price; `None` without one.
+    pub unallocated_cost: Option<f64>,
     /// The funnel: total → healthy → allocated → active → effective, each loss named.
     pub funnel: Funnel,
     /// The fleet's GPU-hours: each GPU from its first reading to its last.

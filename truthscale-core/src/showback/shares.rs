@@ -2,7 +2,7 @@
 //! holding it by the allocation policy (whole, time-sliced `1/k`, MIG compute slices, or the
 //! holders node mode names), as [`Charge`]s of what each did with its share.
 
-use super::charges::add_charge;
+use super::charges::{add_charge, gpu_hours, price_of};
 use super::{Accs, Holding, SHARE_UNITS, Tally, Window};
 use crate::fleet::Track;
 use std::collections::BTreeSet;
@@ -97,9 +97,16 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
             tally.allocation.2 += u64::from(!charges.iter().any(|c| c.read));
         }
         let period = s / w.per;
+        let free = SHARE_UNITS.saturating_sub(sum);
+        let price = covering
+            .first()
+            .and_then(|&i| price_of(&input.tracks[i], w.cfg));
         for acc in accs.both(period) {
             acc.fleet += SHARE_UNITS;
-            acc.unallocated += SHARE_UNITS.saturating_sub(sum);
+            acc.unallocated += free;
+            if let Some(p) = price {
+                *acc.unallocated_cost.get_or_insert(0.0) += p * gpu_hours(free, w.hours_per_step);
+            }
             acc.overallocated += sum.saturating_sub(SHARE_UNITS);
             if let (Some(e), Some(u)) = (energy, unallocated_mj) {
                 acc.energy.fleet_mj += e;

@@ -275,3 +275,33 @@ fn energy_by_group_reconciles_with_the_fleets_exactly() {
     assert_eq!(s.total.energy, None);
     assert_eq!(s.total.groups[0].energy_kwh, None);
 }
+
+/// The GPU-hours no pod held cost each GPU's hours at its price; without a price, unknown.
+#[test]
+fn the_unallocated_gpu_hours_have_a_cost() {
+    let used = Some((0.9, 0.3));
+    let input = FleetInput {
+        step_seconds: 60.0,
+        steps: 6,
+        tracks: vec![
+            track(Some("ml/a"), "n/g1", &[used; 6]),
+            track(None, "n/g2", &[used; 4]),
+        ],
+        held: Default::default(),
+        step_bands: None,
+    };
+    let groups = vec![Some("ml".to_string()), None];
+    let run = |price: Option<f64>| {
+        let cfg = ShowbackConfig {
+            default_price: price,
+            ..cfg("namespace")
+        };
+        showback(&input, &groups, &Holders::new(), &BTreeMap::new(), &cfg)
+    };
+    let s = run(Some(3.0));
+    // The pod-less GPU: 4 steps of 1/60 h at 3 an hour.
+    assert!((s.total.unallocated_gpu_hours - 4.0 / 60.0).abs() < 1e-12);
+    let cost = s.total.unallocated_cost.expect("priced");
+    assert!((cost - 3.0 * 4.0 / 60.0).abs() < 1e-12, "{cost}");
+    assert_eq!(run(None).total.unallocated_cost, None);
+}

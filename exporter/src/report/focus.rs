@@ -1,0 +1,300 @@
+//! `report --by … --focus FILE`: the showback as a FOCUS 1.2 cost and usage CSV (FinOps
+//! Open Cost and Usage Specification), one `Usage` row per group and period (the whole
+//! window without `--every`, every group), and one per period for the capacity no pod held
+//! (`x_Group` `__idle__`, as OpenCost names it). A showback is no invoice: the costs are the
+//! GPU-hours at the prices given, so `BilledCost`, `EffectiveCost`, `ListCost` and
+//! `ContractedCost` are the same figure; the rows' `BilledCost` add up to the groups' and
+//! the unallocated cost. truthscale's own figures are in `x_` columns, as FOCUS asks of a
+//! column it does not define.
+
+use super::opencost::{Bounds, IDLE, periods};
+use super::showback::By;
+use std::io::Write;
+use truthscale_core::showback::{GroupHours, Showback};
+
+/// The columns: FOCUS 1.2's, then truthscale's.
+const HEADER: &str = "BillingAccountId,BillingAccountName,BillingCurrency,BillingPeriodStart,BillingPeriodEnd,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,ChargeClass,ChargeDescription,ChargeFrequency,BilledCost,EffectiveCost,ListCost,ListUnitPrice,ContractedCost,ContractedUnitPrice,ConsumedQuantity,ConsumedUnit,PricingQuantity,PricingUnit,PricingCategory,InvoiceId,InvoiceIssuerName,ProviderName,PublisherName,ServiceCategory,ServiceSubcategory,ServiceName,ResourceId,ResourceName,ResourceType,RegionId,RegionName,AvailabilityZone,SkuId,SkuPriceId,SubAccountId,SubAccountName,CommitmentDiscountCategory,CommitmentDiscountId,CommitmentDiscountName,CommitmentDiscountStatus,CommitmentDiscountType,Tags,x_By,x_Group,x_Workloads,x_UsedGpuHours,x_IdleGpuHours,x_IdleCost,x_UnmeasuredGpuHours,x_UseUnknownGpuHours,x_UnavailableGpuHours,x_UnavailableCost,x_BusyGpuHours,x_EffectiveComputeGpuHours";
+
+/// The account every row is in: the showback, not a cloud bill.
+const ACCOUNT: &str = "truthscale-showback";
+/// Who issues the figures.
+const ISSUER: &str = "truthscale";
+/// The unit of every quantity.
+const UNIT: &str = "GPU-Hours";
+
+/// What FOCUS needs beyond the showback: the currency of the prices.
+#[derive(Debug, Clone)]
+pub(crate) struct FocusArgs {
+    /// ISO 4217 code of the prices' currency (`--currency`).
+    pub currency: String,
+}
+
+/// A currency code as ISO 4217 writes it: three capital letters.
+///
+/// # Errors
+/// Anything else.
+pub(crate) fn currency(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if s.len() == 3 && s.bytes().all(|b| b.is_ascii_uppercase()) {
+        Ok(s.to_string())
+    } else {
+        Err(format!("{s:?}: give an ISO 4217 currency code (USD, EUR)"))
+    }
+}
+
+fn field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn num(x: f64) -> String {
+    format!("{x:.6}")
+}
+
+/// One row: what is charged, its cost, and truthscale's figures (`g`: `None` for the
+/// capacity no pod held).
+struct Row<'a> {
+    group: &'a str,
+    description: String,
+    hours: f64,
+    cost: f64,
+    g: Option<&'a GroupHours>,
+    unavailable: f64,
+}
+
+/// Writes `row` of period `b` in a window `window`.
+fn write_row(
+    out: &mut impl Write,
+    by: &str,
+    args: &FocusArgs,
+    window: &Bounds,
+    b: &Bounds,
+    r: &Row<'_>,
+) -> std::io::Result<()> {
+    let tags = serde_json::json!({ "truthscale.by": by, "truthscale.group": r.group }).to_string();
+    let (cost, hours) = (num(r.cost), num(r.hours));
+    let opt = |f: fn(&GroupHours) -> f64| r.g.map_or_else(String::new, |g| num(f(g)));
+    let cost_of = |f: fn(&truthscale_core::showback::GroupCost) -> f64| {
+        r.g.and_then(|g| g.cost.as_ref())
+            .map_or_else(String::new, |c| num(f(c)))
+    };
+    let account = if r.g.is_some() { r.group } else { "" };
+    writeln!(
+        out,
+        "{ACCOUNT},,{cur},{ws},{we},{ps},{pe},Usage,,{desc},Usage-Based,{cost},{cost},{cost},,{cost},,{hours},{UNIT},{hours},{UNIT},Standard,,{ISSUER},{ISSUER},{ISSUER},Compute,Containers,GPU,,,,,,,,,{acct},{acct},,,,,,{tags},{by},{group},{wl},{used},{idle},{idle_cost},{unm},{unk},{down},{down_cost},{busy},{ecf}",
+        cur = args.currency,
+        ws = window.start,
+        we = window.end,
+        ps = b.start,
+        pe = b.end,
+        desc = field(&r.description),
+        acct = field(account),
+        tags = field(&tags),
+        by = field(by),
+        group = field(r.group),
+        wl = r.g.map_or_else(String::new, |g| g.workloads.to_string()),
+        used = opt(|g| g.used_gpu_hours),
+        idle = opt(|g| g.idle_gpu_hours),
+        idle_cost = cost_of(|c| c.idle),
+        unm = opt(|g| g.unmeasured_gpu_hours),
+        unk = opt(|g| g.use_unknown_gpu_hours),
+        down = num(r.unavailable),
+        down_cost = cost_of(|c| c.unavailable),
+        busy = opt(|g| g.busy_gpu_hours),
+        ecf = opt(|g| g.effective_compute_gpu_hours),
+    )
+}
+
+/// Writes the FOCUS CSV of `s` (every group).
+///
+/// # Errors
+/// A group or the capacity no pod held has no cost (no price was given for its GPUs'
+/// model: FOCUS has no row without a cost); writing fails.
+pub(crate) fn write(
+    out: &mut impl Write,
+    s: &Showback,
+    by: &By,
+    args: &FocusArgs,
+    start_ms: i64,
+    step_seconds: f64,
+) -> anyhow::Result<()> {
+    let no_price = || {
+        anyhow::anyhow!(
+            "--focus needs a cost on every row: give --cost-per-gpu-hour (or --gpu-hour-price for each model)"
+        )
+    };
+    let by_name = by.describe();
+    let all = periods(s, start_ms, step_seconds);
+    let window = Bounds {
+        start: all
+            .first()
+            .map(|(_, b)| b.start.clone())
+            .unwrap_or_default(),
+        end: all.last().map(|(_, b)| b.end.clone()).unwrap_or_default(),
+        hours: 0.0,
+    };
+    writeln!(out, "{HEADER}")?;
+    for (p, b) in &all {
+        for g in &p.groups {
+            // A group that held nothing (requested only) costs nothing.
+            let cost = match &g.cost {
+                Some(c) => c.allocated,
+                None if g.allocated_gpu_hours == 0.0 => 0.0,
+                None => return Err(no_price()),
+            };
+            let row = Row {
+                group: &g.group,
+                description: format!("GPU-hours allocated to {by_name} {}", g.group),
+                hours: g.allocated_gpu_hours,
+                cost,
+                g: Some(g),
+                unavailable: g.unavailable_gpu_hours,
+            };
+            write_row(out, &by_name, args, &window, b, &row)?;
+        }
+        let held_down: f64 = p.groups.iter().map(|g| g.unavailable_gpu_hours).sum();
+        let row = Row {
+            group: IDLE,
+            description: "GPU-hours no pod held (idle capacity)".into(),
+            hours: p.unallocated_gpu_hours,
+            cost: p.unallocated_cost.ok_or_else(no_price)?,
+            g: None,
+            unavailable: (p.funnel.unavailable_gpu_hours - held_down).max(0.0),
+        };
+        write_row(out, &by_name, args, &window, b, &row)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn currencies_are_three_capitals() {
+        assert_eq!(currency(" EUR "), Ok("EUR".to_string()));
+        assert!(currency("usd").is_err());
+        assert!(currency("EURO").is_err());
+    }
+
+    /// Every row has as many fields as the header.
+    #[test]
+    fn rows_have_every_column() {
+        let s = Showback {
+            total: truthscale_core::showback::Period {
+                groups: vec![GroupHours {
+                    group: "a,b".into(),
+                    cost: Some(Default::default()),
+                    ..GroupHours::default()
+                }],
+                unallocated_cost: Some(1.0),
+                ..Default::default()
+            },
+            ..Showback::default()
+        };
+        let args = FocusArgs {
+            currency: "USD".into(),
+        };
+        let mut out = Vec::new();
+        write(&mut out, &s, &By::Namespace, &args, 0, 60.0).expect("written");
+        let text = String::from_utf8(out).expect("UTF-8");
+        let columns = HEADER.split(',').count();
+        let mut rdr = text.lines();
+        assert_eq!(rdr.next(), Some(HEADER));
+        assert_eq!(text.lines().count(), 3, "the group and __idle__");
+        for line in rdr {
+            // Quoted fields hold commas: count outside quotes.
+            let mut quoted = false;
+            let n = 1 + line
+                .chars()
+                .filter(|c| {
+                    if *c == '"' {
+                        quoted = !quoted;
+                    }
+                    *c == ',' && !quoted
+                })
+                .count();
+            assert_eq!(n, columns, "{line}");
+        }
+        let mut none = Showback::default();
+        none.total.groups.push(GroupHours::default());
+        let e = write(&mut Vec::new(), &none, &By::Namespace, &args, 0, 60.0).unwrap_err();
+        assert!(e.to_string().contains("--cost-per-gpu-hour"), "{e}");
+    }
+
+    /// Known inputs, each cost worked out by hand: `ml` held 4 GPU-hours at $2 (8), and 1
+    /// GPU-hour no pod held (2); the rows' BilledCost add up to the fleet's 10.
+    #[test]
+    fn the_costs_are_the_hours_at_the_price() {
+        let s = Showback {
+            total: truthscale_core::showback::Period {
+                steps: 120,
+                groups: vec![GroupHours {
+                    group: "ml".into(),
+                    workloads: 2,
+                    allocated_gpu_hours: 4.0,
+                    used_gpu_hours: 3.0,
+                    cost: Some(truthscale_core::showback::GroupCost {
+                        allocated: 8.0,
+                        ..Default::default()
+                    }),
+                    ..GroupHours::default()
+                }],
+                unallocated_gpu_hours: 1.0,
+                unallocated_cost: Some(2.0),
+                ..Default::default()
+            },
+            ..Showback::default()
+        };
+        let args = FocusArgs {
+            currency: "EUR".into(),
+        };
+        let mut out = Vec::new();
+        // 2025-01-06T00:00:00Z, 120 steps of 60 s.
+        write(&mut out, &s, &By::Namespace, &args, 1_736_121_600_000, 60.0).expect("written");
+        let text = String::from_utf8(out).expect("UTF-8");
+        let header: Vec<&str> = HEADER.split(',').collect();
+        // Split at the commas outside quotes (Tags holds some).
+        let split = |l: &str| -> Vec<String> {
+            let (mut fields, mut cur, mut quoted) = (Vec::new(), String::new(), false);
+            for c in l.chars() {
+                match c {
+                    '"' => quoted = !quoted,
+                    ',' if !quoted => fields.push(std::mem::take(&mut cur)),
+                    _ => cur.push(c),
+                }
+            }
+            fields.push(cur);
+            fields
+        };
+        let rows: Vec<Vec<String>> = text.lines().skip(1).map(split).collect();
+        let col = |row: &[String], name: &str| -> String {
+            let i = header.iter().position(|h| *h == name).expect(name);
+            row[i].to_string()
+        };
+        let (ml, idle) = (&rows[0], &rows[1]);
+        assert_eq!(col(ml, "x_Group"), "ml");
+        assert_eq!(col(ml, "BilledCost"), "8.000000");
+        assert_eq!(col(ml, "EffectiveCost"), "8.000000");
+        assert_eq!(col(ml, "ConsumedQuantity"), "4.000000");
+        assert_eq!(col(ml, "x_UsedGpuHours"), "3.000000");
+        assert_eq!(col(ml, "SubAccountId"), "ml");
+        assert_eq!(col(ml, "BillingCurrency"), "EUR");
+        assert_eq!(col(ml, "ChargePeriodStart"), "2025-01-06T00:00:00Z");
+        assert_eq!(col(ml, "ChargePeriodEnd"), "2025-01-06T02:00:00Z");
+        assert_eq!(col(ml, "InvoiceId"), "", "no invoice: null");
+        assert_eq!(col(idle, "x_Group"), IDLE);
+        assert_eq!(col(idle, "BilledCost"), "2.000000");
+        assert_eq!(col(idle, "ConsumedQuantity"), "1.000000");
+        assert_eq!(col(idle, "SubAccountId"), "");
+        assert_eq!(col(idle, "x_UsedGpuHours"), "", "unknown: empty, not 0");
+        let billed: f64 = rows
+            .iter()
+            .map(|r| col(r, "BilledCost").parse::<f64>().unwrap())
+            .sum();
+        assert!((billed - 10.0).abs() < 1e-9, "{billed}");
+    }
+}

@@ -1,0 +1,371 @@
+//! `report --by … --format opencost`: the showback in the shape of OpenCost's `/allocation`
+//! answer, for tools that read it: `{"code": 200, "data": [ {NAME: allocation, …}, … ]}`,
+//! one set per period (the whole window without `--every`), each allocation's fields in
+//! camelCase. Only the GPU's figures are there: truthscale reads no CPU, memory or disk.
+//!
+//! As OpenCost names them: `__idle__` is the capacity no pod held (truthscale's unallocated
+//! GPU-hours), `__unallocated__` the pods without the grouping's value (truthscale's
+//! `(none)` group). `gpuEfficiency` is OpenCost's: the busy flag's GPU-hours over the
+//! allocated GPU-hours where it was read, which OpenCost's usage basis counts; truthscale's
+//! own figures are beside it under names of their own (`truthscaleEffectiveComputeEfficiency`,
+//! `truthscaleUsedOverAllocated`, …). An estimate is never under a measured name. An
+//! unknown figure is `null`, never 0.
+
+use super::showback::{By, NONE};
+use serde_json::{Map, Value, json};
+use truthscale_core::showback::{GroupHours, Period, Showback};
+
+/// OpenCost's name of the capacity no pod held.
+pub(crate) const IDLE: &str = "__idle__";
+/// OpenCost's name of the allocations without the grouping's value.
+pub(crate) const UNALLOCATED: &str = "__unallocated__";
+
+/// A period's bounds: its RFC 3339 start and end, and its hours.
+pub(crate) struct Bounds {
+    pub start: String,
+    pub end: String,
+    pub hours: f64,
+}
+
+/// The bounds of each period of `s` (the whole window without periods), with the window's
+/// first step at `start_ms` and `step_seconds` per step.
+pub(crate) fn periods(s: &Showback, start_ms: i64, step_seconds: f64) -> Vec<(&Period, Bounds)> {
+    let at = |step: usize| {
+        crate::history::rfc3339(start_ms + (step as f64 * step_seconds * 1000.0) as i64)
+    };
+    let list: Vec<&Period> = if s.periods.is_empty() {
+        vec![&s.total]
+    } else {
+        s.periods.iter().collect()
+    };
+    list.into_iter()
+        .map(|p| {
+            let b = Bounds {
+                start: at(p.start_step),
+                end: at(p.start_step + p.steps),
+                hours: p.steps as f64 * step_seconds / 3600.0,
+            };
+            (p, b)
+        })
+        .collect()
+}
+
+/// `a / b`, or `null` where `b` is 0.
+fn ratio(a: f64, b: f64) -> Value {
+    if b > 0.0 { json!(a / b) } else { Value::Null }
+}
+
+/// OpenCost's `properties` of a group: the property it groups by.
+fn properties(by: &By, group: &str) -> Value {
+    match by {
+        By::Namespace => json!({ "namespace": group }),
+        By::Node => json!({ "node": group }),
+        By::Model => json!({ "truthscaleGpuModel": group }),
+        By::Label { key, .. } => json!({ "labels": { key.clone(): group } }),
+    }
+}
+
+/// The fields every allocation has: its name, properties and window.
+fn head(name: &str, props: Value, b: &Bounds) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("name".into(), json!(name));
+    m.insert("properties".into(), props);
+    m.insert("window".into(), json!({ "start": b.start, "end": b.end }));
+    m.insert("start".into(), json!(b.start));
+    m.insert("end".into(), json!(b.end));
+    m.insert("minutes".into(), json!(b.hours * 60.0));
+    m
+}
+
+/// One group's allocation.
+fn allocation(name: &str, props: Value, g: &GroupHours, b: &Bounds) -> Value {
+    let cost = g.cost.as_ref();
+    let mut m = head(name, props, b);
+    let gpu_cost = json!(cost.map(|c| c.allocated));
+    // No adjustment and no idle cost shared in: 0 where there is a cost, else unknown.
+    let zero = json!(cost.map(|_| 0.0));
+    let fields = [
+        ("gpuCount", ratio(g.allocated_gpu_hours, b.hours)),
+        ("gpuHours", json!(g.allocated_gpu_hours)),
+        ("gpuCost", gpu_cost.clone()),
+        ("gpuCostIdle", zero.clone()),
+        ("gpuCostAdjustment", zero),
+        (
+            "gpuEfficiency",
+            ratio(g.busy_gpu_hours, g.busy_measured_gpu_hours),
+        ),
+        (
+            "gpuAllocation",
+            json!({
+                "gpuRequestAverage": g.requested_gpu_hours.map(|r| r / b.hours),
+                "gpuUsageAverage": g.busy_gpu_hours / b.hours,
+            }),
+        ),
+        ("totalCost", gpu_cost),
+        (
+            "truthscaleEffectiveComputeEfficiency",
+            ratio(
+                g.effective_compute_gpu_hours,
+                g.effective_compute_measured_gpu_hours,
+            ),
+        ),
+        (
+            "truthscaleUsedOverAllocated",
+            ratio(g.used_gpu_hours, g.allocated_gpu_hours),
+        ),
+        ("truthscaleWorkloads", json!(g.workloads)),
+        ("truthscaleRequestedGpuHours", json!(g.requested_gpu_hours)),
+        ("truthscaleUsedGpuHours", json!(g.used_gpu_hours)),
+        ("truthscaleIdleGpuHours", json!(g.idle_gpu_hours)),
+        ("truthscaleIdleCost", json!(cost.map(|c| c.idle))),
+        (
+            "truthscaleUnmeasuredGpuHours",
+            json!(g.unmeasured_gpu_hours),
+        ),
+        (
+            "truthscaleUseUnknownGpuHours",
+            json!(g.use_unknown_gpu_hours),
+        ),
+        (
+            "truthscaleUnavailableGpuHours",
+            json!(g.unavailable_gpu_hours),
+        ),
+        (
+            "truthscaleUnavailableCost",
+            json!(cost.map(|c| c.unavailable)),
+        ),
+        ("truthscaleBusyGpuHours", json!(g.busy_gpu_hours)),
+        (
+            "truthscaleEffectiveComputeGpuHours",
+            json!(g.effective_compute_gpu_hours),
+        ),
+        (
+            "truthscaleEffectiveComputeEstimateGpuHours",
+            json!(g.effective_compute_estimate_gpu_hours),
+        ),
+    ];
+    for (k, v) in fields {
+        m.insert(k.into(), v);
+    }
+    Value::Object(m)
+}
+
+/// The capacity no pod held in period `p`: OpenCost's `__idle__`.
+fn idle(p: &Period, priced: bool, b: &Bounds) -> Value {
+    let held_down: f64 = p.groups.iter().map(|g| g.unavailable_gpu_hours).sum();
+    let unheld_down = (p.funnel.unavailable_gpu_hours - held_down).max(0.0);
+    let cost = if priced {
+        json!(p.unallocated_cost.unwrap_or(0.0))
+    } else {
+        Value::Null
+    };
+    let mut m = head(IDLE, json!({}), b);
+    let fields = [
+        ("gpuCount", ratio(p.unallocated_gpu_hours, b.hours)),
+        ("gpuHours", json!(p.unallocated_gpu_hours)),
+        ("gpuCost", cost.clone()),
+        ("gpuCostIdle", cost.clone()),
+        (
+            "gpuCostAdjustment",
+            if priced { json!(0.0) } else { Value::Null },
+        ),
+        ("gpuEfficiency", Value::Null),
+        ("totalCost", cost),
+        ("truthscaleUnavailableGpuHours", json!(unheld_down)),
+    ];
+    for (k, v) in fields {
+        m.insert(k.into(), v);
+    }
+    Value::Object(m)
+}
+
+/// Whether `s` was priced: some group has a cost, or the capacity no pod held has one.
+fn priced(s: &Showback) -> bool {
+    s.total.groups.iter().any(|g| g.cost.is_some()) || s.total.unallocated_cost.is_some()
+}
+
+/// The `/allocation`-shaped document of `s` (every group), `by` its grouping.
+#[must_use]
+pub(crate) fn document(s: &Showback, by: &By, start_ms: i64, step_seconds: f64) -> Value {
+    let priced = priced(s);
+    let sets: Vec<Value> = periods(s, start_ms, step_seconds)
+        .into_iter()
+        .map(|(p, b)| {
+            let mut set = Map::new();
+            let mut none = None;
+            for g in &p.groups {
+                if g.group == NONE {
+                    none = Some(g);
+                    continue;
+                }
+                let a = allocation(&g.group, properties(by, &g.group), g, &b);
+                set.insert(g.group.clone(), a);
+            }
+            let empty = GroupHours {
+                cost: priced.then(Default::default),
+                ..GroupHours::default()
+            };
+            let none = none.unwrap_or(&empty);
+            set.insert(
+                UNALLOCATED.into(),
+                allocation(UNALLOCATED, json!({}), none, &b),
+            );
+            set.insert(IDLE.into(), idle(p, priced, &b));
+            Value::Object(set)
+        })
+        .collect();
+    json!({ "code": 200, "status": "success", "data": sets })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use truthscale_core::showback::GroupCost;
+
+    /// 2025-01-06T00:00:00Z.
+    const START_MS: i64 = 1_736_121_600_000;
+
+    /// A 2 h window (120 steps of 60 s): `ml` held 4 GPU-hours (2 pods, 6 requested), busy 3
+    /// of the 4 measured, effective compute 1 of 4; one pod without a namespace held 1
+    /// GPU-hour whose use is unknown; 1 GPU-hour no pod held, 0.5 GPU-hours down without a
+    /// holder. At $2 a GPU-hour when `priced`.
+    fn showback(priced: bool) -> Showback {
+        let cost = |allocated: f64, idle: f64| {
+            priced.then_some(GroupCost {
+                allocated,
+                idle,
+                ..GroupCost::default()
+            })
+        };
+        let ml = GroupHours {
+            group: "ml".into(),
+            workloads: 2,
+            allocated_gpu_hours: 4.0,
+            requested_gpu_hours: Some(6.0),
+            used_gpu_hours: 3.0,
+            idle_gpu_hours: 1.0,
+            busy_gpu_hours: 3.0,
+            busy_measured_gpu_hours: 4.0,
+            effective_compute_gpu_hours: 1.0,
+            effective_compute_measured_gpu_hours: 4.0,
+            cost: cost(8.0, 2.0),
+            ..GroupHours::default()
+        };
+        let none = GroupHours {
+            group: NONE.into(),
+            workloads: 1,
+            allocated_gpu_hours: 1.0,
+            use_unknown_gpu_hours: 1.0,
+            cost: cost(2.0, 0.0),
+            ..GroupHours::default()
+        };
+        let mut total = Period {
+            steps: 120,
+            groups: vec![ml, none],
+            unallocated_gpu_hours: 1.0,
+            unallocated_cost: priced.then_some(2.0),
+            ..Period::default()
+        };
+        total.funnel.unavailable_gpu_hours = 0.5;
+        Showback {
+            total,
+            ..Showback::default()
+        }
+    }
+
+    fn window() -> Value {
+        json!({ "start": "2025-01-06T00:00:00Z", "end": "2025-01-06T02:00:00Z" })
+    }
+
+    /// The document of known inputs, every figure worked out by hand.
+    #[test]
+    fn a_priced_showback_is_opencosts_allocation_shape() {
+        let doc = document(&showback(true), &By::Namespace, START_MS, 60.0);
+        let (s, e) = ("2025-01-06T00:00:00Z", "2025-01-06T02:00:00Z");
+        let want = json!({
+            "code": 200,
+            "status": "success",
+            "data": [{
+                "ml": {
+                    "name": "ml", "properties": { "namespace": "ml" }, "window": window(),
+                    "start": s, "end": e, "minutes": 120.0,
+                    "gpuCount": 2.0,          // 4 GPU-hours over 2 h
+                    "gpuHours": 4.0,
+                    "gpuCost": 8.0,           // 4 × $2
+                    "gpuCostIdle": 0.0,
+                    "gpuCostAdjustment": 0.0,
+                    "gpuEfficiency": 0.75,    // busy 3 / measured 4
+                    "gpuAllocation": { "gpuRequestAverage": 3.0, "gpuUsageAverage": 1.5 },
+                    "totalCost": 8.0,
+                    "truthscaleEffectiveComputeEfficiency": 0.25, // 1 / 4
+                    "truthscaleUsedOverAllocated": 0.75,          // 3 / 4
+                    "truthscaleWorkloads": 2,
+                    "truthscaleRequestedGpuHours": 6.0,
+                    "truthscaleUsedGpuHours": 3.0,
+                    "truthscaleIdleGpuHours": 1.0,
+                    "truthscaleIdleCost": 2.0,
+                    "truthscaleUnmeasuredGpuHours": 0.0,
+                    "truthscaleUseUnknownGpuHours": 0.0,
+                    "truthscaleUnavailableGpuHours": 0.0,
+                    "truthscaleUnavailableCost": 0.0,
+                    "truthscaleBusyGpuHours": 3.0,
+                    "truthscaleEffectiveComputeGpuHours": 1.0,
+                    "truthscaleEffectiveComputeEstimateGpuHours": null,
+                },
+                "__unallocated__": {
+                    "name": "__unallocated__", "properties": {}, "window": window(),
+                    "start": s, "end": e, "minutes": 120.0,
+                    "gpuCount": 0.5,
+                    "gpuHours": 1.0,
+                    "gpuCost": 2.0,
+                    "gpuCostIdle": 0.0,
+                    "gpuCostAdjustment": 0.0,
+                    "gpuEfficiency": null,    // the busy flag never read
+                    "gpuAllocation": { "gpuRequestAverage": null, "gpuUsageAverage": 0.0 },
+                    "totalCost": 2.0,
+                    "truthscaleEffectiveComputeEfficiency": null,
+                    "truthscaleUsedOverAllocated": 0.0,
+                    "truthscaleWorkloads": 1,
+                    "truthscaleRequestedGpuHours": null,
+                    "truthscaleUsedGpuHours": 0.0,
+                    "truthscaleIdleGpuHours": 0.0,
+                    "truthscaleIdleCost": 0.0,
+                    "truthscaleUnmeasuredGpuHours": 0.0,
+                    "truthscaleUseUnknownGpuHours": 1.0,
+                    "truthscaleUnavailableGpuHours": 0.0,
+                    "truthscaleUnavailableCost": 0.0,
+                    "truthscaleBusyGpuHours": 0.0,
+                    "truthscaleEffectiveComputeGpuHours": 0.0,
+                    "truthscaleEffectiveComputeEstimateGpuHours": null,
+                },
+                "__idle__": {
+                    "name": "__idle__", "properties": {}, "window": window(),
+                    "start": s, "end": e, "minutes": 120.0,
+                    "gpuCount": 0.5,
+                    "gpuHours": 1.0,
+                    "gpuCost": 2.0,
+                    "gpuCostIdle": 2.0,
+                    "gpuCostAdjustment": 0.0,
+                    "gpuEfficiency": null,
+                    "totalCost": 2.0,
+                    "truthscaleUnavailableGpuHours": 0.5,
+                },
+            }]
+        });
+        assert_eq!(doc, want);
+    }
+
+    /// Without a price every cost is unknown: `null`, never 0.
+    #[test]
+    fn an_unpriced_showback_has_null_costs() {
+        let doc = document(&showback(false), &By::Namespace, START_MS, 60.0);
+        let set = &doc["data"][0];
+        for name in ["ml", UNALLOCATED, IDLE] {
+            for key in ["gpuCost", "gpuCostIdle", "gpuCostAdjustment", "totalCost"] {
+                assert_eq!(set[name][key], Value::Null, "{name}.{key}");
+            }
+        }
+        assert_eq!(set["ml"]["truthscaleIdleCost"], Value::Null);
+        assert_eq!(set["ml"]["gpuEfficiency"], json!(0.75));
+    }
+}
