@@ -154,11 +154,12 @@ fn add_showback(
     let period_steps = args
         .every
         .map(|e| ((e.as_secs_f64() / input.step_seconds).round() as usize).max(1));
-    let mut sb = truthscale_core::showback::showback(
+    let mut sb = truthscale_core::showback::showback_with(
         input,
         &groups,
         &holders,
         &requested,
+        &attrs.fractions,
         &ShowbackConfig {
             by: by.describe(),
             idle_busy_below: cfg.fleet.idle_busy_below,

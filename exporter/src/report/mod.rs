@@ -9,6 +9,7 @@
 
 mod build;
 pub(crate) mod format;
+mod fractions;
 mod funnel;
 #[cfg(test)]
 mod golden;
