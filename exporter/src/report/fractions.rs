@@ -7,7 +7,7 @@
 use super::showback::pod_of;
 use crate::history::History;
 use std::collections::{BTreeMap, HashMap};
-use truthscale_core::showback::{Fraction, Fractions};
+use truthscale_core::showback::{Fraction, Fractions, MeasuredUse};
 
 /// HAMi's requests, by pod and resource (kube-state-metrics sanitises `nvidia.com/gpucores`
 /// to `nvidia_com_gpucores`).
@@ -19,6 +19,13 @@ const KAI: &str = "max by (namespace, pod, annotation_gpu_fraction, annotation_g
 
 /// Each pod's DRA resource claims, by step.
 const DRA: &str = "count by (namespace, pod) (kube_pod_resourceclaim_info)";
+
+/// HAMi vGPUmonitor's per-container utilization of its device, by pod: a percent (0 to
+/// 100, the SM utilization NVML gives), not a ratio whatever its name says.
+const HAMI_USE: &str = "sum by (namespace, pod) (hami_container_device_utilization_ratio)";
+
+/// Each pod's (`namespace/pod`) values by step.
+pub(crate) type ByStep = HashMap<String, Vec<(usize, f64)>>;
 
 /// A series' labels and its values by step.
 type StepSeries = (BTreeMap<String, String>, Vec<(usize, f64)>);
@@ -100,6 +107,41 @@ pub(crate) fn claimed(series: &[StepSeries], hours_per_step: f64) -> HashMap<Str
     out
 }
 
+/// Each pod's own measured use by step, a fraction of the whole GPU: HAMi's percent over
+/// 100; a value outside 0 to 100 is no reading.
+pub(crate) fn measured(series: &[StepSeries]) -> ByStep {
+    let mut out = ByStep::new();
+    for (labels, values) in series {
+        let Some(pod) = pod_of(labels) else { continue };
+        out.entry(pod).or_default().extend(
+            values
+                .iter()
+                .filter(|(_, v)| (0.0..=100.0).contains(v))
+                .map(|(s, v)| (*s, v / 100.0)),
+        );
+    }
+    out
+}
+
+/// The measured use `by_step` at each point of `per` steps: the mean of its steps read.
+#[must_use]
+pub(crate) fn by_point(by_step: &ByStep, per: usize) -> MeasuredUse {
+    let per = per.max(1);
+    let mut out = MeasuredUse::new();
+    for (pod, values) in by_step {
+        let mut sums: std::collections::BTreeMap<usize, (f64, f64)> = BTreeMap::new();
+        for (s, v) in values {
+            let e = sums.entry(s / per).or_default();
+            *e = (e.0 + v, e.1 + 1.0);
+        }
+        out.insert(
+            pod.clone(),
+            sums.into_iter().map(|(p, (sum, n))| (p, sum / n)).collect(),
+        );
+    }
+    out
+}
+
 /// Folds the fractions and claims into the requested GPU-hours `requested` (kube-state-
 /// metrics' `nvidia_com_gpu`, `None` where none): a HAMi pod's requested GPUs count by its
 /// compute part (gpucores 25 of 1 GPU: a quarter); a KAI pod's fraction while annotated;
@@ -135,7 +177,7 @@ pub(crate) fn read(
     history: &mut History,
     requested: &mut Option<HashMap<String, f64>>,
     notes: &mut Vec<String>,
-) -> anyhow::Result<Fractions> {
+) -> anyhow::Result<(Fractions, ByStep)> {
     let hours_per_step = history.step_seconds() / 3600.0;
     let mut fractions = Fractions::new();
     hami(&history.series_by_step(HAMI)?, &mut fractions);
@@ -158,8 +200,12 @@ pub(crate) fn read(
     if !claims.is_empty() {
         notes.push(format!("{} pod(s) hold DRA resource claims (kube_pod_resourceclaim_info): each claim counts as one GPU requested where the pod requests none through nvidia_com_gpu (the series names no device class)", claims.len()));
     }
+    let used = measured(&history.series_by_step(HAMI_USE)?);
+    if !used.is_empty() {
+        notes.push(format!("{} pod(s) have their own use measured by HAMi (hami_container_device_utilization_ratio, a percent read over 100): their use is that, not unknown", used.len()));
+    }
     fold_requested(requested, &fractions, kai_requested, claims);
-    Ok(fractions)
+    Ok((fractions, used))
 }
 
 #[cfg(test)]
@@ -300,5 +346,20 @@ mod tests {
             HashMap::from([("d/c".to_string(), 1.0)]),
         );
         assert_eq!(none, Some(HashMap::from([("d/c".to_string(), 1.0)])));
+    }
+
+    /// HAMi's per-container utilization is a percent: 40 is 0.4 of the GPU; 250 is no
+    /// reading; points of 2 steps take the mean of the steps read.
+    #[test]
+    fn hami_use_is_a_percent_over_100() {
+        let m = measured(&[series(
+            &[("namespace", "a"), ("pod", "p")],
+            &[40.0, 20.0, 250.0, 10.0],
+        )]);
+        assert_eq!(m["a/p"], vec![(0, 0.4), (1, 0.2), (3, 0.1)]);
+        let p = by_point(&m, 2);
+        let p = &p["a/p"];
+        assert!((p[&0] - 0.3).abs() < 1e-12, "{p:?}");
+        assert!((p[&1] - 0.1).abs() < 1e-12, "{p:?}");
     }
 }

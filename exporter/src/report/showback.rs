@@ -89,6 +89,8 @@ pub(crate) struct PodAttributes {
     pub requested: Option<HashMap<String, f64>>,
     /// Each pod's granted fraction of its GPU (HAMi's requests, KAI's annotations).
     pub fractions: truthscale_core::showback::Fractions,
+    /// Each pod's own measured use by step, a fraction of the whole GPU (HAMi).
+    pub measured: super::fractions::ByStep,
     /// The pod label's value (`--by` a label).
     pub labels: HashMap<String, String>,
     /// Where the labels came from, and what was not there, in words.
@@ -384,7 +386,8 @@ pub(crate) fn read(history: &mut History, by: &By) -> anyhow::Result<PodAttribut
         }
         out.requested = Some(requested);
     }
-    out.fractions = super::fractions::read(history, &mut out.requested, &mut out.notes)?;
+    (out.fractions, out.measured) =
+        super::fractions::read(history, &mut out.requested, &mut out.notes)?;
     if let By::Label { key, name } = by {
         let mut found = false;
         for (metric, source) in [

@@ -55,7 +55,7 @@ fn run(tracks: Vec<Track>, fractions: &Fractions) -> Showback {
         &groups,
         &Holders::new(),
         &BTreeMap::new(),
-        fractions,
+        (fractions, &MeasuredUse::new()),
         &cfg(),
     )
 }
@@ -215,7 +215,14 @@ fn holders_of_a_device_without_pods_take_their_fractions() {
             },
         ),
     ]);
-    let s = showback_with(&input, &[None], &holders, &BTreeMap::new(), &fr, &cfg());
+    let s = showback_with(
+        &input,
+        &[None],
+        &holders,
+        &BTreeMap::new(),
+        (&fr, &MeasuredUse::new()),
+        &cfg(),
+    );
     assert!(s.total.reconciled, "{}", s.total.check);
     assert_eq!(allocated(&s, "a"), Some(0.25));
     assert_eq!(allocated(&s, "x"), None);
@@ -241,4 +248,52 @@ fn a_fraction_in_share_units() {
     assert_eq!(mem.units(None), None, "a GPU of unknown memory");
     assert_eq!(compute(0.0).units(Some(1.0)), None, "no compute part given");
     assert_eq!(compute(f64::NAN).units(None), None);
+}
+
+/// Two HAMi pods, gpucores 25 and 50, whose own use HAMi measured (0.2 and 0.02 of the
+/// whole GPU at each of 2 one-hour steps): no longer unknown; the first used 0.8 of its
+/// share (busy 0.8 × 0.5 h = 0.4), the second 0.04 of its share, below the busy threshold
+/// 0.05: idle (busy 0.04 × 1 h). The device's counters are not theirs: no effective compute of their own.
+#[test]
+fn hami_measured_use_is_the_holders_own() {
+    let input = FleetInput {
+        step_seconds: 3600.0,
+        steps: 2,
+        tracks: vec![
+            track(Some("a/p25"), "n/g1", 2),
+            track(Some("b/p50"), "n/g1", 2),
+        ],
+        held: Default::default(),
+        step_bands: None,
+    };
+    let fr = Fractions::from([
+        ("a/p25".to_string(), compute(0.25)),
+        ("b/p50".to_string(), compute(0.5)),
+    ]);
+    let measured = MeasuredUse::from([
+        ("a/p25".to_string(), BTreeMap::from([(0, 0.2), (1, 0.2)])),
+        ("b/p50".to_string(), BTreeMap::from([(0, 0.02), (1, 0.02)])),
+    ]);
+    let groups = vec![Some("a".to_string()), Some("b".to_string())];
+    let s = showback_with(
+        &input,
+        &groups,
+        &Holders::new(),
+        &BTreeMap::new(),
+        (&fr, &measured),
+        &cfg(),
+    );
+    assert!(s.total.reconciled, "{}", s.total.check);
+    let g = |n: &str| s.total.groups.iter().find(|g| g.group == n).unwrap();
+    let a = g("a");
+    assert_eq!(a.allocated_gpu_hours, 0.5);
+    assert_eq!(a.use_unknown_gpu_hours, 0.0);
+    assert_eq!(a.used_gpu_hours, 0.5);
+    assert!(close(a.busy_gpu_hours, 0.4), "{}", a.busy_gpu_hours);
+    assert_eq!(a.effective_compute_measured_gpu_hours, 0.0);
+    let b = g("b");
+    assert_eq!(b.allocated_gpu_hours, 1.0);
+    assert_eq!(b.idle_gpu_hours, 1.0);
+    assert!(close(b.busy_gpu_hours, 0.04), "{}", b.busy_gpu_hours);
+    assert_eq!(s.total.unallocated_gpu_hours, 0.5);
 }

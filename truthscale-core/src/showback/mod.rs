@@ -272,6 +272,11 @@ pub struct Fraction {
 /// Each pod's (`namespace/pod`) fraction of the GPUs it holds.
 pub type Fractions = HashMap<String, Fraction>;
 
+/// Each pod's (`namespace/pod`) own measured use of its GPU at each step, as a fraction of
+/// the whole GPU (HAMi's per-container utilization over 100): where present, a shared GPU's
+/// holder's use is this, not unknown.
+pub type MeasuredUse = HashMap<String, BTreeMap<usize, f64>>;
+
 /// Namespaces whose pods only reserve a GPU for fractional tenants (KAI scheduler's
 /// reservation pods): placeholders, never charged.
 pub const RESERVATION_NAMESPACES: [&str; 2] = ["kai-resource-reservation", "runai-reservation"];
@@ -304,6 +309,7 @@ struct Window<'a> {
     group: &'a [Option<String>],
     holders: &'a Holders,
     fractions: &'a Fractions,
+    measured: &'a MeasuredUse,
     cfg: &'a ShowbackConfig,
     hours_per_step: f64,
     /// Steps per period.
@@ -351,18 +357,20 @@ pub fn showback(
     requested: &BTreeMap<String, f64>,
     cfg: &ShowbackConfig,
 ) -> Showback {
-    showback_with(input, group, holders, requested, &Fractions::new(), cfg)
+    let none = (&Fractions::new(), &MeasuredUse::new());
+    showback_with(input, group, holders, requested, none, cfg)
 }
 
-/// [`showback`] with each pod's granted fraction of its GPU (`fractions`): a holder with one
-/// is charged it; a placeholder nothing.
+/// [`showback`] with each pod's granted fraction of its GPU and its own measured use
+/// (`fractions`, `measured`): a holder with a fraction is charged it, a placeholder nothing;
+/// a holder whose use was measured has that use at those steps.
 #[must_use]
 pub fn showback_with(
     input: &FleetInput,
     group: &[Option<String>],
     holders: &Holders,
     requested: &BTreeMap<String, f64>,
-    fractions: &Fractions,
+    (fractions, measured): (&Fractions, &MeasuredUse),
     cfg: &ShowbackConfig,
 ) -> Showback {
     let steps = input.steps;
@@ -371,6 +379,7 @@ pub fn showback_with(
         group,
         holders,
         fractions,
+        measured,
         cfg,
         hours_per_step: input.step_seconds / 3600.0,
         per: cfg.period_steps.filter(|p| *p > 0).unwrap_or(steps.max(1)),

@@ -302,6 +302,9 @@ fn track_charges<'a>(
             device_use: (p.busy().map(ratio), p.ecf().map(ratio)),
             track: t,
         });
+        if let Some(c) = charges.last_mut().filter(|_| !t.is_mig) {
+            apply_measured(c, measured_use(w, t.pod.as_deref(), s, u));
+        }
     }
     charges
 }
@@ -363,6 +366,27 @@ fn holder_charges<'a>(
             device_use: (p.busy().map(ratio), p.ecf().map(ratio)),
             track: dev,
         });
+        if let Some(c) = charges.last_mut() {
+            apply_measured(c, measured_use(w, Some(&h.pod), s, u));
+        }
+    }
+}
+
+/// A holder's own measured use at step `s` (a fraction of the whole GPU), as the busy flag
+/// of its share of `units`, where measured.
+fn measured_use(w: &Window<'_>, pod: Option<&str>, s: usize, units: u64) -> Option<f64> {
+    let m = *w.measured.get(pod?)?.get(&s)?;
+    (m.is_finite() && m >= 0.0).then(|| own(m.min(1.0), units))
+}
+
+/// Where the holder's own use was measured (HAMi's per-container utilization): its use is
+/// that, no longer unknown, and the device's counters are not its.
+fn apply_measured(c: &mut Charge<'_>, m: Option<f64>) {
+    if let Some(m) = m {
+        c.unknown = false;
+        c.busy = Some(m);
+        c.ecf = None;
+        c.sat = None;
     }
 }
 
