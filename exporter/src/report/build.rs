@@ -151,14 +151,16 @@ fn add_showback(
     let groups = showback::groups(input, by, attrs);
     let requested = showback::requested_by_group(input, &groups, by, attrs);
     let holders = showback::holders(input, by, attrs, doc.source.steps_per_point);
+    let measured = super::fractions::by_point(&attrs.measured, doc.source.steps_per_point);
     let period_steps = args
         .every
         .map(|e| ((e.as_secs_f64() / input.step_seconds).round() as usize).max(1));
-    let mut sb = truthscale_core::showback::showback(
+    let mut sb = truthscale_core::showback::showback_with(
         input,
         &groups,
         &holders,
         &requested,
+        (&attrs.fractions, &measured),
         &ShowbackConfig {
             by: by.describe(),
             idle_busy_below: cfg.fleet.idle_busy_below,

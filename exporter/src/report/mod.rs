@@ -10,6 +10,7 @@
 mod build;
 pub(crate) mod focus;
 pub(crate) mod format;
+mod fractions;
 mod funnel;
 #[cfg(test)]
 mod golden;

@@ -87,6 +87,10 @@ pub(crate) struct PodAttributes {
     pub held: Vec<Held>,
     /// GPU-hours requested over the window; `None` when no request series exists.
     pub requested: Option<HashMap<String, f64>>,
+    /// Each pod's granted fraction of its GPU (HAMi's requests, KAI's annotations).
+    pub fractions: truthscale_core::showback::Fractions,
+    /// Each pod's own measured use by step, a fraction of the whole GPU (HAMi).
+    pub measured: super::fractions::ByStep,
     /// The pod label's value (`--by` a label).
     pub labels: HashMap<String, String>,
     /// Where the labels came from, and what was not there, in words.
@@ -94,7 +98,7 @@ pub(crate) struct PodAttributes {
 }
 
 /// `namespace/pod` of a series' labels.
-fn pod_of(labels: &BTreeMap<String, String>) -> Option<String> {
+pub(crate) fn pod_of(labels: &BTreeMap<String, String>) -> Option<String> {
     let pod = labels.get("pod").filter(|p| !p.is_empty())?;
     Some(match labels.get("namespace").filter(|n| !n.is_empty()) {
         Some(ns) => format!("{ns}/{pod}"),
@@ -382,6 +386,8 @@ pub(crate) fn read(history: &mut History, by: &By) -> anyhow::Result<PodAttribut
         }
         out.requested = Some(requested);
     }
+    (out.fractions, out.measured) =
+        super::fractions::read(history, &mut out.requested, &mut out.notes)?;
     if let By::Label { key, name } = by {
         let mut found = false;
         for (metric, source) in [

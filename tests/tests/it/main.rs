@@ -31,6 +31,7 @@ mod report;
 mod report_limits;
 mod report_steps;
 mod serve;
+mod sharing;
 mod showback;
 mod sidecar_get;
 mod tiers;

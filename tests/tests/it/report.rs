@@ -105,14 +105,14 @@ fn fleet() -> Vec<(&'static str, u32, &'static str, String, Profile)> {
 
 /// OpenMetrics text builder: one family per name, in any order of series.
 #[derive(Default)]
-struct Om(std::collections::BTreeMap<&'static str, String>);
+pub(crate) struct Om(std::collections::BTreeMap<&'static str, String>);
 
 impl Om {
-    fn add(&mut self, name: &'static str, labels: &str, t: i64, v: f64) {
+    pub(crate) fn add(&mut self, name: &'static str, labels: &str, t: i64, v: f64) {
         let s = self.0.entry(name).or_default();
         let _ = writeln!(s, "{name}{{{labels}}} {v} {t}");
     }
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let mut out = String::new();
         for (name, body) in &self.0 {
             let _ = writeln!(out, "# TYPE {name} gauge");

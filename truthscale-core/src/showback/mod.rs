@@ -36,6 +36,8 @@
 //! [`Track`]: crate::fleet::Track
 
 mod charges;
+#[cfg(test)]
+mod fraction_tests;
 mod funnel;
 #[cfg(test)]
 mod holder_tests;
@@ -255,11 +257,62 @@ pub struct Holding {
 /// The holders of each GPU (by its track's `gpu` key) at each step.
 pub type Holders = HashMap<String, BTreeMap<usize, Vec<Holding>>>;
 
+/// A pod's fraction of a GPU as its scheduler granted it: HAMi's `nvidia.com/gpucores`
+/// (percent of the compute) and `nvidia.com/gpumem` (MiB) requests, KAI's `gpu-fraction`
+/// and `gpu-memory` (MiB) annotations. A holder with a fraction is charged it, not `1/k`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Fraction {
+    /// Of the GPU's compute, above 0 up to 1 (gpucores / 100, gpu-fraction): the share.
+    pub compute: Option<f64>,
+    /// Of the GPU's memory, MiB: the share where no compute part is given, over the GPU's
+    /// memory.
+    pub memory_mib: Option<f64>,
+    /// A placeholder holding the device for its tenants (KAI's reservation pod): never a
+    /// tenant, never charged.
+    pub placeholder: bool,
+}
+
+/// Each pod's (`namespace/pod`) fraction of the GPUs it holds.
+pub type Fractions = HashMap<String, Fraction>;
+
+/// Each pod's (`namespace/pod`) own measured use of its GPU at each step, as a fraction of
+/// the whole GPU (HAMi's per-container utilization over 100): where present, a shared GPU's
+/// holder's use is this, not unknown.
+pub type MeasuredUse = HashMap<String, BTreeMap<usize, f64>>;
+
+/// Namespaces whose pods only reserve a GPU for fractional tenants (KAI scheduler's
+/// reservation pods): placeholders, never charged.
+pub const RESERVATION_NAMESPACES: [&str; 2] = ["kai-resource-reservation", "runai-reservation"];
+
+impl Fraction {
+    /// Its share units of a GPU of `total_mib` MiB (`None`: no fraction given, or a memory
+    /// one on a GPU of unknown memory).
+    #[must_use]
+    pub fn units(&self, total_mib: Option<f64>) -> Option<u64> {
+        let valid = |x: &f64| x.is_finite() && *x > 0.0;
+        let share = match (self.compute.filter(valid), self.memory_mib.filter(valid)) {
+            (Some(c), _) => c,
+            (None, Some(m)) => m / total_mib.filter(valid)?,
+            _ => return None,
+        };
+        Some((share.min(1.0) * SHARE_UNITS as f64).round() as u64)
+    }
+}
+
+/// Whether `pod` (`namespace/pod`) is a placeholder: in a reservation namespace, or so
+/// marked.
+fn placeholder(fractions: &Fractions, pod: &str) -> bool {
+    let ns = pod.split_once('/').map_or("", |(ns, _)| ns);
+    RESERVATION_NAMESPACES.contains(&ns) || fractions.get(pod).is_some_and(|f| f.placeholder)
+}
+
 /// What charging the window's steps reads: the request, and the window's steps and periods.
 struct Window<'a> {
     input: &'a FleetInput,
     group: &'a [Option<String>],
     holders: &'a Holders,
+    fractions: &'a Fractions,
+    measured: &'a MeasuredUse,
     cfg: &'a ShowbackConfig,
     hours_per_step: f64,
     /// Steps per period.
@@ -288,6 +341,9 @@ struct Tally {
     unknown_profile: bool,
     shared_gpus: usize,
     split_by_processes: BTreeSet<String>,
+    /// Pods charged a fraction, and placeholders left uncharged.
+    fractional: BTreeSet<String>,
+    placeholders: BTreeSet<String>,
     unpriced: BTreeSet<String>,
     /// GPUs charged at some step, GPU-steps charged, and those with nothing read.
     allocation: (usize, u64, u64),
@@ -304,11 +360,29 @@ pub fn showback(
     requested: &BTreeMap<String, f64>,
     cfg: &ShowbackConfig,
 ) -> Showback {
+    let none = (&Fractions::new(), &MeasuredUse::new());
+    showback_with(input, group, holders, requested, none, cfg)
+}
+
+/// [`showback`] with each pod's granted fraction of its GPU and its own measured use
+/// (`fractions`, `measured`): a holder with a fraction is charged it, a placeholder nothing;
+/// a holder whose use was measured has that use at those steps.
+#[must_use]
+pub fn showback_with(
+    input: &FleetInput,
+    group: &[Option<String>],
+    holders: &Holders,
+    requested: &BTreeMap<String, f64>,
+    (fractions, measured): (&Fractions, &MeasuredUse),
+    cfg: &ShowbackConfig,
+) -> Showback {
     let steps = input.steps;
     let w = Window {
         input,
         group,
         holders,
+        fractions,
+        measured,
         cfg,
         hours_per_step: input.step_seconds / 3600.0,
         per: cfg.period_steps.filter(|p| *p > 0).unwrap_or(steps.max(1)),
@@ -378,6 +452,19 @@ fn notes(tally: Tally, cfg: &ShowbackConfig, requested: &BTreeMap<String, f64>) 
             tally.split_by_processes.into_iter().collect::<Vec<_>>().join(", ")
         ));
     }
+    if !tally.fractional.is_empty() {
+        notes.push(format!(
+            "{} pod(s) were charged the fraction of their GPU their scheduler granted (HAMi nvidia.com/gpucores or gpumem, KAI gpu-fraction or gpu-memory); the rest of the GPU is unallocated",
+            tally.fractional.len()
+        ));
+    }
+    if !tally.placeholders.is_empty() {
+        notes.push(format!(
+            "{} reservation pod(s) ({}) hold GPUs for fractional tenants: placeholders, never charged; a tenant is charged only where its own pod is seen on the GPU",
+            tally.placeholders.len(),
+            tally.placeholders.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
     if tally.unknown_profile {
         notes.push("a MIG instance of an unknown profile took an equal part with its GPU's other instances".into());
     }
@@ -398,6 +485,7 @@ fn policy(cfg: &ShowbackConfig) -> Vec<String> {
     vec![
         "a GPU is held by a pod from its first reading to its last; a whole GPU held by one pod counts 1 GPU-hour an hour".into(),
         "a time-sliced GPU held by k pods counts 1/k to each; a MIG instance its compute slices over the GPU's (3g.40gb on an H100: 3/7)".into(),
+        "a pod granted a fraction counts that fraction: HAMi's nvidia.com/gpucores over 100 (else nvidia.com/gpumem over the GPU's memory), KAI's gpu-fraction (else gpu-memory over the GPU's memory); pods without one on the same GPU share what is left equally; what no pod holds is unallocated; KAI's reservation pods are placeholders, never charged".into(),
         format!(
             "a step is idle when the busy flag is below {} and effective compute below {} (each where measured); unmeasured when neither was measured",
             cfg.idle_busy_below, cfg.idle_compute_below

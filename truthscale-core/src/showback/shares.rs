@@ -3,9 +3,8 @@
 //! holders node mode names), as [`Charge`]s of what each did with its share.
 
 use super::charges::{add_charge, gpu_hours, price_of};
-use super::{Accs, Holding, SHARE_UNITS, Tally, Window};
+use super::{Accs, Fraction, Holding, SHARE_UNITS, Tally, Window, placeholder};
 use crate::fleet::Track;
-use std::collections::BTreeSet;
 
 /// One holder's share of one GPU-step, and what it did with it (fractions of its share).
 pub(super) struct Charge<'a> {
@@ -48,6 +47,38 @@ fn split(units: u64, n: usize, i: usize) -> u64 {
     units / n + u64::from((i as u64) < units % n)
 }
 
+/// A GPU's memory in MiB: as read, else its model's.
+fn memory_mib(t: &Track) -> Option<f64> {
+    t.memory_total_mib
+        .map(f64::from)
+        .or_else(|| t.spec.map(|s| s.memory_bytes as f64 / 1_048_576.0))
+}
+
+/// The share units of a pod's granted fraction of the GPU `t` reads, where it has one.
+fn fraction_units(w: &Window<'_>, pod: Option<&str>, t: &Track) -> Option<u64> {
+    w.fractions
+        .get(pod?)
+        .and_then(|f: &Fraction| f.units(memory_mib(t)))
+}
+
+/// The shares of whole-GPU holders whose granted fractions are `fractions`: those with one
+/// take it; the others split the rest equally (all of it when none has one).
+fn whole_shares(fractions: &[Option<u64>]) -> Vec<u64> {
+    let granted: u64 = fractions.iter().flatten().sum();
+    let rest = SHARE_UNITS.saturating_sub(granted);
+    let others = fractions.iter().filter(|f| f.is_none()).count();
+    let mut j = 0;
+    fractions
+        .iter()
+        .map(|f| {
+            f.unwrap_or_else(|| {
+                j += 1;
+                split(rest, others, j - 1)
+            })
+        })
+        .collect()
+}
+
 /// A ratio unit of the fleet's tracks as a fraction.
 fn ratio(x: u16) -> f64 {
     f64::from(x) / f64::from(crate::fleet::RATIO_UNITS)
@@ -67,7 +98,7 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
         .min(input.steps);
     let mut was_shared = false;
     for s in first..end {
-        let (covering, mut shares, shared) = step_shares(w, members, s, &mut tally.unknown_profile);
+        let (covering, mut shares, shared) = step_shares(w, members, s, tally);
         was_shared |= shared;
         let mut charges = track_charges(w, &shares, s, shared);
         // A GPU whose own series name no pod, held per node mode's allocation info (a
@@ -81,8 +112,7 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
             && !hs.is_empty()
         {
             was_shared |= hs.len() > 1;
-            let by_processes = &mut tally.split_by_processes;
-            holder_charges(dev, hs, s, (&mut shares, &mut charges), by_processes);
+            holder_charges(w, dev, hs, s, (&mut shares, &mut charges), tally);
         }
         let sum: u64 = shares.iter().map(|(_, u)| u).sum();
         let health = step_health(w, &covering, s);
@@ -176,7 +206,7 @@ fn step_shares(
     w: &Window<'_>,
     members: &[usize],
     s: usize,
-    unknown_profile: &mut bool,
+    tally: &mut Tally,
 ) -> (Vec<usize>, Vec<(usize, u64)>, bool) {
     let tracks = &w.input.tracks;
     let covering: Vec<usize> = members
@@ -191,6 +221,13 @@ fn step_shares(
         .iter()
         .copied()
         .filter(|&i| w.group[i].is_some())
+        .filter(|&i| match tracks[i].pod.as_deref() {
+            Some(p) if placeholder(w.fractions, p) => {
+                tally.placeholders.insert(p.to_string());
+                false
+            }
+            _ => true,
+        })
         .collect();
     let mig_covering = covering.iter().filter(|&&i| tracks[i].is_mig).count();
     let whole: Vec<usize> = held
@@ -200,8 +237,17 @@ fn step_shares(
         .collect();
     let shared = whole.len() > 1;
     let mut shares: Vec<(usize, u64)> = Vec::with_capacity(held.len());
-    for (j, &i) in whole.iter().enumerate() {
-        shares.push((i, split(SHARE_UNITS, whole.len(), j)));
+    let fractions: Vec<Option<u64>> = whole
+        .iter()
+        .map(|&i| fraction_units(w, tracks[i].pod.as_deref(), &tracks[i]))
+        .collect();
+    for (&i, f) in whole.iter().zip(&fractions) {
+        if let (Some(_), Some(p)) = (f, &tracks[i].pod) {
+            tally.fractional.insert(p.clone());
+        }
+    }
+    for (&i, u) in whole.iter().zip(whole_shares(&fractions)) {
+        shares.push((i, u));
     }
     let unknown_migs: Vec<usize> = held
         .iter()
@@ -221,7 +267,7 @@ fn step_shares(
                 SHARE_UNITS * u64::from(p.compute_slices) / u64::from(total.max(1))
             }
             _ => {
-                *unknown_profile = true;
+                tally.unknown_profile = true;
                 let j = unknown_migs.iter().position(|&x| x == i).unwrap_or(0);
                 split(SHARE_UNITS, mig_covering.max(1), j)
             }
@@ -251,7 +297,9 @@ fn track_charges<'a>(
             units: u,
             unknown: shared && !t.is_mig,
             busy: p.busy().map(ratio),
-            ecf: p.ecf().map(ratio),
+            ecf: p
+                .ecf()
+                .map(|e| if t.is_mig { ratio(e) } else { own(ratio(e), u) }),
             sat: p.sat().map(ratio),
             // Each holder's series is the device's: its value, by the holder's share.
             time_sliced_ecf: p.ecf().map(ratio).filter(|_| shared && !t.is_mig),
@@ -261,41 +309,62 @@ fn track_charges<'a>(
             device_use: (p.busy().map(ratio), p.ecf().map(ratio)),
             track: t,
         });
+        if let Some(c) = charges.last_mut().filter(|_| !t.is_mig) {
+            apply_measured(c, measured_use(w, t.pod.as_deref(), s, u));
+        }
     }
     charges
 }
 
 /// The shares and charges of the holders `hs` of a GPU whose own series `dev` names no pod,
-/// at step `s`; the methods of per-process parts go to `by_processes`.
+/// at step `s` (a holder with a granted fraction takes it; a placeholder nothing); the
+/// methods of per-process parts go to the tally.
 fn holder_charges<'a>(
+    w: &Window<'_>,
     dev: &'a Track,
     hs: &'a [Holding],
     s: usize,
     (shares, charges): (&mut Vec<(usize, u64)>, &mut Vec<Charge<'a>>),
-    by_processes: &mut BTreeSet<String>,
+    tally: &mut Tally,
 ) {
     let p = dev.points()[s - dev.first_step()];
+    let hs: Vec<&Holding> = hs
+        .iter()
+        .filter(|h| {
+            let ph = placeholder(w.fractions, &h.pod);
+            if ph {
+                tally.placeholders.insert(h.pod.clone());
+            }
+            !ph
+        })
+        .collect();
     let k = hs.len();
-    for (j, h) in hs.iter().enumerate() {
-        let u = split(SHARE_UNITS, k, j);
+    let fractions: Vec<Option<u64>> = hs
+        .iter()
+        .map(|h| fraction_units(w, Some(&h.pod), dev))
+        .collect();
+    for (h, u) in hs.iter().zip(whole_shares(&fractions)) {
+        if fraction_units(w, Some(&h.pod), dev).is_some() {
+            tally.fractional.insert(h.pod.clone());
+        }
         shares.push((usize::MAX, u));
         let part = h
             .effective_compute_estimate
             .filter(|e| e.is_finite() && *e >= 0.0 && k > 1);
         if part.is_some() {
-            by_processes.extend(h.method.iter().cloned());
+            tally.split_by_processes.extend(h.method.iter().cloned());
         }
         charges.push(Charge {
             group: &h.group,
             pod: Some(&h.pod),
             read: p.any(),
             units: u,
-            // One holder: the device's use is its own. Several: unknown; the device's
-            // measured effective compute is billed by the holder's share, and the
-            // per-process split is an estimate apart.
+            // One holder: the device's use is its own (over its share, where granted a
+            // fraction). Several: unknown; the device's measured effective compute is
+            // billed by the holder's share, and the per-process split is an estimate apart.
             unknown: k > 1,
             busy: p.busy().map(ratio).filter(|_| k == 1),
-            ecf: p.ecf().map(ratio).filter(|_| k == 1),
+            ecf: p.ecf().map(|e| own(ratio(e), u)).filter(|_| k == 1),
             sat: p.sat().map(ratio).filter(|_| k == 1),
             time_sliced_ecf: p.ecf().map(ratio).filter(|_| k > 1),
             ecf_estimate: part,
@@ -304,5 +373,35 @@ fn holder_charges<'a>(
             device_use: (p.busy().map(ratio), p.ecf().map(ratio)),
             track: dev,
         });
+        if let Some(c) = charges.last_mut() {
+            apply_measured(c, measured_use(w, Some(&h.pod), s, u));
+        }
     }
+}
+
+/// A holder's own measured use at step `s` (a fraction of the whole GPU), as the busy flag
+/// of its share of `units`, where measured.
+fn measured_use(w: &Window<'_>, pod: Option<&str>, s: usize, units: u64) -> Option<f64> {
+    let m = *w.measured.get(pod?)?.get(&s)?;
+    (m.is_finite() && m >= 0.0).then(|| own(m.min(1.0), units))
+}
+
+/// Where the holder's own use was measured (HAMi's per-container utilization): its use is
+/// that, no longer unknown, and the device's counters are not its.
+fn apply_measured(c: &mut Charge<'_>, m: Option<f64>) {
+    if let Some(m) = m {
+        c.unknown = false;
+        c.busy = Some(m);
+        c.ecf = None;
+        c.sat = None;
+    }
+}
+
+/// A lone holder's effective compute (the device's, a fraction of the whole GPU) as a
+/// fraction of its share of `units`: all the device did is its, up to all of its share.
+fn own(device: f64, units: u64) -> f64 {
+    if units == 0 || units >= SHARE_UNITS {
+        return device;
+    }
+    (device * SHARE_UNITS as f64 / units as f64).min(1.0)
 }

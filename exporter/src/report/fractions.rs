@@ -1,0 +1,365 @@
+//! Fractional sharing read from the same Prometheus (kube-state-metrics): HAMi's
+//! `nvidia.com/gpucores` and `nvidia.com/gpumem` requests and KAI's `gpu-fraction` and
+//! `gpu-memory` pod annotations, each pod's granted fraction of its GPU
+//! ([`truthscale_core::showback::Fraction`]); DRA claims (`kube_pod_resourceclaim_info`) as
+//! requested GPUs.
+
+use super::showback::pod_of;
+use crate::history::History;
+use std::collections::{BTreeMap, HashMap};
+use truthscale_core::showback::{Fraction, Fractions, MeasuredUse};
+
+/// HAMi's requests, by pod and resource (kube-state-metrics sanitises `nvidia.com/gpucores`
+/// to `nvidia_com_gpucores`).
+const HAMI: &str = "max by (namespace, pod, resource) (kube_pod_container_resource_requests{resource=~\"nvidia_com_gpucores|nvidia_com_gpumem\"})";
+
+/// KAI's annotations (kube-state-metrics with
+/// `--metric-annotations-allowlist=pods=[gpu-fraction,gpu-memory]`).
+const KAI: &str = "max by (namespace, pod, annotation_gpu_fraction, annotation_gpu_memory) (kube_pod_annotations)";
+
+/// Each pod's DRA resource claims, by step.
+const DRA: &str = "count by (namespace, pod) (kube_pod_resourceclaim_info)";
+
+/// HAMi vGPUmonitor's per-container utilization of its device, by pod: a percent (0 to
+/// 100, the SM utilization NVML gives), not a ratio whatever its name says.
+const HAMI_USE: &str = "sum by (namespace, pod) (hami_container_device_utilization_ratio)";
+
+/// Each pod's (`namespace/pod`) values by step.
+pub(crate) type ByStep = HashMap<String, Vec<(usize, f64)>>;
+
+/// A series' labels and its values by step.
+type StepSeries = (BTreeMap<String, String>, Vec<(usize, f64)>);
+
+/// A series' latest finite value.
+fn last(values: &[(usize, f64)]) -> Option<f64> {
+    values.iter().rev().map(|(_, v)| *v).find(|v| v.is_finite())
+}
+
+/// HAMi's requests into `out`: gpucores (percent, above 0 up to 100) as the compute part,
+/// gpumem (MiB) as the memory part, each pod's latest.
+pub(crate) fn hami(series: &[StepSeries], out: &mut Fractions) {
+    for (labels, values) in series {
+        let (Some(pod), Some(v)) = (pod_of(labels), last(values)) else {
+            continue;
+        };
+        let f = out.entry(pod).or_default();
+        match labels.get("resource").map(String::as_str) {
+            Some("nvidia_com_gpucores") if v > 0.0 && v <= 100.0 => f.compute = Some(v / 100.0),
+            Some("nvidia_com_gpumem") if v > 0.0 => f.memory_mib = Some(v),
+            _ => {}
+        }
+    }
+    out.retain(|_, f| *f != Fraction::default());
+}
+
+/// KAI's annotations into `out` (where HAMi gave the pod nothing): `gpu-fraction` (above 0
+/// up to 1) as the compute part, `gpu-memory` (MiB) as the memory part; returns the
+/// GPU-hours each such pod requested (its fraction × the hours its annotation was seen),
+/// `hours_per_step` a step's.
+pub(crate) fn kai(
+    series: &[StepSeries],
+    out: &mut Fractions,
+    hours_per_step: f64,
+) -> HashMap<String, f64> {
+    let mut requested = HashMap::new();
+    for (labels, values) in series {
+        let Some(pod) = pod_of(labels) else { continue };
+        let num = |k: &str| {
+            labels
+                .get(k)
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .filter(|v| v.is_finite() && *v > 0.0)
+        };
+        let compute = num("annotation_gpu_fraction").filter(|v| *v <= 1.0);
+        let memory_mib = num("annotation_gpu_memory");
+        if (compute.is_none() && memory_mib.is_none()) || out.contains_key(&pod) {
+            continue;
+        }
+        if let Some(c) = compute {
+            *requested.entry(pod.clone()).or_insert(0.0) +=
+                c * values.len() as f64 * hours_per_step;
+        }
+        out.insert(
+            pod,
+            Fraction {
+                compute,
+                memory_mib,
+                placeholder: false,
+            },
+        );
+    }
+    requested
+}
+
+/// The GPU-hours each pod's DRA claims requested: one GPU a claim, at each step it was
+/// seen.
+pub(crate) fn claimed(series: &[StepSeries], hours_per_step: f64) -> HashMap<String, f64> {
+    let mut out = HashMap::new();
+    for (labels, values) in series {
+        let Some(pod) = pod_of(labels) else { continue };
+        let claims: f64 = values
+            .iter()
+            .map(|(_, v)| *v)
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .sum();
+        *out.entry(pod).or_insert(0.0) += claims * hours_per_step;
+    }
+    out
+}
+
+/// Each pod's own measured use by step, a fraction of the whole GPU: HAMi's percent over
+/// 100; a value outside 0 to 100 is no reading.
+pub(crate) fn measured(series: &[StepSeries]) -> ByStep {
+    let mut out = ByStep::new();
+    for (labels, values) in series {
+        let Some(pod) = pod_of(labels) else { continue };
+        out.entry(pod).or_default().extend(
+            values
+                .iter()
+                .filter(|(_, v)| (0.0..=100.0).contains(v))
+                .map(|(s, v)| (*s, v / 100.0)),
+        );
+    }
+    out
+}
+
+/// The measured use `by_step` at each point of `per` steps: the mean of its steps read.
+#[must_use]
+pub(crate) fn by_point(by_step: &ByStep, per: usize) -> MeasuredUse {
+    let per = per.max(1);
+    let mut out = MeasuredUse::new();
+    for (pod, values) in by_step {
+        let mut sums: std::collections::BTreeMap<usize, (f64, f64)> = BTreeMap::new();
+        for (s, v) in values {
+            let e = sums.entry(s / per).or_default();
+            *e = (e.0 + v, e.1 + 1.0);
+        }
+        out.insert(
+            pod.clone(),
+            sums.into_iter().map(|(p, (sum, n))| (p, sum / n)).collect(),
+        );
+    }
+    out
+}
+
+/// Folds the fractions and claims into the requested GPU-hours `requested` (kube-state-
+/// metrics' `nvidia_com_gpu`, `None` where none): a HAMi pod's requested GPUs count by its
+/// compute part (gpucores 25 of 1 GPU: a quarter); a KAI pod's fraction while annotated;
+/// a DRA claim one GPU where the pod requested none through `nvidia_com_gpu`.
+pub(crate) fn fold_requested(
+    requested: &mut Option<HashMap<String, f64>>,
+    fractions: &Fractions,
+    kai: HashMap<String, f64>,
+    claims: HashMap<String, f64>,
+) {
+    if let Some(r) = requested.as_mut() {
+        for (pod, h) in r.iter_mut() {
+            if let Some(c) = fractions.get(pod).and_then(|f| f.compute) {
+                *h *= c;
+            }
+        }
+    }
+    if kai.is_empty() && claims.is_empty() {
+        return;
+    }
+    let r = requested.get_or_insert_with(HashMap::new);
+    for (pod, h) in kai.into_iter().chain(claims) {
+        r.entry(pod).or_insert(h);
+    }
+}
+
+/// Reads the fractions and claims, folding the claims and fractions into `requested`;
+/// what was found goes to `notes`.
+///
+/// # Errors
+/// Prometheus refusing a query.
+pub(crate) fn read(
+    history: &mut History,
+    requested: &mut Option<HashMap<String, f64>>,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<(Fractions, ByStep)> {
+    let hours_per_step = history.step_seconds() / 3600.0;
+    let mut fractions = Fractions::new();
+    hami(&history.series_by_step(HAMI)?, &mut fractions);
+    let hami_pods = fractions.len();
+    let kai_requested = kai(
+        &history.series_by_step(KAI)?,
+        &mut fractions,
+        hours_per_step,
+    );
+    let claims = claimed(&history.series_by_step(DRA)?, hours_per_step);
+    if hami_pods > 0 {
+        notes.push(format!("{hami_pods} pod(s) request a fraction of a GPU through HAMi (kube_pod_container_resource_requests nvidia_com_gpucores, nvidia_com_gpumem)"));
+    }
+    if fractions.len() > hami_pods {
+        notes.push(format!(
+            "{} pod(s) carry KAI's gpu-fraction or gpu-memory annotation (kube_pod_annotations)",
+            fractions.len() - hami_pods
+        ));
+    }
+    if !claims.is_empty() {
+        notes.push(format!("{} pod(s) hold DRA resource claims (kube_pod_resourceclaim_info): each claim counts as one GPU requested where the pod requests none through nvidia_com_gpu (the series names no device class)", claims.len()));
+    }
+    let used = measured(&history.series_by_step(HAMI_USE)?);
+    if !used.is_empty() {
+        notes.push(format!("{} pod(s) have their own use measured by HAMi (hami_container_device_utilization_ratio, a percent read over 100): their use is that, not unknown", used.len()));
+    }
+    fold_requested(requested, &fractions, kai_requested, claims);
+    Ok((fractions, used))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(labels: &[(&str, &str)], values: &[f64]) -> StepSeries {
+        (
+            labels
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                .collect(),
+            values.iter().copied().enumerate().collect(),
+        )
+    }
+
+    /// kube-state-metrics' HAMi requests: gpucores 25 is a quarter of the compute, gpumem
+    /// 20000 MiB the memory part; gpucores beyond 100 or 0 is no fraction.
+    #[test]
+    fn hami_requests_are_fractions() {
+        let mut f = Fractions::new();
+        let s = [
+            series(
+                &[
+                    ("namespace", "a"),
+                    ("pod", "p"),
+                    ("resource", "nvidia_com_gpucores"),
+                ],
+                &[50.0, 25.0],
+            ),
+            series(
+                &[
+                    ("namespace", "a"),
+                    ("pod", "p"),
+                    ("resource", "nvidia_com_gpumem"),
+                ],
+                &[20_000.0],
+            ),
+            series(
+                &[
+                    ("namespace", "b"),
+                    ("pod", "q"),
+                    ("resource", "nvidia_com_gpucores"),
+                ],
+                &[250.0],
+            ),
+        ];
+        hami(&s, &mut f);
+        let p = f["a/p"];
+        assert_eq!(p.compute, Some(0.25), "the latest");
+        assert_eq!(p.memory_mib, Some(20_000.0));
+        assert!(!f.contains_key("b/q"), "{f:?}");
+    }
+
+    /// KAI's annotations: gpu-fraction 0.5 seen at 4 one-hour steps requests 2 GPU-hours;
+    /// gpu-memory alone is the memory part; a pod HAMi already gave a fraction keeps it.
+    #[test]
+    fn kai_annotations_are_fractions_and_requests() {
+        let mut f = Fractions::from([(
+            "a/h".to_string(),
+            Fraction {
+                compute: Some(0.25),
+                ..Fraction::default()
+            },
+        )]);
+        let s = [
+            series(
+                &[
+                    ("namespace", "t"),
+                    ("pod", "k"),
+                    ("annotation_gpu_fraction", "0.5"),
+                ],
+                &[1.0; 4],
+            ),
+            series(
+                &[
+                    ("namespace", "t"),
+                    ("pod", "m"),
+                    ("annotation_gpu_memory", "2000"),
+                ],
+                &[1.0],
+            ),
+            series(
+                &[
+                    ("namespace", "a"),
+                    ("pod", "h"),
+                    ("annotation_gpu_fraction", "0.9"),
+                ],
+                &[1.0],
+            ),
+            series(&[("namespace", "t"), ("pod", "plain")], &[1.0]),
+        ];
+        let requested = kai(&s, &mut f, 1.0);
+        assert_eq!(f["t/k"].compute, Some(0.5));
+        assert_eq!(f["t/m"].memory_mib, Some(2000.0));
+        assert_eq!(f["t/m"].compute, None);
+        assert_eq!(f["a/h"].compute, Some(0.25));
+        assert!(!f.contains_key("t/plain"));
+        assert_eq!(requested, HashMap::from([("t/k".to_string(), 2.0)]));
+    }
+
+    /// A DRA claim is one GPU requested at each step it is seen (3 steps of 0.5 h, one claim:
+    /// 1.5 GPU-hours) where the pod requested none through `nvidia_com_gpu`; a HAMi pod's
+    /// request of 1 GPU over 4 h with gpucores 25 is 1 GPU-hour.
+    #[test]
+    fn claims_and_fractions_fold_into_the_requests() {
+        let claims = claimed(
+            &[
+                series(
+                    &[("namespace", "d"), ("pod", "c"), ("claim_name", "gpu")],
+                    &[1.0; 3],
+                ),
+                series(&[("namespace", "a"), ("pod", "p")], &[1.0]),
+            ],
+            0.5,
+        );
+        assert_eq!(claims["d/c"], 1.5);
+        let f = Fractions::from([(
+            "a/p".to_string(),
+            Fraction {
+                compute: Some(0.25),
+                ..Fraction::default()
+            },
+        )]);
+        let mut requested = Some(HashMap::from([("a/p".to_string(), 4.0)]));
+        fold_requested(&mut requested, &f, HashMap::new(), claims);
+        let r = requested.unwrap();
+        assert_eq!(
+            r["a/p"], 1.0,
+            "its own request, by its fraction; not its claim"
+        );
+        assert_eq!(r["d/c"], 1.5);
+        let mut none = None;
+        fold_requested(
+            &mut none,
+            &Fractions::new(),
+            HashMap::new(),
+            HashMap::from([("d/c".to_string(), 1.0)]),
+        );
+        assert_eq!(none, Some(HashMap::from([("d/c".to_string(), 1.0)])));
+    }
+
+    /// HAMi's per-container utilization is a percent: 40 is 0.4 of the GPU; 250 is no
+    /// reading; points of 2 steps take the mean of the steps read.
+    #[test]
+    fn hami_use_is_a_percent_over_100() {
+        let m = measured(&[series(
+            &[("namespace", "a"), ("pod", "p")],
+            &[40.0, 20.0, 250.0, 10.0],
+        )]);
+        assert_eq!(m["a/p"], vec![(0, 0.4), (1, 0.2), (3, 0.1)]);
+        let p = by_point(&m, 2);
+        let p = &p["a/p"];
+        assert!((p[&0] - 0.3).abs() < 1e-12, "{p:?}");
+        assert!((p[&1] - 0.1).abs() < 1e-12, "{p:?}");
+    }
+}
