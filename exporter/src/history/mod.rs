@@ -27,6 +27,7 @@ mod merge;
 mod query;
 mod read;
 mod resolved;
+mod selector;
 
 use anyhow::{Context, bail};
 use api::Client;
@@ -297,6 +298,7 @@ impl History {
             r.ca_file.as_deref(),
         )?;
         client.retries = r.retries;
+        client.waiting_notice = Some(r.waiting_notice).filter(|d| !d.is_zero());
         client.max_body = api::max_body(r.in_flight);
         client.deadline = Some(api::Deadline {
             at: std::time::Instant::now() + r.deadline,
@@ -622,6 +624,7 @@ mod tests {
             cluster_label: None,
             scrape_interval: None,
             compression: None,
+            waiting_notice: None,
         };
         assert_eq!(
             authorization(&args, &[]).unwrap().as_deref(),
