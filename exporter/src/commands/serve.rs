@@ -102,7 +102,7 @@ pub(crate) fn bind_error(addr: std::net::SocketAddr, e: &std::io::Error) -> Stri
     let port = addr.port();
     let what = match e.kind() {
         ErrorKind::PermissionDenied => format!(
-            "binding port {port} needs root or CAP_NET_BIND_SERVICE; use a port ≥ 1024 (--listen 0.0.0.0:{})",
+            "permission denied binding port {port}: use a port above 1023 (--listen 0.0.0.0:{}) or grant CAP_NET_BIND_SERVICE (or run as root)",
             crate::config::DEFAULT_PORT
         ),
         ErrorKind::AddrInUse => format!(
@@ -277,7 +277,7 @@ mod tests {
         assert!(msg.starts_with("cannot listen on 0.0.0.0:80 ("), "{msg}");
         assert!(
             msg.ends_with(
-                "binding port 80 needs root or CAP_NET_BIND_SERVICE; use a port ≥ 1024 (--listen 0.0.0.0:9488)"
+                "permission denied binding port 80: use a port above 1023 (--listen 0.0.0.0:9488) or grant CAP_NET_BIND_SERVICE (or run as root)"
             ),
             "{msg}"
         );
@@ -288,7 +288,7 @@ mod tests {
         {
             let msg = bind_error("127.0.0.1:1".parse().unwrap(), &e);
             assert!(
-                msg.contains("binding port 1 needs root or CAP_NET_BIND_SERVICE"),
+                msg.contains("permission denied binding port 1: use a port above 1023"),
                 "{msg}"
             );
         }

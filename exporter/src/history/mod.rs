@@ -24,6 +24,7 @@ mod columns;
 mod feed;
 mod holders;
 mod merge;
+mod newest;
 mod query;
 mod read;
 mod resolved;
@@ -201,8 +202,9 @@ fn discover(client: &Client, range: Range, matchers: &str) -> anyhow::Result<Dis
     } else if !own.is_empty() {
         (Family::Truthscale, own)
     } else {
+        let newest = newest::newest_sample(client, &discover, range);
         bail!(
-            "{}: no DCGM_FI_*, dcgm_* or truthscale_gpu_* series{} between {} and {}",
+            "{}: no DCGM_FI_*, dcgm_* or truthscale_gpu_* series{} between {} and {}{}",
             client.base,
             if matchers.is_empty() {
                 String::new()
@@ -210,7 +212,8 @@ fn discover(client: &Client, range: Range, matchers: &str) -> anyhow::Result<Dis
                 format!(" matching {{{matchers}}}")
             },
             rfc3339(range.start),
-            rfc3339(range.end)
+            rfc3339(range.end),
+            newest::hint(newest, range)
         );
     };
     Ok((family, names, unread, cadvisor))

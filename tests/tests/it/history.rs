@@ -474,15 +474,26 @@ fn history_from_a_real_prometheus() {
     near(pf7, 1.0, 0.01, "gpu 7 prefill");
     near(f(g7, "/memory/total_bytes"), 80e9, 1.0, "gpu 7 total");
 
-    // Prometheus' own error for a bad selector is shown.
+    // A bad selector is refused before any query, in the user's own text: a regular
+    // expression that does not compile, and a value without quotes at its column.
     let mut args = base.to_vec();
     args.extend(["--selector", "{namespace=~\"(\"}"]);
     let run = truthscale(&args, &[]);
     assert_eq!(run.code, Some(2), "{}", run.stderr);
     assert!(
-        run.stderr.contains(&p.url)
-            && run.stderr.contains("HTTP 400")
-            && run.stderr.contains("bad_data"),
+        run.stderr
+            .contains("--selector '{namespace=~\"(\"}': not a PromQL label matcher list"),
+        "{}",
+        run.stderr
+    );
+    let mut args = base.to_vec();
+    args.extend(["--selector", "namespace=chat"]);
+    let run = truthscale(&args, &[]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "--selector 'namespace=chat': column 11: the value `chat` must be in double quotes"
+        ) && !run.stderr.contains("parse error"),
         "{}",
         run.stderr
     );
