@@ -304,8 +304,6 @@ fn status_error(socket: &Path, request: &Request, status: &tonic::Status) -> Sou
     }
 }
 
-/// The innermost cause of a transport error, which says what the socket did (`No such file
-/// or directory`, `Connection refused`).
 /// Why the kubelet's socket could not be dialled, and what to do: a socket this process
 /// may not open (EACCES) is told apart from one that is not there.
 fn connect_error(socket: &Path, e: &(dyn std::error::Error + 'static)) -> String {
@@ -318,14 +316,17 @@ fn connect_error(socket: &Path, e: &(dyn std::error::Error + 'static)) -> String
         cause = c.source();
     }
     let hint = if denied {
-        "; the pod-resources socket exists but is not readable: run as root or grant access \
-         to it (the kubelet makes it root-only: in Kubernetes, runAsUser: 0 for this container)"
+        "; permission denied: the pod-resources socket exists but this process may not open \
+         it: run as root or in the socket's group (in Kubernetes, the container's \
+         securityContext: runAsUser: 0, or supplementalGroups with the socket's group)"
     } else {
         "; is the pod-resources folder mounted (hostPath /var/lib/kubelet/pod-resources)?"
     };
     format!("kubelet {}: {e}{}{hint}", socket.display(), source_text(e))
 }
 
+/// The innermost cause of a transport error, which says what the socket did (`No such file
+/// or directory`, `Connection refused`).
 fn source_text(e: &dyn std::error::Error) -> String {
     let mut cause = e.source();
     let mut last = None;
@@ -363,7 +364,7 @@ pub(super) mod tests {
         );
         assert!(
             msg.contains(
-                "the pod-resources socket exists but is not readable: run as root or grant access to it"
+                "permission denied: the pod-resources socket exists but this process may not open it: run as root or in the socket's group (in Kubernetes, the container's securityContext"
             ),
             "{msg}"
         );
@@ -382,7 +383,10 @@ pub(super) mod tests {
             }
         }
         let msg = connect_error(socket, &Wrapped(denied));
-        assert!(msg.contains("exists but is not readable"), "{msg}");
+        assert!(
+            msg.contains("exists but this process may not open it"),
+            "{msg}"
+        );
         let missing = std::io::Error::from(std::io::ErrorKind::NotFound);
         let msg = connect_error(socket, &Wrapped(missing));
         assert!(
