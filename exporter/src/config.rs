@@ -163,7 +163,24 @@ impl<'de> Deserialize<'de> for SourceSection {
             .or_insert_with(|| toml::Value::String(defaults.config.kind().into()));
         let config =
             sources::SourceConfig::deserialize(toml::Value::Table(table)).map_err(|e| {
-                D::Error::custom(format!("in [source]: {}{hint}", e.message().trim_end()))
+                let message = e.message().trim_end();
+                // The keys every kind has were taken out above: list them too.
+                let message = match unknown_field(message) {
+                    Some((field, expected)) => {
+                        let mut keys: Vec<&str> = SOURCE_COMMON_KEYS.to_vec();
+                        keys.push("kind");
+                        keys.extend(expected.iter().filter(|k| **k != "kind"));
+                        format!(
+                            "unknown field `{field}`, expected one of {}",
+                            keys.iter()
+                                .map(|k| format!("`{k}`"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    }
+                    None => message.to_owned(),
+                };
+                D::Error::custom(format!("in [source]: {message}{hint}"))
             })?;
         Ok(SourceSection {
             interval,
@@ -395,10 +412,24 @@ fn file_layer(f: &Path, upper_kind: Option<&str>) -> Result<(String, toml::Table
             }
         })?;
     let at_line = |e: &toml::de::Error| {
-        let line = e
+        let mut line = e
             .span()
             .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
         let mut message = e.message().trim_end().to_string();
+        // An unknown key: its own line (a table's error points at the table), and the
+        // valid key it is closest to.
+        if let Some((field, expected)) = unknown_field(&message) {
+            let table = line.map(|l| table_at(&text, l)).unwrap_or_default();
+            let dotted = if table.is_empty() {
+                field.to_owned()
+            } else {
+                format!("{table}.{field}")
+            };
+            line = key_line(&text, &dotted).or(line);
+            if let Some(near) = closest(field, &expected) {
+                message = format!("{message}; did you mean `{near}`?");
+            }
+        }
         // An integer TOML cannot hold (past 2^63 − 1) is refused as TOML: name its key
         // and range too.
         if let Some(r) = line
@@ -617,6 +648,60 @@ fn origin_of(
         },
         None => String::new(),
     }
+}
+
+/// The field and the expected fields of serde's "unknown field `x`, expected `a` or `b`"
+/// (or "expected one of `a`, `b`, `c`") in `message`.
+fn unknown_field(message: &str) -> Option<(&str, Vec<&str>)> {
+    let rest = &message[message.find("unknown field `")? + "unknown field `".len()..];
+    let (field, rest) = rest.split_once('`')?;
+    let expected = rest
+        .split_once("expected")
+        .map(|(_, list)| list.split('`').skip(1).step_by(2).collect())
+        .unwrap_or_default();
+    Some((field, expected))
+}
+
+/// Of `keys`, the one closest to `word` by edit distance, if it is close: at most a
+/// third of the word's length away (one edit for a short word).
+fn closest<'a>(word: &str, keys: &[&'a str]) -> Option<&'a str> {
+    let most = (word.chars().count() / 3).max(1);
+    keys.iter()
+        .map(|k| (edit_distance(word, k), *k))
+        .filter(|(d, _)| *d <= most)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// The Levenshtein distance between `a` and `b`, in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (diagonal + usize::from(ca != *cb))
+                .min(above + 1)
+                .min(row[j] + 1);
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+/// The dotted name of the table that 1-based `line` of TOML `text` is in (the table a
+/// header on that line opens); empty for the top level.
+fn table_at(text: &str, line: usize) -> String {
+    let mut current = String::new();
+    for l in text.lines().take(line) {
+        let t = l.trim();
+        if let Some(h) = t.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            current = h.trim().trim_matches(['[', ']']).replace(' ', "");
+        }
+    }
+    current
 }
 
 /// The dotted key set on 1-based `line` of TOML `text`, the inverse of [`key_line`].
@@ -1376,8 +1461,8 @@ mod tests {
             .to_string();
         assert_eq!(
             err,
-            "flags: in [source]: unknown field `gpus`, expected `library` or \
-             `per_process_series` (no source.kind is set, so it is auto, which reads NVML: set \
+            "flags: in [source]: unknown field `gpus`, expected one of `interval`, \
+             `stale_after`, `kind`, `library`, `per_process_series` (no source.kind is set, so it is auto, which reads NVML: set \
              the kind these keys belong to, e.g. --source sim or kind = \"sim\") for key \
              `source`"
         );
@@ -1501,9 +1586,49 @@ mod tests {
         std::fs::write(&f, "[source]\nkind = \"sim\"\nurl = \"http://x\"\n").unwrap();
         let err = Config::load(Some(&f), &[], &[]).unwrap_err().to_string();
         assert!(
-            err.contains("bad.toml:1:") && err.contains("unknown field `url`"),
+            err.contains("bad.toml:3:") && err.contains("unknown field `url`"),
             "{err}"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A misspelt key is named on its own line (not its table's), with the valid key it is
+    /// closest to; `[source]`'s list of keys holds the keys every kind has.
+    #[test]
+    fn a_misspelt_key_is_named_on_its_line_with_the_closest_key() {
+        let dir = std::env::temp_dir().join(format!("ts-cfg-typo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("typo.toml");
+        std::fs::write(&f, "[source]\nkind = \"sim\"\nintervall = \"5s\"\n").unwrap();
+        let err = Config::load(Some(&f), &[], &[]).unwrap_err().to_string();
+        let at = format!("{}:3: in [source]: unknown field `intervall`", f.display());
+        assert!(err.starts_with(&at), "{err}");
+        assert!(
+            err.contains("expected one of `interval`, `stale_after`, `kind`,"),
+            "{err}"
+        );
+        assert!(err.ends_with("; did you mean `interval`?"), "{err}");
+        std::fs::write(&f, "[http]\n\nrequest_timout = \"5s\"\n").unwrap();
+        let err = Config::load(Some(&f), &[], &[]).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!(
+                "{}:3: unknown field `request_timout`",
+                f.display()
+            )) && err.ends_with("; did you mean `request_timeout`?"),
+            "{err}"
+        );
+        // Nothing close: no guess.
+        std::fs::write(&f, "colour = 1\n").unwrap();
+        let err = Config::load(Some(&f), &[], &[]).unwrap_err().to_string();
+        assert!(
+            err.contains("unknown field `colour`") && !err.contains("did you mean"),
+            "{err}"
+        );
+        assert_eq!(
+            closest("intervall", &["interval", "stale_after"]),
+            Some("interval")
+        );
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

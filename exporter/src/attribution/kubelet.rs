@@ -148,14 +148,16 @@ impl Kubelet {
                     .connect_timeout(timeout);
                 let channel = tokio::time::timeout(
                     timeout,
-                    endpoint.connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-                        let path = path.clone();
-                        async move {
-                            tokio::net::UnixStream::connect(path)
-                                .await
-                                .map(hyper_util::rt::TokioIo::new)
-                        }
-                    })),
+                    endpoint.connect_with_connector(tower::service_fn(
+                        move |_: tonic::transport::Uri| {
+                            let path = path.clone();
+                            async move {
+                                tokio::net::UnixStream::connect(path)
+                                    .await
+                                    .map(hyper_util::rt::TokioIo::new)
+                            }
+                        },
+                    )),
                 )
                 .await
                 .map_err(|_| {
@@ -165,13 +167,7 @@ impl Kubelet {
                         timeout.as_millis()
                     ))
                 })?
-                .map_err(|e| {
-                    SourceError::Unreachable(format!(
-                        "kubelet {}: {e}{}; is the pod-resources folder mounted (hostPath /var/lib/kubelet/pod-resources)?",
-                        socket.display(),
-                        source_text(&e)
-                    ))
-                })?;
+                .map_err(|e| SourceError::Unreachable(connect_error(&socket, &e)))?;
                 *client =
                     Some(tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_ANSWER));
             }
@@ -308,6 +304,27 @@ fn status_error(socket: &Path, request: &Request, status: &tonic::Status) -> Sou
     }
 }
 
+/// Why the kubelet's socket could not be dialled, and what to do: a socket this process
+/// may not open (EACCES) is told apart from one that is not there.
+fn connect_error(socket: &Path, e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    let mut denied = false;
+    while let Some(c) = cause {
+        denied |= c
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied);
+        cause = c.source();
+    }
+    let hint = if denied {
+        "; permission denied: the pod-resources socket exists but this process may not open \
+         it: run as root or in the socket's group (in Kubernetes, the container's \
+         securityContext: runAsUser: 0, or supplementalGroups with the socket's group)"
+    } else {
+        "; is the pod-resources folder mounted (hostPath /var/lib/kubelet/pod-resources)?"
+    };
+    format!("kubelet {}: {e}{}{hint}", socket.display(), source_text(e))
+}
+
 /// The innermost cause of a transport error, which says what the socket did (`No such file
 /// or directory`, `Connection refused`).
 fn source_text(e: &dyn std::error::Error) -> String {
@@ -332,6 +349,53 @@ pub(super) mod tests {
     use std::time::Duration;
     use truthscale_core::model::{EntityId, MigId};
     use truthscale_core::model::{EntitySample, PodRef};
+
+    /// A socket the process may not open (EACCES on connect) says so and what to do; one
+    /// that is missing still asks whether the folder is mounted. The tests run as root, who
+    /// may open a socket file of mode 000, so the mapping is checked on synthetic errors.
+    #[test]
+    fn a_socket_without_permission_is_told_apart_from_a_missing_one() {
+        let socket = Path::new("/var/lib/kubelet/pod-resources/kubelet.sock");
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let msg = connect_error(socket, &denied);
+        assert!(
+            msg.starts_with("kubelet /var/lib/kubelet/pod-resources/kubelet.sock: "),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(
+                "permission denied: the pod-resources socket exists but this process may not open it: run as root or in the socket's group (in Kubernetes, the container's securityContext"
+            ),
+            "{msg}"
+        );
+        assert!(!msg.contains("mounted"), "{msg}");
+        // Wrapped, as tonic's transport error wraps the connector's.
+        #[derive(Debug)]
+        struct Wrapped(std::io::Error);
+        impl std::fmt::Display for Wrapped {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("transport error")
+            }
+        }
+        impl std::error::Error for Wrapped {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let msg = connect_error(socket, &Wrapped(denied));
+        assert!(
+            msg.contains("exists but this process may not open it"),
+            "{msg}"
+        );
+        let missing = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let msg = connect_error(socket, &Wrapped(missing));
+        assert!(
+            msg.ends_with(
+                "; is the pod-resources folder mounted (hostPath /var/lib/kubelet/pod-resources)?"
+            ),
+            "{msg}"
+        );
+    }
 
     #[test]
     fn device_ids() {

@@ -61,12 +61,9 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     if let Some(auth) = web_config.as_ref().and_then(web::WebConfig::basic_auth) {
         app = web::layer(app, auth);
     }
-    let listener = tokio::net::TcpListener::bind(settings.listen).await.with_context(|| {
-        format!(
-            "cannot listen on {}; is another process using the port? Choose another with --listen",
-            settings.listen
-        )
-    })?;
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", bind_error(settings.listen, &e)))?;
     let local = listener.local_addr().unwrap_or(settings.listen);
     tracing::info!(
         listen = %local,
@@ -95,6 +92,29 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     tracing::info!("Shutting down: stopping the sampler.");
     sidecar.shutdown();
     Ok(())
+}
+
+/// Why `addr` cannot be bound, and what to do: a privileged port without the right to it
+/// (EACCES) is told apart from a port another process holds (EADDRINUSE) and from an
+/// address this machine does not have (EADDRNOTAVAIL).
+pub(crate) fn bind_error(addr: std::net::SocketAddr, e: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    let port = addr.port();
+    let what = match e.kind() {
+        ErrorKind::PermissionDenied => format!(
+            "permission denied binding port {port}: use a port above 1023 (--listen 0.0.0.0:{}) or grant CAP_NET_BIND_SERVICE (or run as root)",
+            crate::config::DEFAULT_PORT
+        ),
+        ErrorKind::AddrInUse => format!(
+            "another process is using port {port} (ss -ltnp 'sport = :{port}' names it); choose another with --listen"
+        ),
+        ErrorKind::AddrNotAvailable => format!(
+            "this machine has no address {}; listen on 0.0.0.0 or one of its own addresses (--listen)",
+            addr.ip()
+        ),
+        _ => "choose another address with --listen".to_owned(),
+    };
+    format!("cannot listen on {addr} ({e}): {what}")
 }
 
 async fn shutdown_signal() {
@@ -230,4 +250,64 @@ pub(crate) fn main(args: &ServeArgs, env: &[(String, String)]) -> anyhow::Result
     let overrides: Vec<(&str, String)> = overrides.iter().map(|(k, v)| (*k, v.clone())).collect();
     let config = crate::config::Config::load(args.config.as_deref(), env, &overrides)?;
     run(&config, env)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bind_error;
+    use std::io::{Error, ErrorKind};
+    use std::net::SocketAddr;
+
+    /// The user this test runs as: the owner of `/proc/self`.
+    fn running_as_root() -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+    }
+
+    /// EACCES (a privileged port without root or CAP_NET_BIND_SERVICE) is told apart from
+    /// EADDRINUSE and EADDRNOTAVAIL, each with what to do. A real privileged bind is tried
+    /// when the test runs as a user other than root (and the kernel keeps ports under 1024
+    /// privileged); as root, which may bind any port, the mapping is checked on a
+    /// synthetic `PermissionDenied` error only.
+    #[test]
+    fn a_port_that_cannot_be_bound_says_why_and_what_to_do() {
+        let addr: SocketAddr = "0.0.0.0:80".parse().unwrap();
+        let denied = Error::from(ErrorKind::PermissionDenied);
+        let msg = bind_error(addr, &denied);
+        assert!(msg.starts_with("cannot listen on 0.0.0.0:80 ("), "{msg}");
+        assert!(
+            msg.ends_with(
+                "permission denied binding port 80: use a port above 1023 (--listen 0.0.0.0:9488) or grant CAP_NET_BIND_SERVICE (or run as root)"
+            ),
+            "{msg}"
+        );
+        assert!(!msg.contains("another process"), "{msg}");
+        if !running_as_root()
+            && let Err(e) = std::net::TcpListener::bind("127.0.0.1:1")
+            && e.kind() == ErrorKind::PermissionDenied
+        {
+            let msg = bind_error("127.0.0.1:1".parse().unwrap(), &e);
+            assert!(
+                msg.contains("permission denied binding port 1: use a port above 1023"),
+                "{msg}"
+            );
+        }
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let taken = held.local_addr().unwrap();
+        let e = std::net::TcpListener::bind(taken).unwrap_err();
+        let msg = bind_error(taken, &e);
+        assert!(
+            msg.contains(&format!("another process is using port {}", taken.port()))
+                && msg.ends_with("choose another with --listen"),
+            "{msg}"
+        );
+        let msg = bind_error(
+            "10.255.255.254:9488".parse().unwrap(),
+            &Error::from(ErrorKind::AddrNotAvailable),
+        );
+        assert!(
+            msg.ends_with("this machine has no address 10.255.255.254; listen on 0.0.0.0 or one of its own addresses (--listen)"),
+            "{msg}"
+        );
+    }
 }

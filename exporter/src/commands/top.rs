@@ -161,9 +161,14 @@ impl Feed {
                 views: Vec::new(),
                 history: BTreeMap::new(),
             }),
-            (None, None, Some(lib)) => {
-                let source = crate::sources::NvmlSource::open(lib, args.interval, None)
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+            (None, None, lib) => {
+                let lib = lib
+                    .as_deref()
+                    .unwrap_or(Path::new(crate::sources::nvml::DEFAULT_LIBRARY));
+                let source =
+                    crate::sources::NvmlSource::open(lib, args.interval, None).map_err(|e| {
+                        anyhow::anyhow!("{}", no_nvml(e.no_driver.as_deref().unwrap_or(&e.message)))
+                    })?;
                 Ok(Feed::Nvml {
                     library: lib.display().to_string(),
                     source: Box::new(source),
@@ -604,21 +609,29 @@ mod tui {
     }
 }
 
+/// The error of `top` when NVML cannot be read (`why`): its three sources.
+fn no_nvml(why: &str) -> String {
+    format!(
+        "top reads NVML on this machine unless told otherwise, and NVML cannot be read here: \
+         {why}\ntop has three sources: NVML on this machine (--nvml-library PATH where the \
+         library is elsewhere), --replay FILE (a capture), or --url http://HOST:PORT (a running \
+         truthscale)"
+    )
+}
+
 /// `truthscale top`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct TopArgs {
     /// A capture to replay: on a terminal it plays back one sample per --interval; with
-    /// --once or without a terminal, one frame of the newest sample per GPU.
-    #[arg(
-        long,
-        conflicts_with_all = ["url", "nvml_library"],
-        required_unless_present_any = ["url", "nvml_library"]
-    )]
+    /// --once or without a terminal, one frame of the newest sample per GPU. Without
+    /// --replay or --url, top reads NVML on this machine.
+    #[arg(long, conflicts_with_all = ["url", "nvml_library"])]
     pub replay: Option<PathBuf>,
     /// A running sidecar (`http://HOST:PORT`).
     #[arg(long, conflicts_with = "nvml_library")]
     pub url: Option<String>,
-    /// Read NVML directly from this library (e.g. `/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1`).
+    /// Read NVML directly from this library (e.g. `/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1`)
+    /// [default: libnvidia-ml.so.1, when neither --replay nor --url is given].
     #[arg(long)]
     pub nvml_library: Option<PathBuf>,
     /// Print one frame and exit (with NVML, after two samples one --interval apart).
@@ -632,6 +645,29 @@ pub(crate) struct TopArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Without --replay or --url, top reads NVML on this machine; where it cannot, its error
+    /// names the three sources.
+    #[test]
+    fn top_without_a_source_reads_nvml_and_names_the_three_sources() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            top: TopArgs,
+        }
+        use clap::Parser as _;
+        let cli = Cli::try_parse_from(["top", "--once"]).unwrap();
+        assert!(cli.top.replay.is_none() && cli.top.url.is_none());
+        let msg = no_nvml("cannot load the NVML library libnvidia-ml.so.1: not found");
+        assert_eq!(
+            msg,
+            "top reads NVML on this machine unless told otherwise, and NVML cannot be read \
+             here: cannot load the NVML library libnvidia-ml.so.1: not found\ntop has three \
+             sources: NVML on this machine (--nvml-library PATH where the library is \
+             elsewhere), --replay FILE (a capture), or --url http://HOST:PORT (a running \
+             truthscale)"
+        );
+    }
 
     #[test]
     fn at_80_columns_every_header_fits_whole() {

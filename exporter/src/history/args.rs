@@ -5,6 +5,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Time limit of one HTTP request, body included.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a request waits before it is said on stderr (`--waiting-notice`).
+pub(crate) const WAITING_NOTICE: Duration = Duration::from_secs(20);
 /// Time limit of the whole read (`--deadline`).
 pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_secs(600);
 /// Requests one query may take, retries and split parts included
@@ -87,6 +89,11 @@ pub(crate) struct PrometheusArgs {
     /// CPU than the transfer it saves [default: auto].
     #[arg(long, value_name = "WHEN", value_enum)]
     pub compression: Option<Compression>,
+    /// While a request to Prometheus has had no answer this long, say so on stderr
+    /// ("still waiting for Prometheus at URL (20 s)"), and again as often; 0s for never
+    /// [default: 20s].
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub waiting_notice: Option<Duration>,
 }
 
 impl PrometheusArgs {
@@ -118,6 +125,7 @@ impl PrometheusArgs {
             (self.cluster_label.is_some(), "--cluster-label"),
             (self.scrape_interval.is_some(), "--scrape-interval"),
             (self.compression.is_some(), "--compression"),
+            (self.waiting_notice.is_some(), "--waiting-notice"),
         ]
         .into_iter()
         .find_map(|(given, flag)| given.then_some(flag))

@@ -24,9 +24,11 @@ mod columns;
 mod feed;
 mod holders;
 mod merge;
+mod newest;
 mod query;
 mod read;
 mod resolved;
+mod selector;
 
 use anyhow::{Context, bail};
 use api::Client;
@@ -200,8 +202,9 @@ fn discover(client: &Client, range: Range, matchers: &str) -> anyhow::Result<Dis
     } else if !own.is_empty() {
         (Family::Truthscale, own)
     } else {
+        let newest = newest::newest_sample(client, &discover, range);
         bail!(
-            "{}: no DCGM_FI_*, dcgm_* or truthscale_gpu_* series{} between {} and {}",
+            "{}: no DCGM_FI_*, dcgm_* or truthscale_gpu_* series{} between {} and {}{}",
             client.base,
             if matchers.is_empty() {
                 String::new()
@@ -209,7 +212,8 @@ fn discover(client: &Client, range: Range, matchers: &str) -> anyhow::Result<Dis
                 format!(" matching {{{matchers}}}")
             },
             rfc3339(range.start),
-            rfc3339(range.end)
+            rfc3339(range.end),
+            newest::hint(newest, range)
         );
     };
     Ok((family, names, unread, cadvisor))
@@ -297,6 +301,7 @@ impl History {
             r.ca_file.as_deref(),
         )?;
         client.retries = r.retries;
+        client.waiting_notice = Some(r.waiting_notice).filter(|d| !d.is_zero());
         client.max_body = api::max_body(r.in_flight);
         client.deadline = Some(api::Deadline {
             at: std::time::Instant::now() + r.deadline,
@@ -622,6 +627,7 @@ mod tests {
             cluster_label: None,
             scrape_interval: None,
             compression: None,
+            waiting_notice: None,
         };
         assert_eq!(
             authorization(&args, &[]).unwrap().as_deref(),

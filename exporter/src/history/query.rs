@@ -49,7 +49,8 @@ pub(super) fn secs(ms: i64) -> String {
 /// The label matchers of `--selector`, without braces: `{a="b"}` or `a="b"`.
 ///
 /// # Errors
-/// A selector with a metric name or unbalanced braces.
+/// A selector with a metric name or unbalanced braces, or that is not a PromQL label
+/// matcher list (naming the column, [`super::selector::check`]).
 pub(crate) fn selector_matchers(selector: Option<&str>) -> anyhow::Result<String> {
     let Some(s) = selector.map(str::trim) else {
         return Ok(String::new());
@@ -63,7 +64,9 @@ pub(crate) fn selector_matchers(selector: Option<&str>) -> anyhow::Result<String
         ),
         None => s,
     };
-    Ok(inner.trim().trim_end_matches(',').trim().to_owned())
+    let inner = inner.trim().trim_end_matches(',').trim();
+    super::selector::check(s, inner)?;
+    Ok(inner.to_owned())
 }
 
 /// `NAME{matchers}` for one metric.

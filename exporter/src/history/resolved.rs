@@ -6,6 +6,7 @@ use super::api::DEFAULT_RETRIES;
 use super::args::{
     Compression, DEFAULT_DEADLINE, DEFAULT_IN_FLIGHT, DEFAULT_REQUESTS_PER_QUERY,
     DEFAULT_SCRAPE_INTERVAL, DEFAULT_SINCE, DEFAULT_STEP, PrometheusArgs, REQUEST_TIMEOUT, Until,
+    WAITING_NOTICE,
 };
 use super::authorization;
 use super::query::selector_matchers;
@@ -89,6 +90,8 @@ pub(crate) struct Resolved {
     pub cluster_label: Option<String>,
     /// `--compression`.
     pub compression: Compression,
+    /// `--waiting-notice` (zero: never).
+    pub waiting_notice: Duration,
     /// `--ca-file`.
     pub ca_file: Option<PathBuf>,
     /// The `Authorization` header, from `--bearer-token-file` or `--basic-auth`.
@@ -168,6 +171,7 @@ impl PrometheusArgs {
             retries: self.prometheus_retries.unwrap_or(DEFAULT_RETRIES),
             cluster_label: self.cluster_label.clone(),
             compression: self.compression.unwrap_or(Compression::Auto),
+            waiting_notice: self.waiting_notice.unwrap_or(WAITING_NOTICE),
             ca_file: self.ca_file.clone(),
             authorization: authorization(self, env)?,
         })

@@ -33,6 +33,10 @@ pub struct ReplaySource {
     /// Recorded time of the last sample handed out.
     last_recorded: Option<i64>,
     finished: bool,
+    /// Samples handed out, every pass together.
+    handed: u64,
+    /// Recorded time of the first sample handed out.
+    first_recorded: Option<i64>,
 }
 
 fn open_capture(
@@ -142,6 +146,8 @@ impl ReplaySource {
             pass_start_ms: unix_ms(now),
             last_recorded: None,
             finished: false,
+            handed: 0,
+            first_recorded: None,
         })
     }
 
@@ -177,6 +183,21 @@ impl ReplaySource {
                 }
             }
         }
+    }
+
+    /// The line logged when a replay that does not loop reaches its end: the file, the
+    /// samples handed out and the recorded time they span.
+    fn ended(&self) -> String {
+        let span_ms = match (self.first_recorded, self.last_recorded) {
+            (Some(f), Some(l)) => (l - f).max(0),
+            _ => 0,
+        };
+        format!(
+            "replay of {} ended after {} samples ({:.1} s)",
+            self.path.display(),
+            self.handed,
+            span_ms as f64 / 1000.0
+        )
     }
 
     fn restart(&mut self) -> bool {
@@ -218,6 +239,9 @@ impl Source for ReplaySource {
                     continue;
                 }
                 self.finished = !self.looping;
+                if self.finished {
+                    tracing::info!("{}", self.ended());
+                }
                 break;
             };
             let base = *self.base.get_or_insert(s.taken.0);
@@ -227,6 +251,8 @@ impl Source for ReplaySource {
                 break;
             }
             self.last_recorded = Some(s.taken.0);
+            self.first_recorded.get_or_insert(s.taken.0);
+            self.handed += 1;
             out.samples.push(Sample {
                 taken: Timestamp(due),
                 entities: s.entities,
@@ -265,6 +291,11 @@ mod tests {
         assert_eq!(got.samples[1].taken, Timestamp(1_002_000));
         assert!(r.sample(t0 + Duration::from_secs(10)).samples.is_empty());
         assert!(r.finished());
+        // What is logged at info when it ends.
+        assert_eq!(
+            r.ended(),
+            format!("replay of {} ended after 3 samples (2.0 s)", p.display())
+        );
     }
 
     /// A JSONL trace at `cadence` (seconds per window, `(count, seconds, busy)` runs) and

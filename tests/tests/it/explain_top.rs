@@ -466,4 +466,34 @@ fn top_once_reads_nvml_directly() {
         err.contains("cannot load the NVML library /nonexistent/libnvidia-ml.so.1"),
         "{err}"
     );
+    assert!(
+        err.contains(
+            "top has three sources: NVML on this machine (--nvml-library PATH where the library is elsewhere), --replay FILE (a capture), or --url http://HOST:PORT (a running truthscale)"
+        ),
+        "{err}"
+    );
+}
+
+/// `top` with no source reads NVML on this machine (it used to demand --replay); on a
+/// machine without NVIDIA's library, its error says so and names the three sources. (Where
+/// the library is installed, top reads it, and this test only checks that it ran.)
+#[test]
+fn top_without_a_source_reads_nvml_or_names_its_three_sources() {
+    let (code, out, err) = truthscale(&["top", "--once", "--interval", "200ms"]);
+    if code == 0 {
+        eprintln!("NVML is readable here: top read it\n{out}");
+        return;
+    }
+    assert_eq!(code, 2, "{err}");
+    assert!(!err.contains("--replay <REPLAY>"), "{err}");
+    assert!(
+        err.contains(
+            "top reads NVML on this machine unless told otherwise, and NVML cannot be read here: "
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("--replay FILE (a capture), or --url http://HOST:PORT (a running truthscale)"),
+        "{err}"
+    );
 }

@@ -775,7 +775,10 @@ fn report_bad_input_gets_a_clear_message_and_nothing_made_up() {
         run.stderr.contains(&p.url)
             && run.stderr.contains(
                 "no DCGM_FI_*, dcgm_* or truthscale_gpu_* series matching {job=\"nothing-here\"}"
-            ),
+            )
+            && run
+                .stderr
+                .contains("; Prometheus has no GPU sample in the 7d before "),
         "{}",
         run.stderr
     );
@@ -987,4 +990,52 @@ fn report_refuses_an_absurd_gpu_request() {
             run.stderr
         );
     }
+}
+
+/// A Prometheus that accepts the connection and never answers: the wait is said on stderr
+/// ("still waiting for Prometheus at URL (N s)"), and at the timeout the error says the
+/// server sent no answer, not that a query ran long (no retries either).
+#[test]
+fn a_prometheus_that_never_answers_is_said_while_waiting_and_named_hung() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    // Accept every connection and hold it, answering nothing (the thread ends with the
+    // test process).
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in listener.incoming() {
+            held.push(c);
+        }
+    });
+    let run = truthscale(&[
+        "report",
+        "--prometheus",
+        &url,
+        "--prometheus-timeout",
+        "2s",
+        "--waiting-notice",
+        "1s",
+    ]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!(
+            "truthscale: still waiting for Prometheus at {url} (1 s)"
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains(&format!(
+            "Prometheus at {url} accepted the connection but sent no answer within 2s"
+        )) && run
+            .stderr
+            .contains("the server is hung, not a query running long"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.took < Duration::from_secs(20),
+        "no retries: {:?}",
+        run.took
+    );
 }

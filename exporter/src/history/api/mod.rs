@@ -2,6 +2,7 @@
 //! and errors that name the URL.
 
 mod answer;
+mod waiting;
 
 use answer::Envelope;
 #[cfg(test)]
@@ -205,6 +206,11 @@ pub(super) struct Client {
     pub(super) gzip: bool,
     /// The deadline of the whole read, if any.
     pub(super) deadline: Option<Deadline>,
+    /// How long a request waits before it is said on stderr, and again as often
+    /// (`--waiting-notice`); `None`: never.
+    pub(super) waiting_notice: Option<Duration>,
+    /// When a wait was last said, by any request in flight.
+    pub(super) last_notice: std::sync::Mutex<Option<std::time::Instant>>,
     /// The largest answer read, in bytes (after decompression).
     pub(super) max_body: u64,
     pub(super) counters: std::sync::Mutex<Counters>,
@@ -260,6 +266,8 @@ impl Client {
             retries: DEFAULT_RETRIES,
             gzip: true,
             deadline: None,
+            waiting_notice: None,
+            last_notice: std::sync::Mutex::new(None),
             max_body: MAX_BODY,
             counters: std::sync::Mutex::new(Counters::default()),
         })
@@ -326,16 +334,29 @@ impl Client {
     /// passing failure (HTTP 5xx other than a limit, 429, a connection refused or cut, no
     /// whole answer within the timeout) is tried again up to `retries` times, after
     /// 250 ms, 500 ms, 1 s…; then it is an error (no whole answer in time names
-    /// `--prometheus-timeout`: it is never taken for a server's limit). Each request ends
-    /// by the deadline, and takes one from `budget`; either running out is an error naming
-    /// its flag.
+    /// `--prometheus-timeout`: it is never taken for a server's limit). No answer in time
+    /// is first told apart from a hung server by a light request
+    /// ([`Client::hung_error`]): a server that answers not even that is an error at once.
+    /// Each request ends by the deadline, and takes one from `budget`; either running out
+    /// is an error naming its flag. A wait is said on stderr every `waiting_notice`.
     pub(super) fn get_limited<T: DeserializeOwned>(
         &self,
         path: &str,
         params: &[(&str, &str)],
         budget: Option<&Budget>,
     ) -> Result<T, GetError> {
+        self.while_waiting(|| self.get_tried(path, params, budget))
+    }
+
+    /// [`Client::get_limited`] without the notices of a wait.
+    fn get_tried<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        params: &[(&str, &str)],
+        budget: Option<&Budget>,
+    ) -> Result<T, GetError> {
         let mut backoff = FIRST_BACKOFF;
+        let mut probed = false;
         let mut tries = 0;
         loop {
             if let Some(b) = budget {
@@ -348,6 +369,12 @@ impl Client {
                 Err(Attempt::Retry(e, timed_out)) => {
                     if let Some(d) = self.deadline.filter(|_| timed_out && cut) {
                         return Err(self.deadline_error(d));
+                    }
+                    if timed_out
+                        && !std::mem::replace(&mut probed, true)
+                        && let Some(hung) = self.hung_error(path, timeout)
+                    {
+                        return Err(hung);
                     }
                     (e, timed_out)
                 }

@@ -1,0 +1,121 @@
+//! When the window holds no GPU series: the newest GPU sample Prometheus has (within
+//! [`LOOKBACK`] of the window's end), and a `--since`/`--step` that would reach it.
+
+use super::api::Client;
+use super::query::Range;
+use super::query::secs;
+use super::rfc3339;
+use std::time::Duration;
+
+/// How far back from the window's end the newest sample is looked for.
+const LOOKBACK: &str = "7d";
+
+/// The newest sample of `selector` (a `{…}` series selector) up to `range.end`, in
+/// milliseconds since the epoch; `None` when there is none within [`LOOKBACK`] or the
+/// question is not answered (this only words an error).
+pub(super) fn newest_sample(client: &Client, selector: &str, range: Range) -> Option<i64> {
+    let query = format!("max(max_over_time(timestamp({selector})[{LOOKBACK}:1m]))");
+    let end = secs(range.end);
+    let data: serde_json::Value = client
+        .get("/api/v1/query", &[("query", &query), ("time", &end)])
+        .ok()?;
+    let seconds: f64 = data["result"][0]["value"][1].as_str()?.parse().ok()?;
+    seconds.is_finite().then_some((seconds * 1000.0) as i64)
+}
+
+/// What to say after "no GPU series in the window": the newest sample's time, and a
+/// `--since` (and `--step`) that reaches it; or that there is none.
+pub(super) fn hint(newest: Option<i64>, range: Range) -> String {
+    let Some(at) = newest else {
+        return format!(
+            "; Prometheus has no GPU sample in the {LOOKBACK} before {} either: check that it \
+             scrapes truthscale or dcgm-exporter (its /targets page) and that the \
+             selector matches",
+            rfc3339(range.end)
+        );
+    };
+    let age_ms = (range.end - at).max(0);
+    // Round the age up to whole minutes, with a minute's margin.
+    let minutes = u64::try_from(age_ms / 60_000 + 2).unwrap_or(u64::MAX);
+    let since = humantime::format_duration(Duration::from_secs(minutes * 60));
+    let step_s = u64::try_from(range.step / 1000).unwrap_or(15).max(1);
+    // A step no longer than a tenth of the window, so that a few steps hold readings.
+    let step = humantime::format_duration(Duration::from_secs(step_s.min(minutes * 6).max(1)));
+    format!(
+        "; the newest GPU sample is at {} ({} before the window's end): --since {since} \
+         --step {step} reaches it",
+        rfc3339(at),
+        humantime::format_duration(Duration::from_secs(
+            u64::try_from(age_ms / 1000).unwrap_or(0)
+        ))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The newest sample is asked of Prometheus as one instant query at the window's end.
+    #[test]
+    fn the_newest_sample_is_one_instant_query() {
+        use std::io::{Read as _, Write as _};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut request = vec![0u8; 4096];
+            let n = conn.read(&mut request).unwrap();
+            let body = r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1780000000,"1779989170.5"]}]}}"#;
+            write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            String::from_utf8_lossy(&request[..n]).into_owned()
+        });
+        let client = Client::new(&base, None, Duration::from_secs(5), None).unwrap();
+        let range = Range::back_from(1_780_000_000_000, 3_600_000, 15_000);
+        assert_eq!(
+            newest_sample(&client, "{__name__=~\"x\"}", range),
+            Some(1_779_989_170_500)
+        );
+        let request = server.join().unwrap();
+        assert!(
+            request.starts_with("GET /api/v1/query?query=max(max_over_time(timestamp(%7B__name__"),
+            "{request}"
+        );
+        assert!(request.contains("time=1780000000"), "{request}");
+    }
+
+    /// The error says the newest sample's time and a `--since`/`--step` that reaches it, or
+    /// that there is none.
+    #[test]
+    fn no_gpu_series_says_the_newest_sample_and_a_window_that_reaches_it() {
+        let end = 1_780_000_000_000;
+        let range = Range::back_from(end, 3_600_000, 15_000);
+        assert_eq!(
+            hint(Some(end - 3 * 3_600_000 - 30_000), range),
+            format!(
+                "; the newest GPU sample is at {} (3h 30s before the window's end): \
+                 --since 3h 2m --step 15s reaches it",
+                rfc3339(end - 3 * 3_600_000 - 30_000)
+            )
+        );
+        let range = Range::back_from(end, 3_600_000, 300_000);
+        assert!(
+            hint(Some(end - 120_000), range).ends_with("--since 4m --step 24s reaches it"),
+            "{}",
+            hint(Some(end - 120_000), range)
+        );
+        assert_eq!(
+            hint(None, range),
+            format!(
+                "; Prometheus has no GPU sample in the 7d before {} either: check that it \
+                 scrapes truthscale or dcgm-exporter (its /targets page) and that the \
+                 selector matches",
+                rfc3339(end)
+            )
+        );
+    }
+}
