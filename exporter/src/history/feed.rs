@@ -68,7 +68,7 @@ impl History {
     /// # Errors
     /// As [`History::open`], for any chunk.
     pub(crate) fn feed_stats(
-        self,
+        &self,
         mut on_sample: impl FnMut(&Sample, SampleKind),
     ) -> anyhow::Result<FeedStats> {
         let progress = std::io::stderr().is_terminal().then(progress_bar);
@@ -80,7 +80,7 @@ impl History {
             0
         };
         let mut tally = Tally::default();
-        let this = &self;
+        let this = self;
         let bar = progress.as_ref();
         let result = std::thread::scope(|scope| -> anyhow::Result<()> {
             let fetch =
@@ -189,7 +189,7 @@ impl History {
 
     /// What the read cost, once every chunk is handed over: the counters of the client and of
     /// `tally`, the answers' warnings (printed), and the one-line summary.
-    fn stats(self, tally: &Tally) -> FeedStats {
+    fn stats(&self, tally: &Tally) -> FeedStats {
         let step = self.step();
         let holders = self.holders_read();
         let History {
@@ -218,7 +218,7 @@ impl History {
             family.describe(),
             tally.steps,
             humantime::format_duration(step),
-            if summarizes {
+            if *summarizes {
                 " (summaries of the raw samples in each)"
             } else {
                 ""
@@ -240,7 +240,7 @@ impl History {
             consuming_seconds: tally.consuming.as_secs_f64(),
             max_series: tally.max_series,
             retries: c.retries,
-            splits: splits.into_inner(),
+            splits: splits.load(std::sync::atomic::Ordering::Relaxed),
             warnings,
         }
     }

@@ -161,13 +161,7 @@ type Discovered = (Family, Vec<String>, Unread, Vec<String>);
 /// # Errors
 /// Prometheus unreachable or answering an error; no GPU series in the range.
 fn discover(client: &Client, range: Range, matchers: &str) -> anyhow::Result<Discovered> {
-    let names_re = format!("{}|DCGM_FI_.+|dcgm_fi_.+", candidate_names().join("|"));
-    let mut discover = format!("{{__name__=~\"{names_re}\"");
-    if !matchers.is_empty() {
-        discover.push(',');
-        discover.push_str(matchers);
-    }
-    discover.push('}');
+    let discover = gpu_series(matchers);
     let (start_s, end_s) = (secs(range.start), secs(range.end));
     let cadvisor_match = format!("{{__name__=~\"{}\"}}", holders::CADVISOR_NAMES.join("|"));
     let found: Vec<String> = client.get(
@@ -217,6 +211,27 @@ fn discover(client: &Client, range: Range, matchers: &str) -> anyhow::Result<Dis
         );
     };
     Ok((family, names, unread, cadvisor))
+}
+
+/// The series selector of every GPU series discovery looks for, within `matchers`.
+fn gpu_series(matchers: &str) -> String {
+    let names_re = format!("{}|DCGM_FI_.+|dcgm_fi_.+", candidate_names().join("|"));
+    let mut selector = format!("{{__name__=~\"{names_re}\"");
+    if !matchers.is_empty() {
+        selector.push(',');
+        selector.push_str(matchers);
+    }
+    selector.push('}');
+    selector
+}
+
+impl History {
+    /// What to add to "the series exist but hold no GPU readings": the newest GPU sample
+    /// and a `--since`/`--step` that reaches it (one more query, asked only then).
+    pub(crate) fn newest_hint(&self) -> String {
+        let newest = newest::newest_sample(&self.client, &gpu_series(&self.matchers), self.range);
+        newest::hint(newest, self.range)
+    }
 }
 
 /// A Prometheus history to read: the flags checked, the range fixed, the series found.

@@ -98,14 +98,15 @@ pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built>
     };
     let held = showback::held_by_gpu(attributes.as_ref().map_or(&held_steps, |a| &a.held));
     let owners = super::owners::read(&history);
-    let (mut input, source, stats) = super::collect(history, cfg.max_points)?;
+    let (mut input, source, stats) = super::collect(&mut history, cfg.max_points)?;
     input.held = held;
     if input.tracks.is_empty() {
         bail!(
-            "{}: the series exist but hold no GPU readings between {} and {}",
+            "{}: the series exist but hold no GPU readings between {} and {}{}",
             source.prometheus,
             source.start,
-            source.end
+            source.end,
+            history.newest_hint()
         );
     }
     let analysis = Instant::now();

@@ -221,7 +221,7 @@ fn source_of(history: &History) -> Source {
 /// # Errors
 /// As [`History::feed_stats`].
 pub(crate) fn collect(
-    mut history: History,
+    history: &mut History,
     max_points: u64,
 ) -> anyhow::Result<(FleetInput, Source, FeedStats)> {
     history.read_peaks();
@@ -230,7 +230,7 @@ pub(crate) fn collect(
     let step_bands = history.step_bands();
     let range = history.range();
     let step_seconds = history.step_seconds();
-    let mut source = source_of(&history);
+    let mut source = source_of(history);
     let steps = usize::try_from(range.points()).unwrap_or(0);
     // Each workload keeps at most `max_points` points, whatever the step.
     let per = steps
