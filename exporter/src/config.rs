@@ -399,6 +399,48 @@ fn duration(
     crate::setting::duration(key, s, min, max).map_err(ConfigError::from)
 }
 
+/// A TOML error in file `f` (its text `text`) at the line it concerns: an unknown key at its
+/// own line with the valid key it is closest to, an integer past TOML's range with its
+/// setting's range.
+fn toml_error(f: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
+    let mut line = e
+        .span()
+        .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+    let mut message = e.message().trim_end().to_string();
+    // An unknown key: its own line (a table's error points at the table), and the
+    // valid key it is closest to.
+    if let Some((field, expected)) = unknown_field(&message) {
+        let table = line.map(|l| table_at(text, l)).unwrap_or_default();
+        let dotted = if table.is_empty() {
+            field.to_owned()
+        } else {
+            format!("{table}.{field}")
+        };
+        line = key_line(text, &dotted).or(line);
+        if let Some(near) = closest(field, &expected) {
+            message = format!("{message}; did you mean `{near}`?");
+        }
+    }
+    // An integer TOML cannot hold (past 2^63 − 1) is refused as TOML: name its key
+    // and range too.
+    if let Some(r) = line
+        .and_then(|l| key_at_line(text, l))
+        .and_then(|k| crate::setting::INTEGERS.iter().find(|r| r.key == k))
+    {
+        message = format!(
+            "{}: {message}; use a whole number in {}..={}",
+            r.key, r.min, r.max
+        );
+    }
+    ConfigError::Load {
+        origin: match line {
+            Some(l) => format!("{}:{l}", f.display()),
+            None => f.display().to_string(),
+        },
+        message,
+    }
+}
+
 /// The text and table of the configuration file `f`, checked alone first so that its
 /// errors name it and the line: its schema, then its numbers (and its source's, unless a
 /// kind set above it, `upper_kind`, replaces its `[source]`, which is then dropped from the
@@ -411,44 +453,7 @@ fn file_layer(f: &Path, upper_kind: Option<&str>) -> Result<(String, toml::Table
                 message: format!("cannot read: {e}"),
             }
         })?;
-    let at_line = |e: &toml::de::Error| {
-        let mut line = e
-            .span()
-            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
-        let mut message = e.message().trim_end().to_string();
-        // An unknown key: its own line (a table's error points at the table), and the
-        // valid key it is closest to.
-        if let Some((field, expected)) = unknown_field(&message) {
-            let table = line.map(|l| table_at(&text, l)).unwrap_or_default();
-            let dotted = if table.is_empty() {
-                field.to_owned()
-            } else {
-                format!("{table}.{field}")
-            };
-            line = key_line(&text, &dotted).or(line);
-            if let Some(near) = closest(field, &expected) {
-                message = format!("{message}; did you mean `{near}`?");
-            }
-        }
-        // An integer TOML cannot hold (past 2^63 − 1) is refused as TOML: name its key
-        // and range too.
-        if let Some(r) = line
-            .and_then(|l| key_at_line(&text, l))
-            .and_then(|k| crate::setting::INTEGERS.iter().find(|r| r.key == k))
-        {
-            message = format!(
-                "{}: {message}; use a whole number in {}..={}",
-                r.key, r.min, r.max
-            );
-        }
-        ConfigError::Load {
-            origin: match line {
-                Some(l) => format!("{}:{l}", f.display()),
-                None => f.display().to_string(),
-            },
-            message,
-        }
-    };
+    let at_line = |e: &toml::de::Error| toml_error(f, &text, e);
     let mut table: toml::Table = toml::from_str(&text).map_err(|e| at_line(&e))?;
     // Its integers as written, before the schema converts them, naming their range.
     let named = |problems: Vec<truthscale_core::phase::InvalidSetting>| {

@@ -572,7 +572,7 @@ metrics! {
         "The recovery the driver asks for (DCGM 1523, NVML field value): 0 none, 1 GPU reset, 2 node reboot, 3 drain peer-to-peer, 4 drain and reset; not 0 makes the GPU unavailable.";
     GPU_MEMORY_UNREPAIRABLE / Gpu::GpuMemoryUnrepairable = "truthscale_gpu_memory_unrepairable", Gauge, [], gauge("truthscale.gpu.memory.unrepairable", "1"), raw(Field::MemoryUnrepairable, 1.0),
         "1 when the driver flags the GPU's memory unrepairable (DCGM 1507), else 0: the GPU is unavailable.";
-    GPU_FABRIC_HEALTH_SUMMARY / Gpu::GpuFabricHealthSummary = "truthscale_gpu_fabric_health_summary", Gauge, [], gauge("truthscale.gpu.fabric.health_summary", "1"), raw(Field::FabricHealthSummary, 1.0),
+    GPU_FABRIC_HEALTH_SUMMARY / Gpu::GpuFabricHealthSummary = "truthscale_gpu_fabric_health", Gauge, [], gauge("truthscale.gpu.fabric.health", "1"), raw(Field::FabricHealthSummary, 1.0),
         "The GPU fabric's health summary (DCGM 175): 0 not supported, 1 healthy, 2 unhealthy (the GPU is unavailable), 3 limited capacity (degraded).";
     GPU_CLOCK_VIOLATION_SECONDS / Gpu::GpuClockViolationSeconds = "truthscale_gpu_clock_violation_seconds_total", Counter, ["reason"], counter("truthscale.gpu.clock_violation.time", "s"), None,
         "Time the clocks were held down, as the device counts it since the driver loaded: reason=power (DCGM 240) or thermal (DCGM 241, NVML violation status). A rise of verdict.health.degraded_violation_share of a window or more makes the GPU degraded.";

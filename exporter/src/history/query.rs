@@ -336,7 +336,7 @@ mod tests {
             "truthscale_gpu_row_remap_uncorrectable_rows",
             "truthscale_gpu_recovery_action",
             "truthscale_gpu_memory_unrepairable",
-            "truthscale_gpu_fabric_health_summary",
+            "truthscale_gpu_fabric_health",
         ] {
             assert_eq!(own(name), (Summary::Max, false), "{name}");
         }

@@ -11,9 +11,9 @@ use truthscale_e2e::{Prometheus, TempDir, require_tool_or_return};
 use crate::showback::{H, W, end_now, json, near, openmetrics, report};
 
 /// The Python that runs `focus-validator` (it needs Python 3.12 or later):
-/// `TRUTHSCALE_FOCUS_PYTHON`, else `python3.12`.
+/// `FOCUS_VALIDATOR_PYTHON`, else `python3.12`.
 fn focus_python() -> String {
-    std::env::var("TRUTHSCALE_FOCUS_PYTHON").unwrap_or_else(|_| "python3.12".to_owned())
+    std::env::var("FOCUS_VALIDATOR_PYTHON").unwrap_or_else(|_| "python3.12".to_owned())
 }
 
 /// What installs the validator; keep in step with `scripts/test`.
@@ -38,7 +38,7 @@ fn validator_home(python: &str) -> PathBuf {
         _ => panic!(
             "{python} with the module focus_validator is missing: run `scripts/test`, which \
              installs it (or `{python} -m pip install {FOCUS_VALIDATOR}`; set \
-             TRUTHSCALE_FOCUS_PYTHON to another Python 3.12 or later)"
+             FOCUS_VALIDATOR_PYTHON to another Python 3.12 or later)"
         ),
     }
 }

@@ -488,7 +488,7 @@ fn history_from_a_real_prometheus() {
     assert_eq!(run.code, Some(2), "{}", run.stderr);
     assert!(
         run.stderr
-            .contains("--selector '{namespace=~\"(\"}': not a PromQL label matcher list"),
+            .contains("--selector '{namespace=~\"(\"}': column 13: the regular expression \"(\" does not compile"),
         "{}",
         run.stderr
     );
