@@ -582,6 +582,20 @@ fn a_slow_trace_replays_with_its_own_ten_second_windows() {
         gauge(&m, "truthscale_gpu_unobserved_seconds_total"),
         Some(0.0)
     );
+    // A replay that does not loop says when it ends: the file, the samples, their span.
+    let said = format!(
+        "replay of {} ended after 3 samples (20.0 s)",
+        trace.display()
+    );
+    let until = Instant::now() + Duration::from_secs(15);
+    while !sidecar.process.stderr().contains(&said) {
+        assert!(
+            Instant::now() < until,
+            "no {said:?} in:\n{}",
+            sidecar.process.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 // ---------------------------------------------------------------------------------------
