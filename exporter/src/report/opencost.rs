@@ -154,8 +154,9 @@ fn allocation(name: &str, props: Value, g: &GroupHours, b: &Bounds) -> Value {
 fn idle(p: &Period, priced: bool, b: &Bounds) -> Value {
     let held_down: f64 = p.groups.iter().map(|g| g.unavailable_gpu_hours).sum();
     let unheld_down = (p.funnel.unavailable_gpu_hours - held_down).max(0.0);
+    // Unknown (null) where no unallocated GPU-hour had a price, never 0.
     let cost = if priced {
-        json!(p.unallocated_cost.unwrap_or(0.0))
+        json!(p.unallocated_cost)
     } else {
         Value::Null
     };
