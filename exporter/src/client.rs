@@ -19,31 +19,30 @@ pub(crate) fn agent(timeout: Duration) -> ureq::Agent {
     agent_with_tls(timeout, ureq::tls::TlsConfig::default())
 }
 
+/// What every agent is: one deadline for the whole request (`timeout`), HTTP error statuses
+/// as answers, no redirect followed.
 #[expect(clippy::disallowed_methods, reason = "the one HTTP client builder")]
-fn agent_with_tls(timeout: Duration, tls: ureq::tls::TlsConfig) -> ureq::Agent {
+fn settings(timeout: Duration) -> ureq::config::ConfigBuilder<ureq::typestate::AgentScope> {
     ureq::Agent::config_builder()
         .timeout_global(Some(timeout))
         .http_status_as_error(false)
         .max_redirects(0)
-        .tls_config(tls)
-        .build()
-        .into()
+}
+
+#[expect(clippy::disallowed_methods, reason = "the one HTTP client builder")]
+fn agent_with_tls(timeout: Duration, tls: ureq::tls::TlsConfig) -> ureq::Agent {
+    settings(timeout).tls_config(tls).build().into()
 }
 
 /// [`agent`], over a rustls configuration of the caller's own for https (OTLP/HTTP: the
 /// same configuration as its gRPC channel, with the client certificate and the resolver that
-/// notes a collector asking for one). Like every agent here: one deadline for the whole
-/// request, error statuses are answers, no redirect followed.
+/// notes a collector asking for one), with the [`settings`] of every agent.
 #[must_use]
 #[expect(clippy::disallowed_methods, reason = "the one HTTP client builder")]
 pub(crate) fn agent_with_rustls(timeout: Duration, tls: rustls::ClientConfig) -> ureq::Agent {
     use ureq::unversioned::resolver::DefaultResolver;
     use ureq::unversioned::transport::{ConnectProxyConnector, Connector as _, TcpConnector};
-    let config = ureq::Agent::config_builder()
-        .timeout_global(Some(timeout))
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .build();
+    let config = settings(timeout).build();
     let connector = TcpConnector::default()
         .chain(ConnectProxyConnector::default())
         .chain(tls::RustlsWith(std::sync::Arc::new(tls)));
