@@ -120,6 +120,19 @@ pub struct ExporterStatus {
 #[must_use]
 pub fn escape_label(v: &str) -> String {
     let mut out = String::with_capacity(v.len());
+    escape_label_into(&mut out, v);
+    out
+}
+
+/// [`escape_label`], appended to `out`. A value of printable ASCII without a backslash or a
+/// double quote (nearly every one) is copied as it is.
+pub fn escape_label_into(out: &mut String, v: &str) {
+    if v.bytes()
+        .all(|b| (0x20..0x7f).contains(&b) && b != b'\\' && b != b'"')
+    {
+        out.push_str(v);
+        return;
+    }
     let mut chars = v.chars().peekable();
     while let Some(c) = chars.next() {
         match c {
@@ -139,7 +152,6 @@ pub fn escape_label(v: &str) -> String {
             c => out.push(c),
         }
     }
-    out
 }
 
 /// The bidirectional-control characters, never written raw.
@@ -229,9 +241,17 @@ fn gpu_labels(e: &GpuEntry, id: &Identity) -> String {
         if i > 0 {
             s.push(',');
         }
-        let _ = write!(s, "{k}=\"{}\"", escape_label(v));
+        label_into(&mut s, k, v);
     }
     s
+}
+
+/// `k="v"`, the value escaped, appended to `out`.
+fn label_into(out: &mut String, k: &str, v: &str) {
+    out.push_str(k);
+    out.push_str("=\"");
+    escape_label_into(out, v);
+    out.push('"');
 }
 
 /// The labels of a GPU entity, in exposition order (identity over attribution, empty
@@ -322,7 +342,7 @@ impl Writer<'_> {
                     self.out.push(',');
                 }
                 first = false;
-                let _ = write!(self.out, "{k}=\"{}\"", escape_label(val));
+                label_into(self.out, k, val);
             }
             self.out.push('}');
         }
@@ -348,16 +368,16 @@ pub fn encode(
         format,
     };
     for m in catalog::ALL {
-        let mut samples: Vec<(Option<usize>, ExtraLabels<'_>, f64)> = Vec::new();
-        family_values(m, gpus, status, |i, extra, v| samples.push((i, extra, v)));
-        if samples.is_empty() {
-            continue;
-        }
-        w.header(m);
-        for (i, extra, v) in samples {
+        // A family without a value has no header either.
+        let mut headed = false;
+        family_values(m, gpus, status, |i, extra, v| {
+            if !headed {
+                w.header(m);
+                headed = true;
+            }
             let l = i.and_then(|i| labels.get(i)).map_or("", String::as_str);
             w.sample(m, l, &extra, v);
-        }
+        });
     }
     if format == Encoding::OpenMetrics {
         out.push_str("# EOF\n");
