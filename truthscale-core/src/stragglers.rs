@@ -27,7 +27,7 @@ use crate::derive;
 use crate::gpus::{self, GpuSpec};
 use crate::model::{EntityId, EntitySample, Field, Readings, Sample, Timestamp};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 /// What makes GPUs one job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -152,24 +152,27 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// The job an entity belongs to under `cfg`, when it has one.
 #[must_use]
 pub fn job_of(e: &EntitySample, cfg: &StragglerConfig) -> Option<String> {
-    let named = |ns: Option<&str>, name: &str| match ns {
+    job_key(e, cfg).map(|(ns, name)| match ns {
         Some(ns) => format!("{ns}/{name}"),
         None => name.to_string(),
-    };
+    })
+}
+
+/// [`job_of`] in its parts, borrowed from the sample: the namespace, if any, and the name.
+fn job_key<'a>(e: &'a EntitySample, cfg: &StragglerConfig) -> Option<(Option<&'a str>, &'a str)> {
     match cfg.group_by {
         GroupBy::Off => None,
-        GroupBy::Node => Some("node".to_string()),
+        GroupBy::Node => Some((None, "node")),
         GroupBy::Pod => {
             let pod = e.id.pod.as_ref().filter(|p| !p.pod.is_empty())?;
-            Some(named(pod.namespace.as_deref(), &pod.pod))
+            Some((pod.namespace.as_deref(), &pod.pod))
         }
         GroupBy::Label => {
             let label = crate::catalog::pod_label_name(&cfg.job_label);
-            let holder = e.allocation.as_ref()?.iter().find_map(|h| {
+            e.allocation.as_ref()?.iter().find_map(|h| {
                 let v = h.labels.iter().find(|(k, _)| *k == label)?;
                 Some((h.pod.namespace.as_deref(), v.1.as_str()))
-            })?;
-            Some(named(holder.0, holder.1))
+            })
         }
     }
 }
@@ -227,19 +230,23 @@ impl Stragglers {
             .last
             .map_or(0.0, |t| sample.taken.seconds_since(t).max(0.0));
         self.last = Some(sample.taken);
-        let mut jobs: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-        for (i, e) in sample.entities.iter().enumerate() {
-            if let Some(job) = job_of(e, cfg) {
-                jobs.entry(job).or_default().push(i);
-            }
-        }
+        // Each entity's job, borrowed, in one list sorted by job then position: a job is a
+        // run of it. Only a job of three or more is named and judged.
+        let mut keyed: Vec<(Option<&str>, &str, usize)> = sample
+            .entities
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| job_key(e, cfg).map(|(ns, name)| (ns, name, i)))
+            .collect();
+        keyed.sort_unstable();
         let mut seen = HashMap::with_capacity(self.out.len());
         let mut out = Vec::new();
-        for (job, members) in jobs {
-            if members.len() >= 3 {
+        for run in keyed.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
+            if run.len() >= 3 {
+                let members: Vec<usize> = run.iter().map(|k| k.2).collect();
                 self.mark_job(
                     &sample.entities,
-                    &job,
+                    &job_of(&sample.entities[members[0]], cfg).unwrap_or_default(),
                     &members,
                     dt,
                     cfg,

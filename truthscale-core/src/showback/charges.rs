@@ -173,11 +173,19 @@ pub(super) fn add_charge(
     }
     let class = Use::of(c, w.cfg);
     for acc in accs {
-        let a = acc.groups.entry(c.group.to_string()).or_default();
+        // Found by the name before one is allocated: a group and its pods are charged every
+        // step, and added once.
+        if !acc.groups.contains_key(c.group) {
+            acc.groups.insert(c.group.to_owned(), Acc::default());
+        }
+        let Some(a) = acc.groups.get_mut(c.group) else {
+            continue;
+        };
         if c.read
             && let Some(pod) = c.pod
+            && !a.workloads.contains(pod)
         {
-            a.workloads.insert(pod.to_string());
+            a.workloads.insert(pod.to_owned());
         }
         a.add(c, class, hours, w.hours_per_step);
         if let Some(e) = c.energy_mj {
