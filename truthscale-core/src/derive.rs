@@ -221,13 +221,20 @@ pub fn sanitize(
     spec: Option<&GpuSpec>,
     diags: &mut Vec<Diagnostic>,
 ) {
-    let bounds = Bounds::new(readings, spec);
-    // Most readings are all clean: told in one pass without a branch a field.
+    // Most readings are all clean: told in one pass without a branch a field, against the
+    // generic bounds, then the few fields whose bound is the model's or the row's own (a
+    // field over its generic bound only sends the row to the field-by-field rules).
     let all = readings.all();
     let mut unclean = false;
-    for (r, max) in all.iter().zip(&bounds.max) {
+    for (r, max) in all.iter().zip(&CLEAN_MAX) {
         if let Reading::Value(v) = *r {
             unclean |= !(0.0 <= v && v <= *max);
+        }
+    }
+    let (row, _, _) = Bounds::row(readings, spec);
+    for (&f, max) in ROW_BOUND_FIELDS.iter().zip(row) {
+        if let Reading::Value(v) = all[f] {
+            unclean |= !(0.0 <= v && v <= max);
         }
     }
     // The integer sentinels lie below the bound of the wide fields only (see `Bounds::new`).
@@ -237,6 +244,7 @@ pub fn sanitize(
         }
     }
     if unclean {
+        let bounds = Bounds::new(readings, spec);
         sanitize_each(readings, entity, spec, &bounds, diags);
     }
 }
@@ -460,44 +468,65 @@ struct Bounds {
     used_by_total: bool,
 }
 
+/// The fields whose bound is the model's or the row's own rather than [`CLEAN_MAX`]'s: the
+/// SM clock, power, power limit, memory used and memory total, in that order.
+const ROW_BOUND_FIELDS: [usize; 5] = [
+    Field::SmClockMhz as usize,
+    Field::PowerWatts as usize,
+    Field::PowerLimitWatts as usize,
+    Field::MemUsedBytes as usize,
+    Field::MemTotalBytes as usize,
+];
+
 impl Bounds {
     #[inline]
     fn new(r: &Readings, spec: Option<&GpuSpec>) -> Bounds {
-        const SM: usize = Field::SmClockMhz as usize;
-        const P: usize = Field::PowerWatts as usize;
-        const LIMIT: usize = Field::PowerLimitWatts as usize;
-        const USED: usize = Field::MemUsedBytes as usize;
-        const TOTAL: usize = Field::MemTotalBytes as usize;
+        let (row, power_by_limit, used_by_total) = Bounds::row(r, spec);
         let mut max = CLEAN_MAX;
-        if let Some(s) = spec {
-            // `min`: a spec's bounds never reach the INT32 sentinels (nor is a NaN one kept).
-            max[SM] = (s.max_sm_clock_mhz * CLOCK_TOLERANCE).min(BELOW_INT32_BLANK);
-            let power = (s.max_power_watts * POWER_BOUND_FACTOR).min(BELOW_INT32_BLANK);
-            max[P] = power;
-            max[LIMIT] = power;
-            let memory = s.max_memory_bytes as f64 * MEMORY_TOLERANCE;
-            max[USED] = memory;
-            max[TOTAL] = memory;
-        }
-        // Without a model, a clean power limit (not zero) bounds the power: with one, the
-        // model's board limit does, so a reading taken just after an administrator lowered
-        // the limit is not blanked. A clean memory total bounds the memory used (a MIG
-        // instance's total is its own).
-        let limit = r.value(Field::PowerLimitWatts).unwrap_or(0.0);
-        let power_by_limit = spec.is_none() && 0.0 < limit && limit <= max[LIMIT];
-        if power_by_limit {
-            max[P] = (limit * POWER_BOUND_FACTOR).min(BELOW_INT32_BLANK);
-        }
-        let total = r.value(Field::MemTotalBytes).unwrap_or(0.0);
-        let used_by_total = 0.0 < total && total <= max[TOTAL] && !is_sentinel(total);
-        if used_by_total {
-            max[USED] = total;
+        for (&f, b) in ROW_BOUND_FIELDS.iter().zip(row) {
+            max[f] = b;
         }
         Bounds {
             max,
             power_by_limit,
             used_by_total,
         }
+    }
+
+    /// The bounds of [`ROW_BOUND_FIELDS`] for this row, whether the power is bounded by the
+    /// row's own limit, and whether the memory used is by the row's own total.
+    #[inline]
+    fn row(r: &Readings, spec: Option<&GpuSpec>) -> ([f64; 5], bool, bool) {
+        let [mut sm, mut power, mut limit, mut used, mut total] =
+            ROW_BOUND_FIELDS.map(|f| CLEAN_MAX[f]);
+        if let Some(s) = spec {
+            // `min`: a spec's bounds never reach the INT32 sentinels (nor is a NaN one kept).
+            sm = (s.max_sm_clock_mhz * CLOCK_TOLERANCE).min(BELOW_INT32_BLANK);
+            power = (s.max_power_watts * POWER_BOUND_FACTOR).min(BELOW_INT32_BLANK);
+            limit = power;
+            let memory = s.max_memory_bytes as f64 * MEMORY_TOLERANCE;
+            used = memory;
+            total = memory;
+        }
+        // Without a model, a clean power limit (not zero) bounds the power: with one, the
+        // model's board limit does, so a reading taken just after an administrator lowered
+        // the limit is not blanked. A clean memory total bounds the memory used (a MIG
+        // instance's total is its own).
+        let read_limit = r.value(Field::PowerLimitWatts).unwrap_or(0.0);
+        let power_by_limit = spec.is_none() && 0.0 < read_limit && read_limit <= limit;
+        if power_by_limit {
+            power = (read_limit * POWER_BOUND_FACTOR).min(BELOW_INT32_BLANK);
+        }
+        let read_total = r.value(Field::MemTotalBytes).unwrap_or(0.0);
+        let used_by_total = 0.0 < read_total && read_total <= total && !is_sentinel(read_total);
+        if used_by_total {
+            used = read_total;
+        }
+        (
+            [sm, power, limit, used, total],
+            power_by_limit,
+            used_by_total,
+        )
     }
 
     /// Where the bound of `field` comes from, for a diagnostic.
@@ -1537,6 +1566,47 @@ mod tests {
             );
             assert_eq!(again, fast, "{r:?}");
             assert!(d3.is_empty(), "{r:?}: {d3:?}");
+        }
+    }
+
+    /// The one-pass check misses no row the field-by-field rules would change: on random rows
+    /// of the fields whose bounds are the model's or the row's own (values around every
+    /// bound), with and without a model, `sanitize` gives what the rules give run always.
+    #[test]
+    fn the_one_pass_check_misses_no_row_the_rules_would_change() {
+        let fields = ROW_BOUND_FIELDS.map(|i| Field::ALL[i]);
+        let magnitudes = [
+            0.0, 50.0, 300.0, 700.0, 1_000.0, 2_500.0, 8e10, 9e10, 2e11, 4.2e9,
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        for spec in [None, by_key("h100-sxm"), by_key("t4")] {
+            for _ in 0..20_000 {
+                let mut r = Readings::default();
+                for &f in &fields {
+                    if next(3) > 0 {
+                        let scale = 0.9 + 0.05 * next(5) as f64;
+                        r.set_value(f, magnitudes[next(magnitudes.len())] * scale);
+                    }
+                }
+                let mut fast = r;
+                sanitize(&mut fast, &EntityId::default(), spec, &mut Vec::new());
+                let mut each = r;
+                let bounds = Bounds::new(&r, spec);
+                sanitize_each(
+                    &mut each,
+                    &EntityId::default(),
+                    spec,
+                    &bounds,
+                    &mut Vec::new(),
+                );
+                assert_eq!(fast, each, "{r:?} with {:?}", spec.map(|s| s.name));
+            }
         }
     }
 

@@ -388,9 +388,12 @@ fn degraded_reason(i: &HealthInputs, cfg: &HealthConfig) -> Option<HealthReason>
 /// sync boost. `None` where none is read.
 #[must_use]
 pub fn violation_ns(r: &Readings) -> Option<f64> {
+    // The sum of those read; `None` when none is.
     let sum = |fields: &[Field]| {
-        let read: Vec<f64> = fields.iter().filter_map(|f| r.value(*f)).collect();
-        (!read.is_empty()).then(|| read.iter().sum())
+        fields
+            .iter()
+            .filter_map(|f| r.value(*f))
+            .fold(None, |sum: Option<f64>, v| Some(sum.map_or(v, |s| s + v)))
     };
     sum(&[Field::PowerViolationNs, Field::ThermalViolationNs]).or_else(|| {
         sum(&[
