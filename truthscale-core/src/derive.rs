@@ -226,9 +226,9 @@ pub fn sanitize(
     // field over its generic bound only sends the row to the field-by-field rules).
     let all = readings.all();
     let mut unclean = false;
-    for (r, max) in all.iter().zip(&CLEAN_MAX) {
-        if let Reading::Value(v) = *r {
-            unclean |= !(0.0 <= v && v <= *max);
+    for i in readings.filled() {
+        if let Reading::Value(v) = all[i] {
+            unclean |= !(0.0 <= v && v <= CLEAN_MAX[i]);
         }
     }
     let (row, _, _) = Bounds::row(readings, spec);

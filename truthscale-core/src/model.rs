@@ -519,14 +519,25 @@ impl Field {
     }
 }
 
-/// One reading per [`Field`].
+/// One reading per [`Field`], and which of them are not blank (a row of a capture fills a few
+/// of its 63 fields: sanitizing, copying and clearing touch only those).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Readings([Reading; Field::COUNT]);
+pub struct Readings {
+    all: [Reading; Field::COUNT],
+    /// Bit `i` set: field `i` is not [`Reading::Blank`].
+    filled: u64,
+}
+
+// One bit a field.
+const _: () = assert!(Field::COUNT <= 64);
 
 impl Default for Readings {
     /// Every field blank.
     fn default() -> Self {
-        Readings([Reading::Blank; Field::COUNT])
+        Readings {
+            all: [Reading::Blank; Field::COUNT],
+            filled: 0,
+        }
     }
 }
 
@@ -534,7 +545,7 @@ impl Readings {
     /// The reading of `field`.
     #[must_use]
     pub fn get(&self, field: Field) -> Reading {
-        self.0[field as usize]
+        self.all[field as usize]
     }
 
     /// The value of `field`, if it has one.
@@ -545,7 +556,13 @@ impl Readings {
 
     /// Set the reading of `field`.
     pub fn set(&mut self, field: Field, reading: Reading) {
-        self.0[field as usize] = reading;
+        let i = field as usize;
+        self.all[i] = reading;
+        if matches!(reading, Reading::Blank) {
+            self.filled &= !(1 << i);
+        } else {
+            self.filled |= 1 << i;
+        }
     }
 
     /// Set `field` to a value.
@@ -556,7 +573,40 @@ impl Readings {
     /// Every reading, in the order of [`Field::ALL`].
     #[must_use]
     pub fn all(&self) -> &[Reading; Field::COUNT] {
-        &self.0
+        &self.all
+    }
+
+    /// The fields that are not blank, as indices into [`Readings::all`] in order.
+    pub fn filled(&self) -> impl Iterator<Item = usize> + use<> {
+        let mut bits = self.filled;
+        std::iter::from_fn(move || {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits.wrapping_sub(1);
+            (i < 64).then_some(i)
+        })
+    }
+
+    /// Become `other`, writing only the fields either has filled (the same as `*self =
+    /// *other`, without copying every blank).
+    pub fn copy_from(&mut self, other: &Readings) {
+        let mut bits = self.filled | other.filled;
+        while bits != 0 {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            self.all[i] = other.all[i];
+        }
+        self.filled = other.filled;
+    }
+
+    /// Make every field blank, writing only those that are filled.
+    pub fn clear(&mut self) {
+        let mut bits = self.filled;
+        while bits != 0 {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            self.all[i] = Reading::Blank;
+        }
+        self.filled = 0;
     }
 
     /// Iterate over `(field, reading)` pairs.
@@ -1036,4 +1086,52 @@ pub struct Sample {
     pub taken: Timestamp,
     /// The entities read.
     pub entities: Vec<EntitySample>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A readings value written field by field, the way the parsers write one.
+    fn random_readings(next: &mut impl FnMut(usize) -> usize) -> Readings {
+        let mut r = Readings::default();
+        for _ in 0..next(12) {
+            let f = Field::ALL[next(Field::COUNT)];
+            let reading = match next(4) {
+                0 => Reading::Blank,
+                1 => Reading::Unsupported,
+                _ => Reading::Value(next(1000) as f64 / 7.0),
+            };
+            r.set(f, reading);
+        }
+        r
+    }
+
+    /// The filled fields are exactly those not blank, however they were written; copying
+    /// the filled fields gives the whole copy, and clearing them the blank readings.
+    #[test]
+    fn filled_fields_copy_and_clear_as_the_whole() {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        for _ in 0..5_000 {
+            let a = random_readings(&mut next);
+            let b = random_readings(&mut next);
+            let filled: Vec<usize> = a.filled().collect();
+            let not_blank: Vec<usize> = (0..Field::COUNT)
+                .filter(|&i| a.all()[i] != Reading::Blank)
+                .collect();
+            assert_eq!(filled, not_blank);
+            let mut c = b;
+            c.copy_from(&a);
+            assert_eq!(c, a);
+            assert_eq!(c.all(), a.all());
+            c.clear();
+            assert_eq!(c, Readings::default());
+        }
+    }
 }

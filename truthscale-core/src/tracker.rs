@@ -1115,7 +1115,7 @@ impl EntityState {
         if changed {
             win.id.clone_from(&e.id);
         }
-        win.readings = e.readings;
+        win.readings.copy_from(&e.readings);
         derive::sanitize(&mut win.readings, &e.id, spec, diags);
         if spec.is_none() && !self.warned_unknown_model {
             self.warned_unknown_model = true;

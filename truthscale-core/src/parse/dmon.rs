@@ -26,9 +26,7 @@
 
 use super::ParseError;
 use super::names::Unread;
-use crate::model::{
-    EntityId, EntitySample, Field, MigId, Reading, Readings, Sample, Throttles, Timestamp,
-};
+use crate::model::{EntityId, EntitySample, Field, MigId, Reading, Sample, Throttles, Timestamp};
 use std::collections::HashSet;
 
 /// What tells two dmon rows' entities apart: the GPU, GPU instance and compute instance,
@@ -674,7 +672,7 @@ fn clear_row(row: &mut EntitySample) {
         *row = Acc::blank(EntityId::default());
         return;
     }
-    row.readings = Readings::default();
+    row.readings.clear();
     row.throttles = None;
     row.truth_phase = None;
     row.truth_workload = None;
