@@ -441,6 +441,45 @@ fn toml_error(f: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
     }
 }
 
+/// The source kind chosen above the file (flags, then environment), if any.
+fn upper_kind(env: &[(String, String)], overrides: &[(&str, String)]) -> Option<String> {
+    overrides
+        .iter()
+        .rev()
+        .find(|(k, _)| *k == "source.kind")
+        .map(|(_, v)| v.clone())
+        .or_else(|| {
+            env.iter()
+                .find(|(k, _)| k == "TRUTHSCALE_SOURCE__KIND")
+                .map(|(_, v)| v.clone())
+        })
+}
+
+/// The `TRUTHSCALE_*` variables as a layer: `__` between sections, lists split at commas.
+fn env_layer(env_map: config::Map<String, String>) -> config::Environment {
+    config::Environment::with_prefix("TRUTHSCALE")
+        .prefix_separator("_")
+        .separator("__")
+        .try_parsing(true)
+        .list_separator(",")
+        .with_list_parse_key("source.gpu_uuids")
+        .with_list_parse_key("source.gpu_indices")
+        .with_list_parse_key("node.pod_labels")
+        .source(Some(env_map))
+}
+
+/// A flag's value, typed as the environment's values are: a source's own settings are read
+/// through its tagged table, which does not turn text into numbers.
+fn flag_value(v: &str) -> config::Value {
+    if let Ok(b) = v.parse::<bool>() {
+        b.into()
+    } else if let Ok(i) = v.parse::<i64>() {
+        i.into()
+    } else {
+        v.to_owned().into()
+    }
+}
+
 /// The text and table of the configuration file `f`, checked alone first so that its
 /// errors name it and the line: its schema, then its numbers (and its source's, unless a
 /// kind set above it, `upper_kind`, replaces its `[source]`, which is then dropped from the
@@ -755,20 +794,9 @@ impl Config {
             &defaults.to_string(),
             config::FileFormat::Toml,
         ));
-        // The kind chosen above the file (flags, then environment), if any.
-        let upper_kind = overrides
-            .iter()
-            .rev()
-            .find(|(k, _)| *k == "source.kind")
-            .map(|(_, v)| v.clone())
-            .or_else(|| {
-                env.iter()
-                    .find(|(k, _)| k == "TRUTHSCALE_SOURCE__KIND")
-                    .map(|(_, v)| v.clone())
-            });
         let mut file_text = None;
         if let Some(f) = file {
-            let (text, table) = file_layer(f, upper_kind.as_deref())?;
+            let (text, table) = file_layer(f, upper_kind(env, overrides).as_deref())?;
             b = b.add_source(config::File::from_str(
                 &table.to_string(),
                 config::FileFormat::Toml,
@@ -782,31 +810,14 @@ impl Config {
             .collect();
         check_env_numbers(&env_map, &defaults)?;
         let env_keys: Vec<String> = env_map.keys().cloned().collect();
-        b = b.add_source(
-            config::Environment::with_prefix("TRUTHSCALE")
-                .prefix_separator("_")
-                .separator("__")
-                .try_parsing(true)
-                .list_separator(",")
-                .with_list_parse_key("source.gpu_uuids")
-                .with_list_parse_key("source.gpu_indices")
-                .with_list_parse_key("node.pod_labels")
-                .source(Some(env_map)),
-        );
+        b = b.add_source(env_layer(env_map));
         for (k, v) in overrides {
-            // Typed as the environment's values are: a source's own settings are read
-            // through its tagged table, which does not turn text into numbers.
-            let value: config::Value = if let Ok(b) = v.parse::<bool>() {
-                b.into()
-            } else if let Ok(i) = v.parse::<i64>() {
-                i.into()
-            } else {
-                v.clone().into()
-            };
-            b = b.set_override(*k, value).map_err(|e| ConfigError::Load {
-                origin: "flags".into(),
-                message: e.to_string(),
-            })?;
+            b = b
+                .set_override(*k, flag_value(v))
+                .map_err(|e| ConfigError::Load {
+                    origin: "flags".into(),
+                    message: e.to_string(),
+                })?;
         }
         let built = b.build().map_err(|e| ConfigError::Load {
             origin: "configuration".into(),
@@ -848,39 +859,8 @@ impl Config {
                 problems.into_iter().map(|p| p.to_string()).collect(),
             ));
         }
-        let listen: SocketAddr =
-            self.listen_address
-                .trim()
-                .parse()
-                .map_err(|_| ConfigError::Invalid {
-                    key: "listen_address",
-                    message: format!(
-                        "{:?} is not ADDRESS:PORT (e.g. 0.0.0.0:{DEFAULT_PORT})",
-                        self.listen_address
-                    ),
-                })?;
-        let interval = duration(
-            "source.interval",
-            &self.source.interval,
-            Duration::from_millis(100),
-            Duration::from_secs(3600),
-        )?;
-        let stale_after = if self.source.stale_after.trim().is_empty() {
-            interval * 3
-        } else {
-            duration(
-                "source.stale_after",
-                &self.source.stale_after,
-                Duration::from_millis(100),
-                Duration::from_secs(24 * 3600),
-            )?
-        };
-        if stale_after < interval {
-            return Err(ConfigError::Invalid {
-                key: "source.stale_after",
-                message: "must be at least one interval".into(),
-            });
-        }
+        let listen = self.listen()?;
+        let (interval, stale_after) = self.source_timing()?;
         self.source.config.check().map_err(ConfigError::from)?;
         let request_timeout = duration(
             "http.request_timeout",
@@ -896,38 +876,8 @@ impl Config {
         };
         let otlp = self.otlp.validate(env).map_err(ConfigError::from)?;
         let engine = self.engine.validate().map_err(ConfigError::from)?;
-        let id = &self.identity;
-        let identity = match self.mode {
-            Mode::Sidecar => Identity {
-                pod: id.pod.clone().or_else(|| getenv("POD_NAME")),
-                namespace: id.namespace.clone().or_else(|| getenv("POD_NAMESPACE")),
-                container: id.container.clone().or_else(|| getenv("CONTAINER_NAME")),
-                node: id.node.clone().or_else(|| getenv("NODE_NAME")),
-            },
-            // The agent's own pod is not the GPUs' pod: only the node is its identity.
-            Mode::Node => Identity {
-                pod: None,
-                namespace: None,
-                container: None,
-                node: id.node.clone().or_else(|| getenv("NODE_NAME")),
-            },
-        };
-        let pod_resources = match self.mode {
-            Mode::Sidecar => self
-                .sidecar
-                .validate(identity.pod.as_deref(), identity.namespace.as_deref())
-                .map_err(ConfigError::from)?,
-            // Node mode lists every pod: it reads no [sidecar] key.
-            Mode::Node => None,
-        };
-        let node = match self.mode {
-            Mode::Sidecar => None,
-            Mode::Node => Some(
-                self.node
-                    .validate(identity.node.as_deref(), &getenv)
-                    .map_err(ConfigError::from)?,
-            ),
-        };
+        let identity = self.identity_from(&getenv);
+        let (pod_resources, node) = self.mode_settings(&identity, &getenv)?;
         let source_context = sources::Context {
             interval,
             node: identity.node.clone(),
@@ -954,6 +904,94 @@ impl Config {
             pod_resources,
             node,
             max_series: self.max_series,
+        })
+    }
+
+    /// `listen_address` as an address and port.
+    fn listen(&self) -> Result<SocketAddr, ConfigError> {
+        self.listen_address
+            .trim()
+            .parse()
+            .map_err(|_| ConfigError::Invalid {
+                key: "listen_address",
+                message: format!(
+                    "{:?} is not ADDRESS:PORT (e.g. 0.0.0.0:{DEFAULT_PORT})",
+                    self.listen_address
+                ),
+            })
+    }
+
+    /// The sampling interval and the stale period (three intervals when unset, never less
+    /// than one).
+    fn source_timing(&self) -> Result<(Duration, Duration), ConfigError> {
+        let interval = duration(
+            "source.interval",
+            &self.source.interval,
+            Duration::from_millis(100),
+            Duration::from_secs(3600),
+        )?;
+        let stale_after = if self.source.stale_after.trim().is_empty() {
+            interval * 3
+        } else {
+            duration(
+                "source.stale_after",
+                &self.source.stale_after,
+                Duration::from_millis(100),
+                Duration::from_secs(24 * 3600),
+            )?
+        };
+        if stale_after < interval {
+            return Err(ConfigError::Invalid {
+                key: "source.stale_after",
+                message: "must be at least one interval".into(),
+            });
+        }
+        Ok((interval, stale_after))
+    }
+
+    /// Who this process speaks for: `[identity]`, else the Downward API variables. In node
+    /// mode the agent's own pod is not the GPUs' pod: only the node is its identity.
+    fn identity_from(&self, getenv: &dyn Fn(&str) -> Option<String>) -> Identity {
+        let id = &self.identity;
+        let node = id.node.clone().or_else(|| getenv("NODE_NAME"));
+        match self.mode {
+            Mode::Sidecar => Identity {
+                pod: id.pod.clone().or_else(|| getenv("POD_NAME")),
+                namespace: id.namespace.clone().or_else(|| getenv("POD_NAMESPACE")),
+                container: id.container.clone().or_else(|| getenv("CONTAINER_NAME")),
+                node,
+            },
+            Mode::Node => Identity {
+                pod: None,
+                namespace: None,
+                container: None,
+                node,
+            },
+        }
+    }
+
+    /// The mode's own settings: the sidecar's pod resources, or the node agent's (node mode
+    /// lists every pod: it reads no `[sidecar]` key).
+    fn mode_settings(
+        &self,
+        identity: &Identity,
+        getenv: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<(Option<SidecarSettings>, Option<NodeSettings>), ConfigError> {
+        Ok(match self.mode {
+            Mode::Sidecar => (
+                self.sidecar
+                    .validate(identity.pod.as_deref(), identity.namespace.as_deref())
+                    .map_err(ConfigError::from)?,
+                None,
+            ),
+            Mode::Node => (
+                None,
+                Some(
+                    self.node
+                        .validate(identity.node.as_deref(), getenv)
+                        .map_err(ConfigError::from)?,
+                ),
+            ),
         })
     }
 

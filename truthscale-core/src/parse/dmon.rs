@@ -509,38 +509,15 @@ impl DmonParser {
         values: &[f64],
     ) -> Result<Option<Sample>, ParseError> {
         self.line += 1;
-        let (kind, n) = match line.line() {
-            Line::Header(columns, unread) => {
-                self.columns = Some(columns);
-                for name in &unread {
-                    self.unread.family(name);
-                }
-                return Ok(None);
-            }
-            Line::Units(columns, problem) => {
-                self.columns = Some(columns);
-                return match problem {
-                    None => Ok(None),
-                    Some(m) => Err(error(&self.file, self.line, m)),
-                };
-            }
-            _ if self.columns.is_none() => {
-                self.skipped += 1;
-                return Ok(None);
-            }
-            Line::Blank => {
-                self.skipped += 1;
-                return Ok(None);
-            }
-            Line::Id => return Ok(None),
-            Line::Bad(m) => return Err(error(&self.file, self.line, m)),
-            Line::Row(kind, n) => (kind, n),
+        let Some((kind, n)) = self.row_of(line)? else {
+            return Ok(None);
         };
         let columns = self.columns.as_deref().unwrap_or_default();
         if values.len() != columns.len() {
             let m = format!("expected {} values, found {}", columns.len(), values.len());
             return Err(error(&self.file, self.line, m));
         }
+        let mig = self.mig_of(kind, n)?;
         // The row is gathered where it will lie, after the sweep's rows, over a row kept
         // there when there is one; it becomes part of the sweep only when it is well formed.
         let sample = match self.sweep.get_mut(self.rows) {
@@ -565,17 +542,6 @@ impl DmonParser {
                 Some(target) => extra.apply(sample, target, (!v.is_nan()).then_some(v)),
             }
         }
-        let mig = match kind {
-            Kind::Gpu => None,
-            Kind::GpuInstance => Some((self.ctx_gpu, n, None)),
-            Kind::ComputeInstance => match self.ctx_gi {
-                Some((gpu, gi)) => Some((gpu, gi, Some(n))),
-                None => {
-                    let m = "gpu-ci row without a preceding gpu-i row".to_string();
-                    return Err(error(&self.file, self.line, m));
-                }
-            },
-        };
         let key = match mig {
             None => row_key(Some(n), None, None),
             Some((gpu, gi, ci)) => row_key(gpu, Some(gi), ci),
@@ -608,6 +574,64 @@ impl DmonParser {
         self.rows += 1;
         self.seen.insert(key);
         Ok(done)
+    }
+
+    /// What a scanned line is to the parser: a row's kind and number, or `None` for a
+    /// structure line (a header or units line sets the columns) or one skipped.
+    #[inline]
+    fn row_of(&mut self, line: Scanned) -> Result<Option<(Kind, u32)>, ParseError> {
+        match line.line() {
+            Line::Header(columns, unread) => {
+                self.columns = Some(columns);
+                for name in &unread {
+                    self.unread.family(name);
+                }
+                Ok(None)
+            }
+            Line::Units(columns, problem) => {
+                self.columns = Some(columns);
+                match problem {
+                    None => Ok(None),
+                    Some(m) => Err(error(&self.file, self.line, m)),
+                }
+            }
+            _ if self.columns.is_none() => {
+                self.skipped += 1;
+                Ok(None)
+            }
+            Line::Blank => {
+                self.skipped += 1;
+                Ok(None)
+            }
+            Line::Id => Ok(None),
+            Line::Bad(m) => Err(error(&self.file, self.line, m)),
+            Line::Row(kind, n) => Ok(Some((kind, n))),
+        }
+    }
+
+    /// A MIG row's GPU, GPU instance and compute instance, from the rows before it (`None`
+    /// for a GPU row).
+    #[inline]
+    #[expect(
+        clippy::type_complexity,
+        reason = "the three parts of a MIG row's place"
+    )]
+    fn mig_of(
+        &self,
+        kind: Kind,
+        n: u32,
+    ) -> Result<Option<(Option<u32>, u32, Option<u32>)>, ParseError> {
+        Ok(match kind {
+            Kind::Gpu => None,
+            Kind::GpuInstance => Some((self.ctx_gpu, n, None)),
+            Kind::ComputeInstance => match self.ctx_gi {
+                Some((gpu, gi)) => Some((gpu, gi, Some(n))),
+                None => {
+                    let m = "gpu-ci row without a preceding gpu-i row".to_string();
+                    return Err(error(&self.file, self.line, m));
+                }
+            },
+        })
     }
 
     /// Hand back the entities of a sample this parser gave: their memory is written over
@@ -1278,39 +1302,50 @@ fn scan_values(row: &str, mut value: impl FnMut(usize, Option<f64>)) -> Result<u
             i += len;
             continue;
         }
-        // Digits with at most one point: at most 19 of them, so they fit a u64.
-        let (mut m, mut digits, mut point) = (0u64, 0usize, None);
-        while let Some(&c) = b.get(i) {
-            let d = c.wrapping_sub(b'0');
-            if d < 10 && digits < 19 {
-                m = m * 10 + u64::from(d);
-                digits += 1;
-            } else if c == b'.' && point.is_none() {
-                point = Some(i);
-            } else {
-                break;
-            }
-            i += 1;
-        }
-        let decimals = point.map_or(0, |p| i - p - 1);
-        let plain = b.get(i).is_none_or(|&c| SPACE[usize::from(c)])
-            && digits > 0
-            && m <= 1 << 53
-            && decimals < POW10.len();
-        let v = if plain {
-            Some(m as f64 / POW10[decimals])
-        } else {
-            while b.get(i).is_some_and(|&c| !SPACE[usize::from(c)]) {
-                i += 1;
-            }
-            match row.get(start..i).unwrap_or_default() {
-                "N/A" => None,
-                w => Some(number(w).ok_or_else(|| format!("bad value `{w}`"))?),
-            }
-        };
+        let v;
+        (v, i) = any_value(row, start)?;
         value(found, v);
         found += 1;
     }
+}
+
+/// The value of the word of `row` that starts at `start`, and where it ends: a plain
+/// decimal read as it is scanned (digits below 2^53 over a power of ten, one correctly
+/// rounded division), anything else through [`number`]; `N/A` is `None`.
+#[inline]
+fn any_value(row: &str, start: usize) -> Result<(Option<f64>, usize), String> {
+    let b = row.as_bytes();
+    let mut i = start;
+    // Digits with at most one point: at most 19 of them, so they fit a u64.
+    let (mut m, mut digits, mut point) = (0u64, 0usize, None);
+    while let Some(&c) = b.get(i) {
+        let d = c.wrapping_sub(b'0');
+        if d < 10 && digits < 19 {
+            m = m * 10 + u64::from(d);
+            digits += 1;
+        } else if c == b'.' && point.is_none() {
+            point = Some(i);
+        } else {
+            break;
+        }
+        i += 1;
+    }
+    let decimals = point.map_or(0, |p| i - p - 1);
+    let plain = b.get(i).is_none_or(|&c| SPACE[usize::from(c)])
+        && digits > 0
+        && m <= 1 << 53
+        && decimals < POW10.len();
+    if plain {
+        return Ok((Some(m as f64 / POW10[decimals]), i));
+    }
+    while b.get(i).is_some_and(|&c| !SPACE[usize::from(c)]) {
+        i += 1;
+    }
+    let v = match row.get(start..i).unwrap_or_default() {
+        "N/A" => None,
+        w => Some(number(w).ok_or_else(|| format!("bad value `{w}`"))?),
+    };
+    Ok((v, i))
 }
 
 /// `d.ddd` then a space at the start of `w` (eight bytes of a row, spaces past its end):
