@@ -1143,8 +1143,6 @@ const LONG_FNS: &[(&str, usize)] = &[
     ("core::analysis::summarize", 127),
     ("core::exposition::values::gpu_values", 257),
     ("core::exposition::values::serving_values", 112),
-    ("core::parse::dmon::DmonParser::push_scanned", 106),
-    ("core::parse::dmon::scan_values", 83),
     ("core::parse::jsonl::read_line", 105),
     ("core::phase::PhaseConfig::validate", 133),
     ("core::sim::SimGpu::step", 152),
@@ -1152,8 +1150,6 @@ const LONG_FNS: &[(&str, usize)] = &[
     ("exporter::commands::analyze::write_report", 92),
     ("exporter::commands::doctor::render", 113),
     ("exporter::commands::explain::explain", 112),
-    ("exporter::config::Config::load", 98),
-    ("exporter::config::Config::validate", 116),
 ];
 
 /// A token of Rust source, with strings, characters, lifetimes and comments left out.
