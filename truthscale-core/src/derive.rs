@@ -1578,13 +1578,9 @@ mod tests {
         let magnitudes = [
             0.0, 50.0, 300.0, 700.0, 1_000.0, 2_500.0, 8e10, 9e10, 2e11, 4.2e9,
         ];
-        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = move |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        use rand::{Rng as _, SeedableRng as _};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(34);
+        let mut next = |n: usize| rng.random_range(0..n);
         for spec in [None, by_key("h100-sxm"), by_key("t4")] {
             for _ in 0..20_000 {
                 let mut r = Readings::default();

@@ -578,21 +578,13 @@ impl Readings {
 
     /// The fields that are not blank, as indices into [`Readings::all`] in order.
     pub fn filled(&self) -> impl Iterator<Item = usize> + use<> {
-        let mut bits = self.filled;
-        std::iter::from_fn(move || {
-            let i = bits.trailing_zeros() as usize;
-            bits &= bits.wrapping_sub(1);
-            (i < 64).then_some(i)
-        })
+        Bits(self.filled)
     }
 
     /// Become `other`, writing only the fields either has filled (the same as `*self =
     /// *other`, without copying every blank).
     pub fn copy_from(&mut self, other: &Readings) {
-        let mut bits = self.filled | other.filled;
-        while bits != 0 {
-            let i = bits.trailing_zeros() as usize;
-            bits &= bits - 1;
+        for i in Bits(self.filled | other.filled) {
             self.all[i] = other.all[i];
         }
         self.filled = other.filled;
@@ -600,10 +592,7 @@ impl Readings {
 
     /// Make every field blank, writing only those that are filled.
     pub fn clear(&mut self) {
-        let mut bits = self.filled;
-        while bits != 0 {
-            let i = bits.trailing_zeros() as usize;
-            bits &= bits - 1;
+        for i in Bits(self.filled) {
             self.all[i] = Reading::Blank;
         }
         self.filled = 0;
@@ -612,6 +601,23 @@ impl Readings {
     /// Iterate over `(field, reading)` pairs.
     pub fn iter(&self) -> impl Iterator<Item = (Field, Reading)> + '_ {
         Field::ALL.iter().map(|&f| (f, self.get(f)))
+    }
+}
+
+/// The set bits of a mask, lowest first.
+struct Bits(u64);
+
+impl Iterator for Bits {
+    type Item = usize;
+
+    #[inline]
+    fn next(&mut self) -> Option<usize> {
+        if self.0 == 0 {
+            return None;
+        }
+        let i = self.0.trailing_zeros() as usize;
+        self.0 &= self.0 - 1;
+        Some(i)
     }
 }
 
@@ -1111,13 +1117,9 @@ mod tests {
     /// the filled fields gives the whole copy, and clearing them the blank readings.
     #[test]
     fn filled_fields_copy_and_clear_as_the_whole() {
-        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = move |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        use rand::{Rng as _, SeedableRng as _};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(35);
+        let mut next = |n: usize| rng.random_range(0..n);
         for _ in 0..5_000 {
             let a = random_readings(&mut next);
             let b = random_readings(&mut next);

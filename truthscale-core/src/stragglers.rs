@@ -152,10 +152,15 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// The job an entity belongs to under `cfg`, when it has one.
 #[must_use]
 pub fn job_of(e: &EntitySample, cfg: &StragglerConfig) -> Option<String> {
-    job_key(e, cfg).map(|(ns, name)| match ns {
+    job_key(e, cfg).map(job_name)
+}
+
+/// A job's name from its parts: `namespace/name`, or the name alone.
+fn job_name((ns, name): (Option<&str>, &str)) -> String {
+    match ns {
         Some(ns) => format!("{ns}/{name}"),
         None => name.to_string(),
-    })
+    }
 }
 
 /// [`job_of`] in its parts, borrowed from the sample: the namespace, if any, and the name.
@@ -246,7 +251,7 @@ impl Stragglers {
                 let members: Vec<usize> = run.iter().map(|k| k.2).collect();
                 self.mark_job(
                     &sample.entities,
-                    &job_of(&sample.entities[members[0]], cfg).unwrap_or_default(),
+                    &job_name((run[0].0, run[0].1)),
                     &members,
                     dt,
                     cfg,
