@@ -197,7 +197,7 @@ impl Chunk {
         for s in &matrix.result {
             let cluster = cluster_of(&s.metric, self.cluster_label.as_deref());
             let labels = dcgm_labels(&s.metric, cluster);
-            self.push_series(SeriesMap::Holder { field, labels }, &s.values);
+            self.push_series(SeriesMap::Holder { field, labels }, matrix.values_of(s));
         }
     }
 }
@@ -323,22 +323,20 @@ mod tests {
     /// and an answer for a GPU the DCGM series do not name at that timestamp adds nothing.
     #[test]
     fn holder_answers_are_readings_of_their_gpus() {
-        use crate::history::api::{PromValue, RangeSeries};
+        use crate::history::api::PromValue;
         use truthscale_core::model::{Reading, Sample};
-        let series = |labels: &[(&str, &str)], values: &[(f64, f64)]| RangeSeries {
-            metric: labels
+        let series = |labels: &[(&str, &str)], values: &[(f64, f64)]| {
+            let metric = labels
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-            values: values
+                .collect();
+            let values = values
                 .iter()
                 .map(|(t, v)| (*t, PromValue(Some(*v))))
-                .collect(),
+                .collect();
+            (metric, values)
         };
-        let matrix = |result| Matrix {
-            result_type: "matrix".into(),
-            result,
-        };
+        let matrix = Matrix::of;
         let a: &[(&str, &str)] = &[
             ("gpu", "0"),
             ("UUID", "GPU-a"),

@@ -151,7 +151,7 @@ impl Chunk {
                     SeriesMap::Own { entity, raw }
                 }
             };
-            self.push_series(map, &s.values);
+            self.push_series(map, matrix.values_of(s));
         }
     }
 
@@ -386,28 +386,27 @@ impl Builder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::api::RangeSeries;
     use truthscale_core::model::{Field, Reading};
 
     type Labels<'a> = &'a [(&'a str, &'a str)];
 
     fn matrix(series: &[(Labels<'_>, &[(f64, &str)])]) -> Matrix {
-        Matrix {
-            result_type: "matrix".into(),
-            result: series
+        Matrix::of(
+            series
                 .iter()
-                .map(|(labels, values)| RangeSeries {
-                    metric: labels
+                .map(|(labels, values)| {
+                    let metric = labels
                         .iter()
                         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                        .collect(),
-                    values: values
+                        .collect();
+                    let values = values
                         .iter()
                         .map(|(t, v)| (*t, PromValue(v.parse().ok())))
-                        .collect(),
+                        .collect();
+                    (metric, values)
                 })
                 .collect(),
-        }
+        )
     }
 
     #[test]

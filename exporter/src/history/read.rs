@@ -201,9 +201,10 @@ impl History {
         while first <= range.end {
             let last = (first + (CHUNK_POINTS - 1) * range.step).min(range.end);
             for matrix in self.read(query, None, first, last)? {
-                for series in matrix.result {
-                    let values = out.entry(series.metric).or_default();
-                    for (t, v) in series.values {
+                let Matrix { result, values, .. } = matrix;
+                for series in result {
+                    let into = out.entry(series.metric).or_default();
+                    for &(t, v) in values.get(series.values).unwrap_or_default() {
                         let ms = (t * 1000.0).round() as i64;
                         let Ok(step) = usize::try_from((ms - range.start) / range.step) else {
                             continue;
@@ -211,7 +212,7 @@ impl History {
                         // Non-finite values too: each reader decides (a GPU request that
                         // is not a number is refused, never dropped in silence).
                         if let Some(v) = v.0 {
-                            values.push((step, v));
+                            into.push((step, v));
                         }
                     }
                 }

@@ -175,11 +175,9 @@ pub(super) fn add_charge(
     for acc in accs {
         // Found by the name before one is allocated: a group and its pods are charged every
         // step, and added once.
-        if !acc.groups.contains_key(c.group) {
-            acc.groups.insert(c.group.to_owned(), Acc::default());
-        }
-        let Some(a) = acc.groups.get_mut(c.group) else {
-            continue;
+        let a = match acc.groups.get_mut(c.group) {
+            Some(a) => a,
+            None => acc.groups.entry(c.group.to_owned()).or_default(),
         };
         if c.read
             && let Some(pod) = c.pod

@@ -63,20 +63,32 @@ fn fraction_units(w: &Window<'_>, pod: Option<&str>, t: &Track) -> Option<u64> {
 
 /// The shares of whole-GPU holders whose granted fractions are `fractions`: those with one
 /// take it; the others split the rest equally (all of it when none has one).
-fn whole_shares(fractions: &[Option<u64>]) -> Vec<u64> {
+fn whole_shares(fractions: &[Option<u64>]) -> impl Iterator<Item = u64> + '_ {
     let granted: u64 = fractions.iter().flatten().sum();
     let rest = SHARE_UNITS.saturating_sub(granted);
     let others = fractions.iter().filter(|f| f.is_none()).count();
     let mut j = 0;
-    fractions
-        .iter()
-        .map(|f| {
-            f.unwrap_or_else(|| {
-                j += 1;
-                split(rest, others, j - 1)
-            })
+    fractions.iter().map(move |f| {
+        f.unwrap_or_else(|| {
+            j += 1;
+            split(rest, others, j - 1)
         })
-        .collect()
+    })
+}
+
+/// The lists one GPU-step is worked out in, kept from step to step: a fleet's report has
+/// millions of GPU-steps, and lists allocated afresh cost about seven allocations each.
+#[derive(Default)]
+struct Scratch {
+    /// The tracks covering the step.
+    covering: Vec<usize>,
+    /// The shares of those a group holds.
+    shares: Vec<(usize, u64)>,
+    /// Those a group holds (placeholders left out), and of them the whole-GPU holders.
+    held: Vec<usize>,
+    whole: Vec<usize>,
+    /// The whole-GPU holders' granted fractions.
+    fractions: Vec<Option<u64>>,
 }
 
 /// A ratio unit of the fleet's tracks as a fraction.
@@ -97,10 +109,13 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
         .unwrap_or(0)
         .min(input.steps);
     let mut was_shared = false;
+    let mut scratch = Scratch::default();
+    let mut charges = Vec::new();
     for s in first..end {
-        let (covering, mut shares, shared) = step_shares(w, members, s, tally);
+        let shared = step_shares(w, members, s, tally, &mut scratch);
+        let (covering, shares) = (&scratch.covering, &mut scratch.shares);
         was_shared |= shared;
-        let mut charges = track_charges(w, &shares, s, shared);
+        track_charges(w, shares, s, shared, &mut charges);
         // A GPU whose own series name no pod, held per node mode's allocation info (a
         // time-sliced GPU's device series carry none): its holders take its shares.
         let device = covering
@@ -112,14 +127,14 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
             && !hs.is_empty()
         {
             was_shared |= hs.len() > 1;
-            holder_charges(w, dev, hs, s, (&mut shares, &mut charges), tally);
+            holder_charges(w, dev, hs, s, (shares, &mut charges), tally);
         }
         let sum: u64 = shares.iter().map(|(_, u)| u).sum();
-        let health = step_health(w, &covering, s);
+        let health = step_health(w, covering, s);
         for c in &mut charges {
             c.down = health.0;
         }
-        let energy = step_energy_mj(w, &covering, s);
+        let energy = step_energy_mj(w, covering, s);
         let unallocated_mj = energy.map(|e| share_energy(e, &mut charges));
         if !charges.is_empty() {
             charged = true;
@@ -200,64 +215,67 @@ fn share_energy(energy: u64, charges: &mut [Charge<'_>]) -> u64 {
     energy - given
 }
 
-/// The tracks of `members` covering step `s`, the shares of those a group holds (by the
-/// allocation policy), and whether whole-GPU holders time-slice it.
+/// The tracks of `members` covering step `s` and the shares of those a group holds (by the
+/// allocation policy), into `scratch`; whether whole-GPU holders time-slice the GPU.
 fn step_shares(
     w: &Window<'_>,
     members: &[usize],
     s: usize,
     tally: &mut Tally,
-) -> (Vec<usize>, Vec<(usize, u64)>, bool) {
+    scratch: &mut Scratch,
+) -> bool {
     let tracks = &w.input.tracks;
-    let covering: Vec<usize> = members
-        .iter()
-        .copied()
-        .filter(|&i| {
-            let t = &tracks[i];
-            (t.first_step()..t.first_step() + t.lifetime_steps()).contains(&s)
-        })
-        .collect();
-    let held: Vec<usize> = covering
-        .iter()
-        .copied()
-        .filter(|&i| w.group[i].is_some())
-        .filter(|&i| match tracks[i].pod.as_deref() {
-            Some(p) if placeholder(w.fractions, p) => {
-                tally.placeholders.insert(p.to_string());
-                false
-            }
-            _ => true,
-        })
-        .collect();
+    let Scratch {
+        covering,
+        shares,
+        held,
+        whole,
+        fractions,
+    } = scratch;
+    covering.clear();
+    covering.extend(members.iter().copied().filter(|&i| {
+        let t = &tracks[i];
+        (t.first_step()..t.first_step() + t.lifetime_steps()).contains(&s)
+    }));
+    held.clear();
+    held.extend(
+        covering
+            .iter()
+            .copied()
+            .filter(|&i| w.group[i].is_some())
+            .filter(|&i| match tracks[i].pod.as_deref() {
+                Some(p) if placeholder(w.fractions, p) => {
+                    if !tally.placeholders.contains(p) {
+                        tally.placeholders.insert(p.to_string());
+                    }
+                    false
+                }
+                _ => true,
+            }),
+    );
     let mig_covering = covering.iter().filter(|&&i| tracks[i].is_mig).count();
-    let whole: Vec<usize> = held
-        .iter()
-        .copied()
-        .filter(|&i| !tracks[i].is_mig)
-        .collect();
+    whole.clear();
+    whole.extend(held.iter().copied().filter(|&i| !tracks[i].is_mig));
     let shared = whole.len() > 1;
-    let mut shares: Vec<(usize, u64)> = Vec::with_capacity(held.len());
-    let fractions: Vec<Option<u64>> = whole
-        .iter()
-        .map(|&i| fraction_units(w, tracks[i].pod.as_deref(), &tracks[i]))
-        .collect();
-    for (&i, f) in whole.iter().zip(&fractions) {
-        if let (Some(_), Some(p)) = (f, &tracks[i].pod) {
+    shares.clear();
+    fractions.clear();
+    fractions.extend(
+        whole
+            .iter()
+            .map(|&i| fraction_units(w, tracks[i].pod.as_deref(), &tracks[i])),
+    );
+    for (&i, f) in whole.iter().zip(fractions.iter()) {
+        if let (Some(_), Some(p)) = (f, &tracks[i].pod)
+            && !tally.fractional.contains(p)
+        {
             tally.fractional.insert(p.clone());
         }
     }
-    for (&i, u) in whole.iter().zip(whole_shares(&fractions)) {
-        shares.push((i, u));
-    }
-    let unknown_migs: Vec<usize> = held
-        .iter()
-        .copied()
-        .filter(|&i| {
-            let t = &tracks[i];
-            t.is_mig && (t.mig.is_none() || total_slices(t).is_none())
-        })
-        .collect();
-    for &i in &held {
+    shares.extend(whole.iter().copied().zip(whole_shares(fractions)));
+    // A MIG instance of an unknown profile takes an equal part: the j-th of them (in the
+    // order held) the j-th part.
+    let mut unknown = 0;
+    for &i in held.iter() {
         let t = &tracks[i];
         if !t.is_mig {
             continue;
@@ -268,13 +286,13 @@ fn step_shares(
             }
             _ => {
                 tally.unknown_profile = true;
-                let j = unknown_migs.iter().position(|&x| x == i).unwrap_or(0);
-                split(SHARE_UNITS, mig_covering.max(1), j)
+                unknown += 1;
+                split(SHARE_UNITS, mig_covering.max(1), unknown - 1)
             }
         };
         shares.push((i, u));
     }
-    (covering, shares, shared)
+    shared
 }
 
 /// The charges of the tracks holding `shares` of a GPU at step `s` (`shared`: whole-GPU
@@ -284,8 +302,9 @@ fn track_charges<'a>(
     shares: &[(usize, u64)],
     s: usize,
     shared: bool,
-) -> Vec<Charge<'a>> {
-    let mut charges: Vec<Charge<'a>> = Vec::with_capacity(shares.len());
+    charges: &mut Vec<Charge<'a>>,
+) {
+    charges.clear();
     for &(i, u) in shares {
         let t = &w.input.tracks[i];
         let Some(g) = &w.group[i] else { continue };
@@ -313,7 +332,6 @@ fn track_charges<'a>(
             apply_measured(c, measured_use(w, t.pod.as_deref(), s, u));
         }
     }
-    charges
 }
 
 /// The shares and charges of the holders `hs` of a GPU whose own series `dev` names no pod,

@@ -214,7 +214,14 @@ pub(super) struct Client {
     /// The largest answer read, in bytes (after decompression).
     pub(super) max_body: u64,
     pub(super) counters: std::sync::Mutex<Counters>,
+    /// The buffers answers are read into, kept for the next request: a report reads
+    /// hundreds of answers of megabytes, and a buffer allocated (and grown) afresh for each
+    /// leaves the allocator holding freed megabytes in every reading thread's arena.
+    bodies: std::sync::Mutex<Vec<Vec<u8>>>,
 }
+
+/// Buffers kept for the next answers: one per query in flight, up to this many.
+const KEPT_BODIES: usize = 8;
 
 /// The `host[:port]` of an `http://` or `https://` URL; `None` for another scheme.
 fn authority(url: &str) -> Option<&str> {
@@ -270,6 +277,7 @@ impl Client {
             last_notice: std::sync::Mutex::new(None),
             max_body: MAX_BODY,
             counters: std::sync::Mutex::new(Counters::default()),
+            bodies: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -292,6 +300,27 @@ impl Client {
         self.counters
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The kept buffers, whatever a panicking thread left.
+    fn bodies(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
+        self.bodies
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// An empty buffer to read an answer into: a kept one, else a new one.
+    fn take_body(&self) -> Vec<u8> {
+        self.bodies().pop().unwrap_or_default()
+    }
+
+    /// Keep `body`'s buffer for the next answer (up to [`KEPT_BODIES`] buffers).
+    fn keep_body(&self, mut body: Vec<u8>) {
+        body.clear();
+        let mut kept = self.bodies();
+        if kept.len() < KEPT_BODIES {
+            kept.push(body);
+        }
     }
 
     /// `GET base+path?params`, and the `data` of a successful API answer; an error for the
@@ -426,7 +455,7 @@ impl Client {
                 .ok()
                 .and_then(|e| limit_of(status, e.error_type.as_deref(), e.error.as_deref()?))
         };
-        drop(body);
+        self.keep_body(body);
         let mut c = self.counters();
         c.queries += 1;
         c.waiting += answered - started;
@@ -501,12 +530,16 @@ impl Client {
             }
         })?;
         let status = resp.status();
-        let body = resp
-            .body_mut()
-            .with_config()
-            .limit(max_body)
-            .read_to_vec()
-            .map_err(|e| match e {
+        let mut body = self.take_body();
+        let read = std::io::Read::read_to_end(
+            &mut resp.body_mut().with_config().limit(max_body).reader(),
+            &mut body,
+        );
+        if let Err(e) = read {
+            self.keep_body(body);
+            // The reader's errors are ureq's, carried in an I/O error.
+            let e = e.downcast::<ureq::Error>().unwrap_or_else(ureq::Error::Io);
+            return Err(match e {
                 ureq::Error::BodyExceedsLimit(_) => Attempt::Fail(GetError::Other(anyhow::anyhow!(
                     "{url}: the answer is larger than {} MiB (the cap of one answer: {} MiB shared by the queries in flight, --max-queries-in-flight); narrow --selector, use a longer --step or a shorter --since",
                     max_body >> 20,
@@ -523,7 +556,8 @@ impl Client {
                     anyhow::anyhow!("{url}: the answer could not be read (cut short?): {e}"),
                     false,
                 ),
-            })?;
+            });
+        }
         Ok((status.as_u16(), body))
     }
 }

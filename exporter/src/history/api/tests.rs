@@ -117,3 +117,38 @@ fn warnings_are_capped_and_counted() {
         ]
     );
 }
+
+/// A range query's series keep their labels and, in one list, their values in order: a
+/// number, NaN and ±Inf as written, a value that is no number as `None`; a series without
+/// `values` (a native histogram's) holds none, and keys not read are skipped.
+#[test]
+fn a_matrix_holds_every_series_values_in_one_list() {
+    let body = br#"{"status":"success","data":{"resultType":"matrix","result":[
+        {"metric":{"__name__":"a","gpu":"0"},"values":[[1.5,"0.25"],[2,"NaN"],[3,"+Inf"],[4,"x"]]},
+        {"metric":{"gpu":"h"},"histograms":[[1,{"count":"1","sum":"2"}]]},
+        {"values":[[5,"-1e3"]],"extra":{"a":[1,2]},"metric":{"gpu":"1"}}]}}"#;
+    let (m, warnings) = decode::<Matrix>("q", 200, body).unwrap();
+    assert!(warnings.is_empty());
+    assert_eq!(m.result_type, "matrix");
+    let gpus: Vec<&str> = m.result.iter().map(|s| s.metric["gpu"].as_str()).collect();
+    assert_eq!(gpus, ["0", "h", "1"]);
+    assert_eq!(m.result[0].metric["__name__"], "a");
+    let values = |i: usize| -> Vec<(f64, Option<String>)> {
+        m.values_of(&m.result[i])
+            .iter()
+            .map(|&(t, v)| (t, v.0.map(|x| x.to_string())))
+            .collect()
+    };
+    let some = |x: &str| Some(x.to_owned());
+    assert_eq!(
+        values(0),
+        [(1.5, some("0.25")), (2.0, some("NaN")), (3.0, some("inf")), (4.0, None)]
+    );
+    assert_eq!(values(1), []);
+    assert_eq!(values(2), [(5.0, some("-1000"))]);
+    assert_eq!(m.values.len(), 5);
+    // A series without its labels is no answer of the API.
+    let body = br#"{"status":"success","data":{"resultType":"matrix","result":[{"values":[]}]}}"#;
+    let e = decode::<Matrix>("q", 200, body).unwrap_err();
+    assert!(format!("{e:#}").contains("missing field `metric`"), "{e:#}");
+}
