@@ -89,7 +89,26 @@ fn loss_words(f: &Funnel, loss: Option<(&str, f64)>, digits: usize) -> String {
             hours(f.use_unmeasured_gpu_hours, digits)
         ));
     }
+    if name == "busy but not computing" && f.effective_unmeasured_gpu_hours > 0.0 {
+        s.push_str(&format!(
+            ", −{} h effective compute not measured",
+            hours(f.effective_unmeasured_gpu_hours, digits)
+        ));
+    }
     s
+}
+
+/// Where effective compute was not read for some active hours, the bound it leaves, in
+/// words.
+fn effective_bound(f: &Funnel, digits: usize) -> Option<String> {
+    (f.effective_unmeasured_gpu_hours > 0.0).then(|| {
+        format!(
+            "effective compute was not read for {} of the active GPU-hours (a busy flag alone): effective is at least {} and at most {} GPU-hours; read the tensor or SM activity for the exact figure",
+            hours(f.effective_unmeasured_gpu_hours, digits),
+            hours(f.effective_gpu_hours, digits),
+            hours(f.effective_gpu_hours + f.effective_unmeasured_gpu_hours, digits)
+        )
+    })
 }
 
 /// The section on the terminal.
@@ -114,6 +133,9 @@ pub(super) fn text(out: &mut impl Write, f: &Funnel, digits: usize) -> Result<()
         )?;
     }
     writeln!(out, "  check: {}", f.check)?;
+    if let Some(bound) = effective_bound(f, digits) {
+        writeln!(out, "  {bound}")?;
+    }
     if f.health_unread_gpu_hours > 0.0 {
         writeln!(
             out,
@@ -200,5 +222,53 @@ pub(super) fn html(w: &mut String, f: &Funnel, digits: usize) -> anyhow::Result<
             hours(f.health_unread_gpu_hours, digits)
         );
     }
+    if let Some(bound) = effective_bound(f, digits) {
+        let _ = writeln!(w, "<p class=\"muted\">{}.</p>", esc(&bound));
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Active hours whose effective compute was not read are named beside the busy flag's
+    /// inflation, and the effective hours are given as the bound they are.
+    #[test]
+    fn effective_compute_not_read_is_a_bound_in_words() {
+        let f = Funnel {
+            total_gpu_hours: 10.0,
+            healthy_gpu_hours: 10.0,
+            allocated_gpu_hours: 10.0,
+            active_gpu_hours: 8.0,
+            effective_gpu_hours: 1.5,
+            idle_held_gpu_hours: 2.0,
+            busy_not_computing_gpu_hours: 2.5,
+            effective_unmeasured_gpu_hours: 4.0,
+            adds_up: true,
+            ..Funnel::default()
+        };
+        let mut out = Vec::new();
+        text(&mut out, &f, 1).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(
+            out.contains("−2.5 h busy but not computing, −4.0 h effective compute not measured"),
+            "{out}"
+        );
+        assert!(
+            out.contains("effective is at least 1.5 and at most 5.5 GPU-hours"),
+            "{out}"
+        );
+        let mut page = String::new();
+        html(&mut page, &f, 1).unwrap();
+        assert!(page.contains("at most 5.5 GPU-hours"), "{page}");
+        // Read everywhere: no such line.
+        let read = Funnel {
+            effective_unmeasured_gpu_hours: 0.0,
+            ..f
+        };
+        let mut out = Vec::new();
+        text(&mut out, &read, 1).unwrap();
+        assert!(!String::from_utf8(out).unwrap().contains("not measured"));
+    }
 }

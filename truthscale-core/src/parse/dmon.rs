@@ -1456,10 +1456,18 @@ pub(crate) fn number(v: &str) -> Option<f64> {
             _ => return v.parse::<f64>().ok().filter(|x| x.is_finite()),
         }
     }
-    if count == 0 || m > 1 << 53 || decimals >= POW10.len() {
+    if count == 0 || decimals >= POW10.len() {
         return v.parse::<f64>().ok().filter(|x| x.is_finite());
     }
-    let x = m as f64 / POW10[decimals];
+    // An integer (a cumulative counter, past 2^53 within days of boot): the conversion
+    // rounds to nearest as parsing does, whatever its size.
+    let x = if decimals == 0 {
+        m as f64
+    } else if m > 1 << 53 {
+        return v.parse::<f64>().ok().filter(|x| x.is_finite());
+    } else {
+        m as f64 / POW10[decimals]
+    };
     Some(if negative { -x } else { x })
 }
 
@@ -2007,6 +2015,14 @@ GPU 1     N/A    1      2      N/A
             "2147483647",
             "140737488355328.0",
             "1e400",
+            // Cumulative counters past 2^53, the INT64 blank, and one digit too many.
+            "300000000000000000",
+            "98765432109876543",
+            "9223372036854775807",
+            "-9223372036854775807",
+            "9999999999999999999",
+            "18446744073709551615",
+            "12345678901234567.",
         ]
         .iter()
         .map(|s| (*s).to_string())

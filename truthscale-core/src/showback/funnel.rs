@@ -37,8 +37,14 @@ pub struct Funnel {
     pub idle_held_gpu_hours: f64,
     /// Held, with no reading of use: neither idle nor active (allocated − active − idle).
     pub use_unmeasured_gpu_hours: f64,
-    /// Active, but not computing (active − effective): the busy flag's inflation.
+    /// Active, but not computing (active − effective − `effective_unmeasured_gpu_hours`):
+    /// the busy flag's inflation, where effective compute was read.
     pub busy_not_computing_gpu_hours: f64,
+    /// Of the active, hours whose effective compute was not read (a busy flag alone, no
+    /// profiling counter): what they computed is unknown, so `effective_gpu_hours` is a
+    /// lower bound (the most is this much more), and they are not counted as busy but not
+    /// computing. Reading the tensor or SM activity makes it exact.
+    pub effective_unmeasured_gpu_hours: f64,
     /// Of the total, hours at which no health field was read (counted healthy).
     pub health_unread_gpu_hours: f64,
     /// Whether the losses and the active hours add up to the total exactly (in share
@@ -60,6 +66,8 @@ pub(super) struct FunnelAcc {
     overallocated: u64,
     health_unread: u64,
     effective: f64,
+    /// Active share units whose effective compute was not read.
+    effective_unread: u64,
 }
 
 /// What a holder's share of a step was, for the funnel.
@@ -111,7 +119,11 @@ impl FunnelAcc {
                 Stage::Idle => &mut self.idle,
                 Stage::Active => {
                     let share = c.units as f64 / SHARE_UNITS as f64;
-                    self.effective += ecf.unwrap_or(0.0).clamp(0.0, 1.0) * share * hours_per_step;
+                    match ecf {
+                        Some(e) => self.effective += e.clamp(0.0, 1.0) * share * hours_per_step,
+                        // Never counted as computing nothing: unknown.
+                        None => self.effective_unread += c.units,
+                    }
                     &mut self.active
                 }
             } += c.units;
@@ -126,7 +138,8 @@ impl FunnelAcc {
         let parts = self.unavailable + self.unallocated + self.idle + self.unmeasured + self.active;
         let adds_up = parts == self.total && self.overallocated == 0;
         let active = hours(self.active);
-        let effective = self.effective.min(active);
+        let unread = hours(self.effective_unread);
+        let effective = self.effective.min(active - unread);
         let check = format!(
             "unavailable {:.3} + unallocated {:.3} + idle held {:.3} + use not measured {:.3} + active {:.3} {} total {:.3} GPU-hours",
             hours(self.unavailable),
@@ -147,7 +160,8 @@ impl FunnelAcc {
             unallocated_gpu_hours: hours(self.unallocated),
             idle_held_gpu_hours: hours(self.idle),
             use_unmeasured_gpu_hours: hours(self.unmeasured),
-            busy_not_computing_gpu_hours: active - effective,
+            busy_not_computing_gpu_hours: active - unread - effective,
+            effective_unmeasured_gpu_hours: unread,
             health_unread_gpu_hours: hours(self.health_unread),
             adds_up,
             check,
@@ -251,6 +265,7 @@ mod tests {
         // 6 × 0.3 + 4 × 0.5 + 10 × 0.4 (the time-sliced device's, shared 1/2 each).
         near(f.effective_gpu_hours, h(7.8));
         near(f.busy_not_computing_gpu_hours, h(20.0 - 7.8));
+        near(f.effective_unmeasured_gpu_hours, 0.0);
         // g3 and g4 (10 each) and g1's step with nothing read.
         near(f.health_unread_gpu_hours, h(21.0));
         assert!(f.adds_up, "{}", f.check);
@@ -262,6 +277,31 @@ mod tests {
         near(ml.unmeasured_gpu_hours, h(1.0));
         near(ml.cost.as_ref().unwrap().unavailable, 2.0 * h(6.0));
         assert!(s.total.reconciled);
+    }
+
+    /// A GPU read by its busy flag alone: its active hours are active, their effective
+    /// compute unknown, never counted as computing nothing.
+    #[test]
+    fn active_hours_without_effective_compute_are_unknown_not_zero() {
+        let busy_only = Some((0.9, None, Some(Health::Ok)));
+        let mut input = fleet();
+        input
+            .tracks
+            .push(track(Some("ml/c"), "g5", &[busy_only; 10]));
+        let groups: Vec<Option<String>> = input
+            .tracks
+            .iter()
+            .map(|t| t.pod.as_ref().map(|_| "all".to_string()))
+            .collect();
+        let s = showback(&input, &groups, &Holders::new(), &BTreeMap::new(), &cfg());
+        let f = &s.total.funnel;
+        let h = |steps: f64| steps / 60.0;
+        near(f.active_gpu_hours, h(30.0));
+        near(f.effective_gpu_hours, h(7.8));
+        near(f.effective_unmeasured_gpu_hours, h(10.0));
+        // Only the 20 active hours with effective compute read: 20 − 7.8.
+        near(f.busy_not_computing_gpu_hours, h(20.0 - 7.8));
+        assert!(f.adds_up, "{}", f.check);
     }
 
     #[test]

@@ -38,19 +38,20 @@ pub(in crate::history) struct Matrix {
     pub(in crate::history) values: Vec<(f64, PromValue)>,
 }
 
+/// A series' labels.
+type Labels = BTreeMap<String, String>;
+
 /// One series of a [`Matrix`]: its labels, and where its values are in the matrix's.
 #[derive(Debug)]
 pub(in crate::history) struct RangeSeries {
-    pub(in crate::history) metric: BTreeMap<String, String>,
+    pub(in crate::history) metric: Labels,
     pub(in crate::history) values: std::ops::Range<usize>,
 }
 
 impl Matrix {
     /// A matrix of `series` (labels and values), as an answer would decode to.
     #[cfg(test)]
-    pub(in crate::history) fn of(
-        series: Vec<(BTreeMap<String, String>, Vec<(f64, PromValue)>)>,
-    ) -> Matrix {
+    pub(in crate::history) fn of(series: Vec<(Labels, Vec<(f64, PromValue)>)>) -> Matrix {
         let mut values = Vec::new();
         let result = series
             .into_iter()
@@ -112,7 +113,8 @@ impl<'de> Deserialize<'de> for Matrix {
                     }
                 }
                 Ok(Matrix {
-                    result_type: result_type.ok_or_else(|| A::Error::missing_field("resultType"))?,
+                    result_type: result_type
+                        .ok_or_else(|| A::Error::missing_field("resultType"))?,
                     result: result.ok_or_else(|| A::Error::missing_field("result"))?,
                     values,
                 })

@@ -7,8 +7,6 @@ mod waiting;
 use answer::Envelope;
 #[cfg(test)]
 use answer::MAX_WARNINGS;
-#[cfg(test)]
-pub(super) use answer::RangeSeries;
 pub(super) use answer::{Matrix, PromValue, Warnings};
 use anyhow::{Context, bail};
 use serde::de::{DeserializeOwned, IgnoredAny};
@@ -540,11 +538,13 @@ impl Client {
             // The reader's errors are ureq's, carried in an I/O error.
             let e = e.downcast::<ureq::Error>().unwrap_or_else(ureq::Error::Io);
             return Err(match e {
-                ureq::Error::BodyExceedsLimit(_) => Attempt::Fail(GetError::Other(anyhow::anyhow!(
-                    "{url}: the answer is larger than {} MiB (the cap of one answer: {} MiB shared by the queries in flight, --max-queries-in-flight); narrow --selector, use a longer --step or a shorter --since",
-                    max_body >> 20,
-                    MAX_BODIES_IN_FLIGHT >> 20
-                ))),
+                ureq::Error::BodyExceedsLimit(_) => {
+                    Attempt::Fail(GetError::Other(anyhow::anyhow!(
+                        "{url}: the answer is larger than {} MiB (the cap of one answer: {} MiB shared by the queries in flight, --max-queries-in-flight); narrow --selector, use a longer --step or a shorter --since",
+                        max_body >> 20,
+                        MAX_BODIES_IN_FLIGHT >> 20
+                    )))
+                }
                 ureq::Error::Timeout(_) => Attempt::Retry(
                     anyhow::anyhow!(
                         "{url}: no complete answer within {} (--prometheus-timeout)",

@@ -142,7 +142,12 @@ fn a_matrix_holds_every_series_values_in_one_list() {
     let some = |x: &str| Some(x.to_owned());
     assert_eq!(
         values(0),
-        [(1.5, some("0.25")), (2.0, some("NaN")), (3.0, some("inf")), (4.0, None)]
+        [
+            (1.5, some("0.25")),
+            (2.0, some("NaN")),
+            (3.0, some("inf")),
+            (4.0, None)
+        ]
     );
     assert_eq!(values(1), []);
     assert_eq!(values(2), [(5.0, some("-1000"))]);
