@@ -83,8 +83,7 @@ impl History {
         let this = self;
         let bar = progress.as_ref();
         let result = std::thread::scope(|scope| -> anyhow::Result<()> {
-            let fetch =
-                |first: i64, last: i64| scope.spawn(move || this.read_chunk(first, last, bar));
+            let readers = this.start_readers(scope, bar);
             // The queries expected: those done, and a name's per chunk of `per` steps after
             // `end` (a split adds more).
             let expect = |end: i64, per: i64| {
@@ -97,12 +96,13 @@ impl History {
             let mut per = FIRST_CHUNK_POINTS.min(CHUNK_POINTS);
             let last = (range.start + (per - 1) * range.step).min(range.end);
             expect(range.start - range.step, per);
-            let mut pending =
-                (range.start <= range.end).then(|| (range.start, last, fetch(range.start, last)));
-            while let Some((first, end, handle)) = pending.take() {
-                let answers = handle
-                    .join()
-                    .map_err(|_| anyhow::anyhow!("a history reader thread panicked"))??;
+            let mut pending = None;
+            if range.start <= range.end {
+                readers.submit(range.start, last)?;
+                pending = Some((range.start, last));
+            }
+            while let Some((first, end)) = pending.take() {
+                let answers = readers.collect()?;
                 let t = std::time::Instant::now();
                 let (chunk, banded) = this.merge_chunk(first, end, bands, answers);
                 tally.merging += t.elapsed();
@@ -119,7 +119,8 @@ impl History {
                 if end < range.end {
                     let next = end + range.step;
                     let last = (next + (per - 1) * range.step).min(range.end);
-                    pending = Some((next, last, fetch(next, last)));
+                    readers.submit(next, last)?;
+                    pending = Some((next, last));
                 }
                 let t = std::time::Instant::now();
                 let spent = hand_over(chunk, banded, &mut on_sample, &mut tally.steps);

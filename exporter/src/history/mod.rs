@@ -27,6 +27,7 @@ mod merge;
 mod newest;
 mod query;
 mod read;
+mod readers;
 mod resolved;
 mod selector;
 

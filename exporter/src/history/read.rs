@@ -8,7 +8,7 @@ use super::columns::Column;
 use super::query::{alternation, join_matchers, secs, series_query};
 use anyhow::bail;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 /// Steps per `query_range` request: Prometheus refuses more than 11 000 points per series.
 pub(crate) const CHUNK_POINTS: i64 = 10_000;
@@ -69,7 +69,7 @@ impl History {
     /// split works around is an error naming the limit and the flag that raises it. All
     /// its requests (retries, parts, label lookups) come out of one budget of
     /// `--max-requests-per-query`.
-    fn read(
+    pub(super) fn read(
         &self,
         query: &str,
         column: Option<(&Column, &str)>,
@@ -245,53 +245,6 @@ impl History {
         }
         out.sort();
         out.dedup();
-        Ok(out)
-    }
-
-    /// One chunk's answers, one list per column in order: up to `in_flight` queries at once.
-    pub(super) fn read_chunk(
-        &self,
-        first: i64,
-        last: i64,
-        bar: Option<&indicatif::ProgressBar>,
-    ) -> anyhow::Result<Vec<Vec<Matrix>>> {
-        let next = AtomicUsize::new(0);
-        let failed = std::sync::atomic::AtomicBool::new(false);
-        let slots: Vec<std::sync::Mutex<Option<anyhow::Result<Vec<Matrix>>>>> = self
-            .columns
-            .iter()
-            .map(|_| std::sync::Mutex::new(None))
-            .collect();
-        std::thread::scope(|scope| {
-            for _ in 0..self.in_flight.min(self.columns.len()) {
-                scope.spawn(|| {
-                    while !failed.load(Ordering::Relaxed) {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(column) = self.columns.get(i) else {
-                            break;
-                        };
-                        let query = self.column_query(column, &self.matchers);
-                        let answer = self.read(&query, Some((column, &self.matchers)), first, last);
-                        failed.fetch_or(answer.is_err(), Ordering::Relaxed);
-                        if let Some(bar) = bar {
-                            bar.inc(1);
-                        }
-                        *slots[i]
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(answer);
-                    }
-                });
-            }
-        });
-        // A slot left empty was not read because another query failed, and that slot holds
-        // the error returned here.
-        let mut out = Vec::with_capacity(slots.len());
-        for slot in slots {
-            let answer = slot
-                .into_inner()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            out.push(answer.transpose()?.unwrap_or_default());
-        }
         Ok(out)
     }
 }

@@ -207,8 +207,8 @@ pub(super) struct Client {
     /// How long a request waits before it is said on stderr, and again as often
     /// (`--waiting-notice`); `None`: never.
     pub(super) waiting_notice: Option<Duration>,
-    /// When a wait was last said, by any request in flight.
-    pub(super) last_notice: std::sync::Mutex<Option<std::time::Instant>>,
+    /// The requests in flight, and the thread that says which waits.
+    waiting: std::sync::Arc<waiting::Waiting>,
     /// The largest answer read, in bytes (after decompression).
     pub(super) max_body: u64,
     pub(super) counters: std::sync::Mutex<Counters>,
@@ -235,6 +235,12 @@ pub(super) fn snippet(body: &[u8]) -> String {
         "an empty body".to_owned()
     } else {
         format!("{text:?}")
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.waiting.close();
     }
 }
 
@@ -272,7 +278,7 @@ impl Client {
             gzip: true,
             deadline: None,
             waiting_notice: None,
-            last_notice: std::sync::Mutex::new(None),
+            waiting: std::sync::Arc::default(),
             max_body: MAX_BODY,
             counters: std::sync::Mutex::new(Counters::default()),
             bodies: std::sync::Mutex::new(Vec::new()),

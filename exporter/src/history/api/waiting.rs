@@ -3,7 +3,8 @@
 //! hung (accepted the connection, answers nothing) by a light request.
 
 use super::{Client, GetError};
-use std::sync::mpsc::{RecvTimeoutError, channel};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 /// The path of the light request: every Prometheus-compatible server (Prometheus, Thanos,
@@ -33,32 +34,127 @@ pub(super) fn waiting_line(base: &str, waited: Duration) -> String {
     )
 }
 
+/// The requests in flight, watched by one thread per client that says on stderr which has
+/// waited (one thread for all of them: a thread per request, hundreds in a report, each
+/// took an allocator arena of its own and left the reading threads to start new ones).
+#[derive(Debug, Default)]
+pub(super) struct Waiting {
+    state: Mutex<WaitState>,
+    wake: Condvar,
+    /// The watching thread, once a request waited for.
+    watcher: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+#[derive(Debug, Default)]
+struct WaitState {
+    /// When each request in flight started, by its number.
+    started: BTreeMap<u64, Instant>,
+    next: u64,
+    /// When a wait was last said.
+    said: Option<Instant>,
+    /// The client is gone: the watcher ends.
+    closed: bool,
+}
+
+impl Waiting {
+    fn lock(&self) -> MutexGuard<'_, WaitState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether a wait was said.
+    #[cfg(test)]
+    pub(super) fn said(&self) -> bool {
+        self.lock().said.is_some()
+    }
+
+    /// End the watcher, if it runs, and wait for it.
+    pub(super) fn close(&self) {
+        self.lock().closed = true;
+        self.wake.notify_all();
+        let watcher = self
+            .watcher
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(w) = watcher {
+            let _ = w.join();
+        }
+    }
+
+    /// Say on stderr, at most once every `every`, that the request in flight longest still
+    /// waits, while it has waited `every` or more; until closed.
+    fn watch(&self, base: &str, every: Duration) {
+        let mut st = self.lock();
+        while !st.closed {
+            let now = Instant::now();
+            let Some(&oldest) = st.started.values().min() else {
+                st = self.wake.wait(st).unwrap_or_else(PoisonError::into_inner);
+                continue;
+            };
+            let due = (oldest + every).max(st.said.map_or(now, |t| t + every));
+            if due <= now {
+                st.said = Some(now);
+                eprintln!("{}", waiting_line(base, now - oldest));
+                continue;
+            }
+            st = self
+                .wake
+                .wait_timeout(st, due - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+}
+
+/// A request in flight, watched while it lives.
+struct InFlight<'a>(&'a Waiting, u64);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.lock().started.remove(&self.1);
+    }
+}
+
 impl Client {
-    /// Run `f` (a request, its retries included), saying on stderr every `waiting_notice`
-    /// that it still waits; one line per period whatever the requests in flight.
+    /// Run `f` (a request, its retries included), said on stderr every `waiting_notice`
+    /// while it waits; one line per period whatever the requests in flight.
     pub(super) fn while_waiting<R>(&self, f: impl FnOnce() -> R) -> R {
         let Some(every) = self.waiting_notice else {
             return f();
         };
-        let (done, wait) = channel::<()>();
-        std::thread::scope(|s| {
-            s.spawn(move || {
-                let started = Instant::now();
-                while let Err(RecvTimeoutError::Timeout) = wait.recv_timeout(every) {
-                    let mut last = self
-                        .last_notice
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    if last.is_none_or(|t| t.elapsed() + every / 10 >= every) {
-                        *last = Some(Instant::now());
-                        eprintln!("{}", waiting_line(&self.base, started.elapsed()));
-                    }
-                }
-            });
-            let r = f();
-            drop(done);
-            r
-        })
+        let w = &self.waiting;
+        let id = {
+            let mut st = w.lock();
+            st.next += 1;
+            let id = st.next;
+            st.started.insert(id, Instant::now());
+            id
+        };
+        let _in_flight = InFlight(w, id);
+        self.start_watcher(every);
+        w.wake.notify_all();
+        f()
+    }
+
+    /// The watching thread, started with the first request waited for.
+    fn start_watcher(&self, every: Duration) {
+        let mut watcher = self
+            .waiting
+            .watcher
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if watcher.is_some() {
+            return;
+        }
+        let (waiting, base) = (Arc::clone(&self.waiting), self.base.clone());
+        let spawned = std::thread::Builder::new()
+            .name("prometheus-wait".into())
+            .spawn(move || waiting.watch(&base, every));
+        match spawned {
+            Ok(handle) => *watcher = Some(handle),
+            // Nothing is said while waiting then; the request runs all the same.
+            Err(e) => tracing::warn!("the thread that says a request waits could not start: {e}"),
+        }
     }
 
     /// After `path` got no answer within `timeout`: the error to end with at once when a
@@ -171,7 +267,7 @@ mod tests {
                  or point --prometheus at one that is"
             )
         );
-        assert!(c.last_notice.lock().unwrap().is_some(), "the wait was said");
+        assert!(c.waiting.said(), "the wait was said");
         held.join().unwrap();
     }
 }

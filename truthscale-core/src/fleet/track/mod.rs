@@ -9,13 +9,25 @@ use crate::model::{EntitySample, Field, Reading, Readings};
 use crate::tracker::EntityWindow;
 
 mod bands;
+mod combine;
 pub use bands::{BANDS, P99_BAND, STEP_QUANTILES, STEP_WEIGHT_UNITS, StepBands};
+use combine::Combine;
 
 /// Ratio units per 1.0: ratios are stored as integers of 10⁻⁴.
 pub const RATIO_UNITS: u32 = 10_000;
 pub(super) const NO_RATIO: u16 = u16::MAX;
 const NO_MIB: u32 = u32::MAX;
-const NO_POWER: u32 = u32::MAX;
+/// No memory at a step, in a point's 24 bits of MiB.
+const NO_POINT_MIB: u32 = (1 << 24) - 1;
+const NO_POWER: u16 = u16::MAX;
+// A sanitized reading fits a point: memory in 24 bits of MiB (16 TiB), power in 16 bits of
+// deciwatts (6 553 W); the largest power a reading may have is the bound times a limit
+// reading, itself at most the generic bound.
+const _: () = assert!(crate::derive::GENERIC_MAX_MEMORY_BYTES / MIB < NO_POINT_MIB as f64);
+const _: () = assert!(
+    crate::derive::POWER_BOUND_FACTOR * crate::derive::GENERIC_MAX_POWER_WATTS * 10.0
+        < NO_POWER as f64
+);
 pub(super) const MIB: f64 = 1_048_576.0;
 
 /// A ratio as ratio units (rounded), `None` for a missing, negative or non-finite value.
@@ -34,6 +46,17 @@ pub fn mib(bytes: Option<f64>) -> Option<u32> {
     Some((b / MIB).round().min(f64::from(NO_MIB - 1)) as u32)
 }
 
+/// MiB as a point holds them: 24 bits, [`NO_POINT_MIB`] for none (the largest sanitized
+/// reading, 4 TiB, is well inside).
+fn point_mib(mib: Option<u32>) -> u32 {
+    mib.map_or(NO_POINT_MIB, |m| m.min(NO_POINT_MIB - 1))
+}
+
+/// A point's memory (24 bits of MiB) and health rank in one word.
+const fn pack(mib: u32, health: u8) -> u32 {
+    (mib & NO_POINT_MIB) | ((health as u32) << 24)
+}
+
 pub(super) fn units_to_ratio(u: u64) -> f64 {
     u as f64 / f64::from(RATIO_UNITS)
 }
@@ -50,16 +73,18 @@ pub struct Point {
     dram: u16,
     busy: u16,
     effective_compute: u16,
-    memory_mib: u32,
+    /// The step's memory in MiB, the low 24 bits ([`NO_POINT_MIB`] where not read), and its
+    /// health, the high 8 bits: [`NO_HEALTH`] where none of its fields was read, else the
+    /// worst window's ([`Health::rank`]). One word for both: a report holds a point per
+    /// workload and step (2 000 GPUs × 14 days at 5 minutes: 8 M points), 24 bytes each.
+    memory_health: u32,
     /// Mean power over the step, in deciwatts.
-    power_dw: u32,
-    /// The step's health: [`NO_HEALTH`] where none of its fields was read, else the
-    /// worst window's ([`Health::rank`]).
-    health: u8,
+    power_dw: u16,
 }
 
 /// No health field read at the step.
 const NO_HEALTH: u8 = u8::MAX;
+const _: () = assert!(std::mem::size_of::<Point>() == 24, "a point is 24 bytes");
 
 impl Point {
     /// A step at which nothing was measured.
@@ -70,9 +95,8 @@ impl Point {
         dram: NO_RATIO,
         busy: NO_RATIO,
         effective_compute: NO_RATIO,
-        memory_mib: NO_MIB,
+        memory_health: pack(NO_POINT_MIB, NO_HEALTH),
         power_dw: NO_POWER,
-        health: NO_HEALTH,
     };
 
     /// A point from its values (ratios as fractions, memory in bytes); `None` is unmeasured.
@@ -87,7 +111,7 @@ impl Point {
             saturation: ratio_units(saturation).unwrap_or(NO_RATIO),
             busy: ratio_units(busy).unwrap_or(NO_RATIO),
             effective_compute: ratio_units(effective_compute).unwrap_or(NO_RATIO),
-            memory_mib: mib(memory_bytes).unwrap_or(NO_MIB),
+            memory_health: pack(point_mib(mib(memory_bytes)), NO_HEALTH),
             ..Point::NONE
         }
     }
@@ -106,7 +130,7 @@ impl Point {
         self.power_dw = watts
             .filter(|w| w.is_finite() && *w >= 0.0)
             .map_or(NO_POWER, |w| {
-                (w * 10.0).round().min(f64::from(NO_POWER - 1)) as u32
+                (w * 10.0).round().min(f64::from(NO_POWER - 1)) as u16
             });
         self
     }
@@ -114,14 +138,17 @@ impl Point {
     /// The same point with the step's health (its worst window's), where read.
     #[must_use]
     pub fn with_health(mut self, health: Option<Health>) -> Point {
-        self.health = health.map_or(NO_HEALTH, Health::rank);
+        self.memory_health = pack(
+            self.memory_health & NO_POINT_MIB,
+            health.map_or(NO_HEALTH, Health::rank),
+        );
         self
     }
 
     /// The step's health, where read.
     #[must_use]
     pub fn health(self) -> Option<Health> {
-        Health::of_rank(self.health)
+        Health::of_rank((self.memory_health >> 24) as u8)
     }
 
     /// Whether the GPU could take no work at the step: never idle, never used.
@@ -131,7 +158,7 @@ impl Point {
 
     /// The step's mean power, in deciwatts.
     pub(crate) fn power_dw(self) -> Option<u32> {
-        (self.power_dw != NO_POWER).then_some(self.power_dw)
+        (self.power_dw != NO_POWER).then_some(u32::from(self.power_dw))
     }
 
     /// The step's saturation: its mean over the step, for sums of use over time.
@@ -177,7 +204,8 @@ impl Point {
         }
     }
     pub(crate) fn mem(self) -> Option<u32> {
-        (self.memory_mib != NO_MIB).then_some(self.memory_mib)
+        let mib = self.memory_health & NO_POINT_MIB;
+        (mib != NO_POINT_MIB).then_some(mib)
     }
     pub(crate) fn busy(self) -> Option<u16> {
         (self.busy != NO_RATIO).then_some(self.busy)
@@ -235,93 +263,6 @@ enum PointOf<'a> {
     Open(&'a mut Combine),
     /// A closed point.
     Closed(&'a mut Point),
-}
-
-/// The steps of one point being combined ([`Track::with_steps_per_point`]): the means'
-/// sums and counts (in ratio units) over the steps that measured them, and the peaks of the
-/// rest. A step that measured nothing adds nothing, never a 0.
-#[derive(Debug, Clone, Copy, Default)]
-struct Combine {
-    sat: (u64, u64),
-    busy: (u64, u64),
-    ecf: (u64, u64),
-    power: (u64, u64),
-    /// Per band, the highest of the steps' (each band of the point holds at least what
-    /// that band held in any of its steps, so no time above a level is lost).
-    bands: [Option<u16>; BANDS],
-    pipe: Option<u16>,
-    dram: Option<u16>,
-    mem: Option<u32>,
-    /// The worst health of its steps.
-    health: Option<Health>,
-    /// A step of it held an impossible raw sample: the point is unknown.
-    impossible: bool,
-}
-
-impl Combine {
-    fn add(&mut self, p: Point) {
-        let mean = |acc: &mut (u64, u64), x: Option<u16>| {
-            if let Some(x) = x {
-                acc.0 += u64::from(x);
-                acc.1 += 1;
-            }
-        };
-        mean(&mut self.sat, p.sat());
-        mean(&mut self.busy, p.busy());
-        mean(&mut self.ecf, p.ecf());
-        if let Some(x) = p.power_dw() {
-            self.power.0 += u64::from(x);
-            self.power.1 += 1;
-        }
-        for j in 0..BANDS {
-            self.raise_band(j, p.band(j));
-        }
-        self.raise_pipes(p.pipe(), p.dram());
-        self.mem = self.mem.max(p.mem());
-        self.health = self.health.max(p.health());
-    }
-
-    /// Raise band `j`'s saturation.
-    fn raise_band(&mut self, j: usize, x: Option<u16>) {
-        self.bands[j] = self.bands[j].max(x);
-    }
-
-    /// Raise the peaks of the busiest pipe and DRAM activity.
-    fn raise_pipes(&mut self, pipe: Option<u16>, dram: Option<u16>) {
-        self.pipe = self.pipe.max(pipe);
-        self.dram = self.dram.max(dram);
-    }
-
-    fn point(&self) -> Point {
-        if self.impossible {
-            return Point::NONE;
-        }
-        let mean = |(sum, n): (u64, u64)| {
-            (sum + n / 2)
-                .checked_div(n)
-                .and_then(|m| u16::try_from(m).ok())
-                .unwrap_or(NO_RATIO)
-        };
-        let saturation = mean(self.sat);
-        let band = |b: Option<u16>| match b {
-            Some(b) if saturation != NO_RATIO => b,
-            _ => NO_RATIO,
-        };
-        Point {
-            saturation,
-            bands: self.bands.map(band),
-            busiest_pipe: self.pipe.unwrap_or(NO_RATIO),
-            dram: self.dram.unwrap_or(NO_RATIO),
-            busy: mean(self.busy),
-            effective_compute: mean(self.ecf),
-            memory_mib: self.mem.unwrap_or(NO_MIB),
-            power_dw: (self.power.0 + self.power.1 / 2)
-                .checked_div(self.power.1)
-                .and_then(|m| u32::try_from(m).ok())
-                .unwrap_or(NO_POWER),
-            health: self.health.map_or(NO_HEALTH, Health::rank),
-        }
-    }
 }
 
 impl Track {

@@ -184,3 +184,37 @@ fn quantizing_is_exact_and_never_invents_a_value() {
     assert_eq!(mib(Some(30.0 * GIB)), Some(30_720));
     assert_eq!(Point::new(None, None, None, None), Point::NONE);
 }
+
+/// A point's memory, health and power share their bytes and keep each value: set in any
+/// order, each reads back as set, and none is unknown until set.
+#[test]
+fn memory_health_and_power_read_back_as_set() {
+    let gib80 = 80.0 * GIB;
+    let none = Point::NONE;
+    assert_eq!(
+        (none.mem(), none.health(), none.power_dw()),
+        (None, None, None)
+    );
+    let p = Point::new(Some(0.5), Some(0.9), Some(0.4), Some(gib80))
+        .with_health(Some(Health::Unavailable))
+        .with_power(Some(699.96));
+    assert_eq!(p.mem(), Some(81_920));
+    assert_eq!(p.health(), Some(Health::Unavailable));
+    assert_eq!(p.power_dw(), Some(7_000));
+    // Health set, then cleared: the memory stays.
+    let q = p.with_health(Some(Health::Ok)).with_health(None);
+    assert_eq!((q.mem(), q.health()), (Some(81_920), None));
+    // No memory, with a health: the memory stays unknown.
+    let r = Point::new(None, Some(1.0), None, None).with_health(Some(Health::Ok));
+    assert_eq!((r.mem(), r.health()), (None, Some(Health::Ok)));
+    // The largest sanitized reading of each fits: 4 TiB, and twice the generic power bound.
+    let big = Point::new(
+        None,
+        None,
+        None,
+        Some(crate::derive::GENERIC_MAX_MEMORY_BYTES),
+    )
+    .with_power(Some(2.0 * crate::derive::GENERIC_MAX_POWER_WATTS));
+    assert_eq!(big.mem(), Some(4 * 1024 * 1024));
+    assert_eq!(big.power_dw(), Some(40_000));
+}
