@@ -37,19 +37,49 @@ impl History {
         scope: &'scope std::thread::Scope<'scope, 'env>,
         bar: Option<&'env indicatif::ProgressBar>,
     ) -> Readers {
+        let threads = self.in_flight.min(self.columns.len()).max(1);
+        let read = move |i, first, last| self.read_column(i, first, last);
+        Readers::start(scope, threads, self.columns.len(), read, bar)
+    }
+
+    /// Column `i`'s answers over `[first, last]`; a panic in the reading is an error.
+    fn read_column(&self, i: usize, first: i64, last: i64) -> anyhow::Result<Vec<Matrix>> {
+        let column = &self.columns[i];
+        std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let query = self.column_query(column, &self.matchers);
+            self.read(&query, Some((column, &self.matchers)), first, last)
+        }))
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("a history reader thread panicked")))
+    }
+}
+
+impl Readers {
+    /// `threads` reading threads in `scope`, each reading a chunk's column `i` over
+    /// `[first, last]` with `read`.
+    fn start<'scope, 'env>(
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        threads: usize,
+        columns: usize,
+        read: impl Fn(usize, i64, i64) -> anyhow::Result<Vec<Matrix>> + Send + Copy + 'env,
+        bar: Option<&'env indicatif::ProgressBar>,
+    ) -> Readers {
         let stop = Arc::new(AtomicBool::new(false));
         let (jobs, queue) = mpsc::channel::<Job>();
         let (done, answers) = mpsc::channel::<Answer>();
         let queue = Arc::new(Mutex::new(queue));
-        for _ in 0..self.in_flight.min(self.columns.len()).max(1) {
+        for _ in 0..threads {
             let (queue, done, failed) = (Arc::clone(&queue), done.clone(), Arc::clone(&stop));
             scope.spawn(move || {
-                // The lock is held while waiting for a job, so one thread waits at a time.
-                while let Ok((first, last, i)) =
-                    queue.lock().unwrap_or_else(PoisonError::into_inner).recv()
-                {
+                loop {
+                    // The lock is held while waiting for a job (one thread waits at a time)
+                    // and let go before the job is read: a statement of its own (in a
+                    // `while let`, it would be held through the reading, one query at a time).
+                    let job = queue.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                    let Ok((first, last, i)) = job else {
+                        break;
+                    };
                     let answer = (!failed.load(Ordering::Relaxed)).then(|| {
-                        let answer = self.read_column(i, first, last);
+                        let answer = read(i, first, last);
                         failed.fetch_or(answer.is_err(), Ordering::Relaxed);
                         answer
                     });
@@ -65,23 +95,11 @@ impl History {
         Readers {
             jobs,
             answers,
-            columns: self.columns.len(),
+            columns,
             stop,
         }
     }
 
-    /// Column `i`'s answers over `[first, last]`; a panic in the reading is an error.
-    fn read_column(&self, i: usize, first: i64, last: i64) -> anyhow::Result<Vec<Matrix>> {
-        let column = &self.columns[i];
-        std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let query = self.column_query(column, &self.matchers);
-            self.read(&query, Some((column, &self.matchers)), first, last)
-        }))
-        .unwrap_or_else(|_| Err(anyhow::anyhow!("a history reader thread panicked")))
-    }
-}
-
-impl Readers {
     /// Send a chunk's queries (one per column) over `[first, last]` to the threads.
     pub(super) fn submit(&self, first: i64, last: i64) -> anyhow::Result<()> {
         for i in 0..self.columns {
@@ -118,5 +136,48 @@ impl Readers {
             anyhow::bail!("a query of the history was not read: another query failed before it");
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::time::{Duration, Instant};
+
+    /// Two reading threads read two queries at once (each query here waits, up to a
+    /// guard of 5 s, for another to be read beside it), and the answers come back in
+    /// column order; a failed query's error is the chunk's.
+    #[test]
+    fn queries_are_read_side_by_side_and_answered_in_order() {
+        let (active, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let read = |i: usize, first: i64, _last: i64| {
+            let now = active.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(now, Ordering::SeqCst);
+            let guard = Instant::now();
+            while most.load(Ordering::SeqCst) < 2 && guard.elapsed() < Duration::from_secs(5) {
+                std::thread::yield_now();
+            }
+            active.fetch_sub(1, Ordering::SeqCst);
+            if first < 0 && i == 2 {
+                anyhow::bail!("column {i} refused");
+            }
+            Ok((0..i).map(|_| Matrix::of(Vec::new())).collect())
+        };
+        std::thread::scope(|scope| {
+            let readers = Readers::start(scope, 2, 4, read, None);
+            readers.submit(0, 10).unwrap();
+            let answers = readers.collect().unwrap();
+            let lens: Vec<usize> = answers.iter().map(Vec::len).collect();
+            assert_eq!(lens, [0, 1, 2, 3]);
+            readers.submit(-10, 0).unwrap();
+            let e = readers.collect().unwrap_err();
+            assert!(format!("{e:#}").contains("column 2 refused"), "{e:#}");
+        });
+        assert_eq!(
+            most.load(Ordering::SeqCst),
+            2,
+            "two queries in flight at once"
+        );
     }
 }
