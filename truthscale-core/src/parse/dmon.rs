@@ -1310,8 +1310,8 @@ fn scan_values(row: &str, mut value: impl FnMut(usize, Option<f64>)) -> Result<u
 }
 
 /// The value of the word of `row` that starts at `start`, and where it ends: a plain
-/// decimal read as it is scanned (digits below 2^53 over a power of ten, one correctly
-/// rounded division), anything else through [`number`]; `N/A` is `None`.
+/// decimal read as it is scanned ([`direct`]), anything else through [`number`]; `N/A` is
+/// `None`.
 #[inline]
 fn any_value(row: &str, start: usize) -> Result<(Option<f64>, usize), String> {
     let b = row.as_bytes();
@@ -1331,12 +1331,9 @@ fn any_value(row: &str, start: usize) -> Result<(Option<f64>, usize), String> {
         i += 1;
     }
     let decimals = point.map_or(0, |p| i - p - 1);
-    let plain = b.get(i).is_none_or(|&c| SPACE[usize::from(c)])
-        && digits > 0
-        && m <= 1 << 53
-        && decimals < POW10.len();
-    if plain {
-        return Ok((Some(m as f64 / POW10[decimals]), i));
+    let end = b.get(i).is_none_or(|&c| SPACE[usize::from(c)]);
+    if let Some(x) = direct(m, digits, decimals).filter(|_| end) {
+        return Ok((Some(x), i));
     }
     while b.get(i).is_some_and(|&c| !SPACE[usize::from(c)]) {
         i += 1;
@@ -1434,9 +1431,8 @@ const POW10: [f64; 23] = [
 ];
 
 /// A finite number, exactly as `str::parse::<f64>` reads it. The plain decimals dmon writes
-/// (`0.888`, `15152422938`) are read directly: their digits as an integer below 2^53 and a
-/// power of ten up to 10^22 are both exact, so their one division rounds as `str::parse`
-/// does. Anything else goes to `str::parse`.
+/// (`0.888`, `15152422938`, a counter past 2^53) are read directly ([`direct`]). Anything
+/// else goes to `str::parse`.
 pub(crate) fn number(v: &str) -> Option<f64> {
     let b = v.as_bytes();
     let (negative, digits) = match b.first() {
@@ -1456,19 +1452,26 @@ pub(crate) fn number(v: &str) -> Option<f64> {
             _ => return v.parse::<f64>().ok().filter(|x| x.is_finite()),
         }
     }
-    if count == 0 || decimals >= POW10.len() {
+    let Some(x) = direct(m, count, decimals) else {
         return v.parse::<f64>().ok().filter(|x| x.is_finite());
-    }
-    // An integer (a cumulative counter, past 2^53 within days of boot): the conversion
-    // rounds to nearest as parsing does, whatever its size.
-    let x = if decimals == 0 {
-        m as f64
-    } else if m > 1 << 53 {
-        return v.parse::<f64>().ok().filter(|x| x.is_finite());
-    } else {
-        m as f64 / POW10[decimals]
     };
     Some(if negative { -x } else { x })
+}
+
+/// `digits` digits read as the integer `m` with `decimals` of them after the point, where
+/// that is exactly what `str::parse` gives: an integer of any size (a cumulative counter,
+/// past 2^53 within days of boot; the conversion rounds to nearest as parsing does), or
+/// digits below 2^53 over an exact power of ten (one correctly rounded division). `None`:
+/// not read directly.
+#[inline]
+fn direct(m: u64, digits: usize, decimals: usize) -> Option<f64> {
+    if digits == 0 || decimals >= POW10.len() {
+        None
+    } else if decimals == 0 {
+        Some(m as f64)
+    } else {
+        (m <= 1 << 53).then(|| m as f64 / POW10[decimals])
+    }
 }
 
 #[cfg(test)]

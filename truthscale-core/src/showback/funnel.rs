@@ -239,9 +239,8 @@ mod tests {
         assert!((a - b).abs() < 1e-12, "{a} != {b}");
     }
 
-    #[test]
-    fn the_funnels_stages_and_losses_add_up_to_the_fleet() {
-        let input = fleet();
+    /// The showback of `input` by namespace (the funnel is the same whatever the groups).
+    fn by_namespace(input: &FleetInput) -> super::super::Showback {
         let groups: Vec<Option<String>> = input
             .tracks
             .iter()
@@ -251,7 +250,13 @@ mod tests {
                     .map(|p| p.split('/').next().unwrap().to_string())
             })
             .collect();
-        let s = showback(&input, &groups, &Holders::new(), &BTreeMap::new(), &cfg());
+        showback(input, &groups, &Holders::new(), &BTreeMap::new(), &cfg())
+    }
+
+    #[test]
+    fn the_funnels_stages_and_losses_add_up_to_the_fleet() {
+        let input = fleet();
+        let s = by_namespace(&input);
         let f = &s.total.funnel;
         let h = |steps: f64| steps / 60.0;
         near(f.total_gpu_hours, h(40.0));
@@ -288,13 +293,7 @@ mod tests {
         input
             .tracks
             .push(track(Some("ml/c"), "g5", &[busy_only; 10]));
-        let groups: Vec<Option<String>> = input
-            .tracks
-            .iter()
-            .map(|t| t.pod.as_ref().map(|_| "all".to_string()))
-            .collect();
-        let s = showback(&input, &groups, &Holders::new(), &BTreeMap::new(), &cfg());
-        let f = &s.total.funnel;
+        let f = &by_namespace(&input).total.funnel;
         let h = |steps: f64| steps / 60.0;
         near(f.active_gpu_hours, h(30.0));
         near(f.effective_gpu_hours, h(7.8));
