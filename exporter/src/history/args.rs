@@ -94,6 +94,13 @@ pub(crate) struct PrometheusArgs {
     /// [default: 20s].
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub waiting_notice: Option<Duration>,
+    /// Read each GPU series' raw samples by Prometheus' remote-read API (streamed chunks)
+    /// and evaluate its steps here as the server would, instead of query_range: `auto`
+    /// does where the server shows how it evaluates (Prometheus 2.13 or later, its
+    /// lookback flag listed, no external labels), `always` fails where it does not
+    /// [default: auto].
+    #[arg(long, value_name = "WHEN", value_enum)]
+    pub remote_read: Option<RemoteRead>,
 }
 
 impl PrometheusArgs {
@@ -126,10 +133,22 @@ impl PrometheusArgs {
             (self.scrape_interval.is_some(), "--scrape-interval"),
             (self.compression.is_some(), "--compression"),
             (self.waiting_notice.is_some(), "--waiting-notice"),
+            (self.remote_read.is_some(), "--remote-read"),
         ]
         .into_iter()
         .find_map(|(given, flag)| given.then_some(flag))
     }
+}
+
+/// `--remote-read`: whether plain series are read by Prometheus' remote-read API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum RemoteRead {
+    /// Where the server shows how it evaluates a range query; `query_range` elsewhere.
+    Auto,
+    /// Always; an error where the server does not show how it evaluates.
+    Always,
+    /// Never: `query_range` only.
+    Never,
 }
 
 /// `--compression`: whether answers are asked for gzip-compressed.

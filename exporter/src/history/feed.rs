@@ -17,7 +17,7 @@ use truthscale_core::model::Sample;
 pub(crate) struct FeedStats {
     /// One line saying what was read.
     pub summary: String,
-    /// `query_range` and label requests made.
+    /// Requests answered: `query_range`, label and remote-read ones.
     pub queries: u64,
     /// Chunks read.
     pub chunks: u64,
@@ -31,6 +31,8 @@ pub(crate) struct FeedStats {
     pub max_series: u64,
     /// Requests tried again after a passing failure.
     pub retries: u64,
+    /// Requests answered by remote-read (of `queries`).
+    pub remote_reads: u64,
     /// Queries refused for a server limit and split into smaller ones.
     pub splits: u64,
     /// The answers' warnings (Prometheus', or Thanos' and Mimir's partial answers), capped
@@ -241,6 +243,7 @@ impl History {
             consuming_seconds: tally.consuming.as_secs_f64(),
             max_series: tally.max_series,
             retries: c.retries,
+            remote_reads: c.remote_reads,
             splits: splits.load(std::sync::atomic::Ordering::Relaxed),
             warnings,
         }

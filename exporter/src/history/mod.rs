@@ -28,6 +28,7 @@ mod newest;
 mod query;
 mod read;
 mod readers;
+mod remote;
 mod resolved;
 mod selector;
 
@@ -265,6 +266,12 @@ pub(crate) struct History {
     /// The cAdvisor names in the range ([`holders::CADVISOR_NAMES`]), whatever the
     /// selector: the holder pods' signals are read from them ([`History::read_holders`]).
     cadvisor: Vec<String>,
+    /// `--remote-read`.
+    remote_when: args::RemoteRead,
+    /// How the server evaluates, when the plain series are read by remote-read.
+    remote: Option<remote::Evaluation>,
+    /// A remote-read failed under `--remote-read auto`: `query_range` from then on.
+    remote_failed: std::sync::atomic::AtomicBool,
 }
 
 impl History {
@@ -289,7 +296,7 @@ impl History {
                 holder: None,
             })
             .collect();
-        Ok(History {
+        let mut history = History {
             client,
             range,
             matchers: r.matchers.clone(),
@@ -304,7 +311,15 @@ impl History {
             steps_answered: AtomicI64::new(i64::MAX),
             unread,
             cadvisor,
-        })
+            remote_when: r.remote_read,
+            remote: None,
+            remote_failed: std::sync::atomic::AtomicBool::new(false),
+        };
+        // A coarse step reads summaries only, which remote-read does not give.
+        if !summarizes {
+            history.choose_remote_read(r.remote_read)?;
+        }
+        Ok(history)
     }
 
     /// The client `r` asks for: its timeout, retries and compression, the deadline of the
@@ -644,6 +659,7 @@ mod tests {
             scrape_interval: None,
             compression: None,
             waiting_notice: None,
+            remote_read: None,
         };
         assert_eq!(
             authorization(&args, &[]).unwrap().as_deref(),

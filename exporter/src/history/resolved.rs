@@ -5,8 +5,8 @@
 use super::api::DEFAULT_RETRIES;
 use super::args::{
     Compression, DEFAULT_DEADLINE, DEFAULT_IN_FLIGHT, DEFAULT_REQUESTS_PER_QUERY,
-    DEFAULT_SCRAPE_INTERVAL, DEFAULT_SINCE, DEFAULT_STEP, PrometheusArgs, REQUEST_TIMEOUT, Until,
-    WAITING_NOTICE,
+    DEFAULT_SCRAPE_INTERVAL, DEFAULT_SINCE, DEFAULT_STEP, PrometheusArgs, REQUEST_TIMEOUT,
+    RemoteRead, Until, WAITING_NOTICE,
 };
 use super::authorization;
 use super::query::selector_matchers;
@@ -90,6 +90,8 @@ pub(crate) struct Resolved {
     pub cluster_label: Option<String>,
     /// `--compression`.
     pub compression: Compression,
+    /// `--remote-read`.
+    pub remote_read: RemoteRead,
     /// `--waiting-notice` (zero: never).
     pub waiting_notice: Duration,
     /// `--ca-file`.
@@ -171,6 +173,7 @@ impl PrometheusArgs {
             retries: self.prometheus_retries.unwrap_or(DEFAULT_RETRIES),
             cluster_label: self.cluster_label.clone(),
             compression: self.compression.unwrap_or(Compression::Auto),
+            remote_read: self.remote_read.unwrap_or(RemoteRead::Auto),
             waiting_notice: self.waiting_notice.unwrap_or(WAITING_NOTICE),
             ca_file: self.ca_file.clone(),
             authorization: authorization(self, env)?,

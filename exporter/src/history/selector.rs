@@ -23,6 +23,37 @@ struct Scan<'a> {
     fixed: Vec<String>,
     /// Whether a value was written without quotes.
     unquoted: bool,
+    /// The matchers read: name, operator and the value's text (unquoted).
+    read: Vec<Matcher>,
+}
+
+/// One label matcher of a selector: the label's name, the operator (`=`, `!=`, `=~` or
+/// `!~`) and the value's text, its quotes and escapes undone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Matcher {
+    pub(super) name: String,
+    pub(super) op: &'static str,
+    pub(super) value: String,
+}
+
+/// The matchers of a list checked by [`check`] (`inner`: without braces), each as
+/// Prometheus reads it; `None` when it is not a valid list.
+pub(super) fn matchers(inner: &str) -> Option<Vec<Matcher>> {
+    let mut scan = Scan::new(inner);
+    scan.list().ok()?;
+    Some(scan.read)
+}
+
+impl<'a> Scan<'a> {
+    fn new(text: &'a str) -> Scan<'a> {
+        Scan {
+            text,
+            at: 0,
+            fixed: Vec::new(),
+            unquoted: false,
+            read: Vec::new(),
+        }
+    }
 }
 
 impl Scan<'_> {
@@ -99,6 +130,11 @@ impl Scan<'_> {
                         ),
                     })?;
             }
+            self.read.push(Matcher {
+                name: name.clone(),
+                op,
+                value: text,
+            });
             raw
         } else {
             let word = self.word(true).to_owned();
@@ -166,12 +202,7 @@ pub(super) fn check(selector: &str, inner: &str) -> anyhow::Result<()> {
     if inner.is_empty() {
         return Ok(());
     }
-    let mut scan = Scan {
-        text: selector,
-        at: 0,
-        fixed: Vec::new(),
-        unquoted: false,
-    };
+    let mut scan = Scan::new(selector);
     let mistake = match scan.list() {
         Ok(()) => return Ok(()),
         Err(m) => m,

@@ -105,8 +105,9 @@ pub(crate) fn timings(stats: &FeedStats, total: f64, analysis: f64) -> [String; 
     [
         stats.summary.clone(),
         format!(
-            "{} queries ({} retried, {} split for a server limit) in {} chunks (at most {} series per chunk), {:.2} s in all: waiting for Prometheus {:.2} s ({:.0}%), truthscale {:.2} s (decoding {:.2} s, deriving {:.2} s, analysis {:.2} s)",
+            "{} queries ({} by remote-read, {} retried, {} split for a server limit) in {} chunks (at most {} series per chunk), {:.2} s in all: waiting for Prometheus {:.2} s ({:.0}%), truthscale {:.2} s (decoding {:.2} s, deriving {:.2} s, analysis {:.2} s)",
             stats.queries,
+            stats.remote_reads,
             stats.retries,
             stats.splits,
             stats.chunks,

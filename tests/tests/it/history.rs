@@ -1276,7 +1276,18 @@ fn a_client_timeout_is_never_split_and_the_deadline_ends_the_read() {
     };
     let (url, count) = slow();
     let started = Instant::now();
-    let err = fails(&url, &["--step", "60s", "--prometheus-timeout", "1s"], &[]);
+    let err = fails(
+        &url,
+        &[
+            "--step",
+            "60s",
+            "--prometheus-timeout",
+            "1s",
+            "--remote-read",
+            "never",
+        ],
+        &[],
+    );
     let took = started.elapsed();
     let sent = count.load(std::sync::atomic::Ordering::SeqCst);
     eprintln!(
@@ -1298,7 +1309,18 @@ fn a_client_timeout_is_never_split_and_the_deadline_ends_the_read() {
 
     let (url, count) = slow();
     let started = Instant::now();
-    let err = fails(&url, &["--step", "60s", "--deadline", "4s"], &[]);
+    let err = fails(
+        &url,
+        &[
+            "--step",
+            "60s",
+            "--deadline",
+            "4s",
+            "--remote-read",
+            "never",
+        ],
+        &[],
+    );
     let took = started.elapsed();
     let sent = count.load(std::sync::atomic::Ordering::SeqCst);
     eprintln!("deadline: {sent} requests, {:.1} s", took.as_secs_f64());
@@ -1348,7 +1370,7 @@ fn splitting_a_refused_query_has_a_budget() {
         };
         (Duration::ZERO, body)
     });
-    let err = fails(&url, &["--step", "60s"], &[]);
+    let err = fails(&url, &["--step", "60s", "--remote-read", "never"], &[]);
     let sent = count.load(std::sync::atomic::Ordering::SeqCst);
     eprintln!("split budget: {sent} requests");
     assert!(
@@ -1592,6 +1614,60 @@ fn history_says_why_gpus_are_starved() {
                 (reported - analyzed).abs() < 1e-9,
                 "{step}: {gpu}: report {reported} h, analyze {analyzed} h"
             );
+        }
+    }
+}
+
+/// `analyze` read by remote-read gives what `query_range` gives on the same real
+/// Prometheus, byte for byte: at the samples' own 15 s step, where GPU 0's last sample
+/// before its gap holds for the server's five-minute lookback and the last step it holds
+/// for is exactly five minutes after it (Prometheus 2 takes a sample on the bound), and at
+/// a 7 s step between the samples.
+#[test]
+fn remote_read_gives_the_analysis_range_queries_give() {
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    require_tool_or_return!("/usr/bin/promtool", "prometheus");
+    let dir = TempDir::new("history-remote");
+    let (text, end) = openmetrics();
+    let prom = Prometheus::backfilled(&text, dir.path(), None);
+    let url = prom.url();
+    let until = humantime::format_rfc3339_seconds(
+        UNIX_EPOCH + Duration::from_secs(u64::try_from(end).unwrap()),
+    )
+    .to_string();
+    for step in ["15s", "7s"] {
+        let run = |how: &str| {
+            truthscale(
+                &[
+                    "analyze",
+                    "--prometheus",
+                    &url,
+                    "--since",
+                    "2h",
+                    "--until",
+                    &until,
+                    "--step",
+                    step,
+                    "--json",
+                    "--remote-read",
+                    how,
+                ],
+                &[],
+            )
+        };
+        let (remote, range) = (run("always"), run("never"));
+        let v = range.json();
+        assert_eq!(remote.code, Some(0), "stderr:\n{}", remote.stderr);
+        assert!(
+            remote.stdout == range.stdout,
+            "step {step}: remote-read and query_range differ:\n{}\n---\n{}",
+            remote.stdout,
+            range.stdout
+        );
+        // The lookback at work: GPU 0 has samples past the start of its 40-step gap.
+        let g0 = entity(&v, 0, Some("llm"))["samples"].as_u64().unwrap();
+        if step == "15s" {
+            assert_eq!(g0, (POINTS - 40 + 20) as u64, "{v:#}");
         }
     }
 }

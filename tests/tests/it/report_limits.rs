@@ -19,6 +19,10 @@ use truthscale_e2e::{Prometheus, Sidecar, TempDir, free_port, require_tool_or_re
 
 use crate::report::{FLEET_FLAGS, Run, end_now, openmetrics, truthscale};
 
+/// Read by `query_range` alone: the limits, splits and faults below are its (the answers
+/// they must give are read the default way, by remote-read).
+const NEVER: &[&str] = &["--remote-read", "never"];
+
 /// `report` over `url` for `since` up to `until`, the `truthscale` job's pods.
 fn report(url: &str, until: &str, since: &str, extra: &[&str]) -> Run {
     let mut args = vec![
@@ -99,7 +103,7 @@ fn report_meets_query_limits_with_the_same_answer() {
         &limited.url(),
         &until,
         "6h",
-        &["--max-queries-in-flight", "4"],
+        &["--max-queries-in-flight", "4", "--remote-read", "never"],
     );
     assert_eq!(answer(&run), want, "stderr:\n{}", run.stderr);
     let splits = counted(&run, "split");
@@ -119,7 +123,7 @@ fn report_meets_query_limits_with_the_same_answer() {
     let base_1h = answer(&report(&plain.url(), &until, "1h", &[]));
     let dir = TempDir::new("limits-series");
     let tight = Prometheus::backfilled_with(&om, dir.path(), None, &["--query.max-samples=8"]);
-    let run = report(&tight.url(), &until, "1h", &[]);
+    let run = report(&tight.url(), &until, "1h", NEVER);
     assert_eq!(answer(&run), base_1h, "stderr:\n{}", run.stderr);
     assert!(counted(&run, "split") > 5, "{}", run.stderr);
 
@@ -127,7 +131,7 @@ fn report_meets_query_limits_with_the_same_answer() {
     // and the flag to raise.
     let dir = TempDir::new("limits-none");
     let none = Prometheus::backfilled_with(&om, dir.path(), None, &["--query.max-samples=0"]);
-    let run = report(&none.url(), &until, "1h", &[]);
+    let run = report(&none.url(), &until, "1h", NEVER);
     assert_eq!(run.code, Some(2), "stderr:\n{}", run.stderr);
     assert!(run.stdout.is_empty(), "{}", run.stdout);
     for want in [
@@ -246,7 +250,12 @@ fn report_retries_and_meets_a_query_timeout_behind_a_flaky_front() {
         })
     });
     let started = Instant::now();
-    let run = report(&url, &until, "6h", &["--max-queries-in-flight", "3"]);
+    let run = report(
+        &url,
+        &until,
+        "6h",
+        &["--max-queries-in-flight", "3", "--remote-read", "never"],
+    );
     assert_eq!(answer(&run), want, "stderr:\n{}", run.stderr);
     let retried = counted(&run, "retried");
     assert!(retried >= 1, "{}", run.stderr);
@@ -268,7 +277,12 @@ fn report_retries_and_meets_a_query_timeout_behind_a_flaky_front() {
     let (url, _) = front(prom.addr.clone(), |n, _| {
         (n == 1).then(|| http("503 Service Unavailable", "upstream connect error"))
     });
-    let run = report(&url, &until, "6h", &["--prometheus-retries", "0"]);
+    let run = report(
+        &url,
+        &until,
+        "6h",
+        &["--prometheus-retries", "0", "--remote-read", "never"],
+    );
     assert_eq!(run.code, Some(2), "stderr:\n{}", run.stderr);
     assert!(run.stderr.contains("HTTP 503"), "{}", run.stderr);
 }
@@ -437,4 +451,53 @@ fn report_reads_two_clusters_remote_written_by_agents_to_a_central_prometheus() 
     assert_eq!(text.code, Some(0), "{}", text.stderr);
     assert!(text.stdout.contains("BY CLUSTER"), "{}", text.stdout);
     drop(keep);
+}
+
+/// `report` read by remote-read (the raw samples streamed as chunks, each step evaluated by
+/// truthscale) gives the report `query_range` gives on the same real Prometheus, byte for
+/// byte: at the samples' own 60 s step and at a 45 s step that falls between them (each
+/// step then takes the newest sample within the server's lookback); and `--remote-read
+/// always` says so on stderr.
+#[test]
+fn remote_read_gives_the_report_range_queries_give() {
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    require_tool_or_return!("/usr/bin/promtool", "prometheus");
+    let end = end_now();
+    let until = rfc3339(end);
+    let dir = TempDir::new("remote-read");
+    let prom = Prometheus::backfilled(&openmetrics(end), dir.path(), None);
+    let url = prom.url();
+    for step in ["60s", "45s"] {
+        let run = |how: &str| {
+            let mut args = vec![
+                "report",
+                "--prometheus",
+                &url,
+                "--since",
+                "6h",
+                "--until",
+                &until,
+                "--step",
+                step,
+                "--selector",
+                "{job=\"truthscale\"}",
+                "--remote-read",
+                how,
+            ];
+            args.extend_from_slice(FLEET_FLAGS);
+            truthscale(&args)
+        };
+        let (remote, range) = (run("always"), run("never"));
+        assert_eq!(remote.code, Some(0), "stderr:\n{}", remote.stderr);
+        assert_eq!(range.code, Some(0), "stderr:\n{}", range.stderr);
+        assert_eq!(range.json()["workloads"], 11, "{}", range.stdout);
+        assert!(
+            remote.stdout == range.stdout,
+            "step {step}: remote-read and query_range differ:\n{}\n---\n{}",
+            remote.stdout,
+            range.stdout
+        );
+        assert!(counted(&remote, "by remote-read") >= 5, "{}", remote.stderr);
+        assert_eq!(counted(&range, "by remote-read"), 0, "{}", range.stderr);
+    }
 }

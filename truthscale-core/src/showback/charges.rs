@@ -167,7 +167,7 @@ pub(super) fn add_charge(
     unpriced: &mut BTreeSet<String>,
 ) {
     let hours = gpu_hours(c.units, w.hours_per_step);
-    let price = price_of(c.track, w.cfg);
+    let price = c.price;
     if w.priced && price.is_none() {
         unpriced.insert(c.track.model.clone().unwrap_or_else(|| "unknown".into()));
     }

@@ -319,6 +319,18 @@ struct Window<'a> {
     per: usize,
     /// Whether any price was given.
     priced: bool,
+    /// What each track's own pod and model decide, worked out once (not at every step).
+    facts: Vec<Facts>,
+}
+
+/// What a track's pod and model decide for all its steps.
+struct Facts {
+    /// Its price per GPU-hour ([`charges::price_of`]).
+    price: Option<f64>,
+    /// Its pod is a placeholder ([`placeholder`]).
+    placeholder: bool,
+    /// Its pod's granted fraction of the GPU, in share units.
+    fraction: Option<u64>,
 }
 
 /// The whole window's accumulator and each period's.
@@ -387,6 +399,15 @@ pub fn showback_with(
         hours_per_step: input.step_seconds / 3600.0,
         per: cfg.period_steps.filter(|p| *p > 0).unwrap_or(steps.max(1)),
         priced: cfg.default_price.is_some() || !cfg.prices.is_empty(),
+        facts: input
+            .tracks
+            .iter()
+            .map(|t| Facts {
+                price: charges::price_of(t, cfg),
+                placeholder: t.pod.as_deref().is_some_and(|p| placeholder(fractions, p)),
+                fraction: shares::fraction_units(fractions, t.pod.as_deref(), t),
+            })
+            .collect(),
     };
     let per = w.per;
     let periods = steps.div_ceil(per).max(1);

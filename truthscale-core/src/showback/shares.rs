@@ -4,6 +4,7 @@
 
 use super::charges::{add_charge, gpu_hours, price_of};
 use super::{Accs, Fraction, Holding, SHARE_UNITS, Tally, Window, placeholder};
+
 use crate::fleet::Track;
 
 /// One holder's share of one GPU-step, and what it did with it (fractions of its share).
@@ -33,6 +34,8 @@ pub(super) struct Charge<'a> {
     pub(super) device_use: (Option<f64>, Option<f64>),
     /// The track whose model prices it.
     pub(super) track: &'a Track,
+    /// That track's price per GPU-hour ([`price_of`]).
+    pub(super) price: Option<f64>,
 }
 
 /// The compute slices of a whole GPU of a track's model (7, or 4 on A30): the largest
@@ -55,8 +58,12 @@ fn memory_mib(t: &Track) -> Option<f64> {
 }
 
 /// The share units of a pod's granted fraction of the GPU `t` reads, where it has one.
-fn fraction_units(w: &Window<'_>, pod: Option<&str>, t: &Track) -> Option<u64> {
-    w.fractions
+pub(super) fn fraction_units(
+    fractions: &super::Fractions,
+    pod: Option<&str>,
+    t: &Track,
+) -> Option<u64> {
+    fractions
         .get(pod?)
         .and_then(|f: &Fraction| f.units(memory_mib(t)))
 }
@@ -143,9 +150,7 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
         }
         let period = s / w.per;
         let free = SHARE_UNITS.saturating_sub(sum);
-        let price = covering
-            .first()
-            .and_then(|&i| price_of(&input.tracks[i], w.cfg));
+        let price = covering.first().and_then(|&i| w.facts[i].price);
         for acc in accs.both(period) {
             acc.fleet += SHARE_UNITS;
             acc.unallocated += free;
@@ -244,7 +249,7 @@ fn step_shares(
             .copied()
             .filter(|&i| w.group[i].is_some())
             .filter(|&i| match tracks[i].pod.as_deref() {
-                Some(p) if placeholder(w.fractions, p) => {
+                Some(p) if w.facts[i].placeholder => {
                     if !tally.placeholders.contains(p) {
                         tally.placeholders.insert(p.to_string());
                     }
@@ -259,11 +264,7 @@ fn step_shares(
     let shared = whole.len() > 1;
     shares.clear();
     fractions.clear();
-    fractions.extend(
-        whole
-            .iter()
-            .map(|&i| fraction_units(w, tracks[i].pod.as_deref(), &tracks[i])),
-    );
+    fractions.extend(whole.iter().map(|&i| w.facts[i].fraction));
     for (&i, f) in whole.iter().zip(fractions.iter()) {
         if let (Some(_), Some(p)) = (f, &tracks[i].pod)
             && !tally.fractional.contains(p)
@@ -327,6 +328,7 @@ fn track_charges<'a>(
             down: false,
             device_use: (p.busy().map(ratio), p.ecf().map(ratio)),
             track: t,
+            price: w.facts[i].price,
         });
         if let Some(c) = charges.last_mut().filter(|_| !t.is_mig) {
             apply_measured(c, measured_use(w, t.pod.as_deref(), s, u));
@@ -359,10 +361,11 @@ fn holder_charges<'a>(
     let k = hs.len();
     let fractions: Vec<Option<u64>> = hs
         .iter()
-        .map(|h| fraction_units(w, Some(&h.pod), dev))
+        .map(|h| fraction_units(w.fractions, Some(&h.pod), dev))
         .collect();
-    for (h, u) in hs.iter().zip(whole_shares(&fractions)) {
-        if fraction_units(w, Some(&h.pod), dev).is_some() {
+    let price = price_of(dev, w.cfg);
+    for ((h, u), f) in hs.iter().zip(whole_shares(&fractions)).zip(&fractions) {
+        if f.is_some() {
             tally.fractional.insert(h.pod.clone());
         }
         shares.push((usize::MAX, u));
@@ -390,6 +393,7 @@ fn holder_charges<'a>(
             down: false,
             device_use: (p.busy().map(ratio), p.ecf().map(ratio)),
             track: dev,
+            price,
         });
         if let Some(c) = charges.last_mut() {
             apply_measured(c, measured_use(w, Some(&h.pod), s, u));

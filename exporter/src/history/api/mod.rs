@@ -2,12 +2,13 @@
 //! and errors that name the URL.
 
 mod answer;
+mod post;
 mod waiting;
 
 use answer::Envelope;
 #[cfg(test)]
 use answer::MAX_WARNINGS;
-pub(super) use answer::{Matrix, PromValue, Warnings};
+pub(super) use answer::{Matrix, PromValue, RangeSeries, Warnings};
 use anyhow::{Context, bail};
 use serde::de::{DeserializeOwned, IgnoredAny};
 use std::time::Duration;
@@ -128,6 +129,8 @@ pub(super) struct Counters {
     pub(super) sent: u64,
     /// Requests tried again after a passing failure.
     pub(super) retries: u64,
+    /// Requests answered by remote-read.
+    pub(super) remote_reads: u64,
     /// Time spent waiting for Prometheus' answers (until the whole body is read), summed
     /// over the requests (in flight together, they overlap).
     pub(super) waiting: Duration,
@@ -338,6 +341,16 @@ impl Client {
             .map_err(anyhow::Error::from)
     }
 
+    /// `GET base+path` once (no retry, no budget): the `data` of a successful answer, or an
+    /// error. For what the server says of itself, where a failure only means asking less.
+    pub(super) fn get_once<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        let (timeout, _) = self.call_timeout().map_err(anyhow::Error::from)?;
+        self.attempt(path, &[], timeout).map_err(|e| match e {
+            Attempt::Retry(e, _) => e,
+            Attempt::Fail(e) => e.into(),
+        })
+    }
+
     /// The error of a read whose deadline ran out.
     fn deadline_error(&self, d: Deadline) -> GetError {
         let c = self.counters();
@@ -388,6 +401,17 @@ impl Client {
         params: &[(&str, &str)],
         budget: Option<&Budget>,
     ) -> Result<T, GetError> {
+        self.tried(path, budget, |timeout| self.attempt(path, params, timeout))
+    }
+
+    /// Run `attempt` (one request, given its time limit) until it answers, retrying a
+    /// passing failure as [`Client::get_limited`] says; `path` names the request.
+    fn tried<T>(
+        &self,
+        path: &str,
+        budget: Option<&Budget>,
+        mut attempt: impl FnMut(Duration) -> Result<T, Attempt>,
+    ) -> Result<T, GetError> {
         let mut backoff = FIRST_BACKOFF;
         let mut probed = false;
         let mut tries = 0;
@@ -396,7 +420,7 @@ impl Client {
                 b.spend(&format!("{}{path}", self.base))?;
             }
             let (timeout, cut) = self.call_timeout()?;
-            let e = match self.attempt(path, params, timeout) {
+            let e = match attempt(timeout) {
                 Ok(data) => return Ok(data),
                 Err(Attempt::Fail(e)) => return Err(e),
                 Err(Attempt::Retry(e, timed_out)) => {
@@ -449,7 +473,7 @@ impl Client {
         let req = self.request(&url, path, params, timeout);
         let started = std::time::Instant::now();
         self.counters().sent += 1;
-        let (status, body) = self.call(&url, req)?;
+        let (status, body) = self.call(&url, || req.call())?;
         let answered = std::time::Instant::now();
         let decoded = decode::<T>(&url, status, &body);
         let limit = if status == 200 {
@@ -512,17 +536,18 @@ impl Client {
         req
     }
 
-    /// Send `req` to `url` and read its answer whole: the HTTP status and the body (at
+    /// Send the request (`send`) to `url` and read its answer whole: the HTTP status and the
+    /// body (at
     /// most `max_body` bytes). A connection refused or cut and no answer in time are
     /// passing; a body over the cap is final.
     fn call(
         &self,
         url: &str,
-        req: ureq::RequestBuilder<ureq::typestate::WithoutBody>,
+        send: impl FnOnce() -> Result<ureq::http::Response<ureq::Body>, ureq::Error>,
     ) -> Result<(u16, Vec<u8>), Attempt> {
         let timeout = self.timeout;
         let max_body = self.max_body;
-        let mut resp = req.call().map_err(|e| {
+        let mut resp = send().map_err(|e| {
             let timed_out = matches!(e, ureq::Error::Timeout(_));
             let passing =
                 timed_out || matches!(e, ureq::Error::Io(_) | ureq::Error::ConnectionFailed);
@@ -574,10 +599,7 @@ impl Client {
     clippy::disallowed_methods,
     reason = "narrows the agent's whole-request timeout for one request"
 )]
-fn within(
-    req: ureq::RequestBuilder<ureq::typestate::WithoutBody>,
-    timeout: Duration,
-) -> ureq::RequestBuilder<ureq::typestate::WithoutBody> {
+fn within<B>(req: ureq::RequestBuilder<B>, timeout: Duration) -> ureq::RequestBuilder<B> {
     req.config().timeout_global(Some(timeout)).build()
 }
 

@@ -1,0 +1,357 @@
+//! Reading a plain series by Prometheus' remote-read API, its raw samples streamed as
+//! XOR chunks, and evaluating it at each step here exactly as the server's range query
+//! would (ADR 0008): the server skips PromQL's evaluation and the JSON, and truthscale
+//! skips parsing it. Used where the server shows how it evaluates (`--remote-read`);
+//! `query_range` otherwise, and for every query that is more than a series' name and
+//! matchers.
+
+mod wire;
+
+use super::History;
+use super::api::{Budget, Client, GetError, Matrix, PromValue, RangeSeries};
+use super::args::RemoteRead;
+use super::columns::Column;
+use super::selector::Matcher;
+use anyhow::bail;
+use std::collections::BTreeMap;
+use wire::{Label, LabelMatcher};
+
+/// The path of the remote-read API.
+const READ_PATH: &str = "/api/v1/read";
+/// A stale marker's bits (Prometheus' `value.StaleNaN`): the series ended there.
+const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
+
+/// How the server evaluates a plain selector in a range query, as it says itself: what
+/// lets its raw samples be evaluated here exactly as it would.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Evaluation {
+    /// `--query.lookback-delta`, in milliseconds: how far back a step takes the newest
+    /// sample from.
+    pub(super) lookback: i64,
+    /// Prometheus 3 leaves a sample exactly `lookback` before a step out (the lookback is
+    /// left-open); Prometheus 2 takes it.
+    pub(super) left_open: bool,
+    /// The server's version, for the log.
+    pub(super) version: String,
+    /// `--selector`'s matchers, for the requests.
+    pub(super) matchers: Vec<Matcher>,
+}
+
+/// `/api/v1/status/buildinfo`'s `data`.
+#[derive(serde::Deserialize)]
+struct BuildInfo {
+    version: String,
+    /// Set by servers that serve Prometheus' API without being Prometheus (Mimir).
+    application: Option<String>,
+}
+
+/// `/api/v1/status/config`'s `data`.
+#[derive(serde::Deserialize)]
+struct Config {
+    yaml: String,
+}
+
+/// What the server says of itself, or why its raw samples cannot be evaluated here as it
+/// would: not Prometheus 2.13 or later (the first with streamed chunks), no lookback flag
+/// listed, or external labels (which remote-read adds to every series and a range query
+/// does not).
+fn learn(client: &Client, matchers: &str) -> Result<Evaluation, String> {
+    let info: BuildInfo = client
+        .get_once("/api/v1/status/buildinfo")
+        .map_err(|e| format!("{e:#}"))?;
+    if let Some(app) = info.application.filter(|a| a != "Prometheus") {
+        return Err(format!("the server is {app}, not Prometheus"));
+    }
+    let version = info.version;
+    let mut parts = version
+        .split(['.', '-', '+'])
+        .map(|p| p.parse::<u32>().ok());
+    let (Some(Some(major)), Some(Some(minor))) = (parts.next(), parts.next()) else {
+        return Err(format!(
+            "the server's version {version:?} is not Prometheus'"
+        ));
+    };
+    if (major, minor) < (2, 13) {
+        return Err(format!(
+            "the server's version {version} is older than Prometheus 2.13, the first to stream chunks"
+        ));
+    }
+    let flags: BTreeMap<String, String> = client
+        .get_once("/api/v1/status/flags")
+        .map_err(|e| format!("{e:#}"))?;
+    let lookback = flags
+        .get("query.lookback-delta")
+        .ok_or("the server lists no query.lookback-delta flag")?;
+    let lookback = prometheus_duration(lookback).ok_or_else(|| {
+        format!("the server's query.lookback-delta {lookback:?} is not a duration")
+    })?;
+    let config: Config = client
+        .get_once("/api/v1/status/config")
+        .map_err(|e| format!("{e:#}"))?;
+    if config.yaml.contains("external_labels:") {
+        return Err(
+            "the server has external labels, which remote-read adds to every series".into(),
+        );
+    }
+    let matchers =
+        super::selector::matchers(matchers).ok_or("--selector is not a list of label matchers")?;
+    Ok(Evaluation {
+        lookback,
+        left_open: major >= 3,
+        version,
+        matchers,
+    })
+}
+
+/// A duration as Prometheus writes one (`5m`, `1h30m`, `90s`, `500ms`; units y, w, d, h,
+/// m, s, ms), in milliseconds.
+fn prometheus_duration(text: &str) -> Option<i64> {
+    let mut rest = text.trim();
+    let mut total = 0i64;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let n: i64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let unit = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let ms = match &rest[..unit] {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            "w" => 7 * 86_400_000,
+            "y" => 365 * 86_400_000,
+            _ => return None,
+        };
+        total = total.checked_add(n.checked_mul(ms)?)?;
+        rest = &rest[unit..];
+    }
+    Some(total)
+}
+
+impl History {
+    /// Decide how the GPU series are read, as `--remote-read` says: by remote-read where
+    /// the server shows how it evaluates (`auto`; `always` fails naming why not), by
+    /// `query_range` otherwise.
+    ///
+    /// # Errors
+    /// `--remote-read always` and the server does not show how it evaluates.
+    pub(super) fn choose_remote_read(&mut self, when: RemoteRead) -> anyhow::Result<()> {
+        if when == RemoteRead::Never {
+            return Ok(());
+        }
+        match learn(&self.client, &self.matchers) {
+            Ok(e) => {
+                tracing::info!(
+                    "reading the GPU series by remote-read from Prometheus {} (lookback {} ms{})",
+                    e.version,
+                    e.lookback,
+                    if e.left_open { ", left-open" } else { "" }
+                );
+                self.remote = Some(e);
+            }
+            Err(why) if when == RemoteRead::Always => {
+                bail!("--remote-read always: {}: {why}", self.client.base)
+            }
+            Err(why) => tracing::info!("reading the GPU series by query_range: {why}"),
+        }
+        Ok(())
+    }
+
+    /// Column `i`'s answer over `[first, last]` by remote-read, where it is used and the
+    /// column is a plain series: `None` otherwise, or when a remote-read failed under
+    /// `auto` (said once; `query_range` from then on).
+    pub(super) fn read_remote(
+        &self,
+        column: &Column,
+        first: i64,
+        last: i64,
+    ) -> Option<anyhow::Result<Matrix>> {
+        use std::sync::atomic::Ordering;
+        let e = self.remote.as_ref()?;
+        if column.summary.is_some()
+            || column.holder.is_some()
+            || self.remote_failed.load(Ordering::Relaxed)
+        {
+            return None;
+        }
+        let budget = Budget::new(self.requests_per_query);
+        match self.remote_matrix(e, &column.name, first, last, &budget) {
+            Ok(m) => Some(Ok(m)),
+            Err(err) if self.remote_when == RemoteRead::Always => Some(Err(err.into())),
+            Err(err) => {
+                if !self.remote_failed.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "remote-read failed, reading by query_range from now on: {:#}",
+                        anyhow::Error::from(err)
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// The series `name{--selector}` over `[first, last]` at the range's step, as the
+    /// server's range query would answer them, from one remote-read request.
+    fn remote_matrix(
+        &self,
+        e: &Evaluation,
+        name: &str,
+        first: i64,
+        last: i64,
+        budget: &Budget,
+    ) -> Result<Matrix, GetError> {
+        let request = request(e, name, first.saturating_sub(e.lookback), last);
+        let step = self.range.step;
+        self.client
+            .post_read(READ_PATH, &request, Some(budget), |body| {
+                let mut matrix = Series::default();
+                wire::frames(body, |frame| {
+                    for s in frame.chunked_series {
+                        matrix.add(s, (first, last, step), e)?;
+                    }
+                    Ok(())
+                })?;
+                Ok(matrix.finish((first, last, step), e))
+            })
+    }
+}
+
+/// The remote-read request for `name` and the selector over `[start, end]` (ms), as its
+/// snappy block.
+fn request(e: &Evaluation, name: &str, start: i64, end: i64) -> Vec<u8> {
+    use prost::Message as _;
+    let op = |op: &str| match op {
+        "!=" => 1,
+        "=~" => 2,
+        "!~" => 3,
+        _ => 0,
+    };
+    let mut matchers = vec![LabelMatcher {
+        r#type: 0,
+        name: "__name__".into(),
+        value: name.into(),
+    }];
+    matchers.extend(e.matchers.iter().map(|m| LabelMatcher {
+        r#type: op(m.op),
+        name: m.name.clone(),
+        value: m.value.clone(),
+    }));
+    let req = wire::ReadRequest {
+        queries: vec![wire::Query {
+            start_timestamp_ms: start,
+            end_timestamp_ms: end,
+            matchers,
+        }],
+        accepted_response_types: vec![wire::STREAMED_XOR_CHUNKS],
+    };
+    wire::snappy_literal(&req.encode_to_vec())
+}
+
+/// A matrix built from streamed series: the series being read (a series may go on in the
+/// next frame), its samples, and the series done.
+#[derive(Default)]
+struct Series {
+    labels: Vec<Label>,
+    samples: Vec<(i64, f64)>,
+    result: Vec<RangeSeries>,
+    values: Vec<(f64, PromValue)>,
+}
+
+impl Series {
+    /// Take one streamed series (or the next part of the one being read).
+    fn add(
+        &mut self,
+        s: wire::ChunkedSeries,
+        steps: (i64, i64, i64),
+        e: &Evaluation,
+    ) -> anyhow::Result<()> {
+        if s.labels != self.labels {
+            self.flush(steps, e);
+            self.labels = s.labels;
+        }
+        for c in s.chunks {
+            if c.r#type != wire::XOR {
+                bail!("a chunk of encoding {} (not XOR: a histogram?)", c.r#type);
+            }
+            wire::xor_samples(&c.data, &mut self.samples)?;
+        }
+        Ok(())
+    }
+
+    /// The series being read evaluated at each step; left out, as a range query leaves it,
+    /// when no step has a value.
+    fn flush(&mut self, steps: (i64, i64, i64), e: &Evaluation) {
+        let mut samples = std::mem::take(&mut self.samples);
+        if !samples.windows(2).all(|w| w[0].0 < w[1].0) {
+            // Overlapping chunks: time order, the later of two at one time kept.
+            samples.sort_by_key(|s| s.0);
+            samples.reverse();
+            samples.dedup_by_key(|s| s.0);
+            samples.reverse();
+        }
+        let start = self.values.len();
+        evaluate(&samples, steps, e, &mut self.values);
+        if self.values.len() > start {
+            let metric = std::mem::take(&mut self.labels)
+                .into_iter()
+                .map(|l| (l.name, l.value))
+                .collect();
+            self.result.push(RangeSeries {
+                metric,
+                values: start..self.values.len(),
+            });
+        }
+        samples.clear();
+        self.samples = samples;
+    }
+
+    fn finish(mut self, steps: (i64, i64, i64), e: &Evaluation) -> Matrix {
+        self.flush(steps, e);
+        Matrix {
+            result_type: "matrix".into(),
+            result: self.result,
+            values: self.values,
+        }
+    }
+}
+
+/// The values a range query of one series gives at `first, first + step, … ≤ last` from
+/// its raw `samples` (time order): at each step the newest sample at or before it, if
+/// within the lookback and not a stale marker.
+fn evaluate(
+    samples: &[(i64, f64)],
+    (first, last, step): (i64, i64, i64),
+    e: &Evaluation,
+    out: &mut Vec<(f64, PromValue)>,
+) {
+    let mut next = 0;
+    let mut t = first;
+    while t <= last {
+        while next < samples.len() && samples[next].0 <= t {
+            next += 1;
+        }
+        if let Some(&(at, v)) = next.checked_sub(1).and_then(|i| samples.get(i)) {
+            let oldest = t - e.lookback;
+            let within = if e.left_open {
+                at > oldest
+            } else {
+                at >= oldest
+            };
+            if within && v.to_bits() != STALE_NAN {
+                out.push((t as f64 / 1000.0, PromValue(Some(v))));
+            }
+        }
+        t += step;
+    }
+}
+
+#[cfg(test)]
+mod tests;

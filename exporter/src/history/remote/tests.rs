@@ -1,0 +1,113 @@
+use super::*;
+
+fn prometheus(version: u32) -> Evaluation {
+    Evaluation {
+        lookback: 300_000,
+        left_open: version >= 3,
+        version: format!("{version}.0.0"),
+        matchers: Vec::new(),
+    }
+}
+
+/// The values at each step, as `(seconds, value)`.
+fn at_steps(samples: &[(i64, f64)], steps: (i64, i64, i64), e: &Evaluation) -> Vec<(f64, f64)> {
+    let mut out = Vec::new();
+    evaluate(samples, steps, e, &mut out);
+    out.into_iter().map(|(t, v)| (t, v.0.unwrap())).collect()
+}
+
+#[test]
+fn each_step_takes_the_newest_sample_within_the_lookback() {
+    // Samples at 10 s, 20 s and 30 s; steps every 100 s from 0 to 400 s. As Prometheus'
+    // own staleness tests have it: the value at 30 s holds until 330 s (Prometheus 2) or
+    // 329.999 s (Prometheus 3), and a stale marker ends it at once.
+    let samples = [(10_000, 0.0), (20_000, 1.0), (30_000, 2.0)];
+    let v2 = prometheus(2);
+    assert_eq!(
+        at_steps(&samples, (0, 400_000, 100_000), &v2),
+        vec![(100.0, 2.0), (200.0, 2.0), (300.0, 2.0)]
+    );
+    assert_eq!(
+        at_steps(&samples, (330_000, 330_000, 1), &v2),
+        vec![(330.0, 2.0)]
+    );
+    assert_eq!(at_steps(&samples, (330_001, 330_001, 1), &v2), vec![]);
+    let v3 = prometheus(3);
+    assert_eq!(at_steps(&samples, (330_000, 330_000, 1), &v3), vec![]);
+    assert_eq!(
+        at_steps(&samples, (329_999, 329_999, 1), &v3),
+        vec![(329.999, 2.0)]
+    );
+    // A step exactly at a sample takes it; one between two takes the earlier.
+    assert_eq!(
+        at_steps(&samples, (20_000, 25_000, 5_000), &v2),
+        vec![(20.0, 1.0), (25.0, 1.0)]
+    );
+    let stale = [
+        (10_000, 1.0),
+        (20_000, f64::from_bits(STALE_NAN)),
+        (40_000, 3.0),
+    ];
+    assert_eq!(
+        at_steps(&stale, (10_000, 40_000, 10_000), &v2),
+        vec![(10.0, 1.0), (40.0, 3.0)]
+    );
+}
+
+#[test]
+fn a_plain_nan_is_a_value_and_a_series_without_steps_is_left_out() {
+    let e = prometheus(2);
+    let mut out = Vec::new();
+    evaluate(&[(0, f64::NAN)], (0, 0, 1), &e, &mut out);
+    assert!(out[0].1.0.unwrap().is_nan());
+    let series = Series {
+        labels: vec![Label {
+            name: "__name__".into(),
+            value: "x".into(),
+        }],
+        samples: vec![(0, 1.0)],
+        ..Series::default()
+    };
+    let m = series.finish((1_000_000, 2_000_000, 1000), &e);
+    assert!(m.result.is_empty() && m.values.is_empty());
+}
+
+#[test]
+fn durations_read_as_prometheus_writes_them() {
+    assert_eq!(prometheus_duration("5m"), Some(300_000));
+    assert_eq!(prometheus_duration("1h30m"), Some(5_400_000));
+    assert_eq!(prometheus_duration("90s"), Some(90_000));
+    assert_eq!(prometheus_duration("1m500ms"), Some(60_500));
+    assert_eq!(prometheus_duration("2d"), Some(172_800_000));
+    assert_eq!(prometheus_duration(""), None);
+    assert_eq!(prometheus_duration("5"), None);
+    assert_eq!(prometheus_duration("5x"), None);
+}
+
+#[test]
+fn the_request_names_the_series_and_the_selector() {
+    use prost::Message as _;
+    let mut e = prometheus(2);
+    e.matchers = crate::history::selector::matchers(r#"a="x\"y",b!~"c.*""#).unwrap();
+    let body = request(&e, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 1, 2);
+    // A snappy block of literals: the length, a tag, then the message itself.
+    let (len, n) = wire::tests_uvarint(&body);
+    let message = &body[n + if len <= 60 { 1 } else { 3 }..];
+    let req = wire::ReadRequest::decode(message).unwrap();
+    assert_eq!(req.accepted_response_types, vec![wire::STREAMED_XOR_CHUNKS]);
+    let q = &req.queries[0];
+    assert_eq!((q.start_timestamp_ms, q.end_timestamp_ms), (1, 2));
+    let m: Vec<(i32, &str, &str)> = q
+        .matchers
+        .iter()
+        .map(|m| (m.r#type, m.name.as_str(), m.value.as_str()))
+        .collect();
+    assert_eq!(
+        m,
+        vec![
+            (0, "__name__", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"),
+            (0, "a", "x\"y"),
+            (3, "b", "c.*"),
+        ]
+    );
+}
