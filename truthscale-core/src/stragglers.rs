@@ -210,6 +210,52 @@ pub struct Stragglers {
     last: Option<Timestamp>,
     /// A GPU out of its band: seconds since the sample that first found it there.
     out: HashMap<EntityId, f64>,
+    /// The last sample's jobs, reused while the next sample's entities have the same keys.
+    jobs: Jobs,
+}
+
+/// Each entity's job key (`namespace`, name) of one sample, in entity order, and the jobs
+/// of three or more members found in them: each one's name and members' positions.
+#[derive(Debug, Clone, Default)]
+struct Jobs {
+    keys: Vec<Option<(Option<String>, String)>>,
+    jobs: Vec<(String, Vec<usize>)>,
+}
+
+impl Jobs {
+    /// Whether `sample`'s entities have these keys, in this order.
+    fn fit(&self, sample: &Sample, cfg: &StragglerConfig) -> bool {
+        self.keys.len() == sample.entities.len()
+            && sample.entities.iter().zip(&self.keys).all(|(e, k)| {
+                job_key(e, cfg) == k.as_ref().map(|(ns, name)| (ns.as_deref(), name.as_str()))
+            })
+    }
+
+    /// The keys and jobs of `sample`: each entity's job, in one list sorted by job then
+    /// position, so that a job is a run of it; only a job of three or more is kept.
+    fn of(sample: &Sample, cfg: &StragglerConfig) -> Jobs {
+        let mut keyed: Vec<(Option<&str>, &str, usize)> = sample
+            .entities
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| job_key(e, cfg).map(|(ns, name)| (ns, name, i)))
+            .collect();
+        keyed.sort_unstable();
+        let jobs = keyed
+            .chunk_by(|a, b| (a.0, a.1) == (b.0, b.1))
+            .filter(|run| run.len() >= 3)
+            .map(|run| {
+                let members = run.iter().map(|k| k.2).collect();
+                (job_name((run[0].0, run[0].1)), members)
+            })
+            .collect();
+        let keys = sample
+            .entities
+            .iter()
+            .map(|e| job_key(e, cfg).map(|(ns, name)| (ns.map(str::to_owned), name.to_owned())))
+            .collect();
+        Jobs { keys, jobs }
+    }
 }
 
 impl Stragglers {
@@ -235,30 +281,15 @@ impl Stragglers {
             .last
             .map_or(0.0, |t| sample.taken.seconds_since(t).max(0.0));
         self.last = Some(sample.taken);
-        // Each entity's job, borrowed, in one list sorted by job then position: a job is a
-        // run of it. Only a job of three or more is named and judged.
-        let mut keyed: Vec<(Option<&str>, &str, usize)> = sample
-            .entities
-            .iter()
-            .enumerate()
-            .filter_map(|(i, e)| job_key(e, cfg).map(|(ns, name)| (ns, name, i)))
-            .collect();
-        keyed.sort_unstable();
+        // A sample's entities are most often the last one's, in the same order: their jobs
+        // are found again only when their keys differ.
+        if !self.jobs.fit(sample, cfg) {
+            self.jobs = Jobs::of(sample, cfg);
+        }
         let mut seen = HashMap::with_capacity(self.out.len());
         let mut out = Vec::new();
-        for run in keyed.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
-            if run.len() >= 3 {
-                let members: Vec<usize> = run.iter().map(|k| k.2).collect();
-                self.mark_job(
-                    &sample.entities,
-                    &job_name((run[0].0, run[0].1)),
-                    &members,
-                    dt,
-                    cfg,
-                    &mut seen,
-                    &mut out,
-                );
-            }
+        for (job, members) in &self.jobs.jobs {
+            self.mark_job(&sample.entities, job, members, dt, cfg, &mut seen, &mut out);
         }
         self.out = seen;
         out.sort_by_key(|m| m.index);

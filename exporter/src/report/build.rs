@@ -110,19 +110,33 @@ pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built>
         );
     }
     let analysis = Instant::now();
-    let mut doc = super::document(&input, source, &cfg.fleet);
+    let per = source.steps_per_point;
+    // The fleet's analysis and the showback (or the funnel, which is one) read the same
+    // tracks and nothing of each other: on two threads.
+    let (mut doc, charged) = std::thread::scope(|scope| {
+        let charged = scope.spawn(|| match (&cfg.showback, &attributes) {
+            (Some(args), Some(attrs)) => Ok((showback_of(&input, cfg, args, attrs, per), args)),
+            _ => Err(super::funnel::funnel(&input, &held_steps, &cfg.fleet, per)),
+        });
+        let doc = super::document(&input, source, &cfg.fleet);
+        (doc, charged.join())
+    });
+    let charged = charged.map_err(|_| anyhow::anyhow!("the showback's thread panicked"))?;
     owners.apply(&mut doc.fleet.idle);
     if !doc.fleet.idle.workloads.is_empty() {
         doc.fleet.notes.push(owners.note.clone());
     }
-    let every_group = match (&cfg.showback, &attributes) {
-        (Some(args), Some(attrs)) => Some(add_showback(&mut doc, &input, cfg, args, attrs)),
-        _ => None,
+    let every_group = match charged {
+        Ok((sb, args)) => {
+            let sb = add_showback(&mut doc, sb, args);
+            doc.funnel = Some(sb.total.funnel.clone());
+            Some(sb)
+        }
+        Err(funnel) => {
+            doc.funnel = Some(funnel);
+            None
+        }
     };
-    doc.funnel = Some(match &every_group {
-        Some(sb) => sb.total.funnel.clone(),
-        None => super::funnel::funnel(&input, &held_steps, &cfg.fleet, doc.source.steps_per_point),
-    });
     if cfg.clusters {
         let clusters = super::by_cluster(&input, &cfg.fleet);
         doc.fleet.notes.extend(notes::clusters_note(clusters.len()));
@@ -139,20 +153,19 @@ pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built>
     })
 }
 
-/// The showback of `input` by `args.by`, checked against the sizing: the document takes
-/// its `--top` groups (the rest folded in one row); every group is returned, for the JSON.
-fn add_showback(
-    doc: &mut Document,
+/// The showback of `input` by `args.by` (`per`: steps a point).
+fn showback_of(
     input: &FleetInput,
     cfg: &Config,
     args: &ShowbackArgs,
     attrs: &PodAttributes,
+    per: usize,
 ) -> Showback {
     let by = &args.by;
     let groups = showback::groups(input, by, attrs);
     let requested = showback::requested_by_group(input, &groups, by, attrs);
-    let holders = showback::holders(input, by, attrs, doc.source.steps_per_point);
-    let measured = super::fractions::by_point(&attrs.measured, doc.source.steps_per_point);
+    let holders = showback::holders(input, by, attrs, per);
+    let measured = super::fractions::by_point(&attrs.measured, per);
     let period_steps = args
         .every
         .map(|e| ((e.as_secs_f64() / input.step_seconds).round() as usize).max(1));
@@ -173,6 +186,12 @@ fn add_showback(
         },
     );
     sb.notes.extend(attrs.notes.iter().cloned());
+    sb
+}
+
+/// The showback checked against the sizing: the document takes its `--top` groups (the
+/// rest folded in one row); every group is returned, for the JSON.
+fn add_showback(doc: &mut Document, mut sb: Showback, args: &ShowbackArgs) -> Showback {
     truthscale_core::showback::check_against_sizing(&mut sb, &doc.fleet);
     let mut shown = sb.clone();
     showback::fold_rest(&mut shown, args.top);

@@ -159,11 +159,14 @@ impl Use {
 }
 
 /// Adds one charge to the window's and its period's accumulators; a model without a price
-/// (where prices were given) goes to `unpriced`.
+/// (where prices were given) goes to `unpriced`. `new_pod`: the charge's pod may not be
+/// among its group's workloads yet (a pod read at an earlier step of the same GPU and
+/// period is).
 pub(super) fn add_charge(
     c: &Charge<'_>,
     w: &Window<'_>,
     accs: [&mut PeriodAcc; 2],
+    new_pod: bool,
     unpriced: &mut BTreeSet<String>,
 ) {
     let hours = gpu_hours(c.units, w.hours_per_step);
@@ -179,7 +182,7 @@ pub(super) fn add_charge(
             Some(a) => a,
             None => acc.groups.entry(c.group.to_owned()).or_default(),
         };
-        if c.read
+        if new_pod
             && let Some(pod) = c.pod
             && !a.workloads.contains(pod)
         {

@@ -118,6 +118,9 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
     let mut was_shared = false;
     let mut scratch = Scratch::default();
     let mut charges = Vec::new();
+    // The (period, group, pod) whose pod is already among its group's workloads: a GPU's
+    // holders are charged at every step, and looked up in a set of every pod once.
+    let mut listed: Vec<(usize, &str, &str)> = Vec::new();
     for s in first..end {
         let shared = step_shares(w, members, s, tally, &mut scratch);
         let (covering, shares) = (&scratch.covering, &mut scratch.shares);
@@ -167,7 +170,16 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
                 .add_step(health, &charges, w.cfg, w.hours_per_step);
         }
         for c in &charges {
-            add_charge(c, w, accs.both(period), &mut tally.unpriced);
+            let new_pod = c.read
+                && c.pod.is_some_and(|pod| {
+                    let key = (period, c.group, pod);
+                    let new = !listed.contains(&key);
+                    if new {
+                        listed.push(key);
+                    }
+                    new
+                });
+            add_charge(c, w, accs.both(period), new_pod, &mut tally.unpriced);
         }
     }
     tally.shared_gpus += usize::from(was_shared);

@@ -379,3 +379,52 @@ fn comm_bound_takes_over_from_stalled() {
         Some(Phase::Stalled)
     );
 }
+
+/// The jobs kept from the last sample give the marks finding them afresh gives, whatever
+/// the entities do from sample to sample: the same, moved between pods (one key changed,
+/// the count the same), reordered, or fewer.
+#[test]
+fn jobs_kept_from_the_last_sample_mark_as_found_afresh() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    let cfg = StragglerConfig {
+        sustain_seconds: 0.0,
+        ..StragglerConfig::default()
+    };
+    let pods = [Some("a"), Some("b"), Some("c"), None];
+    let mut entities: Vec<EntitySample> = (0..9)
+        .map(|i| gpu(i, pods[i as usize % 3], 1980.0, 0.05))
+        .collect();
+    let (mut kept, mut afresh) = (Stragglers::default(), Stragglers::default());
+    for k in 0..400 {
+        match rng.random_range(0..5) {
+            0 => {
+                let i = rng.random_range(0..entities.len());
+                let p = pods[rng.random_range(0..pods.len())];
+                entities[i] = gpu(u32::try_from(i).unwrap(), p, 1980.0, 0.05);
+            }
+            1 => {
+                let j = rng.random_range(0..entities.len());
+                entities.swap(0, j);
+            }
+            2 if entities.len() > 3 => {
+                entities.pop();
+            }
+            _ => {}
+        }
+        for e in &mut entities {
+            e.readings
+                .set_value(Field::SmClockMhz, rng.random_range(1000.0..2000.0));
+        }
+        let sample = Sample {
+            taken: Timestamp(k * 1000),
+            entities: entities.clone(),
+        };
+        afresh.jobs = Jobs::default();
+        assert_eq!(
+            kept.marks(&sample, &cfg),
+            afresh.marks(&sample, &cfg),
+            "sample {k}"
+        );
+    }
+}
