@@ -80,6 +80,13 @@ impl Built {
     }
 }
 
+/// What the thread beside the fleet's analysis worked out: the showback `--by` asked for
+/// (with its flags), else the funnel alone.
+enum Charged<'a> {
+    Showback(Box<Showback>, &'a ShowbackArgs),
+    Funnel(truthscale_core::showback::Funnel),
+}
+
 /// Read `history` and build the report.
 ///
 /// # Errors
@@ -115,8 +122,10 @@ pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built>
     // tracks and nothing of each other: on two threads.
     let (mut doc, charged) = std::thread::scope(|scope| {
         let charged = scope.spawn(|| match (&cfg.showback, &attributes) {
-            (Some(args), Some(attrs)) => Ok((showback_of(&input, cfg, args, attrs, per), args)),
-            _ => Err(super::funnel::funnel(&input, &held_steps, &cfg.fleet, per)),
+            (Some(args), Some(attrs)) => {
+                Charged::Showback(Box::new(showback_of(&input, cfg, args, attrs, per)), args)
+            }
+            _ => Charged::Funnel(super::funnel::funnel(&input, &held_steps, &cfg.fleet, per)),
         });
         let doc = super::document(&input, source, &cfg.fleet);
         (doc, charged.join())
@@ -127,12 +136,12 @@ pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built>
         doc.fleet.notes.push(owners.note.clone());
     }
     let every_group = match charged {
-        Ok((sb, args)) => {
-            let sb = add_showback(&mut doc, sb, args);
+        Charged::Showback(sb, args) => {
+            let sb = add_showback(&mut doc, *sb, args);
             doc.funnel = Some(sb.total.funnel.clone());
             Some(sb)
         }
-        Err(funnel) => {
+        Charged::Funnel(funnel) => {
             doc.funnel = Some(funnel);
             None
         }

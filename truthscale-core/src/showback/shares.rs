@@ -170,20 +170,30 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
                 .add_step(health, &charges, w.cfg, w.hours_per_step);
         }
         for c in &charges {
-            let new_pod = c.read
-                && c.pod.is_some_and(|pod| {
-                    let key = (period, c.group, pod);
-                    let new = !listed.contains(&key);
-                    if new {
-                        listed.push(key);
-                    }
-                    new
-                });
+            let new_pod = unlisted(&mut listed, period, c);
             add_charge(c, w, accs.both(period), new_pod, &mut tally.unpriced);
         }
     }
     tally.shared_gpus += usize::from(was_shared);
     tally.allocation.0 += usize::from(charged);
+}
+
+/// Whether the charge `c` of `period` reads a pod not yet in `listed` (which then lists
+/// it): only then may the pod be missing from its group's workloads.
+fn unlisted<'a>(
+    listed: &mut Vec<(usize, &'a str, &'a str)>,
+    period: usize,
+    c: &Charge<'a>,
+) -> bool {
+    let Some(pod) = c.pod.filter(|_| c.read) else {
+        return false;
+    };
+    let key = (period, c.group, pod);
+    let new = !listed.contains(&key);
+    if new {
+        listed.push(key);
+    }
+    new
 }
 
 /// Whether the GPU was unavailable at step `s` (any entity of it judged so: health is the
