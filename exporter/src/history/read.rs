@@ -205,7 +205,7 @@ impl History {
                 for series in result {
                     let into = out.entry(series.metric).or_default();
                     for &(t, v) in values.get(series.values).unwrap_or_default() {
-                        let ms = (t * 1000.0).round() as i64;
+                        let ms = super::merge::millis(t);
                         let Ok(step) = usize::try_from((ms - range.start) / range.step) else {
                             continue;
                         };
