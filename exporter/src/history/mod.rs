@@ -424,6 +424,18 @@ pub(crate) fn rfc3339(ms: i64) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
+/// Read a streamed remote-read answer as a read does and return its series and values
+/// counts: the path such an answer takes from the HTTP body on, without the network. For
+/// the fuzz targets.
+///
+/// # Errors
+/// The answer's frames or chunks are malformed.
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub fn evaluate_remote_read_answer(body: &[u8]) -> anyhow::Result<(usize, usize)> {
+    remote::evaluate_answer(body)
+}
+
 /// Decode one `query_range` answer for the series `metric` (one of truthscale's own, or a
 /// DCGM field) and hand `on_sample` the samples it maps to: the path an answer takes from the
 /// HTTP body on, without the network. For the fuzz targets and tests.

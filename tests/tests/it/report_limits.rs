@@ -500,4 +500,29 @@ fn remote_read_gives_the_report_range_queries_give() {
         assert!(counted(&remote, "by remote-read") >= 5, "{}", remote.stderr);
         assert_eq!(counted(&range, "by remote-read"), 0, "{}", range.stderr);
     }
+
+    // A remote-read answer that is no stream of frames (a front that mangles it): under
+    // `auto` it is said once and the rest read by query_range, the same report; under
+    // `always` it is the error, naming what was wrong.
+    let want = answer(&report(&url, &until, "6h", NEVER));
+    let (bad, _) = front(prom.addr.clone(), |_, line| {
+        line.starts_with("POST /api/v1/read")
+            .then(|| http("200 OK", "no frames here"))
+    });
+    let run = report(&bad, &until, "6h", &[]);
+    assert_eq!(answer(&run), want, "stderr:\n{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("remote-read failed, reading by query_range from now on"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(counted(&run, "by remote-read"), 0, "{}", run.stderr);
+    let run = report(&bad, &until, "6h", &["--remote-read", "always"]);
+    assert_eq!(run.code, Some(2), "stderr:\n{}", run.stderr);
+    assert!(
+        run.stderr.contains("the streamed answer") && run.stderr.contains("frame at byte 0"),
+        "{}",
+        run.stderr
+    );
 }

@@ -353,5 +353,41 @@ fn evaluate(
     }
 }
 
+/// A streamed remote-read answer read as a read does (its frames, chunks and steps: every
+/// minute over ten hours from time 0, a Prometheus 2 lookback of five minutes): the series
+/// and values it gives. Panics when a series' values are not at increasing steps on the
+/// grid. For the fuzz target.
+///
+/// # Errors
+/// The answer's frames or chunks are malformed.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn evaluate_answer(body: &[u8]) -> anyhow::Result<(usize, usize)> {
+    let e = Evaluation {
+        lookback: 300_000,
+        left_open: false,
+        version: String::new(),
+        matchers: Vec::new(),
+    };
+    let steps = (0, 36_000_000, 60_000);
+    let mut series = Series::default();
+    wire::frames(body, |frame| {
+        for s in frame.chunked_series {
+            series.add(s, steps, &e)?;
+        }
+        Ok(())
+    })?;
+    let m = series.finish(steps, &e);
+    for s in &m.result {
+        let v = m.values_of(s);
+        assert!(!v.is_empty(), "a series without values is left out");
+        assert!(v.windows(2).all(|w| w[0].0 < w[1].0), "steps go forward");
+        assert!(
+            v.iter().all(|(t, _)| (t * 1000.0) % 60_000.0 == 0.0),
+            "on the grid"
+        );
+    }
+    Ok((m.result.len(), m.values.len()))
+}
+
 #[cfg(test)]
 mod tests;
