@@ -64,7 +64,7 @@ impl History {
     /// the number of series seen so far (at most [`CHUNK_POINTS`] steps, and no more than a
     /// split query was answered for), so memory does not grow with GPUs × steps. A chunk's
     /// queries (one per name) run up to `--max-queries-in-flight` at once, and the next
-    /// chunk is read while this one is handed over. Returns what was read and where the time
+    /// chunk is read and merged on a thread of its own while this one is handed over. Returns what was read and where the time
     /// went.
     ///
     /// # Errors
@@ -85,7 +85,7 @@ impl History {
         let this = self;
         let bar = progress.as_ref();
         let result = std::thread::scope(|scope| -> anyhow::Result<()> {
-            let readers = this.start_readers(scope, bar);
+            let chunks = this.start_merging(scope, bar, bands);
             // The queries expected: those done, and a name's per chunk of `per` steps after
             // `end` (a split adds more).
             let expect = |end: i64, per: i64| {
@@ -100,14 +100,12 @@ impl History {
             expect(range.start - range.step, per);
             let mut pending = None;
             if range.start <= range.end {
-                readers.submit(range.start, last)?;
+                chunks.ask(range.start, last)?;
                 pending = Some((range.start, last));
             }
             while let Some((first, end)) = pending.take() {
-                let answers = readers.collect()?;
-                let t = std::time::Instant::now();
-                let (chunk, banded) = this.merge_chunk(first, end, bands, answers);
-                tally.merging += t.elapsed();
+                let (chunk, banded, merging) = chunks.next()?;
+                tally.merging += merging;
                 // Series per step (a split query brings its series more than once).
                 let chunk_steps = (end - first) / range.step + 1;
                 let held =
@@ -121,7 +119,7 @@ impl History {
                 if end < range.end {
                     let next = end + range.step;
                     let last = (next + (per - 1) * range.step).min(range.end);
-                    readers.submit(next, last)?;
+                    chunks.ask(next, last)?;
                     pending = Some((next, last));
                 }
                 let t = std::time::Instant::now();
@@ -137,6 +135,35 @@ impl History {
         }
         result?;
         Ok(self.stats(&tally))
+    }
+
+    /// Start the thread that reads and merges each chunk asked of it (its queries sent to
+    /// the reading threads, [`History::start_readers`], their answers merged,
+    /// [`History::merge_chunk`]), while the chunk before is handed over on this one.
+    fn start_merging<'scope, 'env>(
+        &'env self,
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        bar: Option<&'env indicatif::ProgressBar>,
+        bands: usize,
+    ) -> Merging {
+        let (asks, asked) = std::sync::mpsc::channel::<(i64, i64)>();
+        let (done, merged) = std::sync::mpsc::channel();
+        scope.spawn(move || {
+            let readers = self.start_readers(scope, bar);
+            for (first, end) in asked {
+                let chunk = readers.submit(first, end).and_then(|()| {
+                    let answers = readers.collect()?;
+                    let t = std::time::Instant::now();
+                    let (chunk, banded) = self.merge_chunk(first, end, bands, answers);
+                    Ok((chunk, banded, t.elapsed()))
+                });
+                let failed = chunk.is_err();
+                if done.send(chunk).is_err() || failed {
+                    break;
+                }
+            }
+        });
+        Merging { asks, merged }
     }
 
     /// One chunk's answers (one list per column, as [`History::read_chunk`] returns them)
@@ -247,6 +274,32 @@ impl History {
             splits: splits.load(std::sync::atomic::Ordering::Relaxed),
             warnings,
         }
+    }
+}
+
+/// The thread that reads and merges the chunks ([`History::start_merging`]): a chunk asked
+/// of it, and the chunks merged, in the order asked.
+struct Merging {
+    asks: std::sync::mpsc::Sender<(i64, i64)>,
+    merged: std::sync::mpsc::Receiver<anyhow::Result<Merged>>,
+}
+
+/// A chunk's step samples, its bands' and the time merging them took.
+type Merged = (Chunk, Vec<Chunk>, Duration);
+
+impl Merging {
+    /// Read and merge the chunk `[first, last]`.
+    fn ask(&self, first: i64, last: i64) -> anyhow::Result<()> {
+        self.asks
+            .send((first, last))
+            .map_err(|_| anyhow::anyhow!("the history's merging thread ended"))
+    }
+
+    /// The next chunk asked, merged.
+    fn next(&self) -> anyhow::Result<Merged> {
+        self.merged
+            .recv()
+            .map_err(|_| anyhow::anyhow!("the history's merging thread ended"))?
     }
 }
 

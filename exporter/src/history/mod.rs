@@ -436,6 +436,15 @@ pub fn evaluate_remote_read_answer(body: &[u8]) -> anyhow::Result<(usize, usize)
     remote::evaluate_answer(body)
 }
 
+/// `message` framed as a streamed remote-read answer frames it (length, CRC-32C): for the
+/// fuzz target, whose inputs then reach the protobuf and the chunks.
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+#[must_use]
+pub fn remote_read_frame(message: &[u8]) -> Vec<u8> {
+    remote::frame(message)
+}
+
 /// Decode one `query_range` answer for the series `metric` (one of truthscale's own, or a
 /// DCGM field) and hand `on_sample` the samples it maps to: the path an answer takes from the
 /// HTTP body on, without the network. For the fuzz targets and tests.

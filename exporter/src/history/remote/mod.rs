@@ -353,6 +353,9 @@ fn evaluate(
     }
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) use wire::frame;
+
 /// A streamed remote-read answer read as a read does (its frames, chunks and steps: every
 /// minute over ten hours from time 0, a Prometheus 2 lookback of five minutes): the series
 /// and values it gives. Panics when a series' values are not at increasing steps on the
