@@ -165,7 +165,7 @@ impl History {
         Ok(())
     }
 
-    /// Column `i`'s answer over `[first, last]` by remote-read, where it is used and the
+    /// `column`'s answer over `[first, last]` by remote-read, where it is used and the
     /// column is a plain series: `None` otherwise, or when a remote-read failed under
     /// `auto` (said once; `query_range` from then on).
     pub(super) fn read_remote(
