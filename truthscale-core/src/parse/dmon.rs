@@ -1327,6 +1327,15 @@ fn any_value(row: &str, start: usize) -> Result<(Option<f64>, usize), String> {
         digits += 8;
         i += 8;
     }
+    // Then the last digits of an integer, fewer than eight, when a space follows them.
+    if let Some(w) = b.get(i..i + 8).and_then(|w| <[u8; 8]>::try_from(w).ok())
+        && let Some((x, n)) = digits_then_space(u64::from_le_bytes(w))
+        && digits + n <= 19
+    {
+        m = m * POW10_U64[n] + x;
+        digits += n;
+        i += n;
+    }
     while let Some(&c) = b.get(i) {
         let d = c.wrapping_sub(b'0');
         if d < 10 && digits < 19 {
@@ -1368,6 +1377,31 @@ fn eight_digits(w: u64) -> Option<u64> {
     let d = t.wrapping_mul(2561) >> 8;
     let d = (d & 0x00ff_00ff_00ff_00ff).wrapping_mul(6_553_601) >> 16;
     Some((d & 0x0000_ffff_0000_ffff).wrapping_mul(42_949_672_960_001) >> 32)
+}
+
+/// `10^n` for the digits [`digits_then_space`] reads.
+const POW10_U64: [u64; 8] = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000];
+
+/// The one to seven digits at the start of `w` (eight bytes of a row, the first lowest)
+/// when whitespace follows them, as a number and their count; `None` otherwise.
+#[inline(always)]
+fn digits_then_space(w: u64) -> Option<(u64, usize)> {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let t = w ^ (b'0' as u64 * ONES);
+    let other = (((t & !HIGH) + 0x7676_7676_7676_7676) | t) & HIGH;
+    let n = (other.trailing_zeros() / 8) as usize;
+    if n == 0 || n == 8 || !SPACE[usize::from((w >> (8 * n)) as u8)] {
+        return None;
+    }
+    // The digits as the last `n` of eight (the bytes after them shifted out), then eight
+    // digits to a number.
+    let d = t << (64 - 8 * n);
+    let d = d.wrapping_mul(2561) >> 8;
+    let d = (d & 0x00ff_00ff_00ff_00ff).wrapping_mul(6_553_601) >> 16;
+    Some((
+        (d & 0x0000_ffff_0000_ffff).wrapping_mul(42_949_672_960_001) >> 32,
+        n,
+    ))
 }
 
 /// `d.ddd` then a space at the start of `w` (eight bytes of a row, spaces past its end):
