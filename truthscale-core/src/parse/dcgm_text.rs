@@ -347,8 +347,10 @@ impl DcgmTextParser {
         self.skipped
     }
 
-    /// Whether a sample returned so far was stamped from its lines' own exposition
-    /// timestamps rather than from `start` and the interval.
+    /// Whether the samples' times come from the lines' own exposition timestamps rather
+    /// than from `start` and the interval: a scrape had one, whether it yielded a sample or
+    /// only anchored the scrapes after it (whose stamps then count on from a real one, and
+    /// may be earlier than a made-up stamp before it).
     #[must_use]
     pub fn timestamped(&self) -> bool {
         self.timestamped
@@ -367,12 +369,10 @@ impl DcgmTextParser {
         });
         if own.is_some() {
             self.anchor = (taken, k);
+            self.timestamped = true;
         }
         let entities = self.scrape.finish();
-        (!entities.is_empty()).then(|| {
-            self.timestamped |= own.is_some();
-            Sample { taken, entities }
-        })
+        (!entities.is_empty()).then_some(Sample { taken, entities })
     }
 }
 
@@ -1097,11 +1097,17 @@ DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 10 1767225601000
                 true
             )
         );
-        // A timestamped scrape of unknown metrics only yields no sample (and does not count
-        // as timestamped), but still anchors the one after it, which the replay counter repeat begins.
+        // A timestamped scrape of unknown metrics only yields no sample, but still anchors
+        // the one after it, which the replay counter repeat begins: its time counts on from
+        // a real stamp, so the capture is timestamped.
         let text = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER{gpu=\"0\"} 0 1767225600000\nDCGM_FI_DEV_PCIE_REPLAY_COUNTER{gpu=\"0\"} 0\n";
         let text = format!("{text}{}", scrapes(&[""]));
-        assert_eq!(takens(&text, 1.0), (vec![1_767_225_601_000], false));
+        assert_eq!(takens(&text, 1.0), (vec![1_767_225_601_000], true));
+        // A real stamp earlier than the made-up ones before it is kept (a step back the
+        // deriver reports), and the scrapes after it count on from it.
+        let unknown = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER{gpu=\"0\"} 0 500\n";
+        let text = format!("{}{unknown}{}", scrapes(&["", "", ""]), scrapes(&[""]));
+        assert_eq!(takens(&text, 1.0), (vec![0, 1_000, 500, 1_500], true));
     }
 
     #[test]
