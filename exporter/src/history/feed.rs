@@ -64,8 +64,8 @@ impl History {
     /// the number of series seen so far (at most [`CHUNK_POINTS`] steps, and no more than a
     /// split query was answered for), so memory does not grow with GPUs × steps. A chunk's
     /// queries (one per name) run up to `--max-queries-in-flight` at once, and the next
-    /// chunk is read and merged on a thread of its own while this one is handed over. Returns what was read and where the time
-    /// went.
+    /// chunk is read and merged on a thread of its own while this one is handed over.
+    /// Returns what was read and where the time went.
     ///
     /// # Errors
     /// As [`History::open`], for any chunk.
@@ -166,7 +166,7 @@ impl History {
         Merging { asks, merged }
     }
 
-    /// One chunk's answers (one list per column, as [`History::read_chunk`] returns them)
+    /// One chunk's answers (one list per column, as [`super::readers::Readers::collect`] returns them)
     /// merged into the chunk of its step samples and, with `bands`, one chunk per band; each
     /// chunk's points allocated once, at their count.
     fn merge_chunk(

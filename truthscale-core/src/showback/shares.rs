@@ -4,7 +4,6 @@
 
 use super::charges::{add_charge, gpu_hours, price_of};
 use super::{Accs, Fraction, Holding, SHARE_UNITS, Tally, Window, placeholder};
-
 use crate::fleet::Track;
 
 /// One holder's share of one GPU-step, and what it did with it (fractions of its share).

@@ -309,6 +309,20 @@ impl Client {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Count a request answered: sent at `started`, its body read by `answered`, and decoded
+    /// since; the counters, for what else the caller counts.
+    fn answered(
+        &self,
+        started: std::time::Instant,
+        answered: std::time::Instant,
+    ) -> std::sync::MutexGuard<'_, Counters> {
+        let mut c = self.counters();
+        c.queries += 1;
+        c.waiting += answered - started;
+        c.decoding += answered.elapsed();
+        c
+    }
+
     /// The kept buffers, whatever a panicking thread left.
     fn bodies(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
         self.bodies
@@ -484,10 +498,7 @@ impl Client {
                 .and_then(|e| limit_of(status, e.error_type.as_deref(), e.error.as_deref()?))
         };
         self.keep_body(body);
-        let mut c = self.counters();
-        c.queries += 1;
-        c.waiting += answered - started;
-        c.decoding += answered.elapsed();
+        let mut c = self.answered(started, answered);
         match decoded {
             Ok((data, warnings)) => {
                 c.warnings.add(warnings);
@@ -537,8 +548,7 @@ impl Client {
     }
 
     /// Send the request (`send`) to `url` and read its answer whole: the HTTP status and the
-    /// body (at
-    /// most `max_body` bytes). A connection refused or cut and no answer in time are
+    /// body (at most `max_body` bytes). A connection refused or cut and no answer in time are
     /// passing; a body over the cap is final.
     fn call(
         &self,

@@ -50,11 +50,7 @@ impl Client {
             Err(anyhow::anyhow!("{url}: HTTP {status}: {}", snippet(&body)))
         };
         self.keep_body(body);
-        let mut c = self.counters();
-        c.queries += 1;
-        c.waiting += answered - started;
-        c.decoding += answered.elapsed();
-        c.remote_reads += u64::from(decoded.is_ok());
+        self.answered(started, answered).remote_reads += u64::from(decoded.is_ok());
         decoded.map_err(|e| match status {
             429 | 500.. => Attempt::Retry(e, false),
             _ => Attempt::Fail(GetError::Other(e)),
