@@ -762,14 +762,15 @@ const MODELS_CACHED: usize = 32;
 /// Where a window's entity lies in the deriver, for a consumer that keeps its own state
 /// per entity to find it without comparing keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Slot {
+#[non_exhaustive]
+pub struct Slot {
     /// The entity's slot, which stays its own while `epoch` stands.
-    pub(crate) index: usize,
+    pub index: usize,
     /// Changes whenever an entity is forgotten (slots move then).
-    pub(crate) epoch: u64,
+    pub epoch: u64,
     /// Whether the window's id differs from the entity's previous window's (it is new,
     /// or an attribute the key leaves out changed).
-    pub(crate) id_changed: bool,
+    pub id_changed: bool,
 }
 
 /// How a window handed to a consumer counts, for one that weighs windows by time itself.
@@ -909,9 +910,21 @@ impl Deriver {
         diagnostics: &mut Vec<Diagnostic>,
         mut each: impl FnMut(&EntityWindow),
     ) {
-        self.observe_slots(sample, diagnostics, |_, w, handed| {
+        self.observe_each_slot(sample, diagnostics, |_, w| each(w));
+    }
+
+    /// [`Deriver::observe_each`], each window handed with its entity's [`Slot`]: a consumer
+    /// that keeps its own state per entity finds it by the slot (while the slot's epoch
+    /// stands), without comparing the entity's key again.
+    pub fn observe_each_slot(
+        &mut self,
+        sample: &Sample,
+        diagnostics: &mut Vec<Diagnostic>,
+        mut each: impl FnMut(Slot, &EntityWindow),
+    ) {
+        self.observe_slots(sample, diagnostics, |slot, w, handed| {
             if let Handed::New(_) = handed {
-                each(w);
+                each(slot, w);
             }
         });
     }

@@ -6,7 +6,7 @@ use super::{Family, own_metric};
 use std::collections::{BTreeMap, HashMap};
 use truthscale_core::catalog::Raw;
 use truthscale_core::model::{
-    EntityId, EntityKey, EntitySample, Field, MigId, PodRef, Readings, Sample, Timestamp,
+    EntityId, EntityKey, EntitySample, Field, MigId, PodRef, Sample, Timestamp,
 };
 use truthscale_core::parse::dcgm_text::Scrape;
 
@@ -340,7 +340,7 @@ impl Builder {
         own.drain(..self.dcgm);
         if self.next == self.used {
             for e in own.iter_mut() {
-                e.readings = Readings::default();
+                e.readings.clear();
             }
         } else {
             for (&e, s) in self.used.iter().zip(own.drain(..)) {
@@ -360,7 +360,7 @@ impl Builder {
                             .is_some_and(|m| m.starts_with("Simulated ")),
                         ..EntitySample::default()
                     });
-                s.readings = Readings::default();
+                s.readings.clear();
                 own.push(s);
             }
             std::mem::swap(&mut self.used, &mut self.next);

@@ -34,7 +34,7 @@ use truthscale_core::derive::DeriveConfig;
 use truthscale_core::diag::{Diagnostic, DiagnosticKind};
 use truthscale_core::fleet::{FleetConfig, FleetInput, FleetReport, Track};
 use truthscale_core::model::{EntityId, EntityKey, EntitySample};
-use truthscale_core::tracker::Deriver;
+use truthscale_core::tracker::{Deriver, Slot};
 
 /// The JSON document's schema name.
 pub(crate) const SCHEMA: &str = "truthscale.report";
@@ -267,8 +267,8 @@ pub(crate) fn collect(
         }
         // Each window as it is derived, not a copy.
         let mut j = 0;
-        deriver.observe_each(sample, &mut diagnostics, |w| {
-            if let Some(i) = found.track(j, &w.id, Some(&mut tracks)) {
+        deriver.observe_each_slot(sample, &mut diagnostics, |slot, w| {
+            if let Some(i) = found.track_of_slot(slot, j, &w.id, &mut tracks) {
                 tracks[i].observe(step, w);
             }
             j += 1;
@@ -351,9 +351,39 @@ struct Found {
     keys: Vec<EntityKey>,
     /// The track of the entity at each place of the previous sample.
     last: Vec<usize>,
+    /// The track of each of the deriver's slots (`usize::MAX`: not looked up yet), while
+    /// the slots' `epoch` stands.
+    by_slot: Vec<usize>,
+    epoch: u64,
 }
 
 impl Found {
+    /// The track of the window of the deriver's `slot`, the `j`-th of its sample, `id`: the
+    /// one found for the slot before, else looked up (a new one in `tracks`).
+    fn track_of_slot(
+        &mut self,
+        slot: Slot,
+        j: usize,
+        id: &EntityId,
+        tracks: &mut Vec<Track>,
+    ) -> Option<usize> {
+        if slot.epoch != self.epoch {
+            self.by_slot.clear();
+            self.epoch = slot.epoch;
+        }
+        if let Some(&i) = self.by_slot.get(slot.index)
+            && i != usize::MAX
+        {
+            return Some(i);
+        }
+        let i = self.track(j, id, Some(tracks))?;
+        if slot.index >= self.by_slot.len() {
+            self.by_slot.resize(slot.index + 1, usize::MAX);
+        }
+        self.by_slot[slot.index] = i;
+        Some(i)
+    }
+
     /// The track of the `j`-th entity of a sample, `id`; a new one in `tracks` when given
     /// (else `None` for an entity not seen).
     fn track(&mut self, j: usize, id: &EntityId, tracks: Option<&mut Vec<Track>>) -> Option<usize> {

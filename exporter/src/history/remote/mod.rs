@@ -277,11 +277,15 @@ impl Series {
             self.flush(steps, e);
             self.labels = s.labels;
         }
+        // No step takes a sample older than the lookback before the first step, or after
+        // the last.
+        let (first, last, _) = steps;
+        let needed = (first.saturating_sub(e.lookback), last);
         for c in s.chunks {
             if c.r#type != wire::XOR {
                 bail!("a chunk of encoding {} (not XOR: a histogram?)", c.r#type);
             }
-            wire::xor_samples(&c.data, &mut self.samples)?;
+            wire::xor_samples(&c.data, needed, &mut self.samples)?;
         }
         Ok(())
     }

@@ -255,8 +255,15 @@ impl Bits<'_> {
         }
         let byte = self.pos / 8;
         let mut word = [0u8; 8];
-        let have = (self.data.len() - byte).min(8);
-        word[..have].copy_from_slice(&self.data[byte..byte + have]);
+        // Eight whole bytes in one load; the last few of the stream copied one by one.
+        match self.data.get(byte..byte + 8) {
+            Some(eight) => word.copy_from_slice(eight),
+            None => {
+                for (w, b) in word.iter_mut().zip(&self.data[byte..]) {
+                    *w = *b;
+                }
+            }
+        }
         let word = u64::from_be_bytes(word) << (self.pos % 8);
         self.pos = end;
         Some(word >> (64 - n))
@@ -340,14 +347,19 @@ fn delta_of_delta(r: &mut Bits<'_>) -> Option<i64> {
     })
 }
 
-/// Append the samples `(time ms, value)` of an XOR chunk to `out`: two bytes of count
-/// (big-endian), the first time (varint) and value (64 bits), the second time's delta
-/// (unsigned varint), then each time as a delta of deltas and each value as an XOR with
-/// the one before.
+/// Append the samples `(time ms, value)` of an XOR chunk within `[from, to]` to `out`:
+/// two bytes of count (big-endian), the first time (varint) and value (64 bits), the
+/// second time's delta (unsigned varint), then each time as a delta of deltas and each
+/// value as an XOR with the one before. The chunk is read no further than its first
+/// sample after `to` (its times increase).
 ///
 /// # Errors
-/// A chunk cut short or malformed.
-pub(super) fn xor_samples(data: &[u8], out: &mut Vec<(i64, f64)>) -> anyhow::Result<()> {
+/// A chunk cut short or malformed (in the part read).
+pub(super) fn xor_samples(
+    data: &[u8],
+    (from, to): (i64, i64),
+    out: &mut Vec<(i64, f64)>,
+) -> anyhow::Result<()> {
     let (count, stream) = match data {
         [a, b, rest @ ..] => (u16::from_be_bytes([*a, *b]), rest),
         _ => bail!("an XOR chunk of {} bytes, without its count", data.len()),
@@ -360,23 +372,29 @@ pub(super) fn xor_samples(data: &[u8], out: &mut Vec<(i64, f64)>) -> anyhow::Res
     if count == 0 {
         return Ok(());
     }
-    out.reserve(usize::from(count));
     let mut t = r.varint().ok_or_else(cut)?;
     let mut xor = Xor {
         bits: r.read(64).ok_or_else(cut)?,
         leading: 0,
         trailing: 0,
     };
-    out.push((t, f64::from_bits(xor.bits)));
     let mut delta = 0i64;
-    for i in 1..count {
-        delta = if i == 1 {
-            r.uvarint().ok_or_else(cut)? as i64
-        } else {
-            delta.wrapping_add(delta_of_delta(&mut r).ok_or_else(cut)?)
-        };
-        t = t.wrapping_add(delta);
-        out.push((t, xor.next(&mut r).ok_or_else(cut)?));
+    for i in 0..count {
+        if i > 0 {
+            delta = if i == 1 {
+                r.uvarint().ok_or_else(cut)? as i64
+            } else {
+                delta.wrapping_add(delta_of_delta(&mut r).ok_or_else(cut)?)
+            };
+            t = t.wrapping_add(delta);
+            xor.next(&mut r).ok_or_else(cut)?;
+        }
+        if t > to {
+            break;
+        }
+        if t >= from {
+            out.push((t, f64::from_bits(xor.bits)));
+        }
     }
     Ok(())
 }
@@ -384,6 +402,37 @@ pub(super) fn xor_samples(data: &[u8], out: &mut Vec<(i64, f64)>) -> anyhow::Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every sample of a chunk.
+    const ALL: (i64, i64) = (i64::MIN, i64::MAX);
+
+    #[test]
+    fn a_chunk_is_read_within_its_range_and_no_further() {
+        // Two samples, as Prometheus writes them: the count, the first time (zig-zag
+        // varint) and value, the second time's delta (varint) and the value unchanged
+        // (one 0 bit; the rest of the byte is padding).
+        let mut chunk = vec![0, 2];
+        put_uvarint(&mut chunk, 2 * 120_000);
+        chunk.extend_from_slice(&1.5f64.to_bits().to_be_bytes());
+        put_uvarint(&mut chunk, 60_000);
+        chunk.push(0);
+        let read = |chunk: &[u8], range| {
+            let mut out = Vec::new();
+            xor_samples(chunk, range, &mut out).map(|()| out).ok()
+        };
+        let both = vec![(120_000, 1.5), (180_000, 1.5)];
+        assert_eq!(read(&chunk, ALL), Some(both.clone()));
+        assert_eq!(read(&chunk, (120_000, 180_000)), Some(both));
+        assert_eq!(read(&chunk, (120_001, 180_000)), Some(vec![(180_000, 1.5)]));
+        assert_eq!(read(&chunk, (0, 179_999)), Some(vec![(120_000, 1.5)]));
+        assert_eq!(read(&chunk, (0, 119_999)), Some(vec![]));
+        // More samples announced than the bits hold (the padding reads as three more, each
+        // a time and a value unchanged): an error where the missing one is read, none where
+        // the second is already past the range.
+        chunk[1] = 200;
+        assert_eq!(read(&chunk, ALL), None);
+        assert_eq!(read(&chunk, (0, 150_000)), Some(vec![(120_000, 1.5)]));
+    }
 
     #[test]
     fn crc32c_reads_the_check_values() {
@@ -409,9 +458,9 @@ mod tests {
     #[test]
     fn a_malformed_chunk_or_frame_is_an_error_not_a_panic() {
         let mut out = Vec::new();
-        assert!(xor_samples(&[], &mut out).is_err());
-        assert!(xor_samples(&[0, 3, 0x80], &mut out).is_err());
-        assert!(xor_samples(&[0, 0], &mut out).is_ok());
+        assert!(xor_samples(&[], ALL, &mut out).is_err());
+        assert!(xor_samples(&[0, 3, 0x80], ALL, &mut out).is_err());
+        assert!(xor_samples(&[0, 0], ALL, &mut out).is_ok());
         assert!(frames(&[5, 0, 0, 0, 0, 1], |_| Ok(())).is_err());
         let bad_crc = [0u8, 1, 2, 3, 4];
         assert!(frames(&bad_crc, |_| Ok(())).is_err());
