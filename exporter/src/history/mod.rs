@@ -272,6 +272,8 @@ pub(crate) struct History {
     remote: Option<remote::Evaluation>,
     /// A remote-read failed under `--remote-read auto`: `query_range` from then on.
     remote_failed: std::sync::atomic::AtomicBool,
+    /// Each name's span read by remote-read ahead of the chunks.
+    remote_held: std::sync::Mutex<std::collections::HashMap<String, remote::Span>>,
 }
 
 impl History {
@@ -314,6 +316,7 @@ impl History {
             remote_when: r.remote_read,
             remote: None,
             remote_failed: std::sync::atomic::AtomicBool::new(false),
+            remote_held: std::sync::Mutex::default(),
         };
         // A coarse step reads summaries only, which remote-read does not give.
         if !summarizes {

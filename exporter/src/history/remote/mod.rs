@@ -13,7 +13,7 @@ use super::args::RemoteRead;
 use super::columns::Column;
 use super::selector::Matcher;
 use anyhow::bail;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use wire::{Label, LabelMatcher};
 
 /// The path of the remote-read API.
@@ -199,7 +199,9 @@ impl History {
     }
 
     /// The series `name{--selector}` over `[first, last]` at the range's step, as the
-    /// server's range query would answer them, from one remote-read request.
+    /// server's range query would answer them: from the span held for `name` where it
+    /// covers them, else from a new span read by one remote-read request, [`SPAN_CHUNKS`]
+    /// times as long as `[first, last]` (to the range's end), then held in its place.
     fn remote_matrix(
         &self,
         e: &Evaluation,
@@ -208,19 +210,108 @@ impl History {
         last: i64,
         budget: &Budget,
     ) -> Result<Matrix, GetError> {
-        let request = request(e, name, first.saturating_sub(e.lookback), last);
         let step = self.range.step;
+        let held = self.held().remove(name);
+        let span = match held {
+            Some(span) if span.first <= first && last <= span.last => span,
+            _ => {
+                let long = first.saturating_add(SPAN_CHUNKS.saturating_mul(last - first + step));
+                let end = (long - step).min(self.range.end).max(last);
+                self.read_span(e, name, first, end, budget)?
+            }
+        };
+        let started = std::time::Instant::now();
+        let matrix = span.evaluate((first, last, step), e);
+        self.client.counters().decoding += started.elapsed();
+        self.held().insert(name.to_owned(), span);
+        matrix.map_err(GetError::Other)
+    }
+
+    /// The spans held, whatever a panicking thread left.
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, Span>> {
+        self.remote_held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The series `name{--selector}` with samples in `[first - lookback, last]`, as one
+    /// remote-read request gives them: their chunks, not decoded.
+    fn read_span(
+        &self,
+        e: &Evaluation,
+        name: &str,
+        first: i64,
+        last: i64,
+        budget: &Budget,
+    ) -> Result<Span, GetError> {
+        let request = request(e, name, first.saturating_sub(e.lookback), last);
         self.client
             .post_read(READ_PATH, &request, Some(budget), |body| {
-                let mut matrix = Series::default();
+                let mut span = Span {
+                    first,
+                    last,
+                    series: Vec::new(),
+                };
                 wire::frames(body, |frame| {
                     for s in frame.chunked_series {
-                        matrix.add(s, (first, last, step), e)?;
+                        span.add(s)?;
                     }
                     Ok(())
                 })?;
-                Ok(matrix.finish((first, last, step), e))
+                Ok(span)
             })
+    }
+}
+
+/// How many feed chunks one remote-read request reads ahead: the server looks each series
+/// up once for them all (its cost is mostly per series and request, not per sample), and
+/// the samples wait here still compressed (a few bytes each).
+const SPAN_CHUNKS: i64 = 16;
+
+/// One name's series over the steps `[first, last]` as remote-read gave them, still
+/// compressed: each chunk of the feed within it is evaluated from it.
+#[derive(Debug)]
+pub(super) struct Span {
+    first: i64,
+    last: i64,
+    /// Each series' labels and chunks, in the answer's order.
+    series: Vec<(Vec<Label>, Vec<wire::Chunk>)>,
+}
+
+impl Span {
+    /// Take one streamed series (or the next part of the last one).
+    fn add(&mut self, s: wire::ChunkedSeries) -> anyhow::Result<()> {
+        if let Some(c) = s.chunks.iter().find(|c| c.r#type != wire::XOR) {
+            bail!("a chunk of encoding {} (not XOR: a histogram?)", c.r#type);
+        }
+        match self.series.last_mut() {
+            Some((labels, chunks)) if *labels == s.labels => chunks.extend(s.chunks),
+            _ => self.series.push((s.labels, s.chunks)),
+        }
+        Ok(())
+    }
+
+    /// Its series at the steps `first, first + step, … ≤ last` (within the span), as the
+    /// server's range query would answer them.
+    ///
+    /// # Errors
+    /// A chunk cut short or malformed.
+    fn evaluate(&self, steps: (i64, i64, i64), e: &Evaluation) -> anyhow::Result<Matrix> {
+        let mut matrix = Series::default();
+        // No step takes a sample older than the lookback before the first step, or after
+        // the last.
+        let (first, last, _) = steps;
+        let needed = (first.saturating_sub(e.lookback), last);
+        for (labels, chunks) in &self.series {
+            for c in chunks {
+                if c.max_time_ms >= needed.0 && c.min_time_ms <= needed.1 {
+                    wire::xor_samples(&c.data, needed, &mut matrix.samples)?;
+                }
+            }
+            matrix.labels.clone_from(labels);
+            matrix.flush(steps, e);
+        }
+        Ok(matrix.into_matrix())
     }
 }
 
@@ -255,8 +346,8 @@ fn request(e: &Evaluation, name: &str, start: i64, end: i64) -> Vec<u8> {
     wire::snappy_literal(&req.encode_to_vec())
 }
 
-/// A matrix built from streamed series: the series being read (a series may go on in the
-/// next frame), its samples, and the series done.
+/// A matrix built series by series: the series being evaluated, its samples, and the
+/// series done.
 #[derive(Default)]
 struct Series {
     labels: Vec<Label>,
@@ -266,30 +357,6 @@ struct Series {
 }
 
 impl Series {
-    /// Take one streamed series (or the next part of the one being read).
-    fn add(
-        &mut self,
-        s: wire::ChunkedSeries,
-        steps: (i64, i64, i64),
-        e: &Evaluation,
-    ) -> anyhow::Result<()> {
-        if s.labels != self.labels {
-            self.flush(steps, e);
-            self.labels = s.labels;
-        }
-        // No step takes a sample older than the lookback before the first step, or after
-        // the last.
-        let (first, last, _) = steps;
-        let needed = (first.saturating_sub(e.lookback), last);
-        for c in s.chunks {
-            if c.r#type != wire::XOR {
-                bail!("a chunk of encoding {} (not XOR: a histogram?)", c.r#type);
-            }
-            wire::xor_samples(&c.data, needed, &mut self.samples)?;
-        }
-        Ok(())
-    }
-
     /// The series being read evaluated at each step; left out, as a range query leaves it,
     /// when no step has a value.
     fn flush(&mut self, steps: (i64, i64, i64), e: &Evaluation) {
@@ -317,8 +384,7 @@ impl Series {
         self.samples = samples;
     }
 
-    fn finish(mut self, steps: (i64, i64, i64), e: &Evaluation) -> Matrix {
-        self.flush(steps, e);
+    fn into_matrix(self) -> Matrix {
         Matrix {
             result_type: "matrix".into(),
             result: self.result,
@@ -376,14 +442,18 @@ pub(crate) fn evaluate_answer(body: &[u8]) -> anyhow::Result<(usize, usize)> {
         matchers: Vec::new(),
     };
     let steps = (0, 36_000_000, 60_000);
-    let mut series = Series::default();
+    let mut span = Span {
+        first: steps.0,
+        last: steps.1,
+        series: Vec::new(),
+    };
     wire::frames(body, |frame| {
         for s in frame.chunked_series {
-            series.add(s, steps, &e)?;
+            span.add(s)?;
         }
         Ok(())
     })?;
-    let m = series.finish(steps, &e);
+    let m = span.evaluate(steps, &e)?;
     for s in &m.result {
         let v = m.values_of(s);
         assert!(!v.is_empty(), "a series without values is left out");

@@ -60,7 +60,7 @@ fn a_plain_nan_is_a_value_and_a_series_without_steps_is_left_out() {
     let mut out = Vec::new();
     evaluate(&[(0, f64::NAN)], (0, 0, 1), &e, &mut out);
     assert!(out[0].1.0.unwrap().is_nan());
-    let series = Series {
+    let mut series = Series {
         labels: vec![Label {
             name: "__name__".into(),
             value: "x".into(),
@@ -68,7 +68,8 @@ fn a_plain_nan_is_a_value_and_a_series_without_steps_is_left_out() {
         samples: vec![(0, 1.0)],
         ..Series::default()
     };
-    let m = series.finish((1_000_000, 2_000_000, 1000), &e);
+    series.flush((1_000_000, 2_000_000, 1000), &e);
+    let m = series.into_matrix();
     assert!(m.result.is_empty() && m.values.is_empty());
 }
 
@@ -110,4 +111,74 @@ fn the_request_names_the_series_and_the_selector() {
             (3, "b", "c.*"),
         ]
     );
+}
+
+/// An XOR chunk of one sample: its count, its time (a zig-zag varint) and its value.
+fn one_sample_chunk(t: i64, v: f64) -> wire::Chunk {
+    let mut data = vec![0, 1];
+    let mut u = ((t << 1) ^ (t >> 63)) as u64;
+    while u >= 0x80 {
+        data.push((u as u8) | 0x80);
+        u >>= 7;
+    }
+    data.push(u as u8);
+    data.extend_from_slice(&v.to_bits().to_be_bytes());
+    wire::Chunk {
+        min_time_ms: t,
+        max_time_ms: t,
+        r#type: wire::XOR,
+        data,
+    }
+}
+
+#[test]
+fn each_chunk_of_a_span_reads_as_its_own_steps_would() {
+    // Samples every 70 s for two hours, a 4-minute gap and a stale marker in them; each a
+    // chunk of its own.
+    let samples: Vec<(i64, f64)> = (0..100i32)
+        .filter(|k| !(40..44).contains(k))
+        .map(|k| {
+            let v = if k == 70 {
+                f64::from_bits(STALE_NAN)
+            } else {
+                f64::from(k) / 3.0
+            };
+            (1_000_000 + i64::from(k) * 70_000, v)
+        })
+        .collect();
+    let label = |v: &str| Label {
+        name: "__name__".into(),
+        value: v.into(),
+    };
+    for version in [2, 3] {
+        let e = prometheus(version);
+        let mut span = Span {
+            first: 1_000_000,
+            last: 8_000_000,
+            series: Vec::new(),
+        };
+        // The series in two parts, as two frames bring it.
+        let (a, b) = samples.split_at(30);
+        for part in [a, b] {
+            let chunks = part.iter().map(|&(t, v)| one_sample_chunk(t, v)).collect();
+            span.add(wire::ChunkedSeries {
+                labels: vec![label("x")],
+                chunks,
+            })
+            .unwrap();
+        }
+        assert_eq!(span.series.len(), 1);
+        // Chunks of the feed at 60 s steps, each evaluated from the span alone.
+        for (first, last) in [
+            (1_000_000, 1_540_000),
+            (1_600_000, 4_000_000),
+            (4_060_000, 8_000_000),
+        ] {
+            let m = span.evaluate((first, last, 60_000), &e).unwrap();
+            let want = at_steps(&samples, (first, last, 60_000), &e);
+            let got: Vec<(f64, f64)> = m.values.iter().map(|(t, v)| (*t, v.0.unwrap())).collect();
+            assert_eq!(got, want, "Prometheus {version}, steps {first}..={last}");
+            assert!(!want.is_empty());
+        }
+    }
 }
