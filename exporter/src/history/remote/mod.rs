@@ -14,6 +14,7 @@ use super::columns::Column;
 use super::selector::Matcher;
 use anyhow::bail;
 use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
 use wire::{Label, LabelMatcher};
 
 /// The path of the remote-read API.
@@ -214,7 +215,9 @@ impl History {
         let held = self.held().remove(name);
         let span = match held {
             Some(span) if span.first <= first && last <= span.last => span,
-            _ => {
+            passed => {
+                // The span before is let go before the next is read.
+                drop(passed);
                 let long = first.saturating_add(SPAN_CHUNKS.saturating_mul(last - first + step));
                 let end = (long - step).min(self.range.end).max(last);
                 self.read_span(e, name, first, end, budget)?
@@ -247,17 +250,19 @@ impl History {
         let request = request(e, name, first.saturating_sub(e.lookback), last);
         self.client
             .post_read(READ_PATH, &request, Some(budget), |body| {
-                let mut span = Span {
-                    first,
-                    last,
-                    series: Vec::new(),
-                };
+                let mut span = Span::new(first, last);
                 wire::frames(body, |frame| {
                     for s in frame.chunked_series {
                         span.add(s)?;
                     }
                     Ok(())
                 })?;
+                tracing::debug!(
+                    target: "truthscale::prometheus",
+                    "{name}: {} series, {} bytes of chunks held for the steps to {last}",
+                    span.series.len(),
+                    span.data.len()
+                );
                 Ok(span)
             })
     }
@@ -274,19 +279,42 @@ const SPAN_CHUNKS: i64 = 16;
 pub(super) struct Span {
     first: i64,
     last: i64,
-    /// Each series' labels and chunks, in the answer's order.
-    series: Vec<(Vec<Label>, Vec<wire::Chunk>)>,
+    /// Each series' labels and the range of its chunks in `chunks`, in the answer's order.
+    series: Vec<(Vec<Label>, Range<usize>)>,
+    /// Every series' chunks: their first and last times (ms) and where their bytes lie in
+    /// `data` (one buffer for them all, not one allocation a chunk).
+    chunks: Vec<(i64, i64, Range<usize>)>,
+    data: Vec<u8>,
 }
 
 impl Span {
+    /// An empty span over the steps `[first, last]`.
+    fn new(first: i64, last: i64) -> Span {
+        Span {
+            first,
+            last,
+            series: Vec::new(),
+            chunks: Vec::new(),
+            data: Vec::new(),
+        }
+    }
+
     /// Take one streamed series (or the next part of the last one).
     fn add(&mut self, s: wire::ChunkedSeries) -> anyhow::Result<()> {
         if let Some(c) = s.chunks.iter().find(|c| c.r#type != wire::XOR) {
             bail!("a chunk of encoding {} (not XOR: a histogram?)", c.r#type);
         }
+        let from = self.chunks.len();
+        for c in s.chunks {
+            let at = self.data.len();
+            self.data.extend_from_slice(&c.data);
+            self.chunks
+                .push((c.min_time_ms, c.max_time_ms, at..self.data.len()));
+        }
+        let to = self.chunks.len();
         match self.series.last_mut() {
-            Some((labels, chunks)) if *labels == s.labels => chunks.extend(s.chunks),
-            _ => self.series.push((s.labels, s.chunks)),
+            Some((labels, chunks)) if *labels == s.labels => chunks.end = to,
+            _ => self.series.push((s.labels, from..to)),
         }
         Ok(())
     }
@@ -303,9 +331,9 @@ impl Span {
         let (first, last, _) = steps;
         let needed = (first.saturating_sub(e.lookback), last);
         for (labels, chunks) in &self.series {
-            for c in chunks {
-                if c.max_time_ms >= needed.0 && c.min_time_ms <= needed.1 {
-                    wire::xor_samples(&c.data, needed, &mut matrix.samples)?;
+            for (min, max, bytes) in &self.chunks[chunks.clone()] {
+                if *max >= needed.0 && *min <= needed.1 {
+                    wire::xor_samples(&self.data[bytes.clone()], needed, &mut matrix.samples)?;
                 }
             }
             matrix.labels.clone_from(labels);
@@ -442,11 +470,7 @@ pub(crate) fn evaluate_answer(body: &[u8]) -> anyhow::Result<(usize, usize)> {
         matchers: Vec::new(),
     };
     let steps = (0, 36_000_000, 60_000);
-    let mut span = Span {
-        first: steps.0,
-        last: steps.1,
-        series: Vec::new(),
-    };
+    let mut span = Span::new(steps.0, steps.1);
     wire::frames(body, |frame| {
         for s in frame.chunked_series {
             span.add(s)?;

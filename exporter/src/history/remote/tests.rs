@@ -152,11 +152,7 @@ fn each_chunk_of_a_span_reads_as_its_own_steps_would() {
     };
     for version in [2, 3] {
         let e = prometheus(version);
-        let mut span = Span {
-            first: 1_000_000,
-            last: 8_000_000,
-            series: Vec::new(),
-        };
+        let mut span = Span::new(1_000_000, 8_000_000);
         // The series in two parts, as two frames bring it.
         let (a, b) = samples.split_at(30);
         for part in [a, b] {
