@@ -162,6 +162,9 @@ impl History {
                     break;
                 }
             }
+            // Every chunk is read: the remote-read spans are let go before the last ones
+            // are handed over and analyzed.
+            self.let_spans_go();
         });
         Merging { asks, merged }
     }

@@ -230,6 +230,11 @@ impl History {
         matrix.map_err(GetError::Other)
     }
 
+    /// Let every span held go (the feed has read its last chunk).
+    pub(super) fn let_spans_go(&self) {
+        self.held().clear();
+    }
+
     /// The spans held, whatever a panicking thread left.
     fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, Span>> {
         self.remote_held
