@@ -1636,6 +1636,51 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn each_slot_stays_its_entitys_until_the_epoch_moves() {
+        // Two GPUs, listed in one order and then the other; then GPU 0 forgotten.
+        let two = |ms, order: [u32; 2]| {
+            let mut s = sample(ms, &[(Field::TensorActive, 0.5)]);
+            let e = s.entities.remove(0);
+            s.entities = order
+                .iter()
+                .map(|&g| {
+                    let mut e = e.clone();
+                    e.id.gpu = Some(g);
+                    e
+                })
+                .collect();
+            s
+        };
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let seen = |d: &mut Deriver, s: &Sample| {
+            let (mut slots, mut windows) = (Vec::new(), Vec::new());
+            d.observe_each_slot(s, &mut Vec::new(), |slot, w| {
+                slots.push((w.id.gpu, slot.index, slot.epoch, slot.id_changed));
+                windows.push(w.clone());
+            });
+            (slots, windows)
+        };
+        // The same windows as `observe` hands, from a deriver fed the same samples.
+        let mut twin = Deriver::new(DeriveConfig::default(), Some(1.0));
+        for (ms, order) in [(1000, [0, 1]), (2000, [1, 0]), (3000, [0, 1])] {
+            let s = two(ms, order);
+            let (slots, windows) = seen(&mut d, &s);
+            assert_eq!(windows, twin.observe(&s).windows);
+            let first = ms == 1000;
+            let want: Vec<_> = order
+                .iter()
+                .map(|&g| (Some(g), g as usize, 0, first))
+                .collect();
+            assert_eq!(slots, want, "at {ms} ms");
+        }
+        let zero = two(0, [0, 1]).entities[0].id.key();
+        d.forget(&zero);
+        let (slots, _) = seen(&mut d, &two(4000, [1, 0]));
+        // GPU 1 moved into the freed slot 0, and the epoch says so; GPU 0 is new again.
+        assert_eq!(slots, vec![(Some(1), 0, 1, false), (Some(0), 1, 1, true)]);
+    }
+
+    #[test]
     fn integrals_are_exact() {
         let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
         let f_ref = gpus::by_key("h100-sxm").unwrap().f_ref_mhz;
