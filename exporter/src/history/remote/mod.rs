@@ -15,7 +15,7 @@ use super::selector::Matcher;
 use anyhow::bail;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
-use wire::{Label, LabelMatcher};
+use wire::LabelMatcher;
 
 /// The path of the remote-read API.
 const READ_PATH: &str = "/api/v1/read";
@@ -264,9 +264,9 @@ impl History {
                 })?;
                 tracing::debug!(
                     target: "truthscale::prometheus",
-                    "{name}: {} series, {} bytes of chunks held for the steps to {last}",
+                    "{name}: {} series, {} bytes of chunks and labels held for the steps to {last}",
                     span.series.len(),
-                    span.data.len()
+                    span.data.len() + span.text.len()
                 );
                 Ok(span)
             })
@@ -284,8 +284,13 @@ const SPAN_CHUNKS: i64 = 16;
 pub(super) struct Span {
     first: i64,
     last: i64,
-    /// Each series' labels and the range of its chunks in `chunks`, in the answer's order.
-    series: Vec<(Vec<Label>, Range<usize>)>,
+    /// Each series' labels (a range of `labels`) and chunks (a range of `chunks`), in the
+    /// answer's order.
+    series: Vec<(Range<usize>, Range<usize>)>,
+    /// Every series' labels: where each name and value lie in `text` (the name `a..b`, the
+    /// value `b..c`), one buffer for them all rather than two strings a label.
+    labels: Vec<[usize; 3]>,
+    text: String,
     /// Every series' chunks: their first and last times (ms) and where their bytes lie in
     /// `data` (one buffer for them all, not one allocation a chunk).
     chunks: Vec<(i64, i64, Range<usize>)>,
@@ -299,6 +304,8 @@ impl Span {
             first,
             last,
             series: Vec::new(),
+            labels: Vec::new(),
+            text: String::new(),
             chunks: Vec::new(),
             data: Vec::new(),
         }
@@ -317,11 +324,36 @@ impl Span {
                 .push((c.min_time_ms, c.max_time_ms, at..self.data.len()));
         }
         let to = self.chunks.len();
+        let same = self.series.last().is_some_and(|(labels, _)| {
+            self.labels_of(labels.clone())
+                .eq(s.labels.iter().map(|l| (l.name.as_str(), l.value.as_str())))
+        });
         match self.series.last_mut() {
-            Some((labels, chunks)) if *labels == s.labels => chunks.end = to,
-            _ => self.series.push((s.labels, from..to)),
+            Some((_, chunks)) if same => chunks.end = to,
+            _ => {
+                let first = self.labels.len();
+                for l in &s.labels {
+                    let a = self.text.len();
+                    self.text.push_str(&l.name);
+                    let b = self.text.len();
+                    self.text.push_str(&l.value);
+                    self.labels.push([a, b, self.text.len()]);
+                }
+                self.series.push((first..self.labels.len(), from..to));
+            }
         }
         Ok(())
+    }
+
+    /// The labels in `range` of `labels`, as names and values.
+    fn labels_of(&self, range: Range<usize>) -> impl Iterator<Item = (&str, &str)> {
+        let text = &self.text;
+        self.labels[range].iter().map(move |&[a, b, c]| {
+            (
+                text.get(a..b).unwrap_or_default(),
+                text.get(b..c).unwrap_or_default(),
+            )
+        })
     }
 
     /// Its series at the steps `first, first + step, … ≤ last` (within the span), as the
@@ -341,8 +373,11 @@ impl Span {
                     wire::xor_samples(&self.data[bytes.clone()], needed, &mut matrix.samples)?;
                 }
             }
-            matrix.labels.clone_from(labels);
-            matrix.flush(steps, e);
+            matrix.flush(steps, e, || {
+                self.labels_of(labels.clone())
+                    .map(|(n, v)| (n.to_owned(), v.to_owned()))
+                    .collect()
+            });
         }
         Ok(matrix.into_matrix())
     }
@@ -379,20 +414,24 @@ fn request(e: &Evaluation, name: &str, start: i64, end: i64) -> Vec<u8> {
     wire::snappy_literal(&req.encode_to_vec())
 }
 
-/// A matrix built series by series: the series being evaluated, its samples, and the
+/// A matrix built series by series: the samples of the series being evaluated, and the
 /// series done.
 #[derive(Default)]
 struct Series {
-    labels: Vec<Label>,
     samples: Vec<(i64, f64)>,
     result: Vec<RangeSeries>,
     values: Vec<(f64, PromValue)>,
 }
 
 impl Series {
-    /// The series being read evaluated at each step; left out, as a range query leaves it,
-    /// when no step has a value.
-    fn flush(&mut self, steps: (i64, i64, i64), e: &Evaluation) {
+    /// The series being read evaluated at each step, with the labels `metric` gives; left
+    /// out, as a range query leaves it, when no step has a value.
+    fn flush(
+        &mut self,
+        steps: (i64, i64, i64),
+        e: &Evaluation,
+        metric: impl FnOnce() -> BTreeMap<String, String>,
+    ) {
         let mut samples = std::mem::take(&mut self.samples);
         if !samples.windows(2).all(|w| w[0].0 < w[1].0) {
             // Overlapping chunks: time order, the later of two at one time kept.
@@ -404,12 +443,8 @@ impl Series {
         let start = self.values.len();
         evaluate(&samples, steps, e, &mut self.values);
         if self.values.len() > start {
-            let metric = std::mem::take(&mut self.labels)
-                .into_iter()
-                .map(|l| (l.name, l.value))
-                .collect();
             self.result.push(RangeSeries {
-                metric,
+                metric: metric(),
                 values: start..self.values.len(),
             });
         }

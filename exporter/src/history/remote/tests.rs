@@ -1,3 +1,4 @@
+use super::wire::Label;
 use super::*;
 
 fn prometheus(version: u32) -> Evaluation {
@@ -61,14 +62,12 @@ fn a_plain_nan_is_a_value_and_a_series_without_steps_is_left_out() {
     evaluate(&[(0, f64::NAN)], (0, 0, 1), &e, &mut out);
     assert!(out[0].1.0.unwrap().is_nan());
     let mut series = Series {
-        labels: vec![Label {
-            name: "__name__".into(),
-            value: "x".into(),
-        }],
         samples: vec![(0, 1.0)],
         ..Series::default()
     };
-    series.flush((1_000_000, 2_000_000, 1000), &e);
+    series.flush((1_000_000, 2_000_000, 1000), &e, || {
+        [("__name__".to_owned(), "x".to_owned())].into()
+    });
     let m = series.into_matrix();
     assert!(m.result.is_empty() && m.values.is_empty());
 }
@@ -174,6 +173,11 @@ fn each_chunk_of_a_span_reads_as_its_own_steps_would() {
             let want = at_steps(&samples, (first, last, 60_000), &e);
             let got: Vec<(f64, f64)> = m.values.iter().map(|(t, v)| (*t, v.0.unwrap())).collect();
             assert_eq!(got, want, "Prometheus {version}, steps {first}..={last}");
+            let names: Vec<_> = m.result.iter().map(|s| s.metric.clone()).collect();
+            assert_eq!(
+                names,
+                vec![[("__name__".to_owned(), "x".to_owned())].into()]
+            );
             assert!(!want.is_empty());
         }
     }
