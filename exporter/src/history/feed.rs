@@ -4,7 +4,7 @@
 use super::api::Matrix;
 use super::columns::SampleKind;
 use super::merge::Chunk;
-use super::read::{CHUNK_BUDGET, CHUNK_POINTS, FIRST_CHUNK_POINTS};
+use super::read::{CHUNK_POINTS, FIRST_CHUNK_POINTS};
 use super::{History, rfc3339};
 use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
@@ -60,8 +60,8 @@ impl History {
     /// Read the range in chunks, handing each step's sample to `on_sample` in time order (and,
     /// with [`History::read_peaks`], each chunk's peak samples after its step samples), with
     /// progress on a terminal (queries done of the total, the rate). The first chunk is
-    /// [`FIRST_CHUNK_POINTS`] steps; each next one holds about [`CHUNK_BUDGET`] points for
-    /// the number of series seen so far (at most [`CHUNK_POINTS`] steps, and no more than a
+    /// [`FIRST_CHUNK_POINTS`] steps; each next one holds about [`History::chunk_budget`]
+    /// points for the number of series seen so far (at most [`CHUNK_POINTS`] steps, and no more than a
     /// split query was answered for), so memory does not grow with GPUs × steps. A chunk's
     /// queries (one per name) run up to `--max-queries-in-flight` at once, and the next
     /// chunk is read and merged on a thread of its own while this one is handed over.
@@ -112,7 +112,7 @@ impl History {
                     chunk.points.len() + banded.iter().map(|b| b.points.len()).sum::<usize>();
                 let series = (held as i64 + chunk_steps - 1) / chunk_steps;
                 tally.max_series = tally.max_series.max(series as u64);
-                per = (CHUNK_BUDGET / series.max(1))
+                per = (this.chunk_budget() / series.max(1))
                     .min(this.steps_answered.load(Ordering::Relaxed))
                     .clamp(1, CHUNK_POINTS);
                 expect(end, per);

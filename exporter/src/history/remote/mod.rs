@@ -11,6 +11,7 @@ use super::History;
 use super::api::{Budget, Client, GetError, Matrix, PromValue, RangeSeries};
 use super::args::RemoteRead;
 use super::columns::Column;
+use super::read::CHUNK_BUDGET;
 use super::selector::Matcher;
 use anyhow::bail;
 use std::collections::{BTreeMap, HashMap};
@@ -230,6 +231,19 @@ impl History {
         matrix.map_err(GetError::Other)
     }
 
+    /// The points a chunk of the feed may hold: a quarter of [`CHUNK_BUDGET`] where the
+    /// series are read by remote-read, whose requests each read [`SPAN_CHUNKS`] chunks ahead
+    /// (so the smaller chunks, which hold less at once, cost the server no more requests),
+    /// all of it otherwise.
+    pub(super) fn chunk_budget(&self) -> i64 {
+        use std::sync::atomic::Ordering;
+        if self.remote.is_some() && !self.remote_failed.load(Ordering::Relaxed) {
+            CHUNK_BUDGET / 4
+        } else {
+            CHUNK_BUDGET
+        }
+    }
+
     /// Let every span held go (the feed has read its last chunk).
     pub(super) fn let_spans_go(&self) {
         self.held().clear();
@@ -273,10 +287,11 @@ impl History {
     }
 }
 
-/// How many feed chunks one remote-read request reads ahead: the server looks each series
-/// up once for them all (its cost is mostly per series and request, not per sample), and
-/// the samples wait here still compressed (a few bytes each).
-const SPAN_CHUNKS: i64 = 16;
+/// How many feed chunks one remote-read request reads ahead (16 chunks of the full
+/// [`CHUNK_BUDGET`]): the server looks each series up once for them all (its cost is mostly
+/// per series and request, not per sample), and the samples wait here still compressed (a
+/// few bytes each).
+const SPAN_CHUNKS: i64 = 64;
 
 /// One name's series over the steps `[first, last]` as remote-read gave them, still
 /// compressed: each chunk of the feed within it is evaluated from it.
