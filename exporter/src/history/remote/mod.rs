@@ -380,7 +380,11 @@ impl Span {
         let mut matrix = Series::default();
         // No step takes a sample older than the lookback before the first step, or after
         // the last.
-        let (first, last, _) = steps;
+        let (first, last, step) = steps;
+        // Most series have a value at each step: the values are allocated once.
+        let each = usize::try_from((last - first) / step.max(1) + 1).unwrap_or(0);
+        matrix.values.reserve(self.series.len().saturating_mul(each));
+        matrix.result.reserve(self.series.len());
         let needed = (first.saturating_sub(e.lookback), last);
         for (labels, chunks) in &self.series {
             for (min, max, bytes) in &self.chunks[chunks.clone()] {
