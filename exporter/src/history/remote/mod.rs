@@ -383,7 +383,9 @@ impl Span {
         let (first, last, step) = steps;
         // Most series have a value at each step: the values are allocated once.
         let each = usize::try_from((last - first) / step.max(1) + 1).unwrap_or(0);
-        matrix.values.reserve(self.series.len().saturating_mul(each));
+        matrix
+            .values
+            .reserve(self.series.len().saturating_mul(each));
         matrix.result.reserve(self.series.len());
         let needed = (first.saturating_sub(e.lookback), last);
         for (labels, chunks) in &self.series {
