@@ -61,10 +61,10 @@ impl History {
     /// with [`History::read_peaks`], each chunk's peak samples after its step samples), with
     /// progress on a terminal (queries done of the total, the rate). The first chunk is
     /// [`FIRST_CHUNK_POINTS`] steps; each next one holds about [`History::chunk_budget`]
-    /// points for the number of series seen so far (at most [`CHUNK_POINTS`] steps, and no more than a
-    /// split query was answered for), so memory does not grow with GPUs × steps. A chunk's
-    /// queries (one per name) run up to `--max-queries-in-flight` at once, and the next
-    /// chunk is read and merged on a thread of its own while this one is handed over.
+    /// points for the number of series seen so far (at most [`CHUNK_POINTS`] steps, and no
+    /// more than a split query was answered for), so memory does not grow with GPUs × steps.
+    /// A chunk's queries (one per name) run up to `--max-queries-in-flight` at once, and the
+    /// next chunk is read and merged on a thread of its own while this one is handed over.
     /// Returns what was read and where the time went.
     ///
     /// # Errors
