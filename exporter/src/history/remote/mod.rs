@@ -177,11 +177,8 @@ impl History {
         last: i64,
     ) -> Option<anyhow::Result<Matrix>> {
         use std::sync::atomic::Ordering;
-        let e = self.remote.as_ref()?;
-        if column.summary.is_some()
-            || column.holder.is_some()
-            || self.remote_failed.load(Ordering::Relaxed)
-        {
+        let e = self.remote_in_use()?;
+        if column.summary.is_some() || column.holder.is_some() {
             return None;
         }
         let budget = Budget::new(self.requests_per_query);
@@ -236,12 +233,20 @@ impl History {
     /// (so the smaller chunks, which hold less at once, cost the server no more requests),
     /// all of it otherwise.
     pub(super) fn chunk_budget(&self) -> i64 {
-        use std::sync::atomic::Ordering;
-        if self.remote.is_some() && !self.remote_failed.load(Ordering::Relaxed) {
+        if self.remote_in_use().is_some() {
             CHUNK_BUDGET / 4
         } else {
             CHUNK_BUDGET
         }
+    }
+
+    /// How the server evaluates, while the plain series are read by remote-read: `None`
+    /// where it is not used, or after a remote-read failed under `auto`.
+    fn remote_in_use(&self) -> Option<&Evaluation> {
+        use std::sync::atomic::Ordering;
+        self.remote
+            .as_ref()
+            .filter(|_| !self.remote_failed.load(Ordering::Relaxed))
     }
 
     /// Let every span held go (the feed has read its last chunk).
