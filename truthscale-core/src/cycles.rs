@@ -34,29 +34,29 @@ use crate::model::{EntityId, Field, Readings};
 /// How many activity counters there are beside the elapsed one.
 const N: usize = Field::CYCLE_COUNTERS.len();
 
-/// One reading of the counters.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Reading {
-    elapsed: f64,
-    active: [Option<f64>; N],
-}
-
-impl Reading {
-    fn of(r: &Readings, elapsed: f64) -> Reading {
-        Reading {
-            elapsed,
-            active: Field::CYCLE_COUNTERS.map(|(counter, _)| r.value(counter)),
-        }
-    }
-}
+/// A blank among the counters' readings and ratios (a reading is never NaN).
+const NONE: f64 = f64::NAN;
 
 /// One entity's cumulative counters between windows.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CycleCounters {
-    /// The latest reading that moved (or the first).
-    last: Option<Reading>,
-    /// The ratios of the last move, held while the counters repeat.
-    held: Option<[Option<f64>; N]>,
+    /// The elapsed cycles of the latest reading that moved (or the first); none before it.
+    elapsed: Option<f64>,
+    /// The activity counters of that reading, one for each of [`Field::CYCLE_COUNTERS`]
+    /// ([`NONE`]: not read).
+    active: [f64; N],
+    /// The ratios of the last move, held while the counters repeat ([`NONE`]: none).
+    held: [f64; N],
+}
+
+impl Default for CycleCounters {
+    fn default() -> Self {
+        CycleCounters {
+            elapsed: None,
+            active: [NONE; N],
+            held: [NONE; N],
+        }
+    }
 }
 
 impl CycleCounters {
@@ -72,71 +72,71 @@ impl CycleCounters {
         let Some(elapsed) = r.value(Field::SmCyclesElapsed) else {
             return false;
         };
-        let now = Reading::of(r, elapsed);
-        let Some(prev) = self.last else {
-            self.last = Some(now);
+        let now = Field::CYCLE_COUNTERS.map(|(counter, _)| r.value(counter).unwrap_or(NONE));
+        let Some(prev) = self.elapsed else {
+            (self.elapsed, self.active) = (Some(elapsed), now);
             return false;
         };
-        if elapsed < prev.elapsed {
-            reset(entity, Field::SmCyclesElapsed, prev.elapsed, elapsed, diags);
+        if elapsed < prev {
+            reset(entity, Field::SmCyclesElapsed, prev, elapsed, diags);
             *self = CycleCounters {
-                last: Some(now),
-                held: None,
+                elapsed: Some(elapsed),
+                active: now,
+                held: [NONE; N],
             };
             return false;
         }
-        if elapsed == prev.elapsed {
-            return self.held.is_some_and(|held| apply(r, &held));
+        // Equal: the counters not yet updated, and the last move's ratios held.
+        if elapsed != prev {
+            let span = elapsed - prev;
+            for (i, held) in self.held.iter_mut().enumerate() {
+                let (a, b) = (self.active[i], now[i]);
+                let ratio = (b - a) / span;
+                // A little above 1 is rounding of two large doubles; more is no
+                // measurement. Where either reading is blank, the ratio is NaN: none.
+                *held = if (0.0..=1.0 + 1e-9).contains(&ratio) {
+                    ratio.min(1.0)
+                } else {
+                    if !(a.is_nan() || b.is_nan()) {
+                        no_ratio(i, a, b, span, entity, diags);
+                    }
+                    NONE
+                };
+            }
+            (self.elapsed, self.active) = (Some(elapsed), now);
         }
-        let ratios = deltas(&prev, &now, entity, diags);
-        self.last = Some(now);
-        self.held = Some(ratios);
-        apply(r, &ratios)
+        apply(r, &self.held)
     }
 }
 
-/// Each activity counter's delta over the elapsed one's, where both readings have it.
-fn deltas(
-    prev: &Reading,
-    now: &Reading,
-    entity: &EntityId,
-    diags: &mut Vec<Diagnostic>,
-) -> [Option<f64>; N] {
-    let elapsed = now.elapsed - prev.elapsed;
-    let mut out = [None; N];
-    for (i, &(counter, _)) in Field::CYCLE_COUNTERS.iter().enumerate() {
-        let (Some(a), Some(b)) = (prev.active[i], now.active[i]) else {
-            continue;
-        };
-        if b < a {
-            reset(entity, counter, a, b, diags);
-            continue;
-        }
-        let ratio = (b - a) / elapsed;
-        // A little above 1 is rounding of two large doubles; more is no measurement.
-        if ratio <= 1.0 + 1e-9 {
-            out[i] = Some(ratio.min(1.0));
-        } else {
-            diags.push(Diagnostic {
-                kind: DiagnosticKind::OutOfRange,
-                entity: Some(entity.clone()),
-                field: Some(counter),
-                detail: format!(
-                    "{} active cycles over {elapsed} elapsed is not a fraction",
-                    b - a
-                ),
-            });
-        }
+/// Why activity counter `i`, read `a` then `b` over `span` elapsed cycles, gives no ratio:
+/// it went down (a reset), or it rose by more than the elapsed cycles.
+#[cold]
+#[inline(never)]
+fn no_ratio(i: usize, a: f64, b: f64, span: f64, entity: &EntityId, diags: &mut Vec<Diagnostic>) {
+    let counter = Field::CYCLE_COUNTERS[i].0;
+    if b < a {
+        reset(entity, counter, a, b, diags);
+        return;
     }
-    out
+    diags.push(Diagnostic {
+        kind: DiagnosticKind::OutOfRange,
+        entity: Some(entity.clone()),
+        field: Some(counter),
+        detail: format!(
+            "{} active cycles over {span} elapsed is not a fraction",
+            b - a
+        ),
+    });
 }
 
 /// Write the ratios over the gauges' readings; whether any was written.
-fn apply(r: &mut Readings, ratios: &[Option<f64>; N]) -> bool {
+#[inline]
+fn apply(r: &mut Readings, ratios: &[f64; N]) -> bool {
     let mut any = false;
-    for (&(_, ratio), v) in Field::CYCLE_COUNTERS.iter().zip(ratios) {
-        if let Some(v) = *v {
-            r.set_value(ratio, v);
+    for (&(_, field), &v) in Field::CYCLE_COUNTERS.iter().zip(ratios) {
+        if !v.is_nan() {
+            r.set_value(field, v);
             any = true;
         }
     }
@@ -221,5 +221,97 @@ mod tests {
         assert_eq!(r.get(Field::TensorActive), R::Value(0.5));
         assert_eq!(r.get(Field::SmActive), R::Blank);
         assert_eq!(d[0].field, Some(Field::SmCyclesActive));
+    }
+
+    /// The rules of the module docs, written plainly and applied to a random run of
+    /// readings (moves, repeats, blanks, resets, counters running ahead of the elapsed
+    /// ones), give the same ratios, bit for bit, and the same diagnostics.
+    #[test]
+    fn a_random_run_reads_as_the_rules_say() {
+        use rand::{Rng, SeedableRng};
+        type Counters = [Option<f64>; N];
+        #[derive(Default)]
+        struct Rules {
+            last: Option<(f64, Counters)>,
+            held: Option<Counters>,
+        }
+        let mut rules = Rules::default();
+        let mut rule = |e: f64, now: Counters, want: &mut Vec<(DiagnosticKind, Field)>| {
+            let Some((prev, before)) = rules.last else {
+                rules.last = Some((e, now));
+                return None;
+            };
+            if e < prev {
+                want.push((DiagnosticKind::CounterReset, Field::SmCyclesElapsed));
+                (rules.last, rules.held) = (Some((e, now)), None);
+                return None;
+            }
+            if e == prev {
+                return rules.held;
+            }
+            let mut out = [None; N];
+            for (i, &(counter, _)) in Field::CYCLE_COUNTERS.iter().enumerate() {
+                let (Some(a), Some(b)) = (before[i], now[i]) else {
+                    continue;
+                };
+                let q = (b - a) / (e - prev);
+                if b < a {
+                    want.push((DiagnosticKind::CounterReset, counter));
+                } else if q > 1.0 + 1e-9 {
+                    want.push((DiagnosticKind::OutOfRange, counter));
+                } else {
+                    out[i] = Some(q.min(1.0));
+                }
+            }
+            (rules.last, rules.held) = (Some((e, now)), Some(out));
+            Some(out)
+        };
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1084);
+        let mut c = CycleCounters::default();
+        let (mut d, mut want) = (Vec::new(), Vec::new());
+        let id = EntityId::default();
+        let (mut e, mut counters) = (3.0e17, [1.0e17; N]);
+        for _ in 0..20_000 {
+            let step = 2.6e11 * rng.random_range(0.5..1.5);
+            match rng.random_range(0..100) {
+                0..3 => e = rng.random_range(0.0..1e12),
+                3..13 => {}
+                _ => e += step,
+            }
+            let mut r = Readings::default();
+            let mut now = [None; N];
+            for (i, &(counter, gauge)) in Field::CYCLE_COUNTERS.iter().enumerate() {
+                counters[i] += step * rng.random_range(-0.05..1.1);
+                r.set_value(gauge, 0.5);
+                if rng.random_bool(0.9) {
+                    r.set_value(counter, counters[i]);
+                    now[i] = Some(counters[i]);
+                }
+            }
+            let blank = rng.random_bool(0.03);
+            if !blank {
+                r.set_value(Field::SmCyclesElapsed, e);
+            }
+            let ratios = if blank { None } else { rule(e, now, &mut want) };
+            let any = c.derive(&mut r, &id, &mut d);
+            let ratios = ratios.unwrap_or([None; N]);
+            assert_eq!(any, ratios.iter().any(Option::is_some));
+            for (&(_, gauge), ratio) in Field::CYCLE_COUNTERS.iter().zip(ratios) {
+                let v = r.value(gauge).map(f64::to_bits);
+                assert_eq!(v, Some(ratio.unwrap_or(0.5).to_bits()), "{gauge:?}");
+            }
+        }
+        let got: Vec<_> = d.iter().map(|x| (x.kind, x.field)).collect();
+        let want: Vec<_> = want.into_iter().map(|(k, f)| (k, Some(f))).collect();
+        assert_eq!(got, want);
+        // The run reaches every rule.
+        for (kind, field) in [
+            (DiagnosticKind::CounterReset, Field::SmCyclesElapsed),
+            (DiagnosticKind::CounterReset, Field::SmCyclesActive),
+            (DiagnosticKind::OutOfRange, Field::SmCyclesActive),
+        ] {
+            let n = want.iter().filter(|w| **w == (kind, Some(field))).count();
+            assert!(n > 10, "{kind:?} {field:?}: {n}");
+        }
     }
 }

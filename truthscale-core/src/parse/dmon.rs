@@ -1302,6 +1302,13 @@ fn scan_values(row: &str, mut value: impl FnMut(usize, Option<f64>)) -> Result<u
             i += len;
             continue;
         }
+        // A long integer (a cumulative counter: 15 digits and more) in two or three words.
+        if let Some((v, len)) = long_integer(b, i, w) {
+            value(found, Some(v));
+            found += 1;
+            i += len;
+            continue;
+        }
         let v;
         (v, i) = any_value(row, start)?;
         value(found, v);
@@ -1361,6 +1368,29 @@ fn any_value(row: &str, start: usize) -> Result<(Option<f64>, usize), String> {
         w => Some(number(w).ok_or_else(|| format!("bad value `{w}`"))?),
     };
     Ok((v, i))
+}
+
+/// The integer of 8 to 19 digits at `b[i..]` (`w` its first eight bytes) when whitespace
+/// or the row's end follows it, and its length: the value [`number`] reads. `None`
+/// otherwise ([`any_value`] decides then).
+#[inline(always)]
+fn long_integer(b: &[u8], i: usize, w: u64) -> Option<(f64, usize)> {
+    let high = eight_digits(w)?;
+    let w = word_at(b, i + 8);
+    if SPACE[(w & 0xff) as usize] {
+        return Some((high as f64, 8));
+    }
+    if let Some((low, n)) = digits_then_space(w) {
+        return Some(((high * POW10_U64[n] + low) as f64, 8 + n));
+    }
+    let m = high * 100_000_000 + eight_digits(w)?;
+    let w = word_at(b, i + 16);
+    if SPACE[(w & 0xff) as usize] {
+        return Some((m as f64, 16));
+    }
+    // At most three more digits: 19 in all fit a u64.
+    let (low, n) = digits_then_space(w).filter(|&(_, n)| n <= 3)?;
+    Some(((m * POW10_U64[n] + low) as f64, 16 + n))
 }
 
 /// Eight ASCII digits in `w` (eight bytes of a row, the first lowest), as the number they
@@ -2205,6 +2235,18 @@ GPU 1     N/A    1      2      N/A
             "1..23",
             "N/A5",
             "N/AN/A",
+            // Integers of 8 digits and more: cumulative counters, one digit too many, and
+            // ones that are not integers.
+            "12345678",
+            "123456789",
+            "281474976710656",
+            "1234567890123456",
+            "12345678901234567",
+            "1234567890123456789",
+            "12345678901234567890",
+            "1234567890123456.5",
+            "12345678x",
+            "1234567890123456x",
         ];
         let gaps = [
             " ", "   ", "        ", "\t", " \x0b ", "\x0c", "\r", "  \t  ",
