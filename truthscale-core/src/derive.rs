@@ -699,11 +699,25 @@ pub fn fidelity(r: &Readings) -> Fidelity {
 #[must_use]
 #[inline]
 pub fn window(r: &Readings, ctx: &WindowContext<'_>, cfg: &DeriveConfig) -> WindowMetrics {
+    let mut m = WindowMetrics::default();
+    window_into(&mut m, r, ctx, cfg);
+    m
+}
+
+/// [`window`], written over `m` (a window derived in place of the one before, without the
+/// metrics moved).
+#[inline]
+pub fn window_into(
+    m: &mut WindowMetrics,
+    r: &Readings,
+    ctx: &WindowContext<'_>,
+    cfg: &DeriveConfig,
+) {
     let tier = match fidelity(r) {
         Fidelity::Profiling if ctx.activity_from_counters => Fidelity::Cumulative,
         tier => tier,
     };
-    let mut m = WindowMetrics {
+    *m = WindowMetrics {
         fidelity: Some(tier),
         ..WindowMetrics::default()
     };
@@ -712,7 +726,7 @@ pub fn window(r: &Readings, ctx: &WindowContext<'_>, cfg: &DeriveConfig) -> Wind
     let d = r.value(Field::DramActive);
     let c = compute_term(r, ctx.spec);
     m.reported_utilization = u;
-    effective_compute(&mut m, r, c, ctx.spec, cfg);
+    effective_compute(m, r, c, ctx.spec, cfg);
 
     if let (Some(c), Some(d)) = (c, d) {
         m.roofline_saturation = Some(clamp01(c.max(d)));
@@ -768,7 +782,6 @@ pub fn window(r: &Readings, ctx: &WindowContext<'_>, cfg: &DeriveConfig) -> Wind
     {
         m.memory_used_fraction = Some(clamp01(used / total));
     }
-    m
 }
 
 #[cfg(test)]

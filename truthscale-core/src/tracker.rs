@@ -1309,7 +1309,7 @@ impl EntityState {
             throttles: e.throttles,
             activity_from_counters: self.activity_from_counters,
         };
-        win.metrics = derive::window(&win.readings, &ctx, cfg);
+        derive::window_into(&mut win.metrics, &win.readings, &ctx, cfg);
         let metrics = &win.metrics;
         self.measured_floor = crate::energy::learn_floor(
             self.measured_floor,

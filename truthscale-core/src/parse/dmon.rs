@@ -672,7 +672,13 @@ impl DmonParser {
         let mut entities = std::mem::replace(&mut self.sweep, next);
         if let Some(row) = entities.get_mut(self.rows) {
             match self.sweep.first_mut() {
-                Some(first) => std::mem::swap(first, row),
+                Some(first) => {
+                    std::mem::swap(first, row);
+                    // The row it took the place of is kept, written over by a row to come.
+                    if let Some(kept) = entities.pop() {
+                        self.sweep.push(kept);
+                    }
+                }
                 None => self.sweep.push(std::mem::take(row)),
             }
         }
