@@ -518,8 +518,20 @@ impl DmonParser {
             return Err(error(&self.file, self.line, m));
         }
         let mig = self.mig_of(kind, n)?;
-        // The row is gathered where it will lie, after the sweep's rows, over a row kept
-        // there when there is one; it becomes part of the sweep only when it is well formed.
+        // The row is well formed from here on. An entity already in the sweep starts the
+        // next one.
+        let key = match mig {
+            None => row_key(Some(n), None, None),
+            Some((gpu, gi, ci)) => row_key(gpu, Some(gi), ci),
+        };
+        let done = if self.seen.contains(&key) {
+            self.end_sweep()
+        } else {
+            None
+        };
+        // The row is gathered where it lies in the sweep, over a row kept there when there
+        // is one.
+        let columns = self.columns.as_deref().unwrap_or_default();
         let sample = match self.sweep.get_mut(self.rows) {
             Some(row) => {
                 clear_row(row);
@@ -528,7 +540,7 @@ impl DmonParser {
             None => {
                 self.sweep.push(Acc::blank(EntityId::default()));
                 let Some(row) = self.sweep.last_mut() else {
-                    return Ok(None);
+                    return Ok(done);
                 };
                 row
             }
@@ -542,10 +554,6 @@ impl DmonParser {
                 Some(target) => extra.apply(sample, target, (!v.is_nan()).then_some(v)),
             }
         }
-        let key = match mig {
-            None => row_key(Some(n), None, None),
-            Some((gpu, gi, ci)) => row_key(gpu, Some(gi), ci),
-        };
         let id = &mut sample.id;
         (id.gpu, id.mig) = match mig {
             None => (Some(n), None),
@@ -565,12 +573,6 @@ impl DmonParser {
             Kind::GpuInstance => self.ctx_gi = Some((self.ctx_gpu, n)),
             Kind::ComputeInstance => {}
         }
-        // An entity already in the sweep starts the next one.
-        let done = if self.seen.contains(&key) {
-            self.end_sweep()
-        } else {
-            None
-        };
         self.rows += 1;
         self.seen.insert(key);
         Ok(done)
@@ -654,8 +656,7 @@ impl DmonParser {
         self.skipped
     }
 
-    /// The sweep so far, as a sample; the row gathered after it, if any, becomes the first
-    /// of the next.
+    /// The sweep so far, as a sample.
     fn end_sweep(&mut self) -> Option<Sample> {
         self.seen.clear();
         if self.rows == 0 {
@@ -663,25 +664,12 @@ impl DmonParser {
         }
         let taken = nth_time(self.start, self.sweeps, self.interval_secs);
         self.sweeps += 1;
-        // The next sweep most likely has as many rows, and the row that ends it is gathered
-        // in it too.
+        // The next sweep most likely has as many rows.
         let next = match self.spare.take() {
             Some(v) => v,
-            None => Vec::with_capacity(self.rows + 1),
+            None => Vec::with_capacity(self.rows),
         };
         let mut entities = std::mem::replace(&mut self.sweep, next);
-        if let Some(row) = entities.get_mut(self.rows) {
-            match self.sweep.first_mut() {
-                Some(first) => {
-                    std::mem::swap(first, row);
-                    // The row it took the place of is kept, written over by a row to come.
-                    if let Some(kept) = entities.pop() {
-                        self.sweep.push(kept);
-                    }
-                }
-                None => self.sweep.push(std::mem::take(row)),
-            }
-        }
         entities.truncate(self.rows);
         self.rows = 0;
         Some(Sample { taken, entities })
