@@ -169,6 +169,27 @@ pub struct HealthInputs {
     pub window_seconds: Option<f64>,
 }
 
+/// Every field health is judged from ([`HealthInputs::from_readings`], the single-bit ECC
+/// count and [`violation_ns`]): a window without any, after none before, has no health
+/// finding.
+pub const INPUT_FIELDS: u64 = Field::set_of(&[
+    Field::XidLast,
+    Field::XidWindowFatal,
+    Field::MemoryUnrepairable,
+    Field::FabricHealthSummary,
+    Field::EccDbeVolatile,
+    Field::RowRemapPending,
+    Field::RowRemapFailed,
+    Field::RecoveryAction,
+    Field::EccSbeVolatile,
+    Field::PowerViolationNs,
+    Field::ThermalViolationNs,
+    Field::ClockEventSwPowerCapNs,
+    Field::ClockEventSwThermalNs,
+    Field::ClockEventHwThermalNs,
+    Field::ClockEventHwPowerBrakeNs,
+]);
+
 impl HealthInputs {
     /// The levels of `r`, without the rises (which need the previous reading).
     #[must_use]
@@ -711,5 +732,26 @@ mod tests {
         assert_eq!(violation_ns(&r), Some(7.0));
         r.set_value(Field::PowerViolationNs, 5.0);
         assert_eq!(violation_ns(&r), Some(12.0));
+    }
+
+    /// A field outside [`INPUT_FIELDS`], whatever its value, gives health nothing to judge:
+    /// the tracker skips windows without any of them.
+    #[test]
+    fn fields_outside_the_inputs_are_not_judged() {
+        for &field in Field::ALL {
+            let inside = Field::set_of(&[field]) & INPUT_FIELDS != 0;
+            for v in [0.0, 1.0, 48.0, 79.0, 1e9] {
+                let mut r = Readings::default();
+                r.set_value(field, v);
+                assert_eq!(r.any_filled(INPUT_FIELDS), inside, "{field:?}");
+                if inside {
+                    continue;
+                }
+                let i = HealthInputs::from_readings(&r);
+                assert!(!i.anything(), "{field:?} = {v}");
+                assert_eq!(violation_ns(&r), None, "{field:?}");
+                assert_ne!(field, Field::EccSbeVolatile);
+            }
+        }
     }
 }

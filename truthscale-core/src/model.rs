@@ -418,6 +418,19 @@ fields! {
 }
 
 impl Field {
+    /// `fields` as a set: bit `i` for the field whose index is `i`, as
+    /// [`Readings::any_filled`] reads it.
+    #[must_use]
+    pub const fn set_of(fields: &[Field]) -> u64 {
+        let mut set = 0;
+        let mut i = 0;
+        while i < fields.len() {
+            set |= 1 << fields[i] as usize;
+            i += 1;
+        }
+        set
+    }
+
     /// The cumulative cycle counters and the activity ratio each one's delta over
     /// [`Field::SmCyclesElapsed`]'s gives over a window.
     pub const CYCLE_COUNTERS: [(Field, Field); 7] = [
@@ -574,6 +587,13 @@ impl Readings {
     #[must_use]
     pub fn all(&self) -> &[Reading; Field::COUNT] {
         &self.all
+    }
+
+    /// Whether any field of `set` ([`Field::set_of`]) is not blank.
+    #[must_use]
+    #[inline]
+    pub fn any_filled(&self, set: u64) -> bool {
+        self.filled & set != 0
     }
 
     /// The fields that are not blank, as indices into [`Readings::all`] in order.

@@ -1159,6 +1159,11 @@ impl EntityState {
         diags: &mut Vec<Diagnostic>,
     ) {
         let r = &mut self.window.readings;
+        // Most windows of most sources: nothing to judge, now or before.
+        if !r.any_filled(health::INPUT_FIELDS) && self.last_health_counters == (None, None) {
+            self.window.health = None;
+            return;
+        }
         let sbe = r.value(Field::EccSbeVolatile);
         let violation = health::violation_ns(r);
         let (last_sbe, last_violation) = self.last_health_counters;
