@@ -10,7 +10,7 @@ use crate::gpus::GpuSpec;
 use crate::model::{EntityId, Field, Phase, Sample};
 use crate::phase::PhaseMethod;
 use crate::rightsizing::{self, Constraint, Demand};
-use crate::tracker::{Deriver, EntityTable, EntityWindow, Handed};
+use crate::tracker::{Deriver, EntityTable, EntityWindow, Handed, SlotIndex};
 use crate::verdict::Verdict;
 use std::collections::BTreeMap;
 
@@ -151,7 +151,7 @@ pub struct Analyzer {
     start: Option<i64>,
     entities: EntityTable<EntityAcc>,
     /// Each deriver slot's entity in `entities`, while the deriver's epoch stands.
-    by_slot: (u64, Vec<Option<usize>>),
+    by_slot: SlotIndex,
     diagnostics: BTreeMap<DiagnosticKind, u64>,
     first_diagnostics: Vec<String>,
     /// The diagnostics of the sample being fed (kept for its capacity).
@@ -172,7 +172,7 @@ impl Analyzer {
             timeline,
             start: None,
             entities: EntityTable::default(),
-            by_slot: (0, Vec::new()),
+            by_slot: SlotIndex::default(),
             diagnostics: BTreeMap::new(),
             first_diagnostics: Vec::new(),
             noticed: Vec::new(),
@@ -193,13 +193,7 @@ impl Analyzer {
         } = self;
         let mut pos = 0;
         deriver.observe_slots(sample, noticed, |slot, w, handed| {
-            if slot.epoch != by_slot.0 {
-                *by_slot = (slot.epoch, Vec::new());
-            }
-            if slot.index >= by_slot.1.len() {
-                by_slot.1.resize(slot.index + 1, None);
-            }
-            let known = &mut by_slot.1[slot.index];
+            let known = by_slot.entry(slot);
             let acc = match *known {
                 Some(acc) if !slot.id_changed => acc,
                 _ => {

@@ -773,6 +773,29 @@ pub struct Slot {
     pub id_changed: bool,
 }
 
+/// A consumer's own index for each of the deriver's slots (its state for the slot's entity),
+/// forgotten whenever the slots' epoch moves.
+#[derive(Debug, Clone, Default)]
+pub struct SlotIndex {
+    epoch: u64,
+    of: Vec<Option<usize>>,
+}
+
+impl SlotIndex {
+    /// The index kept for `slot`: `None` until one is written, and again once the epoch
+    /// the slots stand in has moved.
+    pub fn entry(&mut self, slot: Slot) -> &mut Option<usize> {
+        if slot.epoch != self.epoch {
+            self.of.clear();
+            self.epoch = slot.epoch;
+        }
+        if slot.index >= self.of.len() {
+            self.of.resize(slot.index + 1, None);
+        }
+        &mut self.of[slot.index]
+    }
+}
+
 /// How a window handed to a consumer counts, for one that weighs windows by time itself.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Handed {
@@ -1638,6 +1661,26 @@ pub(crate) mod tests {
                 ..Default::default()
             }],
         }
+    }
+
+    #[test]
+    fn a_slot_index_is_kept_while_its_epoch_stands() {
+        let slot = |index, epoch| Slot {
+            index,
+            epoch,
+            id_changed: false,
+        };
+        let mut by = SlotIndex::default();
+        assert_eq!(*by.entry(slot(3, 0)), None);
+        *by.entry(slot(3, 0)) = Some(7);
+        *by.entry(slot(0, 0)) = Some(2);
+        assert_eq!(
+            (*by.entry(slot(3, 0)), *by.entry(slot(0, 0))),
+            (Some(7), Some(2))
+        );
+        // The slots moved: nothing kept holds.
+        assert_eq!(*by.entry(slot(0, 1)), None);
+        assert_eq!(*by.entry(slot(3, 1)), None);
     }
 
     #[test]

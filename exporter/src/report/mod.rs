@@ -34,7 +34,7 @@ use truthscale_core::derive::DeriveConfig;
 use truthscale_core::diag::{Diagnostic, DiagnosticKind};
 use truthscale_core::fleet::{FleetConfig, FleetInput, FleetReport, Track};
 use truthscale_core::model::{EntityId, EntityKey, EntitySample};
-use truthscale_core::tracker::{Deriver, Slot};
+use truthscale_core::tracker::{Deriver, Slot, SlotIndex};
 
 /// The JSON document's schema name.
 pub(crate) const SCHEMA: &str = "truthscale.report";
@@ -351,10 +351,8 @@ struct Found {
     keys: Vec<EntityKey>,
     /// The track of the entity at each place of the previous sample.
     last: Vec<usize>,
-    /// The track of each of the deriver's slots (`usize::MAX`: not looked up yet), while
-    /// the slots' `epoch` stands.
-    by_slot: Vec<usize>,
-    epoch: u64,
+    /// The track of each of the deriver's slots.
+    by_slot: SlotIndex,
 }
 
 impl Found {
@@ -367,20 +365,11 @@ impl Found {
         id: &EntityId,
         tracks: &mut Vec<Track>,
     ) -> Option<usize> {
-        if slot.epoch != self.epoch {
-            self.by_slot.clear();
-            self.epoch = slot.epoch;
-        }
-        if let Some(&i) = self.by_slot.get(slot.index)
-            && i != usize::MAX
-        {
+        if let Some(i) = *self.by_slot.entry(slot) {
             return Some(i);
         }
         let i = self.track(j, id, Some(tracks))?;
-        if slot.index >= self.by_slot.len() {
-            self.by_slot.resize(slot.index + 1, usize::MAX);
-        }
-        self.by_slot[slot.index] = i;
+        *self.by_slot.entry(slot) = Some(i);
         Some(i)
     }
 

@@ -512,9 +512,9 @@ impl DmonParser {
         let Some((kind, n)) = self.row_of(line)? else {
             return Ok(None);
         };
-        let columns = self.columns.as_deref().unwrap_or_default();
-        if values.len() != columns.len() {
-            let m = format!("expected {} values, found {}", columns.len(), values.len());
+        let expected = self.columns.as_ref().map_or(0, Vec::len);
+        if values.len() != expected {
+            let m = format!("expected {expected} values, found {}", values.len());
             return Err(error(&self.file, self.line, m));
         }
         let mig = self.mig_of(kind, n)?;
