@@ -647,24 +647,9 @@ fn verdicts(a: &EntityAcc) -> (Verdict, BTreeMap<&'static str, f64>) {
     (verdict, verdict_fraction)
 }
 
-/// `partitioned`: the entity is a GPU split into MIG instances, which get their own advice.
-fn summarize(a: &EntityAcc, cfg: &DeriveConfig, partitioned: bool) -> EntitySummary {
-    let fidelity = a.capability.unwrap_or(Fidelity::None);
-    // One method per entity: counters where any window had them, else the heuristic.
-    let regime_method = PhaseMethod::ALL
-        .into_iter()
-        .find(|m| a.phase_seconds[m.index()].iter().sum::<f64>() > 0.0);
-    let secs = regime_method.map_or([0.0; Phase::ALL.len()], |m| a.phase_seconds[m.index()]);
-    let classified: f64 = secs.iter().sum();
-    let frac = |p: Phase| {
-        if classified > 0.0 {
-            secs[p.index()] / classified
-        } else {
-            0.0
-        }
-    };
-    let (verdict, verdict_fraction) = verdicts(a);
-    let memory = match (a.peak_used, a.total_mem) {
+/// The entity's memory sizing, and the MIG profile its demand fits, unless `partitioned`.
+fn memory_report(a: &EntityAcc, cfg: &DeriveConfig, partitioned: bool) -> Option<MemoryReport> {
+    match (a.peak_used, a.total_mem) {
         (Some(u), Some(t)) => rightsizing::memory_sizing(u, t, cfg.headroom).map(|m| {
             let fit = a.spec.filter(|_| !partitioned).and_then(|spec| {
                 let demand = Demand {
@@ -695,7 +680,33 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig, partitioned: bool) -> EntitySumm
             }
         }),
         _ => None,
+    }
+}
+
+/// The entity's regime method (counters where any window had them, else the heuristic) and
+/// the seconds it classified, by phase.
+fn regime_seconds(a: &EntityAcc) -> (Option<PhaseMethod>, [f64; Phase::ALL.len()]) {
+    let method = PhaseMethod::ALL
+        .into_iter()
+        .find(|m| a.phase_seconds[m.index()].iter().sum::<f64>() > 0.0);
+    let secs = method.map_or([0.0; Phase::ALL.len()], |m| a.phase_seconds[m.index()]);
+    (method, secs)
+}
+
+/// `partitioned`: the entity is a GPU split into MIG instances, which get their own advice.
+fn summarize(a: &EntityAcc, cfg: &DeriveConfig, partitioned: bool) -> EntitySummary {
+    let fidelity = a.capability.unwrap_or(Fidelity::None);
+    let (regime_method, secs) = regime_seconds(a);
+    let classified: f64 = secs.iter().sum();
+    let frac = |p: Phase| {
+        if classified > 0.0 {
+            secs[p.index()] / classified
+        } else {
+            0.0
+        }
     };
+    let (verdict, verdict_fraction) = verdicts(a);
+    let memory = memory_report(a, cfg, partitioned);
     let mean = |m: &Mean| m.get().map(|mean| MeanOnly { mean });
     EntitySummary {
         entity: a.id.to_string(),

@@ -231,6 +231,34 @@ pub fn sanitize(
             unclean |= !(0.0 <= v && v <= CLEAN_MAX[i]);
         }
     }
+    sanitize_rest(readings, unclean, entity, spec, diags);
+}
+
+/// `*dst = *src` and [`sanitize`] it, the copy and the first pass over the generic bounds
+/// in one.
+pub fn sanitize_from(
+    dst: &mut Readings,
+    src: &Readings,
+    entity: &EntityId,
+    spec: Option<&GpuSpec>,
+    diags: &mut Vec<Diagnostic>,
+) {
+    let unclean = dst.copy_from_within(src, &CLEAN_MAX);
+    sanitize_rest(dst, unclean, entity, spec, diags);
+}
+
+/// [`sanitize`] after its first pass (`unclean`: a value lay outside its generic bound):
+/// the fields bounded by the model or the row, the sentinels of the wide fields, and the
+/// field-by-field rules where anything was not clean.
+#[inline]
+fn sanitize_rest(
+    readings: &mut Readings,
+    mut unclean: bool,
+    entity: &EntityId,
+    spec: Option<&GpuSpec>,
+    diags: &mut Vec<Diagnostic>,
+) {
+    let all = readings.all();
     let (row, _, _) = Bounds::row(readings, spec);
     for (&f, max) in ROW_BOUND_FIELDS.iter().zip(row) {
         if let Reading::Value(v) = all[f] {
@@ -512,20 +540,22 @@ impl Bounds {
         // model's board limit does, so a reading taken just after an administrator lowered
         // the limit is not blanked. A clean memory total bounds the memory used (a MIG
         // instance's total is its own).
-        let read_limit = r.value(Field::PowerLimitWatts).unwrap_or(0.0);
-        let power_by_limit = spec.is_none() && 0.0 < read_limit && read_limit <= limit;
-        if power_by_limit {
-            power = (read_limit * POWER_BOUND_FACTOR).min(BELOW_INT32_BLANK);
+        let read_limit = r
+            .value(Field::PowerLimitWatts)
+            .filter(|&l| spec.is_none() && 0.0 < l && l <= limit);
+        if let Some(l) = read_limit {
+            power = (l * POWER_BOUND_FACTOR).min(BELOW_INT32_BLANK);
         }
-        let read_total = r.value(Field::MemTotalBytes).unwrap_or(0.0);
-        let used_by_total = 0.0 < read_total && read_total <= total && !is_sentinel(read_total);
-        if used_by_total {
-            used = read_total;
+        let read_total = r
+            .value(Field::MemTotalBytes)
+            .filter(|&t| 0.0 < t && t <= total && !is_sentinel(t));
+        if let Some(t) = read_total {
+            used = t;
         }
         (
             [sm, power, limit, used, total],
-            power_by_limit,
-            used_by_total,
+            read_limit.is_some(),
+            read_total.is_some(),
         )
     }
 
@@ -1648,6 +1678,65 @@ mod tests {
                 DiagnosticKind::OutOfRange,
                 DiagnosticKind::Sentinel,
             ]
+        );
+    }
+
+    /// Copying and sanitizing in one pass leaves what a copy then [`sanitize`] leave: the
+    /// same readings and the same diagnostics, over clean values, values past every kind of
+    /// bound, NaN, infinities and sentinels, with and without a model, into a destination
+    /// that held other readings.
+    #[test]
+    fn sanitizing_while_copying_is_copying_then_sanitizing() {
+        use rand::{Rng as _, SeedableRng as _};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(218);
+        let odd = [
+            f64::NAN,
+            f64::INFINITY,
+            -1.0,
+            -0.0,
+            1.02,
+            1.5,
+            3_000.0,
+            4_294_967_294.0,
+            2_147_483_632.0,
+            SENTINEL_FLOOR,
+            1e30,
+        ];
+        let random = |rng: &mut rand_chacha::ChaCha8Rng| {
+            let mut r = Readings::default();
+            for _ in 0..rng.random_range(0..14) {
+                let f = Field::ALL[rng.random_range(0..Field::COUNT)];
+                let reading = match rng.random_range(0..8) {
+                    0 => Reading::Blank,
+                    1 => Reading::Unsupported,
+                    2 => Reading::Value(odd[rng.random_range(0..odd.len())]),
+                    3 => Reading::Value(rng.random_range(0.0..2e11)),
+                    _ => Reading::Value(rng.random_range(0.0..1.0)),
+                };
+                r.set(f, reading);
+            }
+            r
+        };
+        let (mut unclean, mut clean) = (0, 0);
+        for k in 0..20_000 {
+            let spec = [None, by_key("h100-sxm"), by_key("a100-40-sxm")][k % 3];
+            let (src, before) = (random(&mut rng), random(&mut rng));
+            let (mut a, mut b) = (before, before);
+            let (mut da, mut db) = (Vec::new(), Vec::new());
+            a.copy_from(&src);
+            sanitize(&mut a, &EntityId::default(), spec, &mut da);
+            sanitize_from(&mut b, &src, &EntityId::default(), spec, &mut db);
+            assert_eq!(format!("{a:?}"), format!("{b:?}"), "{src:?}");
+            assert_eq!(da, db, "{src:?}");
+            if da.is_empty() {
+                clean += 1
+            } else {
+                unclean += 1
+            }
+        }
+        assert!(
+            clean > 1_000 && unclean > 1_000,
+            "{clean} clean, {unclean} not"
         );
     }
 }

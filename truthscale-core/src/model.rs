@@ -610,6 +610,22 @@ impl Readings {
         self.filled = other.filled;
     }
 
+    /// [`Readings::copy_from`], telling in the same pass whether any value copied lies
+    /// outside `0..=max[i]` of its field `i` (NaN does).
+    #[inline]
+    pub fn copy_from_within(&mut self, other: &Readings, max: &[f64; Field::COUNT]) -> bool {
+        let mut outside = false;
+        for i in Bits(self.filled | other.filled) {
+            let r = other.all[i];
+            self.all[i] = r;
+            if let Reading::Value(v) = r {
+                outside |= !(0.0 <= v && v <= max[i]);
+            }
+        }
+        self.filled = other.filled;
+        outside
+    }
+
     /// Make every field blank, writing only those that are filled.
     pub fn clear(&mut self) {
         for i in Bits(self.filled) {

@@ -1151,8 +1151,7 @@ impl EntityState {
         if changed {
             win.id.clone_from(&e.id);
         }
-        win.readings.copy_from(&e.readings);
-        derive::sanitize(&mut win.readings, &e.id, spec, diags);
+        derive::sanitize_from(&mut win.readings, &e.readings, &e.id, spec, diags);
         if spec.is_none() && !self.warned_unknown_model {
             self.warned_unknown_model = true;
             diags.push(Diagnostic {
