@@ -604,10 +604,7 @@ impl Readings {
     /// Become `other`, writing only the fields either has filled (the same as `*self =
     /// *other`, without copying every blank).
     pub fn copy_from(&mut self, other: &Readings) {
-        for i in Bits(self.filled | other.filled) {
-            self.all[i] = other.all[i];
-        }
-        self.filled = other.filled;
+        self.copy_from_within(other, &[f64::INFINITY; Field::COUNT]);
     }
 
     /// [`Readings::copy_from`], telling in the same pass whether any value copied lies
