@@ -224,12 +224,9 @@ pub fn sanitize(
     // Most readings are all clean: told in one pass without a branch a field, against the
     // generic bounds, then the few fields whose bound is the model's or the row's own (a
     // field over its generic bound only sends the row to the field-by-field rules).
-    let all = readings.all();
     let mut unclean = false;
-    for i in readings.filled() {
-        if let Reading::Value(v) = all[i] {
-            unclean |= !(0.0 <= v && v <= CLEAN_MAX[i]);
-        }
+    for (i, v) in readings.values() {
+        unclean |= !(0.0 <= v && v <= CLEAN_MAX[i]);
     }
     sanitize_rest(readings, unclean, entity, spec, diags);
 }
@@ -258,16 +255,15 @@ fn sanitize_rest(
     spec: Option<&GpuSpec>,
     diags: &mut Vec<Diagnostic>,
 ) {
-    let all = readings.all();
     let (row, _, _) = Bounds::row(readings, spec);
     for (&f, max) in ROW_BOUND_FIELDS.iter().zip(row) {
-        if let Reading::Value(v) = all[f] {
+        if let Some(v) = readings.value_at(f) {
             unclean |= !(0.0 <= v && v <= max);
         }
     }
     // The integer sentinels lie below the bound of the wide fields only (see `Bounds::new`).
     for &f in WIDE_FIELDS {
-        if let Reading::Value(v) = all[f as usize] {
+        if let Some(v) = readings.value(f) {
             unclean |= in_int_sentinel_band(v);
         }
     }

@@ -532,13 +532,17 @@ impl Field {
     }
 }
 
-/// One reading per [`Field`], and which of them are not blank (a row of a capture fills a few
-/// of its 63 fields: sanitizing, copying and clearing touch only those).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// One reading per [`Field`]: each field's value where it has one, and which fields have a
+/// value and which are unsupported, one bit each (a row of a capture fills a few of its 63
+/// fields: sanitizing, copying and clearing touch only those). A blank is both bits clear:
+/// clearing writes no value, and a value left where a field is blank is never read.
+#[derive(Clone, Copy)]
 pub struct Readings {
-    all: [Reading; Field::COUNT],
-    /// Bit `i` set: field `i` is not [`Reading::Blank`].
-    filled: u64,
+    values: [f64; Field::COUNT],
+    /// Bit `i` set: field `i` is [`Reading::Value`] (`values[i]`).
+    valued: u64,
+    /// Bit `i` set: field `i` is [`Reading::Unsupported`] (never with its `valued` bit).
+    unsupported: u64,
 }
 
 // One bit a field.
@@ -548,61 +552,111 @@ impl Default for Readings {
     /// Every field blank.
     fn default() -> Self {
         Readings {
-            all: [Reading::Blank; Field::COUNT],
-            filled: 0,
+            values: [0.0; Field::COUNT],
+            valued: 0,
+            unsupported: 0,
         }
     }
 }
 
+impl PartialEq for Readings {
+    /// The same reading in every field (the values compared as `f64`: NaN is never equal).
+    fn eq(&self, other: &Readings) -> bool {
+        self.valued == other.valued
+            && self.unsupported == other.unsupported
+            && Bits(self.valued).all(|i| self.values[i] == other.values[i])
+    }
+}
+
+impl std::fmt::Debug for Readings {
+    /// The fields that are not blank, with their readings.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.filled().map(|i| (Field::ALL[i], self.reading_at(i))))
+            .finish()
+    }
+}
+
 impl Readings {
+    /// The reading of field `i` (its index in [`Field::ALL`]).
+    #[inline]
+    fn reading_at(&self, i: usize) -> Reading {
+        if self.valued >> i & 1 != 0 {
+            Reading::Value(self.values[i])
+        } else if self.unsupported >> i & 1 != 0 {
+            Reading::Unsupported
+        } else {
+            Reading::Blank
+        }
+    }
+
     /// The reading of `field`.
     #[must_use]
+    #[inline]
     pub fn get(&self, field: Field) -> Reading {
-        self.all[field as usize]
+        self.reading_at(field as usize)
     }
 
     /// The value of `field`, if it has one.
     #[must_use]
+    #[inline]
     pub fn value(&self, field: Field) -> Option<f64> {
-        self.get(field).value()
+        self.value_at(field as usize)
+    }
+
+    /// The value of field `i` (its index in [`Field::ALL`]), if it has one.
+    #[must_use]
+    #[inline]
+    pub fn value_at(&self, i: usize) -> Option<f64> {
+        (self.valued >> i & 1 != 0).then(|| self.values[i])
     }
 
     /// Set the reading of `field`.
+    #[inline]
     pub fn set(&mut self, field: Field, reading: Reading) {
         let i = field as usize;
-        self.all[i] = reading;
-        if matches!(reading, Reading::Blank) {
-            self.filled &= !(1 << i);
-        } else {
-            self.filled |= 1 << i;
+        let bit = 1 << i;
+        match reading {
+            Reading::Value(v) => {
+                self.values[i] = v;
+                self.valued |= bit;
+                self.unsupported &= !bit;
+            }
+            Reading::Unsupported => {
+                self.valued &= !bit;
+                self.unsupported |= bit;
+            }
+            Reading::Blank => {
+                self.valued &= !bit;
+                self.unsupported &= !bit;
+            }
         }
     }
 
     /// Set `field` to a value.
+    #[inline]
     pub fn set_value(&mut self, field: Field, value: f64) {
         self.set(field, Reading::Value(value));
-    }
-
-    /// Every reading, in the order of [`Field::ALL`].
-    #[must_use]
-    pub fn all(&self) -> &[Reading; Field::COUNT] {
-        &self.all
     }
 
     /// Whether any field of `set` ([`Field::set_of`]) is not blank.
     #[must_use]
     #[inline]
     pub fn any_filled(&self, set: u64) -> bool {
-        self.filled & set != 0
+        (self.valued | self.unsupported) & set != 0
     }
 
-    /// The fields that are not blank, as indices into [`Readings::all`] in order.
+    /// The fields that are not blank, as indices into [`Field::ALL`] in order.
     pub fn filled(&self) -> impl Iterator<Item = usize> + use<> {
-        Bits(self.filled)
+        Bits(self.valued | self.unsupported)
     }
 
-    /// Become `other`, writing only the fields either has filled (the same as `*self =
-    /// *other`, without copying every blank).
+    /// The fields that have a value, as indices into [`Field::ALL`] in order, with it.
+    pub fn values(&self) -> impl Iterator<Item = (usize, f64)> + '_ {
+        Bits(self.valued).map(|i| (i, self.values[i]))
+    }
+
+    /// Become `other`, copying only the values it has (the same as `*self = *other`).
     pub fn copy_from(&mut self, other: &Readings) {
         self.copy_from_within(other, &[f64::INFINITY; Field::COUNT]);
     }
@@ -612,23 +666,21 @@ impl Readings {
     #[inline]
     pub fn copy_from_within(&mut self, other: &Readings, max: &[f64; Field::COUNT]) -> bool {
         let mut outside = false;
-        for i in Bits(self.filled | other.filled) {
-            let r = other.all[i];
-            self.all[i] = r;
-            if let Reading::Value(v) = r {
-                outside |= !(0.0 <= v && v <= max[i]);
-            }
+        for i in Bits(other.valued) {
+            let v = other.values[i];
+            self.values[i] = v;
+            outside |= !(0.0 <= v && v <= max[i]);
         }
-        self.filled = other.filled;
+        self.valued = other.valued;
+        self.unsupported = other.unsupported;
         outside
     }
 
-    /// Make every field blank, writing only those that are filled.
+    /// Make every field blank (no value is written).
+    #[inline]
     pub fn clear(&mut self) {
-        for i in Bits(self.filled) {
-            self.all[i] = Reading::Blank;
-        }
-        self.filled = 0;
+        self.valued = 0;
+        self.unsupported = 0;
     }
 
     /// Iterate over `(field, reading)` pairs.
@@ -1158,15 +1210,17 @@ mod tests {
             let b = random_readings(&mut next);
             let filled: Vec<usize> = a.filled().collect();
             let not_blank: Vec<usize> = (0..Field::COUNT)
-                .filter(|&i| a.all()[i] != Reading::Blank)
+                .filter(|&i| a.get(Field::ALL[i]) != Reading::Blank)
                 .collect();
             assert_eq!(filled, not_blank);
             let mut c = b;
             c.copy_from(&a);
             assert_eq!(c, a);
-            assert_eq!(c.all(), a.all());
+            let readings = |r: &Readings| r.iter().collect::<Vec<_>>();
+            assert_eq!(readings(&c), readings(&a));
             c.clear();
             assert_eq!(c, Readings::default());
+            assert!(readings(&c).iter().all(|(_, r)| *r == Reading::Blank));
         }
     }
 }
