@@ -639,6 +639,23 @@ impl Readings {
         self.set(field, Reading::Value(value));
     }
 
+    /// Set field `fields[k]` (its index in [`Field::ALL`]) to `values[k]` for each `k` whose
+    /// value is not NaN, in order: the same as [`Readings::set_value`] for each. An index
+    /// of [`Field::COUNT`] or more is no field, and its value is not read.
+    #[inline]
+    pub fn set_values(&mut self, fields: &[u8], values: &[f64]) {
+        let mut set = 0;
+        for (&f, &v) in fields.iter().zip(values) {
+            let i = usize::from(f);
+            if i < Field::COUNT && !v.is_nan() {
+                self.values[i] = v;
+                set |= 1 << i;
+            }
+        }
+        self.valued |= set;
+        self.unsupported &= !set;
+    }
+
     /// Whether any field of `set` ([`Field::set_of`]) is not blank.
     #[must_use]
     #[inline]
@@ -1222,5 +1239,48 @@ mod tests {
             assert_eq!(c, Readings::default());
             assert!(readings(&c).iter().all(|(_, r)| *r == Reading::Blank));
         }
+    }
+
+    /// A row written in one step is the row written value by value, over any readings:
+    /// NaN skipped, an index past the fields not read, a field twice the last value.
+    #[test]
+    fn set_values_is_set_value_for_each() {
+        use rand::{Rng as _, SeedableRng as _};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(36);
+        let mut next = |n: usize| rng.random_range(0..n);
+        let mut written = [0_usize; 3];
+        for _ in 0..5_000 {
+            let before = random_readings(&mut next);
+            let n = next(16);
+            let fields: Vec<u8> = (0..n)
+                .map(|_| u8::try_from(next(Field::COUNT + 4)).unwrap_or(u8::MAX))
+                .collect();
+            let values: Vec<f64> = (0..n)
+                .map(|_| match next(4) {
+                    0 => f64::NAN,
+                    1 => -0.0,
+                    _ => next(1000) as f64 / 3.0,
+                })
+                .collect();
+            let mut one_step = before;
+            one_step.set_values(&fields, &values);
+            let mut each = before;
+            for (&f, &v) in fields.iter().zip(&values) {
+                let Some(&field) = Field::ALL.get(usize::from(f)) else {
+                    written[0] += 1;
+                    continue;
+                };
+                if v.is_nan() {
+                    written[1] += 1;
+                } else {
+                    each.set_value(field, v);
+                    written[2] += 1;
+                }
+            }
+            assert_eq!(format!("{one_step:?}"), format!("{each:?}"));
+            assert_eq!(one_step, each);
+        }
+        // Every kind of column came up often.
+        assert!(written.iter().all(|&k| k > 1_000), "{written:?}");
     }
 }

@@ -427,6 +427,10 @@ pub struct DmonParser {
     skipped: u64,
     /// The current header's columns; `None` until the first header.
     columns: Option<Vec<Option<Target>>>,
+    /// The columns' fields ([`Field::COUNT`]: a column not read), when every column is a
+    /// field's or not read, as most are: a row is then written in one step
+    /// ([`crate::model::Readings::set_values`]).
+    plain: Option<Vec<u8>>,
     /// The rows of the current sweep: the first `rows`; any after them are kept only to be
     /// written over.
     sweep: Vec<EntitySample>,
@@ -464,6 +468,7 @@ impl DmonParser {
             line: 0,
             skipped: 0,
             columns: None,
+            plain: None,
             sweep: Vec::new(),
             rows: 0,
             spare: None,
@@ -546,12 +551,16 @@ impl DmonParser {
             }
         };
         let mut extra = Extra::default();
-        for (target, &v) in columns.iter().zip(values) {
-            match *target {
-                // Most columns: a field's value, converted by the scanner (NaN when blank).
-                Some(Target::Field(f, _)) if !v.is_nan() => sample.readings.set_value(f, v),
-                Some(Target::Field(..)) | None => {}
-                Some(target) => extra.apply(sample, target, (!v.is_nan()).then_some(v)),
+        if let Some(fields) = &self.plain {
+            // Every column a field's value, converted by the scanner (NaN when blank).
+            sample.readings.set_values(fields, values);
+        } else {
+            for (target, &v) in columns.iter().zip(values) {
+                match *target {
+                    Some(Target::Field(f, _)) if !v.is_nan() => sample.readings.set_value(f, v),
+                    Some(Target::Field(..)) | None => {}
+                    Some(target) => extra.apply(sample, target, (!v.is_nan()).then_some(v)),
+                }
             }
         }
         let id = &mut sample.id;
@@ -578,20 +587,33 @@ impl DmonParser {
         Ok(done)
     }
 
+    /// Read the rows that follow under `columns`.
+    fn set_columns(&mut self, columns: Vec<Option<Target>>) {
+        self.plain = columns
+            .iter()
+            .map(|target| match target {
+                Some(Target::Field(f, _)) => u8::try_from(*f as usize).ok(),
+                None => u8::try_from(Field::COUNT).ok(),
+                Some(_) => None,
+            })
+            .collect();
+        self.columns = Some(columns);
+    }
+
     /// What a scanned line is to the parser: a row's kind and number, or `None` for a
     /// structure line (a header or units line sets the columns) or one skipped.
     #[inline]
     fn row_of(&mut self, line: Scanned) -> Result<Option<(Kind, u32)>, ParseError> {
         match line.line() {
             Line::Header(columns, unread) => {
-                self.columns = Some(columns);
+                self.set_columns(columns);
                 for name in &unread {
                     self.unread.family(name);
                 }
                 Ok(None)
             }
             Line::Units(columns, problem) => {
-                self.columns = Some(columns);
+                self.set_columns(columns);
                 match problem {
                     None => Ok(None),
                     Some(m) => Err(error(&self.file, self.line, m)),
