@@ -72,7 +72,7 @@ impl CycleCounters {
         let Some(elapsed) = r.value(Field::SmCyclesElapsed) else {
             return false;
         };
-        let now = Field::CYCLE_COUNTERS.map(|(counter, _)| r.value(counter).unwrap_or(NONE));
+        let now = Field::CYCLE_COUNTERS.map(|(counter, _)| r.value_or_nan(counter));
         let Some(prev) = self.elapsed else {
             (self.elapsed, self.active) = (Some(elapsed), now);
             return false;
@@ -130,17 +130,22 @@ fn no_ratio(i: usize, a: f64, b: f64, span: f64, entity: &EntityId, diags: &mut 
     });
 }
 
+/// The gauges the counters' ratios replace, as indices into [`Field::ALL`] (fewer than 64:
+/// each fits a byte).
+const RATIO_FIELDS: [u8; N] = {
+    let mut fields = [0; N];
+    let mut i = 0;
+    while i < N {
+        fields[i] = Field::CYCLE_COUNTERS[i].1 as u8;
+        i += 1;
+    }
+    fields
+};
+
 /// Write the ratios over the gauges' readings; whether any was written.
 #[inline]
 fn apply(r: &mut Readings, ratios: &[f64; N]) -> bool {
-    let mut any = false;
-    for (&(_, field), &v) in Field::CYCLE_COUNTERS.iter().zip(ratios) {
-        if !v.is_nan() {
-            r.set_value(field, v);
-            any = true;
-        }
-    }
-    any
+    r.set_values(&RATIO_FIELDS, ratios) != 0
 }
 
 fn reset(entity: &EntityId, field: Field, prev: f64, now: f64, diags: &mut Vec<Diagnostic>) {

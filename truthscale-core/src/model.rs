@@ -639,11 +639,24 @@ impl Readings {
         self.set(field, Reading::Value(value));
     }
 
+    /// The value of `field`, NaN where it has none.
+    #[must_use]
+    #[inline]
+    pub fn value_or_nan(&self, field: Field) -> f64 {
+        let i = field as usize;
+        if self.valued >> i & 1 != 0 {
+            self.values[i]
+        } else {
+            f64::NAN
+        }
+    }
+
     /// Set field `fields[k]` (its index in [`Field::ALL`]) to `values[k]` for each `k` whose
     /// value is not NaN, in order: the same as [`Readings::set_value`] for each. An index
-    /// of [`Field::COUNT`] or more is no field, and its value is not read.
+    /// of [`Field::COUNT`] or more is no field, and its value is not read. Returns the
+    /// fields set, one bit each.
     #[inline]
-    pub fn set_values(&mut self, fields: &[u8], values: &[f64]) {
+    pub fn set_values(&mut self, fields: &[u8], values: &[f64]) -> u64 {
         let mut set = 0;
         for (&f, &v) in fields.iter().zip(values) {
             let i = usize::from(f);
@@ -654,6 +667,7 @@ impl Readings {
         }
         self.valued |= set;
         self.unsupported &= !set;
+        set
     }
 
     /// Whether any field of `set` ([`Field::set_of`]) is not blank.
@@ -1230,6 +1244,10 @@ mod tests {
                 .filter(|&i| a.get(Field::ALL[i]) != Reading::Blank)
                 .collect();
             assert_eq!(filled, not_blank);
+            for &f in Field::ALL {
+                let v = a.value(f).unwrap_or(f64::NAN);
+                assert_eq!(a.value_or_nan(f).to_bits(), v.to_bits(), "{f:?}");
+            }
             let mut c = b;
             c.copy_from(&a);
             assert_eq!(c, a);
