@@ -255,6 +255,11 @@ fn sanitize_rest(
     spec: Option<&GpuSpec>,
     diags: &mut Vec<Diagnostic>,
 ) {
+    // A row with none of those fields (most of a profiling capture's) has nothing more to
+    // tell.
+    if !unclean && !readings.any_filled(ROW_OR_WIDE) {
+        return;
+    }
     let (row, _, _) = Bounds::row(readings, spec);
     for (&f, max) in ROW_BOUND_FIELDS.iter().zip(row) {
         if let Some(v) = readings.value_at(f) {
@@ -501,6 +506,17 @@ const ROW_BOUND_FIELDS: [usize; 5] = [
     Field::MemUsedBytes as usize,
     Field::MemTotalBytes as usize,
 ];
+
+/// [`ROW_BOUND_FIELDS`] and [`WIDE_FIELDS`], one bit each ([`Field::set_of`]).
+const ROW_OR_WIDE: u64 = {
+    let mut set = Field::set_of(WIDE_FIELDS);
+    let mut i = 0;
+    while i < ROW_BOUND_FIELDS.len() {
+        set |= 1 << ROW_BOUND_FIELDS[i];
+        i += 1;
+    }
+    set
+};
 
 impl Bounds {
     #[inline]
