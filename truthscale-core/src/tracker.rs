@@ -1101,7 +1101,7 @@ impl EntityState {
     /// at `taken`: a first window lasts as long as the spacing to it; a long one is observed
     /// when at most `k` such spacings long (a change of cadence), else it was a gap. Returns
     /// the seconds it was integrated over (0 for a gap), `None` when no window waited.
-    #[inline]
+    #[inline(always)]
     fn resolve_pending(
         &mut self,
         taken: Timestamp,
@@ -1139,7 +1139,7 @@ impl EntityState {
     /// Take the sample's id and sanitized readings into the window, and say once that the
     /// model is not in the catalog. Returns whether the id's attributes changed (found by
     /// its key, only the attributes the key leaves out can differ).
-    #[inline]
+    #[inline(always)]
     fn take_readings(
         &mut self,
         e: &EntitySample,
@@ -1172,7 +1172,7 @@ impl EntityState {
     /// violation time as a share of the window that ends at `taken`. After a fatal XID the
     /// window's profiling readings are not trusted: they are blanked, with a diagnostic, so
     /// that no effective compute comes from the window.
-    #[inline]
+    #[inline(always)]
     fn judge_health(
         &mut self,
         id: &EntityId,
@@ -1235,7 +1235,7 @@ impl EntityState {
     /// counter counts waits in `counted_energy` until the window's holders are known (the
     /// window ending at this sample is its holders'). Returns the power the counter gives
     /// over the time since it last moved, when it moved.
-    #[inline]
+    #[inline(always)]
     fn count_energy(
         &mut self,
         taken: Timestamp,
@@ -1470,7 +1470,7 @@ impl EntityState {
 
     /// The window's observed ceilings, when tracked (`on`): an observed window feeds the
     /// trackers; a gap, or a window that may be one, breaks their continuity and has none.
-    #[inline]
+    #[inline(always)]
     fn observe_ceilings(
         &mut self,
         taken: Timestamp,
@@ -1507,7 +1507,7 @@ impl EntityState {
     /// Copy the sample's attributes into the window (not yet integrated: `dt_seconds` 0).
     /// Lists and snapshots are copied only when either side has one, into the window's own
     /// buffers.
-    #[inline]
+    #[inline(always)]
     fn copy_attributes(
         &mut self,
         e: &EntitySample,
@@ -1546,7 +1546,7 @@ impl EntityState {
     /// Settle the window as `decision` says: integrated over its length when observed; a
     /// gap over `k` × the source's `update_interval`, not observed and diagnosed; else it
     /// waits for the entity's next sample. Returns the seconds integrated now.
-    #[inline]
+    #[inline(always)]
     fn settle(
         &mut self,
         decision: WindowSpan,
