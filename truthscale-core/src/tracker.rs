@@ -1319,7 +1319,7 @@ impl EntityState {
     /// best fidelity seen) and its idle power (the lowest power seen while the busy flag is
     /// nearly off, which the next windows use). A busy flag below effective compute is
     /// diagnosed where the gap was clamped.
-    #[inline]
+    #[inline(always)]
     fn derive_metrics(
         &mut self,
         e: &EntitySample,
@@ -1367,7 +1367,7 @@ impl EntityState {
 
     /// The window's regime after hysteresis over its `seconds` (by counters once the entity
     /// has shown a compute counter, else by the power heuristic), and its verdict.
-    #[inline]
+    #[inline(always)]
     fn classify(
         &mut self,
         e: &EntitySample,
