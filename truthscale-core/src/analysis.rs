@@ -301,6 +301,7 @@ fn add_window(acc: &mut EntityAcc, timeline: bool, t: f64, w: &EntityWindow) {
 
 /// Add what a window weighs by its seconds: `dt`, those it was integrated over (0: none,
 /// a gap or a window that waits).
+#[inline(always)]
 fn add_weighted(acc: &mut EntityAcc, w: &EntityWindow, dt: f64) {
     acc.engine_compared = w.totals.phase_compared_seconds;
     acc.engine_agreed = w.totals.phase_agreed_seconds;

@@ -247,7 +247,7 @@ pub fn sanitize_from(
 /// [`sanitize`] after its first pass (`unclean`: a value lay outside its generic bound):
 /// the fields bounded by the model or the row, the sentinels of the wide fields, and the
 /// field-by-field rules where anything was not clean.
-#[inline]
+#[inline(always)]
 fn sanitize_rest(
     readings: &mut Readings,
     mut unclean: bool,

@@ -551,6 +551,7 @@ impl EntityState {
     }
 
     /// Integrate the current window over `dt` seconds.
+    #[inline(always)]
     fn integrate(&mut self, dt: f64) {
         integrate(&mut self.window, dt);
         let Some(p) = self.window.metrics.power_watts.map(|p| p.value) else {
@@ -622,6 +623,7 @@ impl<T> Default for EntityTable<T> {
 
 impl<T> EntityTable<T> {
     /// The slot of `id`, the entity at position `pos` of its sample.
+    #[inline(always)]
     pub(crate) fn find(&mut self, pos: usize, id: &EntityId) -> Option<usize> {
         if let Some(&slot) = self.hints.get(pos)
             && self.slots.get(slot).is_some_and(|(k, _)| k.is_key_of(id))
