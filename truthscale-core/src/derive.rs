@@ -655,6 +655,7 @@ pub fn effective_compute_bound(c: f64, spec: Option<&GpuSpec>, cfg: &DeriveConfi
 /// The clock correction κ; effective compute where it is measured (`C·κ`); where it is
 /// not, the upper bound that stands in for it and what was missing (`docs/derivations.md`,
 /// The bound where the clock is missing); and the busiest pipe.
+#[inline(always)]
 fn effective_compute(
     m: &mut WindowMetrics,
     r: &Readings,
@@ -748,7 +749,7 @@ pub fn window(r: &Readings, ctx: &WindowContext<'_>, cfg: &DeriveConfig) -> Wind
 
 /// [`window`], written over `m` (a window derived in place of the one before, without the
 /// metrics moved).
-#[inline]
+#[inline(always)]
 pub fn window_into(
     m: &mut WindowMetrics,
     r: &Readings,

@@ -140,6 +140,7 @@ impl EntityId {
 impl EntityKey {
     /// Whether `id` has this key (`id.key() == *self`, without building the key).
     #[must_use]
+    #[inline(always)]
     pub fn is_key_of(&self, id: &EntityId) -> bool {
         self.gpu == id.gpu
             && self.gpu_instance == id.mig.as_ref().map(|m| m.gpu_instance)
@@ -155,6 +156,7 @@ impl EntityId {
     /// (model, PCI id, driver version, MIG profile and UUID): `*self == *other`, comparing
     /// only what the key leaves out.
     #[must_use]
+    #[inline(always)]
     pub fn same_attributes(&self, other: &EntityId) -> bool {
         let mig = match (&self.mig, &other.mig) {
             (None, None) => true,
