@@ -676,6 +676,7 @@ impl PhaseClassifier {
     /// ([`PhaseConfig::dwell_seconds`]) is counted in seconds, so the classifier switches
     /// as late after a change at 100 ms windows as at 1 s windows. A length that is not a
     /// positive number counts as 0.
+    #[inline(always)]
     pub fn observe_window(
         &mut self,
         inputs: &PhaseInputs,

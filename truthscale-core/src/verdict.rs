@@ -567,6 +567,7 @@ pub fn judge(i: &VerdictInputs<'_>, cfg: &VerdictConfig) -> Decision {
     }
 }
 
+#[inline(always)]
 fn reason(
     i: &VerdictInputs<'_>,
     serving: Option<&ServingSnapshot>,
