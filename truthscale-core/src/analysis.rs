@@ -340,6 +340,7 @@ fn add_weighted(acc: &mut EntityAcc, w: &EntityWindow, dt: f64) {
 
 /// Add a window to the capture's upper bound on effective compute: its measured ECF, or its
 /// bound where it has none, and what the bound lacked.
+#[inline(always)]
 fn add_bound(acc: &mut EntityAcc, m: &crate::derive::WindowMetrics, dt: f64) {
     let x = m
         .effective_compute

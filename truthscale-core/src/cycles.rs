@@ -63,15 +63,28 @@ impl CycleCounters {
     /// Replace the window's activity ratios in `r` by the counters' deltas since their
     /// previous move (see the [module docs](self)). Returns whether any ratio came from
     /// the counters.
+    #[inline(always)]
     pub fn derive(
         &mut self,
         r: &mut Readings,
         entity: &EntityId,
         diags: &mut Vec<Diagnostic>,
     ) -> bool {
+        // Most sources read no counters: told where the window is derived, without a call.
         let Some(elapsed) = r.value(Field::SmCyclesElapsed) else {
             return false;
         };
+        self.derive_from(elapsed, r, entity, diags)
+    }
+
+    /// [`CycleCounters::derive`] for a window whose elapsed counter read `elapsed`.
+    fn derive_from(
+        &mut self,
+        elapsed: f64,
+        r: &mut Readings,
+        entity: &EntityId,
+        diags: &mut Vec<Diagnostic>,
+    ) -> bool {
         let now = Field::CYCLE_COUNTERS.map(|(counter, _)| r.value_or_nan(counter));
         let Some(prev) = self.elapsed else {
             (self.elapsed, self.active) = (Some(elapsed), now);

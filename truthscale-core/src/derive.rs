@@ -233,6 +233,7 @@ pub fn sanitize(
 
 /// `*dst = *src` and [`sanitize`] it, the copy and the first pass over the generic bounds
 /// in one.
+#[inline(always)]
 pub fn sanitize_from(
     dst: &mut Readings,
     src: &Readings,

@@ -526,6 +526,7 @@ impl PhaseInputs {
     /// The state the counters point to, given the current state (no dwell counting).
     /// `None` when the compute counter is missing.
     #[must_use]
+    #[inline(always)]
     pub fn counter_candidate(&self, current: Option<Phase>, c: &PhaseConfig) -> Option<Phase> {
         self.compute?;
         // Idle, comm-bound and stalled first, in every window (spec §6.4): a GPU waiting on

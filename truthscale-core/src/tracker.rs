@@ -1061,6 +1061,7 @@ impl Deriver {
 impl EntityWindow {
     /// The job's marks on the window: a straggler's gaps, or the gap it waits on, and the
     /// job (the sample's own, where its source marked it, else none).
+    #[inline(always)]
     fn mark(&mut self, e: &EntitySample, mark: Option<&Mark>) {
         match mark {
             Some(m) => {
@@ -1599,6 +1600,7 @@ fn engine_phase(sv: &ServingSnapshot) -> Option<Phase> {
 
 /// Add window `w` of `dt` seconds to the entity's integrals, which it carries: they are the
 /// previous window's plus its own. Energy is the entity's ([`EntityState::integrate`]).
+#[inline(always)]
 fn integrate(w: &mut EntityWindow, dt: f64) {
     let t = &mut w.totals;
     let m = &w.metrics;
