@@ -164,6 +164,7 @@ fn job_name((ns, name): (Option<&str>, &str)) -> String {
 }
 
 /// [`job_of`] in its parts, borrowed from the sample: the namespace, if any, and the name.
+#[inline(always)]
 fn job_key<'a>(e: &'a EntitySample, cfg: &StragglerConfig) -> Option<(Option<&'a str>, &'a str)> {
     match cfg.group_by {
         GroupBy::Off => None,
@@ -285,6 +286,11 @@ impl Stragglers {
         // are found again only when their keys differ.
         if !self.jobs.fit(sample, cfg) {
             self.jobs = Jobs::of(sample, cfg);
+        }
+        // Most samples: no job of three or more, so no marks and no straggler held.
+        if self.jobs.jobs.is_empty() {
+            self.out.clear();
+            return Vec::new();
         }
         let mut seen = HashMap::with_capacity(self.out.len());
         let mut out = Vec::new();
