@@ -716,6 +716,13 @@ impl Readings {
         self.unsupported = 0;
     }
 
+    /// Every reading, in the order of [`Field::ALL`] (built: the readings are held as values
+    /// and masks).
+    #[must_use]
+    pub fn all(&self) -> [Reading; Field::COUNT] {
+        std::array::from_fn(|i| self.reading_at(i))
+    }
+
     /// Iterate over `(field, reading)` pairs.
     pub fn iter(&self) -> impl Iterator<Item = (Field, Reading)> + '_ {
         Field::ALL.iter().map(|&f| (f, self.get(f)))
@@ -1255,6 +1262,7 @@ mod tests {
             assert_eq!(c, a);
             let readings = |r: &Readings| r.iter().collect::<Vec<_>>();
             assert_eq!(readings(&c), readings(&a));
+            assert_eq!(c.all(), a.all());
             c.clear();
             assert_eq!(c, Readings::default());
             assert!(readings(&c).iter().all(|(_, r)| *r == Reading::Blank));
