@@ -73,14 +73,31 @@ impl Unit {
     /// sentinels, or what does not convert to a finite number.
     #[inline]
     pub(crate) fn convert(self, raw: Option<f64>) -> Option<f64> {
-        let blank_rule = if self == Unit::Count {
-            count_value
+        let raw = raw?;
+        // Most values lie below the least blank of the unit's rule, and are finite: they
+        // pass its rule, which is told without a call then.
+        let least_blank = if self == Unit::Count {
+            crate::derive::INT64_BLANK
         } else {
-            dcgm_value
+            crate::derive::INT32_BLANK
         };
-        raw.and_then(blank_rule)
-            .map(|v| self.apply(v))
-            .filter(|v| v.is_finite())
+        let v = if raw < least_blank && raw > f64::NEG_INFINITY {
+            raw
+        } else {
+            self.blank_rule(raw)?
+        };
+        Some(self.apply(v)).filter(|v| v.is_finite())
+    }
+
+    /// The unit's blank rule: [`count_value`] for a counter, else [`dcgm_value`].
+    #[cold]
+    #[inline(never)]
+    fn blank_rule(self, raw: f64) -> Option<f64> {
+        if self == Unit::Count {
+            count_value(raw)
+        } else {
+            dcgm_value(raw)
+        }
     }
 
     #[inline]
@@ -2072,6 +2089,70 @@ GPU 1     N/A    1      2      N/A
                 v(140_737_488_355_327.0)
             ]
         );
+    }
+
+    /// A conversion's quick test for a value below the least blank gives what the unit's
+    /// blank rule gives, at each edge of the blanks and past them, for every unit.
+    #[test]
+    fn conversion_keeps_each_units_blank_rule() {
+        let next_down = |x: f64| f64::from_bits(x.to_bits() - 1);
+        let int64_blank = 0x7fff_ffff_ffff_fff0_u64 as f64;
+        let edges = [
+            f64::NEG_INFINITY,
+            -1e300,
+            -1.0,
+            0.0,
+            0.5,
+            2_147_483_631.0,
+            next_down(2_147_483_632.0),
+            2_147_483_632.0,
+            2_147_483_632.5,
+            2_147_483_647.0,
+            2_147_483_648.0,
+            4_294_967_295.0,
+            4_294_967_295.5,
+            140_737_488_355_327.0,
+            140_737_488_355_328.0,
+            284_349_936_710_656.0,
+            next_down(int64_blank),
+            int64_blank,
+            1e300,
+            f64::INFINITY,
+            f64::NAN,
+        ];
+        let units = [
+            Unit::Same,
+            Unit::Percent,
+            Unit::Milli,
+            Unit::Mib,
+            Unit::Kilo,
+            Unit::Mega,
+            Unit::Megabit,
+            Unit::Hertz,
+            Unit::Count,
+            Unit::PercentOrRatio,
+        ];
+        let mut told = [0; 2];
+        for unit in units {
+            for raw in edges {
+                let rule = if unit == Unit::Count {
+                    count_value
+                } else {
+                    dcgm_value
+                };
+                let want = rule(raw).map(|v| unit.apply(v)).filter(|v| v.is_finite());
+                let got = unit.convert(Some(raw));
+                assert_eq!(
+                    got.map(f64::to_bits),
+                    want.map(f64::to_bits),
+                    "{unit:?} {raw}"
+                );
+                told[usize::from(want.is_some())] += 1;
+            }
+            assert_eq!(unit.convert(None), None);
+        }
+        // Both outcomes occur: blanks and values.
+        assert!(told[0] > 40 && told[1] > 60, "{told:?}");
     }
 
     /// The direct reading of plain decimals gives the very bits `str::parse` gives, and
