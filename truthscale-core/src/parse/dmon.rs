@@ -1479,8 +1479,11 @@ fn ratio(w: u64) -> Option<f64> {
     if w & FIXED != 0x0000_2000_0000_2e00 || (t + 0x7676_7676_7676_7676) & DIGITS != 0 {
         return None;
     }
-    let digit = |k: u32| (t >> (8 * k)) & 0xff;
-    let m = digit(0) * 1000 + digit(2) * 100 + digit(3) * 10 + digit(4);
+    // The four digits without the point, the first lowest; pairs, then the four (as in
+    // [`eight_digits`]).
+    let x = (t & 0xff) | ((t >> 8) & 0xff_ff_ff00);
+    let d = (x.wrapping_mul(2561) >> 8) & 0x00ff_00ff;
+    let m = (d.wrapping_mul(6_553_601) >> 16) & 0xffff;
     Some(quotient(m, 3))
 }
 
@@ -2296,6 +2299,29 @@ GPU 1     N/A    1      2      N/A
             let want = scan_row(row.split_whitespace(), &mut slow, &[]);
             assert_eq!(got, want, "{row:?}");
             assert_eq!(bits(&fast), bits(&slow), "{row:?}");
+        }
+    }
+
+    /// Every `d.ddd` word dmon can write reads as `str::parse` reads it, followed by a
+    /// space or at the row's end; with anything else in the four digits' places, or no
+    /// space after them, the word is not read as a ratio.
+    #[test]
+    fn every_ratio_word_reads_as_str_parse() {
+        let word = |s: &str| {
+            let mut b = [b' '; 8];
+            b[..s.len()].copy_from_slice(s.as_bytes());
+            u64::from_le_bytes(b)
+        };
+        for m in 0..10_000 {
+            let text = format!("{}.{:03}", m / 1000, m % 1000);
+            let want = text.parse::<f64>().unwrap().to_bits();
+            assert_eq!(ratio(word(&text)).map(f64::to_bits), Some(want), "{text}");
+            assert_eq!(ratio(word(&format!("{text}1"))), None, "{text}1");
+        }
+        for text in [
+            "/.000", ":.999", "0,500", "0.5/0", "0.50:", "0.500x", "0.5 0",
+        ] {
+            assert_eq!(ratio(word(text)), None, "{text}");
         }
     }
 
