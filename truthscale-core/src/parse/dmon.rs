@@ -1481,7 +1481,7 @@ fn ratio(w: u64) -> Option<f64> {
     }
     // The four digits without the point, the first lowest; pairs, then the four (as in
     // [`eight_digits`]).
-    let x = (t & 0xff) | ((t >> 8) & 0xff_ff_ff00);
+    let x = (t & 0xff) | ((t >> 8) & 0xffff_ff00);
     let d = (x.wrapping_mul(2561) >> 8) & 0x00ff_00ff;
     let m = (d.wrapping_mul(6_553_601) >> 16) & 0xffff;
     Some(quotient(m, 3))
