@@ -1452,10 +1452,12 @@ impl EntityState {
         let m = &self.window.metrics;
         let busy = m.reported_utilization;
         let ecf = m.effective_compute;
+        // Whether either token rate read is above 0 (`None`: neither was read; one unread
+        // says nothing).
         let tokens = e.serving.as_ref().and_then(|s| {
             match (s.output_tokens_per_sec, s.prompt_tokens_per_sec) {
                 (None, None) => None,
-                (o, p) => Some(o.unwrap_or(0.0) + p.unwrap_or(0.0)),
+                (o, p) => Some(o.is_some_and(|x| x > 0.0) || p.is_some_and(|x| x > 0.0)),
             }
         });
         if busy.is_none() && ecf.is_none() && tokens.is_none() {
@@ -1464,7 +1466,7 @@ impl EntityState {
         }
         let worked = busy.is_some_and(|u| u >= idle_util)
             || ecf.is_some_and(|c| c >= crate::fleet::IDLE_COMPUTE_BELOW)
-            || tokens.is_some_and(|t| t > 0.0);
+            || tokens == Some(true);
         if worked {
             self.idle_from = taken;
         }
@@ -2304,6 +2306,29 @@ pub(crate) mod tests {
         assert!((ratio(w.ceilings.output_tokens_per_second, Some(300.0)) - 0.5).abs() < 1e-12);
         let now = w.metrics.roofline_saturation;
         assert!((ratio(w.ceilings.roofline_saturation, now) - now.unwrap() / sat).abs() < 1e-12);
+    }
+
+    #[test]
+    fn tokens_work_when_either_rate_read_is_above_zero() {
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let idle = |d: &mut Deriver, t: i64, output: Option<f64>, prompt: Option<f64>| {
+            let mut s = sample(t * 1000, &[(Field::ReportedUtil, 0.0)]);
+            s.entities[0].serving = Some(ServingSnapshot {
+                output_tokens_per_sec: output,
+                prompt_tokens_per_sec: prompt,
+                ..Default::default()
+            });
+            d.observe(&s).windows.remove(0).idle_seconds
+        };
+        // No output and the prompt rate unread: no work, the idle time runs on.
+        assert_eq!(idle(&mut d, 1, Some(0.0), None), Some(0.0));
+        assert_eq!(idle(&mut d, 2, Some(0.0), None), Some(1.0));
+        // Prompt tokens with the output rate unread: work.
+        assert_eq!(idle(&mut d, 3, None, Some(5.0)), Some(0.0));
+        assert_eq!(idle(&mut d, 4, Some(0.0), Some(0.0)), Some(1.0));
+        assert_eq!(idle(&mut d, 5, Some(0.0), Some(0.0)), Some(2.0));
+        // Output tokens with the prompt rate unread: work.
+        assert_eq!(idle(&mut d, 6, Some(3.0), None), Some(0.0));
     }
 
     #[test]
