@@ -595,7 +595,7 @@ pub fn is_blank_value(name: &str, v: f64) -> bool {
         return false;
     }
     match target_of(name) {
-        Some(Target::Field(_, Unit::Count)) => super::dmon::count_value(v).is_none(),
+        Some(Target::Field(_, unit)) => unit.blank_rule(v).is_none(),
         _ => dcgm_value(v).is_none(),
     }
 }

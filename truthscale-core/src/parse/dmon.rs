@@ -92,7 +92,7 @@ impl Unit {
     /// The unit's blank rule: [`count_value`] for a counter, else [`dcgm_value`].
     #[cold]
     #[inline(never)]
-    fn blank_rule(self, raw: f64) -> Option<f64> {
+    pub(crate) fn blank_rule(self, raw: f64) -> Option<f64> {
         if self == Unit::Count {
             count_value(raw)
         } else {
