@@ -85,6 +85,9 @@ pub fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // The reader of the output went away (`… | head`): what it read was whole lines,
+        // and nothing is wrong to report.
+        Err(_) if crate::stdout::reader_left() => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("truthscale: error: {e:#}");
             ExitCode::from(2)

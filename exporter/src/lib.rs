@@ -65,6 +65,7 @@ pub(crate) mod report;
 pub(crate) mod setting;
 pub mod sinks;
 pub mod sources;
+pub(crate) mod stdout;
 pub(crate) mod view;
 
 pub use compose::start;

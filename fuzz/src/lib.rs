@@ -488,12 +488,16 @@ fn check_report(a: &Analyzer) {
             "report roofline_saturation",
             e.roofline_saturation.map(|m| m.mean),
         );
-        let f = e.regime_fraction;
-        let sum = f.idle + f.compute_bound + f.memory_bound + f.mixed + f.stalled + f.underloaded;
-        assert!(
-            sum.is_finite() && (sum == 0.0 || (sum - 1.0).abs() < 1e-9),
-            "regime fractions sum to {sum}"
-        );
+        if let Some(f) = e.regime_fraction {
+            let sum = f.idle
+                + f.compute_bound
+                + f.memory_bound
+                + f.mixed
+                + f.stalled
+                + f.underloaded
+                + f.comm_bound;
+            assert!((sum - 1.0).abs() < 1e-9, "regime fractions sum to {sum}");
+        }
         if let Some(m) = e.memory {
             assert!(
                 m.needed_bytes.is_finite() && m.peak_used_fraction.is_finite(),

@@ -588,14 +588,17 @@ pub struct EntitySummary {
     /// How the regimes were decided: `counters`, or `power_heuristic` (an estimate);
     /// `None` when no window was classified. The fractions use that method's windows only.
     pub regime_method: Option<PhaseMethod>,
-    /// Regime mix, for every workload.
-    pub regime_fraction: RegimeFraction,
-    /// Phase mix in serving words, only where the workload is known to be LLM serving.
+    /// Regime mix, for every workload; `None` (never all zeros) when no window was
+    /// classified.
+    pub regime_fraction: Option<RegimeFraction>,
+    /// Phase mix in serving words, only where the workload is known to be LLM serving and
+    /// some window was classified.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase_fraction: Option<PhaseFraction>,
     /// The verdict that held longest (`unknown` when no window was integrated).
     pub verdict: Verdict,
-    /// Fraction of observed time under each verdict.
+    /// Fraction of observed time under each verdict; empty (never zeros) when no window was
+    /// judged.
     pub verdict_fraction: BTreeMap<&'static str, f64>,
     /// The `starved` seconds by their cause (every cause of
     /// [`Cause::ALL`](crate::causes::Cause::ALL), 0 where none): they add up to the starved
@@ -625,16 +628,11 @@ pub struct EntitySummary {
 /// judged time under each.
 fn verdicts(a: &EntityAcc) -> (Verdict, BTreeMap<&'static str, f64>) {
     let judged: f64 = a.verdict_seconds.iter().sum();
+    // No window judged: no fractions at all, rather than a zero for each verdict.
     let verdict_fraction: BTreeMap<&'static str, f64> = Verdict::ALL
         .iter()
-        .map(|v| {
-            let f = if judged > 0.0 {
-                a.verdict_seconds[v.index()] / judged
-            } else {
-                0.0
-            };
-            (v.as_str(), f)
-        })
+        .filter(|_| judged > 0.0)
+        .map(|v| (v.as_str(), a.verdict_seconds[v.index()] / judged))
         .collect();
     let verdict = Verdict::ALL
         .iter()
@@ -700,13 +698,8 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig, partitioned: bool) -> EntitySumm
     let fidelity = a.capability.unwrap_or(Fidelity::None);
     let (regime_method, secs) = regime_seconds(a);
     let classified: f64 = secs.iter().sum();
-    let frac = |p: Phase| {
-        if classified > 0.0 {
-            secs[p.index()] / classified
-        } else {
-            0.0
-        }
-    };
+    let frac = |p: Phase| secs[p.index()] / classified;
+    let any_classified = classified > 0.0;
     let (verdict, verdict_fraction) = verdicts(a);
     let memory = memory_report(a, cfg, partitioned);
     let mean = |m: &Mean| m.get().map(|mean| MeanOnly { mean });
@@ -739,7 +732,7 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig, partitioned: bool) -> EntitySumm
         spatial_inflation: mean(&a.spatial),
         roofline_saturation: mean(&a.sat),
         regime_method,
-        regime_fraction: RegimeFraction {
+        regime_fraction: any_classified.then(|| RegimeFraction {
             idle: frac(Phase::Idle),
             compute_bound: frac(Phase::ComputeBound),
             memory_bound: frac(Phase::MemoryBound),
@@ -747,8 +740,8 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig, partitioned: bool) -> EntitySumm
             stalled: frac(Phase::Stalled),
             underloaded: frac(Phase::Underloaded),
             comm_bound: frac(Phase::CommBound),
-        },
-        phase_fraction: a.llm_serving.then(|| PhaseFraction {
+        }),
+        phase_fraction: (a.llm_serving && any_classified).then(|| PhaseFraction {
             idle: frac(Phase::Idle),
             prefill: frac(Phase::ComputeBound),
             decode: frac(Phase::MemoryBound),
@@ -867,6 +860,40 @@ mod tests {
             assert!((e.starved_cause_seconds[cause] - 60.0).abs() < 1.5, "{e:?}");
             assert_eq!(starved, e.starved_cause_seconds[cause], "gpu {gpu}");
         }
+    }
+
+    /// One sample and no update interval: its window's length is never known, so nothing
+    /// is classified or judged. The mixes are absent, never a zero for each regime or
+    /// verdict; a second sample a second later makes them whole.
+    #[test]
+    fn an_undecided_window_gives_no_mix_rather_than_zeros() {
+        use crate::model::{EntityId, EntitySample, Readings, Sample};
+        let sample = |k: i64| {
+            let mut r = Readings::default();
+            r.set_value(Field::ReportedUtil, 0.0);
+            Sample {
+                taken: Timestamp(k * 1000),
+                entities: vec![EntitySample {
+                    id: EntityId {
+                        gpu: Some(0),
+                        ..EntityId::default()
+                    },
+                    readings: r,
+                    ..EntitySample::default()
+                }],
+            }
+        };
+        let mut a = Analyzer::new(Deriver::new(DeriveConfig::default(), None), false);
+        a.push(&sample(1));
+        let e = a.report().entities.remove(0);
+        assert_eq!((e.regime_method, e.regime_fraction), (None, None));
+        assert!(e.verdict_fraction.is_empty(), "{:?}", e.verdict_fraction);
+        assert_eq!(e.verdict, Verdict::Unknown);
+        a.push(&sample(2));
+        let e = a.report().entities.remove(0);
+        assert_eq!(e.regime_fraction.map(|f| f.idle), Some(1.0));
+        assert_eq!(e.verdict_fraction.len(), Verdict::ALL.len());
+        assert_eq!(e.verdict_fraction.values().sum::<f64>(), 1.0);
     }
 
     /// A GPU already split into MIG instances gets no MIG advice of its own (its summed
@@ -1038,7 +1065,7 @@ mod tests {
         assert!(e.effective_compute.unwrap().mean < 0.01);
         assert!(e.inflation_gap_points.unwrap().mean > 99.0);
         assert!(e.spatial_inflation.unwrap().mean >= 50.0);
-        assert!(e.regime_fraction.stalled > 0.99);
+        assert!(e.regime_fraction.unwrap().stalled > 0.99);
         // Tiny footprint: the smallest MIG slice would do.
         assert_eq!(e.memory.unwrap().mig_fit.as_deref(), Some("1g.10gb"));
     }
@@ -1117,7 +1144,7 @@ mod tests {
                     "{} seed {seed}: {regime_seconds} s of regimes in {wall} s",
                     s.as_str()
                 );
-                let f = e.regime_fraction;
+                let f = e.regime_fraction.unwrap();
                 let sum = f.idle
                     + f.compute_bound
                     + f.memory_bound
@@ -1243,7 +1270,7 @@ mod tests {
         assert_eq!(t.engine_phase_agreement, None);
         assert!(t.phase_fraction.is_none());
         assert!(
-            t.regime_fraction.compute_bound > 0.5,
+            t.regime_fraction.unwrap().compute_bound > 0.5,
             "{:?}",
             t.regime_fraction
         );

@@ -87,7 +87,7 @@ pub(crate) fn run(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Resul
                 .unwrap_or_default()
         );
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::stdout::lock();
     if args.json {
         serde_json::to_writer(&mut out, &a.report)?;
         writeln!(out)?;
@@ -369,7 +369,9 @@ fn pct(x: Option<f64>) -> String {
 /// The regime mix, largest first, in serving words (prefill, decode) only where the
 /// workload is known to be LLM serving; marked when it is a power-heuristic estimate.
 fn phases(e: &EntitySummary) -> String {
-    let f = &e.regime_fraction;
+    let Some(f) = &e.regime_fraction else {
+        return "unclassified".into();
+    };
     let serving = e.phase_fraction.is_some();
     let (compute, memory) = if serving {
         ("prefill", "decode")
@@ -698,7 +700,7 @@ fn history(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Result<ExitC
     let mut analyzer = new_analyzer(args, Some(h.step_seconds()))?;
     let summary = h.feed(|s| analyzer.push(s))?;
     let report = analyzer.report();
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::stdout::lock();
     if args.json {
         serde_json::to_writer(&mut out, &report)?;
         writeln!(out)?;

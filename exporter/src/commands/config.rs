@@ -1,6 +1,7 @@
 //! `truthscale config`: print the defaults, or check a file.
 
 use clap::Subcommand;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -24,7 +25,8 @@ pub(crate) enum ConfigCommand {
 pub(crate) fn run(c: &ConfigCommand, env: &[(String, String)]) -> anyhow::Result<ExitCode> {
     match c {
         ConfigCommand::Defaults => {
-            print!("{}", crate::config::Config::default().to_toml()?);
+            let toml = crate::config::Config::default().to_toml()?;
+            write!(crate::stdout::lock(), "{toml}")?;
             Ok(ExitCode::SUCCESS)
         }
         ConfigCommand::Check { file } => {
@@ -34,10 +36,9 @@ pub(crate) fn run(c: &ConfigCommand, env: &[(String, String)]) -> anyhow::Result
             crate::compose::web_config(&settings)
                 .map_err(|e| anyhow::anyhow!("invalid web config: {e}"))?;
             // What the start would meet where the source depends on this machine.
-            match settings.source.probe()? {
-                Some(found) => println!("{}: ok ({found})", file.display()),
-                None => println!("{}: ok", file.display()),
-            }
+            let found = settings.source.probe()?;
+            let found = found.map(|f| format!(" ({f})")).unwrap_or_default();
+            writeln!(crate::stdout::lock(), "{}: ok{found}", file.display())?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -11,6 +11,7 @@ use crate::sources::nvml::{
 };
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
@@ -78,7 +79,7 @@ pub(crate) fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| PathBuf::from(nvml::DEFAULT_LIBRARY));
     match probe(&library) {
         Ok(p) => {
-            print!("{}", render(&p));
+            write!(crate::stdout::lock(), "{}", render(&p))?;
             Ok(if p.devices.iter().any(|d| d.ident.is_some()) {
                 ExitCode::SUCCESS
             } else {
@@ -86,7 +87,8 @@ pub(crate) fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
             })
         }
         Err(e) => {
-            println!("NVML library    {}: not usable", library.display());
+            let lib = library.display();
+            writeln!(crate::stdout::lock(), "NVML library    {lib}: not usable")?;
             eprintln!("truthscale doctor: {e}");
             Ok(ExitCode::from(1))
         }

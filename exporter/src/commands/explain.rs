@@ -7,6 +7,7 @@
 use crate::view::{GpuView, fetch_metrics, views_from_exposition, views_from_replay};
 use anyhow::bail;
 use std::fmt::Write as _;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use truthscale_core::model::Field;
 use truthscale_core::verdict::VerdictConfig;
@@ -204,7 +205,7 @@ pub(crate) fn run(args: &ExplainArgs) -> anyhow::Result<()> {
         }
     }
     let text: Vec<String> = views.iter().map(|v| explain(v)).collect();
-    print!("{}", text.join("\n"));
+    write!(crate::stdout::lock(), "{}", text.join("\n"))?;
     Ok(())
 }
 

@@ -228,7 +228,7 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
             .with_context(|| format!("cannot write --html {}", path.display()))?;
     }
     let (stats, analysis) = (built.stats.clone(), built.analysis_seconds);
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::stdout::lock();
     if format == Format::Opencost
         && let (Some(sb), Some(by)) = (&built.every_group, &args.by)
     {

@@ -40,7 +40,7 @@ pub(crate) fn run(args: &SimulateArgs) -> anyhow::Result<()> {
     }
     let windows = (args.duration.as_secs_f64() / dt).round() as u64;
     let out: Box<dyn Write> = if args.output.as_os_str() == "-" {
-        Box::new(std::io::stdout().lock())
+        Box::new(crate::stdout::lock())
     } else {
         let f = File::create(&args.output)
             .with_context(|| format!("cannot create {}", args.output.display()))?;

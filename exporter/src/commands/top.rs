@@ -347,7 +347,7 @@ fn plain(args: &TopArgs, cfg: &VerdictConfig, feed: &mut Feed) -> anyhow::Result
                 feed.tick(cfg);
             }
         }
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::stdout::lock();
         write!(out, "{}", frame(&feed.views()))?;
         out.flush()?;
         if args.once || !feed.is_live() {

@@ -60,6 +60,14 @@ fn dmon_capture_with_multiplexed_blanks() {
     assert!(g7["effective_compute"].is_null());
     assert!(g7["reported_utilization"].is_null());
     assert_eq!(g7["fidelity"], "none");
+    // No window of GPUs 1-7 was classified (no counter, no busy flag): no regime mix at
+    // all, never a zero for each regime. GPU 0's one window had tensor and DRAM: mixed.
+    for e in ents {
+        let classified = e["gpu"] == 0;
+        assert_eq!(!e["regime_fraction"].is_null(), classified, "{e}");
+        assert_eq!(!e["regime_method"].is_null(), classified, "{e}");
+    }
+    assert_eq!(f(g0, "/regime_fraction/mixed"), 1.0);
 }
 
 /// `dcgmi dmon` as DCGM v4.6.0 prints it: a units line under each header, both repeated
@@ -420,5 +428,53 @@ fn an_unknown_capture_says_what_to_capture_instead() {
         "curl -s HOST:9400/metrics",
     ] {
         assert!(e.contains(needed), "{needed}: {e}");
+    }
+}
+
+/// Output read by a reader that leaves early (`… | head`): the commands end with status 0
+/// and say nothing on stderr, where a broken pipe used to be reported as an error (and a
+/// `print!` would panic). The outputs are megabytes, far more than a pipe holds, so the
+/// writes meet the closed pipe.
+#[test]
+fn a_reader_that_leaves_early_is_not_an_error() {
+    use std::process::Stdio;
+    let dir = TempDir::new("reader-left");
+    let trace = dir.path().join("trace.jsonl");
+    let trace = trace.to_str().unwrap();
+    let wrote = run(&[
+        "simulate",
+        "--duration",
+        "10m",
+        "--gpus",
+        "8",
+        "--output",
+        trace,
+    ]);
+    assert!(wrote.status.success(), "{wrote:?}");
+    let commands: [&[&str]; 2] = [
+        &[
+            "simulate",
+            "--duration",
+            "1h",
+            "--gpus",
+            "8",
+            "--output",
+            "-",
+        ],
+        &["analyze", trace, "--json", "--timeline"],
+    ];
+    for args in commands {
+        let mut child = truthscale_e2e::clean_command()
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader leaves before reading a byte.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {:?} {stderr}", out.status);
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
     }
 }

@@ -150,7 +150,7 @@ fn analyze_weighs_every_window_by_its_own_time_at_a_change_of_cadence() {
     assert!((u - 60.0 / 360.0).abs() < 1e-9, "{u}");
     let ecf = e.effective_compute.unwrap().mean;
     assert!((ecf - 0.6 * 60.0 / 360.0).abs() < 1e-9, "{ecf}");
-    let compute = e.regime_fraction.compute_bound;
+    let compute = e.regime_fraction.unwrap().compute_bound;
     assert!((compute - 60.0 / 360.0).abs() <= 10.0 / 360.0, "{compute}");
     assert_eq!(e.unobserved_seconds, 0.0);
     assert_eq!(e.clock_corrected, Some(1.0));
