@@ -488,14 +488,7 @@ fn check_report(a: &Analyzer) {
             "report roofline_saturation",
             e.roofline_saturation.map(|m| m.mean),
         );
-        if let Some(f) = e.regime_fraction {
-            let sum = f.idle
-                + f.compute_bound
-                + f.memory_bound
-                + f.mixed
-                + f.stalled
-                + f.underloaded
-                + f.comm_bound;
+        if let Some(sum) = e.regime_fraction.map(|f| f.sum()) {
             assert!((sum - 1.0).abs() < 1e-9, "regime fractions sum to {sum}");
         }
         if let Some(m) = e.memory {

@@ -490,6 +490,20 @@ pub struct RegimeFraction {
     pub comm_bound: f64,
 }
 
+impl RegimeFraction {
+    /// The fractions' sum: 1 up to rounding, since each classified second is in one regime.
+    #[must_use]
+    pub fn sum(&self) -> f64 {
+        self.idle
+            + self.compute_bound
+            + self.memory_bound
+            + self.mixed
+            + self.stalled
+            + self.underloaded
+            + self.comm_bound
+    }
+}
+
 /// Fraction of classified time in each LLM-serving phase (the regimes in serving words).
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
 pub struct PhaseFraction {
@@ -1144,14 +1158,7 @@ mod tests {
                     "{} seed {seed}: {regime_seconds} s of regimes in {wall} s",
                     s.as_str()
                 );
-                let f = e.regime_fraction.unwrap();
-                let sum = f.idle
-                    + f.compute_bound
-                    + f.memory_bound
-                    + f.mixed
-                    + f.stalled
-                    + f.underloaded
-                    + f.comm_bound;
+                let sum = e.regime_fraction.unwrap().sum();
                 assert!((sum - 1.0).abs() < 1e-9, "{sum}");
             }
         }

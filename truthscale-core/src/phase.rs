@@ -227,6 +227,15 @@ impl PhaseConfig {
     /// Each problem, keyed `<prefix>name`.
     pub fn validate(&self, prefix: &str) -> Result<(), Vec<InvalidSetting>> {
         let mut c = Checker::new(prefix);
+        self.check_ranges(&mut c);
+        let band = "the exit threshold must lie inside the state, or the state flickers";
+        self.check_bands(&mut c, band);
+        self.check_power_and_comm_bound(&mut c, band);
+        c.finish()
+    }
+
+    /// Every threshold in its range, and the windows to switch after.
+    fn check_ranges(&self, c: &mut Checker) {
         for (k, v) in [
             ("idle_enter_util", self.idle_enter_util),
             ("idle_enter_sm", self.idle_enter_sm),
@@ -271,79 +280,85 @@ impl PhaseConfig {
                 ),
             );
         }
-        let band = "the exit threshold must lie inside the state, or the state flickers";
-        c.below(
-            "idle_enter_util",
-            self.idle_enter_util,
-            "idle_exit_util",
-            self.idle_exit_util,
-            band,
-        );
-        c.below(
-            "stalled_exit_util",
-            self.stalled_exit_util,
-            "stalled_enter_util",
-            self.stalled_enter_util,
-            band,
-        );
-        c.below(
-            "stalled_enter_tensor",
-            self.stalled_enter_tensor,
-            "stalled_exit_tensor",
-            self.stalled_exit_tensor,
-            band,
-        );
-        c.below(
-            "stalled_enter_dram",
-            self.stalled_enter_dram,
-            "stalled_exit_dram",
-            self.stalled_exit_dram,
-            band,
-        );
-        c.below(
-            "compute_bound_exit_rho",
-            self.compute_bound_exit_rho,
-            "compute_bound_enter_rho",
-            self.compute_bound_enter_rho,
-            band,
-        );
-        c.below(
-            "compute_bound_exit_tensor",
-            self.compute_bound_exit_tensor,
-            "compute_bound_enter_tensor",
-            self.compute_bound_enter_tensor,
-            band,
-        );
-        c.below(
-            "memory_bound_enter_rho",
-            self.memory_bound_enter_rho,
-            "memory_bound_exit_rho",
-            self.memory_bound_exit_rho,
-            band,
-        );
-        c.below(
-            "memory_bound_exit_dram",
-            self.memory_bound_exit_dram,
-            "memory_bound_enter_dram",
-            self.memory_bound_enter_dram,
-            band,
-        );
-        c.below(
-            "memory_bound_exit_rho",
-            self.memory_bound_exit_rho,
-            "compute_bound_exit_rho",
-            self.compute_bound_exit_rho,
-            "memory-bound must end before compute-bound can begin",
-        );
-        c.below(
-            "idle_enter_util",
-            self.idle_enter_util,
-            "stalled_enter_util",
-            self.stalled_enter_util,
-            "a busy flag cannot be idle and stalled at once",
-        );
-        self.check_power_and_comm_bound(&mut c, band);
-        c.finish()
+    }
+
+    /// Each hysteresis band pointing the right way (the first threshold below the second),
+    /// and the regimes' bands in order.
+    fn check_bands(&self, c: &mut Checker, band: &str) {
+        for (low_key, low, high_key, high, why) in [
+            (
+                "idle_enter_util",
+                self.idle_enter_util,
+                "idle_exit_util",
+                self.idle_exit_util,
+                band,
+            ),
+            (
+                "stalled_exit_util",
+                self.stalled_exit_util,
+                "stalled_enter_util",
+                self.stalled_enter_util,
+                band,
+            ),
+            (
+                "stalled_enter_tensor",
+                self.stalled_enter_tensor,
+                "stalled_exit_tensor",
+                self.stalled_exit_tensor,
+                band,
+            ),
+            (
+                "stalled_enter_dram",
+                self.stalled_enter_dram,
+                "stalled_exit_dram",
+                self.stalled_exit_dram,
+                band,
+            ),
+            (
+                "compute_bound_exit_rho",
+                self.compute_bound_exit_rho,
+                "compute_bound_enter_rho",
+                self.compute_bound_enter_rho,
+                band,
+            ),
+            (
+                "compute_bound_exit_tensor",
+                self.compute_bound_exit_tensor,
+                "compute_bound_enter_tensor",
+                self.compute_bound_enter_tensor,
+                band,
+            ),
+            (
+                "memory_bound_enter_rho",
+                self.memory_bound_enter_rho,
+                "memory_bound_exit_rho",
+                self.memory_bound_exit_rho,
+                band,
+            ),
+            (
+                "memory_bound_exit_dram",
+                self.memory_bound_exit_dram,
+                "memory_bound_enter_dram",
+                self.memory_bound_enter_dram,
+                band,
+            ),
+            (
+                "memory_bound_exit_rho",
+                self.memory_bound_exit_rho,
+                "compute_bound_exit_rho",
+                self.compute_bound_exit_rho,
+                "memory-bound must end before compute-bound can begin",
+            ),
+            (
+                "idle_enter_util",
+                self.idle_enter_util,
+                "stalled_enter_util",
+                self.stalled_enter_util,
+                "a busy flag cannot be idle and stalled at once",
+            ),
+        ] {
+            c.below(low_key, low, high_key, high, why);
+        }
     }
 
     /// The power heuristic's bands in order, and the comm-bound thresholds in range with

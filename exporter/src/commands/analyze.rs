@@ -4,7 +4,7 @@ use crate::capture::{Capture, CaptureError};
 use anyhow::{Context, bail};
 use clap::ValueEnum;
 use std::fs::File;
-use std::io::{BufReader, IsTerminal, Read, Write};
+use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::mpsc;
@@ -161,35 +161,20 @@ pub(crate) fn analyze_reader(
     progress: Option<&indicatif::ProgressBar>,
 ) -> anyhow::Result<Analysis> {
     let reader = BufReader::with_capacity(1 << 18, reader);
-    let format = match args.format {
-        FormatArg::DcgmiDmon => Some(Format::DcgmiDmon),
-        FormatArg::DcgmExporter => Some(Format::DcgmExporter),
-        FormatArg::Jsonl => Some(Format::Jsonl),
-        FormatArg::NvidiaSmiCsv => Some(Format::NvidiaSmiCsv),
-        FormatArg::Auto => None,
-    };
     let interval = args.interval.as_secs_f64();
-    let mut capture = Capture::open(reader, name, format, interval)?;
+    let capture = Capture::open(reader, name, args.format.given(), interval)?;
     let format = capture.format();
     let nominal = capture.declared_interval(interval);
-    let mut analyzer = new_analyzer(args, nominal)?;
-    let mut errors = Vec::new();
-    let mut error_count = 0u64;
-    let mut malformed = |e: ParseError| {
-        error_count += 1;
-        if errors.len() < SHOWN_ERRORS {
-            errors.push(e);
-        }
+    let mut analyzing = Analyzing {
+        analyzer: new_analyzer(args, nominal)?,
+        // The `dcgmi dmon` parser on this thread, fed the lines the reading thread has read.
+        dmon: DmonParser::new(name, interval, Timestamp(0)),
+        name,
+        errors: Vec::new(),
+        error_count: 0,
+        progress,
+        reported: 0,
     };
-    let mut reported = 0;
-    let mut progress_to = |bytes: u64| {
-        if let Some(bar) = progress {
-            bar.inc(bytes - reported);
-            reported = bytes;
-        }
-    };
-    // The `dcgmi dmon` parser on this thread, fed the lines the reading thread has read.
-    let mut dmon = DmonParser::new(name, interval, Timestamp(0));
     let scanning = format == Format::DcgmiDmon;
     let (skipped_lines, unread) = std::thread::scope(|scope| -> anyhow::Result<(u64, Unread)> {
         // Made here, so that the receiving ends go away with this closure however it ends,
@@ -197,128 +182,198 @@ pub(crate) fn analyze_reader(
         let (tx, rx) = mpsc::sync_channel(IN_FLIGHT);
         // Emptied batches of lines go back to the reading thread to be filled again.
         let (back, emptied) = mpsc::channel::<Lines>();
-        let mut scanner = Scanner::default();
         std::thread::Builder::new()
             .name("capture".into())
             .spawn_scoped(scope, move || {
-                loop {
-                    let (batch, last) = if scanning {
-                        let mut batch = emptied.try_recv().unwrap_or_default();
-                        let read = capture.lines_while(|_, _, line_no, text| {
-                            let line = match text {
-                                Ok(t) => scanner.scan(t, &mut batch.values),
-                                Err(message) => {
-                                    batch.unreadable.push((line_no, message));
-                                    scanner.scan("", &mut batch.values)
-                                }
-                            };
-                            batch.lines.push((line_no, line, batch.values.len()));
-                            batch.lines.len() < LINE_BATCH
-                        });
-                        let last = match read {
-                            Ok(true) => None,
-                            Ok(false) => Some(Handed::End(0, Unread::default())),
-                            Err(e) => Some(Handed::Failed(e)),
-                        };
-                        batch.bytes_read = capture.bytes_read();
-                        let batch = (!batch.lines.is_empty()).then_some(Handed::Lines(batch));
-                        (batch, last)
-                    } else {
-                        let mut batch = Vec::with_capacity(BATCH);
-                        let last = loop {
-                            match capture.next_sample() {
-                                Ok(Some(r)) => {
-                                    batch.push(r);
-                                    if batch.len() == BATCH {
-                                        break None;
-                                    }
-                                }
-                                Ok(None) => {
-                                    let unread = capture.unread().cloned().unwrap_or_default();
-                                    break Some(Handed::End(capture.skipped_lines(), unread));
-                                }
-                                Err(e) => break Some(Handed::Failed(e)),
-                            }
-                        };
-                        let batch = (!batch.is_empty())
-                            .then(|| Handed::Samples(batch, capture.bytes_read()));
-                        (batch, last)
-                    };
-                    // A send fails only when the analysis has stopped: nothing to do then.
-                    if let Some(batch) = batch
-                        && tx.send(batch).is_err()
-                    {
-                        return;
-                    }
-                    if let Some(last) = last {
-                        let _ = tx.send(last);
-                        return;
-                    }
-                }
+                read_capture(capture, scanning, &tx, &emptied)
             })?;
         for message in rx {
             match message {
                 Handed::Lines(mut batch) => {
-                    let mut start = 0;
-                    let mut unreadable = batch.unreadable.drain(..).peekable();
-                    for (line_no, line, end) in batch.lines.drain(..) {
-                        let values = batch.values.get(start..end).unwrap_or_default();
-                        start = end;
-                        let mut r = dmon.push_scanned(line, values);
-                        // A line that is not text was a blank one to the parser, which
-                        // counts lines, so that the next ones keep their numbers.
-                        if let Some((_, message)) = unreadable.next_if(|(n, _)| *n == line_no) {
-                            r = Err(ParseError {
-                                file: name.to_string(),
-                                line: line_no,
-                                message,
-                            });
-                        }
-                        match r {
-                            Ok(Some(s)) => {
-                                analyzer.push(&s);
-                                dmon.recycle(s.entities);
-                            }
-                            Ok(None) => {}
-                            Err(e) => malformed(e),
-                        }
-                    }
-                    drop(unreadable);
-                    batch.values.clear();
-                    progress_to(batch.bytes_read);
+                    analyzing.lines(&mut batch);
                     let _ = back.send(batch);
                 }
-                Handed::Samples(batch, bytes) => {
-                    for r in batch {
-                        match r {
-                            Ok(s) => analyzer.push(&s),
-                            Err(e) => malformed(e),
-                        }
-                    }
-                    progress_to(bytes);
-                }
-                Handed::End(skipped, unread) => {
-                    if !scanning {
-                        return Ok((skipped, unread));
-                    }
-                    if let Some(s) = dmon.finish() {
-                        analyzer.push(&s);
-                    }
-                    return Ok((dmon.skipped_lines(), dmon.unread().clone()));
-                }
+                Handed::Samples(batch, bytes) => analyzing.samples(batch, bytes),
+                Handed::End(skipped, unread) if !scanning => return Ok((skipped, unread)),
+                Handed::End(..) => return Ok(analyzing.finish_dmon()),
                 Handed::Failed(e) => return Err(e.into()),
             }
         }
         anyhow::bail!("{name}: the reading thread stopped without a word");
     })?;
     Ok(Analysis {
-        report: analyzer.report(),
+        report: analyzing.analyzer.report(),
         format,
-        errors,
-        error_count,
+        errors: analyzing.errors,
+        error_count: analyzing.error_count,
         skipped_lines,
         unread,
     })
+}
+
+/// The reading thread: batches of `capture` sent on `tx` until its end or a failed read,
+/// or until the analysis stops. A `dcgmi dmon` capture (`scanning`) is sent as scanned
+/// lines, in the emptied batches that come back on `emptied`; any other as samples.
+fn read_capture<R: BufRead>(
+    mut capture: Capture<R>,
+    scanning: bool,
+    tx: &mpsc::SyncSender<Handed>,
+    emptied: &mpsc::Receiver<Lines>,
+) {
+    let mut scanner = Scanner::default();
+    loop {
+        let (batch, last) = if scanning {
+            read_lines(
+                &mut capture,
+                &mut scanner,
+                emptied.try_recv().unwrap_or_default(),
+            )
+        } else {
+            read_samples(&mut capture)
+        };
+        // A send fails only when the analysis has stopped: nothing to do then.
+        if let Some(batch) = batch
+            && tx.send(batch).is_err()
+        {
+            return;
+        }
+        if let Some(last) = last {
+            let _ = tx.send(last);
+            return;
+        }
+    }
+}
+
+/// The next batch of `dcgmi dmon` lines, scanned into `batch`, and the end or the failed
+/// read that came after it.
+fn read_lines<R: BufRead>(
+    capture: &mut Capture<R>,
+    scanner: &mut Scanner,
+    mut batch: Lines,
+) -> (Option<Handed>, Option<Handed>) {
+    let read = capture.lines_while(|_, _, line_no, text| {
+        let line = match text {
+            Ok(t) => scanner.scan(t, &mut batch.values),
+            Err(message) => {
+                batch.unreadable.push((line_no, message));
+                scanner.scan("", &mut batch.values)
+            }
+        };
+        batch.lines.push((line_no, line, batch.values.len()));
+        batch.lines.len() < LINE_BATCH
+    });
+    let last = match read {
+        Ok(true) => None,
+        Ok(false) => Some(Handed::End(0, Unread::default())),
+        Err(e) => Some(Handed::Failed(e)),
+    };
+    batch.bytes_read = capture.bytes_read();
+    let batch = (!batch.lines.is_empty()).then_some(Handed::Lines(batch));
+    (batch, last)
+}
+
+/// The next batch of samples of a capture in any other format, and the end (with the
+/// lines its parser skipped and what it did not read) or the failed read after it.
+fn read_samples<R: BufRead>(capture: &mut Capture<R>) -> (Option<Handed>, Option<Handed>) {
+    let mut batch = Vec::with_capacity(BATCH);
+    let last = loop {
+        match capture.next_sample() {
+            Ok(Some(r)) => {
+                batch.push(r);
+                if batch.len() == BATCH {
+                    break None;
+                }
+            }
+            Ok(None) => {
+                let unread = capture.unread().cloned().unwrap_or_default();
+                break Some(Handed::End(capture.skipped_lines(), unread));
+            }
+            Err(e) => break Some(Handed::Failed(e)),
+        }
+    };
+    let batch = (!batch.is_empty()).then(|| Handed::Samples(batch, capture.bytes_read()));
+    (batch, last)
+}
+
+/// The analyzing thread's side: the analyzer, the `dcgmi dmon` parser, the malformed
+/// lines kept and counted, and the progress shown.
+struct Analyzing<'a> {
+    analyzer: Analyzer,
+    dmon: DmonParser,
+    name: &'a str,
+    errors: Vec<ParseError>,
+    error_count: u64,
+    progress: Option<&'a indicatif::ProgressBar>,
+    /// Bytes already shown on `progress`.
+    reported: u64,
+}
+
+impl Analyzing<'_> {
+    fn malformed(&mut self, e: ParseError) {
+        self.error_count += 1;
+        if self.errors.len() < SHOWN_ERRORS {
+            self.errors.push(e);
+        }
+    }
+
+    fn progress_to(&mut self, bytes: u64) {
+        if let Some(bar) = self.progress {
+            bar.inc(bytes - self.reported);
+            self.reported = bytes;
+        }
+    }
+
+    /// A batch of scanned `dcgmi dmon` lines parsed into samples and analyzed; the batch
+    /// left empty, to be filled again.
+    fn lines(&mut self, batch: &mut Lines) {
+        let mut start = 0;
+        let mut unreadable = batch.unreadable.drain(..).peekable();
+        for (line_no, line, end) in batch.lines.drain(..) {
+            let values = batch.values.get(start..end).unwrap_or_default();
+            start = end;
+            let mut r = self.dmon.push_scanned(line, values);
+            // A line that is not text was a blank one to the parser, which counts lines,
+            // so that the next ones keep their numbers.
+            if let Some((_, message)) = unreadable.next_if(|(n, _)| *n == line_no) {
+                r = Err(ParseError {
+                    file: self.name.to_string(),
+                    line: line_no,
+                    message,
+                });
+            }
+            match r {
+                Ok(Some(s)) => {
+                    self.analyzer.push(&s);
+                    self.dmon.recycle(s.entities);
+                }
+                Ok(None) => {}
+                Err(e) => self.malformed(e),
+            }
+        }
+        drop(unreadable);
+        batch.values.clear();
+        self.progress_to(batch.bytes_read);
+    }
+
+    /// A batch of samples and malformed lines, analyzed and counted.
+    fn samples(&mut self, batch: Vec<Result<Sample, ParseError>>, bytes: u64) {
+        for r in batch {
+            match r {
+                Ok(s) => self.analyzer.push(&s),
+                Err(e) => self.malformed(e),
+            }
+        }
+        self.progress_to(bytes);
+    }
+
+    /// The `dcgmi dmon` capture's end: its last sweep analyzed; the lines its parser
+    /// skipped as not data, and what it did not read.
+    fn finish_dmon(&mut self) -> (u64, Unread) {
+        if let Some(s) = self.dmon.finish() {
+            self.analyzer.push(&s);
+        }
+        (self.dmon.skipped_lines(), self.dmon.unread().clone())
+    }
 }
 
 /// The analyzer `args` ask for (`--gpu-model`, `--config`, `--timeline`), with samples
@@ -557,73 +612,7 @@ pub(crate) fn write_report(
         writeln!(out, "no GPU readings found")?;
     }
     for e in &report.entities {
-        let sim = if e.simulated { "  [SIMULATED]" } else { "" };
-        writeln!(out)?;
-        writeln!(out, "{}  {}{sim}", e.entity, model_text(e))?;
-        writeln!(
-            out,
-            "  samples            {}   fidelity {}",
-            e.samples,
-            e.fidelity.as_str()
-        )?;
-        if e.unobserved_seconds > 0.0 {
-            writeln!(
-                out,
-                "  not observed       {:.0} s (gaps: left out of every figure below)",
-                e.unobserved_seconds
-            )?;
-        }
-        writeln!(
-            out,
-            "  reported util      {}",
-            pct(e.reported_utilization.map(|m| m.mean))
-        )?;
-        write_effective_compute(out, e)?;
-        if let Some(s) = e.spatial_inflation {
-            writeln!(out, "  spatial inflation  {:.1}×", s.mean)?;
-        }
-        writeln!(
-            out,
-            "  roofline sat.      {}",
-            pct(e.roofline_saturation.map(|m| m.mean))
-        )?;
-        writeln!(
-            out,
-            "  {}{}",
-            if e.phase_fraction.is_some() {
-                "phases             "
-            } else {
-                "regimes            "
-            },
-            phases(e)
-        )?;
-        write_verdict(out, e)?;
-        if let Some(m) = &e.memory {
-            writeln!(
-                out,
-                "  memory             peak {:.1} GiB of {:.1} GiB ({}){}",
-                m.peak_used_bytes / 1073741824.0,
-                m.total_bytes / 1073741824.0,
-                pct(Some(m.peak_used_fraction)),
-                match (&m.mig_fit, m.mig_binding) {
-                    (Some(p), Some(b)) => format!(
-                        "; fits MIG {p} (bound by {})",
-                        serde_json::to_value(b)
-                            .ok()
-                            .and_then(|v| v.as_str().map(str::to_owned))
-                            .unwrap_or_default()
-                    ),
-                    _ => String::new(),
-                }
-            )?;
-        }
-        if let Some(agree) = e.phase_agreement_with_truth {
-            writeln!(
-                out,
-                "  phase vs truth     {:.1}% of windows agree",
-                100.0 * agree
-            )?;
-        }
+        write_entity(out, e)?;
     }
     if !report.diagnostics.is_empty() {
         writeln!(out)?;
@@ -640,6 +629,85 @@ pub(crate) fn write_report(
     Ok(())
 }
 
+/// One entity's table.
+fn write_entity(out: &mut impl Write, e: &EntitySummary) -> std::io::Result<()> {
+    let sim = if e.simulated { "  [SIMULATED]" } else { "" };
+    writeln!(out)?;
+    writeln!(out, "{}  {}{sim}", e.entity, model_text(e))?;
+    writeln!(
+        out,
+        "  samples            {}   fidelity {}",
+        e.samples,
+        e.fidelity.as_str()
+    )?;
+    if e.unobserved_seconds > 0.0 {
+        writeln!(
+            out,
+            "  not observed       {:.0} s (gaps: left out of every figure below)",
+            e.unobserved_seconds
+        )?;
+    }
+    writeln!(
+        out,
+        "  reported util      {}",
+        pct(e.reported_utilization.map(|m| m.mean))
+    )?;
+    write_effective_compute(out, e)?;
+    if let Some(s) = e.spatial_inflation {
+        writeln!(out, "  spatial inflation  {:.1}×", s.mean)?;
+    }
+    writeln!(
+        out,
+        "  roofline sat.      {}",
+        pct(e.roofline_saturation.map(|m| m.mean))
+    )?;
+    writeln!(
+        out,
+        "  {}{}",
+        if e.phase_fraction.is_some() {
+            "phases             "
+        } else {
+            "regimes            "
+        },
+        phases(e)
+    )?;
+    write_verdict(out, e)?;
+    write_memory(out, e)?;
+    if let Some(agree) = e.phase_agreement_with_truth {
+        writeln!(
+            out,
+            "  phase vs truth     {:.1}% of windows agree",
+            100.0 * agree
+        )?;
+    }
+    Ok(())
+}
+
+/// The memory line: peak use, of the total, and the MIG profile it fits.
+fn write_memory(out: &mut impl Write, e: &EntitySummary) -> std::io::Result<()> {
+    let Some(m) = &e.memory else {
+        return Ok(());
+    };
+    writeln!(
+        out,
+        "  memory             peak {:.1} GiB of {:.1} GiB ({}){}",
+        m.peak_used_bytes / 1073741824.0,
+        m.total_bytes / 1073741824.0,
+        pct(Some(m.peak_used_fraction)),
+        match (&m.mig_fit, m.mig_binding) {
+            (Some(p), Some(b)) => format!(
+                "; fits MIG {p} (bound by {})",
+                serde_json::to_value(b)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            ),
+            _ => String::new(),
+        }
+    )?;
+    Ok(())
+}
+
 /// Capture formats on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum FormatArg {
@@ -653,6 +721,19 @@ pub(crate) enum FormatArg {
     Jsonl,
     /// `nvidia-smi --query-gpu=… --format=csv` output, with its header.
     NvidiaSmiCsv,
+}
+
+impl FormatArg {
+    /// The format given, `None` for `auto` (detected from the first lines).
+    fn given(self) -> Option<Format> {
+        match self {
+            FormatArg::DcgmiDmon => Some(Format::DcgmiDmon),
+            FormatArg::DcgmExporter => Some(Format::DcgmExporter),
+            FormatArg::Jsonl => Some(Format::Jsonl),
+            FormatArg::NvidiaSmiCsv => Some(Format::NvidiaSmiCsv),
+            FormatArg::Auto => None,
+        }
+    }
 }
 
 /// `truthscale analyze`.

@@ -234,6 +234,25 @@ fn gpm_line(d: &DeviceReport) -> &'static str {
 #[must_use]
 pub(crate) fn render(p: &Probe) -> String {
     let mut s = String::new();
+    versions(&mut s, p);
+    for d in &p.devices {
+        let _ = writeln!(s);
+        device(&mut s, p, d);
+    }
+    if !p.errors.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nerrors during the probe (truthscale_source_errors_total kinds):"
+        );
+        for (kind, list) in &p.errors {
+            let _ = writeln!(s, "  {kind} ({}): {}", list.len(), list[0]);
+        }
+    }
+    s
+}
+
+/// The library, the versions and the GPUs NVML sees.
+fn versions(s: &mut String, p: &Probe) {
     let v = &p.versions;
     let or_q = |o: &Option<String>| o.clone().unwrap_or_else(|| "unknown".into());
     let _ = writeln!(s, "NVML library    {} (loaded)", p.library);
@@ -248,102 +267,109 @@ pub(crate) fn render(p: &Probe) -> String {
              container runtime) so the GPU and its device node are visible."
         );
     }
-    for d in &p.devices {
-        let _ = writeln!(s);
-        let Some(ident) = &d.ident else {
-            let _ = writeln!(s, "GPU {}  not answering (lost or unreadable)", d.index);
-            continue;
-        };
-        let _ = writeln!(s, "GPU {}  {}", d.index, ident.name);
-        let _ = writeln!(s, "  uuid            {}", ident.uuid);
-        if let Some(pci) = &ident.pci_bus_id {
-            let _ = writeln!(s, "  PCI bus id      {pci}");
+}
+
+/// One GPU: what it is, its MIG mode and GPM, the tier of each of its entities and how to
+/// get a better one, its processes and what it does not support.
+fn device(s: &mut String, p: &Probe, d: &DeviceReport) {
+    let Some(ident) = &d.ident else {
+        let _ = writeln!(s, "GPU {}  not answering (lost or unreadable)", d.index);
+        return;
+    };
+    identity(s, d.index, ident);
+    let mine: Vec<&EntitySample> = p
+        .entities
+        .iter()
+        .filter(|e| e.id.gpu == Some(d.index) && e.id.uuid.as_deref() == Some(&ident.uuid))
+        .collect();
+    let _ = writeln!(
+        s,
+        "  MIG mode        {}",
+        match d.mig {
+            Some(true) => format!(
+                "enabled, {} GPU instance{} (no busy flag on MIG)",
+                mine.len(),
+                if mine.len() == 1 { "" } else { "s" }
+            ),
+            Some(false) => "disabled".into(),
+            None => "not supported".into(),
         }
-        let _ = writeln!(
-            s,
-            "  architecture    {}",
-            ident.architecture.as_deref().unwrap_or("unknown")
-        );
-        let _ = writeln!(
-            s,
-            "  catalog model   {}",
-            ident.spec.map_or_else(
-                || "unknown (no datasheet peaks: no clock correction)".to_string(),
-                |sp| format!("{} ({})", sp.key, sp.name)
-            )
-        );
-        let mine: Vec<&EntitySample> = p
-            .entities
-            .iter()
-            .filter(|e| e.id.gpu == Some(d.index) && e.id.uuid.as_deref() == Some(&ident.uuid))
-            .collect();
-        let mig = d.mig == Some(true);
-        let _ = writeln!(
-            s,
-            "  MIG mode        {}",
-            match d.mig {
-                Some(true) => format!(
-                    "enabled, {} GPU instance{} (no busy flag on MIG)",
-                    mine.len(),
-                    if mine.len() == 1 { "" } else { "s" }
-                ),
-                Some(false) => "disabled".into(),
-                None => "not supported".into(),
+    );
+    let _ = writeln!(s, "  GPM             {}", gpm_line(d));
+    let worst = tiers(s, &mine);
+    let _ = writeln!(
+        s,
+        "  better tier     {}",
+        advice(d, worst, d.mig == Some(true))
+    );
+    let _ = writeln!(
+        s,
+        "  processes       {}",
+        if d.processes.is_empty() {
+            "none listed".to_string()
+        } else {
+            d.processes.len().to_string()
+        }
+    );
+    for proc in &d.processes {
+        let _ = writeln!(s, "    {}", process_line(proc));
+    }
+    if !d.unsupported.is_empty() {
+        let _ = writeln!(s, "  not available   {}", d.unsupported.join(", "));
+    }
+}
+
+/// A GPU's name, uuid, bus id, architecture and catalog model.
+fn identity(s: &mut String, index: u32, ident: &Ident) {
+    let _ = writeln!(s, "GPU {index}  {}", ident.name);
+    let _ = writeln!(s, "  uuid            {}", ident.uuid);
+    if let Some(pci) = &ident.pci_bus_id {
+        let _ = writeln!(s, "  PCI bus id      {pci}");
+    }
+    let _ = writeln!(
+        s,
+        "  architecture    {}",
+        ident.architecture.as_deref().unwrap_or("unknown")
+    );
+    let _ = writeln!(
+        s,
+        "  catalog model   {}",
+        ident.spec.map_or_else(
+            || "unknown (no datasheet peaks: no clock correction)".to_string(),
+            |sp| format!("{} ({})", sp.key, sp.name)
+        )
+    );
+}
+
+/// The fidelity tier and readings of each of a GPU's entities (the GPU, or its MIG
+/// instances); returns the worst tier (`none` without any).
+fn tiers(s: &mut String, mine: &[&EntitySample]) -> Fidelity {
+    if mine.is_empty() {
+        let _ = writeln!(s, "  fidelity tier   none (no readings)");
+    }
+    // The worst is the largest tier (`none` is the last).
+    let mut worst = None;
+    for e in mine {
+        let tier = fidelity(&e.readings);
+        worst = worst.max(Some(tier));
+        match &e.id.mig {
+            Some(m) => {
+                let _ = writeln!(
+                    s,
+                    "  instance {:<6} {}  fidelity tier {}",
+                    m.gpu_instance,
+                    m.profile.as_deref().unwrap_or("unknown profile"),
+                    tier.as_str()
+                );
+                let _ = writeln!(s, "    readings      {}", readings_line(e));
             }
-        );
-        let _ = writeln!(s, "  GPM             {}", gpm_line(d));
-        let mut tiers = Vec::new();
-        if mine.is_empty() {
-            let _ = writeln!(s, "  fidelity tier   none (no readings)");
-        }
-        for e in &mine {
-            let tier = fidelity(&e.readings);
-            tiers.push(tier);
-            match &e.id.mig {
-                Some(m) => {
-                    let _ = writeln!(
-                        s,
-                        "  instance {:<6} {}  fidelity tier {}",
-                        m.gpu_instance,
-                        m.profile.as_deref().unwrap_or("unknown profile"),
-                        tier.as_str()
-                    );
-                    let _ = writeln!(s, "    readings      {}", readings_line(e));
-                }
-                None => {
-                    let _ = writeln!(s, "  fidelity tier   {}", tier.as_str());
-                    let _ = writeln!(s, "  readings        {}", readings_line(e));
-                }
+            None => {
+                let _ = writeln!(s, "  fidelity tier   {}", tier.as_str());
+                let _ = writeln!(s, "  readings        {}", readings_line(e));
             }
-        }
-        let worst = tiers.iter().copied().max().unwrap_or(Fidelity::None);
-        let _ = writeln!(s, "  better tier     {}", advice(d, worst, mig));
-        let _ = writeln!(
-            s,
-            "  processes       {}",
-            if d.processes.is_empty() {
-                "none listed".to_string()
-            } else {
-                d.processes.len().to_string()
-            }
-        );
-        for proc in &d.processes {
-            let _ = writeln!(s, "    {}", process_line(proc));
-        }
-        if !d.unsupported.is_empty() {
-            let _ = writeln!(s, "  not available   {}", d.unsupported.join(", "));
         }
     }
-    if !p.errors.is_empty() {
-        let _ = writeln!(
-            s,
-            "\nerrors during the probe (truthscale_source_errors_total kinds):"
-        );
-        for (kind, list) in &p.errors {
-            let _ = writeln!(s, "  {kind} ({}): {}", list.len(), list[0]);
-        }
-    }
-    s
+    worst.unwrap_or(Fidelity::None)
 }
 
 /// `truthscale doctor`.

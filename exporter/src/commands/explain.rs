@@ -21,6 +21,18 @@ fn pct(v: f64) -> String {
 pub(crate) fn explain(v: &GpuView) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "{}", v.name);
+    dashboard(&mut o, v);
+    counters(&mut o, v);
+    pod_estimates(&mut o, v);
+    gap(&mut o, v);
+    regime(&mut o, v);
+    engine(&mut o, v);
+    verdict(&mut o, v);
+    o
+}
+
+/// What the dashboard says: the busy flag.
+fn dashboard(o: &mut String, v: &GpuView) {
     let _ = match v.reported {
         Some(u) => writeln!(
             o,
@@ -29,6 +41,10 @@ pub(crate) fn explain(v: &GpuView) -> String {
         ),
         None => writeln!(o, "  dashboard says: nothing (no busy flag was read)"),
     };
+}
+
+/// What the counters say: effective compute and roofline saturation, or the bound.
+fn counters(o: &mut String, v: &GpuView) {
     let pipes = match (v.tensor, v.dram) {
         (Some(t), Some(d)) => format!(" (tensor {}, DRAM {})", pct(t), pct(d)),
         _ => String::new(),
@@ -52,7 +68,11 @@ pub(crate) fn explain(v: &GpuView) -> String {
         ),
         _ => writeln!(o, "  counters say:   nothing beyond the busy flag"),
     };
-    pod_estimates(&mut o, v);
+}
+
+/// The gap between the busy flag and effective compute, or what it cannot be measured
+/// without.
+fn gap(o: &mut String, v: &GpuView) {
     match (v.reported, v.effective) {
         (Some(u), Some(e)) if u >= 0.05 => {
             let _ = writeln!(
@@ -84,7 +104,10 @@ pub(crate) fn explain(v: &GpuView) -> String {
             );
         }
     }
-    regime(&mut o, v);
+}
+
+/// The serving engine's line, where one is attached.
+fn engine(o: &mut String, v: &GpuView) {
     if let Some(sv) = &v.serving {
         let _ = match &sv.absent_reason {
             Some(r) => writeln!(o, "  engine:         absent ({r})"),
@@ -111,6 +134,10 @@ pub(crate) fn explain(v: &GpuView) -> String {
             }
         };
     }
+}
+
+/// The verdict, its reasons, what was not measured and the suggestion.
+fn verdict(o: &mut String, v: &GpuView) {
     if let Some(r) = &v.verdict {
         let _ = writeln!(o, "  verdict:        {}", r.verdict);
         for reason in &r.reasons {
@@ -124,11 +151,8 @@ pub(crate) fn explain(v: &GpuView) -> String {
         }
         let _ = writeln!(o, "  suggestion:     {}", r.action);
     }
-    o
 }
 
-/// A time-sliced GPU's holders' parts of its effective compute, said to be estimates and
-/// why: the counters are the device's, so no holder's own part is measured.
 /// The regime line, and the straggler line: this GPU holds its job back, or waits on the
 /// one that does.
 fn regime(o: &mut String, v: &GpuView) {
@@ -164,6 +188,8 @@ fn regime(o: &mut String, v: &GpuView) {
     }
 }
 
+/// A time-sliced GPU's holders' parts of its effective compute, said to be estimates and
+/// why: the counters are the device's, so no holder's own part is measured.
 fn pod_estimates(o: &mut String, v: &GpuView) {
     if v.pod_estimates.is_empty() {
         return;

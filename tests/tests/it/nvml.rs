@@ -518,6 +518,10 @@ fn doctor_per_scenario() {
         assert!(has_line(&out, want), "missing {want:?} in\n{out}");
     }
     assert!(out.contains("SM active 0.8 %"), "{out}");
+    // The advice follows the worst tier of the GPU's entities: profiling, nothing to do.
+    let nothing_to_do = "  better tier     nothing to do: GPM counters give the profiling tier \
+                         (tensor, DRAM and SM activity)";
+    assert!(has_line(&out, nothing_to_do), "{out}");
 
     let (code, out, _) = doctor(fake(), Some("a100-no-gpm"));
     assert_eq!(code, 0, "{out}");
@@ -544,6 +548,7 @@ fn doctor_per_scenario() {
         "{out}"
     );
     assert!(out.contains("GPU instance 1, 10.0 GiB"), "{out}");
+    assert!(has_line(&out, nothing_to_do), "{out}");
 
     let (code, out, _) = doctor(fake(), Some("h100-gpm-denied"));
     assert_eq!(code, 0, "{out}");

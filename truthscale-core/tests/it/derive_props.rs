@@ -111,8 +111,7 @@ proptest! {
             prop_assert!(finite(e.inflation_gap_points.map(|m| m.mean)));
             prop_assert!(finite(e.roofline_saturation.map(|m| m.mean)));
             // Unclassified is no fractions at all, never all zeros.
-            if let Some(f) = e.regime_fraction {
-                let sum = f.idle + f.compute_bound + f.memory_bound + f.mixed + f.stalled + f.underloaded + f.comm_bound;
+            if let Some(sum) = e.regime_fraction.map(|f| f.sum()) {
                 prop_assert!((sum - 1.0).abs() < 1e-9, "{sum}");
             }
             prop_assert!(e.regime_fraction.is_some() == e.regime_method.is_some());
