@@ -388,13 +388,41 @@ impl SimGpu {
     /// Advance by `dt` seconds and return the window's readings.
     pub fn step(&mut self, dt: f64) -> EntitySample {
         let ticks = ((dt / TICK).round() as usize).max(1);
-        let mut acc = Tick::default();
-        let mut clock_sum = 0.0;
-        let mut power_sum = 0.0;
-        let mut capped = false;
-        let (mut tokens_p, mut tokens_o) = (self.prompt_tokens_done, self.output_tokens_done);
-        let mut truth_acc = Tick::default();
-        let mut ran = [0.0; 7];
+        let (tokens_p, tokens_o) = (self.prompt_tokens_done, self.output_tokens_done);
+        let w = self.run_ticks(ticks);
+        let n = ticks as f64;
+        let readings = self.readings(&w, n);
+        let serving = self.serving(
+            self.prompt_tokens_done - tokens_p,
+            self.output_tokens_done - tokens_o,
+            dt,
+        );
+        EntitySample {
+            id: self.id.clone(),
+            readings,
+            throttles: Some(Throttles {
+                sw_power_cap: w.capped,
+                ..Throttles::default()
+            }),
+            serving,
+            truth_phase: regime_of_shares(&w.ran),
+            truth_workload: Workload::ALL
+                .into_iter()
+                .max_by(|a, b| w.ran[a.index()].total_cmp(&w.ran[b.index()])),
+            truth_effective_compute: Some((w.truth_acc.tensor / n).clamp(0.0, 1.0)),
+            simulated: true,
+            sm_clock_is_point: false,
+            counters_held: false,
+            // No processes, no node mode.
+            ..EntitySample::default()
+        }
+    }
+
+    /// Run `ticks` ticks: the activity summed (the cycle ratios weighted by each tick's
+    /// clock), the clock and power summed, the true effective compute, the seconds each
+    /// workload ran, and whether the power cap bit.
+    fn run_ticks(&mut self, ticks: usize) -> TickSums {
+        let mut w = TickSums::default();
         let spec = self.spec;
         for _ in 0..ticks {
             // Clock: boost under load, lower when the power cap bites, low when idle.
@@ -407,7 +435,7 @@ impl SimGpu {
                 0.3 * spec.f_ref_mhz
             };
             let (t, workload) = self.tick(f / spec.f_ref_mhz);
-            ran[workload.index()] += TICK;
+            w.ran[workload.index()] += TICK;
             let pi = if t.busy > 0.0 {
                 (1.25 * t.tensor + 0.55 * t.dram + 0.05).min(1.05)
             } else {
@@ -417,13 +445,14 @@ impl SimGpu {
                 spec.idle_power_watts + (spec.max_power_watts - spec.idle_power_watts) * pi;
             if power > spec.max_power_watts {
                 // Software power cap: clocks drop to hold the limit.
-                capped = true;
+                w.capped = true;
                 f = spec.f_ref_mhz * 0.97;
                 power = spec.max_power_watts;
             }
             // The busy flag and DRAM bandwidth are fractions of time; the SM, occupancy
             // and pipe counters are ratios of cycles (DCGM, GPM), so a window's value
             // weights each tick by its clock.
+            let acc = &mut w.acc;
             acc.busy += t.busy;
             acc.dram += t.dram;
             acc.sm += t.sm * f;
@@ -432,13 +461,20 @@ impl SimGpu {
             acc.fp32 += t.fp32 * f;
             // The true effective compute: tensor work plus FP32 work weighted by its peak,
             // at the clock the tick ran, over the datasheet dense peak.
-            truth_acc.tensor += (t.tensor + t.fp32 * spec.fp32_tflops / spec.bf16_dense_tflops) * f
+            w.truth_acc.tensor += (t.tensor + t.fp32 * spec.fp32_tflops / spec.bf16_dense_tflops)
+                * f
                 / spec.f_ref_mhz;
-            clock_sum += f;
-            power_sum += power;
+            w.clock_sum += f;
+            w.power_sum += power;
             self.energy_j += power * TICK;
         }
-        let n = ticks as f64;
+        w
+    }
+
+    /// The window's readings from `n` ticks' sums, with the counters' noise.
+    fn readings(&mut self, w: &TickSums, n: f64) -> Readings {
+        let spec = self.spec;
+        let (acc, clock_sum, power_sum) = (&w.acc, w.clock_sum, w.power_sum);
         let mean = |x: f64| x / n;
         let per_cycle = |x: f64| x / clock_sum.max(1e-9);
         let (u, s, o, tau, d, fp32) = (
@@ -495,48 +531,46 @@ impl SimGpu {
             Field::TempCelsius,
             (35.0 + 40.0 * (power_sum / n - spec.idle_power_watts) / spec.max_power_watts).round(),
         );
-
-        tokens_p = self.prompt_tokens_done - tokens_p;
-        tokens_o = self.output_tokens_done - tokens_o;
-        let serving =
-            matches!(self.scenario, Scenario::LlmServing | Scenario::DecodeOnly).then(|| {
-                let batch = match self.scenario {
-                    Scenario::DecodeOnly => self.batch_target.round(),
-                    _ => self.running.len() as f64,
-                };
-                ServingSnapshot {
-                    engine: Some("sim".into()),
-                    kv_cache_utilization: Some((batch / 256.0).min(1.0)),
-                    running_requests: Some(batch),
-                    queued_requests: Some(self.waiting.len() as f64),
-                    queue_seconds: None,
-                    prompt_tokens_per_sec: Some(tokens_p / dt),
-                    output_tokens_per_sec: Some(tokens_o / dt),
-                    batch_size: Some(batch),
-                    max_batch_size: Some(256.0),
-                    ..ServingSnapshot::default()
-                }
-            });
-        EntitySample {
-            id: self.id.clone(),
-            readings: r,
-            throttles: Some(Throttles {
-                sw_power_cap: capped,
-                ..Throttles::default()
-            }),
-            serving,
-            truth_phase: regime_of_shares(&ran),
-            truth_workload: Workload::ALL
-                .into_iter()
-                .max_by(|a, b| ran[a.index()].total_cmp(&ran[b.index()])),
-            truth_effective_compute: Some((truth_acc.tensor / n).clamp(0.0, 1.0)),
-            simulated: true,
-            sm_clock_is_point: false,
-            counters_held: false,
-            // No processes, no node mode.
-            ..EntitySample::default()
-        }
+        r
     }
+
+    /// The serving engine's snapshot, for a serving scenario: `tokens_p` prompt and
+    /// `tokens_o` output tokens done in the window of `dt` seconds.
+    fn serving(&self, tokens_p: f64, tokens_o: f64, dt: f64) -> Option<ServingSnapshot> {
+        matches!(self.scenario, Scenario::LlmServing | Scenario::DecodeOnly).then(|| {
+            let batch = match self.scenario {
+                Scenario::DecodeOnly => self.batch_target.round(),
+                _ => self.running.len() as f64,
+            };
+            ServingSnapshot {
+                engine: Some("sim".into()),
+                kv_cache_utilization: Some((batch / 256.0).min(1.0)),
+                running_requests: Some(batch),
+                queued_requests: Some(self.waiting.len() as f64),
+                queue_seconds: None,
+                prompt_tokens_per_sec: Some(tokens_p / dt),
+                output_tokens_per_sec: Some(tokens_o / dt),
+                batch_size: Some(batch),
+                max_batch_size: Some(256.0),
+                ..ServingSnapshot::default()
+            }
+        })
+    }
+}
+
+/// What a window's ticks add up to ([`SimGpu::run_ticks`]).
+#[derive(Debug, Default)]
+struct TickSums {
+    /// The busy flag and DRAM summed; the cycle ratios summed weighted by the clock.
+    acc: Tick,
+    /// The true effective compute (in `tensor`), summed.
+    truth_acc: Tick,
+    clock_sum: f64,
+    power_sum: f64,
+    /// Seconds each workload ran.
+    ran: [f64; 7],
+    /// Whether the power cap bit.
+    capped: bool,
 }
 
 /// A host of simulated GPUs stepping together.

@@ -8,7 +8,7 @@ use crate::catalog::{ExporterMetric, GpuMetric, MetricDesc, MetricId, RawKind, S
 use crate::causes::Cause;
 use crate::energy::PodEnergyMethod;
 use crate::health::Health;
-use crate::model::{Field, Phase, PodPressure, Readings, SourceKind};
+use crate::model::{Field, Phase, PodPressure, Readings, ServingSnapshot, SourceKind};
 use crate::phase::PhaseMethod;
 use crate::tracker::EntityWindow;
 use crate::verdict::Verdict;
@@ -212,103 +212,167 @@ fn gpu_values<'a>(
         return;
     }
     let win = &g.window;
-    let x = &win.metrics;
-    let r = &win.readings;
-    let t = &win.totals;
-    let listed = g.list_cap.unwrap_or(usize::MAX);
-    let mut one = |v: Option<f64>| {
+    // The readings exported as is (the catalog says which), and the one-series metrics.
+    let one = if m.raw.is_some_and(|raw| raw.kind == RawKind::PassThrough) {
+        Some(raw_value(m, &win.readings))
+    } else {
+        one_value(id, win)
+    };
+    if let Some(v) = one {
         if let Some(v) = v {
             push(Vec::new(), v);
         }
-    };
-    // The readings exported as is (the catalog says which).
-    if m.raw.is_some_and(|raw| raw.kind == RawKind::PassThrough) {
-        one(raw_value(m, r));
         return;
     }
+    let listed = g.list_cap.unwrap_or(usize::MAX);
     match id {
         GpuMetric::GpuInfo => push(info_labels(g), 1.0),
-        GpuMetric::GpuEffectiveCompute => one(x.effective_compute),
-        GpuMetric::GpuEffectiveComputeUpperBound => one(x.effective_compute_upper_bound),
-        GpuMetric::GpuRooflineSaturation => one(x.roofline_saturation),
-        GpuMetric::GpuInflationGap => one(x.inflation_gap_points.map(|p| p / 100.0)),
-        GpuMetric::GpuSpatialInflation => one(x.spatial_inflation),
-        GpuMetric::GpuIntensityRidge => one(x.rho),
-        GpuMetric::GpuPowerProxy => one(x.power_proxy),
-        GpuMetric::GpuClockCorrection => one(x.kappa),
-        GpuMetric::GpuObservedSeconds => one(Some(t.observed_seconds)),
-        GpuMetric::GpuIdleSeconds => one(win.idle_seconds),
-        GpuMetric::GpuMemoryUtilization => one(memory_utilization(r)),
-        // Counted from the entity's first window: 0 is a measurement (nothing was missed).
-        GpuMetric::GpuUnobservedSeconds => one(Some(t.unobserved_seconds)),
-        // An integral is written only for an entity that had its input; its denominator
-        // beside it, so that increase(x) / increase(denominator) is the exact mean.
-        GpuMetric::GpuBusySeconds => {
-            one(measured(t.busy_observed_seconds, t.busy_seconds));
-        }
-        GpuMetric::GpuBusyObservedSeconds => {
-            one(measured(t.busy_observed_seconds, t.busy_observed_seconds));
-        }
-        GpuMetric::GpuEffectiveComputeSeconds => {
-            one(measured(
-                t.effective_compute_observed_seconds,
-                t.effective_compute_seconds,
-            ));
-        }
-        GpuMetric::GpuEffectiveComputeObservedSeconds => one(measured(
-            t.effective_compute_observed_seconds,
-            t.effective_compute_observed_seconds,
-        )),
-        GpuMetric::SimTruthEffectiveComputeSeconds => {
-            one(t.truth_effective_compute_seconds);
-        }
-        GpuMetric::GpuRegimeSeconds | GpuMetric::GpuPhaseSeconds => {
-            // Serving words only where the workload is LLM serving.
-            if id == GpuMetric::GpuPhaseSeconds && !win.llm_serving {
-                return;
-            }
-            let (label, serving) = naming(id == GpuMetric::GpuPhaseSeconds);
-            for method in PhaseMethod::ALL {
-                let secs = &t.phase_seconds[method.index()];
-                // Only the methods this entity was classified by: none is a fake zero.
-                if secs.iter().all(|s| *s == 0.0) && win.phase_method != Some(method) {
-                    continue;
-                }
-                for p in Phase::ALL {
-                    push(
-                        vec![(label, p.name_for(serving)), ("method", method.as_str())],
-                        secs[p.index()],
-                    );
-                }
-            }
-        }
-        GpuMetric::GpuRegime | GpuMetric::GpuPhase => {
-            if id == GpuMetric::GpuPhase && !win.llm_serving {
-                return;
-            }
-            let (label, serving) = naming(id == GpuMetric::GpuPhase);
-            if let (Some(cur), Some(method)) = (win.phase, win.phase_method) {
-                for p in Phase::ALL {
-                    push(
-                        vec![(label, p.name_for(serving)), ("method", method.as_str())],
-                        bool_f(p == cur),
-                    );
-                }
-            }
-        }
-        GpuMetric::GpuPower => one(x.power_watts.map(|p| p.value)),
-        GpuMetric::GpuEnergy => {
-            one(measured(t.energy_observed_seconds, t.energy_joules));
-        }
-        GpuMetric::GpuEnergyObservedSeconds => one(measured(
-            t.energy_observed_seconds,
-            t.energy_observed_seconds,
-        )),
+        GpuMetric::GpuRegimeSeconds
+        | GpuMetric::GpuPhaseSeconds
+        | GpuMetric::GpuRegime
+        | GpuMetric::GpuPhase => regime_values(id, win, push),
         GpuMetric::GpuEnergyPart
         | GpuMetric::GpuIdleFloor
         | GpuMetric::GpuUnallocatedEnergy
         | GpuMetric::PodEnergy
         | GpuMetric::PodEnergyEstimate => energy_values(id, win, push),
+        GpuMetric::GpuClockEvent | GpuMetric::GpuVerdict | GpuMetric::GpuStarvedSeconds => {
+            judged_values(id, win, push);
+        }
+        GpuMetric::GpuCeilingAge | GpuMetric::GpuCeilingRatio => ceiling_values(id, win, push),
+        GpuMetric::GpuHealth
+        | GpuMetric::GpuUnavailableSeconds
+        | GpuMetric::GpuEccErrors
+        | GpuMetric::GpuClockViolationSeconds
+        | GpuMetric::GpuClockEventSeconds => health_values(id, win, push),
+        GpuMetric::ProcessMemoryUsed
+        | GpuMetric::ProcessSmBusy
+        | GpuMetric::GpuPods
+        | GpuMetric::GpuAllocation
+        | GpuMetric::PodEffectiveCompute => holder_values(id, win, listed, push),
+        GpuMetric::PodEffectiveComputeEstimate | GpuMetric::PodMemoryUsed => {
+            pod_share_values(id, win, push);
+        }
+        GpuMetric::GpuStragglerGap | GpuMetric::GpuWaitingOnStraggler => {
+            straggler_values(id, win, push);
+        }
+        GpuMetric::PodCpuThrottled
+        | GpuMetric::PodCpuLimit
+        | GpuMetric::PodCpuWaiting
+        | GpuMetric::PodIoWaiting
+        | GpuMetric::PodIoStalled
+        | GpuMetric::PodMemoryStalled => pod_pressure_values(id, win, push),
+        // Written above: up for a GPU that stopped too, the readings exported as is and
+        // the one-series metrics.
+        _ => {}
+    }
+}
+
+/// The value of a metric that is one series without labels of its own: `Some(None)` where
+/// the entity has none, `None` for a metric of any other shape.
+fn one_value(id: GpuMetric, win: &EntityWindow) -> Option<Option<f64>> {
+    let x = &win.metrics;
+    let t = &win.totals;
+    Some(match id {
+        GpuMetric::GpuEffectiveCompute => x.effective_compute,
+        GpuMetric::GpuEffectiveComputeUpperBound => x.effective_compute_upper_bound,
+        GpuMetric::GpuRooflineSaturation => x.roofline_saturation,
+        GpuMetric::GpuInflationGap => x.inflation_gap_points.map(|p| p / 100.0),
+        GpuMetric::GpuSpatialInflation => x.spatial_inflation,
+        GpuMetric::GpuIntensityRidge => x.rho,
+        GpuMetric::GpuPowerProxy => x.power_proxy,
+        GpuMetric::GpuClockCorrection => x.kappa,
+        GpuMetric::GpuObservedSeconds => Some(t.observed_seconds),
+        GpuMetric::GpuIdleSeconds => win.idle_seconds,
+        GpuMetric::GpuMemoryUtilization => memory_utilization(&win.readings),
+        // Counted from the entity's first window: 0 is a measurement (nothing was missed).
+        GpuMetric::GpuUnobservedSeconds => Some(t.unobserved_seconds),
+        // An integral is written only for an entity that had its input; its denominator
+        // beside it, so that increase(x) / increase(denominator) is the exact mean.
+        GpuMetric::GpuBusySeconds => measured(t.busy_observed_seconds, t.busy_seconds),
+        GpuMetric::GpuBusyObservedSeconds => {
+            measured(t.busy_observed_seconds, t.busy_observed_seconds)
+        }
+        GpuMetric::GpuEffectiveComputeSeconds => measured(
+            t.effective_compute_observed_seconds,
+            t.effective_compute_seconds,
+        ),
+        GpuMetric::GpuEffectiveComputeObservedSeconds => measured(
+            t.effective_compute_observed_seconds,
+            t.effective_compute_observed_seconds,
+        ),
+        GpuMetric::SimTruthEffectiveComputeSeconds => t.truth_effective_compute_seconds,
+        GpuMetric::GpuPower => x.power_watts.map(|p| p.value),
+        GpuMetric::GpuEnergy => measured(t.energy_observed_seconds, t.energy_joules),
+        GpuMetric::GpuEnergyObservedSeconds => {
+            measured(t.energy_observed_seconds, t.energy_observed_seconds)
+        }
+        GpuMetric::GpuCeilingRooflineSaturation => {
+            win.ceilings.roofline_saturation.map(|c| c.value)
+        }
+        GpuMetric::GpuCeilingOutputTokens => win.ceilings.output_tokens_per_second.map(|c| c.value),
+        // The share of its physical GPU the entity is: 1 for a whole GPU, a MIG instance's
+        // compute slices over the GPU's; none for a MIG instance whose profile is not known.
+        GpuMetric::GpuShare => match &win.id.mig {
+            None => Some(1.0),
+            Some(m) => win
+                .spec
+                .zip(m.profile.as_deref())
+                .and_then(|(spec, name)| spec.share_of_profile(name)),
+        },
+        GpuMetric::GpuPcieReceiveSaturation
+        | GpuMetric::GpuPcieReceiveSaturationLowerBound
+        | GpuMetric::GpuNvlinkSaturation => link_saturation(id, win),
+        _ => return None,
+    })
+}
+
+/// The seconds in each regime (or serving phase) by method, or the regime the entity is in
+/// now; the serving words only where the workload is LLM serving.
+fn regime_values<'a>(
+    id: GpuMetric,
+    win: &'a EntityWindow,
+    mut push: impl FnMut(ExtraLabels<'a>, f64),
+) {
+    let serving_words = matches!(id, GpuMetric::GpuPhaseSeconds | GpuMetric::GpuPhase);
+    if serving_words && !win.llm_serving {
+        return;
+    }
+    let (label, serving) = naming(serving_words);
+    if matches!(id, GpuMetric::GpuRegime | GpuMetric::GpuPhase) {
+        if let (Some(cur), Some(method)) = (win.phase, win.phase_method) {
+            for p in Phase::ALL {
+                push(
+                    vec![(label, p.name_for(serving)), ("method", method.as_str())],
+                    bool_f(p == cur),
+                );
+            }
+        }
+        return;
+    }
+    for method in PhaseMethod::ALL {
+        let secs = &win.totals.phase_seconds[method.index()];
+        // Only the methods this entity was classified by: none is a fake zero.
+        if secs.iter().all(|s| *s == 0.0) && win.phase_method != Some(method) {
+            continue;
+        }
+        for p in Phase::ALL {
+            push(
+                vec![(label, p.name_for(serving)), ("method", method.as_str())],
+                secs[p.index()],
+            );
+        }
+    }
+}
+
+/// The clock events of the window, the verdict, and the starved seconds by cause (only for
+/// an entity whose windows were judged: no judged second, no zero).
+fn judged_values<'a>(
+    id: GpuMetric,
+    win: &'a EntityWindow,
+    mut push: impl FnMut(ExtraLabels<'a>, f64),
+) {
+    match id {
         GpuMetric::GpuClockEvent => {
             if let Some(th) = &win.throttles {
                 let on = th.names();
@@ -323,27 +387,40 @@ fn gpu_values<'a>(
                 push(vec![("verdict", v.as_str())], bool_f(v == cur));
             }
         }
-        // Only for entities whose windows were judged: no judged second, no zero.
-        GpuMetric::GpuStarvedSeconds if t.verdict_seconds.iter().any(|s| *s != 0.0) => {
+        GpuMetric::GpuStarvedSeconds if win.totals.verdict_seconds.iter().any(|s| *s != 0.0) => {
             for c in Cause::ALL {
                 push(
                     vec![("cause", c.as_str())],
-                    t.starved_cause_seconds[c.index()],
+                    win.totals.starved_cause_seconds[c.index()],
                 );
             }
         }
-        GpuMetric::GpuCeilingRooflineSaturation => {
-            one(win.ceilings.roofline_saturation.map(|c| c.value));
+        _ => {}
+    }
+}
+
+/// Who holds the GPU: the pods it is allocated to (how many, and each), the sole holder's
+/// effective compute, and each listed process's memory or SM busy fraction where read.
+fn holder_values<'a>(
+    id: GpuMetric,
+    win: &'a EntityWindow,
+    listed: usize,
+    mut push: impl FnMut(ExtraLabels<'a>, f64),
+) {
+    match id {
+        GpuMetric::GpuPods => {
+            if let Some(a) = &win.allocation {
+                push(Vec::new(), a.len() as f64);
+            }
         }
-        GpuMetric::GpuCeilingOutputTokens => {
-            one(win.ceilings.output_tokens_per_second.map(|c| c.value));
+        GpuMetric::GpuAllocation => allocation_values(win, listed, push),
+        GpuMetric::PodEffectiveCompute => {
+            if sole_holder(win)
+                && let Some(v) = win.metrics.effective_compute
+            {
+                push(vec![("method", "sole_holder")], v);
+            }
         }
-        GpuMetric::GpuCeilingAge | GpuMetric::GpuCeilingRatio => ceiling_values(id, win, push),
-        GpuMetric::GpuHealth
-        | GpuMetric::GpuUnavailableSeconds
-        | GpuMetric::GpuEccErrors
-        | GpuMetric::GpuClockViolationSeconds
-        | GpuMetric::GpuClockEventSeconds => health_values(id, win, push),
         GpuMetric::ProcessMemoryUsed | GpuMetric::ProcessSmBusy => {
             for p in win.processes.iter().take(listed) {
                 let v = if id == GpuMetric::ProcessMemoryUsed {
@@ -363,44 +440,6 @@ fn gpu_values<'a>(
                 }
             }
         }
-        // The share of its physical GPU the entity is: 1 for a whole GPU, a MIG instance's
-        // compute slices over the GPU's; none for a MIG instance whose profile is not known.
-        GpuMetric::GpuShare => one(match &win.id.mig {
-            None => Some(1.0),
-            Some(m) => win
-                .spec
-                .zip(m.profile.as_deref())
-                .and_then(|(spec, name)| spec.share_of_profile(name)),
-        }),
-        GpuMetric::GpuPods => {
-            if let Some(a) = &win.allocation {
-                push(Vec::new(), a.len() as f64);
-            }
-        }
-        GpuMetric::GpuAllocation => allocation_values(win, listed, push),
-        GpuMetric::PodEffectiveCompute => {
-            if sole_holder(win)
-                && let Some(v) = win.metrics.effective_compute
-            {
-                push(vec![("method", "sole_holder")], v);
-            }
-        }
-        GpuMetric::PodEffectiveComputeEstimate | GpuMetric::PodMemoryUsed => {
-            pod_share_values(id, win, push);
-        }
-        GpuMetric::GpuPcieReceiveSaturation
-        | GpuMetric::GpuPcieReceiveSaturationLowerBound
-        | GpuMetric::GpuNvlinkSaturation => one(link_saturation(id, win)),
-        GpuMetric::GpuStragglerGap | GpuMetric::GpuWaitingOnStraggler => {
-            straggler_values(id, win, push);
-        }
-        GpuMetric::PodCpuThrottled
-        | GpuMetric::PodCpuLimit
-        | GpuMetric::PodCpuWaiting
-        | GpuMetric::PodIoWaiting
-        | GpuMetric::PodIoStalled
-        | GpuMetric::PodMemoryStalled => pod_pressure_values(id, win, push),
-        // Written above: up for a GPU that stopped too, and the readings exported as is.
         _ => {}
     }
 }
@@ -727,6 +766,35 @@ fn serving_values<'a>(
         ServingMetric::ServingEngineMfu
         | ServingMetric::ServingEngineMbu
         | ServingMetric::ServingMfu
+        | ServingMetric::ServingMbu
+        | ServingMetric::ServingComputeAgreement
+        | ServingMetric::ServingBandwidthAgreement => {
+            estimate_values(id, win, sv, push);
+            return;
+        }
+        // Written above.
+        ServingMetric::ServingEngineUp
+        | ServingMetric::ServingPhaseAgreedSeconds
+        | ServingMetric::ServingPhaseComparedSeconds => None,
+    };
+    if let Some(v) = value {
+        push(vec![("engine", engine)], v);
+    }
+}
+
+/// The utilization estimates (the engine's, and truthscale's from the engine's tokens),
+/// with their assumptions, and each engine estimate over the counters' measure.
+fn estimate_values<'a>(
+    id: ServingMetric,
+    win: &'a EntityWindow,
+    sv: &'a ServingSnapshot,
+    mut push: impl FnMut(ExtraLabels<'a>, f64),
+) {
+    let engine = sv.engine.as_deref().unwrap_or("");
+    match id {
+        ServingMetric::ServingEngineMfu
+        | ServingMetric::ServingEngineMbu
+        | ServingMetric::ServingMfu
         | ServingMetric::ServingMbu => {
             let (v, a) = match id {
                 ServingMetric::ServingEngineMfu => (sv.engine_mfu, &sv.engine_assumptions),
@@ -738,7 +806,6 @@ fn serving_values<'a>(
                 let a = a.as_deref().unwrap_or("");
                 push(vec![("engine", engine), ("assumptions", a)], v);
             }
-            return;
         }
         ServingMetric::ServingComputeAgreement | ServingMetric::ServingBandwidthAgreement => {
             let (estimate, measured, labels) = if id == ServingMetric::ServingComputeAgreement {
@@ -766,15 +833,8 @@ fn serving_values<'a>(
                     e / m,
                 );
             }
-            return;
         }
-        // Written above.
-        ServingMetric::ServingEngineUp
-        | ServingMetric::ServingPhaseAgreedSeconds
-        | ServingMetric::ServingPhaseComparedSeconds => None,
-    };
-    if let Some(v) = value {
-        push(vec![("engine", engine)], v);
+        _ => {}
     }
 }
 

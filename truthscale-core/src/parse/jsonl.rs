@@ -91,62 +91,9 @@ fn read_line(t: &str) -> Result<Sample, String> {
         Err(e) => return Err(format!("invalid json: {e}")),
     };
     let o = &mut obj;
-    let taken: String = take(o, "taken")?.ok_or("missing key `taken`")?;
-    let taken = OffsetDateTime::parse(&taken, &Rfc3339).map_err(|e| format!("key `taken`: {e}"))?;
-    let ms = i64::try_from(taken.unix_timestamp_nanos().div_euclid(1_000_000))
-        .map_err(|_| "key `taken`: out of range".to_owned())?;
-
-    let (gi, ci, profile) = (
-        take(o, "mig_gpu_instance")?,
-        take(o, "mig_compute_instance")?,
-        take_str(o, "mig_profile")?,
-    );
-    if gi.is_none() {
-        if ci.is_some() {
-            return Err("key `mig_compute_instance`: needs `mig_gpu_instance`".into());
-        }
-        if profile.is_some() {
-            return Err("key `mig_profile`: needs `mig_gpu_instance`".into());
-        }
-    }
-    let (pod, namespace, container) = (
-        take_str(o, "pod")?,
-        take_str(o, "namespace")?,
-        take_str(o, "container")?,
-    );
-    let id = EntityId {
-        gpu: take(o, "gpu")?,
-        uuid: take(o, "uuid")?,
-        model: take(o, "model")?,
-        pci_bus_id: take(o, "pci_bus_id")?,
-        driver_version: take(o, "driver_version")?,
-        mig: gi.map(|gpu_instance| MigId {
-            uuid: None,
-            gpu_instance,
-            compute_instance: ci,
-            profile,
-        }),
-        pod: pod.map(|pod| PodRef {
-            pod,
-            namespace,
-            container,
-        }),
-        node: take(o, "node")?,
-    };
-
-    let mut readings = Readings::default();
-    for &f in Field::ALL {
-        if let Some(v) = take::<f64>(o, f.name())? {
-            readings.set_value(f, v);
-        }
-    }
-    let unavailable: BTreeMap<String, String> = take(o, "unavailable")?.unwrap_or_default();
-    for f in unavailable.keys().filter_map(|k| Field::from_name(k)) {
-        if readings.get(f) == Reading::Blank {
-            readings.set(f, Reading::Unsupported);
-        }
-    }
-
+    let ms = read_taken(o)?;
+    let id = read_id(o)?;
+    let readings = read_readings(o)?;
     let throttles = match take::<Vec<String>>(o, "throttles")? {
         None => None,
         Some(names) => {
@@ -188,6 +135,73 @@ fn read_line(t: &str) -> Result<Sample, String> {
         taken: Timestamp(ms),
         entities: vec![e],
     })
+}
+
+/// The line's `taken` (RFC 3339), in milliseconds since the epoch.
+fn read_taken(o: &mut Map<String, Value>) -> Result<i64, String> {
+    let taken: String = take(o, "taken")?.ok_or("missing key `taken`")?;
+    let taken = OffsetDateTime::parse(&taken, &Rfc3339).map_err(|e| format!("key `taken`: {e}"))?;
+    i64::try_from(taken.unix_timestamp_nanos().div_euclid(1_000_000))
+        .map_err(|_| "key `taken`: out of range".to_owned())
+}
+
+/// The entity: the GPU, its MIG instance (whose keys need `mig_gpu_instance`) and its pod.
+fn read_id(o: &mut Map<String, Value>) -> Result<EntityId, String> {
+    let (gi, ci, profile) = (
+        take(o, "mig_gpu_instance")?,
+        take(o, "mig_compute_instance")?,
+        take_str(o, "mig_profile")?,
+    );
+    if gi.is_none() {
+        if ci.is_some() {
+            return Err("key `mig_compute_instance`: needs `mig_gpu_instance`".into());
+        }
+        if profile.is_some() {
+            return Err("key `mig_profile`: needs `mig_gpu_instance`".into());
+        }
+    }
+    let (pod, namespace, container) = (
+        take_str(o, "pod")?,
+        take_str(o, "namespace")?,
+        take_str(o, "container")?,
+    );
+    Ok(EntityId {
+        gpu: take(o, "gpu")?,
+        uuid: take(o, "uuid")?,
+        model: take(o, "model")?,
+        pci_bus_id: take(o, "pci_bus_id")?,
+        driver_version: take(o, "driver_version")?,
+        mig: gi.map(|gpu_instance| MigId {
+            uuid: None,
+            gpu_instance,
+            compute_instance: ci,
+            profile,
+        }),
+        pod: pod.map(|pod| PodRef {
+            pod,
+            namespace,
+            container,
+        }),
+        node: take(o, "node")?,
+    })
+}
+
+/// Each field's value under its name, and the fields listed as `unavailable` (each
+/// unsupported where it has no value).
+fn read_readings(o: &mut Map<String, Value>) -> Result<Readings, String> {
+    let mut readings = Readings::default();
+    for &f in Field::ALL {
+        if let Some(v) = take::<f64>(o, f.name())? {
+            readings.set_value(f, v);
+        }
+    }
+    let unavailable: BTreeMap<String, String> = take(o, "unavailable")?.unwrap_or_default();
+    for f in unavailable.keys().filter_map(|k| Field::from_name(k)) {
+        if readings.get(f) == Reading::Blank {
+            readings.set(f, Reading::Unsupported);
+        }
+    }
+    Ok(readings)
 }
 
 /// The readings that have values, keyed by field name.
