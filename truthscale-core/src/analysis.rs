@@ -616,7 +616,8 @@ pub struct EntitySummary {
     pub verdict_fraction: BTreeMap<&'static str, f64>,
     /// The `starved` seconds by their cause (every cause of
     /// [`Cause::ALL`](crate::causes::Cause::ALL), 0 where none): they add up to the starved
-    /// time, `verdict_fraction["starved"]` of the observed seconds.
+    /// time, `verdict_fraction["starved"]` of the observed seconds. Empty, like
+    /// `verdict_fraction`, when no window was judged.
     pub starved_cause_seconds: BTreeMap<&'static str, f64>,
     /// Where a serving engine is attached: the fraction of the comparable time in which the
     /// counter phase matched what the engine's token rates say (prompt tokens only: prefill;
@@ -715,6 +716,7 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig, partitioned: bool) -> EntitySumm
     let frac = |p: Phase| secs[p.index()] / classified;
     let any_classified = classified > 0.0;
     let (verdict, verdict_fraction) = verdicts(a);
+    let judged = !verdict_fraction.is_empty();
     let memory = memory_report(a, cfg, partitioned);
     let mean = |m: &Mean| m.get().map(|mean| MeanOnly { mean });
     EntitySummary {
@@ -766,8 +768,10 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig, partitioned: bool) -> EntitySumm
         }),
         verdict,
         verdict_fraction,
+        // Where no window was judged, no starved second was counted either: no causes.
         starved_cause_seconds: Cause::ALL
             .iter()
+            .filter(|_| judged)
             .map(|c| (c.as_str(), a.starved_cause_seconds[c.index()]))
             .collect(),
         engine_phase_agreement: (a.engine_compared > 0.0)
@@ -902,12 +906,15 @@ mod tests {
         let e = a.report().entities.remove(0);
         assert_eq!((e.regime_method, e.regime_fraction), (None, None));
         assert!(e.verdict_fraction.is_empty(), "{:?}", e.verdict_fraction);
+        assert!(e.starved_cause_seconds.is_empty(), "{e:?}");
         assert_eq!(e.verdict, Verdict::Unknown);
         a.push(&sample(2));
         let e = a.report().entities.remove(0);
         assert_eq!(e.regime_fraction.map(|f| f.idle), Some(1.0));
         assert_eq!(e.verdict_fraction.len(), Verdict::ALL.len());
         assert_eq!(e.verdict_fraction.values().sum::<f64>(), 1.0);
+        assert_eq!(e.starved_cause_seconds.len(), Cause::ALL.len());
+        assert_eq!(e.starved_cause_seconds.values().sum::<f64>(), 0.0);
     }
 
     /// A GPU already split into MIG instances gets no MIG advice of its own (its summed
