@@ -134,7 +134,12 @@ struct Fleet {
 /// The fleet as `openmetrics(end)` writes it, in a Prometheus over a temporary directory
 /// named after `name`.
 fn fleet(name: &str, openmetrics: impl FnOnce(i64) -> String) -> Fleet {
-    let (end, until) = end_and_until();
+    fleet_ending(name, end_now(), openmetrics)
+}
+
+/// [`fleet`], its last sample at `end`.
+fn fleet_ending(name: &str, end: i64, openmetrics: impl FnOnce(i64) -> String) -> Fleet {
+    let until = until_of(end);
     let dir = TempDir::new(name);
     let prom = Prometheus::backfilled(&openmetrics(end), dir.path(), None);
     Fleet {
@@ -146,14 +151,10 @@ fn fleet(name: &str, openmetrics: impl FnOnce(i64) -> String) -> Fleet {
     }
 }
 
-/// The fleet's last sample time (Unix seconds), and it as `--until`.
-fn end_and_until() -> (i64, String) {
-    let end = end_now();
-    let until = humantime::format_rfc3339_seconds(
-        UNIX_EPOCH + Duration::from_secs(u64::try_from(end).unwrap()),
-    )
-    .to_string();
-    (end, until)
+/// The fleet's last sample time (Unix seconds) as `--until`.
+fn until_of(end: i64) -> String {
+    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(u64::try_from(end).unwrap()))
+        .to_string()
 }
 
 /// `burst/a`'s right-sizing entry.
@@ -476,7 +477,12 @@ fn needed_gpus() -> (f64, u64) {
 fn a_short_burst_sizes_the_same_at_every_step_wherever_the_grid_falls() {
     require_tool_or_return!("/usr/bin/prometheus", "prometheus");
     require_tool_or_return!("/usr/bin/promtool", "prometheus");
-    let Fleet { until, url, .. } = &fleet("report-burst-day", burst_day);
+    // The day ends on the hour, so that every step of 60 s, 15 minutes and 1 hour holds a
+    // whole step of raw samples whatever the time the test runs: a step only partly
+    // covered (the range starts on a step's edge, before the first sample) is read as a
+    // whole one, and a burst in it would weigh more than its own minutes (docs/report.md).
+    let end = end_now().div_euclid(3600) * 3600;
+    let Fleet { until, url, .. } = &fleet_ending("report-burst-day", end, burst_day);
     let (p99, gpus) = needed_gpus();
     assert_eq!((p99, gpus), (QUIET, 2));
     for fleet in ["x", "y"] {
