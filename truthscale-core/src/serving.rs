@@ -245,8 +245,10 @@ pub fn derive(prev: Option<&Scrape>, cur: &Scrape) -> ServingSnapshot {
         (Some(d), Some(dt)) if dt > 0.0 => Some(d / dt).filter(|r| r.is_finite()),
         _ => None,
     };
+    // A histogram's count moves by whole requests: an increase below one is no request
+    // (and its mean no measurement: 1e307 s over 1e-300 requests is infinite).
     let queue_seconds = match (delta(|r| r.queue_sum), delta(|r| r.queue_count)) {
-        (Some(s), Some(c)) if c > 0.0 => Some(s / c),
+        (Some(s), Some(c)) if c >= 1.0 => Some(s / c),
         _ => None,
     };
     ServingSnapshot {
@@ -264,7 +266,8 @@ pub fn derive(prev: Option<&Scrape>, cur: &Scrape) -> ServingSnapshot {
         // Read and written, both or neither: one alone is not the traffic.
         engine_bytes_per_sec: rate(|r| r.read_bytes_total)
             .zip(rate(|r| r.write_bytes_total))
-            .map(|(r, w)| r + w),
+            .map(|(r, w)| r + w)
+            .filter(|b| b.is_finite()),
         ..ServingSnapshot::default()
     }
 }

@@ -92,6 +92,39 @@ fn engine_rates_that_overflow_are_not_infinite() {
     assert!(s.prompt_tokens_per_sec.is_none_or(f64::is_finite), "{s:?}");
 }
 
+/// `engine_text` target: the mean queue time is the queue-time histogram's sum increase
+/// over its count increase. A count that grew by 1e-300 (no whole request) under a sum that
+/// grew by 1e307 gave `queue_seconds = inf`, exported; and the engine's read and write byte
+/// rates, each finite, could add up to `inf`. Both are absent now; whole counts still give
+/// their mean (3 s over 2 requests: 1.5 s).
+#[test]
+fn an_engine_mean_over_less_than_one_request_is_absent() {
+    let scrape = |sum: &str, count: &str, t| {
+        let body = format!(
+            "vllm:num_requests_running 1\n\
+             vllm:request_queue_time_seconds_sum {sum}\n\
+             vllm:request_queue_time_seconds_count {count}\n\
+             vllm:estimated_read_bytes_per_gpu_total {sum}\n\
+             vllm:estimated_write_bytes_per_gpu_total {sum}\n"
+        );
+        serving::read(&serving::parse_text(&body), t).unwrap()
+    };
+    let s = serving::derive(Some(&scrape("0", "2", 0)), &scrape("1e307", "2.0000001", 1));
+    assert_eq!(s.queue_seconds, None, "{s:?}");
+    let s = serving::derive(Some(&scrape("0", "0", 0)), &scrape("1e307", "1e-300", 1));
+    assert_eq!(s.queue_seconds, None, "{s:?}");
+    // 1.5e308 bytes read and 1.5e308 written in 1 s: each rate is finite, their sum is not.
+    let s = serving::derive(Some(&scrape("0", "0", 0)), &scrape("1.5e308", "2", 1000));
+    assert_eq!(s.queue_seconds, Some(0.75e308), "{s:?}");
+    assert_eq!(
+        s.engine_bytes_per_sec, None,
+        "1.5e308 + 1.5e308 overflows: {s:?}"
+    );
+    let s = serving::derive(Some(&scrape("1", "1", 0)), &scrape("4", "3", 1000));
+    assert_eq!(s.queue_seconds, Some(1.5));
+    assert_eq!(s.engine_bytes_per_sec, Some(6.0));
+}
+
 /// `derive` target: the simulator's truth is read from traces unchecked. A JSONL trace
 /// may carry any finite number; the integral of it overflowed to `inf`, a value
 /// derivation must never emit.
