@@ -302,7 +302,7 @@ pub fn add_utilization(
     // Prompt plus output tokens; where the engine reports only one of them, that one, and
     // the assumptions say so (a missing rate is never a zero).
     let tokens = match (s.prompt_tokens_per_sec, s.output_tokens_per_sec) {
-        (Some(p), Some(o)) => Some(p + o),
+        (Some(p), Some(o)) => Some(p + o).filter(|t| t.is_finite()),
         (Some(p), None) => {
             assumptions.push_str(",tokens=prompt_only");
             Some(p)
@@ -314,19 +314,29 @@ pub fn add_utilization(
         (None, None) => None,
     };
     if let (Some(t), Some((peak, peak_name))) = (tokens, model.dtype.peak_flops(spec)) {
-        s.mfu = Some((2.0 * model.params * t / (peak * n)).clamp(0.0, 1.0));
-        assumptions.push_str(&format!(
-            ",flops=2*params*tokens,peak={peak_name}_datasheet"
-        ));
+        s.mfu = fraction(2.0 * model.params * t / (peak * n));
+        if s.mfu.is_some() {
+            assumptions.push_str(&format!(
+                ",flops=2*params*tokens,peak={peak_name}_datasheet"
+            ));
+        }
     }
     if let Some(steps) = s.steps_per_sec {
         let bytes = model.params * model.dtype.bytes();
-        s.mbu = Some((bytes * steps / (spec.bandwidth_bytes_per_sec * n)).clamp(0.0, 1.0));
-        assumptions.push_str(",weights_read_once_per_step");
+        s.mbu = fraction(bytes * steps / (spec.bandwidth_bytes_per_sec * n));
+        if s.mbu.is_some() {
+            assumptions.push_str(",weights_read_once_per_step");
+        }
     }
     if s.mfu.is_some() || s.mbu.is_some() {
         s.assumptions = Some(assumptions);
     }
+}
+
+/// A model-based utilization as a fraction: clamped into [0, 1] as the KV-cache gauge is,
+/// absent where it overflowed (an infinite product is no estimate, not a made-up 1).
+fn fraction(x: f64) -> Option<f64> {
+    x.is_finite().then(|| x.clamp(0.0, 1.0))
 }
 
 /// The engine's own FLOP and byte estimates per GPU over the GPU's datasheet peaks (dense

@@ -125,6 +125,42 @@ fn an_engine_mean_over_less_than_one_request_is_absent() {
     assert_eq!(s.engine_bytes_per_sec, Some(6.0));
 }
 
+/// `engine_text` target, the same run: the model-based MFU and MBU were clamped into
+/// [0, 1] after an overflow, so prompt and output rates whose sum is infinite, or a product
+/// `2·params·tokens` past the largest double, gave a made-up MFU of 1. They are absent; a
+/// finite estimate is still clamped, as the KV-cache gauge is.
+#[test]
+fn an_overflowed_model_utilization_is_absent_not_one() {
+    let spec = truthscale_core::gpus::by_key("h100-sxm").unwrap();
+    let model = serving::ModelParams {
+        params: 4.05e11,
+        dtype: serving::Dtype::Bf16,
+    };
+    let with = |prompt: f64, output: f64, steps: f64| {
+        let mut s = truthscale_core::model::ServingSnapshot {
+            prompt_tokens_per_sec: Some(prompt),
+            output_tokens_per_sec: Some(output),
+            steps_per_sec: Some(steps),
+            ..Default::default()
+        };
+        serving::add_utilization(&mut s, &model, Some(spec), 1);
+        s
+    };
+    let s = with(1e308, 1e308, 1e300);
+    assert_eq!((s.mfu, s.mbu, s.assumptions), (None, None, None));
+    // 2 × 4.05e11 × 1e300 overflows; the steps' product does not: 8.1e11 bytes × 1 step/s
+    // over 3.35e12 B/s.
+    let s = with(1e300, 0.0, 1.0);
+    assert_eq!(s.mfu, None);
+    assert_eq!(s.mbu, Some(8.1e11 / spec.bandwidth_bytes_per_sec));
+    assert_eq!(
+        s.assumptions.as_deref(),
+        Some("params=4.05e11,dtype=bf16,gpus=1,weights_read_once_per_step")
+    );
+    // A finite estimate past the peak is clamped: 2 × 4.05e11 × 1e6 FLOP/s is far past it.
+    assert_eq!(with(1e6, 0.0, 1.0).mfu, Some(1.0));
+}
+
 /// `derive` target: the simulator's truth is read from traces unchecked. A JSONL trace
 /// may carry any finite number; the integral of it overflowed to `inf`, a value
 /// derivation must never emit.
