@@ -86,6 +86,29 @@ fn check_snapshot(s: &ServingSnapshot, has_prev: bool) {
     assert!(s.engine.is_some() && s.absent_reason.is_none(), "{s:?}");
 }
 
+/// The model-based MFU written out from its formula (docs/serving-engines.md): absent
+/// where the product is not finite, never a made-up 1; else the product clamped to [0, 1].
+fn check_model_utilization(
+    s: &ServingSnapshot,
+    model: &ModelParams,
+    spec: Option<&gpus::GpuSpec>,
+    gpus: usize,
+) {
+    let tokens = match (s.prompt_tokens_per_sec, s.output_tokens_per_sec) {
+        (Some(p), Some(o)) => Some(p + o),
+        (p, o) => p.or(o),
+    };
+    let peak = spec.and_then(|g| model.dtype.peak_flops(g));
+    let want = match (tokens, peak) {
+        (Some(t), Some((peak, _))) => {
+            let x = 2.0 * model.params * t / (peak * gpus.max(1) as f64);
+            x.is_finite().then(|| x.clamp(0.0, 1.0))
+        }
+        _ => None,
+    };
+    assert_eq!(s.mfu, want, "{s:?}");
+}
+
 fuzz_target!(|data: &[u8]| {
     let mut parts = data.splitn(3, |b| *b == 0);
     let first = parts.next().unwrap_or_default();
@@ -128,6 +151,7 @@ fuzz_target!(|data: &[u8]| {
         check_snapshot(&snap, prev.is_some());
         serving::add_utilization(&mut snap, &model, spec, gpus);
         check_snapshot(&snap, prev.is_some());
+        check_model_utilization(&snap, &model, spec, gpus);
         prev = Some(cur);
     }
 });
