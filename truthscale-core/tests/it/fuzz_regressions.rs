@@ -94,9 +94,10 @@ fn engine_rates_that_overflow_are_not_infinite() {
 
 /// `engine_text` target: the mean queue time is the queue-time histogram's sum increase
 /// over its count increase. A count that grew by 1e-300 (no whole request) under a sum that
-/// grew by 1e307 gave `queue_seconds = inf`, exported; and the engine's read and write byte
-/// rates, each finite, could add up to `inf`. Both are absent now; whole counts still give
-/// their mean (3 s over 2 requests: 1.5 s).
+/// grew by 1e307 gave `queue_seconds = inf` (the exposition's last check for finite values
+/// kept it off `/metrics`); and the engine's read and write byte rates, each finite, could
+/// add up to `inf`. Both are absent now; whole counts still give their mean (3 s over 2
+/// requests: 1.5 s).
 #[test]
 fn an_engine_mean_over_less_than_one_request_is_absent() {
     let scrape = |sum: &str, count: &str, t| {
