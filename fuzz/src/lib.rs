@@ -500,12 +500,16 @@ fn check_report(a: &Analyzer) {
     }
 }
 
-/// The exposition of `gpus` in both formats: every sample line parses with the one
-/// Prometheus-text parser and holds a finite value, and `for_each_value` yields exactly the
-/// values the text holds.
+/// The exposition of `gpus` in both formats: every value the catalog derives is finite,
+/// read before the encoders' last check (which would leave a NaN or an infinity out unseen),
+/// every sample line parses with the one Prometheus-text parser and holds a finite value, and
+/// `for_each_value` yields exactly the values the text holds.
 pub fn check_exposition(gpus: &[GpuEntry]) {
     let id = Identity::default();
     let status = ExporterStatus::default();
+    exposition::for_each_derived_value(gpus, &status, |m, v| {
+        assert!(v.is_finite(), "{} = {v} is derived", m.name);
+    });
     let mut yielded = 0usize;
     exposition::for_each_value(gpus, &id, &status, |_, _, v| {
         assert!(v.is_finite());

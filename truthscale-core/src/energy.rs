@@ -206,14 +206,17 @@ impl EnergyHolders {
 }
 
 /// Joules per output token over a window: mean power over the output token rate; only
-/// when tokens were produced.
+/// when tokens were produced, and absent where the quotient passes the largest double (a
+/// rate of 1e-307 tokens a second), never an infinity.
 #[must_use]
 pub fn joules_per_output_token(
     watts: Option<f64>,
     output_tokens_per_sec: Option<f64>,
 ) -> Option<f64> {
     match (watts, output_tokens_per_sec) {
-        (Some(w), Some(t)) if t > 0.0 && w.is_finite() && w >= 0.0 => Some(w / t),
+        (Some(w), Some(t)) if t > 0.0 && w.is_finite() && w >= 0.0 => {
+            Some(w / t).filter(|v| v.is_finite())
+        }
         _ => None,
     }
 }

@@ -417,6 +417,21 @@ pub fn for_each_value(
     }
 }
 
+/// Every value the catalog derives for `gpus` and `status`, before the encoders' last check
+/// for finite values, as (family, value). The derivations give no NaN or infinity (each
+/// makes such a value absent where it is computed, and says so); the encoders still skip one,
+/// so that a defect never writes `NaN` or `+Inf` under a measured name. Checks hold the
+/// derivations to that through this: a value skipped there would be one dropped unseen.
+pub fn for_each_derived_value(
+    gpus: &[GpuEntry],
+    status: &ExporterStatus,
+    mut f: impl FnMut(&'static MetricDesc, f64),
+) {
+    for m in catalog::ALL {
+        family_values(m, gpus, status, |_, _, v| f(m, v));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

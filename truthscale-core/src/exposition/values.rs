@@ -753,13 +753,16 @@ fn serving_values<'a>(
             sv.output_tokens_per_sec,
         ),
         ServingMetric::ServingTokensPerEffectiveCompute => {
-            // Both rates or none: a missing one is not a zero.
-            let tokens = match (sv.prompt_tokens_per_sec, sv.output_tokens_per_sec) {
-                (Some(p), Some(o)) => Some(p + o),
-                _ => None,
-            };
-            match (tokens, win.metrics.effective_compute) {
-                (Some(t), Some(e)) if e >= MIN_ECF_FOR_TOKENS => Some(t / e),
+            // Both rates or none: a missing one is not a zero. A sum or quotient past the
+            // largest double is absent, as every engine value is: never an infinity.
+            match (
+                sv.prompt_tokens_per_sec,
+                sv.output_tokens_per_sec,
+                win.metrics.effective_compute,
+            ) {
+                (Some(p), Some(o), Some(e)) if e >= MIN_ECF_FOR_TOKENS => {
+                    Some((p + o) / e).filter(|v| v.is_finite())
+                }
                 _ => None,
             }
         }

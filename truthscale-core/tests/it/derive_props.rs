@@ -3,11 +3,13 @@
 use proptest::prelude::*;
 use truthscale_core::analysis::Analyzer;
 use truthscale_core::derive::DeriveConfig;
+use truthscale_core::exposition::{self, ExporterStatus, GpuEntry};
 use truthscale_core::model::{
-    EntityId, EntitySample, Field, MigId, Reading, Readings, Sample, Throttles, Timestamp,
+    EntityId, EntitySample, Field, MigId, Reading, Readings, Sample, ServingSnapshot, Throttles,
+    Timestamp,
 };
 use truthscale_core::phase::PhaseConfig;
-use truthscale_core::tracker::Deriver;
+use truthscale_core::tracker::{Deriver, EntityWindow};
 use truthscale_core::verdict::VerdictConfig;
 
 fn any_reading() -> impl Strategy<Value = Reading> {
@@ -41,8 +43,9 @@ fn any_entity() -> impl Strategy<Value = EntitySample> {
             Just(Some("Mystery GPU".to_string())),
         ],
         any::<bool>(),
+        proptest::option::of(proptest::collection::vec(any_rate(), 4)),
     )
-        .prop_map(|(rs, gpu, gi, model, capped)| {
+        .prop_map(|(rs, gpu, gi, model, capped, serving)| {
             let mut readings = Readings::default();
             for (f, r) in Field::ALL.iter().zip(rs) {
                 readings.set(*f, r);
@@ -62,9 +65,58 @@ fn any_entity() -> impl Strategy<Value = EntitySample> {
                     sw_power_cap: capped,
                     ..Throttles::default()
                 }),
+                serving: serving.map(|v| ServingSnapshot {
+                    engine: Some("vllm".into()),
+                    prompt_tokens_per_sec: v[0],
+                    output_tokens_per_sec: v[1],
+                    queue_seconds: v[2],
+                    batch_size: v[3],
+                    ..ServingSnapshot::default()
+                }),
                 ..EntitySample::default()
             }
         })
+}
+
+/// An engine's rate: absent, or any finite value, the extremes made likely (an engine's
+/// counters are parsed to finite values, but their rates can be anything finite).
+fn any_rate() -> impl Strategy<Value = Option<f64>> {
+    prop_oneof![
+        Just(None),
+        (0.0f64..1e5).prop_map(Some),
+        prop_oneof![
+            Just(f64::MAX),
+            Just(1e308),
+            Just(1e-307),
+            Just(f64::MIN_POSITIVE)
+        ]
+        .prop_map(Some),
+        any::<f64>()
+            .prop_filter("finite", |v| v.is_finite())
+            .prop_map(Some),
+    ]
+}
+
+/// Every value the catalog derives from `windows`, before the encoders' last check for
+/// finite values, is finite.
+fn exposition_is_finite(windows: Vec<EntityWindow>) -> Result<(), TestCaseError> {
+    let gpus: Vec<GpuEntry> = windows
+        .into_iter()
+        .map(|window| GpuEntry {
+            window,
+            source: "replay",
+            up: true,
+            list_cap: None,
+        })
+        .collect();
+    let mut bad = None;
+    exposition::for_each_derived_value(&gpus, &ExporterStatus::default(), |m, v| {
+        if !v.is_finite() && bad.is_none() {
+            bad = Some((m.name, v));
+        }
+    });
+    prop_assert!(bad.is_none(), "{bad:?}");
+    Ok(())
 }
 
 fn finite(x: Option<f64>) -> bool {
@@ -85,7 +137,9 @@ proptest! {
             t += delta;
             let s = Sample { taken: Timestamp(t), entities };
             a.push(&s);
-            for w in d.observe(&s).windows {
+            let windows = d.observe(&s).windows;
+            exposition_is_finite(windows.clone())?;
+            for w in windows {
                 let m = &w.metrics;
                 for v in [
                     m.reported_utilization, m.effective_compute, m.effective_compute_upper_bound,

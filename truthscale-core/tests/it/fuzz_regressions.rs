@@ -4,7 +4,10 @@
 
 use truthscale_core::analysis::Analyzer;
 use truthscale_core::derive::DeriveConfig;
-use truthscale_core::model::{EntityId, EntitySample, Field, Readings, Sample, Timestamp};
+use truthscale_core::exposition::{self, ExporterStatus, GpuEntry};
+use truthscale_core::model::{
+    EntityId, EntitySample, Field, Readings, Sample, ServingSnapshot, Timestamp,
+};
 use truthscale_core::parse::JsonlParser;
 use truthscale_core::serving;
 use truthscale_core::tracker::{CeilingTracker, Deriver};
@@ -160,6 +163,72 @@ fn an_overflowed_model_utilization_is_absent_not_one() {
     );
     // A finite estimate past the peak is clamped: 2 × 4.05e11 × 1e6 FLOP/s is far past it.
     assert_eq!(with(1e6, 0.0, 1.0).mfu, Some(1.0));
+}
+
+/// The exposition's own values over an engine snapshot: `(family, value)` for the two
+/// families computed at exposition time from the snapshot and the window, taken before the
+/// encoders' last check for finite values.
+fn engine_values(prompt: f64, output: f64) -> Vec<(&'static str, f64)> {
+    let mut gpu = gpu0(&[
+        (Field::TensorActive, 0.5),
+        (Field::SmClockMhz, 1830.0),
+        (Field::PowerWatts, 700.0),
+    ]);
+    gpu.serving = Some(ServingSnapshot {
+        engine: Some("vllm".into()),
+        prompt_tokens_per_sec: Some(prompt),
+        output_tokens_per_sec: Some(output),
+        ..ServingSnapshot::default()
+    });
+    let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+    let mut window = None;
+    for t in [0, 1000] {
+        let sample = Sample {
+            taken: Timestamp(t),
+            entities: vec![gpu.clone()],
+        };
+        window = d.observe(&sample).windows.into_iter().next();
+    }
+    let gpus = [GpuEntry {
+        window: window.expect("a window after two samples"),
+        source: "replay",
+        up: true,
+        list_cap: None,
+    }];
+    let mut out = Vec::new();
+    exposition::for_each_derived_value(&gpus, &ExporterStatus::default(), |m, v| {
+        if m.name == "truthscale_serving_tokens_per_effective_compute_second"
+            || m.name == "truthscale_serving_energy_per_output_token_joules"
+        {
+            out.push((m.name, v));
+        }
+    });
+    out
+}
+
+/// `derive` target, once its exposition check read the values before the encoders' last
+/// check: tokens per effective-compute second was `(prompt + output) / ECF` and joules per
+/// output token `watts / output`, unchecked. Rates whose sum passes the largest double, or
+/// an output rate of 1e-307 tokens a second, gave an infinity that the encoders then left
+/// out with nothing counting it. Both are absent where they are not finite.
+#[test]
+fn engine_values_past_the_largest_double_are_absent() {
+    let tpe = "truthscale_serving_tokens_per_effective_compute_second";
+    let jpt = "truthscale_serving_energy_per_output_token_joules";
+    // ECF here is the tensor pipe's 0.5 at 1830 MHz, the clock the H100's peak is quoted
+    // at: 0.5.
+    assert_eq!(
+        engine_values(1500.0, 300.0),
+        vec![(tpe, 1800.0 / 0.5), (jpt, 700.0 / 300.0)]
+    );
+    // 1.5e308 + 1.5e308 overflows; 1.5e308 a second of output is 4.7e-306 J a token.
+    assert_eq!(
+        engine_values(1.5e308, 1.5e308),
+        vec![(jpt, 700.0 / 1.5e308)]
+    );
+    // The sum is finite, the quotient by ECF 0.5 is not; 700 W over 1e-307 tokens a second
+    // (7e309 J a token) is not either.
+    assert_eq!(engine_values(1e308, 1e-307), vec![]);
 }
 
 /// `derive` target: the simulator's truth is read from traces unchecked. A JSONL trace
