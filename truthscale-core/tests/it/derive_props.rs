@@ -5,11 +5,11 @@ use truthscale_core::analysis::Analyzer;
 use truthscale_core::derive::DeriveConfig;
 use truthscale_core::exposition::{self, ExporterStatus, GpuEntry};
 use truthscale_core::model::{
-    EntityId, EntitySample, Field, MigId, Reading, Readings, Sample, ServingSnapshot, Throttles,
-    Timestamp,
+    EntityId, EntitySample, Field, MigId, Reading, Readings, Sample, ServingSnapshot, SourceKind,
+    Throttles, Timestamp,
 };
 use truthscale_core::phase::PhaseConfig;
-use truthscale_core::tracker::{Deriver, EntityWindow};
+use truthscale_core::tracker::Deriver;
 use truthscale_core::verdict::VerdictConfig;
 
 fn any_reading() -> impl Strategy<Value = Reading> {
@@ -97,20 +97,11 @@ fn any_rate() -> impl Strategy<Value = Option<f64>> {
     ]
 }
 
-/// Every value the catalog derives from `windows`, before the encoders' last check for
-/// finite values, is finite.
-fn exposition_is_finite(windows: Vec<EntityWindow>) -> Result<(), TestCaseError> {
-    let gpus: Vec<GpuEntry> = windows
-        .into_iter()
-        .map(|window| GpuEntry {
-            window,
-            source: "replay",
-            up: true,
-            list_cap: None,
-        })
-        .collect();
+/// Every value the catalog derives for `gpus`, before the encoders' last check for finite
+/// values, is finite.
+fn exposition_is_finite(gpus: &[GpuEntry]) -> Result<(), TestCaseError> {
     let mut bad = None;
-    exposition::for_each_derived_value(&gpus, &ExporterStatus::default(), |m, v| {
+    exposition::for_each_derived_value(gpus, &ExporterStatus::default(), |m, v| {
         if !v.is_finite() && bad.is_none() {
             bad = Some((m.name, v));
         }
@@ -137,9 +128,9 @@ proptest! {
             t += delta;
             let s = Sample { taken: Timestamp(t), entities };
             a.push(&s);
-            let windows = d.observe(&s).windows;
-            exposition_is_finite(windows.clone())?;
-            for w in windows {
+            let gpus = crate::gpu_entries(d.observe(&s).windows, SourceKind::Replay);
+            exposition_is_finite(&gpus)?;
+            for GpuEntry { window: w, .. } in &gpus {
                 let m = &w.metrics;
                 for v in [
                     m.reported_utilization, m.effective_compute, m.effective_compute_upper_bound,

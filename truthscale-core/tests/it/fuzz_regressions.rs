@@ -4,9 +4,9 @@
 
 use truthscale_core::analysis::Analyzer;
 use truthscale_core::derive::DeriveConfig;
-use truthscale_core::exposition::{self, ExporterStatus, GpuEntry};
+use truthscale_core::exposition::{self, ExporterStatus};
 use truthscale_core::model::{
-    EntityId, EntitySample, Field, Readings, Sample, ServingSnapshot, Timestamp,
+    EntityId, EntitySample, Field, Readings, Sample, ServingSnapshot, SourceKind, Timestamp,
 };
 use truthscale_core::parse::JsonlParser;
 use truthscale_core::serving;
@@ -189,12 +189,8 @@ fn engine_values(prompt: f64, output: f64) -> Vec<(&'static str, f64)> {
         };
         window = d.observe(&sample).windows.into_iter().next();
     }
-    let gpus = [GpuEntry {
-        window: window.expect("a window after two samples"),
-        source: "replay",
-        up: true,
-        list_cap: None,
-    }];
+    let window = window.expect("a window after two samples");
+    let gpus = crate::gpu_entries(vec![window], SourceKind::Replay);
     let mut out = Vec::new();
     exposition::for_each_derived_value(&gpus, &ExporterStatus::default(), |m, v| {
         if m.name == "truthscale_serving_tokens_per_effective_compute_second"

@@ -49,19 +49,6 @@ fn last_windows(samples: &[Sample]) -> Vec<EntityWindow> {
     last.into_values().collect()
 }
 
-fn entries(windows: Vec<EntityWindow>, source: SourceKind) -> Vec<GpuEntry> {
-    let source = source.as_str();
-    windows
-        .into_iter()
-        .map(|window| GpuEntry {
-            window,
-            source,
-            up: true,
-            list_cap: None,
-        })
-        .collect()
-}
-
 /// Five simulated H100s, one per scenario, 90 one-second windows.
 fn simulated() -> Vec<GpuEntry> {
     let spec = by_key("h100-sxm").unwrap();
@@ -74,7 +61,7 @@ fn simulated() -> Vec<GpuEntry> {
         Simulator::demo_scenario,
     );
     let samples: Vec<Sample> = (0..90).map(|_| sim.step(1.0)).collect();
-    entries(last_windows(&samples), SourceKind::Sim)
+    crate::gpu_entries(last_windows(&samples), SourceKind::Sim)
 }
 
 /// A MIG instance (no busy flag, no power) and a multiplexed GPU (tensor blank every other
@@ -142,7 +129,7 @@ fn mig_and_multiplexed() -> Vec<GpuEntry> {
             }
         })
         .collect();
-    entries(last_windows(&samples), SourceKind::DcgmExporter)
+    crate::gpu_entries(last_windows(&samples), SourceKind::DcgmExporter)
 }
 
 /// The real T4 capture (busy flag 91 %, tensor 0.6 %) as one dcgm-exporter scrape.
@@ -157,7 +144,7 @@ fn t4_capture() -> Vec<GpuEntry> {
         samples.extend(p.push_line(line).expect("the fixture parses"));
     }
     samples.extend(p.finish());
-    entries(last_windows(&samples), SourceKind::DcgmExporter)
+    crate::gpu_entries(last_windows(&samples), SourceKind::DcgmExporter)
 }
 
 /// Node mode: a shared H100 (time-sliced between two pods, with per-process attribution,
@@ -373,7 +360,7 @@ fn every_family() -> Vec<GpuEntry> {
             }
         })
         .collect();
-    entries(last_windows(&samples), SourceKind::Nvml)
+    crate::gpu_entries(last_windows(&samples), SourceKind::Nvml)
 }
 
 #[expect(
@@ -447,7 +434,7 @@ fn simulated_every_window() -> Vec<Vec<GpuEntry>> {
     );
     let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
     (0..90)
-        .map(|_| entries(d.observe(&sim.step(1.0)).windows, SourceKind::Sim))
+        .map(|_| crate::gpu_entries(d.observe(&sim.step(1.0)).windows, SourceKind::Sim))
         .collect()
 }
 

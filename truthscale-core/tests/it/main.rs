@@ -14,3 +14,21 @@ mod golden;
 mod idle_since;
 mod parse_props;
 mod time;
+
+use truthscale_core::exposition::GpuEntry;
+use truthscale_core::model::SourceKind;
+use truthscale_core::tracker::EntityWindow;
+
+/// The exposition's entries for `windows`, each up and uncapped, from `source`.
+fn gpu_entries(windows: Vec<EntityWindow>, source: SourceKind) -> Vec<GpuEntry> {
+    let source = source.as_str();
+    windows
+        .into_iter()
+        .map(|window| GpuEntry {
+            window,
+            source,
+            up: true,
+            list_cap: None,
+        })
+        .collect()
+}
