@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime};
 use truthscale_core::model::{EntityKey, EntitySample, Sample, SourceKind, Timestamp};
 use truthscale_core::parse::DcgmTextParser;
 use truthscale_core::parse::dcgm_text::is_blank_value;
-use truthscale_core::parse::names::{MAX_UNREAD_NAMES, Unread};
+use truthscale_core::parse::names::{MAX_UNREAD_NAMES, Units, Unread};
 
 /// Which GPUs belong to this pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,6 +118,10 @@ pub struct DcgmExporterSource {
     /// The families not read that were already counted and named (at most
     /// [`MAX_UNREAD_NAMES`]).
     unread_seen: BTreeSet<String>,
+    /// The units decided for the answer's percent-or-ratio families, kept from one scrape's
+    /// parser to the next: an idle scrape's whole values are read in the unit an earlier
+    /// one decided.
+    units: Units,
 }
 
 impl DcgmExporterSource {
@@ -246,6 +250,7 @@ impl DcgmExporterSource {
             interval,
             warned_scope: false,
             unread_seen: BTreeSet::new(),
+            units: Units::default(),
         }
     }
 
@@ -311,10 +316,13 @@ impl Source for DcgmExporterSource {
     fn sample(&mut self, now: SystemTime) -> Produced {
         let mut out = Produced::default();
         let mut parser = DcgmTextParser::new(&self.url, 1.0, Timestamp(unix_ms(now)))
-            .with_limits(crate::bounds::DCGM_EXPORTER);
+            .with_limits(crate::bounds::DCGM_EXPORTER)
+            .with_units(std::mem::take(&mut self.units));
         let mut samples: Vec<Sample> = Vec::new();
         let mut sentinels = Vec::new();
-        let (bytes, data_lines) = match self.read(&mut parser, &mut samples, &mut sentinels) {
+        let read = self.read(&mut parser, &mut samples, &mut sentinels);
+        self.units = parser.take_units();
+        let (bytes, data_lines) = match read {
             Ok(read) => read,
             Err(e) => {
                 out.errors.push(e);

@@ -271,6 +271,20 @@ impl DcgmTextParser {
         self.scrape.unread()
     }
 
+    /// This parser with the units already decided for the source's percent-or-ratio
+    /// families (by an earlier parser of the same source, [`Self::take_units`]).
+    #[must_use]
+    pub fn with_units(mut self, units: Units) -> Self {
+        self.scrape.units = units;
+        self
+    }
+
+    /// The units decided so far, for the next parser of the same source; this parser's
+    /// are then undecided.
+    pub fn take_units(&mut self) -> Units {
+        std::mem::take(&mut self.scrape.units)
+    }
+
     /// What the limits left out so far.
     #[must_use]
     pub fn refused(&self) -> Refused {
@@ -596,6 +610,9 @@ pub fn is_blank_value(name: &str, v: f64) -> bool {
     }
     match target_of(name) {
         Some(Target::Field(_, unit)) => unit.blank_rule(v).is_none(),
+        // One link's value of a per-link counter: a blank of the field's type, as the
+        // parser reads it.
+        Some(Target::LinkSum(field)) => crate::derive::is_sentinel_of(field, v),
         _ => dcgm_value(v).is_none(),
     }
 }
@@ -674,6 +691,56 @@ mod tests {
         assert_eq!(s.len(), 1);
         assert_eq!(s[0].entities.len(), 1);
         s.remove(0).entities.remove(0)
+    }
+
+    /// One scrape of a parser of its own, after `units` from the scrapes before: the busy
+    /// flag read, and the units to hand on.
+    fn scrape_with(units: Units, util: &str) -> (Reading, u64, Units) {
+        let mut p = DcgmTextParser::new("m.txt", 15.0, Timestamp(0)).with_units(units);
+        p.push_line(&format!("dcgm_fi_dev_gpu_util_ratio{{gpu=\"0\"}} {util}"))
+            .unwrap();
+        let read = p
+            .finish()
+            .map(|s| s.entities[0].readings.get(Field::ReportedUtil));
+        let refused = p
+            .unread()
+            .ambiguous
+            .get("dcgm_fi_dev_gpu_util_ratio")
+            .copied()
+            .unwrap_or_default();
+        (read.unwrap_or(Reading::Blank), refused, p.take_units())
+    }
+
+    #[test]
+    fn a_unit_decided_in_one_scrape_reads_the_next_scrapes_whole_values() {
+        // Without a HELP line, 0 alone cannot tell a percent from a ratio: refused.
+        let (read, refused, units) = scrape_with(Units::default(), "0");
+        assert_eq!((read, refused), (Reading::Blank, 1));
+        // 37 is a percent; the next parser, handed the units, reads 0 and 1 as percents.
+        let (read, refused, units) = scrape_with(units, "37");
+        assert_eq!((read, refused), (Reading::Value(0.37), 0));
+        let (read, refused, units) = scrape_with(units, "0");
+        assert_eq!((read, refused), (Reading::Value(0.0), 0));
+        let (read, refused, units) = scrape_with(units, "1");
+        assert_eq!((read, refused), (Reading::Value(0.01), 0));
+        // A parser without them starts undecided again.
+        drop(units);
+        let (read, refused, _) = scrape_with(Units::default(), "1");
+        assert_eq!((read, refused), (Reading::Blank, 1));
+    }
+
+    #[test]
+    fn a_link_counter_past_the_fp64_blank_is_no_sentinel() {
+        let name = "DCGM_FI_DEV_NVLINK_PPCNT_IBPC_TX_WAIT_TOTAL";
+        // 2^47 and up are FP64 blanks for other fields; an INT64 counter passes them.
+        for v in [140_737_488_355_328.0, 4_294_967_295.0, 2_147_483_632.0] {
+            assert!(!is_blank_value(name, v), "{v}");
+        }
+        assert!(is_blank_value(name, 9_223_372_036_854_775_792.0));
+        assert!(is_blank_value(
+            "DCGM_FI_DEV_GPU_TEMP",
+            140_737_488_355_328.0
+        ));
     }
 
     #[test]

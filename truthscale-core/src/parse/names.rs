@@ -100,9 +100,10 @@ pub(crate) enum Scale {
     Ratio,
 }
 
-/// The decided unit of each percent-or-ratio family of one source.
+/// The decided unit of each percent-or-ratio family of one source, kept by a reader that
+/// reads the source with a new parser each time ([`super::DcgmTextParser::with_units`]).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Units {
+pub struct Units {
     decided: Vec<(String, Scale)>,
 }
 
@@ -153,16 +154,24 @@ impl Units {
 /// What a `# HELP` text says of the unit, if anything.
 fn scale_of_help(text: &str) -> Option<Scale> {
     let t = text.to_ascii_lowercase();
-    if t.contains('%') || t.contains("percent") {
+    let says = |words: &[&str]| words.iter().any(|w| mentions(&t, w));
+    if t.contains('%') || t.contains("percent") || says(&["0-100", "0 to 100", "0..100"]) {
         Some(Scale::Percent)
-    } else if ["ratio", "0-1", "0 to 1", "0..1", "fraction"]
-        .iter()
-        .any(|w| t.contains(w))
-    {
+    } else if says(&["ratio", "0-1", "0 to 1", "0..1", "fraction"]) {
         Some(Scale::Ratio)
     } else {
         None
     }
+}
+
+/// Whether `text` holds `word` not followed by a digit: "0-1" is not in "0-100".
+fn mentions(text: &str, word: &str) -> bool {
+    text.match_indices(word).any(|(at, _)| {
+        !text
+            .as_bytes()
+            .get(at + word.len())
+            .is_some_and(u8::is_ascii_digit)
+    })
 }
 
 #[cfg(test)]
@@ -192,6 +201,13 @@ mod tests {
         let mut u = Units::default();
         u.help(f, "GPU utilization as a ratio (0-1).");
         assert_eq!(u.resolve(f, 0.0), Some(Scale::Ratio));
+        // A range up to 100 is a percent, though it begins with a ratio's "0-1".
+        for help in ["GPU utilization (0-100)", "Busy, 0 to 100.", "range 0..100"] {
+            let mut p = Units::default();
+            p.help(f, help);
+            assert_eq!(p.resolve(f, 1.0), Some(Scale::Percent), "{help}");
+            assert_eq!(p.resolve(f, 37.0), Some(Scale::Percent), "{help}");
+        }
         // A family in another case is the same family.
         assert_eq!(
             u.resolve("DCGM_FI_DEV_GPU_UTIL_RATIO", 1.0),

@@ -41,6 +41,10 @@ pub fn samples(body: &str) -> impl Iterator<Item = (usize, Result<PromSample<'_>
 /// Label pairs of one sample, values unescaped, in the order written.
 pub type Labels<'a> = Vec<(&'a str, String)>;
 
+/// The exposition timestamps read, in milliseconds since the epoch: years 1 to 9999, as an
+/// RFC 3339 time, so that the span between any two is a number of milliseconds too.
+const TIMESTAMP_RANGE_MS: std::ops::RangeInclusive<i64> = -62_135_596_800_000..=253_402_300_799_999;
+
 /// `name{labels} value [timestamp]` → name, unescaped labels, value and the timestamp
 /// (milliseconds since the epoch) if there is one. The line must be a sample (not blank,
 /// not a comment).
@@ -68,7 +72,9 @@ pub fn parse_sample(t: &str) -> Result<PromSample<'_>, String> {
         .next()
         .map(|ts| {
             ts.parse::<i64>()
-                .map_err(|_| format!("bad timestamp `{ts}`"))
+                .ok()
+                .filter(|ms| TIMESTAMP_RANGE_MS.contains(ms))
+                .ok_or_else(|| format!("bad timestamp `{ts}` (milliseconds from year 1 to 9999)"))
         })
         .transpose()?;
     if let Some(extra) = tokens.next() {
@@ -164,5 +170,16 @@ mod tests {
         let y = got[2].1.as_ref().unwrap();
         assert!(y.value.is_nan());
         assert_eq!(y.timestamp_ms, None);
+    }
+
+    #[test]
+    fn timestamps_past_the_years_of_rfc_3339_do_not_read() {
+        let ts = |t: &str| parse_sample(&format!("x 1 {t}")).map(|s| s.timestamp_ms);
+        assert_eq!(ts("253402300799999"), Ok(Some(253_402_300_799_999)));
+        assert_eq!(ts("-62135596800000"), Ok(Some(-62_135_596_800_000)));
+        for t in ["253402300800000", "-62135596800001", "9000000000000000000"] {
+            let e = ts(t).unwrap_err();
+            assert!(e.contains(&format!("bad timestamp `{t}`")), "{e}");
+        }
     }
 }
