@@ -51,6 +51,22 @@ pub(super) fn cluster_of<'a>(
     )
 }
 
+/// The node a series of truthscale's own names as the report keys it: its `node` label,
+/// `CLUSTER/NODE` with `--cluster-label` ([`cluster_node`]); `None` without either.
+pub(crate) fn own_node(
+    labels: &BTreeMap<String, String>,
+    cluster_label: Option<&str>,
+) -> Option<String> {
+    let node = labels
+        .get("node")
+        .filter(|n| !n.is_empty())
+        .map(String::as_str);
+    match cluster_of(labels, cluster_label) {
+        Some(c) => Some(cluster_node(c, node)),
+        None => node.map(str::to_owned),
+    }
+}
+
 /// `CLUSTER/NODE`: a node named with its cluster (`CLUSTER` alone without a node).
 pub(crate) fn cluster_node(cluster: &str, node: Option<&str>) -> String {
     match node {

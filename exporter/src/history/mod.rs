@@ -24,6 +24,7 @@ mod columns;
 mod feed;
 mod holders;
 mod merge;
+pub(crate) use merge::own_node;
 mod newest;
 mod query;
 mod read;
@@ -394,6 +395,12 @@ impl History {
     #[must_use]
     pub(crate) fn matchers(&self) -> &str {
         &self.matchers
+    }
+
+    /// `--cluster-label`, when given.
+    #[must_use]
+    pub(crate) fn cluster_label(&self) -> Option<&str> {
+        self.cluster_label.as_deref()
     }
 }
 

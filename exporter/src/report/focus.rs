@@ -77,6 +77,8 @@ fn write_row(
     let tags = serde_json::json!({ "truthscale.by": by, "truthscale.group": r.group }).to_string();
     let (cost, hours) = (num(r.cost), num(r.hours));
     let opt = |f: fn(&GroupHours) -> f64| r.g.map_or_else(String::new, |g| num(f(g)));
+    let measured =
+        |f: fn(&GroupHours) -> Option<f64>| r.g.and_then(f).map_or_else(String::new, num);
     let cost_of = |f: fn(&truthscale_core::showback::GroupCost) -> f64| {
         r.g.and_then(|g| g.cost.as_ref())
             .map_or_else(String::new, |c| num(f(c)))
@@ -103,8 +105,8 @@ fn write_row(
         unk = opt(|g| g.use_unknown_gpu_hours),
         down = num(r.unavailable),
         down_cost = cost_of(|c| c.unavailable),
-        busy = opt(|g| g.busy_gpu_hours),
-        ecf = opt(|g| g.effective_compute_gpu_hours),
+        busy = measured(|g| g.busy_gpu_hours),
+        ecf = measured(|g| g.effective_compute_gpu_hours),
     )
 }
 

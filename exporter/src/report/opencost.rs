@@ -92,22 +92,22 @@ fn allocation(name: &str, props: Value, g: &GroupHours, b: &Bounds) -> Value {
         ("gpuCostAdjustment", zero),
         (
             "gpuEfficiency",
-            ratio(g.busy_gpu_hours, g.busy_measured_gpu_hours),
+            g.busy_gpu_hours
+                .map_or(Value::Null, |b| ratio(b, g.busy_measured_gpu_hours)),
         ),
         (
             "gpuAllocation",
             json!({
                 "gpuRequestAverage": g.requested_gpu_hours.map(|r| r / b.hours),
-                "gpuUsageAverage": g.busy_gpu_hours / b.hours,
+                "gpuUsageAverage": g.busy_gpu_hours.map(|u| u / b.hours),
             }),
         ),
         ("totalCost", gpu_cost),
         (
             "truthscaleEffectiveComputeEfficiency",
-            ratio(
-                g.effective_compute_gpu_hours,
-                g.effective_compute_measured_gpu_hours,
-            ),
+            g.effective_compute_gpu_hours.map_or(Value::Null, |e| {
+                ratio(e, g.effective_compute_measured_gpu_hours)
+            }),
         ),
         (
             "truthscaleUsedOverAllocated",
@@ -245,9 +245,9 @@ mod tests {
             requested_gpu_hours: Some(6.0),
             used_gpu_hours: 3.0,
             idle_gpu_hours: 1.0,
-            busy_gpu_hours: 3.0,
+            busy_gpu_hours: Some(3.0),
             busy_measured_gpu_hours: 4.0,
-            effective_compute_gpu_hours: 1.0,
+            effective_compute_gpu_hours: Some(1.0),
             effective_compute_measured_gpu_hours: 4.0,
             cost: cost(8.0, 2.0),
             ..GroupHours::default()
@@ -322,7 +322,8 @@ mod tests {
                     "gpuCostIdle": 0.0,
                     "gpuCostAdjustment": 0.0,
                     "gpuEfficiency": null,    // the busy flag never read
-                    "gpuAllocation": { "gpuRequestAverage": null, "gpuUsageAverage": 0.0 },
+                    // The busy flag never read: no usage, not a usage of 0.
+                    "gpuAllocation": { "gpuRequestAverage": null, "gpuUsageAverage": null },
                     "totalCost": 2.0,
                     "truthscaleEffectiveComputeEfficiency": null,
                     "truthscaleUsedOverAllocated": 0.0,
@@ -335,8 +336,8 @@ mod tests {
                     "truthscaleUseUnknownGpuHours": 1.0,
                     "truthscaleUnavailableGpuHours": 0.0,
                     "truthscaleUnavailableCost": 0.0,
-                    "truthscaleBusyGpuHours": 0.0,
-                    "truthscaleEffectiveComputeGpuHours": 0.0,
+                    "truthscaleBusyGpuHours": null,
+                    "truthscaleEffectiveComputeGpuHours": null,
                     "truthscaleEffectiveComputeEstimateGpuHours": null,
                 },
                 "__idle__": {

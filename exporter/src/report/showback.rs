@@ -106,9 +106,11 @@ pub(crate) fn pod_of(labels: &BTreeMap<String, String>) -> Option<String> {
     })
 }
 
-/// The report's key of the GPU a series names: `node/uuid`, or `node/gpu N`.
-fn gpu_of(labels: &BTreeMap<String, String>) -> String {
-    let node = labels.get("node").map_or("?", String::as_str);
+/// The report's key of the GPU a series names: `node/uuid`, or `node/gpu N`, the node
+/// `CLUSTER/NODE` with `--cluster-label` (as the GPUs' own tracks name it).
+fn gpu_of(labels: &BTreeMap<String, String>, cluster_label: Option<&str>) -> String {
+    let node = crate::history::own_node(labels, cluster_label);
+    let node = node.as_deref().unwrap_or("?");
     match (
         labels.get("uuid").filter(|u| !u.is_empty()),
         labels.get("gpu"),
@@ -124,6 +126,9 @@ fn gpu_of(labels: &BTreeMap<String, String>) -> String {
 /// where attributed (`truthscale_pod_effective_compute_estimate_ratio`).
 fn read_held(history: &mut History) -> anyhow::Result<Vec<Held>> {
     let m = history.matchers().to_owned();
+    let cluster_label = history.cluster_label().map(str::to_owned);
+    let cluster = cluster_label.as_deref();
+    let by = cluster.map(|c| format!("{c}, ")).unwrap_or_default();
     let with = |extra: &str| {
         if m.is_empty() {
             format!("{{{extra}}}")
@@ -132,11 +137,11 @@ fn read_held(history: &mut History) -> anyhow::Result<Vec<Held>> {
         }
     };
     let alloc = history.series_by_step(&format!(
-        "max by (node, uuid, gpu, namespace, pod) (truthscale_gpu_allocation_info{})",
+        "max by ({by}node, uuid, gpu, namespace, pod) (truthscale_gpu_allocation_info{})",
         with("mig_instance=\"\"")
     ))?;
     let parts = history.series_by_step(&format!(
-        "max by (node, uuid, gpu, namespace, pod, method) ({}{})",
+        "max by ({by}node, uuid, gpu, namespace, pod, method) ({}{})",
         truthscale_core::catalog::POD_EFFECTIVE_COMPUTE_ESTIMATE.name,
         with("pod!=\"\"")
     ))?;
@@ -145,7 +150,7 @@ fn read_held(history: &mut History) -> anyhow::Result<Vec<Held>> {
         let Some(pod) = pod_of(labels) else { continue };
         for (step, v) in values.iter().filter(|(_, v)| v.is_finite()) {
             part_at.insert(
-                (gpu_of(labels), pod.clone(), *step),
+                (gpu_of(labels, cluster), pod.clone(), *step),
                 (*v, labels.get("method").cloned()),
             );
         }
@@ -153,7 +158,7 @@ fn read_held(history: &mut History) -> anyhow::Result<Vec<Held>> {
     let mut held = Vec::new();
     for (labels, values) in &alloc {
         let Some(pod) = pod_of(labels) else { continue };
-        let gpu = gpu_of(labels);
+        let gpu = gpu_of(labels, cluster);
         for (step, _) in values.iter().filter(|(_, v)| v.is_finite()) {
             let part = part_at.get(&(gpu.clone(), pod.clone(), *step));
             held.push(Held {
@@ -209,10 +214,7 @@ pub(crate) fn holders(input: &FleetInput, by: &By, attrs: &PodAttributes, per: u
             .pod
             .split_once('/')
             .map_or(NONE.to_string(), |(ns, _)| ns.to_string()),
-        By::Node => h
-            .gpu
-            .split_once('/')
-            .map_or(NONE.to_string(), |(n, _)| n.to_string()),
+        By::Node => node_of(&h.gpu),
         By::Model => model
             .get(h.gpu.as_str())
             .copied()
@@ -307,7 +309,10 @@ fn rest_row(groups: &[GroupHours]) -> GroupHours {
             unmeasured: sum(|c| c.unmeasured),
             use_unknown: sum(|c| c.use_unknown),
             unavailable: sum(|c| c.unavailable),
-            effective_compute: sum(|c| c.effective_compute),
+            effective_compute: c
+                .iter()
+                .filter_map(|g| g.effective_compute)
+                .reduce(|a, b| a + b),
         }
     });
     GroupHours {
@@ -320,9 +325,9 @@ fn rest_row(groups: &[GroupHours]) -> GroupHours {
         unmeasured_gpu_hours: sum(|g| g.unmeasured_gpu_hours),
         use_unknown_gpu_hours: sum(|g| g.use_unknown_gpu_hours),
         unavailable_gpu_hours: sum(|g| g.unavailable_gpu_hours),
-        busy_gpu_hours: sum(|g| g.busy_gpu_hours),
+        busy_gpu_hours: where_any(groups, |g| g.busy_gpu_hours),
         busy_measured_gpu_hours: sum(|g| g.busy_measured_gpu_hours),
-        effective_compute_gpu_hours: sum(|g| g.effective_compute_gpu_hours),
+        effective_compute_gpu_hours: where_any(groups, |g| g.effective_compute_gpu_hours),
         effective_compute_measured_gpu_hours: sum(|g| g.effective_compute_measured_gpu_hours),
         time_sliced_effective_compute_gpu_hours: where_any(groups, |g| {
             g.time_sliced_effective_compute_gpu_hours
@@ -330,7 +335,7 @@ fn rest_row(groups: &[GroupHours]) -> GroupHours {
         effective_compute_estimate_gpu_hours: where_any(groups, |g| {
             g.effective_compute_estimate_gpu_hours
         }),
-        saturation_gpu_hours: sum(|g| g.saturation_gpu_hours),
+        saturation_gpu_hours: where_any(groups, |g| g.saturation_gpu_hours),
         saturation_measured_gpu_hours: sum(|g| g.saturation_measured_gpu_hours),
         energy_kwh: where_any(groups, |g| g.energy_kwh),
         energy_cost: where_any(groups, |g| g.energy_cost),
@@ -441,16 +446,20 @@ pub(crate) fn groups(input: &FleetInput, by: &By, attrs: &PodAttributes) -> Vec<
         .collect()
 }
 
+/// The node of a GPU's key (`node/uuid`, `node/gpu N`; the node `CLUSTER/NODE` with
+/// `--cluster-label`): all before its last `/`, since a UUID or `gpu N` holds none.
+fn node_of(gpu: &str) -> String {
+    gpu.rsplit_once('/')
+        .map_or(NONE.to_string(), |(n, _)| n.to_string())
+}
+
 fn group_of(t: &Track, by: &By, attrs: &PodAttributes) -> Option<String> {
     let pod = t.pod.as_deref()?;
     Some(match by {
         By::Namespace => pod
             .split_once('/')
             .map_or(NONE.to_string(), |(ns, _)| ns.to_string()),
-        By::Node => t
-            .gpu
-            .split_once('/')
-            .map_or(NONE.to_string(), |(n, _)| n.to_string()),
+        By::Node => node_of(&t.gpu),
         By::Model => t.model.clone().unwrap_or_else(|| NONE.to_string()),
         By::Label { .. } => attrs
             .labels
@@ -556,9 +565,9 @@ pub(crate) fn write_csv(
                 num(Some(g.idle_gpu_hours)),
                 num(Some(g.unmeasured_gpu_hours)),
                 num(Some(g.use_unknown_gpu_hours)),
-                num(Some(g.busy_gpu_hours)),
-                num(Some(g.effective_compute_gpu_hours)),
-                num(Some(g.saturation_gpu_hours)),
+                num(g.busy_gpu_hours),
+                num(g.effective_compute_gpu_hours),
+                num(g.saturation_gpu_hours),
                 num(g.cost.as_ref().map(|c| c.allocated)),
                 num(g.cost.as_ref().map(|c| c.idle)),
                 num(g.time_sliced_effective_compute_gpu_hours),
@@ -589,6 +598,35 @@ pub(crate) fn write_csv(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gpu_key_names_its_node_with_the_cluster_as_the_tracks_do() {
+        let labels: BTreeMap<String, String> = [
+            ("cluster", "a"),
+            ("node", "gpu-node-1"),
+            ("uuid", "GPU-1"),
+            ("gpu", "0"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        assert_eq!(gpu_of(&labels, None), "gpu-node-1/GPU-1");
+        assert_eq!(gpu_of(&labels, Some("cluster")), "a/gpu-node-1/GPU-1");
+        assert_eq!(
+            gpu_of(&labels, Some("region")),
+            "(no cluster)/gpu-node-1/GPU-1"
+        );
+        // `--by node` groups by the node, the cluster's with `--cluster-label`.
+        for (gpu, node) in [
+            ("a/gpu-node-1/GPU-1", "a/gpu-node-1"),
+            ("gpu-node-1/GPU-1", "gpu-node-1"),
+            ("gpu-node-1/gpu 3", "gpu-node-1"),
+            ("?/GPU-1", "?"),
+            ("GPU-1", NONE),
+        ] {
+            assert_eq!(node_of(gpu), node, "{gpu}");
+        }
+    }
 
     #[test]
     fn by_parses_builtins_and_label_keys() {

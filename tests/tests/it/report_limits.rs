@@ -446,6 +446,17 @@ fn report_reads_two_clusters_remote_written_by_agents_to_a_central_prometheus() 
     assert_eq!(v["clusters"][0]["cluster"], "b");
     assert_eq!(v["clusters"].as_array().map(Vec::len), Some(1));
 
+    // `--by node` groups by each cluster's node, not by the cluster.
+    let v = run(&["--cluster-label", "cluster", "--by", "node"]).json();
+    let mut groups: Vec<&str> = v["showback"]["total"]["groups"]
+        .as_array()
+        .expect("showback groups")
+        .iter()
+        .map(|g| g["group"].as_str().unwrap())
+        .collect();
+    groups.sort_unstable();
+    assert_eq!(groups, ["a/gpu-node-1", "b/gpu-node-1"], "{v:#}");
+
     // The text report has the table.
     let text = read(&["--cluster-label", "cluster"]);
     assert_eq!(text.code, Some(0), "{}", text.stderr);

@@ -396,10 +396,14 @@ fn showback_by_team_from_dcgm_history_and_kube_state_metrics() {
         "serving use unknown",
     );
     near(&serving["used_gpu_hours"], 0.0, "serving used");
-    near(
-        &serving["effective_compute_gpu_hours"],
-        0.0,
-        "serving effective",
+    // Never measured as its own (its GPU is time-sliced): absent, not 0, and so are its
+    // busy flag's hours.
+    for k in ["effective_compute_gpu_hours", "busy_gpu_hours"] {
+        assert!(serving[k].is_null(), "serving {k}: {}", serving[k]);
+    }
+    assert_eq!(
+        serving["effective_compute_measured_gpu_hours"].as_f64(),
+        Some(0.0)
     );
     near(
         &serving["requested_gpu_hours"],

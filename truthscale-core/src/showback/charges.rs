@@ -273,13 +273,13 @@ fn group_hours(
         unmeasured_gpu_hours: hours(a.unmeasured),
         use_unknown_gpu_hours: hours(a.unknown),
         unavailable_gpu_hours: hours(a.unavailable),
-        busy_gpu_hours: a.busy,
+        busy_gpu_hours: (a.busy_measured > 0).then_some(a.busy),
         busy_measured_gpu_hours: hours(a.busy_measured),
-        effective_compute_gpu_hours: a.ecf,
+        effective_compute_gpu_hours: (a.ecf_measured > 0).then_some(a.ecf),
         effective_compute_measured_gpu_hours: hours(a.ecf_measured),
         time_sliced_effective_compute_gpu_hours: a.time_sliced_ecf,
         effective_compute_estimate_gpu_hours: a.ecf_estimate,
-        saturation_gpu_hours: a.sat,
+        saturation_gpu_hours: (a.sat_measured > 0).then_some(a.sat),
         saturation_measured_gpu_hours: hours(a.sat_measured),
         energy_kwh: a.energy_mj.map(kwh),
         energy_cost: a
@@ -297,7 +297,7 @@ fn group_hours(
             unmeasured: c.unmeasured,
             use_unknown: c.unknown,
             unavailable: c.unavailable,
-            effective_compute: c.ecf,
+            effective_compute: (a.ecf_measured > 0).then_some(c.ecf),
         }),
     }
 }

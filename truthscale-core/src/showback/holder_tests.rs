@@ -56,7 +56,7 @@ fn holders_of_a_device_without_pods_take_its_shares() {
     let a = g("a");
     assert_eq!(a.allocated_gpu_hours, 1.5 + 1.0);
     assert!(
-        (a.effective_compute_gpu_hours - 0.3).abs() < 1e-12,
+        (a.effective_compute_gpu_hours.unwrap() - 0.3).abs() < 1e-12,
         "the step alone"
     );
     assert_eq!(a.effective_compute_measured_gpu_hours, 1.0);
@@ -65,11 +65,12 @@ fn holders_of_a_device_without_pods_take_its_shares() {
     assert!((a.effective_compute_estimate_gpu_hours.unwrap() - 3.0 * 0.06).abs() < 1e-12);
     assert_eq!(a.used_gpu_hours, 1.0);
     assert_eq!(a.use_unknown_gpu_hours, 1.5);
-    assert_eq!(a.busy_gpu_hours, 1.0, "only the step it held alone");
+    assert_eq!(a.busy_gpu_hours, Some(1.0), "only the step it held alone");
     let b = g("b");
     assert_eq!(b.allocated_gpu_hours, 1.5);
     assert_eq!(b.use_unknown_gpu_hours, 1.5);
-    assert_eq!(b.effective_compute_gpu_hours, 0.0);
+    // Never measured as its own: absent, not 0.
+    assert_eq!(b.effective_compute_gpu_hours, None);
     assert_eq!(b.effective_compute_measured_gpu_hours, 0.0);
     assert!((b.time_sliced_effective_compute_gpu_hours.unwrap() - 1.5 * 0.3).abs() < 1e-12);
     assert_eq!(b.effective_compute_estimate_gpu_hours, None);
@@ -170,7 +171,7 @@ fn a_spinning_pod_is_never_billed_its_neighbours_gemms() {
         near(h.allocated_gpu_hours, hours / 2.0);
         // No measured effective compute is billed to either holder of the shared GPU:
         // neither holds it alone.
-        assert_eq!(h.effective_compute_gpu_hours, 0.0, "{name}");
+        assert_eq!(h.effective_compute_gpu_hours, None, "{name}");
         assert_eq!(h.effective_compute_measured_gpu_hours, 0.0, "{name}");
         assert_eq!(h.used_gpu_hours, 0.0, "{name}");
         near(h.use_unknown_gpu_hours, hours / 2.0);

@@ -99,12 +99,13 @@ pub struct GroupHours {
     /// Allocated GPU-hours at steps the GPU was unavailable ([`crate::health`]): held, but
     /// it could take no work; never idle, never used.
     pub unavailable_gpu_hours: f64,
-    /// The busy flag × allocated time, where measured (for comparison).
-    pub busy_gpu_hours: f64,
+    /// The busy flag × allocated time, where measured (for comparison); `None` where it
+    /// never was (no allocated GPU-hour with the busy flag read).
+    pub busy_gpu_hours: Option<f64>,
     /// Allocated GPU-hours at which the busy flag was measured.
     pub busy_measured_gpu_hours: f64,
-    /// Effective compute × allocated time, where measured.
-    pub effective_compute_gpu_hours: f64,
+    /// Effective compute × allocated time, where measured; `None` where it never was.
+    pub effective_compute_gpu_hours: Option<f64>,
     /// Allocated GPU-hours at which effective compute was measured.
     pub effective_compute_measured_gpu_hours: f64,
     /// Time-sliced GPUs: the device's measured effective compute × this group's allocated
@@ -117,8 +118,8 @@ pub struct GroupHours {
     /// (`truthscale_pod_effective_compute_estimate_ratio`) × time. Each holder's lies between
     /// 0 and the device's measured total. `None` when there was no such split.
     pub effective_compute_estimate_gpu_hours: Option<f64>,
-    /// Roofline saturation × allocated time, where measured.
-    pub saturation_gpu_hours: f64,
+    /// Roofline saturation × allocated time, where measured; `None` where it never was.
+    pub saturation_gpu_hours: Option<f64>,
     /// Allocated GPU-hours at which saturation was measured.
     pub saturation_measured_gpu_hours: f64,
     /// The group's energy, kWh: its share of each GPU's energy at each step (the same
@@ -147,8 +148,9 @@ pub struct GroupCost {
     pub use_unknown: f64,
     /// Of the GPU-hours the GPU was unavailable.
     pub unavailable: f64,
-    /// Of the effective compute GPU-hours.
-    pub effective_compute: f64,
+    /// Of the effective compute GPU-hours; `None` where effective compute was never
+    /// measured.
+    pub effective_compute: Option<f64>,
 }
 
 /// The groups' GPU-hours over one period of the window.

@@ -96,9 +96,9 @@ fn gpu_hours_by_group_reconcile_with_the_fleet() {
     near(ml.idle_gpu_hours, h(3.0));
     near(ml.unmeasured_gpu_hours, h(1.0));
     near(ml.use_unknown_gpu_hours, h(3.0));
-    near(ml.effective_compute_gpu_hours, h(5.0 * 0.3 + 0.5));
+    near(ml.effective_compute_gpu_hours.unwrap(), h(5.0 * 0.3 + 0.5));
     near(ml.effective_compute_measured_gpu_hours, h(9.0));
-    near(ml.busy_gpu_hours, h(5.0 * 0.9 + 1.0));
+    near(ml.busy_gpu_hours.unwrap(), h(5.0 * 0.9 + 1.0));
     // Half of the time-sliced device's measured 0.3 over its 6 steps, not its own use.
     near(
         ml.time_sliced_effective_compute_gpu_hours.unwrap(),
@@ -111,7 +111,7 @@ fn gpu_hours_by_group_reconcile_with_the_fleet() {
     near(web.use_unknown_gpu_hours, h(3.0));
     // The MIG instance's own counters: 3/7 of the GPU-time, at its measured fractions.
     near(web.used_gpu_hours, h(3.0));
-    near(web.effective_compute_gpu_hours, h(3.0 * 0.2));
+    near(web.effective_compute_gpu_hours.unwrap(), h(3.0 * 0.2));
     assert!(web.requested_gpu_hours.is_none());
     let batch = g("batch");
     assert_eq!(batch.allocated_gpu_hours, 0.0);
@@ -156,7 +156,7 @@ fn costs_by_model_and_periods() {
     );
     assert_eq!(cost.idle, 8.0);
     assert_eq!(cost.used, 8.0);
-    assert!((cost.effective_compute - 2.0 * 0.3 * 4.0).abs() < 1e-9);
+    assert!((cost.effective_compute.unwrap() - 2.0 * 0.3 * 4.0).abs() < 1e-9);
     assert!(
         s.notes.iter().any(|n| n.contains("no price for Tesla T4")),
         "{:?}",
