@@ -255,11 +255,20 @@ impl Allocations {
     }
 
     /// Attribute every entity of `produced` (see the module documentation), and the
-    /// processes listed on it, seen under `procs`' root.
-    pub(crate) fn attribute(&self, produced: &mut Produced, procs: &mut Procs) {
+    /// processes listed on it, seen under `procs`' root. Returns how many MIG instances
+    /// were left as the source gave them, their holders unknown: the kubelet names an
+    /// instance by its own UUID, which the source did not give (dcgm-exporter labels an
+    /// instance with its parent GPU's UUID), so no allocation is set (absent, never "no
+    /// holder").
+    pub(crate) fn attribute(&self, produced: &mut Produced, procs: &mut Procs) -> usize {
         procs.begin_tick();
+        let mut unknown = 0;
         for s in &mut produced.samples {
             for e in &mut s.entities {
+                if e.id.mig.as_ref().is_some_and(|m| m.uuid.is_none()) {
+                    unknown += 1;
+                    continue;
+                }
                 let holders = self.of(e);
                 e.id.pod = match holders.as_slice() {
                     [only] if only.replica.is_none() => Some(only.pod.clone()),
@@ -275,6 +284,7 @@ impl Allocations {
             }
         }
         procs.end_tick();
+        unknown
     }
 
     /// Sidecar mode (`sidecar.pod_resources`), from this pod's own `Get` answer: an entity

@@ -502,6 +502,17 @@ pub(super) mod tests {
             ],
         };
         let a = Allocations::from_response(&r, &NodeConfig::default().resource_names);
+        // dcgm-exporter's MIG instance: its parent's UUID, none of its own, and the pod
+        // labels dcgm-exporter gave it.
+        let mut dcgm_mig = entity(5, "GPU-d", Some("MIG-m1"));
+        if let Some(m) = dcgm_mig.id.mig.as_mut() {
+            m.uuid = None;
+        }
+        dcgm_mig.id.pod = Some(PodRef {
+            pod: "from-the-source".into(),
+            namespace: None,
+            container: None,
+        });
         let mut produced = Produced {
             samples: vec![truthscale_core::model::Sample {
                 taken: truthscale_core::model::Timestamp(0),
@@ -511,12 +522,21 @@ pub(super) mod tests {
                     entity(2, "GPU-c", None),
                     entity(3, "GPU-d", Some("MIG-m1")),
                     entity(4, "GPU-e", None),
+                    dcgm_mig,
                 ],
             }],
             ..Produced::default()
         };
-        a.attribute(&mut produced, &mut Procs::new("/nonexistent".into()));
+        let unknown = a.attribute(&mut produced, &mut Procs::new("/nonexistent".into()));
         let e = &produced.samples[0].entities;
+        // The instance without its own UUID: holders unknown, never "no holder" (no
+        // allocation, so no truthscale_gpu_pods 0); the source's labels kept.
+        assert_eq!(unknown, 1);
+        assert_eq!(e[5].allocation, None);
+        assert_eq!(
+            e[5].id.pod.as_ref().map(|p| p.pod.as_str()),
+            Some("from-the-source")
+        );
         // Exclusive: the pod's labels.
         assert_eq!(e[0].id.pod.as_ref().map(|p| p.pod.as_str()), Some("train"));
         assert_eq!(e[0].allocation.as_ref().map(Vec::len), Some(1));

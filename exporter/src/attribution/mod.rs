@@ -43,6 +43,8 @@ pub(crate) struct NodeAttribution {
     health: Health,
     /// Failures the pipeline counted against this stage (overruns).
     own: BTreeMap<String, u64>,
+    /// Whether MIG instances the kubelet's answer cannot name were logged.
+    warned_mig: bool,
 }
 
 impl NodeAttribution {
@@ -87,6 +89,7 @@ impl NodeAttribution {
             procs: Procs::new(proc_root),
             health: Health::default(),
             own: BTreeMap::new(),
+            warned_mig: false,
         }
     }
 }
@@ -103,7 +106,14 @@ impl Stage for NodeAttribution {
             errors,
         };
         if let Some(a) = allocations {
-            a.attribute(tick.produced, &mut self.procs);
+            let unknown = a.attribute(tick.produced, &mut self.procs);
+            if unknown > 0 && !std::mem::replace(&mut self.warned_mig, true) {
+                tracing::warn!(
+                    source = KUBELET,
+                    instances = unknown,
+                    "MIG instances without their own UUID (dcgm-exporter labels an instance with its parent GPU's) cannot be matched to the kubelet's allocations, which name instances by their MIG UUID: they are exported without allocation (no truthscale_gpu_pods, no allocation info) and with the pod labels the source gave. Read MIG GPUs through NVML (--source nvml) to attribute them. Logged once."
+                );
+            }
         }
     }
 
