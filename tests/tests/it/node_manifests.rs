@@ -1202,7 +1202,20 @@ fn node_dashboard_on_real_prometheus() {
     assert_eq!(loss("unavailable"), 0.0);
     assert_eq!(stage("allocated"), 2.0);
     assert_eq!(loss("unallocated"), 1.0);
-    let parts = ["unavailable", "unallocated", "idle_held", "use_unmeasured"].map(loss);
+    // The kubelet was read: every device's holders are known.
+    assert_eq!(loss("allocation_unknown"), 0.0);
+    assert_eq!(
+        one("cluster:truthscale_gpu_allocation_unknown:gpu_hours_per_hour"),
+        0.0
+    );
+    let parts = [
+        "unavailable",
+        "unallocated",
+        "allocation_unknown",
+        "idle_held",
+        "use_unmeasured",
+    ]
+    .map(loss);
     assert_eq!(
         parts.iter().sum::<f64>() + stage("active"),
         3.0,

@@ -195,8 +195,17 @@ const DOCUMENTED: &[Documented] = &[
         reason: "every simulated source produces samples; the form is the source_up vector \
                  the condition filters",
         rewrites: &[(
-            "truthscale_source_up{source!~\"kubelet|apiserver\"} == 0",
-            "truthscale_source_up{source!~\"kubelet|apiserver\"}",
+            "truthscale_source_up{source!~\"kubelet|apiserver|engine|pressure\"} == 0",
+            "truthscale_source_up{source!~\"kubelet|apiserver|engine|pressure\"}",
+        )],
+    },
+    Documented {
+        at: "truthscale.rules.yml / alert TruthscaleEnrichmentStale",
+        reason: "the simulated sidecars read no serving engine and no cgroup pressure; the form \
+                 is the GPU source's up vector, which the condition filters the same way",
+        rewrites: &[(
+            "truthscale_source_up{source=~\"engine|pressure\"} == 0",
+            "truthscale_source_up{source=\"sim\"}",
         )],
     },
     Documented {
