@@ -900,6 +900,15 @@ mod tests {
         assert_eq!(by_name("truthscale_gpu_info"), Some(&GPU_INFO));
     }
 
+    /// The exposition writes a help text as it is but for OpenMetrics' double quotes: no
+    /// help holds a backslash or a line break, which both formats would escape.
+    #[test]
+    fn no_help_holds_a_backslash_or_a_line_break() {
+        for m in ALL {
+            assert!(!m.help.contains(['\\', '\n']), "{}: {:?}", m.name, m.help);
+        }
+    }
+
     /// Every OTLP name truthscale claims from the semantic conventions (any name outside its
     /// own `truthscale.` namespace) is one the `opentelemetry-semantic-conventions` crate
     /// defines, metric or attribute, and is used as its kind.

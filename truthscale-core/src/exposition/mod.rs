@@ -309,6 +309,22 @@ struct Writer<'a> {
     format: Encoding,
 }
 
+/// A family's help text as `format` escapes it: a double quote in OpenMetrics, whose
+/// grammar allows none bare in a `# HELP` (both formats escape a backslash and a line break,
+/// which no catalog help holds: `catalog`'s tests hold it).
+fn write_help(out: &mut String, help: &str, format: Encoding) {
+    if format == Encoding::OpenMetrics && help.contains('"') {
+        let mut parts = help.split('"');
+        out.push_str(parts.next().unwrap_or_default());
+        for part in parts {
+            out.push_str("\\\"");
+            out.push_str(part);
+        }
+    } else {
+        out.push_str(help);
+    }
+}
+
 impl Writer<'_> {
     fn header(&mut self, m: &MetricDesc) {
         // OpenMetrics names the family without the sample suffix: `# TYPE x counter` for
@@ -324,8 +340,9 @@ impl Writer<'_> {
             (Encoding::OpenMetrics, Kind::Gauge, n) if n.ends_with("_info") => "info",
             (_, k, _) => k.as_str(),
         };
-        let _ = writeln!(self.out, "# HELP {family} {}", m.help);
-        let _ = writeln!(self.out, "# TYPE {family} {kind}");
+        let _ = write!(self.out, "# HELP {family} ");
+        write_help(self.out, m.help, self.format);
+        let _ = writeln!(self.out, "\n# TYPE {family} {kind}");
     }
 
     fn sample(&mut self, m: &MetricDesc, labels: &str, extra: &[(&str, &str)], v: f64) {
@@ -439,6 +456,20 @@ mod tests {
     use crate::model::{EntityId, EntitySample, PodRef, Readings, Sample, Throttles, Timestamp};
     use crate::model::{Field, SourceKind};
     use crate::tracker::Deriver;
+
+    #[test]
+    fn help_is_escaped_as_each_format_says() {
+        let help = "Up (source=\"sim\"), \"quoted\"";
+        let mut text = String::new();
+        write_help(&mut text, help, Encoding::Text);
+        assert_eq!(text, help);
+        let mut om = String::new();
+        write_help(&mut om, help, Encoding::OpenMetrics);
+        assert_eq!(om, "Up (source=\\\"sim\\\"), \\\"quoted\\\"");
+        let mut plain = String::new();
+        write_help(&mut plain, "nothing to escape: é", Encoding::OpenMetrics);
+        assert_eq!(plain, "nothing to escape: é");
+    }
 
     /// The three escapes of the formats, and visible text for other control characters.
     #[test]

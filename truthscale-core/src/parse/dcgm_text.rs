@@ -1221,7 +1221,7 @@ DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 10 1767225601000
             ),
             (
                 "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 1 12.5",
-                "m.txt:2: bad timestamp `12.5`",
+                "m.txt:2: bad timestamp `12.5` (milliseconds from year 1 to 9999)",
             ),
             (
                 "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 1 12 x",
