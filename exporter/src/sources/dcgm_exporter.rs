@@ -115,6 +115,8 @@ pub struct DcgmExporterSource {
     /// The sampling interval (the source's declared update interval).
     interval: Duration,
     warned_scope: bool,
+    /// Whether the scrapes since the last that kept a GPU were said to keep none.
+    warned_empty: bool,
     /// The families not read that were already counted and named (at most
     /// [`MAX_UNREAD_NAMES`]).
     unread_seen: BTreeSet<String>,
@@ -125,6 +127,25 @@ pub struct DcgmExporterSource {
 }
 
 impl DcgmExporterSource {
+    /// Say, once until a scrape keeps a GPU again, that dcgm-exporter reported `reported`
+    /// GPUs and this pod's scope kept none of them: the source then has no sample, goes
+    /// stale, and the log says why and what to set.
+    fn warn_when_out_of_scope(&mut self, reported: usize, kept: usize) {
+        if kept > 0 || reported == 0 {
+            self.warned_empty = false;
+            return;
+        }
+        if std::mem::replace(&mut self.warned_empty, true) {
+            return;
+        }
+        tracing::warn!(
+            url = %self.url,
+            gpus = reported,
+            scope = ?self.scope,
+            "None of the GPUs dcgm-exporter reports is in this pod's scope, so none is exported and the source goes stale. Name them with source.gpu_uuids or source.gpu_indices, or run dcgm-exporter with pod mapping (-k). dcgm-exporter labels a MIG instance with its parent GPU's UUID, so a MIG-… UUID in NVIDIA_VISIBLE_DEVICES matches none: name the parent GPU-… UUID."
+        );
+    }
+
     /// Name, once each, the families of the answer truthscale does not read, and count
     /// every reading refused for an ambiguous unit.
     fn count_unread(&mut self, unread: &Unread, errors: &mut Vec<SourceError>) {
@@ -249,6 +270,7 @@ impl DcgmExporterSource {
             scope,
             interval,
             warned_scope: false,
+            warned_empty: false,
             unread_seen: BTreeSet::new(),
             units: Units::default(),
         }
@@ -374,7 +396,9 @@ impl Source for DcgmExporterSource {
             self.warned_scope = true;
             tracing::warn!(url = %self.url, "No GPU scope (no pod identity, UUIDs or NVIDIA_VISIBLE_DEVICES): exporting every GPU dcgm-exporter reports.");
         }
+        let reported = entities.len();
         entities.retain(|e| self.scope.keeps(e, attributed));
+        self.warn_when_out_of_scope(reported, entities.len());
         if !entities.is_empty() {
             out.samples.push(Sample {
                 taken: Timestamp(unix_ms(now)),

@@ -145,6 +145,40 @@ fn keeps_only_this_pods_gpus_with_pod_labels() {
     assert_eq!(gpus, vec!["1"]);
 }
 
+/// A scope that keeps none of the GPUs dcgm-exporter reports (a sidecar whose
+/// `NVIDIA_VISIBLE_DEVICES` names a MIG instance, which dcgm-exporter labels with its parent
+/// GPU's UUID) exports no GPU, goes stale, and says why once, naming what to set.
+#[test]
+fn a_scope_that_keeps_no_gpu_says_so_once() {
+    let server = StandIn::start(ok(&fixture_text("dcgm-exporter-NVIDIA-DCGM-issue191.txt")));
+    let src = format!("dcgm-exporter:{}", server.url());
+    let dir = TempDir::new("dcgm-scope");
+    let sidecar = Sidecar::start(
+        &["--source", &src, "--interval", "200ms"],
+        &[(
+            "NVIDIA_VISIBLE_DEVICES",
+            "MIG-0a1b2c3d-0000-5000-8000-000000000001",
+        )],
+        dir.path(),
+    );
+    let deadline = std::time::Instant::now() + WAIT;
+    while server.hits.load(Ordering::SeqCst) < 5 {
+        assert!(std::time::Instant::now() < deadline, "too few scrapes");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let m = sidecar.wait_for(WAIT, "source down", |m| {
+        value(m, "truthscale_source_up", &[("source", "dcgm_exporter")]) == Some(0.0)
+    });
+    assert!(!m.iter().any(|s| s.name == "truthscale_gpu_info"), "{m:?}");
+    let stderr = sidecar.process.stderr();
+    let said = stderr
+        .matches("None of the GPUs dcgm-exporter reports is in this pod's scope")
+        .count();
+    assert_eq!(said, 1, "said once, not every scrape:\n{stderr}");
+    assert!(stderr.contains("gpus=2"), "{stderr}");
+    assert!(stderr.contains("name the parent GPU-"), "{stderr}");
+}
+
 #[test]
 fn busy_only_scrape_gets_busy_only_fidelity_and_repeats_are_observed_time() {
     let body =
