@@ -826,3 +826,52 @@ fn an_idle_notebook_s_row_names_it_and_the_command_that_stops_it() {
     );
     assert!(text.contains(&want), "{text}");
 }
+
+/// A workload whose use was never read (memory only): the idle section names it as not
+/// measured, and its cluster, where no workload's idleness was measured, has no idle total
+/// (not 0), while a cluster with measured workloads has one.
+#[test]
+fn idleness_never_measured_is_named_and_never_a_zero() {
+    let (mut input, source) = fleet();
+    let mut dark = gpu_track(
+        Some("lab/dark"),
+        "north/GPU-x0".into(),
+        "h100-sxm",
+        H100,
+        81_559,
+    );
+    let shape = Shape {
+        sat: |_| None,
+        busy: 0.0,
+        mem_gib: |_| Some(10.0),
+    };
+    record(&mut dark, 0..STEPS, &shape);
+    dark.finish();
+    input.tracks.push(dark);
+    let cfg = FleetConfig::default();
+    let clusters = super::by_cluster(&input, &cfg);
+    let idle_of = |name: &str| {
+        clusters
+            .iter()
+            .find(|c| c.cluster == name)
+            .map(|c| c.idle_gpu_hours)
+    };
+    assert_eq!(idle_of("north"), Some(None), "no workload measured");
+    // node-b: `research/idle` (busy 0.01, saturation 0.001) is idle at each of the 40 steps
+    // of 300 s it ran; its neighbours are busy whenever read.
+    let node_b = idle_of("node-b").flatten().unwrap_or_default();
+    assert!((node_b - 40.0 * 300.0 / 3600.0).abs() < 1e-9, "{node_b}");
+
+    let doc = super::document(&input, source, &cfg);
+    assert_eq!(doc.fleet.idle.unmeasured, ["lab/dark"]);
+    let mut text = Vec::new();
+    super::idle::text(&mut text, &doc.fleet, 1).expect("written");
+    let text = String::from_utf8(text).unwrap_or_default();
+    assert!(
+        text.contains("idleness not measured (neither the busy flag nor effective compute read), so neither listed nor counted: 1 workload(s): lab/dark"),
+        "{text}"
+    );
+    let mut page = String::new();
+    super::idle::html(&mut page, &doc.fleet, 1);
+    assert!(page.contains("1 workload(s): lab/dark"), "{page}");
+}

@@ -64,7 +64,24 @@ pub(super) fn text(out: &mut impl Write, f: &FleetReport, digits: usize) -> Resu
         out,
         "  idle GPU-hours of every workload measured: {}",
         hours(f.idle.idle_gpu_hours, digits)
-    )
+    )?;
+    if let Some(line) = unmeasured(f) {
+        writeln!(out, "  {line}")?;
+    }
+    Ok(())
+}
+
+/// The workloads whose idleness is unknown (neither the busy flag nor effective compute
+/// read), which no list or total above counts; `None` when there are none.
+fn unmeasured(f: &FleetReport) -> Option<String> {
+    let u = &f.idle.unmeasured;
+    (!u.is_empty()).then(|| {
+        format!(
+            "idleness not measured (neither the busy flag nor effective compute read), so neither listed nor counted: {} workload(s): {}",
+            u.len(),
+            u.join(", ")
+        )
+    })
 }
 
 /// The section on the page.
@@ -102,6 +119,9 @@ pub(super) fn html(h: &mut String, f: &FleetReport, digits: usize) {
         let _ = writeln!(h, "</table>");
     }
     let left = f.idle.not_listed;
+    if let Some(line) = unmeasured(f) {
+        let _ = writeln!(h, "<p>{}.</p>", esc(&line));
+    }
     let _ = writeln!(
         h,
         "<p>Idle GPU-hours of every workload measured: {}{}.</p>",

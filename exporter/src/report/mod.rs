@@ -121,8 +121,9 @@ pub(crate) struct ClusterReport {
     pub packed_gpus: Option<u64>,
     /// GPUs the packing frees against the peak allocation (or GPUs reporting).
     pub gpus_freed: Option<u64>,
-    /// Idle allocated GPU-hours of the workloads listed idle.
-    pub idle_gpu_hours: f64,
+    /// Idle allocated GPU-hours of every workload whose idleness was measured, listed or
+    /// not (as the fleet's `idle.idle_gpu_hours`); `None` where no workload's was.
+    pub idle_gpu_hours: Option<f64>,
     /// The cluster's own notes.
     pub notes: Vec<String>,
 }
@@ -167,7 +168,8 @@ pub(crate) fn by_cluster(input: &FleetInput, cfg: &FleetConfig) -> Vec<ClusterRe
                 pooled_lower_bound_gpus: r.sizing.pooled_lower_bound.as_ref().map(|b| b.gpus),
                 packed_gpus: r.sizing.packing.as_ref().map(|p| p.gpus),
                 gpus_freed: r.savings.as_ref().map(|s| s.gpus_freed),
-                idle_gpu_hours: r.idle.idle_gpu_hours,
+                idle_gpu_hours: (r.idle.unmeasured.len() < r.workloads)
+                    .then_some(r.idle.idle_gpu_hours),
                 notes: r.notes,
             }
         })

@@ -47,5 +47,6 @@ pub(crate) const SECTIONS: [Section; 12] = [
     Section::Method,
 ];
 
-/// `report --idle`: where the history came from, and the idle holders.
-pub(crate) const IDLE_ONLY: [Section; 2] = [Section::Header, Section::Idle];
+/// `report --idle`: where the history came from, the idle holders, and the notes on what
+/// was missing or partial (a reclaimable list read from a partial answer says so).
+pub(crate) const IDLE_ONLY: [Section; 3] = [Section::Header, Section::Idle, Section::Notes];

@@ -468,7 +468,7 @@ fn clusters(out: &mut impl Write, clusters: &[ClusterReport]) -> Result<()> {
             count(c.pooled_lower_bound_gpus),
             count(c.packed_gpus),
             count(c.gpus_freed),
-            hours(c.idle_gpu_hours, DIGITS)
+            hours_or_unknown(c.idle_gpu_hours, DIGITS)
         )?;
     }
     Ok(())
