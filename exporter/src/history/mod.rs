@@ -402,6 +402,39 @@ impl History {
     pub(crate) fn cluster_label(&self) -> Option<&str> {
         self.cluster_label.as_deref()
     }
+
+    /// The label matcher list `{more, …}` of a series of pods (kube-state-metrics',
+    /// HAMi's): `more` and the matchers of `--selector` on the labels such series name as
+    /// the GPU series do (`namespace`, `pod`, and `--cluster-label`'s); the selector's others
+    /// (`job`, `node`, `gpu`…) name GPU series only. Empty with none.
+    #[must_use]
+    pub(crate) fn pod_selector(&self, more: &str) -> String {
+        pod_selector(&self.matchers, self.cluster_label.as_deref(), more)
+    }
+}
+
+/// [`History::pod_selector`] of the selector's `matchers` (without braces).
+fn pod_selector(matchers: &str, cluster_label: Option<&str>, more: &str) -> String {
+    let pods = selector::matchers(matchers).unwrap_or_default();
+    let mut all: Vec<String> = Vec::new();
+    if !more.is_empty() {
+        all.push(more.to_owned());
+    }
+    for m in pods {
+        if m.name == "namespace" || m.name == "pod" || Some(m.name.as_str()) == cluster_label {
+            all.push(format!(
+                "{}{}{}",
+                m.name,
+                m.op,
+                query::promql_string(&m.value)
+            ));
+        }
+    }
+    if all.is_empty() {
+        String::new()
+    } else {
+        format!("{{{}}}", all.join(","))
+    }
 }
 
 /// The range `r` reads: `--since` back from `--until` (or now), in steps of `--step`.
@@ -490,6 +523,27 @@ pub fn decode_range_answer(
 mod tests {
     use super::*;
     use truthscale_core::model::Field;
+
+    #[test]
+    fn a_pods_series_takes_the_selectors_namespace_pod_and_cluster_matchers_only() {
+        let m = r#"job="dcgm",namespace="prod",pod=~"llm-\\..*",cluster!="b",node="n1""#;
+        assert_eq!(
+            pod_selector(m, Some("cluster"), r#"resource="nvidia_com_gpu""#),
+            r#"{resource="nvidia_com_gpu",namespace="prod",pod=~"llm-\\..*",cluster!="b"}"#
+        );
+        // Without --cluster-label, a `cluster` matcher is one on GPU series only.
+        assert_eq!(
+            pod_selector(m, None, ""),
+            r#"{namespace="prod",pod=~"llm-\\..*"}"#
+        );
+        assert_eq!(pod_selector(r#"job="dcgm""#, None, ""), "");
+        assert_eq!(pod_selector("", None, r#"a="b""#), r#"{a="b"}"#);
+        // A value's quote and backslash are written back as PromQL reads them.
+        assert_eq!(
+            pod_selector(r#"namespace="a\"b\\c""#, None, ""),
+            r#"{namespace="a\"b\\c"}"#
+        );
+    }
 
     #[test]
     fn own_metrics_are_the_catalogs_readings() {

@@ -78,6 +78,23 @@ pub(super) fn series_query(name: &str, matchers: &str) -> String {
     }
 }
 
+/// `text` as a PromQL double-quoted string: its backslashes, double quotes and line
+/// breaks escaped.
+pub(super) fn promql_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 /// `matchers` with one more matcher.
 pub(super) fn join_matchers(matchers: &str, more: &str) -> String {
     if matchers.is_empty() {

@@ -190,7 +190,8 @@ impl History {
     /// The series a PromQL `query` gives over the range, at its step, read in chunks of at
     /// most [`CHUNK_POINTS`] steps: each series' labels and its values by step index (NaN
     /// and infinities kept, for the reader to refuse or leave out). For attributes of pods (kube-state-metrics' requests and
-    /// labels) beside the GPU series; the selector does not apply.
+    /// labels) beside the GPU series; the selector does not apply, but for what the query
+    /// itself holds ([`History::pod_selector`]).
     ///
     /// # Errors
     /// As the GPU series' reads.

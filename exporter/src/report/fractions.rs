@@ -10,19 +10,28 @@ use std::collections::{BTreeMap, HashMap};
 use truthscale_core::showback::{Fraction, Fractions, MeasuredUse};
 
 /// HAMi's requests, by pod and resource (kube-state-metrics sanitises `nvidia.com/gpucores`
-/// to `nvidia_com_gpucores`).
-const HAMI: &str = "max by (namespace, pod, resource) (kube_pod_container_resource_requests{resource=~\"nvidia_com_gpucores|nvidia_com_gpumem\"})";
+/// to `nvidia_com_gpucores`), within `history`'s pods.
+fn hami_query(history: &History) -> String {
+    let scope = history.pod_selector("resource=~\"nvidia_com_gpucores|nvidia_com_gpumem\"");
+    format!("max by (namespace, pod, resource) (kube_pod_container_resource_requests{scope})")
+}
 
 /// KAI's annotations (kube-state-metrics with
 /// `--metric-annotations-allowlist=pods=[gpu-fraction,gpu-memory]`).
-const KAI: &str = "max by (namespace, pod, annotation_gpu_fraction, annotation_gpu_memory) (kube_pod_annotations)";
+const KAI: (&str, &str) = (
+    "max by (namespace, pod, annotation_gpu_fraction, annotation_gpu_memory)",
+    "kube_pod_annotations",
+);
 
 /// Each pod's DRA resource claims, by step.
-const DRA: &str = "count by (namespace, pod) (kube_pod_resourceclaim_info)";
+const DRA: (&str, &str) = ("count by (namespace, pod)", "kube_pod_resourceclaim_info");
 
 /// HAMi vGPUmonitor's per-container utilization of its device, by pod: a percent (0 to
 /// 100, the SM utilization NVML gives), not a ratio whatever its name says.
-const HAMI_USE: &str = "sum by (namespace, pod) (hami_container_device_utilization_ratio)";
+const HAMI_USE: (&str, &str) = (
+    "sum by (namespace, pod)",
+    "hami_container_device_utilization_ratio",
+);
 
 /// Each pod's (`namespace/pod`) values by step.
 pub(crate) type ByStep = HashMap<String, Vec<(usize, f64)>>;
@@ -180,14 +189,20 @@ pub(crate) fn read(
 ) -> anyhow::Result<(Fractions, ByStep)> {
     let hours_per_step = history.step_seconds() / 3600.0;
     let mut fractions = Fractions::new();
-    hami(&history.series_by_step(HAMI)?, &mut fractions);
+    // An aggregation of a metric of pods, within the history's pods.
+    let scoped =
+        |(by, metric): (&str, &str)| format!("{by} ({metric}{})", history.pod_selector(""));
+    hami(
+        &history.series_by_step(&hami_query(history))?,
+        &mut fractions,
+    );
     let hami_pods = fractions.len();
     let kai_requested = kai(
-        &history.series_by_step(KAI)?,
+        &history.series_by_step(&scoped(KAI))?,
         &mut fractions,
         hours_per_step,
     );
-    let claims = claimed(&history.series_by_step(DRA)?, hours_per_step);
+    let claims = claimed(&history.series_by_step(&scoped(DRA))?, hours_per_step);
     if hami_pods > 0 {
         notes.push(format!("{hami_pods} pod(s) request a fraction of a GPU through HAMi (kube_pod_container_resource_requests nvidia_com_gpucores, nvidia_com_gpumem)"));
     }
@@ -200,7 +215,7 @@ pub(crate) fn read(
     if !claims.is_empty() {
         notes.push(format!("{} pod(s) hold DRA resource claims (kube_pod_resourceclaim_info): each claim counts as one GPU requested where the pod requests none through nvidia_com_gpu (the series names no device class)", claims.len()));
     }
-    let used = measured(&history.series_by_step(HAMI_USE)?);
+    let used = measured(&history.series_by_step(&scoped(HAMI_USE))?);
     if !used.is_empty() {
         notes.push(format!("{} pod(s) have their own use measured by HAMi (hami_container_device_utilization_ratio, a percent read over 100): their use is that, not unknown", used.len()));
     }

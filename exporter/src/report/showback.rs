@@ -375,9 +375,10 @@ pub(crate) fn read(history: &mut History, by: &By) -> anyhow::Result<PodAttribut
     if history.family() == crate::history::Family::Truthscale {
         out.held = read_held(history)?;
     }
-    let requests = history.series_by_step(
-        "sum by (namespace, pod) (kube_pod_container_resource_requests{resource=\"nvidia_com_gpu\"})",
-    )?;
+    let requests = history.series_by_step(&format!(
+        "sum by (namespace, pod) (kube_pod_container_resource_requests{})",
+        history.pod_selector("resource=\"nvidia_com_gpu\"")
+    ))?;
     if requests.is_empty() {
         out.notes.push("no kube_pod_container_resource_requests{resource=\"nvidia_com_gpu\"} in this Prometheus (kube-state-metrics): requested GPU-hours are unknown".into());
     } else {
@@ -402,8 +403,10 @@ pub(crate) fn read(history: &mut History, by: &By) -> anyhow::Result<PodAttribut
                 "truthscale's allocation info (node.pod_labels)",
             ),
         ] {
-            let series =
-                history.series_by_step(&format!("max by (namespace, pod, {name}) ({metric})"))?;
+            let series = history.series_by_step(&format!(
+                "max by (namespace, pod, {name}) ({metric}{})",
+                history.pod_selector("")
+            ))?;
             // Each pod's value: the one of its latest series with the label.
             let mut latest: HashMap<String, (usize, String)> = HashMap::new();
             for (labels, values) in &series {

@@ -489,6 +489,27 @@ fn showback_by_team_from_dcgm_history_and_kube_state_metrics() {
     );
     assert!(run.stdout.contains("(reconciled)"), "{}", run.stdout);
     eprintln!("{}", &run.stdout[run.stdout.find("SHOWBACK").unwrap()..]);
+
+    // A selector on the namespace scopes kube-state-metrics' requests too: no group of
+    // another namespace appears with only its requested hours.
+    let v = json(&report(
+        &url,
+        "job=\"dcgm\",namespace=\"research\"",
+        &["--by", "namespace", "--json"],
+    ));
+    let groups: Vec<&str> = v["showback"]["total"]["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .filter_map(|g| g["group"].as_str())
+        .collect();
+    assert_eq!(groups, ["research"], "{v:#}");
+    // Its two pods (train and the notebook) requested one GPU each, the whole window.
+    near(
+        &group(&v, "research")["requested_gpu_hours"],
+        2.0 * W * H,
+        "research requested",
+    );
 }
 
 /// The same fleet in truthscale's own series (node mode's allocation info, per-process
