@@ -45,20 +45,27 @@ fn last(values: &[(usize, f64)]) -> Option<f64> {
 }
 
 /// HAMi's requests into `out`: gpucores (percent, above 0 up to 100) as the compute part,
-/// gpumem (MiB) as the memory part, each pod's latest.
-pub(crate) fn hami(series: &[StepSeries], out: &mut Fractions) {
+/// gpumem (MiB, above 0) as the memory part, each pod's latest. Returns the pods whose
+/// request was neither (gpucores 0 or past 100, gpumem 0 or below): their fraction is not
+/// known, so they are charged as pods without one.
+pub(crate) fn hami(series: &[StepSeries], out: &mut Fractions) -> Vec<String> {
+    let mut refused = Vec::new();
     for (labels, values) in series {
         let (Some(pod), Some(v)) = (pod_of(labels), last(values)) else {
             continue;
         };
-        let f = out.entry(pod).or_default();
+        let f = out.entry(pod.clone()).or_default();
         match labels.get("resource").map(String::as_str) {
             Some("nvidia_com_gpucores") if v > 0.0 && v <= 100.0 => f.compute = Some(v / 100.0),
             Some("nvidia_com_gpumem") if v > 0.0 => f.memory_mib = Some(v),
-            _ => {}
+            _ => refused.push(pod),
         }
     }
     out.retain(|_, f| *f != Fraction::default());
+    refused.retain(|p| !out.contains_key(p));
+    refused.sort_unstable();
+    refused.dedup();
+    refused
 }
 
 /// KAI's annotations into `out` (where HAMi gave the pod nothing): `gpu-fraction` (above 0
@@ -117,19 +124,23 @@ pub(crate) fn claimed(series: &[StepSeries], hours_per_step: f64) -> HashMap<Str
 }
 
 /// Each pod's own measured use by step, a fraction of the whole GPU: HAMi's percent over
-/// 100; a value outside 0 to 100 is no reading.
-pub(crate) fn measured(series: &[StepSeries]) -> ByStep {
+/// 100; a value outside 0 to 100 (or not finite) is no reading, and counted (the second).
+pub(crate) fn measured(series: &[StepSeries]) -> (ByStep, usize) {
     let mut out = ByStep::new();
+    let mut refused = 0;
     for (labels, values) in series {
         let Some(pod) = pod_of(labels) else { continue };
-        out.entry(pod).or_default().extend(
-            values
-                .iter()
-                .filter(|(_, v)| (0.0..=100.0).contains(v))
-                .map(|(s, v)| (*s, v / 100.0)),
-        );
+        let read = out.entry(pod).or_default();
+        for (s, v) in values {
+            if (0.0..=100.0).contains(v) {
+                read.push((*s, v / 100.0));
+            } else {
+                refused += 1;
+            }
+        }
     }
-    out
+    out.retain(|_, read| !read.is_empty());
+    (out, refused)
 }
 
 /// The measured use `by_step` at each point of `per` steps: the mean of its steps read.
@@ -192,10 +203,13 @@ pub(crate) fn read(
     // An aggregation of a metric of pods, within the history's pods.
     let scoped =
         |(by, metric): (&str, &str)| format!("{by} ({metric}{})", history.pod_selector(""));
-    hami(
+    let refused = hami(
         &history.series_by_step(&hami_query(history))?,
         &mut fractions,
     );
+    if !refused.is_empty() {
+        notes.push(format!("{} pod(s) request through HAMi neither gpucores above 0 up to 100 nor gpumem above 0, so their fraction is not known and they are charged as pods without one: {}", refused.len(), refused.join(", ")));
+    }
     let hami_pods = fractions.len();
     let kai_requested = kai(
         &history.series_by_step(&scoped(KAI))?,
@@ -215,7 +229,10 @@ pub(crate) fn read(
     if !claims.is_empty() {
         notes.push(format!("{} pod(s) hold DRA resource claims (kube_pod_resourceclaim_info): each claim counts as one GPU requested where the pod requests none through nvidia_com_gpu (the series names no device class)", claims.len()));
     }
-    let used = measured(&history.series_by_step(&scoped(HAMI_USE))?);
+    let (used, refused) = measured(&history.series_by_step(&scoped(HAMI_USE))?);
+    if refused > 0 {
+        notes.push(format!("{refused} step(s) of HAMi's use (hami_container_device_utilization_ratio, summed over a pod's containers) were outside 0 to 100 % and not read: the use of those steps is unknown"));
+    }
     if !used.is_empty() {
         notes.push(format!("{} pod(s) have their own use measured by HAMi (hami_container_device_utilization_ratio, a percent read over 100): their use is that, not unknown", used.len()));
     }
@@ -268,7 +285,8 @@ mod tests {
                 &[250.0],
             ),
         ];
-        hami(&s, &mut f);
+        let refused = hami(&s, &mut f);
+        assert_eq!(refused, ["b/q"], "gpucores 250 is no fraction");
         let p = f["a/p"];
         assert_eq!(p.compute, Some(0.25), "the latest");
         assert_eq!(p.memory_mib, Some(20_000.0));
@@ -367,11 +385,17 @@ mod tests {
     /// reading; points of 2 steps take the mean of the steps read.
     #[test]
     fn hami_use_is_a_percent_over_100() {
-        let m = measured(&[series(
-            &[("namespace", "a"), ("pod", "p")],
-            &[40.0, 20.0, 250.0, 10.0],
-        )]);
+        let (m, refused) = measured(&[
+            series(
+                &[("namespace", "a"), ("pod", "p")],
+                &[40.0, 20.0, 250.0, 10.0],
+            ),
+            // A pod with no reading in range is no pod measured.
+            series(&[("namespace", "a"), ("pod", "q")], &[-1.0, f64::NAN]),
+        ]);
         assert_eq!(m["a/p"], vec![(0, 0.4), (1, 0.2), (3, 0.1)]);
+        assert!(!m.contains_key("a/q"), "{m:?}");
+        assert_eq!(refused, 3, "250, -1 and NaN counted");
         let p = by_point(&m, 2);
         let p = &p["a/p"];
         assert!((p[&0] - 0.3).abs() < 1e-12, "{p:?}");

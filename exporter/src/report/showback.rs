@@ -394,6 +394,9 @@ pub(crate) fn read(history: &mut History, by: &By) -> anyhow::Result<PodAttribut
     }
     (out.fractions, out.measured) =
         super::fractions::read(history, &mut out.requested, &mut out.notes)?;
+    if let Some(label) = history.cluster_label() {
+        out.notes.push(format!("the pods' requests, labels and fractions are read by namespace and pod name across clusters (--cluster-label {label} names the GPUs' clusters only): pods of the same name in two clusters share them"));
+    }
     if let By::Label { key, name } = by {
         let mut found = false;
         for (metric, source) in [

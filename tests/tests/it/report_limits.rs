@@ -456,6 +456,12 @@ fn report_reads_two_clusters_remote_written_by_agents_to_a_central_prometheus() 
         .collect();
     groups.sort_unstable();
     assert_eq!(groups, ["a/gpu-node-1", "b/gpu-node-1"], "{v:#}");
+    // The pods' own series are read by name across clusters, and a note says so.
+    let notes = v["showback"]["notes"].to_string();
+    assert!(
+        notes.contains("pods of the same name in two clusters share them"),
+        "{notes}"
+    );
 
     // The text report has the table.
     let text = read(&["--cluster-label", "cluster"]);

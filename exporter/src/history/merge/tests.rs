@@ -188,6 +188,26 @@ fn own_entities_that_come_and_go_carry_nothing_over() {
     );
 }
 
+/// A value of truthscale's own series that is not finite reaches the deriver as read, which
+/// blanks and counts it, instead of being left out uncounted.
+#[test]
+fn an_own_value_that_is_not_finite_goes_to_the_deriver_as_read() {
+    let a: Labels<'_> = &[("gpu", "0"), ("uuid", "GPU-a")];
+    let mut c = Chunk::default();
+    c.add(
+        Family::Truthscale,
+        "truthscale_gpu_tensor_active_ratio",
+        &matrix(&[(a, &[(1.0, "NaN"), (2.0, "+Inf"), (3.0, "0.5")])]),
+    );
+    let mut got = Vec::new();
+    c.feed(|s| got.push(s.entities[0].readings.get(Field::TensorActive)));
+    assert!(matches!(got[0], Reading::Value(x) if x.is_nan()), "{got:?}");
+    assert_eq!(
+        got[1..],
+        [Reading::Value(f64::INFINITY), Reading::Value(0.5)]
+    );
+}
+
 #[test]
 fn merging_on_the_grid_orders_as_the_sort_does() {
     let g0: Labels<'_> = &[("gpu", "0")];
