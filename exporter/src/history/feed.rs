@@ -6,6 +6,7 @@ use super::columns::SampleKind;
 use super::merge::Chunk;
 use super::read::{CHUNK_POINTS, FIRST_CHUNK_POINTS};
 use super::{History, rfc3339};
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -123,7 +124,7 @@ impl History {
                     pending = Some((next, last));
                 }
                 let t = std::time::Instant::now();
-                let spent = hand_over(chunk, banded, &mut on_sample, &mut tally.steps);
+                let spent = hand_over(chunk, banded, &mut on_sample, &mut tally);
                 tally.merging += t.elapsed().saturating_sub(spent);
                 tally.consuming += spent;
                 tally.chunks += 1;
@@ -237,6 +238,8 @@ impl History {
         } = self;
         let c = client.counters();
         let mut warnings = c.warnings.lines();
+        let mut unread = unread.clone();
+        unread.ambiguous.extend(tally.ambiguous.clone());
         warnings.extend(
             unread.summary().map(|s| {
                 format!("DCGM fields {s} (docs/dcgm-compatibility.md lists what is read)")
@@ -319,6 +322,8 @@ struct Tally {
     consuming: Duration,
     /// Time spent merging the answers into samples.
     merging: Duration,
+    /// DCGM readings refused for an ambiguous unit, by family (warned with the rest).
+    ambiguous: BTreeMap<String, u64>,
 }
 
 /// The progress bar of a read on a terminal: queries done of the total, the rate.
@@ -337,21 +342,26 @@ fn hand_over(
     chunk: Chunk,
     banded: Vec<Chunk>,
     on_sample: &mut impl FnMut(&Sample, SampleKind),
-    steps: &mut u64,
+    tally: &mut Tally,
 ) -> Duration {
     let mut spent = Duration::ZERO;
-    chunk.feed(|sample| {
+    let steps = &mut tally.steps;
+    let refused = chunk.feed(|sample| {
         let c = std::time::Instant::now();
         on_sample(sample, SampleKind::Step);
         spent += c.elapsed();
         *steps += 1;
     });
+    // A band's samples are the same readings' peaks: counted once, from the steps.
     for (j, b) in banded.into_iter().enumerate() {
         b.feed(|sample| {
             let c = std::time::Instant::now();
             on_sample(sample, SampleKind::Peak(j));
             spent += c.elapsed();
         });
+    }
+    for (family, n) in refused {
+        *tally.ambiguous.entry(family).or_default() += n;
     }
     spent
 }

@@ -194,8 +194,9 @@ impl Chunk {
     }
 
     /// Hand `f` the samples, one per timestamp with at least one value, in time order;
-    /// one sample is built at a time, in place of the previous one.
-    pub(super) fn feed(self, mut f: impl FnMut(&Sample)) {
+    /// one sample is built at a time, in place of the previous one. Returns the DCGM
+    /// readings refused for an ambiguous unit (percent or 0..1), by family.
+    pub(super) fn feed(self, mut f: impl FnMut(&Sample)) -> BTreeMap<String, u64> {
         let Chunk {
             bounds,
             step,
@@ -212,6 +213,7 @@ impl Chunk {
                 f(sample);
             }
         });
+        builder.scrape.take_unread().ambiguous
     }
 }
 

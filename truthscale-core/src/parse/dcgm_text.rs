@@ -539,6 +539,11 @@ impl Scrape {
         &self.unread
     }
 
+    /// What was seen and not read so far, taken: the scrape starts counting again.
+    pub fn take_unread(&mut self) -> Unread {
+        std::mem::take(&mut self.unread)
+    }
+
     /// [`target_of`] `name`, remembered.
     #[inline]
     fn target(&mut self, name: &str) -> Option<Target> {

@@ -208,6 +208,24 @@ fn an_own_value_that_is_not_finite_goes_to_the_deriver_as_read() {
     );
 }
 
+/// DCGM readings refused for an ambiguous unit (a percent-or-ratio family without a # HELP,
+/// reading 0 and 1 only) are counted by family and handed back, for the read's warning.
+#[test]
+fn readings_of_an_ambiguous_unit_are_counted() {
+    let g: Labels<'_> = &[("gpu", "0"), ("UUID", "GPU-a")];
+    let mut c = Chunk::default();
+    c.add(
+        Family::DcgmExporter,
+        "DCGM_FI_DEV_GPU_UTIL_RATIO",
+        &matrix(&[(g, &[(1.0, "0"), (2.0, "1"), (3.0, "0")])]),
+    );
+    let refused = c.feed(|_| {});
+    assert_eq!(
+        refused,
+        BTreeMap::from([("dcgm_fi_dev_gpu_util_ratio".to_owned(), 3)])
+    );
+}
+
 #[test]
 fn merging_on_the_grid_orders_as_the_sort_does() {
     let g0: Labels<'_> = &[("gpu", "0")];
