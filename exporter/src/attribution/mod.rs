@@ -111,7 +111,8 @@ impl Stage for NodeAttribution {
                 tracing::warn!(
                     source = KUBELET,
                     instances = unknown,
-                    "MIG instances without their own UUID (dcgm-exporter labels an instance with its parent GPU's) cannot be matched to the kubelet's allocations, which name instances by their MIG UUID: they are exported without allocation (no truthscale_gpu_pods, no allocation info) and with the pod labels the source gave. Read MIG GPUs through NVML (--source nvml) to attribute them. Logged once."
+                    "MIG instances without their own UUID (dcgm-exporter labels an instance with its parent GPU's) cannot be matched to the kubelet's allocations, which name instances by their MIG UUID: they are exported without allocation (no {}, no allocation info) and with the pod labels the source gave. Read MIG GPUs through NVML (--source nvml) to attribute them. Logged once.",
+                    truthscale_core::catalog::GPU_PODS.name
                 );
             }
         }

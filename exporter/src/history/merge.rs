@@ -390,8 +390,7 @@ impl Builder {
                     scrape.push(name, labels, v);
                 }
                 Some(&SeriesMap::Own { entity, raw }) => {
-                    // A value that is not finite goes in as read: the deriver blanks it and
-                    // counts it (the report's `blanked_readings.non_finite`).
+                    // Not finite: as read, for the deriver to blank and count.
                     let x = raw.read_back(v);
                     if let Some(&slot) = self.slots.get(entity as usize)
                         && let Some(e) = own.get_mut(slot as usize)

@@ -10,10 +10,17 @@ use std::collections::{BTreeMap, HashMap};
 use truthscale_core::showback::{Fraction, Fractions, MeasuredUse};
 
 /// HAMi's requests, by pod and resource (kube-state-metrics sanitises `nvidia.com/gpucores`
-/// to `nvidia_com_gpucores`), within `history`'s pods.
-fn hami_query(history: &History) -> String {
-    let scope = history.pod_selector("resource=~\"nvidia_com_gpucores|nvidia_com_gpumem\"");
-    format!("max by (namespace, pod, resource) (kube_pod_container_resource_requests{scope})")
+/// to `nvidia_com_gpucores`), of these two resources ([`HAMI_RESOURCES`]).
+const HAMI: (&str, &str) = (
+    "max by (namespace, pod, resource)",
+    "kube_pod_container_resource_requests",
+);
+const HAMI_RESOURCES: &str = "resource=~\"nvidia_com_gpucores|nvidia_com_gpumem\"";
+
+/// The query of `by` over `metric`, its series matched by `more` and within `history`'s
+/// pods ([`History::pod_selector`]).
+fn pods_query(history: &History, (by, metric): (&str, &str), more: &str) -> String {
+    format!("{by} ({metric}{})", history.pod_selector(more))
 }
 
 /// KAI's annotations (kube-state-metrics with
@@ -200,11 +207,9 @@ pub(crate) fn read(
 ) -> anyhow::Result<(Fractions, ByStep)> {
     let hours_per_step = history.step_seconds() / 3600.0;
     let mut fractions = Fractions::new();
-    // An aggregation of a metric of pods, within the history's pods.
-    let scoped =
-        |(by, metric): (&str, &str)| format!("{by} ({metric}{})", history.pod_selector(""));
+    let scoped = |query| pods_query(history, query, "");
     let refused = hami(
-        &history.series_by_step(&hami_query(history))?,
+        &history.series_by_step(&pods_query(history, HAMI, HAMI_RESOURCES))?,
         &mut fractions,
     );
     if !refused.is_empty() {

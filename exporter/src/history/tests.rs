@@ -1,0 +1,230 @@
+use super::*;
+use truthscale_core::model::Field;
+
+#[test]
+fn a_pods_series_takes_the_selectors_namespace_pod_and_cluster_matchers_only() {
+    let m = r#"job="dcgm",namespace="prod",pod=~"llm-\\..*",cluster!="b",node="n1""#;
+    assert_eq!(
+        pod_selector(m, Some("cluster"), r#"resource="nvidia_com_gpu""#),
+        r#"{resource="nvidia_com_gpu",namespace="prod",pod=~"llm-\\..*",cluster!="b"}"#
+    );
+    // Without --cluster-label, a `cluster` matcher is one on GPU series only.
+    assert_eq!(
+        pod_selector(m, None, ""),
+        r#"{namespace="prod",pod=~"llm-\\..*"}"#
+    );
+    assert_eq!(pod_selector(r#"job="dcgm""#, None, ""), "");
+    assert_eq!(pod_selector("", None, r#"a="b""#), r#"{a="b"}"#);
+    // A value's quote and backslash are written back as PromQL reads them.
+    assert_eq!(
+        pod_selector(r#"namespace="a\"b\\c""#, None, ""),
+        r#"{namespace="a\"b\\c"}"#
+    );
+}
+
+#[test]
+fn own_metrics_are_the_catalogs_readings() {
+    // The families read back (those OWN_METRICS listed before the catalog held them),
+    // each with its reading and the factor from the exported unit to the reading's.
+    let own: Vec<(&str, Field, f64)> = own_names()
+        .map(|n| {
+            let r = own_metric(n).unwrap();
+            (n, r.field, r.read_back(1.0))
+        })
+        .collect();
+    assert_eq!(
+        own,
+        [
+            (
+                catalog::GPU_REPORTED_UTILIZATION.name,
+                Field::ReportedUtil,
+                1.0
+            ),
+            (catalog::GPU_SM_ACTIVE.name, Field::SmActive, 1.0),
+            (catalog::GPU_SM_OCCUPANCY.name, Field::SmOccupancy, 1.0),
+            (catalog::GPU_TENSOR_ACTIVE.name, Field::TensorActive, 1.0),
+            (catalog::GPU_DRAM_ACTIVE.name, Field::DramActive, 1.0),
+            (catalog::GPU_MEMORY_USED.name, Field::MemUsedBytes, 1.0),
+            (catalog::GPU_MEMORY_TOTAL.name, Field::MemTotalBytes, 1.0),
+            (catalog::GPU_POWER.name, Field::PowerWatts, 1.0),
+            (catalog::GPU_POWER_LIMIT.name, Field::PowerLimitWatts, 1.0),
+            (catalog::GPU_SM_CLOCK.name, Field::SmClockMhz, 1e-6),
+            // The health levels, so that history decides health by the same rules.
+            (catalog::GPU_XID_LAST.name, Field::XidLast, 1.0),
+            (
+                catalog::GPU_XID_WINDOW_ERRORS.name,
+                Field::XidWindowErrors,
+                1.0
+            ),
+            (
+                catalog::GPU_XID_WINDOW_FATAL.name,
+                Field::XidWindowFatal,
+                1.0
+            ),
+            (
+                catalog::GPU_ROW_REMAP_PENDING.name,
+                Field::RowRemapPending,
+                1.0
+            ),
+            (
+                catalog::GPU_ROW_REMAP_FAILED.name,
+                Field::RowRemapFailed,
+                1.0
+            ),
+            (
+                catalog::GPU_ROW_REMAP_UNCORRECTABLE.name,
+                Field::RowRemapUncorrectable,
+                1.0
+            ),
+            (
+                catalog::GPU_RECOVERY_ACTION.name,
+                Field::RecoveryAction,
+                1.0
+            ),
+            (
+                catalog::GPU_MEMORY_UNREPAIRABLE.name,
+                Field::MemoryUnrepairable,
+                1.0
+            ),
+            (
+                catalog::GPU_FABRIC_HEALTH_SUMMARY.name,
+                Field::FabricHealthSummary,
+                1.0
+            ),
+            // What a starved window's cause is decided from, so node mode's history
+            // decides it by the same rules.
+            (
+                catalog::GPU_PCIE_RECEIVE.name,
+                Field::PcieRxBytesPerSec,
+                1.0
+            ),
+            (
+                catalog::GPU_PCIE_TRANSMIT.name,
+                Field::PcieTxBytesPerSec,
+                1.0
+            ),
+            (
+                catalog::GPU_PCIE_LINK_GENERATION.name,
+                Field::PcieLinkGen,
+                1.0
+            ),
+            (catalog::GPU_PCIE_LINK_WIDTH.name, Field::PcieLinkWidth, 1.0),
+            (
+                catalog::GPU_NVLINK_RECEIVE.name,
+                Field::NvlinkRxBytesPerSec,
+                1.0
+            ),
+            (
+                catalog::GPU_NVLINK_TRANSMIT.name,
+                Field::NvlinkTxBytesPerSec,
+                1.0
+            ),
+            (
+                catalog::GPU_NVLINK_TRANSMIT_WAIT.name,
+                Field::NvlinkTxWaitPerSec,
+                1.0
+            ),
+            (
+                catalog::GPU_HOLDER_CPU_THROTTLED.name,
+                Field::HolderCpuThrottledRatio,
+                1.0
+            ),
+            (
+                catalog::GPU_HOLDER_CPU_LIMIT.name,
+                Field::HolderCpuLimitCores,
+                1.0
+            ),
+            (
+                catalog::GPU_HOLDER_CPU_WAITING.name,
+                Field::HolderCpuWaitingRatio,
+                1.0
+            ),
+            (
+                catalog::GPU_HOLDER_IO_WAITING.name,
+                Field::HolderIoWaitingRatio,
+                1.0
+            ),
+            (
+                catalog::GPU_HOLDER_IO_STALLED.name,
+                Field::HolderIoStalledRatio,
+                1.0
+            ),
+            (
+                catalog::GPU_HOLDER_MEMORY_STALLED.name,
+                Field::HolderMemoryStalledRatio,
+                1.0
+            ),
+        ]
+    );
+    for id in NOT_READ_BACK {
+        assert!(id.desc().raw.is_some(), "{}", id.desc().name);
+    }
+    let names = candidate_names();
+    assert!(names.iter().any(|n| n == "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"));
+    assert!(names.iter().any(|n| n == "dcgm_gpu_utilization"));
+    assert!(is_dcgm("DCGM_FI_DEV_FB_FREE") && !is_dcgm("DCGM_FI_DEV_PCIE_REPLAY_COUNTER"));
+}
+
+/// `--bearer-token-file` is read bounded: `/dev/zero`, a FIFO, a directory and a file
+/// over 64 KiB are refused at once, naming the flag and the file.
+#[test]
+fn bearer_token_file_is_read_bounded() {
+    use crate::bounds::{MAX_TOKEN_FILE, hostile};
+    let dir = std::env::temp_dir().join(format!("ts-history-token-{}", std::process::id()));
+    let t = std::time::Instant::now();
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        p: PrometheusArgs,
+    }
+    for (path, why) in hostile::files(&dir, MAX_TOKEN_FILE) {
+        let args = <Cli as clap::Parser>::try_parse_from([
+            "t".as_ref(),
+            "--prometheus".as_ref(),
+            "http://x".as_ref(),
+            "--bearer-token-file".as_ref(),
+            path.as_os_str(),
+        ])
+        .unwrap()
+        .p;
+        let err = authorization(&args, &[]).unwrap_err();
+        assert_eq!(
+            format!("{err:#}"),
+            format!("cannot read --bearer-token-file {}: {why}", path.display())
+        );
+    }
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(1),
+        "{:?}",
+        t.elapsed()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn basic_auth_never_needs_printing() {
+    let args = PrometheusArgs {
+        prometheus: Some("http://x".into()),
+        since: None,
+        step: None,
+        selector: None,
+        bearer_token_file: None,
+        basic_auth: Some("user:pa:ss".into()),
+        prometheus_timeout: None,
+        deadline: None,
+        max_requests_per_query: None,
+        until: None,
+        ca_file: None,
+        max_queries_in_flight: None,
+        prometheus_retries: None,
+        cluster_label: None,
+        scrape_interval: None,
+        compression: None,
+        waiting_notice: None,
+        remote_read: None,
+    };
+    assert_eq!(
+        authorization(&args, &[]).unwrap().as_deref(),
+        Some("Basic dXNlcjpwYTpzcw==")
+    );
+}
