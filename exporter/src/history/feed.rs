@@ -39,6 +39,8 @@ pub(crate) struct FeedStats {
     /// The answers' warnings (Prometheus', or Thanos' and Mimir's partial answers), capped
     /// and summarised: for the report's notes.
     pub warnings: Vec<String>,
+    /// Values of GPU series that are not finite (NaN, ±Inf), left blank.
+    pub non_finite: u64,
 }
 
 impl History {
@@ -279,6 +281,7 @@ impl History {
             remote_reads: c.remote_reads,
             splits: splits.load(std::sync::atomic::Ordering::Relaxed),
             warnings,
+            non_finite: tally.non_finite,
         }
     }
 }
@@ -324,6 +327,8 @@ struct Tally {
     merging: Duration,
     /// DCGM readings refused for an ambiguous unit, by family (warned with the rest).
     ambiguous: BTreeMap<String, u64>,
+    /// Values of GPU series that are not finite, left blank.
+    non_finite: u64,
 }
 
 /// The progress bar of a read on a terminal: queries done of the total, the rate.
@@ -360,7 +365,8 @@ fn hand_over(
             spent += c.elapsed();
         });
     }
-    for (family, n) in refused {
+    tally.non_finite += refused.non_finite;
+    for (family, n) in refused.ambiguous {
         *tally.ambiguous.entry(family).or_default() += n;
     }
     spent

@@ -194,9 +194,10 @@ impl Chunk {
     }
 
     /// Hand `f` the samples, one per timestamp with at least one value, in time order;
-    /// one sample is built at a time, in place of the previous one. Returns the DCGM
-    /// readings refused for an ambiguous unit (percent or 0..1), by family.
-    pub(super) fn feed(self, mut f: impl FnMut(&Sample)) -> BTreeMap<String, u64> {
+    /// one sample is built at a time, in place of the previous one. Returns what was not
+    /// read: the values that are not finite (left blank) and the DCGM readings refused for
+    /// an ambiguous unit (percent or 0..1), by family.
+    pub(super) fn feed(self, mut f: impl FnMut(&Sample)) -> Refused {
         let Chunk {
             bounds,
             step,
@@ -207,14 +208,37 @@ impl Chunk {
             ..
         } = self;
         let mut builder = Builder::new(entities.len());
+        let mut non_finite = 0;
         for_each_time(&mut points, &starts, bounds, step, |group| {
+            non_finite += group
+                .iter()
+                .filter(|&&(_, i, v)| {
+                    !v.is_finite()
+                        && matches!(
+                            series.get(i as usize),
+                            Some(SeriesMap::Own { .. } | SeriesMap::Dcgm { .. })
+                        )
+                })
+                .count() as u64;
             let sample = builder.build(Timestamp(group[0].0), group, &series, &entities);
             if !sample.entities.is_empty() {
                 f(sample);
             }
         });
-        builder.scrape.take_unread().ambiguous
+        Refused {
+            non_finite,
+            ambiguous: builder.scrape.take_unread().ambiguous,
+        }
     }
+}
+
+/// What a chunk's answers held that was not read as a reading.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Refused {
+    /// Values of GPU series (truthscale's own or DCGM's) that are not finite: left blank.
+    pub(super) non_finite: u64,
+    /// DCGM readings refused for an ambiguous unit, by family.
+    pub(super) ambiguous: BTreeMap<String, u64>,
 }
 
 /// `(seconds × 1000).round() as i64` (halves away from zero, saturating, NaN 0) without a
@@ -390,10 +414,10 @@ impl Builder {
                     scrape.push(name, labels, v);
                 }
                 Some(&SeriesMap::Own { entity, raw }) => {
-                    // Not finite: as read, for the deriver to blank and count.
                     let x = raw.read_back(v);
                     if let Some(&slot) = self.slots.get(entity as usize)
                         && let Some(e) = own.get_mut(slot as usize)
+                        && x.is_finite()
                     {
                         e.readings.set_value(raw.field, x);
                     }

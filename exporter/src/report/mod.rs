@@ -277,6 +277,11 @@ pub(crate) fn collect(
         });
         count_blanks(&mut source, &mut diagnostics);
     })?;
+    // The answers' values that are not finite, left blank where the samples were built.
+    if stats.non_finite > 0 {
+        let kind = DiagnosticKind::NonFinite.as_str();
+        *source.blanked_readings.entry(kind).or_default() += stats.non_finite;
+    }
     for t in &mut tracks {
         t.finish();
     }

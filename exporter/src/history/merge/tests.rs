@@ -188,10 +188,10 @@ fn own_entities_that_come_and_go_carry_nothing_over() {
     );
 }
 
-/// A value of truthscale's own series that is not finite reaches the deriver as read, which
-/// blanks and counts it, instead of being left out uncounted.
+/// Values of GPU series that are not finite are left blank and counted, whichever family
+/// wrote them.
 #[test]
-fn an_own_value_that_is_not_finite_goes_to_the_deriver_as_read() {
+fn values_that_are_not_finite_are_blank_and_counted() {
     let a: Labels<'_> = &[("gpu", "0"), ("uuid", "GPU-a")];
     let mut c = Chunk::default();
     c.add(
@@ -200,12 +200,17 @@ fn an_own_value_that_is_not_finite_goes_to_the_deriver_as_read() {
         &matrix(&[(a, &[(1.0, "NaN"), (2.0, "+Inf"), (3.0, "0.5")])]),
     );
     let mut got = Vec::new();
-    c.feed(|s| got.push(s.entities[0].readings.get(Field::TensorActive)));
-    assert!(matches!(got[0], Reading::Value(x) if x.is_nan()), "{got:?}");
-    assert_eq!(
-        got[1..],
-        [Reading::Value(f64::INFINITY), Reading::Value(0.5)]
+    let refused = c.feed(|s| got.push(s.entities[0].readings.get(Field::TensorActive)));
+    assert_eq!(got, [Reading::Blank, Reading::Blank, Reading::Value(0.5)]);
+    assert_eq!(refused.non_finite, 2);
+    let g: Labels<'_> = &[("gpu", "0"), ("UUID", "GPU-a")];
+    let mut c = Chunk::default();
+    c.add(
+        Family::DcgmExporter,
+        "DCGM_FI_DEV_GPU_UTIL",
+        &matrix(&[(g, &[(1.0, "-Inf"), (2.0, "40")])]),
     );
+    assert_eq!(c.feed(|_| {}).non_finite, 1);
 }
 
 /// DCGM readings refused for an ambiguous unit (a percent-or-ratio family without a # HELP,
@@ -221,7 +226,7 @@ fn readings_of_an_ambiguous_unit_are_counted() {
     );
     let refused = c.feed(|_| {});
     assert_eq!(
-        refused,
+        refused.ambiguous,
         BTreeMap::from([("dcgm_fi_dev_gpu_util_ratio".to_owned(), 3)])
     );
 }
