@@ -167,7 +167,8 @@ pub struct WindowMetrics {
     pub kappa: Option<f64>,
     /// Roofline saturation at the clocks the GPU ran: `max(C, d)`.
     pub roofline_saturation: Option<f64>,
-    /// Roofline saturation against the datasheet roofline: `max(C·κ, d)`.
+    /// Roofline saturation against the datasheet roofline: `max(C·κ, d)`; `None` where κ
+    /// is not known (no ECF), like the ECF itself.
     pub roofline_saturation_spec: Option<f64>,
     /// Saturation against practical ceilings: `max(C/τ_max, d/d_max)`, clamped to 1.
     pub roofline_saturation_practical: Option<f64>,
@@ -774,8 +775,7 @@ pub fn window_into(
 
     if let (Some(c), Some(d)) = (c, d) {
         m.roofline_saturation = Some(clamp01(c.max(d)));
-        let ck = m.effective_compute.unwrap_or(c);
-        m.roofline_saturation_spec = Some(clamp01(ck.max(d)));
+        m.roofline_saturation_spec = m.effective_compute.map(|ck| clamp01(ck.max(d)));
         if cfg.tau_max > 0.0 && cfg.d_max > 0.0 {
             m.roofline_saturation_practical = Some(clamp01((c / cfg.tau_max).max(d / cfg.d_max)));
         }
@@ -912,6 +912,10 @@ mod tests {
         assert_eq!(m.effective_compute, None);
         assert!(close(m.effective_compute_uncorrected, 0.3));
         assert!(close(m.rho, 0.5));
+        // Saturation at the clocks it ran is max(0.3, 0.6); against the datasheet it needs
+        // κ, as the ECF does: none, not max(0.3, 0.6) under its name.
+        assert!(close(m.roofline_saturation, 0.6));
+        assert_eq!(m.roofline_saturation_spec, None);
         // No busy flag: inflation is not defined.
         assert_eq!(m.inflation_gap_points, None);
     }

@@ -409,12 +409,21 @@ fn degraded_reason(i: &HealthInputs, cfg: &HealthConfig) -> Option<HealthReason>
 /// sync boost. `None` where none is read.
 #[must_use]
 pub fn violation_ns(r: &Readings) -> Option<f64> {
-    // The sum of those read; `None` when none is.
+    violation(r).map(|v| v.0)
+}
+
+/// [`violation_ns`] and the set of the fields it summed ([`Field::set_of`]): a rise is
+/// only a rise between two sums of the same fields (a field that drops out of the sum is
+/// no fall of the time, nor its return a rise).
+#[must_use]
+pub fn violation(r: &Readings) -> Option<(f64, u64)> {
+    // The sum of those read and their set; `None` when none is.
     let sum = |fields: &[Field]| {
-        fields
-            .iter()
-            .filter_map(|f| r.value(*f))
-            .fold(None, |sum: Option<f64>, v| Some(sum.map_or(v, |s| s + v)))
+        fields.iter().fold(None, |acc: Option<(f64, u64)>, &f| {
+            let Some(v) = r.value(f) else { return acc };
+            let (s, set) = acc.unwrap_or((0.0, 0));
+            Some((s + v, set | Field::set_of(&[f])))
+        })
     };
     sum(&[Field::PowerViolationNs, Field::ThermalViolationNs]).or_else(|| {
         sum(&[
@@ -732,6 +741,13 @@ mod tests {
         assert_eq!(violation_ns(&r), Some(7.0));
         r.set_value(Field::PowerViolationNs, 5.0);
         assert_eq!(violation_ns(&r), Some(12.0));
+        let both = Field::set_of(&[Field::PowerViolationNs, Field::ThermalViolationNs]);
+        assert_eq!(violation(&r), Some((12.0, both)));
+        r.set(Field::ThermalViolationNs, crate::model::Reading::Blank);
+        assert_eq!(
+            violation(&r),
+            Some((5.0, Field::set_of(&[Field::PowerViolationNs])))
+        );
     }
 
     /// A field outside [`INPUT_FIELDS`], whatever its value, gives health nothing to judge:

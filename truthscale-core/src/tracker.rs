@@ -455,10 +455,10 @@ struct EntityState {
     last_clock_mhz: Option<f64>,
     /// The cumulative cycle counters between windows.
     cycles: CycleCounters,
-    /// The single-bit ECC total, and the power plus thermal violation time with the time it
-    /// was read, at the entity's previous reading of each: what the window's health rises
-    /// are taken from.
-    last_health_counters: (Option<f64>, Option<(f64, Timestamp)>),
+    /// The single-bit ECC total, and the power plus thermal violation time with the set of
+    /// fields it summed and the time it was read, at the entity's previous reading of each:
+    /// what the window's health rises are taken from.
+    last_health_counters: (Option<f64>, Option<(f64, u64, Timestamp)>),
     /// Whether the current window's activity came from the cycle counters.
     activity_from_counters: bool,
     ceiling_saturation: CeilingTracker,
@@ -1190,21 +1190,25 @@ impl EntityState {
             return;
         }
         let sbe = r.value(Field::EccSbeVolatile);
-        let violation = health::violation_ns(r);
+        let violation = health::violation(r);
         let (last_sbe, last_violation) = self.last_health_counters;
-        // A counter's first reading (or its first after a drop) says nothing rose in the
-        // window: what it counted came before. The violation time's rise is a share of the
-        // time since its previous reading (a blank in between widens both).
+        // A counter's first reading (or its first after a drop, or a violation sum of other
+        // fields than the last) says nothing rose in the window: what it counted came
+        // before. The violation time's rise is a share of the time since its previous
+        // reading (a blank in between widens both).
+        let before = last_violation
+            .filter(|l| violation.is_some_and(|v| v.1 == l.1))
+            .map(|l| l.0);
+        let now = violation.map(|v| v.0);
         let inputs = HealthInputs {
             sbe_rise: health::rise(last_sbe, sbe).or(sbe.map(|_| 0.0)),
-            violation_rise_ns: health::rise(last_violation.map(|v| v.0), violation)
-                .or(violation.map(|_| 0.0)),
-            window_seconds: last_violation.map(|(_, at)| taken.seconds_since(at)),
+            violation_rise_ns: health::rise(before, now).or(now.map(|_| 0.0)),
+            window_seconds: last_violation.map(|(.., at)| taken.seconds_since(at)),
             ..HealthInputs::from_readings(r)
         };
         self.last_health_counters = (
             sbe.or(last_sbe),
-            violation.map(|v| (v, taken)).or(last_violation),
+            violation.map(|(v, set)| (v, set, taken)).or(last_violation),
         );
         self.window.health = health::classify(&inputs, cfg);
         if self.window.health.is_some_and(|h| h.profiling_untrusted()) {
@@ -1927,6 +1931,20 @@ pub(crate) mod tests {
         assert_eq!(
             health(&mut d, 20_000, &events(7e8, 9e9)),
             Some(Health::Degraded)
+        );
+        // A field that drops out of the sum and comes back is no rise: power 1e12 ns and
+        // thermal 3e12 ns, the thermal time unread for a window, then both again 1 ms and
+        // 1 ms on. The sum of the same fields rose 2e6 ns in 20 s: ok, not 3e12 ns.
+        let mut d = Deriver::new(DeriveConfig::default(), Some(10.0));
+        assert_eq!(health(&mut d, 0, &at(1e12, 3e12)), Some(Health::Ok));
+        let power_only = [
+            (Field::ReportedUtil, 1.0),
+            (Field::PowerViolationNs, 1e12 + 5e5),
+        ];
+        assert_eq!(health(&mut d, 10_000, &power_only), Some(Health::Ok));
+        assert_eq!(
+            health(&mut d, 20_000, &at(1e12 + 1e6, 3e12 + 1e6)),
+            Some(Health::Ok)
         );
     }
 

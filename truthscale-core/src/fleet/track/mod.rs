@@ -517,7 +517,8 @@ impl Track {
 
     /// Roofline saturation of a window, in whole-GPU terms for a MIG instance of a known
     /// profile (compute by its SM share, DRAM by its memory-slice share); `None` for an
-    /// instance whose share is not known.
+    /// instance whose share is not known, or without both terms (as for a whole GPU: one
+    /// term alone is a lower bound, not the saturation).
     fn saturation_of(&self, readings: &Readings, metrics: &WindowMetrics) -> Option<f64> {
         if self.is_mig {
             match (self.mig, self.spec) {
@@ -526,10 +527,7 @@ impl Track {
                     let slices = f64::from(p.memory_slices) / f64::from(p.memory_slices_total);
                     let c = crate::derive::compute_term(readings, Some(spec)).map(|c| c * sm);
                     let d = readings.value(Field::DramActive).map(|d| d * slices);
-                    match (c, d) {
-                        (Some(c), Some(d)) => Some(c.max(d)),
-                        (c, d) => c.or(d),
-                    }
+                    c.zip(d).map(|(c, d)| c.max(d))
                 }
                 // The instance's share of the GPU is not known: its saturation is not a
                 // share of a whole GPU, so it is not counted.

@@ -218,3 +218,26 @@ fn memory_health_and_power_read_back_as_set() {
     assert_eq!(big.mem(), Some(4 * 1024 * 1024));
     assert_eq!(big.power_dw(), Some(40_000));
 }
+
+/// A MIG instance's saturation, in whole-GPU terms, needs both terms, as a whole GPU's
+/// does: the tensor term alone is a lower bound, not the saturation.
+#[test]
+fn a_mig_instances_saturation_needs_both_terms() {
+    let spec = crate::gpus::by_key("h100-sxm").unwrap();
+    let mut t = Track::new(Some("a/p".into()), "n/GPU-0".into());
+    t.spec = Some(spec);
+    t.is_mig = true;
+    t.mig = spec.mig.iter().find(|p| p.name == "3g.40gb");
+    let mut r = Readings::default();
+    r.set_value(Field::TensorActive, 0.2);
+    let m = crate::derive::WindowMetrics::default();
+    assert_eq!(t.saturation_of(&r, &m), None, "tensor alone");
+    // 3g.40gb on an H100 SXM: 60 of its 132 SMs, 4 of its 8 memory slices:
+    // max(0.2 × 60/132, 0.7 × 4/8) = 0.35.
+    r.set_value(Field::DramActive, 0.7);
+    let s = t.saturation_of(&r, &m).unwrap_or_default();
+    assert!((s - 0.35).abs() < 1e-12, "{s}");
+    let mut dram_only = Readings::default();
+    dram_only.set_value(Field::DramActive, 0.7);
+    assert_eq!(t.saturation_of(&dram_only, &m), None, "DRAM alone");
+}
