@@ -803,9 +803,11 @@ impl Config {
             ));
             file_text = Some((f, text));
         }
+        // Every `TRUTHSCALE_` variable is a setting, but the password `report` and
+        // `analyze --prometheus` read, which a shell or pod may hold for them.
         let env_map: config::Map<String, String> = env
             .iter()
-            .filter(|(k, _)| k.starts_with("TRUTHSCALE_"))
+            .filter(|(k, _)| k.starts_with("TRUTHSCALE_") && k != crate::history::PASSWORD_ENV)
             .cloned()
             .collect();
         check_env_numbers(&env_map, &defaults)?;
@@ -1594,6 +1596,12 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("environment") && err.contains("nope"), "{err}");
+        // The password `report` reads is no setting, and no stray variable either.
+        let vars = env(&[("TRUTHSCALE_PROMETHEUS_PASSWORD", "s3cret")]);
+        assert_eq!(
+            Config::load(None, &vars, &[]).unwrap(),
+            Config::load(None, &[], &[]).unwrap()
+        );
         let mut c = Config::default();
         c.source.interval = "50ms".into();
         assert_eq!(

@@ -53,6 +53,10 @@ pub(crate) struct GpuView {
     pub spec: Option<&'static GpuSpec>,
     /// The job of a straggler, or of a GPU that waits on one.
     pub job: Option<String>,
+    /// The MIG instance (GPU instance id), for a view of one.
+    pub mig: Option<u32>,
+    /// Simulated data (the simulator's model names, or `source="sim"`).
+    pub simulated: bool,
 }
 
 /// One holder's estimated part of a shared GPU's effective compute
@@ -140,6 +144,8 @@ impl GpuView {
             readings: w.readings,
             spec: w.spec,
             job: w.job.clone(),
+            mig: w.id.mig.as_ref().map(|m| m.gpu_instance),
+            simulated: w.simulated,
         }
     }
 
@@ -286,7 +292,8 @@ fn parse_series(body: &str) -> Vec<Series> {
 /// Views from a sidecar's `/metrics` text (verdicts decided with `cfg`).
 #[must_use]
 pub(crate) fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> Vec<GpuView> {
-    let mut views: BTreeMap<(Option<u32>, String), GpuView> = BTreeMap::new();
+    // A GPU, or one MIG instance of it (its series carry the parent's `gpu` and `uuid`).
+    let mut views: BTreeMap<(Option<u32>, String, Option<u32>), GpuView> = BTreeMap::new();
     for s in parse_series(body) {
         // The catalog's reverse map: a renamed metric breaks this at compile time.
         let Some(id) = MetricId::from_name(&s.name) else {
@@ -296,9 +303,10 @@ pub(crate) fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> Vec<GpuV
         let Some(uuid) = s.labels.get("uuid").or(s.labels.get("gpu")).cloned() else {
             continue;
         };
+        let mig = s.labels.get("mig_instance").and_then(|m| m.parse().ok());
         let v = views
-            .entry((gpu, uuid))
-            .or_insert_with(|| new_view(gpu, &s));
+            .entry((gpu, uuid, mig))
+            .or_insert_with(|| new_view(gpu, mig, &s));
         let x = Some(s.value);
         // The readings exported as is, read back (the catalog says which).
         if let Some(raw) = id.desc().raw.filter(|r| r.kind == RawKind::PassThrough) {
@@ -384,16 +392,21 @@ fn serving_series(v: &mut GpuView, id: ServingMetric, s: &Series) {
 }
 
 /// A GPU's view from the labels of its first series.
-fn new_view(gpu: Option<u32>, s: &Series) -> GpuView {
+fn new_view(gpu: Option<u32>, mig: Option<u32>, s: &Series) -> GpuView {
     let model = s.labels.get("model");
+    // As a derived window's entity names it: `gpu 0 gi 2`.
+    let instance = mig.map(|i| format!(" gi {i}")).unwrap_or_default();
     GpuView {
         gpu,
         name: match (gpu, model) {
-            (Some(g), Some(m)) => format!("gpu {g} ({m})"),
-            (Some(g), None) => format!("gpu {g}"),
-            (None, _) => s.labels.get("uuid").cloned().unwrap_or_default(),
+            (Some(g), Some(m)) => format!("gpu {g}{instance} ({m})"),
+            (Some(g), None) => format!("gpu {g}{instance}"),
+            (None, _) => s.labels.get("uuid").cloned().unwrap_or_default() + &instance,
         },
         spec: model.and_then(|m| gpus::lookup(m)),
+        mig,
+        simulated: s.labels.get("source").is_some_and(|x| x == "sim")
+            || model.is_some_and(|m| m.starts_with("Simulated ")),
         ..GpuView::default()
     }
 }
@@ -470,6 +483,31 @@ mod tests {
         );
         // Nothing says why: the cause is unknown, not guessed.
         assert_eq!(r.cause, Some(truthscale_core::causes::Cause::Unknown));
+    }
+
+    /// The MIG instances of one GPU are views of their own (their series carry the
+    /// parent's `gpu` and `uuid`), each with its own values.
+    #[test]
+    fn each_mig_instance_is_a_view_of_its_own() {
+        let l = |i: u32| format!("gpu=\"0\",uuid=\"GPU-a\",mig_instance=\"{i}\",model=\"M\"");
+        let body = format!(
+            "truthscale_gpu_effective_compute_ratio{{{}}} 0.1\n\
+             truthscale_gpu_effective_compute_ratio{{{}}} 0.7\n\
+             truthscale_gpu_effective_compute_ratio{{gpu=\"1\",uuid=\"GPU-b\",model=\"M\"}} 0.3\n",
+            l(1),
+            l(2)
+        );
+        let v = views_from_exposition(&body, &VerdictConfig::default());
+        let got: Vec<(&str, Option<f64>)> =
+            v.iter().map(|v| (v.name.as_str(), v.effective)).collect();
+        assert_eq!(
+            got,
+            [
+                ("gpu 0 gi 1 (M)", Some(0.1)),
+                ("gpu 0 gi 2 (M)", Some(0.7)),
+                ("gpu 1 (M)", Some(0.3))
+            ]
+        );
     }
 
     /// `top` on a sidecar's `/metrics` decides a starved GPU's cause from the gauges it

@@ -91,6 +91,12 @@ pub(crate) fn run(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Resul
     if args.json {
         serde_json::to_writer(&mut out, &a.report)?;
         writeln!(out)?;
+        // The table says it under the report; beside the JSON, stderr does.
+        if let Some(s) = a.unread.summary() {
+            eprintln!(
+                "truthscale: warning: {name}: DCGM fields {s} (docs/dcgm-compatibility.md lists what is read)"
+            );
+        }
     } else {
         write_table(&mut out, &a)?;
     }

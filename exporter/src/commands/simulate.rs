@@ -87,8 +87,8 @@ pub(crate) struct SimulateArgs {
     /// Window length.
     #[arg(long, value_parser = crate::setting::duration_flag(Duration::from_millis(10), Duration::from_secs(3600)), default_value = "250ms")]
     pub interval: Duration,
-    /// Number of GPUs.
-    #[arg(long, default_value_t = 1)]
+    /// Number of GPUs, 1 to 1024.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub gpus: u32,
     /// GPU model (catalog key or NVML name).
     #[arg(long, default_value = "h100-sxm")]

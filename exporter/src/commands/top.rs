@@ -67,14 +67,21 @@ fn cause_text(v: &GpuView) -> &'static str {
         .map_or("—", |c| c.as_str())
 }
 
+/// The GPU's index (`?` unknown), its MIG instance (`0/2`), and `*` for simulated data.
 fn gpu_text(v: &GpuView) -> String {
-    v.gpu.map_or_else(|| "?".to_string(), |g| g.to_string())
+    let gpu = v.gpu.map_or_else(|| "?".to_string(), |g| g.to_string());
+    let mig = v.mig.map(|i| format!("/{i}")).unwrap_or_default();
+    let sim = if v.simulated { "*" } else { "" };
+    format!("{gpu}{mig}{sim}")
 }
 
 /// One frame as text.
 #[must_use]
 pub(crate) fn frame(views: &[GpuView]) -> String {
     let mut o = String::new();
+    if views.iter().any(|v| v.simulated) {
+        let _ = writeln!(o, "[SIMULATED] GPU* is simulated data, not a real GPU");
+    }
     let _ = writeln!(
         o,
         "{:<6} {:>8} {:>9} {:>10} {:<13} {:<9} {:<14} {:>6} {:>6}  EFFECTIVE (recent)",
@@ -645,6 +652,34 @@ pub(crate) struct TopArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Simulated data is marked, on its row and above the table, and a MIG instance's row
+    /// names its instance.
+    #[test]
+    fn a_frame_marks_simulated_data_and_names_mig_instances() {
+        let views = [
+            GpuView {
+                gpu: Some(0),
+                mig: Some(2),
+                simulated: true,
+                ..GpuView::default()
+            },
+            GpuView {
+                gpu: Some(1),
+                ..GpuView::default()
+            },
+        ];
+        let text = frame(&views);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "[SIMULATED] GPU* is simulated data, not a real GPU"
+        );
+        assert!(lines[1].starts_with("GPU "), "{text}");
+        assert!(lines[2].starts_with("0/2* "), "{text}");
+        assert!(lines[3].starts_with("1 "), "{text}");
+        assert!(!frame(&views[1..]).contains("SIMULATED"));
+    }
 
     /// Without --replay or --url, top reads NVML on this machine; where it cannot, its error
     /// names the three sources.

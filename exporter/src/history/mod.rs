@@ -37,8 +37,9 @@ use anyhow::{Context, bail};
 use api::Client;
 #[cfg(any(test, feature = "fuzzing"))]
 use api::Matrix;
+use args::Compression;
+pub(crate) use args::PASSWORD_ENV;
 pub(crate) use args::PrometheusArgs;
-use args::{Compression, PASSWORD_ENV};
 use columns::Column;
 pub(crate) use columns::SampleKind;
 pub(crate) use feed::FeedStats;

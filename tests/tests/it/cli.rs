@@ -43,6 +43,21 @@ fn misleading_t4_capture_shows_the_gap() {
     assert!(e.get("phase_fraction").is_none());
 }
 
+/// The DCGM fields a capture holds and truthscale does not read are named beside the JSON
+/// too (on stderr; the table names them under the report), never left unsaid.
+#[test]
+fn analyze_json_names_the_dcgm_fields_it_does_not_read() {
+    let p = fixture("dcgm-exporter-NVIDIA-dcgm-exporter-issue188.txt");
+    let out = run(&["analyze", p.to_str().unwrap(), "--json"]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("DCGM fields not read: dcgm_pcie_replay_counter"),
+        "{stderr}"
+    );
+    let _: Value = serde_json::from_slice(&out.stdout).expect("stdout is the JSON alone");
+}
+
 #[test]
 fn dmon_capture_with_multiplexed_blanks() {
     let p = fixture("dcgmi-dmon-NVIDIA-DCGM-issue244.txt");
@@ -253,6 +268,11 @@ fn durations_out_of_range_are_refused_by_name() {
         e.contains("--interval") && e.contains("outside 1ms..=1h"),
         "{e}"
     );
+    // A GPU count out of range is refused by name before anything is simulated.
+    for n in ["0", "4000000000"] {
+        let e = err(run(&["simulate", "--gpus", n, "--duration", "1s"]));
+        assert!(e.contains("--gpus") && e.contains("1..=1024"), "{n}: {e}");
+    }
     let e = err(run(&[
         "serve",
         "--interval",
