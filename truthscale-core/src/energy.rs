@@ -350,6 +350,57 @@ mod tests {
     /// holds it at busy 0 and 60 W, then 10 s two pods time-share it at 300 W with SM busy
     /// 0.6 and 0.3 (2:1), then 5 s unheld again at 60 W. Expected values by hand.
     #[test]
+    fn the_floor_is_not_learned_from_a_counters_power_over_busy_windows() {
+        use crate::derive::DeriveConfig;
+        use crate::model::{Field, Sample};
+        use crate::tracker::{Deriver, tests::sample};
+        // A held counter (as dcgm-exporter repeats it): nine 1 s windows at 700 W busy, the
+        // counter unmoved, then a window at busy 0 in which it moves by 9 × 700 + 70 J: its
+        // power, 637 W over the 10 s, is not the idle floor. No gauge.
+        let held = |t: i64, joules: f64, busy: f64| -> Sample {
+            let mut s = sample(
+                t * 1000,
+                &[(Field::EnergyJoules, joules), (Field::ReportedUtil, busy)],
+            );
+            s.entities[0].counters_held = true;
+            s
+        };
+        let run = |d: &mut Deriver, from: i64, base: f64| {
+            for t in from..from + 9 {
+                d.observe(&held(t, base, 1.0));
+            }
+            let w = d.observe(&held(from + 9, base + 9.0 * 700.0 + 70.0, 0.0));
+            w.windows.into_iter().next()
+        };
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        // The counter's first move has no time; the second is the one measured.
+        d.observe(&held(0, 1000.0, 1.0));
+        d.observe(&held(1, 2000.0, 1.0));
+        // Moved at 1 s, held over 2-10 s, moved at 11 s: 10 s.
+        let w = run(&mut d, 2, 2000.0);
+        let w = w.expect("a window");
+        let power = w.metrics.power_watts.map(|p| p.value);
+        assert_eq!(power, Some(637.0), "the counter's power over the span");
+        let floor = w.idle_floor.expect("the catalog's");
+        assert_eq!(floor.source, FloorSource::Catalog, "{floor:?}");
+        // Idle throughout the span (busy 0 in every window): the floor is learned, 770 J
+        // over the 11 s from the move at 1 s to the one at 12 s.
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        d.observe(&held(0, 1000.0, 0.0));
+        d.observe(&held(1, 1070.0, 0.0));
+        for t in 2..12 {
+            d.observe(&held(t, 1070.0, 0.0));
+        }
+        let w = d
+            .observe(&held(12, 1070.0 + 770.0, 0.0))
+            .windows
+            .pop()
+            .unwrap();
+        let floor = w.idle_floor.unwrap();
+        assert_eq!((floor.watts, floor.source), (70.0, FloorSource::Measured));
+    }
+
+    #[test]
     fn a_node_gpus_energy_goes_to_its_holders_and_the_rest_is_unallocated() {
         use crate::derive::DeriveConfig;
         use crate::model::Field;

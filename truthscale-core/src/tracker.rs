@@ -450,6 +450,9 @@ struct EntityState {
     /// The length of the entity's latest observed window: what a window is compared with to
     /// tell a gap when the source declares no update interval.
     last_window_seconds: Option<f64>,
+    /// The highest busy flag of the windows since the energy counter last moved (1 for one
+    /// unread): the power the counter gives when it moves is drawn over all of them.
+    span_util: f64,
     warned_unknown_model: bool,
     capability: Fidelity,
     last_clock_mhz: Option<f64>,
@@ -539,6 +542,7 @@ impl EntityState {
             },
             pending: Pending::No,
             last_window_seconds: None,
+            span_util: 0.0,
             warned_unknown_model: false,
             capability: Fidelity::None,
             last_clock_mhz: None,
@@ -1345,16 +1349,29 @@ impl EntityState {
         };
         derive::window_into(&mut win.metrics, &win.readings, &ctx, cfg);
         let metrics = &win.metrics;
+        // The busy flag over the seconds the power covers: the energy counter's power spans
+        // every window since its last move, a gauge's this window alone.
+        let u = metrics.reported_utilization;
+        let span_u = if energy_power.is_some() {
+            u.map(|u| u.max(self.span_util))
+        } else {
+            u
+        };
+        self.span_util = if energy_power.is_some() {
+            0.0
+        } else {
+            self.span_util.max(u.unwrap_or(1.0))
+        };
         self.measured_floor = crate::energy::learn_floor(
             self.measured_floor,
-            metrics.reported_utilization,
+            span_u,
             metrics.power_watts.map(|p| p.value),
         );
         win.idle_floor = IdleFloor::decide(self.measured_floor, spec.map(|s| s.idle_power_watts));
         if let Some(f) = metrics.fidelity {
             self.capability = self.capability.min(f);
         }
-        if let (Some(u), Some(p)) = (metrics.reported_utilization, metrics.power_watts)
+        if let (Some(u), Some(p)) = (span_u, metrics.power_watts)
             && u < cfg.inflation_min_util
         {
             self.idle_power = Some(self.idle_power.map_or(p.value, |i: f64| i.min(p.value)));
