@@ -28,7 +28,8 @@ pub(crate) struct PrometheusArgs {
     #[arg(long, value_parser = humantime::parse_duration)]
     pub since: Option<Duration>,
     /// Resolution of the history: one sample per step, at least 100ms [default: 15s for
-    /// analyze, 60s for report]. Use the scrape interval, or a multiple of it.
+    /// analyze; for report 60s, or over a long window the finest whole minutes or hours that
+    /// keep it under 5 000 steps (5m for 14d)]. Use the scrape interval, or a multiple of it.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub step: Option<Duration>,
     /// Label matchers every series must also satisfy, e.g. '{namespace="prod"}'.
