@@ -8,6 +8,11 @@
 //! - cgroupfs driver: `/kubepods/burstable/pod<UID>/<id>` (`/kubepods/pod<UID>/<id>` for
 //!   Guaranteed pods).
 //!
+//! Read from a container with a cgroup namespace of its own, another pod's path is relative
+//! to the reader's own cgroup and may hold no `kubepods` segment (cgroupfs driver:
+//! `/../../../besteffort/pod<UID>/<id>`): a path that climbs above the namespace's root is
+//! read from its first segment.
+//!
 //! NVML reports host PIDs; inside a container with its own PID namespace they are not
 //! visible in `/proc`, and nothing is attributed.
 
@@ -73,7 +78,10 @@ fn is_uid(s: &str) -> bool {
 
 fn parse_path(path: &str) -> Option<Attribution> {
     let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    let kube = segs.iter().position(|s| s.starts_with("kubepods"))?;
+    let kube = segs
+        .iter()
+        .position(|s| s.starts_with("kubepods"))
+        .or_else(|| (segs.first() == Some(&"..")).then_some(0))?;
     for (i, seg) in segs.iter().enumerate().skip(kube) {
         let raw = if let Some(rest) = seg.strip_prefix("pod") {
             rest
@@ -333,6 +341,32 @@ mod tests {
             (a.pod_uid.as_str(), a.container_id.as_deref()),
             (UID, Some(CID))
         );
+    }
+
+    /// Read from a container with a cgroup namespace of its own, another pod's path is
+    /// relative to the reader's cgroup: up to the common parent, then down.
+    #[test]
+    fn a_path_relative_to_a_private_cgroup_namespace() {
+        for path in [
+            format!("0::/../../pod{UID}/{CID}\n"),
+            format!("0::/../../../besteffort/pod{UID}/{CID}\n"),
+        ] {
+            let a = parse(&path).unwrap_or_else(|| panic!("{path}"));
+            assert_eq!(
+                (a.pod_uid.as_str(), a.container_id.as_deref()),
+                (UID, Some(CID)),
+                "{path}"
+            );
+        }
+        // The systemd driver's names still say kubepods.
+        let a = parse(&format!(
+            "0::/../../../kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice/cri-containerd-{CID}.scope\n",
+            UID.replace('-', "_")
+        ))
+        .unwrap();
+        assert_eq!(a.pod_uid, UID);
+        // A path that does not climb, without kubepods, is no pod's.
+        assert_eq!(parse(&format!("0::/pod{UID}/{CID}\n")), None);
     }
 
     #[test]

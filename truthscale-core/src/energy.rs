@@ -162,6 +162,18 @@ impl EnergyHolders {
             e.idle_floor_joules += idle;
             return;
         }
+        // A holder keeps its counter while it holds the GPU, its processes running or not:
+        // its series is exported as long, and an evicted one would come back at 0.
+        for e in &mut self.pods {
+            if e.method == PodEnergyMethod::SmBusyShare
+                && let Some(p) = &e.pod
+                && holders
+                    .iter()
+                    .any(|h| h.pod.pod == p.pod && h.pod.namespace == p.namespace)
+            {
+                e.last_seen = self.ticks;
+            }
+        }
         let parts = crate::share::by_pod(processes).unwrap_or_default();
         let weights: Vec<f64> = parts.iter().map(|p| p.sm_busy).collect();
         let Some(values) = crate::share::apportion(active, &weights) else {
@@ -344,6 +356,39 @@ mod tests {
         }
         assert_eq!(h.pods.len(), MAX_PODS_PER_GPU);
         assert_eq!(h.pods[0].pod.as_ref().unwrap().pod, "p5", "the oldest went");
+    }
+
+    /// A holder whose processes stopped (a notebook between jobs) keeps its counter while
+    /// short-lived pods come and go past the cap: the ones no longer holding go first.
+    #[test]
+    fn a_holder_without_processes_keeps_its_counter_past_the_cap() {
+        let id = EntityId::default();
+        let mut h = EnergyHolders::default();
+        h.attribute(
+            &id,
+            Some(&[holder("keep"), holder("p0")]),
+            &[process("keep", 0.5), process("p0", 0.5)],
+            (0.0, 2.0),
+        );
+        for i in 1..(2 * MAX_PODS_PER_GPU) {
+            let name = format!("p{i}");
+            h.attribute(
+                &id,
+                Some(&[holder("keep"), holder(&name)]),
+                &[process(&name, 0.5)],
+                (0.0, 1.0),
+            );
+        }
+        assert_eq!(h.pods.len(), MAX_PODS_PER_GPU);
+        let keep = h
+            .pods
+            .iter()
+            .find(|e| e.pod.as_ref().unwrap().pod == "keep");
+        assert_eq!(
+            keep.map(|e| e.active_joules),
+            Some(1.0),
+            "its share of 2 J, kept"
+        );
     }
 
     /// A node's GPU through the deriver, its energy counter read every second: 5 s no pod

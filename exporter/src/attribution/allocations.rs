@@ -403,11 +403,18 @@ impl Procs {
         let hostname = seen.hostname?;
         let mut found = holders.iter().filter(|h| h.pod.pod == hostname);
         let first = found.next()?;
-        // Two holders of that name (other namespaces): not told apart, so not attributed.
-        if found.any(|h| h.pod != first.pod) {
-            return None;
+        let mut pod = first.pod.clone();
+        for h in found {
+            // Two holders of that name in other namespaces: not told apart, so not
+            // attributed. Two containers of the pod: the pod's, its container not told.
+            if h.pod.namespace != first.pod.namespace {
+                return None;
+            }
+            if h.pod.container != pod.container {
+                pod.container = None;
+            }
         }
-        Some(first.pod.clone())
+        Some(pod)
     }
 }
 

@@ -825,6 +825,73 @@ pub(super) mod tests {
         );
     }
 
+    /// A process on a shared GPU whose hostname names a pod with two containers on the
+    /// device is that pod's (its container not told); one whose hostname names pods of two
+    /// namespaces is no one's.
+    #[test]
+    fn a_process_of_a_pod_with_two_containers_on_the_gpu_is_the_pods() {
+        let root = std::env::temp_dir().join(format!("ts-duo-{}", std::process::id()));
+        for (pid, host) in [("1", "duo"), ("2", "twin")] {
+            let dir = root.join(pid);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(
+                dir.join("cgroup"),
+                "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0a1b2c3d_e4f5_4789_abcd_ef0123456789.slice/cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope\n",
+            )
+            .unwrap();
+            std::fs::write(dir.join("environ"), format!("HOSTNAME={host}\0")).unwrap();
+        }
+        let r = ListPodResourcesResponse {
+            pod_resources: vec![
+                PodResources {
+                    name: "duo".into(),
+                    namespace: "ml".into(),
+                    containers: vec![
+                        container("c1", "nvidia.com/gpu.shared", &["GPU-b::0"]),
+                        container("c2", "nvidia.com/gpu.shared", &["GPU-b::1"]),
+                    ],
+                },
+                PodResources {
+                    name: "twin".into(),
+                    namespace: "a".into(),
+                    containers: vec![container("c", "nvidia.com/gpu.shared", &["GPU-b::2"])],
+                },
+                PodResources {
+                    name: "twin".into(),
+                    namespace: "b".into(),
+                    containers: vec![container("c", "nvidia.com/gpu.shared", &["GPU-b::3"])],
+                },
+            ],
+        };
+        let a = Allocations::from_response(&r, &["nvidia.com/gpu*".into()]);
+        let mut e = entity(1, "GPU-b", None);
+        e.processes = ["1", "2"]
+            .map(|pid| truthscale_core::model::ProcessReading {
+                pid: pid.into(),
+                ..Default::default()
+            })
+            .to_vec();
+        let mut produced = Produced {
+            samples: vec![truthscale_core::model::Sample {
+                taken: truthscale_core::model::Timestamp(0),
+                entities: vec![e],
+            }],
+            ..Produced::default()
+        };
+        a.attribute(&mut produced, &mut Procs::new(root.clone()));
+        let procs = &produced.samples[0].entities[0].processes;
+        assert_eq!(
+            procs[0].pod,
+            Some(PodRef {
+                pod: "duo".into(),
+                namespace: Some("ml".into()),
+                container: None,
+            })
+        );
+        assert_eq!(procs[1].pod, None, "two namespaces' twin: not told apart");
+        let _ = std::fs::remove_dir_all(root);
+    }
+
     /// Each process's /proc files are read once while it lives, and at most
     /// PROC_READS_PER_TICK new ones a tick: the scan's cost per tick is bounded.
     #[test]
