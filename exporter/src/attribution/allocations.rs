@@ -401,7 +401,9 @@ impl Procs {
             p.container_id.get_or_insert(c);
         }
         let hostname = seen.hostname?;
-        let mut found = holders.iter().filter(|h| h.pod.pod == hostname);
+        let mut found = holders
+            .iter()
+            .filter(|h| hostname_of(&h.pod.pod) == hostname);
         let first = found.next()?;
         let mut pod = first.pod.clone();
         for h in found {
@@ -415,6 +417,15 @@ impl Procs {
             }
         }
         Some(pod)
+    }
+}
+
+/// The hostname the kubelet gives a pod named `pod`: its name, cut to 63 characters (a DNS
+/// label) and then of any `-` or `.` it ends with.
+fn hostname_of(pod: &str) -> &str {
+    match pod.get(..63) {
+        Some(cut) if pod.len() > 63 => cut.trim_end_matches(['-', '.']),
+        _ => pod,
     }
 }
 
@@ -457,4 +468,26 @@ pub(crate) fn seen_parts(
 ) -> (Option<String>, Option<String>, Option<String>) {
     let s = seen_of(cgroup, || Some(environ.to_vec()));
     (s.pod_uid, s.container_id, s.hostname)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kubelet cuts a long pod name to 63 characters for its hostname, then trims a
+    /// trailing `-` or `.`: a process's `HOSTNAME` is matched against that.
+    #[test]
+    fn a_long_pod_names_hostname_is_cut_as_the_kubelet_cuts_it() {
+        assert_eq!(hostname_of("llm-0"), "llm-0");
+        let long = format!("{}-x", "a".repeat(62));
+        assert_eq!(
+            hostname_of(&long),
+            "a".repeat(62),
+            "63 chars end in '-', trimmed"
+        );
+        let long = "b".repeat(70);
+        assert_eq!(hostname_of(&long), "b".repeat(63));
+        let exact = "c".repeat(63);
+        assert_eq!(hostname_of(&exact), exact);
+    }
 }
