@@ -41,8 +41,10 @@ pub fn by_pod(processes: &[ProcessReading]) -> Option<Vec<PodPart<'_>>> {
     Some(parts)
 }
 
-/// `total` split in proportion to `weights`; the last part takes the remainder, so the
-/// parts sum to `total` exactly. `None` when the weights sum to nothing (no share is known).
+/// `total` split in proportion to `weights`; the last part of a weight above 0 takes the
+/// remainder, so the parts sum to `total` (a part of weight 0 is 0 exactly: given the
+/// remainder, rounding made it a hair below 0, a counter's fall). `None` when the weights
+/// sum to nothing (no share is known).
 #[must_use]
 pub fn apportion(total: f64, weights: &[f64]) -> Option<Vec<f64>> {
     let sum: f64 = weights.iter().sum();
@@ -50,8 +52,14 @@ pub fn apportion(total: f64, weights: &[f64]) -> Option<Vec<f64>> {
         return None;
     }
     let mut out: Vec<f64> = weights.iter().map(|w| total * (w / sum)).collect();
-    if let Some((last, rest)) = out.split_last_mut() {
-        *last = total - rest.iter().sum::<f64>();
+    if let Some(r) = weights.iter().rposition(|w| *w > 0.0) {
+        let rest: f64 = out[..r].iter().chain(&out[r + 1..]).sum();
+        // Never below 0 for a total of 0 or more, whatever the rounding.
+        out[r] = if total >= 0.0 {
+            (total - rest).max(0.0)
+        } else {
+            total - rest
+        };
     }
     Some(out)
 }
@@ -81,6 +89,22 @@ mod tests {
         assert!((parts[0] - 0.222).abs() < 1e-15);
         assert!((parts[1] - 0.111).abs() < 1e-15);
         assert_eq!(apportion(0.5, &[0.0, 0.0]), None, "no share known");
+        // A weight of 0 listed last: its part is 0, never a hair below (a pod's counter
+        // would fall), and the others sum to the total.
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 11) as f64 / (1u64 << 53) as f64
+        };
+        for _ in 0..20_000 {
+            let (a, b, total) = (next(), next(), next() * 1000.0);
+            let parts = apportion(total, &[a, b, 0.0]).unwrap();
+            assert_eq!(parts[2], 0.0, "{a} {b} {total}");
+            assert!(parts.iter().all(|p| *p >= 0.0), "{parts:?}");
+            assert!((parts.iter().sum::<f64>() - total).abs() <= total * 1e-15);
+        }
         assert_eq!(apportion(0.5, &[]), None);
         assert_eq!(apportion(f64::NAN, &[1.0]), None);
     }
