@@ -1352,16 +1352,11 @@ impl EntityState {
         // The busy flag over the seconds the power covers: the energy counter's power spans
         // every window since its last move, a gauge's this window alone.
         let u = metrics.reported_utilization;
-        let span_u = if energy_power.is_some() {
-            u.map(|u| u.max(self.span_util))
-        } else {
-            u
+        let (span_u, next_span) = match energy_power {
+            Some(_) => (u.map(|u| u.max(self.span_util)), 0.0),
+            None => (u, self.span_util.max(u.unwrap_or(1.0))),
         };
-        self.span_util = if energy_power.is_some() {
-            0.0
-        } else {
-            self.span_util.max(u.unwrap_or(1.0))
-        };
+        self.span_util = next_span;
         self.measured_floor = crate::energy::learn_floor(
             self.measured_floor,
             span_u,

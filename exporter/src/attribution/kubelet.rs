@@ -825,6 +825,18 @@ pub(super) mod tests {
         );
     }
 
+    /// A process `pid` under `root` as /proc shows it: a pod's cgroup, and `environ`.
+    fn fake_process(root: &std::path::Path, pid: &str, environ: &[u8]) {
+        let dir = root.join(pid);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("cgroup"),
+            "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0a1b2c3d_e4f5_4789_abcd_ef0123456789.slice/cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope\n",
+        )
+        .unwrap();
+        std::fs::write(dir.join("environ"), environ).unwrap();
+    }
+
     /// A process on a shared GPU whose hostname names a pod with two containers on the
     /// device is that pod's (its container not told); one whose hostname names pods of two
     /// namespaces is no one's.
@@ -832,14 +844,7 @@ pub(super) mod tests {
     fn a_process_of_a_pod_with_two_containers_on_the_gpu_is_the_pods() {
         let root = std::env::temp_dir().join(format!("ts-duo-{}", std::process::id()));
         for (pid, host) in [("1", "duo"), ("2", "twin")] {
-            let dir = root.join(pid);
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(
-                dir.join("cgroup"),
-                "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0a1b2c3d_e4f5_4789_abcd_ef0123456789.slice/cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope\n",
-            )
-            .unwrap();
-            std::fs::write(dir.join("environ"), format!("HOSTNAME={host}\0")).unwrap();
+            fake_process(&root, pid, format!("HOSTNAME={host}\0").as_bytes());
         }
         let r = ListPodResourcesResponse {
             pod_resources: vec![
@@ -899,14 +904,7 @@ pub(super) mod tests {
         let root = std::env::temp_dir().join(format!("ts-procs-{}", std::process::id()));
         let n = PROC_READS_PER_TICK + 100;
         for pid in 0..n {
-            let dir = root.join(pid.to_string());
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(
-                dir.join("cgroup"),
-                "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0a1b2c3d_e4f5_4789_abcd_ef0123456789.slice/cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope\n",
-            )
-            .unwrap();
-            std::fs::write(dir.join("environ"), b"PATH=/bin\0HOSTNAME=slice-1\0").unwrap();
+            fake_process(&root, &pid.to_string(), b"PATH=/bin\0HOSTNAME=slice-1\0");
         }
         let r = ListPodResourcesResponse {
             pod_resources: (0..2)

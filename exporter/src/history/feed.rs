@@ -241,7 +241,9 @@ impl History {
         let c = client.counters();
         let mut warnings = c.warnings.lines();
         let mut unread = unread.clone();
-        unread.ambiguous.extend(tally.ambiguous.clone());
+        for (family, n) in &tally.ambiguous {
+            *unread.ambiguous.entry(family.clone()).or_default() += n;
+        }
         warnings.extend(
             unread.summary().map(|s| {
                 format!("DCGM fields {s} (docs/dcgm-compatibility.md lists what is read)")

@@ -19,7 +19,7 @@ const HAMI_RESOURCES: &str = "resource=~\"nvidia_com_gpucores|nvidia_com_gpumem\
 
 /// The query of `by` over `metric`, its series matched by `more` and within `history`'s
 /// pods ([`History::pod_selector`]).
-fn pods_query(history: &History, (by, metric): (&str, &str), more: &str) -> String {
+pub(crate) fn pods_query(history: &History, (by, metric): (&str, &str), more: &str) -> String {
     format!("{by} ({metric}{})", history.pod_selector(more))
 }
 

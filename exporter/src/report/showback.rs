@@ -375,9 +375,13 @@ pub(crate) fn read(history: &mut History, by: &By) -> anyhow::Result<PodAttribut
     if history.family() == crate::history::Family::Truthscale {
         out.held = read_held(history)?;
     }
-    let requests = history.series_by_step(&format!(
-        "sum by (namespace, pod) (kube_pod_container_resource_requests{})",
-        history.pod_selector("resource=\"nvidia_com_gpu\"")
+    let requests = history.series_by_step(&super::fractions::pods_query(
+        history,
+        (
+            "sum by (namespace, pod)",
+            "kube_pod_container_resource_requests",
+        ),
+        "resource=\"nvidia_com_gpu\"",
     ))?;
     if requests.is_empty() {
         out.notes.push("no kube_pod_container_resource_requests{resource=\"nvidia_com_gpu\"} in this Prometheus (kube-state-metrics): requested GPU-hours are unknown".into());
@@ -406,9 +410,11 @@ pub(crate) fn read(history: &mut History, by: &By) -> anyhow::Result<PodAttribut
                 "truthscale's allocation info (node.pod_labels)",
             ),
         ] {
-            let series = history.series_by_step(&format!(
-                "max by (namespace, pod, {name}) ({metric}{})",
-                history.pod_selector("")
+            let by = format!("max by (namespace, pod, {name})");
+            let series = history.series_by_step(&super::fractions::pods_query(
+                history,
+                (&by, metric),
+                "",
             ))?;
             // Each pod's value: the one of its latest series with the label.
             let mut latest: HashMap<String, (usize, String)> = HashMap::new();
