@@ -40,15 +40,18 @@ pub(super) fn idle_capacity(
                 idle += 1;
             }
         }
-        if measured == 0 {
+        // A MIG instance holds its share of the GPU's hours; one of an unknown profile holds
+        // an unknown share, so its idle GPU-hours are not known.
+        let (true, Some(gpu)) = (measured > 0, t.gpu_share()) else {
             idle_unmeasured.push(n.clone());
             continue;
-        }
+        };
+        let idle_gpu_hours = idle as f64 * hours_per_step * gpu;
         let share = idle as f64 / measured as f64;
-        total += idle as f64 * hours_per_step;
+        total += idle_gpu_hours;
         if share <= cfg.idle_share && idle > 0 {
             not_listed.workloads += 1;
-            not_listed.gpu_hours += idle as f64 * hours_per_step;
+            not_listed.gpu_hours += idle_gpu_hours;
         }
         if share > cfg.idle_share {
             let (trailing, memory_mib) = trailing_idle(t, busy_max, ecf_max);
@@ -57,11 +60,11 @@ pub(super) fn idle_capacity(
                 idle_share: share,
                 held_hours: held as f64 * hours_per_step,
                 measured_hours: measured as f64 * hours_per_step,
-                idle_gpu_hours: idle as f64 * hours_per_step,
+                idle_gpu_hours,
                 idle_cost: cfg
                     .cost_per_gpu_hour
                     .filter(|p| p.is_finite() && *p >= 0.0)
-                    .map(|p| p * idle as f64 * hours_per_step),
+                    .map(|p| p * idle_gpu_hours),
                 idle_for_hours: trailing as f64 * hours_per_step,
                 memory_held_bytes: memory_mib.map(|m| f64::from(m) * super::MIB),
                 owner: None,

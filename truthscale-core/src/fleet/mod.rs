@@ -367,7 +367,8 @@ pub struct IdleWorkload {
     pub held_hours: f64,
     /// Hours in which the busy flag or effective compute was measured.
     pub measured_hours: f64,
-    /// Idle hours (GPU-hours for a whole GPU).
+    /// Idle GPU-hours: its idle hours times the share of the GPU it holds (a MIG
+    /// instance's compute slices over its model's).
     pub idle_gpu_hours: f64,
     /// `idle_gpu_hours` at the price of a GPU-hour, where one is given (an estimate of what
     /// holding it idle cost).
@@ -428,7 +429,8 @@ pub struct Idle {
     /// The workloads with idle time that the threshold leaves out of the list, and their
     /// idle GPU-hours together.
     pub not_listed: NotListed,
-    /// Workloads with neither busy flag nor effective compute: their idleness is unknown.
+    /// Workloads with neither busy flag nor effective compute, and MIG instances of an
+    /// unknown profile (their share of a GPU is not known): their idle GPU-hours are unknown.
     pub unmeasured: Vec<String>,
 }
 

@@ -112,3 +112,41 @@ fn a_mixed_fleet_takes_every_note() {
     assert_eq!(r.series.memory_demand_gpus[4], None);
     assert_eq!(r.series.busy_claim_gpus[0], Some(1.4));
 }
+
+/// An idle MIG instance holds its share of the GPU's hours: an H100's 1g.10gb (1 of 7
+/// compute slices) idle for 4 h at 3 a GPU-hour is 4/7 GPU-hours and 12/7, not a whole
+/// GPU's 4 and 12; one of an unknown profile is named, its idle GPU-hours not counted.
+#[test]
+fn an_idle_mig_instance_holds_its_share() {
+    let mut one = Track::new(Some("a/small".into()), "n/gpu 0/1".into());
+    one.spec = gpus::by_key("h100-sxm");
+    one.model = one.spec.map(|s| s.name.to_owned());
+    one.is_mig = true;
+    one.mig = one
+        .spec
+        .and_then(|s| s.mig.iter().find(|p| p.name == "1g.10gb"));
+    assert_eq!(one.mig.map(|p| p.compute_slices), Some(1));
+    let mut unknown = one.clone();
+    unknown.pod = Some("a/unknown".into());
+    unknown.gpu = "n/gpu 0/2".into();
+    unknown.mig = None;
+    for s in 0..4 {
+        one.record(s, Point::new(Some(0.0), Some(0.0), Some(0.0), None));
+        unknown.record(s, Point::new(Some(0.0), Some(0.0), Some(0.0), None));
+    }
+    let mut input = input(vec![one, unknown], 4);
+    input.step_seconds = 3600.0;
+    let cfg = FleetConfig {
+        cost_per_gpu_hour: Some(3.0),
+        ..FleetConfig::default()
+    };
+    let idle = analyze(&input, &cfg).idle;
+    assert_eq!(idle.workloads.len(), 1);
+    let w = &idle.workloads[0];
+    assert_eq!(w.workload, "a/small");
+    assert!((w.idle_gpu_hours - 4.0 / 7.0).abs() < 1e-12, "{}", w.idle_gpu_hours);
+    assert!((w.idle_cost.unwrap() - 12.0 / 7.0).abs() < 1e-12);
+    assert_eq!((w.held_hours, w.idle_for_hours), (4.0, 4.0), "wall hours");
+    assert!((idle.idle_gpu_hours - 4.0 / 7.0).abs() < 1e-12);
+    assert_eq!(idle.unmeasured, ["a/unknown"]);
+}

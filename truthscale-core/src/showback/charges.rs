@@ -69,6 +69,9 @@ struct Acc {
     /// Millijoules of the group's shares, where the GPU's power was read.
     energy_mj: Option<u64>,
     cost: Option<CostAcc>,
+    /// Whether any of its GPU-hours had no price where prices were given: its cost is then
+    /// not known (a sum of the priced part alone would bill the rest at 0).
+    unpriced: bool,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -102,6 +105,8 @@ pub(super) struct PeriodAcc {
     pub(super) unallocated: u64,
     /// What the unallocated GPU-hours cost, at each GPU's price, where priced.
     pub(super) unallocated_cost: Option<f64>,
+    /// Whether any unallocated GPU-hours had no price where prices were given.
+    pub(super) unallocated_unpriced: bool,
     pub(super) overallocated: u64,
     pub(super) fleet: u64,
     pub(super) energy: EnergyAcc,
@@ -171,7 +176,8 @@ pub(super) fn add_charge(
 ) {
     let hours = gpu_hours(c.units, w.hours_per_step);
     let price = c.price;
-    if w.priced && price.is_none() {
+    let missing = w.priced && price.is_none() && c.units > 0;
+    if missing {
         unpriced.insert(c.track.model.clone().unwrap_or_else(|| "unknown".into()));
     }
     let class = Use::of(c, w.cfg);
@@ -189,6 +195,7 @@ pub(super) fn add_charge(
             a.workloads.insert(pod.to_owned());
         }
         a.add(c, class, hours, w.hours_per_step);
+        a.unpriced |= missing;
         if let Some(e) = c.energy_mj {
             *a.energy_mj.get_or_insert(0) += e;
         }
@@ -229,7 +236,9 @@ impl Acc {
                 self.ecf_measured += u;
             }
             if let Some(x) = c.sat {
-                self.sat += x * hours;
+                // A MIG instance's saturation is in whole-GPU terms (the sizing's): a
+                // fraction of the whole GPU's time, not of its share's.
+                self.sat += x * if c.track.is_mig { hours_per_step } else { hours };
                 self.sat_measured += u;
             }
         }
@@ -286,7 +295,7 @@ fn group_hours(
             .energy_mj
             .zip(w.cfg.energy_price_per_kwh)
             .map(|(e, p)| kwh(e) * p),
-        cost: a.cost.as_ref().map(|c| GroupCost {
+        cost: a.cost.as_ref().filter(|_| !a.unpriced).map(|c| GroupCost {
             allocated: c.allocated,
             requested: requested
                 .and_then(|r| r.get(g))
@@ -321,9 +330,15 @@ pub(super) fn period(
     if let Some(r) = requested {
         for (g, h) in r {
             if !acc.groups.contains_key(g) {
+                // It held nothing: where prices were given, that costs exactly 0.
+                let cost = w.priced.then(|| GroupCost {
+                    requested: w.cfg.default_price.map(|p| h * p),
+                    ..GroupCost::default()
+                });
                 groups.push(GroupHours {
                     group: g.clone(),
                     requested_gpu_hours: Some(*h),
+                    cost,
                     ..GroupHours::default()
                 });
             }
@@ -358,7 +373,7 @@ pub(super) fn period(
         groups,
         energy,
         unallocated_gpu_hours: hours(acc.unallocated),
-        unallocated_cost: acc.unallocated_cost,
+        unallocated_cost: acc.unallocated_cost.filter(|_| !acc.unallocated_unpriced),
         funnel: acc.funnel.funnel(w.hours_per_step),
         fleet_gpu_hours: hours(acc.fleet),
         overallocated_gpu_hours: hours(acc.overallocated),

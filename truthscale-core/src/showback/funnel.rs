@@ -120,7 +120,14 @@ impl FunnelAcc {
                 Stage::Active => {
                     let share = c.units as f64 / SHARE_UNITS as f64;
                     match ecf {
-                        Some(e) => self.effective += e.clamp(0.0, 1.0) * share * hours_per_step,
+                        Some(e) => {
+                            // A holder alone on its share (a whole GPU, a MIG instance, a
+                            // granted fraction) did all the device did, up to its share:
+                            // its own effective compute. Time-sliced holders split the
+                            // device's.
+                            let e = if c.unknown { e } else { c.ecf.unwrap_or(e) };
+                            self.effective += e.clamp(0.0, 1.0) * share * hours_per_step;
+                        }
                         // Never counted as computing nothing: unknown.
                         None => self.effective_unread += c.units,
                     }

@@ -120,6 +120,9 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
     // The (period, group, pod) whose pod is already among its group's workloads: a GPU's
     // holders are charged at every step, and looked up in a set of every pod once.
     let mut listed: Vec<(usize, &str, &str)> = Vec::new();
+    // One physical GPU, one model: its price from any of its tracks, so that a step between
+    // two of them (no track covering it) is priced too.
+    let price = members.iter().find_map(|&i| w.facts[i].price);
     for s in first..end {
         let shared = step_shares(w, members, s, tally, &mut scratch);
         let (covering, shares) = (&scratch.covering, &mut scratch.shares);
@@ -152,13 +155,17 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
         }
         let period = s / w.per;
         let free = SHARE_UNITS.saturating_sub(sum);
-        let price = covering.first().and_then(|&i| w.facts[i].price);
+        if w.priced && price.is_none() && free > 0 {
+            let model = tracks.iter().find_map(|t| t.model.clone());
+            tally.unpriced.insert(model.unwrap_or_else(|| "unknown".into()));
+        }
         for acc in accs.both(period) {
             acc.fleet += SHARE_UNITS;
             acc.unallocated += free;
             if let Some(p) = price {
                 *acc.unallocated_cost.get_or_insert(0.0) += p * gpu_hours(free, w.hours_per_step);
             }
+            acc.unallocated_unpriced |= w.priced && price.is_none() && free > 0;
             acc.overallocated += sum.saturating_sub(SHARE_UNITS);
             if let (Some(e), Some(u)) = (energy, unallocated_mj) {
                 acc.energy.fleet_mj += e;

@@ -112,6 +112,9 @@ fn gpu_hours_by_group_reconcile_with_the_fleet() {
     // The MIG instance's own counters: 3/7 of the GPU-time, at its measured fractions.
     near(web.used_gpu_hours, h(3.0));
     near(web.effective_compute_gpu_hours.unwrap(), h(3.0 * 0.2));
+    // Its saturation is recorded in whole-GPU terms (0.2 of the whole GPU, as the sizing
+    // reads it): 0.2 of the GPU's 7 steps, not again times its 3/7 share.
+    near(web.saturation_gpu_hours.unwrap(), h(7.0 * 0.2));
     assert!(web.requested_gpu_hours.is_none());
     let batch = g("batch");
     assert_eq!(batch.allocated_gpu_hours, 0.0);
@@ -126,16 +129,71 @@ fn gpu_hours_by_group_reconcile_with_the_fleet() {
     );
 }
 
-/// Prices by model and a default: the cost of each part, and of idle; a model without a
-/// price is named, not charged at 0.
+/// Prices by model: the cost of each part, and of idle; a group holding a model without a
+/// price has no cost (its priced part alone would bill the rest at 0), and the model is
+/// named.
 #[test]
 fn costs_by_model_and_periods() {
     let used = Some((0.9, 0.3));
     let idle = Some((0.0, 0.0));
     let a = track(Some("ml/a"), "n/g1", &[used, idle, used, idle]);
-    let mut b = track(Some("ml/b"), "n/g2", &[used, used, used, used]);
+    let mut b = track(Some("lab/b"), "n/g2", &[used, used, used, used]);
     b.model = Some("Tesla T4".into());
     b.spec = crate::gpus::lookup("Tesla T4");
+    let mut c2 = track(Some("ml/c"), "n/g3", &[used, used, used, used]);
+    c2.model = b.model.clone();
+    c2.spec = b.spec;
+    let input = FleetInput {
+        step_seconds: 3600.0,
+        steps: 4,
+        tracks: vec![a, b],
+        held: Default::default(),
+        step_bands: None,
+    };
+    let groups = vec![Some("ml".to_string()), Some("lab".to_string())];
+    let mut c = cfg("namespace");
+    c.prices = vec![("NVIDIA H100 80GB HBM3".into(), 4.0)];
+    c.period_steps = Some(2);
+    let s = showback(&input, &groups, &Holders::new(), &BTreeMap::new(), &c);
+    let group = |p: &Period, g: &str| p.groups.iter().find(|x| x.group == g).cloned().unwrap();
+    let ml = group(&s.total, "ml");
+    let cost = ml.cost.as_ref().unwrap();
+    assert_eq!(cost.allocated, 16.0, "4 H100 GPU-hours at 4");
+    assert_eq!(cost.idle, 8.0);
+    assert_eq!(cost.used, 8.0);
+    assert!((cost.effective_compute.unwrap() - 2.0 * 0.3 * 4.0).abs() < 1e-9);
+    assert_eq!(group(&s.total, "lab").cost, None, "the T4 has no price");
+    assert!(
+        s.notes.iter().any(|n| n.contains("no price for Tesla T4")),
+        "{:?}",
+        s.notes
+    );
+    assert_eq!(s.periods.len(), 2);
+    for p in &s.periods {
+        assert!(p.reconciled, "{}", p.check);
+        assert_eq!(p.fleet_gpu_hours, 4.0);
+        assert_eq!(group(p, "ml").idle_gpu_hours, 1.0);
+    }
+    // One group holding both models: its cost is not known, never the H100's part alone.
+    let mixed = FleetInput {
+        tracks: vec![input.tracks[0].clone(), c2],
+        ..input
+    };
+    let both = vec![Some("ml".to_string()), Some("ml".to_string())];
+    let s = showback(&mixed, &both, &Holders::new(), &BTreeMap::new(), &c);
+    assert_eq!(s.total.groups[0].allocated_gpu_hours, 8.0);
+    assert_eq!(s.total.groups[0].cost, None);
+    assert_eq!(s.total.unallocated_cost, Some(0.0), "nothing unallocated");
+}
+
+/// A GPU no pod held between two holders (a gap in its series) is priced as its model: the
+/// step still counts in the fleet and in what no pod held, at the GPU's price.
+#[test]
+fn a_gap_between_two_holders_is_priced() {
+    let used = Some((0.9, 0.3));
+    let a = track(Some("ml/a"), "n/g1", &[used]);
+    let mut b = track(Some("ml/b"), "n/g1", &[]);
+    b.record(3, Point::new(Some(0.3), Some(0.9), Some(0.3), Some(1e9)));
     let input = FleetInput {
         step_seconds: 3600.0,
         steps: 4,
@@ -146,28 +204,11 @@ fn costs_by_model_and_periods() {
     let groups = vec![Some("ml".to_string()), Some("ml".to_string())];
     let mut c = cfg("namespace");
     c.prices = vec![("NVIDIA H100 80GB HBM3".into(), 4.0)];
-    c.period_steps = Some(2);
     let s = showback(&input, &groups, &Holders::new(), &BTreeMap::new(), &c);
-    let ml = &s.total.groups[0];
-    let cost = ml.cost.as_ref().unwrap();
-    assert_eq!(
-        cost.allocated, 16.0,
-        "only the H100's 4 GPU-hours are priced"
-    );
-    assert_eq!(cost.idle, 8.0);
-    assert_eq!(cost.used, 8.0);
-    assert!((cost.effective_compute.unwrap() - 2.0 * 0.3 * 4.0).abs() < 1e-9);
-    assert!(
-        s.notes.iter().any(|n| n.contains("no price for Tesla T4")),
-        "{:?}",
-        s.notes
-    );
-    assert_eq!(s.periods.len(), 2);
-    for p in &s.periods {
-        assert!(p.reconciled, "{}", p.check);
-        assert_eq!(p.fleet_gpu_hours, 4.0);
-        assert_eq!(p.groups[0].idle_gpu_hours, 1.0);
-    }
+    assert_eq!(s.total.fleet_gpu_hours, 4.0);
+    assert_eq!(s.total.unallocated_gpu_hours, 2.0);
+    assert_eq!(s.total.unallocated_cost, Some(8.0), "2 h at 4, not 0");
+    assert_eq!(s.total.groups[0].cost.as_ref().unwrap().allocated, 8.0);
 }
 
 /// A track of `watts` at each step (`None`: power not read), busy 0.9.

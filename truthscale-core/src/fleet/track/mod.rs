@@ -538,6 +538,19 @@ impl Track {
         }
     }
 
+    /// The share of its GPU the workload holds: 1 for a whole GPU, a MIG instance's compute
+    /// slices over its model's (as the showback charges it); `None` for an instance of an
+    /// unknown profile.
+    #[must_use]
+    pub fn gpu_share(&self) -> Option<f64> {
+        if !self.is_mig {
+            return Some(1.0);
+        }
+        let total = self.spec?.mig.iter().map(|p| p.compute_slices).max()?;
+        let p = self.mig?;
+        Some(f64::from(p.compute_slices) / f64::from(total.max(1)))
+    }
+
     /// The first step of the lifetime.
     #[must_use]
     pub fn first_step(&self) -> usize {
