@@ -189,7 +189,7 @@ pub struct CauseSignals {
     pub pcie_rx_share: Option<f64>,
     /// The link capacity used, bytes per second per direction, and whether it was measured
     /// (the current generation and width) or the model's maximum (a bound: the share is
-    /// then at least what it would be on the real link).
+    /// then at most what it is on the real link).
     pub pcie_capacity: Option<(f64, bool)>,
     /// SM activity.
     pub sm_active: Option<f64>,
@@ -199,6 +199,9 @@ pub struct CauseSignals {
     pub tensor: Option<f64>,
     /// NVLink traffic, both directions, over the model's bidirectional peak.
     pub nvlink_share: Option<f64>,
+    /// The model has NVLink and its traffic was not read: a window on few SMs may then be
+    /// collectives, so `launch_bound` is not told.
+    pub nvlink_unread: bool,
     /// The gap of the straggler of this GPU's job it waits on ([`crate::stragglers`]).
     pub waiting_on_straggler: Option<f64>,
     /// The NVLink transmit wait's rise per second.
@@ -246,6 +249,9 @@ impl CauseSignals {
             .zip(pcie_capacity)
             .map(|(rx, (cap, _))| rx / cap);
         let nvlink_share = nvlink_share(r, link);
+        let has_nvlink = link
+            .and_then(|l| l.nvlink_bytes_per_sec)
+            .is_some_and(|p| p > 0.0);
         CauseSignals {
             cpu_throttled: r.value(Field::HolderCpuThrottledRatio),
             cpu_limit_cores: r.value(Field::HolderCpuLimitCores),
@@ -259,6 +265,7 @@ impl CauseSignals {
             gr_active: r.value(Field::GrActive),
             tensor: r.value(Field::TensorActive),
             nvlink_share,
+            nvlink_unread: has_nvlink && nvlink_share.is_none(),
             waiting_on_straggler: r.value(Field::StragglerWaitGap),
             nvlink_tx_wait: r.value(Field::NvlinkTxWaitPerSec),
         }
@@ -342,10 +349,12 @@ pub fn cause(s: &CauseSignals, cfg: &CauseConfig) -> Finding {
             cfg.pcie_rx_share,
         );
     }
-    // Collectives run on few SMs too: a window whose NVLink is near its peak is left to
-    // `comm_bound`, whose evidence is direct.
+    // Collectives run on few SMs too: a window whose NVLink is near its peak, or whose
+    // transmit wait rises, is left to `comm_bound`, whose evidence is direct; on a model
+    // with NVLink whose traffic was not read, nothing tells the two apart.
     let tx_wait = s.nvlink_tx_wait.filter(|w| *w > cfg.nvlink_tx_wait_per_sec);
     if at_least(s.gr_active, cfg.launch_gr_active).is_some()
+        && !s.nvlink_unread
         && at_least(s.nvlink_share, cfg.nvlink_share).is_none()
         && tx_wait.is_none()
         && let Some(sm) = s.sm_active.filter(|v| *v < cfg.launch_sm_below)

@@ -148,6 +148,18 @@ fn a_finding_carries_its_numbers_and_advice() {
         launch.to_string(),
         "launch_bound (sm_active 0.10, below 0.25, while the graphics engine is active)"
     );
+    // The same window on a model with NVLink whose traffic was not read: collectives run on
+    // few SMs too, so nothing tells the two apart.
+    let unread = cause(
+        &CauseSignals {
+            sm_active: Some(0.1),
+            nvlink_share: None,
+            nvlink_unread: true,
+            ..quiet()
+        },
+        &CauseConfig::default(),
+    );
+    assert_eq!(unread.cause, Cause::Unknown);
 }
 
 #[test]
@@ -175,6 +187,12 @@ fn signals_come_from_the_readings_and_the_catalog() {
     // No model, no link: no share at all (never a zero).
     let s3 = CauseSignals::from_readings(&r2, None);
     assert_eq!((s3.pcie_rx_share, s3.nvlink_share), (None, None));
+    assert!(!s.nvlink_unread && !s3.nvlink_unread);
+    // An H100 SXM (NVLink) without its NVLink read: unread; an L4 (no NVLink): not.
+    let mut bare = Readings::default();
+    bare.set_value(Field::SmActive, 0.1);
+    assert!(CauseSignals::from_readings(&bare, Some(h100())).nvlink_unread);
+    assert!(!CauseSignals::from_readings(&bare, gpus::by_key("l4")).nvlink_unread);
 }
 
 #[test]
@@ -250,7 +268,16 @@ fn each_starved_gpu_gets_its_cause_and_the_seconds_add_up() {
                 (Field::PcieLinkWidth, 16.0),
             ],
         ),
-        ("tiny-kernels", &[(Field::SmActive, 0.08)]),
+        // An H100 has NVLink: its traffic read (quiet), or the window's few SMs could be
+        // collectives.
+        (
+            "tiny-kernels",
+            &[
+                (Field::SmActive, 0.08),
+                (Field::NvlinkTxBytesPerSec, 1e9),
+                (Field::NvlinkRxBytesPerSec, 1e9),
+            ],
+        ),
         (
             "busy",
             &[(Field::TensorActive, 0.7), (Field::DramActive, 0.5)],
