@@ -12,8 +12,8 @@
 //! | `cpu_contended` | some task of a holder pod waited for a CPU `≥ 20 %` of the window (PSI) |
 //! | `io_stalled` | some task waited on I/O `≥ 20 %` of the window, or all did `≥ 10 %` (PSI) |
 //! | `host_to_device` | PCIe receive `≥ 70 %` of the link's capacity with SM activity `< 50 %` |
-//! | `launch_bound` | graphics engine active `≥ 50 %` with SM activity `< 25 %`, NVLink not `≥ 50 %` of its peak |
-//! | `comm_bound` | NVLink `≥ 50 %` of the model's peak with tensor activity `< 10 %` |
+//! | `launch_bound` | graphics engine active `≥ 50 %` with SM activity `< 25 %`, NVLink not `≥ 50 %` of its peak nor its transmit wait rising, and read where the model has NVLink |
+//! | `comm_bound` | NVLink `≥ 50 %` of the model's peak, or its transmit wait rising, with tensor activity `< 10 %` |
 //!
 //! One thing comes before every rule: a GPU whose job has a straggler
 //! ([`crate::stragglers`], not this GPU) waits on it, `comm_bound`, whatever its own
