@@ -231,6 +231,16 @@ pub struct DcgmTextParser {
     scrape: Scrape,
     /// The latest exposition timestamp (ms) of the current scrape's lines.
     scrape_ms: Option<i64>,
+    /// The distinct exposition timestamps of the current scrape's lines (a few at most are
+    /// kept: more is a scrape of mixed timestamps).
+    scrape_stamps: Vec<i64>,
+    /// Whether every scrape closed so far by a repeated series had one timestamp on all its
+    /// lines before the repeat's (`None` before one closed): then a line of another
+    /// timestamp starts the next scrape, even a series the scrape has not seen (a pod that
+    /// came, a GPU missing once), which would otherwise join the scrape before it. A
+    /// capture whose scrapes mix timestamps (a federation's targets) ends a scrape by a
+    /// repeated series alone.
+    uniform: Option<bool>,
     /// The time and index of the last scrape with a timestamp (`start`, 0 before any):
     /// what a scrape without one is stamped from.
     anchor: (Timestamp, u64),
@@ -253,6 +263,8 @@ impl DcgmTextParser {
             seen: HashSet::new(),
             scrape: Scrape::default(),
             scrape_ms: None,
+            scrape_stamps: Vec::new(),
+            uniform: None,
             anchor: (start, 0),
             timestamped: false,
         }
@@ -328,13 +340,24 @@ impl DcgmTextParser {
         }
         let name = name.to_ascii_lowercase();
         let series = series_key(&name, &labels);
-        let done = if self.seen.contains(&series) {
+        let moved = self.uniform == Some(true)
+            && matches!((timestamp_ms, self.scrape_ms), (Some(t), Some(m)) if t != m);
+        let done = if moved {
+            self.end_scrape()
+        } else if self.seen.contains(&series) {
+            self.learn_uniform(timestamp_ms);
             self.end_scrape()
         } else {
             None
         };
         // `None` orders below any timestamp: the scrape keeps its latest.
         self.scrape_ms = self.scrape_ms.max(timestamp_ms);
+        if let Some(t) = timestamp_ms
+            && self.scrape_stamps.len() < 4
+            && !self.scrape_stamps.contains(&t)
+        {
+            self.scrape_stamps.push(t);
+        }
         let refused = self.scrape.refused.entities;
         self.scrape.push(&name, &labels, value);
         // Only the series of entities kept are remembered: an answer of entities past the
@@ -370,12 +393,24 @@ impl DcgmTextParser {
         self.timestamped
     }
 
+    /// What the scrape a repeated series of timestamp `closing` ends says of the capture:
+    /// its lines before that timestamp all had one (a line of the closing timestamp or later
+    /// belongs with the repeat, to the next scrape), or not.
+    fn learn_uniform(&mut self, closing: Option<i64>) {
+        let Some(closing) = closing else { return };
+        let mut before = self.scrape_stamps.iter().filter(|t| **t < closing);
+        let Some(first) = before.next() else { return };
+        let one = self.scrape_stamps.len() < 4 && before.all(|t| t == first);
+        self.uniform = Some(self.uniform.unwrap_or(true) && one);
+    }
+
     /// Close the current scrape; one with no known metric yields no sample but still
     /// takes its time slot (and, with a timestamp, anchors the scrapes after it).
     fn end_scrape(&mut self) -> Option<Sample> {
         self.seen.clear();
         let k = self.scrapes;
         self.scrapes += 1;
+        self.scrape_stamps.clear();
         let own = self.scrape_ms.take().map(Timestamp);
         let taken = own.unwrap_or_else(|| {
             let (at, j) = self.anchor;
@@ -1116,6 +1151,59 @@ DCGM_FI_DEV_GPU_UTIL{gpu=\"1\",UUID=\"GPU-b\"} 40
                 true
             )
         );
+    }
+
+    /// A pod comes to GPU 0 at the third scrape: its series is new, and comes first. With
+    /// one timestamp a scrape (learned from the first scrape a repeat ended), the timestamp
+    /// ends the scrape, not only a repeated series: every scrape keeps its own readings and
+    /// time (before, the new series joined the scrape before it, and every later scrape was
+    /// cut one line late).
+    #[test]
+    fn a_new_series_first_in_a_timestamped_scrape_starts_it() {
+        let mut text = String::new();
+        for i in 0..6i64 {
+            let t = 1_767_225_600_000 + i * 30_000;
+            let pod = if i < 2 { "" } else { ",pod=\"train-1\"" };
+            text.push_str(&format!(
+                "DCGM_FI_DEV_SM_CLOCK{{gpu=\"0\"{pod}}} 1000 {t}\nDCGM_FI_DEV_GPU_UTIL{{gpu=\"0\"{pod}}} {i} {t}\nDCGM_FI_DEV_SM_CLOCK{{gpu=\"1\"}} 1000 {t}\nDCGM_FI_DEV_GPU_UTIL{{gpu=\"1\"}} {} {t}\n",
+                10 + i
+            ));
+        }
+        let mut p = DcgmTextParser::new("m.txt", 30.0, Timestamp(0));
+        let mut s = Vec::new();
+        for l in text.lines() {
+            s.extend(p.push_line(l).unwrap());
+        }
+        s.extend(p.finish());
+        assert_eq!(s.len(), 6);
+        for (i, sample) in s.iter().enumerate() {
+            assert_eq!(sample.taken.0, 1_767_225_600_000 + i as i64 * 30_000);
+            assert_eq!(sample.entities.len(), 2, "scrape {i}");
+            let gpu1 = sample
+                .entities
+                .iter()
+                .find(|e| e.id.gpu == Some(1))
+                .unwrap();
+            assert_eq!(
+                gpu1.readings.get(Field::ReportedUtil),
+                Reading::Value((10 + i) as f64 / 100.0),
+                "scrape {i}"
+            );
+        }
+    }
+
+    /// A federation's scrape mixes its targets' timestamps: a repeated series alone ends it.
+    #[test]
+    fn mixed_timestamps_in_a_scrape_end_it_by_repeats() {
+        let scrape = |t: i64| {
+            format!(
+                "DCGM_FI_DEV_GPU_UTIL{{gpu=\"0\",Hostname=\"a\"}} 10 {t}\nDCGM_FI_DEV_GPU_UTIL{{gpu=\"0\",Hostname=\"b\"}} 20 {}\n",
+                t + 20_000
+            )
+        };
+        let text: String = (0..3).map(|i| scrape(1_767_225_600_000 + i * 30_000)).collect();
+        let (t, _) = takens(&text, 30.0);
+        assert_eq!(t.len(), 3);
     }
 
     #[test]
