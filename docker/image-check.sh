@@ -50,7 +50,7 @@ for lib in $(ldd "$BIN" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*ld
 done
 b umount "$ctr" >/dev/null
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
-b config --entrypoint '["/usr/local/bin/truthscale"]' --cmd '["serve", "--source", "sim"]' \
+b config --entrypoint '["/usr/local/bin/truthscale"]' --cmd '["serve"]' \
   --user 65532:65532 --port 9488 \
   --label org.opencontainers.image.title=truthscale \
   --label "org.opencontainers.image.version=$version" "$ctr"
@@ -60,7 +60,7 @@ echo "built $tag from $BIN ($(du -h "$BIN" | cut -f1) binary, $(ldd "$BIN" | gre
 # The configuration says what the Dockerfile says.
 config=$(b inspect --type image "$tag" | python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["OCIv1"]["config"], separators=(",", ":")))')
 for want in '"User":"65532:65532"' '"Entrypoint":["/usr/local/bin/truthscale"]' \
-            '"Cmd":["serve","--source","sim"]' '"ExposedPorts":{"9488"'; do
+            '"Cmd":["serve"]' '"ExposedPorts":{"9488"'; do
   case "$config" in
     *"$want"*) ;;
     *) echo "image config lacks $want: $config" >&2; exit 1 ;;

@@ -528,7 +528,11 @@ impl SimGpu {
         r.set_value(Field::MemTotalBytes, total);
         constant_readings(&mut r);
         // One GPU's work, no collectives: a model with NVLink reads no traffic on it.
-        if spec.interconnect().and_then(|l| l.nvlink_bytes_per_sec).is_some() {
+        if spec
+            .interconnect()
+            .and_then(|l| l.nvlink_bytes_per_sec)
+            .is_some()
+        {
             r.set_value(Field::NvlinkTxBytesPerSec, 0.0);
             r.set_value(Field::NvlinkRxBytesPerSec, 0.0);
         }

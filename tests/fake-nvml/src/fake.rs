@@ -255,6 +255,10 @@ pub(crate) struct Device {
     /// … for this long, then it answers again (default: for ever).
     #[serde(default)]
     lost_for_ms: Option<u64>,
+    /// From this long after the library is loaded, `nvmlDeviceGetHandleByIndex` answers
+    /// `NO_PERMISSION` for this GPU (a container that lost its device node).
+    #[serde(default)]
+    handle_denied_after_ms: Option<u64>,
 }
 
 /// One critical XID event.
@@ -714,8 +718,13 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
     device: *mut sys::nvmlDevice_t,
 ) -> Ret {
     with_state(|s| {
-        if index as usize >= s.scenario.devices.len() {
+        let Some(d) = s.scenario.devices.get(index as usize) else {
             return INVALID_ARGUMENT;
+        };
+        if d.handle_denied_after_ms
+            .is_some_and(|ms| s.started.elapsed().as_millis() >= u128::from(ms))
+        {
+            return NO_PERMISSION;
         }
         // SAFETY: forwarded from the caller.
         unsafe { put(device, handle_of(index as usize, None)) }

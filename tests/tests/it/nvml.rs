@@ -483,6 +483,38 @@ fn a_gpu_lost_mid_run_goes_stale_and_the_other_carries_on() {
     assert!(process.stderr().contains("GPU is lost"));
 }
 
+/// A GPU whose handle is denied (NO_PERMISSION, not lost) is no longer read: it goes stale
+/// (`truthscale_gpu_up 0`, its windows no longer served as fresh), never its last values
+/// served as live; the other carries on.
+#[test]
+fn a_gpu_whose_handle_is_denied_goes_stale() {
+    let dir = TempDir::new("nvml-denied");
+    let s = serve(fake(), "h100-handle-denied", &dir);
+    s.wait_for(WAIT, "both GPUs up", |m| {
+        value(m, "truthscale_gpu_up", &[("gpu", "1")]) == Some(1.0)
+            && value(m, "truthscale_gpu_up", &[("gpu", "0")]) == Some(1.0)
+    });
+    let m = s.wait_for(WAIT, "GPU 1 stale once its handle is denied", |m| {
+        errors_of(m, "no_permission") >= 1.0
+            && value(m, "truthscale_gpu_up", &[("gpu", "1")]) == Some(0.0)
+    });
+    assert_eq!(value(&m, "truthscale_gpu_up", &[("gpu", "0")]), Some(1.0));
+    let observed =
+        |m: &[Sample], gpu| value(m, "truthscale_gpu_observed_seconds_total", &[("gpu", gpu)]);
+    assert_eq!(
+        observed(&m, "1"),
+        None,
+        "a stale GPU's windows are not served"
+    );
+    let before = observed(&m, "0").unwrap();
+    s.wait_for(WAIT, "GPU 0 still sampled", |m| {
+        observed(m, "0").is_some_and(|o| o > before + 0.4)
+    });
+    let mut process = s.process;
+    assert!(process.try_wait().is_none(), "serve exited");
+    assert!(!process.stderr().contains("panicked"));
+}
+
 fn doctor(lib: &Path, name: Option<&str>) -> (i32, String, String) {
     let mut cmd = clean_command();
     cmd.args(["doctor", "--nvml-library", lib.to_str().unwrap()]);
@@ -697,6 +729,37 @@ fn per_process_series_only_when_enabled() {
             &[("pid", "4243")]
         ),
         Some(1.0)
+    );
+}
+
+/// A listed process with no utilization sample since the last call was not busy: its SM busy
+/// is 0 (where the driver answered), so the GPU's split by SM busy share still holds.
+#[test]
+fn a_listed_process_without_a_sample_is_not_busy() {
+    let dir = TempDir::new("nvml-idle-proc");
+    let scenario = scenario("h100-shared-idle-process");
+    let s = Sidecar::start(
+        &[
+            "--source",
+            "nvml",
+            "--nvml-library",
+            fake().to_str().unwrap(),
+            "--interval",
+            "250ms",
+        ],
+        &[
+            ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
+            ("TRUTHSCALE_SOURCE__PER_PROCESS_SERIES", "true"),
+        ],
+        dir.path(),
+    );
+    let m = s.wait_for(WAIT, "three processes' SM busy", |m| {
+        series(m, "truthscale_process_sm_busy_ratio", &[]).len() == 3
+    });
+    let busy = |pid| value(&m, "truthscale_process_sm_busy_ratio", &[("pid", pid)]);
+    assert_eq!(
+        (busy("5001"), busy("5002"), busy("5003")),
+        (Some(0.6), Some(0.3), Some(0.0))
     );
 }
 

@@ -144,7 +144,11 @@ fn an_idle_mig_instance_holds_its_share() {
     assert_eq!(idle.workloads.len(), 1);
     let w = &idle.workloads[0];
     assert_eq!(w.workload, "a/small");
-    assert!((w.idle_gpu_hours - 4.0 / 7.0).abs() < 1e-12, "{}", w.idle_gpu_hours);
+    assert!(
+        (w.idle_gpu_hours - 4.0 / 7.0).abs() < 1e-12,
+        "{}",
+        w.idle_gpu_hours
+    );
     assert!((w.idle_cost.unwrap() - 12.0 / 7.0).abs() < 1e-12);
     assert_eq!((w.held_hours, w.idle_for_hours), (4.0, 4.0), "wall hours");
     assert!((idle.idle_gpu_hours - 4.0 / 7.0).abs() < 1e-12);

@@ -1201,7 +1201,9 @@ DCGM_FI_DEV_GPU_UTIL{gpu=\"1\",UUID=\"GPU-b\"} 40
                 t + 20_000
             )
         };
-        let text: String = (0..3).map(|i| scrape(1_767_225_600_000 + i * 30_000)).collect();
+        let text: String = (0..3)
+            .map(|i| scrape(1_767_225_600_000 + i * 30_000))
+            .collect();
         let (t, _) = takens(&text, 30.0);
         assert_eq!(t.len(), 3);
     }

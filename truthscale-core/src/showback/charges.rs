@@ -238,7 +238,11 @@ impl Acc {
             if let Some(x) = c.sat {
                 // A MIG instance's saturation is in whole-GPU terms (the sizing's): a
                 // fraction of the whole GPU's time, not of its share's.
-                self.sat += x * if c.track.is_mig { hours_per_step } else { hours };
+                self.sat += x * if c.track.is_mig {
+                    hours_per_step
+                } else {
+                    hours
+                };
                 self.sat_measured += u;
             }
         }

@@ -92,8 +92,16 @@ fn gpucores_25_alone_is_charged_a_quarter() {
     );
     // The funnel agrees: 0.4 of its 0.5 held GPU-hours computed, 0.1 busy but not.
     let f = &s.total.funnel;
-    assert!(close(f.effective_gpu_hours, 0.4), "{}", f.effective_gpu_hours);
-    assert!(close(f.busy_not_computing_gpu_hours, 0.1), "{}", f.busy_not_computing_gpu_hours);
+    assert!(
+        close(f.effective_gpu_hours, 0.4),
+        "{}",
+        f.effective_gpu_hours
+    );
+    assert!(
+        close(f.busy_not_computing_gpu_hours, 0.1),
+        "{}",
+        f.busy_not_computing_gpu_hours
+    );
     assert!(
         s.notes
             .iter()

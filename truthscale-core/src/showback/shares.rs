@@ -157,7 +157,9 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
         let free = SHARE_UNITS.saturating_sub(sum);
         if w.priced && price.is_none() && free > 0 {
             let model = tracks.iter().find_map(|t| t.model.clone());
-            tally.unpriced.insert(model.unwrap_or_else(|| "unknown".into()));
+            tally
+                .unpriced
+                .insert(model.unwrap_or_else(|| "unknown".into()));
         }
         for acc in accs.both(period) {
             acc.fleet += SHARE_UNITS;

@@ -12,23 +12,32 @@
 {{- if eq .Values.mode "node" -}}node-agent{{- else -}}sidecar{{- end -}}
 {{- end -}}
 
+{{/* The labels of every object, less app.kubernetes.io/name. Values are quoted: a release or
+workload name such as "123" or "true" is a number or a boolean to YAML, and a label must be a
+string. */}}
+{{- define "truthscale.commonLabels" -}}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
+{{- end -}}
+
+{{/* The labels of the chart's own objects. The sidecar's Deployment is named after its
+workload instead (deployment.yaml): each key once. */}}
 {{- define "truthscale.labels" -}}
 app.kubernetes.io/name: truthscale
-app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{ include "truthscale.commonLabels" . }}
 {{- end -}}
 
 {{/* The labels that select the pods carrying the exporter. */}}
 {{- define "truthscale.selectorLabels" -}}
 {{- if eq .Values.mode "node" -}}
 app.kubernetes.io/name: truthscale
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/component: node-agent
 {{- else -}}
-app.kubernetes.io/name: {{ .Values.sidecar.workload.name }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/name: {{ .Values.sidecar.workload.name | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end -}}
 {{- end -}}
 
@@ -51,7 +60,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* What both modes' truthscale containers share after args and env. */}}
 {{- define "truthscale.containerCommon" -}}
-image: {{ include "truthscale.image" . }}
+image: {{ include "truthscale.image" . | quote }}
 imagePullPolicy: {{ .Values.image.pullPolicy }}
 ports:
   - name: metrics
@@ -86,4 +95,18 @@ terminationMessagePolicy: FallbackToLogsOnError
     fieldRef:
       fieldPath: status.hostIP
 {{- end }}
+{{- end -}}
+
+{{/* Whether the source reads NVML, and so needs the GPUs (the driver library and device
+nodes) from the NVIDIA container runtime: nvml only. dcgm-exporter reads HTTP, sim nothing. */}}
+{{- define "truthscale.readsNvml" -}}
+{{- if eq .Values.source "nvml" -}}true{{- end -}}
+{{- end -}}
+
+{{/* Whether the cluster serves the Prometheus Operator's CRDs (PodMonitor, ServiceMonitor,
+PrometheusRule). Without them the API server refuses those objects and the whole install
+fails, so they are left out (NOTES.txt says so). `helm template` knows no cluster: pass
+--api-versions monitoring.coreos.com/v1 to render them. */}}
+{{- define "truthscale.hasMonitoringCRDs" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" -}}true{{- end -}}
 {{- end -}}

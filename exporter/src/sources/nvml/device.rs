@@ -379,12 +379,13 @@ impl DevState {
         let dev = match ctx.nvml.device_by_index(self.index) {
             Ok(d) => d,
             Err(NvmlError::GpuLost) => return Err(Lost("nvmlDeviceGetHandleByIndex".into())),
+            // Not read: nothing is reported, so its entities go stale and then absent (never
+            // their last values served as live), and come back when the handle does.
             Err(e) => {
                 errors.push(classify(
                     &format!("gpu {}: nvmlDeviceGetHandleByIndex: {e}", self.index),
                     &e,
                 ));
-                emit.unchanged.extend(self.last_keys.iter().cloned());
                 return Ok(());
             }
         };
@@ -419,10 +420,12 @@ impl DevState {
         dev: &Device<'_>,
         errors: &mut Vec<SourceError>,
     ) -> Result<Option<bool>, Lost> {
-        let mig = self
-            .call("nvmlDeviceGetMigMode", errors, || dev.mig_mode())?
-            .value()
-            .map(|m| m.current == nvml_wrapper_sys::bindings::NVML_DEVICE_MIG_ENABLE);
+        let mig = match self.call("nvmlDeviceGetMigMode", errors, || dev.mig_mode())? {
+            Got::Value(m) => Some(m.current == nvml_wrapper_sys::bindings::NVML_DEVICE_MIG_ENABLE),
+            Got::Unsupported => None,
+            // A failed read (counted) is no change of mode: the GPU keeps the one it had.
+            Got::Blank => self.mig,
+        };
         if mig != self.mig && self.mig.is_some() {
             tracing::info!(gpu = self.index, mig = ?mig, "NVML: MIG mode changed.");
             self.gpm.free(ctx.nvml);

@@ -56,7 +56,7 @@ use serde::{Deserialize, Serialize};
 use std::ffi::OsStr;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
-use truthscale_core::model::{Sample, Timestamp};
+use truthscale_core::model::{EntityKey, Sample, Timestamp};
 
 /// The library loaded when none is configured.
 pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
@@ -383,8 +383,15 @@ impl crate::sources::Source for NvmlSource {
                     if self.per_process {
                         attach_processes(&mut emit.entities, &d.procs.listed);
                     }
-                    for e in &emit.entities {
-                        let key = e.id.key();
+                    // A read that reported entities lists all the GPU has now: a key neither
+                    // reported nor unchanged (a destroyed MIG instance) is forgotten, and
+                    // never again declared unchanged.
+                    let keys: Vec<EntityKey> = emit.entities.iter().map(|e| e.id.key()).collect();
+                    if !keys.is_empty() {
+                        d.last_keys
+                            .retain(|k| keys.contains(k) || emit.unchanged.contains(k));
+                    }
+                    for key in keys {
                         if !d.last_keys.contains(&key) {
                             d.last_keys.push(key);
                         }

@@ -88,10 +88,9 @@ impl DevState {
             );
         }
         // Per-process utilization is not supported on MIG.
-        let util = if migs.is_none() {
-            self.sm_busy_by_pid(ctx, dev, errors)?
-        } else {
-            BTreeMap::new()
+        let util = match migs {
+            None => self.sm_busy_by_pid(ctx, dev, errors)?,
+            Some(_) => None,
         };
         self.procs.listed = listed
             .into_iter()
@@ -102,7 +101,10 @@ impl DevState {
                     UsedGpuMemory::Unavailable => None,
                 },
                 gpu_instance: p.gpu_instance_id,
-                sm_busy: util.get(&p.pid).map(|u| u.1),
+                // The driver keeps samples of processes active since the last call: where
+                // the call answered, a listed process without one was not busy (0); where it
+                // did not, its SM busy is unknown.
+                sm_busy: util.as_ref().map(|u| u.get(&p.pid).map_or(0.0, |u| u.1)),
                 attribution: crate::cgroup::of_pid(p.pid),
             })
             .collect();
@@ -143,28 +145,31 @@ impl DevState {
         Ok(listed)
     }
 
-    /// pid → (timestamp, SM busy) of its newest utilization sample since the last listing.
+    /// pid → (timestamp, SM busy) of its newest utilization sample since the last listing;
+    /// `None` where the driver did not answer.
     fn sm_busy_by_pid(
         &mut self,
         ctx: &Ctx<'_>,
         dev: &Device<'_>,
         errors: &mut Vec<SourceError>,
-    ) -> Result<BTreeMap<u32, (u64, f64)>, Lost> {
+    ) -> Result<Option<BTreeMap<u32, (u64, f64)>>, Lost> {
         let mut util: BTreeMap<u32, (u64, f64)> = BTreeMap::new();
         let since = self.procs.util_last_us.unwrap_or(0);
-        if let Got::Value(u) = self.call("nvmlDeviceGetProcessesUtilizationInfo", errors, || {
+        let Got::Value(u) = self.call("nvmlDeviceGetProcessesUtilizationInfo", errors, || {
             raw::process_utilization(ctx.nvml, dev, since)
-        })? {
-            for p in &u {
-                self.procs.util_last_us =
-                    Some(self.procs.util_last_us.unwrap_or(0).max(p.timestamp_us));
-                let e = util.entry(p.pid).or_insert((0, 0.0));
-                if p.timestamp_us >= e.0 {
-                    *e = (p.timestamp_us, f64::from(p.sm_util) / 100.0);
-                }
+        })?
+        else {
+            return Ok(None);
+        };
+        for p in &u {
+            self.procs.util_last_us =
+                Some(self.procs.util_last_us.unwrap_or(0).max(p.timestamp_us));
+            let e = util.entry(p.pid).or_insert((0, 0.0));
+            if p.timestamp_us >= e.0 {
+                *e = (p.timestamp_us, f64::from(p.sm_util) / 100.0);
             }
         }
-        Ok(util)
+        Ok(Some(util))
     }
 
     fn log_processes(&self) {
