@@ -46,7 +46,8 @@ pub(crate) use feed::FeedStats;
 #[cfg(any(test, feature = "fuzzing"))]
 use merge::Chunk;
 pub(crate) use merge::NO_CLUSTER;
-use query::{Range, Summary, secs};
+pub(crate) use query::Range;
+use query::{Summary, secs};
 pub(crate) use resolved::{DEFAULT_MAX_STEPS, Defaults, Resolved, default_step};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicI64, AtomicU64};

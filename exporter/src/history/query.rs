@@ -8,6 +8,8 @@ use truthscale_core::model::Field;
 use truthscale_core::parse::dcgm_text;
 
 /// The time range, in milliseconds since the epoch: evaluation at `start + k·step ≤ end`.
+/// The point at `t` stands for the step `(t − step, t]` (a coarse step summarises the raw
+/// samples of that window: [`Summary`]), so the points tile `(start − step, end]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Range {
     /// First evaluation time, a multiple of `step`.
@@ -19,15 +21,25 @@ pub(crate) struct Range {
 }
 
 impl Range {
-    /// `since` back from `now`, the start aligned down to a multiple of `step`.
+    /// `since` back from `now`: the first point is the first multiple of `step` after
+    /// `now − since`, so that the steps the points stand for begin at or just before it
+    /// (`since` of 2 h at 60 s: 120 points, not 121, each step counted once); at least one
+    /// point.
     #[must_use]
     pub(crate) fn back_from(now: i64, since: i64, step: i64) -> Range {
         let step = step.max(1);
+        let first = (now - since).div_euclid(step) * step + step;
         Range {
-            start: (now - since).div_euclid(step) * step,
+            start: first.min(now.div_euclid(step) * step),
             end: now,
             step,
         }
+    }
+
+    /// Where the step of the first point begins: the window the points stand for starts here.
+    #[must_use]
+    pub(crate) fn covered_from(&self) -> i64 {
+        self.start - self.step
     }
 
     /// Evaluation times in the range.
@@ -223,6 +235,22 @@ pub(super) const SIZING_RATIOS: [Field; 7] = [
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 2 h back from 12:00 at 60 s: points at 10:01 … 12:00, 120 of them, each standing for
+    /// the minute up to it, so the window is exactly (10:00, 12:00]; an end off the step
+    /// still covers the window's start; a window shorter than the step keeps one point.
+    #[test]
+    fn a_window_is_its_steps_each_once() {
+        let h = 3_600_000;
+        let r = Range::back_from(12 * h, 2 * h, 60_000);
+        assert_eq!((r.start, r.end, r.points()), (10 * h + 60_000, 12 * h, 120));
+        assert_eq!(r.covered_from(), 10 * h);
+        let r = Range::back_from(12 * h + 30_000, 2 * h, 60_000);
+        assert_eq!((r.start, r.points()), (10 * h + 60_000, 120));
+        assert!(r.covered_from() <= 12 * h + 30_000 - 2 * h);
+        let r = Range::back_from(12 * h, 30_000, 60_000);
+        assert_eq!((r.start, r.points()), (12 * h, 1));
+    }
 
     #[test]
     fn selectors() {

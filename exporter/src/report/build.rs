@@ -5,7 +5,7 @@
 
 use super::showback::{self, By, PodAttributes};
 use super::{Document, notes};
-use crate::history::{FeedStats, History};
+use crate::history::{FeedStats, History, Range};
 use anyhow::bail;
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -93,6 +93,9 @@ enum Charged<'a> {
 /// Prometheus unreachable, slow or answering errors; a pod's GPU request refused; no GPU
 /// readings in the window.
 pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built> {
+    if let Some(every) = cfg.showback.as_ref().and_then(|s| s.every) {
+        check_every(every, history.range(), cfg.max_points)?;
+    }
     let attributes = match &cfg.showback {
         Some(s) => Some(showback::read(&mut history, &s.by)?),
         None => None,
@@ -162,6 +165,42 @@ pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built>
     })
 }
 
+/// `--every` is a whole number of the report's points (each `--step`, or several where
+/// `--max-points` combines them), so that each period is as long as asked and starts where
+/// the one before ends.
+///
+/// # Errors
+/// It is not, naming the point and what to give.
+fn check_every(every: Duration, range: Range, max_points: u64) -> anyhow::Result<()> {
+    let per = super::steps_per_point(range, max_points);
+    let point_ms = u128::try_from(range.step)
+        .unwrap_or(1)
+        .saturating_mul(per as u128)
+        .max(1);
+    let every_ms = every.as_millis();
+    if every_ms >= point_ms && every_ms % point_ms == 0 {
+        return Ok(());
+    }
+    let point = humantime::format_duration(Duration::from_millis(
+        u64::try_from(point_ms).unwrap_or(u64::MAX),
+    ));
+    let why = if per > 1 {
+        format!(
+            " (--step {} × {per}, so that each workload keeps at most --max-points {max_points} points)",
+            humantime::format_duration(Duration::from_millis(
+                u64::try_from(range.step).unwrap_or(0)
+            ))
+        )
+    } else {
+        String::new()
+    };
+    anyhow::bail!(
+        "--every {} is not a whole number of the report's points of {point}{why}: give a multiple of {point}{}",
+        humantime::format_duration(every),
+        if per > 1 { ", or a larger --max-points" } else { "" }
+    )
+}
+
 /// The showback of `input` by `args.by` (`per`: steps a point).
 fn showback_of(
     input: &FleetInput,
@@ -175,6 +214,7 @@ fn showback_of(
     let requested = showback::requested_by_group(input, &groups, by, attrs);
     let holders = showback::holders(input, by, attrs, per);
     let measured = super::fractions::by_point(&attrs.measured, per);
+    // A whole number of points (`check_every`).
     let period_steps = args
         .every
         .map(|e| ((e.as_secs_f64() / input.step_seconds).round() as usize).max(1));
@@ -206,4 +246,31 @@ fn add_showback(doc: &mut Document, mut sb: Showback, args: &ShowbackArgs) -> Sh
     showback::fold_rest(&mut shown, args.top);
     doc.showback = Some(shown);
     sb
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2 h at 60 s: 121 points, one a step under --max-points 1000, two a step under 100.
+    #[test]
+    fn every_is_a_whole_number_of_points() {
+        let range = Range::back_from(7_200_000, 7_200_000, 60_000);
+        let min = |m: u64| Duration::from_secs(60 * m);
+        assert!(check_every(min(5), range, 1000).is_ok());
+        assert!(check_every(min(60), range, 100).is_ok());
+        let e = check_every(min(5), range, 100).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "--every 5m is not a whole number of the report's points of 2m (--step 1m × 2, so that each workload keeps at most --max-points 100 points): give a multiple of 2m, or a larger --max-points"
+        );
+        let e = check_every(Duration::from_secs(90), range, 1000)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "--every 1m 30s is not a whole number of the report's points of 1m: give a multiple of 1m"
+        );
+        assert!(check_every(Duration::from_secs(30), range, 1000).is_err());
+    }
 }

@@ -51,11 +51,13 @@ pub(crate) struct Source {
     pub family: &'static str,
     /// The `--selector` matchers, without braces (`None`: everything).
     pub selector: Option<String>,
-    /// First step, RFC 3339.
+    /// Start of the window, RFC 3339: where the first point's step begins (a point at `t`
+    /// stands for the step `(t − step, t]`).
     pub start: String,
     /// End of the window, RFC 3339.
     pub end: String,
-    /// First step, milliseconds since the epoch.
+    /// Start of the window, milliseconds since the epoch: step `k` of the points stands for
+    /// `[start_ms + k·step, start_ms + (k+1)·step)`.
     pub start_ms: i64,
     /// Seconds per step.
     pub step_seconds: f64,
@@ -205,9 +207,9 @@ fn source_of(history: &History) -> Source {
             Family::Truthscale => "truthscale",
         },
         selector: Some(history.matchers().to_owned()).filter(|m| !m.is_empty()),
-        start: rfc3339(range.start),
+        start: rfc3339(range.covered_from()),
         end: rfc3339(range.end),
-        start_ms: range.start,
+        start_ms: range.covered_from(),
         step_seconds: history.step_seconds(),
         summarized_steps: history.summarizes(),
         blanked_readings: BTreeMap::new(),
@@ -215,6 +217,15 @@ fn source_of(history: &History) -> Source {
         steps_per_point: 1,
         impossible_steps: 0,
     }
+}
+
+/// Steps of `range` combined into one point, so that each workload keeps at most
+/// `max_points` points, whatever the step.
+pub(crate) fn steps_per_point(range: crate::history::Range, max_points: u64) -> usize {
+    let steps = usize::try_from(range.points()).unwrap_or(0);
+    steps
+        .div_ceil(usize::try_from(max_points.max(1)).unwrap_or(usize::MAX))
+        .max(1)
 }
 
 /// Read the history and build the fleet's tracks: each step's sample goes through the
@@ -234,10 +245,7 @@ pub(crate) fn collect(
     let step_seconds = history.step_seconds();
     let mut source = source_of(history);
     let steps = usize::try_from(range.points()).unwrap_or(0);
-    // Each workload keeps at most `max_points` points, whatever the step.
-    let per = steps
-        .div_ceil(usize::try_from(max_points.max(1)).unwrap_or(usize::MAX))
-        .max(1);
+    let per = steps_per_point(range, max_points);
     source.steps_per_point = per;
     let mut deriver = Deriver::new(DeriveConfig::default(), Some(step_seconds));
     // The report reads no observed ceilings.

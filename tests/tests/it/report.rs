@@ -32,8 +32,8 @@ const STEP: i64 = 60;
 const POINTS: i64 = 7 * 60;
 const GIB_MIB: f64 = 1024.0;
 const GIB: f64 = 1_073_741_824.0;
-/// Steps of a 6 h window at 60 s: the start is aligned down to the step, so 361 always.
-const STEPS: u64 = 361;
+/// Steps of a 6 h window at 60 s: 360, each standing for the minute up to it.
+const STEPS: u64 = 360;
 /// The `gappy` job has no data for these 60 minutes (counted back from the end).
 const GAP_FROM_END: std::ops::Range<i64> = 120..180;
 
@@ -387,7 +387,7 @@ fn assert_fleet(v: &Value, family: &str) {
     assert_eq!(at(n, "/mig_fit/profile"), "1g.10gb");
     assert_eq!(at(n, "/smaller_gpu/name"), "L4");
 
-    // Idle allocated capacity: the notebook, idle all of its 361 minutes.
+    // Idle allocated capacity: the notebook, idle all of its 360 minutes.
     let hours = STEPS as f64 * (60.0 / 3600.0);
     let idle = at(v, "/idle/workloads").as_array().unwrap();
     assert_eq!(idle.len(), 1, "{idle:#?}");
@@ -838,7 +838,7 @@ fn report_bad_input_gets_a_clear_message_and_nothing_made_up() {
     assert!(
         strs(&v, "/notes")
             .iter()
-            .any(|n| n.starts_with("55 of 361 steps had no data")),
+            .any(|n| n.starts_with("55 of 360 steps had no data")),
         "{:?}",
         v["notes"]
     );

@@ -95,8 +95,8 @@ fn report_meets_query_limits_with_the_same_answer() {
     assert_eq!(want["workloads"], 11);
     assert_eq!(counted(&base, "split"), 0, "{}", base.stderr);
 
-    // 11 series × 361 steps = 3 971 samples per query, over the limit of 2 000: each is read
-    // in halves in time (181 and 180 steps), four queries in flight.
+    // 11 series × 360 steps = 3 960 samples per query, over the limit of 2 000: each is read
+    // in halves in time (180 steps each), four queries in flight.
     let dir = TempDir::new("limits-samples");
     let limited = Prometheus::backfilled_with(&om, dir.path(), None, &["--query.max-samples=2000"]);
     let run = report(

@@ -205,7 +205,7 @@ fn a_coarse_step_keeps_the_bursts_a_fine_one_sees() {
     let coarse = run.json();
     assert_eq!(coarse["source"]["step_seconds"], 300.0);
     assert_eq!(coarse["source"]["summarized_steps"], true);
-    assert_eq!(coarse["steps"], 73, "6 h at 5 m, the start aligned down");
+    assert_eq!(coarse["steps"], 72, "6 h at 5 m: 72 steps, each standing for the 5 m up to it");
     let a = sizing_a(&coarse);
     assert_eq!(a["memory_peak_bytes"].as_f64(), Some(70.0 * GIB), "{a:#}");
     assert_eq!(a["saturation_p99"].as_f64(), Some(0.9), "{a:#}");
@@ -222,10 +222,11 @@ fn a_coarse_step_keeps_the_bursts_a_fine_one_sees() {
         "{}",
         run.stderr
     );
-    // The means still add up to the use: each step's mean of its five samples, over the 73
-    // steps (the windows tile (start − 5m, end]).
-    let start = (end - 6 * 3600).div_euclid(300) * 300;
-    let want: f64 = (0..73)
+    // The means still add up to the use: each step's mean of its five samples, over the 72
+    // steps (the first at the first 5 m after the window's start; the windows tile
+    // (start − 5m, end]).
+    let start = (end - 6 * 3600).div_euclid(300) * 300 + 300;
+    let want: f64 = (0..72)
         .map(|k| {
             let t = start + k * 300;
             let mean = (0..5).map(|j| tensor_a(t - j * 60)).sum::<f64>() / 5.0;
@@ -315,7 +316,7 @@ fn an_impossible_sample_in_a_summarised_step_blanks_the_step() {
 }
 
 /// `--max-points` below the steps of the grid: each workload keeps one point per four
-/// 60 s steps (361 steps, 91 points), the mean of its steps for use and their peak for
+/// 60 s steps (360 steps, 90 points), the mean of its steps for use and their peak for
 /// memory and the sizing, so the bursts are sized as at one point a step and the use adds up
 /// to within the last point (one step held, counted as four).
 #[test]
@@ -334,7 +335,7 @@ fn a_fine_step_over_more_steps_than_points_combines_them() {
     );
     assert_eq!(combined["source"]["step_seconds"], 60.0);
     assert_eq!(combined["step_seconds"], 240.0);
-    assert_eq!(combined["steps"], 91);
+    assert_eq!(combined["steps"], 90, "360 steps of 60 s, 4 a point");
     let a = sizing_a(&combined);
     assert_eq!(a["memory_peak_bytes"].as_f64(), Some(70.0 * GIB), "{a:#}");
     assert_eq!(a["saturation_p99"].as_f64(), Some(0.9), "{a:#}");

@@ -4,7 +4,7 @@
 //! through the HTTP API, against what the test itself counts from the workload it wrote.
 //!
 //! The fleet, five H100s of 80 GiB, every series over the last 3 hours at a 60 s step (the
-//! report reads the last 2 hours: 121 steps of 1/60 h):
+//! report reads the last 2 hours: 120 steps of 1/60 h):
 //! - `node-a` gpu 0, `research/train` (team `research`): busy 100 %, tensor active 0.5;
 //! - `node-a` gpu 1, `research/notebook` (team `research`): holds it, does nothing;
 //! - `node-a` gpu 2, time-sliced between `web/chat-a` and `web/chat-b` (team `serving`):
@@ -25,8 +25,8 @@ use truthscale_e2e::{Prometheus, Spawned, TempDir, clean_command, require_tool_o
 const STEP: i64 = 60;
 /// Three hours of data; the report reads the last two.
 const POINTS: i64 = 3 * 60;
-/// Steps of a 2 h window at 60 s (the start is aligned down to the step).
-pub(crate) const W: f64 = 121.0;
+/// Steps of a 2 h window at 60 s: 120, each standing for the minute up to it.
+pub(crate) const W: f64 = 120.0;
 /// Hours per step.
 pub(crate) const H: f64 = 1.0 / 60.0;
 /// `web/batch` has NaN readings for these 30 steps of the window, counted back from its end.
@@ -618,7 +618,7 @@ fn showback_by_namespace_and_node_from_truthscale_series() {
         "{notes:?}"
     );
     let periods = v["showback"]["periods"].as_array().expect("periods");
-    assert_eq!(periods.len(), 3, "121 steps in hours of 60: 60, 60, 1");
+    assert_eq!(periods.len(), 2, "120 steps in hours of 60: 60, 60 (no stub past the window)");
     let fleet: f64 = periods
         .iter()
         .map(|p| {

@@ -1,6 +1,6 @@
 //! A GPU lost to health in the report from history: a real Prometheus backfilled with
 //! dcgm-exporter's series of three H100s over the last three hours at a 60 s step (the
-//! report reads the last two: 121 steps of 1/60 h), each GPU at 1830 MHz so that effective
+//! report reads the last two: 120 steps of 1/60 h), each GPU at 1830 MHz so that effective
 //! compute is its tensor activity:
 //! - gpu 0, `ml/train`: busy 100 %, tensor active 0.5, healthy throughout;
 //! - gpu 1, `ml/broken`: busy 100 %, tensor 0.3, until its last 60 steps, in which a row
@@ -18,8 +18,8 @@ use truthscale_e2e::{Prometheus, TempDir, require_tool_or_return};
 /// Three hours of points, the report reading the last two.
 const POINTS: i64 = 3 * 60;
 const STEP: i64 = 60;
-/// Steps of the 2 h window (its start aligned down to the step).
-const W: f64 = 121.0;
+/// Steps of the 2 h window: 120, each standing for the minute up to it.
+const W: f64 = 120.0;
 /// Hours per step.
 const H: f64 = 1.0 / 60.0;
 /// The broken GPU's last steps, unavailable.
