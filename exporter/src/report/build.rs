@@ -197,7 +197,11 @@ fn check_every(every: Duration, range: Range, max_points: u64) -> anyhow::Result
     anyhow::bail!(
         "--every {} is not a whole number of the report's points of {point}{why}: give a multiple of {point}{}",
         humantime::format_duration(every),
-        if per > 1 { ", or a larger --max-points" } else { "" }
+        if per > 1 {
+            ", or a larger --max-points"
+        } else {
+            ""
+        }
     )
 }
 

@@ -86,6 +86,16 @@ pub(crate) fn cost_or_none(x: Option<f64>) -> String {
     x.map_or_else(|| NONE.to_owned(), cost)
 }
 
+/// A cost where prices were given (`priced`): two decimals, or [`UNKNOWN`] where its GPUs'
+/// model has none; without prices, [`NONE`].
+pub(crate) fn cost_priced(x: Option<f64>, priced: bool) -> String {
+    match (x, priced) {
+        (Some(c), _) => cost(c),
+        (None, true) => UNKNOWN.to_owned(),
+        (None, false) => NONE.to_owned(),
+    }
+}
+
 /// A count (GPUs, a summary's figure), or `unknown`.
 pub(crate) fn count<T: std::fmt::Display>(x: Option<T>) -> String {
     x.map_or_else(|| UNKNOWN.to_owned(), |v| v.to_string())

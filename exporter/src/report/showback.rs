@@ -596,9 +596,10 @@ pub(crate) fn write_csv(
         let unheld_down = (p.funnel.unavailable_gpu_hours - held_down).max(0.0);
         writeln!(
             out,
-            "{from},{to},{},(unallocated),,{},,,,,,,,,,,,,{},{},{},",
+            "{from},{to},{},(unallocated),,{},,,,,,,,,{},,,,{},{},{},",
             field(&s.by),
             num(Some(p.unallocated_gpu_hours)),
+            num(p.unallocated_cost),
             num(p.energy.as_ref().map(|e| e.unallocated_kwh)),
             num(p.energy.as_ref().and_then(|e| e.unallocated_cost)),
             num(Some(unheld_down)),

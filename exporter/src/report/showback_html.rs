@@ -3,7 +3,9 @@
 //! the checks, the policy and the notes. Layout only, like [`super::html`], which calls it
 //! where [`super::sections`] puts it.
 
-use super::format::{cost_or_none, hours, hours_or_none, hours_or_unknown, kwh_or_none};
+use super::format::{
+    cost_or_none, cost_priced, hours, hours_or_none, hours_or_unknown, kwh_or_none,
+};
 use super::html::esc;
 use plotters::prelude::*;
 use std::fmt::Write as _;
@@ -122,6 +124,8 @@ pub(super) fn section(
         "<table id=\"showback-table\"><tr><th>group</th><th>allocated</th><th>requested</th><th>busy (flag)</th><th>effective compute</th><th>used</th><th>idle</th><th>unmeasured</th><th>use unknown</th><th>unavailable</th><th>time-sliced effective compute (device's, 1/k each)</th><th>effective compute estimate (never billed)</th><th>cost</th><th>idle cost</th><th>energy (kWh)</th><th>energy cost</th></tr>"
     );
     let h = |x: f64| hours(x, digits);
+    let priced =
+        s.total.unallocated_cost.is_some() || s.total.groups.iter().any(|g| g.cost.is_some());
     for g in &s.total.groups {
         let _ = writeln!(
             w,
@@ -138,8 +142,8 @@ pub(super) fn section(
             h(g.unavailable_gpu_hours),
             hours_or_none(g.time_sliced_effective_compute_gpu_hours, digits),
             hours_or_none(g.effective_compute_estimate_gpu_hours, digits),
-            cost_or_none(g.cost.as_ref().map(|c| c.allocated)),
-            cost_or_none(g.cost.as_ref().map(|c| c.idle)),
+            cost_priced(g.cost.as_ref().map(|c| c.allocated), priced),
+            cost_priced(g.cost.as_ref().map(|c| c.idle), priced),
             kwh_or_none(g.energy_kwh),
             cost_or_none(g.energy_cost),
         );
@@ -147,8 +151,9 @@ pub(super) fn section(
     let energy = s.total.energy.as_ref();
     let _ = writeln!(
         w,
-        "<tr><td>(unallocated)</td><td>{}</td><td colspan=\"12\"></td><td>{}</td><td>{}</td></tr></table>\n<p id=\"showback-check\">check: {}</p><p id=\"allocation-check\">{}</p>",
+        "<tr><td>(unallocated)</td><td>{}</td><td colspan=\"10\"></td><td>{}</td><td></td><td>{}</td><td>{}</td></tr></table>\n<p id=\"showback-check\">check: {}</p><p id=\"allocation-check\">{}</p>",
         h(s.total.unallocated_gpu_hours),
+        cost_priced(s.total.unallocated_cost, priced),
         kwh_or_none(energy.map(|e| e.unallocated_kwh)),
         cost_or_none(energy.and_then(|e| e.unallocated_cost)),
         esc(&s.total.check),

@@ -331,11 +331,19 @@ fn showback(out: &mut impl Write, s: &Showback) -> Result<()> {
         if priced { "       cost  idle cost" } else { "" }
     )?;
     for g in &t.groups {
-        showback_row(out, g, (sliced, down))?;
+        showback_row(out, g, (sliced, down, priced))?;
     }
+    // What no pod held, and with prices what it cost, under the groups' cost column.
+    let unallocated_cost = if priced {
+        let pad = 7 * 10 + if down { 12 } else { 0 } + if sliced { 20 } else { 0 };
+        let c = t.unallocated_cost.map_or_else(|| "?".to_owned(), cost);
+        format!("{:pad$} {c:>10}", "")
+    } else {
+        String::new()
+    };
     writeln!(
         out,
-        "  {:<24} {:>9}",
+        "  {:<24} {:>9}{unallocated_cost}",
         "(unallocated)",
         hours(t.unallocated_gpu_hours, DIGITS)
     )?;
@@ -346,7 +354,7 @@ fn showback(out: &mut impl Write, s: &Showback) -> Result<()> {
 fn showback_row(
     out: &mut impl Write,
     g: &truthscale_core::showback::GroupHours,
-    (sliced, down): (bool, bool),
+    (sliced, down, priced): (bool, bool, bool),
 ) -> Result<()> {
     let h = |x: f64| hours(x, DIGITS);
     writeln!(
@@ -375,10 +383,12 @@ fn showback_row(
         } else {
             String::new()
         },
-        g.cost
-            .as_ref()
-            .map(|c| format!(" {:>10} {:>10}", cost(c.allocated), cost(c.idle)))
-            .unwrap_or_default()
+        match (&g.cost, priced) {
+            (Some(c), _) => format!(" {:>10} {:>10}", cost(c.allocated), cost(c.idle)),
+            // Priced, but not this group's GPUs (a model without a price): unknown.
+            (None, true) => format!(" {:>10} {:>10}", "?", "?"),
+            (None, false) => String::new(),
+        }
     )
 }
 

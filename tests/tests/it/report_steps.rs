@@ -205,7 +205,10 @@ fn a_coarse_step_keeps_the_bursts_a_fine_one_sees() {
     let coarse = run.json();
     assert_eq!(coarse["source"]["step_seconds"], 300.0);
     assert_eq!(coarse["source"]["summarized_steps"], true);
-    assert_eq!(coarse["steps"], 72, "6 h at 5 m: 72 steps, each standing for the 5 m up to it");
+    assert_eq!(
+        coarse["steps"], 72,
+        "6 h at 5 m: 72 steps, each standing for the 5 m up to it"
+    );
     let a = sizing_a(&coarse);
     assert_eq!(a["memory_peak_bytes"].as_f64(), Some(70.0 * GIB), "{a:#}");
     assert_eq!(a["saturation_p99"].as_f64(), Some(0.9), "{a:#}");

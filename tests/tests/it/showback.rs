@@ -618,7 +618,11 @@ fn showback_by_namespace_and_node_from_truthscale_series() {
         "{notes:?}"
     );
     let periods = v["showback"]["periods"].as_array().expect("periods");
-    assert_eq!(periods.len(), 2, "120 steps in hours of 60: 60, 60 (no stub past the window)");
+    assert_eq!(
+        periods.len(),
+        2,
+        "120 steps in hours of 60: 60, 60 (no stub past the window)"
+    );
     let fleet: f64 = periods
         .iter()
         .map(|p| {
