@@ -9,8 +9,11 @@
 //! `io.pressure` and `memory.pressure` read once a tick, bounded and without blocking. From
 //! the counters' deltas since the previous tick over the wall time between the reads:
 //!
-//! - `HolderCpuThrottledRatio`: `Δnr_throttled / Δnr_periods` (blank without periods);
-//! - `HolderCpuLimitCores`: the most throttled pod's `cpu.max` (blank when `max`);
+//! - `HolderCpuThrottledRatio`: `Δnr_throttled / Δnr_periods` of the pod's `cpu.stat`, or
+//!   of its most throttled container's where more (a container's own limit throttles it in
+//!   its own periods, which the pod's do not count; a pod has a quota only where every
+//!   container has a limit); blank without periods;
+//! - `HolderCpuLimitCores`: the `cpu.max` of that most throttled cgroup (blank when `max`);
 //! - the waiting and stalled shares: `Δtotal / Δwall`, clamped to `0..=1`;
 //!
 //! each the worst of the GPU's pods. Each pod's own shares are kept on the entity too
@@ -47,7 +50,7 @@ pub(crate) const WALK_ENTRIES_PER_TICK: usize = 20_000;
 const PID_READS_PER_TICK: usize = 256;
 
 /// What one read of a pod's cgroup files gave, at the instant it was read.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Counters {
     at: Instant,
     cpu: Option<CpuStat>,
@@ -55,7 +58,14 @@ struct Counters {
     cpu_psi: Option<Psi>,
     io_psi: Option<Psi>,
     memory_psi: Option<Psi>,
+    /// Each container's own `cpu.stat` and `cpu.max`, by its directory's name: a container
+    /// throttled by its own limit counts in its own `nr_throttled`, not the pod's (and the
+    /// pod has no quota of its own unless every container has a limit).
+    containers: Vec<(String, Option<CpuStat>, Option<CpuMax>)>,
 }
+
+/// Containers of one pod whose CPU counters are read.
+const MAX_CONTAINERS: usize = 16;
 
 /// A pod's shares over the last tick: each `None` where it was not measured.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -215,6 +225,7 @@ impl HolderPressure {
             cpu_psi,
             io_psi,
             memory_psi,
+            containers: containers(dir),
         }
     }
 
@@ -267,6 +278,32 @@ impl HolderPressure {
     }
 }
 
+/// The CPU counters of the containers below a pod's directory (its child directories, at
+/// most [`MAX_CONTAINERS`], bounded reads): a file that does not read is `None` (a container
+/// without a CPU limit has no periods), not counted, as the pod's own files are.
+fn containers(pod: &Path) -> Vec<(String, Option<CpuStat>, Option<CpuMax>)> {
+    let Ok(entries) = std::fs::read_dir(pod) else {
+        return Vec::new();
+    };
+    let read = |dir: &Path, file: &str| {
+        read_proc_file(&dir.join(file), MAX_CGROUP_FILE_BYTES)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .take(MAX_CONTAINERS)
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let dir = e.path();
+            let cpu = read(&dir, "cpu.stat").as_deref().and_then(parse_cpu_stat);
+            let limit = read(&dir, "cpu.max").as_deref().and_then(parse_cpu_max);
+            Some((name, cpu, limit))
+        })
+        .collect()
+}
+
 /// The wanted pod a directory name holds (`pod<UID>` or `pod<UID_>`), by its UID.
 fn pod_in(name: &str, missing: &HashMap<String, String>) -> Option<String> {
     name.match_indices("pod")
@@ -300,15 +337,10 @@ fn between(before: &Counters, now: &Counters) -> Shares {
         let pick = |p: Option<Psi>| p.and_then(|p| if full { p.full_usec } else { p.some_usec });
         share(pick(f(before)), pick(f(now)))
     };
-    let throttled = before.cpu.zip(now.cpu).and_then(|(b, n)| {
-        ratio(
-            (b.nr_throttled, n.nr_throttled),
-            (b.nr_periods, n.nr_periods),
-        )
-    });
+    let (throttled, limit) = most_throttled(before, now);
     Shares {
         throttled,
-        limit_cores: match now.limit {
+        limit_cores: match limit {
             Some(CpuMax::Cores(c)) => Some(c),
             _ => None,
         },
@@ -317,6 +349,30 @@ fn between(before: &Counters, now: &Counters) -> Shares {
         io_stalled: psi(|c| c.io_psi, true),
         memory_stalled: psi(|c| c.memory_psi, true),
     }
+}
+
+/// The throttled share of the pod, or of its most throttled container where more, with that
+/// cgroup's limit: a container's own quota throttles it in its own periods, which the pod's
+/// `cpu.stat` does not count. `None` where neither the pod nor a container has periods.
+fn most_throttled(before: &Counters, now: &Counters) -> (Option<f64>, Option<CpuMax>) {
+    let share = |b: Option<CpuStat>, n: Option<CpuStat>| {
+        let (b, n) = b.zip(n)?;
+        ratio(
+            (b.nr_throttled, n.nr_throttled),
+            (b.nr_periods, n.nr_periods),
+        )
+    };
+    let mut best = (share(before.cpu, now.cpu), now.limit);
+    for (name, cpu, limit) in &now.containers {
+        let Some((_, was, _)) = before.containers.iter().find(|(n, ..)| n == name) else {
+            continue;
+        };
+        let Some(r) = share(*was, *cpu) else { continue };
+        if best.0.is_none_or(|b| r > b) {
+            best = (Some(r), *limit);
+        }
+    }
+    best
 }
 
 /// The worst of a GPU's pods' shares: each the largest measured; the CPU limit of the most
@@ -611,6 +667,48 @@ mod tests {
         tick(&mut stage, vec![gpu(0, &[Some(A)])]);
         assert!(stage.walked > walked);
         assert_eq!(stage.dirs.get(A), Some(&moved));
+    }
+
+    /// A container throttled by its own limit: its periods are its own, not the pod's. A
+    /// Burstable pod (a sidecar without a limit: the pod has no quota, so no periods) whose
+    /// GPU container has 4 CPUs and is throttled in 60 % of its periods reads 0.6 and 4; a
+    /// pod of quota 9 (limits 8 + 1) that never runs out, its 8-CPU container throttled in
+    /// 60 %, reads 0.6 and 8, not the pod's 0 and 9.
+    #[test]
+    fn a_container_throttled_by_its_own_limit_counts() {
+        let root = scratch("cgroup-containers");
+        let a = root.0.join(format!("kubepods/burstable/pod{A}"));
+        let b = root.0.join(format!("kubepods/burstable/pod{B}"));
+        let step = |n: u64| {
+            write_pod(&a, 0, 0, None, [0, 0, 0, 0]);
+            write_pod(
+                &a.join("main"),
+                100 * n,
+                60 * n,
+                Some(400_000),
+                [0, 0, 0, 0],
+            );
+            write_pod(&a.join("sidecar"), 0, 0, None, [0, 0, 0, 0]);
+            write_pod(&b, 100 * n, 0, Some(900_000), [0, 0, 0, 0]);
+            write_pod(
+                &b.join("main"),
+                100 * n,
+                60 * n,
+                Some(800_000),
+                [0, 0, 0, 0],
+            );
+            write_pod(&b.join("log"), 100 * n, 0, Some(100_000), [0, 0, 0, 0]);
+        };
+        let mut stage = HolderPressure::new(root.0.clone(), "/nonexistent".into());
+        step(1);
+        tick(&mut stage, vec![gpu(0, &[Some(A)]), gpu(1, &[Some(B)])]);
+        step(2);
+        let second = tick(&mut stage, vec![gpu(0, &[Some(A)]), gpu(1, &[Some(B)])]);
+        let v = |e: &EntitySample, f| e.readings.value(f);
+        assert_eq!(v(&second[0], Field::HolderCpuThrottledRatio), Some(0.6));
+        assert_eq!(v(&second[0], Field::HolderCpuLimitCores), Some(4.0));
+        assert_eq!(v(&second[1], Field::HolderCpuThrottledRatio), Some(0.6));
+        assert_eq!(v(&second[1], Field::HolderCpuLimitCores), Some(8.0));
     }
 
     /// Processes of the pods `(UID, pod name)` on GPU `index`, in namespace `ml`, each
