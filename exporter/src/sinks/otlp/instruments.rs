@@ -30,6 +30,11 @@ struct Pinned {
 struct Shared {
     rx: watch::Receiver<Arc<Snapshot>>,
     pinned: Mutex<Pinned>,
+    /// Under delta temporality: a GPU that went stale keeps its counters' last values (no
+    /// increase) while it is listed, so that the SDK keeps their baselines. It drops a
+    /// series missing from one collection, and the series' next value would then be sent
+    /// whole, as if all of it had accrued in one interval.
+    carry_counters: bool,
 }
 
 impl Shared {
@@ -43,7 +48,7 @@ impl Shared {
             return;
         }
         p.tick = (snap.tick, snap.stale);
-        p.families = vec![Vec::new(); catalog::ALL.len()];
+        let previous = std::mem::replace(&mut p.families, vec![Vec::new(); catalog::ALL.len()]);
         if snap.tick == 0 {
             return;
         }
@@ -62,6 +67,15 @@ impl Shared {
             let attrs = point_attributes(m.scope == Scope::Gpu, o.fixed, labels, &drivers);
             p.families[m.id.index()].push((attrs, v));
         });
+        if self.carry_counters {
+            let stale: Vec<&str> = snap
+                .gpus
+                .iter()
+                .filter(|g| !g.up)
+                .filter_map(|g| g.window.id.uuid.as_deref())
+                .collect();
+            carry_stale_counters(&stale, previous, &mut p.families);
+        }
     }
 
     fn observe_f64(&self, id: MetricId, obs: &dyn AsyncInstrument<f64>) {
@@ -82,6 +96,35 @@ impl Shared {
                 // Memory sizes: integral byte counts, exactly representable.
                 obs.observe(v.round() as i64, attrs);
             }
+        }
+    }
+}
+
+/// The counters' points of `previous` whose GPU (by UUID) is in `stale` (listed, not read
+/// within the stale period, not yet forgotten), added to `families` as they were.
+fn carry_stale_counters(
+    stale: &[&str],
+    previous: Vec<Vec<(Vec<KeyValue>, f64)>>,
+    families: &mut [Vec<(Vec<KeyValue>, f64)>],
+) {
+    if stale.is_empty() {
+        return;
+    }
+    let key = catalog::otel_attribute("uuid").unwrap_or("uuid");
+    let of_stale = |attrs: &[KeyValue]| {
+        attrs.iter().any(|kv| {
+            kv.key.as_str() == key && {
+                let id = kv.value.as_str();
+                let gpu = id.split("/mig/").next().unwrap_or_default();
+                stale.contains(&gpu)
+            }
+        })
+    };
+    for (m, (family, points)) in catalog::ALL.iter().zip(families.iter_mut().zip(previous)) {
+        if m.otel
+            .is_some_and(|o| o.instrument == OtelInstrument::Counter)
+        {
+            family.extend(points.into_iter().filter(|(a, _)| of_stale(a)));
         }
     }
 }
@@ -183,9 +226,24 @@ pub struct Registration {
 /// exporter then carry truthscale's metrics, with the values `/metrics` shows.
 #[must_use]
 pub fn register(meter: &Meter, rx: watch::Receiver<Arc<Snapshot>>) -> Registration {
+    register_with(meter, rx, false)
+}
+
+/// [`register`], for a meter whose exporter asks for delta temporality (`delta`): a GPU that
+/// went stale then keeps its counters' last values while it is listed (no increase), so that
+/// when it is read again the increase over the gap is sent once, not its whole total. (The
+/// SDK forgets a delta series missing from one collection.) A GPU forgotten after it
+/// stopped starts again from its counters' totals.
+#[must_use]
+pub fn register_with(
+    meter: &Meter,
+    rx: watch::Receiver<Arc<Snapshot>>,
+    delta: bool,
+) -> Registration {
     let shared = Arc::new(Shared {
         rx,
         pinned: Mutex::new(Pinned::default()),
+        carry_counters: delta,
     });
     let families = catalog::ALL
         .iter()
@@ -276,5 +334,44 @@ mod tests {
         assert_eq!(state("ok").as_deref(), Some("ok"));
         assert_eq!(state("degraded").as_deref(), Some("degraded"));
         assert_eq!(state("unavailable").as_deref(), Some("failed"));
+    }
+
+    /// Under delta temporality a stale GPU's counters keep their last points (a MIG instance's
+    /// too, by its GPU), and nothing else is carried: not a gauge, not a GPU that is read,
+    /// not one forgotten (absent from the stale list).
+    #[test]
+    fn a_stale_gpus_counters_are_carried() {
+        let find = |name: &str| {
+            catalog::ALL
+                .iter()
+                .position(|m| m.otel.is_some_and(|o| o.name == name))
+                .unwrap_or_else(|| panic!("{name}"))
+        };
+        let (energy, power) = (find("hw.energy"), find("hw.power"));
+        assert_eq!(
+            catalog::ALL[energy].otel.map(|o| o.instrument),
+            Some(OtelInstrument::Counter)
+        );
+        let point = |uuid: &str, v: f64| (vec![KeyValue::new("hw.id", uuid.to_owned())], v);
+        let mut previous = vec![Vec::new(); catalog::ALL.len()];
+        previous[energy] = vec![
+            point("GPU-a", 100.0),
+            point("GPU-b", 200.0),
+            point("GPU-c/mig/1", 5.0),
+            point("GPU-d", 7.0),
+        ];
+        previous[power] = vec![point("GPU-a", 300.0)];
+        let mut families = vec![Vec::new(); catalog::ALL.len()];
+        families[energy] = vec![point("GPU-b", 250.0)];
+        carry_stale_counters(&["GPU-a", "GPU-c"], previous, &mut families);
+        assert_eq!(
+            families[energy],
+            [
+                point("GPU-b", 250.0),
+                point("GPU-a", 100.0),
+                point("GPU-c/mig/1", 5.0)
+            ]
+        );
+        assert!(families[power].is_empty());
     }
 }

@@ -39,7 +39,7 @@ mod instruments;
 mod transport;
 
 pub(crate) use exporter::{CountingExporter, ERROR_KINDS, SINK};
-pub use instruments::{Registration, register};
+pub use instruments::{Registration, register, register_with};
 
 use crate::publish::{SinkErrors, Snapshot, VERSION};
 use config::OtlpSettings;
@@ -160,13 +160,17 @@ impl Otlp {
             exporter = exporter.with_trust(trust.clone());
         }
         let exporter = exporter.with_client_cert_asked(built.client_cert_asked);
+        let delta = {
+            use opentelemetry_sdk::metrics::exporter::PushMetricExporter as _;
+            exporter.temporality() == opentelemetry_sdk::metrics::Temporality::Delta
+        };
         let provider = meter_provider(settings, identity, exporter);
         let meter = provider.meter_with_scope(
             InstrumentationScope::builder("truthscale")
                 .with_version(VERSION)
                 .build(),
         );
-        let registration = register(&meter, rx);
+        let registration = register_with(&meter, rx, delta);
         tracing::info!(
             protocol = match proto {
                 config::OtlpProtocol::Grpc => "grpc",
