@@ -568,6 +568,12 @@ fn check_push(proto: Proto) {
     assert_eq!(s(res, "k8s.namespace.name").as_deref(), Some("ml"));
     assert_eq!(s(res, "k8s.container.name").as_deref(), Some("cuda"));
     assert_eq!(s(res, "k8s.node.name").as_deref(), Some("gpu-node-7"));
+    // One instance per exporter (OTLP ingestion into Prometheus makes `instance` of it): the
+    // sidecar's pod UID and container.
+    assert_eq!(
+        s(res, "service.instance.id").as_deref(),
+        Some("6f0c2a4e-0d1b-4c55-9c1e-2f5a7d1e9b01.cuda")
+    );
     assert_eq!(
         s(res, "deployment.environment").as_deref(),
         Some("test"),
@@ -1360,6 +1366,8 @@ fn awkward_identities_arrive_exact_over_otlp() {
     assert_eq!(s(res, "k8s.pod.name").as_deref(), Some(POD));
     assert_eq!(s(res, "k8s.namespace.name").as_deref(), Some(NAMESPACE));
     assert_eq!(s(res, "k8s.node.name").as_deref(), Some("nœud-⚙"));
+    let instance = s(res, "service.instance.id").expect("service.instance.id");
+    assert!(instance.contains(POD), "{instance}");
 }
 
 /// A collector whose first connection trickles its answer (a byte every 300 ms, never

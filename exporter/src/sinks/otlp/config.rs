@@ -484,6 +484,19 @@ impl OtlpConfig {
             env_timeout,
         } = self.durations(&getenv)?;
         let temporality = self.temporality()?;
+        // The SDK falls back to cumulative on a value it does not know, and its warning
+        // is compiled out: refuse it, naming the variable.
+        const TEMPORALITY_VAR: &str = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE";
+        if let Some(v) = getenv(TEMPORALITY_VAR)
+            && !["cumulative", "delta", "lowmemory"]
+                .iter()
+                .any(|t| v.eq_ignore_ascii_case(t))
+        {
+            return Err(Invalid::new(
+                TEMPORALITY_VAR,
+                format!("{v:?} is not one of cumulative, delta, lowmemory"),
+            ));
+        }
         let on = self.enabled
             || endpoint.is_some()
             || getenv("OTEL_EXPORTER_OTLP_ENDPOINT").is_some()
@@ -959,6 +972,24 @@ mod tests {
             .unwrap_err();
         assert_eq!(var, "OTEL_EXPORTER_OTLP_METRICS_HEADERS");
         assert!(msg.contains("entry 1"), "{msg}");
+    }
+
+    /// A temporality the SDK does not know is refused, naming the variable (the SDK would
+    /// fall back to cumulative without a word); its names, in any case, are taken.
+    #[test]
+    fn the_temporality_variable_is_checked() {
+        let var = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE";
+        let msg = on()
+            .validate(&env(&[(var, "deltas")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains(var) && msg.contains("\"deltas\" is not one of"),
+            "{msg}"
+        );
+        for ok in ["Delta", "cumulative", "LowMemory"] {
+            assert!(on().validate(&env(&[(var, ok)])).is_ok(), "{ok}");
+        }
     }
 
     #[test]

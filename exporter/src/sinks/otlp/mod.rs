@@ -71,12 +71,16 @@ pub fn resource(identity: &Identity, env: &[(String, String)]) -> Resource {
         KeyValue::new(sr::SERVICE_NAME, "truthscale"),
         KeyValue::new(sr::SERVICE_VERSION, VERSION),
     ];
-    if let Some(h) = env_nonempty("HOSTNAME").or_else(kernel_hostname) {
-        attrs.push(KeyValue::new(sr::HOST_NAME, h));
+    let host = env_nonempty("HOSTNAME").or_else(kernel_hostname);
+    if let Some(h) = &host {
+        attrs.push(KeyValue::new(sr::HOST_NAME, h.clone()));
     }
     // The pod's UID from the Downward API (`POD_UID`, fieldRef metadata.uid), where the
     // exporter is a pod's own (a sidecar): node mode's agent is not its GPUs' pod.
     let uid = identity.pod.as_ref().and(env_nonempty("POD_UID"));
+    if let Some(id) = instance_id(identity, uid.as_deref(), host.as_deref()) {
+        attrs.push(KeyValue::new(sr::SERVICE_INSTANCE_ID, id));
+    }
     let k8s = [
         (sa::K8S_POD_NAME, identity.pod.as_ref()),
         (sa::K8S_POD_UID, uid.as_ref()),
@@ -104,6 +108,24 @@ pub fn resource(identity: &Identity, env: &[(String, String)]) -> Resource {
         b = b.with_service_name(name);
     }
     b.build()
+}
+
+/// What tells this exporter from every other one sending to the same backend (OTLP
+/// ingestion into Prometheus makes `instance` of it, so agents' own series would collide
+/// without it): a sidecar's pod UID and container (else its namespace, pod and container),
+/// a node agent's node, else the host name.
+fn instance_id(identity: &Identity, uid: Option<&str>, host: Option<&str>) -> Option<String> {
+    let nonempty = |v: &Option<String>| v.clone().filter(|v| !v.is_empty());
+    let container = nonempty(&identity.container).unwrap_or_default();
+    let pod = nonempty(&identity.pod).map(|pod| match uid {
+        Some(u) => format!("{u}.{container}"),
+        None => format!(
+            "{}.{pod}.{container}",
+            nonempty(&identity.namespace).unwrap_or_default()
+        ),
+    });
+    pod.or_else(|| nonempty(&identity.node))
+        .or_else(|| host.map(str::to_owned))
 }
 
 fn kernel_hostname() -> Option<String> {
