@@ -896,6 +896,62 @@ fn check_rejecting(proto: Proto) {
     );
 }
 
+/// An OTLP/HTTP collector that accepts each export (200) but rejects part of it, as its
+/// answer's `partial_success` says: counted as `rejected` and logged with the collector's
+/// message, never taken as a full success in silence.
+#[test]
+fn http_partial_success_is_counted_and_logged() {
+    let dir = TempDir::new("otlp-partial");
+    let port = free_port();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind(("127.0.0.1", port)))
+        .unwrap();
+    let app = axum::Router::new().fallback(|_body: axum::body::Bytes| async {
+        let answer = ExportMetricsServiceResponse {
+            partial_success: Some(
+                opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsPartialSuccess {
+                    rejected_data_points: 7,
+                    error_message: "too many series for tenant".into(),
+                },
+            ),
+        };
+        (
+            [(axum::http::header::CONTENT_TYPE, "application/x-protobuf")],
+            answer.encode_to_vec(),
+        )
+    });
+    rt.spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let mut env = ENV.to_vec();
+    env.push(("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"));
+    let mut args = ARGS.to_vec();
+    args.extend(["--otlp-endpoint", &endpoint]);
+    let sidecar = Sidecar::start(&args, &env, dir.path());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while errors_of_kind(&sidecar, "rejected") < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "no partial rejection counted; stderr:\n{}",
+            sidecar.process.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(errors_of_kind(&sidecar, "unavailable"), 0.0);
+    let stderr = sidecar.process.stderr();
+    assert!(
+        stderr.contains("partial success") && stderr.contains("too many series for tenant"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("rejected_data_points=7"), "{stderr}");
+}
+
 /// An OTLP/HTTP collector that answers with a redirect (to plain HTTP elsewhere): the
 /// export is not sent there, and the failure is counted.
 #[test]

@@ -42,8 +42,13 @@
 //!
 //! Times: a `timestamp` column (`2026/12/03 16:23:40.123`, as nvidia-smi prints it, with or
 //! without the milliseconds) stamps the samples. nvidia-smi prints the host's local time
-//! without a zone; it is read as **UTC**, so the times are right relative to one another,
-//! and are off by the host's offset as absolute times. Rows make one sample (a sweep, as in
+//! without a zone; it is read as **UTC**, so the absolute times are off by the host's
+//! offset, and the times between samples are right only while that offset does not change.
+//! Across a daylight-saving change they are not: after the clocks go back, the rows of the
+//! repeated hour are no later than the samples before it and are skipped
+//! (`non_increasing_time`, an hour lost); after they go forward, two samples are an hour
+//! apart (a `gap`). Capture with `TZ=UTC nvidia-smi …`, or use a format whose times carry
+//! their offset (the JSONL trace's RFC 3339 `taken`). Rows make one sample (a sweep, as in
 //! `dcgmi dmon`) until a GPU already in it appears again, or a row is stamped before the
 //! sweep's first row or a second or more after it; the sample is stamped with the latest
 //! of its rows' times. Without a `timestamp` column, sweep `k` is stamped

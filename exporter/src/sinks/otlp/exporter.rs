@@ -215,7 +215,7 @@ impl<E> CountingExporter<E> {
         let Some(d) = self
             .detail
             .as_ref()
-            .and_then(|d| d.lock().ok().and_then(|mut d| d.take()))
+            .and_then(|d| d.error.lock().ok().and_then(|mut d| d.take()))
         else {
             return e;
         };
@@ -224,6 +224,29 @@ impl<E> CountingExporter<E> {
                 OTelSdkError::InternalFailure(format!("{m}: {d}"))
             }
             e => e,
+        }
+    }
+
+    /// A collector's partial success after an export that succeeded: the points it
+    /// rejected are counted (`rejected`) and logged (rate-limited), never dropped silently.
+    fn partially_rejected(&self) {
+        let Some((points, why)) = self
+            .detail
+            .as_ref()
+            .and_then(|d| d.partial.lock().ok().and_then(|mut p| p.take()))
+        else {
+            return;
+        };
+        self.errors.add(SINK, "rejected");
+        let Ok(mut s) = self.state.lock() else { return };
+        if s.log.allow("partial") {
+            tracing::warn!(
+                sink = SINK,
+                kind = "rejected",
+                rejected_data_points = points,
+                error = %why,
+                "The OTLP collector accepted the export but rejected part of it (partial success); check the collector's limits and logs."
+            );
         }
     }
 
@@ -322,10 +345,13 @@ impl<E: PushMetricExporter> PushMetricExporter for CountingExporter<E> {
             // Cumulative totals lose nothing by a skipped export; the next one carries them.
             return Ok(());
         }
-        if let Some(d) = &self.detail
-            && let Ok(mut d) = d.lock()
-        {
-            *d = None;
+        if let Some(d) = &self.detail {
+            if let Ok(mut e) = d.error.lock() {
+                *e = None;
+            }
+            if let Ok(mut p) = d.partial.lock() {
+                *p = None;
+            }
         }
         if let Some(a) = &self.client_cert_asked {
             a.store(false, Ordering::Relaxed);
@@ -341,6 +367,9 @@ impl<E: PushMetricExporter> PushMetricExporter for CountingExporter<E> {
             .as_ref()
             .is_some_and(|a| a.swap(false, Ordering::Relaxed));
         self.record(&result, started.elapsed(), asked);
+        if result.is_ok() {
+            self.partially_rejected();
+        }
         result
     }
 

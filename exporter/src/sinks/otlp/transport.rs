@@ -116,9 +116,44 @@ impl tonic::service::Interceptor for HeaderInterceptor {
     }
 }
 
-/// The last transport error of the HTTP client, in full (the SDK keeps only "network
-/// error").
-pub(super) type TransportDetail = Arc<Mutex<Option<String>>>;
+/// What the HTTP client learns of an exchange that the SDK does not pass on.
+pub(super) type TransportDetail = Arc<TransportNotes>;
+
+/// What the HTTP client keeps of the last exchange.
+#[derive(Debug, Default)]
+pub(super) struct TransportNotes {
+    /// The last attempt's transport error, in full (the SDK keeps only "network error");
+    /// cleared by an attempt that got an answer.
+    pub(super) error: Mutex<Option<String>>,
+    /// A collector's partial success (its answer's `partial_success`: data points it
+    /// rejected, and why), which the SDK logs only (and its logs are compiled out).
+    pub(super) partial: Mutex<Option<(i64, String)>>,
+}
+
+/// `ExportMetricsServiceResponse`, as far as read here.
+#[derive(Clone, PartialEq, prost::Message)]
+struct ExportAnswer {
+    #[prost(message, optional, tag = "1")]
+    partial_success: Option<PartialSuccess>,
+}
+
+/// `ExportMetricsPartialSuccess`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct PartialSuccess {
+    #[prost(int64, tag = "1")]
+    rejected_data_points: i64,
+    #[prost(string, tag = "2")]
+    error_message: String,
+}
+
+/// The partial success a collector's answer `body` (protobuf) holds: data points rejected
+/// or a message; `None` for a full success or an answer that does not decode.
+fn partial_success(body: &[u8]) -> Option<(i64, String)> {
+    use prost::Message as _;
+    let p = ExportAnswer::decode(body).ok()?.partial_success?;
+    (p.rejected_data_points != 0 || !p.error_message.is_empty())
+        .then_some((p.rejected_data_points, p.error_message))
+}
 
 /// The largest answer read from a collector, as the SDK's own clients read it.
 const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
@@ -151,10 +186,16 @@ impl opentelemetry_http::HttpClient for HttpClient {
             request.headers_mut().insert(k.clone(), v.clone());
         }
         let result = self.exchange(request);
-        if let Err(e) = &result
-            && let Ok(mut d) = self.detail.lock()
+        if let Ok(mut d) = self.detail.error.lock() {
+            // An attempt that got an answer leaves no transport error for a later one's.
+            *d = result.as_ref().err().map(|e| error_chain(e.as_ref()));
+        }
+        if let Ok(r) = &result
+            && r.status().is_success()
+            && let Some(p) = partial_success(r.body())
+            && let Ok(mut slot) = self.detail.partial.lock()
         {
-            *d = Some(error_chain(e.as_ref()));
+            *slot = Some(p);
         }
         result
     }
