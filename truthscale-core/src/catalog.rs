@@ -579,7 +579,7 @@ metrics! {
     GPU_CLOCK_EVENT_SECONDS / Gpu::GpuClockEventSeconds = "truthscale_gpu_clock_event_seconds_total", Counter, ["reason"], counter("truthscale.gpu.clock_event.time", "s"), None,
         "Time the clocks were slowed, by clock-event reason, as the device counts it since the driver loaded (DCGM 1420-1424, NVML field values): reason=sw_power_cap, sync_boost, sw_thermal, hw_thermal, hw_power_brake. Reasons overlap (and overlap truthscale_gpu_clock_violation_seconds_total): do not sum them. Where the violation times are not read, the power and thermal reasons (not sync_boost) decide degraded.";
     GPU_PCIE_RECEIVE / Gpu::GpuPcieReceive = "truthscale_gpu_pcie_receive_bytes_per_second", Gauge, [], gauge("truthscale.gpu.pcie.receive.rate", "By/s"), raw(Field::PcieRxBytesPerSec, 1.0),
-        "PCIe receive (host to device) over the last window, as the source measures it (DCGM 1010/1092, NVML GPM).";
+        "PCIe receive (host to device) over the last window, as the source measures it (DCGM 1010, NVML GPM; without GPM, NVML's 20 ms sample at the window's end).";
     GPU_PCIE_TRANSMIT / Gpu::GpuPcieTransmit = "truthscale_gpu_pcie_transmit_bytes_per_second", Gauge, [], gauge("truthscale.gpu.pcie.transmit.rate", "By/s"), raw(Field::PcieTxBytesPerSec, 1.0),
         "PCIe transmit (device to host) over the last window.";
     GPU_PCIE_LINK_GENERATION / Gpu::GpuPcieLinkGeneration = "truthscale_gpu_pcie_link_generation", Gauge, [], gauge("truthscale.gpu.pcie.link.generation", "1"), raw(Field::PcieLinkGen, 1.0),
@@ -587,9 +587,9 @@ metrics! {
     GPU_PCIE_LINK_WIDTH / Gpu::GpuPcieLinkWidth = "truthscale_gpu_pcie_link_width", Gauge, [], gauge("truthscale.gpu.pcie.link.width", "{lane}"), raw(Field::PcieLinkWidth, 1.0),
         "The PCIe link's current width in lanes (DCGM 238, NVML).";
     GPU_NVLINK_RECEIVE / Gpu::GpuNvlinkReceive = "truthscale_gpu_nvlink_receive_bytes_per_second", Gauge, [], gauge("truthscale.gpu.nvlink.receive.rate", "By/s"), raw(Field::NvlinkRxBytesPerSec, 1.0),
-        "NVLink receive over the last window, all links (DCGM 1012/1203, NVML GPM).";
+        "NVLink receive over the last window, all links (DCGM 1012, NVML GPM).";
     GPU_NVLINK_TRANSMIT / Gpu::GpuNvlinkTransmit = "truthscale_gpu_nvlink_transmit_bytes_per_second", Gauge, [], gauge("truthscale.gpu.nvlink.transmit.rate", "By/s"), raw(Field::NvlinkTxBytesPerSec, 1.0),
-        "NVLink transmit over the last window, all links (DCGM 1011/1201, NVML GPM).";
+        "NVLink transmit over the last window, all links (DCGM 1011, NVML GPM).";
     GPU_NVLINK_TRANSMIT_WAIT / Gpu::GpuNvlinkTransmitWait = "truthscale_gpu_nvlink_transmit_wait_per_second", Gauge, [], gauge("truthscale.gpu.nvlink.transmit_wait.rate", "{tick}/s"), raw(Field::NvlinkTxWaitPerSec, 1.0),
         "NVLink port transmit wait over the last window, summed over the GPU's links (DCGM 1509, per link; the rise of the cumulative counter per second): ticks in which a port had data to send and could not. Rising while the tensor pipes idle, the GPU waits on its links (comm_bound). Blank for a first reading, a counter that went back, or any link blank.";
     GPU_PCIE_RECEIVE_SATURATION / Gpu::GpuPcieReceiveSaturation = "truthscale_gpu_pcie_receive_saturation_ratio", Gauge, [], gauge("truthscale.gpu.pcie.receive.saturation", "1"), None,

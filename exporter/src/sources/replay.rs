@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 use truthscale_core::model::{Sample, SourceKind, Timestamp};
 use truthscale_core::parse::Format;
+use truthscale_core::parse::names::{MAX_UNREAD_NAMES, Unread};
 
 /// A capture replayed against the wall clock.
 #[derive(Debug)]
@@ -37,6 +38,64 @@ pub struct ReplaySource {
     handed: u64,
     /// Recorded time of the first sample handed out.
     first_recorded: Option<i64>,
+    /// What the capture's parser has left unread so far this pass, as already counted.
+    counted: Unread,
+    /// The families already named (once each, every pass together).
+    named: std::collections::BTreeSet<String>,
+}
+
+/// Count what the capture's parser left unread since `counted` (then brought up to date), as
+/// the live dcgm-exporter source does: a family not read, named once (`named`); each
+/// reading refused for an ambiguous unit; each blank sentinel; each value not finite
+/// (counted with the sentinels: neither is data).
+fn count_unread(
+    now: &Unread,
+    counted: &mut Unread,
+    named: &mut std::collections::BTreeSet<String>,
+    errors: &mut Vec<SourceError>,
+) {
+    let total = |u: &Unread| {
+        u.count()
+            + u.ambiguous.values().sum::<u64>()
+            + u.sentinels.values().sum::<u64>()
+            + u.non_finite.values().sum::<u64>()
+    };
+    if total(now) == total(counted) {
+        return;
+    }
+    for f in &now.families {
+        if named.len() < MAX_UNREAD_NAMES && named.insert(f.clone()) {
+            errors.push(SourceError::UnreadFamily(format!("replay: {f}")));
+        }
+    }
+    let new = |now: &std::collections::BTreeMap<String, u64>,
+               was: &std::collections::BTreeMap<String, u64>| {
+        now.iter()
+            .map(|(f, n)| (f.clone(), n - was.get(f).copied().unwrap_or(0).min(*n)))
+            .filter(|(_, n)| *n > 0)
+            .collect::<Vec<_>>()
+    };
+    for (f, n) in new(&now.ambiguous, &counted.ambiguous) {
+        errors.extend((0..n).map(|_| {
+            SourceError::AmbiguousUnit(format!(
+                "replay: {f}: percent or 0..1 ratio cannot be told; the reading is refused"
+            ))
+        }));
+    }
+    let sentinels = new(&now.sentinels, &counted.sentinels);
+    let non_finite = new(&now.non_finite, &counted.non_finite);
+    for (f, n, what) in sentinels
+        .into_iter()
+        .map(|(f, n)| (f, n, "a DCGM blank sentinel"))
+        .chain(
+            non_finite
+                .into_iter()
+                .map(|(f, n)| (f, n, "not a finite number")),
+        )
+    {
+        errors.extend((0..n).map(|_| SourceError::Sentinel(format!("replay: {f}: {what}"))));
+    }
+    counted.clone_from(now);
 }
 
 fn open_capture(
@@ -148,6 +207,8 @@ impl ReplaySource {
             finished: false,
             handed: 0,
             first_recorded: None,
+            counted: Unread::default(),
+            named: std::collections::BTreeSet::new(),
         })
     }
 
@@ -170,7 +231,12 @@ impl ReplaySource {
         let capture = self.capture.as_mut()?;
         loop {
             match capture.next_sample() {
-                Ok(Some(Ok(s))) => return Some(s),
+                Ok(Some(Ok(s))) => {
+                    if let Some(u) = capture.unread() {
+                        count_unread(u, &mut self.counted, &mut self.named, errors);
+                    }
+                    return Some(s);
+                }
                 Ok(Some(Err(e))) => errors.push(SourceError::Parse(e.to_string())),
                 Ok(None) => {
                     self.capture = None;
@@ -205,6 +271,7 @@ impl ReplaySource {
             return false;
         };
         self.capture = Some(c);
+        self.counted = Unread::default();
         // The next pass starts one interval after the last sample of this one.
         let span = match (self.base, self.last_recorded) {
             (Some(b), Some(l)) => l - b,
@@ -353,6 +420,30 @@ mod tests {
         assert_eq!(t.unobserved_seconds, 0.0);
         let regimes: f64 = t.phase_seconds.iter().flatten().sum::<f64>() + t.unclassified_seconds;
         assert_eq!(regimes, 360.0);
+    }
+
+    /// What a dcgm-exporter capture holds and is not read is counted, as the live source
+    /// counts it: a family not read (once), a sentinel, a NaN (each as it is read).
+    #[test]
+    fn what_a_replay_does_not_read_is_counted() {
+        let scrape = |t: u64| {
+            format!(
+                "DCGM_FI_DEV_POWER_USAGE{{gpu=\"0\"}} 140737488355328 {t}\nDCGM_FI_DEV_GPU_TEMP{{gpu=\"0\"}} NaN {t}\nDCGM_FI_DEV_PCIE_REPLAY_COUNTER{{gpu=\"0\"}} 0 {t}\nDCGM_FI_DEV_GPU_UTIL{{gpu=\"0\"}} 40 {t}\n"
+            )
+        };
+        let p = write("unread.txt", &(scrape(1_000_000) + &scrape(1_001_000)));
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let mut r = ReplaySource::open(&p, Duration::from_secs(1), false, t0).unwrap();
+        let mut kinds = std::collections::BTreeMap::<&str, u64>::new();
+        for tick in 0..5 {
+            for e in r.sample(t0 + Duration::from_secs(tick)).errors {
+                *kinds.entry(e.kind()).or_default() += 1;
+            }
+        }
+        // Two scrapes: the family once, a sentinel and a NaN a scrape.
+        assert!(r.finished());
+        assert_eq!(kinds.get("unread_family"), Some(&1), "{kinds:?}");
+        assert_eq!(kinds.get("sentinel"), Some(&4), "{kinds:?}");
     }
 
     #[test]

@@ -510,6 +510,9 @@ impl Scrape {
                 i
             }
         };
+        if is_blank_value(name, raw) {
+            self.unread.blank(&name.to_ascii_lowercase(), raw);
+        }
         if let Some(acc) = self.entities.get_mut(i) {
             fill_attributes(&mut acc.sample.id, id);
             if target == Target::XidCount {
@@ -1190,6 +1193,42 @@ DCGM_FI_DEV_GPU_UTIL{gpu=\"1\",UUID=\"GPU-b\"} 40
                 "scrape {i}"
             );
         }
+    }
+
+    /// Blanks are counted by family, never read: a sentinel of the field's type (power's FP64
+    /// blank, temperature's INT32 blank) and a NaN; a counter past 2^47 is a reading.
+    #[test]
+    fn blanks_are_counted_by_family() {
+        let text = "DCGM_FI_DEV_POWER_USAGE{gpu=\"0\"} 140737488355328\nDCGM_FI_DEV_GPU_TEMP{gpu=\"0\"} 2147483632\nDCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} NaN\nDCGM_FI_PROF_SM_CYCLES_ELAPSED_TOTAL{gpu=\"0\"} 281474976710656\n";
+        let mut p = DcgmTextParser::new("m.txt", 1.0, Timestamp(0));
+        for l in text.lines() {
+            p.push_line(l).unwrap();
+        }
+        let s = p.finish().unwrap();
+        assert_eq!(
+            s.entities[0].readings.get(Field::PowerWatts),
+            Reading::Blank
+        );
+        let u = p.unread();
+        assert_eq!(
+            u.sentinels
+                .iter()
+                .map(|(f, n)| (f.as_str(), *n))
+                .collect::<Vec<_>>(),
+            [("dcgm_fi_dev_gpu_temp", 1), ("dcgm_fi_dev_power_usage", 1)]
+        );
+        assert_eq!(
+            u.non_finite
+                .iter()
+                .map(|(f, n)| (f.as_str(), *n))
+                .collect::<Vec<_>>(),
+            [("dcgm_fi_dev_gpu_util", 1)]
+        );
+        assert!(
+            u.summary()
+                .unwrap()
+                .contains("1 reading(s) of dcgm_fi_dev_power_usage were DCGM's blank sentinel")
+        );
     }
 
     /// A federation's scrape mixes its targets' timestamps: a repeated series alone ends it.

@@ -29,6 +29,12 @@ pub struct Unread {
     pub more: u64,
     /// Readings refused because their unit stayed ambiguous, by family.
     pub ambiguous: BTreeMap<String, u64>,
+    /// Readings of a read family that were one of DCGM's blank sentinels (by the field's
+    /// type), by family: blanks, never data.
+    pub sentinels: BTreeMap<String, u64>,
+    /// Readings of a read family that were not a finite number (`NaN`, `±Inf`), by family:
+    /// blanks, never data.
+    pub non_finite: BTreeMap<String, u64>,
 }
 
 impl Unread {
@@ -46,18 +52,26 @@ impl Unread {
 
     /// Note a reading of `family` refused for its unit.
     pub fn refuse(&mut self, family: &str) {
-        match self.ambiguous.get_mut(family) {
-            Some(n) => *n += 1,
-            None => {
-                self.ambiguous.insert(family.to_owned(), 1);
-            }
+        add_one(&mut self.ambiguous, family);
+    }
+
+    /// Note a reading `v` of `family` that was a blank: a sentinel, or not finite.
+    pub fn blank(&mut self, family: &str, v: f64) {
+        if v.is_finite() {
+            add_one(&mut self.sentinels, family);
+        } else {
+            add_one(&mut self.non_finite, family);
         }
     }
 
     /// Whether nothing was left unread.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.families.is_empty() && self.more == 0 && self.ambiguous.is_empty()
+        self.families.is_empty()
+            && self.more == 0
+            && self.ambiguous.is_empty()
+            && self.sentinels.is_empty()
+            && self.non_finite.is_empty()
     }
 
     /// How many families were seen and not read (at least: past the cap, lines).
@@ -87,7 +101,27 @@ impl Unread {
                 "{n} reading(s) of {family} refused: percent or 0..1 ratio could not be told (no # HELP, values 0 or 1 only)"
             ));
         }
+        for (family, n) in &self.sentinels {
+            parts.push(format!(
+                "{n} reading(s) of {family} were DCGM's blank sentinel: left blank, never data"
+            ));
+        }
+        for (family, n) in &self.non_finite {
+            parts.push(format!(
+                "{n} reading(s) of {family} were not a finite number: left blank, never data"
+            ));
+        }
         Some(parts.join("; "))
+    }
+}
+
+/// One more of `key` in `counts` (the key copied only the first time).
+fn add_one(counts: &mut BTreeMap<String, u64>, key: &str) {
+    match counts.get_mut(key) {
+        Some(n) => *n += 1,
+        None => {
+            counts.insert(key.to_owned(), 1);
+        }
     }
 }
 
