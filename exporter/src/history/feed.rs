@@ -41,6 +41,8 @@ pub(crate) struct FeedStats {
     pub warnings: Vec<String>,
     /// Values of GPU series that are not finite (NaN, ±Inf), left blank.
     pub non_finite: u64,
+    /// DCGM readings that were one of its blank sentinels, left blank.
+    pub sentinels: u64,
 }
 
 impl History {
@@ -284,6 +286,7 @@ impl History {
             splits: splits.load(std::sync::atomic::Ordering::Relaxed),
             warnings,
             non_finite: tally.non_finite,
+            sentinels: tally.sentinels,
         }
     }
 }
@@ -331,6 +334,8 @@ struct Tally {
     ambiguous: BTreeMap<String, u64>,
     /// Values of GPU series that are not finite, left blank.
     non_finite: u64,
+    /// DCGM readings that were one of its blank sentinels, left blank.
+    sentinels: u64,
 }
 
 /// The progress bar of a read on a terminal: queries done of the total, the rate.
@@ -368,6 +373,7 @@ fn hand_over(
         });
     }
     tally.non_finite += refused.non_finite;
+    tally.sentinels += refused.sentinels;
     for (family, n) in refused.ambiguous {
         *tally.ambiguous.entry(family).or_default() += n;
     }

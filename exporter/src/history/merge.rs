@@ -225,9 +225,11 @@ impl Chunk {
                 f(sample);
             }
         });
+        let unread = builder.scrape.take_unread();
         Refused {
             non_finite,
-            ambiguous: builder.scrape.take_unread().ambiguous,
+            ambiguous: unread.ambiguous,
+            sentinels: unread.sentinels.values().sum(),
         }
     }
 }
@@ -239,6 +241,8 @@ pub(super) struct Refused {
     pub(super) non_finite: u64,
     /// DCGM readings refused for an ambiguous unit, by family.
     pub(super) ambiguous: BTreeMap<String, u64>,
+    /// DCGM readings that were one of its blank sentinels: left blank.
+    pub(super) sentinels: u64,
 }
 
 /// `(seconds × 1000).round() as i64` (halves away from zero, saturating, NaN 0) without a

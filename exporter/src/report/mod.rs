@@ -290,6 +290,11 @@ pub(crate) fn collect(
         let kind = DiagnosticKind::NonFinite.as_str();
         *source.blanked_readings.entry(kind).or_default() += stats.non_finite;
     }
+    // DCGM's blank sentinels, left blank where the samples were built.
+    if stats.sentinels > 0 {
+        let kind = DiagnosticKind::Sentinel.as_str();
+        *source.blanked_readings.entry(kind).or_default() += stats.sentinels;
+    }
     for t in &mut tracks {
         t.finish();
     }

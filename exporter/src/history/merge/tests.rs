@@ -211,6 +211,17 @@ fn values_that_are_not_finite_are_blank_and_counted() {
         &matrix(&[(g, &[(1.0, "-Inf"), (2.0, "40")])]),
     );
     assert_eq!(c.feed(|_| {}).non_finite, 1);
+    // A DCGM blank sentinel stored in the history (power's FP64 blank) is counted apart.
+    let mut c = Chunk::default();
+    c.add(
+        Family::DcgmExporter,
+        "DCGM_FI_DEV_POWER_USAGE",
+        &matrix(&[(g, &[(1.0, "140737488355328"), (2.0, "300")])]),
+    );
+    let mut got = Vec::new();
+    let refused = c.feed(|s| got.push(s.entities[0].readings.get(Field::PowerWatts)));
+    assert_eq!(got, [Reading::Blank, Reading::Value(300.0)]);
+    assert_eq!((refused.sentinels, refused.non_finite), (1, 0));
 }
 
 /// DCGM readings refused for an ambiguous unit (a percent-or-ratio family without a # HELP,
