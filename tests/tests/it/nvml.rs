@@ -597,12 +597,19 @@ fn doctor_per_scenario() {
 
     let (code, out, _) = doctor(old_driver(), Some("h100-decode"));
     assert_eq!(code, 0, "{out}");
-    // That scenario has no processor-clock samples and no cumulative GPM counters either:
-    // all three are listed (the counters once, not one line per counter).
+    // That scenario has no processor-clock samples, no cumulative GPM counters, no recovery
+    // action and no clock-event times either: all are listed (the counters once, not one
+    // line per counter; each field value the driver answers as unsupported by name).
     assert!(
         has_line(
             &out,
             "  not available   GPM cumulative counters (248-260), \
+             nvmlDeviceGetFieldValues(clock_event_hw_power_brake_ns_total), \
+             nvmlDeviceGetFieldValues(clock_event_hw_thermal_ns_total), \
+             nvmlDeviceGetFieldValues(clock_event_sw_power_cap_ns_total), \
+             nvmlDeviceGetFieldValues(clock_event_sw_thermal_ns_total), \
+             nvmlDeviceGetFieldValues(clock_event_sync_boost_ns_total), \
+             nvmlDeviceGetFieldValues(gpu_recovery_action), \
              nvmlDeviceGetProcessesUtilizationInfo, nvmlDeviceGetSamples(PROCESSOR_CLK)"
         ),
         "{out}"

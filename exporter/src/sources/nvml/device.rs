@@ -110,21 +110,6 @@ const PCIE_THROUGHPUT: [(Field, PcieUtilCounter, &str); 2] = [
     ),
 ];
 
-/// One field value's reading: its number, unsupported where the driver says so for that
-/// field alone, else blank.
-fn field_reading(sample: Result<FieldValueSample, NvmlError>) -> Reading {
-    match sample.map(|s| s.value) {
-        Ok(Ok(v)) => Reading::Value(match v {
-            SampleValue::F64(v) => v,
-            SampleValue::U32(v) => f64::from(v),
-            SampleValue::U64(v) => v as f64,
-            SampleValue::I64(v) => v as f64,
-        }),
-        Ok(Err(e)) | Err(e) if is_unsupported(&e) => Reading::Unsupported,
-        _ => Reading::Blank,
-    }
-}
-
 /// A GPU that fell off the bus is looked for again this often.
 pub(crate) const LOST_RETRY: Duration = Duration::from_secs(10);
 
@@ -641,7 +626,8 @@ impl DevState {
         match got {
             Got::Value(samples) => {
                 for ((field, _), sample) in FIELD_VALUES.iter().zip(samples) {
-                    r.set(*field, field_reading(sample));
+                    let reading = self.field_reading(*field, sample, errors)?;
+                    r.set(*field, reading);
                 }
             }
             Got::Unsupported => {
@@ -652,6 +638,41 @@ impl DevState {
             Got::Blank => {}
         }
         Ok(())
+    }
+
+    /// One field value's reading: its number; unsupported where the driver says so for that
+    /// field alone (noted once, so `doctor` lists it, not counted as an error); else blank,
+    /// the error counted. A field that says the GPU is lost loses it.
+    fn field_reading(
+        &mut self,
+        field: Field,
+        sample: Result<FieldValueSample, NvmlError>,
+        errors: &mut Vec<SourceError>,
+    ) -> Result<Reading, Lost> {
+        let what = || format!("nvmlDeviceGetFieldValues({})", field.name());
+        Ok(match sample.and_then(|s| s.value) {
+            Ok(v) => Reading::Value(match v {
+                SampleValue::F64(v) => v,
+                SampleValue::U32(v) => f64::from(v),
+                SampleValue::U64(v) => v as f64,
+                SampleValue::I64(v) => v as f64,
+            }),
+            Err(NvmlError::GpuLost) => return Err(Lost(what())),
+            // A field a GPU does not have is no error: noted (for `doctor`), not counted.
+            Err(e) if is_unsupported(&e) => {
+                if !self.unsupported.contains(&what()) {
+                    self.note_unsupported(&what(), &e, false, errors);
+                }
+                Reading::Unsupported
+            }
+            Err(e) => {
+                errors.push(classify(
+                    &format!("gpu {}: {}: {e}", self.index, what()),
+                    &e,
+                ));
+                Reading::Blank
+            }
+        })
     }
 
     /// The last XID: the GPU's critical XID events, registered on an event set at the first

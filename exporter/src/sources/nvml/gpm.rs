@@ -379,9 +379,17 @@ impl DevState {
             None => Ok(Vec::new()),
             Some(Ok(values)) => Ok(values),
             Some(Err(NvmlError::GpuLost)) => Err(Lost(COUNTERS_CALL.into())),
-            Some(Err(e)) => {
+            Some(Err(e)) if is_unsupported(&e) || matches!(e, NvmlError::InvalidArg) => {
                 self.note_unsupported(COUNTERS_CALL, &e, COUNT_UNSUPPORTED_COUNTERS, errors);
                 self.gpm.counters_off = true;
+                Ok(Vec::new())
+            }
+            // Any other failure is this tick's (counted): the counters are asked again.
+            Some(Err(e)) => {
+                errors.push(classify(
+                    &format!("gpu {}: {COUNTERS_CALL}: {e}", self.index),
+                    &e,
+                ));
                 Ok(Vec::new())
             }
         }

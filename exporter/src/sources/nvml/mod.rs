@@ -482,10 +482,13 @@ fn identify_index(
 ) -> Result<(Ident, GpmMode), NvmlError> {
     let dev = nvml.device_by_index(index)?;
     let ident = identify(&dev)?;
-    let gpm = if gpm_symbols && matches!(dev.gpm_support(), Ok(true)) {
-        GpmMode::Active
-    } else {
-        GpmMode::Unsupported
+    // A failed query (not "unsupported") is no answer: GPM is tried, and its first sample
+    // tells (unsupported, or denied, each noted then), rather than the GPU left at the
+    // `nvml` tier for its life on one transient error.
+    let gpm = match (gpm_symbols, dev.gpm_support()) {
+        (true, Ok(true)) => GpmMode::Active,
+        (true, Err(e)) if !device::is_unsupported(&e) => GpmMode::Active,
+        _ => GpmMode::Unsupported,
     };
     Ok((ident, gpm))
 }
