@@ -178,7 +178,7 @@ fn check_every(every: Duration, range: Range, max_points: u64) -> anyhow::Result
         .saturating_mul(per as u128)
         .max(1);
     let every_ms = every.as_millis();
-    if every_ms >= point_ms && every_ms % point_ms == 0 {
+    if every_ms >= point_ms && every_ms.is_multiple_of(point_ms) {
         return Ok(());
     }
     let point = humantime::format_duration(Duration::from_millis(

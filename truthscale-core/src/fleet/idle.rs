@@ -25,21 +25,7 @@ pub(super) fn idle_capacity(
         },
     );
     for (t, n) in work.iter().zip(names) {
-        let (mut measured, mut idle, mut held) = (0usize, 0usize, 0usize);
-        for p in &t.points {
-            if p.any() {
-                held += 1;
-            }
-            let (b, e) = (p.busy(), p.ecf());
-            // A GPU that could take no work is not idle: its hours are unavailable.
-            if p.unavailable() || (b.is_none() && e.is_none()) {
-                continue;
-            }
-            measured += 1;
-            if b.is_none_or(|b| b < busy_max) && e.is_none_or(|e| e < ecf_max) {
-                idle += 1;
-            }
-        }
+        let (held, measured, idle) = steps_of(t, busy_max, ecf_max);
         // A MIG instance holds its share of the GPU's hours; one of an unknown profile holds
         // an unknown share, so its idle GPU-hours are not known.
         let (true, Some(gpu)) = (measured > 0, t.gpu_share()) else {
@@ -87,6 +73,27 @@ pub(super) fn idle_capacity(
         workloads: idle_list,
         unmeasured: idle_unmeasured,
     }
+}
+
+/// A track's steps held (with any reading), measured (busy flag or effective compute read,
+/// the GPU available: a GPU that could take no work is not idle, its hours are unavailable)
+/// and idle (each measured one under its threshold).
+fn steps_of(t: &Track, busy_max: u16, ecf_max: u16) -> (usize, usize, usize) {
+    let (mut held, mut measured, mut idle) = (0usize, 0usize, 0usize);
+    for p in &t.points {
+        if p.any() {
+            held += 1;
+        }
+        let (b, e) = (p.busy(), p.ecf());
+        if p.unavailable() || (b.is_none() && e.is_none()) {
+            continue;
+        }
+        measured += 1;
+        if b.is_none_or(|b| b < busy_max) && e.is_none_or(|e| e < ecf_max) {
+            idle += 1;
+        }
+    }
+    (held, measured, idle)
 }
 
 /// The trailing idle points of a track (measured and idle, counted back from its last point

@@ -113,6 +113,23 @@ pub(super) struct PeriodAcc {
     pub(super) funnel: super::funnel::FunnelAcc,
 }
 
+impl PeriodAcc {
+    /// `free` share units no pod held, at `price` (none: `unpriced` where prices were given).
+    pub(super) fn add_unallocated(
+        &mut self,
+        free: u64,
+        price: Option<f64>,
+        unpriced: bool,
+        hours_per_step: f64,
+    ) {
+        self.unallocated += free;
+        if let Some(p) = price {
+            *self.unallocated_cost.get_or_insert(0.0) += p * gpu_hours(free, hours_per_step);
+        }
+        self.unallocated_unpriced |= unpriced;
+    }
+}
+
 /// A period's energy in millijoules: the fleet's (every GPU's, at the steps its power was
 /// read) and what no pod held.
 #[derive(Debug, Default, Clone)]

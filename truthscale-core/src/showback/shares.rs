@@ -2,7 +2,7 @@
 //! holding it by the allocation policy (whole, time-sliced `1/k`, MIG compute slices, or the
 //! holders node mode names), as [`Charge`]s of what each did with its share.
 
-use super::charges::{add_charge, gpu_hours, price_of};
+use super::charges::{add_charge, price_of};
 use super::{Accs, Fraction, Holding, SHARE_UNITS, Tally, Window, placeholder};
 use crate::fleet::Track;
 
@@ -155,7 +155,8 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
         }
         let period = s / w.per;
         let free = SHARE_UNITS.saturating_sub(sum);
-        if w.priced && price.is_none() && free > 0 {
+        let unpriced = w.priced && price.is_none() && free > 0;
+        if unpriced {
             let model = tracks.iter().find_map(|t| t.model.clone());
             tally
                 .unpriced
@@ -163,11 +164,7 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
         }
         for acc in accs.both(period) {
             acc.fleet += SHARE_UNITS;
-            acc.unallocated += free;
-            if let Some(p) = price {
-                *acc.unallocated_cost.get_or_insert(0.0) += p * gpu_hours(free, w.hours_per_step);
-            }
-            acc.unallocated_unpriced |= w.priced && price.is_none() && free > 0;
+            acc.add_unallocated(free, price, unpriced, w.hours_per_step);
             acc.overallocated += sum.saturating_sub(SHARE_UNITS);
             if let (Some(e), Some(u)) = (energy, unallocated_mj) {
                 acc.energy.fleet_mj += e;

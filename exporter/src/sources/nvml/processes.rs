@@ -63,6 +63,9 @@ impl Processes {
     }
 }
 
+/// pid → (timestamp, SM busy) of its newest utilization sample.
+type SmBusyByPid = BTreeMap<u32, (u64, f64)>;
+
 impl DevState {
     /// List compute processes (per GPU instance under MIG), with per-process SM busy where
     /// the driver has it and the pod each belongs to; keep them for `doctor`, log at debug.
@@ -145,14 +148,14 @@ impl DevState {
         Ok(listed)
     }
 
-    /// pid → (timestamp, SM busy) of its newest utilization sample since the last listing;
-    /// `None` where the driver did not answer.
+    /// Each process's newest utilization sample since the last listing; `None` where the
+    /// driver did not answer.
     fn sm_busy_by_pid(
         &mut self,
         ctx: &Ctx<'_>,
         dev: &Device<'_>,
         errors: &mut Vec<SourceError>,
-    ) -> Result<Option<BTreeMap<u32, (u64, f64)>>, Lost> {
+    ) -> Result<Option<SmBusyByPid>, Lost> {
         let mut util: BTreeMap<u32, (u64, f64)> = BTreeMap::new();
         let since = self.procs.util_last_us.unwrap_or(0);
         let Got::Value(u) = self.call("nvmlDeviceGetProcessesUtilizationInfo", errors, || {
