@@ -82,6 +82,17 @@ fn allocation(name: &str, props: Value, g: &GroupHours, b: &Bounds) -> Value {
     let cost = g.cost.as_ref();
     let mut m = head(name, props, b);
     let gpu_cost = json!(cost.map(|c| c.allocated));
+    // Usage in GPUs over the period, where the busy flag was read over all the allocated
+    // GPU-hours (an unread hour is no idle one); OpenCost's efficiency is usage over request.
+    let whole = (g.allocated_gpu_hours - g.busy_measured_gpu_hours).abs() <= 1e-9;
+    let usage = g
+        .busy_gpu_hours
+        .filter(|_| whole && b.hours > 0.0)
+        .map(|u| u / b.hours);
+    let request = g
+        .requested_gpu_hours
+        .filter(|_| b.hours > 0.0)
+        .map(|r| r / b.hours);
     // No adjustment and no idle cost shared in: 0 where there is a cost, else unknown.
     let zero = json!(cost.map(|_| 0.0));
     let fields = [
@@ -92,14 +103,13 @@ fn allocation(name: &str, props: Value, g: &GroupHours, b: &Bounds) -> Value {
         ("gpuCostAdjustment", zero),
         (
             "gpuEfficiency",
-            g.busy_gpu_hours
-                .map_or(Value::Null, |b| ratio(b, g.busy_measured_gpu_hours)),
+            usage.zip(request).map_or(Value::Null, |(u, r)| ratio(u, r)),
         ),
         (
             "gpuAllocation",
             json!({
-                "gpuRequestAverage": g.requested_gpu_hours.map(|r| r / b.hours),
-                "gpuUsageAverage": g.busy_gpu_hours.map(|u| u / b.hours),
+                "gpuRequestAverage": request,
+                "gpuUsageAverage": usage,
             }),
         ),
         ("totalCost", gpu_cost),
@@ -295,7 +305,7 @@ mod tests {
                     "gpuCost": 8.0,           // 4 × $2
                     "gpuCostIdle": 0.0,
                     "gpuCostAdjustment": 0.0,
-                    "gpuEfficiency": 0.75,    // busy 3 / measured 4
+                    "gpuEfficiency": 0.5,     // usage 1.5 / request 3 (OpenCost's)
                     "gpuAllocation": { "gpuRequestAverage": 3.0, "gpuUsageAverage": 1.5 },
                     "totalCost": 8.0,
                     "truthscaleEffectiveComputeEfficiency": 0.25, // 1 / 4
@@ -368,6 +378,20 @@ mod tests {
             }
         }
         assert_eq!(set["ml"]["truthscaleIdleCost"], Value::Null);
-        assert_eq!(set["ml"]["gpuEfficiency"], json!(0.75));
+        assert_eq!(set["ml"]["gpuEfficiency"], json!(0.5));
+    }
+
+    /// Usage is the busy flag's GPUs only where it was read over all the allocated hours: a
+    /// group with an unread hour has no usage average (an unread hour is no idle one), and
+    /// so no efficiency.
+    #[test]
+    fn usage_needs_the_whole_allocation_read() {
+        let mut s = showback(true);
+        s.total.groups[0].busy_measured_gpu_hours = 3.0;
+        let doc = document(&s, &By::Namespace, START_MS, 60.0);
+        let ml = &doc["data"][0]["ml"];
+        assert_eq!(ml["gpuAllocation"]["gpuUsageAverage"], Value::Null);
+        assert_eq!(ml["gpuEfficiency"], Value::Null);
+        assert_eq!(ml["gpuAllocation"]["gpuRequestAverage"], json!(3.0));
     }
 }
