@@ -135,11 +135,12 @@ pub(crate) struct ReportArgs {
     /// With --by: write the showback as a FOCUS 1.2 cost and usage CSV to FILE (every group,
     /// one row per group and period, and one for the capacity no pod held); every row needs
     /// a price.
-    #[arg(long, value_name = "FILE", requires = "by")]
+    #[arg(long, value_name = "FILE", requires_all = ["by", "currency"])]
     pub focus: Option<PathBuf>,
-    /// The currency of the prices, an ISO 4217 code, for --focus's BillingCurrency.
-    #[arg(long, value_name = "CODE", default_value = "USD", value_parser = report::focus::currency)]
-    pub currency: String,
+    /// The currency of the prices, an ISO 4217 code (USD, EUR), for --focus's
+    /// BillingCurrency: required with --focus, never assumed.
+    #[arg(long, value_name = "CODE", value_parser = report::focus::currency)]
+    pub currency: Option<String>,
     /// With --by: the text, the CSV and the HTML list the N most allocated groups of each
     /// period and sum the others in one row, `(the rest: K groups)`; the JSON lists every
     /// group.
@@ -212,7 +213,9 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
     let config = config(args, resolved.cluster_label.is_some());
     let built = report::build(&config, History::open(&resolved)?)?;
     if let (Some(path), Some(by)) = (&args.focus, &args.by) {
-        write_focus(path, &built, by, &args.currency)?;
+        // Clap requires --currency with --focus.
+        let currency = args.currency.as_deref().unwrap_or_default();
+        write_focus(path, &built, by, currency)?;
     }
     if let Some(path) = &args.csv {
         let cannot = || format!("cannot write --csv {}", path.display());
