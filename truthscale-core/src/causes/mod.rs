@@ -11,7 +11,7 @@
 //! | `cpu_throttled` | a holder pod was CFS-throttled in `≥ 25 %` of its periods |
 //! | `cpu_contended` | some task of a holder pod waited for a CPU `≥ 20 %` of the window (PSI) |
 //! | `io_stalled` | some task waited on I/O `≥ 20 %` of the window, or all did `≥ 10 %` (PSI) |
-//! | `host_to_device` | PCIe receive `≥ 70 %` of the link's capacity with SM activity `< 50 %` |
+//! | `host_to_device` | PCIe receive `≥ 70 %` of the link's capacity with SM activity `< 50 %`, transmit (where read) under half of it |
 //! | `launch_bound` | graphics engine active `≥ 50 %` with SM activity `< 25 %`, NVLink not `≥ 50 %` of its peak nor its transmit wait rising, and read where the model has NVLink |
 //! | `comm_bound` | NVLink `≥ 50 %` of the model's peak, or its transmit wait rising, with tensor activity `< 10 %` |
 //!
@@ -187,6 +187,9 @@ pub struct CauseSignals {
     pub memory_stalled: Option<f64>,
     /// PCIe receive over the link's capacity per direction.
     pub pcie_rx_share: Option<f64>,
+    /// PCIe transmit over the same capacity: traffic as heavy both ways is peers' or a
+    /// NIC's (a ring all-reduce over PCIe), not the host feeding the GPU.
+    pub pcie_tx_share: Option<f64>,
     /// The link capacity used, bytes per second per direction, and whether it was measured
     /// (the current generation and width) or the model's maximum (a bound: the share is
     /// then at most what it is on the real link).
@@ -244,10 +247,9 @@ impl CauseSignals {
             link.and_then(|l| pcie_bytes_per_sec(l.pcie_gen, l.pcie_lanes))
                 .map(|c| (c, false))
         });
-        let pcie_rx_share = r
-            .value(Field::PcieRxBytesPerSec)
-            .zip(pcie_capacity)
-            .map(|(rx, (cap, _))| rx / cap);
+        let share = |f| r.value(f).zip(pcie_capacity).map(|(v, (cap, _))| v / cap);
+        let pcie_rx_share = share(Field::PcieRxBytesPerSec);
+        let pcie_tx_share = share(Field::PcieTxBytesPerSec);
         let nvlink_share = nvlink_share(r, link);
         let has_nvlink = link
             .and_then(|l| l.nvlink_bytes_per_sec)
@@ -260,6 +262,7 @@ impl CauseSignals {
             io_stalled: r.value(Field::HolderIoStalledRatio),
             memory_stalled: r.value(Field::HolderMemoryStalledRatio),
             pcie_rx_share,
+            pcie_tx_share,
             pcie_capacity,
             sm_active: r.value(Field::SmActive),
             gr_active: r.value(Field::GrActive),
@@ -339,8 +342,11 @@ pub fn cause(s: &CauseSignals, cfg: &CauseConfig) -> Finding {
             cfg.io_waiting_ratio,
         );
     }
+    // Receive must dominate: as heavy both ways, the traffic is peers' (collectives over
+    // PCIe, RDMA), which the host's copies are not.
     if let Some(v) = at_least(s.pcie_rx_share, cfg.pcie_rx_share)
         && below(s.sm_active, cfg.host_to_device_sm_below)
+        && s.pcie_tx_share.is_none_or(|tx| tx < v / 2.0)
     {
         return found(
             Cause::HostToDevice,

@@ -148,6 +148,24 @@ fn a_finding_carries_its_numbers_and_advice() {
         launch.to_string(),
         "launch_bound (sm_active 0.10, below 0.25, while the graphics engine is active)"
     );
+    // PCIe at 0.79 of the link both ways (a ring all-reduce over PCIe): peers' traffic, not
+    // the host's copies; receive alone at that share is host_to_device.
+    let both = CauseSignals {
+        pcie_rx_share: Some(0.79),
+        pcie_tx_share: Some(0.79),
+        sm_active: Some(0.3),
+        gr_active: Some(0.3),
+        ..quiet()
+    };
+    assert_eq!(cause(&both, &CauseConfig::default()).cause, Cause::Unknown);
+    let host = CauseSignals {
+        pcie_tx_share: Some(0.05),
+        ..both
+    };
+    assert_eq!(
+        cause(&host, &CauseConfig::default()).cause,
+        Cause::HostToDevice
+    );
     // The same window on a model with NVLink whose traffic was not read: collectives run on
     // few SMs too, so nothing tells the two apart.
     let unread = cause(
