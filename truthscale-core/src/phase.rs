@@ -768,6 +768,85 @@ mod tests {
         );
     }
 
+    /// Each enter rule at its edge, the spec's thresholds typed in (counter-science.md §6.4,
+    /// not the defaults): on the threshold it holds, just past it it does not.
+    #[test]
+    fn enter_rules_at_their_edges() {
+        // PREFILL: ρ ≥ 1.5 ∧ τ ≥ 0.20 (ρ = τ / max(d, 0.02)).
+        // (0.375 / 0.25 is 1.5 exactly in binary; 0.30 / 0.20 is not.)
+        assert_eq!(
+            classify(&counters(1.0, 0.9, 0.375, 0.25)),
+            Phase::ComputeBound
+        );
+        assert_eq!(classify(&counters(1.0, 0.9, 0.375, 0.2502)), Phase::Mixed);
+        assert_eq!(
+            classify(&counters(1.0, 0.9, 0.20, 0.10)),
+            Phase::ComputeBound
+        );
+        assert_eq!(classify(&counters(1.0, 0.9, 0.199, 0.10)), Phase::Mixed);
+        // DECODE: ρ ≤ 0.5 ∧ d ≥ 0.25.
+        assert_eq!(
+            classify(&counters(1.0, 0.9, 0.125, 0.25)),
+            Phase::MemoryBound
+        );
+        assert_eq!(classify(&counters(1.0, 0.9, 0.126, 0.25)), Phase::Mixed);
+        assert_eq!(classify(&counters(1.0, 0.9, 0.10, 0.249)), Phase::Mixed);
+        // STALLED: u ≥ 0.5 ∧ τ < 0.05 ∧ d < 0.10 (busiest pipe < 0.10).
+        assert_eq!(classify(&counters(0.5, 0.3, 0.049, 0.099)), Phase::Stalled);
+        assert_eq!(
+            classify(&counters(0.499, 0.3, 0.049, 0.099)),
+            Phase::Underloaded
+        );
+        assert_eq!(
+            classify(&counters(0.5, 0.3, 0.05, 0.099)),
+            Phase::Underloaded
+        );
+        assert_eq!(
+            classify(&counters(0.5, 0.3, 0.049, 0.10)),
+            Phase::Underloaded
+        );
+        // IDLE: u < 0.05 ∧ s < 0.02.
+        assert_eq!(classify(&counters(0.049, 0.019, 0.0, 0.0)), Phase::Idle);
+        assert_eq!(
+            classify(&counters(0.05, 0.019, 0.0, 0.0)),
+            Phase::Underloaded
+        );
+        assert_eq!(
+            classify(&counters(0.049, 0.02, 0.0, 0.0)),
+            Phase::Underloaded
+        );
+        // MIXED: τ ≥ 0.10 ∨ d ≥ 0.15, none of the above.
+        assert_eq!(classify(&counters(1.0, 0.9, 0.10, 0.14)), Phase::Mixed);
+        assert_eq!(
+            classify(&counters(1.0, 0.9, 0.099, 0.149)),
+            Phase::Underloaded
+        );
+    }
+
+    /// The power tier's edges (Tier B, §6.4): compute-bound at π ≥ 0.75; memory-bound at
+    /// 0.30 ≤ π < 0.75 with u ≥ 0.8; stalled at π < 0.20 with u ≥ 0.8; idle at u < 0.05.
+    #[test]
+    fn power_rules_at_their_edges() {
+        let c = PhaseConfig::default();
+        let x = |u, pi| {
+            PhaseInputs {
+                util: Some(u),
+                power_proxy: Some(pi),
+                ..Default::default()
+            }
+            .candidate(None, &c)
+            .map(|(p, _)| p)
+        };
+        assert_eq!(x(1.0, 0.75), Some(Phase::ComputeBound));
+        assert_eq!(x(1.0, 0.7499), Some(Phase::MemoryBound));
+        assert_eq!(x(0.8, 0.30), Some(Phase::MemoryBound));
+        assert_eq!(x(0.799, 0.30).filter(|p| *p == Phase::MemoryBound), None);
+        assert_eq!(x(0.8, 0.2999).filter(|p| *p == Phase::MemoryBound), None);
+        assert_eq!(x(0.8, 0.1999), Some(Phase::Stalled));
+        assert_eq!(x(0.8, 0.20).filter(|p| *p == Phase::Stalled), None);
+        assert_eq!(x(0.049, 0.0), Some(Phase::Idle));
+    }
+
     #[test]
     fn schmitt_thresholds_hold_a_state() {
         let c = PhaseConfig::default();

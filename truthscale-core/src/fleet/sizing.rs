@@ -296,9 +296,13 @@ mod tests {
         let steady = pod("ml/steady", "n/gpu 1", 0..steps, |_| {
             (Some(0.05), Some(1.0), Some(10.0))
         });
+        // The datasheets' dense BF16 peaks, typed in: L4 121, H100 SXM 989 TFLOP/s.
         let l4 = gpus::by_key("l4").unwrap();
-        let ratio = l4.bf16_dense_tflops / h100().bf16_dense_tflops;
-        assert!((ratio - 1.0 / 8.0).abs() < 0.01, "about 1/8: {ratio}");
+        assert_eq!(
+            (l4.bf16_dense_tflops, h100().bf16_dense_tflops),
+            (121.0, 989.0)
+        );
+        let ratio = 121.0 / 989.0;
         let tracks = vec![bursting, steady];
         let run = |max_over| {
             let cfg = FleetConfig {
@@ -314,7 +318,7 @@ mod tests {
         assert_eq!(b.smaller_gpu, None, "0.95 of an H100 is above an L4");
         let note = b.smaller_gpu_note.as_deref().unwrap();
         assert!(note.starts_with("the L4 covers its p99 demand"), "{note}");
-        assert!(note.contains(&format!("{:.2}×", 0.95 / ratio)), "{note}");
+        assert!(note.contains("7.76×"), "0.95 × 989 / 121: {note}");
         assert!(note.contains("180 s"), "{note}");
         let fit = s.smaller_gpu.as_ref().unwrap();
         assert_eq!(fit.key, "l4");
@@ -329,10 +333,12 @@ mod tests {
         );
 
         // A MIG profile too: the smallest that holds 10 GiB with headroom (12 GiB) is
-        // 1g.20gb, 16 of the H100's 132 SMs; the steady pod's peak fits it, the burst's is
-        // 0.95 ÷ (16/132) = 7.8× it, so the burst is offered the profile its peak fits.
+        // 1g.20gb, 26 of the H100's 132 SMs (NVIDIA's MIG table, typed in); the steady pod's
+        // peak fits it, the burst's is 0.95 ÷ (26/132) = 4.82× it, so the burst is offered
+        // the profile its peak fits.
         let one = h100().mig.iter().find(|p| p.name == "1g.20gb").unwrap();
-        let share = f64::from(one.sms) / f64::from(h100().sms);
+        assert_eq!((one.sms, h100().sms), (26, 132));
+        let share = 26.0 / 132.0;
         let m = s.mig_fit.as_ref().unwrap();
         assert_eq!(m.profile, "1g.20gb");
         let k = m.peak.unwrap();
@@ -348,12 +354,12 @@ mod tests {
             note.starts_with("MIG 1g.20gb covers its p99 demand"),
             "{note}"
         );
-        assert!(note.contains(&format!("{:.2}×", 0.95 / share)), "{note}");
+        assert!(note.contains("4.82×"), "0.95 × 132 / 26: {note}");
         assert!(note.contains("180 s"), "{note}");
 
         let r = run(10.0);
         let m = r[0].mig_fit.as_ref().unwrap();
-        assert_eq!(m.profile, "1g.20gb", "7.8× is within 10×");
+        assert_eq!(m.profile, "1g.20gb", "4.82× is within 10×");
         let k = m.peak.unwrap();
         assert_eq!(k.burst_seconds, Some(180.0));
         let on = k.burst_on_target_seconds.unwrap();
