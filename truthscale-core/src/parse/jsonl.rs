@@ -5,8 +5,8 @@
 //! ```
 //!
 //! `taken` (RFC 3339, any offset) is required. Readings use the [`Field::name`] keys;
-//! a missing key or `null` is blank, never zero. Keys this version does not know are
-//! ignored, so newer traces still load. Blank lines and `#` lines are skipped and counted.
+//! a missing key or `null` is blank, never zero. Keys this version does not know are not
+//! read, so newer traces still load, and are named ([`JsonlParser::unread`]). Blank lines and `#` lines are skipped and counted.
 
 use super::ParseError;
 use super::dmon::error;
@@ -27,6 +27,8 @@ pub struct JsonlParser {
     file: String,
     line: usize,
     skipped: u64,
+    /// Keys this version does not read, named (the first [`super::names::MAX_UNREAD_NAMES`]).
+    unread: super::names::Unread,
 }
 
 impl JsonlParser {
@@ -37,6 +39,7 @@ impl JsonlParser {
             file: file.to_owned(),
             line: 0,
             skipped: 0,
+            unread: super::names::Unread::default(),
         }
     }
 
@@ -52,9 +55,18 @@ impl JsonlParser {
             self.skipped += 1;
             return Ok(None);
         }
-        read_line(t)
-            .map(Some)
-            .map_err(|m| error(&self.file, self.line, m))
+        let (sample, left) = read_line(t).map_err(|m| error(&self.file, self.line, m))?;
+        for key in left.keys() {
+            self.unread.family(key);
+        }
+        Ok(Some(sample))
+    }
+
+    /// The keys seen and not read (a newer trace's, or a misspelt one): named, never
+    /// dropped in silence.
+    #[must_use]
+    pub fn unread(&self) -> &super::names::Unread {
+        &self.unread
     }
 
     /// End of input. Always `None`: every line is complete in itself.
@@ -84,7 +96,8 @@ fn take_str(obj: &mut Map<String, Value>, key: &str) -> Result<Option<String>, S
     Ok(take::<String>(obj, key)?.filter(|s| !s.is_empty()))
 }
 
-fn read_line(t: &str) -> Result<Sample, String> {
+/// A line's sample, and the keys left that this version does not read.
+fn read_line(t: &str) -> Result<(Sample, Map<String, Value>), String> {
     let mut obj = match serde_json::from_str(t) {
         Ok(Value::Object(m)) => m,
         Ok(_) => return Err("expected a json object".into()),
@@ -131,10 +144,13 @@ fn read_line(t: &str) -> Result<Sample, String> {
         // Node mode's lists (processes, allocation, holders' pressure): not in the format.
         ..EntitySample::default()
     };
-    Ok(Sample {
-        taken: Timestamp(ms),
-        entities: vec![e],
-    })
+    Ok((
+        Sample {
+            taken: Timestamp(ms),
+            entities: vec![e],
+        },
+        obj,
+    ))
 }
 
 /// The line's `taken` (RFC 3339), in milliseconds since the epoch.
@@ -479,6 +495,7 @@ mod tests {
         }
         assert_eq!(p.skipped_lines(), 2);
         assert_eq!(s.len(), 1);
+        assert_eq!(p.unread().families.iter().collect::<Vec<_>>(), ["future"]);
         assert_eq!(s[0].taken, Timestamp(1_704_067_200_500));
         let e = &s[0].entities[0];
         assert_eq!((e.id.gpu, e.id.node.as_deref()), (Some(1), Some("n")));

@@ -143,14 +143,16 @@ impl LineParser {
         }
     }
 
-    /// What the input held that is not read: DCGM families or `dmon` columns, and readings
-    /// refused for an ambiguous unit (`None` for a format that names no DCGM fields).
+    /// What the input held that is not read: DCGM families, `dmon` or nvidia-smi columns,
+    /// trace keys; readings refused for an ambiguous unit; blanks (sentinels, NaN). Every
+    /// format has one.
     #[must_use]
     pub fn unread(&self) -> Option<&Unread> {
         match self {
             LineParser::Dmon(p) => Some(p.unread()),
             LineParser::DcgmText(p) => Some(p.unread()),
-            _ => None,
+            LineParser::SmiCsv(p) => Some(p.unread()),
+            LineParser::Jsonl(p) => Some(p.unread()),
         }
     }
 

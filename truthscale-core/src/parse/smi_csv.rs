@@ -18,7 +18,7 @@
 //! | `utilization.gpu` | reported utilization (percent to ratio) |
 //! | `memory.used`, `memory.total` | memory used and total (MiB to bytes) |
 //! | `memory.free` (`memory.reserved`) | completes the total when no `memory.total` is read |
-//! | `power.draw` (`power.draw.instant`) | power draw (W) |
+//! | `power.draw` (`power.draw.instant`, `power.draw.average`) | power draw (W; where a row has more than one, the last column's) |
 //! | `enforced.power.limit` | power limit (W) |
 //! | `power.limit` | power limit (W), when no `enforced.power.limit` is read in the row |
 //! | `clocks.sm` (`clocks.current.sm`) | SM clock (MHz), a reading at one instant |
@@ -28,7 +28,8 @@
 //!
 //! `utilization.memory` is **not read**: it is the fraction of time the memory controller
 //! was busy reading or writing, not the DRAM bandwidth used over the peak (as dmon's
-//! `MCUTL` is not read). Any other column is ignored.
+//! `MCUTL` is not read). Any other column is not read either; each is named
+//! ([`SmiCsvParser::unread`]), as unread DCGM families are.
 //!
 //! What nvidia-smi CSV cannot say: it has no tensor, SM or DRAM activity (those are DCGM
 //! profiling counters, or NVML GPM, neither of which `--query-gpu` prints). Only the busy
@@ -103,6 +104,7 @@ const COLUMNS: &[(&str, Column)] = &[
     ("memory.reserved",       R(Target::FbReserved(Unit::Mib), "MiB")),
     ("power.draw",            R(F(Field::PowerWatts, Unit::Same), "W")),
     ("power.draw.instant",    R(F(Field::PowerWatts, Unit::Same), "W")),
+    ("power.draw.average",    R(F(Field::PowerWatts, Unit::Same), "W")),
     ("enforced.power.limit",  R(F(Field::PowerLimitWatts, Unit::Same), "W")),
     ("power.limit",           R(Target::WeakPowerLimit, "W")),
     ("clocks.sm",             R(F(Field::SmClockMhz, Unit::Same), "MHz")),
@@ -147,6 +149,8 @@ pub struct SmiCsvParser {
     /// sweep without one is stamped from.
     anchor: (Timestamp, u64),
     timestamped: bool,
+    /// The columns of a header that are not read, named.
+    unread: super::names::Unread,
 }
 
 impl SmiCsvParser {
@@ -168,6 +172,7 @@ impl SmiCsvParser {
             sweeps: 0,
             anchor: (start, 0),
             timestamped: false,
+            unread: super::names::Unread::default(),
         }
     }
 
@@ -217,6 +222,12 @@ impl SmiCsvParser {
         self.skipped
     }
 
+    /// The columns seen in a header and not read.
+    #[must_use]
+    pub fn unread(&self) -> &super::names::Unread {
+        &self.unread
+    }
+
     /// Whether a sample returned so far was stamped from its rows' own timestamps rather
     /// than from `start` and the interval.
     #[must_use]
@@ -235,6 +246,9 @@ impl SmiCsvParser {
                     .iter()
                     .find(|(n, _)| *n == name)
                     .map_or(Column::Ignored, |(_, c)| *c);
+                if kind == Column::Ignored {
+                    self.unread.family(name);
+                }
                 let kind = match kind {
                     R(_, want) if !unit.is_empty() && unit != want => {
                         bad.get_or_insert_with(|| {
@@ -592,6 +606,26 @@ mod tests {
         let (samples, errors, _) = parse(&format!("{HEADER}\n{bare}"), 1.0);
         assert_eq!(errors, Vec::<String>::new());
         assert_eq!(samples, with_units);
+    }
+
+    /// `power.draw.average` is the power draw; a column not read is named, never dropped in
+    /// silence.
+    #[test]
+    fn average_power_is_read_and_other_columns_are_named() {
+        let text = "\
+timestamp, index, power.draw.average [W], fan.speed [%], utilization.memory [%]
+2026/12/03 16:23:40, 0, 250 W, 30 %, 5 %
+";
+        let (samples, errors, p) = parse(text, 1.0);
+        assert_eq!(errors, Vec::<String>::new());
+        assert_eq!(
+            samples[0].entities[0].readings.value(Field::PowerWatts),
+            Some(250.0)
+        );
+        assert_eq!(
+            p.unread().families.iter().collect::<Vec<_>>(),
+            ["fan.speed", "utilization.memory"]
+        );
     }
 
     /// `[N/A]`, `[Not Supported]`, `N/A` and nothing are blanks; free memory completes the
