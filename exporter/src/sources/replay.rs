@@ -431,7 +431,10 @@ mod tests {
                 "DCGM_FI_DEV_POWER_USAGE{{gpu=\"0\"}} 140737488355328 {t}\nDCGM_FI_DEV_GPU_TEMP{{gpu=\"0\"}} NaN {t}\nDCGM_FI_DEV_PCIE_REPLAY_COUNTER{{gpu=\"0\"}} 0 {t}\nDCGM_FI_DEV_GPU_UTIL{{gpu=\"0\"}} 40 {t}\n"
             )
         };
-        let p = write("unread.txt", &(scrape(1_000_000) + &scrape(1_001_000)));
+        let p = write(
+            "unread.txt",
+            &(scrape(1_767_225_600_000) + &scrape(1_767_225_601_000)),
+        );
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
         let mut r = ReplaySource::open(&p, Duration::from_secs(1), false, t0).unwrap();
         let mut kinds = std::collections::BTreeMap::<&str, u64>::new();

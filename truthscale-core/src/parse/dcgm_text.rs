@@ -1306,9 +1306,9 @@ DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 10 1767225601000
         assert_eq!(takens(&text, 1.0), (vec![1_767_225_601_000], true));
         // A real stamp earlier than the made-up ones before it is kept (a step back the
         // deriver reports), and the scrapes after it count on from it.
-        let unknown = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER{gpu=\"0\"} 0 500\n";
+        let unknown = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER{gpu=\"0\"} 0 -500\n";
         let text = format!("{}{unknown}{}", scrapes(&["", "", ""]), scrapes(&[""]));
-        assert_eq!(takens(&text, 1.0), (vec![0, 1_000, 500, 1_500], true));
+        assert_eq!(takens(&text, 1.0), (vec![0, 1_000, -500, 500], true));
     }
 
     #[test]
@@ -1354,8 +1354,8 @@ DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 10 1767225601000
                 "m.txt:2: bad value `1,5`",
             ),
             (
-                "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 1 12.5",
-                "m.txt:2: bad timestamp `12.5` (milliseconds from year 1 to 9999)",
+                "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 1 12.5.3",
+                "m.txt:2: bad timestamp `12.5.3` (milliseconds, or OpenMetrics' seconds, from year 1 to 9999)",
             ),
             (
                 "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 1 12 x",

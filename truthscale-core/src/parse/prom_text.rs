@@ -45,6 +45,30 @@ pub type Labels<'a> = Vec<(&'a str, String)>;
 /// RFC 3339 time, so that the span between any two is a number of milliseconds too.
 const TIMESTAMP_RANGE_MS: std::ops::RangeInclusive<i64> = -62_135_596_800_000..=253_402_300_799_999;
 
+/// An exposition timestamp in milliseconds since the epoch. The Prometheus text format
+/// writes integer milliseconds; OpenMetrics writes seconds, with a fraction or without: a
+/// timestamp with a fraction, or an integer from 0 to below 10^11 (before March 1973 in
+/// milliseconds, but up to the year 5138 in seconds), is seconds.
+fn timestamp_ms(ts: &str) -> Result<i64, String> {
+    const SECONDS_BELOW: i64 = 100_000_000_000;
+    let ms = match ts.parse::<i64>() {
+        Ok(s) if (0..SECONDS_BELOW).contains(&s) => Some(s * 1000),
+        Ok(ms) => Some(ms),
+        Err(_) => ts
+            .parse::<f64>()
+            .ok()
+            .map(|s| s * 1000.0)
+            .filter(|ms| ms.is_finite() && ms.abs() < 1e17)
+            .map(|ms| ms.round() as i64),
+    };
+    ms.filter(|ms| TIMESTAMP_RANGE_MS.contains(ms))
+        .ok_or_else(|| {
+            format!(
+                "bad timestamp `{ts}` (milliseconds, or OpenMetrics' seconds, from year 1 to 9999)"
+            )
+        })
+}
+
 /// `name{labels} value [timestamp]` → name, unescaped labels, value and the timestamp
 /// (milliseconds since the epoch) if there is one. The line must be a sample (not blank,
 /// not a comment).
@@ -68,15 +92,7 @@ pub fn parse_sample(t: &str) -> Result<PromSample<'_>, String> {
     let value = value
         .parse::<f64>()
         .map_err(|_| format!("bad value `{value}`"))?;
-    let timestamp_ms = tokens
-        .next()
-        .map(|ts| {
-            ts.parse::<i64>()
-                .ok()
-                .filter(|ms| TIMESTAMP_RANGE_MS.contains(ms))
-                .ok_or_else(|| format!("bad timestamp `{ts}` (milliseconds from year 1 to 9999)"))
-        })
-        .transpose()?;
+    let timestamp_ms = tokens.next().map(timestamp_ms).transpose()?;
     if let Some(extra) = tokens.next() {
         return Err(format!("unexpected `{extra}` after the value"));
     }
@@ -155,14 +171,14 @@ mod tests {
 
     #[test]
     fn samples_comments_and_errors() {
-        let body = "# HELP x y\nx{a=\"1\",b=\"q\\\"z\"} 2.5 123\n\nbad line\ny NaN\n";
+        let body = "# HELP x y\nx{a=\"1\",b=\"q\\\"z\"} 2.5 1767225600123\n\nbad line\ny NaN\n";
         let got: Vec<_> = samples(body).collect();
         assert_eq!(got.len(), 3);
         let (line, s) = &got[0];
         let s = s.as_ref().unwrap();
         assert_eq!(
             (*line, s.name, s.value, s.timestamp_ms),
-            (2, "x", 2.5, Some(123))
+            (2, "x", 2.5, Some(1_767_225_600_123))
         );
         assert_eq!(s.label("b"), Some("q\"z"));
         assert_eq!(got[1].0, 4);
@@ -170,6 +186,19 @@ mod tests {
         let y = got[2].1.as_ref().unwrap();
         assert!(y.value.is_nan());
         assert_eq!(y.timestamp_ms, None);
+    }
+
+    /// OpenMetrics writes seconds (a fraction or not), the Prometheus text format
+    /// milliseconds: both read as the same instant.
+    #[test]
+    fn openmetrics_seconds_and_prometheus_milliseconds() {
+        let ts = |t: &str| parse_sample(&format!("x 1 {t}")).map(|s| s.timestamp_ms);
+        assert_eq!(ts("1767225600000"), Ok(Some(1_767_225_600_000)));
+        assert_eq!(ts("1767225600"), Ok(Some(1_767_225_600_000)));
+        assert_eq!(ts("1767225600.5"), Ok(Some(1_767_225_600_500)));
+        assert_eq!(ts("1.7672256e9"), Ok(Some(1_767_225_600_000)));
+        assert!(ts("NaN").is_err());
+        assert!(ts("1e300").is_err());
     }
 
     #[test]
