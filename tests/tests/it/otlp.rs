@@ -784,6 +784,46 @@ fn check_outage(proto: Proto) {
     rx.wait_for(1, Duration::from_secs(45), &sidecar);
 }
 
+/// The collector was down long enough for exports to back off (4 s after three failures);
+/// it comes back and the process is stopped within the backoff: the final export is sent,
+/// not skipped in silence with everything since the last one.
+#[test]
+fn the_final_export_is_sent_even_while_backing_off() {
+    let dir = TempDir::new("otlp-final");
+    let port = free_port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let mut env: Vec<(&str, &str)> = ENV
+        .iter()
+        .copied()
+        .filter(|(k, _)| *k != "OTEL_METRIC_EXPORT_INTERVAL")
+        .collect();
+    env.push(("OTEL_METRIC_EXPORT_INTERVAL", "300"));
+    env.push(("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"));
+    let mut args = ARGS.to_vec();
+    args.extend(["--otlp-endpoint", &endpoint]);
+    let mut sidecar = Sidecar::start(&args, &env, dir.path());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sink_errors(&sidecar) < 3.0 {
+        assert!(
+            Instant::now() < deadline,
+            "fewer than three failed exports; stderr:\n{}",
+            sidecar.process.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let rx = Receiver::start(Proto::Http, port);
+    sidecar.process.signal("TERM");
+    sidecar
+        .process
+        .wait_timeout(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("still running after SIGTERM:\n{}", sidecar.process.stderr()));
+    assert!(
+        !rx.requests().is_empty(),
+        "no final export reached the collector; stderr:\n{}",
+        sidecar.process.stderr()
+    );
+}
+
 #[test]
 fn grpc_outage_then_recovery() {
     check_outage(Proto::Grpc);

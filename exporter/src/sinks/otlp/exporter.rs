@@ -9,8 +9,9 @@ use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::metrics::Temporality;
 use opentelemetry_sdk::metrics::data::ResourceMetrics;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-use std::sync::Mutex;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The `sink` label value of OTLP failures.
@@ -175,6 +176,9 @@ pub(crate) struct CountingExporter<E> {
     trust: Option<String>,
     /// Whether the collector asked for a client certificate that truthscale lacks.
     client_cert_asked: Option<ClientCertAsked>,
+    /// Set when the process stops: the final export is attempted even while backing off
+    /// (an export skipped then is never retried).
+    stopping: Arc<AtomicBool>,
 }
 
 impl<E> CountingExporter<E> {
@@ -188,7 +192,14 @@ impl<E> CountingExporter<E> {
             detail: None,
             trust: None,
             client_cert_asked: None,
+            stopping: Arc::default(),
         }
+    }
+
+    /// The final export is attempted even while backing off once `stopping` is set.
+    pub(super) fn with_stopping(mut self, stopping: Arc<AtomicBool>) -> Self {
+        self.stopping = stopping;
+        self
     }
 
     /// Add the HTTP client's transport error to failures that carry none.
@@ -341,7 +352,7 @@ impl<E> CountingExporter<E> {
 
 impl<E: PushMetricExporter> PushMetricExporter for CountingExporter<E> {
     async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
-        if self.backing_off() {
+        if self.backing_off() && !self.stopping.load(Ordering::Relaxed) {
             // Cumulative totals lose nothing by a skipped export; the next one carries them.
             return Ok(());
         }

@@ -143,6 +143,8 @@ fn kernel_hostname() -> Option<String> {
 pub(crate) struct Otlp {
     provider: SdkMeterProvider,
     _registration: Registration,
+    /// Set before the final export: it is attempted even while exports back off.
+    stopping: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Otlp {
@@ -181,7 +183,10 @@ impl Otlp {
         if tls {
             exporter = exporter.with_trust(trust.clone());
         }
-        let exporter = exporter.with_client_cert_asked(built.client_cert_asked);
+        let stopping = std::sync::Arc::default();
+        let exporter = exporter
+            .with_client_cert_asked(built.client_cert_asked)
+            .with_stopping(std::sync::Arc::clone(&stopping));
         let delta = {
             use opentelemetry_sdk::metrics::exporter::PushMetricExporter as _;
             exporter.temporality() == opentelemetry_sdk::metrics::Temporality::Delta
@@ -207,12 +212,15 @@ impl Otlp {
         Ok(Otlp {
             provider,
             _registration: registration,
+            stopping,
         })
     }
 
     /// Final export and stop. Blocks (up to the export timeout): call it from a blocking
     /// context (`spawn_blocking`), never on an async worker.
     pub(crate) fn shutdown(self) {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         if let Err(e) = self.provider.shutdown() {
             tracing::debug!(error = %e, "OTLP shutdown was not clean.");
         }
