@@ -582,6 +582,23 @@ fn doctor_per_scenario() {
     assert!(out.contains("GPU instance 1, 10.0 GiB"), "{out}");
     assert!(has_line(&out, nothing_to_do), "{out}");
 
+    // A GPU instance with a second compute instance: one entity, and the second's process
+    // is listed too (NVML lists on a MIG handle only its own compute instance's).
+    let (code, out, _) = doctor(fake(), Some("h100-mig-two-ci"));
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        has_line(
+            &out,
+            "  MIG mode        enabled, 2 GPU instances (no busy flag on MIG)"
+        ),
+        "{out}"
+    );
+    assert!(has_line(&out, "  processes       2"), "{out}");
+    assert!(
+        has_line(&out, "    pid 6262, GPU instance 1, 2.0 GiB, pod unknown"),
+        "{out}"
+    );
+
     let (code, out, _) = doctor(fake(), Some("h100-gpm-denied"));
     assert_eq!(code, 0, "{out}");
     assert!(

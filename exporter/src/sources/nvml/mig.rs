@@ -20,6 +20,8 @@ pub(super) struct MigDev<'n> {
     profile: Option<String>,
     /// The instance's own `MIG-…` UUID (what the device plugin hands out), when NVML gives it.
     uuid: Option<String>,
+    /// The GPU instance's other compute instances: their processes are its too.
+    pub(super) more: Vec<Device<'n>>,
 }
 
 impl DevState {
@@ -45,7 +47,10 @@ impl DevState {
             let Some((m, gi)) = self.mig_slot(ctx, dev, i, errors)? else {
                 continue;
             };
-            if found.iter().any(|f| f.gi == gi) {
+            // A further compute instance of a GPU instance already found: one entity, its
+            // processes listed with the first's.
+            if let Some(f) = found.iter_mut().find(|f| f.gi == gi) {
+                f.more.push(m);
                 continue;
             }
             found.push(self.describe_mig(m, gi, spec, errors)?);
@@ -107,6 +112,7 @@ impl DevState {
             dev: m,
             profile,
             uuid,
+            more: Vec::new(),
         })
     }
 

@@ -125,11 +125,16 @@ impl DevState {
         let mut listed = Vec::new();
         match migs {
             Some(migs) => {
-                for m in migs {
+                // Every compute instance of each GPU instance: NVML lists on a MIG handle
+                // only the processes of its own compute instance.
+                for d in migs
+                    .iter()
+                    .flat_map(|m| std::iter::once(&m.dev).chain(&m.more))
+                {
                     if let Got::Value(p) = self.call(
                         "nvmlDeviceGetComputeRunningProcesses_v3 (MIG)",
                         errors,
-                        || m.dev.running_compute_processes(),
+                        || d.running_compute_processes(),
                     )? {
                         listed.extend(p);
                     }
