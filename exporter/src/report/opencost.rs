@@ -77,22 +77,24 @@ fn head(name: &str, props: Value, b: &Bounds) -> Map<String, Value> {
     m
 }
 
+/// A group's usage and request in GPUs over the period: usage where the busy flag was read
+/// over all its allocated GPU-hours (an unread hour is no idle one). OpenCost's efficiency
+/// is usage over request.
+fn averages(g: &GroupHours, b: &Bounds) -> (Option<f64>, Option<f64>) {
+    let whole = (g.allocated_gpu_hours - g.busy_measured_gpu_hours).abs() <= 1e-9;
+    let per_hour = |x: f64| (b.hours > 0.0).then(|| x / b.hours);
+    (
+        g.busy_gpu_hours.filter(|_| whole).and_then(per_hour),
+        g.requested_gpu_hours.and_then(per_hour),
+    )
+}
+
 /// One group's allocation.
 fn allocation(name: &str, props: Value, g: &GroupHours, b: &Bounds) -> Value {
     let cost = g.cost.as_ref();
     let mut m = head(name, props, b);
     let gpu_cost = json!(cost.map(|c| c.allocated));
-    // Usage in GPUs over the period, where the busy flag was read over all the allocated
-    // GPU-hours (an unread hour is no idle one); OpenCost's efficiency is usage over request.
-    let whole = (g.allocated_gpu_hours - g.busy_measured_gpu_hours).abs() <= 1e-9;
-    let usage = g
-        .busy_gpu_hours
-        .filter(|_| whole && b.hours > 0.0)
-        .map(|u| u / b.hours);
-    let request = g
-        .requested_gpu_hours
-        .filter(|_| b.hours > 0.0)
-        .map(|r| r / b.hours);
+    let (usage, request) = averages(g, b);
     // No adjustment and no idle cost shared in: 0 where there is a cost, else unknown.
     let zero = json!(cost.map(|_| 0.0));
     let fields = [
