@@ -443,3 +443,15 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// `https://user:secret@host` → `https://…@host`, for logs and reasons shown.
+#[must_use]
+pub(crate) fn redact_userinfo(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) if !scheme.is_empty() => format!("{scheme}://…{}", &rest[at..]),
+        Some(at) => format!("…{}", &rest[at..]),
+        None => url.to_string(),
+    }
+}

@@ -643,7 +643,7 @@ metrics! {
     SERVING_REQUESTS_WAITING / Serving::ServingRequestsWaiting = "truthscale_serving_requests_waiting", Gauge, ["engine"], gauge("truthscale.serving.requests.waiting", "{request}"), None,
         "Requests queued in the engine.";
     SERVING_QUEUE_SECONDS / Serving::ServingQueueSeconds = "truthscale_serving_queue_seconds", Gauge, ["engine"], gauge("truthscale.serving.queue.duration", "s"), None,
-        "Mean time requests that left the queue in the last window had waited.";
+        "Mean time in the queue of the requests whose queue time the engine recorded in the last window (vLLM records it when a request finishes).";
     SERVING_PROMPT_TOKENS / Serving::ServingPromptTokens = "truthscale_serving_prompt_tokens_per_second", Gauge, ["engine"], gauge("truthscale.serving.prompt_tokens.rate", "{token}/s"), None,
         "Prompt (prefill) tokens per second: the rate of the engine's counter over the last window, resets handled.";
     SERVING_OUTPUT_TOKENS / Serving::ServingOutputTokens = "truthscale_serving_output_tokens_per_second", Gauge, ["engine"], gauge("truthscale.serving.output_tokens.rate", "{token}/s"), None,

@@ -152,29 +152,55 @@ const ENGINES: [Names; 3] = [
     },
 ];
 
-/// Per-name sums of one scrape. A name with any non-finite series is `None`.
-pub type Parsed = HashMap<String, Option<f64>>;
+/// Each name's series of one scrape: `(labels, value)`, the labels as one sorted key. A name
+/// with any non-finite series is `None`: never a partial sum.
+pub type Parsed = HashMap<String, Option<Vec<(String, f64)>>>;
 
-/// Parse Prometheus text exposition into per-name sums over label sets (the core's one
-/// parser). A line that does not parse has no name to count it under and is skipped; a
-/// name with any non-finite value is unknown, never a partial sum.
+/// Parse Prometheus text exposition into each name's series (the core's one parser). A line
+/// that does not parse has no name to count it under and is skipped.
 #[must_use]
-pub fn parse_text(body: &str) -> HashMap<String, Option<f64>> {
+pub fn parse_text(body: &str) -> Parsed {
     let mut out: Parsed = HashMap::new();
     for (_, s) in crate::parse::prom_text::samples(body) {
         let Ok(s) = s else { continue };
-        let slot = out.entry(s.name.to_string()).or_insert(Some(0.0));
-        *slot = match (*slot, s.value.is_finite()) {
-            // A sum that overflows is as unknown as a non-finite term.
-            (Some(sum), true) => Some(sum + s.value).filter(|v| v.is_finite()),
-            _ => None,
-        };
+        let slot = out
+            .entry(s.name.to_string())
+            .or_insert_with(|| Some(Vec::new()));
+        match (slot.as_mut(), s.value.is_finite()) {
+            (Some(series), true) => {
+                let mut labels: Vec<String> =
+                    s.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                labels.sort();
+                series.push((labels.join("\u{1}"), s.value));
+            }
+            _ => *slot = None,
+        }
     }
     out
 }
 
-/// What one scrape read: the engine and its values (counters as totals).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+/// A counter's series (an engine's data-parallel ranks, …): each reset is its own.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Counter(Vec<(String, f64)>);
+
+impl Counter {
+    /// The increases of the series read both times, summed (a series new this time has no
+    /// increase yet), and how many there were; `None` where none was read both times.
+    fn since(&self, prev: &Counter) -> Option<(f64, usize)> {
+        let mut sum = 0.0;
+        let mut n = 0;
+        for (k, v) in &self.0 {
+            if let Some((_, p)) = prev.0.iter().find(|(pk, _)| pk == k) {
+                sum += increase(*p, *v);
+                n += 1;
+            }
+        }
+        (n > 0).then_some((sum, n))
+    }
+}
+
+/// What one scrape read: the engine and its values (counters per series).
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Scrape {
     /// Unix milliseconds of the scrape (the GPU sample's clock).
     pub taken_ms: i64,
@@ -183,21 +209,23 @@ pub struct Scrape {
     kv: Option<f64>,
     running: Option<f64>,
     waiting: Option<f64>,
-    prompt_total: Option<f64>,
-    output_total: Option<f64>,
-    queue_sum: Option<f64>,
-    queue_count: Option<f64>,
-    steps_total: Option<f64>,
-    flops_total: Option<f64>,
-    read_bytes_total: Option<f64>,
-    write_bytes_total: Option<f64>,
+    prompt_total: Option<Counter>,
+    output_total: Option<Counter>,
+    queue_sum: Option<Counter>,
+    queue_count: Option<Counter>,
+    steps_total: Option<Counter>,
+    flops_total: Option<Counter>,
+    read_bytes_total: Option<Counter>,
+    write_bytes_total: Option<Counter>,
 }
 
 /// Read an engine's values from a parsed scrape; `None` when no engine's names are there.
+/// Counts (requests running, waiting) are summed over the series; the KV-cache use, a ratio
+/// each engine rank has of its own cache, is their mean; counters stay per series.
 pub fn read(parsed: &Parsed, taken_ms: i64) -> Option<Scrape> {
     for (i, n) in ENGINES.iter().enumerate() {
         let present = |names: &[&str]| names.iter().any(|k| parsed.contains_key(*k));
-        let get = |names: &[&str]| names.iter().find_map(|k| parsed.get(*k).copied().flatten());
+        let series = |names: &[&str]| names.iter().find_map(|k| parsed.get(*k).cloned().flatten());
         if !(present(n.kv)
             || present(n.running)
             || present(n.waiting)
@@ -206,20 +234,35 @@ pub fn read(parsed: &Parsed, taken_ms: i64) -> Option<Scrape> {
         {
             continue;
         }
+        let sum = |names: &[&str]| {
+            series(names)
+                .map(|s| s.iter().map(|(_, v)| v).sum::<f64>())
+                .filter(|v| v.is_finite() && *v >= 0.0)
+        };
+        let mean = |names: &[&str]| {
+            series(names)
+                .filter(|s| !s.is_empty())
+                .map(|s| s.iter().map(|(_, v)| v.clamp(0.0, 1.0)).sum::<f64>() / s.len() as f64)
+        };
+        let counter = |names: &[&str]| {
+            series(names)
+                .filter(|s| s.iter().all(|(_, v)| *v >= 0.0))
+                .map(Counter)
+        };
         return Some(Scrape {
             taken_ms,
             engine: i,
-            kv: get(n.kv).map(|v| v.clamp(0.0, 1.0)),
-            running: get(n.running).filter(|v| *v >= 0.0),
-            waiting: get(n.waiting).filter(|v| *v >= 0.0),
-            prompt_total: get(n.prompt_total).filter(|v| *v >= 0.0),
-            output_total: get(n.output_total).filter(|v| *v >= 0.0),
-            queue_sum: get(n.queue_sum).filter(|v| *v >= 0.0),
-            queue_count: get(n.queue_count).filter(|v| *v >= 0.0),
-            steps_total: get(n.steps_total).filter(|v| *v >= 0.0),
-            flops_total: get(n.flops_total).filter(|v| *v >= 0.0),
-            read_bytes_total: get(n.read_bytes_total).filter(|v| *v >= 0.0),
-            write_bytes_total: get(n.write_bytes_total).filter(|v| *v >= 0.0),
+            kv: mean(n.kv),
+            running: sum(n.running),
+            waiting: sum(n.waiting),
+            prompt_total: counter(n.prompt_total),
+            output_total: counter(n.output_total),
+            queue_sum: counter(n.queue_sum),
+            queue_count: counter(n.queue_count),
+            steps_total: counter(n.steps_total),
+            flops_total: counter(n.flops_total),
+            read_bytes_total: counter(n.read_bytes_total),
+            write_bytes_total: counter(n.write_bytes_total),
         });
     }
     None
@@ -237,18 +280,24 @@ pub fn increase(prev: f64, cur: f64) -> f64 {
 pub fn derive(prev: Option<&Scrape>, cur: &Scrape) -> ServingSnapshot {
     let prev = prev.filter(|p| p.engine == cur.engine && p.taken_ms < cur.taken_ms);
     let dt = prev.map(|p| (cur.taken_ms - p.taken_ms) as f64 / 1000.0);
-    let delta = |f: fn(&Scrape) -> Option<f64>| match (prev.and_then(f), f(cur)) {
-        (Some(a), Some(b)) => Some(increase(a, b)),
+    // Each series' increase (its own resets), summed over the series read both times.
+    let since = |f: fn(&Scrape) -> Option<&Counter>| f(cur)?.since(f(prev?)?);
+    let delta = |f: fn(&Scrape) -> Option<&Counter>| since(f).map(|(d, _)| d);
+    let per_second = |d: f64| match dt {
+        Some(dt) if dt > 0.0 => Some(d / dt).filter(|r| r.is_finite()),
         _ => None,
     };
-    let rate = |f: fn(&Scrape) -> Option<f64>| match (delta(f), dt) {
-        (Some(d), Some(dt)) if dt > 0.0 => Some(d / dt).filter(|r| r.is_finite()),
-        _ => None,
-    };
+    let rate = |f: fn(&Scrape) -> Option<&Counter>| delta(f).and_then(per_second);
+    // The engine's own estimates are per GPU already: each rank's, averaged.
+    let per_gpu =
+        |f: fn(&Scrape) -> Option<&Counter>| since(f).and_then(|(d, n)| per_second(d / n as f64));
     // A histogram's count moves by whole requests: an increase below one is no request
     // (and its mean no measurement: 1e307 s over 1e-300 requests is infinite).
-    let queue_seconds = match (delta(|r| r.queue_sum), delta(|r| r.queue_count)) {
-        (Some(s), Some(c)) if c >= 1.0 => Some(s / c),
+    let queue_seconds = match (
+        delta(|r| r.queue_sum.as_ref()),
+        delta(|r| r.queue_count.as_ref()),
+    ) {
+        (Some(s), Some(c)) if c >= 1.0 => Some(s / c).filter(|q| q.is_finite()),
         _ => None,
     };
     ServingSnapshot {
@@ -257,15 +306,15 @@ pub fn derive(prev: Option<&Scrape>, cur: &Scrape) -> ServingSnapshot {
         running_requests: cur.running,
         queued_requests: cur.waiting,
         queue_seconds,
-        prompt_tokens_per_sec: rate(|r| r.prompt_total),
-        output_tokens_per_sec: rate(|r| r.output_total),
+        prompt_tokens_per_sec: rate(|r| r.prompt_total.as_ref()),
+        output_tokens_per_sec: rate(|r| r.output_total.as_ref()),
         batch_size: cur.running,
         max_batch_size: None,
-        steps_per_sec: rate(|r| r.steps_total),
-        engine_flops_per_sec: rate(|r| r.flops_total),
+        steps_per_sec: rate(|r| r.steps_total.as_ref()),
+        engine_flops_per_sec: per_gpu(|r| r.flops_total.as_ref()),
         // Read and written, both or neither: one alone is not the traffic.
-        engine_bytes_per_sec: rate(|r| r.read_bytes_total)
-            .zip(rate(|r| r.write_bytes_total))
+        engine_bytes_per_sec: per_gpu(|r| r.read_bytes_total.as_ref())
+            .zip(per_gpu(|r| r.write_bytes_total.as_ref()))
             .map(|(r, w)| r + w)
             .filter(|b| b.is_finite()),
         ..ServingSnapshot::default()
@@ -373,6 +422,34 @@ mod tests {
              vllm:estimated_read_bytes_per_gpu_total {read}\n\
              vllm:estimated_write_bytes_per_gpu_total {write}\n"
         )
+    }
+
+    /// Two data-parallel ranks (vLLM's `engine` label): a reset of one is its own (its new
+    /// value is its increase, as `rate()` takes it), not the pair's total dropping; the KV
+    /// cache use is their mean, never a sum over 1; requests are counted over both; the
+    /// engine's per-GPU estimate is each rank's, averaged.
+    #[test]
+    fn each_rank_is_its_own_series() {
+        let body = |p0: f64, p1: f64, f0: f64, f1: f64| {
+            format!(
+                "vllm:prompt_tokens_total{{engine=\"0\"}} {p0}\nvllm:prompt_tokens_total{{engine=\"1\"}} {p1}\n\
+                 vllm:kv_cache_usage_perc{{engine=\"0\"}} 0.46\nvllm:kv_cache_usage_perc{{engine=\"1\"}} 0.46\n\
+                 vllm:num_requests_running{{engine=\"0\"}} 3\nvllm:num_requests_running{{engine=\"1\"}} 5\n\
+                 vllm:estimated_flops_per_gpu_total{{engine=\"0\"}} {f0}\nvllm:estimated_flops_per_gpu_total{{engine=\"1\"}} {f1}\n"
+            )
+        };
+        let a = read(&parse_text(&body(1e7, 1e7, 0.0, 0.0)), 0).unwrap();
+        // 1 s later: rank 0 added 100 tokens; rank 1 restarted and has counted 10 since.
+        let b = read(&parse_text(&body(1e7 + 100.0, 10.0, 1e14, 1e14)), 1000).unwrap();
+        let s = derive(Some(&a), &b);
+        assert_eq!(s.prompt_tokens_per_sec, Some(110.0));
+        assert_eq!(s.kv_cache_utilization, Some(0.46));
+        assert_eq!(s.running_requests, Some(8.0));
+        assert_eq!(
+            s.engine_flops_per_sec,
+            Some(1e14),
+            "each rank's, not their sum"
+        );
     }
 
     /// The engine's own estimates, as rates over the datasheet peaks: 2·10¹⁴ FLOPs and

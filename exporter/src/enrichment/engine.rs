@@ -183,23 +183,22 @@ impl EngineScraper {
     /// forgets the previous reading, so the next rates wait for two answers in a row.
     pub(crate) fn scrape(&mut self, taken_ms: i64) -> Result<ServingSnapshot, Failure> {
         let url = &self.settings.url;
+        // A user and password in the URL are never shown (a reason is a label on /metrics).
+        let shown = crate::client::redact_userinfo(url);
         let body = match crate::client::get_text(&self.agent, url, "text/plain", MAX_BODY) {
             Ok(b) => b,
             Err(e) => {
                 self.prev = None;
-                return Err(Failure {
-                    reason: e.to_string(),
-                    error: SourceError::from(e),
-                });
+                let reason = e.to_string().replace(url.as_str(), &shown);
+                let error = SourceError::from(e).map_message(|m| m.replace(url.as_str(), &shown));
+                return Err(Failure { reason, error });
             }
         };
         let parsed = serving::parse_text(&body);
         let Some(cur) = serving::read(&parsed, taken_ms) else {
             self.prev = None;
-            let reason = format!(
-                "no vLLM, SGLang or TGI metrics at {} (is it the engine's /metrics?)",
-                self.settings.url
-            );
+            let reason =
+                format!("no vLLM, SGLang or TGI metrics at {shown} (is it the engine's /metrics?)");
             return Err(Failure {
                 error: SourceError::Parse(reason.clone()),
                 reason,
@@ -397,6 +396,17 @@ mod tests {
             "{f:?}"
         );
         assert_eq!(f.error.kind(), "unreachable");
+        // A password in the URL is never shown: the reason is a label on /metrics.
+        let with_password = url.replacen("http://", "http://admin:s3cr3t@", 1);
+        let mut s = EngineScraper::new(EngineSettings {
+            url: with_password,
+            timeout: Duration::from_secs(2),
+            model: None,
+        });
+        let f = s.scrape(7_000).unwrap_err();
+        assert!(!f.reason.contains("s3cr3t"), "{}", f.reason);
+        assert!(!f.error.to_string().contains("s3cr3t"), "{}", f.error);
+        assert!(f.reason.contains("…@127.0.0.1"), "{}", f.reason);
     }
 
     #[test]

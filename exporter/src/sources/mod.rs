@@ -290,6 +290,29 @@ pub enum SourceError {
 }
 
 impl SourceError {
+    /// The same error, its message rewritten by `f` (a URL's password taken out).
+    #[must_use]
+    pub fn map_message(self, f: impl FnOnce(&str) -> String) -> SourceError {
+        use SourceError as E;
+        match self {
+            E::Io(m) => E::Io(f(&m)),
+            E::Parse(m) => E::Parse(f(&m)),
+            E::Unreachable(m) => E::Unreachable(f(&m)),
+            E::Timeout(m) => E::Timeout(f(&m)),
+            E::TooLarge(m) => E::TooLarge(f(&m)),
+            E::Overrun(m) => E::Overrun(f(&m)),
+            E::OverLimit(m) => E::OverLimit(f(&m)),
+            E::Http(m) => E::Http(f(&m)),
+            E::Sentinel(m) => E::Sentinel(f(&m)),
+            E::UnreadFamily(m) => E::UnreadFamily(f(&m)),
+            E::AmbiguousUnit(m) => E::AmbiguousUnit(f(&m)),
+            E::NoPermission(m) => E::NoPermission(f(&m)),
+            E::GpuLost(m) => E::GpuLost(f(&m)),
+            E::Unsupported(m) => E::Unsupported(f(&m)),
+            E::Nvml(m) => E::Nvml(f(&m)),
+        }
+    }
+
     /// The `kind` label value.
     #[must_use]
     pub fn kind(&self) -> &'static str {

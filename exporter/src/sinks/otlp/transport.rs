@@ -82,16 +82,7 @@ pub(super) fn uses_tls(settings: &OtlpSettings, endpoint: &str, proto: OtlpProto
     proto == OtlpProtocol::Grpc && !insecure
 }
 
-/// `https://user:secret@host` → `https://…@host`, for logs.
-pub(super) fn redact_userinfo(url: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) if !scheme.is_empty() => format!("{scheme}://…{}", &rest[at..]),
-        Some(at) => format!("…{}", &rest[at..]),
-        None => url.to_string(),
-    }
-}
+pub(super) use crate::client::redact_userinfo;
 
 /// `otlp.headers` as gRPC metadata, set over the SDK's own (from the variables).
 #[derive(Debug, Clone)]
