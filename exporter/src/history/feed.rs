@@ -121,8 +121,10 @@ impl History {
                     .min(this.steps_answered.load(Ordering::Relaxed))
                     .clamp(1, CHUNK_POINTS);
                 expect(end, per);
-                if end < range.end {
-                    let next = end + range.step;
+                // The next grid point, where one is left before the range's end (an end off
+                // the grid lies within the last step: asking past it is a bad request).
+                let next = end + range.step;
+                if next <= range.end {
                     let last = (next + (per - 1) * range.step).min(range.end);
                     chunks.ask(next, last)?;
                     pending = Some((next, last));
@@ -265,7 +267,7 @@ impl History {
             } else {
                 ""
             },
-            rfc3339(range.start),
+            rfc3339(range.covered_from()),
             rfc3339(range.end),
             if matchers.is_empty() {
                 String::new()

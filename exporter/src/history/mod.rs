@@ -210,7 +210,7 @@ fn discover(client: &Client, range: Range, matchers: &str) -> anyhow::Result<Dis
             } else {
                 format!(" matching {{{matchers}}}")
             },
-            rfc3339(range.start),
+            rfc3339(range.covered_from()),
             rfc3339(range.end),
             newest::hint(newest, range)
         );

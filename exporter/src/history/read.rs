@@ -206,8 +206,14 @@ impl History {
                 for series in result {
                     let into = out.entry(series.metric).or_default();
                     for &(t, v) in values.get(series.values).unwrap_or_default() {
+                        // A point outside the range (a hostile or confused answer) is no
+                        // step of it.
                         let ms = super::merge::millis(t);
-                        let Ok(step) = usize::try_from((ms - range.start) / range.step) else {
+                        let Some(step) = ms
+                            .checked_sub(range.start)
+                            .filter(|_| ms <= range.end)
+                            .and_then(|d| usize::try_from(d / range.step).ok())
+                        else {
                             continue;
                         };
                         // Non-finite values too: each reader decides (a GPU request that

@@ -255,6 +255,27 @@ fn history_from_a_real_prometheus() {
         "15s",
     ];
 
+    // A window of exactly the first chunk's ten steps, its end off the step grid (now): the
+    // reader never asks a chunk that starts past the window's end (a bad request).
+    for remote in ["never", "auto"] {
+        let run = truthscale(
+            &[
+                "analyze",
+                "--prometheus",
+                p.url.as_str(),
+                "--since",
+                "10m",
+                "--step",
+                "60s",
+                "--remote-read",
+                remote,
+                "--json",
+            ],
+            &[],
+        );
+        assert_eq!(run.code, Some(0), "--remote-read {remote}: {}", run.stderr);
+    }
+
     // Everything: the DCGM series win over truthscale's own.
     let mut args = base.to_vec();
     args.push("--json");

@@ -68,6 +68,15 @@ const MIMIR_LIMITS: &[(&str, &str)] = &[
         "err-mimir-max-estimated-chunks-per-query",
         "-querier.max-estimated-fetched-chunks-per-query-multiplier",
     ),
+    // The time a query spans: split in time, each part spans less.
+    (
+        "err-mimir-max-query-length",
+        "-query-frontend.max-query-length",
+    ),
+    (
+        "err-mimir-max-total-query-length",
+        "-query-frontend.max-total-query-length",
+    ),
 ];
 
 /// The limit an error answer reports, if any: from its status, `errorType` and text.

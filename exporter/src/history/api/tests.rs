@@ -57,6 +57,18 @@ fn limits_are_told_by_their_errors() {
         limit_of(422, None, "x (err-mimir-max-chunks-bytes-per-query)"),
         Some(Limit::Mimir("-querier.max-fetched-chunk-bytes-per-query"))
     );
+    assert_eq!(
+        limit_of(
+            422,
+            None,
+            "the query time range exceeds the limit (err-mimir-max-query-length)"
+        ),
+        Some(Limit::Mimir("-query-frontend.max-query-length"))
+    );
+    assert_eq!(
+        limit_of(422, None, "x (err-mimir-max-total-query-length)"),
+        Some(Limit::Mimir("-query-frontend.max-total-query-length"))
+    );
     assert_eq!(limit_of(500, Some("internal"), "boom in the tsdb"), None);
     assert_eq!(limit_of(400, Some("bad_data"), "parse error"), None);
     assert!(Limit::Samples.advice().contains("--query.max-samples"));

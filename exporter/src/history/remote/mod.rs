@@ -87,10 +87,11 @@ fn learn(client: &Client, matchers: &str) -> Result<Evaluation, String> {
     let lookback = prometheus_duration(lookback).ok_or_else(|| {
         format!("the server's query.lookback-delta {lookback:?} is not a duration")
     })?;
+    let lookback = engine_lookback(lookback);
     let config: Config = client
         .get_once("/api/v1/status/config")
         .map_err(|e| format!("{e:#}"))?;
-    if config.yaml.contains("external_labels:") {
+    if has_external_labels(&config.yaml) {
         return Err(
             "the server has external labels, which remote-read adds to every series".into(),
         );
@@ -103,6 +104,19 @@ fn learn(client: &Client, matchers: &str) -> Result<Evaluation, String> {
         version,
         matchers,
     })
+}
+
+/// Whether a Prometheus configuration sets external labels: the global section's key, not a
+/// `remote_read` entry's `filter_external_labels`.
+fn has_external_labels(yaml: &str) -> bool {
+    yaml.lines()
+        .any(|l| l.trim_start().starts_with("external_labels:"))
+}
+
+/// The lookback Prometheus' engine evaluates with, from its flag (milliseconds): a flag of 0
+/// is its default, 5 minutes.
+fn engine_lookback(flag_ms: i64) -> i64 {
+    if flag_ms <= 0 { 300_000 } else { flag_ms }
 }
 
 /// A duration as Prometheus writes one (`5m`, `1h30m`, `90s`, `500ms`; units y, w, d, h,

@@ -84,6 +84,14 @@ fn durations_read_as_prometheus_writes_them() {
     assert_eq!(prometheus_duration("5x"), None);
 }
 
+/// `--query.lookback-delta=0s` is the engine's default, 5 minutes, as `query_range` evaluates
+/// it: never a lookback of 0.
+#[test]
+fn a_lookback_of_0_is_the_engines_default() {
+    assert_eq!(engine_lookback(prometheus_duration("0s").unwrap()), 300_000);
+    assert_eq!(engine_lookback(120_000), 120_000);
+}
+
 #[test]
 fn the_request_names_the_series_and_the_selector() {
     use prost::Message as _;
@@ -181,4 +189,14 @@ fn each_chunk_of_a_span_reads_as_its_own_steps_would() {
             assert!(!want.is_empty());
         }
     }
+}
+
+/// External labels are the global section's; a remote_read entry's `filter_external_labels`
+/// (which Prometheus writes into every one) is not one.
+#[test]
+fn external_labels_are_the_global_keys() {
+    let with = "global:\n  scrape_interval: 15s\n  external_labels:\n    cluster: a\n";
+    let without = "global:\n  scrape_interval: 15s\nremote_read:\n- url: http://x/read\n  filter_external_labels: true\n";
+    assert!(has_external_labels(with));
+    assert!(!has_external_labels(without));
 }
