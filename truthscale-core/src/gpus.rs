@@ -88,8 +88,8 @@ const fn mib(n: u64) -> u64 {
     n * MIB
 }
 
-/// The nominal memory in a profile's name, where no listing was available: usable memory is
-/// a little smaller, so a fit against it can be optimistic by a few percent.
+/// The nominal memory in a profile's name (decimal GB), where no listing was available: the
+/// usable memory NVIDIA lists can be a few percent off it either way.
 const fn gb(n: u64) -> u64 {
     n * GB
 }

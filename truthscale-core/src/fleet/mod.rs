@@ -16,9 +16,10 @@
 //!
 //! **Pooled lower bound.** `max(⌈p99(compute demand) / (1 − h)⌉, ⌈max(memory demand)⌉)`,
 //! where compute demand at a step is the summed roofline saturation of the workloads (in
-//! GPU-equivalents) and memory demand the summed memory over one GPU's memory. No packing of
-//! whole workloads onto whole GPUs can use fewer; workloads whose demand was not measured
-//! are left out of the sums, which keeps it a lower bound.
+//! GPU-equivalents) and memory demand the summed memory over one GPU's memory. The memory
+//! term is a true bound; the compute term is the pooled fleet's p99 test, which a packing
+//! testing each GPU's own p99 can pass with fewer GPUs where bursts do not line up (a p99 of
+//! a sum is not the sum of p99s). Workloads whose demand was not measured are left out.
 //!
 //! **Packing.** First-fit decreasing onto GPUs of the fleet's model: workloads sorted by
 //! their larger share (`peak memory / GPU memory` or `p99 saturation / (1 − h)`), each put on

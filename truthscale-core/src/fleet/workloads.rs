@@ -176,7 +176,7 @@ pub(super) fn fleet_gpu(
         .map(|x| x.1);
     if models.len() > 1 {
         notes.push(format!(
-            "the fleet mixes {} models; packing places every workload on the most common one, {}, and sums saturations as fractions of it",
+            "the fleet mixes {} models; packing places every workload on the most common one, {}, and sums each workload's saturation, a fraction of its own GPU, as if of that one (not converted between models: the packing is approximate)",
             models.len(),
             fleet_spec.map_or("?", |s| s.name)
         ));
