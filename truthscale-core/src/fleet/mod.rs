@@ -605,7 +605,7 @@ fn method_text(h: f64) -> Vec<String> {
         format!("Packed: first-fit decreasing onto GPUs of the fleet's model; each workload reserves its peak memory for its lifetime (a hard limit) and the time-aligned summed saturation must stay at or below {cap:.2} at p99. Work is assumed to add linearly on a shared GPU, and interference between co-located workloads is not modelled."),
         "Co-location groups are the packed GPUs holding workloads from two or more GPUs today; interleaved groups share only because their busy periods do not overlap.".to_owned(),
         format!("MIG fit: the smallest profile of the workload's model whose memory holds peak × {:.2}, whose SM share covers p95(busiest pipe) / {cap:.2} and whose memory-slice share covers p95(DRAM) / ({D_MAX} × {cap:.2}); constraints whose counter was not read are not checked and are named.", 1.0 + h),
-        format!("Smaller model: a catalog GPU with less memory and less bandwidth than the workload's own whose memory holds p99 memory × {:.2}, whose bandwidth covers p99 DRAM traffic at {D_MAX} × {cap:.2} of its peak and, when measured, whose tensor peak covers p99 busiest-pipe work at {cap:.2}.", 1.0 + h),
+        format!("Smaller model: a catalog GPU with less memory and less bandwidth than the workload's own whose memory holds peak memory × {:.2}, whose bandwidth covers p99 DRAM traffic at {D_MAX} × {cap:.2} of its peak and, when measured, whose tensor peak covers p99 busiest-pipe work at {cap:.2}.", 1.0 + h),
         "NVML and DCGM see allocated memory, not needed memory: inference engines pre-allocate their KV cache, so memory figures are upper bounds on need.".to_owned(),
     ]
 }

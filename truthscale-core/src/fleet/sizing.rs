@@ -63,17 +63,18 @@ fn peak_cost_at(t: &Track, ratio: f64, limit: &PeakLimit) -> Option<PeakCost> {
 }
 
 /// The smallest catalog model with less memory and bandwidth than the workload's own that
-/// covers its p99 demand and whose capacity its peak exceeds by at most `limit.max_over`;
+/// holds its peak memory (`mem_peak`), covers its p99 bandwidth and compute, and whose
+/// capacity its peak saturation exceeds by at most `limit.max_over`;
 /// else why there is none (naming the cheapest model its peak alone ruled out, and the cost).
 pub(super) fn smaller_gpu(
     t: &Track,
-    mem_p99: Option<u64>,
+    mem_peak: Option<u64>,
     dram_p99: Option<f64>,
     pipe_p99: Option<f64>,
     h: f64,
     limit: PeakLimit,
 ) -> (Option<SmallerGpu>, Option<String>) {
-    let (spec, m, d) = match (t.spec, mem_p99, dram_p99) {
+    let (spec, m, d) = match (t.spec, mem_peak, dram_p99) {
         _ if t.is_mig => return (None, Some("runs on a MIG instance".to_owned())),
         (None, _, _) => return (None, Some("model not in the catalog".to_owned())),
         (_, None, _) => return (None, Some("memory was not measured".to_owned())),
@@ -129,7 +130,9 @@ pub(super) fn smaller_gpu(
             &k,
             limit.max_over,
         ),
-        None => "no smaller catalog model covers its p99 demand".to_owned(),
+        None => {
+            "no smaller catalog model holds its peak memory and covers its p99 demand".to_owned()
+        }
     };
     (None, Some(note))
 }
@@ -232,7 +235,10 @@ pub(super) fn right_size(t: &Track, name: &str, h: f64, limit: PeakLimit) -> Rig
         }
         (Some(spec), _) => (None, Some(format!("the {} has no MIG", spec.name))),
     };
-    let (smaller_gpu, smaller_gpu_note) = smaller_gpu(t, mem_p99, dram_p99, pipe_p99, h, limit);
+    // Memory is a hard limit: the smaller model must hold the peak, as the MIG fit and the
+    // packing do (a p99 that fits can still run out of memory).
+    let (smaller_gpu, smaller_gpu_note) =
+        smaller_gpu(t, mem_peak.map(u64::from), dram_p99, pipe_p99, h, limit);
     RightSizing {
         workload: name.to_owned(),
         gpu: t.gpu.clone(),
@@ -279,6 +285,20 @@ mod tests {
     use crate::fleet::test_support::{GIB, h100, input, pod, steady};
     use crate::fleet::{FleetConfig, analyze};
     use crate::rightsizing::Constraint;
+
+    /// Memory is a hard limit: a pod whose p99 memory (18 GiB) fits an L4's 24 GB but whose
+    /// peak (30 GiB, 5 steps of 1440) does not is offered no L4. 30 GiB × 1.2 = 36 GiB needs
+    /// the 48 GB L40S, the least bandwidth of the models that hold it.
+    #[test]
+    fn a_smaller_model_holds_the_peak_memory() {
+        let t = pod("ml/spiky", "n/gpu 0", 0..1440, |s| {
+            (Some(0.05), Some(1.0), Some(if s < 5 { 30.0 } else { 18.0 }))
+        });
+        let r = analyze(&input(vec![t], 1440), &FleetConfig::default()).rightsizing;
+        assert_eq!(r[0].memory_p99_bytes, Some(18.0 * GIB));
+        let fit = r[0].smaller_gpu.as_ref().expect("a smaller model");
+        assert_eq!(fit.key, "l40s");
+    }
 
     /// A pod at 0.05 of an H100 all day but for a 3-minute burst to 0.95 (its p99 is 0.05),
     /// and a pod at a steady 0.05, each with 10 GiB, at 60 s steps. The L4 covers both p99
