@@ -805,6 +805,28 @@ fn http_500_names_the_status_and_prometheus_error() {
     assert!(err.contains("internal: boom in the tsdb"), "{err}");
 }
 
+/// A server that answers 429 with `Retry-After: 2` is waited for as it asks, not hammered
+/// at 250 ms; the error after the retries names the flag that sets them.
+#[test]
+fn retry_after_is_followed() {
+    let body =
+        r#"{"status":"error","errorType":"unavailable","error":"too many outstanding requests"}"#;
+    let raw = format!(
+        "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 2\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let (url, _) = canned(raw.into_bytes());
+    let started = Instant::now();
+    let err = fails(&url, &["--prometheus-retries", "1"], &[]);
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(2),
+        "retried after {took:?}: {err}"
+    );
+    assert!(err.contains("HTTP 429"), "{err}");
+    assert!(err.contains("--prometheus-retries"), "{err}");
+}
+
 #[test]
 fn a_body_that_is_not_json_is_an_error() {
     let (url, _) = canned(response(

@@ -124,6 +124,8 @@ enum Attempt {
     /// Passing (5xx, a connection refused or cut, no answer in time): try again later;
     /// `true`: no whole answer in time.
     Retry(anyhow::Error, bool),
+    /// Passing, and the server said how long to wait first (`Retry-After`, seconds).
+    Wait(anyhow::Error, Duration),
     /// Final.
     Fail(GetError),
 }
@@ -369,7 +371,7 @@ impl Client {
     pub(super) fn get_once<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
         let (timeout, _) = self.call_timeout().map_err(anyhow::Error::from)?;
         self.attempt(path, &[], timeout).map_err(|e| match e {
-            Attempt::Retry(e, _) => e,
+            Attempt::Retry(e, _) | Attempt::Wait(e, _) => e,
             Attempt::Fail(e) => e.into(),
         })
     }
@@ -402,7 +404,9 @@ impl Client {
     /// [`Client::get`], telling a server's per-query limit apart ([`GetError::Limit`]). A
     /// passing failure (HTTP 5xx other than a limit, 429, a connection refused or cut, no
     /// whole answer within the timeout) is tried again up to `retries` times, after
-    /// 250 ms, 500 ms, 1 s…; then it is an error (no whole answer in time names
+    /// 250 ms, 500 ms, 1 s… (each jittered down to half, so queries in flight retry apart),
+    /// or after the server's `Retry-After` where it gives one (up to a minute); then it is
+    /// an error (no whole answer in time names
     /// `--prometheus-timeout`: it is never taken for a server's limit). No answer in time
     /// is first told apart from a hung server by a light request
     /// ([`Client::hung_error`]): a server that answers not even that is an error at once.
@@ -438,6 +442,7 @@ impl Client {
         let mut backoff = FIRST_BACKOFF;
         let mut probed = false;
         let mut tries = 0;
+        let mut wait = Duration::ZERO;
         loop {
             if let Some(b) = budget {
                 b.spend(&format!("{}{path}", self.base))?;
@@ -446,6 +451,10 @@ impl Client {
             let e = match attempt(timeout) {
                 Ok(data) => return Ok(data),
                 Err(Attempt::Fail(e)) => return Err(e),
+                Err(Attempt::Wait(e, asked)) => {
+                    wait = asked.min(MAX_SERVER_WAIT);
+                    (e, false)
+                }
                 Err(Attempt::Retry(e, timed_out)) => {
                     if let Some(d) = self.deadline.filter(|_| timed_out && cut) {
                         return Err(self.deadline_error(d));
@@ -464,7 +473,7 @@ impl Client {
                 let after = if tries == 0 {
                     String::new()
                 } else {
-                    format!(" (after {tries} retries)")
+                    format!(" (after {tries} retries, --prometheus-retries)")
                 };
                 let hint = if timed_out {
                     "; raise --prometheus-timeout, or ask for less (a narrower --selector, a longer --step, a shorter --since)"
@@ -475,12 +484,15 @@ impl Client {
             }
             tries += 1;
             self.counters().retries += 1;
+            // The server's own wait where it said one; else the backoff, jittered so that
+            // the queries in flight do not retry in step.
+            let pause = std::mem::take(&mut wait).max(jittered(backoff));
             if let Some(d) = self.deadline
-                && d.at.saturating_duration_since(std::time::Instant::now()) <= backoff
+                && d.at.saturating_duration_since(std::time::Instant::now()) <= pause
             {
                 return Err(self.deadline_error(d));
             }
-            std::thread::sleep(backoff);
+            std::thread::sleep(pause);
             backoff = backoff.saturating_mul(2);
         }
     }
@@ -496,7 +508,7 @@ impl Client {
         let req = self.request(&url, path, params, timeout);
         let started = std::time::Instant::now();
         self.counters().sent += 1;
-        let (status, body) = self.call(&url, || req.call())?;
+        let (status, body, asked) = self.call(&url, || req.call())?;
         let answered = std::time::Instant::now();
         let decoded = decode::<T>(&url, status, &body);
         let limit = if status == 200 {
@@ -518,7 +530,10 @@ impl Client {
                     limit,
                     message: format!("{message:#}"),
                 }),
-                None if status >= 500 || status == 429 => Attempt::Retry(message, false),
+                None if status >= 500 || status == 429 => match asked {
+                    Some(w) => Attempt::Wait(message, w),
+                    None => Attempt::Retry(message, false),
+                },
                 None => Attempt::Fail(GetError::Other(message)),
             }),
         }
@@ -563,7 +578,7 @@ impl Client {
         &self,
         url: &str,
         send: impl FnOnce() -> Result<ureq::http::Response<ureq::Body>, ureq::Error>,
-    ) -> Result<(u16, Vec<u8>), Attempt> {
+    ) -> Result<(u16, Vec<u8>, Option<Duration>), Attempt> {
         let timeout = self.timeout;
         let max_body = self.max_body;
         let mut resp = send().map_err(|e| {
@@ -578,6 +593,7 @@ impl Client {
             }
         })?;
         let status = resp.status();
+        let asked = retry_after(resp.headers());
         let mut body = self.take_body();
         let read = std::io::Read::read_to_end(
             &mut resp.body_mut().with_config().limit(max_body).reader(),
@@ -608,8 +624,26 @@ impl Client {
                 ),
             });
         }
-        Ok((status.as_u16(), body))
+        Ok((status.as_u16(), body, asked))
     }
+}
+
+/// The longest wait a server's `Retry-After` is followed for.
+const MAX_SERVER_WAIT: Duration = Duration::from_secs(60);
+
+/// A `Retry-After` of delta-seconds (an HTTP date is not followed).
+fn retry_after(headers: &ureq::http::HeaderMap) -> Option<Duration> {
+    let s = headers.get("retry-after")?.to_str().ok()?.trim();
+    s.parse::<u64>().ok().map(Duration::from_secs)
+}
+
+/// `backoff` times a factor from 0.5 to 1, taken from the clock's nanoseconds: queries
+/// that failed together retry apart.
+fn jittered(backoff: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    backoff.mul_f64(0.5 + f64::from(nanos % 1000) / 2000.0)
 }
 
 /// `req` ending within `timeout`: the agent's whole-request timeout, narrowed for this one

@@ -42,7 +42,7 @@ impl Client {
         }
         let started = std::time::Instant::now();
         self.counters().sent += 1;
-        let (status, body) = self.call(&url, || req.send(request))?;
+        let (status, body, asked) = self.call(&url, || req.send(request))?;
         let answered = std::time::Instant::now();
         let decoded = if status == 200 {
             decode(&body).map_err(|e| e.context(format!("{url}: the streamed answer")))
@@ -51,8 +51,9 @@ impl Client {
         };
         self.keep_body(body);
         self.answered(started, answered).remote_reads += u64::from(decoded.is_ok());
-        decoded.map_err(|e| match status {
-            429 | 500.. => Attempt::Retry(e, false),
+        decoded.map_err(|e| match (status, asked) {
+            (429 | 500.., Some(w)) => Attempt::Wait(e, w),
+            (429 | 500.., None) => Attempt::Retry(e, false),
             _ => Attempt::Fail(GetError::Other(e)),
         })
     }
