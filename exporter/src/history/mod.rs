@@ -103,18 +103,6 @@ fn own_names() -> impl Iterator<Item = &'static str> {
         .filter(|n| own_metric(n).is_some())
 }
 
-/// Every name discovery asks for: the mapped DCGM names as dcgm-exporter writes them
-/// (upper case) and in lower case, and truthscale's gauges.
-fn candidate_names() -> Vec<String> {
-    let mut names: BTreeSet<String> = BTreeSet::new();
-    for (n, _) in dcgm_text::mapped_metrics() {
-        names.insert(n.to_owned());
-        names.insert(n.to_ascii_uppercase());
-    }
-    names.extend(own_names().map(str::to_owned));
-    names.into_iter().collect()
-}
-
 fn is_dcgm(name: &str) -> bool {
     dcgm_text::mapped_metrics().any(|(n, _)| n.eq_ignore_ascii_case(name))
 }
@@ -220,7 +208,17 @@ fn discover(client: &Client, range: Range, matchers: &str) -> anyhow::Result<Dis
 
 /// The series selector of every GPU series discovery looks for, within `matchers`.
 fn gpu_series(matchers: &str) -> String {
-    let names_re = format!("{}|DCGM_FI_.+|dcgm_fi_.+", candidate_names().join("|"));
+    // Prefixes, not every name: the URL stays short (a proxy in front of Prometheus refuses
+    // one of 8 KB, as nginx does by default), and the names found are filtered here
+    // (`is_dcgm`, `own_metric`).
+    let own: BTreeSet<String> = own_names()
+        .filter_map(|n| {
+            let mut words = n.splitn(3, '_');
+            Some(format!("{}_{}_.+", words.next()?, words.next()?))
+        })
+        .collect();
+    let own: Vec<String> = own.into_iter().collect();
+    let names_re = format!("DCGM_.+|dcgm_.+|{}", own.join("|"));
     let mut selector = format!("{{__name__=~\"{names_re}\"");
     if !matchers.is_empty() {
         selector.push(',');
