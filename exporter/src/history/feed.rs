@@ -4,7 +4,7 @@
 use super::api::Matrix;
 use super::columns::SampleKind;
 use super::merge::Chunk;
-use super::read::{CHUNK_POINTS, FIRST_CHUNK_POINTS};
+use super::read::{CHUNK_POINTS, EMPTY_CHUNK_POINTS, FIRST_CHUNK_POINTS};
 use super::{History, rfc3339};
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -117,9 +117,16 @@ impl History {
                     chunk.points.len() + banded.iter().map(|b| b.points.len()).sum::<usize>();
                 let series = (held as i64 + chunk_steps - 1) / chunk_steps;
                 tally.max_series = tally.max_series.max(series as u64);
-                per = (this.chunk_budget() / series.max(1))
-                    .min(this.steps_answered.load(Ordering::Relaxed))
-                    .clamp(1, CHUNK_POINTS);
+                per = if series == 0 {
+                    // Nothing yet to size a chunk by (the window starts before the data):
+                    // probe on in chunks a little longer each time, never one as long as
+                    // the budget would allow a single series.
+                    (per * 2).min(EMPTY_CHUNK_POINTS)
+                } else {
+                    (this.chunk_budget() / series)
+                        .min(this.steps_answered.load(Ordering::Relaxed))
+                        .clamp(1, CHUNK_POINTS)
+                };
                 expect(end, per);
                 // The next grid point, where one is left before the range's end (an end off
                 // the grid lies within the last step: asking past it is a bad request).

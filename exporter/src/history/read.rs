@@ -16,6 +16,9 @@ pub(crate) const CHUNK_POINTS: i64 = 10_000;
 /// fleet of 10 000 GPUs holds no more than [`CHUNK_BUDGET`] points in it (50 000 series ×
 /// 10 steps is a third of the budget); each next chunk is sized from the series seen.
 pub(crate) const FIRST_CHUNK_POINTS: i64 = 10;
+/// The longest chunk read while no series has been seen yet (the window starts before the
+/// data): the chunk where the data begins stays short, whatever the budget per series.
+pub(crate) const EMPTY_CHUNK_POINTS: i64 = 160;
 /// Points (steps × series, all names together) one chunk may hold: after the first chunk,
 /// the chunk length is this over the number of series seen, so memory stays bounded
 /// whatever the number of GPUs.
