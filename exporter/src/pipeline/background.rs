@@ -53,6 +53,7 @@ impl<T: Answer + Send + Sync + 'static> Background<T> {
             .name(name.to_string())
             .spawn(move || {
                 loop {
+                    let started = Instant::now();
                     let answer = read();
                     told(answer.as_ref());
                     {
@@ -74,7 +75,10 @@ impl<T: Answer + Send + Sync + 'static> Background<T> {
                             Err(e) => *l.errors.entry(e.kind().to_string()).or_default() += 1,
                         }
                     }
-                    match stopped.recv_timeout(every) {
+                    // A read every `every` from the start of the last, not `every` after it
+                    // ended: a slow answer does not stretch the cadence past the period a
+                    // reader is fresh for.
+                    match stopped.recv_timeout(every.saturating_sub(started.elapsed())) {
                         Err(mpsc::RecvTimeoutError::Timeout) => {}
                         Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
                     }

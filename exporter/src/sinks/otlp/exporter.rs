@@ -182,7 +182,8 @@ pub(crate) struct CountingExporter<E> {
 }
 
 impl<E> CountingExporter<E> {
-    /// Wrap `inner`, whose exports time out after `timeout`.
+    /// Wrap `inner`, each of whose attempts times out after `timeout` (an export with a
+    /// retry can take longer).
     pub(crate) fn new(inner: E, errors: SinkErrors, timeout: Duration) -> Self {
         CountingExporter {
             inner,
