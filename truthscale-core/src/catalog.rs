@@ -651,9 +651,9 @@ metrics! {
     SERVING_BATCH_SIZE / Serving::ServingBatchSize = "truthscale_serving_batch_size", Gauge, ["engine"], gauge("truthscale.serving.batch.size", "{request}"), None,
         "Requests in the running batch.";
     SERVING_TOKENS_PER_EFFECTIVE_COMPUTE / Serving::ServingTokensPerEffectiveCompute = "truthscale_serving_tokens_per_effective_compute_second", Gauge, ["engine"], gauge("truthscale.serving.tokens_per_effective_compute", "{token}/s"), None,
-        "Prompt plus output tokens per second over the effective compute fraction: tokens per second of full-peak compute.";
+        "This GPU's share of the engine's prompt plus output tokens per second (the engine's over the GPUs its pod holds) over its effective compute fraction: tokens per second of full-peak compute.";
     SERVING_ENERGY_PER_OUTPUT_TOKEN / Serving::ServingEnergyPerOutputToken = "truthscale_serving_energy_per_output_token_joules", Gauge, ["engine"], gauge("truthscale.serving.energy_per_output_token", "J/{token}"), None,
-        "The GPU's energy per output token over the last window: its power over the engine's output tokens per second; only when the engine produced tokens. The GPU's whole energy, idle floor included.";
+        "The GPU's energy per output token over the last window: its power over its share of the engine's output tokens per second (the engine's over the GPUs its pod holds); only when the engine produced tokens. The GPU's whole energy, idle floor included.";
     SERVING_MFU / Serving::ServingMfu = "truthscale_serving_model_flops_utilization_ratio", Gauge, ["engine", "assumptions"], gauge("truthscale.serving.mfu", "1"), None,
         "Model FLOP utilization 2*params*tokens/s over the datasheet dense peak, only when params and dtype are configured; assumptions label says which.";
     SERVING_MBU / Serving::ServingMbu = "truthscale_serving_model_bandwidth_utilization_ratio", Gauge, ["engine", "assumptions"], gauge("truthscale.serving.mbu", "1"), None,

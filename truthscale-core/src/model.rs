@@ -876,6 +876,10 @@ pub struct ServingSnapshot {
     /// Why there is no engine data (unreachable, not an engine, …); `None` when there is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub absent_reason: Option<String>,
+    /// The GPUs the engine's tokens are spread over (the GPUs its pod holds, tensor
+    /// parallel), where known: a GPU's share of the tokens is the engine's over these.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
 }
 
 /// The counter regime of a GPU window: what its counters say the work was bound by.

@@ -155,6 +155,7 @@ impl Stage for Engine {
                     serving::add_utilization(&mut sv, m, spec, n);
                 }
                 serving::add_engine_estimates(&mut sv, spec, model.as_ref().map(|m| m.dtype));
+                sv.gpus = u32::try_from(n).ok().filter(|n| *n > 0);
                 e.serving = Some(sv);
             }
         }

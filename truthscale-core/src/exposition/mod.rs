@@ -584,6 +584,44 @@ mod tests {
         }
     }
 
+    /// An engine spread over two GPUs (tensor parallel): each GPU's tokens per
+    /// effective-compute second and energy per output token take its half of the engine's
+    /// tokens. 2 000 tokens/s over 2 GPUs at effective compute 0.5: 2 000; 400 W over 250
+    /// output tokens/s: 1.6 J.
+    #[test]
+    fn per_token_figures_take_a_gpus_share_of_the_engine() {
+        let mut g = entry("p");
+        g.window.metrics.effective_compute = Some(0.5);
+        g.window.metrics.power_watts = Some(crate::derive::Valued {
+            value: 400.0,
+            method: crate::derive::Method::Counter,
+        });
+        g.window.serving = Some(crate::model::ServingSnapshot {
+            engine: Some("vllm".into()),
+            prompt_tokens_per_sec: Some(1500.0),
+            output_tokens_per_sec: Some(500.0),
+            gpus: Some(2),
+            ..crate::model::ServingSnapshot::default()
+        });
+        let mut got = BTreeMap::new();
+        for_each_value(
+            &[g],
+            &Identity::default(),
+            &ExporterStatus::default(),
+            |m, _, v| {
+                got.insert(m.name, v);
+            },
+        );
+        assert_eq!(
+            got.get("truthscale_serving_tokens_per_effective_compute_second"),
+            Some(&2000.0)
+        );
+        assert_eq!(
+            got.get("truthscale_serving_energy_per_output_token_joules"),
+            Some(&1.6)
+        );
+    }
+
     #[test]
     fn a_stopped_gpu_is_only_up_zero() {
         let mut e = entry("p");

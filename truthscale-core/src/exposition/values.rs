@@ -748,9 +748,11 @@ fn serving_values<'a>(
         ServingMetric::ServingPromptTokens => sv.prompt_tokens_per_sec,
         ServingMetric::ServingOutputTokens => sv.output_tokens_per_sec,
         ServingMetric::ServingBatchSize => sv.batch_size,
+        // This GPU's power over its share of the engine's tokens (tensor parallel: the
+        // engine's over its GPUs).
         ServingMetric::ServingEnergyPerOutputToken => crate::energy::joules_per_output_token(
             win.metrics.power_watts.map(|p| p.value),
-            sv.output_tokens_per_sec,
+            sv.output_tokens_per_sec.map(|o| o / gpus_of(sv)),
         ),
         ServingMetric::ServingTokensPerEffectiveCompute => {
             // Both rates or none: a missing one is not a zero. A sum or quotient past the
@@ -761,7 +763,7 @@ fn serving_values<'a>(
                 win.metrics.effective_compute,
             ) {
                 (Some(p), Some(o), Some(e)) if e >= MIN_ECF_FOR_TOKENS => {
-                    Some((p + o) / e).filter(|v| v.is_finite())
+                    Some((p + o) / gpus_of(sv) / e).filter(|v| v.is_finite())
                 }
                 _ => None,
             }
@@ -783,6 +785,11 @@ fn serving_values<'a>(
     if let Some(v) = value {
         push(vec![("engine", engine)], v);
     }
+}
+
+/// The GPUs an engine's tokens are spread over (1 where not known).
+fn gpus_of(sv: &crate::model::ServingSnapshot) -> f64 {
+    f64::from(sv.gpus.unwrap_or(1).max(1))
 }
 
 /// The utilization estimates (the engine's, and truthscale's from the engine's tokens),

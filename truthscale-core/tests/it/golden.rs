@@ -320,6 +320,7 @@ fn every_family() -> Vec<GpuEntry> {
                             engine_mbu: Some(0.45),
                             engine_assumptions: Some("peak=h100-sxm".into()),
                             absent_reason: None,
+                            gpus: Some(1),
                         }),
                         processes: vec![
                             process("4242", "uid-a", "chat-a", 40e9, 0.5),
