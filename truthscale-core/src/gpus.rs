@@ -50,6 +50,28 @@ impl GpuSpec {
         self.bf16_dense_tflops * 1e12 / self.bandwidth_bytes_per_sec
     }
 
+    /// The spec of one MIG instance of profile `name` as far as peaks go: the compute
+    /// peaks times its SMs' share of the GPU's, the bandwidth and memory times its memory
+    /// slices' share; `None` for a profile the catalog lacks.
+    #[must_use]
+    pub fn of_profile(&self, name: &str) -> Option<GpuSpec> {
+        let p = self.mig.iter().find(|p| p.name == name)?;
+        let sm = f64::from(p.sms) / f64::from(self.sms.max(1));
+        let mem = f64::from(p.memory_slices) / f64::from(p.memory_slices_total.max(1));
+        Some(GpuSpec {
+            sms: p.sms,
+            bf16_dense_tflops: self.bf16_dense_tflops * sm,
+            fp8_dense_tflops: self.fp8_dense_tflops.map(|t| t * sm),
+            fp32_tflops: self.fp32_tflops * sm,
+            fp16_tflops: self.fp16_tflops * sm,
+            bandwidth_bytes_per_sec: self.bandwidth_bytes_per_sec * mem,
+            memory_bytes: p.memory_bytes,
+            max_memory_bytes: p.memory_bytes,
+            mig: &[],
+            ..*self
+        })
+    }
+
     /// The share of a whole GPU of this model that a MIG instance of the profile `name` is:
     /// its compute slices over the GPU's (the largest profile's); `None` for a profile the
     /// model does not list.
@@ -389,6 +411,24 @@ pub fn lookup(name: &str) -> Option<&'static GpuSpec> {
 
 #[cfg(test)]
 mod tests {
+
+    /// A MIG instance's peaks are its share of the GPU's: an H100 SXM 3g.40gb has 60 of the
+    /// 132 SMs and 4 of the 8 memory slices, so 989 × 60/132 = 449.5 dense BF16 TFLOP/s and
+    /// 3.35 × 4/8 = 1.675 TB/s (datasheet figures typed in).
+    #[test]
+    fn a_mig_instance_has_its_share_of_the_peaks() {
+        let h = by_key("h100-sxm").unwrap();
+        assert_eq!(
+            (h.bf16_dense_tflops, h.bandwidth_bytes_per_sec),
+            (989.0, 3.35e12)
+        );
+        let i = h.of_profile("3g.40gb").unwrap();
+        assert!((i.bf16_dense_tflops - 989.0 * 60.0 / 132.0).abs() < 1e-9);
+        assert!((i.bandwidth_bytes_per_sec - 1.675e12).abs() < 1.0);
+        assert_eq!(i.sms, 60);
+        assert!(h.of_profile("9g.999gb").is_none());
+    }
+
     use super::*;
 
     #[test]

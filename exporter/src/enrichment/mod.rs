@@ -150,7 +150,16 @@ impl Stage for Engine {
                     e.serving = None;
                     continue;
                 };
-                let spec = e.id.model.as_deref().and_then(gpus::lookup);
+                // A MIG instance's peaks are its share of its GPU's; one of a profile the
+                // catalog lacks has none (no utilization rather than the whole GPU's).
+                let gpu = e.id.model.as_deref().and_then(gpus::lookup);
+                let instance = match &e.id.mig {
+                    None => gpu.copied(),
+                    Some(m) => gpu
+                        .zip(m.profile.as_deref())
+                        .and_then(|(g, p)| g.of_profile(p)),
+                };
+                let spec = instance.as_ref();
                 if let Some(m) = &model {
                     serving::add_utilization(&mut sv, m, spec, n);
                 }
