@@ -133,7 +133,11 @@ pub(super) fn savings(
     let gpu_hours = freed as f64 * hours;
     let cost = cost_per_gpu_hour.filter(|c| c.is_finite() && *c >= 0.0);
     let mut assumptions = vec![
-        format!("the fleet is re-packed as proposed for the whole window ({hours:.2} h with data)"),
+        if unit == "pod" {
+            format!("the fleet is re-packed as proposed for the whole window ({hours:.2} h with GPUs allocated)")
+        } else {
+            format!("the fleet is re-packed as proposed for the whole window ({hours:.2} h with data)")
+        },
         format!("baseline: the peak of {} over the window", if unit == "pod" { "allocated GPUs" } else { "GPUs reporting (allocation unknown)" }),
         "each workload keeps its peak memory and its measured saturation; work adds linearly on a shared GPU".to_owned(),
         "workloads with unmeasured demand keep the GPUs they held".to_owned(),

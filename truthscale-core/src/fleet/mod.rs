@@ -553,12 +553,23 @@ pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
     } else {
         reporting_summary
     };
+    // The hours the packing would save over: for pods, the steps at which any GPU was held
+    // (steps before the first pod, or after the last, hold nothing to re-pack).
+    let saving_steps = if unit == "pod" {
+        series
+            .allocated
+            .iter()
+            .filter(|x| x.is_some_and(|n| n > 0))
+            .count()
+    } else {
+        steps_with_data
+    };
     let savings = packing.as_ref().and_then(|p| {
         savings(
             p,
             unit,
             baseline,
-            steps_with_data as f64 * hours_per_step,
+            saving_steps as f64 * hours_per_step,
             cfg.cost_per_gpu_hour,
         )
     });

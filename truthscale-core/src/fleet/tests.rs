@@ -154,3 +154,29 @@ fn an_idle_mig_instance_holds_its_share() {
     assert!((idle.idle_gpu_hours - 4.0 / 7.0).abs() < 1e-12);
     assert_eq!(idle.unmeasured, ["a/unknown"]);
 }
+
+/// Savings are counted over the hours pods held GPUs, not every hour a GPU reported: two
+/// pods on two GPUs for the last 4 of 10 hours, packed onto one, free 1 GPU for 4 hours
+/// (a third GPU, without pods, reported all 10).
+#[test]
+fn savings_count_the_hours_pods_held_gpus() {
+    use crate::fleet::test_support::pod;
+    let a = pod("a/x", "n/gpu 0", 6..10, |_| {
+        (Some(0.1), Some(0.5), Some(10.0))
+    });
+    let b = pod("a/y", "n/gpu 1", 6..10, |_| {
+        (Some(0.1), Some(0.5), Some(10.0))
+    });
+    let mut bare = Track::new(None, "n/gpu 2".into());
+    for s in 0..10 {
+        bare.record(s, Point::new(Some(0.0), Some(0.0), Some(0.0), None));
+    }
+    let mut fleet = input(vec![a, b, bare], 10);
+    fleet.step_seconds = 3600.0;
+    let s = analyze(&fleet, &FleetConfig::default())
+        .savings
+        .expect("savings");
+    assert_eq!((s.baseline_gpus, s.needed_gpus), (2, 1));
+    assert_eq!(s.hours, 4.0);
+    assert_eq!(s.gpu_hours, 4.0);
+}
