@@ -326,6 +326,10 @@ pub(crate) struct Gpm {
     /// `nvmlGpmSampleGet` / `nvmlGpmMigSampleGet` fails: `no_permission`, `not_supported`.
     #[serde(default)]
     sample_error: Option<String>,
+    /// `[from, to)` milliseconds after the library is loaded: the samples taken then fail
+    /// with `UNKNOWN` (a passing failure).
+    #[serde(default)]
+    sample_error_between_ms: Option<(u64, u64)>,
     /// Metric values by name (`sm_util`, `any_tensor_util`, …): percent or MiB/s. A metric
     /// not listed answers `NOT_SUPPORTED` in its own slot.
     #[serde(default)]
@@ -1713,13 +1717,23 @@ fn gpm_of(d: &Device, gi: Option<u32>) -> Option<&Gpm> {
 }
 
 fn fill_sample(device: sys::nvmlDevice_t, gi: Option<u32>, sample: sys::nvmlGpmSample_t) -> Ret {
-    with_device(device, |t, d| {
+    with_state(|s| {
+        let (t, d) = match s.device(device) {
+            Ok(found) => found,
+            Err(e) => return e,
+        };
         if t.mig.is_some() || sample.is_null() {
             return INVALID_ARGUMENT;
         }
         let Some(g) = gpm_of(d, gi) else {
             return NOT_SUPPORTED;
         };
+        let now_ms = s.started.elapsed().as_millis();
+        if g.sample_error_between_ms
+            .is_some_and(|(from, to)| (u128::from(from)..u128::from(to)).contains(&now_ms))
+        {
+            return UNKNOWN;
+        }
         match g.sample_error.as_deref() {
             None => {}
             Some("no_permission") => return NO_PERMISSION,

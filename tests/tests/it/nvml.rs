@@ -787,6 +787,32 @@ fn a_listed_process_without_a_sample_is_not_busy() {
     );
 }
 
+/// A GPM sample that fails for a tick or two (a passing error): the GPU is reported
+/// unchanged meanwhile, never a window without its GPM values (its effective compute gone
+/// from `/metrics` for that window, its tier's figures missing); the failure is counted.
+#[test]
+fn a_passing_gpm_failure_leaves_no_window_without_gpm() {
+    let dir = TempDir::new("nvml-gpm-blip");
+    let s = serve(fake(), "h100-gpm-blip", &dir);
+    let ecf = |m: &[Sample]| value(m, "truthscale_gpu_effective_compute_ratio", &[("gpu", "0")]);
+    s.wait_for(WAIT, "effective compute", |m| ecf(m).is_some());
+    let until = std::time::Instant::now() + Duration::from_secs(4);
+    let mut missing = 0;
+    while std::time::Instant::now() < until {
+        let m = s.metrics();
+        if ecf(&m).is_none() && value(&m, "truthscale_gpu_up", &[("gpu", "0")]) == Some(1.0) {
+            missing += 1;
+        }
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    assert_eq!(
+        missing, 0,
+        "scrapes without effective compute while the GPU was up"
+    );
+    let m = s.metrics();
+    assert!(errors_of(&m, "nvml") >= 1.0, "{m:#?}");
+}
+
 /// The choices a start without a source names when there is no driver.
 const CHOICES: &str = "): pass --source nvml (with --nvml-library PATH where the library is \
                        elsewhere), --source dcgm-exporter:URL, --source replay:FILE, or --source \

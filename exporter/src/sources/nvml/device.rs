@@ -3,7 +3,7 @@
 //! temperature, the PCIe link (and its throughput where GPM gives none). GPM, MIG and processes are read by their own modules, as more of
 //! [`DevState`]'s methods.
 
-use super::gpm::{GpmMode, GpmState, GpmStep};
+use super::gpm::{GpmMode, GpmState, GpmStep, MISSES_WAITED};
 use super::processes::Processes;
 use super::raw;
 use super::report::Ident;
@@ -522,8 +522,17 @@ impl DevState {
                     emit.unchanged.extend(self.last_keys.iter().cloned());
                     return Ok(());
                 }
-                GpmStep::Metrics(m) => self.apply_gpm(&mut r, m, errors),
-                GpmStep::Off => {}
+                // A passing failure: reported unchanged (its tier kept), a few ticks at most.
+                GpmStep::Missed if self.gpm.missed < MISSES_WAITED => {
+                    self.gpm.missed += 1;
+                    emit.unchanged.extend(self.last_keys.iter().cloned());
+                    return Ok(());
+                }
+                GpmStep::Metrics(m) => {
+                    self.gpm.missed = 0;
+                    self.apply_gpm(&mut r, m, errors);
+                }
+                GpmStep::Off | GpmStep::Missed => {}
             }
         }
         r.set(Field::ReportedUtil, self.busy(ctx, dev, errors)?);

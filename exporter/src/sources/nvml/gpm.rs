@@ -193,9 +193,16 @@ pub(super) enum GpmStep {
     Metrics(GpmValues),
     /// The first sample: nothing to compare with yet.
     First,
-    /// GPM is off or failed this tick.
+    /// GPM is off (unsupported, denied), or failed more ticks in a row than are waited for.
     Off,
+    /// GPM failed this tick (a passing error): the GPU is reported unchanged, so that its
+    /// tier does not flip for one window (at most [`MISSES_WAITED`] ticks in a row).
+    Missed,
 }
+
+/// Ticks in a row a passing GPM failure is waited out (the GPU reported unchanged) before
+/// its windows are reported without GPM.
+pub(super) const MISSES_WAITED: u32 = 3;
 
 /// The metrics between two samples, as `nvmlGpmMetricsGet` gave them (`None`: no previous
 /// sample).
@@ -216,6 +223,8 @@ pub(super) struct GpmState {
     counters_off: bool,
     prev: Option<Taken>,
     mig_prev: BTreeMap<u32, Taken>,
+    /// Passing failures in a row (whole GPU).
+    pub(super) missed: u32,
 }
 
 impl GpmState {
@@ -227,6 +236,7 @@ impl GpmState {
             counters_off: false,
             prev: None,
             mig_prev: BTreeMap::new(),
+            missed: 0,
         }
     }
 
@@ -416,6 +426,7 @@ impl DevState {
             e => {
                 errors.push(classify(&format!("gpu {}: {what}: {e}", self.index), &e));
                 self.gpm.drop_slot(nvml, slot);
+                return Ok(GpmStep::Missed);
             }
         }
         Ok(GpmStep::Off)
@@ -448,7 +459,7 @@ impl DevState {
                     &format!("gpu {}: nvmlGpmMetricsGet: {e}", self.index),
                     &e,
                 ));
-                Ok(GpmStep::Off)
+                Ok(GpmStep::Missed)
             }
         }
     }

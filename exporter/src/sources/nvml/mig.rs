@@ -153,7 +153,7 @@ impl DevState {
                         continue;
                     }
                     GpmStep::Metrics(v) => self.apply_gpm(&mut r, v, errors),
-                    GpmStep::Off => {}
+                    GpmStep::Off | GpmStep::Missed => {}
                 }
             }
             // The busy flag does not exist on MIG: `ReportedUtil` stays blank.
