@@ -311,6 +311,18 @@ fn answer(
     Ok(resp)
 }
 
+/// `https://user:secret@host` → `https://…@host`, for logs and reasons shown.
+#[must_use]
+pub(crate) fn redact_userinfo(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) if !scheme.is_empty() => format!("{scheme}://…{}", &rest[at..]),
+        Some(at) => format!("…{}", &rest[at..]),
+        None => url.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -441,17 +453,5 @@ mod tests {
         }
         assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
         let _ = std::fs::remove_dir_all(&dir);
-    }
-}
-
-/// `https://user:secret@host` → `https://…@host`, for logs and reasons shown.
-#[must_use]
-pub(crate) fn redact_userinfo(url: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) if !scheme.is_empty() => format!("{scheme}://…{}", &rest[at..]),
-        Some(at) => format!("…{}", &rest[at..]),
-        None => url.to_string(),
     }
 }

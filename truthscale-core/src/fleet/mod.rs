@@ -515,6 +515,20 @@ fn sane(h: f64) -> f64 {
     if h.is_nan() { 0.0 } else { h.clamp(0.0, 0.9) }
 }
 
+/// The steps the packing would save over: for pods, those at which any GPU was held (steps
+/// before the first pod, or after the last, hold nothing to re-pack); else those with data.
+fn saving_steps(unit: &str, series: &Series, steps_with_data: usize) -> usize {
+    if unit == "pod" {
+        series
+            .allocated
+            .iter()
+            .filter(|x| x.is_some_and(|n| n > 0))
+            .count()
+    } else {
+        steps_with_data
+    }
+}
+
 /// Analyze the fleet.
 #[must_use]
 pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
@@ -553,25 +567,9 @@ pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
     } else {
         reporting_summary
     };
-    // The hours the packing would save over: for pods, the steps at which any GPU was held
-    // (steps before the first pod, or after the last, hold nothing to re-pack).
-    let saving_steps = if unit == "pod" {
-        series
-            .allocated
-            .iter()
-            .filter(|x| x.is_some_and(|n| n > 0))
-            .count()
-    } else {
-        steps_with_data
-    };
     let savings = packing.as_ref().and_then(|p| {
-        savings(
-            p,
-            unit,
-            baseline,
-            saving_steps as f64 * hours_per_step,
-            cfg.cost_per_gpu_hour,
-        )
+        let hours = saving_steps(unit, &series, steps_with_data) as f64 * hours_per_step;
+        savings(p, unit, baseline, hours, cfg.cost_per_gpu_hour)
     });
 
     let simulated = input.tracks.iter().any(|t| t.simulated);
