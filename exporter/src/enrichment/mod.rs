@@ -51,7 +51,8 @@ impl Engine {
     #[must_use]
     pub(crate) fn new(settings: EngineSettings, every: Duration) -> Engine {
         let model = settings.model;
-        let url = settings.url.clone();
+        // Shown in reasons (a label on /metrics): never its password.
+        let url = crate::client::redact_userinfo(&settings.url);
         let timeout = settings.timeout;
         let mut scraper = EngineScraper::new(settings);
         let failing = Failing::default();

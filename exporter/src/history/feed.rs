@@ -119,8 +119,8 @@ impl History {
                 tally.max_series = tally.max_series.max(series as u64);
                 per = if series == 0 {
                     // Nothing yet to size a chunk by (the window starts before the data):
-                    // probe on in chunks a little longer each time, never one as long as
-                    // the budget would allow a single series.
+                    // probe on in chunks a little longer each time, up to 40 steps (the
+                    // chunk where the data begins holds at most 40 steps of every series).
                     (per * 2).min(EMPTY_CHUNK_POINTS)
                 } else {
                     (this.chunk_budget() / series)

@@ -155,7 +155,8 @@ type Discovered = (Family, Vec<String>, Unread, Vec<String>);
 /// Prometheus unreachable or answering an error; no GPU series in the range.
 fn discover(client: &Client, range: Range, matchers: &str) -> anyhow::Result<Discovered> {
     let discover = gpu_series(matchers);
-    let (start_s, end_s) = (secs(range.start), secs(range.end));
+    // From where the first step begins, as the window is named.
+    let (start_s, end_s) = (secs(range.covered_from()), secs(range.end));
     let cadvisor_match = format!("{{__name__=~\"{}\"}}", holders::CADVISOR_NAMES.join("|"));
     let found: Vec<String> = client.get(
         "/api/v1/label/__name__/values",

@@ -18,7 +18,7 @@ pub(crate) const CHUNK_POINTS: i64 = 10_000;
 pub(crate) const FIRST_CHUNK_POINTS: i64 = 10;
 /// The longest chunk read while no series has been seen yet (the window starts before the
 /// data): the chunk where the data begins stays short, whatever the budget per series.
-pub(crate) const EMPTY_CHUNK_POINTS: i64 = 160;
+pub(crate) const EMPTY_CHUNK_POINTS: i64 = 40;
 /// Points (steps × series, all names together) one chunk may hold: after the first chunk,
 /// the chunk length is this over the number of series seen, so memory stays bounded
 /// whatever the number of GPUs.
@@ -214,7 +214,7 @@ impl History {
                         let ms = super::merge::millis(t);
                         let Some(step) = ms
                             .checked_sub(range.start)
-                            .filter(|_| ms <= range.end)
+                            .filter(|_| (range.start..=range.end).contains(&ms))
                             .and_then(|d| usize::try_from(d / range.step).ok())
                         else {
                             continue;

@@ -256,7 +256,7 @@ fn add_showback(doc: &mut Document, mut sb: Showback, args: &ShowbackArgs) -> Sh
 mod tests {
     use super::*;
 
-    /// 2 h at 60 s: 121 points, one a step under --max-points 1000, two a step under 100.
+    /// 2 h at 60 s: 120 points, one a step under --max-points 1000, two a step under 100.
     #[test]
     fn every_is_a_whole_number_of_points() {
         let range = Range::back_from(7_200_000, 7_200_000, 60_000);

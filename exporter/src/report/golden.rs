@@ -868,7 +868,7 @@ fn idleness_never_measured_is_named_and_never_a_zero() {
     super::idle::text(&mut text, &doc.fleet, 1).expect("written");
     let text = String::from_utf8(text).unwrap_or_default();
     assert!(
-        text.contains("idleness not measured (neither the busy flag nor effective compute read), so neither listed nor counted: 1 workload(s): lab/dark"),
+        text.contains("idle GPU-hours not known (neither the busy flag nor effective compute read, or a MIG instance of a profile the catalog lacks), so neither listed nor counted: 1 workload(s): lab/dark"),
         "{text}"
     );
     let mut page = String::new();

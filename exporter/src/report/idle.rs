@@ -71,13 +71,14 @@ pub(super) fn text(out: &mut impl Write, f: &FleetReport, digits: usize) -> Resu
     Ok(())
 }
 
-/// The workloads whose idleness is unknown (neither the busy flag nor effective compute
-/// read), which no list or total above counts; `None` when there are none.
+/// The workloads whose idle GPU-hours are unknown (neither the busy flag nor effective
+/// compute read, or a MIG instance of a profile the catalog lacks), which no list or total
+/// above counts; `None` when there are none.
 fn unmeasured(f: &FleetReport) -> Option<String> {
     let u = &f.idle.unmeasured;
     (!u.is_empty()).then(|| {
         format!(
-            "idleness not measured (neither the busy flag nor effective compute read), so neither listed nor counted: {} workload(s): {}",
+            "idle GPU-hours not known (neither the busy flag nor effective compute read, or a MIG instance of a profile the catalog lacks), so neither listed nor counted: {} workload(s): {}",
             u.len(),
             u.join(", ")
         )

@@ -124,8 +124,7 @@ pub(super) fn section(
         "<table id=\"showback-table\"><tr><th>group</th><th>allocated</th><th>requested</th><th>busy (flag)</th><th>effective compute</th><th>used</th><th>idle</th><th>unmeasured</th><th>use unknown</th><th>unavailable</th><th>time-sliced effective compute (device's, 1/k each)</th><th>effective compute estimate (never billed)</th><th>cost</th><th>idle cost</th><th>energy (kWh)</th><th>energy cost</th></tr>"
     );
     let h = |x: f64| hours(x, digits);
-    let priced =
-        s.total.unallocated_cost.is_some() || s.total.groups.iter().any(|g| g.cost.is_some());
+    let priced = s.priced;
     for g in &s.total.groups {
         let _ = writeln!(
             w,

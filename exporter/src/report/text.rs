@@ -305,7 +305,7 @@ fn showback(out: &mut impl Write, s: &Showback) -> Result<()> {
         "SHOWBACK BY {} (GPU-hours over the window)",
         s.by.to_uppercase()
     )?;
-    let priced = t.groups.iter().any(|g| g.cost.is_some());
+    let priced = s.priced;
     // Time-sliced GPUs: the device's measured total billed by share, and the SM-busy split,
     // an estimate, each in a column of its own (only where some group has them).
     let sliced = t.groups.iter().any(|g| {
@@ -482,4 +482,48 @@ fn clusters(out: &mut impl Write, clusters: &[ClusterReport]) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use truthscale_core::showback::{GroupHours, Period};
+
+    /// Prices were given, but none for the fleet's model: every cost is unknown, and the
+    /// table says so (`?`), never leaving the cost columns out as a run without prices does.
+    #[test]
+    fn an_unknown_cost_of_a_priced_run_is_a_question_mark() {
+        let group = GroupHours {
+            group: "ml".into(),
+            allocated_gpu_hours: 2.0,
+            ..GroupHours::default()
+        };
+        let mut s = Showback {
+            by: "namespace".into(),
+            total: Period {
+                groups: vec![group],
+                unallocated_gpu_hours: 1.0,
+                ..Period::default()
+            },
+            priced: true,
+            ..Showback::default()
+        };
+        let mut out = Vec::new();
+        showback(&mut out, &s).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let row = |name: &str| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(name))
+                .unwrap_or_else(|| panic!("{name}: {text}"))
+                .to_owned()
+        };
+        assert!(text.contains("cost  idle cost"), "{text}");
+        assert!(row("ml").trim_end().ends_with("?          ?"), "{text}");
+        assert!(row("(unallocated)").trim_end().ends_with('?'), "{text}");
+        s.priced = false;
+        let mut out = Vec::new();
+        showback(&mut out, &s).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(!text.contains("cost"), "no prices, no cost columns: {text}");
+    }
 }

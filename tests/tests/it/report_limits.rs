@@ -94,7 +94,7 @@ fn report_meets_query_limits_with_the_same_answer() {
     let want = answer(&base);
     assert_eq!(want["workloads"], 11);
     // A window that starts 3 h before the data: the first chunk finds no series to size the
-    // next by, so the chunks stay short (10, 20, 40, 80, 160 steps) until the data begins,
+    // next by, so the chunks stay short (10, 20, 40, 40 … steps) until the data begins,
     // never the rest of the window in one chunk (2 chunks in all, its memory the window's).
     let early = report(&plain.url(), &until, "10h", &["--remote-read", "never"]);
     assert_eq!(early.code, Some(0), "{}", early.stderr);

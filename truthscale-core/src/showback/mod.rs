@@ -218,6 +218,10 @@ pub struct Showback {
     /// The physical GPUs and GPU-hours charged to any group, against the sizing's
     /// ([`check_against_sizing`]).
     pub allocation: Allocation,
+    /// Whether prices were given: a cost that is `None` is then unknown (a model without a
+    /// price), not one that does not apply.
+    #[serde(skip)]
+    pub priced: bool,
 }
 
 /// What the showback allocated, physical GPU by physical GPU, and whether the sizing of the
@@ -456,6 +460,7 @@ pub fn showback_with(
             unread_gpu_hours: allocation.2 as f64 * hours_per_step,
             ..Allocation::default()
         },
+        priced: w.priced,
     }
 }
 

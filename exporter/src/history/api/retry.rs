@@ -57,8 +57,8 @@ impl Client {
             }
             tries += 1;
             self.counters().retries += 1;
-            // The server's own wait where it said one; else the backoff, jittered so that
-            // the queries in flight do not retry in step.
+            // The longer of the server's own wait (where it said one) and the backoff,
+            // jittered so that the queries in flight do not retry in step.
             let pause = std::mem::take(&mut wait).max(jittered(backoff));
             if let Some(d) = self.deadline
                 && d.at.saturating_duration_since(std::time::Instant::now()) <= pause
@@ -80,11 +80,34 @@ pub(super) fn retry_after(headers: &ureq::http::HeaderMap) -> Option<Duration> {
     s.parse::<u64>().ok().map(Duration::from_secs)
 }
 
-/// `backoff` times a factor from 0.5 to 1, taken from the clock's nanoseconds: queries
-/// that failed together retry apart.
+/// `backoff` times a random factor from 0.5 to 1 (the standard library's randomly keyed
+/// hasher, keyed afresh for each call): queries that failed together retry apart.
 fn jittered(backoff: Duration) -> Duration {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    backoff.mul_f64(0.5 + f64::from(nanos % 1000) / 2000.0)
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0);
+    let unit = (h.finish() % 1_000_001) as f64 / 1_000_000.0;
+    backoff.mul_f64(0.5 + unit / 2.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The jittered backoff lies in [half, whole], and two draws differ.
+    #[test]
+    fn jitter_is_within_the_backoff_and_varies() {
+        let b = Duration::from_millis(1000);
+        let draws: Vec<Duration> = (0..64).map(|_| jittered(b)).collect();
+        assert!(draws.iter().all(|d| *d >= b / 2 && *d <= b), "{draws:?}");
+        assert!(draws.windows(2).any(|w| w[0] != w[1]), "{draws:?}");
+        assert_eq!(
+            retry_after(&{
+                let mut h = ureq::http::HeaderMap::new();
+                h.insert("retry-after", "7".parse().unwrap());
+                h
+            }),
+            Some(Duration::from_secs(7))
+        );
+    }
 }

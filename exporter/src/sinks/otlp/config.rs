@@ -487,7 +487,13 @@ impl OtlpConfig {
         // The SDK falls back to cumulative on a value it does not know, and its warning
         // is compiled out: refuse it, naming the variable.
         const TEMPORALITY_VAR: &str = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE";
-        if let Some(v) = getenv(TEMPORALITY_VAR)
+        // As the SDK reads it: the raw value, untrimmed (`"delta "` is not delta to it).
+        let raw = env
+            .iter()
+            .find(|(n, _)| n == TEMPORALITY_VAR)
+            .map(|(_, v)| v.as_str())
+            .filter(|v| !v.is_empty());
+        if let Some(v) = raw
             && !["cumulative", "delta", "lowmemory"]
                 .iter()
                 .any(|t| v.eq_ignore_ascii_case(t))
@@ -990,6 +996,8 @@ mod tests {
         for ok in ["Delta", "cumulative", "LowMemory"] {
             assert!(on().validate(&env(&[(var, ok)])).is_ok(), "{ok}");
         }
+        // The SDK does not trim it: a padded value would be taken as cumulative.
+        assert!(on().validate(&env(&[(var, "delta ")])).is_err());
     }
 
     #[test]

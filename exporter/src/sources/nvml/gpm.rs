@@ -345,7 +345,7 @@ impl DevState {
         };
         let new = match take() {
             Ok(s) => s,
-            Err(e) => return self.sample_failed(nvml, slot, what, e, errors),
+            Err(e) => return self.sample_failed(nvml, what, e, errors),
         };
         let at = Instant::now();
         self.gpm.sampled = true;
@@ -405,12 +405,11 @@ impl DevState {
         }
     }
 
-    /// A GPM sample could not be taken: GPM off (denied, unsupported) or this tick's slot
-    /// dropped (another error).
+    /// A GPM sample could not be taken: GPM off (denied, unsupported), or this tick missed
+    /// (another error: the previous sample is kept, so the next pair spans the miss).
     fn sample_failed(
         &mut self,
         nvml: &Nvml,
-        slot: Option<u32>,
         what: &str,
         e: NvmlError,
         errors: &mut Vec<SourceError>,
@@ -423,9 +422,10 @@ impl DevState {
                 self.gpm.free(nvml);
                 self.gpm.mode = GpmMode::Unsupported;
             }
+            // A passing failure: the previous sample is kept, so the next pair spans the
+            // ticks this one missed.
             e => {
                 errors.push(classify(&format!("gpu {}: {what}: {e}", self.index), &e));
-                self.gpm.drop_slot(nvml, slot);
                 return Ok(GpmStep::Missed);
             }
         }

@@ -4,7 +4,7 @@
 //! not split.
 
 use super::device::{Ctx, DevState, Emitted, Lost, classify};
-use super::gpm::{GpmMode, GpmStep};
+use super::gpm::{GpmMode, GpmStep, MISSES_WAITED};
 use super::raw;
 use crate::sources::SourceError;
 use nvml_wrapper::Device;
@@ -131,6 +131,9 @@ impl DevState {
         self.gpm.forget_gone(ctx.nvml, &present);
         let mut shared = Readings::default();
         let (throttles, sm_clock_is_point) = self.clocks(ctx, dev, &mut shared, errors)?;
+        // A passing GPM failure this tick, and a GPM window: the GPU's count of misses in a
+        // row moves once a tick.
+        let (mut missed, mut measured) = (false, false);
         for m in migs {
             let mig_id = MigId {
                 gpu_instance: m.gi,
@@ -152,7 +155,19 @@ impl DevState {
                         }
                         continue;
                     }
-                    GpmStep::Metrics(v) => self.apply_gpm(&mut r, v, errors),
+                    // A passing failure: this instance reported unchanged, a few ticks at most.
+                    GpmStep::Missed if self.gpm.missed < MISSES_WAITED => {
+                        missed = true;
+                        let key = id.key();
+                        if self.last_keys.contains(&key) {
+                            emit.unchanged.push(key);
+                        }
+                        continue;
+                    }
+                    GpmStep::Metrics(v) => {
+                        measured = true;
+                        self.apply_gpm(&mut r, v, errors);
+                    }
                     GpmStep::Off | GpmStep::Missed => {}
                 }
             }
@@ -165,6 +180,11 @@ impl DevState {
                 sm_clock_is_point,
                 ..EntitySample::default()
             });
+        }
+        if missed {
+            self.gpm.missed += 1;
+        } else if measured {
+            self.gpm.missed = 0;
         }
         Ok(())
     }
