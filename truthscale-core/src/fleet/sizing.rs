@@ -24,8 +24,14 @@ pub(super) struct PeakLimit {
 /// longest burst above `c`'s capacity (consecutive points, each counting the share of its
 /// time its bands were above: a three-minute burst in an hour's point counts the bands it
 /// filled, not the hour).
+///
+/// The capacity is the smaller of the two roofline ratios, dense tensor peak and DRAM
+/// bandwidth: a peak of saturation may be either term's, and the target must carry it
+/// whichever it was.
 fn peak_cost(t: &Track, spec: &GpuSpec, c: &GpuSpec, limit: &PeakLimit) -> Option<PeakCost> {
-    peak_cost_at(t, c.bf16_dense_tflops / spec.bf16_dense_tflops, limit)
+    let compute = c.bf16_dense_tflops / spec.bf16_dense_tflops;
+    let bandwidth = c.bandwidth_bytes_per_sec / spec.bandwidth_bytes_per_sec;
+    peak_cost_at(t, compute.min(bandwidth), limit)
 }
 
 /// [`peak_cost`] on a target of capacity `ratio` in the track's own terms (a fraction of a
@@ -302,9 +308,10 @@ mod tests {
 
     /// A pod at 0.05 of an H100 all day but for a 3-minute burst to 0.95 (its p99 is 0.05),
     /// and a pod at a steady 0.05, each with 10 GiB, at 60 s steps. The L4 covers both p99
-    /// demands; its dense peak is about 1/8 of the H100's, so the burst's peak is 0.95 ÷
-    /// (L4 ÷ H100) of it and would run that many times longer: withheld at the default
-    /// factor, proposed with its cost at a permissive one; the steady pod's peak fits.
+    /// demands; its capacity is the smaller of its dense peak's share of the H100's
+    /// (121/989) and its bandwidth's (300/3350 = 0.090), so the burst's peak is 0.95 ÷ 0.090
+    /// = 10.61× it and would run that many times longer: withheld at the default factor,
+    /// proposed with its cost at a permissive one; the steady pod's peak fits.
     #[test]
     fn a_smaller_model_states_what_it_costs_the_peak() {
         let steps = 1440;
@@ -316,13 +323,18 @@ mod tests {
         let steady = pod("ml/steady", "n/gpu 1", 0..steps, |_| {
             (Some(0.05), Some(1.0), Some(10.0))
         });
-        // The datasheets' dense BF16 peaks, typed in: L4 121, H100 SXM 989 TFLOP/s.
+        // The datasheets' dense BF16 peaks and bandwidths, typed in: L4 121 TFLOP/s and
+        // 300 GB/s, H100 SXM 989 TFLOP/s and 3.35 TB/s.
         let l4 = gpus::by_key("l4").unwrap();
         assert_eq!(
             (l4.bf16_dense_tflops, h100().bf16_dense_tflops),
             (121.0, 989.0)
         );
-        let ratio = 121.0 / 989.0;
+        assert_eq!(
+            (l4.bandwidth_bytes_per_sec, h100().bandwidth_bytes_per_sec),
+            (300e9, 3.35e12)
+        );
+        let ratio = 300e9 / 3.35e12;
         let tracks = vec![bursting, steady];
         let run = |max_over| {
             let cfg = FleetConfig {
@@ -338,7 +350,7 @@ mod tests {
         assert_eq!(b.smaller_gpu, None, "0.95 of an H100 is above an L4");
         let note = b.smaller_gpu_note.as_deref().unwrap();
         assert!(note.starts_with("the L4 covers its p99 demand"), "{note}");
-        assert!(note.contains("7.76×"), "0.95 × 989 / 121: {note}");
+        assert!(note.contains("10.61×"), "0.95 × 3350 / 300: {note}");
         assert!(note.contains("180 s"), "{note}");
         let fit = s.smaller_gpu.as_ref().unwrap();
         assert_eq!(fit.key, "l4");
@@ -377,9 +389,9 @@ mod tests {
         assert!(note.contains("4.82×"), "0.95 × 132 / 26: {note}");
         assert!(note.contains("180 s"), "{note}");
 
-        let r = run(10.0);
+        let r = run(11.0);
         let m = r[0].mig_fit.as_ref().unwrap();
-        assert_eq!(m.profile, "1g.20gb", "4.82× is within 10×");
+        assert_eq!(m.profile, "1g.20gb", "4.82× is within 11×");
         let k = m.peak.unwrap();
         assert_eq!(k.burst_seconds, Some(180.0));
         let on = k.burst_on_target_seconds.unwrap();
@@ -388,14 +400,11 @@ mod tests {
         assert_eq!(fit.key, "l4");
         let cost = fit.peak.unwrap();
         assert_eq!(cost.peak_saturation, 0.95);
-        assert_eq!(cost.peak_on_target, 0.95 / ratio);
+        assert!((cost.peak_on_target - 0.95 / ratio).abs() < 1e-12);
         assert_eq!(cost.burst_seconds, Some(180.0));
         let on_l4 = cost.burst_on_target_seconds.unwrap();
-        assert_eq!(on_l4, 180.0 * 0.95 / ratio);
-        assert!(
-            (on_l4 / 180.0 - 8.0).abs() < 0.5,
-            "about 8× longer: {on_l4} s"
-        );
+        // 180 s × 10.61 = 1 909.5 s.
+        assert!((on_l4 - 1909.5).abs() < 1e-6, "{on_l4} s");
 
         for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
             let cfg = FleetConfig {
