@@ -546,9 +546,7 @@ impl Track {
         if !self.is_mig {
             return Some(1.0);
         }
-        let total = self.spec?.mig.iter().map(|p| p.compute_slices).max()?;
-        let p = self.mig?;
-        Some(f64::from(p.compute_slices) / f64::from(total.max(1)))
+        self.spec?.share_of_profile(self.mig?.name)
     }
 
     /// The first step of the lifetime.
