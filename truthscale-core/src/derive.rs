@@ -596,6 +596,13 @@ impl Bounds {
     }
 }
 
+/// The most power a row's board can draw, W: [`POWER_BOUND_FACTOR`] × the model's board limit
+/// (or the row's own limit reading without a model, or [`GENERIC_MAX_POWER_WATTS`]), the bound
+/// a power reading is held to, and so an energy counter's moves.
+pub(crate) fn power_bound(r: &Readings, spec: Option<&GpuSpec>) -> f64 {
+    Bounds::row(r, spec).0[1]
+}
+
 /// Inputs to [`window`] beyond the readings themselves.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WindowContext<'a> {
@@ -689,11 +696,19 @@ fn effective_compute(
             });
         }
         (None, _) => {
+            // Tensor work runs only while a kernel is resident, so `τ ≤ u` and `ECF = τ·κ ≤
+            // u·κ`: at the window's clock where it is read, else at the model's maximum (the
+            // busy fraction alone falls below the truth of a boosted GPU).
             if let Some(u) = r.value(Field::ReportedUtil) {
-                m.effective_compute_upper_bound = Some(u);
+                m.effective_compute_upper_bound = Some(match m.kappa {
+                    Some(k) => clamp01(u * k),
+                    None => effective_compute_bound(u, spec, cfg),
+                });
                 m.effective_compute_bound_missing = Some(BoundMissing {
                     tensor_counter: true,
-                    ..BoundMissing::default()
+                    sm_clock: m.kappa.is_none()
+                        && r.value(Field::SmClockMhz).is_none_or(|f| f <= 0.0),
+                    model: spec.is_none(),
                 });
             }
         }
@@ -1048,16 +1063,21 @@ mod tests {
         assert_eq!(m.effective_compute_bound_missing, None);
         assert_eq!(m.inflation_gap_points_at_least, None);
         assert!(close(m.inflation_gap_points, 60.0));
-        // No tensor counter: the busy fraction, as before.
+        // No tensor counter: the busy fraction at the window's clock (tensor cycles run only
+        // while a kernel is resident, at 1464 of the 1830 MHz the peak is quoted at).
         let r = readings(&[(Field::ReportedUtil, 0.7), (Field::SmClockMhz, 1464.0)]);
         let m = window(&r, &ctx, &DeriveConfig::default());
-        assert_eq!(m.effective_compute_upper_bound, Some(0.7));
+        assert!(close(
+            m.effective_compute_upper_bound,
+            0.7 * 1464.0 / 1830.0
+        ));
         let tensor = BoundMissing {
             tensor_counter: true,
             ..BoundMissing::default()
         };
         assert_eq!(m.effective_compute_bound_missing, Some(tensor));
-        assert_eq!(m.inflation_gap_points_at_least, Some(0.0));
+        // The busy fraction over its bound: at least 100 × (0.7 − 0.56) points.
+        assert!(close(m.inflation_gap_points_at_least, 100.0 * (0.7 - 0.56)));
         // Nothing at all: no bound.
         let m = window(&Readings::default(), &ctx, &DeriveConfig::default());
         assert_eq!(m.effective_compute_upper_bound, None);
@@ -1158,7 +1178,11 @@ mod tests {
         let m = window(&r, &ctx, &DeriveConfig::default());
         assert_eq!(m.fidelity, Some(Fidelity::Nvml));
         assert_eq!(m.effective_compute, None);
-        assert!(close(m.effective_compute_upper_bound, 0.9));
+        // The busy fraction at the window's clock: 0.9 × 1900 / 1830 MHz.
+        assert!(close(
+            m.effective_compute_upper_bound,
+            0.9 * 1900.0 / 1830.0
+        ));
         // (380 − 75) / (700 − 75) = 0.488
         assert!(close(m.power_proxy, 305.0 / 625.0));
         assert_eq!(m.inflation_gap_points, None);

@@ -1045,7 +1045,7 @@ impl Deriver {
                 .cycles
                 .derive(&mut state.window.readings, &e.id, diags);
         state.judge_health(&e.id, &self.verdict.health, taken, diags);
-        let energy_power = state.count_energy(taken, e, diags);
+        let energy_power = state.count_energy(taken, e, spec, diags);
         state.last_taken = taken;
         state.mean_clock(e.sm_clock_is_point, first);
         state.derive_metrics(e, spec, energy_power, cfg, diags);
@@ -1251,6 +1251,7 @@ impl EntityState {
         &mut self,
         taken: Timestamp,
         e: &EntitySample,
+        spec: Option<&GpuSpec>,
         diags: &mut Vec<Diagnostic>,
     ) -> Option<f64> {
         let energy = self.window.readings.value(Field::EnergyJoules);
@@ -1270,8 +1271,28 @@ impl EntityState {
                 });
                 // The counter cannot say what the windows since its previous reading used:
                 // their gauge energy is counted instead, and this window's.
-                let (j, s) = std::mem::take(&mut self.provisional_energy);
-                self.counted_energy = (j, s);
+                self.counted_energy = std::mem::take(&mut self.provisional_energy);
+                EnergyRule::Gauge
+            }
+            // A move no board can draw (over the power gauge's own bound) is no measurement:
+            // counted, and the windows it spans count from the gauge, as after a reset.
+            (Some(now), Some((prev, since, true)))
+                if now - prev
+                    > derive::power_bound(&self.window.readings, spec)
+                        * taken.seconds_since(since) =>
+            {
+                let span = taken.seconds_since(since);
+                let bound = derive::power_bound(&self.window.readings, spec);
+                diags.push(Diagnostic {
+                    kind: DiagnosticKind::OutOfRange,
+                    entity: Some(e.id.clone()),
+                    field: Some(Field::EnergyJoules),
+                    detail: format!(
+                        "{prev} J then {now} J over {span} s is {} W, over the bound of {bound} W",
+                        (now - prev) / span
+                    ),
+                });
+                self.counted_energy = std::mem::take(&mut self.provisional_energy);
                 EnergyRule::Gauge
             }
             (Some(now), Some((prev, _, _))) if now == prev => {
@@ -1793,6 +1814,45 @@ pub(crate) mod tests {
         ));
         assert_eq!(out.diagnostics[0].kind, DiagnosticKind::CounterReset);
         assert_eq!(out.windows[0].metrics.power_watts.unwrap().value, 250.0);
+    }
+
+    /// An energy counter's move that no board can draw (1e9 J in 1 s on an H100 SXM, whose
+    /// bound is 2 × 700 W) is counted as out of range, never integrated: that second counts
+    /// from the 300 W gauge, and the counter counts again from the reading after it.
+    #[test]
+    fn an_impossible_energy_move_is_counted_not_integrated() {
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let mut out = Derivation::default();
+        let mut diags = Vec::new();
+        for (ms, joules) in [
+            (1000, 1000.0),
+            (2000, 1300.0),
+            (3000, 1e9),
+            (4000, 1e9 + 300.0),
+        ] {
+            let mut s = sample(
+                ms,
+                &[(Field::EnergyJoules, joules), (Field::PowerWatts, 300.0)],
+            );
+            s.entities[0].id.model = Some("NVIDIA H100 80GB HBM3".into());
+            out = d.observe(&s);
+            diags.extend(out.diagnostics.iter().map(|d| (ms, d.kind, d.field)));
+        }
+        assert_eq!(
+            diags,
+            vec![(3000, DiagnosticKind::OutOfRange, Some(Field::EnergyJoules))]
+        );
+        // Four windows of 300 J each: the first (its declared second) and the third from the
+        // gauge, the second and the fourth from the counter.
+        let t = out.windows[0].totals;
+        assert_eq!((t.energy_joules, t.energy_observed_seconds), (1200.0, 4.0));
+        // 1 e9 − 1 300 J in a second is over 1 400 W on no board; 1 000 J is under the
+        // bound of a model the catalog does not know (2 000 W).
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        d.observe(&sample(1000, &[(Field::EnergyJoules, 0.0)]));
+        let out = d.observe(&sample(2000, &[(Field::EnergyJoules, 1000.0)]));
+        assert!(out.diagnostics.is_empty(), "{:?}", out.diagnostics);
+        assert_eq!(out.windows[0].metrics.power_watts.unwrap().value, 1000.0);
     }
 
     #[test]
