@@ -481,7 +481,7 @@ metrics! {
     GPU_SPATIAL_INFLATION / Gpu::GpuSpatialInflation = "truthscale_gpu_spatial_inflation_factor", Gauge, [], gauge("truthscale.gpu.spatial_inflation", "1"), None,
         "Reported utilization over SM active: how much the busy flag overstates SM coverage.";
     GPU_INTENSITY_RIDGE / Gpu::GpuIntensityRidge = "truthscale_gpu_intensity_ridge_ratio", Gauge, [], gauge("truthscale.gpu.intensity_ridge", "1"), None,
-        "Operational intensity over the roofline ridge (rho = tensor / DRAM activity); above 1 is compute-bound.";
+        "Operational intensity over the roofline ridge (rho = the compute term, tensor plus peak-weighted FP16 and FP32 activity, over DRAM activity of at least 0.02); above 1 is compute-bound; absent where both are below 0.02.";
     GPU_POWER_PROXY / Gpu::GpuPowerProxy = "truthscale_gpu_power_proxy_ratio", Gauge, [], gauge("truthscale.gpu.power_proxy", "1"), None,
         "Power above idle over the power range: an estimate of work intensity, not compute (below the profiling tier).";
     GPU_CLOCK_CORRECTION / Gpu::GpuClockCorrection = "truthscale_gpu_clock_correction_ratio", Gauge, [], gauge("truthscale.gpu.clock_correction", "1"), None,

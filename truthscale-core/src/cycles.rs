@@ -11,7 +11,11 @@
 //! - The ratios replace the gauges' readings of the same window ([`Field::CYCLE_COUNTERS`]
 //!   names which); where a counter is missing the gauge stays, as the fallback.
 //! - A delta spans the time since the counters' previous reading that moved: blank
-//!   readings and gaps between are spanned, not lost.
+//!   readings and gaps between are spanned, not lost. Each activity counter keeps its own
+//!   baseline: one blank in a move spans that counter's time to its next reading.
+//! - The tier is `cumulative` where the tensor activity, the effective compute's own input,
+//!   came from its counter; other counters alone leave the window's tier as the gauges make
+//!   it.
 //! - A reading equal to the previous one is the counters not yet updated (dcgm-exporter
 //!   repeats them between its collections): the window holds the ratios of the last move,
 //!   the latest exact measurement, and the next move's delta spans both.
@@ -42,8 +46,11 @@ const NONE: f64 = f64::NAN;
 pub struct CycleCounters {
     /// The elapsed cycles of the latest reading that moved (or the first); none before it.
     elapsed: Option<f64>,
-    /// The activity counters of that reading, one for each of [`Field::CYCLE_COUNTERS`]
-    /// ([`NONE`]: not read).
+    /// Each activity counter's own baseline, one for each of [`Field::CYCLE_COUNTERS`]: the
+    /// elapsed cycles and its value at its latest reading in a move ([`NONE`]: not read
+    /// since the elapsed counter's first reading or reset). A counter blank in a move keeps
+    /// its baseline, and its next reading's delta spans the blank.
+    since: [f64; N],
     active: [f64; N],
     /// The ratios of the last move, held while the counters repeat ([`NONE`]: none).
     held: [f64; N],
@@ -53,16 +60,20 @@ impl Default for CycleCounters {
     fn default() -> Self {
         CycleCounters {
             elapsed: None,
+            since: [NONE; N],
             active: [NONE; N],
             held: [NONE; N],
         }
     }
 }
 
+/// The bit of the tensor activity in [`Readings::set_values`]' answer.
+const TENSOR_BIT: u64 = 1 << Field::TensorActive as usize;
+
 impl CycleCounters {
     /// Replace the window's activity ratios in `r` by the counters' deltas since their
-    /// previous move (see the [module docs](self)). Returns whether any ratio came from
-    /// the counters.
+    /// previous move (see the [module docs](self)). Returns whether the tensor activity, the
+    /// effective compute's own input, came from the counters (the `cumulative` tier).
     #[inline(always)]
     pub fn derive(
         &mut self,
@@ -86,14 +97,21 @@ impl CycleCounters {
         diags: &mut Vec<Diagnostic>,
     ) -> bool {
         let now = Field::CYCLE_COUNTERS.map(|(counter, _)| r.value_or_nan(counter));
+        let baseline = |now: &[f64; N]| now.map(|a| if a.is_nan() { NONE } else { elapsed });
         let Some(prev) = self.elapsed else {
-            (self.elapsed, self.active) = (Some(elapsed), now);
+            *self = CycleCounters {
+                elapsed: Some(elapsed),
+                since: baseline(&now),
+                active: now,
+                held: [NONE; N],
+            };
             return false;
         };
         if elapsed < prev {
             reset(entity, Field::SmCyclesElapsed, prev, elapsed, diags);
             *self = CycleCounters {
                 elapsed: Some(elapsed),
+                since: baseline(&now),
                 active: now,
                 held: [NONE; N],
             };
@@ -101,24 +119,30 @@ impl CycleCounters {
         }
         // Equal: the counters not yet updated, and the last move's ratios held.
         if elapsed != prev {
-            let span = elapsed - prev;
-            for (i, held) in self.held.iter_mut().enumerate() {
-                let (a, b) = (self.active[i], now[i]);
+            for i in 0..N {
+                let b = now[i];
+                if b.is_nan() {
+                    // Blank in this move: no ratio, and its baseline stays.
+                    self.held[i] = NONE;
+                    continue;
+                }
+                let (a, span) = (self.active[i], elapsed - self.since[i]);
                 let ratio = (b - a) / span;
                 // A little above 1 is rounding of two large doubles; more is no
-                // measurement. Where either reading is blank, the ratio is NaN: none.
-                *held = if (0.0..=1.0 + 1e-9).contains(&ratio) {
+                // measurement. Without a baseline the ratio is NaN: none.
+                self.held[i] = if (0.0..=1.0 + 1e-9).contains(&ratio) {
                     ratio.min(1.0)
                 } else {
-                    if !(a.is_nan() || b.is_nan()) {
+                    if !a.is_nan() {
                         no_ratio(i, a, b, span, entity, diags);
                     }
                     NONE
                 };
+                (self.since[i], self.active[i]) = (elapsed, b);
             }
-            (self.elapsed, self.active) = (Some(elapsed), now);
+            self.elapsed = Some(elapsed);
         }
-        apply(r, &self.held)
+        apply(r, &self.held) & TENSOR_BIT != 0
     }
 }
 
@@ -155,10 +179,10 @@ const RATIO_FIELDS: [u8; N] = {
     fields
 };
 
-/// Write the ratios over the gauges' readings; whether any was written.
+/// Write the ratios over the gauges' readings; the fields written, one bit each.
 #[inline]
-fn apply(r: &mut Readings, ratios: &[f64; N]) -> bool {
-    r.set_values(&RATIO_FIELDS, ratios) != 0
+fn apply(r: &mut Readings, ratios: &[f64; N]) -> u64 {
+    r.set_values(&RATIO_FIELDS, ratios)
 }
 
 fn reset(entity: &EntityId, field: Field, prev: f64, now: f64, diags: &mut Vec<Diagnostic>) {
@@ -228,6 +252,30 @@ mod tests {
         assert_eq!(d[0].field, Some(Field::SmCyclesElapsed));
     }
 
+    /// One counter blank in a move keeps its own baseline: the MMA counter read 0, blank,
+    /// 1.3e11 over elapsed 0, 2.6e11, 5.2e11 is 1.3e11 / 5.2e11 = 0.25 in the third window,
+    /// not the gauge's 0.9; the SM counter, read each time, moves by its own deltas.
+    #[test]
+    fn a_blank_counter_keeps_its_own_baseline() {
+        let mut c = CycleCounters::default();
+        let mut d = Vec::new();
+        let id = EntityId::default();
+        c.derive(&mut counters(0.0, 0.0, 0.0), &id, &mut d);
+        let mut r = counters(2.6e11, 1.3e11, 0.0);
+        r.set(Field::MmaCyclesActive, R::Blank);
+        assert!(
+            !c.derive(&mut r, &id, &mut d),
+            "no tensor counter: not cumulative"
+        );
+        assert_eq!(r.get(Field::TensorActive), R::Value(0.9));
+        assert_eq!(r.get(Field::SmActive), R::Value(0.5));
+        let mut r = counters(5.2e11, 1.3e11, 1.3e11);
+        assert!(c.derive(&mut r, &id, &mut d));
+        assert_eq!(r.get(Field::TensorActive), R::Value(0.25));
+        assert_eq!(r.get(Field::SmActive), R::Value(0.0));
+        assert!(d.is_empty(), "{d:?}");
+    }
+
     #[test]
     fn more_active_than_elapsed_is_no_measurement() {
         let mut c = CycleCounters::default();
@@ -248,20 +296,28 @@ mod tests {
     fn a_random_run_reads_as_the_rules_say() {
         use rand::{Rng, SeedableRng};
         type Counters = [Option<f64>; N];
+        // The elapsed cycles of the last move, each counter's (elapsed, value) at its last
+        // reading in a move, and the last move's ratios.
         #[derive(Default)]
         struct Rules {
-            last: Option<(f64, Counters)>,
+            last: Option<f64>,
+            base: [Option<(f64, f64)>; N],
             held: Option<Counters>,
         }
         let mut rules = Rules::default();
         let mut rule = |e: f64, now: Counters, want: &mut Vec<(DiagnosticKind, Field)>| {
-            let Some((prev, before)) = rules.last else {
-                rules.last = Some((e, now));
+            let restart = |rules: &mut Rules| {
+                rules.last = Some(e);
+                rules.base = now.map(|v| v.map(|v| (e, v)));
+                rules.held = None;
+            };
+            let Some(prev) = rules.last else {
+                restart(&mut rules);
                 return None;
             };
             if e < prev {
                 want.push((DiagnosticKind::CounterReset, Field::SmCyclesElapsed));
-                (rules.last, rules.held) = (Some((e, now)), None);
+                restart(&mut rules);
                 return None;
             }
             if e == prev {
@@ -269,19 +325,22 @@ mod tests {
             }
             let mut out = [None; N];
             for (i, &(counter, _)) in Field::CYCLE_COUNTERS.iter().enumerate() {
-                let (Some(a), Some(b)) = (before[i], now[i]) else {
+                let Some(b) = now[i] else {
                     continue;
                 };
-                let q = (b - a) / (e - prev);
-                if b < a {
-                    want.push((DiagnosticKind::CounterReset, counter));
-                } else if q > 1.0 + 1e-9 {
-                    want.push((DiagnosticKind::OutOfRange, counter));
-                } else {
-                    out[i] = Some(q.min(1.0));
+                if let Some((since, a)) = rules.base[i] {
+                    let q = (b - a) / (e - since);
+                    if b < a {
+                        want.push((DiagnosticKind::CounterReset, counter));
+                    } else if q > 1.0 + 1e-9 {
+                        want.push((DiagnosticKind::OutOfRange, counter));
+                    } else {
+                        out[i] = Some(q.min(1.0));
+                    }
                 }
+                rules.base[i] = Some((e, b));
             }
-            (rules.last, rules.held) = (Some((e, now)), Some(out));
+            (rules.last, rules.held) = (Some(e), Some(out));
             Some(out)
         };
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1084);
@@ -313,7 +372,7 @@ mod tests {
             let ratios = if blank { None } else { rule(e, now, &mut want) };
             let any = c.derive(&mut r, &id, &mut d);
             let ratios = ratios.unwrap_or([None; N]);
-            assert_eq!(any, ratios.iter().any(Option::is_some));
+            assert_eq!(any, ratios[1].is_some(), "the tensor activity's counter");
             for (&(_, gauge), ratio) in Field::CYCLE_COUNTERS.iter().zip(ratios) {
                 let v = r.value(gauge).map(f64::to_bits);
                 assert_eq!(v, Some(ratio.unwrap_or(0.5).to_bits()), "{gauge:?}");

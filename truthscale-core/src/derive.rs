@@ -596,6 +596,10 @@ impl Bounds {
     }
 }
 
+/// The DRAM activity below which ρ divides by this floor instead; where the compute term
+/// is below it too, there is no ρ.
+pub(crate) const RHO_FLOOR: f64 = 0.02;
+
 /// The most power a row's board can draw, W: [`POWER_BOUND_FACTOR`] × the model's board limit
 /// (or the row's own limit reading without a model, or [`GENERIC_MAX_POWER_WATTS`]), the bound
 /// a power reading is held to, and so an energy counter's moves.
@@ -794,7 +798,9 @@ pub fn window_into(
         if cfg.tau_max > 0.0 && cfg.d_max > 0.0 {
             m.roofline_saturation_practical = Some(clamp01((c / cfg.tau_max).max(d / cfg.d_max)));
         }
-        m.rho = Some(c / d.max(0.02));
+        // Two readings both below the floor are no intensity: 0 / 0.02 would read as the
+        // most memory-bound window there is, of a GPU whose memory is idle.
+        m.rho = (c.max(d) >= RHO_FLOOR).then(|| c / d.max(RHO_FLOOR));
     }
 
     if let Some(u) = u.filter(|&u| u >= cfg.inflation_min_util) {
@@ -907,6 +913,23 @@ mod tests {
         assert!(close(m.inflation_gap_points, 60.0));
         assert!(close(m.inflation_ratio, 2.5));
         assert!(close(m.roofline_gap, 0.5));
+    }
+
+    /// ρ is the compute term over the DRAM activity floored at 0.02: 0.1 over an idle
+    /// memory is 5; a window whose compute and memory are both below the floor has none
+    /// (not 0, the most memory-bound reading).
+    #[test]
+    fn rho_needs_either_side_busy() {
+        let ctx = WindowContext::default();
+        let rho = |tau: f64, dram: f64| {
+            let r = readings(&[(Field::TensorActive, tau), (Field::DramActive, dram)]);
+            window(&r, &ctx, &DeriveConfig::default()).rho
+        };
+        assert!(close(rho(0.1, 0.0), 5.0));
+        assert!(close(rho(0.0, 0.5), 0.0));
+        assert!(close(rho(0.01, 0.02), 0.5));
+        assert_eq!(rho(0.0, 0.0), None);
+        assert_eq!(rho(0.019, 0.019), None);
     }
 
     #[test]
