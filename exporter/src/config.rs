@@ -953,14 +953,21 @@ impl Config {
 
     /// Who this process speaks for: `[identity]`, else the Downward API variables. In node
     /// mode the agent's own pod is not the GPUs' pod: only the node is its identity.
+    /// A key set to an empty value (`TRUTHSCALE_IDENTITY__POD=`) is unset, as an empty
+    /// Downward API variable is: never an empty label over the variable's value.
     fn identity_from(&self, getenv: &dyn Fn(&str) -> Option<String>) -> Identity {
         let id = &self.identity;
-        let node = id.node.clone().or_else(|| getenv("NODE_NAME"));
+        let or = |key: &Option<String>, var: &str| {
+            key.clone()
+                .filter(|v| !v.trim().is_empty())
+                .or_else(|| getenv(var))
+        };
+        let node = or(&id.node, "NODE_NAME");
         match self.mode {
             Mode::Sidecar => Identity {
-                pod: id.pod.clone().or_else(|| getenv("POD_NAME")),
-                namespace: id.namespace.clone().or_else(|| getenv("POD_NAMESPACE")),
-                container: id.container.clone().or_else(|| getenv("CONTAINER_NAME")),
+                pod: or(&id.pod, "POD_NAME"),
+                namespace: or(&id.namespace, "POD_NAMESPACE"),
+                container: or(&id.container, "CONTAINER_NAME"),
                 node,
             },
             Mode::Node => Identity {
@@ -1580,6 +1587,13 @@ mod tests {
         let s = c.validate(&e).unwrap();
         assert_eq!(s.identity.pod.as_deref(), Some("from-file"));
         let s = Config::default().validate(&e).unwrap();
+        assert_eq!(s.identity.pod.as_deref(), Some("downward"));
+        // An empty key is unset: the Downward API variable applies, not an empty label.
+        let empty = env(&[("TRUTHSCALE_IDENTITY__POD", " "), ("POD_NAME", "downward")]);
+        let s = Config::load(None, &empty, &[])
+            .unwrap()
+            .validate(&empty)
+            .unwrap();
         assert_eq!(s.identity.pod.as_deref(), Some("downward"));
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -144,10 +144,11 @@ pub(crate) const MAX_CONCURRENT_REQUESTS: IntRange = IntRange {
     min: 1,
     max: 65_536,
 };
-/// `http.max_header_bytes`: a request head's buffer, 1 KiB to 1 MiB.
+/// `http.max_header_bytes`: a request head's buffer, 8 KiB (the HTTP server's own least
+/// buffer: a smaller value could not be kept) to 1 MiB.
 pub(crate) const MAX_HEADER_BYTES: IntRange = IntRange {
     key: "http.max_header_bytes",
-    min: 1024,
+    min: 8192,
     max: 1 << 20,
 };
 /// `source.gpus` (`sim`).

@@ -265,7 +265,7 @@ impl Allocations {
         let mut unknown = 0;
         for s in &mut produced.samples {
             for e in &mut s.entities {
-                if e.id.mig.as_ref().is_some_and(|m| m.uuid.is_none()) {
+                if unmatched_mig(e) {
                     unknown += 1;
                     continue;
                 }
@@ -294,16 +294,24 @@ impl Allocations {
     /// wrong device list), or time-sliced and several-container devices, whose counters are
     /// not the pod's alone: the same rule as node mode. No allocation is set: one pod's
     /// answer says nothing of the node's other pods, so neither `truthscale_gpu_pods` nor
-    /// allocation info would be true.
-    pub(crate) fn attribute_own(&self, produced: &mut Produced) {
+    /// allocation info would be true. A MIG instance without its own UUID (dcgm-exporter's)
+    /// cannot be matched: it keeps the pod labels the source gave, as in node mode; returns
+    /// how many there were.
+    pub(crate) fn attribute_own(&self, produced: &mut Produced) -> usize {
+        let mut unknown = 0;
         for s in &mut produced.samples {
             for e in &mut s.entities {
+                if unmatched_mig(e) {
+                    unknown += 1;
+                    continue;
+                }
                 e.id.pod = match self.of(e).as_slice() {
                     [only] if only.replica.is_none() => Some(only.pod.clone()),
                     _ => None,
                 };
             }
         }
+        unknown
     }
 
     /// How many devices have holders (for the tests).
@@ -323,6 +331,24 @@ impl Allocations {
     pub(crate) fn holds(&self, e: &EntitySample) -> bool {
         !self.of(e).is_empty()
     }
+
+    /// Sidecar mode: whether the pod `own`, whose answer this is, holds `e`: by the answer,
+    /// or, for a MIG instance it cannot match ([`unmatched_mig`]), by the pod labels the
+    /// source gave it.
+    pub(crate) fn held_by_own(&self, e: &EntitySample, own: &PodRef) -> bool {
+        self.holds(e)
+            || unmatched_mig(e)
+                && e.id
+                    .pod
+                    .as_ref()
+                    .is_some_and(|p| p.pod == own.pod && p.namespace == own.namespace)
+    }
+}
+
+/// A MIG instance the source gave without its own UUID (dcgm-exporter labels one with its
+/// parent GPU's): the kubelet names instances by their own, so its holders are unknown.
+pub(crate) fn unmatched_mig(e: &EntitySample) -> bool {
+    e.id.mig.as_ref().is_some_and(|m| m.uuid.is_none())
 }
 
 /// New processes whose `/proc` files are read in one tick: the per-process scan's cost per

@@ -602,8 +602,15 @@ pub(super) mod tests {
             }],
             ..Produced::default()
         };
-        a.attribute_own(&mut produced);
+        // A MIG instance without its own UUID (dcgm-exporter's) cannot be matched: it keeps
+        // the labels the source gave, and is counted.
+        let mut unmatched = entity(4, "GPU-e", Some("MIG-e"));
+        unmatched.id.mig.as_mut().unwrap().uuid = None;
+        unmatched.id.pod = Some(own.clone());
+        produced.samples[0].entities.push(unmatched);
+        assert_eq!(a.attribute_own(&mut produced), 1);
         let e = &produced.samples[0].entities;
+        assert_eq!(e[4].id.pod.as_ref(), Some(&own));
         assert_eq!(e[0].id.pod.as_ref(), Some(&own));
         // Not this pod's: no pod labels.
         assert_eq!(e[1].id.pod, None);
@@ -613,6 +620,11 @@ pub(super) mod tests {
         assert_eq!(e[3].id.pod, None);
         assert!(e.iter().all(|e| e.allocation.is_none()));
         assert!(a.holds(&e[0]) && a.holds(&e[2]) && !a.holds(&e[1]) && !a.holds(&e[3]));
+        // The unmatched instance is this pod's by the source's labels, and only then.
+        assert!(!a.holds(&e[4]) && a.held_by_own(&e[4], &own));
+        let mut other = e[4].clone();
+        other.id.pod.as_mut().unwrap().namespace = Some("batch".into());
+        assert!(!a.held_by_own(&other, &own));
     }
 
     #[test]

@@ -234,6 +234,8 @@ pub(crate) struct OwnPod {
     health: Health,
     /// Failures the pipeline counted against this stage (overruns).
     counted: BTreeMap<String, u64>,
+    /// Whether unmatched MIG instances were logged.
+    warned_mig: bool,
 }
 
 impl OwnPod {
@@ -277,6 +279,7 @@ impl OwnPod {
             own,
             health: Health::default(),
             counted: BTreeMap::new(),
+            warned_mig: false,
         }
     }
 }
@@ -294,13 +297,20 @@ impl Stage for OwnPod {
         };
         match &allocations {
             Some(a) => {
-                a.attribute_own(tick.produced);
+                let unknown = a.attribute_own(tick.produced);
+                if unknown > 0 && !std::mem::replace(&mut self.warned_mig, true) {
+                    tracing::warn!(
+                        source = KUBELET,
+                        instances = unknown,
+                        "MIG instances without their own UUID (dcgm-exporter labels an instance with its parent GPU's) cannot be matched to this pod's allocation, which names instances by their MIG UUID: they keep the pod labels the source gave, and count as this pod's where those name it. Read MIG GPUs through NVML (--source nvml) to attribute them. Logged once."
+                    );
+                }
                 tick.held = Some(
                     tick.produced
                         .samples
                         .iter()
                         .flat_map(|s| &s.entities)
-                        .filter(|e| a.holds(e))
+                        .filter(|e| a.held_by_own(e, &self.own))
                         .map(|e| e.id.key())
                         .collect(),
                 );
