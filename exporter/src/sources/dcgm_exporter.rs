@@ -22,7 +22,6 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 use truthscale_core::model::{EntityKey, EntitySample, Sample, SourceKind, Timestamp};
 use truthscale_core::parse::DcgmTextParser;
-use truthscale_core::parse::dcgm_text::is_blank_value;
 use truthscale_core::parse::names::{MAX_UNREAD_NAMES, Units, Unread};
 
 /// Which GPUs belong to this pod.
@@ -147,7 +146,7 @@ impl DcgmExporterSource {
     }
 
     /// Name, once each, the families of the answer truthscale does not read, and count
-    /// every reading refused for an ambiguous unit.
+    /// every blank reading and every reading refused for an ambiguous unit.
     fn count_unread(&mut self, unread: &Unread, errors: &mut Vec<SourceError>) {
         let mut new = Vec::new();
         for f in &unread.families {
@@ -162,6 +161,14 @@ impl DcgmExporterSource {
                 families = %new.join(", "),
                 "dcgm-exporter families truthscale does not read (each counted once, kind=\"unread_family\"); see docs/dcgm-compatibility.md"
             );
+        }
+        // Blanks of the families read (DCGM's sentinels by the field's type, values that
+        // are no finite number), never those of families not read (a Go runtime's
+        // `go_gc_gomemlimit_bytes` at 2^63 is no DCGM blank).
+        for (f, n) in unread.sentinels.iter().chain(&unread.non_finite) {
+            for _ in 0..*n {
+                errors.push(SourceError::Sentinel(format!("{}: {f}", self.url)));
+            }
         }
         for (f, n) in &unread.ambiguous {
             for _ in 0..*n {
@@ -278,12 +285,11 @@ impl DcgmExporterSource {
 
     /// Read one answer, line by line as it arrives (never held whole: memory is the
     /// parser's, within its caps, whatever the body's size), into `parser`'s samples; and
-    /// the bytes read. Sentinel readings are counted in `errors`.
+    /// the bytes read.
     fn read(
         &self,
         parser: &mut DcgmTextParser,
         samples: &mut Vec<Sample>,
-        errors: &mut Vec<SourceError>,
     ) -> Result<(u64, usize), SourceError> {
         use crate::client::{MAX_METRICS_BODY, for_each_line};
         let mut data_lines = 0usize;
@@ -297,12 +303,6 @@ impl DcgmExporterSource {
                 let t = line.trim();
                 if !t.is_empty() && !t.starts_with('#') {
                     data_lines += 1;
-                    let name = t.split(['{', ' ']).next().unwrap_or_default();
-                    if let Some(v) = t.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok())
-                        && is_blank_value(name, v)
-                    {
-                        errors.push(SourceError::Sentinel(format!("{}: {t}", self.url)));
-                    }
                 }
                 match parser.push_line(line) {
                     Ok(Some(s)) => samples.push(s),
@@ -341,8 +341,7 @@ impl Source for DcgmExporterSource {
             .with_limits(crate::bounds::DCGM_EXPORTER)
             .with_units(std::mem::take(&mut self.units));
         let mut samples: Vec<Sample> = Vec::new();
-        let mut sentinels = Vec::new();
-        let read = self.read(&mut parser, &mut samples, &mut sentinels);
+        let read = self.read(&mut parser, &mut samples);
         self.units = parser.take_units();
         let (bytes, data_lines) = match read {
             Ok(read) => read,
@@ -351,7 +350,6 @@ impl Source for DcgmExporterSource {
                 return out;
             }
         };
-        out.errors.extend(sentinels);
         samples.extend(parser.finish());
         self.count_unread(parser.unread(), &mut out.errors);
         out.errors.extend(
@@ -412,6 +410,42 @@ impl Source for DcgmExporterSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Blanks are counted for the families read: DCGM's INT32 blank in the busy fraction and
+    /// a NaN power, never a Go runtime's metrics at 2^63 and 2^64 (dcgm-exporter's
+    /// `--enable-exporter-metrics`), which are no DCGM fields.
+    #[test]
+    fn blanks_of_the_families_read_are_counted_and_no_others() {
+        let mut parser = DcgmTextParser::new("t", 1.0, Timestamp(0));
+        for line in [
+            "go_gc_gomemlimit_bytes 9.223372036854776e+18",
+            "process_virtual_memory_max_bytes 1.8446744073709552e+19",
+            "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-a\"} 4294967295",
+            "DCGM_FI_DEV_POWER_USAGE{gpu=\"0\",UUID=\"GPU-a\"} NaN",
+        ] {
+            parser.push_line(line).unwrap();
+        }
+        let mut source = DcgmExporterSource::new(
+            "http://127.0.0.1:9/metrics",
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+            Scope::All,
+        );
+        let mut errors = Vec::new();
+        source.count_unread(parser.unread(), &mut errors);
+        let sentinels: Vec<String> = errors
+            .iter()
+            .filter(|e| e.kind() == "sentinel")
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            sentinels,
+            vec![
+                "sentinel value dropped: http://127.0.0.1:9/metrics: dcgm_fi_dev_gpu_util",
+                "sentinel value dropped: http://127.0.0.1:9/metrics: dcgm_fi_dev_power_usage",
+            ]
+        );
+    }
 
     #[test]
     fn scope_choice() {

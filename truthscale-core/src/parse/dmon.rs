@@ -689,7 +689,9 @@ impl DmonParser {
     }
 
     /// Lines skipped as not data: anything before the first header, blank lines and
-    /// comments. Header and `ID` (units) lines are structure and not counted.
+    /// comments, rows of entities other than GPUs and their instances (switches, CPUs,
+    /// ConnectX cards, vGPUs), and dmon's closing message after a signal. Header and `ID`
+    /// (units) lines are structure and not counted.
     #[must_use]
     pub fn skipped_lines(&self) -> u64 {
         self.skipped
@@ -1083,7 +1085,11 @@ fn scan_with(line: &str, values: &mut Vec<f64>, columns: &[Option<Target>]) -> S
         Ok((kind, n)) => Line::Row(kind, n),
         Err(m) => {
             values.truncate(start);
-            Line::Bad(m)
+            if not_read_here(t) {
+                Line::Blank
+            } else {
+                Line::Bad(m)
+            }
         }
     })
 }
@@ -1215,6 +1221,24 @@ fn scan_row<'a>(
         push_value(values, columns, k, raw);
     }
     Ok(entity)
+}
+
+/// Entity kinds `dcgmi dmon` prints beside GPUs and their instances (`-e … -i` over
+/// switches, CPUs, ConnectX cards, vGPUs): rows this parser does not read.
+const OTHER_ENTITY_KINDS: [&str; 7] = ["Switch", "NvSwitch", "Link", "CPU", "Core", "CX", "vGPU"];
+
+/// Whether a line that is no GPU row is one `dcgmi dmon` prints that this parser does not
+/// read: a row of another entity kind ([`OTHER_ENTITY_KINDS`]), or dmon's own closing
+/// message after a signal (`dmon was stopped due to receiving a signal`; "do to" before
+/// DCGM 4). Skipped and counted as not data, never a malformed row.
+#[cold]
+#[inline(never)]
+fn not_read_here(t: &str) -> bool {
+    let first = t.split_whitespace().next().unwrap_or_default();
+    t.starts_with("dmon was stopped")
+        || OTHER_ENTITY_KINDS
+            .iter()
+            .any(|k| first.eq_ignore_ascii_case(k))
 }
 
 /// `N/A` among a row's values: a value read is never NaN.
@@ -2040,13 +2064,31 @@ GPU 1     N/A    1      2      N/A
             ("GPU 1 0.5 1 2", "cap.txt:4: expected 2 values, found 3"),
             ("GPU 1 0.5 abc", "cap.txt:4: bad value `abc`"),
             ("GPU 1 0.5 NaN", "cap.txt:4: bad value `NaN`"),
-            ("Switch 1 0.5 2", "cap.txt:4: unknown entity kind `Switch`"),
+            ("Widget 1 0.5 2", "cap.txt:4: unknown entity kind `Widget`"),
             ("GPU x 0.5 2", "cap.txt:4: bad entity id `x`"),
         ];
         for (row, want) in cases {
             let text = format!("#Entity GRACT POWER\nID\nGPU 0 0.1 1\n{row}\n");
             assert_eq!(parse(&text).unwrap_err().to_string(), want, "{row}");
         }
+    }
+
+    /// What `dcgmi dmon` prints beside GPU rows: other entities' rows and its closing
+    /// message after Ctrl-C (DCGM 4's spelling and the older one) are skipped and counted,
+    /// and the GPU rows around them read.
+    #[test]
+    fn other_entities_and_the_closing_message_are_skipped_and_counted() {
+        let text = "#Entity GRACT POWER\nID\nGPU 0 0.1 100\nSwitch 0 0.5 2\nCPU 1 0.2 50\n\
+                    CPU Core 3 0.2 N/A\nCX 0 N/A N/A\nGPU 0 0.3 120\n\
+                    dmon was stopped due to receiving a signal\n\
+                    dmon was stopped do to receiving a signal\n";
+        let (samples, skipped) = parse(text).unwrap();
+        let tensor: Vec<_> = samples
+            .iter()
+            .map(|s| s.entities[0].readings.get(Field::GrActive))
+            .collect();
+        assert_eq!(tensor, vec![Reading::Value(0.1), Reading::Value(0.3)]);
+        assert_eq!(skipped, 6);
     }
 
     #[test]
