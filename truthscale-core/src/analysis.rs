@@ -432,7 +432,7 @@ fn upper_bound(a: &EntityAcc, cfg: &DeriveConfig) -> Option<UpperBound> {
     let fixes = [
         (
             "tensor_counter",
-            "no tensor counter: add field 1004 (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE) to dcgmi dmon -e; the bound is the busy fraction".to_owned(),
+            "no tensor counter: add field 1004 (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE) to dcgmi dmon -e; the bound is the busy fraction times the clock correction".to_owned(),
             None,
         ),
         ("sm_clock", SM_CLOCK_FIX.to_owned(), None),

@@ -149,7 +149,8 @@ pub struct WindowMetrics {
     /// fraction, so never integrated or averaged with one.
     pub effective_compute_uncorrected: Option<f64>,
     /// Upper bound on the effective compute of a window that has none: the busy fraction
-    /// `u` without a tensor counter; `C × f_max / f_ref` with a tensor counter but no
+    /// `u` times the clock correction (the window's κ, else `f_max / f_ref`) without a
+    /// tensor counter; `C × f_max / f_ref` with a tensor counter but no
     /// SM-clock reading (`C × kappa_max`, 1.1 by default, for a model the catalog does not
     /// know), which holds the true ECF at any clock up to the maximum
     /// ([`effective_compute_bound`]). `None` where the effective compute is measured.
@@ -202,7 +203,7 @@ impl WindowMetrics {
 /// ([`WindowMetrics::effective_compute_upper_bound`]) stands in for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct BoundMissing {
-    /// No tensor counter: the bound is the busy fraction `u`.
+    /// No tensor counter: the bound is the busy fraction `u` times the clock correction.
     pub tensor_counter: bool,
     /// A tensor counter but no SM-clock reading: the clock correction is bounded by the
     /// model's maximum clock over its reference clock.
@@ -710,9 +711,7 @@ fn effective_compute(
                 });
                 m.effective_compute_bound_missing = Some(BoundMissing {
                     tensor_counter: true,
-                    sm_clock: m.kappa.is_none()
-                        && r.value(Field::SmClockMhz).is_none_or(|f| f <= 0.0),
-                    model: spec.is_none(),
+                    ..BoundMissing::default()
                 });
             }
         }

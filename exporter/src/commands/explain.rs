@@ -61,6 +61,11 @@ fn counters(o: &mut String, v: &GpuView) {
             "  counters say:   roofline saturation {}{pipes}; no effective compute (no SM-clock reading or catalog model to correct the tensor activity by)",
             pct(s)
         ),
+        (_, _, Some(b)) if v.tensor.is_some() => writeln!(
+            o,
+            "  counters say:   effective compute at most {} (no SM-clock reading or catalog model to correct the tensor activity by: an upper bound){pipes}",
+            pct(b)
+        ),
         (_, _, Some(b)) => writeln!(
             o,
             "  counters say:   effective compute at most {} (no tensor counter: an upper bound)",
@@ -315,5 +320,33 @@ mod tests {
             &VerdictConfig::default(),
         );
         assert!(!explain(&alone[0]).contains("per pod:"));
+    }
+
+    /// A bound with the tensor counter read (no SM clock, no DRAM counter) is said to be
+    /// for want of the clock, not of the tensor counter.
+    #[test]
+    fn a_bound_says_what_it_lacks() {
+        let l = "gpu=\"0\",uuid=\"GPU-0\",model=\"M\"";
+        let said = |tensor: bool| {
+            let mut body = format!(
+                "truthscale_gpu_reported_utilization_ratio{{{l}}} 0.9\n\
+                 truthscale_gpu_effective_compute_upper_bound_ratio{{{l}}} 0.65\n"
+            );
+            if tensor {
+                body.push_str(&format!("truthscale_gpu_tensor_active_ratio{{{l}}} 0.6\n"));
+            }
+            let v = views_from_exposition(&body, &VerdictConfig::default());
+            explain(&v[0])
+        };
+        let with = said(true);
+        assert!(
+            with.contains("effective compute at most 65 % (no SM-clock reading or catalog model to correct the tensor activity by: an upper bound)"),
+            "{with}"
+        );
+        let without = said(false);
+        assert!(
+            without.contains("effective compute at most 65 % (no tensor counter: an upper bound)"),
+            "{without}"
+        );
     }
 }
