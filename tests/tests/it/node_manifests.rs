@@ -1226,7 +1226,10 @@ fn node_dashboard_on_real_prometheus() {
     let web_effective = prom
         .series("namespace:truthscale_gpu_effective_compute:gpu_hours_per_hour{namespace=\"web\"}");
     assert!(web_effective.is_empty(), "{web_effective:?}");
-    let shared_device = one("truthscale_gpu_effective_compute_ratio{gpu=\"1\"}");
+    // The device's mean from its counters over the seconds it was measured.
+    let shared_device = one(
+        "rate(truthscale_gpu_effective_compute_seconds_total{gpu=\"1\"}[5m]) / rate(truthscale_gpu_effective_compute_observed_seconds_total{gpu=\"1\"}[5m])",
+    );
     let web_sliced = one(
         "namespace:truthscale_gpu_time_sliced_effective_compute:gpu_hours_per_hour{namespace=\"web\"}",
     );
