@@ -3,7 +3,6 @@
 
 #[cfg(any(test, feature = "fuzzing"))]
 use super::kubelet::proto;
-#[cfg(any(test, feature = "fuzzing"))]
 use crate::bounds::fits;
 use crate::bounds::{LeftOut, MAX_ENTITIES, MAX_HOLDERS, MAX_LABEL_BYTES};
 use crate::cgroup::{MAX_CGROUP_BYTES, MAX_ENVIRON_BYTES, read_proc_file};
@@ -31,11 +30,33 @@ pub(crate) fn parse_device_id(id: &str) -> Option<(DeviceRef, Option<String>)> {
         Some((d, _)) => (d, None),
         None => (id, None),
     };
+    if let Some((uuid, n)) = hami_id(dev) {
+        return Some((DeviceRef::Uuid(uuid.to_string()), Some(n.to_string())));
+    }
     if dev.starts_with("GPU-") || dev.starts_with("MIG-") {
         Some((DeviceRef::Uuid(dev.to_string()), replica))
     } else {
         dev.parse().ok().map(|i| (DeviceRef::Index(i), replica))
     }
+}
+
+/// HAMi's device-plugin id, `GPU-<uuid>-<n>`: the GPU's UUID (`GPU-` and 36 characters,
+/// 8-4-4-4-12 hex digits) and the share `n`, a replica of a shared GPU.
+fn hami_id(dev: &str) -> Option<(&str, &str)> {
+    const UUID: usize = "GPU-".len() + 36;
+    let uuid = dev.get(..UUID)?;
+    let n = dev.get(UUID..)?.strip_prefix('-')?;
+    let hex = |part: &str, len| part.len() == len && part.bytes().all(|b| b.is_ascii_hexdigit());
+    let parts: Vec<&str> = uuid.strip_prefix("GPU-")?.split('-').collect();
+    let well_formed =
+        parts.len() == 5 && parts.iter().zip([8, 4, 4, 4, 12]).all(|(p, l)| hex(p, l));
+    (well_formed && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then_some((uuid, n))
+}
+
+/// Whether a DRA claim's driver is a GPU driver (`gpu.nvidia.com`): its devices are GPUs,
+/// and one whose name matches none is a GPU whose holder is unknown.
+pub(crate) fn is_gpu_driver(driver: &str) -> bool {
+    driver.contains("gpu")
 }
 
 /// The device a DRA claim names: a `GPU-`/`MIG-` UUID in its device name or its CDI
@@ -81,6 +102,10 @@ pub(crate) struct Allocations {
     holders: HashMap<DeviceRef, Vec<Holder>>,
     /// What the caps left out of the answer.
     left_out: LeftOut,
+    /// GPU device ids and GPU claims that name no device truthscale can match (an index
+    /// strategy's `0:1` MIG id, a DRA MIG device name), and the first of them: while there
+    /// are any, a device with no holder found has holders unknown, never none.
+    unmapped: (u64, Option<String>),
 }
 
 impl crate::pipeline::Answer for Allocations {
@@ -124,6 +149,7 @@ pub(crate) struct Builder<'p> {
     patterns: &'p [String],
     holders: HashMap<DeviceRef, Vec<Holder>>,
     caps: Caps,
+    unmapped: (u64, Option<String>),
 }
 
 impl<'p> Builder<'p> {
@@ -133,12 +159,25 @@ impl<'p> Builder<'p> {
             patterns,
             holders: HashMap::new(),
             caps: Caps::default(),
+            unmapped: (0, None),
         }
     }
 
     /// Whether `resource` is one of the GPU resource names.
     pub(crate) fn is_gpu_resource(&self, resource: &str) -> bool {
         is_gpu_resource(resource, self.patterns)
+    }
+
+    /// Count a GPU device id or claim that names no device truthscale can match.
+    /// An empty id names nothing, and is not counted.
+    pub(crate) fn unmapped(&mut self, id: &str) {
+        if id.trim().is_empty() {
+            return;
+        }
+        self.unmapped.0 += 1;
+        if self.unmapped.1.is_none() && fits(id) {
+            self.unmapped.1 = Some(id.to_owned());
+        }
     }
 
     /// Count a container left out because a name is over [`MAX_LABEL_BYTES`].
@@ -169,6 +208,7 @@ impl<'p> Builder<'p> {
         Allocations {
             holders: self.holders,
             left_out: self.caps.left_out(),
+            unmapped: self.unmapped,
         }
     }
 }
@@ -209,7 +249,11 @@ impl Allocations {
                     if !b.is_gpu_resource(&d.resource_name) {
                         continue;
                     }
-                    for (dev, replica) in d.device_ids.iter().filter_map(|id| parse_device_id(id)) {
+                    for id in &d.device_ids {
+                        let Some((dev, replica)) = parse_device_id(id) else {
+                            b.unmapped(id);
+                            continue;
+                        };
                         b.add(dev, || Holder {
                             pod: who.clone(),
                             resource: d.resource_name.clone(),
@@ -221,14 +265,16 @@ impl Allocations {
                 }
                 for cr in c.dynamic_resources.iter().flat_map(|d| &d.claim_resources) {
                     let cdi = cr.cdi_devices.iter().map(|d| d.name.as_str());
-                    if let Some(dev) = dra_device(&cr.device_name, cdi) {
-                        b.add(dev, || Holder {
+                    match dra_device(&cr.device_name, cdi) {
+                        Some(dev) => b.add(dev, || Holder {
                             pod: who.clone(),
                             resource: format!("dra:{}", cr.driver_name),
                             replica: None,
                             labels: Vec::new(),
                             owner: None,
-                        });
+                        }),
+                        None if is_gpu_driver(&cr.driver_name) => b.unmapped(&cr.device_name),
+                        None => {}
                     }
                 }
             }
@@ -259,7 +305,8 @@ impl Allocations {
     /// were left as the source gave them, their holders unknown: the kubelet names an
     /// instance by its own UUID, which the source did not give (dcgm-exporter labels an
     /// instance with its parent GPU's UUID), so no allocation is set (absent, never "no
-    /// holder").
+    /// holder"). An entity no id names is left so too while the answer held GPU ids it could
+    /// not read ([`Allocations::unmapped`]): one of them may be its.
     pub(crate) fn attribute(&self, produced: &mut Produced, procs: &mut Procs) -> usize {
         procs.begin_tick();
         let mut unknown = 0;
@@ -270,6 +317,10 @@ impl Allocations {
                     continue;
                 }
                 let holders = self.of(e);
+                // Held by none of the ids read, while some ids were not read: unknown.
+                if holders.is_empty() && self.unmapped.0 > 0 {
+                    continue;
+                }
                 e.id.pod = match holders.as_slice() {
                     [only] if only.replica.is_none() => Some(only.pod.clone()),
                     _ => None,
@@ -294,14 +345,14 @@ impl Allocations {
     /// wrong device list), or time-sliced and several-container devices, whose counters are
     /// not the pod's alone: the same rule as node mode. No allocation is set: one pod's
     /// answer says nothing of the node's other pods, so neither `truthscale_gpu_pods` nor
-    /// allocation info would be true. A MIG instance without its own UUID (dcgm-exporter's)
-    /// cannot be matched: it keeps the pod labels the source gave, as in node mode; returns
-    /// how many there were.
+    /// allocation info would be true. An entity whose holders cannot be told (a MIG instance
+    /// without its own UUID, dcgm-exporter's; one no id names while some ids were not read)
+    /// keeps the pod labels the source gave, as in node mode; returns how many there were.
     pub(crate) fn attribute_own(&self, produced: &mut Produced) -> usize {
         let mut unknown = 0;
         for s in &mut produced.samples {
             for e in &mut s.entities {
-                if unmatched_mig(e) {
+                if self.holders_unknown(e) {
                     unknown += 1;
                     continue;
                 }
@@ -312,6 +363,13 @@ impl Allocations {
             }
         }
         unknown
+    }
+
+    /// How many GPU device ids and claims named no device truthscale can match, and the
+    /// first of them.
+    #[must_use]
+    pub(crate) fn unmapped(&self) -> (u64, Option<&str>) {
+        (self.unmapped.0, self.unmapped.1.as_deref())
     }
 
     /// How many devices have holders (for the tests).
@@ -332,12 +390,18 @@ impl Allocations {
         !self.of(e).is_empty()
     }
 
+    /// Whether `e`'s holders cannot be told from this answer: a MIG instance without its own
+    /// UUID ([`unmatched_mig`]), or a device no id names while some ids were not read.
+    fn holders_unknown(&self, e: &EntitySample) -> bool {
+        unmatched_mig(e) || self.unmapped.0 > 0 && self.of(e).is_empty()
+    }
+
     /// Sidecar mode: whether the pod `own`, whose answer this is, holds `e`: by the answer,
-    /// or, for a MIG instance it cannot match ([`unmatched_mig`]), by the pod labels the
-    /// source gave it.
+    /// or, where its holders cannot be told ([`Allocations::holders_unknown`]), by the pod
+    /// labels the source gave it.
     pub(crate) fn held_by_own(&self, e: &EntitySample, own: &PodRef) -> bool {
         self.holds(e)
-            || unmatched_mig(e)
+            || self.holders_unknown(e)
                 && e.id
                     .pod
                     .as_ref()

@@ -415,6 +415,74 @@ pub(super) mod tests {
             Some((DeviceRef::Index(1), Some("0".into())))
         );
         assert_eq!(parse_device_id("nvidia0"), None);
+        // HAMi's ids: the GPU's UUID and a share, a replica of a shared GPU; a UUID that is
+        // not well formed is taken whole.
+        assert_eq!(
+            parse_device_id("GPU-8a1b2c3d-0000-1111-2222-333344445555-3"),
+            Some((
+                u("GPU-8a1b2c3d-0000-1111-2222-333344445555"),
+                Some("3".into())
+            ))
+        );
+        assert_eq!(
+            parse_device_id("GPU-8a1b2c3d-0000-1111-2222-33334444555x-3"),
+            Some((u("GPU-8a1b2c3d-0000-1111-2222-33334444555x-3"), None))
+        );
+        // The index strategy's MIG id: none.
+        assert_eq!(parse_device_id("0:1"), None);
+    }
+
+    /// GPU ids the answer holds and truthscale cannot match (the index strategy's MIG id,
+    /// a DRA MIG device) are counted, and while there are any, a GPU no id names has holders
+    /// unknown (no allocation), never none; a GPU an id names is attributed as always. A
+    /// claim of a driver that is no GPU driver is not counted.
+    #[test]
+    fn unmatched_gpu_ids_leave_unnamed_gpus_unknown() {
+        let claim = |driver: &str, device: &str| ContainerResources {
+            name: "c".into(),
+            dynamic_resources: vec![DynamicResource {
+                claim_name: "claim".into(),
+                claim_namespace: "dra".into(),
+                claim_resources: vec![ClaimResource {
+                    driver_name: driver.into(),
+                    device_name: device.into(),
+                    ..Default::default()
+                }],
+            }],
+            ..Default::default()
+        };
+        let answer = |containers: Vec<ContainerResources>| ListPodResourcesResponse {
+            pod_resources: vec![PodResources {
+                name: "p".into(),
+                namespace: "ns".into(),
+                containers,
+            }],
+        };
+        let names = &NodeConfig::default().resource_names;
+        let r = answer(vec![
+            container("a", "nvidia.com/gpu", &["GPU-a", "0:1"]),
+            claim("gpu.nvidia.com", "gpu-0-mig-1g10gb-19-0"),
+            claim("net.example.com", "eth0"),
+        ]);
+        let a = Allocations::from_response(&r, names);
+        assert_eq!(a.unmapped(), (2, Some("0:1")));
+        let mut produced = Produced {
+            samples: vec![truthscale_core::model::Sample {
+                taken: truthscale_core::model::Timestamp(0),
+                entities: vec![entity(0, "GPU-a", None), entity(1, "GPU-b", None)],
+            }],
+            ..Produced::default()
+        };
+        a.attribute(&mut produced, &mut Procs::new("/nonexistent".into()));
+        let e = &produced.samples[0].entities;
+        assert_eq!(e[0].allocation.as_ref().map(Vec::len), Some(1));
+        assert_eq!(e[1].allocation, None);
+        // Every id read: a GPU no id names is held by none.
+        let r = answer(vec![container("a", "nvidia.com/gpu", &["GPU-a"])]);
+        let a = Allocations::from_response(&r, names);
+        assert_eq!(a.unmapped(), (0, None));
+        a.attribute(&mut produced, &mut Procs::new("/nonexistent".into()));
+        assert_eq!(produced.samples[0].entities[1].allocation, Some(Vec::new()));
     }
 
     /// A container holding `ids` of `resource` (the decoder's tests build answers with it).

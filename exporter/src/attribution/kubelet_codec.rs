@@ -13,7 +13,7 @@
 //! order `Allocations::from_response` adds them: the same answer gives the same
 //! allocations, caps included.
 
-use super::allocations::{Allocations, Builder, dra_device, parse_device_id};
+use super::allocations::{Allocations, Builder, dra_device, is_gpu_driver, parse_device_id};
 use crate::bounds::fits;
 use prost::bytes::Buf as _;
 use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
@@ -201,8 +201,13 @@ fn read_devices(d: &[u8], who: &Who<'_>, b: &mut Builder<'_>) -> Result<(), Deco
     each_field(d, &DEVICES, |tag, v| {
         if tag == 2 {
             let id = text(v)?;
-            if gpu && let Some((dev, replica)) = parse_device_id(id) {
-                b.add(dev, || who.holder(resource.to_string(), replica));
+            if gpu {
+                match parse_device_id(id) {
+                    Some((dev, replica)) => {
+                        b.add(dev, || who.holder(resource.to_string(), replica))
+                    }
+                    None => b.unmapped(id),
+                }
             }
         }
         Ok(())
@@ -224,8 +229,10 @@ fn read_claim(claim: &[u8], who: &Who<'_>, b: &mut Builder<'_>) -> Result<(), De
         }
         Ok(())
     })?;
-    if let Some(dev) = dra_device(device, cdi_names(claim)) {
-        b.add(dev, || who.holder(format!("dra:{driver}"), None));
+    match dra_device(device, cdi_names(claim)) {
+        Some(dev) => b.add(dev, || who.holder(format!("dra:{driver}"), None)),
+        None if is_gpu_driver(driver) => b.unmapped(device),
+        None => {}
     }
     Ok(())
 }

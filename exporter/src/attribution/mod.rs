@@ -45,6 +45,8 @@ pub(crate) struct NodeAttribution {
     own: BTreeMap<String, u64>,
     /// Whether MIG instances the kubelet's answer cannot name were logged.
     warned_mig: bool,
+    /// Whether unmatched device ids were logged.
+    warned_unmapped: bool,
 }
 
 impl NodeAttribution {
@@ -90,6 +92,7 @@ impl NodeAttribution {
             health: Health::default(),
             own: BTreeMap::new(),
             warned_mig: false,
+            warned_unmapped: false,
         }
     }
 }
@@ -106,6 +109,17 @@ impl Stage for NodeAttribution {
             errors,
         };
         if let Some(a) = allocations {
+            if let (n @ 1.., first) = a.unmapped()
+                && !std::mem::replace(&mut self.warned_unmapped, true)
+            {
+                tracing::warn!(
+                    source = KUBELET,
+                    ids = n,
+                    first = first.unwrap_or_default(),
+                    "The kubelet names GPU devices by ids truthscale cannot match to a GPU (a device plugin's index strategy with MIG, `0:1`; a DRA MIG device name): the GPUs no other id names are exported without allocation (no {}, no allocation info), never as held by nobody. Use the device plugin's uuid strategy (--device-id-strategy=uuid). Logged once.",
+                    truthscale_core::catalog::GPU_PODS.name
+                );
+            }
             let unknown = a.attribute(tick.produced, &mut self.procs);
             if unknown > 0 && !std::mem::replace(&mut self.warned_mig, true) {
                 tracing::warn!(
@@ -302,7 +316,7 @@ impl Stage for OwnPod {
                     tracing::warn!(
                         source = KUBELET,
                         instances = unknown,
-                        "MIG instances without their own UUID (dcgm-exporter labels an instance with its parent GPU's) cannot be matched to this pod's allocation, which names instances by their MIG UUID: they keep the pod labels the source gave, and count as this pod's where those name it. Read MIG GPUs through NVML (--source nvml) to attribute them. Logged once."
+                        "GPUs whose holders this pod's allocation cannot tell (MIG instances without their own UUID: dcgm-exporter labels an instance with its parent GPU's, and the kubelet names instances by their MIG UUID; or device ids truthscale cannot match, such as the index strategy's `0:1`) keep the pod labels the source gave, and count as this pod's where those name it. Read MIG GPUs through NVML (--source nvml), and use the device plugin's uuid strategy, to attribute them. Logged once."
                     );
                 }
                 tick.held = Some(
