@@ -158,6 +158,9 @@ impl<'de> Deserialize<'de> for SourceSection {
             " (no source.kind is set, so it is auto, which reads NVML: set the kind these keys \
              belong to, e.g. --source sim or kind = \"sim\")"
         };
+        if let Some(v) = table.get_mut("gpu_indices") {
+            *v = index_list(v).map_err(D::Error::custom)?;
+        }
         table
             .entry("kind")
             .or_insert_with(|| toml::Value::String(defaults.config.kind().into()));
@@ -439,6 +442,39 @@ fn toml_error(f: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
         },
         message,
     }
+}
+
+/// `source.gpu_indices` as a list of whole numbers, however a layer gave it: a TOML list, or
+/// from the environment a number (`1`), or text split at commas (`0, 1`, whose parts are
+/// text); an empty part is none.
+fn index_list(v: &toml::Value) -> Result<toml::Value, String> {
+    let bad = |what: &str| {
+        format!("source.gpu_indices: `{what}` is not a GPU index (a whole number from 0)")
+    };
+    let one = |v: &toml::Value| -> Result<Option<toml::Value>, String> {
+        match v {
+            toml::Value::Integer(_) => Ok(Some(v.clone())),
+            toml::Value::String(s) if s.trim().is_empty() => Ok(None),
+            toml::Value::String(s) => s
+                .trim()
+                .parse::<u32>()
+                .map(|i| Some(toml::Value::Integer(i.into())))
+                .map_err(|_| bad(s)),
+            other => Err(bad(&other.to_string())),
+        }
+    };
+    let items: Vec<toml::Value> = match v {
+        toml::Value::Array(a) => a.iter().map(one).collect::<Result<Vec<_>, _>>()?,
+        toml::Value::String(s) => s
+            .split(',')
+            .map(|p| one(&toml::Value::String(p.to_owned())))
+            .collect::<Result<Vec<_>, _>>()?,
+        other => vec![one(other)?],
+    }
+    .into_iter()
+    .flatten()
+    .collect();
+    Ok(toml::Value::Array(items))
 }
 
 /// The source kind chosen above the file (flags, then environment), if any.
@@ -1596,6 +1632,34 @@ mod tests {
             .unwrap();
         assert_eq!(s.identity.pod.as_deref(), Some("downward"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `TRUTHSCALE_SOURCE__GPU_INDICES`, as documented: a list at commas, spaces or not, one
+    /// index, or nothing (every GPU); never an error for a valid value.
+    #[test]
+    fn gpu_indices_from_the_environment() {
+        for (value, want) in [
+            ("0,1", vec![0, 1]),
+            ("0, 1", vec![0, 1]),
+            ("3", vec![3]),
+            ("", vec![]),
+        ] {
+            let e = env(&[
+                ("TRUTHSCALE_SOURCE__KIND", "dcgm-exporter"),
+                ("TRUTHSCALE_SOURCE__GPU_INDICES", value),
+            ]);
+            let c = Config::load(None, &e, &[]).unwrap_or_else(|e| panic!("{value:?}: {e}"));
+            match &c.source.config {
+                sources::SourceConfig::DcgmExporter(d) => assert_eq!(d.gpu_indices, want),
+                other => panic!("{other:?}"),
+            }
+        }
+        let e = env(&[
+            ("TRUTHSCALE_SOURCE__KIND", "dcgm-exporter"),
+            ("TRUTHSCALE_SOURCE__GPU_INDICES", "0,x"),
+        ]);
+        let err = Config::load(None, &e, &[]).unwrap_err().to_string();
+        assert!(err.contains("TRUTHSCALE_SOURCE__GPU_INDICES"), "{err}");
     }
 
     #[test]
