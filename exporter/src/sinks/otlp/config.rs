@@ -510,6 +510,17 @@ impl OtlpConfig {
         let sdk_disabled =
             getenv("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"));
         if !on || sdk_disabled {
+            // The keys of `[otlp]` are checked even so (not the variables, which other
+            // programs of the pod may share): a bad one is a bad configuration, used or not.
+            let unset = |_: &str| None;
+            self.headers(&unset)?;
+            self.compression(&unset)?;
+            self.tls(&unset, &[])?;
+            if on {
+                tracing::warn!(
+                    "OTEL_SDK_DISABLED=true: nothing is pushed over OTLP, although an endpoint is set (otlp.endpoint, --otlp-endpoint or OTEL_EXPORTER_OTLP_ENDPOINT); unset OTEL_SDK_DISABLED to push."
+                );
+            }
             return Ok(None);
         }
         Ok(Some(OtlpSettings {
@@ -998,6 +1009,43 @@ mod tests {
         }
         // The SDK does not trim it: a padded value would be taken as cumulative.
         assert!(on().validate(&env(&[(var, "delta ")])).is_err());
+    }
+
+    /// OTLP off: the keys of `[otlp]` are checked all the same, naming the key; the
+    /// variables are not (other programs may share them).
+    #[test]
+    fn keys_are_checked_while_off() {
+        let off = OtlpConfig::default();
+        assert_eq!(off.validate(&[]), Ok(None));
+        let mut c = off.clone();
+        c.compression = Some("brotli".into());
+        assert!(
+            c.validate(&[])
+                .unwrap_err()
+                .to_string()
+                .contains("otlp.compression")
+        );
+        let mut c = off.clone();
+        c.headers = Some("no-equals-sign".into());
+        assert!(
+            c.validate(&[])
+                .unwrap_err()
+                .to_string()
+                .contains("otlp.headers")
+        );
+        let mut c = off.clone();
+        c.certificate = Some("/nonexistent/ca.pem".into());
+        assert!(
+            c.validate(&[])
+                .unwrap_err()
+                .to_string()
+                .contains("otlp.certificate")
+        );
+        let shared = vec![(
+            "OTEL_EXPORTER_OTLP_COMPRESSION".to_owned(),
+            "brotli".to_owned(),
+        )];
+        assert_eq!(off.validate(&shared), Ok(None));
     }
 
     #[test]
