@@ -808,6 +808,12 @@ impl Scanned {
         self.word & 0xff == Scanned::ROW
     }
 
+    /// Whether the line is a row that does not read.
+    #[inline]
+    fn is_bad(&self) -> bool {
+        matches!(self.rare.as_deref(), Some(Rare::Bad(_)))
+    }
+
     fn line(self) -> Line {
         match (self.word & 0xff, self.rare) {
             (_, Some(rare)) => match *rare {
@@ -862,9 +868,13 @@ impl Scanner {
         }
         let start = values.len();
         let columns = self.columns.as_deref().unwrap_or_default();
-        let scanned = scan_with(line, values, columns);
+        let mut scanned = scan_with(line, values, columns);
         if values.len() - start < columns.len() && scanned.is_row() {
             scan_by_position(line, &self.names, columns, values, start);
+        } else if scanned.is_bad()
+            && let Some((kind, n)) = scan_text_columns(line, &self.names, columns, values, start)
+        {
+            scanned = Scanned::of(Line::Row(kind, n));
         }
         if let Some(Rare::Header(columns, _)) = scanned.rare.as_deref() {
             self.columns = Some(columns.clone());
@@ -1024,6 +1034,55 @@ fn scan_by_position(
     for (k, v) in raw.into_iter().enumerate() {
         push_value(values, columns, k, v);
     }
+}
+
+/// A row whose columns not read hold text (`dcgmi dmon -e` with a text field: the UUID, the
+/// driver version, the model name, whose words are several): read by position under the
+/// header's names, every word in the span of a column not read skipped, and each read
+/// column's one word a number or `N/A`. `None` where the words do not lie so.
+#[cold]
+#[inline(never)]
+fn scan_text_columns(
+    line: &str,
+    names: &[(usize, String)],
+    columns: &[Option<Target>],
+    values: &mut Vec<f64>,
+    start: usize,
+) -> Option<(Kind, u32)> {
+    if names.len() != columns.len() || !columns.iter().any(Option::is_none) {
+        return None;
+    }
+    let entity = entity(&mut line.split_whitespace()).ok()?;
+    let first = names.first()?.0;
+    let (mut labels, mut raw) = (0, vec![NA; columns.len()]);
+    let mut filled = vec![false; columns.len()];
+    for (at, word) in words_at(line) {
+        let Some(k) = column_at(names, at) else {
+            labels += 1;
+            if at + word.len() > first {
+                return None;
+            }
+            continue;
+        };
+        if columns.get(k)?.is_none() {
+            continue;
+        }
+        if at + word.len() > column_end(names, k) || std::mem::replace(&mut filled[k], true) {
+            return None;
+        }
+        raw[k] = match word {
+            "N/A" => NA,
+            w => number(w)?,
+        };
+    }
+    if labels != 2 {
+        return None;
+    }
+    values.truncate(start);
+    for (k, v) in raw.into_iter().enumerate() {
+        push_value(values, columns, k, v);
+    }
+    Some(entity)
 }
 
 /// Append value `k` of a row, converted when `columns` says it is a field's.
@@ -2071,6 +2130,51 @@ GPU 1     N/A    1      2      N/A
             let text = format!("#Entity GRACT POWER\nID\nGPU 0 0.1 1\n{row}\n");
             assert_eq!(parse(&text).unwrap_err().to_string(), want, "{row}");
         }
+    }
+
+    /// A text field among `-e`'s (the UUID, the model name of several words) is a column not
+    /// read: its words are skipped by position, and the numbers beside it read.
+    #[test]
+    fn text_columns_are_skipped_by_position() {
+        let row = |a: &str, b: &str, c: &str, d: &str| format!("{a:<10}{b:<45}{c:<9}{d}");
+        let text = [
+            row("#Entity", "UUID#", "POWER", "TENSO"),
+            row("ID", "", "W", ""),
+            row(
+                "GPU 0",
+                "GPU-6bf47ca9-ad3e-15db-beed-1079a7d74116",
+                "250.5",
+                "0.400",
+            ),
+            row("#Entity", "DVNAM", "POWER", "TENSO"),
+            row("ID", "", "W", ""),
+            row("GPU 0", "NVIDIA H100 80GB HBM3", "260.5", "N/A"),
+        ]
+        .join("\n");
+        let (samples, _) = parse(&text).unwrap();
+        let read: Vec<_> = samples
+            .iter()
+            .map(|s| (val(s, 0, Field::PowerWatts), val(s, 0, Field::TensorActive)))
+            .collect();
+        assert_eq!(
+            read,
+            vec![
+                (Reading::Value(250.5), Reading::Value(0.4)),
+                (Reading::Value(260.5), Reading::Blank)
+            ]
+        );
+        // A word that is no number in a column read is still a malformed row.
+        let bad = [
+            row("#Entity", "UUID#", "POWER", "TENSO"),
+            row(
+                "GPU 0",
+                "GPU-6bf47ca9-ad3e-15db-beed-1079a7d74116",
+                "hot",
+                "0.400",
+            ),
+        ]
+        .join("\n");
+        assert!(parse(&bad).unwrap_err().to_string().contains("bad value"));
     }
 
     /// What `dcgmi dmon` prints beside GPU rows: other entities' rows and its closing
