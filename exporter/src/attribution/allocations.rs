@@ -327,7 +327,13 @@ impl Allocations {
                 };
                 for p in &mut e.processes {
                     p.pod = match &e.id.pod {
-                        Some(pod) => Some(pod.clone()),
+                        Some(pod) => {
+                            // The pod is the holder's; its UID and container from `/proc`.
+                            if p.pod_uid.is_none() || p.container_id.is_none() {
+                                procs.seen(p);
+                            }
+                            Some(pod.clone())
+                        }
                         None => procs.pod_of(p, &holders),
                     };
                 }
@@ -464,11 +470,11 @@ impl Procs {
         self.seen.retain(|_, (_, at)| *at == tick);
     }
 
-    /// The holder a process on a shared GPU belongs to: its cgroup names a pod (UID), and
-    /// its container's hostname (`HOSTNAME`, which Kubernetes sets to the pod name) names
-    /// exactly one of the device's holders. `None` (counted under no pod) otherwise, and
-    /// for a new process past this tick's reads.
-    fn pod_of(&mut self, p: &mut ProcessReading, holders: &[Holder]) -> Option<PodRef> {
+    /// What `p`'s `/proc` files under the root say, read once while it lives (`None` for a
+    /// new process past this tick's reads); its pod UID and container id filled in where
+    /// the source left them out (a source that reads `/proc` without the host's PIDs, where
+    /// `node.proc_root` is the host's `/proc`).
+    fn seen(&mut self, p: &mut ProcessReading) -> Option<Seen> {
         let tick = self.tick;
         let seen = match self.seen.get_mut(&p.pid) {
             Some((seen, at)) => {
@@ -484,13 +490,21 @@ impl Procs {
                 seen
             }
         };
-        if let Some(uid) = seen.pod_uid {
-            p.pod_uid.get_or_insert(uid);
+        if let Some(uid) = &seen.pod_uid {
+            p.pod_uid.get_or_insert_with(|| uid.clone());
         }
-        if let Some(c) = seen.container_id {
-            p.container_id.get_or_insert(c);
+        if let Some(c) = &seen.container_id {
+            p.container_id.get_or_insert_with(|| c.clone());
         }
-        let hostname = seen.hostname?;
+        Some(seen)
+    }
+
+    /// The holder a process on a shared GPU belongs to: its cgroup names a pod (UID), and
+    /// its container's hostname (`HOSTNAME`, which Kubernetes sets to the pod name) names
+    /// exactly one of the device's holders. `None` (counted under no pod) otherwise, and
+    /// for a new process past this tick's reads.
+    fn pod_of(&mut self, p: &mut ProcessReading, holders: &[Holder]) -> Option<PodRef> {
+        let hostname = self.seen(p)?.hostname?;
         let mut found = holders
             .iter()
             .filter(|h| hostname_of(&h.pod.pod) == hostname);

@@ -917,6 +917,47 @@ pub(super) mod tests {
         std::fs::write(dir.join("environ"), environ).unwrap();
     }
 
+    /// `node.proc_root` (the host's `/proc` mounted, no host PIDs): a process on a GPU one
+    /// container holds takes the pod, and its pod UID and container id from the cgroup under
+    /// the root, as one on a shared GPU does.
+    #[test]
+    fn a_process_on_an_exclusive_gpu_gets_its_uid_and_container_from_the_root() {
+        let root = std::env::temp_dir().join(format!("ts-solo-{}", std::process::id()));
+        fake_process(&root, "7", b"HOSTNAME=solo\0");
+        let r = ListPodResourcesResponse {
+            pod_resources: vec![PodResources {
+                name: "solo".into(),
+                namespace: "ml".into(),
+                containers: vec![container("c", "nvidia.com/gpu", &["GPU-a"])],
+            }],
+        };
+        let a = Allocations::from_response(&r, &["nvidia.com/gpu*".into()]);
+        let mut e = entity(0, "GPU-a", None);
+        e.processes = vec![truthscale_core::model::ProcessReading {
+            pid: "7".into(),
+            ..Default::default()
+        }];
+        let mut produced = Produced {
+            samples: vec![truthscale_core::model::Sample {
+                taken: truthscale_core::model::Timestamp(0),
+                entities: vec![e],
+            }],
+            ..Produced::default()
+        };
+        a.attribute(&mut produced, &mut Procs::new(root.clone()));
+        let p = &produced.samples[0].entities[0].processes[0];
+        assert_eq!(p.pod.as_ref().map(|p| p.pod.as_str()), Some("solo"));
+        assert_eq!(
+            p.pod_uid.as_deref(),
+            Some("0a1b2c3d-e4f5-4789-abcd-ef0123456789")
+        );
+        assert_eq!(
+            p.container_id.as_deref(),
+            Some("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
     /// A process on a shared GPU whose hostname names a pod with two containers on the
     /// device is that pod's (its container not told); one whose hostname names pods of two
     /// namespaces is no one's.
