@@ -119,8 +119,7 @@ impl CycleCounters {
         }
         // Equal: the counters not yet updated, and the last move's ratios held.
         if elapsed != prev {
-            for i in 0..N {
-                let b = now[i];
+            for (i, &b) in now.iter().enumerate() {
                 if b.is_nan() {
                     // Blank in this move: no ratio, and its baseline stays.
                     self.held[i] = NONE;
