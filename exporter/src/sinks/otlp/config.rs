@@ -114,6 +114,60 @@ impl OtlpProtocol {
     }
 }
 
+/// The protocol and endpoint in force, resolved as the exporter resolves them at start
+/// (`otlp.*`, then the `OTEL_` variables), checked here so that `config check` refuses what
+/// `serve` would: a protocol variable that is neither `grpc` nor `http/protobuf`, and an
+/// endpoint that is no URL with a host (`http://`, a space in the host; a bare `host:port`
+/// is a URL to gRPC only), naming the key or variable that set it.
+fn resolved_transport(settings: &OtlpSettings) -> Result<(), Invalid> {
+    let proto = match settings.protocol {
+        Some(p) => p,
+        None => {
+            let mut proto = OtlpProtocol::HttpProtobuf;
+            for var in [
+                "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+                "OTEL_EXPORTER_OTLP_PROTOCOL",
+            ] {
+                if let Some(v) = settings.var(var) {
+                    proto = OtlpProtocol::parse(&v).ok_or_else(|| {
+                        Invalid::new(
+                            var,
+                            format!("{v:?} is not one of grpc, http/protobuf (http/json is not built in)"),
+                        )
+                    })?;
+                    break;
+                }
+            }
+            proto
+        }
+    };
+    let (endpoint, origin) = super::transport::endpoint(settings, proto);
+    let uri = endpoint.parse::<axum::http::Uri>().ok();
+    let has_host = uri
+        .as_ref()
+        .and_then(axum::http::Uri::host)
+        .is_some_and(|h| !h.is_empty());
+    let scheme_ok = uri
+        .as_ref()
+        .and_then(axum::http::Uri::scheme_str)
+        .map_or(proto == OtlpProtocol::Grpc, |s| s == "http" || s == "https");
+    if has_host && scheme_ok {
+        return Ok(());
+    }
+    let key = match origin {
+        "otlp.endpoint" => "otlp.endpoint",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT" => "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+        _ => "OTEL_EXPORTER_OTLP_ENDPOINT",
+    };
+    Err(Invalid::new(
+        key,
+        format!(
+            "{:?} is not an http:// or https:// URL with a host (e.g. http://collector:4318)",
+            super::transport::redact_userinfo(&endpoint)
+        ),
+    ))
+}
+
 /// OTLP aggregation temporality.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OtlpTemporality {
@@ -523,7 +577,7 @@ impl OtlpConfig {
             }
             return Ok(None);
         }
-        Ok(Some(OtlpSettings {
+        let settings = OtlpSettings {
             endpoint,
             protocol,
             timeout,
@@ -542,7 +596,9 @@ impl OtlpConfig {
                 })
                 .cloned()
                 .collect(),
-        }))
+        };
+        resolved_transport(&settings)?;
+        Ok(Some(settings))
     }
 
     /// `otlp.endpoint`, an http(s) URL, when set.
@@ -1009,6 +1065,45 @@ mod tests {
         }
         // The SDK does not trim it: a padded value would be taken as cumulative.
         assert!(on().validate(&env(&[(var, "delta ")])).is_err());
+    }
+
+    /// What `serve` would refuse at start is refused by the settings' check (so by `config
+    /// check` too), naming the key or variable: an unknown protocol variable, an endpoint
+    /// that is no URL with a host; a bare `host:port` is one to gRPC only.
+    #[test]
+    fn the_protocol_and_endpoint_in_force_are_checked() {
+        let vars = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let err =
+            |c: &OtlpConfig, env: &[(&str, &str)]| c.validate(&vars(env)).unwrap_err().to_string();
+        let e = err(&on(), &[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")]);
+        assert!(
+            e.contains("OTEL_EXPORTER_OTLP_PROTOCOL") && e.contains("http/json"),
+            "{e}"
+        );
+        let bare = [("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317")];
+        let e = err(&on(), &bare);
+        assert!(e.contains("OTEL_EXPORTER_OTLP_ENDPOINT"), "{e}");
+        let mut grpc = on();
+        grpc.protocol = Some("grpc".into());
+        assert!(grpc.validate(&vars(&bare)).unwrap().is_some());
+        for bad in ["http://", "http://col lector:4318"] {
+            let mut c = on();
+            c.endpoint = Some(bad.into());
+            let e = err(&c, &[]);
+            assert!(e.contains("otlp.endpoint"), "{bad}: {e}");
+        }
+        let mut c = on();
+        c.endpoint = Some("http://collector:4318".into());
+        assert!(c.validate(&[]).unwrap().is_some());
+        assert!(
+            on().validate(&[]).unwrap().is_some(),
+            "the SDK's default endpoint"
+        );
     }
 
     /// OTLP off: the keys of `[otlp]` are checked all the same, naming the key; the
