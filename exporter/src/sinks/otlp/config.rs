@@ -114,6 +114,37 @@ impl OtlpProtocol {
     }
 }
 
+/// The `OTEL_EXPORTER_OTLP_*` variables of `env` the OpenTelemetry specification does not
+/// name (the exporter's settings, bare or for one signal, and the metrics' own two).
+fn unknown_otlp_variables(env: &[(String, String)]) -> Vec<&str> {
+    const SETTINGS: [&str; 9] = [
+        "ENDPOINT",
+        "PROTOCOL",
+        "HEADERS",
+        "TIMEOUT",
+        "COMPRESSION",
+        "CERTIFICATE",
+        "CLIENT_KEY",
+        "CLIENT_CERTIFICATE",
+        "INSECURE",
+    ];
+    const METRICS_ONLY: [&str; 2] = ["TEMPORALITY_PREFERENCE", "DEFAULT_HISTOGRAM_AGGREGATION"];
+    env.iter()
+        .filter_map(|(k, _)| {
+            let rest = k.strip_prefix("OTEL_EXPORTER_OTLP_")?;
+            let setting = ["METRICS_", "TRACES_", "LOGS_"]
+                .iter()
+                .find_map(|s| rest.strip_prefix(s))
+                .unwrap_or(rest);
+            let known = SETTINGS.contains(&setting)
+                || rest
+                    .strip_prefix("METRICS_")
+                    .is_some_and(|m| METRICS_ONLY.contains(&m));
+            (!known).then_some(k.as_str())
+        })
+        .collect()
+}
+
 /// The protocol and endpoint in force, resolved as the exporter resolves them at start
 /// (`otlp.*`, then the `OTEL_` variables), checked here so that `config check` refuses what
 /// `serve` would: a protocol variable that is neither `grpc` nor `http/protobuf`, and an
@@ -556,6 +587,12 @@ impl OtlpConfig {
                 TEMPORALITY_VAR,
                 format!("{v:?} is not one of cumulative, delta, lowmemory"),
             ));
+        }
+        for name in unknown_otlp_variables(env) {
+            tracing::warn!(
+                variable = name,
+                "{name} is not an OTLP exporter variable of the OpenTelemetry specification (a misspelling of OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_METRICS_ENDPOINT?): it is not read."
+            );
         }
         let on = self.enabled
             || endpoint.is_some()
@@ -1065,6 +1102,29 @@ mod tests {
         }
         // The SDK does not trim it: a padded value would be taken as cumulative.
         assert!(on().validate(&env(&[(var, "delta ")])).is_err());
+    }
+
+    /// Misspelled exporter variables are found (and logged), the specification's are not.
+    #[test]
+    fn misspelled_otlp_variables_are_found() {
+        let env: Vec<(String, String)> = [
+            "OTEL_EXPORTER_OTLP_METRIC_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_ENDPIONT",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+            "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
+            "OTEL_SERVICE_NAME",
+        ]
+        .iter()
+        .map(|k| ((*k).to_owned(), "x".to_owned()))
+        .collect();
+        assert_eq!(
+            unknown_otlp_variables(&env),
+            vec![
+                "OTEL_EXPORTER_OTLP_METRIC_ENDPOINT",
+                "OTEL_EXPORTER_OTLP_ENDPIONT"
+            ]
+        );
     }
 
     /// What `serve` would refuse at start is refused by the settings' check (so by `config
