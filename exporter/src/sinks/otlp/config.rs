@@ -114,6 +114,31 @@ impl OtlpProtocol {
     }
 }
 
+/// `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` as the SDK reads it: the SDK falls
+/// back to cumulative on a value it does not know, and its warning is compiled out: refused,
+/// naming the variable. The raw value, untrimmed (`"delta "` is not delta to it).
+fn temporality_variable(env: &[(String, String)]) -> Result<(), Invalid> {
+    const TEMPORALITY_VAR: &str = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE";
+    let raw = env
+        .iter()
+        .find(|(n, _)| n == TEMPORALITY_VAR)
+        .map(|(_, v)| v.as_str())
+        .filter(|v| !v.is_empty());
+    match raw {
+        Some(v)
+            if !["cumulative", "delta", "lowmemory"]
+                .iter()
+                .any(|t| v.eq_ignore_ascii_case(t)) =>
+        {
+            Err(Invalid::new(
+                TEMPORALITY_VAR,
+                format!("{v:?} is not one of cumulative, delta, lowmemory"),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The `OTEL_EXPORTER_OTLP_*` variables of `env` the OpenTelemetry specification does not
 /// name (the exporter's settings, bare or for one signal, and the metrics' own two).
 fn unknown_otlp_variables(env: &[(String, String)]) -> Vec<&str> {
@@ -569,25 +594,7 @@ impl OtlpConfig {
             env_timeout,
         } = self.durations(&getenv)?;
         let temporality = self.temporality()?;
-        // The SDK falls back to cumulative on a value it does not know, and its warning
-        // is compiled out: refuse it, naming the variable.
-        const TEMPORALITY_VAR: &str = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE";
-        // As the SDK reads it: the raw value, untrimmed (`"delta "` is not delta to it).
-        let raw = env
-            .iter()
-            .find(|(n, _)| n == TEMPORALITY_VAR)
-            .map(|(_, v)| v.as_str())
-            .filter(|v| !v.is_empty());
-        if let Some(v) = raw
-            && !["cumulative", "delta", "lowmemory"]
-                .iter()
-                .any(|t| v.eq_ignore_ascii_case(t))
-        {
-            return Err(Invalid::new(
-                TEMPORALITY_VAR,
-                format!("{v:?} is not one of cumulative, delta, lowmemory"),
-            ));
-        }
+        temporality_variable(env)?;
         for name in unknown_otlp_variables(env) {
             tracing::warn!(
                 variable = name,
