@@ -477,6 +477,27 @@ fn index_list(v: &toml::Value) -> Result<toml::Value, String> {
     Ok(toml::Value::Array(items))
 }
 
+impl IdentityConfig {
+    /// The `TRUTHSCALE_IDENTITY__*` variables of `env` as written: the environment layer
+    /// reads a value that looks like a number as one (`0123` became `123`, `1e3` `1000`),
+    /// and these are names.
+    fn text_from(&mut self, env: &[(String, String)]) {
+        for (k, v) in env {
+            let Some(key) = k.strip_prefix("TRUTHSCALE_IDENTITY__") else {
+                continue;
+            };
+            let field = match key.to_ascii_lowercase().as_str() {
+                "pod" => &mut self.pod,
+                "namespace" => &mut self.namespace,
+                "container" => &mut self.container,
+                "node" => &mut self.node,
+                _ => continue,
+            };
+            *field = Some(v.clone());
+        }
+    }
+}
+
 /// The source kind chosen above the file (flags, then environment), if any.
 fn upper_kind(env: &[(String, String)], overrides: &[(&str, String)]) -> Option<String> {
     overrides
@@ -861,7 +882,7 @@ impl Config {
             origin: "configuration".into(),
             message: e.to_string(),
         })?;
-        let config = built
+        let mut config: Config = built
             .try_deserialize::<Config>()
             .map_err(|e| ConfigError::Load {
                 origin: if env_keys.is_empty() {
@@ -871,6 +892,7 @@ impl Config {
                 },
                 message: e.to_string(),
             })?;
+        config.identity.text_from(env);
         // The numbers of all the layers together, each problem named by where it was set.
         let problems = config.check_numbers(true);
         if problems.is_empty() {
@@ -1625,6 +1647,16 @@ mod tests {
         let s = Config::default().validate(&e).unwrap();
         assert_eq!(s.identity.pod.as_deref(), Some("downward"));
         // An empty key is unset: the Downward API variable applies, not an empty label.
+        // Names that look like numbers are names, as written.
+        let e = env(&[
+            ("TRUTHSCALE_IDENTITY__POD", "0123"),
+            ("TRUTHSCALE_IDENTITY__NAMESPACE", "1e3"),
+        ]);
+        let s = Config::load(None, &e, &[]).unwrap().validate(&e).unwrap();
+        assert_eq!(
+            (s.identity.pod.as_deref(), s.identity.namespace.as_deref()),
+            (Some("0123"), Some("1e3"))
+        );
         let empty = env(&[("TRUTHSCALE_IDENTITY__POD", " "), ("POD_NAME", "downward")]);
         let s = Config::load(None, &empty, &[])
             .unwrap()
