@@ -134,6 +134,10 @@ pub struct EntityWindow {
 
 /// How far back observed ceilings look (seconds).
 pub const CEILING_HORIZON_SECONDS: f64 = 3600.0;
+/// How long an energy counter may go unread before the windows after its last move count
+/// from the power gauge: longer than any source holds its counters between collections
+/// (dcgm-exporter collects every 30 s by default).
+pub(crate) const ENERGY_SPAN_MAX_SECONDS: f64 = 300.0;
 /// How long a level must be held to count as a ceiling (seconds).
 pub const CEILING_SUSTAIN_SECONDS: f64 = 60.0;
 
@@ -1311,6 +1315,16 @@ impl EntityState {
             // The first change: the reading before it has no known time, so its delta has
             // none to be paired with.
             (Some(_), Some((_, _, false))) | (Some(_), None) | (None, None) => EnergyRule::Gauge,
+            // The counter gone for longer than any source holds it between collections: the
+            // windows waiting for its next move count from the gauge, and a reading that
+            // comes back counts again from itself.
+            (None, Some((_, since, true)))
+                if taken.seconds_since(since) > ENERGY_SPAN_MAX_SECONDS =>
+            {
+                self.counted_energy = std::mem::take(&mut self.provisional_energy);
+                self.last_energy = None;
+                EnergyRule::Gauge
+            }
             (None, Some(_)) => self.provisional_or_gauge(),
         };
         if let (Some(now), true) = (energy, changed) {
@@ -1814,6 +1828,33 @@ pub(crate) mod tests {
         ));
         assert_eq!(out.diagnostics[0].kind, DiagnosticKind::CounterReset);
         assert_eq!(out.windows[0].metrics.power_watts.unwrap().value, 250.0);
+    }
+
+    /// An energy counter that stops being read: the windows after its last move wait for
+    /// its next one, and count from the power gauge once it has been gone for
+    /// [`ENERGY_SPAN_MAX_SECONDS`]; no window of a GPU whose gauge reads 300 W throughout is
+    /// left out of the energy, or counted twice.
+    #[test]
+    fn windows_after_a_counter_that_is_gone_count_from_the_gauge() {
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let mut out = Derivation::default();
+        for k in 1..=400 {
+            let mut r = vec![(Field::PowerWatts, 300.0)];
+            if k <= 2 {
+                r.push((Field::EnergyJoules, 1000.0 + 300.0 * (k - 1) as f64));
+            }
+            out = d.observe(&sample(1000 * k, &r));
+        }
+        let t = out.windows[0].totals;
+        assert_eq!(
+            (t.observed_seconds, t.energy_observed_seconds),
+            (400.0, 400.0)
+        );
+        assert!(
+            (t.energy_joules - 300.0 * 400.0).abs() < 1e-6,
+            "{}",
+            t.energy_joules
+        );
     }
 
     /// An energy counter's move that no board can draw (1e9 J in 1 s on an H100 SXM, whose
