@@ -882,16 +882,17 @@ impl Config {
             origin: "configuration".into(),
             message: e.to_string(),
         })?;
-        let mut config: Config = built
-            .try_deserialize::<Config>()
-            .map_err(|e| ConfigError::Load {
-                origin: if env_keys.is_empty() {
-                    "flags".into()
-                } else {
-                    format!("environment ({})", env_keys.join(", "))
-                },
-                message: e.to_string(),
-            })?;
+        let mut config: Config =
+            built
+                .try_deserialize::<Config>()
+                .map_err(|e| ConfigError::Load {
+                    origin: if env_keys.is_empty() {
+                        "flags".into()
+                    } else {
+                        format!("environment ({})", env_keys.join(", "))
+                    },
+                    message: e.to_string(),
+                })?;
         config.identity.text_from(env);
         // The numbers of all the layers together, each problem named by where it was set.
         let problems = config.check_numbers(true);

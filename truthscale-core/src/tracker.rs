@@ -138,6 +138,10 @@ pub const CEILING_HORIZON_SECONDS: f64 = 3600.0;
 /// from the power gauge: longer than any source holds its counters between collections
 /// (dcgm-exporter collects every 30 s by default).
 pub(crate) const ENERGY_SPAN_MAX_SECONDS: f64 = 300.0;
+/// How long a held NVLink transmit-wait counter's last rise holds its rate while the counter
+/// repeats: two of dcgm-exporter's default collections (30 s). A rise is over the time since
+/// the last, at most this.
+pub(crate) const TX_WAIT_HOLD_SECONDS: f64 = 60.0;
 /// How long a level must be held to count as a ceiling (seconds).
 pub const CEILING_SUSTAIN_SECONDS: f64 = 60.0;
 
@@ -473,8 +477,10 @@ struct EntityState {
     /// Since when the entity has done no work: the end of its last window with work, else
     /// the first sample seen of it.
     idle_from: Timestamp,
-    /// The NVLink transmit-wait counter's last reading and when it was taken.
+    /// The NVLink transmit-wait counter's last reading and when it was taken (for a source
+    /// that holds its counters, its last rise), and that rise's rate.
     last_tx_wait: Option<(f64, Timestamp)>,
+    tx_wait_held: Option<f64>,
 }
 
 /// Why an entity's window waits to be integrated.
@@ -507,6 +513,7 @@ impl EntityState {
         EntityState {
             idle_from: taken,
             last_tx_wait: None,
+            tx_wait_held: None,
             last_taken: taken,
             last_energy: None,
             provisional_energy: (0.0, 0.0),
@@ -1042,7 +1049,7 @@ impl Deriver {
         // The window is derived in place of the entity's previous one.
         let attributes_changed = state.take_readings(e, spec, diags);
         state.window.mark(e, mark);
-        state.tx_wait_rate(taken);
+        state.tx_wait_rate(taken, e.counters_held);
         let id_changed = first || attributes_changed;
         state.activity_from_counters =
             state
@@ -1475,19 +1482,46 @@ impl EntityState {
     }
 
     /// The NVLink transmit wait's rise per second since the counter's previous reading
-    /// ([`Field::NvlinkTxWaitPerSec`]); blank for a first reading, a counter that went back
+    /// ([`Field::NvlinkTxWaitPerSec`]); for a source that holds its counters (`held`), since
+    /// its last rise, a repeat holding that rise's rate ([`TX_WAIT_HOLD_SECONDS`]); blank for
+    /// a first reading, a counter that went back
     /// (reset) or a blank.
     #[inline]
-    fn tx_wait_rate(&mut self, taken: Timestamp) {
+    fn tx_wait_rate(&mut self, taken: Timestamp, held: bool) {
         let r = &mut self.window.readings;
         let Some(now) = r.value(Field::NvlinkTxWaitTotal) else {
             return;
         };
-        if let Some((prev, at)) = self.last_tx_wait {
-            let dt = taken.seconds_since(at);
-            if now >= prev && dt > 0.0 {
-                r.set_value(Field::NvlinkTxWaitPerSec, (now - prev) / dt);
+        let Some((prev, at)) = self.last_tx_wait else {
+            self.last_tx_wait = Some((now, taken));
+            return;
+        };
+        let dt = taken.seconds_since(at);
+        if held && now == prev {
+            // A source that holds its counters between collections (dcgm-exporter) repeats
+            // a reading not yet collected again: the last rise's rate holds for up to
+            // `TX_WAIT_HOLD_SECONDS` after it, then nothing was waited. Its baseline stays:
+            // the next rise is over the time since the last.
+            let rate = if dt <= TX_WAIT_HOLD_SECONDS {
+                self.tx_wait_held
+            } else {
+                Some(0.0)
+            };
+            if let Some(rate) = rate {
+                r.set_value(Field::NvlinkTxWaitPerSec, rate);
             }
+            return;
+        }
+        self.tx_wait_held = None;
+        if now >= prev && dt > 0.0 {
+            let rate = (now - prev)
+                / if held {
+                    dt.min(TX_WAIT_HOLD_SECONDS)
+                } else {
+                    dt
+                };
+            r.set_value(Field::NvlinkTxWaitPerSec, rate);
+            self.tx_wait_held = Some(rate);
         }
         self.last_tx_wait = Some((now, taken));
     }

@@ -459,3 +459,42 @@ fn the_transmit_wait_rate_is_the_counters_rise_over_its_own_time() {
     assert_eq!(rate(4500, Some(10.0)), None);
     assert_eq!(rate(5500, Some(110.0)), Some(100.0));
 }
+
+/// dcgm-exporter holds the counter between its collections (every 30 s) while it is
+/// scraped every 10 s: a rise of 3e8 ticks every 30 s is 1e7 a second in every window, its
+/// repeats included (they read 0 before, two windows in three); once it stops rising, the
+/// last rate holds for 60 s after the last rise, then nothing is waited.
+#[test]
+fn a_held_transmit_wait_counter_repeats_its_last_rise() {
+    use crate::derive::DeriveConfig;
+    use crate::model::{EntityId, EntitySample, Sample, Timestamp};
+    use crate::tracker::Deriver;
+    let mut d = Deriver::new(DeriveConfig::default(), Some(10.0));
+    let mut rate = |s: i64, total: f64| {
+        let mut e = EntitySample {
+            id: EntityId {
+                gpu: Some(0),
+                uuid: Some("GPU-0".into()),
+                ..EntityId::default()
+            },
+            counters_held: true,
+            ..EntitySample::default()
+        };
+        e.readings.set_value(Field::NvlinkTxWaitTotal, total);
+        let sample = Sample {
+            taken: Timestamp(s * 1000),
+            entities: vec![e],
+        };
+        d.observe(&sample).windows[0]
+            .readings
+            .value(Field::NvlinkTxWaitPerSec)
+    };
+    let rises = |s: i64| 1.0e9 + 3.0e8 * (s.min(60) / 30) as f64;
+    let got: Vec<_> = (0..=13).map(|k| rate(10 * k, rises(10 * k))).collect();
+    // No rate before the first rise; the rises at 30 and 60 s and the repeats up to 120 s,
+    // 60 s after the last rise: 1e7; at 130 s: 0.
+    let mut want = vec![None, None, None];
+    want.extend([Some(1.0e7); 10]);
+    want.push(Some(0.0));
+    assert_eq!(got, want);
+}
