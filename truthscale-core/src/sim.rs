@@ -193,8 +193,10 @@ impl SimGpu {
         self.scenario
     }
 
+    /// The clock under load: 8 % above the reference clock, never above the model's maximum
+    /// (the A100's reference clock is its maximum: 1410 MHz, not 1523).
     fn boost_mhz(&self) -> f64 {
-        self.spec.f_ref_mhz * 1.08
+        (self.spec.f_ref_mhz * 1.08).min(self.spec.max_sm_clock_mhz)
     }
 
     fn arrivals(&mut self, dt: f64) {
@@ -232,7 +234,10 @@ impl SimGpu {
             if !self.waiting.is_empty() {
                 let tokens: f64 = self.waiting.iter().map(|r| r.prompt).sum();
                 let flops = 2.0 * self.params * tokens;
-                let secs = flops / (TAU_PREFILL * kappa * self.peak_flops);
+                // The prefill runs at the load clock from its second tick on, whatever the
+                // clock of the tick it starts in.
+                let load = self.boost_mhz() / self.spec.f_ref_mhz;
+                let secs = flops / (TAU_PREFILL * load * self.peak_flops);
                 self.work = Work::Prefill { left: secs };
             } else if !self.running.is_empty() {
                 self.work = Work::Decode {
@@ -426,8 +431,12 @@ impl SimGpu {
         let spec = self.spec;
         for _ in 0..ticks {
             // Clock: boost under load, lower when the power cap bites, low when idle.
+            // A serving GPU with requests queued or running starts a step this tick: at
+            // the load clock, not the idle one.
             let busy_before = !matches!(self.work, Work::Idle | Work::Loading { .. })
-                || matches!(self.scenario, Scenario::DecodeOnly | Scenario::TinyKernel);
+                || matches!(self.scenario, Scenario::DecodeOnly | Scenario::TinyKernel)
+                || (self.scenario == Scenario::LlmServing
+                    && !(self.waiting.is_empty() && self.running.is_empty()));
             let boost = self.boost_mhz();
             let mut f = if busy_before {
                 boost
@@ -673,6 +682,47 @@ mod tests {
         (0..(secs / dt) as usize)
             .map(|_| sim.step(dt).entities.remove(0))
             .collect()
+    }
+
+    /// No simulated GPU runs above its model's maximum clock (the datasheet's, not 1.08 ×
+    /// the reference clock: an A100's reference clock is its maximum), whatever the model.
+    #[test]
+    fn the_clock_never_passes_the_models_maximum() {
+        for spec in crate::gpus::CATALOG {
+            let mut sim = Simulator::new(1, spec, "n", 7, Timestamp(0), |_| Scenario::Training);
+            for _ in 0..60 {
+                let e = sim.step(1.0).entities.remove(0);
+                let clock = e.readings.value(Field::SmClockMhz).unwrap();
+                // The reading's noise is 5 MHz (σ).
+                assert!(
+                    clock <= spec.max_sm_clock_mhz + 25.0,
+                    "{}: {clock}",
+                    spec.name
+                );
+            }
+        }
+    }
+
+    /// A serving GPU runs its steps at the load clock: every 1 s window busy 95 % or more
+    /// reads a clock within 3 % of it (a step's first tick ran at the idle clock, 0.3 × the
+    /// reference, and decode read κ ≈ 0.69 while busy).
+    #[test]
+    fn a_busy_serving_gpu_runs_at_the_load_clock() {
+        let spec = by_key("h100-sxm").unwrap();
+        let load = 1.08 * spec.f_ref_mhz;
+        let busy: Vec<f64> = run(Scenario::LlmServing, 300.0, 1.0)
+            .iter()
+            .filter(|e| {
+                e.readings
+                    .value(Field::ReportedUtil)
+                    .is_some_and(|u| u >= 0.95)
+            })
+            .filter_map(|e| e.readings.value(Field::SmClockMhz))
+            .collect();
+        assert!(busy.len() > 100, "{}", busy.len());
+        for clock in busy {
+            assert!((clock - load).abs() < 0.03 * load, "{clock} against {load}");
+        }
     }
 
     #[test]

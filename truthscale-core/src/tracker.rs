@@ -483,6 +483,23 @@ struct EntityState {
     tx_wait_held: Option<f64>,
 }
 
+/// An energy counter's move from `moved.0` to `moved.1` J over `span` s, more than `bound` W
+/// can draw: out of range.
+#[cold]
+#[inline(never)]
+fn impossible_energy(e: &EntitySample, moved: (f64, f64), span: f64, bound: f64) -> Diagnostic {
+    let (prev, now) = moved;
+    Diagnostic {
+        kind: DiagnosticKind::OutOfRange,
+        entity: Some(e.id.clone()),
+        field: Some(Field::EnergyJoules),
+        detail: format!(
+            "{prev} J then {now} J over {span} s is {} W, over the bound of {bound} W",
+            (now - prev) / span
+        ),
+    }
+}
+
 /// Why an entity's window waits to be integrated.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Pending {
@@ -1294,15 +1311,7 @@ impl EntityState {
             {
                 let span = taken.seconds_since(since);
                 let bound = derive::power_bound(&self.window.readings, spec);
-                diags.push(Diagnostic {
-                    kind: DiagnosticKind::OutOfRange,
-                    entity: Some(e.id.clone()),
-                    field: Some(Field::EnergyJoules),
-                    detail: format!(
-                        "{prev} J then {now} J over {span} s is {} W, over the bound of {bound} W",
-                        (now - prev) / span
-                    ),
-                });
+                diags.push(impossible_energy(e, (prev, now), span, bound));
                 self.counted_energy = std::mem::take(&mut self.provisional_energy);
                 EnergyRule::Gauge
             }

@@ -358,7 +358,10 @@ impl Pipeline {
         self.served.remember_attribution(source_keys, &produced);
         self.count_overrun(started.elapsed(), read, &took, &mut produced);
         self.count_errors(&produced);
-        self.served.derive(&produced, started, self.attributes);
+        // The data is as fresh as its read's end: a read slower than the stale period
+        // published its own data as stale, every GPU down.
+        self.served
+            .derive(&produced, started + read, self.attributes);
         let source = self.label.value();
         let source_up = self.served.up();
         let status = self.status(now, started, source_up);
@@ -540,6 +543,67 @@ mod tests {
         let mut p = pipeline(0, 0);
         let snap = p.tick(SystemTime::now());
         assert_eq!(overruns(&snap, "null") + overruns(&snap, "kubelet"), 0);
+    }
+
+    /// A source whose every read answers one GPU's reading after `delay`.
+    #[derive(Debug)]
+    struct SlowData {
+        delay: Duration,
+    }
+
+    impl Source for SlowData {
+        fn name(&self) -> &'static str {
+            "null"
+        }
+        fn update_interval(&self) -> Option<Duration> {
+            None
+        }
+        fn sample(&mut self, now: SystemTime) -> Produced {
+            sleep(self.delay);
+            let mut e = truthscale_core::model::EntitySample::default();
+            e.id.gpu = Some(0);
+            e.readings
+                .set_value(truthscale_core::model::Field::ReportedUtil, 0.5);
+            let taken = now
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(0));
+            Produced {
+                samples: vec![truthscale_core::model::Sample {
+                    taken: truthscale_core::model::Timestamp(taken),
+                    entities: vec![e],
+                }],
+                ..Produced::default()
+            }
+        }
+    }
+
+    /// A read slower than the stale period publishes its own data fresh: the GPU it read is
+    /// up, and the source too (they were published down, every GPU, on every such tick).
+    #[test]
+    fn a_slow_reads_own_data_is_fresh() {
+        let config = Config {
+            interval: Duration::from_millis(40),
+            stale_after: Duration::from_millis(30),
+            derive: DeriveConfig::default(),
+            verdict: VerdictConfig::default(),
+            identity: Identity::default(),
+            max_series: 100,
+        };
+        let source = Box::new(SlowData {
+            delay: Duration::from_millis(120),
+        });
+        let mut p = Pipeline::new(
+            &config,
+            (SourceLabel::new("null"), source),
+            Vec::new(),
+            SinkErrors::default(),
+        );
+        let snap = p.tick(SystemTime::now());
+        assert!(snap.source_up);
+        assert_eq!(
+            snap.gpus.iter().map(|g| g.up).collect::<Vec<_>>(),
+            vec![true]
+        );
     }
 
     /// A source that answers once, then hangs for `hang`.
