@@ -341,6 +341,9 @@ struct Tally {
     merging: Duration,
     /// DCGM readings refused for an ambiguous unit, by family (warned with the rest).
     ambiguous: BTreeMap<String, u64>,
+    /// The units decided so far (percent or 0..1), carried from chunk to chunk: decided
+    /// once for the read, so that where chunks start never changes a value.
+    units: truthscale_core::parse::names::Units,
     /// Values of GPU series that are not finite, left blank.
     non_finite: u64,
     /// DCGM readings that were one of its blank sentinels, left blank.
@@ -367,7 +370,7 @@ fn hand_over(
 ) -> Duration {
     let mut spent = Duration::ZERO;
     let steps = &mut tally.steps;
-    let refused = chunk.feed(|sample| {
+    let refused = chunk.feed(&mut tally.units, |sample| {
         let c = std::time::Instant::now();
         on_sample(sample, SampleKind::Step);
         spent += c.elapsed();
@@ -375,7 +378,7 @@ fn hand_over(
     });
     // A band's samples are the same readings' peaks: counted once, from the steps.
     for (j, b) in banded.into_iter().enumerate() {
-        b.feed(|sample| {
+        b.feed(&mut tally.units, |sample| {
             let c = std::time::Instant::now();
             on_sample(sample, SampleKind::Peak(j));
             spent += c.elapsed();

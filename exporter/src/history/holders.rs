@@ -366,7 +366,9 @@ mod tests {
             ]),
         );
         let mut got: Vec<Sample> = Vec::new();
-        c.feed(|s| got.push(s.clone()));
+        c.feed(&mut truthscale_core::parse::names::Units::default(), |s| {
+            got.push(s.clone())
+        });
         let read = |s: &Sample, gpu: u32| {
             s.entities
                 .iter()

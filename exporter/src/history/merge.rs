@@ -9,6 +9,7 @@ use truthscale_core::model::{
     EntityId, EntityKey, EntitySample, Field, MigId, PodRef, Sample, Timestamp,
 };
 use truthscale_core::parse::dcgm_text::Scrape;
+use truthscale_core::parse::names::Units;
 
 /// What one result series is, fixed once per chunk.
 #[derive(Debug)]
@@ -197,7 +198,10 @@ impl Chunk {
     /// one sample is built at a time, in place of the previous one. Returns what was not
     /// read: the values that are not finite (left blank) and the DCGM readings refused for
     /// an ambiguous unit (percent or 0..1), by family.
-    pub(super) fn feed(self, mut f: impl FnMut(&Sample)) -> Refused {
+    ///
+    /// `units` are the units decided by the chunks before (the percent-or-ratio families
+    /// decided once for the whole read, whatever its chunks), and hold this chunk's after.
+    pub(super) fn feed(self, units: &mut Units, mut f: impl FnMut(&Sample)) -> Refused {
         let Chunk {
             bounds,
             step,
@@ -208,6 +212,7 @@ impl Chunk {
             ..
         } = self;
         let mut builder = Builder::new(entities.len());
+        builder.scrape.set_units(std::mem::take(units));
         let mut non_finite = 0;
         for_each_time(&mut points, &starts, bounds, step, |group| {
             non_finite += group
@@ -225,6 +230,7 @@ impl Chunk {
                 f(sample);
             }
         });
+        *units = builder.scrape.take_units();
         let unread = builder.scrape.take_unread();
         Refused {
             non_finite,

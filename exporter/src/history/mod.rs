@@ -516,7 +516,10 @@ pub fn decode_range_answer(
     };
     let mut chunk = Chunk::default();
     chunk.add(family, metric, &matrix);
-    chunk.feed(on_sample);
+    chunk.feed(
+        &mut truthscale_core::parse::names::Units::default(),
+        on_sample,
+    );
     Ok(())
 }
 

@@ -582,6 +582,17 @@ impl Scrape {
         std::mem::take(&mut self.unread)
     }
 
+    /// Read on with `units` decided (a previous part of the same source's answers).
+    pub fn set_units(&mut self, units: Units) {
+        self.units = units;
+    }
+
+    /// The units decided so far, for the next part of the same source's answers; this
+    /// scrape's are then undecided.
+    pub fn take_units(&mut self) -> Units {
+        std::mem::take(&mut self.units)
+    }
+
     /// [`target_of`] `name`, remembered.
     #[inline]
     fn target(&mut self, name: &str) -> Option<Target> {

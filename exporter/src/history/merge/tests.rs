@@ -100,7 +100,7 @@ fn merge_per_timestamp_with_gaps_and_churn() {
         &matrix(&[(g0, &[(15.0, "300")])]),
     );
     let mut s: Vec<Sample> = Vec::new();
-    c.feed(|x| s.push(x.clone()));
+    c.feed(&mut Units::default(), |x| s.push(x.clone()));
     let times: Vec<i64> = s.iter().map(|s| s.taken.0).collect();
     assert_eq!(times, [15_000, 30_000, 45_000, 60_000]);
     assert_eq!(s[0].entities.len(), 2);
@@ -159,7 +159,7 @@ fn own_entities_that_come_and_go_carry_nothing_over() {
         &matrix(&[(a, &[(4.0, "0.7")]), (b, &[(6.0, "0.3")])]),
     );
     let mut got: Vec<Vec<(String, Reading, Reading)>> = Vec::new();
-    c.feed(|s| {
+    c.feed(&mut Units::default(), |s| {
         got.push(
             s.entities
                 .iter()
@@ -200,7 +200,9 @@ fn values_that_are_not_finite_are_blank_and_counted() {
         &matrix(&[(a, &[(1.0, "NaN"), (2.0, "+Inf"), (3.0, "0.5")])]),
     );
     let mut got = Vec::new();
-    let refused = c.feed(|s| got.push(s.entities[0].readings.get(Field::TensorActive)));
+    let refused = c.feed(&mut Units::default(), |s| {
+        got.push(s.entities[0].readings.get(Field::TensorActive))
+    });
     assert_eq!(got, [Reading::Blank, Reading::Blank, Reading::Value(0.5)]);
     assert_eq!(refused.non_finite, 2);
     let g: Labels<'_> = &[("gpu", "0"), ("UUID", "GPU-a")];
@@ -210,7 +212,7 @@ fn values_that_are_not_finite_are_blank_and_counted() {
         "DCGM_FI_DEV_GPU_UTIL",
         &matrix(&[(g, &[(1.0, "-Inf"), (2.0, "40")])]),
     );
-    assert_eq!(c.feed(|_| {}).non_finite, 1);
+    assert_eq!(c.feed(&mut Units::default(), |_| {}).non_finite, 1);
     // A DCGM blank sentinel stored in the history (power's FP64 blank) is counted apart.
     let mut c = Chunk::default();
     c.add(
@@ -219,7 +221,9 @@ fn values_that_are_not_finite_are_blank_and_counted() {
         &matrix(&[(g, &[(1.0, "140737488355328"), (2.0, "300")])]),
     );
     let mut got = Vec::new();
-    let refused = c.feed(|s| got.push(s.entities[0].readings.get(Field::PowerWatts)));
+    let refused = c.feed(&mut Units::default(), |s| {
+        got.push(s.entities[0].readings.get(Field::PowerWatts))
+    });
     assert_eq!(got, [Reading::Blank, Reading::Value(300.0)]);
     assert_eq!((refused.sentinels, refused.non_finite), (1, 0));
 }
@@ -235,11 +239,48 @@ fn readings_of_an_ambiguous_unit_are_counted() {
         "DCGM_FI_DEV_GPU_UTIL_RATIO",
         &matrix(&[(g, &[(1.0, "0"), (2.0, "1"), (3.0, "0")])]),
     );
-    let refused = c.feed(|_| {});
+    let refused = c.feed(&mut Units::default(), |_| {});
     assert_eq!(
         refused.ambiguous,
         BTreeMap::from([("dcgm_fi_dev_gpu_util_ratio".to_owned(), 3)])
     );
+}
+
+/// The unit of a percent-or-ratio family, once decided (40: percent), holds in the chunks
+/// after: where chunks start never changes a value (a chunk starting at a run of 0 read
+/// them as ambiguous and refused them, another read them as 0 %).
+#[test]
+fn a_unit_decided_holds_across_chunks() {
+    let g: Labels<'_> = &[("gpu", "0"), ("UUID", "GPU-a")];
+    let points: Vec<(f64, &str)> = vec![(1.0, "40"), (2.0, "0"), (3.0, "0"), (4.0, "40")];
+    let read = |cuts: &[usize]| {
+        let mut units = Units::default();
+        let (mut got, mut refused) = (Vec::new(), 0);
+        let mut from = 0;
+        for &to in cuts.iter().chain([&points.len()]) {
+            let mut c = Chunk::default();
+            c.add(
+                Family::DcgmExporter,
+                "DCGM_FI_DEV_GPU_UTIL_RATIO",
+                &matrix(&[(g, &points[from..to])]),
+            );
+            let r = c.feed(&mut units, |s| {
+                got.push(s.entities[0].readings.get(Field::ReportedUtil));
+            });
+            refused += r.ambiguous.values().sum::<u64>();
+            from = to;
+        }
+        (got, refused)
+    };
+    let whole = read(&[]);
+    assert_eq!(
+        whole.0,
+        [0.4, 0.0, 0.0, 0.4].map(Reading::Value).to_vec(),
+        "percent"
+    );
+    assert_eq!(whole.1, 0);
+    assert_eq!(read(&[1]), whole);
+    assert_eq!(read(&[1, 2, 3]), whole);
 }
 
 #[test]
@@ -320,7 +361,7 @@ fn points_outside_the_chunk_are_dropped() {
         &matrix(&[(g0, &[(0.0, "1"), (15.0, "2"), (30.0, "3"), (45.0, "4")])]),
     );
     let mut times = Vec::new();
-    c.feed(|s| times.push(s.taken.0));
+    c.feed(&mut Units::default(), |s| times.push(s.taken.0));
     assert_eq!(times, [15_000, 30_000]);
 }
 
@@ -349,7 +390,7 @@ fn own_metrics_map_back() {
         &matrix(&[(l, &[(1.0, "0.5")])]),
     );
     let mut s: Vec<Sample> = Vec::new();
-    c.feed(|x| s.push(x.clone()));
+    c.feed(&mut Units::default(), |x| s.push(x.clone()));
     assert_eq!(s.len(), 1);
     let e = &s[0].entities[0];
     assert!(e.simulated);
