@@ -96,6 +96,11 @@ fn learn(client: &Client, matchers: &str) -> Result<Evaluation, String> {
             "the server has external labels, which remote-read adds to every series".into(),
         );
     }
+    if reads_remote_stores(&config.yaml) {
+        return Err(
+            "the server reads remote_read stores, whose partial answers remote-read cannot report (the server keeps their warnings in its own log; a range query returns them)".into(),
+        );
+    }
     let matchers =
         super::selector::matchers(matchers).ok_or("--selector is not a list of label matchers")?;
     Ok(Evaluation {
@@ -111,6 +116,16 @@ fn learn(client: &Client, matchers: &str) -> Result<Evaluation, String> {
 fn has_external_labels(yaml: &str) -> bool {
     yaml.lines()
         .any(|l| l.trim_start().starts_with("external_labels:"))
+}
+
+/// Whether a Prometheus configuration reads remote stores (a top-level `remote_read` with
+/// an entry): their failures reach a range query's answer as warnings, never a streamed
+/// remote-read's.
+fn reads_remote_stores(yaml: &str) -> bool {
+    yaml.lines().any(|l| {
+        l.strip_prefix("remote_read:")
+            .is_some_and(|rest| !matches!(rest.trim(), "[]" | "null" | "~"))
+    })
 }
 
 /// The lookback Prometheus' engine evaluates with, from its flag (milliseconds): a flag of 0

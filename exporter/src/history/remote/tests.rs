@@ -191,6 +191,20 @@ fn each_chunk_of_a_span_reads_as_its_own_steps_would() {
     }
 }
 
+/// A server that reads remote stores is one remote-read is not used on: the top-level key
+/// with an entry, not an empty list nor `remote_write`.
+#[test]
+fn remote_stores_are_the_top_level_key() {
+    let reads = "global:\n  scrape_interval: 15s\nremote_read:\n- url: http://x/read\n";
+    assert!(reads_remote_stores(reads));
+    assert!(!reads_remote_stores(
+        "global:\n  scrape_interval: 15s\nremote_read: []\n"
+    ));
+    assert!(!reads_remote_stores(
+        "global:\n  scrape_interval: 15s\nremote_write:\n- url: http://x/write\n"
+    ));
+}
+
 /// External labels are the global section's; a remote_read entry's `filter_external_labels`
 /// (which Prometheus writes into every one) is not one.
 #[test]
