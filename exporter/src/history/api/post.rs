@@ -54,6 +54,13 @@ impl Client {
         decoded.map_err(|e| match (status, asked) {
             (429 | 500.., Some(w)) => Attempt::Wait(e, w),
             (429 | 500.., None) => Attempt::Retry(e, false),
+            // The server's error after frames it had sent: passing, as a 5xx is.
+            _ if e
+                .downcast_ref::<crate::history::remote::StreamEnded>()
+                .is_some() =>
+            {
+                Attempt::Retry(e, false)
+            }
             _ => Attempt::Fail(GetError::Other(e)),
         })
     }

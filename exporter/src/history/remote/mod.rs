@@ -546,6 +546,7 @@ fn evaluate(
     }
 }
 
+pub(crate) use wire::StreamEnded;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use wire::frame;
 

@@ -205,12 +205,14 @@ pub(super) fn frames(
         let len = usize::try_from(len).unwrap_or(usize::MAX);
         let rest = &body[n..];
         if rest.len() < 4 || rest.len() - 4 < len {
+            ended_with_text(body)?;
             bail!("frame at byte {at}: cut short ({len} bytes announced)");
         }
         let (crc, rest) = rest.split_at(4);
         let (message, rest) = rest.split_at(len);
         let want = u32::from_be_bytes([crc[0], crc[1], crc[2], crc[3]]);
         if crc32c(message) != want {
+            ended_with_text(body)?;
             bail!("frame at byte {at}: its CRC-32C does not match");
         }
         let frame = ChunkedReadResponse::decode(message)
@@ -219,6 +221,31 @@ pub(super) fn frames(
         body = rest;
     }
     Ok(())
+}
+
+/// The server's own error, written after frames it had sent (Prometheus' `http.Error` once
+/// the answer's 200 is out: a query timeout, a cancelled read): a passing failure, retried.
+#[derive(Debug)]
+pub(crate) struct StreamEnded(pub(crate) String);
+
+impl std::fmt::Display for StreamEnded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the server ended the stream with an error: {}", self.0)
+    }
+}
+
+impl std::error::Error for StreamEnded {}
+
+/// Where a frame does not read, the rest of the body when it is a line of text (printable
+/// UTF-8, a few KiB at most): the server's error, not a frame.
+fn ended_with_text(rest: &[u8]) -> Result<(), StreamEnded> {
+    let text = std::str::from_utf8(rest).ok().filter(|t| {
+        t.len() <= 4096 && t.chars().all(|c| !c.is_control() || c == '\n' || c == '\t')
+    });
+    match text.map(str::trim).filter(|t| !t.is_empty()) {
+        Some(t) => Err(StreamEnded(t.to_owned())),
+        None => Ok(()),
+    }
 }
 
 /// `message` as one frame of a streamed answer: its length, its CRC-32C and itself. For
@@ -453,6 +480,23 @@ mod tests {
         // 300 = 0b10_0101100: varint 0xAC 0x02; tag 61<<2, then 299 little-endian.
         assert_eq!(out[..5], [0xAC, 0x02, 61 << 2, 0x2B, 0x01]);
         assert_eq!(out.len(), 5 + 300);
+    }
+
+    #[test]
+    fn the_servers_error_after_frames_is_said_as_its_own() {
+        // An empty frame, then Prometheus' error text appended to the 200 body.
+        let mut body = vec![0, 0, 0, 0, 0];
+        body.extend_from_slice(b"expanding series: context deadline exceeded\n");
+        let e = frames(&body, |_| Ok(())).unwrap_err();
+        assert!(e.downcast_ref::<StreamEnded>().is_some());
+        assert_eq!(
+            e.to_string(),
+            "the server ended the stream with an error: expanding series: context deadline exceeded"
+        );
+        // Bytes that are no text stay a frame that does not read.
+        let e = frames(&[5, 0, 0, 0, 0, 1], |_| Ok(())).unwrap_err();
+        assert!(e.downcast_ref::<StreamEnded>().is_none());
+        assert!(e.to_string().contains("cut short"), "{e}");
     }
 
     #[test]
