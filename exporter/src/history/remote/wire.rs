@@ -205,14 +205,18 @@ pub(super) fn frames(
         let len = usize::try_from(len).unwrap_or(usize::MAX);
         let rest = &body[n..];
         if rest.len() < 4 || rest.len() - 4 < len {
-            ended_with_text(body)?;
+            if at > 0 {
+                ended_with_text(body)?;
+            }
             bail!("frame at byte {at}: cut short ({len} bytes announced)");
         }
         let (crc, rest) = rest.split_at(4);
         let (message, rest) = rest.split_at(len);
         let want = u32::from_be_bytes([crc[0], crc[1], crc[2], crc[3]]);
         if crc32c(message) != want {
-            ended_with_text(body)?;
+            if at > 0 {
+                ended_with_text(body)?;
+            }
             bail!("frame at byte {at}: its CRC-32C does not match");
         }
         let frame = ChunkedReadResponse::decode(message)
@@ -236,8 +240,9 @@ impl std::fmt::Display for StreamEnded {
 
 impl std::error::Error for StreamEnded {}
 
-/// Where a frame does not read, the rest of the body when it is a line of text (printable
-/// UTF-8, a few KiB at most): the server's error, not a frame.
+/// Where a frame after the first does not read, the rest of the body when it is a line of
+/// text (printable UTF-8, a few KiB at most): the server's error, not a frame. (Text from
+/// the first byte is no stream at all: a front that rewrote the answer.)
 fn ended_with_text(rest: &[u8]) -> Result<(), StreamEnded> {
     let text = std::str::from_utf8(rest).ok().filter(|t| {
         t.len() <= 4096 && t.chars().all(|c| !c.is_control() || c == '\n' || c == '\t')
@@ -493,7 +498,11 @@ mod tests {
             e.to_string(),
             "the server ended the stream with an error: expanding series: context deadline exceeded"
         );
-        // Bytes that are no text stay a frame that does not read.
+        // Text from the first byte is no stream at all; bytes that are no text stay a frame
+        // that does not read.
+        let e = frames(b"no frames here", |_| Ok(())).unwrap_err();
+        assert!(e.downcast_ref::<StreamEnded>().is_none());
+        assert!(e.to_string().contains("frame at byte 0"), "{e}");
         let e = frames(&[5, 0, 0, 0, 0, 1], |_| Ok(())).unwrap_err();
         assert!(e.downcast_ref::<StreamEnded>().is_none());
         assert!(e.to_string().contains("cut short"), "{e}");
