@@ -808,12 +808,6 @@ impl Scanned {
         self.word & 0xff == Scanned::ROW
     }
 
-    /// Whether the line is a row that does not read.
-    #[inline]
-    fn is_bad(&self) -> bool {
-        matches!(self.rare.as_deref(), Some(Rare::Bad(_)))
-    }
-
     fn line(self) -> Line {
         match (self.word & 0xff, self.rare) {
             (_, Some(rare)) => match *rare {
@@ -868,18 +862,42 @@ impl Scanner {
         }
         let start = values.len();
         let columns = self.columns.as_deref().unwrap_or_default();
-        let mut scanned = scan_with(line, values, columns);
+        let scanned = scan_with(line, values, columns);
         if values.len() - start < columns.len() && scanned.is_row() {
             scan_by_position(line, &self.names, columns, values, start);
-        } else if scanned.is_bad()
-            && let Some((kind, n)) = scan_text_columns(line, &self.names, columns, values, start)
-        {
-            scanned = Scanned::of(Line::Row(kind, n));
         }
-        if let Some(Rare::Header(columns, _)) = scanned.rare.as_deref() {
-            self.columns = Some(columns.clone());
-            self.names = column_names(line);
-            self.after_header = true;
+        if scanned.rare.is_some() {
+            return self.rare_line(line, values, start, scanned);
+        }
+        scanned
+    }
+
+    /// A header (its columns kept for the rows under it), or a row that does not read, read
+    /// again where its columns not read hold text ([`scan_text_columns`]).
+    #[cold]
+    #[inline(never)]
+    fn rare_line(
+        &mut self,
+        line: &str,
+        values: &mut Vec<f64>,
+        start: usize,
+        scanned: Scanned,
+    ) -> Scanned {
+        match scanned.rare.as_deref() {
+            Some(Rare::Header(columns, _)) => {
+                self.columns = Some(columns.clone());
+                self.names = column_names(line);
+                self.after_header = true;
+            }
+            Some(Rare::Bad(_)) => {
+                let columns = self.columns.as_deref().unwrap_or_default();
+                if let Some((kind, n)) =
+                    scan_text_columns(line, &self.names, columns, values, start)
+                {
+                    return Scanned::of(Line::Row(kind, n));
+                }
+            }
+            _ => {}
         }
         scanned
     }
@@ -1140,16 +1158,24 @@ fn scan_with(line: &str, values: &mut Vec<f64>, columns: &[Option<Target>]) -> S
     } else {
         scan_row(t.split_whitespace(), values, columns)
     };
-    Scanned::of(match row {
-        Ok((kind, n)) => Line::Row(kind, n),
+    match row {
+        Ok((kind, n)) => Scanned::of(Line::Row(kind, n)),
         Err(m) => {
             values.truncate(start);
-            if not_read_here(t) {
-                Line::Blank
-            } else {
-                Line::Bad(m)
-            }
+            not_a_row(t, m)
         }
+    }
+}
+
+/// A line that does not read as a row: one `dcgmi dmon` prints that this parser does not
+/// read ([`not_read_here`]), skipped as not data, else a malformed row.
+#[cold]
+#[inline(never)]
+fn not_a_row(t: &str, m: String) -> Scanned {
+    Scanned::of(if not_read_here(t) {
+        Line::Blank
+    } else {
+        Line::Bad(m)
     })
 }
 
@@ -1290,8 +1316,6 @@ const OTHER_ENTITY_KINDS: [&str; 7] = ["Switch", "NvSwitch", "Link", "CPU", "Cor
 /// read: a row of another entity kind ([`OTHER_ENTITY_KINDS`]), or dmon's own closing
 /// message after a signal (`dmon was stopped due to receiving a signal`; "do to" before
 /// DCGM 4). Skipped and counted as not data, never a malformed row.
-#[cold]
-#[inline(never)]
 fn not_read_here(t: &str) -> bool {
     let first = t.split_whitespace().next().unwrap_or_default();
     t.starts_with("dmon was stopped")
