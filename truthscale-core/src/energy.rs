@@ -130,7 +130,8 @@ pub struct EnergyHolders {
     pub pods: Vec<PodEnergy>,
     /// Joules of the windows no pod held the GPU: (idle floor, active).
     pub unallocated: (f64, f64),
-    /// Active joules of a shared GPU whose split was not known (no SM busy share).
+    /// Active joules of a shared GPU whose split was not known (no SM busy share), or of
+    /// pods past [`MAX_PODS_PER_GPU`] while every counter kept is a current holder's.
     pub unsplit_active_joules: f64,
     /// Whether any energy was attributed in node mode (the allocation was known).
     pub node_mode: bool,
@@ -157,9 +158,13 @@ impl EnergyHolders {
             return;
         }
         if let (Some(pod), 1) = (attributed, holders.len()) {
-            let e = self.entry(Some(pod), PodEnergyMethod::SoleHolder);
-            e.active_joules += active;
-            e.idle_floor_joules += idle;
+            match self.entry(Some(pod), PodEnergyMethod::SoleHolder) {
+                Some(e) => {
+                    e.active_joules += active;
+                    e.idle_floor_joules += idle;
+                }
+                None => self.unsplit_active_joules += active,
+            }
             return;
         }
         // A holder keeps its counter while it holds the GPU, its processes running or not:
@@ -181,12 +186,18 @@ impl EnergyHolders {
             return;
         };
         for (part, v) in parts.iter().zip(values) {
-            self.entry(part.pod, PodEnergyMethod::SmBusyShare)
-                .active_joules += v;
+            match self.entry(part.pod, PodEnergyMethod::SmBusyShare) {
+                Some(e) => e.active_joules += v,
+                None => self.unsplit_active_joules += v,
+            }
         }
     }
 
-    fn entry(&mut self, pod: Option<&PodRef>, method: PodEnergyMethod) -> &mut PodEnergy {
+    /// The counter of `pod` by `method`, made where there is none. Past
+    /// [`MAX_PODS_PER_GPU`], the one seen longest ago makes room, unless every one was seen
+    /// this tick (a holder's counter is never evicted while it holds the GPU: it would come
+    /// back at 0): then `None`, and the joules stay unsplit.
+    fn entry(&mut self, pod: Option<&PodRef>, method: PodEnergyMethod) -> Option<&mut PodEnergy> {
         let ticks = self.ticks;
         let at = match self
             .pods
@@ -195,10 +206,10 @@ impl EnergyHolders {
         {
             Some(i) => i,
             None => {
-                if self.pods.len() >= MAX_PODS_PER_GPU
-                    && let Some(oldest) =
-                        (0..self.pods.len()).min_by_key(|i| self.pods[*i].last_seen)
-                {
+                if self.pods.len() >= MAX_PODS_PER_GPU {
+                    let oldest = (0..self.pods.len())
+                        .min_by_key(|i| self.pods[*i].last_seen)
+                        .filter(|i| self.pods[*i].last_seen < ticks)?;
                     self.pods.remove(oldest);
                 }
                 self.pods.push(PodEnergy {
@@ -213,7 +224,7 @@ impl EnergyHolders {
         };
         let e = &mut self.pods[at];
         e.last_seen = ticks;
-        e
+        Some(e)
     }
 }
 
@@ -356,6 +367,38 @@ mod tests {
         }
         assert_eq!(h.pods.len(), MAX_PODS_PER_GPU);
         assert_eq!(h.pods[0].pod.as_ref().unwrap().pod, "p5", "the oldest went");
+    }
+
+    /// More holders running at once than the cap: no holder's counter is evicted while it
+    /// holds (it would come back at 0, a counter reset); the joules of the pods past the cap
+    /// stay unsplit, so the GPU's energy still adds up.
+    #[test]
+    fn holders_past_the_cap_never_evict_each_other() {
+        let id = EntityId::default();
+        let names: Vec<String> = (0..MAX_PODS_PER_GPU + 6).map(|i| format!("p{i}")).collect();
+        let alloc: Vec<Holder> = names.iter().map(|n| holder(n)).collect();
+        let procs: Vec<ProcessReading> = names.iter().map(|n| process(n, 0.5)).collect();
+        let mut h = EnergyHolders::default();
+        let n = names.len() as f64;
+        let mut before: Vec<(String, f64)> = Vec::new();
+        for tick in 1..=3 {
+            h.attribute(&id, Some(&alloc), &procs, (0.0, n));
+            assert_eq!(h.pods.len(), MAX_PODS_PER_GPU);
+            let now: Vec<(String, f64)> = h
+                .pods
+                .iter()
+                .map(|e| (e.pod.as_ref().unwrap().pod.clone(), e.active_joules))
+                .collect();
+            for (pod, j) in &before {
+                let kept = now.iter().find(|(p, _)| p == pod).map(|(_, j)| *j);
+                assert!(kept.is_some_and(|k| k >= *j), "{pod}: {j} then {kept:?}");
+            }
+            // 1 J to each pod a tick; the 6 past the cap unsplit.
+            let split: f64 = h.pods.iter().map(|e| e.active_joules).sum();
+            assert!((split + h.unsplit_active_joules - n * f64::from(tick)).abs() < 1e-9);
+            assert!((h.unsplit_active_joules - 6.0 * f64::from(tick)).abs() < 1e-9);
+            before = now;
+        }
     }
 
     /// A holder whose processes stopped (a notebook between jobs) keeps its counter while
