@@ -97,25 +97,23 @@ impl CycleCounters {
         diags: &mut Vec<Diagnostic>,
     ) -> bool {
         let now = Field::CYCLE_COUNTERS.map(|(counter, _)| r.value_or_nan(counter));
-        let baseline = |now: &[f64; N]| now.map(|a| if a.is_nan() { NONE } else { elapsed });
-        let Some(prev) = self.elapsed else {
-            *self = CycleCounters {
+        // The first reading, or after the elapsed counter's reset: every counter read counts
+        // from here.
+        let restart = |c: &mut CycleCounters| {
+            *c = CycleCounters {
                 elapsed: Some(elapsed),
-                since: baseline(&now),
+                since: now.map(|a| if a.is_nan() { NONE } else { elapsed }),
                 active: now,
                 held: [NONE; N],
             };
-            return false;
+            false
+        };
+        let Some(prev) = self.elapsed else {
+            return restart(self);
         };
         if elapsed < prev {
             reset(entity, Field::SmCyclesElapsed, prev, elapsed, diags);
-            *self = CycleCounters {
-                elapsed: Some(elapsed),
-                since: baseline(&now),
-                active: now,
-                held: [NONE; N],
-            };
-            return false;
+            return restart(self);
         }
         // Equal: the counters not yet updated, and the last move's ratios held.
         if elapsed != prev {

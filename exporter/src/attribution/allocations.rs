@@ -318,7 +318,7 @@ impl Allocations {
                 }
                 let holders = self.of(e);
                 // Held by none of the ids read, while some ids were not read: unknown.
-                if holders.is_empty() && self.unmapped.0 > 0 {
+                if self.holders_unknown(e, &holders) {
                     continue;
                 }
                 e.id.pod = match holders.as_slice() {
@@ -358,11 +358,12 @@ impl Allocations {
         let mut unknown = 0;
         for s in &mut produced.samples {
             for e in &mut s.entities {
-                if self.holders_unknown(e) {
+                let holders = self.of(e);
+                if self.holders_unknown(e, &holders) {
                     unknown += 1;
                     continue;
                 }
-                e.id.pod = match self.of(e).as_slice() {
+                e.id.pod = match holders.as_slice() {
                     [only] if only.replica.is_none() => Some(only.pod.clone()),
                     _ => None,
                 };
@@ -398,16 +399,18 @@ impl Allocations {
 
     /// Whether `e`'s holders cannot be told from this answer: a MIG instance without its own
     /// UUID ([`unmatched_mig`]), or a device no id names while some ids were not read.
-    fn holders_unknown(&self, e: &EntitySample) -> bool {
-        unmatched_mig(e) || self.unmapped.0 > 0 && self.of(e).is_empty()
+    /// `holders` are `e`'s by this answer ([`Allocations::of`]).
+    fn holders_unknown(&self, e: &EntitySample, holders: &[Holder]) -> bool {
+        unmatched_mig(e) || self.unmapped.0 > 0 && holders.is_empty()
     }
 
     /// Sidecar mode: whether the pod `own`, whose answer this is, holds `e`: by the answer,
     /// or, where its holders cannot be told ([`Allocations::holders_unknown`]), by the pod
     /// labels the source gave it.
     pub(crate) fn held_by_own(&self, e: &EntitySample, own: &PodRef) -> bool {
-        self.holds(e)
-            || self.holders_unknown(e)
+        let holders = self.of(e);
+        !holders.is_empty()
+            || self.holders_unknown(e, &holders)
                 && e.id
                     .pod
                     .as_ref()

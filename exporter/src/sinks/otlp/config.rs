@@ -176,27 +176,7 @@ fn unknown_otlp_variables(env: &[(String, String)]) -> Vec<&str> {
 /// endpoint that is no URL with a host (`http://`, a space in the host; a bare `host:port`
 /// is a URL to gRPC only), naming the key or variable that set it.
 fn resolved_transport(settings: &OtlpSettings) -> Result<(), Invalid> {
-    let proto = match settings.protocol {
-        Some(p) => p,
-        None => {
-            let mut proto = OtlpProtocol::HttpProtobuf;
-            for var in [
-                "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
-                "OTEL_EXPORTER_OTLP_PROTOCOL",
-            ] {
-                if let Some(v) = settings.var(var) {
-                    proto = OtlpProtocol::parse(&v).ok_or_else(|| {
-                        Invalid::new(
-                            var,
-                            format!("{v:?} is not one of grpc, http/protobuf (http/json is not built in)"),
-                        )
-                    })?;
-                    break;
-                }
-            }
-            proto
-        }
-    };
+    let proto = super::transport::protocol(settings)?;
     let (endpoint, origin) = super::transport::endpoint(settings, proto);
     let uri = endpoint.parse::<axum::http::Uri>().ok();
     let has_host = uri

@@ -5,6 +5,7 @@
 //! certificate truthscale lacks.
 
 use super::config::{OtlpCompression, OtlpProtocol, OtlpSettings, OtlpTemporality};
+use crate::setting::Invalid;
 use anyhow::Context as _;
 use opentelemetry_otlp::{
     Compression, MetricExporter, Protocol, WithExportConfig as _, WithHttpConfig as _,
@@ -17,7 +18,7 @@ use std::time::Duration;
 
 /// The protocol: truthscale's setting, else `OTEL_EXPORTER_OTLP_METRICS_PROTOCOL`, else
 /// `OTEL_EXPORTER_OTLP_PROTOCOL`, else HTTP/protobuf (the SDK's order).
-pub(super) fn protocol(settings: &OtlpSettings) -> anyhow::Result<OtlpProtocol> {
+pub(super) fn protocol(settings: &OtlpSettings) -> Result<OtlpProtocol, Invalid> {
     if let Some(p) = settings.protocol {
         return Ok(p);
     }
@@ -26,8 +27,11 @@ pub(super) fn protocol(settings: &OtlpSettings) -> anyhow::Result<OtlpProtocol> 
         "OTEL_EXPORTER_OTLP_PROTOCOL",
     ] {
         if let Some(v) = settings.var(var) {
-            return OtlpProtocol::parse(&v).with_context(|| {
-                format!("{var}={v:?} is not one of grpc, http/protobuf (http/json is not built in)")
+            return OtlpProtocol::parse(&v).ok_or_else(|| {
+                Invalid::new(
+                    var,
+                    format!("{v:?} is not one of grpc, http/protobuf (http/json is not built in)"),
+                )
             });
         }
     }
