@@ -391,7 +391,8 @@ impl Allocations {
         &self.holders
     }
 
-    /// Whether a container of the answer holds entity `e` (alone or not).
+    /// Whether a container of the answer holds entity `e` (alone or not; for the tests).
+    #[cfg(test)]
     #[must_use]
     pub(crate) fn holds(&self, e: &EntitySample) -> bool {
         !self.of(e).is_empty()
