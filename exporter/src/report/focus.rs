@@ -63,6 +63,8 @@ struct Row<'a> {
     cost: f64,
     g: Option<&'a GroupHours>,
     unavailable: f64,
+    /// Any of its GPU-hours of a simulated GPU.
+    simulated: bool,
 }
 
 /// Writes `row` of period `b` in a window `window`.
@@ -74,7 +76,12 @@ fn write_row(
     b: &Bounds,
     r: &Row<'_>,
 ) -> std::io::Result<()> {
-    let tags = serde_json::json!({ "truthscale.by": by, "truthscale.group": r.group }).to_string();
+    let mut tags = serde_json::json!({ "truthscale.by": by, "truthscale.group": r.group });
+    if r.simulated {
+        // Simulated data says so: a demo's figures, never a bill.
+        tags["truthscale.simulated"] = "true".into();
+    }
+    let tags = tags.to_string();
     let (cost, hours) = (num(r.cost), num(r.hours));
     let opt = |f: fn(&GroupHours) -> f64| r.g.map_or_else(String::new, |g| num(f(g)));
     let measured =
@@ -154,6 +161,7 @@ pub(crate) fn write(
                 cost,
                 g: Some(g),
                 unavailable: g.unavailable_gpu_hours,
+                simulated: g.simulated,
             };
             write_row(out, &by_name, args, &window, b, &row)?;
         }
@@ -165,6 +173,7 @@ pub(crate) fn write(
             cost: p.unallocated_cost.ok_or_else(no_price)?,
             g: None,
             unavailable: (p.funnel.unavailable_gpu_hours - held_down).max(0.0),
+            simulated: p.unallocated_simulated,
         };
         write_row(out, &by_name, args, &window, b, &row)?;
     }
@@ -225,6 +234,42 @@ mod tests {
         none.total.groups.push(GroupHours::default());
         let e = write(&mut Vec::new(), &none, &By::Namespace, &args, 0, 60.0).unwrap_err();
         assert!(e.to_string().contains("--cost-per-gpu-hour"), "{e}");
+    }
+
+    /// Simulated data says so: a row with any GPU-hour of a simulated GPU carries the tag
+    /// `truthscale.simulated`, a row of real GPUs alone does not.
+    #[test]
+    fn simulated_rows_are_tagged() {
+        let group = |name: &str, simulated| GroupHours {
+            group: name.into(),
+            cost: Some(Default::default()),
+            simulated,
+            ..GroupHours::default()
+        };
+        let s = Showback {
+            total: truthscale_core::showback::Period {
+                groups: vec![group("demo", true), group("ml", false)],
+                unallocated_cost: Some(1.0),
+                unallocated_simulated: true,
+                ..Default::default()
+            },
+            ..Showback::default()
+        };
+        let args = FocusArgs {
+            currency: "USD".into(),
+        };
+        let mut out = Vec::new();
+        write(&mut out, &s, &By::Namespace, &args, 0, 60.0).expect("written");
+        let text = String::from_utf8(out).expect("UTF-8");
+        let tag = r#""{""truthscale.by"":""namespace"",""truthscale.group"":""GROUP"",""truthscale.simulated"":""true""}""#;
+        let rows: Vec<&str> = text.lines().skip(1).collect();
+        assert!(
+            rows[0].contains(&tag.replace("GROUP", "demo")),
+            "{}",
+            rows[0]
+        );
+        assert!(!rows[1].contains("truthscale.simulated"), "{}", rows[1]);
+        assert!(rows[2].contains(&tag.replace("GROUP", IDLE)), "{}", rows[2]);
     }
 
     /// Known inputs, each cost worked out by hand: `ml` held 4 GPU-hours at $2 (8), and 1

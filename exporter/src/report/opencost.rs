@@ -9,7 +9,8 @@
 //! allocated GPU-hours where it was read, which OpenCost's usage basis counts; truthscale's
 //! own figures are beside it under names of their own (`truthscaleEffectiveComputeEfficiency`,
 //! `truthscaleUsedOverAllocated`, …). An estimate is never under a measured name. An
-//! unknown figure is `null`, never 0.
+//! unknown figure is `null`, never 0. An allocation with any GPU-hour of a simulated GPU
+//! says so (`truthscaleSimulated: true`).
 
 use super::showback::{By, NONE};
 use serde_json::{Map, Value, json};
@@ -159,7 +160,16 @@ fn allocation(name: &str, props: Value, g: &GroupHours, b: &Bounds) -> Value {
     for (k, v) in fields {
         m.insert(k.into(), v);
     }
+    simulated(&mut m, g.simulated);
     Value::Object(m)
+}
+
+/// Marks an allocation with any GPU-hour of a simulated GPU (`truthscaleSimulated`):
+/// simulated data says so. Absent on real data.
+fn simulated(m: &mut Map<String, Value>, simulated: bool) {
+    if simulated {
+        m.insert("truthscaleSimulated".into(), json!(true));
+    }
 }
 
 /// The capacity no pod held in period `p`: OpenCost's `__idle__`.
@@ -189,6 +199,7 @@ fn idle(p: &Period, priced: bool, b: &Bounds) -> Value {
     for (k, v) in fields {
         m.insert(k.into(), v);
     }
+    simulated(&mut m, p.unallocated_simulated);
     Value::Object(m)
 }
 
@@ -395,5 +406,27 @@ mod tests {
         assert_eq!(ml["gpuAllocation"]["gpuUsageAverage"], Value::Null);
         assert_eq!(ml["gpuEfficiency"], Value::Null);
         assert_eq!(ml["gpuAllocation"]["gpuRequestAverage"], json!(3.0));
+    }
+
+    /// Simulated data says so: `truthscaleSimulated` on an allocation with any GPU-hour of a
+    /// simulated GPU, absent on real data.
+    #[test]
+    fn simulated_allocations_are_marked() {
+        let real = document(&showback(true), &By::Namespace, START_MS, 60.0);
+        for name in ["ml", UNALLOCATED, IDLE] {
+            assert_eq!(
+                real["data"][0][name].get("truthscaleSimulated"),
+                None,
+                "{name}"
+            );
+        }
+        let mut s = showback(true);
+        s.total.groups[0].simulated = true;
+        s.total.unallocated_simulated = true;
+        let doc = document(&s, &By::Namespace, START_MS, 60.0);
+        let set = &doc["data"][0];
+        assert_eq!(set["ml"]["truthscaleSimulated"], json!(true));
+        assert_eq!(set[IDLE]["truthscaleSimulated"], json!(true));
+        assert_eq!(set[UNALLOCATED].get("truthscaleSimulated"), None);
     }
 }

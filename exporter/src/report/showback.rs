@@ -340,6 +340,7 @@ fn rest_row(groups: &[GroupHours]) -> GroupHours {
         energy_kwh: where_any(groups, |g| g.energy_kwh),
         energy_cost: where_any(groups, |g| g.energy_cost),
         cost,
+        simulated: groups.iter().any(|g| g.simulated),
     }
 }
 
@@ -527,7 +528,7 @@ pub(crate) fn requested_by_group(
 /// `time_sliced_effective_compute_gpu_hours` the measured device total of time-sliced GPUs
 /// billed as the allocation policy splits them; `effective_compute_estimate_gpu_hours` the
 /// SM-busy split, an estimate never billed.
-const CSV_HEADER: &str = "window_start,window_end,by,group,workloads,allocated_gpu_hours,requested_gpu_hours,used_gpu_hours,idle_gpu_hours,unmeasured_gpu_hours,use_unknown_gpu_hours,busy_gpu_hours,effective_compute_gpu_hours,saturation_gpu_hours,allocated_cost,idle_cost,time_sliced_effective_compute_gpu_hours,effective_compute_estimate_gpu_hours,energy_kwh,energy_cost,unavailable_gpu_hours,unavailable_cost";
+const CSV_HEADER: &str = "window_start,window_end,by,group,workloads,allocated_gpu_hours,requested_gpu_hours,used_gpu_hours,idle_gpu_hours,unmeasured_gpu_hours,use_unknown_gpu_hours,busy_gpu_hours,effective_compute_gpu_hours,saturation_gpu_hours,allocated_cost,idle_cost,time_sliced_effective_compute_gpu_hours,effective_compute_estimate_gpu_hours,energy_kwh,energy_cost,unavailable_gpu_hours,unavailable_cost,simulated";
 
 /// A CSV field: quoted when it holds a comma, a quote or a line break.
 fn field(s: &str) -> String {
@@ -543,7 +544,8 @@ fn num(x: Option<f64>) -> String {
 }
 
 /// One row per group and period (the whole window without periods), plus an `(unallocated)`
-/// row per period; an unknown value is an empty field, never 0.
+/// row per period; an unknown value is an empty field, never 0. `simulated` is `true` on a
+/// row with any GPU-hour of a simulated GPU.
 ///
 /// # Errors
 /// Writing fails.
@@ -567,7 +569,7 @@ pub(crate) fn write_csv(
         for g in &p.groups {
             writeln!(
                 out,
-                "{from},{to},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{from},{to},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 field(&s.by),
                 field(&g.group),
                 g.workloads,
@@ -588,6 +590,7 @@ pub(crate) fn write_csv(
                 num(g.energy_cost),
                 num(Some(g.unavailable_gpu_hours)),
                 num(g.cost.as_ref().map(|c| c.unavailable)),
+                g.simulated,
             )?;
         }
         // What no pod held of the GPUs lost to health: the fleet's unavailable hours less
@@ -596,13 +599,14 @@ pub(crate) fn write_csv(
         let unheld_down = (p.funnel.unavailable_gpu_hours - held_down).max(0.0);
         writeln!(
             out,
-            "{from},{to},{},(unallocated),,{},,,,,,,,,{},,,,{},{},{},",
+            "{from},{to},{},(unallocated),,{},,,,,,,,,{},,,,{},{},{},,{}",
             field(&s.by),
             num(Some(p.unallocated_gpu_hours)),
             num(p.unallocated_cost),
             num(p.energy.as_ref().map(|e| e.unallocated_kwh)),
             num(p.energy.as_ref().and_then(|e| e.unallocated_cost)),
             num(Some(unheld_down)),
+            p.unallocated_simulated,
         )?;
     }
     Ok(())

@@ -129,7 +129,7 @@ pub(super) fn section(
         let _ = writeln!(
             w,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&g.group),
+            esc(&group_name(g)),
             h(g.allocated_gpu_hours),
             hours_or_unknown(g.requested_gpu_hours, digits),
             hours_or_unknown(g.busy_gpu_hours, digits),
@@ -175,4 +175,14 @@ pub(super) fn section(
     }
     let _ = writeln!(w, "</ul>");
     Ok(())
+}
+
+/// A group's name as the table shows it: marked `[SIMULATED]` where any of its GPU-hours
+/// were of a simulated GPU.
+fn group_name(g: &truthscale_core::showback::GroupHours) -> String {
+    if g.simulated {
+        format!("{} [SIMULATED]", g.group)
+    } else {
+        g.group.clone()
+    }
 }

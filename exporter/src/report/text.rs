@@ -343,9 +343,14 @@ fn showback(out: &mut impl Write, s: &Showback) -> Result<()> {
     };
     writeln!(
         out,
-        "  {:<24} {:>9}{unallocated_cost}",
+        "  {:<24} {:>9}{unallocated_cost}{}",
         "(unallocated)",
-        hours(t.unallocated_gpu_hours, DIGITS)
+        hours(t.unallocated_gpu_hours, DIGITS),
+        if t.unallocated_simulated {
+            " [SIMULATED]"
+        } else {
+            ""
+        }
     )?;
     showback_footer(out, s, sliced)
 }
@@ -359,7 +364,7 @@ fn showback_row(
     let h = |x: f64| hours(x, DIGITS);
     writeln!(
         out,
-        "  {:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}{}{}{}",
+        "  {:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}{}{}{}{}",
         g.group,
         h(g.allocated_gpu_hours),
         hours_or_unknown(g.requested_gpu_hours, DIGITS),
@@ -388,7 +393,8 @@ fn showback_row(
             // Priced, but not this group's GPUs (a model without a price): unknown.
             (None, true) => format!(" {:>10} {:>10}", "?", "?"),
             (None, false) => String::new(),
-        }
+        },
+        if g.simulated { " [SIMULATED]" } else { "" },
     )
 }
 

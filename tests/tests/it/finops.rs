@@ -205,3 +205,68 @@ fn opencost_format_adds_up_to_the_fleet() {
     near(&research["gpuEfficiency"], 0.5, "research gpuEfficiency");
     assert_eq!(set["__idle__"]["gpuEfficiency"], Value::Null);
 }
+
+/// Simulated data says so in every FinOps output: the fleet in truthscale's own series with
+/// `node-b` gpu 1 (`web/batch`) a sidecar's simulated GPU (its model `Simulated H100 SXM`,
+/// as the simulator names it). The `web` group, charged its hours, is marked in the CSV, the
+/// FOCUS tags and the OpenCost shape; `research` (real GPUs alone) and the capacity no pod
+/// held (a real GPU) are not.
+#[test]
+fn simulated_gpu_hours_are_marked_in_every_finops_output() {
+    require_tool_or_return!("/usr/bin/promtool", "prometheus");
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    let dir = TempDir::new("finops-simulated");
+    let real = "uuid=\"GPU-node-b-1\",model=\"NVIDIA H100 80GB HBM3\"";
+    let history = openmetrics(end_now());
+    assert!(history.contains(real));
+    let history = history.replace(real, "uuid=\"GPU-node-b-1\",model=\"Simulated H100 SXM\"");
+    let prom = Prometheus::backfilled(&history, dir.path(), None);
+    let (csv, focus) = (dir.path().join("s.csv"), dir.path().join("focus.csv"));
+    let run = report(
+        &prom.url(),
+        "job=\"truthscale\"",
+        &[
+            "--by",
+            "namespace",
+            "--cost-per-gpu-hour",
+            "2",
+            "--currency",
+            "EUR",
+            "--csv",
+            csv.to_str().unwrap(),
+            "--focus",
+            focus.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(run.code, Some(0), "stderr:\n{}", run.stderr);
+    let csv = std::fs::read_to_string(&csv).expect("the CSV");
+    let marks: Vec<(String, String)> = csv
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[3].to_owned(), f[f.len() - 1].to_owned())
+        })
+        .collect();
+    let mark = |g: &str| marks.iter().find(|(n, _)| n == g).map(|(_, m)| m.as_str());
+    assert_eq!(mark("web"), Some("true"), "{csv}");
+    assert_eq!(mark("research"), Some("false"), "{csv}");
+    assert_eq!(mark("(unallocated)"), Some("false"), "{csv}");
+    let focus = std::fs::read_to_string(&focus).expect("the FOCUS CSV");
+    let tagged: Vec<&str> = focus
+        .lines()
+        .filter(|l| l.contains("truthscale.simulated"))
+        .collect();
+    assert_eq!(tagged.len(), 1, "{focus}");
+    assert!(tagged[0].contains(",web,"), "{focus}");
+    let v = json(&report(
+        &prom.url(),
+        "job=\"truthscale\"",
+        &["--by", "namespace", "--format", "opencost"],
+    ));
+    let set = &v["data"][0];
+    assert_eq!(set["web"]["truthscaleSimulated"], true, "{set:#}");
+    for name in ["research", "__idle__", "__unallocated__"] {
+        assert_eq!(set[name].get("truthscaleSimulated"), None, "{name}");
+    }
+}

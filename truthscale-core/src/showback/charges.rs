@@ -72,6 +72,8 @@ struct Acc {
     /// Whether any of its GPU-hours had no price where prices were given: its cost is then
     /// not known (a sum of the priced part alone would bill the rest at 0).
     unpriced: bool,
+    /// Whether any of its GPU-hours were of a simulated GPU.
+    simulated: bool,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -107,6 +109,8 @@ pub(super) struct PeriodAcc {
     pub(super) unallocated_cost: Option<f64>,
     /// Whether any unallocated GPU-hours had no price where prices were given.
     pub(super) unallocated_unpriced: bool,
+    /// Whether any unallocated GPU-hours were of a simulated GPU.
+    pub(super) unallocated_simulated: bool,
     pub(super) overallocated: u64,
     pub(super) fleet: u64,
     pub(super) energy: EnergyAcc,
@@ -114,15 +118,17 @@ pub(super) struct PeriodAcc {
 }
 
 impl PeriodAcc {
-    /// `free` share units no pod held, at `price` (none: `unpriced` where prices were given).
+    /// `free` share units no pod held, at `price` (none: `unpriced` where prices were given),
+    /// of a GPU that is `simulated` or not.
     pub(super) fn add_unallocated(
         &mut self,
         free: u64,
-        price: Option<f64>,
-        unpriced: bool,
+        (price, unpriced): (Option<f64>, bool),
+        simulated: bool,
         hours_per_step: f64,
     ) {
         self.unallocated += free;
+        self.unallocated_simulated |= simulated && free > 0;
         if let Some(p) = price {
             *self.unallocated_cost.get_or_insert(0.0) += p * gpu_hours(free, hours_per_step);
         }
@@ -229,6 +235,7 @@ impl Acc {
     fn add(&mut self, c: &Charge<'_>, class: Use, hours: f64, hours_per_step: f64) {
         let u = c.units;
         self.allocated += u;
+        self.simulated |= c.track.simulated && u > 0;
         *match class {
             Use::Unavailable => &mut self.unavailable,
             Use::Unknown => &mut self.unknown,
@@ -316,6 +323,7 @@ fn group_hours(
             .energy_mj
             .zip(w.cfg.energy_price_per_kwh)
             .map(|(e, p)| kwh(e) * p),
+        simulated: a.simulated,
         cost: a.cost.as_ref().filter(|_| !a.unpriced).map(|c| GroupCost {
             allocated: c.allocated,
             requested: requested
@@ -394,6 +402,7 @@ pub(super) fn period(
         groups,
         energy,
         unallocated_gpu_hours: hours(acc.unallocated),
+        unallocated_simulated: acc.unallocated_simulated,
         unallocated_cost: acc.unallocated_cost.filter(|_| !acc.unallocated_unpriced),
         funnel: acc.funnel.funnel(w.hours_per_step),
         fleet_gpu_hours: hours(acc.fleet),

@@ -129,6 +129,9 @@ pub struct GroupHours {
     pub energy_cost: Option<f64>,
     /// The cost of each, with a price.
     pub cost: Option<GroupCost>,
+    /// Whether any of these GPU-hours were of a simulated GPU (the simulator's, whose model
+    /// reads `Simulated …`): figures of a demo, never a bill.
+    pub simulated: bool,
 }
 
 /// What a group's GPU-hours cost (each GPU-hour at its model's price).
@@ -166,6 +169,8 @@ pub struct Period {
     pub energy: Option<PeriodEnergy>,
     /// GPU-hours no pod held.
     pub unallocated_gpu_hours: f64,
+    /// Whether any of the GPU-hours no pod held were of a simulated GPU.
+    pub unallocated_simulated: bool,
     /// What the GPU-hours no pod held cost (each GPU's hours at its model's price), with a
     /// price; `None` without one.
     pub unallocated_cost: Option<f64>,

@@ -123,6 +123,7 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
     // One physical GPU, one model: its price from any of its tracks, so that a step between
     // two of them (no track covering it) is priced too.
     let price = members.iter().find_map(|&i| w.facts[i].price);
+    let simulated = tracks.iter().any(|t| t.simulated);
     for s in first..end {
         let shared = step_shares(w, members, s, tally, &mut scratch);
         let (covering, shares) = (&scratch.covering, &mut scratch.shares);
@@ -164,7 +165,7 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
         }
         for acc in accs.both(period) {
             acc.fleet += SHARE_UNITS;
-            acc.add_unallocated(free, price, unpriced, w.hours_per_step);
+            acc.add_unallocated(free, (price, unpriced), simulated, w.hours_per_step);
             acc.overallocated += sum.saturating_sub(SHARE_UNITS);
             if let (Some(e), Some(u)) = (energy, unallocated_mj) {
                 acc.energy.fleet_mj += e;

@@ -346,3 +346,57 @@ fn the_unallocated_gpu_hours_have_a_cost() {
     assert!((cost - 3.0 * 4.0 / 60.0).abs() < 1e-12, "{cost}");
     assert_eq!(run(None).total.unallocated_cost, None);
 }
+
+/// Simulated data says so: a group charged a simulated GPU's hours is marked, a group on
+/// real GPUs alone is not, and the capacity no pod held is marked only where a simulated
+/// GPU left some.
+#[test]
+fn simulated_gpu_hours_are_marked_as_such() {
+    let used = Some((0.9, 0.3));
+    let mut sim = track(Some("demo/a"), "n/g1", &[used; 4]);
+    sim.simulated = true;
+    let real = track(Some("ml/b"), "n/g2", &[used; 4]);
+    // A simulated GPU no pod holds, then a real one no pod holds.
+    let mut idle_sim = track(None, "n/g3", &[used; 2]);
+    idle_sim.simulated = true;
+    let idle_real = track(None, "n/g4", &[used; 2]);
+    let fleet = |tracks| FleetInput {
+        step_seconds: 60.0,
+        steps: 4,
+        tracks,
+        held: Default::default(),
+        step_bands: None,
+    };
+    let group = |input: &FleetInput| -> Vec<Option<String>> {
+        let name = |p: &str| p.split('/').next().unwrap().to_string();
+        input
+            .tracks
+            .iter()
+            .map(|t| t.pod.as_deref().map(name))
+            .collect()
+    };
+    let run = |input: &FleetInput| {
+        let none = BTreeMap::new();
+        showback(
+            input,
+            &group(input),
+            &Holders::new(),
+            &none,
+            &cfg("namespace"),
+        )
+    };
+    let s = run(&fleet(vec![sim, real, idle_real.clone()]));
+    let marked: Vec<(&str, bool)> = s
+        .total
+        .groups
+        .iter()
+        .map(|g| (g.group.as_str(), g.simulated))
+        .collect();
+    assert_eq!(marked, [("demo", true), ("ml", false)]);
+    // Only real GPUs left capacity unheld.
+    assert!(!s.total.unallocated_simulated);
+    let s = run(&fleet(vec![idle_real, idle_sim]));
+    assert!(s.total.groups.is_empty());
+    assert!(s.total.unallocated_simulated);
+    assert!((s.total.unallocated_gpu_hours - 4.0 / 60.0).abs() < 1e-12);
+}

@@ -64,6 +64,7 @@ fn the_rest_is_summed_in_one_row() {
         allocated_gpu_hours: 2.0,
         requested_gpu_hours: (i != 100).then_some(1.0),
         time_sliced_effective_compute_gpu_hours: (i == 60).then_some(0.5),
+        simulated: i == 77,
         ..GroupHours::default()
     };
     let period = |n: usize| Period {
@@ -84,6 +85,8 @@ fn the_rest_is_summed_in_one_row() {
     assert_eq!((rest.workloads, rest.allocated_gpu_hours), (70, 140.0));
     assert_eq!(rest.requested_gpu_hours, None, "g100's is unknown");
     assert_eq!(rest.time_sliced_effective_compute_gpu_hours, Some(0.5));
+    assert!(rest.simulated, "g77 was simulated");
+    assert!(t.iter().take(50).all(|g| !g.simulated));
     assert_eq!(s.periods[0].groups.len(), 51, "one more than --top: kept");
     assert!(s.notes[0].starts_with("120 groups: the 50 most allocated"));
 }
@@ -115,4 +118,45 @@ fn csv_fields_are_quoted_and_unknown_is_empty() {
     assert_eq!(field("say \"x\""), "\"say \"\"x\"\"\"");
     assert_eq!(num(None), "");
     assert_eq!(num(Some(1.5)), "1.500000");
+}
+
+/// The CSV says which rows hold simulated GPU-hours: its last column, on the groups' rows
+/// and the unallocated row alike.
+#[test]
+fn csv_rows_say_whether_simulated() {
+    let s = Showback {
+        by: "namespace".into(),
+        total: Period {
+            groups: vec![
+                GroupHours {
+                    group: "demo".into(),
+                    simulated: true,
+                    ..GroupHours::default()
+                },
+                GroupHours {
+                    group: "ml".into(),
+                    ..GroupHours::default()
+                },
+            ],
+            unallocated_simulated: true,
+            ..Period::default()
+        },
+        ..Showback::default()
+    };
+    let mut out = Vec::new();
+    write_csv(&mut out, &s, 0, 60.0).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let last: Vec<(&str, &str)> = text
+        .lines()
+        .map(|l| (l.split(',').nth(3).unwrap(), l.rsplit(',').next().unwrap()))
+        .collect();
+    assert_eq!(
+        last,
+        [
+            ("group", "simulated"),
+            ("demo", "true"),
+            ("ml", "false"),
+            ("(unallocated)", "true")
+        ]
+    );
 }
