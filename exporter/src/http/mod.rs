@@ -166,6 +166,13 @@ async fn healthz(rx: Snap, after: Duration) -> Response {
 }
 
 async fn readyz(State(rx): State<Snap>) -> Response {
+    if rx.has_changed().is_err() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "sampling has stopped: the sampler thread ended (see the log); /metrics serves its last data as down\n",
+        )
+            .into_response();
+    }
     let snap = rx.borrow().clone();
     if snap.ready() {
         (StatusCode::OK, "ready\n").into_response()
@@ -210,5 +217,28 @@ mod tests {
         assert!(!with("br, deflate"));
         assert!(!with("gzipx"));
         assert!(!accepts_gzip(&HeaderMap::new()));
+    }
+
+    /// A sampler whose thread has ended (a panic) is neither live nor ready, whatever its
+    /// last snapshot says.
+    #[tokio::test]
+    async fn a_stopped_sampler_is_neither_live_nor_ready() {
+        let ready = Snapshot {
+            tick: 1,
+            taken_at: Some(std::time::Instant::now()),
+            ..Snapshot::default()
+        };
+        assert!(ready.ready());
+        let (tx, rx) = watch::channel(Arc::new(ready));
+        let after = Duration::from_secs(60);
+        assert_eq!(readyz(State(rx.clone())).await.status(), StatusCode::OK);
+        assert_eq!(healthz(rx.clone(), after).await.status(), StatusCode::OK);
+        drop(tx);
+        let r = readyz(State(rx.clone())).await;
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            healthz(rx, after).await.status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
     }
 }

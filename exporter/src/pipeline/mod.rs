@@ -126,7 +126,12 @@ impl Sampler {
             .name("truthscale-sampler".into())
             .spawn(move || {
                 let _ended = ended_tx;
-                run(pipeline, interval, &to_pipeline, &stop_rx);
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    run(pipeline, interval, &to_pipeline, &stop_rx);
+                }));
+                if ran.is_err() {
+                    ended_by_panic(&to_pipeline);
+                }
             })
             .ok();
         if thread.is_none() {
@@ -257,6 +262,22 @@ fn watchdog(
             );
         }
     }
+}
+
+/// The pipeline's thread panicked: its last snapshot is served stale from now on (every
+/// source down, every GPU only `truthscale_gpu_up 0`), never as live data, and the log says
+/// so. `/healthz` and `/readyz` answer 503 once the thread has ended.
+fn ended_by_panic(tx: &watch::Sender<Arc<Snapshot>>) {
+    tx.send_if_modified(|snap| {
+        if snap.tick == 0 || snap.stale {
+            return false;
+        }
+        *snap = Arc::new(snap.stale());
+        true
+    });
+    tracing::error!(
+        "The sampler thread panicked (its message is above): sampling has stopped. /metrics serves the last data as stale (truthscale_source_up 0, only truthscale_gpu_up 0 per GPU), /healthz and /readyz answer 503; restart the process, and report the panic."
+    );
 }
 
 fn run(
@@ -627,6 +648,67 @@ mod tests {
             }
             Produced::default()
         }
+    }
+
+    /// A source that answers once, then panics.
+    #[derive(Debug)]
+    struct PanicsAfterOne {
+        ticks: u32,
+    }
+
+    impl Source for PanicsAfterOne {
+        fn name(&self) -> &'static str {
+            "null"
+        }
+        fn update_interval(&self) -> Option<Duration> {
+            None
+        }
+        fn sample(&mut self, _now: SystemTime) -> Produced {
+            self.ticks += 1;
+            assert!(
+                self.ticks < 2,
+                "a source that fails in a way no error covers"
+            );
+            Produced::default()
+        }
+    }
+
+    /// A panic in the pipeline's thread leaves no live-looking data behind: the last snapshot
+    /// is served stale at once (every source down), and the sampler's channel is closed,
+    /// which `/healthz` and `/readyz` read as stopped.
+    #[test]
+    fn a_panicking_tick_leaves_its_data_stale() {
+        let config = Config {
+            interval: Duration::from_millis(30),
+            stale_after: Duration::from_secs(60),
+            derive: DeriveConfig::default(),
+            verdict: VerdictConfig::default(),
+            identity: Identity::default(),
+            max_series: 100,
+        };
+        let source = PanicsAfterOne { ticks: 0 };
+        let sampler = Sampler::start(
+            &config,
+            SourceLabel::new("null"),
+            Box::new(source),
+            Vec::new(),
+        );
+        let rx = sampler.subscribe();
+        let t0 = Instant::now();
+        while rx.has_changed().is_ok() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "timed out");
+            sleep(Duration::from_millis(5));
+        }
+        // Well before the 60 s stale limit: the panic, not the watchdog, made it stale.
+        let snap = sampler.latest();
+        assert_eq!(snap.tick, 1);
+        assert!(snap.stale && !snap.ready() && !snap.source_up);
+        let text = String::from_utf8_lossy(&snap.text).into_owned();
+        assert!(
+            text.contains("truthscale_source_up{source=\"null\"} 0"),
+            "{text}"
+        );
+        sampler.shutdown();
     }
 
     /// While a tick hangs, the last snapshot is served stale once older than the stale limit
