@@ -441,6 +441,9 @@ fn hung_exporter_is_a_timeout_and_an_overrun() {
         value(&m, "truthscale_source_up", &[("source", "dcgm_exporter")]),
         Some(0.0)
     );
+    // Ready while its source is down: that `truthscale_source_up 0` must reach Prometheus
+    // (a ServiceMonitor drops an unready pod's endpoint).
+    assert_eq!(sidecar.get("/readyz", &[]).status, 200);
     assert!(!m.iter().any(|s| s.name == "truthscale_gpu_info"));
 }
 
