@@ -923,6 +923,10 @@ impl Config {
         let listen = self.listen()?;
         let (interval, stale_after) = self.source_timing()?;
         self.source.config.check().map_err(ConfigError::from)?;
+        self.source
+            .config
+            .check_within(stale_after)
+            .map_err(ConfigError::from)?;
         let request_timeout = duration(
             "http.request_timeout",
             &self.http.request_timeout,
@@ -941,6 +945,7 @@ impl Config {
         let (pod_resources, node) = self.mode_settings(&identity, &getenv)?;
         let source_context = sources::Context {
             interval,
+            stale_after,
             node: identity.node.clone(),
             pod: identity.pod.clone(),
             namespace: identity.namespace.clone(),
@@ -1580,6 +1585,30 @@ mod tests {
         let flags = [("source.kind", "sim".into()), ("source.gpus", "8".into())];
         let c = Config::load(None, &[], &flags).unwrap();
         assert!(matches!(&c.source.config, sources::SourceConfig::Sim(s) if s.gpus == 8));
+    }
+
+    /// A dcgm-exporter scrape set longer than the stale period is refused, naming the key
+    /// and the stale period: each hung scrape would be served stale, then fresh, by turns.
+    #[test]
+    fn a_scrape_timeout_past_the_stale_period_is_refused() {
+        let with = |timeout: &str, interval: &str| {
+            let flags = sources::SourceConfig::shorthand("dcgm-exporter").unwrap();
+            let over = [
+                flags[0].clone(),
+                ("source.scrape_timeout", timeout.into()),
+                ("source.interval", interval.into()),
+            ];
+            Config::load(None, &[], &over).unwrap().validate(&[])
+        };
+        // 1 s interval: a stale period of 3 s.
+        let e = with("5s", "1s").unwrap_err().to_string();
+        assert!(
+            e.contains("source.scrape_timeout")
+                && e.contains("5s is longer than the stale period (3s"),
+            "{e}"
+        );
+        assert!(with("3s", "1s").is_ok());
+        assert!(with("5s", "2s").is_ok(), "a stale period of 6 s");
     }
 
     /// A kind chosen by a flag or the environment replaces the file's `[source]` settings;

@@ -182,13 +182,14 @@ impl DcgmExporterSource {
 }
 
 /// `kind = "dcgm-exporter"`: a live dcgm-exporter, this pod's GPUs only.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DcgmExporterConfig {
     /// Its `/metrics` URL; unset: `http://$NODE_IP:9400/metrics`, else localhost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
-    /// Timeout of one scrape.
+    /// Timeout of one scrape, at most the stale period. Empty: the stale period, at most
+    /// [`DEFAULT_SCRAPE_TIMEOUT`].
     pub scrape_timeout: String,
     /// Keep only these GPU UUIDs. Empty: the GPUs dcgm-exporter attributes to this pod,
     /// else the UUIDs in `NVIDIA_VISIBLE_DEVICES`, else all.
@@ -197,25 +198,33 @@ pub struct DcgmExporterConfig {
     pub gpu_indices: Vec<u32>,
 }
 
-impl Default for DcgmExporterConfig {
-    fn default() -> Self {
-        DcgmExporterConfig {
-            url: None,
-            scrape_timeout: "5s".into(),
-            gpu_uuids: Vec::new(),
-            gpu_indices: Vec::new(),
-        }
-    }
-}
+/// The longest scrape when `source.scrape_timeout` is not set (and the stale period is
+/// longer).
+pub(crate) const DEFAULT_SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl DcgmExporterConfig {
-    fn timeout(&self) -> Result<Duration, Invalid> {
+    /// `source.scrape_timeout` as set; `None` when it is not.
+    fn timeout(&self) -> Result<Option<Duration>, Invalid> {
+        if self.scrape_timeout.trim().is_empty() {
+            return Ok(None);
+        }
         crate::setting::duration(
             "source.scrape_timeout",
             &self.scrape_timeout,
             Duration::from_millis(10),
             Duration::from_secs(300),
         )
+        .map(Some)
+    }
+
+    /// The timeout of one scrape: as set, else the stale period, at most
+    /// [`DEFAULT_SCRAPE_TIMEOUT`]. A scrape that hangs then ends, as a `timeout`, before the
+    /// tick is served stale: a hung dcgm-exporter reads as down, never as stale and fresh
+    /// by turns.
+    fn effective_timeout(&self, stale_after: Duration) -> Result<Duration, Invalid> {
+        Ok(self
+            .timeout()?
+            .unwrap_or(DEFAULT_SCRAPE_TIMEOUT.min(stale_after)))
     }
 }
 
@@ -238,6 +247,22 @@ impl SourceSettings for DcgmExporterConfig {
         Ok(())
     }
 
+    /// A scrape must end within the stale period: one that hangs longer would have each
+    /// tick served stale, then fresh, by turns (and `/readyz` flap with it).
+    fn check_within(&self, stale_after: Duration) -> Result<(), Invalid> {
+        match self.timeout()? {
+            Some(t) if t > stale_after => Err(Invalid::new(
+                "source.scrape_timeout",
+                format!(
+                    "{} is longer than the stale period ({}, source.stale_after): a scrape that hangs that long would be served stale, then fresh, by turns; set it to at most the stale period, or leave it unset (the stale period, at most 5s)",
+                    humantime::format_duration(t),
+                    humantime::format_duration(stale_after)
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     fn build(&self, context: &Context, _now: SystemTime) -> Result<Box<dyn Source>, BuildError> {
         self.check().map_err(BuildError::from)?;
         let url = self
@@ -254,7 +279,8 @@ impl SourceSettings for DcgmExporterConfig {
         tracing::info!(url = %url, scope = ?scope, "Reading dcgm-exporter.");
         Ok(Box::new(DcgmExporterSource::new(
             &url,
-            self.timeout().map_err(BuildError::from)?,
+            self.effective_timeout(context.stale_after)
+                .map_err(BuildError::from)?,
             context.interval,
             scope,
         )))
@@ -410,6 +436,22 @@ impl Source for DcgmExporterSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Unset, a scrape lasts at most the stale period (and 5 s): a hung dcgm-exporter reads
+    /// as down before its tick would be served stale. Set, it is as set.
+    #[test]
+    fn an_unset_scrape_timeout_is_the_stale_period_at_most_5s() {
+        let unset = DcgmExporterConfig::default();
+        let ms = Duration::from_millis;
+        assert_eq!(unset.effective_timeout(ms(600)).unwrap(), ms(600));
+        assert_eq!(unset.effective_timeout(ms(3000)).unwrap(), ms(3000));
+        assert_eq!(unset.effective_timeout(ms(90_000)).unwrap(), ms(5000));
+        let set = DcgmExporterConfig {
+            scrape_timeout: "2s".into(),
+            ..DcgmExporterConfig::default()
+        };
+        assert_eq!(set.effective_timeout(ms(90_000)).unwrap(), ms(2000));
+    }
 
     /// Blanks are counted for the families read: DCGM's INT32 blank in the busy fraction and
     /// a NaN power, never a Go runtime's metrics at 2^63 and 2^64 (dcgm-exporter's

@@ -41,6 +41,8 @@ pub trait Source: Send + std::fmt::Debug {
 pub(crate) struct Context {
     /// Sampling interval.
     pub interval: Duration,
+    /// The stale period: a tick not ended within it (and an interval) is served stale.
+    pub stale_after: Duration,
     /// This node's name, when known.
     pub node: Option<String>,
     /// This pod's name, when known.
@@ -64,6 +66,14 @@ pub(crate) trait SourceSettings {
     /// # Errors
     /// The first setting that cannot be used.
     fn check(&self) -> Result<(), Invalid>;
+    /// Check the settings against the stale period `stale_after`: a read that could hang
+    /// past it would have each tick served stale, then fresh, by turns.
+    ///
+    /// # Errors
+    /// The setting that lets a read outlast the stale period.
+    fn check_within(&self, _stale_after: Duration) -> Result<(), Invalid> {
+        Ok(())
+    }
     /// Build the source.
     ///
     /// # Errors
@@ -118,6 +128,16 @@ macro_rules! sources {
             pub(crate) fn check(&self) -> Result<(), Invalid> {
                 match self {
                     $(SourceConfig::$variant(c) => c.check(),)*
+                }
+            }
+
+            /// Check the source's settings against the stale period.
+            ///
+            /// # Errors
+            /// The setting that lets a read outlast it, naming its key.
+            pub(crate) fn check_within(&self, stale_after: Duration) -> Result<(), Invalid> {
+                match self {
+                    $(SourceConfig::$variant(c) => c.check_within(stale_after),)*
                 }
             }
 

@@ -411,6 +411,35 @@ fn failures_are_counted_and_never_exported_as_data() {
     });
 }
 
+/// With `source.scrape_timeout` unset, a hung dcgm-exporter's scrape ends within the stale
+/// period (600 ms at a 200 ms interval; it was 5 s): every tick ends as a `timeout` before
+/// it would be served stale, so `/readyz` stays 200 and the source reads down, never stale
+/// and fresh by turns.
+#[test]
+fn a_hung_exporter_never_flaps_readiness() {
+    let silent = truthscale_e2e::Silent::start();
+    let src = format!("dcgm-exporter:http://{}/metrics", silent.addr());
+    let dir = TempDir::new("dcgm-hung-ready");
+    let sidecar = Sidecar::start(&["--source", &src, "--interval", "200ms"], &[], dir.path());
+    let m = sidecar.wait_for(WAIT, "timeouts", |m| {
+        value(m, "truthscale_source_errors_total", &[("kind", "timeout")]).unwrap_or(0.0) >= 3.0
+    });
+    assert_eq!(
+        value(&m, "truthscale_source_up", &[("source", "dcgm_exporter")]),
+        Some(0.0)
+    );
+    // Polled over three more scrapes of 600 ms: ready each time.
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(1800);
+    let mut polls = 0;
+    while std::time::Instant::now() < until {
+        let r = sidecar.get("/readyz", &[]);
+        assert_eq!(r.status, 200, "poll {polls}: {}", r.text());
+        polls += 1;
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(polls >= 20, "{polls}");
+}
+
 /// A dcgm-exporter that accepts and never answers is a `timeout` (it used to count as
 /// `unreachable`), each tick that waits for it longer than the interval is an `overrun`, and
 /// `/metrics` keeps its cadence: nothing of the GPU is exported.
