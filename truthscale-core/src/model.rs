@@ -176,6 +176,9 @@ impl fmt::Display for EntityId {
             (None, Some(u)) => write!(f, "{u}")?,
             (None, None) => write!(f, "gpu ?")?,
         }
+        if let Some(n) = &self.node {
+            write!(f, " on {n}")?;
+        }
         if let Some(m) = &self.mig {
             write!(f, " gi {}", m.gpu_instance)?;
             if let Some(ci) = m.compute_instance {
@@ -1226,6 +1229,29 @@ pub struct Sample {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An entity is named with its node where it has one: two nodes' GPU 0 are told apart
+    /// in `analyze`, `explain`, `top` and the diagnostics.
+    #[test]
+    fn an_entity_is_named_with_its_node() {
+        let mut id = EntityId {
+            gpu: Some(0),
+            ..EntityId::default()
+        };
+        assert_eq!(id.to_string(), "gpu 0");
+        id.node = Some("node-a".into());
+        id.pod = Some(PodRef {
+            pod: "llm".into(),
+            namespace: Some("prod".into()),
+            container: None,
+        });
+        assert_eq!(id.to_string(), "gpu 0 on node-a (prod/llm)");
+        let other = EntityId {
+            node: Some("node-b".into()),
+            ..id.clone()
+        };
+        assert_ne!(other.to_string(), id.to_string());
+    }
 
     /// A readings value written field by field, the way the parsers write one.
     fn random_readings(next: &mut impl FnMut(usize) -> usize) -> Readings {

@@ -446,7 +446,12 @@ fn history_from_a_real_prometheus() {
         run.stdout
     );
     eprint!("history: the table:\n{}", run.stdout);
-    assert!(run.stdout.contains("gpu 0 (prod/llm)"), "{}", run.stdout);
+    // Named with its node: two nodes' GPU 0 are told apart.
+    assert!(
+        run.stdout.contains("gpu 0 on node-a (prod/llm)"),
+        "{}",
+        run.stdout
+    );
     assert!(
         run.stdout.contains("a tensor counter, but no SM clock"),
         "{}",
