@@ -200,7 +200,7 @@ pub struct DcgmExporterConfig {
 
 /// The longest scrape when `source.scrape_timeout` is not set (and the stale period is
 /// longer).
-pub(crate) const DEFAULT_SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+const DEFAULT_SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl DcgmExporterConfig {
     /// `source.scrape_timeout` as set; `None` when it is not.
