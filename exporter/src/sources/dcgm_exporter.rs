@@ -189,7 +189,7 @@ pub struct DcgmExporterConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// Timeout of one scrape, at most the stale period. Empty: the stale period, at most
-    /// [`DEFAULT_SCRAPE_TIMEOUT`].
+    /// 5 s.
     pub scrape_timeout: String,
     /// Keep only these GPU UUIDs. Empty: the GPUs dcgm-exporter attributes to this pod,
     /// else the UUIDs in `NVIDIA_VISIBLE_DEVICES`, else all.
