@@ -106,6 +106,10 @@ pub struct EntityId {
     pub pod: Option<PodRef>,
     /// Node (host) name, when known.
     pub node: Option<String>,
+    /// The device's minor number (`/dev/nvidia<minor>`), when the source reads it: how a
+    /// DRA driver names a GPU (`gpu-<minor>`), which need not be its index. An attribute,
+    /// never part of the key.
+    pub minor: Option<u32>,
 }
 
 /// The part of an [`EntityId`] that decides whether two readings are the same entity.

@@ -157,6 +157,8 @@ impl SimGpu {
                 uuid: Some(uuid),
                 model: Some(format!("Simulated {}", spec.name)),
                 node: Some(node.to_string()),
+                // A simulated device's minor number is its index.
+                minor: Some(index),
                 ..EntityId::default()
             },
             rng,

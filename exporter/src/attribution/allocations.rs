@@ -19,6 +19,9 @@ pub(crate) enum DeviceRef {
     Uuid(String),
     /// A GPU index.
     Index(u32),
+    /// A GPU's minor number (`/dev/nvidia<minor>`): how NVIDIA's DRA driver names a GPU
+    /// (`gpu-<minor>`), which need not be its index.
+    Minor(u32),
 }
 
 /// A device-plugin id: the device and the replica (`GPU-…::2` → replica `2`).
@@ -53,6 +56,17 @@ fn hami_id(dev: &str) -> Option<(&str, &str)> {
     (well_formed && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then_some((uuid, n))
 }
 
+/// A DRA claim's `gpu-N` matched to the GPU of index N, whose source reads no minor
+/// numbers: said once.
+fn assumed_minor() {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        tracing::warn!(
+            "A DRA claim names a GPU by its minor number (gpu-N) and the source reads no minor numbers: the claim is matched to the GPU of index N, which is its minor number on most machines. The NVML and dcgm-exporter sources read minor numbers and match exactly."
+        );
+    });
+}
+
 /// Whether a DRA claim's driver is a GPU driver (`gpu.nvidia.com`): its devices are GPUs,
 /// and one whose name matches none is a GPU whose holder is unknown.
 pub(crate) fn is_gpu_driver(driver: &str) -> bool {
@@ -60,7 +74,8 @@ pub(crate) fn is_gpu_driver(driver: &str) -> bool {
 }
 
 /// The device a DRA claim names: a `GPU-`/`MIG-` UUID in its device name or its CDI
-/// devices' names (`vendor/class=name`), else the index of `gpu-N`.
+/// devices' names (`vendor/class=name`), else the minor number of `gpu-N` (NVIDIA's DRA
+/// driver names a GPU `gpu-<minor>`).
 pub(crate) fn dra_device<'a>(
     device_name: &'a str,
     cdi_names: impl Iterator<Item = &'a str>,
@@ -83,7 +98,7 @@ pub(crate) fn dra_device<'a>(
         if index.is_none()
             && let Some(i) = n.strip_prefix("gpu-").and_then(|s| s.parse::<u32>().ok())
         {
-            index = Some(DeviceRef::Index(i));
+            index = Some(DeviceRef::Minor(i));
         }
     }
     index
@@ -283,21 +298,30 @@ impl Allocations {
     }
 
     /// The containers holding entity `e`: a MIG instance by its own UUID; a GPU by its
-    /// UUID, else its index.
+    /// UUID, else its minor number (a DRA claim's `gpu-<minor>`), else its index. A GPU
+    /// whose source reads no minor number is taken to have its index as one, as on most
+    /// machines, and the log says so once ([`assumed_minor`]).
     #[must_use]
     pub(crate) fn of(&self, e: &EntitySample) -> Vec<Holder> {
-        let mut keys = Vec::with_capacity(2);
+        let mut keys = Vec::with_capacity(3);
         match &e.id.mig {
             Some(m) => keys.extend(m.uuid.clone().map(DeviceRef::Uuid)),
             None => {
                 keys.extend(e.id.uuid.clone().map(DeviceRef::Uuid));
+                keys.extend(e.id.minor.or(e.id.gpu).map(DeviceRef::Minor));
                 keys.extend(e.id.gpu.map(DeviceRef::Index));
             }
         }
-        keys.iter()
-            .find_map(|k| self.holders.get(k))
-            .cloned()
-            .unwrap_or_default()
+        let Some((key, holders)) = keys
+            .iter()
+            .find_map(|k| self.holders.get(k).map(|h| (k, h)))
+        else {
+            return Vec::new();
+        };
+        if matches!(key, DeviceRef::Minor(_)) && e.id.minor.is_none() {
+            assumed_minor();
+        }
+        holders.clone()
     }
 
     /// Attribute every entity of `produced` (see the module documentation), and the

@@ -622,7 +622,8 @@ pub(super) mod tests {
         assert_eq!(e[2].allocation, Some(Vec::new()));
         // A MIG instance by its own UUID.
         assert_eq!(e[3].id.pod.as_ref().map(|p| p.pod.as_str()), Some("slice"));
-        // A DRA claim by its device's index.
+        // A DRA claim by its device's minor number; this entity's source read none, so its
+        // index stands in.
         assert_eq!(
             e[4].id.pod.as_ref().map(|p| p.pod.as_str()),
             Some("claimed")
@@ -631,6 +632,56 @@ pub(super) mod tests {
             e[4].allocation.as_ref().unwrap()[0].resource,
             "dra:gpu.nvidia.com"
         );
+    }
+
+    /// NVIDIA's DRA driver names a GPU `gpu-<minor>`: a claim of `gpu-1` holds the GPU whose
+    /// minor number is 1, here the one of index 0, never the GPU of index 1 (minor 0).
+    #[test]
+    fn a_dra_claim_holds_the_gpu_of_its_minor_number() {
+        let claim = |pod: &str, device: &str| PodResources {
+            name: pod.into(),
+            namespace: "dra".into(),
+            containers: vec![ContainerResources {
+                name: "c".into(),
+                dynamic_resources: vec![DynamicResource {
+                    claim_name: format!("{pod}-claim"),
+                    claim_namespace: "dra".into(),
+                    claim_resources: vec![ClaimResource {
+                        cdi_devices: vec![CdiDevice {
+                            name: format!("k8s.gpu.nvidia.com/device={device}"),
+                        }],
+                        driver_name: "gpu.nvidia.com".into(),
+                        pool_name: "node-1".into(),
+                        device_name: device.into(),
+                    }],
+                }],
+                ..Default::default()
+            }],
+        };
+        let r = ListPodResourcesResponse {
+            pod_resources: vec![claim("on-minor-1", "gpu-1")],
+        };
+        let a = Allocations::from_response(&r, &NodeConfig::default().resource_names);
+        let with_minor = |gpu: u32, uuid: &str, minor: u32| {
+            let mut e = entity(gpu, uuid, None);
+            e.id.minor = Some(minor);
+            e
+        };
+        let mut produced = Produced {
+            samples: vec![truthscale_core::model::Sample {
+                taken: truthscale_core::model::Timestamp(0),
+                entities: vec![with_minor(0, "GPU-a", 1), with_minor(1, "GPU-b", 0)],
+            }],
+            ..Produced::default()
+        };
+        a.attribute(&mut produced, &mut Procs::new("/nonexistent".into()));
+        let e = &produced.samples[0].entities;
+        assert_eq!(
+            e[0].id.pod.as_ref().map(|p| p.pod.as_str()),
+            Some("on-minor-1")
+        );
+        assert_eq!(e[1].id.pod, None);
+        assert_eq!(e[1].allocation, Some(Vec::new()), "held by nobody");
     }
 
     /// Sidecar mode: only the GPUs this pod's answer names take its labels (a time-sliced

@@ -319,12 +319,18 @@ fn device(s: &mut String, p: &Probe, d: &DeviceReport) {
     }
 }
 
-/// A GPU's name, uuid, bus id, architecture and catalog model.
+/// A GPU's name, uuid, bus id, minor number, architecture and catalog model.
 fn identity(s: &mut String, index: u32, ident: &Ident) {
     let _ = writeln!(s, "GPU {index}  {}", ident.name);
     let _ = writeln!(s, "  uuid            {}", ident.uuid);
     if let Some(pci) = &ident.pci_bus_id {
         let _ = writeln!(s, "  PCI bus id      {pci}");
+    }
+    if let Some(m) = ident.minor {
+        let _ = writeln!(
+            s,
+            "  minor number    {m} (/dev/nvidia{m}; a DRA claim names it gpu-{m})"
+        );
     }
     let _ = writeln!(
         s,
@@ -394,6 +400,7 @@ mod tests {
                 pci_bus_id: None,
                 architecture: Some(arch.into()),
                 spec: gpus::lookup(name),
+                minor: Some(0),
             }),
             mig: Some(false),
             gpm,

@@ -86,6 +86,7 @@ pub(super) fn own_entity(labels: &BTreeMap<String, String>) -> EntityId {
         model: get("model"),
         pci_bus_id: None,
         driver_version: None,
+        minor: None,
         mig: num("mig_instance").map(|gpu_instance| MigId {
             gpu_instance,
             compute_instance: None,

@@ -161,6 +161,9 @@ pub(crate) struct Device {
     uuid: String,
     #[serde(default)]
     pci_bus_id: Option<String>,
+    /// The minor number (`/dev/nvidia<minor>`); absent: the device's index.
+    #[serde(default)]
+    minor: Option<u32>,
     /// `hopper`, `ampere`, `ada`, `blackwell`, …
     architecture: String,
     memory_total_bytes: u64,
@@ -747,6 +750,20 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetIndex(
 ) -> Ret {
     // SAFETY: forwarded from the caller.
     with_device(device, |t, _| unsafe { put(index, t.gpu as c_uint) })
+}
+
+/// # Safety
+/// `minor` must be valid for a write.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetMinorNumber(
+    device: sys::nvmlDevice_t,
+    minor: *mut c_uint,
+) -> Ret {
+    with_device(device, |t, d| {
+        let m = d.minor.unwrap_or(t.gpu as c_uint);
+        // SAFETY: forwarded from the caller.
+        unsafe { put(minor, m) }
+    })
 }
 
 /// # Safety

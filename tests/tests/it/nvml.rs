@@ -542,6 +542,7 @@ fn doctor_per_scenario() {
         "CUDA driver     12.4",
         "GPUs            1",
         "GPU 0  NVIDIA H100 80GB HBM3",
+        "  minor number    0 (/dev/nvidia0; a DRA claim names it gpu-0)",
         "  architecture    Hopper",
         "  MIG mode        disabled",
         "  GPM             supported and permitted (a sample pair succeeded)",

@@ -671,13 +671,14 @@ pub fn is_blank_value(name: &str, v: f64) -> bool {
     }
 }
 
-/// Attributes (model, PCI id, driver version, node, MIG profile) a later line of the same
-/// entity adds.
+/// Attributes (model, PCI id, driver version, node, minor number, MIG profile) a later
+/// line of the same entity adds.
 fn fill_attributes(id: &mut EntityId, other: EntityId) {
     id.model = id.model.take().or(other.model);
     id.pci_bus_id = id.pci_bus_id.take().or(other.pci_bus_id);
     id.driver_version = id.driver_version.take().or(other.driver_version);
     id.node = id.node.take().or(other.node);
+    id.minor = id.minor.or(other.minor);
     if let (Some(m), Some(o)) = (id.mig.as_mut(), other.mig) {
         m.profile = m.profile.take().or(o.profile);
     }
@@ -722,12 +723,27 @@ fn entity_of<K: AsRef<str>, V: AsRef<str>>(labels: &[(K, V)]) -> EntityId {
         // The node: dcgm-exporter's own label, else a relabelled `node`, else (in a
         // Prometheus history) the scrape target, so gpu 0 of two nodes is two GPUs.
         node: get(&["Hostname", "hostname", "node", "instance"]),
+        // dcgm-exporter's `device` label, `nvidia<minor>`: the name a DRA driver gives the
+        // GPU (`gpu-<minor>`).
+        minor: get(&["device"]).and_then(|d| d.strip_prefix("nvidia")?.parse().ok()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// dcgm-exporter's `device` label, `nvidia<minor>`, is the GPU's minor number (the name a
+    /// DRA claim gives it), which need not be its index; anything else there is none.
+    #[test]
+    fn the_device_label_gives_the_minor_number() {
+        let minor =
+            |device: &str| entity_of(&[("gpu", "0"), ("UUID", "GPU-a"), ("device", device)]).minor;
+        assert_eq!(minor("nvidia3"), Some(3));
+        assert_eq!(minor("nvidia"), None);
+        assert_eq!(minor("gpu3"), None);
+        assert_eq!(entity_of(&[("gpu", "0")]).minor, None);
+    }
     use crate::model::{Reading, Throttles};
 
     fn parse(text: &str) -> Result<Vec<Sample>, ParseError> {

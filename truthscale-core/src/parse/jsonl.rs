@@ -187,6 +187,8 @@ fn read_id(o: &mut Map<String, Value>) -> Result<EntityId, String> {
         model: take(o, "model")?,
         pci_bus_id: take(o, "pci_bus_id")?,
         driver_version: take(o, "driver_version")?,
+        // Not in a trace: a replay names GPUs by index and UUID.
+        minor: None,
         mig: gi.map(|gpu_instance| MigId {
             uuid: None,
             gpu_instance,
@@ -379,6 +381,7 @@ mod tests {
                 model: Some("NVIDIA H100 80GB HBM3".into()),
                 pci_bus_id: Some("00000000:37:00.0".into()),
                 driver_version: Some("550.54.15".into()),
+                minor: None,
                 mig: Some(MigId {
                     uuid: None,
                     gpu_instance: 2,

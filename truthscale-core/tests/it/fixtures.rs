@@ -115,6 +115,8 @@ fn dcgm_issue191_gke_t4_one_pod_one_unattributed() {
         model: s("Tesla T4"),
         node: node.clone(),
         pod: pod("triton-84d57987c9-kks4k", "default", "triton-server"),
+        // Its `device` label, `nvidia0`.
+        minor: Some(0),
         ..EntityId::default()
     };
     let want1 = EntityId {
@@ -123,6 +125,8 @@ fn dcgm_issue191_gke_t4_one_pod_one_unattributed() {
         model: s("Tesla T4"),
         node,
         pod: None,
+        // Its `device` label, `nvidia1`.
+        minor: Some(1),
         ..EntityId::default()
     };
     assert_eq!((&e[0].id, &e[1].id), (&want0, &want1));
@@ -181,6 +185,8 @@ fn dcgm_exporter_issue188_1x_metric_names() {
         gpu: Some(0),
         uuid: s("GPU-c1f38265-5e7c-0a81-14a0-240a35ea8160"),
         node: s("dcgm-exporter-6ldbb"),
+        // Its `device` label, `nvidia0`.
+        minor: Some(0),
         ..EntityId::default()
     };
     assert_eq!(e[0].id, want);
@@ -238,6 +244,8 @@ fn dcgm_exporter_issue68_a30_mig() {
         model: s("NVIDIA A30"),
         mig: gi1.clone(),
         node: s("dcgm-exporter-sn5rp"),
+        // Its `device` label, `nvidia0`.
+        minor: Some(0),
         ..EntityId::default()
     };
     let e = &samples[0].entities;
@@ -286,12 +294,16 @@ fn gpu_monitoring_tools_issue138_early_2x_format() {
     let busy = EntityId {
         gpu: Some(0),
         uuid: s("GPU-6bf47ca9-ad3e-15db-beed-1079a7d74116"),
+        // Its `device` label, `nvidia0`.
+        minor: Some(0),
         ..EntityId::default()
     };
     let prof = EntityId {
         gpu: Some(0),
         uuid: s("GPU-227ba87f-fcf3-c09a-dc3b-c72ea41297e3"),
         pod: pod("dcgmproftester", "default", "dcgmproftester11"),
+        // Its `device` label, `nvidia0`.
+        minor: Some(0),
         ..EntityId::default()
     };
     assert_eq!((&e[0].id, &e[1].id), (&busy, &prof));
@@ -334,6 +346,8 @@ fn ericsson_t4_misleading_utilization() {
         // The driver version from its label, as each fixture shows it.
         driver_version: s("590.48.01"),
         node: s("cp-bm14r7"),
+        // Its `device` label, `nvidia0`.
+        minor: Some(0),
         ..EntityId::default()
     };
     assert_eq!(e[0].id, want);
@@ -374,6 +388,8 @@ fn upcloud_l40s_idle_with_help_and_type() {
         // The driver version from its label, as each fixture shows it.
         driver_version: s("595.58.03"),
         node: s("gpu1-wl8sg"),
+        // Its `device` label, `nvidia0`.
+        minor: Some(0),
         ..EntityId::default()
     };
     assert_eq!(e[0].id, want);
@@ -416,6 +432,8 @@ fn linode_rtx4000_ada_pod_attributed() {
         driver_version: s("580.95.05"),
         node: s("lke529760-766837-0a634ab30000"),
         pod: pod("cuda-75454ffb9f-8ljq7", "default", "cuda"),
+        // Its `device` label, `nvidia0`.
+        minor: Some(0),
         ..EntityId::default()
     };
     assert_eq!(e[0].id, want);

@@ -287,6 +287,8 @@ fn entity_sample() -> impl Strategy<Value = EntitySample> {
                     container,
                 }),
                 node,
+                // Not in a trace.
+                minor: None,
             },
         );
     let readings = prop::collection::vec(reading(), Field::COUNT).prop_map(|rs| {

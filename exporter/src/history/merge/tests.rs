@@ -402,6 +402,7 @@ fn own_metrics_map_back() {
         model: Some("Simulated H100 SXM".into()),
         pci_bus_id: None,
         driver_version: None,
+        minor: None,
         mig: Some(MigId {
             gpu_instance: 2,
             compute_instance: None,

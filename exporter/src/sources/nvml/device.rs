@@ -351,6 +351,7 @@ impl DevState {
             mig,
             pod: None,
             node: ctx.node.map(str::to_string),
+            minor: ident.and_then(|i| i.minor),
         }
     }
 

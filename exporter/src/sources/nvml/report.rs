@@ -47,11 +47,14 @@ pub(crate) struct Ident {
     pub pci_bus_id: Option<String>,
     /// `Hopper`, `Ampere`, …
     pub architecture: Option<String>,
+    /// The device's minor number (`/dev/nvidia<minor>`): how a DRA driver names it.
+    pub minor: Option<u32>,
     /// The catalog entry of the name.
     pub spec: Option<&'static GpuSpec>,
 }
 
-/// Read a GPU's identity: UUID and name are required, PCI id and architecture optional.
+/// Read a GPU's identity: UUID and name are required, PCI id, architecture and minor number
+/// optional.
 ///
 /// # Errors
 /// The UUID or name cannot be read (`GpuLost` when it fell off the bus).
@@ -68,12 +71,18 @@ pub(crate) fn identify(dev: &Device<'_>) -> Result<Ident, NvmlError> {
         Err(NvmlError::GpuLost) => return Err(NvmlError::GpuLost),
         Err(_) => None,
     };
+    let minor = match dev.minor_number() {
+        Ok(m) => Some(m),
+        Err(NvmlError::GpuLost) => return Err(NvmlError::GpuLost),
+        Err(_) => None,
+    };
     Ok(Ident {
         spec: gpus::lookup(&name),
         uuid,
         name,
         pci_bus_id,
         architecture,
+        minor,
     })
 }
 
