@@ -192,6 +192,19 @@ mod tests {
     }
 
     /// Every row has as many fields as the header.
+    fn usd() -> FocusArgs {
+        FocusArgs {
+            currency: "USD".into(),
+        }
+    }
+
+    /// The FOCUS CSV of `s` by namespace, in USD.
+    fn focus_text(s: &Showback) -> String {
+        let mut out = Vec::new();
+        write(&mut out, s, &By::Namespace, &usd(), 0, 60.0).expect("written");
+        String::from_utf8(out).expect("UTF-8")
+    }
+
     #[test]
     fn rows_have_every_column() {
         let s = Showback {
@@ -206,12 +219,7 @@ mod tests {
             },
             ..Showback::default()
         };
-        let args = FocusArgs {
-            currency: "USD".into(),
-        };
-        let mut out = Vec::new();
-        write(&mut out, &s, &By::Namespace, &args, 0, 60.0).expect("written");
-        let text = String::from_utf8(out).expect("UTF-8");
+        let text = focus_text(&s);
         let columns = HEADER.split(',').count();
         let mut rdr = text.lines();
         assert_eq!(rdr.next(), Some(HEADER));
@@ -232,7 +240,7 @@ mod tests {
         }
         let mut none = Showback::default();
         none.total.groups.push(GroupHours::default());
-        let e = write(&mut Vec::new(), &none, &By::Namespace, &args, 0, 60.0).unwrap_err();
+        let e = write(&mut Vec::new(), &none, &By::Namespace, &usd(), 0, 60.0).unwrap_err();
         assert!(e.to_string().contains("--cost-per-gpu-hour"), "{e}");
     }
 
@@ -255,12 +263,7 @@ mod tests {
             },
             ..Showback::default()
         };
-        let args = FocusArgs {
-            currency: "USD".into(),
-        };
-        let mut out = Vec::new();
-        write(&mut out, &s, &By::Namespace, &args, 0, 60.0).expect("written");
-        let text = String::from_utf8(out).expect("UTF-8");
+        let text = focus_text(&s);
         let tag = r#""{""truthscale.by"":""namespace"",""truthscale.group"":""GROUP"",""truthscale.simulated"":""true""}""#;
         let rows: Vec<&str> = text.lines().skip(1).collect();
         assert!(
