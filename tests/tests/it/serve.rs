@@ -240,10 +240,12 @@ fn prometheus_round_trip() {
     }
 
     // The ECF averaged from the counters (over the seconds it was measured) matches the
-    // simulator's ground truth, within half of what skipping κ would cost: the simulated
-    // GPUs run at 1.08 × f_ref under load, so without κ a GPU at truth t would read
-    // t / 1.08, 0.074·t low (inverting κ: twice that). Counter noise (σ 0.01 per window)
-    // leaves about ±0.0013 over a minute; measured: +0.0016, −0.0013, +0.0016.
+    // simulator's ground truth, within half of what skipping κ would cost, plus the
+    // counters' noise: the simulated GPUs run at 1.08 × f_ref under load, so without κ a
+    // GPU at truth t would read t / 1.08, 0.074·t low (inverting κ: twice that). The
+    // counters' noise (σ 0.01 a window) leaves σ 0.0013 on a minute's mean of 60 windows;
+    // measured: +0.0016, −0.0013, +0.0016, and +0.0013 at t = 0.019, where half the κ
+    // effect alone (0.0007) is below one σ. Three σ of the mean are allowed beside it.
     let derived = per_gpu(
         &prom_addr,
         "increase(truthscale_gpu_effective_compute_seconds_total[1m]) \
@@ -263,8 +265,9 @@ fn prometheus_round_trip() {
             ecf - t
         );
         assert!(ecf.is_finite() && t.is_finite(), "gpu {gpu}: {ecf} vs {t}");
+        let noise = 3.0 * 0.01 / 60_f64.sqrt();
         assert!(
-            (ecf - t).abs() <= 0.5 * t * (1.0 - 1.0 / 1.08),
+            (ecf - t).abs() <= 0.5 * t * (1.0 - 1.0 / 1.08) + noise,
             "gpu {gpu}: derived ECF {ecf} vs ground truth {t}"
         );
     }
