@@ -8,9 +8,9 @@ use truthscale_exporter::attribution::kubelet::proto::pod_resources_lister_serve
     PodResourcesLister, PodResourcesListerServer,
 };
 use truthscale_exporter::attribution::kubelet::proto::{
-    AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices,
-    ContainerResources, GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest,
-    ListPodResourcesResponse, PodResources,
+    AllocatableResourcesRequest, AllocatableResourcesResponse, CdiDevice, ClaimResource,
+    ContainerDevices, ContainerResources, DynamicResource, GetPodResourcesRequest,
+    GetPodResourcesResponse, ListPodResourcesRequest, ListPodResourcesResponse, PodResources,
 };
 
 /// What the fake kubelet answers, changeable while it runs; `delay` makes it slow. `Get`
@@ -151,6 +151,33 @@ pub fn pod(name: &str, ns: &str, container: &str, resource: &str, ids: &[&str]) 
                 resource_name: resource.into(),
                 device_ids: ids.iter().map(|s| (*s).into()).collect(),
                 topology: None,
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+/// One pod with one container holding `device` through a DRA resource claim of NVIDIA's
+/// driver (`gpu.nvidia.com`), as the kubelet lists it: the device's name (`gpu-<minor>` for
+/// a whole GPU) and its CDI device.
+#[must_use]
+pub fn dra_pod(name: &str, ns: &str, container: &str, device: &str) -> PodResources {
+    PodResources {
+        name: name.into(),
+        namespace: ns.into(),
+        containers: vec![ContainerResources {
+            name: container.into(),
+            dynamic_resources: vec![DynamicResource {
+                claim_name: format!("{name}-gpu"),
+                claim_namespace: ns.into(),
+                claim_resources: vec![ClaimResource {
+                    cdi_devices: vec![CdiDevice {
+                        name: format!("k8s.gpu.nvidia.com/device={device}"),
+                    }],
+                    driver_name: "gpu.nvidia.com".into(),
+                    pool_name: "gpu-node-1".into(),
+                    device_name: device.into(),
+                }],
             }],
             ..Default::default()
         }],

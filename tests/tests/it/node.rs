@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use truthscale_e2e::kubelet::{Kubelet, State, pod};
+use truthscale_e2e::kubelet::{Kubelet, State, dra_pod, pod};
 use truthscale_e2e::{Sample, Sidecar, TempDir, clean_command};
 use truthscale_e2e::{series, value};
 use truthscale_exporter::attribution::kubelet::proto::ListPodResourcesResponse;
@@ -471,6 +471,86 @@ fn shared_gpu_is_apportioned_to_its_pods_by_sm_busy() {
             .all(|s| s.label("pod").is_none())
     );
     energy_follows_sm_busy(&sidecar);
+}
+
+/// A GPU held through a DRA resource claim: NVIDIA's DRA driver names a GPU `gpu-<minor>`,
+/// its minor number (`/dev/nvidia<minor>`), which need not be its index. Here the fake
+/// driver's two H100s have their minor numbers the other way round (index 0 is
+/// `/dev/nvidia1`), so a claim of `gpu-0` holds the GPU of index 1; the GPU of index 0 is
+/// held by nobody. The ground truth is the scenario's minor numbers, written here.
+#[test]
+fn a_dra_claim_holds_the_gpu_of_its_minor_number() {
+    let dir = TempDir::new("node-dra");
+    let socket = dir.path().join("kubelet.sock");
+    let state = State::default();
+    *state.answer.lock().unwrap() = ListPodResourcesResponse {
+        pod_resources: vec![dra_pod("decode-0", "llm", "vllm", "gpu-0")],
+    };
+    let _kubelet = Kubelet::start(&socket, state);
+    let h100 = |index: u32, minor: u32| {
+        serde_json::json!({
+            "name": "NVIDIA H100 80GB HBM3",
+            "uuid": format!("GPU-d2a00000-0000-4000-8000-00000000000{index}"),
+            "pci_bus_id": format!("00000000:{:02X}:00.0", 0x18 + index),
+            "minor": minor,
+            "architecture": "hopper",
+            "memory_total_bytes": 85_520_809_984_u64,
+            "util_percent": 100,
+            "power_watts": 500,
+            "power_limit_watts": 700,
+            "sm_clock_mhz": 1980,
+            "gpm": { "metrics": { "sm_util": 80.0, "any_tensor_util": 40.0, "dram_bw_util": 30.0 } },
+        })
+    };
+    let scenario = dir.path().join("scenario.json");
+    let text = serde_json::json!({
+        "_comment": "Two H100s whose minor numbers are not their indices.",
+        "devices": [h100(0, 1), h100(1, 0)],
+    });
+    std::fs::write(&scenario, text.to_string()).unwrap();
+    let lib = truthscale_e2e::fake_nvml();
+    let sidecar = Sidecar::start(
+        &[
+            "--mode",
+            "node",
+            "--source",
+            "nvml",
+            "--nvml-library",
+            lib.to_str().unwrap(),
+            "--interval",
+            "250ms",
+        ],
+        &[
+            ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
+            ("TRUTHSCALE_NODE__SOCKET", socket.to_str().unwrap()),
+        ],
+        dir.path(),
+    );
+    let m = sidecar.wait_for(WAIT, "the claim attributed", |m| {
+        value(m, "truthscale_gpu_pods", &[("gpu", "1")]) == Some(1.0)
+            && value(m, "truthscale_gpu_pods", &[("gpu", "0")]).is_some()
+    });
+    // The claimed GPU (minor 0, index 1): every series of it carries the claim's pod.
+    let info = series(&m, "truthscale_gpu_info", &[("gpu", "1")]);
+    assert_eq!(info.len(), 1);
+    assert_eq!(info[0].label("pod"), Some("decode-0"));
+    assert_eq!(info[0].label("namespace"), Some("llm"));
+    assert_eq!(info[0].label("container"), Some("vllm"));
+    let held = series(&m, "truthscale_gpu_allocation_info", &[("gpu", "1")]);
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0].label("pod"), Some("decode-0"));
+    assert_eq!(held[0].label("resource"), Some("dra:gpu.nvidia.com"));
+    // The GPU of index 0 (minor 1) is held by nobody: idle capacity, no pod on any series.
+    assert_eq!(value(&m, "truthscale_gpu_pods", &[("gpu", "0")]), Some(0.0));
+    assert!(
+        m.iter()
+            .filter(|s| s.label("gpu") == Some("0"))
+            .all(|s| s.label("pod").is_none())
+    );
+    // NVML reads minor numbers: nothing is assumed.
+    let log = sidecar.process.stderr();
+    assert!(!log.contains("reads no minor numbers"), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
 }
 
 /// The shared GPU's active energy goes to its pods by SM busy share (60:30:10), an estimate
