@@ -79,8 +79,9 @@ pub(crate) fn config(settings: &Settings) -> pipeline::Config {
     }
 }
 
-/// The stages, in order: attribution (node mode's `List`, its holder pods' CPU and I/O
-/// pressure, and pod labels, or the sidecar's own `Get`), then the serving engine.
+/// The stages, in order: attribution (node mode's `List`, pod labels with the pod UIDs that
+/// settle each process's pod, and its holder pods' CPU and I/O pressure, or the sidecar's
+/// own `Get`), then the serving engine.
 fn stages(settings: &Settings, api: Option<ApiServer>) -> Vec<Box<dyn Stage>> {
     let mut stages: Vec<Box<dyn Stage>> = Vec::new();
     if let Some(n) = &settings.node {
@@ -89,13 +90,15 @@ fn stages(settings: &Settings, api: Option<ApiServer>) -> Vec<Box<dyn Stage>> {
             n.proc_root.clone(),
             settings.interval,
         )));
+        // Pod labels before pressure: the pod UIDs they bring settle each process's pod,
+        // by which pressure names its pods.
+        if let Some(api) = api {
+            stages.push(Box::new(PodLabels::start(api)));
+        }
         stages.push(Box::new(HolderPressure::new(
             n.cgroup_root.clone(),
             n.proc_root.clone(),
         )));
-        if let Some(api) = api {
-            stages.push(Box::new(PodLabels::start(api)));
-        }
     }
     if let Some(p) = settings.pod_resources.clone() {
         tracing::info!(

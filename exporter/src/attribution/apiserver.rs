@@ -27,7 +27,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
-use truthscale_core::model::{NOTEBOOK_NAME_LABEL, PodOwner};
+use truthscale_core::model::{Holder, NOTEBOOK_NAME_LABEL, PodOwner, PodRef, ProcessReading};
 
 /// The `source` label of the API server reader's health.
 pub(crate) const SOURCE: &str = "apiserver";
@@ -289,6 +289,8 @@ struct Metadata<'a> {
     #[serde(default, borrow)]
     namespace: Cow<'a, str>,
     #[serde(default, borrow)]
+    uid: Cow<'a, str>,
+    #[serde(default, borrow)]
     labels: Labels<'a>,
     #[serde(default, borrow, rename = "ownerReferences")]
     owner_references: Vec<OwnerReference<'a>>,
@@ -418,6 +420,8 @@ pub(crate) struct PodLabels {
     by_pod: HashMap<(String, String), Vec<(&'static str, String)>>,
     /// (namespace, name) → the pod's owner, where it has one.
     owners: HashMap<(String, String), PodOwner>,
+    /// (namespace, name) → the pod's UID, where the answer gave one.
+    uids: HashMap<(String, String), String>,
     /// What the caps left out of the answer.
     left_out: LeftOut,
 }
@@ -442,8 +446,13 @@ impl PodLabels {
         let (mut many, mut long_names, mut long_values) = (0, 0, 0);
         let mut by_pod = HashMap::with_capacity(list.items.kept.len());
         let mut owners = HashMap::new();
+        let mut uids = HashMap::new();
         for item in list.items.kept {
             let mut m = item.metadata;
+            if !m.uid.is_empty() && fits(&m.uid) && fits(&m.name) && fits(&m.namespace) {
+                let key = (m.namespace.to_string(), m.name.to_string());
+                uids.insert(key, std::mem::take(&mut m.uid).into_owned());
+            }
             let Labels(Some(all)) = std::mem::take(&mut m.labels) else {
                 many += 1;
                 continue;
@@ -483,6 +492,7 @@ impl PodLabels {
         Ok(PodLabels {
             by_pod,
             owners,
+            uids,
             left_out,
         })
     }
@@ -514,17 +524,70 @@ impl PodLabels {
             .get(&(namespace.unwrap_or_default().to_string(), name.to_string()))
     }
 
-    /// Give every holder of every entity of `produced` its pod's labels and owner.
-    pub(crate) fn apply(&self, produced: &mut Produced) {
+    /// The UID of pod `name` in `namespace`, where the answer gave one.
+    fn uid(&self, namespace: Option<&str>, name: &str) -> Option<&str> {
+        self.uids
+            .get(&(namespace.unwrap_or_default().to_string(), name.to_string()))
+            .map(String::as_str)
+    }
+
+    /// Give every holder of every entity of `produced` its pod's labels and owner, and every
+    /// process on a held GPU the pod its cgroup's pod UID names ([`PodLabels::pod_by_uid`]).
+    /// Returns how many processes the hostname had given a holder whose UID is not theirs.
+    pub(crate) fn apply(&self, produced: &mut Produced) -> usize {
+        let mut not_theirs = 0;
         for s in &mut produced.samples {
             for e in &mut s.entities {
-                for h in e.allocation.iter_mut().flatten() {
+                let Some(holders) = e.allocation.as_mut() else {
+                    continue;
+                };
+                for h in holders.iter_mut() {
                     let ns = h.pod.namespace.as_deref();
                     h.labels = self.of(ns, &h.pod.pod).to_vec();
                     h.owner = self.owner(ns, &h.pod.pod).cloned();
                 }
+                for p in &mut e.processes {
+                    not_theirs += usize::from(self.pod_by_uid(p, holders));
+                }
             }
         }
+        not_theirs
+    }
+
+    /// A process's pod by the pod UID its cgroup names, where this answer lists the UIDs of
+    /// the GPU's holders: the holder (or holders, its containers) of that UID, the container
+    /// not told when two of its containers hold the GPU; else none where the pod its hostname
+    /// named (or the GPU's only holder) has another UID: a process of a pod that holds no
+    /// share of the GPU, whatever its hostname. Where neither is known, the pod stays as the
+    /// hostname gave it. Returns whether the pod it had was taken away.
+    fn pod_by_uid(&self, p: &mut ProcessReading, holders: &[Holder]) -> bool {
+        let Some(uid) = p.pod_uid.as_deref() else {
+            return false;
+        };
+        let mut found: Option<PodRef> = None;
+        for h in holders {
+            if self.uid(h.pod.namespace.as_deref(), &h.pod.pod) != Some(uid) {
+                continue;
+            }
+            match &mut found {
+                None => found = Some(h.pod.clone()),
+                Some(f) if f.container != h.pod.container => f.container = None,
+                Some(_) => {}
+            }
+        }
+        if found.is_some() {
+            p.pod = found;
+            return false;
+        }
+        let other = p
+            .pod
+            .as_ref()
+            .and_then(|pod| self.uid(pod.namespace.as_deref(), &pod.pod))
+            .is_some_and(|u| u != uid);
+        if other {
+            p.pod = None;
+        }
+        other
     }
 }
 
@@ -648,7 +711,7 @@ fn read_token(settings: &PodLabelSettings) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use truthscale_core::model::{EntitySample, Holder, PodRef, Sample, Timestamp};
+    use truthscale_core::model::{EntitySample, Holder, PodRef, ProcessReading, Sample, Timestamp};
 
     #[test]
     fn label_keys_are_checked() {
@@ -827,6 +890,92 @@ mod tests {
         assert!(PodLabels::from_json(r#"{"kind":"Status","items":[]}"#, &s.keys).is_err());
         assert!(PodLabels::from_json(r#"{"kind":"PodList"}"#, &s.keys).is_err());
         assert!(PodLabels::from_json("<html>", &s.keys).is_err());
+    }
+
+    /// Two pods named `chat` in two namespaces share a time-sliced GPU, and a third pod (not
+    /// a holder) is named `train` as the holder of another GPU is: the hostname tells none of
+    /// their processes apart, the cgroup's pod UID does, once the API server lists the UIDs.
+    #[test]
+    fn a_process_s_pod_is_the_holder_its_cgroup_uid_names() {
+        let body = r#"{"kind":"PartialObjectMetadataList","items":[
+            {"metadata":{"name":"chat","namespace":"web","uid":"u-web"}},
+            {"metadata":{"name":"chat","namespace":"staging","uid":"u-staging"}},
+            {"metadata":{"name":"train","namespace":"ml","uid":"u-train"}},
+            {"metadata":{"name":"train","namespace":"lab","uid":"u-lab"}}
+          ]}"#;
+        let l = PodLabels::from_json(body, &settings().keys).unwrap();
+        let holder = |pod: &str, ns: &str, container: &str| Holder {
+            pod: PodRef {
+                pod: pod.into(),
+                namespace: Some(ns.into()),
+                container: Some(container.into()),
+            },
+            ..Holder::default()
+        };
+        // `pod`: what the hostname rule gave (`None` on the shared GPU: the name is ambiguous).
+        let process = |pid: &str, uid: Option<&str>, pod: Option<&Holder>| ProcessReading {
+            pid: pid.into(),
+            pod_uid: uid.map(str::to_string),
+            pod: pod.map(|h| h.pod.clone()),
+            ..ProcessReading::default()
+        };
+        let (web, staging) = (holder("chat", "web", "a"), holder("chat", "staging", "b"));
+        let train = holder("train", "ml", "t");
+        let entity = |holders: Vec<Holder>, processes| EntitySample {
+            allocation: Some(holders),
+            processes,
+            ..EntitySample::default()
+        };
+        let mut produced = Produced {
+            samples: vec![Sample {
+                taken: Timestamp(0),
+                entities: vec![
+                    entity(
+                        vec![web.clone(), staging.clone()],
+                        vec![
+                            process("1", Some("u-web"), None),
+                            process("2", Some("u-staging"), None),
+                            process("3", Some("u-elsewhere"), None),
+                            process("4", None, None),
+                        ],
+                    ),
+                    entity(
+                        vec![train.clone()],
+                        vec![
+                            process("5", Some("u-train"), Some(&train)),
+                            process("6", Some("u-lab"), Some(&train)),
+                        ],
+                    ),
+                ],
+            }],
+            ..Produced::default()
+        };
+        assert_eq!(
+            l.apply(&mut produced),
+            1,
+            "the lab pod's process was the ml pod's"
+        );
+        let pods: Vec<Vec<Option<PodRef>>> = produced.samples[0]
+            .entities
+            .iter()
+            .map(|e| e.processes.iter().map(|p| p.pod.clone()).collect())
+            .collect();
+        assert_eq!(
+            pods,
+            [
+                vec![Some(web.pod), Some(staging.pod), None, None],
+                vec![Some(train.pod.clone()), None],
+            ]
+        );
+        // Without the UIDs (another answer), the hostname's pod stands.
+        let no_uids = PodLabels::from_json(
+            r#"{"kind":"PodList","items":[{"metadata":{"name":"train","namespace":"ml"}}]}"#,
+            &settings().keys,
+        )
+        .unwrap();
+        let mut p = process("6", Some("u-lab"), Some(&train));
+        assert!(!no_uids.pod_by_uid(&mut p, std::slice::from_ref(&train)));
+        assert_eq!(p.pod, Some(train.pod));
     }
 
     #[test]

@@ -163,6 +163,8 @@ pub(crate) struct PodLabels {
     health: Health,
     /// Failures the pipeline counted against this stage (overruns).
     own: BTreeMap<String, u64>,
+    /// Whether a process whose UID is not its hostname's holder's was logged.
+    warned_uid: bool,
 }
 
 impl PodLabels {
@@ -204,6 +206,7 @@ impl PodLabels {
             keep_for: every * 3,
             health: Health::default(),
             own: BTreeMap::new(),
+            warned_uid: false,
         }
     }
 }
@@ -215,8 +218,13 @@ impl Stage for PodLabels {
 
     fn apply(&mut self, tick: &mut Tick<'_>) {
         let (labels, errors) = self.reader.current(self.keep_for);
-        if let Some(l) = &labels {
-            l.apply(tick.produced);
+        let not_theirs = labels.as_ref().map_or(0, |l| l.apply(tick.produced));
+        if not_theirs > 0 && !std::mem::replace(&mut self.warned_uid, true) {
+            tracing::warn!(
+                source = apiserver::SOURCE,
+                processes = not_theirs,
+                "A process on a GPU has the hostname of a pod that holds the GPU but another pod's UID in its cgroup: it is counted under no pod (a pod that holds no share of the GPU uses it, or a pod of the same name in another namespace). Said once."
+            );
         }
         self.health = Health {
             up: labels.is_some(),

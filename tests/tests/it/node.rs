@@ -553,6 +553,114 @@ fn a_dra_claim_holds_the_gpu_of_its_minor_number() {
     assert!(!log.contains("panicked"), "{log}");
 }
 
+/// A time-sliced GPU held by two pods of one name, `chat`, in two namespaces, and used by a
+/// third `chat` (another namespace) that holds no share of it: the hostname tells none of
+/// their processes apart; with the API server's pod list, the pod UID in each process's
+/// cgroup does. Each holder gets its process's share of the scenario's SM busy (60 % and
+/// 30 %), and the third's 10 % counts under no pod.
+#[test]
+fn pods_of_one_name_are_told_apart_by_their_uids() {
+    let dir = TempDir::new("node-uids");
+    let uuid = "GPU-5f0c6a3e-8d3b-4c1e-9a7f-0000000000a1";
+    let state = State::default();
+    let replica = |r: u32| format!("{uuid}::{r}");
+    *state.answer.lock().unwrap() = ListPodResourcesResponse {
+        pod_resources: vec![
+            pod("chat", "web", "vllm", "nvidia.com/gpu", &[&replica(0)]),
+            pod("chat", "staging", "vllm", "nvidia.com/gpu", &[&replica(1)]),
+        ],
+    };
+    let _kubelet = Kubelet::start(&dir.path().join("kubelet.sock"), state);
+    let api_state = ApiState::new("token-1", NODE);
+    api_state.set_pods(vec![
+        labelled("web", "chat", &[("app.kubernetes.io/name", "chat")]),
+        labelled("staging", "chat", &[("app.kubernetes.io/name", "chat")]),
+        labelled("batch", "chat", &[("app.kubernetes.io/name", "chat")]),
+    ]);
+    let api = ApiServer::start(dir.path(), api_state);
+    let token = dir.path().join("token");
+    std::fs::write(&token, "token-1\n").unwrap();
+    // A fake /proc: each process's cgroup (its pod's UID) and its hostname, `chat` for all.
+    let proc_root = dir.path().join("proc");
+    for (pid, ns) in [(5001, "web"), (5002, "staging"), (5003, "batch")] {
+        let d = proc_root.join(pid.to_string());
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join("cgroup"),
+            format!(
+                "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{}.scope\n",
+                api_uid(ns, "chat").replace('-', "_"),
+                "cd".repeat(32)
+            ),
+        )
+        .unwrap();
+        std::fs::write(d.join("environ"), "HOSTNAME=chat\0").unwrap();
+    }
+    let lib = truthscale_e2e::fake_nvml();
+    let scenario = truthscale_e2e::workspace().join("tests/fake-nvml/scenarios/h100-shared.json");
+    let socket = dir.path().join("kubelet.sock").display().to_string();
+    let sidecar = Sidecar::start(
+        &[
+            "--mode",
+            "node",
+            "--source",
+            "nvml",
+            "--nvml-library",
+            lib.to_str().unwrap(),
+            "--interval",
+            "250ms",
+        ],
+        &[
+            ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
+            ("TRUTHSCALE_SOURCE__PER_PROCESS_SERIES", "true"),
+            ("TRUTHSCALE_NODE__SOCKET", &socket),
+            ("TRUTHSCALE_NODE__PROC_ROOT", proc_root.to_str().unwrap()),
+            ("TRUTHSCALE_NODE__POD_LABELS", "app.kubernetes.io/name"),
+            ("TRUTHSCALE_NODE__POD_LABELS_REFRESH", "1s"),
+            ("TRUTHSCALE_NODE__API_SERVER", api.url.as_str()),
+            ("TRUTHSCALE_NODE__TOKEN_FILE", token.to_str().unwrap()),
+            ("TRUTHSCALE_NODE__CA_FILE", api.ca.to_str().unwrap()),
+            ("NODE_NAME", NODE),
+        ],
+        dir.path(),
+    );
+    const ESTIMATE: &str = "truthscale_pod_effective_compute_estimate_ratio";
+    let part = |m: &[Sample], ns: Option<&str>| {
+        m.iter()
+            .find(|s| s.name == ESTIMATE && s.label("namespace") == ns)
+            .map(|s| s.value)
+    };
+    let m = sidecar.wait_for(WAIT, "each holder's share", |m| {
+        part(m, Some("web")).is_some()
+            && part(m, Some("staging")).is_some()
+            && value(m, "truthscale_gpu_effective_compute_ratio", &[("gpu", "0")]).is_some()
+    });
+    let device = value(
+        &m,
+        "truthscale_gpu_effective_compute_ratio",
+        &[("gpu", "0")],
+    )
+    .unwrap();
+    let (web, staging) = (
+        part(&m, Some("web")).unwrap(),
+        part(&m, Some("staging")).unwrap(),
+    );
+    let none = part(&m, None).expect("the third pod's part, under no pod");
+    assert!((web / device - 0.6).abs() < 1e-9, "{web} of {device}");
+    assert!(
+        (staging / device - 0.3).abs() < 1e-9,
+        "{staging} of {device}"
+    );
+    assert!((none / device - 0.1).abs() < 1e-9, "{none} of {device}");
+    assert!(
+        !m.iter()
+            .any(|s| s.name == ESTIMATE && s.label("namespace") == Some("batch")),
+        "the pod that holds no share has no part of its own"
+    );
+    let log = sidecar.process.stderr();
+    assert!(!log.contains("panicked"), "{log}");
+}
+
 /// The shared GPU's active energy goes to its pods by SM busy share (60:30:10), an estimate
 /// whose parts sum to the device's active energy; nothing is unallocated (the GPU is held);
 /// its floor is the catalog's H100 idle power (the busy flag never reads 0). Compared over
@@ -689,6 +797,26 @@ impl ApiState {
     }
 }
 
+/// The UID the fake API server gives pod `name` in `namespace`: a UUID made of the two,
+/// the same each time.
+pub(crate) fn api_uid(namespace: &str, name: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let half = |salt: u8| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (salt, namespace, name).hash(&mut h);
+        h.finish()
+    };
+    let hex = format!("{:016x}{:016x}", half(0), half(1));
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
 fn status_body(code: u16, reason: &str, message: &str) -> String {
     serde_json::json!({
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -747,7 +875,7 @@ async fn list_pods(
                 .map(|(k, v)| (k.clone(), v.clone().into()))
                 .collect();
             let mut item = serde_json::json!({"metadata": {
-                "name": name, "namespace": ns, "uid": format!("uid-{ns}-{name}"), "labels": labels,
+                "name": name, "namespace": ns, "uid": api_uid(ns, name), "labels": labels,
             }});
             if let Some((kind, owner)) = owners.get(&(ns.clone(), name.clone())) {
                 item["metadata"]["ownerReferences"] = serde_json::json!([{
