@@ -262,6 +262,19 @@ pub(crate) struct Device {
     /// `NO_PERMISSION` for this GPU (a container that lost its device node).
     #[serde(default)]
     handle_denied_after_ms: Option<u64>,
+    /// A driver reload: from `after_ms` after the library is loaded, the volatile ECC counts
+    /// read these (they count from 0 again); the aggregate count is kept.
+    #[serde(default)]
+    ecc_reload: Option<EccReload>,
+}
+
+/// The volatile ECC counts after a driver reload, and when it happens.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EccReload {
+    after_ms: u64,
+    sbe_volatile: u64,
+    dbe_volatile: u64,
 }
 
 /// One critical XID event.
@@ -1129,16 +1142,24 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
     counter_type: sys::nvmlEccCounterType_t,
     count: *mut std::ffi::c_ulonglong,
 ) -> Ret {
-    with_device(device, |t, d| {
+    with_state(|s| {
+        let (t, d) = match s.device(device) {
+            Ok(found) => found,
+            Err(e) => return e,
+        };
+        let reloaded = d
+            .ecc_reload
+            .as_ref()
+            .filter(|r| s.started.elapsed() >= Duration::from_millis(r.after_ms));
         let v = match (error_type, counter_type) {
             (
                 sys::nvmlMemoryErrorType_enum_NVML_MEMORY_ERROR_TYPE_CORRECTED,
                 sys::nvmlEccCounterType_enum_NVML_VOLATILE_ECC,
-            ) => d.ecc_sbe_volatile,
+            ) => reloaded.map_or(d.ecc_sbe_volatile, |r| Some(r.sbe_volatile)),
             (
                 sys::nvmlMemoryErrorType_enum_NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
                 sys::nvmlEccCounterType_enum_NVML_VOLATILE_ECC,
-            ) => d.ecc_dbe_volatile,
+            ) => reloaded.map_or(d.ecc_dbe_volatile, |r| Some(r.dbe_volatile)),
             (
                 sys::nvmlMemoryErrorType_enum_NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
                 sys::nvmlEccCounterType_enum_NVML_AGGREGATE_ECC,

@@ -733,6 +733,96 @@ fn http_protobuf_push_equals_metrics() {
     check_push(Proto::Http);
 }
 
+/// A driver reload zeroes a GPU's volatile ECC counts: the fake driver's H100 counts 7
+/// corrected errors, then, 3 s after it loads, 2 since the reload. `/metrics` shows the
+/// reading as it is (Prometheus reads a reset counter as one); over OTLP with delta
+/// temporality, where the SDK sends each export's difference, no delta is negative, and the
+/// deltas add up to the 9 errors counted (7 before the reload, 2 after), received by a
+/// gRPC receiver that decodes the protobuf.
+#[test]
+fn a_driver_reload_never_sends_a_negative_delta() {
+    let dir = TempDir::new("otlp-ecc-reload");
+    let port = free_port();
+    let rx = Receiver::start(Proto::Grpc, port);
+    let scenario = dir.path().join("scenario.json");
+    let device = serde_json::json!({
+        "name": "NVIDIA H100 80GB HBM3",
+        "uuid": "GPU-ecc00000-0000-4000-8000-000000000001",
+        "architecture": "hopper",
+        "memory_total_bytes": 85_520_809_984_u64,
+        "util_percent": 100,
+        "power_watts": 500,
+        "ecc_sbe_volatile": 7,
+        "ecc_dbe_volatile": 0,
+        "ecc_reload": { "after_ms": 3000, "sbe_volatile": 2, "dbe_volatile": 0 },
+    });
+    let text =
+        serde_json::json!({ "_comment": "An H100 whose driver reloads.", "devices": [device] });
+    std::fs::write(&scenario, text.to_string()).unwrap();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let lib = truthscale_e2e::fake_nvml();
+    let sidecar = Sidecar::start(
+        &[
+            "--source",
+            "nvml",
+            "--nvml-library",
+            lib.to_str().unwrap(),
+            "--interval",
+            "250ms",
+            "--otlp-endpoint",
+            &endpoint,
+        ],
+        &[
+            ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "delta"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "500"),
+        ],
+        dir.path(),
+    );
+    let volatile_sbe = |m: &[Sample]| {
+        truthscale_e2e::value(
+            m,
+            "truthscale_gpu_ecc_errors_total",
+            &[("kind", "sbe"), ("scope", "volatile")],
+        )
+    };
+    sidecar.wait_for(Duration::from_secs(30), "the reload read", |m| {
+        volatile_sbe(m) == Some(2.0)
+    });
+    // Exports after the reload was read.
+    let seen = rx.requests().len();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while rx.requests().len() < seen + 3 {
+        assert!(Instant::now() < deadline, "{}", sidecar.process.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let deltas: Vec<f64> = rx
+        .requests()
+        .iter()
+        .filter_map(|r| find_metric(r, "hw.errors"))
+        .flat_map(|m| {
+            let Some(metric::Data::Sum(sum)) = &m.data else {
+                panic!("hw.errors is not a sum: {m:?}");
+            };
+            assert!(sum.is_monotonic);
+            assert_eq!(
+                sum.aggregation_temporality,
+                AggregationTemporality::Delta as i32
+            );
+            sum.data_points.clone()
+        })
+        .filter(|p| {
+            s(&p.attributes, "error.type").as_deref() == Some("sbe")
+                && s(&p.attributes, "truthscale.ecc.scope").as_deref() == Some("volatile")
+        })
+        .map(|p| value(&p))
+        .collect();
+    assert!(deltas.iter().all(|d| *d >= 0.0), "{deltas:?}");
+    assert_eq!(deltas.iter().sum::<f64>(), 9.0, "{deltas:?}");
+    assert_eq!(volatile_sbe(&sidecar.metrics()), Some(2.0));
+}
+
 fn sink_errors(sidecar: &Sidecar) -> f64 {
     sidecar
         .metrics()

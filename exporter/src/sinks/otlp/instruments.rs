@@ -24,6 +24,72 @@ struct Pinned {
     /// values: every source down).
     tick: (u64, bool),
     families: Vec<Vec<(Vec<KeyValue>, f64)>>,
+    /// The counter series' readings and resets, to keep each observed sum from going down.
+    monotonic: Monotonic,
+}
+
+/// Each counter series' latest reading and what it counted before its resets, by family and
+/// attributes. A counter read lower than before was reset (a driver reload zeroes the
+/// device's volatile ECC counts; a GPU forgotten and found again is counted afresh), and the
+/// OTLP sum must not go down: the SDK would send a negative delta, and a cumulative sum may
+/// fall only with a new start time, which an observable instrument cannot give. So from a
+/// reset on, the series observes its reading plus everything it counted before, as
+/// Prometheus' `increase` reads a reset counter. `/metrics` shows the readings as they are.
+#[derive(Debug, Default)]
+struct Monotonic {
+    /// (family index, attributes) → (its GPU's UUID, the latest reading, the offset).
+    series: HashMap<(usize, String), (Option<String>, f64, f64)>,
+}
+
+impl Monotonic {
+    /// Add each counter point of `families` (fresh readings) its series' offset, a reading
+    /// below the series' previous one first adding that one to the offset. A series of a
+    /// GPU no longer listed (`listed`, by UUID) is forgotten; one absent while its GPU is
+    /// listed (stale, its counters carried) is kept.
+    fn apply(&mut self, families: &mut [Vec<(Vec<KeyValue>, f64)>], listed: &[&str]) {
+        let mut seen = HashMap::with_capacity(self.series.len());
+        for (m, points) in catalog::ALL.iter().zip(families.iter_mut()) {
+            if !is_counter(m) {
+                continue;
+            }
+            for (attrs, v) in points.iter_mut() {
+                let key = (m.id.index(), format!("{attrs:?}"));
+                let (gpu, last, mut offset) = self
+                    .series
+                    .remove(&key)
+                    .unwrap_or_else(|| (gpu_of(attrs), *v, 0.0));
+                if *v < last {
+                    offset += last;
+                }
+                seen.insert(key, (gpu, *v, offset));
+                *v += offset;
+            }
+        }
+        // What was not read this time: kept while its GPU is listed.
+        seen.extend(
+            self.series
+                .drain()
+                .filter(|(_, (gpu, ..))| gpu.as_deref().is_some_and(|g| listed.contains(&g))),
+        );
+        self.series = seen;
+    }
+}
+
+/// Whether family `m` is an OTLP counter (a monotonic sum).
+fn is_counter(m: &catalog::MetricDesc) -> bool {
+    m.otel
+        .is_some_and(|o| o.instrument == OtelInstrument::Counter)
+}
+
+/// The UUID of the GPU a data point is of (a MIG instance's, its GPU's), if it is a GPU's.
+fn gpu_of(attrs: &[KeyValue]) -> Option<String> {
+    let key = catalog::otel_attribute("uuid").unwrap_or("uuid");
+    let id = attrs
+        .iter()
+        .find(|kv| kv.key.as_str() == key)?
+        .value
+        .as_str();
+    id.split("/mig/").next().map(str::to_string)
 }
 
 #[derive(Debug)]
@@ -67,6 +133,17 @@ impl Shared {
             let attrs = point_attributes(m.scope == Scope::Gpu, o.fixed, labels, &drivers);
             p.families[m.id.index()].push((attrs, v));
         });
+        let listed: Vec<&str> = snap
+            .gpus
+            .iter()
+            .filter_map(|g| g.window.id.uuid.as_deref())
+            .collect();
+        let Pinned {
+            families,
+            monotonic,
+            ..
+        } = &mut *p;
+        monotonic.apply(families, &listed);
         if self.carry_counters {
             let stale: Vec<&str> = snap
                 .gpus
@@ -74,7 +151,7 @@ impl Shared {
                 .filter(|g| !g.up)
                 .filter_map(|g| g.window.id.uuid.as_deref())
                 .collect();
-            carry_stale_counters(&stale, previous, &mut p.families);
+            carry_stale_counters(&stale, previous, families);
         }
     }
 
@@ -110,20 +187,9 @@ fn carry_stale_counters(
     if stale.is_empty() {
         return;
     }
-    let key = catalog::otel_attribute("uuid").unwrap_or("uuid");
-    let of_stale = |attrs: &[KeyValue]| {
-        attrs.iter().any(|kv| {
-            kv.key.as_str() == key && {
-                let id = kv.value.as_str();
-                let gpu = id.split("/mig/").next().unwrap_or_default();
-                stale.contains(&gpu)
-            }
-        })
-    };
+    let of_stale = |attrs: &[KeyValue]| gpu_of(attrs).is_some_and(|g| stale.contains(&g.as_str()));
     for (m, (family, points)) in catalog::ALL.iter().zip(families.iter_mut().zip(previous)) {
-        if m.otel
-            .is_some_and(|o| o.instrument == OtelInstrument::Counter)
-        {
+        if is_counter(m) {
             family.extend(points.into_iter().filter(|(a, _)| of_stale(a)));
         }
     }
@@ -373,5 +439,53 @@ mod tests {
             ]
         );
         assert!(families[power].is_empty());
+    }
+
+    /// A counter read lower than before was reset: from then on its reading plus what it
+    /// counted before is observed, so the sum never goes down (5, 7, reset to 2, 3 is observed
+    /// 5, 7, 9, 10). A series absent while its GPU is listed keeps its offset; one of a GPU no
+    /// longer listed is forgotten and starts again from its reading. Gauges are left as read.
+    #[test]
+    fn a_reset_counter_is_observed_without_going_down() {
+        let find = |name: &str| {
+            catalog::ALL
+                .iter()
+                .position(|m| m.otel.is_some_and(|o| o.name == name))
+                .unwrap_or_else(|| panic!("{name}"))
+        };
+        let (errors, power) = (find("hw.errors"), find("hw.power"));
+        let point = |uuid: &str, v: f64| (vec![KeyValue::new("hw.id", uuid.to_owned())], v);
+        let mut m = Monotonic::default();
+        let mut step = |readings: &[(&str, f64)], gauge: f64, listed: &[&str]| {
+            let mut families = vec![Vec::new(); catalog::ALL.len()];
+            families[errors] = readings.iter().map(|(u, v)| point(u, *v)).collect();
+            families[power] = vec![point("GPU-a", gauge)];
+            m.apply(&mut families, listed);
+            assert_eq!(families[power], [point("GPU-a", gauge)]);
+            families[errors]
+                .iter()
+                .map(|(_, v)| *v)
+                .collect::<Vec<f64>>()
+        };
+        let both = ["GPU-a", "GPU-b"];
+        assert_eq!(
+            step(&[("GPU-a", 5.0), ("GPU-b/mig/1", 4.0)], 300.0, &both),
+            [5.0, 4.0]
+        );
+        assert_eq!(
+            step(&[("GPU-a", 7.0), ("GPU-b/mig/1", 4.0)], 200.0, &both),
+            [7.0, 4.0]
+        );
+        assert_eq!(
+            step(&[("GPU-a", 2.0), ("GPU-b/mig/1", 1.0)], 100.0, &both),
+            [9.0, 5.0]
+        );
+        assert_eq!(step(&[("GPU-a", 3.0)], 100.0, &both), [10.0]);
+        // GPU-b's instance was kept while its GPU was listed; GPU-a's series go once it is not.
+        assert_eq!(step(&[("GPU-b/mig/1", 2.0)], 100.0, &["GPU-b"]), [6.0]);
+        assert_eq!(
+            step(&[("GPU-a", 1.0), ("GPU-b/mig/1", 2.0)], 100.0, &both),
+            [1.0, 6.0]
+        );
     }
 }
