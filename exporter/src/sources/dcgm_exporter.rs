@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
-use truthscale_core::model::{EntityKey, EntitySample, Sample, SourceKind, Timestamp};
+use truthscale_core::model::{EntityId, EntityKey, EntitySample, Sample, SourceKind, Timestamp};
 use truthscale_core::parse::DcgmTextParser;
 use truthscale_core::parse::names::{MAX_UNREAD_NAMES, Units, Unread};
 
@@ -123,6 +123,58 @@ pub struct DcgmExporterSource {
     /// parser to the next: an idle scrape's whole values are read in the unit an earlier
     /// one decided.
     units: Units,
+    /// The node each GPU is labelled with.
+    nodes: Nodes,
+}
+
+/// The node a GPU is labelled with: this node's name where it is known (`NODE_NAME`,
+/// `identity.node`: the GPUs a node agent or sidecar reads are its node's, as its kubelet's
+/// attribution takes them to be), else the first `Hostname` dcgm-exporter gave the GPU (by
+/// UUID). dcgm-exporter labels GPUs with its own host name where `NODE_NAME` is not in its
+/// environment: in a pod, the pod's name, which a restart changes; read as it is, a GPU would
+/// become a second one on another "node", its counts split between the two.
+#[derive(Debug, Default)]
+struct Nodes {
+    /// This node's name, when known.
+    own: Option<String>,
+    /// Each GPU's first node, by UUID (at most [`Nodes::MAX`]).
+    first: HashMap<String, Option<String>>,
+    /// Whether a `Hostname` not the node's was logged.
+    warned: bool,
+}
+
+impl Nodes {
+    /// GPUs whose first node is kept: past it, a new GPU's node is read as it is.
+    const MAX: usize = 1 << 16;
+
+    /// Label `id` with its node; say once where that is not the `Hostname` read.
+    fn place(&mut self, url: &str, id: &mut EntityId) {
+        let read = id.node.take();
+        id.node = match (&self.own, &id.uuid) {
+            (Some(own), _) => Some(own.clone()),
+            (None, Some(uuid)) if self.first.len() < Self::MAX || self.first.contains_key(uuid) => {
+                self.first
+                    .entry(uuid.clone())
+                    .or_insert_with(|| read.clone())
+                    .clone()
+            }
+            (None, _) => read.clone(),
+        };
+        if read.is_some() && id.node != read && !std::mem::replace(&mut self.warned, true) {
+            let (read, node) = (
+                read.unwrap_or_default(),
+                id.node.clone().unwrap_or_default(),
+            );
+            tracing::warn!(
+                url,
+                uuid = id.uuid.as_deref().unwrap_or_default(),
+                hostname = %read,
+                node = %node,
+                "dcgm-exporter labels a GPU with a Hostname that is not its node's (its pod's name, where dcgm-exporter runs without NODE_NAME, changes when it restarts): the GPU is labelled with {}, so that its counts are not split. Set NODE_NAME in dcgm-exporter's environment (Downward API spec.nodeName) to have it name the node. Said once.",
+                if self.own.is_some() { "this node's name (NODE_NAME)" } else { "the first Hostname it had" }
+            );
+        }
+    }
 }
 
 impl DcgmExporterSource {
@@ -277,13 +329,16 @@ impl SourceSettings for DcgmExporterConfig {
             context.nvidia_visible_devices.as_deref(),
         );
         tracing::info!(url = %url, scope = ?scope, "Reading dcgm-exporter.");
-        Ok(Box::new(DcgmExporterSource::new(
-            &url,
-            self.effective_timeout(context.stale_after)
-                .map_err(BuildError::from)?,
-            context.interval,
-            scope,
-        )))
+        Ok(Box::new(
+            DcgmExporterSource::new(
+                &url,
+                self.effective_timeout(context.stale_after)
+                    .map_err(BuildError::from)?,
+                context.interval,
+                scope,
+            )
+            .on_node(context.node.clone()),
+        ))
     }
 }
 
@@ -306,7 +361,15 @@ impl DcgmExporterSource {
             warned_empty: false,
             unread_seen: BTreeSet::new(),
             units: Units::default(),
+            nodes: Nodes::default(),
         }
+    }
+
+    /// Label every GPU with `node`, this node's name ([`Nodes`]).
+    #[must_use]
+    pub fn on_node(mut self, node: Option<String>) -> DcgmExporterSource {
+        self.nodes.own = node.filter(|n| !n.is_empty());
+        self
     }
 
     /// Read one answer, line by line as it arrives (never held whole: memory is the
@@ -399,7 +462,8 @@ impl Source for DcgmExporterSource {
         let n = samples.iter().map(|s| s.entities.len()).sum();
         let mut entities: Vec<EntitySample> = Vec::with_capacity(n);
         let mut index: HashMap<EntityKey, usize> = HashMap::with_capacity(n);
-        for e in samples.into_iter().flat_map(|s| s.entities) {
+        for mut e in samples.into_iter().flat_map(|s| s.entities) {
+            self.nodes.place(&self.url, &mut e.id);
             match index.entry(e.id.key()) {
                 std::collections::hash_map::Entry::Occupied(i) => entities[*i.get()] = e,
                 std::collections::hash_map::Entry::Vacant(v) => {
@@ -513,5 +577,45 @@ mod tests {
             Scope::choose(&[], &[], None, None, Some("GPU-x")),
             Scope::Uuids(vec!["GPU-x".into()])
         );
+    }
+
+    fn id(uuid: Option<&str>, hostname: Option<&str>) -> EntityId {
+        EntityId {
+            gpu: Some(0),
+            uuid: uuid.map(str::to_string),
+            node: hostname.map(str::to_string),
+            ..EntityId::default()
+        }
+    }
+
+    /// dcgm-exporter restarted without `NODE_NAME`: its new pod name is a new `Hostname`, and
+    /// the GPU keeps the node it had first (by UUID); a GPU without a UUID is read as it is.
+    /// Where this node's name is known, every GPU takes it.
+    #[test]
+    fn a_gpu_keeps_one_node_when_dcgm_exporter_s_hostname_changes() {
+        let mut nodes = Nodes::default();
+        let mut placed = |uuid, hostname| {
+            let mut i = id(uuid, hostname);
+            nodes.place("http://dcgm", &mut i);
+            i.node
+        };
+        let first = Some("dcgm-exporter-7f9c4".to_string());
+        assert_eq!(placed(Some("GPU-1"), Some("dcgm-exporter-7f9c4")), first);
+        assert_eq!(placed(Some("GPU-1"), Some("dcgm-exporter-k2m8x")), first);
+        assert_eq!(placed(Some("GPU-1"), None), first);
+        assert_eq!(
+            placed(Some("GPU-2"), Some("dcgm-exporter-k2m8x")).as_deref(),
+            Some("dcgm-exporter-k2m8x")
+        );
+        assert_eq!(placed(None, Some("h")).as_deref(), Some("h"));
+        let mut own = Nodes {
+            own: Some("gpu-node-3".into()),
+            ..Nodes::default()
+        };
+        for (uuid, hostname) in [(Some("GPU-1"), Some("dcgm-exporter-7f9c4")), (None, None)] {
+            let mut i = id(uuid, hostname);
+            own.place("http://dcgm", &mut i);
+            assert_eq!(i.node.as_deref(), Some("gpu-node-3"));
+        }
     }
 }

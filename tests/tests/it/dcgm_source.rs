@@ -677,3 +677,59 @@ fn driver_version_and_pci_bus_id_from_either_label_name() {
         }
     }
 }
+
+/// dcgm-exporter run without `NODE_NAME` labels its GPUs with its pod's name, which a
+/// restart changes. Read as it was, the GPU became a second one on another "node", its
+/// counts split: the GPU keeps the first `Hostname` it had (one `truthscale_gpu_info`, its
+/// observed seconds counting on), and the log says what to set. With this node's name known
+/// (`NODE_NAME`), every GPU takes it.
+#[test]
+fn a_restarted_dcgm_exporter_s_new_hostname_does_not_split_a_gpu() {
+    let dir = TempDir::new("dcgm-hostname");
+    let body = |host: &str| {
+        format!(
+            "DCGM_FI_DEV_GPU_UTIL{{gpu=\"0\",UUID=\"GPU-1\",modelName=\"NVIDIA H100 80GB HBM3\",\
+             Hostname=\"{host}\"}} 80\n"
+        )
+    };
+    let server = StandIn::start(ok(&body("dcgm-exporter-7f9c4")));
+    let src = format!("dcgm-exporter:{}", server.url());
+    let sidecar = Sidecar::start(&["--source", &src, "--interval", "200ms"], &[], dir.path());
+    let observed = |m: &[Sample]| value(m, "truthscale_gpu_observed_seconds_total", &[]);
+    let before = sidecar.wait_for(WAIT, "a second observed", |m| {
+        observed(m).is_some_and(|s| s >= 1.0)
+    });
+    let before = observed(&before).unwrap_or_default();
+    server.set(ok(&body("dcgm-exporter-k2m8x")));
+    let m = sidecar.wait_for(WAIT, "two more seconds observed", |m| {
+        observed(m).is_some_and(|s| s >= before + 2.0)
+    });
+    let info: Vec<&Sample> = m
+        .iter()
+        .filter(|s| s.name == "truthscale_gpu_info")
+        .collect();
+    assert_eq!(info.len(), 1, "{info:?}");
+    assert_eq!(info[0].label("node"), Some("dcgm-exporter-7f9c4"));
+    assert!(
+        !m.iter()
+            .any(|s| s.label("node") == Some("dcgm-exporter-k2m8x"))
+    );
+    let log = sidecar.process.stderr();
+    assert_eq!(
+        log.matches("Set NODE_NAME in dcgm-exporter").count(),
+        1,
+        "{log}"
+    );
+    drop(sidecar);
+
+    let sidecar = Sidecar::start(
+        &["--source", &src, "--interval", "200ms"],
+        &[("NODE_NAME", "gpu-node-3")],
+        dir.path(),
+    );
+    let m = sidecar.wait_for(WAIT, "info", |m| {
+        m.iter().any(|s| s.name == "truthscale_gpu_info")
+    });
+    let info = m.iter().find(|s| s.name == "truthscale_gpu_info");
+    assert_eq!(info.and_then(|s| s.label("node")), Some("gpu-node-3"));
+}
