@@ -365,7 +365,9 @@ impl DcgmExporterSource {
         }
     }
 
-    /// Label every GPU with `node`, this node's name ([`Nodes`]).
+    /// Label every GPU with `node`, this node's name (`NODE_NAME`). Without it, a GPU keeps
+    /// the first `Hostname` dcgm-exporter gave it (by UUID): dcgm-exporter without `NODE_NAME`
+    /// labels GPUs with its pod's name, which a restart changes.
     #[must_use]
     pub fn on_node(mut self, node: Option<String>) -> DcgmExporterSource {
         self.nodes.own = node.filter(|n| !n.is_empty());
