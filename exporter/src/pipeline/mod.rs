@@ -308,6 +308,33 @@ fn run(
     }
 }
 
+/// The part of a tick that took longest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slowest {
+    /// Reading the source.
+    Read,
+    /// Stage `.0`, which took `.1`.
+    Stage(usize, Duration),
+    /// Deriving and publishing the GPUs.
+    Derived,
+}
+
+/// Which of a tick's parts took longest: the source's `read`, one of the `stages` (the
+/// first of equals), or the derivation and publication (`derived`); a tie goes to the
+/// earlier part.
+fn slowest(read: Duration, stages: &[Duration], derived: Duration) -> Slowest {
+    let mut out = (Slowest::Read, read);
+    for (i, &d) in stages.iter().enumerate() {
+        if d > out.1 {
+            out = (Slowest::Stage(i, d), d);
+        }
+    }
+    if derived > out.1 {
+        out = (Slowest::Derived, derived);
+    }
+    out.0
+}
+
 /// The pipeline's state, owned by its thread.
 struct Pipeline {
     source: Box<dyn Source>,
@@ -377,7 +404,8 @@ impl Pipeline {
         }
         self.at.store(IDLE, Ordering::Relaxed);
         self.served.remember_attribution(source_keys, &produced);
-        self.count_overrun(started.elapsed(), read, &took, &mut produced);
+        let before_derive = started.elapsed();
+        let counted = self.count_overrun(before_derive, read, &took, &mut produced);
         self.count_errors(&produced);
         // The data is as fresh as its read's end: a read slower than the stale period
         // published its own data as stale, every GPU down.
@@ -392,47 +420,82 @@ impl Pipeline {
             source,
             source_up,
         };
-        self.publisher
-            .publish(self.served.gpus(source), status, &tick)
+        let snapshot = self
+            .publisher
+            .publish(self.served.gpus(source), status, &tick);
+        if !counted {
+            let derived = started.elapsed().saturating_sub(before_derive);
+            self.count_late_overrun(started.elapsed(), (read, &took, derived));
+        }
+        snapshot
     }
 
-    /// A tick longer than the interval slipped the cadence: the overrun is counted against
-    /// the part that took longest, the source (`read`) or a stage (`stages`, in order).
+    /// A tick longer than the interval by the end of its stages slipped the cadence: the
+    /// overrun is counted against the part that took longest ([`slowest`]), the source
+    /// (`read`, in this tick's errors) or a stage. Returns whether it was counted.
     fn count_overrun(
         &mut self,
         total: Duration,
         read: Duration,
         stages: &[Duration],
         produced: &mut Produced,
-    ) {
+    ) -> bool {
         if total <= self.interval {
-            return;
+            return false;
         }
-        let slowest = stages
-            .iter()
-            .enumerate()
-            .max_by_key(|(_, d)| **d)
-            .filter(|(_, d)| **d > read);
-        match slowest {
-            None => produced.errors.push(SourceError::Overrun(format!(
+        match slowest(read, stages, Duration::ZERO) {
+            Slowest::Stage(i, d) => self.count_stage_overrun(i, d, total),
+            _ => produced.errors.push(SourceError::Overrun(format!(
                 "the tick took {} ms, longer than the {} ms interval, {} ms of it reading the source: the cadence slipped (a slow or hung endpoint, or too much to read per tick)",
                 total.as_millis(),
                 self.interval.as_millis(),
                 read.as_millis()
             ))),
-            Some((i, d)) => {
-                let stage = &mut self.stages[i];
-                stage.count("overrun");
-                if self.log.allow(stage.name()) {
-                    tracing::warn!(
-                        stage = stage.name(),
-                        took_ms = d.as_millis(),
-                        tick_ms = total.as_millis(),
-                        interval_ms = self.interval.as_millis(),
-                        "A stage made the tick longer than the interval and the cadence slipped; counted as truthscale_source_errors_total{{kind=\"overrun\"}} under the stage's source (repeats logged at most every 30 s)."
-                    );
-                }
-            }
+        }
+        true
+    }
+
+    /// A tick that became longer than the interval only once its GPUs were derived and
+    /// published (`parts`: the read, the stages, then the derivation and publication): the
+    /// overrun is counted against the part that took longest, the derivation's under the
+    /// source (its GPUs), where the next tick's snapshot shows it.
+    fn count_late_overrun(&mut self, total: Duration, parts: (Duration, &[Duration], Duration)) {
+        if total <= self.interval {
+            return;
+        }
+        let (read, stages, derived) = parts;
+        let message = match slowest(read, stages, derived) {
+            Slowest::Stage(i, d) => return self.count_stage_overrun(i, d, total),
+            Slowest::Read => format!("{} ms of it reading the source", read.as_millis()),
+            Slowest::Derived => format!(
+                "{} ms of it deriving and publishing the GPUs (a longer interval, or fewer GPUs per agent)",
+                derived.as_millis()
+            ),
+        };
+        *self.errors.entry("overrun".to_string()).or_default() += 1;
+        if self.log.allow("overrun") {
+            tracing::warn!(
+                source = %self.label,
+                kind = "overrun",
+                "Source reported a problem; it is counted in truthscale_source_errors_total (repeats of this kind are logged at most every 30 s): the tick took {} ms, longer than the {} ms interval, {message}: the cadence slipped.",
+                total.as_millis(),
+                self.interval.as_millis(),
+            );
+        }
+    }
+
+    /// Count an overrun against stage `i`, which took `took` of the tick's `total`.
+    fn count_stage_overrun(&mut self, i: usize, took: Duration, total: Duration) {
+        let stage = &mut self.stages[i];
+        stage.count("overrun");
+        if self.log.allow(stage.name()) {
+            tracing::warn!(
+                stage = stage.name(),
+                took_ms = took.as_millis(),
+                tick_ms = total.as_millis(),
+                interval_ms = self.interval.as_millis(),
+                "A stage made the tick longer than the interval and the cadence slipped; counted as truthscale_source_errors_total{{kind=\"overrun\"}} under the stage's source (repeats logged at most every 30 s)."
+            );
         }
     }
 
@@ -562,6 +625,46 @@ mod tests {
         assert_eq!(overruns(&snap, "kubelet"), 0);
 
         let mut p = pipeline(0, 0);
+        let snap = p.tick(SystemTime::now());
+        assert_eq!(overruns(&snap, "null") + overruns(&snap, "kubelet"), 0);
+    }
+
+    /// The part that took longest; a tie goes to the earlier part.
+    #[test]
+    fn the_slowest_part_of_a_tick() {
+        let ms = Duration::from_millis;
+        assert_eq!(slowest(ms(5), &[ms(3)], ms(1)), Slowest::Read);
+        assert_eq!(
+            slowest(ms(5), &[ms(3), ms(9), ms(9)], ms(1)),
+            Slowest::Stage(1, ms(9))
+        );
+        assert_eq!(slowest(ms(5), &[ms(3)], ms(30)), Slowest::Derived);
+        assert_eq!(slowest(ms(5), &[], ms(5)), Slowest::Read);
+    }
+
+    /// A tick that overran only once its GPUs were derived and published is counted too
+    /// (it slipped the cadence as much), against the part that took longest: the derivation
+    /// under the source, else a stage; shown by the next tick's snapshot. One within the
+    /// interval is not counted.
+    #[test]
+    fn an_overrun_by_the_derivation_is_counted_under_the_source() {
+        let ms = Duration::from_millis;
+        let mut p = pipeline(0, 0);
+        p.count_late_overrun(ms(60), (ms(1), &[ms(2)], ms(57)));
+        let snap = p.tick(SystemTime::now());
+        assert_eq!(overruns(&snap, "null"), 1);
+        assert_eq!(overruns(&snap, "kubelet"), 0);
+
+        let mut p = pipeline(0, 0);
+        p.count_late_overrun(ms(60), (ms(1), &[ms(35)], ms(24)));
+        let snap = p.tick(SystemTime::now());
+        assert_eq!(
+            (overruns(&snap, "null"), overruns(&snap, "kubelet")),
+            (0, 1)
+        );
+
+        let mut p = pipeline(0, 0);
+        p.count_late_overrun(ms(39), (ms(1), &[ms(2)], ms(36)));
         let snap = p.tick(SystemTime::now());
         assert_eq!(overruns(&snap, "null") + overruns(&snap, "kubelet"), 0);
     }
