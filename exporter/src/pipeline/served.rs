@@ -36,8 +36,8 @@ pub(crate) struct Served {
     /// The entities (and kinds) whose impossible readings or gaps were logged: once each.
     logged_diagnostics: HashSet<(EntityKey, DiagnosticKind)>,
     /// Entities no longer served because their device is now attributed otherwise, with
-    /// when: the deriver keeps their state (should the attribution come back) until they
-    /// have been gone as long as a stopped GPU is kept, then forgets them.
+    /// when: their deriver state is forgotten at once, what was logged of them once they
+    /// have been gone as long as a stopped GPU is kept.
     retired: HashMap<EntityKey, Instant>,
     /// How long a stopped GPU is still listed after it went stale ([`FORGET_STOPPED_AFTER`];
     /// shorter in tests).
@@ -147,13 +147,16 @@ impl Served {
             if attributes && !d.windows.is_empty() {
                 // A device now attributed otherwise (its pod ended, it became shared, the
                 // answer came or went) is the same GPU; its old attribution goes at once, not
-                // as a GPU that stopped.
+                // as a GPU that stopped. Its deriver state goes too: were the attribution to
+                // come back, its next window would span the time the device was counted
+                // under the other one, and count those seconds twice.
                 let devices: HashSet<_> = d.windows.iter().map(|w| device_of(&w.id)).collect();
                 let fresh: HashSet<_> = d.windows.iter().map(|w| w.id.key()).collect();
-                let retired = &mut self.retired;
+                let (retired, deriver) = (&mut self.retired, &mut self.deriver);
                 self.entities.retain(|k, s| {
                     let keep = fresh.contains(k) || !devices.contains(&device_of(&s.window.id));
                     if !keep {
+                        deriver.forget(k);
                         retired.insert(k.clone(), t0);
                     }
                     keep
@@ -184,9 +187,9 @@ impl Served {
     }
 
     /// A GPU that stopped (stale) is kept as `truthscale_gpu_up 0` for a while, then
-    /// forgotten: its served entry, its deriver state and what was logged of it. Entities
-    /// retired by a change of attribution are forgotten as long after, swept once per stale
-    /// period. Nothing goes before it would have stopped being listed.
+    /// forgotten: its served entry, its deriver state and what was logged of it. What was
+    /// logged of entities retired by a change of attribution is forgotten as long after,
+    /// swept once per stale period. Nothing goes before it would have stopped being listed.
     fn forget_gone(&mut self, t0: Instant) {
         let limit = self.stale_after + self.stopped_kept;
         let deriver = &mut self.deriver;
@@ -341,11 +344,12 @@ mod tests {
             s.remember_attribution(keys, &p);
             s.derive(&p, base + Duration::from_secs(i), true);
             if i >= 20 {
-                // Served: the 4 current holders; kept in the deriver besides: the 4 GPUs'
-                // 4 previous holders (retired within 15 s, swept every 5 s).
+                // Served: the 4 current holders, the deriver's state of them alone (a
+                // holder's goes when it is retired); what was logged of the 4 GPUs' 4
+                // previous holders is kept (retired within 15 s, swept every 5 s).
                 let want = Held {
                     served: 4,
-                    deriver: 20,
+                    deriver: 4,
                     retired: 16,
                     attributed_keys: 4,
                     logged_diagnostics: 20,
@@ -359,6 +363,32 @@ mod tests {
             .map(|g| g.window.id.pod.map(|p| p.pod))
             .collect();
         assert_eq!(pods, vec![Some("job-399".to_string()); 4]);
+    }
+
+    /// A GPU whose attribution flips every second (a pod's, then none, then the pod's again:
+    /// a kubelet answer that comes and goes) is counted one second a second: the
+    /// attribution that comes back starts a window of its own, never one spanning the
+    /// second the device was counted under the other.
+    #[test]
+    fn an_attribution_that_comes_back_does_not_count_the_time_between_twice() {
+        let mut s = served();
+        let base = Instant::now();
+        let mut counted = 0.0;
+        for i in 0..10_u64 {
+            let keys = Served::source_keys(&produced(i, vec![entity(0, "GPU-0", None, i)]), true);
+            let pod = (i % 2 == 1).then_some("job-a");
+            let p = produced(i, vec![entity(0, "GPU-0", pod, i)]);
+            s.remember_attribution(keys, &p);
+            s.derive(&p, base + Duration::from_secs(i), true);
+            let served = s.gpus("test");
+            assert_eq!(served.len(), 1, "tick {i}: one GPU served");
+            assert_eq!(
+                served[0].window.id.pod.as_ref().map(|p| p.pod.as_str()),
+                pod
+            );
+            counted += served[0].window.dt_seconds;
+        }
+        assert_eq!(counted, 10.0, "ten seconds observed in ten");
     }
 
     #[test]
