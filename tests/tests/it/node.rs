@@ -383,45 +383,8 @@ fn shared_gpu_is_apportioned_to_its_pods_by_sm_busy() {
         (5002, "2c5f39cb-3fb2-22e3-994f-1127e4ddb538", "chat-b"),
         (5003, "3d6f4adc-4fc3-33f4-aa5f-2238f5eec649", "batch-x"),
     ];
-    for (pid, uid, host) in procs {
-        let d = proc_root.join(pid.to_string());
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(
-            d.join("cgroup"),
-            format!(
-                "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{}.scope\n",
-                uid.replace('-', "_"),
-                "ab".repeat(32)
-            ),
-        )
-        .unwrap();
-        std::fs::write(
-            d.join("environ"),
-            format!("PATH=/bin\0HOSTNAME={host}\0HOME=/root\0"),
-        )
-        .unwrap();
-    }
-    let lib = truthscale_e2e::fake_nvml();
-    let scenario = truthscale_e2e::workspace().join("tests/fake-nvml/scenarios/h100-shared.json");
-    let sidecar = Sidecar::start(
-        &[
-            "--mode",
-            "node",
-            "--source",
-            "nvml",
-            "--nvml-library",
-            lib.to_str().unwrap(),
-            "--interval",
-            "250ms",
-        ],
-        &[
-            ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
-            ("TRUTHSCALE_SOURCE__PER_PROCESS_SERIES", "true"),
-            ("TRUTHSCALE_NODE__SOCKET", socket.to_str().unwrap()),
-            ("TRUTHSCALE_NODE__PROC_ROOT", proc_root.to_str().unwrap()),
-        ],
-        dir.path(),
-    );
+    fake_proc(&proc_root, &procs);
+    let sidecar = shared_h100_agent(dir.path(), &socket, &proc_root, &[]);
     let m = sidecar.wait_for(WAIT, "per-pod shares", |m| {
         m.iter()
             .filter(|s| s.name == "truthscale_pod_effective_compute_estimate_ratio")
@@ -582,39 +545,20 @@ fn pods_of_one_name_are_told_apart_by_their_uids() {
     std::fs::write(&token, "token-1\n").unwrap();
     // A fake /proc: each process's cgroup (its pod's UID) and its hostname, `chat` for all.
     let proc_root = dir.path().join("proc");
-    for (pid, ns) in [(5001, "web"), (5002, "staging"), (5003, "batch")] {
-        let d = proc_root.join(pid.to_string());
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(
-            d.join("cgroup"),
-            format!(
-                "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{}.scope\n",
-                api_uid(ns, "chat").replace('-', "_"),
-                "cd".repeat(32)
-            ),
-        )
-        .unwrap();
-        std::fs::write(d.join("environ"), "HOSTNAME=chat\0").unwrap();
-    }
-    let lib = truthscale_e2e::fake_nvml();
-    let scenario = truthscale_e2e::workspace().join("tests/fake-nvml/scenarios/h100-shared.json");
-    let socket = dir.path().join("kubelet.sock").display().to_string();
-    let sidecar = Sidecar::start(
+    let uids: Vec<String> = ["web", "staging", "batch"]
+        .iter()
+        .map(|ns| api_uid(ns, "chat"))
+        .collect();
+    let procs: Vec<(u32, &str, &str)> = (5001..)
+        .zip(&uids)
+        .map(|(pid, uid)| (pid, uid.as_str(), "chat"))
+        .collect();
+    fake_proc(&proc_root, &procs);
+    let sidecar = shared_h100_agent(
+        dir.path(),
+        &dir.path().join("kubelet.sock"),
+        &proc_root,
         &[
-            "--mode",
-            "node",
-            "--source",
-            "nvml",
-            "--nvml-library",
-            lib.to_str().unwrap(),
-            "--interval",
-            "250ms",
-        ],
-        &[
-            ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
-            ("TRUTHSCALE_SOURCE__PER_PROCESS_SERIES", "true"),
-            ("TRUTHSCALE_NODE__SOCKET", &socket),
-            ("TRUTHSCALE_NODE__PROC_ROOT", proc_root.to_str().unwrap()),
             ("TRUTHSCALE_NODE__POD_LABELS", "app.kubernetes.io/name"),
             ("TRUTHSCALE_NODE__POD_LABELS_REFRESH", "1s"),
             ("TRUTHSCALE_NODE__API_SERVER", api.url.as_str()),
@@ -622,7 +566,6 @@ fn pods_of_one_name_are_told_apart_by_their_uids() {
             ("TRUTHSCALE_NODE__CA_FILE", api.ca.to_str().unwrap()),
             ("NODE_NAME", NODE),
         ],
-        dir.path(),
     );
     const ESTIMATE: &str = "truthscale_pod_effective_compute_estimate_ratio";
     let part = |m: &[Sample], ns: Option<&str>| {
@@ -659,6 +602,63 @@ fn pods_of_one_name_are_told_apart_by_their_uids() {
     );
     let log = sidecar.process.stderr();
     assert!(!log.contains("panicked"), "{log}");
+}
+
+/// A fake `/proc` under `root`: each process (pid, pod UID, hostname) with its cgroup (the
+/// pod's, systemd driver) and its environment.
+fn fake_proc(root: &std::path::Path, procs: &[(u32, &str, &str)]) {
+    for (pid, uid, host) in procs {
+        let d = root.join(pid.to_string());
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join("cgroup"),
+            format!(
+                "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{}.scope\n",
+                uid.replace('-', "_"),
+                "ab".repeat(32)
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("environ"),
+            format!("PATH=/bin\0HOSTNAME={host}\0HOME=/root\0"),
+        )
+        .unwrap();
+    }
+}
+
+/// The node agent on the fake NVML's time-sliced H100 (`h100-shared.json`: processes 5001,
+/// 5002 and 5003 at SM busy 60, 30 and 10 %), per-process series on, reading the kubelet
+/// on `socket` and `/proc` under `proc_root`, with `extra` settings.
+fn shared_h100_agent(
+    dir: &std::path::Path,
+    socket: &std::path::Path,
+    proc_root: &std::path::Path,
+    extra: &[(&str, &str)],
+) -> Sidecar {
+    let lib = truthscale_e2e::fake_nvml();
+    let scenario = truthscale_e2e::workspace().join("tests/fake-nvml/scenarios/h100-shared.json");
+    let mut env = vec![
+        ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
+        ("TRUTHSCALE_SOURCE__PER_PROCESS_SERIES", "true"),
+        ("TRUTHSCALE_NODE__SOCKET", socket.to_str().unwrap()),
+        ("TRUTHSCALE_NODE__PROC_ROOT", proc_root.to_str().unwrap()),
+    ];
+    env.extend_from_slice(extra);
+    Sidecar::start(
+        &[
+            "--mode",
+            "node",
+            "--source",
+            "nvml",
+            "--nvml-library",
+            lib.to_str().unwrap(),
+            "--interval",
+            "250ms",
+        ],
+        &env,
+        dir,
+    )
 }
 
 /// The shared GPU's active energy goes to its pods by SM busy share (60:30:10), an estimate
