@@ -74,6 +74,32 @@ pub fn cargo_build(args: &[&str]) -> PathBuf {
         .join("debug")
 }
 
+/// A fake `/proc` under `root`, as the node agent reads it: each process (pid, pod UID,
+/// hostname) with its `cgroup` (the pod's, systemd driver) and its `environ`.
+///
+/// # Panics
+/// When a file cannot be written.
+pub fn fake_proc(root: &Path, procs: &[(u32, &str, &str)]) {
+    for (pid, uid, host) in procs {
+        let d = root.join(pid.to_string());
+        std::fs::create_dir_all(&d).expect("fake /proc");
+        std::fs::write(
+            d.join("cgroup"),
+            format!(
+                "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{}.scope\n",
+                uid.replace('-', "_"),
+                "ab".repeat(32)
+            ),
+        )
+        .expect("cgroup");
+        std::fs::write(
+            d.join("environ"),
+            format!("PATH=/bin\0HOSTNAME={host}\0HOME=/root\0"),
+        )
+        .expect("environ");
+    }
+}
+
 /// The fake NVML library (`tests/fake-nvml`), built once per test process.
 ///
 /// # Panics

@@ -383,7 +383,7 @@ fn shared_gpu_is_apportioned_to_its_pods_by_sm_busy() {
         (5002, "2c5f39cb-3fb2-22e3-994f-1127e4ddb538", "chat-b"),
         (5003, "3d6f4adc-4fc3-33f4-aa5f-2238f5eec649", "batch-x"),
     ];
-    fake_proc(&proc_root, &procs);
+    truthscale_e2e::fake_proc(&proc_root, &procs);
     let sidecar = shared_h100_agent(dir.path(), &socket, &proc_root, &[]);
     let m = sidecar.wait_for(WAIT, "per-pod shares", |m| {
         m.iter()
@@ -471,24 +471,7 @@ fn a_dra_claim_holds_the_gpu_of_its_minor_number() {
         "devices": [h100(0, 1), h100(1, 0)],
     });
     std::fs::write(&scenario, text.to_string()).unwrap();
-    let lib = truthscale_e2e::fake_nvml();
-    let sidecar = Sidecar::start(
-        &[
-            "--mode",
-            "node",
-            "--source",
-            "nvml",
-            "--nvml-library",
-            lib.to_str().unwrap(),
-            "--interval",
-            "250ms",
-        ],
-        &[
-            ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
-            ("TRUTHSCALE_NODE__SOCKET", socket.to_str().unwrap()),
-        ],
-        dir.path(),
-    );
+    let sidecar = nvml_agent(dir.path(), &scenario, &socket, &[]);
     let m = sidecar.wait_for(WAIT, "the claim attributed", |m| {
         value(m, "truthscale_gpu_pods", &[("gpu", "1")]) == Some(1.0)
             && value(m, "truthscale_gpu_pods", &[("gpu", "0")]).is_some()
@@ -553,7 +536,7 @@ fn pods_of_one_name_are_told_apart_by_their_uids() {
         .zip(&uids)
         .map(|(pid, uid)| (pid, uid.as_str(), "chat"))
         .collect();
-    fake_proc(&proc_root, &procs);
+    truthscale_e2e::fake_proc(&proc_root, &procs);
     let sidecar = shared_h100_agent(
         dir.path(),
         &dir.path().join("kubelet.sock"),
@@ -604,45 +587,18 @@ fn pods_of_one_name_are_told_apart_by_their_uids() {
     assert!(!log.contains("panicked"), "{log}");
 }
 
-/// A fake `/proc` under `root`: each process (pid, pod UID, hostname) with its cgroup (the
-/// pod's, systemd driver) and its environment.
-fn fake_proc(root: &std::path::Path, procs: &[(u32, &str, &str)]) {
-    for (pid, uid, host) in procs {
-        let d = root.join(pid.to_string());
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(
-            d.join("cgroup"),
-            format!(
-                "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{}.scope\n",
-                uid.replace('-', "_"),
-                "ab".repeat(32)
-            ),
-        )
-        .unwrap();
-        std::fs::write(
-            d.join("environ"),
-            format!("PATH=/bin\0HOSTNAME={host}\0HOME=/root\0"),
-        )
-        .unwrap();
-    }
-}
-
-/// The node agent on the fake NVML's time-sliced H100 (`h100-shared.json`: processes 5001,
-/// 5002 and 5003 at SM busy 60, 30 and 10 %), per-process series on, reading the kubelet
-/// on `socket` and `/proc` under `proc_root`, with `extra` settings.
-fn shared_h100_agent(
+/// The node agent on the fake NVML library over `scenario`, reading the kubelet on
+/// `socket`, at a 250 ms interval, with `extra` settings.
+fn nvml_agent(
     dir: &std::path::Path,
+    scenario: &std::path::Path,
     socket: &std::path::Path,
-    proc_root: &std::path::Path,
     extra: &[(&str, &str)],
 ) -> Sidecar {
     let lib = truthscale_e2e::fake_nvml();
-    let scenario = truthscale_e2e::workspace().join("tests/fake-nvml/scenarios/h100-shared.json");
     let mut env = vec![
         ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
-        ("TRUTHSCALE_SOURCE__PER_PROCESS_SERIES", "true"),
         ("TRUTHSCALE_NODE__SOCKET", socket.to_str().unwrap()),
-        ("TRUTHSCALE_NODE__PROC_ROOT", proc_root.to_str().unwrap()),
     ];
     env.extend_from_slice(extra);
     Sidecar::start(
@@ -659,6 +615,24 @@ fn shared_h100_agent(
         &env,
         dir,
     )
+}
+
+/// [`nvml_agent`] on the fake NVML's time-sliced H100 (`h100-shared.json`: processes 5001,
+/// 5002 and 5003 at SM busy 60, 30 and 10 %), per-process series on, `/proc` under
+/// `proc_root`, with `extra` settings.
+fn shared_h100_agent(
+    dir: &std::path::Path,
+    socket: &std::path::Path,
+    proc_root: &std::path::Path,
+    extra: &[(&str, &str)],
+) -> Sidecar {
+    let scenario = truthscale_e2e::workspace().join("tests/fake-nvml/scenarios/h100-shared.json");
+    let mut env = vec![
+        ("TRUTHSCALE_SOURCE__PER_PROCESS_SERIES", "true"),
+        ("TRUTHSCALE_NODE__PROC_ROOT", proc_root.to_str().unwrap()),
+    ];
+    env.extend_from_slice(extra);
+    nvml_agent(dir, &scenario, socket, &env)
 }
 
 /// The shared GPU's active energy goes to its pods by SM busy share (60:30:10), an estimate

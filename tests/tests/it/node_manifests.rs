@@ -634,21 +634,11 @@ impl FakeNode {
         std::fs::write(&scenario, body.to_string()).expect("write the scenario");
 
         let proc_root = dir.join("proc");
-        for (pid, uid, host, _, _) in PROCESSES {
-            let d = proc_root.join(pid.to_string());
-            std::fs::create_dir_all(&d).expect("fake /proc");
-            std::fs::write(
-                d.join("cgroup"),
-                format!(
-                    "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{}.scope\n",
-                    uid.replace('-', "_"),
-                    "cd".repeat(32)
-                ),
-            )
-            .expect("cgroup");
-            std::fs::write(d.join("environ"), format!("PATH=/bin\0HOSTNAME={host}\0"))
-                .expect("environ");
-        }
+        let procs: Vec<(u32, &str, &str)> = PROCESSES
+            .iter()
+            .map(|&(pid, uid, host, _, _)| (pid, uid, host))
+            .collect();
+        truthscale_e2e::fake_proc(&proc_root, &procs);
         // The host's cgroup v2 tree (per-process overlay): each pod's cgroup, quiet (no CPU
         // period, no pressure), so its shares are measured zeros.
         let cgroup_root = dir.join("cgroup");
