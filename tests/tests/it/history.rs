@@ -1552,6 +1552,12 @@ fn history_says_why_gpus_are_starved() {
     let dir = TempDir::new("history-causes");
     let prom = Prometheus::backfilled(&text, dir.path(), None);
     let url = prom.url();
+    // One fixed end for every run: `analyze` and `report` run seconds apart, and an end
+    // of "now" would move their step grids apart whenever a step boundary passes between.
+    let until = humantime::format_rfc3339_seconds(
+        UNIX_EPOCH + Duration::from_secs(u64::try_from(end).unwrap()),
+    )
+    .to_string();
     for step in ["60s", "15s"] {
         let base = [
             "analyze",
@@ -1559,6 +1565,8 @@ fn history_says_why_gpus_are_starved() {
             url.as_str(),
             "--since",
             "1h",
+            "--until",
+            until.as_str(),
             "--step",
             step,
             "--scrape-interval",
@@ -1621,6 +1629,8 @@ fn history_says_why_gpus_are_starved() {
             url.as_str(),
             "--since",
             "1h",
+            "--until",
+            until.as_str(),
             "--step",
             step,
             "--scrape-interval",
