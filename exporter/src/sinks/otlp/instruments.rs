@@ -30,23 +30,57 @@ struct Pinned {
 
 /// Each counter series' latest reading and what it counted before its resets, by family and
 /// attributes. A counter read lower than before was reset (a driver reload zeroes the
-/// device's volatile ECC counts; a GPU forgotten and found again is counted afresh), and the
-/// OTLP sum must not go down: the SDK would send a negative delta, and a cumulative sum may
-/// fall only with a new start time, which an observable instrument cannot give. So from a
-/// reset on, the series observes its reading plus everything it counted before, as
-/// Prometheus' `increase` reads a reset counter. `/metrics` shows the readings as they are.
+/// device's volatile ECC counts; a GPU forgotten and found again, or an attribution given up
+/// and taken again, is counted afresh), and the OTLP sum must not go down: the SDK would
+/// send a negative delta, and a cumulative sum may fall only with a new start time, which
+/// an observable instrument cannot give. So from a reset on, the series observes its reading
+/// plus everything it counted before, as Prometheus' `increase` reads a reset counter.
+/// `/metrics` shows the readings as they are.
+///
+/// A series not read is kept while its GPU is listed but not read (stale: its counters come
+/// back), and otherwise for [`Monotonic::RETAIN_MS`] after it was last read: long enough for
+/// a GPU forgotten and found again, or a pod's attribution that comes back, to go on
+/// counting up; short enough that the series of pods come and gone are not kept for the
+/// process's life.
 #[derive(Debug, Default)]
 struct Monotonic {
-    /// (family index, attributes) → (its GPU's UUID, the latest reading, the offset).
-    series: HashMap<(usize, String), (Option<String>, f64, f64)>,
+    /// (family index, attributes) → the series.
+    series: HashMap<(usize, String), Series>,
+}
+
+/// One counter series in [`Monotonic`].
+#[derive(Debug)]
+struct Series {
+    /// Its data point's attributes.
+    attrs: Vec<KeyValue>,
+    /// Its GPU's UUID (a MIG instance's, its GPU's), if it is a GPU's.
+    gpu: Option<String>,
+    /// The latest reading.
+    last: f64,
+    /// What it counted before its resets.
+    offset: f64,
+    /// When it was last read, or last kept for a GPU listed and not read (the snapshot's
+    /// Unix milliseconds).
+    kept_ms: i64,
 }
 
 impl Monotonic {
-    /// Add each counter point of `families` (fresh readings) its series' offset, a reading
-    /// below the series' previous one first adding that one to the offset. A series of a
-    /// GPU no longer listed (`listed`, by UUID) is forgotten; one absent while its GPU is
-    /// listed (stale, its counters carried) is kept.
-    fn apply(&mut self, families: &mut [Vec<(Vec<KeyValue>, f64)>], listed: &[&str]) {
+    /// How long a series not read is kept once its GPU is read again or no longer listed.
+    const RETAIN_MS: i64 = 3_600_000;
+
+    /// Add each counter point of `families` (fresh readings, of the snapshot taken at
+    /// `now_ms`) its series' offset, a reading below the series' previous one first adding
+    /// that one to the offset. A series not read is kept while its GPU is in `unread`
+    /// (listed, not read: stale), else for [`Monotonic::RETAIN_MS`] after it was kept last;
+    /// with `carry`, each series kept and not read is added to `families` as last observed
+    /// (no increase).
+    fn apply(
+        &mut self,
+        families: &mut [Vec<(Vec<KeyValue>, f64)>],
+        unread: &[&str],
+        now_ms: i64,
+        carry: bool,
+    ) {
         let mut seen = HashMap::with_capacity(self.series.len());
         for (m, points) in catalog::ALL.iter().zip(families.iter_mut()) {
             if !is_counter(m) {
@@ -54,23 +88,33 @@ impl Monotonic {
             }
             for (attrs, v) in points.iter_mut() {
                 let key = (m.id.index(), format!("{attrs:?}"));
-                let (gpu, last, mut offset) = self
-                    .series
-                    .remove(&key)
-                    .unwrap_or_else(|| (gpu_of(attrs), *v, 0.0));
-                if *v < last {
-                    offset += last;
+                let mut s = self.series.remove(&key).unwrap_or_else(|| Series {
+                    attrs: attrs.clone(),
+                    gpu: gpu_of(attrs),
+                    last: *v,
+                    offset: 0.0,
+                    kept_ms: now_ms,
+                });
+                if *v < s.last {
+                    s.offset += s.last;
                 }
-                seen.insert(key, (gpu, *v, offset));
-                *v += offset;
+                (s.last, s.kept_ms) = (*v, now_ms);
+                *v += s.offset;
+                seen.insert(key, s);
             }
         }
-        // What was not read this time: kept while its GPU is listed.
-        seen.extend(
-            self.series
-                .drain()
-                .filter(|(_, (gpu, ..))| gpu.as_deref().is_some_and(|g| listed.contains(&g))),
-        );
+        // What was not read this time.
+        for (key, mut s) in self.series.drain() {
+            if s.gpu.as_deref().is_some_and(|g| unread.contains(&g)) {
+                s.kept_ms = now_ms;
+            } else if now_ms.saturating_sub(s.kept_ms) > Self::RETAIN_MS {
+                continue;
+            }
+            if carry && let Some(family) = families.get_mut(key.0) {
+                family.push((s.attrs.clone(), s.last + s.offset));
+            }
+            seen.insert(key, s);
+        }
         self.series = seen;
     }
 }
@@ -96,10 +140,11 @@ fn gpu_of(attrs: &[KeyValue]) -> Option<String> {
 struct Shared {
     rx: watch::Receiver<Arc<Snapshot>>,
     pinned: Mutex<Pinned>,
-    /// Under delta temporality: a GPU that went stale keeps its counters' last values (no
-    /// increase) while it is listed, so that the SDK keeps their baselines. It drops a
-    /// series missing from one collection, and the series' next value would then be sent
-    /// whole, as if all of it had accrued in one interval.
+    /// Under delta temporality: a counter series not read keeps its last value (no
+    /// increase) while [`Monotonic`] keeps it (its GPU stale, or for an hour), so that the
+    /// SDK keeps its baseline. It drops a series missing from one collection, and the
+    /// series' next value would then be sent whole, as if all of it had accrued in one
+    /// interval.
     carry_counters: bool,
 }
 
@@ -114,7 +159,7 @@ impl Shared {
             return;
         }
         p.tick = (snap.tick, snap.stale);
-        let previous = std::mem::replace(&mut p.families, vec![Vec::new(); catalog::ALL.len()]);
+        p.families = vec![Vec::new(); catalog::ALL.len()];
         if snap.tick == 0 {
             return;
         }
@@ -133,9 +178,12 @@ impl Shared {
             let attrs = point_attributes(m.scope == Scope::Gpu, o.fixed, labels, &drivers);
             p.families[m.id.index()].push((attrs, v));
         });
-        let listed: Vec<&str> = snap
+        // The GPUs listed but not read within the stale period (all, in a tick served
+        // stale).
+        let stale: Vec<&str> = snap
             .gpus
             .iter()
+            .filter(|g| !g.up)
             .filter_map(|g| g.window.id.uuid.as_deref())
             .collect();
         let Pinned {
@@ -143,16 +191,7 @@ impl Shared {
             monotonic,
             ..
         } = &mut *p;
-        monotonic.apply(families, &listed);
-        if self.carry_counters {
-            let stale: Vec<&str> = snap
-                .gpus
-                .iter()
-                .filter(|g| !g.up)
-                .filter_map(|g| g.window.id.uuid.as_deref())
-                .collect();
-            carry_stale_counters(&stale, previous, families);
-        }
+        monotonic.apply(families, &stale, snap.taken_unix_ms, self.carry_counters);
     }
 
     fn observe_f64(&self, id: MetricId, obs: &dyn AsyncInstrument<f64>) {
@@ -173,24 +212,6 @@ impl Shared {
                 // Memory sizes: integral byte counts, exactly representable.
                 obs.observe(v.round() as i64, attrs);
             }
-        }
-    }
-}
-
-/// The counters' points of `previous` whose GPU (by UUID) is in `stale` (listed, not read
-/// within the stale period, not yet forgotten), added to `families` as they were.
-fn carry_stale_counters(
-    stale: &[&str],
-    previous: Vec<Vec<(Vec<KeyValue>, f64)>>,
-    families: &mut [Vec<(Vec<KeyValue>, f64)>],
-) {
-    if stale.is_empty() {
-        return;
-    }
-    let of_stale = |attrs: &[KeyValue]| gpu_of(attrs).is_some_and(|g| stale.contains(&g.as_str()));
-    for (m, (family, points)) in catalog::ALL.iter().zip(families.iter_mut().zip(previous)) {
-        if is_counter(m) {
-            family.extend(points.into_iter().filter(|(a, _)| of_stale(a)));
         }
     }
 }
@@ -298,8 +319,9 @@ pub fn register(meter: &Meter, rx: watch::Receiver<Arc<Snapshot>>) -> Registrati
 /// [`register`], for a meter whose exporter asks for delta temporality (`delta`): a GPU that
 /// went stale then keeps its counters' last values while it is listed (no increase), so that
 /// when it is read again the increase over the gap is sent once, not its whole total. (The
-/// SDK forgets a delta series missing from one collection.) A GPU forgotten after it
-/// stopped starts again from its counters' totals.
+/// SDK forgets a delta series missing from one collection.) Any other counter series no
+/// longer read (a GPU forgotten, a pod's attribution given up) keeps its last value for an
+/// hour: one found again within it sends its increase, not its total.
 #[must_use]
 pub fn register_with(
     meter: &Meter,
@@ -402,11 +424,11 @@ mod tests {
         assert_eq!(state("unavailable").as_deref(), Some("failed"));
     }
 
-    /// Under delta temporality a stale GPU's counters keep their last points (a MIG instance's
-    /// too, by its GPU), and nothing else is carried: not a gauge, not a GPU that is read,
-    /// not one forgotten (absent from the stale list).
+    /// Under delta temporality a counter series not read keeps its last point while it is
+    /// kept: a stale GPU's (a MIG instance's too, by its GPU) throughout, any other's for an
+    /// hour after it was read. Nothing else is carried: not a gauge, not a series read.
     #[test]
-    fn a_stale_gpus_counters_are_carried() {
+    fn counters_not_read_are_carried_while_kept() {
         let find = |name: &str| {
             catalog::ALL
                 .iter()
@@ -419,32 +441,46 @@ mod tests {
             Some(OtelInstrument::Counter)
         );
         let point = |uuid: &str, v: f64| (vec![KeyValue::new("hw.id", uuid.to_owned())], v);
-        let mut previous = vec![Vec::new(); catalog::ALL.len()];
-        previous[energy] = vec![
+        let mut m = Monotonic::default();
+        let mut step = |energies: Vec<(Vec<KeyValue>, f64)>, stale: &[&str], minute: i64| {
+            let mut families = vec![Vec::new(); catalog::ALL.len()];
+            families[energy] = energies;
+            families[power] = vec![point("GPU-a", 300.0)];
+            m.apply(&mut families, stale, minute * 60_000, true);
+            assert_eq!(families[power], [point("GPU-a", 300.0)]);
+            let mut e = families.swap_remove(energy);
+            e.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+            e
+        };
+        let all = vec![
             point("GPU-a", 100.0),
             point("GPU-b", 200.0),
             point("GPU-c/mig/1", 5.0),
             point("GPU-d", 7.0),
         ];
-        previous[power] = vec![point("GPU-a", 300.0)];
-        let mut families = vec![Vec::new(); catalog::ALL.len()];
-        families[energy] = vec![point("GPU-b", 250.0)];
-        carry_stale_counters(&["GPU-a", "GPU-c"], previous, &mut families);
-        assert_eq!(
-            families[energy],
-            [
-                point("GPU-b", 250.0),
-                point("GPU-a", 100.0),
-                point("GPU-c/mig/1", 5.0)
-            ]
-        );
-        assert!(families[power].is_empty());
+        assert_eq!(step(all.clone(), &[], 0), all);
+        let stale = ["GPU-a", "GPU-c"];
+        let carried = step(vec![point("GPU-b", 250.0)], &stale, 1);
+        let mut want = all.clone();
+        want[1] = point("GPU-b", 250.0);
+        assert_eq!(carried, want);
+        // GPU-d, neither read nor stale, is carried for the hour after it was read, not after.
+        assert_eq!(step(vec![point("GPU-b", 260.0)], &stale, 60), {
+            want[1] = point("GPU-b", 260.0);
+            want.clone()
+        });
+        want.pop();
+        assert_eq!(step(vec![point("GPU-b", 270.0)], &stale, 61), {
+            want[1] = point("GPU-b", 270.0);
+            want
+        });
     }
 
     /// A counter read lower than before was reset: from then on its reading plus what it
     /// counted before is observed, so the sum never goes down (5, 7, reset to 2, 3 is observed
-    /// 5, 7, 9, 10). A series absent while its GPU is listed keeps its offset; one of a GPU no
-    /// longer listed is forgotten and starts again from its reading. Gauges are left as read.
+    /// 5, 7, 9, 10). A series not read keeps its offset while its GPU is stale, and for an
+    /// hour after it was last read otherwise; past that it starts again from its reading.
+    /// Gauges are left as read.
     #[test]
     fn a_reset_counter_is_observed_without_going_down() {
         let find = |name: &str| {
@@ -456,36 +492,40 @@ mod tests {
         let (errors, power) = (find("hw.errors"), find("hw.power"));
         let point = |uuid: &str, v: f64| (vec![KeyValue::new("hw.id", uuid.to_owned())], v);
         let mut m = Monotonic::default();
-        let mut step = |readings: &[(&str, f64)], gauge: f64, listed: &[&str]| {
+        let mut step = |readings: &[(&str, f64)], gauge: f64, stale: &[&str], minute: i64| {
             let mut families = vec![Vec::new(); catalog::ALL.len()];
             families[errors] = readings.iter().map(|(u, v)| point(u, *v)).collect();
             families[power] = vec![point("GPU-a", gauge)];
-            m.apply(&mut families, listed);
+            m.apply(&mut families, stale, minute * 60_000, false);
             assert_eq!(families[power], [point("GPU-a", gauge)]);
             families[errors]
                 .iter()
                 .map(|(_, v)| *v)
                 .collect::<Vec<f64>>()
         };
-        let both = ["GPU-a", "GPU-b"];
+        let both = [("GPU-a", 5.0), ("GPU-b/mig/1", 4.0)];
+        assert_eq!(step(&both, 300.0, &[], 0), [5.0, 4.0]);
         assert_eq!(
-            step(&[("GPU-a", 5.0), ("GPU-b/mig/1", 4.0)], 300.0, &both),
-            [5.0, 4.0]
-        );
-        assert_eq!(
-            step(&[("GPU-a", 7.0), ("GPU-b/mig/1", 4.0)], 200.0, &both),
+            step(&[("GPU-a", 7.0), ("GPU-b/mig/1", 4.0)], 200.0, &[], 1),
             [7.0, 4.0]
         );
         assert_eq!(
-            step(&[("GPU-a", 2.0), ("GPU-b/mig/1", 1.0)], 100.0, &both),
+            step(&[("GPU-a", 2.0), ("GPU-b/mig/1", 1.0)], 100.0, &[], 2),
             [9.0, 5.0]
         );
-        assert_eq!(step(&[("GPU-a", 3.0)], 100.0, &both), [10.0]);
-        // GPU-b's instance was kept while its GPU was listed; GPU-a's series go once it is not.
-        assert_eq!(step(&[("GPU-b/mig/1", 2.0)], 100.0, &["GPU-b"]), [6.0]);
+        // GPU-b stale for two hours: its instance's series is kept throughout.
+        assert_eq!(step(&[("GPU-a", 3.0)], 100.0, &["GPU-b"], 3), [10.0]);
+        assert_eq!(step(&[("GPU-a", 3.0)], 100.0, &["GPU-b"], 123), [10.0]);
+        // GPU-a not read for the hour after minute 123 (unlisted, or its attribution given
+        // up): kept; GPU-b's instance read again, reset, within the hour after it was kept.
+        assert_eq!(step(&[("GPU-b/mig/1", 2.0)], 100.0, &[], 150), [6.0]);
+        assert_eq!(step(&[("GPU-a", 1.0)], 100.0, &[], 182), [11.0]);
+        // Past the hour: GPU-b's instance starts again from its reading.
+        assert_eq!(step(&[("GPU-a", 1.0)], 100.0, &[], 244), [11.0]);
         assert_eq!(
-            step(&[("GPU-a", 1.0), ("GPU-b/mig/1", 2.0)], 100.0, &both),
-            [1.0, 6.0]
+            step(&[("GPU-a", 2.0), ("GPU-b/mig/1", 1.0)], 100.0, &[], 245),
+            [12.0, 1.0]
         );
+        assert_eq!(m.series.len(), 2);
     }
 }
