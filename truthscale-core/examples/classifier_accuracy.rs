@@ -49,6 +49,12 @@ const CADENCES: [Cadence; 4] = [
 ];
 
 const SEEDS: u64 = 10;
+
+/// The regimes, and the confusion's column of windows left unclassified.
+const N: usize = Phase::ALL.len();
+
+/// Seconds by truth (rows) and regime (columns, the last unclassified).
+type Confusion = [[f64; N + 1]; N];
 const SECONDS: f64 = 600.0;
 
 /// Agreement of one run (`None` when no window had both a truth and a regime: not 0), and
@@ -58,7 +64,7 @@ fn run(
     cadence: Cadence,
     switch_after: u32,
     seed: u64,
-) -> (Option<f64>, [[f64; 7]; 6]) {
+) -> (Option<f64>, Confusion) {
     let spec = by_key("h100-sxm").expect("catalog has h100-sxm");
     let mut cfg = DeriveConfig::default();
     cfg.phase.switch_after = switch_after;
@@ -67,13 +73,13 @@ fn run(
     let mut a = Analyzer::new(Deriver::new(cfg.clone(), Some(sample_dt)), false);
     // The same windows again, for the confusion (the analyzer keeps none).
     let mut d = Deriver::new(cfg, Some(sample_dt));
-    let mut confusion = [[0.0; 7]; 6];
+    let mut confusion = [[0.0; N + 1]; N];
     for _ in 0..(SECONDS / cadence.export).round() as usize {
         for s in sim.step_substeps(cadence.export, cadence.per_export) {
             a.push(&s);
             for w in d.observe(&s).windows {
                 if let Some(truth) = w.truth_phase {
-                    let col = w.phase.map_or(6, Phase::index);
+                    let col = w.phase.map_or(N, Phase::index);
                     confusion[truth.index()][col] += w.dt_seconds;
                 }
             }
@@ -108,7 +114,7 @@ fn main() {
             let mut row = format!("{:<15} {:>6}", scenario.as_str(), n);
             for cadence in CADENCES {
                 let mut scores = Vec::new();
-                let mut total = [[0.0; 7]; 6];
+                let mut total = [[0.0; N + 1]; N];
                 for seed in 1..=SEEDS {
                     let (score, m) = run(scenario, cadence, n, seed);
                     scores.extend(score);

@@ -992,7 +992,7 @@ pub enum Workload {
     Decode,
     /// A training step's forward and backward GEMMs.
     TrainingStep,
-    /// A collective (all-reduce) spinning on a few SMs, waiting on the network.
+    /// A collective (all-reduce) on a few SMs, moving data over the interconnect.
     AllReduce,
     /// The input pipeline loading data; no kernel resident.
     DataLoading,
@@ -1039,15 +1039,16 @@ impl Workload {
     }
 
     /// The regime this work is, by what it does (not by its counters): GEMMs are
-    /// compute-bound, a decode step is memory-bound, a spin or a collective's wait is a
-    /// stall, no kernel is idle.
+    /// compute-bound, a decode step is memory-bound, a collective moving data over the
+    /// interconnect is comm-bound, a spin is a stall, no kernel is idle.
     #[must_use]
     pub fn regime(self) -> Phase {
         match self {
             Workload::Idle | Workload::DataLoading => Phase::Idle,
             Workload::Prefill | Workload::TrainingStep => Phase::ComputeBound,
             Workload::Decode => Phase::MemoryBound,
-            Workload::AllReduce | Workload::Spin => Phase::Stalled,
+            Workload::AllReduce => Phase::CommBound,
+            Workload::Spin => Phase::Stalled,
         }
     }
 }

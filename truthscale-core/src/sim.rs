@@ -3,7 +3,8 @@
 //! The simulator runs a workload in 10 ms ticks. Each tick's tensor activity, DRAM activity,
 //! busy flag, SM coverage, clock and power follow from the work done in it: prefill is
 //! compute-bound (tensor pipe near its practical ceiling), a decode step moves the weights
-//! once and does `2·params·batch` FLOP, a collective spins a few SMs, idle does nothing.
+//! once and does `2·params·batch` FLOP, a collective spins a few SMs while it moves the
+//! gradients over NVLink (where the model has it), idle does nothing.
 //! A window's readings are tick averages plus counter noise.
 //!
 //! Ground truth: each tick is labelled with the workload the simulator ran in it (prefill,
@@ -33,7 +34,7 @@ pub enum Scenario {
     LlmServing,
     /// Steady decode at a slowly varying batch size.
     DecodeOnly,
-    /// Training: compute-bound steps, all-reduce spins, data-loading gaps.
+    /// Training: compute-bound steps, all-reduces over NVLink, data-loading gaps.
     Training,
     /// A tiny kernel on one SM: the busy flag reads 100 %.
     TinyKernel,
@@ -79,6 +80,8 @@ struct Tick {
     tensor: f64,
     dram: f64,
     fp32: f64,
+    /// NVLink traffic, both directions, over the model's bidirectional peak.
+    nvlink: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -290,6 +293,7 @@ impl SimGpu {
             tensor: TAU_PREFILL,
             dram: 0.23,
             fp32: 0.04,
+            nvlink: 0.0,
         }
     }
 
@@ -303,6 +307,7 @@ impl SimGpu {
             tensor,
             dram: D_DECODE,
             fp32: 0.02,
+            nvlink: 0.0,
         }
     }
 
@@ -329,6 +334,7 @@ impl SimGpu {
                         tensor: 0.0,
                         dram: 0.001,
                         fp32: 0.0,
+                        nvlink: 0.0,
                     },
                     Workload::Spin,
                 )
@@ -364,11 +370,14 @@ impl SimGpu {
                     tensor: 0.7,
                     dram: 0.35,
                     fp32: 0.05,
+                    nvlink: 0.0,
                 },
                 Workload::TrainingStep,
             ),
             Work::AllReduce { .. } => {
-                // NCCL spinning on a few channels: busy flag on, nothing computed.
+                // NCCL on a few channels: busy flag on, nothing computed, the gradients
+                // moving over NVLink at about two thirds of its peak (a ring all-reduce's
+                // bus bandwidth); the DRAM traffic is the link's, read and written once.
                 let s = 16.0 / f64::from(self.spec.sms);
                 (
                     Tick {
@@ -378,6 +387,7 @@ impl SimGpu {
                         tensor: 0.0,
                         dram: 0.04,
                         fp32: 0.0,
+                        nvlink: 0.65,
                     },
                     Workload::AllReduce,
                 )
@@ -466,6 +476,7 @@ impl SimGpu {
             let acc = &mut w.acc;
             acc.busy += t.busy;
             acc.dram += t.dram;
+            acc.nvlink += t.nvlink;
             acc.sm += t.sm * f;
             acc.occ += t.occ * f;
             acc.tensor += t.tensor * f;
@@ -538,14 +549,12 @@ impl SimGpu {
         r.set_value(Field::MemUsedBytes, (total * mem_frac).round());
         r.set_value(Field::MemTotalBytes, total);
         constant_readings(&mut r);
-        // One GPU's work, no collectives: a model with NVLink reads no traffic on it.
-        if spec
-            .interconnect()
-            .and_then(|l| l.nvlink_bytes_per_sec)
-            .is_some()
-        {
-            r.set_value(Field::NvlinkTxBytesPerSec, 0.0);
-            r.set_value(Field::NvlinkRxBytesPerSec, 0.0);
+        // A model with NVLink reads the collectives' traffic on it, half each way.
+        if let Some(peak) = spec.interconnect().and_then(|l| l.nvlink_bytes_per_sec) {
+            let share = noisy(self, mean(acc.nvlink));
+            for f in [Field::NvlinkTxBytesPerSec, Field::NvlinkRxBytesPerSec] {
+                r.set_value(f, (share * peak / 2.0).round());
+            }
         }
         r.set_value(
             Field::TempCelsius,
@@ -772,6 +781,57 @@ mod tests {
         for p in [Phase::ComputeBound, Phase::MemoryBound, Phase::Idle] {
             let n = w.iter().filter(|e| e.truth_phase == Some(p)).count();
             assert!(n > 10, "{p}: {n}");
+        }
+    }
+
+    /// An all-reduce moves the gradients over NVLink at 65 % of the model's bidirectional
+    /// peak, half each way: on an H100 SXM (900 GB/s) a window wholly inside one reads about
+    /// 292.5 GB/s each way (1 % noise on the share), and its truth is comm-bound; a training
+    /// step reads no traffic. A model without NVLink (L4) reads no NVLink field at all.
+    #[test]
+    fn an_all_reduce_reads_its_nvlink_traffic() {
+        let w = run(Scenario::Training, 60.0, 0.25);
+        let each_way = |e: &EntitySample| {
+            let r = &e.readings;
+            (
+                r.value(Field::NvlinkTxBytesPerSec),
+                r.value(Field::NvlinkRxBytesPerSec),
+            )
+        };
+        let mut all_reduce = Vec::new();
+        for e in &w {
+            let (tx, rx) = each_way(e);
+            let (tx, rx) = (tx.unwrap(), rx.unwrap());
+            assert_eq!(tx, rx);
+            // Never above the all-reduce's 292.5 GB/s but for the noise.
+            assert!(tx < 292.5e9 + 0.04 * 450e9, "{tx}");
+            match e.truth_workload {
+                Some(Workload::AllReduce) => {
+                    assert_eq!(e.truth_phase, Some(Phase::CommBound));
+                    // Most of the window: at least half the traffic.
+                    assert!(tx > 0.5 * 292.5e9 - 0.04 * 450e9, "{tx}");
+                    all_reduce.push(tx);
+                }
+                Some(Workload::TrainingStep | Workload::DataLoading) => {
+                    assert!(tx < 0.5 * 292.5e9 + 0.04 * 450e9, "{tx}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // 1.5 s all-reduces in 0.25 s windows: most windows lie wholly inside one.
+        assert!(
+            all_reduce.len() >= 10,
+            "{} all-reduce windows",
+            all_reduce.len()
+        );
+        all_reduce.sort_by(f64::total_cmp);
+        let median = all_reduce[all_reduce.len() / 2];
+        assert!((median - 292.5e9).abs() < 0.02 * 450e9, "{median}");
+        let l4 = by_key("l4").unwrap();
+        let mut sim = Simulator::new(1, l4, "n", 7, Timestamp(0), |_| Scenario::Training);
+        for _ in 0..40 {
+            let e = sim.step(0.25).entities.remove(0);
+            assert_eq!(each_way(&e), (None, None));
         }
     }
 }
