@@ -403,7 +403,8 @@ impl Pipeline {
             took.push(begun.elapsed());
         }
         self.at.store(IDLE, Ordering::Relaxed);
-        self.served.remember_attribution(source_keys, &produced);
+        self.served
+            .remember_attribution(source_keys, &produced, started + read);
         let before_derive = started.elapsed();
         let counted = self.count_overrun(before_derive, read, &took, &mut produced);
         self.count_errors(&produced);

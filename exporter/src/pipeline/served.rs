@@ -28,8 +28,11 @@ pub(crate) struct Served {
     entities: BTreeMap<EntityKey, Entity>,
     /// Where stages attribute: the key a source names an entity by → the key it is served
     /// under once attributed, for the entities a source reports as unchanged (which carry
-    /// only the source's key).
-    attributed_keys: HashMap<EntityKey, EntityKey>,
+    /// only the source's key), and when the source last named it. Forgotten once the
+    /// source has not named it for as long as a stopped GPU is kept: a source whose own key
+    /// changes while the served one does not (dcgm-exporter's pod labels on a shared GPU,
+    /// served without a pod) would otherwise leave one entry a pod.
+    attributed_keys: HashMap<EntityKey, (EntityKey, Instant)>,
     last_data: Option<Instant>,
     /// Derivation diagnostics by kind.
     pub(crate) diagnostics: BTreeMap<String, u64>,
@@ -116,18 +119,19 @@ impl Served {
     }
 
     /// Remember which key each attributed entity is served under, for the entities a source
-    /// will report as unchanged by the key it had before.
+    /// will report as unchanged by the key it had before (read at `t0`).
     pub(crate) fn remember_attribution(
         &mut self,
         source_keys: Vec<EntityKey>,
         produced: &Produced,
+        t0: Instant,
     ) {
         let attributed = produced.samples.iter().flat_map(|s| &s.entities);
         for (from, e) in source_keys.into_iter().zip(attributed) {
             if e.id.key() == from {
                 self.attributed_keys.remove(&from);
             } else {
-                self.attributed_keys.insert(from, e.id.key());
+                self.attributed_keys.insert(from, (e.id.key(), t0));
             }
         }
     }
@@ -175,7 +179,13 @@ impl Served {
         }
         // An unchanged entity keeps its attribution until its readings next change.
         for key in &produced.unchanged {
-            let key = self.attributed_keys.get(key).unwrap_or(key);
+            let key = match self.attributed_keys.get_mut(key) {
+                Some((to, seen)) => {
+                    *seen = t0;
+                    &*to
+                }
+                None => key,
+            };
             if let Some(s) = self.entities.get_mut(key) {
                 s.last_seen = t0;
             }
@@ -227,7 +237,9 @@ impl Served {
         }
         if !self.attributed_keys.is_empty() {
             let served = &self.entities;
-            self.attributed_keys.retain(|_, to| served.contains_key(to));
+            self.attributed_keys.retain(|_, (to, seen)| {
+                served.contains_key(to) && t0.saturating_duration_since(*seen) <= limit
+            });
         }
     }
 
@@ -341,8 +353,9 @@ mod tests {
                 .map(|g| entity(g, &format!("GPU-{g}"), Some(&pod), i))
                 .collect();
             let p = produced(i, held);
-            s.remember_attribution(keys, &p);
-            s.derive(&p, base + Duration::from_secs(i), true);
+            let t0 = base + Duration::from_secs(i);
+            s.remember_attribution(keys, &p, t0);
+            s.derive(&p, t0, true);
             if i >= 20 {
                 // Served: the 4 current holders, the deriver's state of them alone (a
                 // holder's goes when it is retired); what was logged of the 4 GPUs' 4
@@ -365,6 +378,39 @@ mod tests {
         assert_eq!(pods, vec![Some("job-399".to_string()); 4]);
     }
 
+    /// A source whose own key names a new pod every 5 ticks (dcgm-exporter's pod labels on
+    /// a shared GPU) while the GPU is served without one: the keys it no longer names are
+    /// forgotten 15 s after it last named them (stale after 5 s, a stopped GPU listed 10 s
+    /// more), so 4 are held at any time, not one for each pod ever seen. The one it names
+    /// still finds the GPU when reported unchanged.
+    #[test]
+    fn source_keys_naming_pods_that_left_are_forgotten() {
+        let mut s = served();
+        let base = Instant::now();
+        for i in 0..2_000_u64 {
+            let pod = format!("job-{}", i / 5);
+            let named = vec![entity(0, "GPU-0", Some(&pod), i)];
+            let keys = Served::source_keys(&produced(i, named), true);
+            let t0 = base + Duration::from_secs(i);
+            if i % 5 == 4 {
+                // Unchanged: only the source's key, which finds the GPU served.
+                let p = Produced {
+                    unchanged: keys,
+                    ..Default::default()
+                };
+                s.derive(&p, t0, true);
+            } else {
+                let p = produced(i, vec![entity(0, "GPU-0", None, i)]);
+                s.remember_attribution(keys, &p, t0);
+                s.derive(&p, t0, true);
+            }
+            assert!(s.gpus("test")[0].up, "tick {i}");
+            if i >= 20 {
+                assert_eq!(s.held().attributed_keys, 4, "tick {i}");
+            }
+        }
+    }
+
     /// A GPU whose attribution flips every second (a pod's, then none, then the pod's again:
     /// a kubelet answer that comes and goes) is counted one second a second: the
     /// attribution that comes back starts a window of its own, never one spanning the
@@ -378,8 +424,9 @@ mod tests {
             let keys = Served::source_keys(&produced(i, vec![entity(0, "GPU-0", None, i)]), true);
             let pod = (i % 2 == 1).then_some("job-a");
             let p = produced(i, vec![entity(0, "GPU-0", pod, i)]);
-            s.remember_attribution(keys, &p);
-            s.derive(&p, base + Duration::from_secs(i), true);
+            let t0 = base + Duration::from_secs(i);
+            s.remember_attribution(keys, &p, t0);
+            s.derive(&p, t0, true);
             let served = s.gpus("test");
             assert_eq!(served.len(), 1, "tick {i}: one GPU served");
             assert_eq!(
