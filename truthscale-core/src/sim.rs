@@ -27,6 +27,9 @@ use std::collections::VecDeque;
 
 const TICK: f64 = 0.01;
 
+/// An all-reduce's NVLink traffic, both directions, over the link's bidirectional peak.
+const ALL_REDUCE_NVLINK: f64 = 0.65;
+
 /// The workloads the simulator can run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Scenario {
@@ -377,17 +380,32 @@ impl SimGpu {
             Work::AllReduce { .. } => {
                 // NCCL on a few channels: busy flag on, nothing computed, the gradients
                 // moving over NVLink at about two thirds of its peak (a ring all-reduce's
-                // bus bandwidth); the DRAM traffic is the link's, read and written once.
+                // bus bandwidth). Each byte sent is read from DRAM and each byte received
+                // written to it: DRAM busy for the link's traffic at its own bandwidth. A
+                // model without NVLink moves them over PCIe and the network, a trickle of
+                // DRAM's.
                 let s = 16.0 / f64::from(self.spec.sms);
+                let link = self
+                    .spec
+                    .interconnect()
+                    .and_then(|l| l.nvlink_bytes_per_sec);
+                let nvlink = if link.is_some() {
+                    ALL_REDUCE_NVLINK
+                } else {
+                    0.0
+                };
+                let dram = link.map_or(0.04, |peak| {
+                    (nvlink * peak / self.spec.bandwidth_bytes_per_sec).min(1.0)
+                });
                 (
                     Tick {
                         busy: 1.0,
                         sm: s,
                         occ: 0.02,
                         tensor: 0.0,
-                        dram: 0.04,
+                        dram,
                         fp32: 0.0,
-                        nvlink: 0.65,
+                        nvlink,
                     },
                     Workload::AllReduce,
                 )
@@ -787,7 +805,9 @@ mod tests {
     /// An all-reduce moves the gradients over NVLink at 65 % of the model's bidirectional
     /// peak, half each way: on an H100 SXM (900 GB/s) a window wholly inside one reads about
     /// 292.5 GB/s each way (1 % noise on the share), and its truth is comm-bound; a training
-    /// step reads no traffic. A model without NVLink (L4) reads no NVLink field at all.
+    /// step reads no traffic. What it sends is read from DRAM and what it receives written
+    /// there: 585 GB/s of the H100's 3.35 TB/s, a DRAM activity of 0.175. A model without
+    /// NVLink (L4) reads no NVLink field at all.
     #[test]
     fn an_all_reduce_reads_its_nvlink_traffic() {
         let w = run(Scenario::Training, 60.0, 0.25);
@@ -798,11 +818,14 @@ mod tests {
                 r.value(Field::NvlinkRxBytesPerSec),
             )
         };
-        let mut all_reduce = Vec::new();
+        let (mut all_reduce, mut dram) = (Vec::new(), Vec::new());
         for e in &w {
             let (tx, rx) = each_way(e);
             let (tx, rx) = (tx.unwrap(), rx.unwrap());
             assert_eq!(tx, rx);
+            if e.truth_workload == Some(Workload::AllReduce) {
+                dram.push(e.readings.value(Field::DramActive).unwrap());
+            }
             // Never above the all-reduce's 292.5 GB/s but for the noise.
             assert!(tx < 292.5e9 + 0.04 * 450e9, "{tx}");
             match e.truth_workload {
@@ -827,6 +850,9 @@ mod tests {
         all_reduce.sort_by(f64::total_cmp);
         let median = all_reduce[all_reduce.len() / 2];
         assert!((median - 292.5e9).abs() < 0.02 * 450e9, "{median}");
+        dram.sort_by(f64::total_cmp);
+        let median = dram[dram.len() / 2];
+        assert!((median - 585.0 / 3350.0).abs() < 0.02, "{median}");
         let l4 = by_key("l4").unwrap();
         let mut sim = Simulator::new(1, l4, "n", 7, Timestamp(0), |_| Scenario::Training);
         for _ in 0..40 {
