@@ -123,6 +123,10 @@ pub struct SimGpu {
     train_step: u64,
     prompt_tokens_done: f64,
     output_tokens_done: f64,
+    /// Of the tick a serving step finished in, the time left after it: the step started
+    /// next, at once, has run that long already (0 when none started), so that steps take
+    /// their own time on average, not a whole number of ticks.
+    spent: f64,
 }
 
 /// Practical tensor activity of a compute-bound kernel (GEMMs peak near 0.9; prefill lower).
@@ -180,6 +184,7 @@ impl SimGpu {
             train_step: 0,
             prompt_tokens_done: 0.0,
             output_tokens_done: 0.0,
+            spent: 0.0,
         }
     }
 
@@ -239,6 +244,7 @@ impl SimGpu {
     fn llm_tick(&mut self, kappa: f64) -> (Tick, Workload) {
         self.arrivals(TICK);
         if let Work::Idle = self.work {
+            let spent = std::mem::take(&mut self.spent);
             if !self.waiting.is_empty() {
                 let tokens: f64 = self.waiting.iter().map(|r| r.prompt).sum();
                 let flops = 2.0 * self.params * tokens;
@@ -246,16 +252,18 @@ impl SimGpu {
                 // clock of the tick it starts in.
                 let load = self.boost_mhz() / self.spec.f_ref_mhz;
                 let secs = flops / (TAU_PREFILL * load * self.peak_flops);
-                self.work = Work::Prefill { left: secs };
+                self.work = Work::Prefill { left: secs - spent };
             } else if !self.running.is_empty() {
                 self.work = Work::Decode {
-                    left: self.decode_step_seconds(self.running.len() as f64),
+                    left: self.decode_step_seconds(self.running.len() as f64) - spent,
                 };
             }
         }
         let finished = match &mut self.work {
             Work::Prefill { left } | Work::Decode { left } => {
                 *left -= TICK;
+                // What is left of the tick goes to the next step (at most the tick).
+                self.spent = (-*left).clamp(0.0, TICK);
                 *left <= 0.0
             }
             _ => false,
@@ -733,8 +741,9 @@ mod tests {
     }
 
     /// A serving GPU runs its steps at the load clock: every 1 s window busy 95 % or more
-    /// reads a clock within 3 % of it (a step's first tick ran at the idle clock, 0.3 × the
-    /// reference, and decode read κ ≈ 0.69 while busy).
+    /// reads a clock within 5 % of it (a step's first tick ran at the idle clock, 0.3 × the
+    /// reference, and decode read κ ≈ 0.69 while busy). Up to 5 % of such a window may be
+    /// idle ticks at the idle clock: 3.5 % under the load clock.
     #[test]
     fn a_busy_serving_gpu_runs_at_the_load_clock() {
         let spec = by_key("h100-sxm").unwrap();
@@ -750,7 +759,7 @@ mod tests {
             .collect();
         assert!(busy.len() > 100, "{}", busy.len());
         for clock in busy {
-            assert!((clock - load).abs() < 0.03 * load, "{clock} against {load}");
+            assert!((clock - load).abs() < 0.05 * load, "{clock} against {load}");
         }
     }
 
@@ -859,5 +868,32 @@ mod tests {
             let e = sim.step(0.25).entities.remove(0);
             assert_eq!(each_way(&e), (None, None));
         }
+    }
+
+    /// A serving step takes its own time on average, not a whole number of 10 ms ticks: an
+    /// H100 SXM (80 GB, 3.35 TB/s) with 40 GB of weights decoding a steady batch of 32
+    /// requests (1 000 tokens of context, 0.2 MB each) moves 46.4 GB a step at 72 % of its
+    /// bandwidth: 19.24 ms a step, 1 663.4 tokens a second. Over a minute that is 99 807
+    /// tokens, within a step's 32; rounding each step up to two ticks made it 96 000.
+    #[test]
+    fn decode_steps_take_their_own_time() {
+        let spec = by_key("h100-sxm").unwrap();
+        let mut g = SimGpu::new(Scenario::LlmServing, spec, 0, "n", 7);
+        g.next_burst_in = f64::INFINITY;
+        g.running = vec![
+            Request {
+                prompt: 1000.0,
+                remaining_output: 1e9,
+            };
+            32
+        ];
+        for _ in 0..60 {
+            g.step(1.0);
+        }
+        let step: f64 = 46.4e9 / (0.72 * 3.35e12);
+        let want = 60.0 / step * 32.0;
+        assert!((want - 99_807.0).abs() < 1.0, "{want}");
+        let got = g.output_tokens_done;
+        assert!((got - want).abs() <= 32.0, "{got} tokens against {want}");
     }
 }
