@@ -2,11 +2,12 @@
 //! peaks asked for, one per band of each activity ratio the sizing reads; and which samples
 //! each feeds ([`SampleKind`]).
 
-use super::History;
 use super::holders::HolderColumn;
 use super::query::{SIZING_RATIOS, Summary, field_of, series_query};
+use super::{Family, History};
 use truthscale_core::fleet::BANDS;
 use truthscale_core::model::Field;
+use truthscale_core::parse::dcgm_text;
 
 /// Which of a step's samples [`History::feed_stats`] hands over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,15 +36,45 @@ pub(super) struct Column {
     /// A holder-pod signal from cAdvisor's series, joined onto the GPU series `name` names
     /// ([`History::read_holders`]): its answers are that signal's reading, not `name`'s.
     pub(super) holder: Option<HolderColumn>,
+    /// Read only to decide the unit of a percent-or-ratio family at a coarse step: each
+    /// step's largest raw sample ([`Column::unit_evidence`]), fed to no sample.
+    pub(super) evidence: bool,
 }
 
 impl Column {
     /// Whether the column's answers go into the samples of `kind`.
     pub(super) fn feeds(&self, kind: SampleKind) -> bool {
         match kind {
-            SampleKind::Step => self.band.is_none(),
+            SampleKind::Step => self.band.is_none() && !self.evidence,
             SampleKind::Peak(j) => self.band == Some(j) || self.shared,
         }
+    }
+
+    /// The columns of series `name` of `family`: its own (summarised when `summarizes`) and,
+    /// at a coarse step, for a DCGM family whose unit its name does not prove (a percent or
+    /// a 0..1 ratio), each step's largest raw sample. A mean of whole percents may be any
+    /// fraction, so the means cannot tell the unit; the largest of them is a whole number
+    /// for a percent, and a fraction up to 1 only for a ratio.
+    pub(super) fn of(family: Family, name: String, summarizes: bool) -> Vec<Column> {
+        let evidence =
+            (summarizes && family == Family::DcgmExporter && dcgm_text::is_percent_or_ratio(&name))
+                .then(|| Column {
+                    name: name.clone(),
+                    summary: Some(Summary::Max),
+                    band: None,
+                    shared: false,
+                    holder: None,
+                    evidence: true,
+                });
+        let own = Column {
+            summary: summarizes.then(|| Summary::of(family, &name).0),
+            name,
+            band: None,
+            shared: false,
+            holder: None,
+            evidence: false,
+        };
+        std::iter::once(own).chain(evidence).collect()
     }
 }
 
@@ -71,7 +102,11 @@ impl History {
             return;
         }
         let mut peaks = Vec::new();
-        for c in self.columns.iter_mut().filter(|c| c.holder.is_none()) {
+        for c in self
+            .columns
+            .iter_mut()
+            .filter(|c| c.holder.is_none() && !c.evidence)
+        {
             c.shared = matches!(
                 field_of(self.family, &c.name),
                 Some(Field::SmClockMhz | Field::MemClockMhz)
@@ -84,6 +119,7 @@ impl History {
                     band: Some(j),
                     shared: false,
                     holder: None,
+                    evidence: false,
                 }));
             }
         }

@@ -109,12 +109,11 @@ impl History {
                 pending = Some((range.start, last));
             }
             while let Some((first, end)) = pending.take() {
-                let (chunk, banded, merging) = chunks.next()?;
-                tally.merging += merging;
+                let merged = chunks.next()?;
+                tally.merging += merged.took;
                 // Series per step (a split query brings its series more than once).
                 let chunk_steps = (end - first) / range.step + 1;
-                let held =
-                    chunk.points.len() + banded.iter().map(|b| b.points.len()).sum::<usize>();
+                let held = merged.points();
                 let series = (held as i64 + chunk_steps - 1) / chunk_steps;
                 tally.max_series = tally.max_series.max(series as u64);
                 per = if series == 0 {
@@ -137,7 +136,7 @@ impl History {
                     pending = Some((next, last));
                 }
                 let t = std::time::Instant::now();
-                let spent = hand_over(chunk, banded, &mut on_sample, &mut tally);
+                let spent = hand_over(merged, this.summarizes, &mut on_sample, &mut tally);
                 tally.merging += t.elapsed().saturating_sub(spent);
                 tally.consuming += spent;
                 tally.chunks += 1;
@@ -168,8 +167,9 @@ impl History {
                 let chunk = readers.submit(first, end).and_then(|()| {
                     let answers = readers.collect()?;
                     let t = std::time::Instant::now();
-                    let (chunk, banded) = self.merge_chunk(first, end, bands, answers);
-                    Ok((chunk, banded, t.elapsed()))
+                    let mut merged = self.merge_chunk(first, end, bands, answers);
+                    merged.took = t.elapsed();
+                    Ok(merged)
                 });
                 let failed = chunk.is_err();
                 if done.send(chunk).is_err() || failed {
@@ -186,13 +186,7 @@ impl History {
     /// One chunk's answers (one list per column, as [`super::readers::Readers::collect`] returns them)
     /// merged into the chunk of its step samples and, with `bands`, one chunk per band; each
     /// chunk's points allocated once, at their count.
-    fn merge_chunk(
-        &self,
-        first: i64,
-        end: i64,
-        bands: usize,
-        answers: Vec<Vec<Matrix>>,
-    ) -> (Chunk, Vec<Chunk>) {
+    fn merge_chunk(&self, first: i64, end: i64, bands: usize, answers: Vec<Vec<Matrix>>) -> Merged {
         let new_chunk = || Chunk {
             bounds: Some((first, end)),
             step: self.range.step,
@@ -201,6 +195,7 @@ impl History {
         };
         let mut chunk = new_chunk();
         let mut banded: Vec<Chunk> = (0..bands).map(|_| new_chunk()).collect();
+        let mut evidence = self.columns.iter().any(|c| c.evidence).then(new_chunk);
         // Each chunk's points allocated once, at their count.
         let count = |kind: SampleKind| -> usize {
             self.columns
@@ -221,6 +216,10 @@ impl History {
                     chunk.add_holder(h.signal.field(), matrix);
                     continue;
                 }
+                if let Some(e) = evidence.as_mut().filter(|_| column.evidence) {
+                    e.add(self.family, &column.name, matrix);
+                    continue;
+                }
                 for (j, b) in banded.iter_mut().enumerate() {
                     if column.feeds(SampleKind::Peak(j)) {
                         b.add(self.family, &column.name, matrix);
@@ -231,7 +230,12 @@ impl History {
                 }
             }
         }
-        (chunk, banded)
+        Merged {
+            chunk,
+            banded,
+            evidence,
+            took: Duration::ZERO,
+        }
     }
 
     /// What the read cost, once every chunk is handed over: the counters of the client and of
@@ -307,8 +311,24 @@ struct Merging {
     merged: std::sync::mpsc::Receiver<anyhow::Result<Merged>>,
 }
 
-/// A chunk's step samples, its bands' and the time merging them took.
-type Merged = (Chunk, Vec<Chunk>, Duration);
+/// A chunk's step samples, its bands', its units' evidence ([`Column::evidence`]) and the
+/// time merging them took.
+struct Merged {
+    chunk: Chunk,
+    banded: Vec<Chunk>,
+    evidence: Option<Chunk>,
+    took: Duration,
+}
+
+impl Merged {
+    /// The points held.
+    fn points(&self) -> usize {
+        let all = std::iter::once(&self.chunk)
+            .chain(&self.banded)
+            .chain(&self.evidence);
+        all.map(|c| c.points.len()).sum()
+    }
+}
 
 impl Merging {
     /// Read and merge the chunk `[first, last]`.
@@ -361,13 +381,27 @@ fn progress_bar() -> indicatif::ProgressBar {
 }
 
 /// Hand a chunk's step samples to `on_sample` in time order (counting them in `steps`),
-/// then each band's peak samples; returns the time spent in `on_sample`.
+/// then each band's peak samples; returns the time spent in `on_sample`. The units'
+/// evidence (each step's largest raw sample) decides first; the samples are the means of
+/// the raw ones when `summarized`.
 fn hand_over(
-    chunk: Chunk,
-    banded: Vec<Chunk>,
+    merged: Merged,
+    summarized: bool,
     on_sample: &mut impl FnMut(&Sample, SampleKind),
     tally: &mut Tally,
 ) -> Duration {
+    let Merged {
+        chunk,
+        banded,
+        evidence,
+        ..
+    } = merged;
+    if let Some(e) = evidence {
+        // Raw samples' evidence: what it leaves undecided is refused at the samples.
+        tally.units.set_means(false);
+        e.feed(&mut tally.units, |_| {});
+    }
+    tally.units.set_means(summarized);
     let mut spent = Duration::ZERO;
     let steps = &mut tally.steps;
     let refused = chunk.feed(&mut tally.units, |sample| {

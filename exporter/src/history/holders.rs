@@ -148,7 +148,12 @@ impl History {
         if self.columns.iter().any(|c| c.holder.is_some()) {
             return;
         }
-        let names: Vec<String> = self.columns.iter().map(|c| c.name.clone()).collect();
+        let names: Vec<String> = self
+            .columns
+            .iter()
+            .filter(|c| !c.evidence)
+            .map(|c| c.name.clone())
+            .collect();
         let more = holder_columns(self.family, &names, &self.cadvisor);
         self.columns.extend(more);
     }
@@ -225,6 +230,7 @@ fn holder_columns(family: Family, names: &[String], cadvisor: &[String]) -> Vec<
                 signal,
                 presence: presence.clone(),
             }),
+            evidence: false,
         })
         .collect()
 }

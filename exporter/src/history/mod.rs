@@ -47,7 +47,7 @@ pub(crate) use feed::FeedStats;
 use merge::Chunk;
 pub(crate) use merge::NO_CLUSTER;
 pub(crate) use query::Range;
-use query::{Summary, secs};
+use query::secs;
 pub(crate) use resolved::{DEFAULT_MAX_STEPS, Defaults, Resolved, default_step};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicI64, AtomicU64};
@@ -292,13 +292,7 @@ impl History {
         let (family, names, unread, cadvisor) = discover(&client, range, &r.matchers)?;
         let columns = names
             .into_iter()
-            .map(|name| Column {
-                summary: summarizes.then(|| Summary::of(family, &name).0),
-                name,
-                band: None,
-                shared: false,
-                holder: None,
-            })
+            .flat_map(|name| Column::of(family, name, summarizes))
             .collect();
         let mut history = History {
             client,

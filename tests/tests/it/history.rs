@@ -1131,6 +1131,87 @@ fn every_name_generation_in_history_reads_the_same() {
     );
 }
 
+/// `DCGM_FI_DEV_GPU_UTIL_RATIO` names DCGM 4.6's percent (id 203) and dcgm-exporter 4.9's
+/// 0..1 ratio alike. At a coarse step each value read is a mean of raw samples, and a mean of
+/// whole percents is no ratio: node-a's 2 % then three 0 % a minute average 0.5 (a 1-minute
+/// step), which read as a ratio would be a GPU 50 % busy, 100 times its own reading. The
+/// step's largest raw sample (2, a whole number above 1) decides the percent: the first
+/// half hour is 0.5 %, the second 50 %, a mean of 0.2525 at the coarse step as at the raw
+/// one. node-b's ratio (0.3, then 0.7: fractions, so no percent's) reads 0.5 at both.
+#[test]
+fn a_coarse_step_decides_percent_or_ratio_from_the_raw_samples() {
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    require_tool_or_return!("/usr/bin/promtool", "prometheus");
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    // On the minute: each 1-minute step holds four raw samples.
+    let end = (i64::try_from(now).unwrap() / 60) * 60;
+    let points = 240_i64;
+    let t = |i: i64| end - (points - 1 - i) * STEP;
+    let mut fams = Families::new();
+    let percent = |i: i64| match (i < points / 2, i % 4) {
+        (true, 0) => 2.0,
+        (true, _) => 0.0,
+        (false, _) => 50.0,
+    };
+    let ratio = |i: i64| if i < points / 2 { 0.3 } else { 0.7 };
+    for (node, value) in [
+        ("node-a", &percent as &dyn Fn(i64) -> f64),
+        ("node-b", &ratio),
+    ] {
+        let labels =
+            format!("gpu=\"0\",UUID=\"GPU-{node}\",modelName=\"{H100}\",Hostname=\"{node}\"");
+        for (name, v) in [
+            ("DCGM_FI_DEV_GPU_UTIL_RATIO", None),
+            ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", Some(0.3)),
+            ("DCGM_FI_DEV_SM_CLOCK", Some(1830.0)),
+        ] {
+            let series = (0..points).map(|i| (t(i), v.unwrap_or_else(|| value(i))));
+            add(&mut fams, name, &labels, series.collect());
+        }
+    }
+    let text = exposition(&fams);
+    let dir = TempDir::new("history-percent-or-ratio");
+    let prom = Prometheus::backfilled(&text, dir.path(), None);
+    let url = prom.url();
+    let until = humantime::format_rfc3339_seconds(
+        UNIX_EPOCH + Duration::from_secs(u64::try_from(end).unwrap()),
+    )
+    .to_string();
+    for (node, want) in [("node-a", 0.2525), ("node-b", 0.5)] {
+        // One node a read: a family's unit is decided once for the read.
+        let selector = format!("{{Hostname=\"{node}\"}}");
+        for step in ["60s", "15s"] {
+            let run = truthscale(
+                &[
+                    "analyze",
+                    "--prometheus",
+                    &url,
+                    "--since",
+                    "1h",
+                    "--until",
+                    &until,
+                    "--step",
+                    step,
+                    "--scrape-interval",
+                    "15s",
+                    "--selector",
+                    &selector,
+                    "--json",
+                ],
+                &[],
+            );
+            let v = run.json();
+            let e = &v["entities"][0];
+            let what = format!("{node} at {step}");
+            near(f(e, "/reported_utilization/mean"), want, 1e-9, &what);
+            assert!(!run.stderr.contains("ambiguous"), "{what}: {}", run.stderr);
+        }
+    }
+}
+
 /// A coarse step summarises the health levels by their largest reading and the health
 /// counters by their last: one 15 s reading of XID 79, of an unhealthy fabric (summary 2) or
 /// of a fatal XID counted by dcgm-exporter, among 5-minute steps of healthy readings, still

@@ -565,7 +565,7 @@ impl Scrape {
     /// The `# HELP` text of family `name`: decides the unit of a family whose name does not
     /// prove it (see [`super::names`]). Other families' help is not kept.
     pub fn help(&mut self, name: &str, text: &str) {
-        if let Some(Target::Field(_, Unit::PercentOrRatio)) = target_of(name) {
+        if is_percent_or_ratio(name) {
             self.units.help(name, text);
         }
     }
@@ -639,6 +639,16 @@ impl Scrape {
         self.index.clear();
         self.entities.drain(..).map(Acc::finish).collect()
     }
+}
+
+/// Whether the unit of metric `name` (any case) is not proven by its name: a percent or a
+/// 0..1 ratio, decided from its help text or its values ([`super::names`]).
+#[must_use]
+pub fn is_percent_or_ratio(name: &str) -> bool {
+    matches!(
+        target_of(name),
+        Some(Target::Field(_, Unit::PercentOrRatio))
+    )
 }
 
 /// The most metric names a [`Scrape`] remembers the targets of: far above the families a

@@ -13,7 +13,8 @@
 //!    counted in [`Unread::ambiguous`], never scaled by a guess.
 //!
 //! A value at odds with the decision (a fraction for a percent family, above 1 for a ratio
-//! one) is refused and counted the same way.
+//! one) is refused and counted the same way. A mean of raw samples ([`Units::set_means`])
+//! is no raw reading: a fraction neither decides a ratio nor is at odds with a percent.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -136,12 +137,26 @@ pub(crate) enum Scale {
 
 /// The decided unit of each percent-or-ratio family of one source, kept by a reader that
 /// reads the source with a new parser each time ([`super::DcgmTextParser::with_units`]).
+///
+/// A reader of summaries ([`Units::set_means`]: each value the mean of a step's raw
+/// samples, as Prometheus' `avg_over_time` gives) takes no fraction as a ratio's sign: the
+/// mean of whole percents 0, 0, 0 and 1 is 0.25. It decides from the raw samples' own
+/// evidence first ([`Units::set_means`] off: each step's largest raw sample, a whole number
+/// for a percent family), then reads the means with that decision.
 #[derive(Debug, Clone, Default)]
 pub struct Units {
     decided: Vec<(String, Scale)>,
+    /// The values read are means of raw samples.
+    means: bool,
 }
 
 impl Units {
+    /// Whether the values read from now on are means of raw samples (a percent family's
+    /// may be fractions); off, each is a raw sample.
+    pub fn set_means(&mut self, means: bool) {
+        self.means = means;
+    }
+
     /// A `# HELP` line's text for family `name` (any case): decides its unit when the text
     /// says it.
     pub(crate) fn help(&mut self, name: &str, text: &str) {
@@ -153,13 +168,14 @@ impl Units {
     /// The unit of a reading `v` (not a blank) of family `name`, deciding it from the value
     /// where nothing did before; `None`: ambiguous or at odds with the decision, refused.
     pub(crate) fn resolve(&mut self, name: &str, v: f64) -> Option<Scale> {
-        let whole = v.fract() == 0.0;
+        // A mean of whole percents may be any fraction: no sign of a ratio.
+        let fraction = v.fract() != 0.0 && !self.means;
         match self.get(name) {
-            Some(Scale::Percent) if !whole && v <= 1.0 => None,
+            Some(Scale::Percent) if fraction && v <= 1.0 => None,
             Some(Scale::Ratio) if v > 1.0 => None,
             Some(scale) => Some(scale),
             None if v > 1.0 => Some(self.set(name, Scale::Percent)),
-            None if !whole => Some(self.set(name, Scale::Ratio)),
+            None if fraction => Some(self.set(name, Scale::Ratio)),
             None => None,
         }
     }
@@ -211,6 +227,25 @@ fn mentions(text: &str, word: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Means of raw samples: a fraction is no sign of a ratio (0, 0, 0 and 1 % average
+    /// 0.25), nor at odds with a percent; above 1 is still a percent's, and what the raw
+    /// samples decided holds.
+    #[test]
+    fn a_mean_of_whole_percents_is_no_ratio() {
+        let f = "dcgm_fi_dev_gpu_util_ratio";
+        let mut u = Units::default();
+        u.set_means(true);
+        assert_eq!(u.resolve(f, 0.25), None, "ambiguous, refused");
+        assert_eq!(u.resolve(f, 37.5), Some(Scale::Percent));
+        assert_eq!(u.resolve(f, 0.25), Some(Scale::Percent));
+        // The raw samples' largest decided a ratio: the means read as one.
+        let mut u = Units::default();
+        assert_eq!(u.resolve(f, 0.8), Some(Scale::Ratio));
+        u.set_means(true);
+        assert_eq!(u.resolve(f, 0.25), Some(Scale::Ratio));
+        assert_eq!(u.resolve(f, 1.5), None, "above 1 for a ratio family");
+    }
 
     #[test]
     fn help_then_values_decide_and_ambiguity_is_refused() {
