@@ -65,6 +65,22 @@ fn near(got: f64, want: f64, tol: f64, what: &str) {
     );
 }
 
+/// Now in Unix seconds, rounded down to a multiple of `align` seconds: the last sample's
+/// time of a test's data.
+fn now_on(align: i64) -> i64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    (i64::try_from(now).unwrap() / align) * align
+}
+
+/// Unix seconds `t` as `--until` takes them.
+fn rfc3339(t: i64) -> String {
+    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(u64::try_from(t).unwrap()))
+        .to_string()
+}
+
 // ---------------------------------------------------------------------------------------
 // Test data: 2 h of 15 s samples, ending just before now.
 
@@ -1041,11 +1057,7 @@ fn a_redirecting_prometheus_is_not_followed() {
 fn every_name_generation_in_history_reads_the_same() {
     require_tool_or_return!("/usr/bin/prometheus", "prometheus");
     require_tool_or_return!("/usr/bin/promtool", "prometheus");
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let end = (i64::try_from(now).unwrap() / STEP) * STEP;
+    let end = now_on(STEP);
     let points = 240_i64;
     let t = |i: i64| end - (points - 1 - i) * STEP;
     let legacy = [
@@ -1142,12 +1154,8 @@ fn every_name_generation_in_history_reads_the_same() {
 fn a_coarse_step_decides_percent_or_ratio_from_the_raw_samples() {
     require_tool_or_return!("/usr/bin/prometheus", "prometheus");
     require_tool_or_return!("/usr/bin/promtool", "prometheus");
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
     // On the minute: each 1-minute step holds four raw samples.
-    let end = (i64::try_from(now).unwrap() / 60) * 60;
+    let end = now_on(60);
     let points = 240_i64;
     let t = |i: i64| end - (points - 1 - i) * STEP;
     let mut fams = Families::new();
@@ -1176,10 +1184,7 @@ fn a_coarse_step_decides_percent_or_ratio_from_the_raw_samples() {
     let dir = TempDir::new("history-percent-or-ratio");
     let prom = Prometheus::backfilled(&text, dir.path(), None);
     let url = prom.url();
-    let until = humantime::format_rfc3339_seconds(
-        UNIX_EPOCH + Duration::from_secs(u64::try_from(end).unwrap()),
-    )
-    .to_string();
+    let until = rfc3339(end);
     for (node, want) in [("node-a", 0.2525), ("node-b", 0.5)] {
         // One node a read: a family's unit is decided once for the read.
         let selector = format!("{{Hostname=\"{node}\"}}");
@@ -1221,11 +1226,7 @@ fn a_coarse_step_decides_percent_or_ratio_from_the_raw_samples() {
 fn a_coarse_step_keeps_one_unhealthy_reading() {
     require_tool_or_return!("/usr/bin/prometheus", "prometheus");
     require_tool_or_return!("/usr/bin/promtool", "prometheus");
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let end = (i64::try_from(now).unwrap() / STEP) * STEP;
+    let end = now_on(STEP);
     let points = 240_i64;
     let t = |i: i64| end - (points - 1 - i) * STEP;
     // The one unhealthy reading, half way through.
@@ -1550,11 +1551,7 @@ fn answers_in_flight_share_one_memory_cap() {
 fn history_says_why_gpus_are_starved() {
     require_tool_or_return!("/usr/bin/prometheus", "prometheus");
     require_tool_or_return!("/usr/bin/promtool", "prometheus");
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let end = (i64::try_from(now).unwrap() / STEP) * STEP;
+    let end = now_on(STEP);
     let points = 240_i64;
     let t = |i: i64| end - (points - 1 - i) * STEP;
     let mut fams = Families::new();
@@ -1635,10 +1632,7 @@ fn history_says_why_gpus_are_starved() {
     let url = prom.url();
     // One fixed end for every run: `analyze` and `report` run seconds apart, and an end
     // of "now" would move their step grids apart whenever a step boundary passes between.
-    let until = humantime::format_rfc3339_seconds(
-        UNIX_EPOCH + Duration::from_secs(u64::try_from(end).unwrap()),
-    )
-    .to_string();
+    let until = rfc3339(end);
     for step in ["60s", "15s"] {
         let base = [
             "analyze",
@@ -1770,10 +1764,7 @@ fn remote_read_gives_the_analysis_range_queries_give() {
     let (text, end) = openmetrics();
     let prom = Prometheus::backfilled(&text, dir.path(), None);
     let url = prom.url();
-    let until = humantime::format_rfc3339_seconds(
-        UNIX_EPOCH + Duration::from_secs(u64::try_from(end).unwrap()),
-    )
-    .to_string();
+    let until = rfc3339(end);
     for step in ["15s", "7s"] {
         let run = |how: &str| {
             truthscale(
