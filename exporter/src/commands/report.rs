@@ -118,7 +118,7 @@ pub(crate) struct ReportArgs {
     pub by: Option<report::showback::By>,
     /// With --by: also one row per group and period of this length (1d, 1h) in the JSON and
     /// the CSV.
-    #[arg(long, value_name = "DURATION", requires = "by", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", requires = "by", value_parser = crate::setting::duration_flag(Duration::ZERO, Duration::from_secs(315_576_000)))]
     pub every: Option<Duration>,
     /// With --by: the price of one GPU-hour of a model, as reported (repeatable), for
     /// example --gpu-hour-price "NVIDIA H100 80GB HBM3=4.10"; other models take

@@ -17,6 +17,16 @@ pub(crate) const DEFAULT_REQUESTS_PER_QUERY: u64 = 64;
 pub(crate) const PASSWORD_ENV: &str = "TRUTHSCALE_PROMETHEUS_PASSWORD";
 
 /// `analyze --prometheus`: where to read history from.
+/// The longest `--since` and `--step`, and the longest ago `--until` goes: 10 years of
+/// 365.25 days.
+const TEN_YEARS: Duration = Duration::from_secs(315_576_000);
+/// The longest `--deadline`.
+const WEEK: Duration = Duration::from_secs(7 * 86_400);
+/// The longest `--scrape-interval`.
+const DAY: Duration = Duration::from_secs(86_400);
+/// The longest `--prometheus-timeout` and `--waiting-notice`.
+const HOUR: Duration = Duration::from_secs(3600);
+
 #[derive(Debug, Clone, clap::Args)]
 #[command(next_help_heading = "Prometheus history")]
 pub(crate) struct PrometheusArgs {
@@ -24,13 +34,14 @@ pub(crate) struct PrometheusArgs {
     /// e.g. http://prometheus:9090 (a path prefix is kept).
     #[arg(long, value_name = "URL")]
     pub prometheus: Option<String>,
-    /// How far back from now to read [default: 24h for analyze, 14d for report].
-    #[arg(long, value_parser = humantime::parse_duration)]
+    /// How far back from now to read, at most 10 years [default: 24h for analyze, 14d for
+    /// report].
+    #[arg(long, value_parser = crate::setting::duration_flag(Duration::ZERO, TEN_YEARS))]
     pub since: Option<Duration>,
     /// Resolution of the history: one sample per step, at least 100ms [default: 15s for
     /// analyze; for report 60s, or over a long window the finest whole minutes or hours that
     /// keep it under 5 000 steps (5m for 14d)]. Use the scrape interval, or a multiple of it.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = crate::setting::duration_flag(Duration::ZERO, TEN_YEARS))]
     pub step: Option<Duration>,
     /// Label matchers every series must also satisfy, e.g. '{namespace="prod"}'.
     #[arg(long, value_name = "MATCHERS")]
@@ -44,12 +55,14 @@ pub(crate) struct PrometheusArgs {
     pub basic_auth: Option<String>,
     /// Time limit of each request to Prometheus, its answer included [default: 30s]. A
     /// request with no whole answer in time is tried again (--prometheus-retries), then
-    /// the command fails naming this flag; it is never split into smaller queries.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    /// the command fails naming this flag; it is never split into smaller queries (at most
+    /// 1h).
+    #[arg(long, value_name = "DURATION", value_parser = crate::setting::duration_flag(Duration::ZERO, HOUR))]
     pub prometheus_timeout: Option<Duration>,
     /// Time limit of the whole read from Prometheus, every request, retry and split query
-    /// included: the command fails naming this flag when it runs out [default: 10m].
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    /// included: the command fails naming this flag when it runs out (at most 7d)
+    /// [default: 10m].
+    #[arg(long, value_name = "DURATION", value_parser = crate::setting::duration_flag(Duration::ZERO, WEEK))]
     pub deadline: Option<Duration>,
     /// The most requests one query may take: its retries, and the smaller queries it is
     /// split into when the server refuses it for a limit (1 to 100000) [default: 64].
@@ -82,8 +95,8 @@ pub(crate) struct PrometheusArgs {
     /// reads each step as summaries of the raw samples in it (the mean of each activity
     /// ratio, the peak of memory used, and for `report` four bands of each activity ratio for
     /// the sizing) instead of one sample per step, so a coarse step over a long window
-    /// keeps the bursts and peaks a finer one would see.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    /// keeps the bursts and peaks a finer one would see (at most 1d).
+    #[arg(long, value_name = "DURATION", value_parser = crate::setting::duration_flag(Duration::ZERO, DAY))]
     pub scrape_interval: Option<Duration>,
     /// Ask Prometheus for gzip-compressed answers: `auto` does unless the server is on
     /// this host (localhost, 127.0.0.0/8, [::1]), where compressing costs the server more
@@ -91,9 +104,9 @@ pub(crate) struct PrometheusArgs {
     #[arg(long, value_name = "WHEN", value_enum)]
     pub compression: Option<Compression>,
     /// While a request to Prometheus has had no answer this long, say so on stderr
-    /// ("still waiting for Prometheus at URL (20 s)"), and again as often; 0s for never
-    /// [default: 20s].
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    /// ("still waiting for Prometheus at URL (20 s)"), and again as often; 0s for never, at
+    /// most 1h [default: 20s].
+    #[arg(long, value_name = "DURATION", value_parser = crate::setting::duration_flag(Duration::ZERO, HOUR))]
     pub waiting_notice: Option<Duration>,
     /// Read each GPU series' raw samples by Prometheus' remote-read API (streamed chunks)
     /// and evaluate its steps here as the server would, instead of query_range: `auto`
@@ -215,9 +228,13 @@ pub(crate) fn parse_until(s: &str) -> Result<Until, String> {
     if let Ok(t) = humantime::parse_rfc3339_weak(s) {
         return Ok(Until::At(t));
     }
-    humantime::parse_duration(s).map(Until::Ago).map_err(|_| {
-        format!("{s:?} is neither an RFC 3339 time (2026-11-30T14:00:00Z) nor a duration ago (2h)")
-    })
+    match humantime::parse_duration(s) {
+        Ok(ago) if ago <= TEN_YEARS => Ok(Until::Ago(ago)),
+        Ok(_) => Err(format!("{s:?} ago is more than 10 years ago")),
+        Err(_) => Err(format!(
+            "{s:?} is neither an RFC 3339 time (2026-11-30T14:00:00Z) nor a duration ago (2h)"
+        )),
+    }
 }
 
 /// Default of `--since`.

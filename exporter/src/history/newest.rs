@@ -20,7 +20,9 @@ pub(super) fn newest_sample(client: &Client, selector: &str, range: Range) -> Op
         .get("/api/v1/query", &[("query", &query), ("time", &end)])
         .ok()?;
     let seconds: f64 = data["result"][0]["value"][1].as_str()?.parse().ok()?;
-    seconds.is_finite().then_some((seconds * 1000.0) as i64)
+    // A sample's time, up to the window's end: anything else is no answer.
+    let ms = seconds * 1000.0;
+    (ms.is_finite() && (0.0..=range.end as f64).contains(&ms)).then_some(ms as i64)
 }
 
 /// What to say after "no GPU series in the window": the newest sample's time, and a
@@ -34,7 +36,7 @@ pub(super) fn hint(newest: Option<i64>, range: Range) -> String {
             rfc3339(range.end)
         );
     };
-    let age_ms = (range.end - at).max(0);
+    let age_ms = range.end.saturating_sub(at).max(0);
     // Round the age up to whole minutes, with a minute's margin.
     let minutes = u64::try_from(age_ms / 60_000 + 2).unwrap_or(u64::MAX);
     let since = humantime::format_duration(Duration::from_secs(minutes * 60));
@@ -55,17 +57,19 @@ pub(super) fn hint(newest: Option<i64>, range: Range) -> String {
 mod tests {
     use super::*;
 
-    /// The newest sample is asked of Prometheus as one instant query at the window's end.
-    #[test]
-    fn the_newest_sample_is_one_instant_query() {
+    /// What [`newest_sample`] makes of a server answering `value` for the newest sample's
+    /// time, at a window ending 1 780 000 000 s; and the request it sent.
+    fn newest_of(value: &str) -> (Option<i64>, String) {
         use std::io::{Read as _, Write as _};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
+        let body = format!(
+            r#"{{"status":"success","data":{{"resultType":"vector","result":[{{"metric":{{}},"value":[1780000000,"{value}"]}}]}}}}"#
+        );
         let server = std::thread::spawn(move || {
             let (mut conn, _) = listener.accept().unwrap();
             let mut request = vec![0u8; 4096];
             let n = conn.read(&mut request).unwrap();
-            let body = r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1780000000,"1779989170.5"]}]}}"#;
             write!(
                 conn,
                 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -76,16 +80,35 @@ mod tests {
         });
         let client = Client::new(&base, None, Duration::from_secs(5), None).unwrap();
         let range = Range::back_from(1_780_000_000_000, 3_600_000, 15_000);
-        assert_eq!(
-            newest_sample(&client, "{__name__=~\"x\"}", range),
-            Some(1_779_989_170_500)
-        );
-        let request = server.join().unwrap();
+        let newest = newest_sample(&client, "{__name__=~\"x\"}", range);
+        (newest, server.join().unwrap())
+    }
+
+    /// The newest sample is asked of Prometheus as one instant query at the window's end.
+    #[test]
+    fn the_newest_sample_is_one_instant_query() {
+        let (newest, request) = newest_of("1779989170.5");
+        assert_eq!(newest, Some(1_779_989_170_500));
         assert!(
             request.starts_with("GET /api/v1/query?query=max(max_over_time(timestamp(%7B__name__"),
             "{request}"
         );
         assert!(request.contains("time=1780000000"), "{request}");
+    }
+
+    /// A time no sample can have (past the window's end, before the epoch, past what RFC
+    /// 3339 writes, not a number) is no answer, and the hint words any time without a panic.
+    #[test]
+    fn an_impossible_newest_time_is_no_answer() {
+        for value in ["1e12", "1780000001", "-1", "-1e300", "1e300", "NaN", "+Inf"] {
+            assert_eq!(newest_of(value).0, None, "{value}");
+        }
+        let range = Range::back_from(1_780_000_000_000, 3_600_000, 15_000);
+        for at in [i64::MIN, -1, i64::MAX] {
+            assert!(hint(Some(at), range).contains("the newest GPU sample is at"));
+        }
+        assert_eq!(rfc3339(i64::MAX), "9999-12-31T23:59:59Z");
+        assert_eq!(rfc3339(i64::MIN), "1970-01-01T00:00:00Z");
     }
 
     /// The error says the newest sample's time and a `--since`/`--step` that reaches it, or

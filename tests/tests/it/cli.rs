@@ -307,6 +307,29 @@ fn durations_out_of_range_are_refused_by_name() {
         .unwrap();
     let e = err(out);
     assert!(e.contains("source.stale_after"), "{e}");
+    // The history's durations too: one past its bound once aborted the read (an Instant
+    // plus 10^19 s overflows).
+    for (flag, value, says) in [
+        ("--deadline", "10000000000000000000s", "outside 0s..=7days"),
+        (
+            "--waiting-notice",
+            "10000000000000000000s",
+            "outside 0s..=1h",
+        ),
+        ("--prometheus-timeout", "2h", "outside 0s..=1h"),
+        ("--scrape-interval", "2d", "outside 0s..=1day"),
+        ("--since", "3653d", "outside 0s..=10years"),
+        ("--until", "300000000000y", "more than 10 years ago"),
+    ] {
+        let e = err(run(&[
+            "analyze",
+            "--prometheus",
+            "http://127.0.0.1:1",
+            flag,
+            value,
+        ]));
+        assert!(e.contains(flag) && e.contains(says), "{flag} {value}: {e}");
+    }
 }
 
 /// `analyze - < /dev/zero` used to abort on allocation: now it stops with a `file:line` error

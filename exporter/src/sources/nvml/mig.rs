@@ -43,7 +43,8 @@ impl DevState {
         };
         let spec = self.ident.as_ref().and_then(|i| i.spec);
         let mut found: Vec<MigDev<'n>> = Vec::new();
-        for i in 0..count {
+        // A count past any GPU's instances is not walked whole.
+        for i in 0..count.min(crate::bounds::MAX_ENTITIES as u32) {
             let Some((m, gi)) = self.mig_slot(ctx, dev, i, errors)? else {
                 continue;
             };

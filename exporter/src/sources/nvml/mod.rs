@@ -292,6 +292,7 @@ impl NvmlSource {
                 library.display()
             ))
         })?;
+        let count = at_most_entities(count);
         let now = Instant::now();
         let mut source = NvmlSource {
             gpm_symbols: raw::gpm_symbols_present(&nvml),
@@ -421,6 +422,7 @@ impl NvmlSource {
         self.enumerate_at = now + ENUMERATE_EVERY;
         match self.nvml.device_count() {
             Ok(n) => {
+                let n = at_most_entities(n);
                 let have = self.devices.len() as u32;
                 if n > have {
                     tracing::info!(before = have, now = n, "NVML: more GPUs than before.");
@@ -491,6 +493,20 @@ fn identify_index(
         _ => GpmMode::Unsupported,
     };
     Ok((ident, gpm))
+}
+
+/// A GPU count from the driver, at most [`MAX_ENTITIES`](crate::bounds::MAX_ENTITIES): the
+/// rest are not read, and the log says so.
+fn at_most_entities(count: u32) -> u32 {
+    let max = crate::bounds::MAX_ENTITIES as u32;
+    if count > max {
+        tracing::warn!(
+            count,
+            read = max,
+            "NVML counts more GPUs than truthscale reads; the first ones are read."
+        );
+    }
+    count.min(max)
 }
 
 #[cfg(test)]

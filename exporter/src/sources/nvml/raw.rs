@@ -184,6 +184,11 @@ pub(crate) struct ProcessUtil {
     pub(crate) timestamp_us: u64,
 }
 
+/// The most process samples one GPU's answer is given room for: far past the processes a
+/// GPU runs ([`crate::bounds::MAX_PROCESSES`] are kept), and a bound on what a driver's
+/// count costs.
+const MAX_PROCESS_SAMPLES: usize = 16 * crate::bounds::MAX_PROCESSES;
+
 fn empty_process_util() -> sys::nvmlProcessUtilizationInfo_v1_t {
     sys::nvmlProcessUtilizationInfo_v1_t {
         timeStamp: 0,
@@ -244,8 +249,10 @@ pub(crate) fn process_utilization(
                     .collect());
             }
             sys::nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE => {
-                // Room for a few more, in case processes start between the two calls.
-                buf = vec![empty_process_util(); info.processSamplesCount as usize + 4];
+                // Room for a few more, in case processes start between the two calls; a
+                // count past any real one is not trusted with memory (the call then fails).
+                let n = (info.processSamplesCount as usize).min(MAX_PROCESS_SAMPLES) + 4;
+                buf = vec![empty_process_util(); n];
             }
             sys::nvmlReturn_enum_NVML_ERROR_NOT_FOUND => return Ok(Vec::new()),
             other => {
