@@ -37,7 +37,7 @@ pub(super) struct Column {
     /// ([`History::read_holders`]): its answers are that signal's reading, not `name`'s.
     pub(super) holder: Option<HolderColumn>,
     /// Read only to decide the unit of a percent-or-ratio family at a coarse step: each
-    /// step's largest raw sample ([`Column::unit_evidence`]), fed to no sample.
+    /// step's largest raw sample ([`Column::of`]), fed to no sample.
     pub(super) evidence: bool,
 }
 
