@@ -114,6 +114,24 @@ pub fn fake_nvml() -> &'static Path {
     })
 }
 
+/// The arguments that serve GPUs from the NVML library `lib` (the fake one, or a variant
+/// of it), sampled every `interval`: `--source nvml --nvml-library LIB --interval INTERVAL`.
+///
+/// # Panics
+/// `lib` is not a UTF-8 path.
+#[must_use]
+pub fn nvml_args<'a>(lib: &'a Path, interval: &'a str) -> [&'a str; 6] {
+    let lib = lib.to_str().expect("a UTF-8 library path");
+    [
+        "--source",
+        "nvml",
+        "--nvml-library",
+        lib,
+        "--interval",
+        interval,
+    ]
+}
+
 /// Run `truthscale` with `args`, in this environment but for [`FULL_TESTS`] (the binary
 /// reads every `TRUTHSCALE_*` variable as a setting, and an unknown one stops it).
 ///

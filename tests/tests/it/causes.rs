@@ -433,15 +433,10 @@ fn a_starved_gpus_seconds_go_to_its_holders_pressure() {
     let lib = truthscale_e2e::fake_nvml();
     let sidecar = Sidecar::start(
         &[
-            "--mode",
-            "node",
-            "--source",
-            "nvml",
-            "--nvml-library",
-            lib.to_str().unwrap(),
-            "--interval",
-            "500ms",
-        ],
+            &["--mode", "node"][..],
+            &truthscale_e2e::nvml_args(lib, "500ms"),
+        ]
+        .concat(),
         &[
             ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
             ("TRUTHSCALE_SOURCE__PER_PROCESS_SERIES", "true"),

@@ -603,15 +603,10 @@ fn nvml_agent(
     env.extend_from_slice(extra);
     Sidecar::start(
         &[
-            "--mode",
-            "node",
-            "--source",
-            "nvml",
-            "--nvml-library",
-            lib.to_str().unwrap(),
-            "--interval",
-            "250ms",
-        ],
+            &["--mode", "node"][..],
+            &truthscale_e2e::nvml_args(lib, "250ms"),
+        ]
+        .concat(),
         &env,
         dir,
     )

@@ -40,14 +40,7 @@ fn scenario(name: &str) -> PathBuf {
 fn serve(lib: &Path, name: &str, dir: &TempDir) -> Sidecar {
     let scenario = scenario(name);
     Sidecar::start(
-        &[
-            "--source",
-            "nvml",
-            "--nvml-library",
-            lib.to_str().unwrap(),
-            "--interval",
-            "250ms",
-        ],
+        &truthscale_e2e::nvml_args(lib, "250ms"),
         &[("FAKE_NVML_SCENARIO", scenario.to_str().unwrap())],
         dir.path(),
     )
@@ -722,14 +715,7 @@ fn per_process_series_only_when_enabled() {
     // On: memory and SM busy per process, labelled with the pid.
     let scenario = scenario("h100-decode");
     let s = Sidecar::start(
-        &[
-            "--source",
-            "nvml",
-            "--nvml-library",
-            fake().to_str().unwrap(),
-            "--interval",
-            "250ms",
-        ],
+        &truthscale_e2e::nvml_args(fake(), "250ms"),
         &[
             ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
             ("TRUTHSCALE_SOURCE__PER_PROCESS_SERIES", "true"),
@@ -764,14 +750,7 @@ fn a_listed_process_without_a_sample_is_not_busy() {
     let dir = TempDir::new("nvml-idle-proc");
     let scenario = scenario("h100-shared-idle-process");
     let s = Sidecar::start(
-        &[
-            "--source",
-            "nvml",
-            "--nvml-library",
-            fake().to_str().unwrap(),
-            "--interval",
-            "250ms",
-        ],
+        &truthscale_e2e::nvml_args(fake(), "250ms"),
         &[
             ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
             ("TRUTHSCALE_SOURCE__PER_PROCESS_SERIES", "true"),

@@ -763,15 +763,10 @@ fn a_driver_reload_never_sends_a_negative_delta() {
     let lib = truthscale_e2e::fake_nvml();
     let sidecar = Sidecar::start(
         &[
-            "--source",
-            "nvml",
-            "--nvml-library",
-            lib.to_str().unwrap(),
-            "--interval",
-            "250ms",
-            "--otlp-endpoint",
-            &endpoint,
-        ],
+            &truthscale_e2e::nvml_args(lib, "250ms")[..],
+            &["--otlp-endpoint", &endpoint],
+        ]
+        .concat(),
         &[
             ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),

@@ -74,15 +74,10 @@ fn start(dir: &Path, socket: &Path) -> Sidecar {
     env.extend(IDENTITY);
     Sidecar::start(
         &[
-            "--source",
-            "nvml",
-            "--nvml-library",
-            lib.to_str().unwrap(),
-            "--interval",
-            "250ms",
-            "--stale-after",
-            "1s",
-        ],
+            &truthscale_e2e::nvml_args(lib, "250ms")[..],
+            &["--stale-after", "1s"],
+        ]
+        .concat(),
         &env,
         dir,
     )

@@ -424,18 +424,20 @@ mod tests {
         assert_eq!(state("unavailable").as_deref(), Some("failed"));
     }
 
+    /// The catalog index of the family whose OTLP name is `name`.
+    fn family(name: &str) -> usize {
+        catalog::ALL
+            .iter()
+            .position(|m| m.otel.is_some_and(|o| o.name == name))
+            .unwrap_or_else(|| panic!("{name}"))
+    }
+
     /// Under delta temporality a counter series not read keeps its last point while it is
     /// kept: a stale GPU's (a MIG instance's too, by its GPU) throughout, any other's for an
     /// hour after it was read. Nothing else is carried: not a gauge, not a series read.
     #[test]
     fn counters_not_read_are_carried_while_kept() {
-        let find = |name: &str| {
-            catalog::ALL
-                .iter()
-                .position(|m| m.otel.is_some_and(|o| o.name == name))
-                .unwrap_or_else(|| panic!("{name}"))
-        };
-        let (energy, power) = (find("hw.energy"), find("hw.power"));
+        let (energy, power) = (family("hw.energy"), family("hw.power"));
         assert_eq!(
             catalog::ALL[energy].otel.map(|o| o.instrument),
             Some(OtelInstrument::Counter)
@@ -483,13 +485,7 @@ mod tests {
     /// Gauges are left as read.
     #[test]
     fn a_reset_counter_is_observed_without_going_down() {
-        let find = |name: &str| {
-            catalog::ALL
-                .iter()
-                .position(|m| m.otel.is_some_and(|o| o.name == name))
-                .unwrap_or_else(|| panic!("{name}"))
-        };
-        let (errors, power) = (find("hw.errors"), find("hw.power"));
+        let (errors, power) = (family("hw.errors"), family("hw.power"));
         let point = |uuid: &str, v: f64| (vec![KeyValue::new("hw.id", uuid.to_owned())], v);
         let mut m = Monotonic::default();
         let mut step = |readings: &[(&str, f64)], gauge: f64, stale: &[&str], minute: i64| {
