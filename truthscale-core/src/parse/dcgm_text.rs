@@ -793,9 +793,12 @@ mod tests {
 
     #[test]
     fn a_unit_decided_in_one_scrape_reads_the_next_scrapes_whole_values() {
-        // Without a HELP line, 0 alone cannot tell a percent from a ratio: refused.
-        let (read, refused, units) = scrape_with(Units::default(), "0");
+        // Without a HELP line, 1 alone cannot tell a percent from a ratio: refused. 0 is
+        // 0 in either unit, and decides nothing.
+        let (read, refused, units) = scrape_with(Units::default(), "1");
         assert_eq!((read, refused), (Reading::Blank, 1));
+        let (read, refused, units) = scrape_with(units, "0");
+        assert_eq!((read, refused), (Reading::Value(0.0), 0));
         // 37 is a percent; the next parser, handed the units, reads 0 and 1 as percents.
         let (read, refused, units) = scrape_with(units, "37");
         assert_eq!((read, refused), (Reading::Value(0.37), 0));

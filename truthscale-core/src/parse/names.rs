@@ -167,6 +167,8 @@ impl Units {
 
     /// The unit of a reading `v` (not a blank) of family `name`, deciding it from the value
     /// where nothing did before; `None`: ambiguous or at odds with the decision, refused.
+    /// A 0 before anything decided is read as a ratio without deciding: it is 0 in either
+    /// unit.
     pub(crate) fn resolve(&mut self, name: &str, v: f64) -> Option<Scale> {
         // A mean of whole percents may be any fraction: no sign of a ratio.
         let fraction = v.fract() != 0.0 && !self.means;
@@ -176,6 +178,7 @@ impl Units {
             Some(scale) => Some(scale),
             None if v > 1.0 => Some(self.set(name, Scale::Percent)),
             None if fraction => Some(self.set(name, Scale::Ratio)),
+            None if v == 0.0 => Some(Scale::Ratio),
             None => None,
         }
     }
@@ -251,8 +254,13 @@ mod tests {
     fn help_then_values_decide_and_ambiguity_is_refused() {
         let mut u = Units::default();
         let f = "dcgm_fi_dev_gpu_util_ratio";
-        assert_eq!(u.resolve(f, 0.0), None, "0 before anything decided");
-        assert_eq!(u.resolve(f, 1.0), None);
+        // 0 is 0 in either unit: read, and nothing decided by it.
+        assert_eq!(
+            u.resolve(f, 0.0),
+            Some(Scale::Ratio),
+            "0 before anything decided"
+        );
+        assert_eq!(u.resolve(f, 1.0), None, "1 % or 100 %: refused");
         assert_eq!(
             u.resolve(f, 0.95),
             Some(Scale::Ratio),

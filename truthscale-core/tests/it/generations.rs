@@ -198,16 +198,18 @@ fn every_name_generation_gives_the_same_derived_series() {
 
 #[test]
 fn a_legacy_percent_beside_an_undecided_ratio_refuses_the_ambiguous_one() {
-    // No `# HELP`: the canonical name's 0 and 1 cannot be told percent from ratio.
+    // No `# HELP`: the canonical name's 1 cannot be told percent (1 %) from ratio (100 %).
     let text = "\
 DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 37 1000
 DCGM_FI_DEV_GPU_UTIL_RATIO{gpu=\"1\"} 1 1000
 DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 38 2000
-DCGM_FI_DEV_GPU_UTIL_RATIO{gpu=\"1\"} 0 2000
+DCGM_FI_DEV_GPU_UTIL_RATIO{gpu=\"1\"} 1 2000
+DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 39 3000
+DCGM_FI_DEV_GPU_UTIL_RATIO{gpu=\"1\"} 0 3000
 ";
     let (s, parser) = samples(Format::DcgmExporter, text);
-    assert_eq!(s.len(), 2);
-    for sample in &s {
+    assert_eq!(s.len(), 3);
+    for sample in &s[..2] {
         let by_gpu = |g| sample.entities.iter().find(|e| e.id.gpu == Some(g));
         assert!(
             by_gpu(0)
@@ -223,6 +225,9 @@ DCGM_FI_DEV_GPU_UTIL_RATIO{gpu=\"1\"} 0 2000
         s[1].entities[0].readings.value(Field::ReportedUtil),
         Some(0.38)
     );
+    // 0 is 0 in either unit: read, deciding nothing.
+    let gpu1 = s[2].entities.iter().find(|e| e.id.gpu == Some(1)).unwrap();
+    assert_eq!(gpu1.readings.value(Field::ReportedUtil), Some(0.0));
     let unread = parser.unread().unwrap();
     assert_eq!(unread.ambiguous.get("dcgm_fi_dev_gpu_util_ratio"), Some(&2));
     let said = unread.summary().unwrap();

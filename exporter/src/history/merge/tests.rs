@@ -229,7 +229,8 @@ fn values_that_are_not_finite_are_blank_and_counted() {
 }
 
 /// DCGM readings refused for an ambiguous unit (a percent-or-ratio family without a # HELP,
-/// reading 0 and 1 only) are counted by family and handed back, for the read's warning.
+/// reading 1: 1 % or 100 %) are counted by family and handed back, for the read's warning;
+/// a 0, the same in either unit, is read.
 #[test]
 fn readings_of_an_ambiguous_unit_are_counted() {
     let g: Labels<'_> = &[("gpu", "0"), ("UUID", "GPU-a")];
@@ -237,18 +238,27 @@ fn readings_of_an_ambiguous_unit_are_counted() {
     c.add(
         Family::DcgmExporter,
         "DCGM_FI_DEV_GPU_UTIL_RATIO",
-        &matrix(&[(g, &[(1.0, "0"), (2.0, "1"), (3.0, "0")])]),
+        &matrix(&[(g, &[(1.0, "0"), (2.0, "1"), (3.0, "0"), (4.0, "1")])]),
     );
-    let refused = c.feed(&mut Units::default(), |_| {});
+    let mut got = Vec::new();
+    let refused = c.feed(&mut Units::default(), |s| {
+        got.extend(
+            s.entities
+                .iter()
+                .map(|e| e.readings.get(Field::ReportedUtil)),
+        );
+    });
     assert_eq!(
         refused.ambiguous,
-        BTreeMap::from([("dcgm_fi_dev_gpu_util_ratio".to_owned(), 3)])
+        BTreeMap::from([("dcgm_fi_dev_gpu_util_ratio".to_owned(), 2)])
     );
+    let read: Vec<_> = got.into_iter().filter(|r| *r != Reading::Blank).collect();
+    assert_eq!(read, [Reading::Value(0.0), Reading::Value(0.0)]);
 }
 
 /// The unit of a percent-or-ratio family, once decided (40: percent), holds in the chunks
-/// after: where chunks start never changes a value (a chunk starting at a run of 0 read
-/// them as ambiguous and refused them, another read them as 0 %).
+/// after: where chunks start never changes a value (a chunk starting at a run of 1 would
+/// read them as ambiguous and refuse them, another as 1 %).
 #[test]
 fn a_unit_decided_holds_across_chunks() {
     let g: Labels<'_> = &[("gpu", "0"), ("UUID", "GPU-a")];
