@@ -86,7 +86,10 @@ impl History {
         } else {
             0
         };
-        let mut tally = Tally::default();
+        let mut tally = Tally {
+            units: self.units.clone(),
+            ..Tally::default()
+        };
         let this = self;
         let bar = progress.as_ref();
         let result = std::thread::scope(|scope| -> anyhow::Result<()> {

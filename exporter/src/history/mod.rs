@@ -25,6 +25,7 @@ mod feed;
 mod holders;
 mod merge;
 pub(crate) use merge::own_node;
+mod metadata;
 mod newest;
 mod query;
 mod read;
@@ -276,6 +277,9 @@ pub(crate) struct History {
     remote_failed: std::sync::atomic::AtomicBool,
     /// Each name's span read by remote-read ahead of the chunks.
     remote_held: std::sync::Mutex<std::collections::HashMap<String, remote::Span>>,
+    /// The units the families' help texts decided ([`metadata::units_of`]), before any
+    /// value is read.
+    units: truthscale_core::parse::names::Units,
 }
 
 impl History {
@@ -290,6 +294,10 @@ impl History {
         let range = window(r)?;
         let summarizes = r.summarizes();
         let (family, names, unread, cadvisor) = discover(&client, range, &r.matchers)?;
+        let units = match family {
+            Family::DcgmExporter => metadata::units_of(&client, &names),
+            Family::Truthscale => truthscale_core::parse::names::Units::default(),
+        };
         let columns = names
             .into_iter()
             .flat_map(|name| Column::of(family, name, summarizes))
@@ -313,6 +321,7 @@ impl History {
             remote: None,
             remote_failed: std::sync::atomic::AtomicBool::new(false),
             remote_held: std::sync::Mutex::default(),
+            units,
         };
         // A coarse step reads summaries only, which remote-read does not give.
         if !summarizes {

@@ -1212,9 +1212,104 @@ fn a_coarse_step_decides_percent_or_ratio_from_the_raw_samples() {
             let e = &v["entities"][0];
             let what = format!("{node} at {step}");
             near(f(e, "/reported_utilization/mean"), want, 1e-9, &what);
-            assert!(!run.stderr.contains("ambiguous"), "{what}: {}", run.stderr);
+            assert!(
+                !run.stderr.contains("could not be told"),
+                "{what}: {}",
+                run.stderr
+            );
         }
     }
+}
+
+/// A family whose name does not prove its unit, reading only 1 (1 % or 100 %), is decided by
+/// the `# HELP` text Prometheus keeps from its scrapes (the metadata API): "in %" reads 1 as
+/// 0.01, a ratio's text as 1.0. A history without that text (a backfilled one) refuses the
+/// same readings as ambiguous, and says so.
+#[test]
+fn the_help_text_prometheus_scraped_decides_percent_or_ratio() {
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    let labels = format!("gpu=\"0\",UUID=\"GPU-a\",modelName=\"{H100}\",Hostname=\"node-a\"");
+    let body = |help: &str| {
+        format!(
+            "# HELP DCGM_FI_DEV_GPU_UTIL_RATIO {help}\n# TYPE DCGM_FI_DEV_GPU_UTIL_RATIO gauge\n\
+             DCGM_FI_DEV_GPU_UTIL_RATIO{{{labels}}} 1\n\
+             # HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).\n\
+             # TYPE DCGM_FI_DEV_SM_CLOCK gauge\nDCGM_FI_DEV_SM_CLOCK{{{labels}}} 1830\n"
+        )
+    };
+    let target =
+        truthscale_e2e::StandIn::start(truthscale_e2e::ok(&body("GPU utilization (in %).")));
+    let dir = TempDir::new("history-metadata");
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n\
+         \x20 - job_name: dcgm-exporter\n    static_configs:\n      - targets: ['{}']\n",
+        target
+            .url()
+            .trim_start_matches("http://")
+            .trim_end_matches("/metrics")
+    );
+    let prom = Prometheus::start(&config, dir.path());
+    let url = prom.url();
+    // `help`'s text scraped: the metadata lists it (after a scrape with it).
+    let wait_for_help = |help: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let r = prom.get("/api/v1/metadata?metric=DCGM_FI_DEV_GPU_UTIL_RATIO");
+            if r.text().contains(help) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "no metadata: {}", r.text());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let read = || {
+        truthscale(
+            &[
+                "analyze",
+                "--prometheus",
+                &url,
+                "--since",
+                "1m",
+                "--step",
+                "1s",
+                "--scrape-interval",
+                "1s",
+                "--json",
+            ],
+            &[],
+        )
+    };
+    wait_for_help("GPU utilization (in %).");
+    std::thread::sleep(Duration::from_secs(3));
+    let run = read();
+    near(
+        f(&run.json()["entities"][0], "/reported_utilization/mean"),
+        0.01,
+        1e-12,
+        "in %",
+    );
+    assert!(!run.stderr.contains("could not be told"), "{}", run.stderr);
+    // The same readings under a ratio's text: 100 %.
+    target.set(truthscale_e2e::ok(&body(
+        "GPU utilization as a ratio (0-1).",
+    )));
+    wait_for_help("as a ratio");
+    let run = read();
+    near(
+        f(&run.json()["entities"][0], "/reported_utilization/mean"),
+        1.0,
+        1e-12,
+        "ratio",
+    );
+    assert!(!run.stderr.contains("could not be told"), "{}", run.stderr);
+    // A text that names no unit decides nothing: the 1s are refused, and counted.
+    target.set(truthscale_e2e::ok(&body("GPU utilization.")));
+    wait_for_help("GPU utilization.\"");
+    let run = read();
+    let v = run.json();
+    let mean = v.pointer("/entities/0/reported_utilization/mean");
+    assert_eq!(mean.and_then(Value::as_f64), None, "{v}");
+    assert!(run.stderr.contains("could not be told"), "{}", run.stderr);
 }
 
 /// A coarse step summarises the health levels by their largest reading and the health

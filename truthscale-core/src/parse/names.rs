@@ -99,7 +99,7 @@ impl Unread {
         }
         for (family, n) in &self.ambiguous {
             parts.push(format!(
-                "{n} reading(s) of {family} refused: percent or 0..1 ratio could not be told (no # HELP, values 0 or 1 only)"
+                "{n} reading(s) of {family} refused: percent or 0..1 ratio could not be told (no # HELP saying which, and readings of 1: 1 % or 100 %)"
             ));
         }
         for (family, n) in &self.sentinels {
@@ -163,6 +163,20 @@ impl Units {
         if let Some(scale) = scale_of_help(text) {
             self.set(name, scale);
         }
+    }
+
+    /// The help texts of family `name` (any case) from several targets, as Prometheus'
+    /// metadata API lists them: they decide its unit where every text that says a unit says
+    /// the same one. Returns whether they decided it; texts at odds decide nothing.
+    pub fn help_texts<'a>(&mut self, name: &str, texts: impl IntoIterator<Item = &'a str>) -> bool {
+        let mut said = None;
+        for scale in texts.into_iter().filter_map(scale_of_help) {
+            if said.is_some_and(|s| s != scale) {
+                return false;
+            }
+            said = Some(scale);
+        }
+        said.map(|scale| self.set(name, scale)).is_some()
     }
 
     /// The unit of a reading `v` (not a blank) of family `name`, deciding it from the value
@@ -248,6 +262,26 @@ mod tests {
         u.set_means(true);
         assert_eq!(u.resolve(f, 0.25), Some(Scale::Ratio));
         assert_eq!(u.resolve(f, 1.5), None, "above 1 for a ratio family");
+    }
+
+    /// Several targets' help texts decide where those that say a unit agree.
+    #[test]
+    fn help_texts_decide_where_they_agree() {
+        let f = "DCGM_FI_DEV_GPU_UTIL_RATIO";
+        let mut u = Units::default();
+        assert!(u.help_texts(
+            f,
+            ["GPU utilization (in %).", "", "GPU utilization (in %)."]
+        ));
+        assert_eq!(u.resolve(f, 1.0), Some(Scale::Percent));
+        let mut u = Units::default();
+        assert!(u.help_texts(f, ["GPU utilization as a ratio (0-1)."]));
+        assert_eq!(u.resolve(f, 1.0), Some(Scale::Ratio));
+        let mut u = Units::default();
+        assert!(!u.help_texts(f, ["GPU utilization (in %).", "GPU utilization ratio."]));
+        assert!(!u.help_texts(f, ["GPU utilization.", ""]));
+        assert!(!u.help_texts(f, []));
+        assert_eq!(u.resolve(f, 1.0), None, "nothing decided");
     }
 
     #[test]
