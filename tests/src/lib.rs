@@ -1100,6 +1100,14 @@ pub struct Reply {
     pub claimed_len: Option<usize>,
 }
 
+/// Whether Prometheus' log `log` holds an error: `level=error` in Prometheus 2's logfmt,
+/// `level=ERROR` in Prometheus 3's.
+#[must_use]
+pub fn logs_an_error(log: &str) -> bool {
+    log.lines()
+        .any(|l| l.to_ascii_lowercase().contains("level=error"))
+}
+
 /// A tiny HTTP/1.1 server on 127.0.0.1 whose reply can be changed while it runs.
 #[derive(Debug)]
 pub struct StandIn {
@@ -1298,6 +1306,17 @@ mod tests {
 
     /// A tool that is nowhere.
     const NOWHERE: &str = "/nonexistent/truthscale-tier-test/tool";
+
+    /// Both Prometheus generations' error lines are found; other levels are not.
+    #[test]
+    fn an_error_in_either_prometheus_log_format_is_found() {
+        let v2 = "level=info ts=1 msg=\"Server is ready\"\nlevel=error ts=2 msg=\"rule failed\"";
+        let v3 = "time=2026-12-06T07:00:00Z level=ERROR source=manager.go msg=\"rule failed\"";
+        assert!(logs_an_error(v2) && logs_an_error(v3));
+        assert!(!logs_an_error(
+            "level=info msg=ready\ntime=1 level=WARN msg=slow"
+        ));
+    }
 
     #[test]
     fn the_external_tool_tier_is_on_with_either_variable() {

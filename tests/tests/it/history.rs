@@ -558,7 +558,7 @@ fn history_from_a_real_prometheus() {
         .process
         .stderr()
         .lines()
-        .filter(|l| l.contains("level=error"))
+        .filter(|l| truthscale_e2e::logs_an_error(l))
         .map(str::to_owned)
         .collect();
     assert!(
@@ -1250,20 +1250,21 @@ fn the_help_text_prometheus_scraped_decides_percent_or_ratio() {
     );
     let prom = Prometheus::start(&config, dir.path());
     let url = prom.url();
-    // `help`'s text scraped: the metadata lists it (after a scrape with it).
-    let wait_for_help = |help: &str| {
+    // Once `help`'s text was scraped (the metadata lists it), the mean reported utilization
+    // a read finds, and whether it refused readings as ambiguous.
+    let read_under = |help: &str| {
+        target.set(truthscale_e2e::ok(&body(help)));
         let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let r = prom.get("/api/v1/metadata?metric=DCGM_FI_DEV_GPU_UTIL_RATIO");
-            if r.text().contains(help) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "no metadata: {}", r.text());
+        let listed = format!("\"help\":\"{help}\"");
+        while !prom
+            .get("/api/v1/metadata?metric=DCGM_FI_DEV_GPU_UTIL_RATIO")
+            .text()
+            .contains(&listed)
+        {
+            assert!(Instant::now() < deadline, "{help}: not in the metadata");
             std::thread::sleep(Duration::from_millis(200));
         }
-    };
-    let read = || {
-        truthscale(
+        let run = truthscale(
             &[
                 "analyze",
                 "--prometheus",
@@ -1277,39 +1278,22 @@ fn the_help_text_prometheus_scraped_decides_percent_or_ratio() {
                 "--json",
             ],
             &[],
-        )
+        );
+        let mean = run.json()["entities"][0]
+            .pointer("/reported_utilization/mean")
+            .and_then(Value::as_f64);
+        (mean, run.stderr.contains("could not be told"))
     };
-    wait_for_help("GPU utilization (in %).");
+    // A few readings of 1 first.
     std::thread::sleep(Duration::from_secs(3));
-    let run = read();
-    near(
-        f(&run.json()["entities"][0], "/reported_utilization/mean"),
-        0.01,
-        1e-12,
-        "in %",
-    );
-    assert!(!run.stderr.contains("could not be told"), "{}", run.stderr);
+    assert_eq!(read_under("GPU utilization (in %)."), (Some(0.01), false));
     // The same readings under a ratio's text: 100 %.
-    target.set(truthscale_e2e::ok(&body(
-        "GPU utilization as a ratio (0-1).",
-    )));
-    wait_for_help("as a ratio");
-    let run = read();
-    near(
-        f(&run.json()["entities"][0], "/reported_utilization/mean"),
-        1.0,
-        1e-12,
-        "ratio",
+    assert_eq!(
+        read_under("GPU utilization as a ratio (0-1)."),
+        (Some(1.0), false)
     );
-    assert!(!run.stderr.contains("could not be told"), "{}", run.stderr);
     // A text that names no unit decides nothing: the 1s are refused, and counted.
-    target.set(truthscale_e2e::ok(&body("GPU utilization.")));
-    wait_for_help("GPU utilization.\"");
-    let run = read();
-    let v = run.json();
-    let mean = v.pointer("/entities/0/reported_utilization/mean");
-    assert_eq!(mean.and_then(Value::as_f64), None, "{v}");
-    assert!(run.stderr.contains("could not be told"), "{}", run.stderr);
+    assert_eq!(read_under("GPU utilization."), (None, true));
 }
 
 /// A coarse step summarises the health levels by their largest reading and the health
