@@ -69,14 +69,7 @@ fn serve_with(dir: &TempDir, comment: &str, devices: Vec<Json>, env: &[(&str, &s
     )];
     all.extend_from_slice(env);
     Sidecar::start(
-        &[
-            "--source",
-            "nvml",
-            "--nvml-library",
-            fake().to_str().expect("a UTF-8 path"),
-            "--interval",
-            "250ms",
-        ],
+        &truthscale_e2e::nvml_args(fake(), "250ms"),
         &all,
         dir.path(),
     )

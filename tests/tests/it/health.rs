@@ -48,14 +48,7 @@ fn nvml_sidecar(dir: &TempDir, comment: &str, devices: &[Json]) -> Sidecar {
     let text = json!({ "_comment": comment, "devices": devices }).to_string();
     std::fs::write(&scenario, text).expect("write the scenario");
     Sidecar::start(
-        &[
-            "--source",
-            "nvml",
-            "--nvml-library",
-            fake().to_str().expect("a UTF-8 path"),
-            "--interval",
-            "250ms",
-        ],
+        &truthscale_e2e::nvml_args(fake(), "250ms"),
         &[(
             "FAKE_NVML_SCENARIO",
             scenario.to_str().expect("a UTF-8 path"),

@@ -146,18 +146,12 @@ fn notebook_node() -> NotebookNode {
         ],
     );
     let socket = dir.path().join("kubelet.sock").display().to_string();
-    let lib = truthscale_e2e::fake_nvml().to_str().unwrap();
     let sidecar = Sidecar::start(
         &[
-            "--mode",
-            "node",
-            "--source",
-            "nvml",
-            "--nvml-library",
-            lib,
-            "--interval",
-            "250ms",
-        ],
+            &["--mode", "node"][..],
+            &truthscale_e2e::nvml_args(truthscale_e2e::fake_nvml(), "250ms"),
+        ]
+        .concat(),
         &[
             ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
             ("TRUTHSCALE_NODE__SOCKET", &socket),
@@ -297,7 +291,6 @@ fn a_decode_server_with_steady_tokens_is_not_idle_until_they_stop() {
         dir.path(),
         &[device(0, DECODE_GPU, 2, 3, 5, 60_000_000_000)],
     );
-    let lib = truthscale_e2e::fake_nvml().to_str().unwrap();
     let url = engine.url();
     let flowing = AtomicBool::new(true);
     std::thread::scope(|s| {
@@ -313,14 +306,7 @@ fn a_decode_server_with_steady_tokens_is_not_idle_until_they_stop() {
             }
         });
         let sidecar = Sidecar::start(
-            &[
-                "--source",
-                "nvml",
-                "--nvml-library",
-                lib,
-                "--interval",
-                "200ms",
-            ],
+            &truthscale_e2e::nvml_args(truthscale_e2e::fake_nvml(), "200ms"),
             &[
                 ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
                 ("TRUTHSCALE_ENGINE__ENABLED", "true"),
