@@ -1279,19 +1279,40 @@ fn the_help_text_prometheus_scraped_decides_percent_or_ratio() {
             ],
             &[],
         );
-        let mean = run.json()["entities"][0]
-            .pointer("/reported_utilization/mean")
-            .and_then(Value::as_f64);
-        (mean, run.stderr.contains("could not be told"))
+        let v = run.json();
+        let mean = v.pointer("/entities/0/reported_utilization/mean");
+        assert!(
+            v.pointer("/entities/0/samples")
+                .and_then(Value::as_u64)
+                .is_some_and(|n| n >= 5),
+            "{help}: too few samples read: {v}\n{}",
+            run.stderr
+        );
+        (
+            mean.and_then(Value::as_f64),
+            run.stderr.contains("could not be told"),
+        )
     };
-    // A few readings of 1 first.
-    std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(read_under("GPU utilization (in %)."), (Some(0.01), false));
+    // Ten readings of 1 first, however slowly the scrapes come.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while prom
+        .series("count_over_time(DCGM_FI_DEV_GPU_UTIL_RATIO[1m])")
+        .first()
+        .is_none_or(|(_, n)| *n < 10.0)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "fewer than 10 scrapes in a minute"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (mean, refused) = read_under("GPU utilization (in %).");
+    near(mean.expect("a mean in %"), 0.01, 1e-12, "in %");
+    assert!(!refused);
     // The same readings under a ratio's text: 100 %.
-    assert_eq!(
-        read_under("GPU utilization as a ratio (0-1)."),
-        (Some(1.0), false)
-    );
+    let (mean, refused) = read_under("GPU utilization as a ratio (0-1).");
+    near(mean.expect("a mean as a ratio"), 1.0, 1e-12, "ratio");
+    assert!(!refused);
     // A text that names no unit decides nothing: the 1s are refused, and counted.
     assert_eq!(read_under("GPU utilization."), (None, true));
 }
