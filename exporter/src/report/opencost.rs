@@ -122,9 +122,11 @@ fn allocation(name: &str, props: Value, g: &GroupHours, b: &Bounds) -> Value {
                 ratio(e, g.effective_compute_measured_gpu_hours)
             }),
         ),
+        // Over the allocated hours whose use was measured: an hour unread (unmeasured, use
+        // unknown, down) is neither used nor idle, never counted as unused.
         (
             "truthscaleUsedOverAllocated",
-            ratio(g.used_gpu_hours, g.allocated_gpu_hours),
+            ratio(g.used_gpu_hours, g.used_gpu_hours + g.idle_gpu_hours),
         ),
         ("truthscaleWorkloads", json!(g.workloads)),
         ("truthscaleRequestedGpuHours", json!(g.requested_gpu_hours)),
@@ -322,7 +324,7 @@ mod tests {
                     "gpuAllocation": { "gpuRequestAverage": 3.0, "gpuUsageAverage": 1.5 },
                     "totalCost": 8.0,
                     "truthscaleEffectiveComputeEfficiency": 0.25, // 1 / 4
-                    "truthscaleUsedOverAllocated": 0.75,          // 3 / 4
+                    "truthscaleUsedOverAllocated": 0.75,          // 3 / (3 + 1)
                     "truthscaleWorkloads": 2,
                     "truthscaleRequestedGpuHours": 6.0,
                     "truthscaleUsedGpuHours": 3.0,
@@ -349,7 +351,8 @@ mod tests {
                     "gpuAllocation": { "gpuRequestAverage": null, "gpuUsageAverage": null },
                     "totalCost": 2.0,
                     "truthscaleEffectiveComputeEfficiency": null,
-                    "truthscaleUsedOverAllocated": 0.0,
+                    // No allocated hour's use measured: unknown, not 0.
+                    "truthscaleUsedOverAllocated": null,
                     "truthscaleWorkloads": 1,
                     "truthscaleRequestedGpuHours": null,
                     "truthscaleUsedGpuHours": 0.0,
