@@ -767,6 +767,43 @@ fn a_listed_process_without_a_sample_is_not_busy() {
     );
 }
 
+/// A process utilization sample above 100 % (NVML's `u32` "not available", 0xFFFFFFFF,
+/// among them) is no measurement: that process's SM busy is blank, not 42 949 672.95, and
+/// counted as a sentinel; the others' are read as before.
+#[test]
+fn an_impossible_process_sample_is_blank_and_counted() {
+    let dir = TempDir::new("nvml-impossible-proc");
+    let text = std::fs::read_to_string(scenario("h100-shared-idle-process")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["devices"][0]["processes"][1]["sm_util"] = serde_json::json!(4_294_967_295_u32);
+    let path = dir.path().join("scenario.json");
+    std::fs::write(&path, v.to_string()).unwrap();
+    let s = Sidecar::start(
+        &truthscale_e2e::nvml_args(fake(), "250ms"),
+        &[
+            ("FAKE_NVML_SCENARIO", path.to_str().unwrap()),
+            ("TRUTHSCALE_SOURCE__PER_PROCESS_SERIES", "true"),
+        ],
+        dir.path(),
+    );
+    let m = s.wait_for(WAIT, "a sentinel counted", |m| {
+        errors_of(m, "sentinel") > 0.0
+            && !series(m, "truthscale_process_sm_busy_ratio", &[]).is_empty()
+    });
+    let busy = |pid| value(&m, "truthscale_process_sm_busy_ratio", &[("pid", pid)]);
+    assert_eq!(
+        (busy("5001"), busy("5002"), busy("5003")),
+        (Some(0.6), None, Some(0.0))
+    );
+    assert!(
+        s.process
+            .stderr()
+            .contains("process 5002: SM utilization above 100 %"),
+        "{}",
+        s.process.stderr()
+    );
+}
+
 /// A GPM sample that fails for a tick or two (a passing error): the GPU is reported
 /// unchanged meanwhile, never a window without its GPM values (its effective compute gone
 /// from `/metrics` for that window, its tier's figures missing); the failure is counted.

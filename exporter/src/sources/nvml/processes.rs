@@ -63,8 +63,15 @@ impl Processes {
     }
 }
 
-/// pid → (timestamp, SM busy) of its newest utilization sample.
-type SmBusyByPid = BTreeMap<u32, (u64, f64)>;
+/// pid → (timestamp, SM busy) of its newest utilization sample; `None`: an impossible one
+/// (above 100 %), blank.
+type SmBusyByPid = BTreeMap<u32, (u64, Option<f64>)>;
+
+/// A process's SM busy from NVML's `smUtil` (percent): `None` above 100 %, which no process
+/// can be (NVML's `u32` "not available", 0xFFFFFFFF, among them).
+fn sm_busy_of(sm_util: u32) -> Option<f64> {
+    (sm_util <= 100).then(|| f64::from(sm_util) / 100.0)
+}
 
 impl DevState {
     /// List compute processes (per GPU instance under MIG), with per-process SM busy where
@@ -106,8 +113,10 @@ impl DevState {
                 gpu_instance: p.gpu_instance_id,
                 // The driver keeps samples of processes active since the last call: where
                 // the call answered, a listed process without one was not busy (0); where it
-                // did not, its SM busy is unknown.
-                sm_busy: util.as_ref().map(|u| u.get(&p.pid).map_or(0.0, |u| u.1)),
+                // did not, or its sample was impossible, its SM busy is unknown.
+                sm_busy: util
+                    .as_ref()
+                    .and_then(|u| u.get(&p.pid).map_or(Some(0.0), |u| u.1)),
                 attribution: crate::cgroup::of_pid(p.pid),
             })
             .collect();
@@ -161,7 +170,7 @@ impl DevState {
         dev: &Device<'_>,
         errors: &mut Vec<SourceError>,
     ) -> Result<Option<SmBusyByPid>, Lost> {
-        let mut util: BTreeMap<u32, (u64, f64)> = BTreeMap::new();
+        let mut util = SmBusyByPid::new();
         let since = self.procs.util_last_us.unwrap_or(0);
         let Got::Value(u) = self.call("nvmlDeviceGetProcessesUtilizationInfo", errors, || {
             raw::process_utilization(ctx.nvml, dev, since)
@@ -172,9 +181,19 @@ impl DevState {
         for p in &u {
             self.procs.util_last_us =
                 Some(self.procs.util_last_us.unwrap_or(0).max(p.timestamp_us));
-            let e = util.entry(p.pid).or_insert((0, 0.0));
+            let e = util.entry(p.pid).or_insert((0, Some(0.0)));
             if p.timestamp_us >= e.0 {
-                *e = (p.timestamp_us, f64::from(p.sm_util) / 100.0);
+                *e = (p.timestamp_us, sm_busy_of(p.sm_util));
+            }
+        }
+        // An impossible sample is blank, its process's share unknown (never a weight), and
+        // counted.
+        for (pid, (_, busy)) in &util {
+            if busy.is_none() {
+                errors.push(SourceError::Sentinel(format!(
+                    "GPU {}: process {pid}: SM utilization above 100 %, left blank",
+                    self.index
+                )));
             }
         }
         Ok(Some(util))
