@@ -47,6 +47,11 @@ pub struct Totals {
     /// Of the `starved` seconds, those of each cause, indexed by
     /// [`crate::causes::Cause::index`]: they sum to `verdict_seconds[starved]`.
     pub starved_cause_seconds: [f64; 7],
+    /// Seconds whose verdict had roofline saturation: the only ones that could be judged
+    /// `starved`.
+    pub saturation_observed_seconds: f64,
+    /// Seconds with a health finding: the only ones that could be judged `unavailable`.
+    pub health_observed_seconds: f64,
     /// Energy in joules: the energy counter's deltas over the spans between its readings,
     /// else ∫ power dt over windows the counter does not span; never both for one second.
     pub energy_joules: f64,
@@ -1726,6 +1731,12 @@ fn integrate(w: &mut EntityWindow, dt: f64) {
     if let Some(finding) = w.verdict.cause() {
         t.starved_cause_seconds[finding.cause.index()] += dt;
     }
+    if !w.verdict.missing.profiling {
+        t.saturation_observed_seconds += dt;
+    }
+    if w.health.is_some() {
+        t.health_observed_seconds += dt;
+    }
     // The simulator's truth is a fraction; a trace may carry anything, and what is not a
     // fraction is not integrated (an integral must stay finite).
     if let Some(truth) = w
@@ -2004,6 +2015,32 @@ pub(crate) mod tests {
         assert_eq!(out.diagnostics[0].kind, DiagnosticKind::UnknownModel);
         s.taken = Timestamp(1000);
         assert!(d.observe(&s).diagnostics.is_empty());
+    }
+
+    /// The seconds that could be judged starved (roofline saturation measured) and
+    /// unavailable (health read) are counted apart: without them, a GPU's 0 starved or
+    /// unavailable seconds would read as "never", where it could not be told.
+    #[test]
+    fn seconds_that_could_be_judged_starved_or_unavailable_are_counted() {
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let busy_only = [(Field::ReportedUtil, 1.0)];
+        let profiled = [
+            (Field::ReportedUtil, 1.0),
+            (Field::TensorActive, 0.02),
+            (Field::DramActive, 0.05),
+            (Field::SmClockMhz, 1980.0),
+        ];
+        let health = [(Field::ReportedUtil, 1.0), (Field::XidLast, 0.0)];
+        let mut totals = |t: i64, r: &[(Field, f64)]| {
+            let w = &d.observe(&sample(t, r)).windows[0];
+            let t = &w.totals;
+            (t.saturation_observed_seconds, t.health_observed_seconds)
+        };
+        assert_eq!(totals(0, &busy_only), (0.0, 0.0));
+        assert_eq!(totals(1000, &busy_only), (0.0, 0.0));
+        assert_eq!(totals(2000, &profiled), (1.0, 0.0));
+        assert_eq!(totals(3000, &health), (1.0, 1.0));
+        assert_eq!(totals(4000, &busy_only), (1.0, 1.0));
     }
 
     #[test]

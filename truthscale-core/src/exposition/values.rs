@@ -146,10 +146,11 @@ fn health_values<'a>(
                 }
             }
         }
-        // Only for entities whose windows were judged: no judged second, no zero.
+        // Only for entities whose health was read: without it no second could be judged
+        // unavailable, and its 0 would read as "never unavailable".
         GpuMetric::GpuUnavailableSeconds => {
             let t = &win.totals;
-            if t.verdict_seconds.iter().any(|s| *s != 0.0) {
+            if t.health_observed_seconds > 0.0 {
                 push(Vec::new(), t.verdict_seconds[Verdict::Unavailable.index()]);
             }
         }
@@ -387,7 +388,9 @@ fn judged_values<'a>(
                 push(vec![("verdict", v.as_str())], bool_f(v == cur));
             }
         }
-        GpuMetric::GpuStarvedSeconds if win.totals.verdict_seconds.iter().any(|s| *s != 0.0) => {
+        // Only for entities whose roofline saturation was measured: no other second could
+        // be judged starved.
+        GpuMetric::GpuStarvedSeconds if win.totals.saturation_observed_seconds > 0.0 => {
             for c in Cause::ALL {
                 push(
                     vec![("cause", c.as_str())],
