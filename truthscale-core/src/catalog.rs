@@ -545,7 +545,7 @@ metrics! {
     GPU_CLOCK_EVENT / Gpu::GpuClockEvent = "truthscale_gpu_clock_event_active", Gauge, ["reason"], gauge("truthscale.gpu.clock_event.active", "1"), None,
         "Clock-event (throttle) reasons active in the last window (1) or not (0).";
     GPU_IDLE_SECONDS / Gpu::GpuIdleSeconds = "truthscale_gpu_idle_seconds", Gauge, [], gauge("truthscale.gpu.idle.time", "s"), None,
-        "Seconds since this GPU or MIG instance (and, in node mode, its holder: a new holder starts at 0) last did work: the busy flag at verdict.idle_util or more, effective compute at 0.01 or more, or tokens from its serving engine (a decode server with steady tokens is never idle). 0 in a window with work; since truthscale first saw it when it never worked. Absent where the window measured none of them.";
+        "Seconds since this GPU or MIG instance (and, in node mode, its holder: a new holder starts at 0) last did work: the busy flag at verdict.idle_util or more, effective compute at 0.01 or more, or tokens from its serving engine (a decode server with steady tokens is never idle). 0 in a window with work; since truthscale first saw it when it never worked. Only idle time observed counts: after a gap in the readings, or a window that measured none of them, it starts again at 0. Absent where the window measured none of them.";
     GPU_VERDICT / Gpu::GpuVerdict = "truthscale_gpu_verdict", Gauge, ["verdict"], gauge("truthscale.gpu.verdict", "1"), None,
         "The verdict of the last window (1) and the others (0): throttled, blocked, starved, busy, idle, unknown, unavailable (see docs/verdicts.md).";
     GPU_STARVED_SECONDS / Gpu::GpuStarvedSeconds = "truthscale_gpu_starved_seconds_total", Counter, ["cause"], counter("truthscale.gpu.starved.time", "s"), None,

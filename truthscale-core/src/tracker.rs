@@ -1083,7 +1083,8 @@ impl Deriver {
         state.mean_clock(e.sm_clock_is_point, first);
         state.derive_metrics(e, spec, energy_power, cfg, diags);
         state.classify(e, spec, decision.seconds(), cfg, &self.verdict);
-        state.idle_since(taken, e, self.verdict.idle_util);
+        let gap = matches!(decision, WindowSpan::Gap(_));
+        state.idle_since(taken, e, self.verdict.idle_util, gap);
         state.observe_ceilings(taken, decision, e, self.ceilings);
         state.copy_attributes(e, spec, cfg.workload);
         let (joules, seconds) = std::mem::take(&mut state.counted_energy);
@@ -1545,9 +1546,11 @@ impl EntityState {
     /// [`crate::fleet::IDLE_COMPUTE_BELOW`] or more, or tokens from its serving engine: a
     /// decode server with low effective compute but steady tokens works), the seconds since
     /// the end of its last such window otherwise (since the first sample seen of it, when it
-    /// never worked). `None` for a window that measured none of them.
+    /// never worked). `None` for a window that measured none of them. Only idle time
+    /// observed counts: after a `gap` window, or one that measured none of them, it starts
+    /// again at 0 (the GPU may have worked meanwhile).
     #[inline]
-    fn idle_since(&mut self, taken: Timestamp, e: &EntitySample, idle_util: f64) {
+    fn idle_since(&mut self, taken: Timestamp, e: &EntitySample, idle_util: f64, gap: bool) {
         let m = &self.window.metrics;
         let busy = m.reported_utilization;
         let ecf = m.effective_compute;
@@ -1560,13 +1563,14 @@ impl EntityState {
             }
         });
         if busy.is_none() && ecf.is_none() && tokens.is_none() {
+            self.idle_from = taken;
             self.window.idle_seconds = None;
             return;
         }
         let worked = busy.is_some_and(|u| u >= idle_util)
             || ecf.is_some_and(|c| c >= crate::fleet::IDLE_COMPUTE_BELOW)
             || tokens == Some(true);
-        if worked {
+        if worked || gap {
             self.idle_from = taken;
         }
         self.window.idle_seconds = Some(taken.seconds_since(self.idle_from).max(0.0));
@@ -2015,6 +2019,27 @@ pub(crate) mod tests {
         assert_eq!(out.diagnostics[0].kind, DiagnosticKind::UnknownModel);
         s.taken = Timestamp(1000);
         assert!(d.observe(&s).diagnostics.is_empty());
+    }
+
+    /// Idle seconds count only idle time observed: a window that measured nothing, or a
+    /// gap, starts them again at 0 (the GPU may have worked meanwhile).
+    #[test]
+    fn idle_seconds_count_only_idle_time_observed() {
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let mut idle =
+            |t: i64, r: &[(Field, f64)]| d.observe(&sample(t, r)).windows[0].idle_seconds;
+        let (busy, idle_flag) = ([(Field::ReportedUtil, 1.0)], [(Field::ReportedUtil, 0.0)]);
+        assert_eq!(idle(0, &busy), Some(0.0));
+        for t in 1..=4 {
+            assert_eq!(idle(t * 1000, &idle_flag), Some(t as f64));
+        }
+        // Nothing measured: no idle seconds, and the run starts again after it.
+        assert_eq!(idle(5000, &[(Field::PowerWatts, 80.0)]), None);
+        assert_eq!(idle(6000, &idle_flag), Some(1.0));
+        assert_eq!(idle(7000, &idle_flag), Some(2.0));
+        // A gap of 93 s (more than the gap limit): idle from the reading after it.
+        assert_eq!(idle(100_000, &idle_flag), Some(0.0));
+        assert_eq!(idle(101_000, &idle_flag), Some(1.0));
     }
 
     /// The seconds that could be judged starved (roofline saturation measured) and
