@@ -214,6 +214,38 @@ fn prefill_on_h100_at_its_power_cap() {
     no_errors(&m, &s.process.stderr());
 }
 
+/// A GPM cycle counter that reads below 0 is no count: blank and counted as a sentinel
+/// (it was dropped with a debug line only), and the others are read.
+#[test]
+fn a_negative_gpm_counter_is_blank_and_counted() {
+    let dir = TempDir::new("nvml-negative-counter");
+    let text = std::fs::read_to_string(scenario("h100-cumulative")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["devices"][0]["gpm"]["counters"]["active_percent"]["fp16_cycles_active"] =
+        serde_json::json!(-4);
+    let path = dir.path().join("scenario.json");
+    std::fs::write(&path, v.to_string()).unwrap();
+    let s = Sidecar::start(
+        &truthscale_e2e::nvml_args(fake(), "250ms"),
+        &[("FAKE_NVML_SCENARIO", path.to_str().unwrap())],
+        dir.path(),
+    );
+    let m = s.wait_for(WAIT, "a sentinel counted", |m| {
+        errors_of(m, "sentinel") > 0.0
+            && close(
+                value(m, "truthscale_gpu_tensor_active_ratio", &[("gpu", "0")]),
+                0.8,
+                1e-6,
+            )
+    });
+    assert!(errors_of(&m, "sentinel") > 0.0);
+    assert!(
+        s.process.stderr().contains("is no count, left blank"),
+        "{}",
+        s.process.stderr()
+    );
+}
+
 /// GPU 0 of `h100-cumulative` has the cumulative GPM counters (248–260), GPU 1 only the
 /// ratio metrics: GPU 0's window activity is the counters' deltas (SM 90 %, tensor and HMMA
 /// 80 %, FP32 10 %, FP16 4 %, where its ratio metrics say 98 / 50 / 50 / 5 / 2 %), at the

@@ -523,7 +523,11 @@ impl DevState {
             let reading = match v {
                 Ok(v) if v.is_finite() && v >= 0.0 => Reading::Value(v),
                 Ok(v) => {
-                    tracing::debug!(gpu = self.index, metric = name, value = v, "GPM counter.");
+                    // No counter can read negative or not a number: blank, and counted.
+                    errors.push(SourceError::Sentinel(format!(
+                        "gpu {}: GPM {name}: {v} is no count, left blank",
+                        self.index
+                    )));
                     Reading::Blank
                 }
                 Err(e) if counter_unknown(&e) => {
