@@ -78,24 +78,36 @@ pub(crate) fn hami(series: &[StepSeries], out: &mut Fractions) -> Vec<String> {
 /// KAI's annotations into `out` (where HAMi gave the pod nothing): `gpu-fraction` (above 0
 /// up to 1) as the compute part, `gpu-memory` (MiB) as the memory part; returns the
 /// GPU-hours each such pod requested (its fraction × the hours its annotation was seen),
-/// `hours_per_step` a step's.
+/// `hours_per_step` a step's, and the pods with an annotation that does not read (named in a
+/// note: that part of theirs is not known).
 pub(crate) fn kai(
     series: &[StepSeries],
     out: &mut Fractions,
     hours_per_step: f64,
-) -> HashMap<String, f64> {
+) -> (HashMap<String, f64>, Vec<String>) {
     let mut requested = HashMap::new();
+    let mut refused = Vec::new();
     for (labels, values) in series {
         let Some(pod) = pod_of(labels) else { continue };
-        let num = |k: &str| {
-            labels
-                .get(k)
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .filter(|v| v.is_finite() && *v > 0.0)
+        // `None`: no annotation; `Some(None)`: one that does not read.
+        let num = |k: &str, max: f64| {
+            labels.get(k).filter(|v| !v.trim().is_empty()).map(|v| {
+                v.trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|v| v.is_finite() && *v > 0.0 && *v <= max)
+            })
         };
-        let compute = num("annotation_gpu_fraction").filter(|v| *v <= 1.0);
-        let memory_mib = num("annotation_gpu_memory");
-        if (compute.is_none() && memory_mib.is_none()) || out.contains_key(&pod) {
+        let compute = num("annotation_gpu_fraction", 1.0);
+        let memory = num("annotation_gpu_memory", f64::INFINITY);
+        if out.contains_key(&pod) {
+            continue;
+        }
+        if compute == Some(None) || memory == Some(None) {
+            refused.push(pod.clone());
+        }
+        let (compute, memory_mib) = (compute.flatten(), memory.flatten());
+        if compute.is_none() && memory_mib.is_none() {
             continue;
         }
         if let Some(c) = compute {
@@ -111,7 +123,9 @@ pub(crate) fn kai(
             },
         );
     }
-    requested
+    refused.sort_unstable();
+    refused.dedup();
+    (requested, refused)
 }
 
 /// The GPU-hours each pod's DRA claims requested: one GPU a claim, at each step it was
@@ -216,11 +230,14 @@ pub(crate) fn read(
         notes.push(format!("{} pod(s) request through HAMi neither gpucores above 0 up to 100 nor gpumem above 0, so their fraction is not known and they are charged as pods without one: {}", refused.len(), refused.join(", ")));
     }
     let hami_pods = fractions.len();
-    let kai_requested = kai(
+    let (kai_requested, kai_refused) = kai(
         &history.series_by_step(&scoped(KAI))?,
         &mut fractions,
         hours_per_step,
     );
+    if !kai_refused.is_empty() {
+        notes.push(format!("{} pod(s) carry a KAI gpu-fraction annotation not above 0 up to 1, or a gpu-memory annotation not above 0 MiB, so that part of their request is not known and they are charged without it: {}", kai_refused.len(), kai_refused.join(", ")));
+    }
     let claims = claimed(&history.series_by_step(&scoped(DRA))?, hours_per_step);
     if hami_pods > 0 {
         notes.push(format!("{hami_pods} pod(s) request a fraction of a GPU through HAMi (kube_pod_container_resource_requests nvidia_com_gpucores, nvidia_com_gpumem)"));
@@ -336,13 +353,59 @@ mod tests {
             ),
             series(&[("namespace", "t"), ("pod", "plain")], &[1.0]),
         ];
-        let requested = kai(&s, &mut f, 1.0);
+        let (requested, refused) = kai(&s, &mut f, 1.0);
         assert_eq!(f["t/k"].compute, Some(0.5));
         assert_eq!(f["t/m"].memory_mib, Some(2000.0));
         assert_eq!(f["t/m"].compute, None);
         assert_eq!(f["a/h"].compute, Some(0.25));
         assert!(!f.contains_key("t/plain"));
         assert_eq!(requested, HashMap::from([("t/k".to_string(), 2.0)]));
+        assert_eq!(refused, Vec::<String>::new());
+        // Annotations that do not read are named, never taken for no annotation.
+        let s = [
+            series(
+                &[
+                    ("namespace", "t"),
+                    ("pod", "big"),
+                    ("annotation_gpu_fraction", "1.5"),
+                ],
+                &[1.0],
+            ),
+            series(
+                &[
+                    ("namespace", "t"),
+                    ("pod", "word"),
+                    ("annotation_gpu_fraction", "abc"),
+                    ("annotation_gpu_memory", "2000"),
+                ],
+                &[1.0],
+            ),
+            series(
+                &[
+                    ("namespace", "t"),
+                    ("pod", "zero"),
+                    ("annotation_gpu_memory", "0"),
+                ],
+                &[1.0],
+            ),
+            series(
+                &[
+                    ("namespace", "t"),
+                    ("pod", "empty"),
+                    ("annotation_gpu_fraction", ""),
+                ],
+                &[1.0],
+            ),
+        ];
+        let mut f = Fractions::new();
+        let (requested, refused) = kai(&s, &mut f, 1.0);
+        assert_eq!(refused, ["t/big", "t/word", "t/zero"]);
+        assert!(requested.is_empty());
+        assert_eq!(f.keys().collect::<Vec<_>>(), ["t/word"]);
+        assert_eq!(
+            (f["t/word"].compute, f["t/word"].memory_mib),
+            (None, Some(2000.0))
+        );
     }
 
     /// A DRA claim is one GPU requested at each step it is seen (3 steps of 0.5 h, one claim:
