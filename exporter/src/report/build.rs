@@ -135,6 +135,9 @@ pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built>
     });
     let charged = charged.map_err(|_| anyhow::anyhow!("the showback's thread panicked"))?;
     owners.apply(&mut doc.fleet.idle);
+    if let Some(args) = &cfg.showback {
+        price_idle_by_model(&mut doc.fleet.idle, &args.prices);
+    }
     if !doc.fleet.idle.workloads.is_empty() {
         doc.fleet.notes.push(owners.note.clone());
     }
@@ -252,6 +255,20 @@ fn add_showback(doc: &mut Document, mut sb: Showback, args: &ShowbackArgs) -> Sh
     sb
 }
 
+/// The idle workloads of a model with a price of its own (`--gpu-hour-price`) at that price,
+/// as the showback charges them; the others keep `--cost-per-gpu-hour`'s.
+fn price_idle_by_model(idle: &mut truthscale_core::fleet::Idle, prices: &[(String, f64)]) {
+    for w in &mut idle.workloads {
+        let own = w
+            .model
+            .as_deref()
+            .and_then(|m| prices.iter().find(|(name, _)| name == m));
+        if let Some(&(_, price)) = own {
+            w.price_at(price);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,5 +293,40 @@ mod tests {
             "--every 1m 30s is not a whole number of the report's points of 1m: give a multiple of 1m"
         );
         assert!(check_every(Duration::from_secs(30), range, 1000).is_err());
+    }
+
+    /// An idle H100 is priced at its model's own price (10 idle GPU-hours at 4.10: 41), as
+    /// the showback charges it; an L4 without one keeps the default's cost (2.50: 25).
+    #[test]
+    fn idle_workloads_take_their_models_price() {
+        let workload = |model: &str| truthscale_core::fleet::IdleWorkload {
+            workload: format!("ns/{model}"),
+            model: Some(model.to_owned()),
+            idle_share: 1.0,
+            held_hours: 10.0,
+            measured_hours: 10.0,
+            idle_gpu_hours: 10.0,
+            idle_cost: Some(25.0),
+            idle_for_hours: 10.0,
+            memory_held_bytes: None,
+            owner: None,
+            command: None,
+        };
+        let mut idle = truthscale_core::fleet::Idle {
+            idle_share_above: 0.5,
+            busy_below: 0.05,
+            effective_compute_below: 0.01,
+            workloads: vec![workload("NVIDIA H100 80GB HBM3"), workload("NVIDIA L4")],
+            idle_gpu_hours: 20.0,
+            listed_idle_gpu_hours: 20.0,
+            not_listed: truthscale_core::fleet::NotListed {
+                workloads: 0,
+                gpu_hours: 0.0,
+            },
+            unmeasured: Vec::new(),
+        };
+        price_idle_by_model(&mut idle, &[("NVIDIA H100 80GB HBM3".to_owned(), 4.10)]);
+        let costs: Vec<_> = idle.workloads.iter().map(|w| w.idle_cost).collect();
+        assert_eq!(costs, [Some(41.0), Some(25.0)]);
     }
 }

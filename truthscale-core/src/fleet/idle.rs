@@ -43,6 +43,7 @@ pub(super) fn idle_capacity(
             let (trailing, memory_mib) = trailing_idle(t, busy_max, ecf_max);
             idle_list.push(IdleWorkload {
                 workload: n.clone(),
+                model: t.model.clone(),
                 idle_share: share,
                 held_hours: held as f64 * hours_per_step,
                 measured_hours: measured as f64 * hours_per_step,

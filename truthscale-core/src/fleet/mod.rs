@@ -362,6 +362,8 @@ pub struct RightSizing {
 pub struct IdleWorkload {
     /// The workload.
     pub workload: String,
+    /// The model of the GPU it held, as reported, where known.
+    pub model: Option<String>,
     /// Idle steps over measured steps.
     pub idle_share: f64,
     /// Hours it held the GPU (steps with readings).
@@ -372,7 +374,8 @@ pub struct IdleWorkload {
     /// instance's compute slices over its model's).
     pub idle_gpu_hours: f64,
     /// `idle_gpu_hours` at the price of a GPU-hour, where one is given (an estimate of what
-    /// holding it idle cost).
+    /// holding it idle cost): [`FleetConfig::cost_per_gpu_hour`], or its model's own price
+    /// where the caller has one ([`IdleWorkload::price_at`]).
     pub idle_cost: Option<f64>,
     /// How long it had been idle at its last reading: its trailing idle steps' hours.
     pub idle_for_hours: f64,
@@ -384,6 +387,14 @@ pub struct IdleWorkload {
     /// What would suspend it (truthscale changes nothing in the cluster), where its owner
     /// is known: [`suspend_command`].
     pub command: Option<String>,
+}
+
+impl IdleWorkload {
+    /// Its idle cost at `price` a GPU-hour (its model's own price): `None` for a price that
+    /// is not finite or below 0.
+    pub fn price_at(&mut self, price: f64) {
+        self.idle_cost = (price.is_finite() && price >= 0.0).then_some(price * self.idle_gpu_hours);
+    }
 }
 
 /// The command that would suspend a workload held idle, by its owner's kind: scale a
