@@ -869,6 +869,44 @@ fn check_outage(proto: Proto) {
     rx.wait_for(1, Duration::from_secs(45), &sidecar);
 }
 
+/// With delta temporality, an export skipped while backing off loses its changes: each is
+/// counted (`kind="skipped"`), never dropped in silence. With cumulative temporality the
+/// next export carries the totals, and a skip is no loss: none is counted.
+#[test]
+fn skipped_delta_exports_are_counted() {
+    for (temporality, counted) in [("delta", true), ("cumulative", false)] {
+        let dir = TempDir::new("otlp-skipped");
+        let endpoint = format!("http://127.0.0.1:{}", free_port());
+        let mut env: Vec<(&str, &str)> = ENV
+            .iter()
+            .copied()
+            .filter(|(k, _)| *k != "OTEL_METRIC_EXPORT_INTERVAL")
+            .collect();
+        env.push(("OTEL_METRIC_EXPORT_INTERVAL", "300"));
+        env.push(("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"));
+        env.push((
+            "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
+            temporality,
+        ));
+        let mut args = ARGS.to_vec();
+        args.extend(["--otlp-endpoint", &endpoint]);
+        let sidecar = Sidecar::start(&args, &env, dir.path());
+        // Three failures start the backoff; exports every 300 ms fall within it.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while sink_errors(&sidecar) - errors_of_kind(&sidecar, "skipped") < 3.0 {
+            assert!(Instant::now() < deadline, "fewer than three failed exports");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        let skipped = errors_of_kind(&sidecar, "skipped");
+        assert_eq!(
+            skipped > 0.0,
+            counted,
+            "{temporality}: {skipped} skipped counted"
+        );
+    }
+}
+
 /// The collector was down long enough for exports to back off (4 s after three failures);
 /// it comes back and the process is stopped within the backoff: the final export is sent,
 /// not skipped in silence with everything since the last one.

@@ -355,6 +355,10 @@ impl<E: PushMetricExporter> PushMetricExporter for CountingExporter<E> {
     async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
         if self.backing_off() && !self.stopping.load(Ordering::Relaxed) {
             // Cumulative totals lose nothing by a skipped export; the next one carries them.
+            // Delta changes are lost with it: counted, never dropped in silence.
+            if self.inner.temporality() == Temporality::Delta {
+                self.errors.add(SINK, "skipped");
+            }
             return Ok(());
         }
         if let Some(d) = &self.detail {
