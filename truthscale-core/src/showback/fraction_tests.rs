@@ -317,3 +317,47 @@ fn hami_measured_use_is_the_holders_own() {
     );
     assert_eq!(s.total.unallocated_gpu_hours, 0.5);
 }
+
+/// A lone HAMi pod (gpucores 25) whose own use HAMi measured (0.2 of the whole GPU, each of
+/// 2 one-hour steps): the device's counters are still its own (no one else holds the GPU),
+/// so its effective compute is the device's over its share, 0.2 / 0.25 = 0.8, as without
+/// the measurement: 0.8 × 0.5 GPU-hours = 0.4, in the group and in the funnel alike (the
+/// device's 0.2 of a GPU for 2 h). It read 0.1 in the funnel, and none in the group.
+#[test]
+fn a_lone_hami_pod_measured_keeps_the_devices_effective_compute() {
+    let input = FleetInput {
+        step_seconds: 3600.0,
+        steps: 2,
+        tracks: vec![track(Some("a/p25"), "n/g1", 2)],
+        held: Default::default(),
+        step_bands: None,
+    };
+    let fr = Fractions::from([("a/p25".to_string(), compute(0.25))]);
+    let measured = MeasuredUse::from([("a/p25".to_string(), BTreeMap::from([(0, 0.2), (1, 0.2)]))]);
+    let s = showback_with(
+        &input,
+        &[Some("a".to_string())],
+        &Holders::new(),
+        &BTreeMap::new(),
+        (&fr, &measured),
+        &cfg(),
+    );
+    assert!(s.total.reconciled, "{}", s.total.check);
+    let a = &s.total.groups[0];
+    assert!(
+        a.effective_compute_gpu_hours.is_some_and(|e| close(e, 0.4)),
+        "{:?}",
+        a.effective_compute_gpu_hours
+    );
+    assert!(
+        a.busy_gpu_hours.is_some_and(|b| close(b, 0.4)),
+        "{:?}",
+        a.busy_gpu_hours
+    );
+    let f = &s.total.funnel;
+    assert!(
+        close(f.effective_gpu_hours, 0.4),
+        "{}",
+        f.effective_gpu_hours
+    );
+}

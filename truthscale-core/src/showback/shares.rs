@@ -359,7 +359,11 @@ fn track_charges<'a>(
             price: w.facts[i].price,
         });
         if let Some(c) = charges.last_mut().filter(|_| !t.is_mig) {
-            apply_measured(c, measured_use(w, t.pod.as_deref(), s, u));
+            apply_measured(
+                c,
+                measured_use(w, t.pod.as_deref(), s, u),
+                shares.len() == 1,
+            );
         }
     }
 }
@@ -424,7 +428,7 @@ fn holder_charges<'a>(
             price,
         });
         if let Some(c) = charges.last_mut() {
-            apply_measured(c, measured_use(w, Some(&h.pod), s, u));
+            apply_measured(c, measured_use(w, Some(&h.pod), s, u), k == 1);
         }
     }
 }
@@ -437,13 +441,16 @@ fn measured_use(w: &Window<'_>, pod: Option<&str>, s: usize, units: u64) -> Opti
 }
 
 /// Where the holder's own use was measured (HAMi's per-container utilization): its use is
-/// that, no longer unknown, and the device's counters are not its.
-fn apply_measured(c: &mut Charge<'_>, m: Option<f64>) {
+/// that, no longer unknown. The device's counters are not its where it shares the GPU; a
+/// `lone` holder's are (all the device did is its), and are kept.
+fn apply_measured(c: &mut Charge<'_>, m: Option<f64>, lone: bool) {
     if let Some(m) = m {
         c.unknown = false;
         c.busy = Some(m);
-        c.ecf = None;
-        c.sat = None;
+        if !lone {
+            c.ecf = None;
+            c.sat = None;
+        }
     }
 }
 
