@@ -370,6 +370,8 @@ struct Tally {
     unpriced: BTreeSet<String>,
     /// GPUs charged at some step, GPU-steps charged, and those with nothing read.
     allocation: (usize, u64, u64),
+    /// GPU-steps charged with their power read, and without.
+    energy_steps: (u64, u64),
 }
 
 /// Showback of `input`, with `group[i]` the group of track `i` (`None`: no pod holds it),
@@ -458,7 +460,7 @@ pub fn showback_with(
         total,
         periods,
         policy: policy(cfg),
-        notes: notes(tally, cfg, requested),
+        notes: notes(tally, cfg, requested, hours_per_step),
         allocation: Allocation {
             gpus: allocation.0,
             gpu_hours: allocation.1 as f64 * hours_per_step,
@@ -470,8 +472,14 @@ pub fn showback_with(
 }
 
 /// The notes on what the steps met: time-sliced GPUs, per-process estimates, MIG instances
-/// of unknown profiles, models without a price, requests over periods.
-fn notes(tally: Tally, cfg: &ShowbackConfig, requested: &BTreeMap<String, f64>) -> Vec<String> {
+/// of unknown profiles, models without a price, held GPU-hours without power, requests over
+/// periods.
+fn notes(
+    tally: Tally,
+    cfg: &ShowbackConfig,
+    requested: &BTreeMap<String, f64>,
+    hours_per_step: f64,
+) -> Vec<String> {
     let mut notes = Vec::new();
     let shared_gpus = tally.shared_gpus;
     if shared_gpus > 0 {
@@ -505,6 +513,15 @@ fn notes(tally: Tally, cfg: &ShowbackConfig, requested: &BTreeMap<String, f64>) 
         notes.push(format!(
             "no price for {}: those GPU-hours have no cost",
             tally.unpriced.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if let (read @ 1.., unread @ 1..) = tally.energy_steps {
+        let h = |steps: u64| steps as f64 * hours_per_step;
+        notes.push(format!(
+            "{:.2} of the {:.2} GPU-hours held by pods had no power reading: the groups' energy (kWh, and its cost) covers the other {:.2} only, a lower bound",
+            h(unread),
+            h(read + unread),
+            h(read)
         ));
     }
     if cfg.period_steps.is_some() && !requested.is_empty() {

@@ -153,6 +153,10 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
             charged = true;
             tally.allocation.1 += 1;
             tally.allocation.2 += u64::from(!charges.iter().any(|c| c.read));
+            match energy {
+                Some(_) => tally.energy_steps.0 += 1,
+                None => tally.energy_steps.1 += 1,
+            }
         }
         let period = s / w.per;
         let free = SHARE_UNITS.saturating_sub(sum);

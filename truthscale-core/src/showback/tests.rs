@@ -297,6 +297,14 @@ fn energy_by_group_reconciles_with_the_fleets_exactly() {
         (e.fleet_kwh * 3.6e9).round()
     );
     assert!(close(e.fleet_cost.unwrap(), kwh(g1 + g2 + g3 + g4) * 0.25));
+    // The held GPU-step without power (ml/a's last) is named: 1 of 9 held 60 s steps.
+    assert!(
+        s.notes.iter().any(|n| n.starts_with(
+            "0.02 of the 0.15 GPU-hours held by pods had no power reading: the groups' energy (kWh, and its cost) covers the other 0.13 only"
+        )),
+        "{:?}",
+        s.notes
+    );
     // Without any power read, no energy: never a zero.
     let blind = track(Some("ml/a"), "n/g1", &[Some((0.9, 0.3))]);
     let input = FleetInput {
@@ -315,6 +323,12 @@ fn energy_by_group_reconciles_with_the_fleets_exactly() {
     );
     assert_eq!(s.total.energy, None);
     assert_eq!(s.total.groups[0].energy_kwh, None);
+    // No energy at all says so by its blanks: no note of a lower bound.
+    assert!(
+        !s.notes.iter().any(|n| n.contains("no power reading")),
+        "{:?}",
+        s.notes
+    );
 }
 
 /// The GPU-hours no pod held cost each GPU's hours at its price; without a price, unknown.
