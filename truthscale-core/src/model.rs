@@ -1208,6 +1208,10 @@ pub struct EntitySample {
     /// known time, and the energy counter's deltas are paired with its own moves only. A
     /// source that reads its counters when sampled (NVML, the simulator) leaves it false.
     pub counters_held: bool,
+    /// How many NVLink links' counters [`Field::NvlinkTxWaitTotal`] sums (0: not a sum of
+    /// links). A source that leaves out a blank link's series (dcgm-exporter) sums fewer
+    /// for that reading: a sum of another set of links is no move of the counter.
+    pub nvlink_wait_links: u16,
     /// Processes on this entity, when the source lists them and per-process series are on.
     pub processes: Vec<ProcessReading>,
     /// Node mode: the containers the kubelet allocated this entity to (empty: none, idle

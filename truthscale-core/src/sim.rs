@@ -456,6 +456,7 @@ impl SimGpu {
             simulated: true,
             sm_clock_is_point: false,
             counters_held: false,
+            nvlink_wait_links: 0,
             // No processes, no node mode.
             ..EntitySample::default()
         }

@@ -484,7 +484,8 @@ struct EntityState {
     idle_from: Timestamp,
     /// The NVLink transmit-wait counter's last reading and when it was taken (for a source
     /// that holds its counters, its last rise), and that rise's rate.
-    last_tx_wait: Option<(f64, Timestamp)>,
+    /// The NVLink transmit wait's last reading, its time, and how many links it summed.
+    last_tx_wait: Option<(f64, Timestamp, u16)>,
     tx_wait_held: Option<f64>,
 }
 
@@ -1071,7 +1072,7 @@ impl Deriver {
         // The window is derived in place of the entity's previous one.
         let attributes_changed = state.take_readings(e, spec, diags);
         state.window.mark(e, mark);
-        state.tx_wait_rate(taken, e.counters_held);
+        state.tx_wait_rate(taken, e.counters_held, e.nvlink_wait_links);
         let id_changed = first || attributes_changed;
         state.activity_from_counters =
             state
@@ -1500,15 +1501,17 @@ impl EntityState {
     /// ([`Field::NvlinkTxWaitPerSec`]); for a source that holds its counters (`held`), since
     /// its last rise, a repeat holding that rise's rate ([`TX_WAIT_HOLD_SECONDS`]); blank for
     /// a first reading, a counter that went back
-    /// (reset) or a blank.
+    /// (reset), a sum of another number of `links` than the last (a new baseline) or a
+    /// blank.
     #[inline]
-    fn tx_wait_rate(&mut self, taken: Timestamp, held: bool) {
+    fn tx_wait_rate(&mut self, taken: Timestamp, held: bool, links: u16) {
         let r = &mut self.window.readings;
         let Some(now) = r.value(Field::NvlinkTxWaitTotal) else {
             return;
         };
-        let Some((prev, at)) = self.last_tx_wait else {
-            self.last_tx_wait = Some((now, taken));
+        let Some((prev, at, _)) = self.last_tx_wait.filter(|l| l.2 == links) else {
+            self.last_tx_wait = Some((now, taken, links));
+            self.tx_wait_held = None;
             return;
         };
         let dt = taken.seconds_since(at);
@@ -1538,7 +1541,7 @@ impl EntityState {
             r.set_value(Field::NvlinkTxWaitPerSec, rate);
             self.tx_wait_held = Some(rate);
         }
-        self.last_tx_wait = Some((now, taken));
+        self.last_tx_wait = Some((now, taken, links));
     }
 
     /// How long the entity has done no work, as of `taken`: 0 after a window with work (the
@@ -2019,6 +2022,29 @@ pub(crate) mod tests {
         assert_eq!(out.diagnostics[0].kind, DiagnosticKind::UnknownModel);
         s.taken = Timestamp(1000);
         assert!(d.observe(&s).diagnostics.is_empty());
+    }
+
+    /// The NVLink transmit wait summed over another set of links (dcgm-exporter leaves a
+    /// blank link's series out of a scrape) is a new baseline, no move: without it, the
+    /// partial sum read as a reset, and the next whole sum as one window's rise of the
+    /// missing link's whole count since boot (5e9 a second here).
+    #[test]
+    fn a_transmit_wait_over_another_set_of_links_is_a_new_baseline() {
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let mut rate = |t: i64, total: f64, links: u16| {
+            let mut s = sample(t, &[(Field::NvlinkTxWaitTotal, total)]);
+            s.entities[0].nvlink_wait_links = links;
+            d.observe(&s).windows[0]
+                .readings
+                .value(Field::NvlinkTxWaitPerSec)
+        };
+        let whole = 5.0e9 + 10_000.0;
+        assert_eq!(rate(0, whole, 3), None);
+        assert_eq!(rate(1000, whole + 3000.0, 3), Some(3000.0));
+        // Link 0 (5e9) left out of this scrape.
+        assert_eq!(rate(2000, 16_000.0, 2), None);
+        assert_eq!(rate(3000, whole + 9000.0, 3), None);
+        assert_eq!(rate(4000, whole + 12_000.0, 3), Some(3000.0));
     }
 
     /// Idle seconds count only idle time observed: a window that measured nothing, or a

@@ -478,6 +478,7 @@ fn a_held_transmit_wait_counter_repeats_its_last_rise() {
                 ..EntityId::default()
             },
             counters_held: true,
+            nvlink_wait_links: 0,
             ..EntitySample::default()
         };
         e.readings.set_value(Field::NvlinkTxWaitTotal, total);

@@ -855,11 +855,13 @@ mod tests {
             e.readings.get(Field::NvlinkTxWaitTotal),
             Reading::Value(5_000_010_000.0)
         );
+        assert_eq!(e.nvlink_wait_links, 3);
         let e = one("DCGM_FI_DEV_NVLINK_PPCNT_IBPC_PORT_XMIT_WAIT{gpu=\"0\",link=\"0\"} 12");
         assert_eq!(
             e.readings.get(Field::NvlinkTxWaitTotal),
             Reading::Value(12.0)
         );
+        assert_eq!(e.nvlink_wait_links, 1);
         // An INT64 blank on one link: no total, never the other links' partial sum.
         let e = one(
             "DCGM_FI_DEV_NVLINK_PPCNT_IBPC_TX_WAIT_TOTAL{gpu=\"0\",link=\"0\"} 7000\n\

@@ -391,7 +391,10 @@ impl Extra {
             Target::LinkSum(f) => match raw
                 .filter(|x| x.is_finite() && *x >= 0.0 && !crate::derive::is_sentinel_of(f, *x))
             {
-                Some(x) => r.set_value(f, r.value(f).unwrap_or(0.0) + x),
+                Some(x) => {
+                    r.set_value(f, r.value(f).unwrap_or(0.0) + x);
+                    sample.nvlink_wait_links = sample.nvlink_wait_links.saturating_add(1);
+                }
                 None => self.link_blank = true,
             },
             // Needs the series' `xid` label: [`Acc::count_xid`].

@@ -141,6 +141,7 @@ fn read_line(t: &str) -> Result<(Sample, Map<String, Value>), String> {
         simulated: take::<String>(o, "source")?.as_deref() == Some("sim"),
         sm_clock_is_point: false,
         counters_held: false,
+        nvlink_wait_links: 0,
         // Node mode's lists (processes, allocation, holders' pressure): not in the format.
         ..EntitySample::default()
     };
@@ -411,6 +412,7 @@ mod tests {
             truth_workload: Some(Workload::Decode),
             sm_clock_is_point: false,
             counters_held: false,
+            nvlink_wait_links: 0,
             truth_effective_compute: Some(0.125),
             simulated: true,
             processes: Vec::new(),

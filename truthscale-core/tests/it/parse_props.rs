@@ -342,6 +342,7 @@ fn entity_sample() -> impl Strategy<Value = EntitySample> {
                 // Not part of the trace format: the deriver treats trace clocks as means.
                 sm_clock_is_point: false,
                 counters_held: false,
+                nvlink_wait_links: 0,
                 // Process lists and holders' pressure are not part of the trace format.
                 processes: Vec::new(),
                 job: None,
