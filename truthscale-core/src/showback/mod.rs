@@ -374,6 +374,20 @@ struct Tally {
     energy_steps: (u64, u64),
 }
 
+impl Tally {
+    /// A GPU-step charged to `charges` (none read: nothing read of it), its power read or
+    /// not.
+    fn count_step(&mut self, charges: &[shares::Charge<'_>], power_read: bool) {
+        self.allocation.1 += 1;
+        self.allocation.2 += u64::from(!charges.iter().any(|c| c.read));
+        if power_read {
+            self.energy_steps.0 += 1;
+        } else {
+            self.energy_steps.1 += 1;
+        }
+    }
+}
+
 /// Showback of `input`, with `group[i]` the group of track `i` (`None`: no pod holds it),
 /// `holders` the holders of GPUs whose own series name no pod, and `requested` the requested
 /// GPU-hours by group over the whole window.

@@ -151,12 +151,7 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
         let unallocated_mj = energy.map(|e| share_energy(e, &mut charges));
         if !charges.is_empty() {
             charged = true;
-            tally.allocation.1 += 1;
-            tally.allocation.2 += u64::from(!charges.iter().any(|c| c.read));
-            match energy {
-                Some(_) => tally.energy_steps.0 += 1,
-                None => tally.energy_steps.1 += 1,
-            }
+            tally.count_step(&charges, energy.is_some());
         }
         let period = s / w.per;
         let free = SHARE_UNITS.saturating_sub(sum);
