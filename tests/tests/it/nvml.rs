@@ -36,6 +36,20 @@ fn scenario(name: &str) -> PathBuf {
         .join(format!("{name}.json"))
 }
 
+/// Scenario `name` with `edit` made to it, written into `dir`: its path.
+fn edited_scenario(
+    name: &str,
+    dir: &TempDir,
+    edit: impl FnOnce(&mut serde_json::Value),
+) -> PathBuf {
+    let text = std::fs::read_to_string(scenario(name)).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    edit(&mut v);
+    let path = dir.path().join("scenario.json");
+    std::fs::write(&path, v.to_string()).unwrap();
+    path
+}
+
 /// `serve --source nvml` on the fake library with a scenario, sampling every 250 ms.
 fn serve(lib: &Path, name: &str, dir: &TempDir) -> Sidecar {
     let scenario = scenario(name);
@@ -219,12 +233,10 @@ fn prefill_on_h100_at_its_power_cap() {
 #[test]
 fn a_negative_gpm_counter_is_blank_and_counted() {
     let dir = TempDir::new("nvml-negative-counter");
-    let text = std::fs::read_to_string(scenario("h100-cumulative")).unwrap();
-    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    v["devices"][0]["gpm"]["counters"]["active_percent"]["fp16_cycles_active"] =
-        serde_json::json!(-4);
-    let path = dir.path().join("scenario.json");
-    std::fs::write(&path, v.to_string()).unwrap();
+    let path = edited_scenario("h100-cumulative", &dir, |v| {
+        v["devices"][0]["gpm"]["counters"]["active_percent"]["fp16_cycles_active"] =
+            serde_json::json!(-4);
+    });
     let s = Sidecar::start(
         &truthscale_e2e::nvml_args(fake(), "250ms"),
         &[("FAKE_NVML_SCENARIO", path.to_str().unwrap())],
@@ -805,11 +817,9 @@ fn a_listed_process_without_a_sample_is_not_busy() {
 #[test]
 fn an_impossible_process_sample_is_blank_and_counted() {
     let dir = TempDir::new("nvml-impossible-proc");
-    let text = std::fs::read_to_string(scenario("h100-shared-idle-process")).unwrap();
-    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    v["devices"][0]["processes"][1]["sm_util"] = serde_json::json!(4_294_967_295_u32);
-    let path = dir.path().join("scenario.json");
-    std::fs::write(&path, v.to_string()).unwrap();
+    let path = edited_scenario("h100-shared-idle-process", &dir, |v| {
+        v["devices"][0]["processes"][1]["sm_util"] = serde_json::json!(4_294_967_295_u32);
+    });
     let s = Sidecar::start(
         &truthscale_e2e::nvml_args(fake(), "250ms"),
         &[

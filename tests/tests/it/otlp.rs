@@ -869,6 +869,19 @@ fn check_outage(proto: Proto) {
     rx.wait_for(1, Duration::from_secs(45), &sidecar);
 }
 
+/// The sidecar's environment with an export every 300 ms over HTTP/protobuf: failures come
+/// fast enough to back off within a test.
+fn every_300_ms_over_http() -> Vec<(&'static str, &'static str)> {
+    let mut env: Vec<(&str, &str)> = ENV
+        .iter()
+        .copied()
+        .filter(|(k, _)| *k != "OTEL_METRIC_EXPORT_INTERVAL")
+        .collect();
+    env.push(("OTEL_METRIC_EXPORT_INTERVAL", "300"));
+    env.push(("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"));
+    env
+}
+
 /// With delta temporality, an export skipped while backing off loses its changes: each is
 /// counted (`kind="skipped"`), never dropped in silence. With cumulative temporality the
 /// next export carries the totals, and a skip is no loss: none is counted.
@@ -877,13 +890,7 @@ fn skipped_delta_exports_are_counted() {
     for (temporality, counted) in [("delta", true), ("cumulative", false)] {
         let dir = TempDir::new("otlp-skipped");
         let endpoint = format!("http://127.0.0.1:{}", free_port());
-        let mut env: Vec<(&str, &str)> = ENV
-            .iter()
-            .copied()
-            .filter(|(k, _)| *k != "OTEL_METRIC_EXPORT_INTERVAL")
-            .collect();
-        env.push(("OTEL_METRIC_EXPORT_INTERVAL", "300"));
-        env.push(("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"));
+        let mut env = every_300_ms_over_http();
         env.push((
             "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
             temporality,
@@ -915,13 +922,7 @@ fn the_final_export_is_sent_even_while_backing_off() {
     let dir = TempDir::new("otlp-final");
     let port = free_port();
     let endpoint = format!("http://127.0.0.1:{port}");
-    let mut env: Vec<(&str, &str)> = ENV
-        .iter()
-        .copied()
-        .filter(|(k, _)| *k != "OTEL_METRIC_EXPORT_INTERVAL")
-        .collect();
-    env.push(("OTEL_METRIC_EXPORT_INTERVAL", "300"));
-    env.push(("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"));
+    let env = every_300_ms_over_http();
     let mut args = ARGS.to_vec();
     args.extend(["--otlp-endpoint", &endpoint]);
     let mut sidecar = Sidecar::start(&args, &env, dir.path());
