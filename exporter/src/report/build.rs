@@ -136,7 +136,11 @@ pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built>
     let charged = charged.map_err(|_| anyhow::anyhow!("the showback's thread panicked"))?;
     owners.apply(&mut doc.fleet.idle);
     if let Some(args) = &cfg.showback {
-        price_idle_by_model(&mut doc.fleet.idle, &args.prices);
+        price_idle_by_model(
+            &mut doc.fleet.idle,
+            &args.prices,
+            cfg.fleet.cost_per_gpu_hour,
+        );
     }
     if !doc.fleet.idle.workloads.is_empty() {
         doc.fleet.notes.push(owners.note.clone());
@@ -255,17 +259,16 @@ fn add_showback(doc: &mut Document, mut sb: Showback, args: &ShowbackArgs) -> Sh
     sb
 }
 
-/// The idle workloads of a model with a price of its own (`--gpu-hour-price`) at that price,
-/// as the showback charges them; the others keep `--cost-per-gpu-hour`'s.
-fn price_idle_by_model(idle: &mut truthscale_core::fleet::Idle, prices: &[(String, f64)]) {
+/// The idle workloads at their model's price, as the showback charges them: its own
+/// (`--gpu-hour-price`), else `default` (`--cost-per-gpu-hour`).
+fn price_idle_by_model(
+    idle: &mut truthscale_core::fleet::Idle,
+    prices: &[(String, f64)],
+    default: Option<f64>,
+) {
     for w in &mut idle.workloads {
-        let own = w
-            .model
-            .as_deref()
-            .and_then(|m| prices.iter().find(|(name, _)| name == m));
-        if let Some(&(_, price)) = own {
-            w.price_at(price);
-        }
+        let price = truthscale_core::showback::model_price(w.model.as_deref(), prices, default);
+        w.idle_cost = price.map(|p| p * w.idle_gpu_hours);
     }
 }
 
@@ -325,7 +328,11 @@ mod tests {
             },
             unmeasured: Vec::new(),
         };
-        price_idle_by_model(&mut idle, &[("NVIDIA H100 80GB HBM3".to_owned(), 4.10)]);
+        price_idle_by_model(
+            &mut idle,
+            &[("NVIDIA H100 80GB HBM3".to_owned(), 4.10)],
+            Some(2.50),
+        );
         let costs: Vec<_> = idle.workloads.iter().map(|w| w.idle_cost).collect();
         assert_eq!(costs, [Some(41.0), Some(25.0)]);
     }

@@ -375,7 +375,7 @@ pub struct IdleWorkload {
     pub idle_gpu_hours: f64,
     /// `idle_gpu_hours` at the price of a GPU-hour, where one is given (an estimate of what
     /// holding it idle cost): [`FleetConfig::cost_per_gpu_hour`], or its model's own price
-    /// where the caller has one ([`IdleWorkload::price_at`]).
+    /// where the caller has one ([`crate::showback::model_price`]).
     pub idle_cost: Option<f64>,
     /// How long it had been idle at its last reading: its trailing idle steps' hours.
     pub idle_for_hours: f64,
@@ -387,14 +387,6 @@ pub struct IdleWorkload {
     /// What would suspend it (truthscale changes nothing in the cluster), where its owner
     /// is known: [`suspend_command`].
     pub command: Option<String>,
-}
-
-impl IdleWorkload {
-    /// Its idle cost at `price` a GPU-hour (its model's own price): `None` for a price that
-    /// is not finite or below 0.
-    pub fn price_at(&mut self, price: f64) {
-        self.idle_cost = (price.is_finite() && price >= 0.0).then_some(price * self.idle_gpu_hours);
-    }
 }
 
 /// The command that would suspend a workload held idle, by its owner's kind: scale a

@@ -157,13 +157,21 @@ pub(super) fn gpu_hours(u: u64, hours_per_step: f64) -> f64 {
 
 /// The price of one GPU-hour of a track's model: its own, or the default.
 pub(super) fn price_of(t: &Track, cfg: &ShowbackConfig) -> Option<f64> {
-    let own = t
-        .model
-        .as_deref()
-        .and_then(|m| cfg.prices.iter().find(|(name, _)| name == m))
+    model_price(t.model.as_deref(), &cfg.prices, cfg.default_price)
+}
+
+/// The price of one GPU-hour of `model` (as reported): its own in `prices`, else `default`;
+/// `None` without one, or for a price that is not finite or below 0.
+#[must_use]
+pub fn model_price(
+    model: Option<&str>,
+    prices: &[(String, f64)],
+    default: Option<f64>,
+) -> Option<f64> {
+    let own = model
+        .and_then(|m| prices.iter().find(|(name, _)| name == m))
         .map(|(_, p)| *p);
-    own.or(cfg.default_price)
-        .filter(|p| p.is_finite() && *p >= 0.0)
+    own.or(default).filter(|p| p.is_finite() && *p >= 0.0)
 }
 
 impl Use {

@@ -51,7 +51,7 @@ use serde::Serialize;
 use shares::charge_gpu;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-pub use charges::check_against_sizing;
+pub use charges::{check_against_sizing, model_price};
 pub use funnel::Funnel;
 
 /// Units of one GPU-step: lcm(1..=12), so that splits up to 12 ways, and 7 or 4 compute
