@@ -110,6 +110,7 @@ pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built>
     let owners = super::owners::read(&history);
     let (mut input, source, stats) = super::collect(&mut history, cfg.max_points)?;
     input.held = held;
+    grant_fractions(&mut input, attributes.as_ref());
     if input.tracks.is_empty() {
         bail!(
             "{}: the series exist but hold no GPU readings between {} and {}{}",
@@ -210,6 +211,16 @@ fn check_every(every: Duration, range: Range, max_points: u64) -> anyhow::Result
             ""
         }
     )
+}
+
+/// Each track its pod's granted fraction of the GPU, where `--by` read the schedulers'
+/// fractions: it holds that fraction in the idle capacity too, as the showback charges it.
+fn grant_fractions(input: &mut FleetInput, attributes: Option<&PodAttributes>) {
+    if let Some(attrs) = attributes {
+        for t in &mut input.tracks {
+            t.granted = truthscale_core::showback::granted_share(&attrs.fractions, t);
+        }
+    }
 }
 
 /// The showback of `input` by `args.by` (`per`: steps a point).

@@ -6,11 +6,13 @@
 //! - GPU 1: KAI's `kai/k` (annotation `gpu-fraction: "0.5"`) and KAI's reservation pod
 //!   `kai-resource-reservation/gpu-reservation-n1`;
 //! - GPU 2: `dra/c`, its GPU claimed through DRA (`kube_pod_resourceclaim_info`), no
-//!   `nvidia_com_gpu` request.
+//!   `nvidia_com_gpu` request;
+//! - GPU 3: HAMi pod `hi/idle` alone (gpucores 25), idle throughout.
 //!
 //! Known answers, `H` one GPU's hours over the window: `ha` 0.25 H, `hb` 0.5 H, `kai` 0.5 H,
-//! `dra` H allocated and requested; the reservation pod nothing; unallocated 0.75 H; `ha`'s
-//! use measured, not unknown: busy 20 % of the GPU over its quarter, 0.8 × 0.25 H.
+//! `dra` H, `hi` 0.25 H allocated and requested; the reservation pod nothing; unallocated
+//! 1.5 H; `ha`'s use measured, not unknown: busy 20 % of the GPU over its quarter,
+//! 0.8 × 0.25 H; `hi/idle` holds 0.25 H of idle capacity, its quarter, not the GPU's H.
 
 use crate::report::{Om, end_now, truthscale};
 use truthscale_e2e::{Prometheus, TempDir, require_tool_or_return};
@@ -26,6 +28,7 @@ fn history(end: i64) -> String {
         (1, "kai", "k"),
         (1, "kai-resource-reservation", "gpu-reservation-n1"),
         (2, "dra", "c"),
+        (3, "hi", "idle"),
     ];
     for i in 0..61 {
         let t = end - (60 - i) * STEP;
@@ -33,9 +36,15 @@ fn history(end: i64) -> String {
             let l = format!(
                 "job=\"share\",source=\"sim\",gpu=\"{gpu}\",uuid=\"GPU-share-{gpu}\",model=\"Simulated H100 SXM\",node=\"n1\",namespace=\"{ns}\",pod=\"{pod}\",container=\"main\""
             );
-            om.add("truthscale_gpu_tensor_active_ratio", &l, t, 0.2);
-            om.add("truthscale_gpu_dram_active_ratio", &l, t, 0.1);
-            om.add("truthscale_gpu_reported_utilization_ratio", &l, t, 0.9);
+            let busy = if ns == "hi" { 0.0 } else { 1.0 };
+            om.add("truthscale_gpu_tensor_active_ratio", &l, t, 0.2 * busy);
+            om.add("truthscale_gpu_dram_active_ratio", &l, t, 0.1 * busy);
+            om.add(
+                "truthscale_gpu_reported_utilization_ratio",
+                &l,
+                t,
+                0.9 * busy,
+            );
             om.add("truthscale_gpu_memory_used_bytes", &l, t, 10.0 * GIB);
             om.add("truthscale_gpu_memory_total_bytes", &l, t, 80.0 * GIB);
         }
@@ -44,6 +53,8 @@ fn history(end: i64) -> String {
             ("ha", "a", "nvidia_com_gpucores", 25.0),
             ("hb", "b", "nvidia_com_gpu", 1.0),
             ("hb", "b", "nvidia_com_gpucores", 50.0),
+            ("hi", "idle", "nvidia_com_gpu", 1.0),
+            ("hi", "idle", "nvidia_com_gpucores", 25.0),
         ] {
             let r = format!(
                 "namespace=\"{ns}\",pod=\"{pod}\",container=\"main\",resource=\"{resource}\",unit=\"integer\""
@@ -74,7 +85,8 @@ fn history(end: i64) -> String {
 
 /// `report --by namespace` charges each fraction, never the reservation pod, counts the DRA
 /// claim as requested and HAMi's measured use as the holder's own; the groups plus
-/// unallocated reconcile with the fleet.
+/// unallocated reconcile with the fleet. An idle pod granted a fraction holds that fraction
+/// of idle capacity.
 #[test]
 fn report_charges_fractions_and_counts_dra_claims() {
     require_tool_or_return!("/usr/bin/prometheus", "prometheus");
@@ -98,13 +110,19 @@ fn report_charges_fractions_and_counts_dra_claims() {
     let total = &v["showback"]["total"];
     assert_eq!(total["reconciled"], true, "{}", total["check"]);
     let fleet = total["fleet_gpu_hours"].as_f64().unwrap();
-    let h = fleet / 3.0;
+    let h = fleet / 4.0;
     assert!(h > 0.9, "{fleet}");
     let groups = total["groups"].as_array().unwrap();
     let group = |n: &str| groups.iter().find(|g| g["group"] == n);
     let f = |n: &str, k: &str| group(n).unwrap_or_else(|| panic!("no {n}: {v}"))[k].as_f64();
     let close = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 1e-6);
-    for (ns, share) in [("ha", 0.25), ("hb", 0.5), ("kai", 0.5), ("dra", 1.0)] {
+    for (ns, share) in [
+        ("ha", 0.25),
+        ("hb", 0.5),
+        ("kai", 0.5),
+        ("dra", 1.0),
+        ("hi", 0.25),
+    ] {
         let a = f(ns, "allocated_gpu_hours");
         assert!(close(a, share * h), "{ns}: {a:?} not {share} × {h}");
         let r = f(ns, "requested_gpu_hours");
@@ -115,7 +133,12 @@ fn report_charges_fractions_and_counts_dra_claims() {
     }
     assert!(group("kai-resource-reservation").is_none(), "{total}");
     let unallocated = total["unallocated_gpu_hours"].as_f64();
-    assert!(close(unallocated, 0.75 * h), "{unallocated:?}");
+    assert!(close(unallocated, 1.5 * h), "{unallocated:?}");
+    let idle = &v["idle"];
+    assert_eq!(idle["workloads"][0]["workload"], "hi/idle", "{idle}");
+    let held = idle["workloads"][0]["idle_gpu_hours"].as_f64();
+    assert!(close(held, 0.25 * h), "{held:?} not 0.25 × {h}");
+    assert!(close(f("hi", "idle_gpu_hours"), 0.25 * h), "as charged");
     assert_eq!(f("ha", "use_unknown_gpu_hours"), Some(0.0));
     let busy = f("ha", "busy_gpu_hours");
     assert!(close(busy, 0.8 * 0.25 * h), "{busy:?}");

@@ -155,6 +155,41 @@ fn an_idle_mig_instance_holds_its_share() {
     assert_eq!(idle.unmeasured, ["a/unknown"]);
 }
 
+/// A pod granted a fraction of its GPU (HAMi, KAI) holds that fraction of its idle hours,
+/// as the showback charges it; pods sharing a GPU hold their grants together, or the
+/// whole GPU where one of them has none. Idle for 4 h each: a lone pod granted 0.25 holds
+/// 1 GPU-hour; pods granted 0.25 and 0.5 on one GPU 3; a granted pod and one without on
+/// another GPU the whole 4.
+#[test]
+fn a_pod_granted_a_fraction_holds_that_fraction_idle() {
+    use crate::fleet::test_support::pod;
+    let idle = |name: &str, gpu: &str, granted: Option<f64>| {
+        let mut t = pod(name, gpu, 0..4, |_| (Some(0.0), Some(0.0), Some(1.0)));
+        t.granted = granted;
+        t
+    };
+    let tracks = vec![
+        idle("a/lone", "n/gpu 0", Some(0.25)),
+        idle("b/x", "n/gpu 1", Some(0.25)),
+        idle("b/y", "n/gpu 1", Some(0.5)),
+        idle("c/x", "n/gpu 2", Some(0.25)),
+        idle("c/y", "n/gpu 2", None),
+    ];
+    let mut input = input(tracks, 4);
+    input.step_seconds = 3600.0;
+    let idle = analyze(&input, &FleetConfig::default()).idle;
+    let hours: Vec<(&str, f64)> = idle
+        .workloads
+        .iter()
+        .map(|w| (w.workload.as_str(), w.idle_gpu_hours))
+        .collect();
+    assert_eq!(
+        hours,
+        [("c/x + c/y", 4.0), ("b/x + b/y", 3.0), ("a/lone", 1.0)]
+    );
+    assert_eq!(idle.idle_gpu_hours, 8.0);
+}
+
 /// Savings are counted over the hours pods held GPUs, not every hour a GPU reported: two
 /// pods on two GPUs for the last 4 of 10 hours, packed onto one, free 1 GPU for 4 hours
 /// (a third GPU, without pods, reported all 10).

@@ -78,6 +78,7 @@ pub(super) fn devices(input: &FleetInput, notes: &mut Vec<String>) -> Merged {
         for t in &device[1..] {
             one.merge_copy(t);
         }
+        one.granted = granted_together(&device, &holders);
         one.pod = Some(holders.into_iter().collect::<Vec<_>>().join(" + "));
         merged.gpus.insert(gpu.to_owned());
         merged.tracks.push(one);
@@ -90,6 +91,21 @@ pub(super) fn devices(input: &FleetInput, notes: &mut Vec<String>) -> Merged {
         ));
     }
     merged
+}
+
+/// The share of a GPU its holders were granted together, where every holder has a track
+/// with a grant ([`Track::granted`]): their sum, at most the whole GPU. `None` (the whole
+/// GPU) where any holder has none: holders without a grant share what is left.
+fn granted_together(tracks: &[&Track], holders: &BTreeSet<&str>) -> Option<f64> {
+    if holders.is_empty() {
+        return None;
+    }
+    let mut sum = 0.0;
+    for h in holders {
+        let track = tracks.iter().find(|t| t.pod.as_deref() == Some(*h))?;
+        sum += track.granted?;
+    }
+    Some(sum.min(1.0))
 }
 
 /// The workloads: one per device ([`devices`]), the tracks with a pod when any has one

@@ -262,6 +262,28 @@ fn a_fraction_in_share_units() {
     assert_eq!(compute(f64::NAN).units(None), None);
 }
 
+/// A track's granted share is its pod's fraction as the showback charges it: gpucores 25
+/// a quarter, gpumem 20 000 MiB of the track's 80 000 a quarter too, none without a
+/// fraction or a pod.
+#[test]
+fn a_tracks_granted_share_is_its_pods_fraction() {
+    let fr = Fractions::from([
+        ("a/cores".to_string(), compute(0.25)),
+        (
+            "a/mem".to_string(),
+            Fraction {
+                memory_mib: Some(20_000.0),
+                ..Fraction::default()
+            },
+        ),
+    ]);
+    let share = |pod: Option<&str>| granted_share(&fr, &track(pod, "n/g1", 0));
+    assert_eq!(share(Some("a/cores")), Some(0.25));
+    assert_eq!(share(Some("a/mem")), Some(0.25));
+    assert_eq!(share(Some("a/whole")), None);
+    assert_eq!(share(None), None);
+}
+
 /// Two HAMi pods, gpucores 25 and 50, whose own use HAMi measured (0.2 and 0.02 of the
 /// whole GPU at each of 2 one-hour steps): no longer unknown; the first used 0.8 of its
 /// share (busy 0.8 × 0.5 h = 0.4), the second 0.04 of its share, below the busy threshold

@@ -45,7 +45,7 @@ mod shares;
 #[cfg(test)]
 mod tests;
 
-use crate::fleet::FleetInput;
+use crate::fleet::{FleetInput, Track};
 use charges::{PeriodAcc, period};
 use serde::Serialize;
 use shares::charge_gpu;
@@ -308,6 +308,14 @@ impl Fraction {
         };
         Some((share.min(1.0) * SHARE_UNITS as f64).round() as u64)
     }
+}
+
+/// The share of its GPU the pod of `track` was granted, as the showback charges it (its
+/// fraction in share units, over [`SHARE_UNITS`]); `None` where it has none.
+#[must_use]
+pub fn granted_share(fractions: &Fractions, track: &Track) -> Option<f64> {
+    shares::fraction_units(fractions, track.pod.as_deref(), track)
+        .map(|u| u as f64 / SHARE_UNITS as f64)
 }
 
 /// Whether `pod` (`namespace/pod`) is a placeholder: in a reservation namespace, or so

@@ -244,6 +244,11 @@ pub struct Track {
     pub memory_total_mib: Option<u32>,
     /// Simulated data.
     pub simulated: bool,
+    /// The share of its GPU a scheduler granted its pod (HAMi's `nvidia.com/gpucores`, KAI's
+    /// `gpu-fraction`, …), above 0 up to 1, where the report read one
+    /// ([`crate::showback::granted_share`]): the part of the GPU it holds, as the showback
+    /// charges it. `None`: the whole GPU (or a MIG instance's profile).
+    pub granted: Option<f64>,
     /// Its starved seconds by cause and straggler seconds, from the windows observed.
     pub waits: super::waits::WaitTally,
     pub(super) first: usize,
@@ -278,6 +283,7 @@ impl Track {
             is_mig: false,
             memory_total_mib: None,
             simulated: false,
+            granted: None,
             waits: super::waits::WaitTally::default(),
             first: 0,
             points: Vec::new(),
@@ -538,13 +544,13 @@ impl Track {
         }
     }
 
-    /// The share of its GPU the workload holds: 1 for a whole GPU, a MIG instance's compute
-    /// slices over its model's (as the showback charges it); `None` for an instance of an
-    /// unknown profile.
+    /// The share of its GPU the workload holds, as the showback charges it: the fraction
+    /// its pod was granted ([`Track::granted`]), else 1 for a whole GPU; a MIG instance's
+    /// compute slices over its model's; `None` for an instance of an unknown profile.
     #[must_use]
     pub fn gpu_share(&self) -> Option<f64> {
         if !self.is_mig {
-            return Some(1.0);
+            return Some(self.granted.unwrap_or(1.0));
         }
         self.spec?.share_of_profile(self.mig?.name)
     }
