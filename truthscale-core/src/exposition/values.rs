@@ -298,6 +298,9 @@ fn one_value(id: GpuMetric, win: &EntityWindow) -> Option<Option<f64>> {
             t.effective_compute_observed_seconds,
             t.effective_compute_seconds,
         ),
+        GpuMetric::GpuSaturationObservedSeconds => {
+            measured(t.saturation_observed_seconds, t.saturation_observed_seconds)
+        }
         GpuMetric::GpuEffectiveComputeObservedSeconds => measured(
             t.effective_compute_observed_seconds,
             t.effective_compute_observed_seconds,
