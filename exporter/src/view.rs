@@ -274,27 +274,67 @@ struct Series {
     value: f64,
 }
 
-fn parse_series(body: &str) -> Vec<Series> {
-    truthscale_core::parse::prom_text::samples(body)
-        .filter_map(|(_, s)| s.ok())
-        .map(|s| Series {
-            name: s.name.to_string(),
-            labels: s
-                .labels
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect(),
-            value: s.value,
-        })
-        .collect()
+/// The lines of an exposition that did not read as samples, skipped: how many, and the
+/// first [`SHOWN_ERRORS`] of them (`line N: why`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Skipped {
+    pub(crate) count: usize,
+    pub(crate) first: Vec<String>,
 }
 
-/// Views from a sidecar's `/metrics` text (verdicts decided with `cfg`).
+impl Skipped {
+    /// One line saying what was skipped, with the first line's reason; `None` when nothing
+    /// was.
+    pub(crate) fn note(&self) -> Option<String> {
+        let first = self.first.first()?;
+        Some(format!(
+            "{} malformed line(s) of /metrics skipped ({first})",
+            self.count
+        ))
+    }
+}
+
+/// The series of a text exposition, and the lines skipped.
+fn parse_series(body: &str) -> (Vec<Series>, Skipped) {
+    let mut skipped = Skipped::default();
+    let mut series = Vec::new();
+    for (line, s) in truthscale_core::parse::prom_text::samples(body) {
+        match s {
+            Ok(s) => series.push(Series {
+                name: s.name.to_string(),
+                labels: s
+                    .labels
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect(),
+                value: s.value,
+            }),
+            Err(why) => {
+                skipped.count += 1;
+                if skipped.first.len() < SHOWN_ERRORS {
+                    skipped.first.push(format!("line {line}: {why}"));
+                }
+            }
+        }
+    }
+    (series, skipped)
+}
+
+/// Views from a sidecar's `/metrics` text, and the lines that did not read.
+#[derive(Debug, Clone)]
+pub(crate) struct FromExposition {
+    pub(crate) views: Vec<GpuView>,
+    pub(crate) skipped: Skipped,
+}
+
+/// Views from a sidecar's `/metrics` text (verdicts decided with `cfg`); lines that do not
+/// read as samples are skipped and counted.
 #[must_use]
-pub(crate) fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> Vec<GpuView> {
+pub(crate) fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> FromExposition {
     // A GPU, or one MIG instance of it (its series carry the parent's `gpu` and `uuid`).
     let mut views: BTreeMap<(Option<u32>, String, Option<u32>), GpuView> = BTreeMap::new();
-    for s in parse_series(body) {
+    let (series, skipped) = parse_series(body);
+    for s in series {
         // The catalog's reverse map: a renamed metric breaks this at compile time.
         let Some(id) = MetricId::from_name(&s.name) else {
             continue;
@@ -362,7 +402,10 @@ pub(crate) fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> Vec<GpuV
             v.history.push(x);
         }
     }
-    out
+    FromExposition {
+        views: out,
+        skipped,
+    }
 }
 
 /// A serving engine's series read back onto the view (the engine's entry made by the
@@ -458,10 +501,41 @@ mod tests {
 
     #[test]
     fn labels_with_escapes() {
-        let s =
+        let (s, skipped) =
             parse_series(r#"truthscale_gpu_up{gpu="0",model="a \"b\"",absent_reason="x, y"} 1"#);
+        assert_eq!(skipped, Skipped::default());
         assert_eq!(s[0].labels["model"], "a \"b\"");
         assert_eq!(s[0].labels["absent_reason"], "x, y");
+    }
+
+    /// Lines of a sidecar's `/metrics` that do not read as samples are skipped, counted and
+    /// named by line; the rest is read.
+    #[test]
+    fn malformed_exposition_lines_are_counted_not_dropped() {
+        let body = "truthscale_gpu_effective_compute_ratio{gpu=\"0\",model=\"M\"} 0.25\n\
+            truthscale_gpu_tensor_active_ratio{gpu=\"0\",model=\"M\"} 0.4abc\n\
+            # a comment\n\
+            truthscale_gpu_dram_active_ratio{gpu=\"0\",model=\"M\",uuid=\"GPU-x\\q\"} 0.1\n";
+        let read = views_from_exposition(body, &VerdictConfig::default());
+        assert_eq!(read.views.len(), 1);
+        assert_eq!(read.views[0].effective, Some(0.25));
+        assert_eq!(read.views[0].tensor, None);
+        assert_eq!(read.skipped.count, 2);
+        assert!(
+            read.skipped.first[0].starts_with("line 2: "),
+            "{:?}",
+            read.skipped
+        );
+        assert!(
+            read.skipped.first[1].starts_with("line 4: "),
+            "{:?}",
+            read.skipped
+        );
+        let note = read.skipped.note().unwrap();
+        assert!(
+            note.starts_with("2 malformed line(s) of /metrics skipped (line 2: "),
+            "{note}"
+        );
     }
 
     #[test]
@@ -472,7 +546,7 @@ mod tests {
             truthscale_gpu_tensor_active_ratio{gpu=\"0\",model=\"M\"} 0.015\n\
             truthscale_gpu_dram_active_ratio{gpu=\"0\",model=\"M\"} 0.19\n\
             truthscale_serving_engine_up{gpu=\"0\",model=\"M\",engine=\"\",absent_reason=\"cannot reach x\"} 0\n";
-        let v = views_from_exposition(body, &VerdictConfig::default());
+        let v = views_from_exposition(body, &VerdictConfig::default()).views;
         assert_eq!(v.len(), 1);
         assert_eq!(v[0].name, "gpu 0 (M)");
         let r = v[0].verdict.as_ref().unwrap();
@@ -497,7 +571,7 @@ mod tests {
             l(1),
             l(2)
         );
-        let v = views_from_exposition(&body, &VerdictConfig::default());
+        let v = views_from_exposition(&body, &VerdictConfig::default()).views;
         let got: Vec<(&str, Option<f64>)> =
             v.iter().map(|v| (v.name.as_str(), v.effective)).collect();
         assert_eq!(
@@ -523,7 +597,7 @@ mod tests {
              truthscale_gpu_pcie_link_generation{{gpu=\"0\",model=\"NVIDIA H100 80GB HBM3\"}} 4\n\
              truthscale_gpu_pcie_link_width{{gpu=\"0\",model=\"NVIDIA H100 80GB HBM3\"}} 16\n"
         );
-        let v = views_from_exposition(&body, &VerdictConfig::default());
+        let v = views_from_exposition(&body, &VerdictConfig::default()).views;
         let r = v[0].verdict.as_ref().unwrap();
         assert_eq!(r.verdict.as_str(), "starved");
         assert_eq!(r.cause, Some(truthscale_core::causes::Cause::HostToDevice));

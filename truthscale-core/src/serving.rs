@@ -157,12 +157,18 @@ const ENGINES: [Names; 3] = [
 pub type Parsed = HashMap<String, Option<Vec<(String, f64)>>>;
 
 /// Parse Prometheus text exposition into each name's series (the core's one parser). A line
-/// that does not parse has no name to count it under and is skipped.
+/// that does not parse makes its name's family `None`, as a non-finite value does (never a
+/// sum without it); one without even a metric name can be no family's and is skipped.
 #[must_use]
 pub fn parse_text(body: &str) -> Parsed {
     let mut out: Parsed = HashMap::new();
-    for (_, s) in crate::parse::prom_text::samples(body) {
-        let Ok(s) = s else { continue };
+    for (_, line) in crate::parse::prom_text::sample_lines(body) {
+        let Ok(s) = crate::parse::prom_text::parse_sample(line) else {
+            if let Some(name) = metric_name(line) {
+                out.insert(name.to_owned(), None);
+            }
+            continue;
+        };
         let slot = out
             .entry(s.name.to_string())
             .or_insert_with(|| Some(Vec::new()));
@@ -177,6 +183,20 @@ pub fn parse_text(body: &str) -> Parsed {
         }
     }
     out
+}
+
+/// The metric name a sample line starts with (up to its labels or its value), where it is
+/// one.
+fn metric_name(t: &str) -> Option<&str> {
+    let end = t
+        .find(|c: char| c == '{' || c.is_ascii_whitespace())
+        .unwrap_or(t.len());
+    let name = &t[..end];
+    let mut chars = name.chars();
+    let first = chars.next()?;
+    let ok = (first.is_ascii_alphabetic() || first == '_' || first == ':')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+    ok.then_some(name)
 }
 
 /// A counter's series (an engine's data-parallel ranks, …): each reset is its own.
@@ -414,6 +434,23 @@ pub fn add_engine_estimates(s: &mut ServingSnapshot, spec: Option<&GpuSpec>, dty
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A line that does not parse blanks its family, as a non-finite value does: rank 1's
+    /// `4x` never leaves rank 0's 3 as the running requests; other families are read.
+    #[test]
+    fn a_malformed_line_blanks_its_family() {
+        let body = "vllm:num_requests_running{engine=\"0\"} 3\n\
+                    vllm:num_requests_running{engine=\"1\"} 4x\n\
+                    vllm:num_requests_waiting 2\n\
+                    {broken} 1\n";
+        let parsed = parse_text(body);
+        assert_eq!(parsed.get("vllm:num_requests_running"), Some(&None));
+        let s = read(&parsed, 0).unwrap();
+        assert_eq!((s.running, s.waiting), (None, Some(2.0)));
+        assert_eq!(metric_name("vllm:x{a=\"b\"} 1"), Some("vllm:x"));
+        assert_eq!(metric_name("{broken} 1"), None);
+        assert_eq!(metric_name("9x 1"), None);
+    }
 
     fn scrape(flops: f64, read: f64, write: f64, prompt: f64) -> String {
         format!(

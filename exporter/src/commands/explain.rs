@@ -251,7 +251,16 @@ pub(crate) fn load(
 ) -> anyhow::Result<Vec<GpuView>> {
     match (replay, url) {
         (Some(p), None) => views_from_replay(p, cfg),
-        (None, Some(u)) => Ok(views_from_exposition(&fetch_metrics(u)?, cfg)),
+        (None, Some(u)) => {
+            let read = views_from_exposition(&fetch_metrics(u)?, cfg);
+            for line in &read.skipped.first {
+                eprintln!("truthscale: {u}: {line}");
+            }
+            if let Some(note) = read.skipped.note() {
+                eprintln!("truthscale: {u}: {note}");
+            }
+            Ok(read.views)
+        }
         _ => bail!("give one of --replay FILE or --url http://SIDECAR:PORT"),
     }
 }
@@ -295,7 +304,7 @@ mod tests {
              truthscale_pod_effective_compute_estimate_ratio{{{l},pod=\"notebook\",namespace=\"spin\",container=\"main\",method=\"sm_busy_share\"}} {spin}\n\
              truthscale_pod_effective_compute_estimate_ratio{{{l},pod=\"train\",namespace=\"gemm\",container=\"main\",method=\"sm_busy_share\"}} {gemm}\n"
         );
-        let v = views_from_exposition(&body, &VerdictConfig::default());
+        let v = views_from_exposition(&body, &VerdictConfig::default()).views;
         assert_eq!(v.len(), 1);
         let text = explain(&v[0]);
         assert!(
@@ -318,7 +327,8 @@ mod tests {
         let alone = views_from_exposition(
             &format!("truthscale_gpu_effective_compute_ratio{{{l}}} {device}\n"),
             &VerdictConfig::default(),
-        );
+        )
+        .views;
         assert!(!explain(&alone[0]).contains("per pod:"));
     }
 
@@ -335,7 +345,7 @@ mod tests {
             if tensor {
                 body.push_str(&format!("truthscale_gpu_tensor_active_ratio{{{l}}} 0.6\n"));
             }
-            let v = views_from_exposition(&body, &VerdictConfig::default());
+            let v = views_from_exposition(&body, &VerdictConfig::default()).views;
             explain(&v[0])
         };
         let with = said(true);

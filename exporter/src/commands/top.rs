@@ -216,8 +216,9 @@ impl Feed {
             } => match view::fetch_metrics(url) {
                 Ok(body) => {
                     *scrapes += 1;
-                    *error = None;
-                    let mut fresh = view::views_from_exposition(&body, cfg);
+                    let read = view::views_from_exposition(&body, cfg);
+                    *error = read.skipped.note();
+                    let mut fresh = read.views;
                     for v in &mut fresh {
                         let h = history.entry(v.gpu).or_default();
                         push_history(h, v.effective.or(v.saturation).or(v.upper_bound));

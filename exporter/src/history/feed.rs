@@ -14,7 +14,7 @@ use truthscale_core::fleet::BANDS;
 use truthscale_core::model::Sample;
 
 /// What reading the history cost, and where the time went.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct FeedStats {
     /// One line saying what was read.
     pub summary: String,
@@ -39,7 +39,11 @@ pub(crate) struct FeedStats {
     /// The answers' warnings (Prometheus', or Thanos' and Mimir's partial answers), capped
     /// and summarised: for the report's notes.
     pub warnings: Vec<String>,
-    /// Values of GPU series that are not finite (NaN, ±Inf), left blank.
+    /// What truthscale itself found wrong with the answers (DCGM fields it does not read,
+    /// points outside the times asked for): for the report's notes, in its own words.
+    pub answer_notes: Vec<String>,
+    /// Values of GPU series that are not finite (NaN, ±Inf) or no number at all, left
+    /// blank.
     pub non_finite: u64,
     /// DCGM readings that were one of its blank sentinels, left blank.
     pub sentinels: u64,
@@ -225,7 +229,12 @@ impl History {
                 }
                 for (j, b) in banded.iter_mut().enumerate() {
                     if column.feeds(SampleKind::Peak(j)) {
+                        let counted = b.outside;
                         b.add(self.family, &column.name, matrix);
+                        if column.feeds(SampleKind::Step) {
+                            // A shared column's points outside: counted once, by the steps.
+                            b.outside = counted;
+                        }
                     }
                 }
                 if column.feeds(SampleKind::Step) {
@@ -257,17 +266,20 @@ impl History {
             ..
         } = self;
         let c = client.counters();
-        let mut warnings = c.warnings.lines();
+        let warnings = c.warnings.lines();
         let mut unread = unread.clone();
         for (family, n) in &tally.ambiguous {
             *unread.ambiguous.entry(family.clone()).or_default() += n;
         }
-        warnings.extend(
-            unread.summary().map(|s| {
-                format!("DCGM fields {s} (docs/dcgm-compatibility.md lists what is read)")
-            }),
-        );
-        for w in &warnings {
+        let mut answer_notes: Vec<String> = unread
+            .summary()
+            .map(|s| format!("DCGM fields {s} (docs/dcgm-compatibility.md lists what is read)"))
+            .into_iter()
+            .collect();
+        // Points answered outside the times asked for: left out, said so.
+        let outside = tally.outside + self.outside.load(Ordering::Relaxed);
+        answer_notes.extend(outside_warning(outside));
+        for w in warnings.iter().chain(&answer_notes) {
             eprintln!("truthscale: warning: {}: {w}", client.base);
         }
         let summary = format!(
@@ -301,10 +313,20 @@ impl History {
             remote_reads: c.remote_reads,
             splits: splits.load(std::sync::atomic::Ordering::Relaxed),
             warnings,
+            answer_notes,
             non_finite: tally.non_finite,
             sentinels: tally.sentinels,
         }
     }
+}
+
+/// The warning on `outside` points answered outside the times asked for, when any.
+pub(super) fn outside_warning(outside: u64) -> Option<String> {
+    (outside > 0).then(|| {
+        format!(
+            "{outside} points of the answers lay outside the time range asked for and were left out, not read (Prometheus answers none there: a compatible server or a proxy in front of it did)"
+        )
+    })
 }
 
 /// The thread that reads and merges the chunks ([`History::start_merging`]): a chunk asked
@@ -371,6 +393,8 @@ struct Tally {
     non_finite: u64,
     /// DCGM readings that were one of its blank sentinels, left blank.
     sentinels: u64,
+    /// Points outside the chunks' times, left out.
+    outside: u64,
 }
 
 /// The progress bar of a read on a terminal: queries done of the total, the rate.
@@ -402,7 +426,7 @@ fn hand_over(
     if let Some(e) = evidence {
         // Raw samples' evidence: what it leaves undecided is refused at the samples.
         tally.units.set_means(false);
-        e.feed(&mut tally.units, |_| {});
+        tally.outside += e.feed(&mut tally.units, |_| {}).outside;
     }
     tally.units.set_means(summarized);
     let mut spent = Duration::ZERO;
@@ -413,15 +437,19 @@ fn hand_over(
         spent += c.elapsed();
         *steps += 1;
     });
-    // A band's samples are the same readings' peaks: counted once, from the steps.
+    // A band's samples are the same readings' peaks: their blanks counted once, from the
+    // steps. Their queries' points outside are their own (a shared column's are counted by
+    // the steps alone, `History::merge_chunk`).
     for (j, b) in banded.into_iter().enumerate() {
-        b.feed(&mut tally.units, |sample| {
+        let peaks = b.feed(&mut tally.units, |sample| {
             let c = std::time::Instant::now();
             on_sample(sample, SampleKind::Peak(j));
             spent += c.elapsed();
         });
+        tally.outside += peaks.outside;
     }
     tally.non_finite += refused.non_finite;
+    tally.outside += refused.outside;
     tally.sentinels += refused.sentinels;
     for (family, n) in refused.ambiguous {
         *tally.ambiguous.entry(family).or_default() += n;

@@ -336,10 +336,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect();
-            let values = values
-                .iter()
-                .map(|(t, v)| (*t, PromValue(Some(*v))))
-                .collect();
+            let values = values.iter().map(|(t, v)| (*t, PromValue(*v))).collect();
             (metric, values)
         };
         let matrix = Matrix::of;

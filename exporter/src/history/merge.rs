@@ -127,8 +127,11 @@ pub(super) fn dcgm_labels(
 #[derive(Debug, Default)]
 pub(super) struct Chunk {
     /// The chunk's first and last evaluation times: points outside (from a misbehaving
-    /// server) are dropped, so times keep increasing from chunk to chunk.
+    /// server) are left out, counted in `outside`, so times keep increasing from chunk to
+    /// chunk.
     pub(super) bounds: Option<(i64, i64)>,
+    /// Points of the answers outside `bounds`: not read, counted ([`Refused::outside`]).
+    pub(super) outside: u64,
     /// The step between evaluation times (0: not known), which lets the points be put in
     /// time order by counting, without a sort.
     pub(super) step: i64,
@@ -173,18 +176,21 @@ impl Chunk {
         }
     }
 
-    /// Add a series' points inside the chunk, as series `map`.
+    /// Add a series' points inside the chunk, as series `map`; those outside are counted
+    /// in `outside`. A value that is no number is NaN ([`PromValue`]): kept, for
+    /// [`Chunk::feed`] to leave blank and count.
     pub(super) fn push_series(&mut self, map: SeriesMap, values: &[(f64, PromValue)]) {
         let Ok(index) = u32::try_from(self.series.len()) else {
             return;
         };
         self.series.push(map);
         self.starts.push(self.points.len());
-        for &(t, v) in values {
+        for &(t, PromValue(v)) in values {
             let t = millis(t);
-            let inside = self.bounds.is_none_or(|(a, b)| (a..=b).contains(&t));
-            if let (true, PromValue(Some(v))) = (inside, v) {
+            if self.bounds.is_none_or(|(a, b)| (a..=b).contains(&t)) {
                 self.points.push((t, index, v));
+            } else {
+                self.outside += 1;
             }
         }
     }
@@ -197,14 +203,16 @@ impl Chunk {
 
     /// Hand `f` the samples, one per timestamp with at least one value, in time order;
     /// one sample is built at a time, in place of the previous one. Returns what was not
-    /// read: the values that are not finite (left blank) and the DCGM readings refused for
-    /// an ambiguous unit (percent or 0..1), by family.
+    /// read: the values that are not finite or no number (left blank), the points outside
+    /// the chunk, and the DCGM readings refused for an ambiguous unit (percent or 0..1), by
+    /// family.
     ///
     /// `units` are the units decided by the chunks before (the percent-or-ratio families
     /// decided once for the whole read, whatever its chunks), and hold this chunk's after.
     pub(super) fn feed(self, units: &mut Units, mut f: impl FnMut(&Sample)) -> Refused {
         let Chunk {
             bounds,
+            outside,
             step,
             series,
             mut points,
@@ -235,6 +243,7 @@ impl Chunk {
         let unread = builder.scrape.take_unread();
         Refused {
             non_finite,
+            outside,
             ambiguous: unread.ambiguous,
             sentinels: unread.sentinels.values().sum(),
         }
@@ -244,8 +253,12 @@ impl Chunk {
 /// What a chunk's answers held that was not read as a reading.
 #[derive(Debug, Default, PartialEq)]
 pub(super) struct Refused {
-    /// Values of GPU series (truthscale's own or DCGM's) that are not finite: left blank.
+    /// Values of GPU series (truthscale's own or DCGM's) that are not finite, or no number
+    /// at all (`"n/a"`): left blank.
     pub(super) non_finite: u64,
+    /// Points the answers gave outside the chunk's times (a misbehaving server's): not
+    /// read.
+    pub(super) outside: u64,
     /// DCGM readings refused for an ambiguous unit, by family.
     pub(super) ambiguous: BTreeMap<String, u64>,
     /// DCGM readings that were one of its blank sentinels: left blank.

@@ -261,6 +261,9 @@ pub(crate) struct History {
     requests_per_query: u64,
     /// Queries the server refused for a limit and that were split.
     splits: AtomicU64,
+    /// Points [`History::series_by_step`]'s answers gave outside the times asked for: left
+    /// out, and warned of with the chunks' (`feed::outside_warning`).
+    outside: AtomicU64,
     /// After a split: the most steps one query of a name has been answered for, so later
     /// chunks start there (`i64::MAX`: no split yet).
     steps_answered: AtomicI64,
@@ -314,6 +317,7 @@ impl History {
             cluster_label: r.cluster_label.clone(),
             requests_per_query: r.requests_per_query,
             splits: AtomicU64::new(0),
+            outside: AtomicU64::new(0),
             steps_answered: AtomicI64::new(i64::MAX),
             unread,
             cadvisor,

@@ -3,9 +3,9 @@
 //! series, within one budget of requests.
 
 use super::History;
-use super::api::{Budget, GetError, Limit, Matrix};
+use super::api::{Budget, GetError, Limit, Matrix, PromValue};
 use super::columns::Column;
-use super::query::{alternation, join_matchers, secs, series_query};
+use super::query::{Range, alternation, join_matchers, secs, series_query};
 use anyhow::bail;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -191,10 +191,12 @@ impl History {
     }
 
     /// The series a PromQL `query` gives over the range, at its step, read in chunks of at
-    /// most [`CHUNK_POINTS`] steps: each series' labels and its values by step index (NaN
-    /// and infinities kept, for the reader to refuse or leave out). For attributes of pods (kube-state-metrics' requests and
-    /// labels) beside the GPU series; the selector does not apply, but for what the query
-    /// itself holds ([`History::pod_selector`]).
+    /// most [`CHUNK_POINTS`] steps: each series' labels and its values by step index (NaN,
+    /// infinities and values that are no number kept, for the reader to refuse or leave
+    /// out; points outside the times asked for counted for the read's warnings,
+    /// [`by_step`]). For attributes of pods (kube-state-metrics' requests and labels) beside
+    /// the GPU series; the selector does not apply, but for what the query itself holds
+    /// ([`History::pod_selector`]).
     ///
     /// # Errors
     /// As the GPU series' reads.
@@ -208,23 +210,9 @@ impl History {
                 let Matrix { result, values, .. } = matrix;
                 for series in result {
                     let into = out.entry(series.metric).or_default();
-                    for &(t, v) in values.get(series.values).unwrap_or_default() {
-                        // A point outside the range (a hostile or confused answer) is no
-                        // step of it.
-                        let ms = super::merge::millis(t);
-                        let Some(step) = ms
-                            .checked_sub(range.start)
-                            .filter(|_| (range.start..=range.end).contains(&ms))
-                            .and_then(|d| usize::try_from(d / range.step).ok())
-                        else {
-                            continue;
-                        };
-                        // Non-finite values too: each reader decides (a GPU request that
-                        // is not a number is refused, never dropped in silence).
-                        if let Some(v) = v.0 {
-                            into.push((step, v));
-                        }
-                    }
+                    let values = values.get(series.values).unwrap_or_default();
+                    let outside = by_step(range, (first, last), values, into);
+                    self.outside.fetch_add(outside, Ordering::Relaxed);
                 }
             }
             first = last + range.step;
@@ -257,4 +245,31 @@ impl History {
         out.dedup();
         Ok(out)
     }
+}
+
+/// One series' `values` from a query over `[first, last]` of `range`, by step index,
+/// appended to `into`: NaN and infinities too (a value that is no number is NaN,
+/// [`PromValue`]), for each reader to refuse or leave out (a GPU request that is not a
+/// number is refused, never dropped in silence). A point outside `[first, last]` (a hostile
+/// or confused answer; Prometheus answers none) is no step asked for: left out, and
+/// counted in what is returned.
+pub(super) fn by_step(
+    range: Range,
+    (first, last): (i64, i64),
+    values: &[(f64, PromValue)],
+    into: &mut Vec<(usize, f64)>,
+) -> u64 {
+    let mut outside = 0;
+    for &(t, PromValue(v)) in values {
+        let ms = super::merge::millis(t);
+        let step = ms
+            .checked_sub(range.start)
+            .filter(|_| (first..=last).contains(&ms))
+            .and_then(|d| usize::try_from(d / range.step).ok());
+        match step {
+            Some(step) => into.push((step, v)),
+            None => outside += 1,
+        }
+    }
+    outside
 }

@@ -246,3 +246,38 @@ fn basic_auth_never_needs_printing() {
         Some("Basic dXNlcjpwYTpzcw==")
     );
 }
+
+/// A pod series' values by step: a value that is no number kept as NaN, for its reader to
+/// refuse (a GPU request "n/a" is refused, never dropped in silence); a point outside the
+/// times asked for (`[first, last]` of one chunk of the range) left out and counted.
+#[test]
+fn pod_series_keep_what_is_no_number_and_count_points_outside() {
+    let body = br#"{"status":"success","data":{"resultType":"matrix","result":[
+        {"metric":{"pod":"a"},"values":[[0,"1"],[60,"n/a"],[120,"0.5"],[180,"2"]]}]}}"#;
+    let (m, _) = api::decode::<api::Matrix>("q", 200, body).unwrap();
+    let range = Range {
+        start: 60_000,
+        end: 240_000,
+        step: 60_000,
+    };
+    let mut into = Vec::new();
+    let values = m.values_of(&m.result[0]);
+    let outside = read::by_step(range, (60_000, 120_000), values, &mut into);
+    // 0 s is before the range, 180 s after the chunk asked for.
+    assert_eq!(outside, 2);
+    assert_eq!(into.len(), 2);
+    assert!(into[0].0 == 0 && into[0].1.is_nan(), "{into:?}");
+    assert_eq!(into[1], (1, 0.5));
+}
+
+/// The warning on points outside the times asked for names how many and why; none without.
+#[test]
+fn points_outside_are_warned_of() {
+    assert_eq!(feed::outside_warning(0), None);
+    assert_eq!(
+        feed::outside_warning(3).as_deref(),
+        Some(
+            "3 points of the answers lay outside the time range asked for and were left out, not read (Prometheus answers none there: a compatible server or a proxy in front of it did)"
+        )
+    );
+}

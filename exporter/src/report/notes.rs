@@ -81,6 +81,7 @@ pub(crate) fn history_notes(stats: &FeedStats) -> Vec<String> {
         .warnings
         .iter()
         .map(|w| format!("Prometheus warned (the answer may be partial): {w}"))
+        .chain(stats.answer_notes.iter().cloned())
         .collect();
     if stats.splits > 0 {
         notes.push(format!(
@@ -121,4 +122,27 @@ pub(crate) fn timings(stats: &FeedStats, total: f64, analysis: f64) -> [String; 
             analysis
         ),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The server's warnings are said to be its own; what truthscale found wrong with the
+    /// answers (points outside the times asked for) is said in its own words.
+    #[test]
+    fn the_servers_warnings_and_truthscales_own_are_told_apart() {
+        let stats = FeedStats {
+            warnings: vec!["remote_read: partial".into()],
+            answer_notes: vec!["2 points of the answers lay outside the time range asked for and were left out, not read (Prometheus answers none there: a compatible server or a proxy in front of it did)".into()],
+            ..FeedStats::default()
+        };
+        assert_eq!(
+            history_notes(&stats),
+            [
+                "Prometheus warned (the answer may be partial): remote_read: partial",
+                "2 points of the answers lay outside the time range asked for and were left out, not read (Prometheus answers none there: a compatible server or a proxy in front of it did)",
+            ]
+        );
+    }
 }

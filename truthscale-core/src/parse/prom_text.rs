@@ -29,13 +29,17 @@ impl PromSample<'_> {
 /// Every line of `body` that is a sample, with its 1-based line number: `Ok` for a sample,
 /// `Err` for a line that is neither a sample, a comment nor blank.
 pub fn samples(body: &str) -> impl Iterator<Item = (usize, Result<PromSample<'_>, String>)> {
-    body.lines().enumerate().filter_map(|(i, line)| {
-        let t = line.trim();
-        if t.is_empty() || t.starts_with('#') {
-            return None;
-        }
-        Some((i + 1, parse_sample(t)))
-    })
+    sample_lines(body).map(|(n, t)| (n, parse_sample(t)))
+}
+
+/// Every line of `body` that is neither a comment nor blank, trimmed, with its 1-based line
+/// number: the lines [`samples`] reads.
+pub fn sample_lines(body: &str) -> impl Iterator<Item = (usize, &str)> {
+    body.lines()
+        .map(str::trim)
+        .enumerate()
+        .filter(|(_, t)| !t.is_empty() && !t.starts_with('#'))
+        .map(|(i, t)| (i + 1, t))
 }
 
 /// Label pairs of one sample, values unescaped, in the order written.

@@ -206,9 +206,18 @@ impl<'de> Visitor<'de> for Values<'_> {
 }
 
 /// A sample value as the API writes it, a string (`"0.5"`, `"NaN"`, `"+Inf"`), decoded
-/// straight to a number: no string is kept per point. `None`: not a number.
+/// straight to a number: no string is kept per point. A string that is no number (`"n/a"`,
+/// which a Prometheus-compatible server may answer) is NaN: refused where it is read and
+/// counted there, as Prometheus' own NaN is, never dropped in silence.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(in crate::history) struct PromValue(pub(in crate::history) Option<f64>);
+pub(in crate::history) struct PromValue(pub(in crate::history) f64);
+
+impl PromValue {
+    /// The value a string of the API decodes to: NaN when it is no number.
+    pub(in crate::history) fn parse(v: &str) -> PromValue {
+        PromValue(v.parse::<f64>().unwrap_or(f64::NAN))
+    }
+}
 
 impl<'de> Deserialize<'de> for PromValue {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -220,8 +229,8 @@ impl<'de> Deserialize<'de> for PromValue {
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<PromValue, E> {
                 // Prometheus writes NaN and ±Inf as strings too; Rust parses them, and the
-                // mapping turns them into blanks.
-                Ok(PromValue(v.parse::<f64>().ok()))
+                // mapping turns them into blanks (a string that is no number with them).
+                Ok(PromValue::parse(v))
             }
         }
         d.deserialize_str(V)

@@ -131,8 +131,9 @@ fn warnings_are_capped_and_counted() {
 }
 
 /// A range query's series keep their labels and, in one list, their values in order: a
-/// number, NaN and ±Inf as written, a value that is no number as `None`; a series without
-/// `values` (a native histogram's) holds none, and keys not read are skipped.
+/// number, NaN and ±Inf as written, a value that is no number as NaN (refused where read,
+/// never dropped); a series without `values` (a native histogram's) holds none, and keys
+/// not read are skipped.
 #[test]
 fn a_matrix_holds_every_series_values_in_one_list() {
     let body = br#"{"status":"success","data":{"resultType":"matrix","result":[
@@ -145,24 +146,24 @@ fn a_matrix_holds_every_series_values_in_one_list() {
     let gpus: Vec<&str> = m.result.iter().map(|s| s.metric["gpu"].as_str()).collect();
     assert_eq!(gpus, ["0", "h", "1"]);
     assert_eq!(m.result[0].metric["__name__"], "a");
-    let values = |i: usize| -> Vec<(f64, Option<String>)> {
+    let values = |i: usize| -> Vec<(f64, String)> {
         m.values_of(&m.result[i])
             .iter()
-            .map(|&(t, v)| (t, v.0.map(|x| x.to_string())))
+            .map(|&(t, v)| (t, v.0.to_string()))
             .collect()
     };
-    let some = |x: &str| Some(x.to_owned());
+    let s = |x: &str| x.to_owned();
     assert_eq!(
         values(0),
         [
-            (1.5, some("0.25")),
-            (2.0, some("NaN")),
-            (3.0, some("inf")),
-            (4.0, None)
+            (1.5, s("0.25")),
+            (2.0, s("NaN")),
+            (3.0, s("inf")),
+            (4.0, s("NaN"))
         ]
     );
     assert_eq!(values(1), []);
-    assert_eq!(values(2), [(5.0, some("-1000"))]);
+    assert_eq!(values(2), [(5.0, s("-1000"))]);
     assert_eq!(m.values.len(), 5);
     // A series without its labels is no answer of the API.
     let body = br#"{"status":"success","data":{"resultType":"matrix","result":[{"values":[]}]}}"#;

@@ -61,7 +61,7 @@ fn matrix(series: &[(Labels<'_>, &[(f64, &str)])]) -> Matrix {
                     .collect();
                 let values = values
                     .iter()
-                    .map(|(t, v)| (*t, PromValue(v.parse().ok())))
+                    .map(|(t, v)| (*t, PromValue::parse(v)))
                     .collect();
                 (metric, values)
             })
@@ -226,6 +226,65 @@ fn values_that_are_not_finite_are_blank_and_counted() {
     });
     assert_eq!(got, [Reading::Blank, Reading::Value(300.0)]);
     assert_eq!((refused.sentinels, refused.non_finite), (1, 0));
+}
+
+/// A value that is no number (`"n/a"`, from a Prometheus-compatible server) is a blank
+/// reading counted with the values that are not finite, never dropped in silence; the
+/// reading beside it is read.
+#[test]
+fn values_that_are_no_number_are_blank_and_counted() {
+    let body = br#"{"status":"success","data":{"resultType":"matrix","result":[
+        {"metric":{"gpu":"0","uuid":"GPU-a"},"values":[[1,"n/a"],[2,"0.5"]]}]}}"#;
+    let (m, _) = crate::history::api::decode::<Matrix>("q", 200, body).unwrap();
+    let mut c = Chunk::default();
+    c.add(Family::Truthscale, "truthscale_gpu_tensor_active_ratio", &m);
+    let mut got = Vec::new();
+    let refused = c.feed(&mut Units::default(), |s| {
+        got.push(s.entities[0].readings.get(Field::TensorActive));
+    });
+    assert_eq!(got, [Reading::Blank, Reading::Value(0.5)]);
+    assert_eq!(refused.non_finite, 1);
+    // DCGM's too.
+    let g: Labels<'_> = &[("gpu", "0"), ("UUID", "GPU-a")];
+    let mut c = Chunk::default();
+    c.add(
+        Family::DcgmExporter,
+        "DCGM_FI_DEV_GPU_UTIL",
+        &matrix(&[(g, &[(1.0, "n/a"), (2.0, "40")])]),
+    );
+    assert_eq!(c.feed(&mut Units::default(), |_| {}).non_finite, 1);
+}
+
+/// Points outside the chunk's times (a misbehaving server answers them; Prometheus never
+/// does) are not read, and counted.
+#[test]
+fn points_outside_the_chunk_are_counted() {
+    let a: Labels<'_> = &[("gpu", "0"), ("uuid", "GPU-a")];
+    let mut c = Chunk {
+        bounds: Some((60_000, 120_000)),
+        step: 60_000,
+        ..Chunk::default()
+    };
+    c.add(
+        Family::Truthscale,
+        "truthscale_gpu_tensor_active_ratio",
+        &matrix(&[(
+            a,
+            &[(0.0, "0.1"), (60.0, "0.2"), (120.0, "0.3"), (180.0, "0.4")],
+        )]),
+    );
+    let mut got = Vec::new();
+    let refused = c.feed(&mut Units::default(), |s| {
+        got.push((s.taken.0, s.entities[0].readings.get(Field::TensorActive)));
+    });
+    assert_eq!(
+        got,
+        [
+            (60_000, Reading::Value(0.2)),
+            (120_000, Reading::Value(0.3))
+        ]
+    );
+    assert_eq!((refused.outside, refused.non_finite), (2, 0));
 }
 
 /// DCGM readings refused for an ambiguous unit (a percent-or-ratio family without a # HELP,

@@ -539,7 +539,7 @@ fn evaluate(
                 at >= oldest
             };
             if within && v.to_bits() != STALE_NAN {
-                out.push((t as f64 / 1000.0, PromValue(Some(v))));
+                out.push((t as f64 / 1000.0, PromValue(v)));
             }
         }
         t += step;

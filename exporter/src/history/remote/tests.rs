@@ -14,7 +14,7 @@ fn prometheus(version: u32) -> Evaluation {
 fn at_steps(samples: &[(i64, f64)], steps: (i64, i64, i64), e: &Evaluation) -> Vec<(f64, f64)> {
     let mut out = Vec::new();
     evaluate(samples, steps, e, &mut out);
-    out.into_iter().map(|(t, v)| (t, v.0.unwrap())).collect()
+    out.into_iter().map(|(t, v)| (t, v.0)).collect()
 }
 
 #[test]
@@ -60,7 +60,7 @@ fn a_plain_nan_is_a_value_and_a_series_without_steps_is_left_out() {
     let e = prometheus(2);
     let mut out = Vec::new();
     evaluate(&[(0, f64::NAN)], (0, 0, 1), &e, &mut out);
-    assert!(out[0].1.0.unwrap().is_nan());
+    assert!(out[0].1.0.is_nan());
     let mut series = Series {
         samples: vec![(0, 1.0)],
         ..Series::default()
@@ -179,7 +179,7 @@ fn each_chunk_of_a_span_reads_as_its_own_steps_would() {
         ] {
             let m = span.evaluate((first, last, 60_000), &e).unwrap();
             let want = at_steps(&samples, (first, last, 60_000), &e);
-            let got: Vec<(f64, f64)> = m.values.iter().map(|(t, v)| (*t, v.0.unwrap())).collect();
+            let got: Vec<(f64, f64)> = m.values.iter().map(|(t, v)| (*t, v.0)).collect();
             assert_eq!(got, want, "Prometheus {version}, steps {first}..={last}");
             let names: Vec<_> = m.result.iter().map(|s| s.metric.clone()).collect();
             assert_eq!(
