@@ -307,7 +307,7 @@ fn metric_names_exist_in_the_catalog_or_the_recording_rules() {
         "truthscale_gpu_effective_compute_seconds_total",
         "truthscale_gpu_observed_seconds_total",
         "truthscale_gpu_phase_seconds_total",
-        "namespace:truthscale_gpu_effective_compute:rate5m",
+        "namespace:truthscale_gpu_effective_gpus:rate5m",
     ] {
         assert!(used.contains(n), "{n} not found by the scan");
     }

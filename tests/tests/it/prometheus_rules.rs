@@ -1509,3 +1509,239 @@ fn cause_rules_on_real_prometheus() {
     assert_eq!(info.len(), 1, "{info:?}");
     assert_eq!(label(&info[0].0, "pod"), "", "{info:?}");
 }
+
+/// A dashboard panel's expression as Grafana would send it for *All* in every variable and a
+/// 24-hour time range (`$__range` 24h, `$__range_s` 86400), whitespace collapsed.
+fn panel_expr_over_a_day(file: &str, title: &str, ref_id: &str) -> String {
+    let text = read(&format!("dashboards/{file}"))
+        .replace("$__range_s", "86400")
+        .replace("$__range_ms", "86400000")
+        .replace("$__range", "24h");
+    let d: Json = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let mut all = Vec::new();
+    dashboard_exprs(file, &d, &mut all);
+    let at = format!("{file} / {title} / {ref_id}");
+    all.into_iter()
+        .find(|e| e.at == at)
+        .unwrap_or_else(|| panic!("no expression at {at}"))
+        .text
+}
+
+/// One `promql_expr_test` of a promtool unit test: the panel's value at `eval_time`, each of
+/// `want`'s series (labels, value) to within 1e-6 (the value is compared rounded to
+/// millionths, promtool compares floats exactly), or no data at all where `want` is empty.
+fn promtool_check(
+    yaml: &mut String,
+    (file, title, ref_id): (&str, &str, &str),
+    eval_time: &str,
+    want: &[(&str, f64)],
+) {
+    let expr = panel_expr_over_a_day(file, title, ref_id);
+    let expr = if want.is_empty() {
+        expr
+    } else {
+        format!("round(({expr}) * 1e6)")
+    };
+    yaml.push_str(&format!(
+        "      - expr: '{}'\n        eval_time: {eval_time}\n",
+        expr.replace('\'', "''")
+    ));
+    if want.is_empty() {
+        yaml.push_str("        exp_samples: []\n");
+        return;
+    }
+    yaml.push_str("        exp_samples:\n");
+    for (labels, value) in want {
+        yaml.push_str(&format!(
+            "          - labels: '{labels}'\n            value: {}\n",
+            (value * 1e6).round()
+        ));
+    }
+}
+
+/// The values of fixed fleet and exporter panels, exact, under `promtool test rules` with
+/// `alerts/truthscale.rules.yml` loaded: inputs written sample by sample, so that each panel
+/// has one right answer.
+///
+/// - *Wasted GPU-hours in the time range* over 24 h: namespace `batch` wastes 1 GPU for the
+///   last 2 h only and reads 2 GPU-hours (the mean of the samples that exist times the range
+///   read 24); `serving` wastes 0.5 GPU all day and reads 12.
+/// - *GPUs without profiling counters*, *Simulated GPUs* and *Exporters down*: 0 while GPUs
+///   (targets) exist and none is in the state counted, 1 once one is, and no data, never a
+///   0, once nothing is reported at all.
+/// - Share weighting, one node: a whole GPU at effective compute 0.1, an H100 split into
+///   seven 1g instances (share 1/7 each) at 0.8, a whole GPU behind a multiplexing
+///   dcgm-exporter at 0.3 measured half the time, and a whole GPU without a pod or profiling
+///   counters. Effective GPUs 0.1 + 7 × 0.8 / 7 + 0.3 = 1.2 over 3 GPUs' worth measured:
+///   effective utilization 0.4 in every panel that shows it (pooling seconds across entities
+///   as whole GPUs read 5.85 / 8.5 = 0.688); allocated 3 GPUs' worth and 4 in all (counting
+///   devices read 9 and 10).
+#[test]
+fn dashboards_fleet_and_exporter_values_under_promtool() {
+    let promtool = require_tool_or_return!("/usr/bin/promtool", "prometheus");
+    const FLEET: &str = "truthscale-fleet.json";
+    const EXPORTER: &str = "truthscale-exporter.json";
+    let mut y = format!(
+        "rule_files:\n  - '{}'\nevaluation_interval: 1m\ntests:\n",
+        workspace().join(RULES).display()
+    );
+
+    // Wasted GPU-hours: the recorded series themselves (the rule has no input here, so it
+    // records nothing of its own). `batch` from 22 h to 24 h, then stale as a recorded series
+    // that stops is; `serving` from the first minute on.
+    y.push_str(
+        "  - name: wasted GPU-hours over a day\n    interval: 1m\n    input_series:\n\
+         \x20     - series: 'namespace:truthscale_gpu_wasted_gpus:rate5m{namespace=\"batch\"}'\n\
+         \x20       values: '_x1320 1x119 stale'\n\
+         \x20     - series: 'namespace:truthscale_gpu_wasted_gpus:rate5m{namespace=\"serving\"}'\n\
+         \x20       values: '_ 0.5x1439'\n\
+         \x20   promql_expr_test:\n",
+    );
+    promtool_check(
+        &mut y,
+        (FLEET, "Wasted GPU-hours in the time range", "A"),
+        "24h",
+        &[
+            ("{namespace=\"batch\"}", 2.0),
+            ("{namespace=\"serving\"}", 12.0),
+        ],
+    );
+
+    // Counts that must not show a fake zero: 0-59 min a profiling GPU and a target up; 60-119
+    // min also an nvml-tier GPU, a simulated GPU and a target down; from 120 min nothing.
+    let l = "job=\"truthscale\",instance=\"n1:9400\",node=\"n1\",pod=\"p\",namespace=\"batch\"";
+    y.push_str(&format!(
+        "  - name: counts without fake zeros\n    interval: 1m\n    input_series:\n\
+         \x20     - series: 'truthscale_gpu_info{{{l},gpu=\"0\",uuid=\"GPU-P\",source=\"nvml\",fidelity=\"profiling\"}}'\n\
+         \x20       values: '1x119 stale'\n\
+         \x20     - series: 'truthscale_gpu_info{{{l},gpu=\"1\",uuid=\"GPU-N\",source=\"nvml\",fidelity=\"nvml\"}}'\n\
+         \x20       values: '_x60 1x59 stale'\n\
+         \x20     - series: 'truthscale_gpu_info{{{l},gpu=\"2\",uuid=\"GPU-S\",source=\"sim\",fidelity=\"profiling\"}}'\n\
+         \x20       values: '_x60 1x59 stale'\n\
+         \x20     - series: 'up{{job=\"truthscale\",instance=\"n1:9400\"}}'\n\
+         \x20       values: '1x119 stale'\n\
+         \x20     - series: 'up{{job=\"truthscale\",instance=\"n2:9400\"}}'\n\
+         \x20       values: '_x60 0x59 stale'\n\
+         \x20   promql_expr_test:\n"
+    ));
+    for (eval_time, want) in [
+        ("30m", &[("{}", 0.0)][..]),
+        ("90m", &[("{}", 1.0)][..]),
+        ("3h", &[][..]),
+    ] {
+        for panel in [
+            (FLEET, "GPUs without profiling counters", "A"),
+            (FLEET, "Simulated GPUs", "A"),
+            (EXPORTER, "Exporters down", "A"),
+        ] {
+            promtool_check(&mut y, panel, eval_time, want);
+        }
+    }
+
+    // Share weighting: counters growing at fixed rates for 30 minutes, one node.
+    let mut series = Vec::new();
+    // `ecf`: effective-compute seconds and seconds it was measured, per minute.
+    let mut entity = |gpu: u32, uuid: &str, extra: &str, share: f64, ecf: Option<(u32, u32)>| {
+        let l = format!(
+            "job=\"truthscale\",instance=\"n1:9400\",node=\"n1\",gpu=\"{gpu}\",uuid=\"{uuid}\"{extra}"
+        );
+        let fidelity = if ecf.is_some() { "profiling" } else { "nvml" };
+        series.push((
+            format!("truthscale_gpu_info{{{l},source=\"nvml\",fidelity=\"{fidelity}\"}}"),
+            "1x30".to_owned(),
+        ));
+        series.push((
+            format!("truthscale_gpu_share_ratio{{{l}}}"),
+            format!("{share}x30"),
+        ));
+        // Observed every second: 60 s a minute.
+        series.push((
+            format!("truthscale_gpu_observed_seconds_total{{{l}}}"),
+            "0+60x30".to_owned(),
+        ));
+        if let Some((seconds, measured)) = ecf {
+            series.push((
+                format!("truthscale_gpu_effective_compute_seconds_total{{{l}}}"),
+                format!("0+{seconds}x30"),
+            ));
+            series.push((
+                format!("truthscale_gpu_effective_compute_observed_seconds_total{{{l}}}"),
+                format!("0+{measured}x30"),
+            ));
+        }
+    };
+    entity(
+        0,
+        "GPU-W",
+        ",pod=\"w\",namespace=\"batch\"",
+        1.0,
+        Some((6, 60)),
+    );
+    for i in 1..=7 {
+        entity(
+            1,
+            "GPU-M",
+            &format!(
+                ",mig_instance=\"{i}\",mig_profile=\"1g.10gb\",pod=\"m{i}\",namespace=\"batch\""
+            ),
+            1.0 / 7.0,
+            Some((48, 60)),
+        );
+    }
+    entity(
+        2,
+        "GPU-X",
+        ",pod=\"x\",namespace=\"batch\"",
+        1.0,
+        Some((9, 30)),
+    );
+    entity(3, "GPU-F", "", 1.0, None);
+    y.push_str("  - name: MIG instances at their share\n    interval: 1m\n    input_series:\n");
+    for (s, v) in &series {
+        y.push_str(&format!("      - series: '{s}'\n        values: '{v}'\n"));
+    }
+    y.push_str("    promql_expr_test:\n");
+    let pooling = "Pooling: effective GPUs in use vs GPUs allocated";
+    for (panel, want) in [
+        ((FLEET, "Effective utilization", "A"), ("{}", 0.4)),
+        (
+            (FLEET, "Effective utilization by namespace", "A"),
+            ("{namespace=\"batch\"}", 0.4),
+        ),
+        ((FLEET, "Namespaces", "C"), ("{namespace=\"batch\"}", 0.4)),
+        (
+            (FLEET, "Effective utilization by node", "A"),
+            ("{node=\"n1\"}", 0.4),
+        ),
+        ((FLEET, "Nodes", "C"), ("{node=\"n1\"}", 0.4)),
+        ((FLEET, "Effective GPUs in use", "A"), ("{}", 1.2)),
+        ((FLEET, pooling, "A"), ("{}", 3.0)),
+        ((FLEET, pooling, "C"), ("{}", 1.2)),
+        ((FLEET, pooling, "D"), ("{}", 4.0)),
+        (
+            (
+                FLEET,
+                "Pooling by node: effective GPUs vs GPUs present",
+                "A",
+            ),
+            ("{}", 4.0),
+        ),
+    ] {
+        promtool_check(&mut y, panel, "30m", &[want]);
+    }
+
+    let tmp = TempDir::new("promtool-dashboards");
+    let path = tmp.path().join("dashboards.test.yml");
+    std::fs::write(&path, &y).expect("write promtool test");
+    let out = std::process::Command::new(&promtool)
+        .args(["test", "rules"])
+        .arg(&path)
+        .output()
+        .expect("run promtool");
+    assert!(
+        out.status.success(),
+        "promtool test rules:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
