@@ -318,7 +318,7 @@ fn sanitize_each(
             push(DiagnosticKind::OutOfRange, format!("{v} is negative"));
             readings.set(field, Reading::Blank);
         } else if field.is_ratio() {
-            if v <= RATIO_CLAMP_LIMIT {
+            if v <= RATIO_CLAMP_LIMIT && field.clamps_above_one() {
                 push(DiagnosticKind::OutOfRange, format!("{v} clamped to 1"));
                 readings.set_value(field, 1.0);
             } else {
@@ -377,7 +377,8 @@ pub const SENTINEL_FLOOR: f64 = 140_737_488_355_328.0;
 /// DCGM's INT64 blank (`DCGM_INT64_BLANK`, 0x7ffffffffffffff0) as a double (it rounds to
 /// 2^63): it and every value above it are a cumulative counter's blanks.
 pub const INT64_BLANK: f64 = 0x7fff_ffff_ffff_fff0_u64 as f64;
-/// Ratios up to this are clamped to 1 (SM active above 1 is reported on MIG); above, dropped.
+/// Ratios that clamp ([`Field::clamps_above_one`]: SM active above 1 is reported on MIG) up to
+/// this are clamped to 1; above, and any other ratio above 1, blank.
 pub const RATIO_CLAMP_LIMIT: f64 = 1.5;
 
 /// A power reading (and a power limit reading) above this multiple of the board's limit is
@@ -1754,6 +1755,46 @@ mod tests {
                 DiagnosticKind::Sentinel,
             ]
         );
+    }
+
+    /// A pipe active on more than every cycle, or a busy flag over 100 %, is impossible:
+    /// blank, counted, never a full pipe. SM and graphics-engine active, which DCGM
+    /// normalizes to a MIG instance's GPCs, are clamped and flagged (counter-science.md
+    /// §3.2), as are the ratios of two counters read apart (holder CPU throttling).
+    #[test]
+    fn only_the_mig_normalized_and_two_counter_ratios_clamp() {
+        let mut r = readings(&[
+            (Field::TensorActive, 1.3),
+            (Field::DramActive, 1.01),
+            (Field::ReportedUtil, 1.2),
+            (Field::Fp16Active, 1.1),
+            (Field::SmOccupancy, 1.2),
+            (Field::SmActive, 1.3),
+            (Field::GrActive, 1.1),
+            (Field::HolderCpuThrottledRatio, 1.04),
+        ]);
+        let mut d = Vec::new();
+        sanitize(&mut r, &EntityId::default(), None, &mut d);
+        for f in [
+            Field::TensorActive,
+            Field::DramActive,
+            Field::ReportedUtil,
+            Field::Fp16Active,
+            Field::SmOccupancy,
+        ] {
+            assert_eq!(r.get(f), Reading::Blank, "{f:?}");
+        }
+        for f in [
+            Field::SmActive,
+            Field::GrActive,
+            Field::HolderCpuThrottledRatio,
+        ] {
+            assert_eq!(r.value(f), Some(1.0), "{f:?}");
+        }
+        assert_eq!(d.len(), 8);
+        assert!(d.iter().all(|d| d.kind == DiagnosticKind::OutOfRange));
+        let blanked = d.iter().filter(|d| d.detail.ends_with("is not a fraction"));
+        assert_eq!(blanked.count(), 5);
     }
 
     /// Copying and sanitizing in one pass leaves what a copy then [`sanitize`] leave: the

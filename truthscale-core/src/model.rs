@@ -513,6 +513,30 @@ impl Field {
         )
     }
 
+    /// Whether a reading of this fraction a little above 1 is clamped to 1 rather than
+    /// refused: SM active and graphics-engine active, which DCGM normalizes to a MIG
+    /// instance's GPCs and has been seen to report above 100 % there (counter-science.md
+    /// §3.2: clamp and flag); and the ratios truthscale forms from two counters read at
+    /// slightly different times (the holder pods' cgroup ratios, the straggler gaps). Any
+    /// other fraction above 1 (a pipe active on more than every cycle, a busy flag over
+    /// 100 %) is impossible: blank.
+    #[must_use]
+    pub const fn clamps_above_one(self) -> bool {
+        matches!(
+            self,
+            Field::GrActive
+                | Field::SmActive
+                | Field::HolderCpuThrottledRatio
+                | Field::HolderCpuWaitingRatio
+                | Field::HolderIoWaitingRatio
+                | Field::HolderIoStalledRatio
+                | Field::HolderMemoryStalledRatio
+                | Field::StragglerClockGap
+                | Field::StragglerComputeGap
+                | Field::StragglerWaitGap
+        )
+    }
+
     /// Whether the field is a 0..1 fraction.
     #[must_use]
     pub const fn is_ratio(self) -> bool {

@@ -34,7 +34,7 @@ use truthscale_core::derive::DeriveConfig;
 use truthscale_core::diag::{Diagnostic, DiagnosticKind};
 use truthscale_core::fleet::{FleetConfig, FleetInput, FleetReport, Track};
 use truthscale_core::model::{EntityId, EntityKey, EntitySample};
-use truthscale_core::tracker::{Deriver, Slot, SlotIndex};
+use truthscale_core::tracker::{Deriver, EntityWindow, Slot, SlotIndex};
 
 /// The JSON document's schema name.
 pub(crate) const SCHEMA: &str = "truthscale.report";
@@ -277,10 +277,9 @@ pub(crate) fn collect(
         }
         // Each window as it is derived, not a copy.
         let mut j = 0;
+        let at = (step, sample.taken.0);
         deriver.observe_each_slot(sample, &mut diagnostics, |slot, w| {
-            if let Some(i) = found.track_of_slot(slot, j, &w.id, &mut tracks) {
-                tracks[i].observe(step, w);
-            }
+            found.observe((slot, j), w, at, &mut tracks);
             j += 1;
         });
         count_blanks(&mut source, &mut diagnostics);
@@ -373,9 +372,37 @@ struct Found {
     last: Vec<usize>,
     /// The track of each of the deriver's slots.
     by_slot: SlotIndex,
+    /// The device (a GPU, or a MIG instance) each track reads, by index into `counted_at`:
+    /// a time-sliced GPU's holders' tracks read one device.
+    device_of: Vec<usize>,
+    devices: HashMap<DeviceKey, usize>,
+    /// The time (ms) of the sample whose window of each device was counted last.
+    counted_at: Vec<i64>,
 }
 
+/// A device: its GPU ([`gpu_key`]) and, for a MIG instance, its GPU and compute instance.
+type DeviceKey = (String, Option<(u32, Option<u32>)>);
+
 impl Found {
+    /// Observe window `w` of the deriver's `slot` (the `j`-th of its sample) on its track,
+    /// at `step` of the sample taken at `taken` (ms); as a copy where another track counted
+    /// the same device's window of that sample.
+    fn observe(
+        &mut self,
+        (slot, j): (Slot, usize),
+        w: &EntityWindow,
+        (step, taken): (usize, i64),
+        tracks: &mut Vec<Track>,
+    ) {
+        if let Some(i) = self.track_of_slot(slot, j, &w.id, tracks) {
+            if self.copy(i, taken) {
+                tracks[i].observe_copy(step, w);
+            } else {
+                tracks[i].observe(step, w);
+            }
+        }
+    }
+
     /// The track of the window of the deriver's `slot`, the `j`-th of its sample, `id`: the
     /// one found for the slot before, else looked up (a new one in `tracks`).
     fn track_of_slot(
@@ -393,6 +420,35 @@ impl Found {
         Some(i)
     }
 
+    /// The device of the track just made for `id`.
+    fn add_device(&mut self, id: &EntityId) {
+        let mig = id
+            .mig
+            .as_ref()
+            .map(|m| (m.gpu_instance, m.compute_instance));
+        let next = self.counted_at.len();
+        let device = *self.devices.entry((gpu_key(id), mig)).or_insert(next);
+        if device == next {
+            self.counted_at.push(i64::MIN);
+        }
+        self.device_of.push(device);
+    }
+
+    /// Whether the window at `taken` of track `i`'s device was counted already (another
+    /// holder's track read it at the same time); counted now when not.
+    fn copy(&mut self, i: usize, taken: i64) -> bool {
+        let Some(at) = self
+            .device_of
+            .get(i)
+            .and_then(|&d| self.counted_at.get_mut(d))
+        else {
+            return false;
+        };
+        let copy = *at == taken;
+        *at = taken;
+        copy
+    }
+
     /// The track of the `j`-th entity of a sample, `id`; a new one in `tracks` when given
     /// (else `None` for an entity not seen).
     fn track(&mut self, j: usize, id: &EntityId, tracks: Option<&mut Vec<Track>>) -> Option<usize> {
@@ -406,6 +462,7 @@ impl Found {
                         tracks.push(
                             Track::new(pod_name(id), gpu_key(id)).with_steps_per_point(self.per),
                         );
+                        self.add_device(id);
                         self.keys.push(key.clone());
                         self.index.insert(key, tracks.len() - 1);
                         tracks.len() - 1

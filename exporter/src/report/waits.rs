@@ -32,6 +32,17 @@ fn starved_total(w: &Waits) -> f64 {
     w.starved_gpu_hours.iter().map(|c| c.hours).sum()
 }
 
+/// What the totals leave out: the starved hours of MIG instances whose share of the GPU is
+/// not known; `None` when there are none.
+fn unknown_share(w: &Waits, digits: usize) -> Option<String> {
+    (w.starved_hours_of_unknown_share > 0.0).then(|| {
+        format!(
+            "{} starved hours of MIG instances of an unknown profile are in their rows, not in the GPU-hours (their share of the GPU is not known)",
+            hours(w.starved_hours_of_unknown_share, digits)
+        )
+    })
+}
+
 /// The section on the terminal.
 ///
 /// # Errors
@@ -53,6 +64,9 @@ pub(super) fn text(out: &mut impl Write, f: &FleetReport, digits: usize) -> Resu
         hours(w.judged_gpu_hours, digits),
         by_cause(&w.starved_gpu_hours, digits)
     )?;
+    if let Some(u) = unknown_share(w, digits) {
+        writeln!(out, "  {u}")?;
+    }
     for r in &w.starved {
         writeln!(
             out,
@@ -69,7 +83,7 @@ pub(super) fn text(out: &mut impl Write, f: &FleetReport, digits: usize) -> Resu
     if left.workloads > 0 {
         writeln!(
             out,
-            "  … {} more starved workloads, {} starved GPU-hours, not listed",
+            "  … {} more starved workloads, {} starved hours, not listed",
             left.workloads,
             hours(left.gpu_hours, digits)
         )?;
@@ -102,6 +116,9 @@ pub(super) fn html(h: &mut String, f: &FleetReport, digits: usize) {
         hours(w.judged_gpu_hours, digits),
         esc(&by_cause(&w.starved_gpu_hours, digits))
     );
+    if let Some(u) = unknown_share(w, digits) {
+        let _ = writeln!(h, "<p>{}.</p>", esc(&u));
+    }
     // No table with only its header: the sentence above says none was starved.
     if !w.starved.is_empty() {
         starved_table(h, w, digits);
@@ -109,7 +126,7 @@ pub(super) fn html(h: &mut String, f: &FleetReport, digits: usize) {
     if w.starved_not_listed.workloads > 0 {
         let _ = writeln!(
             h,
-            "<p>{} more starved workloads, {} starved GPU-hours, not listed.</p>",
+            "<p>{} more starved workloads, {} starved hours, not listed.</p>",
             w.starved_not_listed.workloads,
             hours(w.starved_not_listed.gpu_hours, digits)
         );
@@ -147,4 +164,35 @@ fn starved_table(h: &mut String, w: &Waits, digits: usize) {
         );
     }
     let _ = writeln!(h, "</table>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use truthscale_core::fleet::NotListed;
+
+    /// The starved hours the totals leave out (MIG instances of an unknown profile) are
+    /// said beside them; nothing is said when there are none.
+    #[test]
+    fn hours_left_out_of_the_totals_are_said() {
+        let mut w = Waits {
+            starved_gpu_hours: Vec::new(),
+            judged_gpu_hours: 1.0,
+            starved_hours_of_unknown_share: 1.5,
+            starved: Vec::new(),
+            starved_not_listed: NotListed {
+                workloads: 0,
+                gpu_hours: 0.0,
+            },
+            stragglers: Vec::new(),
+        };
+        assert_eq!(
+            unknown_share(&w, 1).as_deref(),
+            Some(
+                "1.5 starved hours of MIG instances of an unknown profile are in their rows, not in the GPU-hours (their share of the GPU is not known)"
+            )
+        );
+        w.starved_hours_of_unknown_share = 0.0;
+        assert_eq!(unknown_share(&w, 1), None);
+    }
 }

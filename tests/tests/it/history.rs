@@ -1644,7 +1644,10 @@ fn answers_in_flight_share_one_memory_cap() {
 ///   exporter's own): pod b's container waits on I/O 0.4 s a second (PSI some, 40 %):
 ///   `io_stalled`;
 /// - gpu 2, held by `ml/c`, which has no cAdvisor series: no signal, so `unknown` (never a
-///   zero read as "not throttled").
+///   zero read as "not throttled");
+/// - gpu 3, time-sliced between `ml/d` and `ml/e` (dcgm-exporter writes its series once per
+///   holder), built as gpu 2 is: each holder's row says `unknown`, and the report's totals
+///   count the one device's starved hours once.
 ///
 /// The ground truth is how the series are built. At a coarse step and a fine one.
 #[test]
@@ -1662,6 +1665,8 @@ fn history_says_why_gpus_are_starved() {
             "pod=\"dcgm-exporter-x\",namespace=\"gpu-operator\",exported_pod=\"b\",exported_namespace=\"ml\",exported_container=\"loader\"",
         ),
         ("2", "pod=\"c\",namespace=\"ml\",container=\"main\""),
+        ("3", "pod=\"d\",namespace=\"ml\",container=\"main\""),
+        ("3", "pod=\"e\",namespace=\"ml\",container=\"main\""),
     ];
     for (gpu, holder) in gpus {
         let labels = format!(
@@ -1751,7 +1756,7 @@ fn history_says_why_gpus_are_starved() {
         args.push("--json");
         let v = truthscale(&args, &[]).json();
         let ents = v["entities"].as_array().unwrap();
-        assert_eq!(ents.len(), 3, "{step}: {v:#}");
+        assert_eq!(ents.len(), 5, "{step}: {v:#}");
         for (gpu, cause) in [(0, "cpu_throttled"), (1, "io_stalled"), (2, "unknown")] {
             let e = ents
                 .iter()
@@ -1816,7 +1821,40 @@ fn history_says_why_gpus_are_starved() {
         let rows = r["waits"]["starved"]
             .as_array()
             .unwrap_or_else(|| panic!("{r:#}"));
-        assert_eq!(rows.len(), 3, "{step}: {:#}", r["waits"]);
+        assert_eq!(rows.len(), 5, "{step}: {:#}", r["waits"]);
+        let hours = |row: &Value, cause: &str| {
+            row["by_cause"]
+                .as_array()
+                .and_then(|b| b.iter().find(|c| c["cause"] == cause))
+                .map(|c| f(c, "/hours"))
+                .unwrap_or_default()
+        };
+        // The time-sliced GPU: both holders' rows, the device's hours once in the totals.
+        let sliced: Vec<&Value> = rows
+            .iter()
+            .filter(|x| x["gpu"].as_str().is_some_and(|g| g.ends_with("GPU-3")))
+            .collect();
+        assert_eq!(sliced.len(), 2, "{step}: {:#}", r["waits"]);
+        let one_device = hours(
+            rows.iter()
+                .find(|x| x["gpu"].as_str().is_some_and(|g| g.ends_with("GPU-2")))
+                .unwrap(),
+            "unknown",
+        );
+        assert!(one_device > 0.8, "{step}: {:#}", r["waits"]);
+        for row in sliced {
+            assert!((hours(row, "unknown") - one_device).abs() < 1e-9, "{row:#}");
+        }
+        let total = r["waits"]["starved_gpu_hours"]
+            .as_array()
+            .and_then(|b| b.iter().find(|c| c["cause"] == "unknown"))
+            .map(|c| f(c, "/hours"));
+        // Every row's hours, but the second holder's copy of GPU-3's.
+        let once: f64 = rows.iter().map(|x| hours(x, "unknown")).sum::<f64>() - one_device;
+        assert!(
+            total.is_some_and(|t| (t - once).abs() < 1e-9),
+            "{step}: GPU-3's {one_device} h once: {once} h, not {total:?}"
+        );
         for (gpu, cause) in [
             ("GPU-0", "cpu_throttled"),
             ("GPU-1", "io_stalled"),

@@ -28,20 +28,33 @@ pub struct WaitTally {
     pub straggler_gap_max: Option<f64>,
     /// The job it was a straggler of (the last one named).
     pub job: Option<String>,
+    /// Of `starved_seconds`, those of windows another track of the same device counted at
+    /// the same time (a time-sliced GPU's holders each read the one device): left out of
+    /// the fleet's totals, which count a device's second once.
+    pub copied_starved_seconds: [f64; 7],
+    /// Of `judged_seconds`, those of such copies.
+    pub copied_judged_seconds: f64,
 }
 
 impl WaitTally {
-    /// Count one derived window over the seconds it was integrated.
-    pub fn observe(&mut self, w: &EntityWindow) {
+    /// Count one derived window over the seconds it was integrated; `copy`: another
+    /// track's window of the same device at the same time was counted already.
+    pub fn observe(&mut self, w: &EntityWindow, copy: bool) {
         let dt = w.dt_seconds;
         if !(dt.is_finite() && dt > 0.0) {
             return;
         }
         if w.verdict.verdict != Verdict::Unknown {
             self.judged_seconds += dt;
+            if copy {
+                self.copied_judged_seconds += dt;
+            }
         }
         if let Some(f) = w.verdict.cause() {
             self.starved_seconds[f.cause.index()] += dt;
+            if copy {
+                self.copied_starved_seconds[f.cause.index()] += dt;
+            }
         }
         let gap = [Field::StragglerClockGap, Field::StragglerComputeGap]
             .into_iter()
@@ -103,10 +116,14 @@ pub struct StragglerRow {
 /// The section: starved workloads (most starved hours first) and stragglers.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Waits {
-    /// Starved GPU-hours of every track, by cause.
+    /// Starved GPU-hours of every device, by cause: a device's hour once, however many
+    /// holders read it (a time-sliced GPU's), a MIG instance's times its share of the GPU.
     pub starved_gpu_hours: Vec<CauseHours>,
-    /// Hours with a verdict, every track.
+    /// GPU-hours with a verdict, every device, counted as `starved_gpu_hours` are.
     pub judged_gpu_hours: f64,
+    /// Starved hours of MIG instances of an unknown profile (their share of the GPU not
+    /// known): in their rows, not in `starved_gpu_hours`.
+    pub starved_hours_of_unknown_share: f64,
     /// The workloads with starved time, most first (at most [`LISTED`]).
     pub starved: Vec<StarvedRow>,
     /// Starved workloads left out of the list, and their starved hours.
@@ -133,11 +150,17 @@ pub fn waits(tracks: &[Track]) -> Waits {
     let mut judged = 0.0;
     let mut starved = Vec::new();
     let mut stragglers = Vec::new();
+    let mut unknown_share = 0.0;
     for t in tracks {
         let w = &t.waits;
-        judged += w.judged_seconds;
-        for (sum, s) in total.iter_mut().zip(w.starved_seconds) {
-            *sum += s;
+        match t.device_share() {
+            Some(share) => {
+                judged += share * (w.judged_seconds - w.copied_judged_seconds);
+                for (k, sum) in total.iter_mut().enumerate() {
+                    *sum += share * (w.starved_seconds[k] - w.copied_starved_seconds[k]);
+                }
+            }
+            None => unknown_share += w.starved_seconds.iter().sum::<f64>(),
         }
         let name = t.pod.clone().unwrap_or_else(|| t.gpu.clone());
         if let Some(row) = starved_row(&name, &t.gpu, w) {
@@ -167,6 +190,7 @@ pub fn waits(tracks: &[Track]) -> Waits {
     Waits {
         starved_gpu_hours: hours_by_cause(&total),
         judged_gpu_hours: judged / 3600.0,
+        starved_hours_of_unknown_share: unknown_share / 3600.0,
         starved_not_listed: NotListed {
             workloads: rest.len(),
             gpu_hours: rest.iter().map(|r| r.starved_hours).sum(),
@@ -318,6 +342,67 @@ mod tests {
         assert!((s.straggler_hours - 59.0 / 60.0).abs() < 1e-9, "{s:?}");
         assert!((s.gap_max - 780.0 / 1980.0).abs() < 1e-12, "{s:?}");
         assert_eq!(w.starved_not_listed.workloads, 0);
+    }
+
+    /// A device's second counts once in the fleet's totals: a time-sliced GPU's two holders
+    /// each read its starved hour (their rows say so), the totals one GPU-hour; a MIG 1g
+    /// instance of an H100 (1 of 7 compute slices) starved an hour is 1/7 GPU-hour; one of
+    /// an unknown profile is named apart.
+    #[test]
+    fn a_devices_second_counts_once_and_a_mig_instance_its_share() {
+        let mut d = Deriver::new(DeriveConfig::default(), Some(60.0));
+        let mut a = Track::new(Some("ml/a".into()), "node-a/GPU-8".into());
+        let mut b = Track::new(Some("ml/b".into()), "node-a/GPU-8".into());
+        for step in 0..60 {
+            let s = Sample {
+                taken: Timestamp(step * 60_000),
+                entities: vec![
+                    gpu(8, "a", 1980.0, 0.02, 0.6),
+                    gpu(8, "b", 1980.0, 0.02, 0.6),
+                ],
+            };
+            let windows = d.observe(&s).windows;
+            a.observe(usize::try_from(step).unwrap(), &windows[0]);
+            b.observe_copy(usize::try_from(step).unwrap(), &windows[1]);
+        }
+        let h100 = crate::gpus::by_key("h100-sxm");
+        let mig = |pod: &str, profile: Option<&str>| {
+            let mut t = Track::new(Some(pod.into()), "node-b/GPU-0".into());
+            t.is_mig = true;
+            t.spec = h100;
+            t.mig = profile.and_then(|p| h100?.mig.iter().find(|m| m.name == p));
+            t.waits.judged_seconds = 3600.0;
+            t.waits.starved_seconds[Cause::IoStalled.index()] = 3600.0;
+            t
+        };
+        let w = waits(&[
+            a,
+            b,
+            mig("ml/small", Some("1g.10gb")),
+            mig("ml/unknown", None),
+        ]);
+        let of = |c: Cause| w.starved_gpu_hours[c.index()].hours;
+        assert!((of(Cause::CpuThrottled) - 1.0).abs() < 1e-9, "{w:?}");
+        assert!((of(Cause::IoStalled) - 1.0 / 7.0).abs() < 1e-12, "{w:?}");
+        assert!(
+            (w.judged_gpu_hours - (1.0 + 1.0 / 7.0)).abs() < 1e-9,
+            "{w:?}"
+        );
+        assert!((w.starved_hours_of_unknown_share - 1.0).abs() < 1e-12);
+        let rows: Vec<(&str, f64)> = w
+            .starved
+            .iter()
+            .map(|r| (r.workload.as_str(), (r.starved_hours * 1e9).round() / 1e9))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("ml/a", 1.0),
+                ("ml/b", 1.0),
+                ("ml/small", 1.0),
+                ("ml/unknown", 1.0)
+            ]
+        );
     }
 
     #[test]

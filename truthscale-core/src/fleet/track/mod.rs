@@ -380,6 +380,19 @@ impl Track {
     /// busy flag, effective compute, memory used, busiest pipe and DRAM activity; and the
     /// identity (model, MIG profile, total memory, simulated).
     pub fn observe(&mut self, step: usize, w: &EntityWindow) {
+        self.observe_window(step, w, false);
+    }
+
+    /// As [`Track::observe`], for a window of a device whose same window another track
+    /// counted already (a time-sliced GPU's holders each read the one device): the fleet's
+    /// wait totals count that second once ([`WaitTally::copied_starved_seconds`]).
+    ///
+    /// [`WaitTally::copied_starved_seconds`]: super::waits::WaitTally::copied_starved_seconds
+    pub fn observe_copy(&mut self, step: usize, w: &EntityWindow) {
+        self.observe_window(step, w, true);
+    }
+
+    fn observe_window(&mut self, step: usize, w: &EntityWindow, copy: bool) {
         if self.model.is_none() {
             self.model.clone_from(&w.id.model);
         }
@@ -387,7 +400,7 @@ impl Track {
             self.spec = w.spec;
         }
         self.simulated |= w.simulated;
-        self.waits.observe(w);
+        self.waits.observe(w, copy);
         if let Some(m) = &w.id.mig {
             self.is_mig = true;
             if self.mig.is_none()
@@ -551,6 +564,17 @@ impl Track {
     pub fn gpu_share(&self) -> Option<f64> {
         if !self.is_mig {
             return Some(self.granted.unwrap_or(1.0));
+        }
+        self.device_share()
+    }
+
+    /// The share of the GPU the device it reads is: 1 for a whole GPU (whoever holds it), a
+    /// MIG instance's compute slices over its model's; `None` for an instance of an
+    /// unknown profile.
+    #[must_use]
+    pub fn device_share(&self) -> Option<f64> {
+        if !self.is_mig {
+            return Some(1.0);
         }
         self.spec?.share_of_profile(self.mig?.name)
     }
