@@ -18,7 +18,8 @@ pub struct DeriveConfig {
     pub tau_max: f64,
     /// DRAM activity reachable in practice (NVIDIA: about 0.8).
     pub d_max: f64,
-    /// Upper clamp of the clock correction κ.
+    /// Upper clamp of the clock correction κ; a catalog model's κ goes up to its maximum
+    /// clock over its reference clock where that is higher (1.156 on H100 and H200 NVL).
     pub kappa_max: f64,
     /// Below this busy fraction, inflation is not defined (the GPU is idle).
     pub inflation_min_util: f64,
@@ -680,8 +681,11 @@ fn effective_compute(
 ) {
     m.kappa = match (r.value(Field::SmClockMhz), spec) {
         (Some(f), Some(spec)) if f > 0.0 && spec.f_ref_mhz > 0.0 => {
-            // min then max, not clamp: no configured bound can panic.
-            Some((f / spec.f_ref_mhz).min(cfg.kappa_max).max(0.0))
+            // Up to the model's own boost (f_max / f_ref: 1.156 on H100 NVL) where that is
+            // above `kappa_max`: a clock the part reaches is no reading to clamp. min then
+            // max, not clamp: no configured bound can panic.
+            let cap = cfg.kappa_max.max(spec.max_sm_clock_mhz / spec.f_ref_mhz);
+            Some((f / spec.f_ref_mhz).min(cap).max(0.0))
         }
         _ => None,
     };
@@ -1418,6 +1422,33 @@ mod tests {
         assert_eq!(r.get(Field::PowerLimitWatts), Reading::Blank);
         assert_eq!(d[0].kind, DiagnosticKind::OutOfRange);
         assert_eq!(GENERIC_MAX_POWER_WATTS, 2000.0);
+    }
+
+    #[test]
+    fn a_boost_above_kappa_max_is_no_reading_to_clamp() {
+        // H100 NVL: reference 1544 MHz, boost up to 1785 (its datasheet): κ up to 1.156,
+        // above the default clamp of 1.1. At 1785 MHz with tensor activity 0.6 the GPU
+        // delivers 0.6 × 1785 / 1544 of its peak.
+        let ctx = WindowContext {
+            spec: by_key("h100-nvl"),
+            ..Default::default()
+        };
+        let r = readings(&[
+            (Field::ReportedUtil, 1.0),
+            (Field::TensorActive, 0.6),
+            (Field::SmClockMhz, 1785.0),
+        ]);
+        let m = window(&r, &ctx, &DeriveConfig::default());
+        assert!(close(m.kappa, 1785.0 / 1544.0), "{:?}", m.kappa);
+        assert!(close(m.effective_compute, 0.6 * 1785.0 / 1544.0));
+        // A model whose boost is below kappa_max keeps the configured clamp.
+        let ctx = WindowContext {
+            spec: by_key("h100-sxm"),
+            ..Default::default()
+        };
+        let r = readings(&[(Field::TensorActive, 0.6), (Field::SmClockMhz, 2100.0)]);
+        let m = window(&r, &ctx, &DeriveConfig::default());
+        assert!(close(m.kappa, 1.1), "{:?}", m.kappa);
     }
 
     #[test]

@@ -153,7 +153,12 @@ fn mig_choice(
     h: f64,
     limit: &PeakLimit,
 ) -> (Option<MigChoice>, Option<String>) {
-    let share = |p: &MigProfile| f64::from(p.sms) / f64::from(spec.sms.max(1));
+    // The instance's capacity: the smaller of its SM share and its memory-slice share, as a
+    // smaller model's is ([`peak_cost`]): a peak of saturation may be either term's.
+    let share = |p: &MigProfile| {
+        let sms = f64::from(p.sms) / f64::from(spec.sms.max(1));
+        sms.min(f64::from(p.memory_slices) / f64::from(p.memory_slices_total.max(1)))
+    };
     let choice = |f: rightsizing::MigFit| MigChoice {
         profile: f.profile.name,
         binding: f.binding,
@@ -169,10 +174,12 @@ fn mig_choice(
     let Some(k) = first.peak.filter(|k| k.peak_on_target > limit.max_over) else {
         return (Some(first), None);
     };
-    // The peak needs a share of at least peak / max_over: ask for it as compute.
+    // The peak needs a share of at least peak / max_over: ask for it as compute, and as
+    // bandwidth where that was measured (at the DRAM activity reachable, `D_MAX`).
     let need = k.peak_saturation / limit.max_over * (1.0 - sane(h));
     let bumped = Demand {
         compute: Some(demand.compute.map_or(need, |c| c.max(need))),
+        bandwidth: demand.bandwidth.map(|b| b.max(need * D_MAX)),
         ..demand
     };
     let why = withheld_note(
@@ -289,7 +296,7 @@ pub(super) fn right_size_each(
 mod tests {
     use super::*;
     use crate::fleet::test_support::{GIB, h100, input, pod, steady};
-    use crate::fleet::{FleetConfig, analyze};
+    use crate::fleet::{FleetConfig, Point, analyze};
     use crate::rightsizing::Constraint;
 
     /// Memory is a hard limit: a pod whose p99 memory (18 GiB) fits an L4's 24 GB but whose
@@ -414,6 +421,45 @@ mod tests {
             assert!(cfg.check().is_err(), "{bad}");
         }
         assert_eq!(FleetConfig::default().check(), Ok(()));
+    }
+
+    /// A MIG instance's capacity for a peak is the smaller of its SM share and its
+    /// memory-slice share: an A100 80GB's 1g.10gb has 14 of 108 SMs (0.130) but 1 of 8
+    /// memory slices (0.125; NVIDIA's MIG table, typed in). A pod at DRAM activity 0.05 all
+    /// day but for a 3-minute burst to 0.128 (saturation 0.128, its DRAM term) fits 1g.10gb
+    /// at p95, but its peak is 0.128 ÷ 0.125 = 1.024× the instance's bandwidth: withheld,
+    /// and 1g.20gb (2 of 8 slices) proposed. Counted by SMs alone it read 0.988×, and passed.
+    #[test]
+    fn a_mig_instance_carries_a_peak_by_the_smaller_of_its_shares() {
+        let spec = gpus::by_key("a100-80-sxm").unwrap();
+        let one = spec.mig.iter().find(|p| p.name == "1g.10gb").unwrap();
+        assert_eq!(
+            (
+                one.sms,
+                spec.sms,
+                one.memory_slices,
+                one.memory_slices_total
+            ),
+            (14, 108, 1, 8)
+        );
+        let mut t = Track::new(Some("ml/dram".into()), "n/gpu 0".into());
+        t.spec = Some(spec);
+        t.model = Some("NVIDIA A100-SXM4-80GB".into());
+        t.memory_total_mib = Some(80 * 1024);
+        for s in 0..1440 {
+            let d = if (600..603).contains(&s) { 0.128 } else { 0.05 };
+            let p = Point::new(Some(d), Some(1.0), Some(d / 2.0), Some(5.0 * GIB));
+            t.record(s, p.with_pipes(Some(d / 2.0), Some(d)));
+        }
+        let r = analyze(&input(vec![t], 1440), &FleetConfig::default()).rightsizing;
+        let m = r[0].mig_fit.as_ref().expect("a MIG profile");
+        assert_eq!(m.profile, "1g.20gb");
+        let note = r[0].mig_fit_note.as_deref().unwrap();
+        assert!(
+            note.starts_with("MIG 1g.10gb covers its p99 demand"),
+            "{note}"
+        );
+        assert!(note.contains("1.02×"), "0.128 × 8: {note}");
     }
 
     #[test]
