@@ -32,6 +32,11 @@ pub(super) fn idle_capacity(
             idle_unmeasured.push(n.clone());
             continue;
         };
+        // A placeholder (KAI's reservation pod, granted nothing) holds no idle capacity:
+        // its GPU's hours are unallocated, as the showback charges them.
+        if gpu == 0.0 {
+            continue;
+        }
         let idle_gpu_hours = idle as f64 * hours_per_step * gpu;
         let share = idle as f64 / measured as f64;
         total += idle_gpu_hours;

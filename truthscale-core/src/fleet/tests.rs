@@ -159,7 +159,8 @@ fn an_idle_mig_instance_holds_its_share() {
 /// as the showback charges it; pods sharing a GPU hold their grants together, or the
 /// whole GPU where one of them has none. Idle for 4 h each: a lone pod granted 0.25 holds
 /// 1 GPU-hour; pods granted 0.25 and 0.5 on one GPU 3; a granted pod and one without on
-/// another GPU the whole 4.
+/// another GPU the whole 4; KAI's reservation pod (a placeholder, granted nothing) none
+/// alone, and beside a tenant granted 0.5 the tenant's 2.
 #[test]
 fn a_pod_granted_a_fraction_holds_that_fraction_idle() {
     use crate::fleet::test_support::pod;
@@ -174,6 +175,11 @@ fn a_pod_granted_a_fraction_holds_that_fraction_idle() {
         idle("b/y", "n/gpu 1", Some(0.5)),
         idle("c/x", "n/gpu 2", Some(0.25)),
         idle("c/y", "n/gpu 2", None),
+        // A reservation pod alone (its tenants not seen): granted nothing, no idle capacity.
+        idle("kai-resource-reservation/r", "n/gpu 3", Some(0.0)),
+        // A reservation pod beside its tenant: the tenant's grant alone.
+        idle("kai-resource-reservation/s", "n/gpu 4", Some(0.0)),
+        idle("k/t", "n/gpu 4", Some(0.5)),
     ];
     let mut input = input(tracks, 4);
     input.step_seconds = 3600.0;
@@ -185,9 +191,15 @@ fn a_pod_granted_a_fraction_holds_that_fraction_idle() {
         .collect();
     assert_eq!(
         hours,
-        [("c/x + c/y", 4.0), ("b/x + b/y", 3.0), ("a/lone", 1.0)]
+        [
+            ("c/x + c/y", 4.0),
+            ("b/x + b/y", 3.0),
+            ("k/t + kai-resource-reservation/s", 2.0),
+            ("a/lone", 1.0)
+        ]
     );
-    assert_eq!(idle.idle_gpu_hours, 8.0);
+    assert_eq!(idle.idle_gpu_hours, 10.0);
+    assert!(idle.unmeasured.is_empty(), "{:?}", idle.unmeasured);
 }
 
 /// Savings are counted over the hours pods held GPUs, not every hour a GPU reported: two

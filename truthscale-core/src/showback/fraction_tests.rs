@@ -282,6 +282,11 @@ fn a_tracks_granted_share_is_its_pods_fraction() {
     assert_eq!(share(Some("a/mem")), Some(0.25));
     assert_eq!(share(Some("a/whole")), None);
     assert_eq!(share(None), None);
+    assert_eq!(
+        share(Some("kai-resource-reservation/gpu-reservation-n1")),
+        Some(0.0),
+        "a placeholder is granted nothing"
+    );
 }
 
 /// Two HAMi pods, gpucores 25 and 50, whose own use HAMi measured (0.2 and 0.02 of the

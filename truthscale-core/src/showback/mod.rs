@@ -311,9 +311,17 @@ impl Fraction {
 }
 
 /// The share of its GPU the pod of `track` was granted, as the showback charges it (its
-/// fraction in share units, over [`SHARE_UNITS`]); `None` where it has none.
+/// fraction in share units, over [`SHARE_UNITS`]); 0 for a placeholder (KAI's reservation
+/// pod, never charged); `None` where it has none.
 #[must_use]
 pub fn granted_share(fractions: &Fractions, track: &Track) -> Option<f64> {
+    if track
+        .pod
+        .as_deref()
+        .is_some_and(|p| placeholder(fractions, p))
+    {
+        return Some(0.0);
+    }
     shares::fraction_units(fractions, track.pod.as_deref(), track)
         .map(|u| u as f64 / SHARE_UNITS as f64)
 }
