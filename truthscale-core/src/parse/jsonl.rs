@@ -141,7 +141,7 @@ fn read_line(t: &str) -> Result<(Sample, Map<String, Value>), String> {
         simulated: take::<String>(o, "source")?.as_deref() == Some("sim"),
         sm_clock_is_point: false,
         counters_held: false,
-        nvlink_wait_links: 0,
+        nvlink_wait_links: take(o, "nvlink_wait_links")?.unwrap_or(0),
         // Node mode's lists (processes, allocation, holders' pressure): not in the format.
         ..EntitySample::default()
     };
@@ -280,6 +280,11 @@ struct Wire<'a> {
     truth_workload: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     truth_effective_compute: Option<f64>,
+    /// How many NVLink links the transmit wait sums ([`EntitySample::nvlink_wait_links`]),
+    /// where it sums any: a replay takes a new baseline where it changes, as the live
+    /// source does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nvlink_wait_links: Option<u16>,
 }
 
 /// One trace line for `e` taken at `taken`, without a trailing newline; [`JsonlParser`]
@@ -319,6 +324,7 @@ pub fn to_line(taken: Timestamp, e: &EntitySample) -> String {
         truth_phase: e.truth_phase.map(Phase::as_str),
         truth_workload: e.truth_workload.map(Workload::as_str),
         truth_effective_compute: e.truth_effective_compute.filter(|v| v.is_finite()),
+        nvlink_wait_links: (e.nvlink_wait_links > 0).then_some(e.nvlink_wait_links),
     };
     serde_json::to_string(&wire).unwrap_or_default()
 }
@@ -412,7 +418,7 @@ mod tests {
             truth_workload: Some(Workload::Decode),
             sm_clock_is_point: false,
             counters_held: false,
-            nvlink_wait_links: 0,
+            nvlink_wait_links: 4,
             truth_effective_compute: Some(0.125),
             simulated: true,
             processes: Vec::new(),
@@ -435,6 +441,7 @@ mod tests {
             line.contains(r#""source":"sim""#) && !line.contains("nvlink_tx_bytes"),
             "{line}"
         );
+        assert!(line.ends_with(r#","nvlink_wait_links":4}"#), "{line}");
         assert!(!line.contains('\n'));
         assert_eq!(one(&line), (Timestamp(1_714_564_800_123), e));
 
