@@ -431,6 +431,23 @@ impl MetricId {
     pub fn desc(self) -> &'static MetricDesc {
         &ALL[self.index()]
     }
+
+    /// Whether the family is a counter the device keeps from before truthscale first read
+    /// it (ECC counts since the driver loaded or over the device's life; the clock-violation
+    /// and clock-event times): its first reading holds history, no increase truthscale saw.
+    /// truthscale's own counters start at 0 with the first window.
+    #[must_use]
+    pub fn counted_by_device(self) -> bool {
+        matches!(
+            self,
+            MetricId::Gpu(
+                GpuMetric::GpuEccErrors
+                    | GpuMetric::GpuEccAggregateErrors
+                    | GpuMetric::GpuClockViolationSeconds
+                    | GpuMetric::GpuClockEventSeconds
+            )
+        )
+    }
 }
 
 impl PartialOrd for MetricId {
@@ -556,25 +573,27 @@ metrics! {
         "The health of the last window (1) and the others (0): unavailable (a row remap pending or failed, unrepairable memory, a recovery action asked for, a fatal XID last or counted in dcgm-exporter's window, an unhealthy fabric, a double-bit ECC error), degraded (single-bit ECC errors rose in the window, the clocks were held down by power or temperature for verdict.health.degraded_violation_share of it or more, or the fabric has limited capacity), else ok; absent where none of the health fields was read (see docs/verdicts.md).";
     GPU_UNAVAILABLE_SECONDS / Gpu::GpuUnavailableSeconds = "truthscale_gpu_unavailable_seconds_total", Counter, [], counter("truthscale.gpu.unavailable.time", "s"), None,
         "Seconds judged unavailable (verdict unavailable): GPU time that could take no work, counted apart from idle and busy. Only for entities whose health was read (no other second can be judged unavailable).";
-    GPU_XID_LAST / Gpu::GpuXidLast = "truthscale_gpu_xid_last", Gauge, [], gauge("truthscale.gpu.xid.last", "1"), raw(Field::XidLast, 1.0),
+    GPU_XID_LAST / Gpu::GpuXidLast = "truthscale_gpu_xid_last", Gauge, [], gauge("truthscale.gpu.xid.last", "{xid}"), raw(Field::XidLast, 1.0),
         "The last XID error the driver reported (DCGM 230, NVML's critical-XID events), 0 for none; 48, 79, 94, 95, 119 and 120 make the GPU unavailable.";
     GPU_XID_WINDOW_ERRORS / Gpu::GpuXidWindowErrors = "truthscale_gpu_xid_window_errors", Gauge, [], gauge("truthscale.gpu.xid.window_errors", "{error}"), raw(Field::XidWindowErrors, 1.0),
         "XID errors dcgm-exporter counted in its own window (DCGM_EXP_XID_ERRORS_COUNT summed over xid; the window is its --xid-count-window-size, 5 minutes by default). Per XID, read dcgm-exporter's own series.";
-    GPU_XID_WINDOW_FATAL / Gpu::GpuXidWindowFatal = "truthscale_gpu_xid_window_fatal", Gauge, [], gauge("truthscale.gpu.xid.window_fatal", "1"), raw(Field::XidWindowFatal, 1.0),
+    GPU_XID_WINDOW_FATAL / Gpu::GpuXidWindowFatal = "truthscale_gpu_xid_window_fatal", Gauge, [], gauge("truthscale.gpu.xid.window_fatal", "{xid}"), raw(Field::XidWindowFatal, 1.0),
         "A fatal XID (48, 79, 94, 95, 119, 120) dcgm-exporter counted in its own window, the one counted most (the lowest on a tie), 0 for none: not 0 makes the GPU unavailable.";
     GPU_ECC_ERRORS / Gpu::GpuEccErrors = "truthscale_gpu_ecc_errors_total", Counter, ["kind", "scope"], counter(sm::HW_ERRORS, "{error}"), None,
-        "ECC errors as the device counts them: kind=sbe (single-bit, corrected) or dbe (double-bit, uncorrected); scope=volatile since the driver loaded (DCGM 310/311, NVML), aggregate over the device's life (DBE only, DCGM 313). Resets with the driver.";
+        "ECC errors since the driver loaded, as the device counts them: kind=sbe (single-bit, corrected) or dbe (double-bit, uncorrected); scope=volatile (DCGM 310/311, NVML's volatile counts). Resets with the driver. The count over the device's life is truthscale_gpu_ecc_aggregate_errors_total, which holds these: never sum the two.";
+    GPU_ECC_AGGREGATE_ERRORS / Gpu::GpuEccAggregateErrors = "truthscale_gpu_ecc_aggregate_errors_total", Counter, ["kind"], counter("truthscale.gpu.ecc.aggregate.errors", "{error}"), None,
+        "Double-bit ECC errors over the device's life (kind=dbe; DCGM 313, NVML's aggregate count). They include those truthscale_gpu_ecc_errors_total{kind=\"dbe\"} counts since the driver loaded: never sum the two.";
     GPU_ROW_REMAP_PENDING / Gpu::GpuRowRemapPending = "truthscale_gpu_row_remap_pending", Gauge, [], gauge("truthscale.gpu.row_remap.pending", "1"), raw(Field::RowRemapPending, 1.0),
         "1 while a row remap waits for a GPU reset (DCGM 396, NVML remapped rows), else 0: the GPU is unavailable.";
     GPU_ROW_REMAP_FAILED / Gpu::GpuRowRemapFailed = "truthscale_gpu_row_remap_failed", Gauge, [], gauge("truthscale.gpu.row_remap.failed", "1"), raw(Field::RowRemapFailed, 1.0),
         "1 when a row remap failed (DCGM 395, NVML remapped rows), else 0: the GPU is unavailable.";
     GPU_ROW_REMAP_UNCORRECTABLE / Gpu::GpuRowRemapUncorrectable = "truthscale_gpu_row_remap_uncorrectable_rows", Gauge, [], gauge("truthscale.gpu.row_remap.uncorrectable", "{row}"), raw(Field::RowRemapUncorrectable, 1.0),
         "Rows remapped for uncorrectable memory errors (DCGM 393, NVML remapped rows).";
-    GPU_RECOVERY_ACTION / Gpu::GpuRecoveryAction = "truthscale_gpu_recovery_action", Gauge, [], gauge("truthscale.gpu.recovery_action", "1"), raw(Field::RecoveryAction, 1.0),
+    GPU_RECOVERY_ACTION / Gpu::GpuRecoveryAction = "truthscale_gpu_recovery_action", Gauge, [], gauge("truthscale.gpu.recovery_action", "{action}"), raw(Field::RecoveryAction, 1.0),
         "The recovery the driver asks for (DCGM 1523, NVML field value): 0 none, 1 GPU reset, 2 node reboot, 3 drain peer-to-peer, 4 drain and reset; not 0 makes the GPU unavailable.";
     GPU_MEMORY_UNREPAIRABLE / Gpu::GpuMemoryUnrepairable = "truthscale_gpu_memory_unrepairable", Gauge, [], gauge("truthscale.gpu.memory.unrepairable", "1"), raw(Field::MemoryUnrepairable, 1.0),
         "1 when the driver flags the GPU's memory unrepairable (DCGM 1507), else 0: the GPU is unavailable.";
-    GPU_FABRIC_HEALTH_SUMMARY / Gpu::GpuFabricHealthSummary = "truthscale_gpu_fabric_health", Gauge, [], gauge("truthscale.gpu.fabric.health", "1"), raw(Field::FabricHealthSummary, 1.0),
+    GPU_FABRIC_HEALTH_SUMMARY / Gpu::GpuFabricHealthSummary = "truthscale_gpu_fabric_health", Gauge, [], gauge("truthscale.gpu.fabric.health", "{state}"), raw(Field::FabricHealthSummary, 1.0),
         "The GPU fabric's health summary (DCGM 175): 0 not supported, 1 healthy, 2 unhealthy (the GPU is unavailable), 3 limited capacity (degraded).";
     GPU_CLOCK_VIOLATION_SECONDS / Gpu::GpuClockViolationSeconds = "truthscale_gpu_clock_violation_seconds_total", Counter, ["reason"], counter("truthscale.gpu.clock_violation.time", "s"), None,
         "Time the clocks were held down, as the device counts it since the driver loaded: reason=power (DCGM 240) or thermal (DCGM 241, NVML violation status). A rise of verdict.health.degraded_violation_share of a window or more makes the GPU degraded.";
@@ -584,7 +603,7 @@ metrics! {
         "PCIe receive (host to device) over the last window, as the source measures it (DCGM 1010, NVML GPM; without GPM, NVML's 20 ms sample at the window's end).";
     GPU_PCIE_TRANSMIT / Gpu::GpuPcieTransmit = "truthscale_gpu_pcie_transmit_bytes_per_second", Gauge, [], gauge("truthscale.gpu.pcie.transmit.rate", "By/s"), raw(Field::PcieTxBytesPerSec, 1.0),
         "PCIe transmit (device to host) over the last window.";
-    GPU_PCIE_LINK_GENERATION / Gpu::GpuPcieLinkGeneration = "truthscale_gpu_pcie_link_generation", Gauge, [], gauge("truthscale.gpu.pcie.link.generation", "1"), raw(Field::PcieLinkGen, 1.0),
+    GPU_PCIE_LINK_GENERATION / Gpu::GpuPcieLinkGeneration = "truthscale_gpu_pcie_link_generation", Gauge, [], gauge("truthscale.gpu.pcie.link.generation", "{generation}"), raw(Field::PcieLinkGen, 1.0),
         "The PCIe link's current generation (DCGM 237, NVML): with its width, the link's capacity.";
     GPU_PCIE_LINK_WIDTH / Gpu::GpuPcieLinkWidth = "truthscale_gpu_pcie_link_width", Gauge, [], gauge("truthscale.gpu.pcie.link.width", "{lane}"), raw(Field::PcieLinkWidth, 1.0),
         "The PCIe link's current width in lanes (DCGM 238, NVML).";

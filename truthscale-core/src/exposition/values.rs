@@ -155,10 +155,15 @@ fn health_values<'a>(
             }
         }
         GpuMetric::GpuEccErrors => {
-            for (kind, scope, field) in ECC_SERIES {
+            for (kind, field) in ECC_SERIES {
                 if let Some(v) = r.value(field) {
-                    push(vec![("kind", kind), ("scope", scope)], v);
+                    push(vec![("kind", kind), ("scope", "volatile")], v);
                 }
+            }
+        }
+        GpuMetric::GpuEccAggregateErrors => {
+            if let Some(v) = r.value(Field::EccDbeAggregate) {
+                push(vec![("kind", "dbe")], v);
             }
         }
         GpuMetric::GpuClockViolationSeconds | GpuMetric::GpuClockEventSeconds => {
@@ -192,11 +197,11 @@ const CLOCK_EVENT_SERIES: [(&str, Field); 5] = [
     ("hw_power_brake", Field::ClockEventHwPowerBrakeNs),
 ];
 
-/// The ECC series: kind, scope and the reading each is.
-const ECC_SERIES: [(&str, &str, Field); 3] = [
-    ("sbe", "volatile", Field::EccSbeVolatile),
-    ("dbe", "volatile", Field::EccDbeVolatile),
-    ("dbe", "aggregate", Field::EccDbeAggregate),
+/// The ECC series since the driver loaded (`scope="volatile"`): kind and the reading each
+/// is. The count over the device's life is a family of its own (it holds these).
+const ECC_SERIES: [(&str, Field); 2] = [
+    ("sbe", Field::EccSbeVolatile),
+    ("dbe", Field::EccDbeVolatile),
 ];
 
 fn gpu_values<'a>(
@@ -244,6 +249,7 @@ fn gpu_values<'a>(
         GpuMetric::GpuHealth
         | GpuMetric::GpuUnavailableSeconds
         | GpuMetric::GpuEccErrors
+        | GpuMetric::GpuEccAggregateErrors
         | GpuMetric::GpuClockViolationSeconds
         | GpuMetric::GpuClockEventSeconds => health_values(id, win, push),
         GpuMetric::ProcessMemoryUsed

@@ -73,7 +73,9 @@ impl Monotonic {
     /// that one to the offset. A series not read is kept while its GPU is in `unread`
     /// (listed, not read: stale), else for [`Monotonic::RETAIN_MS`] after it was kept last;
     /// with `carry`, each series kept and not read is added to `families` as last observed
-    /// (no increase).
+    /// (no increase). With `carry` (delta temporality), a new series of a counter the
+    /// device kept before it was read ([`MetricId::counted_by_device`]) starts at 0: its
+    /// first reading is its baseline, so the first delta holds no history from before.
     fn apply(
         &mut self,
         families: &mut [Vec<(Vec<KeyValue>, f64)>],
@@ -86,13 +88,14 @@ impl Monotonic {
             if !is_counter(m) {
                 continue;
             }
+            let baseline = carry && m.id.counted_by_device();
             for (attrs, v) in points.iter_mut() {
                 let key = (m.id.index(), format!("{attrs:?}"));
                 let mut s = self.series.remove(&key).unwrap_or_else(|| Series {
                     attrs: attrs.clone(),
                     gpu: gpu_of(attrs),
                     last: *v,
-                    offset: 0.0,
+                    offset: if baseline { -*v } else { 0.0 },
                     kept_ms: now_ms,
                 });
                 if *v < s.last {
@@ -240,6 +243,11 @@ fn point_attributes(
     let uuid = label("uuid");
     let mig = label("mig_instance").filter(|m| !m.is_empty());
     for (l, val) in labels {
+        // An empty Prometheus label is an absent one; an empty OTLP attribute is a value
+        // (OTel's common spec): not sent.
+        if val.is_empty() {
+            continue;
+        }
         let key = catalog::otel_attribute(l).unwrap_or(l);
         let val = match (*l, mig, uuid) {
             ("uuid", Some(m), Some(u)) => format!("{u}/mig/{m}"),
@@ -252,7 +260,7 @@ fn point_attributes(
         if let (Some(_), Some(u)) = (mig, uuid) {
             attrs.push(KeyValue::new(sa::HW_PARENT, u.to_owned()));
         }
-        if label("driver_version").is_none()
+        if label("driver_version").is_none_or(str::is_empty)
             && let Some(d) = uuid.and_then(|u| drivers.get(u))
         {
             attrs.push(KeyValue::new(sa::HW_DRIVER_VERSION, (*d).to_owned()));
@@ -410,6 +418,23 @@ mod tests {
         // No driver version known: none made up.
         let a = point_attributes(true, &[], &[("uuid", "GPU-2")], &drivers);
         assert_eq!(get(&a, "hw.driver_version"), None);
+    }
+
+    /// An empty label (the info family's `pci_bus_id=""` or `driver_version=""` where the
+    /// source tells none) is absent in Prometheus; in OTLP an empty string is a value: not
+    /// sent, and the driver version known from another family is added instead.
+    #[test]
+    fn empty_labels_are_not_sent_as_attributes() {
+        let drivers = HashMap::from([("GPU-1", "580.65.06")]);
+        let labels = [
+            ("uuid", "GPU-1"),
+            ("pci_bus_id", ""),
+            ("driver_version", ""),
+        ];
+        let a = point_attributes(true, &[], &labels, &drivers);
+        assert!(a.iter().all(|kv| !kv.value.to_string().is_empty()), "{a:?}");
+        assert_eq!(get(&a, "hw.driver_version").as_deref(), Some("580.65.06"));
+        assert_eq!(get(&a, "hw.id").as_deref(), Some("GPU-1"));
     }
 
     #[test]
