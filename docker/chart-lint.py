@@ -15,10 +15,13 @@ NVML sidecar without GPU access) fails at install, with the message BAD_MESSAGES
 helm-sdkpy has no template action and its install needs an API server, so the good cases are
 also installed against FakeApiServer below, a stand-in on 127.0.0.1 that answers discovery
 and keeps what Helm creates: the objects exactly as Helm renders them. Those are checked
-(what each mode and value must and must not render, the rules and dashboards against their
-sources) and the built-in kinds validated with kubernetes-validate --strict. The release's
-manifest, the YAML text Helm rendered, must hold no mapping key twice (Helm keeps the last of
-two; kustomize and `kubectl apply` refuse the document). A case may name its release (a
+(what each mode and value must and must not render: GPU access with the NVML source only,
+`--listen` from listenAddress and port, liveness everywhere but readiness in node mode only; the
+rules and dashboards against their sources) and the built-in kinds validated with
+kubernetes-validate --strict. The pod-label keys of docker/chart-lint-pod-label-keys.json, which
+tests/tests/it/node_manifests.rs gives the agent, must pass (all at once) or fail (each alone).
+The release's manifest, the YAML text Helm rendered, must hold no mapping key twice (Helm
+keeps the last of two; kustomize and `kubectl apply` refuse the document). A case may name its release (a
 release "123" is a number to YAML unless the templates quote it) or install against a stand-in
 without the Prometheus Operator's CRDs (monitoring.coreos.com/v1): the monitor and the rules
 must then be left out.
@@ -46,6 +49,17 @@ CHART = ROOT / "docker" / "chart" / "truthscale"
 SEVERITY = {0: "unknown", 1: "info", 2: "warning", 3: "error"}
 
 GPU_UUID = "GPU-0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0"
+
+# Pod label keys that values.schema.json must accept (all at once, a good case) and refuse
+# (each a hostile case), as the agent does: tests/tests/it/node_manifests.rs checks the agent
+# against the same file.
+LABEL_KEYS = json.loads((ROOT / "docker" / "chart-lint-pod-label-keys.json").read_text())
+
+
+def short(key: str) -> str:
+    """A key for a case's name: a long one by its length."""
+    return repr(key) if len(key) <= 24 else f"{key[:12]!r}... ({len(key)} characters)"
+
 
 GOOD = {
     "node (defaults)": {},
@@ -78,6 +92,10 @@ GOOD = {
     "sidecar, ServiceMonitor, cluster without the Prometheus Operator's CRDs": {
         "mode": "sidecar", "source": "sim", "monitor": {"kind": "ServiceMonitor"},
     },
+    "node, every pod-label key the agent accepts": {"node": {"podLabels": LABEL_KEYS["accepted"]}},
+    # IPv6 single-stack clusters: --listen [::]:PORT; an unbracketed address is bracketed.
+    "node, listenAddress [::]": {"listenAddress": "[::]"},
+    "sidecar, dcgm-exporter source, listenAddress ::": {"mode": "sidecar", "source": "dcgm-exporter", "listenAddress": "::"},
 }
 
 # How a good case is installed, where not with release `truthscale` against a stand-in API
@@ -114,6 +132,13 @@ BAD = {
     "sidecar.visibleDevices: all": {"mode": "sidecar", "sidecar": {"visibleDevices": "all"}},
     "monitor.labels with the chart's app.kubernetes.io/name": {"monitor": {"labels": {"app.kubernetes.io/name": "x"}}},
     "dashboards.labels with the chart's helm.sh/chart": {"dashboards": {"labels": {"helm.sh/chart": "x"}}},
+    # --listen takes an address, not a name, and the chart adds the port.
+    "listenAddress: localhost": {"listenAddress": "localhost"},
+    "listenAddress with a port": {"listenAddress": "0.0.0.0:9488"},
+    "listenAddress [::] with a port": {"listenAddress": "[::]:9488"},
+    "listenAddress: [:: unclosed": {"listenAddress": "[::"},
+    # The agent stops at start on a key that is not a Kubernetes label key.
+    **{f"node.podLabels key {short(k)}": {"node": {"podLabels": [k]}} for k in LABEL_KEYS["refused"]},
 }
 
 # The message of a template's `fail` that must refuse the case.
@@ -306,6 +331,18 @@ def check_workload(v: dict, kinds: dict[str, list[dict]]) -> list[str]:
         errs.append(f"args {c['args']} do not name the source {v['source']}")
     if [p["containerPort"] for p in c["ports"]] != [v["port"]]:
         errs.append(f"container ports {c['ports']}, want {v['port']}")
+    host = v.get("listenAddress") or "0.0.0.0"
+    host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    listen = [c["args"][i + 1] for i, a in enumerate(c["args"][:-1]) if a == "--listen"]
+    if listen != [f"{host}:{v['port']}"]:
+        errs.append(f"--listen {listen}, want {host}:{v['port']} (listenAddress {v.get('listenAddress')!r})")
+    # A pod is Ready only when every container is: the sidecar's /readyz (503 before the first
+    # sample and while a read hangs) would take the inference pod out of its Service. Liveness
+    # for both; readiness for the node agent, a pod of its own, only.
+    probe = {p: c.get(p, {}).get("httpGet", {}).get("path") for p in ("livenessProbe", "readinessProbe")}
+    want_probe = {"livenessProbe": "/healthz", "readinessProbe": "/readyz" if node else None}
+    if probe != want_probe or (not node and "readinessProbe" in c):
+        errs.append(f"probes {probe}, want {want_probe}")
     if c["resources"] != v["node" if node else "sidecar"]["resources"]:
         errs.append(f"resources {c['resources']} are not the values'")
     sc = c["securityContext"]

@@ -44,13 +44,15 @@
 #    error, not 0; the adapter maps the namespace and pod labels);
 # 8. docker/chart-lint.py: Helm's own lint (the helm-sdkpy package, offline) of the chart
 #    docker/chart/truthscale with each mode's good values, which must pass, and with hostile
-#    values (a wrong mode, port -1, an unknown key, huge strings, ...), which must fail
+#    values (a wrong mode, port -1, an unknown key, huge strings, a pod-label key the agent
+#    refuses, from docker/chart-lint-pod-label-keys.json, ...), which must fail
 #    (values.schema.json; the combinations a template's `fail` refuses, such as
 #    node.perProcess without NVML, at install); each good case is also installed against a
 #    stand-in API server on 127.0.0.1 (helm-sdkpy has no template action; some cases without
 #    the Prometheus Operator's CRDs), the rendered manifest must hold no mapping key twice,
 #    and the objects Helm sends are checked (what each mode and value renders, GPU access
-#    with the NVML source only, rules and dashboards against alerts/ and dashboards/) and
+#    with the NVML source only, --listen from listenAddress, readiness in node mode only,
+#    rules and dashboards against alerts/ and dashboards/) and
 #    their built-in kinds validated with kubernetes-validate --strict;
 # 9. docker/generate.py --check: the generated PrometheusRules, dashboards ConfigMap and the
 #    chart's copies (docker/chart/truthscale/files/) match alerts/ and dashboards/.

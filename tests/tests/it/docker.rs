@@ -16,7 +16,8 @@ use truthscale_e2e::{
 };
 
 use crate::manifests::{
-    container, container_env, downward_api, read, seq_of, str_of, strings, yaml,
+    container, container_env, containers_of, downward_api, kubernetes_manifests, read, seq_of,
+    str_of, strings, yaml,
 };
 
 const REGENERATE: &str = "stale generated manifest: run `python3 docker/generate.py`";
@@ -147,6 +148,38 @@ fn flag<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
+/// A container's environment after a strategic-merge patch of that container: an entry of
+/// the patch's `env` sets its variable (a literal `value`), one with `$patch: delete` removes
+/// it, as kustomize merges them (by `name`).
+fn patched_env(
+    base: &BTreeMap<String, String>,
+    patch: &Value,
+    file: &str,
+) -> BTreeMap<String, String> {
+    let mut env = base.clone();
+    let Some(entries) = patch.get("env") else {
+        return env;
+    };
+    for e in seq_of(entries, &format!("{file}: env")) {
+        let name = str_of(&e["name"], &format!("{file}: env name")).to_owned();
+        if e["$patch"].as_str() == Some("delete") {
+            env.remove(&name);
+        } else {
+            let value = str_of(&e["value"], &format!("{file}: env {name}: a literal value"));
+            env.insert(name, value.to_owned());
+        }
+    }
+    env
+}
+
+/// An empty configuration file, for `truthscale config check` with settings from the
+/// environment only.
+fn empty_config(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("empty.toml");
+    std::fs::write(&path, "").expect("write an empty configuration file");
+    path
+}
+
 #[test]
 fn prometheus_rule_spec_is_the_rules_file() {
     let rule = yaml("docker/kubernetes/prometheusrule.yaml");
@@ -249,9 +282,10 @@ fn dockerfile_labels_the_binarys_version() {
     assert!(dockerfile.lines().any(|l| l == "USER 65532:65532"));
 }
 
-/// The sidecar of `sidecar-deployment.yaml` with the demo patch's arguments, run on the host:
-/// it serves `/metrics` with the pod identity from the manifest's Downward API environment
-/// and answers the manifest's probe paths.
+/// The sidecar of `sidecar-deployment.yaml` with the demo patch's arguments and environment,
+/// run on the host: it serves `/metrics` with the pod identity from the manifest's Downward
+/// API environment and answers the manifest's liveness path. The patch takes the NVML
+/// sidecar's GPU access away: a demo cluster may have neither GPUs nor the NVIDIA runtime.
 #[test]
 fn demo_sidecar_runs_as_the_manifests_say() {
     let file = "docker/kubernetes/sidecar-deployment.yaml";
@@ -264,17 +298,14 @@ fn demo_sidecar_runs_as_the_manifests_say() {
         .find(|p| p["name"].as_str() == Some("metrics"))
         .expect("a container port named metrics");
     assert_eq!(port["containerPort"].as_u64(), Some(9488));
-    let probe_path = |probe: &str| {
-        let get = &sidecar[probe]["httpGet"];
-        assert_eq!(get["port"].as_str(), Some("metrics"), "{probe} port");
-        str_of(&get["path"], probe).to_owned()
-    };
-    let liveness = probe_path("livenessProbe");
-    let readiness = probe_path("readinessProbe");
+    let get = &sidecar["livenessProbe"]["httpGet"];
+    assert_eq!(get["port"].as_str(), Some("metrics"), "livenessProbe port");
+    let liveness = str_of(&get["path"], "livenessProbe").to_owned();
 
     let patch_file = "docker/kubernetes-demo/sidecar-demo-patch.yaml";
     let patch = yaml(patch_file);
-    let args = strings(&container(&patch, "truthscale", patch_file)["args"], "args");
+    let patched = container(&patch, "truthscale", patch_file);
+    let args = strings(&patched["args"], "args");
     let overlay = yaml("docker/kubernetes-demo/kustomization.yaml");
     assert!(
         seq_of(&overlay["patches"], "patches")
@@ -283,10 +314,32 @@ fn demo_sidecar_runs_as_the_manifests_say() {
         "the demo overlay applies sidecar-demo-patch.yaml"
     );
     assert_eq!(flag(&args, "--source"), Some("sim"), "{args:?}");
+    // A RuntimeClass the cluster lacks keeps the pod from being admitted, and the NVIDIA
+    // runtime (where it is the default) refuses a GPU UUID it does not know: the demo drops
+    // both (`runtimeClassName: null`, `$patch: delete`).
+    if deployment["spec"]["template"]["spec"]
+        .get("runtimeClassName")
+        .is_some()
+    {
+        assert!(
+            patch["spec"]["template"]["spec"]
+                .get("runtimeClassName")
+                .is_some_and(Value::is_null),
+            "{patch_file}: `runtimeClassName: null` must remove {file}'s runtime class"
+        );
+    }
+    let env = patched_env(&env, patched, patch_file);
+    let nvidia: Vec<&String> = env.keys().filter(|k| k.starts_with("NVIDIA_")).collect();
+    assert!(
+        nvidia.is_empty(),
+        "{patch_file}: the simulated sidecar keeps {nvidia:?}; delete them (`$patch: delete`)"
+    );
     let args = expand(&args, &env);
 
     let dir = TempDir::new("docker-demo");
-    let host = start_ready(&args, &env, &readiness, dir.path());
+    // No readiness probe on a sidecar (only_the_node_agent_has_a_readiness_probe); /readyz
+    // still says when the first sample is in.
+    let host = start_ready(&args, &env, "/readyz", dir.path());
     let live = host.get(&liveness);
     assert_eq!(live.status, 200, "{liveness}: {}", live.text());
     let gpus = check_gpu_info(
@@ -301,6 +354,162 @@ fn demo_sidecar_runs_as_the_manifests_say() {
             gpus.to_string(),
             n,
             "one truthscale_gpu_info per simulated GPU"
+        );
+    }
+}
+
+/// NVML needs the driver library and the GPU's device nodes in the container. The NVIDIA
+/// device plugin gives them only to a container that requests `nvidia.com/gpu`; any other
+/// container (the sidecar beside the inference container, the node agent) gets them from the
+/// NVIDIA container runtime, the pod's `runtimeClassName`, acting on the container's own
+/// `NVIDIA_VISIBLE_DEVICES`. Without either, `serve --source nvml` stops at start ("cannot
+/// load the NVML library"). A sidecar names its pod's GPU, never `all` (it would label every
+/// GPU of the node with its pod), as the Helm chart's sidecar.visibleDevices does.
+#[test]
+fn every_nvml_truthscale_container_can_see_a_gpu() {
+    let mut nvml = Vec::new();
+    for (file, doc) in kubernetes_manifests() {
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        if !matches!(kind, "Deployment" | "DaemonSet") || file.ends_with("-patch.yaml") {
+            continue;
+        }
+        let pod = &doc["spec"]["template"]["spec"];
+        for c in containers_of(&doc)
+            .iter()
+            .filter(|c| c["name"].as_str() == Some("truthscale"))
+        {
+            let env = container_env(c, &file);
+            let args = strings(&c["args"], &format!("{file}: args"));
+            // No source anywhere: the image's `serve` reads NVML where a driver is present.
+            let source = flag(&args, "--source")
+                .or(env.get("TRUTHSCALE_SOURCE__KIND").map(String::as_str))
+                .unwrap_or("auto");
+            if !matches!(source, "nvml" | "auto") {
+                continue;
+            }
+            nvml.push(file.clone());
+            if c["resources"]["limits"]["nvidia.com/gpu"]
+                .as_u64()
+                .is_some_and(|n| n > 0)
+            {
+                continue; // the device plugin's
+            }
+            let devices = env.get("NVIDIA_VISIBLE_DEVICES").map_or("", String::as_str);
+            assert!(
+                !matches!(devices, "" | "void" | "none"),
+                "{file}: the truthscale container reads NVML (source {source}) but has no GPU: \
+                 no nvidia.com/gpu request and NVIDIA_VISIBLE_DEVICES {devices:?}; it would stop \
+                 at start, unable to load the NVML library"
+            );
+            assert!(
+                pod["runtimeClassName"]
+                    .as_str()
+                    .is_some_and(|r| !r.is_empty()),
+                "{file}: NVIDIA_VISIBLE_DEVICES={devices} needs the NVIDIA container runtime to \
+                 act on it: set the pod's runtimeClassName (nvidia, the GPU Operator's)"
+            );
+            if let Some(caps) = env.get("NVIDIA_DRIVER_CAPABILITIES") {
+                assert!(
+                    caps.split(',')
+                        .any(|c| matches!(c.trim(), "utility" | "all")),
+                    "{file}: NVIDIA_DRIVER_CAPABILITIES={caps}: NVML needs utility"
+                );
+            }
+            if kind == "Deployment" {
+                assert_ne!(
+                    devices, "all",
+                    "{file}: a sidecar that sees every GPU of its node labels them all with \
+                     its pod: name the inference container's GPU"
+                );
+            }
+        }
+    }
+    for want in [
+        "docker/kubernetes/sidecar-deployment.yaml",
+        "docker/kubernetes/node/base/daemonset.yaml",
+    ] {
+        assert!(
+            nvml.iter().any(|f| f == want),
+            "{want} was not checked as an NVML reader: {nvml:?}"
+        );
+    }
+}
+
+/// A pod is Ready only when every container is. The sidecar's `/readyz` answers 503 before
+/// the first sample and while a read hangs, so a readiness probe on it would take the
+/// inference pod out of its Service whenever monitoring has trouble: a sidecar (in a
+/// Deployment, patches included) has liveness on `/healthz` only. The node agent, a pod of its
+/// own, keeps readiness on `/readyz`.
+#[test]
+fn only_the_node_agent_has_a_readiness_probe() {
+    let (mut sidecars, mut agents) = (Vec::new(), Vec::new());
+    for (file, doc) in kubernetes_manifests() {
+        let patch = file.ends_with("-patch.yaml");
+        for c in containers_of(&doc)
+            .iter()
+            .filter(|c| c["name"].as_str() == Some("truthscale"))
+        {
+            let path = |probe: &str| c[probe]["httpGet"]["path"].as_str().map(str::to_owned);
+            match doc["kind"].as_str() {
+                Some("Deployment") => {
+                    assert!(
+                        c.get("readinessProbe").is_none(),
+                        "{file}: the sidecar has a readinessProbe: while it is not ready, \
+                         neither is the inference pod, and its Service stops sending it requests"
+                    );
+                    if !patch {
+                        assert_eq!(path("livenessProbe").as_deref(), Some("/healthz"), "{file}");
+                    }
+                    sidecars.push(file.clone());
+                }
+                Some("DaemonSet") if !patch => {
+                    assert_eq!(path("readinessProbe").as_deref(), Some("/readyz"), "{file}");
+                    assert_eq!(path("livenessProbe").as_deref(), Some("/healthz"), "{file}");
+                    agents.push(file.clone());
+                }
+                _ => {}
+            }
+        }
+    }
+    for want in [
+        "docker/kubernetes/sidecar-deployment.yaml",
+        "docker/kubernetes/sidecar-dcgm-exporter.yaml",
+        "docker/kubernetes/web-config-patch.yaml",
+    ] {
+        assert!(sidecars.iter().any(|f| f == want), "{want}: {sidecars:?}");
+    }
+    assert_eq!(agents, ["docker/kubernetes/node/base/daemonset.yaml"]);
+}
+
+/// The Helm chart's `--listen` host, values.yaml's `listenAddress` (docker/chart-lint.py
+/// checks how it is rendered, an IPv6 address in brackets), with the port: the default
+/// 0.0.0.0 and `[::]`, the value the file names for IPv6 single-stack clusters, are addresses
+/// the binary listens on.
+#[test]
+fn the_charts_listen_addresses_are_the_binarys() {
+    let rel = "docker/chart/truthscale/values.yaml";
+    let values = yaml(rel);
+    let default = str_of(&values["listenAddress"], &format!("{rel}: listenAddress"));
+    let port = values["port"].as_u64().expect("values.yaml: port");
+    assert!(
+        read(rel).contains("[::] for IPv6 single-stack clusters"),
+        "{rel} should say to use [::] for IPv6 single-stack clusters"
+    );
+    let dir = TempDir::new("chart-listen");
+    let config = empty_config(dir.path());
+    for host in [default, "[::]"] {
+        let addr = format!("{host}:{port}");
+        let out = clean_command()
+            .args(["config", "check"])
+            .arg(&config)
+            .env("TRUTHSCALE_LISTEN_ADDRESS", &addr)
+            .env("TRUTHSCALE_SOURCE__KIND", "sim")
+            .output()
+            .expect("run truthscale config check");
+        assert!(
+            out.status.success(),
+            "--listen {addr}: {}",
+            String::from_utf8_lossy(&out.stderr)
         );
     }
 }

@@ -75,3 +75,39 @@ pub(crate) fn container_env(c: &Value, file: &str) -> BTreeMap<String, String> {
         })
         .collect()
 }
+
+/// Every YAML file under `docker/kubernetes/` and `docker/kubernetes-demo/` (each holds one
+/// document), by its path from the workspace, in path order.
+pub(crate) fn kubernetes_manifests() -> Vec<(String, Value)> {
+    let mut found = Vec::new();
+    let mut stack = vec![
+        workspace().join("docker/kubernetes"),
+        workspace().join("docker/kubernetes-demo"),
+    ];
+    while let Some(dir) = stack.pop() {
+        let entries =
+            std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("list {}: {e}", dir.display()));
+        for entry in entries {
+            let path = entry.expect("directory entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+                let rel = path
+                    .strip_prefix(workspace())
+                    .unwrap_or(&path)
+                    .display()
+                    .to_string();
+                found.push((rel.clone(), yaml(&rel)));
+            }
+        }
+    }
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    found
+}
+
+/// The containers of a workload or a patch of one (none for another kind).
+pub(crate) fn containers_of(doc: &Value) -> &[Value] {
+    doc["spec"]["template"]["spec"]["containers"]
+        .as_sequence()
+        .map_or(&[], Vec::as_slice)
+}

@@ -31,8 +31,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use truthscale_e2e::{
-    Prometheus, Sample, Sidecar, TempDir, fake_nvml, http_get, require_tool_or_return, run,
-    url_encode, workspace,
+    Prometheus, Sample, Sidecar, TempDir, clean_command, fake_nvml, http_get,
+    require_tool_or_return, run, url_encode, workspace,
 };
 use truthscale_e2e::{api_data, value};
 use truthscale_exporter::attribution::config::DEFAULT_SOCKET;
@@ -54,6 +54,10 @@ const CLUSTER_ROLE_BINDING: &str = "docker/kubernetes/node/pod-labels/clusterrol
 const CHART_DAEMONSET: &str = "docker/chart/truthscale/templates/daemonset.yaml";
 const CHART_RBAC: &str = "docker/chart/truthscale/templates/serviceaccount-rbac.yaml";
 const POD_LABELS_VAR: &str = "TRUTHSCALE_NODE__POD_LABELS";
+/// Pod label keys the chart's values.schema.json must accept and refuse (docker/chart-lint.py
+/// checks that with Helm's lint), as the agent does.
+const LABEL_KEY_CASES: &str = "docker/chart-lint-pod-label-keys.json";
+const CHART_SCHEMA: &str = "docker/chart/truthscale/values.schema.json";
 const RBAC_KINDS: [&str; 4] = ["Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"];
 const SIDECAR: &str = "docker/kubernetes/sidecar-deployment.yaml";
 const SIDECAR_PODMONITOR: &str = "docker/kubernetes/podmonitor.yaml";
@@ -380,6 +384,89 @@ fn node_layouts_are_complete_and_documented() {
             doc.contains(rel) || doc.contains(short),
             "{DOC} does not mention {rel}"
         );
+    }
+}
+
+/// The Helm chart's `node.podLabels` keys are the agent's: the keys the chart's schema must
+/// accept and refuse (docker/chart-lint.py gives each to Helm's lint) are the keys the agent
+/// accepts and refuses in `TRUTHSCALE_NODE__POD_LABELS`, so a key the schema lets through
+/// never stops the agent at start ("is not a Kubernetes label key").
+#[test]
+fn the_charts_pod_label_keys_are_the_agents() {
+    let cases: Json = serde_json::from_str(&read(LABEL_KEY_CASES))
+        .unwrap_or_else(|e| panic!("{LABEL_KEY_CASES}: not JSON: {e}"));
+    let keys = |list: &str| -> Vec<String> {
+        cases[list]
+            .as_array()
+            .unwrap_or_else(|| panic!("{LABEL_KEY_CASES}: no {list} list"))
+            .iter()
+            .map(|k| k.as_str().expect("a key as a string").to_owned())
+            .collect()
+    };
+    let (accepted, refused) = (keys("accepted"), keys("refused"));
+    for must in ["team", "example.com/team"] {
+        assert!(
+            accepted.iter().any(|k| k == must),
+            "{LABEL_KEY_CASES}: accepted lacks {must}"
+        );
+    }
+    for must in ["team-", "a/b/c", "Example.com/app"] {
+        assert!(
+            refused.iter().any(|k| k == must),
+            "{LABEL_KEY_CASES}: refused lacks {must}"
+        );
+    }
+    // The schema's length bound is the longest key: a 253-character prefix, `/`, 63 characters.
+    let schema: Json = serde_json::from_str(&read(CHART_SCHEMA)).expect("values.schema.json");
+    let item = &schema["properties"]["node"]["properties"]["podLabels"]["items"];
+    assert_eq!(
+        item["maxLength"].as_u64(),
+        Some(253 + 1 + 63),
+        "{CHART_SCHEMA}: {item}"
+    );
+    let longest = accepted.iter().map(String::len).max().unwrap_or_default();
+    assert_eq!(
+        longest, 317,
+        "{LABEL_KEY_CASES}: accepted should reach the longest key"
+    );
+
+    let dir = TempDir::new("pod-label-keys");
+    let config = dir.path().join("empty.toml");
+    std::fs::write(&config, "").expect("write an empty configuration file");
+    let verdict = |key: &str| -> Result<(), String> {
+        let out = clean_command()
+            .args(["config", "check"])
+            .arg(&config)
+            .envs([
+                ("TRUTHSCALE_MODE", "node"),
+                ("TRUTHSCALE_SOURCE__KIND", "sim"),
+                ("NODE_NAME", "gpu-node-7"),
+                ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
+                ("KUBERNETES_SERVICE_PORT", "443"),
+                (POD_LABELS_VAR, key),
+            ])
+            .output()
+            .expect("run truthscale config check");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(stderr)
+        }
+    };
+    for key in &accepted {
+        if let Err(e) = verdict(key) {
+            panic!("the agent refuses {key:?}, which the chart's schema must accept: {e}");
+        }
+    }
+    for key in &refused {
+        match verdict(key) {
+            Err(e) if e.contains("is not a Kubernetes label key") => {}
+            other => panic!(
+                "the agent does not refuse {key:?} as a label key ({other:?}); the chart's \
+                 schema refuses it"
+            ),
+        }
     }
 }
 

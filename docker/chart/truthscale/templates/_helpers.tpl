@@ -54,11 +54,18 @@ app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- else -}}
 {{- $args = concat $args (list "--source" .Values.source) -}}
 {{- end -}}
-{{- $args = concat $args (list "--listen" (printf "0.0.0.0:%d" (int .Values.port))) .Values.extraArgs -}}
+{{- /* listenAddress: 0.0.0.0, or [::] on IPv6 single-stack clusters; an IPv6 address goes in
+brackets before the port. */ -}}
+{{- $host := .Values.listenAddress | default "0.0.0.0" -}}
+{{- if and (contains ":" $host) (not (hasPrefix "[" $host)) -}}{{- $host = printf "[%s]" $host -}}{{- end -}}
+{{- $args = concat $args (list "--listen" (printf "%s:%d" $host (int .Values.port))) .Values.extraArgs -}}
 {{- toJson $args -}}
 {{- end -}}
 
-{{/* What both modes' truthscale containers share after args and env. */}}
+{{/* What both modes' truthscale containers share after args and env. No readiness probe:
+a pod is Ready only when all its containers are, and /readyz answers 503 before the first
+sample and while a read hangs, so on the sidecar it would take the inference pod out of its
+Service. The node agent, a pod of its own, adds readiness on /readyz (daemonset.yaml). */}}
 {{- define "truthscale.containerCommon" -}}
 image: {{ include "truthscale.image" . | quote }}
 imagePullPolicy: {{ .Values.image.pullPolicy }}
@@ -72,14 +79,6 @@ livenessProbe:
     path: /healthz
     port: metrics
   periodSeconds: 10
-  timeoutSeconds: 2
-  failureThreshold: 3
-readinessProbe:
-  # 200 once the first sample is in and the source is not stale.
-  httpGet:
-    path: /readyz
-    port: metrics
-  periodSeconds: 5
   timeoutSeconds: 2
   failureThreshold: 3
 # `kubectl describe pod` shows the error of a failed start.
