@@ -512,17 +512,48 @@ fn upper_kind(env: &[(String, String)], overrides: &[(&str, String)]) -> Option<
         })
 }
 
-/// The `TRUTHSCALE_*` variables as a layer: `__` between sections, lists split at commas.
+/// The `TRUTHSCALE_*` variables as a layer: `__` between sections; the lists are a layer of
+/// their own ([`env_lists`]).
 fn env_layer(env_map: config::Map<String, String>) -> config::Environment {
     config::Environment::with_prefix("TRUTHSCALE")
         .prefix_separator("_")
         .separator("__")
         .try_parsing(true)
-        .list_separator(",")
-        .with_list_parse_key("source.gpu_uuids")
-        .with_list_parse_key("source.gpu_indices")
-        .with_list_parse_key("node.pod_labels")
         .source(Some(env_map))
+}
+
+/// The list settings the environment may hold, each a comma-separated list: variable,
+/// section and key.
+const ENV_LISTS: [(&str, &str, &str); 3] = [
+    ("TRUTHSCALE_SOURCE__GPU_UUIDS", "source", "gpu_uuids"),
+    ("TRUTHSCALE_SOURCE__GPU_INDICES", "source", "gpu_indices"),
+    ("TRUTHSCALE_NODE__POD_LABELS", "node", "pod_labels"),
+];
+
+/// The list variables of `env_map`, taken out of it, as a layer of lists of text split at
+/// commas, whatever they hold: the environment layer reads a lone `123` or `true` as a
+/// number or a boolean first (a pod label key `123` would be refused, `007` read as 7).
+fn env_lists(
+    env_map: &mut config::Map<String, String>,
+) -> Option<config::File<config::FileSourceString, config::FileFormat>> {
+    let mut table = toml::Table::new();
+    for (var, section, key) in ENV_LISTS {
+        let Some(v) = env_map.remove(var) else {
+            continue;
+        };
+        let list = v
+            .split(',')
+            .map(|s| toml::Value::String(s.to_owned()))
+            .collect();
+        let section = table
+            .entry(section)
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if let toml::Value::Table(t) = section {
+            t.insert(key.to_owned(), toml::Value::Array(list));
+        }
+    }
+    (!table.is_empty())
+        .then(|| config::File::from_str(&table.to_string(), config::FileFormat::Toml))
 }
 
 /// A flag's value, typed as the environment's values are: a source's own settings are read
@@ -862,14 +893,18 @@ impl Config {
         }
         // Every `TRUTHSCALE_` variable is a setting, but the password `report` and
         // `analyze --prometheus` read, which a shell or pod may hold for them.
-        let env_map: config::Map<String, String> = env
+        let mut env_map: config::Map<String, String> = env
             .iter()
             .filter(|(k, _)| k.starts_with("TRUTHSCALE_") && k != crate::history::PASSWORD_ENV)
             .cloned()
             .collect();
         check_env_numbers(&env_map, &defaults)?;
         let env_keys: Vec<String> = env_map.keys().cloned().collect();
+        let lists = env_lists(&mut env_map);
         b = b.add_source(env_layer(env_map));
+        if let Some(lists) = lists {
+            b = b.add_source(lists);
+        }
         for (k, v) in overrides {
             b = b
                 .set_override(*k, flag_value(v))
@@ -1975,6 +2010,23 @@ mod tests {
                 .to_string()
                 .starts_with("source.library:")
         );
+    }
+
+    /// A list variable holding one item that reads as a number or a boolean is a list of
+    /// that text, as written: label keys `123`, `007` and `TRUE` are keys.
+    #[test]
+    fn a_list_variable_of_one_number_is_a_list_of_its_text() {
+        for key in ["123", "007", "TRUE", "1.5"] {
+            let vars = [
+                ("TRUTHSCALE_MODE", "node"),
+                ("TRUTHSCALE_NODE__POD_LABELS", key),
+            ];
+            let c = Config::load(None, &env(&vars), &[]).unwrap();
+            assert_eq!(c.node.pod_labels, [key], "{key}");
+        }
+        let vars = [("TRUTHSCALE_NODE__POD_LABELS", "team,007")];
+        let c = Config::load(None, &env(&vars), &[]).unwrap();
+        assert_eq!(c.node.pod_labels, ["team", "007"]);
     }
 
     /// `[node] pod_labels` from the environment (a comma-separated list), checked at load;

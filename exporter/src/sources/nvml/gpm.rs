@@ -350,8 +350,12 @@ impl DevState {
         let at = Instant::now();
         self.gpm.sampled = true;
         let counters_on = !self.gpm.counters_off;
-        let (result, counters) = match self.gpm.take_slot(slot) {
-            None => (None, None),
+        // A passing failure of the metrics while the GPU is reported unchanged (the caller
+        // waits `MISSES_WAITED` ticks) keeps the earlier sample, as a failed sample does: the
+        // next pair spans the window the other readings will, not its last part.
+        let waits = self.gpm.missed < MISSES_WAITED;
+        let (result, counters, kept) = match self.gpm.take_slot(slot) {
+            None => (None, None, None),
             Some(p) => {
                 let before = p.sample.restore(nvml);
                 let ids: Vec<GpmMetricId> = GPM_METRICS.iter().map(|m| m.0).collect();
@@ -359,13 +363,19 @@ impl DevState {
                 let ids: Vec<u32> = GPM_COUNTERS.iter().map(|c| c.0).collect();
                 let counters = (counters_on && ratios.is_ok())
                     .then(|| raw::gpm_metrics_raw(nvml, &before, &new, &ids));
-                (Some(ratios), counters)
+                let passing = matches!(&ratios, Err(e)
+                    if !matches!(e, NvmlError::NoPermission | NvmlError::GpuLost));
+                let kept = (passing && waits).then(|| Taken {
+                    sample: GpmHandle::keep(before),
+                    at: p.at,
+                });
+                (Some(ratios), counters, kept)
             }
         };
-        let keep = Taken {
+        let keep = kept.unwrap_or_else(|| Taken {
             sample: GpmHandle::keep(new),
             at,
-        };
+        });
         self.gpm.keep_slot(slot, keep);
         let step = self.metrics_got(nvml, result, errors)?;
         let counters = self.counters_got(counters, errors)?;
