@@ -540,28 +540,19 @@ impl Field {
     /// Whether the field is a 0..1 fraction.
     #[must_use]
     pub const fn is_ratio(self) -> bool {
-        matches!(
-            self,
-            Field::ReportedUtil
-                | Field::GrActive
-                | Field::SmActive
-                | Field::SmOccupancy
-                | Field::TensorActive
-                | Field::HmmaActive
-                | Field::ImmaActive
-                | Field::DramActive
-                | Field::Fp16Active
-                | Field::Fp32Active
-                | Field::Fp64Active
-                | Field::HolderCpuThrottledRatio
-                | Field::HolderCpuWaitingRatio
-                | Field::HolderIoWaitingRatio
-                | Field::HolderIoStalledRatio
-                | Field::HolderMemoryStalledRatio
-                | Field::StragglerClockGap
-                | Field::StragglerComputeGap
-                | Field::StragglerWaitGap
-        )
+        self.clamps_above_one()
+            || matches!(
+                self,
+                Field::ReportedUtil
+                    | Field::SmOccupancy
+                    | Field::TensorActive
+                    | Field::HmmaActive
+                    | Field::ImmaActive
+                    | Field::DramActive
+                    | Field::Fp16Active
+                    | Field::Fp32Active
+                    | Field::Fp64Active
+            )
     }
 }
 
