@@ -211,6 +211,13 @@ pub(crate) struct Device {
     /// supported.
     #[serde(default)]
     pcie_tx_kbps: Option<u32>,
+    /// The PCIe byte counters' rates, bytes a second (`NVML_FI_DEV_PCIE_COUNT_RX_BYTES` /
+    /// `…TX_BYTES`: they count from 2^40 up at this rate since the library loaded, stamped
+    /// with the time they are read); absent: not supported, as on drivers before them.
+    #[serde(default)]
+    pcie_rx_bytes_per_sec: Option<f64>,
+    #[serde(default)]
+    pcie_tx_bytes_per_sec: Option<f64>,
     /// Single-bit ECC errors since the driver loaded (`nvmlDeviceGetTotalEccErrors`,
     /// corrected, volatile); absent: not supported (ECC off).
     #[serde(default)]
@@ -286,8 +293,9 @@ pub(crate) struct XidEvent {
     after_ms: u64,
 }
 
-/// The field values a scenario may give, by NVML 12's field id: the recovery action, and the
-/// clock-event reasons' times by their names in `clock_event_ns`.
+/// The field values a scenario may give, by NVML 12's field id: the recovery action, the
+/// clock-event reasons' times by their names in `clock_event_ns`, and the PCIe byte
+/// counters.
 const FIELD_IDS: &[(u32, &str)] = &[
     (
         sys::field_id::NVML_FI_DEV_GET_GPU_RECOVERY_ACTION,
@@ -313,7 +321,20 @@ const FIELD_IDS: &[(u32, &str)] = &[
         sys::field_id::NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
         "hw_power_brake",
     ),
+    (
+        sys::field_id::NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
+        "pcie_rx_bytes",
+    ),
+    (
+        sys::field_id::NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
+        "pcie_tx_bytes",
+    ),
 ];
+
+/// A PCIe byte counter growing at `rate` bytes a second for `secs`: from 2^40.
+fn pcie_bytes(rate: Option<f64>, secs: f64) -> Option<u64> {
+    rate.map(|r| (1u64 << 40) + (r * secs) as u64)
+}
 
 /// An event set: each registered GPU with how many of its XID events were delivered.
 #[derive(Debug, Default)]
@@ -1248,7 +1269,12 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetFieldValues(
     if values.is_null() || n == 0 {
         return INVALID_ARGUMENT;
     }
-    with_device(device, |t, d| {
+    with_state(|s| {
+        let (t, d) = match s.device(device) {
+            Ok(x) => x,
+            Err(e) => return e,
+        };
+        let secs = s.started.elapsed().as_secs_f64();
         // SAFETY: the caller gave `count` valid entries.
         let values = unsafe { std::slice::from_raw_parts_mut(values, n) };
         for v in values {
@@ -1257,6 +1283,8 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetFieldValues(
                 .find(|(id, _)| *id == v.fieldId)
                 .and_then(|(_, name)| match *name {
                     "recovery_action" => d.recovery_action.map(u64::from),
+                    "pcie_rx_bytes" => pcie_bytes(d.pcie_rx_bytes_per_sec, secs),
+                    "pcie_tx_bytes" => pcie_bytes(d.pcie_tx_bytes_per_sec, secs),
                     reason => d.clock_event_ns.get(reason).copied(),
                 })
                 .filter(|_| t.mig.is_none());

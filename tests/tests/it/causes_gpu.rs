@@ -177,6 +177,42 @@ fn nvml_reads_the_pcie_link_and_its_throughput_without_gpm() {
     assert!(readings.contains(", PCIe Gen4 x16, "), "{stdout}");
 }
 
+/// Where the driver has NVML's PCIe byte counters, the rate is their rise over the span
+/// between their own timestamps (the window's mean), not the throughput call's 20 ms
+/// snapshot: the counters rise 5 GB/s and 2 GB/s while the snapshot says 28 and 1.5.
+#[test]
+fn nvml_reads_the_pcie_rate_from_the_byte_counters_where_it_has_them() {
+    let dir = TempDir::new("causes-gpu-pcie-bytes");
+    let a100 = json!({
+        "name": "NVIDIA A100-SXM4-80GB",
+        "uuid": uuid(0),
+        "architecture": "ampere",
+        "pcie_link_gen": 4,
+        "pcie_link_width": 16,
+        "pcie_rx_kbps": 28_000_000,
+        "pcie_tx_kbps": 1_500_000,
+        "pcie_rx_bytes_per_sec": 5e9,
+        "pcie_tx_bytes_per_sec": 2e9,
+        "memory_total_bytes": 85_899_345_920_u64,
+        "util_percent": 90,
+        "power_watts": 250,
+        "sm_clock_mhz": 1410,
+    });
+    let s = serve(
+        &dir,
+        "An A100 without GPM, with PCIe byte counters.",
+        vec![a100],
+    );
+    let m = s.wait_for(WAIT, "the PCIe rate", |m| {
+        of(m, 0, "truthscale_gpu_pcie_receive_bytes_per_second", &[]).is_some()
+    });
+    let get = |n: &str| of(&m, 0, n, &[]);
+    let rx = get("truthscale_gpu_pcie_receive_bytes_per_second");
+    let tx = get("truthscale_gpu_pcie_transmit_bytes_per_second");
+    assert!(close(rx, 5e9, 0.01), "{rx:?}");
+    assert!(close(tx, 2e9, 0.01), "{tx:?}");
+}
+
 #[test]
 fn nvml_without_the_link_functions_leaves_the_link_blank() {
     let dir = TempDir::new("causes-gpu-no-link");

@@ -27,7 +27,18 @@ use truthscale_core::model::{
 /// bytes per second per KB/s.
 const PCIE_KB: f64 = 1000.0;
 
-/// The PCIe throughput calls: the field each fills, the counter, and the call's name.
+/// The PCIe byte counters: the rate each makes, and its field id.
+const PCIE_COUNTERS: [(Field, u32); 2] = [
+    (
+        Field::PcieRxBytesPerSec,
+        fid::NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
+    ),
+    (
+        Field::PcieTxBytesPerSec,
+        fid::NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
+    ),
+];
+
 /// The ECC totals read, with the call's name (each counted unsupported on its own).
 const ECC_TOTALS: [(Field, MemoryError, EccCounter, &str); 3] = [
     (
@@ -97,6 +108,7 @@ const FIELD_VALUES: [(Field, u32); 6] = [
 /// The call that registers a GPU's critical XID events.
 const REGISTER_XID: &str = "nvmlDeviceRegisterEvents(XID critical error)";
 
+/// The PCIe throughput calls: the field each fills, the counter, and the call's name.
 const PCIE_THROUGHPUT: [(Field, PcieUtilCounter, &str); 2] = [
     (
         Field::PcieRxBytesPerSec,
@@ -177,6 +189,11 @@ pub(super) struct DevState {
     xid_events: Option<raw::XidEvents>,
     /// The last XID the events told of (0 once registered, before any).
     xid_last: Option<f64>,
+    /// The PCIe byte counters' last readings (bytes, the driver's timestamp in µs), receive
+    /// then transmit; `None` where a rate has no earlier reading to start from.
+    pcie_bytes: [Option<(u64, i64)>; 2],
+    /// Whether this driver lacks the PCIe byte counters: the throughput snapshot then.
+    pcie_bytes_unsupported: bool,
 }
 
 /// The mean of the driver's samples newer than `since_us`, and the newest timestamp; `None`
@@ -236,6 +253,8 @@ impl DevState {
             last_keys: Vec::new(),
             xid_events: None,
             xid_last: None,
+            pcie_bytes: [None; 2],
+            pcie_bytes_unsupported: false,
         }
     }
 
@@ -748,6 +767,16 @@ impl DevState {
             dev.current_pcie_link_width()
         })?;
         r.set(Field::PcieLinkWidth, width.reading(f64::from));
+        if PCIE_THROUGHPUT.iter().all(|(f, ..)| r.value(*f).is_some()) {
+            // GPM gave both rates: a later rate from the counters starts afresh.
+            self.pcie_bytes = [None; 2];
+            return Ok(());
+        }
+        if !self.pcie_bytes_unsupported && self.pcie_rates(dev, r, errors)? {
+            return Ok(());
+        }
+        // A driver without the byte counters: the 20 ms snapshot NVML's throughput call
+        // takes, the best it has.
         for (field, counter, what) in PCIE_THROUGHPUT {
             if r.value(field).is_some() {
                 continue;
@@ -756,6 +785,55 @@ impl DevState {
             r.set(field, kbps.reading(|kb| f64::from(kb) * PCIE_KB));
         }
         Ok(())
+    }
+
+    /// The PCIe rates from the byte counters (`NVML_FI_DEV_PCIE_COUNT_RX_BYTES` / `…TX_BYTES`),
+    /// each its rise over the span between its own readings' timestamps: the window's mean,
+    /// where the throughput call is a 20 ms snapshot. The first reading, and one below the
+    /// last (NVML says the counters may wrap), start afresh without a rate. `false` where
+    /// this driver has no such counters (noted once; the snapshot from then on).
+    fn pcie_rates(
+        &mut self,
+        dev: &Device<'_>,
+        r: &mut Readings,
+        errors: &mut Vec<SourceError>,
+    ) -> Result<bool, Lost> {
+        const WHAT: &str = "nvmlDeviceGetFieldValues(PCIe bytes)";
+        let ids = PCIE_COUNTERS.map(|(_, id)| FieldId(id));
+        let samples = match self.call_with(WHAT, false, errors, || dev.field_values_for(&ids))? {
+            Got::Value(samples) => samples,
+            Got::Unsupported => {
+                self.pcie_bytes_unsupported = true;
+                return Ok(false);
+            }
+            Got::Blank => return Ok(true),
+        };
+        for (k, ((field, _), sample)) in PCIE_COUNTERS.iter().zip(samples).enumerate() {
+            match sample.and_then(|s| s.value.map(|v| (v, s.timestamp))) {
+                Ok((SampleValue::U64(bytes), at)) => {
+                    let rate = self.pcie_bytes[k].and_then(|(b0, t0)| {
+                        (bytes >= b0 && at > t0)
+                            .then(|| (bytes - b0) as f64 / ((at - t0) as f64 / 1e6))
+                    });
+                    self.pcie_bytes[k] = Some((bytes, at));
+                    if let Some(v) = rate {
+                        r.set_value(*field, v);
+                    }
+                }
+                Ok(_) => self.pcie_bytes[k] = None,
+                Err(NvmlError::GpuLost) => return Err(Lost(WHAT.into())),
+                Err(e) if is_unsupported(&e) => {
+                    self.note_unsupported(WHAT, &e, false, errors);
+                    self.pcie_bytes_unsupported = true;
+                    return Ok(false);
+                }
+                Err(e) => {
+                    errors.push(classify(&format!("gpu {}: {WHAT}: {e}", self.index), &e));
+                    self.pcie_bytes[k] = None;
+                }
+            }
+        }
+        Ok(true)
     }
 
     /// Used and total memory (v2) of a GPU or MIG device.
