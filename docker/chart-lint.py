@@ -96,6 +96,7 @@ GOOD = {
     # IPv6 single-stack clusters: --listen [::]:PORT; an unbracketed address is bracketed.
     "node, listenAddress [::]": {"listenAddress": "[::]"},
     "sidecar, dcgm-exporter source, listenAddress ::": {"mode": "sidecar", "source": "dcgm-exporter", "listenAddress": "::"},
+    "node, dcgm-exporter source, an IPv6 node IP": {"source": "dcgm-exporter", "listenAddress": "::", "nodeIPv6": True},
 }
 
 # How a good case is installed, where not with release `truthscale` against a stand-in API
@@ -137,6 +138,7 @@ BAD = {
     "listenAddress with a port": {"listenAddress": "0.0.0.0:9488"},
     "listenAddress [::] with a port": {"listenAddress": "[::]:9488"},
     "listenAddress: [:: unclosed": {"listenAddress": "[::"},
+    "nodeIPv6: a string": {"nodeIPv6": "yes"},
     # The agent stops at start on a key that is not a Kubernetes label key.
     **{f"node.podLabels key {short(k)}": {"node": {"podLabels": [k]}} for k in LABEL_KEYS["refused"]},
 }
@@ -329,6 +331,12 @@ def check_workload(v: dict, kinds: dict[str, list[dict]]) -> list[str]:
         errs.append(f"args {c['args']}: serve, with --mode node in node mode only")
     if not any(a == v["source"] or a.startswith(f"{v['source']}:") for a in c["args"]):
         errs.append(f"args {c['args']} do not name the source {v['source']}")
+    if v["source"] == "dcgm-exporter":
+        # The node-local dcgm-exporter: an IPv6 node IP in brackets, else no URL.
+        ip = "[$(NODE_IP)]" if v.get("nodeIPv6") else "$(NODE_IP)"
+        url = f"dcgm-exporter:http://{ip}:{v['dcgmExporterPort']}/metrics"
+        if url not in c["args"]:
+            errs.append(f"args {c['args']}: want the source {url}")
     if [p["containerPort"] for p in c["ports"]] != [v["port"]]:
         errs.append(f"container ports {c['ports']}, want {v['port']}")
     host = v.get("listenAddress") or "0.0.0.0"

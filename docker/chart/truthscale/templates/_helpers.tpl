@@ -50,7 +50,9 @@ app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- $args := list "serve" -}}
 {{- if eq .Values.mode "node" -}}{{- $args = concat $args (list "--mode" "node") -}}{{- end -}}
 {{- if eq .Values.source "dcgm-exporter" -}}
-{{- $args = concat $args (list "--source" (printf "dcgm-exporter:http://$(NODE_IP):%d/metrics" (int .Values.dcgmExporterPort))) -}}
+{{- /* An IPv6 node IP goes in brackets in the URL (nodeIPv6). */ -}}
+{{- $nodeIP := ternary "[$(NODE_IP)]" "$(NODE_IP)" (.Values.nodeIPv6 | default false) -}}
+{{- $args = concat $args (list "--source" (printf "dcgm-exporter:http://%s:%d/metrics" $nodeIP (int .Values.dcgmExporterPort))) -}}
 {{- else -}}
 {{- $args = concat $args (list "--source" .Values.source) -}}
 {{- end -}}
