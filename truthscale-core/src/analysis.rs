@@ -432,7 +432,7 @@ fn upper_bound(a: &EntityAcc, cfg: &DeriveConfig) -> Option<UpperBound> {
     let fixes = [
         (
             "tensor_counter",
-            "no tensor counter: add field 1004 (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE) to dcgmi dmon -e; the bound is the busy fraction times the clock correction".to_owned(),
+            "no tensor counter: add field 1004 (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE) to dcgmi dmon -e; the bound is the busy fraction at the model's maximum clock".to_owned(),
             None,
         ),
         ("sm_clock", SM_CLOCK_FIX.to_owned(), None),
@@ -1028,8 +1028,8 @@ mod tests {
     /// The capture's bound covers every window with a measured ECF or a bound, says how
     /// many seconds, and never stands on one stray window: ten measured windows (τ 0.3 at
     /// 1464 MHz: ECF 0.24) and one without the tensor counter (u 0.84, so at most 0.84 ×
-    /// 1464 / 1830 = 0.672 at its clock) bound the mean at (10 × 0.24 + 0.672) / 11, not at
-    /// 0.672.
+    /// 1980 / 1830 = 0.909 at the H100 SXM's maximum clock) bound the mean at (10 × 0.24 +
+    /// 0.909) / 11, not at 0.909.
     #[test]
     fn the_upper_bound_covers_every_window_it_says() {
         let mut rows = vec![(Some(0.9), Some(0.3), Some(1464.0)); 10];
@@ -1038,7 +1038,7 @@ mod tests {
         let ecf = 0.3 * (1464.0 / 1830.0);
         assert!((e.effective_compute.unwrap().mean - ecf).abs() < 1e-12);
         let b = e.effective_compute_upper_bound.unwrap();
-        let bound = 0.84 * (1464.0 / 1830.0);
+        let bound = 0.84 * (1980.0 / 1830.0);
         assert!(
             (b.mean - (10.0 * ecf + bound) / 11.0).abs() < 1e-12,
             "{b:?}"
@@ -1046,9 +1046,9 @@ mod tests {
         assert_eq!((b.seconds, b.bounded_seconds), (11.0, 1.0));
         let missing: Vec<_> = b.missing.iter().map(|m| (m.input, m.seconds)).collect();
         assert_eq!(missing, vec![("tensor_counter", 1.0)]);
-        // The gap: 10 windows of 100 × (0.9 − 0.24) measured, one of at least 100 × (0.84 −
-        // 0.672).
-        let gap = (10.0 * 100.0 * (0.9 - ecf) + 100.0 * (0.84 - bound)) / 11.0;
+        // The gap: 10 windows of 100 × (0.9 − 0.24) measured, one of at least 0 (its busy
+        // fraction is below its bound).
+        let gap = 10.0 * 100.0 * (0.9 - ecf) / 11.0;
         assert!((b.inflation_gap_points_at_least.unwrap() - gap).abs() < 1e-9);
         // Every window measured: no bound at all.
         let e = bound_of(&[(Some(0.9), Some(0.3), Some(1464.0)); 4]);

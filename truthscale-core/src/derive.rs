@@ -150,8 +150,8 @@ pub struct WindowMetrics {
     /// fraction, so never integrated or averaged with one.
     pub effective_compute_uncorrected: Option<f64>,
     /// Upper bound on the effective compute of a window that has none: the busy fraction
-    /// `u` times the clock correction (the window's κ, else `f_max / f_ref`) without a
-    /// tensor counter; `C × f_max / f_ref` with a tensor counter but no
+    /// `u` times `f_max / f_ref` without a tensor counter (its kernels may run above the
+    /// window's mean clock); `C × f_max / f_ref` with a tensor counter but no
     /// SM-clock reading (`C × kappa_max`, 1.1 by default, for a model the catalog does not
     /// know), which holds the true ECF at any clock up to the maximum
     /// ([`effective_compute_bound`]). `None` where the effective compute is measured.
@@ -204,7 +204,7 @@ impl WindowMetrics {
 /// ([`WindowMetrics::effective_compute_upper_bound`]) stands in for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct BoundMissing {
-    /// No tensor counter: the bound is the busy fraction `u` times the clock correction.
+    /// No tensor counter: the bound is the busy fraction `u` at the model's maximum clock.
     pub tensor_counter: bool,
     /// A tensor counter but no SM-clock reading: the clock correction is bounded by the
     /// model's maximum clock over its reference clock.
@@ -706,14 +706,13 @@ fn effective_compute(
             });
         }
         (None, _) => {
-            // Tensor work runs only while a kernel is resident, so `τ ≤ u` and `ECF = τ·κ ≤
-            // u·κ`: at the window's clock where it is read, else at the model's maximum (the
-            // busy fraction alone falls below the truth of a boosted GPU).
+            // Tensor work runs only while a kernel is resident, and never above the model's
+            // maximum clock: `ECF ≤ u · f_max / f_ref`. Not `u` at the window's mean clock: a
+            // GPU idles at a low clock and runs its kernels at a high one, so its busy time
+            // runs above the mean (busy half a window at 1980 MHz, idle at 345: u·κ̄ 0.318, the
+            // truth up to 0.541); and not the busy fraction alone, below a boosted GPU's truth.
             if let Some(u) = r.value(Field::ReportedUtil) {
-                m.effective_compute_upper_bound = Some(match m.kappa {
-                    Some(k) => clamp01(u * k),
-                    None => effective_compute_bound(u, spec, cfg),
-                });
+                m.effective_compute_upper_bound = Some(effective_compute_bound(u, spec, cfg));
                 m.effective_compute_bound_missing = Some(BoundMissing {
                     tensor_counter: true,
                     ..BoundMissing::default()
@@ -1090,21 +1089,25 @@ mod tests {
         assert_eq!(m.effective_compute_bound_missing, None);
         assert_eq!(m.inflation_gap_points_at_least, None);
         assert!(close(m.inflation_gap_points, 60.0));
-        // No tensor counter: the busy fraction at the window's clock (tensor cycles run only
-        // while a kernel is resident, at 1464 of the 1830 MHz the peak is quoted at).
-        let r = readings(&[(Field::ReportedUtil, 0.7), (Field::SmClockMhz, 1464.0)]);
+        // No tensor counter: the busy fraction at the model's maximum clock, whatever the
+        // window's mean clock (tensor cycles run only while a kernel is resident; the H100
+        // SXM boosts to 1980 MHz, its peak quoted at 1830). A window busy for its first
+        // half at 1980 MHz with the tensor pipe full, idle for the second at 345 MHz: u 0.5,
+        // mean clock 1162.5 MHz, effective compute 0.5 × 1980 / 1830 = 0.541 (by hand). The
+        // bound holds it; the busy fraction at the mean clock (0.318) would not.
+        let r = readings(&[(Field::ReportedUtil, 0.5), (Field::SmClockMhz, 1162.5)]);
         let m = window(&r, &ctx, &DeriveConfig::default());
         assert!(close(
             m.effective_compute_upper_bound,
-            0.7 * 1464.0 / 1830.0
+            0.5 * 1980.0 / 1830.0
         ));
         let tensor = BoundMissing {
             tensor_counter: true,
             ..BoundMissing::default()
         };
         assert_eq!(m.effective_compute_bound_missing, Some(tensor));
-        // The busy fraction over its bound: at least 100 × (0.7 − 0.56) points.
-        assert!(close(m.inflation_gap_points_at_least, 100.0 * (0.7 - 0.56)));
+        // The busy fraction is below its bound: no gap can be claimed.
+        assert_eq!(m.inflation_gap_points_at_least, Some(0.0));
         // Nothing at all: no bound.
         let m = window(&Readings::default(), &ctx, &DeriveConfig::default());
         assert_eq!(m.effective_compute_upper_bound, None);
@@ -1205,10 +1208,10 @@ mod tests {
         let m = window(&r, &ctx, &DeriveConfig::default());
         assert_eq!(m.fidelity, Some(Fidelity::Nvml));
         assert_eq!(m.effective_compute, None);
-        // The busy fraction at the window's clock: 0.9 × 1900 / 1830 MHz.
+        // The busy fraction at the model's maximum clock: 0.9 × 1980 / 1830 MHz.
         assert!(close(
             m.effective_compute_upper_bound,
-            0.9 * 1900.0 / 1830.0
+            0.9 * 1980.0 / 1830.0
         ));
         // (380 − 75) / (700 − 75) = 0.488
         assert!(close(m.power_proxy, 305.0 / 625.0));

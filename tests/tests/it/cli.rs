@@ -432,25 +432,15 @@ fn nvidia_smi_csv_plain_gzip_and_zstd_analyze_the_same() {
     assert_eq!(g0["fidelity"], "nvml");
     // 12 windows of 1 s: (40 + 4·100 + 60 + 4·100 + 80 + 100) / 12 = 90 %.
     assert_eq!(f(g0, "/reported_utilization/mean"), 0.9);
-    // No tensor counter: no effective compute, only its bound, the busy fraction times the
-    // clock correction: nvidia-smi reads the SM clock at one instant, so each window's is
-    // the mean of its two ends (the first window's its own) over the H100's 1830 MHz, and
-    // a window's bound is at most 1.
+    // No tensor counter: no effective compute, only its bound, the busy fraction at the
+    // H100 SXM's maximum clock, 1980 MHz, over the 1830 MHz its peak is quoted at (the
+    // clock nvidia-smi reads at one instant says nothing of the clock its kernels ran at),
+    // and a window's bound is at most 1.
     assert!(g0["effective_compute"].is_null(), "{g0}");
     let busy: [f64; 12] = [0.4, 1.0, 1.0, 1.0, 1.0, 0.6, 1.0, 1.0, 1.0, 1.0, 0.8, 1.0];
-    let mhz = [
-        1980.0, 1755.0, 1755.0, 1740.0, 1755.0, 1980.0, 1755.0, 1740.0, 1755.0, 1755.0, 1845.0,
-        1755.0,
-    ];
-    let bound: f64 = (0..12)
-        .map(|i| {
-            let clock = if i == 0 {
-                mhz[0]
-            } else {
-                0.5 * (mhz[i - 1] + mhz[i])
-            };
-            (busy[i] * clock / 1830.0).min(1.0)
-        })
+    let bound: f64 = busy
+        .iter()
+        .map(|u| (u * 1980.0 / 1830.0).min(1.0))
         .sum::<f64>()
         / 12.0;
     assert!((f(g0, "/effective_compute_upper_bound/mean") - bound).abs() < 1e-12);

@@ -112,7 +112,7 @@ const CASES: &[(&str, &str, &str)] = &[
         r#""gpu_util":0.9,"power_watts":400"#,
         r#"gpu 0 (NVIDIA H100 80GB HBM3)
   dashboard says: 90 % utilized (the busy flag nvidia-smi shows: time with any kernel resident)
-  counters say:   effective compute at most 90 % (no tensor counter: an upper bound)
+  counters say:   effective compute at most 97 % (no tensor counter: an upper bound)
   the gap:        cannot be measured without the tensor counter
   phase:          memory_bound (estimate)
   verdict:        unknown
