@@ -682,7 +682,7 @@ fn write_entity(out: &mut impl Write, e: &EntitySummary) -> std::io::Result<()> 
     if let Some(agree) = e.phase_agreement_with_truth {
         writeln!(
             out,
-            "  phase vs truth     {:.1}% of windows agree",
+            "  phase vs truth     {:.1}% of seconds agree",
             100.0 * agree
         )?;
     }

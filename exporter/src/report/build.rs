@@ -331,7 +331,7 @@ mod tests {
             busy_below: 0.05,
             effective_compute_below: 0.01,
             workloads: vec![workload("NVIDIA H100 80GB HBM3"), workload("NVIDIA L4")],
-            idle_gpu_hours: 20.0,
+            idle_gpu_hours: Some(20.0),
             listed_idle_gpu_hours: 20.0,
             not_listed: truthscale_core::fleet::NotListed {
                 workloads: 0,

@@ -685,6 +685,19 @@ fn the_showback_and_cluster_report_is_its_golden() {
     check(&render("showback", &showback_assembled()));
 }
 
+/// Without pods, allocation is unknown: the page's first bar is the GPUs reporting, named
+/// so, never "allocated".
+#[test]
+fn without_pods_the_first_bar_is_the_gpus_reporting() {
+    let mut doc = fleet_assembled().doc;
+    let reporting = doc.fleet.sizing.gpus_reporting.map(|s| s.max);
+    doc.fleet.sizing.allocated_gpus = None;
+    let html = super::html::render(&doc).expect("the page renders");
+    assert!(reporting.is_some());
+    assert!(html.contains("GPUs reporting (peak)"), "no such bar");
+    assert!(!html.contains("allocated (peak)<"), "an allocation bar");
+}
+
 /// Built twice in one process (each hash map with its own random keys), the files are the
 /// same bytes: nothing in them follows a hash map's order.
 #[test]

@@ -32,12 +32,13 @@ type Drawn = Result<(), Box<dyn std::error::Error>>;
 /// Bars: GPUs allocated, what the busy flag claims, and the two answers.
 fn bar_chart(doc: &Document, svg: &mut String) -> Drawn {
     let z = &doc.fleet.sizing;
+    // Without pods, allocation is unknown: the GPUs reporting, named as such.
+    let (first, peak) = match z.allocated_gpus {
+        Some(a) => ("allocated (peak)", Some(a.max)),
+        None => ("GPUs reporting (peak)", z.gpus_reporting.map(|s| s.max)),
+    };
     let bars: Vec<(&str, Option<f64>, RGBColor)> = vec![
-        (
-            "allocated (peak)",
-            z.allocated_gpus.or(z.gpus_reporting).map(|s| s.max),
-            RGBColor(90, 90, 90),
-        ),
+        (first, peak, RGBColor(90, 90, 90)),
         (
             "busy flag (p99)",
             z.busy_claim_gpus.summary.map(|s| s.p99),

@@ -2,7 +2,7 @@
 //! they had been idle at their last reading, who owns them and the command that would
 //! suspend them (truthscale runs none), the others summed, the total.
 
-use super::format::{cost, gib, hours, pct};
+use super::format::{cost, gib, hours, hours_or_unknown, pct};
 use super::html::esc;
 use std::fmt::Write as _;
 use std::io::{Result, Write};
@@ -63,7 +63,7 @@ pub(super) fn text(out: &mut impl Write, f: &FleetReport, digits: usize) -> Resu
     writeln!(
         out,
         "  idle GPU-hours of every workload measured: {}",
-        hours(f.idle.idle_gpu_hours, digits)
+        hours_or_unknown(f.idle.idle_gpu_hours, digits)
     )?;
     if let Some(line) = unmeasured(f) {
         writeln!(out, "  {line}")?;
@@ -126,7 +126,7 @@ pub(super) fn html(h: &mut String, f: &FleetReport, digits: usize) {
     let _ = writeln!(
         h,
         "<p>Idle GPU-hours of every workload measured: {}{}.</p>",
-        hours(f.idle.idle_gpu_hours, digits),
+        hours_or_unknown(f.idle.idle_gpu_hours, digits),
         if left.workloads > 0 {
             format!(
                 " ({} more workloads idle at most {} of their time, {} idle GPU-hours, not listed)",

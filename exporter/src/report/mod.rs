@@ -170,8 +170,7 @@ pub(crate) fn by_cluster(input: &FleetInput, cfg: &FleetConfig) -> Vec<ClusterRe
                 pooled_lower_bound_gpus: r.sizing.pooled_lower_bound.as_ref().map(|b| b.gpus),
                 packed_gpus: r.sizing.packing.as_ref().map(|p| p.gpus),
                 gpus_freed: r.savings.as_ref().map(|s| s.gpus_freed),
-                idle_gpu_hours: (r.idle.unmeasured.len() < r.workloads)
-                    .then_some(r.idle.idle_gpu_hours),
+                idle_gpu_hours: r.idle.idle_gpu_hours,
                 notes: r.notes,
             }
         })

@@ -54,14 +54,14 @@ pub(super) fn text(out: &mut impl Write, f: &FleetReport, digits: usize) -> Resu
         out,
         "WHY GPUS WAIT (starved: busy flag high, roofline saturation low; cause per window, docs/verdicts.md)"
     )?;
-    if w.judged_gpu_hours <= 0.0 {
+    let Some(judged) = w.judged_gpu_hours else {
         return writeln!(out, "  {NOT_JUDGED}");
-    }
+    };
     writeln!(
         out,
         "  starved GPU-hours: {} of {} judged; by cause: {}",
         hours(starved_total(w), digits),
-        hours(w.judged_gpu_hours, digits),
+        hours(judged, digits),
         by_cause(&w.starved_gpu_hours, digits)
     )?;
     if let Some(u) = unknown_share(w, digits) {
@@ -105,15 +105,15 @@ pub(super) fn text(out: &mut impl Write, f: &FleetReport, digits: usize) -> Resu
 /// The section on the page.
 pub(super) fn html(h: &mut String, f: &FleetReport, digits: usize) {
     let w = &f.waits;
-    if w.judged_gpu_hours <= 0.0 {
+    let Some(judged) = w.judged_gpu_hours else {
         let _ = writeln!(h, "<h2>Why GPUs wait</h2>\n<p>{NOT_JUDGED}.</p>");
         return;
-    }
+    };
     let _ = writeln!(
         h,
         "<h2>Why GPUs wait</h2>\n<p class=\"muted\">Starved: busy flag high, roofline saturation low; the cause is decided per window by the rules of docs/verdicts.md. {} of {} judged GPU-hours starved; by cause: {}.</p>",
         hours(starved_total(w), digits),
-        hours(w.judged_gpu_hours, digits),
+        hours(judged, digits),
         esc(&by_cause(&w.starved_gpu_hours, digits))
     );
     if let Some(u) = unknown_share(w, digits) {
@@ -177,7 +177,7 @@ mod tests {
     fn hours_left_out_of_the_totals_are_said() {
         let mut w = Waits {
             starved_gpu_hours: Vec::new(),
-            judged_gpu_hours: 1.0,
+            judged_gpu_hours: Some(1.0),
             starved_hours_of_unknown_share: 1.5,
             starved: Vec::new(),
             starved_not_listed: NotListed {

@@ -17,8 +17,9 @@ pub(super) fn idle_capacity(
     let ecf_max = ratio_units(Some(cfg.idle_compute_below)).unwrap_or(0);
     let mut idle_list = Vec::new();
     let mut idle_unmeasured = Vec::new();
-    let (mut total, mut not_listed) = (
+    let (mut total, mut measured_any, mut not_listed) = (
         0.0,
+        false,
         NotListed {
             workloads: 0,
             gpu_hours: 0.0,
@@ -37,6 +38,7 @@ pub(super) fn idle_capacity(
         if gpu == 0.0 {
             continue;
         }
+        measured_any = true;
         let idle_gpu_hours = idle as f64 * hours_per_step * gpu;
         let share = idle as f64 / measured as f64;
         total += idle_gpu_hours;
@@ -73,7 +75,7 @@ pub(super) fn idle_capacity(
         idle_share_above: cfg.idle_share,
         busy_below: cfg.idle_busy_below,
         effective_compute_below: cfg.idle_compute_below,
-        idle_gpu_hours: total,
+        idle_gpu_hours: measured_any.then_some(total),
         listed_idle_gpu_hours: idle_list.iter().map(|w| w.idle_gpu_hours).sum(),
         not_listed,
         workloads: idle_list,

@@ -426,8 +426,9 @@ pub struct Idle {
     /// GPU-hours first.
     pub workloads: Vec<IdleWorkload>,
     /// The idle GPU-hours of every workload whose idleness was measured, listed or not: a
-    /// total never depends on the listing's threshold.
-    pub idle_gpu_hours: f64,
+    /// total never depends on the listing's threshold. `None` where no workload's idleness
+    /// was measured (never 0 for that).
+    pub idle_gpu_hours: Option<f64>,
     /// Of them, the idle GPU-hours of the workloads listed.
     pub listed_idle_gpu_hours: f64,
     /// The workloads with idle time that the threshold leaves out of the list, and their

@@ -151,7 +151,7 @@ fn an_idle_mig_instance_holds_its_share() {
     );
     assert!((w.idle_cost.unwrap() - 12.0 / 7.0).abs() < 1e-12);
     assert_eq!((w.held_hours, w.idle_for_hours), (4.0, 4.0), "wall hours");
-    assert!((idle.idle_gpu_hours - 4.0 / 7.0).abs() < 1e-12);
+    assert!((idle.idle_gpu_hours.unwrap() - 4.0 / 7.0).abs() < 1e-12);
     assert_eq!(idle.unmeasured, ["a/unknown"]);
 }
 
@@ -198,8 +198,20 @@ fn a_pod_granted_a_fraction_holds_that_fraction_idle() {
             ("a/lone", 1.0)
         ]
     );
-    assert_eq!(idle.idle_gpu_hours, 10.0);
+    assert_eq!(idle.idle_gpu_hours, Some(10.0));
     assert!(idle.unmeasured.is_empty(), "{:?}", idle.unmeasured);
+}
+
+/// A fleet whose idleness was never measured (memory read, neither busy flag nor effective
+/// compute) has no idle total: unknown, never 0.
+#[test]
+fn idle_capacity_never_measured_is_unknown() {
+    use crate::fleet::test_support::pod;
+    let t = pod("a/mem", "n/gpu 0", 0..4, |_| (None, None, Some(1.0)));
+    let idle = analyze(&input(vec![t], 4), &FleetConfig::default()).idle;
+    assert_eq!(idle.idle_gpu_hours, None);
+    assert_eq!(idle.unmeasured, ["a/mem"]);
+    assert!(idle.workloads.is_empty());
 }
 
 /// Savings are counted over the hours pods held GPUs, not every hour a GPU reported: two

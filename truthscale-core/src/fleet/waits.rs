@@ -118,9 +118,11 @@ pub struct StragglerRow {
 pub struct Waits {
     /// Starved GPU-hours of every device, by cause: a device's hour once, however many
     /// holders read it (a time-sliced GPU's), a MIG instance's times its share of the GPU.
+    /// Empty where no window was judged (none could be starved: unknown, not 0).
     pub starved_gpu_hours: Vec<CauseHours>,
-    /// GPU-hours with a verdict, every device, counted as `starved_gpu_hours` are.
-    pub judged_gpu_hours: f64,
+    /// GPU-hours with a verdict, every device, counted as `starved_gpu_hours` are; `None`
+    /// where no window was judged.
+    pub judged_gpu_hours: Option<f64>,
     /// Starved hours of MIG instances of an unknown profile (their share of the GPU not
     /// known): in their rows, not in `starved_gpu_hours`.
     pub starved_hours_of_unknown_share: f64,
@@ -188,8 +190,12 @@ pub fn waits(tracks: &[Track]) -> Waits {
     let rest = starved.split_off(starved.len().min(LISTED));
     stragglers.truncate(LISTED);
     Waits {
-        starved_gpu_hours: hours_by_cause(&total),
-        judged_gpu_hours: judged / 3600.0,
+        starved_gpu_hours: if judged > 0.0 {
+            hours_by_cause(&total)
+        } else {
+            Vec::new()
+        },
+        judged_gpu_hours: (judged > 0.0).then_some(judged / 3600.0),
         starved_hours_of_unknown_share: unknown_share / 3600.0,
         starved_not_listed: NotListed {
             workloads: rest.len(),
@@ -304,7 +310,7 @@ mod tests {
     fn starved_hours_by_cause_and_the_straggler_of_a_job() {
         let w = waits(&tracks());
         // Every window is judged: ten GPUs × 60 steps × 60 s.
-        assert!((w.judged_gpu_hours - 10.0).abs() < 1e-9, "{w:?}");
+        assert!((w.judged_gpu_hours.unwrap() - 10.0).abs() < 1e-9, "{w:?}");
         let of = |c: Cause| w.starved_gpu_hours[c.index()].hours;
         // The throttled pod: the whole hour. The seven waiting GPUs: every step but the
         // first (a straggler is one once out of the band for 30 s: at the second 60 s step).
@@ -385,7 +391,7 @@ mod tests {
         assert!((of(Cause::CpuThrottled) - 1.0).abs() < 1e-9, "{w:?}");
         assert!((of(Cause::IoStalled) - 1.0 / 7.0).abs() < 1e-12, "{w:?}");
         assert!(
-            (w.judged_gpu_hours - (1.0 + 1.0 / 7.0)).abs() < 1e-9,
+            (w.judged_gpu_hours.unwrap() - (1.0 + 1.0 / 7.0)).abs() < 1e-9,
             "{w:?}"
         );
         assert!((w.starved_hours_of_unknown_share - 1.0).abs() < 1e-12);
@@ -403,6 +409,14 @@ mod tests {
                 ("ml/unknown", 1.0)
             ]
         );
+    }
+
+    /// Where no window was judged, nothing could be starved: no totals, not zeros.
+    #[test]
+    fn nothing_judged_has_no_totals() {
+        let w = waits(&[Track::new(Some("ml/a".into()), "g0".into())]);
+        assert_eq!(w.judged_gpu_hours, None);
+        assert!(w.starved_gpu_hours.is_empty(), "{w:?}");
     }
 
     #[test]

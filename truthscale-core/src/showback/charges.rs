@@ -411,7 +411,12 @@ pub(super) fn period(
         energy,
         unallocated_gpu_hours: hours(acc.unallocated),
         unallocated_simulated: acc.unallocated_simulated,
-        unallocated_cost: acc.unallocated_cost.filter(|_| !acc.unallocated_unpriced),
+        // With prices given, a period no GPU-hour was left unallocated in (one before any
+        // GPU reported) costs 0 there: it is known, not missing.
+        unallocated_cost: acc
+            .unallocated_cost
+            .or((w.priced && acc.unallocated == 0).then_some(0.0))
+            .filter(|_| !acc.unallocated_unpriced),
         funnel: acc.funnel.funnel(w.hours_per_step),
         fleet_gpu_hours: hours(acc.fleet),
         overallocated_gpu_hours: hours(acc.overallocated),

@@ -322,6 +322,6 @@ mod tests {
             .collect();
         assert!(!idle.iter().any(|w| w.contains("ml/b")), "{idle:?}");
         // ml/a: 3 idle of its 9 measured steps; ml/b: none of its 4 (6 unavailable).
-        near(r.idle.idle_gpu_hours, 3.0 / 60.0);
+        near(r.idle.idle_gpu_hours.unwrap(), 3.0 / 60.0);
     }
 }

@@ -361,6 +361,39 @@ fn the_unallocated_gpu_hours_have_a_cost() {
     assert_eq!(run(None).total.unallocated_cost, None);
 }
 
+/// With prices given, a period in which no GPU reported (the exporter started later) has
+/// nothing unallocated and it costs 0, known; without prices, its cost is unknown.
+#[test]
+fn a_period_before_any_gpu_reported_costs_nothing_unallocated() {
+    let mut t = Track::new(Some("ml/a".into()), "n/g1".into());
+    t.model = Some("NVIDIA H100 80GB HBM3".into());
+    t.spec = crate::gpus::lookup("NVIDIA H100 80GB HBM3");
+    for s in 6..12 {
+        t.record(s, Point::new(Some(0.3), Some(0.9), Some(0.3), Some(1e9)));
+    }
+    let input = FleetInput {
+        step_seconds: 60.0,
+        steps: 12,
+        tracks: vec![t],
+        held: Default::default(),
+        step_bands: None,
+    };
+    let groups = vec![Some("ml".to_string())];
+    let run = |price: Option<f64>| {
+        let cfg = ShowbackConfig {
+            default_price: price,
+            period_steps: Some(6),
+            ..cfg("namespace")
+        };
+        showback(&input, &groups, &Holders::new(), &BTreeMap::new(), &cfg)
+    };
+    let s = run(Some(3.0));
+    let first = &s.periods[0];
+    assert_eq!(first.unallocated_gpu_hours, 0.0);
+    assert_eq!(first.unallocated_cost, Some(0.0));
+    assert_eq!(run(None).periods[0].unallocated_cost, None);
+}
+
 /// Simulated data says so: a group charged a simulated GPU's hours is marked, a group on
 /// real GPUs alone is not, and the capacity no pod held is marked only where a simulated
 /// GPU left some.

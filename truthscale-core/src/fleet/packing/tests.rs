@@ -98,7 +98,7 @@ fn pods_busy_at_alternate_times_share_a_gpu() {
     assert_eq!(r.idle.workloads[0].held_hours, 2.0);
     assert_eq!(
         (r.idle.idle_gpu_hours, r.idle.listed_idle_gpu_hours),
-        (2.0, 2.0)
+        (Some(2.0), 2.0)
     );
     // Above a 0.5 share neither is listed, and the total is the same 2 idle GPU-hours
     // (one hour each, from their 120 one-minute steps): the listing says what it left.
@@ -107,7 +107,7 @@ fn pods_busy_at_alternate_times_share_a_gpu() {
         &FleetConfig::default(),
     );
     assert!(r.idle.workloads.is_empty());
-    assert_eq!(r.idle.idle_gpu_hours, 2.0);
+    assert_eq!(r.idle.idle_gpu_hours, Some(2.0));
     assert_eq!(r.idle.listed_idle_gpu_hours, 0.0);
     assert_eq!(
         r.idle.not_listed,
