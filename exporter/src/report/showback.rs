@@ -527,8 +527,10 @@ pub(crate) fn requested_by_group(
 /// `effective_compute_gpu_hours` is the holders' own measured effective compute;
 /// `time_sliced_effective_compute_gpu_hours` the measured device total of time-sliced GPUs
 /// billed as the allocation policy splits them; `effective_compute_estimate_gpu_hours` the
-/// SM-busy split, an estimate never billed.
-const CSV_HEADER: &str = "window_start,window_end,by,group,workloads,allocated_gpu_hours,requested_gpu_hours,used_gpu_hours,idle_gpu_hours,unmeasured_gpu_hours,use_unknown_gpu_hours,busy_gpu_hours,effective_compute_gpu_hours,saturation_gpu_hours,allocated_cost,idle_cost,time_sliced_effective_compute_gpu_hours,effective_compute_estimate_gpu_hours,energy_kwh,energy_cost,unavailable_gpu_hours,unavailable_cost,simulated";
+/// SM-busy split, an estimate never billed. `busy_gpu_hours`, `effective_compute_gpu_hours`
+/// and `saturation_gpu_hours` are sums over the hours each was measured, given last
+/// (`*_measured_gpu_hours`): their share is over those, not over the allocated hours.
+const CSV_HEADER: &str = "window_start,window_end,by,group,workloads,allocated_gpu_hours,requested_gpu_hours,used_gpu_hours,idle_gpu_hours,unmeasured_gpu_hours,use_unknown_gpu_hours,busy_gpu_hours,effective_compute_gpu_hours,saturation_gpu_hours,allocated_cost,idle_cost,time_sliced_effective_compute_gpu_hours,effective_compute_estimate_gpu_hours,energy_kwh,energy_cost,unavailable_gpu_hours,unavailable_cost,simulated,busy_measured_gpu_hours,effective_compute_measured_gpu_hours,saturation_measured_gpu_hours";
 
 /// A CSV field: quoted when it holds a comma, a quote or a line break.
 fn field(s: &str) -> String {
@@ -569,7 +571,7 @@ pub(crate) fn write_csv(
         for g in &p.groups {
             writeln!(
                 out,
-                "{from},{to},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{from},{to},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 field(&s.by),
                 field(&g.group),
                 g.workloads,
@@ -591,6 +593,9 @@ pub(crate) fn write_csv(
                 num(Some(g.unavailable_gpu_hours)),
                 num(g.cost.as_ref().map(|c| c.unavailable)),
                 g.simulated,
+                num(Some(g.busy_measured_gpu_hours)),
+                num(Some(g.effective_compute_measured_gpu_hours)),
+                num(Some(g.saturation_measured_gpu_hours)),
             )?;
         }
         // What no pod held of the GPUs lost to health: the fleet's unavailable hours less
@@ -599,7 +604,7 @@ pub(crate) fn write_csv(
         let unheld_down = (p.funnel.unavailable_gpu_hours - held_down).max(0.0);
         writeln!(
             out,
-            "{from},{to},{},(unallocated),,{},,,,,,,,,{},,,,{},{},{},,{}",
+            "{from},{to},{},(unallocated),,{},,,,,,,,,{},,,,{},{},{},,{},,,",
             field(&s.by),
             num(Some(p.unallocated_gpu_hours)),
             num(p.unallocated_cost),

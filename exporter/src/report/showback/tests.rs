@@ -146,9 +146,18 @@ fn csv_rows_say_whether_simulated() {
     let mut out = Vec::new();
     write_csv(&mut out, &s, 0, 60.0).unwrap();
     let text = String::from_utf8(out).unwrap();
+    let column = CSV_HEADER
+        .split(',')
+        .position(|c| c == "simulated")
+        .unwrap();
     let last: Vec<(&str, &str)> = text
         .lines()
-        .map(|l| (l.split(',').nth(3).unwrap(), l.rsplit(',').next().unwrap()))
+        .map(|l| {
+            (
+                l.split(',').nth(3).unwrap(),
+                l.split(',').nth(column).unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         last,
