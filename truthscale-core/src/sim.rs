@@ -127,6 +127,9 @@ pub struct SimGpu {
     /// next, at once, has run that long already (0 when none started), so that steps take
     /// their own time on average, not a whole number of ticks.
     spent: f64,
+    /// The time the steps asked for that whole ticks have not run yet (within half a tick
+    /// either way).
+    owed: f64,
 }
 
 /// Practical tensor activity of a compute-bound kernel (GEMMs peak near 0.9; prefill lower).
@@ -185,6 +188,7 @@ impl SimGpu {
             prompt_tokens_done: 0.0,
             output_tokens_done: 0.0,
             spent: 0.0,
+            owed: 0.0,
         }
     }
 
@@ -430,10 +434,17 @@ impl SimGpu {
 
     /// Advance by `dt` seconds and return the window's readings.
     pub fn step(&mut self, dt: f64) -> EntitySample {
-        let ticks = ((dt / TICK).round() as usize).max(1);
+        // Whole ticks, the time a step leaves over carried to the next: the work simulated
+        // keeps pace with the steps' time (16 ms steps run 2, 1, 2, 1, 2 ticks of 10 ms).
+        self.owed += dt;
+        let ticks = ((self.owed / TICK).round() as usize).max(1);
+        self.owed -= ticks as f64 * TICK;
         let (tokens_p, tokens_o) = (self.prompt_tokens_done, self.output_tokens_done);
         let w = self.run_ticks(ticks);
         let n = ticks as f64;
+        // The energy counter grows by the window's mean power over the window's own length,
+        // as a board's does: `PowerWatts × dt` exactly, whatever the whole ticks ran.
+        self.energy_j += w.power_sum / n * dt;
         let readings = self.readings(&w, n);
         let serving = self.serving(
             self.prompt_tokens_done - tokens_p,
@@ -515,7 +526,6 @@ impl SimGpu {
                 / spec.f_ref_mhz;
             w.clock_sum += f;
             w.power_sum += power;
-            self.energy_j += power * TICK;
         }
         w
     }
@@ -720,6 +730,26 @@ mod tests {
         (0..(secs / dt) as usize)
             .map(|_| sim.step(dt).entities.remove(0))
             .collect()
+    }
+
+    /// Steps that are no whole number of ticks (16 ms of 10 ms ticks): each window's energy
+    /// is its power reading times its own length, as a board's counter is (it rose by two
+    /// ticks' 20 ms of power a 16 ms step: 1.25× the power read).
+    #[test]
+    fn steps_of_any_length_keep_energy_and_time_with_the_clock() {
+        for s in [Scenario::Training, Scenario::LlmServing] {
+            let w = run(s, 8.0, 0.016);
+            let energy = |e: &EntitySample| e.readings.value(Field::EnergyJoules).unwrap();
+            for pair in w.windows(2) {
+                let power = pair[1].readings.value(Field::PowerWatts).unwrap();
+                let rise = energy(&pair[1]) - energy(&pair[0]);
+                // Both rounded to a thousandth (W and J).
+                assert!(
+                    (rise - power * 0.016).abs() < 2e-3,
+                    "{s:?}: {rise} J, {power} W"
+                );
+            }
+        }
     }
 
     /// No simulated GPU runs above its model's maximum clock (the datasheet's, not 1.08 ×
