@@ -240,12 +240,17 @@ fn simulated_gpu_hours_are_marked_in_every_finops_output() {
     );
     assert_eq!(run.code, Some(0), "stderr:\n{}", run.stderr);
     let csv = std::fs::read_to_string(&csv).expect("the CSV");
+    let column = csv
+        .lines()
+        .next()
+        .and_then(|h| h.split(',').position(|c| c == "simulated"))
+        .expect("a simulated column");
     let marks: Vec<(String, String)> = csv
         .lines()
         .skip(1)
         .map(|l| {
             let f: Vec<&str> = l.split(',').collect();
-            (f[3].to_owned(), f[f.len() - 1].to_owned())
+            (f[3].to_owned(), f[column].to_owned())
         })
         .collect();
     let mark = |g: &str| marks.iter().find(|(n, _)| n == g).map(|(_, m)| m.as_str());

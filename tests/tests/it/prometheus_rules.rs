@@ -1510,13 +1510,16 @@ fn cause_rules_on_real_prometheus() {
     assert_eq!(label(&info[0].0, "pod"), "", "{info:?}");
 }
 
-/// A dashboard panel's expression as Grafana would send it for *All* in every variable and a
-/// 24-hour time range (`$__range` 24h, `$__range_s` 86400), whitespace collapsed.
+/// A dashboard panel's expression as Grafana would send it for *All* in every variable, a
+/// 24-hour time range (`$__range` 24h, `$__range_s` 86400) and a 1-minute interval,
+/// whitespace collapsed.
 fn panel_expr_over_a_day(file: &str, title: &str, ref_id: &str) -> String {
     let text = read(&format!("dashboards/{file}"))
         .replace("$__range_s", "86400")
         .replace("$__range_ms", "86400000")
-        .replace("$__range", "24h");
+        .replace("$__range", "24h")
+        .replace("$__interval_ms", "60000")
+        .replace("$__interval", "1m");
     let d: Json = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
     let mut all = Vec::new();
     dashboard_exprs(file, &d, &mut all);
