@@ -150,7 +150,13 @@ pub(super) fn section(
     let energy = s.total.energy.as_ref();
     let _ = writeln!(
         w,
-        "<tr><td>(unallocated)</td><td>{}</td><td colspan=\"10\"></td><td>{}</td><td></td><td>{}</td><td>{}</td></tr></table>\n<p id=\"showback-check\">check: {}</p><p id=\"allocation-check\">{}</p>",
+        "<tr><td>(unallocated){}</td><td>{}</td><td colspan=\"10\"></td><td>{}</td><td></td><td>{}</td><td>{}</td></tr></table>\n<p id=\"showback-check\">check: {}</p><p id=\"allocation-check\">{}</p>",
+        // As the text table marks it: any of these GPU-hours of a simulated GPU.
+        if s.total.unallocated_simulated {
+            " [SIMULATED]"
+        } else {
+            ""
+        },
         h(s.total.unallocated_gpu_hours),
         cost_priced(s.total.unallocated_cost, priced),
         kwh_or_none(energy.map(|e| e.unallocated_kwh)),
@@ -184,5 +190,32 @@ fn group_name(g: &truthscale_core::showback::GroupHours) -> String {
         format!("{} [SIMULATED]", g.group)
     } else {
         g.group.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use truthscale_core::showback::{Period, Showback};
+
+    /// The page's `(unallocated)` row is marked `[SIMULATED]` where any of its GPU-hours
+    /// were a simulated GPU's, as the text table's is; not otherwise.
+    #[test]
+    fn the_unallocated_row_says_simulated() {
+        let page = |simulated| {
+            let s = Showback {
+                by: "namespace".into(),
+                total: Period {
+                    unallocated_gpu_hours: 1.0,
+                    unallocated_simulated: simulated,
+                    ..Period::default()
+                },
+                ..Showback::default()
+            };
+            let mut w = String::new();
+            super::section(&mut w, &s, 1).expect("the section renders");
+            w
+        };
+        assert!(page(true).contains("<td>(unallocated) [SIMULATED]</td>"));
+        assert!(page(false).contains("<td>(unallocated)</td>"));
     }
 }

@@ -120,7 +120,7 @@ fn csv_fields_are_quoted_and_unknown_is_empty() {
     assert_eq!(num(Some(1.5)), "1.500000");
 }
 
-/// The CSV says which rows hold simulated GPU-hours: its last column, on the groups' rows
+/// The CSV says which rows hold simulated GPU-hours: its `simulated` column, on the groups' rows
 /// and the unallocated row alike.
 #[test]
 fn csv_rows_say_whether_simulated() {
