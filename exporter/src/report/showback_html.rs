@@ -147,23 +147,8 @@ pub(super) fn section(
             cost_or_none(g.energy_cost),
         );
     }
+    unallocated_row(w, s, digits);
     let energy = s.total.energy.as_ref();
-    let _ = writeln!(
-        w,
-        "<tr><td>(unallocated){}</td><td>{}</td><td colspan=\"10\"></td><td>{}</td><td></td><td>{}</td><td>{}</td></tr></table>\n<p id=\"showback-check\">check: {}</p><p id=\"allocation-check\">{}</p>",
-        // As the text table marks it: any of these GPU-hours of a simulated GPU.
-        if s.total.unallocated_simulated {
-            " [SIMULATED]"
-        } else {
-            ""
-        },
-        h(s.total.unallocated_gpu_hours),
-        cost_priced(s.total.unallocated_cost, priced),
-        kwh_or_none(energy.map(|e| e.unallocated_kwh)),
-        cost_or_none(energy.and_then(|e| e.unallocated_cost)),
-        esc(&s.total.check),
-        esc(&s.allocation.check)
-    );
     if let Some(e) = energy {
         let _ = writeln!(
             w,
@@ -181,6 +166,27 @@ pub(super) fn section(
     }
     let _ = writeln!(w, "</ul>");
     Ok(())
+}
+
+/// The table's `(unallocated)` row, marked `[SIMULATED]` as the text table's is where any of
+/// its GPU-hours were a simulated GPU's; the table's end and its checks.
+fn unallocated_row(w: &mut String, s: &truthscale_core::showback::Showback, digits: usize) {
+    let energy = s.total.energy.as_ref();
+    let mark = if s.total.unallocated_simulated {
+        " [SIMULATED]"
+    } else {
+        ""
+    };
+    let _ = writeln!(
+        w,
+        "<tr><td>(unallocated){mark}</td><td>{}</td><td colspan=\"10\"></td><td>{}</td><td></td><td>{}</td><td>{}</td></tr></table>\n<p id=\"showback-check\">check: {}</p><p id=\"allocation-check\">{}</p>",
+        hours(s.total.unallocated_gpu_hours, digits),
+        cost_priced(s.total.unallocated_cost, s.priced),
+        kwh_or_none(energy.map(|e| e.unallocated_kwh)),
+        cost_or_none(energy.and_then(|e| e.unallocated_cost)),
+        esc(&s.total.check),
+        esc(&s.allocation.check)
+    );
 }
 
 /// A group's name as the table shows it: marked `[SIMULATED]` where any of its GPU-hours
