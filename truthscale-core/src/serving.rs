@@ -164,7 +164,7 @@ pub fn parse_text(body: &str) -> Parsed {
     let mut out: Parsed = HashMap::new();
     for (_, line) in crate::parse::prom_text::sample_lines(body) {
         let Ok(s) = crate::parse::prom_text::parse_sample(line) else {
-            if let Some(name) = metric_name(line) {
+            if let Some(name) = crate::parse::prom_text::metric_name(line) {
                 out.insert(name.to_owned(), None);
             }
             continue;
@@ -183,20 +183,6 @@ pub fn parse_text(body: &str) -> Parsed {
         }
     }
     out
-}
-
-/// The metric name a sample line starts with (up to its labels or its value), where it is
-/// one.
-fn metric_name(t: &str) -> Option<&str> {
-    let end = t
-        .find(|c: char| c == '{' || c.is_ascii_whitespace())
-        .unwrap_or(t.len());
-    let name = &t[..end];
-    let mut chars = name.chars();
-    let first = chars.next()?;
-    let ok = (first.is_ascii_alphabetic() || first == '_' || first == ':')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
-    ok.then_some(name)
 }
 
 /// A counter's series (an engine's data-parallel ranks, …): each reset is its own.
@@ -447,9 +433,10 @@ mod tests {
         assert_eq!(parsed.get("vllm:num_requests_running"), Some(&None));
         let s = read(&parsed, 0).unwrap();
         assert_eq!((s.running, s.waiting), (None, Some(2.0)));
-        assert_eq!(metric_name("vllm:x{a=\"b\"} 1"), Some("vllm:x"));
-        assert_eq!(metric_name("{broken} 1"), None);
-        assert_eq!(metric_name("9x 1"), None);
+        let name = crate::parse::prom_text::metric_name;
+        assert_eq!(name("vllm:x{a=\"b\"} 1"), Some("vllm:x"));
+        assert_eq!(name("{broken} 1"), None);
+        assert_eq!(name("9x 1"), None);
     }
 
     fn scrape(flops: f64, read: f64, write: f64, prompt: f64) -> String {

@@ -736,7 +736,7 @@ mod tests {
     /// is its power reading times its own length, as a board's counter is (it rose by two
     /// ticks' 20 ms of power a 16 ms step: 1.25× the power read).
     #[test]
-    fn steps_of_any_length_keep_energy_and_time_with_the_clock() {
+    fn steps_of_any_length_keep_energy_with_the_power_read() {
         for s in [Scenario::Training, Scenario::LlmServing] {
             let w = run(s, 8.0, 0.016);
             let energy = |e: &EntitySample| e.readings.value(Field::EnergyJoules).unwrap();

@@ -80,13 +80,8 @@ fn timestamp_ms(ts: &str) -> Result<i64, String> {
 /// # Errors
 /// What is wrong with the line: a bad name, label set, escape, value or timestamp.
 pub fn parse_sample(t: &str) -> Result<PromSample<'_>, String> {
-    let end = t
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-        .unwrap_or(t.len());
-    let (name, mut rest) = t.split_at(end);
-    if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
-        return Err("expected a metric name".into());
-    }
+    let name = metric_name(t).ok_or("expected a metric name")?;
+    let mut rest = &t[name.len()..];
     let mut labels = Vec::new();
     if let Some(r) = rest.strip_prefix('{') {
         (labels, rest) = parse_labels(r)?;
@@ -106,6 +101,17 @@ pub fn parse_sample(t: &str) -> Result<PromSample<'_>, String> {
         value,
         timestamp_ms,
     })
+}
+
+/// The metric name a sample line `t` starts with: its leading run of letters, digits, `_`
+/// and `:`, where that is not empty and does not start with a digit.
+#[must_use]
+pub fn metric_name(t: &str) -> Option<&str> {
+    let end = t
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .unwrap_or(t.len());
+    let name = &t[..end];
+    (!name.is_empty() && !name.starts_with(|c: char| c.is_ascii_digit())).then_some(name)
 }
 
 /// The label set after `{`, and what follows its `}`.

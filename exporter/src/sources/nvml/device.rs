@@ -816,7 +816,8 @@ impl DevState {
                             .then(|| (bytes - b0) as f64 / ((at - t0) as f64 / 1e6))
                     });
                     self.pcie_bytes[k] = Some((bytes, at));
-                    if let Some(v) = rate {
+                    // A rate GPM gave for this direction wins, as over the snapshot.
+                    if let (Some(v), None) = (rate, r.value(*field)) {
                         r.set_value(*field, v);
                     }
                 }
