@@ -142,6 +142,10 @@ impl<'de> Deserialize<'de> for SourceSection {
         let mut take = |key: &str| match table.remove(key) {
             None => Ok(None),
             Some(toml::Value::String(s)) => Ok(Some(s)),
+            // A bare number (`--interval 5`, `TRUTHSCALE_SOURCE__INTERVAL=5`) goes on to the
+            // duration check, which says how to write one.
+            Some(toml::Value::Integer(n)) => Ok(Some(n.to_string())),
+            Some(toml::Value::Float(n)) => Ok(Some(n.to_string())),
             Some(other) => Err(D::Error::custom(format!(
                 "source.{key}: expected a string, found {}",
                 other.type_str()
@@ -498,6 +502,36 @@ impl IdentityConfig {
     }
 }
 
+/// Where a value that does not deserialize may have come from, above the file (which was
+/// read on its own before): the flags and the variables given, each named.
+fn layers_above_the_file(env_keys: &[String], overrides: &[(&str, String)]) -> String {
+    let flags: Vec<&str> = overrides.iter().map(|(k, _)| *k).collect();
+    let mut layers = Vec::new();
+    if !flags.is_empty() {
+        layers.push(format!("flags ({})", flags.join(", ")));
+    }
+    if !env_keys.is_empty() {
+        layers.push(format!("environment ({})", env_keys.join(", ")));
+    }
+    if layers.is_empty() {
+        "configuration".into()
+    } else {
+        layers.join(" or ")
+    }
+}
+
+/// The first key of a section that differs from its default, if any (the keys in order).
+fn first_set_key<T: Serialize + Default>(section: &T) -> Option<String> {
+    let table = |v: &T| match toml::Value::try_from(v) {
+        Ok(toml::Value::Table(t)) => t,
+        _ => toml::Table::new(),
+    };
+    let (set, default) = (table(section), table(&T::default()));
+    set.into_iter()
+        .find(|(k, v)| default.get(k) != Some(v))
+        .map(|(k, _)| k)
+}
+
 /// The source kind chosen above the file (flags, then environment), if any.
 fn upper_kind(env: &[(String, String)], overrides: &[(&str, String)]) -> Option<String> {
     overrides
@@ -524,14 +558,21 @@ fn env_layer(env_map: config::Map<String, String>) -> config::Environment {
 
 /// The list settings the environment may hold, each a comma-separated list: variable,
 /// section and key.
-const ENV_LISTS: [(&str, &str, &str); 3] = [
+const ENV_LISTS: [(&str, &str, &str); 5] = [
     ("TRUTHSCALE_SOURCE__GPU_UUIDS", "source", "gpu_uuids"),
     ("TRUTHSCALE_SOURCE__GPU_INDICES", "source", "gpu_indices"),
     ("TRUTHSCALE_NODE__POD_LABELS", "node", "pod_labels"),
+    ("TRUTHSCALE_NODE__RESOURCE_NAMES", "node", "resource_names"),
+    (
+        "TRUTHSCALE_SIDECAR__RESOURCE_NAMES",
+        "sidecar",
+        "resource_names",
+    ),
 ];
 
 /// The list variables of `env_map`, taken out of it, as a layer of lists of text split at
-/// commas, whatever they hold: the environment layer reads a lone `123` or `true` as a
+/// commas (each item trimmed, empty ones left out: `A, B` is two items, an empty variable an
+/// empty list), whatever they hold: the environment layer reads a lone `123` or `true` as a
 /// number or a boolean first (a pod label key `123` would be refused, `007` read as 7).
 fn env_lists(
     env_map: &mut config::Map<String, String>,
@@ -543,6 +584,8 @@ fn env_lists(
         };
         let list = v
             .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
             .map(|s| toml::Value::String(s.to_owned()))
             .collect();
         let section = table
@@ -921,11 +964,7 @@ impl Config {
             built
                 .try_deserialize::<Config>()
                 .map_err(|e| ConfigError::Load {
-                    origin: if env_keys.is_empty() {
-                        "flags".into()
-                    } else {
-                        format!("environment ({})", env_keys.join(", "))
-                    },
+                    origin: layers_above_the_file(&env_keys, overrides),
                     message: e.to_string(),
                 })?;
         config.identity.text_from(env);
@@ -1085,6 +1124,18 @@ impl Config {
         identity: &Identity,
         getenv: &dyn Fn(&str) -> Option<String>,
     ) -> Result<(Option<SidecarSettings>, Option<NodeSettings>), ConfigError> {
+        let (mode, other, set) = match self.mode {
+            Mode::Sidecar => ("sidecar", "node", first_set_key(&self.node)),
+            Mode::Node => ("node", "sidecar", first_set_key(&self.sidecar)),
+        };
+        if let Some(key) = set {
+            return Err(ConfigError::Invalid {
+                key: "mode",
+                message: format!(
+                    "{mode}, but {other}.{key} is set: [{other}] is read only in {other} mode; set mode = \"{other}\" (--mode {other}, TRUTHSCALE_MODE={other}), or leave {other}.{key} out"
+                ),
+            });
+        }
         Ok(match self.mode {
             Mode::Sidecar => (
                 self.sidecar
@@ -1612,7 +1663,7 @@ mod tests {
             .to_string();
         assert_eq!(
             err,
-            "flags: in [source]: unknown field `gpus`, expected one of `interval`, \
+            "flags (source.gpus): in [source]: unknown field `gpus`, expected one of `interval`, \
              `stale_after`, `kind`, `library`, `per_process_series` (no source.kind is set, so it is auto, which reads NVML: set \
              the kind these keys belong to, e.g. --source sim or kind = \"sim\") for key \
              `source`"
@@ -2085,10 +2136,84 @@ mod tests {
             err.starts_with("node.pod_labels: \"Bad Key\" is not a Kubernetes label key"),
             "{err}"
         );
-        // Sidecar mode reads no [node] key.
+        // Sidecar mode reads no [node] key: one set is refused, naming the mode to set.
         let mut c = Config::default();
         c.node.pod_labels = vec!["team".into()];
-        assert!(c.validate(&[]).unwrap().node.is_none());
+        assert_eq!(
+            c.validate(&[]).unwrap_err().to_string(),
+            "mode: sidecar, but node.pod_labels is set: [node] is read only in node mode; set mode = \"node\" (--mode node, TRUTHSCALE_MODE=node), or leave node.pod_labels out"
+        );
+    }
+
+    /// A bare number given for a duration goes to the duration check, which says how to
+    /// write one, and the error names the flags and variables it may have come from.
+    #[test]
+    fn a_number_for_a_duration_is_told_how_to_write_one() {
+        let err = Config::load(None, &[], &[("source.interval", "5".into())])
+            .and_then(|c| c.validate(&[]).map(|_| c))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("source.interval:") && err.contains("500ms"),
+            "{err}"
+        );
+        let err = Config::load(
+            None,
+            &env(&[("TRUTHSCALE_SOURCE__INTERVAL", "1s")]),
+            &[("source.gpus", "8".into())],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with(
+                "flags (source.gpus) or environment (TRUTHSCALE_SOURCE__INTERVAL): in [source]"
+            ),
+            "{err}"
+        );
+    }
+
+    /// List variables are split at commas, each item trimmed and empty ones left out; the
+    /// resource names are lists too.
+    #[test]
+    fn list_variables_are_trimmed_items() {
+        let vars = [
+            ("TRUTHSCALE_MODE", "node"),
+            ("TRUTHSCALE_SOURCE__KIND", "dcgm-exporter"),
+            ("TRUTHSCALE_SOURCE__GPU_UUIDS", "GPU-a, GPU-b,"),
+            (
+                "TRUTHSCALE_NODE__RESOURCE_NAMES",
+                "nvidia.com/gpu, nvidia.com/mig-*",
+            ),
+        ];
+        let c = Config::load(None, &env(&vars), &[]).unwrap();
+        let sources::SourceConfig::DcgmExporter(d) = &c.source.config else {
+            panic!("{:?}", c.source.config);
+        };
+        assert_eq!(d.gpu_uuids, ["GPU-a", "GPU-b"]);
+        assert_eq!(
+            c.node.resource_names,
+            ["nvidia.com/gpu", "nvidia.com/mig-*"]
+        );
+        let vars = [
+            ("TRUTHSCALE_SOURCE__KIND", "dcgm-exporter"),
+            ("TRUTHSCALE_SOURCE__GPU_UUIDS", ""),
+            ("TRUTHSCALE_SIDECAR__RESOURCE_NAMES", "example.com/gpu"),
+        ];
+        let c = Config::load(None, &env(&vars), &[]).unwrap();
+        let sources::SourceConfig::DcgmExporter(d) = &c.source.config else {
+            panic!("{:?}", c.source.config);
+        };
+        assert!(d.gpu_uuids.is_empty());
+        assert_eq!(c.sidecar.resource_names, ["example.com/gpu"]);
+        // In a file, a UUID with spaces around it is refused, named.
+        let mut c = c;
+        c.source.config =
+            sources::SourceConfig::DcgmExporter(sources::dcgm_exporter::DcgmExporterConfig {
+                gpu_uuids: vec![" GPU-b".into()],
+                ..Default::default()
+            });
+        let err = c.validate(&[]).unwrap_err().to_string();
+        assert!(err.starts_with("source.gpu_uuids: \" GPU-b\""), "{err}");
     }
 
     /// `[sidecar] pod_resources` from the environment, checked at load: it needs the pod's
@@ -2152,8 +2277,11 @@ mod tests {
                 .to_string()
                 .starts_with("sidecar.timeout:")
         );
-        // Node mode reads no [sidecar] key.
+        // Node mode reads no [sidecar] key: one set is refused.
         c.mode = Mode::Node;
+        let err = c.validate(&[]).unwrap_err().to_string();
+        assert!(err.starts_with("mode: node, but sidecar."), "{err}");
+        c.sidecar = SidecarConfig::default();
         assert!(c.validate(&[]).unwrap().pod_resources.is_none());
         let err = Config::load(
             None,

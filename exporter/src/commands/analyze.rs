@@ -780,6 +780,9 @@ pub(crate) struct AnalyzeArgs {
 
 /// `analyze --prometheus`: the same analysis over a Prometheus history.
 fn history(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Result<ExitCode> {
+    // Warnings (remote-read given up for query_range) reach stderr, as `report`'s do;
+    // RUST_LOG=truthscale::prometheus=debug lists each request.
+    crate::logging::init(env);
     let resolved = args
         .history
         .resolve(&crate::history::Defaults::ANALYZE, env)?;

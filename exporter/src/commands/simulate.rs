@@ -55,6 +55,7 @@ pub(crate) fn run(args: &SimulateArgs) -> anyhow::Result<()> {
         Timestamp(START_MS),
         |_| scenario,
     );
+    let written = || format!("cannot write {}", args.output.display());
     writeln!(
         out,
         "# truthscale simulated trace: scenario {}, {} × {}, interval {}, seed {} (SIMULATED, not hardware)",
@@ -63,15 +64,15 @@ pub(crate) fn run(args: &SimulateArgs) -> anyhow::Result<()> {
         spec.name,
         humantime::format_duration(args.interval),
         args.seed
-    )?;
+    )
+    .with_context(written)?;
     for _ in 0..windows {
         let s = sim.step(dt);
         for e in &s.entities {
-            writeln!(out, "{}", jsonl::to_line(s.taken, e))?;
+            writeln!(out, "{}", jsonl::to_line(s.taken, e)).with_context(written)?;
         }
     }
-    out.flush()
-        .with_context(|| format!("cannot write {}", args.output.display()))?;
+    out.flush().with_context(written)?;
     Ok(())
 }
 

@@ -109,6 +109,8 @@ impl Scope {
 #[derive(Debug)]
 pub struct DcgmExporterSource {
     url: String,
+    /// The URL as messages and logs show it: a user and password in it are never shown.
+    shown: String,
     agent: ureq::Agent,
     scope: Scope,
     /// The sampling interval (the source's declared update interval).
@@ -190,7 +192,7 @@ impl DcgmExporterSource {
             return;
         }
         tracing::warn!(
-            url = %self.url,
+            url = %self.shown,
             gpus = reported,
             scope = ?self.scope,
             "None of the GPUs dcgm-exporter reports is in this pod's scope, so none is exported and the source goes stale. Name them with source.gpu_uuids or source.gpu_indices, or run dcgm-exporter with pod mapping (-k). dcgm-exporter labels a MIG instance with its parent GPU's UUID, so a MIG-… UUID in NVIDIA_VISIBLE_DEVICES matches none: name the parent GPU-… UUID."
@@ -203,13 +205,13 @@ impl DcgmExporterSource {
         let mut new = Vec::new();
         for f in &unread.families {
             if self.unread_seen.len() < MAX_UNREAD_NAMES && self.unread_seen.insert(f.clone()) {
-                errors.push(SourceError::UnreadFamily(format!("{}: {f}", self.url)));
+                errors.push(SourceError::UnreadFamily(format!("{}: {f}", self.shown)));
                 new.push(f.as_str());
             }
         }
         if !new.is_empty() {
             tracing::info!(
-                url = %self.url,
+                url = %self.shown,
                 families = %new.join(", "),
                 "dcgm-exporter families truthscale does not read (each counted once, kind=\"unread_family\"); see docs/dcgm-compatibility.md"
             );
@@ -219,14 +221,14 @@ impl DcgmExporterSource {
         // `go_gc_gomemlimit_bytes` at 2^63 is no DCGM blank).
         for (f, n) in unread.sentinels.iter().chain(&unread.non_finite) {
             for _ in 0..*n {
-                errors.push(SourceError::Sentinel(format!("{}: {f}", self.url)));
+                errors.push(SourceError::Sentinel(format!("{}: {f}", self.shown)));
             }
         }
         for (f, n) in &unread.ambiguous {
             for _ in 0..*n {
                 errors.push(SourceError::AmbiguousUnit(format!(
                     "{}: {f}: percent or 0..1 ratio cannot be told; the reading is refused",
-                    self.url
+                    self.shown
                 )));
             }
         }
@@ -289,10 +291,25 @@ impl SourceSettings for DcgmExporterConfig {
         {
             return Err(Invalid::new(
                 "source.url",
-                format!("{u:?}: the URL must start with http:// or https://"),
+                format!(
+                    "{:?}: the URL must start with http:// or https://",
+                    crate::client::redact_userinfo(u)
+                ),
             ));
         }
         self.timeout()?;
+        if let Some(u) = self
+            .gpu_uuids
+            .iter()
+            .find(|u| u.is_empty() || u.trim() != u.as_str())
+        {
+            return Err(Invalid::new(
+                "source.gpu_uuids",
+                format!(
+                    "{u:?}: a UUID is written without spaces around it, as dcgm-exporter labels it (GPU-…)"
+                ),
+            ));
+        }
         for i in &self.gpu_indices {
             crate::setting::GPU_INDICES.check(*i)?;
         }
@@ -328,7 +345,7 @@ impl SourceSettings for DcgmExporterConfig {
             context.namespace.as_deref(),
             context.nvidia_visible_devices.as_deref(),
         );
-        tracing::info!(url = %url, scope = ?scope, "Reading dcgm-exporter.");
+        tracing::info!(url = %crate::client::redact_userinfo(&url), scope = ?scope, "Reading dcgm-exporter.");
         Ok(Box::new(
             DcgmExporterSource::new(
                 &url,
@@ -354,6 +371,7 @@ impl DcgmExporterSource {
         let agent = crate::client::agent(timeout);
         DcgmExporterSource {
             url: url.to_string(),
+            shown: crate::client::redact_userinfo(url),
             agent,
             scope,
             interval,
@@ -407,7 +425,7 @@ impl DcgmExporterSource {
                 true
             },
         )
-        .map_err(SourceError::from)?;
+        .map_err(|e| SourceError::from(e).map_message(|m| m.replace(&self.url, &self.shown)))?;
         match failed {
             Some(e) => Err(e),
             None => Ok((bytes, data_lines)),
@@ -428,7 +446,7 @@ impl Source for DcgmExporterSource {
     /// Scrape once.
     fn sample(&mut self, now: SystemTime) -> Produced {
         let mut out = Produced::default();
-        let mut parser = DcgmTextParser::new(&self.url, 1.0, Timestamp(unix_ms(now)))
+        let mut parser = DcgmTextParser::new(&self.shown, 1.0, Timestamp(unix_ms(now)))
             .with_limits(crate::bounds::DCGM_EXPORTER)
             .with_units(std::mem::take(&mut self.units));
         let mut samples: Vec<Sample> = Vec::new();
@@ -445,7 +463,7 @@ impl Source for DcgmExporterSource {
         self.count_unread(parser.unread(), &mut out.errors);
         out.errors.extend(
             crate::bounds::LeftOut::of_scrape(parser.refused())
-                .message(&self.url)
+                .message(&self.shown)
                 .map(SourceError::OverLimit),
         );
         // The parser's buffers (an entity's worth per GPU) go before the merge below makes
@@ -454,7 +472,7 @@ impl Source for DcgmExporterSource {
         if data_lines == 0 || samples.is_empty() {
             out.errors.push(SourceError::Parse(format!(
                 "{}: no DCGM metrics in the response ({bytes} bytes); is this a dcgm-exporter endpoint?",
-                self.url
+                self.shown
             )));
             return out;
         }
@@ -465,7 +483,7 @@ impl Source for DcgmExporterSource {
         let mut entities: Vec<EntitySample> = Vec::with_capacity(n);
         let mut index: HashMap<EntityKey, usize> = HashMap::with_capacity(n);
         for mut e in samples.into_iter().flat_map(|s| s.entities) {
-            self.nodes.place(&self.url, &mut e.id);
+            self.nodes.place(&self.shown, &mut e.id);
             match index.entry(e.id.key()) {
                 std::collections::hash_map::Entry::Occupied(i) => entities[*i.get()] = e,
                 std::collections::hash_map::Entry::Vacant(v) => {
@@ -478,13 +496,13 @@ impl Source for DcgmExporterSource {
         if !attributed && matches!(self.scope, Scope::Pod { .. }) && !self.warned_scope {
             self.warned_scope = true;
             tracing::warn!(
-                url = %self.url,
+                url = %self.shown,
                 "dcgm-exporter does not attribute GPUs to pods (run it with pod mapping, -k); falling back to NVIDIA_VISIBLE_DEVICES or every GPU."
             );
         }
         if matches!(self.scope, Scope::All) && !self.warned_scope {
             self.warned_scope = true;
-            tracing::warn!(url = %self.url, "No GPU scope (no pod identity, UUIDs or NVIDIA_VISIBLE_DEVICES): exporting every GPU dcgm-exporter reports.");
+            tracing::warn!(url = %self.shown, "No GPU scope (no pod identity, UUIDs or NVIDIA_VISIBLE_DEVICES): exporting every GPU dcgm-exporter reports.");
         }
         let reported = entities.len();
         entities.retain(|e| self.scope.keeps(e, attributed));
@@ -553,6 +571,29 @@ mod tests {
                 "sentinel value dropped: http://127.0.0.1:9/metrics: dcgm_fi_dev_power_usage",
             ]
         );
+    }
+
+    /// A user and password in the URL reach no error, diagnostic or log line: a scrape that
+    /// fails names the URL without them.
+    #[test]
+    fn a_failed_scrape_never_shows_the_url_s_password() {
+        let mut source = DcgmExporterSource::new(
+            "http://scraper:s3cret@127.0.0.1:9/metrics",
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+            Scope::All,
+        );
+        let out = source.sample(SystemTime::now());
+        assert_eq!(out.errors.len(), 1, "{:?}", out.errors);
+        let shown = out.errors[0].to_string();
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("http://…@127.0.0.1:9/metrics"), "{shown}");
+        let bad = DcgmExporterConfig {
+            url: Some("ftp://scraper:s3cret@host/metrics".into()),
+            ..DcgmExporterConfig::default()
+        };
+        let refused = bad.check().unwrap_err().to_string();
+        assert!(!refused.contains("s3cret"), "{refused}");
     }
 
     #[test]

@@ -112,8 +112,11 @@ fn open_capture(
         BuildError::Replay {
             path: name.clone(),
             message: match e {
+                // The formats it reads and how to capture one, as `analyze` says it.
                 CaptureError::Unknown { .. } => {
-                    "not a dcgmi dmon capture, a dcgm-exporter scrape or a JSONL trace".into()
+                    let text = e.to_string();
+                    let prefix = format!("{name}: ");
+                    text.strip_prefix(&prefix).unwrap_or(&text).to_owned()
                 }
                 CaptureError::Read { error, .. } => format!("cannot read: {error}"),
             },
@@ -167,6 +170,16 @@ impl SourceSettings for ReplayConfig {
         }
         self.spacing()?;
         Ok(())
+    }
+
+    /// The capture opened and its format told, as the start would (`config check`).
+    fn probe(&self) -> Result<Option<String>, BuildError> {
+        let capture = open_capture(&self.path, None, self.spacing().map_err(BuildError::from)?)?;
+        Ok(Some(format!(
+            "{}: a {} capture",
+            self.path.display(),
+            capture.format().as_str()
+        )))
     }
 
     fn build(&self, _: &Context, now: SystemTime) -> Result<Box<dyn Source>, BuildError> {
@@ -266,9 +279,16 @@ impl ReplaySource {
         )
     }
 
-    fn restart(&mut self) -> bool {
-        let Ok(c) = open_capture(&self.path, Some(self.format), self.interval) else {
-            return false;
+    /// Open the capture again for the next pass; where that fails (the file removed,
+    /// rotated or unreadable), the error is counted and the replay waits, trying again on
+    /// the next tick.
+    fn restart(&mut self, errors: &mut Vec<SourceError>) -> bool {
+        let c = match open_capture(&self.path, Some(self.format), self.interval) {
+            Ok(c) => c,
+            Err(e) => {
+                errors.push(SourceError::Io(format!("cannot loop the replay: {e}")));
+                return false;
+            }
         };
         self.capture = Some(c);
         self.counted = Unread::default();
@@ -301,7 +321,11 @@ impl Source for ReplaySource {
         let mut restarts = 0;
         while !self.finished {
             let Some(s) = self.next_recorded(&mut out.errors) else {
-                if self.looping && restarts == 0 && self.last_recorded.is_some() && self.restart() {
+                if self.looping
+                    && restarts == 0
+                    && self.last_recorded.is_some()
+                    && self.restart(&mut out.errors)
+                {
                     restarts += 1;
                     continue;
                 }
@@ -461,12 +485,64 @@ mod tests {
         assert!(!r.finished());
     }
 
+    /// A looping replay whose file is gone when it starts its next pass counts the error
+    /// each tick (it used to wait in silence), and goes on once the file is back.
+    #[test]
+    fn a_loop_that_cannot_reopen_its_file_says_so() {
+        let p = write("gone.txt", DMON);
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let mut r = ReplaySource::open(&p, Duration::from_secs(1), true, t0).unwrap();
+        // Pass 1 is read, and pass 2 opened, by 2.5 s; pass 2 ends at 5 s.
+        assert_eq!(r.sample(t0 + Duration::from_millis(2_500)).samples.len(), 3);
+        std::fs::remove_file(&p).unwrap();
+        let got = r.sample(t0 + Duration::from_millis(5_500));
+        assert_eq!(got.samples.len(), 3);
+        let errors: Vec<String> = got.errors.iter().map(ToString::to_string).collect();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].contains("cannot loop the replay")
+                && errors[0].contains("gone.txt: cannot open"),
+            "{errors:?}"
+        );
+        assert_eq!(r.sample(t0 + Duration::from_millis(6_500)).errors.len(), 1);
+        std::fs::write(&p, DMON).unwrap();
+        let got = r.sample(t0 + Duration::from_millis(9_500));
+        assert!(got.errors.is_empty() && !got.samples.is_empty(), "{got:?}");
+    }
+
+    /// `config check` opens the capture as the start would: one that is not a capture is
+    /// refused there, named, and one that is says its format.
+    #[test]
+    fn the_probe_opens_the_capture() {
+        let config = |path: PathBuf| ReplayConfig {
+            path,
+            ..ReplayConfig::default()
+        };
+        let p = write("probe.txt", DMON);
+        assert_eq!(
+            config(p.clone()).probe().unwrap(),
+            Some(format!("{}: a dcgmi-dmon capture", p.display()))
+        );
+        let bad = write("probe-bad.txt", "hello\n");
+        let err = config(bad).probe().unwrap_err().to_string();
+        assert!(
+            err.contains("probe-bad.txt: cannot tell the format"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn bad_files_are_named() {
         let p = write("c.txt", "hello\nworld\n");
         let err =
             ReplaySource::open(&p, Duration::from_secs(1), false, SystemTime::now()).unwrap_err();
-        assert!(err.to_string().contains("c.txt: not a dcgmi dmon capture"));
+        let err = err.to_string();
+        assert!(
+            err.contains("c.txt: cannot tell the format from the first")
+                && err.contains("nvidia-smi-csv")
+                && err.contains("dcgmi dmon -e"),
+            "{err}"
+        );
         let err = ReplaySource::open(
             Path::new("/nonexistent/x"),
             Duration::from_secs(1),
