@@ -826,6 +826,20 @@ mod tests {
         assert_eq!(Quantiles::default().quantile(0.5), None);
     }
 
+    /// The quantiles weigh each value by its seconds, not by its count: 0.1 for 30 s and 0.9
+    /// for 1 s. By hand: total 31 s, the 0.95 quantile's target 0.95 × 31 = 29.45 s, and the
+    /// 30 s at 0.1 already reach it, so it is 0.1. Counting values instead (target
+    /// 0.95 × 2 = 1.9 values, 0.1 holds only 1) would give 0.9.
+    #[test]
+    fn quantiles_are_weighted_by_time() {
+        let mut q = Quantiles::default();
+        q.add(Some(0.1), 30.0);
+        q.add(Some(0.9), 1.0);
+        assert_eq!(q.quantile(0.95), Some(0.1));
+        // Past 30 / 31 ≈ 0.968 of the time the 0.9 is reached.
+        assert_eq!(q.quantile(0.99), Some(0.9));
+    }
+
     /// The starved seconds by cause: GPU 0's holder throttled in 60 % of its CFS periods,
     /// GPU 1's waiting on I/O 40 % of the time, GPU 2 with no holder signal; each is starved
     /// (busy flag 100 %, tensor and DRAM 2 %) the whole time, and its starved seconds all go
@@ -1282,6 +1296,79 @@ mod tests {
                 s.as_str()
             );
         }
+    }
+
+    /// The counters and the engine disagree for a third of the time. Agreement is counted in
+    /// seconds: each window classified from the counters, with an engine phase, adds its
+    /// length to the compared time, and to the agreed time where the two phases match. The
+    /// engine's phase (spec §6.4: prefill is compute-bound, decode memory-bound): prompt
+    /// tokens only, compute-bound; output tokens only, memory-bound. 30 windows of 1 s, no
+    /// dwell (switch_after 1, set here):
+    ///  0–9 s: τ 0.6, d 0.2 (ρ = 3 ≥ 1.5, τ ≥ 0.20): compute-bound; prompt only: agree, 10 s;
+    /// 10–19 s: τ 0.02, d 0.6 (ρ ≈ 0.033 ≤ 0.5, d ≥ 0.25): memory-bound; prompt only:
+    ///          disagree, 0 s;
+    /// 20–29 s: memory-bound; output only: agree, 10 s.
+    /// Agreement (10 + 0 + 10) / 30 = 2/3. Prefill and decode swapped would give 10/30; a
+    /// comparison that always agreed, 30/30.
+    #[test]
+    fn engine_agreement_counts_the_seconds_the_counters_disagree() {
+        use crate::model::{EntitySample, Readings, ServingSnapshot};
+        use crate::phase::PhaseConfig;
+        let sample = |k: i64, (tensor, dram): (f64, f64), (prompt, output): (f64, f64)| {
+            let mut r = Readings::default();
+            for (f, v) in [
+                (Field::ReportedUtil, 1.0),
+                (Field::SmActive, 0.9),
+                (Field::TensorActive, tensor),
+                (Field::DramActive, dram),
+            ] {
+                r.set_value(f, v);
+            }
+            Sample {
+                taken: Timestamp(k * 1000),
+                entities: vec![EntitySample {
+                    id: EntityId {
+                        gpu: Some(0),
+                        model: Some("NVIDIA H100 80GB HBM3".into()),
+                        ..EntityId::default()
+                    },
+                    readings: r,
+                    serving: Some(ServingSnapshot {
+                        prompt_tokens_per_sec: Some(prompt),
+                        output_tokens_per_sec: Some(output),
+                        running_requests: Some(8.0),
+                        ..ServingSnapshot::default()
+                    }),
+                    ..EntitySample::default()
+                }],
+            }
+        };
+        let config = DeriveConfig {
+            phase: PhaseConfig {
+                switch_after: 1,
+                ..PhaseConfig::default()
+            },
+            ..DeriveConfig::default()
+        };
+        let mut a = Analyzer::new(Deriver::new(config, Some(1.0)), false);
+        let (compute, memory) = ((0.6, 0.2), (0.02, 0.6));
+        let (prompt_only, output_only) = ((4000.0, 0.0), (0.0, 500.0));
+        // The first sample's window is the 1 s update interval; each later one, 1 s.
+        for k in 0..30 {
+            let (counters, tokens) = match k / 10 {
+                0 => (compute, prompt_only),
+                1 => (memory, prompt_only),
+                _ => (memory, output_only),
+            };
+            a.push(&sample(k, counters, tokens));
+        }
+        let e = a.report().entities.remove(0);
+        let agree = e.engine_phase_agreement.expect("an engine is attached");
+        assert!((agree - 20.0 / 30.0).abs() < 1e-12, "{agree}");
+        // The counters' own phases: prefill 10 s of 30, decode 20 s.
+        let mix = e.phase_fraction.expect("LLM serving");
+        assert!((mix.prefill - 10.0 / 30.0).abs() < 1e-12, "{mix:?}");
+        assert!((mix.decode - 20.0 / 30.0).abs() < 1e-12, "{mix:?}");
     }
 
     #[test]

@@ -858,6 +858,88 @@ mod tests {
         );
     }
 
+    /// Every other state's Schmitt band (spec §6.4 thresholds): inside it a held state stays
+    /// where a fresh window would be classified otherwise, and just past the exit it leaves
+    /// for what a fresh window gets. `counters(u, s, τ, d)`, ρ = τ / max(d, 0.02).
+    #[test]
+    fn schmitt_thresholds_hold_every_state() {
+        use Phase::{ComputeBound, Idle, MemoryBound, Mixed, Stalled, Underloaded};
+        let c = PhaseConfig::default();
+        // (held, inside the band, fresh there, past the exit, fresh there)
+        let cases = [
+            // ρ 0.18 / 0.3 = 0.6: above decode's enter (0.5), not above its exit (0.7);
+            // τ 0.18 ≥ 0.10: mixed. Past: ρ 0.24 / 0.3 = 0.8 > 0.7.
+            (
+                MemoryBound,
+                (1.0, 0.9, 0.18, 0.3),
+                Mixed,
+                (1.0, 0.9, 0.24, 0.3),
+                Mixed,
+            ),
+            // d 0.2: below decode's enter (0.25), not below its exit (0.15); ρ 0.1;
+            // d ≥ 0.15: mixed. Past: d 0.14 < 0.15, τ 0.02 < 0.10: underloaded.
+            (
+                MemoryBound,
+                (1.0, 0.9, 0.02, 0.2),
+                Mixed,
+                (1.0, 0.9, 0.02, 0.14),
+                Underloaded,
+            ),
+            // τ 0.15: below prefill's enter (0.20), not below its exit (0.12); ρ = 3;
+            // τ ≥ 0.10: mixed. Past: τ 0.11 < 0.12 (ρ 2.2), still ≥ 0.10: mixed.
+            (
+                ComputeBound,
+                (1.0, 0.9, 0.15, 0.05),
+                Mixed,
+                (1.0, 0.9, 0.11, 0.05),
+                Mixed,
+            ),
+            // τ 0.06 within [0.05, 0.08) and d 0.12 within [0.10, 0.15): not stalled's enter,
+            // not its exit; ρ 0.5 but d < 0.25, τ < 0.10, d < 0.15: underloaded.
+            // Past: d 0.16 ≥ 0.15: mixed.
+            (
+                Stalled,
+                (1.0, 0.3, 0.06, 0.12),
+                Underloaded,
+                (1.0, 0.3, 0.06, 0.16),
+                Mixed,
+            ),
+            // τ 0.06 alone in its band (d 0.05 < 0.10). Past: τ 0.09 ≥ 0.08.
+            (
+                Stalled,
+                (1.0, 0.3, 0.06, 0.05),
+                Underloaded,
+                (1.0, 0.3, 0.09, 0.05),
+                Underloaded,
+            ),
+            // u 0.45: below stalled's enter (0.5), not below its exit (0.4). Past: u 0.35.
+            (
+                Stalled,
+                (0.45, 0.3, 0.0, 0.0),
+                Underloaded,
+                (0.35, 0.3, 0.0, 0.0),
+                Underloaded,
+            ),
+            // u 0.07: not below idle's enter (0.05), below its exit (0.10); s 0.01 < 0.02.
+            // Past: u 0.12 ≥ 0.10.
+            (
+                Idle,
+                (0.07, 0.01, 0.0, 0.0),
+                Underloaded,
+                (0.12, 0.01, 0.0, 0.0),
+                Underloaded,
+            ),
+        ];
+        for (held, inside, fresh, past, left_for) in cases {
+            let x = |(u, s, t, d)| counters(u, s, t, d);
+            let at = |i: PhaseInputs, cur| i.candidate(cur, &c).unwrap().0;
+            assert_eq!(at(x(inside), None), fresh, "{held} {inside:?} fresh");
+            assert_eq!(at(x(inside), Some(held)), held, "{held} {inside:?} held");
+            assert_eq!(at(x(past), None), left_for, "{held} {past:?} fresh");
+            assert_eq!(at(x(past), Some(held)), left_for, "{held} {past:?} held");
+        }
+    }
+
     #[test]
     fn switching_needs_n_consecutive_windows() {
         let c = PhaseConfig {

@@ -2554,20 +2554,25 @@ pub(crate) mod tests {
         for t in 2..=60 {
             w = obs(&mut d, t, 0.45, 600.0);
         }
+        // S = max(τ, d) at the clocks the GPU ran (spec §6.2; no FP16/FP32 reading, so the
+        // compute term is τ): max(0.45, 0.1) = 0.45. A sum would give 0.55, a mean 0.275.
         let sat = w.metrics.roofline_saturation.unwrap();
-        assert!(sat > 0.1, "{sat}");
-        close(w.ceilings.roofline_saturation, sat, 0.0);
+        assert!((sat - 0.45).abs() < 1e-12, "{sat}");
+        close(w.ceilings.roofline_saturation, 0.45, 0.0);
         close(w.ceilings.output_tokens_per_second, 600.0, 0.0);
         // Half the work for 10 s: the ceilings stay, and current ÷ ceiling is about 0.5.
         for t in 61..=70 {
             w = obs(&mut d, t, 0.225, 300.0);
         }
-        close(w.ceilings.roofline_saturation, sat, 10.0);
+        close(w.ceilings.roofline_saturation, 0.45, 10.0);
         close(w.ceilings.output_tokens_per_second, 600.0, 10.0);
         let ratio = |c: Option<Ceiling>, cur| c.unwrap().ratio(cur).unwrap();
         assert!((ratio(w.ceilings.output_tokens_per_second, Some(300.0)) - 0.5).abs() < 1e-12);
+        // Now S = max(0.225, 0.1) = 0.225, half the ceiling's 0.45: the ratio is 0.5. A sum
+        // would give 0.325 / 0.55 ≈ 0.59, a mean 0.1625 / 0.275 ≈ 0.59.
         let now = w.metrics.roofline_saturation;
-        assert!((ratio(w.ceilings.roofline_saturation, now) - now.unwrap() / sat).abs() < 1e-12);
+        assert!((now.unwrap() - 0.225).abs() < 1e-12, "{now:?}");
+        assert!((ratio(w.ceilings.roofline_saturation, now) - 0.5).abs() < 1e-12);
     }
 
     #[test]
