@@ -685,6 +685,151 @@ fn the_showback_and_cluster_report_is_its_golden() {
     check(&render("showback", &showback_assembled()));
 }
 
+/// `v`'s number at the JSON `pointer`.
+fn num(v: &serde_json::Value, pointer: &str) -> f64 {
+    v.pointer(pointer)
+        .and_then(serde_json::Value::as_f64)
+        .unwrap_or_else(|| panic!("no number at {pointer}"))
+}
+
+/// Whether `got` is `want`, worked out by hand, to 1e-6.
+fn near(got: f64, want: f64, what: &str) {
+    assert!((got - want).abs() < 1e-6, "{what}: {got}, by hand {want}");
+}
+
+/// The JSON document of `a` as built now and, unless it is being rewritten, the golden
+/// file `{name}.json` as committed: both must hold the values worked out by hand.
+fn json_forms(name: &str, a: &Assembled) -> Vec<serde_json::Value> {
+    let mut forms = vec![serde_json::to_value(json_document(a)).expect("the document serializes")];
+    if std::env::var_os("UPDATE_GOLDEN").is_none() {
+        let path = golden_dir().join(format!("{name}.json"));
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        forms.push(serde_json::from_str(&text).expect("the golden is JSON"));
+    }
+    forms
+}
+
+/// Fleet 1's figures worked out by hand from its inputs (steps of 300 s, 1/12 h; 3.0 a
+/// GPU-hour), never by the code under test.
+fn fleet_by_hand(v: &serde_json::Value) {
+    // Each GPU from its first reading to its last: GPU-a0, b0, b1 (its gap is inside),
+    // c0, c1 48 steps each, a1 (the MIG instance, from step 4) 44, b2 40: 324 steps = 27 h.
+    near(num(v, "/funnel/total_gpu_hours"), 27.0, "total");
+    // Held: 48 (train) + 44 × 3/7 (3g.40gb of 7 slices) + 48 (embed) + 48 (batch) + 40
+    // (idle) + 48 (time-sliced c1) = 250.857143 steps = 20.904762 h; the rest, 6.095238 h,
+    // is c0's 4 h and the MIG GPU's other 4/7: 44 × 4/7 / 12 = 2.095238 h.
+    near(
+        num(v, "/funnel/allocated_gpu_hours"),
+        20.904_762,
+        "allocated",
+    );
+    near(
+        num(v, "/funnel/unallocated_gpu_hours"),
+        6.095_238,
+        "unallocated",
+    );
+    // research/idle (busy 0.01 < 0.05, ECF 0.00075 < 0.01) for its 40 steps: 3.333333 h,
+    // which at 3.0 costs 10.0.
+    near(
+        num(v, "/funnel/idle_held_gpu_hours"),
+        40.0 / 12.0,
+        "idle held",
+    );
+    near(num(v, "/idle/workloads/0/idle_cost"), 10.0, "idle cost");
+    // web/batch unmeasured: 8 steps without readings (18..26), 4 of memory alone (26..30)
+    // and step 40 (a raw sample past the clamp limit): 13 steps = 1.083333 h.
+    near(
+        num(v, "/funnel/use_unmeasured_gpu_hours"),
+        13.0 / 12.0,
+        "unmeasured",
+    );
+    // The busy flags summed: 1.0 + 0.6 + 0.95 + 0.01 + 0.0 + 0.7 = 3.26 before ml/infer
+    // starts at step 4, 3.26 + 0.9 = 4.16 after.
+    near(
+        num(v, "/series/busy_claim_gpus/0"),
+        3.26,
+        "busy claim, step 0",
+    );
+    near(
+        num(v, "/series/busy_claim_gpus/4"),
+        4.16,
+        "busy claim, step 4",
+    );
+}
+
+/// Fleet 2's showback worked out by hand from its inputs (steps of 600 s, 1/6 h; H100s at
+/// 4.1 a GPU-hour, others 2.5; 0.15 a kWh), never by the code under test.
+fn showback_by_hand(v: &serde_json::Value) {
+    let groups = v
+        .pointer("/showback/total/groups")
+        .and_then(serde_json::Value::as_array)
+        .expect("the showback's groups");
+    let g = |name: &str, key: &str| {
+        let group = groups.iter().find(|x| x["group"] == name);
+        let x = group.unwrap_or_else(|| panic!("no group {name}"));
+        num(x, key)
+    };
+    // ml: train's whole H100 for 48 steps (8 h) + infer's 3g.40gb (3/7) for 44 steps:
+    // 8 + 44 × (600/3600) × 3/7 = 11.142857 GPU-h; at 4.1, 45.685714.
+    near(g("ml", "/allocated_gpu_hours"), 11.142_857, "ml allocated");
+    near(g("ml", "/cost/allocated"), 45.685_714, "ml cost");
+    // The time-sliced GPU c1 (two holders, 1/2 each, 48 steps): 4 GPU-h for lab; research
+    // adds research/idle's 40 steps: 4 + 40/6 = 10.666667, of it 6.666667 idle.
+    near(g("lab", "/allocated_gpu_hours"), 4.0, "lab allocated");
+    near(g("lab", "/use_unknown_gpu_hours"), 4.0, "lab unknown");
+    near(
+        g("research", "/allocated_gpu_hours"),
+        32.0 / 3.0,
+        "research allocated",
+    );
+    near(
+        g("research", "/idle_gpu_hours"),
+        20.0 / 3.0,
+        "research idle",
+    );
+    // c1's ECF is 0.75 × wave(s, 10, 0.1, 0.45): over 48 steps the wave's rises sum to
+    // 4 × 25 + 22 = 122, so Σ saturation = 48 × 0.1 + 0.35 × 122/5 = 13.34 and Σ ECF =
+    // 10.005; each holder's half of it, in hours: 10.005 / 2 / 6 = 0.83375.
+    for ns in ["research", "lab"] {
+        let ecf = g(ns, "/time_sliced_effective_compute_gpu_hours");
+        near(ecf, 0.833_75, ns);
+    }
+    // web: power 75 + 600 × saturation per step, 600 s a step (kWh = W / 6000). embed:
+    // Σ sat = 48 × 0.02 + 0.1 × 72/3 = 3.36, Σ W = 3600 + 2016 = 5616 → 0.936 kWh. batch
+    // (36 steps with power): Σ sat = 36 × 0.3 + 0.4 × 94/5 = 18.32, Σ W = 2700 + 10992 =
+    // 13692 → 2.282 kWh. Together 3.218 kWh; at 0.15, 0.4827. Its 16 GPU-h of L4 (two
+    // whole GPUs, 48 steps each) at 2.5: 40.
+    near(g("web", "/energy_kwh"), 3.218, "web energy");
+    near(g("web", "/energy_cost"), 0.4827, "web energy cost");
+    near(g("web", "/cost/allocated"), 40.0, "web cost");
+    // The fleet: 324 GPU-steps = 54 GPU-h. Energy: train 3.48 + embed 0.936 + batch 2.282
+    // + research/idle 40 × 75.6/6000 = 0.504 + c0 48 × 75/6000 = 0.6 + c1 (3600 + 600 ×
+    // 13.34)/6000 = 1.934 + a1 (44 × 75 + 600 × 5.575)/6000 = 1.1075: 10.8435 kWh.
+    near(
+        num(v, "/showback/total/fleet_gpu_hours"),
+        54.0,
+        "fleet GPU-h",
+    );
+    near(
+        num(v, "/showback/total/energy/fleet_kwh"),
+        10.8435,
+        "fleet kWh",
+    );
+}
+
+/// The goldens hold figures worked out by hand from their inputs: regenerating a golden
+/// from the code cannot bless wrong arithmetic.
+#[test]
+fn the_goldens_hold_values_worked_out_by_hand() {
+    for v in json_forms("fleet", &fleet_assembled()) {
+        fleet_by_hand(&v);
+    }
+    for v in json_forms("showback", &showback_assembled()) {
+        showback_by_hand(&v);
+    }
+}
+
 /// Without pods, allocation is unknown: the page's first bar is the GPUs reporting, named
 /// so, never "allocated".
 #[test]

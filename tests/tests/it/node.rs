@@ -392,33 +392,7 @@ fn shared_gpu_is_apportioned_to_its_pods_by_sm_busy() {
             == 3
             && value(m, "truthscale_gpu_effective_compute_ratio", &[("gpu", "0")]).is_some()
     });
-    let device = value(
-        &m,
-        "truthscale_gpu_effective_compute_ratio",
-        &[("gpu", "0")],
-    )
-    .unwrap();
-    assert!(device > 0.0);
-    let part = |pod: Option<&str>| {
-        m.iter()
-            .find(|s| {
-                s.name == "truthscale_pod_effective_compute_estimate_ratio" && s.label("pod") == pod
-            })
-            .map(|s| {
-                assert_eq!(s.label("method"), Some("sm_busy_share"));
-                s.value
-            })
-            .unwrap_or_else(|| panic!("no part for {pod:?}"))
-    };
-    let (a, b, none) = (part(Some("chat-a")), part(Some("chat-b")), part(None));
-    assert!((a / device - 0.6).abs() < 1e-9, "{a} of {device}");
-    assert!((b / device - 0.3).abs() < 1e-9, "{b} of {device}");
-    assert!((none / device - 0.1).abs() < 1e-9, "{none} of {device}");
-    // The text exposition rounds nothing: the parts add up to the device value.
-    assert!(
-        ((a + b + none) - device).abs() <= 1e-15 * device.max(1.0),
-        "{a}+{b}+{none} vs {device}"
-    );
+    effective_compute_by_hand(&m);
     let mem = |pod: Option<&str>| {
         m.iter()
             .find(|s| s.name == "truthscale_pod_memory_used_bytes" && s.label("pod") == pod)
@@ -434,6 +408,41 @@ fn shared_gpu_is_apportioned_to_its_pods_by_sm_busy() {
             .all(|s| s.label("pod").is_none())
     );
     energy_follows_sm_busy(&sidecar);
+}
+
+/// The shared H100's effective compute and each pod's SM-busy share of it, against values
+/// worked out by hand (below), never by the code under test.
+fn effective_compute_by_hand(m: &[Sample]) {
+    let device = value(m, "truthscale_gpu_effective_compute_ratio", &[("gpu", "0")]).unwrap();
+    // By hand from h100-shared.json (GPM tensor 2 %, FP16 1 %, FP32 3 %; SM clock 1980 MHz)
+    // and the spec's H100 SXM peaks (989 dense tensor, 134 FP16, 67 FP32 TFLOP/s; f_ref
+    // 1830 MHz): C = 0.02 + 0.01·134/989 + 0.03·67/989 = 0.0233873, κ = 1980/1830 =
+    // 1.0819672, ECF = C·κ = 0.0253042. Shares 60/30/10 % of it: 0.0151825, 0.0075913 and
+    // 0.0025304.
+    assert!((device - 0.025_304_248).abs() < 1e-8, "device ECF {device}");
+    let part = |pod: Option<&str>| {
+        m.iter()
+            .find(|s| {
+                s.name == "truthscale_pod_effective_compute_estimate_ratio" && s.label("pod") == pod
+            })
+            .map(|s| {
+                assert_eq!(s.label("method"), Some("sm_busy_share"));
+                s.value
+            })
+            .unwrap_or_else(|| panic!("no part for {pod:?}"))
+    };
+    let (a, b, none) = (part(Some("chat-a")), part(Some("chat-b")), part(None));
+    assert!((a - 0.015_182_549).abs() < 1e-8, "chat-a {a}");
+    assert!((b - 0.007_591_275).abs() < 1e-8, "chat-b {b}");
+    assert!((none - 0.002_530_425).abs() < 1e-8, "unfound {none}");
+    assert!((a / device - 0.6).abs() < 1e-9, "{a} of {device}");
+    assert!((b / device - 0.3).abs() < 1e-9, "{b} of {device}");
+    assert!((none / device - 0.1).abs() < 1e-9, "{none} of {device}");
+    // The text exposition rounds nothing: the parts add up to the device value.
+    assert!(
+        ((a + b + none) - device).abs() <= 1e-15 * device.max(1.0),
+        "{a}+{b}+{none} vs {device}"
+    );
 }
 
 /// A GPU held through a DRA resource claim: NVIDIA's DRA driver names a GPU `gpu-<minor>`,
@@ -630,48 +639,51 @@ fn shared_h100_agent(
     nvml_agent(dir, &scenario, socket, &env)
 }
 
+/// The energy counters of one scrape: chat-a's, chat-b's and the unfound pod's estimates,
+/// then the device's active part and its whole energy.
+fn energy_snapshot(m: &[Sample]) -> [Option<f64>; 5] {
+    const PART: &str = "truthscale_pod_energy_estimate_joules_total";
+    let part = |pod: Option<&str>| {
+        m.iter()
+            .find(|s| s.name == PART && s.label("pod") == pod)
+            .map(|s| {
+                assert_eq!(s.label("method"), Some("sm_busy_share"));
+                s.value
+            })
+    };
+    [
+        part(Some("chat-a")),
+        part(Some("chat-b")),
+        part(None),
+        value(
+            m,
+            "truthscale_gpu_energy_part_joules_total",
+            &[("gpu", "0"), ("part", "active")],
+        ),
+        value(m, "truthscale_gpu_energy_joules_total", &[("gpu", "0")]),
+    ]
+}
+
 /// The shared GPU's active energy goes to its pods by SM busy share (60:30:10), an estimate
 /// whose parts sum to the device's active energy; nothing is unallocated (the GPU is held);
 /// its floor is the catalog's H100 idle power (the busy flag never reads 0). Compared over
 /// the growth between two scrapes, so that windows before the holders were known do not
-/// count; the expected ratios are the scenario's own SM busy figures.
+/// count; the expected ratios are the scenario's own SM busy figures, and the active part
+/// of the energy is worked out by hand from its power and the H100's idle power.
 fn energy_follows_sm_busy(sidecar: &Sidecar) {
-    const PART: &str = "truthscale_pod_energy_estimate_joules_total";
-    const DEVICE: &str = "truthscale_gpu_energy_part_joules_total";
-    let snapshot = |m: &[Sample]| {
-        let part = |pod: Option<&str>| {
-            m.iter()
-                .find(|s| s.name == PART && s.label("pod") == pod)
-                .map(|s| {
-                    assert_eq!(s.label("method"), Some("sm_busy_share"));
-                    s.value
-                })
-        };
-        let active = value(m, DEVICE, &[("gpu", "0"), ("part", "active")]);
-        (
-            part(Some("chat-a")),
-            part(Some("chat-b")),
-            part(None),
-            active,
-        )
-    };
     let ready = |m: &[Sample]| {
-        let (a, b, none, active) = snapshot(m);
-        a.is_some() && b.is_some() && none.is_some() && active.is_some_and(|x| x > 0.0)
+        let now = energy_snapshot(m);
+        now.iter().all(Option::is_some) && now[3].is_some_and(|x| x > 0.0)
     };
-    let first = snapshot(&sidecar.wait_for(WAIT, "per-pod energy", ready));
-    let active0 = first.3.unwrap();
+    let first = energy_snapshot(&sidecar.wait_for(WAIT, "per-pod energy", ready));
+    let active0 = first[3].unwrap();
+    // About 3 s of growth: the window edges' timing jitter is small against it.
     let m = sidecar.wait_for(WAIT, "more energy", |m| {
-        ready(m) && snapshot(m).3.is_some_and(|x| x > active0 + 100.0)
+        ready(m) && energy_snapshot(m)[3].is_some_and(|x| x > active0 + 1000.0)
     });
-    let then = snapshot(&m);
-    let grew = |x: Option<f64>, y: Option<f64>| y.unwrap() - x.unwrap();
-    let (a, b, none) = (
-        grew(first.0, then.0),
-        grew(first.1, then.1),
-        grew(first.2, then.2),
-    );
-    let active = grew(first.3, then.3);
+    let then = energy_snapshot(&m);
+    let grew: [f64; 5] = std::array::from_fn(|i| then[i].unwrap() - first[i].unwrap());
+    let [a, b, none, active, total] = grew;
     assert!(a > 0.0 && b > 0.0 && none > 0.0, "{a} {b} {none}");
     assert!(
         (a / b - 2.0).abs() / 2.0 < 0.01,
@@ -684,6 +696,19 @@ fn energy_follows_sm_busy(sidecar: &Sidecar) {
     assert!(
         ((a + b + none) - active).abs() <= 1e-6 * active,
         "{a}+{b}+{none} vs {active}"
+    );
+    // By hand: h100-shared.json draws P = 380 W throughout (its energy counter grows at
+    // power_watts); the floor is the H100 SXM's idle power, 75 W (spec §5.1, Splitwise's
+    // constants). Active share of the energy = (P − P_idle)/P = (380 − 75)/380 = 0.802632;
+    // chat-a's, 0.6 × that = 0.481579.
+    let share = active / total;
+    assert!(
+        (share - 0.802_632).abs() < 0.01,
+        "active {active} of {total}"
+    );
+    assert!(
+        (a / total - 0.481_579).abs() < 0.006,
+        "chat-a {a} of {total}"
     );
     for part in ["active", "idle_floor"] {
         let unallocated = value(

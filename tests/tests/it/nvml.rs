@@ -366,7 +366,12 @@ fn a100_without_gpm_gets_the_nvml_tier_and_only_an_upper_bound() {
     ] {
         assert_eq!(get(absent), None, "{absent} must be absent without GPM");
     }
-    assert!(get("truthscale_gpu_power_proxy_ratio").is_some());
+    // By hand (spec §6.2 power proxy, §6.4's A100 example): a100-no-gpm.json draws 250 W
+    // against an enforced limit of 400 W; the A100 80GB SXM's idle power is 63 W (Splitwise's
+    // constants, spec §5.1). π = (250 − 63)/(400 − 63) = 187/337 = 0.554896. Mean power may
+    // be the energy counter's growth over the window: allow 0.01 (3.4 W) for its timing.
+    let proxy = get("truthscale_gpu_power_proxy_ratio");
+    assert!(close(proxy, 0.554_896, 0.01), "power proxy {proxy:?}");
     assert_eq!(get("truthscale_gpu_sm_clock_hertz"), Some(1.41e9));
     no_errors(&m, &s.process.stderr());
 }
@@ -413,6 +418,7 @@ fn h100_in_mig_mode_exports_one_entity_per_gpu_instance_without_busy_flag() {
         0.8,
         1e-9
     ));
+    mig_instance_by_hand(&s);
     assert_eq!(
         value(&m, "truthscale_gpu_memory_total_bytes", busy),
         Some(40320.0 * 1_048_576.0)
@@ -430,6 +436,37 @@ fn h100_in_mig_mode_exports_one_entity_per_gpu_instance_without_busy_flag() {
         Some(0.0)
     );
     no_errors(&m, &s.process.stderr());
+}
+
+/// h100-mig.json's busy instance (GPU instance 1, 3g.40gb): its derived values worked out by
+/// hand. Its GPM reads tensor 45 %, DRAM 20 %, FP16 and FP32 0; the parent's SM clock is
+/// 1980 MHz against the H100 SXM's f_ref of 1830 MHz. The instance's counters are its own
+/// (normalized to its slices), so (spec §6.2, §6.4):
+/// κ = 1980/1830 = 1.081967; C = τ = 0.45; ECF = C·κ = 0.486885 (of the instance's peak);
+/// S = max(C, d) = max(0.45, 0.20) = 0.45; ρ = C/max(d, 0.02) = 0.45/0.20 = 2.25, which
+/// with τ ≥ 0.20 enters compute_bound (ρ ≥ 1.5).
+fn mig_instance_by_hand(s: &Sidecar) {
+    let busy = &[("mig_instance", "1")];
+    let m = s.wait_for(WAIT, "instance 1 compute-bound", |m| {
+        value(
+            m,
+            "truthscale_gpu_regime",
+            &[
+                ("mig_instance", "1"),
+                ("regime", "compute_bound"),
+                ("method", "counters"),
+            ],
+        ) == Some(1.0)
+    });
+    let get = |n: &str| value(&m, n, busy);
+    let kappa = get("truthscale_gpu_clock_correction_ratio");
+    assert!(close(kappa, 1.081_967, 1e-6), "κ {kappa:?}");
+    let ecf = get("truthscale_gpu_effective_compute_ratio");
+    assert!(close(ecf, 0.486_885, 1e-6), "ECF {ecf:?}");
+    let sat = get("truthscale_gpu_roofline_saturation_ratio");
+    assert!(close(sat, 0.45, 1e-9), "saturation {sat:?}");
+    let rho = get("truthscale_gpu_intensity_ridge_ratio");
+    assert!(close(rho, 2.25, 1e-9), "ρ {rho:?}");
 }
 
 #[test]

@@ -142,7 +142,13 @@ fn report_charges_fractions_and_counts_dra_claims() {
     assert_eq!(f("ha", "use_unknown_gpu_hours"), Some(0.0));
     let busy = f("ha", "busy_gpu_hours");
     assert!(close(busy, 0.8 * 0.25 * h), "{busy:?}");
-    assert!(f("hb", "use_unknown_gpu_hours").is_some_and(|u| u > 0.0));
+    // By hand: `hb` holds gpucores 50 of GPU 0, so 0.5 H allocated; nothing measures its own
+    // use (HAMi reports `ha`'s alone) and GPU 0's counters are the device's, shared with
+    // `ha`, so the whole share is of unknown use: 0.5 H, none of it used or idle.
+    let unknown = f("hb", "use_unknown_gpu_hours");
+    assert!(close(unknown, 0.5 * h), "{unknown:?} not 0.5 × {h}");
+    assert_eq!(f("hb", "used_gpu_hours"), Some(0.0));
+    assert_eq!(f("hb", "idle_gpu_hours"), Some(0.0));
     let notes = v["showback"]["notes"].to_string();
     for want in [
         "gpu-reservation-n1",
