@@ -17,7 +17,7 @@ fn focus_python() -> String {
 }
 
 /// What installs the validator; keep in step with `scripts/test`.
-const FOCUS_VALIDATOR: &str = "focus-validator==2.2.1 'numpy<2' 'pyarrow<16'";
+const FOCUS_VALIDATOR: &str = "focus-validator==2.2.1 'numpy<2' 'pyarrow>=18,<19'";
 
 /// The folder `focus_validator` is installed in: it reads its rule files by relative path,
 /// so it runs from there.
