@@ -66,6 +66,7 @@ pub(crate) mod setting;
 pub mod sinks;
 pub mod sources;
 pub(crate) mod stdout;
+pub(crate) mod times;
 pub(crate) mod view;
 
 pub use compose::start;

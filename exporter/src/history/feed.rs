@@ -1,11 +1,12 @@
 //! Feeding the samples: each chunk's answers merged into samples and handed over in time
 //! order while the next chunk is read, and what the read cost ([`FeedStats`]).
 
+use super::History;
 use super::api::Matrix;
 use super::columns::SampleKind;
 use super::merge::Chunk;
 use super::read::{CHUNK_POINTS, EMPTY_CHUNK_POINTS, FIRST_CHUNK_POINTS};
-use super::{History, rfc3339};
+use crate::times::rfc3339;
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::sync::atomic::Ordering;

@@ -4,7 +4,7 @@
 use super::api::Client;
 use super::query::Range;
 use super::query::secs;
-use super::rfc3339;
+use crate::times::rfc3339;
 use std::time::Duration;
 
 /// How far back from the window's end the newest sample is looked for.

@@ -26,7 +26,8 @@ pub(crate) mod text;
 mod timeline;
 mod waits;
 
-use crate::history::{Family, FeedStats, History, NO_CLUSTER, SampleKind, rfc3339};
+use crate::history::{Family, FeedStats, History, NO_CLUSTER, SampleKind};
+use crate::times::rfc3339;
 pub(crate) use build::{Built, Config, ShowbackArgs, build};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};

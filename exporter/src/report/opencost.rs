@@ -32,7 +32,7 @@ pub(crate) struct Bounds {
 /// first step at `start_ms` and `step_seconds` per step.
 pub(crate) fn periods(s: &Showback, start_ms: i64, step_seconds: f64) -> Vec<(&Period, Bounds)> {
     let at = |step: usize| {
-        crate::history::rfc3339(start_ms + (step as f64 * step_seconds * 1000.0) as i64)
+        crate::times::rfc3339(start_ms + (step as f64 * step_seconds * 1000.0) as i64)
     };
     let list: Vec<&Period> = if s.periods.is_empty() {
         vec![&s.total]

@@ -564,7 +564,7 @@ pub(crate) fn write_csv(
         s.periods.iter().collect()
     };
     let at = |step: usize| {
-        crate::history::rfc3339(start_ms + (step as f64 * step_seconds * 1000.0) as i64)
+        crate::times::rfc3339(start_ms + (step as f64 * step_seconds * 1000.0) as i64)
     };
     for p in periods {
         let (from, to) = (at(p.start_step), at(p.start_step + p.steps));

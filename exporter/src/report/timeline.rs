@@ -113,7 +113,7 @@ fn lines(f: &FleetReport) -> Vec<Line> {
 /// The clock time (UTC) of `hours` after the window's start (`start_ms`): `HH:MM`, with the
 /// day (`MM-DD HH:MM`) over a window longer than a day.
 fn clock(start_ms: i64, hours: f64, long: bool) -> String {
-    let t = crate::history::rfc3339(start_ms + (hours * 3_600_000.0).round() as i64);
+    let t = crate::times::rfc3339(start_ms + (hours * 3_600_000.0).round() as i64);
     // RFC 3339: `YYYY-MM-DDTHH:MM:SSZ`.
     let (from, to) = if long { (5, 16) } else { (11, 16) };
     t.get(from..to).map_or(t.clone(), |s| s.replace('T', " "))

@@ -1476,8 +1476,16 @@ const COMMAND_CORE_NAMES: &[&str] = &[
     "truthscale_core::fleet::IDLE_COMPUTE_BELOW",
 ];
 
-/// The report's renderers: they read the sections, never compute them.
-const RENDERERS: &[&str] = &["exporter/src/report/text.rs", "exporter/src/report/html.rs"];
+/// The report's renderers, the page's parts among them: they read the sections, never
+/// compute them. (`report/funnel.rs` both builds the funnel section from the showback and
+/// draws it.)
+const RENDERERS: &[&str] = &[
+    "exporter/src/report/text.rs",
+    "exporter/src/report/html.rs",
+    "exporter/src/report/timeline.rs",
+    "exporter/src/report/showback_html.rs",
+    "exporter/src/report/waits.rs",
+];
 
 /// A command names neither the core's fleet analysis nor its showback (but the
 /// `COMMAND_CORE_NAMES`); a renderer runs neither analysis and reads no history.
