@@ -58,45 +58,70 @@ pub fn router(rx: Snap, limits: RouterLimits) -> Router {
         ))
 }
 
-/// OpenMetrics when the client's `Accept` asks for it, else text 0.0.4.
+/// The entries of a header's values (`Accept`, `Accept-Encoding`): each one's name (a media
+/// type or coding, without its other parameters) and its q-value (1 where not given, 0 where
+/// it does not parse: an entry that cannot be read accepts nothing).
+fn weighted<'h>(
+    headers: &'h HeaderMap,
+    name: header::HeaderName,
+) -> impl Iterator<Item = (&'h str, f64)> {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|entry| {
+            let mut parts = entry.split(';');
+            let name = parts.next().unwrap_or("").trim();
+            let q = parts
+                .find_map(|p| {
+                    let (k, v) = p.split_once('=')?;
+                    k.trim()
+                        .eq_ignore_ascii_case("q")
+                        .then(|| v.trim().parse::<f64>().unwrap_or(0.0))
+                })
+                .unwrap_or(1.0);
+            (name, q)
+        })
+        .filter(|(name, _)| !name.is_empty())
+}
+
+/// The highest q-value `headers` gives one of `names`, if it lists any.
+fn q_of(headers: &HeaderMap, name: header::HeaderName, names: &[&str]) -> Option<f64> {
+    weighted(headers, name)
+        .filter(|(n, _)| names.iter().any(|m| n.eq_ignore_ascii_case(m)))
+        .map(|(_, q)| q)
+        .reduce(f64::max)
+}
+
+/// OpenMetrics when the client's `Accept` asks for it at least as much as for text (its
+/// q-value above 0, and not below text/plain's, else `text/*`'s or `*/*`'s), else text
+/// 0.0.4.
 #[must_use]
 pub(crate) fn negotiate(headers: &HeaderMap) -> Encoding {
-    let accept = headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if accept.contains("application/openmetrics-text") {
+    let Some(open) = q_of(headers, header::ACCEPT, &["application/openmetrics-text"]) else {
+        return Encoding::Text;
+    };
+    let text = q_of(headers, header::ACCEPT, &["text/plain"])
+        .or_else(|| q_of(headers, header::ACCEPT, &["text/*"]))
+        .or_else(|| q_of(headers, header::ACCEPT, &["*/*"]))
+        .unwrap_or(0.0);
+    if open > 0.0 && open >= text {
         Encoding::OpenMetrics
     } else {
         Encoding::Text
     }
 }
 
-/// Whether `Accept-Encoding` accepts gzip (`gzip`, `x-gzip` or `*`, with a q-value above 0).
+/// Whether `Accept-Encoding` accepts gzip with a q-value above 0: `gzip` or `x-gzip` where it
+/// lists either, else `*` (which stands only for the codings it does not list, RFC 9110
+/// §12.5.3).
 #[must_use]
 pub(crate) fn accepts_gzip(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT_ENCODING)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|coding| {
-            let mut parts = coding.split(';');
-            let name = parts.next().unwrap_or("").trim();
-            let q = parts
-                .filter_map(|p| {
-                    let (k, v) = p.split_once('=')?;
-                    k.trim()
-                        .eq_ignore_ascii_case("q")
-                        .then(|| v.trim().parse::<f64>().ok())?
-                })
-                .next()
-                .unwrap_or(1.0);
-            q > 0.0
-                && ["gzip", "x-gzip", "*"]
-                    .iter()
-                    .any(|g| name.eq_ignore_ascii_case(g))
-        })
+    let h = header::ACCEPT_ENCODING;
+    q_of(headers, h.clone(), &["gzip", "x-gzip"])
+        .or_else(|| q_of(headers, h, &["*"]))
+        .is_some_and(|q| q > 0.0)
 }
 
 async fn metrics(State(rx): State<Snap>, headers: HeaderMap) -> Response {
@@ -217,6 +242,43 @@ mod tests {
         assert!(!with("br, deflate"));
         assert!(!with("gzipx"));
         assert!(!accepts_gzip(&HeaderMap::new()));
+        // A coding it lists is decided by its own q-value; `*` stands for the others.
+        assert!(!with("gzip;q=0, *"));
+        assert!(!with("*, gzip;q=0"));
+        assert!(with("br;q=0, *"));
+        assert!(!with("*;q=0"));
+    }
+
+    /// OpenMetrics only where `Accept` asks for it at least as much as for text, and not
+    /// with q=0: Prometheus' own headers, either way round, and refusals.
+    #[test]
+    fn accept_chooses_by_q_value() {
+        let with = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::ACCEPT, v.parse().unwrap());
+            negotiate(&h)
+        };
+        let om = Encoding::OpenMetrics;
+        assert_eq!(
+            with(
+                "application/openmetrics-text;version=1.0.0;q=0.6,application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+            ),
+            om
+        );
+        assert_eq!(with("application/openmetrics-text; version=1.0.0"), om);
+        assert_eq!(with("text/plain, application/openmetrics-text"), om);
+        // scrape_protocols with text first.
+        assert_ne!(
+            with(
+                "text/plain;version=0.0.4;q=0.6,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.4"
+            ),
+            om
+        );
+        assert_ne!(with("application/openmetrics-text;q=0, text/plain"), om);
+        assert_ne!(with("application/openmetrics-text;q=0"), om);
+        assert_ne!(with("application/openmetrics-text;q=0.2, */*;q=0.5"), om);
+        assert_ne!(with("text/plain"), om);
+        assert_ne!(negotiate(&HeaderMap::new()), om);
     }
 
     /// A sampler whose thread has ended (a panic) is neither live nor ready, whatever its
