@@ -213,6 +213,49 @@ fn nvml_reads_the_pcie_rate_from_the_byte_counters_where_it_has_them() {
     assert!(close(tx, 2e9, 0.01), "{tx:?}");
 }
 
+/// NVML's "not available" (0xFFFFFFFF KB/s) from the throughput call is blank and counted
+/// as a sentinel, never a rate (scaled, it read 4.3 TB/s: 136 times a Gen4 x16 link, and the
+/// GPU's starved time went to host-to-device copies); the other direction is read.
+#[test]
+fn nvml_s_not_available_pcie_throughput_is_blank_and_counted() {
+    let dir = TempDir::new("causes-gpu-pcie-sentinel");
+    let a100 = json!({
+        "name": "NVIDIA A100-SXM4-80GB",
+        "uuid": uuid(0),
+        "architecture": "ampere",
+        "pcie_link_gen": 4,
+        "pcie_link_width": 16,
+        "pcie_rx_kbps": 4_294_967_295_u32,
+        "pcie_tx_kbps": 1_500_000,
+        "memory_total_bytes": 85_899_345_920_u64,
+        "util_percent": 90,
+        "power_watts": 250,
+        "sm_clock_mhz": 1410,
+    });
+    let s = serve(
+        &dir,
+        "An A100 whose receive rate is not available.",
+        vec![a100],
+    );
+    let m = s.wait_for(WAIT, "the PCIe transmit rate", |m| {
+        of(m, 0, "truthscale_gpu_pcie_transmit_bytes_per_second", &[]).is_some()
+    });
+    assert_eq!(
+        of(&m, 0, "truthscale_gpu_pcie_transmit_bytes_per_second", &[]),
+        Some(1.5e9)
+    );
+    assert_eq!(
+        of(&m, 0, "truthscale_gpu_pcie_receive_bytes_per_second", &[]),
+        None
+    );
+    let sentinels = value(
+        &m,
+        "truthscale_source_errors_total",
+        &[("source", "nvml"), ("kind", "sentinel")],
+    );
+    assert!(sentinels.is_some_and(|n| n >= 1.0), "{sentinels:?}");
+}
+
 #[test]
 fn nvml_without_the_link_functions_leaves_the_link_blank() {
     let dir = TempDir::new("causes-gpu-no-link");

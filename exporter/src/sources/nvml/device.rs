@@ -154,6 +154,27 @@ impl<T> Got<T> {
 #[derive(Debug)]
 pub(super) struct Lost(pub(super) String);
 
+/// A field value as a byte count: any integer type the driver answers with, not a double or
+/// a negative number.
+fn byte_count(v: &SampleValue) -> Option<u64> {
+    match v {
+        SampleValue::U64(b) => Some(*b),
+        SampleValue::U32(b) => Some(u64::from(*b)),
+        SampleValue::I64(b) => u64::try_from(*b).ok(),
+        SampleValue::F64(_) => None,
+    }
+}
+
+#[cfg(test)]
+#[test]
+fn a_byte_count_is_any_non_negative_integer() {
+    assert_eq!(byte_count(&SampleValue::U64(7)), Some(7));
+    assert_eq!(byte_count(&SampleValue::U32(u32::MAX)), Some(4_294_967_295));
+    assert_eq!(byte_count(&SampleValue::I64(5)), Some(5));
+    assert_eq!(byte_count(&SampleValue::I64(-1)), None);
+    assert_eq!(byte_count(&SampleValue::F64(1.0)), None);
+}
+
 /// Whether an error means "this GPU or driver cannot do it" rather than a failure.
 pub(super) fn is_unsupported(e: &NvmlError) -> bool {
     matches!(
@@ -781,7 +802,18 @@ impl DevState {
             if r.value(field).is_some() {
                 continue;
             }
-            let kbps = self.call(what, errors, || dev.pcie_throughput(counter))?;
+            let kbps = match self.call(what, errors, || dev.pcie_throughput(counter))? {
+                // NVML's "not available" (0xFFFFFFFF) is no rate: scaled to bytes it would
+                // pass every bound and read as a link carrying a hundred times its capacity.
+                Got::Value(u32::MAX) => {
+                    errors.push(SourceError::Sentinel(format!(
+                        "gpu {}: {what}: 4294967295 KB/s is NVML's \"not available\", left blank",
+                        self.index
+                    )));
+                    Got::Blank
+                }
+                got => got,
+            };
             r.set(field, kbps.reading(|kb| f64::from(kb) * PCIE_KB));
         }
         Ok(())
@@ -810,7 +842,9 @@ impl DevState {
         };
         for (k, ((field, _), sample)) in PCIE_COUNTERS.iter().zip(samples).enumerate() {
             match sample.and_then(|s| s.value.map(|v| (v, s.timestamp))) {
-                Ok((SampleValue::U64(bytes), at)) => {
+                // A count in whatever integer type the driver answers with (NVML's
+                // `unsigned long` is 32 bits on some platforms).
+                Ok((v, at)) if let Some(bytes) = byte_count(&v) => {
                     let rate = self.pcie_bytes[k].and_then(|(b0, t0)| {
                         (bytes >= b0 && at > t0)
                             .then(|| (bytes - b0) as f64 / ((at - t0) as f64 / 1e6))
@@ -821,7 +855,17 @@ impl DevState {
                         r.set_value(*field, v);
                     }
                 }
-                Ok(_) => self.pcie_bytes[k] = None,
+                Ok((v, _)) => {
+                    // A double or a negative count is no byte counter: noted once, and the
+                    // snapshot read from then on (it was blank on every tick, uncounted).
+                    errors.push(SourceError::Unsupported(format!(
+                        "gpu {}: {WHAT}: answered {v:?}, not a byte count; reading the throughput snapshot instead",
+                        self.index
+                    )));
+                    self.pcie_bytes = [None; 2];
+                    self.pcie_bytes_unsupported = true;
+                    return Ok(false);
+                }
                 Err(NvmlError::GpuLost) => return Err(Lost(WHAT.into())),
                 Err(e) if is_unsupported(&e) => {
                     self.note_unsupported(WHAT, &e, false, errors);
