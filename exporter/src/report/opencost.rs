@@ -5,8 +5,9 @@
 //!
 //! As OpenCost names them: `__idle__` is the capacity no pod held (truthscale's unallocated
 //! GPU-hours), `__unallocated__` the pods without the grouping's value (truthscale's
-//! `(none)` group). `gpuEfficiency` is OpenCost's: the busy flag's GPU-hours over the
-//! allocated GPU-hours where it was read, which OpenCost's usage basis counts; truthscale's
+//! `(none)` group). `gpuEfficiency` is in OpenCost's field: the busy flag's
+//! (`DCGM_FI_DEV_GPU_UTIL`) GPU-hours over the allocated GPU-hours where it was read (OpenCost
+//! itself averages `DCGM_FI_PROF_GR_ENGINE_ACTIVE`, which the report does not read); truthscale's
 //! own figures are beside it under names of their own (`truthscaleEffectiveComputeEfficiency`,
 //! `truthscaleUsedOverAllocated`, …). An estimate is never under a measured name. An
 //! unknown figure is `null`, never 0. An allocation with any GPU-hour of a simulated GPU
