@@ -376,6 +376,48 @@ fn a100_without_gpm_gets_the_nvml_tier_and_only_an_upper_bound() {
     no_errors(&m, &s.process.stderr());
 }
 
+/// Health is the GPU's: in MIG mode, a pending row remap on the GPU makes every instance
+/// unavailable, never idle nor busy (the instances had no health readings at all, so a
+/// broken MIG GPU's capacity read as usable).
+#[test]
+fn a_mig_gpu_with_a_pending_row_remap_is_unavailable_on_every_instance() {
+    let dir = TempDir::new("nvml-mig-health");
+    let path = edited_scenario("h100-mig", &dir, |v| {
+        v["devices"][0]["row_remap"] = serde_json::json!({ "uncorrectable": 1, "pending": true });
+    });
+    let s = Sidecar::start(
+        &truthscale_e2e::nvml_args(fake(), "250ms"),
+        &[("FAKE_NVML_SCENARIO", path.to_str().unwrap())],
+        dir.path(),
+    );
+    let state = |m: &[Sample], instance: &str, state: &str| {
+        value(
+            m,
+            "truthscale_gpu_health",
+            &[("mig_instance", instance), ("state", state)],
+        )
+    };
+    let m = s.wait_for(WAIT, "both instances judged", |m| {
+        ["1", "2"]
+            .iter()
+            .all(|i| state(m, i, "unavailable").is_some())
+    });
+    for instance in ["1", "2"] {
+        assert_eq!(state(&m, instance, "unavailable"), Some(1.0), "{instance}");
+        assert_eq!(state(&m, instance, "ok"), Some(0.0), "{instance}");
+        let verdict = |v: &str| {
+            value(
+                &m,
+                "truthscale_gpu_verdict",
+                &[("mig_instance", instance), ("verdict", v)],
+            )
+        };
+        assert_eq!(verdict("unavailable"), Some(1.0), "{instance}");
+        assert_eq!(verdict("busy"), Some(0.0), "{instance}");
+        assert_eq!(verdict("idle"), Some(0.0), "{instance}");
+    }
+}
+
 #[test]
 fn h100_in_mig_mode_exports_one_entity_per_gpu_instance_without_busy_flag() {
     let dir = TempDir::new("nvml-mig");

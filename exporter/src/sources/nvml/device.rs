@@ -627,7 +627,7 @@ impl DevState {
     /// violation times (`nvmlDeviceGetViolationStatus`); the recovery action and the
     /// clock-event reasons' times as field values ([`DevState::field_values`]) and the last XID
     /// from the critical XID events ([`DevState::xid`]).
-    fn health(
+    pub(super) fn health(
         &mut self,
         nvml: &Nvml,
         dev: &Device<'_>,

@@ -10,6 +10,7 @@ use crate::sources::SourceError;
 use nvml_wrapper::Device;
 use nvml_wrapper::error::NvmlError;
 use truthscale_core::gpus::GpuSpec;
+use truthscale_core::health;
 use truthscale_core::model::{EntitySample, Field, MigId, Readings};
 
 /// One MIG GPU instance found this tick.
@@ -132,6 +133,9 @@ impl DevState {
         self.gpm.forget_gone(ctx.nvml, &present);
         let mut shared = Readings::default();
         let (throttles, sm_clock_is_point) = self.clocks(ctx, dev, &mut shared, errors)?;
+        // Health is the GPU's (ECC, row remaps, XIDs, recovery action, violation times): a
+        // GPU that cannot take work has no instance that can. Each instance carries it.
+        self.health(ctx.nvml, dev, &mut shared, errors)?;
         // A passing GPM failure this tick, and a GPM window: the GPU's count of misses in a
         // row moves once a tick.
         let (mut missed, mut measured) = (false, false);
@@ -146,6 +150,11 @@ impl DevState {
             let mut r = Readings::default();
             r.set(Field::SmClockMhz, shared.get(Field::SmClockMhz));
             r.set(Field::MemClockMhz, shared.get(Field::MemClockMhz));
+            for &field in Field::ALL {
+                if Field::set_of(&[field]) & health::INPUT_FIELDS != 0 {
+                    r.set(field, shared.get(field));
+                }
+            }
             // A NO_PERMISSION on one instance turns GPM off for the others too.
             if gpm_on && ctx.gpm_mig_symbol && self.gpm.mode == GpmMode::Active {
                 match self.gpm_step(ctx.nvml, Some(m.gi), || dev.gpm_mig_sample(m.gi), errors)? {
