@@ -269,6 +269,10 @@ pub(crate) struct Device {
     /// `NO_PERMISSION` for this GPU (a container that lost its device node).
     #[serde(default)]
     handle_denied_after_ms: Option<u64>,
+    /// Until this long after the library is loaded, `nvmlDeviceRegisterEvents` answers
+    /// `UNKNOWN` for this GPU (a driver still starting).
+    #[serde(default)]
+    register_events_failing_ms: Option<u64>,
     /// A driver reload: from `after_ms` after the library is loaded, the volatile ECC counts
     /// read these (they count from 0 again); the aggregate count is kept.
     #[serde(default)]
@@ -1338,6 +1342,12 @@ pub(crate) extern "C" fn nvmlDeviceRegisterEvents(
         // Critical XIDs only, on whole GPUs, as the source asks.
         if t.mig.is_some() || types != c_ulonglong::from(sys::nvmlEventTypeXidCriticalError) {
             return NOT_SUPPORTED;
+        }
+        if s.scenario.devices[t.gpu]
+            .register_events_failing_ms
+            .is_some_and(|ms| s.started.elapsed() < Duration::from_millis(ms))
+        {
+            return UNKNOWN;
         }
         match event_set(&mut s.event_sets, set) {
             Some(es) => {

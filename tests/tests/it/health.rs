@@ -269,6 +269,40 @@ fn clean_nvml(more: &Json) -> Json {
 /// arrives 1.5 s after the driver is opened, so its last XID goes from 0 (no XID since the
 /// events were registered) to 79 and it turns unavailable. GPU 2: XID 13 (the
 /// application's) arrives and it stays ok and busy; its clock-event reasons' times are read.
+/// A failed registration of the XID events is tried again (every 10 s), not given up for
+/// good: the driver refuses it for the first second, the last XID is blank until the retry,
+/// then XID 79 is read and the GPU turns unavailable.
+#[test]
+fn nvml_registers_the_xid_events_again_after_a_failure() {
+    let dir = TempDir::new("health-nvml-xid-retry");
+    let devices = vec![h100(
+        0,
+        &clean_nvml(&json!({
+            "register_events_failing_ms": 1000,
+            "xid_events": [{ "xid": 79, "after_ms": 0 }],
+        })),
+    )];
+    let s = nvml_sidecar(
+        &dir,
+        "GPU 0: the XID events cannot be registered for 1 s; XID 79 waits.",
+        &devices,
+    );
+    let before = s.wait_for(WAIT, "GPU 0 busy, its XID blank", |m| {
+        verdict(m, 0, "busy") == Some(1.0)
+    });
+    assert_eq!(of(&before, 0, "truthscale_gpu_xid_last", &[]), None);
+    let m = s.wait_for(WAIT, "XID 79 once the events are registered", |m| {
+        of(m, 0, "truthscale_gpu_xid_last", &[]) == Some(79.0)
+    });
+    assert_eq!(health(&m, 0, "unavailable"), Some(1.0));
+    let failed = value(
+        &m,
+        "truthscale_source_errors_total",
+        &[("source", "nvml"), ("kind", "nvml")],
+    );
+    assert!(failed.is_some_and(|n| n >= 1.0), "{failed:?}");
+}
+
 #[test]
 fn nvml_recovery_action_xid_events_and_clock_event_times() {
     let dir = TempDir::new("health-nvml-events");

@@ -208,6 +208,8 @@ pub(super) struct DevState {
     pub(super) last_keys: Vec<EntityKey>,
     /// The GPU's critical XID events, once registered.
     xid_events: Option<raw::XidEvents>,
+    /// When a failed registration of the XID events is tried again.
+    xid_retry_at: Option<Instant>,
     /// The last XID the events told of (0 once registered, before any).
     xid_last: Option<f64>,
     /// The PCIe byte counters' last readings (bytes, the driver's timestamp in µs), receive
@@ -273,6 +275,7 @@ impl DevState {
             procs: Processes::new(now),
             last_keys: Vec::new(),
             xid_events: None,
+            xid_retry_at: None,
             xid_last: None,
             pcie_bytes: [None; 2],
             pcie_bytes_unsupported: false,
@@ -736,16 +739,18 @@ impl DevState {
         r: &mut Readings,
         errors: &mut Vec<SourceError>,
     ) -> Result<(), Lost> {
-        if self.xid_events.is_none() {
+        let due = self.xid_retry_at.is_none_or(|at| Instant::now() >= at);
+        if self.xid_events.is_none() && due {
             match self.call(REGISTER_XID, errors, || raw::XidEvents::register(nvml, dev))? {
                 Got::Value(set) => {
                     self.xid_events = Some(set);
                     self.xid_last = Some(0.0);
+                    self.xid_retry_at = None;
                 }
-                // Not tried again every tick: the error is told once.
-                Got::Blank => {
-                    self.unsupported.insert(REGISTER_XID.to_string());
-                }
+                // A failure (counted) is tried again every LOST_RETRY, not every tick: the
+                // last XID stays blank until the events are registered.
+                Got::Blank => self.xid_retry_at = Some(Instant::now() + LOST_RETRY),
+                // A driver without the events: `call` notes it once and asks no more.
                 Got::Unsupported => {}
             }
         }
