@@ -270,6 +270,8 @@ fn sanitize_rest(
             unclean |= !(0.0 <= v && v <= max);
         }
     }
+    // A GPU that reads at all runs its SMs at some clock: 0 MHz is no reading.
+    unclean |= readings.value(Field::SmClockMhz) == Some(0.0);
     // The integer sentinels lie below the bound of the wide fields only (see `Bounds::new`).
     for &f in WIDE_FIELDS {
         if let Some(v) = readings.value(f) {
@@ -298,7 +300,8 @@ fn sanitize_each(
         // Most values are clean: within 0..=the field's bound (NaN fails both comparisons,
         // infinities the second) and not a sentinel of the field's type.
         let sentinel = is_sentinel_of(field, v);
-        if (0.0..=max).contains(&v) && !sentinel {
+        let stopped_clock = field == Field::SmClockMhz && v == 0.0;
+        if (0.0..=max).contains(&v) && !sentinel && !stopped_clock {
             continue;
         }
         let mut push = |kind, detail: String| {
@@ -317,6 +320,13 @@ fn sanitize_each(
             readings.set(field, Reading::Blank);
         } else if v < 0.0 {
             push(DiagnosticKind::OutOfRange, format!("{v} is negative"));
+            readings.set(field, Reading::Blank);
+        } else if stopped_clock {
+            // Averaged in, it would halve the window's mean clock and κ with it.
+            push(
+                DiagnosticKind::OutOfRange,
+                "0 MHz is no SM clock of a GPU that reads".into(),
+            );
             readings.set(field, Reading::Blank);
         } else if field.is_ratio() {
             if v <= RATIO_CLAMP_LIMIT && field.clamps_above_one() {
@@ -867,6 +877,27 @@ mod tests {
 
     fn close(a: Option<f64>, b: f64) -> bool {
         a.is_some_and(|a| (a - b).abs() < 1e-9)
+    }
+
+    /// An SM clock of 0 MHz is blank and said, never a clock: averaged with 1980 MHz it
+    /// would read 990 MHz and halve κ. 210 MHz, an idle GPU's, is kept; so is the rest of
+    /// the row.
+    #[test]
+    fn a_stopped_sm_clock_is_no_reading() {
+        let h100 = by_key("h100-sxm");
+        let id = EntityId::default();
+        let mut diags = Vec::new();
+        let mut r = readings(&[(Field::SmClockMhz, 0.0), (Field::TensorActive, 0.5)]);
+        sanitize(&mut r, &id, h100, &mut diags);
+        assert_eq!(r.get(Field::SmClockMhz), Reading::Blank);
+        assert_eq!(r.value(Field::TensorActive), Some(0.5));
+        assert_eq!(diags.len(), 1, "{diags:?}");
+        assert_eq!(diags[0].kind, DiagnosticKind::OutOfRange);
+        assert_eq!(diags[0].field, Some(Field::SmClockMhz));
+        let mut r = readings(&[(Field::SmClockMhz, 210.0)]);
+        sanitize(&mut r, &id, h100, &mut diags);
+        assert_eq!(r.value(Field::SmClockMhz), Some(210.0));
+        assert_eq!(diags.len(), 1);
     }
 
     #[test]
