@@ -61,10 +61,7 @@ pub fn router(rx: Snap, limits: RouterLimits) -> Router {
 /// The entries of a header's values (`Accept`, `Accept-Encoding`): each one's name (a media
 /// type or coding, without its other parameters) and its q-value (1 where not given, 0 where
 /// it does not parse: an entry that cannot be read accepts nothing).
-fn weighted<'h>(
-    headers: &'h HeaderMap,
-    name: header::HeaderName,
-) -> impl Iterator<Item = (&'h str, f64)> {
+fn weighted(headers: &HeaderMap, name: header::HeaderName) -> impl Iterator<Item = (&str, f64)> {
     headers
         .get_all(name)
         .iter()
