@@ -255,7 +255,9 @@ impl Stepper {
                 .remove(&w.id.key())
                 .map(|o| o.history)
                 .unwrap_or_default();
-            push_history(&mut history, v.effective.or(v.saturation).or(v.upper_bound));
+            // Effective compute alone: a bound or saturation under its name would be an estimate
+            // shown as a measurement (the column says EFFECTIVE).
+            push_history(&mut history, v.effective);
             v.history = history;
             self.views.insert(w.id.key(), v);
         }
@@ -398,7 +400,7 @@ pub(crate) fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> FromExpo
     let mut out: Vec<GpuView> = views.into_values().collect();
     for v in &mut out {
         v.decide(cfg);
-        if let Some(x) = v.effective.or(v.saturation).or(v.upper_bound) {
+        if let Some(x) = v.effective {
             v.history.push(x);
         }
     }
@@ -557,6 +559,25 @@ mod tests {
         );
         // Nothing says why: the cause is unknown, not guessed.
         assert_eq!(r.cause, Some(truthscale_core::causes::Cause::Unknown));
+    }
+
+    /// The EFFECTIVE sparkline holds effective compute alone: a GPU read through its
+    /// busy flag (an upper bound) or its saturation alone gets no point, never one of those
+    /// under effective's name.
+    #[test]
+    fn the_sparkline_holds_effective_compute_alone() {
+        let body = "truthscale_gpu_effective_compute_ratio{gpu=\"0\",model=\"M\"} 0.25\n\
+            truthscale_gpu_effective_compute_upper_bound_ratio{gpu=\"1\",model=\"M\"} 0.9\n\
+            truthscale_gpu_roofline_saturation_ratio{gpu=\"1\",model=\"M\"} 0.4\n";
+        let v = views_from_exposition(body, &VerdictConfig::default()).views;
+        let history = |name: &str| {
+            v.iter()
+                .find(|g| g.name == name)
+                .map(|g| g.history.clone())
+                .unwrap()
+        };
+        assert_eq!(history("gpu 0 (M)"), [0.25]);
+        assert!(history("gpu 1 (M)").is_empty());
     }
 
     /// The MIG instances of one GPU are views of their own (their series carry the

@@ -321,7 +321,7 @@ mod tests {
             measured_hours: 10.0,
             idle_gpu_hours: 10.0,
             idle_cost: Some(25.0),
-            idle_for_hours: 10.0,
+            idle_for_hours: Some(10.0),
             memory_held_bytes: None,
             owner: None,
             command: None,

@@ -3,7 +3,7 @@
 //! pods are grouped, so it is the showback's own where `--by` asked for one, else the
 //! showback of every holder in one group.
 
-use super::format::{hours, pct};
+use super::format::{UNKNOWN, hours, hours_or_unknown, pct};
 use super::html::esc;
 use super::showback::{Held, holders_in};
 use plotters::prelude::*;
@@ -46,27 +46,32 @@ pub(crate) fn of_holders(input: &FleetInput, holders: &Holders, cfg: &FleetConfi
     sb.total.funnel
 }
 
-/// A stage: its name, its GPU-hours, and the loss before it (named), `None` for the first.
-type Stage = (&'static str, f64, Option<(&'static str, f64)>);
+/// A stage: its name, its GPU-hours (`None`: unknown), and the loss before it (named, its
+/// hours `None` where unknown), `None` for the first.
+type Stage = (
+    &'static str,
+    Option<f64>,
+    Option<(&'static str, Option<f64>)>,
+);
 
 /// Each stage with its GPU-hours and the loss before it.
 fn stages(f: &Funnel) -> [Stage; 5] {
     [
-        ("total", f.total_gpu_hours, None),
+        ("total", Some(f.total_gpu_hours), None),
         (
             "healthy",
-            f.healthy_gpu_hours,
-            Some(("unavailable", f.unavailable_gpu_hours)),
+            Some(f.healthy_gpu_hours),
+            Some(("unavailable", Some(f.unavailable_gpu_hours))),
         ),
         (
             "allocated",
-            f.allocated_gpu_hours,
-            Some(("unallocated", f.unallocated_gpu_hours)),
+            Some(f.allocated_gpu_hours),
+            Some(("unallocated", Some(f.unallocated_gpu_hours))),
         ),
         (
             "active (busy)",
-            f.active_gpu_hours,
-            Some(("idle held", f.idle_held_gpu_hours)),
+            Some(f.active_gpu_hours),
+            Some(("idle held", Some(f.idle_held_gpu_hours))),
         ),
         (
             "effective",
@@ -78,11 +83,14 @@ fn stages(f: &Funnel) -> [Stage; 5] {
 
 /// The loss of a stage, in words: `−0.10 h unavailable`, with the hours whose use was not
 /// measured beside the idle ones (they are lost to the active stage too, unknown how).
-fn loss_words(f: &Funnel, loss: Option<(&str, f64)>, digits: usize) -> String {
+fn loss_words(f: &Funnel, loss: Option<(&str, Option<f64>)>, digits: usize) -> String {
     let Some((name, h)) = loss else {
         return String::new();
     };
-    let mut s = format!("−{} h {name}", hours(h, digits));
+    let mut s = match h {
+        Some(h) => format!("−{} h {name}", hours(h, digits)),
+        None => format!("{name} {UNKNOWN}"),
+    };
     if name == "idle held" && f.use_unmeasured_gpu_hours > 0.0 {
         s.push_str(&format!(
             ", −{} h use not measured",
@@ -105,8 +113,11 @@ fn effective_bound(f: &Funnel, digits: usize) -> Option<String> {
         format!(
             "effective compute was not read for {} of the active GPU-hours (a busy flag alone): effective is at least {} and at most {} GPU-hours; read the tensor or SM activity for the exact figure",
             hours(f.effective_unmeasured_gpu_hours, digits),
-            hours(f.effective_gpu_hours, digits),
-            hours(f.effective_gpu_hours + f.effective_unmeasured_gpu_hours, digits)
+            hours(f.effective_gpu_hours.unwrap_or(0.0), digits),
+            hours(
+                f.effective_gpu_hours.unwrap_or(0.0) + f.effective_unmeasured_gpu_hours,
+                digits
+            )
         )
     })
 }
@@ -122,13 +133,15 @@ pub(super) fn text(out: &mut impl Write, f: &Funnel, digits: usize) -> Result<()
         "WHERE THE GPU-HOURS WENT (total → healthy → allocated → active → effective)"
     )?;
     for (name, h, loss) in stages(f) {
-        let share = (f.total_gpu_hours > 0.0).then(|| h / f.total_gpu_hours);
+        let share = h
+            .filter(|_| f.total_gpu_hours > 0.0)
+            .map(|h| h / f.total_gpu_hours);
         let loss = loss_words(f, loss, digits);
         let sep = if loss.is_empty() { "" } else { "   " };
         writeln!(
             out,
             "  {name:<14} {:>10} GPU-hours {:>6}{sep}{loss}",
-            hours(h, digits),
+            hours_or_unknown(h, digits),
             pct(share)
         )?;
     }
@@ -188,14 +201,19 @@ fn chart(
         .draw()?;
     for (k, ((_, h, loss), color)) in st.iter().zip(COLORS).enumerate() {
         let y = (n - 1 - k) as f64;
+        // An unknown stage has no bar: its label says so.
+        let h = h.unwrap_or(0.0);
         c.draw_series(std::iter::once(Rectangle::new(
-            [(0.0, y + 0.2), (*h, y + 0.8)],
+            [(0.0, y + 0.2), (h, y + 0.8)],
             color.filled(),
         )))?;
-        let label = format!("{} h  {}", hours(*h, digits), loss_words(f, *loss, digits));
+        let shown = st[k]
+            .1
+            .map_or_else(|| UNKNOWN.to_owned(), |h| format!("{} h", hours(h, digits)));
+        let label = format!("{shown}  {}", loss_words(f, *loss, digits));
         c.draw_series(std::iter::once(Text::new(
             label,
-            (*h + xmax * 0.01, y + 0.62),
+            (h + xmax * 0.01, y + 0.62),
             ("sans-serif", 17),
         )))?;
     }
@@ -232,6 +250,46 @@ pub(super) fn html(w: &mut String, f: &Funnel, digits: usize) -> anyhow::Result<
 mod tests {
     use super::*;
 
+    /// Where no active hour had effective compute read, the effective stage and the loss
+    /// before it are unknown, never 0, and the bound is said.
+    #[test]
+    fn effective_compute_read_nowhere_is_unknown_not_zero() {
+        let f = Funnel {
+            total_gpu_hours: 10.0,
+            healthy_gpu_hours: 10.0,
+            allocated_gpu_hours: 10.0,
+            active_gpu_hours: 8.0,
+            effective_gpu_hours: None,
+            idle_held_gpu_hours: 2.0,
+            busy_not_computing_gpu_hours: None,
+            effective_unmeasured_gpu_hours: 8.0,
+            adds_up: true,
+            ..Funnel::default()
+        };
+        let mut out = Vec::new();
+        text(&mut out, &f, 1).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        let line = out
+            .lines()
+            .find(|l| l.trim_start().starts_with("effective "))
+            .unwrap();
+        assert!(
+            line.contains("unknown GPU-hours unknown   busy but not computing unknown, −8.0 h effective compute not measured"),
+            "{line}"
+        );
+        assert!(!out.contains(" 0.0 GPU-hours"), "{out}");
+        assert!(
+            out.contains("effective is at least 0.0 and at most 8.0 GPU-hours"),
+            "{out}"
+        );
+        let mut page = String::new();
+        html(&mut page, &f, 1).unwrap();
+        assert!(
+            page.contains("unknown  busy but not computing unknown"),
+            "{page}"
+        );
+    }
+
     /// Active hours whose effective compute was not read are named beside the busy flag's
     /// inflation, and the effective hours are given as the bound they are.
     #[test]
@@ -241,9 +299,9 @@ mod tests {
             healthy_gpu_hours: 10.0,
             allocated_gpu_hours: 10.0,
             active_gpu_hours: 8.0,
-            effective_gpu_hours: 1.5,
+            effective_gpu_hours: Some(1.5),
             idle_held_gpu_hours: 2.0,
-            busy_not_computing_gpu_hours: 2.5,
+            busy_not_computing_gpu_hours: Some(2.5),
             effective_unmeasured_gpu_hours: 4.0,
             adds_up: true,
             ..Funnel::default()

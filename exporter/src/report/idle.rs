@@ -41,7 +41,7 @@ pub(super) fn text(out: &mut impl Write, f: &FleetReport, digits: usize) -> Resu
             w.idle_cost
                 .map(|c| format!(" ({})", cost(c)))
                 .unwrap_or_default(),
-            hours(w.idle_for_hours, digits),
+            hours_or_unknown(w.idle_for_hours, digits),
             w.memory_held_bytes
                 .map_or("unknown memory".into(), |b| gib(Some(b))),
             owner(w)
@@ -110,7 +110,7 @@ pub(super) fn html(h: &mut String, f: &FleetReport, digits: usize) {
             pct(Some(w.idle_share)),
             hours(w.measured_hours, digits),
             hours(w.idle_gpu_hours, digits),
-            hours(w.idle_for_hours, digits),
+            hours_or_unknown(w.idle_for_hours, digits),
             w.memory_held_bytes
                 .map_or("unknown".into(), |b| gib(Some(b))),
             esc(w.command.as_deref().unwrap_or(""))

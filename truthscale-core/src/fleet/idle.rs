@@ -59,7 +59,7 @@ pub(super) fn idle_capacity(
                     .cost_per_gpu_hour
                     .filter(|p| p.is_finite() && *p >= 0.0)
                     .map(|p| p * idle_gpu_hours),
-                idle_for_hours: trailing as f64 * hours_per_step,
+                idle_for_hours: trailing.map(|n| n as f64 * hours_per_step),
                 memory_held_bytes: memory_mib.map(|m| f64::from(m) * super::MIB),
                 owner: None,
                 command: None,
@@ -105,11 +105,20 @@ fn steps_of(t: &Track, busy_max: u16, ecf_max: u16) -> (usize, usize, usize) {
 }
 
 /// The trailing idle points of a track (measured and idle, counted back from its last point
-/// to the first that is not), and the most memory held over them, MiB.
-fn trailing_idle(t: &Track, busy_max: u16, ecf_max: u16) -> (usize, Option<u32>) {
+/// to the first that is not), and the most memory held over them, MiB. `None` where its last
+/// point with data measured no use (no busy flag or effective compute, the GPU available):
+/// how long it had been idle then is unknown, never 0.
+fn trailing_idle(t: &Track, busy_max: u16, ecf_max: u16) -> (Option<usize>, Option<u32>) {
+    let mut points = t.points.iter().rev().skip_while(|p| !p.any()).peekable();
+    if points
+        .peek()
+        .is_some_and(|p| !p.unavailable() && p.busy().is_none() && p.ecf().is_none())
+    {
+        return (None, None);
+    }
     let mut n = 0;
     let mut memory: Option<u32> = None;
-    for p in t.points.iter().rev().skip_while(|p| !p.any()) {
+    for p in points {
         let (b, e) = (p.busy(), p.ecf());
         let idle = !p.unavailable()
             && (b.is_some() || e.is_some())
@@ -123,7 +132,7 @@ fn trailing_idle(t: &Track, busy_max: u16, ecf_max: u16) -> (usize, Option<u32>)
             memory = Some(memory.map_or(m, |x| x.max(m)));
         }
     }
-    (n, memory)
+    (Some(n), memory)
 }
 
 /// The savings of packing `p` against the peak of `baseline` (allocated GPUs for pods,

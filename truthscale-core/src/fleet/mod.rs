@@ -377,8 +377,9 @@ pub struct IdleWorkload {
     /// holding it idle cost): [`FleetConfig::cost_per_gpu_hour`], or its model's own price
     /// where the caller has one ([`crate::showback::model_price`]).
     pub idle_cost: Option<f64>,
-    /// How long it had been idle at its last reading: its trailing idle steps' hours.
-    pub idle_for_hours: f64,
+    /// How long it had been idle at its last reading: its trailing idle steps' hours;
+    /// `None` where that reading measured no use (no busy flag or effective compute).
+    pub idle_for_hours: Option<f64>,
     /// The most memory it held over those trailing idle steps, bytes, where read.
     pub memory_held_bytes: Option<f64>,
     /// The workload behind the pod (kube-state-metrics' `kube_pod_owner`, or truthscale's

@@ -116,6 +116,30 @@ fn a_mixed_fleet_takes_every_note() {
 /// An idle MIG instance holds its share of the GPU's hours: an H100's 1g.10gb (1 of 7
 /// compute slices) idle for 4 h at 3 a GPU-hour is 4/7 GPU-hours and 12/7, not a whole
 /// GPU's 4 and 12; one of an unknown profile is named, its idle GPU-hours not counted.
+/// How long a workload had been idle is counted back from its last reading that measured
+/// use: where that last reading held memory alone (its busy flag lost), it is unknown, never
+/// 0; idle to the end, it is the idle run.
+#[test]
+fn idle_for_is_unknown_where_the_last_reading_measured_no_use() {
+    let idle_for = |memory_alone_last: bool| {
+        let mut t = Track::new(Some("a/nb".into()), "n/gpu 0".into());
+        for s in 0..4 {
+            t.record(s, Point::new(Some(0.0), Some(0.0), Some(0.0), Some(1e9)));
+        }
+        if memory_alone_last {
+            t.record(4, Point::new(None, None, None, Some(1e9)));
+        }
+        let mut input = input(vec![t], 5);
+        input.step_seconds = 3600.0;
+        let idle = analyze(&input, &FleetConfig::default()).idle;
+        assert_eq!(idle.workloads.len(), 1);
+        idle.workloads[0].idle_for_hours
+    };
+    assert_eq!(idle_for(true), None);
+    // Read to its last point: idle for its 4 hours.
+    assert_eq!(idle_for(false), Some(4.0));
+}
+
 #[test]
 fn an_idle_mig_instance_holds_its_share() {
     let mut one = Track::new(Some("a/small".into()), "n/gpu 0/1".into());
@@ -150,7 +174,11 @@ fn an_idle_mig_instance_holds_its_share() {
         w.idle_gpu_hours
     );
     assert!((w.idle_cost.unwrap() - 12.0 / 7.0).abs() < 1e-12);
-    assert_eq!((w.held_hours, w.idle_for_hours), (4.0, 4.0), "wall hours");
+    assert_eq!(
+        (w.held_hours, w.idle_for_hours),
+        (4.0, Some(4.0)),
+        "wall hours"
+    );
     assert!((idle.idle_gpu_hours.unwrap() - 4.0 / 7.0).abs() < 1e-12);
     assert_eq!(idle.unmeasured, ["a/unknown"]);
 }

@@ -93,13 +93,13 @@ fn gpucores_25_alone_is_charged_a_quarter() {
     // The funnel agrees: 0.4 of its 0.5 held GPU-hours computed, 0.1 busy but not.
     let f = &s.total.funnel;
     assert!(
-        close(f.effective_gpu_hours, 0.4),
-        "{}",
+        close(f.effective_gpu_hours.unwrap_or(f64::NAN), 0.4),
+        "{:?}",
         f.effective_gpu_hours
     );
     assert!(
-        close(f.busy_not_computing_gpu_hours, 0.1),
-        "{}",
+        close(f.busy_not_computing_gpu_hours.unwrap_or(f64::NAN), 0.1),
+        "{:?}",
         f.busy_not_computing_gpu_hours
     );
     assert!(
@@ -383,8 +383,8 @@ fn a_lone_hami_pod_measured_keeps_the_devices_effective_compute() {
     );
     let f = &s.total.funnel;
     assert!(
-        close(f.effective_gpu_hours, 0.4),
-        "{}",
+        close(f.effective_gpu_hours.unwrap_or(f64::NAN), 0.4),
+        "{:?}",
         f.effective_gpu_hours
     );
 }

@@ -27,8 +27,10 @@ pub struct Funnel {
     pub allocated_gpu_hours: f64,
     /// Of the allocated, measured and not idle.
     pub active_gpu_hours: f64,
-    /// Effective compute × the active hours: what the fleet's GPUs computed.
-    pub effective_gpu_hours: f64,
+    /// Effective compute × the active hours where it was read: what the fleet's GPUs
+    /// computed there. `None` where it was read in none of the active hours (a busy flag
+    /// alone): unknown, never 0.
+    pub effective_gpu_hours: Option<f64>,
     /// Lost to health: the GPU could take no work (total − healthy).
     pub unavailable_gpu_hours: f64,
     /// Healthy, but no pod held it (healthy − allocated).
@@ -39,7 +41,7 @@ pub struct Funnel {
     pub use_unmeasured_gpu_hours: f64,
     /// Active, but not computing (active − effective − `effective_unmeasured_gpu_hours`):
     /// the busy flag's inflation, where effective compute was read.
-    pub busy_not_computing_gpu_hours: f64,
+    pub busy_not_computing_gpu_hours: Option<f64>,
     /// Of the active, hours whose effective compute was not read (a busy flag alone, no
     /// profiling counter): what they computed is unknown, so `effective_gpu_hours` is a
     /// lower bound (the most is this much more), and they are not counted as busy but not
@@ -147,6 +149,8 @@ impl FunnelAcc {
         let active = hours(self.active);
         let unread = hours(self.effective_unread);
         let effective = self.effective.min(active - unread);
+        // Nothing read in any active hour: what they computed is unknown, not 0.
+        let read = self.active == 0 || self.effective_unread < self.active;
         let check = format!(
             "unavailable {:.3} + unallocated {:.3} + idle held {:.3} + use not measured {:.3} + active {:.3} {} total {:.3} GPU-hours",
             hours(self.unavailable),
@@ -162,12 +166,12 @@ impl FunnelAcc {
             healthy_gpu_hours: hours(healthy),
             allocated_gpu_hours: hours(allocated),
             active_gpu_hours: active,
-            effective_gpu_hours: effective,
+            effective_gpu_hours: read.then_some(effective),
             unavailable_gpu_hours: hours(self.unavailable),
             unallocated_gpu_hours: hours(self.unallocated),
             idle_held_gpu_hours: hours(self.idle),
             use_unmeasured_gpu_hours: hours(self.unmeasured),
-            busy_not_computing_gpu_hours: active - unread - effective,
+            busy_not_computing_gpu_hours: read.then_some(active - unread - effective),
             effective_unmeasured_gpu_hours: unread,
             health_unread_gpu_hours: hours(self.health_unread),
             adds_up,
@@ -275,8 +279,8 @@ mod tests {
         near(f.use_unmeasured_gpu_hours, h(1.0));
         near(f.active_gpu_hours, h(20.0));
         // 6 × 0.3 + 4 × 0.5 + 10 × 0.4 (the time-sliced device's, shared 1/2 each).
-        near(f.effective_gpu_hours, h(7.8));
-        near(f.busy_not_computing_gpu_hours, h(20.0 - 7.8));
+        near(f.effective_gpu_hours.unwrap(), h(7.8));
+        near(f.busy_not_computing_gpu_hours.unwrap(), h(20.0 - 7.8));
         near(f.effective_unmeasured_gpu_hours, 0.0);
         // g3 and g4 (10 each) and g1's step with nothing read.
         near(f.health_unread_gpu_hours, h(21.0));
@@ -303,11 +307,36 @@ mod tests {
         let f = &by_namespace(&input).total.funnel;
         let h = |steps: f64| steps / 60.0;
         near(f.active_gpu_hours, h(30.0));
-        near(f.effective_gpu_hours, h(7.8));
+        near(f.effective_gpu_hours.unwrap(), h(7.8));
         near(f.effective_unmeasured_gpu_hours, h(10.0));
         // Only the 20 active hours with effective compute read: 20 − 7.8.
-        near(f.busy_not_computing_gpu_hours, h(20.0 - 7.8));
+        near(f.busy_not_computing_gpu_hours.unwrap(), h(20.0 - 7.8));
         assert!(f.adds_up, "{}", f.check);
+    }
+
+    /// A fleet read by its busy flag alone: its active hours' effective compute and the
+    /// busy-but-not-computing loss are unknown, never 0; a fleet with nothing active
+    /// computed nothing, 0.
+    #[test]
+    fn a_fleet_without_effective_compute_has_no_effective_stage() {
+        let busy_only = Some((0.9, None, Some(Health::Ok)));
+        let input = FleetInput {
+            tracks: vec![track(Some("ml/c"), "g5", &[busy_only; 10])],
+            ..fleet()
+        };
+        let f = &by_namespace(&input).total.funnel;
+        near(f.active_gpu_hours, 10.0 / 60.0);
+        near(f.effective_unmeasured_gpu_hours, 10.0 / 60.0);
+        assert_eq!(f.effective_gpu_hours, None);
+        assert_eq!(f.busy_not_computing_gpu_hours, None);
+        let idle = Some((0.0, Some(0.0), Some(Health::Ok)));
+        let input = FleetInput {
+            tracks: vec![track(None, "g6", &[idle; 10])],
+            ..fleet()
+        };
+        let f = &by_namespace(&input).total.funnel;
+        near(f.active_gpu_hours, 0.0);
+        assert_eq!(f.effective_gpu_hours, Some(0.0));
     }
 
     #[test]
