@@ -177,27 +177,33 @@ fn nvml_reads_the_pcie_link_and_its_throughput_without_gpm() {
     assert!(readings.contains(", PCIe Gen4 x16, "), "{stdout}");
 }
 
+/// An A100 without GPM on a Gen4 x16 link, busy 90 %, whose throughput call reads
+/// `rx_kbps` and `tx_kbps` (NVML's KB/s).
+fn a100_on_gen4(rx_kbps: u32, tx_kbps: u32) -> serde_json::Value {
+    json!({
+        "name": "NVIDIA A100-SXM4-80GB",
+        "uuid": uuid(0),
+        "architecture": "ampere",
+        "pcie_link_gen": 4,
+        "pcie_link_width": 16,
+        "pcie_rx_kbps": rx_kbps,
+        "pcie_tx_kbps": tx_kbps,
+        "memory_total_bytes": 85_899_345_920_u64,
+        "util_percent": 90,
+        "power_watts": 250,
+        "sm_clock_mhz": 1410,
+    })
+}
+
 /// Where the driver has NVML's PCIe byte counters, the rate is their rise over the span
 /// between their own timestamps (the window's mean), not the throughput call's 20 ms
 /// snapshot: the counters rise 5 GB/s and 2 GB/s while the snapshot says 28 and 1.5.
 #[test]
 fn nvml_reads_the_pcie_rate_from_the_byte_counters_where_it_has_them() {
     let dir = TempDir::new("causes-gpu-pcie-bytes");
-    let a100 = json!({
-        "name": "NVIDIA A100-SXM4-80GB",
-        "uuid": uuid(0),
-        "architecture": "ampere",
-        "pcie_link_gen": 4,
-        "pcie_link_width": 16,
-        "pcie_rx_kbps": 28_000_000,
-        "pcie_tx_kbps": 1_500_000,
-        "pcie_rx_bytes_per_sec": 5e9,
-        "pcie_tx_bytes_per_sec": 2e9,
-        "memory_total_bytes": 85_899_345_920_u64,
-        "util_percent": 90,
-        "power_watts": 250,
-        "sm_clock_mhz": 1410,
-    });
+    let mut a100 = a100_on_gen4(28_000_000, 1_500_000);
+    a100["pcie_rx_bytes_per_sec"] = json!(5e9);
+    a100["pcie_tx_bytes_per_sec"] = json!(2e9);
     let s = serve(
         &dir,
         "An A100 without GPM, with PCIe byte counters.",
@@ -219,19 +225,7 @@ fn nvml_reads_the_pcie_rate_from_the_byte_counters_where_it_has_them() {
 #[test]
 fn nvml_s_not_available_pcie_throughput_is_blank_and_counted() {
     let dir = TempDir::new("causes-gpu-pcie-sentinel");
-    let a100 = json!({
-        "name": "NVIDIA A100-SXM4-80GB",
-        "uuid": uuid(0),
-        "architecture": "ampere",
-        "pcie_link_gen": 4,
-        "pcie_link_width": 16,
-        "pcie_rx_kbps": 4_294_967_295_u32,
-        "pcie_tx_kbps": 1_500_000,
-        "memory_total_bytes": 85_899_345_920_u64,
-        "util_percent": 90,
-        "power_watts": 250,
-        "sm_clock_mhz": 1410,
-    });
+    let a100 = a100_on_gen4(4_294_967_295, 1_500_000);
     let s = serve(
         &dir,
         "An A100 whose receive rate is not available.",
