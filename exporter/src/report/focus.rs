@@ -13,7 +13,7 @@ use std::io::Write;
 use truthscale_core::showback::{GroupHours, Showback};
 
 /// The columns: FOCUS 1.2's, then truthscale's.
-const HEADER: &str = "BillingAccountId,BillingAccountName,BillingCurrency,BillingPeriodStart,BillingPeriodEnd,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,ChargeClass,ChargeDescription,ChargeFrequency,BilledCost,EffectiveCost,ListCost,ListUnitPrice,ContractedCost,ContractedUnitPrice,ConsumedQuantity,ConsumedUnit,PricingQuantity,PricingUnit,PricingCategory,InvoiceId,InvoiceIssuerName,ProviderName,PublisherName,ServiceCategory,ServiceSubcategory,ServiceName,ResourceId,ResourceName,ResourceType,RegionId,RegionName,AvailabilityZone,SkuId,SkuPriceId,SubAccountId,SubAccountName,CommitmentDiscountCategory,CommitmentDiscountId,CommitmentDiscountName,CommitmentDiscountStatus,CommitmentDiscountType,Tags,x_By,x_Group,x_Workloads,x_UsedGpuHours,x_IdleGpuHours,x_IdleCost,x_UnmeasuredGpuHours,x_UseUnknownGpuHours,x_UnavailableGpuHours,x_UnavailableCost,x_BusyGpuHours,x_EffectiveComputeGpuHours,x_BusyMeasuredGpuHours,x_EffectiveComputeMeasuredGpuHours";
+const HEADER: &str = "BillingAccountId,BillingAccountName,BillingCurrency,BillingPeriodStart,BillingPeriodEnd,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,ChargeClass,ChargeDescription,ChargeFrequency,BilledCost,EffectiveCost,ListCost,ListUnitPrice,ContractedCost,ContractedUnitPrice,ConsumedQuantity,ConsumedUnit,PricingQuantity,PricingUnit,PricingCategory,InvoiceId,InvoiceIssuerName,ProviderName,PublisherName,ServiceCategory,ServiceSubcategory,ServiceName,ResourceId,ResourceName,ResourceType,RegionId,RegionName,AvailabilityZone,SkuId,SkuPriceId,SubAccountId,SubAccountName,CommitmentDiscountCategory,CommitmentDiscountId,CommitmentDiscountName,CommitmentDiscountStatus,CommitmentDiscountType,Tags,x_By,x_Group,x_Workloads,x_UsedGpuHours,x_IdleGpuHours,x_IdleCost,x_UnmeasuredGpuHours,x_UseUnknownGpuHours,x_UnavailableGpuHours,x_UnavailableCost,x_BusyGpuHours,x_EffectiveComputeGpuHours,x_BusyMeasuredGpuHours,x_EffectiveComputeMeasuredGpuHours,x_HealthMeasuredGpuHours";
 
 /// The account every row is in: the showback, not a cloud bill.
 const ACCOUNT: &str = "truthscale-showback";
@@ -62,7 +62,8 @@ struct Row<'a> {
     hours: f64,
     cost: f64,
     g: Option<&'a GroupHours>,
-    unavailable: f64,
+    /// `None` where no health field was read (unknown, never 0).
+    unavailable: Option<f64>,
     /// Any of its GPU-hours of a simulated GPU.
     simulated: bool,
 }
@@ -93,7 +94,7 @@ fn write_row(
     let account = if r.g.is_some() { r.group } else { "" };
     writeln!(
         out,
-        "{ACCOUNT},,{cur},{ws},{we},{ps},{pe},Usage,,{desc},Usage-Based,{cost},{cost},{cost},,{cost},,{hours},{UNIT},{hours},{UNIT},Standard,,{ISSUER},{ISSUER},{ISSUER},Compute,Containers,GPU,,,,,,,,,{acct},{acct},,,,,,{tags},{by},{group},{wl},{used},{idle},{idle_cost},{unm},{unk},{down},{down_cost},{busy},{ecf},{busy_m},{ecf_m}",
+        "{ACCOUNT},,{cur},{ws},{we},{ps},{pe},Usage,,{desc},Usage-Based,{cost},{cost},{cost},,{cost},,{hours},{UNIT},{hours},{UNIT},Standard,,{ISSUER},{ISSUER},{ISSUER},Compute,Containers,GPU,,,,,,,,,{acct},{acct},,,,,,{tags},{by},{group},{wl},{used},{idle},{idle_cost},{unm},{unk},{down},{down_cost},{busy},{ecf},{busy_m},{ecf_m},{health_m}",
         cur = args.currency,
         ws = window.start,
         we = window.end,
@@ -110,12 +111,16 @@ fn write_row(
         idle_cost = cost_of(|c| c.idle),
         unm = opt(|g| g.unmeasured_gpu_hours),
         unk = opt(|g| g.use_unknown_gpu_hours),
-        down = num(r.unavailable),
-        down_cost = cost_of(|c| c.unavailable),
+        down = r.unavailable.map_or_else(String::new, num),
+        down_cost =
+            r.g.and_then(|g| g.cost.as_ref())
+                .and_then(|c| c.unavailable)
+                .map_or_else(String::new, num),
         busy = measured(|g| g.busy_gpu_hours),
         ecf = measured(|g| g.effective_compute_gpu_hours),
         busy_m = opt(|g| g.busy_measured_gpu_hours),
         ecf_m = opt(|g| g.effective_compute_measured_gpu_hours),
+        health_m = opt(|g| g.health_measured_gpu_hours),
     )
 }
 
@@ -167,14 +172,18 @@ pub(crate) fn write(
             };
             write_row(out, &by_name, args, &window, b, &row)?;
         }
-        let held_down: f64 = p.groups.iter().map(|g| g.unavailable_gpu_hours).sum();
+        let held_down: f64 = p
+            .groups
+            .iter()
+            .filter_map(|g| g.unavailable_gpu_hours)
+            .sum();
         let row = Row {
             group: IDLE,
             description: "GPU-hours no pod held (idle capacity)".into(),
             hours: p.unallocated_gpu_hours,
             cost: p.unallocated_cost.ok_or_else(no_price)?,
             g: None,
-            unavailable: (p.funnel.unavailable_gpu_hours - held_down).max(0.0),
+            unavailable: p.funnel.unheld_unavailable_gpu_hours(held_down),
             simulated: p.unallocated_simulated,
         };
         write_row(out, &by_name, args, &window, b, &row)?;

@@ -148,7 +148,7 @@ fn allocation(name: &str, props: Value, g: &GroupHours, b: &Bounds) -> Value {
         ),
         (
             "truthscaleUnavailableCost",
-            json!(cost.map(|c| c.unavailable)),
+            json!(cost.and_then(|c| c.unavailable)),
         ),
         ("truthscaleBusyGpuHours", json!(g.busy_gpu_hours)),
         (
@@ -177,8 +177,12 @@ fn simulated(m: &mut Map<String, Value>, simulated: bool) {
 
 /// The capacity no pod held in period `p`: OpenCost's `__idle__`.
 fn idle(p: &Period, priced: bool, b: &Bounds) -> Value {
-    let held_down: f64 = p.groups.iter().map(|g| g.unavailable_gpu_hours).sum();
-    let unheld_down = (p.funnel.unavailable_gpu_hours - held_down).max(0.0);
+    let held_down: f64 = p
+        .groups
+        .iter()
+        .filter_map(|g| g.unavailable_gpu_hours)
+        .sum();
+    let unheld_down = p.funnel.unheld_unavailable_gpu_hours(held_down);
     // Unknown (null) where no unallocated GPU-hour had a price, never 0.
     let cost = if priced {
         json!(p.unallocated_cost)
@@ -257,10 +261,11 @@ mod tests {
     /// GPU-hour whose use is unknown; 1 GPU-hour no pod held, 0.5 GPU-hours down without a
     /// holder. At $2 a GPU-hour when `priced`.
     fn showback(priced: bool) -> Showback {
-        let cost = |allocated: f64, idle: f64| {
+        let cost = |allocated: f64, idle: f64, unavailable: Option<f64>| {
             priced.then_some(GroupCost {
                 allocated,
                 idle,
+                unavailable,
                 ..GroupCost::default()
             })
         };
@@ -275,7 +280,10 @@ mod tests {
             busy_measured_gpu_hours: 4.0,
             effective_compute_gpu_hours: Some(1.0),
             effective_compute_measured_gpu_hours: 4.0,
-            cost: cost(8.0, 2.0),
+            // Its GPUs' health read throughout, none of it down.
+            unavailable_gpu_hours: Some(0.0),
+            health_measured_gpu_hours: 4.0,
+            cost: cost(8.0, 2.0, Some(0.0)),
             ..GroupHours::default()
         };
         let none = GroupHours {
@@ -283,7 +291,8 @@ mod tests {
             workloads: 1,
             allocated_gpu_hours: 1.0,
             use_unknown_gpu_hours: 1.0,
-            cost: cost(2.0, 0.0),
+            // Its GPU's health never read: unknown, never 0.
+            cost: cost(2.0, 0.0, None),
             ..GroupHours::default()
         };
         let mut total = Period {
@@ -361,8 +370,8 @@ mod tests {
                     "truthscaleIdleCost": 0.0,
                     "truthscaleUnmeasuredGpuHours": 0.0,
                     "truthscaleUseUnknownGpuHours": 1.0,
-                    "truthscaleUnavailableGpuHours": 0.0,
-                    "truthscaleUnavailableCost": 0.0,
+                    "truthscaleUnavailableGpuHours": null,
+                    "truthscaleUnavailableCost": null,
                     "truthscaleBusyGpuHours": null,
                     "truthscaleEffectiveComputeGpuHours": null,
                     "truthscaleEffectiveComputeEstimateGpuHours": null,

@@ -308,7 +308,7 @@ fn rest_row(groups: &[GroupHours]) -> GroupHours {
             idle: sum(|c| c.idle),
             unmeasured: sum(|c| c.unmeasured),
             use_unknown: sum(|c| c.use_unknown),
-            unavailable: sum(|c| c.unavailable),
+            unavailable: c.iter().filter_map(|g| g.unavailable).reduce(|a, b| a + b),
             effective_compute: c
                 .iter()
                 .filter_map(|g| g.effective_compute)
@@ -324,7 +324,8 @@ fn rest_row(groups: &[GroupHours]) -> GroupHours {
         idle_gpu_hours: sum(|g| g.idle_gpu_hours),
         unmeasured_gpu_hours: sum(|g| g.unmeasured_gpu_hours),
         use_unknown_gpu_hours: sum(|g| g.use_unknown_gpu_hours),
-        unavailable_gpu_hours: sum(|g| g.unavailable_gpu_hours),
+        unavailable_gpu_hours: where_any(groups, |g| g.unavailable_gpu_hours),
+        health_measured_gpu_hours: sum(|g| g.health_measured_gpu_hours),
         busy_gpu_hours: where_any(groups, |g| g.busy_gpu_hours),
         busy_measured_gpu_hours: sum(|g| g.busy_measured_gpu_hours),
         effective_compute_gpu_hours: where_any(groups, |g| g.effective_compute_gpu_hours),
@@ -530,7 +531,7 @@ pub(crate) fn requested_by_group(
 /// SM-busy split, an estimate never billed. `busy_gpu_hours`, `effective_compute_gpu_hours`
 /// and `saturation_gpu_hours` are sums over the hours each was measured, given last
 /// (`*_measured_gpu_hours`): their share is over those, not over the allocated hours.
-const CSV_HEADER: &str = "window_start,window_end,by,group,workloads,allocated_gpu_hours,requested_gpu_hours,used_gpu_hours,idle_gpu_hours,unmeasured_gpu_hours,use_unknown_gpu_hours,busy_gpu_hours,effective_compute_gpu_hours,saturation_gpu_hours,allocated_cost,idle_cost,time_sliced_effective_compute_gpu_hours,effective_compute_estimate_gpu_hours,energy_kwh,energy_cost,unavailable_gpu_hours,unavailable_cost,simulated,busy_measured_gpu_hours,effective_compute_measured_gpu_hours,saturation_measured_gpu_hours";
+const CSV_HEADER: &str = "window_start,window_end,by,group,workloads,allocated_gpu_hours,requested_gpu_hours,used_gpu_hours,idle_gpu_hours,unmeasured_gpu_hours,use_unknown_gpu_hours,busy_gpu_hours,effective_compute_gpu_hours,saturation_gpu_hours,allocated_cost,idle_cost,time_sliced_effective_compute_gpu_hours,effective_compute_estimate_gpu_hours,energy_kwh,energy_cost,unavailable_gpu_hours,unavailable_cost,simulated,busy_measured_gpu_hours,effective_compute_measured_gpu_hours,saturation_measured_gpu_hours,health_measured_gpu_hours";
 
 /// A CSV field: quoted when it holds a comma, a quote or a line break.
 fn field(s: &str) -> String {
@@ -571,7 +572,7 @@ pub(crate) fn write_csv(
         for g in &p.groups {
             writeln!(
                 out,
-                "{from},{to},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{from},{to},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 field(&s.by),
                 field(&g.group),
                 g.workloads,
@@ -590,27 +591,32 @@ pub(crate) fn write_csv(
                 num(g.effective_compute_estimate_gpu_hours),
                 num(g.energy_kwh),
                 num(g.energy_cost),
-                num(Some(g.unavailable_gpu_hours)),
-                num(g.cost.as_ref().map(|c| c.unavailable)),
+                num(g.unavailable_gpu_hours),
+                num(g.cost.as_ref().and_then(|c| c.unavailable)),
                 g.simulated,
                 num(Some(g.busy_measured_gpu_hours)),
                 num(Some(g.effective_compute_measured_gpu_hours)),
                 num(Some(g.saturation_measured_gpu_hours)),
+                num(Some(g.health_measured_gpu_hours)),
             )?;
         }
         // What no pod held of the GPUs lost to health: the fleet's unavailable hours less
         // the groups'.
-        let held_down: f64 = p.groups.iter().map(|g| g.unavailable_gpu_hours).sum();
-        let unheld_down = (p.funnel.unavailable_gpu_hours - held_down).max(0.0);
+        let held_down: f64 = p
+            .groups
+            .iter()
+            .filter_map(|g| g.unavailable_gpu_hours)
+            .sum();
+        let unheld_down = p.funnel.unheld_unavailable_gpu_hours(held_down);
         writeln!(
             out,
-            "{from},{to},{},(unallocated),,{},,,,,,,,,{},,,,{},{},{},,{},,,",
+            "{from},{to},{},(unallocated),,{},,,,,,,,,{},,,,{},{},{},,{},,,,",
             field(&s.by),
             num(Some(p.unallocated_gpu_hours)),
             num(p.unallocated_cost),
             num(p.energy.as_ref().map(|e| e.unallocated_kwh)),
             num(p.energy.as_ref().and_then(|e| e.unallocated_cost)),
-            num(Some(unheld_down)),
+            num(unheld_down),
             p.unallocated_simulated,
         )?;
     }

@@ -32,7 +32,8 @@ fn parts(g: &truthscale_core::showback::GroupHours) -> [f64; 5] {
         g.idle_gpu_hours,
         g.unmeasured_gpu_hours,
         g.use_unknown_gpu_hours,
-        g.unavailable_gpu_hours,
+        // Unknown where no health field was read: no bar part (the table says unknown).
+        g.unavailable_gpu_hours.unwrap_or(0.0),
     ]
 }
 
@@ -138,7 +139,7 @@ pub(super) fn section(
             h(g.idle_gpu_hours),
             h(g.unmeasured_gpu_hours),
             h(g.use_unknown_gpu_hours),
-            h(g.unavailable_gpu_hours),
+            hours_or_unknown(g.unavailable_gpu_hours, digits),
             hours_or_none(g.time_sliced_effective_compute_gpu_hours, digits),
             hours_or_none(g.effective_compute_estimate_gpu_hours, digits),
             cost_priced(g.cost.as_ref().map(|c| c.allocated), priced),

@@ -313,7 +313,10 @@ fn showback(out: &mut impl Write, s: &Showback) -> Result<()> {
             || g.effective_compute_estimate_gpu_hours.is_some()
     });
     // GPUs lost to health: their held hours in a column of their own, where any.
-    let down = t.groups.iter().any(|g| g.unavailable_gpu_hours > 0.0);
+    let down = t
+        .groups
+        .iter()
+        .any(|g| g.unavailable_gpu_hours.is_some_and(|h| h > 0.0));
     writeln!(
         out,
         "  {:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}{}{}{}",
@@ -375,7 +378,7 @@ fn showback_row(
         h(g.unmeasured_gpu_hours),
         h(g.use_unknown_gpu_hours),
         if down {
-            format!(" {:>11}", h(g.unavailable_gpu_hours))
+            format!(" {:>11}", hours_or_unknown(g.unavailable_gpu_hours, DIGITS))
         } else {
             String::new()
         },

@@ -58,6 +58,8 @@ struct Acc {
     unmeasured: u64,
     unknown: u64,
     unavailable: u64,
+    /// Units whose GPU had a health field read: over which `unavailable` was judged.
+    health_read: u64,
     busy: f64,
     busy_measured: u64,
     ecf: f64,
@@ -244,6 +246,9 @@ impl Acc {
         let u = c.units;
         self.allocated += u;
         self.simulated |= c.track.simulated && u > 0;
+        if c.health_read {
+            self.health_read += u;
+        }
         *match class {
             Use::Unavailable => &mut self.unavailable,
             Use::Unknown => &mut self.unknown,
@@ -317,7 +322,8 @@ fn group_hours(
         idle_gpu_hours: hours(a.idle),
         unmeasured_gpu_hours: hours(a.unmeasured),
         use_unknown_gpu_hours: hours(a.unknown),
-        unavailable_gpu_hours: hours(a.unavailable),
+        unavailable_gpu_hours: (a.health_read > 0).then(|| hours(a.unavailable)),
+        health_measured_gpu_hours: hours(a.health_read),
         busy_gpu_hours: (a.busy_measured > 0).then_some(a.busy),
         busy_measured_gpu_hours: hours(a.busy_measured),
         effective_compute_gpu_hours: (a.ecf_measured > 0).then_some(a.ecf),
@@ -342,7 +348,7 @@ fn group_hours(
             idle: c.idle,
             unmeasured: c.unmeasured,
             use_unknown: c.unknown,
-            unavailable: c.unavailable,
+            unavailable: (a.health_read > 0).then_some(c.unavailable),
             effective_compute: (a.ecf_measured > 0).then_some(c.ecf),
         }),
     }

@@ -56,6 +56,16 @@ pub struct Funnel {
     pub check: String,
 }
 
+impl Funnel {
+    /// The unavailable GPU-hours no pod held (the fleet's less the groups' `held`), where any
+    /// health field was read; `None` where none was (unknown, never 0).
+    #[must_use]
+    pub fn unheld_unavailable_gpu_hours(&self, held: f64) -> Option<f64> {
+        (self.unavailable_gpu_hours > 0.0 || self.health_unread_gpu_hours < self.total_gpu_hours)
+            .then(|| (self.unavailable_gpu_hours - held).max(0.0))
+    }
+}
+
 /// A period's funnel in share units (effective compute in GPU-hours).
 #[derive(Debug, Default, Clone)]
 pub(super) struct FunnelAcc {
@@ -287,11 +297,22 @@ mod tests {
         assert!(f.adds_up, "{}", f.check);
         // The unavailable hours are held, charged and priced apart: never idle.
         let ml = s.total.groups.iter().find(|g| g.group == "ml").unwrap();
-        near(ml.unavailable_gpu_hours, h(6.0));
+        near(ml.unavailable_gpu_hours.unwrap(), h(6.0));
         near(ml.idle_gpu_hours, h(3.0));
         near(ml.used_gpu_hours, h(10.0));
         near(ml.unmeasured_gpu_hours, h(1.0));
-        near(ml.cost.as_ref().unwrap().unavailable, 2.0 * h(6.0));
+        near(ml.cost.as_ref().unwrap().unavailable.unwrap(), 2.0 * h(6.0));
+        // Judged over ml's 19 steps with health read (g1's last step read nothing).
+        near(ml.health_measured_gpu_hours, h(19.0));
+        // web's GPU never had a health field read: its unavailable hours are unknown, never
+        // 0, and so is their cost.
+        let web = s.total.groups.iter().find(|g| g.group == "web").unwrap();
+        assert_eq!(web.unavailable_gpu_hours, None);
+        near(web.health_measured_gpu_hours, 0.0);
+        assert_eq!(web.cost.as_ref().unwrap().unavailable, None);
+        // No pod held g3, which read no health either: the unheld unavailable hours are the
+        // fleet's less ml's, 0 of a fleet that read health somewhere.
+        assert_eq!(f.unheld_unavailable_gpu_hours(h(6.0)), Some(0.0));
         assert!(s.total.reconciled);
     }
 

@@ -97,8 +97,12 @@ pub struct GroupHours {
     /// Allocated GPU-hours of a time-sliced GPU whose use per holder is not known.
     pub use_unknown_gpu_hours: f64,
     /// Allocated GPU-hours at steps the GPU was unavailable ([`crate::health`]): held, but
-    /// it could take no work; never idle, never used.
-    pub unavailable_gpu_hours: f64,
+    /// it could take no work; never idle, never used. Judged over
+    /// `health_measured_gpu_hours`; `None` where no health field was read in any of its
+    /// GPU-hours (unknown, never 0).
+    pub unavailable_gpu_hours: Option<f64>,
+    /// Allocated GPU-hours whose GPU had a health field read.
+    pub health_measured_gpu_hours: f64,
     /// The busy flag × allocated time, where measured (for comparison); `None` where it
     /// never was (no allocated GPU-hour with the busy flag read).
     pub busy_gpu_hours: Option<f64>,
@@ -149,8 +153,8 @@ pub struct GroupCost {
     pub unmeasured: f64,
     /// Of the GPU-hours whose use is unknown.
     pub use_unknown: f64,
-    /// Of the GPU-hours the GPU was unavailable.
-    pub unavailable: f64,
+    /// Of the GPU-hours the GPU was unavailable; `None` where health was never read.
+    pub unavailable: Option<f64>,
     /// Of the effective compute GPU-hours; `None` where effective compute was never
     /// measured.
     pub effective_compute: Option<f64>,

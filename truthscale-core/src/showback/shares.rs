@@ -28,6 +28,8 @@ pub(super) struct Charge<'a> {
     pub(super) energy_mj: Option<u64>,
     /// The GPU was unavailable at this step ([`crate::health`]): neither idle nor used.
     pub(super) down: bool,
+    /// Any health field of the GPU was read at this step: whether `down` was judged.
+    pub(super) health_read: bool,
     /// The busy flag and effective compute of what it held (the device's on a time-sliced
     /// GPU): whether the GPU was active, for the funnel.
     pub(super) device_use: (Option<f64>, Option<f64>),
@@ -145,7 +147,7 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
         let sum: u64 = shares.iter().map(|(_, u)| u).sum();
         let health = step_health(w, covering, s);
         for c in &mut charges {
-            c.down = health.0;
+            (c.down, c.health_read) = health;
         }
         let energy = step_energy_mj(w, covering, s);
         let unallocated_mj = energy.map(|e| share_energy(e, &mut charges));
@@ -353,6 +355,7 @@ fn track_charges<'a>(
             ecf_estimate: None,
             energy_mj: None,
             down: false,
+            health_read: false,
             device_use: (p.busy().map(ratio), p.ecf().map(ratio)),
             track: t,
             price: w.facts[i].price,
@@ -422,6 +425,7 @@ fn holder_charges<'a>(
             ecf_estimate: part,
             energy_mj: None,
             down: false,
+            health_read: false,
             device_use: (p.busy().map(ratio), p.ecf().map(ratio)),
             track: dev,
             price,
