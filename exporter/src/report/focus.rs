@@ -172,18 +172,13 @@ pub(crate) fn write(
             };
             write_row(out, &by_name, args, &window, b, &row)?;
         }
-        let held_down: f64 = p
-            .groups
-            .iter()
-            .filter_map(|g| g.unavailable_gpu_hours)
-            .sum();
         let row = Row {
             group: IDLE,
             description: "GPU-hours no pod held (idle capacity)".into(),
             hours: p.unallocated_gpu_hours,
             cost: p.unallocated_cost.ok_or_else(no_price)?,
             g: None,
-            unavailable: p.funnel.unheld_unavailable_gpu_hours(held_down),
+            unavailable: p.unheld_unavailable_gpu_hours(),
             simulated: p.unallocated_simulated,
         };
         write_row(out, &by_name, args, &window, b, &row)?;

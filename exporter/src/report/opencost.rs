@@ -177,12 +177,7 @@ fn simulated(m: &mut Map<String, Value>, simulated: bool) {
 
 /// The capacity no pod held in period `p`: OpenCost's `__idle__`.
 fn idle(p: &Period, priced: bool, b: &Bounds) -> Value {
-    let held_down: f64 = p
-        .groups
-        .iter()
-        .filter_map(|g| g.unavailable_gpu_hours)
-        .sum();
-    let unheld_down = p.funnel.unheld_unavailable_gpu_hours(held_down);
+    let unheld_down = p.unheld_unavailable_gpu_hours();
     // Unknown (null) where no unallocated GPU-hour had a price, never 0.
     let cost = if priced {
         json!(p.unallocated_cost)

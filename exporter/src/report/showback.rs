@@ -602,12 +602,7 @@ pub(crate) fn write_csv(
         }
         // What no pod held of the GPUs lost to health: the fleet's unavailable hours less
         // the groups'.
-        let held_down: f64 = p
-            .groups
-            .iter()
-            .filter_map(|g| g.unavailable_gpu_hours)
-            .sum();
-        let unheld_down = p.funnel.unheld_unavailable_gpu_hours(held_down);
+        let unheld_down = p.unheld_unavailable_gpu_hours();
         writeln!(
             out,
             "{from},{to},{},(unallocated),,{},,,,,,,,,{},,,,{},{},{},,{},,,,",

@@ -56,16 +56,6 @@ pub struct Funnel {
     pub check: String,
 }
 
-impl Funnel {
-    /// The unavailable GPU-hours no pod held (the fleet's less the groups' `held`), where any
-    /// health field was read; `None` where none was (unknown, never 0).
-    #[must_use]
-    pub fn unheld_unavailable_gpu_hours(&self, held: f64) -> Option<f64> {
-        (self.unavailable_gpu_hours > 0.0 || self.health_unread_gpu_hours < self.total_gpu_hours)
-            .then(|| (self.unavailable_gpu_hours - held).max(0.0))
-    }
-}
-
 /// A period's funnel in share units (effective compute in GPU-hours).
 #[derive(Debug, Default, Clone)]
 pub(super) struct FunnelAcc {
@@ -312,7 +302,7 @@ mod tests {
         assert_eq!(web.cost.as_ref().unwrap().unavailable, None);
         // No pod held g3, which read no health either: the unheld unavailable hours are the
         // fleet's less ml's, 0 of a fleet that read health somewhere.
-        assert_eq!(f.unheld_unavailable_gpu_hours(h(6.0)), Some(0.0));
+        assert_eq!(s.total.unheld_unavailable_gpu_hours(), Some(0.0));
         assert!(s.total.reconciled);
     }
 

@@ -191,6 +191,22 @@ pub struct Period {
     pub check: String,
 }
 
+impl Period {
+    /// The unavailable GPU-hours no pod held: the funnel's less the groups', where any health
+    /// field was read; `None` where none was (unknown, never 0).
+    #[must_use]
+    pub fn unheld_unavailable_gpu_hours(&self) -> Option<f64> {
+        let f = &self.funnel;
+        let held: f64 = self
+            .groups
+            .iter()
+            .filter_map(|g| g.unavailable_gpu_hours)
+            .sum();
+        (f.unavailable_gpu_hours > 0.0 || f.health_unread_gpu_hours < f.total_gpu_hours)
+            .then(|| (f.unavailable_gpu_hours - held).max(0.0))
+    }
+}
+
 /// A period's energy: the groups', what no pod held, the fleet's, reconciled exactly.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct PeriodEnergy {
