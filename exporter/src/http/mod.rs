@@ -83,12 +83,22 @@ fn weighted(headers: &HeaderMap, name: header::HeaderName) -> impl Iterator<Item
         .filter(|(name, _)| !name.is_empty())
 }
 
-/// The highest q-value `headers` gives one of `names`, if it lists any.
-fn q_of(headers: &HeaderMap, name: header::HeaderName, names: &[&str]) -> Option<f64> {
-    weighted(headers, name)
-        .filter(|(n, _)| names.iter().any(|m| n.eq_ignore_ascii_case(m)))
-        .map(|(_, q)| q)
-        .reduce(f64::max)
+/// The highest q-value the header `name` gives each of `names`, in one pass over it; `None`
+/// for a name it does not list.
+fn q_each<const N: usize>(
+    headers: &HeaderMap,
+    name: header::HeaderName,
+    names: [&str; N],
+) -> [Option<f64>; N] {
+    let mut best = [None; N];
+    for (entry, q) in weighted(headers, name) {
+        for (b, n) in best.iter_mut().zip(names) {
+            if entry.eq_ignore_ascii_case(n) {
+                *b = Some(b.map_or(q, |x: f64| x.max(q)));
+            }
+        }
+    }
+    best
 }
 
 /// OpenMetrics when the client's `Accept` asks for it at least as much as for text (its
@@ -96,13 +106,20 @@ fn q_of(headers: &HeaderMap, name: header::HeaderName, names: &[&str]) -> Option
 /// 0.0.4.
 #[must_use]
 pub(crate) fn negotiate(headers: &HeaderMap) -> Encoding {
-    let Some(open) = q_of(headers, header::ACCEPT, &["application/openmetrics-text"]) else {
+    let [open, plain, text_any, any] = q_each(
+        headers,
+        header::ACCEPT,
+        [
+            "application/openmetrics-text",
+            "text/plain",
+            "text/*",
+            "*/*",
+        ],
+    );
+    let Some(open) = open else {
         return Encoding::Text;
     };
-    let text = q_of(headers, header::ACCEPT, &["text/plain"])
-        .or_else(|| q_of(headers, header::ACCEPT, &["text/*"]))
-        .or_else(|| q_of(headers, header::ACCEPT, &["*/*"]))
-        .unwrap_or(0.0);
+    let text = plain.or(text_any).or(any).unwrap_or(0.0);
     if open > 0.0 && open >= text {
         Encoding::OpenMetrics
     } else {
@@ -115,9 +132,11 @@ pub(crate) fn negotiate(headers: &HeaderMap) -> Encoding {
 /// §12.5.3).
 #[must_use]
 pub(crate) fn accepts_gzip(headers: &HeaderMap) -> bool {
-    let h = header::ACCEPT_ENCODING;
-    q_of(headers, h.clone(), &["gzip", "x-gzip"])
-        .or_else(|| q_of(headers, h, &["*"]))
+    let [gzip, x_gzip, any] = q_each(headers, header::ACCEPT_ENCODING, ["gzip", "x-gzip", "*"]);
+    gzip.into_iter()
+        .chain(x_gzip)
+        .reduce(f64::max)
+        .or(any)
         .is_some_and(|q| q > 0.0)
 }
 
