@@ -1010,7 +1010,7 @@ mod tests {
     /// One H100 window a second from `rows` (busy flag, tensor, SM clock; `None` blank),
     /// analyzed.
     fn bound_of(rows: &[(Option<f64>, Option<f64>, Option<f64>)]) -> EntitySummary {
-        use crate::model::{EntityId, EntitySample, Readings, Sample};
+        use crate::model::Readings;
         let mut a = Analyzer::new(Deriver::new(DeriveConfig::default(), Some(1.0)), false);
         for (k, &(u, tau, clock)) in (1..).zip(rows) {
             let mut r = Readings::default();
@@ -1023,20 +1023,26 @@ mod tests {
                     r.set_value(f, v);
                 }
             }
-            a.push(&Sample {
-                taken: Timestamp(k * 1000),
-                entities: vec![EntitySample {
-                    id: EntityId {
-                        gpu: Some(0),
-                        model: Some("NVIDIA H100 80GB HBM3".into()),
-                        ..EntityId::default()
-                    },
-                    readings: r,
-                    ..EntitySample::default()
-                }],
-            });
+            a.push(&h100_at(k, r));
         }
         a.report().entities.remove(0)
+    }
+
+    /// GPU 0, an H100, at second `k` with readings `r`.
+    fn h100_at(k: i64, r: crate::model::Readings) -> Sample {
+        use crate::model::{EntityId, EntitySample};
+        Sample {
+            taken: Timestamp(k * 1000),
+            entities: vec![EntitySample {
+                id: EntityId {
+                    gpu: Some(0),
+                    model: Some("NVIDIA H100 80GB HBM3".into()),
+                    ..EntityId::default()
+                },
+                readings: r,
+                ..EntitySample::default()
+            }],
+        }
     }
 
     /// The capture's bound covers every window with a measured ECF or a bound, says how
@@ -1312,7 +1318,7 @@ mod tests {
     /// comparison that always agreed, 30/30.
     #[test]
     fn engine_agreement_counts_the_seconds_the_counters_disagree() {
-        use crate::model::{EntitySample, Readings, ServingSnapshot};
+        use crate::model::{Readings, ServingSnapshot};
         use crate::phase::PhaseConfig;
         let sample = |k: i64, (tensor, dram): (f64, f64), (prompt, output): (f64, f64)| {
             let mut r = Readings::default();
@@ -1324,24 +1330,14 @@ mod tests {
             ] {
                 r.set_value(f, v);
             }
-            Sample {
-                taken: Timestamp(k * 1000),
-                entities: vec![EntitySample {
-                    id: EntityId {
-                        gpu: Some(0),
-                        model: Some("NVIDIA H100 80GB HBM3".into()),
-                        ..EntityId::default()
-                    },
-                    readings: r,
-                    serving: Some(ServingSnapshot {
-                        prompt_tokens_per_sec: Some(prompt),
-                        output_tokens_per_sec: Some(output),
-                        running_requests: Some(8.0),
-                        ..ServingSnapshot::default()
-                    }),
-                    ..EntitySample::default()
-                }],
-            }
+            let mut s = h100_at(k, r);
+            s.entities[0].serving = Some(ServingSnapshot {
+                prompt_tokens_per_sec: Some(prompt),
+                output_tokens_per_sec: Some(output),
+                running_requests: Some(8.0),
+                ..ServingSnapshot::default()
+            });
+            s
         };
         let config = DeriveConfig {
             phase: PhaseConfig {

@@ -202,18 +202,16 @@ fn chart(
     for (k, ((_, h, loss), color)) in st.iter().zip(COLORS).enumerate() {
         let y = (n - 1 - k) as f64;
         // An unknown stage has no bar: its label says so.
-        let h = h.unwrap_or(0.0);
+        let width = h.unwrap_or(0.0);
         c.draw_series(std::iter::once(Rectangle::new(
-            [(0.0, y + 0.2), (h, y + 0.8)],
+            [(0.0, y + 0.2), (width, y + 0.8)],
             color.filled(),
         )))?;
-        let shown = st[k]
-            .1
-            .map_or_else(|| UNKNOWN.to_owned(), |h| format!("{} h", hours(h, digits)));
+        let shown = h.map_or_else(|| UNKNOWN.to_owned(), |h| format!("{} h", hours(h, digits)));
         let label = format!("{shown}  {}", loss_words(f, *loss, digits));
         c.draw_series(std::iter::once(Text::new(
             label,
-            (h + xmax * 0.01, y + 0.62),
+            (width + xmax * 0.01, y + 0.62),
             ("sans-serif", 17),
         )))?;
     }
