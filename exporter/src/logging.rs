@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+use tracing_subscriber::filter::Targets;
 
 /// Repeated messages of one kind are logged at most this often.
 pub(crate) const LOG_EVERY: Duration = Duration::from_secs(30);
@@ -28,12 +29,21 @@ impl LogLimiter {
 
 /// Logging to stderr at `RUST_LOG`'s levels (from `env`), else `info`; a `RUST_LOG` that
 /// does not parse is said, with why, and `info` used.
+///
+/// `RUST_LOG` is a list of `target=level` and `level` directives (`Targets`): the span and
+/// field filters of `EnvFilter` would compile regular expressions, a build's worth of
+/// crates that no log of this program needs.
 pub(crate) fn init(env: &[(String, String)]) {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let (filter, bad) = filter(env);
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+    let _ = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+        )
+        .with(filter)
         .try_init();
     if let Some(why) = bad {
         tracing::warn!("{why}");
@@ -42,11 +52,11 @@ pub(crate) fn init(env: &[(String, String)]) {
 
 /// The filter `RUST_LOG` (in `env`) asks for, else `info`, and why it was not taken when it
 /// was set and did not parse.
-fn filter(env: &[(String, String)]) -> (tracing_subscriber::EnvFilter, Option<String>) {
-    let info = || tracing_subscriber::EnvFilter::new("info");
+fn filter(env: &[(String, String)]) -> (Targets, Option<String>) {
+    let info = || Targets::new().with_default(tracing::Level::INFO);
     match env.iter().find(|(k, _)| k == "RUST_LOG") {
         None => (info(), None),
-        Some((_, v)) => match tracing_subscriber::EnvFilter::try_new(v) {
+        Some((_, v)) => match v.parse::<Targets>() {
             Ok(f) => (f, None),
             Err(e) => (
                 info(),
@@ -68,5 +78,25 @@ mod tests {
         assert!(why.is_some_and(|w| w.contains("RUST_LOG=\"truthscale=dbug\"")));
         assert_eq!(super::filter(&env("truthscale=debug")).1, None);
         assert_eq!(super::filter(&[]).1, None);
+        // Span filters are not taken: said, and info used.
+        assert!(super::filter(&env("[span{a=1}]=debug")).1.is_some());
+    }
+
+    /// What each directive enables: a target's own level, the default elsewhere, and
+    /// nothing outside the listed targets when no default is given.
+    #[test]
+    fn levels_by_target() {
+        use tracing::Level;
+        let env = |v: &str| vec![("RUST_LOG".to_owned(), v.to_owned())];
+        let (f, _) = super::filter(&env("warn,truthscale_exporter::sources=debug"));
+        assert!(f.would_enable("truthscale_exporter::sources::nvml", &Level::DEBUG));
+        assert!(!f.would_enable("truthscale_exporter::http", &Level::INFO));
+        assert!(f.would_enable("truthscale_exporter::http", &Level::WARN));
+        let (f, _) = super::filter(&env("truthscale=debug"));
+        assert!(f.would_enable("truthscale_exporter::http", &Level::DEBUG));
+        assert!(!f.would_enable("tonic::transport", &Level::ERROR));
+        let (f, _) = super::filter(&[]);
+        assert!(f.would_enable("tonic::transport", &Level::INFO));
+        assert!(!f.would_enable("truthscale_exporter::http", &Level::DEBUG));
     }
 }
