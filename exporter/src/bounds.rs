@@ -278,7 +278,7 @@ mod tests {
             std::io::ErrorKind::FileTooLarge
         );
         assert!(
-            t.elapsed() < std::time::Duration::from_secs(1),
+            t.elapsed() < std::time::Duration::from_secs(5),
             "{:?}",
             t.elapsed()
         );

@@ -451,7 +451,7 @@ mod tests {
             let e = agent_trusting(Duration::from_secs(1), &path).unwrap_err();
             assert_eq!(e, format!("{}: cannot read: {why}", path.display()));
         }
-        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

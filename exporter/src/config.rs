@@ -999,7 +999,7 @@ impl Config {
         self.source.config.check().map_err(ConfigError::from)?;
         self.source
             .config
-            .check_within(stale_after)
+            .check_within(interval, stale_after)
             .map_err(ConfigError::from)?;
         let request_timeout = duration(
             "http.request_timeout",
@@ -1623,7 +1623,7 @@ mod tests {
             assert_eq!(err, format!("{}: cannot read: {why}", path.display()));
         }
         assert!(
-            t.elapsed() < std::time::Duration::from_secs(1),
+            t.elapsed() < std::time::Duration::from_secs(5),
             "{:?}",
             t.elapsed()
         );
@@ -1686,15 +1686,19 @@ mod tests {
             ];
             Config::load(None, &[], &over).unwrap().validate(&[])
         };
-        // 1 s interval: a stale period of 3 s.
-        let e = with("5s", "1s").unwrap_err().to_string();
+        // 1 s interval: a stale period of 3 s, a scrape of at most 2.5 s.
+        let e = with("3s", "1s").unwrap_err().to_string();
         assert!(
             e.contains("source.scrape_timeout")
-                && e.contains("5s is longer than the stale period (3s"),
+                && e.contains("3s is longer than 2s 500ms (the stale period 3s"),
             "{e}"
         );
-        assert!(with("3s", "1s").is_ok());
-        assert!(with("5s", "2s").is_ok(), "a stale period of 6 s");
+        assert!(with("2500ms", "1s").is_ok());
+        assert!(
+            with("5s", "2s").is_ok(),
+            "a stale period of 6 s: at most 5 s"
+        );
+        assert!(with("5001ms", "2s").is_err());
     }
 
     /// A kind chosen by a flag or the environment replaces the file's `[source]` settings;

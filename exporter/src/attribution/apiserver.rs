@@ -1122,7 +1122,7 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
-        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -212,7 +212,7 @@ fn bearer_token_file_is_read_bounded() {
         );
     }
     assert!(
-        t.elapsed() < std::time::Duration::from_secs(1),
+        t.elapsed() < std::time::Duration::from_secs(5),
         "{:?}",
         t.elapsed()
     );

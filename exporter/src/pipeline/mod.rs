@@ -586,9 +586,11 @@ mod tests {
         }
     }
 
-    fn pipeline(source_ms: u64, stage_ms: u64) -> Pipeline {
+    /// A pipeline sampling every `interval_ms`, whose source and one stage each take the
+    /// time given.
+    fn pipeline(interval_ms: u64, source_ms: u64, stage_ms: u64) -> Pipeline {
         let config = Config {
-            interval: Duration::from_millis(40),
+            interval: Duration::from_millis(interval_ms),
             stale_after: Duration::from_secs(10),
             derive: DeriveConfig::default(),
             verdict: VerdictConfig::default(),
@@ -612,20 +614,21 @@ mod tests {
     }
 
     /// A stage that makes the tick longer than the interval is counted, not the source: a
-    /// hung kubelet is not blamed on the GPUs.
+    /// hung kubelet is not blamed on the GPUs. (The other part of each tick has 100 ms to
+    /// spare, and the tick with no delay a whole 10 s interval, on a loaded machine too.)
     #[test]
     fn an_overrun_is_counted_against_the_stage_that_caused_it() {
-        let mut p = pipeline(0, 80);
+        let mut p = pipeline(100, 0, 250);
         let snap = p.tick(SystemTime::now());
         assert_eq!(overruns(&snap, "kubelet"), 1);
         assert_eq!(overruns(&snap, "null"), 0);
 
-        let mut p = pipeline(80, 0);
+        let mut p = pipeline(100, 250, 0);
         let snap = p.tick(SystemTime::now());
         assert_eq!(overruns(&snap, "null"), 1);
         assert_eq!(overruns(&snap, "kubelet"), 0);
 
-        let mut p = pipeline(0, 0);
+        let mut p = pipeline(10_000, 0, 0);
         let snap = p.tick(SystemTime::now());
         assert_eq!(overruns(&snap, "null") + overruns(&snap, "kubelet"), 0);
     }
@@ -650,22 +653,23 @@ mod tests {
     #[test]
     fn an_overrun_by_the_derivation_is_counted_under_the_source() {
         let ms = Duration::from_millis;
-        let mut p = pipeline(0, 0);
-        p.count_late_overrun(ms(60), (ms(1), &[ms(2)], ms(57)));
+        // A 10 s interval: the tick that shows the count never overruns by itself.
+        let mut p = pipeline(10_000, 0, 0);
+        p.count_late_overrun(ms(15_000), (ms(1), &[ms(2)], ms(14_997)));
         let snap = p.tick(SystemTime::now());
         assert_eq!(overruns(&snap, "null"), 1);
         assert_eq!(overruns(&snap, "kubelet"), 0);
 
-        let mut p = pipeline(0, 0);
-        p.count_late_overrun(ms(60), (ms(1), &[ms(35)], ms(24)));
+        let mut p = pipeline(10_000, 0, 0);
+        p.count_late_overrun(ms(15_000), (ms(1), &[ms(8_750)], ms(6_249)));
         let snap = p.tick(SystemTime::now());
         assert_eq!(
             (overruns(&snap, "null"), overruns(&snap, "kubelet")),
             (0, 1)
         );
 
-        let mut p = pipeline(0, 0);
-        p.count_late_overrun(ms(39), (ms(1), &[ms(2)], ms(36)));
+        let mut p = pipeline(10_000, 0, 0);
+        p.count_late_overrun(ms(9_750), (ms(1), &[ms(2)], ms(9_747)));
         let snap = p.tick(SystemTime::now());
         assert_eq!(overruns(&snap, "null") + overruns(&snap, "kubelet"), 0);
     }
@@ -706,16 +710,17 @@ mod tests {
     /// up, and the source too (they were published down, every GPU, on every such tick).
     #[test]
     fn a_slow_reads_own_data_is_fresh() {
+        // The read takes four stale periods; what follows it has the whole stale period.
         let config = Config {
-            interval: Duration::from_millis(40),
-            stale_after: Duration::from_millis(30),
+            interval: Duration::from_millis(400),
+            stale_after: Duration::from_millis(300),
             derive: DeriveConfig::default(),
             verdict: VerdictConfig::default(),
             identity: Identity::default(),
             max_series: 100,
         };
         let source = Box::new(SlowData {
-            delay: Duration::from_millis(120),
+            delay: Duration::from_millis(1_200),
         });
         let mut p = Pipeline::new(
             &config,

@@ -271,14 +271,18 @@ impl DcgmExporterConfig {
         .map(Some)
     }
 
-    /// The timeout of one scrape: as set, else the stale period, at most
+    /// The timeout of one scrape: as set, else [`super::longest_read`], at most
     /// [`DEFAULT_SCRAPE_TIMEOUT`]. A scrape that hangs then ends, as a `timeout`, before the
     /// tick is served stale: a hung dcgm-exporter reads as down, never as stale and fresh
     /// by turns.
-    fn effective_timeout(&self, stale_after: Duration) -> Result<Duration, Invalid> {
+    fn effective_timeout(
+        &self,
+        interval: Duration,
+        stale_after: Duration,
+    ) -> Result<Duration, Invalid> {
         Ok(self
             .timeout()?
-            .unwrap_or(DEFAULT_SCRAPE_TIMEOUT.min(stale_after)))
+            .unwrap_or(DEFAULT_SCRAPE_TIMEOUT.min(super::longest_read(interval, stale_after))))
     }
 }
 
@@ -316,16 +320,20 @@ impl SourceSettings for DcgmExporterConfig {
         Ok(())
     }
 
-    /// A scrape must end within the stale period: one that hangs longer would have each
-    /// tick served stale, then fresh, by turns (and `/readyz` flap with it).
-    fn check_within(&self, stale_after: Duration) -> Result<(), Invalid> {
+    /// A scrape must end within [`super::longest_read`]: one that hangs longer would have
+    /// each tick served stale, then fresh, by turns (and `/readyz` flap with it).
+    fn check_within(&self, interval: Duration, stale_after: Duration) -> Result<(), Invalid> {
+        let longest = super::longest_read(interval, stale_after);
         match self.timeout()? {
-            Some(t) if t > stale_after => Err(Invalid::new(
+            Some(t) if t > longest => Err(Invalid::new(
                 "source.scrape_timeout",
                 format!(
-                    "{} is longer than the stale period ({}, source.stale_after): a scrape that hangs that long would be served stale, then fresh, by turns; set it to at most the stale period, or leave it unset (the stale period, at most 5s)",
+                    "{} is longer than {} (the stale period {}, source.stale_after, in whole intervals of {}, less half an interval): a scrape that hangs that long would be served stale, then fresh, by turns; set it to at most {}, or leave it unset",
                     humantime::format_duration(t),
-                    humantime::format_duration(stale_after)
+                    humantime::format_duration(longest),
+                    humantime::format_duration(stale_after),
+                    humantime::format_duration(interval),
+                    humantime::format_duration(longest),
                 ),
             )),
             _ => Ok(()),
@@ -349,7 +357,7 @@ impl SourceSettings for DcgmExporterConfig {
         Ok(Box::new(
             DcgmExporterSource::new(
                 &url,
-                self.effective_timeout(context.stale_after)
+                self.effective_timeout(context.interval, context.stale_after)
                     .map_err(BuildError::from)?,
                 context.interval,
                 scope,
@@ -521,20 +529,68 @@ impl Source for DcgmExporterSource {
 mod tests {
     use super::*;
 
-    /// Unset, a scrape lasts at most the stale period (and 5 s): a hung dcgm-exporter reads
-    /// as down before its tick would be served stale. Set, it is as set.
+    /// Unset, a scrape lasts at most the stale period's whole intervals less half an
+    /// interval (and 5 s): a hung dcgm-exporter reads as down before its tick would be
+    /// served stale. Set, it is as set.
     #[test]
-    fn an_unset_scrape_timeout_is_the_stale_period_at_most_5s() {
+    fn an_unset_scrape_timeout_ends_within_the_stale_period_at_most_5s() {
         let unset = DcgmExporterConfig::default();
         let ms = Duration::from_millis;
-        assert_eq!(unset.effective_timeout(ms(600)).unwrap(), ms(600));
-        assert_eq!(unset.effective_timeout(ms(3000)).unwrap(), ms(3000));
-        assert_eq!(unset.effective_timeout(ms(90_000)).unwrap(), ms(5000));
+        // 200 ms interval, 600 ms stale period: 3 intervals less 100 ms.
+        assert_eq!(unset.effective_timeout(ms(200), ms(600)).unwrap(), ms(500));
+        assert_eq!(
+            unset.effective_timeout(ms(1000), ms(3000)).unwrap(),
+            ms(2500)
+        );
+        // A stale period of one interval: half of it.
+        assert_eq!(
+            unset.effective_timeout(ms(1000), ms(1000)).unwrap(),
+            ms(500)
+        );
+        // 2.5 intervals: the two whole ones, less half.
+        assert_eq!(
+            unset.effective_timeout(ms(1000), ms(2500)).unwrap(),
+            ms(1500)
+        );
+        assert_eq!(
+            unset.effective_timeout(ms(1000), ms(90_000)).unwrap(),
+            ms(5000)
+        );
         let set = DcgmExporterConfig {
             scrape_timeout: "2s".into(),
             ..DcgmExporterConfig::default()
         };
-        assert_eq!(set.effective_timeout(ms(90_000)).unwrap(), ms(2000));
+        assert_eq!(
+            set.effective_timeout(ms(1000), ms(90_000)).unwrap(),
+            ms(2000)
+        );
+    }
+
+    /// At the bound, two publications of ticks whose reads all hang are at most the stale
+    /// period apart, an interval short of the watchdog's limit; at the old bound (the stale
+    /// period itself) they were the limit apart. Walked here with the sampler's own slot
+    /// rule, by hand: a tick starts on a slot and ends `read + work` later; the next starts
+    /// on the first slot after.
+    #[test]
+    fn at_the_longest_read_publications_stay_within_the_stale_period() {
+        // Every tick reads for `read` and works for `work`: the next starts on the first
+        // slot after one ends, so two publications are that many whole intervals apart.
+        let gap =
+            |interval: f64, read: f64, work: f64| ((read + work) / interval).ceil() * interval;
+        for (i, s) in [(0.2, 0.6), (1.0, 3.0), (1.0, 1.0), (1.0, 2.5), (0.5, 30.0)] {
+            let longest =
+                super::super::longest_read(Duration::from_secs_f64(i), Duration::from_secs_f64(s))
+                    .as_secs_f64();
+            for work in [0.0001, 0.01, 0.4 * i] {
+                let g = gap(i, longest, work);
+                assert!(g <= s + 1e-9 && g < s + i, "{i} {s} {work}: {g}");
+            }
+            // The stale period itself as the read, where it is whole intervals: the
+            // watchdog's limit apart.
+            if (s / i - (s / i).round()).abs() < 1e-9 {
+                assert!(gap(i, s, 0.01) >= s + i - 1e-9, "{i} {s}");
+            }
+        }
     }
 
     /// Blanks are counted for the families read: DCGM's INT32 blank in the busy fraction and

@@ -57,6 +57,24 @@ pub(crate) struct Context {
 
 /// One source's own settings: a table in `[source]` (beside `kind`), which checks itself and
 /// builds the source.
+/// The longest a read may wait and each tick still be published within the stale period of
+/// the one before: the stale period's whole intervals less half an interval (2.5 s at the
+/// default 1 s interval and 3 s stale period).
+///
+/// A tick starts on a slot of the interval and the next starts on the first slot after it
+/// ends, so a read that waits `t` puts `ceil((t + ε) / interval)` intervals between two
+/// publications (ε the tick's own work, under half an interval). The watchdog serves a
+/// snapshot stale once it is older than the stale period plus one interval; at this bound
+/// two publications are at most the stale period apart, an interval short of it. A read
+/// as long as the stale period itself put them a stale period and an interval apart, and
+/// every tick was served stale, then fresh, by turns.
+#[must_use]
+pub(crate) fn longest_read(interval: Duration, stale_after: Duration) -> Duration {
+    let whole = stale_after.as_nanos() / interval.as_nanos().max(1);
+    let whole = u32::try_from(whole.max(1)).unwrap_or(u32::MAX);
+    interval.saturating_mul(whole) - interval / 2
+}
+
 pub(crate) trait SourceSettings {
     /// The setting that the argument of the `--source KIND:ARG` shorthand fills, when the
     /// kind takes one (`replay:PATH` fills `path`).
@@ -66,12 +84,13 @@ pub(crate) trait SourceSettings {
     /// # Errors
     /// The first setting that cannot be used.
     fn check(&self) -> Result<(), Invalid>;
-    /// Check the settings against the stale period `stale_after`: a read that could hang
-    /// past it would have each tick served stale, then fresh, by turns.
+    /// Check the settings against the sampling `interval` and the stale period
+    /// `stale_after`: a read that could hang past [`longest_read`] would have each tick
+    /// served stale, then fresh, by turns.
     ///
     /// # Errors
     /// The setting that lets a read outlast the stale period.
-    fn check_within(&self, _stale_after: Duration) -> Result<(), Invalid> {
+    fn check_within(&self, _interval: Duration, _stale_after: Duration) -> Result<(), Invalid> {
         Ok(())
     }
     /// Build the source.
@@ -135,9 +154,13 @@ macro_rules! sources {
             ///
             /// # Errors
             /// The setting that lets a read outlast it, naming its key.
-            pub(crate) fn check_within(&self, stale_after: Duration) -> Result<(), Invalid> {
+            pub(crate) fn check_within(
+                &self,
+                interval: Duration,
+                stale_after: Duration,
+            ) -> Result<(), Invalid> {
                 match self {
-                    $(SourceConfig::$variant(c) => c.check_within(stale_after),)*
+                    $(SourceConfig::$variant(c) => c.check_within(interval, stale_after),)*
                 }
             }
 

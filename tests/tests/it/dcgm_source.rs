@@ -214,15 +214,20 @@ fn busy_only_scrape_gets_busy_only_fidelity_and_repeats_are_observed_time() {
     let observed = |m: &[Sample]| {
         value(m, "truthscale_gpu_observed_seconds_total", &[("gpu", "0")]).unwrap_or(0.0)
     };
-    let (before, t0) = (observed(&sidecar.metrics()), std::time::Instant::now());
+    // Against the snapshots' own timestamps (each tick's sample time) the integral is exact;
+    // against the test's clock it can lag by a tick and the two requests' own times.
+    let stamp = |m: &[Sample]| value(m, "truthscale_snapshot_timestamp_seconds", &[]).unwrap();
+    let first = sidecar.metrics();
+    let (before, t0) = (observed(&first), std::time::Instant::now());
     std::thread::sleep(Duration::from_secs(2));
     let m = sidecar.metrics();
     let grown = observed(&m) - before;
     let wall = t0.elapsed().as_secs_f64();
+    let stamped = stamp(&m) - stamp(&first);
     assert!(server.hits.load(Ordering::SeqCst) >= 8);
     assert!(
-        (grown - wall).abs() <= 0.45,
-        "observed grew {grown} s in {wall} s"
+        (grown - stamped).abs() <= 0.05 && grown <= wall + 0.45 && grown >= 1.0,
+        "observed grew {grown} s in {stamped} s of snapshots, {wall} s of wall clock"
     );
     assert_eq!(
         value(
@@ -284,7 +289,8 @@ fn an_idle_mig_slice_whose_readings_never_change_accrues_idle_time() {
     let m = sidecar.wait_for(WAIT, "the slice's idle seconds", |m| {
         idle(m).is_some_and(|v| v > 0.0)
     });
-    let (idle0, t0) = (idle(&m).unwrap(), std::time::Instant::now());
+    let stamp = |m: &[Sample]| value(m, "truthscale_snapshot_timestamp_seconds", &[]).unwrap();
+    let (idle0, t0, stamp0) = (idle(&m).unwrap(), std::time::Instant::now(), stamp(&m));
     // 30 s of the same answer, but for the energy counter moving once, after 15 s, by 15 s
     // of 31 W: the parent's power is about 31 W over the time since the counter last moved,
     // never 0 W in between, and not 75 × 31 W at the move (the 200 ms window alone).
@@ -300,9 +306,12 @@ fn an_idle_mig_slice_whose_readings_never_change_accrues_idle_time() {
     let m = sidecar.metrics();
     let wall = t0.elapsed().as_secs_f64();
     let grown = idle(&m).unwrap() - idle0;
+    // Exact against the snapshots' own timestamps; within a tick and the requests' own
+    // times of the test's clock.
+    let stamped = stamp(&m) - stamp0;
     assert!(
-        (grown - wall).abs() <= 0.45,
-        "the idle slice accrued {grown} idle s in {wall} s of wall time"
+        (grown - stamped).abs() <= 0.05 && (grown - wall).abs() <= 1.0,
+        "the idle slice accrued {grown} idle s in {stamped} s of snapshots, {wall} s of wall time"
     );
     // Never a gap, and never stale: the answer kept coming.
     assert_eq!(
@@ -412,9 +421,10 @@ fn failures_are_counted_and_never_exported_as_data() {
 }
 
 /// With `source.scrape_timeout` unset, a hung dcgm-exporter's scrape ends within the stale
-/// period (600 ms at a 200 ms interval; it was 5 s): every tick ends as a `timeout` before
-/// it would be served stale, so `/readyz` stays 200 and the source reads down, never stale
-/// and fresh by turns.
+/// period's whole intervals less half an interval (500 ms at a 200 ms interval and its
+/// 600 ms stale period; it was 5 s, then the whole 600 ms, which put publications the
+/// watchdog's limit apart): every tick ends as a `timeout` before it would be served stale,
+/// so `/readyz` stays 200 and the source reads down, never stale and fresh by turns.
 #[test]
 fn a_hung_exporter_never_flaps_readiness() {
     let silent = truthscale_e2e::Silent::start();
@@ -428,7 +438,7 @@ fn a_hung_exporter_never_flaps_readiness() {
         value(&m, "truthscale_source_up", &[("source", "dcgm_exporter")]),
         Some(0.0)
     );
-    // Polled over three more scrapes of 600 ms: ready each time.
+    // Polled over three more scrapes of 500 ms: ready each time.
     let until = std::time::Instant::now() + std::time::Duration::from_millis(1800);
     let mut polls = 0;
     while std::time::Instant::now() < until {

@@ -215,23 +215,25 @@ fn a_slow_kubelet_is_a_timeout() {
 
 /// A hung kubelet never slows sampling: its calls (2 s timeout, longer than the 500 ms
 /// interval) run on a thread of their own, so ticks keep their cadence and no overrun is
-/// counted, neither against the GPU source nor against the kubelet.
+/// counted, neither against the GPU source nor against the kubelet. (At most one is let
+/// pass, a loaded machine's stall: calls on the sampler's thread would overrun on every
+/// tick of the two timeouts' 4 s, and make it take 2 s.)
 #[test]
 fn a_hung_kubelet_does_not_slow_sampling() {
     let m = two_kubelet_timeouts("node-hung", "2s");
     for source in ["sim", "kubelet"] {
-        assert_eq!(
-            value(
-                &m,
-                "truthscale_source_errors_total",
-                &[("source", source), ("kind", "overrun")]
-            ),
-            None,
-            "{source}: an overrun was counted"
+        let overruns = value(
+            &m,
+            "truthscale_source_errors_total",
+            &[("source", source), ("kind", "overrun")],
+        );
+        assert!(
+            overruns.is_none_or(|n| n <= 1.0),
+            "{source}: {overruns:?} overruns were counted"
         );
     }
     let took = value(&m, "truthscale_sample_duration_seconds", &[]).expect("sample duration");
-    assert!(took < 0.25, "a tick took {took} s with the kubelet hung");
+    assert!(took < 1.0, "a tick took {took} s with the kubelet hung");
     assert_eq!(
         value(&m, "truthscale_source_up", &[("source", "kubelet")]),
         Some(0.0)
