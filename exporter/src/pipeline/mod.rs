@@ -837,13 +837,15 @@ mod tests {
             hang: Duration::from_millis(1200),
             ticks: 0,
         };
+        // Before the start: the first tick is published after it, so the bounds below hold
+        // however late this thread runs again.
+        let t0 = Instant::now();
         let sampler = Sampler::start(
             &config,
             SourceLabel::new("null"),
             Box::new(source),
             Vec::new(),
         );
-        let t0 = Instant::now();
         let wait = |f: &dyn Fn(&Snapshot) -> bool| {
             while !f(&sampler.latest()) {
                 assert!(t0.elapsed() < Duration::from_secs(10), "timed out");

@@ -219,15 +219,17 @@ async fn healthz_fails_when_the_sampler_died() {
 /// recovers when the tick completes.
 #[tokio::test]
 async fn healthz_fails_while_the_sampler_hangs() {
-    let sidecar = faulty_sidecar(Some(Duration::from_millis(1500)));
+    // A 4 s hang against a 1 s liveness limit: the first answer has a second to come, the
+    // second lands two seconds into the hang, the recovery two seconds after it.
+    let sidecar = faulty_sidecar(Some(Duration::from_millis(4000)));
     let limits = RouterLimits {
-        liveness_after: Duration::from_millis(300),
+        liveness_after: Duration::from_millis(1000),
         ..RouterLimits::default()
     };
     let app = router(sidecar.subscribe(), limits);
     let (status, _, _) = get(app.clone(), "/healthz", None).await;
     assert_eq!(status, StatusCode::OK, "fresh at start");
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    tokio::time::sleep(Duration::from_millis(2000)).await;
     let (status, _, body) = get(app.clone(), "/healthz", None).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert!(body.contains("the last tick began"), "{body}");

@@ -312,7 +312,7 @@ fn nvml_recovery_action_xid_events_and_clock_event_times() {
             1,
             &clean_nvml(&json!({
                 "recovery_action": 0,
-                "xid_events": [{ "xid": 79, "after_ms": 1500 }],
+                "xid_events": [{ "xid": 79, "after_ms": 4000 }],
             })),
         ),
         h100(
@@ -329,7 +329,7 @@ fn nvml_recovery_action_xid_events_and_clock_event_times() {
     ];
     let s = nvml_sidecar(
         &dir,
-        "GPU 0: recovery action 1; GPU 1: XID 79 after 1.5 s; GPU 2: XID 13, and clock-event times.",
+        "GPU 0: recovery action 1; GPU 1: XID 79 after 4 s; GPU 2: XID 13, and clock-event times.",
         &devices,
     );
     // Before XID 79 arrives GPU 1 reads XID 0: registered, nothing yet, busy.

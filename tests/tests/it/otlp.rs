@@ -755,7 +755,7 @@ fn a_driver_reload_never_sends_a_negative_delta() {
         "power_watts": 500,
         "ecc_sbe_volatile": 7,
         "ecc_dbe_volatile": 0,
-        "ecc_reload": { "after_ms": 3000, "sbe_volatile": 2, "dbe_volatile": 0 },
+        "ecc_reload": { "after_ms": 6000, "sbe_volatile": 2, "dbe_volatile": 0 },
     });
     let text =
         serde_json::json!({ "_comment": "An H100 whose driver reloads.", "devices": [device] });
