@@ -55,8 +55,6 @@ pub(crate) struct Context {
     pub nvidia_visible_devices: Option<String>,
 }
 
-/// One source's own settings: a table in `[source]` (beside `kind`), which checks itself and
-/// builds the source.
 /// The longest a read may wait and each tick still be published within the stale period of
 /// the one before: the stale period's whole intervals less half an interval (2.5 s at the
 /// default 1 s interval and 3 s stale period).
@@ -75,6 +73,8 @@ pub(crate) fn longest_read(interval: Duration, stale_after: Duration) -> Duratio
     interval.saturating_mul(whole) - interval / 2
 }
 
+/// One source's own settings: a table in `[source]` (beside `kind`), which checks itself and
+/// builds the source.
 pub(crate) trait SourceSettings {
     /// The setting that the argument of the `--source KIND:ARG` shorthand fills, when the
     /// kind takes one (`replay:PATH` fills `path`).
