@@ -1673,8 +1673,9 @@ mod tests {
         assert!(matches!(&c.source.config, sources::SourceConfig::Sim(s) if s.gpus == 8));
     }
 
-    /// A dcgm-exporter scrape set longer than the stale period is refused, naming the key
-    /// and the stale period: each hung scrape would be served stale, then fresh, by turns.
+    /// A dcgm-exporter scrape set longer than the stale period's whole intervals less half an
+    /// interval is refused, naming the key and the stale period: each hung scrape would be
+    /// served stale, then fresh, by turns.
     #[test]
     fn a_scrape_timeout_past_the_stale_period_is_refused() {
         let with = |timeout: &str, interval: &str| {

@@ -32,7 +32,8 @@ impl LogLimiter {
 ///
 /// `RUST_LOG` is a list of `target=level` and `level` directives (`Targets`): the span and
 /// field filters of `EnvFilter` would compile regular expressions, a build's worth of
-/// crates that no log of this program needs.
+/// crates that no log of this program needs. Empty items are dropped (`RUST_LOG=` is
+/// unset), and a list with a span or field filter (`[` or `{`) is refused as a whole.
 pub(crate) fn init(env: &[(String, String)]) {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
@@ -54,17 +55,35 @@ pub(crate) fn init(env: &[(String, String)]) {
 /// was set and did not parse.
 fn filter(env: &[(String, String)]) -> (Targets, Option<String>) {
     let info = || Targets::new().with_default(tracing::Level::INFO);
-    match env.iter().find(|(k, _)| k == "RUST_LOG") {
-        None => (info(), None),
-        Some((_, v)) => match v.parse::<Targets>() {
-            Ok(f) => (f, None),
-            Err(e) => (
-                info(),
-                Some(format!(
-                    "RUST_LOG={v:?} does not parse ({e}); logging at info (e.g. RUST_LOG=debug or RUST_LOG=truthscale=debug)"
-                )),
-            ),
-        },
+    let Some((_, v)) = env.iter().find(|(k, _)| k == "RUST_LOG") else {
+        return (info(), None);
+    };
+    let said = |why: String| {
+        Some(format!(
+            "RUST_LOG={v:?} {why}; logging at info (e.g. RUST_LOG=debug or RUST_LOG=truthscale=debug)"
+        ))
+    };
+    // `Targets` reads an empty item as every target at TRACE, and a span filter as part of
+    // a target's name: both are taken out here.
+    let items: Vec<&str> = v
+        .split(',')
+        .map(str::trim)
+        .filter(|i| !i.is_empty())
+        .collect();
+    if items.is_empty() {
+        return (info(), None);
+    }
+    if let Some(span) = items.iter().find(|i| i.contains(['[', '{'])) {
+        return (
+            info(),
+            said(format!(
+                "has a span or field filter ({span:?}), which is not read"
+            )),
+        );
+    }
+    match items.join(",").parse::<Targets>() {
+        Ok(f) => (f, None),
+        Err(e) => (info(), said(format!("does not parse ({e})"))),
     }
 }
 
@@ -78,8 +97,31 @@ mod tests {
         assert!(why.is_some_and(|w| w.contains("RUST_LOG=\"truthscale=dbug\"")));
         assert_eq!(super::filter(&env("truthscale=debug")).1, None);
         assert_eq!(super::filter(&[]).1, None);
-        // Span filters are not taken: said, and info used.
-        assert!(super::filter(&env("[span{a=1}]=debug")).1.is_some());
+        // Span and field filters are not taken: said, and info used.
+        for v in [
+            "[span{a=1}]=debug",
+            "[span]=debug",
+            "foo[span]=debug",
+            "foo[{field}]=debug",
+        ] {
+            let why = super::filter(&env(v)).1.expect(v);
+            assert!(why.contains("span or field filter"), "{why}");
+        }
+    }
+
+    /// Empty items are dropped: an empty `RUST_LOG` is info, and a trailing comma leaves
+    /// the rest as written (an empty item was every target at TRACE).
+    #[test]
+    fn empty_items_are_dropped() {
+        use tracing::Level;
+        let env = |v: &str| vec![("RUST_LOG".to_owned(), v.to_owned())];
+        for v in ["", " ", ",", "info,", " info , "] {
+            let (f, why) = super::filter(&env(v));
+            assert_eq!(why, None, "{v:?}");
+            assert!(f.would_enable("h2::codec", &Level::INFO), "{v:?}");
+            assert!(!f.would_enable("h2::codec", &Level::DEBUG), "{v:?}");
+            assert!(!f.would_enable("rustls::conn", &Level::TRACE), "{v:?}");
+        }
     }
 
     /// What each directive enables: a target's own level, the default elsewhere, and

@@ -601,6 +601,8 @@ mod tests {
                 gpu(2, &[]),
             ]
         };
+        // Before the first read: the stage's span between its reads is then at most `wall`.
+        let t0 = Instant::now();
         let first = tick(&mut stage, entities());
         for e in &first {
             for (f, r) in e.readings.iter() {
@@ -614,7 +616,6 @@ mod tests {
                 );
             }
         }
-        let t0 = Instant::now();
         std::thread::sleep(Duration::from_millis(200));
         // A: 70 % of its new periods throttled; B: I/O waited 100 ms of some, 20 ms full.
         write_pod(&a, 1100, 170, Some(100_000), [30_000, 0, 0, 0]);
@@ -626,12 +627,8 @@ mod tests {
         assert_eq!(v(&second[0], Field::HolderCpuLimitCores), Some(1.0));
         let io = v(&second[0], Field::HolderIoWaitingRatio).unwrap();
         // 100 ms of waiting over the stage's own span between reads: at least the 200 ms
-        // slept, and about the test's `wall`, which also holds the ticks' work after their
-        // reads (a loaded machine can stretch that, so only a bound from below by it).
-        assert!(
-            io > 0.0 && io <= 0.1 / 0.2 && io >= 0.1 / wall - 0.1,
-            "{io} {wall}"
-        );
+        // slept, at most `wall`, which holds it.
+        assert!(io <= 0.1 / 0.2 && io >= 0.1 / wall, "{io} {wall}");
         assert!(v(&second[0], Field::HolderCpuWaitingRatio).unwrap() > 0.0);
         // The second GPU only has B: 10 % throttled, its own limit.
         assert_eq!(v(&second[1], Field::HolderCpuThrottledRatio), Some(0.1));
@@ -750,12 +747,12 @@ mod tests {
                 named(1, &[(A, Some("twin")), (B, Some("twin"))]),
             ]
         };
+        let t0 = Instant::now();
         let first = tick(&mut stage, entities());
         assert!(
             first.iter().all(|e| e.holder_pressure.is_empty()),
             "no delta yet"
         );
-        let t0 = Instant::now();
         std::thread::sleep(Duration::from_millis(200));
         // A: 70 % throttled; B: 10 % throttled and I/O waiting; C: 90 % throttled.
         write_pod(&dir(A), 1100, 170, Some(100_000), [0, 0, 0, 0]);
@@ -779,11 +776,8 @@ mod tests {
         assert_eq!(loader.cpu_throttled_ratio, Some(0.1));
         assert_eq!(loader.cpu_limit_cores, Some(2.0));
         let io = loader.io_waiting_ratio.unwrap();
-        // As above: at most 100 ms over the 200 ms slept, at least it over about `wall`.
-        assert!(
-            io > 0.0 && io <= 0.5 && io >= 0.1 / wall - 0.1,
-            "{io} {wall}"
-        );
+        // As above: 100 ms over a span of at least the 200 ms slept and at most `wall`.
+        assert!(io <= 0.5 && io >= 0.1 / wall, "{io} {wall}");
         assert!(loader.io_stalled_ratio.unwrap() > 0.0);
         // The GPU: the worst of the three, the unnamed pod C included.
         let v = |f| second[0].readings.value(f);

@@ -614,8 +614,8 @@ mod tests {
     }
 
     /// A stage that makes the tick longer than the interval is counted, not the source: a
-    /// hung kubelet is not blamed on the GPUs. (The other part of each tick has 100 ms to
-    /// spare, and the tick with no delay a whole 10 s interval, on a loaded machine too.)
+    /// hung kubelet is not blamed on the GPUs. (The other part of each tick stays under the
+    /// 250 ms delay on a loaded machine too, and the tick with no delay has a 10 s interval.)
     #[test]
     fn an_overrun_is_counted_against_the_stage_that_caused_it() {
         let mut p = pipeline(100, 0, 250);

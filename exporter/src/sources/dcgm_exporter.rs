@@ -242,8 +242,8 @@ pub struct DcgmExporterConfig {
     /// Its `/metrics` URL; unset: `http://$NODE_IP:9400/metrics`, else localhost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
-    /// Timeout of one scrape, at most the stale period. Empty: the stale period, at most
-    /// 5 s.
+    /// Timeout of one scrape, at most the stale period's whole intervals less half an
+    /// interval. Empty: that, at most 5 s.
     pub scrape_timeout: String,
     /// Keep only these GPU UUIDs. Empty: the GPUs dcgm-exporter attributes to this pod,
     /// else the UUIDs in `NVIDIA_VISIBLE_DEVICES`, else all.
@@ -252,8 +252,8 @@ pub struct DcgmExporterConfig {
     pub gpu_indices: Vec<u32>,
 }
 
-/// The longest scrape when `source.scrape_timeout` is not set (and the stale period is
-/// longer).
+/// The longest scrape when `source.scrape_timeout` is not set (and the stale period allows
+/// a longer one).
 const DEFAULT_SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl DcgmExporterConfig {
@@ -567,10 +567,11 @@ mod tests {
     }
 
     /// At the bound, two publications of ticks whose reads all hang are at most the stale
-    /// period apart, an interval short of the watchdog's limit; at the old bound (the stale
-    /// period itself) they were the limit apart. Walked here with the sampler's own slot
-    /// rule, by hand: a tick starts on a slot and ends `read + work` later; the next starts
-    /// on the first slot after.
+    /// period apart, an interval short of the watchdog's limit, and a quick tick followed by
+    /// the first that hangs is inside it too; at the old bound (the stale period itself)
+    /// they were the limit apart. Walked here with the sampler's own slot rule, by hand: a
+    /// tick starts on a slot and ends `read + work` later; the next starts on the first
+    /// slot after.
     #[test]
     fn at_the_longest_read_publications_stay_within_the_stale_period() {
         // Every tick reads for `read` and works for `work`: the next starts on the first
@@ -584,6 +585,9 @@ mod tests {
             for work in [0.0001, 0.01, 0.4 * i] {
                 let g = gap(i, longest, work);
                 assert!(g <= s + 1e-9 && g < s + i, "{i} {s} {work}: {g}");
+                // The onset: a quick tick on one slot, the first hung one on the next.
+                let onset = i + longest + work;
+                assert!(onset < s + i, "{i} {s} {work}: {onset}");
             }
             // The stale period itself as the read, where it is whole intervals: the
             // watchdog's limit apart.

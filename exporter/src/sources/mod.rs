@@ -55,17 +55,18 @@ pub(crate) struct Context {
     pub nvidia_visible_devices: Option<String>,
 }
 
-/// The longest a read may wait and each tick still be published within the stale period of
-/// the one before: the stale period's whole intervals less half an interval (2.5 s at the
-/// default 1 s interval and 3 s stale period).
+/// The longest a read may wait and each tick still be published within the watchdog's limit
+/// of the one before (the stale period plus an interval): the stale period's whole
+/// intervals less half an interval (2.5 s at the default 1 s interval and 3 s stale period).
 ///
 /// A tick starts on a slot of the interval and the next starts on the first slot after it
-/// ends, so a read that waits `t` puts `ceil((t + ε) / interval)` intervals between two
-/// publications (ε the tick's own work, under half an interval). The watchdog serves a
-/// snapshot stale once it is older than the stale period plus one interval; at this bound
-/// two publications are at most the stale period apart, an interval short of it. A read
-/// as long as the stale period itself put them a stale period and an interval apart, and
-/// every tick was served stale, then fresh, by turns.
+/// ends. While every read waits `t`, two publications are `ceil((t + ε) / interval)`
+/// intervals apart (ε the tick's own work, under half an interval): at this bound at most
+/// the stale period, an interval inside the limit. Where a quick tick is followed by the
+/// first that waits, they are an interval plus `t + ε` apart: inside the limit by half an
+/// interval less ε. A read as long as the stale period itself put every two of them a
+/// stale period and an interval apart, the limit itself, and each tick was served stale,
+/// then fresh, by turns.
 #[must_use]
 pub(crate) fn longest_read(interval: Duration, stale_after: Duration) -> Duration {
     let whole = stale_after.as_nanos() / interval.as_nanos().max(1);
@@ -89,7 +90,7 @@ pub(crate) trait SourceSettings {
     /// served stale, then fresh, by turns.
     ///
     /// # Errors
-    /// The setting that lets a read outlast the stale period.
+    /// The setting that lets a read outlast [`longest_read`].
     fn check_within(&self, _interval: Duration, _stale_after: Duration) -> Result<(), Invalid> {
         Ok(())
     }
@@ -150,7 +151,8 @@ macro_rules! sources {
                 }
             }
 
-            /// Check the source's settings against the stale period.
+            /// Check the source's settings against the interval and the stale period
+            /// ([`longest_read`]).
             ///
             /// # Errors
             /// The setting that lets a read outlast it, naming its key.

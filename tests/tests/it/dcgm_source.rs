@@ -447,7 +447,8 @@ fn a_hung_exporter_never_flaps_readiness() {
         polls += 1;
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    assert!(polls >= 20, "{polls}");
+    // A poll every 50 ms plus its request: at least 10 in 1.8 s on a loaded machine.
+    assert!(polls >= 10, "{polls}");
 }
 
 /// A dcgm-exporter that accepts and never answers is a `timeout` (it used to count as

@@ -105,16 +105,16 @@ fn engine_values_rates_reset_non_engine_and_nan() {
     // Engine restart: counters go down; the rate is the new value over the window (300
     // tokens over ~1 s), not negative.
     engine.set(ok(&engine_fixture("vllm-v1-reset.prom")));
-    let m = sidecar.wait_for(WAIT, "reset", |m| {
+    let rates = |m: &[Sample]| {
         value(m, "truthscale_serving_prompt_tokens_per_second")
-            .is_some_and(|v| v > 0.0 && v < 1_000.0)
+            .zip(value(m, "truthscale_serving_output_tokens_per_second"))
+    };
+    // The restart's window is the one whose rates are 300 to 150 tokens.
+    let m = sidecar.wait_for(WAIT, "reset", |m| {
+        rates(m).is_some_and(|(p, o)| p > 0.0 && (p / o - 2.0).abs() < 1e-9)
     });
-    let prompt = value(&m, "truthscale_serving_prompt_tokens_per_second").unwrap();
-    let output = value(&m, "truthscale_serving_output_tokens_per_second").unwrap();
-    assert!(
-        (prompt / output - 2.0).abs() < 1e-9,
-        "300 and 150 tokens: {prompt} {output}"
-    );
+    let (prompt, _) = rates(&m).unwrap();
+    assert!(prompt < 1_000.0, "300 tokens over ~1 s: {prompt}");
 
     // NaN gauge: absent, never NaN or zero.
     engine.set(ok(&engine_fixture("vllm-nan.prom")));
@@ -275,8 +275,8 @@ fn a_hung_engine_never_blanks_a_gpu_nor_slows_sampling() {
         labelled("truthscale_source_up", &[("source", "engine")]),
         Some(0.0)
     );
-    // At most one overrun (a loaded machine's stall), where a read on the sampler's thread
-    // overran every tick and took 5 s.
+    // At most one overrun (a loaded machine's stall); a read on the sampler's thread took
+    // 5 s a tick, which the tick count above and the duration below tell.
     for source in ["sim", "engine"] {
         let overruns = labelled(
             "truthscale_source_errors_total",

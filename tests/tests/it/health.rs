@@ -266,7 +266,7 @@ fn clean_nvml(more: &Json) -> Json {
 
 /// NVML's recovery action (a field value), its critical XID events and the clock-event
 /// reasons' times. GPU 0: the driver asks for a GPU reset (recovery action 1). GPU 1: XID 79
-/// arrives 1.5 s after the driver is opened, so its last XID goes from 0 (no XID since the
+/// arrives 4 s after the driver is opened, so its last XID goes from 0 (no XID since the
 /// events were registered) to 79 and it turns unavailable. GPU 2: XID 13 (the
 /// application's) arrives and it stays ok and busy; its clock-event reasons' times are read.
 /// A failed registration of the XID events is tried again (every 10 s), not given up for

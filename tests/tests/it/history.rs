@@ -1487,7 +1487,7 @@ fn names_answer() -> FakeAnswer {
 /// split: 4 query_range requests, and the error names `--prometheus-timeout` within
 /// about 6 s (it took 16 min 53 s when each timed-out query was split in halves and each
 /// half retried). And one `--deadline` ends the whole read: queries of 3 s each under
-/// `--deadline 4s` end at 4 s, the error naming the deadline and the 3 requests sent.
+/// `--deadline 5s` end at 5 s, the error naming the deadline and the 3 requests sent.
 #[test]
 fn a_client_timeout_is_never_split_and_the_deadline_ends_the_read() {
     let slow = || {
@@ -1545,7 +1545,7 @@ fn a_client_timeout_is_never_split_and_the_deadline_ends_the_read() {
             "--step",
             "60s",
             // Two 3 s queries: the second is cut. 5 s leaves the start and discovery 2 s
-            // before a third could begin, on a loaded machine too.
+            // before the first could be cut, on a loaded machine too.
             "--deadline",
             "5s",
             "--remote-read",

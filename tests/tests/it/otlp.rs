@@ -734,7 +734,7 @@ fn http_protobuf_push_equals_metrics() {
 }
 
 /// A driver reload zeroes a GPU's volatile ECC counts: the fake driver's H100 counts 7
-/// corrected errors, then, 3 s after it loads, 2 since the reload. `/metrics` shows the
+/// corrected errors, then, 6 s after it loads, 2 since the reload. `/metrics` shows the
 /// reading as it is (Prometheus reads a reset counter as one); over OTLP with delta
 /// temporality, where the SDK sends each export's difference, no delta is negative, and the
 /// deltas add up to the 2 errors counted while the sidecar watched: the 7 it found at its
