@@ -274,8 +274,10 @@ fn engine_body(template: &str, generated: u64) -> String {
 }
 
 /// A decode server whose GPU shows almost nothing (busy 2 %, under `verdict.idle_util`'s
-/// 5 %; effective compute 0) but whose engine makes 40 output tokens a second: its idle
-/// seconds stay 0 in every scrape over 2 s. Its tokens stop (the counter stands still):
+/// 5 %; effective compute 0) but whose engine makes 400 output tokens a second: its idle
+/// seconds stay 0 in every scrape over 2 s (500 ms windows of about 200 tokens each, so
+/// that a loaded machine's stall of the tokens' writer, or two engine reads close together,
+/// leaves no window without tokens). Its tokens stop (the counter stands still):
 /// idle from then on, rising.
 #[test]
 fn a_decode_server_with_steady_tokens_is_not_idle_until_they_stop() {
@@ -296,17 +298,17 @@ fn a_decode_server_with_steady_tokens_is_not_idle_until_they_stop() {
     std::thread::scope(|s| {
         // However the test ends (a failed assertion too), the tokens thread stops.
         let _stop = Stop(&flowing);
-        // 40 tokens a second, the counter moved every 20 ms while they flow.
+        // 400 tokens a second, the counter moved every 20 ms while they flow.
         s.spawn(|| {
             let start = Instant::now();
             while flowing.load(Ordering::SeqCst) {
-                let n = 50_000 + (start.elapsed().as_millis() as u64) * 40 / 1000;
+                let n = 50_000 + (start.elapsed().as_millis() as u64) * 400 / 1000;
                 engine.set(ok(&engine_body(&template, n)));
                 std::thread::sleep(Duration::from_millis(20));
             }
         });
         let sidecar = Sidecar::start(
-            &truthscale_e2e::nvml_args(truthscale_e2e::fake_nvml(), "200ms"),
+            &truthscale_e2e::nvml_args(truthscale_e2e::fake_nvml(), "500ms"),
             &[
                 ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
                 ("TRUTHSCALE_ENGINE__ENABLED", "true"),

@@ -1379,6 +1379,10 @@ fn a_kubelet_answer_of_empty_containers_at_the_cap_is_read_within_128_mib() {
             "1",
             "--interval",
             "250ms",
+            // Each answer takes seconds to encode and read: an allocation stays fresh from
+            // one to the next, where the default 750 ms made it a moment to catch.
+            "--stale-after",
+            "60s",
         ],
         // Encoding millions of messages (the fake kubelet) takes more than the default 2 s.
         &[

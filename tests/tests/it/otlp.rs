@@ -1722,7 +1722,9 @@ fn http_exports_resume_after_a_trickling_answer() {
     let timed_out = Instant::now();
     while collector.answered.load(Ordering::SeqCst) == 0 {
         assert!(
-            timed_out.elapsed() < Duration::from_millis(2500),
+            // One interval after the timeout, with room for a loaded machine; the defect
+            // was none in 60 s.
+            timed_out.elapsed() < Duration::from_millis(4000),
             "no export answered within one interval of the timeout; stderr:\n{}",
             sidecar.process.stderr()
         );
@@ -1731,8 +1733,9 @@ fn http_exports_resume_after_a_trickling_answer() {
     let first = collector.answered.load(Ordering::SeqCst);
     std::thread::sleep(Duration::from_millis(3500));
     let later = collector.answered.load(Ordering::SeqCst) - first;
+    // Three or four at a 1 s interval; at least one more on a loaded machine, never none.
     assert!(
-        (2..=5).contains(&later),
+        (1..=5).contains(&later),
         "{later} exports answered in 3.5 s at a 1 s interval"
     );
     assert!(collector.trickle_closed.load(Ordering::SeqCst));
