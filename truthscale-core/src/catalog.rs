@@ -550,11 +550,11 @@ metrics! {
     GPU_ENERGY_OBSERVED_SECONDS / Gpu::GpuEnergyObservedSeconds = "truthscale_gpu_energy_observed_seconds_total", Counter, [], counter("truthscale.gpu.energy.observed.time", "s"), None,
         "Seconds in which energy was measured: the denominator for mean power from truthscale_gpu_energy_joules_total.";
     GPU_ENERGY_PART / Gpu::GpuEnergyPart = "truthscale_gpu_energy_part_joules_total", Counter, ["part"], counter("truthscale.gpu.energy.part", "J"), None,
-        "truthscale_gpu_energy_joules_total in two parts that sum to it: part=\"idle_floor\", the idle floor (truthscale_gpu_idle_floor_watts) times the seconds, at most the energy; part=\"active\", the rest (never below 0). Only for entities with an idle floor.";
+        "truthscale_gpu_energy_joules_total in parts that sum to it: part=\"idle_floor\", the idle floor (truthscale_gpu_idle_floor_watts) times the seconds, at most the energy; part=\"active\", the rest (never below 0); part=\"unsplit\", only where there was any, the energy counted while no floor was known (a model the catalog lacks, before its first window at busy 0), neither idle nor active. Only for entities with an idle floor.";
     GPU_IDLE_FLOOR / Gpu::GpuIdleFloor = "truthscale_gpu_idle_floor_watts", Gauge, ["floor"], gauge("truthscale.gpu.idle_floor", "W"), None,
         "The power this GPU draws at busy 0, the floor its energy is split at: floor=\"measured\", the lowest power of its own windows whose busy flag read 0; floor=\"catalog\", the model's idle power until such a window.";
     GPU_UNALLOCATED_ENERGY / Gpu::GpuUnallocatedEnergy = "truthscale_gpu_unallocated_energy_joules_total", Counter, ["part"], counter("truthscale.gpu.energy.unallocated", "J"), None,
-        "Node mode: the energy of the windows no pod held this GPU or MIG instance (part=\"idle_floor\" and part=\"active\", as truthscale_gpu_energy_part_joules_total): showback's unallocated row.";
+        "Node mode: the energy of the windows no pod held this GPU or MIG instance (part=\"idle_floor\", part=\"active\" and, only where there was any, part=\"unsplit\", as truthscale_gpu_energy_part_joules_total): showback's unallocated row.";
     GPU_SM_CLOCK / Gpu::GpuSmClock = "truthscale_gpu_sm_clock_hertz", Gauge, [], gauge("truthscale.gpu.sm.clock", "Hz"), raw(Field::SmClockMhz, 1e6),
         "SM clock.";
     GPU_TEMPERATURE / Gpu::GpuTemperature = "truthscale_gpu_temperature_celsius", Gauge, [], gauge("truthscale.gpu.temperature", "Cel"), raw(Field::TempCelsius, 1.0),

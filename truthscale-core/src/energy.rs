@@ -7,7 +7,9 @@
 //!   more energy as active, never less). Until such a window, the catalog's idle power for
 //!   the model ([`crate::gpus::GpuSpec::idle_power_watts`]). [`FloorSource`] says which.
 //! - Of each energy increment `j` over `s` seconds, `min(j, floor × s)` is idle floor and
-//!   the rest active: never below 0, and the two sum to the measured energy.
+//!   the rest active: never below 0, and the two sum to the measured energy. While no floor
+//!   is known (a model the catalog lacks, before its first window at busy 0) an increment is
+//!   neither: it is unsplit, its own part, never counted as active.
 //! - A GPU one container holds alone (node mode, its series labelled with that holder): all
 //!   of it is that holder's, measured. A GPU several pods hold (time-sliced): the active
 //!   energy is split by the pods' processes' share of SM busy time, Kepler's rule (an
@@ -65,11 +67,33 @@ impl IdleFloor {
     }
 
     /// `joules` over `seconds` split into (idle floor, active): the floor's part is at most
-    /// the energy, so active is never below 0; the two sum to `joules`.
+    /// the energy, so active is never below 0; the two sum to `joules`. `None` without a
+    /// floor: the energy is unsplit, not active.
     #[must_use]
-    pub fn split(floor: Option<IdleFloor>, joules: f64, seconds: f64) -> (f64, f64) {
-        let idle = floor.map_or(0.0, |f| (f.watts * seconds).clamp(0.0, joules.max(0.0)));
-        (idle, joules - idle)
+    pub fn split(floor: Option<IdleFloor>, joules: f64, seconds: f64) -> Option<(f64, f64)> {
+        let idle = (floor?.watts * seconds).clamp(0.0, joules.max(0.0));
+        Some((idle, joules - idle))
+    }
+}
+
+/// An energy increment: split at the floor in force (idle floor, active), or unsplit where
+/// no floor is known.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Joules {
+    /// (idle floor, active).
+    Split(f64, f64),
+    /// No floor known: neither.
+    Unsplit(f64),
+}
+
+impl Joules {
+    /// `joules` over `seconds` at `floor` ([`IdleFloor::split`]).
+    #[must_use]
+    pub fn at(floor: Option<IdleFloor>, joules: f64, seconds: f64) -> Joules {
+        match IdleFloor::split(floor, joules, seconds) {
+            Some((idle, active)) => Joules::Split(idle, active),
+            None => Joules::Unsplit(joules),
+        }
     }
 }
 
@@ -116,6 +140,9 @@ pub struct PodEnergy {
     pub active_joules: f64,
     /// Idle-floor joules (a sole holder's only: a shared GPU's floor is not split).
     pub idle_floor_joules: f64,
+    /// Joules while no floor was known (a sole holder's only): neither idle floor nor
+    /// active.
+    pub unsplit_joules: f64,
     /// The attribution it last grew at (for eviction).
     last_seen: u64,
 }
@@ -130,6 +157,8 @@ pub struct EnergyHolders {
     pub pods: Vec<PodEnergy>,
     /// Joules of the windows no pod held the GPU: (idle floor, active).
     pub unallocated: (f64, f64),
+    /// Joules of the windows no pod held the GPU while no floor was known.
+    pub unallocated_unsplit: f64,
     /// Active joules of a shared GPU whose split was not known (no SM busy share), or of
     /// pods past [`MAX_PODS_PER_GPU`] while every counter kept is a current holder's.
     pub unsplit_active_joules: f64,
@@ -139,34 +168,46 @@ pub struct EnergyHolders {
 }
 
 impl EnergyHolders {
-    /// Attribute `idle` and `active` joules of the entity `id`, held by `allocation` (node
-    /// mode; `None`: not known, nothing is attributed), with its `processes`.
+    /// Attribute `joules` of the entity `id` (split into idle floor and active where a floor
+    /// is known, else unsplit), held by `allocation` (node mode; `None`: not known, nothing
+    /// is attributed), with its `processes`. Unsplit joules go to a sole holder or to what
+    /// no pod held; a shared GPU's are not estimated (its active energy is not known).
     pub fn attribute(
         &mut self,
         id: &EntityId,
         allocation: Option<&[Holder]>,
         processes: &[ProcessReading],
-        (idle, active): (f64, f64),
+        joules: Joules,
     ) {
         let Some(holders) = allocation else { return };
         self.node_mode = true;
         self.ticks += 1;
         let attributed = id.pod.as_ref().filter(|p| !p.pod.is_empty());
         if holders.is_empty() {
-            self.unallocated.0 += idle;
-            self.unallocated.1 += active;
-            return;
-        }
-        if let (Some(pod), 1) = (attributed, holders.len()) {
-            match self.entry(Some(pod), PodEnergyMethod::SoleHolder) {
-                Some(e) => {
-                    e.active_joules += active;
-                    e.idle_floor_joules += idle;
+            match joules {
+                Joules::Split(idle, active) => {
+                    self.unallocated.0 += idle;
+                    self.unallocated.1 += active;
                 }
-                None => self.unsplit_active_joules += active,
+                Joules::Unsplit(j) => self.unallocated_unsplit += j,
             }
             return;
         }
+        if let (Some(pod), 1) = (attributed, holders.len()) {
+            match (self.entry(Some(pod), PodEnergyMethod::SoleHolder), joules) {
+                (Some(e), Joules::Split(idle, active)) => {
+                    e.active_joules += active;
+                    e.idle_floor_joules += idle;
+                }
+                (Some(e), Joules::Unsplit(j)) => e.unsplit_joules += j,
+                (None, Joules::Split(_, active)) => self.unsplit_active_joules += active,
+                (None, Joules::Unsplit(_)) => {}
+            }
+            return;
+        }
+        let Joules::Split(_, active) = joules else {
+            return;
+        };
         // A holder keeps its counter while it holds the GPU, its processes running or not:
         // its series is exported as long, and an evicted one would come back at 0.
         for e in &mut self.pods {
@@ -217,6 +258,7 @@ impl EnergyHolders {
                     method,
                     active_joules: 0.0,
                     idle_floor_joules: 0.0,
+                    unsplit_joules: 0.0,
                     last_seen: ticks,
                 });
                 self.pods.len() - 1
@@ -301,11 +343,12 @@ mod tests {
     fn active_energy_is_what_the_floor_leaves_never_below_zero() {
         let f = IdleFloor::decide(Some(60.0), None);
         // 300 W for 10 s: 3000 J, of which 600 J floor.
-        assert_eq!(IdleFloor::split(f, 3000.0, 10.0), (600.0, 2400.0));
+        assert_eq!(IdleFloor::split(f, 3000.0, 10.0), Some((600.0, 2400.0)));
         // Below the floor (a reading under it): all floor, active 0.
-        assert_eq!(IdleFloor::split(f, 500.0, 10.0), (500.0, 0.0));
+        assert_eq!(IdleFloor::split(f, 500.0, 10.0), Some((500.0, 0.0)));
         // No floor known: all active.
-        assert_eq!(IdleFloor::split(None, 500.0, 10.0), (0.0, 500.0));
+        assert_eq!(IdleFloor::split(None, 500.0, 10.0), None);
+        assert_eq!(Joules::at(None, 500.0, 10.0), Joules::Unsplit(500.0));
     }
 
     #[test]
@@ -316,7 +359,7 @@ mod tests {
         let mut h = EnergyHolders::default();
         // 10 windows of 1 s at 250 W over a 50 W floor: 200 J active each.
         for _ in 0..10 {
-            h.attribute(&id, Some(&alloc), &procs, (50.0, 200.0));
+            h.attribute(&id, Some(&alloc), &procs, Joules::Split(50.0, 200.0));
         }
         let a = h.pods[0].active_joules;
         let b = h.pods[1].active_joules;
@@ -336,11 +379,16 @@ mod tests {
     fn a_gpu_no_pod_holds_is_unallocated_and_a_sole_holder_gets_all() {
         let mut id = EntityId::default();
         let mut h = EnergyHolders::default();
-        h.attribute(&id, Some(&[]), &[], (400.0, 10.0));
+        h.attribute(&id, Some(&[]), &[], Joules::Split(400.0, 10.0));
         assert_eq!(h.unallocated, (400.0, 10.0));
         assert!(h.pods.is_empty());
         id.pod = Some(pod("solo"));
-        h.attribute(&id, Some(&[holder("solo")]), &[], (40.0, 960.0));
+        h.attribute(
+            &id,
+            Some(&[holder("solo")]),
+            &[],
+            Joules::Split(40.0, 960.0),
+        );
         assert_eq!(h.pods.len(), 1);
         assert_eq!(h.pods[0].method, PodEnergyMethod::SoleHolder);
         assert_eq!(
@@ -349,7 +397,7 @@ mod tests {
         );
         // Not node mode: nothing attributed.
         let mut none = EnergyHolders::default();
-        none.attribute(&id, None, &[], (1.0, 1.0));
+        none.attribute(&id, None, &[], Joules::Split(1.0, 1.0));
         assert_eq!(none, EnergyHolders::default());
     }
 
@@ -358,12 +406,22 @@ mod tests {
         let id = EntityId::default();
         let alloc = [holder("a"), holder("b")];
         let mut h = EnergyHolders::default();
-        h.attribute(&id, Some(&alloc), &[process("a", 0.0)], (1.0, 7.0));
+        h.attribute(
+            &id,
+            Some(&alloc),
+            &[process("a", 0.0)],
+            Joules::Split(1.0, 7.0),
+        );
         assert_eq!(h.unsplit_active_joules, 7.0);
         assert!(h.pods.is_empty(), "never a made-up split");
         for i in 0..(MAX_PODS_PER_GPU + 5) {
             let name = format!("p{i}");
-            h.attribute(&id, Some(&alloc), &[process(&name, 0.5)], (0.0, 1.0));
+            h.attribute(
+                &id,
+                Some(&alloc),
+                &[process(&name, 0.5)],
+                Joules::Split(0.0, 1.0),
+            );
         }
         assert_eq!(h.pods.len(), MAX_PODS_PER_GPU);
         assert_eq!(h.pods[0].pod.as_ref().unwrap().pod, "p5", "the oldest went");
@@ -382,7 +440,7 @@ mod tests {
         let n = names.len() as f64;
         let mut before: Vec<(String, f64)> = Vec::new();
         for tick in 1..=3 {
-            h.attribute(&id, Some(&alloc), &procs, (0.0, n));
+            h.attribute(&id, Some(&alloc), &procs, Joules::Split(0.0, n));
             assert_eq!(h.pods.len(), MAX_PODS_PER_GPU);
             let now: Vec<(String, f64)> = h
                 .pods
@@ -411,7 +469,7 @@ mod tests {
             &id,
             Some(&[holder("keep"), holder("p0")]),
             &[process("keep", 0.5), process("p0", 0.5)],
-            (0.0, 2.0),
+            Joules::Split(0.0, 2.0),
         );
         for i in 1..(2 * MAX_PODS_PER_GPU) {
             let name = format!("p{i}");
@@ -419,7 +477,7 @@ mod tests {
                 &id,
                 Some(&[holder("keep"), holder(&name)]),
                 &[process(&name, 0.5)],
-                (0.0, 1.0),
+                Joules::Split(0.0, 1.0),
             );
         }
         assert_eq!(h.pods.len(), MAX_PODS_PER_GPU);
@@ -557,5 +615,48 @@ mod tests {
         );
         assert_eq!(joules_per_output_token(Some(300.0), Some(0.0)), None);
         assert_eq!(joules_per_output_token(None, Some(10.0)), None);
+    }
+
+    /// A model the catalog lacks, sole-held in node mode: 5 s at 300 W and busy 0.9 before
+    /// any window at busy 0 (no floor: unsplit, never active), then 5 s at 60 W and busy 0
+    /// (the floor learned, 60 W: all idle floor). By hand, with every window 1 s (the first
+    /// at the deriver's nominal 1 s, as in the test above): 5 windows of 300 J unsplit, 5 of
+    /// 60 J idle floor, nothing active; the three parts sum to the 1 800 J.
+    #[test]
+    fn energy_before_any_floor_is_unsplit_not_active() {
+        use crate::derive::DeriveConfig;
+        use crate::model::Field;
+        use crate::tracker::{Deriver, tests::sample};
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let mut last = None;
+        for t in 1..=10_i64 {
+            let (watts, busy) = if t <= 5 { (300.0, 0.9) } else { (60.0, 0.0) };
+            let mut s = sample(
+                t * 1000,
+                &[(Field::PowerWatts, watts), (Field::ReportedUtil, busy)],
+            );
+            let e = &mut s.entities[0];
+            e.id.model = Some("NVIDIA Made-Up GPU".into());
+            e.id.pod = Some(pod("solo"));
+            e.allocation = Some(vec![holder("solo")]);
+            last = d.observe(&s).windows.pop();
+        }
+        let w = last.unwrap();
+        let t = &w.totals;
+        let floor = w.idle_floor.expect("learned at busy 0");
+        assert_eq!((floor.watts, floor.source), (60.0, FloorSource::Measured));
+        assert_eq!(t.energy_joules, 1800.0);
+        assert_eq!(t.unsplit_energy_joules, 5.0 * 300.0);
+        assert_eq!(t.idle_floor_joules, 5.0 * 60.0);
+        assert_eq!(t.active_energy_joules, 0.0);
+        assert_eq!(
+            t.unsplit_energy_joules + t.idle_floor_joules + t.active_energy_joules,
+            t.energy_joules
+        );
+        let p = &w.energy_holders.pods[0];
+        assert_eq!(
+            (p.unsplit_joules, p.idle_floor_joules, p.active_joules),
+            (1500.0, 300.0, 0.0)
+        );
     }
 }

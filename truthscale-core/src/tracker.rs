@@ -9,7 +9,7 @@ use crate::causes;
 use crate::cycles::CycleCounters;
 use crate::derive::{self, DeriveConfig, Fidelity, WindowContext, WindowMetrics, WorkloadHint};
 use crate::diag::{Diagnostic, DiagnosticKind};
-use crate::energy::{EnergyHolders, IdleFloor};
+use crate::energy::{EnergyHolders, IdleFloor, Joules};
 use crate::gpus::{self, GpuSpec};
 use crate::health::{self, HealthFinding, HealthInputs};
 use crate::model::{
@@ -62,6 +62,9 @@ pub struct Totals {
     pub idle_floor_joules: f64,
     /// Of `energy_joules`, the rest: active energy (never below 0 in any window).
     pub active_energy_joules: f64,
+    /// Of `energy_joules`, what was counted while no floor was known: neither idle floor nor
+    /// active ([`crate::energy`]).
+    pub unsplit_energy_joules: f64,
     /// Seconds in which both the counter regime and the serving engine's token rates were
     /// known (the denominator of `phase_agreed_seconds`).
     pub phase_compared_seconds: f64,
@@ -610,18 +613,19 @@ impl EntityState {
     fn add_energy(&mut self, joules: f64, seconds: f64) {
         let win = &mut self.window;
         let floor = IdleFloor::decide(self.measured_floor, win.spec.map(|s| s.idle_power_watts));
-        let (idle, active) = IdleFloor::split(floor, joules, seconds);
+        let parts = Joules::at(floor, joules, seconds);
         let t = &mut win.totals;
         t.energy_joules += joules;
         t.energy_observed_seconds += seconds;
-        t.idle_floor_joules += idle;
-        t.active_energy_joules += active;
-        win.energy_holders.attribute(
-            &win.id,
-            win.allocation.as_deref(),
-            &win.processes,
-            (idle, active),
-        );
+        match parts {
+            Joules::Split(idle, active) => {
+                t.idle_floor_joules += idle;
+                t.active_energy_joules += active;
+            }
+            Joules::Unsplit(j) => t.unsplit_energy_joules += j,
+        }
+        win.energy_holders
+            .attribute(&win.id, win.allocation.as_deref(), &win.processes, parts);
     }
 
     /// The current window was not observed: `dt` seconds of gap.

@@ -584,6 +584,91 @@ mod tests {
         }
     }
 
+    /// A GPU of a model the catalog lacks, one pod holding it: its energy before its first
+    /// window at busy 0 (no floor: 2 s at 300 W) is exported as `part="unsplit"`, on the GPU
+    /// and on the pod, beside the floor's part from then on (2 s at 60 W); never as active.
+    #[test]
+    fn energy_without_a_floor_is_exported_unsplit() {
+        let holder = PodRef {
+            pod: "solo".into(),
+            namespace: Some("ns".into()),
+            container: None,
+        };
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let mut last = None;
+        for (t, watts, busy) in [
+            (1, 300.0, 0.9),
+            (2, 300.0, 0.9),
+            (3, 60.0, 0.0),
+            (4, 60.0, 0.0),
+        ] {
+            let mut r = Readings::default();
+            r.set_value(Field::PowerWatts, watts);
+            r.set_value(Field::ReportedUtil, busy);
+            let e = EntitySample {
+                id: EntityId {
+                    gpu: Some(0),
+                    model: Some("NVIDIA Made-Up GPU".into()),
+                    pod: Some(holder.clone()),
+                    ..EntityId::default()
+                },
+                readings: r,
+                allocation: Some(vec![crate::model::Holder {
+                    pod: holder.clone(),
+                    resource: "nvidia.com/gpu".into(),
+                    replica: None,
+                    labels: Vec::new(),
+                    owner: None,
+                }]),
+                ..EntitySample::default()
+            };
+            last = d
+                .observe(&Sample {
+                    taken: Timestamp(t * 1000),
+                    entities: vec![e],
+                })
+                .windows
+                .pop();
+        }
+        let g = GpuEntry {
+            window: last.unwrap(),
+            source: SourceKind::Sim.as_str(),
+            up: true,
+            list_cap: None,
+        };
+        let mut got = BTreeMap::new();
+        for_each_value(
+            &[g],
+            &Identity::default(),
+            &ExporterStatus::default(),
+            |m, l, v| {
+                let part = l
+                    .iter()
+                    .find(|(k, _)| *k == "part")
+                    .map(|(_, v)| (*v).to_owned());
+                got.insert((m.name, part), v);
+            },
+        );
+        let part = |name: &'static str, p: &str| got.get(&(name, Some(p.to_owned()))).copied();
+        for name in [
+            "truthscale_gpu_energy_part_joules_total",
+            "truthscale_pod_energy_joules_total",
+        ] {
+            assert_eq!(part(name, "unsplit"), Some(600.0), "{name}");
+            assert_eq!(part(name, "idle_floor"), Some(120.0), "{name}");
+            assert_eq!(part(name, "active"), Some(0.0), "{name}");
+        }
+        // Nothing went unheld: no unsplit series there, a measured zero of each known part.
+        assert_eq!(
+            part("truthscale_gpu_unallocated_energy_joules_total", "unsplit"),
+            None
+        );
+        assert_eq!(
+            part("truthscale_gpu_unallocated_energy_joules_total", "active"),
+            Some(0.0)
+        );
+    }
+
     /// An engine spread over two GPUs (tensor parallel): each GPU's tokens per
     /// effective-compute second and energy per output token take its half of the engine's
     /// tokens. 2 000 tokens/s over 2 GPUs at effective compute 0.5: 2 000; 400 W over 250

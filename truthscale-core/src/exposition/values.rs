@@ -600,6 +600,19 @@ fn pod_share_values<'a>(
     }
 }
 
+/// The `part="unsplit"` series, beside `labels`: the joules counted while no floor was known
+/// ([`crate::energy`]), only where there were any.
+fn unsplit<'a>(
+    joules: f64,
+    mut labels: ExtraLabels<'a>,
+    push: &mut impl FnMut(ExtraLabels<'a>, f64),
+) {
+    if joules > 0.0 {
+        labels.insert(0, ("part", "unsplit"));
+        push(labels, joules);
+    }
+}
+
 /// Where the entity's energy went ([`crate::energy`]): its two parts and its floor, and in
 /// node mode its holders' parts and what no pod held. Only for an entity whose energy was
 /// measured and split at a floor.
@@ -620,10 +633,12 @@ fn energy_values<'a>(
         GpuMetric::GpuEnergyPart => {
             push(vec![("part", "active")], t.active_energy_joules);
             push(vec![("part", "idle_floor")], t.idle_floor_joules);
+            unsplit(t.unsplit_energy_joules, Vec::new(), &mut push);
         }
         GpuMetric::GpuUnallocatedEnergy if h.node_mode => {
             push(vec![("part", "active")], h.unallocated.1);
             push(vec![("part", "idle_floor")], h.unallocated.0);
+            unsplit(h.unallocated_unsplit, Vec::new(), &mut push);
         }
         GpuMetric::PodEnergy => {
             let Some(pod) = attributed else { return };
@@ -635,6 +650,7 @@ fn energy_values<'a>(
                 let m = ("method", p.method.as_str());
                 push(vec![("part", "active"), m], p.active_joules);
                 push(vec![("part", "idle_floor"), m], p.idle_floor_joules);
+                unsplit(p.unsplit_joules, vec![m], &mut push);
             }
         }
         GpuMetric::PodEnergyEstimate if attributed.is_none() => {
