@@ -346,7 +346,7 @@ mod tests {
         assert_eq!(IdleFloor::split(f, 3000.0, 10.0), Some((600.0, 2400.0)));
         // Below the floor (a reading under it): all floor, active 0.
         assert_eq!(IdleFloor::split(f, 500.0, 10.0), Some((500.0, 0.0)));
-        // No floor known: all active.
+        // No floor known: unsplit, never active.
         assert_eq!(IdleFloor::split(None, 500.0, 10.0), None);
         assert_eq!(Joules::at(None, 500.0, 10.0), Joules::Unsplit(500.0));
     }
