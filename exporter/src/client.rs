@@ -140,6 +140,49 @@ pub(crate) enum FetchError {
 }
 
 impl FetchError {
+    /// The same error with a user and password in `url` taken out wherever it shows the URL
+    /// ([`redact_userinfo`]): every error [`get_text_with`] and [`for_each_line`] return.
+    fn redacted(self, url: &str) -> FetchError {
+        let shown = redact_userinfo(url);
+        if shown == url {
+            return self;
+        }
+        let hide = |s: String| s.replace(url, &shown);
+        use FetchError as E;
+        match self {
+            E::Unreachable { url, message } => E::Unreachable {
+                url: hide(url),
+                message: hide(message),
+            },
+            E::Timeout { url, message } => E::Timeout {
+                url: hide(url),
+                message: hide(message),
+            },
+            E::Status { url, status } => E::Status {
+                url: hide(url),
+                status,
+            },
+            E::Redirect {
+                url,
+                status,
+                location,
+            } => E::Redirect {
+                url: hide(url),
+                status,
+                location: hide(location),
+            },
+            E::TooLarge { url, limit } => E::TooLarge {
+                url: hide(url),
+                limit,
+            },
+            E::NotText { url, at } => E::NotText { url: hide(url), at },
+            E::Body { url, message } => E::Body {
+                url: hide(url),
+                message: hide(message),
+            },
+        }
+    }
+
     /// The `kind` label value of `truthscale_source_errors_total`.
     #[cfg(test)]
     pub(crate) fn kind(&self) -> &'static str {
@@ -170,8 +213,18 @@ pub(crate) fn get_text(
 /// [`get_text`] with the request headers `headers` (`Accept`, `Authorization`).
 ///
 /// # Errors
-/// [`FetchError`], naming the URL.
+/// [`FetchError`], naming the URL (without a user and password in it).
 pub(crate) fn get_text_with(
+    agent: &ureq::Agent,
+    url: &str,
+    headers: &[(&str, &str)],
+    limit: u64,
+) -> Result<String, FetchError> {
+    text_with(agent, url, headers, limit).map_err(|e| e.redacted(url))
+}
+
+/// [`get_text_with`], its errors naming `url` as given.
+fn text_with(
     agent: &ureq::Agent,
     url: &str,
     headers: &[(&str, &str)],
@@ -199,8 +252,20 @@ pub(crate) const MAX_LINE: u64 = 1 << 20;
 /// bytes read.
 ///
 /// # Errors
-/// [`FetchError`], naming the URL; a line over [`MAX_LINE`] is [`FetchError::TooLarge`].
+/// [`FetchError`], naming the URL (without a user and password in it); a line over
+/// [`MAX_LINE`] is [`FetchError::TooLarge`].
 pub(crate) fn for_each_line(
+    agent: &ureq::Agent,
+    url: &str,
+    accept: &str,
+    limit: u64,
+    line: impl FnMut(&str) -> bool,
+) -> Result<u64, FetchError> {
+    each_line(agent, url, accept, limit, line).map_err(|e| e.redacted(url))
+}
+
+/// [`for_each_line`], its errors naming `url` as given.
+fn each_line(
     agent: &ureq::Agent,
     url: &str,
     accept: &str,
@@ -439,6 +504,31 @@ mod tests {
         let e = get_text(&agent(Duration::from_secs(10)), &url, "text/plain", 1 << 20).unwrap_err();
         assert_eq!(e.kind(), "too_large", "{e}");
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    }
+
+    /// An error names its URL without the user and password in it, from either entry
+    /// point: what every caller logs, counts and shows as a reason.
+    #[test]
+    fn errors_never_show_a_password_in_the_url() {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("http://scraper:s3cret@127.0.0.1:{port}/metrics");
+        let a = agent(Duration::from_secs(2));
+        let e = get_text(&a, &url, "text/plain", 1 << 20)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(&format!("cannot reach http://…@127.0.0.1:{port}/metrics"))
+                && !e.contains("s3cret"),
+            "{e}"
+        );
+        let e = for_each_line(&a, &url, "text/plain", 1 << 20, |_| true)
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("s3cret") && e.contains("…@127.0.0.1"), "{e}");
     }
 
     /// A CA file (`node.ca_file`, `--ca-file`) is read bounded: `/dev/zero`, a FIFO, a

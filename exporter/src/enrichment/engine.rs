@@ -189,8 +189,8 @@ impl EngineScraper {
             Ok(b) => b,
             Err(e) => {
                 self.prev = None;
-                let reason = e.to_string().replace(url.as_str(), &shown);
-                let error = SourceError::from(e).map_message(|m| m.replace(url.as_str(), &shown));
+                let reason = e.to_string();
+                let error = SourceError::from(e);
                 return Err(Failure { reason, error });
             }
         };

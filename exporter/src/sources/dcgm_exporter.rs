@@ -433,7 +433,7 @@ impl DcgmExporterSource {
                 true
             },
         )
-        .map_err(|e| SourceError::from(e).map_message(|m| m.replace(&self.url, &self.shown)))?;
+        .map_err(SourceError::from)?;
         match failed {
             Some(e) => Err(e),
             None => Ok((bytes, data_lines)),
