@@ -42,21 +42,28 @@ pub enum CaptureError {
         error: std::io::Error,
     },
     /// The first lines match no format.
-    #[error(
-        "{name}: cannot tell the format from the first {lines} lines; pass --format dcgmi-dmon, \
-         dcgm-exporter, nvidia-smi-csv or jsonl if it is one of them (plain, gzip or zstd), or \
-         capture one: `dcgmi dmon -e 203,1001,1002,1004,1005,100,155 -d 1000 > capture.txt`, \
-         `nvidia-smi --query-gpu=timestamp,index,uuid,name,utilization.gpu,memory.used,\
-         memory.total,power.draw,clocks.sm --format=csv -lms 1000 > capture.csv` (no \
-         profiling counters: effective compute is only bounded), or a dcgm-exporter scrape \
-         (`curl -s HOST:9400/metrics > scrape.txt`)"
-    )]
+    #[error("{name}: {}", unknown_format(*lines))]
     Unknown {
         /// The capture's name.
         name: String,
         /// Lines looked at.
         lines: usize,
     },
+}
+
+/// Why a capture whose first `lines` lines match no format is refused, and how to read or
+/// capture one: [`CaptureError::Unknown`]'s message after the capture's name.
+#[must_use]
+pub(crate) fn unknown_format(lines: usize) -> String {
+    format!(
+        "cannot tell the format from the first {lines} lines; pass --format dcgmi-dmon, \
+         dcgm-exporter, nvidia-smi-csv or jsonl if it is one of them (plain, gzip or zstd), or \
+         capture one: `dcgmi dmon -e 203,1001,1002,1004,1005,100,155 -d 1000 > capture.txt`, \
+         `nvidia-smi --query-gpu=timestamp,index,uuid,name,utilization.gpu,memory.used,\
+         memory.total,power.draw,clocks.sm --format=csv -lms 1000 > capture.csv` (no \
+         profiling counters: effective compute is only bounded), or a dcgm-exporter scrape \
+         (`curl -s HOST:9400/metrics > scrape.txt`)"
+    )
 }
 
 /// A capture being read.

@@ -113,11 +113,7 @@ fn open_capture(
             path: name.clone(),
             message: match e {
                 // The formats it reads and how to capture one, as `analyze` says it.
-                CaptureError::Unknown { .. } => {
-                    let text = e.to_string();
-                    let prefix = format!("{name}: ");
-                    text.strip_prefix(&prefix).unwrap_or(&text).to_owned()
-                }
+                CaptureError::Unknown { lines, .. } => crate::capture::unknown_format(lines),
                 CaptureError::Read { error, .. } => format!("cannot read: {error}"),
             },
         }
