@@ -582,10 +582,7 @@ fn env_lists(
         let Some(v) = env_map.remove(var) else {
             continue;
         };
-        let list = v
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
+        let list = crate::setting::list_items(&v)
             .map(|s| toml::Value::String(s.to_owned()))
             .collect();
         let section = table
@@ -750,7 +747,7 @@ fn check_env_numbers(
         let problem = if let Some(range) = crate::setting::INTEGERS.iter().find(|r| r.key == key) {
             // A list's items, each; an empty list is no item.
             let items: Vec<&str> = if key == crate::setting::GPU_INDICES.key {
-                text.split(',').filter(|i| !i.trim().is_empty()).collect()
+                crate::setting::list_items(text).collect()
             } else {
                 vec![text.as_str()]
             };

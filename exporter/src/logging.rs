@@ -65,11 +65,7 @@ fn filter(env: &[(String, String)]) -> (Targets, Option<String>) {
     };
     // `Targets` reads an empty item as every target at TRACE, and a span filter as part of
     // a target's name: both are taken out here.
-    let items: Vec<&str> = v
-        .split(',')
-        .map(str::trim)
-        .filter(|i| !i.is_empty())
-        .collect();
+    let items: Vec<&str> = crate::setting::list_items(v).collect();
     if items.is_empty() {
         return (info(), None);
     }

@@ -36,6 +36,12 @@ pub(crate) fn shown(text: &str) -> String {
     }
 }
 
+/// The items of a comma-separated list (a list variable, `RUST_LOG`): each trimmed, empty
+/// ones left out (`A, B,` is two items, an empty text none).
+pub(crate) fn list_items(text: &str) -> impl Iterator<Item = &str> {
+    text.split(',').map(str::trim).filter(|s| !s.is_empty())
+}
+
 /// Parse `text` (`500ms`, `1s`, `2m`) as a duration in `[min, max]`.
 ///
 /// # Errors
