@@ -711,6 +711,16 @@ impl Readings {
         Bits(self.valued).map(|i| (i, self.values[i]))
     }
 
+    /// Take `other`'s readings of the fields in `set` ([`Field::set_of`]): values, blanks and
+    /// unsupported alike, as [`Readings::set`] with each would; the other fields stay.
+    pub fn copy_fields(&mut self, other: &Readings, set: u64) {
+        for i in Bits(other.valued & set) {
+            self.values[i] = other.values[i];
+        }
+        self.valued = (self.valued & !set) | (other.valued & set);
+        self.unsupported = (self.unsupported & !set) | (other.unsupported & set);
+    }
+
     /// Become `other`, copying only the values it has (the same as `*self = *other`).
     pub fn copy_from(&mut self, other: &Readings) {
         self.copy_from_within(other, &[f64::INFINITY; Field::COUNT]);
@@ -1253,6 +1263,33 @@ pub struct Sample {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `copy_fields` is `set` of each field in the set, and leaves the others: a value, a
+    /// blank over a value, and an unsupported field copied; a field outside the set kept.
+    #[test]
+    fn copy_fields_is_set_of_each_field_in_the_set() {
+        let mut from = Readings::default();
+        from.set_value(Field::SmClockMhz, 1410.0);
+        from.set(Field::MemClockMhz, Reading::Unsupported);
+        from.set_value(Field::PowerWatts, 300.0);
+        let mut to = Readings::default();
+        to.set_value(Field::TempCelsius, 40.0);
+        to.set_value(Field::XidLast, 79.0);
+        let mut by_hand = to;
+        let set = Field::set_of(&[Field::SmClockMhz, Field::MemClockMhz, Field::XidLast]);
+        for f in [Field::SmClockMhz, Field::MemClockMhz, Field::XidLast] {
+            by_hand.set(f, from.get(f));
+        }
+        to.copy_fields(&from, set);
+        for &f in Field::ALL {
+            assert_eq!(to.get(f), by_hand.get(f), "{f:?}");
+        }
+        assert_eq!(to.get(Field::SmClockMhz), Reading::Value(1410.0));
+        assert_eq!(to.get(Field::MemClockMhz), Reading::Unsupported);
+        assert_eq!(to.get(Field::XidLast), Reading::Blank);
+        assert_eq!(to.get(Field::PowerWatts), Reading::Blank);
+        assert_eq!(to.get(Field::TempCelsius), Reading::Value(40.0));
+    }
 
     /// An entity is named with its node where it has one: two nodes' GPU 0 are told apart
     /// in `analyze`, `explain`, `top` and the diagnostics.

@@ -13,6 +13,12 @@ use truthscale_core::gpus::GpuSpec;
 use truthscale_core::health;
 use truthscale_core::model::{EntitySample, Field, MigId, Readings};
 
+/// What each instance takes from its GPU's readings: the clocks, and health (ECC, row
+/// remaps, XIDs, recovery action, violation times): a GPU that cannot take work has no
+/// instance that can.
+const FROM_THE_GPU: u64 =
+    Field::set_of(&[Field::SmClockMhz, Field::MemClockMhz]) | health::INPUT_FIELDS;
+
 /// One MIG GPU instance found this tick.
 #[derive(Debug)]
 pub(super) struct MigDev<'n> {
@@ -148,13 +154,7 @@ impl DevState {
             };
             let id = self.entity_id(ctx, Some(mig_id));
             let mut r = Readings::default();
-            r.set(Field::SmClockMhz, shared.get(Field::SmClockMhz));
-            r.set(Field::MemClockMhz, shared.get(Field::MemClockMhz));
-            for &field in Field::ALL {
-                if Field::set_of(&[field]) & health::INPUT_FIELDS != 0 {
-                    r.set(field, shared.get(field));
-                }
-            }
+            r.copy_fields(&shared, FROM_THE_GPU);
             // A NO_PERMISSION on one instance turns GPM off for the others too.
             if gpm_on && ctx.gpm_mig_symbol && self.gpm.mode == GpmMode::Active {
                 match self.gpm_step(ctx.nvml, Some(m.gi), || dev.gpm_mig_sample(m.gi), errors)? {
