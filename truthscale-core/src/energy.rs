@@ -66,35 +66,29 @@ impl IdleFloor {
         }
     }
 
-    /// `joules` over `seconds` split into (idle floor, active): the floor's part is at most
-    /// the energy, so active is never below 0; the two sum to `joules`. `None` without a
-    /// floor: the energy is unsplit, not active.
+    /// `joules` over `seconds` split at `floor` into (idle floor, active): the floor's part
+    /// is at most the energy, so active is never below 0; the two sum to `joules`. Without a
+    /// floor the energy is unsplit, not active.
     #[must_use]
-    pub fn split(floor: Option<IdleFloor>, joules: f64, seconds: f64) -> Option<(f64, f64)> {
-        let idle = (floor?.watts * seconds).clamp(0.0, joules.max(0.0));
-        Some((idle, joules - idle))
+    pub fn split(floor: Option<IdleFloor>, joules: f64, seconds: f64) -> Joules {
+        match floor {
+            Some(f) => {
+                let idle = (f.watts * seconds).clamp(0.0, joules.max(0.0));
+                Joules::Split(idle, joules - idle)
+            }
+            None => Joules::Unsplit(joules),
+        }
     }
 }
 
-/// An energy increment: split at the floor in force (idle floor, active), or unsplit where
-/// no floor is known.
+/// An energy increment ([`IdleFloor::split`]): split at the floor in force (idle floor,
+/// active), or unsplit where no floor is known.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Joules {
     /// (idle floor, active).
     Split(f64, f64),
     /// No floor known: neither.
     Unsplit(f64),
-}
-
-impl Joules {
-    /// `joules` over `seconds` at `floor` ([`IdleFloor::split`]).
-    #[must_use]
-    pub fn at(floor: Option<IdleFloor>, joules: f64, seconds: f64) -> Joules {
-        match IdleFloor::split(floor, joules, seconds) {
-            Some((idle, active)) => Joules::Split(idle, active),
-            None => Joules::Unsplit(joules),
-        }
-    }
 }
 
 /// The running minimum of power at busy 0: the measured floor after a window with busy
@@ -343,12 +337,14 @@ mod tests {
     fn active_energy_is_what_the_floor_leaves_never_below_zero() {
         let f = IdleFloor::decide(Some(60.0), None);
         // 300 W for 10 s: 3000 J, of which 600 J floor.
-        assert_eq!(IdleFloor::split(f, 3000.0, 10.0), Some((600.0, 2400.0)));
+        assert_eq!(
+            IdleFloor::split(f, 3000.0, 10.0),
+            Joules::Split(600.0, 2400.0)
+        );
         // Below the floor (a reading under it): all floor, active 0.
-        assert_eq!(IdleFloor::split(f, 500.0, 10.0), Some((500.0, 0.0)));
+        assert_eq!(IdleFloor::split(f, 500.0, 10.0), Joules::Split(500.0, 0.0));
         // No floor known: unsplit, never active.
-        assert_eq!(IdleFloor::split(None, 500.0, 10.0), None);
-        assert_eq!(Joules::at(None, 500.0, 10.0), Joules::Unsplit(500.0));
+        assert_eq!(IdleFloor::split(None, 500.0, 10.0), Joules::Unsplit(500.0));
     }
 
     #[test]

@@ -613,7 +613,7 @@ impl EntityState {
     fn add_energy(&mut self, joules: f64, seconds: f64) {
         let win = &mut self.window;
         let floor = IdleFloor::decide(self.measured_floor, win.spec.map(|s| s.idle_power_watts));
-        let parts = Joules::at(floor, joules, seconds);
+        let parts = IdleFloor::split(floor, joules, seconds);
         let t = &mut win.totals;
         t.energy_joules += joules;
         t.energy_observed_seconds += seconds;
