@@ -1010,39 +1010,19 @@ mod tests {
     /// One H100 window a second from `rows` (busy flag, tensor, SM clock; `None` blank),
     /// analyzed.
     fn bound_of(rows: &[(Option<f64>, Option<f64>, Option<f64>)]) -> EntitySummary {
-        use crate::model::Readings;
         let mut a = Analyzer::new(Deriver::new(DeriveConfig::default(), Some(1.0)), false);
         for (k, &(u, tau, clock)) in (1..).zip(rows) {
-            let mut r = Readings::default();
-            for (f, v) in [
+            let read: Vec<(Field, f64)> = [
                 (Field::ReportedUtil, u),
                 (Field::TensorActive, tau),
                 (Field::SmClockMhz, clock),
-            ] {
-                if let Some(v) = v {
-                    r.set_value(f, v);
-                }
-            }
-            a.push(&h100_at(k, r));
+            ]
+            .into_iter()
+            .filter_map(|(f, v)| Some((f, v?)))
+            .collect();
+            a.push(&crate::tracker::tests::sample(k * 1000, &read));
         }
         a.report().entities.remove(0)
-    }
-
-    /// GPU 0, an H100, at second `k` with readings `r`.
-    fn h100_at(k: i64, r: crate::model::Readings) -> Sample {
-        use crate::model::{EntityId, EntitySample};
-        Sample {
-            taken: Timestamp(k * 1000),
-            entities: vec![EntitySample {
-                id: EntityId {
-                    gpu: Some(0),
-                    model: Some("NVIDIA H100 80GB HBM3".into()),
-                    ..EntityId::default()
-                },
-                readings: r,
-                ..EntitySample::default()
-            }],
-        }
     }
 
     /// The capture's bound covers every window with a measured ECF or a bound, says how
@@ -1318,19 +1298,18 @@ mod tests {
     /// comparison that always agreed, 30/30.
     #[test]
     fn engine_agreement_counts_the_seconds_the_counters_disagree() {
-        use crate::model::{Readings, ServingSnapshot};
+        use crate::model::ServingSnapshot;
         use crate::phase::PhaseConfig;
         let sample = |k: i64, (tensor, dram): (f64, f64), (prompt, output): (f64, f64)| {
-            let mut r = Readings::default();
-            for (f, v) in [
-                (Field::ReportedUtil, 1.0),
-                (Field::SmActive, 0.9),
-                (Field::TensorActive, tensor),
-                (Field::DramActive, dram),
-            ] {
-                r.set_value(f, v);
-            }
-            let mut s = h100_at(k, r);
+            let mut s = crate::tracker::tests::sample(
+                k * 1000,
+                &[
+                    (Field::ReportedUtil, 1.0),
+                    (Field::SmActive, 0.9),
+                    (Field::TensorActive, tensor),
+                    (Field::DramActive, dram),
+                ],
+            );
             s.entities[0].serving = Some(ServingSnapshot {
                 prompt_tokens_per_sec: Some(prompt),
                 output_tokens_per_sec: Some(output),

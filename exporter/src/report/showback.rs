@@ -308,7 +308,7 @@ fn rest_row(groups: &[GroupHours]) -> GroupHours {
             idle: sum(|c| c.idle),
             unmeasured: sum(|c| c.unmeasured),
             use_unknown: sum(|c| c.use_unknown),
-            unavailable: c.iter().filter_map(|g| g.unavailable).reduce(|a, b| a + b),
+            unavailable: where_any(groups, |g| g.cost.as_ref().and_then(|c| c.unavailable)),
             effective_compute: c
                 .iter()
                 .filter_map(|g| g.effective_compute)
