@@ -14,6 +14,7 @@ version_at_least() {
   [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n 1)" = "$2" ]
 }
 
+# apt-get install of the Debian packages named, with sudo where not root.
 apt_install() {
   local sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
