@@ -543,7 +543,23 @@ pub fn parse_exposition(body: &str) -> Vec<Sample> {
         .collect()
 }
 
-/// A running `truthscale serve` on a free 127.0.0.1 port, killed on drop.
+/// The address in Prometheus' log line `msg="Listening on" address=ADDR` (logfmt), once it
+/// is there.
+fn prometheus_listening_on(log: &str) -> Option<String> {
+    let line = log.lines().find(|l| l.contains("msg=\"Listening on\""))?;
+    let addr = line.split_once(" address=")?.1.split_whitespace().next()?;
+    Some(addr.to_owned())
+}
+
+/// The address in `truthscale serve`'s log line `Serving /metrics. listen=ADDR …`, once it
+/// is there.
+fn listening_on(log: &str) -> Option<String> {
+    let line = log.lines().find(|l| l.contains("Serving /metrics."))?;
+    let addr = line.split_once(" listen=")?.1.split_whitespace().next()?;
+    Some(addr.to_owned())
+}
+
+/// A running `truthscale serve` on a 127.0.0.1 port of its own, killed on drop.
 #[derive(Debug)]
 pub struct Sidecar {
     /// `127.0.0.1:PORT`.
@@ -553,33 +569,48 @@ pub struct Sidecar {
 }
 
 impl Sidecar {
-    /// Start `truthscale serve ARGS --listen 127.0.0.1:<free port>` with a clean environment
-    /// plus `env`, and wait (up to 30 s) until `/readyz` answers 200. Retries with another
-    /// port when the chosen one was taken in between.
+    /// Start `truthscale serve ARGS --listen 127.0.0.1:0` with a clean environment plus
+    /// `env`, read the port it bound from its own log line (`Serving /metrics. listen=…`),
+    /// and wait (up to 30 s in all) until `/readyz` answers 200. The kernel hands the port
+    /// to the process itself: a port chosen here and bound later could be taken in between
+    /// by another test's server, whose `/readyz` would then answer for this one.
     ///
     /// # Panics
-    /// When it exits early or is not ready in time.
+    /// When it exits early, never says where it listens, or is not ready in time.
     #[must_use]
     pub fn start(args: &[&str], env: &[(&str, &str)], dir: &Path) -> Self {
-        for attempt in 0..3 {
-            let addr = format!("127.0.0.1:{}", free_port());
-            let mut cmd = clean_command();
-            cmd.arg("serve").args(args).args(["--listen", &addr]);
-            cmd.envs(env.iter().copied());
-            let mut sidecar = Self {
-                addr,
-                process: Spawned::start(cmd, dir, &format!("truthscale-serve-{attempt}")),
-            };
-            match sidecar.wait_ready(Duration::from_secs(30)) {
-                Ok(()) => return sidecar,
-                Err(stderr) if stderr.contains("in use") && attempt < 2 => {}
-                Err(stderr) => panic!(
-                    "truthscale serve {args:?} never became ready on {}; stderr:\n{stderr}",
-                    sidecar.addr
-                ),
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut cmd = clean_command();
+        cmd.arg("serve")
+            .args(args)
+            .args(["--listen", "127.0.0.1:0"]);
+        cmd.envs(env.iter().copied());
+        let mut process = Spawned::start(cmd, dir, "truthscale-serve");
+        let addr = loop {
+            let stderr = process.stderr();
+            if let Some(addr) = listening_on(&stderr) {
+                break addr;
             }
+            if let Some(status) = process.try_wait() {
+                panic!(
+                    "truthscale serve {args:?} exited ({status}) before listening; stderr:\n{stderr}"
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "truthscale serve {args:?} did not listen within 30 s; stderr:\n{stderr}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut sidecar = Self { addr, process };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if let Err(stderr) = sidecar.wait_ready(left) {
+            panic!(
+                "truthscale serve {args:?} never became ready on {}; stderr:\n{stderr}",
+                sidecar.addr
+            );
         }
-        unreachable!("the last attempt panics")
+        sidecar
     }
 
     /// Poll `/readyz` every 50 ms until it answers 200; `Err(stderr)` when the process exits
@@ -877,13 +908,8 @@ impl Prometheus {
         let config_file = dir.join("prometheus.yml");
         std::fs::write(&config_file, config).expect("write prometheus.yml");
         let agent = flags.contains(&Self::agent_flag());
-        Self::launch(
-            dir,
-            &config_file,
-            |attempt| dir.join(format!("{}-{attempt}", if agent { "wal" } else { "tsdb" })),
-            None,
-            flags,
-        )
+        let storage = dir.join(if agent { "wal" } else { "tsdb" });
+        Self::launch(dir, &config_file, &storage, None, flags)
     }
 
     /// A Prometheus serving a TSDB backfilled from `openmetrics` (OpenMetrics text) with
@@ -942,7 +968,7 @@ impl Prometheus {
             .expect("write web.yml");
             web
         });
-        Self::launch(dir, &config_file, |_| data.clone(), web.as_deref(), flags)
+        Self::launch(dir, &config_file, &data, web.as_deref(), flags)
     }
 
     /// The flag that starts `/usr/bin/prometheus` in agent mode: `--agent` from v3.0.0,
@@ -978,62 +1004,61 @@ impl Prometheus {
         )
     }
 
-    /// Start Prometheus on a free port (three tries), with the TSDB of `storage(attempt)` and
-    /// the web config `web` (TLS) when given, and wait until it is ready.
+    /// Start Prometheus on a port the kernel gives it (`127.0.0.1:0`, read back from its
+    /// `Listening on` log line), with the TSDB at `storage` and the web config `web` (TLS)
+    /// when given, and wait until it is ready. A port chosen here and bound later could be
+    /// taken in between by another test's Prometheus, which would then answer for this one.
     fn launch(
         dir: &Path,
         config_file: &Path,
-        storage: impl Fn(u32) -> PathBuf,
+        storage: &Path,
         web: Option<&Path>,
         flags: &[&str],
     ) -> Self {
         let binary = require_tool("/usr/bin/prometheus", "prometheus");
-        let agent = flags.contains(&Self::agent_flag());
-        for attempt in 0..3 {
-            let addr = format!("127.0.0.1:{}", free_port());
-            let mut cmd = Command::new(&binary);
-            let storage_flag = if agent {
-                "--storage.agent.path"
-            } else {
-                "--storage.tsdb.path"
-            };
-            cmd.arg(format!("--config.file={}", config_file.display()))
-                .arg(format!("{storage_flag}={}", storage(attempt).display()))
-                .arg(format!("--web.listen-address={addr}"))
-                .arg("--log.level=warn")
-                .args(flags);
-            if let Some(web) = web {
-                cmd.arg(format!("--web.config.file={}", web.display()));
-            }
-            let mut process = Spawned::start(cmd, dir, &format!("prometheus-{attempt}"));
-            let deadline = Instant::now() + Duration::from_secs(60);
-            loop {
-                if let Some(status) = process.try_wait() {
-                    let stderr = process.stderr();
-                    assert!(
-                        stderr.contains("address already in use") && attempt < 2,
-                        "prometheus exited ({status}):\n{stderr}"
-                    );
-                    break;
-                }
-                // Plain HTTP to a TLS port is answered 400: then the server is up.
-                let ready = if web.is_some() { 400 } else { 200 };
-                if http_get(&addr, "/-/ready", &[]).is_ok_and(|r| r.status == ready) {
-                    return Self {
-                        addr,
-                        process,
-                        tls: web.is_some(),
-                    };
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "prometheus not ready in 60 s:\n{}",
-                    process.stderr()
-                );
-                std::thread::sleep(Duration::from_millis(100));
-            }
+        let storage_flag = if flags.contains(&Self::agent_flag()) {
+            "--storage.agent.path"
+        } else {
+            "--storage.tsdb.path"
+        };
+        let mut cmd = Command::new(&binary);
+        cmd.arg(format!("--config.file={}", config_file.display()))
+            .arg(format!("{storage_flag}={}", storage.display()))
+            .arg("--web.listen-address=127.0.0.1:0")
+            // Info, for the line that says where it listens.
+            .arg("--log.level=info")
+            .args(flags);
+        if let Some(web) = web {
+            cmd.arg(format!("--web.config.file={}", web.display()));
         }
-        unreachable!("the last attempt panics")
+        let mut process = Spawned::start(cmd, dir, "prometheus");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut addr = None;
+        loop {
+            if let Some(status) = process.try_wait() {
+                panic!("prometheus exited ({status}):\n{}", process.stderr());
+            }
+            if addr.is_none() {
+                addr = prometheus_listening_on(&process.stderr());
+            }
+            // Plain HTTP to a TLS port is answered 400: then the server is up.
+            let ready = if web.is_some() { 400 } else { 200 };
+            if let Some(addr) = &addr
+                && http_get(addr, "/-/ready", &[]).is_ok_and(|r| r.status == ready)
+            {
+                return Self {
+                    addr: addr.clone(),
+                    process,
+                    tls: web.is_some(),
+                };
+            }
+            assert!(
+                Instant::now() < deadline,
+                "prometheus not ready in 60 s:\n{}",
+                process.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// `GET path` on Prometheus (any status).
@@ -1303,6 +1328,25 @@ pub fn openmetrics_parse(body: &[u8]) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The bound address is read from the serve log's own line, as `tracing` writes it,
+    /// and nothing is read before that line is there.
+    #[test]
+    fn the_listening_address_is_read_from_the_serve_log() {
+        let log = "2026-12-06T17:33:28.698384Z  INFO truthscale_exporter::sources::sim: Simulating 2 GPUs.\n\
+                   2026-12-06T17:33:28.698384Z  INFO truthscale_exporter::commands::serve: Serving /metrics. listen=127.0.0.1:37501 source=\"sim\" interval=1s tls=false\n";
+        assert_eq!(listening_on(log).as_deref(), Some("127.0.0.1:37501"));
+        assert_eq!(listening_on(log.lines().next().unwrap()), None);
+        assert_eq!(listening_on(""), None);
+        // Prometheus' logfmt lines (2.42): the address it asked for, then the one it bound.
+        let prom = "ts=2026-12-06T17:38:03.573Z caller=web.go:503 level=info component=web msg=\"Start listening for connections\" address=127.0.0.1:0\n\
+                    ts=2026-12-06T17:38:03.575Z caller=tls_config.go:232 level=info component=web msg=\"Listening on\" address=127.0.0.1:36367\n";
+        assert_eq!(
+            prometheus_listening_on(prom).as_deref(),
+            Some("127.0.0.1:36367")
+        );
+        assert_eq!(prometheus_listening_on(prom.lines().next().unwrap()), None);
+    }
 
     /// A tool that is nowhere.
     const NOWHERE: &str = "/nonexistent/truthscale-tier-test/tool";

@@ -14,6 +14,23 @@ fn value(m: &[Sample], name: &str) -> Option<f64> {
     m.iter().find(|s| s.name == name).map(|s| s.value)
 }
 
+/// Exposition `a` with every value that `b` changes moved on by `k` times the change:
+/// counters rising at the same rates step after step (`k` = 1 is `b`).
+fn stepped(a: &str, b: &str, k: u32) -> String {
+    a.lines()
+        .zip(b.lines())
+        .map(
+            |(la, lb)| match (la.rsplit_once(' '), lb.rsplit_once(' ')) {
+                (Some((series, va)), Some((_, vb))) if la != lb => {
+                    let (va, vb): (f64, f64) = (va.parse().unwrap(), vb.parse().unwrap());
+                    format!("{series} {:.1}\n", va + f64::from(k) * (vb - va))
+                }
+                _ => format!("{la}\n"),
+            },
+        )
+        .collect()
+}
+
 /// How long a condition may take to show on `/metrics`.
 const WAIT: Duration = Duration::from_secs(15);
 
@@ -184,10 +201,30 @@ fn engine_flop_estimates_are_cross_checked_against_the_counters() {
     sidecar.wait_for(WAIT, "engine up", |m| {
         value(m, "truthscale_serving_engine_up") == Some(1.0)
     });
-    engine.set(ok(&engine_fixture("vllm-flops-b.prom")));
-    let m = sidecar.wait_for(WAIT, "engine estimates", |m| {
-        value(m, "truthscale_serving_engine_flops_utilization_ratio").is_some_and(|v| v > 0.0)
-            && value(m, "truthscale_serving_prompt_tokens_per_second").is_some_and(|v| v > 0.0)
+    // The counters keep rising by b's step over a every 500 ms (one to three steps a 1 s
+    // window, an MFU of 0.2 to 0.6), so that every window has its rate: a single step is on
+    // show for one window only, which a loaded machine's polls can miss.
+    let (a, b) = (
+        engine_fixture("vllm-flops-a.prom"),
+        engine_fixture("vllm-flops-b.prom"),
+    );
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let m = std::thread::scope(|s| {
+        s.spawn(|| {
+            for k in 1..=100 {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                engine.set(ok(&stepped(&a, &b, k)));
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        });
+        let m = sidecar.wait_for(WAIT, "engine estimates", |m| {
+            value(m, "truthscale_serving_engine_flops_utilization_ratio").is_some_and(|v| v > 0.0)
+                && value(m, "truthscale_serving_prompt_tokens_per_second").is_some_and(|v| v > 0.0)
+        });
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        m
     });
     let find = |name: &str| m.iter().find(|s| s.name == name).unwrap();
     let mfu = find("truthscale_serving_engine_flops_utilization_ratio");

@@ -1128,18 +1128,26 @@ fn node_dashboard_on_real_prometheus() {
         "scrape_configs": [scrape_job(&running.addr)],
     });
     let mut prom = Prometheus::start(&config.to_string(), dir.path());
-    let deadline = Instant::now() + Duration::from_secs(90);
+    // Two minute boundaries and a loaded machine's start fit in it.
+    let deadline = Instant::now() + Duration::from_secs(150);
     loop {
         let ready = prom
             .series("rate(truthscale_gpu_effective_compute_seconds_total[1m])")
             .len()
             == 3
             && prom.series("truthscale_pod_effective_compute_estimate_ratio").len() == 3
-            // A rule's series over a one-minute subquery: once a minute boundary has passed
-            // since the rules first ran.
-            && !prom
-                .series("sum_over_time(cluster:truthscale_gpu_fleet:gpu_hours_per_hour[1m:1m])")
-                .is_empty();
+            // The rules' series over one-minute subqueries: once a minute boundary has passed
+            // since each rule first had data. The pods' effective compute comes later than the
+            // fleet (it waits for the kubelet's pods and two scrapes of their counters), and a
+            // boundary between the two would leave it out.
+            && [
+                "cluster:truthscale_gpu_fleet:gpu_hours_per_hour",
+                "pod:truthscale_gpu_allocated:gpu_hours_per_hour",
+                "pod:truthscale_gpu_effective_compute:gpu_hours_per_hour",
+                "cluster:truthscale_gpu_funnel:gpu_hours_per_hour{stage=\"effective\"}",
+            ]
+            .iter()
+            .all(|r| !prom.series(&format!("sum_over_time({r}[1m:1m])")).is_empty());
         if ready {
             break;
         }
@@ -1150,7 +1158,7 @@ fn node_dashboard_on_real_prometheus() {
         );
         assert!(
             Instant::now() < deadline,
-            "no rates or showback rules in 90 s; agent:\n{}\nprometheus:\n{}",
+            "no rates or showback rules in 150 s; agent:\n{}\nprometheus:\n{}",
             running.process.stderr(),
             prom.process.stderr()
         );
