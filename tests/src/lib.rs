@@ -579,13 +579,15 @@ impl Sidecar {
     /// When it exits early, never says where it listens, or is not ready in time.
     #[must_use]
     pub fn start(args: &[&str], env: &[(&str, &str)], dir: &Path) -> Self {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        // clean_command builds the binary first where it is not built yet: the 30 s start
+        // after it.
         let mut cmd = clean_command();
         cmd.arg("serve")
             .args(args)
             .args(["--listen", "127.0.0.1:0"]);
         cmd.envs(env.iter().copied());
         let mut process = Spawned::start(cmd, dir, "truthscale-serve");
+        let deadline = Instant::now() + Duration::from_secs(30);
         let addr = loop {
             let stderr = process.stderr();
             if let Some(addr) = listening_on(&stderr) {
