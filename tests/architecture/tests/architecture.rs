@@ -3076,3 +3076,66 @@ fn caught_a_new_public_item() {
     let got: Vec<_> = out.into_iter().collect();
     assert_eq!(got, ["x::S", "x::S::m", "x::f"]);
 }
+
+// ---------------------------------------------------------------------------------------
+// The test runner's settings
+
+/// The tests `.config/nextest.toml` names (`test(=module::name)`), each as (module, name).
+fn nextest_named_tests(config: &str) -> Vec<(String, String)> {
+    config
+        .split("test(=")
+        .skip(1)
+        .filter_map(|rest| rest.split_once(')'))
+        .map(|(path, _)| match path.rsplit_once("::") {
+            Some((module, name)) => (module.to_owned(), name.to_owned()),
+            None => (String::new(), path.to_owned()),
+        })
+        .collect()
+}
+
+/// Every test `.config/nextest.toml` starts first is a test of that name in a file of that
+/// module: a renamed test would lose its place in the queue without a word.
+#[test]
+fn the_tests_the_runner_starts_first_exist() {
+    let named = nextest_named_tests(&read(".config/nextest.toml"));
+    assert!(named.len() >= 10, "{named:?}");
+    let mut files = Vec::new();
+    for dir in [
+        "tests/tests",
+        "truthscale-core/tests",
+        "exporter/tests",
+        "exporter/src",
+    ] {
+        rust_files(&workspace().join(dir), &mut files);
+    }
+    let missing: Vec<String> = named
+        .iter()
+        .filter(|(module, name)| {
+            !files.iter().any(|f| {
+                let stem = f.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+                (module.is_empty() || stem == module.rsplit("::").next().unwrap_or(module))
+                    && std::fs::read_to_string(f).is_ok_and(|t| t.contains(&format!("fn {name}(")))
+            })
+        })
+        .map(|(module, name)| format!("{module}::{name}"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        ".config/nextest.toml names tests that are not there: {missing:?}"
+    );
+}
+
+#[test]
+fn caught_a_renamed_test_in_the_runners_settings() {
+    let config = "filter = \"\"\"\ntest(=serve::prometheus_round_trip)\n| test(=derive_props::no_configuration_panics)\n\"\"\"";
+    assert_eq!(
+        nextest_named_tests(config),
+        [
+            ("serve".to_owned(), "prometheus_round_trip".to_owned()),
+            (
+                "derive_props".to_owned(),
+                "no_configuration_panics".to_owned()
+            ),
+        ]
+    );
+}
