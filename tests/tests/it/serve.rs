@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use truthscale_e2e::{
-    Sample, Sidecar, Spawned, TempDir, clean_command, fixture, free_port, http_get, require_tool,
-    require_tool_or_return, url_encode,
+    Prometheus, Sample, Sidecar, Spawned, TempDir, clean_command, fixture, free_port, http_get,
+    require_tool, require_tool_or_return, url_encode,
 };
 
 const T4: &str = "dcgm-exporter-cncf-k8s-ai-conformance-ericsson-ccd-t4.txt";
@@ -108,7 +108,7 @@ fn per_phase(addr: &str, gpu: &str) -> Vec<(String, f64, f64)> {
 
 #[test]
 fn prometheus_round_trip() {
-    let prometheus = require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
     let started = Instant::now();
     let tmp = TempDir::new("prom");
     let mut sidecar = Sidecar::start(
@@ -118,43 +118,15 @@ fn prometheus_round_trip() {
     );
     let sidecar_started = Instant::now();
 
-    let config = tmp.path().join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 5s\n  scrape_timeout: 4s\n  evaluation_interval: 5s\n\
-             scrape_configs:\n  - job_name: truthscale\n    honor_labels: true\n    \
-             static_configs:\n      - targets: ['{}']\n",
-            sidecar.addr
-        ),
-    )
-    .unwrap();
-    let data = tmp.path().join("tsdb");
-    let prom_addr = format!("127.0.0.1:{}", free_port());
-    let mut cmd = Command::new(prometheus);
-    cmd.arg(format!("--config.file={}", config.display()))
-        .arg(format!("--storage.tsdb.path={}", data.display()))
-        .arg(format!("--web.listen-address={prom_addr}"))
-        .arg("--log.level=warn");
-    let mut prom = Spawned::start(cmd, tmp.path(), "prometheus");
-
-    // Prometheus answers /-/ready once the TSDB is open.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(status) = prom.try_wait() {
-            panic!("prometheus exited ({status}):\n{}", prom.stderr());
-        }
-        if http_get(&prom_addr, "/-/ready", &[]).is_ok_and(|r| r.status == 200) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "prometheus not ready in 60 s:\n{}",
-            prom.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-
+    let config = format!(
+        "global:\n  scrape_interval: 5s\n  scrape_timeout: 4s\n  evaluation_interval: 5s\n\
+         scrape_configs:\n  - job_name: truthscale\n    honor_labels: true\n    \
+         static_configs:\n      - targets: ['{}']\n",
+        sidecar.addr
+    );
+    // Started on a port of its own, and ready (its TSDB open) when this returns.
+    let mut prom = Prometheus::start(&config, tmp.path());
+    let prom_addr = prom.addr.clone();
     eprintln!(
         "prometheus_round_trip: prometheus ready after {:.1} s",
         started.elapsed().as_secs_f64()
@@ -170,7 +142,7 @@ fn prometheus_round_trip() {
         assert!(
             Instant::now() < deadline,
             "the sidecar never became up in Prometheus: {up:?}\nprometheus:\n{}\nsidecar:\n{}",
-            prom.stderr(),
+            prom.process.stderr(),
             sidecar.process.stderr()
         );
         std::thread::sleep(Duration::from_millis(250));
@@ -190,9 +162,9 @@ fn prometheus_round_trip() {
         || sidecar_started.elapsed() < Duration::from_secs(60)
     {
         assert!(
-            prom.try_wait().is_none(),
+            prom.process.try_wait().is_none(),
             "prometheus exited:\n{}",
-            prom.stderr()
+            prom.process.stderr()
         );
         assert!(
             sidecar.process.try_wait().is_none(),
@@ -291,7 +263,7 @@ fn prometheus_round_trip() {
             "{labels:?}"
         );
     }
-    let problems = prom.stderr();
+    let problems = prom.process.stderr();
     assert!(
         !truthscale_e2e::logs_an_error(&problems),
         "prometheus logged errors:\n{problems}"
