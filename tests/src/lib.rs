@@ -296,6 +296,33 @@ impl Spawned {
         assert!(status.success(), "kill -{sig} {} failed", self.id());
     }
 
+    /// Wait up to `limit` for `truthscale serve`'s log line that says where it listens
+    /// (`Serving /metrics. listen=…`), and return that address: with `--listen
+    /// 127.0.0.1:0`, the port the kernel gave it.
+    ///
+    /// # Errors
+    /// Why not, with its stderr: it exited first, or `limit` passed.
+    pub fn serve_addr(&mut self, limit: Duration) -> Result<String, String> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let stderr = self.stderr();
+            if let Some(addr) = listening_on(&stderr) {
+                return Ok(addr);
+            }
+            if let Some(status) = self.try_wait() {
+                return Err(format!(
+                    "exited ({status}) before listening; stderr:\n{stderr}"
+                ));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "did not listen within {limit:?}; stderr:\n{stderr}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Everything it wrote to stdout so far.
     #[must_use]
     pub fn stdout(&self) -> String {
@@ -588,22 +615,9 @@ impl Sidecar {
         cmd.envs(env.iter().copied());
         let mut process = Spawned::start(cmd, dir, "truthscale-serve");
         let deadline = Instant::now() + Duration::from_secs(30);
-        let addr = loop {
-            let stderr = process.stderr();
-            if let Some(addr) = listening_on(&stderr) {
-                break addr;
-            }
-            if let Some(status) = process.try_wait() {
-                panic!(
-                    "truthscale serve {args:?} exited ({status}) before listening; stderr:\n{stderr}"
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "truthscale serve {args:?} did not listen within 30 s; stderr:\n{stderr}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let addr = process
+            .serve_addr(Duration::from_secs(30))
+            .unwrap_or_else(|why| panic!("truthscale serve {args:?} {why}"));
         let mut sidecar = Self { addr, process };
         let left = deadline.saturating_duration_since(Instant::now());
         if let Err(stderr) = sidecar.wait_ready(left) {

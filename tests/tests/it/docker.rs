@@ -11,8 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use truthscale_e2e::{
-    Response, Spawned, TempDir, clean_command, free_port, http_get, parse_exposition, run,
-    workspace,
+    Response, Spawned, TempDir, clean_command, http_get, parse_exposition, run, workspace,
 };
 
 use crate::manifests::{
@@ -57,17 +56,21 @@ impl std::fmt::Debug for OnHost {
 
 impl OnHost {
     fn start(args: &[String], env: &BTreeMap<String, String>, dir: &Path, name: &str) -> Self {
-        let addr = format!("127.0.0.1:{}", free_port());
         let mut cmd = clean_command();
-        cmd.args(args).args(["--listen", &addr]).envs(env);
+        cmd.args(args).args(["--listen", "127.0.0.1:0"]).envs(env);
         let process = Spawned::start(cmd, dir, name);
+        // Known once its log says where it listens (`wait_for_200`).
+        let addr = String::new();
         Self { addr, process }
     }
 
-    /// Poll `path` until it answers 200; `Err` with the reason when the process exits or
-    /// `limit` passes first.
+    /// Read where it listens from its log, then poll `path` until it answers 200; `Err`
+    /// with the reason when the process exits or `limit` passes first.
     fn wait_for_200(&mut self, path: &str, limit: Duration) -> Result<(), String> {
         let deadline = Instant::now() + limit;
+        if self.addr.is_empty() {
+            self.addr = self.process.serve_addr(limit)?;
+        }
         loop {
             if let Some(status) = self.process.try_wait() {
                 return Err(format!("exited ({status})"));
@@ -93,26 +96,22 @@ impl OnHost {
     }
 }
 
-/// Start `args` like the container would and wait until `ready_path` answers 200, retrying
-/// with another port when the chosen one was taken in between.
+/// Start `args` like the container would, on a port of its own (port 0), and wait until
+/// `ready_path` answers 200.
 fn start_ready(
     args: &[String],
     env: &BTreeMap<String, String>,
     ready_path: &str,
     dir: &Path,
 ) -> OnHost {
-    for attempt in 0..3 {
-        let mut host = OnHost::start(args, env, dir, &format!("on-host-{attempt}"));
-        match host.wait_for_200(ready_path, Duration::from_secs(30)) {
-            Ok(()) => return host,
-            Err(_) if host.process.stderr().contains("in use") && attempt < 2 => {}
-            Err(why) => panic!(
-                "truthscale {args:?} with {env:?}: {why}; stderr:\n{}",
-                host.process.stderr()
-            ),
-        }
+    let mut host = OnHost::start(args, env, dir, "on-host");
+    if let Err(why) = host.wait_for_200(ready_path, Duration::from_secs(30)) {
+        panic!(
+            "truthscale {args:?} with {env:?}: {why}; stderr:\n{}",
+            host.process.stderr()
+        );
     }
-    unreachable!("the last attempt panics")
+    host
 }
 
 /// Check the identity labels and the source of every `truthscale_gpu_info` series, and return
