@@ -570,20 +570,22 @@ pub fn parse_exposition(body: &str) -> Vec<Sample> {
         .collect()
 }
 
-/// The address in Prometheus' log line `msg="Listening on" address=ADDR` (logfmt), once it
-/// is there.
-fn prometheus_listening_on(log: &str) -> Option<String> {
-    let line = log.lines().find(|l| l.contains("msg=\"Listening on\""))?;
-    let addr = line.split_once(" address=")?.1.split_whitespace().next()?;
+/// The address a server logged where it listens, once the line is there: the value of
+/// ` key=` on the first line of `log` that holds `marker`.
+fn logged_addr(log: &str, marker: &str, key: &str) -> Option<String> {
+    let line = log.lines().find(|l| l.contains(marker))?;
+    let addr = line.split_once(key)?.1.split_whitespace().next()?;
     Some(addr.to_owned())
 }
 
-/// The address in `truthscale serve`'s log line `Serving /metrics. listen=ADDR …`, once it
-/// is there.
+/// The address in `truthscale serve`'s log line `Serving /metrics. listen=ADDR …`.
 fn listening_on(log: &str) -> Option<String> {
-    let line = log.lines().find(|l| l.contains("Serving /metrics."))?;
-    let addr = line.split_once(" listen=")?.1.split_whitespace().next()?;
-    Some(addr.to_owned())
+    logged_addr(log, "Serving /metrics.", " listen=")
+}
+
+/// The address in Prometheus' log line `msg="Listening on" address=ADDR` (logfmt).
+fn prometheus_listening_on(log: &str) -> Option<String> {
+    logged_addr(log, "msg=\"Listening on\"", " address=")
 }
 
 /// A running `truthscale serve` on a 127.0.0.1 port of its own, killed on drop.
