@@ -106,6 +106,8 @@ struct Entity {
     truth: Option<(u8, u8, Value)>,
     simulated: bool,
     point_clock: bool,
+    /// The energy counter read this many ms after the sample's time (before it, negative).
+    energy_read_offset_ms: Option<i16>,
 }
 
 #[derive(Debug, Arbitrary)]
@@ -133,7 +135,7 @@ fn short(s: &str) -> String {
     s.chars().take(12).collect()
 }
 
-fn entity(e: &Entity) -> EntitySample {
+fn entity(e: &Entity, taken: i64) -> EntitySample {
     let mut readings = Readings::default();
     for (i, r) in e.readings.iter().take(2 * Field::COUNT) {
         let f = Field::ALL[usize::from(*i) % Field::COUNT];
@@ -206,6 +208,9 @@ fn entity(e: &Entity) -> EntitySample {
         truth_effective_compute,
         simulated: e.simulated,
         sm_clock_is_point: e.point_clock,
+        energy_read_at: e
+            .energy_read_offset_ms
+            .map(|ms| Timestamp(taken.saturating_add(i64::from(ms)))),
         ..EntitySample::default()
     }
 }
@@ -236,7 +241,7 @@ fuzz_target!(|data: &[u8]| {
         };
         let sample = Sample {
             taken: Timestamp(t),
-            entities: step.entities.iter().take(8).map(entity).collect(),
+            entities: step.entities.iter().take(8).map(|e| entity(e, t)).collect(),
         };
         checked.observe(&sample);
     }

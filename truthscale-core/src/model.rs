@@ -1233,6 +1233,11 @@ pub struct EntitySample {
     /// known time, and the energy counter's deltas are paired with its own moves only. A
     /// source that reads its counters when sampled (NVML, the simulator) leaves it false.
     pub counters_held: bool,
+    /// When the energy counter ([`Field::EnergyJoules`]) was read, where the source reads
+    /// its entities one after another within a sample (NVML: GPU by GPU, a slow call
+    /// delaying those after it); `None`: at the sample's `taken`. The counter's deltas are
+    /// divided by the time between its own reads.
+    pub energy_read_at: Option<Timestamp>,
     /// How many NVLink links' counters [`Field::NvlinkTxWaitTotal`] sums (0: not a sum of
     /// links). A source that leaves out a blank link's series (dcgm-exporter) sums fewer
     /// for that reading: a sum of another set of links is no move of the counter.

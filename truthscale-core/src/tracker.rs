@@ -1294,6 +1294,8 @@ impl EntityState {
         diags: &mut Vec<Diagnostic>,
     ) -> Option<f64> {
         let energy = self.window.readings.value(Field::EnergyJoules);
+        // The counter's own read time, where the source stamps it apart from the sample.
+        let taken = e.energy_read_at.unwrap_or(taken);
         let mut energy_power = None;
         // A reading equal to the previous one is the counter not yet updated (dcgm-exporter
         // repeats it between its collections), not 0 W: it waits, like a blank, for the next
@@ -1893,6 +1895,31 @@ pub(crate) mod tests {
         ));
         assert_eq!(out.diagnostics[0].kind, DiagnosticKind::CounterReset);
         assert_eq!(out.windows[0].metrics.power_watts.unwrap().value, 250.0);
+    }
+
+    /// A counter read later than its sample's time (a slow call before it in the tick): its
+    /// delta is divided by the time between its own reads. By hand: a board drawing 250 W
+    /// read at 1 000, 2 040, 3 000 and 4 040 ms (ticks at whole seconds) counts 260, 240
+    /// and 260 J over 1.04, 0.96 and 1.04 s: 250 W each, where the ticks' seconds would
+    /// give 260, 240 and 260 W.
+    #[test]
+    fn the_energy_counter_is_divided_by_its_own_read_times() {
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let mut total = 0.0;
+        for (k, read_ms) in [1000, 2040, 3000, 4040].into_iter().enumerate() {
+            let mut s = sample(
+                1000 * (k as i64 + 1),
+                &[(Field::EnergyJoules, 5000.0 + 0.25 * read_ms as f64)],
+            );
+            s.entities[0].energy_read_at = Some(Timestamp(read_ms));
+            let out = d.observe(&s);
+            if k > 0 {
+                let p = out.windows[0].metrics.power_watts.unwrap();
+                assert!((p.value - 250.0).abs() < 1e-9, "window {k}: {p:?}");
+                total = out.windows[0].totals.energy_joules;
+            }
+        }
+        assert!((total - 760.0).abs() < 1e-9, "{total}");
     }
 
     /// An energy counter that stops being read: the windows after its last move wait for

@@ -176,6 +176,11 @@ pub(crate) struct Device {
     util_percent: Option<u32>,
     #[serde(default)]
     power_watts: Option<f64>,
+    /// What the power gauge (`nvmlDeviceGetPowerUsage`) reads, where it differs from the
+    /// energy counter's rate (`power_watts`): a test then tells which of the two a value
+    /// came from.
+    #[serde(default)]
+    power_gauge_watts: Option<f64>,
     #[serde(default)]
     power_limit_watts: Option<f64>,
     /// The energy counter exists (it grows at `power_watts`).
@@ -259,6 +264,11 @@ pub(crate) struct Device {
     mig: Vec<MigInstance>,
     #[serde(default)]
     processes: Vec<Process>,
+    /// Every second call of `nvmlDeviceGetMemoryInfo_v2` on the GPU takes this long (a
+    /// driver slow to answer now and then): the calls after it in a tick, the energy
+    /// counter's read among them, come that much later.
+    #[serde(default)]
+    memory_stall_ms: Option<u64>,
     /// After this many energy readings every call on this GPU returns `GPU_IS_LOST`.
     #[serde(default)]
     lost_after_samples: Option<u32>,
@@ -467,6 +477,7 @@ pub(crate) struct GpmSampleData {
 #[derive(Debug, Default, Clone, Copy)]
 struct DeviceState {
     energy_reads: u32,
+    memory_reads: u32,
     lost_at: Option<Instant>,
 }
 
@@ -1000,33 +1011,58 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     device: sys::nvmlDevice_t,
     memory: *mut sys::nvmlMemory_v2_t,
 ) -> Ret {
-    with_device(device, |t, d| {
-        if memory.is_null() {
-            return INVALID_ARGUMENT;
-        }
-        let expected = (std::mem::size_of::<sys::nvmlMemory_v2_t>() as u32) | (2 << 24);
-        // SAFETY: not null; valid per the caller.
-        if unsafe { (*memory).version } != expected {
-            return VERSION_MISMATCH;
-        }
-        let (total, used, reserved) = match t.mig {
-            Some(m) => (d.mig[m].memory_mb << 20, d.mig[m].memory_used_bytes, 0u64),
-            None => (
-                d.memory_total_bytes,
-                d.memory_used_bytes,
-                d.memory_reserved_bytes,
-            ),
+    // The stall is slept once the state is unlocked, as a slow driver holds no lock of ours.
+    let mut stall = None;
+    let ret = with_state(|s| {
+        let (t, stall_ms) = match s.device(device) {
+            Ok((t, d)) => (t, d.memory_stall_ms),
+            Err(e) => return e,
         };
-        let v = sys::nvmlMemory_v2_t {
-            version: expected,
-            total,
-            reserved,
-            free: total.saturating_sub(used + reserved),
-            used,
-        };
-        // SAFETY: forwarded from the caller.
-        unsafe { put(memory, v) }
-    })
+        if let (None, Some(ms)) = (t.mig, stall_ms) {
+            let st = &mut s.devices[t.gpu];
+            st.memory_reads += 1;
+            if st.memory_reads % 2 == 0 {
+                stall = Some(Duration::from_millis(ms));
+            }
+        }
+        match s.device(device) {
+            Ok((t, d)) => memory_info(t, d, memory),
+            Err(e) => e,
+        }
+    });
+    if let Some(stall) = stall {
+        std::thread::sleep(stall);
+    }
+    ret
+}
+
+/// `nvmlDeviceGetMemoryInfo_v2` on target `t` of GPU `d`, but for its stall.
+fn memory_info(t: Target, d: &Device, memory: *mut sys::nvmlMemory_v2_t) -> Ret {
+    if memory.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    let expected = (std::mem::size_of::<sys::nvmlMemory_v2_t>() as u32) | (2 << 24);
+    // SAFETY: not null; valid per the caller.
+    if unsafe { (*memory).version } != expected {
+        return VERSION_MISMATCH;
+    }
+    let (total, used, reserved) = match t.mig {
+        Some(m) => (d.mig[m].memory_mb << 20, d.mig[m].memory_used_bytes, 0u64),
+        None => (
+            d.memory_total_bytes,
+            d.memory_used_bytes,
+            d.memory_reserved_bytes,
+        ),
+    };
+    let v = sys::nvmlMemory_v2_t {
+        version: expected,
+        total,
+        reserved,
+        free: total.saturating_sub(used + reserved),
+        used,
+    };
+    // SAFETY: forwarded from the caller.
+    unsafe { put(memory, v) }
 }
 
 /// # Safety
@@ -1069,10 +1105,12 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetPowerUsage(
     device: sys::nvmlDevice_t,
     power: *mut c_uint,
 ) -> Ret {
-    with_device(device, |t, d| match (t.mig, d.power_watts) {
-        // SAFETY: forwarded from the caller.
-        (None, Some(p)) => unsafe { put(power, (p * 1000.0) as c_uint) },
-        _ => NOT_SUPPORTED,
+    with_device(device, |t, d| {
+        match (t.mig, d.power_gauge_watts.or(d.power_watts)) {
+            // SAFETY: forwarded from the caller.
+            (None, Some(p)) => unsafe { put(power, (p * 1000.0) as c_uint) },
+            _ => NOT_SUPPORTED,
+        }
     })
 }
 

@@ -370,13 +370,62 @@ fn a100_without_gpm_gets_the_nvml_tier_and_only_an_upper_bound() {
     // against an enforced limit of 400 W; the A100 80GB SXM's idle power is 63 W (Splitwise's
     // constants, spec §5.1). π = (250 − 63)/(400 − 63) = 187/337 = 0.554896. Mean power may
     // be the energy counter's growth over the window, which the fake counts on the wall
-    // clock while the window's span is the ticks' start times: a 10 ms difference between
-    // the two reads' delays in their ticks (a loaded machine) is 10 W over 250 ms, so allow
-    // 0.03. Wrong formulas stay outside it: 250/400 = 0.625, 187/400 = 0.4675.
+    // clock and the source divides by the time between its reads, each stamped to the
+    // millisecond: 2 ms over 250 ms at most, 2 W, 0.006 of π; allow 0.01. Wrong formulas
+    // stay outside it: 250/400 = 0.625, 187/400 = 0.4675.
     let proxy = get("truthscale_gpu_power_proxy_ratio");
-    assert!(close(proxy, 0.554_896, 0.03), "power proxy {proxy:?}");
+    assert!(close(proxy, 0.554_896, 0.01), "power proxy {proxy:?}");
     assert_eq!(get("truthscale_gpu_sm_clock_hertz"), Some(1.41e9));
     no_errors(&m, &s.process.stderr());
+}
+
+/// The energy counter's deltas are divided by the time between its own reads. The fake's
+/// counter grows at 250 W on the wall clock (its power gauge reads 200 W, so the counter's
+/// windows are told from the gauge's), and every second tick its memory call, just before
+/// the energy read, stalls 40 ms: stamped at the tick's start, the 250 ms windows would
+/// alternate between 250 × 290/250 = 290 W and 250 × 210/250 = 210 W. Stamped at the read
+/// (to the millisecond at each end: 2 ms of 250 at most, 2 W), every window after the
+/// counter's first reads 250 W within 4 W.
+#[test]
+fn energy_power_is_timed_by_the_counters_own_reads() {
+    let dir = TempDir::new("nvml-energy-stamp");
+    let path = edited_scenario("a100-no-gpm", &dir, |v| {
+        v["devices"][0]["memory_stall_ms"] = serde_json::json!(40);
+        v["devices"][0]["power_gauge_watts"] = serde_json::json!(200);
+    });
+    let s = Sidecar::start(
+        &truthscale_e2e::nvml_args(fake(), "250ms"),
+        &[("FAKE_NVML_SCENARIO", path.to_str().unwrap())],
+        dir.path(),
+    );
+    // Each window's power, told apart by the energy counted up to it; the gauge's (before
+    // the counter's first delta) left out.
+    let mut windows = std::collections::BTreeMap::new();
+    let deadline = std::time::Instant::now() + WAIT;
+    while windows.len() < 8 {
+        let m = s.metrics();
+        let energy = value(&m, "truthscale_gpu_energy_joules_total", &[]);
+        if let (Some(e), Some(p)) = (energy, value(&m, "truthscale_gpu_power_watts", &[]))
+            && p != 200.0
+        {
+            windows.insert(e.to_bits(), p);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} windows in {WAIT:?}: {windows:?}",
+            windows.len()
+        );
+        std::thread::sleep(Duration::from_millis(60));
+    }
+    for (energy, watts) in &windows {
+        let joules = f64::from_bits(*energy);
+        assert!(
+            (watts - 250.0).abs() <= 4.0,
+            "{watts} W in the window up to {joules} J; all: {:?}",
+            windows.values().collect::<Vec<_>>()
+        );
+    }
+    no_errors(&s.metrics(), &s.process.stderr());
 }
 
 /// Health is the GPU's: in MIG mode, a pending row remap on the GPU makes every instance

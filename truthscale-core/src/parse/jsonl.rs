@@ -142,6 +142,7 @@ fn read_line(t: &str) -> Result<(Sample, Map<String, Value>), String> {
         sm_clock_is_point: false,
         counters_held: false,
         nvlink_wait_links: take(o, "nvlink_wait_links")?.unwrap_or(0),
+        energy_read_at: read_time(o, "energy_read_at")?.map(Timestamp),
         // Node mode's lists (processes, allocation, holders' pressure): not in the format.
         ..EntitySample::default()
     };
@@ -156,10 +157,18 @@ fn read_line(t: &str) -> Result<(Sample, Map<String, Value>), String> {
 
 /// The line's `taken` (RFC 3339), in milliseconds since the epoch.
 fn read_taken(o: &mut Map<String, Value>) -> Result<i64, String> {
-    let taken: String = take(o, "taken")?.ok_or("missing key `taken`")?;
-    let taken = OffsetDateTime::parse(&taken, &Rfc3339).map_err(|e| format!("key `taken`: {e}"))?;
-    i64::try_from(taken.unix_timestamp_nanos().div_euclid(1_000_000))
-        .map_err(|_| "key `taken`: out of range".to_owned())
+    read_time(o, "taken")?.ok_or_else(|| "missing key `taken`".to_owned())
+}
+
+/// The RFC 3339 time under `key`, in Unix milliseconds; `None` when the key is absent.
+fn read_time(o: &mut Map<String, Value>, key: &str) -> Result<Option<i64>, String> {
+    let Some(t) = take::<String>(o, key)? else {
+        return Ok(None);
+    };
+    let t = OffsetDateTime::parse(&t, &Rfc3339).map_err(|e| format!("key `{key}`: {e}"))?;
+    i64::try_from(t.unix_timestamp_nanos().div_euclid(1_000_000))
+        .map(Some)
+        .map_err(|_| format!("key `{key}`: out of range"))
 }
 
 /// The entity: the GPU, its MIG instance (whose keys need `mig_gpu_instance`) and its pod.
@@ -285,6 +294,10 @@ struct Wire<'a> {
     /// source does.
     #[serde(skip_serializing_if = "Option::is_none")]
     nvlink_wait_links: Option<u16>,
+    /// When the energy counter was read, where the source stamped it apart from `taken`
+    /// ([`EntitySample::energy_read_at`]): a replay divides its deltas as the live source did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    energy_read_at: Option<String>,
 }
 
 /// One trace line for `e` taken at `taken`, without a trailing newline; [`JsonlParser`]
@@ -325,6 +338,7 @@ pub fn to_line(taken: Timestamp, e: &EntitySample) -> String {
         truth_workload: e.truth_workload.map(Workload::as_str),
         truth_effective_compute: e.truth_effective_compute.filter(|v| v.is_finite()),
         nvlink_wait_links: (e.nvlink_wait_links > 0).then_some(e.nvlink_wait_links),
+        energy_read_at: e.energy_read_at.map(rfc3339_ms),
     };
     serde_json::to_string(&wire).unwrap_or_default()
 }
@@ -419,6 +433,7 @@ mod tests {
             sm_clock_is_point: false,
             counters_held: false,
             nvlink_wait_links: 4,
+            energy_read_at: Some(Timestamp(1_714_564_800_131)),
             truth_effective_compute: Some(0.125),
             simulated: true,
             processes: Vec::new(),
@@ -441,7 +456,12 @@ mod tests {
             line.contains(r#""source":"sim""#) && !line.contains("nvlink_tx_bytes"),
             "{line}"
         );
-        assert!(line.ends_with(r#","nvlink_wait_links":4}"#), "{line}");
+        assert!(
+            line.ends_with(
+                r#","nvlink_wait_links":4,"energy_read_at":"2024-05-01T12:00:00.131Z"}"#
+            ),
+            "{line}"
+        );
         assert!(!line.contains('\n'));
         assert_eq!(one(&line), (Timestamp(1_714_564_800_123), e));
 

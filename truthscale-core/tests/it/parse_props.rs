@@ -211,6 +211,7 @@ fn jsonl_line() -> impl Strategy<Value = String> {
         "truth_phase",
         "truth_workload",
         "truth_effective_compute",
+        "energy_read_at",
         "zzz",
     ]);
     let value = prop_oneof![
@@ -343,6 +344,7 @@ fn entity_sample() -> impl Strategy<Value = EntitySample> {
                 sm_clock_is_point: false,
                 counters_held: false,
                 nvlink_wait_links: 0,
+                energy_read_at: None,
                 // Process lists and holders' pressure are not part of the trace format.
                 processes: Vec::new(),
                 job: None,

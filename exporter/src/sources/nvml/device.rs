@@ -7,7 +7,7 @@ use super::gpm::{GpmMode, GpmState, GpmStep, MISSES_WAITED};
 use super::processes::Processes;
 use super::raw;
 use super::report::Ident;
-use crate::sources::SourceError;
+use crate::sources::{SourceError, unix_ms};
 use nvml_wrapper::enum_wrappers::device::{
     Clock, EccCounter, MemoryError, PcieUtilCounter, PerformancePolicy, Sampling, TemperatureSensor,
 };
@@ -18,9 +18,9 @@ use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::field_id as fid;
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 use truthscale_core::model::{
-    EntityId, EntityKey, EntitySample, Field, MigId, Reading, Readings, Throttles,
+    EntityId, EntityKey, EntitySample, Field, MigId, Reading, Readings, Throttles, Timestamp,
 };
 
 /// `nvmlDeviceGetPcieThroughput` answers in KB/s (a byte counter over a 20 ms sample):
@@ -581,7 +581,7 @@ impl DevState {
         }
         r.set(Field::ReportedUtil, self.busy(ctx, dev, errors)?);
         self.memory(dev, "nvmlDeviceGetMemoryInfo_v2", &mut r, errors)?;
-        self.power(dev, &mut r, errors)?;
+        let energy_read_at = self.power(dev, &mut r, errors)?;
         self.pcie(dev, &mut r, errors)?;
         let temp = self.call("nvmlDeviceGetTemperature", errors, || {
             dev.temperature(TemperatureSensor::Gpu)
@@ -594,21 +594,30 @@ impl DevState {
             readings: r,
             throttles,
             sm_clock_is_point,
+            energy_read_at,
             ..EntitySample::default()
         });
         Ok(())
     }
 
-    /// The energy counter, the power gauge and the enforced power limit.
+    /// The energy counter, the power gauge and the enforced power limit. Returns when the
+    /// counter was read (the middle of its call), where it was: the GPUs are read one after
+    /// another, and a slow call before this one moves it within the tick.
     fn power(
         &mut self,
         dev: &Device<'_>,
         r: &mut Readings,
         errors: &mut Vec<SourceError>,
-    ) -> Result<(), Lost> {
+    ) -> Result<Option<Timestamp>, Lost> {
+        let before = SystemTime::now();
         let energy = self.call("nvmlDeviceGetTotalEnergyConsumption", errors, || {
             dev.total_energy_consumption()
         })?;
+        let read_at = matches!(energy, Got::Value(_)).then(|| {
+            let after = SystemTime::now();
+            let half = after.duration_since(before).unwrap_or_default() / 2;
+            Timestamp(unix_ms(before + half))
+        });
         r.set(Field::EnergyJoules, energy.reading(|mj| mj as f64 / 1000.0));
         let power = self.call("nvmlDeviceGetPowerUsage", errors, || dev.power_usage())?;
         r.set(
@@ -622,7 +631,7 @@ impl DevState {
             Field::PowerLimitWatts,
             limit.reading(|mw| f64::from(mw) / 1000.0),
         );
-        Ok(())
+        Ok(read_at)
     }
 
     /// The health fields: ECC totals (`nvmlDeviceGetTotalEccErrors`, with ECC on), the row
