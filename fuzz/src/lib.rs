@@ -107,6 +107,10 @@ struct Seen {
     had_ecf: bool,
     had_power: bool,
     last: Option<EntityWindow>,
+    /// The farthest the entity's energy counter was read from its sample's time, seconds:
+    /// the counter's spans run between its reads, so its seconds may pass the observed ones
+    /// by twice this.
+    energy_read_offset: f64,
 }
 
 /// A `Deriver` and an `Analyzer` fed the same samples, with every window checked.
@@ -169,6 +173,15 @@ impl Checked {
                 self.order.push(key.clone());
             }
             let seen = self.seen.entry(key).or_default();
+            if let Some(at) = sample
+                .entities
+                .iter()
+                .find(|e| e.id.key() == w.id.key())
+                .and_then(|e| e.energy_read_at)
+            {
+                let offset = at.seconds_since(sample.taken).abs();
+                seen.energy_read_offset = seen.energy_read_offset.max(offset);
+            }
             check_window(&w, seen, sample.taken, self.kappa_max);
             seen.last_taken = Some(sample.taken);
             seen.totals = w.totals;
@@ -416,9 +429,11 @@ fn check_totals(w: &EntityWindow, seen: &Seen) {
     let o = t.observed_seconds;
     assert!(at_most(t.busy_observed_seconds, o), "{t:?}");
     assert!(at_most(t.effective_compute_observed_seconds, o), "{t:?}");
-    // Energy may also cover a gap, where the energy counter's delta spans it.
+    // Energy may also cover a gap, where the energy counter's delta spans it, and runs
+    // between the counter's own reads.
+    let slack = 2.0 * seen.energy_read_offset;
     assert!(
-        at_most(t.energy_observed_seconds, o + t.unobserved_seconds),
+        at_most(t.energy_observed_seconds, o + t.unobserved_seconds + slack),
         "{t:?}"
     );
     assert!(
