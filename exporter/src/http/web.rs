@@ -72,7 +72,7 @@ const FAILURE_BURST: f64 = 5.0;
 const FAILURE_REFILL: Duration = Duration::from_secs(1);
 
 /// (Client address, user) pairs whose failures are tracked at most; beyond, the quiet ones
-/// are forgotten.
+/// are forgotten, else the one with the most attempts left.
 const MAX_TRACKED_CLIENTS: usize = 4096;
 
 /// Whose failed logins share one allowance: a client address and a user name (as a digest,
@@ -463,7 +463,10 @@ type CacheKey = (String, [u8; 32]);
 ///   lock it out from there while the guessing lasts: that is what bounds the guessing. A
 ///   scraper that logged in before is cached and never refused.) Since a made-up name and a
 ///   configured one are limited alike, the answers (status, timing) never say which names
-///   exist; bcrypt work stays bounded by the one verification slot.
+///   exist; bcrypt work stays bounded by the one verification slot. At most 4 096
+///   (address, name) pairs are tracked: beyond, those whose allowance is full again are
+///   forgotten, else the one with the most left, so a flood of new names never gives a pair
+///   being held back its attempts again.
 /// - User names do not show in timing: an unknown user is verified against a stand-in hash
 ///   of the highest configured cost, and a password over 72 bytes is refused without bcrypt
 ///   for every user, known or not.
@@ -605,20 +608,29 @@ impl BasicAuth {
     /// Take one failed-login attempt from `who`'s allowance; `false` when none is left.
     fn take_attempt(&self, who: &Attempts) -> bool {
         let now = Instant::now();
+        // The attempts an allowance has now, refilled since it was last updated.
+        let allowance = |&(left, at): &(f64, Instant)| {
+            (left + now.duration_since(at).as_secs_f64() / FAILURE_REFILL.as_secs_f64())
+                .min(FAILURE_BURST)
+        };
         let mut map = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
         if map.len() >= MAX_TRACKED_CLIENTS && !map.contains_key(who) {
-            // Forget the addresses whose allowance is full again; if none, start over.
-            map.retain(|_, (left, at)| {
-                *left + now.duration_since(*at).as_secs_f64() / FAILURE_REFILL.as_secs_f64()
-                    < FAILURE_BURST
-            });
-            if map.len() >= MAX_TRACKED_CLIENTS {
-                map.clear();
+            // Forget the pairs whose allowance is full again; if none, the one with the most
+            // left. Never all of them: a flood of new names would give back the attempts of
+            // a pair being held back.
+            map.retain(|_, v| allowance(v) < FAILURE_BURST);
+            if map.len() >= MAX_TRACKED_CLIENTS
+                && let Some(fullest) = map
+                    .iter()
+                    .max_by(|a, b| allowance(a.1).total_cmp(&allowance(b.1)))
+                    .map(|(k, _)| *k)
+            {
+                map.remove(&fullest);
             }
         }
-        let (left, at) = map.entry(*who).or_insert((FAILURE_BURST, now));
-        *left = (*left + now.duration_since(*at).as_secs_f64() / FAILURE_REFILL.as_secs_f64())
-            .min(FAILURE_BURST);
+        let entry = map.entry(*who).or_insert((FAILURE_BURST, now));
+        entry.0 = allowance(entry);
+        let (left, at) = entry;
         *at = now;
         if *left >= 1.0 {
             *left -= 1.0;
@@ -936,5 +948,34 @@ async fn with_timeout<F: Future>(limit: Option<Duration>, fut: F) -> Option<F::O
     match limit {
         Some(limit) => tokio::time::timeout(limit, fut).await.ok(),
         None => Some(fut.await),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A flood of logins under new names, from many addresses, past the pairs tracked, never
+    /// gives back the attempts of a pair being held back: the pairs with the most left are
+    /// forgotten first. (Before, the whole table was cleared, and with it the allowance that
+    /// bounded guessing a configured user's password.)
+    #[test]
+    fn a_flood_of_new_names_never_restores_a_held_back_allowance() {
+        let hash = bcrypt::hash("right", 4).unwrap();
+        let auth = BasicAuth::from_validated(BTreeMap::from([("alice".to_string(), hash)]));
+        let pair = |ip: IpAddr, user: &str| -> Attempts { (ip, Sha256::digest(user).into()) };
+        let victim = pair(IpAddr::from([10, 0, 0, 1]), "alice");
+        for _ in 0..5 {
+            assert!(auth.take_attempt(&victim));
+        }
+        assert!(!auth.take_attempt(&victim), "a sixth attempt at once");
+        for i in 0..MAX_TRACKED_CLIENTS + 100 {
+            let ip = IpAddr::from([10, 1, (i >> 8) as u8, i as u8]);
+            assert!(auth.take_attempt(&pair(ip, &format!("made-up-{i}"))), "{i}");
+        }
+        let map = auth.failures.lock().unwrap();
+        assert_eq!(map.len(), MAX_TRACKED_CLIENTS);
+        let (left, _) = map.get(&victim).expect("the held-back pair was forgotten");
+        assert!(*left < 1.0, "{left} attempts left");
     }
 }
