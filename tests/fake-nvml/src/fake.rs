@@ -381,10 +381,19 @@ pub(crate) struct Gpm {
     /// with `UNKNOWN` (a passing failure).
     #[serde(default)]
     sample_error_between_ms: Option<(u64, u64)>,
+    /// `[from, to)` milliseconds after the library is loaded: `nvmlGpmMetricsGet` of a pair
+    /// whose second sample was taken then fails with `UNKNOWN` (a passing failure).
+    #[serde(default)]
+    metrics_error_between_ms: Option<(u64, u64)>,
     /// Metric values by name (`sm_util`, `any_tensor_util`, …): percent or MiB/s. A metric
     /// not listed answers `NOT_SUPPORTED` in its own slot.
     #[serde(default)]
     metrics: BTreeMap<String, f64>,
+    /// The metrics from some time on (those it lists; the others stay). A pair of samples
+    /// reads each metric's mean over its span, as GPM's metrics are, so a pair spanning the
+    /// change reads a mix of the two weighted by the time on each side.
+    #[serde(default)]
+    metrics_after: Option<MetricsAfter>,
     /// The cumulative cycle counters (GPM 248–260); absent: each answers `NOT_SUPPORTED` in
     /// its own slot, like a driver without them.
     #[serde(default)]
@@ -394,6 +403,33 @@ pub(crate) struct Gpm {
     /// an H200.
     #[serde(default)]
     counters_error: Option<String>,
+}
+
+/// GPM metrics that change at a time.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MetricsAfter {
+    /// Milliseconds after the library is loaded.
+    after_ms: u64,
+    metrics: BTreeMap<String, f64>,
+}
+
+impl Gpm {
+    /// Metric `name`'s mean over the pair of samples taken `t1` and `t2` seconds after the
+    /// library loaded: its value, or the time-weighted mean of its values before and after
+    /// [`Gpm::metrics_after`]'s change.
+    fn metric_between(&self, name: &str, t1: f64, t2: f64) -> Option<f64> {
+        let before = self.metrics.get(name).copied();
+        let Some(change) = &self.metrics_after else {
+            return before;
+        };
+        let Some(&after) = change.metrics.get(name) else {
+            return before;
+        };
+        let at = change.after_ms as f64 / 1000.0;
+        let share_after = ((t2 - at.max(t1)) / (t2 - t1)).clamp(0.0, 1.0);
+        Some(before.unwrap_or(after) * (1.0 - share_after) + after * share_after)
+    }
 }
 
 fn default_counters_start() -> f64 {
@@ -1927,6 +1963,12 @@ pub(crate) unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut sys::nvmlGpmMetr
         };
         // The counters are read at the second sample.
         let secs = t2.saturating_duration_since(s.started).as_secs_f64();
+        let first = t1.saturating_duration_since(s.started).as_secs_f64();
+        if g.metrics_error_between_ms
+            .is_some_and(|(from, to)| (from as f64..to as f64).contains(&(secs * 1000.0)))
+        {
+            return UNKNOWN;
+        }
         for m in req.metrics.iter_mut().take(req.numMetrics as usize) {
             let counter = g
                 .counters
@@ -1935,7 +1977,7 @@ pub(crate) unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut sys::nvmlGpmMetr
             let value = GPM_IDS
                 .iter()
                 .find(|(_, id)| *id == m.metricId)
-                .and_then(|(name, _)| g.metrics.get(*name).copied())
+                .and_then(|(name, _)| g.metric_between(name, first, secs))
                 .or(counter);
             m.metricInfo = sys::nvmlGpmMetric_t__bindgen_ty_1 {
                 shortName: std::ptr::null_mut(),

@@ -1003,6 +1003,55 @@ fn a_passing_gpm_failure_leaves_no_window_without_gpm() {
     s.wait_for(WAIT, "the failure counted", |m| errors_of(m, "nvml") >= 1.0);
 }
 
+/// A passing failure of `nvmlGpmMetricsGet` keeps the earlier sample: the pair after it
+/// spans every tick the GPU was reported unchanged, not the last one. The fake's metrics
+/// change at 2.5 s (tensor 2 % → 40 %) and its metrics calls fail for the pairs ending in
+/// [1.5 s, 3.5 s), the ticks near 2 s and 3 s at a 1 s interval. By hand, with the ticks at
+/// 1 + δ, 2 + δ, 3 + δ and 4 + δ s (|δ| < 0.5): the window from 1 + δ to 4 + δ reads
+/// (2 × (1.5 − δ) + 40 × (1.5 + δ)) / 3 = 21 + 12.7 δ %, between 14.7 % and 27.3 %. Paired
+/// from the last failed tick instead, it would read 40 %.
+#[test]
+fn a_passing_gpm_metrics_failure_keeps_the_earlier_sample() {
+    let dir = TempDir::new("nvml-gpm-metrics-blip");
+    let path = edited_scenario("h100-decode", &dir, |v| {
+        let gpm = &mut v["devices"][0]["gpm"];
+        gpm["metrics_error_between_ms"] = serde_json::json!([1500, 3500]);
+        gpm["metrics_after"] = serde_json::json!({
+            "after_ms": 2500,
+            "metrics": { "any_tensor_util": 40, "hmma_tensor_util": 40 }
+        });
+    });
+    let s = Sidecar::start(
+        &truthscale_e2e::nvml_args(fake(), "1s"),
+        &[("FAKE_NVML_SCENARIO", path.to_str().unwrap())],
+        dir.path(),
+    );
+    let tensor = |m: &[Sample]| value(m, "truthscale_gpu_tensor_active_ratio", &[("gpu", "0")]);
+    // Each value the tensor activity took, in order, until the change's full 40 %.
+    let mut seen: Vec<f64> = Vec::new();
+    let deadline = std::time::Instant::now() + WAIT;
+    while !seen.last().is_some_and(|v| (v - 0.4).abs() < 1e-9) {
+        if let Some(v) = tensor(&s.metrics())
+            && seen.last() != Some(&v)
+        {
+            seen.push(v);
+        }
+        assert!(std::time::Instant::now() < deadline, "{seen:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mixed: Vec<f64> = seen
+        .iter()
+        .copied()
+        .filter(|v| (v - 0.02).abs() > 1e-9)
+        .collect();
+    assert!(
+        (0.147..=0.273).contains(&mixed[0]),
+        "the window after the failure read {}, not a mix; all: {seen:?}",
+        mixed[0]
+    );
+    s.wait_for(WAIT, "the failure counted", |m| errors_of(m, "nvml") >= 1.0);
+}
+
 /// The choices a start without a source names when there is no driver.
 const CHOICES: &str = "): pass --source nvml (with --nvml-library PATH where the library is \
                        elsewhere), --source dcgm-exporter:URL, --source replay:FILE, or --source \
