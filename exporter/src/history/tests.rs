@@ -22,144 +22,147 @@ fn a_pods_series_takes_the_selectors_namespace_pod_and_cluster_matchers_only() {
     );
 }
 
+/// The families read back (those OWN_METRICS listed before the catalog held them), each
+/// with its reading and the factor from the exported unit to the reading's.
+const OWN_READINGS: &[(&str, Field, f64)] = &[
+    (
+        catalog::GPU_REPORTED_UTILIZATION.name,
+        Field::ReportedUtil,
+        1.0,
+    ),
+    (catalog::GPU_SM_ACTIVE.name, Field::SmActive, 1.0),
+    (catalog::GPU_SM_OCCUPANCY.name, Field::SmOccupancy, 1.0),
+    (catalog::GPU_TENSOR_ACTIVE.name, Field::TensorActive, 1.0),
+    (catalog::GPU_DRAM_ACTIVE.name, Field::DramActive, 1.0),
+    (catalog::GPU_MEMORY_USED.name, Field::MemUsedBytes, 1.0),
+    (catalog::GPU_MEMORY_TOTAL.name, Field::MemTotalBytes, 1.0),
+    (catalog::GPU_POWER.name, Field::PowerWatts, 1.0),
+    (catalog::GPU_POWER_LIMIT.name, Field::PowerLimitWatts, 1.0),
+    (catalog::GPU_SM_CLOCK.name, Field::SmClockMhz, 1e-6),
+    // The health levels, so that history decides health by the same rules.
+    (catalog::GPU_XID_LAST.name, Field::XidLast, 1.0),
+    (
+        catalog::GPU_XID_WINDOW_ERRORS.name,
+        Field::XidWindowErrors,
+        1.0,
+    ),
+    (
+        catalog::GPU_XID_WINDOW_FATAL.name,
+        Field::XidWindowFatal,
+        1.0,
+    ),
+    (
+        catalog::GPU_ROW_REMAP_PENDING.name,
+        Field::RowRemapPending,
+        1.0,
+    ),
+    (
+        catalog::GPU_ROW_REMAP_FAILED.name,
+        Field::RowRemapFailed,
+        1.0,
+    ),
+    (
+        catalog::GPU_ROW_REMAP_UNCORRECTABLE.name,
+        Field::RowRemapUncorrectable,
+        1.0,
+    ),
+    (
+        catalog::GPU_RECOVERY_ACTION.name,
+        Field::RecoveryAction,
+        1.0,
+    ),
+    (
+        catalog::GPU_MEMORY_UNREPAIRABLE.name,
+        Field::MemoryUnrepairable,
+        1.0,
+    ),
+    (
+        catalog::GPU_FABRIC_HEALTH_SUMMARY.name,
+        Field::FabricHealthSummary,
+        1.0,
+    ),
+    // What a starved window's cause is decided from, so node mode's history
+    // decides it by the same rules.
+    (
+        catalog::GPU_PCIE_RECEIVE.name,
+        Field::PcieRxBytesPerSec,
+        1.0,
+    ),
+    (
+        catalog::GPU_PCIE_TRANSMIT.name,
+        Field::PcieTxBytesPerSec,
+        1.0,
+    ),
+    (
+        catalog::GPU_PCIE_LINK_GENERATION.name,
+        Field::PcieLinkGen,
+        1.0,
+    ),
+    (catalog::GPU_PCIE_LINK_WIDTH.name, Field::PcieLinkWidth, 1.0),
+    (
+        catalog::GPU_NVLINK_RECEIVE.name,
+        Field::NvlinkRxBytesPerSec,
+        1.0,
+    ),
+    (
+        catalog::GPU_NVLINK_TRANSMIT.name,
+        Field::NvlinkTxBytesPerSec,
+        1.0,
+    ),
+    (
+        catalog::GPU_NVLINK_TRANSMIT_WAIT.name,
+        Field::NvlinkTxWaitPerSec,
+        1.0,
+    ),
+    (
+        catalog::GPU_HOLDER_CPU_THROTTLED.name,
+        Field::HolderCpuThrottledRatio,
+        1.0,
+    ),
+    (
+        catalog::GPU_HOLDER_CPU_LIMIT.name,
+        Field::HolderCpuLimitCores,
+        1.0,
+    ),
+    (
+        catalog::GPU_HOLDER_CPU_WAITING.name,
+        Field::HolderCpuWaitingRatio,
+        1.0,
+    ),
+    (
+        catalog::GPU_HOLDER_IO_WAITING.name,
+        Field::HolderIoWaitingRatio,
+        1.0,
+    ),
+    (
+        catalog::GPU_HOLDER_IO_STALLED.name,
+        Field::HolderIoStalledRatio,
+        1.0,
+    ),
+    (
+        catalog::GPU_HOLDER_MEMORY_STALLED.name,
+        Field::HolderMemoryStalledRatio,
+        1.0,
+    ),
+];
+
 #[test]
 fn own_metrics_are_the_catalogs_readings() {
-    // The families read back (those OWN_METRICS listed before the catalog held them),
-    // each with its reading and the factor from the exported unit to the reading's.
     let own: Vec<(&str, Field, f64)> = own_names()
         .map(|n| {
             let r = own_metric(n).unwrap();
             (n, r.field, r.read_back(1.0))
         })
         .collect();
-    assert_eq!(
-        own,
-        [
-            (
-                catalog::GPU_REPORTED_UTILIZATION.name,
-                Field::ReportedUtil,
-                1.0
-            ),
-            (catalog::GPU_SM_ACTIVE.name, Field::SmActive, 1.0),
-            (catalog::GPU_SM_OCCUPANCY.name, Field::SmOccupancy, 1.0),
-            (catalog::GPU_TENSOR_ACTIVE.name, Field::TensorActive, 1.0),
-            (catalog::GPU_DRAM_ACTIVE.name, Field::DramActive, 1.0),
-            (catalog::GPU_MEMORY_USED.name, Field::MemUsedBytes, 1.0),
-            (catalog::GPU_MEMORY_TOTAL.name, Field::MemTotalBytes, 1.0),
-            (catalog::GPU_POWER.name, Field::PowerWatts, 1.0),
-            (catalog::GPU_POWER_LIMIT.name, Field::PowerLimitWatts, 1.0),
-            (catalog::GPU_SM_CLOCK.name, Field::SmClockMhz, 1e-6),
-            // The health levels, so that history decides health by the same rules.
-            (catalog::GPU_XID_LAST.name, Field::XidLast, 1.0),
-            (
-                catalog::GPU_XID_WINDOW_ERRORS.name,
-                Field::XidWindowErrors,
-                1.0
-            ),
-            (
-                catalog::GPU_XID_WINDOW_FATAL.name,
-                Field::XidWindowFatal,
-                1.0
-            ),
-            (
-                catalog::GPU_ROW_REMAP_PENDING.name,
-                Field::RowRemapPending,
-                1.0
-            ),
-            (
-                catalog::GPU_ROW_REMAP_FAILED.name,
-                Field::RowRemapFailed,
-                1.0
-            ),
-            (
-                catalog::GPU_ROW_REMAP_UNCORRECTABLE.name,
-                Field::RowRemapUncorrectable,
-                1.0
-            ),
-            (
-                catalog::GPU_RECOVERY_ACTION.name,
-                Field::RecoveryAction,
-                1.0
-            ),
-            (
-                catalog::GPU_MEMORY_UNREPAIRABLE.name,
-                Field::MemoryUnrepairable,
-                1.0
-            ),
-            (
-                catalog::GPU_FABRIC_HEALTH_SUMMARY.name,
-                Field::FabricHealthSummary,
-                1.0
-            ),
-            // What a starved window's cause is decided from, so node mode's history
-            // decides it by the same rules.
-            (
-                catalog::GPU_PCIE_RECEIVE.name,
-                Field::PcieRxBytesPerSec,
-                1.0
-            ),
-            (
-                catalog::GPU_PCIE_TRANSMIT.name,
-                Field::PcieTxBytesPerSec,
-                1.0
-            ),
-            (
-                catalog::GPU_PCIE_LINK_GENERATION.name,
-                Field::PcieLinkGen,
-                1.0
-            ),
-            (catalog::GPU_PCIE_LINK_WIDTH.name, Field::PcieLinkWidth, 1.0),
-            (
-                catalog::GPU_NVLINK_RECEIVE.name,
-                Field::NvlinkRxBytesPerSec,
-                1.0
-            ),
-            (
-                catalog::GPU_NVLINK_TRANSMIT.name,
-                Field::NvlinkTxBytesPerSec,
-                1.0
-            ),
-            (
-                catalog::GPU_NVLINK_TRANSMIT_WAIT.name,
-                Field::NvlinkTxWaitPerSec,
-                1.0
-            ),
-            (
-                catalog::GPU_HOLDER_CPU_THROTTLED.name,
-                Field::HolderCpuThrottledRatio,
-                1.0
-            ),
-            (
-                catalog::GPU_HOLDER_CPU_LIMIT.name,
-                Field::HolderCpuLimitCores,
-                1.0
-            ),
-            (
-                catalog::GPU_HOLDER_CPU_WAITING.name,
-                Field::HolderCpuWaitingRatio,
-                1.0
-            ),
-            (
-                catalog::GPU_HOLDER_IO_WAITING.name,
-                Field::HolderIoWaitingRatio,
-                1.0
-            ),
-            (
-                catalog::GPU_HOLDER_IO_STALLED.name,
-                Field::HolderIoStalledRatio,
-                1.0
-            ),
-            (
-                catalog::GPU_HOLDER_MEMORY_STALLED.name,
-                Field::HolderMemoryStalledRatio,
-                1.0
-            ),
-        ]
-    );
+    assert_eq!(own, OWN_READINGS);
     for id in NOT_READ_BACK {
         assert!(id.desc().raw.is_some(), "{}", id.desc().name);
     }
     assert!(is_dcgm("DCGM_FI_DEV_FB_FREE") && !is_dcgm("DCGM_FI_DEV_PCIE_REPLAY_COUNTER"));
+}
+
+#[test]
+fn discovery_asks_by_prefixes_that_match_every_name_read() {
     // Discovery asks by prefixes, so its URL stays short: every name read matches them,
     // and the selector is well under a proxy's 8 KB request line.
     let selector = gpu_series("namespace=\"prod\"");
