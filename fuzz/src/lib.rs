@@ -172,13 +172,13 @@ impl Checked {
             if !self.seen.contains_key(&key) {
                 self.order.push(key.clone());
             }
-            let seen = self.seen.entry(key).or_default();
-            if let Some(at) = sample
+            let read_at = sample
                 .entities
                 .iter()
-                .find(|e| e.id.key() == w.id.key())
-                .and_then(|e| e.energy_read_at)
-            {
+                .find(|e| e.id.key() == key)
+                .and_then(|e| e.energy_read_at);
+            let seen = self.seen.entry(key).or_default();
+            if let Some(at) = read_at {
                 let offset = at.seconds_since(sample.taken).abs();
                 seen.energy_read_offset = seen.energy_read_offset.max(offset);
             }
