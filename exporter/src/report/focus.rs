@@ -7,7 +7,7 @@
 //! the unallocated cost. truthscale's own figures are in `x_` columns, as FOCUS asks of a
 //! column it does not define.
 
-use super::opencost::{Bounds, IDLE, periods};
+use super::opencost::{ALLOCATION_UNKNOWN, Bounds, IDLE, periods};
 use super::showback::By;
 use std::io::Write;
 use truthscale_core::showback::{GroupHours, Showback};
@@ -182,6 +182,18 @@ pub(crate) fn write(
             simulated: p.unallocated_simulated,
         };
         write_row(out, &by_name, args, &window, b, &row)?;
+        if p.allocation_unknown_gpu_hours > 0.0 {
+            let row = Row {
+                group: ALLOCATION_UNKNOWN,
+                description: "GPU-hours with nothing of the GPU read and no holder named (allocation unknown)".into(),
+                hours: p.allocation_unknown_gpu_hours,
+                cost: p.allocation_unknown_cost.ok_or_else(no_price)?,
+                g: None,
+                unavailable: None,
+                simulated: p.allocation_unknown_simulated,
+            };
+            write_row(out, &by_name, args, &window, b, &row)?;
+        }
     }
     Ok(())
 }

@@ -97,6 +97,12 @@ fn loss_words(f: &Funnel, loss: Option<(&str, Option<f64>)>, digits: usize) -> S
             hours(f.use_unmeasured_gpu_hours, digits)
         ));
     }
+    if name == "unallocated" && f.allocation_unknown_gpu_hours > 0.0 {
+        s.push_str(&format!(
+            ", −{} h allocation unknown",
+            hours(f.allocation_unknown_gpu_hours, digits)
+        ));
+    }
     if name == "busy but not computing" && f.effective_unmeasured_gpu_hours > 0.0 {
         s.push_str(&format!(
             ", −{} h effective compute not measured",

@@ -21,6 +21,9 @@ use truthscale_core::showback::{GroupHours, Period, Showback};
 pub(crate) const IDLE: &str = "__idle__";
 /// OpenCost's name of the allocations without the grouping's value.
 pub(crate) const UNALLOCATED: &str = "__unallocated__";
+/// truthscale's name of the GPU-hours whose allocation is unknown (nothing of the GPU read,
+/// no holder named); OpenCost has none.
+pub(crate) const ALLOCATION_UNKNOWN: &str = "__allocation_unknown__";
 
 /// A period's bounds: its RFC 3339 start and end, and its hours.
 pub(crate) struct Bounds {
@@ -177,32 +180,57 @@ fn simulated(m: &mut Map<String, Value>, simulated: bool) {
 
 /// The capacity no pod held in period `p`: OpenCost's `__idle__`.
 fn idle(p: &Period, priced: bool, b: &Bounds) -> Value {
-    let unheld_down = p.unheld_unavailable_gpu_hours();
-    // Unknown (null) where no unallocated GPU-hour had a price, never 0.
-    let cost = if priced {
-        json!(p.unallocated_cost)
-    } else {
-        Value::Null
-    };
-    let mut m = head(IDLE, json!({}), b);
+    let hours = (p.unallocated_gpu_hours, p.unallocated_cost);
+    let mut m = unheld(IDLE, hours, true, priced, b);
+    m.insert(
+        "truthscaleUnavailableGpuHours".into(),
+        json!(p.unheld_unavailable_gpu_hours()),
+    );
+    simulated(&mut m, p.unallocated_simulated);
+    Value::Object(m)
+}
+
+/// The GPU-hours of period `p` at which nothing of the GPU was read and no holder named
+/// (`__allocation_unknown__`, truthscale's own): not known whether a pod held them, so
+/// neither idle nor any allocation's; `None` where there were none.
+fn allocation_unknown(p: &Period, priced: bool, b: &Bounds) -> Option<Value> {
+    if p.allocation_unknown_gpu_hours == 0.0 {
+        return None;
+    }
+    let hours = (p.allocation_unknown_gpu_hours, p.allocation_unknown_cost);
+    let mut m = unheld(ALLOCATION_UNKNOWN, hours, false, priced, b);
+    simulated(&mut m, p.allocation_unknown_simulated);
+    Some(Value::Object(m))
+}
+
+/// An entry of GPU-hours no group is charged, `(hours, cost)`, the cost of idle where they
+/// are known `idle`.
+fn unheld(
+    name: &str,
+    (hours, cost): (f64, Option<f64>),
+    idle: bool,
+    priced: bool,
+    b: &Bounds,
+) -> Map<String, Value> {
+    // Unknown (null) where none of the GPU-hours had a price, never 0.
+    let cost = if priced { json!(cost) } else { Value::Null };
+    let mut m = head(name, json!({}), b);
     let fields = [
-        ("gpuCount", ratio(p.unallocated_gpu_hours, b.hours)),
-        ("gpuHours", json!(p.unallocated_gpu_hours)),
+        ("gpuCount", ratio(hours, b.hours)),
+        ("gpuHours", json!(hours)),
         ("gpuCost", cost.clone()),
-        ("gpuCostIdle", cost.clone()),
+        ("gpuCostIdle", if idle { cost.clone() } else { Value::Null }),
         (
             "gpuCostAdjustment",
             if priced { json!(0.0) } else { Value::Null },
         ),
         ("gpuEfficiency", Value::Null),
         ("totalCost", cost),
-        ("truthscaleUnavailableGpuHours", json!(unheld_down)),
     ];
     for (k, v) in fields {
         m.insert(k.into(), v);
     }
-    simulated(&mut m, p.unallocated_simulated);
-    Value::Object(m)
+    m
 }
 
 /// Whether `s` was priced: some group has a cost, or the capacity no pod held has one.
@@ -237,6 +265,9 @@ pub(crate) fn document(s: &Showback, by: &By, start_ms: i64, step_seconds: f64) 
                 allocation(UNALLOCATED, json!({}), none, &b),
             );
             set.insert(IDLE.into(), idle(p, priced, &b));
+            if let Some(a) = allocation_unknown(p, priced, &b) {
+                set.insert(ALLOCATION_UNKNOWN.into(), a);
+            }
             Value::Object(set)
         })
         .collect();

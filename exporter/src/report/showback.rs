@@ -547,7 +547,7 @@ fn num(x: Option<f64>) -> String {
 }
 
 /// One row per group and period (the whole window without periods), plus an `(unallocated)`
-/// row per period; an unknown value is an empty field, never 0. `simulated` is `true` on a
+/// row per period, and an `(allocation unknown)` row where any GPU-hours were; an unknown value is an empty field, never 0. `simulated` is `true` on a
 /// row with any GPU-hour of a simulated GPU.
 ///
 /// # Errors
@@ -614,6 +614,18 @@ pub(crate) fn write_csv(
             num(unheld_down),
             p.unallocated_simulated,
         )?;
+        // Nothing of the GPU read and no holder named: not known whether a pod held it, so
+        // no energy or health was read of it either.
+        if p.allocation_unknown_gpu_hours > 0.0 {
+            writeln!(
+                out,
+                "{from},{to},{},(allocation unknown),,{},,,,,,,,,{},,,,,,,,{},,,,",
+                field(&s.by),
+                num(Some(p.allocation_unknown_gpu_hours)),
+                num(p.allocation_unknown_cost),
+                p.allocation_unknown_simulated,
+            )?;
+        }
     }
     Ok(())
 }

@@ -170,22 +170,37 @@ pub(super) fn section(
 }
 
 /// The table's `(unallocated)` row, marked `[SIMULATED]` as the text table's is where any of
-/// its GPU-hours were a simulated GPU's; the table's end and its checks.
+/// its GPU-hours were a simulated GPU's, and the `(allocation unknown)` row where any
+/// GPU-hours were; the table's end and its checks.
 fn unallocated_row(w: &mut String, s: &truthscale_core::showback::Showback, digits: usize) {
-    let energy = s.total.energy.as_ref();
-    let mark = if s.total.unallocated_simulated {
-        " [SIMULATED]"
-    } else {
-        ""
-    };
-    let _ = writeln!(
+    let t = &s.total;
+    let energy = t.energy.as_ref();
+    let mark = |simulated| if simulated { " [SIMULATED]" } else { "" };
+    let _ = write!(
         w,
-        "<tr><td>(unallocated){mark}</td><td>{}</td><td colspan=\"10\"></td><td>{}</td><td></td><td>{}</td><td>{}</td></tr></table>\n<p id=\"showback-check\">check: {}</p><p id=\"allocation-check\">{}</p>",
-        hours(s.total.unallocated_gpu_hours, digits),
-        cost_priced(s.total.unallocated_cost, s.priced),
+        "<tr><td>(unallocated){}</td><td>{}</td><td colspan=\"10\"></td><td>{}</td><td></td><td>{}</td><td>{}</td></tr>",
+        mark(t.unallocated_simulated),
+        hours(t.unallocated_gpu_hours, digits),
+        cost_priced(t.unallocated_cost, s.priced),
         kwh_or_none(energy.map(|e| e.unallocated_kwh)),
         cost_or_none(energy.and_then(|e| e.unallocated_cost)),
-        esc(&s.total.check),
+    );
+    // Nothing of the GPU read: no energy either.
+    if t.allocation_unknown_gpu_hours > 0.0 {
+        let _ = write!(
+            w,
+            "<tr><td>(allocation unknown){}</td><td>{}</td><td colspan=\"10\"></td><td>{}</td><td></td><td>{}</td><td>{}</td></tr>",
+            mark(t.allocation_unknown_simulated),
+            hours(t.allocation_unknown_gpu_hours, digits),
+            cost_priced(t.allocation_unknown_cost, s.priced),
+            kwh_or_none(None),
+            cost_or_none(None),
+        );
+    }
+    let _ = writeln!(
+        w,
+        "</table>\n<p id=\"showback-check\">check: {}</p><p id=\"allocation-check\">{}</p>",
+        esc(&t.check),
         esc(&s.allocation.check)
     );
 }
@@ -224,5 +239,31 @@ mod tests {
         };
         assert!(page(true).contains("<td>(unallocated) [SIMULATED]</td>"));
         assert!(page(false).contains("<td>(unallocated)</td>"));
+    }
+
+    /// GPU-hours whose allocation is unknown have a row of their own, priced, with no energy
+    /// (nothing of the GPU was read); none where there were none.
+    #[test]
+    fn allocation_unknown_has_a_row_of_its_own() {
+        let page = |hours: f64| {
+            let s = Showback {
+                by: "namespace".into(),
+                total: Period {
+                    unallocated_gpu_hours: 1.0,
+                    unallocated_cost: Some(4.0),
+                    allocation_unknown_gpu_hours: hours,
+                    allocation_unknown_cost: Some(hours * 4.0),
+                    ..Period::default()
+                },
+                priced: true,
+                ..Showback::default()
+            };
+            let mut w = String::new();
+            super::section(&mut w, &s, 1).expect("the section renders");
+            w
+        };
+        let row = "<tr><td>(allocation unknown)</td><td>0.5</td><td colspan=\"10\"></td><td>2.00</td><td></td><td>—</td><td>—</td></tr></table>";
+        assert!(page(0.5).contains(row), "{}", page(0.5));
+        assert!(!page(0.0).contains("(allocation unknown)"));
     }
 }

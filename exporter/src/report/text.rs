@@ -336,25 +336,35 @@ fn showback(out: &mut impl Write, s: &Showback) -> Result<()> {
     for g in &t.groups {
         showback_row(out, g, (sliced, down, priced))?;
     }
-    // What no pod held, and with prices what it cost, under the groups' cost column.
-    let unallocated_cost = if priced {
-        let pad = 7 * 10 + if down { 12 } else { 0 } + if sliced { 20 } else { 0 };
-        let c = t.unallocated_cost.map_or_else(|| "?".to_owned(), cost);
-        format!("{:pad$} {c:>10}", "")
-    } else {
-        String::new()
-    };
-    writeln!(
-        out,
-        "  {:<24} {:>9}{unallocated_cost}{}",
-        "(unallocated)",
-        hours(t.unallocated_gpu_hours, DIGITS),
-        if t.unallocated_simulated {
-            " [SIMULATED]"
-        } else {
-            ""
+    // What no pod held, and with prices what it cost, under the groups' cost column; what
+    // no one knows was held or not, apart.
+    let pad = 7 * 10 + if down { 12 } else { 0 } + if sliced { 20 } else { 0 };
+    let unheld = [
+        (
+            "(unallocated)",
+            t.unallocated_gpu_hours,
+            t.unallocated_cost,
+            t.unallocated_simulated,
+        ),
+        (
+            "(allocation unknown)",
+            t.allocation_unknown_gpu_hours,
+            t.allocation_unknown_cost,
+            t.allocation_unknown_simulated,
+        ),
+    ];
+    for (k, (name, h, c, simulated)) in unheld.into_iter().enumerate() {
+        if k > 0 && h == 0.0 {
+            continue;
         }
-    )?;
+        let cost = if priced {
+            format!("{:pad$} {:>10}", "", c.map_or_else(|| "?".to_owned(), cost))
+        } else {
+            String::new()
+        };
+        let mark = if simulated { " [SIMULATED]" } else { "" };
+        writeln!(out, "  {name:<24} {:>9}{cost}{mark}", hours(h, DIGITS))?;
+    }
     showback_footer(out, s, sliced)
 }
 

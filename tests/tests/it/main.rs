@@ -18,6 +18,7 @@ mod faults;
 mod finops;
 mod health;
 mod history;
+mod holder_gap;
 mod hygiene;
 mod idle_owner;
 mod manifests;

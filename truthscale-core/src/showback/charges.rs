@@ -102,39 +102,57 @@ enum Use {
     Used,
 }
 
-/// Per period: the groups, and the fleet's unallocated, overallocated and total units.
+/// Per period: the groups, and the fleet's unallocated, allocation unknown, overallocated
+/// and total units.
 #[derive(Debug, Default, Clone)]
 pub(super) struct PeriodAcc {
     groups: BTreeMap<String, Acc>,
-    pub(super) unallocated: u64,
-    /// What the unallocated GPU-hours cost, at each GPU's price, where priced.
-    pub(super) unallocated_cost: Option<f64>,
-    /// Whether any unallocated GPU-hours had no price where prices were given.
-    pub(super) unallocated_unpriced: bool,
-    /// Whether any unallocated GPU-hours were of a simulated GPU.
-    pub(super) unallocated_simulated: bool,
+    /// What no pod held (a series of the GPU read, no holder).
+    pub(super) unallocated: Unheld,
+    /// What no series of the GPU covered: not known whether a pod held it.
+    pub(super) allocation_unknown: Unheld,
     pub(super) overallocated: u64,
     pub(super) fleet: u64,
     pub(super) energy: EnergyAcc,
     pub(super) funnel: super::funnel::FunnelAcc,
 }
 
-impl PeriodAcc {
-    /// `free` share units no pod held, at `price` (none: `unpriced` where prices were given),
-    /// of a GPU that is `simulated` or not.
-    pub(super) fn add_unallocated(
+/// Share units charged to no group, and what they cost.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Unheld {
+    pub(super) units: u64,
+    /// What they cost, at each GPU's price, where priced.
+    pub(super) cost: Option<f64>,
+    /// Whether any of them had no price where prices were given.
+    pub(super) unpriced: bool,
+    /// Whether any of them were of a simulated GPU.
+    pub(super) simulated: bool,
+}
+
+impl Unheld {
+    /// `units` share units at `price` (none: `unpriced` where prices were given), of a GPU
+    /// that is `simulated` or not.
+    pub(super) fn add(
         &mut self,
-        free: u64,
+        units: u64,
         (price, unpriced): (Option<f64>, bool),
         simulated: bool,
         hours_per_step: f64,
     ) {
-        self.unallocated += free;
-        self.unallocated_simulated |= simulated && free > 0;
+        self.units += units;
+        self.simulated |= simulated && units > 0;
         if let Some(p) = price {
-            *self.unallocated_cost.get_or_insert(0.0) += p * gpu_hours(free, hours_per_step);
+            *self.cost.get_or_insert(0.0) += p * gpu_hours(units, hours_per_step);
         }
-        self.unallocated_unpriced |= unpriced;
+        self.unpriced |= unpriced;
+    }
+
+    /// What they cost: with prices given, none of them costs 0 (known, not missing); `None`
+    /// where any had no price.
+    fn cost(&self, priced: bool) -> Option<f64> {
+        self.cost
+            .or((priced && self.units == 0).then_some(0.0))
+            .filter(|_| !self.unpriced)
     }
 }
 
@@ -393,42 +411,54 @@ pub(super) fn period(
             .then_with(|| a.group.cmp(&b.group))
     });
     let allocated: u64 = acc.groups.values().map(|a| a.allocated).sum();
-    let reconciled =
-        allocated + acc.unallocated == acc.fleet + acc.overallocated && acc.overallocated == 0;
-    let check = format!(
-        "groups {:.3} + unallocated {:.3} = fleet {:.3} GPU-hours{}",
-        hours(allocated),
-        hours(acc.unallocated),
-        hours(acc.fleet),
-        if reconciled {
-            String::new()
-        } else {
-            format!(
-                ": does not reconcile, {:.3} GPU-hours allocated beyond whole GPUs",
-                hours(acc.overallocated)
-            )
-        }
-    );
-    let energy = period_energy(acc, w);
+    let (unallocated, unknown) = (&acc.unallocated, &acc.allocation_unknown);
+    let (reconciled, check) = reconcile(acc, allocated, w.hours_per_step);
     Period {
         start_step,
         steps,
         groups,
-        energy,
-        unallocated_gpu_hours: hours(acc.unallocated),
-        unallocated_simulated: acc.unallocated_simulated,
-        // With prices given, a period no GPU-hour was left unallocated in (one before any
-        // GPU reported) costs 0 there: it is known, not missing.
-        unallocated_cost: acc
-            .unallocated_cost
-            .or((w.priced && acc.unallocated == 0).then_some(0.0))
-            .filter(|_| !acc.unallocated_unpriced),
+        energy: period_energy(acc, w),
+        unallocated_gpu_hours: hours(unallocated.units),
+        unallocated_simulated: unallocated.simulated,
+        unallocated_cost: unallocated.cost(w.priced),
+        allocation_unknown_gpu_hours: hours(unknown.units),
+        allocation_unknown_simulated: unknown.simulated,
+        allocation_unknown_cost: unknown.cost(w.priced),
         funnel: acc.funnel.funnel(w.hours_per_step),
         fleet_gpu_hours: hours(acc.fleet),
         overallocated_gpu_hours: hours(acc.overallocated),
         reconciled,
         check,
     }
+}
+
+/// Whether the groups' `allocated` units, the unallocated and those whose allocation is
+/// unknown are the fleet's exactly, and the check in words.
+fn reconcile(acc: &PeriodAcc, allocated: u64, hours_per_step: f64) -> (bool, String) {
+    let hours = |u: u64| gpu_hours(u, hours_per_step);
+    let (unallocated, unknown) = (acc.unallocated.units, acc.allocation_unknown.units);
+    let reconciled = allocated + unallocated + unknown == acc.fleet + acc.overallocated
+        && acc.overallocated == 0;
+    let unknown = if unknown > 0 {
+        format!(" + allocation unknown {:.3}", hours(unknown))
+    } else {
+        String::new()
+    };
+    let broken = if reconciled {
+        String::new()
+    } else {
+        format!(
+            ": does not reconcile, {:.3} GPU-hours allocated beyond whole GPUs",
+            hours(acc.overallocated)
+        )
+    };
+    let check = format!(
+        "groups {:.3} + unallocated {:.3}{unknown} = fleet {:.3} GPU-hours{broken}",
+        hours(allocated),
+        hours(unallocated),
+        hours(acc.fleet),
+    );
+    (reconciled, check)
 }
 
 /// A period's energy: the groups' (their shares of each GPU's energy), what no pod held (a

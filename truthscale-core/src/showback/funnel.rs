@@ -33,8 +33,12 @@ pub struct Funnel {
     pub effective_gpu_hours: Option<f64>,
     /// Lost to health: the GPU could take no work (total − healthy).
     pub unavailable_gpu_hours: f64,
-    /// Healthy, but no pod held it (healthy − allocated).
+    /// Healthy, but no pod held it.
     pub unallocated_gpu_hours: f64,
+    /// Nothing of the GPU read and no holder named: whether a pod held it is unknown,
+    /// never counted as unallocated (healthy − allocated − unallocated). Counted healthy,
+    /// its health unread.
+    pub allocation_unknown_gpu_hours: f64,
     /// Held, and idle by the report's thresholds.
     pub idle_held_gpu_hours: f64,
     /// Held, with no reading of use: neither idle nor active (allocated − active − idle).
@@ -62,6 +66,7 @@ pub(super) struct FunnelAcc {
     total: u64,
     unavailable: u64,
     unallocated: u64,
+    allocation_unknown: u64,
     idle: u64,
     unmeasured: u64,
     active: u64,
@@ -97,10 +102,11 @@ impl Stage {
 
 impl FunnelAcc {
     /// One GPU-step: `down` when the GPU was unavailable, `health_read` when any health
-    /// field of it was read, `charges` its holders' shares.
+    /// field of it was read, `seen` when anything of it was read or a holder named,
+    /// `charges` its holders' shares.
     pub(super) fn add_step(
         &mut self,
-        (down, health_read): (bool, bool),
+        ((down, health_read), seen): ((bool, bool), bool),
         charges: &[Charge<'_>],
         cfg: &ShowbackConfig,
         hours_per_step: f64,
@@ -112,7 +118,12 @@ impl FunnelAcc {
             return;
         }
         let held: u64 = charges.iter().map(|c| c.units).sum();
-        self.unallocated += SHARE_UNITS.saturating_sub(held);
+        let free = SHARE_UNITS.saturating_sub(held);
+        if seen {
+            self.unallocated += free;
+        } else {
+            self.allocation_unknown += free;
+        }
         self.overallocated += held.saturating_sub(SHARE_UNITS);
         for c in charges {
             let (busy, ecf) = c.device_use;
@@ -143,16 +154,29 @@ impl FunnelAcc {
     pub(super) fn funnel(&self, hours_per_step: f64) -> Funnel {
         let hours = |u: u64| u as f64 / SHARE_UNITS as f64 * hours_per_step;
         let healthy = self.total - self.unavailable;
-        let allocated = healthy - self.unallocated;
-        let parts = self.unavailable + self.unallocated + self.idle + self.unmeasured + self.active;
+        let allocated = healthy - self.unallocated - self.allocation_unknown;
+        let parts = self.unavailable
+            + self.unallocated
+            + self.allocation_unknown
+            + self.idle
+            + self.unmeasured
+            + self.active;
         let adds_up = parts == self.total && self.overallocated == 0;
         let active = hours(self.active);
         let unread = hours(self.effective_unread);
         let effective = self.effective.min(active - unread);
         // Nothing read in any active hour: what they computed is unknown, not 0.
         let read = self.active == 0 || self.effective_unread < self.active;
+        let unknown = if self.allocation_unknown > 0 {
+            format!(
+                " + allocation unknown {:.3}",
+                hours(self.allocation_unknown)
+            )
+        } else {
+            String::new()
+        };
         let check = format!(
-            "unavailable {:.3} + unallocated {:.3} + idle held {:.3} + use not measured {:.3} + active {:.3} {} total {:.3} GPU-hours",
+            "unavailable {:.3} + unallocated {:.3}{unknown} + idle held {:.3} + use not measured {:.3} + active {:.3} {} total {:.3} GPU-hours",
             hours(self.unavailable),
             hours(self.unallocated),
             hours(self.idle),
@@ -169,6 +193,7 @@ impl FunnelAcc {
             effective_gpu_hours: read.then_some(effective),
             unavailable_gpu_hours: hours(self.unavailable),
             unallocated_gpu_hours: hours(self.unallocated),
+            allocation_unknown_gpu_hours: hours(self.allocation_unknown),
             idle_held_gpu_hours: hours(self.idle),
             use_unmeasured_gpu_hours: hours(self.unmeasured),
             busy_not_computing_gpu_hours: read.then_some(active - unread - effective),

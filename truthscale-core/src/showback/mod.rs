@@ -20,11 +20,15 @@
 //!   convention of NVIDIA's and GKE's slice naming; an instance whose profile is not known
 //!   takes an equal part with the GPU's other instances at that step. Each instance's use is
 //!   its own counters';
-//! - what no pod holds is *unallocated*.
+//! - what no pod holds is *unallocated*;
+//! - a step no series of the GPU covered (between two holders' series, or a gap in the
+//!   device's own) is *allocation unknown*: whether a pod held it was not read, so it is
+//!   neither unallocated nor any group's.
 //!
 //! Shares are counted in integer units of 1/[`SHARE_UNITS`] of a GPU-step (a multiple of
 //! every split up to 12 ways and of 7 and 4 compute slices), so that the groups plus
-//! unallocated add up to the fleet exactly, which [`Period::reconciled`] checks.
+//! unallocated plus allocation unknown add up to the fleet exactly, which
+//! [`Period::reconciled`] checks.
 //!
 //! **Use** of a measured step: *idle* when the busy flag (where measured) is below the
 //! busy threshold and effective compute (where measured) below its threshold, as the
@@ -178,6 +182,19 @@ pub struct Period {
     /// What the GPU-hours no pod held cost (each GPU's hours at its model's price), with a
     /// price; `None` without one.
     pub unallocated_cost: Option<f64>,
+    /// GPU-hours between a GPU's first reading and its last at steps at which nothing of the
+    /// GPU was read and no series names a holder (between two holders' series, or a gap in
+    /// the device's own): not known whether a pod held them, so neither unallocated nor any
+    /// group's. What no pod held lies between `unallocated_gpu_hours`
+    /// and that plus these; reading the GPU's device series at every step (node mode,
+    /// dcgm-exporter) makes it exact. A sidecar deployment has no series of a GPU no pod
+    /// holds, so its gaps between holders are counted here.
+    pub allocation_unknown_gpu_hours: f64,
+    /// Whether any of them were of a simulated GPU.
+    pub allocation_unknown_simulated: bool,
+    /// What they cost (each GPU's hours at its model's price), with a price; `None` without
+    /// one.
+    pub allocation_unknown_cost: Option<f64>,
     /// The funnel: total → healthy → allocated → active → effective, each loss named.
     pub funnel: Funnel,
     /// The fleet's GPU-hours: each GPU from its first reading to its last.
@@ -185,7 +202,8 @@ pub struct Period {
     /// GPU-hours allocated beyond a whole GPU (pods' shares adding up to more than one):
     /// zero when the policy holds.
     pub overallocated_gpu_hours: f64,
-    /// Whether the groups plus unallocated are the fleet, exactly (in share units).
+    /// Whether the groups plus unallocated plus allocation unknown are the fleet, exactly
+    /// (in share units).
     pub reconciled: bool,
     /// The check, in words.
     pub check: String,
@@ -408,6 +426,9 @@ struct Tally {
     allocation: (usize, u64, u64),
     /// GPU-steps charged with their power read, and without.
     energy_steps: (u64, u64),
+    /// GPUs with steps whose allocation is unknown (nothing of the GPU read, no holder
+    /// named), and those GPU-steps.
+    allocation_unknown: (usize, u64),
 }
 
 impl Tally {
@@ -574,6 +595,12 @@ fn notes(
             h(read)
         ));
     }
+    if let (gpus @ 1.., steps) = tally.allocation_unknown {
+        notes.push(format!(
+            "{:.2} GPU-hours on {gpus} GPU(s) had nothing of the GPU read and no holder named (between two holders' series, or a gap in the device's own): whether a pod held them is unknown, so they are allocation unknown, neither unallocated nor any group's; what no pod held lies between the unallocated GPU-hours and that plus these. A sidecar deployment has no series of a GPU no pod holds; node mode's or dcgm-exporter's device series make it exact",
+            steps as f64 * hours_per_step
+        ));
+    }
     if cfg.period_steps.is_some() && !requested.is_empty() {
         notes.push("requested GPU-hours are given for the whole window only".into());
     }
@@ -586,6 +613,7 @@ fn policy(cfg: &ShowbackConfig) -> Vec<String> {
         "a GPU is held by a pod from its first reading to its last; a whole GPU held by one pod counts 1 GPU-hour an hour".into(),
         "a time-sliced GPU held by k pods counts 1/k to each; a MIG instance its compute slices over the GPU's (3g.40gb on an H100: 3/7)".into(),
         "a pod granted a fraction counts that fraction: HAMi's nvidia.com/gpucores over 100 (else nvidia.com/gpumem over the GPU's memory), KAI's gpu-fraction (else gpu-memory over the GPU's memory); pods without one on the same GPU share what is left equally; what no pod holds is unallocated; KAI's reservation pods are placeholders, never charged".into(),
+        "a step at which nothing of a GPU was read and no series names a holder (between two holders' series) is allocation unknown: never unallocated, never any group's".into(),
         format!(
             "a step is idle when the busy flag is below {} and effective compute below {} (each where measured); unmeasured when neither was measured",
             cfg.idle_busy_below, cfg.idle_compute_below

@@ -2,7 +2,7 @@
 //! holding it by the allocation policy (whole, time-sliced `1/k`, MIG compute slices, or the
 //! holders node mode names), as [`Charge`]s of what each did with its share.
 
-use super::charges::{add_charge, price_of};
+use super::charges::{PeriodAcc, add_charge, price_of};
 use super::{Accs, Fraction, Holding, SHARE_UNITS, Tally, Window, placeholder};
 use crate::fleet::Track;
 
@@ -126,6 +126,7 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
     // two of them (no track covering it) is priced too.
     let price = members.iter().find_map(|&i| w.facts[i].price);
     let simulated = tracks.iter().any(|t| t.simulated);
+    let mut unseen = 0u64;
     for s in first..end {
         let shared = step_shares(w, members, s, tally, &mut scratch);
         let (covering, shares) = (&scratch.covering, &mut scratch.shares);
@@ -157,24 +158,21 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
         }
         let period = s / w.per;
         let free = SHARE_UNITS.saturating_sub(sum);
-        let unpriced = w.priced && price.is_none() && free > 0;
-        if unpriced {
-            let model = tracks.iter().find_map(|t| t.model.clone());
-            tally
-                .unpriced
-                .insert(model.unwrap_or_else(|| "unknown".into()));
-        }
+        // Nothing of the GPU read, and no series names a holder: whether a pod held it is
+        // unknown, never unallocated.
+        let seen = !charges.is_empty() || covering.iter().any(|&i| read_at(&input.tracks[i], s));
+        let unpriced = unpriced(w, (price, free), &tracks, tally);
+        unseen += u64::from(!seen);
+        let step = GpuStep {
+            held: sum,
+            seen,
+            price: (price, unpriced),
+            simulated,
+            energy: energy.zip(unallocated_mj),
+            health,
+        };
         for acc in accs.both(period) {
-            acc.fleet += SHARE_UNITS;
-            acc.add_unallocated(free, (price, unpriced), simulated, w.hours_per_step);
-            acc.overallocated += sum.saturating_sub(SHARE_UNITS);
-            if let (Some(e), Some(u)) = (energy, unallocated_mj) {
-                acc.energy.fleet_mj += e;
-                acc.energy.unallocated_mj += u;
-                acc.energy.measured = true;
-            }
-            acc.funnel
-                .add_step(health, &charges, w.cfg, w.hours_per_step);
+            step.add_to(acc, &charges, w);
         }
         for c in &charges {
             let new_pod = unlisted(&mut listed, period, c);
@@ -182,7 +180,70 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
         }
     }
     tally.shared_gpus += usize::from(was_shared);
+    tally.allocation_unknown.0 += usize::from(unseen > 0);
+    tally.allocation_unknown.1 += unseen;
     tally.allocation.0 += usize::from(charged);
+}
+
+/// Whether `free` share units of a GPU of `price` have none where prices were given (its
+/// model then noted in `tally`).
+fn unpriced(
+    w: &Window<'_>,
+    (price, free): (Option<f64>, u64),
+    tracks: &[&Track],
+    tally: &mut Tally,
+) -> bool {
+    let unpriced = w.priced && price.is_none() && free > 0;
+    if unpriced {
+        let model = tracks.iter().find_map(|t| t.model.clone());
+        tally
+            .unpriced
+            .insert(model.unwrap_or_else(|| "unknown".into()));
+    }
+    unpriced
+}
+
+/// One step of one physical GPU, as the period's totals count it.
+struct GpuStep {
+    /// Share units its holders held.
+    held: u64,
+    /// Whether anything of the GPU was read or a holder named: what no pod held is then
+    /// unallocated, else its allocation is unknown.
+    seen: bool,
+    /// The GPU's price, and whether it had none where prices were given.
+    price: (Option<f64>, bool),
+    simulated: bool,
+    /// The GPU's energy and the part no pod held, millijoules, where its power was read.
+    energy: Option<(u64, u64)>,
+    /// Whether it was unavailable, and whether any health field of it was read.
+    health: (bool, bool),
+}
+
+impl GpuStep {
+    /// Adds the step, its holders' `charges`, to a period's totals.
+    fn add_to(&self, acc: &mut PeriodAcc, charges: &[Charge<'_>], w: &Window<'_>) {
+        acc.fleet += SHARE_UNITS;
+        let unheld = if self.seen {
+            &mut acc.unallocated
+        } else {
+            &mut acc.allocation_unknown
+        };
+        let free = SHARE_UNITS.saturating_sub(self.held);
+        unheld.add(free, self.price, self.simulated, w.hours_per_step);
+        acc.overallocated += self.held.saturating_sub(SHARE_UNITS);
+        if let Some((e, u)) = self.energy {
+            acc.energy.fleet_mj += e;
+            acc.energy.unallocated_mj += u;
+            acc.energy.measured = true;
+        }
+        acc.funnel
+            .add_step((self.health, self.seen), charges, w.cfg, w.hours_per_step);
+    }
+}
+
+/// Whether anything of track `t` was read at step `s` (a step of its lifetime).
+fn read_at(t: &Track, s: usize) -> bool {
+    t.points()[s - t.first_step()].any()
 }
 
 /// Whether the charge `c` of `period` reads a pod not yet in `listed` (which then lists

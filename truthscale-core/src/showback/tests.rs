@@ -186,10 +186,11 @@ fn costs_by_model_and_periods() {
     assert_eq!(s.total.unallocated_cost, Some(0.0), "nothing unallocated");
 }
 
-/// A GPU no pod held between two holders (a gap in its series) is priced as its model: the
-/// step still counts in the fleet and in what no pod held, at the GPU's price.
+/// A GPU with no series between two holders (a gap in its series): whether a pod held it
+/// is not known, so the steps are allocation unknown, never unallocated, and priced as its
+/// model: they still count in the fleet, at the GPU's price.
 #[test]
-fn a_gap_between_two_holders_is_priced() {
+fn a_gap_between_two_holders_is_allocation_unknown_and_priced() {
     let used = Some((0.9, 0.3));
     let a = track(Some("ml/a"), "n/g1", &[used]);
     let mut b = track(Some("ml/b"), "n/g1", &[]);
@@ -205,10 +206,98 @@ fn a_gap_between_two_holders_is_priced() {
     let mut c = cfg("namespace");
     c.prices = vec![("NVIDIA H100 80GB HBM3".into(), 4.0)];
     let s = showback(&input, &groups, &Holders::new(), &BTreeMap::new(), &c);
-    assert_eq!(s.total.fleet_gpu_hours, 4.0);
-    assert_eq!(s.total.unallocated_gpu_hours, 2.0);
-    assert_eq!(s.total.unallocated_cost, Some(8.0), "2 h at 4, not 0");
-    assert_eq!(s.total.groups[0].cost.as_ref().unwrap().allocated, 8.0);
+    let t = &s.total;
+    assert_eq!(t.fleet_gpu_hours, 4.0);
+    // Steps 1 and 2: nothing of the GPU read, no holder named.
+    assert_eq!(t.allocation_unknown_gpu_hours, 2.0);
+    assert_eq!(t.allocation_unknown_cost, Some(8.0), "2 h at 4, not 0");
+    assert_eq!(t.unallocated_gpu_hours, 0.0);
+    assert_eq!(t.unallocated_cost, Some(0.0), "nothing unallocated");
+    assert_eq!(t.groups[0].cost.as_ref().unwrap().allocated, 8.0);
+    assert!(t.reconciled, "{}", t.check);
+    assert_eq!(
+        t.check,
+        "groups 2.000 + unallocated 0.000 + allocation unknown 2.000 = fleet 4.000 GPU-hours"
+    );
+    let f = &t.funnel;
+    assert_eq!(
+        (
+            f.total_gpu_hours,
+            f.healthy_gpu_hours,
+            f.allocated_gpu_hours
+        ),
+        (4.0, 4.0, 2.0)
+    );
+    assert_eq!(
+        (f.unallocated_gpu_hours, f.allocation_unknown_gpu_hours),
+        (0.0, 2.0)
+    );
+    assert_eq!(f.health_unread_gpu_hours, 4.0);
+    assert!(f.adds_up, "{}", f.check);
+    let note = s.notes.iter().find(|n| n.contains("allocation unknown"));
+    assert!(
+        note.is_some_and(|n| n.starts_with("2.00 GPU-hours on 1 GPU(s) had nothing")),
+        "{:?}",
+        s.notes
+    );
+}
+
+/// A GPU whose own series name no pod (node mode, dcgm-exporter): a step it was read with
+/// no holder named is unallocated; a step in a gap of its series is allocation unknown,
+/// unless node mode named its holders then.
+#[test]
+fn a_gap_in_a_device_series_is_allocation_unknown_unless_a_holder_is_named() {
+    let idle = Some((0.0, 0.0));
+    // Read at steps 0, 1 and 4 to 5; nothing at 2 and 3.
+    let device = track(None, "n/g1", &[idle, idle, None, None, idle, idle]);
+    let input = FleetInput {
+        step_seconds: 3600.0,
+        steps: 6,
+        tracks: vec![device],
+        held: Default::default(),
+        step_bands: None,
+    };
+    let groups = vec![None];
+    let s = showback(
+        &input,
+        &groups,
+        &Holders::new(),
+        &BTreeMap::new(),
+        &cfg("namespace"),
+    );
+    let t = &s.total;
+    assert_eq!(
+        (
+            t.fleet_gpu_hours,
+            t.unallocated_gpu_hours,
+            t.allocation_unknown_gpu_hours
+        ),
+        (6.0, 4.0, 2.0)
+    );
+    assert!(t.reconciled, "{}", t.check);
+    // Node mode names a holder at step 3: that step is held (its use unmeasured).
+    let holding = Holding {
+        pod: "ml/a".into(),
+        group: "ml".into(),
+        effective_compute_estimate: None,
+        method: None,
+    };
+    let holders: Holders = [("n/g1".to_string(), BTreeMap::from([(3, vec![holding])]))].into();
+    let s = showback(
+        &input,
+        &groups,
+        &holders,
+        &BTreeMap::new(),
+        &cfg("namespace"),
+    );
+    let t = &s.total;
+    assert_eq!(
+        (t.unallocated_gpu_hours, t.allocation_unknown_gpu_hours),
+        (4.0, 1.0)
+    );
+    assert_eq!(t.groups[0].allocated_gpu_hours, 1.0);
+    assert_eq!(t.groups[0].unmeasured_gpu_hours, 1.0);
+    assert!(t.reconciled, "{}", t.check);
 }
 
 /// A track of `watts` at each step (`None`: power not read), busy 0.9.
