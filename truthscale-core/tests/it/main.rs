@@ -13,6 +13,7 @@ mod generations;
 mod golden;
 mod idle_since;
 mod parse_props;
+mod showback_props;
 mod time;
 
 use truthscale_core::exposition::GpuEntry;
