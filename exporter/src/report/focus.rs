@@ -172,25 +172,37 @@ pub(crate) fn write(
             };
             write_row(out, &by_name, args, &window, b, &row)?;
         }
-        let row = Row {
-            group: IDLE,
-            description: "GPU-hours no pod held (idle capacity)".into(),
-            hours: p.unallocated_gpu_hours,
-            cost: p.unallocated_cost.ok_or_else(no_price)?,
-            g: None,
-            unavailable: p.unheld_unavailable_gpu_hours(),
-            simulated: p.unallocated_simulated,
-        };
-        write_row(out, &by_name, args, &window, b, &row)?;
-        if p.allocation_unknown_gpu_hours > 0.0 {
+        // What no group was charged: the idle row always, allocation unknown where any.
+        let unheld = [
+            (
+                IDLE,
+                "GPU-hours no pod held (idle capacity)",
+                (p.unallocated_gpu_hours, p.unallocated_cost),
+                p.unheld_unavailable_gpu_hours(),
+                p.unallocated_simulated,
+            ),
+            (
+                ALLOCATION_UNKNOWN,
+                "GPU-hours with nothing of the GPU read and no holder named (allocation unknown)",
+                (p.allocation_unknown_gpu_hours, p.allocation_unknown_cost),
+                None,
+                p.allocation_unknown_simulated,
+            ),
+        ];
+        for (k, (group, description, (hours, cost), unavailable, simulated)) in
+            unheld.into_iter().enumerate()
+        {
+            if k > 0 && hours == 0.0 {
+                continue;
+            }
             let row = Row {
-                group: ALLOCATION_UNKNOWN,
-                description: "GPU-hours with nothing of the GPU read and no holder named (allocation unknown)".into(),
-                hours: p.allocation_unknown_gpu_hours,
-                cost: p.allocation_unknown_cost.ok_or_else(no_price)?,
+                group,
+                description: description.into(),
+                hours,
+                cost: cost.ok_or_else(no_price)?,
                 g: None,
-                unavailable: None,
-                simulated: p.allocation_unknown_simulated,
+                unavailable,
+                simulated,
             };
             write_row(out, &by_name, args, &window, b, &row)?;
         }

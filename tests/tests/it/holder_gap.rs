@@ -67,13 +67,7 @@ fn openmetrics(end: i64) -> String {
             }
         }
     }
-    let mut out = String::new();
-    for (name, body) in &families {
-        let _ = writeln!(out, "# TYPE {name} gauge");
-        out.push_str(body);
-    }
-    out.push_str("# EOF\n");
-    out
+    crate::showback::exposition(&families)
 }
 
 /// The entry of `set` named `name`.

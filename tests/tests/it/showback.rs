@@ -216,8 +216,14 @@ pub(crate) fn openmetrics(end: i64) -> String {
             }
         }
     }
+    exposition(&families)
+}
+
+/// OpenMetrics text of `families` (each family's sample lines by name), every family a
+/// gauge, for promtool to backfill.
+pub(crate) fn exposition(families: &std::collections::BTreeMap<&str, String>) -> String {
     let mut out = String::new();
-    for (name, body) in &families {
+    for (name, body) in families {
         let _ = writeln!(out, "# TYPE {name} gauge");
         out.push_str(body);
     }
