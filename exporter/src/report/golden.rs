@@ -181,8 +181,8 @@ fn pod_tracks(at: &dyn Fn(&str) -> String) -> Vec<Track> {
     vec![train, embed, batch, idle]
 }
 
-/// The MIG instance (3g.40gb on an H100), a GPU without pod labels (idle), and a
-/// time-sliced GPU whose series name no pod (its holders are [`TIME_SLICED`]).
+/// The MIG instance (3g.40gb on an H100), a GPU without pod labels (idle, with no series for
+/// four steps), and a time-sliced GPU whose series name no pod (its holders are [`TIME_SLICED`]).
 fn other_tracks(at: &dyn Fn(&str) -> String) -> Vec<Track> {
     let mut infer = mig_track("ml/infer", at("node-a") + "/GPU-a1", "3g.40gb");
     let shape = Shape {
@@ -197,7 +197,9 @@ fn other_tracks(at: &dyn Fn(&str) -> String) -> Vec<Track> {
         busy: 0.0,
         mem_gib: |_| Some(0.5),
     };
-    record(&mut bare, 0..STEPS, &shape);
+    // Nothing of it read at steps 20..24 (no series): whether a pod held it then is unknown.
+    record(&mut bare, 0..20, &shape);
+    record(&mut bare, 24..STEPS, &shape);
     let mut sliced = gpu_track(None, at("node-c") + "/GPU-c1", "h100-sxm", H100, 81_559);
     let shape = Shape {
         sat: |s| Some(wave(s, 10, 0.1, 0.45)),
@@ -718,7 +720,9 @@ fn fleet_by_hand(v: &serde_json::Value) {
     near(num(v, "/funnel/total_gpu_hours"), 27.0, "total");
     // Held: 48 (train) + 44 × 3/7 (3g.40gb of 7 slices) + 48 (embed) + 48 (batch) + 40
     // (idle) + 48 (time-sliced c1) = 250.857143 steps = 20.904762 h; the rest, 6.095238 h,
-    // is c0's 4 h and the MIG GPU's other 4/7: 44 × 4/7 / 12 = 2.095238 h.
+    // is c0's 4 h and the MIG GPU's other 4/7: 44 × 4/7 / 12 = 2.095238 h. Of c0's 48
+    // steps, the 4 with nothing read (20..24) are allocation unknown, 0.333333 h: 44 / 12 +
+    // 2.095238 = 5.761905 h unallocated.
     near(
         num(v, "/funnel/allocated_gpu_hours"),
         20.904_762,
@@ -726,8 +730,13 @@ fn fleet_by_hand(v: &serde_json::Value) {
     );
     near(
         num(v, "/funnel/unallocated_gpu_hours"),
-        6.095_238,
+        5.761_905,
         "unallocated",
+    );
+    near(
+        num(v, "/funnel/allocation_unknown_gpu_hours"),
+        4.0 / 12.0,
+        "allocation unknown",
     );
     // research/idle (busy 0.01 < 0.05, ECF 0.00075 < 0.01) for its 40 steps: 3.333333 h,
     // which at 3.0 costs 10.0.
@@ -804,8 +813,9 @@ fn showback_by_hand(v: &serde_json::Value) {
     near(g("web", "/energy_cost"), 0.4827, "web energy cost");
     near(g("web", "/cost/allocated"), 40.0, "web cost");
     // The fleet: 324 GPU-steps = 54 GPU-h. Energy: train 3.48 + embed 0.936 + batch 2.282
-    // + research/idle 40 × 75.6/6000 = 0.504 + c0 48 × 75/6000 = 0.6 + c1 (3600 + 600 ×
-    // 13.34)/6000 = 1.934 + a1 (44 × 75 + 600 × 5.575)/6000 = 1.1075: 10.8435 kWh.
+    // + research/idle 40 × 75.6/6000 = 0.504 + c0 44 × 75/6000 = 0.55 (nothing read at 4
+    // of its steps) + c1 (3600 + 600 × 13.34)/6000 = 1.934 + a1 (44 × 75 + 600 ×
+    // 5.575)/6000 = 1.1075: 10.7935 kWh.
     near(
         num(v, "/showback/total/fleet_gpu_hours"),
         54.0,
@@ -813,8 +823,15 @@ fn showback_by_hand(v: &serde_json::Value) {
     );
     near(
         num(v, "/showback/total/energy/fleet_kwh"),
-        10.8435,
+        10.7935,
         "fleet kWh",
+    );
+    // c0's 4 steps with nothing read: allocation unknown, 4 × 600 s = 0.666667 GPU-h, at
+    // its H100's price; none of the fleet's energy (none was read).
+    near(
+        num(v, "/showback/total/allocation_unknown_gpu_hours"),
+        4.0 / 6.0,
+        "allocation unknown GPU-h",
     );
 }
 
