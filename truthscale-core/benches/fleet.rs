@@ -1,10 +1,12 @@
 //! `fleet::analyze` cost by fleet size: 1 000 to 8 000 workloads over 6 h at a 60 s step
-//! (360 steps), on H100s of 80 GiB.
+//! (360 steps), on H100s of 80 GiB; and the showback (which the report's funnel runs too)
+//! over the same fleets, grouped by namespace.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
 use truthscale_core::fleet::{FleetConfig, FleetInput, Point, Track, analyze};
 use truthscale_core::gpus::by_key;
+use truthscale_core::showback::{Holders, ShowbackConfig, showback};
 
 const STEPS: usize = 360;
 const GIB: f64 = 1_073_741_824.0;
@@ -107,5 +109,38 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+fn bench_showback(c: &mut Criterion) {
+    let mut g = c.benchmark_group("showback");
+    g.sample_size(10);
+    let cfg = ShowbackConfig {
+        by: "namespace".into(),
+        idle_busy_below: 0.05,
+        idle_compute_below: 0.01,
+        period_steps: Some(60),
+        default_price: Some(2.5),
+        prices: Vec::new(),
+        energy_price_per_kwh: None,
+    };
+    for n in [2_000, 8_000] {
+        let input = fleet(n);
+        let groups: Vec<Option<String>> = input
+            .tracks
+            .iter()
+            .map(|t| {
+                t.pod
+                    .as_deref()
+                    .and_then(|p| p.split_once('/'))
+                    .map(|(ns, _)| ns.to_owned())
+            })
+            .collect();
+        let none = (Holders::new(), std::collections::BTreeMap::new());
+        g.throughput(Throughput::Elements((n * STEPS) as u64));
+        g.bench_with_input(BenchmarkId::from_parameter(n), &input, |b, input| {
+            b.iter(|| black_box(showback(black_box(input), &groups, &none.0, &none.1, &cfg)));
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench, bench_showback);
 criterion_main!(benches);
