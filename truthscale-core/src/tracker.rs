@@ -1377,7 +1377,8 @@ impl EntityState {
 
     /// κ from the window's mean SM clock: a source that reads the clock at one instant
     /// (`point`) gets the mean of the window's two end readings (but for the entity's
-    /// `first` window, which has one).
+    /// `first` window, which has one, and a window after one whose clock was already a mean:
+    /// the point read before that one is no end of this window).
     #[inline]
     fn mean_clock(&mut self, point: bool, first: bool) {
         let readings = &mut self.window.readings;
@@ -1385,9 +1386,7 @@ impl EntityState {
         if point && let (Some(now), Some(prev), false) = (clock, self.last_clock_mhz, first) {
             readings.set_value(Field::SmClockMhz, 0.5 * (now + prev));
         }
-        if point {
-            self.last_clock_mhz = clock;
-        }
+        self.last_clock_mhz = if point { clock } else { None };
     }
 
     /// Derive the window's metrics, then learn from them: the entity's capability tier (the
@@ -2678,6 +2677,18 @@ pub(crate) mod tests {
         s.entities[0].sm_clock_is_point = false;
         let w = d.observe(&s).windows.remove(0);
         assert!((w.metrics.kappa.unwrap() - 0.6).abs() < 1e-12);
+        // A point after it (a source whose clock samples failed this tick) has no reading at
+        // the window's start: the 1098 MHz read at 2 s is no end of this window, so the
+        // point is taken alone, κ = 1, never the mean with it (1464 MHz, κ 0.8).
+        let w = d.observe(&at(4000, 1830.0)).windows.remove(0);
+        assert!(
+            (w.metrics.kappa.unwrap() - 1.0).abs() < 1e-12,
+            "{:?}",
+            w.metrics.kappa
+        );
+        // The next point averages with it.
+        let w = d.observe(&at(5000, 1098.0)).windows.remove(0);
+        assert!((w.metrics.kappa.unwrap() - 0.8).abs() < 1e-12);
     }
 
     /// One H100's entity: `uuid`, index `gpu`, held by `pod`, with readings that vary by `i`.

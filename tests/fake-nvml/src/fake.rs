@@ -193,6 +193,10 @@ pub(crate) struct Device {
     /// `NVML_PROCESSOR_CLK_SAMPLES`), which cover the window; absent: not supported.
     #[serde(default)]
     sm_clock_samples_mhz: Option<u32>,
+    /// `nvmlDeviceGetSamples` answers `UNKNOWN` for calls in this span, in ms after the
+    /// library loaded (a driver failing a call now and then).
+    #[serde(default)]
+    samples_error_between_ms: Option<(u64, u64)>,
     #[serde(default)]
     mem_clock_mhz: Option<u32>,
     #[serde(default)]
@@ -1006,7 +1010,17 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetSamples(
     count: *mut c_uint,
     samples: *mut sys::nvmlSample_t,
 ) -> Ret {
-    with_device(device, |t, d| {
+    with_state(|s| {
+        let now_ms = s.started.elapsed().as_millis();
+        let (t, d) = match s.device(device) {
+            Ok(found) => found,
+            Err(e) => return e,
+        };
+        if d.samples_error_between_ms
+            .is_some_and(|(from, to)| (u128::from(from)..u128::from(to)).contains(&now_ms))
+        {
+            return UNKNOWN;
+        }
         let value = match type_ {
             sys::nvmlSamplingType_enum_NVML_GPU_UTILIZATION_SAMPLES => {
                 d.util_percent.filter(|_| d.mig.is_empty())

@@ -1003,6 +1003,60 @@ fn a_passing_gpm_failure_leaves_no_window_without_gpm() {
     s.wait_for(WAIT, "the failure counted", |m| errors_of(m, "nvml") >= 1.0);
 }
 
+/// A passing failure of the driver's clock samples (`nvmlDeviceGetSamples` answering
+/// `UNKNOWN` from 1 s to 4 s after the library loaded, on `h100-prefill`): each failed call
+/// is counted, the window's clock falls back to the point reading (1830 MHz: κ = 1, the
+/// effective compute that clock gives), and once the samples answer again the window's mean
+/// (1464 MHz, κ = 0.8) is back. No window reads any other κ.
+#[test]
+fn a_passing_clock_samples_failure_falls_back_to_the_point_clock_and_comes_back() {
+    let dir = TempDir::new("nvml-samples-blip");
+    let path = edited_scenario("h100-prefill", &dir, |v| {
+        v["devices"][0]["samples_error_between_ms"] = serde_json::json!([1000, 4000]);
+    });
+    let s = Sidecar::start(
+        &truthscale_e2e::nvml_args(fake(), "250ms"),
+        &[("FAKE_NVML_SCENARIO", path.to_str().unwrap())],
+        dir.path(),
+    );
+    let deadline = std::time::Instant::now() + WAIT;
+    let (mut point, mut back) = (false, false);
+    while !back {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "point clock seen: {point}\n{}",
+            s.process.stderr()
+        );
+        let m = s.metrics();
+        let get = |n: &str| value(&m, n, &[]);
+        if let (Some(kappa), Some(ecf)) = (
+            get("truthscale_gpu_clock_correction_ratio"),
+            get("truthscale_gpu_effective_compute_ratio"),
+        ) {
+            let mhz = if (kappa - 1.0).abs() < 1e-12 {
+                1830.0
+            } else {
+                assert!((kappa - 0.8).abs() < 1e-12, "κ {kappa}");
+                1464.0
+            };
+            let want = h100_ecf(0.5, 0.02, 0.05, mhz);
+            assert!(
+                (ecf - want).abs() < 1e-9,
+                "ECF {ecf} at κ {kappa}, want {want}"
+            );
+            if mhz == 1830.0 {
+                assert!(
+                    errors_of(&m, "nvml") >= 1.0,
+                    "a point clock with no failure counted"
+                );
+                point = true;
+            }
+            back = point && mhz == 1464.0;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A passing failure of `nvmlGpmMetricsGet` keeps the earlier sample: the pair after it
 /// spans every tick the GPU was reported unchanged, not the last one. The fake's metrics
 /// change at 2.5 s (tensor 2 % → 40 %) and its metrics calls fail for the pairs ending in
