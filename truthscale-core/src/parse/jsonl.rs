@@ -139,7 +139,7 @@ fn read_line(t: &str) -> Result<(Sample, Map<String, Value>), String> {
         truth_workload,
         truth_effective_compute: take(o, "truth_effective_compute")?,
         simulated: take::<String>(o, "source")?.as_deref() == Some("sim"),
-        sm_clock_is_point: false,
+        sm_clock_is_point: take(o, "sm_clock_point")?.unwrap_or(false),
         counters_held: false,
         nvlink_wait_links: take(o, "nvlink_wait_links")?.unwrap_or(0),
         energy_read_at: read_time(o, "energy_read_at")?.map(Timestamp),
@@ -298,6 +298,11 @@ struct Wire<'a> {
     /// ([`EntitySample::energy_read_at`]): a replay divides its deltas as the live source did.
     #[serde(skip_serializing_if = "Option::is_none")]
     energy_read_at: Option<String>,
+    /// Whether the SM clock is a reading at one instant, not the window's mean
+    /// ([`EntitySample::sm_clock_is_point`]): a replay averages it with the window's start
+    /// as the live source's windows were. Written where it is.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    sm_clock_point: bool,
 }
 
 /// One trace line for `e` taken at `taken`, without a trailing newline; [`JsonlParser`]
@@ -339,6 +344,7 @@ pub fn to_line(taken: Timestamp, e: &EntitySample) -> String {
         truth_effective_compute: e.truth_effective_compute.filter(|v| v.is_finite()),
         nvlink_wait_links: (e.nvlink_wait_links > 0).then_some(e.nvlink_wait_links),
         energy_read_at: e.energy_read_at.map(rfc3339_ms),
+        sm_clock_point: e.sm_clock_is_point,
     };
     serde_json::to_string(&wire).unwrap_or_default()
 }
@@ -430,7 +436,7 @@ mod tests {
             }),
             truth_phase: Some(Phase::MemoryBound),
             truth_workload: Some(Workload::Decode),
-            sm_clock_is_point: false,
+            sm_clock_is_point: true,
             counters_held: false,
             nvlink_wait_links: 4,
             energy_read_at: Some(Timestamp(1_714_564_800_131)),
@@ -458,7 +464,7 @@ mod tests {
         );
         assert!(
             line.ends_with(
-                r#","nvlink_wait_links":4,"energy_read_at":"2024-05-01T12:00:00.131Z"}"#
+                r#","nvlink_wait_links":4,"energy_read_at":"2024-05-01T12:00:00.131Z","sm_clock_point":true}"#
             ),
             "{line}"
         );

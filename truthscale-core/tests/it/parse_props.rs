@@ -212,6 +212,7 @@ fn jsonl_line() -> impl Strategy<Value = String> {
         "truth_workload",
         "truth_effective_compute",
         "energy_read_at",
+        "sm_clock_point",
         "zzz",
     ]);
     let value = prop_oneof![
@@ -321,6 +322,7 @@ fn entity_sample() -> impl Strategy<Value = EntitySample> {
         prop::option::of(prop::sample::select(Workload::ALL.to_vec())),
         prop::option::of(short_decimal()),
         any::<bool>(),
+        any::<bool>(),
     );
     (id, readings, throttles, serving, truth).prop_map(
         |(
@@ -328,7 +330,7 @@ fn entity_sample() -> impl Strategy<Value = EntitySample> {
             readings,
             throttles,
             serving,
-            (truth_phase, truth_workload, truth_effective_compute, simulated),
+            (truth_phase, truth_workload, truth_effective_compute, simulated, point),
         )| {
             EntitySample {
                 allocation: None,
@@ -340,8 +342,7 @@ fn entity_sample() -> impl Strategy<Value = EntitySample> {
                 truth_workload,
                 truth_effective_compute,
                 simulated,
-                // Not part of the trace format: the deriver treats trace clocks as means.
-                sm_clock_is_point: false,
+                sm_clock_is_point: point,
                 counters_held: false,
                 nvlink_wait_links: 0,
                 energy_read_at: None,
