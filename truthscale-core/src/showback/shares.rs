@@ -161,7 +161,7 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
         // Nothing of the GPU read, and no series names a holder: whether a pod held it is
         // unknown, never unallocated.
         let seen = !charges.is_empty() || covering.iter().any(|&i| read_at(&input.tracks[i], s));
-        let unpriced = unpriced(w, (price, free), &tracks, tally);
+        let unpriced = note_unpriced(w, (price, free), &tracks, tally);
         unseen += u64::from(!seen);
         let step = GpuStep {
             held: sum,
@@ -187,7 +187,7 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
 
 /// Whether `free` share units of a GPU of `price` have none where prices were given (its
 /// model then noted in `tally`).
-fn unpriced(
+fn note_unpriced(
     w: &Window<'_>,
     (price, free): (Option<f64>, u64),
     tracks: &[&Track],
