@@ -305,6 +305,15 @@ const DOCUMENTED: &[Documented] = &[
         )],
     },
     Documented {
+        at: "truthscale.rules.yml / alert TruthscaleGPUStopped",
+        reason: "the simulated GPUs never stop, so no GPU is up 0; \
+                 nvml::a_gpu_lost_mid_run_goes_stale_and_the_other_carries_on shows a lost \
+                 GPU at truthscale_gpu_up 0 while its source carries on, and the rule's \
+                 unit test the alert; the form checks the expression's shape on the GPUs \
+                 that are up",
+        rewrites: &[("truthscale_gpu_up == 0", "truthscale_gpu_up == 1")],
+    },
+    Documented {
         at: "truthscale.rules.yml / alert TruthscaleGPUUnavailable",
         reason: "the simulated GPUs report no health field (no XID, ECC, row remapper), so \
                  the health family has no series; health::nvml_a_pending_row_remap_is_unavailable_and_a_healthy_gpu_ok \
