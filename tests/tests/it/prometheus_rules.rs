@@ -310,8 +310,11 @@ const DOCUMENTED: &[Documented] = &[
                  nvml::a_gpu_lost_mid_run_goes_stale_and_the_other_carries_on shows a lost \
                  GPU at truthscale_gpu_up 0 while its source carries on, and the rule's \
                  unit test the alert; the form checks the expression's shape on the GPUs \
-                 that are up",
-        rewrites: &[("truthscale_gpu_up == 0", "truthscale_gpu_up == 1")],
+                 that are up (no device up twice)",
+        rewrites: &[
+            ("(truthscale_gpu_up == 1)", "(truthscale_gpu_up == 2)"),
+            ("truthscale_gpu_up == 0", "truthscale_gpu_up == 1"),
+        ],
     },
     Documented {
         at: "truthscale.rules.yml / alert TruthscaleGPUUnavailable",
