@@ -26,10 +26,9 @@ fn track(pod: Option<&str>, gpu: &str, points: &[Option<(f64, f64)>]) -> Track {
     t
 }
 
-/// A whole GPU, a time-sliced one, a MIG instance and a GPU no pod holds, each over a
-/// few 60 s steps: every figure is counted by hand from the steps below.
-#[test]
-fn gpu_hours_by_group_reconcile_with_the_fleet() {
+/// A whole GPU, a time-sliced one, a MIG instance and a GPU no pod holds, each over a few
+/// 60 s steps (ten in the window), and each track's group, its pod's namespace.
+fn four_gpus() -> (FleetInput, Vec<Option<String>>) {
     let used = Some((0.9, 0.3));
     let idle = Some((0.0, 0.0));
     let a = track(
@@ -64,12 +63,36 @@ fn gpu_hours_by_group_reconcile_with_the_fleet() {
         held: Default::default(),
         step_bands: None,
     };
-    let group = |t: &Track| {
-        t.pod
-            .as_deref()
-            .map(|p| p.split('/').next().unwrap().to_string())
-    };
-    let groups: Vec<Option<String>> = input.tracks.iter().map(group).collect();
+    let groups = namespaces(&input);
+    (input, groups)
+}
+
+/// Each track's group: its pod's namespace (`None` without a pod).
+fn namespaces(input: &FleetInput) -> Vec<Option<String>> {
+    input
+        .tracks
+        .iter()
+        .map(|t| {
+            t.pod
+                .as_deref()
+                .map(|p| p.split('/').next().unwrap().to_string())
+        })
+        .collect()
+}
+
+/// `steps` 60 s steps, in hours.
+fn h(steps: f64) -> f64 {
+    steps / 60.0
+}
+
+fn near(x: f64, y: f64) {
+    assert!((x - y).abs() < 1e-9, "{x} != {y}");
+}
+
+/// [`four_gpus`]: every figure counted by hand from its steps.
+#[test]
+fn gpu_hours_by_group_reconcile_with_the_fleet() {
+    let (input, groups) = four_gpus();
     let requested = BTreeMap::from([("ml".to_string(), 0.5), ("batch".to_string(), 0.25)]);
     let s = showback(
         &input,
@@ -78,8 +101,6 @@ fn gpu_hours_by_group_reconcile_with_the_fleet() {
         &requested,
         &cfg("namespace"),
     );
-    let h = |steps: f64| steps / 60.0;
-    let near = |x: f64, y: f64| assert!((x - y).abs() < 1e-9, "{x} != {y}");
     let t = &s.total;
     assert!(t.reconciled, "{}", t.check);
     near(t.fleet_gpu_hours, h(10.0 + 6.0 + 7.0 + 4.0));
@@ -89,7 +110,24 @@ fn gpu_hours_by_group_reconcile_with_the_fleet() {
         "groups 0.317 + unallocated 0.133 = fleet 0.450 GPU-hours"
     );
     let g = |name: &str| t.groups.iter().find(|g| g.group == name).unwrap();
-    let ml = g("ml");
+    ml_by_hand(g("ml"));
+    web_by_hand(g("web"));
+    let batch = g("batch");
+    assert_eq!(batch.allocated_gpu_hours, 0.0);
+    assert_eq!(batch.requested_gpu_hours, Some(0.25));
+    assert_eq!(t.groups[0].group, "ml", "most allocated first");
+    assert!(
+        s.notes
+            .iter()
+            .any(|n| n.contains("1 GPU(s) were time-sliced")),
+        "{:?}",
+        s.notes
+    );
+}
+
+/// `ml` of [`four_gpus`]: all of g1 (5 used, 3 idle, 1 unmeasured, 1 used at 0.5) and half
+/// of the time-sliced g2's 6 steps.
+fn ml_by_hand(ml: &GroupHours) {
     assert_eq!(ml.workloads, 2);
     near(ml.allocated_gpu_hours, h(10.0 + 3.0));
     near(ml.used_gpu_hours, h(6.0));
@@ -106,7 +144,10 @@ fn gpu_hours_by_group_reconcile_with_the_fleet() {
     );
     assert_eq!(ml.effective_compute_estimate_gpu_hours, None);
     assert_eq!(ml.requested_gpu_hours, Some(0.5));
-    let web = g("web");
+}
+
+/// `web` of [`four_gpus`]: the other half of g2, and the 3g.40gb instance on g3.
+fn web_by_hand(web: &GroupHours) {
     near(web.allocated_gpu_hours, h(3.0 + 7.0 * 3.0 / 7.0));
     near(web.use_unknown_gpu_hours, h(3.0));
     // The MIG instance's own counters: 3/7 of the GPU-time, at its measured fractions.
@@ -116,17 +157,6 @@ fn gpu_hours_by_group_reconcile_with_the_fleet() {
     // reads it): 0.2 of the GPU's 7 steps, not again times its 3/7 share.
     near(web.saturation_gpu_hours.unwrap(), h(7.0 * 0.2));
     assert!(web.requested_gpu_hours.is_none());
-    let batch = g("batch");
-    assert_eq!(batch.allocated_gpu_hours, 0.0);
-    assert_eq!(batch.requested_gpu_hours, Some(0.25));
-    assert_eq!(t.groups[0].group, "ml", "most allocated first");
-    assert!(
-        s.notes
-            .iter()
-            .any(|n| n.contains("1 GPU(s) were time-sliced")),
-        "{:?}",
-        s.notes
-    );
 }
 
 /// Prices by model: the cost of each part, and of idle; a group holding a model without a
@@ -312,13 +342,10 @@ fn powered(pod: Option<&str>, gpu: &str, watts: &[Option<f64>]) -> Track {
     t
 }
 
-/// Energy by group beside GPU-hours, by hand: a whole GPU at 700 W held by `ml` for 3
-/// steps of 60 s; a GPU time-sliced by `ml` and `web` at 333.3 W (1/2 each); a 3g.40gb
-/// MIG instance of `web` on a GPU at 400.1 W (3/7); a GPU no pod holds at 61.7 W (its idle
-/// floor: unallocated); a step with no power read counts no energy. Groups plus
-/// unallocated are the fleet's energy exactly, with a price per kWh.
-#[test]
-fn energy_by_group_reconciles_with_the_fleets_exactly() {
+/// A whole GPU at 700 W held by `ml` for 3 steps of 60 s (no power read at its fourth); a
+/// GPU time-sliced by `ml` and `web` at 333.3 W; a 3g.40gb MIG instance of `web` on a GPU
+/// at 400.1 W; a GPU no pod holds at 61.7 W (its idle floor).
+fn powered_gpus() -> FleetInput {
     let a = powered(
         Some("ml/a"),
         "n/g1",
@@ -332,25 +359,31 @@ fn energy_by_group_reconciles_with_the_fleets_exactly() {
         .spec
         .and_then(|s| s.mig.iter().find(|p| p.name == "3g.40gb"));
     let e = powered(None, "n/g4", &[Some(61.7); 4]);
-    let input = FleetInput {
+    FleetInput {
         step_seconds: 60.0,
         steps: 4,
         tracks: vec![a, b, c, d, e],
         held: Default::default(),
         step_bands: None,
-    };
-    let groups: Vec<Option<String>> = input
-        .tracks
-        .iter()
-        .map(|t| {
-            t.pod
-                .as_deref()
-                .map(|p| p.split('/').next().unwrap().to_string())
-        })
-        .collect();
+    }
+}
+
+/// Energy by group beside GPU-hours, by hand, on [`powered_gpus`]: the time-sliced GPU's
+/// energy 1/2 to each holder, the MIG GPU's 3/7 to its instance, the GPU no pod holds all
+/// unallocated; a step with no power read counts no energy. Groups plus unallocated are
+/// the fleet's energy exactly, with a price per kWh.
+#[test]
+fn energy_by_group_reconciles_with_the_fleets_exactly() {
+    let input = powered_gpus();
     let mut config = cfg("namespace");
     config.energy_price_per_kwh = Some(0.25);
-    let s = showback(&input, &groups, &Holders::new(), &BTreeMap::new(), &config);
+    let s = showback(
+        &input,
+        &namespaces(&input),
+        &Holders::new(),
+        &BTreeMap::new(),
+        &config,
+    );
     let kwh = |joules: f64| joules / 3.6e6;
     // By hand, in joules.
     let g1 = 700.0 * 60.0 * 3.0;
@@ -394,7 +427,11 @@ fn energy_by_group_reconciles_with_the_fleets_exactly() {
         "{:?}",
         s.notes
     );
-    // Without any power read, no energy: never a zero.
+}
+
+/// Without any power read, no energy: never a zero, and no note of a lower bound.
+#[test]
+fn no_power_read_is_no_energy_and_no_bound() {
     let blind = track(Some("ml/a"), "n/g1", &[Some((0.9, 0.3))]);
     let input = FleetInput {
         step_seconds: 60.0,
@@ -403,6 +440,8 @@ fn energy_by_group_reconciles_with_the_fleets_exactly() {
         held: Default::default(),
         step_bands: None,
     };
+    let mut config = cfg("namespace");
+    config.energy_price_per_kwh = Some(0.25);
     let s = showback(
         &input,
         &[Some("ml".into())],
@@ -412,7 +451,6 @@ fn energy_by_group_reconciles_with_the_fleets_exactly() {
     );
     assert_eq!(s.total.energy, None);
     assert_eq!(s.total.groups[0].energy_kwh, None);
-    // No energy at all says so by its blanks: no note of a lower bound.
     assert!(
         !s.notes.iter().any(|n| n.contains("no power reading")),
         "{:?}",
