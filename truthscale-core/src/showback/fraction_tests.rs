@@ -41,15 +41,7 @@ fn run(tracks: Vec<Track>, fractions: &Fractions) -> Showback {
         held: Default::default(),
         step_bands: None,
     };
-    let groups: Vec<Option<String>> = input
-        .tracks
-        .iter()
-        .map(|t| {
-            t.pod
-                .as_deref()
-                .map(|p| p.split('/').next().unwrap().into())
-        })
-        .collect();
+    let groups = super::tests::namespaces(&input);
     showback_with(
         &input,
         &groups,

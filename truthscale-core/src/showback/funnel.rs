@@ -277,15 +277,7 @@ mod tests {
 
     /// The showback of `input` by namespace (the funnel is the same whatever the groups).
     fn by_namespace(input: &FleetInput) -> super::super::Showback {
-        let groups: Vec<Option<String>> = input
-            .tracks
-            .iter()
-            .map(|t| {
-                t.pod
-                    .as_deref()
-                    .map(|p| p.split('/').next().unwrap().to_string())
-            })
-            .collect();
+        let groups = super::super::tests::namespaces(input);
         showback(input, &groups, &Holders::new(), &BTreeMap::new(), &cfg())
     }
 

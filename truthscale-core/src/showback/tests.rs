@@ -68,7 +68,7 @@ fn four_gpus() -> (FleetInput, Vec<Option<String>>) {
 }
 
 /// Each track's group: its pod's namespace (`None` without a pod).
-fn namespaces(input: &FleetInput) -> Vec<Option<String>> {
+pub(super) fn namespaces(input: &FleetInput) -> Vec<Option<String>> {
     input
         .tracks
         .iter()
