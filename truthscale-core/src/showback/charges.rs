@@ -109,7 +109,8 @@ pub(super) struct PeriodAcc {
     groups: BTreeMap<String, Acc>,
     /// What no pod held (a series of the GPU read, no holder).
     pub(super) unallocated: Unheld,
-    /// What no series of the GPU covered: not known whether a pod held it.
+    /// What no pod held at steps with nothing of the GPU read and no holder named: not
+    /// known whether a pod held it.
     pub(super) allocation_unknown: Unheld,
     pub(super) overallocated: u64,
     pub(super) fleet: u64,
