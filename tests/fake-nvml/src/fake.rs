@@ -276,6 +276,10 @@ pub(crate) struct Device {
     /// After this many energy readings every call on this GPU returns `GPU_IS_LOST`.
     #[serde(default)]
     lost_after_samples: Option<u32>,
+    /// The GPU falls off the bus at this call instead: the first such call from its time
+    /// on answers `GPU_IS_LOST`, the calls of the tick before it having answered.
+    #[serde(default)]
+    lost_at_call: Option<LostAtCall>,
     /// … for this long, then it answers again (default: for ever).
     #[serde(default)]
     lost_for_ms: Option<u64>,
@@ -300,6 +304,20 @@ pub(crate) struct EccReload {
     after_ms: u64,
     sbe_volatile: u64,
     dbe_volatile: u64,
+}
+
+/// Where a GPU falls off the bus ([`Device::lost_at_call`]): the call, by its NVML name, and
+/// from how long after the library loaded. With `field` (for `nvmlDeviceGetFieldValues`),
+/// only that field's entry answers `GPU_IS_LOST`, the call itself succeeding, as the driver
+/// answers each field apart. From then on every call on the GPU answers `GPU_IS_LOST`, as
+/// after [`Device::lost_after_samples`].
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LostAtCall {
+    call: String,
+    #[serde(default)]
+    field: Option<String>,
+    after_ms: u64,
 }
 
 /// One critical XID event.
@@ -580,6 +598,33 @@ impl State {
         Ok((t, d))
     }
 
+    /// Whether `call` on `gpu` (`field`: one field value's entry) is the one that loses the
+    /// GPU now ([`Device::lost_at_call`]); the GPU is then lost from this instant.
+    fn loses_at(&mut self, gpu: usize, call: &str, field: Option<&str>) -> bool {
+        let due = self
+            .scenario
+            .devices
+            .get(gpu)
+            .and_then(|d| d.lost_at_call.as_ref())
+            .is_some_and(|at| {
+                at.call == call
+                    && at.field.as_deref() == field
+                    && self.started.elapsed() >= Duration::from_millis(at.after_ms)
+            });
+        match self.devices.get_mut(gpu) {
+            Some(st) if due && st.lost_at.is_none() => {
+                st.lost_at = Some(Instant::now());
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// [`State::loses_at`] for the GPU a handle names (a MIG handle: its GPU's).
+    fn loses_by(&mut self, h: sys::nvmlDevice_t, call: &str) -> bool {
+        target_of(h).is_some_and(|t| self.loses_at(t.gpu, call, None))
+    }
+
     fn is_lost(&self, gpu: usize) -> bool {
         let Some(lost_at) = self.devices.get(gpu).and_then(|s| s.lost_at) else {
             return false;
@@ -814,6 +859,9 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
     device: *mut sys::nvmlDevice_t,
 ) -> Ret {
     with_state(|s| {
+        if s.loses_at(index as usize, "nvmlDeviceGetHandleByIndex_v2", None) {
+            return GPU_IS_LOST;
+        }
         let Some(d) = s.scenario.devices.get(index as usize) else {
             return INVALID_ARGUMENT;
         };
@@ -1064,6 +1112,9 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     // The stall is slept once the state is unlocked, as a slow driver holds no lock of ours.
     let mut stall = None;
     let ret = with_state(|s| {
+        if s.loses_by(device, "nvmlDeviceGetMemoryInfo_v2") {
+            return GPU_IS_LOST;
+        }
         let (t, stall_ms) = match s.device(device) {
             Ok((t, d)) => (t, d.memory_stall_ms),
             Err(e) => return e,
@@ -1362,6 +1413,9 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetFieldValues(
         return INVALID_ARGUMENT;
     }
     with_state(|s| {
+        if s.loses_by(device, "nvmlDeviceGetFieldValues") {
+            return GPU_IS_LOST;
+        }
         let (t, d) = match s.device(device) {
             Ok(x) => x,
             Err(e) => return e,
@@ -1369,7 +1423,7 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetFieldValues(
         let secs = s.started.elapsed().as_secs_f64();
         // SAFETY: the caller gave `count` valid entries.
         let values = unsafe { std::slice::from_raw_parts_mut(values, n) };
-        for v in values {
+        for v in values.iter_mut() {
             let value = FIELD_IDS
                 .iter()
                 .find(|(id, _)| *id == v.fieldId)
@@ -1389,6 +1443,15 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetFieldValues(
                     v.value = sys::nvmlValue_t { ullVal: x };
                 }
                 None => v.nvmlReturn = NOT_SUPPORTED,
+            }
+        }
+        // The field the GPU falls off the bus at answers that alone.
+        for v in values {
+            let name = FIELD_IDS.iter().find(|(id, _)| *id == v.fieldId);
+            if name
+                .is_some_and(|(_, name)| s.loses_at(t.gpu, "nvmlDeviceGetFieldValues", Some(name)))
+            {
+                v.nvmlReturn = GPU_IS_LOST;
             }
         }
         SUCCESS
@@ -1456,6 +1519,15 @@ pub(crate) unsafe extern "C" fn nvmlEventSetWait_v2(
     _timeout_ms: c_uint,
 ) -> Ret {
     with_state(|s| {
+        let registered: Vec<usize> = event_set(&mut s.event_sets, set)
+            .map(|es| es.devices.iter().map(|&(gpu, _)| gpu).collect())
+            .unwrap_or_default();
+        if registered
+            .into_iter()
+            .any(|gpu| s.loses_at(gpu, "nvmlEventSetWait_v2", None))
+        {
+            return GPU_IS_LOST;
+        }
         let elapsed = s.started.elapsed();
         let devices = &s.scenario.devices;
         let lost: Vec<bool> = (0..devices.len()).map(|g| s.is_lost(g)).collect();
@@ -1722,7 +1794,14 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
     index: c_uint,
     mig_device: *mut sys::nvmlDevice_t,
 ) -> Ret {
-    with_device(device, |t, d| {
+    with_state(|s| {
+        if s.loses_by(device, "nvmlDeviceGetMigDeviceHandleByIndex") {
+            return GPU_IS_LOST;
+        }
+        let (t, d) = match s.device(device) {
+            Ok(x) => x,
+            Err(e) => return e,
+        };
         if t.mig.is_some() || d.mig.is_empty() {
             return NOT_SUPPORTED;
         }
@@ -1882,6 +1961,14 @@ fn gpm_of(d: &Device, gi: Option<u32>) -> Option<&Gpm> {
 
 fn fill_sample(device: sys::nvmlDevice_t, gi: Option<u32>, sample: sys::nvmlGpmSample_t) -> Ret {
     with_state(|s| {
+        let call = if gi.is_some() {
+            "nvmlGpmMigSampleGet"
+        } else {
+            "nvmlGpmSampleGet"
+        };
+        if s.loses_by(device, call) {
+            return GPU_IS_LOST;
+        }
         let (t, d) = match s.device(device) {
             Ok(found) => found,
             Err(e) => return e,
@@ -1966,6 +2053,9 @@ pub(crate) unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut sys::nvmlGpmMetr
         if g1 != g2 || gi1 != gi2 || t2.saturating_duration_since(t1) <= Duration::from_millis(100)
         {
             return INVALID_ARGUMENT;
+        }
+        if s.loses_at(g1, "nvmlGpmMetricsGet", None) {
+            return GPU_IS_LOST;
         }
         let handle = handle_of(g1, None);
         let (_, d) = match s.device(handle) {

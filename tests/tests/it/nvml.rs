@@ -879,6 +879,130 @@ fn a_lost_gpu_that_answers_again_is_found_on_the_next_retry() {
     assert_eq!(s.process.stderr().matches("NVML: GPU ready.").count(), 2);
 }
 
+/// Where each GPU falls off the bus in the middle of a tick: at the call that first answers
+/// `GPU_IS_LOST` (`lost_at_call`), the calls before it in the tick having answered. Each
+/// of truthscale's own ways to learn it (the handle, a plain call, one field value's entry,
+/// the whole field-values call, the XID event wait, a GPM sample, GPM's metrics, a MIG
+/// instance's handle) loses that GPU alone: counted once, named in the warning with the
+/// call, its series gone while the GPU beside it is served, and found again on the retry.
+const LOST_AT: [(&str, Option<&str>, &str, &str); 8] = [
+    (
+        "nvmlDeviceGetHandleByIndex_v2",
+        None,
+        "nvmlDeviceGetHandleByIndex",
+        "h100-decode",
+    ),
+    (
+        "nvmlDeviceGetMemoryInfo_v2",
+        None,
+        "nvmlDeviceGetMemoryInfo_v2",
+        "h100-decode",
+    ),
+    (
+        "nvmlDeviceGetFieldValues",
+        Some("recovery_action"),
+        "nvmlDeviceGetFieldValues(gpu_recovery_action)",
+        "h100-decode",
+    ),
+    (
+        "nvmlDeviceGetFieldValues",
+        None,
+        "nvmlDeviceGetFieldValues",
+        "h100-decode",
+    ),
+    (
+        "nvmlEventSetWait_v2",
+        None,
+        "nvmlEventSetWait_v2",
+        "h100-decode",
+    ),
+    ("nvmlGpmSampleGet", None, "nvmlGpmSampleGet", "h100-decode"),
+    (
+        "nvmlGpmMetricsGet",
+        None,
+        "nvmlGpmMetricsGet",
+        "h100-decode",
+    ),
+    (
+        "nvmlDeviceGetMigDeviceHandleByIndex",
+        None,
+        "nvmlDeviceGetMigDeviceHandleByIndex",
+        "h100-mig",
+    ),
+];
+
+/// The scenario of [`LOST_AT`] (the fake's call, its field, the name truthscale gives it,
+/// the GPU's scenario): GPU k falls off at call k, 3 s in, for 2 s; GPU 8, the
+/// decode H100, never does.
+fn lost_at_calls(dir: &TempDir) -> PathBuf {
+    let device = |name: &str| {
+        let text = std::fs::read_to_string(scenario(name)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["devices"][0].clone()
+    };
+    let mut devices: Vec<serde_json::Value> = LOST_AT
+        .iter()
+        .map(|(call, field, _, name)| {
+            let mut d = device(name);
+            d["lost_at_call"] = serde_json::json!({"call": call, "field": field, "after_ms": 3000});
+            d["lost_for_ms"] = serde_json::json!(2000);
+            d
+        })
+        .chain([device("h100-decode")])
+        .collect();
+    for (k, d) in devices.iter_mut().enumerate() {
+        d["uuid"] = serde_json::json!(format!("GPU-5f0c6a3e-8d3b-4c1e-9a7f-1000000000{k:02}"));
+        d["pci_bus_id"] = serde_json::json!(format!("00000000:{:02X}:00.0", 0x40 + k));
+    }
+    let path = dir.path().join("scenario.json");
+    std::fs::write(&path, serde_json::json!({ "devices": devices }).to_string()).unwrap();
+    path
+}
+
+/// The GPUs with a `truthscale_gpu_info` series, by index.
+fn gpus_served(m: &[Sample]) -> std::collections::BTreeSet<String> {
+    series(m, "truthscale_gpu_info", &[])
+        .iter()
+        .filter_map(|s| s.label("gpu").map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn a_gpu_lost_at_any_call_is_lost_alone_and_found_again() {
+    let dir = TempDir::new("nvml-lost-at-calls");
+    let path = lost_at_calls(&dir);
+    let s = Sidecar::start(
+        &truthscale_e2e::nvml_args(fake(), "250ms"),
+        &[("FAKE_NVML_SCENARIO", path.to_str().unwrap())],
+        dir.path(),
+    );
+    let all: std::collections::BTreeSet<String> = (0..=8).map(|k| k.to_string()).collect();
+    s.wait_for(WAIT, "all nine GPUs", |m| gpus_served(m) == all);
+    let m = s.wait_for(WAIT, "eight GPUs lost and gone, GPU 8 served", |m| {
+        errors_of(m, "gpu_lost") >= 8.0 && gpus_served(m) == ["8".to_string()].into()
+    });
+    assert_eq!(errors_of(&m, "gpu_lost"), 8.0);
+    assert!(phase_is(&m, "memory_bound"), "GPU 8 carries on");
+    let err = s.process.stderr();
+    for (k, (.., named, _)) in LOST_AT.iter().enumerate() {
+        let lost: Vec<&str> = err
+            .lines()
+            .filter(|l| l.contains("GPU is lost") && l.contains(&format!("gpu={k} ")))
+            .collect();
+        assert_eq!(lost.len(), 1, "GPU {k}: {lost:?}");
+        let call = format!("call=\"{named}\"");
+        assert!(
+            lost[0].contains(&call),
+            "GPU {k} lost at {call}: {}",
+            lost[0]
+        );
+    }
+    // Each is looked for again 10 s after it was lost, and answers by then.
+    let m = s.wait_for(WAIT, "every GPU back", |m| gpus_served(m) == all);
+    assert_eq!(errors_of(&m, "gpu_lost"), 8.0);
+    assert_eq!(s.process.stderr().matches("NVML: GPU ready.").count(), 17);
+}
+
 #[test]
 fn per_process_series_only_when_enabled() {
     let dir = TempDir::new("nvml-procs");
