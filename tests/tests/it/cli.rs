@@ -58,6 +58,53 @@ fn analyze_json_names_the_dcgm_fields_it_does_not_read() {
     let _: Value = serde_json::from_slice(&out.stdout).expect("stdout is the JSON alone");
 }
 
+/// A `dcgmi dmon` capture whose power column holds DCGM's INT32 blank (2147483647) in one
+/// sweep of three and its FP64 blank (2^47) in another analyzes exactly as the same capture
+/// with `N/A` in their place (blank, never averaged), and the blanks are counted by column on
+/// stderr.
+#[test]
+fn dmon_sentinels_read_as_na_and_are_counted() {
+    let dir =
+        std::env::temp_dir().join(format!("truthscale-dmon-sentinels-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let capture = |name: &str, blanks: [&str; 2]| {
+        let mut text = String::from("#Entity   GRACT        POWER\nID\n");
+        for k in 0..3_000 {
+            let power = [blanks[0], blanks[1], "300.000"][k % 3];
+            text += &format!("GPU 0     0.500        {power}\n");
+        }
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        run(&[
+            "analyze",
+            p.to_str().unwrap(),
+            "--json",
+            "--gpu-model",
+            "h100-sxm",
+        ])
+    };
+    let sentinels = capture("sentinels.txt", ["2147483647", "140737488355328"]);
+    let na = capture("na.txt", ["N/A", "N/A"]);
+    let stderr = String::from_utf8_lossy(&sentinels.stderr);
+    assert!(
+        sentinels.status.success() && na.status.success(),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("2000 reading(s) of POWER were DCGM's blank sentinel"),
+        "{stderr}"
+    );
+    assert!(!String::from_utf8_lossy(&na.stderr).contains("sentinel"));
+    let (a, b): (Value, Value) = (
+        serde_json::from_slice(&sentinels.stdout).unwrap(),
+        serde_json::from_slice(&na.stdout).unwrap(),
+    );
+    assert_eq!(a, b);
+    assert_eq!(a["entities"][0]["samples"], 3_000);
+    assert!(a["entities"][0]["power_proxy"]["mean"].is_number(), "{a}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn dmon_capture_with_multiplexed_blanks() {
     let p = fixture("dcgmi-dmon-NVIDIA-DCGM-issue244.txt");

@@ -467,8 +467,10 @@ pub struct DmonParser {
     ctx_gpu: Option<u32>,
     ctx_gi: Option<(Option<u32>, u32)>,
     sweeps: u64,
-    /// The columns of the headers seen that are not read.
+    /// The columns of the headers seen that are not read, and the readings left blank.
     unread: Unread,
+    /// The latest header's column names.
+    names: Vec<String>,
 }
 
 impl DmonParser {
@@ -499,6 +501,7 @@ impl DmonParser {
             ctx_gi: None,
             sweeps: 0,
             unread: Unread::default(),
+            names: Vec::new(),
         }
     }
 
@@ -534,6 +537,7 @@ impl DmonParser {
         values: &[f64],
     ) -> Result<Option<Sample>, ParseError> {
         self.line += 1;
+        let blanked = line.blanked();
         let Some((kind, n)) = self.row_of(line)? else {
             return Ok(None);
         };
@@ -543,6 +547,9 @@ impl DmonParser {
             return Err(error(&self.file, self.line, m));
         }
         let mig = self.mig_of(kind, n)?;
+        if blanked {
+            count_blanked(&mut self.unread, &self.names, values);
+        }
         // The row is well formed from here on. An entity already in the sweep starts the
         // next one.
         let key = match mig {
@@ -575,11 +582,17 @@ impl DmonParser {
             // Every column a field's value, converted by the scanner (NaN when blank).
             sample.readings.set_values(fields, values);
         } else {
-            for (target, &v) in columns.iter().zip(values) {
+            for (k, (target, &v)) in columns.iter().zip(values).enumerate() {
                 match *target {
                     Some(Target::Field(f, _)) if !v.is_nan() => sample.readings.set_value(f, v),
                     Some(Target::Field(..)) | None => {}
-                    Some(target) => extra.apply(sample, target, (!v.is_nan()).then_some(v)),
+                    Some(target) => {
+                        if !v.is_nan() && refuses(target, v) {
+                            let name = self.names.get(k).map_or("?", String::as_str);
+                            self.unread.sentinel(name);
+                        }
+                        extra.apply(sample, target, (!v.is_nan()).then_some(v));
+                    }
                 }
             }
         }
@@ -625,11 +638,12 @@ impl DmonParser {
     #[inline]
     fn row_of(&mut self, line: Scanned) -> Result<Option<(Kind, u32)>, ParseError> {
         match line.line() {
-            Line::Header(columns, unread) => {
+            Line::Header(columns, unread, names) => {
                 self.set_columns(columns);
                 for name in &unread {
                     self.unread.family(name);
                 }
+                self.names = names;
                 Ok(None)
             }
             Line::Units(columns, problem) => {
@@ -761,7 +775,7 @@ pub struct Scanned {
 
 #[derive(Debug, Clone, PartialEq)]
 enum Rare {
-    Header(Vec<Option<Target>>, Vec<String>),
+    Header(Vec<Option<Target>>, Vec<String>, Vec<String>),
     Units(Vec<Option<Target>>, Option<String>),
     Bad(String),
 }
@@ -769,8 +783,9 @@ enum Rare {
 /// What a line is.
 #[derive(Debug, Clone, PartialEq)]
 enum Line {
-    /// A header: the columns' targets.
-    Header(Vec<Option<Target>>, Vec<String>),
+    /// A header: the columns' targets, the names of those not read, and every column's
+    /// name.
+    Header(Vec<Option<Target>>, Vec<String>, Vec<String>),
     /// The units line under a header: the header's columns with the units it declares,
     /// and what in it does not read (those columns are not read).
     Units(Vec<Option<Target>>, Option<String>),
@@ -789,13 +804,18 @@ impl Scanned {
     const ID: u64 = 1;
     const ROW: u64 = 2;
     const RARE: u64 = 3;
+    /// On a row: a value of it was refused by its unit's blank rule (handed on as
+    /// [`SENTINEL`]), for the parser to count.
+    const BLANKED: u64 = 1 << 16;
 
     fn of(line: Line) -> Scanned {
         let (word, rare) = match line {
             Line::Blank => (Scanned::BLANK, None),
             Line::Id => (Scanned::ID, None),
             Line::Row(kind, n) => (Scanned::ROW | (kind as u64) << 8 | u64::from(n) << 32, None),
-            Line::Header(columns, unread) => (Scanned::RARE, Some(Rare::Header(columns, unread))),
+            Line::Header(columns, unread, names) => {
+                (Scanned::RARE, Some(Rare::Header(columns, unread, names)))
+            }
             Line::Units(columns, m) => (Scanned::RARE, Some(Rare::Units(columns, m))),
             Line::Bad(m) => (Scanned::RARE, Some(Rare::Bad(m))),
         };
@@ -811,10 +831,16 @@ impl Scanned {
         self.word & 0xff == Scanned::ROW
     }
 
+    /// Whether the line is a row with a value its unit's blank rule refused.
+    #[inline]
+    fn blanked(&self) -> bool {
+        self.is_row() && self.word & Scanned::BLANKED != 0
+    }
+
     fn line(self) -> Line {
         match (self.word & 0xff, self.rare) {
             (_, Some(rare)) => match *rare {
-                Rare::Header(columns, unread) => Line::Header(columns, unread),
+                Rare::Header(columns, unread, names) => Line::Header(columns, unread, names),
                 Rare::Units(columns, m) => Line::Units(columns, m),
                 Rare::Bad(m) => Line::Bad(m),
             },
@@ -865,12 +891,16 @@ impl Scanner {
         }
         let start = values.len();
         let columns = self.columns.as_deref().unwrap_or_default();
-        let scanned = scan_with(line, values, columns);
+        let mut blanked = false;
+        let mut scanned = scan_with(line, values, columns, &mut blanked);
         if values.len() - start < columns.len() && scanned.is_row() {
-            scan_by_position(line, &self.names, columns, values, start);
+            scan_by_position(line, &self.names, columns, values, (start, &mut blanked));
         }
         if scanned.rare.is_some() {
-            return self.rare_line(line, values, start, scanned);
+            scanned = self.rare_line(line, values, (start, &mut blanked), scanned);
+        }
+        if blanked && scanned.is_row() {
+            scanned.word |= Scanned::BLANKED;
         }
         scanned
     }
@@ -883,20 +913,18 @@ impl Scanner {
         &mut self,
         line: &str,
         values: &mut Vec<f64>,
-        start: usize,
+        at: (usize, &mut bool),
         scanned: Scanned,
     ) -> Scanned {
         match scanned.rare.as_deref() {
-            Some(Rare::Header(columns, _)) => {
+            Some(Rare::Header(columns, ..)) => {
                 self.columns = Some(columns.clone());
                 self.names = column_names(line);
                 self.after_header = true;
             }
             Some(Rare::Bad(_)) => {
                 let columns = self.columns.as_deref().unwrap_or_default();
-                if let Some((kind, n)) =
-                    scan_text_columns(line, &self.names, columns, values, start)
-                {
+                if let Some((kind, n)) = scan_text_columns(line, &self.names, columns, values, at) {
                     return Scanned::of(Line::Row(kind, n));
                 }
             }
@@ -1030,7 +1058,7 @@ fn scan_by_position(
     names: &[(usize, String)],
     columns: &[Option<Target>],
     values: &mut Vec<f64>,
-    start: usize,
+    (start, blanked): (usize, &mut bool),
 ) {
     if names.len() != columns.len() {
         return;
@@ -1053,7 +1081,7 @@ fn scan_by_position(
     }
     values.truncate(start);
     for (k, v) in raw.into_iter().enumerate() {
-        push_value(values, columns, k, v);
+        push_value(values, columns, k, v, blanked);
     }
 }
 
@@ -1068,7 +1096,7 @@ fn scan_text_columns(
     names: &[(usize, String)],
     columns: &[Option<Target>],
     values: &mut Vec<f64>,
-    start: usize,
+    (start, blanked): (usize, &mut bool),
 ) -> Option<(Kind, u32)> {
     if names.len() != columns.len() || !columns.iter().any(Option::is_none) {
         return None;
@@ -1101,28 +1129,61 @@ fn scan_text_columns(
     }
     values.truncate(start);
     for (k, v) in raw.into_iter().enumerate() {
-        push_value(values, columns, k, v);
+        push_value(values, columns, k, v, blanked);
     }
     Some(entity)
 }
 
-/// Append value `k` of a row, converted when `columns` says it is a field's.
+/// Append value `k` of a row, converted when `columns` says it is a field's; `blanked` is
+/// set when its unit's blank rule refuses it.
 #[inline(always)]
-fn push_value(values: &mut Vec<f64>, columns: &[Option<Target>], k: usize, raw: f64) {
+fn push_value(
+    values: &mut Vec<f64>,
+    columns: &[Option<Target>],
+    k: usize,
+    raw: f64,
+    blanked: &mut bool,
+) {
     values.push(match columns.get(k) {
-        Some(Some(Target::Field(_, unit))) => convert(raw, *unit),
+        Some(Some(Target::Field(_, unit))) => convert(raw, *unit, blanked),
         _ => raw,
     });
 }
 
-/// [`Unit::convert`] with NaN for a blank, in and out.
+/// [`Unit::convert`] with NaN for a blank, in and out: [`NA`] for `N/A`, [`SENTINEL`]
+/// (`blanked` set) for what the unit's blank rule refuses.
 #[inline]
-fn convert(raw: f64, unit: Unit) -> f64 {
-    unit.convert((!raw.is_nan()).then_some(raw)).unwrap_or(NA)
+fn convert(raw: f64, unit: Unit, blanked: &mut bool) -> f64 {
+    if raw.is_nan() {
+        return NA;
+    }
+    match unit.convert(Some(raw)) {
+        Some(v) => v,
+        None => refused(unit, blanked),
+    }
+}
+
+/// A value its unit's blank rule refused, handed on as [`SENTINEL`]. A row's numbers are
+/// finite ([`number`]), and each unit takes a number below its rule's blanks to a finite
+/// one, so what is refused is one of DCGM's blank sentinels.
+#[cold]
+#[inline(never)]
+fn refused(unit: Unit, blanked: &mut bool) -> f64 {
+    if unit == Unit::PercentOrRatio {
+        // Never converted without its decision: no reading refused.
+        return NA;
+    }
+    *blanked = true;
+    SENTINEL
 }
 
 /// [`Scanner::scan`] with `columns` the latest header's (none: values as read).
-fn scan_with(line: &str, values: &mut Vec<f64>, columns: &[Option<Target>]) -> Scanned {
+fn scan_with(
+    line: &str,
+    values: &mut Vec<f64>,
+    columns: &[Option<Target>],
+    blanked: &mut bool,
+) -> Scanned {
     let ascii = is_ascii(line.as_bytes());
     let t = if ascii {
         trim_ascii_space(line)
@@ -1131,12 +1192,13 @@ fn scan_with(line: &str, values: &mut Vec<f64>, columns: &[Option<Target>]) -> S
     };
     if t.starts_with("#Entity") || t.starts_with("# Entity") {
         let names = t.strip_prefix('#').unwrap_or(t).trim_start();
-        let mut unread = Vec::new();
+        let (mut unread, mut all) = (Vec::new(), Vec::new());
         let columns = names
             .strip_prefix("Entity")
             .unwrap_or_default()
             .split_whitespace()
             .map(|n| {
+                all.push(n.to_owned());
                 let target = COLUMNS
                     .iter()
                     .find(|(c, _)| c.eq_ignore_ascii_case(n))
@@ -1147,7 +1209,7 @@ fn scan_with(line: &str, values: &mut Vec<f64>, columns: &[Option<Target>]) -> S
                 target
             })
             .collect();
-        return Scanned::of(Line::Header(columns, unread));
+        return Scanned::of(Line::Header(columns, unread, all));
     }
     if t.is_empty() || t.starts_with('#') {
         return Scanned::of(Line::Blank);
@@ -1157,9 +1219,9 @@ fn scan_with(line: &str, values: &mut Vec<f64>, columns: &[Option<Target>]) -> S
     }
     let start = values.len();
     let row = if ascii {
-        scan_ascii_row(t, values, columns)
+        scan_ascii_row(t, values, columns, blanked)
     } else {
-        scan_row(t.split_whitespace(), values, columns)
+        scan_row(t.split_whitespace(), values, columns, blanked)
     };
     match row {
         Ok((kind, n)) => Scanned::of(Line::Row(kind, n)),
@@ -1203,6 +1265,30 @@ fn is_ascii(b: &[u8]) -> bool {
     let (chunks, tail) = b.as_chunks::<8>();
     let high = chunks.iter().fold(0, |acc, c| acc | u64::from_le_bytes(*c)) & 0x8080_8080_8080_8080;
     high == 0 && tail.is_ascii()
+}
+
+/// Count the values of a row its columns' units refused ([`SENTINEL`]) as sentinels of
+/// their columns in `unread`.
+#[cold]
+#[inline(never)]
+fn count_blanked(unread: &mut Unread, names: &[String], values: &[f64]) {
+    for (k, v) in values.iter().enumerate() {
+        if v.to_bits() == SENTINEL.to_bits() {
+            unread.sentinel(names.get(k).map_or("?", String::as_str));
+        }
+    }
+}
+
+/// Whether `target`'s rule leaves raw value `v` (not NaN) of a column that is not a field's
+/// blank: one of DCGM's blank sentinels.
+#[inline(never)]
+fn refuses(target: Target, v: f64) -> bool {
+    match target {
+        Target::Field(_, unit) | Target::FbFree(unit) | Target::FbReserved(unit) => {
+            unit.convert(Some(v)).is_none()
+        }
+        _ => dcgm_value(v).is_none(),
+    }
 }
 
 /// The entities of the current sweep.
@@ -1299,6 +1385,7 @@ fn scan_row<'a>(
     mut words: impl Iterator<Item = &'a str>,
     values: &mut Vec<f64>,
     columns: &[Option<Target>],
+    blanked: &mut bool,
 ) -> Result<(Kind, u32), String> {
     let entity = entity(&mut words)?;
     for (k, v) in words.enumerate() {
@@ -1306,7 +1393,7 @@ fn scan_row<'a>(
             "N/A" => NA,
             _ => number(v).ok_or_else(|| format!("bad value `{v}`"))?,
         };
-        push_value(values, columns, k, raw);
+        push_value(values, columns, k, raw, blanked);
     }
     Ok(entity)
 }
@@ -1329,6 +1416,10 @@ fn not_read_here(t: &str) -> bool {
 
 /// `N/A` among a row's values: a value read is never NaN.
 const NA: f64 = f64::NAN;
+
+/// A value of a field's column that was one of DCGM's blank sentinels, as the scanner hands
+/// it on: a NaN, blank to every reader, that the parser tells from [`NA`] to count it.
+const SENTINEL: f64 = f64::from_bits(0x7ff8_0000_5e17_0001);
 
 /// The entity kind and id, the first two words of a row.
 fn entity<'a>(words: &mut impl Iterator<Item = &'a str>) -> Result<(Kind, u32), String> {
@@ -1353,6 +1444,7 @@ fn scan_ascii_row(
     t: &str,
     values: &mut Vec<f64>,
     columns: &[Option<Target>],
+    blanked: &mut bool,
 ) -> Result<(Kind, u32), String> {
     // Most rows: `GPU`, one space, an id of at most nine digits, whitespace.
     if let Some(rest) = t.strip_prefix("GPU ") {
@@ -1363,7 +1455,7 @@ fn scan_ascii_row(
                 .iter()
                 .fold(0, |n, &c| n * 10 + u32::from(c - b'0'));
             scan_values(rest.get(digits..).unwrap_or_default(), |k, value| {
-                push_value(values, columns, k, value.unwrap_or(NA));
+                push_value(values, columns, k, value.unwrap_or(NA), blanked);
             })?;
             return Ok((Kind::Gpu, n));
         }
@@ -1371,7 +1463,7 @@ fn scan_ascii_row(
     let mut words = AsciiWords(t);
     let entity = entity(&mut words)?;
     scan_values(words.0, |k, value| {
-        push_value(values, columns, k, value.unwrap_or(NA));
+        push_value(values, columns, k, value.unwrap_or(NA), blanked);
     })?;
     Ok(entity)
 }
@@ -1712,6 +1804,7 @@ fn direct(m: u64, digits: usize, decimals: usize) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     fn parse(text: &str) -> Result<(Vec<Sample>, u64), ParseError> {
         let mut p = DmonParser::new("cap.txt", 2.0, Timestamp(1_000));
@@ -1721,6 +1814,62 @@ mod tests {
         }
         out.extend(p.finish());
         Ok((out, p.skipped_lines()))
+    }
+
+    /// The samples of `text`, both ways (each line parsed at once; scanned first, then
+    /// parsed, as `analyze` does on two threads), and what each left unread, which must
+    /// be the same.
+    fn parse_unread(text: &str) -> (Vec<Sample>, Unread) {
+        let mut p = DmonParser::new("cap.txt", 2.0, Timestamp(1_000));
+        let (mut scanner, mut two_steps) = (
+            Scanner::default(),
+            DmonParser::new("cap.txt", 2.0, Timestamp(1_000)),
+        );
+        let (mut out, mut out2) = (Vec::new(), Vec::new());
+        for l in text.lines() {
+            out.extend(p.push_line(l).unwrap());
+            let mut values = Vec::new();
+            let line = scanner.scan(l, &mut values);
+            out2.extend(two_steps.push_scanned(line, &values).unwrap());
+        }
+        out.extend(p.finish());
+        out2.extend(two_steps.finish());
+        assert_eq!(out, out2);
+        assert_eq!(p.unread(), two_steps.unread());
+        (out, p.unread().clone())
+    }
+
+    /// A value that is a sentinel in a row read by its words, in one read by position
+    /// (fewer values than columns), in one whose other columns hold text, and in a column
+    /// that is no field's (free memory): each blank, counted once under its column; `N/A`
+    /// and the values kept are not counted. 1e306 lies past DCGM's FP64 blank (2^47).
+    #[test]
+    fn every_blank_a_rule_refuses_is_counted_once() {
+        let text = "\
+#Entity   FBUSD        FBFRE        POWER        DRVER
+GPU 0     2147483647   4294967295   N/A          570.1
+GPU 1     1000         2000         4294967295   570.1
+GPU 2     1000                      2147483632
+GPU 3     1e306        10           300          NVIDIA 570.1
+";
+        let (s, unread) = parse_unread(text);
+        let expected = [("FBFRE", 1), ("FBUSD", 2), ("POWER", 2)];
+        assert_eq!(
+            unread.sentinels,
+            expected.map(|(k, n)| (k.to_string(), n)).into()
+        );
+        assert!(unread.non_finite.is_empty());
+        let e = &s[0].entities;
+        assert_eq!(e[0].readings.get(Field::MemUsedBytes), Reading::Blank);
+        assert_eq!(e[0].readings.get(Field::MemTotalBytes), Reading::Blank);
+        assert_eq!(e[1].readings.get(Field::PowerWatts), Reading::Blank);
+        assert_eq!(
+            e[1].readings.get(Field::MemTotalBytes),
+            Reading::Value(3000.0 * MIB)
+        );
+        assert_eq!(e[2].readings.get(Field::PowerWatts), Reading::Blank);
+        assert_eq!(e[3].readings.get(Field::MemUsedBytes), Reading::Blank);
+        assert_eq!(e[3].readings.get(Field::PowerWatts), Reading::Value(300.0));
     }
 
     fn val(s: &Sample, i: usize, f: Field) -> Reading {
@@ -2249,6 +2398,10 @@ GPU 1     N/A    1      2      N/A
             GPU 0 2147483632\nGPU 1 2147483647\nGPU 2 4294967295\nGPU 3 9223372036854775794\n\
             GPU 4 140737488355328.0\nGPU 5 2147483631\nGPU 6 4294967294\nGPU 7 140737488355327\n";
         let (s, _) = parse(text).unwrap();
+        // Each blank counted, by its column: five sentinels, the three values kept not.
+        let (_, unread) = parse_unread(text);
+        assert_eq!(unread.sentinels, BTreeMap::from([("POWER".to_string(), 5)]));
+        assert!(unread.non_finite.is_empty());
         let got: Vec<_> = (0..8).map(|i| val(&s[0], i, Field::PowerWatts)).collect();
         let b = Reading::Blank;
         let v = Reading::Value;
@@ -2468,8 +2621,8 @@ GPU 1     N/A    1      2      N/A
                 row.push(' ');
             }
             let (mut fast, mut slow) = (Vec::new(), Vec::new());
-            let got = scan_ascii_row(&row, &mut fast, &[]);
-            let want = scan_row(row.split_whitespace(), &mut slow, &[]);
+            let got = scan_ascii_row(&row, &mut fast, &[], &mut false);
+            let want = scan_row(row.split_whitespace(), &mut slow, &[], &mut false);
             assert_eq!(got, want, "{row:?}");
             assert_eq!(bits(&fast), bits(&slow), "{row:?}");
         }
@@ -2568,15 +2721,15 @@ GPU 1     N/A    1      2      N/A
                 row.push_str(gaps[rng.random_range(0..gaps.len())]);
             }
             let (mut fast, mut slow, mut whole) = (Vec::new(), Vec::new(), Vec::new());
-            let got = scan_ascii_row(&row, &mut fast, &[]);
-            let want = scan_row(row.split_whitespace(), &mut slow, &[]);
+            let got = scan_ascii_row(&row, &mut fast, &[], &mut false);
+            let want = scan_row(row.split_whitespace(), &mut slow, &[], &mut false);
             assert_eq!(got, want, "{row:?}");
             let line = match want.clone() {
                 Ok((kind, n)) => Line::Row(kind, n),
                 Err(m) => Line::Bad(m),
             };
             assert_eq!(
-                scan_with(&row, &mut whole, &[]),
+                scan_with(&row, &mut whole, &[], &mut false),
                 Scanned::of(line),
                 "{row:?}"
             );

@@ -56,10 +56,15 @@ impl Unread {
         add_one(&mut self.ambiguous, family);
     }
 
+    /// Note a reading of `family` that was one of DCGM's blank sentinels.
+    pub fn sentinel(&mut self, family: &str) {
+        add_one(&mut self.sentinels, family);
+    }
+
     /// Note a reading `v` of `family` that was a blank: a sentinel, or not finite.
     pub fn blank(&mut self, family: &str, v: f64) {
         if v.is_finite() {
-            add_one(&mut self.sentinels, family);
+            self.sentinel(family);
         } else {
             add_one(&mut self.non_finite, family);
         }
