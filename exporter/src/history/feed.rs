@@ -48,6 +48,9 @@ pub(crate) struct FeedStats {
     pub non_finite: u64,
     /// DCGM readings that were one of its blank sentinels, left blank.
     pub sentinels: u64,
+    /// DCGM readings no GPU gives (negative free memory, a clock-event bitmask that is no
+    /// whole number), left blank.
+    pub impossible: u64,
 }
 
 impl History {
@@ -317,6 +320,7 @@ impl History {
             answer_notes,
             non_finite: tally.non_finite,
             sentinels: tally.sentinels,
+            impossible: tally.impossible,
         }
     }
 }
@@ -394,6 +398,8 @@ struct Tally {
     non_finite: u64,
     /// DCGM readings that were one of its blank sentinels, left blank.
     sentinels: u64,
+    /// DCGM readings no GPU gives, left blank.
+    impossible: u64,
     /// Points outside the chunks' times, left out.
     outside: u64,
 }
@@ -452,6 +458,7 @@ fn hand_over(
     tally.non_finite += refused.non_finite;
     tally.outside += refused.outside;
     tally.sentinels += refused.sentinels;
+    tally.impossible += refused.impossible;
     for (family, n) in refused.ambiguous {
         *tally.ambiguous.entry(family).or_default() += n;
     }

@@ -246,6 +246,7 @@ impl Chunk {
             outside,
             ambiguous: unread.ambiguous,
             sentinels: unread.sentinels.values().sum(),
+            impossible: unread.impossible.values().sum(),
         }
     }
 }
@@ -263,6 +264,9 @@ pub(super) struct Refused {
     pub(super) ambiguous: BTreeMap<String, u64>,
     /// DCGM readings that were one of its blank sentinels: left blank.
     pub(super) sentinels: u64,
+    /// DCGM readings no GPU gives (negative free memory, a clock-event bitmask that is no
+    /// whole number): left blank.
+    pub(super) impossible: u64,
 }
 
 /// `(seconds × 1000).round() as i64` (halves away from zero, saturating, NaN 0) without a

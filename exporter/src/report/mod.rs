@@ -294,6 +294,12 @@ pub(crate) fn collect(
         let kind = DiagnosticKind::Sentinel.as_str();
         *source.blanked_readings.entry(kind).or_default() += stats.sentinels;
     }
+    // Readings no GPU gives (negative free memory, say), left blank there too: out of the
+    // physical range, as the derivation's own are.
+    if stats.impossible > 0 {
+        let kind = DiagnosticKind::OutOfRange.as_str();
+        *source.blanked_readings.entry(kind).or_default() += stats.impossible;
+    }
     for t in &mut tracks {
         t.finish();
     }

@@ -224,6 +224,11 @@ impl DcgmExporterSource {
                 errors.push(SourceError::Sentinel(format!("{}: {f}", self.shown)));
             }
         }
+        for (f, n) in &unread.impossible {
+            for _ in 0..*n {
+                errors.push(SourceError::Impossible(format!("{}: {f}", self.shown)));
+            }
+        }
         for (f, n) in &unread.ambiguous {
             for _ in 0..*n {
                 errors.push(SourceError::AmbiguousUnit(format!(

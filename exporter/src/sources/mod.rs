@@ -313,6 +313,10 @@ pub enum SourceError {
     /// A DCGM sentinel value was dropped.
     #[error("sentinel value dropped: {0}")]
     Sentinel(String),
+    /// A reading no GPU gives (negative free memory, a clock-event bitmask that is no whole
+    /// number) was dropped.
+    #[error("impossible reading dropped: {0}")]
+    Impossible(String),
     /// A DCGM family (metric or column) truthscale does not read: counted once per family
     /// and source, named in the log.
     #[error("not read: {0}")]
@@ -349,6 +353,7 @@ impl SourceError {
             E::OverLimit(m) => E::OverLimit(f(&m)),
             E::Http(m) => E::Http(f(&m)),
             E::Sentinel(m) => E::Sentinel(f(&m)),
+            E::Impossible(m) => E::Impossible(f(&m)),
             E::UnreadFamily(m) => E::UnreadFamily(f(&m)),
             E::AmbiguousUnit(m) => E::AmbiguousUnit(f(&m)),
             E::NoPermission(m) => E::NoPermission(f(&m)),
@@ -371,6 +376,7 @@ impl SourceError {
             SourceError::OverLimit(_) => "over_limit",
             SourceError::Http(_) => "http",
             SourceError::Sentinel(_) => "sentinel",
+            SourceError::Impossible(_) => "impossible",
             SourceError::UnreadFamily(_) => "unread_family",
             SourceError::AmbiguousUnit(_) => "ambiguous_unit",
             SourceError::NoPermission(_) => "no_permission",

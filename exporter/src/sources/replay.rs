@@ -47,7 +47,7 @@ pub struct ReplaySource {
 /// Count what the capture's parser left unread since `counted` (then brought up to date), as
 /// the live dcgm-exporter source does: a family not read, named once (`named`); each
 /// reading refused for an ambiguous unit; each blank sentinel; each value not finite
-/// (counted with the sentinels: neither is data).
+/// (counted with the sentinels: neither is data); each reading no GPU gives.
 fn count_unread(
     now: &Unread,
     counted: &mut Unread,
@@ -59,6 +59,7 @@ fn count_unread(
             + u.ambiguous.values().sum::<u64>()
             + u.sentinels.values().sum::<u64>()
             + u.non_finite.values().sum::<u64>()
+            + u.impossible.values().sum::<u64>()
     };
     if total(now) == total(counted) {
         return;
@@ -81,6 +82,11 @@ fn count_unread(
                 "replay: {f}: percent or 0..1 ratio cannot be told; the reading is refused"
             ))
         }));
+    }
+    for (f, n) in new(&now.impossible, &counted.impossible) {
+        errors.extend(
+            (0..n).map(|_| SourceError::Impossible(format!("replay: {f}: a reading no GPU gives"))),
+        );
     }
     let sentinels = new(&now.sentinels, &counted.sentinels);
     let non_finite = new(&now.non_finite, &counted.non_finite);

@@ -565,6 +565,53 @@ fn impossible_readings_are_counted_logged_once_and_never_integrated() {
     assert_eq!(logged, 1, "logged once per GPU and kind:\n{stderr}");
 }
 
+/// Readings no GPU gives that are not a field's own (negative free memory beside the used,
+/// a clock-event bitmask that is no whole number) are blank and counted under
+/// `kind="impossible"`, two a scrape: no memory total is made of them, and no throttle
+/// reasons read.
+#[test]
+fn impossible_readings_outside_the_fields_are_counted_as_impossible() {
+    let labels = r#"gpu="0",UUID="GPU-h100",modelName="NVIDIA H100 80GB HBM3""#;
+    let body = format!(
+        "DCGM_FI_DEV_GPU_UTIL{{{labels}}} 100\n\
+         DCGM_FI_DEV_FB_USED{{{labels}}} 1000\n\
+         DCGM_FI_DEV_FB_FREE{{{labels}}} -900\n\
+         DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{{{labels}}} 3.5\n"
+    );
+    let server = StandIn::start(ok(&body));
+    let src = format!("dcgm-exporter:{}", server.url());
+    let dir = TempDir::new("dcgm-impossible-extra");
+    let sidecar = Sidecar::start(&["--source", &src, "--interval", "200ms"], &[], dir.path());
+    let impossible = |m: &[Sample]| {
+        value(
+            m,
+            "truthscale_source_errors_total",
+            &[("source", "dcgm_exporter"), ("kind", "impossible")],
+        )
+        .unwrap_or(0.0)
+    };
+    let m = sidecar.wait_for(WAIT, "impossible readings counted", |m| {
+        impossible(m) >= 6.0
+    });
+    assert_eq!(impossible(&m) % 2.0, 0.0, "two a scrape");
+    assert_eq!(
+        value(&m, "truthscale_gpu_memory_used_bytes", &[("gpu", "0")]),
+        Some(1000.0 * 1_048_576.0)
+    );
+    assert_eq!(
+        value(&m, "truthscale_gpu_memory_total_bytes", &[("gpu", "0")]),
+        None
+    );
+    assert_eq!(
+        value(
+            &m,
+            "truthscale_source_errors_total",
+            &[("kind", "sentinel")]
+        ),
+        None
+    );
+}
+
 /// A dcgm-exporter 4.10 answer (DCGM 4.7 names, base units, `hostname`) with the cumulative
 /// counters days past boot: read at the top tier, with nothing counted as a sentinel, and
 /// the one family truthscale does not read counted once, however many scrapes name it.

@@ -515,10 +515,13 @@ impl Scrape {
         }
         if let Some(acc) = self.entities.get_mut(i) {
             fill_attributes(&mut acc.sample.id, id);
-            if target == Target::XidCount {
-                acc.count_xid(label_u32(labels, "xid"), raw);
+            let impossible = if target == Target::XidCount {
+                acc.count_xid(label_u32(labels, "xid"), raw)
             } else {
-                acc.apply(target, Some(raw));
+                acc.apply(target, Some(raw))
+            };
+            if impossible {
+                self.unread.impossible(&name.to_ascii_lowercase());
             }
         }
         true
@@ -540,7 +543,8 @@ impl Scrape {
         if !value.is_finite() {
             return false;
         }
-        self.entities[i].apply(Target::Field(field, Unit::Same), Some(value));
+        // A field's value: never refused here (sanitizing judges it).
+        let _ = self.entities[i].apply(Target::Field(field, Unit::Same), Some(value));
         true
     }
 
@@ -676,7 +680,7 @@ pub fn is_blank_value(name: &str, v: f64) -> bool {
         Some(Target::Field(_, unit)) => unit.blank_rule(v).is_none(),
         // One link's value of a per-link counter: a blank of the field's type, as the
         // parser reads it.
-        Some(Target::LinkSum(field)) => crate::derive::is_sentinel_of(field, v),
+        Some(Target::LinkSum(field)) => !v.is_finite() || crate::derive::is_sentinel_of(field, v),
         _ => dcgm_value(v).is_none(),
     }
 }
@@ -1270,6 +1274,64 @@ DCGM_FI_DEV_GPU_UTIL{gpu=\"1\",UUID=\"GPU-b\"} 40
             u.summary()
                 .unwrap()
                 .contains("1 reading(s) of dcgm_fi_dev_power_usage were DCGM's blank sentinel")
+        );
+    }
+
+    /// Readings no GPU gives (a negative or fractional clock-event bitmask, a negative XID
+    /// count, negative free memory, a negative link value) are blank and counted by family;
+    /// a link's NaN is counted as not finite. Nothing of them is read: no throttle reasons,
+    /// no XID count, no total from used + free, no link sum.
+    #[test]
+    fn impossible_readings_are_blank_and_counted() {
+        let text = "\
+DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{gpu=\"0\"} -4
+DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{gpu=\"1\"} 3.5
+DCGM_EXP_XID_ERRORS_COUNT{gpu=\"0\",xid=\"79\"} -3
+DCGM_FI_DEV_FB_USED{gpu=\"0\"} 1000
+DCGM_FI_DEV_FB_FREE{gpu=\"0\"} -900
+DCGM_FI_DEV_NVLINK_PPCNT_IBPC_TX_WAIT_TOTAL{gpu=\"0\",link=\"0\"} -5
+DCGM_FI_DEV_NVLINK_PPCNT_IBPC_TX_WAIT_TOTAL{gpu=\"1\",link=\"0\"} NaN
+DCGM_FI_DEV_NVLINK_PPCNT_IBPC_TX_WAIT_TOTAL{gpu=\"1\",link=\"1\"} 7
+";
+        let mut p = DcgmTextParser::new("m.txt", 1.0, Timestamp(0));
+        for l in text.lines() {
+            p.push_line(l).unwrap();
+        }
+        let s = p.finish().unwrap();
+        for e in &s.entities {
+            assert_eq!(e.throttles, None, "{:?}", e.id);
+            let r = &e.readings;
+            assert_eq!(r.get(Field::XidWindowErrors), Reading::Blank);
+            assert_eq!(r.get(Field::MemTotalBytes), Reading::Blank);
+            assert_eq!(r.get(Field::NvlinkTxWaitTotal), Reading::Blank);
+        }
+        let u = p.unread();
+        let counts = |m: &std::collections::BTreeMap<String, u64>| {
+            m.iter().map(|(f, n)| (f.clone(), *n)).collect::<Vec<_>>()
+        };
+        let named = |v: &[(&str, u64)]| {
+            v.iter()
+                .map(|(f, n)| ((*f).to_string(), *n))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            counts(&u.impossible),
+            named(&[
+                ("dcgm_exp_xid_errors_count", 1),
+                ("dcgm_fi_dev_clock_throttle_reasons", 2),
+                ("dcgm_fi_dev_fb_free", 1),
+                ("dcgm_fi_dev_nvlink_ppcnt_ibpc_tx_wait_total", 1),
+            ])
+        );
+        assert_eq!(
+            counts(&u.non_finite),
+            named(&[("dcgm_fi_dev_nvlink_ppcnt_ibpc_tx_wait_total", 1)])
+        );
+        assert!(u.sentinels.is_empty());
+        assert!(
+            u.summary()
+                .unwrap()
+                .contains("2 reading(s) of dcgm_fi_dev_clock_throttle_reasons were impossible")
         );
     }
 

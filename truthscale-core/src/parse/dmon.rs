@@ -328,23 +328,30 @@ impl Acc {
     }
 
     /// Record a raw value (`None`: blank) for `target`. Sentinels and values that do not
-    /// convert to a finite number stay blank.
-    pub(crate) fn apply(&mut self, target: Target, raw: Option<f64>) {
-        self.extra.apply(&mut self.sample, target, raw);
+    /// convert to a finite number stay blank. Returns whether the value was one no GPU
+    /// gives ([`Extra::apply`]), left blank, for the caller to count.
+    #[must_use]
+    pub(crate) fn apply(&mut self, target: Target, raw: Option<f64>) -> bool {
+        self.extra.apply(&mut self.sample, target, raw)
     }
 
     /// Add one XID's count in the source's window ([`Target::XidCount`]): `xid` from the
     /// series' `xid` label (`None`: none, or not a number, which counts to the total only).
-    /// A blank or negative count is left out.
-    pub(crate) fn count_xid(&mut self, xid: Option<u32>, raw: f64) {
-        let Some(n) = dcgm_value(raw).filter(|n| *n >= 0.0) else {
-            return;
+    /// A blank or negative count is left out; returns whether it was negative (no count
+    /// is), for the caller to count.
+    #[must_use]
+    pub(crate) fn count_xid(&mut self, xid: Option<u32>, raw: f64) -> bool {
+        let Some(n) = dcgm_value(raw) else {
+            return false;
         };
+        if n < 0.0 {
+            return true;
+        }
         let (total, fatal) = self.extra.xids.get_or_insert((0.0, None));
         *total += n;
         let Some(x) = xid.filter(|x| n > 0.0 && crate::health::fatal_xid(f64::from(*x)).is_some())
         else {
-            return;
+            return false;
         };
         let better = match *fatal {
             None => true,
@@ -353,6 +360,7 @@ impl Acc {
         if better {
             *fatal = Some((x, n));
         }
+        false
     }
 
     /// The finished sample; the total memory is completed from used + free (+ reserved)
@@ -363,10 +371,26 @@ impl Acc {
     }
 }
 
+/// Keep a memory size `v` in `slot` where it is one (not negative); else leave the slot
+/// blank and say so.
+fn possible(slot: &mut Option<f64>, v: Option<f64>) -> bool {
+    let negative = v.is_some_and(|v| v < 0.0);
+    *slot = v.filter(|_| !negative);
+    negative
+}
+
 impl Extra {
-    /// [`Acc::apply`] on `sample`.
+    /// [`Acc::apply`] on `sample`: whether the value was one no GPU gives (negative free
+    /// or reserved memory, a negative link value, a clock-event bitmask that is negative or
+    /// no whole number), left blank. A field's own impossible values are
+    /// [`crate::derive::sanitize`]'s to find.
     #[inline]
-    pub(crate) fn apply(&mut self, sample: &mut EntitySample, target: Target, raw: Option<f64>) {
+    pub(crate) fn apply(
+        &mut self,
+        sample: &mut EntitySample,
+        target: Target,
+        raw: Option<f64>,
+    ) -> bool {
         let v = raw.and_then(dcgm_value);
         let r = &mut sample.readings;
         match target {
@@ -381,25 +405,33 @@ impl Extra {
                     r.set_value(Field::PowerLimitWatts, v);
                 }
             }
-            Target::FbFree(unit) => self.fb_free = unit.convert(raw),
-            Target::FbReserved(unit) => self.fb_reserved = unit.convert(raw),
-            Target::Throttles => {
-                if let Some(m) = v.filter(|m| *m >= 0.0 && m.fract() == 0.0) {
+            Target::FbFree(unit) => return possible(&mut self.fb_free, unit.convert(raw)),
+            Target::FbReserved(unit) => {
+                return possible(&mut self.fb_reserved, unit.convert(raw));
+            }
+            Target::Throttles => match v {
+                Some(m) if m >= 0.0 && m.fract() == 0.0 => {
                     sample.throttles = Some(Throttles::from_event_bits(m as u64));
                 }
-            }
-            Target::LinkSum(f) => match raw
-                .filter(|x| x.is_finite() && *x >= 0.0 && !crate::derive::is_sentinel_of(f, *x))
-            {
-                Some(x) => {
-                    r.set_value(f, r.value(f).unwrap_or(0.0) + x);
-                    sample.nvlink_wait_links = sample.nvlink_wait_links.saturating_add(1);
-                }
-                None => self.link_blank = true,
+                Some(_) => return true,
+                None => {}
             },
+            Target::LinkSum(f) => {
+                match raw.filter(|x| x.is_finite() && !crate::derive::is_sentinel_of(f, *x)) {
+                    Some(x) if x >= 0.0 => {
+                        r.set_value(f, r.value(f).unwrap_or(0.0) + x);
+                        sample.nvlink_wait_links = sample.nvlink_wait_links.saturating_add(1);
+                    }
+                    negative => {
+                        self.link_blank = true;
+                        return negative.is_some();
+                    }
+                }
+            }
             // Needs the series' `xid` label: [`Acc::count_xid`].
             Target::XidCount => {}
         }
+        false
     }
 
     /// [`Acc::finish`] on `sample`.
@@ -587,11 +619,13 @@ impl DmonParser {
                     Some(Target::Field(f, _)) if !v.is_nan() => sample.readings.set_value(f, v),
                     Some(Target::Field(..)) | None => {}
                     Some(target) => {
+                        let name = || self.names.get(k).map_or("?", String::as_str);
                         if !v.is_nan() && refuses(target, v) {
-                            let name = self.names.get(k).map_or("?", String::as_str);
-                            self.unread.sentinel(name);
+                            self.unread.sentinel(name());
                         }
-                        extra.apply(sample, target, (!v.is_nan()).then_some(v));
+                        if extra.apply(sample, target, (!v.is_nan()).then_some(v)) {
+                            self.unread.impossible(name());
+                        }
                     }
                 }
             }
@@ -1854,6 +1888,7 @@ GPU 3     1e306        10           300          NVIDIA 570.1
 ";
         let (s, unread) = parse_unread(text);
         let expected = [("FBFRE", 1), ("FBUSD", 2), ("POWER", 2)];
+        assert!(unread.impossible.is_empty());
         assert_eq!(
             unread.sentinels,
             expected.map(|(k, n)| (k.to_string(), n)).into()
@@ -1870,6 +1905,25 @@ GPU 3     1e306        10           300          NVIDIA 570.1
         assert_eq!(e[2].readings.get(Field::PowerWatts), Reading::Blank);
         assert_eq!(e[3].readings.get(Field::MemUsedBytes), Reading::Blank);
         assert_eq!(e[3].readings.get(Field::PowerWatts), Reading::Value(300.0));
+    }
+
+    /// Negative free memory is no size: blank, counted under its column, no total made of
+    /// it.
+    #[test]
+    fn negative_free_memory_is_impossible_and_counted() {
+        let text = "#Entity   FBUSD        FBFRE\nGPU 0     1000         -900\nGPU 1     1000         3000\n";
+        let (s, unread) = parse_unread(text);
+        let e = &s[0].entities;
+        assert_eq!(e[0].readings.get(Field::MemTotalBytes), Reading::Blank);
+        assert_eq!(
+            e[1].readings.get(Field::MemTotalBytes),
+            Reading::Value(4000.0 * MIB)
+        );
+        assert_eq!(
+            unread.impossible,
+            BTreeMap::from([("FBFRE".to_string(), 1)])
+        );
+        assert!(unread.sentinels.is_empty());
     }
 
     fn val(s: &Sample, i: usize, f: Field) -> Reading {

@@ -36,6 +36,9 @@ pub struct Unread {
     /// Readings of a read family that were not a finite number (`NaN`, `±Inf`), by family:
     /// blanks, never data.
     pub non_finite: BTreeMap<String, u64>,
+    /// Readings of a read family that no GPU gives (a negative count, size or link value, a
+    /// clock-event bitmask that is no whole number), by family: blanks, never data.
+    pub impossible: BTreeMap<String, u64>,
 }
 
 impl Unread {
@@ -54,6 +57,11 @@ impl Unread {
     /// Note a reading of `family` refused for its unit.
     pub fn refuse(&mut self, family: &str) {
         add_one(&mut self.ambiguous, family);
+    }
+
+    /// Note a reading of `family` that no GPU gives.
+    pub fn impossible(&mut self, family: &str) {
+        add_one(&mut self.impossible, family);
     }
 
     /// Note a reading of `family` that was one of DCGM's blank sentinels.
@@ -78,6 +86,7 @@ impl Unread {
             && self.ambiguous.is_empty()
             && self.sentinels.is_empty()
             && self.non_finite.is_empty()
+            && self.impossible.is_empty()
     }
 
     /// How many families were seen and not read (at least: past the cap, lines).
@@ -115,6 +124,11 @@ impl Unread {
         for (family, n) in &self.non_finite {
             parts.push(format!(
                 "{n} reading(s) of {family} were not a finite number: left blank, never data"
+            ));
+        }
+        for (family, n) in &self.impossible {
+            parts.push(format!(
+                "{n} reading(s) of {family} were impossible (a negative count, size or link value, or a clock-event bitmask that is no whole number): left blank, never data"
             ));
         }
         Some(parts.join("; "))

@@ -207,7 +207,12 @@ impl SmiCsvParser {
             self.skipped += 1;
             return Ok(None);
         };
-        let (time, entity) = row(columns, t).map_err(|m| error(&self.file, self.line, m))?;
+        let mut impossible = Vec::new();
+        let (time, entity) =
+            row(columns, t, &mut impossible).map_err(|m| error(&self.file, self.line, m))?;
+        for name in impossible {
+            self.unread.impossible(&name);
+        }
         Ok(self.add(time, entity))
     }
 
@@ -319,8 +324,13 @@ impl SmiCsvParser {
 }
 
 /// The time (ms since the epoch, if the header has a `timestamp` column) and the entity of
-/// one row, or what is wrong with it.
-fn row(columns: &[Col], line: &str) -> Result<(Option<i64>, EntitySample), String> {
+/// one row, or what is wrong with it; the columns of its values no GPU gives (left blank)
+/// go to `impossible`.
+fn row(
+    columns: &[Col],
+    line: &str,
+    impossible: &mut Vec<String>,
+) -> Result<(Option<i64>, EntitySample), String> {
     let n = line.split(',').count();
     if n != columns.len() {
         return Err(format!(
@@ -351,7 +361,9 @@ fn row(columns: &[Col], line: &str) -> Result<(Option<i64>, EntitySample), Strin
             Column::PciBusId => id.pci_bus_id = text,
             Column::Reading(target, unit) => {
                 let v = number(value, unit).map_err(|m| format!("{}: {m}", col.name))?;
-                acc.apply(target, v);
+                if acc.apply(target, v) {
+                    impossible.push(col.name.clone());
+                }
             }
             Column::Ignored => {}
         }
@@ -606,6 +618,26 @@ mod tests {
         let (samples, errors, _) = parse(&format!("{HEADER}\n{bare}"), 1.0);
         assert_eq!(errors, Vec::<String>::new());
         assert_eq!(samples, with_units);
+    }
+
+    /// Negative free memory is no size: blank, counted under its column, and no total is
+    /// made of it; the next row's is read.
+    #[test]
+    fn negative_free_memory_is_impossible_and_counted() {
+        let text = "\
+timestamp, index, memory.used [MiB], memory.free [MiB]
+2026/12/03 16:23:40, 0, 1000 MiB, -900 MiB
+2026/12/03 16:23:41, 0, 1000 MiB, 3000 MiB
+";
+        let (samples, errors, p) = parse(text, 1.0);
+        assert_eq!(errors, Vec::<String>::new());
+        let total = |k: usize| samples[k].entities[0].readings.value(Field::MemTotalBytes);
+        assert_eq!(total(0), None);
+        assert_eq!(total(1), Some(4000.0 * 1_048_576.0));
+        assert_eq!(
+            p.unread().impossible,
+            std::collections::BTreeMap::from([("memory.free".to_string(), 1)])
+        );
     }
 
     /// `power.draw.average` is the power draw; a column not read is named, never dropped in
