@@ -284,22 +284,7 @@ pub(crate) fn collect(
         });
         count_blanks(&mut source, &mut diagnostics);
     })?;
-    // The answers' values that are not finite, left blank where the samples were built.
-    if stats.non_finite > 0 {
-        let kind = DiagnosticKind::NonFinite.as_str();
-        *source.blanked_readings.entry(kind).or_default() += stats.non_finite;
-    }
-    // DCGM's blank sentinels, left blank where the samples were built.
-    if stats.sentinels > 0 {
-        let kind = DiagnosticKind::Sentinel.as_str();
-        *source.blanked_readings.entry(kind).or_default() += stats.sentinels;
-    }
-    // Readings no GPU gives (negative free memory, say), left blank there too: out of the
-    // physical range, as the derivation's own are.
-    if stats.impossible > 0 {
-        let kind = DiagnosticKind::OutOfRange.as_str();
-        *source.blanked_readings.entry(kind).or_default() += stats.impossible;
-    }
+    count_refused(&stats, &mut source);
     for t in &mut tracks {
         t.finish();
     }
@@ -317,6 +302,22 @@ pub(crate) fn collect(
         source,
         stats,
     ))
+}
+
+/// The readings the answers held that were left blank where the samples were built, among
+/// the source's blanked readings: values not finite, DCGM's blank sentinels, and readings no
+/// GPU gives (negative free memory, say: out of the physical range, as the derivation's
+/// own are).
+fn count_refused(stats: &FeedStats, source: &mut Source) {
+    for (kind, n) in [
+        (DiagnosticKind::NonFinite, stats.non_finite),
+        (DiagnosticKind::Sentinel, stats.sentinels),
+        (DiagnosticKind::OutOfRange, stats.impossible),
+    ] {
+        if n > 0 {
+            *source.blanked_readings.entry(kind.as_str()).or_default() += n;
+        }
+    }
 }
 
 /// A coarse step's band samples (`band`: which quantile of the raw samples in `step`), each

@@ -614,21 +614,8 @@ impl DmonParser {
             // Every column a field's value, converted by the scanner (NaN when blank).
             sample.readings.set_values(fields, values);
         } else {
-            for (k, (target, &v)) in columns.iter().zip(values).enumerate() {
-                match *target {
-                    Some(Target::Field(f, _)) if !v.is_nan() => sample.readings.set_value(f, v),
-                    Some(Target::Field(..)) | None => {}
-                    Some(target) => {
-                        let name = || self.names.get(k).map_or("?", String::as_str);
-                        if !v.is_nan() && refuses(target, v) {
-                            self.unread.sentinel(name());
-                        }
-                        if extra.apply(sample, target, (!v.is_nan()).then_some(v)) {
-                            self.unread.impossible(name());
-                        }
-                    }
-                }
-            }
+            let unread = (&self.names[..], &mut self.unread);
+            extra = gather_columns(sample, columns, values, unread);
         }
         let id = &mut sample.id;
         (id.gpu, id.mig) = match mig {
@@ -1299,6 +1286,34 @@ fn is_ascii(b: &[u8]) -> bool {
     let (chunks, tail) = b.as_chunks::<8>();
     let high = chunks.iter().fold(0, |acc, c| acc | u64::from_le_bytes(*c)) & 0x8080_8080_8080_8080;
     high == 0 && tail.is_ascii()
+}
+
+/// Gather a row's `values` under `columns` that are not all fields' into `sample`: what
+/// completes it once gathered, and the blanks and impossible values of columns that are no
+/// field's counted in `unread` by the column's name in `names`.
+fn gather_columns(
+    sample: &mut EntitySample,
+    columns: &[Option<Target>],
+    values: &[f64],
+    (names, unread): (&[String], &mut Unread),
+) -> Extra {
+    let mut extra = Extra::default();
+    for (k, (target, &v)) in columns.iter().zip(values).enumerate() {
+        match *target {
+            Some(Target::Field(f, _)) if !v.is_nan() => sample.readings.set_value(f, v),
+            Some(Target::Field(..)) | None => {}
+            Some(target) => {
+                let name = names.get(k).map_or("?", String::as_str);
+                if !v.is_nan() && refuses(target, v) {
+                    unread.sentinel(name);
+                }
+                if extra.apply(sample, target, (!v.is_nan()).then_some(v)) {
+                    unread.impossible(name);
+                }
+            }
+        }
+    }
+    extra
 }
 
 /// Count the values of a row its columns' units refused ([`SENTINEL`]) as sentinels of
