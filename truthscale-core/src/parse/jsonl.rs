@@ -137,7 +137,7 @@ fn read_line(t: &str) -> Result<(Sample, Map<String, Value>), String> {
         serving: take(o, "serving")?,
         truth_phase,
         truth_workload,
-        truth_effective_compute: take(o, "truth_effective_compute")?,
+        truth_effective_compute: read_truth_fraction(o)?,
         simulated: take::<String>(o, "source")?.as_deref() == Some("sim"),
         sm_clock_is_point: take(o, "sm_clock_point")?.unwrap_or(false),
         counters_held: false,
@@ -214,6 +214,18 @@ fn read_id(o: &mut Map<String, Value>) -> Result<EntityId, String> {
     })
 }
 
+/// The simulator's true effective compute: a fraction, as the deriver integrates it
+/// (`0..=1.5`); anything else is no truth, and an error naming the key.
+fn read_truth_fraction(o: &mut Map<String, Value>) -> Result<Option<f64>, String> {
+    const KEY: &str = "truth_effective_compute";
+    match take::<f64>(o, KEY)? {
+        Some(v) if !(v.is_finite() && (0.0..=1.5).contains(&v)) => Err(format!(
+            "key `{KEY}`: {v} is not a fraction of the peak (0 to 1.5)"
+        )),
+        v => Ok(v),
+    }
+}
+
 /// Each field's value under its name, and the fields listed as `unavailable` (each
 /// unsupported where it has no value).
 fn read_readings(o: &mut Map<String, Value>) -> Result<Readings, String> {
@@ -224,9 +236,15 @@ fn read_readings(o: &mut Map<String, Value>) -> Result<Readings, String> {
         }
     }
     let unavailable: BTreeMap<String, String> = take(o, "unavailable")?.unwrap_or_default();
-    for f in unavailable.keys().filter_map(|k| Field::from_name(k)) {
-        if readings.get(f) == Reading::Blank {
-            readings.set(f, Reading::Unsupported);
+    for k in unavailable.into_keys() {
+        match Field::from_name(&k) {
+            Some(f) if readings.get(f) == Reading::Blank => readings.set(f, Reading::Unsupported),
+            Some(_) => {}
+            // A field this version does not know (a newer trace's, or a misspelt one):
+            // named among the keys not read, never dropped in silence.
+            None => {
+                o.insert(format!("unavailable.{k}"), Value::Null);
+            }
         }
     }
     Ok(readings)
@@ -517,6 +535,16 @@ mod tests {
             Reading::Value(0.5),
             "a value wins"
         );
+        // A field this version does not know is named, as an unknown key is.
+        let mut p = JsonlParser::new("t.jsonl");
+        p.push_line(
+            r#"{"taken":"2024-01-01T00:00:00Z","unavailable":{"future_field":"y","sm_active":"x"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            p.unread().families.iter().collect::<Vec<_>>(),
+            ["unavailable.future_field"]
+        );
     }
 
     #[test]
@@ -587,6 +615,14 @@ mod tests {
             (
                 r#"{"taken":"2024-01-01T00:00:00Z","truth_phase":"busy"}"#,
                 "t.jsonl:2: key `truth_phase`: unknown phase `busy`",
+            ),
+            (
+                r#"{"taken":"2024-01-01T00:00:00Z","truth_effective_compute":7}"#,
+                "t.jsonl:2: key `truth_effective_compute`: 7 is not a fraction",
+            ),
+            (
+                r#"{"taken":"2024-01-01T00:00:00Z","truth_effective_compute":-0.1}"#,
+                "t.jsonl:2: key `truth_effective_compute`: -0.1 is not a fraction",
             ),
             (
                 r#"{"taken":"2024-01-01T00:00:00Z","serving":{"batch_size":"x"}}"#,

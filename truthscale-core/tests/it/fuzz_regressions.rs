@@ -228,18 +228,29 @@ fn engine_values_past_the_largest_double_are_absent() {
     assert_eq!(engine_values(1e308, 1e-307), vec![]);
 }
 
-/// `derive` target: the simulator's truth is read from traces unchecked. A JSONL trace
-/// may carry any finite number; the integral of it overflowed to `inf`, a value
-/// derivation must never emit.
+/// `derive` target: the simulator's truth was read from traces unchecked, and the integral
+/// of 1e308 overflowed to `inf`, a value derivation must never emit. A trace's truth that
+/// is no fraction is now an error naming the key; a sample that carries one anyway (built
+/// by a library user) still integrates to nothing infinite.
 #[test]
 fn a_huge_truth_in_a_trace_does_not_overflow_its_integral() {
     let mut p = JsonlParser::new("t.jsonl");
     let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
     for s in 0..4 {
-        let line = format!(
-            "{{\"taken\":\"2024-01-01T00:00:0{s}Z\",\"gpu\":0,\"gpu_util\":1,\"source\":\"sim\",\"truth_effective_compute\":1e308}}"
+        let line = |truth: &str| {
+            format!(
+                "{{\"taken\":\"2024-01-01T00:00:0{s}Z\",\"gpu\":0,\"gpu_util\":1,\"source\":\"sim\"{truth}}}"
+            )
+        };
+        let err = p
+            .push_line(&line(",\"truth_effective_compute\":1e308"))
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("key `truth_effective_compute`"),
+            "{err}"
         );
-        let sample = p.push_line(&line).unwrap().unwrap();
+        let mut sample = p.push_line(&line("")).unwrap().unwrap();
+        sample.entities[0].truth_effective_compute = Some(1e308);
         for w in d.observe(&sample).windows {
             let truth = w.totals.truth_effective_compute_seconds;
             assert!(truth.is_none_or(f64::is_finite), "{truth:?}");

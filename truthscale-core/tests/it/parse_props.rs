@@ -320,7 +320,8 @@ fn entity_sample() -> impl Strategy<Value = EntitySample> {
     let truth = (
         prop::option::of(prop::sample::select(Phase::ALL.to_vec())),
         prop::option::of(prop::sample::select(Workload::ALL.to_vec())),
-        prop::option::of(short_decimal()),
+        // The truth a trace may carry: a fraction of the peak, 0 to 1.5.
+        prop::option::of((0_u32..=1_500_000).prop_map(|m| f64::from(m) / 1e6)),
         any::<bool>(),
         any::<bool>(),
     );
