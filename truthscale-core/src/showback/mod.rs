@@ -426,6 +426,9 @@ struct Tally {
     allocation: (usize, u64, u64),
     /// GPU-steps charged with their power read, and without.
     energy_steps: (u64, u64),
+    /// GPU-steps no pod held (something of the GPU read) with their power read, and
+    /// without.
+    unheld_energy_steps: (u64, u64),
     /// GPUs with steps whose allocation is unknown (nothing of the GPU read, no holder
     /// named), and those GPU-steps.
     allocation_unknown: (usize, u64),
@@ -441,6 +444,15 @@ impl Tally {
             self.energy_steps.0 += 1;
         } else {
             self.energy_steps.1 += 1;
+        }
+    }
+
+    /// A GPU-step no pod held, its power read or not.
+    fn count_unheld_step(&mut self, power_read: bool) {
+        if power_read {
+            self.unheld_energy_steps.0 += 1;
+        } else {
+            self.unheld_energy_steps.1 += 1;
         }
     }
 }
@@ -590,6 +602,18 @@ fn notes(
         let h = |steps: u64| steps as f64 * hours_per_step;
         notes.push(format!(
             "{:.2} of the {:.2} GPU-hours held by pods had no power reading: the groups' energy (kWh, and its cost) covers the other {:.2} only, a lower bound",
+            h(unread),
+            h(read + unread),
+            h(read)
+        ));
+    }
+    // Where any power was read (else there is no energy to bound).
+    if let (read, unread @ 1..) = tally.unheld_energy_steps
+        && read + tally.energy_steps.0 > 0
+    {
+        let h = |steps: u64| steps as f64 * hours_per_step;
+        notes.push(format!(
+            "{:.2} of the {:.2} GPU-hours no pod held had no power reading: the unallocated energy (kWh, and its cost), and the fleet's with it, covers the other {:.2} only, a lower bound",
             h(unread),
             h(read + unread),
             h(read)

@@ -161,6 +161,9 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
         // Nothing of the GPU read, and no series names a holder: whether a pod held it is
         // unknown, never unallocated.
         let seen = !charges.is_empty() || covering.iter().any(|&i| read_at(&input.tracks[i], s));
+        if charges.is_empty() && seen {
+            tally.count_unheld_step(energy.is_some());
+        }
         let unpriced = note_unpriced(w, (price, free), &tracks, tally);
         unseen += u64::from(!seen);
         let step = GpuStep {

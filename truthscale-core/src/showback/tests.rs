@@ -429,6 +429,51 @@ fn energy_by_group_reconciles_with_the_fleets_exactly() {
     );
 }
 
+/// A GPU no pod holds whose power was read at 2 of its 4 steps (its busy flag at all four):
+/// the unallocated and fleet energy cover those 2 alone, and a note says so and how much
+/// was not covered; the held GPU's energy is whole, and no note speaks of held hours.
+#[test]
+fn unheld_hours_without_power_are_named_as_a_lower_bound() {
+    let held = powered(Some("ml/a"), "n/g1", &[Some(700.0); 4]);
+    let idle = powered(None, "n/g2", &[Some(61.7), None, Some(61.7), None]);
+    let input = FleetInput {
+        step_seconds: 60.0,
+        steps: 4,
+        tracks: vec![held, idle],
+        held: Default::default(),
+        step_bands: None,
+    };
+    let s = showback(
+        &input,
+        &namespaces(&input),
+        &Holders::new(),
+        &BTreeMap::new(),
+        &cfg("namespace"),
+    );
+    let kwh = |joules: f64| joules / 3.6e6;
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+    let e = s.total.energy.as_ref().unwrap();
+    assert!(close(e.unallocated_kwh, kwh(61.7 * 60.0 * 2.0)), "{e:?}");
+    assert!(
+        close(e.fleet_kwh, kwh(700.0 * 240.0 + 61.7 * 120.0)),
+        "{e:?}"
+    );
+    assert_eq!(s.total.unallocated_gpu_hours, 4.0 / 60.0);
+    // 2 of 4 steps of 60 s: 0.033 of 0.067 GPU-hours.
+    assert!(
+        s.notes.iter().any(|n| n.starts_with(
+            "0.03 of the 0.07 GPU-hours no pod held had no power reading: the unallocated energy (kWh, and its cost), and the fleet's with it, covers the other 0.03 only, a lower bound"
+        )),
+        "{:?}",
+        s.notes
+    );
+    assert!(
+        !s.notes
+            .iter()
+            .any(|n| n.contains("held by pods had no power"))
+    );
+}
+
 /// Without any power read, no energy: never a zero, and no note of a lower bound.
 #[test]
 fn no_power_read_is_no_energy_and_no_bound() {
