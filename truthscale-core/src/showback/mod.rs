@@ -435,24 +435,22 @@ struct Tally {
 }
 
 impl Tally {
-    /// A GPU-step charged to `charges` (none read: nothing read of it), its power read or
-    /// not.
-    fn count_step(&mut self, charges: &[shares::Charge<'_>], power_read: bool) {
-        self.allocation.1 += 1;
-        self.allocation.2 += u64::from(!charges.iter().any(|c| c.read));
-        if power_read {
-            self.energy_steps.0 += 1;
+    /// A GPU-step charged to `charges` (none read: nothing read of it), or none (`seen`:
+    /// something of the GPU read, so no pod held it), its power read or not.
+    fn count_step(&mut self, charges: &[shares::Charge<'_>], seen: bool, power_read: bool) {
+        let energy = if !charges.is_empty() {
+            self.allocation.1 += 1;
+            self.allocation.2 += u64::from(!charges.iter().any(|c| c.read));
+            &mut self.energy_steps
+        } else if seen {
+            &mut self.unheld_energy_steps
         } else {
-            self.energy_steps.1 += 1;
-        }
-    }
-
-    /// A GPU-step no pod held, its power read or not.
-    fn count_unheld_step(&mut self, power_read: bool) {
+            return;
+        };
         if power_read {
-            self.unheld_energy_steps.0 += 1;
+            energy.0 += 1;
         } else {
-            self.unheld_energy_steps.1 += 1;
+            energy.1 += 1;
         }
     }
 }

@@ -109,13 +109,7 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
     let input = w.input;
     let mut charged = false;
     let tracks: Vec<&Track> = members.iter().map(|&i| &input.tracks[i]).collect();
-    let first = tracks.iter().map(|t| t.first_step()).min().unwrap_or(0);
-    let end = tracks
-        .iter()
-        .map(|t| t.first_step() + t.lifetime_steps())
-        .max()
-        .unwrap_or(0)
-        .min(input.steps);
+    let (first, end) = lifetime(&tracks, input.steps);
     let mut was_shared = false;
     let mut scratch = Scratch::default();
     let mut charges = Vec::new();
@@ -152,18 +146,13 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
         }
         let energy = step_energy_mj(w, covering, s);
         let unallocated_mj = energy.map(|e| share_energy(e, &mut charges));
-        if !charges.is_empty() {
-            charged = true;
-            tally.count_step(&charges, energy.is_some());
-        }
+        charged |= !charges.is_empty();
         let period = s / w.per;
         let free = SHARE_UNITS.saturating_sub(sum);
         // Nothing of the GPU read, and no series names a holder: whether a pod held it is
         // unknown, never unallocated.
         let seen = !charges.is_empty() || covering.iter().any(|&i| read_at(&input.tracks[i], s));
-        if charges.is_empty() && seen {
-            tally.count_unheld_step(energy.is_some());
-        }
+        tally.count_step(&charges, seen, energy.is_some());
         let unpriced = note_unpriced(w, (price, free), &tracks, tally);
         unseen += u64::from(!seen);
         let step = GpuStep {
@@ -186,6 +175,18 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
     tally.allocation_unknown.0 += usize::from(unseen > 0);
     tally.allocation_unknown.1 += unseen;
     tally.allocation.0 += usize::from(charged);
+}
+
+/// The steps from the first of `tracks` to the end of the last's life, within `steps`.
+fn lifetime(tracks: &[&Track], steps: usize) -> (usize, usize) {
+    let first = tracks.iter().map(|t| t.first_step()).min().unwrap_or(0);
+    let end = tracks
+        .iter()
+        .map(|t| t.first_step() + t.lifetime_steps())
+        .max()
+        .unwrap_or(0)
+        .min(steps);
+    (first, end)
 }
 
 /// Whether `free` share units of a GPU of `price` have none where prices were given (its
