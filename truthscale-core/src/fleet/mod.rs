@@ -315,7 +315,8 @@ pub struct PeakCost {
     /// more than the target can do, and runs that many times longer.
     pub peak_on_target: f64,
     /// The longest run of steps whose saturation is above the target's capacity, seconds
-    /// (`None`: the peak fits).
+    /// (`None`: the peak fits). Steps with nothing measured neither end a run nor count in
+    /// it: the measured seconds above of the longest run a gap may have split.
     pub burst_seconds: Option<f64>,
     /// How long that burst would run on the target at its full capacity:
     /// `burst_seconds × peak_on_target` (`None`: the peak fits).

@@ -23,7 +23,8 @@ pub(super) struct PeakLimit {
 /// What model `c` costs the peak of track `t`, which ran on `spec`: the peak, and the
 /// longest burst above `c`'s capacity (consecutive points, each counting the share of its
 /// time its bands were above: a three-minute burst in an hour's point counts the bands it
-/// filled, not the hour).
+/// filled, not the hour; a point with nothing measured between two above neither ends the
+/// burst nor counts in it).
 ///
 /// The capacity is the smaller of the two roofline ratios, dense tensor peak and DRAM
 /// bandwidth: a peak of saturation may be either term's, and the target must carry it
@@ -46,6 +47,11 @@ fn peak_cost_at(t: &Track, ratio: f64, limit: &PeakLimit) -> Option<PeakCost> {
     let whole: u64 = g.weights[..g.m].iter().sum();
     let (mut longest, mut run) = (0u64, 0u64);
     for &p in &t.points {
+        // A point with nothing measured neither ends a burst nor adds to it: whether the
+        // workload stayed above is unknown, and a burst is never cut short by a gap.
+        if (0..g.m).all(|j| g.value(p, j).is_none()) {
+            continue;
+        }
         let above: u64 = (0..g.m)
             .filter(|&j| {
                 g.value(p, j)
@@ -311,6 +317,22 @@ mod tests {
         assert_eq!(r[0].memory_p99_bytes, Some(18.0 * GIB));
         let fit = r[0].smaller_gpu.as_ref().expect("a smaller model");
         assert_eq!(fit.key, "l40s");
+    }
+
+    /// The same 3-minute burst with its middle minute unmeasured: the gap neither ends the
+    /// burst nor counts in it, so the burst is its two measured minutes (120 s), not the
+    /// single minute on either side of the gap (60 s).
+    #[test]
+    fn an_unmeasured_step_does_not_cut_a_burst_short() {
+        let steps = 1440;
+        let t = pod("ml/burst", "n/gpu 0", 0..steps, |s| match s {
+            601 => (None, None, None),
+            600 | 602 => (Some(0.95), Some(1.0), Some(10.0)),
+            _ => (Some(0.05), Some(1.0), Some(10.0)),
+        });
+        let r = analyze(&input(vec![t], steps), &FleetConfig::default()).rightsizing;
+        let note = r[0].smaller_gpu_note.as_deref().unwrap();
+        assert!(note.contains("its longest burst, 120 s"), "{note}");
     }
 
     /// A pod at 0.05 of an H100 all day but for a 3-minute burst to 0.95 (its p99 is 0.05),
