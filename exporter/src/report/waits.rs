@@ -99,6 +99,9 @@ pub(super) fn text(out: &mut impl Write, f: &FleetReport, digits: usize) -> Resu
             pct(Some(s.gap_max))
         )?;
     }
+    if let Some(more) = stragglers_not_listed(w, digits) {
+        writeln!(out, "  … {more}")?;
+    }
     Ok(())
 }
 
@@ -143,6 +146,21 @@ pub(super) fn html(h: &mut String, f: &FleetReport, digits: usize) {
             Cause::CommBound
         );
     }
+    if let Some(more) = stragglers_not_listed(w, digits) {
+        let _ = writeln!(h, "<p>{more}.</p>");
+    }
+}
+
+/// The stragglers past the list, in words; `None` when all are listed.
+fn stragglers_not_listed(w: &Waits, digits: usize) -> Option<String> {
+    let left = w.stragglers_not_listed;
+    (left.workloads > 0).then(|| {
+        format!(
+            "{} more stragglers, {} straggler hours, not listed",
+            left.workloads,
+            hours(left.gpu_hours, digits)
+        )
+    })
 }
 
 /// The table of starved workloads, on the page.
@@ -185,7 +203,20 @@ mod tests {
                 gpu_hours: 0.0,
             },
             stragglers: Vec::new(),
+            stragglers_not_listed: NotListed {
+                workloads: 0,
+                gpu_hours: 0.0,
+            },
         };
+        assert_eq!(stragglers_not_listed(&w, 1), None);
+        w.stragglers_not_listed = NotListed {
+            workloads: 3,
+            gpu_hours: 1.25,
+        };
+        assert_eq!(
+            stragglers_not_listed(&w, 2).as_deref(),
+            Some("3 more stragglers, 1.25 straggler hours, not listed")
+        );
         assert_eq!(
             unknown_share(&w, 1).as_deref(),
             Some(

@@ -132,6 +132,8 @@ pub struct Waits {
     pub starved_not_listed: NotListed,
     /// The stragglers, most hours first (at most [`LISTED`]).
     pub stragglers: Vec<StragglerRow>,
+    /// Stragglers left out of the list, and their straggler hours.
+    pub stragglers_not_listed: NotListed,
 }
 
 /// Hours of each cause from seconds.
@@ -188,7 +190,7 @@ pub fn waits(tracks: &[Track]) -> Waits {
             .then_with(|| (&a.workload, &a.gpu).cmp(&(&b.workload, &b.gpu)))
     });
     let rest = starved.split_off(starved.len().min(LISTED));
-    stragglers.truncate(LISTED);
+    let unlisted = stragglers.split_off(stragglers.len().min(LISTED));
     Waits {
         starved_gpu_hours: if judged > 0.0 {
             hours_by_cause(&total)
@@ -197,12 +199,17 @@ pub fn waits(tracks: &[Track]) -> Waits {
         },
         judged_gpu_hours: (judged > 0.0).then_some(judged / 3600.0),
         starved_hours_of_unknown_share: unknown_share / 3600.0,
+        // Summed from 0 (an empty `sum` of floats is -0).
         starved_not_listed: NotListed {
             workloads: rest.len(),
-            gpu_hours: rest.iter().map(|r| r.starved_hours).sum(),
+            gpu_hours: rest.iter().fold(0.0, |h, r| h + r.starved_hours),
         },
         starved,
         stragglers,
+        stragglers_not_listed: NotListed {
+            workloads: unlisted.len(),
+            gpu_hours: unlisted.iter().fold(0.0, |h, r| h + r.straggler_hours),
+        },
     }
 }
 
@@ -437,5 +444,28 @@ mod tests {
         // The five least starved: 36 s × (1 + … + 5) = 540 s.
         assert!((w.starved_not_listed.gpu_hours - 0.15).abs() < 1e-12);
         assert!(w.stragglers.is_empty());
+        // Nothing past the list: 0 hours, never -0 (an empty float sum).
+        assert_eq!(w.stragglers_not_listed.workloads, 0);
+        assert!(w.stragglers_not_listed.gpu_hours.is_sign_positive());
+    }
+
+    /// 23 stragglers, the one on GPU k behind for (k + 1) minutes: the 20 longest listed,
+    /// the three shortest (1 + 2 + 3 minutes: 0.1 h) counted and summed apart.
+    #[test]
+    fn a_long_straggler_list_is_cut_and_the_rest_summed() {
+        let many: Vec<Track> = (0..23)
+            .map(|i| {
+                let mut t = Track::new(Some(format!("ml/p{i:02}")), format!("g{i}"));
+                t.waits.straggler_seconds = 60.0 * f64::from(i + 1);
+                t.waits.straggler_gap_max = Some(0.2);
+                t
+            })
+            .collect();
+        let w = waits(&many);
+        assert_eq!(w.stragglers.len(), LISTED);
+        assert_eq!(w.stragglers[0].workload, "ml/p22");
+        assert_eq!(w.stragglers_not_listed.workloads, 3);
+        assert!((w.stragglers_not_listed.gpu_hours - 0.1).abs() < 1e-12);
+        assert!(w.starved_not_listed.gpu_hours.is_sign_positive());
     }
 }
