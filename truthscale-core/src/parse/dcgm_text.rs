@@ -339,6 +339,9 @@ impl DcgmTextParser {
             return Ok(None);
         }
         let name = name.to_ascii_lowercase();
+        if let Some(m) = self.scrape.bad_index(&name, &labels) {
+            return Err(error(&self.file, self.line, m));
+        }
         let series = series_key(&name, &labels);
         let moved = self.uniform == Some(true)
             && matches!((timestamp_ms, self.scrape_ms), (Some(t), Some(m)) if t != m);
@@ -608,6 +611,26 @@ impl Scrape {
             self.targets.insert(name.to_owned(), t);
         }
         t
+    }
+
+    /// Why a line of a family read (`name`) names no entity: a `gpu` or `GPU_I_ID` label
+    /// that is no index, which would otherwise be read as absent, and the line as another
+    /// entity's; `None` where it names one.
+    fn bad_index<K: AsRef<str>, V: AsRef<str>>(
+        &mut self,
+        name: &str,
+        labels: &[(K, V)],
+    ) -> Option<String> {
+        let (k, v) = labels.iter().find(|(k, v)| {
+            let v = v.as_ref();
+            matches!(k.as_ref(), "gpu" | "GPU_I_ID") && !v.is_empty() && v.parse::<u32>().is_err()
+        })?;
+        self.target(name)?;
+        Some(format!(
+            "label {}={:?} is not an index: the line names no GPU or instance",
+            k.as_ref(),
+            v.as_ref()
+        ))
     }
 
     #[cold]
@@ -1275,6 +1298,38 @@ DCGM_FI_DEV_GPU_UTIL{gpu=\"1\",UUID=\"GPU-b\"} 40
                 .unwrap()
                 .contains("1 reading(s) of dcgm_fi_dev_power_usage were DCGM's blank sentinel")
         );
+    }
+
+    /// A `gpu` or `GPU_I_ID` label that is no index names no entity: the line is an error
+    /// naming it, never read as another GPU's (two such lines were one entity, the second
+    /// value over the first); an unread family's line is not looked at, nor an empty label.
+    #[test]
+    fn a_gpu_label_that_is_no_index_is_an_error() {
+        let mut p = DcgmTextParser::new("m.txt", 1.0, Timestamp(0));
+        let err = p
+            .push_line("DCGM_FI_DEV_POWER_USAGE{gpu=\"a\"} 100")
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "m.txt:1: label gpu=\"a\" is not an index: the line names no GPU or instance"
+        );
+        let err = p
+            .push_line("DCGM_FI_DEV_POWER_USAGE{gpu=\"0\",GPU_I_ID=\"x\"} 100")
+            .unwrap_err();
+        assert!(
+            err.to_string().starts_with("m.txt:2: label GPU_I_ID=\"x\""),
+            "{err}"
+        );
+        for ok in [
+            "DCGM_FI_DEV_PCIE_REPLAY_COUNTER{gpu=\"b\"} 0",
+            "DCGM_FI_DEV_POWER_USAGE{gpu=\"0\",GPU_I_ID=\"\"} 300",
+        ] {
+            p.push_line(ok).unwrap();
+        }
+        let s = p.finish().unwrap();
+        assert_eq!(s.entities.len(), 1);
+        assert_eq!(s.entities[0].id.gpu, Some(0));
+        assert_eq!(s.entities[0].readings.value(Field::PowerWatts), Some(300.0));
     }
 
     /// Readings no GPU gives (a negative or fractional clock-event bitmask, a negative XID

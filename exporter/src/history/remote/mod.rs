@@ -13,7 +13,7 @@ use super::args::RemoteRead;
 use super::columns::Column;
 use super::read::CHUNK_BUDGET;
 use super::selector::Matcher;
-use anyhow::bail;
+use anyhow::{Context, bail};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use wire::LabelMatcher;
@@ -425,7 +425,14 @@ impl Span {
         for (labels, chunks) in &self.series {
             for (min, max, bytes) in &self.chunks[chunks.clone()] {
                 if *max >= needed.0 && *min <= needed.1 {
-                    wire::xor_samples(&self.data[bytes.clone()], needed, &mut matrix.samples)?;
+                    wire::xor_samples(&self.data[bytes.clone()], needed, &mut matrix.samples)
+                        .with_context(|| {
+                            let series: Vec<String> = self
+                                .labels_of(labels.clone())
+                                .map(|(n, v)| format!("{n}={v:?}"))
+                                .collect();
+                            format!("remote-read: series {{{}}}", series.join(","))
+                        })?;
                 }
             }
             matrix.flush(steps, e, || {

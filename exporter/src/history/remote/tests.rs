@@ -191,6 +191,36 @@ fn each_chunk_of_a_span_reads_as_its_own_steps_would() {
     }
 }
 
+/// A chunk cut short is an error that names its series, so a reader can find it.
+#[test]
+fn a_malformed_chunk_names_its_series() {
+    let mut chunk = one_sample_chunk(1_000_000, 1.0);
+    chunk.data.truncate(chunk.data.len() - 4);
+    let mut span = Span::new(1_000_000, 2_000_000);
+    span.add(wire::ChunkedSeries {
+        labels: vec![
+            Label {
+                name: "__name__".into(),
+                value: "DCGM_FI_DEV_GPU_UTIL".into(),
+            },
+            Label {
+                name: "gpu".into(),
+                value: "3".into(),
+            },
+        ],
+        chunks: vec![chunk],
+    })
+    .unwrap();
+    let err = span
+        .evaluate((1_000_000, 1_060_000, 60_000), &prometheus(3))
+        .unwrap_err();
+    let text = format!("{err:#}");
+    assert!(
+        text.starts_with("remote-read: series {__name__=\"DCGM_FI_DEV_GPU_UTIL\",gpu=\"3\"}: an XOR chunk of 1 samples is cut short"),
+        "{text}"
+    );
+}
+
 /// A server that reads remote stores is one remote-read is not used on: the top-level key
 /// with an entry, not an empty list nor `remote_write`.
 #[test]
