@@ -339,6 +339,7 @@ fn rest_row(groups: &[GroupHours]) -> GroupHours {
         saturation_gpu_hours: where_any(groups, |g| g.saturation_gpu_hours),
         saturation_measured_gpu_hours: sum(|g| g.saturation_measured_gpu_hours),
         energy_kwh: where_any(groups, |g| g.energy_kwh),
+        energy_measured_gpu_hours: sum(|g| g.energy_measured_gpu_hours),
         energy_cost: where_any(groups, |g| g.energy_cost),
         cost,
         simulated: groups.iter().any(|g| g.simulated),
@@ -531,7 +532,7 @@ pub(crate) fn requested_by_group(
 /// SM-busy split, an estimate never billed. `busy_gpu_hours`, `effective_compute_gpu_hours`
 /// and `saturation_gpu_hours` are sums over the hours each was measured, given last
 /// (`*_measured_gpu_hours`): their share is over those, not over the allocated hours.
-const CSV_HEADER: &str = "window_start,window_end,by,group,workloads,allocated_gpu_hours,requested_gpu_hours,used_gpu_hours,idle_gpu_hours,unmeasured_gpu_hours,use_unknown_gpu_hours,busy_gpu_hours,effective_compute_gpu_hours,saturation_gpu_hours,allocated_cost,idle_cost,time_sliced_effective_compute_gpu_hours,effective_compute_estimate_gpu_hours,energy_kwh,energy_cost,unavailable_gpu_hours,unavailable_cost,simulated,busy_measured_gpu_hours,effective_compute_measured_gpu_hours,saturation_measured_gpu_hours,health_measured_gpu_hours";
+const CSV_HEADER: &str = "window_start,window_end,by,group,workloads,allocated_gpu_hours,requested_gpu_hours,used_gpu_hours,idle_gpu_hours,unmeasured_gpu_hours,use_unknown_gpu_hours,busy_gpu_hours,effective_compute_gpu_hours,saturation_gpu_hours,allocated_cost,idle_cost,time_sliced_effective_compute_gpu_hours,effective_compute_estimate_gpu_hours,energy_kwh,energy_cost,unavailable_gpu_hours,unavailable_cost,simulated,busy_measured_gpu_hours,effective_compute_measured_gpu_hours,saturation_measured_gpu_hours,health_measured_gpu_hours,energy_measured_gpu_hours";
 
 /// A CSV field: quoted when it holds a comma, a quote or a line break.
 fn field(s: &str) -> String {
@@ -572,7 +573,7 @@ pub(crate) fn write_csv(
         for g in &p.groups {
             writeln!(
                 out,
-                "{from},{to},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{from},{to},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 field(&s.by),
                 field(&g.group),
                 g.workloads,
@@ -598,6 +599,7 @@ pub(crate) fn write_csv(
                 num(Some(g.effective_compute_measured_gpu_hours)),
                 num(Some(g.saturation_measured_gpu_hours)),
                 num(Some(g.health_measured_gpu_hours)),
+                num(Some(g.energy_measured_gpu_hours)),
             )?;
         }
         // What no pod held of the GPUs lost to health: the fleet's unavailable hours less
@@ -605,7 +607,7 @@ pub(crate) fn write_csv(
         let unheld_down = p.unheld_unavailable_gpu_hours();
         writeln!(
             out,
-            "{from},{to},{},(unallocated),,{},,,,,,,,,{},,,,{},{},{},,{},,,,",
+            "{from},{to},{},(unallocated),,{},,,,,,,,,{},,,,{},{},{},,{},,,,,",
             field(&s.by),
             num(Some(p.unallocated_gpu_hours)),
             num(p.unallocated_cost),
@@ -619,7 +621,7 @@ pub(crate) fn write_csv(
         if p.allocation_unknown_gpu_hours > 0.0 {
             writeln!(
                 out,
-                "{from},{to},{},(allocation unknown),,{},,,,,,,,,{},,,,,,,,{},,,,",
+                "{from},{to},{},(allocation unknown),,{},,,,,,,,,{},,,,,,,,{},,,,,",
                 field(&s.by),
                 num(Some(p.allocation_unknown_gpu_hours)),
                 num(p.allocation_unknown_cost),

@@ -70,6 +70,8 @@ struct Acc {
     ecf_estimate: Option<f64>,
     /// Millijoules of the group's shares, where the GPU's power was read.
     energy_mj: Option<u64>,
+    /// Units whose GPU's power was read: over which `energy_mj` was measured.
+    energy_measured: u64,
     cost: Option<CostAcc>,
     /// Whether any of its GPU-hours had no price where prices were given: its cost is then
     /// not known (a sum of the priced part alone would bill the rest at 0).
@@ -250,6 +252,7 @@ pub(super) fn add_charge(
         a.unpriced |= missing;
         if let Some(e) = c.energy_mj {
             *a.energy_mj.get_or_insert(0) += e;
+            a.energy_measured += c.units;
         }
         if let Some(pr) = price {
             let ca = a.cost.get_or_insert_with(CostAcc::default);
@@ -352,6 +355,7 @@ fn group_hours(
         saturation_gpu_hours: (a.sat_measured > 0).then_some(a.sat),
         saturation_measured_gpu_hours: hours(a.sat_measured),
         energy_kwh: a.energy_mj.map(kwh),
+        energy_measured_gpu_hours: hours(a.energy_measured),
         energy_cost: a
             .energy_mj
             .zip(w.cfg.energy_price_per_kwh)

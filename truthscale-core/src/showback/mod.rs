@@ -133,6 +133,9 @@ pub struct GroupHours {
     /// The group's energy, kWh: its share of each GPU's energy at each step (the same
     /// shares as its GPU-hours), where the GPU's power was read; `None` where none was.
     pub energy_kwh: Option<f64>,
+    /// Allocated GPU-hours at which the GPU's power was read: those `energy_kwh` covers
+    /// (below `allocated_gpu_hours`, the energy is a lower bound).
+    pub energy_measured_gpu_hours: f64,
     /// What that energy costs, with a price per kWh.
     pub energy_cost: Option<f64>,
     /// The cost of each, with a price.

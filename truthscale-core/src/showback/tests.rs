@@ -408,6 +408,14 @@ fn energy_by_group_reconciles_with_the_fleets_exactly() {
         row("ml")
     );
     assert!(close(row("web").energy_kwh.unwrap(), kwh(web)));
+    // The GPU-hours each group's energy covers: ml's 4 steps of g1 (power read at 3) and
+    // half of g2's 3; web's half of g2's 3 and 3/7 of g3's 2, all read.
+    let step = 1.0 / 60.0;
+    assert!(close(row("ml").allocated_gpu_hours, 5.5 * step));
+    assert!(close(row("ml").energy_measured_gpu_hours, 4.5 * step));
+    let web_hours = (1.5 + 6.0 / 7.0) * step;
+    assert!(close(row("web").energy_measured_gpu_hours, web_hours));
+    assert!(close(row("web").allocated_gpu_hours, web_hours));
     assert!(close(row("web").energy_cost.unwrap(), kwh(web) * 0.25));
     let e = s.total.energy.as_ref().unwrap();
     assert!(close(e.unallocated_kwh, kwh(unallocated)), "{e:?}");
