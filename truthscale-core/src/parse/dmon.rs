@@ -609,13 +609,13 @@ impl DmonParser {
                 row
             }
         };
-        let mut extra = Extra::default();
         if let Some(fields) = &self.plain {
-            // Every column a field's value, converted by the scanner (NaN when blank).
+            // Every column a field's value, converted by the scanner (NaN when blank): no
+            // column completes the readings.
             sample.readings.set_values(fields, values);
         } else {
             let unread = (&self.names[..], &mut self.unread);
-            extra = gather_columns(sample, columns, values, unread);
+            gather_columns(sample, columns, values, unread).complete(sample);
         }
         let id = &mut sample.id;
         (id.gpu, id.mig) = match mig {
@@ -630,7 +630,6 @@ impl DmonParser {
                 }),
             ),
         };
-        extra.complete(sample);
         match kind {
             Kind::Gpu => (self.ctx_gpu, self.ctx_gi) = (Some(n), None),
             Kind::GpuInstance => self.ctx_gi = Some((self.ctx_gpu, n)),
