@@ -518,6 +518,62 @@ fn replay_serves_what_analyze_computes() {
     );
 }
 
+/// A `dcgmi dmon` capture replayed whose power column holds DCGM's blanks in two of its
+/// four sweeps (INT32's and 2^47): each counted once as `kind="sentinel"`, never served as a
+/// power, and the sweeps with 300 W served as 300 W.
+#[test]
+fn a_replayed_dmon_captures_sentinels_are_counted() {
+    let tmp = TempDir::new("replay-dmon-sentinels");
+    let capture = tmp.path().join("dmon.txt");
+    let mut text = String::from("#Entity   GRACT        POWER\nID\n");
+    for power in ["300.000", "2147483647", "140737488355328", "300.000"] {
+        text += &format!("GPU 0     0.500        {power}\n");
+    }
+    std::fs::write(&capture, text).unwrap();
+    let source = format!("replay:{}", capture.display());
+    let sidecar = Sidecar::start(
+        &[
+            "--source",
+            &source,
+            "--interval",
+            "200ms",
+            "--stale-after",
+            "1h",
+        ],
+        &[("TRUTHSCALE_SOURCE__SPACING", "300ms")],
+        tmp.path(),
+    );
+    let sentinels = |m: &[Sample]| {
+        m.iter()
+            .find(|s| {
+                s.name == "truthscale_source_errors_total"
+                    && s.label("source") == Some("replay")
+                    && s.label("kind") == Some("sentinel")
+            })
+            .map(|s| s.value)
+    };
+    sidecar.wait_for(Duration::from_secs(20), "two sentinels counted", |m| {
+        sentinels(m) == Some(2.0)
+    });
+    // Over the replay's four sweeps (1.2 s) and after: every power served is 300 W.
+    let mut power = Vec::new();
+    for _ in 0..10 {
+        let m = sidecar.metrics();
+        assert_eq!(sentinels(&m), Some(2.0), "counted once each");
+        power.extend(
+            samples(&m, "truthscale_gpu_power_watts")
+                .into_iter()
+                .filter(|s| s.label("gpu") == Some("0"))
+                .map(|s| s.value),
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        !power.is_empty() && power.iter().all(|&w| w == 300.0),
+        "{power:?}"
+    );
+}
+
 /// A trace at a 10 s cadence, replayed with the default settings: every window counts its
 /// own 10 s, the first too (it used to count the 1 s replay spacing: every counter 10× low).
 #[test]
