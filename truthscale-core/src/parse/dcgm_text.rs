@@ -696,16 +696,7 @@ fn target_of(name: &str) -> Option<Target> {
 #[must_use]
 pub fn is_blank_value(name: &str, v: f64) -> bool {
     // Every counter blank is a blank of the other fields too: most values need no name.
-    if dcgm_value(v).is_some() {
-        return false;
-    }
-    match target_of(name) {
-        Some(Target::Field(_, unit)) => unit.blank_rule(v).is_none(),
-        // One link's value of a per-link counter: a blank of the field's type, as the
-        // parser reads it.
-        Some(Target::LinkSum(field)) => !v.is_finite() || crate::derive::is_sentinel_of(field, v),
-        _ => dcgm_value(v).is_none(),
-    }
+    dcgm_value(v).is_none() && super::dmon::is_blank_for(target_of(name), v)
 }
 
 /// Attributes (model, PCI id, driver version, node, minor number, MIG profile) a later

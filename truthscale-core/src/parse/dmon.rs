@@ -658,11 +658,11 @@ impl DmonParser {
     #[inline]
     fn row_of(&mut self, line: Scanned) -> Result<Option<(Kind, u32)>, ParseError> {
         match line.line() {
-            Line::Header(columns, unread, names) => {
-                self.set_columns(columns);
-                for name in &unread {
+            Line::Header(columns, names) => {
+                for (name, _) in names.iter().zip(&columns).filter(|(_, t)| t.is_none()) {
                     self.unread.family(name);
                 }
+                self.set_columns(columns);
                 self.names = names;
                 Ok(None)
             }
@@ -795,7 +795,7 @@ pub struct Scanned {
 
 #[derive(Debug, Clone, PartialEq)]
 enum Rare {
-    Header(Vec<Option<Target>>, Vec<String>, Vec<String>),
+    Header(Vec<Option<Target>>, Vec<String>),
     Units(Vec<Option<Target>>, Option<String>),
     Bad(String),
 }
@@ -803,9 +803,8 @@ enum Rare {
 /// What a line is.
 #[derive(Debug, Clone, PartialEq)]
 enum Line {
-    /// A header: the columns' targets, the names of those not read, and every column's
-    /// name.
-    Header(Vec<Option<Target>>, Vec<String>, Vec<String>),
+    /// A header: the columns' targets and names (a column without one is not read).
+    Header(Vec<Option<Target>>, Vec<String>),
     /// The units line under a header: the header's columns with the units it declares,
     /// and what in it does not read (those columns are not read).
     Units(Vec<Option<Target>>, Option<String>),
@@ -833,9 +832,7 @@ impl Scanned {
             Line::Blank => (Scanned::BLANK, None),
             Line::Id => (Scanned::ID, None),
             Line::Row(kind, n) => (Scanned::ROW | (kind as u64) << 8 | u64::from(n) << 32, None),
-            Line::Header(columns, unread, names) => {
-                (Scanned::RARE, Some(Rare::Header(columns, unread, names)))
-            }
+            Line::Header(columns, names) => (Scanned::RARE, Some(Rare::Header(columns, names))),
             Line::Units(columns, m) => (Scanned::RARE, Some(Rare::Units(columns, m))),
             Line::Bad(m) => (Scanned::RARE, Some(Rare::Bad(m))),
         };
@@ -860,7 +857,7 @@ impl Scanned {
     fn line(self) -> Line {
         match (self.word & 0xff, self.rare) {
             (_, Some(rare)) => match *rare {
-                Rare::Header(columns, unread, names) => Line::Header(columns, unread, names),
+                Rare::Header(columns, names) => Line::Header(columns, names),
                 Rare::Units(columns, m) => Line::Units(columns, m),
                 Rare::Bad(m) => Line::Bad(m),
             },
@@ -937,7 +934,7 @@ impl Scanner {
         scanned: Scanned,
     ) -> Scanned {
         match scanned.rare.as_deref() {
-            Some(Rare::Header(columns, ..)) => {
+            Some(Rare::Header(columns, _)) => {
                 self.columns = Some(columns.clone());
                 self.names = column_names(line);
                 self.after_header = true;
@@ -1212,24 +1209,22 @@ fn scan_with(
     };
     if t.starts_with("#Entity") || t.starts_with("# Entity") {
         let names = t.strip_prefix('#').unwrap_or(t).trim_start();
-        let (mut unread, mut all) = (Vec::new(), Vec::new());
-        let columns = names
+        let names: Vec<String> = names
             .strip_prefix("Entity")
             .unwrap_or_default()
             .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        let columns = names
+            .iter()
             .map(|n| {
-                all.push(n.to_owned());
-                let target = COLUMNS
+                COLUMNS
                     .iter()
                     .find(|(c, _)| c.eq_ignore_ascii_case(n))
-                    .map(|c| c.1);
-                if target.is_none() {
-                    unread.push(n.to_owned());
-                }
-                target
+                    .map(|c| c.1)
             })
             .collect();
-        return Scanned::of(Line::Header(columns, unread, all));
+        return Scanned::of(Line::Header(columns, names));
     }
     if t.is_empty() || t.starts_with('#') {
         return Scanned::of(Line::Blank);
@@ -1303,7 +1298,7 @@ fn gather_columns(
             Some(Target::Field(..)) | None => {}
             Some(target) => {
                 let name = names.get(k).map_or("?", String::as_str);
-                if !v.is_nan() && refuses(target, v) {
+                if !v.is_nan() && is_blank_for(Some(target), v) {
                     unread.sentinel(name);
                 }
                 if extra.apply(sample, target, (!v.is_nan()).then_some(v)) {
@@ -1327,15 +1322,19 @@ fn count_blanked(unread: &mut Unread, names: &[String], values: &[f64]) {
     }
 }
 
-/// Whether `target`'s rule leaves raw value `v` (not NaN) of a column that is not a field's
-/// blank: one of DCGM's blank sentinels.
-#[inline(never)]
-fn refuses(target: Target, v: f64) -> bool {
+/// Whether raw value `v` of a column or series feeding `target` (`None`: one not read) is a
+/// blank by the field's type: a cumulative INT64 counter past 2^47 (DCGM's FP64 blank) is a
+/// reading; a column or series of no field's takes the FP64 and INT32 rules.
+pub(crate) fn is_blank_for(target: Option<Target>, v: f64) -> bool {
+    if dcgm_value(v).is_some() {
+        return false;
+    }
     match target {
-        Target::Field(_, unit) | Target::FbFree(unit) | Target::FbReserved(unit) => {
-            unit.convert(Some(v)).is_none()
-        }
-        _ => dcgm_value(v).is_none(),
+        Some(Target::Field(_, unit)) => unit.blank_rule(v).is_none(),
+        // One link's value of a per-link counter: a blank of the field's type, as the
+        // parser reads it.
+        Some(Target::LinkSum(field)) => !v.is_finite() || crate::derive::is_sentinel_of(field, v),
+        _ => true,
     }
 }
 
