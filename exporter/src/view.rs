@@ -41,7 +41,7 @@ pub(crate) struct GpuView {
     pub serving: Option<ServingSnapshot>,
     /// The verdict with reasons.
     pub verdict: Option<VerdictResult>,
-    /// Recent effective compute (or saturation) values, oldest first.
+    /// Recent effective compute values, oldest first (never a bound or saturation).
     pub history: Vec<f64>,
     /// A time-sliced GPU's holders' estimated parts of its effective compute (node mode,
     /// per-process attribution): estimates, never measurements.
@@ -127,15 +127,7 @@ impl GpuView {
                 .value(truthscale_core::model::Field::TensorActive),
             dram: w.readings.value(truthscale_core::model::Field::DramActive),
             // Serving words only where the workload is LLM serving; an estimate says so.
-            phase: w.phase.map(|p| {
-                let name = p.name_for(w.llm_serving);
-                match w.phase_method {
-                    Some(truthscale_core::phase::PhaseMethod::PowerHeuristic) => {
-                        format!("{name} (estimate)")
-                    }
-                    _ => name.to_string(),
-                }
-            }),
+            phase: phase_shown(w),
             throttles: w.throttles,
             serving: w.serving.clone(),
             verdict: Some(w.verdict.explain()),
@@ -227,6 +219,32 @@ pub(crate) fn push_history(history: &mut Vec<f64>, x: Option<f64>) {
         history.push(x);
         let excess = history.len().saturating_sub(HISTORY);
         history.drain(..excess);
+    }
+}
+
+/// A window's phase as shown: serving words only where the workload is LLM serving, and
+/// `(estimate)` after one guessed from power, as `/metrics` labels it
+/// `method="power_heuristic"`.
+pub(crate) fn phase_shown(w: &EntityWindow) -> Option<String> {
+    w.phase.map(|p| {
+        let name = p.name_for(w.llm_serving);
+        match w.phase_method {
+            Some(truthscale_core::phase::PhaseMethod::PowerHeuristic) => {
+                format!("{name} (estimate)")
+            }
+            _ => name.to_string(),
+        }
+    })
+}
+
+/// Each view read afresh given its history from the views read before, by its name (a MIG
+/// instance's apart from its GPU's): its effective compute appended, never a bound or
+/// saturation, which plotted under the effective compute's title would pass for it.
+pub(crate) fn carry_histories(histories: &mut BTreeMap<String, Vec<f64>>, fresh: &mut [GpuView]) {
+    for v in fresh {
+        let h = histories.entry(v.name.clone()).or_default();
+        push_history(h, v.effective);
+        v.history.clone_from(h);
     }
 }
 
@@ -578,6 +596,38 @@ mod tests {
         };
         assert_eq!(history("gpu 0 (M)"), [0.25]);
         assert!(history("gpu 1 (M)").is_empty());
+    }
+
+    /// Read again and again (`top --url`), each view's history holds its own effective
+    /// compute alone: a GPU with a bound and saturation only has none, and the MIG
+    /// instances of one GPU each keep their own.
+    #[test]
+    fn histories_carried_over_scrapes_hold_each_views_effective_compute() {
+        let mut histories = BTreeMap::new();
+        let bound = "truthscale_gpu_effective_compute_upper_bound_ratio{gpu=\"1\",model=\"M\"} 0.9\n\
+            truthscale_gpu_roofline_saturation_ratio{gpu=\"1\",model=\"M\"} 0.4\n";
+        let l = |i: u32| format!("gpu=\"0\",uuid=\"GPU-a\",mig_instance=\"{i}\",model=\"M\"");
+        let migs = format!(
+            "truthscale_gpu_effective_compute_ratio{{{}}} 0.1\n\
+             truthscale_gpu_effective_compute_ratio{{{}}} 0.7\n",
+            l(1),
+            l(2)
+        );
+        let body = format!("{bound}{migs}");
+        let mut last = Vec::new();
+        for _ in 0..2 {
+            last = views_from_exposition(&body, &VerdictConfig::default()).views;
+            carry_histories(&mut histories, &mut last);
+        }
+        let history = |name: &str| {
+            last.iter()
+                .find(|g| g.name == name)
+                .map(|g| g.history.clone())
+                .unwrap()
+        };
+        assert!(history("gpu 1 (M)").is_empty());
+        assert_eq!(history("gpu 0 gi 1 (M)"), [0.1, 0.1]);
+        assert_eq!(history("gpu 0 gi 2 (M)"), [0.7, 0.7]);
     }
 
     /// The MIG instances of one GPU are views of their own (their series carry the

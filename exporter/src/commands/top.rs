@@ -7,7 +7,7 @@
 //! `--once` prints one frame and exits (with a replay, the newest sample per GPU).
 
 use crate::sources::Source as _;
-use crate::view::{self, GpuView, Stepper, push_history};
+use crate::view::{self, GpuView, Stepper};
 use anyhow::bail;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -137,7 +137,7 @@ enum Feed {
         scrapes: u64,
         error: Option<String>,
         views: Vec<GpuView>,
-        history: BTreeMap<Option<u32>, Vec<f64>>,
+        history: BTreeMap<String, Vec<f64>>,
     },
     /// NVML, read directly.
     Nvml {
@@ -219,11 +219,7 @@ impl Feed {
                     let read = view::views_from_exposition(&body, cfg);
                     *error = read.skipped.note();
                     let mut fresh = read.views;
-                    for v in &mut fresh {
-                        let h = history.entry(v.gpu).or_default();
-                        push_history(h, v.effective.or(v.saturation).or(v.upper_bound));
-                        v.history.clone_from(h);
-                    }
+                    view::carry_histories(history, &mut fresh);
                     *views = fresh;
                 }
                 Err(e) => *error = Some(format!("{e:#}")),

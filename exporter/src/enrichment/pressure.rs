@@ -12,16 +12,20 @@
 //! - `HolderCpuThrottledRatio`: `Δnr_throttled / Δnr_periods` of the pod's `cpu.stat`, or
 //!   of its most throttled container's where more (a container's own limit throttles it in
 //!   its own periods, which the pod's do not count; a pod has a quota only where every
-//!   container has a limit); blank without periods;
+//!   container has a limit); blank without periods; more throttled periods than periods is
+//!   blank and counted `impossible`;
 //! - `HolderCpuLimitCores`: the `cpu.max` of that most throttled cgroup (blank when `max`);
-//! - the waiting and stalled shares: `Δtotal / Δwall`, clamped to `0..=1`;
+//! - the waiting and stalled shares: `Δtotal / Δwall`, clamped to 1 up to 1.5 (the read's
+//!   time is taken a little apart from the files'), blank and counted `impossible` beyond;
 //!
-//! each the worst of the GPU's pods. Each pod's own shares are kept on the entity too
+//! each the worst of the GPU's pods, only where every one of them was measured this tick
+//! (the largest of some is a lower bound, not the worst). Each pod's own shares are kept on the entity too
 //! (`EntitySample::holder_pressure`, exported as `truthscale_pod_cpu_throttled_ratio` and
 //! the like), named by the pod and namespace its processes were attributed to: a pod whose
 //! processes name none still counts in the GPU's worst, without series of its own. A pod's
-//! first read, a counter that went backwards (the pod restarted) and a file that could not
-//! be read give no value: the field stays blank, never a zero nobody measured.
+//! first read, a counter that went backwards (the pod restarted, counted `reset`) and a file
+//! that could not be read give no value: the field stays blank, never a zero nobody
+//! measured.
 
 use crate::bounds::MAX_GPU_PODS;
 use crate::cgroup::{
@@ -32,6 +36,7 @@ use crate::pipeline::{Health, Stage, Tick};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use truthscale_core::derive::RATIO_CLAMP_LIMIT;
 use truthscale_core::exposition::SourceHealth;
 use truthscale_core::model::{EntitySample, Field, PodPressure, PodRef};
 
@@ -70,12 +75,32 @@ const MAX_CONTAINERS: usize = 16;
 /// A pod's shares over the last tick: each `None` where it was not measured.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct Shares {
+    /// Whether the throttled share is known: the pod's own `cpu.stat` read at both ends and
+    /// none of its cgroups' shares refused, so a `throttled` of `None` is a pod no CFS
+    /// period ran for (no limit), not one unread.
+    throttled_known: bool,
     throttled: Option<f64>,
     limit_cores: Option<f64>,
     cpu_waiting: Option<f64>,
     io_waiting: Option<f64>,
     io_stalled: Option<f64>,
     memory_stalled: Option<f64>,
+}
+
+impl Shares {
+    /// Whether any share was measured.
+    fn any(&self) -> bool {
+        [
+            self.throttled,
+            self.limit_cores,
+            self.cpu_waiting,
+            self.io_waiting,
+            self.io_stalled,
+            self.memory_stalled,
+        ]
+        .iter()
+        .any(Option::is_some)
+    }
 }
 
 /// An entity's pods by UID, each with the names (pod and namespace) its processes carry.
@@ -269,7 +294,11 @@ impl HolderPressure {
             };
             let now = self.read_pod(&dir);
             if let Some(before) = self.last.get(uid) {
-                shares.insert(uid.clone(), between(before, &now));
+                let mut refused = Vec::new();
+                shares.insert(uid.clone(), between(before, &now, &mut refused));
+                for why in refused {
+                    self.health.count(why.kind());
+                }
             }
             last.insert(uid.clone(), now);
         }
@@ -320,47 +349,107 @@ fn looks_like_a_pod(name: &str) -> bool {
     })
 }
 
-/// `Δpart / Δwhole` clamped to `0..=1`; `None` when either went backwards or the whole did
-/// not advance.
-#[expect(clippy::cast_precision_loss, reason = "counter deltas, far below 2^53")]
-fn ratio(part: (u64, u64), whole: (u64, u64)) -> Option<f64> {
-    let dp = part.1.checked_sub(part.0)?;
-    let dw = whole.1.checked_sub(whole.0)?;
-    (dw > 0).then(|| (dp as f64 / dw as f64).clamp(0.0, 1.0))
+/// Why two reads of a pod's counters give no share, counted by kind.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Refused {
+    /// A counter went backwards: the cgroup was made again (the pod restarted).
+    Reset,
+    /// More than the whole: more throttled periods than periods, or a stall longer than
+    /// half as much again as the time between the reads.
+    Impossible,
 }
 
-/// A pod's shares between two reads.
-fn between(before: &Counters, now: &Counters) -> Shares {
+impl Refused {
+    fn kind(self) -> &'static str {
+        match self {
+            Refused::Reset => "reset",
+            Refused::Impossible => "impossible",
+        }
+    }
+}
+
+/// `Δpart / Δwhole` as read, `None` where the whole did not advance; refused where either
+/// went backwards.
+#[expect(clippy::cast_precision_loss, reason = "counter deltas, far below 2^53")]
+fn ratio(part: (u64, u64), whole: (u64, u64)) -> Result<Option<f64>, Refused> {
+    let dp = part.1.checked_sub(part.0).ok_or(Refused::Reset)?;
+    let dw = whole.1.checked_sub(whole.0).ok_or(Refused::Reset)?;
+    Ok((dw > 0).then(|| dp as f64 / dw as f64))
+}
+
+/// The throttled share of `nr_throttled` over `nr_periods` between two reads: each period
+/// is throttled or not, so more than all of them is refused.
+fn throttled_share(b: CpuStat, n: CpuStat) -> Result<Option<f64>, Refused> {
+    let r = ratio(
+        (b.nr_throttled, n.nr_throttled),
+        (b.nr_periods, n.nr_periods),
+    )?;
+    if r.is_some_and(|r| r > 1.0) {
+        return Err(Refused::Impossible);
+    }
+    Ok(r)
+}
+
+/// A stall share of the time between two reads: clamped to 1 up to
+/// [`RATIO_CLAMP_LIMIT`] (the reads' own times are taken a little apart from the files'),
+/// refused beyond it.
+fn stall_share(part: (u64, u64), wall_usec: u64) -> Result<Option<f64>, Refused> {
+    match ratio(part, (0, wall_usec))? {
+        Some(r) if r > RATIO_CLAMP_LIMIT => Err(Refused::Impossible),
+        r => Ok(r.map(|r| r.min(1.0))),
+    }
+}
+
+/// A share, or `None` with why it was refused counted in `refused`.
+fn counted(r: Result<Option<f64>, Refused>, refused: &mut Vec<Refused>) -> Option<f64> {
+    r.unwrap_or_else(|why| {
+        refused.push(why);
+        None
+    })
+}
+
+/// A pod's shares between two reads, each refused one (a counter gone backwards, a share
+/// no cgroup gives) blank and put in `refused`.
+fn between(before: &Counters, now: &Counters, refused: &mut Vec<Refused>) -> Shares {
     let wall_usec = u64::try_from(now.at.duration_since(before.at).as_micros()).ok();
-    let share = |b: Option<u64>, n: Option<u64>| ratio((b?, n?), (0, wall_usec?));
-    let psi = |f: fn(&Counters) -> Option<Psi>, full: bool| {
+    let mut psi = |f: fn(&Counters) -> Option<Psi>, full: bool| {
         let pick = |p: Option<Psi>| p.and_then(|p| if full { p.full_usec } else { p.some_usec });
-        share(pick(f(before)), pick(f(now)))
+        let (b, n, w) = (pick(f(before))?, pick(f(now))?, wall_usec?);
+        counted(stall_share((b, n), w), refused)
     };
-    let (throttled, limit) = most_throttled(before, now);
+    let cpu_waiting = psi(|c| c.cpu_psi, false);
+    let io_waiting = psi(|c| c.io_psi, false);
+    let io_stalled = psi(|c| c.io_psi, true);
+    let memory_stalled = psi(|c| c.memory_psi, true);
+    let refused_before = refused.len();
+    let (throttled, limit) = most_throttled(before, now, refused);
     Shares {
+        throttled_known: before.cpu.is_some()
+            && now.cpu.is_some()
+            && refused.len() == refused_before,
         throttled,
         limit_cores: match limit {
             Some(CpuMax::Cores(c)) => Some(c),
             _ => None,
         },
-        cpu_waiting: psi(|c| c.cpu_psi, false),
-        io_waiting: psi(|c| c.io_psi, false),
-        io_stalled: psi(|c| c.io_psi, true),
-        memory_stalled: psi(|c| c.memory_psi, true),
+        cpu_waiting,
+        io_waiting,
+        io_stalled,
+        memory_stalled,
     }
 }
 
 /// The throttled share of the pod, or of its most throttled container where more, with that
 /// cgroup's limit: a container's own quota throttles it in its own periods, which the pod's
 /// `cpu.stat` does not count. `None` where neither the pod nor a container has periods.
-fn most_throttled(before: &Counters, now: &Counters) -> (Option<f64>, Option<CpuMax>) {
-    let share = |b: Option<CpuStat>, n: Option<CpuStat>| {
+fn most_throttled(
+    before: &Counters,
+    now: &Counters,
+    refused: &mut Vec<Refused>,
+) -> (Option<f64>, Option<CpuMax>) {
+    let mut share = |b: Option<CpuStat>, n: Option<CpuStat>| {
         let (b, n) = b.zip(n)?;
-        ratio(
-            (b.nr_throttled, n.nr_throttled),
-            (b.nr_periods, n.nr_periods),
-        )
+        counted(throttled_share(b, n), refused)
     };
     let mut best = (share(before.cpu, now.cpu), now.limit);
     for (name, cpu, limit) in &now.containers {
@@ -375,11 +464,27 @@ fn most_throttled(before: &Counters, now: &Counters) -> (Option<f64>, Option<Cpu
     best
 }
 
-/// The worst of a GPU's pods' shares: each the largest measured; the CPU limit of the most
-/// throttled pod (of the first pod with a limit when none has a throttled share).
-fn worst<'a>(pods: impl Iterator<Item = &'a Shares>) -> Shares {
-    let pods: Vec<&Shares> = pods.collect();
-    let max = |f: fn(&Shares) -> Option<f64>| pods.iter().filter_map(|s| f(s)).reduce(f64::max);
+/// The worst of a GPU's pods' shares (`None`: a pod not measured this tick), each only where
+/// every pod's was measured: the largest of some would be a lower bound, never the worst
+/// (a pod whose throttled share is known and ran no CFS period was not throttled). The CPU
+/// limit of the most throttled pod (of the first pod with a limit when none has a throttled
+/// share).
+fn worst(pods: &[Option<&Shares>]) -> Shares {
+    let Some(pods) = pods.iter().copied().collect::<Option<Vec<&Shares>>>() else {
+        return Shares::default();
+    };
+    let max = |f: fn(&Shares) -> Option<f64>| {
+        pods.iter()
+            .map(|s| f(s))
+            .collect::<Option<Vec<f64>>>()?
+            .into_iter()
+            .reduce(f64::max)
+    };
+    let throttled = pods
+        .iter()
+        .all(|s| s.throttled_known)
+        .then(|| pods.iter().filter_map(|s| s.throttled).reduce(f64::max))
+        .flatten();
     let most_throttled = pods
         .iter()
         .filter(|s| s.throttled.is_some())
@@ -393,7 +498,8 @@ fn worst<'a>(pods: impl Iterator<Item = &'a Shares>) -> Shares {
         None => pods.iter().find_map(|s| s.limit_cores),
     };
     Shares {
-        throttled: max(|s| s.throttled),
+        throttled_known: pods.iter().all(|s| s.throttled_known),
+        throttled,
         limit_cores,
         cpu_waiting: max(|s| s.cpu_waiting),
         io_waiting: max(|s| s.io_waiting),
@@ -417,7 +523,7 @@ fn per_pod(pods: &Pods, shares: &HashMap<String, Shares>) -> Vec<PodPressure> {
             twice.insert(name);
             continue;
         }
-        let Some(s) = shares.get(uid).filter(|s| **s != Shares::default()) else {
+        let Some(s) = shares.get(uid).filter(|s| s.any()) else {
             continue;
         };
         out.push(PodPressure {
@@ -475,7 +581,8 @@ impl Stage for HolderPressure {
         self.pids.retain(|_, (_, at)| *at == tick_no);
         let shares = self.measure(&all);
         for (si, ei, pods) in by_entity {
-            let w = worst(pods.keys().filter_map(|u| shares.get(u)));
+            let each: Vec<Option<&Shares>> = pods.keys().map(|u| shares.get(u)).collect();
+            let w = worst(&each);
             if let Some(e) = tick.produced.samples[si].entities.get_mut(ei) {
                 set(e, &w);
                 e.holder_pressure = per_pod(&pods, &shares);
@@ -655,6 +762,8 @@ mod tests {
             "cpu.max is max"
         );
         assert_eq!(v(&third[0], Field::HolderCpuWaitingRatio), None);
+        // Counted: its periods and its CPU stall went backwards.
+        assert_eq!(stage.health().errors.get("reset"), Some(&2));
         assert_eq!(stage.last.len(), 1);
         write_pod(&a, 20, 5, None, [0, 0, 0, 0]);
         let fourth = tick(&mut stage, vec![gpu(0, &[Some(A)])]);
@@ -667,6 +776,43 @@ mod tests {
         tick(&mut stage, vec![gpu(0, &[Some(A)])]);
         assert!(stage.walked > walked);
         assert_eq!(stage.dirs.get(A), Some(&moved));
+    }
+
+    /// A GPU's worst is of every pod on it or none: with one pod's first read, the other's
+    /// 0 % would be a lower bound, not the worst. More throttled periods than periods, and
+    /// a stall of 10 s within a fifth of one, are blank and counted `impossible`, never 1;
+    /// the GPU's worst is then not known either.
+    #[test]
+    fn the_worst_is_of_every_pod_and_impossible_shares_are_counted() {
+        let root = scratch("cgroup-worst");
+        let a = root.0.join(format!("kubepods/burstable/pod{A}"));
+        let b = root.0.join(format!("kubepods/burstable/pod{B}"));
+        let mut stage = HolderPressure::new(root.0.clone(), "/nonexistent".into());
+        let v = |e: &EntitySample, f| e.readings.value(f);
+        write_pod(&a, 1000, 100, Some(100_000), [0; 4]);
+        write_pod(&b, 1000, 100, Some(100_000), [0; 4]);
+        tick(&mut stage, vec![gpu(0, &[Some(A)])]);
+        std::thread::sleep(Duration::from_millis(200));
+        // A: none of its 100 new periods throttled; B: its first read.
+        write_pod(&a, 1100, 100, Some(100_000), [0; 4]);
+        let second = tick(&mut stage, vec![gpu(0, &[Some(A), Some(B)])]);
+        assert_eq!(v(&second[0], Field::HolderCpuThrottledRatio), None);
+        assert_eq!(v(&second[0], Field::HolderCpuWaitingRatio), None);
+        std::thread::sleep(Duration::from_millis(200));
+        // A: 40 throttled in 10 periods, and an I/O stall of 10 s; B: 45 of 100 throttled.
+        write_pod(&a, 1110, 140, Some(100_000), [0, 10_000_000, 0, 0]);
+        write_pod(&b, 1100, 145, Some(100_000), [0; 4]);
+        let third = tick(&mut stage, vec![gpu(0, &[Some(A), Some(B)])]);
+        assert_eq!(v(&third[0], Field::HolderCpuThrottledRatio), None);
+        assert_eq!(v(&third[0], Field::HolderIoWaitingRatio), None);
+        assert_eq!(v(&third[0], Field::HolderCpuWaitingRatio), Some(0.0));
+        let errors = stage.health().errors;
+        assert_eq!(errors.get("impossible"), Some(&2), "{errors:?}");
+        // B alone is measured: its own 0.45.
+        std::thread::sleep(Duration::from_millis(200));
+        write_pod(&b, 1200, 190, Some(100_000), [0; 4]);
+        let fourth = tick(&mut stage, vec![gpu(0, &[Some(B)])]);
+        assert_eq!(v(&fourth[0], Field::HolderCpuThrottledRatio), Some(0.45));
     }
 
     /// A container throttled by its own limit: its periods are its own, not the pod's. A
@@ -900,10 +1046,27 @@ mod tests {
 
     #[test]
     fn shares_of_counters() {
-        assert_eq!(ratio((0, 70), (0, 100)), Some(0.7));
-        assert_eq!(ratio((0, 70), (5, 5)), None, "no periods");
-        assert_eq!(ratio((10, 5), (0, 100)), None, "went backwards");
-        assert_eq!(ratio((0, 200), (0, 100)), Some(1.0), "clamped");
+        assert_eq!(ratio((0, 70), (0, 100)), Ok(Some(0.7)));
+        assert_eq!(ratio((0, 70), (5, 5)), Ok(None), "no periods");
+        assert_eq!(
+            ratio((10, 5), (0, 100)),
+            Err(Refused::Reset),
+            "went backwards"
+        );
+        let cpu = |periods, throttled| CpuStat {
+            nr_periods: periods,
+            nr_throttled: throttled,
+            throttled_usec: None,
+        };
+        assert_eq!(
+            throttled_share(cpu(0, 0), cpu(10, 40)),
+            Err(Refused::Impossible),
+            "40 of 10 periods throttled"
+        );
+        assert_eq!(throttled_share(cpu(0, 0), cpu(10, 10)), Ok(Some(1.0)));
+        assert_eq!(stall_share((0, 120), 100), Ok(Some(1.0)), "clamped");
+        assert_eq!(stall_share((0, 150), 100), Ok(Some(1.0)), "clamped");
+        assert_eq!(stall_share((0, 151), 100), Err(Refused::Impossible));
         assert!(looks_like_a_pod(&format!("pod{A}")));
         assert!(looks_like_a_pod(&format!(
             "kubepods-pod{}.slice",

@@ -59,8 +59,9 @@ fn row(w: &EntityWindow, rows: &mut String) {
         bar("rep", m.reported_utilization),
         bar("eff", m.effective_compute),
         w.phase.map_or("unknown", |p| p.as_str()),
-        // Serving words (prefill, decode) only where the workload is LLM serving.
-        w.phase.map_or("unknown", |p| p.name_for(w.llm_serving)),
+        // Serving words (prefill, decode) only where the workload is LLM serving; one
+        // guessed from power says it is an estimate.
+        crate::view::phase_shown(w).unwrap_or_else(|| "unknown".into()),
         w.capability.as_str(),
     );
 }
@@ -69,10 +70,20 @@ fn row(w: &EntityWindow, rows: &mut String) {
 #[must_use]
 pub(crate) fn render(gpus: &[GpuEntry], source: &str, up: bool, taken_unix_ms: i64) -> String {
     let mut rows = String::new();
-    for g in gpus.iter().filter(|g| g.up) {
-        row(&g.window, &mut rows);
+    for g in gpus {
+        if g.up {
+            row(&g.window, &mut rows);
+        } else {
+            // A GPU that stopped is named, never left off as if it were not there.
+            let _ = writeln!(
+                rows,
+                "<tr><td>{}</td><td>{}</td><td colspan=\"5\">down: no data within the stale period</td></tr>",
+                esc(&g.window.id.to_string()),
+                esc(g.window.id.model.as_deref().unwrap_or("unknown")),
+            );
+        }
     }
-    if !gpus.iter().any(|g| g.up) {
+    if gpus.is_empty() {
         rows.push_str("<tr><td colspan=\"7\">No GPU readings yet.</td></tr>\n");
     }
     let status = if up { "up" } else { "stale" };
@@ -169,5 +180,60 @@ mod tests {
             "{page}"
         );
         assert!(page.contains("<td>busy</td></tr>"), "{page}");
+    }
+
+    /// A phase guessed from power (no SM or tensor counter read) says it is an estimate,
+    /// as `/metrics` labels it; a GPU that stopped is named as down, not left off, and the
+    /// page does not say no GPU was read.
+    #[test]
+    fn a_phase_from_power_is_an_estimate_and_a_stopped_gpu_is_named() {
+        let gpu = |n: u32| {
+            let mut r = Readings::default();
+            r.set_value(Field::ReportedUtil, 0.97);
+            r.set_value(Field::PowerWatts, 650.0);
+            EntitySample {
+                id: EntityId {
+                    gpu: Some(n),
+                    model: Some("NVIDIA H100 80GB HBM3".into()),
+                    ..EntityId::default()
+                },
+                readings: r,
+                ..EntitySample::default()
+            }
+        };
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let mut windows = Vec::new();
+        for t in 0..3 {
+            windows = d
+                .observe(&Sample {
+                    taken: Timestamp(t * 1000),
+                    entities: vec![gpu(0), gpu(1)],
+                })
+                .windows;
+        }
+        assert_eq!(
+            windows[0].phase_method,
+            Some(truthscale_core::phase::PhaseMethod::PowerHeuristic)
+        );
+        let name = windows[0].phase.unwrap().name_for(windows[0].llm_serving);
+        let entries: Vec<GpuEntry> = windows
+            .into_iter()
+            .enumerate()
+            .map(|(i, window)| GpuEntry {
+                window,
+                source: "nvml",
+                up: i == 0,
+                list_cap: None,
+            })
+            .collect();
+        let page = render(&entries, "nvml", true, 0);
+        assert!(page.contains(&format!(">{name} (estimate)</td>")), "{page}");
+        assert!(
+            page.contains(
+                "<tr><td>gpu 1</td><td>NVIDIA H100 80GB HBM3</td><td colspan=\"5\">down: no data within the stale period</td></tr>"
+            ),
+            "{page}"
+        );
+        assert!(!page.contains("No GPU readings yet."), "{page}");
     }
 }

@@ -33,6 +33,9 @@ pub struct ReplaySource {
     pass_start_ms: i64,
     /// Recorded time of the last sample handed out.
     last_recorded: Option<i64>,
+    /// The capture's own spacing before its last sample handed out (ms): the seam between
+    /// two passes, as long as the capture's last window.
+    last_spacing: Option<i64>,
     finished: bool,
     /// Samples handed out, every pass together.
     handed: u64,
@@ -219,6 +222,7 @@ impl ReplaySource {
             base: None,
             pass_start_ms: unix_ms(now),
             last_recorded: None,
+            last_spacing: None,
             finished: false,
             handed: 0,
             first_recorded: None,
@@ -294,12 +298,16 @@ impl ReplaySource {
         };
         self.capture = Some(c);
         self.counted = Unread::default();
-        // The next pass starts one interval after the last sample of this one.
+        // The next pass starts the capture's own last spacing after the last sample of this
+        // one (`source.spacing` for a capture of one sample).
         let span = match (self.base, self.last_recorded) {
             (Some(b), Some(l)) => l - b,
             _ => 0,
         };
-        self.pass_start_ms += span + self.interval.as_millis() as i64;
+        let seam = self
+            .last_spacing
+            .unwrap_or(self.interval.as_millis() as i64);
+        self.pass_start_ms += span + seam;
         self.base = None;
         true
     }
@@ -343,16 +351,30 @@ impl Source for ReplaySource {
                 self.pending = Some(s);
                 break;
             }
+            if let Some(prev) = self.last_recorded.filter(|&p| s.taken.0 > p) {
+                self.last_spacing = Some(s.taken.0 - prev);
+            }
             self.last_recorded = Some(s.taken.0);
             self.first_recorded.get_or_insert(s.taken.0);
             self.handed += 1;
-            out.samples.push(Sample {
-                taken: Timestamp(due),
-                entities: s.entities,
-            });
+            out.samples.push(restamped(s, due));
         }
         out
     }
+}
+
+/// Recorded sample `s` moved onto the wall clock at `due`, each entity's energy reading time
+/// with it: the energy counter's span is taken between those times, so they must be on the
+/// sample's own clock.
+fn restamped(mut s: Sample, due: i64) -> Sample {
+    let shift = due - s.taken.0;
+    for e in &mut s.entities {
+        if let Some(at) = &mut e.energy_read_at {
+            at.0 += shift;
+        }
+    }
+    s.taken = Timestamp(due);
+    s
 }
 
 #[cfg(test)]
@@ -485,6 +507,51 @@ mod tests {
         let times: Vec<i64> = got.samples.iter().map(|s| s.taken.0 - 1_000_000).collect();
         assert_eq!(times, vec![0, 1000, 2000, 3000, 4000, 5000]);
         assert!(!r.finished());
+    }
+
+    /// A looping trace with timestamps of its own starts each pass its own last spacing (10 s)
+    /// after the last sample, never `source.spacing` (1 s), which would cut 9 s out of each
+    /// seam's window.
+    #[test]
+    fn a_looping_trace_keeps_its_own_spacing_at_the_seam() {
+        let line = |s: u32| {
+            format!("{{\"taken\":\"2026-01-01T00:00:{s:02}Z\",\"gpu\":0,\"gpu_util\":1.0}}\n")
+        };
+        let p = write("loop10.jsonl", &(line(0) + &line(10) + &line(20)));
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let mut r = ReplaySource::open(&p, Duration::from_secs(1), true, t0).unwrap();
+        let mut times = Vec::new();
+        for tick in 0..=55 {
+            for s in r.sample(t0 + Duration::from_secs(tick)).samples {
+                times.push(s.taken.0 - 1_000_000);
+            }
+        }
+        assert_eq!(times, [0, 10_000, 20_000, 30_000, 40_000, 50_000]);
+    }
+
+    /// A replayed sample's energy reading time moves onto the wall clock with it: 131 ms
+    /// after its sample in the trace, 131 ms after it replayed (it stayed in the trace's
+    /// clock, months apart, and the counter's span was thrown away as too long).
+    #[test]
+    fn an_energy_reading_time_moves_with_its_sample() {
+        let line = |s: u32, at: &str| {
+            format!(
+                "{{\"taken\":\"2024-05-01T12:00:0{s}Z\",\"gpu\":0,\"power_watts\":250.0,\"energy_joules\":{}{at}}}\n",
+                1000 + 300 * s
+            )
+        };
+        let at = |s: u32| format!(",\"energy_read_at\":\"2024-05-01T12:00:0{s}.131Z\"");
+        let text = line(0, &at(0)) + &line(1, "") + &line(2, &at(2));
+        let p = write("energy-at.jsonl", &text);
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let mut r = ReplaySource::open(&p, Duration::from_secs(1), false, t0).unwrap();
+        let got = r.sample(t0 + Duration::from_secs(5)).samples;
+        let offsets: Vec<Option<i64>> = got
+            .iter()
+            .map(|s| s.entities[0].energy_read_at.map(|a| a.0 - s.taken.0))
+            .collect();
+        assert_eq!(offsets, [Some(131), None, Some(131)]);
+        assert_eq!(got[2].taken.0, 1_800_000_002_000);
     }
 
     /// A looping replay whose file is gone when it starts its next pass counts the error

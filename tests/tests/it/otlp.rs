@@ -885,7 +885,9 @@ fn every_300_ms_over_http() -> Vec<(&'static str, &'static str)> {
 
 /// With delta temporality, an export skipped while backing off loses its changes: each is
 /// counted (`kind="skipped"`), never dropped in silence. With cumulative temporality the
-/// next export carries the totals, and a skip is no loss: none is counted.
+/// next export carries the totals, and a skip is no loss: none is counted. Under delta the
+/// count is written at 0 from the start (no skip can come before three failures), so the
+/// first skip is an increase `rate()` sees.
 #[test]
 fn skipped_delta_exports_are_counted() {
     for (temporality, counted) in [("delta", true), ("cumulative", false)] {
@@ -899,6 +901,15 @@ fn skipped_delta_exports_are_counted() {
         let mut args = ARGS.to_vec();
         args.extend(["--otlp-endpoint", &endpoint]);
         let sidecar = Sidecar::start(&args, &env, dir.path());
+        let written = sidecar.metrics().iter().any(|m| {
+            m.name == "truthscale_sink_errors_total"
+                && m.label("sink") == Some("otlp")
+                && m.label("kind") == Some("skipped")
+        });
+        assert_eq!(
+            written, counted,
+            "{temporality}: skipped written from the start"
+        );
         // Three failures start the backoff; exports every 300 ms fall within it.
         let deadline = Instant::now() + Duration::from_secs(20);
         while sink_errors(&sidecar) - errors_of_kind(&sidecar, "skipped") < 3.0 {

@@ -165,6 +165,9 @@ impl Unheld {
 pub(super) struct EnergyAcc {
     pub(super) fleet_mj: u64,
     pub(super) unallocated_mj: u64,
+    /// Share units no pod held at steps their GPU's power was read: the unallocated
+    /// GPU-hours that `unallocated_mj` covers.
+    pub(super) unallocated_measured: u64,
     pub(super) measured: bool,
 }
 
@@ -487,6 +490,7 @@ fn period_energy(acc: &PeriodAcc, w: &Window<'_>) -> Option<PeriodEnergy> {
     Some(PeriodEnergy {
         groups_kwh: kwh(groups),
         unallocated_kwh: kwh(e.unallocated_mj),
+        unallocated_measured_gpu_hours: gpu_hours(e.unallocated_measured, w.hours_per_step),
         fleet_kwh: kwh(e.fleet_mj),
         unallocated_cost: price.map(|p| kwh(e.unallocated_mj) * p),
         fleet_cost: price.map(|p| kwh(e.fleet_mj) * p),

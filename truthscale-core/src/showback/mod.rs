@@ -236,6 +236,8 @@ pub struct PeriodEnergy {
     /// The energy no pod held, kWh: a GPU no pod holds, all of it (its idle floor with it);
     /// a GPU partly held, the rest of its shares.
     pub unallocated_kwh: f64,
+    /// The unallocated GPU-hours whose power was read: those `unallocated_kwh` covers.
+    pub unallocated_measured_gpu_hours: f64,
     /// The fleet's energy, kWh: each GPU's mean power times the step, at the steps read.
     pub fleet_kwh: f64,
     /// What the unallocated energy costs, with a price per kWh.

@@ -238,6 +238,7 @@ impl GpuStep {
         if let Some((e, u)) = self.energy {
             acc.energy.fleet_mj += e;
             acc.energy.unallocated_mj += u;
+            acc.energy.unallocated_measured += free;
             acc.energy.measured = true;
         }
         acc.funnel

@@ -419,6 +419,11 @@ fn energy_by_group_reconciles_with_the_fleets_exactly() {
     assert!(close(row("web").energy_cost.unwrap(), kwh(web) * 0.25));
     let e = s.total.energy.as_ref().unwrap();
     assert!(close(e.unallocated_kwh, kwh(unallocated)), "{e:?}");
+    // The unallocated hours that energy covers: 4/7 of g3's 2 steps, and g4's 4.
+    assert!(close(
+        e.unallocated_measured_gpu_hours,
+        (8.0 / 7.0 + 4.0) * step
+    ));
     assert!(close(e.fleet_kwh, kwh(g1 + g2 + g3 + g4)));
     assert!(e.reconciled, "{}", e.check);
     // Exactly: the groups' kWh are the sum of millijoule parts that add up to the fleet's.
@@ -467,6 +472,7 @@ fn unheld_hours_without_power_are_named_as_a_lower_bound() {
         "{e:?}"
     );
     assert_eq!(s.total.unallocated_gpu_hours, 4.0 / 60.0);
+    assert_eq!(e.unallocated_measured_gpu_hours, 2.0 / 60.0);
     // 2 of 4 steps of 60 s: 0.033 of 0.067 GPU-hours.
     assert!(
         s.notes.iter().any(|n| n.starts_with(

@@ -177,6 +177,7 @@ impl Otlp {
         };
         let built = transport::build(settings, proto, &endpoint, tls)?;
         errors.register(SINK, &ERROR_KINDS);
+        let counted = errors.clone();
         let mut exporter =
             CountingExporter::new(built.exporter, errors, settings.effective_timeout)
                 .with_transport_detail(built.detail);
@@ -191,6 +192,11 @@ impl Otlp {
             use opentelemetry_sdk::metrics::exporter::PushMetricExporter as _;
             exporter.temporality() == opentelemetry_sdk::metrics::Temporality::Delta
         };
+        // Only delta exports lose anything by a skip: their count is written at 0 from the
+        // start, so the first skip is an increase a rate sees.
+        if delta {
+            counted.register(SINK, &["skipped"]);
+        }
         let provider = meter_provider(settings, identity, exporter);
         let meter = provider.meter_with_scope(
             InstrumentationScope::builder("truthscale")
