@@ -317,6 +317,10 @@ pub enum SourceError {
     /// number) was dropped.
     #[error("impossible reading dropped: {0}")]
     Impossible(String),
+    /// A cumulative counter went backwards (wrapped, or reset with the driver): no rate
+    /// across it, the counter read again from there.
+    #[error("counter reset: {0}")]
+    Reset(String),
     /// A DCGM family (metric or column) truthscale does not read: counted once per family
     /// and source, named in the log.
     #[error("not read: {0}")]
@@ -354,6 +358,7 @@ impl SourceError {
             E::Http(m) => E::Http(f(&m)),
             E::Sentinel(m) => E::Sentinel(f(&m)),
             E::Impossible(m) => E::Impossible(f(&m)),
+            E::Reset(m) => E::Reset(f(&m)),
             E::UnreadFamily(m) => E::UnreadFamily(f(&m)),
             E::AmbiguousUnit(m) => E::AmbiguousUnit(f(&m)),
             E::NoPermission(m) => E::NoPermission(f(&m)),
@@ -377,6 +382,7 @@ impl SourceError {
             SourceError::Http(_) => "http",
             SourceError::Sentinel(_) => "sentinel",
             SourceError::Impossible(_) => "impossible",
+            SourceError::Reset(_) => "reset",
             SourceError::UnreadFamily(_) => "unread_family",
             SourceError::AmbiguousUnit(_) => "ambiguous_unit",
             SourceError::NoPermission(_) => "no_permission",

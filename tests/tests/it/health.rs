@@ -326,10 +326,17 @@ fn nvml_recovery_action_xid_events_and_clock_event_times() {
                 },
             })),
         ),
+        h100(
+            3,
+            &clean_nvml(&json!({
+                "recovery_action": 0,
+                "xid_events": [{ "xid": 95, "after_ms": 0 }, { "xid": 45, "after_ms": 0 }],
+            })),
+        ),
     ];
     let s = nvml_sidecar(
         &dir,
-        "GPU 0: recovery action 1; GPU 1: XID 79 after 4 s; GPU 2: XID 13, and clock-event times.",
+        "GPU 0: recovery action 1; GPU 1: XID 79 after 4 s; GPU 2: XID 13, and clock-event times; GPU 3: XID 95 then 45 in one poll.",
         &devices,
     );
     // Before XID 79 arrives GPU 1 reads XID 0: registered, nothing yet, busy.
@@ -364,6 +371,19 @@ fn nvml_recovery_action_xid_events_and_clock_event_times() {
             &[("reason", reason)],
         )
     };
+    // The XIDs of the last five minutes: GPU 2's one, not fatal; GPU 3's fatal 95 and the
+    // cleanup XID 45 after it in the same poll, its last: unavailable for the window's 95.
+    let window = |gpu| {
+        (
+            of(&m, gpu, "truthscale_gpu_xid_window_errors", &[]),
+            of(&m, gpu, "truthscale_gpu_xid_window_fatal", &[]),
+        )
+    };
+    assert_eq!(window(0), (Some(0.0), Some(0.0)));
+    assert_eq!(window(2), (Some(1.0), Some(0.0)));
+    assert_eq!(window(3), (Some(2.0), Some(95.0)));
+    assert_eq!(of(&m, 3, "truthscale_gpu_xid_last", &[]), Some(45.0));
+    assert_eq!(health(&m, 3, "unavailable"), Some(1.0));
     assert_eq!(event(2, "sw_power_cap"), Some(2.5));
     assert_eq!(event(2, "hw_thermal"), Some(0.75));
     assert_eq!(event(2, "sync_boost"), Some(0.0));

@@ -154,6 +154,20 @@ impl<T> Got<T> {
 #[derive(Debug)]
 pub(super) struct Lost(pub(super) String);
 
+/// A PCIe byte counter's rate, bytes a second, between its reading `before` (bytes, the
+/// driver's µs) and `now`: `None` without an earlier reading or where no time passed;
+/// `Err` with the earlier count where it went backwards (wrapped, or reset with the driver).
+fn pcie_step(before: Option<(u64, i64)>, now: (u64, i64)) -> Result<Option<f64>, u64> {
+    let Some((b0, t0)) = before else {
+        return Ok(None);
+    };
+    let (bytes, at) = now;
+    if bytes < b0 {
+        return Err(b0);
+    }
+    Ok((at > t0).then(|| (bytes - b0) as f64 / ((at - t0) as f64 / 1e6)))
+}
+
 /// A field value as a byte count: any integer type the driver answers with, not a double or
 /// a negative number.
 fn byte_count(v: &SampleValue) -> Option<u64> {
@@ -212,6 +226,8 @@ pub(super) struct DevState {
     xid_retry_at: Option<Instant>,
     /// The last XID the events told of (0 once registered, before any).
     xid_last: Option<f64>,
+    /// Every XID the events told of in the last five minutes.
+    xid_window: super::xids::XidWindow,
     /// The PCIe byte counters' last readings (bytes, the driver's timestamp in µs), receive
     /// then transmit; `None` where a rate has no earlier reading to start from.
     pcie_bytes: [Option<(u64, i64)>; 2],
@@ -277,6 +293,7 @@ impl DevState {
             xid_events: None,
             xid_retry_at: None,
             xid_last: None,
+            xid_window: super::xids::XidWindow::default(),
             pcie_bytes: [None; 2],
             pcie_bytes_unsupported: false,
         }
@@ -737,10 +754,12 @@ impl DevState {
         })
     }
 
-    /// The last XID: the GPU's critical XID events, registered on an event set at the first
+    /// The last XID, and the XIDs of the last five minutes (their count, and the fatal one
+    /// counted most): the GPU's critical XID events, registered on an event set at the first
     /// tick and polled without waiting at each (`nvmlEventSetWait_v2`, timeout 0). 0 until
     /// an XID arrives: NVML tells of XIDs after the registration only (as DCGM does of those
-    /// after it started watching). Left blank where the events cannot be registered.
+    /// after it started watching). Left blank where the events cannot be registered, and the
+    /// window's counts at a tick whose poll failed (not known whether an XID came).
     fn xid(
         &mut self,
         nvml: &Nvml,
@@ -769,9 +788,14 @@ impl DevState {
         match set.poll(nvml) {
             Ok(xids) => {
                 if let Some(&x) = xids.last() {
-                    tracing::warn!(gpu = self.index, xid = x, "NVML: critical XID event.");
+                    tracing::warn!(gpu = self.index, xids = ?xids, "NVML: critical XID event(s).");
                     self.xid_last = Some(x as f64);
                 }
+                let now = Instant::now();
+                self.xid_window.add(now, &xids);
+                let (errors, fatal) = self.xid_window.counts(now);
+                r.set_value(Field::XidWindowErrors, errors);
+                r.set_value(Field::XidWindowFatal, fatal);
             }
             Err(NvmlError::GpuLost) => return Err(Lost("nvmlEventSetWait_v2".to_string())),
             Err(e) => {
@@ -859,10 +883,16 @@ impl DevState {
                 // A count in whatever integer type the driver answers with (NVML's
                 // `unsigned long` is 32 bits on some platforms).
                 Ok((v, at)) if let Some(bytes) = byte_count(&v) => {
-                    let rate = self.pcie_bytes[k].and_then(|(b0, t0)| {
-                        (bytes >= b0 && at > t0)
-                            .then(|| (bytes - b0) as f64 / ((at - t0) as f64 / 1e6))
-                    });
+                    let rate = match pcie_step(self.pcie_bytes[k], (bytes, at)) {
+                        Ok(rate) => rate,
+                        Err(b0) => {
+                            errors.push(SourceError::Reset(format!(
+                                "gpu {}: {WHAT}: {field:?} went from {b0} to {bytes} bytes (wrapped or reset); no rate across it",
+                                self.index
+                            )));
+                            None
+                        }
+                    };
                     self.pcie_bytes[k] = Some((bytes, at));
                     // A rate GPM gave for this direction wins, as over the snapshot.
                     if let (Some(v), None) = (rate, r.value(*field)) {
@@ -886,9 +916,9 @@ impl DevState {
                     self.pcie_bytes_unsupported = true;
                     return Ok(false);
                 }
+                // The counter's last reading stays: the next one's rate spans this tick.
                 Err(e) => {
                     errors.push(classify(&format!("gpu {}: {WHAT}: {e}", self.index), &e));
-                    self.pcie_bytes[k] = None;
                 }
             }
         }
@@ -957,6 +987,22 @@ impl DevState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 1 GB in 1 s (the driver's µs) is 1e9 B/s; a counter that went from 5 GB to 1 kB
+    /// gives no rate and says so; no earlier reading, or no time passed, gives none.
+    #[test]
+    fn a_pcie_counter_gone_backwards_gives_no_rate() {
+        assert_eq!(
+            pcie_step(Some((1_000_000_000, 0)), (2_000_000_000, 1_000_000)),
+            Ok(Some(1e9))
+        );
+        assert_eq!(
+            pcie_step(Some((5_000_000_000, 1_000_000)), (1_000, 2_000_000)),
+            Err(5_000_000_000)
+        );
+        assert_eq!(pcie_step(None, (1_000, 2_000_000)), Ok(None));
+        assert_eq!(pcie_step(Some((1_000, 5)), (2_000, 5)), Ok(None));
+    }
 
     #[test]
     fn clock_event_bits() {

@@ -40,6 +40,7 @@ mod mig;
 mod processes;
 pub(crate) mod raw;
 mod report;
+mod xids;
 
 pub(crate) use device::LOST_RETRY;
 pub(crate) use processes::ProcessInfo;
