@@ -147,6 +147,11 @@ impl HolderPressure {
         let tick = self.tick;
         let mut pods = Pods::new();
         for p in &e.processes {
+            // A GPU one pod holds: a process the pod list showed to be another pod's (its
+            // name taken off by attribution) is not the holder's, nor is its pressure.
+            if e.id.pod.is_some() && p.pod.is_none() {
+                continue;
+            }
             let uid = match (&p.pod_uid, self.pids.get_mut(&p.pid)) {
                 (Some(uid), _) => Some(uid.clone()),
                 (None, Some((uid, at))) => {
@@ -945,6 +950,34 @@ mod tests {
             .map(|p| &p.pod.pod)
             .collect();
         assert_eq!(names, ["train"]);
+    }
+
+    /// On a GPU one pod holds, a process of another pod (its name taken off by the pod
+    /// list's UIDs) is not the holder's: the GPU's holder pressure is the holder's 0 %,
+    /// never the other pod's 90 % under the holder's name.
+    #[test]
+    fn another_pods_process_on_a_held_gpu_is_not_the_holders_pressure() {
+        let root = scratch("cgroup-foreign");
+        let dir = |uid: &str| root.0.join(format!("kubepods/burstable/pod{uid}"));
+        let mut stage = HolderPressure::new(root.0.clone(), "/nonexistent".into());
+        let entity = || {
+            let mut e = named(0, &[(A, Some("holder")), (B, None)]);
+            e.id.pod = e.processes[0].pod.clone();
+            vec![e]
+        };
+        write_pod(&dir(A), 1000, 100, Some(100_000), [0; 4]);
+        write_pod(&dir(B), 1000, 100, Some(100_000), [0; 4]);
+        tick(&mut stage, entity());
+        std::thread::sleep(Duration::from_millis(200));
+        write_pod(&dir(A), 1100, 100, Some(100_000), [0; 4]);
+        write_pod(&dir(B), 1100, 190, Some(100_000), [0; 4]);
+        let second = tick(&mut stage, entity());
+        assert_eq!(
+            second[0].readings.value(Field::HolderCpuThrottledRatio),
+            Some(0.0)
+        );
+        assert_eq!(second[0].holder_pressure.len(), 1);
+        assert_eq!(second[0].holder_pressure[0].pod.pod, "holder");
     }
 
     /// A process without a pod UID is looked up under the proc root; a pod with no cgroup
