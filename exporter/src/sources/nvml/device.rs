@@ -13,7 +13,7 @@ use nvml_wrapper::enum_wrappers::device::{
 };
 use nvml_wrapper::enums::device::SampleValue;
 use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::struct_wrappers::device::FieldValueSample;
+use nvml_wrapper::struct_wrappers::device::{FieldValueSample, Sample};
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::field_id as fid;
@@ -237,10 +237,7 @@ pub(super) struct DevState {
 
 /// The mean of the driver's samples newer than `since_us`, and the newest timestamp; `None`
 /// without such samples.
-fn mean_samples(
-    samples: &[nvml_wrapper::struct_wrappers::device::Sample],
-    since_us: u64,
-) -> Option<(f64, u64)> {
+fn mean_samples(samples: &[Sample], since_us: u64) -> Option<(f64, u64)> {
     let mut sum = 0.0;
     let mut n = 0u32;
     let mut newest = since_us;
@@ -256,6 +253,39 @@ fn mean_samples(
         newest = newest.max(s.timestamp);
     }
     (n > 0).then(|| (sum / f64::from(n), newest))
+}
+
+/// What a window's busy fraction is read from.
+#[derive(Debug, PartialEq)]
+enum BusyFrom {
+    /// The mean of the driver's samples since the last tick (percent), and the newest one's
+    /// timestamp.
+    Samples(f64, u64),
+    /// No sample since the last tick's, though the driver keeps them: blank. The point
+    /// reading is then the driver's last sample, which the last window already averaged;
+    /// counting it again would weigh it twice.
+    NoneNew,
+    /// The point reading: the samples call failed, or the driver never gave a sample.
+    Point,
+}
+
+/// What the window's busy fraction is read from, given what the samples call `answered`
+/// (`None`: it failed), the newest sample read before (`last_us`) and the tick's interval.
+fn busy_from(answered: Option<&[Sample]>, last_us: Option<u64>, interval_us: u64) -> BusyFrom {
+    let Some(s) = answered else {
+        return BusyFrom::Point;
+    };
+    let from = last_us.unwrap_or_else(|| {
+        s.iter()
+            .map(|x| x.timestamp)
+            .max()
+            .map_or(0, |newest| newest.saturating_sub(interval_us))
+    });
+    match (mean_samples(s, from), last_us) {
+        (Some((percent, newest)), _) => BusyFrom::Samples(percent, newest),
+        (None, Some(_)) => BusyFrom::NoneNew,
+        (None, None) => BusyFrom::Point,
+    }
 }
 
 /// Per-tick inputs shared by all GPUs.
@@ -948,8 +978,9 @@ impl DevState {
     }
 
     /// The busy fraction over the window: the mean of the driver's samples since the last
-    /// tick, else the point reading. The first window takes the samples of the last interval
-    /// before the newest one, so the driver's timestamp base does not matter.
+    /// tick ([`busy_from`]), else the point reading. The first window takes the samples of
+    /// the last interval before the newest one, so the driver's timestamp base does not
+    /// matter.
     fn busy(
         &mut self,
         ctx: &Ctx<'_>,
@@ -965,17 +996,17 @@ impl DevState {
                 r => r,
             },
         )?;
-        if let Got::Value(s) = &samples {
-            let from = self.util_last_us.unwrap_or_else(|| {
-                s.iter()
-                    .map(|x| x.timestamp)
-                    .max()
-                    .map_or(0, |newest| newest.saturating_sub(ctx.interval_us))
-            });
-            if let Some((percent, newest)) = mean_samples(s, from) {
+        let answered = match &samples {
+            Got::Value(s) => Some(s.as_slice()),
+            _ => None,
+        };
+        match busy_from(answered, self.util_last_us, ctx.interval_us) {
+            BusyFrom::Samples(percent, newest) => {
                 self.util_last_us = Some(newest);
                 return Ok(Reading::Value(percent / 100.0));
             }
+            BusyFrom::NoneNew => return Ok(Reading::Blank),
+            BusyFrom::Point => {}
         }
         let rates = self.call("nvmlDeviceGetUtilizationRates", errors, || {
             dev.utilization_rates()
@@ -1002,6 +1033,33 @@ mod tests {
         );
         assert_eq!(pcie_step(None, (1_000, 2_000_000)), Ok(None));
         assert_eq!(pcie_step(Some((1_000, 5)), (2_000, 5)), Ok(None));
+    }
+
+    /// A driver sample counts in one window only: a tick with no sample since the last
+    /// one's is blank, never the point reading (the same last sample again); the point
+    /// reading stands in only where the samples call failed or no sample was ever given.
+    #[test]
+    fn a_busy_sample_counts_in_one_window_only() {
+        let at = |us: u64, v: u32| Sample {
+            timestamp: us,
+            value: SampleValue::U32(v),
+        };
+        let first = [at(500_000, 0), at(1_000_000, 100)];
+        assert_eq!(
+            busy_from(Some(&first), None, 1_000_000),
+            BusyFrom::Samples(50.0, 1_000_000)
+        );
+        assert_eq!(
+            busy_from(Some(&[]), Some(1_000_000), 1_000_000),
+            BusyFrom::NoneNew
+        );
+        let next = [at(2_000_000, 0), at(3_000_000, 0)];
+        assert_eq!(
+            busy_from(Some(&next), Some(1_000_000), 1_000_000),
+            BusyFrom::Samples(0.0, 3_000_000)
+        );
+        assert_eq!(busy_from(None, Some(1_000_000), 1_000_000), BusyFrom::Point);
+        assert_eq!(busy_from(Some(&[]), None, 1_000_000), BusyFrom::Point);
     }
 
     #[test]
