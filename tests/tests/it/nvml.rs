@@ -1230,6 +1230,56 @@ fn a_passing_gpm_metrics_failure_keeps_the_earlier_sample() {
     s.wait_for(WAIT, "the failure counted", |m| errors_of(m, "nvml") >= 1.0);
 }
 
+/// A GPM outage past the wait (three ticks): the windows go out without GPM, and the sample
+/// from before it is dropped, so no pair spans it. The fake's samples fail in [1.5 s, 7.5 s)
+/// and its tensor activity changes at 2.5 s (2 % → 40 %). Once the samples come back, the
+/// first window goes out without GPM and the next pair spans one tick: 40 %. Paired with the
+/// sample from before the outage, it would read a mix, (2 × 1.5 + 40 × 5.5) / 7 ≈ 32 %.
+#[test]
+fn a_gpm_outage_past_the_wait_is_not_averaged_into_the_window_after_it() {
+    let dir = TempDir::new("nvml-gpm-outage");
+    let path = edited_scenario("h100-decode", &dir, |v| {
+        let gpm = &mut v["devices"][0]["gpm"];
+        gpm["sample_error_between_ms"] = serde_json::json!([1500, 7500]);
+        gpm["metrics_after"] = serde_json::json!({
+            "after_ms": 2500,
+            "metrics": { "any_tensor_util": 40, "hmma_tensor_util": 40 }
+        });
+    });
+    let s = Sidecar::start(
+        &truthscale_e2e::nvml_args(fake(), "1s"),
+        &[("FAKE_NVML_SCENARIO", path.to_str().unwrap())],
+        dir.path(),
+    );
+    let tensor = |m: &[Sample]| value(m, "truthscale_gpu_tensor_active_ratio", &[("gpu", "0")]);
+    // Each value the tensor activity took (`None`: a window without it), in order, until
+    // the change's full 40 %.
+    let mut seen: Vec<Option<f64>> = Vec::new();
+    let deadline = std::time::Instant::now() + WAIT;
+    while !seen
+        .last()
+        .is_some_and(|v| v.is_some_and(|v| (v - 0.4).abs() < 1e-9))
+    {
+        let m = s.metrics();
+        let v = tensor(&m);
+        let up = value(&m, "truthscale_gpu_up", &[("gpu", "0")]) == Some(1.0);
+        if up && seen.last() != Some(&v) {
+            seen.push(v);
+        }
+        assert!(std::time::Instant::now() < deadline, "{seen:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(seen.contains(&None), "no window without GPM: {seen:?}");
+    let mixed: Vec<f64> = seen
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|v| (v - 0.02).abs() > 1e-9 && (v - 0.4).abs() > 1e-9)
+        .collect();
+    assert!(mixed.is_empty(), "a window read a mix: {seen:?}");
+    s.wait_for(WAIT, "the misses counted", |m| errors_of(m, "nvml") >= 4.0);
+}
+
 /// The choices a start without a source names when there is no driver.
 const CHOICES: &str = "): pass --source nvml (with --nvml-library PATH where the library is \
                        elsewhere), --source dcgm-exporter:URL, --source replay:FILE, or --source \

@@ -608,11 +608,11 @@ impl DevState {
         let mut r = Readings::default();
         if gpm_on {
             match self.gpm_step(ctx.nvml, None, || dev.gpm_sample(), errors)? {
-                GpmStep::First => {
-                    // Nothing to compare with yet: the first window starts here.
-                    emit.unchanged.extend(self.last_keys.iter().cloned());
-                    return Ok(());
-                }
+                // Nothing to compare with yet: the first window starts here. A GPU already
+                // reported (GPM back after an outage or a refusal) has its window now,
+                // without GPM: the next pair spans the next window alone.
+                GpmStep::First if self.last_keys.is_empty() => return Ok(()),
+                GpmStep::First => {}
                 // A passing failure: reported unchanged (its tier kept), a few ticks at most.
                 GpmStep::Missed if self.gpm.missed < MISSES_WAITED => {
                     self.gpm.missed += 1;
@@ -623,7 +623,10 @@ impl DevState {
                     self.gpm.missed = 0;
                     self.apply_gpm(&mut r, m, errors);
                 }
-                GpmStep::Off | GpmStep::Missed => {}
+                // Past the wait, the windows go out without GPM: the sample before the
+                // outage is dropped, so no pair spans it.
+                GpmStep::Missed => self.gpm.drop_slot(ctx.nvml, None),
+                GpmStep::Off => {}
             }
         }
         r.set(Field::ReportedUtil, self.busy(ctx, dev, errors)?);

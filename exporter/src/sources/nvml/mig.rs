@@ -158,13 +158,10 @@ impl DevState {
             // A NO_PERMISSION on one instance turns GPM off for the others too.
             if gpm_on && ctx.gpm_mig_symbol && self.gpm.mode == GpmMode::Active {
                 match self.gpm_step(ctx.nvml, Some(m.gi), || dev.gpm_mig_sample(m.gi), errors)? {
-                    GpmStep::First => {
-                        let key = id.key();
-                        if self.last_keys.contains(&key) {
-                            emit.unchanged.push(key);
-                        }
-                        continue;
-                    }
+                    // An instance already reported (GPM back after an outage or a
+                    // refusal) has its window now, without GPM.
+                    GpmStep::First if self.last_keys.contains(&id.key()) => {}
+                    GpmStep::First => continue,
                     // A passing failure: this instance reported unchanged, a few ticks at most.
                     GpmStep::Missed if self.gpm.missed < MISSES_WAITED => {
                         missed = true;
@@ -178,7 +175,9 @@ impl DevState {
                         measured = true;
                         self.apply_gpm(&mut r, v, errors);
                     }
-                    GpmStep::Off | GpmStep::Missed => {}
+                    // Past the wait: no pair spans the outage.
+                    GpmStep::Missed => self.gpm.drop_slot(ctx.nvml, Some(m.gi)),
+                    GpmStep::Off => {}
                 }
             }
             // The busy flag does not exist on MIG: `ReportedUtil` stays blank.
