@@ -8,7 +8,7 @@ use crate::bounds::{LeftOut, MAX_ENTITIES, MAX_HOLDERS, MAX_LABEL_BYTES};
 use crate::cgroup::{MAX_CGROUP_BYTES, MAX_ENVIRON_BYTES, read_proc_file};
 use crate::sources::Produced;
 use crate::sources::SourceError;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use truthscale_core::model::{EntitySample, Holder, PodRef, ProcessReading};
 
@@ -121,6 +121,10 @@ pub(crate) struct Allocations {
     /// strategy's `0:1` MIG id, a DRA MIG device name), and the first of them: while there
     /// are any, a device with no holder found has holders unknown, never none.
     unmapped: (u64, Option<String>),
+    /// GPU UUIDs the answer lists under a resource not among the GPU resource names (a
+    /// renamed resource: a time-slicing `rename`, a vGPU plugin's own name), and the first
+    /// such resource: a GPU among them with no holder found has holders unknown, never none.
+    unlisted: (HashSet<String>, Option<String>),
 }
 
 impl crate::pipeline::Answer for Allocations {
@@ -165,6 +169,7 @@ pub(crate) struct Builder<'p> {
     holders: HashMap<DeviceRef, Vec<Holder>>,
     caps: Caps,
     unmapped: (u64, Option<String>),
+    unlisted: (HashSet<String>, Option<String>),
 }
 
 impl<'p> Builder<'p> {
@@ -175,6 +180,7 @@ impl<'p> Builder<'p> {
             holders: HashMap::new(),
             caps: Caps::default(),
             unmapped: (0, None),
+            unlisted: (HashSet::new(), None),
         }
     }
 
@@ -192,6 +198,21 @@ impl<'p> Builder<'p> {
         self.unmapped.0 += 1;
         if self.unmapped.1.is_none() && fits(id) {
             self.unmapped.1 = Some(id.to_owned());
+        }
+    }
+
+    /// A device id under `resource`, not a GPU resource: where it is a GPU's or MIG
+    /// instance's UUID, the GPU's holders cannot be told from this answer (at most
+    /// [`MAX_ENTITIES`] such UUIDs kept).
+    pub(crate) fn unlisted(&mut self, id: &str, resource: &str) {
+        if let Some((DeviceRef::Uuid(uuid), _)) = parse_device_id(id)
+            && self.unlisted.0.len() < MAX_ENTITIES
+            && fits(&uuid)
+        {
+            self.unlisted.0.insert(uuid);
+            if self.unlisted.1.is_none() && fits(resource) {
+                self.unlisted.1 = Some(resource.to_owned());
+            }
         }
     }
 
@@ -224,6 +245,7 @@ impl<'p> Builder<'p> {
             holders: self.holders,
             left_out: self.caps.left_out(),
             unmapped: self.unmapped,
+            unlisted: self.unlisted,
         }
     }
 }
@@ -262,6 +284,9 @@ impl Allocations {
                 };
                 for d in &c.devices {
                     if !b.is_gpu_resource(&d.resource_name) {
+                        for id in &d.device_ids {
+                            b.unlisted(id, &d.resource_name);
+                        }
                         continue;
                     }
                     for id in &d.device_ids {
@@ -426,7 +451,20 @@ impl Allocations {
     /// UUID ([`unmatched_mig`]), or a device no id names while some ids were not read.
     /// `holders` are `e`'s by this answer ([`Allocations::of`]).
     fn holders_unknown(&self, e: &EntitySample, holders: &[Holder]) -> bool {
-        unmatched_mig(e) || self.unmapped.0 > 0 && holders.is_empty()
+        let uuid = match &e.id.mig {
+            Some(m) => m.uuid.as_ref(),
+            None => e.id.uuid.as_ref(),
+        };
+        unmatched_mig(e)
+            || holders.is_empty()
+                && (self.unmapped.0 > 0 || uuid.is_some_and(|u| self.unlisted.0.contains(u)))
+    }
+
+    /// How many GPU UUIDs the answer lists under resources not among the GPU resource
+    /// names, and the first such resource.
+    #[must_use]
+    pub(crate) fn unlisted(&self) -> (usize, Option<&str>) {
+        (self.unlisted.0.len(), self.unlisted.1.as_deref())
     }
 
     /// Sidecar mode: whether the pod `own`, whose answer this is, holds `e`: by the answer,

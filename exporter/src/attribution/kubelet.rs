@@ -538,7 +538,7 @@ pub(super) mod tests {
                     namespace: "web".into(),
                     containers: vec![
                         container("vllm", "nvidia.com/gpu.shared", &["GPU-b::1"]),
-                        // Not a GPU resource: ignored.
+                        // Not among the GPU resource names, though it names a GPU.
                         container("side", "example.com/fpga", &["GPU-c"]),
                     ],
                 },
@@ -617,9 +617,12 @@ pub(super) mod tests {
             .map(|h| (h.pod.pod.as_str(), h.replica.as_deref()))
             .collect();
         assert_eq!(held, [("chat-1", Some("0")), ("chat-2", Some("1"))]);
-        // Held by nobody (the FPGA resource is not a GPU): idle capacity.
+        // Its UUID listed only under a resource not among the GPU resource names (a
+        // renamed one): its holders unknown, never "held by nobody" (no allocation, so no
+        // truthscale_gpu_pods 0).
         assert_eq!(e[2].id.pod, None);
-        assert_eq!(e[2].allocation, Some(Vec::new()));
+        assert_eq!(e[2].allocation, None);
+        assert_eq!(a.unlisted(), (1, Some("example.com/fpga")));
         // A MIG instance by its own UUID.
         assert_eq!(e[3].id.pod.as_ref().map(|p| p.pod.as_str()), Some("slice"));
         // A DRA claim by its device's minor number; this entity's source read none, so its
@@ -727,7 +730,8 @@ pub(super) mod tests {
         unmatched.id.mig.as_mut().unwrap().uuid = None;
         unmatched.id.pod = Some(own.clone());
         produced.samples[0].entities.push(unmatched);
-        assert_eq!(a.attribute_own(&mut produced), 1);
+        // It, and GPU-d, listed under a resource not among the GPU resource names.
+        assert_eq!(a.attribute_own(&mut produced), 2);
         let e = &produced.samples[0].entities;
         assert_eq!(e[4].id.pod.as_ref(), Some(&own));
         assert_eq!(e[0].id.pod.as_ref(), Some(&own));
@@ -735,8 +739,10 @@ pub(super) mod tests {
         assert_eq!(e[1].id.pod, None);
         // Time-sliced: the device's counters, not the pod's alone.
         assert_eq!(e[2].id.pod, None);
-        // Not a GPU resource.
-        assert_eq!(e[3].id.pod, None);
+        // Listed under a resource not among the GPU resource names: its holders unknown,
+        // the source's labels kept, this pod's by them.
+        assert_eq!(e[3].id.pod.as_ref(), Some(&own));
+        assert!(a.held_by_own(&e[3], &own));
         assert!(e.iter().all(|e| e.allocation.is_none()));
         assert!(a.holds(&e[0]) && a.holds(&e[2]) && !a.holds(&e[1]) && !a.holds(&e[3]));
         // The unmatched instance is this pod's by the source's labels, and only then.

@@ -208,6 +208,8 @@ fn read_devices(d: &[u8], who: &Who<'_>, b: &mut Builder<'_>) -> Result<(), Deco
                     }
                     None => b.unmapped(id),
                 }
+            } else {
+                b.unlisted(id, resource);
             }
         }
         Ok(())

@@ -47,6 +47,8 @@ pub(crate) struct NodeAttribution {
     warned_mig: bool,
     /// Whether unmatched device ids were logged.
     warned_unmapped: bool,
+    /// Whether GPU UUIDs under resources not among the GPU resource names were logged.
+    warned_unlisted: bool,
 }
 
 impl NodeAttribution {
@@ -93,6 +95,35 @@ impl NodeAttribution {
             own: BTreeMap::new(),
             warned_mig: false,
             warned_unmapped: false,
+            warned_unlisted: false,
+        }
+    }
+}
+
+impl NodeAttribution {
+    /// Say once what in the kubelet's answer leaves GPUs' holders unknown: device ids that
+    /// match no GPU, and GPU UUIDs under resources not among the GPU resource names.
+    fn warn_once(&mut self, a: &Allocations) {
+        let pods = truthscale_core::catalog::GPU_PODS.name;
+        if let (n @ 1.., first) = a.unmapped()
+            && !std::mem::replace(&mut self.warned_unmapped, true)
+        {
+            tracing::warn!(
+                source = KUBELET,
+                ids = n,
+                first = first.unwrap_or_default(),
+                "The kubelet names GPU devices by ids truthscale cannot match to a GPU (a device plugin's index strategy with MIG, `0:1`; a DRA MIG device name): the GPUs no other id names are exported without allocation (no {pods}, no allocation info), never as held by nobody. Use the device plugin's uuid strategy (--device-id-strategy=uuid). Logged once.",
+            );
+        }
+        if let (n @ 1.., first) = a.unlisted()
+            && !std::mem::replace(&mut self.warned_unlisted, true)
+        {
+            tracing::warn!(
+                source = KUBELET,
+                gpus = n,
+                resource = first.unwrap_or_default(),
+                "The kubelet lists GPUs under a resource that is not among the GPU resource names (a renamed time-sliced resource, a vGPU plugin's own name): those GPUs with no other holder are exported without allocation (no {pods}, no allocation info), never as held by nobody. Add the resource to node.resource_names. Logged once.",
+            );
         }
     }
 }
@@ -109,17 +140,7 @@ impl Stage for NodeAttribution {
             errors,
         };
         if let Some(a) = allocations {
-            if let (n @ 1.., first) = a.unmapped()
-                && !std::mem::replace(&mut self.warned_unmapped, true)
-            {
-                tracing::warn!(
-                    source = KUBELET,
-                    ids = n,
-                    first = first.unwrap_or_default(),
-                    "The kubelet names GPU devices by ids truthscale cannot match to a GPU (a device plugin's index strategy with MIG, `0:1`; a DRA MIG device name): the GPUs no other id names are exported without allocation (no {}, no allocation info), never as held by nobody. Use the device plugin's uuid strategy (--device-id-strategy=uuid). Logged once.",
-                    truthscale_core::catalog::GPU_PODS.name
-                );
-            }
+            self.warn_once(&a);
             let unknown = a.attribute(tick.produced, &mut self.procs);
             if unknown > 0 && !std::mem::replace(&mut self.warned_mig, true) {
                 tracing::warn!(
@@ -324,7 +345,7 @@ impl Stage for OwnPod {
                     tracing::warn!(
                         source = KUBELET,
                         instances = unknown,
-                        "GPUs whose holders this pod's allocation cannot tell (MIG instances without their own UUID: dcgm-exporter labels an instance with its parent GPU's, and the kubelet names instances by their MIG UUID; or device ids truthscale cannot match, such as the index strategy's `0:1`) keep the pod labels the source gave, and count as this pod's where those name it. Read MIG GPUs through NVML (--source nvml), and use the device plugin's uuid strategy, to attribute them. Logged once."
+                        "GPUs whose holders this pod's allocation cannot tell (MIG instances without their own UUID: dcgm-exporter labels an instance with its parent GPU's, and the kubelet names instances by their MIG UUID; or device ids truthscale cannot match, such as the index strategy's `0:1`; or GPUs listed under a resource not among sidecar.resource_names) keep the pod labels the source gave, and count as this pod's where those name it. Read MIG GPUs through NVML (--source nvml), and use the device plugin's uuid strategy, to attribute them. Logged once."
                     );
                 }
                 tick.held = Some(
