@@ -24,6 +24,10 @@ struct Pinned {
     /// values: every source down).
     tick: (u64, bool),
     families: Vec<Vec<(Vec<KeyValue>, f64)>>,
+    /// The families whose callbacks ran since the last pin: a callback whose family already
+    /// ran is the first of the next collection. (Not the first registered family's: a View
+    /// may drop any instrument, and the SDK then never calls its callback.)
+    observed: Vec<bool>,
     /// The counter series' readings and resets, to keep each observed sum from going down.
     monotonic: Monotonic,
 }
@@ -152,6 +156,29 @@ struct Shared {
 }
 
 impl Shared {
+    /// At the first callback of a collection (the first ever, or one whose family already
+    /// ran since the last pin), pin the latest snapshot for the whole collection.
+    fn begin(&self, id: MetricId) {
+        let first = match self.pinned.lock() {
+            Ok(mut p) => {
+                let n = catalog::ALL.len();
+                p.observed.resize(n, false);
+                let again = p.observed.get(id.index()).copied().unwrap_or(false);
+                if again {
+                    p.observed.fill(false);
+                }
+                if let Some(o) = p.observed.get_mut(id.index()) {
+                    *o = true;
+                }
+                again || p.families.is_empty()
+            }
+            Err(_) => false,
+        };
+        if first {
+            self.pin();
+        }
+    }
+
     /// Pin the latest snapshot (first callback of a collection).
     fn pin(&self) {
         let snap = self.rx.borrow().clone();
@@ -269,17 +296,14 @@ fn point_attributes(
     attrs
 }
 
-/// The callback of a float instrument: the first registered pins the snapshot for the whole
-/// collection.
+/// The callback of a float instrument: the first of a collection pins the snapshot for the
+/// whole collection ([`Shared::begin`]).
 fn f64_callback(
     s: Arc<Shared>,
     id: MetricId,
-    first: bool,
 ) -> impl Fn(&dyn AsyncInstrument<f64>) + Send + Sync + 'static {
     move |obs| {
-        if first {
-            s.pin();
-        }
+        s.begin(id);
         s.observe_f64(id, obs);
     }
 }
@@ -288,12 +312,9 @@ fn f64_callback(
 fn i64_callback(
     s: Arc<Shared>,
     id: MetricId,
-    first: bool,
 ) -> impl Fn(&dyn AsyncInstrument<i64>) + Send + Sync + 'static {
     move |obs| {
-        if first {
-            s.pin();
-        }
+        s.begin(id);
         s.observe_i64(id, obs);
     }
 }
@@ -341,23 +362,18 @@ pub fn register_with(
         pinned: Mutex::new(Pinned::default()),
         carry_counters: delta,
     });
-    let families = catalog::ALL
-        .iter()
-        .filter_map(|m| Some((m, m.otel?)))
-        .enumerate();
+    let families = catalog::ALL.iter().filter_map(|m| Some((m, m.otel?)));
     let mut instruments = Vec::with_capacity(catalog::ALL.len());
-    for (i, (m, o)) in families {
+    for (m, o) in families {
         let s = Arc::clone(&shared);
         let id = m.id;
-        // The first registered callback pins the snapshot for the whole collection.
-        let first = i == 0;
         let inst = match o.instrument {
             OtelInstrument::Gauge => Instrument::Gauge(
                 meter
                     .f64_observable_gauge(o.name)
                     .with_unit(o.unit)
                     .with_description(m.help)
-                    .with_callback(f64_callback(s, id, first))
+                    .with_callback(f64_callback(s, id))
                     .build(),
             ),
             OtelInstrument::Counter => Instrument::Counter(
@@ -365,7 +381,7 @@ pub fn register_with(
                     .f64_observable_counter(o.name)
                     .with_unit(o.unit)
                     .with_description(m.help)
-                    .with_callback(f64_callback(s, id, first))
+                    .with_callback(f64_callback(s, id))
                     .build(),
             ),
             OtelInstrument::UpDownCounter => Instrument::UpDown(
@@ -373,7 +389,7 @@ pub fn register_with(
                     .i64_observable_up_down_counter(o.name)
                     .with_unit(o.unit)
                     .with_description(m.help)
-                    .with_callback(i64_callback(s, id, first))
+                    .with_callback(i64_callback(s, id))
                     .build(),
             ),
         };
@@ -447,6 +463,45 @@ mod tests {
         assert_eq!(state("ok").as_deref(), Some("ok"));
         assert_eq!(state("degraded").as_deref(), Some("degraded"));
         assert_eq!(state("unavailable").as_deref(), Some("failed"));
+    }
+
+    /// The snapshot is pinned at the first callback of each collection, whichever family
+    /// it is: with the info family dropped by a View (its callback never called), the
+    /// power family's callback pins each collection's tick, once (the first registered
+    /// family's callback alone used to pin, so nothing was ever observed).
+    #[test]
+    fn each_collection_pins_its_snapshot_whichever_family_comes_first() {
+        let (tx, rx) = watch::channel(Arc::new(Snapshot::default()));
+        let s = Shared {
+            rx,
+            pinned: Mutex::new(Pinned::default()),
+            carry_counters: false,
+        };
+        let id = |name: &str| catalog::ALL[family(name)].id;
+        let (power, energy) = (id("hw.power"), id("hw.energy"));
+        let tick = |s: &Shared| s.pinned.lock().unwrap().tick.0;
+        tx.send_replace(Arc::new(Snapshot {
+            tick: 1,
+            ..Snapshot::default()
+        }));
+        s.begin(power);
+        s.begin(energy);
+        assert_eq!(tick(&s), 1);
+        // A new tick within the collection is not taken up by its later callbacks.
+        tx.send_replace(Arc::new(Snapshot {
+            tick: 2,
+            ..Snapshot::default()
+        }));
+        s.begin(energy);
+        assert_eq!(tick(&s), 2, "energy ran again: a new collection");
+        tx.send_replace(Arc::new(Snapshot {
+            tick: 3,
+            ..Snapshot::default()
+        }));
+        s.begin(power);
+        assert_eq!(tick(&s), 2, "power's first run in this collection");
+        s.begin(power);
+        assert_eq!(tick(&s), 3);
     }
 
     /// The catalog index of the family whose OTLP name is `name`.
