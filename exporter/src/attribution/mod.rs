@@ -26,6 +26,7 @@ use apiserver::ApiServer;
 use kubelet::Kubelet;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 use truthscale_core::exposition::SourceHealth;
 use truthscale_core::model::PodRef;
@@ -264,10 +265,11 @@ impl Stage for PodLabels {
 
 /// Sidecar mode with `sidecar.pod_resources`: the kubelet's answer to `Get` for this pod says
 /// which of the GPUs this container sees are the pod's. Only those take the pod's labels
-/// (from the answer); the others are exported without any. While no answer is known (the
-/// kubelet unreadable, or without `Get`), every GPU takes this pod's identity, as without the
-/// setting. The GPUs the pod holds are handed on ([`Tick::held`]). The kubelet is read every
-/// interval on a thread of its own.
+/// (from the answer); the others are exported without any. A pod's devices are fixed for its
+/// life, so once an answer came, the last one stands while the kubelet cannot be read (its
+/// health says so). Before any answer (the kubelet unreadable, or without `Get`), every GPU
+/// takes this pod's identity, as without the setting. The GPUs the pod holds are handed on
+/// ([`Tick::held`]). The kubelet is read every interval on a thread of its own.
 #[derive(Debug)]
 pub(crate) struct OwnPod {
     reader: Background<Allocations>,
@@ -279,6 +281,9 @@ pub(crate) struct OwnPod {
     counted: BTreeMap<String, u64>,
     /// Whether unmatched MIG instances were logged.
     warned_mig: bool,
+    /// The last answer: the pod's devices do not change while it lives, so it stands while
+    /// the kubelet cannot be read.
+    last: Option<Arc<Allocations>>,
 }
 
 impl OwnPod {
@@ -301,7 +306,7 @@ impl OwnPod {
                             source = KUBELET,
                             kind = e.kind(),
                             error = %e,
-                            "The kubelet does not serve Get (Kubernetes before 1.27, or the feature gate KubeletPodResourcesGet off, its default before 1.34); GPUs stay labelled with this pod, as without sidecar.pod_resources (counted in truthscale_source_errors_total{{source=\"kubelet\",kind=\"unsupported\"}}; logged once)."
+                            "The kubelet does not serve Get (Kubernetes before 1.27, or the feature gate KubeletPodResourcesGet off, its default before 1.34); GPUs stay labelled with this pod, as without sidecar.pod_resources, until a first answer (an earlier answer stands) (counted in truthscale_source_errors_total{{source=\"kubelet\",kind=\"unsupported\"}}; logged once)."
                         );
                     }
                 }
@@ -311,7 +316,7 @@ impl OwnPod {
                             source = KUBELET,
                             kind = e.kind(),
                             error = %e,
-                            "Cannot read this pod's resources from the kubelet; the last answer is used for up to the stale period, then every GPU this container sees is labelled with this pod, as without sidecar.pod_resources, until it answers (counted in truthscale_source_errors_total{{source=\"kubelet\"}}; repeats logged every 30 s)."
+                            "Cannot read this pod's resources from the kubelet; its last answer stands (a pod's devices do not change while it lives), and before any answer every GPU this container sees is labelled with this pod, as without sidecar.pod_resources, until it answers (counted in truthscale_source_errors_total{{source=\"kubelet\"}}; repeats logged every 30 s)."
                         );
                     }
                 }
@@ -323,6 +328,7 @@ impl OwnPod {
             health: Health::default(),
             counted: BTreeMap::new(),
             warned_mig: false,
+            last: None,
         }
     }
 }
@@ -338,7 +344,10 @@ impl Stage for OwnPod {
             up: allocations.is_some(),
             errors,
         };
-        match &allocations {
+        if allocations.is_some() {
+            self.last.clone_from(&allocations);
+        }
+        match &self.last {
             Some(a) => {
                 let unknown = a.attribute_own(tick.produced);
                 if unknown > 0 && !std::mem::replace(&mut self.warned_mig, true) {

@@ -239,7 +239,8 @@ fn a_sidecar_labels_only_the_gpus_its_pod_holds() {
 
 /// A kubelet without `Get` (before 1.27), then one that serves it, then one with the
 /// feature gate off: each refusal is logged once with what it means and counted as
-/// `unsupported`, and meanwhile both GPUs keep flowing, labelled with the sidecar's pod.
+/// `unsupported`. Before any answer both GPUs flow labelled with the sidecar's pod; after
+/// one, its answer stands.
 #[test]
 fn a_kubelet_without_get_leaves_the_gpus_with_the_sidecars_pod() {
     let dir = TempDir::new("sidecar-no-get");
@@ -278,11 +279,12 @@ fn a_kubelet_without_get_leaves_the_gpus_with_the_sidecars_pod() {
         kubelet_up(m) == Some(1.0) && own_labels(m, "0") && no_pod_labels(m, "1")
     });
 
-    // The feature gate off: told again (once), and after the stale period every GPU is the
-    // sidecar's pod's again.
+    // The feature gate off: told again (once); the last answer stands (a pod's devices do
+    // not change while it lives), so GPU 1, known not to be the pod's, is never claimed
+    // for it, stale period or not.
     *state.get.lock().unwrap() = GetMode::Disabled;
-    let m = sidecar.wait_for(WAIT, "the fallback", |m| {
-        kubelet_up(m) == Some(0.0) && own_labels(m, "0") && own_labels(m, "1")
+    let m = sidecar.wait_for(WAIT, "the last answer standing", |m| {
+        kubelet_up(m) == Some(0.0) && own_labels(m, "0") && no_pod_labels(m, "1")
     });
     let before = kubelet_errors(&m, "unsupported");
     sidecar.wait_for(WAIT, "more unsupported", |m| {
