@@ -129,18 +129,29 @@ pub(crate) struct CpuStat {
     pub throttled_usec: Option<u64>,
 }
 
-/// Parse a cgroup v2 `cpu.stat` (`key value` lines): `None` without `nr_periods` and
-/// `nr_throttled` (no CPU controller, or not a `cpu.stat`), or when a line is not a key and
-/// one unsigned integer. Other keys (`usage_usec`, `nr_bursts`, …) are ignored.
-#[must_use]
-pub(crate) fn parse_cpu_stat(text: &str) -> Option<CpuStat> {
+/// Parse a cgroup v2 `cpu.stat` (`key value` lines). Refused, saying which line or key,
+/// without `nr_periods` and `nr_throttled` (no CPU controller, or not a `cpu.stat`), or
+/// when a line is not a key and one unsigned integer. Other keys (`usage_usec`,
+/// `nr_bursts`, …) are ignored.
+///
+/// # Errors
+/// What is wrong, naming the line (from 1) or the key.
+pub(crate) fn parse_cpu_stat(text: &str) -> Result<CpuStat, String> {
     let (mut periods, mut throttled, mut usec) = (None, None, None);
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
         let mut it = line.split_ascii_whitespace();
         let (Some(key), Some(value), None) = (it.next(), it.next(), it.next()) else {
-            return None;
+            return Err(format!(
+                "line {}: {line:?} is not a key and one value",
+                n + 1
+            ));
         };
-        let v: u64 = value.parse().ok()?;
+        let v: u64 = value
+            .parse()
+            .map_err(|_| format!("line {}: {key} {value:?} is not an unsigned integer", n + 1))?;
         match key {
             "nr_periods" => periods = Some(v),
             "nr_throttled" => throttled = Some(v),
@@ -148,9 +159,9 @@ pub(crate) fn parse_cpu_stat(text: &str) -> Option<CpuStat> {
             _ => {}
         }
     }
-    Some(CpuStat {
-        nr_periods: periods?,
-        nr_throttled: throttled?,
+    Ok(CpuStat {
+        nr_periods: periods.ok_or("no nr_periods (no CPU controller?)")?,
+        nr_throttled: throttled.ok_or("no nr_throttled")?,
         throttled_usec: usec,
     })
 }
@@ -165,29 +176,39 @@ pub(crate) enum CpuMax {
 }
 
 /// Parse a cgroup v2 `cpu.max` (`$MAX $PERIOD`, the period optional): `max 100000` is no
-/// limit, `200000 100000` two CPUs. `None` for anything else (a zero period or quota, more
+/// limit, `200000 100000` two CPUs. Refused for anything else (a zero period or quota, more
 /// than two words, a number that is not one).
-#[must_use]
-pub(crate) fn parse_cpu_max(text: &str) -> Option<CpuMax> {
+///
+/// # Errors
+/// What is wrong, quoting the text.
+pub(crate) fn parse_cpu_max(text: &str) -> Result<CpuMax, String> {
+    let bad = |why: &str| format!("{:?}: {why}", text.trim_end());
     let mut it = text.split_ascii_whitespace();
-    let quota = it.next()?;
+    let quota = it.next().ok_or_else(|| bad("empty"))?;
     let period: u64 = match it.next() {
-        Some(p) => p.parse().ok()?,
+        Some(p) => p
+            .parse()
+            .map_err(|_| bad("the period is not an unsigned integer"))?,
         // The kernel's default period when only the quota is written.
         None => 100_000,
     };
-    if it.next().is_some() || period == 0 {
-        return None;
+    if it.next().is_some() {
+        return Err(bad("more than a quota and a period"));
+    }
+    if period == 0 {
+        return Err(bad("a zero period"));
     }
     if quota == "max" {
-        return Some(CpuMax::Unlimited);
+        return Ok(CpuMax::Unlimited);
     }
-    let quota: u64 = quota.parse().ok()?;
+    let quota: u64 = quota
+        .parse()
+        .map_err(|_| bad("the quota is neither `max` nor an unsigned integer"))?;
     if quota == 0 {
-        return None;
+        return Err(bad("a zero quota"));
     }
     #[expect(clippy::cast_precision_loss, reason = "microseconds, far below 2^53")]
-    Some(CpuMax::Cores(quota as f64 / period as f64))
+    Ok(CpuMax::Cores(quota as f64 / period as f64))
 }
 
 /// A PSI file (`cpu.pressure`, `io.pressure`, `memory.pressure`): the cumulative stall
@@ -202,35 +223,49 @@ pub(crate) struct Pressure {
 }
 
 /// Parse a PSI file: `some avg10=0.00 avg60=0.00 avg300=0.00 total=123456` and `full …`
-/// lines. `None` when no line is a `some` or `full` line with a `total`, or when a line of
+/// lines. Refused when no line is a `some` or `full` line with a `total`, or when a line of
 /// either kind is malformed (its `total` not an unsigned integer, written twice, or
 /// missing); the averages are not read.
-#[must_use]
-pub(crate) fn parse_pressure(text: &str) -> Option<Pressure> {
+///
+/// # Errors
+/// What is wrong, naming the line (from 1).
+pub(crate) fn parse_pressure(text: &str) -> Result<Pressure, String> {
     let mut p = Pressure {
         some_usec: None,
         full_usec: None,
     };
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let bad = |why: &str| format!("line {}: {why}", n + 1);
         let mut words = line.split_ascii_whitespace();
-        let slot = match words.next()? {
-            "some" => &mut p.some_usec,
-            "full" => &mut p.full_usec,
-            _ => return None,
+        let slot = match words.next() {
+            Some("some") => &mut p.some_usec,
+            Some("full") => &mut p.full_usec,
+            other => return Err(bad(&format!("{other:?} is neither `some` nor `full`"))),
         };
         if slot.is_some() {
-            return None;
+            return Err(bad("a second line of its kind"));
         }
         let mut total = None;
         for w in words {
-            let (k, v) = w.split_once('=')?;
+            let (k, v) = w
+                .split_once('=')
+                .ok_or_else(|| bad(&format!("{w:?} is not key=value")))?;
             if k == "total" {
-                total = Some(v.parse::<u64>().ok()?);
+                total = Some(
+                    v.parse::<u64>()
+                        .map_err(|_| bad(&format!("total {v:?} is not an unsigned integer")))?,
+                );
             }
         }
-        *slot = Some(total?);
+        *slot = Some(total.ok_or_else(|| bad("no total"))?);
     }
-    (p.some_usec.is_some() || p.full_usec.is_some()).then_some(p)
+    if p.some_usec.is_none() && p.full_usec.is_none() {
+        return Err("no `some` or `full` line".into());
+    }
+    Ok(p)
 }
 
 #[cfg(test)]
@@ -385,34 +420,49 @@ mod tests {
         let text = "usage_usec 8712345678\nuser_usec 7000000000\nsystem_usec 1712345678\ncore_sched.force_idle_usec 0\nnr_periods 123456\nnr_throttled 86419\nthrottled_usec 4321098765\nnr_bursts 0\nburst_usec 0\n";
         assert_eq!(
             parse_cpu_stat(text),
-            Some(CpuStat {
+            Ok(CpuStat {
                 nr_periods: 123_456,
                 nr_throttled: 86_419,
                 throttled_usec: Some(4_321_098_765),
             })
         );
-        // No CPU controller enabled: only the usage keys.
-        assert_eq!(
-            parse_cpu_stat("usage_usec 1\nuser_usec 1\nsystem_usec 0\n"),
-            None
-        );
-        assert_eq!(parse_cpu_stat("nr_periods 1\nnr_throttled -1\n"), None);
-        assert_eq!(parse_cpu_stat("nr_periods 1 2\nnr_throttled 1\n"), None);
-        assert_eq!(parse_cpu_stat("nr_periods\nnr_throttled 1\n"), None);
-        assert_eq!(parse_cpu_stat(""), None);
-        assert_eq!(
-            parse_cpu_stat("nr_periods 99999999999999999999999\nnr_throttled 1\n"),
-            None
-        );
+        // Each refusal names its line or key.
+        for (bad, why) in [
+            // No CPU controller enabled: only the usage keys.
+            (
+                "usage_usec 1\nuser_usec 1\nsystem_usec 0\n",
+                "no nr_periods (no CPU controller?)",
+            ),
+            (
+                "nr_periods 1\nnr_throttled -1\n",
+                "line 2: nr_throttled \"-1\" is not an unsigned integer",
+            ),
+            (
+                "nr_periods 1 2\nnr_throttled 1\n",
+                "line 1: \"nr_periods 1 2\" is not a key and one value",
+            ),
+            (
+                "nr_periods\nnr_throttled 1\n",
+                "line 1: \"nr_periods\" is not a key and one value",
+            ),
+            ("nr_periods 5\n", "no nr_throttled"),
+            ("", "no nr_periods (no CPU controller?)"),
+            (
+                "nr_periods 99999999999999999999999\nnr_throttled 1\n",
+                "line 1: nr_periods \"99999999999999999999999\" is not an unsigned integer",
+            ),
+        ] {
+            assert_eq!(parse_cpu_stat(bad), Err(why.to_string()), "{bad:?}");
+        }
     }
 
     #[test]
     fn cpu_max_limits() {
-        assert_eq!(parse_cpu_max("max 100000\n"), Some(CpuMax::Unlimited));
-        assert_eq!(parse_cpu_max("200000 100000\n"), Some(CpuMax::Cores(2.0)));
-        assert_eq!(parse_cpu_max("50000 100000"), Some(CpuMax::Cores(0.5)));
-        assert_eq!(parse_cpu_max("100000"), Some(CpuMax::Cores(1.0)));
-        assert_eq!(parse_cpu_max("max"), Some(CpuMax::Unlimited));
+        assert_eq!(parse_cpu_max("max 100000\n"), Ok(CpuMax::Unlimited));
+        assert_eq!(parse_cpu_max("200000 100000\n"), Ok(CpuMax::Cores(2.0)));
+        assert_eq!(parse_cpu_max("50000 100000"), Ok(CpuMax::Cores(0.5)));
+        assert_eq!(parse_cpu_max("100000"), Ok(CpuMax::Cores(1.0)));
+        assert_eq!(parse_cpu_max("max"), Ok(CpuMax::Unlimited));
         for bad in [
             "",
             "\n",
@@ -424,8 +474,16 @@ mod tests {
             "-1 100000",
             "1.5 100000",
         ] {
-            assert_eq!(parse_cpu_max(bad), None, "{bad:?}");
+            assert!(parse_cpu_max(bad).is_err(), "{bad:?}");
         }
+        assert_eq!(
+            parse_cpu_max("x 100000\n"),
+            Err("\"x 100000\": the quota is neither `max` nor an unsigned integer".into())
+        );
+        assert_eq!(
+            parse_cpu_max("100 0"),
+            Err("\"100 0\": a zero period".into())
+        );
     }
 
     #[test]
@@ -433,7 +491,7 @@ mod tests {
         let io = "some avg10=1.23 avg60=0.87 avg300=0.20 total=987654321\nfull avg10=0.50 avg60=0.30 avg300=0.10 total=123456789\n";
         assert_eq!(
             parse_pressure(io),
-            Some(Pressure {
+            Ok(Pressure {
                 some_usec: Some(987_654_321),
                 full_usec: Some(123_456_789),
             })
@@ -441,21 +499,36 @@ mod tests {
         // Kernels before 5.13 write no `full` line in cpu.pressure.
         assert_eq!(
             parse_pressure("some avg10=0.00 avg60=0.00 avg300=0.00 total=42\n"),
-            Some(Pressure {
+            Ok(Pressure {
                 some_usec: Some(42),
                 full_usec: None,
             })
         );
-        for bad in [
-            "",
-            "garbage",
-            "some avg10=0.00 avg60=0.00 avg300=0.00\n",
-            "some total=-1\n",
-            "some total=1\nsome total=2\n",
-            "some total=1\nhalf total=2\n",
-            "some avg10 total=1\n",
+        for (bad, why) in [
+            ("", "no `some` or `full` line"),
+            (
+                "garbage",
+                "line 1: Some(\"garbage\") is neither `some` nor `full`",
+            ),
+            (
+                "some avg10=0.00 avg60=0.00 avg300=0.00\n",
+                "line 1: no total",
+            ),
+            (
+                "some total=-1\n",
+                "line 1: total \"-1\" is not an unsigned integer",
+            ),
+            (
+                "some total=1\nsome total=2\n",
+                "line 2: a second line of its kind",
+            ),
+            (
+                "some total=1\nhalf total=2\n",
+                "line 2: Some(\"half\") is neither `some` nor `full`",
+            ),
+            ("some avg10 total=1\n", "line 1: \"avg10\" is not key=value"),
         ] {
-            assert_eq!(parse_pressure(bad), None, "{bad:?}");
+            assert_eq!(parse_pressure(bad), Err(why.to_string()), "{bad:?}");
         }
     }
 }

@@ -121,6 +121,8 @@ pub(crate) struct HolderPressure {
     /// Directory entries read by the searches so far (for tests).
     pub(crate) walked: u64,
     health: Health,
+    /// Each failure kind's last log.
+    log: crate::logging::LogLimiter,
 }
 
 impl HolderPressure {
@@ -137,6 +139,7 @@ impl HolderPressure {
             tick: 0,
             walked: 0,
             health: Health::default(),
+            log: crate::logging::LogLimiter::default(),
         }
     }
 
@@ -262,24 +265,36 @@ impl HolderPressure {
     /// Read one file of a pod's cgroup, bounded and without blocking, and parse it; a
     /// failure is counted by kind: `unreadable` (missing, not a regular file: a FIFO, a
     /// device, a directory), `too_large`, `malformed` (not UTF-8, or not what the file
-    /// holds).
-    fn read<T>(&mut self, dir: &Path, file: &str, parse: fn(&str) -> Option<T>) -> Option<T> {
-        let bytes = match read_proc_file(&dir.join(file), MAX_CGROUP_FILE_BYTES) {
-            Ok(b) => b,
-            Err(ProcRead::Unusable) => {
-                self.health.count("unreadable");
-                return None;
-            }
-            Err(ProcRead::TooLarge) => {
-                self.health.count("too_large");
-                return None;
-            }
+    /// holds), and logged with the file's path and what is wrong (each kind every 30 s at
+    /// most).
+    fn read<T>(
+        &mut self,
+        dir: &Path,
+        file: &str,
+        parse: fn(&str) -> Result<T, String>,
+    ) -> Option<T> {
+        let path = dir.join(file);
+        let (kind, why) = match read_proc_file(&path, MAX_CGROUP_FILE_BYTES) {
+            Ok(bytes) => match std::str::from_utf8(&bytes) {
+                Ok(text) => match parse(text) {
+                    Ok(v) => return Some(v),
+                    Err(why) => ("malformed", why),
+                },
+                Err(e) => ("malformed", format!("not UTF-8: {e}")),
+            },
+            Err(ProcRead::Unusable) => ("unreadable", "missing, or not a regular file".to_string()),
+            Err(ProcRead::TooLarge) => ("too_large", format!("over {MAX_CGROUP_FILE_BYTES} bytes")),
         };
-        let parsed = std::str::from_utf8(&bytes).ok().and_then(parse);
-        if parsed.is_none() {
-            self.health.count("malformed");
+        self.health.count(kind);
+        if self.log.allow(kind) {
+            tracing::warn!(
+                source = PRESSURE,
+                kind,
+                file = %path.display(),
+                "A pod's cgroup file could not be read: {why}; that share is blank this tick (counted in truthscale_source_errors_total{{source=\"pressure\"}}; repeats logged every 30 s)."
+            );
         }
-        parsed
+        None
     }
 
     /// This tick's shares of each of `pods` (at most [`MAX_GPU_PODS`], the rest counted
@@ -331,8 +346,12 @@ fn containers(pod: &Path) -> Vec<(String, Option<CpuStat>, Option<CpuMax>)> {
         .filter_map(|e| {
             let name = e.file_name().into_string().ok()?;
             let dir = e.path();
-            let cpu = read(&dir, "cpu.stat").as_deref().and_then(parse_cpu_stat);
-            let limit = read(&dir, "cpu.max").as_deref().and_then(parse_cpu_max);
+            let cpu = read(&dir, "cpu.stat")
+                .as_deref()
+                .and_then(|t| parse_cpu_stat(t).ok());
+            let limit = read(&dir, "cpu.max")
+                .as_deref()
+                .and_then(|t| parse_cpu_max(t).ok());
             Some((name, cpu, limit))
         })
         .collect()
@@ -1048,6 +1067,44 @@ mod tests {
         std::fs::remove_file(pod.join("memory.pressure")).unwrap();
         tick(&mut stage, vec![gpu(0, &[Some(A)])]);
         assert_eq!(stage.health().errors.get("unreadable"), Some(&13));
+    }
+
+    /// A malformed file is logged with its path and what is wrong in it (the line and the
+    /// key), not only counted.
+    #[test]
+    fn a_malformed_file_is_logged_with_its_path_and_line() {
+        #[derive(Clone, Default)]
+        struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Log {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let root = scratch("cgroup-logged");
+        let pod = root.0.join(format!("kubepods/burstable/pod{A}"));
+        write_pod(&pod, 1, 0, None, [0; 4]);
+        std::fs::write(pod.join("cpu.stat"), "nr_periods 1\nnr_throttled x\n").unwrap();
+        let log = Log::default();
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let mut stage = HolderPressure::new(root.0.clone(), "/nonexistent".into());
+        tracing::subscriber::with_default(subscriber, || {
+            tick(&mut stage, vec![gpu(0, &[Some(A)])]);
+        });
+        assert_eq!(stage.health().errors.get("malformed"), Some(&1));
+        let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+        assert!(
+            text.contains(&format!("file={}", pod.join("cpu.stat").display()))
+                && text.contains("line 2: nr_throttled \"x\" is not an unsigned integer"),
+            "{text}"
+        );
     }
 
     /// The search for pods' directories reads at most its budget of entries a tick, and
