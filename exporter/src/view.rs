@@ -169,7 +169,9 @@ const SHOWN_ERRORS: usize = 5;
 
 /// Stream every sample of a capture file (any format `analyze` reads): `start` gets the
 /// nominal interval of its format and makes the state that `each` feeds; nothing is held
-/// beyond one sample. Malformed lines are reported on stderr (`file:line: …`) and skipped.
+/// beyond one sample. Malformed lines are reported on stderr (`file:line: …`) and skipped,
+/// and what the parser left unread (families, sentinels, impossible readings) is said
+/// there too, as `analyze` says it.
 ///
 /// # Errors
 /// The file cannot be read or its format cannot be told.
@@ -197,6 +199,12 @@ pub(crate) fn read_capture<S>(
     }
     if malformed > 0 {
         eprintln!("truthscale: {name}: {malformed} malformed line(s) skipped");
+    }
+    if let Some(s) = capture
+        .unread()
+        .and_then(truthscale_core::parse::Unread::summary)
+    {
+        eprintln!("truthscale: {name}: DCGM fields {s}");
     }
     Ok(state)
 }

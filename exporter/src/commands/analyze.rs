@@ -689,10 +689,23 @@ fn write_entity(out: &mut impl Write, e: &EntitySummary) -> std::io::Result<()> 
     Ok(())
 }
 
-/// The memory line: peak use, of the total, and the MIG profile it fits.
+/// The memory line: peak use, of the total, and the MIG profile it fits, with the
+/// constraints the fit could not check (their demand never measured).
 fn write_memory(out: &mut impl Write, e: &EntitySummary) -> std::io::Result<()> {
     let Some(m) = &e.memory else {
         return Ok(());
+    };
+    let name = |c| {
+        serde_json::to_value(c)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()
+    };
+    let unchecked = if m.mig_unmeasured.is_empty() {
+        String::new()
+    } else {
+        let names: Vec<String> = m.mig_unmeasured.iter().map(|c| name(*c)).collect();
+        format!("; {} not measured, not checked", names.join(" and "))
     };
     writeln!(
         out,
@@ -701,13 +714,7 @@ fn write_memory(out: &mut impl Write, e: &EntitySummary) -> std::io::Result<()> 
         m.total_bytes / 1073741824.0,
         pct(Some(m.peak_used_fraction)),
         match (&m.mig_fit, m.mig_binding) {
-            (Some(p), Some(b)) => format!(
-                "; fits MIG {p} (bound by {})",
-                serde_json::to_value(b)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default()
-            ),
+            (Some(p), Some(b)) => format!("; fits MIG {p} (bound by {}{unchecked})", name(b)),
             _ => String::new(),
         }
     )?;

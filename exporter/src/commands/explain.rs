@@ -47,6 +47,7 @@ fn dashboard(o: &mut String, v: &GpuView) {
 fn counters(o: &mut String, v: &GpuView) {
     let pipes = match (v.tensor, v.dram) {
         (Some(t), Some(d)) => format!(" (tensor {}, DRAM {})", pct(t), pct(d)),
+        (Some(t), None) => format!(" (tensor {})", pct(t)),
         _ => String::new(),
     };
     let _ = match (v.effective, v.saturation, v.upper_bound) {
@@ -55,6 +56,11 @@ fn counters(o: &mut String, v: &GpuView) {
             "  counters say:   effective compute {}, roofline saturation {}{pipes}",
             pct(e),
             pct(s)
+        ),
+        (Some(e), None, _) => writeln!(
+            o,
+            "  counters say:   effective compute {}{pipes}; roofline saturation not measured (no DRAM reading)",
+            pct(e)
         ),
         (None, Some(s), _) if v.tensor.is_some() => writeln!(
             o,
@@ -330,6 +336,28 @@ mod tests {
         )
         .views;
         assert!(!explain(&alone[0]).contains("per pod:"));
+    }
+
+    /// Effective compute measured without a DRAM reading (so no roofline saturation) is
+    /// said, with the tensor activity, never "nothing beyond the busy flag".
+    #[test]
+    fn effective_compute_without_dram_is_said() {
+        let l = "gpu=\"0\",uuid=\"GPU-0\",model=\"M\"";
+        let body = format!(
+            "truthscale_gpu_reported_utilization_ratio{{{l}}} 0.9\n\
+             truthscale_gpu_effective_compute_ratio{{{l}}} 0.3\n\
+             truthscale_gpu_tensor_active_ratio{{{l}}} 0.35\n"
+        );
+        let v = views_from_exposition(&body, &VerdictConfig::default()).views;
+        let text = explain(&v[0]);
+        assert!(
+            text.contains("  counters say:   effective compute 30 % (tensor 35 %); roofline saturation not measured (no DRAM reading)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("60 points of the 90 % shown are not compute"),
+            "{text}"
+        );
     }
 
     /// A bound with the tensor counter read (no SM clock, no DRAM counter) is said to be

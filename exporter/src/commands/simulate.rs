@@ -38,6 +38,14 @@ pub(crate) fn run(args: &SimulateArgs) -> anyhow::Result<()> {
     if dt < 0.01 {
         bail!("--interval must be at least 10ms (got {:?})", args.interval);
     }
+    // The trace's timestamps are whole milliseconds: a step of any other length would be
+    // stamped shorter or longer than the time it simulates.
+    if args.interval.subsec_nanos() % 1_000_000 != 0 {
+        bail!(
+            "--interval must be a whole number of milliseconds, the trace's timestamps' resolution (got {:?})",
+            args.interval
+        );
+    }
     let windows = (args.duration.as_secs_f64() / dt).round() as u64;
     let out: Box<dyn Write> = if args.output.as_os_str() == "-" {
         Box::new(crate::stdout::lock())

@@ -212,6 +212,58 @@ fn every_fixture_analyzes_cleanly() {
     assert!(n >= 8, "only {n} fixtures found in {}", dir.display());
 }
 
+/// A MIG fit from an nvidia-smi capture rests on memory alone (no tensor or DRAM counter):
+/// the table says compute and bandwidth were not measured, so not checked, beside the fit,
+/// never a bare "fits MIG 1g.10gb" for a GPU busy all the time.
+#[test]
+fn a_mig_fit_on_memory_alone_says_what_was_not_checked() {
+    let dir = std::env::temp_dir().join(format!("truthscale-e2e-mig-mem-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let csv = dir.join("smi.csv");
+    let row = |s: u32| {
+        format!("2026/12/03 16:23:4{s}.000, 0, NVIDIA H100 80GB HBM3, 100 %, 5000 MiB, 81559 MiB\n")
+    };
+    std::fs::write(
+        &csv,
+        "timestamp, index, name, utilization.gpu [%], memory.used [MiB], memory.total [MiB]\n"
+            .to_string()
+            + &row(0)
+            + &row(1),
+    )
+    .unwrap();
+    let out = run(&["analyze", csv.to_str().unwrap()]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("  memory             peak 4.9 GiB of 79.6 GiB (6.1%); fits MIG 1g.10gb (bound by memory; compute and bandwidth not measured, not checked)\n"),
+        "{text}"
+    );
+}
+
+/// A step that is no whole number of milliseconds would be stamped shorter than the time
+/// it simulates (the trace's timestamps are whole milliseconds): refused, saying so.
+#[test]
+fn simulate_refuses_an_interval_of_a_fraction_of_a_millisecond() {
+    let dir = std::env::temp_dir().join(format!("truthscale-e2e-sub-ms-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("t.jsonl");
+    let out = run(&[
+        "simulate",
+        "--duration",
+        "1s",
+        "--interval",
+        "10400us",
+        "-o",
+        trace.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--interval must be a whole number of milliseconds, the trace's timestamps' resolution (got 10.4ms)"),
+        "{err}"
+    );
+}
+
 #[test]
 fn simulated_llm_serving_round_trip() {
     let dir = std::env::temp_dir().join(format!("truthscale-e2e-{}", std::process::id()));

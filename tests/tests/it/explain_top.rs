@@ -142,6 +142,27 @@ fn explain_snapshots_for_each_verdict() {
     assert!(err.contains("no GPU 3 in the input"), "{err}");
 }
 
+/// What a replayed capture holds and is not read is said on stderr by `explain --replay`
+/// as `analyze` says it: a DCGM blank sentinel, counted under its field.
+#[test]
+fn explain_replay_says_what_the_capture_left_unread() {
+    let dir = TempDir::new("explain-unread");
+    let p = dir.path().join("scrape.txt");
+    let scrape = |t: u64| {
+        format!(
+            "DCGM_FI_DEV_GPU_UTIL{{gpu=\"0\",UUID=\"GPU-1\"}} 50 {t}\nDCGM_FI_DEV_POWER_USAGE{{gpu=\"0\",UUID=\"GPU-1\"}} 140737488355328 {t}\n"
+        )
+    };
+    std::fs::write(&p, scrape(1_767_225_600_000) + &scrape(1_767_225_601_000)).unwrap();
+    let (code, out, err) = truthscale(&["explain", "--replay", p.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("dashboard says: 50 % utilized"), "{out}");
+    let (_, analyzed, _) = truthscale(&["analyze", p.to_str().unwrap()]);
+    let said = "DCGM fields 2 reading(s) of dcgm_fi_dev_power_usage were DCGM's blank sentinel: left blank, never data";
+    assert!(analyzed.contains(said), "{analyzed}");
+    assert!(err.contains(said), "{err}");
+}
+
 #[test]
 fn analyze_json_has_verdict_and_fraction() {
     let dir = TempDir::new("verdict-json");
