@@ -40,7 +40,7 @@ pub(crate) fn run(args: &SimulateArgs) -> anyhow::Result<()> {
     }
     // The trace's timestamps are whole milliseconds: a step of any other length would be
     // stamped shorter or longer than the time it simulates.
-    if args.interval.subsec_nanos() % 1_000_000 != 0 {
+    if !args.interval.subsec_nanos().is_multiple_of(1_000_000) {
         bail!(
             "--interval must be a whole number of milliseconds, the trace's timestamps' resolution (got {:?})",
             args.interval
