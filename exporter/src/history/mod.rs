@@ -109,6 +109,19 @@ fn is_dcgm(name: &str) -> bool {
     dcgm_text::mapped_metrics().any(|(n, _)| n.eq_ignore_ascii_case(name))
 }
 
+/// The DCGM families among the names `found` that are not read (`DCGM_FI_*`, `DCGM_EXP_*`,
+/// dcgm-exporter 1.x's `dcgm_*`), named as a capture's are.
+fn unread_dcgm(found: &[String]) -> Unread {
+    let mut unread = Unread::default();
+    for n in found
+        .iter()
+        .filter(|n| n.to_ascii_lowercase().starts_with("dcgm_") && !is_dcgm(n))
+    {
+        unread.family(&n.to_ascii_lowercase());
+    }
+    unread
+}
+
 /// The `Authorization` header value, from `--bearer-token-file` or `--basic-auth` (the
 /// password, when not in the flag, from `PASSWORD_ENV` in `env`).
 fn authorization(
@@ -175,13 +188,7 @@ fn discover(client: &Client, range: Range, matchers: &str) -> anyhow::Result<Dis
         .cloned()
         .collect();
     let dcgm: Vec<String> = found.iter().filter(|n| is_dcgm(n)).cloned().collect();
-    let mut unread = Unread::default();
-    for n in found
-        .iter()
-        .filter(|n| n.to_ascii_lowercase().starts_with("dcgm_fi_") && !is_dcgm(n))
-    {
-        unread.family(&n.to_ascii_lowercase());
-    }
+    let unread = unread_dcgm(&found);
     let own: Vec<String> = found
         .iter()
         .filter(|n| own_metric(n).is_some())

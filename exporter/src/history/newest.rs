@@ -11,30 +11,55 @@ use std::time::Duration;
 const LOOKBACK: &str = "7d";
 
 /// The newest sample of `selector` (a `{…}` series selector) up to `range.end`, in
-/// milliseconds since the epoch; `None` when there is none within [`LOOKBACK`] or the
-/// question is not answered (this only words an error).
-pub(super) fn newest_sample(client: &Client, selector: &str, range: Range) -> Option<i64> {
+/// milliseconds since the epoch; `Ok(None)` when there is none within [`LOOKBACK`].
+///
+/// # Errors
+/// The question was not answered (the request failed, or the answer holds no time a sample
+/// can have), in words: the hint then says so, never that there is no sample.
+pub(super) fn newest_sample(
+    client: &Client,
+    selector: &str,
+    range: Range,
+) -> Result<Option<i64>, String> {
     let query = format!("max(max_over_time(timestamp({selector})[{LOOKBACK}:1m]))");
     let end = secs(range.end);
     let data: serde_json::Value = client
         .get("/api/v1/query", &[("query", &query), ("time", &end)])
-        .ok()?;
-    let seconds: f64 = data["result"][0]["value"][1].as_str()?.parse().ok()?;
+        .map_err(|e| format!("{e:#}"))?;
+    if data["result"].as_array().is_some_and(Vec::is_empty) {
+        return Ok(None);
+    }
+    let value = &data["result"][0]["value"][1];
+    let seconds: Option<f64> = value.as_str().and_then(|v| v.parse().ok());
     // A sample's time, up to the window's end: anything else is no answer.
-    let ms = seconds * 1000.0;
-    (ms.is_finite() && (0.0..=range.end as f64).contains(&ms)).then_some(ms as i64)
+    let ms = seconds.map(|s| s * 1000.0);
+    match ms {
+        Some(ms) if ms.is_finite() && (0.0..=range.end as f64).contains(&ms) => Ok(Some(ms as i64)),
+        _ => Err(format!(
+            "Prometheus answered {value} for its time, no time a sample up to the window's end can have"
+        )),
+    }
 }
 
 /// What to say after "no GPU series in the window": the newest sample's time, and a
 /// `--since` (and `--step`) that reaches it; or that there is none.
-pub(super) fn hint(newest: Option<i64>, range: Range) -> String {
-    let Some(at) = newest else {
-        return format!(
-            "; Prometheus has no GPU sample in the {LOOKBACK} before {} either: check that it \
+pub(super) fn hint(newest: Result<Option<i64>, String>, range: Range) -> String {
+    let at = match newest {
+        Ok(Some(at)) => at,
+        Err(why) => {
+            return format!(
+                "; the newest GPU sample in the {LOOKBACK} before {} could not be asked: {why}",
+                rfc3339(range.end)
+            );
+        }
+        Ok(None) => {
+            return format!(
+                "; Prometheus has no GPU sample in the {LOOKBACK} before {} either: check that it \
              scrapes truthscale or dcgm-exporter (its /targets page) and that the \
              selector matches",
-            rfc3339(range.end)
-        );
+                rfc3339(range.end)
+            );
+        }
     };
     let age_ms = range.end.saturating_sub(at).max(0);
     // Round the age up to whole minutes, with a minute's margin.
@@ -59,20 +84,27 @@ mod tests {
 
     /// What [`newest_sample`] makes of a server answering `value` for the newest sample's
     /// time, at a window ending 1 780 000 000 s; and the request it sent.
-    fn newest_of(value: &str) -> (Option<i64>, String) {
-        use std::io::{Read as _, Write as _};
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
+    fn newest_of(value: &str) -> (Result<Option<i64>, String>, String) {
         let body = format!(
             r#"{{"status":"success","data":{{"resultType":"vector","result":[{{"metric":{{}},"value":[1780000000,"{value}"]}}]}}}}"#
         );
+        asked("200 OK", &body)
+    }
+
+    /// What [`newest_sample`] makes of a server answering `status` and `body`, and the
+    /// request it sent.
+    fn asked(status: &str, body: &str) -> (Result<Option<i64>, String>, String) {
+        use std::io::{Read as _, Write as _};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (status, body) = (status.to_owned(), body.to_owned());
         let server = std::thread::spawn(move || {
             let (mut conn, _) = listener.accept().unwrap();
             let mut request = vec![0u8; 4096];
             let n = conn.read(&mut request).unwrap();
             write!(
                 conn,
-                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                 body.len()
             )
             .unwrap();
@@ -84,11 +116,37 @@ mod tests {
         (newest, server.join().unwrap())
     }
 
+    /// A question Prometheus refuses (too many samples for its limit) is said as not
+    /// answered, with its error, never as "no GPU sample"; an empty answer is none.
+    #[test]
+    fn a_refused_question_is_said_never_as_no_sample() {
+        let (newest, _) = asked(
+            "422 Unprocessable Entity",
+            r#"{"status":"error","errorType":"execution","error":"query processing would load too many samples into memory in query execution"}"#,
+        );
+        let why = newest.unwrap_err();
+        assert!(why.contains("would load too many samples"), "{why}");
+        let range = Range::back_from(1_780_000_000_000, 3_600_000, 15_000);
+        let said = hint(Err(why), range);
+        assert!(
+            said.starts_with(
+                "; the newest GPU sample in the 7d before 2026-05-28T20:26:40Z could not be asked: "
+            ),
+            "{said}"
+        );
+        assert!(!said.contains("has no GPU sample"), "{said}");
+        let (none, _) = asked(
+            "200 OK",
+            r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#,
+        );
+        assert_eq!(none, Ok(None));
+    }
+
     /// The newest sample is asked of Prometheus as one instant query at the window's end.
     #[test]
     fn the_newest_sample_is_one_instant_query() {
         let (newest, request) = newest_of("1779989170.5");
-        assert_eq!(newest, Some(1_779_989_170_500));
+        assert_eq!(newest, Ok(Some(1_779_989_170_500)));
         assert!(
             request.starts_with("GET /api/v1/query?query=max(max_over_time(timestamp(%7B__name__"),
             "{request}"
@@ -101,11 +159,18 @@ mod tests {
     #[test]
     fn an_impossible_newest_time_is_no_answer() {
         for value in ["1e12", "1780000001", "-1", "-1e300", "1e300", "NaN", "+Inf"] {
-            assert_eq!(newest_of(value).0, None, "{value}");
+            let (newest, _) = newest_of(value);
+            assert_eq!(
+                newest,
+                Err(format!(
+                    "Prometheus answered \"{value}\" for its time, no time a sample up to the window's end can have"
+                )),
+                "{value}"
+            );
         }
         let range = Range::back_from(1_780_000_000_000, 3_600_000, 15_000);
         for at in [i64::MIN, -1, i64::MAX] {
-            assert!(hint(Some(at), range).contains("the newest GPU sample is at"));
+            assert!(hint(Ok(Some(at)), range).contains("the newest GPU sample is at"));
         }
         assert_eq!(rfc3339(i64::MAX), "9999-12-31T23:59:59Z");
         assert_eq!(rfc3339(i64::MIN), "1970-01-01T00:00:00Z");
@@ -118,7 +183,7 @@ mod tests {
         let end = 1_780_000_000_000;
         let range = Range::back_from(end, 3_600_000, 15_000);
         assert_eq!(
-            hint(Some(end - 3 * 3_600_000 - 30_000), range),
+            hint(Ok(Some(end - 3 * 3_600_000 - 30_000)), range),
             format!(
                 "; the newest GPU sample is at {} (3h 30s before the window's end): \
                  --since 3h 2m --step 15s reaches it",
@@ -127,12 +192,12 @@ mod tests {
         );
         let range = Range::back_from(end, 3_600_000, 300_000);
         assert!(
-            hint(Some(end - 120_000), range).ends_with("--since 4m --step 24s reaches it"),
+            hint(Ok(Some(end - 120_000)), range).ends_with("--since 4m --step 24s reaches it"),
             "{}",
-            hint(Some(end - 120_000), range)
+            hint(Ok(Some(end - 120_000)), range)
         );
         assert_eq!(
-            hint(None, range),
+            hint(Ok(None), range),
             format!(
                 "; Prometheus has no GPU sample in the 7d before {} either: check that it \
                  scrapes truthscale or dcgm-exporter (its /targets page) and that the \

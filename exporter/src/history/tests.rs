@@ -284,3 +284,24 @@ fn points_outside_are_warned_of() {
         )
     );
 }
+
+/// Every DCGM family found and not read is named, whatever its prefix: `DCGM_EXP_*` and
+/// dcgm-exporter 1.x's `dcgm_*` as `DCGM_FI_*` (only the latter were), and no family read.
+#[test]
+fn dcgm_families_found_and_not_read_are_named() {
+    let found: Vec<String> = [
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_EXP_XID_ERRORS_COUNT",
+        "DCGM_EXP_CLOCK_EVENTS_COUNT",
+        "dcgm_mem_copy_utilization",
+        "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
+    ]
+    .map(String::from)
+    .to_vec();
+    assert_eq!(
+        unread_dcgm(&found).summary().as_deref(),
+        Some(
+            "not read: dcgm_exp_clock_events_count, dcgm_fi_dev_vgpu_license_status, dcgm_mem_copy_utilization"
+        )
+    );
+}

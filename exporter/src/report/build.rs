@@ -120,6 +120,18 @@ pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built>
             history.newest_hint()
         );
     }
+    // No GPU names a pod and no holder was read: who held what is unknown across the fleet,
+    // so no hour can be called unallocated (nor allocated, active or effective under a
+    // holder).
+    let allocation_unknown = input.tracks.iter().all(|t| t.pod.is_none()) && input.held.is_empty();
+    if allocation_unknown && cfg.showback.is_some() {
+        bail!(
+            "{}: no GPU series between {} and {} names a pod, and no holder was read (node mode's truthscale_gpu_allocation_info): who held each GPU is unknown, so its hours cannot be charged by --by; export pod labels (dcgm-exporter's Kubernetes mapping, or truthscale in node mode) first",
+            source.prometheus,
+            source.start,
+            source.end
+        );
+    }
     let analysis = Instant::now();
     let per = source.steps_per_point;
     // The fleet's analysis and the showback (or the funnel, which is one) read the same
@@ -151,6 +163,12 @@ pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built>
             let sb = add_showback(&mut doc, *sb, args);
             doc.funnel = Some(sb.total.funnel.clone());
             Some(sb)
+        }
+        Charged::Funnel(_) if allocation_unknown => {
+            doc.fleet
+                .notes
+                .push(notes::FUNNEL_ALLOCATION_UNKNOWN.to_owned());
+            None
         }
         Charged::Funnel(funnel) => {
             doc.funnel = Some(funnel);

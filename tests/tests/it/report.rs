@@ -798,6 +798,25 @@ fn report_bad_input_gets_a_clear_message_and_nothing_made_up() {
         "{:?}",
         v["notes"]
     );
+    // Who held them is unknown: no funnel (it would call every hour unallocated), said.
+    assert!(v["funnel"].is_null(), "{}", v["funnel"]);
+    assert!(
+        strs(&v, "/notes")
+            .iter()
+            .any(|n| n.starts_with("no funnel: no GPU carried pod labels and no holder was read")),
+        "{:?}",
+        v["notes"]
+    );
+    // Nor can its hours be charged by a grouping: refused, saying why.
+    let refused = report(&p, "{job=\"nopod\"}", &["--by", "namespace", "--json"]);
+    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("names a pod, and no holder was read"),
+        "{}",
+        refused.stderr
+    );
     // 2 × (0.3, 10 GiB) fit one GPU; savings count against the 2 GPUs reporting.
     assert_eq!(at(&v, "/sizing/packing/gpus"), 1);
     assert_eq!(at(&v, "/savings/baseline_gpus"), 2);
