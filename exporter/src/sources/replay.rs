@@ -49,8 +49,9 @@ pub struct ReplaySource {
 
 /// Count what the capture's parser left unread since `counted` (then brought up to date), as
 /// the live dcgm-exporter source does: a family not read, named once (`named`); each
-/// reading refused for an ambiguous unit; each blank sentinel; each value not finite
-/// (counted with the sentinels: neither is data); each reading no GPU gives.
+/// reading refused for an ambiguous unit; each blank sentinel; each value not finite, and
+/// each error printed in place of a value (counted with the sentinels: none is data); each
+/// reading no GPU gives.
 fn count_unread(
     now: &Unread,
     counted: &mut Unread,
@@ -62,6 +63,7 @@ fn count_unread(
             + u.ambiguous.values().sum::<u64>()
             + u.sentinels.values().sum::<u64>()
             + u.non_finite.values().sum::<u64>()
+            + u.errors.values().sum::<u64>()
             + u.impossible.values().sum::<u64>()
     };
     if total(now) == total(counted) {
@@ -93,6 +95,7 @@ fn count_unread(
     }
     let sentinels = new(&now.sentinels, &counted.sentinels);
     let non_finite = new(&now.non_finite, &counted.non_finite);
+    let printed = new(&now.errors, &counted.errors);
     for (f, n, what) in sentinels
         .into_iter()
         .map(|(f, n)| (f, n, "a DCGM blank sentinel"))
@@ -101,6 +104,13 @@ fn count_unread(
                 .into_iter()
                 .map(|(f, n)| (f, n, "not a finite number")),
         )
+        .chain(printed.into_iter().map(|(f, n)| {
+            (
+                f,
+                n,
+                "an error the capture's tool printed in place of a value",
+            )
+        }))
     {
         errors.extend((0..n).map(|_| SourceError::Sentinel(format!("replay: {f}: {what}"))));
     }

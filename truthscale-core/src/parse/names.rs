@@ -36,6 +36,9 @@ pub struct Unread {
     /// Readings of a read family that were not a finite number (`NaN`, `±Inf`), by family:
     /// blanks, never data.
     pub non_finite: BTreeMap<String, u64>,
+    /// Readings the capture's tool printed as an error in place of a value (nvidia-smi's
+    /// `[Unknown Error]`, `[GPU is lost]`), by family: blanks, never data.
+    pub errors: BTreeMap<String, u64>,
     /// Readings of a read family that no GPU gives (a negative count, size or link value, a
     /// clock-event bitmask that is no whole number), by family: blanks, never data.
     pub impossible: BTreeMap<String, u64>,
@@ -69,6 +72,11 @@ impl Unread {
         add_one(&mut self.sentinels, family);
     }
 
+    /// Note a reading of `family` that the capture's tool printed as an error.
+    pub fn error(&mut self, family: &str) {
+        add_one(&mut self.errors, family);
+    }
+
     /// Note a reading `v` of `family` that was a blank: a sentinel, or not finite.
     pub fn blank(&mut self, family: &str, v: f64) {
         if v.is_finite() {
@@ -86,6 +94,7 @@ impl Unread {
             && self.ambiguous.is_empty()
             && self.sentinels.is_empty()
             && self.non_finite.is_empty()
+            && self.errors.is_empty()
             && self.impossible.is_empty()
     }
 
@@ -124,6 +133,11 @@ impl Unread {
         for (family, n) in &self.non_finite {
             parts.push(format!(
                 "{n} reading(s) of {family} were not a finite number: left blank, never data"
+            ));
+        }
+        for (family, n) in &self.errors {
+            parts.push(format!(
+                "{n} reading(s) of {family} were an error the tool printed in place of a value: left blank, never data"
             ));
         }
         for (family, n) in &self.impossible {

@@ -57,7 +57,7 @@
 //! and counted.
 
 use super::ParseError;
-use super::dmon::{Acc, Target, Unit, error, nth_time};
+use super::dmon::{self, Acc, Target, Unit, error, nth_time};
 use crate::model::{EntityId, EntityKey, EntitySample, Field, Sample, Timestamp};
 use std::collections::HashSet;
 
@@ -207,11 +207,15 @@ impl SmiCsvParser {
             self.skipped += 1;
             return Ok(None);
         };
-        let mut impossible = Vec::new();
+        let mut blanks = Vec::new();
         let (time, entity) =
-            row(columns, t, &mut impossible).map_err(|m| error(&self.file, self.line, m))?;
-        for name in impossible {
-            self.unread.impossible(&name);
+            row(columns, t, &mut blanks).map_err(|m| error(&self.file, self.line, m))?;
+        for (name, blank) in blanks {
+            match blank {
+                Blank::Impossible => self.unread.impossible(&name),
+                Blank::Sentinel(v) => self.unread.blank(&name, v),
+                Blank::Error => self.unread.error(&name),
+            }
         }
         Ok(self.add(time, entity))
     }
@@ -324,12 +328,12 @@ impl SmiCsvParser {
 }
 
 /// The time (ms since the epoch, if the header has a `timestamp` column) and the entity of
-/// one row, or what is wrong with it; the columns of its values no GPU gives (left blank)
-/// go to `impossible`.
+/// one row, or what is wrong with it; the columns of its readings left blank for a reason
+/// to count (an error printed, a sentinel, a value no GPU gives) go to `blanks`.
 fn row(
     columns: &[Col],
     line: &str,
-    impossible: &mut Vec<String>,
+    blanks: &mut Vec<(String, Blank)>,
 ) -> Result<(Option<i64>, EntitySample), String> {
     let n = line.split(',').count();
     if n != columns.len() {
@@ -360,9 +364,16 @@ fn row(
             Column::Name => id.model = text,
             Column::PciBusId => id.pci_bus_id = text,
             Column::Reading(target, unit) => {
+                if is_error(value) {
+                    blanks.push((col.name.clone(), Blank::Error));
+                    continue;
+                }
                 let v = number(value, unit).map_err(|m| format!("{}: {m}", col.name))?;
+                if let Some(raw) = v.filter(|raw| dmon::dcgm_value(*raw).is_none()) {
+                    blanks.push((col.name.clone(), Blank::Sentinel(raw)));
+                }
                 if acc.apply(target, v) {
-                    impossible.push(col.name.clone());
+                    blanks.push((col.name.clone(), Blank::Impossible));
                 }
             }
             Column::Ignored => {}
@@ -372,8 +383,26 @@ fn row(
     Ok((time, acc.finish()))
 }
 
+/// Why a reading of a row was left blank, counted under its column.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Blank {
+    /// A value no GPU gives (negative free memory).
+    Impossible,
+    /// One of DCGM's blank sentinels (by the field's type), as read.
+    Sentinel(f64),
+    /// An error nvidia-smi printed in place of the value (`[Unknown Error]`).
+    Error,
+}
+
+/// Whether a value is an error nvidia-smi printed in place of it: a bracketed word other
+/// than its words for no value, `[N/A]` and `[Not Supported]` (`[Unknown Error]`, `[GPU is
+/// lost]`, `[Insufficient Permissions]`).
+fn is_error(value: &str) -> bool {
+    value.starts_with('[') && value.ends_with(']') && !matches!(value, "[N/A]" | "[Not Supported]")
+}
+
 /// Whether a value is one of nvidia-smi's words for no value: `[N/A]`, `[Not Supported]`,
-/// any other bracketed word, `N/A`, or nothing.
+/// any other bracketed word (an error, counted apart: [`is_error`]), `N/A`, or nothing.
 fn is_blank(value: &str) -> bool {
     value.is_empty() || value == "N/A" || (value.starts_with('[') && value.ends_with(']'))
 }
@@ -637,6 +666,40 @@ timestamp, index, memory.used [MiB], memory.free [MiB]
         assert_eq!(
             p.unread().impossible,
             std::collections::BTreeMap::from([("memory.free".to_string(), 1)])
+        );
+    }
+
+    /// A DCGM blank sentinel (INT32's, as a clock) and an error nvidia-smi printed in place
+    /// of a value are blanks, each counted under its column, never read and never dropped
+    /// in silence; `[N/A]` and `[Not Supported]` are no value, not counted.
+    #[test]
+    fn sentinels_and_error_words_are_blank_and_counted() {
+        let text = "\
+timestamp, index, clocks.sm [MHz], utilization.gpu [%], power.draw [W]
+2026/12/03 16:23:40, 0, 2147483647 MHz, [Unknown Error], [N/A]
+2026/12/03 16:23:41, 0, 1980 MHz, [GPU is lost], [Not Supported]
+";
+        let (samples, errors, p) = parse(text, 1.0);
+        assert_eq!(errors, Vec::<String>::new());
+        let r = |k: usize, f| samples[k].entities[0].readings.value(f);
+        assert_eq!(r(0, Field::SmClockMhz), None);
+        assert_eq!(r(1, Field::SmClockMhz), Some(1980.0));
+        assert_eq!(r(0, Field::ReportedUtil), None);
+        let u = p.unread();
+        assert_eq!(
+            u.sentinels,
+            std::collections::BTreeMap::from([("clocks.sm".to_string(), 1)])
+        );
+        assert_eq!(
+            u.errors,
+            std::collections::BTreeMap::from([("utilization.gpu".to_string(), 2)])
+        );
+        assert!(u.non_finite.is_empty() && u.impossible.is_empty());
+        assert_eq!(
+            u.summary().as_deref(),
+            Some(
+                "1 reading(s) of clocks.sm were DCGM's blank sentinel: left blank, never data; 2 reading(s) of utilization.gpu were an error the tool printed in place of a value: left blank, never data"
+            )
         );
     }
 
