@@ -55,9 +55,14 @@ impl JsonlParser {
             self.skipped += 1;
             return Ok(None);
         }
-        let (sample, left) = read_line(t).map_err(|m| error(&self.file, self.line, m))?;
+        let mut impossible = Vec::new();
+        let (sample, left) =
+            read_line(t, &mut impossible).map_err(|m| error(&self.file, self.line, m))?;
         for key in left.keys() {
             self.unread.family(key);
+        }
+        for key in impossible {
+            self.unread.impossible(&key);
         }
         Ok(Some(sample))
     }
@@ -96,8 +101,12 @@ fn take_str(obj: &mut Map<String, Value>, key: &str) -> Result<Option<String>, S
     Ok(take::<String>(obj, key)?.filter(|s| !s.is_empty()))
 }
 
-/// A line's sample, and the keys left that this version does not read.
-fn read_line(t: &str) -> Result<(Sample, Map<String, Value>), String> {
+/// A line's sample, and the keys left that this version does not read; the keys of
+/// values refused as impossible go to `impossible`.
+fn read_line(
+    t: &str,
+    impossible: &mut Vec<String>,
+) -> Result<(Sample, Map<String, Value>), String> {
     let mut obj = match serde_json::from_str(t) {
         Ok(Value::Object(m)) => m,
         Ok(_) => return Err("expected a json object".into()),
@@ -134,7 +143,7 @@ fn read_line(t: &str) -> Result<(Sample, Map<String, Value>), String> {
         id,
         readings,
         throttles,
-        serving: take(o, "serving")?,
+        serving: read_serving(o, impossible)?,
         truth_phase,
         truth_workload,
         truth_effective_compute: read_truth_fraction(o)?,
@@ -224,6 +233,84 @@ fn read_truth_fraction(o: &mut Map<String, Value>) -> Result<Option<f64>, String
         )),
         v => Ok(v),
     }
+}
+
+/// The keys of [`ServingSnapshot`]: any other key of a line's `serving` is named among the
+/// keys not read (`serving.KEY`).
+const SERVING_KEYS: [&str; 20] = [
+    "engine",
+    "kv_cache_utilization",
+    "running_requests",
+    "queued_requests",
+    "queue_seconds",
+    "prompt_tokens_per_sec",
+    "output_tokens_per_sec",
+    "batch_size",
+    "max_batch_size",
+    "steps_per_sec",
+    "mfu",
+    "mbu",
+    "assumptions",
+    "engine_flops_per_sec",
+    "engine_bytes_per_sec",
+    "engine_mfu",
+    "engine_mbu",
+    "engine_assumptions",
+    "absent_reason",
+    "gpus",
+];
+
+/// The line's `serving`: a key this version does not read is named (`serving.KEY`), and a
+/// value no engine gives (a KV-cache share outside 0..1, a negative count, rate, time or
+/// share) is blank and its key (`serving.KEY`) goes to `impossible`, as the live reader
+/// refuses it.
+fn read_serving(
+    o: &mut Map<String, Value>,
+    impossible: &mut Vec<String>,
+) -> Result<Option<ServingSnapshot>, String> {
+    let Some(Value::Object(m)) = o.get("serving") else {
+        return take(o, "serving");
+    };
+    let unknown: Vec<String> = m
+        .keys()
+        .filter(|k| !SERVING_KEYS.contains(&k.as_str()))
+        .map(|k| format!("serving.{k}"))
+        .collect();
+    let Some(mut s) = take::<ServingSnapshot>(o, "serving")? else {
+        return Ok(None);
+    };
+    for k in unknown {
+        o.insert(k, Value::Null);
+    }
+    let mut refuse = |name: &str, v: &mut Option<f64>, ok: fn(f64) -> bool| {
+        if v.is_some_and(|x| !ok(x)) {
+            *v = None;
+            impossible.push(format!("serving.{name}"));
+        }
+    };
+    refuse("kv_cache_utilization", &mut s.kv_cache_utilization, |x| {
+        (0.0..=1.0).contains(&x)
+    });
+    let non_negative = |x: f64| x >= 0.0;
+    for (name, v) in [
+        ("running_requests", &mut s.running_requests),
+        ("queued_requests", &mut s.queued_requests),
+        ("queue_seconds", &mut s.queue_seconds),
+        ("prompt_tokens_per_sec", &mut s.prompt_tokens_per_sec),
+        ("output_tokens_per_sec", &mut s.output_tokens_per_sec),
+        ("batch_size", &mut s.batch_size),
+        ("max_batch_size", &mut s.max_batch_size),
+        ("steps_per_sec", &mut s.steps_per_sec),
+        ("mfu", &mut s.mfu),
+        ("mbu", &mut s.mbu),
+        ("engine_flops_per_sec", &mut s.engine_flops_per_sec),
+        ("engine_bytes_per_sec", &mut s.engine_bytes_per_sec),
+        ("engine_mfu", &mut s.engine_mfu),
+        ("engine_mbu", &mut s.engine_mbu),
+    ] {
+        refuse(name, v, non_negative);
+    }
+    Ok(Some(s))
 }
 
 /// Each field's value under its name, and the fields listed as `unavailable` (each
@@ -547,6 +634,67 @@ mod tests {
         );
     }
 
+    /// A misspelt key of `serving` is named, never dropped in silence; a KV-cache share of
+    /// 95 (a percent) and a negative queue are blank and counted as impossible, never a
+    /// KV cache at 9500 % and a queue of -4.
+    #[test]
+    fn serving_keys_not_read_are_named_and_impossible_values_counted() {
+        let mut p = JsonlParser::new("t.jsonl");
+        let s = p
+            .push_line(
+                r#"{"taken":"2024-01-01T00:00:00Z","serving":{"engine":"vllm","kv_cache_utilisation":0.9,"kv_cache_utilization":95,"queued_requests":-4,"running_requests":3}}"#,
+            )
+            .unwrap()
+            .unwrap();
+        let serving = s.entities[0].serving.clone().unwrap();
+        assert_eq!(serving.kv_cache_utilization, None);
+        assert_eq!(serving.queued_requests, None);
+        assert_eq!(serving.running_requests, Some(3.0));
+        let u = p.unread();
+        assert_eq!(
+            u.families.iter().collect::<Vec<_>>(),
+            ["serving.kv_cache_utilisation"]
+        );
+        assert_eq!(
+            u.impossible,
+            BTreeMap::from([
+                ("serving.kv_cache_utilization".to_string(), 1),
+                ("serving.queued_requests".to_string(), 1)
+            ])
+        );
+        // Every key of a snapshot is one this version reads.
+        let full = ServingSnapshot {
+            engine: Some("e".into()),
+            kv_cache_utilization: Some(0.5),
+            running_requests: Some(1.0),
+            queued_requests: Some(1.0),
+            queue_seconds: Some(1.0),
+            prompt_tokens_per_sec: Some(1.0),
+            output_tokens_per_sec: Some(1.0),
+            batch_size: Some(1.0),
+            max_batch_size: Some(1.0),
+            steps_per_sec: Some(1.0),
+            mfu: Some(0.1),
+            mbu: Some(0.1),
+            assumptions: Some("a".into()),
+            engine_flops_per_sec: Some(1.0),
+            engine_bytes_per_sec: Some(1.0),
+            engine_mfu: Some(0.1),
+            engine_mbu: Some(0.1),
+            engine_assumptions: Some("a".into()),
+            absent_reason: Some("r".into()),
+            gpus: Some(1),
+        };
+        let Value::Object(keys) = serde_json::to_value(full).unwrap() else {
+            panic!("an object")
+        };
+        let mut keys: Vec<&str> = keys.keys().map(String::as_str).collect();
+        let mut known = SERVING_KEYS.to_vec();
+        keys.sort_unstable();
+        known.sort_unstable();
+        assert_eq!(keys, known);
+    }
+
     #[test]
     fn go_v01_line_offsets_and_unknown_keys() {
         let text = "# truthscale trace\n\n\
@@ -561,7 +709,10 @@ mod tests {
         }
         assert_eq!(p.skipped_lines(), 2);
         assert_eq!(s.len(), 1);
-        assert_eq!(p.unread().families.iter().collect::<Vec<_>>(), ["future"]);
+        assert_eq!(
+            p.unread().families.iter().collect::<Vec<_>>(),
+            ["future", "serving.new_thing"]
+        );
         assert_eq!(s[0].taken, Timestamp(1_704_067_200_500));
         let e = &s[0].entities[0];
         assert_eq!((e.id.gpu, e.id.node.as_deref()), (Some(1), Some("n")));
