@@ -309,14 +309,15 @@ fn entity_sample() -> impl Strategy<Value = EntitySample> {
             power: b[4],
         })
     });
-    let serving = prop::option::of((prop::option::of(text), prop::option::of(short_decimal())))
-        .prop_map(|s| {
-            s.map(|(engine, kv)| ServingSnapshot {
-                engine,
-                kv_cache_utilization: kv,
-                ..ServingSnapshot::default()
-            })
-        });
+    // The KV-cache share an engine gives, 0 to 1 (outside it the parser refuses it).
+    let kv = (0_u32..=1_000_000).prop_map(|m| f64::from(m) / 1e6);
+    let serving = prop::option::of((prop::option::of(text), prop::option::of(kv))).prop_map(|s| {
+        s.map(|(engine, kv)| ServingSnapshot {
+            engine,
+            kv_cache_utilization: kv,
+            ..ServingSnapshot::default()
+        })
+    });
     let truth = (
         prop::option::of(prop::sample::select(Phase::ALL.to_vec())),
         prop::option::of(prop::sample::select(Workload::ALL.to_vec())),
