@@ -53,56 +53,69 @@ fn last(values: &[(usize, f64)]) -> Option<f64> {
 
 /// HAMi's requests into `out`: gpucores (percent, above 0 up to 100) as the compute part,
 /// gpumem (MiB, above 0) as the memory part, each pod's latest. Returns the pods whose
-/// request was neither (gpucores 0 or past 100, gpumem 0 or below): their fraction is not
-/// known, so they are charged as pods without one.
-pub(crate) fn hami(series: &[StepSeries], out: &mut Fractions) -> Vec<String> {
+/// request was neither (gpucores 0 or past 100, gpumem 0 or below, or no finite value):
+/// their fraction is not known, so they are charged as pods without one; and the pods with
+/// one part so refused beside one that reads: charged by the part that reads, that part not
+/// known.
+pub(crate) fn hami(series: &[StepSeries], out: &mut Fractions) -> (Vec<String>, Vec<String>) {
     let mut refused = Vec::new();
     for (labels, values) in series {
-        let (Some(pod), Some(v)) = (pod_of(labels), last(values)) else {
+        let Some(pod) = pod_of(labels) else {
             continue;
         };
         let f = out.entry(pod.clone()).or_default();
-        match labels.get("resource").map(String::as_str) {
-            Some("nvidia_com_gpucores") if v > 0.0 && v <= 100.0 => f.compute = Some(v / 100.0),
-            Some("nvidia_com_gpumem") if v > 0.0 => f.memory_mib = Some(v),
+        match (labels.get("resource").map(String::as_str), last(values)) {
+            (Some("nvidia_com_gpucores"), Some(v)) if v > 0.0 && v <= 100.0 => {
+                f.compute = Some(v / 100.0);
+            }
+            (Some("nvidia_com_gpumem"), Some(v)) if v > 0.0 => f.memory_mib = Some(v),
             _ => refused.push(pod),
         }
     }
     out.retain(|_, f| *f != Fraction::default());
-    refused.retain(|p| !out.contains_key(p));
-    refused.sort_unstable();
-    refused.dedup();
-    refused
+    let (mut partly, mut whole): (Vec<String>, Vec<String>) =
+        refused.into_iter().partition(|p| out.contains_key(p));
+    for list in [&mut whole, &mut partly] {
+        list.sort_unstable();
+        list.dedup();
+    }
+    (whole, partly)
+}
+
+/// A KAI annotation of `labels` read as a number above 0 up to `max`: `None` where there is
+/// none, `Some(None)` where it does not read.
+fn annotation(labels: &BTreeMap<String, String>, key: &str, max: f64) -> Option<Option<f64>> {
+    labels.get(key).filter(|v| !v.trim().is_empty()).map(|v| {
+        v.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite() && *v > 0.0 && *v <= max)
+    })
 }
 
 /// KAI's annotations into `out` (where HAMi gave the pod nothing): `gpu-fraction` (above 0
-/// up to 1) as the compute part, `gpu-memory` (MiB) as the memory part; returns the
-/// GPU-hours each such pod requested (its fraction × the hours its annotation was seen),
-/// `hours_per_step` a step's, and the pods with an annotation that does not read (named in a
-/// note: that part of theirs is not known).
+/// up to 1) as the compute part, `gpu-memory` (MiB) as the memory part, from the pod's
+/// series seen last (a pod made again under its name with a new annotation has a series of
+/// each); returns the GPU-hours each such pod requested (each series' fraction × the hours
+/// it was seen, every series), `hours_per_step` a step's, and the pods with an annotation
+/// that does not read, in any series (named in a note: that part of theirs is not known).
 pub(crate) fn kai(
     series: &[StepSeries],
     out: &mut Fractions,
     hours_per_step: f64,
 ) -> (HashMap<String, f64>, Vec<String>) {
+    let hami: std::collections::HashSet<String> = out.keys().cloned().collect();
     let mut requested = HashMap::new();
     let mut refused = Vec::new();
+    // The last step of the series each pod's fraction was taken from.
+    let mut taken_at: HashMap<String, usize> = HashMap::new();
     for (labels, values) in series {
         let Some(pod) = pod_of(labels) else { continue };
-        // `None`: no annotation; `Some(None)`: one that does not read.
-        let num = |k: &str, max: f64| {
-            labels.get(k).filter(|v| !v.trim().is_empty()).map(|v| {
-                v.trim()
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|v| v.is_finite() && *v > 0.0 && *v <= max)
-            })
-        };
-        let compute = num("annotation_gpu_fraction", 1.0);
-        let memory = num("annotation_gpu_memory", f64::INFINITY);
-        if out.contains_key(&pod) {
+        if hami.contains(&pod) {
             continue;
         }
+        let compute = annotation(labels, "annotation_gpu_fraction", 1.0);
+        let memory = annotation(labels, "annotation_gpu_memory", f64::INFINITY);
         if compute == Some(None) || memory == Some(None) {
             refused.push(pod.clone());
         }
@@ -114,6 +127,11 @@ pub(crate) fn kai(
             *requested.entry(pod.clone()).or_insert(0.0) +=
                 c * values.len() as f64 * hours_per_step;
         }
+        let last_step = values.iter().map(|(s, _)| *s).max().unwrap_or(0);
+        if taken_at.get(&pod).is_some_and(|&at| at > last_step) {
+            continue;
+        }
+        taken_at.insert(pod.clone(), last_step);
         out.insert(
             pod,
             Fraction {
@@ -222,12 +240,15 @@ pub(crate) fn read(
     let hours_per_step = history.step_seconds() / 3600.0;
     let mut fractions = Fractions::new();
     let scoped = |query| pods_query(history, query, "");
-    let refused = hami(
+    let (refused, partly) = hami(
         &history.series_by_step(&pods_query(history, HAMI, HAMI_RESOURCES))?,
         &mut fractions,
     );
     if !refused.is_empty() {
         notes.push(format!("{} pod(s) request through HAMi neither gpucores above 0 up to 100 nor gpumem above 0, so their fraction is not known and they are charged as pods without one: {}", refused.len(), refused.join(", ")));
+    }
+    if !partly.is_empty() {
+        notes.push(format!("{} pod(s) request through HAMi a gpucores not above 0 up to 100, or a gpumem not above 0, beside a part that reads, so that part of their request is not known and they are charged by the other: {}", partly.len(), partly.join(", ")));
     }
     let hami_pods = fractions.len();
     let (kai_requested, kai_refused) = kai(
@@ -307,12 +328,67 @@ mod tests {
                 &[250.0],
             ),
         ];
-        let refused = hami(&s, &mut f);
+        let (refused, partly) = hami(&s, &mut f);
         assert_eq!(refused, ["b/q"], "gpucores 250 is no fraction");
+        assert!(partly.is_empty());
         let p = f["a/p"];
         assert_eq!(p.compute, Some(0.25), "the latest");
         assert_eq!(p.memory_mib, Some(20_000.0));
         assert!(!f.contains_key("b/q"), "{f:?}");
+        // gpucores 250 beside a gpumem that reads, and a gpucores with no finite value: the
+        // memory part charged, the other part named, never dropped in silence.
+        let mut f = Fractions::new();
+        let part = |pod: &str, resource: &str, v: f64| {
+            series(
+                &[("namespace", "c"), ("pod", pod), ("resource", resource)],
+                &[v],
+            )
+        };
+        let s = [
+            part("r", "nvidia_com_gpucores", 250.0),
+            part("r", "nvidia_com_gpumem", 20_000.0),
+            part("n", "nvidia_com_gpucores", f64::NAN),
+        ];
+        let (refused, partly) = hami(&s, &mut f);
+        assert_eq!(
+            (refused, partly),
+            (vec!["c/n".to_string()], vec!["c/r".to_string()])
+        );
+        assert_eq!(
+            (f["c/r"].compute, f["c/r"].memory_mib),
+            (None, Some(20_000.0))
+        );
+    }
+
+    /// A pod made again under its name with a new annotation has a series of each: both
+    /// count in its request (0.25 × 2 h + 0.5 × 2 h), the fraction is the latest series',
+    /// and a later one that does not read is named.
+    #[test]
+    fn every_kai_series_of_a_pod_counts() {
+        let at = |steps: std::ops::Range<usize>| -> Vec<(usize, f64)> {
+            steps.map(|s| (s, 1.0)).collect()
+        };
+        let labels = |fraction: &str| -> BTreeMap<String, String> {
+            [
+                ("namespace", "t"),
+                ("pod", "k"),
+                ("annotation_gpu_fraction", fraction),
+            ]
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect()
+        };
+        // The later series sorts first by its labels.
+        let s = [(labels("0.25"), at(2..4)), (labels("0.5"), at(0..2))];
+        let mut f = Fractions::new();
+        let (requested, refused) = kai(&s, &mut f, 1.0);
+        assert_eq!(requested, HashMap::from([("t/k".to_string(), 1.5)]));
+        assert_eq!(f["t/k"].compute, Some(0.25), "the latest");
+        assert!(refused.is_empty());
+        let s = [(labels("0.5"), at(0..2)), (labels("1.5"), at(2..4))];
+        let (requested, refused) = kai(&s, &mut Fractions::new(), 1.0);
+        assert_eq!(requested, HashMap::from([("t/k".to_string(), 1.0)]));
+        assert_eq!(refused, ["t/k"]);
     }
 
     /// KAI's annotations: gpu-fraction 0.5 seen at 4 one-hour steps requests 2 GPU-hours;
