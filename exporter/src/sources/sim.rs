@@ -162,9 +162,12 @@ impl Source for SimSource {
         SourceKind::Sim.as_str()
     }
 
-    /// The sub-window: each sample covers at most that long.
+    /// None: a sub-window is at most `sample_every` long, not exactly (a tick's time split
+    /// as evenly as whole milliseconds go, one sample a tick where `sample_every` is longer
+    /// than the interval), so each entity's first window is as long as the spacing to its
+    /// next sample, its own timestamps', never a declared length it may not have.
     fn update_interval(&self) -> Option<Duration> {
-        Some(self.sample_every)
+        None
     }
 
     /// Advance to `now` and return the time since the previous call, as equal sub-windows
@@ -226,7 +229,7 @@ mod tests {
                 every,
             );
             let declared = src.update_interval().map(|d| d.as_secs_f64());
-            assert_eq!(declared, Some(0.1));
+            assert_eq!(declared, None);
             let mut a = Analyzer::new(Deriver::new(DeriveConfig::default(), declared), false);
             let mut d = Deriver::new(DeriveConfig::default(), declared);
             let mut totals = Default::default();
@@ -252,5 +255,38 @@ mod tests {
             );
             assert!((t.observed_seconds - 300.0).abs() < 1e-6);
         }
+    }
+
+    /// Each window is as long as its own samples say, the first too: with `sample_every`
+    /// longer than the interval (one sample a tick of 1 s), six ticks are 6 s observed,
+    /// never a first window of the 10 s `sample_every` (15 s).
+    #[test]
+    fn the_first_window_is_as_long_as_its_samples_say() {
+        let config = SimConfig::default();
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let interval = Duration::from_secs(1);
+        let mut src = SimSource::new(
+            1,
+            config.model().unwrap(),
+            config.seed,
+            Some(Scenario::Training),
+            "n",
+            t0,
+            interval,
+            Duration::from_secs(10),
+        );
+        let mut d = Deriver::new(
+            DeriveConfig::default(),
+            src.update_interval().map(|d| d.as_secs_f64()),
+        );
+        let mut totals = truthscale_core::tracker::Totals::default();
+        for tick in 0..6 {
+            let produced = src.sample(t0 + interval * tick);
+            assert_eq!(produced.samples.len(), 1);
+            totals = d.observe(&produced.samples[0]).windows[0].totals;
+        }
+        // Six samples 1 s apart, the first covering the second before t0: the first window
+        // decided by the spacing to the second.
+        assert!((totals.observed_seconds - 6.0).abs() < 1e-9, "{totals:?}");
     }
 }
