@@ -149,7 +149,7 @@ fn read_line(
         truth_effective_compute: read_truth_fraction(o)?,
         simulated: take::<String>(o, "source")?.as_deref() == Some("sim"),
         sm_clock_is_point: take(o, "sm_clock_point")?.unwrap_or(false),
-        counters_held: false,
+        counters_held: take(o, "counters_held")?.unwrap_or(false),
         nvlink_wait_links: take(o, "nvlink_wait_links")?.unwrap_or(0),
         energy_read_at: read_time(o, "energy_read_at")?.map(Timestamp),
         // Node mode's lists (processes, allocation, holders' pressure): not in the format.
@@ -408,6 +408,11 @@ struct Wire<'a> {
     /// as the live source's windows were. Written where it is.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     sm_clock_point: bool,
+    /// Whether the source held its counters between its own collections
+    /// ([`EntitySample::counters_held`], dcgm-exporter's): a replay pairs the energy
+    /// counter's deltas with its own moves as the live source did. Written where it is.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    counters_held: bool,
 }
 
 /// One trace line for `e` taken at `taken`, without a trailing newline; [`JsonlParser`]
@@ -450,6 +455,7 @@ pub fn to_line(taken: Timestamp, e: &EntitySample) -> String {
         nvlink_wait_links: (e.nvlink_wait_links > 0).then_some(e.nvlink_wait_links),
         energy_read_at: e.energy_read_at.map(rfc3339_ms),
         sm_clock_point: e.sm_clock_is_point,
+        counters_held: e.counters_held,
     };
     serde_json::to_string(&wire).unwrap_or_default()
 }
@@ -542,7 +548,7 @@ mod tests {
             truth_phase: Some(Phase::MemoryBound),
             truth_workload: Some(Workload::Decode),
             sm_clock_is_point: true,
-            counters_held: false,
+            counters_held: true,
             nvlink_wait_links: 4,
             energy_read_at: Some(Timestamp(1_714_564_800_131)),
             truth_effective_compute: Some(0.125),
@@ -569,7 +575,7 @@ mod tests {
         );
         assert!(
             line.ends_with(
-                r#","nvlink_wait_links":4,"energy_read_at":"2024-05-01T12:00:00.131Z","sm_clock_point":true}"#
+                r#","nvlink_wait_links":4,"energy_read_at":"2024-05-01T12:00:00.131Z","sm_clock_point":true,"counters_held":true}"#
             ),
             "{line}"
         );
