@@ -193,6 +193,10 @@ pub(crate) struct Device {
     /// `NVML_PROCESSOR_CLK_SAMPLES`), which cover the window; absent: not supported.
     #[serde(default)]
     sm_clock_samples_mhz: Option<u32>,
+    /// From `after_ms` after the library loaded, the processor-clock samples read `mhz`
+    /// (those stamped before, `sm_clock_samples_mhz`).
+    #[serde(default)]
+    sm_clock_samples_after: Option<ClockChange>,
     /// `nvmlDeviceGetSamples` answers `UNKNOWN` for calls in this span, in ms after the
     /// library loaded (a driver failing a call now and then).
     #[serde(default)]
@@ -1032,9 +1036,17 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
     })
 }
 
+/// A change of the SM clock the driver's samples read.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ClockChange {
+    after_ms: u64,
+    mhz: u32,
+}
+
 /// The busy-flag ring buffer: one sample every [`UTIL_PERIOD_US`] of wall time, newer than
-/// `last_seen` and at most [`UTIL_BUFFER_US`] old.
-fn util_samples(last_seen: u64, value: u32) -> Vec<sys::nvmlSample_t> {
+/// `last_seen` and at most [`UTIL_BUFFER_US`] old, each `value_at` its timestamp (µs).
+fn util_samples(last_seen: u64, value_at: impl Fn(u64) -> u32) -> Vec<sys::nvmlSample_t> {
     let now = now_us();
     let oldest = now.saturating_sub(UTIL_BUFFER_US).max(last_seen + 1);
     let first = oldest.div_ceil(UTIL_PERIOD_US);
@@ -1042,7 +1054,9 @@ fn util_samples(last_seen: u64, value: u32) -> Vec<sys::nvmlSample_t> {
     (first..=last)
         .map(|k| sys::nvmlSample_t {
             timeStamp: k * UTIL_PERIOD_US,
-            sampleValue: sys::nvmlValue_t { uiVal: value },
+            sampleValue: sys::nvmlValue_t {
+                uiVal: value_at(k * UTIL_PERIOD_US),
+            },
         })
         .collect()
 }
@@ -1082,7 +1096,15 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetSamples(
         if count.is_null() || value_type.is_null() {
             return INVALID_ARGUMENT;
         }
-        let all = util_samples(last_seen, u);
+        // The wall clock's µs when the library loaded: a clock change is stamped from it.
+        let loaded_us = now_us().saturating_sub(s.started.elapsed().as_micros() as u64);
+        let change = (type_ == sys::nvmlSamplingType_enum_NVML_PROCESSOR_CLK_SAMPLES)
+            .then_some(d.sm_clock_samples_after)
+            .flatten();
+        let all = util_samples(last_seen, |ts| match change {
+            Some(c) if ts >= loaded_us + c.after_ms * 1000 => c.mhz,
+            _ => u,
+        });
         // SAFETY: checked not null; valid per the caller.
         unsafe {
             value_type.write(sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT);

@@ -1280,6 +1280,52 @@ fn a_gpm_outage_past_the_wait_is_not_averaged_into_the_window_after_it() {
     s.wait_for(WAIT, "the misses counted", |m| errors_of(m, "nvml") >= 4.0);
 }
 
+/// In MIG mode, a tick whose GPM samples all fail is reported unchanged, and the GPU's
+/// clock samples of that tick are kept for the next window, which spans it. The fake's
+/// clock samples read 1980 MHz, then 1200 MHz from 2.5 s; both instances' GPM samples fail
+/// in [1.5 s, 3.5 s), the ticks near 2 s and 3 s at a 1 s interval. The window from about
+/// 1 s to 4 s then reads a mean of both clocks (about 1590 MHz); read only since the last
+/// failed tick, as it was, it would read 1200 MHz alone.
+#[test]
+fn a_mig_tick_without_gpm_keeps_its_clock_samples_for_the_next_window() {
+    let dir = TempDir::new("nvml-mig-clock");
+    let path = edited_scenario("h100-mig", &dir, |v| {
+        let d = &mut v["devices"][0];
+        d["sm_clock_samples_mhz"] = serde_json::json!(1980);
+        d["sm_clock_samples_after"] = serde_json::json!({ "after_ms": 2500, "mhz": 1200 });
+        for gi in 0..2 {
+            d["mig"][gi]["gpm"]["sample_error_between_ms"] = serde_json::json!([1500, 3500]);
+        }
+    });
+    let s = Sidecar::start(
+        &truthscale_e2e::nvml_args(fake(), "1s"),
+        &[("FAKE_NVML_SCENARIO", path.to_str().unwrap())],
+        dir.path(),
+    );
+    let clock = |m: &[Sample]| value(m, "truthscale_gpu_sm_clock_hertz", &[("mig_instance", "1")]);
+    // Each value the clock took, in order, until the 1200 MHz alone.
+    let mut seen: Vec<f64> = Vec::new();
+    let deadline = std::time::Instant::now() + WAIT;
+    while !seen.last().is_some_and(|v| (v - 1.2e9).abs() < 1.0) {
+        if let Some(v) = clock(&s.metrics())
+            && seen.last() != Some(&v)
+        {
+            seen.push(v);
+        }
+        assert!(std::time::Instant::now() < deadline, "{seen:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mixed: Vec<f64> = seen
+        .iter()
+        .copied()
+        .filter(|v| (v - 1.98e9).abs() > 1.0 && (v - 1.2e9).abs() > 1.0)
+        .collect();
+    assert!(
+        mixed.iter().any(|v| (1.3e9..=1.9e9).contains(v)),
+        "no window spanned the failed ticks' clock samples: {seen:?}"
+    );
+}
+
 /// The choices a start without a source names when there is no driver.
 const CHOICES: &str = "): pass --source nvml (with --nvml-library PATH where the library is \
                        elsewhere), --source dcgm-exporter:URL, --source replay:FILE, or --source \

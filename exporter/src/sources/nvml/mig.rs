@@ -11,7 +11,7 @@ use nvml_wrapper::Device;
 use nvml_wrapper::error::NvmlError;
 use truthscale_core::gpus::GpuSpec;
 use truthscale_core::health;
-use truthscale_core::model::{EntitySample, Field, MigId, Readings};
+use truthscale_core::model::{EntityId, EntitySample, Field, MigId, Readings};
 
 /// What each instance takes from its GPU's readings: the clocks, and health (ECC, row
 /// remaps, XIDs, recovery action, violation times): a GPU that cannot take work has no
@@ -124,7 +124,10 @@ impl DevState {
         })
     }
 
-    /// A GPU in MIG mode: one entity per GPU instance.
+    /// A GPU in MIG mode: one entity per GPU instance. GPM is stepped first: the GPU's
+    /// clocks and health are read only for a tick whose windows go out, so that a tick whose
+    /// instances are all reported unchanged leaves the clock samples to the next window,
+    /// which spans it.
     pub(super) fn read_mig<'n>(
         &mut self,
         ctx: &Ctx<'n>,
@@ -137,14 +140,10 @@ impl DevState {
         // Forget the samples of instances that are gone.
         let present: Vec<u32> = migs.iter().map(|m| m.gi).collect();
         self.gpm.forget_gone(ctx.nvml, &present);
-        let mut shared = Readings::default();
-        let (throttles, sm_clock_is_point) = self.clocks(ctx, dev, &mut shared, errors)?;
-        // Health is the GPU's (ECC, row remaps, XIDs, recovery action, violation times): a
-        // GPU that cannot take work has no instance that can. Each instance carries it.
-        self.health(ctx.nvml, dev, &mut shared, errors)?;
         // A passing GPM failure this tick, and a GPM window: the GPU's count of misses in a
         // row moves once a tick.
         let (mut missed, mut measured) = (false, false);
+        let mut out = Vec::with_capacity(migs.len());
         for m in migs {
             let mig_id = MigId {
                 gpu_instance: m.gi,
@@ -153,33 +152,50 @@ impl DevState {
                 uuid: m.uuid.clone(),
             };
             let id = self.entity_id(ctx, Some(mig_id));
+            let reported = self.last_keys.contains(&id.key());
             let mut r = Readings::default();
-            r.copy_fields(&shared, FROM_THE_GPU);
-            // A NO_PERMISSION on one instance turns GPM off for the others too.
-            if gpm_on && ctx.gpm_mig_symbol && self.gpm.mode == GpmMode::Active {
-                match self.gpm_step(ctx.nvml, Some(m.gi), || dev.gpm_mig_sample(m.gi), errors)? {
-                    // An instance already reported (GPM back after an outage or a
-                    // refusal) has its window now, without GPM.
-                    GpmStep::First if self.last_keys.contains(&id.key()) => {}
-                    GpmStep::First => continue,
-                    // A passing failure: this instance reported unchanged, a few ticks at most.
-                    GpmStep::Missed if self.gpm.missed < MISSES_WAITED => {
-                        missed = true;
-                        let key = id.key();
-                        if self.last_keys.contains(&key) {
-                            emit.unchanged.push(key);
-                        }
-                        continue;
-                    }
-                    GpmStep::Metrics(v) => {
-                        measured = true;
-                        self.apply_gpm(&mut r, v, errors);
-                    }
-                    // Past the wait: no pair spans the outage.
-                    GpmStep::Missed => self.gpm.drop_slot(ctx.nvml, Some(m.gi)),
-                    GpmStep::Off => {}
+            match self.mig_gpm(ctx, dev, m.gi, gpm_on, reported, &mut r, errors)? {
+                MigStep::Goes { measured: m_ } => {
+                    measured |= m_;
+                    out.push((m, id, r));
                 }
+                MigStep::Waits => {
+                    missed = true;
+                    if reported {
+                        emit.unchanged.push(id.key());
+                    }
+                }
+                MigStep::First => {}
             }
+        }
+        if missed {
+            self.gpm.missed += 1;
+        } else if measured {
+            self.gpm.missed = 0;
+        }
+        self.emit_mig(ctx, dev, out, emit, errors)
+    }
+
+    /// The windows of the GPU instances `out` that go out this tick: the GPU's clocks and
+    /// health (read now, only where any goes out), and each one's memory.
+    fn emit_mig<'n>(
+        &mut self,
+        ctx: &Ctx<'n>,
+        dev: &Device<'n>,
+        out: Vec<(&MigDev<'n>, EntityId, Readings)>,
+        emit: &mut Emitted,
+        errors: &mut Vec<SourceError>,
+    ) -> Result<(), Lost> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let mut shared = Readings::default();
+        let (throttles, sm_clock_is_point) = self.clocks(ctx, dev, &mut shared, errors)?;
+        // Health is the GPU's (ECC, row remaps, XIDs, recovery action, violation times): a
+        // GPU that cannot take work has no instance that can. Each instance carries it.
+        self.health(ctx.nvml, dev, &mut shared, errors)?;
+        for (m, id, mut r) in out {
+            r.copy_fields(&shared, FROM_THE_GPU);
             // The busy flag does not exist on MIG: `ReportedUtil` stays blank.
             self.memory(&m.dev, "nvmlDeviceGetMemoryInfo_v2 (MIG)", &mut r, errors)?;
             emit.entities.push(EntitySample {
@@ -190,13 +206,59 @@ impl DevState {
                 ..EntitySample::default()
             });
         }
-        if missed {
-            self.gpm.missed += 1;
-        } else if measured {
-            self.gpm.missed = 0;
-        }
         Ok(())
     }
+
+    /// Step GPU instance `gi`'s GPM into `r` (`reported`: its window went out before). An
+    /// instance not yet reported waits for its first pair; one already reported has its
+    /// window without GPM when GPM comes back (after an outage or a refusal). A passing
+    /// failure reports it unchanged, a few ticks at most; past that, the sample before the
+    /// outage is dropped, so no pair spans it.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one instance's step, its state beside"
+    )]
+    fn mig_gpm(
+        &mut self,
+        ctx: &Ctx<'_>,
+        dev: &Device<'_>,
+        gi: u32,
+        gpm_on: bool,
+        reported: bool,
+        r: &mut Readings,
+        errors: &mut Vec<SourceError>,
+    ) -> Result<MigStep, Lost> {
+        // A NO_PERMISSION on one instance turns GPM off for the others too.
+        if !(gpm_on && ctx.gpm_mig_symbol && self.gpm.mode == GpmMode::Active) {
+            return Ok(MigStep::Goes { measured: false });
+        }
+        Ok(
+            match self.gpm_step(ctx.nvml, Some(gi), || dev.gpm_mig_sample(gi), errors)? {
+                GpmStep::First if reported => MigStep::Goes { measured: false },
+                GpmStep::First => MigStep::First,
+                GpmStep::Missed if self.gpm.missed < MISSES_WAITED => MigStep::Waits,
+                GpmStep::Metrics(v) => {
+                    self.apply_gpm(r, v, errors);
+                    MigStep::Goes { measured: true }
+                }
+                GpmStep::Missed => {
+                    self.gpm.drop_slot(ctx.nvml, Some(gi));
+                    MigStep::Goes { measured: false }
+                }
+                GpmStep::Off => MigStep::Goes { measured: false },
+            },
+        )
+    }
+}
+
+/// What a GPU instance's GPM step makes of its window this tick.
+enum MigStep {
+    /// It goes out, with GPM's values where `measured`.
+    Goes { measured: bool },
+    /// A passing failure: reported unchanged, waiting.
+    Waits,
+    /// Its first pair not yet taken: nothing to report.
+    First,
 }
 
 /// The MIG profile name of a GPU instance, such as `3g.40gb`: the catalog profile of the
