@@ -291,7 +291,8 @@ impl HolderPressure {
                 source = PRESSURE,
                 kind,
                 file = %path.display(),
-                "A pod's cgroup file could not be read: {why}; that share is blank this tick (counted in truthscale_source_errors_total{{source=\"pressure\"}}; repeats logged every 30 s)."
+                "A pod's cgroup file could not be read: {why}; that share is blank this tick (counted in {}{{source=\"pressure\"}}; repeats logged every 30 s).",
+                truthscale_core::catalog::SOURCE_ERRORS.name
             );
         }
         None

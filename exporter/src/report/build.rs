@@ -87,11 +87,46 @@ enum Charged<'a> {
     Funnel(truthscale_core::showback::Funnel),
 }
 
+/// Whether `input` can be reported: some GPU reading in the window, and, for a showback
+/// (`charged`), a holder somewhere. Returns whether allocation is unknown fleet-wide: no GPU
+/// names a pod and no holder was read, so no hour can be called unallocated (nor allocated,
+/// active or effective under a holder).
+///
+/// # Errors
+/// No GPU reading in the window; a showback where allocation is unknown fleet-wide.
+fn check_input(
+    input: &truthscale_core::fleet::FleetInput,
+    source: &super::Source,
+    history: &History,
+    charged: bool,
+) -> anyhow::Result<bool> {
+    if input.tracks.is_empty() {
+        bail!(
+            "{}: the series exist but hold no GPU readings between {} and {}{}",
+            source.prometheus,
+            source.start,
+            source.end,
+            history.newest_hint()
+        );
+    }
+    let allocation_unknown = input.tracks.iter().all(|t| t.pod.is_none()) && input.held.is_empty();
+    if allocation_unknown && charged {
+        bail!(
+            "{}: no GPU series between {} and {} names a pod, and no holder was read (node mode's {}): who held each GPU is unknown, so its hours cannot be charged by --by; export pod labels (dcgm-exporter's Kubernetes mapping, or truthscale in node mode) first",
+            source.prometheus,
+            source.start,
+            source.end,
+            truthscale_core::catalog::GPU_ALLOCATION.name
+        );
+    }
+    Ok(allocation_unknown)
+}
+
 /// Read `history` and build the report.
 ///
 /// # Errors
 /// Prometheus unreachable, slow or answering errors; a pod's GPU request refused; no GPU
-/// readings in the window.
+/// readings in the window; a showback where no GPU names a pod and no holder was read.
 pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built> {
     if let Some(every) = cfg.showback.as_ref().and_then(|s| s.every) {
         check_every(every, history.range(), cfg.max_points)?;
@@ -111,27 +146,7 @@ pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built>
     let (mut input, source, stats) = super::collect(&mut history, cfg.max_points)?;
     input.held = held;
     grant_fractions(&mut input, attributes.as_ref());
-    if input.tracks.is_empty() {
-        bail!(
-            "{}: the series exist but hold no GPU readings between {} and {}{}",
-            source.prometheus,
-            source.start,
-            source.end,
-            history.newest_hint()
-        );
-    }
-    // No GPU names a pod and no holder was read: who held what is unknown across the fleet,
-    // so no hour can be called unallocated (nor allocated, active or effective under a
-    // holder).
-    let allocation_unknown = input.tracks.iter().all(|t| t.pod.is_none()) && input.held.is_empty();
-    if allocation_unknown && cfg.showback.is_some() {
-        bail!(
-            "{}: no GPU series between {} and {} names a pod, and no holder was read (node mode's truthscale_gpu_allocation_info): who held each GPU is unknown, so its hours cannot be charged by --by; export pod labels (dcgm-exporter's Kubernetes mapping, or truthscale in node mode) first",
-            source.prometheus,
-            source.start,
-            source.end
-        );
-    }
+    let allocation_unknown = check_input(&input, &source, &history, cfg.showback.is_some())?;
     let analysis = Instant::now();
     let per = source.steps_per_point;
     // The fleet's analysis and the showback (or the funnel, which is one) read the same
@@ -165,9 +180,7 @@ pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built>
             Some(sb)
         }
         Charged::Funnel(_) if allocation_unknown => {
-            doc.fleet
-                .notes
-                .push(notes::FUNNEL_ALLOCATION_UNKNOWN.to_owned());
+            doc.fleet.notes.push(notes::funnel_allocation_unknown());
             None
         }
         Charged::Funnel(funnel) => {

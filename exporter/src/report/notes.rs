@@ -6,7 +6,12 @@ use super::Source;
 use crate::history::FeedStats;
 
 /// The note in place of the funnel where no GPU names a pod and no holder was read.
-pub(crate) const FUNNEL_ALLOCATION_UNKNOWN: &str = "no funnel: no GPU carried pod labels and no holder was read (node mode's truthscale_gpu_allocation_info), so which hours were allocated, and so active and effective under a holder, is unknown, never 0 or unallocated";
+pub(crate) fn funnel_allocation_unknown() -> String {
+    format!(
+        "no funnel: no GPU carried pod labels and no holder was read (node mode's {}), so which hours were allocated, and so active and effective under a holder, is unknown, never 0 or unallocated",
+        truthscale_core::catalog::GPU_ALLOCATION.name
+    )
+}
 
 /// The notes on how the steps of `s` were read, in the report's order: a summarised step,
 /// points combining several steps, readings that were not measurements.
