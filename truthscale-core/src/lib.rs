@@ -24,6 +24,8 @@
 //! assert_eq!(w.totals.busy_seconds, 1.0);
 //! ```
 #![warn(missing_docs)]
+// The metric catalog is one `macro_rules!` table: each family is a recursion step.
+#![recursion_limit = "256"]
 
 pub mod analysis;
 pub mod catalog;

@@ -47,9 +47,11 @@ pub struct Totals {
     /// Of the `starved` seconds, those of each cause, indexed by
     /// [`crate::causes::Cause::index`]: they sum to `verdict_seconds[starved]`.
     pub starved_cause_seconds: [f64; 7],
-    /// Seconds whose verdict had roofline saturation: the only ones that could be judged
-    /// `starved`.
+    /// Seconds whose verdict had roofline saturation (the denominator of its mean).
     pub saturation_observed_seconds: f64,
+    /// Seconds that could be judged `starved` or not: roofline saturation measured, the
+    /// busy flag read, and not judged unavailable (the denominator of the starved share).
+    pub starved_judged_seconds: f64,
     /// Seconds with a health finding: the only ones that could be judged `unavailable`.
     pub health_observed_seconds: f64,
     /// Energy in joules: the energy counter's deltas over the spans between its readings,
@@ -1745,6 +1747,9 @@ fn integrate(w: &mut EntityWindow, dt: f64) {
     }
     if !w.verdict.missing.profiling {
         t.saturation_observed_seconds += dt;
+        if !w.verdict.missing.busy_flag && w.verdict.verdict != verdict::Verdict::Unavailable {
+            t.starved_judged_seconds += dt;
+        }
     }
     if w.health.is_some() {
         t.health_observed_seconds += dt;
@@ -2122,6 +2127,46 @@ pub(crate) mod tests {
         assert_eq!(totals(2000, &profiled), (1.0, 0.0));
         assert_eq!(totals(3000, &health), (1.0, 1.0));
         assert_eq!(totals(4000, &busy_only), (1.0, 1.0));
+    }
+
+    /// A second with roofline saturation but no busy flag (a MIG instance, a capture without
+    /// GPU utilization), or judged unavailable, can never be judged starved: it counts in
+    /// the saturation's seconds, not in those that could be judged starved, so the starved
+    /// share of 10 starved seconds beside 10 such seconds is 1, not 0.5.
+    #[test]
+    fn only_seconds_that_could_be_starved_are_judged() {
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let starved = [
+            (Field::ReportedUtil, 1.0),
+            (Field::TensorActive, 0.02),
+            (Field::DramActive, 0.02),
+            (Field::SmClockMhz, 1980.0),
+        ];
+        let no_flag = [
+            (Field::TensorActive, 0.02),
+            (Field::DramActive, 0.02),
+            (Field::SmClockMhz, 1980.0),
+        ];
+        let unavailable = [
+            (Field::ReportedUtil, 1.0),
+            (Field::TensorActive, 0.02),
+            (Field::DramActive, 0.02),
+            (Field::SmClockMhz, 1980.0),
+            (Field::RowRemapPending, 1.0),
+        ];
+        let mut last = Totals::default();
+        for k in 0..=30 {
+            let r: &[(Field, f64)] = match k {
+                0..=10 => &starved,
+                11..=20 => &no_flag,
+                _ => &unavailable,
+            };
+            last = d.observe(&sample(k * 1000, r)).windows[0].totals;
+        }
+        let starved_index = crate::verdict::Verdict::Starved.index();
+        assert_eq!(last.verdict_seconds[starved_index], 11.0);
+        assert_eq!(last.saturation_observed_seconds, 31.0);
+        assert_eq!(last.starved_judged_seconds, 11.0);
     }
 
     #[test]

@@ -21,6 +21,9 @@ pub struct SimSource {
     last: SystemTime,
     /// The longest sub-window a tick is simulated in.
     sample_every: Duration,
+    /// Whether a tick was simulated: the first is at least two sub-windows, so that each
+    /// GPU's first window, as long as the spacing to its next sample, is decided in it.
+    started: bool,
 }
 
 /// `kind = "sim"`: the simulated GPU.
@@ -153,6 +156,7 @@ impl SimSource {
             sim,
             last: begin,
             sample_every: sample_every.max(Duration::from_millis(10)),
+            started: false,
         }
     }
 }
@@ -185,7 +189,12 @@ impl Source for SimSource {
         let ms = (dt * 1000.0).floor() as u64;
         self.last += Duration::from_millis(ms);
         let every = (self.sample_every.as_millis() as u64).max(1);
-        let n = ms.div_ceil(every).clamp(1, 100_000);
+        let least = if std::mem::replace(&mut self.started, true) {
+            1
+        } else {
+            2
+        };
+        let n = ms.div_ceil(every).clamp(least.min(ms), 100_000);
         let samples = (0..n)
             .map(|i| {
                 let sub = ms / n + u64::from(i < ms % n);
@@ -282,11 +291,13 @@ mod tests {
         let mut totals = truthscale_core::tracker::Totals::default();
         for tick in 0..6 {
             let produced = src.sample(t0 + interval * tick);
-            assert_eq!(produced.samples.len(), 1);
-            totals = d.observe(&produced.samples[0]).windows[0].totals;
+            assert_eq!(produced.samples.len(), if tick == 0 { 2 } else { 1 });
+            for s in &produced.samples {
+                totals = d.observe(s).windows[0].totals;
+            }
         }
-        // Six samples 1 s apart, the first covering the second before t0: the first window
-        // decided by the spacing to the second.
+        // The first tick in two samples of 500 ms (its first window decided by their
+        // spacing), then one sample a second: the 6 s from the second before t0.
         assert!((totals.observed_seconds - 6.0).abs() < 1e-9, "{totals:?}");
     }
 }

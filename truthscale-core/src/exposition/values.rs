@@ -307,6 +307,9 @@ fn one_value(id: GpuMetric, win: &EntityWindow) -> Option<Option<f64>> {
         GpuMetric::GpuSaturationObservedSeconds => {
             measured(t.saturation_observed_seconds, t.saturation_observed_seconds)
         }
+        GpuMetric::GpuStarvedJudgedSeconds => {
+            measured(t.starved_judged_seconds, t.starved_judged_seconds)
+        }
         GpuMetric::GpuEffectiveComputeObservedSeconds => measured(
             t.effective_compute_observed_seconds,
             t.effective_compute_observed_seconds,
@@ -397,9 +400,9 @@ fn judged_values<'a>(
                 push(vec![("verdict", v.as_str())], bool_f(v == cur));
             }
         }
-        // Only for entities whose roofline saturation was measured: no other second could
-        // be judged starved.
-        GpuMetric::GpuStarvedSeconds if win.totals.saturation_observed_seconds > 0.0 => {
+        // Only for entities with a second that could be judged starved: a 0 for one that
+        // could not (a MIG instance, without a busy flag) would be no measurement.
+        GpuMetric::GpuStarvedSeconds if win.totals.starved_judged_seconds > 0.0 => {
             for c in Cause::ALL {
                 push(
                     vec![("cause", c.as_str())],
