@@ -119,9 +119,14 @@ struct EntityAcc {
     gap: Mean,
     sat: Mean,
     spatial: Mean,
-    /// Windows with a compute term, and of those, windows whose clock correction was applied.
-    compute_windows: u64,
-    corrected_windows: u64,
+    /// Seconds with a compute term, and of those, seconds whose clock correction was
+    /// applied (gaps left out, as from every mean).
+    compute_seconds: f64,
+    corrected_seconds: f64,
+    /// The tracker's seconds that could be judged starved, and with health read, as of the
+    /// entity's latest window: without them, no starved or unavailable share is a measurement.
+    starved_judged: f64,
+    health_observed: f64,
     /// Seconds not observed (gaps), as of the entity's latest window.
     unobserved: f64,
     peak_used: Option<f64>,
@@ -273,12 +278,6 @@ fn add_window(acc: &mut EntityAcc, timeline: bool, t: f64, w: &EntityWindow) {
     acc.simulated |= w.simulated;
     acc.samples += 1;
     let m = &w.metrics;
-    if m.compute_measured() {
-        acc.compute_windows += 1;
-        if m.clock_corrected {
-            acc.corrected_windows += 1;
-        }
-    }
     if let Some(u) = w.readings.value(Field::MemUsedBytes) {
         acc.peak_used = Some(acc.peak_used.map_or(u, |p: f64| p.max(u)));
     }
@@ -306,10 +305,18 @@ fn add_weighted(acc: &mut EntityAcc, w: &EntityWindow, dt: f64) {
     acc.engine_compared = w.totals.phase_compared_seconds;
     acc.engine_agreed = w.totals.phase_agreed_seconds;
     acc.unobserved = w.totals.unobserved_seconds;
+    acc.starved_judged = w.totals.starved_judged_seconds;
+    acc.health_observed = w.totals.health_observed_seconds;
     if dt <= 0.0 {
         return;
     }
     let m = &w.metrics;
+    if m.compute_measured() {
+        acc.compute_seconds += dt;
+        if m.clock_corrected {
+            acc.corrected_seconds += dt;
+        }
+    }
     acc.util.add(m.reported_utilization, dt);
     acc.ecf.add(m.effective_compute, dt);
     acc.ecf_q.add(m.effective_compute, dt);
@@ -580,7 +587,7 @@ pub struct EntitySummary {
     pub reported_utilization: Option<MeanOnly>,
     /// Effective compute fraction.
     pub effective_compute: Option<MeanP95>,
-    /// The fraction of the windows with a compute term whose clock correction applied
+    /// The fraction of the seconds with a compute term whose clock correction applied
     /// (only those count in `effective_compute`); `None` without a compute term.
     pub clock_corrected: Option<f64>,
     /// Seconds not observed: gaps longer than `max_gap_intervals` update intervals, left out
@@ -640,13 +647,20 @@ pub struct EntitySummary {
 }
 
 /// The verdict held longest (ties to the first in label order) and the fraction of the
-/// judged time under each.
+/// judged time under each: `starved` only where a second could be judged starved, and
+/// `unavailable` only where health was read (else a 0 for a verdict that could not be
+/// reached, never a measurement).
 fn verdicts(a: &EntityAcc) -> (Verdict, BTreeMap<&'static str, f64>) {
     let judged: f64 = a.verdict_seconds.iter().sum();
     // No window judged: no fractions at all, rather than a zero for each verdict.
     let verdict_fraction: BTreeMap<&'static str, f64> = Verdict::ALL
         .iter()
         .filter(|_| judged > 0.0)
+        .filter(|v| match v {
+            Verdict::Starved => a.starved_judged > 0.0,
+            Verdict::Unavailable => a.health_observed > 0.0,
+            _ => true,
+        })
         .map(|v| (v.as_str(), a.verdict_seconds[v.index()] / judged))
         .collect();
     let verdict = Verdict::ALL
@@ -716,7 +730,6 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig, partitioned: bool) -> EntitySumm
     let frac = |p: Phase| secs[p.index()] / classified;
     let any_classified = classified > 0.0;
     let (verdict, verdict_fraction) = verdicts(a);
-    let judged = !verdict_fraction.is_empty();
     let memory = memory_report(a, cfg, partitioned);
     let mean = |m: &Mean| m.get().map(|mean| MeanOnly { mean });
     EntitySummary {
@@ -739,8 +752,7 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig, partitioned: bool) -> EntitySumm
             mean,
             p95: a.ecf_q.quantile(0.95).unwrap_or(mean),
         }),
-        clock_corrected: (a.compute_windows > 0)
-            .then(|| a.corrected_windows as f64 / a.compute_windows as f64),
+        clock_corrected: (a.compute_seconds > 0.0).then(|| a.corrected_seconds / a.compute_seconds),
         unobserved_seconds: a.unobserved,
         effective_compute_upper_bound: upper_bound(a, cfg),
         power_proxy: mean(&a.proxy),
@@ -768,10 +780,11 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig, partitioned: bool) -> EntitySumm
         }),
         verdict,
         verdict_fraction,
-        // Where no window was judged, no starved second was counted either: no causes.
+        // Where no second could be judged starved, no cause could be counted: none, never
+        // a 0 for each.
         starved_cause_seconds: Cause::ALL
             .iter()
-            .filter(|_| judged)
+            .filter(|_| a.starved_judged > 0.0)
             .map(|c| (c.as_str(), a.starved_cause_seconds[c.index()]))
             .collect(),
         engine_phase_agreement: (a.engine_compared > 0.0)
@@ -896,7 +909,9 @@ mod tests {
 
     /// One sample and no update interval: its window's length is never known, so nothing
     /// is classified or judged. The mixes are absent, never a zero for each regime or
-    /// verdict; a second sample a second later makes them whole.
+    /// verdict; a second sample a second later makes them whole, but for what a busy flag
+    /// alone can never reach: no `starved` (no roofline saturation) or `unavailable` (no
+    /// health read) share, and no starved causes, rather than a 0 for each.
     #[test]
     fn an_undecided_window_gives_no_mix_rather_than_zeros() {
         use crate::model::{EntityId, EntitySample, Readings, Sample};
@@ -925,10 +940,32 @@ mod tests {
         a.push(&sample(2));
         let e = a.report().entities.remove(0);
         assert_eq!(e.regime_fraction.map(|f| f.idle), Some(1.0));
-        assert_eq!(e.verdict_fraction.len(), Verdict::ALL.len());
-        assert_eq!(e.verdict_fraction.values().sum::<f64>(), 1.0);
-        assert_eq!(e.starved_cause_seconds.len(), Cause::ALL.len());
-        assert_eq!(e.starved_cause_seconds.values().sum::<f64>(), 0.0);
+        assert_eq!(e.verdict_fraction.len(), Verdict::ALL.len() - 2);
+        assert!(!e.verdict_fraction.contains_key("starved"));
+        assert!(!e.verdict_fraction.contains_key("unavailable"));
+        assert_eq!(e.verdict_fraction["idle"], 1.0);
+        assert!(e.starved_cause_seconds.is_empty(), "{e:?}");
+    }
+
+    /// The clock-corrected share is of the seconds with a compute term, as every mean is:
+    /// a window after a gap (98 s, over the limit) is integrated over no second, so its
+    /// uncorrected compute term does not count (it read 2/3 by windows).
+    #[test]
+    fn the_clock_corrected_share_leaves_gaps_out() {
+        let f_ref = by_key("h100-sxm").unwrap().f_ref_mhz;
+        let mut a = Analyzer::new(Deriver::new(DeriveConfig::default(), Some(1.0)), false);
+        let mut pairs = vec![
+            (Field::ReportedUtil, 1.0),
+            (Field::TensorActive, 0.5),
+            (Field::DramActive, 0.1),
+            (Field::SmClockMhz, f_ref),
+        ];
+        a.push(&crate::tracker::tests::sample(1000, &pairs));
+        a.push(&crate::tracker::tests::sample(2000, &pairs));
+        pairs.pop();
+        a.push(&crate::tracker::tests::sample(100_000, &pairs));
+        let e = a.report().entities.remove(0);
+        assert_eq!(e.clock_corrected, Some(1.0));
     }
 
     /// A GPU already split into MIG instances gets no MIG advice of its own (its summed
