@@ -128,7 +128,9 @@ pub struct Waits {
     pub starved_hours_of_unknown_share: f64,
     /// The workloads with starved time, most first (at most [`LISTED`]).
     pub starved: Vec<StarvedRow>,
-    /// Starved workloads left out of the list, and their starved hours.
+    /// Starved workloads left out of the list, and their parts of the starved GPU-hours,
+    /// counted as `starved_gpu_hours` are (a time-sliced GPU's holders once, a MIG instance
+    /// by its share; one of unknown share in `starved_hours_of_unknown_share`).
     pub starved_not_listed: NotListed,
     /// The stragglers, most hours first (at most [`LISTED`]).
     pub stragglers: Vec<StragglerRow>,
@@ -157,18 +159,25 @@ pub fn waits(tracks: &[Track]) -> Waits {
     let mut unknown_share = 0.0;
     for t in tracks {
         let w = &t.waits;
+        // The track's own part of its device's starved GPU-hours (as the total counts it:
+        // its share, what another track of the device counted left out), where known.
+        let mut own_gpu_hours = None;
         match t.device_share() {
             Some(share) => {
                 judged += share * (w.judged_seconds - w.copied_judged_seconds);
+                let mut own = 0.0;
                 for (k, sum) in total.iter_mut().enumerate() {
-                    *sum += share * (w.starved_seconds[k] - w.copied_starved_seconds[k]);
+                    let part = share * (w.starved_seconds[k] - w.copied_starved_seconds[k]);
+                    *sum += part;
+                    own += part;
                 }
+                own_gpu_hours = Some(own / 3600.0);
             }
             None => unknown_share += w.starved_seconds.iter().sum::<f64>(),
         }
         let name = t.pod.clone().unwrap_or_else(|| t.gpu.clone());
         if let Some(row) = starved_row(&name, &t.gpu, w) {
-            starved.push(row);
+            starved.push((row, own_gpu_hours));
         }
         if let Some(gap) = w.straggler_gap_max {
             stragglers.push(StragglerRow {
@@ -181,7 +190,7 @@ pub fn waits(tracks: &[Track]) -> Waits {
         }
     }
     // Most hours first; ties by workload and GPU, so the order never depends on the input's.
-    starved.sort_by(|a, b| {
+    starved.sort_by(|(a, _), (b, _)| {
         (b.starved_hours.total_cmp(&a.starved_hours))
             .then_with(|| (&a.workload, &a.gpu).cmp(&(&b.workload, &b.gpu)))
     });
@@ -199,12 +208,14 @@ pub fn waits(tracks: &[Track]) -> Waits {
         },
         judged_gpu_hours: (judged > 0.0).then_some(judged / 3600.0),
         starved_hours_of_unknown_share: unknown_share / 3600.0,
-        // Summed from 0 (an empty `sum` of floats is -0).
+        // Their parts of the devices' GPU-hours, as the total counts them (a time-sliced
+        // GPU's holders once, a MIG instance by its share; an instance of unknown share is in
+        // `starved_hours_of_unknown_share`), summed from 0 (an empty `sum` of floats is -0).
         starved_not_listed: NotListed {
             workloads: rest.len(),
-            gpu_hours: rest.iter().fold(0.0, |h, r| h + r.starved_hours),
+            gpu_hours: rest.iter().fold(0.0, |h, (_, g)| h + g.unwrap_or(0.0)),
         },
-        starved,
+        starved: starved.into_iter().map(|(row, _)| row).collect(),
         stragglers,
         stragglers_not_listed: NotListed {
             workloads: unlisted.len(),
@@ -447,6 +458,33 @@ mod tests {
         // Nothing past the list: 0 hours, never -0 (an empty float sum).
         assert_eq!(w.stragglers_not_listed.workloads, 0);
         assert!(w.stragglers_not_listed.gpu_hours.is_sign_positive());
+    }
+
+    /// The starved GPU-hours left out of the list are counted as the total counts them: two
+    /// holders of one time-sliced GPU, starved the same hour (the second's counted by the
+    /// first), are 1 GPU-hour, not 2.
+    #[test]
+    fn the_hours_left_out_of_the_list_count_a_shared_gpu_once() {
+        let starved = |pod: &str, gpu: &str, seconds: f64, copied: bool| {
+            let mut t = Track::new(Some(pod.into()), gpu.into());
+            t.waits.judged_seconds = seconds;
+            t.waits.starved_seconds[Cause::Unknown.index()] = seconds;
+            if copied {
+                t.waits.copied_judged_seconds = seconds;
+                t.waits.copied_starved_seconds[Cause::Unknown.index()] = seconds;
+            }
+            t
+        };
+        let mut tracks: Vec<Track> = (0..20)
+            .map(|i| starved(&format!("a/p{i:02}"), &format!("n/gpu{i}"), 7200.0, false))
+            .collect();
+        tracks.push(starved("z/a", "n/gpu99", 3600.0, false));
+        tracks.push(starved("z/b", "n/gpu99", 3600.0, true));
+        let w = waits(&tracks);
+        let total: f64 = w.starved_gpu_hours.iter().map(|c| c.hours).sum();
+        assert_eq!(total, 41.0);
+        assert_eq!(w.starved_not_listed.workloads, 2);
+        assert_eq!(w.starved_not_listed.gpu_hours, 1.0);
     }
 
     /// 23 stragglers, the one on GPU k behind for (k + 1) minutes: the 20 longest listed,
