@@ -150,7 +150,7 @@ fn sizing(out: &mut impl Write, f: &FleetReport) -> Result<()> {
     match &z.pooled_lower_bound {
         Some(b) => writeln!(
             out,
-            "GPUs needed, pooled lower bound: {}  (compute {} / memory {}; bound by {})",
+            "GPUs needed, pooled lower bound: {}  (compute p99 {} / memory {}; bound by {})",
             b.gpus,
             gpus(b.compute_gpus),
             gpus(b.memory_gpus),

@@ -479,7 +479,7 @@ fn report_pins_the_fleet_from_truthscale_series() {
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     let t = &run.stdout;
     for want in [
-        "GPUs needed, pooled lower bound: 4  (compute 2.88 / memory 3.77; bound by memory)",
+        "GPUs needed, pooled lower bound: 4  (compute p99 2.88 / memory 3.77; bound by memory)",
         "GPUs needed, packed (first-fit decreasing): 5",
         "frees 2: alt/a + alt/b + dev/notebook",
         "interleaved: their p99s add to 140.0%",

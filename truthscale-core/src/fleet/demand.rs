@@ -323,6 +323,30 @@ pub(super) fn demand_sums(
     [busy_claim, compute_demand, memory_demand]
 }
 
+/// The fewest GPUs `b` any packing of the summed saturation `compute` (ratio units, each
+/// GPU allowed up to `limit` at all but a 1 % tail of the steps it knows, as the packing
+/// tests it) can use: with `b` GPUs the sum is over `b × limit` only where some GPU is over
+/// its limit, at most `b` % of the steps together, so its nearest-rank quantile at
+/// `1 − b/100` is within `b × limit`. At most `ceil(p99 / limit)` (`p99_gpus`), which
+/// passes; the smallest `b` that passes, by bisection (the test only gets easier as `b`
+/// grows).
+fn compute_bound(compute: &mut [(u64, u64)], limit: u32, p99_gpus: u64) -> u64 {
+    let passes = |b: u64, v: &mut [(u64, u64)]| {
+        let q = (1.0 - b as f64 / 100.0).max(0.0);
+        weighted_rank(v, q).is_none_or(|r| r <= b.saturating_mul(u64::from(limit)))
+    };
+    let (mut lo, mut hi) = (1, p99_gpus.max(1));
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if passes(mid, compute) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    if p99_gpus == 0 { 0 } else { lo }
+}
+
 /// The pooled lower bound from the summed saturation (ratio units, over `limit`) and the
 /// summed memory (MiB, over one GPU's `gpu_mib`); `None` when neither was measured. Memory
 /// binds on a tie.
@@ -334,8 +358,13 @@ pub(super) fn pooled_bound(
 ) -> Option<PooledBound> {
     let compute_p99_units = weighted_rank(&mut compute, 0.99);
     let memory_peak_mib = memory.iter().flatten().copied().max();
-    let compute_term =
-        compute_p99_units.map(|u| (u as f64 / f64::from(limit), ceil_div(u, u64::from(limit))));
+    let compute_term = compute_p99_units.map(|u| {
+        let p99_gpus = ceil_div(u, u64::from(limit));
+        (
+            u as f64 / f64::from(limit),
+            compute_bound(&mut compute, limit, p99_gpus),
+        )
+    });
     let memory_term = match (memory_peak_mib, gpu_mib) {
         (Some(m), Some(g)) => Some((m as f64 / g as f64, ceil_div(m, g))),
         _ => None,

@@ -14,12 +14,14 @@
 //!
 //! **Percentiles** are nearest-rank: `pq` of `n` values is the `⌈q·n⌉`-th smallest.
 //!
-//! **Pooled lower bound.** `max(⌈p99(compute demand) / (1 − h)⌉, ⌈max(memory demand)⌉)`,
-//! where compute demand at a step is the summed roofline saturation of the workloads (in
-//! GPU-equivalents) and memory demand the summed memory over one GPU's memory. The memory
-//! term is a true bound; the compute term is the pooled fleet's p99 test, which a packing
-//! testing each GPU's own p99 can pass with fewer GPUs where bursts do not line up (a p99 of
-//! a sum is not the sum of p99s). Workloads whose demand was not measured are left out.
+//! **Pooled lower bound.** `max(B, ⌈max(memory demand)⌉)`, where compute demand at a step
+//! is the summed roofline saturation of the workloads (in GPU-equivalents), memory demand the
+//! summed memory over one GPU's memory, and `B` the fewest GPUs whose `B × (1 − h)` the
+//! compute demand's nearest-rank quantile at `1 − B/100` stays within: each packed GPU may
+//! be over its limit at 1 % of the steps, so `B` GPUs let the sum over `B × (1 − h)` at no
+//! more than `B` % of them (a p99 of a sum is not the sum of p99s). Both terms are true
+//! bounds: no packing can use fewer. `compute_gpus` is still `p99(compute demand) / (1 − h)`.
+//! Workloads whose demand was not measured are left out.
 //!
 //! **Packing.** First-fit decreasing onto GPUs of the fleet's model: workloads sorted by
 //! their larger share (`peak memory / GPU memory` or `p99 saturation / (1 − h)`), each put on
@@ -187,7 +189,8 @@ pub enum Binding {
     Memory,
 }
 
-/// `max(⌈p99 compute / (1 − h)⌉, ⌈peak memory⌉)`.
+/// `max(B, ⌈peak memory⌉)`, `B` the fewest GPUs the summed compute demand allows
+/// (module documentation).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PooledBound {
     /// GPUs: no packing can use fewer.
@@ -616,7 +619,7 @@ fn method_text(h: f64) -> Vec<String> {
     vec![
         "Percentiles are nearest-rank over the steps at which a series is known; a step at which a live workload's reading is missing is unknown, never 0.".to_owned(),
         "Compute demand: the workloads' roofline saturation max(compute, DRAM activity), summed per step, in GPU-equivalents. Memory demand: their memory used, summed per step, over one GPU's memory. The busy flag's claim is the summed reported utilization, for comparison only.".to_owned(),
-        format!("Pooled lower bound: max(ceil(p99 compute demand / {cap:.2}), ceil(peak memory demand)). It assumes work could be spread over GPUs freely, so no packing of whole workloads can use fewer GPUs."),
+        format!("Pooled lower bound: max(B, ceil(peak memory demand)), B the fewest GPUs such that the compute demand stays within B × {cap:.2} at all but B % of the steps (each packed GPU may be over its limit at 1 % of them). It assumes work could be spread over GPUs freely, so no packing of whole workloads can use fewer GPUs."),
         format!("Packed: first-fit decreasing onto GPUs of the fleet's model; each workload reserves its peak memory for its lifetime (a hard limit) and the time-aligned summed saturation must stay at or below {cap:.2} at p99. Work is assumed to add linearly on a shared GPU, and interference between co-located workloads is not modelled."),
         "Co-location groups are the packed GPUs holding workloads from two or more GPUs today; interleaved groups share only because their busy periods do not overlap.".to_owned(),
         format!("MIG fit: the smallest profile of the workload's model whose memory holds peak × {:.2}, whose SM share covers p95(busiest pipe) / {cap:.2} and whose memory-slice share covers p95(DRAM) / ({D_MAX} × {cap:.2}); constraints whose counter was not read are not checked and are named.", 1.0 + h),

@@ -50,6 +50,43 @@ fn eight_pods_need_three_pooled_and_four_packed() {
     assert!(sv.estimate);
 }
 
+/// The pooled lower bound is one: no packing uses fewer GPUs. Four pods at 0.5, two of
+/// them at 1.0 for one step each, at different steps, with no headroom: each pair fits one
+/// GPU (over its limit at one step of 100, the p99 tail), so two GPUs are packed. The
+/// summed demand is 2.0 at 98 steps and 2.5 at two: its p99 of 2.5 asks 3 GPUs, a figure
+/// the packing beats; the bound is the fewest B whose B × 1.0 the sum stays within at all
+/// but B % of the steps: 2.
+#[test]
+fn the_pooled_lower_bound_is_never_above_a_packing() {
+    let steps = 100;
+    let flat = |name: &str, gpu: usize, high: Option<usize>| {
+        pod(name, &format!("node-a/gpu {gpu}"), 0..steps, move |s| {
+            let sat = if Some(s) == high { 1.0 } else { 0.5 };
+            (Some(sat), Some(1.0), Some(1.0))
+        })
+    };
+    let tracks = vec![
+        flat("t/a1", 0, None),
+        flat("t/a2", 1, Some(0)),
+        flat("t/b1", 2, None),
+        flat("t/b2", 3, Some(1)),
+    ];
+    let r = analyze(
+        &input(tracks, steps),
+        &FleetConfig {
+            headroom: 0.0,
+            ..FleetConfig::default()
+        },
+    );
+    let s = &r.sizing;
+    let pooled = s.pooled_lower_bound.as_ref().unwrap();
+    assert_eq!(pooled.compute_gpus, Some(2.5));
+    assert_eq!((pooled.gpus, pooled.binding), (2, Binding::Compute));
+    let p = s.packing.as_ref().unwrap();
+    assert_eq!(p.gpus, 2);
+    assert!(pooled.gpus <= p.gpus);
+}
+
 /// Two pods busy at alternate times: each one's p99 is 0.7, the sum of p99s 1.4 would
 /// refuse them a shared GPU; aligned in time, the sum never exceeds 0.7.
 #[test]
