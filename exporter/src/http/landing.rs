@@ -126,42 +126,58 @@ mod tests {
     use truthscale_core::model::{EntityId, EntitySample, Field, Readings, Sample, Timestamp};
     use truthscale_core::tracker::Deriver;
 
-    /// A starved H100 whose pod is CFS-throttled in 60 % of its periods under a 2-CPU
-    /// limit shows its cause, the number behind it and what to do; a busy one shows none.
-    #[test]
-    fn a_starved_gpu_shows_its_cause_and_what_to_do() {
-        let gpu = |n: u32, tensor: f64, throttled: f64| {
-            let mut r = Readings::default();
-            for (f, v) in [
-                (Field::ReportedUtil, 0.97),
-                (Field::SmActive, 0.5),
-                (Field::TensorActive, tensor),
-                (Field::DramActive, 0.1),
-                (Field::HolderCpuThrottledRatio, throttled),
-                (Field::HolderCpuLimitCores, 2.0),
-            ] {
-                r.set_value(f, v);
-            }
-            EntitySample {
-                id: EntityId {
-                    gpu: Some(n),
-                    model: Some("NVIDIA H100 80GB HBM3".into()),
-                    ..EntityId::default()
-                },
-                readings: r,
-                ..EntitySample::default()
-            }
-        };
+    /// H100 number `n` with the readings `pairs`.
+    fn h100(n: u32, pairs: &[(Field, f64)]) -> EntitySample {
+        let mut r = Readings::default();
+        for &(f, v) in pairs {
+            r.set_value(f, v);
+        }
+        EntitySample {
+            id: EntityId {
+                gpu: Some(n),
+                model: Some("NVIDIA H100 80GB HBM3".into()),
+                ..EntityId::default()
+            },
+            readings: r,
+            ..EntitySample::default()
+        }
+    }
+
+    /// The windows of the third of three samples a second apart, each of `entities()`.
+    fn three_windows(
+        entities: impl Fn() -> Vec<EntitySample>,
+    ) -> Vec<truthscale_core::tracker::EntityWindow> {
         let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
         let mut windows = Vec::new();
         for t in 0..3 {
             windows = d
                 .observe(&Sample {
                     taken: Timestamp(t * 1000),
-                    entities: vec![gpu(0, 0.05, 0.6), gpu(1, 0.7, 0.6)],
+                    entities: entities(),
                 })
                 .windows;
         }
+        windows
+    }
+
+    /// A starved H100 whose pod is CFS-throttled in 60 % of its periods under a 2-CPU
+    /// limit shows its cause, the number behind it and what to do; a busy one shows none.
+    #[test]
+    fn a_starved_gpu_shows_its_cause_and_what_to_do() {
+        let gpu = |n: u32, tensor: f64, throttled: f64| {
+            h100(
+                n,
+                &[
+                    (Field::ReportedUtil, 0.97),
+                    (Field::SmActive, 0.5),
+                    (Field::TensorActive, tensor),
+                    (Field::DramActive, 0.1),
+                    (Field::HolderCpuThrottledRatio, throttled),
+                    (Field::HolderCpuLimitCores, 2.0),
+                ],
+            )
+        };
+        let windows = three_windows(|| vec![gpu(0, 0.05, 0.6), gpu(1, 0.7, 0.6)]);
         let entries: Vec<GpuEntry> = windows
             .into_iter()
             .map(|window| GpuEntry {
@@ -188,29 +204,12 @@ mod tests {
     #[test]
     fn a_phase_from_power_is_an_estimate_and_a_stopped_gpu_is_named() {
         let gpu = |n: u32| {
-            let mut r = Readings::default();
-            r.set_value(Field::ReportedUtil, 0.97);
-            r.set_value(Field::PowerWatts, 650.0);
-            EntitySample {
-                id: EntityId {
-                    gpu: Some(n),
-                    model: Some("NVIDIA H100 80GB HBM3".into()),
-                    ..EntityId::default()
-                },
-                readings: r,
-                ..EntitySample::default()
-            }
+            h100(
+                n,
+                &[(Field::ReportedUtil, 0.97), (Field::PowerWatts, 650.0)],
+            )
         };
-        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
-        let mut windows = Vec::new();
-        for t in 0..3 {
-            windows = d
-                .observe(&Sample {
-                    taken: Timestamp(t * 1000),
-                    entities: vec![gpu(0), gpu(1)],
-                })
-                .windows;
-        }
+        let windows = three_windows(|| vec![gpu(0), gpu(1)]);
         assert_eq!(
             windows[0].phase_method,
             Some(truthscale_core::phase::PhaseMethod::PowerHeuristic)

@@ -1206,17 +1206,10 @@ fn a_passing_gpm_metrics_failure_keeps_the_earlier_sample() {
     );
     let tensor = |m: &[Sample]| value(m, "truthscale_gpu_tensor_active_ratio", &[("gpu", "0")]);
     // Each value the tensor activity took, in order, until the change's full 40 %.
-    let mut seen: Vec<f64> = Vec::new();
-    let deadline = std::time::Instant::now() + WAIT;
-    while !seen.last().is_some_and(|v| (v - 0.4).abs() < 1e-9) {
-        if let Some(v) = tensor(&s.metrics())
-            && seen.last() != Some(&v)
-        {
-            seen.push(v);
-        }
-        assert!(std::time::Instant::now() < deadline, "{seen:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let seen: Vec<f64> = readings_until(&s, |m| tensor(m).map(Some), |v| near(v, 0.4))
+        .into_iter()
+        .flatten()
+        .collect();
     let mixed: Vec<f64> = seen
         .iter()
         .copied()
@@ -1254,21 +1247,8 @@ fn a_gpm_outage_past_the_wait_is_not_averaged_into_the_window_after_it() {
     let tensor = |m: &[Sample]| value(m, "truthscale_gpu_tensor_active_ratio", &[("gpu", "0")]);
     // Each value the tensor activity took (`None`: a window without it), in order, until
     // the change's full 40 %.
-    let mut seen: Vec<Option<f64>> = Vec::new();
-    let deadline = std::time::Instant::now() + WAIT;
-    while !seen
-        .last()
-        .is_some_and(|v| v.is_some_and(|v| (v - 0.4).abs() < 1e-9))
-    {
-        let m = s.metrics();
-        let v = tensor(&m);
-        let up = value(&m, "truthscale_gpu_up", &[("gpu", "0")]) == Some(1.0);
-        if up && seen.last() != Some(&v) {
-            seen.push(v);
-        }
-        assert!(std::time::Instant::now() < deadline, "{seen:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let up = |m: &[Sample]| value(m, "truthscale_gpu_up", &[("gpu", "0")]) == Some(1.0);
+    let seen = readings_until(&s, |m| up(m).then(|| tensor(m)), |v| near(v, 0.4));
     assert!(seen.contains(&None), "no window without GPM: {seen:?}");
     let mixed: Vec<f64> = seen
         .iter()
@@ -1304,17 +1284,10 @@ fn a_mig_tick_without_gpm_keeps_its_clock_samples_for_the_next_window() {
     );
     let clock = |m: &[Sample]| value(m, "truthscale_gpu_sm_clock_hertz", &[("mig_instance", "1")]);
     // Each value the clock took, in order, until the 1200 MHz alone.
-    let mut seen: Vec<f64> = Vec::new();
-    let deadline = std::time::Instant::now() + WAIT;
-    while !seen.last().is_some_and(|v| (v - 1.2e9).abs() < 1.0) {
-        if let Some(v) = clock(&s.metrics())
-            && seen.last() != Some(&v)
-        {
-            seen.push(v);
-        }
-        assert!(std::time::Instant::now() < deadline, "{seen:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let seen: Vec<f64> = readings_until(&s, |m| clock(m).map(Some), |v| near(v, 1.2e9))
+        .into_iter()
+        .flatten()
+        .collect();
     let mixed: Vec<f64> = seen
         .iter()
         .copied()
@@ -1324,6 +1297,33 @@ fn a_mig_tick_without_gpm_keeps_its_clock_samples_for_the_next_window() {
         mixed.iter().any(|v| (1.3e9..=1.9e9).contains(v)),
         "no window spanned the failed ticks' clock samples: {seen:?}"
     );
+}
+
+/// Whether `v` is a reading within a millionth of `want`.
+fn near(v: Option<f64>, want: f64) -> bool {
+    v.is_some_and(|v| (v - want).abs() <= want.abs() * 1e-6)
+}
+
+/// Each distinct reading `read` takes from `s`'s `/metrics` (`None` from `read`: that scrape
+/// is passed over; `Some(None)`: a scrape without the reading), in order, polled every 100 ms
+/// until `done` holds for the last one.
+fn readings_until(
+    s: &Sidecar,
+    read: impl Fn(&[Sample]) -> Option<Option<f64>>,
+    done: impl Fn(Option<f64>) -> bool,
+) -> Vec<Option<f64>> {
+    let mut seen: Vec<Option<f64>> = Vec::new();
+    let deadline = std::time::Instant::now() + WAIT;
+    while !seen.last().is_some_and(|v| done(*v)) {
+        if let Some(v) = read(&s.metrics())
+            && seen.last() != Some(&v)
+        {
+            seen.push(v);
+        }
+        assert!(std::time::Instant::now() < deadline, "{seen:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    seen
 }
 
 /// The choices a start without a source names when there is no driver.

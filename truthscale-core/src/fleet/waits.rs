@@ -213,7 +213,7 @@ pub fn waits(tracks: &[Track]) -> Waits {
         // `starved_hours_of_unknown_share`), summed from 0 (an empty `sum` of floats is -0).
         starved_not_listed: NotListed {
             workloads: rest.len(),
-            gpu_hours: rest.iter().fold(0.0, |h, (_, g)| h + g.unwrap_or(0.0)),
+            gpu_hours: rest.iter().filter_map(|(_, g)| *g).fold(0.0, |h, g| h + g),
         },
         starved: starved.into_iter().map(|(row, _)| row).collect(),
         stragglers,
