@@ -176,8 +176,17 @@ impl Otlp {
             None => "the system roots".to_string(),
         };
         let built = transport::build(settings, proto, &endpoint, tls)?;
-        errors.register(SINK, &ERROR_KINDS);
-        let counted = errors.clone();
+        let delta = {
+            use opentelemetry_sdk::metrics::exporter::PushMetricExporter as _;
+            built.exporter.temporality() == opentelemetry_sdk::metrics::Temporality::Delta
+        };
+        // Only delta exports lose anything by a skip: their count is written at 0 from the
+        // start with the others, so the first skip is an increase a rate sees.
+        let mut kinds = ERROR_KINDS.to_vec();
+        if delta {
+            kinds.push("skipped");
+        }
+        errors.register(SINK, &kinds);
         let mut exporter =
             CountingExporter::new(built.exporter, errors, settings.effective_timeout)
                 .with_transport_detail(built.detail);
@@ -188,15 +197,6 @@ impl Otlp {
         let exporter = exporter
             .with_client_cert_asked(built.client_cert_asked)
             .with_stopping(std::sync::Arc::clone(&stopping));
-        let delta = {
-            use opentelemetry_sdk::metrics::exporter::PushMetricExporter as _;
-            exporter.temporality() == opentelemetry_sdk::metrics::Temporality::Delta
-        };
-        // Only delta exports lose anything by a skip: their count is written at 0 from the
-        // start, so the first skip is an increase a rate sees.
-        if delta {
-            counted.register(SINK, &["skipped"]);
-        }
         let provider = meter_provider(settings, identity, exporter);
         let meter = provider.meter_with_scope(
             InstrumentationScope::builder("truthscale")
