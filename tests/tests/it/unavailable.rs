@@ -82,11 +82,26 @@ fn a_gpu_with_a_pending_row_remap_and_xid_79_is_unavailable_not_idle() {
     require_tool_or_return!("/usr/bin/promtool", "prometheus");
     require_tool_or_return!("/usr/bin/prometheus", "prometheus");
     let dir = TempDir::new("unavailable-prom");
-    let prom = Prometheus::backfilled(&openmetrics(end_now()), dir.path(), None);
+    let end = end_now();
+    let prom = Prometheus::backfilled(&openmetrics(end), dir.path(), None);
+    // The window ends at the data's end, whatever minute the report runs in (a run in the
+    // next minute read the last sample once more, through the lookback).
+    let until = humantime::format_rfc3339_seconds(
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(u64::try_from(end).unwrap()),
+    )
+    .to_string();
     let run = report(
         &prom.url(),
         "job=\"dcgm\"",
-        &["--by", "namespace", "--json", "--cost-per-gpu-hour", "2"],
+        &[
+            "--by",
+            "namespace",
+            "--json",
+            "--cost-per-gpu-hour",
+            "2",
+            "--until",
+            &until,
+        ],
     );
     let v = json(&run);
     let f = &v["funnel"];
