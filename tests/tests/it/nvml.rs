@@ -1191,19 +1191,7 @@ fn a_passing_clock_samples_failure_falls_back_to_the_point_clock_and_comes_back(
 #[test]
 fn a_passing_gpm_metrics_failure_keeps_the_earlier_sample() {
     let dir = TempDir::new("nvml-gpm-metrics-blip");
-    let path = edited_scenario("h100-decode", &dir, |v| {
-        let gpm = &mut v["devices"][0]["gpm"];
-        gpm["metrics_error_between_ms"] = serde_json::json!([1500, 3500]);
-        gpm["metrics_after"] = serde_json::json!({
-            "after_ms": 2500,
-            "metrics": { "any_tensor_util": 40, "hmma_tensor_util": 40 }
-        });
-    });
-    let s = Sidecar::start(
-        &truthscale_e2e::nvml_args(fake(), "1s"),
-        &[("FAKE_NVML_SCENARIO", path.to_str().unwrap())],
-        dir.path(),
-    );
+    let s = decode_turning_to_tensor(&dir, "metrics_error_between_ms", [1500, 3500]);
     let tensor = |m: &[Sample]| value(m, "truthscale_gpu_tensor_active_ratio", &[("gpu", "0")]);
     // Each value the tensor activity took, in order, until the change's full 40 %.
     let seen: Vec<f64> = readings_until(&s, |m| tensor(m).map(Some), |v| near(v, 0.4))
@@ -1231,19 +1219,7 @@ fn a_passing_gpm_metrics_failure_keeps_the_earlier_sample() {
 #[test]
 fn a_gpm_outage_past_the_wait_is_not_averaged_into_the_window_after_it() {
     let dir = TempDir::new("nvml-gpm-outage");
-    let path = edited_scenario("h100-decode", &dir, |v| {
-        let gpm = &mut v["devices"][0]["gpm"];
-        gpm["sample_error_between_ms"] = serde_json::json!([1500, 7500]);
-        gpm["metrics_after"] = serde_json::json!({
-            "after_ms": 2500,
-            "metrics": { "any_tensor_util": 40, "hmma_tensor_util": 40 }
-        });
-    });
-    let s = Sidecar::start(
-        &truthscale_e2e::nvml_args(fake(), "1s"),
-        &[("FAKE_NVML_SCENARIO", path.to_str().unwrap())],
-        dir.path(),
-    );
+    let s = decode_turning_to_tensor(&dir, "sample_error_between_ms", [1500, 7500]);
     let tensor = |m: &[Sample]| value(m, "truthscale_gpu_tensor_active_ratio", &[("gpu", "0")]);
     // Each value the tensor activity took (`None`: a window without it), in order, until
     // the change's full 40 %.
@@ -1297,6 +1273,25 @@ fn a_mig_tick_without_gpm_keeps_its_clock_samples_for_the_next_window() {
         mixed.iter().any(|v| (1.3e9..=1.9e9).contains(v)),
         "no window spanned the failed ticks' clock samples: {seen:?}"
     );
+}
+
+/// `h100-decode` at a 1 s interval, its tensor activity 2 % turning 40 % at 2.5 s, and its
+/// GPM failing (`failing`: `metrics_error_between_ms` or `sample_error_between_ms`) in the
+/// span `[from, to)` ms.
+fn decode_turning_to_tensor(dir: &TempDir, failing: &str, span: [u64; 2]) -> Sidecar {
+    let path = edited_scenario("h100-decode", dir, |v| {
+        let gpm = &mut v["devices"][0]["gpm"];
+        gpm[failing] = serde_json::json!(span);
+        gpm["metrics_after"] = serde_json::json!({
+            "after_ms": 2500,
+            "metrics": { "any_tensor_util": 40, "hmma_tensor_util": 40 }
+        });
+    });
+    Sidecar::start(
+        &truthscale_e2e::nvml_args(fake(), "1s"),
+        &[("FAKE_NVML_SCENARIO", path.to_str().unwrap())],
+        dir.path(),
+    )
 }
 
 /// Whether `v` is a reading within a millionth of `want`.
