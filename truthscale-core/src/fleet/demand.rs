@@ -535,7 +535,7 @@ mod tests {
             .find(|x| x.workload == "x/blind")
             .unwrap();
         assert_eq!(rs.saturation_p99, None);
-        assert_eq!(rs.saturation_measured_share, 0.0);
+        assert_eq!(rs.saturation_measured_share, Some(0.0));
         assert_eq!(
             rs.mig_fit.as_ref().unwrap().unmeasured,
             [Constraint::Compute, Constraint::Bandwidth]

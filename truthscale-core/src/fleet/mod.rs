@@ -349,8 +349,9 @@ pub struct RightSizing {
     pub memory_peak_fraction: Option<f64>,
     /// p99 roofline saturation (of its GPU or instance).
     pub saturation_p99: Option<f64>,
-    /// Share of its lifetime's steps at which saturation was measured.
-    pub saturation_measured_share: f64,
+    /// Share of its lifetime's steps at which saturation was measured (`None`: a workload
+    /// with no steps in the window, whose share is unknown, not 0).
+    pub saturation_measured_share: Option<f64>,
     /// Smallest MIG profile of its model that fits the measured demand.
     pub mig_fit: Option<MigChoice>,
     /// Why there is no MIG fit, when there is none.

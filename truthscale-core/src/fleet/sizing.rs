@@ -272,11 +272,8 @@ pub(super) fn right_size(t: &Track, name: &str, h: f64, limit: PeakLimit) -> Rig
             _ => None,
         },
         saturation_p99: sat_p99.map(units_to_ratio),
-        saturation_measured_share: if t.points.is_empty() {
-            0.0
-        } else {
-            sat_known as f64 / t.points.len() as f64
-        },
+        saturation_measured_share: (!t.points.is_empty())
+            .then(|| sat_known as f64 / t.points.len() as f64),
         mig_fit,
         mig_fit_note,
         smaller_gpu,
@@ -304,6 +301,23 @@ mod tests {
     use crate::fleet::test_support::{GIB, h100, input, pod, steady};
     use crate::fleet::{FleetConfig, Point, analyze};
     use crate::rightsizing::Constraint;
+
+    /// The share of steps with saturation measured: 3 of 4 steps gives 0.75; a workload
+    /// with no step in the window has no share (0 of 0 is unknown, not 0).
+    #[test]
+    fn the_measured_share_of_no_steps_is_unknown() {
+        let t = pod("ml/gappy", "n/gpu 0", 0..4, |s| {
+            (if s == 2 { None } else { Some(0.3) }, Some(1.0), Some(10.0))
+        });
+        let empty = pod("ml/none", "n/gpu 1", 0..0, |_| (None, None, None));
+        let r = analyze(&input(vec![t, empty], 4), &FleetConfig::default()).rightsizing;
+        let share = |w: &str| {
+            let x = r.iter().find(|x| x.workload == w).expect(w);
+            (x.saturation_measured_share, x.saturation_p99)
+        };
+        assert_eq!(share("ml/gappy").0, Some(0.75));
+        assert_eq!(share("ml/none"), (None, None));
+    }
 
     /// Memory is a hard limit: a pod whose p99 memory (18 GiB) fits an L4's 24 GB but whose
     /// peak (30 GiB, 5 steps of 1440) does not is offered no L4. 30 GiB × 1.2 = 36 GiB needs
