@@ -1589,8 +1589,10 @@ fn promtool_check(
 ///   dcgm-exporter at 0.3 measured half the time, and a whole GPU without a pod or profiling
 ///   counters. Effective GPUs 0.1 + 7 × 0.8 / 7 + 0.3 = 1.2 over 3 GPUs' worth measured:
 ///   effective utilization 0.4 in every panel that shows it (pooling seconds across entities
-///   as whole GPUs read 5.85 / 8.5 = 0.688); allocated 3 GPUs' worth and 4 in all (counting
-///   devices read 9 and 10).
+///   as whole GPUs read 5.85 / 8.5 = 0.688). With a node-mode GPU time-sliced between two
+///   pods (series without pod labels, two allocation-info series): 10 devices held by pods
+///   (the time-sliced one once; by pod labels alone, 9), and 4 GPUs' worth allocated and 5
+///   in all (counting devices read 10 and 11).
 #[test]
 fn dashboards_fleet_and_exporter_values_under_promtool() {
     let promtool = require_tool_or_return!("/usr/bin/promtool", "prometheus");
@@ -1711,6 +1713,17 @@ fn dashboards_fleet_and_exporter_values_under_promtool() {
         Some((9, 30)),
     );
     entity(3, "GPU-F", "", 1.0, None);
+    // Node mode: a GPU time-sliced between two pods. Its series carry no pod labels; its
+    // allocation info names both holders, and it counts once.
+    entity(4, "GPU-T", "", 1.0, None);
+    for (pod, replica) in [("t1", 0), ("t2", 1)] {
+        series.push((
+            format!(
+                "truthscale_gpu_allocation_info{{job=\"truthscale\",instance=\"n1:9400\",node=\"n1\",gpu=\"4\",uuid=\"GPU-T\",pod=\"{pod}\",namespace=\"batch\",container=\"c\",resource=\"nvidia.com/gpu\",replica=\"{replica}\"}}"
+            ),
+            "1x30".to_owned(),
+        ));
+    }
     y.push_str("  - name: MIG instances at their share\n    interval: 1m\n    input_series:\n");
     for (s, v) in &series {
         y.push_str(&format!("      - series: '{s}'\n        values: '{v}'\n"));
@@ -1730,16 +1743,17 @@ fn dashboards_fleet_and_exporter_values_under_promtool() {
         ),
         ((FLEET, "Nodes", "C"), ("{node=\"n1\"}", 0.4)),
         ((FLEET, "Effective GPUs in use", "A"), ("{}", 1.2)),
-        ((FLEET, pooling, "A"), ("{}", 3.0)),
+        ((FLEET, "GPUs allocated to pods", "A"), ("{}", 10.0)),
+        ((FLEET, pooling, "A"), ("{}", 4.0)),
         ((FLEET, pooling, "C"), ("{}", 1.2)),
-        ((FLEET, pooling, "D"), ("{}", 4.0)),
+        ((FLEET, pooling, "D"), ("{}", 5.0)),
         (
             (
                 FLEET,
                 "Pooling by node: effective GPUs vs GPUs present",
                 "A",
             ),
-            ("{}", 4.0),
+            ("{}", 5.0),
         ),
     ] {
         promtool_check(&mut y, panel, "30m", &[want]);
