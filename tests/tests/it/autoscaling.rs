@@ -588,11 +588,14 @@ fn recipes_on_real_prometheus() {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let loads = query(&prom, "pod:truthscale_replica_load:ratio");
+        let bounds = query(&prom, "pod:truthscale_replica_load:upper_bound");
         let gated = query(&prom, "pod:truthscale_serving_requests_waiting:no_headroom");
         let queue = query(&prom, &queue_query);
-        // 7 Deployment pods (all but hhhhh) plus the canary and staging pods have a load;
-        // all of those but ddddd and eeeee a gated queue; the KEDA sum is 12 + 2.
+        // 7 Deployment pods (all but hhhhh) plus the canary and staging pods have a load,
+        // and hhhhh too a bound; all of those but ddddd and eeeee a gated queue; the KEDA sum
+        // is 12 + 2.
         let ready = loads.len() == 9
+            && bounds.len() == 10
             && gated.len() == 7
             && queue.first().is_some_and(|(_, v)| close(*v, 14.0));
         if ready {
@@ -655,7 +658,7 @@ fn recipes_on_real_prometheus() {
 
     // Every recording rule: one series per pod, labelled exactly namespace and pod, with the
     // expected value, and no series where an input is absent.
-    let rules: [(&str, Want); 6] = [
+    let rules: [(&str, Want); 7] = [
         (
             "pod:truthscale_gpu_roofline_saturation_ratio:max_avg2m",
             |e| e.saturation,
@@ -672,6 +675,10 @@ fn recipes_on_real_prometheus() {
             e.queue_no_headroom
         }),
         ("pod:truthscale_replica_load:ratio", |e| e.load),
+        // Every pod a sidecar reports: its load, or 1 (the most a replica needs) unknown.
+        ("pod:truthscale_replica_load:upper_bound", |e| {
+            Some(e.load.unwrap_or(1.0))
+        }),
     ];
     assert_eq!(
         rules
@@ -715,22 +722,30 @@ fn recipes_on_real_prometheus() {
     assert!(close(queue[0].1, 14.0), "12 (aaaaa) + 2 (fffff): {queue:?}");
     let load = query(&prom, &load_query);
     assert_eq!(load.len(), 1, "{load_query}: {load:?}");
-    let loads: Vec<f64> = EXPECT.iter().filter_map(|e| e.load).collect();
-    #[expect(clippy::cast_precision_loss, reason = "a handful of pods")]
-    let mean = loads.iter().sum::<f64>() / loads.len() as f64;
+    // The mean over the 8 Deployment pods, hhhhh (load unknown) at its bound 1, never at the
+    // mean of the others: aaaaa 1, bbbbb 1, ccccc 0.5, fffff 1, ddddd 1, eeeee 1, ggggg 0.5
+    // and hhhhh 1 = 7 over 8 (the known loads alone: 6 over 7).
     assert!(
-        close(load[0].1, mean),
-        "{load_query}: {load:?}, want {mean}"
+        close(load[0].1, 7.0 / 8.0),
+        "{load_query}: {load:?}, want 7 / 8"
     );
     // With no pod that has the inputs (the pods without a queue or a saturation reading),
-    // the same queries yield no value, not 0: with ignoreNullValues "false" KEDA reports an
-    // error and the HPA does not scale in.
+    // the scale-out query yields no value, not 0: with ignoreNullValues "false" KEDA
+    // reports an error. The scale-in query holds at 1 for a pod of unknown load: desired
+    // replicas = ready replicas, no scale-in.
     let selector = "pod=~\"llm-inference-[a-z0-9]+-[a-z0-9]+\"";
-    for (q, pods) in [(&queue_query, "ddddd|eeeee|hhhhh"), (&load_query, "hhhhh")] {
+    let only = |q: &str, pods: &str| {
         assert!(q.contains(selector), "{q}");
-        let only = q.replace(selector, &format!("pod=~\"{POD_PREFIX}({pods})\""));
-        assert!(query(&prom, &only).is_empty(), "{only} must have no value");
-    }
+        q.replace(selector, &format!("pod=~\"{POD_PREFIX}({pods})\""))
+    };
+    let q = only(&queue_query, "ddddd|eeeee|hhhhh");
+    assert!(query(&prom, &q).is_empty(), "{q} must have no value");
+    let q = only(&load_query, "hhhhh");
+    let held = query(&prom, &q);
+    assert!(
+        held.len() == 1 && close(held[0].1, 1.0),
+        "{q}: {held:?}, want 1"
+    );
 
     // The adapter: the seriesQuery finds series labelled namespace and pod; the metricsQuery,
     // rendered for the Deployment's pods, gives one value per pod labelled pod (its GroupBy),
