@@ -367,6 +367,7 @@ mod tests {
             not_listed: truthscale_core::fleet::NotListed {
                 workloads: 0,
                 gpu_hours: 0.0,
+                hours_of_unknown_share: None,
             },
             unmeasured: Vec::new(),
         };

@@ -154,9 +154,15 @@ pub(super) fn html(h: &mut String, f: &FleetReport, digits: usize) {
 /// The stragglers past the list, in words; `None` when all are listed.
 fn stragglers_not_listed(w: &Waits, digits: usize) -> Option<String> {
     let left = w.stragglers_not_listed;
+    let unknown = left.hours_of_unknown_share.map_or(String::new(), |h| {
+        format!(
+            " (and {} hours of MIG instances of an unknown profile, their share of the GPU not known)",
+            hours(h, digits)
+        )
+    });
     (left.workloads > 0).then(|| {
         format!(
-            "{} more stragglers, {} straggler hours, not listed",
+            "{} more stragglers, {} GPU-hours as a straggler{unknown}, not listed",
             left.workloads,
             hours(left.gpu_hours, digits)
         )
@@ -201,21 +207,31 @@ mod tests {
             starved_not_listed: NotListed {
                 workloads: 0,
                 gpu_hours: 0.0,
+                hours_of_unknown_share: None,
             },
             stragglers: Vec::new(),
             stragglers_not_listed: NotListed {
                 workloads: 0,
                 gpu_hours: 0.0,
+                hours_of_unknown_share: None,
             },
         };
         assert_eq!(stragglers_not_listed(&w, 1), None);
         w.stragglers_not_listed = NotListed {
             workloads: 3,
             gpu_hours: 1.25,
+            hours_of_unknown_share: None,
         };
         assert_eq!(
             stragglers_not_listed(&w, 2).as_deref(),
-            Some("3 more stragglers, 1.25 straggler hours, not listed")
+            Some("3 more stragglers, 1.25 GPU-hours as a straggler, not listed")
+        );
+        w.stragglers_not_listed.hours_of_unknown_share = Some(0.5);
+        assert_eq!(
+            stragglers_not_listed(&w, 2).as_deref(),
+            Some(
+                "3 more stragglers, 1.25 GPU-hours as a straggler (and 0.50 hours of MIG instances of an unknown profile, their share of the GPU not known), not listed"
+            )
         );
         assert_eq!(
             unknown_share(&w, 1).as_deref(),

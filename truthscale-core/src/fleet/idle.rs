@@ -23,6 +23,7 @@ pub(super) fn idle_capacity(
         NotListed {
             workloads: 0,
             gpu_hours: 0.0,
+            hours_of_unknown_share: None,
         },
     );
     for (t, n) in work.iter().zip(names) {

@@ -452,6 +452,10 @@ pub struct NotListed {
     pub workloads: usize,
     /// Their GPU-hours together.
     pub gpu_hours: f64,
+    /// Hours of the workloads left out whose share of the GPU is not known (MIG instances of
+    /// an unknown profile): not in `gpu_hours`. Written only where there are such.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hours_of_unknown_share: Option<f64>,
 }
 
 /// The savings estimate.

@@ -34,6 +34,8 @@ pub struct WaitTally {
     pub copied_starved_seconds: [f64; 7],
     /// Of `judged_seconds`, those of such copies.
     pub copied_judged_seconds: f64,
+    /// Of `straggler_seconds`, those of such copies.
+    pub copied_straggler_seconds: f64,
 }
 
 impl WaitTally {
@@ -62,6 +64,9 @@ impl WaitTally {
             .reduce(f64::max);
         if let Some(g) = gap {
             self.straggler_seconds += dt;
+            if copy {
+                self.copied_straggler_seconds += dt;
+            }
             self.straggler_gap_max = Some(self.straggler_gap_max.map_or(g, |m| m.max(g)));
             if self.job != w.job {
                 self.job.clone_from(&w.job);
@@ -134,7 +139,9 @@ pub struct Waits {
     pub starved_not_listed: NotListed,
     /// The stragglers, most hours first (at most [`LISTED`]).
     pub stragglers: Vec<StragglerRow>,
-    /// Stragglers left out of the list, and their straggler hours.
+    /// Stragglers left out of the list, and their parts of the GPU-hours spent as a
+    /// straggler, counted as `starved_gpu_hours` are (a time-sliced GPU's holders once, a
+    /// MIG instance by its share; the hours of one of unknown share apart).
     pub stragglers_not_listed: NotListed,
 }
 
@@ -180,13 +187,15 @@ pub fn waits(tracks: &[Track]) -> Waits {
             starved.push((row, own_gpu_hours));
         }
         if let Some(gap) = w.straggler_gap_max {
-            stragglers.push(StragglerRow {
+            let row = StragglerRow {
                 workload: name,
                 gpu: t.gpu.clone(),
                 job: w.job.clone(),
                 straggler_hours: w.straggler_seconds / 3600.0,
                 gap_max: gap,
-            });
+            };
+            let own = (w.straggler_seconds - w.copied_straggler_seconds) / 3600.0;
+            stragglers.push((row, t.device_share().map(|share| share * own)));
         }
     }
     // Most hours first; ties by workload and GPU, so the order never depends on the input's.
@@ -194,7 +203,7 @@ pub fn waits(tracks: &[Track]) -> Waits {
         (b.starved_hours.total_cmp(&a.starved_hours))
             .then_with(|| (&a.workload, &a.gpu).cmp(&(&b.workload, &b.gpu)))
     });
-    stragglers.sort_by(|a, b| {
+    stragglers.sort_by(|(a, _), (b, _)| {
         (b.straggler_hours.total_cmp(&a.straggler_hours))
             .then_with(|| (&a.workload, &a.gpu).cmp(&(&b.workload, &b.gpu)))
     });
@@ -214,13 +223,29 @@ pub fn waits(tracks: &[Track]) -> Waits {
         starved_not_listed: NotListed {
             workloads: rest.len(),
             gpu_hours: rest.iter().filter_map(|(_, g)| *g).fold(0.0, |h, g| h + g),
+            hours_of_unknown_share: None,
         },
         starved: starved.into_iter().map(|(row, _)| row).collect(),
-        stragglers,
-        stragglers_not_listed: NotListed {
-            workloads: unlisted.len(),
-            gpu_hours: unlisted.iter().fold(0.0, |h, r| h + r.straggler_hours),
-        },
+        stragglers: stragglers.into_iter().map(|(row, _)| row).collect(),
+        stragglers_not_listed: stragglers_not_listed(&unlisted),
+    }
+}
+
+/// The stragglers past the list: their parts of the GPU-hours (a time-sliced GPU's holders
+/// once, a MIG instance by its share), and apart the hours of those whose share of the GPU
+/// is not known.
+fn stragglers_not_listed(unlisted: &[(StragglerRow, Option<f64>)]) -> NotListed {
+    let unknown: f64 = unlisted
+        .iter()
+        .filter(|(_, g)| g.is_none())
+        .fold(0.0, |h, (r, _)| h + r.straggler_hours);
+    NotListed {
+        workloads: unlisted.len(),
+        gpu_hours: unlisted
+            .iter()
+            .filter_map(|(_, g)| *g)
+            .fold(0.0, |h, g| h + g),
+        hours_of_unknown_share: unlisted.iter().any(|(_, g)| g.is_none()).then_some(unknown),
     }
 }
 
@@ -505,5 +530,51 @@ mod tests {
         assert_eq!(w.stragglers_not_listed.workloads, 3);
         assert!((w.stragglers_not_listed.gpu_hours - 0.1).abs() < 1e-12);
         assert!(w.starved_not_listed.gpu_hours.is_sign_positive());
+    }
+
+    /// Past 20 stragglers of 2 h each: a time-sliced GPU's two holders, 1 h each, the second
+    /// a copy of the first; a 1g.10gb instance of an H100 (1/7 of the GPU) 1 h; an instance
+    /// of an unknown profile 1 h. Their GPU-hours: 1 (the device once) + 1/7, and the
+    /// unknown share's hour apart.
+    #[test]
+    fn stragglers_past_the_list_are_counted_as_gpu_hours() {
+        let h100 = crate::gpus::by_key("h100-sxm");
+        let straggler = |pod: &str, gpu: &str, copy: bool, mig: Option<Option<&str>>| {
+            let mut t = Track::new(Some(pod.into()), gpu.into());
+            t.waits.straggler_seconds = 3600.0;
+            t.waits.copied_straggler_seconds = if copy { 3600.0 } else { 0.0 };
+            t.waits.straggler_gap_max = Some(0.2);
+            if let Some(profile) = mig {
+                t.is_mig = true;
+                t.spec = h100;
+                t.mig = profile.and_then(|p| h100?.mig.iter().find(|m| m.name == p));
+            }
+            t
+        };
+        let mut tracks: Vec<Track> = (0..20)
+            .map(|i| {
+                let mut t = straggler(&format!("a/p{i:02}"), &format!("n/gpu{i}"), false, None);
+                t.waits.straggler_seconds = 7200.0;
+                t
+            })
+            .collect();
+        tracks.push(straggler("z/a", "n/gpu99", false, None));
+        tracks.push(straggler("z/b", "n/gpu99", true, None));
+        tracks.push(straggler(
+            "z/small",
+            "m/GPU-0",
+            false,
+            Some(Some("1g.10gb")),
+        ));
+        tracks.push(straggler("z/unknown", "m/GPU-0", false, Some(None)));
+        let w = waits(&tracks);
+        assert_eq!(w.stragglers.len(), LISTED);
+        let left = w.stragglers_not_listed;
+        assert_eq!(left.workloads, 4);
+        assert!(
+            (left.gpu_hours - (1.0 + 1.0 / 7.0)).abs() < 1e-12,
+            "{left:?}"
+        );
+        assert_eq!(left.hours_of_unknown_share, Some(1.0));
     }
 }

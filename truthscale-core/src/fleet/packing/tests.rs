@@ -150,7 +150,8 @@ fn pods_busy_at_alternate_times_share_a_gpu() {
         r.idle.not_listed,
         NotListed {
             workloads: 2,
-            gpu_hours: 2.0
+            gpu_hours: 2.0,
+            hours_of_unknown_share: None,
         }
     );
     // In phase, the same two pods need two GPUs.
