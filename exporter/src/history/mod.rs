@@ -113,11 +113,8 @@ fn is_dcgm(name: &str) -> bool {
 /// dcgm-exporter 1.x's `dcgm_*`), named as a capture's are.
 fn unread_dcgm(found: &[String]) -> Unread {
     let mut unread = Unread::default();
-    for n in found
-        .iter()
-        .filter(|n| n.to_ascii_lowercase().starts_with("dcgm_") && !is_dcgm(n))
-    {
-        unread.family(&n.to_ascii_lowercase());
+    for n in found.iter().filter(|n| !is_dcgm(n)) {
+        unread.dcgm_family(n);
     }
     unread
 }

@@ -635,10 +635,7 @@ impl Scrape {
 
     #[cold]
     fn note_unread(&mut self, name: &str) {
-        let lower = name.to_ascii_lowercase();
-        if lower.starts_with("dcgm_") {
-            self.unread.family(&lower);
-        }
+        self.unread.dcgm_family(name);
     }
 
     /// `target` with its unit decided for reading `raw` (see [`super::names`]); `None`:

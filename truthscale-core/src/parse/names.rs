@@ -57,6 +57,16 @@ impl Unread {
         }
     }
 
+    /// Note `name`, a family found but not read, where it is a DCGM one (`DCGM_FI_*`,
+    /// `DCGM_EXP_*`, dcgm-exporter 1.x's `dcgm_*`: the `dcgm_` prefix in any case), under its
+    /// lower-case name; a family of another exporter is not DCGM's to name.
+    pub fn dcgm_family(&mut self, name: &str) {
+        let lower = name.to_ascii_lowercase();
+        if lower.starts_with("dcgm_") {
+            self.family(&lower);
+        }
+    }
+
     /// Note a reading of `family` refused for its unit.
     pub fn refuse(&mut self, family: &str) {
         add_one(&mut self.ambiguous, family);
@@ -359,6 +369,31 @@ mod tests {
         );
         u.help("other", "Nothing about units.");
         assert_eq!(u.resolve("other", 1.0), None);
+    }
+
+    /// DCGM's families in any case are named once, lower-case; other exporters' are not.
+    #[test]
+    fn dcgm_families_are_named_by_their_prefix() {
+        let mut u = Unread::default();
+        for n in [
+            "DCGM_FI_PROF_NVLINK_TX_BYTES",
+            "dcgm_fi_prof_nvlink_tx_bytes",
+            "DCGM_EXP_XID_ERRORS_COUNT",
+            "dcgm_sm_clock",
+            "nvidia_smi_utilization_gpu_ratio",
+            "xdcgm_fi_dev_x",
+        ] {
+            u.dcgm_family(n);
+        }
+        let names: Vec<&str> = u.families.iter().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            [
+                "dcgm_exp_xid_errors_count",
+                "dcgm_fi_prof_nvlink_tx_bytes",
+                "dcgm_sm_clock"
+            ]
+        );
     }
 
     #[test]
