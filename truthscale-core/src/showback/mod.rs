@@ -487,8 +487,64 @@ pub fn showback_with(
     (fractions, measured): (&Fractions, &MeasuredUse),
     cfg: &ShowbackConfig,
 ) -> Showback {
-    let steps = input.steps;
-    let w = Window {
+    let w = window(input, group, holders, (fractions, measured), cfg);
+    of_gpus(&w, &gpus_of(input), requested)
+}
+
+/// One model's part of a showback: the GPUs whose first series reports `model`, charged as
+/// [`showback_with`] charges them, and the price of one of their GPU-hours.
+#[derive(Debug, Clone)]
+pub struct ModelPart {
+    /// The model as reported (`None`: not reported).
+    pub model: Option<String>,
+    /// Its price of one GPU-hour ([`model_price`]); `None` without one.
+    pub price: Option<f64>,
+    /// The showback of its GPUs alone: groups, what no pod held, and what is unknown, each
+    /// its part of the whole showback's (requests are not split by model and are left out).
+    pub showback: Showback,
+}
+
+/// [`showback_with`] split by GPU model, the models in order (not reported last): the parts'
+/// GPU-hours and costs add up to the whole showback's, since each GPU is charged on its own.
+/// Each part's GPU-hours have one price, so a cost is exactly its hours at that price.
+#[must_use]
+pub fn showback_by_model(
+    input: &FleetInput,
+    group: &[Option<String>],
+    holders: &Holders,
+    shares: (&Fractions, &MeasuredUse),
+    cfg: &ShowbackConfig,
+) -> Vec<ModelPart> {
+    let w = window(input, group, holders, shares, cfg);
+    let mut by_model: BTreeMap<Option<&str>, Vec<(&str, Vec<usize>)>> = BTreeMap::new();
+    for (gpu, members) in gpus_of(input) {
+        let model = input.tracks[members[0]].model.as_deref();
+        by_model.entry(model).or_default().push((gpu, members));
+    }
+    let mut parts: Vec<ModelPart> = by_model
+        .into_iter()
+        .map(|(model, gpus)| ModelPart {
+            model: model.map(str::to_owned),
+            price: model_price(model, &cfg.prices, cfg.default_price),
+            showback: of_gpus(&w, &gpus, &BTreeMap::new()),
+        })
+        .collect();
+    // `None` sorts first in a map: the models not reported go last.
+    let unreported = usize::from(parts.first().is_some_and(|p| p.model.is_none()));
+    parts.rotate_left(unreported);
+    parts
+}
+
+/// What every step of the showback reads: the input, each track's price and share, the
+/// period length.
+fn window<'a>(
+    input: &'a FleetInput,
+    group: &'a [Option<String>],
+    holders: &'a Holders,
+    (fractions, measured): (&'a Fractions, &'a MeasuredUse),
+    cfg: &'a ShowbackConfig,
+) -> Window<'a> {
+    Window {
         input,
         group,
         holders,
@@ -496,7 +552,10 @@ pub fn showback_with(
         measured,
         cfg,
         hours_per_step: input.step_seconds / 3600.0,
-        per: cfg.period_steps.filter(|p| *p > 0).unwrap_or(steps.max(1)),
+        per: cfg
+            .period_steps
+            .filter(|p| *p > 0)
+            .unwrap_or(input.steps.max(1)),
         priced: cfg.default_price.is_some() || !cfg.prices.is_empty(),
         facts: input
             .tracks
@@ -507,14 +566,12 @@ pub fn showback_with(
                 fraction: shares::fraction_units(fractions, t.pod.as_deref(), t),
             })
             .collect(),
-    };
-    let per = w.per;
-    let periods = steps.div_ceil(per).max(1);
-    let mut accs = Accs {
-        total: PeriodAcc::default(),
-        each: vec![PeriodAcc::default(); periods],
-    };
-    let mut tally = Tally::default();
+    }
+}
+
+/// Each physical GPU of `input` (its tracks' `gpu` key) and its tracks with any step, in
+/// the key's order.
+fn gpus_of(input: &FleetInput) -> Vec<(&str, Vec<usize>)> {
     let mut by_gpu: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, t) in input.tracks.iter().enumerate() {
         if t.lifetime_steps() > 0 {
@@ -523,18 +580,35 @@ pub fn showback_with(
     }
     let mut gpus: Vec<(&str, Vec<usize>)> = by_gpu.into_iter().collect();
     gpus.sort_by(|a, b| a.0.cmp(b.0));
-    for (_, members) in &gpus {
-        charge_gpu(&w, members, &mut accs, &mut tally);
+    gpus
+}
+
+/// The showback of the GPUs `gpus` of `w`'s input, with `requested` the requested GPU-hours
+/// by group.
+fn of_gpus(
+    w: &Window<'_>,
+    gpus: &[(&str, Vec<usize>)],
+    requested: &BTreeMap<String, f64>,
+) -> Showback {
+    let (steps, cfg, per) = (w.input.steps, w.cfg, w.per);
+    let periods = steps.div_ceil(per).max(1);
+    let mut accs = Accs {
+        total: PeriodAcc::default(),
+        each: vec![PeriodAcc::default(); periods],
+    };
+    let mut tally = Tally::default();
+    for (_, members) in gpus {
+        charge_gpu(w, members, &mut accs, &mut tally);
     }
     let hours_per_step = w.hours_per_step;
-    let total = period(&accs.total, 0, steps, Some(requested), &w);
+    let total = period(&accs.total, 0, steps, Some(requested), w);
     let periods: Vec<Period> = if cfg.period_steps.is_some() {
         accs.each
             .iter()
             .enumerate()
             .map(|(k, acc)| {
                 let start = k * per;
-                period(acc, start, per.min(steps.saturating_sub(start)), None, &w)
+                period(acc, start, per.min(steps.saturating_sub(start)), None, w)
             })
             .collect()
     } else {

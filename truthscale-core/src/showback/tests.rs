@@ -85,6 +85,7 @@ fn h(steps: f64) -> f64 {
     steps / 60.0
 }
 
+#[track_caller]
 fn near(x: f64, y: f64) {
     assert!((x - y).abs() < 1e-9, "{x} != {y}");
 }
@@ -214,6 +215,79 @@ fn costs_by_model_and_periods() {
     assert_eq!(s.total.groups[0].allocated_gpu_hours, 8.0);
     assert_eq!(s.total.groups[0].cost, None);
     assert_eq!(s.total.unallocated_cost, Some(0.0), "nothing unallocated");
+}
+
+/// [`four_gpus`] with the time-sliced g2 an L4 and g4 of a model not reported, split by
+/// model: H100 at 4, L4 at 1, the default 2 for the unreported one. Each part holds its GPUs'
+/// hours alone (by hand from their steps), every cost is the part's hours at its one price,
+/// and the parts add up to the whole showback.
+#[test]
+fn a_showback_split_by_model_adds_up_to_the_whole() {
+    let (mut input, groups) = four_gpus();
+    for t in &mut input.tracks[1..3] {
+        t.model = Some("NVIDIA L4".into());
+        t.spec = crate::gpus::lookup("NVIDIA L4");
+    }
+    input.tracks[4].model = None;
+    let mut c = cfg("namespace");
+    c.prices = vec![
+        ("NVIDIA H100 80GB HBM3".into(), 4.0),
+        ("NVIDIA L4".into(), 1.0),
+    ];
+    c.default_price = Some(2.0);
+    let none = (&Fractions::new(), &MeasuredUse::new());
+    let parts = showback_by_model(&input, &groups, &Holders::new(), none, &c);
+    let models: Vec<(Option<&str>, Option<f64>)> = parts
+        .iter()
+        .map(|p| (p.model.as_deref(), p.price))
+        .collect();
+    assert_eq!(
+        models,
+        [
+            (Some("NVIDIA H100 80GB HBM3"), Some(4.0)),
+            (Some("NVIDIA L4"), Some(1.0)),
+            (None, Some(2.0))
+        ]
+    );
+    // (ml, web, unallocated) GPU-hours of each part: g1 all ml, g3's 3g.40gb web and the
+    // rest of g3 no pod's; g2 half ml, half web; g4 no pod's.
+    let want = [
+        (h(10.0), h(3.0), h(4.0)),
+        (h(3.0), h(3.0), 0.0),
+        (0.0, 0.0, h(4.0)),
+    ];
+    for (part, (ml, web, unallocated)) in parts.iter().zip(want) {
+        let t = &part.showback.total;
+        let price = part.price.unwrap();
+        let group = |g: &str| t.groups.iter().find(|x| x.group == g);
+        for (name, hours) in [("ml", ml), ("web", web)] {
+            let Some(g) = group(name) else {
+                assert_eq!(hours, 0.0, "{name} in {:?}", part.model);
+                continue;
+            };
+            near(g.allocated_gpu_hours, hours);
+            near(g.cost.as_ref().unwrap().allocated, price * hours);
+        }
+        near(t.unallocated_gpu_hours, unallocated);
+        near(t.unallocated_cost.unwrap(), price * unallocated);
+        assert!(t.reconciled, "{}", t.check);
+    }
+    let whole = showback(&input, &groups, &Holders::new(), &BTreeMap::new(), &c).total;
+    let sum = |f: &dyn Fn(&Period) -> f64| parts.iter().map(|p| f(&p.showback.total)).sum::<f64>();
+    near(sum(&|t| t.fleet_gpu_hours), whole.fleet_gpu_hours);
+    near(
+        sum(&|t| t.unallocated_cost.unwrap()),
+        whole.unallocated_cost.unwrap(),
+    );
+    let cost = |t: &Period| {
+        t.groups
+            .iter()
+            .map(|g| g.cost.as_ref().unwrap().allocated)
+            .sum::<f64>()
+    };
+    near(sum(&cost), cost(&whole));
+    // ml: 10 H100 steps and 3 L4 ones; web: 3 of each.
+    near(cost(&whole), 4.0 * h(10.0 + 3.0) + 1.0 * h(3.0 + 3.0));
 }
 
 /// A GPU with no series between two holders (a gap in its series): whether a pod held it
