@@ -188,6 +188,7 @@ fn config(args: &ReportArgs, clusters: bool) -> report::Config {
             prices: args.gpu_hour_price.clone(),
             energy_price_per_kwh: args.energy_price_per_kwh,
             top: usize::try_from(args.top).unwrap_or(usize::MAX),
+            by_model: args.focus.is_some(),
         }),
         clusters,
     }
@@ -264,7 +265,7 @@ fn write_focus(
     by: &report::showback::By,
     currency: &str,
 ) -> anyhow::Result<()> {
-    let Some(sb) = &built.every_group else {
+    let Some(parts) = &built.by_model else {
         return Ok(());
     };
     let args = report::focus::FocusArgs {
@@ -273,7 +274,7 @@ fn write_focus(
     let mut buf = Vec::new();
     report::focus::write(
         &mut buf,
-        sb,
+        parts,
         by,
         &args,
         built.doc.source.start_ms,

@@ -10,7 +10,7 @@ use anyhow::bail;
 use std::io::Write;
 use std::time::{Duration, Instant};
 use truthscale_core::fleet::{FleetConfig, FleetInput};
-use truthscale_core::showback::{Showback, ShowbackConfig};
+use truthscale_core::showback::{ModelPart, Showback, ShowbackConfig};
 
 /// What the report is asked, from the command's flags.
 #[derive(Debug, Clone)]
@@ -38,6 +38,8 @@ pub(crate) struct ShowbackArgs {
     pub energy_price_per_kwh: Option<f64>,
     /// `--top`: the groups the text, the page and the CSV list, the others summed.
     pub top: usize,
+    /// `--focus`: also the showback split by GPU model, one price a part.
+    pub by_model: bool,
 }
 
 /// The report, built.
@@ -47,6 +49,8 @@ pub(crate) struct Built {
     pub doc: Document,
     /// The showback with every group, for the JSON.
     pub every_group: Option<Showback>,
+    /// The showback split by GPU model (every group), where `--focus` asked for it.
+    pub by_model: Option<Vec<ModelPart>>,
     /// Seconds per point of the analysis (the CSV's periods are counted in them).
     pub point_seconds: f64,
     /// How the history was read.
@@ -83,7 +87,7 @@ impl Built {
 /// What the thread beside the fleet's analysis worked out: the showback `--by` asked for
 /// (with its flags), else the funnel alone.
 enum Charged<'a> {
-    Showback(Box<Showback>, &'a ShowbackArgs),
+    Showback(Box<(Showback, Option<Vec<ModelPart>>)>, &'a ShowbackArgs),
     Funnel(truthscale_core::showback::Funnel),
 }
 
@@ -173,19 +177,20 @@ pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built>
     if !doc.fleet.idle.workloads.is_empty() {
         doc.fleet.notes.push(owners.note.clone());
     }
-    let every_group = match charged {
-        Charged::Showback(sb, args) => {
-            let sb = add_showback(&mut doc, *sb, args);
+    let (every_group, by_model) = match charged {
+        Charged::Showback(charged, args) => {
+            let (sb, by_model) = *charged;
+            let sb = add_showback(&mut doc, sb, args);
             doc.funnel = Some(sb.total.funnel.clone());
-            Some(sb)
+            (Some(sb), by_model)
         }
         Charged::Funnel(_) if allocation_unknown => {
             doc.fleet.notes.push(notes::funnel_allocation_unknown());
-            None
+            (None, None)
         }
         Charged::Funnel(funnel) => {
             doc.funnel = Some(funnel);
-            None
+            (None, None)
         }
     };
     if cfg.clusters {
@@ -198,6 +203,7 @@ pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built>
     Ok(Built {
         doc,
         every_group,
+        by_model,
         point_seconds: input.step_seconds,
         stats,
         analysis_seconds: analysis.elapsed().as_secs_f64(),
@@ -254,14 +260,15 @@ fn grant_fractions(input: &mut FleetInput, attributes: Option<&PodAttributes>) {
     }
 }
 
-/// The showback of `input` by `args.by` (`per`: steps a point).
+/// The showback of `input` by `args.by` (`per`: steps a point), and, where `--focus` asked
+/// for it, the same split by GPU model.
 fn showback_of(
     input: &FleetInput,
     cfg: &Config,
     args: &ShowbackArgs,
     attrs: &PodAttributes,
     per: usize,
-) -> Showback {
+) -> (Showback, Option<Vec<ModelPart>>) {
     let by = &args.by;
     let groups = showback::groups(input, by, attrs);
     let requested = showback::requested_by_group(input, &groups, by, attrs);
@@ -271,24 +278,24 @@ fn showback_of(
     let period_steps = args
         .every
         .map(|e| ((e.as_secs_f64() / input.step_seconds).round() as usize).max(1));
+    let sb_cfg = ShowbackConfig {
+        by: by.describe(),
+        idle_busy_below: cfg.fleet.idle_busy_below,
+        idle_compute_below: cfg.fleet.idle_compute_below,
+        period_steps,
+        default_price: cfg.fleet.cost_per_gpu_hour,
+        prices: args.prices.clone(),
+        energy_price_per_kwh: args.energy_price_per_kwh,
+    };
+    let shares = (&attrs.fractions, &measured);
     let mut sb = truthscale_core::showback::showback_with(
-        input,
-        &groups,
-        &holders,
-        &requested,
-        (&attrs.fractions, &measured),
-        &ShowbackConfig {
-            by: by.describe(),
-            idle_busy_below: cfg.fleet.idle_busy_below,
-            idle_compute_below: cfg.fleet.idle_compute_below,
-            period_steps,
-            default_price: cfg.fleet.cost_per_gpu_hour,
-            prices: args.prices.clone(),
-            energy_price_per_kwh: args.energy_price_per_kwh,
-        },
+        input, &groups, &holders, &requested, shares, &sb_cfg,
     );
     sb.notes.extend(attrs.notes.iter().cloned());
-    sb
+    let by_model = args.by_model.then(|| {
+        truthscale_core::showback::showback_by_model(input, &groups, &holders, shares, &sb_cfg)
+    });
+    (sb, by_model)
 }
 
 /// The showback checked against the sizing: the document takes its `--top` groups (the

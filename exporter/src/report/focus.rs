@@ -1,7 +1,9 @@
 //! `report --by … --focus FILE`: the showback as a FOCUS 1.2 cost and usage CSV (FinOps
-//! Open Cost and Usage Specification), one `Usage` row per group and period (the whole
-//! window without `--every`, every group), and one per period for the capacity no pod held
-//! (`x_Group` `__idle__`, as OpenCost names it). A showback is no invoice: the costs are the
+//! Open Cost and Usage Specification), one `Usage` row per GPU model, group and period (the
+//! whole window without `--every`, every group), and one per model and period for the
+//! capacity no pod held (`x_Group` `__idle__`, as OpenCost names it). A row holds one
+//! model's GPU-hours, so it has one unit price: `ListUnitPrice` × `PricingQuantity` is its
+//! `ListCost`, and its `SkuId` is the model. A showback is no invoice: the costs are the
 //! GPU-hours at the prices given, so `BilledCost`, `EffectiveCost`, `ListCost` and
 //! `ContractedCost` are the same figure; the rows' `BilledCost` add up to the groups' and
 //! the unallocated cost. truthscale's own figures are in `x_` columns, as FOCUS asks of a
@@ -10,7 +12,7 @@
 use super::opencost::{ALLOCATION_UNKNOWN, Bounds, IDLE, periods};
 use super::showback::By;
 use std::io::Write;
-use truthscale_core::showback::{GroupHours, Showback};
+use truthscale_core::showback::{GroupHours, ModelPart, Period};
 
 /// The columns: FOCUS 1.2's, then truthscale's.
 const HEADER: &str = "BillingAccountId,BillingAccountName,BillingCurrency,BillingPeriodStart,BillingPeriodEnd,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,ChargeClass,ChargeDescription,ChargeFrequency,BilledCost,EffectiveCost,ListCost,ListUnitPrice,ContractedCost,ContractedUnitPrice,ConsumedQuantity,ConsumedUnit,PricingQuantity,PricingUnit,PricingCategory,InvoiceId,InvoiceIssuerName,ProviderName,PublisherName,ServiceCategory,ServiceSubcategory,ServiceName,ResourceId,ResourceName,ResourceType,RegionId,RegionName,AvailabilityZone,SkuId,SkuPriceId,SubAccountId,SubAccountName,CommitmentDiscountCategory,CommitmentDiscountId,CommitmentDiscountName,CommitmentDiscountStatus,CommitmentDiscountType,Tags,x_By,x_Group,x_Workloads,x_UsedGpuHours,x_IdleGpuHours,x_IdleCost,x_UnmeasuredGpuHours,x_UseUnknownGpuHours,x_UnavailableGpuHours,x_UnavailableCost,x_BusyGpuHours,x_EffectiveComputeGpuHours,x_BusyMeasuredGpuHours,x_EffectiveComputeMeasuredGpuHours,x_HealthMeasuredGpuHours";
@@ -57,6 +59,9 @@ fn num(x: f64) -> String {
 /// One row: what is charged, its cost, and truthscale's figures (`g`: `None` for the
 /// capacity no pod held).
 struct Row<'a> {
+    /// The GPU model (FOCUS's SKU) and its price of one GPU-hour.
+    sku: &'a str,
+    price: f64,
     group: &'a str,
     description: String,
     hours: f64,
@@ -94,13 +99,15 @@ fn write_row(
     let account = if r.g.is_some() { r.group } else { "" };
     writeln!(
         out,
-        "{ACCOUNT},,{cur},{ws},{we},{ps},{pe},Usage,,{desc},Usage-Based,{cost},{cost},{cost},,{cost},,{hours},{UNIT},{hours},{UNIT},Standard,,{ISSUER},{ISSUER},{ISSUER},Compute,Containers,GPU,,,,,,,,,{acct},{acct},,,,,,{tags},{by},{group},{wl},{used},{idle},{idle_cost},{unm},{unk},{down},{down_cost},{busy},{ecf},{busy_m},{ecf_m},{health_m}",
+        "{ACCOUNT},,{cur},{ws},{we},{ps},{pe},Usage,,{desc},Usage-Based,{cost},{cost},{cost},{price},{cost},{price},{hours},{UNIT},{hours},{UNIT},Standard,,{ISSUER},{ISSUER},{ISSUER},Compute,Containers,GPU,,,,,,,{sku},{sku},{acct},{acct},,,,,,{tags},{by},{group},{wl},{used},{idle},{idle_cost},{unm},{unk},{down},{down_cost},{busy},{ecf},{busy_m},{ecf_m},{health_m}",
         cur = args.currency,
         ws = window.start,
         we = window.end,
         ps = b.start,
         pe = b.end,
         desc = field(&r.description),
+        price = num(r.price),
+        sku = field(r.sku),
         acct = field(account),
         tags = field(&tags),
         by = field(by),
@@ -124,26 +131,43 @@ fn write_row(
     )
 }
 
-/// Writes the FOCUS CSV of `s` (every group).
+/// The SKU of a model's rows: the model as reported.
+fn sku(part: &ModelPart) -> &str {
+    part.model.as_deref().unwrap_or("(model not reported)")
+}
+
+/// Writes the FOCUS CSV of the showback split by model, `parts` (every group).
 ///
 /// # Errors
-/// A group or the capacity no pod held has no cost (no price was given for its GPUs'
-/// model: FOCUS has no row without a cost); writing fails.
+/// A model has no price (FOCUS has no row without a cost, and a row's unit price is its
+/// model's); writing fails.
 pub(crate) fn write(
     out: &mut impl Write,
-    s: &Showback,
+    parts: &[ModelPart],
     by: &By,
     args: &FocusArgs,
     start_ms: i64,
     step_seconds: f64,
 ) -> anyhow::Result<()> {
-    let no_price = || {
-        anyhow::anyhow!(
-            "--focus needs a cost on every row: give --cost-per-gpu-hour (or --gpu-hour-price for each model)"
-        )
-    };
     let by_name = by.describe();
-    let all = periods(s, start_ms, step_seconds);
+    let each: Vec<Vec<(&Period, Bounds)>> = parts
+        .iter()
+        .map(|p| periods(&p.showback, start_ms, step_seconds))
+        .collect();
+    let prices = parts
+        .iter()
+        .map(|p| {
+            p.price.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--focus needs a price of every GPU model (a row's unit price is its model's): none for {}; give --cost-per-gpu-hour, or --gpu-hour-price \"{}=PRICE\"",
+                    sku(p),
+                    sku(p)
+                )
+            })
+        })
+        .collect::<anyhow::Result<Vec<f64>>>()?;
+    // Every part has the same periods.
+    let all = each.first().map_or(&[][..], Vec::as_slice);
     let window = Bounds {
         start: all
             .first()
@@ -153,26 +177,59 @@ pub(crate) fn write(
         hours: 0.0,
     };
     writeln!(out, "{HEADER}")?;
-    for (p, b) in &all {
-        for g in &p.groups {
-            // A group that held nothing (requested only) costs nothing.
-            let cost = match &g.cost {
-                Some(c) => c.allocated,
-                None if g.allocated_gpu_hours == 0.0 => 0.0,
-                None => return Err(no_price()),
+    for k in 0..all.len() {
+        for ((part, periods), price) in parts.iter().zip(&each).zip(&prices) {
+            let (p, b) = &periods[k];
+            let rows = Rows {
+                by: &by_name,
+                sku: sku(part),
+                price: *price,
             };
+            rows.write(out, args, &window, b, p)?;
+        }
+    }
+    Ok(())
+}
+
+/// What every row of one model's period shares: the groups' name, the model and its price.
+struct Rows<'a> {
+    by: &'a str,
+    sku: &'a str,
+    price: f64,
+}
+
+impl Rows<'_> {
+    /// The rows of one model's period `p`: its groups', the capacity no pod held (always),
+    /// and the GPU-hours whose allocation is unknown (where any).
+    fn write(
+        &self,
+        out: &mut impl Write,
+        args: &FocusArgs,
+        window: &Bounds,
+        b: &Bounds,
+        p: &Period,
+    ) -> anyhow::Result<()> {
+        // Each part's GPU-hours have its model's price: a cost is there whenever the price is.
+        let cost = |c: Option<f64>| {
+            c.ok_or_else(|| anyhow::anyhow!("--focus: a row of {} has no cost", self.sku))
+        };
+        for g in &p.groups {
             let row = Row {
+                sku: self.sku,
+                price: self.price,
                 group: &g.group,
-                description: format!("GPU-hours allocated to {by_name} {}", g.group),
+                description: format!(
+                    "{} GPU-hours allocated to {} {}",
+                    self.sku, self.by, g.group
+                ),
                 hours: g.allocated_gpu_hours,
-                cost,
+                cost: cost(g.cost.as_ref().map(|c| c.allocated))?,
                 g: Some(g),
                 unavailable: g.unavailable_gpu_hours,
                 simulated: g.simulated,
             };
-            write_row(out, &by_name, args, &window, b, &row)?;
+            write_row(out, self.by, args, window, b, &row)?;
         }
-        // What no group was charged: the idle row always, allocation unknown where any.
         let unheld = [
             (
                 IDLE,
@@ -189,30 +246,42 @@ pub(crate) fn write(
                 p.allocation_unknown_simulated,
             ),
         ];
-        for (k, (group, description, (hours, cost), unavailable, simulated)) in
+        for (k, (group, description, (hours, c), unavailable, simulated)) in
             unheld.into_iter().enumerate()
         {
             if k > 0 && hours == 0.0 {
                 continue;
             }
             let row = Row {
+                sku: self.sku,
+                price: self.price,
                 group,
-                description: description.into(),
+                description: format!("{} {description}", self.sku),
                 hours,
-                cost: cost.ok_or_else(no_price)?,
+                cost: cost(c)?,
                 g: None,
                 unavailable,
                 simulated,
             };
-            write_row(out, &by_name, args, &window, b, &row)?;
+            write_row(out, self.by, args, window, b, &row)?;
         }
+        Ok(())
     }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use truthscale_core::showback::Showback;
+
+    /// `s` as the one part of a fleet of H100s at `price`.
+    fn h100(s: Showback, price: Option<f64>) -> Vec<ModelPart> {
+        vec![ModelPart {
+            model: Some("NVIDIA H100 80GB HBM3".into()),
+            price,
+            showback: s,
+        }]
+    }
 
     #[test]
     fn currencies_are_three_capitals() {
@@ -231,7 +300,15 @@ mod tests {
     /// The FOCUS CSV of `s` by namespace, in USD.
     fn focus_text(s: &Showback) -> String {
         let mut out = Vec::new();
-        write(&mut out, s, &By::Namespace, &usd(), 0, 60.0).expect("written");
+        write(
+            &mut out,
+            &h100(s.clone(), Some(2.0)),
+            &By::Namespace,
+            &usd(),
+            0,
+            60.0,
+        )
+        .expect("written");
         String::from_utf8(out).expect("UTF-8")
     }
 
@@ -268,10 +345,20 @@ mod tests {
                 .count();
             assert_eq!(n, columns, "{line}");
         }
-        let mut none = Showback::default();
-        none.total.groups.push(GroupHours::default());
-        let e = write(&mut Vec::new(), &none, &By::Namespace, &usd(), 0, 60.0).unwrap_err();
-        assert!(e.to_string().contains("--cost-per-gpu-hour"), "{e}");
+        let e = write(
+            &mut Vec::new(),
+            &h100(s, None),
+            &By::Namespace,
+            &usd(),
+            0,
+            60.0,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("none for NVIDIA H100 80GB HBM3; give --cost-per-gpu-hour"),
+            "{e}"
+        );
     }
 
     /// Simulated data says so: a row with any GPU-hour of a simulated GPU carries the tag
@@ -334,7 +421,16 @@ mod tests {
         };
         let mut out = Vec::new();
         // 2025-01-06T00:00:00Z, 120 steps of 60 s.
-        write(&mut out, &s, &By::Namespace, &args, 1_736_121_600_000, 60.0).expect("written");
+        let parts = h100(s, Some(2.0));
+        write(
+            &mut out,
+            &parts,
+            &By::Namespace,
+            &args,
+            1_736_121_600_000,
+            60.0,
+        )
+        .expect("written");
         let text = String::from_utf8(out).expect("UTF-8");
         let header: Vec<&str> = HEADER.split(',').collect();
         // Split at the commas outside quotes (Tags holds some).
@@ -371,6 +467,20 @@ mod tests {
         assert_eq!(col(idle, "ConsumedQuantity"), "1.000000");
         assert_eq!(col(idle, "SubAccountId"), "");
         assert_eq!(col(idle, "x_UsedGpuHours"), "", "unknown: empty, not 0");
+        // One model a row: its unit price and SKU, and ListUnitPrice × PricingQuantity =
+        // ListCost (FOCUS 1.2: not null on a Usage row, and that product).
+        for r in &rows {
+            assert_eq!(col(r, "ListUnitPrice"), "2.000000");
+            assert_eq!(col(r, "ContractedUnitPrice"), "2.000000");
+            assert_eq!(col(r, "SkuId"), "NVIDIA H100 80GB HBM3");
+            assert_eq!(col(r, "SkuPriceId"), "NVIDIA H100 80GB HBM3");
+            let f = |name: &str| col(r, name).parse::<f64>().unwrap();
+            assert!((f("ListUnitPrice") * f("PricingQuantity") - f("ListCost")).abs() < 1e-9);
+        }
+        assert_eq!(
+            col(ml, "ChargeDescription"),
+            "NVIDIA H100 80GB HBM3 GPU-hours allocated to namespace ml"
+        );
         let billed: f64 = rows
             .iter()
             .map(|r| col(r, "BilledCost").parse::<f64>().unwrap())

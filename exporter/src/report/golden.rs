@@ -16,7 +16,7 @@ use truthscale_core::derive::DeriveConfig;
 use truthscale_core::fleet::{BANDS, FleetConfig, FleetInput, Point, StepBands, Track};
 use truthscale_core::gpus::{self, MigProfile};
 use truthscale_core::model::{EntitySample, Field};
-use truthscale_core::showback::{Holders, Holding, Showback, ShowbackConfig};
+use truthscale_core::showback::{Holders, Holding, ModelPart, Showback, ShowbackConfig};
 
 const GIB: f64 = 1_073_741_824.0;
 /// Points of each fleet.
@@ -402,7 +402,8 @@ fn assemble(
     if let Some(b) = by {
         let (shown, sb, text) = showback(input, &doc, cfg, b, start_ms);
         doc.showback = Some(shown);
-        exports = exported(&sb, &b.by, start_ms, input.step_seconds);
+        let parts = by_model(input, cfg, b);
+        exports = exported(&sb, &parts, &b.by, start_ms, input.step_seconds);
         every_group = Some(sb);
         csv = Some(text);
     }
@@ -455,6 +456,7 @@ fn assemble(
 /// `--format opencost`'s document and `--focus`'s CSV of `sb` (every group).
 fn exported(
     sb: &Showback,
+    parts: &[ModelPart],
     by: &super::showback::By,
     start_ms: i64,
     step_seconds: f64,
@@ -467,13 +469,42 @@ fn exported(
     let mut files = vec![("opencost.json", json)];
     let mut focus = Vec::new();
     // Without a price there is no FOCUS CSV.
-    if super::focus::write(&mut focus, sb, by, &args, start_ms, step_seconds).is_ok() {
+    if super::focus::write(&mut focus, parts, by, &args, start_ms, step_seconds).is_ok() {
         files.push((
             "focus.csv",
             String::from_utf8(focus).expect("the CSV is UTF-8"),
         ));
     }
     files
+}
+
+/// The showback's configuration as `run` makes it.
+fn showback_config(cfg: &FleetConfig, b: &ByArgs) -> ShowbackConfig {
+    ShowbackConfig {
+        by: b.by.describe(),
+        idle_busy_below: cfg.idle_busy_below,
+        idle_compute_below: cfg.idle_compute_below,
+        period_steps: b.period_steps,
+        default_price: cfg.cost_per_gpu_hour,
+        prices: b.prices.clone(),
+        energy_price_per_kwh: b.energy_price,
+    }
+}
+
+/// The showback split by GPU model, as `--focus` makes it.
+fn by_model(input: &FleetInput, cfg: &FleetConfig, b: &ByArgs) -> Vec<ModelPart> {
+    let groups = super::showback::groups(input, &b.by, &b.attrs);
+    let none = (
+        &truthscale_core::showback::Fractions::new(),
+        &truthscale_core::showback::MeasuredUse::new(),
+    );
+    truthscale_core::showback::showback_by_model(
+        input,
+        &groups,
+        &b.holders,
+        none,
+        &showback_config(cfg, b),
+    )
 }
 
 /// The showback as `run` makes it: (the `--top` groups shown, every group, the CSV).
@@ -491,15 +522,7 @@ fn showback(
         &groups,
         &b.holders,
         &requested,
-        &ShowbackConfig {
-            by: b.by.describe(),
-            idle_busy_below: cfg.idle_busy_below,
-            idle_compute_below: cfg.idle_compute_below,
-            period_steps: b.period_steps,
-            default_price: cfg.cost_per_gpu_hour,
-            prices: b.prices.clone(),
-            energy_price_per_kwh: b.energy_price,
-        },
+        &showback_config(cfg, b),
     );
     sb.notes.extend(b.attrs.notes.iter().cloned());
     truthscale_core::showback::check_against_sizing(&mut sb, &doc.fleet);
