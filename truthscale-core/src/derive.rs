@@ -270,8 +270,12 @@ fn sanitize_rest(
             unclean |= !(0.0 <= v && v <= max);
         }
     }
-    // A GPU that reads at all runs its SMs at some clock: 0 MHz is no reading.
+    // A GPU that reads at all runs its SMs at some clock: 0 MHz is no reading; nor is a
+    // memory total below a mebibyte, which no GPU or instance has.
     unclean |= readings.value(Field::SmClockMhz) == Some(0.0);
+    unclean |= readings
+        .value(Field::MemTotalBytes)
+        .is_some_and(|t| t < MIN_MEMORY_TOTAL_BYTES);
     // The integer sentinels lie below the bound of the wide fields only (see `Bounds::new`).
     for &f in WIDE_FIELDS {
         if let Some(v) = readings.value(f) {
@@ -301,7 +305,8 @@ fn sanitize_each(
         // infinities the second) and not a sentinel of the field's type.
         let sentinel = is_sentinel_of(field, v);
         let stopped_clock = field == Field::SmClockMhz && v == 0.0;
-        if (0.0..=max).contains(&v) && !sentinel && !stopped_clock {
+        let no_memory = field == Field::MemTotalBytes && (0.0..MIN_MEMORY_TOTAL_BYTES).contains(&v);
+        if (0.0..=max).contains(&v) && !sentinel && !stopped_clock && !no_memory {
             continue;
         }
         let mut push = |kind, detail: String| {
@@ -320,6 +325,13 @@ fn sanitize_each(
             readings.set(field, Reading::Blank);
         } else if v < 0.0 {
             push(DiagnosticKind::OutOfRange, format!("{v} is negative"));
+            readings.set(field, Reading::Blank);
+        } else if no_memory {
+            // Taken as the GPU's size, it would make every sizing divide by nothing.
+            push(
+                DiagnosticKind::OutOfRange,
+                format!("{v} bytes is no memory total of a GPU (below 1 MiB)"),
+            );
             readings.set(field, Reading::Blank);
         } else if stopped_clock {
             // Averaged in, it would halve the window's mean clock and κ with it.
@@ -438,6 +450,8 @@ pub const MAX_XID_WINDOW_ERRORS: f64 = 1e9;
 /// A fabric health summary above this is not a reading (NVML defines 0 to 3; room is left
 /// for values a newer driver adds).
 pub const MAX_FABRIC_HEALTH_SUMMARY: f64 = 255.0;
+/// A memory total below this (1 MiB) is not a reading: no GPU or MIG instance has so little.
+pub const MIN_MEMORY_TOTAL_BYTES: f64 = 1_048_576.0;
 /// A CPU limit above this many CPUs is not a reading (Linux supports at most 8192 CPUs).
 pub const MAX_CPU_LIMIT_CORES: f64 = 8192.0;
 
@@ -575,7 +589,7 @@ impl Bounds {
         }
         let read_total = r
             .value(Field::MemTotalBytes)
-            .filter(|&t| 0.0 < t && t <= total && !is_sentinel(t));
+            .filter(|&t| MIN_MEMORY_TOTAL_BYTES <= t && t <= total && !is_sentinel(t));
         if let Some(t) = read_total {
             used = t;
         }
@@ -898,6 +912,31 @@ mod tests {
         sanitize(&mut r, &id, h100, &mut diags);
         assert_eq!(r.value(Field::SmClockMhz), Some(210.0));
         assert_eq!(diags.len(), 1);
+    }
+
+    /// A memory total of 0 (or below 1 MiB) is blank and said, never the GPU's size: the
+    /// fleet's sizing divides by it. 80 GiB is kept, and so is the memory used beside it.
+    #[test]
+    fn a_memory_total_below_a_mebibyte_is_no_reading() {
+        let id = EntityId::default();
+        for spec in [None, by_key("h100-sxm")] {
+            for zero in [0.0, 1000.0] {
+                let mut diags = Vec::new();
+                let mut r = readings(&[(Field::MemTotalBytes, zero), (Field::MemUsedBytes, 4e10)]);
+                sanitize(&mut r, &id, spec, &mut diags);
+                assert_eq!(r.get(Field::MemTotalBytes), Reading::Blank);
+                assert_eq!(r.value(Field::MemUsedBytes), Some(4e10));
+                assert_eq!(diags.len(), 1, "{diags:?}");
+                assert_eq!(diags[0].kind, DiagnosticKind::OutOfRange);
+                assert_eq!(diags[0].field, Some(Field::MemTotalBytes));
+            }
+            let mut diags = Vec::new();
+            let total = 80.0 * 1_073_741_824.0;
+            let mut r = readings(&[(Field::MemTotalBytes, total)]);
+            sanitize(&mut r, &id, spec, &mut diags);
+            assert_eq!(r.value(Field::MemTotalBytes), Some(total));
+            assert!(diags.is_empty(), "{diags:?}");
+        }
     }
 
     #[test]

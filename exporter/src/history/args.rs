@@ -27,6 +27,18 @@ const DAY: Duration = Duration::from_secs(86_400);
 /// The longest `--prometheus-timeout` and `--waiting-notice`.
 const HOUR: Duration = Duration::from_secs(3600);
 
+/// `--waiting-notice`: 0 (never), or 1 s to 1 h: the notice counts whole seconds, and one
+/// more often than a line can be written would do nothing but write.
+fn waiting_notice(text: &str) -> Result<Duration, String> {
+    let d = crate::setting::duration_flag(Duration::ZERO, HOUR)(text)?;
+    if !d.is_zero() && d < Duration::from_secs(1) {
+        return Err(format!(
+            "{text:?} is shorter than 1s: give 1s to 1h (the notice counts whole seconds), or 0s for never"
+        ));
+    }
+    Ok(d)
+}
+
 #[derive(Debug, Clone, clap::Args)]
 #[command(next_help_heading = "Prometheus history")]
 pub(crate) struct PrometheusArgs {
@@ -104,9 +116,9 @@ pub(crate) struct PrometheusArgs {
     #[arg(long, value_name = "WHEN", value_enum)]
     pub compression: Option<Compression>,
     /// While a request to Prometheus has had no answer this long, say so on stderr
-    /// ("still waiting for Prometheus at URL (20 s)"), and again as often; 0s for never, at
-    /// most 1h [default: 20s].
-    #[arg(long, value_name = "DURATION", value_parser = crate::setting::duration_flag(Duration::ZERO, HOUR))]
+    /// ("still waiting for Prometheus at URL (20 s)"), and again as often; 0s for never,
+    /// else 1s to 1h [default: 20s].
+    #[arg(long, value_name = "DURATION", value_parser = waiting_notice)]
     pub waiting_notice: Option<Duration>,
     /// Read each GPU series' raw samples by Prometheus' remote-read API (streamed chunks)
     /// and evaluate its steps here as the server would, instead of query_range: `auto`
@@ -254,6 +266,18 @@ mod tests {
         assert_eq!(at.end_ms(0), 1_796_047_200_000);
         assert_eq!(parse_until("2h").unwrap().end_ms(10_000_000), 2_800_000);
         assert!(parse_until("yesterday").unwrap_err().contains("RFC 3339"));
+    }
+
+    #[test]
+    fn a_waiting_notice_is_never_or_whole_seconds() {
+        assert_eq!(waiting_notice("0s"), Ok(Duration::ZERO));
+        assert_eq!(waiting_notice("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(waiting_notice("1h"), Ok(HOUR));
+        for short in ["1us", "999ms"] {
+            let e = waiting_notice(short).unwrap_err();
+            assert!(e.contains("shorter than 1s: give 1s to 1h"), "{e}");
+        }
+        assert!(waiting_notice("2h").is_err());
     }
 
     #[test]

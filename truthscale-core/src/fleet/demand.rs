@@ -366,7 +366,8 @@ pub(super) fn pooled_bound(
         )
     });
     let memory_term = match (memory_peak_mib, gpu_mib) {
-        (Some(m), Some(g)) => Some((m as f64 / g as f64, ceil_div(m, g))),
+        // A GPU of no memory sizes nothing (the sanitizer blanks such a total).
+        (Some(m), Some(g)) if g > 0 => Some((m as f64 / g as f64, ceil_div(m, g))),
         _ => None,
     };
     match (compute_term, memory_term) {

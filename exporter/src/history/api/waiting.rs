@@ -94,7 +94,11 @@ impl Waiting {
             let due = (oldest + every).max(st.said.map_or(now, |t| t + every));
             if due <= now {
                 st.said = Some(now);
+                // Said without the lock: a request that starts or ends meanwhile never waits
+                // on stderr (a pipe nobody reads, a notice shorter than one line's write).
+                drop(st);
                 eprintln!("{}", waiting_line(base, now - oldest));
+                st = self.lock();
                 continue;
             }
             st = self
@@ -233,6 +237,29 @@ mod tests {
             waiting_line("http://prometheus:9090", Duration::from_millis(20_400)),
             "truthscale: still waiting for Prometheus at http://prometheus:9090 (20 s)"
         );
+    }
+
+    /// A notice more often than one line can be written (the flag refuses it; set here
+    /// directly) never holds up the requests: each starts and ends while lines are said.
+    #[test]
+    fn a_notice_shorter_than_a_line_never_holds_up_a_request() {
+        let mut c = Client::new("http://127.0.0.1:9", None, Duration::from_secs(1), None).unwrap();
+        c.waiting_notice = Some(Duration::from_nanos(1));
+        let c = Arc::new(c);
+        let (done, finished) = std::sync::mpsc::channel();
+        let client = Arc::clone(&c);
+        std::thread::spawn(move || {
+            for _ in 0..3 {
+                client.while_waiting(|| std::thread::sleep(Duration::from_millis(2)));
+            }
+            let _ = done.send(());
+        });
+        assert!(
+            finished.recv_timeout(Duration::from_secs(10)).is_ok(),
+            "the requests were held up by the notices"
+        );
+        assert!(c.waiting.said());
+        c.waiting.close();
     }
 
     /// A server that accepts and never answers is named hung, at the first timeout (no

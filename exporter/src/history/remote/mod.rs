@@ -415,16 +415,27 @@ impl Span {
         // No step takes a sample older than the lookback before the first step, or after
         // the last.
         let (first, last, step) = steps;
-        // Most series have a value at each step: the values are allocated once.
-        let each = usize::try_from((last - first) / step.max(1) + 1).unwrap_or(0);
-        matrix
-            .values
-            .reserve(self.series.len().saturating_mul(each));
-        matrix.result.reserve(self.series.len());
         let needed = (first.saturating_sub(e.lookback), last);
+        // Most series with a chunk in range have a value at each step: the values are
+        // allocated once, for those series alone (an answer may list series without one),
+        // and never more than a chunk of the feed holds up front.
+        let each = usize::try_from((last - first) / step.max(1) + 1).unwrap_or(0);
+        let overlaps =
+            |(min, max, _): &(i64, i64, Range<usize>)| *max >= needed.0 && *min <= needed.1;
+        let with_data = self
+            .series
+            .iter()
+            .filter(|(_, c)| self.chunks[c.clone()].iter().any(overlaps))
+            .count();
+        let _ = matrix.values.try_reserve(
+            with_data
+                .saturating_mul(each)
+                .min(usize::try_from(CHUNK_BUDGET).unwrap_or(0)),
+        );
+        let _ = matrix.result.try_reserve(with_data);
         for (labels, chunks) in &self.series {
-            for (min, max, bytes) in &self.chunks[chunks.clone()] {
-                if *max >= needed.0 && *min <= needed.1 {
+            for chunk @ (_, _, bytes) in &self.chunks[chunks.clone()] {
+                if overlaps(chunk) {
                     wire::xor_samples(&self.data[bytes.clone()], needed, &mut matrix.samples)
                         .with_context(|| {
                             let series: Vec<String> = self

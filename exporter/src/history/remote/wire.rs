@@ -418,7 +418,15 @@ pub(super) fn xor_samples(
             } else {
                 delta.wrapping_add(delta_of_delta(&mut r).ok_or_else(cut)?)
             };
-            t = t.wrapping_add(delta);
+            // Prometheus appends a sample only after the last one: a time that does not
+            // increase is no chunk it wrote (and 65 535 samples at one time, 2 bits each,
+            // would be kept until the series ends).
+            t = match t.checked_add(delta) {
+                Some(next) if delta > 0 => next,
+                _ => bail!(
+                    "an XOR chunk of {count} samples whose time does not increase at sample {i}: not Prometheus' encoding"
+                ),
+            };
             xor.next(&mut r).ok_or_else(cut)?;
         }
         if t > to {
@@ -458,6 +466,17 @@ mod tests {
         assert_eq!(read(&chunk, (120_001, 180_000)), Some(vec![(180_000, 1.5)]));
         assert_eq!(read(&chunk, (0, 179_999)), Some(vec![(120_000, 1.5)]));
         assert_eq!(read(&chunk, (0, 119_999)), Some(vec![]));
+        // The second sample at the first one's time: malformed, whatever the range.
+        let mut same = vec![0, 2];
+        put_uvarint(&mut same, 2 * 120_000);
+        same.extend_from_slice(&1.5f64.to_bits().to_be_bytes());
+        put_uvarint(&mut same, 0);
+        same.push(0);
+        let e = xor_samples(&same, ALL, &mut Vec::new()).unwrap_err();
+        assert!(
+            e.to_string().contains("time does not increase at sample 1"),
+            "{e}"
+        );
         // More samples announced than the bits hold (the padding reads as three more, each
         // a time and a value unchanged): an error where the missing one is read, none where
         // the second is already past the range.

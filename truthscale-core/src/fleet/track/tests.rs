@@ -241,3 +241,32 @@ fn a_mig_instances_saturation_needs_both_terms() {
     dram_only.set_value(Field::DramActive, 0.7);
     assert_eq!(t.saturation_of(&dram_only, &m), None, "DRAM alone");
 }
+
+/// A GPU whose memory total reads 0 (below 1 MiB is no GPU's) keeps no total: the fleet's
+/// GPU is then the catalog's 80 GB H100, and 40 000 MiB used needs one GPU's memory, not
+/// 40 000 (each MiB taken as a GPU).
+#[test]
+fn a_memory_total_of_zero_sizes_nothing() {
+    use crate::fleet::test_support::input;
+    use crate::fleet::{FleetConfig, analyze};
+    use crate::tracker::Deriver;
+    let mut d = Deriver::new(DeriveConfig::default(), Some(60.0));
+    let mut t = Track::new(Some("ns/p".into()), "n/gpu 0".into());
+    for step in 0..10 {
+        let mut s = tensor_sample(step as i64 * 60_000, 0.3);
+        let r = &mut s.entities[0].readings;
+        r.set_value(Field::MemTotalBytes, 0.0);
+        r.set_value(Field::MemUsedBytes, 40_000.0 * 1_048_576.0);
+        for w in &d.observe(&s).windows {
+            t.spec = w.spec;
+            t.model = w.id.model.clone();
+            t.observe(step, w);
+        }
+    }
+    assert_eq!(t.memory_total_mib, None);
+    let r = analyze(&input(vec![t], 10), &FleetConfig::default());
+    let pooled = r.sizing.pooled_lower_bound.expect("a bound");
+    assert_eq!(pooled.gpus, 1, "{pooled:?}");
+    // The catalog's 80 GB, in whole MiB.
+    assert_eq!(r.gpu_memory_bytes, Some(76_293.0 * 1_048_576.0));
+}
