@@ -82,6 +82,9 @@ GOOD = {
         "monitor": {"kind": "none"}, "prometheusRule": {"enabled": False}, "dashboards": {"enabled": False},
     },
     "sidecar, dcgm-exporter source, no monitor": {"mode": "sidecar", "source": "dcgm-exporter", "monitor": {"kind": "none"}},
+    "sidecar, dcgm-exporter source, the pod's GPUs named": {
+        "mode": "sidecar", "source": "dcgm-exporter", "sidecar": {"gpuUuids": f"{GPU_UUID},GPU-1"},
+    },
     "node, sim source, another grafana_dashboard value": {"source": "sim", "dashboards": {"labels": {"grafana_dashboard": "true"}}},
     # Names YAML reads as numbers unless quoted; release "123" too (CASE_OPTIONS).
     "sidecar, sim source, numeric names": {
@@ -131,6 +134,9 @@ BAD = {
     # at start, unable to load NVML.
     "sidecar, source nvml, no sidecar.visibleDevices": {"mode": "sidecar"},
     "sidecar.visibleDevices: all": {"mode": "sidecar", "sidecar": {"visibleDevices": "all"}},
+    # dcgm-exporter labels a MIG instance with its parent's UUID; NVML reads visibleDevices.
+    "sidecar.gpuUuids: a MIG UUID": {"mode": "sidecar", "source": "dcgm-exporter", "sidecar": {"gpuUuids": "MIG-1"}},
+    "sidecar.gpuUuids with source nvml": {"mode": "sidecar", "sidecar": {"visibleDevices": GPU_UUID, "gpuUuids": GPU_UUID}},
     "monitor.labels with the chart's app.kubernetes.io/name": {"monitor": {"labels": {"app.kubernetes.io/name": "x"}}},
     "dashboards.labels with the chart's helm.sh/chart": {"dashboards": {"labels": {"helm.sh/chart": "x"}}},
     # --listen takes an address, not a name, and the chart adds the port.
@@ -148,6 +154,7 @@ BAD_MESSAGES = {
     "node.perProcess with source dcgm-exporter": "node.perProcess needs source nvml",
     "node.perProcess with source sim": "node.perProcess needs source nvml",
     "sidecar, source nvml, no sidecar.visibleDevices": "needs sidecar.visibleDevices",
+    "sidecar.gpuUuids with source nvml": "for source dcgm-exporter only",
 }
 
 
@@ -272,13 +279,29 @@ class FakeApiServer:
         })
 
 
-def render(chart: Path, release: str = "truthscale", crds: bool = True) -> tuple[list[dict], str]:
+def render(chart: Path, release: str = "truthscale", crds: bool = True) -> tuple[list[dict], str, str]:
     """The chart's objects, as Helm's install (namespace monitoring) sends them to
-    FakeApiServer, and the release's manifest (the YAML text Helm rendered)."""
+    FakeApiServer, the release's manifest (the YAML text Helm rendered) and its notes."""
     with FakeApiServer(crds) as api:
         config = helm_sdkpy.Configuration(namespace="monitoring", kubeconfig=api.kubeconfig())
         result = asyncio.run(helm_sdkpy.Install(config).run(release, str(chart), wait=False, timeout=60))
-        return list(api.created), result.get("manifest", "")
+        notes = (result.get("info") or {}).get("notes", "")
+        return list(api.created), result.get("manifest", ""), notes
+
+
+def check_notes(v: dict, notes: str) -> list[str]:
+    """What the notes must say: that every GPU is simulated with source sim, and nothing of
+    it otherwise; that a dcgm-exporter sidecar without sidecar.gpuUuids relies on
+    dcgm-exporter's pod mapping."""
+    errs = []
+    sim = "WARNING: source=sim. Every GPU is simulated" in notes
+    if sim != (v["source"] == "sim"):
+        errs.append(f"source {v['source']}: the notes {'say' if sim else 'do not say'} every GPU is simulated")
+    mapping = "needs dcgm-exporter's\npod mapping" in notes
+    want = v["mode"] == "sidecar" and v["source"] == "dcgm-exporter" and not v["sidecar"].get("gpuUuids")
+    if mapping != want:
+        errs.append(f"the notes {'name' if mapping else 'do not name'} dcgm-exporter's pod mapping")
+    return errs
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -376,6 +399,10 @@ def check_workload(v: dict, kinds: dict[str, list[dict]]) -> list[str]:
     want_class = (part.get("runtimeClassName") or None) if nvml else None
     if pod.get("runtimeClassName") != want_class:
         errs.append(f"source {v['source']}: runtimeClassName {pod.get('runtimeClassName')}, want {want_class}")
+    # The pod's GPUs among a dcgm-exporter's, where named: the dcgm-exporter sidecar only.
+    want_uuids = None if node or v["source"] != "dcgm-exporter" else (v["sidecar"].get("gpuUuids") or None)
+    if env.get("TRUTHSCALE_SOURCE__GPU_UUIDS") != want_uuids:
+        errs.append(f"TRUTHSCALE_SOURCE__GPU_UUIDS {env.get('TRUTHSCALE_SOURCE__GPU_UUIDS')!r}, want {want_uuids!r}")
     if not node:
         return errs
     if ("TRUTHSCALE_SOURCE__PER_PROCESS_SERIES" in env) != v["node"]["perProcess"]:
@@ -497,12 +524,13 @@ def good_case(name: str, values: dict, k8s_version: str, release: str = "truthsc
         problems = lint(chart)
         if not problems:
             try:
-                objs, manifest = render(chart, release, crds)
+                objs, manifest, notes = render(chart, release, crds)
             except helm_sdkpy.exceptions.HelmError as e:
                 objs, manifest, problems = [], "", [f"render (install against the stand-in API server): {e}"]
             kinds = by_kind(objs)
             if objs:
                 problems += check_manifest(manifest, objs)
+                problems += check_notes(values, notes)
             for check in (check_workload, check_rbac):
                 problems += check(values, kinds)
             for check in (check_monitor, check_rules_and_dashboards):
