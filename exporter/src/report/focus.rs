@@ -69,6 +69,8 @@ struct Row<'a> {
     g: Option<&'a GroupHours>,
     /// `None` where no health field was read (unknown, never 0).
     unavailable: Option<f64>,
+    /// The GPU-hours `unavailable` was judged over (`None`: allocation unknown, nothing read).
+    health_measured: Option<f64>,
     /// Any of its GPU-hours of a simulated GPU.
     simulated: bool,
 }
@@ -127,7 +129,7 @@ fn write_row(
         ecf = measured(|g| g.effective_compute_gpu_hours),
         busy_m = opt(|g| g.busy_measured_gpu_hours),
         ecf_m = opt(|g| g.effective_compute_measured_gpu_hours),
-        health_m = opt(|g| g.health_measured_gpu_hours),
+        health_m = r.health_measured.map_or_else(String::new, num),
     )
 }
 
@@ -226,6 +228,7 @@ impl Rows<'_> {
                 cost: cost(g.cost.as_ref().map(|c| c.allocated))?,
                 g: Some(g),
                 unavailable: g.unavailable_gpu_hours,
+                health_measured: Some(g.health_measured_gpu_hours),
                 simulated: g.simulated,
             };
             write_row(out, self.by, args, window, b, &row)?;
@@ -235,18 +238,21 @@ impl Rows<'_> {
                 IDLE,
                 "GPU-hours no pod held (idle capacity)",
                 (p.unallocated_gpu_hours, p.unallocated_cost),
-                p.unheld_unavailable_gpu_hours(),
+                (
+                    p.unheld_unavailable_gpu_hours(),
+                    Some(p.unallocated_health_measured_gpu_hours),
+                ),
                 p.unallocated_simulated,
             ),
             (
                 ALLOCATION_UNKNOWN,
                 "GPU-hours with nothing of the GPU read and no holder named (allocation unknown)",
                 (p.allocation_unknown_gpu_hours, p.allocation_unknown_cost),
-                None,
+                (None, None),
                 p.allocation_unknown_simulated,
             ),
         ];
-        for (k, (group, description, (hours, c), unavailable, simulated)) in
+        for (k, (group, description, (hours, c), (unavailable, health_measured), simulated)) in
             unheld.into_iter().enumerate()
         {
             if k > 0 && hours == 0.0 {
@@ -261,6 +267,7 @@ impl Rows<'_> {
                 cost: cost(c)?,
                 g: None,
                 unavailable,
+                health_measured,
                 simulated,
             };
             write_row(out, self.by, args, window, b, &row)?;

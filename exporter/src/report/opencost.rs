@@ -328,7 +328,9 @@ mod tests {
             unallocated_cost: priced.then_some(2.0),
             ..Period::default()
         };
-        total.funnel.unavailable_gpu_hours = 0.5;
+        // Of the hour no pod held, half was unavailable, judged over the whole hour.
+        total.unallocated_unavailable_gpu_hours = Some(0.5);
+        total.unallocated_health_measured_gpu_hours = 1.0;
         Showback {
             total,
             ..Showback::default()

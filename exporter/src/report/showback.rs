@@ -607,7 +607,7 @@ pub(crate) fn write_csv(
         let unheld_down = p.unheld_unavailable_gpu_hours();
         writeln!(
             out,
-            "{from},{to},{},(unallocated),,{},,,,,,,,,{},,,,{},{},{},,{},,,,,{}",
+            "{from},{to},{},(unallocated),,{},,,,,,,,,{},,,,{},{},{},,{},,,,{},{}",
             field(&s.by),
             num(Some(p.unallocated_gpu_hours)),
             num(p.unallocated_cost),
@@ -615,6 +615,7 @@ pub(crate) fn write_csv(
             num(p.energy.as_ref().and_then(|e| e.unallocated_cost)),
             num(unheld_down),
             p.unallocated_simulated,
+            num(Some(p.unallocated_health_measured_gpu_hours)),
             num(p.energy.as_ref().map(|e| e.unallocated_measured_gpu_hours)),
         )?;
         // Nothing of the GPU read and no holder named: not known whether a pod held it, so

@@ -115,6 +115,9 @@ pub(super) struct PeriodAcc {
     /// known whether a pod held it.
     pub(super) allocation_unknown: Unheld,
     pub(super) overallocated: u64,
+    /// Of `unallocated`, the units at steps with a health field read, and of those the
+    /// units at steps the GPU was unavailable.
+    pub(super) unallocated_health: (u64, u64),
     pub(super) fleet: u64,
     pub(super) energy: EnergyAcc,
     pub(super) funnel: super::funnel::FunnelAcc,
@@ -429,6 +432,9 @@ pub(super) fn period(
         unallocated_gpu_hours: hours(unallocated.units),
         unallocated_simulated: unallocated.simulated,
         unallocated_cost: unallocated.cost(w.priced),
+        unallocated_health_measured_gpu_hours: hours(acc.unallocated_health.0),
+        unallocated_unavailable_gpu_hours: (acc.unallocated_health.0 > 0)
+            .then(|| hours(acc.unallocated_health.1)),
         allocation_unknown_gpu_hours: hours(unknown.units),
         allocation_unknown_simulated: unknown.simulated,
         allocation_unknown_cost: unknown.cost(w.priced),

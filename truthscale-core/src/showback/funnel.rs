@@ -317,10 +317,33 @@ mod tests {
         assert_eq!(web.unavailable_gpu_hours, None);
         near(web.health_measured_gpu_hours, 0.0);
         assert_eq!(web.cost.as_ref().unwrap().unavailable, None);
-        // No pod held g3, which read no health either: the unheld unavailable hours are the
-        // fleet's less ml's, 0 of a fleet that read health somewhere.
-        assert_eq!(s.total.unheld_unavailable_gpu_hours(), Some(0.0));
+        // No pod held g3, which read no health: its unavailable hours are unknown, never 0
+        // (health read on other GPUs tells nothing of it).
+        assert_eq!(s.total.unheld_unavailable_gpu_hours(), None);
+        near(s.total.unallocated_health_measured_gpu_hours, 0.0);
         assert!(s.total.reconciled);
+    }
+
+    /// A GPU no pod holds, its health read at 8 of 10 steps, unavailable at 3 of them: 3
+    /// unavailable GPU-hours-in-steps no pod held, judged over those 8.
+    #[test]
+    fn unavailable_hours_no_pod_held_are_judged_over_their_own_health_reads() {
+        let ok = Some((0.0, Some(0.0), Some(Health::Ok)));
+        let down = Some((0.0, None, Some(Health::Unavailable)));
+        let unread = Some((0.0, Some(0.0), None));
+        let mut steps = vec![ok; 5];
+        steps.extend([down; 3]);
+        steps.extend([unread; 2]);
+        let input = FleetInput {
+            step_seconds: 60.0,
+            steps: 10,
+            tracks: vec![track(None, "n/g0", &steps)],
+            held: BTreeMap::default(),
+            step_bands: None,
+        };
+        let t = by_namespace(&input).total;
+        near(t.unallocated_health_measured_gpu_hours, 8.0 / 60.0);
+        near(t.unheld_unavailable_gpu_hours().unwrap(), 3.0 / 60.0);
     }
 
     /// A GPU read by its busy flag alone: its active hours are active, their effective

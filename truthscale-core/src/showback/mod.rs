@@ -187,6 +187,12 @@ pub struct Period {
     /// What the GPU-hours no pod held cost (each GPU's hours at its model's price), with a
     /// price; `None` without one.
     pub unallocated_cost: Option<f64>,
+    /// Of the GPU-hours no pod held, those at which a health field of the GPU was read: the
+    /// hours `unallocated_unavailable_gpu_hours` was judged over.
+    pub unallocated_health_measured_gpu_hours: f64,
+    /// Of the GPU-hours no pod held, those at which the GPU was unavailable ([`crate::health`]);
+    /// `None` where no health field was read in any of them (unknown, never 0).
+    pub unallocated_unavailable_gpu_hours: Option<f64>,
     /// GPU-hours between a GPU's first reading and its last at steps at which nothing of the
     /// GPU was read and no series names a holder (between two holders' series, or a gap in
     /// the device's own): not known whether a pod held them, so neither unallocated nor any
@@ -215,18 +221,11 @@ pub struct Period {
 }
 
 impl Period {
-    /// The unavailable GPU-hours no pod held: the funnel's less the groups', where any health
-    /// field was read; `None` where none was (unknown, never 0).
+    /// The unavailable GPU-hours no pod held, where any health field of them was read;
+    /// `None` where none was (unknown, never 0).
     #[must_use]
     pub fn unheld_unavailable_gpu_hours(&self) -> Option<f64> {
-        let f = &self.funnel;
-        let held: f64 = self
-            .groups
-            .iter()
-            .filter_map(|g| g.unavailable_gpu_hours)
-            .sum();
-        (f.unavailable_gpu_hours > 0.0 || f.health_unread_gpu_hours < f.total_gpu_hours)
-            .then(|| (f.unavailable_gpu_hours - held).max(0.0))
+        self.unallocated_unavailable_gpu_hours
     }
 }
 

@@ -234,6 +234,10 @@ impl GpuStep {
         };
         let free = SHARE_UNITS.saturating_sub(self.held);
         unheld.add(free, self.price, self.simulated, w.hours_per_step);
+        if let (true, (down, true)) = (self.seen, self.health) {
+            acc.unallocated_health.0 += free;
+            acc.unallocated_health.1 += if down { free } else { 0 };
+        }
         acc.overallocated += self.held.saturating_sub(SHARE_UNITS);
         if let Some((e, u)) = self.energy {
             acc.energy.fleet_mj += e;
