@@ -15,7 +15,7 @@ use std::io::Write;
 use truthscale_core::showback::{GroupHours, ModelPart, Period};
 
 /// The columns: FOCUS 1.2's, then truthscale's.
-const HEADER: &str = "BillingAccountId,BillingAccountName,BillingCurrency,BillingPeriodStart,BillingPeriodEnd,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,ChargeClass,ChargeDescription,ChargeFrequency,BilledCost,EffectiveCost,ListCost,ListUnitPrice,ContractedCost,ContractedUnitPrice,ConsumedQuantity,ConsumedUnit,PricingQuantity,PricingUnit,PricingCategory,InvoiceId,InvoiceIssuerName,ProviderName,PublisherName,ServiceCategory,ServiceSubcategory,ServiceName,ResourceId,ResourceName,ResourceType,RegionId,RegionName,AvailabilityZone,SkuId,SkuPriceId,SubAccountId,SubAccountName,CommitmentDiscountCategory,CommitmentDiscountId,CommitmentDiscountName,CommitmentDiscountStatus,CommitmentDiscountType,Tags,x_By,x_Group,x_Workloads,x_UsedGpuHours,x_IdleGpuHours,x_IdleCost,x_UnmeasuredGpuHours,x_UseUnknownGpuHours,x_UnavailableGpuHours,x_UnavailableCost,x_BusyGpuHours,x_EffectiveComputeGpuHours,x_BusyMeasuredGpuHours,x_EffectiveComputeMeasuredGpuHours,x_HealthMeasuredGpuHours";
+const HEADER: &str = "BillingAccountId,BillingAccountName,BillingCurrency,BillingPeriodStart,BillingPeriodEnd,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,ChargeClass,ChargeDescription,ChargeFrequency,BilledCost,EffectiveCost,ListCost,ListUnitPrice,ContractedCost,ContractedUnitPrice,ConsumedQuantity,ConsumedUnit,PricingQuantity,PricingUnit,PricingCategory,InvoiceId,InvoiceIssuerName,ProviderName,PublisherName,ServiceCategory,ServiceSubcategory,ServiceName,ResourceId,ResourceName,ResourceType,RegionId,RegionName,AvailabilityZone,SkuId,SkuPriceId,SubAccountId,SubAccountName,CommitmentDiscountCategory,CommitmentDiscountId,CommitmentDiscountName,CommitmentDiscountStatus,CommitmentDiscountType,Tags,x_By,x_Group,x_Workloads,x_UsedGpuHours,x_IdleGpuHours,x_IdleCost,x_UnmeasuredGpuHours,x_UseUnknownGpuHours,x_UnavailableGpuHours,x_UnavailableCost,x_BusyGpuHours,x_EffectiveComputeGpuHours,x_BusyMeasuredGpuHours,x_EffectiveComputeMeasuredGpuHours,x_HealthMeasuredGpuHours,x_OverallocatedGpuHours";
 
 /// The account every row is in: the showback, not a cloud bill.
 const ACCOUNT: &str = "truthscale-showback";
@@ -71,6 +71,9 @@ struct Row<'a> {
     unavailable: Option<f64>,
     /// The GPU-hours `unavailable` was judged over (`None`: allocation unknown, nothing read).
     health_measured: Option<f64>,
+    /// On the idle row: the GPU-hours granted beyond whole GPUs (pods' shares of one GPU
+    /// adding up to more than one), which the groups' rows bill on top of the fleet's.
+    overallocated: Option<f64>,
     /// Any of its GPU-hours of a simulated GPU.
     simulated: bool,
 }
@@ -101,7 +104,7 @@ fn write_row(
     let account = if r.g.is_some() { r.group } else { "" };
     writeln!(
         out,
-        "{ACCOUNT},,{cur},{ws},{we},{ps},{pe},Usage,,{desc},Usage-Based,{cost},{cost},{cost},{price},{cost},{price},{hours},{UNIT},{hours},{UNIT},Standard,,{ISSUER},{ISSUER},{ISSUER},Compute,Containers,GPU,,,,,,,{sku},{sku},{acct},{acct},,,,,,{tags},{by},{group},{wl},{used},{idle},{idle_cost},{unm},{unk},{down},{down_cost},{busy},{ecf},{busy_m},{ecf_m},{health_m}",
+        "{ACCOUNT},,{cur},{ws},{we},{ps},{pe},Usage,,{desc},Usage-Based,{cost},{cost},{cost},{price},{cost},{price},{hours},{UNIT},{hours},{UNIT},Standard,,{ISSUER},{ISSUER},{ISSUER},Compute,Containers,GPU,,,,,,,{sku},{sku},{acct},{acct},,,,,,{tags},{by},{group},{wl},{used},{idle},{idle_cost},{unm},{unk},{down},{down_cost},{busy},{ecf},{busy_m},{ecf_m},{health_m},{over}",
         cur = args.currency,
         ws = window.start,
         we = window.end,
@@ -130,6 +133,7 @@ fn write_row(
         busy_m = opt(|g| g.busy_measured_gpu_hours),
         ecf_m = opt(|g| g.effective_compute_measured_gpu_hours),
         health_m = r.health_measured.map_or_else(String::new, num),
+        over = r.overallocated.map_or_else(String::new, num),
     )
 }
 
@@ -229,6 +233,7 @@ impl Rows<'_> {
                 g: Some(g),
                 unavailable: g.unavailable_gpu_hours,
                 health_measured: Some(g.health_measured_gpu_hours),
+                overallocated: None,
                 simulated: g.simulated,
             };
             write_row(out, self.by, args, window, b, &row)?;
@@ -268,6 +273,7 @@ impl Rows<'_> {
                 g: None,
                 unavailable,
                 health_measured,
+                overallocated: (group == IDLE).then_some(p.overallocated_gpu_hours),
                 simulated,
             };
             write_row(out, self.by, args, window, b, &row)?;
@@ -474,6 +480,12 @@ mod tests {
         assert_eq!(col(idle, "ConsumedQuantity"), "1.000000");
         assert_eq!(col(idle, "SubAccountId"), "");
         assert_eq!(col(idle, "x_UsedGpuHours"), "", "unknown: empty, not 0");
+        assert_eq!(col(idle, "x_OverallocatedGpuHours"), "0.000000");
+        assert_eq!(
+            col(ml, "x_OverallocatedGpuHours"),
+            "",
+            "a fleet figure, on the idle row"
+        );
         // One model a row: its unit price and SKU, and ListUnitPrice × PricingQuantity =
         // ListCost (FOCUS 1.2: not null on a Usage row, and that product).
         for r in &rows {
@@ -493,5 +505,59 @@ mod tests {
             .map(|r| col(r, "BilledCost").parse::<f64>().unwrap())
             .sum();
         assert!((billed - 10.0).abs() < 1e-9, "{billed}");
+    }
+
+    /// Two pods granted 0.75 and 0.5 of one GPU for 2 h at 2 a GPU-hour: 1.5 and 1.0
+    /// GPU-hours billed, 3 + 2, on a fleet of 2 GPU-hours (4). The idle row names the 0.5
+    /// GPU-hours granted beyond the GPU, so the rows less it at the price are the fleet's.
+    #[test]
+    fn hours_granted_beyond_a_gpu_are_named_on_the_idle_row() {
+        let group = |name: &str, hours: f64| GroupHours {
+            group: name.into(),
+            allocated_gpu_hours: hours,
+            cost: Some(truthscale_core::showback::GroupCost {
+                allocated: 2.0 * hours,
+                ..Default::default()
+            }),
+            ..GroupHours::default()
+        };
+        let s = Showback {
+            total: truthscale_core::showback::Period {
+                steps: 120,
+                groups: vec![group("a", 1.5), group("b", 1.0)],
+                unallocated_cost: Some(0.0),
+                fleet_gpu_hours: 2.0,
+                overallocated_gpu_hours: 0.5,
+                ..Default::default()
+            },
+            ..Showback::default()
+        };
+        let text = focus_text(&s);
+        let header: Vec<&str> = HEADER.split(',').collect();
+        let at = |name: &str| header.iter().position(|h| *h == name).unwrap();
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .skip(1)
+            .map(|l| {
+                l.rsplitn(header.len() - at("Tags"), ',')
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(rows.len(), 3, "{text}");
+        let last = |r: &Vec<&str>| r[0].to_string();
+        assert_eq!(last(&rows[2]), "0.500000", "the idle row: {text}");
+        assert_eq!(last(&rows[0]), "");
+        let billed: f64 = text
+            .lines()
+            .skip(1)
+            .map(|l| {
+                l.split(',')
+                    .nth(at("BilledCost"))
+                    .unwrap()
+                    .parse::<f64>()
+                    .unwrap()
+            })
+            .sum();
+        assert!((billed - 0.5 * 2.0 - 2.0 * 2.0).abs() < 1e-9, "{billed}");
     }
 }
