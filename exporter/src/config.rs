@@ -1273,9 +1273,9 @@ mod tests {
                         .unwrap()
                         .insert(k.into(), v);
                 };
+                // The engine's and the sidecar's keys with their feature off: a bad value is
+                // refused before anyone turns it on.
                 match section.as_str() {
-                    "engine" => on(&mut t, "engine", "enabled", true.into()),
-                    "sidecar" => on(&mut t, "sidecar", "pod_resources", true.into()),
                     "node" => {
                         t.insert("mode".into(), "node".into());
                         on(&mut t, "node", "pod_labels", vec!["team"].into());
@@ -2266,10 +2266,17 @@ mod tests {
             c.validate(&[]).unwrap().pod_resources.unwrap().pod,
             "chat-b"
         );
-        // Off by default; a bad value is named only when on.
+        // Off by default; a bad value is named whether on or not (before anyone turns it
+        // on).
         let mut c = Config::default();
-        c.sidecar.timeout = "2h".into();
         assert!(c.validate(&[]).unwrap().pod_resources.is_none());
+        c.sidecar.timeout = "2h".into();
+        assert!(
+            c.validate(&[])
+                .unwrap_err()
+                .to_string()
+                .starts_with("sidecar.timeout:")
+        );
         c.sidecar.pod_resources = true;
         c.identity.pod = Some("chat-b".into());
         c.identity.namespace = Some("web".into());

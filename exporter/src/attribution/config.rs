@@ -157,8 +157,9 @@ pub(crate) struct SidecarSettings {
 }
 
 impl SidecarConfig {
-    /// Check the section; `pod` and `namespace` are this pod's (`identity.*`, else the
-    /// Downward API variables). `None` when `pod_resources` is off.
+    /// Check the section (every value, whether `pod_resources` is on or not); `pod` and
+    /// `namespace` are this pod's (`identity.*`, else the Downward API variables). `None`
+    /// when `pod_resources` is off.
     ///
     /// # Errors
     /// An [`Invalid`] naming the key, for a bad value, or `pod_resources` without the pod's name or
@@ -168,9 +169,8 @@ impl SidecarConfig {
         pod: Option<&str>,
         namespace: Option<&str>,
     ) -> Result<Option<SidecarSettings>, Invalid> {
-        if !self.pod_resources {
-            return Ok(None);
-        }
+        // Checked whether the kubelet is asked or not, so that `config check` refuses a bad
+        // value before anyone turns `pod_resources` on.
         let kubelet = kubelet_settings(
             &KubeletKeys {
                 socket: "sidecar.socket",
@@ -181,6 +181,9 @@ impl SidecarConfig {
             &self.resource_names,
             &self.timeout,
         )?;
+        if !self.pod_resources {
+            return Ok(None);
+        }
         let known = |v: Option<&str>| {
             v.map(str::trim)
                 .filter(|v| !v.is_empty())

@@ -60,14 +60,14 @@ pub(crate) struct EngineSettings {
 }
 
 impl EngineConfig {
-    /// Check the section; `None` when the engine is off.
+    /// Check the section (every value, whether the engine is on or not); `None` when it is
+    /// off.
     ///
     /// # Errors
     /// An [`Invalid`] naming the key, for a bad value.
     pub(crate) fn validate(&self) -> Result<Option<EngineSettings>, Invalid> {
-        if !self.enabled {
-            return Ok(None);
-        }
+        // Every value is checked whether the engine is read or not, so that `config check`
+        // refuses a bad one before anyone turns the reader on.
         if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
             return Err(Invalid::new(
                 "engine.url",
@@ -105,7 +105,7 @@ impl EngineConfig {
                 ));
             }
         };
-        Ok(Some(EngineSettings {
+        Ok(self.enabled.then(|| EngineSettings {
             url: self.url.clone(),
             timeout,
             model,
