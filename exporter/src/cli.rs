@@ -69,7 +69,7 @@ pub fn main() -> ExitCode {
     let env = match crate::config::environment() {
         Ok(env) => env,
         Err(e) => {
-            eprintln!("truthscale: error: {e}");
+            crate::stdout::say!("truthscale: error: {e}");
             return ExitCode::from(2);
         }
     };
@@ -89,7 +89,7 @@ pub fn main() -> ExitCode {
         // and nothing is wrong to report.
         Err(_) if crate::stdout::reader_left() => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("truthscale: error: {e:#}");
+            crate::stdout::say!("truthscale: error: {e:#}");
             ExitCode::from(2)
         }
     }
@@ -103,7 +103,7 @@ pub fn install_panic_hook() {
     std::panic::set_hook(Box::new(move |info| {
         default(info);
         let thread = std::thread::current();
-        eprintln!(
+        crate::stdout::say!(
             "truthscale: internal error: thread '{}' panicked (message above); exiting so that the process is restarted. Please report it with the message and the configuration.",
             thread.name().unwrap_or("unnamed")
         );

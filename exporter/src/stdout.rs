@@ -2,6 +2,9 @@
 //! (`truthscale analyze … | head`), so that the process ends quietly with status 0 instead
 //! of calling a closed pipe an error. Only a write to standard output sets the note: a
 //! broken pipe anywhere else (a server's connection) is still an error.
+//!
+//! And standard error's lines ([`say!`]): a write that fails is ignored, where `eprintln!`
+//! panics (`truthscale analyze … 2>&1 | head` closes it too), and a panic ends the process.
 
 use std::io::{self, StdoutLock, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,4 +43,19 @@ impl Write for Stdout {
     fn flush(&mut self) -> io::Result<()> {
         self.0.flush().map_err(note)
     }
+}
+
+/// `eprintln!` that never panics: one line on standard error, a failed write (its reader
+/// gone) ignored.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::stdout::say_line(format_args!($($arg)*))
+    };
+}
+pub(crate) use say;
+
+/// Write `args` and a line end on standard error, ignoring a failure.
+pub(crate) fn say_line(args: std::fmt::Arguments<'_>) {
+    let mut e = io::stderr().lock();
+    let _ = e.write_fmt(args).and_then(|()| e.write_all(b"\n"));
 }

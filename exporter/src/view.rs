@@ -192,19 +192,19 @@ pub(crate) fn read_capture<S>(
             Err(e) => {
                 malformed += 1;
                 if malformed <= SHOWN_ERRORS {
-                    eprintln!("{e}");
+                    crate::stdout::say!("{e}");
                 }
             }
         }
     }
     if malformed > 0 {
-        eprintln!("truthscale: {name}: {malformed} malformed line(s) skipped");
+        crate::stdout::say!("truthscale: {name}: {malformed} malformed line(s) skipped");
     }
     if let Some(s) = capture
         .unread()
         .and_then(truthscale_core::parse::Unread::summary)
     {
-        eprintln!("truthscale: {name}: DCGM fields {s}");
+        crate::stdout::say!("truthscale: {name}: DCGM fields {s}");
     }
     Ok(state)
 }

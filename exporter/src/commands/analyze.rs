@@ -73,7 +73,7 @@ pub(crate) fn run(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Resul
     let a = result?;
     if a.report.entities.is_empty() {
         for e in &a.errors {
-            eprintln!("{e}");
+            crate::stdout::say!("{e}");
         }
         bail!(
             "{name}: no GPU readings found as {} ({} malformed and {} non-data line(s)); is it a {} capture?{}",
@@ -93,7 +93,7 @@ pub(crate) fn run(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Resul
         writeln!(out)?;
         // The table says it under the report; beside the JSON, stderr does.
         if let Some(s) = a.unread.summary() {
-            eprintln!(
+            crate::stdout::say!(
                 "truthscale: warning: {name}: DCGM fields {s} (docs/dcgm-compatibility.md lists what is read)"
             );
         }
@@ -101,16 +101,16 @@ pub(crate) fn run(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Resul
         write_table(&mut out, &a)?;
     }
     for e in &a.errors {
-        eprintln!("{e}");
+        crate::stdout::say!("{e}");
     }
     if a.error_count > 0 {
         if a.error_count > a.errors.len() as u64 {
-            eprintln!(
+            crate::stdout::say!(
                 "… and {} more malformed lines",
                 a.error_count - a.errors.len() as u64
             );
         }
-        eprintln!(
+        crate::stdout::say!(
             "truthscale: {name}: {} malformed line(s) were not analyzed; the summary covers the rest",
             a.error_count
         );
@@ -801,7 +801,7 @@ fn history(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Result<ExitC
     if args.json {
         serde_json::to_writer(&mut out, &report)?;
         writeln!(out)?;
-        eprintln!("truthscale: {summary}");
+        crate::stdout::say!("truthscale: {summary}");
     } else {
         write_report(&mut out, &format!("source: {summary}"), &report)?;
     }

@@ -89,7 +89,7 @@ pub(crate) fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         Err(e) => {
             let lib = library.display();
             writeln!(crate::stdout::lock(), "NVML library    {lib}: not usable")?;
-            eprintln!("truthscale doctor: {e}");
+            crate::stdout::say!("truthscale doctor: {e}");
             Ok(ExitCode::from(1))
         }
     }

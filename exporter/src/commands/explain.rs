@@ -260,10 +260,10 @@ pub(crate) fn load(
         (None, Some(u)) => {
             let read = views_from_exposition(&fetch_metrics(u)?, cfg);
             for line in &read.skipped.first {
-                eprintln!("truthscale: {u}: {line}");
+                crate::stdout::say!("truthscale: {u}: {line}");
             }
             if let Some(note) = read.skipped.note() {
-                eprintln!("truthscale: {u}: {note}");
+                crate::stdout::say!("truthscale: {u}: {note}");
             }
             Ok(read.views)
         }

@@ -250,7 +250,7 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
     }
     let total = started.elapsed().as_secs_f64();
     for line in report::notes::timings(&stats, total, analysis) {
-        eprintln!("truthscale: {line}");
+        crate::stdout::say!("truthscale: {line}");
     }
     Ok(ExitCode::SUCCESS)
 }

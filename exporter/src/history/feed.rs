@@ -284,7 +284,7 @@ impl History {
         let outside = tally.outside + self.outside.load(Ordering::Relaxed);
         answer_notes.extend(outside_warning(outside));
         for w in warnings.iter().chain(&answer_notes) {
-            eprintln!("truthscale: warning: {}: {w}", client.base);
+            crate::stdout::say!("truthscale: warning: {}: {w}", client.base);
         }
         let summary = format!(
             "prometheus {}: {}, {} steps with data, every {}{} from {} to {}{}{holders}",

@@ -2537,6 +2537,50 @@ fn production_files() -> Vec<(String, String)> {
     files
 }
 
+/// The printing macros in the non-test code of `path`, outside `stdout` (whose `say!` is
+/// the one way to standard error): to a closed pipe they panic, and a panic ends the
+/// process.
+fn print_violations(path: &str, text: &str) -> Vec<String> {
+    if path == "exporter/src/stdout.rs" {
+        return Vec::new();
+    }
+    facts(path, text)
+        .macros
+        .into_iter()
+        .filter(|m| matches!(m.as_str(), "println" | "print" | "eprintln" | "eprint"))
+        .map(|m| {
+            format!(
+                "{path}: {m}! panics on a closed pipe: write standard output through stdout::lock, standard error through stdout::say!"
+            )
+        })
+        .collect()
+}
+
+/// Architecture Invariant: outside tests, the exporter prints only through `stdout` (a
+/// reader gone from standard output is noted, a failed write to standard error ignored):
+/// no `println!` or `eprintln!`, which panic on a closed pipe.
+#[test]
+fn nothing_prints_but_through_stdout() {
+    let v = all_violations(&crate_files("exporter/src"), print_violations);
+    assert!(v.is_empty(), "{}", v.join("\n"));
+}
+
+#[test]
+fn caught_a_print_to_a_closed_pipe() {
+    for text in [
+        "fn f() { eprintln!(\"x\"); }",
+        "fn f() { println!(\"{}\", 1); }",
+        "fn f() { std::eprint!(\"x\"); }",
+    ] {
+        assert!(
+            !print_violations("exporter/src/view.rs", text).is_empty(),
+            "{text}"
+        );
+    }
+    let fine = "fn f() { crate::stdout::say!(\"x\"); }\n#[cfg(test)]\nmod tests { fn g() { eprintln!(\"y\"); } }";
+    assert!(print_violations("exporter/src/view.rs", fine).is_empty());
+}
+
 /// Architecture Invariant: no production function is over 80 lines.
 #[test]
 fn no_function_over_80_lines() {

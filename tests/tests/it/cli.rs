@@ -582,6 +582,31 @@ fn an_unknown_capture_says_what_to_capture_instead() {
     }
 }
 
+/// Standard error read by a reader that leaves early (`… 2>&1 | head`): a capture whose
+/// every line is refused says so line by line on stderr, then fails with status 2, never an
+/// abort (`eprintln!` to a closed pipe panicked, and a panic ends the process: 134).
+#[test]
+fn a_stderr_reader_that_leaves_early_is_no_abort() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let dir = TempDir::new("stderr-left");
+    let junk = dir.path().join("junk.jsonl");
+    let mut f = std::fs::File::create(&junk).unwrap();
+    for i in 0..20_000 {
+        writeln!(f, "not json {i}").unwrap();
+    }
+    drop(f);
+    let mut child = truthscale_e2e::clean_command()
+        .args(["analyze", "--format", "jsonl", junk.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(2), "{status:?}");
+}
+
 /// Output read by a reader that leaves early (`… | head`): the commands end with status 0
 /// and say nothing on stderr, where a broken pipe used to be reported as an error (and a
 /// `print!` would panic). The outputs are megabytes, far more than a pipe holds, so the

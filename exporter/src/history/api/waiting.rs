@@ -97,7 +97,7 @@ impl Waiting {
                 // Said without the lock: a request that starts or ends meanwhile never waits
                 // on stderr (a pipe nobody reads, a notice shorter than one line's write).
                 drop(st);
-                eprintln!("{}", waiting_line(base, now - oldest));
+                crate::stdout::say!("{}", waiting_line(base, now - oldest));
                 st = self.lock();
                 continue;
             }
