@@ -1275,12 +1275,9 @@ mod tests {
                 };
                 // The engine's and the sidecar's keys with their feature off: a bad value is
                 // refused before anyone turns it on.
-                match section.as_str() {
-                    "node" => {
-                        t.insert("mode".into(), "node".into());
-                        on(&mut t, "node", "pod_labels", vec!["team"].into());
-                    }
-                    _ => {}
+                if section == "node" {
+                    t.insert("mode".into(), "node".into());
+                    on(&mut t, "node", "pod_labels", vec!["team"].into());
                 }
                 on(&mut t, section, key, bad.into());
                 let c: Config = toml::from_str(&toml::to_string(&t).unwrap())
