@@ -77,7 +77,8 @@ pub(super) fn idle_capacity(
         busy_below: cfg.idle_busy_below,
         effective_compute_below: cfg.idle_compute_below,
         idle_gpu_hours: measured_any.then_some(total),
-        listed_idle_gpu_hours: idle_list.iter().map(|w| w.idle_gpu_hours).sum(),
+        // Summed from 0: an empty `sum` of floats is -0, printed "-0.0".
+        listed_idle_gpu_hours: idle_list.iter().fold(0.0, |h, w| h + w.idle_gpu_hours),
         not_listed,
         workloads: idle_list,
         unmeasured: idle_unmeasured,

@@ -146,6 +146,8 @@ fn pods_busy_at_alternate_times_share_a_gpu() {
     assert!(r.idle.workloads.is_empty());
     assert_eq!(r.idle.idle_gpu_hours, Some(2.0));
     assert_eq!(r.idle.listed_idle_gpu_hours, 0.0);
+    // A true 0, not the -0 of an empty float sum (which JSON writes "-0.0").
+    assert!(r.idle.listed_idle_gpu_hours.is_sign_positive());
     assert_eq!(
         r.idle.not_listed,
         NotListed {
