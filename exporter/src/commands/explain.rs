@@ -39,7 +39,16 @@ fn dashboard(o: &mut String, v: &GpuView) {
             "  dashboard says: {} utilized (the busy flag nvidia-smi shows: time with any kernel resident)",
             pct(u)
         ),
-        None => writeln!(o, "  dashboard says: nothing (no busy flag was read)"),
+        // DCGM's graphics-engine activity stands in for the busy flag in the phase and the
+        // verdict: said here, so that the verdict's "busy flag" is not a number from nowhere.
+        None => match v.readings.value(Field::GrActive) {
+            Some(g) => writeln!(
+                o,
+                "  dashboard says: nothing (no busy flag was read); the graphics engine was active {} of the time (DCGM's GR_ENGINE_ACTIVE), which stands in for the busy flag below",
+                pct(g)
+            ),
+            None => writeln!(o, "  dashboard says: nothing (no busy flag was read)"),
+        },
     };
 }
 
@@ -340,6 +349,23 @@ mod tests {
 
     /// Effective compute measured without a DRAM reading (so no roofline saturation) is
     /// said, with the tensor activity, never "nothing beyond the busy flag".
+    /// Without the busy flag, DCGM's graphics-engine activity stands in for it: the
+    /// dashboard line says so, with its value, beside the verdict that quotes it.
+    #[test]
+    fn the_graphics_engine_standing_in_for_the_busy_flag_is_said() {
+        let mut v = GpuView::default();
+        v.readings.set_value(Field::GrActive, 0.89);
+        let mut o = String::new();
+        dashboard(&mut o, &v);
+        assert_eq!(
+            o,
+            "  dashboard says: nothing (no busy flag was read); the graphics engine was active 89 % of the time (DCGM's GR_ENGINE_ACTIVE), which stands in for the busy flag below\n"
+        );
+        let mut o = String::new();
+        dashboard(&mut o, &GpuView::default());
+        assert_eq!(o, "  dashboard says: nothing (no busy flag was read)\n");
+    }
+
     #[test]
     fn effective_compute_without_dram_is_said() {
         let l = "gpu=\"0\",uuid=\"GPU-0\",model=\"M\"";
