@@ -794,9 +794,16 @@ fn history(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Result<ExitC
         .history
         .resolve(&crate::history::Defaults::ANALYZE, env)?;
     let h = crate::history::History::open(&resolved)?;
+    let base = h.base_url().to_owned();
     let mut analyzer = new_analyzer(args, Some(h.step_seconds()))?;
     let summary = h.feed(|s| analyzer.push(s))?;
     let report = analyzer.report();
+    // As a capture without readings, and as `report`: an error, never an empty success.
+    if report.entities.is_empty() {
+        bail!(
+            "{base}: the GPU series hold no readings in the window ({summary}); check --since, --until and --selector"
+        );
+    }
     let mut out = crate::stdout::lock();
     if args.json {
         serde_json::to_writer(&mut out, &report)?;
