@@ -47,6 +47,14 @@ pub(crate) fn run(args: &SimulateArgs) -> anyhow::Result<()> {
         );
     }
     let windows = (args.duration.as_secs_f64() / dt).round() as u64;
+    // A window is the time between two samples: fewer than two is a trace with nothing in it.
+    if windows < 2 {
+        bail!(
+            "--duration {} is shorter than two --interval {}: the trace would hold no window to analyze",
+            humantime::format_duration(args.duration),
+            humantime::format_duration(args.interval)
+        );
+    }
     let out: Box<dyn Write> = if args.output.as_os_str() == "-" {
         Box::new(crate::stdout::lock())
     } else {

@@ -264,6 +264,31 @@ fn simulate_refuses_an_interval_of_a_fraction_of_a_millisecond() {
     );
 }
 
+/// A duration shorter than two intervals would write a trace with no window (its header
+/// alone, which `analyze` then cannot even tell the format of): refused, before any file is
+/// made.
+#[test]
+fn simulate_refuses_a_duration_of_less_than_two_intervals() {
+    let dir = TempDir::new("sim-short");
+    let trace = dir.path().join("t.jsonl");
+    let out = run(&[
+        "simulate",
+        "--duration",
+        "100ms",
+        "--interval",
+        "250ms",
+        "-o",
+        trace.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--duration 100ms is shorter than two --interval 250ms"),
+        "{err}"
+    );
+    assert!(!trace.exists(), "no file written");
+}
+
 #[test]
 fn simulated_llm_serving_round_trip() {
     let dir = std::env::temp_dir().join(format!("truthscale-e2e-{}", std::process::id()));
