@@ -60,13 +60,27 @@ pub struct Config {
 
 /// How truthscale is deployed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum Mode {
     /// Beside one pod: its GPUs, labelled with its Downward API identity.
     #[default]
     Sidecar,
     /// One per node: every GPU, attributed to its pods by the kubelet.
     Node,
+}
+
+impl TryFrom<String> for Mode {
+    type Error = String;
+
+    /// The mode by its name; another name is refused naming both (the configuration
+    /// library's own words for an unknown variant name neither).
+    fn try_from(name: String) -> Result<Mode, String> {
+        match name.trim() {
+            "sidecar" => Ok(Mode::Sidecar),
+            "node" => Ok(Mode::Node),
+            other => Err(format!("{other:?} is not a mode: sidecar or node")),
+        }
+    }
 }
 
 impl Default for Config {
@@ -1859,6 +1873,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("unknown variant `gpu`"), "{err}");
+        // The mode names the modes, not the configuration library's enum words.
+        let err = Config::load(None, &env(&[("TRUTHSCALE_MODE", "cluster")]), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("TRUTHSCALE_MODE")
+                && err.contains("\"cluster\" is not a mode: sidecar or node"),
+            "{err}"
+        );
         std::fs::write(&f, "[source]\nkind = \"sim\"\nurl = \"http://x\"\n").unwrap();
         let err = Config::load(Some(&f), &[], &[]).unwrap_err().to_string();
         assert!(
