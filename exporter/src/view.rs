@@ -353,6 +353,9 @@ fn parse_series(body: &str) -> (Vec<Series>, Skipped) {
 pub(crate) struct FromExposition {
     pub(crate) views: Vec<GpuView>,
     pub(crate) skipped: Skipped,
+    /// Where the exporter said its source is down (`truthscale_source_up` 0), in words:
+    /// why its GPUs' series are gone.
+    pub(crate) source_down: Option<String>,
 }
 
 /// Views from a sidecar's `/metrics` text (verdicts decided with `cfg`); lines that do not
@@ -362,7 +365,11 @@ pub(crate) fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> FromExpo
     // A GPU, or one MIG instance of it (its series carry the parent's `gpu` and `uuid`).
     let mut views: BTreeMap<(Option<u32>, String, Option<u32>), GpuView> = BTreeMap::new();
     let (series, skipped) = parse_series(body);
+    let mut source_down = None;
     for s in series {
+        if s.name == truthscale_core::catalog::SOURCE_UP.name && s.value == 0.0 {
+            source_down = Some(source_down_note(s.labels.get("source").map(String::as_str)));
+        }
         // The catalog's reverse map: a renamed metric breaks this at compile time.
         let Some(id) = MetricId::from_name(&s.name) else {
             continue;
@@ -375,53 +382,7 @@ pub(crate) fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> FromExpo
         let v = views
             .entry((gpu, uuid, mig))
             .or_insert_with(|| new_view(gpu, mig, &s));
-        let x = Some(s.value);
-        // The readings exported as is, read back (the catalog says which).
-        if let Some(raw) = id.desc().raw.filter(|r| r.kind == RawKind::PassThrough) {
-            v.readings.set_value(raw.field, raw.read_back(s.value));
-        }
-        let label = |k: &str| s.labels.get(k).map(String::as_str).unwrap_or("");
-        match id {
-            MetricId::Gpu(GpuMetric::GpuReportedUtilization) => v.reported = x,
-            MetricId::Gpu(GpuMetric::GpuEffectiveCompute) => v.effective = x,
-            MetricId::Gpu(GpuMetric::GpuEffectiveComputeUpperBound) => v.upper_bound = x,
-            MetricId::Gpu(GpuMetric::GpuRooflineSaturation) => v.saturation = x,
-            MetricId::Gpu(GpuMetric::GpuTensorActive) => v.tensor = x,
-            MetricId::Gpu(GpuMetric::GpuDramActive) => v.dram = x,
-            MetricId::Gpu(GpuMetric::PodEffectiveComputeEstimate) => {
-                v.pod_estimates.push(estimate_of(&s));
-            }
-            MetricId::Gpu(GpuMetric::GpuStragglerGap | GpuMetric::GpuWaitingOnStraggler) => {
-                let field = match label("signal") {
-                    "sm_clock" => Field::StragglerClockGap,
-                    "effective_compute" => Field::StragglerComputeGap,
-                    _ => Field::StragglerWaitGap,
-                };
-                v.readings.set_value(field, s.value);
-                v.job = Some(label("job_group").to_string());
-            }
-            // The regime for every GPU; the serving phase (written after it) where serving.
-            MetricId::Gpu(GpuMetric::GpuRegime | GpuMetric::GpuPhase) if s.value == 1.0 => {
-                let name = label(if id == MetricId::Gpu(GpuMetric::GpuRegime) {
-                    "regime"
-                } else {
-                    "phase"
-                });
-                v.phase = Some(if label("method") == "power_heuristic" {
-                    format!("{name} (estimate)")
-                } else {
-                    name.to_string()
-                });
-            }
-            MetricId::Gpu(GpuMetric::GpuClockEvent) => {
-                let t = v.throttles.get_or_insert_with(Throttles::default);
-                if s.value == 1.0 {
-                    t.set_by_name(label("reason"));
-                }
-            }
-            MetricId::Serving(sm) => serving_series(v, sm, &s),
-            _ => {}
-        }
+        gpu_series(v, id, &s);
     }
     let mut out: Vec<GpuView> = views.into_values().collect();
     for v in &mut out {
@@ -433,6 +394,69 @@ pub(crate) fn views_from_exposition(body: &str, cfg: &VerdictConfig) -> FromExpo
     FromExposition {
         views: out,
         skipped,
+        source_down,
+    }
+}
+
+/// Why a sidecar serves no GPU: its source (`source`, its label) is down.
+fn source_down_note(source: Option<&str>) -> String {
+    format!(
+        "the exporter's source{} is down ({} 0), so its GPUs' series are gone; its log and {} say why",
+        source.map_or(String::new(), |s| format!(" {s}")),
+        truthscale_core::catalog::SOURCE_UP.name,
+        truthscale_core::catalog::SOURCE_ERRORS.name,
+    )
+}
+
+/// One GPU series read back onto its view: the derived values, the readings exported as
+/// is, the straggler gaps, the phase, the clock events and the serving engine's.
+fn gpu_series(v: &mut GpuView, id: MetricId, s: &Series) {
+    let x = Some(s.value);
+    // The readings exported as is, read back (the catalog says which).
+    if let Some(raw) = id.desc().raw.filter(|r| r.kind == RawKind::PassThrough) {
+        v.readings.set_value(raw.field, raw.read_back(s.value));
+    }
+    let label = |k: &str| s.labels.get(k).map(String::as_str).unwrap_or("");
+    match id {
+        MetricId::Gpu(GpuMetric::GpuReportedUtilization) => v.reported = x,
+        MetricId::Gpu(GpuMetric::GpuEffectiveCompute) => v.effective = x,
+        MetricId::Gpu(GpuMetric::GpuEffectiveComputeUpperBound) => v.upper_bound = x,
+        MetricId::Gpu(GpuMetric::GpuRooflineSaturation) => v.saturation = x,
+        MetricId::Gpu(GpuMetric::GpuTensorActive) => v.tensor = x,
+        MetricId::Gpu(GpuMetric::GpuDramActive) => v.dram = x,
+        MetricId::Gpu(GpuMetric::PodEffectiveComputeEstimate) => {
+            v.pod_estimates.push(estimate_of(s));
+        }
+        MetricId::Gpu(GpuMetric::GpuStragglerGap | GpuMetric::GpuWaitingOnStraggler) => {
+            let field = match label("signal") {
+                "sm_clock" => Field::StragglerClockGap,
+                "effective_compute" => Field::StragglerComputeGap,
+                _ => Field::StragglerWaitGap,
+            };
+            v.readings.set_value(field, s.value);
+            v.job = Some(label("job_group").to_string());
+        }
+        // The regime for every GPU; the serving phase (written after it) where serving.
+        MetricId::Gpu(GpuMetric::GpuRegime | GpuMetric::GpuPhase) if s.value == 1.0 => {
+            let name = label(if id == MetricId::Gpu(GpuMetric::GpuRegime) {
+                "regime"
+            } else {
+                "phase"
+            });
+            v.phase = Some(if label("method") == "power_heuristic" {
+                format!("{name} (estimate)")
+            } else {
+                name.to_string()
+            });
+        }
+        MetricId::Gpu(GpuMetric::GpuClockEvent) => {
+            let t = v.throttles.get_or_insert_with(Throttles::default);
+            if s.value == 1.0 {
+                t.set_by_name(label("reason"));
+            }
+        }
+        MetricId::Serving(sm) => serving_series(v, sm, s),
+        _ => {}
     }
 }
 
@@ -526,6 +550,26 @@ pub(crate) fn fetch_metrics(url: &str) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A sidecar whose source is down serves no GPU series: the views say why, naming the
+    /// source; one that is up says nothing of it.
+    #[test]
+    fn a_source_that_is_down_is_said() {
+        let down = "truthscale_source_up{source=\"dcgm-exporter\"} 0\n";
+        let read = views_from_exposition(down, &VerdictConfig::default());
+        assert!(read.views.is_empty());
+        assert_eq!(
+            read.source_down.as_deref(),
+            Some(
+                "the exporter's source dcgm-exporter is down (truthscale_source_up 0), so its GPUs' series are gone; its log and truthscale_source_errors_total say why"
+            )
+        );
+        let up = "truthscale_source_up{source=\"sim\"} 1\n";
+        assert_eq!(
+            views_from_exposition(up, &VerdictConfig::default()).source_down,
+            None
+        );
+    }
 
     #[test]
     fn labels_with_escapes() {

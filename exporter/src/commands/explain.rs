@@ -274,6 +274,9 @@ pub(crate) fn load(
             if let Some(note) = read.skipped.note() {
                 crate::stdout::say!("truthscale: {u}: {note}");
             }
+            if let (true, Some(down)) = (read.views.is_empty(), &read.source_down) {
+                bail!("{u}: no GPU: {down}");
+            }
             Ok(read.views)
         }
         _ => bail!("give one of --replay FILE or --url http://SIDECAR:PORT"),

@@ -217,7 +217,8 @@ impl Feed {
                 Ok(body) => {
                     *scrapes += 1;
                     let read = view::views_from_exposition(&body, cfg);
-                    *error = read.skipped.note();
+                    // A source that is down leaves no GPU row: the table says why.
+                    *error = read.source_down.or_else(|| read.skipped.note());
                     let mut fresh = read.views;
                     view::carry_histories(history, &mut fresh);
                     *views = fresh;
