@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 use truthscale_core::catalog::{GpuMetric, MetricId, RawKind, ServingMetric};
+use truthscale_core::derive::DeriveConfig;
 use truthscale_core::gpus::{self, GpuSpec};
 use truthscale_core::model::{EntityKey, Field, Readings, Sample, ServingSnapshot, Throttles};
 use truthscale_core::tracker::{Deriver, EntityWindow};
@@ -213,10 +214,14 @@ pub(crate) fn read_capture<S>(
 ///
 /// # Errors
 /// The file cannot be read or its format cannot be told.
-pub(crate) fn views_from_replay(path: &Path, cfg: &VerdictConfig) -> anyhow::Result<Vec<GpuView>> {
+pub(crate) fn views_from_replay(
+    path: &Path,
+    derive: &DeriveConfig,
+    cfg: &VerdictConfig,
+) -> anyhow::Result<Vec<GpuView>> {
     let stepper = read_capture(
         path,
-        |nominal| Stepper::new(cfg, nominal),
+        |nominal| Stepper::new(derive, cfg, nominal),
         |st, s| st.observe(&s),
     )?;
     Ok(stepper.views())
@@ -264,8 +269,8 @@ pub(crate) struct Stepper {
 }
 
 impl Stepper {
-    pub(crate) fn new(cfg: &VerdictConfig, nominal: Option<f64>) -> Stepper {
-        let mut deriver = Deriver::new(Default::default(), nominal);
+    pub(crate) fn new(derive: &DeriveConfig, cfg: &VerdictConfig, nominal: Option<f64>) -> Stepper {
+        let mut deriver = Deriver::new(derive.clone(), nominal);
         deriver.set_verdict_config(cfg.clone());
         Stepper {
             deriver,

@@ -9,6 +9,7 @@ use anyhow::bail;
 use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use truthscale_core::derive::DeriveConfig;
 use truthscale_core::model::Field;
 use truthscale_core::verdict::VerdictConfig;
 
@@ -235,11 +236,15 @@ fn pod_estimates(o: &mut String, v: &GpuView) {
 /// # Errors
 /// Neither or both of `--replay` and `--url`, an unreadable input, or no such GPU.
 pub(crate) fn run(args: &ExplainArgs) -> anyhow::Result<()> {
-    let cfg = match &args.config {
-        Some(p) => crate::config::Config::load(Some(p), &[], &[])?.verdict,
-        None => VerdictConfig::default(),
+    // The file's `[derive]` (the phase's thresholds) and `[verdict]`, as `analyze` reads them.
+    let (derive, cfg) = match &args.config {
+        Some(p) => {
+            let c = crate::config::Config::load(Some(p), &[], &[])?;
+            (c.derive, c.verdict)
+        }
+        None => (DeriveConfig::default(), VerdictConfig::default()),
     };
-    let views = load(args.replay.as_deref(), args.url.as_deref(), &cfg)?;
+    let views = load(args.replay.as_deref(), args.url.as_deref(), &derive, &cfg)?;
     let views: Vec<&GpuView> = views
         .iter()
         .filter(|v| args.gpu.is_none() || v.gpu == args.gpu)
@@ -262,10 +267,11 @@ pub(crate) fn run(args: &ExplainArgs) -> anyhow::Result<()> {
 pub(crate) fn load(
     replay: Option<&Path>,
     url: Option<&str>,
+    derive: &DeriveConfig,
     cfg: &VerdictConfig,
 ) -> anyhow::Result<Vec<GpuView>> {
     match (replay, url) {
-        (Some(p), None) => views_from_replay(p, cfg),
+        (Some(p), None) => views_from_replay(p, derive, cfg),
         (None, Some(u)) => {
             let read = views_from_exposition(&fetch_metrics(u)?, cfg);
             for line in &read.skipped.first {
@@ -296,7 +302,8 @@ pub(crate) struct ExplainArgs {
     /// Only this GPU index.
     #[arg(long)]
     pub gpu: Option<u32>,
-    /// Configuration file whose `[verdict]` section sets the thresholds.
+    /// Configuration file whose `[verdict]` section sets the verdict's thresholds and whose
+    /// `[derive]` section a replay's phase's (a sidecar's `--url` phase is its own).
     #[arg(long)]
     pub config: Option<PathBuf>,
 }

@@ -16,6 +16,7 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::time::Duration;
 use std::time::SystemTime;
+use truthscale_core::derive::DeriveConfig;
 use truthscale_core::model::Sample;
 use truthscale_core::verdict::VerdictConfig;
 
@@ -158,7 +159,7 @@ impl Feed {
                     name: p.display().to_string(),
                     samples,
                     next: 0,
-                    stepper: Stepper::new(cfg, nominal),
+                    stepper: Stepper::new(&DeriveConfig::default(), cfg, nominal),
                 })
             }
             (None, Some(u), None) => Ok(Feed::Url {
@@ -181,7 +182,7 @@ impl Feed {
                     source: Box::new(source),
                     ticks: 0,
                     error: None,
-                    stepper: Stepper::new(cfg, None),
+                    stepper: Stepper::new(&DeriveConfig::default(), cfg, None),
                 })
             }
             _ => {

@@ -142,6 +142,34 @@ fn explain_snapshots_for_each_verdict() {
     assert!(err.contains("no GPU 3 in the input"), "{err}");
 }
 
+/// `explain --replay --config FILE` reads the file's `[derive]` as `analyze` does: tensor at
+/// 0.6 is compute-bound by default, and underloaded where the file puts compute-bound's
+/// entry at 0.95 (mixed at 0.95 too); `analyze` says the same.
+#[test]
+fn explain_reads_the_phase_thresholds_of_its_config() {
+    let dir = TempDir::new("explain-derive");
+    let p = trace(
+        &dir,
+        "tensor",
+        r#""gpu_util":1.0,"tensor_active":0.6,"dram_active":0.1"#,
+    );
+    let cfg = dir.path().join("phase.toml");
+    std::fs::write(
+        &cfg,
+        "[derive.phase]\ncompute_bound_enter_tensor = 0.95\ncompute_bound_exit_tensor = 0.9\nmixed_tensor = 0.95\nmixed_dram = 0.95\n",
+    )
+    .unwrap();
+    let (p, cfg) = (p.to_str().unwrap(), cfg.to_str().unwrap());
+    let (code, out, err) = truthscale(&["explain", "--replay", p]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("phase:          compute_bound"), "{out}");
+    let (code, out, err) = truthscale(&["explain", "--replay", p, "--config", cfg]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("phase:          underloaded"), "{out}");
+    let (_, analyzed, _) = truthscale(&["analyze", p, "--config", cfg]);
+    assert!(analyzed.contains("underloaded 100%"), "{analyzed}");
+}
+
 /// What a replayed capture holds and is not read is said on stderr by `explain --replay`
 /// as `analyze` says it: a DCGM blank sentinel, counted under its field.
 #[test]
