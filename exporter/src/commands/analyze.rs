@@ -628,12 +628,25 @@ pub(crate) fn write_report(
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
         writeln!(out, "diagnostics: {}", counts.join(", "))?;
-        for d in report.first_diagnostics.iter().take(5) {
+        let shown = report.first_diagnostics.len().min(SHOWN_DIAGNOSTICS);
+        for d in &report.first_diagnostics[..shown] {
             writeln!(out, "  {d}")?;
+        }
+        let total: u64 = report.diagnostics.values().sum();
+        let more = total.saturating_sub(shown as u64);
+        if more > 0 {
+            writeln!(
+                out,
+                "  … and {more} more (the counts above; --json lists the first {})",
+                report.first_diagnostics.len()
+            )?;
         }
     }
     Ok(())
 }
+
+/// The diagnostics the table writes out in full; the rest are counted.
+const SHOWN_DIAGNOSTICS: usize = 5;
 
 /// One entity's table.
 fn write_entity(out: &mut impl Write, e: &EntitySummary) -> std::io::Result<()> {
@@ -813,4 +826,34 @@ fn history(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Result<ExitC
         write_report(&mut out, &format!("source: {summary}"), &report)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Eight diagnostics, five written out: the other three are said, never dropped in
+    /// silence; five or fewer need no such line.
+    #[test]
+    fn diagnostics_past_the_first_five_are_counted() {
+        let report = |n: u64| Report {
+            entities: Vec::new(),
+            diagnostics: [("gap".to_string(), n)].into(),
+            first_diagnostics: (0..n.min(20)).map(|i| format!("gap {i}")).collect(),
+        };
+        let mut out = Vec::new();
+        write_report(&mut out, "format: jsonl", &report(8)).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("  gap 4\n") && !text.contains("  gap 5\n"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("  … and 3 more (the counts above; --json lists the first 8)\n"),
+            "{text}"
+        );
+        let mut out = Vec::new();
+        write_report(&mut out, "format: jsonl", &report(5)).unwrap();
+        assert!(!String::from_utf8(out).unwrap().contains("more"));
+    }
 }
