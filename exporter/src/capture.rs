@@ -56,9 +56,9 @@ pub enum CaptureError {
 #[must_use]
 pub(crate) fn unknown_format(lines: usize) -> String {
     format!(
-        "cannot tell the format from the first {lines} lines; pass --format dcgmi-dmon, \
-         dcgm-exporter, nvidia-smi-csv or jsonl if it is one of them (plain, gzip or zstd), or \
-         capture one: `dcgmi dmon -e 203,1001,1002,1004,1005,100,155 -d 1000 > capture.txt`, \
+        "cannot tell the format from the first {lines} lines; if it is dcgmi-dmon, \
+         dcgm-exporter, nvidia-smi-csv or jsonl (plain, gzip or zstd), `truthscale analyze \
+         --format` names it, or capture one: `dcgmi dmon -e 203,1001,1002,1004,1005,100,155 -d 1000 > capture.txt`, \
          `nvidia-smi --query-gpu=timestamp,index,uuid,name,utilization.gpu,memory.used,\
          memory.total,power.draw,clocks.sm --format=csv -lms 1000 > capture.csv` (no \
          profiling counters: effective compute is only bounded), or a dcgm-exporter scrape \
@@ -820,9 +820,9 @@ mod tests {
         let err = Capture::open(&b"hello\n"[..], "x", None, 1.0).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "x: cannot tell the format from the first 1 lines; pass --format dcgmi-dmon, \
-             dcgm-exporter, nvidia-smi-csv or jsonl if it is one of them (plain, gzip or zstd), \
-             or capture one: `dcgmi dmon -e 203,1001,1002,1004,1005,100,155 -d 1000 > \
+            "x: cannot tell the format from the first 1 lines; if it is dcgmi-dmon, \
+             dcgm-exporter, nvidia-smi-csv or jsonl (plain, gzip or zstd), `truthscale analyze \
+             --format` names it, or capture one: `dcgmi dmon -e 203,1001,1002,1004,1005,100,155 -d 1000 > \
              capture.txt`, `nvidia-smi --query-gpu=timestamp,index,uuid,name,utilization.gpu,\
              memory.used,memory.total,power.draw,clocks.sm --format=csv -lms 1000 > capture.csv` \
              (no profiling counters: effective compute is only bounded), or a dcgm-exporter \
