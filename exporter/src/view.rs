@@ -224,6 +224,11 @@ pub(crate) fn views_from_replay(
         |nominal| Stepper::new(derive, cfg, nominal),
         |st, s| st.observe(&s),
     )?;
+    // A reading left blank (impossible, a sentinel) is said, as `analyze` says it, never
+    // read as "no reading" in silence.
+    if let Some(note) = stepper.diagnostics_note() {
+        crate::stdout::say!("truthscale: {}: {note}", path.display());
+    }
     Ok(stepper.views())
 }
 
@@ -266,6 +271,10 @@ pub(crate) fn carry_histories(histories: &mut BTreeMap<String, Vec<f64>>, fresh:
 pub(crate) struct Stepper {
     deriver: Deriver,
     views: BTreeMap<EntityKey, GpuView>,
+    /// The derivation's diagnostics (a reading left blank, a gap): counted by kind, the
+    /// first few kept whole.
+    diagnostics: BTreeMap<&'static str, u64>,
+    first_diagnostics: Vec<String>,
 }
 
 impl Stepper {
@@ -275,11 +284,38 @@ impl Stepper {
         Stepper {
             deriver,
             views: BTreeMap::new(),
+            diagnostics: BTreeMap::new(),
+            first_diagnostics: Vec::new(),
         }
     }
 
+    /// What the derivation refused or met, in one line (`None`: nothing): the counts by
+    /// kind and the first few, as `analyze` writes them.
+    pub(crate) fn diagnostics_note(&self) -> Option<String> {
+        if self.diagnostics.is_empty() {
+            return None;
+        }
+        let counts: Vec<String> = self
+            .diagnostics
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        Some(format!(
+            "diagnostics: {} (first: {})",
+            counts.join(", "),
+            self.first_diagnostics.join("; ")
+        ))
+    }
+
     pub(crate) fn observe(&mut self, s: &Sample) {
-        for w in self.deriver.observe(s).windows {
+        let derived = self.deriver.observe(s);
+        for d in &derived.diagnostics {
+            *self.diagnostics.entry(d.kind.as_str()).or_default() += 1;
+            if self.first_diagnostics.len() < SHOWN_ERRORS {
+                self.first_diagnostics.push(d.to_string());
+            }
+        }
+        for w in derived.windows {
             let mut v = GpuView::from_window(&w);
             let mut history = self
                 .views

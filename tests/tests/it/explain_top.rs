@@ -170,6 +170,24 @@ fn explain_reads_the_phase_thresholds_of_its_config() {
     assert!(analyzed.contains("underloaded 100%"), "{analyzed}");
 }
 
+/// A busy flag of 150 % is no reading: `explain --replay` leaves it blank and says so on
+/// stderr, as `analyze` counts it, never "no busy flag" in silence.
+#[test]
+fn explain_replay_says_what_it_left_blank() {
+    let dir = TempDir::new("explain-blank");
+    let p = trace(&dir, "over", r#""gpu_util":1.5"#);
+    let (code, out, err) = truthscale(&["explain", "--replay", p.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("dashboard says: nothing (no busy flag was read)"),
+        "{out}"
+    );
+    assert!(
+        err.contains("diagnostics: out_of_range 2 (first: out_of_range [gpu 0] gpu_util: 1.5 is not a fraction;"),
+        "{err}"
+    );
+}
+
 /// What a replayed capture holds and is not read is said on stderr by `explain --replay`
 /// as `analyze` says it: a DCGM blank sentinel, counted under its field.
 #[test]
