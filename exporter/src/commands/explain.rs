@@ -21,7 +21,9 @@ fn pct(v: f64) -> String {
 #[must_use]
 pub(crate) fn explain(v: &GpuView) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "{}", v.name);
+    // Simulated data says so, as `analyze` and `top` mark it.
+    let sim = if v.simulated { "  [SIMULATED]" } else { "" };
+    let _ = writeln!(o, "{}{sim}", v.name);
     dashboard(&mut o, v);
     counters(&mut o, v);
     pod_estimates(&mut o, v);

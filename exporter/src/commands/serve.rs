@@ -158,14 +158,14 @@ pub(crate) struct ServeArgs {
     /// Sampling interval, at least 100ms [default: 1s].
     #[arg(long)]
     pub interval: Option<String>,
-    /// Number of simulated GPUs (sim only) [default: 4].
+    /// Number of simulated GPUs (sim only), 1 to 64 [default: 4].
     #[arg(long)]
     pub sim_gpus: Option<u32>,
     /// After this long without data, series disappear and truthscale_source_up is 0
     /// [default: three intervals].
     #[arg(long)]
     pub stale_after: Option<String>,
-    /// Replay the capture again from the start when it ends (replay only).
+    /// Replay the capture again from the start when it ends (--source replay:PATH only).
     #[arg(long)]
     pub replay_loop: bool,
     /// Web config file (exporter-toolkit style YAML) for TLS and basic auth.
@@ -225,6 +225,13 @@ impl ServeArgs {
             o.push(("source.stale_after", v.clone()));
         }
         if self.replay_loop {
+            // Said here where the flags name another source: the configuration library
+            // would only call `loop` an unknown field of it.
+            if let Some(v) = self.source.as_deref().filter(|v| !v.starts_with("replay")) {
+                anyhow::bail!(
+                    "--replay-loop replays a capture: it needs --source replay:PATH, not --source {v}"
+                );
+            }
             o.push(("source.loop", "true".into()));
         }
         if let Some(v) = &self.web_config {

@@ -289,6 +289,40 @@ fn simulate_refuses_a_duration_of_less_than_two_intervals() {
     assert!(!trace.exists(), "no file written");
 }
 
+/// `--replay-loop` beside another source is refused naming both flags (the configuration
+/// library would only call `loop` an unknown field of the simulator).
+#[test]
+fn replay_loop_needs_a_replay_source() {
+    let out = run(&["serve", "--source", "sim", "--replay-loop"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "--replay-loop replays a capture: it needs --source replay:PATH, not --source sim"
+        ),
+        "{err}"
+    );
+}
+
+/// Simulated data says so in `explain` too, as in `analyze` and `top`.
+#[test]
+fn explain_marks_simulated_gpus() {
+    let dir = TempDir::new("explain-sim");
+    let trace = dir.path().join("t.jsonl");
+    let trace = trace.to_str().unwrap();
+    let wrote = run(&["simulate", "--duration", "10s", "--gpus", "1", "-o", trace]);
+    assert!(wrote.status.success(), "{wrote:?}");
+    let out = run(&["explain", "--replay", trace]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text.lines()
+            .next()
+            .is_some_and(|l| l.ends_with("  [SIMULATED]")),
+        "{text}"
+    );
+}
+
 #[test]
 fn simulated_llm_serving_round_trip() {
     let dir = std::env::temp_dir().join(format!("truthscale-e2e-{}", std::process::id()));
