@@ -477,6 +477,8 @@ mod tui {
     use ratatui::style::{Color, Modifier, Style};
     use ratatui::text::Line;
     use ratatui::widgets::{Block, Cell, Paragraph, Row, Table};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::{Duration, Instant};
     use truthscale_core::verdict::VerdictConfig;
 
@@ -583,11 +585,48 @@ mod tui {
                 || k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL))
     }
 
+    /// Set once SIGTERM, SIGINT or SIGHUP arrives (another process's `kill`: in raw mode
+    /// Ctrl-C is a key), so that the loop ends and the terminal is restored before exit.
+    fn watch_signals() -> Arc<AtomicBool> {
+        let flag = Arc::new(AtomicBool::new(false));
+        let set = Arc::clone(&flag);
+        let watching = move || {
+            use tokio::signal::unix::{SignalKind, signal};
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                let (Ok(mut t), Ok(mut i), Ok(mut h)) = (
+                    signal(SignalKind::terminate()),
+                    signal(SignalKind::interrupt()),
+                    signal(SignalKind::hangup()),
+                ) else {
+                    return;
+                };
+                tokio::select! {
+                    _ = t.recv() => {}
+                    _ = i.recv() => {}
+                    _ = h.recv() => {}
+                }
+                set.store(true, Ordering::SeqCst);
+            });
+        };
+        // Without the thread the signals end the process as before.
+        let _ = std::thread::Builder::new()
+            .name("top-signals".into())
+            .spawn(watching);
+        flag
+    }
+
     pub(super) fn run(
         feed: &mut Feed,
         cfg: &VerdictConfig,
         interval: Duration,
     ) -> anyhow::Result<()> {
+        let stop = watch_signals();
         let mut terminal = ratatui::try_init()?;
         let _restore = Restore;
         loop {
@@ -597,11 +636,15 @@ mod tui {
             terminal.draw(|f| draw(f, &views, &status))?;
             let until = Instant::now() + interval;
             loop {
+                if stop.load(Ordering::SeqCst) {
+                    return Ok(());
+                }
                 let left = until.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     break;
                 }
-                if event::poll(left)? {
+                // A signal is looked for at least every 100 ms.
+                if event::poll(left.min(Duration::from_millis(100)))? {
                     let ev = event::read()?;
                     if quit(&ev) {
                         return Ok(());

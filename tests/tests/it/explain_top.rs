@@ -477,6 +477,64 @@ fn top_renders_a_live_table_in_a_terminal_and_updates_it() {
     assert!(!t.alive(), "top did not quit on q");
 }
 
+/// `top` on a terminal stopped by another process's SIGTERM (in raw mode Ctrl-C is a key,
+/// not a signal) leaves the alternate screen and shows the cursor again, exiting 0: the
+/// shell it ran in is left as it was.
+#[test]
+fn top_restores_the_terminal_on_sigterm() {
+    require_tool_or_return!("/usr/bin/tmux", "tmux");
+    let dir = TempDir::new("top-sigterm");
+    let p = trace(
+        &dir,
+        "busy",
+        r#""gpu_util":0.9,"tensor_active":0.25,"dram_active":0.5"#,
+    );
+    let command = format!(
+        "sh -c '{} top --replay {} --interval 1s; echo EXIT=$?; sleep 30'",
+        truthscale_e2e::truthscale().display(),
+        p.display()
+    );
+    let t = Tmux::start(&dir, "top-term", &command);
+    let display = |what: &str| {
+        let out = t.tmux().args(["display", "-p", what]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(display("#{alternate_on}") == "1" && t.capture().contains("VERDICT")) {
+        assert!(Instant::now() < deadline, "no top frame:\n{}", t.capture());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // top is the shell's child.
+    let shell = display("#{pane_pid}");
+    let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).unwrap();
+    let top: u32 = children
+        .split_whitespace()
+        .next()
+        .expect("top runs")
+        .parse()
+        .unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &top.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    while !t.capture().contains("EXIT=") {
+        assert!(
+            Instant::now() < deadline,
+            "top did not end:\n{}",
+            t.capture()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(t.capture().contains("EXIT=0"), "{}", t.capture());
+    assert_eq!(
+        display("#{alternate_on}"),
+        "0",
+        "the alternate screen was left"
+    );
+    assert_eq!(display("#{cursor_flag}"), "1", "the cursor is shown");
+}
+
 /// `top --once --nvml-library` reads NVML directly (the fake library, decode scenario): two
 /// samples one interval apart, then one plain-text frame.
 #[test]
