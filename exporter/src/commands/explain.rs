@@ -74,10 +74,15 @@ fn counters(o: &mut String, v: &GpuView) {
             "  counters say:   effective compute {}{pipes}; roofline saturation not measured (no DRAM reading)",
             pct(e)
         ),
-        (None, Some(s), _) if v.tensor.is_some() => writeln!(
+        (None, Some(s), b) if v.tensor.is_some() => writeln!(
             o,
-            "  counters say:   roofline saturation {}{pipes}; no effective compute (no SM-clock reading or catalog model to correct the tensor activity by)",
-            pct(s)
+            "  counters say:   roofline saturation {}{pipes}; no effective compute (no SM-clock reading or catalog model to correct the tensor activity by){}",
+            pct(s),
+            // The bound `top` shows as `≤`: said here too.
+            b.map_or(String::new(), |b| format!(
+                ", at most {}: an upper bound",
+                pct(b)
+            ))
         ),
         (_, _, Some(b)) if v.tensor.is_some() => writeln!(
             o,
@@ -361,6 +366,25 @@ mod tests {
 
     /// Effective compute measured without a DRAM reading (so no roofline saturation) is
     /// said, with the tensor activity, never "nothing beyond the busy flag".
+    /// Saturation measured, effective compute not (no clock to correct the tensor activity
+    /// by), and its bound known: the bound is said, as `top` shows it (`≤45%`).
+    #[test]
+    fn a_bound_beside_saturation_is_said() {
+        let v = GpuView {
+            saturation: Some(0.5),
+            tensor: Some(0.4),
+            dram: Some(0.5),
+            upper_bound: Some(0.45),
+            ..GpuView::default()
+        };
+        let mut o = String::new();
+        counters(&mut o, &v);
+        assert_eq!(
+            o,
+            "  counters say:   roofline saturation 50 % (tensor 40 %, DRAM 50 %); no effective compute (no SM-clock reading or catalog model to correct the tensor activity by), at most 45 %: an upper bound\n"
+        );
+    }
+
     /// Without the busy flag, DCGM's graphics-engine activity stands in for it: the
     /// dashboard line says so, with its value, beside the verdict that quotes it.
     #[test]
