@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 use truthscale_core::catalog::{GpuMetric, MetricId, RawKind, ServingMetric};
 use truthscale_core::derive::DeriveConfig;
+use truthscale_core::diag::DiagnosticTally;
 use truthscale_core::gpus::{self, GpuSpec};
 use truthscale_core::model::{EntityKey, Field, Readings, Sample, ServingSnapshot, Throttles};
 use truthscale_core::tracker::{Deriver, EntityWindow};
@@ -271,10 +272,8 @@ pub(crate) fn carry_histories(histories: &mut BTreeMap<String, Vec<f64>>, fresh:
 pub(crate) struct Stepper {
     deriver: Deriver,
     views: BTreeMap<EntityKey, GpuView>,
-    /// The derivation's diagnostics (a reading left blank, a gap): counted by kind, the
-    /// first few kept whole.
-    diagnostics: BTreeMap<&'static str, u64>,
-    first_diagnostics: Vec<String>,
+    /// The derivation's diagnostics (a reading left blank, a gap).
+    diagnostics: DiagnosticTally,
 }
 
 impl Stepper {
@@ -284,8 +283,7 @@ impl Stepper {
         Stepper {
             deriver,
             views: BTreeMap::new(),
-            diagnostics: BTreeMap::new(),
-            first_diagnostics: Vec::new(),
+            diagnostics: DiagnosticTally::keeping(SHOWN_ERRORS),
         }
     }
 
@@ -297,23 +295,20 @@ impl Stepper {
         }
         let counts: Vec<String> = self
             .diagnostics
-            .iter()
+            .counts()
             .map(|(k, n)| format!("{k} {n}"))
             .collect();
         Some(format!(
             "diagnostics: {} (first: {})",
             counts.join(", "),
-            self.first_diagnostics.join("; ")
+            self.diagnostics.first().join("; ")
         ))
     }
 
     pub(crate) fn observe(&mut self, s: &Sample) {
         let derived = self.deriver.observe(s);
         for d in &derived.diagnostics {
-            *self.diagnostics.entry(d.kind.as_str()).or_default() += 1;
-            if self.first_diagnostics.len() < SHOWN_ERRORS {
-                self.first_diagnostics.push(d.to_string());
-            }
+            self.diagnostics.add(d);
         }
         for w in derived.windows {
             let mut v = GpuView::from_window(&w);

@@ -5,7 +5,7 @@
 
 use crate::causes::Cause;
 use crate::derive::{DeriveConfig, Fidelity};
-use crate::diag::DiagnosticKind;
+use crate::diag::DiagnosticTally;
 use crate::gpus::GpuSpec;
 use crate::model::{EntityId, Field, Phase, Sample};
 use crate::phase::PhaseMethod;
@@ -157,8 +157,7 @@ pub struct Analyzer {
     entities: EntityTable<EntityAcc>,
     /// Each deriver slot's entity in `entities`, while the deriver's epoch stands.
     by_slot: SlotIndex,
-    diagnostics: BTreeMap<DiagnosticKind, u64>,
-    first_diagnostics: Vec<String>,
+    diagnostics: DiagnosticTally,
     /// The diagnostics of the sample being fed (kept for its capacity).
     noticed: Vec<crate::diag::Diagnostic>,
 }
@@ -178,8 +177,7 @@ impl Analyzer {
             start: None,
             entities: EntityTable::default(),
             by_slot: SlotIndex::default(),
-            diagnostics: BTreeMap::new(),
-            first_diagnostics: Vec::new(),
+            diagnostics: DiagnosticTally::keeping(KEPT_DIAGNOSTICS),
             noticed: Vec::new(),
         }
     }
@@ -228,10 +226,7 @@ impl Analyzer {
             }
         });
         for d in self.noticed.drain(..) {
-            *self.diagnostics.entry(d.kind).or_default() += 1;
-            if self.first_diagnostics.len() < KEPT_DIAGNOSTICS {
-                self.first_diagnostics.push(d.to_string());
-            }
+            self.diagnostics.add(&d);
         }
     }
 
@@ -263,10 +258,10 @@ impl Analyzer {
                 .collect(),
             diagnostics: self
                 .diagnostics
-                .iter()
-                .map(|(k, v)| (k.as_str().to_string(), *v))
+                .counts()
+                .map(|(k, v)| (k.to_string(), v))
                 .collect(),
-            first_diagnostics: self.first_diagnostics.clone(),
+            first_diagnostics: self.diagnostics.first().to_vec(),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Diagnostics: what the core noticed instead of panicking or emitting NaN.
 
 use crate::model::{EntityId, Field};
+use std::collections::BTreeMap;
 use std::fmt;
 
 /// A closed set of reasons, usable as a low-cardinality label value.
@@ -41,6 +42,51 @@ impl DiagnosticKind {
             DiagnosticKind::NegativeGap => "negative_gap",
             DiagnosticKind::UntrustedAfterXid => "untrusted_after_xid",
         }
+    }
+}
+
+/// Diagnostics counted by kind, the first few kept whole: what a reader of many samples
+/// says of them (`analyze`'s report, `explain --replay`'s note).
+#[derive(Debug, Clone, Default)]
+pub struct DiagnosticTally {
+    counts: BTreeMap<DiagnosticKind, u64>,
+    first: Vec<String>,
+    keep: usize,
+}
+
+impl DiagnosticTally {
+    /// A tally that keeps the first `keep` diagnostics whole.
+    #[must_use]
+    pub fn keeping(keep: usize) -> DiagnosticTally {
+        DiagnosticTally {
+            keep,
+            ..DiagnosticTally::default()
+        }
+    }
+
+    /// Count `d`, and keep it whole while fewer than `keep` are.
+    pub fn add(&mut self, d: &Diagnostic) {
+        *self.counts.entry(d.kind).or_default() += 1;
+        if self.first.len() < self.keep {
+            self.first.push(d.to_string());
+        }
+    }
+
+    /// The counts, by kind name in the kinds' order.
+    pub fn counts(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        self.counts.iter().map(|(k, n)| (k.as_str(), *n))
+    }
+
+    /// The first diagnostics, whole.
+    #[must_use]
+    pub fn first(&self) -> &[String] {
+        &self.first
+    }
+
+    /// Whether nothing was counted.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
     }
 }
 
