@@ -59,9 +59,6 @@ fn num(x: f64) -> String {
 /// One row: what is charged, its cost, and truthscale's figures (`g`: `None` for the
 /// capacity no pod held).
 struct Row<'a> {
-    /// The GPU model (FOCUS's SKU) and its price of one GPU-hour.
-    sku: &'a str,
-    price: f64,
     group: &'a str,
     description: String,
     hours: f64,
@@ -78,15 +75,17 @@ struct Row<'a> {
     simulated: bool,
 }
 
-/// Writes `row` of period `b` in a window `window`.
+/// Writes `row` of one model's period `b` (`rows`: the groups' name, the model and its
+/// price) in a window `window`.
 fn write_row(
     out: &mut impl Write,
-    by: &str,
+    rows: &Rows<'_>,
     args: &FocusArgs,
     window: &Bounds,
     b: &Bounds,
     r: &Row<'_>,
 ) -> std::io::Result<()> {
+    let by = rows.by;
     let mut tags = serde_json::json!({ "truthscale.by": by, "truthscale.group": r.group });
     if r.simulated {
         // Simulated data says so: a demo's figures, never a bill.
@@ -111,8 +110,8 @@ fn write_row(
         ps = b.start,
         pe = b.end,
         desc = field(&r.description),
-        price = num(r.price),
-        sku = field(r.sku),
+        price = num(rows.price),
+        sku = field(rows.sku),
         acct = field(account),
         tags = field(&tags),
         by = field(by),
@@ -221,8 +220,6 @@ impl Rows<'_> {
         };
         for g in &p.groups {
             let row = Row {
-                sku: self.sku,
-                price: self.price,
                 group: &g.group,
                 description: format!(
                     "{} GPU-hours allocated to {} {}",
@@ -236,7 +233,7 @@ impl Rows<'_> {
                 overallocated: None,
                 simulated: g.simulated,
             };
-            write_row(out, self.by, args, window, b, &row)?;
+            write_row(out, self, args, window, b, &row)?;
         }
         let unheld = [
             (
@@ -244,7 +241,7 @@ impl Rows<'_> {
                 "GPU-hours no pod held (idle capacity)",
                 (p.unallocated_gpu_hours, p.unallocated_cost),
                 (
-                    p.unheld_unavailable_gpu_hours(),
+                    p.unallocated_unavailable_gpu_hours,
                     Some(p.unallocated_health_measured_gpu_hours),
                 ),
                 p.unallocated_simulated,
@@ -264,8 +261,6 @@ impl Rows<'_> {
                 continue;
             }
             let row = Row {
-                sku: self.sku,
-                price: self.price,
                 group,
                 description: format!("{} {description}", self.sku),
                 hours,
@@ -276,7 +271,7 @@ impl Rows<'_> {
                 overallocated: (group == IDLE).then_some(p.overallocated_gpu_hours),
                 simulated,
             };
-            write_row(out, self.by, args, window, b, &row)?;
+            write_row(out, self, args, window, b, &row)?;
         }
         Ok(())
     }

@@ -184,7 +184,7 @@ fn idle(p: &Period, priced: bool, b: &Bounds) -> Value {
     let mut m = unheld(IDLE, hours, true, priced, b);
     m.insert(
         "truthscaleUnavailableGpuHours".into(),
-        json!(p.unheld_unavailable_gpu_hours()),
+        json!(p.unallocated_unavailable_gpu_hours),
     );
     simulated(&mut m, p.unallocated_simulated);
     Value::Object(m)

@@ -604,7 +604,7 @@ pub(crate) fn write_csv(
         }
         // What no pod held of the GPUs lost to health: the fleet's unavailable hours less
         // the groups'.
-        let unheld_down = p.unheld_unavailable_gpu_hours();
+        let unheld_down = p.unallocated_unavailable_gpu_hours;
         writeln!(
             out,
             "{from},{to},{},(unallocated),,{},,,,,,,,,{},,,,{},{},{},,{},,,,{},{}",

@@ -2,8 +2,8 @@
 //! unit price needs.
 
 use super::{
-    FleetInput, Fractions, Holders, MeasuredUse, Showback, ShowbackConfig, gpus_of, model_price,
-    of_gpus, window,
+    FleetInput, Fractions, GpuTracks, Holders, MeasuredUse, Showback, ShowbackConfig, gpus_of,
+    model_price, of_gpus, window,
 };
 use std::collections::BTreeMap;
 
@@ -32,21 +32,21 @@ pub fn showback_by_model(
     cfg: &ShowbackConfig,
 ) -> Vec<ModelPart> {
     let w = window(input, group, holders, shares, cfg);
-    let mut by_model: BTreeMap<Option<&str>, Vec<(&str, Vec<usize>)>> = BTreeMap::new();
+    // Keyed so that the models not reported (`None`) sort last.
+    let mut by_model: BTreeMap<(bool, Option<&str>), Vec<GpuTracks<'_>>> = BTreeMap::new();
     for (gpu, members) in gpus_of(input) {
         let model = input.tracks[members[0]].model.as_deref();
-        by_model.entry(model).or_default().push((gpu, members));
+        by_model
+            .entry((model.is_none(), model))
+            .or_default()
+            .push((gpu, members));
     }
-    let mut parts: Vec<ModelPart> = by_model
+    by_model
         .into_iter()
-        .map(|(model, gpus)| ModelPart {
+        .map(|((_, model), gpus)| ModelPart {
             model: model.map(str::to_owned),
             price: model_price(model, &cfg.prices, cfg.default_price),
             showback: of_gpus(&w, &gpus, &BTreeMap::new()),
         })
-        .collect();
-    // `None` sorts first in a map: the models not reported go last.
-    let unreported = usize::from(parts.first().is_some_and(|p| p.model.is_none()));
-    parts.rotate_left(unreported);
-    parts
+        .collect()
 }

@@ -319,7 +319,7 @@ mod tests {
         assert_eq!(web.cost.as_ref().unwrap().unavailable, None);
         // No pod held g3, which read no health: its unavailable hours are unknown, never 0
         // (health read on other GPUs tells nothing of it).
-        assert_eq!(s.total.unheld_unavailable_gpu_hours(), None);
+        assert_eq!(s.total.unallocated_unavailable_gpu_hours, None);
         near(s.total.unallocated_health_measured_gpu_hours, 0.0);
         assert!(s.total.reconciled);
     }
@@ -343,7 +343,7 @@ mod tests {
         };
         let t = by_namespace(&input).total;
         near(t.unallocated_health_measured_gpu_hours, 8.0 / 60.0);
-        near(t.unheld_unavailable_gpu_hours().unwrap(), 3.0 / 60.0);
+        near(t.unallocated_unavailable_gpu_hours.unwrap(), 3.0 / 60.0);
     }
 
     /// A GPU read by its busy flag alone: its active hours are active, their effective

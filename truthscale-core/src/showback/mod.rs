@@ -220,15 +220,6 @@ pub struct Period {
     pub check: String,
 }
 
-impl Period {
-    /// The unavailable GPU-hours no pod held, where any health field of them was read;
-    /// `None` where none was (unknown, never 0).
-    #[must_use]
-    pub fn unheld_unavailable_gpu_hours(&self) -> Option<f64> {
-        self.unallocated_unavailable_gpu_hours
-    }
-}
-
 /// A period's energy: the groups', what no pod held, the fleet's, reconciled exactly.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct PeriodEnergy {
@@ -526,27 +517,25 @@ fn window<'a>(
     }
 }
 
-/// Each physical GPU of `input` (its tracks' `gpu` key) and its tracks with any step, in
-/// the key's order.
-fn gpus_of(input: &FleetInput) -> Vec<(&str, Vec<usize>)> {
+/// A physical GPU (its tracks' `gpu` key) and its tracks with any step (their indices).
+type GpuTracks<'a> = (&'a str, Vec<usize>);
+
+/// Each physical GPU of `input` and its tracks, in the key's order.
+fn gpus_of(input: &FleetInput) -> Vec<GpuTracks<'_>> {
     let mut by_gpu: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, t) in input.tracks.iter().enumerate() {
         if t.lifetime_steps() > 0 {
             by_gpu.entry(t.gpu.as_str()).or_default().push(i);
         }
     }
-    let mut gpus: Vec<(&str, Vec<usize>)> = by_gpu.into_iter().collect();
+    let mut gpus: Vec<GpuTracks<'_>> = by_gpu.into_iter().collect();
     gpus.sort_by(|a, b| a.0.cmp(b.0));
     gpus
 }
 
 /// The showback of the GPUs `gpus` of `w`'s input, with `requested` the requested GPU-hours
 /// by group.
-fn of_gpus(
-    w: &Window<'_>,
-    gpus: &[(&str, Vec<usize>)],
-    requested: &BTreeMap<String, f64>,
-) -> Showback {
+fn of_gpus(w: &Window<'_>, gpus: &[GpuTracks<'_>], requested: &BTreeMap<String, f64>) -> Showback {
     let (steps, cfg, per) = (w.input.steps, w.cfg, w.per);
     let periods = steps.div_ceil(per).max(1);
     let mut accs = Accs {
