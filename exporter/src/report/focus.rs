@@ -15,7 +15,7 @@ use std::io::Write;
 use truthscale_core::showback::{GroupHours, ModelPart, Period};
 
 /// The columns: FOCUS 1.2's, then truthscale's.
-const HEADER: &str = "BillingAccountId,BillingAccountName,BillingCurrency,BillingPeriodStart,BillingPeriodEnd,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,ChargeClass,ChargeDescription,ChargeFrequency,BilledCost,EffectiveCost,ListCost,ListUnitPrice,ContractedCost,ContractedUnitPrice,ConsumedQuantity,ConsumedUnit,PricingQuantity,PricingUnit,PricingCategory,InvoiceId,InvoiceIssuerName,ProviderName,PublisherName,ServiceCategory,ServiceSubcategory,ServiceName,ResourceId,ResourceName,ResourceType,RegionId,RegionName,AvailabilityZone,SkuId,SkuPriceId,SubAccountId,SubAccountName,CommitmentDiscountCategory,CommitmentDiscountId,CommitmentDiscountName,CommitmentDiscountStatus,CommitmentDiscountType,Tags,x_By,x_Group,x_Workloads,x_UsedGpuHours,x_IdleGpuHours,x_IdleCost,x_UnmeasuredGpuHours,x_UseUnknownGpuHours,x_UnavailableGpuHours,x_UnavailableCost,x_BusyGpuHours,x_EffectiveComputeGpuHours,x_BusyMeasuredGpuHours,x_EffectiveComputeMeasuredGpuHours,x_HealthMeasuredGpuHours,x_OverallocatedGpuHours";
+const HEADER: &str = "BillingAccountId,BillingAccountName,BillingCurrency,BillingPeriodStart,BillingPeriodEnd,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,ChargeClass,ChargeDescription,ChargeFrequency,BilledCost,EffectiveCost,ListCost,ListUnitPrice,ContractedCost,ContractedUnitPrice,ConsumedQuantity,ConsumedUnit,PricingQuantity,PricingUnit,PricingCategory,InvoiceId,InvoiceIssuerName,ProviderName,PublisherName,ServiceCategory,ServiceSubcategory,ServiceName,ResourceId,ResourceName,ResourceType,RegionId,RegionName,AvailabilityZone,SkuId,SkuPriceId,SubAccountId,SubAccountName,CommitmentDiscountCategory,CommitmentDiscountId,CommitmentDiscountName,CommitmentDiscountStatus,CommitmentDiscountType,Tags,x_By,x_Group,x_Workloads,x_UsedGpuHours,x_IdleGpuHours,x_IdleCost,x_UnmeasuredGpuHours,x_UseUnknownGpuHours,x_UnavailableGpuHours,x_UnavailableCost,x_BusyGpuHours,x_EffectiveComputeGpuHours,x_BusyMeasuredGpuHours,x_EffectiveComputeMeasuredGpuHours,x_HealthMeasuredGpuHours,x_OverallocatedGpuHours,x_AssumedShareGpuHours";
 
 /// The account every row is in: the showback, not a cloud bill.
 const ACCOUNT: &str = "truthscale-showback";
@@ -71,6 +71,9 @@ struct Row<'a> {
     /// On the idle row: the GPU-hours granted beyond whole GPUs (pods' shares of one GPU
     /// adding up to more than one), which the groups' rows bill on top of the fleet's.
     overallocated: Option<f64>,
+    /// Of its GPU-hours, those charged by an assumed share (a MIG instance of an unknown
+    /// profile, or what its GPU had left): an assumption, not a reading.
+    assumed: Option<f64>,
     /// Any of its GPU-hours of a simulated GPU.
     simulated: bool,
 }
@@ -103,7 +106,7 @@ fn write_row(
     let account = if r.g.is_some() { r.group } else { "" };
     writeln!(
         out,
-        "{ACCOUNT},,{cur},{ws},{we},{ps},{pe},Usage,,{desc},Usage-Based,{cost},{cost},{cost},{price},{cost},{price},{hours},{UNIT},{hours},{UNIT},Standard,,{ISSUER},{ISSUER},{ISSUER},Compute,Containers,GPU,,,,,,,{sku},{sku},{acct},{acct},,,,,,{tags},{by},{group},{wl},{used},{idle},{idle_cost},{unm},{unk},{down},{down_cost},{busy},{ecf},{busy_m},{ecf_m},{health_m},{over}",
+        "{ACCOUNT},,{cur},{ws},{we},{ps},{pe},Usage,,{desc},Usage-Based,{cost},{cost},{cost},{price},{cost},{price},{hours},{UNIT},{hours},{UNIT},Standard,,{ISSUER},{ISSUER},{ISSUER},Compute,Containers,GPU,,,,,,,{sku},{sku},{acct},{acct},,,,,,{tags},{by},{group},{wl},{used},{idle},{idle_cost},{unm},{unk},{down},{down_cost},{busy},{ecf},{busy_m},{ecf_m},{health_m},{over},{assumed}",
         cur = args.currency,
         ws = window.start,
         we = window.end,
@@ -133,6 +136,7 @@ fn write_row(
         ecf_m = opt(|g| g.effective_compute_measured_gpu_hours),
         health_m = r.health_measured.map_or_else(String::new, num),
         over = r.overallocated.map_or_else(String::new, num),
+        assumed = r.assumed.map_or_else(String::new, num),
     )
 }
 
@@ -231,6 +235,7 @@ impl Rows<'_> {
                 unavailable: g.unavailable_gpu_hours,
                 health_measured: Some(g.health_measured_gpu_hours),
                 overallocated: None,
+                assumed: Some(g.assumed_share_gpu_hours),
                 simulated: g.simulated,
             };
             write_row(out, self, args, window, b, &row)?;
@@ -269,6 +274,7 @@ impl Rows<'_> {
                 unavailable,
                 health_measured,
                 overallocated: (group == IDLE).then_some(p.overallocated_gpu_hours),
+                assumed: (group == IDLE).then_some(p.unallocated_assumed_share_gpu_hours),
                 simulated,
             };
             write_row(out, self, args, window, b, &row)?;
@@ -412,6 +418,7 @@ mod tests {
                     workloads: 2,
                     allocated_gpu_hours: 4.0,
                     used_gpu_hours: 3.0,
+                    assumed_share_gpu_hours: 0.5,
                     cost: Some(truthscale_core::showback::GroupCost {
                         allocated: 8.0,
                         ..Default::default()
@@ -420,6 +427,7 @@ mod tests {
                 }],
                 unallocated_gpu_hours: 1.0,
                 unallocated_cost: Some(2.0),
+                unallocated_assumed_share_gpu_hours: 0.25,
                 ..Default::default()
             },
             ..Showback::default()
@@ -476,6 +484,10 @@ mod tests {
         assert_eq!(col(idle, "SubAccountId"), "");
         assert_eq!(col(idle, "x_UsedGpuHours"), "", "unknown: empty, not 0");
         assert_eq!(col(idle, "x_OverallocatedGpuHours"), "0.000000");
+        // GPU-hours charged by an assumed MIG share (an instance of an unknown profile), and
+        // what was left of such GPUs: named on their rows.
+        assert_eq!(col(ml, "x_AssumedShareGpuHours"), "0.500000");
+        assert_eq!(col(idle, "x_AssumedShareGpuHours"), "0.250000");
         assert_eq!(
             col(ml, "x_OverallocatedGpuHours"),
             "",
@@ -539,9 +551,10 @@ mod tests {
             })
             .collect();
         assert_eq!(rows.len(), 3, "{text}");
-        let last = |r: &Vec<&str>| r[0].to_string();
-        assert_eq!(last(&rows[2]), "0.500000", "the idle row: {text}");
-        assert_eq!(last(&rows[0]), "");
+        // The columns after Tags, last first.
+        let over = |r: &Vec<&str>| r[header.len() - 1 - at("x_OverallocatedGpuHours")].to_string();
+        assert_eq!(over(&rows[2]), "0.500000", "the idle row: {text}");
+        assert_eq!(over(&rows[0]), "");
         let billed: f64 = text
             .lines()
             .skip(1)

@@ -162,6 +162,10 @@ fn allocation(name: &str, props: Value, g: &GroupHours, b: &Bounds) -> Value {
             "truthscaleEffectiveComputeEstimateGpuHours",
             json!(g.effective_compute_estimate_gpu_hours),
         ),
+        (
+            "truthscaleAssumedShareGpuHours",
+            json!(g.assumed_share_gpu_hours),
+        ),
     ];
     for (k, v) in fields {
         m.insert(k.into(), v);
@@ -185,6 +189,10 @@ fn idle(p: &Period, priced: bool, b: &Bounds) -> Value {
     m.insert(
         "truthscaleUnavailableGpuHours".into(),
         json!(p.unallocated_unavailable_gpu_hours),
+    );
+    m.insert(
+        "truthscaleAssumedShareGpuHours".into(),
+        json!(p.unallocated_assumed_share_gpu_hours),
     );
     simulated(&mut m, p.unallocated_simulated);
     Value::Object(m)
@@ -317,6 +325,8 @@ mod tests {
             workloads: 1,
             allocated_gpu_hours: 1.0,
             use_unknown_gpu_hours: 1.0,
+            // Half of it a MIG instance of an unknown profile's assumed share.
+            assumed_share_gpu_hours: 0.5,
             // Its GPU's health never read: unknown, never 0.
             cost: cost(2.0, 0.0, None),
             ..GroupHours::default()
@@ -331,6 +341,8 @@ mod tests {
         // Of the hour no pod held, half was unavailable, judged over the whole hour.
         total.unallocated_unavailable_gpu_hours = Some(0.5);
         total.unallocated_health_measured_gpu_hours = 1.0;
+        // A quarter of it what was left of a GPU with an assumed MIG share.
+        total.unallocated_assumed_share_gpu_hours = 0.25;
         Showback {
             total,
             ..Showback::default()
@@ -375,6 +387,7 @@ mod tests {
                     "truthscaleBusyGpuHours": 3.0,
                     "truthscaleEffectiveComputeGpuHours": 1.0,
                     "truthscaleEffectiveComputeEstimateGpuHours": null,
+                    "truthscaleAssumedShareGpuHours": 0.0,
                 },
                 "__unallocated__": {
                     "name": "__unallocated__", "properties": {}, "window": window(),
@@ -403,6 +416,7 @@ mod tests {
                     "truthscaleBusyGpuHours": null,
                     "truthscaleEffectiveComputeGpuHours": null,
                     "truthscaleEffectiveComputeEstimateGpuHours": null,
+                    "truthscaleAssumedShareGpuHours": 0.5,
                 },
                 "__idle__": {
                     "name": "__idle__", "properties": {}, "window": window(),
@@ -415,6 +429,7 @@ mod tests {
                     "gpuEfficiency": null,
                     "totalCost": 2.0,
                     "truthscaleUnavailableGpuHours": 0.5,
+                    "truthscaleAssumedShareGpuHours": 0.25,
                 },
             }]
         });

@@ -343,6 +343,7 @@ fn rest_row(groups: &[GroupHours]) -> GroupHours {
         energy_cost: where_any(groups, |g| g.energy_cost),
         cost,
         simulated: groups.iter().any(|g| g.simulated),
+        assumed_share_gpu_hours: sum(|g| g.assumed_share_gpu_hours),
     }
 }
 
@@ -532,7 +533,7 @@ pub(crate) fn requested_by_group(
 /// SM-busy split, an estimate never billed. `busy_gpu_hours`, `effective_compute_gpu_hours`
 /// and `saturation_gpu_hours` are sums over the hours each was measured, given last
 /// (`*_measured_gpu_hours`): their share is over those, not over the allocated hours.
-const CSV_HEADER: &str = "window_start,window_end,by,group,workloads,allocated_gpu_hours,requested_gpu_hours,used_gpu_hours,idle_gpu_hours,unmeasured_gpu_hours,use_unknown_gpu_hours,busy_gpu_hours,effective_compute_gpu_hours,saturation_gpu_hours,allocated_cost,idle_cost,time_sliced_effective_compute_gpu_hours,effective_compute_estimate_gpu_hours,energy_kwh,energy_cost,unavailable_gpu_hours,unavailable_cost,simulated,busy_measured_gpu_hours,effective_compute_measured_gpu_hours,saturation_measured_gpu_hours,health_measured_gpu_hours,energy_measured_gpu_hours";
+const CSV_HEADER: &str = "window_start,window_end,by,group,workloads,allocated_gpu_hours,requested_gpu_hours,used_gpu_hours,idle_gpu_hours,unmeasured_gpu_hours,use_unknown_gpu_hours,busy_gpu_hours,effective_compute_gpu_hours,saturation_gpu_hours,allocated_cost,idle_cost,time_sliced_effective_compute_gpu_hours,effective_compute_estimate_gpu_hours,energy_kwh,energy_cost,unavailable_gpu_hours,unavailable_cost,simulated,busy_measured_gpu_hours,effective_compute_measured_gpu_hours,saturation_measured_gpu_hours,health_measured_gpu_hours,energy_measured_gpu_hours,assumed_share_gpu_hours";
 
 /// A CSV field: quoted when it holds a comma, a quote or a line break.
 fn field(s: &str) -> String {
@@ -571,43 +572,14 @@ pub(crate) fn write_csv(
     for p in periods {
         let (from, to) = (at(p.start_step), at(p.start_step + p.steps));
         for g in &p.groups {
-            writeln!(
-                out,
-                "{from},{to},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-                field(&s.by),
-                field(&g.group),
-                g.workloads,
-                num(Some(g.allocated_gpu_hours)),
-                num(g.requested_gpu_hours),
-                num(Some(g.used_gpu_hours)),
-                num(Some(g.idle_gpu_hours)),
-                num(Some(g.unmeasured_gpu_hours)),
-                num(Some(g.use_unknown_gpu_hours)),
-                num(g.busy_gpu_hours),
-                num(g.effective_compute_gpu_hours),
-                num(g.saturation_gpu_hours),
-                num(g.cost.as_ref().map(|c| c.allocated)),
-                num(g.cost.as_ref().map(|c| c.idle)),
-                num(g.time_sliced_effective_compute_gpu_hours),
-                num(g.effective_compute_estimate_gpu_hours),
-                num(g.energy_kwh),
-                num(g.energy_cost),
-                num(g.unavailable_gpu_hours),
-                num(g.cost.as_ref().and_then(|c| c.unavailable)),
-                g.simulated,
-                num(Some(g.busy_measured_gpu_hours)),
-                num(Some(g.effective_compute_measured_gpu_hours)),
-                num(Some(g.saturation_measured_gpu_hours)),
-                num(Some(g.health_measured_gpu_hours)),
-                num(Some(g.energy_measured_gpu_hours)),
-            )?;
+            write_group_row(out, &s.by, (&from, &to), g)?;
         }
         // What no pod held of the GPUs lost to health: the fleet's unavailable hours less
         // the groups'.
         let unheld_down = p.unallocated_unavailable_gpu_hours;
         writeln!(
             out,
-            "{from},{to},{},(unallocated),,{},,,,,,,,,{},,,,{},{},{},,{},,,,{},{}",
+            "{from},{to},{},(unallocated),,{},,,,,,,,,{},,,,{},{},{},,{},,,,{},{},{}",
             field(&s.by),
             num(Some(p.unallocated_gpu_hours)),
             num(p.unallocated_cost),
@@ -617,13 +589,14 @@ pub(crate) fn write_csv(
             p.unallocated_simulated,
             num(Some(p.unallocated_health_measured_gpu_hours)),
             num(p.energy.as_ref().map(|e| e.unallocated_measured_gpu_hours)),
+            num(Some(p.unallocated_assumed_share_gpu_hours)),
         )?;
         // Nothing of the GPU read and no holder named: not known whether a pod held it, so
         // no energy or health was read of it either.
         if p.allocation_unknown_gpu_hours > 0.0 {
             writeln!(
                 out,
-                "{from},{to},{},(allocation unknown),,{},,,,,,,,,{},,,,,,,,{},,,,,",
+                "{from},{to},{},(allocation unknown),,{},,,,,,,,,{},,,,,,,,{},,,,,,",
                 field(&s.by),
                 num(Some(p.allocation_unknown_gpu_hours)),
                 num(p.allocation_unknown_cost),
@@ -632,6 +605,46 @@ pub(crate) fn write_csv(
         }
     }
     Ok(())
+}
+
+/// A group's row of a period from `from` to `to`.
+fn write_group_row(
+    out: &mut impl Write,
+    by: &str,
+    (from, to): (&str, &str),
+    g: &GroupHours,
+) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{from},{to},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+        field(by),
+        field(&g.group),
+        g.workloads,
+        num(Some(g.allocated_gpu_hours)),
+        num(g.requested_gpu_hours),
+        num(Some(g.used_gpu_hours)),
+        num(Some(g.idle_gpu_hours)),
+        num(Some(g.unmeasured_gpu_hours)),
+        num(Some(g.use_unknown_gpu_hours)),
+        num(g.busy_gpu_hours),
+        num(g.effective_compute_gpu_hours),
+        num(g.saturation_gpu_hours),
+        num(g.cost.as_ref().map(|c| c.allocated)),
+        num(g.cost.as_ref().map(|c| c.idle)),
+        num(g.time_sliced_effective_compute_gpu_hours),
+        num(g.effective_compute_estimate_gpu_hours),
+        num(g.energy_kwh),
+        num(g.energy_cost),
+        num(g.unavailable_gpu_hours),
+        num(g.cost.as_ref().and_then(|c| c.unavailable)),
+        g.simulated,
+        num(Some(g.busy_measured_gpu_hours)),
+        num(Some(g.effective_compute_measured_gpu_hours)),
+        num(Some(g.saturation_measured_gpu_hours)),
+        num(Some(g.health_measured_gpu_hours)),
+        num(Some(g.energy_measured_gpu_hours)),
+        num(Some(g.assumed_share_gpu_hours)),
+    )
 }
 
 #[cfg(test)]

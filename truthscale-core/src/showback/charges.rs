@@ -58,6 +58,8 @@ struct Acc {
     unmeasured: u64,
     unknown: u64,
     unavailable: u64,
+    /// Units of MIG instances of an unknown profile: an assumed share.
+    assumed_share: u64,
     /// Units whose GPU had a health field read: over which `unavailable` was judged.
     health_read: u64,
     busy: f64,
@@ -118,6 +120,8 @@ pub(super) struct PeriodAcc {
     /// Of `unallocated`, the units at steps with a health field read, and of those the
     /// units at steps the GPU was unavailable.
     pub(super) unallocated_health: (u64, u64),
+    /// Of `unallocated`, the units of GPU-steps on which a MIG instance's share was assumed.
+    pub(super) unallocated_assumed: u64,
     pub(super) fleet: u64,
     pub(super) energy: EnergyAcc,
     pub(super) funnel: super::funnel::FunnelAcc,
@@ -274,6 +278,9 @@ impl Acc {
         let u = c.units;
         self.allocated += u;
         self.simulated |= c.track.simulated && u > 0;
+        if c.assumed_share {
+            self.assumed_share += u;
+        }
         if c.health_read {
             self.health_read += u;
         }
@@ -367,6 +374,7 @@ fn group_hours(
             .zip(w.cfg.energy_price_per_kwh)
             .map(|(e, p)| kwh(e) * p),
         simulated: a.simulated,
+        assumed_share_gpu_hours: hours(a.assumed_share),
         cost: a.cost.as_ref().filter(|_| !a.unpriced).map(|c| GroupCost {
             allocated: c.allocated,
             requested: requested
@@ -435,6 +443,7 @@ pub(super) fn period(
         unallocated_health_measured_gpu_hours: hours(acc.unallocated_health.0),
         unallocated_unavailable_gpu_hours: (acc.unallocated_health.0 > 0)
             .then(|| hours(acc.unallocated_health.1)),
+        unallocated_assumed_share_gpu_hours: hours(acc.unallocated_assumed),
         allocation_unknown_gpu_hours: hours(unknown.units),
         allocation_unknown_simulated: unknown.simulated,
         allocation_unknown_cost: unknown.cost(w.priced),

@@ -145,6 +145,10 @@ pub struct GroupHours {
     /// Whether any of these GPU-hours were of a simulated GPU (the simulator's, whose model
     /// reads `Simulated …`): figures of a demo, never a bill.
     pub simulated: bool,
+    /// Of `allocated_gpu_hours`, those of MIG instances of an unknown profile, whose share
+    /// of their GPU was **assumed** (an equal part with the GPU's other instances), not
+    /// read: their hours, and what they cost, would be exact with the profile read.
+    pub assumed_share_gpu_hours: f64,
 }
 
 /// What a group's GPU-hours cost (each GPU-hour at its model's price).
@@ -193,6 +197,10 @@ pub struct Period {
     /// Of the GPU-hours no pod held, those at which the GPU was unavailable ([`crate::health`]);
     /// `None` where no health field was read in any of them (unknown, never 0).
     pub unallocated_unavailable_gpu_hours: Option<f64>,
+    /// Of the GPU-hours no pod held, those of GPUs on which a MIG instance's share was
+    /// assumed (an instance of an unknown profile): what is left of such a GPU depends on
+    /// the assumption.
+    pub unallocated_assumed_share_gpu_hours: f64,
     /// GPU-hours between a GPU's first reading and its last at steps at which nothing of the
     /// GPU was read and no series names a holder (between two holders' series, or a gap in
     /// the device's own): not known whether a pod held them, so neither unallocated nor any
@@ -613,7 +621,7 @@ fn notes(
         ));
     }
     if tally.unknown_profile {
-        notes.push("a MIG instance of an unknown profile took an equal part with its GPU's other instances".into());
+        notes.push("a MIG instance of an unknown profile took an equal part with its GPU's other instances: an assumed share, its GPU-hours (and what its GPU had left) counted apart as assumed-share GPU-hours; an instance's `mig_profile` label naming a profile of its model makes them exact".into());
     }
     if !tally.unpriced.is_empty() {
         notes.push(format!(

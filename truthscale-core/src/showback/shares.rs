@@ -15,6 +15,8 @@ pub(super) struct Charge<'a> {
     pub(super) units: u64,
     /// A time-sliced GPU's holder without a per-process part.
     pub(super) unknown: bool,
+    /// A MIG instance of an unknown profile: its share of the GPU (`units`) is assumed.
+    pub(super) assumed_share: bool,
     pub(super) busy: Option<f64>,
     pub(super) ecf: Option<f64>,
     pub(super) sat: Option<f64>,
@@ -43,6 +45,14 @@ pub(super) struct Charge<'a> {
 /// profile's.
 fn total_slices(t: &Track) -> Option<u32> {
     t.spec?.mig.iter().map(|p| p.compute_slices).max()
+}
+
+/// A MIG instance's share of its GPU in share units: its profile's compute slices over the
+/// model's. `None` for an instance of an unknown profile, whose share is assumed (an equal
+/// part with the GPU's other instances).
+fn profile_share(t: &Track) -> Option<u64> {
+    let (p, total) = (t.mig?, total_slices(t)?);
+    Some(SHARE_UNITS * u64::from(p.compute_slices) / u64::from(total.max(1)))
 }
 
 /// Split `units` among `n` holders, exactly: the first `units % n` take one more.
@@ -238,6 +248,9 @@ impl GpuStep {
             acc.unallocated_health.0 += free;
             acc.unallocated_health.1 += if down { free } else { 0 };
         }
+        if self.seen && charges.iter().any(|c| c.assumed_share) {
+            acc.unallocated_assumed += free;
+        }
         acc.overallocated += self.held.saturating_sub(SHARE_UNITS);
         if let Some((e, u)) = self.energy {
             acc.energy.fleet_mj += e;
@@ -380,11 +393,9 @@ fn step_shares(
         if !t.is_mig {
             continue;
         }
-        let u = match (t.mig, total_slices(t)) {
-            (Some(p), Some(total)) => {
-                SHARE_UNITS * u64::from(p.compute_slices) / u64::from(total.max(1))
-            }
-            _ => {
+        let u = match profile_share(t) {
+            Some(u) => u,
+            None => {
                 tally.unknown_profile = true;
                 unknown += 1;
                 split(SHARE_UNITS, mig_covering.max(1), unknown - 1)
@@ -415,6 +426,7 @@ fn track_charges<'a>(
             read: p.any(),
             units: u,
             unknown: shared && !t.is_mig,
+            assumed_share: t.is_mig && profile_share(t).is_none(),
             busy: p.busy().map(ratio),
             ecf: p
                 .ecf()
@@ -488,6 +500,7 @@ fn holder_charges<'a>(
             // fraction). Several: unknown; the device's measured effective compute is
             // billed by the holder's share, and the per-process split is an estimate apart.
             unknown: k > 1,
+            assumed_share: false,
             busy: p.busy().map(ratio).filter(|_| k == 1),
             ecf: p.ecf().map(|e| own(ratio(e), u)).filter(|_| k == 1),
             sat: p.sat().map(ratio).filter(|_| k == 1),

@@ -707,3 +707,48 @@ fn simulated_gpu_hours_are_marked_as_such() {
     assert!(s.total.unallocated_simulated);
     assert!((s.total.unallocated_gpu_hours - 4.0 / 60.0).abs() < 1e-12);
 }
+
+/// A MIG instance of an unknown profile is charged an assumed share, and its GPU-hours say
+/// so. By hand, on one H100 (7 compute slices) over 6 steps of 60 s: `ml`'s 3g.40gb instance
+/// holds 3/7 of each step (read, not assumed); `web`'s instance of an unknown profile takes
+/// an equal part of the GPU's two instances, 1/2 (assumed); what is left, 1 − 3/7 − 1/2 =
+/// 1/14 of each step, no pod held, and depends on that assumption. A whole GPU held by
+/// `lab` has nothing assumed.
+#[test]
+fn an_assumed_mig_share_is_counted_apart() {
+    let used = Some((0.9, 0.3));
+    let mut known = track(Some("ml/a"), "n/g1", &[used; 6]);
+    known.is_mig = true;
+    known.mig = known
+        .spec
+        .and_then(|s| s.mig.iter().find(|p| p.name == "3g.40gb"));
+    let mut unknown = track(Some("web/b"), "n/g1", &[used; 6]);
+    unknown.is_mig = true;
+    let whole = track(Some("lab/c"), "n/g2", &[used; 6]);
+    let input = FleetInput {
+        step_seconds: 60.0,
+        steps: 6,
+        tracks: vec![known, unknown, whole],
+        held: Default::default(),
+        step_bands: None,
+    };
+    let s = showback(
+        &input,
+        &namespaces(&input),
+        &Holders::new(),
+        &BTreeMap::new(),
+        &cfg("namespace"),
+    );
+    let step = 1.0 / 60.0;
+    let row = |g: &str| s.total.groups.iter().find(|r| r.group == g).unwrap();
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+    assert!(close(row("ml").allocated_gpu_hours, 6.0 * 3.0 / 7.0 * step));
+    assert_eq!(row("ml").assumed_share_gpu_hours, 0.0);
+    assert!(close(row("web").allocated_gpu_hours, 6.0 * 0.5 * step));
+    assert!(close(row("web").assumed_share_gpu_hours, 6.0 * 0.5 * step));
+    assert_eq!(row("lab").assumed_share_gpu_hours, 0.0);
+    let left = 6.0 * step / 14.0;
+    assert!(close(s.total.unallocated_gpu_hours, left), "{:?}", s.total);
+    assert!(close(s.total.unallocated_assumed_share_gpu_hours, left));
+    assert!(s.notes.iter().any(|n| n.contains("unknown profile")));
+}

@@ -121,9 +121,10 @@ fn csv_fields_are_quoted_and_unknown_is_empty() {
 }
 
 /// The CSV says which rows hold simulated GPU-hours: its `simulated` column, on the groups' rows
-/// and the unallocated row alike.
+/// and the unallocated row alike; and which GPU-hours were charged by an assumed MIG share:
+/// its `assumed_share_gpu_hours` column.
 #[test]
-fn csv_rows_say_whether_simulated() {
+fn csv_rows_say_whether_simulated_or_assumed() {
     let s = Showback {
         by: "namespace".into(),
         total: Period {
@@ -135,10 +136,13 @@ fn csv_rows_say_whether_simulated() {
                 },
                 GroupHours {
                     group: "ml".into(),
+                    assumed_share_gpu_hours: 1.5,
                     ..GroupHours::default()
                 },
             ],
             unallocated_simulated: true,
+            unallocated_assumed_share_gpu_hours: 0.25,
+            allocation_unknown_gpu_hours: 2.0,
             ..Period::default()
         },
         ..Showback::default()
@@ -146,26 +150,24 @@ fn csv_rows_say_whether_simulated() {
     let mut out = Vec::new();
     write_csv(&mut out, &s, 0, 60.0).unwrap();
     let text = String::from_utf8(out).unwrap();
-    let column = CSV_HEADER
-        .split(',')
-        .position(|c| c == "simulated")
-        .unwrap();
-    let last: Vec<(&str, &str)> = text
+    let at = |name: &str| CSV_HEADER.split(',').position(|c| c == name).unwrap();
+    let (simulated, assumed) = (at("simulated"), at("assumed_share_gpu_hours"));
+    let last: Vec<(&str, &str, &str)> = text
         .lines()
         .map(|l| {
-            (
-                l.split(',').nth(3).unwrap(),
-                l.split(',').nth(column).unwrap(),
-            )
+            let f: Vec<&str> = l.split(',').collect();
+            assert_eq!(f.len(), CSV_HEADER.split(',').count(), "{l}");
+            (f[3], f[simulated], f[assumed])
         })
         .collect();
     assert_eq!(
         last,
         [
-            ("group", "simulated"),
-            ("demo", "true"),
-            ("ml", "false"),
-            ("(unallocated)", "true")
+            ("group", "simulated", "assumed_share_gpu_hours"),
+            ("demo", "true", "0.000000"),
+            ("ml", "false", "1.500000"),
+            ("(unallocated)", "true", "0.250000"),
+            ("(allocation unknown)", "false", ""),
         ]
     );
 }
