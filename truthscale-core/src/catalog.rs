@@ -494,7 +494,9 @@ metrics! {
     GPU_ROOFLINE_SATURATION / Gpu::GpuRooflineSaturation = "truthscale_gpu_roofline_saturation_ratio", Gauge, [], gauge("truthscale.gpu.roofline_saturation", "1"), None,
         "Roofline saturation at the clocks the GPU ran: max(compute, DRAM activity).";
     GPU_INFLATION_GAP / Gpu::GpuInflationGap = "truthscale_gpu_inflation_gap_ratio", Gauge, [], gauge("truthscale.gpu.inflation_gap", "1"), None,
-        "Reported utilization minus effective compute (multiply by 100 for points).";
+        "Reported utilization minus effective compute (multiply by 100 for points), 0 where effective compute reads above it (counted: truthscale_derivation_diagnostics_total{kind=\"negative_gap\"}); only where reported utilization is at least derive.inflation_min_util (0.05).";
+    GPU_INFLATION_GAP_LOWER_BOUND / Gpu::GpuInflationGapLowerBound = "truthscale_gpu_inflation_gap_lower_bound_ratio", Gauge, [], gauge("truthscale.gpu.inflation_gap.lower_bound", "1"), None,
+        "Lower bound on the inflation gap where effective compute is not measured: reported utilization minus truthscale_gpu_effective_compute_upper_bound_ratio, 0 where the bound reads above it; only where reported utilization is at least derive.inflation_min_util (0.05). A tensor counter and an SM-clock reading with a catalog model make it exact (truthscale_gpu_inflation_gap_ratio).";
     GPU_SPATIAL_INFLATION / Gpu::GpuSpatialInflation = "truthscale_gpu_spatial_inflation_factor", Gauge, [], gauge("truthscale.gpu.spatial_inflation", "1"), None,
         "Reported utilization over SM active: how much the busy flag overstates SM coverage.";
     GPU_INTENSITY_RIDGE / Gpu::GpuIntensityRidge = "truthscale_gpu_intensity_ridge_ratio", Gauge, [], gauge("truthscale.gpu.intensity_ridge", "1"), None,
@@ -524,7 +526,7 @@ metrics! {
     GPU_BUSY_OBSERVED_SECONDS / Gpu::GpuBusyObservedSeconds = "truthscale_gpu_busy_observed_seconds_total", Counter, [], counter("truthscale.gpu.busy.observed.time", "s"), None,
         "Seconds in which the busy flag was measured: the denominator of truthscale_gpu_busy_seconds_total.";
     GPU_EFFECTIVE_COMPUTE_SECONDS / Gpu::GpuEffectiveComputeSeconds = "truthscale_gpu_effective_compute_seconds_total", Counter, [], counter("truthscale.gpu.effective_compute.time", "s"), None,
-        "Integral of the effective compute fraction over the seconds it was measured; only for entities with a tensor counter. Mean: divide by truthscale_gpu_effective_compute_observed_seconds_total.";
+        "Integral of the effective compute fraction over the seconds it was measured; only for entities where it was (a tensor counter, an SM-clock reading and a catalog model). Mean: divide by truthscale_gpu_effective_compute_observed_seconds_total.";
     GPU_EFFECTIVE_COMPUTE_OBSERVED_SECONDS / Gpu::GpuEffectiveComputeObservedSeconds = "truthscale_gpu_effective_compute_observed_seconds_total", Counter, [], counter("truthscale.gpu.effective_compute.observed.time", "s"), None,
         "Seconds in which effective compute was measured (DCGM multiplexing blanks some windows): the denominator of truthscale_gpu_effective_compute_seconds_total.";
     GPU_REGIME_SECONDS / Gpu::GpuRegimeSeconds = "truthscale_gpu_regime_seconds_total", Counter, ["regime", "method"], counter("truthscale.gpu.regime.time", "s"), None,

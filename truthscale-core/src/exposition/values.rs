@@ -285,6 +285,7 @@ fn one_value(id: GpuMetric, win: &EntityWindow) -> Option<Option<f64>> {
         GpuMetric::GpuEffectiveComputeUpperBound => x.effective_compute_upper_bound,
         GpuMetric::GpuRooflineSaturation => x.roofline_saturation,
         GpuMetric::GpuInflationGap => x.inflation_gap_points.map(|p| p / 100.0),
+        GpuMetric::GpuInflationGapLowerBound => x.inflation_gap_points_at_least.map(|p| p / 100.0),
         GpuMetric::GpuSpatialInflation => x.spatial_inflation,
         GpuMetric::GpuIntensityRidge => x.rho,
         GpuMetric::GpuPowerProxy => x.power_proxy,

@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 use truthscale_core::analysis::{Analyzer, EntitySummary};
 use truthscale_core::derive::{BoundMissing, DeriveConfig};
+use truthscale_core::exposition::{self, Encoding, ExporterStatus, GpuEntry, Identity};
 use truthscale_core::gpus::{GpuSpec, by_key};
 use truthscale_core::model::{Field, Sample, Timestamp};
 use truthscale_core::parse::{Format, LineParser};
@@ -153,6 +154,7 @@ fn a_clockless_dmon_capture_is_bounded_in_every_window_and_in_the_summary() {
                 m.inflation_gap_points_at_least,
                 Some((100.0 * (u - b)).max(0.0))
             );
+            exported_as_bounds(w, u, b);
         }
         let report = summaries(&s, model);
         assert_eq!(report.len(), 2);
@@ -199,6 +201,37 @@ fn a_clockless_dmon_capture_is_bounded_in_every_window_and_in_the_summary() {
             }
         }
     }
+}
+
+/// The window's exposition carries the bounds under their own names, each the value
+/// worked out above (`u` the busy flag, `b` the effective-compute bound), and neither measured
+/// family: the gap's lower bound is `max(u − b, 0)` (a bound, never a blank).
+fn exported_as_bounds(w: &EntityWindow, u: f64, b: f64) {
+    let entry = GpuEntry {
+        window: w.clone(),
+        source: "replay",
+        up: true,
+        list_cap: None,
+    };
+    let body = exposition::encode(
+        &[entry],
+        &Identity::default(),
+        &ExporterStatus::default(),
+        Encoding::Text,
+    );
+    let value = |family: &str| -> Option<f64> {
+        body.lines()
+            .find(|l| l.starts_with(&format!("{family}{{")))
+            .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+    };
+    let gap = value("truthscale_gpu_inflation_gap_lower_bound_ratio").unwrap();
+    assert!((gap - (u - b).max(0.0)).abs() < 1e-12, "{gap} vs {u} - {b}");
+    assert_eq!(
+        value("truthscale_gpu_effective_compute_upper_bound_ratio"),
+        Some(b)
+    );
+    assert_eq!(value("truthscale_gpu_inflation_gap_ratio"), None, "{body}");
+    assert_eq!(value("truthscale_gpu_effective_compute_ratio"), None);
 }
 
 fn fixtures() -> PathBuf {
