@@ -461,7 +461,8 @@ impl Source for DcgmExporterSource {
         let mut out = Produced::default();
         let mut parser = DcgmTextParser::new(&self.shown, 1.0, Timestamp(unix_ms(now)))
             .with_limits(crate::bounds::DCGM_EXPORTER)
-            .with_units(std::mem::take(&mut self.units));
+            .with_units(std::mem::take(&mut self.units))
+            .one_answer();
         let mut samples: Vec<Sample> = Vec::new();
         let read = self.read(&mut parser, &mut samples);
         self.units = parser.take_units();
@@ -479,6 +480,14 @@ impl Source for DcgmExporterSource {
                 .message(&self.shown)
                 .map(SourceError::OverLimit),
         );
+        let repeated = parser.refused().repeated;
+        if repeated > 0 {
+            // No exposition repeats a series: the answer is malformed, and read once.
+            out.errors.push(SourceError::Parse(format!(
+                "{}: {repeated} lines repeat a series already in the answer; the first reading of each was kept",
+                self.shown
+            )));
+        }
         // The parser's buffers (an entity's worth per GPU) go before the merge below makes
         // one more copy of every entity: a scrape at the entity cap peaks lower.
         drop(parser);
@@ -489,8 +498,9 @@ impl Source for DcgmExporterSource {
             )));
             return out;
         }
-        // One scrape is one sample: merge, in case a repeated series split it, keeping the
-        // last reading of each entity.
+        // One scrape is one sample (a repeated series is counted, never a scrape of its
+        // own): merge entities the parser kept apart that are one entity here, keeping the
+        // last reading of each.
         // Linear: one index lookup per entity (a 15 000-GPU feed used to take seconds).
         let n = samples.iter().map(|s| s.entities.len()).sum();
         let mut entities: Vec<EntitySample> = Vec::with_capacity(n);
@@ -533,6 +543,7 @@ impl Source for DcgmExporterSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use truthscale_core::model::{Field, Reading};
 
     /// Unset, a scrape lasts at most the stale period's whole intervals less half an
     /// interval (and 5 s): a hung dcgm-exporter reads as down before its tick would be
@@ -635,6 +646,76 @@ mod tests {
                 "sentinel value dropped: http://127.0.0.1:9/metrics: dcgm_fi_dev_gpu_util",
                 "sentinel value dropped: http://127.0.0.1:9/metrics: dcgm_fi_dev_power_usage",
             ]
+        );
+    }
+
+    /// Serves `body` once at `http://127.0.0.1:PORT/metrics`, and the URL.
+    fn serve_once(body: String) -> (String, std::thread::JoinHandle<()>) {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/metrics", listener.local_addr().unwrap());
+        let server = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(stream);
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap() > 2 {
+                line.clear();
+            }
+            let mut stream = reader.into_inner();
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            stream.write_all(head.as_bytes()).unwrap();
+            stream.write_all(body.as_bytes()).unwrap();
+        });
+        (url, server)
+    }
+
+    /// A live answer repeating a series (no exposition does) is read once: every reading of
+    /// the GPU stays, the first of the repeated series is kept, and the repeats are counted
+    /// as a parse error naming them. It used to end a "scrape" at each repeat, keep a copy of
+    /// the GPU for each (a 31 MiB answer of one repeated line took 1.2 GB) and replace the
+    /// GPU with its last copy, which held the repeated series alone.
+    #[test]
+    fn a_live_answer_repeating_a_series_is_read_once() {
+        let mut body = String::from(
+            "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-a\"} 40\n\
+             DCGM_FI_DEV_POWER_USAGE{gpu=\"0\",UUID=\"GPU-a\"} 300\n\
+             DCGM_FI_DEV_FB_USED{gpu=\"0\",UUID=\"GPU-a\"} 1024\n",
+        );
+        for _ in 0..3 {
+            body.push_str("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-a\"} 99\n");
+        }
+        let (url, server) = serve_once(body);
+        let mut source = DcgmExporterSource::new(
+            &url,
+            Duration::from_secs(1),
+            Duration::from_secs(2),
+            Scope::All,
+        );
+        let out = source.sample(SystemTime::now());
+        server.join().unwrap();
+        assert_eq!(out.samples.len(), 1, "{:?}", out.errors);
+        let gpus = &out.samples[0].entities;
+        assert_eq!(gpus.len(), 1);
+        let r = &gpus[0].readings;
+        assert_eq!(r.get(Field::ReportedUtil), Reading::Value(0.4));
+        assert_eq!(r.get(Field::PowerWatts), Reading::Value(300.0));
+        assert!(matches!(r.get(Field::MemUsedBytes), Reading::Value(_)));
+        let errors: Vec<(String, String)> = out
+            .errors
+            .iter()
+            .map(|e| (e.kind().to_owned(), e.to_string()))
+            .collect();
+        assert_eq!(
+            errors,
+            [(
+                "parse".to_owned(),
+                format!(
+                    "{url}: 3 lines repeat a series already in the answer; the first reading of each was kept"
+                )
+            )]
         );
     }
 

@@ -194,6 +194,9 @@ pub struct Refused {
     pub long_values: u64,
     /// Lines with more labels than the cap.
     pub label_sets: u64,
+    /// Lines of a one-answer parser ([`DcgmTextParser::one_answer`]) repeating a series the
+    /// answer already gave: the first reading is kept.
+    pub repeated: u64,
 }
 
 impl Refused {
@@ -246,6 +249,9 @@ pub struct DcgmTextParser {
     anchor: (Timestamp, u64),
     /// Whether a sample was stamped from its lines' timestamps.
     timestamped: bool,
+    /// Whether the input is one answer ([`Self::one_answer`]): a repeated series is then
+    /// counted and skipped, never the start of another scrape.
+    one_answer: bool,
 }
 
 impl DcgmTextParser {
@@ -267,7 +273,18 @@ impl DcgmTextParser {
             uniform: None,
             anchor: (start, 0),
             timestamped: false,
+            one_answer: false,
         }
+    }
+
+    /// This parser for one live answer, which is one scrape: a line repeating a series the
+    /// answer already gave is counted ([`Refused::repeated`]) and skipped, the first reading
+    /// kept; it never starts another scrape (which would keep a copy of every entity per
+    /// repeat, and hand on the scrape before it as a sample of its own).
+    #[must_use]
+    pub fn one_answer(mut self) -> Self {
+        self.one_answer = true;
+        self
     }
 
     /// This parser with `limits` on each scrape.
@@ -343,6 +360,10 @@ impl DcgmTextParser {
             return Err(error(&self.file, self.line, m));
         }
         let series = series_key(&name, &labels);
+        if self.one_answer && self.seen.contains(&series) {
+            self.scrape.refused.repeated += 1;
+            return Ok(None);
+        }
         let moved = self.uniform == Some(true)
             && matches!((timestamp_ms, self.scrape_ms), (Some(t), Some(m)) if t != m);
         let done = if moved {
@@ -1378,6 +1399,43 @@ DCGM_FI_DEV_NVLINK_PPCNT_IBPC_TX_WAIT_TOTAL{gpu=\"1\",link=\"1\"} 7
         );
     }
 
+    /// One live answer is one scrape: a series it repeats is counted and skipped, the first
+    /// reading kept, and every other reading of the GPU stays (a capture's parser would end a
+    /// scrape there and hand on a GPU of the one reading after it). 100 000 repeats keep no
+    /// copy of anything.
+    #[test]
+    fn one_answer_counts_a_repeated_series_and_keeps_the_first_reading() {
+        let lines = [
+            r#"DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a"} 40"#,
+            r#"DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-a"} 300"#,
+            r#"DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-a"} 0.5"#,
+            r#"DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-b"} 10"#,
+        ];
+        let repeat = r#"DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a"} 99"#;
+        let mut p = DcgmTextParser::new("live", 1.0, Timestamp(0)).one_answer();
+        for l in lines {
+            assert_eq!(p.push_line(l).unwrap(), None);
+        }
+        for _ in 0..100_000 {
+            assert_eq!(p.push_line(repeat).unwrap(), None, "no scrape ends");
+        }
+        let s = p.finish().expect("the answer");
+        assert_eq!(s.entities.len(), 2);
+        let a = &s.entities[0].readings;
+        assert_eq!(a.get(Field::ReportedUtil), Reading::Value(0.4));
+        assert_eq!(a.get(Field::PowerWatts), Reading::Value(300.0));
+        assert_eq!(a.get(Field::SmActive), Reading::Value(0.5));
+        assert_eq!(p.refused().repeated, 100_000);
+        assert!(p.finish().is_none(), "one answer, one sample");
+        // A capture's parser reads the repeat as the next scrape's first line.
+        let mut p = DcgmTextParser::new("capture", 1.0, Timestamp(0));
+        let mut scrapes = 0;
+        for l in lines.iter().chain([&repeat]) {
+            scrapes += usize::from(p.push_line(l).unwrap().is_some());
+        }
+        assert_eq!((scrapes, p.refused().repeated), (1, 0));
+    }
+
     /// A federation's scrape mixes its targets' timestamps: a repeated series alone ends it.
     #[test]
     fn mixed_timestamps_in_a_scrape_end_it_by_repeats() {
@@ -1680,7 +1738,8 @@ DCGM_FI_DEV_FB_USED{gpu=\"0\"} 20
             Refused {
                 entities: 2,
                 long_values: 1,
-                label_sets: 1
+                label_sets: 1,
+                repeated: 0,
             }
         );
         // Without limits every line is kept (the pod's line is an entity of its own).
