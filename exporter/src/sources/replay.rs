@@ -117,12 +117,21 @@ fn count_unread(
     counted.clone_from(now);
 }
 
+/// Whether `path` is a FIFO (a named pipe), which opening waits on until a writer opens it.
+fn is_fifo(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo())
+}
+
 fn open_capture(
     path: &Path,
     format: Option<Format>,
     interval: Duration,
 ) -> Result<Capture<BufReader<File>>, BuildError> {
     let name = path.display().to_string();
+    if is_fifo(path) {
+        tracing::info!(path = %name, "The capture is a FIFO: waiting for a writer to open it.");
+    }
     let file = File::open(path).map_err(|e| BuildError::Replay {
         path: name.clone(),
         message: format!("cannot open: {e}"),
@@ -187,8 +196,15 @@ impl SourceSettings for ReplayConfig {
         Ok(())
     }
 
-    /// The capture opened and its format told, as the start would (`config check`).
+    /// The capture opened and its format told, as the start would (`config check`). A FIFO
+    /// is not opened: that would wait for a writer, and read what `serve` is to read.
     fn probe(&self) -> Result<Option<String>, BuildError> {
+        if is_fifo(&self.path) {
+            return Ok(Some(format!(
+                "{}: a FIFO, not opened here (its format is told when serve reads it)",
+                self.path.display()
+            )));
+        }
         let capture = open_capture(&self.path, None, self.spacing().map_err(BuildError::from)?)?;
         Ok(Some(format!(
             "{}: a {} capture",
@@ -421,6 +437,35 @@ mod tests {
             r.ended(),
             format!("replay of {} ended after 3 samples (2.0 s)", p.display())
         );
+    }
+
+    /// `config check` on a FIFO says what it is and opens nothing: opening would wait for
+    /// a writer (it hung), and read what `serve` is to read.
+    #[test]
+    fn config_check_leaves_a_fifo_unopened() {
+        let dir = std::env::temp_dir().join(format!("ts-replay-{}-fifo", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("capture");
+        let _ = std::fs::remove_file(&fifo);
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let config = ReplayConfig {
+            path: fifo.clone(),
+            ..ReplayConfig::default()
+        };
+        assert_eq!(
+            config.probe().unwrap(),
+            Some(format!(
+                "{}: a FIFO, not opened here (its format is told when serve reads it)",
+                fifo.display()
+            ))
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A JSONL trace at `cadence` (seconds per window, `(count, seconds, busy)` runs) and
