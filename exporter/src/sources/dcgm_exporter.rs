@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 use truthscale_core::model::{EntityId, EntityKey, EntitySample, Sample, SourceKind, Timestamp};
 use truthscale_core::parse::DcgmTextParser;
+use truthscale_core::parse::dcgm_text::Refused;
 use truthscale_core::parse::names::{MAX_UNREAD_NAMES, Units, Unread};
 
 /// Which GPUs belong to this pod.
@@ -405,6 +406,22 @@ impl DcgmExporterSource {
         self
     }
 
+    /// What the parser left out of one answer: over its caps (`over_limit`), and series the
+    /// answer repeated (no exposition does: a `parse` error, the first reading kept).
+    fn count_refused(&self, refused: Refused, errors: &mut Vec<SourceError>) {
+        errors.extend(
+            crate::bounds::LeftOut::of_scrape(refused)
+                .message(&self.shown)
+                .map(SourceError::OverLimit),
+        );
+        if refused.repeated > 0 {
+            errors.push(SourceError::Parse(format!(
+                "{}: {} lines repeat a series already in the answer; the first reading of each was kept",
+                self.shown, refused.repeated
+            )));
+        }
+    }
+
     /// Read one answer, line by line as it arrives (never held whole: memory is the
     /// parser's, within its caps, whatever the body's size), into `parser`'s samples; and
     /// the bytes read.
@@ -475,19 +492,7 @@ impl Source for DcgmExporterSource {
         };
         samples.extend(parser.finish());
         self.count_unread(parser.unread(), &mut out.errors);
-        out.errors.extend(
-            crate::bounds::LeftOut::of_scrape(parser.refused())
-                .message(&self.shown)
-                .map(SourceError::OverLimit),
-        );
-        let repeated = parser.refused().repeated;
-        if repeated > 0 {
-            // No exposition repeats a series: the answer is malformed, and read once.
-            out.errors.push(SourceError::Parse(format!(
-                "{}: {repeated} lines repeat a series already in the answer; the first reading of each was kept",
-                self.shown
-            )));
-        }
+        self.count_refused(parser.refused(), &mut out.errors);
         // The parser's buffers (an entity's worth per GPU) go before the merge below makes
         // one more copy of every entity: a scrape at the entity cap peaks lower.
         drop(parser);
