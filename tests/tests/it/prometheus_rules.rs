@@ -1525,6 +1525,9 @@ fn cause_rules_on_real_prometheus() {
 /// A dashboard panel's expression as Grafana would send it for *All* in every variable, a
 /// 24-hour time range (`$__range` 24h, `$__range_s` 86400) and a 1-minute interval,
 /// whitespace collapsed.
+/// The fleet dashboard's file.
+const FLEET_DASHBOARD: &str = "truthscale-fleet.json";
+
 fn panel_expr_over_a_day(file: &str, title: &str, ref_id: &str) -> String {
     let text = read(&format!("dashboards/{file}"))
         .replace("$__range_s", "86400")
@@ -1574,6 +1577,87 @@ fn promtool_check(
     }
 }
 
+/// The pooling panel with time-sliced GPUs, 30 minutes on one node: pod `w` holds GPU-W alone
+/// (busy 0.3, effective compute 0.1); node mode's GPU-T is time-sliced between `t1` and `t2`
+/// (series without pod labels, busy 0.9, effective compute 0.5); GPU-S is time-sliced between
+/// `s1` (namespace `batch`) and `s2` (`web`), each with a sidecar reporting the whole device
+/// under its own pod (busy 0.5, effective compute 0.25). Each GPU counts once, at the whole
+/// device's: 3 GPUs' worth allocated, busy 0.3 + 0.9 + 0.5 = 1.7, effective 0.1 + 0.5 + 0.25
+/// = 0.85. The busy and effective lines used to leave GPU-T out (its series name no
+/// namespace) and count GPU-S once per sidecar: busy 1.3, effective 0.6, as though pooling
+/// could recover GPU-T whole.
+fn time_sliced_gpus_in_the_pooling_panel(y: &mut String, pooling: &str) {
+    y.push_str(
+        "  - name: time-sliced GPUs in the pooling panel\n    interval: 1m\n    input_series:\n",
+    );
+    let mut device = |instance: &str, gpu: u32, uuid: &str, pod: &str, (busy, ecf): (u32, u32)| {
+        let l = format!(
+            "job=\"truthscale\",instance=\"{instance}\",node=\"n1\",gpu=\"{gpu}\",uuid=\"{uuid}\"{pod}"
+        );
+        for (name, values) in [
+            ("truthscale_gpu_info", "1x30".to_owned()),
+            ("truthscale_gpu_share_ratio", "1x30".to_owned()),
+            (
+                "truthscale_gpu_observed_seconds_total",
+                "0+60x30".to_owned(),
+            ),
+            ("truthscale_gpu_busy_seconds_total", format!("0+{busy}x30")),
+            (
+                "truthscale_gpu_busy_observed_seconds_total",
+                "0+60x30".to_owned(),
+            ),
+            (
+                "truthscale_gpu_effective_compute_seconds_total",
+                format!("0+{ecf}x30"),
+            ),
+            (
+                "truthscale_gpu_effective_compute_observed_seconds_total",
+                "0+60x30".to_owned(),
+            ),
+        ] {
+            y.push_str(&format!(
+                "      - series: '{name}{{{l}}}'\n        values: '{values}'\n"
+            ));
+        }
+    };
+    device(
+        "n1:9400",
+        0,
+        "GPU-W",
+        ",pod=\"w\",namespace=\"batch\"",
+        (18, 6),
+    );
+    device("n1:9400", 1, "GPU-T", "", (54, 30));
+    device(
+        "s1:9400",
+        2,
+        "GPU-S",
+        ",pod=\"s1\",namespace=\"batch\"",
+        (30, 15),
+    );
+    device(
+        "s2:9400",
+        2,
+        "GPU-S",
+        ",pod=\"s2\",namespace=\"web\"",
+        (30, 15),
+    );
+    for (pod, replica) in [("t1", 0), ("t2", 1)] {
+        y.push_str(&format!(
+            "      - series: 'truthscale_gpu_allocation_info{{job=\"truthscale\",instance=\"n1:9400\",node=\"n1\",gpu=\"1\",uuid=\"GPU-T\",pod=\"{pod}\",namespace=\"batch\",container=\"c\",resource=\"nvidia.com/gpu\",replica=\"{replica}\"}}'\n        values: '1x30'\n"
+        ));
+    }
+    y.push_str("    promql_expr_test:\n");
+    for (ref_id, want) in [("A", 3.0), ("B", 1.7), ("C", 0.85)] {
+        promtool_check(
+            y,
+            (FLEET_DASHBOARD, pooling, ref_id),
+            "30m",
+            &[("{}", want)],
+        );
+    }
+}
+
 /// The values of fixed fleet and exporter panels, exact, under `promtool test rules` with
 /// `alerts/truthscale.rules.yml` loaded: inputs written sample by sample, so that each panel
 /// has one right answer.
@@ -1596,7 +1680,7 @@ fn promtool_check(
 #[test]
 fn dashboards_fleet_and_exporter_values_under_promtool() {
     let promtool = require_tool_or_return!("/usr/bin/promtool", "prometheus");
-    const FLEET: &str = "truthscale-fleet.json";
+    const FLEET: &str = FLEET_DASHBOARD;
     const EXPORTER: &str = "truthscale-exporter.json";
     let mut y = format!(
         "rule_files:\n  - '{}'\nevaluation_interval: 1m\ntests:\n",
@@ -1758,6 +1842,8 @@ fn dashboards_fleet_and_exporter_values_under_promtool() {
     ] {
         promtool_check(&mut y, panel, "30m", &[want]);
     }
+
+    time_sliced_gpus_in_the_pooling_panel(&mut y, pooling);
 
     let tmp = TempDir::new("promtool-dashboards");
     let path = tmp.path().join("dashboards.test.yml");
