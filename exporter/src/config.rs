@@ -1113,12 +1113,19 @@ impl Config {
         };
         let node = or(&id.node, "NODE_NAME");
         match self.mode {
-            Mode::Sidecar => Identity {
-                pod: or(&id.pod, "POD_NAME"),
-                namespace: or(&id.namespace, "POD_NAMESPACE"),
-                container: or(&id.container, "CONTAINER_NAME"),
-                node,
-            },
+            // A namespace or container names a pod's: without a pod (a `CONTAINER_NAME` some
+            // other runtime set, outside Kubernetes), they would label the GPUs with half a
+            // workload, so neither is taken.
+            Mode::Sidecar => {
+                let pod = or(&id.pod, "POD_NAME");
+                let of_pod = |key: &Option<String>, var: &str| pod.as_ref().and(or(key, var));
+                Identity {
+                    namespace: of_pod(&id.namespace, "POD_NAMESPACE"),
+                    container: of_pod(&id.container, "CONTAINER_NAME"),
+                    pod,
+                    node,
+                }
+            }
             Mode::Node => Identity {
                 pod: None,
                 namespace: None,
@@ -1792,6 +1799,26 @@ mod tests {
             .validate(&empty)
             .unwrap();
         assert_eq!(s.identity.pod.as_deref(), Some("downward"));
+        // A container or namespace without a pod is half a workload: no label at all.
+        let half = env(&[
+            ("CONTAINER_NAME", "uid-x"),
+            ("POD_NAMESPACE", "ns"),
+            ("NODE_NAME", "n1"),
+        ]);
+        let s = Config::load(None, &half, &[])
+            .unwrap()
+            .validate(&half)
+            .unwrap();
+        let id = &s.identity;
+        assert_eq!(
+            (
+                id.pod.as_deref(),
+                id.namespace.as_deref(),
+                id.container.as_deref()
+            ),
+            (None, None, None)
+        );
+        assert_eq!(id.node.as_deref(), Some("n1"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
