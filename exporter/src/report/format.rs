@@ -140,9 +140,10 @@ pub(crate) fn peak_cost(k: Option<PeakCost>, name: &str) -> String {
     )
 }
 
-/// The savings sentence both renderers write: GPUs freed, today and needed, times the hours,
-/// the GPU-hours, and where priced the price and the cost (`bold` wraps the cost): `times` is
-/// the renderer's multiplication sign, `digits` its hours' decimals.
+/// The savings sentence both renderers write: GPUs freed at the peak, today's peak and
+/// needed, the GPU-hours over the hours (each step's GPUs beyond those needed), and where
+/// priced the price and the cost (`bold` wraps the cost): `times` is the renderer's
+/// multiplication sign, `digits` its hours' decimals.
 pub(crate) fn savings_sentence(
     sv: &Savings,
     times: &str,
@@ -150,12 +151,13 @@ pub(crate) fn savings_sentence(
     digits: usize,
 ) -> String {
     format!(
-        "{} GPUs freed ({} today, {} needed) {times} {} h = {} GPU-hours{}",
+        "{} GPUs freed at the peak ({} today, {} needed); over {} h, {} GPU-hours (each step's GPUs beyond the {} needed){}",
         sv.gpus_freed,
         sv.baseline_gpus,
         sv.needed_gpus,
         hours(sv.hours, digits),
         hours(sv.gpu_hours, digits),
+        sv.needed_gpus,
         sv.cost
             .zip(sv.cost_per_gpu_hour)
             .map(|(c, p)| format!(

@@ -484,7 +484,7 @@ fn report_pins_the_fleet_from_truthscale_series() {
         "frees 2: alt/a + alt/b + dev/notebook",
         "interleaved: their p99s add to 140.0%",
         "a smaller model fits: L4",
-        "SAVINGS (estimate): 6 GPUs freed (11 today, 5 needed)",
+        "SAVINGS (estimate): 6 GPUs freed at the peak (11 today, 5 needed)",
         "[SIMULATED]",
         "METHOD",
     ] {

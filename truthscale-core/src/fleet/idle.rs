@@ -137,19 +137,26 @@ fn trailing_idle(t: &Track, busy_max: u16, ecf_max: u16) -> (Option<usize>, Opti
     (Some(n), memory)
 }
 
-/// The savings of packing `p` against the peak of `baseline` (allocated GPUs for pods,
-/// GPUs reporting otherwise) over `hours` with data; `None` without a baseline. A price
-/// counts only when finite and not negative.
+/// The savings of packing `p` against `baseline` (allocated GPUs for pods, GPUs reporting
+/// otherwise; its per-step series and their summary) over `hours` with data, each step
+/// `hours_per_step`; `None` without a baseline. The GPUs freed are the peak's; the GPU-hours
+/// are each step's GPUs beyond the packing, so a peak held for minutes saves for minutes. A
+/// price counts only when finite and not negative.
 pub(super) fn savings(
     p: &Packing,
     unit: &str,
-    baseline: Option<Summary>,
-    hours: f64,
+    (baseline, per_step): (Option<Summary>, &[Option<u32>]),
+    (hours, hours_per_step): (f64, f64),
     cost_per_gpu_hour: Option<f64>,
 ) -> Option<Savings> {
     let baseline = baseline.map(|s| s.max as u64)?;
     let freed = baseline.saturating_sub(p.gpus);
-    let gpu_hours = freed as f64 * hours;
+    let step_gpus: u64 = per_step
+        .iter()
+        .flatten()
+        .map(|&n| u64::from(n).saturating_sub(p.gpus))
+        .sum();
+    let gpu_hours = step_gpus as f64 * hours_per_step;
     let cost = cost_per_gpu_hour.filter(|c| c.is_finite() && *c >= 0.0);
     let mut assumptions = vec![
         if unit == "pod" {
@@ -157,7 +164,7 @@ pub(super) fn savings(
         } else {
             format!("the fleet is re-packed as proposed for the whole window ({hours:.2} h with data)")
         },
-        format!("baseline: the peak of {} over the window", if unit == "pod" { "allocated GPUs" } else { "GPUs reporting (allocation unknown)" }),
+        format!("baseline: the {} at each step (GPUs freed: at the peak; GPU-hours: each step's beyond the packing)", if unit == "pod" { "allocated GPUs" } else { "GPUs reporting (allocation unknown)" }),
         "each workload keeps its peak memory and its measured saturation; work adds linearly on a shared GPU".to_owned(),
         "workloads with unmeasured demand keep the GPUs they held".to_owned(),
     ];

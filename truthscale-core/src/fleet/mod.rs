@@ -467,11 +467,12 @@ pub struct Savings {
     pub baseline_gpus: u64,
     /// GPUs the packing needs (excluded workloads keep theirs).
     pub needed_gpus: u64,
-    /// `baseline − needed`, at least 0.
+    /// `baseline − needed`, at least 0: at the peak.
     pub gpus_freed: u64,
     /// Hours of the window with data.
     pub hours: f64,
-    /// `gpus_freed × hours`.
+    /// Σ over the steps of (the baseline's GPUs at the step − needed, at least 0) × the step:
+    /// at most `gpus_freed × hours`, and that only where the peak held all along.
     pub gpu_hours: f64,
     /// Price of one GPU-hour, when given.
     pub cost_per_gpu_hour: Option<f64>,
@@ -577,12 +578,13 @@ pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
     let allocated_summary = gpu_summary(&series.allocated);
     let reporting_summary = gpu_summary(&series.reporting);
     let baseline = if unit == "pod" {
-        allocated_summary
+        (allocated_summary, series.allocated.as_slice())
     } else {
-        reporting_summary
+        (reporting_summary, series.reporting.as_slice())
     };
     let savings = packing.as_ref().and_then(|p| {
         let hours = saving_steps(unit, &series, steps_with_data) as f64 * hours_per_step;
+        let hours = (hours, hours_per_step);
         savings(p, unit, baseline, hours, cfg.cost_per_gpu_hour)
     });
 

@@ -267,3 +267,24 @@ fn savings_count_the_hours_pods_held_gpus() {
     assert_eq!(s.hours, 4.0);
     assert_eq!(s.gpu_hours, 4.0);
 }
+
+/// A peak held for one step saves for one step: pods `a/x` and `a/y` hold two GPUs for 10
+/// hours, and `a/brief` a third for the last hour only; packed onto one GPU. The peak frees
+/// 2 GPUs, but the GPU-hours are each hour's beyond the packing, 9 × 1 + 1 × 2 = 11, not
+/// 2 × 10 = 20 (more than the 21 allocated less the 10 the packing needs). By hand.
+#[test]
+fn savings_count_each_steps_gpus_not_the_peaks() {
+    use crate::fleet::test_support::pod;
+    let small = |_| (Some(0.1), Some(0.1), Some(10.0));
+    let a = pod("a/x", "n/gpu 0", 0..10, small);
+    let b = pod("a/y", "n/gpu 1", 0..10, small);
+    let brief = pod("a/brief", "n/gpu 2", 9..10, small);
+    let mut fleet = input(vec![a, b, brief], 10);
+    fleet.step_seconds = 3600.0;
+    let s = analyze(&fleet, &FleetConfig::default())
+        .savings
+        .expect("savings");
+    assert_eq!((s.baseline_gpus, s.needed_gpus, s.gpus_freed), (3, 1, 2));
+    assert_eq!(s.hours, 10.0);
+    assert_eq!(s.gpu_hours, 11.0);
+}
