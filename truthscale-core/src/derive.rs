@@ -18,8 +18,10 @@ pub struct DeriveConfig {
     pub tau_max: f64,
     /// DRAM activity reachable in practice (NVIDIA: about 0.8).
     pub d_max: f64,
-    /// Upper clamp of the clock correction κ; a catalog model's κ goes up to its maximum
-    /// clock over its reference clock where that is higher (1.156 on H100 and H200 NVL).
+    /// The bound on the clock correction κ of a model the catalog does not know (its
+    /// effective compute is then bounded by `C × kappa_max`); a catalog model's κ is clamped
+    /// at its own maximum clock over its reference clock (1.082 on H100 SXM, 1.156 on H100
+    /// and H200 NVL).
     pub kappa_max: f64,
     /// Below this busy fraction, inflation is not defined (the GPU is idle).
     pub inflation_min_util: f64,
@@ -705,10 +707,12 @@ fn effective_compute(
 ) {
     m.kappa = match (r.value(Field::SmClockMhz), spec) {
         (Some(f), Some(spec)) if f > 0.0 && spec.f_ref_mhz > 0.0 => {
-            // Up to the model's own boost (f_max / f_ref: 1.156 on H100 NVL) where that is
-            // above `kappa_max`: a clock the part reaches is no reading to clamp. min then
-            // max, not clamp: no configured bound can panic.
-            let cap = cfg.kappa_max.max(spec.max_sm_clock_mhz / spec.f_ref_mhz);
+            // Up to the model's own maximum (f_max / f_ref: 1.082 on H100 SXM, 1.156 on H100
+            // NVL), the clamp the bound takes too ([`kappa_bound`]): no clock the part runs
+            // at is above it, so a reading over it (the sanitizer lets 10 % past) is read at
+            // it, and no measured ECF exceeds the bound of the same window without its
+            // clock. min then max, not clamp: no configured bound can panic.
+            let cap = kappa_bound(Some(spec), cfg);
             Some((f / spec.f_ref_mhz).min(cap).max(0.0))
         }
         _ => None,
@@ -1498,7 +1502,7 @@ mod tests {
     }
 
     #[test]
-    fn a_boost_above_kappa_max_is_no_reading_to_clamp() {
+    fn kappa_reaches_the_models_maximum_and_no_further() {
         // H100 NVL: reference 1544 MHz, boost up to 1785 (its datasheet): κ up to 1.156,
         // above the default clamp of 1.1. At 1785 MHz with tensor activity 0.6 the GPU
         // delivers 0.6 × 1785 / 1544 of its peak.
@@ -1514,14 +1518,26 @@ mod tests {
         let m = window(&r, &ctx, &DeriveConfig::default());
         assert!(close(m.kappa, 1785.0 / 1544.0), "{:?}", m.kappa);
         assert!(close(m.effective_compute, 0.6 * 1785.0 / 1544.0));
-        // A model whose boost is below kappa_max keeps the configured clamp.
+        // A reading above the model's maximum (2100 MHz on an H100 SXM, whose maximum is
+        // 1980: within the sanitizer's 10 % tolerance) is read at the maximum, 1980 / 1830,
+        // not at kappa_max's 1.1: no measured ECF exceeds the bound the same window gets
+        // without its clock (it used to: 0.9 × 1.1 = 0.99 measured against a bound of
+        // 0.9 × 1.082 = 0.974).
         let ctx = WindowContext {
             spec: by_key("h100-sxm"),
             ..Default::default()
         };
-        let r = readings(&[(Field::TensorActive, 0.6), (Field::SmClockMhz, 2100.0)]);
+        let r = readings(&[(Field::TensorActive, 0.9), (Field::SmClockMhz, 2100.0)]);
         let m = window(&r, &ctx, &DeriveConfig::default());
-        assert!(close(m.kappa, 1.1), "{:?}", m.kappa);
+        assert!(close(m.kappa, 1980.0 / 1830.0), "{:?}", m.kappa);
+        let unclocked = window(
+            &readings(&[(Field::TensorActive, 0.9)]),
+            &ctx,
+            &DeriveConfig::default(),
+        );
+        let bound = unclocked.effective_compute_upper_bound.unwrap();
+        assert!(close(Some(bound), 0.9 * 1980.0 / 1830.0), "{bound}");
+        assert!(m.effective_compute.unwrap() <= bound);
     }
 
     #[test]
