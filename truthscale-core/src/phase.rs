@@ -573,10 +573,10 @@ impl PhaseInputs {
             Phase::Mixed,
             Phase::Underloaded,
         ];
-        order
-            .into_iter()
-            .find(|&p| self.enters(p, c))
-            .or(self.dram.map(|_| Phase::Underloaded))
+        // None entered: a quiet window without a busy flag (or GR-engine activity) to say a
+        // kernel ran, or one below the idle threshold whose SMs are not quiet (spec §6.4:
+        // underloaded needs u ≥ 0.05, idle s < 0.02), is neither: unclassified.
+        order.into_iter().find(|&p| self.enters(p, c))
     }
 
     /// The state the busy flag and power proxy point to (an estimate, no hysteresis).
@@ -810,9 +810,24 @@ mod tests {
             classify(&counters(0.05, 0.019, 0.0, 0.0)),
             Phase::Underloaded
         );
+        // Neither idle (SMs not quiet) nor underloaded (u < 0.05): no state of the spec's,
+        // so unclassified, never the underloaded a fallback used to give.
+        let unclassified = |i: &PhaseInputs| i.candidate(None, &PhaseConfig::default());
+        assert_eq!(unclassified(&counters(0.049, 0.02, 0.0, 0.0)), None);
+        // Quiet counters without a busy flag or GR-engine activity (a `dmon -e 1002,1004,1005`
+        // capture): nothing says a kernel ran, and nothing says none did.
+        let no_util = PhaseInputs {
+            util: None,
+            ..counters(0.0, 0.0, 0.0, 0.0)
+        };
+        assert_eq!(unclassified(&no_util), None);
+        let no_util_busy_dram = PhaseInputs {
+            util: None,
+            ..counters(0.0, 0.5, 0.02, 0.6)
+        };
         assert_eq!(
-            classify(&counters(0.049, 0.02, 0.0, 0.0)),
-            Phase::Underloaded
+            unclassified(&no_util_busy_dram),
+            Some((Phase::MemoryBound, PhaseMethod::Counters))
         );
         // MIXED: τ ≥ 0.10 ∨ d ≥ 0.15, none of the above.
         assert_eq!(classify(&counters(1.0, 0.9, 0.10, 0.14)), Phase::Mixed);
