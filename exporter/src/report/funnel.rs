@@ -61,7 +61,7 @@ fn stages(f: &Funnel) -> [Stage; 5] {
         (
             "healthy",
             Some(f.healthy_gpu_hours),
-            Some(("unavailable", Some(f.unavailable_gpu_hours))),
+            Some(("unavailable", f.unavailable_gpu_hours)),
         ),
         (
             "allocated",
@@ -74,7 +74,13 @@ fn stages(f: &Funnel) -> [Stage; 5] {
             Some(("idle held", Some(f.idle_held_gpu_hours))),
         ),
         (
-            "effective",
+            // Where some active hours' effective compute was not measured, the figure is a
+            // lower bound, and says so.
+            if f.effective_unmeasured_gpu_hours > 0.0 {
+                "effective ≥"
+            } else {
+                "effective"
+            },
             f.effective_gpu_hours,
             Some(("busy but not computing", f.busy_not_computing_gpu_hours)),
         ),
@@ -117,7 +123,7 @@ fn loss_words(f: &Funnel, loss: Option<(&str, Option<f64>)>, digits: usize) -> S
 fn effective_bound(f: &Funnel, digits: usize) -> Option<String> {
     (f.effective_unmeasured_gpu_hours > 0.0).then(|| {
         format!(
-            "effective compute was not read for {} of the active GPU-hours (a busy flag alone): effective is at least {} and at most {} GPU-hours; read the tensor or SM activity for the exact figure",
+            "effective compute was not measured for {} of the active GPU-hours (no tensor activity read, or no SM clock or catalog model to correct it): effective is at least {} and at most {} GPU-hours (each such hour at most a whole GPU's); the tensor activity and the SM clock of a catalog model make it exact",
             hours(f.effective_unmeasured_gpu_hours, digits),
             hours(f.effective_gpu_hours.unwrap_or(0.0), digits),
             hours(

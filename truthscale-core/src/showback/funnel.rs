@@ -31,8 +31,9 @@ pub struct Funnel {
     /// computed there. `None` where it was read in none of the active hours (a busy flag
     /// alone): unknown, never 0.
     pub effective_gpu_hours: Option<f64>,
-    /// Lost to health: the GPU could take no work (total − healthy).
-    pub unavailable_gpu_hours: f64,
+    /// Lost to health: the GPU could take no work (total − healthy). `None` where no health
+    /// field was read in any of the hours (unknown, never 0: they are all counted healthy).
+    pub unavailable_gpu_hours: Option<f64>,
     /// Healthy, but no pod held it.
     pub unallocated_gpu_hours: f64,
     /// Nothing of the GPU read and no holder named: whether a pod held it is unknown,
@@ -46,10 +47,11 @@ pub struct Funnel {
     /// Active, but not computing (active − effective − `effective_unmeasured_gpu_hours`):
     /// the busy flag's inflation, where effective compute was read.
     pub busy_not_computing_gpu_hours: Option<f64>,
-    /// Of the active, hours whose effective compute was not read (a busy flag alone, no
-    /// profiling counter): what they computed is unknown, so `effective_gpu_hours` is a
-    /// lower bound (the most is this much more), and they are not counted as busy but not
-    /// computing. Reading the tensor or SM activity makes it exact.
+    /// Of the active, hours whose effective compute was not measured (no tensor activity
+    /// read, or no SM clock or catalog model to correct it): what they computed is unknown,
+    /// so `effective_gpu_hours` is a lower bound (the most is this much more), and they are
+    /// not counted as busy but not computing. The tensor activity and the SM clock of a
+    /// catalog model make it exact.
     pub effective_unmeasured_gpu_hours: f64,
     /// Of the total, hours at which no health field was read (counted healthy).
     pub health_unread_gpu_hours: f64,
@@ -175,9 +177,15 @@ impl FunnelAcc {
         } else {
             String::new()
         };
+        // Health read at some step: the hours judged unavailable, 0 a count; else unknown.
+        let judged = self.health_unread < self.total;
+        let unavailable = if judged {
+            format!("{:.3}", hours(self.unavailable))
+        } else {
+            "not read".to_owned()
+        };
         let check = format!(
-            "unavailable {:.3} + unallocated {:.3}{unknown} + idle held {:.3} + use not measured {:.3} + active {:.3} {} total {:.3} GPU-hours",
-            hours(self.unavailable),
+            "unavailable {unavailable} + unallocated {:.3}{unknown} + idle held {:.3} + use not measured {:.3} + active {:.3} {} total {:.3} GPU-hours",
             hours(self.unallocated),
             hours(self.idle),
             hours(self.unmeasured),
@@ -191,7 +199,7 @@ impl FunnelAcc {
             allocated_gpu_hours: hours(allocated),
             active_gpu_hours: active,
             effective_gpu_hours: read.then_some(effective),
-            unavailable_gpu_hours: hours(self.unavailable),
+            unavailable_gpu_hours: judged.then(|| hours(self.unavailable)),
             unallocated_gpu_hours: hours(self.unallocated),
             allocation_unknown_gpu_hours: hours(self.allocation_unknown),
             idle_held_gpu_hours: hours(self.idle),
@@ -288,7 +296,7 @@ mod tests {
         let f = &s.total.funnel;
         let h = |steps: f64| steps / 60.0;
         near(f.total_gpu_hours, h(40.0));
-        near(f.unavailable_gpu_hours, h(6.0));
+        near(f.unavailable_gpu_hours.unwrap(), h(6.0));
         near(f.healthy_gpu_hours, h(34.0));
         near(f.unallocated_gpu_hours, h(10.0));
         near(f.allocated_gpu_hours, h(24.0));
