@@ -38,6 +38,9 @@ impl Mean {
 struct Quantiles {
     bins: Vec<f64>,
     total: f64,
+    /// The least and the largest value added: a quantile is never outside them (a bin's
+    /// value rounds: a constant 0.0004 would read 0, a largest value of 0.9996 would read 1).
+    range: (f64, f64),
 }
 
 impl Default for Quantiles {
@@ -45,6 +48,7 @@ impl Default for Quantiles {
         Quantiles {
             bins: vec![0.0; 1001],
             total: 0.0,
+            range: (f64::INFINITY, f64::NEG_INFINITY),
         }
     }
 }
@@ -54,7 +58,11 @@ impl Quantiles {
         if let Some(x) = x.filter(|x| x.is_finite()) {
             // (x · 1000).round(), without the library call: the fraction of a number below
             // 2^52 is exact.
-            let y = x.clamp(0.0, 1.0) * 1000.0;
+            let x = x.clamp(0.0, 1.0);
+            if w > 0.0 {
+                self.range = (self.range.0.min(x), self.range.1.max(x));
+            }
+            let y = x * 1000.0;
             // 0 to 1000: a signed conversion is one instruction.
             let i = y as i64;
             let i = if y - i as f64 >= 0.5 { i + 1 } else { i };
@@ -68,13 +76,14 @@ impl Quantiles {
         }
         let target = q * self.total;
         let mut acc = 0.0;
+        let (low, high) = self.range;
         for (i, b) in self.bins.iter().enumerate() {
             acc += b;
             if acc >= target - 1e-9 {
-                return Some(i as f64 / 1000.0);
+                return Some((i as f64 / 1000.0).clamp(low, high));
             }
         }
-        Some(1.0)
+        Some(high)
     }
 }
 
@@ -805,6 +814,28 @@ impl EntitySummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A quantile lies between the least and the largest value read: a bin rounds to 0.001,
+    /// so a constant 0.0004 read p95 0 (below its own mean) and a largest 0.9996 read 1.
+    #[test]
+    fn a_quantile_never_leaves_the_values_read() {
+        let mut q = Quantiles::default();
+        for _ in 0..10 {
+            q.add(Some(0.0004), 1.0);
+        }
+        assert_eq!(q.quantile(0.95), Some(0.0004));
+        assert_eq!(q.quantile(0.5), Some(0.0004));
+        let mut q = Quantiles::default();
+        for x in [0.5, 0.5, 0.9996] {
+            q.add(Some(x), 1.0);
+        }
+        assert_eq!(q.quantile(0.95), Some(0.9996));
+        assert_eq!(q.quantile(0.5), Some(0.5));
+        // A value of no weight is not read.
+        q.add(Some(0.0), 0.0);
+        assert_eq!(q.quantile(0.0), Some(0.5));
+        assert_eq!(Quantiles::default().quantile(0.5), None);
+    }
     use crate::gpus::by_key;
     use crate::model::Timestamp;
     use crate::sim::{Scenario, Simulator};
