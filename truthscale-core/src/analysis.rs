@@ -616,6 +616,10 @@ pub struct EntitySummary {
     /// Regime mix, for every workload; `None` (never all zeros) when no window was
     /// classified.
     pub regime_fraction: Option<RegimeFraction>,
+    /// The share of the observed seconds that `regime_fraction` (and `phase_fraction`) is of:
+    /// those `regime_method` classified, the rest unclassified (a multiplexed tensor counter
+    /// blank, a window no regime takes). `None` when no window was classified.
+    pub regime_classified_share: Option<f64>,
     /// Phase mix in serving words, only where the workload is known to be LLM serving and
     /// some window was classified.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -764,6 +768,10 @@ fn summarize(a: &EntityAcc, cfg: &DeriveConfig, partitioned: bool) -> EntitySumm
         spatial_inflation: mean(&a.spatial),
         roofline_saturation: mean(&a.sat),
         regime_method,
+        regime_classified_share: any_classified
+            .then(|| classified / a.verdict_seconds.iter().sum::<f64>())
+            .filter(|x| x.is_finite())
+            .map(|x| x.min(1.0)),
         regime_fraction: any_classified.then(|| RegimeFraction {
             idle: frac(Phase::Idle),
             compute_bound: frac(Phase::ComputeBound),
@@ -931,6 +939,46 @@ mod tests {
             assert!((e.starved_cause_seconds[cause] - 60.0).abs() < 1.5, "{e:?}");
             assert_eq!(starved, e.starved_cause_seconds[cause], "gpu {gpu}");
         }
+    }
+
+    /// The regime mix says what share of the observed time it is of: 10 samples a second
+    /// apart (10 windows of 1 s, the first as long as the next), the tensor and DRAM
+    /// counters read (idle: all zero, busy flag 0) in the first 6 and blank in the last 4
+    /// (a multiplexed counter's windows,
+    /// which the counters' method cannot classify): idle 100 % of the 6 s classified, 0.6
+    /// of the 10 s observed. By hand.
+    #[test]
+    fn the_regime_mix_says_what_share_of_the_time_it_is_of() {
+        use crate::model::{EntityId, EntitySample, Readings, Sample};
+        let sample = |k: i64| {
+            let mut r = Readings::default();
+            r.set_value(Field::ReportedUtil, 0.0);
+            r.set_value(Field::SmActive, 0.0);
+            if k < 6 {
+                r.set_value(Field::TensorActive, 0.0);
+                r.set_value(Field::DramActive, 0.0);
+            }
+            Sample {
+                taken: Timestamp(k * 1000),
+                entities: vec![EntitySample {
+                    id: EntityId {
+                        gpu: Some(0),
+                        ..EntityId::default()
+                    },
+                    readings: r,
+                    ..EntitySample::default()
+                }],
+            }
+        };
+        let mut a = Analyzer::new(Deriver::new(DeriveConfig::default(), None), false);
+        for k in 0..10 {
+            a.push(&sample(k));
+        }
+        let e = a.report().entities.remove(0);
+        assert_eq!(e.regime_method, Some(PhaseMethod::Counters));
+        assert_eq!(e.regime_fraction.map(|f| f.idle), Some(1.0));
+        let share = e.regime_classified_share.unwrap();
+        assert!((share - 0.6).abs() < 1e-12, "{share}");
     }
 
     /// One sample and no update interval: its window's length is never known, so nothing

@@ -458,6 +458,14 @@ fn phases(e: &EntitySummary) -> String {
         .map(|(n, x)| format!("{n} {:.0}%", 100.0 * x))
         .collect::<Vec<_>>()
         .join(", ");
+    // Shares of the classified seconds: say of how much of the observed time, where not all.
+    let mix = match e.regime_classified_share.filter(|x| *x < 0.995) {
+        Some(x) => format!(
+            "{mix} of the {:.0}% of the time classified (the rest unclassified)",
+            100.0 * x
+        ),
+        None => mix,
+    };
     match e.regime_method {
         Some(truthscale_core::phase::PhaseMethod::PowerHeuristic) => {
             format!("{mix} (estimate: busy flag and power, no tensor counter)")
