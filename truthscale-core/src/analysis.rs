@@ -428,10 +428,11 @@ pub struct MissingInput {
     pub kappa_bound: Option<f64>,
 }
 
-/// What a window with a tensor counter and no SM clock lacked, and the field of `dcgmi
-/// dmon -e` (dcgm-exporter's `DCGM_FI_DEV_SM_CLOCK`) that gives the exact figure.
-pub const SM_CLOCK_FIX: &str = "a tensor counter, but no SM clock; add field 100 \
-    (DCGM_FI_DEV_SM_CLOCK) to dcgmi dmon -e for the exact figure";
+/// What a window with a tensor counter and no SM clock lacked, and the DCGM field that gives
+/// the exact figure, whatever reads it (`dcgmi dmon -e`, dcgm-exporter's counters file).
+pub const SM_CLOCK_FIX: &str = "a tensor counter, but no SM clock; collect field 100 \
+    (DCGM_FI_DEV_SM_CLOCK: dcgmi dmon -e 100, or in dcgm-exporter's counters file) for the \
+    exact figure";
 
 /// The capture's upper bound, where any window's effective compute was only bounded.
 fn upper_bound(a: &EntityAcc, cfg: &DeriveConfig) -> Option<UpperBound> {
@@ -443,7 +444,7 @@ fn upper_bound(a: &EntityAcc, cfg: &DeriveConfig) -> Option<UpperBound> {
     let fixes = [
         (
             "tensor_counter",
-            "no tensor counter: add field 1004 (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE) to dcgmi dmon -e; the bound is the busy fraction at the model's maximum clock".to_owned(),
+            "no tensor activity read in these windows (a blank, or the field not collected): collect field 1004 (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE: dcgmi dmon -e 1004, or in dcgm-exporter's counters file); the bound is the busy fraction at the model's maximum clock".to_owned(),
             None,
         ),
         ("sm_clock", SM_CLOCK_FIX.to_owned(), None),
@@ -1190,7 +1191,7 @@ mod tests {
             (b.missing[0].input, b.missing[0].seconds),
             ("sm_clock", 4.0)
         );
-        assert!(b.missing[0].fix.contains("add field 100"), "{b:?}");
+        assert!(b.missing[0].fix.contains("collect field 100"), "{b:?}");
         assert_eq!(b.missing[0].kappa_bound, None);
     }
 

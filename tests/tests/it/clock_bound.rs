@@ -82,7 +82,7 @@ fn a_clockless_capture_prints_the_bound_and_what_is_missing() {
         assert_eq!(b["missing"][0]["input"], "sm_clock", "{b}");
         assert_eq!(b["missing"][0]["seconds"], n, "{b}");
         let want = format!(
-            "  effective compute  ≤ {:.1}% over 60 s (a tensor counter, but no SM clock; add field 100 (DCGM_FI_DEV_SM_CLOCK) to dcgmi dmon -e for the exact figure",
+            "  effective compute  ≤ {:.1}% over 60 s (a tensor counter, but no SM clock; collect field 100 (DCGM_FI_DEV_SM_CLOCK: dcgmi dmon -e 100, or in dcgm-exporter's counters file) for the exact figure",
             100.0 * bound
         );
         assert!(text.contains(&want), "{want}\n{text}");

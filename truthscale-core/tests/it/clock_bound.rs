@@ -192,7 +192,7 @@ fn a_clockless_dmon_capture_is_bounded_in_every_window_and_in_the_summary() {
             assert_eq!(j["seconds"], n, "{j}");
             assert_eq!(j["missing"][0]["input"], "sm_clock", "{j}");
             let fix = j["missing"][0]["fix"].as_str().unwrap();
-            assert!(fix.contains("add field 100"), "{fix}");
+            assert!(fix.contains("collect field 100"), "{fix}");
             if model.is_none() {
                 assert_eq!(j["missing"][1]["kappa_bound"], UNKNOWN, "{j}");
                 let fix = j["missing"][1]["fix"].as_str().unwrap();
