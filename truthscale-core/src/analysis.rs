@@ -555,6 +555,9 @@ pub struct MemoryReport {
     pub mig_unmeasured: Vec<Constraint>,
     /// Always true: NVML sees allocation, not need.
     pub allocated_not_needed: bool,
+    /// The headroom `needed_bytes` and the MIG fit were sized with (`derive.headroom`, 0.15
+    /// by default; `truthscale report` takes its own `--headroom`, 0.2 by default).
+    pub headroom: f64,
 }
 
 /// Per-entity summary.
@@ -715,6 +718,7 @@ fn memory_report(a: &EntityAcc, cfg: &DeriveConfig, partitioned: bool) -> Option
                 mig_binding: fit.map(|f| f.binding),
                 mig_unmeasured: fit.map(|f| f.unmeasured()).unwrap_or_default(),
                 allocated_not_needed: true,
+                headroom: cfg.headroom,
             }
         }),
         _ => None,

@@ -735,7 +735,11 @@ fn write_memory(out: &mut impl Write, e: &EntitySummary) -> std::io::Result<()> 
         m.total_bytes / 1073741824.0,
         pct(Some(m.peak_used_fraction)),
         match (&m.mig_fit, m.mig_binding) {
-            (Some(p), Some(b)) => format!("; fits MIG {p} (bound by {}{unchecked})", name(b)),
+            (Some(p), Some(b)) => format!(
+                "; fits MIG {p} (bound by {}{unchecked}; headroom {:.0}%)",
+                name(b),
+                100.0 * m.headroom
+            ),
             _ => String::new(),
         }
     )?;

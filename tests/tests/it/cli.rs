@@ -235,7 +235,7 @@ fn a_mig_fit_on_memory_alone_says_what_was_not_checked() {
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("  memory             peak 4.9 GiB of 79.6 GiB (6.1%); fits MIG 1g.10gb (bound by memory; compute and bandwidth not measured, not checked)\n"),
+        text.contains("  memory             peak 4.9 GiB of 79.6 GiB (6.1%); fits MIG 1g.10gb (bound by memory; compute and bandwidth not measured, not checked; headroom 15%)\n"),
         "{text}"
     );
 }
