@@ -352,6 +352,9 @@ pub struct RightSizing {
     /// Share of its lifetime's steps at which saturation was measured (`None`: a workload
     /// with no steps in the window, whose share is unknown, not 0).
     pub saturation_measured_share: Option<f64>,
+    /// Steps at which saturation was measured: what its p99 and its sizing rest on (below
+    /// [`FEW_STEPS`], a note names the workload).
+    pub saturation_steps: usize,
     /// Smallest MIG profile of its model that fits the measured demand.
     pub mig_fit: Option<MigChoice>,
     /// Why there is no MIG fit, when there is none.
@@ -456,6 +459,35 @@ pub struct NotListed {
     /// an unknown profile): not in `gpu_hours`. Written only where there are such.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hours_of_unknown_share: Option<f64>,
+}
+
+/// Below this many steps with saturation measured, a workload's p99 is its largest reading
+/// or near it, and its right-sizing rests on few samples: a note names it.
+pub const FEW_STEPS: usize = 30;
+
+/// The note naming the workloads whose saturation was measured at fewer than [`FEW_STEPS`]
+/// steps (but at some), the first five by name; `None` where there are none.
+fn few_steps_note(rightsizing: &[RightSizing]) -> Option<String> {
+    let few: Vec<&RightSizing> = rightsizing
+        .iter()
+        .filter(|r| (1..FEW_STEPS).contains(&r.saturation_steps))
+        .collect();
+    if few.is_empty() {
+        return None;
+    }
+    let mut names: Vec<String> = few
+        .iter()
+        .take(5)
+        .map(|r| format!("{} ({} steps)", r.workload, r.saturation_steps))
+        .collect();
+    if few.len() > 5 {
+        names.push(format!("{} more", few.len() - 5));
+    }
+    Some(format!(
+        "{} workload(s) had their saturation measured at fewer than {FEW_STEPS} steps: their p99 is their largest reading or near it, and their right-sizing, MIG fit and packing rest on few samples: {}",
+        few.len(),
+        names.join(", ")
+    ))
 }
 
 /// The savings estimate.
@@ -574,6 +606,7 @@ pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
         grid,
     };
     let rightsizing = right_size_each(&work, &names, h, peak_limit);
+    notes.extend(few_steps_note(&rightsizing));
     let idle = idle_capacity(&work, &names, cfg, hours_per_step);
     let allocated_summary = gpu_summary(&series.allocated);
     let reporting_summary = gpu_summary(&series.reporting);

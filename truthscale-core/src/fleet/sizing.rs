@@ -274,6 +274,7 @@ pub(super) fn right_size(t: &Track, name: &str, h: f64, limit: PeakLimit) -> Rig
         saturation_p99: sat_p99.map(units_to_ratio),
         saturation_measured_share: (!t.points.is_empty())
             .then(|| sat_known as f64 / t.points.len() as f64),
+        saturation_steps: sat_known,
         mig_fit,
         mig_fit_note,
         smaller_gpu,
@@ -317,6 +318,47 @@ mod tests {
         };
         assert_eq!(share("ml/gappy").0, Some(0.75));
         assert_eq!(share("ml/none"), (None, None));
+    }
+
+    /// A workload measured at few steps is named: 3 steps of saturation (a pod of the
+    /// window's last 3 minutes) is below 30, so its p99 is its largest reading and a note
+    /// says so; one measured at 40 steps is not named; one never measured has nothing to
+    /// rest on and is left to its own notes.
+    #[test]
+    fn a_workload_measured_at_few_steps_is_named() {
+        let brief = pod("ml/brief", "n/gpu 0", 37..40, |_| {
+            (Some(0.3), Some(1.0), Some(10.0))
+        });
+        let long = pod("ml/long", "n/gpu 1", 0..40, |_| {
+            (Some(0.3), Some(1.0), Some(10.0))
+        });
+        let none = pod("ml/none", "n/gpu 2", 0..40, |_| {
+            (None, Some(1.0), Some(10.0))
+        });
+        let f = analyze(&input(vec![brief, long, none], 40), &FleetConfig::default());
+        let steps = |w: &str| {
+            f.rightsizing
+                .iter()
+                .find(|x| x.workload == w)
+                .expect(w)
+                .saturation_steps
+        };
+        assert_eq!(
+            (steps("ml/brief"), steps("ml/long"), steps("ml/none")),
+            (3, 40, 0)
+        );
+        let notes: Vec<&String> = f
+            .notes
+            .iter()
+            .filter(|n| n.contains("fewer than 30"))
+            .collect();
+        assert_eq!(notes.len(), 1, "{:?}", f.notes);
+        assert!(notes[0].starts_with("1 workload(s)"), "{}", notes[0]);
+        assert!(
+            notes[0].ends_with("few samples: ml/brief (3 steps)"),
+            "{}",
+            notes[0]
+        );
     }
 
     /// Memory is a hard limit: a pod whose p99 memory (18 GiB) fits an L4's 24 GB but whose

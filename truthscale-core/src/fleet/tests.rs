@@ -55,6 +55,7 @@ fn a_mixed_fleet_takes_every_note() {
             "no total-memory series f",
             "saturation (compute dema",
             "memory was never measure",
+            "3 workload(s) had their ",
             "1 of 5 steps had no data",
         ]
     );
