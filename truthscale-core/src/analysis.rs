@@ -59,8 +59,14 @@ impl Quantiles {
             // (x · 1000).round(), without the library call: the fraction of a number below
             // 2^52 is exact.
             let x = x.clamp(0.0, 1.0);
+            // `x` is a number (finite, clamped): plain comparisons, not `min`'s NaN rules.
             if w > 0.0 {
-                self.range = (self.range.0.min(x), self.range.1.max(x));
+                if x < self.range.0 {
+                    self.range.0 = x;
+                }
+                if x > self.range.1 {
+                    self.range.1 = x;
+                }
             }
             let y = x * 1000.0;
             // 0 to 1000: a signed conversion is one instruction.
