@@ -952,6 +952,22 @@ mod tests {
         }
     }
 
+    /// A sample of GPU 0 with `readings`, `k` seconds in.
+    fn gpu_0_at(k: i64, readings: crate::model::Readings) -> crate::model::Sample {
+        use crate::model::{EntityId, EntitySample, Sample};
+        Sample {
+            taken: Timestamp(k * 1000),
+            entities: vec![EntitySample {
+                id: EntityId {
+                    gpu: Some(0),
+                    ..EntityId::default()
+                },
+                readings,
+                ..EntitySample::default()
+            }],
+        }
+    }
+
     /// The regime mix says what share of the observed time it is of: 10 samples a second
     /// apart (10 windows of 1 s, the first as long as the next), the tensor and DRAM
     /// counters read (idle: all zero, busy flag 0) in the first 6 and blank in the last 4
@@ -960,26 +976,15 @@ mod tests {
     /// of the 10 s observed. By hand.
     #[test]
     fn the_regime_mix_says_what_share_of_the_time_it_is_of() {
-        use crate::model::{EntityId, EntitySample, Readings, Sample};
         let sample = |k: i64| {
-            let mut r = Readings::default();
+            let mut r = crate::model::Readings::default();
             r.set_value(Field::ReportedUtil, 0.0);
             r.set_value(Field::SmActive, 0.0);
             if k < 6 {
                 r.set_value(Field::TensorActive, 0.0);
                 r.set_value(Field::DramActive, 0.0);
             }
-            Sample {
-                taken: Timestamp(k * 1000),
-                entities: vec![EntitySample {
-                    id: EntityId {
-                        gpu: Some(0),
-                        ..EntityId::default()
-                    },
-                    readings: r,
-                    ..EntitySample::default()
-                }],
-            }
+            gpu_0_at(k, r)
         };
         let mut a = Analyzer::new(Deriver::new(DeriveConfig::default(), None), false);
         for k in 0..10 {
@@ -999,21 +1004,10 @@ mod tests {
     /// health read) share, and no starved causes, rather than a 0 for each.
     #[test]
     fn an_undecided_window_gives_no_mix_rather_than_zeros() {
-        use crate::model::{EntityId, EntitySample, Readings, Sample};
         let sample = |k: i64| {
-            let mut r = Readings::default();
+            let mut r = crate::model::Readings::default();
             r.set_value(Field::ReportedUtil, 0.0);
-            Sample {
-                taken: Timestamp(k * 1000),
-                entities: vec![EntitySample {
-                    id: EntityId {
-                        gpu: Some(0),
-                        ..EntityId::default()
-                    },
-                    readings: r,
-                    ..EntitySample::default()
-                }],
-            }
+            gpu_0_at(k, r)
         };
         let mut a = Analyzer::new(Deriver::new(DeriveConfig::default(), None), false);
         a.push(&sample(1));
