@@ -7,7 +7,7 @@ use anyhow::Context;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Run the sidecar until SIGTERM or Ctrl-C.
+/// Run the sidecar until SIGTERM, SIGHUP or Ctrl-C.
 ///
 /// # Errors
 /// Bad configuration, a source that cannot be built, or a port that cannot be bound.
@@ -124,19 +124,27 @@ async fn shutdown_signal() {
         }
     };
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+    let unix = |kind| async move {
+        match tokio::signal::unix::signal(kind) {
             Ok(mut s) => {
                 s.recv().await;
             }
             Err(_) => std::future::pending::<()>().await,
         }
     };
+    #[cfg(unix)]
+    let (term, hup) = (
+        unix(tokio::signal::unix::SignalKind::terminate()),
+        unix(tokio::signal::unix::SignalKind::hangup()),
+    );
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
+    let (term, hup) = (std::future::pending::<()>(), std::future::pending::<()>());
     tokio::select! {
         () = ctrl_c => tracing::info!("Received Ctrl-C."),
         () = term => tracing::info!("Received SIGTERM."),
+        // Its default would end the process at once, the last export unsent; there is no
+        // configuration to reload (a change takes a restart), so it shuts down as SIGTERM.
+        () = hup => tracing::info!("Received SIGHUP: shutting down (the configuration is read at start only; restart to change it)."),
     }
 }
 

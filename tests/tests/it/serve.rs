@@ -826,26 +826,45 @@ fn landing_page_renders_in_chromium() {
 
 #[test]
 fn sigterm_shuts_down_gracefully() {
-    let tmp = TempDir::new("sigterm");
+    shuts_down_gracefully_on("TERM");
+}
+
+/// SIGHUP (a terminal closed, or a supervisor's reload) shuts down as SIGTERM does, the
+/// last export sent: its default action ended the process at once, with no log line.
+#[test]
+fn sighup_shuts_down_gracefully_too() {
+    shuts_down_gracefully_on("HUP");
+}
+
+fn shuts_down_gracefully_on(signal: &str) {
+    let tmp = TempDir::new(&format!("sig{signal}"));
     let mut sidecar = Sidecar::start(&["--source", "sim", "--sim-gpus", "1"], &[], tmp.path());
     let sent = Instant::now();
-    sidecar.process.signal("TERM");
+    sidecar.process.signal(signal);
     let status = sidecar.process.wait_timeout(Duration::from_secs(5));
     let took = sent.elapsed();
     let status = status.unwrap_or_else(|| {
         panic!(
-            "still running 5 s after SIGTERM:\n{}",
+            "still running 5 s after SIG{signal}:\n{}",
             sidecar.process.stderr()
         )
     });
     eprintln!(
-        "sigterm_shuts_down_gracefully: exited {status} after {:.0} ms",
+        "SIG{signal}: exited {status} after {:.0} ms",
         took.as_secs_f64() * 1e3
     );
     assert_eq!(
         status.code(),
         Some(0),
-        "exit after SIGTERM:\n{}",
+        "exit after SIG{signal}:\n{}",
+        sidecar.process.stderr()
+    );
+    assert!(
+        sidecar
+            .process
+            .stderr()
+            .contains(&format!("Received SIG{signal}")),
+        "{}",
         sidecar.process.stderr()
     );
     // The port is released.
