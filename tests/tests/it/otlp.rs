@@ -1515,6 +1515,25 @@ fn check_system_roots(proto: Proto) {
     );
 }
 
+/// A gRPC endpoint without a scheme (`127.0.0.1:PORT`) is TLS, as the SDK and the docs say:
+/// the collector's CA given, exports arrive. Its requests went out without a scheme, and
+/// tonic refused every one as an invalid URI (counted `unavailable`, nothing delivered).
+#[test]
+fn grpc_tls_to_an_endpoint_without_a_scheme_delivers() {
+    let dir = TempDir::new("otlp-grpc-bare");
+    let pki = Pki::generate(dir.path());
+    let port = free_port();
+    let rx = Receiver::start_with(Proto::Grpc, port, Transport::Tls, Some(&pki));
+    let endpoint = format!("127.0.0.1:{port}");
+    let mut env = ENV.to_vec();
+    env.push(protocol_env(Proto::Grpc));
+    env.push(("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint));
+    env.push(("OTEL_EXPORTER_OTLP_CERTIFICATE", &pki.ca));
+    let sidecar = Sidecar::start(ARGS, &env, dir.path());
+    rx.wait_for(1, Duration::from_secs(20), &sidecar);
+    assert_eq!(errors_of_kind(&sidecar, "unavailable"), 0.0);
+}
+
 #[test]
 fn grpc_tls_system_roots_deliver() {
     check_system_roots(Proto::Grpc);

@@ -424,6 +424,35 @@ fn percent_decode(v: &str) -> String {
     String::from_utf8(out).unwrap_or_else(|_| v.to_string())
 }
 
+/// `OTEL_RESOURCE_ATTRIBUTES`: `key=value` pairs separated by commas (W3C baggage style),
+/// each trimmed and percent-decoded (`team=a%20b` is `a b`, as the specification asks); an
+/// empty entry (a trailing comma) is skipped.
+///
+/// # Errors
+/// An entry without `=`, or with an empty key, naming the entry (the specification has
+/// the whole variable discarded then; truthscale refuses to start, as for every variable).
+pub(crate) fn resource_attributes(text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for (i, entry) in text.split(',').enumerate() {
+        let entry = entry.trim();
+        if entry.is_empty() {
+            continue;
+        }
+        let Some((key, value)) = entry.split_once('=') else {
+            return Err(format!(
+                "entry {} has no '=' (write key=value,key=value, values percent-encoded)",
+                i + 1
+            ));
+        };
+        let key = percent_decode(key.trim());
+        if key.is_empty() {
+            return Err(format!("entry {} has no key", i + 1));
+        }
+        out.push((key, percent_decode(value.trim())));
+    }
+    Ok(out)
+}
+
 /// Parse `name=value,name=value` (W3C baggage style, as `OTEL_EXPORTER_OTLP_HEADERS`).
 /// Messages name the entry and header, never a value.
 ///
@@ -587,6 +616,17 @@ impl OtlpConfig {
             || getenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT").is_some();
         let sdk_disabled =
             getenv("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        if let Some(v) = getenv("OTEL_SDK_DISABLED")
+            .filter(|v| !v.eq_ignore_ascii_case("true") && !v.eq_ignore_ascii_case("false"))
+        {
+            tracing::warn!(
+                value = %v,
+                "OTEL_SDK_DISABLED is neither true nor false: read as false (OTLP is not disabled by it); set it to true to disable."
+            );
+        }
+        if let Some(v) = getenv("OTEL_RESOURCE_ATTRIBUTES") {
+            resource_attributes(&v).map_err(|m| Invalid::new("OTEL_RESOURCE_ATTRIBUTES", m))?;
+        }
         if !on || sdk_disabled {
             // The keys of `[otlp]` are checked even so (not the variables, which other
             // programs of the pod may share): a bad one is a bad configuration, used or not.
@@ -851,6 +891,44 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
             .collect()
+    }
+
+    /// `OTEL_RESOURCE_ATTRIBUTES` is percent-decoded as the specification asks (it arrived as
+    /// `a%20b`), and a malformed value stops the start naming the variable (it was dropped
+    /// without a word).
+    #[test]
+    fn resource_attributes_are_decoded_and_a_bad_one_is_refused() {
+        assert_eq!(
+            resource_attributes(
+                " team=a%20b , deployment.environment=prod,k8s.cluster.name=c%2C1,"
+            )
+            .unwrap(),
+            [
+                ("team".to_owned(), "a b".to_owned()),
+                ("deployment.environment".to_owned(), "prod".to_owned()),
+                ("k8s.cluster.name".to_owned(), "c,1".to_owned()),
+            ]
+        );
+        assert!(
+            resource_attributes("garbage")
+                .unwrap_err()
+                .contains("entry 1 has no '='")
+        );
+        assert!(
+            resource_attributes("a=1,=2")
+                .unwrap_err()
+                .contains("entry 2 has no key")
+        );
+        let on = |v: &str| {
+            OtlpConfig {
+                enabled: true,
+                ..OtlpConfig::default()
+            }
+            .validate(&env(&[("OTEL_RESOURCE_ATTRIBUTES", v)]))
+        };
+        let e = on("garbage").unwrap_err();
+        assert_eq!(e.key, "OTEL_RESOURCE_ATTRIBUTES", "{e:?}");
+        assert!(on("team=a%20b").is_ok());
     }
 
     /// A scratch directory, removed on drop.

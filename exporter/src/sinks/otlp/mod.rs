@@ -93,13 +93,13 @@ pub fn resource(identity: &Identity, env: &[(String, String)]) -> Resource {
             attrs.push(KeyValue::new(k, v.clone()));
         }
     }
-    // `OTEL_RESOURCE_ATTRIBUTES` as the SDK's own detector reads it: `key=value` pairs
-    // separated by commas, each trimmed; an entry without `=` is left out.
-    let from_env = env_nonempty("OTEL_RESOURCE_ATTRIBUTES").unwrap_or_default();
-    let from_env = from_env.split_terminator(',').filter_map(|entry| {
-        let (k, v) = entry.split_once('=')?;
-        Some(KeyValue::new(k.trim().to_owned(), v.trim().to_owned()))
-    });
+    // `OTEL_RESOURCE_ATTRIBUTES`, percent-decoded; refused at start where malformed
+    // ([`config::resource_attributes`]), so nothing of it is left out here.
+    let from_env = env_nonempty("OTEL_RESOURCE_ATTRIBUTES")
+        .and_then(|v| config::resource_attributes(&v).ok())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| KeyValue::new(k, v));
     let mut b = Resource::builder_empty()
         .with_attributes(attrs)
         .with_detectors(&[Box::new(TelemetryResourceDetector)])

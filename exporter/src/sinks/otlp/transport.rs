@@ -311,7 +311,14 @@ fn grpc_tls_channel(
 ) -> anyhow::Result<tonic::transport::Channel> {
     use tonic::transport::{Endpoint, Uri};
     let invalid = || format!("the OTLP endpoint {endpoint:?} is not a valid URL");
-    let origin: Uri = endpoint.parse().with_context(invalid)?;
+    // A gRPC endpoint without a scheme (`collector:4317`) is TLS unless told insecure
+    // ([`uses_tls`]): its requests carry `https`, or tonic refuses them as an invalid URI.
+    let origin: Uri = if endpoint.contains("://") {
+        endpoint.parse()
+    } else {
+        format!("https://{endpoint}").parse()
+    }
+    .with_context(invalid)?;
     let authority = origin
         .authority()
         .with_context(|| format!("{}: it has no host", invalid()))?
