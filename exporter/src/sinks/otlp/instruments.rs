@@ -287,6 +287,18 @@ fn point_attributes(
         if let (Some(_), Some(u)) = (mig, uuid) {
             attrs.push(KeyValue::new(sa::HW_PARENT, u.to_owned()));
         }
+        // `hw.id` is required on `hw.*` metrics: where the source read no UUID (a `dcgmi
+        // dmon` or `nvidia-smi` capture without one), the GPU's index, unique within this
+        // exporter's resource.
+        if uuid.is_none_or(str::is_empty)
+            && let Some(i) = label("gpu").filter(|i| !i.is_empty())
+        {
+            let id = match mig {
+                Some(m) => format!("gpu/{i}/mig/{m}"),
+                None => format!("gpu/{i}"),
+            };
+            attrs.push(KeyValue::new(sa::HW_ID, id));
+        }
         if label("driver_version").is_none_or(str::is_empty)
             && let Some(d) = uuid.and_then(|u| drivers.get(u))
         {
@@ -434,6 +446,23 @@ mod tests {
         // No driver version known: none made up.
         let a = point_attributes(true, &[], &[("uuid", "GPU-2")], &drivers);
         assert_eq!(get(&a, "hw.driver_version"), None);
+    }
+
+    /// A GPU whose source read no UUID still has the `hw.id` the conventions require: its
+    /// index (`gpu/0`, and `gpu/0/mig/3` for an instance); none is made up for a series
+    /// that is no GPU's.
+    #[test]
+    fn a_gpu_without_a_uuid_is_identified_by_its_index() {
+        let none = HashMap::new();
+        let a = point_attributes(true, &[], &[("gpu", "0")], &none);
+        assert_eq!(get(&a, "hw.id").as_deref(), Some("gpu/0"));
+        let a = point_attributes(true, &[], &[("gpu", "1"), ("mig_instance", "3")], &none);
+        assert_eq!(get(&a, "hw.id").as_deref(), Some("gpu/1/mig/3"));
+        assert_eq!(get(&a, "hw.parent"), None);
+        let a = point_attributes(true, &[], &[("gpu", "0"), ("uuid", "GPU-1")], &none);
+        assert_eq!(get(&a, "hw.id").as_deref(), Some("GPU-1"));
+        let a = point_attributes(false, &[], &[("gpu", "0")], &none);
+        assert_eq!(get(&a, "hw.id"), None);
     }
 
     /// An empty label (the info family's `pci_bus_id=""` or `driver_version=""` where the
