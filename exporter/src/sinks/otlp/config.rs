@@ -433,22 +433,32 @@ fn percent_decode(v: &str) -> String {
 /// the whole variable discarded then; truthscale refuses to start, as for every variable).
 pub(crate) fn resource_attributes(text: &str) -> Result<Vec<(String, String)>, String> {
     let mut out = Vec::new();
+    for (i, key, value) in baggage(text, "key=value,key=value, values percent-encoded")? {
+        let key = percent_decode(key);
+        if key.is_empty() {
+            return Err(format!("entry {i} has no key"));
+        }
+        out.push((key, percent_decode(value)));
+    }
+    Ok(out)
+}
+
+/// The `name=value` entries of a comma-separated list (W3C baggage style), each name and
+/// value trimmed, with the entry's number from 1; an empty entry (a trailing comma) skipped.
+///
+/// # Errors
+/// An entry without `=`, naming it, and `how` to write one.
+fn baggage<'a>(text: &'a str, how: &str) -> Result<Vec<(usize, &'a str, &'a str)>, String> {
+    let mut out = Vec::new();
     for (i, entry) in text.split(',').enumerate() {
         let entry = entry.trim();
         if entry.is_empty() {
             continue;
         }
-        let Some((key, value)) = entry.split_once('=') else {
-            return Err(format!(
-                "entry {} has no '=' (write key=value,key=value, values percent-encoded)",
-                i + 1
-            ));
+        let Some((name, value)) = entry.split_once('=') else {
+            return Err(format!("entry {} has no '=' (write {how})", i + 1));
         };
-        let key = percent_decode(key.trim());
-        if key.is_empty() {
-            return Err(format!("entry {} has no key", i + 1));
-        }
-        out.push((key, percent_decode(value.trim())));
+        out.push((i + 1, name.trim(), value.trim()));
     }
     Ok(out)
 }
@@ -460,21 +470,11 @@ pub(crate) fn resource_attributes(text: &str) -> Result<Vec<(String, String)>, S
 /// An entry without `=`, an empty name or value, or one HTTP cannot carry.
 pub(crate) fn parse_headers(text: &str) -> Result<Vec<(String, String)>, String> {
     let mut out: Vec<(String, String)> = Vec::new();
-    for (i, entry) in text.split(',').enumerate() {
-        let entry = entry.trim();
-        if entry.is_empty() {
-            continue;
-        }
-        let Some((name, value)) = entry.split_once('=') else {
-            return Err(format!(
-                "entry {} has no '=' (write name=value,name=value)",
-                i + 1
-            ));
-        };
-        let name = name.trim().to_ascii_lowercase();
-        let value = percent_decode(value.trim());
+    for (i, name, value) in baggage(text, "name=value,name=value")? {
+        let name = name.to_ascii_lowercase();
+        let value = percent_decode(value);
         if name.is_empty() {
-            return Err(format!("entry {} has no header name", i + 1));
+            return Err(format!("entry {i} has no header name"));
         }
         if axum::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
             return Err(format!("{name:?} is not a valid header name"));
