@@ -833,6 +833,9 @@ impl EntitySummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpus::by_key;
+    use crate::model::Timestamp;
+    use crate::sim::{Scenario, Simulator};
 
     /// A quantile lies between the least and the largest value read: a bin rounds to 0.001,
     /// so a constant 0.0004 read p95 0 (below its own mean) and a largest 0.9996 read 1.
@@ -855,9 +858,6 @@ mod tests {
         assert_eq!(q.quantile(0.0), Some(0.5));
         assert_eq!(Quantiles::default().quantile(0.5), None);
     }
-    use crate::gpus::by_key;
-    use crate::model::Timestamp;
-    use crate::sim::{Scenario, Simulator};
 
     /// The lowest agreement over seeds 1 to 3 of 5 minutes at plain 1 s windows.
     const PLAIN_1S_LLM_SERVING: f64 = 0.903;
@@ -971,9 +971,8 @@ mod tests {
     /// The regime mix says what share of the observed time it is of: 10 samples a second
     /// apart (10 windows of 1 s, the first as long as the next), the tensor and DRAM
     /// counters read (idle: all zero, busy flag 0) in the first 6 and blank in the last 4
-    /// (a multiplexed counter's windows,
-    /// which the counters' method cannot classify): idle 100 % of the 6 s classified, 0.6
-    /// of the 10 s observed. By hand.
+    /// (a multiplexed counter's windows, which the counters' method cannot classify): idle
+    /// 100 % of the 6 s classified, 0.6 of the 10 s observed. By hand.
     #[test]
     fn the_regime_mix_says_what_share_of_the_time_it_is_of() {
         let sample = |k: i64| {

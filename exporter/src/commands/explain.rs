@@ -364,8 +364,6 @@ mod tests {
         assert!(!explain(&alone[0]).contains("per pod:"));
     }
 
-    /// Effective compute measured without a DRAM reading (so no roofline saturation) is
-    /// said, with the tensor activity, never "nothing beyond the busy flag".
     /// Saturation measured, effective compute not (no clock to correct the tensor activity
     /// by), and its bound known: the bound is said, as `top` shows it (`≤45%`).
     #[test]
@@ -402,6 +400,8 @@ mod tests {
         assert_eq!(o, "  dashboard says: nothing (no busy flag was read)\n");
     }
 
+    /// Effective compute measured without a DRAM reading (so no roofline saturation) is
+    /// said, with the tensor activity, never "nothing beyond the busy flag".
     #[test]
     fn effective_compute_without_dram_is_said() {
         let l = "gpu=\"0\",uuid=\"GPU-0\",model=\"M\"";
