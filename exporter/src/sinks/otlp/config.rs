@@ -616,17 +616,6 @@ impl OtlpConfig {
             || getenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT").is_some();
         let sdk_disabled =
             getenv("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"));
-        if let Some(v) = getenv("OTEL_SDK_DISABLED")
-            .filter(|v| !v.eq_ignore_ascii_case("true") && !v.eq_ignore_ascii_case("false"))
-        {
-            tracing::warn!(
-                value = %v,
-                "OTEL_SDK_DISABLED is neither true nor false: read as false (OTLP is not disabled by it); set it to true to disable."
-            );
-        }
-        if let Some(v) = getenv("OTEL_RESOURCE_ATTRIBUTES") {
-            resource_attributes(&v).map_err(|m| Invalid::new("OTEL_RESOURCE_ATTRIBUTES", m))?;
-        }
         if !on || sdk_disabled {
             // The keys of `[otlp]` are checked even so (not the variables, which other
             // programs of the pod may share): a bad one is a bad configuration, used or not.
@@ -640,6 +629,18 @@ impl OtlpConfig {
                 );
             }
             return Ok(None);
+        }
+        // Read only where OTLP pushes: other programs of the pod may share these variables.
+        if let Some(v) = getenv("OTEL_SDK_DISABLED")
+            .filter(|v| !v.eq_ignore_ascii_case("true") && !v.eq_ignore_ascii_case("false"))
+        {
+            tracing::warn!(
+                value = %v,
+                "OTEL_SDK_DISABLED is neither true nor false: read as false (OTLP is not disabled by it); set it to true to disable."
+            );
+        }
+        if let Some(v) = getenv("OTEL_RESOURCE_ATTRIBUTES") {
+            resource_attributes(&v).map_err(|m| Invalid::new("OTEL_RESOURCE_ATTRIBUTES", m))?;
         }
         let settings = OtlpSettings {
             endpoint,
@@ -929,6 +930,9 @@ mod tests {
         let e = on("garbage").unwrap_err();
         assert_eq!(e.key, "OTEL_RESOURCE_ATTRIBUTES", "{e:?}");
         assert!(on("team=a%20b").is_ok());
+        // With OTLP off the variable is not read: another program of the pod may own it.
+        let off = OtlpConfig::default().validate(&env(&[("OTEL_RESOURCE_ATTRIBUTES", "garbage")]));
+        assert_eq!(off, Ok(None));
     }
 
     /// A scratch directory, removed on drop.
