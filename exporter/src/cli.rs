@@ -79,8 +79,8 @@ pub fn main() -> ExitCode {
         Command::Serve(s) => serve::main(&s, &env).map(|()| ExitCode::SUCCESS),
         Command::Config(c) => config::run(&c, &env),
         Command::Doctor(d) => doctor::run(&d),
-        Command::Explain(e) => explain::run(&e).map(|()| ExitCode::SUCCESS),
-        Command::Top(t) => top::run(&t).map(|()| ExitCode::SUCCESS),
+        Command::Explain(e) => explain::run(&e),
+        Command::Top(t) => top::run(&t),
         Command::Report(r) => report::run(&r, &env),
     };
     match result {

@@ -173,7 +173,8 @@ const SHOWN_ERRORS: usize = 5;
 /// nominal interval of its format and makes the state that `each` feeds; nothing is held
 /// beyond one sample. Malformed lines are reported on stderr (`file:line: …`) and skipped,
 /// and what the parser left unread (families, sentinels, impossible readings) is said
-/// there too, as `analyze` says it.
+/// there too, as `analyze` says it. Returns the state and the number of malformed lines,
+/// which the commands turn into exit status 1, as `analyze` does.
 ///
 /// # Errors
 /// The file cannot be read or its format cannot be told.
@@ -181,7 +182,7 @@ pub(crate) fn read_capture<S>(
     path: &Path,
     start: impl FnOnce(Option<f64>) -> S,
     mut each: impl FnMut(&mut S, Sample),
-) -> anyhow::Result<S> {
+) -> anyhow::Result<(S, usize)> {
     let name = path.display().to_string();
     let file = std::fs::File::open(path).with_context(|| format!("cannot open {name}"))?;
     let mut capture =
@@ -208,10 +209,11 @@ pub(crate) fn read_capture<S>(
     {
         crate::stdout::say!("truthscale: {name}: DCGM fields {s}");
     }
-    Ok(state)
+    Ok((state, malformed))
 }
 
-/// The newest view per GPU of a capture file, with history, read as a stream.
+/// The newest view per GPU of a capture file, with history, read as a stream, and the
+/// number of malformed lines skipped.
 ///
 /// # Errors
 /// The file cannot be read or its format cannot be told.
@@ -219,8 +221,8 @@ pub(crate) fn views_from_replay(
     path: &Path,
     derive: &DeriveConfig,
     cfg: &VerdictConfig,
-) -> anyhow::Result<Vec<GpuView>> {
-    let stepper = read_capture(
+) -> anyhow::Result<(Vec<GpuView>, usize)> {
+    let (stepper, malformed) = read_capture(
         path,
         |nominal| Stepper::new(derive, cfg, nominal),
         |st, s| st.observe(&s),
@@ -230,7 +232,7 @@ pub(crate) fn views_from_replay(
     if let Some(note) = stepper.diagnostics_note() {
         crate::stdout::say!("truthscale: {}: {note}", path.display());
     }
-    Ok(stepper.views())
+    Ok((stepper.views(), malformed))
 }
 
 pub(crate) fn push_history(history: &mut Vec<f64>, x: Option<f64>) {

@@ -9,6 +9,7 @@ use anyhow::bail;
 use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use truthscale_core::derive::DeriveConfig;
 use truthscale_core::model::Field;
 use truthscale_core::verdict::VerdictConfig;
@@ -238,11 +239,12 @@ fn pod_estimates(o: &mut String, v: &GpuView) {
     }
 }
 
-/// Run `truthscale explain`.
+/// Run `truthscale explain`; exit status 1 when a replayed capture had malformed lines (each
+/// said on stderr), as `analyze` exits.
 ///
 /// # Errors
 /// Neither or both of `--replay` and `--url`, an unreadable input, or no such GPU.
-pub(crate) fn run(args: &ExplainArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
     // The file's `[derive]` (the phase's thresholds) and `[verdict]`, as `analyze` reads them.
     let (derive, cfg) = match &args.config {
         Some(p) => {
@@ -251,7 +253,7 @@ pub(crate) fn run(args: &ExplainArgs) -> anyhow::Result<()> {
         }
         None => (DeriveConfig::default(), VerdictConfig::default()),
     };
-    let views = load(args.replay.as_deref(), args.url.as_deref(), &derive, &cfg)?;
+    let (views, malformed) = load(args.replay.as_deref(), args.url.as_deref(), &derive, &cfg)?;
     let views: Vec<&GpuView> = views
         .iter()
         .filter(|v| args.gpu.is_none() || v.gpu == args.gpu)
@@ -264,10 +266,15 @@ pub(crate) fn run(args: &ExplainArgs) -> anyhow::Result<()> {
     }
     let text: Vec<String> = views.iter().map(|v| explain(v)).collect();
     write!(crate::stdout::lock(), "{}", text.join("\n"))?;
-    Ok(())
+    Ok(if malformed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
-/// Views from `--replay FILE` or `--url URL` (exactly one).
+/// Views from `--replay FILE` or `--url URL` (exactly one), and the replay's malformed
+/// lines.
 ///
 /// # Errors
 /// Neither or both given, or the input cannot be read.
@@ -276,7 +283,7 @@ pub(crate) fn load(
     url: Option<&str>,
     derive: &DeriveConfig,
     cfg: &VerdictConfig,
-) -> anyhow::Result<Vec<GpuView>> {
+) -> anyhow::Result<(Vec<GpuView>, usize)> {
     match (replay, url) {
         (Some(p), None) => views_from_replay(p, derive, cfg),
         (None, Some(u)) => {
@@ -290,7 +297,7 @@ pub(crate) fn load(
             if let (true, Some(down)) = (read.views.is_empty(), &read.source_down) {
                 bail!("{u}: no GPU: {down}");
             }
-            Ok(read.views)
+            Ok((read.views, 0))
         }
         _ => bail!("give one of --replay FILE or --url http://SIDECAR:PORT"),
     }

@@ -14,6 +14,7 @@ use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 use std::time::SystemTime;
 use truthscale_core::derive::DeriveConfig;
@@ -107,9 +108,12 @@ pub(crate) fn frame(views: &[GpuView]) -> String {
     o
 }
 
-/// Every sample of a capture (any format `analyze` reads) grouped by time, and the nominal
-/// interval.
-fn read_replay(path: &Path) -> anyhow::Result<(Vec<Vec<Sample>>, Option<f64>)> {
+/// Every sample of a capture (any format `analyze` reads) grouped by time, the nominal
+/// interval, and the number of malformed lines.
+type Replayed = ((Vec<Vec<Sample>>, Option<f64>), usize);
+
+/// Every sample of a capture grouped by time (see [`Replayed`]).
+fn read_replay(path: &Path) -> anyhow::Result<Replayed> {
     // Played back on a terminal, so held: one step per instant (a JSONL capture has a
     // sample per GPU with the same time).
     view::read_capture(
@@ -131,6 +135,8 @@ enum Feed {
         samples: Vec<Vec<Sample>>,
         next: usize,
         stepper: Stepper,
+        /// Malformed lines skipped (each said on stderr): exit status 1 at the end.
+        malformed: usize,
     },
     /// A running sidecar's `/metrics`.
     Url {
@@ -154,11 +160,12 @@ impl Feed {
     fn open(args: &TopArgs, cfg: &VerdictConfig) -> anyhow::Result<Feed> {
         match (&args.replay, &args.url, &args.nvml_library) {
             (Some(p), None, None) => {
-                let (samples, nominal) = read_replay(p)?;
+                let ((samples, nominal), malformed) = read_replay(p)?;
                 Ok(Feed::Replay {
                     name: p.display().to_string(),
                     samples,
                     next: 0,
+                    malformed,
                     stepper: Stepper::new(&DeriveConfig::default(), cfg, nominal),
                 })
             }
@@ -315,17 +322,23 @@ impl Feed {
     }
 }
 
-/// Run `truthscale top`.
+/// Run `truthscale top`; exit status 1 when a replayed capture had malformed lines (each
+/// said on stderr), as `analyze` exits.
 ///
 /// # Errors
 /// The input cannot be opened, or the terminal cannot be set up.
-pub(crate) fn run(args: &TopArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: &TopArgs) -> anyhow::Result<ExitCode> {
     let cfg = VerdictConfig::default();
     let mut feed = Feed::open(args, &cfg)?;
     if args.once || !std::io::stdout().is_terminal() {
-        return plain(args, &cfg, &mut feed);
+        plain(args, &cfg, &mut feed)?;
+    } else {
+        tui::run(&mut feed, &cfg, args.interval)?;
     }
-    tui::run(&mut feed, &cfg, args.interval)
+    Ok(match feed {
+        Feed::Replay { malformed: 1.., .. } => ExitCode::from(1),
+        _ => ExitCode::SUCCESS,
+    })
 }
 
 /// Plain text: one frame with `--once` or a replay, else a frame per interval.

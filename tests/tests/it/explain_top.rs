@@ -293,6 +293,40 @@ fn top_once_prints_the_newest_sample_per_gpu_as_plain_text() {
     );
 }
 
+/// A malformed line in a replayed capture is said on stderr with its file and line, the rest
+/// is explained and shown, and both commands exit 1, as `analyze` does: a script that
+/// checks the status learns that part of the capture was not read.
+#[test]
+fn explain_and_top_exit_1_on_a_replay_with_a_malformed_line() {
+    let dir = TempDir::new("malformed");
+    let good = trace(&dir, "good", CASES[0].1);
+    let mut text = std::fs::read_to_string(&good).unwrap();
+    text.insert_str(text.find('\n').unwrap() + 1, "{\"taken\": not json\n");
+    let p = dir.path().join("bad.jsonl");
+    std::fs::write(&p, text).unwrap();
+    let path = p.to_str().unwrap();
+    for args in [
+        vec!["explain", "--replay", path],
+        vec!["top", "--once", "--replay", path],
+    ] {
+        let (code, out, err) = truthscale(&args);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(err.contains(&format!("{path}:2:")), "{args:?}: {err}");
+        assert!(
+            err.contains("1 malformed line(s) skipped"),
+            "{args:?}: {err}"
+        );
+        assert!(out.contains("busy"), "the rest is still read: {out}");
+    }
+    for args in [
+        vec!["explain", "--replay", good.to_str().unwrap()],
+        vec!["top", "--once", "--replay", good.to_str().unwrap()],
+    ] {
+        let (code, _, err) = truthscale(&args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+    }
+}
+
 /// A detached tmux server on its own socket (`-L`, under the test's directory), running one
 /// command in a 160x40 pane; the server, and with it the command, is killed on drop.
 struct Tmux {
