@@ -1058,6 +1058,38 @@ impl Config {
         })
     }
 
+    /// [`Config::validate`], where its error is about one key said with where that key was
+    /// set, as [`Config::load`] says a number's: the file and line (`file`, as loaded), the
+    /// variable, or the flags (`overrides`). A key left at its default is named alone.
+    ///
+    /// # Errors
+    /// As [`Config::validate`].
+    pub fn validate_at(
+        &self,
+        file: Option<&Path>,
+        env: &[(String, String)],
+        overrides: &[(&str, String)],
+    ) -> Result<Settings, ConfigError> {
+        match self.validate(env) {
+            Err(ConfigError::Invalid { key, message }) => {
+                // The file as loaded; were it gone since, the key is named alone.
+                let text = file.and_then(|f| {
+                    crate::bounds::read_file_to_string(f, crate::bounds::MAX_CONFIG_FILE).ok()
+                });
+                let located = file.zip(text.as_deref());
+                let origin = origin_of(key, located, env, overrides);
+                match origin.strip_suffix(": ") {
+                    Some(origin) => Err(ConfigError::Load {
+                        origin: origin.to_string(),
+                        message: format!("{key}: {message}"),
+                    }),
+                    None => Err(ConfigError::Invalid { key, message }),
+                }
+            }
+            other => other,
+        }
+    }
+
     /// `listen_address` as an address and port.
     fn listen(&self) -> Result<SocketAddr, ConfigError> {
         self.listen_address
@@ -1595,6 +1627,58 @@ mod tests {
             );
         }
         (err, line)
+    }
+
+    /// A value the validation refuses (a duration, an address) is said with where it was
+    /// set, as a number is: the file and line, the variable, or the flags; a default alone.
+    #[test]
+    fn a_refused_duration_or_address_names_its_file_line_variable_or_flag() {
+        let dir = std::env::temp_dir().join(format!("ts-cfg-at-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("c.toml");
+        std::fs::write(
+            &f,
+            "mode = \"sidecar\"\n\n[source]\ninterval = \"5 parsecs\"\n",
+        )
+        .unwrap();
+        let refused = |env: &[(String, String)], flags: &[(&str, String)]| {
+            Config::load(Some(&f), env, flags)
+                .unwrap()
+                .validate_at(Some(&f), env, flags)
+                .unwrap_err()
+                .to_string()
+        };
+        let head = "source.interval: \"5 parsecs\" is not a duration";
+        let err = refused(&[], &[]);
+        assert!(
+            err.starts_with(&format!("{}:4: {head}", f.display())),
+            "{err}"
+        );
+        let vars = env(&[("TRUTHSCALE_SOURCE__INTERVAL", "soon")]);
+        let err = refused(&vars, &[]);
+        let head = "source.interval: \"soon\" is not a duration";
+        assert!(
+            err.starts_with(&format!(
+                "environment (TRUTHSCALE_SOURCE__INTERVAL): {head}"
+            )),
+            "{err}"
+        );
+        let err = refused(&vars, &[("source.interval", "soon".to_string())]);
+        assert!(err.starts_with(&format!("flags: {head}")), "{err}");
+        std::fs::write(&f, "\n[http]\nrequest_timeout = \"1s\"\n").unwrap();
+        let vars = env(&[("TRUTHSCALE_LISTEN_ADDRESS", "9488")]);
+        assert!(
+            refused(&vars, &[])
+                .starts_with("environment (TRUTHSCALE_LISTEN_ADDRESS): listen_address: ")
+        );
+        // Set nowhere: the key alone, as `validate` says it.
+        let c = Config {
+            listen_address: "9488".into(),
+            ..Config::default()
+        };
+        let err = c.validate_at(Some(&f), &[], &[]).unwrap_err().to_string();
+        assert!(err.starts_with("listen_address: "), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// What `serve` aborted on: above the semaphore's limit, through the environment, is

@@ -31,7 +31,7 @@ pub(crate) fn run(c: &ConfigCommand, env: &[(String, String)]) -> anyhow::Result
         }
         ConfigCommand::Check { file } => {
             let cfg = crate::config::Config::load(Some(file), env, &[])?;
-            let settings = cfg.validate(env)?;
+            let settings = cfg.validate_at(Some(file), env, &[])?;
             // The web config as `serve` reads it: its TLS certificate and key too.
             crate::compose::web_config(&settings)
                 .map_err(|e| anyhow::anyhow!("invalid web config: {e}"))?;

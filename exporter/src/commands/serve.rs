@@ -7,12 +7,11 @@ use anyhow::Context;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Run the sidecar until SIGTERM, SIGHUP or Ctrl-C.
+/// Run the sidecar on `settings` until SIGTERM, SIGHUP or Ctrl-C.
 ///
 /// # Errors
-/// Bad configuration, a source that cannot be built, or a port that cannot be bound.
-pub(crate) fn run(config: &Config, env: &[(String, String)]) -> anyhow::Result<()> {
-    let settings = config.validate(env).context("invalid configuration")?;
+/// A source that cannot be built, or a port that cannot be bound.
+pub(crate) fn run(settings: Settings) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -263,8 +262,11 @@ pub(crate) fn main(args: &ServeArgs, env: &[(String, String)]) -> anyhow::Result
     crate::logging::init(env);
     let overrides = args.overrides()?;
     let overrides: Vec<(&str, String)> = overrides.iter().map(|(k, v)| (*k, v.clone())).collect();
-    let config = crate::config::Config::load(args.config.as_deref(), env, &overrides)?;
-    run(&config, env)
+    let config = Config::load(args.config.as_deref(), env, &overrides)?;
+    let settings = config
+        .validate_at(args.config.as_deref(), env, &overrides)
+        .context("invalid configuration")?;
+    run(settings)
 }
 
 #[cfg(test)]
