@@ -77,32 +77,73 @@ fn gpu_text(v: &GpuView) -> String {
     format!("{gpu}{mig}{sim}")
 }
 
-/// One frame as text.
+/// The plain table's columns: title, least width, and whether right-aligned.
+const PLAIN_COLUMNS: [(&str, usize, bool); 9] = [
+    ("GPU", 6, false),
+    ("REPORTED", 8, true),
+    ("EFFECTIVE", 9, true),
+    ("SATURATION", 10, true),
+    ("PHASE", 13, false),
+    ("VERDICT", 9, false),
+    ("CAUSE", 14, false),
+    ("KV", 6, true),
+    ("QUEUE", 6, true),
+];
+
+/// One frame as text: each column as wide as its widest cell (a phase marked
+/// `(estimate)` included), so that no cell pushes the ones after it out of their column.
 #[must_use]
 pub(crate) fn frame(views: &[GpuView]) -> String {
     let mut o = String::new();
     if views.iter().any(|v| v.simulated) {
         let _ = writeln!(o, "[SIMULATED] GPU* is simulated data, not a real GPU");
     }
-    let _ = writeln!(
-        o,
-        "{:<6} {:>8} {:>9} {:>10} {:<13} {:<9} {:<14} {:>6} {:>6}  EFFECTIVE (recent)",
-        "GPU", "REPORTED", "EFFECTIVE", "SATURATION", "PHASE", "VERDICT", "CAUSE", "KV", "QUEUE"
-    );
-    for v in views {
-        let _ = writeln!(
-            o,
-            "{:<6} {:>8} {:>9} {:>10} {:<13} {:<9} {:<14} {:>6} {:>6}  {}",
-            gpu_text(v),
-            pct(v.reported),
-            effective_text(v),
-            pct(v.saturation),
-            v.phase.as_deref().unwrap_or("—"),
-            v.verdict.as_ref().map_or("—", |r| r.verdict.as_str()),
-            cause_text(v),
-            kv_text(v),
-            queue_text(v),
-            sparkline(&v.history, 30)
+    let rows: Vec<[String; 9]> = views
+        .iter()
+        .map(|v| {
+            [
+                gpu_text(v),
+                pct(v.reported),
+                effective_text(v),
+                pct(v.saturation),
+                v.phase.clone().unwrap_or_else(|| "—".into()),
+                v.verdict
+                    .as_ref()
+                    .map_or("—", |r| r.verdict.as_str())
+                    .to_string(),
+                cause_text(v).to_string(),
+                kv_text(v),
+                queue_text(v),
+            ]
+        })
+        .collect();
+    let widths: Vec<usize> = PLAIN_COLUMNS
+        .iter()
+        .enumerate()
+        .map(|(i, (_, least, _))| {
+            rows.iter()
+                .map(|r| r[i].chars().count())
+                .fold(*least, usize::max)
+        })
+        .collect();
+    let line = |o: &mut String, cells: [&str; 9], tail: &str| {
+        for (i, cell) in cells.iter().enumerate() {
+            let (w, right) = (widths[i], PLAIN_COLUMNS[i].2);
+            let sep = if i == 0 { "" } else { " " };
+            let _ = if right {
+                write!(o, "{sep}{cell:>w$}")
+            } else {
+                write!(o, "{sep}{cell:<w$}")
+            };
+        }
+        let _ = writeln!(o, "  {tail}");
+    };
+    line(&mut o, PLAIN_COLUMNS.map(|c| c.0), "EFFECTIVE (recent)");
+    for (v, r) in views.iter().zip(&rows) {
+        line(
+            &mut o,
+            r.each_ref().map(String::as_str),
+            &sparkline(&v.history, 30),
         );
     }
     o
@@ -734,6 +775,46 @@ mod tests {
         assert!(lines[2].starts_with("0/2* "), "{text}");
         assert!(lines[3].starts_with("1 "), "{text}");
         assert!(!frame(&views[1..]).contains("SIMULATED"));
+    }
+
+    /// A phase marked as an estimate, wider than its column's title, widens the column: the
+    /// verdict and every column after it start where their titles do, on every row.
+    #[test]
+    fn a_long_phase_widens_its_column_and_keeps_the_rest_aligned() {
+        let views = [
+            GpuView {
+                gpu: Some(0),
+                phase: Some("compute_bound (estimate)".into()),
+                reported: Some(0.5),
+                ..GpuView::default()
+            },
+            GpuView {
+                gpu: Some(1),
+                phase: Some("idle".into()),
+                ..GpuView::default()
+            },
+        ];
+        let text = frame(&views);
+        let lines: Vec<&str> = text.lines().collect();
+        let at = |line: &str, word: &str| line.find(word).map(|b| line[..b].chars().count());
+        let verdict = at(lines[0], "VERDICT").unwrap();
+        // "0", the 6-wide GPU column, then REPORTED, EFFECTIVE, SATURATION and the phase.
+        assert_eq!(verdict, 7 + 9 + 10 + 11 + 25, "{text}");
+        for row in &lines[1..] {
+            let cells: Vec<char> = row.chars().collect();
+            assert_eq!(cells[verdict - 1], ' ', "{text}");
+            assert_eq!(cells[verdict], '—', "the verdict under its title: {text}");
+        }
+        assert_eq!(
+            lines[1].split_whitespace().collect::<Vec<_>>()[..6],
+            ["0", "50%", "—", "—", "compute_bound", "(estimate)"]
+        );
+        // Short cells keep the least widths the table always had.
+        let short = frame(&views[1..]);
+        assert!(
+            short.starts_with("GPU    REPORTED EFFECTIVE SATURATION PHASE         VERDICT   CAUSE"),
+            "{short}"
+        );
     }
 
     /// Without --replay or --url, top reads NVML on this machine; where it cannot, its error
