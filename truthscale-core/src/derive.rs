@@ -958,7 +958,8 @@ mod tests {
             ..Default::default()
         };
         let m = window(&r, &ctx, &DeriveConfig::default());
-        assert!(m.spatial_inflation.unwrap() >= 100.0);
+        // SM active 1/132 = 0.0076 is under the 0.01 floor: 1 / 0.01 = 100 exactly.
+        assert!(close(m.spatial_inflation, 100.0));
         assert!(close(m.effective_compute, 0.0));
         assert!(close(m.inflation_gap_points, 100.0));
         assert!(close(m.inflation_ratio, 100.0));
@@ -990,6 +991,42 @@ mod tests {
         assert!(close(m.inflation_gap_points, 60.0));
         assert!(close(m.inflation_ratio, 2.5));
         assert!(close(m.roofline_gap, 0.5));
+    }
+
+    /// The FP16 and FP32 pipes count in the compute term weighted by their peaks over the
+    /// tensor peak (H100 SXM: 134 and 67 over 989 TFLOP/s, typed in), and ρ and the
+    /// saturation read that term, uncorrected by the clock:
+    /// decode, τ 0.02, φ16 0.01, φ32 0.03, d 0.6: C = 0.02 + 0.01 × 134/989 + 0.03 × 67/989
+    /// = 0.023 387, ρ = C / 0.6 = 0.038 979, S = 0.6;
+    /// prefill, τ 0.5, φ16 0.02, φ32 0.05, d 0.2: C = 0.506 097, ρ = 2.530 485 (τ/d alone
+    /// would be 2.5), S = C; at 1980 MHz ECF = C × 1980/1830 = 0.547 580.
+    #[test]
+    fn the_pipes_count_in_rho_and_saturation_by_their_peaks() {
+        let h100 = crate::gpus::by_key("h100-sxm").unwrap();
+        let ctx = WindowContext {
+            spec: Some(h100),
+            ..Default::default()
+        };
+        let m = |tau: f64, f16: f64, f32: f64, d: f64| {
+            let r = readings(&[
+                (Field::TensorActive, tau),
+                (Field::Fp16Active, f16),
+                (Field::Fp32Active, f32),
+                (Field::DramActive, d),
+                (Field::SmClockMhz, 1980.0),
+            ]);
+            window(&r, &ctx, &DeriveConfig::default())
+        };
+        let near = |x: Option<f64>, want: f64| x.is_some_and(|x| (x - want).abs() < 5e-7);
+        let decode = m(0.02, 0.01, 0.03, 0.6);
+        assert!(near(decode.rho, 0.038_979), "{decode:?}");
+        assert!(near(decode.roofline_saturation, 0.6), "{decode:?}");
+        // ECF = C × 1980/1830 = 0.025 304.
+        assert!(near(decode.effective_compute, 0.025_304), "{decode:?}");
+        let prefill = m(0.5, 0.02, 0.05, 0.2);
+        assert!(near(prefill.rho, 2.530_485), "{prefill:?}");
+        assert!(near(prefill.roofline_saturation, 0.506_097), "{prefill:?}");
+        assert!(near(prefill.effective_compute, 0.547_580), "{prefill:?}");
     }
 
     /// ρ is the compute term over the DRAM activity floored at 0.02: 0.1 over an idle

@@ -487,6 +487,245 @@ mod tests {
         assert!((h.ridge_bf16() - 295.2).abs() < 0.5);
     }
 
+    /// Every model's datasheet figures, typed in from the published sources and not from
+    /// the catalog: a wrong catalog entry moves every result that reads it, and the tests
+    /// that take their expected values from the catalog with it, so this table is where
+    /// one is caught. From NVIDIA's datasheets as tabulated in the counter-science
+    /// reference (§4.1: SMs, dense BF16/FP16 tensor and FP8 TFLOP/s, FP32 TFLOP/s, memory
+    /// GB, bandwidth TB/s, maximum power W, and the clock the BF16 peak implies); A30, T4
+    /// and GH200, which that table lacks, from their NVIDIA datasheets (A30: 165 dense
+    /// BF16, 10.3 FP32, 24 GB at 933 GB/s, 165 W; T4: 65 FP16 tensor, 8.1 FP32, 16 GB at
+    /// 320 GB/s, 70 W; GH200: 96 GB at 4 TB/s, the H100 SXM's GPU). A power the datasheet
+    /// gives as a range (H100 PCIe 300–350 W, H100 NVL 350–400 W, GH200's module 450–1000 W)
+    /// is held to it; A10G's, unpublished, is not checked.
+    #[test]
+    fn every_model_has_its_datasheet_figures() {
+        #[rustfmt::skip]
+        // key, SMs, BF16, FP8, FP32, memory GB, TB/s, power range W, reference clock MHz.
+        type Sheet = (&'static str, u32, f64, Option<f64>, f64, u64, f64, (f64, f64), f64);
+        let sheets: [Sheet; 17] = [
+            (
+                "a100-40-pcie",
+                108,
+                312.0,
+                None,
+                19.5,
+                40,
+                1.555,
+                (250.0, 250.0),
+                1410.0,
+            ),
+            (
+                "a100-80-pcie",
+                108,
+                312.0,
+                None,
+                19.5,
+                80,
+                1.935,
+                (300.0, 300.0),
+                1410.0,
+            ),
+            (
+                "a100-40-sxm",
+                108,
+                312.0,
+                None,
+                19.5,
+                40,
+                1.555,
+                (400.0, 400.0),
+                1410.0,
+            ),
+            (
+                "a100-80-sxm",
+                108,
+                312.0,
+                None,
+                19.5,
+                80,
+                2.039,
+                (400.0, 400.0),
+                1410.0,
+            ),
+            (
+                "h100-sxm",
+                132,
+                989.0,
+                Some(1979.0),
+                67.0,
+                80,
+                3.35,
+                (700.0, 700.0),
+                1830.0,
+            ),
+            (
+                "h100-pcie",
+                114,
+                756.0,
+                Some(1513.0),
+                51.0,
+                80,
+                2.0,
+                (300.0, 350.0),
+                1619.0,
+            ),
+            (
+                "h100-nvl",
+                132,
+                835.0,
+                Some(1671.0),
+                60.0,
+                94,
+                3.9,
+                (350.0, 400.0),
+                1544.0,
+            ),
+            (
+                "h200-sxm",
+                132,
+                989.0,
+                Some(1979.0),
+                67.0,
+                141,
+                4.8,
+                (700.0, 700.0),
+                1830.0,
+            ),
+            (
+                "h200-nvl",
+                132,
+                835.0,
+                Some(1671.0),
+                60.0,
+                141,
+                4.8,
+                (600.0, 600.0),
+                1544.0,
+            ),
+            (
+                "gh200",
+                132,
+                989.0,
+                Some(1979.0),
+                67.0,
+                96,
+                4.0,
+                (450.0, 1000.0),
+                1830.0,
+            ),
+            (
+                "b200",
+                148,
+                2250.0,
+                Some(4500.0),
+                75.0,
+                180,
+                8.0,
+                (1000.0, 1000.0),
+                1856.0,
+            ),
+            (
+                "l4",
+                58,
+                121.0,
+                Some(242.0),
+                30.3,
+                24,
+                0.300,
+                (72.0, 72.0),
+                2037.0,
+            ),
+            (
+                "l40s",
+                142,
+                362.0,
+                Some(733.0),
+                91.6,
+                48,
+                0.864,
+                (350.0, 350.0),
+                2490.0,
+            ),
+            (
+                "a10",
+                72,
+                125.0,
+                None,
+                31.2,
+                24,
+                0.600,
+                (150.0, 150.0),
+                1695.0,
+            ),
+            (
+                "a10g",
+                80,
+                70.0,
+                None,
+                35.0,
+                24,
+                0.600,
+                (0.0, f64::INFINITY),
+                1710.0,
+            ),
+            (
+                "a30",
+                56,
+                165.0,
+                None,
+                10.3,
+                24,
+                0.933,
+                (165.0, 165.0),
+                1440.0,
+            ),
+            ("t4", 40, 65.0, None, 8.1, 16, 0.320, (70.0, 70.0), 1590.0),
+        ];
+        assert_eq!(
+            sheets.len(),
+            CATALOG.len(),
+            "a model without its datasheet row"
+        );
+        for (key, sms, bf16, fp8, fp32, gb, tbs, (p_lo, p_hi), f_ref) in sheets {
+            let s = by_key(key).unwrap_or_else(|| panic!("{key} is not in the catalog"));
+            assert_eq!(
+                (
+                    s.sms,
+                    s.bf16_dense_tflops,
+                    s.fp8_dense_tflops,
+                    s.fp32_tflops
+                ),
+                (sms, bf16, fp8, fp32),
+                "{key}"
+            );
+            assert_eq!(s.memory_bytes, gb * 1_000_000_000, "{key}");
+            assert!(
+                (s.bandwidth_bytes_per_sec - tbs * 1e12).abs() < 1.0,
+                "{key}"
+            );
+            assert!((p_lo..=p_hi).contains(&s.max_power_watts), "{key}");
+            assert_eq!(s.f_ref_mhz, f_ref, "{key}");
+        }
+        // A MIG profile's usable memory as an H100 80GB lists it (`nvidia-smi mig -lgip`):
+        // 1g.10gb 9.75 GiB (9.62 under some drivers; 9.50 GiB is the A100's), 1g.20gb and
+        // 2g.20gb 19.62, 3g.40gb and 4g.40gb 39.50, 7g.80gb 79.25.
+        let h = by_key("h100-sxm").unwrap();
+        let gib = |p: &str| {
+            h.mig.iter().find(|m| m.name == p).unwrap().memory_bytes as f64 / 1073741824.0
+        };
+        for (p, want) in [
+            ("1g.10gb", 9.75),
+            ("1g.20gb", 19.625),
+            ("2g.20gb", 19.625),
+            ("3g.40gb", 39.5),
+            ("4g.40gb", 39.5),
+            ("7g.80gb", 79.25),
+        ] {
+            assert_eq!(gib(p), want, "{p}");
+        }
+    }
+
     #[test]
     fn bounds_are_at_least_the_datasheet_figures() {
         for s in CATALOG {

@@ -748,6 +748,30 @@ mod tests {
         inputs.candidate(None, &PhaseConfig::default()).unwrap().0
     }
 
+    /// The compute-bound and mixed rules read the compute term `C`, the stalled rule the
+    /// busiest pipe: a helper that sets both to τ cannot tell them apart. On an H100 SXM
+    /// (FP32 67 of 989 TFLOP/s):
+    /// - τ 0.05, φ32 0.9, d 0.05: C = 0.05 + 0.9 × 67/989 = 0.111, busiest pipe 0.9. C is
+    ///   below the compute-bound rule's 0.20 (the pipe, 0.9, is not), and at least the mixed
+    ///   rule's 0.10: mixed.
+    /// - τ 0, φ32 0.5, d 0.05: C = 0.034, busiest pipe 0.5. The stalled rule needs the pipe
+    ///   below 0.10 (C is): not stalled; C below 0.10 and d below 0.15: not mixed;
+    ///   underloaded.
+    #[test]
+    fn the_rules_read_the_compute_term_or_the_busiest_pipe_as_written() {
+        let fp32 = |tau: f64, phi32: f64, d: f64| PhaseInputs {
+            util: Some(1.0),
+            sm_active: Some(0.5),
+            compute: Some(tau + phi32 * 67.0 / 989.0),
+            tensor: Some(tau),
+            dram: Some(d),
+            pipe: Some(phi32.max(tau)),
+            ..Default::default()
+        };
+        assert_eq!(classify(&fp32(0.05, 0.9, 0.05)), Phase::Mixed);
+        assert_eq!(classify(&fp32(0.0, 0.5, 0.05)), Phase::Underloaded);
+    }
+
     #[test]
     fn enter_rules() {
         assert_eq!(classify(&counters(0.0, 0.0, 0.0, 0.0)), Phase::Idle);

@@ -487,8 +487,9 @@ mod tests {
         assert_eq!(s.engine_flops_per_sec, Some(1e14));
         assert_eq!(s.engine_bytes_per_sec, Some(5e11 + 5e10));
         add_engine_estimates(&mut s, Some(spec), None);
-        assert_eq!(s.engine_mfu, Some(1e14 / (spec.bf16_dense_tflops * 1e12)));
-        assert_eq!(s.engine_mbu, Some(5.5e11 / spec.bandwidth_bytes_per_sec));
+        // Over the H100 SXM's datasheet 989 TFLOP/s and 3.35 TB/s, typed in.
+        assert_eq!(s.engine_mfu, Some(1e14 / 989e12));
+        assert_eq!(s.engine_mbu, Some(5.5e11 / 3.35e12));
         assert_eq!(
             s.engine_assumptions.as_deref(),
             Some(

@@ -327,16 +327,41 @@ mod tests {
             dtype: Dtype::Bf16,
         };
         add_utilization(&mut s, &model, Some(spec), 1);
-        let mfu = 2.0 * 8e9 * 1600.0 / (spec.bf16_dense_tflops * 1e12);
-        assert!((s.mfu.unwrap() - mfu).abs() < 1e-12);
-        let mbu = 16e9 * 50.0 / spec.bandwidth_bytes_per_sec;
-        assert!((s.mbu.unwrap() - mbu).abs() < 1e-12);
+        // 2 × 8e9 × 1600 FLOP/s over the H100 SXM's 989 TFLOP/s (datasheet, typed in);
+        // 16e9 bytes × 50 steps/s over its 3.35 TB/s.
+        assert!((s.mfu.unwrap() - 0.025_884_732_052_578).abs() < 1e-12);
+        assert!((s.mbu.unwrap() - 0.238_805_970_149_254).abs() < 1e-12);
         assert_eq!(
             s.assumptions.as_deref(),
             Some(
                 "params=8e9,dtype=bf16,gpus=1,flops=2*params*tokens,peak=bf16_dense_datasheet,weights_read_once_per_step"
             )
         );
+        // The counter-science reference's worked case (§5.2): Llama-2-70B in BF16 over two
+        // H100 SXMs (tensor parallel), a 2048-token prefill in 0.31 s and a 37 ms decode
+        // step: MFU = 2 × 70e9 × (2048 / 0.31) / (989e12 × 2) = 0.4676, MBU = 140e9 ×
+        // (1 / 0.037) / (3.35e12 × 2) = 0.5647. Both divide by the two GPUs' peaks.
+        let mut tp = ServingSnapshot {
+            engine: Some("vllm".into()),
+            prompt_tokens_per_sec: Some(2048.0 / 0.31),
+            output_tokens_per_sec: Some(0.0),
+            steps_per_sec: Some(1.0 / 0.037),
+            ..ServingSnapshot::default()
+        };
+        let llama = ModelParams {
+            params: 70e9,
+            dtype: Dtype::Bf16,
+        };
+        add_utilization(&mut tp, &llama, Some(spec), 2);
+        assert!(
+            (tp.mfu.unwrap() - 0.467_595_159_659_480).abs() < 1e-12,
+            "{tp:?}"
+        );
+        assert!(
+            (tp.mbu.unwrap() - 0.564_743_848_325_938).abs() < 1e-12,
+            "{tp:?}"
+        );
+        assert!(tp.assumptions.unwrap().contains("gpus=2"));
         let mut absent = absent("down".into());
         add_utilization(&mut absent, &model, Some(spec), 1);
         assert_eq!(absent.mfu, None);

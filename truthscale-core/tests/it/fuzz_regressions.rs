@@ -157,7 +157,7 @@ fn an_overflowed_model_utilization_is_absent_not_one() {
     // over 3.35e12 B/s.
     let s = with(1e300, 0.0, 1.0);
     assert_eq!(s.mfu, None);
-    assert_eq!(s.mbu, Some(8.1e11 / spec.bandwidth_bytes_per_sec));
+    assert_eq!(s.mbu, Some(8.1e11 / 3.35e12));
     assert_eq!(
         s.assumptions.as_deref(),
         Some("params=4.05e11,dtype=bf16,gpus=1,weights_read_once_per_step")

@@ -314,8 +314,8 @@ fn ecf_seconds(text: &str, times: &[f64]) -> (f64, Option<Fidelity>) {
 
 #[test]
 fn cumulative_counters_give_the_same_effective_compute_at_any_cadence() {
-    let spec = truthscale_core::gpus::lookup("h100-sxm").unwrap();
-    let kappa = 1980.0 / spec.f_ref_mhz;
+    // κ at 1980 MHz over the H100 SXM's 1830 MHz reference clock (typed in).
+    let kappa = 1980.0 / 1830.0;
     let end = 600.0;
     for (name, times) in [
         ("1 s", (0..=600).map(f64::from).collect::<Vec<_>>()),
@@ -350,4 +350,84 @@ fn cumulative_counters_give_the_same_effective_compute_at_any_cadence() {
     assert_eq!(fidelity, Some(Fidelity::Profiling));
     let (exact, _) = ecf_seconds(&dmon_capture(&times, true), &times);
     assert!((gauge - exact).abs() > 0.05 * exact, "{gauge} vs {exact}");
+}
+
+/// Every cumulative counter's name, in dcgm-exporter's exposition and in `dcgmi dmon`'s
+/// columns, fills its own field: each is given a value no other has (typed in here from
+/// DCGM's field list, fields 1084–1096), and the sample read back holds each value in the
+/// field of its name. A swapped pair of names (FP16 read as FP32) would pass every test
+/// that sets the two to the same value, and change the effective compute in silence.
+#[test]
+fn every_cumulative_counter_name_fills_its_own_field() {
+    let counters = [
+        (
+            "DCGM_FI_PROF_SM_CYCLES_ELAPSED_TOTAL",
+            "SMCELAP",
+            Field::SmCyclesElapsed,
+        ),
+        (
+            "DCGM_FI_PROF_SM_CYCLES_ACTIVE_TOTAL",
+            "SMCACT",
+            Field::SmCyclesActive,
+        ),
+        (
+            "DCGM_FI_PROF_MMA_CYCLES_ACTIVE_TOTAL",
+            "MMACACT",
+            Field::MmaCyclesActive,
+        ),
+        (
+            "DCGM_FI_PROF_HMMA_CYCLES_ACTIVE_TOTAL",
+            "HMMACACT",
+            Field::HmmaCyclesActive,
+        ),
+        (
+            "DCGM_FI_PROF_IMMA_CYCLES_ACTIVE_TOTAL",
+            "IMMACACT",
+            Field::ImmaCyclesActive,
+        ),
+        (
+            "DCGM_FI_PROF_FP64_CYCLES_ACTIVE_TOTAL",
+            "FP64CACT",
+            Field::Fp64CyclesActive,
+        ),
+        (
+            "DCGM_FI_PROF_FP32_CYCLES_ACTIVE_TOTAL",
+            "FP32CACT",
+            Field::Fp32CyclesActive,
+        ),
+        (
+            "DCGM_FI_PROF_FP16_CYCLES_ACTIVE_TOTAL",
+            "FP16CACT",
+            Field::Fp16CyclesActive,
+        ),
+    ];
+    // Values past 2^47, each its own.
+    let value = |i: usize| 3.0e17 + 1.0e15 * i as f64;
+    let mut exposition = String::new();
+    let mut header = String::from("#Entity");
+    let mut row = String::from("GPU 0");
+    for (i, (metric, column, _)) in counters.iter().enumerate() {
+        exposition.push_str(&format!(
+            "{metric}{{gpu=\"0\",UUID=\"GPU-0\",modelName=\"NVIDIA H100 80GB HBM3\"}} {:.0} 1767225600000\n",
+            value(i)
+        ));
+        header.push_str(&format!("   {column:>20}"));
+        row.push_str(&format!("   {:>20.0}", value(i)));
+    }
+    let dmon = format!("{header}\nID\n{row}\n");
+    for (format, text) in [
+        (Format::DcgmExporter, exposition),
+        (Format::DcgmiDmon, dmon),
+    ] {
+        let (s, _) = samples(format, &text);
+        assert_eq!(s.len(), 1, "{format:?}");
+        let r = &s[0].entities[0].readings;
+        for (i, (metric, column, field)) in counters.iter().enumerate() {
+            assert_eq!(
+                r.value(*field),
+                Some(value(i)),
+                "{format:?} {metric} / {column}"
+            );
+        }
+    }
 }

@@ -386,6 +386,26 @@ fn check(name: &str, gpus: &[GpuEntry], identity: &Identity, source: &str) {
     }
 }
 
+/// The value of the one series of family `name` whose labels contain every `label="v"` of
+/// `with`, in the text exposition of `gpus`: the key numbers of a golden, read back to be
+/// checked against hand arithmetic, so that a physics regression accepted with
+/// `UPDATE_GOLDEN` still fails.
+fn value_in(gpus: &[GpuEntry], identity: &Identity, name: &str, with: &[&str]) -> f64 {
+    let body = exposition::encode(gpus, identity, &status("sim"), Encoding::Text);
+    let found: Vec<f64> = body
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter(|l| with.iter().all(|w| l.contains(w)))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse().unwrap())
+        .collect();
+    assert_eq!(found.len(), 1, "{name} {with:?}: {found:?}");
+    found[0]
+}
+
+fn assert_near(got: f64, want: f64, what: &str) {
+    assert!((got - want).abs() < 1e-6, "{what}: {got}, by hand {want}");
+}
+
 #[test]
 fn simulated_gpus() {
     let id = Identity {
@@ -404,21 +424,61 @@ fn mig_instance_and_multiplexed_gpu() {
         container: Some("kserve-container".into()),
         ..Identity::default()
     };
-    check(
-        "mig-and-multiplexed",
-        &mig_and_multiplexed(),
-        &id,
-        "dcgm_exporter",
+    let gpus = mig_and_multiplexed();
+    check("mig-and-multiplexed", &gpus, &id, "dcgm_exporter");
+    // By hand: the MIG instance's tensor 0.3 at 1464 of the H100's 1830 MHz, ECF 0.3 × 0.8
+    // = 0.24; the multiplexed GPU busy 1.0 against an ECF of 0.3, a gap of 0.7; its 4000 J
+    // over 10 s, of which the 75 W idle floor is 750 J.
+    let v = |name: &str, with: &[&str]| value_in(&gpus, &id, name, with);
+    let mig = r#"uuid="GPU-MIG""#;
+    let mux = r#"uuid="GPU-MUX""#;
+    assert_near(v("truthscale_gpu_clock_correction_ratio", &[mig]), 0.8, "κ");
+    assert_near(
+        v("truthscale_gpu_effective_compute_ratio", &[mig]),
+        0.24,
+        "MIG ECF",
+    );
+    assert_near(v("truthscale_gpu_inflation_gap_ratio", &[mux]), 0.7, "gap");
+    assert_near(
+        v("truthscale_gpu_energy_joules_total", &[mux]),
+        4000.0,
+        "energy",
+    );
+    let idle = r#"part="idle_floor""#;
+    assert_near(
+        v("truthscale_gpu_energy_part_joules_total", &[mux, idle]),
+        750.0,
+        "floor",
     );
 }
 
 #[test]
 fn t4_dcgm_exporter_capture() {
+    let gpus = t4_capture();
     check(
         "t4-dcgm-exporter",
-        &t4_capture(),
+        &gpus,
         &Identity::default(),
         "dcgm_exporter",
+    );
+    // By hand, from the capture's own lines: SM clock 660 MHz of the T4's 1590 MHz
+    // reference, κ = 0.415 094; tensor active 0.005 822, ECF = 0.005 822 × κ = 0.002 417;
+    // busy 91 %, so a gap of 0.91 − 0.002 417 = 0.907 583.
+    let v = |name: &str| value_in(&gpus, &Identity::default(), name, &[]);
+    assert_near(
+        v("truthscale_gpu_clock_correction_ratio"),
+        660.0 / 1590.0,
+        "κ",
+    );
+    assert_near(
+        v("truthscale_gpu_effective_compute_ratio"),
+        0.002_416_679,
+        "ECF",
+    );
+    assert_near(
+        v("truthscale_gpu_inflation_gap_ratio"),
+        0.907_583_321,
+        "gap",
     );
 }
 
@@ -492,7 +552,30 @@ fn node_mode() -> Identity {
 
 #[test]
 fn every_family_on_a_shared_node() {
-    check("every-family", &every_family(), &node_mode(), "nvml");
+    let gpus = every_family();
+    check("every-family", &gpus, &node_mode(), "nvml");
+    // By hand: the shared GPU's tensor 0.25 at 1755 of 1830 MHz, ECF 0.239 754; its holders'
+    // SM-busy shares 2/3 and 1/3 of it, 0.159 836 and 0.079 918 (estimates); its 5200 J less
+    // the 75 W × 10 s idle floor, 4450 J, split the same way: 2966.67 and 1483.33 J.
+    let v = |name: &str, with: &[&str]| value_in(&gpus, &node_mode(), name, with);
+    let shared = r#"uuid="GPU-SHARED""#;
+    let (a, b) = (r#"pod="chat-a""#, r#"pod="chat-b""#);
+    let ecf = "truthscale_gpu_effective_compute_ratio";
+    assert_near(v(ecf, &[shared]), 0.25 * 1755.0 / 1830.0, "ECF");
+    let part = "truthscale_pod_effective_compute_estimate_ratio";
+    assert_near(
+        v(part, &[shared, a]),
+        0.25 * 1755.0 / 1830.0 * 2.0 / 3.0,
+        "chat-a",
+    );
+    assert_near(
+        v(part, &[shared, b]),
+        0.25 * 1755.0 / 1830.0 / 3.0,
+        "chat-b",
+    );
+    let joules = "truthscale_pod_energy_estimate_joules_total";
+    assert_near(v(joules, &[shared, a]), 4450.0 * 2.0 / 3.0, "chat-a energy");
+    assert_near(v(joules, &[shared, b]), 4450.0 / 3.0, "chat-b energy");
 }
 
 /// Every catalog family appears in some golden (its `# TYPE` line in a `.prom` file), so

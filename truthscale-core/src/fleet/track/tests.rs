@@ -237,6 +237,12 @@ fn a_mig_instances_saturation_needs_both_terms() {
     r.set_value(Field::DramActive, 0.7);
     let s = t.saturation_of(&r, &m).unwrap_or_default();
     assert!((s - 0.35).abs() < 1e-12, "{s}");
+    // The compute term winning: max(0.9 × 60/132, 0.3 × 4/8) = 0.409 091 (by its compute
+    // slices, 3/7, it would read 0.385 714; unscaled, 0.9).
+    r.set_value(Field::TensorActive, 0.9);
+    r.set_value(Field::DramActive, 0.3);
+    let s = t.saturation_of(&r, &m).unwrap_or_default();
+    assert!((s - 0.409_090_909_090_909).abs() < 1e-12, "{s}");
     let mut dram_only = Readings::default();
     dram_only.set_value(Field::DramActive, 0.7);
     assert_eq!(t.saturation_of(&dram_only, &m), None, "DRAM alone");
