@@ -676,6 +676,37 @@ fn file_layer(f: &Path, upper_kind: Option<&str>) -> Result<(String, toml::Table
 
 /// The dotted key a `TRUTHSCALE_…` variable sets (`TRUTHSCALE_HTTP__MAX_HEADER_BYTES` →
 /// `http.max_header_bytes`).
+/// Whether `var` is one of the variables Kubernetes writes into a pod for each Service of
+/// its namespace (`enableServiceLinks`, on by default), for a Service whose name starts with
+/// `truthscale`: `NAME_SERVICE_HOST`, `NAME_SERVICE_PORT[_PORTNAME]`, `NAME_PORT` and
+/// `NAME_PORT_<port>_<TCP|UDP|SCTP>[_PROTO|_PORT|_ADDR]`, `NAME` the Service's name in
+/// capitals with `-` as `_`. None is a setting (a setting in a section has `__`, and no
+/// top-level one ends so), so each is left out rather than refused as an unknown key, which
+/// stopped a sidecar beside a Service called `truthscale`.
+fn is_service_link(var: &str) -> bool {
+    let Some(rest) = var.strip_prefix("TRUTHSCALE") else {
+        return false;
+    };
+    if rest.contains("__") {
+        return false;
+    }
+    let parts: Vec<&str> = rest.split('_').skip(1).collect();
+    (0..parts.len()).any(|i| {
+        let tail = &parts[i..];
+        match tail {
+            ["SERVICE", "HOST"] | ["PORT"] => true,
+            ["SERVICE", "PORT", ..] => true,
+            ["PORT", port, proto, more @ ..] => {
+                port.bytes().all(|b| b.is_ascii_digit())
+                    && !port.is_empty()
+                    && ["TCP", "UDP", "SCTP"].contains(proto)
+                    && matches!(more, [] | ["PROTO" | "PORT" | "ADDR"])
+            }
+            _ => false,
+        }
+    })
+}
+
 fn env_key(var: &str) -> Option<String> {
     var.strip_prefix("TRUTHSCALE_")
         .map(|k| k.to_ascii_lowercase().replace("__", "."))
@@ -946,10 +977,15 @@ impl Config {
             file_text = Some((f, text));
         }
         // Every `TRUTHSCALE_` variable is a setting, but the password `report` and
-        // `analyze --prometheus` read, which a shell or pod may hold for them.
+        // `analyze --prometheus` read, which a shell or pod may hold for them, and the
+        // variables Kubernetes writes for a Service named `truthscale…` in the namespace.
         let mut env_map: config::Map<String, String> = env
             .iter()
-            .filter(|(k, _)| k.starts_with("TRUTHSCALE_") && k != crate::history::PASSWORD_ENV)
+            .filter(|(k, _)| {
+                k.starts_with("TRUTHSCALE_")
+                    && k != crate::history::PASSWORD_ENV
+                    && !is_service_link(k)
+            })
             .cloned()
             .collect();
         check_env_numbers(&env_map, &defaults)?;
@@ -1679,6 +1715,62 @@ mod tests {
         let err = c.validate_at(Some(&f), &[], &[]).unwrap_err().to_string();
         assert!(err.starts_with("listen_address: "), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The variables Kubernetes writes for a Service named `truthscale` (or
+    /// `truthscale-metrics`) in the pod's namespace are not settings: a sidecar beside such
+    /// a Service read `TRUTHSCALE_SERVICE_PORT_METRICS` as the unknown key
+    /// `service_port_metrics` and stopped. Settings and misspelt settings are still read.
+    #[test]
+    fn service_link_variables_are_not_settings() {
+        let links = [
+            "TRUTHSCALE_SERVICE_HOST",
+            "TRUTHSCALE_SERVICE_PORT",
+            "TRUTHSCALE_SERVICE_PORT_METRICS",
+            "TRUTHSCALE_PORT",
+            "TRUTHSCALE_PORT_9488_TCP",
+            "TRUTHSCALE_PORT_9488_TCP_PROTO",
+            "TRUTHSCALE_PORT_9488_TCP_PORT",
+            "TRUTHSCALE_PORT_9488_TCP_ADDR",
+            "TRUTHSCALE_METRICS_SERVICE_HOST",
+            "TRUTHSCALE_METRICS_PORT_9488_UDP",
+        ];
+        for v in links {
+            assert!(is_service_link(v), "{v}");
+        }
+        let values = [
+            "10.0.0.5",
+            "9488",
+            "9488",
+            "tcp://10.0.0.5:9488",
+            "tcp://10.0.0.5:9488",
+            "tcp",
+            "9488",
+            "10.0.0.5",
+            "10.0.0.6",
+            "udp://10.0.0.6:9488",
+        ];
+        let mut vars: Vec<(String, String)> = links
+            .iter()
+            .zip(values)
+            .map(|(k, v)| ((*k).to_string(), v.to_string()))
+            .collect();
+        vars.push(("TRUTHSCALE_MAX_SERIES".into(), "123".into()));
+        let c = Config::load(None, &vars, &[]).unwrap();
+        assert_eq!(c.max_series, 123);
+        for setting in [
+            "TRUTHSCALE_LISTEN_ADDRESS",
+            "TRUTHSCALE_MAX_SERIES",
+            "TRUTHSCALE_SOURCE__PORT",
+            "TRUTHSCALE_PORTS",
+            "TRUTHSCALE_PORT_X_TCP",
+            "TRUTHSCALE_PORT_9488_TCP_HOST",
+            "TRUTHSCALE_SERVICE",
+        ] {
+            assert!(!is_service_link(setting), "{setting}");
+        }
+        let err = Config::load(None, &env(&[("TRUTHSCALE_PORTS", "1")]), &[]).unwrap_err();
+        assert!(err.to_string().contains("ports"), "{err}");
     }
 
     /// What `serve` aborted on: above the semaphore's limit, through the environment, is
