@@ -314,7 +314,7 @@ pub(crate) struct ExplainArgs {
     #[arg(long)]
     pub url: Option<String>,
     /// Only this GPU index.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub gpu: Option<u32>,
     /// Configuration file whose `[verdict]` section sets the verdict's thresholds and whose
     /// `[derive]` section a replay's phase's (a sidecar's `--url` phase is its own).

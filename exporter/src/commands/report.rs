@@ -33,15 +33,22 @@ fn fraction(max: f64) -> impl Fn(&str) -> Result<f64, String> + Clone {
     }
 }
 
+/// The highest price taken, of a GPU-hour or a kWh: far above any real one, and low
+/// enough that a fleet's costs stay finite (`1e308` made every cost `inf` in the CSV and
+/// FOCUS files and `null`, "no price", in the JSON).
+const MAX_PRICE: f64 = 1e9;
+
 fn price(s: &str) -> Result<f64, String> {
     let v: f64 = s
         .trim()
         .parse()
         .map_err(|_| format!("{s:?} is not a number"))?;
-    if v.is_finite() && v >= 0.0 {
+    if v.is_finite() && (0.0..=MAX_PRICE).contains(&v) {
         Ok(v)
     } else {
-        Err(format!("{v}: give a price of 0 or more"))
+        Err(format!(
+            "{v}: give a price of 0 or more, at most {MAX_PRICE:e}"
+        ))
     }
 }
 
@@ -68,24 +75,24 @@ pub(crate) struct ReportArgs {
     #[command(flatten)]
     pub history: PrometheusArgs,
     /// Headroom h: summed saturation is kept under 1 − h on a shared GPU (0 to 0.9).
-    #[arg(long, default_value = "0.2", value_parser = fraction(0.9))]
+    #[arg(long, allow_negative_numbers = true, default_value = "0.2", value_parser = fraction(0.9))]
     pub headroom: f64,
     /// Price of one GPU-hour, for the savings estimate (in your currency).
-    #[arg(long, value_name = "PRICE", value_parser = price)]
+    #[arg(long, allow_negative_numbers = true, value_name = "PRICE", value_parser = price)]
     pub cost_per_gpu_hour: Option<f64>,
     /// List a workload as idle allocated capacity when idle more than this share of its
     /// measured time (0 to 1).
-    #[arg(long, default_value = "0.5", value_parser = fraction(1.0))]
+    #[arg(long, allow_negative_numbers = true, default_value = "0.5", value_parser = fraction(1.0))]
     pub idle_share: f64,
     /// A step is idle when the busy flag is below this (where measured)…
-    #[arg(long, default_value_t = IDLE_BUSY_BELOW, value_parser = fraction(1.0))]
+    #[arg(long, allow_negative_numbers = true, default_value_t = IDLE_BUSY_BELOW, value_parser = fraction(1.0))]
     pub idle_busy_below: f64,
     /// …and effective compute below this (where measured).
-    #[arg(long, default_value_t = IDLE_COMPUTE_BELOW, value_parser = fraction(1.0))]
+    #[arg(long, allow_negative_numbers = true, default_value_t = IDLE_COMPUTE_BELOW, value_parser = fraction(1.0))]
     pub idle_compute_below: f64,
     /// Propose a smaller model only where the workload's observed peak is at most this many
     /// times its capacity (1: the peak must fit; 8: a burst may run up to 8× longer).
-    #[arg(long, value_name = "FACTOR", default_value = "1.0", value_parser = peak_factor)]
+    #[arg(long, allow_negative_numbers = true, value_name = "FACTOR", default_value = "1.0", value_parser = peak_factor)]
     pub max_peak_over_capacity: f64,
     /// The most points kept per workload: a finer grid (an explicit --step over a long
     /// window) is combined, each point then holding as many steps as it takes (their means
@@ -127,7 +134,7 @@ pub(crate) struct ReportArgs {
     pub gpu_hour_price: Vec<(String, f64)>,
     /// With --by: the price of one kWh, for the cost of each group's energy (its share of
     /// each GPU's measured energy, as its GPU-hours are shared).
-    #[arg(long, value_name = "PRICE", requires = "by", value_parser = price)]
+    #[arg(long, allow_negative_numbers = true, value_name = "PRICE", requires = "by", value_parser = price)]
     pub energy_price_per_kwh: Option<f64>,
     /// With --by: write the showback as CSV (one row per group and period) to FILE.
     #[arg(long, value_name = "FILE", requires = "by")]
@@ -281,4 +288,52 @@ fn write_focus(
         built.point_seconds,
     )?;
     std::fs::write(path, buf).with_context(|| format!("cannot write --focus {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        report: ReportArgs,
+    }
+
+    /// The error `truthscale report … FLAG VALUE` stops with.
+    fn refused(flag: &str, value: &str) -> String {
+        use clap::Parser as _;
+        let args = [
+            "report",
+            "--prometheus",
+            "http://p:9090",
+            "--by",
+            "namespace",
+            flag,
+            value,
+        ];
+        match Cli::try_parse_from(args) {
+            Ok(_) => panic!("{flag} {value} was taken"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// A negative price is told the range, not taken for an unknown flag, and a price so
+    /// large that the costs would overflow is refused; the bound itself is taken.
+    #[test]
+    fn prices_are_refused_with_their_range() {
+        for flag in ["--cost-per-gpu-hour", "--energy-price-per-kwh"] {
+            let e = refused(flag, "-1");
+            assert!(
+                e.contains("-1: give a price of 0 or more, at most 1e9"),
+                "{e}"
+            );
+            let e = refused(flag, "1e308");
+            assert!(e.contains("give a price of 0 or more, at most 1e9"), "{e}");
+        }
+        let e = refused("--headroom", "-0.1");
+        assert!(e.contains("-0.1 is outside 0..=0.9"), "{e}");
+        assert_eq!(price("1e9"), Ok(1e9));
+        assert!(model_price("H100=-2").unwrap_err().contains("at most 1e9"));
+    }
 }

@@ -194,6 +194,12 @@ fn idle(p: &Period, priced: bool, b: &Bounds) -> Value {
         "truthscaleAssumedShareGpuHours".into(),
         json!(p.unallocated_assumed_share_gpu_hours),
     );
+    // The GPU-hours charged beyond the GPUs' own (fractions held past one): what makes the
+    // allocations add up to more than the fleet, which OpenCost's shape cannot say.
+    m.insert(
+        "truthscaleOverallocatedGpuHours".into(),
+        json!(p.overallocated_gpu_hours),
+    );
     simulated(&mut m, p.unallocated_simulated);
     Value::Object(m)
 }
@@ -279,7 +285,26 @@ pub(crate) fn document(s: &Showback, by: &By, start_ms: i64, step_seconds: f64) 
             Value::Object(set)
         })
         .collect();
-    json!({ "code": 200, "status": "success", "data": sets })
+    let mut doc = json!({ "code": 200, "status": "success", "data": sets });
+    round_figures(&mut doc);
+    doc
+}
+
+/// Every figure of `v` to six decimals, as the CSV and FOCUS files write them: sums of
+/// per-step shares carry binary noise (2 GPU-hours at 3 read 5.999999999999987), which would
+/// make the three exports disagree on the same cost.
+fn round_figures(v: &mut Value) {
+    match v {
+        Value::Number(n) if !n.is_i64() && !n.is_u64() => {
+            // A figure past 1e302 has no decimals to round (and its product would overflow).
+            if let Some(x) = n.as_f64().filter(|x| (x * 1e6).is_finite()) {
+                *v = json!((x * 1e6).round() / 1e6);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(round_figures),
+        Value::Object(m) => m.values_mut().for_each(round_figures),
+        _ => {}
+    }
 }
 
 #[cfg(test)]
@@ -430,6 +455,7 @@ mod tests {
                     "totalCost": 2.0,
                     "truthscaleUnavailableGpuHours": 0.5,
                     "truthscaleAssumedShareGpuHours": 0.25,
+                    "truthscaleOverallocatedGpuHours": 0.0,
                 },
             }]
         });
@@ -437,6 +463,43 @@ mod tests {
     }
 
     /// Without a price every cost is unknown: `null`, never 0.
+    /// Two HAMi pods held 75 % and 50 % of one GPU for 2 h at 2 a GPU-hour: 2.5 GPU-hours
+    /// charged for a GPU that had 2, the 0.5 over said on `__idle__`; and the sums' binary
+    /// noise (2.9999999999999933 GPU-hours, 5.999999999999987) written to six decimals, as
+    /// the CSV and FOCUS files write them.
+    #[test]
+    fn overallocation_is_said_and_the_figures_rounded() {
+        let g = |name: &str, hours: f64, cost: f64| GroupHours {
+            group: name.into(),
+            workloads: 1,
+            allocated_gpu_hours: hours,
+            cost: Some(GroupCost {
+                allocated: cost,
+                ..GroupCost::default()
+            }),
+            ..GroupHours::default()
+        };
+        let s = Showback {
+            total: Period {
+                steps: 120,
+                groups: vec![
+                    g("ha", 2.999_999_999_999_993_3, 5.999_999_999_999_987),
+                    g("hb", 1.0, 2.0),
+                ],
+                unallocated_cost: Some(0.0),
+                overallocated_gpu_hours: 0.5,
+                ..Period::default()
+            },
+            ..Showback::default()
+        };
+        let doc = document(&s, &By::Namespace, START_MS, 60.0);
+        let set = &doc["data"][0];
+        assert_eq!(set["ha"]["gpuHours"], json!(3.0));
+        assert_eq!(set["ha"]["gpuCost"], json!(6.0));
+        assert_eq!(set[IDLE]["truthscaleOverallocatedGpuHours"], json!(0.5));
+        assert_eq!(set[IDLE]["gpuHours"], json!(0.0));
+    }
+
     #[test]
     fn an_unpriced_showback_has_null_costs() {
         let doc = document(&showback(false), &By::Namespace, START_MS, 60.0);

@@ -533,7 +533,7 @@ pub(crate) fn requested_by_group(
 /// SM-busy split, an estimate never billed. `busy_gpu_hours`, `effective_compute_gpu_hours`
 /// and `saturation_gpu_hours` are sums over the hours each was measured, given last
 /// (`*_measured_gpu_hours`): their share is over those, not over the allocated hours.
-const CSV_HEADER: &str = "window_start,window_end,by,group,workloads,allocated_gpu_hours,requested_gpu_hours,used_gpu_hours,idle_gpu_hours,unmeasured_gpu_hours,use_unknown_gpu_hours,busy_gpu_hours,effective_compute_gpu_hours,saturation_gpu_hours,allocated_cost,idle_cost,time_sliced_effective_compute_gpu_hours,effective_compute_estimate_gpu_hours,energy_kwh,energy_cost,unavailable_gpu_hours,unavailable_cost,simulated,busy_measured_gpu_hours,effective_compute_measured_gpu_hours,saturation_measured_gpu_hours,health_measured_gpu_hours,energy_measured_gpu_hours,assumed_share_gpu_hours";
+const CSV_HEADER: &str = "window_start,window_end,by,group,workloads,allocated_gpu_hours,requested_gpu_hours,used_gpu_hours,idle_gpu_hours,unmeasured_gpu_hours,use_unknown_gpu_hours,busy_gpu_hours,effective_compute_gpu_hours,saturation_gpu_hours,allocated_cost,idle_cost,time_sliced_effective_compute_gpu_hours,effective_compute_estimate_gpu_hours,energy_kwh,energy_cost,unavailable_gpu_hours,unavailable_cost,simulated,busy_measured_gpu_hours,effective_compute_measured_gpu_hours,saturation_measured_gpu_hours,health_measured_gpu_hours,energy_measured_gpu_hours,assumed_share_gpu_hours,overallocated_gpu_hours";
 
 /// A CSV field: quoted when it holds a comma, a quote or a line break.
 fn field(s: &str) -> String {
@@ -549,8 +549,11 @@ fn num(x: Option<f64>) -> String {
 }
 
 /// One row per group and period (the whole window without periods), plus an `(unallocated)`
-/// row per period, and an `(allocation unknown)` row where any GPU-hours were; an unknown value is an empty field, never 0. `simulated` is `true` on a
-/// row with any GPU-hour of a simulated GPU.
+/// row per period, and an `(allocation unknown)` row where any GPU-hours were; an unknown
+/// value is an empty field, never 0. `simulated` is `true` on a row with any GPU-hour of a
+/// simulated GPU. `overallocated_gpu_hours`, on the `(unallocated)` row only, is the
+/// GPU-hours the groups were charged beyond the GPUs' own (fractions held past one), by
+/// which the rows' hours and costs add up to more than the fleet's.
 ///
 /// # Errors
 /// Writing fails.
@@ -579,7 +582,7 @@ pub(crate) fn write_csv(
         let unheld_down = p.unallocated_unavailable_gpu_hours;
         writeln!(
             out,
-            "{from},{to},{},(unallocated),,{},,,,,,,,,{},,,,{},{},{},,{},,,,{},{},{}",
+            "{from},{to},{},(unallocated),,{},,,,,,,,,{},,,,{},{},{},,{},,,,{},{},{},{}",
             field(&s.by),
             num(Some(p.unallocated_gpu_hours)),
             num(p.unallocated_cost),
@@ -590,13 +593,14 @@ pub(crate) fn write_csv(
             num(Some(p.unallocated_health_measured_gpu_hours)),
             num(p.energy.as_ref().map(|e| e.unallocated_measured_gpu_hours)),
             num(Some(p.unallocated_assumed_share_gpu_hours)),
+            num(Some(p.overallocated_gpu_hours)),
         )?;
         // Nothing of the GPU read and no holder named: not known whether a pod held it, so
         // no energy or health was read of it either.
         if p.allocation_unknown_gpu_hours > 0.0 {
             writeln!(
                 out,
-                "{from},{to},{},(allocation unknown),,{},,,,,,,,,{},,,,,,,,{},,,,,,",
+                "{from},{to},{},(allocation unknown),,{},,,,,,,,,{},,,,,,,,{},,,,,,,",
                 field(&s.by),
                 num(Some(p.allocation_unknown_gpu_hours)),
                 num(p.allocation_unknown_cost),
@@ -616,7 +620,7 @@ fn write_group_row(
 ) -> std::io::Result<()> {
     writeln!(
         out,
-        "{from},{to},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+        "{from},{to},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},",
         field(by),
         field(&g.group),
         g.workloads,
