@@ -245,6 +245,33 @@ impl Analyzer {
         }
     }
 
+    /// The end of the input: the windows still waiting for a next sample are decided
+    /// without one and said ([`Deriver`]'s end), so that the report counts the time of a
+    /// long last window as not observed. Call it once, after the last [`Analyzer::push`].
+    pub fn finish(&mut self) {
+        let Analyzer {
+            deriver,
+            entities,
+            by_slot,
+            noticed,
+            ..
+        } = self;
+        deriver.finish(noticed, |slot, w, _| {
+            let known = by_slot.entry(slot);
+            let acc = match *known {
+                Some(acc) => acc,
+                None => entities.find_or_insert(0, &w.id, || EntityAcc {
+                    id: w.id.clone(),
+                    ..EntityAcc::default()
+                }),
+            };
+            add_weighted(entities.get_mut(acc), w, 0.0);
+        });
+        for d in self.noticed.drain(..) {
+            self.diagnostics.add(&d);
+        }
+    }
+
     /// The report so far.
     #[must_use]
     pub fn report(&self) -> Report {

@@ -998,6 +998,47 @@ impl Deriver {
         });
     }
 
+    /// The end of the input: each window still waiting for the entity's next sample
+    /// ([`Pending`]) is decided without one, said, and handed again ([`Handed::Late`], with
+    /// no seconds). A long last window cannot be told a change of cadence without a spacing
+    /// after it, so its seconds are not observed; an entity's only window has no length (no
+    /// sample before or after it, and no declared interval), so it stands for no time. Either
+    /// was left waiting in silence: the last 295 s after a pause were neither observed nor
+    /// unobserved, and a capture of one sample read as having no busy flag.
+    pub(crate) fn finish(
+        &mut self,
+        diags: &mut Vec<Diagnostic>,
+        mut each: impl FnMut(Slot, &EntityWindow, Handed),
+    ) {
+        for slot in 0..self.entities.len() {
+            let state = self.entities.get_mut(slot);
+            let detail = match state.pending {
+                Pending::No => continue,
+                Pending::Long(long) => {
+                    state.window.totals.unobserved_seconds += long;
+                    format!(
+                        "{long} s since the previous sample, and no sample after it to tell a change of cadence from a gap (the end of the input): not observed"
+                    )
+                }
+                Pending::First => "one sample only, and no interval declared by its format: the time it stands for is unknown, so none of its readings is averaged; capture at least two samples".to_string(),
+            };
+            state.pending = Pending::No;
+            state.window.dt_seconds = 0.0;
+            diags.push(Diagnostic {
+                kind: DiagnosticKind::Gap,
+                entity: Some(state.window.id.clone()),
+                field: None,
+                detail,
+            });
+            let handed = Slot {
+                index: slot,
+                epoch: self.epoch,
+                id_changed: false,
+            };
+            each(handed, &self.entities.get(slot).window, Handed::Late(0.0));
+        }
+    }
+
     /// [`Deriver::observe_each`], each window handed with where its entity lies and how it
     /// counts; a window that waited is handed again, [`Handed::Late`], once it is decided.
     pub(crate) fn observe_slots(

@@ -207,6 +207,7 @@ pub(crate) fn analyze_reader(
         }
         anyhow::bail!("{name}: the reading thread stopped without a word");
     })?;
+    analyzing.analyzer.finish();
     Ok(Analysis {
         report: analyzing.analyzer.report(),
         format,
@@ -514,9 +515,10 @@ fn write_effective_compute(out: &mut impl Write, e: &EntitySummary) -> std::io::
             b.seconds,
             why(b)
         )?,
+        // Readings with no time to weigh them by (one sample, a gap) are not "no counter".
         (None, None) => writeln!(
             out,
-            "  effective compute  unknown (no tensor counter and no busy flag){proxy}"
+            "  effective compute  unknown (no tensor counter or busy flag over any observed time; see the diagnostics){proxy}"
         )?,
     }
     if let (Some(_), Some(b)) = (e.effective_compute, bound) {
@@ -822,6 +824,7 @@ fn history(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Result<ExitC
     let base = h.base_url().to_owned();
     let mut analyzer = new_analyzer(args, Some(h.step_seconds()))?;
     let summary = h.feed(|s| analyzer.push(s))?;
+    analyzer.finish();
     let report = analyzer.report();
     // As a capture without readings, and as `report`: an error, never an empty success.
     if report.entities.is_empty() {

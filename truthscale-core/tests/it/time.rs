@@ -169,6 +169,53 @@ fn analyze_counts_the_first_window() {
     assert!((u - 1.0 / 3.0).abs() < 1e-12, "{u}");
 }
 
+/// The end of the input decides what still waits for a next sample. Five 1 s windows, then
+/// one 295 s later, with no interval declared: the last window is either a change of
+/// cadence or a gap, and with no spacing after it there is nothing to tell which, so its
+/// 295 s are not observed, and said. One sample alone stands for no known time, and is
+/// said too; neither was counted or said before the end was.
+#[test]
+fn the_end_of_the_input_decides_the_windows_that_wait() {
+    let mut windows: Vec<(i64, bool)> = (1..=5).map(|s| (s * 1000, true)).collect();
+    windows.push((300_000, true));
+    let mut a = Analyzer::new(Deriver::new(DeriveConfig::default(), None), false);
+    for s in trace(&windows) {
+        a.push(&s);
+    }
+    assert_eq!(
+        a.report().entities[0].unobserved_seconds,
+        0.0,
+        "still waiting"
+    );
+    a.finish();
+    let r = a.report();
+    assert_eq!(r.entities[0].unobserved_seconds, 295.0);
+    // 5 s observed, all busy (the first window as long as the spacing after it).
+    assert_eq!(r.entities[0].reported_utilization.unwrap().mean, 1.0);
+    assert_eq!(r.diagnostics.get("gap"), Some(&1), "{r:?}");
+    assert!(
+        r.first_diagnostics[0].contains("295 s since the previous sample, and no sample after it"),
+        "{:?}",
+        r.first_diagnostics
+    );
+    let mut one = Analyzer::new(Deriver::new(DeriveConfig::default(), None), false);
+    one.push(&trace(&[(1_000, true)])[0]);
+    one.finish();
+    let r = one.report();
+    assert_eq!(r.entities[0].reported_utilization, None);
+    assert_eq!(r.entities[0].unobserved_seconds, 0.0);
+    assert!(
+        r.first_diagnostics[0].contains("one sample only"),
+        "{:?}",
+        r.first_diagnostics
+    );
+    // A declared interval leaves nothing waiting: nothing to say at the end.
+    let mut declared = Analyzer::new(Deriver::new(DeriveConfig::default(), Some(1.0)), false);
+    declared.push(&trace(&[(1_000, true)])[0]);
+    declared.finish();
+    assert!(declared.report().diagnostics.is_empty());
+}
+
 #[test]
 fn a_gap_is_not_observed_and_is_counted() {
     // 1 s windows, then nothing for 30 s, then 1 s windows again; all busy.
