@@ -86,11 +86,13 @@ pub(crate) enum FetchError {
         message: String,
     },
     /// No complete answer within the agent's timeout (a hung endpoint).
-    #[error("{url}: no complete answer within the timeout ({message})")]
+    #[error(
+        "{url}: no complete answer within {message} (the peer took the request but did not finish answering)"
+    )]
     Timeout {
         /// The URL.
         url: String,
-        /// What the client said.
+        /// The deadline, as `5s`.
         message: String,
     },
     /// An answer other than 200.
@@ -236,7 +238,7 @@ fn text_with(
         .with_config()
         .limit(limit)
         .read_to_vec()
-        .map_err(|e| body_error(url, limit, e))?;
+        .map_err(|e| body_error(agent, url, limit, e))?;
     String::from_utf8(bytes).map_err(|e| FetchError::NotText {
         url: url.to_string(),
         at: e.utf8_error().valid_up_to(),
@@ -281,7 +283,7 @@ fn each_line(
         let n = (&mut reader)
             .take(MAX_LINE + 1)
             .read_until(b'\n', &mut buf)
-            .map_err(|e| body_error(url, limit, ureq::Error::from(e)))?;
+            .map_err(|e| body_error(agent, url, limit, ureq::Error::from(e)))?;
         if n == 0 {
             return Ok(read);
         }
@@ -302,17 +304,26 @@ fn each_line(
     }
 }
 
+/// A request to `url` that ran past `agent`'s deadline, naming the deadline.
+fn timed_out(agent: &ureq::Agent, url: &str) -> FetchError {
+    let deadline = agent.config().timeouts().global;
+    FetchError::Timeout {
+        url: url.to_string(),
+        message: deadline.map_or_else(
+            || "the deadline".to_string(),
+            |d| humantime::format_duration(d).to_string(),
+        ),
+    }
+}
+
 /// The error of a body read of `url` under `limit`.
-fn body_error(url: &str, limit: u64, e: ureq::Error) -> FetchError {
+fn body_error(agent: &ureq::Agent, url: &str, limit: u64, e: ureq::Error) -> FetchError {
     match e {
         ureq::Error::BodyExceedsLimit(_) => FetchError::TooLarge {
             url: url.to_string(),
             limit,
         },
-        ureq::Error::Timeout(_) => FetchError::Timeout {
-            url: url.to_string(),
-            message: e.to_string(),
-        },
+        ureq::Error::Timeout(_) => timed_out(agent, url),
         e => FetchError::Body {
             url: url.to_string(),
             message: e.to_string(),
@@ -333,10 +344,7 @@ fn answer(
         req = req.header(*name, *value);
     }
     let resp = req.call().map_err(|e| match e {
-        ureq::Error::Timeout(_) => FetchError::Timeout {
-            url: url.to_string(),
-            message: e.to_string(),
-        },
+        ureq::Error::Timeout(_) => timed_out(agent, url),
         e => FetchError::Unreachable {
             url: url.to_string(),
             message: e.to_string(),
@@ -477,6 +485,12 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.kind(), "timeout", "{e}");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{url}: no complete answer within 700ms (the peer took the request but did not finish answering)"
+            )
+        );
         assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
 
         let body = "x".repeat(2 << 20);

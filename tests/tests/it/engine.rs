@@ -333,7 +333,7 @@ fn a_hung_engine_never_blanks_a_gpu_nor_slows_sampling() {
         assert_eq!(s.value, 0.0);
         let reason = s.label("absent_reason").unwrap();
         assert!(
-            reason.starts_with(&format!("{url}: no complete answer within the timeout"))
+            reason.starts_with(&format!("{url}: no complete answer within "))
                 || reason.starts_with(&format!("{url}: no answer within the stale period")),
             "{reason}"
         );
