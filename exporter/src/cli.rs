@@ -22,8 +22,9 @@ pub(crate) struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Analyze a capture: `dcgmi dmon` output, a dcgm-exporter scrape, or a JSONL trace;
-    /// or the DCGM history a Prometheus server holds (--prometheus URL).
+    /// Analyze a capture: `dcgmi dmon` output, a dcgm-exporter scrape, `nvidia-smi
+    /// --format=csv` output or a JSONL trace; or the DCGM history a Prometheus server holds
+    /// (--prometheus URL).
     ///
     /// Prints a table per GPU (or MIG instance, or pod) with the reported utilization, the
     /// effective compute fraction, the inflation gap, roofline saturation and the phase mix.

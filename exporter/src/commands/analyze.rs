@@ -800,8 +800,8 @@ pub(crate) struct AnalyzeArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Include the per-window timeline (in JSON; memory grows with the input).
-    #[arg(long)]
+    /// Include the per-window timeline in the JSON (memory grows with the input).
+    #[arg(long, requires = "json")]
     pub timeline: bool,
     /// Configuration file (TOML) whose `[derive]` section sets thresholds and hysteresis
     /// (see `truthscale config defaults`).

@@ -306,8 +306,8 @@ pub(crate) fn load(
 /// `truthscale explain`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct ExplainArgs {
-    /// A capture to replay (JSONL trace, dcgm-exporter scrape or dmon output); the newest
-    /// window per GPU is explained.
+    /// A capture to replay (JSONL trace, dcgm-exporter scrape, dmon or `nvidia-smi
+    /// --format=csv` output); the newest window per GPU is explained. Or --url.
     #[arg(long, conflicts_with = "url", required_unless_present = "url")]
     pub replay: Option<PathBuf>,
     /// A running sidecar (`http://HOST:PORT`, `/metrics` is added).

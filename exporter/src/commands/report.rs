@@ -97,7 +97,7 @@ pub(crate) struct ReportArgs {
     /// The most points kept per workload: a finer grid (an explicit --step over a long
     /// window) is combined, each point then holding as many steps as it takes (their means
     /// for use, their peaks for memory and the sizing), so memory stays bounded whatever
-    /// the step.
+    /// the step. At least 100.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_STEPS, value_parser = clap::value_parser!(u64).range(100..))]
     pub max_points: u64,
     /// What to print: `text`, `json` (the versioned JSON document, docs/report.md) or, with
