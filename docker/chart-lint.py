@@ -99,6 +99,25 @@ GOOD = {
     # IPv6 single-stack clusters: --listen [::]:PORT; an unbracketed address is bracketed.
     "node, listenAddress [::]": {"listenAddress": "[::]"},
     "sidecar, dcgm-exporter source, listenAddress ::": {"mode": "sidecar", "source": "dcgm-exporter", "listenAddress": "::"},
+    # Settings the flags do not reach: OTLP through the environment, a web config (TLS) from
+    # a Secret, mounted and named with --web-config.
+    "node, extra environment, a web config from a Secret": {
+        "extraEnv": [{"name": "TRUTHSCALE_OTLP__ENDPOINT", "value": "http://otel-collector:4318"}],
+        "extraVolumes": [{"name": "web", "secret": {"secretName": "truthscale-web"}}],
+        "extraVolumeMounts": [{"name": "web", "mountPath": "/etc/truthscale", "readOnly": True}],
+        "extraArgs": ["--web-config", "/etc/truthscale/web.yml"],
+    },
+    "sidecar, extra environment and a mounted config": {
+        "mode": "sidecar", "source": "sim",
+        "extraEnv": [{"name": "TRUTHSCALE_MAX_SERIES", "value": "1000"}],
+        "extraVolumes": [{"name": "cfg", "configMap": {"name": "truthscale-config"}}],
+        "extraVolumeMounts": [{"name": "cfg", "mountPath": "/etc/truthscale", "readOnly": True}],
+        "extraArgs": ["--config", "/etc/truthscale/config.toml"],
+    },
+    "sidecar, dcgm-exporter through its Service": {
+        "mode": "sidecar", "source": "dcgm-exporter", "sidecar": {"gpuUuids": GPU_UUID},
+        "dcgmExporterUrl": "http://nvidia-dcgm-exporter.gpu-operator.svc:9400/metrics",
+    },
     "node, dcgm-exporter source, an IPv6 node IP": {"source": "dcgm-exporter", "listenAddress": "::", "nodeIPv6": True},
 }
 
@@ -145,6 +164,11 @@ BAD = {
     "listenAddress [::] with a port": {"listenAddress": "[::]:9488"},
     "listenAddress: [:: unclosed": {"listenAddress": "[::"},
     "nodeIPv6: a string": {"nodeIPv6": "yes"},
+    "extraEnv without a name": {"extraEnv": [{"value": "x"}]},
+    "extraVolumeMounts without a mountPath": {"extraVolumeMounts": [{"name": "x"}]},
+    # serve refuses a dcgm-exporter URL that is not http(s).
+    "dcgmExporterUrl without a scheme": {"source": "dcgm-exporter", "dcgmExporterUrl": "dcgm:9400/metrics"},
+    "dcgmExporterUrl with a space": {"source": "dcgm-exporter", "dcgmExporterUrl": "http://a b/metrics"},
     # The agent stops at start on a key that is not a Kubernetes label key.
     **{f"node.podLabels key {short(k)}": {"node": {"podLabels": [k]}} for k in LABEL_KEYS["refused"]},
 }
@@ -355,9 +379,12 @@ def check_workload(v: dict, kinds: dict[str, list[dict]]) -> list[str]:
     if not any(a == v["source"] or a.startswith(f"{v['source']}:") for a in c["args"]):
         errs.append(f"args {c['args']} do not name the source {v['source']}")
     if v["source"] == "dcgm-exporter":
-        # The node-local dcgm-exporter: an IPv6 node IP in brackets, else no URL.
+        # The URL given, else the node-local dcgm-exporter: an IPv6 node IP in brackets,
+        # else no URL.
         ip = "[$(NODE_IP)]" if v.get("nodeIPv6") else "$(NODE_IP)"
         url = f"dcgm-exporter:http://{ip}:{v['dcgmExporterPort']}/metrics"
+        if v.get("dcgmExporterUrl"):
+            url = f"dcgm-exporter:{v['dcgmExporterUrl']}"
         if url not in c["args"]:
             errs.append(f"args {c['args']}: want the source {url}")
     if [p["containerPort"] for p in c["ports"]] != [v["port"]]:

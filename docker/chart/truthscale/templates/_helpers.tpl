@@ -49,7 +49,10 @@ app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- define "truthscale.args" -}}
 {{- $args := list "serve" -}}
 {{- if eq .Values.mode "node" -}}{{- $args = concat $args (list "--mode" "node") -}}{{- end -}}
-{{- if eq .Values.source "dcgm-exporter" -}}
+{{- if and (eq .Values.source "dcgm-exporter") .Values.dcgmExporterUrl -}}
+{{- /* A dcgm-exporter on the pod network (the GPU Operator's default): its Service. */ -}}
+{{- $args = concat $args (list "--source" (printf "dcgm-exporter:%s" .Values.dcgmExporterUrl)) -}}
+{{- else if eq .Values.source "dcgm-exporter" -}}
 {{- /* An IPv6 node IP goes in brackets in the URL (nodeIPv6). */ -}}
 {{- $nodeIP := ternary "[$(NODE_IP)]" "$(NODE_IP)" (.Values.nodeIPv6 | default false) -}}
 {{- $args = concat $args (list "--source" (printf "dcgm-exporter:http://%s:%d/metrics" $nodeIP (int .Values.dcgmExporterPort))) -}}
