@@ -42,6 +42,44 @@ pub(crate) fn list_items(text: &str) -> impl Iterator<Item = &str> {
     text.split(',').map(str::trim).filter(|s| !s.is_empty())
 }
 
+/// Whether `text` is an `http://` or `https://` URL a request can be sent to: a host, a
+/// port in 1..=65535 where one is written, nothing a URL cannot hold (a space). `shown` is
+/// the text as the message may quote it (its credentials redacted).
+///
+/// # Errors
+/// Not such a URL, naming `key`.
+pub(crate) fn http_url(key: &'static str, text: &str, shown: &str) -> Result<(), Invalid> {
+    let bad = |why: &str| {
+        Err(Invalid::new(
+            key,
+            format!(
+                "{shown:?} is not an http:// or https:// URL {why} (e.g. http://host:9400/metrics)"
+            ),
+        ))
+    };
+    let Ok(uri) = text.parse::<axum::http::Uri>() else {
+        return bad("(it does not parse)");
+    };
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return bad("(its scheme)");
+    }
+    let Some(authority) = uri.authority() else {
+        return bad("with a host");
+    };
+    if authority.host().is_empty() {
+        return bad("with a host");
+    }
+    // A port past u16 or 0 is no port: the client refuses it at every request.
+    let written = authority
+        .as_str()
+        .rsplit_once(':')
+        .filter(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    if written.is_some() && !uri.port_u16().is_some_and(|p| p > 0) {
+        return bad("with a port in 1..=65535");
+    }
+    Ok(())
+}
+
 /// Parse `text` (`500ms`, `1s`, `2m`) as a duration in `[min, max]`.
 ///
 /// # Errors
@@ -221,6 +259,36 @@ pub(crate) fn duration_flag(
 
 #[cfg(test)]
 mod tests {
+    /// A URL a request can be sent to passes; one with no host, a port past 65535 or 0, a
+    /// space, or another scheme is refused, naming the key: `config check` passed
+    /// `http://`, and `serve` then failed every scrape.
+    #[test]
+    fn an_http_url_needs_a_host_and_a_port_in_range() {
+        for ok in [
+            "http://127.0.0.1:9400/metrics",
+            "https://dcgm.gpu-operator.svc/metrics",
+            "http://[::1]:9400/metrics",
+            "http://user:pw@host:1/x",
+            "http://host",
+        ] {
+            assert_eq!(http_url("source.url", ok, ok), Ok(()), "{ok}");
+        }
+        for (bad, why) in [
+            ("http://", "(it does not parse)"),
+            ("http:///metrics", "(it does not parse)"),
+            ("http://host:99999/metrics", "with a port in 1..=65535"),
+            ("http://host:0/metrics", "with a port in 1..=65535"),
+            ("http://a b:1/x", "(it does not parse)"),
+            ("ftp://x/metrics", "(its scheme)"),
+            ("host:9400/metrics", "(it does not parse)"),
+            ("http://:9400/metrics", "with a host"),
+        ] {
+            let e = http_url("source.url", bad, bad).unwrap_err();
+            assert_eq!(e.key, "source.url");
+            assert!(e.message.contains(why), "{bad}: {}", e.message);
+        }
+    }
+
     use super::*;
 
     #[test]

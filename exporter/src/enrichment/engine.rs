@@ -68,12 +68,8 @@ impl EngineConfig {
     pub(crate) fn validate(&self) -> Result<Option<EngineSettings>, Invalid> {
         // Every value is checked whether the engine is read or not, so that `config check`
         // refuses a bad one before anyone turns the reader on.
-        if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
-            return Err(Invalid::new(
-                "engine.url",
-                format!("{:?} is not an http:// or https:// URL", self.url),
-            ));
-        }
+        let shown = crate::client::redact_userinfo(&self.url);
+        crate::setting::http_url("engine.url", &self.url, &shown)?;
         let timeout = crate::setting::duration(
             "engine.timeout",
             &self.timeout,

@@ -296,16 +296,9 @@ impl SourceSettings for DcgmExporterConfig {
     const ARG: Option<&'static str> = Some("source.url");
 
     fn check(&self) -> Result<(), Invalid> {
-        if let Some(u) = &self.url
-            && !(u.starts_with("http://") || u.starts_with("https://"))
-        {
-            return Err(Invalid::new(
-                "source.url",
-                format!(
-                    "{:?}: the URL must start with http:// or https://",
-                    crate::client::redact_userinfo(u)
-                ),
-            ));
+        if let Some(u) = &self.url {
+            let shown = crate::client::redact_userinfo(u);
+            crate::setting::http_url("source.url", u, &shown)?;
         }
         self.timeout()?;
         if let Some(u) = self
