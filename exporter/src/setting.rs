@@ -74,7 +74,7 @@ pub(crate) fn http_url(key: &'static str, text: &str, shown: &str) -> Result<(),
         .as_str()
         .rsplit_once(':')
         .filter(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
-    if written.is_some() && !uri.port_u16().is_some_and(|p| p > 0) {
+    if written.is_some() && uri.port_u16().is_none_or(|p| p == 0) {
         return bad("with a port in 1..=65535");
     }
     Ok(())
