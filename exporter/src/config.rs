@@ -891,7 +891,7 @@ fn closest<'a>(word: &str, keys: &[&'a str]) -> Option<&'a str> {
 }
 
 /// The Levenshtein distance between `a` and `b`, in characters.
-fn edit_distance(a: &str, b: &str) -> usize {
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

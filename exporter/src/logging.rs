@@ -77,10 +77,39 @@ fn filter(env: &[(String, String)]) -> (Targets, Option<String>) {
             )),
         );
     }
+    if let Some(word) = items.iter().find_map(|i| not_a_target(i)) {
+        return (info(), said(word));
+    }
     match items.join(",").parse::<Targets>() {
         Ok(f) => (f, None),
         Err(e) => (info(), said(format!("does not parse ({e})"))),
     }
+}
+
+/// Why a directive without `=` is neither a level nor a target, if it is not: a bare word is
+/// read as a target at TRACE with every other target off, so a misspelt level (`wran`) or
+/// a word no module path can be (`garbage!!`) turned every log off, warnings included.
+fn not_a_target(item: &str) -> Option<String> {
+    const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+    if item.contains('=') {
+        return None;
+    }
+    let lower = item.to_ascii_lowercase();
+    if LEVELS.contains(&lower.as_str()) {
+        return None;
+    }
+    if let Some(level) = LEVELS
+        .iter()
+        .find(|l| crate::config::edit_distance(&lower, l) <= 2)
+    {
+        return Some(format!(
+            "has {item:?}, which reads as a module's name and turns every other log off: is it the level {level}?"
+        ));
+    }
+    let path_like = item.split("::").all(|part| {
+        !part.is_empty() && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    });
+    (!path_like).then(|| format!("has {item:?}, which is neither a level nor a module's name"))
 }
 
 #[cfg(test)]
@@ -93,6 +122,32 @@ mod tests {
         assert!(why.is_some_and(|w| w.contains("RUST_LOG=\"truthscale=dbug\"")));
         assert_eq!(super::filter(&env("truthscale=debug")).1, None);
         assert_eq!(super::filter(&[]).1, None);
+        // A misspelt level, or a word no module is named, turned every log off: said, and
+        // info used. A module's name alone is taken, as written.
+        for (v, why) in [
+            ("wran", "is it the level warn?"),
+            ("DEBG", "is it the level debug?"),
+            ("garbage!!", "neither a level nor a module's name"),
+            ("info,a::::b", "neither a level nor a module's name"),
+        ] {
+            let (f, said) = super::filter(&env(v));
+            assert!(
+                said.as_deref().is_some_and(|w| w.contains(why)),
+                "{v}: {said:?}"
+            );
+            assert!(
+                f.would_enable("truthscale_exporter", &tracing::Level::WARN),
+                "{v}"
+            );
+        }
+        for v in [
+            "truthscale_exporter",
+            "WARN",
+            "warn,truthscale_exporter::sources",
+            "h2",
+        ] {
+            assert_eq!(super::filter(&env(v)).1, None, "{v}");
+        }
         // Span and field filters are not taken: said, and info used.
         for v in [
             "[span{a=1}]=debug",
