@@ -79,6 +79,9 @@ pub struct Capture<R> {
     bytes: u64,
     buf: Vec<u8>,
     done: bool,
+    /// Lines handed on as not usable text (each a malformed line, and a blank one to the
+    /// parser, which counts lines): not among the lines it skipped as not data.
+    unreadable: u64,
 }
 
 impl<R: BufRead> Capture<R> {
@@ -107,6 +110,7 @@ impl<R: BufRead> Capture<R> {
             bytes: 0,
             buf: Vec::new(),
             done: false,
+            unreadable: 0,
         };
         // The first lines tell the format, and whether a dcgm-exporter scrape or an
         // nvidia-smi CSV capture carries its own timestamps.
@@ -188,10 +192,11 @@ impl<R: BufRead> Capture<R> {
         }
     }
 
-    /// Lines the parser skipped (comments, headers, blank lines).
+    /// Lines the parser skipped (comments, headers, blank lines), but those that were no
+    /// text, which are malformed lines and counted as such.
     #[must_use]
     pub fn skipped_lines(&self) -> u64 {
-        self.parser.skipped_lines()
+        self.parser.skipped_lines().saturating_sub(self.unreadable)
     }
 
     /// What the capture held that is not read (DCGM families or `dmon` columns, readings
@@ -299,6 +304,7 @@ impl<R: BufRead> Capture<R> {
     ) -> Result<Option<T>, CaptureError> {
         if let Some((line_no, text)) = self.head.pop_front() {
             let text = text.as_deref().map_err(Clone::clone);
+            self.unreadable += u64::from(text.is_err());
             return Ok(Some(f(&mut self.parser, &self.name, line_no, text)));
         }
         let Some((line_no, ok)) = self.read_slow()? else {
@@ -309,6 +315,7 @@ impl<R: BufRead> Capture<R> {
             Ok(()) => Ok(std::str::from_utf8(&self.buf).unwrap_or_default()),
             Err(message) => Err(message),
         };
+        self.unreadable += u64::from(text.is_err());
         Ok(Some(f(&mut self.parser, &self.name, line_no, text)))
     }
 
@@ -352,6 +359,7 @@ impl<R: BufRead> Capture<R> {
                         None => std::str::from_utf8(&whole[range])
                             .map_err(|_| "not UTF-8 text, skipped".to_string()),
                     };
+                    self.unreadable += u64::from(line.is_err());
                     more = f(&mut self.parser, &self.name, self.line_no, line);
                     used = end + 1;
                     if !more {

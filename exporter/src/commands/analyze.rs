@@ -180,6 +180,7 @@ pub(crate) fn analyze_reader(
         error_count: 0,
         progress,
         reported: 0,
+        unreadable: 0,
     };
     let scanning = format == Format::DcgmiDmon;
     let (skipped_lines, unread) = std::thread::scope(|scope| -> anyhow::Result<(u64, Unread)> {
@@ -313,6 +314,8 @@ struct Analyzing<'a> {
     progress: Option<&'a indicatif::ProgressBar>,
     /// Bytes already shown on `progress`.
     reported: u64,
+    /// `dcgmi dmon` lines that were no text: blank lines to the parser, malformed lines here.
+    unreadable: u64,
 }
 
 impl Analyzing<'_> {
@@ -342,6 +345,7 @@ impl Analyzing<'_> {
             // A line that is not text was a blank one to the parser, which counts lines,
             // so that the next ones keep their numbers.
             if let Some((_, message)) = unreadable.next_if(|(n, _)| *n == line_no) {
+                self.unreadable += 1;
                 r = Err(ParseError {
                     file: self.name.to_string(),
                     line: line_no,
@@ -379,7 +383,10 @@ impl Analyzing<'_> {
         if let Some(s) = self.dmon.finish() {
             self.analyzer.push(&s);
         }
-        (self.dmon.skipped_lines(), self.dmon.unread().clone())
+        // A line that is no text was a blank one to the parser: a malformed line, not one
+        // skipped as not data.
+        let skipped = self.dmon.skipped_lines().saturating_sub(self.unreadable);
+        (skipped, self.dmon.unread().clone())
     }
 }
 
@@ -846,6 +853,28 @@ fn history(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Result<ExitC
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A line that is no text is one malformed line, not also a line skipped as not data:
+    /// "2 malformed and 2 non-data line(s)" was said of a capture of two such lines. One
+    /// comment and one line of bytes that are no UTF-8 among readings, as JSONL and as
+    /// `dcgmi dmon` (read on two threads, its count taken on the analyzing one).
+    #[test]
+    fn a_line_that_is_no_text_is_malformed_not_skipped() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            analyze: AnalyzeArgs,
+        }
+        use clap::Parser as _;
+        let jsonl = b"# a comment\n{\"taken\":\"2026-01-01T00:00:00Z\",\"gpu\":0,\"gpu_util\":0.5}\n\xff\xfe\n{\"taken\":\"2026-01-01T00:00:01Z\",\"gpu\":0,\"gpu_util\":0.5}\n";
+        let dmon = b"#Entity   GPUTL\nID\nGPU 0     50\n\xff\xfe\nGPU 0     60\n";
+        for (format, bytes, skipped) in [("jsonl", &jsonl[..], 1), ("dcgmi-dmon", &dmon[..], 0)] {
+            let cli = Cli::try_parse_from(["analyze", "--format", format, "x"]).unwrap();
+            let a = analyze_reader(bytes, "x", &cli.analyze, None).unwrap();
+            assert_eq!((a.error_count, a.skipped_lines), (1, skipped), "{format}");
+            assert_eq!(a.errors[0].line, if format == "jsonl" { 3 } else { 4 });
+        }
+    }
 
     /// Eight diagnostics, five written out: the other three are said, never dropped in
     /// silence; five or fewer need no such line.
