@@ -192,6 +192,12 @@ impl<R: BufRead> Capture<R> {
         }
     }
 
+    /// Lines read so far (the number of the last one).
+    #[must_use]
+    pub(crate) fn lines_read(&self) -> usize {
+        self.line_no
+    }
+
     /// Lines the parser skipped (comments, headers, blank lines), but those that were no
     /// text, which are malformed lines and counted as such.
     #[must_use]

@@ -884,28 +884,10 @@ fn unknown_field(message: &str) -> Option<(&str, Vec<&str>)> {
 fn closest<'a>(word: &str, keys: &[&'a str]) -> Option<&'a str> {
     let most = (word.chars().count() / 3).max(1);
     keys.iter()
-        .map(|k| (edit_distance(word, k), *k))
+        .map(|k| (crate::setting::edit_distance(word, k), *k))
         .filter(|(d, _)| *d <= most)
         .min_by_key(|(d, _)| *d)
         .map(|(_, k)| k)
-}
-
-/// The Levenshtein distance between `a` and `b`, in characters.
-pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (diagonal + usize::from(ca != *cb))
-                .min(above + 1)
-                .min(row[j] + 1);
-            diagonal = above;
-        }
-    }
-    row[b.len()]
 }
 
 /// The dotted name of the table that 1-based `line` of TOML `text` is in (the table a
@@ -2130,7 +2112,7 @@ mod tests {
             closest("intervall", &["interval", "stale_after"]),
             Some("interval")
         );
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(crate::setting::edit_distance("kitten", "sitting"), 3);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

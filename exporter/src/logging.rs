@@ -100,7 +100,7 @@ fn not_a_target(item: &str) -> Option<String> {
     }
     if let Some(level) = LEVELS
         .iter()
-        .find(|l| crate::config::edit_distance(&lower, l) <= 2)
+        .find(|l| crate::setting::edit_distance(&lower, l) <= 2)
     {
         return Some(format!(
             "has {item:?}, which reads as a module's name and turns every other log off: is it the level {level}?"

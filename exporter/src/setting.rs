@@ -42,6 +42,24 @@ pub(crate) fn list_items(text: &str) -> impl Iterator<Item = &str> {
     text.split(',').map(str::trim).filter(|s| !s.is_empty())
 }
 
+/// The Levenshtein distance between `a` and `b`, in characters.
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (diagonal + usize::from(ca != *cb))
+                .min(above + 1)
+                .min(row[j] + 1);
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
 /// Whether `text` is an `http://` or `https://` URL a request can be sent to: a host, a
 /// port in 1..=65535 where one is written, nothing a URL cannot hold (a space). `shown` is
 /// the text as the message may quote it (its credentials redacted).

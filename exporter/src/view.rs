@@ -173,7 +173,8 @@ const SHOWN_ERRORS: usize = 5;
 /// nominal interval of its format and makes the state that `each` feeds; nothing is held
 /// beyond one sample. Malformed lines are reported on stderr (`file:line: …`) and skipped,
 /// and what the parser left unread (families, sentinels, impossible readings) is said
-/// there too, as `analyze` says it. Returns the state and the number of malformed lines,
+/// there too, as `analyze` says it. Returns the state and the number of malformed lines
+/// (and 1 for a read that failed after samples were read, which ends the capture there),
 /// which the commands turn into exit status 1, as `analyze` does.
 ///
 /// # Errors
@@ -188,10 +189,28 @@ pub(crate) fn read_capture<S>(
     let mut capture =
         crate::capture::Capture::open(std::io::BufReader::new(file), &name, None, 1.0)?;
     let mut state = start(capture.declared_interval(1.0));
-    let mut malformed = 0usize;
-    while let Some(r) = capture.next_sample()? {
+    let (mut malformed, mut read, mut stopped) = (0usize, 0usize, false);
+    loop {
+        let r = match capture.next_sample() {
+            Ok(Some(r)) => r,
+            Ok(None) => break,
+            // A read that fails after samples were read (a compressed capture cut short)
+            // ends the capture there, said, and makes the exit status 1 as a malformed line.
+            Err(e) if read > 0 => {
+                crate::stdout::say!(
+                    "truthscale: {e}: reading stopped after line {}; what is shown covers the lines before it",
+                    capture.lines_read()
+                );
+                stopped = true;
+                break;
+            }
+            Err(e) => return Err(e.into()),
+        };
         match r {
-            Ok(s) => each(&mut state, s),
+            Ok(s) => {
+                read += 1;
+                each(&mut state, s);
+            }
             Err(e) => {
                 malformed += 1;
                 if malformed <= SHOWN_ERRORS {
@@ -209,7 +228,7 @@ pub(crate) fn read_capture<S>(
     {
         crate::stdout::say!("truthscale: {name}: DCGM fields {s}");
     }
-    Ok((state, malformed))
+    Ok((state, malformed + usize::from(stopped)))
 }
 
 /// The newest view per GPU of a capture file, with history, read as a stream, and the

@@ -34,6 +34,10 @@ pub(crate) struct Analysis {
     pub skipped_lines: u64,
     /// What the capture held that is not read.
     pub unread: Unread,
+    /// The read that failed and ended the capture early (a truncated compressed file, an
+    /// I/O error): the report covers what was read before it.
+    /// With the number of the last line read.
+    pub stopped: Option<(CaptureError, usize)>,
 }
 
 /// Run the command; returns exit code 1 when any line was malformed.
@@ -75,6 +79,9 @@ pub(crate) fn run(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Resul
         for e in &a.errors {
             crate::stdout::say!("{e}");
         }
+        if let Some((e, _)) = a.stopped {
+            return Err(e.into());
+        }
         bail!(
             "{name}: no GPU readings found as {} ({} malformed and {} non-data line(s)); is it a {} capture?{}",
             a.format.as_str(),
@@ -100,8 +107,19 @@ pub(crate) fn run(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Resul
     } else {
         write_table(&mut out, &a)?;
     }
+    Ok(said_and_status(&name, &a))
+}
+
+/// The malformed lines and a read that ended the capture early, said on stderr after the
+/// report; exit status 1 where there was either.
+fn said_and_status(name: &str, a: &Analysis) -> ExitCode {
     for e in &a.errors {
         crate::stdout::say!("{e}");
+    }
+    if let Some((e, line)) = &a.stopped {
+        crate::stdout::say!(
+            "truthscale: {e}: reading stopped after line {line}; the summary covers the lines before it"
+        );
     }
     if a.error_count > 0 {
         if a.error_count > a.errors.len() as u64 {
@@ -114,9 +132,12 @@ pub(crate) fn run(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Resul
             "truthscale: {name}: {} malformed line(s) were not analyzed; the summary covers the rest",
             a.error_count
         );
-        return Ok(ExitCode::from(1));
+        return ExitCode::from(1);
     }
-    Ok(ExitCode::SUCCESS)
+    if a.stopped.is_some() {
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
 }
 
 /// Samples handed from the reading thread to the analyzing one at a time.
@@ -134,8 +155,9 @@ enum Handed {
     Samples(Vec<Result<Sample, ParseError>>, u64),
     /// The end of the input, with the lines the reading thread's parser skipped as not data.
     End(u64, Unread),
-    /// A read failed: the capture ends.
-    Failed(CaptureError),
+    /// A read failed: the capture ends, with the lines skipped as not data and what was not
+    /// read before it, as at the end.
+    Failed((CaptureError, usize), u64, Unread),
 }
 
 /// `dcgmi dmon` lines as a [`Scanner`] reads them: the costly part of parsing (splitting
@@ -183,6 +205,7 @@ pub(crate) fn analyze_reader(
         unreadable: 0,
     };
     let scanning = format == Format::DcgmiDmon;
+    let mut stopped = None;
     let (skipped_lines, unread) = std::thread::scope(|scope| -> anyhow::Result<(u64, Unread)> {
         // Made here, so that the receiving ends go away with this closure however it ends,
         // and a reading thread blocked on a full queue then stops.
@@ -203,7 +226,14 @@ pub(crate) fn analyze_reader(
                 Handed::Samples(batch, bytes) => analyzing.samples(batch, bytes),
                 Handed::End(skipped, unread) if !scanning => return Ok((skipped, unread)),
                 Handed::End(..) => return Ok(analyzing.finish_dmon()),
-                Handed::Failed(e) => return Err(e.into()),
+                // What was read before the failed read is analyzed, and the failure said.
+                Handed::Failed(e, skipped, unread) => {
+                    stopped = Some(e);
+                    if scanning {
+                        return Ok(analyzing.finish_dmon());
+                    }
+                    return Ok((skipped, unread));
+                }
             }
         }
         anyhow::bail!("{name}: the reading thread stopped without a word");
@@ -216,6 +246,7 @@ pub(crate) fn analyze_reader(
         error_count: analyzing.error_count,
         skipped_lines,
         unread,
+        stopped,
     })
 }
 
@@ -273,7 +304,11 @@ fn read_lines<R: BufRead>(
     let last = match read {
         Ok(true) => None,
         Ok(false) => Some(Handed::End(0, Unread::default())),
-        Err(e) => Some(Handed::Failed(e)),
+        Err(e) => Some(Handed::Failed(
+            (e, capture.lines_read()),
+            0,
+            Unread::default(),
+        )),
     };
     batch.bytes_read = capture.bytes_read();
     let batch = (!batch.lines.is_empty()).then_some(Handed::Lines(batch));
@@ -296,7 +331,11 @@ fn read_samples<R: BufRead>(capture: &mut Capture<R>) -> (Option<Handed>, Option
                 let unread = capture.unread().cloned().unwrap_or_default();
                 break Some(Handed::End(capture.skipped_lines(), unread));
             }
-            Err(e) => break Some(Handed::Failed(e)),
+            Err(e) => {
+                let unread = capture.unread().cloned().unwrap_or_default();
+                let at = (e, capture.lines_read());
+                break Some(Handed::Failed(at, capture.skipped_lines(), unread));
+            }
         }
     };
     let batch = (!batch.is_empty()).then(|| Handed::Samples(batch, capture.bytes_read()));
@@ -853,6 +892,44 @@ fn history(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Result<ExitC
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A compressed capture cut short (a copy interrupted) is analyzed up to where its
+    /// stream ends, and the failed read said with the last line read: the whole analysis
+    /// was thrown away, although every line before the cut was whole.
+    #[test]
+    fn a_truncated_compressed_capture_is_analyzed_up_to_the_cut() {
+        use std::io::Write as _;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            analyze: AnalyzeArgs,
+        }
+        use clap::Parser as _;
+        let mut text = String::new();
+        for s in 0..4000 {
+            text += &format!(
+                "{{\"taken\":\"2026-01-01T{:02}:{:02}:{:02}Z\",\"gpu\":0,\"gpu_util\":0.5,\"x\":{s}}}\n",
+                s / 3600,
+                s / 60 % 60,
+                s % 60
+            );
+        }
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(text.as_bytes()).unwrap();
+        let whole = gz.finish().unwrap();
+        let cut = &whole[..whole.len() / 2];
+        let cli = Cli::try_parse_from(["analyze", "x.gz"]).unwrap();
+        let a = analyze_reader(cut, "x.gz", &cli.analyze, None).unwrap();
+        let (e, line) = a.stopped.expect("the failed read is kept");
+        assert!(e.to_string().starts_with("cannot read x.gz: "), "{e}");
+        assert!((1..4000).contains(&line), "{line}");
+        let samples = a.report.entities[0].samples;
+        assert!(
+            samples > 0 && samples <= line as u64,
+            "{samples} of {line} lines"
+        );
+        assert_eq!(a.report.entities[0].reported_utilization.unwrap().mean, 0.5);
+    }
 
     /// A line that is no text is one malformed line, not also a line skipped as not data:
     /// "2 malformed and 2 non-data line(s)" was said of a capture of two such lines. One
