@@ -663,6 +663,15 @@ fn text_range(line: &[u8], line_no: usize) -> std::ops::Range<usize> {
     start..end
 }
 
+/// What the fields a capture of `format` names are, in a line that says which were not
+/// read: `nvidia-smi`'s query fields are no DCGM fields.
+pub(crate) fn fields_heading(format: Format) -> &'static str {
+    match format {
+        Format::NvidiaSmiCsv => "nvidia-smi fields",
+        Format::DcgmiDmon | Format::DcgmExporter | Format::Jsonl => "DCGM fields",
+    }
+}
+
 /// Feed one line (or why it is not text) to the parser: a sample when one is complete, an
 /// error for a bad line.
 fn push(

@@ -226,7 +226,8 @@ pub(crate) fn read_capture<S>(
         .unread()
         .and_then(truthscale_core::parse::Unread::summary)
     {
-        crate::stdout::say!("truthscale: {name}: DCGM fields {s}");
+        let fields = crate::capture::fields_heading(capture.format());
+        crate::stdout::say!("truthscale: {name}: {fields} {s}");
     }
     Ok((state, malformed + usize::from(stopped)))
 }

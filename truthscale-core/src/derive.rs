@@ -320,19 +320,19 @@ fn sanitize_each(
             });
         };
         if !v.is_finite() {
-            push(DiagnosticKind::NonFinite, format!("{v}"));
+            push(DiagnosticKind::NonFinite, shown(v));
             readings.set(field, Reading::Blank);
         } else if sentinel {
-            push(DiagnosticKind::Sentinel, format!("{v}"));
+            push(DiagnosticKind::Sentinel, shown(v));
             readings.set(field, Reading::Blank);
         } else if v < 0.0 {
-            push(DiagnosticKind::OutOfRange, format!("{v} is negative"));
+            push(DiagnosticKind::OutOfRange, format!("{} is negative", shown(v)));
             readings.set(field, Reading::Blank);
         } else if no_memory {
             // Taken as the GPU's size, it would make every sizing divide by nothing.
             push(
                 DiagnosticKind::OutOfRange,
-                format!("{v} bytes is no memory total of a GPU (below 1 MiB)"),
+                format!("{} bytes is no memory total of a GPU (below 1 MiB)", shown(v)),
             );
             readings.set(field, Reading::Blank);
         } else if stopped_clock {
@@ -344,10 +344,10 @@ fn sanitize_each(
             readings.set(field, Reading::Blank);
         } else if field.is_ratio() {
             if v <= RATIO_CLAMP_LIMIT && field.clamps_above_one() {
-                push(DiagnosticKind::OutOfRange, format!("{v} clamped to 1"));
+                push(DiagnosticKind::OutOfRange, format!("{} clamped to 1", shown(v)));
                 readings.set_value(field, 1.0);
             } else {
-                push(DiagnosticKind::OutOfRange, format!("{v} is not a fraction"));
+                push(DiagnosticKind::OutOfRange, format!("{} is not a fraction", shown(v)));
                 readings.set(field, Reading::Blank);
             }
         } else {
@@ -355,7 +355,7 @@ fn sanitize_each(
             let why = bounds.why(field, spec);
             push(
                 DiagnosticKind::OutOfRange,
-                format!("{v} is above {max:.0}, {why}"),
+                format!("{} is above {max:.0}, {why}", shown(v)),
             );
             readings.set(field, Reading::Blank);
         }
@@ -656,6 +656,16 @@ fn clamp01(x: f64) -> f64 {
     x.clamp(0.0, 1.0)
 }
 
+/// A reading as a diagnostic quotes it: as written, but in exponent form from 1e15 up, so
+/// that a 309-digit value (`1e308`, a sentinel) is not spelled out digit by digit.
+fn shown(v: f64) -> String {
+    if v.is_finite() && v.abs() >= 1e15 {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
 /// The peak-weighted compute term `C = τ + φ16·P16/P + φ32·P32/P` (`τ` alone without a spec).
 #[must_use]
 pub fn compute_term(r: &Readings, spec: Option<&GpuSpec>) -> Option<f64> {
@@ -941,6 +951,21 @@ mod tests {
             assert_eq!(r.value(Field::MemTotalBytes), Some(total));
             assert!(diags.is_empty(), "{diags:?}");
         }
+    }
+
+    /// A diagnostic quotes a huge reading in exponent form, never spelled out in its 309
+    /// digits; an ordinary one as written.
+    #[test]
+    fn a_huge_reading_is_quoted_in_exponent_form() {
+        assert_eq!(shown(1e308), "1e308");
+        assert_eq!(shown(-2.5e20), "-2.5e20");
+        assert_eq!(shown(1.5), "1.5");
+        assert_eq!(shown(8e10), "80000000000");
+        assert_eq!(shown(f64::INFINITY), "inf");
+        let mut r = readings(&[(Field::PowerWatts, 1e300)]);
+        let mut diags = Vec::new();
+        sanitize(&mut r, &EntityId::default(), None, &mut diags);
+        assert_eq!(diags[0].detail, "1e300", "a sentinel, as read");
     }
 
     #[test]

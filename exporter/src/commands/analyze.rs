@@ -90,7 +90,10 @@ pub(crate) fn run(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Resul
             a.format.as_str(),
             a.unread
                 .summary()
-                .map(|s| format!(" It holds DCGM fields truthscale does not read ({s})."))
+                .map(|s| format!(
+                    " It holds {} truthscale does not read ({s}).",
+                    crate::capture::fields_heading(a.format)
+                ))
                 .unwrap_or_default()
         );
     }
@@ -101,7 +104,8 @@ pub(crate) fn run(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Resul
         // The table says it under the report; beside the JSON, stderr does.
         if let Some(s) = a.unread.summary() {
             crate::stdout::say!(
-                "truthscale: warning: {name}: DCGM fields {s} (docs/dcgm-compatibility.md lists what is read)"
+                "truthscale: warning: {name}: {} {s} (docs/dcgm-compatibility.md lists what is read)",
+                crate::capture::fields_heading(a.format)
             );
         }
     } else {
@@ -654,7 +658,8 @@ fn write_table(out: &mut impl Write, a: &Analysis) -> std::io::Result<()> {
     if let Some(s) = a.unread.summary() {
         writeln!(
             out,
-            "DCGM fields {s} (docs/dcgm-compatibility.md lists what is read)"
+            "{} {s} (docs/dcgm-compatibility.md lists what is read)",
+            crate::capture::fields_heading(a.format)
         )?;
     }
     Ok(())
