@@ -326,13 +326,19 @@ fn sanitize_each(
             push(DiagnosticKind::Sentinel, shown(v));
             readings.set(field, Reading::Blank);
         } else if v < 0.0 {
-            push(DiagnosticKind::OutOfRange, format!("{} is negative", shown(v)));
+            push(
+                DiagnosticKind::OutOfRange,
+                format!("{} is negative", shown(v)),
+            );
             readings.set(field, Reading::Blank);
         } else if no_memory {
             // Taken as the GPU's size, it would make every sizing divide by nothing.
             push(
                 DiagnosticKind::OutOfRange,
-                format!("{} bytes is no memory total of a GPU (below 1 MiB)", shown(v)),
+                format!(
+                    "{} bytes is no memory total of a GPU (below 1 MiB)",
+                    shown(v)
+                ),
             );
             readings.set(field, Reading::Blank);
         } else if stopped_clock {
@@ -344,10 +350,16 @@ fn sanitize_each(
             readings.set(field, Reading::Blank);
         } else if field.is_ratio() {
             if v <= RATIO_CLAMP_LIMIT && field.clamps_above_one() {
-                push(DiagnosticKind::OutOfRange, format!("{} clamped to 1", shown(v)));
+                push(
+                    DiagnosticKind::OutOfRange,
+                    format!("{} clamped to 1", shown(v)),
+                );
                 readings.set_value(field, 1.0);
             } else {
-                push(DiagnosticKind::OutOfRange, format!("{} is not a fraction", shown(v)));
+                push(
+                    DiagnosticKind::OutOfRange,
+                    format!("{} is not a fraction", shown(v)),
+                );
                 readings.set(field, Reading::Blank);
             }
         } else {
