@@ -319,26 +319,21 @@ fn sanitize_each(
                 detail,
             });
         };
+        let s = shown(v);
         if !v.is_finite() {
-            push(DiagnosticKind::NonFinite, shown(v));
+            push(DiagnosticKind::NonFinite, s);
             readings.set(field, Reading::Blank);
         } else if sentinel {
-            push(DiagnosticKind::Sentinel, shown(v));
+            push(DiagnosticKind::Sentinel, s);
             readings.set(field, Reading::Blank);
         } else if v < 0.0 {
-            push(
-                DiagnosticKind::OutOfRange,
-                format!("{} is negative", shown(v)),
-            );
+            push(DiagnosticKind::OutOfRange, format!("{s} is negative"));
             readings.set(field, Reading::Blank);
         } else if no_memory {
             // Taken as the GPU's size, it would make every sizing divide by nothing.
             push(
                 DiagnosticKind::OutOfRange,
-                format!(
-                    "{} bytes is no memory total of a GPU (below 1 MiB)",
-                    shown(v)
-                ),
+                format!("{v} bytes is no memory total of a GPU (below 1 MiB)"),
             );
             readings.set(field, Reading::Blank);
         } else if stopped_clock {
@@ -349,17 +344,16 @@ fn sanitize_each(
             );
             readings.set(field, Reading::Blank);
         } else if field.is_ratio() {
-            if v <= RATIO_CLAMP_LIMIT && field.clamps_above_one() {
-                push(
-                    DiagnosticKind::OutOfRange,
-                    format!("{} clamped to 1", shown(v)),
-                );
+            let clamped = v <= RATIO_CLAMP_LIMIT && field.clamps_above_one();
+            let what = if clamped {
+                "clamped to 1"
+            } else {
+                "is not a fraction"
+            };
+            push(DiagnosticKind::OutOfRange, format!("{s} {what}"));
+            if clamped {
                 readings.set_value(field, 1.0);
             } else {
-                push(
-                    DiagnosticKind::OutOfRange,
-                    format!("{} is not a fraction", shown(v)),
-                );
                 readings.set(field, Reading::Blank);
             }
         } else {
@@ -367,7 +361,7 @@ fn sanitize_each(
             let why = bounds.why(field, spec);
             push(
                 DiagnosticKind::OutOfRange,
-                format!("{} is above {max:.0}, {why}", shown(v)),
+                format!("{s} is above {max:.0}, {why}"),
             );
             readings.set(field, Reading::Blank);
         }

@@ -201,15 +201,80 @@ fn config(args: &ReportArgs, clusters: bool) -> report::Config {
     }
 }
 
+/// Each file the flags ask to write, where it cannot be: a folder that does not exist, or
+/// a folder in its place. Checked before Prometheus is read, which may take minutes.
+///
+/// # Errors
+/// The first such file, naming its flag.
+fn check_outputs(args: &ReportArgs) -> anyhow::Result<()> {
+    let files = [
+        ("--focus", &args.focus),
+        ("--csv", &args.csv),
+        ("--html", &args.html),
+    ];
+    for (flag, path) in files {
+        let Some(path) = path else { continue };
+        let folder = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => std::path::Path::new("."),
+        };
+        if !folder.is_dir() {
+            bail!(
+                "cannot write {flag} {}: no folder {}",
+                path.display(),
+                folder.display()
+            );
+        }
+        if path.is_dir() {
+            bail!("cannot write {flag} {}: it is a folder", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// Writes the files the flags ask for (`--focus`, `--csv`, `--html`); what could not be
+/// written, each naming its flag, for the report to be printed before the command fails.
+fn write_outputs(args: &ReportArgs, built: &report::Built) -> Vec<anyhow::Error> {
+    let mut failed = Vec::new();
+    if let (Some(path), Some(by)) = (&args.focus, &args.by) {
+        // Clap requires --currency with --focus.
+        let currency = args.currency.as_deref().unwrap_or_default();
+        if let Err(e) = write_focus(path, built, by, currency) {
+            failed.push(e);
+        }
+    }
+    if let Some(path) = &args.csv {
+        let cannot = || format!("cannot write --csv {}", path.display());
+        let written = std::fs::File::create(path).and_then(|f| {
+            let mut f = std::io::BufWriter::new(f);
+            built.write_csv(&mut f).and_then(|()| f.flush())
+        });
+        if let Err(e) = written.with_context(cannot) {
+            failed.push(e);
+        }
+    }
+    if let Some(path) = &args.html {
+        let written = report::html::render(&built.doc).and_then(|page| {
+            std::fs::write(path, page)
+                .with_context(|| format!("cannot write --html {}", path.display()))
+        });
+        if let Err(e) = written {
+            failed.push(e);
+        }
+    }
+    failed
+}
+
 /// Run the command.
 ///
 /// # Errors
-/// Bad flags; Prometheus unreachable, slow or answering errors; no GPU series; the CSV or
-/// the HTML file cannot be written.
+/// Bad flags; Prometheus unreachable, slow or answering errors; no GPU series; the CSV,
+/// FOCUS or HTML file cannot be written (said after the report is printed).
 pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result<ExitCode> {
     if args.history.prometheus.is_none() {
         bail!("report reads the history a Prometheus server holds: give --prometheus URL");
     }
+    check_outputs(args)?;
     // RUST_LOG=truthscale::prometheus=debug lists each request to Prometheus.
     crate::logging::init(env);
     let started = Instant::now();
@@ -220,24 +285,7 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
     }
     let config = config(args, resolved.cluster_label.is_some());
     let built = report::build(&config, History::open(&resolved)?)?;
-    if let (Some(path), Some(by)) = (&args.focus, &args.by) {
-        // Clap requires --currency with --focus.
-        let currency = args.currency.as_deref().unwrap_or_default();
-        write_focus(path, &built, by, currency)?;
-    }
-    if let Some(path) = &args.csv {
-        let cannot = || format!("cannot write --csv {}", path.display());
-        let mut f = std::io::BufWriter::new(std::fs::File::create(path).with_context(cannot)?);
-        built
-            .write_csv(&mut f)
-            .and_then(|()| f.flush())
-            .with_context(cannot)?;
-    }
-    if let Some(path) = &args.html {
-        let page = report::html::render(&built.doc)?;
-        std::fs::write(path, page)
-            .with_context(|| format!("cannot write --html {}", path.display()))?;
-    }
+    let failed = write_outputs(args, &built);
     let (stats, analysis) = (built.stats.clone(), built.analysis_seconds);
     let mut out = crate::stdout::lock();
     if format == Format::Opencost
@@ -258,6 +306,14 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
     let total = started.elapsed().as_secs_f64();
     for line in report::notes::timings(&stats, total, analysis) {
         crate::stdout::say!("truthscale: {line}");
+    }
+    // The report is printed whatever file could not be written; then the command fails.
+    let mut failed = failed.into_iter();
+    if let Some(first) = failed.next() {
+        for e in failed {
+            crate::stdout::say!("truthscale: error: {e:#}");
+        }
+        return Err(first);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -316,6 +372,45 @@ mod tests {
             Ok(_) => panic!("{flag} {value} was taken"),
             Err(e) => e.to_string(),
         }
+    }
+
+    /// A file to write in a folder that does not exist, or a folder in its place, is
+    /// refused before Prometheus is read (which may take minutes), naming its flag; a file
+    /// in an existing folder, or in the working one, passes.
+    #[test]
+    fn output_files_are_checked_before_the_read() {
+        use clap::Parser as _;
+        let parse = |extra: &[&str]| {
+            let mut args = vec![
+                "report",
+                "--prometheus",
+                "http://p:9090",
+                "--by",
+                "namespace",
+            ];
+            args.extend_from_slice(extra);
+            Cli::try_parse_from(args).unwrap().report
+        };
+        let dir = std::env::temp_dir();
+        let folder = dir.to_str().unwrap();
+        let e = check_outputs(&parse(&["--html", "/nonexistent-folder/x.html"])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot write --html /nonexistent-folder/x.html: no folder /nonexistent-folder"
+        );
+        let e = check_outputs(&parse(&["--csv", folder])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("cannot write --csv {folder}: it is a folder")
+        );
+        let file = dir.join("report.csv");
+        check_outputs(&parse(&[
+            "--csv",
+            file.to_str().unwrap(),
+            "--html",
+            "r.html",
+        ]))
+        .unwrap();
     }
 
     /// A negative price is told the range, not taken for an unknown flag, and a price so
