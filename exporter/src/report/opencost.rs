@@ -166,6 +166,10 @@ fn allocation(name: &str, props: Value, g: &GroupHours, b: &Bounds) -> Value {
             "truthscaleAssumedShareGpuHours",
             json!(g.assumed_share_gpu_hours),
         ),
+        // The group's share of its GPUs' measured energy and its cost: not in `totalCost`,
+        // which is the GPU-hours' alone, as OpenCost's is of the resources it prices.
+        ("truthscaleEnergyKwh", json!(g.energy_kwh)),
+        ("truthscaleEnergyCost", json!(g.energy_cost)),
     ];
     for (k, v) in fields {
         m.insert(k.into(), v);
@@ -199,6 +203,15 @@ fn idle(p: &Period, priced: bool, b: &Bounds) -> Value {
     m.insert(
         "truthscaleOverallocatedGpuHours".into(),
         json!(p.overallocated_gpu_hours),
+    );
+    let energy = p.energy.as_ref();
+    m.insert(
+        "truthscaleEnergyKwh".into(),
+        json!(energy.map(|e| e.unallocated_kwh)),
+    );
+    m.insert(
+        "truthscaleEnergyCost".into(),
+        json!(energy.and_then(|e| e.unallocated_cost)),
     );
     simulated(&mut m, p.unallocated_simulated);
     Value::Object(m)
@@ -413,6 +426,8 @@ mod tests {
                     "truthscaleEffectiveComputeGpuHours": 1.0,
                     "truthscaleEffectiveComputeEstimateGpuHours": null,
                     "truthscaleAssumedShareGpuHours": 0.0,
+                    "truthscaleEnergyKwh": null,
+                    "truthscaleEnergyCost": null,
                 },
                 "__unallocated__": {
                     "name": "__unallocated__", "properties": {}, "window": window(),
@@ -442,6 +457,8 @@ mod tests {
                     "truthscaleEffectiveComputeGpuHours": null,
                     "truthscaleEffectiveComputeEstimateGpuHours": null,
                     "truthscaleAssumedShareGpuHours": 0.5,
+                    "truthscaleEnergyKwh": null,
+                    "truthscaleEnergyCost": null,
                 },
                 "__idle__": {
                     "name": "__idle__", "properties": {}, "window": window(),
@@ -455,6 +472,8 @@ mod tests {
                     "totalCost": 2.0,
                     "truthscaleUnavailableGpuHours": 0.5,
                     "truthscaleAssumedShareGpuHours": 0.25,
+                    "truthscaleEnergyKwh": null,
+                    "truthscaleEnergyCost": null,
                     "truthscaleOverallocatedGpuHours": 0.0,
                 },
             }]

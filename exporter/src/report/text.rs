@@ -368,6 +368,25 @@ fn showback(out: &mut impl Write, s: &Showback) -> Result<()> {
     showback_footer(out, s, sliced)
 }
 
+/// A group's name as the terminal shows it: a label value may hold a line break or
+/// another control character, which would split its row; each is written escaped (`\n`).
+fn group_name(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.chars().any(char::is_control) {
+        name.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect::<String>()
+            .into()
+    } else {
+        name.into()
+    }
+}
+
 /// One group's row of the showback table.
 fn showback_row(
     out: &mut impl Write,
@@ -378,7 +397,7 @@ fn showback_row(
     writeln!(
         out,
         "  {:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}{}{}{}{}",
-        g.group,
+        group_name(&g.group),
         h(g.allocated_gpu_hours),
         hours_or_unknown(g.requested_gpu_hours, DIGITS),
         hours_or_unknown(g.busy_gpu_hours, DIGITS),
@@ -429,7 +448,7 @@ fn energy_lines(
         .filter_map(|g| {
             Some(format!(
                 "{} {}",
-                g.group,
+                group_name(&g.group),
                 with_cost(g.energy_kwh?, g.energy_cost)
             ))
         })
@@ -506,6 +525,15 @@ fn clusters(out: &mut impl Write, clusters: &[ClusterReport]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A group named by a label value with a line break keeps its row: the break is
+    /// written escaped, as are other control characters; other names are as given.
+    #[test]
+    fn a_group_name_with_a_line_break_keeps_its_row() {
+        assert_eq!(super::group_name("line\nbreak"), "line\\nbreak");
+        assert_eq!(super::group_name("tab\there\r"), "tab\\there\\r");
+        assert_eq!(super::group_name("a,b \"q\" é"), "a,b \"q\" é");
+    }
     use truthscale_core::showback::{GroupHours, Period};
 
     /// Prices were given, but none for the fleet's model: every cost is unknown, and the
