@@ -295,6 +295,11 @@ pub(crate) fn run(args: &ReportArgs, env: &[(String, String)]) -> anyhow::Result
             report::opencost::document(sb, by, built.doc.source.start_ms, built.point_seconds);
         serde_json::to_writer(&mut out, &doc)?;
         writeln!(out)?;
+        // OpenCost's shape has no place for them: what the showback met is said beside it
+        // (a period's requests unknown, time-sliced GPUs, models without a price).
+        for note in &sb.notes {
+            crate::stdout::say!("truthscale: note: {note}");
+        }
     } else if format == Format::Json {
         serde_json::to_writer(&mut out, &built.into_json_document())?;
         writeln!(out)?;
