@@ -117,7 +117,9 @@ pub fn metric_name(t: &str) -> Option<&str> {
 /// The label set after `{`, and what follows its `}`.
 ///
 /// # Errors
-/// An unterminated set, a bad label name, a missing quote or a bad escape.
+/// An unterminated set, a bad label name, a label named twice (the exposition format
+/// allows a name once; which value would be the series' is not said), a missing quote or a
+/// bad escape.
 pub fn parse_labels(mut s: &str) -> Result<(Labels<'_>, &str), String> {
     const UNTERMINATED: &str = "unterminated label set";
     let mut out = Vec::new();
@@ -137,6 +139,9 @@ pub fn parse_labels(mut s: &str) -> Result<(Labels<'_>, &str), String> {
                 "expected a label name"
             }
             .into());
+        }
+        if out.iter().any(|(n, _)| *n == name) {
+            return Err(format!("label {name} given twice"));
         }
         let rest = rest
             .trim_start()
@@ -196,6 +201,9 @@ mod tests {
         let y = got[2].1.as_ref().unwrap();
         assert!(y.value.is_nan());
         assert_eq!(y.timestamp_ms, None);
+        // A label named twice is no series: which value would be its is not said.
+        let twice: Vec<_> = samples("x{gpu=\"0\",gpu=\"1\"} 50\n").collect();
+        assert_eq!(twice[0].1.as_ref().unwrap_err(), "label gpu given twice");
     }
 
     /// OpenMetrics writes seconds (a fraction or not), the Prometheus text format
