@@ -120,6 +120,18 @@ fn allocation(name: &str, props: Value, g: &GroupHours, b: &Bounds) -> Value {
             }),
         ),
         ("totalCost", gpu_cost),
+    ];
+    for (k, v) in fields.into_iter().chain(own_fields(g)) {
+        m.insert(k.into(), v);
+    }
+    simulated(&mut m, g.simulated);
+    Value::Object(m)
+}
+
+/// A group's figures under truthscale's own names, beside OpenCost's.
+fn own_fields(g: &GroupHours) -> Vec<(&'static str, Value)> {
+    let cost = g.cost.as_ref();
+    vec![
         (
             "truthscaleEffectiveComputeEfficiency",
             g.effective_compute_gpu_hours.map_or(Value::Null, |e| {
@@ -170,12 +182,7 @@ fn allocation(name: &str, props: Value, g: &GroupHours, b: &Bounds) -> Value {
         // which is the GPU-hours' alone, as OpenCost's is of the resources it prices.
         ("truthscaleEnergyKwh", json!(g.energy_kwh)),
         ("truthscaleEnergyCost", json!(g.energy_cost)),
-    ];
-    for (k, v) in fields {
-        m.insert(k.into(), v);
-    }
-    simulated(&mut m, g.simulated);
-    Value::Object(m)
+    ]
 }
 
 /// Marks an allocation with any GPU-hour of a simulated GPU (`truthscaleSimulated`):
