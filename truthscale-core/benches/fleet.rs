@@ -117,6 +117,7 @@ fn bench_showback(c: &mut Criterion) {
         idle_busy_below: 0.05,
         idle_compute_below: 0.01,
         period_steps: Some(60),
+        period_offset: 0,
         default_price: Some(2.5),
         prices: Vec::new(),
         energy_price_per_kwh: None,

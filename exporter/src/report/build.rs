@@ -152,13 +152,14 @@ pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built>
     grant_fractions(&mut input, attributes.as_ref());
     let allocation_unknown = check_input(&input, &source, &history, cfg.showback.is_some())?;
     let analysis = Instant::now();
-    let per = source.steps_per_point;
+    let (per, start_ms) = (source.steps_per_point, source.start_ms);
     // The fleet's analysis and the showback (or the funnel, which is one) read the same
     // tracks and nothing of each other: on two threads.
     let (mut doc, charged) = std::thread::scope(|scope| {
         let charged = scope.spawn(|| match (&cfg.showback, &attributes) {
             (Some(args), Some(attrs)) => {
-                Charged::Showback(Box::new(showback_of(&input, cfg, args, attrs, per)), args)
+                let sb = showback_of(&input, cfg, args, attrs, (per, start_ms));
+                Charged::Showback(Box::new(sb), args)
             }
             _ => Charged::Funnel(super::funnel::funnel(&input, &held_steps, &cfg.fleet, per)),
         });
@@ -260,14 +261,23 @@ fn grant_fractions(input: &mut FleetInput, attributes: Option<&PodAttributes>) {
     }
 }
 
-/// The showback of `input` by `args.by` (`per`: steps a point), and, where `--focus` asked
-/// for it, the same split by GPU model.
+/// The points from `start_ms` to the first boundary of `every` since the epoch (midnight
+/// UTC for a day, the hour for an hour), to the nearest point of `point_seconds`: where
+/// `--every`'s periods are cut, so that they fall on the calendar's.
+fn calendar_offset(start_ms: i64, every: Duration, point_seconds: f64) -> usize {
+    let every_ms = i64::try_from(every.as_millis()).unwrap_or(i64::MAX).max(1);
+    let to_boundary = (every_ms - start_ms.rem_euclid(every_ms)) % every_ms;
+    (to_boundary as f64 / (point_seconds * 1000.0).max(1.0)).round() as usize
+}
+
+/// The showback of `input` by `args.by` (`per`: steps a point; `start_ms`: where the first
+/// begins), and, where `--focus` asked for it, the same split by GPU model.
 fn showback_of(
     input: &FleetInput,
     cfg: &Config,
     args: &ShowbackArgs,
     attrs: &PodAttributes,
-    per: usize,
+    (per, start_ms): (usize, i64),
 ) -> (Showback, Option<Vec<ModelPart>>) {
     let by = &args.by;
     let groups = showback::groups(input, by, attrs);
@@ -283,6 +293,9 @@ fn showback_of(
         idle_busy_below: cfg.fleet.idle_busy_below,
         idle_compute_below: cfg.fleet.idle_compute_below,
         period_steps,
+        period_offset: args
+            .every
+            .map_or(0, |e| calendar_offset(start_ms, e, input.step_seconds)),
         default_price: cfg.fleet.cost_per_gpu_hour,
         prices: args.prices.clone(),
         energy_price_per_kwh: args.energy_price_per_kwh,
@@ -324,6 +337,24 @@ fn price_idle_by_model(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--every`'s periods are cut on the calendar's boundaries: a window from 10:43 UTC in
+    /// minutes has its first hour boundary 17 points in and its first day's 797 (13 h 17
+    /// min); from midnight, none before the first; in 5-minute points, 17 minutes is 3
+    /// points to the nearest.
+    #[test]
+    fn every_period_is_cut_on_the_calendar() {
+        const AT_10_43: i64 = 1_796_640_180_000; // 2026-12-07T10:43:00Z
+        let hour = Duration::from_secs(3600);
+        let day = Duration::from_secs(86_400);
+        assert_eq!(calendar_offset(AT_10_43, hour, 60.0), 17);
+        assert_eq!(calendar_offset(AT_10_43, day, 60.0), 797);
+        assert_eq!(
+            calendar_offset(AT_10_43 - 43 * 60_000 - 10 * 3_600_000, day, 60.0),
+            0
+        );
+        assert_eq!(calendar_offset(AT_10_43, hour, 300.0), 3);
+    }
 
     /// 2 h at 60 s: 120 points, one a step under --max-points 1000, two a step under 100.
     #[test]

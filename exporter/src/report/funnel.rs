@@ -38,6 +38,7 @@ pub(crate) fn of_holders(input: &FleetInput, holders: &Holders, cfg: &FleetConfi
             idle_busy_below: cfg.idle_busy_below,
             idle_compute_below: cfg.idle_compute_below,
             period_steps: None,
+            period_offset: 0,
             default_price: None,
             prices: Vec::new(),
             energy_price_per_kwh: None,

@@ -485,6 +485,7 @@ fn showback_config(cfg: &FleetConfig, b: &ByArgs) -> ShowbackConfig {
         idle_busy_below: cfg.idle_busy_below,
         idle_compute_below: cfg.idle_compute_below,
         period_steps: b.period_steps,
+        period_offset: 0,
         default_price: cfg.cost_per_gpu_hour,
         prices: b.prices.clone(),
         energy_price_per_kwh: b.energy_price,

@@ -624,11 +624,36 @@ fn showback_by_namespace_and_node_from_truthscale_series() {
         "{notes:?}"
     );
     let periods = v["showback"]["periods"].as_array().expect("periods");
-    assert_eq!(
-        periods.len(),
-        2,
-        "120 steps in hours of 60: 60, 60 (no stub past the window)"
-    );
+    // 120 one-minute steps in hours cut on the clock's hours: the first period runs to the
+    // first whole hour after the window's start, the others an hour each, the last to the
+    // window's end (no stub past it).
+    let start_ms = v["source"]["start_ms"].as_i64().unwrap();
+    let first = ((3_600_000 - start_ms.rem_euclid(3_600_000)) % 3_600_000 / 60_000) as u64;
+    let mut want = Vec::new();
+    let (mut at, mut len) = (0u64, if first == 0 { 60 } else { first });
+    while at < 120 {
+        let steps = len.min(120 - at);
+        want.push((at, steps));
+        at += steps;
+        len = 60;
+    }
+    let got: Vec<(u64, u64)> = periods
+        .iter()
+        .map(|p| {
+            (
+                p["start_step"].as_u64().unwrap(),
+                p["steps"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, want, "from {start_ms} ms");
+    for &(at, _) in &want[1..] {
+        assert_eq!(
+            (start_ms + at as i64 * 60_000) % 3_600_000,
+            0,
+            "on the hour"
+        );
+    }
     let fleet: f64 = periods
         .iter()
         .map(|p| {

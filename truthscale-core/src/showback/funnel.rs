@@ -273,6 +273,7 @@ mod tests {
             idle_busy_below: 0.05,
             idle_compute_below: 0.01,
             period_steps: None,
+            period_offset: 0,
             default_price: Some(2.0),
             prices: Vec::new(),
             energy_price_per_kwh: None,

@@ -7,6 +7,7 @@ fn cfg() -> ShowbackConfig {
         idle_busy_below: 0.05,
         idle_compute_below: 0.01,
         period_steps: None,
+        period_offset: 0,
         default_price: None,
         prices: Vec::new(),
         energy_price_per_kwh: None,

@@ -75,6 +75,11 @@ pub struct ShowbackConfig {
     pub idle_compute_below: f64,
     /// Steps per period (one row per group and period); `None`: the whole window only.
     pub period_steps: Option<usize>,
+    /// With periods: the steps before the first period boundary, so that periods fall on
+    /// the calendar's (a day's from midnight UTC): the first period is that long, the
+    /// others `period_steps`. 0 (or a multiple of `period_steps`): the periods start at the
+    /// window's first step.
+    pub period_offset: usize,
     /// Price of one GPU-hour of a model without its own price.
     pub default_price: Option<f64>,
     /// Prices of one GPU-hour by model, as reported (`NVIDIA H100 80GB HBM3`).
@@ -387,6 +392,8 @@ struct Window<'a> {
     hours_per_step: f64,
     /// Steps per period.
     per: usize,
+    /// Steps before the first period boundary (below `per`; 0: none).
+    offset: usize,
     /// Whether any price was given.
     priced: bool,
     /// What each track's own pod and model decide, worked out once (not at every step).
@@ -512,6 +519,10 @@ fn window<'a>(
             .period_steps
             .filter(|p| *p > 0)
             .unwrap_or(input.steps.max(1)),
+        offset: cfg
+            .period_steps
+            .filter(|p| *p > 0)
+            .map_or(0, |p| cfg.period_offset % p),
         priced: cfg.default_price.is_some() || !cfg.prices.is_empty(),
         facts: input
             .tracks
@@ -522,6 +533,34 @@ fn window<'a>(
                 fraction: shares::fraction_units(fractions, t.pod.as_deref(), t),
             })
             .collect(),
+    }
+}
+
+impl Window<'_> {
+    /// The period step `s` falls in.
+    fn period_of(&self, s: usize) -> usize {
+        match self.offset {
+            0 => s / self.per,
+            o if s < o => 0,
+            o => 1 + (s - o) / self.per,
+        }
+    }
+
+    /// Period `k`'s first step.
+    fn period_start(&self, k: usize) -> usize {
+        match (self.offset, k) {
+            (0, k) => k * self.per,
+            (_, 0) => 0,
+            (o, k) => o + (k - 1) * self.per,
+        }
+    }
+
+    /// The periods of `steps` steps: one more than the whole ones where the first is cut.
+    fn periods(&self, steps: usize) -> usize {
+        match self.offset {
+            0 => steps.div_ceil(self.per).max(1),
+            o => 1 + steps.saturating_sub(o).div_ceil(self.per),
+        }
     }
 }
 
@@ -544,8 +583,8 @@ fn gpus_of(input: &FleetInput) -> Vec<GpuTracks<'_>> {
 /// The showback of the GPUs `gpus` of `w`'s input, with `requested` the requested GPU-hours
 /// by group.
 fn of_gpus(w: &Window<'_>, gpus: &[GpuTracks<'_>], requested: &BTreeMap<String, f64>) -> Showback {
-    let (steps, cfg, per) = (w.input.steps, w.cfg, w.per);
-    let periods = steps.div_ceil(per).max(1);
+    let (steps, cfg) = (w.input.steps, w.cfg);
+    let periods = w.periods(steps);
     let mut accs = Accs {
         total: PeriodAcc::default(),
         each: vec![PeriodAcc::default(); periods],
@@ -561,8 +600,8 @@ fn of_gpus(w: &Window<'_>, gpus: &[GpuTracks<'_>], requested: &BTreeMap<String, 
             .iter()
             .enumerate()
             .map(|(k, acc)| {
-                let start = k * per;
-                period(acc, start, per.min(steps.saturating_sub(start)), None, w)
+                let (start, next) = (w.period_start(k), w.period_start(k + 1));
+                period(acc, start, next.min(steps).saturating_sub(start), None, w)
             })
             .collect()
     } else {

@@ -157,7 +157,7 @@ pub(super) fn charge_gpu(w: &Window<'_>, members: &[usize], accs: &mut Accs, tal
         let energy = step_energy_mj(w, covering, s);
         let unallocated_mj = energy.map(|e| share_energy(e, &mut charges));
         charged |= !charges.is_empty();
-        let period = s / w.per;
+        let period = w.period_of(s);
         let free = SHARE_UNITS.saturating_sub(sum);
         // Nothing of the GPU read, and no series names a holder: whether a pod held it is
         // unknown, never unallocated.

@@ -7,6 +7,7 @@ fn cfg(by: &str) -> ShowbackConfig {
         idle_busy_below: 0.05,
         idle_compute_below: 0.01,
         period_steps: None,
+        period_offset: 0,
         default_price: None,
         prices: Vec::new(),
         energy_price_per_kwh: None,
@@ -643,6 +644,7 @@ fn a_period_before_any_gpu_reported_costs_nothing_unallocated() {
         let cfg = ShowbackConfig {
             default_price: price,
             period_steps: Some(6),
+            period_offset: 0,
             ..cfg("namespace")
         };
         showback(&input, &groups, &Holders::new(), &BTreeMap::new(), &cfg)
@@ -652,6 +654,73 @@ fn a_period_before_any_gpu_reported_costs_nothing_unallocated() {
     assert_eq!(first.unallocated_gpu_hours, 0.0);
     assert_eq!(first.unallocated_cost, Some(0.0));
     assert_eq!(run(None).periods[0].unallocated_cost, None);
+}
+
+/// Periods on the calendar's boundaries: a 12-step window (1-minute steps) whose first
+/// boundary is 2 steps in, in periods of 6, is cut at steps 2 and 8: periods of 2, 6 and 4
+/// steps. One GPU held by `ml` at every step: 2, 6 and 4 GPU-minutes, in the periods'
+/// own bounds; the periods add up to the window's 12.
+#[test]
+fn periods_fall_on_the_calendars_boundaries() {
+    let t = track(Some("ml/a"), "n/g1", &[Some((0.9, 0.3)); 12]);
+    let input = FleetInput {
+        step_seconds: 60.0,
+        steps: 12,
+        tracks: vec![t],
+        held: Default::default(),
+        step_bands: None,
+    };
+    let groups = vec![Some("ml".to_string())];
+    let run = |offset: usize| {
+        let cfg = ShowbackConfig {
+            period_steps: Some(6),
+            period_offset: offset,
+            ..cfg("namespace")
+        };
+        showback(&input, &groups, &Holders::new(), &BTreeMap::new(), &cfg)
+    };
+    let bounds = |s: &Showback| -> Vec<(usize, usize, f64)> {
+        s.periods
+            .iter()
+            .map(|p| {
+                (
+                    p.start_step,
+                    p.steps,
+                    p.groups[0].allocated_gpu_hours * 60.0,
+                )
+            })
+            .collect()
+    };
+    let near = |got: Vec<(usize, usize, f64)>, want: &[(usize, usize, f64)]| {
+        assert_eq!(got.len(), want.len(), "{got:?}");
+        for (g, w) in got.iter().zip(want) {
+            assert_eq!((g.0, g.1), (w.0, w.1), "{got:?}");
+            assert!((g.2 - w.2).abs() < 1e-9, "{got:?}");
+        }
+    };
+    near(bounds(&run(2)), &[(0, 2, 2.0), (2, 6, 6.0), (8, 4, 4.0)]);
+    // No offset, or a whole period's: the periods start at the window's first step.
+    near(bounds(&run(0)), &[(0, 6, 6.0), (6, 6, 6.0)]);
+    near(bounds(&run(6)), &[(0, 6, 6.0), (6, 6, 6.0)]);
+    // A boundary past the window: one period, the whole window.
+    let input_short = FleetInput {
+        steps: 4,
+        ..input.clone()
+    };
+    let cfg = ShowbackConfig {
+        period_steps: Some(6),
+        period_offset: 5,
+        ..cfg("namespace")
+    };
+    let s = showback(
+        &input_short,
+        &groups,
+        &Holders::new(),
+        &BTreeMap::new(),
+        &cfg,
+    );
+    assert_eq!(s.periods.len(), 1);
+    assert_eq!((s.periods[0].start_step, s.periods[0].steps), (0, 4));
 }
 
 /// Simulated data says so: a group charged a simulated GPU's hours is marked, a group on
