@@ -1057,7 +1057,12 @@ impl Config {
         };
         Ok(Settings {
             listen,
-            web_config_file: self.web_config_file.clone(),
+            // Empty (`TRUTHSCALE_WEB_CONFIG_FILE=`, an unset chart value) is none, as an
+            // empty identity variable is: not a file named "".
+            web_config_file: self
+                .web_config_file
+                .clone()
+                .filter(|p| !p.as_os_str().is_empty()),
             source: self.source.config.clone(),
             source_context,
             interval,
@@ -1697,6 +1702,18 @@ mod tests {
         let err = c.validate_at(Some(&f), &[], &[]).unwrap_err().to_string();
         assert!(err.starts_with("listen_address: "), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// An empty web config path (`TRUTHSCALE_WEB_CONFIG_FILE=`) is none, not a file named
+    /// "" that cannot be opened.
+    #[test]
+    fn an_empty_web_config_path_is_none() {
+        let vars = env(&[("TRUTHSCALE_WEB_CONFIG_FILE", "")]);
+        let s = Config::load(None, &vars, &[]).unwrap().validate(&vars).unwrap();
+        assert_eq!(s.web_config_file, None);
+        let vars = env(&[("TRUTHSCALE_WEB_CONFIG_FILE", "web.yml")]);
+        let s = Config::load(None, &vars, &[]).unwrap().validate(&vars).unwrap();
+        assert_eq!(s.web_config_file.as_deref(), Some(Path::new("web.yml")));
     }
 
     /// The variables Kubernetes writes for a Service named `truthscale` (or
