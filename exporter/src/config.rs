@@ -1709,10 +1709,16 @@ mod tests {
     #[test]
     fn an_empty_web_config_path_is_none() {
         let vars = env(&[("TRUTHSCALE_WEB_CONFIG_FILE", "")]);
-        let s = Config::load(None, &vars, &[]).unwrap().validate(&vars).unwrap();
+        let s = Config::load(None, &vars, &[])
+            .unwrap()
+            .validate(&vars)
+            .unwrap();
         assert_eq!(s.web_config_file, None);
         let vars = env(&[("TRUTHSCALE_WEB_CONFIG_FILE", "web.yml")]);
-        let s = Config::load(None, &vars, &[]).unwrap().validate(&vars).unwrap();
+        let s = Config::load(None, &vars, &[])
+            .unwrap()
+            .validate(&vars)
+            .unwrap();
         assert_eq!(s.web_config_file.as_deref(), Some(Path::new("web.yml")));
     }
 

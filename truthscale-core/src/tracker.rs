@@ -1012,24 +1012,18 @@ impl Deriver {
     ) {
         for slot in 0..self.entities.len() {
             let state = self.entities.get_mut(slot);
-            let detail = match state.pending {
+            let (seconds, detail) = match state.pending {
                 Pending::No => continue,
-                Pending::Long(long) => {
-                    state.window.totals.unobserved_seconds += long;
+                Pending::Long(long) => (
+                    long,
                     format!(
                         "{long} s since the previous sample, and no sample after it to tell a change of cadence from a gap (the end of the input): not observed"
-                    )
-                }
-                Pending::First => "one sample only, and no interval declared by its format: the time it stands for is unknown, so none of its readings is averaged; capture at least two samples".to_string(),
+                    ),
+                ),
+                Pending::First => (0.0, "one sample only, and no interval declared by its format: the time it stands for is unknown, so none of its readings is averaged; capture at least two samples".to_string()),
             };
             state.pending = Pending::No;
-            state.window.dt_seconds = 0.0;
-            diags.push(Diagnostic {
-                kind: DiagnosticKind::Gap,
-                entity: Some(state.window.id.clone()),
-                field: None,
-                detail,
-            });
+            state.unobserved(seconds, diags, detail);
             let handed = Slot {
                 index: slot,
                 epoch: self.epoch,
