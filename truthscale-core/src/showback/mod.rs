@@ -46,6 +46,7 @@ mod fraction_tests;
 mod funnel;
 #[cfg(test)]
 mod holder_tests;
+mod periods;
 mod shares;
 #[cfg(test)]
 mod tests;
@@ -533,34 +534,6 @@ fn window<'a>(
                 fraction: shares::fraction_units(fractions, t.pod.as_deref(), t),
             })
             .collect(),
-    }
-}
-
-impl Window<'_> {
-    /// The period step `s` falls in.
-    fn period_of(&self, s: usize) -> usize {
-        match self.offset {
-            0 => s / self.per,
-            o if s < o => 0,
-            o => 1 + (s - o) / self.per,
-        }
-    }
-
-    /// Period `k`'s first step.
-    fn period_start(&self, k: usize) -> usize {
-        match (self.offset, k) {
-            (0, k) => k * self.per,
-            (_, 0) => 0,
-            (o, k) => o + (k - 1) * self.per,
-        }
-    }
-
-    /// The periods of `steps` steps: one more than the whole ones where the first is cut.
-    fn periods(&self, steps: usize) -> usize {
-        match self.offset {
-            0 => steps.div_ceil(self.per).max(1),
-            o => 1 + steps.saturating_sub(o).div_ceil(self.per),
-        }
     }
 }
 
