@@ -211,25 +211,7 @@ impl Analyzer {
         } = self;
         let mut pos = 0;
         deriver.observe_slots(sample, noticed, |slot, w, handed| {
-            let known = by_slot.entry(slot);
-            let acc = match *known {
-                Some(acc) if !slot.id_changed => acc,
-                _ => {
-                    let acc = entities.find_or_insert(pos, &w.id, || EntityAcc {
-                        id: w.id.clone(),
-                        ..EntityAcc::default()
-                    });
-                    // The entity's latest attributes (its key is the same; a model name
-                    // may come later).
-                    let a = entities.get_mut(acc);
-                    if !a.id.same_attributes(&w.id) {
-                        a.id.clone_from(&w.id);
-                    }
-                    *known = Some(acc);
-                    acc
-                }
-            };
-            let acc = entities.get_mut(acc);
+            let acc = acc_of(entities, by_slot, (slot, pos), w);
             match handed {
                 Handed::New(seconds) => {
                     add_window(acc, *timeline, t, w);
@@ -257,15 +239,7 @@ impl Analyzer {
             ..
         } = self;
         deriver.finish(noticed, |slot, w, _| {
-            let known = by_slot.entry(slot);
-            let acc = match *known {
-                Some(acc) => acc,
-                None => entities.find_or_insert(0, &w.id, || EntityAcc {
-                    id: w.id.clone(),
-                    ..EntityAcc::default()
-                }),
-            };
-            add_weighted(entities.get_mut(acc), w, 0.0);
+            add_weighted(acc_of(entities, by_slot, (slot, 0), w), w, 0.0);
         });
         for d in self.noticed.drain(..) {
             self.diagnostics.add(&d);
@@ -306,6 +280,36 @@ impl Analyzer {
             first_diagnostics: self.diagnostics.first().to_vec(),
         }
     }
+}
+
+/// The accumulator of the entity whose window `w` the deriver handed from `slot` (at
+/// position `pos` of its sample): the one kept for the slot, else found by the entity's
+/// key (or made), its attributes brought up to date (the key is the same; a model name may
+/// come later) and kept for the slot.
+#[inline(always)]
+fn acc_of<'a>(
+    entities: &'a mut EntityTable<EntityAcc>,
+    by_slot: &mut SlotIndex,
+    (slot, pos): (crate::tracker::Slot, usize),
+    w: &EntityWindow,
+) -> &'a mut EntityAcc {
+    let known = by_slot.entry(slot);
+    let acc = match *known {
+        Some(acc) if !slot.id_changed => acc,
+        _ => {
+            let acc = entities.find_or_insert(pos, &w.id, || EntityAcc {
+                id: w.id.clone(),
+                ..EntityAcc::default()
+            });
+            let a = entities.get_mut(acc);
+            if !a.id.same_attributes(&w.id) {
+                a.id.clone_from(&w.id);
+            }
+            *known = Some(acc);
+            acc
+        }
+    };
+    entities.get_mut(acc)
 }
 
 /// Add one window to its entity's accumulator, but for what is weighed by its seconds
