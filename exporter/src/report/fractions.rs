@@ -1,5 +1,6 @@
 //! Fractional sharing read from the same Prometheus (kube-state-metrics): HAMi's
-//! `nvidia.com/gpucores` and `nvidia.com/gpumem` requests and KAI's `gpu-fraction` and
+//! `nvidia.com/gpucores`, `nvidia.com/gpumem` and `nvidia.com/gpumem-percentage` requests
+//! and KAI's `gpu-fraction` and
 //! `gpu-memory` pod annotations, each pod's granted fraction of its GPU
 //! ([`truthscale_core::showback::Fraction`]); DRA claims (`kube_pod_resourceclaim_info`) as
 //! requested GPUs.
@@ -10,12 +11,13 @@ use std::collections::{BTreeMap, HashMap};
 use truthscale_core::showback::{Fraction, Fractions, MeasuredUse};
 
 /// HAMi's requests, by pod and resource (kube-state-metrics sanitises `nvidia.com/gpucores`
-/// to `nvidia_com_gpucores`), of these two resources ([`HAMI_RESOURCES`]).
+/// to `nvidia_com_gpucores`), of these three resources ([`HAMI_RESOURCES`]).
 const HAMI: (&str, &str) = (
     "max by (namespace, pod, resource)",
     "kube_pod_container_resource_requests",
 );
-const HAMI_RESOURCES: &str = "resource=~\"nvidia_com_gpucores|nvidia_com_gpumem\"";
+const HAMI_RESOURCES: &str =
+    "resource=~\"nvidia_com_gpucores|nvidia_com_gpumem|nvidia_com_gpumem_percentage\"";
 
 /// The query of `by` over `metric`, its series matched by `more` and within `history`'s
 /// pods ([`History::pod_selector`]).
@@ -52,8 +54,9 @@ fn last(values: &[(usize, f64)]) -> Option<f64> {
 }
 
 /// HAMi's requests into `out`: gpucores (percent, above 0 up to 100) as the compute part,
-/// gpumem (MiB, above 0) as the memory part, each pod's latest. Returns the pods whose
-/// request was neither (gpucores 0 or past 100, gpumem 0 or below, or no finite value):
+/// gpumem (MiB, above 0) and gpumem-percentage (above 0 up to 100) as the memory part, each
+/// pod's latest. Returns the pods whose request was none of them (gpucores or
+/// gpumem-percentage 0 or past 100, gpumem 0 or below, or no finite value):
 /// their fraction is not known, so they are charged as pods without one; and the pods with
 /// one part so refused beside one that reads: charged by the part that reads, that part not
 /// known.
@@ -69,6 +72,9 @@ pub(crate) fn hami(series: &[StepSeries], out: &mut Fractions) -> (Vec<String>, 
                 f.compute = Some(v / 100.0);
             }
             (Some("nvidia_com_gpumem"), Some(v)) if v > 0.0 => f.memory_mib = Some(v),
+            (Some("nvidia_com_gpumem_percentage"), Some(v)) if v > 0.0 && v <= 100.0 => {
+                f.memory_share = Some(v / 100.0);
+            }
             _ => refused.push(pod),
         }
     }
@@ -137,7 +143,7 @@ pub(crate) fn kai(
             Fraction {
                 compute,
                 memory_mib,
-                placeholder: false,
+                ..Fraction::default()
             },
         );
     }
@@ -203,7 +209,8 @@ pub(crate) fn by_point(by_step: &ByStep, per: usize) -> MeasuredUse {
 
 /// Folds the fractions and claims into the requested GPU-hours `requested` (kube-state-
 /// metrics' `nvidia_com_gpu`, `None` where none): a HAMi pod's requested GPUs count by its
-/// compute part (gpucores 25 of 1 GPU: a quarter); a KAI pod's fraction while annotated;
+/// compute part (gpucores 25 of 1 GPU: a quarter), else by its gpumem-percentage (a memory
+/// size alone counts whole: the GPU's memory is not known here); a KAI pod's fraction while annotated;
 /// a DRA claim one GPU where the pod requested none through `nvidia_com_gpu`.
 pub(crate) fn fold_requested(
     requested: &mut Option<HashMap<String, f64>>,
@@ -213,7 +220,10 @@ pub(crate) fn fold_requested(
 ) {
     if let Some(r) = requested.as_mut() {
         for (pod, h) in r.iter_mut() {
-            if let Some(c) = fractions.get(pod).and_then(|f| f.compute) {
+            if let Some(c) = fractions
+                .get(pod)
+                .and_then(|f| f.compute.or(f.memory_share))
+            {
                 *h *= c;
             }
         }
@@ -245,10 +255,10 @@ pub(crate) fn read(
         &mut fractions,
     );
     if !refused.is_empty() {
-        notes.push(format!("{} pod(s) request through HAMi neither gpucores above 0 up to 100 nor gpumem above 0, so their fraction is not known and they are charged as pods without one: {}", refused.len(), refused.join(", ")));
+        notes.push(format!("{} pod(s) request through HAMi none of gpucores above 0 up to 100, gpumem above 0 or gpumem-percentage above 0 up to 100, so their fraction is not known and they are charged as pods without one: {}", refused.len(), refused.join(", ")));
     }
     if !partly.is_empty() {
-        notes.push(format!("{} pod(s) request through HAMi a gpucores not above 0 up to 100, or a gpumem not above 0, beside a part that reads, so that part of their request is not known and they are charged by the other: {}", partly.len(), partly.join(", ")));
+        notes.push(format!("{} pod(s) request through HAMi a gpucores or gpumem-percentage not above 0 up to 100, or a gpumem not above 0, beside a part that reads, so that part of their request is not known and they are charged by the other: {}", partly.len(), partly.join(", ")));
     }
     let hami_pods = fractions.len();
     let (kai_requested, kai_refused) = kai(
@@ -261,7 +271,7 @@ pub(crate) fn read(
     }
     let claims = claimed(&history.series_by_step(&scoped(DRA))?, hours_per_step);
     if hami_pods > 0 {
-        notes.push(format!("{hami_pods} pod(s) request a fraction of a GPU through HAMi (kube_pod_container_resource_requests nvidia_com_gpucores, nvidia_com_gpumem)"));
+        notes.push(format!("{hami_pods} pod(s) request a fraction of a GPU through HAMi (kube_pod_container_resource_requests nvidia_com_gpucores, nvidia_com_gpumem, nvidia_com_gpumem_percentage)"));
     }
     if fractions.len() > hami_pods {
         notes.push(format!(
@@ -353,6 +363,18 @@ mod tests {
         assert_eq!(
             (refused, partly),
             (vec!["c/n".to_string()], vec!["c/r".to_string()])
+        );
+        // gpumem-percentage 25 is a quarter of the memory; past 100 it is no fraction.
+        let mut g = Fractions::new();
+        let s = [
+            part("m", "nvidia_com_gpumem_percentage", 25.0),
+            part("o", "nvidia_com_gpumem_percentage", 150.0),
+        ];
+        let (refused, partly) = hami(&s, &mut g);
+        assert_eq!((refused, partly.len()), (vec!["c/o".to_string()], 0));
+        assert_eq!(
+            (g["c/m"].compute, g["c/m"].memory_mib, g["c/m"].memory_share),
+            (None, None, Some(0.25))
         );
         assert_eq!(
             (f["c/r"].compute, f["c/r"].memory_mib),

@@ -7,11 +7,12 @@
 //!   `kai-resource-reservation/gpu-reservation-n1`;
 //! - GPU 2: `dra/c`, its GPU claimed through DRA (`kube_pod_resourceclaim_info`), no
 //!   `nvidia_com_gpu` request;
-//! - GPU 3: HAMi pod `hi/idle` alone (gpucores 25), idle throughout.
+//! - GPU 3: HAMi pod `hi/idle` alone (gpucores 25), idle throughout;
+//! - GPU 4: HAMi pod `hp/p` alone, `nvidia.com/gpumem-percentage` 25.
 //!
 //! Known answers, `H` one GPU's hours over the window: `ha` 0.25 H, `hb` 0.5 H, `kai` 0.5 H,
-//! `dra` H, `hi` 0.25 H allocated and requested; the reservation pod nothing; unallocated
-//! 1.5 H; `ha`'s use measured, not unknown: busy 20 % of the GPU over its quarter,
+//! `dra` H, `hi` 0.25 H, `hp` 0.25 H allocated and requested; the reservation pod nothing;
+//! unallocated 2.25 H; `ha`'s use measured, not unknown: busy 20 % of the GPU over its quarter,
 //! 0.8 × 0.25 H; `hi/idle` holds 0.25 H of idle capacity, its quarter, not the GPU's H.
 
 use crate::report::{Om, end_now, truthscale};
@@ -29,6 +30,7 @@ fn history(end: i64) -> String {
         (1, "kai-resource-reservation", "gpu-reservation-n1"),
         (2, "dra", "c"),
         (3, "hi", "idle"),
+        (4, "hp", "p"),
     ];
     for i in 0..61 {
         let t = end - (60 - i) * STEP;
@@ -55,6 +57,8 @@ fn history(end: i64) -> String {
             ("hb", "b", "nvidia_com_gpucores", 50.0),
             ("hi", "idle", "nvidia_com_gpu", 1.0),
             ("hi", "idle", "nvidia_com_gpucores", 25.0),
+            ("hp", "p", "nvidia_com_gpu", 1.0),
+            ("hp", "p", "nvidia_com_gpumem_percentage", 25.0),
         ] {
             let r = format!(
                 "namespace=\"{ns}\",pod=\"{pod}\",container=\"main\",resource=\"{resource}\",unit=\"integer\""
@@ -110,7 +114,7 @@ fn report_charges_fractions_and_counts_dra_claims() {
     let total = &v["showback"]["total"];
     assert_eq!(total["reconciled"], true, "{}", total["check"]);
     let fleet = total["fleet_gpu_hours"].as_f64().unwrap();
-    let h = fleet / 4.0;
+    let h = fleet / 5.0;
     assert!(h > 0.9, "{fleet}");
     let groups = total["groups"].as_array().unwrap();
     let group = |n: &str| groups.iter().find(|g| g["group"] == n);
@@ -122,6 +126,7 @@ fn report_charges_fractions_and_counts_dra_claims() {
         ("kai", 0.5),
         ("dra", 1.0),
         ("hi", 0.25),
+        ("hp", 0.25),
     ] {
         let a = f(ns, "allocated_gpu_hours");
         assert!(close(a, share * h), "{ns}: {a:?} not {share} × {h}");
@@ -133,7 +138,7 @@ fn report_charges_fractions_and_counts_dra_claims() {
     }
     assert!(group("kai-resource-reservation").is_none(), "{total}");
     let unallocated = total["unallocated_gpu_hours"].as_f64();
-    assert!(close(unallocated, 1.5 * h), "{unallocated:?}");
+    assert!(close(unallocated, 2.25 * h), "{unallocated:?}");
     let idle = &v["idle"];
     assert_eq!(idle["workloads"][0]["workload"], "hi/idle", "{idle}");
     let held = idle["workloads"][0]["idle_gpu_hours"].as_f64();

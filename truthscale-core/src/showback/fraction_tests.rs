@@ -253,6 +253,24 @@ fn a_fraction_in_share_units() {
     assert_eq!(mem.units(None), None, "a GPU of unknown memory");
     assert_eq!(compute(0.0).units(Some(1.0)), None, "no compute part given");
     assert_eq!(compute(f64::NAN).units(None), None);
+    // HAMi's gpumem-percentage 25: a quarter whatever the GPU's memory; a memory size over
+    // a known total first.
+    let percent = Fraction {
+        memory_share: Some(0.25),
+        ..Fraction::default()
+    };
+    assert_eq!(percent.units(None), Some(SHARE_UNITS / 4));
+    assert_eq!(percent.units(Some(80_000.0)), Some(SHARE_UNITS / 4));
+    let both = Fraction {
+        memory_mib: Some(40_000.0),
+        ..percent
+    };
+    assert_eq!(both.units(Some(80_000.0)), Some(SHARE_UNITS / 2));
+    assert_eq!(
+        both.units(None),
+        Some(SHARE_UNITS / 4),
+        "the share where the size is not"
+    );
 }
 
 /// A track's granted share is its pod's fraction as the showback charges it: gpucores 25

@@ -318,8 +318,9 @@ pub struct Holding {
 pub type Holders = HashMap<String, BTreeMap<usize, Vec<Holding>>>;
 
 /// A pod's fraction of a GPU as its scheduler granted it: HAMi's `nvidia.com/gpucores`
-/// (percent of the compute) and `nvidia.com/gpumem` (MiB) requests, KAI's `gpu-fraction`
-/// and `gpu-memory` (MiB) annotations. A holder with a fraction is charged it, not `1/k`.
+/// (percent of the compute), `nvidia.com/gpumem` (MiB) and `nvidia.com/gpumem-percentage`
+/// requests, KAI's `gpu-fraction` and `gpu-memory` (MiB) annotations. A holder with a
+/// fraction is charged it, not `1/k`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Fraction {
     /// Of the GPU's compute, above 0 up to 1 (gpucores / 100, gpu-fraction): the share.
@@ -327,6 +328,9 @@ pub struct Fraction {
     /// Of the GPU's memory, MiB: the share where no compute part is given, over the GPU's
     /// memory.
     pub memory_mib: Option<f64>,
+    /// Of the GPU's memory, above 0 up to 1 (HAMi's gpumem-percentage / 100): the share
+    /// where neither a compute part nor a memory size over a known total is given.
+    pub memory_share: Option<f64>,
     /// A placeholder holding the device for its tenants (KAI's reservation pod): never a
     /// tenant, never charged.
     pub placeholder: bool,
@@ -345,16 +349,17 @@ pub type MeasuredUse = HashMap<String, BTreeMap<usize, f64>>;
 pub const RESERVATION_NAMESPACES: [&str; 2] = ["kai-resource-reservation", "runai-reservation"];
 
 impl Fraction {
-    /// Its share units of a GPU of `total_mib` MiB (`None`: no fraction given, or a memory
-    /// one on a GPU of unknown memory).
+    /// Its share units of a GPU of `total_mib` MiB (`None`: no fraction given, or only a
+    /// memory size on a GPU of unknown memory).
     #[must_use]
     pub fn units(&self, total_mib: Option<f64>) -> Option<u64> {
         let valid = |x: &f64| x.is_finite() && *x > 0.0;
-        let share = match (self.compute.filter(valid), self.memory_mib.filter(valid)) {
-            (Some(c), _) => c,
-            (None, Some(m)) => m / total_mib.filter(valid)?,
-            _ => return None,
-        };
+        let of_total = |m: f64| total_mib.filter(valid).map(|t| m / t);
+        let share = self
+            .compute
+            .filter(valid)
+            .or_else(|| self.memory_mib.filter(valid).and_then(of_total))
+            .or_else(|| self.memory_share.filter(valid))?;
         Some((share.min(1.0) * SHARE_UNITS as f64).round() as u64)
     }
 }
