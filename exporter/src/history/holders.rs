@@ -87,8 +87,12 @@ impl HolderSignal {
     /// The signal per pod (one series per `by`: the namespace, the pod and, with
     /// `--cluster-label`, the cluster), over `window`.
     ///
-    /// Throttling sums the containers' periods (the pod cgroup's own series, `container=""`,
-    /// would count them twice). A pressure signal is the largest of the pod's cgroups: the
+    /// Throttling is the share of the pod's CFS periods throttled, or of its most throttled
+    /// container's where more, as node mode and `alerts/causes.rules.yml` take it (a
+    /// container's own limit throttles it in its own periods; the pod's sum would dilute it
+    /// with its other containers' periods). The pod cgroup's own series (`container=""`)
+    /// would count the periods twice; a pod or container with no period in the window has
+    /// no share (never 0/0). A pressure signal is the largest of the pod's cgroups: the
     /// pod's own cgroup where cAdvisor exports it (`container=""`), else its containers. A
     /// container's share of time with some task waiting is a lower bound on the pod's
     /// (some task of the pod waits whenever one of a container's does), so the max over the
@@ -100,10 +104,10 @@ impl HolderSignal {
         match self {
             HolderSignal::CpuThrottled => {
                 let m = "container!=\"\",pod!=\"\"";
+                let (throttled, periods) = (rate(CFS_THROTTLED, m), rate(CFS_PERIODS, m));
                 format!(
-                    "sum by ({by}) ({}) / sum by ({by}) ({})",
-                    rate(CFS_THROTTLED, m),
-                    rate(CFS_PERIODS, m)
+                    "max by ({by}) (sum by ({by}) ({throttled}) / (sum by ({by}) ({periods}) > 0) \
+                     or {throttled} / ({periods} > 0))"
                 )
             }
             HolderSignal::CpuWaiting => pressure(CPU_WAITING),
@@ -306,8 +310,11 @@ mod tests {
              \"holder_namespace_of_gpu\", \"$1\", \"exported_namespace\", \"(.+)\") \
              + on (holder_namespace_of_gpu, holder_pod_of_gpu) group_left () \
              label_replace(label_replace(\
+             max by (namespace, pod) (\
              sum by (namespace, pod) (rate(container_cpu_cfs_throttled_periods_total{container!=\"\",pod!=\"\"}[60000ms])) \
-             / sum by (namespace, pod) (rate(container_cpu_cfs_periods_total{container!=\"\",pod!=\"\"}[60000ms])), \
+             / (sum by (namespace, pod) (rate(container_cpu_cfs_periods_total{container!=\"\",pod!=\"\"}[60000ms])) > 0) \
+             or rate(container_cpu_cfs_throttled_periods_total{container!=\"\",pod!=\"\"}[60000ms]) \
+             / (rate(container_cpu_cfs_periods_total{container!=\"\",pod!=\"\"}[60000ms]) > 0)), \
              \"holder_pod_of_gpu\", \"$1\", \"pod\", \"(.+)\"), \
              \"holder_namespace_of_gpu\", \"$1\", \"namespace\", \"(.+)\"))"
         );
