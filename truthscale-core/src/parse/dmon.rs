@@ -49,7 +49,8 @@ pub(crate) enum Unit {
     Same,
     /// Percent (0–100) to ratio.
     Percent,
-    /// Milli-units (mJ) to units (J).
+    /// Milli-units (mJ) to units (J): DCGM's energy counter (field 156), an INT64 whose
+    /// blanks are the INT64 ones alone (it passes the INT32 band within an hour at 700 W).
     Milli,
     /// MiB to bytes.
     Mib,
@@ -76,7 +77,7 @@ impl Unit {
         let raw = raw?;
         // Most values lie below the least blank of the unit's rule, and are finite: they
         // pass its rule, which is told without a call then.
-        let least_blank = if self == Unit::Count {
+        let least_blank = if self.is_int64() {
             crate::derive::INT64_BLANK
         } else {
             crate::derive::INT32_BLANK
@@ -89,11 +90,18 @@ impl Unit {
         Some(self.apply(v)).filter(|v| v.is_finite())
     }
 
-    /// The unit's blank rule: [`count_value`] for a counter, else [`dcgm_value`].
+    /// Whether the unit's raw values are DCGM INT64 counters': a cumulative count, or the
+    /// energy counter in mJ.
+    #[inline]
+    const fn is_int64(self) -> bool {
+        matches!(self, Unit::Count | Unit::Milli)
+    }
+
+    /// The unit's blank rule: [`count_value`] for an INT64 counter, else [`dcgm_value`].
     #[cold]
     #[inline(never)]
     pub(crate) fn blank_rule(self, raw: f64) -> Option<f64> {
-        if self == Unit::Count {
+        if self.is_int64() {
             count_value(raw)
         } else {
             dcgm_value(raw)
@@ -2531,7 +2539,7 @@ GPU 1     N/A    1      2      N/A
         let mut told = [0; 2];
         for unit in units {
             for raw in edges {
-                let rule = if unit == Unit::Count {
+                let rule = if matches!(unit, Unit::Count | Unit::Milli) {
                     count_value
                 } else {
                     dcgm_value
@@ -2549,6 +2557,16 @@ GPU 1     N/A    1      2      N/A
         }
         // Both outcomes occur: blanks and values.
         assert!(told[0] > 40 && told[1] > 60, "{told:?}");
+        // DCGM's energy counter (field 156, INT64 mJ) in the INT32 band, 35 min into 1 kW:
+        // a reading, not a blank; a percent there is one of the INT32 blanks.
+        let mj = 2_147_483_640.0;
+        assert_eq!(Unit::Milli.convert(Some(mj)), Some(2_147_483.64));
+        assert_eq!(
+            Unit::Milli.convert(Some(4_294_967_295.0)),
+            Some(4_294_967.295)
+        );
+        assert_eq!(Unit::Milli.convert(Some(int64_blank)), None);
+        assert_eq!(Unit::Percent.convert(Some(mj)), None);
     }
 
     /// The direct reading of plain decimals gives the very bits `str::parse` gives, and
