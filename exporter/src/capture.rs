@@ -664,11 +664,13 @@ fn text_range(line: &[u8], line_no: usize) -> std::ops::Range<usize> {
 }
 
 /// What the fields a capture of `format` names are, in a line that says which were not
-/// read: `nvidia-smi`'s query fields are no DCGM fields.
-pub(crate) fn fields_heading(format: Format) -> &'static str {
+/// read, and the page that lists what is read: `nvidia-smi`'s query fields are no DCGM
+/// fields, nor a trace's keys.
+pub(crate) fn fields_heading(format: Format) -> (&'static str, &'static str) {
     match format {
-        Format::NvidiaSmiCsv => "nvidia-smi fields",
-        Format::DcgmiDmon | Format::DcgmExporter | Format::Jsonl => "DCGM fields",
+        Format::NvidiaSmiCsv => ("nvidia-smi fields", "docs/dcgm-compatibility.md"),
+        Format::DcgmiDmon | Format::DcgmExporter => ("DCGM fields", "docs/dcgm-compatibility.md"),
+        Format::Jsonl => ("trace keys", "docs/trace-format.md"),
     }
 }
 

@@ -226,7 +226,7 @@ pub(crate) fn read_capture<S>(
         .unread()
         .and_then(truthscale_core::parse::Unread::summary)
     {
-        let fields = crate::capture::fields_heading(capture.format());
+        let (fields, _) = crate::capture::fields_heading(capture.format());
         crate::stdout::say!("truthscale: {name}: {fields} {s}");
     }
     Ok((state, malformed + usize::from(stopped)))

@@ -572,7 +572,7 @@ metrics! {
     GPU_SATURATION_OBSERVED_SECONDS / Gpu::GpuSaturationObservedSeconds = "truthscale_gpu_saturation_observed_seconds_total", Counter, [], counter("truthscale.gpu.saturation.observed.time", "s"), None,
         "Seconds in which roofline saturation was measured (its compute term and DRAM activity both read; DCGM multiplexing blanks some windows): the denominator of its mean.";
     GPU_STARVED_JUDGED_SECONDS / Gpu::GpuStarvedJudgedSeconds = "truthscale_gpu_starved_judged_seconds_total", Counter, [], counter("truthscale.gpu.starved.judged.time", "s"), None,
-        "Seconds that could be judged starved or not: roofline saturation measured, the busy flag read, and the GPU not judged unavailable (a MIG instance has no busy flag, so none). The share of them starved: increase(truthscale_gpu_starved_seconds_total) / increase(this), never over wall time.";
+        "Seconds that could be judged starved or not: roofline saturation measured, the busy flag read, and the GPU not judged unavailable (a MIG instance has no busy flag, so none). The share of them starved: sum without (cause) (increase(truthscale_gpu_starved_seconds_total)) / increase(this), never over wall time.";
     GPU_HEALTH / Gpu::GpuHealth = "truthscale_gpu_health", Gauge, ["state"], updown(sm::HW_STATUS, "1"), None,
         "The health of the last window (1) and the others (0): unavailable (a row remap pending or failed, unrepairable memory, a recovery action asked for, a fatal XID last or counted in dcgm-exporter's window, an unhealthy fabric, a double-bit ECC error), degraded (single-bit ECC errors rose in the window, the clocks were held down by power or temperature for verdict.health.degraded_violation_share of it or more, or the fabric has limited capacity), else ok; absent where none of the health fields was read (see docs/verdicts.md).";
     GPU_UNAVAILABLE_SECONDS / Gpu::GpuUnavailableSeconds = "truthscale_gpu_unavailable_seconds_total", Counter, [], counter("truthscale.gpu.unavailable.time", "s"), None,
@@ -660,7 +660,7 @@ metrics! {
     GPU_CEILING_RATIO / Gpu::GpuCeilingRatio = "truthscale_gpu_ceiling_ratio", Gauge, ["quantity"], gauge("truthscale.gpu.ceiling.ratio", "1"), None,
         "Current window over the observed ceiling (quantity=roofline_saturation|output_tokens_per_second). The ceiling is observed, a lower bound on the true one, so this overstates how close to the limit the GPU runs; one window can exceed 1.";
     SERVING_ENGINE_UP / Serving::ServingEngineUp = "truthscale_serving_engine_up", Gauge, ["engine", "absent_reason"], gauge("truthscale.serving.engine.up", "1"), None,
-        "Whether the serving engine's /metrics was read with the GPU sample (1, engine=vllm|sglang|tgi) or is absent (0, with absent_reason); absent is never zeros.";
+        "Whether the serving engine's /metrics was read with the GPU sample (1, engine=vllm|sglang|tgi, or sim for the simulator's) or is absent (0, with absent_reason, and engine where it was told); absent is never zeros.";
     SERVING_KV_CACHE_USAGE / Serving::ServingKvCacheUsage = "truthscale_serving_kv_cache_usage_ratio", Gauge, ["engine"], gauge("truthscale.serving.kv_cache.usage", "1"), None,
         "KV-cache pressure: fraction of the engine's KV-cache blocks in use.";
     SERVING_REQUESTS_RUNNING / Serving::ServingRequestsRunning = "truthscale_serving_requests_running", Gauge, ["engine"], gauge("truthscale.serving.requests.running", "{request}"), None,
@@ -722,7 +722,7 @@ metrics! {
     SOURCE_UP / Exporter::SourceUp = "truthscale_source_up", Gauge, ["source"], gauge("truthscale.source.up", "1"), None,
         "Whether the counter source produced a sample recently (1) or went stale (0).";
     SOURCE_ERRORS / Exporter::SourceErrors = "truthscale_source_errors_total", Counter, ["source", "kind"], counter("truthscale.source.errors", "{error}"), None,
-        "Failed sampling attempts by kind: unreachable, timeout, http, too_large, parse, io, sentinel, impossible (a reading no GPU gives, such as negative free memory, or a share no cgroup gives, left blank), reset (a counter gone backwards: a cgroup's, its pod restarted, or NVML's PCIe byte counters, wrapped or reset; no rate across it), unread_family (a DCGM family truthscale does not read, once per family), ambiguous_unit (a reading whose percent or 0..1 unit could not be told, refused), overrun (a tick longer than the interval), over_limit (part of an answer over a reader's cap, left out), and for NVML no_permission, gpu_lost, unsupported, nvml; for the kubelet also unsupported (it does not serve Get); no_permission also when the API server refuses the pod list (source=\"apiserver\").";
+        "Failed sampling attempts by kind: unreachable, timeout, http, too_large, parse, io, sentinel, impossible (a reading no GPU gives, such as negative free memory, or a share no cgroup gives, left blank), reset (a counter gone backwards: a cgroup's, its pod restarted, or NVML's PCIe byte counters, wrapped or reset; no rate across it), unread_family (a DCGM family truthscale does not read, once per family), ambiguous_unit (a reading whose percent or 0..1 unit could not be told, refused), overrun (a tick longer than the interval), over_limit (part of an answer over a reader's cap, left out), and for NVML no_permission, gpu_lost, unsupported, nvml; for the kubelet also unsupported (it does not serve Get); no_permission also when the API server refuses the pod list (source=\"apiserver\"); for the pods' cgroup files (source=\"pressure\") not_found (no cgroup for a pod), unreadable (missing, or not a regular file) and malformed.";
     SAMPLE_DURATION / Exporter::SampleDuration = "truthscale_sample_duration_seconds", Gauge, [], gauge("truthscale.sample.duration", "s"), None,
         "Time the last sampling and derivation tick took.";
     DIAGNOSTICS / Exporter::Diagnostics = "truthscale_derivation_diagnostics_total", Counter, ["kind"], counter("truthscale.derivation.diagnostics", "{diagnostic}"), None,
@@ -734,7 +734,7 @@ metrics! {
     SINK_ERRORS / Exporter::SinkErrors = "truthscale_sink_errors_total", Counter, ["sink", "kind"], counter("truthscale.sink.errors", "{error}"), None,
         "Failed pushes to a sink (sink=\"otlp\") by kind: unavailable, timeout, rejected, other; and skipped, an export left out while backing off after failures with delta temporality (its changes are lost).";
     SERIES_DROPPED / Exporter::SeriesDropped = "truthscale_series_dropped_total", Counter, [], counter("truthscale.series.dropped", "{series}"), None,
-        "GPU series left out of /metrics by the max_series cap, summed over snapshots (whole entities are left out, the last first).";
+        "GPU series left out of /metrics by the max_series cap, summed over snapshots (whole entities are left out: in order, each that no longer fits in what is left).";
 }
 
 /// The Prometheus label name of the Kubernetes pod label `key` on

@@ -92,7 +92,7 @@ pub(crate) fn run(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Resul
                 .summary()
                 .map(|s| format!(
                     " It holds {} truthscale does not read ({s}).",
-                    crate::capture::fields_heading(a.format)
+                    crate::capture::fields_heading(a.format).0
                 ))
                 .unwrap_or_default()
         );
@@ -103,9 +103,9 @@ pub(crate) fn run(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Resul
         writeln!(out)?;
         // The table says it under the report; beside the JSON, stderr does.
         if let Some(s) = a.unread.summary() {
+            let (fields, doc) = crate::capture::fields_heading(a.format);
             crate::stdout::say!(
-                "truthscale: warning: {name}: {} {s} (docs/dcgm-compatibility.md lists what is read)",
-                crate::capture::fields_heading(a.format)
+                "truthscale: warning: {name}: {fields} {s} ({doc} lists what is read)"
             );
         }
     } else {
@@ -656,11 +656,8 @@ fn write_table(out: &mut impl Write, a: &Analysis) -> std::io::Result<()> {
         )?;
     }
     if let Some(s) = a.unread.summary() {
-        writeln!(
-            out,
-            "{} {s} (docs/dcgm-compatibility.md lists what is read)",
-            crate::capture::fields_heading(a.format)
-        )?;
+        let (fields, doc) = crate::capture::fields_heading(a.format);
+        writeln!(out, "{fields} {s} ({doc} lists what is read)")?;
     }
     Ok(())
 }
