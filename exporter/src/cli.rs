@@ -79,7 +79,7 @@ pub fn main() -> ExitCode {
         Command::Simulate(s) => simulate::run(&s).map(|()| ExitCode::SUCCESS),
         Command::Serve(s) => serve::main(&s, &env).map(|()| ExitCode::SUCCESS),
         Command::Config(c) => config::run(&c, &env),
-        Command::Doctor(d) => doctor::run(&d),
+        Command::Doctor(d) => doctor::run(&d, &env),
         Command::Explain(e) => explain::run(&e),
         Command::Top(t) => top::run(&t),
         Command::Report(r) => report::run(&r, &env),

@@ -169,7 +169,9 @@ impl GpuView {
 /// Malformed lines of a capture printed individually before the rest are only counted.
 const SHOWN_ERRORS: usize = 5;
 
-/// Stream every sample of a capture file (any format `analyze` reads): `start` gets the
+/// Stream every sample of a capture file (any format `analyze` reads), its samples
+/// `spacing` seconds apart where its format has no timestamps (dmon, dcgm-exporter scrapes,
+/// as `analyze --interval`): `start` gets the
 /// nominal interval of its format and makes the state that `each` feeds; nothing is held
 /// beyond one sample. Malformed lines are reported on stderr (`file:line: …`) and skipped,
 /// and what the parser left unread (families, sentinels, impossible readings) is said
@@ -180,15 +182,15 @@ const SHOWN_ERRORS: usize = 5;
 /// # Errors
 /// The file cannot be read or its format cannot be told.
 pub(crate) fn read_capture<S>(
-    path: &Path,
+    (path, spacing): (&Path, f64),
     start: impl FnOnce(Option<f64>) -> S,
     mut each: impl FnMut(&mut S, Sample),
 ) -> anyhow::Result<(S, usize)> {
     let name = path.display().to_string();
     let file = std::fs::File::open(path).with_context(|| format!("cannot open {name}"))?;
     let mut capture =
-        crate::capture::Capture::open(std::io::BufReader::new(file), &name, None, 1.0)?;
-    let mut state = start(capture.declared_interval(1.0));
+        crate::capture::Capture::open(std::io::BufReader::new(file), &name, None, spacing)?;
+    let mut state = start(capture.declared_interval(spacing));
     let (mut malformed, mut read, mut stopped) = (0usize, 0usize, false);
     loop {
         let r = match capture.next_sample() {
@@ -232,18 +234,19 @@ pub(crate) fn read_capture<S>(
     Ok((state, malformed + usize::from(stopped)))
 }
 
-/// The newest view per GPU of a capture file, with history, read as a stream, and the
-/// number of malformed lines skipped.
+/// The newest view per GPU of a capture file (its samples `spacing` seconds apart where
+/// its format has no timestamps), with history, read as a stream, and the number of
+/// malformed lines skipped.
 ///
 /// # Errors
 /// The file cannot be read or its format cannot be told.
 pub(crate) fn views_from_replay(
-    path: &Path,
+    (path, spacing): (&Path, f64),
     derive: &DeriveConfig,
     cfg: &VerdictConfig,
 ) -> anyhow::Result<(Vec<GpuView>, usize)> {
     let (stepper, malformed) = read_capture(
-        path,
+        (path, spacing),
         |nominal| Stepper::new(derive, cfg, nominal),
         |st, s| st.observe(&s),
     )?;

@@ -272,9 +272,12 @@ fn sanitize_rest(
             unclean |= !(0.0 <= v && v <= max);
         }
     }
-    // A GPU that reads at all runs its SMs at some clock: 0 MHz is no reading; nor is a
-    // memory total below a mebibyte, which no GPU or instance has.
-    unclean |= readings.value(Field::SmClockMhz) == Some(0.0);
+    // A GPU that reads at all runs its SMs at some clock: 0 MHz, or any below
+    // `MIN_SM_CLOCK_MHZ`, is no reading; nor is a memory total below a mebibyte, which no GPU
+    // or instance has.
+    unclean |= readings
+        .value(Field::SmClockMhz)
+        .is_some_and(|c| c < MIN_SM_CLOCK_MHZ);
     unclean |= readings
         .value(Field::MemTotalBytes)
         .is_some_and(|t| t < MIN_MEMORY_TOTAL_BYTES);
@@ -306,7 +309,7 @@ fn sanitize_each(
         // Most values are clean: within 0..=the field's bound (NaN fails both comparisons,
         // infinities the second) and not a sentinel of the field's type.
         let sentinel = is_sentinel_of(field, v);
-        let stopped_clock = field == Field::SmClockMhz && v == 0.0;
+        let stopped_clock = field == Field::SmClockMhz && (0.0..MIN_SM_CLOCK_MHZ).contains(&v);
         let no_memory = field == Field::MemTotalBytes && (0.0..MIN_MEMORY_TOTAL_BYTES).contains(&v);
         if (0.0..=max).contains(&v) && !sentinel && !stopped_clock && !no_memory {
             continue;
@@ -333,14 +336,16 @@ fn sanitize_each(
             // Taken as the GPU's size, it would make every sizing divide by nothing.
             push(
                 DiagnosticKind::OutOfRange,
-                format!("{v} bytes is no memory total of a GPU (below 1 MiB)"),
+                format!("{s} bytes is no memory total of a GPU (below 1 MiB)"),
             );
             readings.set(field, Reading::Blank);
         } else if stopped_clock {
             // Averaged in, it would halve the window's mean clock and κ with it.
             push(
                 DiagnosticKind::OutOfRange,
-                "0 MHz is no SM clock of a GPU that reads".into(),
+                format!(
+                    "{s} MHz is no SM clock of a GPU that reads (below {MIN_SM_CLOCK_MHZ} MHz)"
+                ),
             );
             readings.set(field, Reading::Blank);
         } else if field.is_ratio() {
@@ -460,6 +465,10 @@ pub const MAX_XID_WINDOW_ERRORS: f64 = 1e9;
 pub const MAX_FABRIC_HEALTH_SUMMARY: f64 = 255.0;
 /// A memory total below this (1 MiB) is not a reading: no GPU or MIG instance has so little.
 pub const MIN_MEMORY_TOTAL_BYTES: f64 = 1_048_576.0;
+/// An SM clock below this (100 MHz) is not a reading of a GPU that reads: NVIDIA's GPUs idle
+/// at some hundreds of MHz. Averaged in, 1 MHz would take κ, and effective compute with it,
+/// to nearly nothing.
+pub const MIN_SM_CLOCK_MHZ: f64 = 100.0;
 /// A CPU limit above this many CPUs is not a reading (Linux supports at most 8192 CPUs).
 pub const MAX_CPU_LIMIT_CORES: f64 = 8192.0;
 
@@ -662,10 +671,11 @@ fn clamp01(x: f64) -> f64 {
     x.clamp(0.0, 1.0)
 }
 
-/// A reading as a diagnostic quotes it: as written, but in exponent form from 1e15 up, so
-/// that a 309-digit value (`1e308`, a sentinel) is not spelled out digit by digit.
+/// A reading as a diagnostic quotes it: as written, but in exponent form from 1e15 up and
+/// below 1e-6, so that a 309-digit value (`1e308`, a sentinel) or a denormal (`5e-324`) is
+/// not spelled out digit by digit.
 fn shown(v: f64) -> String {
-    if v.is_finite() && v.abs() >= 1e15 {
+    if v.is_finite() && (v.abs() >= 1e15 || (v != 0.0 && v.abs() < 1e-6)) {
         format!("{v:e}")
     } else {
         format!("{v}")
@@ -932,6 +942,20 @@ mod tests {
         sanitize(&mut r, &id, h100, &mut diags);
         assert_eq!(r.value(Field::SmClockMhz), Some(210.0));
         assert_eq!(diags.len(), 1);
+        // 1 MHz, or a denormal, would take κ to nearly nothing: no reading either, shown
+        // as the number it was.
+        for (clock, said) in [(1.0, "1 MHz"), (1e-300, "1e-300 MHz"), (99.5, "99.5 MHz")] {
+            let mut r = readings(&[(Field::SmClockMhz, clock), (Field::TensorActive, 0.6)]);
+            let mut diags = Vec::new();
+            sanitize(&mut r, &id, h100, &mut diags);
+            assert_eq!(r.get(Field::SmClockMhz), Reading::Blank, "{clock}");
+            assert_eq!(r.value(Field::TensorActive), Some(0.6));
+            assert_eq!(diags.len(), 1, "{diags:?}");
+            assert!(diags[0].detail.starts_with(said), "{diags:?}");
+        }
+        let mut r = readings(&[(Field::SmClockMhz, MIN_SM_CLOCK_MHZ)]);
+        sanitize(&mut r, &id, h100, &mut diags);
+        assert_eq!(r.value(Field::SmClockMhz), Some(100.0));
     }
 
     /// A memory total of 0 (or below 1 MiB) is blank and said, never the GPU's size: the

@@ -99,7 +99,7 @@ pub(crate) fn run(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Resul
     }
     let mut out = crate::stdout::lock();
     if args.json {
-        serde_json::to_writer(&mut out, &a.report)?;
+        serde_json::to_writer(&mut out, &JsonReport::of(&a))?;
         writeln!(out)?;
         // The table says it under the report; beside the JSON, stderr does.
         if let Some(s) = a.unread.summary() {
@@ -112,6 +112,46 @@ pub(crate) fn run(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Resul
         write_table(&mut out, &a)?;
     }
     Ok(said_and_status(&name, &a))
+}
+
+/// What `analyze --json` writes: the report, and beside it what the input held that is
+/// not in it (also said on stderr), so that a reader of the JSON alone misses none of it.
+#[derive(serde::Serialize)]
+struct JsonReport<'a> {
+    #[serde(flatten)]
+    report: &'a Report,
+    input: JsonInput<'a>,
+}
+
+/// The input's own account: its format, its malformed lines and the lines skipped as not
+/// data, the read that ended it early, and what it held that is not read.
+#[derive(serde::Serialize)]
+struct JsonInput<'a> {
+    format: &'a str,
+    malformed_lines: u64,
+    skipped_lines: u64,
+    /// The read that failed and ended the capture (`null`: read to its end).
+    stopped: Option<String>,
+    /// Fields or keys not read, sentinels, impossible readings (`null`: none).
+    not_read: Option<String>,
+}
+
+impl<'a> JsonReport<'a> {
+    fn of(a: &'a Analysis) -> Self {
+        JsonReport {
+            report: &a.report,
+            input: JsonInput {
+                format: a.format.as_str(),
+                malformed_lines: a.error_count,
+                skipped_lines: a.skipped_lines,
+                stopped: a
+                    .stopped
+                    .as_ref()
+                    .map(|(e, line)| format!("{e} (after line {line})")),
+                not_read: a.unread.summary(),
+            },
+        }
+    }
 }
 
 /// The malformed lines and a read that ended the capture early, said on stderr after the

@@ -72,10 +72,16 @@ pub(crate) fn probe(library: &std::path::Path) -> Result<Probe, nvml::OpenError>
 /// # Errors
 /// Never: every problem is reported and reflected in the exit status (1: no usable NVML or
 /// no GPU).
-pub(crate) fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &DoctorArgs, env: &[(String, String)]) -> anyhow::Result<ExitCode> {
+    // The flag, else the variable `serve` reads (empty: not set), else the default.
+    let from_env = env
+        .iter()
+        .find(|(k, v)| k == LIBRARY_VAR && !v.is_empty())
+        .map(|(_, v)| PathBuf::from(v));
     let library = args
         .nvml_library
         .clone()
+        .or(from_env)
         .unwrap_or_else(|| PathBuf::from(nvml::DEFAULT_LIBRARY));
     match probe(&library) {
         Ok(p) => {
@@ -378,11 +384,15 @@ fn tiers(s: &mut String, mine: &[&EntitySample]) -> Fidelity {
     worst.unwrap_or(Fidelity::None)
 }
 
+/// The variable that names the NVML library, as `serve` reads it.
+const LIBRARY_VAR: &str = "TRUTHSCALE_SOURCE__LIBRARY";
+
 /// `truthscale doctor`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct DoctorArgs {
-    /// The NVML library to load [default: libnvidia-ml.so.1].
-    #[arg(long, value_name = "PATH", env = "TRUTHSCALE_SOURCE__LIBRARY")]
+    /// The NVML library to load [default: TRUTHSCALE_SOURCE__LIBRARY where set and not
+    /// empty, else libnvidia-ml.so.1].
+    #[arg(long, value_name = "PATH")]
     pub nvml_library: Option<PathBuf>,
 }
 

@@ -154,12 +154,16 @@ fn engine(o: &mut String, v: &GpuView) {
                 if let (Some(p), Some(t)) = (sv.prompt_tokens_per_sec, sv.output_tokens_per_sec) {
                     parts.push(format!("{p:.0} prompt + {t:.0} output tokens/s"));
                 }
-                writeln!(
-                    o,
-                    "  engine:         {}: {}",
-                    sv.engine.as_deref().unwrap_or("engine"),
+                let name = sv.engine.as_deref().filter(|e| !e.is_empty());
+                let read = if parts.is_empty() {
+                    "read, nothing it reported usable".to_string()
+                } else {
                     parts.join(", ")
-                )
+                };
+                match name {
+                    Some(e) => writeln!(o, "  engine:         {e}: {read}"),
+                    None => writeln!(o, "  engine:         {read}"),
+                }
             }
         };
     }
@@ -253,7 +257,11 @@ pub(crate) fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
         }
         None => (DeriveConfig::default(), VerdictConfig::default()),
     };
-    let (views, malformed) = load(args.replay.as_deref(), args.url.as_deref(), &derive, &cfg)?;
+    let replay = args
+        .replay
+        .as_deref()
+        .map(|p| (p, args.interval.as_secs_f64()));
+    let (views, malformed) = load(replay, args.url.as_deref(), &derive, &cfg)?;
     let views: Vec<&GpuView> = views
         .iter()
         .filter(|v| args.gpu.is_none() || v.gpu == args.gpu)
@@ -273,13 +281,13 @@ pub(crate) fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Views from `--replay FILE` or `--url URL` (exactly one), and the replay's malformed
-/// lines.
+/// Views from `--replay FILE` (its samples this many seconds apart where its format has no
+/// timestamps) or `--url URL` (exactly one), and the replay's malformed lines.
 ///
 /// # Errors
 /// Neither or both given, or the input cannot be read.
 pub(crate) fn load(
-    replay: Option<&Path>,
+    replay: Option<(&Path, f64)>,
     url: Option<&str>,
     derive: &DeriveConfig,
     cfg: &VerdictConfig,
@@ -320,6 +328,11 @@ pub(crate) struct ExplainArgs {
     /// `[derive]` section a replay's phase's (a sidecar's `--url` phase is its own).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Time between a replay's samples, for formats without timestamps (dmon,
+    /// dcgm-exporter), as `analyze --interval`. For a capture of dcgm-exporter scrapes at
+    /// its default, pass 30s.
+    #[arg(long, value_parser = crate::setting::duration_flag(std::time::Duration::from_millis(1), std::time::Duration::from_secs(3600)), default_value = "1s", conflicts_with = "url")]
+    pub interval: std::time::Duration,
 }
 
 #[cfg(test)]

@@ -154,11 +154,11 @@ pub(crate) fn frame(views: &[GpuView]) -> String {
 type Replayed = ((Vec<Vec<Sample>>, Option<f64>), usize);
 
 /// Every sample of a capture grouped by time (see [`Replayed`]).
-fn read_replay(path: &Path) -> anyhow::Result<Replayed> {
+fn read_replay(path: &Path, spacing: f64) -> anyhow::Result<Replayed> {
     // Played back on a terminal, so held: one step per instant (a JSONL capture has a
     // sample per GPU with the same time).
     view::read_capture(
-        path,
+        (path, spacing),
         |nominal| (Vec::new(), nominal),
         |(steps, _): &mut (Vec<Vec<Sample>>, Option<f64>), s| match steps.last_mut() {
             Some(step) if step[0].taken == s.taken => step.push(s),
@@ -201,7 +201,7 @@ impl Feed {
     fn open(args: &TopArgs, cfg: &VerdictConfig) -> anyhow::Result<Feed> {
         match (&args.replay, &args.url, &args.nvml_library) {
             (Some(p), None, None) => {
-                let ((samples, nominal), malformed) = read_replay(p)?;
+                let ((samples, nominal), malformed) = read_replay(p, args.spacing.as_secs_f64())?;
                 Ok(Feed::Replay {
                     name: p.display().to_string(),
                     samples,
@@ -272,7 +272,11 @@ impl Feed {
                     view::carry_histories(history, &mut fresh);
                     *views = fresh;
                 }
-                Err(e) => *error = Some(format!("{e:#}")),
+                Err(e) => {
+                    // No GPU row outlives the scrape that read it: a failed one shows none.
+                    *error = Some(format!("{e:#}"));
+                    views.clear();
+                }
             },
             Feed::Nvml {
                 source,
@@ -361,6 +365,14 @@ impl Feed {
     fn is_live(&self) -> bool {
         !matches!(self, Feed::Replay { .. })
     }
+
+    /// The last read's error, for a live feed (a replay's malformed lines are said as read).
+    fn error(&self) -> Option<&str> {
+        match self {
+            Feed::Url { error, .. } | Feed::Nvml { error, .. } => error.as_deref(),
+            Feed::Replay { .. } => None,
+        }
+    }
 }
 
 /// Run `truthscale top`; exit status 1 when a replayed capture had malformed lines (each
@@ -371,22 +383,35 @@ impl Feed {
 pub(crate) fn run(args: &TopArgs) -> anyhow::Result<ExitCode> {
     let cfg = VerdictConfig::default();
     let mut feed = Feed::open(args, &cfg)?;
+    let mut failed = false;
     if args.once || !std::io::stdout().is_terminal() {
-        plain(args, &cfg, &mut feed)?;
+        failed = plain(args, &cfg, &mut feed)?;
     } else {
         tui::run(&mut feed, &cfg, args.interval)?;
     }
     Ok(match feed {
         Feed::Replay { malformed: 1.., .. } => ExitCode::from(1),
+        _ if failed => ExitCode::from(1),
         _ => ExitCode::SUCCESS,
     })
 }
 
-/// Plain text: one frame with `--once` or a replay, else a frame per interval.
-fn plain(args: &TopArgs, cfg: &VerdictConfig, feed: &mut Feed) -> anyhow::Result<()> {
+/// Plain text: one frame with `--once` or a replay, else a frame per interval. A live
+/// feed's error is said on stderr with each frame it leaves without rows; returns whether
+/// the last frame had no GPU row for such an error (with `--once`, exit status 1).
+fn plain(args: &TopArgs, cfg: &VerdictConfig, feed: &mut Feed) -> anyhow::Result<bool> {
     loop {
         match feed {
-            Feed::Replay { .. } => feed.finish(cfg),
+            Feed::Replay { .. } => {
+                feed.finish(cfg);
+                // A reading left blank (impossible, a sentinel) is said, as `explain` and
+                // `analyze` say it.
+                if let Feed::Replay { stepper, name, .. } = feed
+                    && let Some(note) = stepper.diagnostics_note()
+                {
+                    crate::stdout::say!("truthscale: {name}: {note}");
+                }
+            }
             Feed::Url { .. } => {
                 feed.tick(cfg);
                 if let Feed::Url {
@@ -407,12 +432,17 @@ fn plain(args: &TopArgs, cfg: &VerdictConfig, feed: &mut Feed) -> anyhow::Result
                 feed.tick(cfg);
             }
         }
+        let views = feed.views();
+        if feed.error().is_some() {
+            crate::stdout::say!("truthscale: {}", feed.status());
+        }
         let mut out = crate::stdout::lock();
-        write!(out, "{}", frame(&feed.views()))?;
+        write!(out, "{}", frame(&views))?;
         out.flush()?;
         if args.once || !feed.is_live() {
-            return Ok(());
+            return Ok(views.is_empty() && feed.error().is_some());
         }
+        drop(out);
         std::thread::sleep(args.interval);
     }
 }
@@ -743,11 +773,39 @@ pub(crate) struct TopArgs {
     /// Refresh interval (and, with a replay on a terminal, the time per replayed sample).
     #[arg(long, value_parser = crate::setting::duration_flag(Duration::from_millis(100), Duration::from_secs(3600)), default_value = "1s")]
     pub interval: Duration,
+    /// Time between a replay's samples, for formats without timestamps (dmon,
+    /// dcgm-exporter), as `analyze --interval`: the windows' lengths, not the playback's.
+    /// For a capture of dcgm-exporter scrapes at its default, pass 30s.
+    #[arg(long, value_parser = crate::setting::duration_flag(Duration::from_millis(1), Duration::from_secs(3600)), default_value = "1s", requires = "replay")]
+    pub spacing: Duration,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A scrape that fails leaves no GPU row of the one before it, shown as if live: the
+    /// table is empty and the error is the feed's (said on stderr in plain text).
+    #[test]
+    fn a_failed_scrape_shows_no_row_of_the_last_one() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", closed.local_addr().unwrap());
+        drop(closed);
+        let mut feed = Feed::Url {
+            url,
+            scrapes: 3,
+            error: None,
+            views: vec![GpuView {
+                gpu: Some(0),
+                ..GpuView::default()
+            }],
+            history: BTreeMap::new(),
+        };
+        feed.tick(&VerdictConfig::default());
+        assert!(feed.views().is_empty());
+        assert!(feed.error().is_some());
+        assert!(feed.status().contains(" — "), "{}", feed.status());
+    }
 
     /// Simulated data is marked, on its row and above the table, and a MIG instance's row
     /// names its instance.

@@ -55,7 +55,43 @@ fn analyze_json_names_the_dcgm_fields_it_does_not_read() {
         stderr.contains("DCGM fields not read: dcgm_pcie_replay_counter"),
         "{stderr}"
     );
-    let _: Value = serde_json::from_slice(&out.stdout).expect("stdout is the JSON alone");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("stdout is the JSON alone");
+    // And in the JSON itself, for a reader of it alone.
+    let input = &v["input"];
+    assert_eq!(input["format"], "dcgm-exporter", "{input}");
+    assert!(
+        input["not_read"]
+            .as_str()
+            .is_some_and(|s| s.contains("not read: dcgm_pcie_replay_counter")),
+        "{input}"
+    );
+    assert_eq!(input["stopped"], Value::Null, "{input}");
+}
+
+/// A JSON reader is told of the malformed lines and the lines skipped as not data, with
+/// the counts of the input: two good lines of a trace, one that is no JSON, one blank.
+#[test]
+fn analyze_json_counts_the_lines_it_did_not_read() {
+    let dir = TempDir::new("json-input");
+    let p = dir.path().join("t.jsonl");
+    let line = |t: u32| {
+        format!(
+            "{{\"taken\":\"2026-01-01T00:00:0{t}Z\",\"gpu\":0,\"gpu_util\":0.5,\"tensor_active\":0.2}}\n"
+        )
+    };
+    std::fs::write(&p, line(0) + "{not json\n" + &line(1)).unwrap();
+    let out = run(&["analyze", p.to_str().unwrap(), "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a malformed line: exit status 1"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("stdout is the JSON alone");
+    let input = &v["input"];
+    assert_eq!(input["format"], "jsonl", "{input}");
+    assert_eq!(input["malformed_lines"], 1, "{input}");
+    assert_eq!(input["not_read"], Value::Null, "{input}");
+    assert_eq!(v["entities"].as_array().map(Vec::len), Some(1), "{v}");
 }
 
 /// A `dcgmi dmon` capture whose power column holds DCGM's INT32 blank (2147483647) in one
@@ -95,10 +131,19 @@ fn dmon_sentinels_read_as_na_and_are_counted() {
         "{stderr}"
     );
     assert!(!String::from_utf8_lossy(&na.stderr).contains("sentinel"));
-    let (a, b): (Value, Value) = (
+    let (mut a, mut b): (Value, Value) = (
         serde_json::from_slice(&sentinels.stdout).unwrap(),
         serde_json::from_slice(&na.stdout).unwrap(),
     );
+    // The report is the same; the input's own account names the sentinels read.
+    let (a_input, b_input) = (a["input"].take(), b["input"].take());
+    assert!(
+        a_input["not_read"]
+            .as_str()
+            .is_some_and(|s| s.contains("2000 reading(s) of POWER were DCGM's blank sentinel")),
+        "{a_input}"
+    );
+    assert_eq!(b_input["not_read"], Value::Null, "{b_input}");
     assert_eq!(a, b);
     assert_eq!(a["entities"][0]["samples"], 3_000);
     assert!(a["entities"][0]["power_proxy"]["mean"].is_number(), "{a}");

@@ -327,6 +327,61 @@ fn explain_and_top_exit_1_on_a_replay_with_a_malformed_line() {
     }
 }
 
+/// A capture without timestamps (dcgm-exporter scrapes, 30 s apart as it collects by
+/// default) is read at the spacing given: 2 100 J a scrape is 70 W over 30 s, a T4's own
+/// draw, but 2 100 W over the 1 s assumed without it, which no T4 draws (its bound, 140 W):
+/// then every energy window is refused as impossible.
+#[test]
+fn explain_and_top_read_a_capture_at_the_spacing_given() {
+    let dir = TempDir::new("spacing");
+    let p = dir.path().join("scrapes.txt");
+    let labels = "gpu=\"0\",UUID=\"GPU-T4\",modelName=\"Tesla T4\"";
+    let text: String = (0..4_u64)
+        .map(|k| {
+            format!(
+                "DCGM_FI_DEV_GPU_UTIL{{{labels}}} 50\nDCGM_FI_DEV_POWER_USAGE{{{labels}}} 70\nDCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{labels}}} {}\n",
+                15_152_422_938 + k * 2_100_000
+            )
+        })
+        .collect();
+    std::fs::write(&p, text).unwrap();
+    let path = p.to_str().unwrap();
+    let impossible = "over 1 s is 2100 W, over the bound of 140 W";
+    for (args, spaced) in [
+        (vec!["explain", "--replay", path], false),
+        (vec!["explain", "--replay", path, "--interval", "30s"], true),
+        (vec!["top", "--once", "--replay", path], false),
+        (
+            vec!["top", "--once", "--replay", path, "--spacing", "30s"],
+            true,
+        ),
+    ] {
+        let (code, out, err) = truthscale(&args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert!(out.contains("50"), "{args:?}: {out}");
+        assert_eq!(err.contains(impossible), !spaced, "{args:?}: {err}");
+        assert_eq!(err.contains("out_of_range"), !spaced, "{args:?}: {err}");
+    }
+}
+
+/// `top --once --url` on a sidecar whose source is down prints no row, says why on
+/// stderr and exits 1 (as `explain --url` exits non-zero), never an empty table read as
+/// "no GPU here".
+#[test]
+fn top_once_says_why_a_sidecar_has_no_gpu_row() {
+    let port = truthscale_e2e::free_port();
+    let src = format!("dcgm-exporter:http://127.0.0.1:{port}/metrics");
+    let dir = TempDir::new("top-down");
+    let sidecar =
+        truthscale_e2e::Sidecar::start(&["--source", &src, "--interval", "200ms"], &[], dir.path());
+    let url = format!("http://{}", sidecar.addr);
+    let (code, out, err) = truthscale(&["top", "--once", "--url", &url]);
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(err.contains(&format!("sidecar {url}")), "{err}");
+    assert!(err.contains("down"), "{err}");
+    assert!(!out.contains("NVIDIA"), "no GPU row: {out}");
+}
+
 /// A detached tmux server on its own socket (`-L`, under the test's directory), running one
 /// command in a 160x40 pane; the server, and with it the command, is killed on drop.
 struct Tmux {

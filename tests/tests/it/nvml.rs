@@ -706,6 +706,31 @@ fn has_line(out: &str, want: &str) -> bool {
     out.lines().any(|l| l.trim_end() == want)
 }
 
+/// `doctor` reads the library's variable as `serve` does: set, that library is loaded;
+/// empty, it is not set (the default library), never clap's "a value is required for
+/// '--nvml-library'", a flag that was not given.
+#[test]
+fn doctor_reads_the_library_variable_and_takes_empty_as_unset() {
+    let run = |value: &std::ffi::OsStr| {
+        let out = clean_command()
+            .arg("doctor")
+            .env("TRUTHSCALE_SOURCE__LIBRARY", value)
+            .env("FAKE_NVML_SCENARIO", scenario("h100-one-sm"))
+            .output()
+            .expect("run truthscale doctor");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    };
+    let (code, text) = run(fake().as_os_str());
+    assert_eq!(code, Some(0), "{text}");
+    assert!(has_line(&text, "GPU 0  NVIDIA H100 80GB HBM3"), "{text}");
+    let (code, text) = run(std::ffi::OsStr::new(""));
+    assert_eq!(code, Some(1), "{text}");
+    assert!(!text.contains("a value is required"), "{text}");
+    assert!(text.contains("libnvidia-ml.so.1: not usable"), "{text}");
+}
+
 #[test]
 fn doctor_per_scenario() {
     let (code, out, _) = doctor(fake(), Some("h100-one-sm"));

@@ -147,7 +147,9 @@ fn read_line(
         truth_phase,
         truth_workload,
         truth_effective_compute: read_truth_fraction(o)?,
-        simulated: take::<String>(o, "source")?.as_deref() == Some("sim"),
+        // "sim" in any case, or "simulated": simulated data is never read as a GPU's.
+        simulated: take::<String>(o, "source")?
+            .is_some_and(|s| s.eq_ignore_ascii_case("sim") || s.eq_ignore_ascii_case("simulated")),
         sm_clock_is_point: take(o, "sm_clock_point")?.unwrap_or(false),
         counters_held: take(o, "counters_held")?.unwrap_or(false),
         nvlink_wait_links: take(o, "nvlink_wait_links")?.unwrap_or(0),
@@ -744,6 +746,24 @@ mod tests {
             (e.truth_phase, e.simulated),
             (Some(Phase::ComputeBound), false)
         );
+    }
+
+    /// A trace marks simulated data with `source` "sim", in any case, or "simulated"; any
+    /// other source is a GPU's.
+    #[test]
+    fn simulated_data_is_marked_whatever_its_case() {
+        for (source, simulated) in [
+            ("sim", true),
+            ("SIM", true),
+            ("Simulated", true),
+            ("nvml", false),
+            ("simulator-x", false),
+        ] {
+            let line = format!(r#"{{"taken":"2024-01-01T00:00:00Z","gpu":0,"source":"{source}"}}"#);
+            let mut p = JsonlParser::new("t.jsonl");
+            let s = p.push_line(&line).unwrap().unwrap();
+            assert_eq!(s.entities[0].simulated, simulated, "{source}");
+        }
     }
 
     #[test]

@@ -152,7 +152,7 @@ impl Unread {
         }
         for (family, n) in &self.impossible {
             parts.push(format!(
-                "{n} reading(s) of {family} were impossible (a negative count, size or link value, or a clock-event bitmask that is no whole number): left blank, never data"
+                "{n} reading(s) of {family} were impossible (a value no device or engine gives: a negative count, size, rate or link value, a share outside 0..1, a clock-event bitmask that is no whole number): left blank, never data"
             ));
         }
         Some(parts.join("; "))
