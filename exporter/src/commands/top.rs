@@ -397,8 +397,8 @@ pub(crate) fn run(args: &TopArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Plain text: one frame with `--once` or a replay, else a frame per interval. A live
-/// feed's error is said on stderr with each frame it leaves without rows; returns whether
-/// the last frame had no GPU row for such an error (with `--once`, exit status 1).
+/// feed's last error is said on stderr with each frame; returns whether the last frame had
+/// no GPU row and such an error (with `--once`, exit status 1).
 fn plain(args: &TopArgs, cfg: &VerdictConfig, feed: &mut Feed) -> anyhow::Result<bool> {
     loop {
         match feed {

@@ -231,6 +231,48 @@ fn a_pod_granted_a_fraction_holds_that_fraction_idle() {
     assert!(idle.unmeasured.is_empty(), "{:?}", idle.unmeasured);
 }
 
+/// Pods that held one GPU one after another are workloads of their own, never one pair
+/// "held at once": `train/job` busy for the first 5 hours of GPU 0, `dev/nb` idle for the
+/// last 4 (neither in between) holds its own 4 idle GPU-hours; the pair would have held 4
+/// of 9 hours idle, under the listing's half, and hidden it. In node mode, a GPU's pod-less
+/// series after its one pod left (GPU 1: `ml/a` busy for 2 hours, named by the allocation
+/// info too, then free for 8) is the GPU's free time, no pod's: `ml/a` holds no idle hour.
+/// By hand.
+#[test]
+fn pods_one_after_another_on_a_gpu_are_workloads_of_their_own() {
+    use crate::fleet::test_support::pod;
+    let job = pod("train/job", "n/gpu 0", 0..5, |_| {
+        (Some(0.5), Some(1.0), Some(60.0))
+    });
+    let nb = pod("dev/nb", "n/gpu 0", 6..10, |_| {
+        (Some(0.0), Some(0.0), Some(4.0))
+    });
+    let a = pod("ml/a", "n/gpu 1", 0..2, |_| {
+        (Some(0.5), Some(1.0), Some(10.0))
+    });
+    let mut free = Track::new(None, "n/gpu 1".into());
+    for s in 2..10 {
+        free.record(s, Point::new(Some(0.0), Some(0.0), Some(0.0), Some(GIB)));
+    }
+    let mut fleet = input(vec![job, nb, a, free], 10);
+    fleet.step_seconds = 3600.0;
+    fleet.held.insert("n/gpu 1".into(), vec!["ml/a".into()]);
+    let r = analyze(&fleet, &FleetConfig::default());
+    let hours: Vec<(&str, f64)> = r
+        .idle
+        .workloads
+        .iter()
+        .map(|w| (w.workload.as_str(), w.idle_gpu_hours))
+        .collect();
+    assert_eq!(hours, [("dev/nb", 4.0)]);
+    assert_eq!(r.idle.idle_gpu_hours, Some(4.0));
+    assert!(
+        !r.notes.iter().any(|n| n.contains("held by several pods")),
+        "{:?}",
+        r.notes
+    );
+}
+
 /// A fleet whose idleness was never measured (memory read, neither busy flag nor effective
 /// compute) has no idle total: unknown, never 0.
 #[test]

@@ -35,12 +35,15 @@ pub(super) struct Merged {
     gpus: BTreeSet<String>,
 }
 
-/// One physical GPU, one place in the sizing. A whole GPU's tracks under several pods are
-/// one device's counters read once per holder (dcgm-exporter, and each holder's sidecar,
-/// write a time-sliced GPU's series once per pod): merged into one workload named by its
-/// holders, its demand counted once. A GPU whose own series carry no pod but whose holders
-/// node mode's allocation info names ([`FleetInput::held`]) is that workload too. MIG
-/// instances are devices of their own and never merged.
+/// One physical GPU, one place in the sizing. A whole GPU's tracks under several pods at
+/// once are one device's counters read once per holder (dcgm-exporter, and each holder's
+/// sidecar, write a time-sliced GPU's series once per pod): merged into one workload named
+/// by its holders, its demand counted once. A GPU whose own series carry no pod but whose
+/// holders node mode's allocation info names ([`FleetInput::held`], holders with no series
+/// of their own there) is that workload too, as is a pod-less series read while a pod's
+/// was. Pods that held the GPU one after another (never read at the same step) stay
+/// workloads of their own, and the GPU's pod-less series beside them (its free time) is no
+/// pod's. MIG instances are devices of their own and never merged.
 pub(super) fn devices(input: &FleetInput, notes: &mut Vec<String>) -> Merged {
     let mut by_gpu: BTreeMap<&str, Vec<&Track>> = BTreeMap::new();
     for t in input.tracks.iter().filter(|t| !t.is_mig) {
@@ -53,27 +56,38 @@ pub(super) fn devices(input: &FleetInput, notes: &mut Vec<String>) -> Merged {
         gpus: BTreeSet::new(),
     };
     for (gpu, tracks) in by_gpu {
-        let holders: BTreeSet<&str> = tracks
-            .iter()
-            .filter_map(|t| t.pod.as_deref())
-            .chain(
-                input
-                    .held
-                    .get(gpu)
-                    .into_iter()
-                    .flatten()
-                    .map(String::as_str),
-            )
+        let (pods, pod_less): (Vec<&Track>, Vec<&Track>) =
+            tracks.into_iter().partition(|t| t.pod.is_some());
+        let own: BTreeSet<&str> = pods.iter().filter_map(|t| t.pod.as_deref()).collect();
+        // Holders named by node mode's allocation info alone, with no series of their own.
+        let held_only: BTreeSet<&str> = input
+            .held
+            .get(gpu)
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+            .filter(|h| !own.contains(h))
             .collect();
-        let pod_tracks = tracks.iter().filter(|t| t.pod.is_some()).count();
-        let pod_less = tracks.len() - pod_tracks;
-        if !(pod_tracks > 1 || (pod_less > 0 && !holders.is_empty())) {
+        let shared = pods
+            .iter()
+            .enumerate()
+            .any(|(i, a)| pods[i + 1..].iter().any(|b| a.overlaps(b)));
+        // The device's own series, where they are its holders': while holders named only
+        // by the allocation info held it, or read at once with a pod's.
+        let device_own: Vec<&Track> = pod_less
+            .into_iter()
+            .filter(|d| !held_only.is_empty() || pods.iter().any(|p| p.overlaps(d)))
+            .collect();
+        if !shared && device_own.is_empty() {
             continue;
+        }
+        let mut holders = own;
+        if !device_own.is_empty() {
+            holders.extend(held_only);
         }
         // The device's own pod-less series first, then its holders' copies (and any
         // sole holder's steps before or after the sharing).
-        let mut device = tracks;
-        device.sort_by_key(|t| t.pod.is_some());
+        let device: Vec<&Track> = device_own.into_iter().chain(pods).collect();
         let mut one = device[0].clone();
         for t in &device[1..] {
             one.merge_copy(t);

@@ -309,6 +309,19 @@ impl Track {
     /// Take `other`, another holder's copy of the same device's counters, into this track:
     /// a step either knows is known, this track's point first where both do (the copies
     /// are the same readings).
+    /// Whether the two tracks were both present (a point with any reading) at some step:
+    /// the same device read at once under both, not one after the other.
+    pub(in crate::fleet) fn overlaps(&self, other: &Track) -> bool {
+        let present = |t: &Track, s: usize| {
+            s.checked_sub(t.first)
+                .and_then(|i| t.points.get(i).copied())
+                .is_some_and(Point::any)
+        };
+        let from = self.first.max(other.first);
+        let to = (self.first + self.points.len()).min(other.first + other.points.len());
+        (from..to).any(|s| present(self, s) && present(other, s))
+    }
+
     pub(super) fn merge_copy(&mut self, other: &Track) {
         let first = self.first.min(other.first);
         let end = (self.first + self.points.len()).max(other.first + other.points.len());
