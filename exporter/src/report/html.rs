@@ -322,8 +322,9 @@ fn colocation(w: &mut String, f: &FleetReport) {
 /// A workload's MIG fit in the page's words, or why none fits.
 fn mig_words(r: &RightSizing) -> String {
     match (&r.mig_fit, &r.mig_fit_note) {
-        (Some(m), _) => format!(
-            "{}{} ({}{})",
+        // A fit beside a note: a smaller profile was withheld, and why is said.
+        (Some(m), note) => format!(
+            "{}{} ({}{}){}",
             m.profile,
             peak_cost(m.peak, m.profile),
             json_name(m.binding),
@@ -331,7 +332,8 @@ fn mig_words(r: &RightSizing) -> String {
                 ""
             } else {
                 "; not all checked"
-            }
+            },
+            note.as_ref().map(|n| format!("; {n}")).unwrap_or_default()
         ),
         (None, Some(n)) => n.clone(),
         _ => String::new(),

@@ -149,14 +149,22 @@ impl Owners {
     /// Give each idle workload its owner and the command that would suspend it.
     pub(super) fn apply(&self, idle: &mut Idle) {
         for w in &mut idle.workloads {
-            let Some(o) = self.by_pod.get(&w.workload) else {
+            let pod = pod_of_workload(&w.workload);
+            let Some(o) = self.by_pod.get(pod) else {
                 continue;
             };
-            let ns = w.workload.split_once('/').map_or("default", |(ns, _)| ns);
+            let ns = pod.split_once('/').map_or("default", |(ns, _)| ns);
             w.command = suspend_command(ns, o);
             w.owner = Some(o.clone());
         }
     }
+}
+
+/// The pod a workload's name names: a pod on several GPUs is named with its GPU
+/// (`ns/pod on node/gpu`; a pod's name holds no space); pods merged on one device
+/// (`a + b`) name no one pod, and find no owner.
+fn pod_of_workload(name: &str) -> &str {
+    name.split_once(" on ").map_or(name, |(pod, _)| pod)
 }
 
 #[cfg(test)]
@@ -193,6 +201,14 @@ pub(super) mod tests {
             ("owner_kind", kind),
             ("owner_name", name),
         ])
+    }
+
+    /// A pod that moved between GPUs is named with each GPU: its owner is still the pod's.
+    #[test]
+    fn a_pod_named_with_its_gpu_finds_its_owner() {
+        assert_eq!(pod_of_workload("dev/nb on n2/GPU-n2-1"), "dev/nb");
+        assert_eq!(pod_of_workload("dev/nb"), "dev/nb");
+        assert_eq!(pod_of_workload("a/x + a/y"), "a/x + a/y");
     }
 
     /// kube-state-metrics names a Notebook's pod's owner as the StatefulSet; with the pod's

@@ -220,8 +220,9 @@ fn colocation(out: &mut impl Write, f: &FleetReport) -> Result<()> {
 /// resource and what was not checked; or why none fits.
 fn mig_words(r: &RightSizing) -> String {
     match (&r.mig_fit, &r.mig_fit_note) {
-        (Some(m), _) => format!(
-            "MIG {}{} (bound by {}){}",
+        // A fit beside a note: a smaller profile was withheld, and why is said.
+        (Some(m), note) => format!(
+            "MIG {}{} (bound by {}){}{}",
             m.profile,
             peak_cost(m.peak, m.profile),
             json_name(m.binding),
@@ -232,7 +233,8 @@ fn mig_words(r: &RightSizing) -> String {
                 let unchecked: Vec<String> =
                     unchecked.into_iter().filter(|c| !c.is_empty()).collect();
                 format!(", {} not checked", unchecked.join(" and "))
-            }
+            },
+            note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default()
         ),
         (None, Some(n)) => format!("no MIG: {n}"),
         (None, None) => "no MIG".to_owned(),
@@ -249,6 +251,7 @@ fn rightsizing(out: &mut impl Write, f: &FleetReport) -> Result<()> {
             .smaller_gpu
             .as_ref()
             .map(|g| format!("; a smaller model fits: {}{}", g.name, smaller_cost(g)))
+            .or_else(|| r.smaller_gpu_note.as_ref().map(|n| format!("; {n}")))
             .unwrap_or_default();
         writeln!(
             out,

@@ -357,7 +357,8 @@ pub struct RightSizing {
     pub saturation_steps: usize,
     /// Smallest MIG profile of its model that fits the measured demand.
     pub mig_fit: Option<MigChoice>,
-    /// Why there is no MIG fit, when there is none.
+    /// Why there is no MIG fit, when there is none; beside a fit, why a smaller profile
+    /// than it was withheld, when one was.
     pub mig_fit_note: Option<String>,
     /// A smaller catalog model whose memory and bandwidth cover the p99 demand.
     pub smaller_gpu: Option<SmallerGpu>,
