@@ -445,6 +445,10 @@ pub const GENERIC_MAX_MEM_CLOCK_MHZ: f64 = 20_000.0;
 pub const MEMORY_TOLERANCE: f64 = 1.1;
 /// The memory bound without a catalog model, bytes (4 TiB; the catalog's largest is 180 GB).
 pub const GENERIC_MAX_MEMORY_BYTES: f64 = 4_398_046_511_104.0;
+/// A link's traffic may exceed its nominal rate by this factor (rates averaged over a
+/// window whose ends are read apart) before it is impossible: PCIe each way against the
+/// model's host link, NVLink each way against half the model's bidirectional peak.
+pub const LINK_TOLERANCE: f64 = 1.1;
 /// A temperature above this many degrees Celsius is not a reading (GPUs shut down near 100).
 pub const MAX_TEMP_CELSIUS: f64 = 200.0;
 /// The newest PCIe generation (6.0); a higher one is not a reading.
@@ -545,13 +549,25 @@ struct Bounds {
 
 /// The fields whose bound is the model's or the row's own rather than [`CLEAN_MAX`]'s: the
 /// SM clock, power, power limit, memory used and memory total, in that order.
-const ROW_BOUND_FIELDS: [usize; 5] = [
+const ROW_BOUND_FIELDS: [usize; 9] = [
     Field::SmClockMhz as usize,
     Field::PowerWatts as usize,
     Field::PowerLimitWatts as usize,
     Field::MemUsedBytes as usize,
     Field::MemTotalBytes as usize,
+    Field::PcieRxBytesPerSec as usize,
+    Field::PcieTxBytesPerSec as usize,
+    Field::NvlinkRxBytesPerSec as usize,
+    Field::NvlinkTxBytesPerSec as usize,
 ];
+
+/// The link traffic fields of [`ROW_BOUND_FIELDS`], one bit each.
+const LINK_FIELDS: u64 = Field::set_of(&[
+    Field::PcieRxBytesPerSec,
+    Field::PcieTxBytesPerSec,
+    Field::NvlinkRxBytesPerSec,
+    Field::NvlinkTxBytesPerSec,
+]);
 
 /// [`ROW_BOUND_FIELDS`] and [`WIDE_FIELDS`], one bit each ([`Field::set_of`]).
 const ROW_OR_WIDE: u64 = {
@@ -582,9 +598,18 @@ impl Bounds {
     /// The bounds of [`ROW_BOUND_FIELDS`] for this row, whether the power is bounded by the
     /// row's own limit, and whether the memory used is by the row's own total.
     #[inline]
-    fn row(r: &Readings, spec: Option<&GpuSpec>) -> ([f64; 5], bool, bool) {
-        let [mut sm, mut power, mut limit, mut used, mut total] =
+    fn row(r: &Readings, spec: Option<&GpuSpec>) -> ([f64; 9], bool, bool) {
+        let [mut sm, mut power, mut limit, mut used, mut total, ..] =
             ROW_BOUND_FIELDS.map(|f| CLEAN_MAX[f]);
+        // The model's links looked up only for a row with link traffic.
+        let (pcie, nvlink) = if r.any_filled(LINK_FIELDS) {
+            link_bounds(spec)
+        } else {
+            (
+                CLEAN_MAX[Field::PcieRxBytesPerSec as usize],
+                CLEAN_MAX[Field::NvlinkRxBytesPerSec as usize],
+            )
+        };
         if let Some(s) = spec {
             // `min`: a spec's bounds never reach the INT32 sentinels (nor is a NaN one kept).
             sm = (s.max_sm_clock_mhz * CLOCK_TOLERANCE).min(BELOW_INT32_BLANK);
@@ -611,7 +636,7 @@ impl Bounds {
             used = t;
         }
         (
-            [sm, power, limit, used, total],
+            [sm, power, limit, used, total, pcie, pcie, nvlink, nvlink],
             read_limit.is_some(),
             read_total.is_some(),
         )
@@ -635,9 +660,35 @@ impl Bounds {
             Field::MemUsedBytes | Field::MemTotalBytes => {
                 model(&format!("{MEMORY_TOLERANCE} × the memory"))
             }
+            Field::PcieRxBytesPerSec | Field::PcieTxBytesPerSec => model(&format!(
+                "{LINK_TOLERANCE} × the PCIe host link's rate each way"
+            )),
+            Field::NvlinkRxBytesPerSec | Field::NvlinkTxBytesPerSec => model(&format!(
+                "{LINK_TOLERANCE} × the NVLink rate each way (half the bidirectional peak)"
+            )),
             _ => "the physical bound".to_owned(),
         }
     }
+}
+
+/// The bounds of a model's link traffic, each way, B/s (`CLEAN_MAX`'s without a model, or
+/// for NVLink without one on the model): [`LINK_TOLERANCE`] × its PCIe host link's rate,
+/// and × half its NVLink peak. The rate of the link read at the window's end is no bound: a
+/// link trained down at idle reads a lower generation than the window's traffic ran at.
+fn link_bounds(spec: Option<&GpuSpec>) -> (f64, f64) {
+    let link = spec.and_then(GpuSpec::interconnect);
+    let pcie = link
+        .and_then(|l| crate::causes::pcie_bytes_per_sec(l.pcie_gen, l.pcie_lanes))
+        .map_or(CLEAN_MAX[Field::PcieRxBytesPerSec as usize], |c| {
+            c * LINK_TOLERANCE
+        });
+    let nvlink = link
+        .and_then(|l| l.nvlink_bytes_per_sec)
+        .filter(|p| *p > 0.0)
+        .map_or(CLEAN_MAX[Field::NvlinkRxBytesPerSec as usize], |p| {
+            p / 2.0 * LINK_TOLERANCE
+        });
+    (pcie, nvlink)
 }
 
 /// The DRAM activity below which ρ divides by this floor instead; where the compute term
@@ -923,9 +974,40 @@ mod tests {
         a.is_some_and(|a| (a - b).abs() < 1e-9)
     }
 
-    /// An SM clock of 0 MHz is blank and said, never a clock: averaged with 1980 MHz it
-    /// would read 990 MHz and halve κ. 210 MHz, an idle GPU's, is kept; so is the rest of
-    /// the row.
+    /// Link traffic beyond what the model's links carry is no reading: an H100 SXM's host
+    /// link is PCIe Gen5 ×16, 32 GT/s × 16 lanes × 128/130 / 8 = 63.015 GB/s each way
+    /// (bound 1.1 × that, 69.317 GB/s); its NVLink 900 GB/s both ways, 450 each (bound
+    /// 495). GPM's 100 000 MiB/s received over PCIe (104.858 GB/s) is blanked and counted;
+    /// without a model nothing bounds it below the sentinels. By hand.
+    #[test]
+    fn link_traffic_beyond_the_models_links_is_no_reading() {
+        let h100 = by_key("h100-sxm");
+        let id = EntityId::default();
+        for (f, v, spec, kept) in [
+            (Field::PcieRxBytesPerSec, 69.3e9, h100, true),
+            (Field::PcieTxBytesPerSec, 69.4e9, h100, false),
+            (Field::PcieRxBytesPerSec, 104_857_600_000.0, h100, false),
+            (Field::PcieRxBytesPerSec, 104_857_600_000.0, None, true),
+            (Field::NvlinkRxBytesPerSec, 494e9, h100, true),
+            (Field::NvlinkTxBytesPerSec, 496e9, h100, false),
+            (Field::NvlinkRxBytesPerSec, 943_718_400_000.0, h100, false),
+        ] {
+            let mut r = readings(&[(f, v), (Field::TensorActive, 0.5)]);
+            let mut diags = Vec::new();
+            sanitize(&mut r, &id, spec, &mut diags);
+            assert_eq!(r.value(f).is_some(), kept, "{} = {v}: {diags:?}", f.name());
+            assert_eq!(r.value(Field::TensorActive), Some(0.5));
+            assert_eq!(diags.len(), usize::from(!kept), "{diags:?}");
+            if !kept {
+                assert_eq!(diags[0].kind, DiagnosticKind::OutOfRange);
+                assert!(diags[0].detail.contains("1.1 ×"), "{diags:?}");
+            }
+        }
+    }
+
+    /// An SM clock of 0 MHz, or any below 100 MHz, is blank and said, never a clock:
+    /// averaged with 1980 MHz, 0 would read 990 MHz and halve κ. 210 MHz, an idle GPU's, is
+    /// kept; so is the rest of the row.
     #[test]
     fn a_stopped_sm_clock_is_no_reading() {
         let h100 = by_key("h100-sxm");
@@ -1451,8 +1533,9 @@ mod tests {
             (Field::MemTotalBytes, total),
             (Field::PcieTxBytesPerSec, 1e9),
             (Field::PcieRxBytesPerSec, 2e9),
-            (Field::NvlinkTxBytesPerSec, 3e11),
-            (Field::NvlinkRxBytesPerSec, 4e11),
+            // Within every model's NVLink each way (the A30's bridge: 100 GB/s).
+            (Field::NvlinkTxBytesPerSec, 3e10),
+            (Field::NvlinkRxBytesPerSec, 4e10),
             (Field::TempCelsius, 55.0),
         ] {
             r.set_value(f, v);
