@@ -264,7 +264,8 @@ pub struct Colocation {
     pub workloads: Vec<String>,
     /// Distinct GPUs they hold now.
     pub gpus_held: u64,
-    /// GPUs freed by putting them on one.
+    /// GPUs freed by putting them on one: of those they hold, the ones they vacate (every
+    /// workload on it among them), less the one they need.
     pub gpus_freed: u64,
     /// Largest time-aligned sum of their peak memory, bytes.
     pub peak_memory_bytes: f64,

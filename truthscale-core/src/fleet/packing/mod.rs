@@ -376,7 +376,9 @@ pub(super) fn excluded_gpus(work: &[&Track], names: &[String], excluded: &[Exclu
 }
 
 /// The packed GPUs that hold workloads from two or more GPUs today, most GPUs freed first;
-/// interleaved when only the time-aligned sum lets them share.
+/// interleaved when only the time-aligned sum lets them share. A GPU the group holds today
+/// is freed by it only where every workload on it (another MIG instance's, one left out of
+/// the packing, another group's) is in the group: the group itself needs one of them.
 fn colocations(
     bins: &[Bin],
     work: &[&Track],
@@ -392,12 +394,16 @@ fn colocations(
     for bin in bins {
         let held: BTreeSet<&str> = bin.members.iter().map(|&m| work[m].gpu.as_str()).collect();
         if bin.members.len() >= 2 && held.len() >= 2 {
+            let vacated = held
+                .iter()
+                .filter(|&&g| (0..work.len()).all(|i| work[i].gpu != g || bin.members.contains(&i)))
+                .count() as u64;
             let sum_p99: u64 = bin.members.iter().filter_map(|&m| p99_of[m]).sum();
             let p99 = bin.p99();
             colocation.push(Colocation {
                 workloads: bin.members.iter().map(|&m| names[m].clone()).collect(),
                 gpus_held: held.len() as u64,
-                gpus_freed: held.len() as u64 - 1,
+                gpus_freed: vacated.saturating_sub(1),
                 peak_memory_bytes: bin.max_mem as f64 * MIB,
                 saturation_p99: p99.map(units_to_ratio),
                 sum_of_p99s: units_to_ratio(sum_p99),

@@ -2,7 +2,7 @@ use super::*;
 use crate::fleet::demand::summarize;
 use crate::fleet::index::MAX_BIN_TRIES;
 use crate::fleet::test_support::{GIB, h100, input, pod, steady};
-use crate::fleet::track::{NO_RATIO, Point, StepBands};
+use crate::fleet::track::{NO_RATIO, Point, StepBands, Track};
 use crate::fleet::workloads::names;
 use crate::fleet::{Binding, FleetConfig, NotListed, analyze};
 
@@ -426,4 +426,34 @@ fn a_tiny_budget_still_packs_validly() {
         assert_valid(&tracks, steps, &bins, &packable);
         assert!(bins.len() >= exhaustive / 2, "{budget:?}: {}", bins.len());
     }
+}
+
+/// A group frees a GPU only where it takes every workload off it: `x/a` alone on GPU 0 and
+/// `x/b`, a MIG instance of GPU 1, share one packed GPU, but GPU 1 also holds the instance
+/// of `x/mem`, whose saturation was never measured (left out of the packing, keeping its
+/// GPU). The group holds two GPUs today and vacates one, which it needs itself: it frees
+/// none (the old count, held − 1, said one). By hand.
+#[test]
+fn a_group_frees_only_the_gpus_it_vacates() {
+    let steps = 20;
+    let small = |_| (Some(0.1), Some(0.5), Some(10.0));
+    let a = pod("x/a", "node-a/gpu 0", 0..steps, small);
+    let instance = |mut t: Track| {
+        t.is_mig = true;
+        t.mig = h100().mig.iter().find(|m| m.name == "3g.40gb");
+        t.memory_total_mib = Some(40 * 1024);
+        t
+    };
+    let b = instance(pod("x/b", "node-a/gpu 1", 0..steps, small));
+    let unmeasured = instance(pod("x/mem", "node-a/gpu 1", 0..steps, |_| {
+        (None, None, Some(5.0))
+    }));
+    let r = analyze(
+        &input(vec![a, b, unmeasured], steps),
+        &FleetConfig::default(),
+    );
+    assert_eq!(r.colocation.len(), 1, "{:?}", r.colocation);
+    let c = &r.colocation[0];
+    assert_eq!(c.workloads, ["x/a", "x/b"]);
+    assert_eq!((c.gpus_held, c.gpus_freed), (2, 0));
 }
