@@ -273,6 +273,39 @@ fn pods_one_after_another_on_a_gpu_are_workloads_of_their_own() {
     );
 }
 
+/// The fleet's model is the most common among its physical GPUs: three whole L4s and one
+/// H100 split into four MIG instances is an L4 fleet, not an H100 one (four workloads
+/// against three).
+#[test]
+fn the_fleet_model_counts_gpus_not_mig_instances() {
+    use crate::fleet::test_support::pod;
+    let l4 = gpus::by_key("l4").unwrap();
+    let mut tracks: Vec<Track> = (0..3)
+        .map(|i| {
+            let mut t = pod(&format!("web/l{i}"), &format!("n/gpu {i}"), 0..4, |_| {
+                (Some(0.2), Some(0.5), Some(4.0))
+            });
+            t.spec = Some(l4);
+            t.model = Some("NVIDIA L4".into());
+            t.memory_total_mib = Some(23_034);
+            t
+        })
+        .collect();
+    for i in 0..4 {
+        let mut t = pod(&format!("ml/m{i}"), "n/gpu 9", 0..4, |_| {
+            (Some(0.2), Some(0.5), Some(4.0))
+        });
+        t.is_mig = true;
+        t.mig = t
+            .spec
+            .and_then(|s| s.mig.iter().find(|m| m.name == "1g.10gb"));
+        t.memory_total_mib = Some(10 * 1024);
+        tracks.push(t);
+    }
+    let r = analyze(&input(tracks, 4), &FleetConfig::default());
+    assert_eq!(r.gpu_model.as_deref(), Some(l4.name));
+}
+
 /// A fleet whose idleness was never measured (memory read, neither busy flag nor effective
 /// compute) has no idle total: unknown, never 0.
 #[test]

@@ -187,19 +187,26 @@ pub(super) fn gpus_without_pods(
     gpus_without_pods
 }
 
-/// The fleet's model (the most common among the workloads) and one GPU's memory in MiB:
-/// the largest total measured on a whole GPU of that model, else the catalog's figure, else
-/// the largest total measured on any whole GPU.
+/// The fleet's model (the most common among the physical GPUs the workloads hold: a GPU
+/// split into seven MIG instances counts once) and one GPU's memory in MiB: the largest
+/// total measured on a whole GPU of that model, else the catalog's figure, else the largest
+/// total measured on any whole GPU.
 pub(super) fn fleet_gpu(
     work: &[&Track],
     notes: &mut Vec<String>,
 ) -> (Option<&'static GpuSpec>, Option<u64>) {
-    let mut models: BTreeMap<&str, (usize, &'static GpuSpec)> = BTreeMap::new();
+    let mut gpus: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    let mut specs: BTreeMap<&str, &'static GpuSpec> = BTreeMap::new();
     for t in work {
         if let Some(s) = t.spec {
-            models.entry(s.key).or_insert((0, s)).0 += 1;
+            gpus.entry(s.key).or_default().insert(t.gpu.as_str());
+            specs.insert(s.key, s);
         }
     }
+    let models: BTreeMap<&str, (usize, &'static GpuSpec)> = gpus
+        .iter()
+        .map(|(k, g)| (*k, (g.len(), specs[k])))
+        .collect();
     let fleet_spec = models
         .values()
         .max_by(|a, b| a.0.cmp(&b.0).then(b.1.key.cmp(a.1.key)))
