@@ -261,6 +261,11 @@ fn sanitize_rest(
     spec: Option<&GpuSpec>,
     diags: &mut Vec<Diagnostic>,
 ) {
+    // A GPU that reads is on a link of some generation and width: 0 is no reading.
+    unclean |= readings.any_filled(ZERO_IS_NO_READING)
+        && ZERO_IS_NO_READING_FIELDS
+            .iter()
+            .any(|&f| readings.value(f) == Some(0.0));
     // A row with none of those fields (most of a profiling capture's) has nothing more to
     // tell.
     if !unclean && !readings.any_filled(ROW_OR_WIDE) {
@@ -311,7 +316,8 @@ fn sanitize_each(
         let sentinel = is_sentinel_of(field, v);
         let stopped_clock = field == Field::SmClockMhz && (0.0..MIN_SM_CLOCK_MHZ).contains(&v);
         let no_memory = field == Field::MemTotalBytes && (0.0..MIN_MEMORY_TOTAL_BYTES).contains(&v);
-        if (0.0..=max).contains(&v) && !sentinel && !stopped_clock && !no_memory {
+        let zero = v == 0.0 && ZERO_IS_NO_READING_FIELDS.contains(&field);
+        if (0.0..=max).contains(&v) && !sentinel && !stopped_clock && !no_memory && !zero {
             continue;
         }
         let mut push = |kind, detail: String| {
@@ -337,6 +343,12 @@ fn sanitize_each(
             push(
                 DiagnosticKind::OutOfRange,
                 format!("{s} bytes is no memory total of a GPU (below 1 MiB)"),
+            );
+            readings.set(field, Reading::Blank);
+        } else if zero {
+            push(
+                DiagnosticKind::OutOfRange,
+                format!("0 is no {} of a GPU that reads", field.name()),
             );
             readings.set(field, Reading::Blank);
         } else if stopped_clock {
@@ -560,6 +572,17 @@ const ROW_BOUND_FIELDS: [usize; 9] = [
     Field::NvlinkRxBytesPerSec as usize,
     Field::NvlinkTxBytesPerSec as usize,
 ];
+
+/// Fields of which 0 is no reading of a GPU that reads: its PCIe link's generation and
+/// width (the link is up, or nothing is read), and its power limit (a board limited to 0 W
+/// runs nothing).
+const ZERO_IS_NO_READING_FIELDS: [Field; 3] = [
+    Field::PcieLinkGen,
+    Field::PcieLinkWidth,
+    Field::PowerLimitWatts,
+];
+/// [`ZERO_IS_NO_READING_FIELDS`], one bit each.
+const ZERO_IS_NO_READING: u64 = Field::set_of(&ZERO_IS_NO_READING_FIELDS);
 
 /// The link traffic fields of [`ROW_BOUND_FIELDS`], one bit each.
 const LINK_FIELDS: u64 = Field::set_of(&[
@@ -1003,6 +1026,55 @@ mod tests {
                 assert!(diags[0].detail.contains("1.1 ×"), "{diags:?}");
             }
         }
+    }
+
+    /// A GPU that reads is on a link that is up, limited to some power: a link generation
+    /// or width of 0, or a power limit of 0 W, is no reading, blank and said (each alone);
+    /// Gen5 ×16 under a 700 W limit stays.
+    #[test]
+    fn a_link_or_power_limit_of_zero_is_no_reading() {
+        let h100 = by_key("h100-sxm");
+        let id = EntityId::default();
+        for f in [
+            Field::PcieLinkGen,
+            Field::PcieLinkWidth,
+            Field::PowerLimitWatts,
+        ] {
+            let mut r = readings(&[
+                (Field::PcieLinkGen, 5.0),
+                (Field::PcieLinkWidth, 16.0),
+                (Field::PowerLimitWatts, 700.0),
+            ]);
+            r.set_value(f, 0.0);
+            let mut diags = Vec::new();
+            sanitize(&mut r, &id, h100, &mut diags);
+            assert_eq!(r.get(f), Reading::Blank, "{}", f.name());
+            assert_eq!(diags.len(), 1, "{diags:?}");
+            assert_eq!(diags[0].kind, DiagnosticKind::OutOfRange);
+            assert_eq!(
+                diags[0].detail,
+                format!("0 is no {} of a GPU that reads", f.name())
+            );
+            let others = [
+                Field::PcieLinkGen,
+                Field::PcieLinkWidth,
+                Field::PowerLimitWatts,
+            ];
+            assert!(
+                others
+                    .iter()
+                    .filter(|&&g| g != f)
+                    .all(|&g| r.value(g).is_some())
+            );
+        }
+        let mut r = readings(&[
+            (Field::PcieLinkGen, 5.0),
+            (Field::PcieLinkWidth, 16.0),
+            (Field::PowerLimitWatts, 700.0),
+        ]);
+        let mut diags = Vec::new();
+        sanitize(&mut r, &id, h100, &mut diags);
+        assert!(diags.is_empty(), "{diags:?}");
     }
 
     /// An SM clock of 0 MHz, or any below 100 MHz, is blank and said, never a clock:
