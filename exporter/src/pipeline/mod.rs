@@ -509,6 +509,7 @@ impl Pipeline {
                     source = %self.label,
                     kind = e.kind(),
                     error = %e,
+                    what_to_do = e.advice().unwrap_or("see the error; docs/reliability.md lists each kind"),
                     "Source reported a problem; it is counted in truthscale_source_errors_total (repeats of this kind are logged at most every 30 s)."
                 );
             }

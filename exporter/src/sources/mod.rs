@@ -368,6 +368,20 @@ impl SourceError {
         }
     }
 
+    /// What to do about it, for the kinds with one remedy (logged beside the error).
+    #[must_use]
+    pub fn advice(&self) -> Option<&'static str> {
+        match self {
+            SourceError::NoPermission(_) => Some(
+                "the driver refuses this call to truthscale's process: give it read access to /dev/nvidiactl and /dev/nvidia<N> (a container requesting nvidia.com/gpu, or the NVIDIA container runtime with NVIDIA_VISIBLE_DEVICES); GPM refusals in some containers went away with --privileged; `truthscale doctor` says which case applies (docs/nvml.md, Permissions and containers)",
+            ),
+            SourceError::GpuLost(_) => Some(
+                "the GPU fell off the bus: drain the node's GPU workloads, then reset the GPU (nvidia-smi -r) or reboot; `dmesg | grep -i xid` shows the driver's view (docs/runbooks.md, TruthscaleGPUUnavailable)",
+            ),
+            _ => None,
+        }
+    }
+
     /// The `kind` label value.
     #[must_use]
     pub fn kind(&self) -> &'static str {

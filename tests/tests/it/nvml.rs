@@ -655,6 +655,13 @@ fn a_gpu_lost_mid_run_goes_stale_and_the_other_carries_on() {
     assert!(process.try_wait().is_none(), "serve exited");
     assert!(!process.stderr().contains("panicked"));
     assert!(process.stderr().contains("GPU is lost"));
+    assert!(
+        process
+            .stderr()
+            .contains("reset the GPU (nvidia-smi -r) or reboot"),
+        "{}",
+        process.stderr()
+    );
 }
 
 /// A GPU whose handle is denied (NO_PERMISSION, not lost) is no longer read: it goes stale
@@ -686,7 +693,13 @@ fn a_gpu_whose_handle_is_denied_goes_stale() {
     });
     let mut process = s.process;
     assert!(process.try_wait().is_none(), "serve exited");
-    assert!(!process.stderr().contains("panicked"));
+    let stderr = process.stderr();
+    assert!(!stderr.contains("panicked"));
+    // The log says what to do about it, not only that it happened.
+    assert!(
+        stderr.contains("give it read access to /dev/nvidiactl"),
+        "{stderr}"
+    );
 }
 
 fn doctor(lib: &Path, name: Option<&str>) -> (i32, String, String) {

@@ -821,7 +821,11 @@ impl DevState {
         match set.poll(nvml) {
             Ok(xids) => {
                 if let Some(&x) = xids.last() {
-                    tracing::warn!(gpu = self.index, xids = ?xids, "NVML: critical XID event(s).");
+                    tracing::warn!(
+                        gpu = self.index,
+                        xids = ?xids,
+                        "NVML: critical XID event(s). Some call for draining the GPU's workloads and resetting it (79: fallen off the bus; 48, 94, 95: uncorrectable memory errors): docs/runbooks.md, TruthscaleGPUUnavailable, says what each calls for; `dmesg | grep -i xid` shows the driver's view."
+                    );
                     self.xid_last = Some(x as f64);
                 }
                 let now = Instant::now();
