@@ -119,6 +119,27 @@ fn sum_sub_steps(tracks: &[&Track], steps: usize, grid: Grid) -> Vec<Option<u64>
     sum
 }
 
+/// [`Series::compute_known_anywhere`] of `tracks`.
+fn known_anywhere_weight(tracks: &[&Track], steps: usize, grid: Grid) -> u64 {
+    let mut any = vec![false; steps * grid.m];
+    for t in tracks.iter().filter(|t| t.has_saturation()) {
+        for (i, p) in t.points.iter().enumerate() {
+            let s = t.first + i;
+            if s >= steps {
+                break;
+            }
+            for j in 0..grid.m {
+                any[s * grid.m + j] |= grid.value(*p, j).is_some();
+            }
+        }
+    }
+    any.iter()
+        .enumerate()
+        .filter(|&(_, &a)| a)
+        .map(|(u, _)| grid.weights[u % grid.m])
+        .sum()
+}
+
 /// Distinct GPUs with a reading per step, among `tracks`: the tracks grouped by GPU, a step
 /// counts a GPU once however many of its tracks read then (`O(n log n + n · steps)`).
 fn gpu_count(tracks: &[&Track], steps: usize) -> Vec<Option<u32>> {
@@ -194,6 +215,9 @@ pub(super) struct Series {
     grid: Grid,
     /// Summed memory, MiB.
     pub(super) memory: (Vec<Option<u64>>, usize),
+    /// The weight of the sub-steps at which any workload's saturation is known: no packed
+    /// GPU knows more of the window.
+    pub(super) compute_known_anywhere: u64,
 }
 
 impl Series {
@@ -231,6 +255,7 @@ impl Series {
             compute_subs,
             grid,
             memory,
+            compute_known_anywhere: known_anywhere_weight(work, steps, grid),
         }
     }
 
@@ -323,22 +348,30 @@ pub(super) fn demand_sums(
     [busy_claim, compute_demand, memory_demand]
 }
 
-/// The fewest GPUs `b` any packing of the summed saturation `compute` (ratio units, each
-/// GPU allowed up to `limit` at all but a 1 % tail of the steps it knows, as the packing
-/// tests it) can use: with `b` GPUs the sum is over `b × limit` only where some GPU is over
-/// its limit, at most `b` % of the steps together, so its nearest-rank quantile at
-/// `1 − b/100` is within `b × limit`. At most `ceil(p99 / limit)` (`p99_gpus`), which
+/// The fewest GPUs `b` any packing of the summed saturation `compute` (ratio units, at the
+/// sub-steps where every workload's is known, weighted) can use, each GPU allowed up to
+/// `limit` at all but a 1 % tail of the weight it knows, as the packing tests it
+/// ([`p99_slack`]): with `b` GPUs the sum is over `b × limit` only where some GPU is over
+/// its limit, and each is over at no more than `tail_per_gpu` weight (the slack of the
+/// most any GPU can know, [`Series::compute_known_anywhere`]: a GPU's own known steps may
+/// be many more than the few where every workload is known), so at most `b` times that
+/// weight of the sum is over `b × limit`. At most `ceil(p99 / limit)` (`p99_gpus`), which
 /// passes; the smallest `b` that passes, by bisection (the test only gets easier as `b`
 /// grows).
-fn compute_bound(compute: &mut [(u64, u64)], limit: u32, p99_gpus: u64) -> u64 {
-    let passes = |b: u64, v: &mut [(u64, u64)]| {
-        let q = (1.0 - b as f64 / 100.0).max(0.0);
-        weighted_rank(v, q).is_none_or(|r| r <= b.saturating_mul(u64::from(limit)))
+fn compute_bound(compute: &[(u64, u64)], limit: u32, p99_gpus: u64, tail_per_gpu: u64) -> u64 {
+    let passes = |b: u64| {
+        let within = b.saturating_mul(u64::from(limit));
+        let over: u64 = compute
+            .iter()
+            .filter(|&&(v, _)| v > within)
+            .map(|&(_, w)| w)
+            .sum();
+        over <= b.saturating_mul(tail_per_gpu)
     };
     let (mut lo, mut hi) = (1, p99_gpus.max(1));
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
-        if passes(mid, compute) {
+        if passes(mid) {
             hi = mid;
         } else {
             lo = mid + 1;
@@ -352,17 +385,18 @@ fn compute_bound(compute: &mut [(u64, u64)], limit: u32, p99_gpus: u64) -> u64 {
 /// binds on a tie.
 pub(super) fn pooled_bound(
     mut compute: Vec<(u64, u64)>,
-    memory: &[Option<u64>],
+    (memory, known_anywhere): (&[Option<u64>], u64),
     gpu_mib: Option<u64>,
     limit: u32,
 ) -> Option<PooledBound> {
     let compute_p99_units = weighted_rank(&mut compute, 0.99);
+    let tail_per_gpu = super::packing::p99_slack(known_anywhere);
     let memory_peak_mib = memory.iter().flatten().copied().max();
     let compute_term = compute_p99_units.map(|u| {
         let p99_gpus = ceil_div(u, u64::from(limit));
         (
             u as f64 / f64::from(limit),
-            compute_bound(&mut compute, limit, p99_gpus),
+            compute_bound(&compute, limit, p99_gpus, tail_per_gpu),
         )
     });
     let memory_term = match (memory_peak_mib, gpu_mib) {

@@ -598,7 +598,12 @@ pub fn analyze(input: &FleetInput, cfg: &FleetConfig) -> FleetReport {
     let steps_with_data = series.reporting.iter().filter(|x| x.is_some()).count();
     let [busy_claim, compute_demand, memory_demand] =
         demand_sums(&work, &names, &series, gpu_mib, &mut notes);
-    let pooled = pooled_bound(series.compute_weighted(), &series.memory.0, gpu_mib, limit);
+    let pooled = pooled_bound(
+        series.compute_weighted(),
+        (&series.memory.0, series.compute_known_anywhere),
+        gpu_mib,
+        limit,
+    );
 
     let (packing, colocation) = packing(&work, &names, gpu_mib, limit, (steps, grid), &mut notes);
 

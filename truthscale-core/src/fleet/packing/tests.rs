@@ -457,3 +457,33 @@ fn a_group_frees_only_the_gpus_it_vacates() {
     assert_eq!(c.workloads, ["x/a", "x/b"]);
     assert_eq!((c.gpus_held, c.gpus_freed), (2, 0));
 }
+
+/// The pooled lower bound holds against the packing where a workload is measured at few
+/// steps: `y/a` at 0.7 with 1.0 at two steps, `y/b` at 0.7, and `y/c` measured only at
+/// those two steps (0 there), over 120. The whole fleet's sum is known at those two steps
+/// alone, 1.7 at both; each packed GPU knows its own steps (120) and may be over its limit
+/// (0.8) at 1 % of them, one step: two GPUs may be over at both, so 2 GPUs pass and the
+/// bound is 2, as packed (`[y/a]`, `[y/b, y/c]`), never the 3 the two steps alone would
+/// give. By hand.
+#[test]
+fn the_pooled_bound_holds_where_a_workload_is_measured_at_few_steps() {
+    let steps = 120;
+    let spike = |s: usize| s == 10 || s == 20;
+    let a = pod("y/a", "node-a/gpu 0", 0..steps, |s| {
+        (
+            Some(if spike(s) { 1.0 } else { 0.7 }),
+            Some(1.0),
+            Some(10.0),
+        )
+    });
+    let b = pod("y/b", "node-a/gpu 1", 0..steps, |_| {
+        (Some(0.7), Some(1.0), Some(10.0))
+    });
+    let c = pod("y/c", "node-a/gpu 2", 0..steps, |s| {
+        (spike(s).then_some(0.0), Some(1.0), Some(10.0))
+    });
+    let r = analyze(&input(vec![a, b, c], steps), &FleetConfig::default());
+    let packed = r.sizing.packing.as_ref().unwrap().gpus;
+    let pooled = r.sizing.pooled_lower_bound.as_ref().unwrap().gpus;
+    assert_eq!((pooled, packed), (2, 2));
+}
