@@ -314,10 +314,8 @@ fn sanitize_each(
         // Most values are clean: within 0..=the field's bound (NaN fails both comparisons,
         // infinities the second) and not a sentinel of the field's type.
         let sentinel = is_sentinel_of(field, v);
-        let stopped_clock = field == Field::SmClockMhz && (0.0..MIN_SM_CLOCK_MHZ).contains(&v);
-        let no_memory = field == Field::MemTotalBytes && (0.0..MIN_MEMORY_TOTAL_BYTES).contains(&v);
-        let zero = v == 0.0 && ZERO_IS_NO_READING_FIELDS.contains(&field);
-        if (0.0..=max).contains(&v) && !sentinel && !stopped_clock && !no_memory && !zero {
+        let floor = below_floor(field, v);
+        if (0.0..=max).contains(&v) && !sentinel && !floor {
             continue;
         }
         let mut push = |kind, detail: String| {
@@ -338,27 +336,8 @@ fn sanitize_each(
         } else if v < 0.0 {
             push(DiagnosticKind::OutOfRange, format!("{s} is negative"));
             readings.set(field, Reading::Blank);
-        } else if no_memory {
-            // Taken as the GPU's size, it would make every sizing divide by nothing.
-            push(
-                DiagnosticKind::OutOfRange,
-                format!("{s} bytes is no memory total of a GPU (below 1 MiB)"),
-            );
-            readings.set(field, Reading::Blank);
-        } else if zero {
-            push(
-                DiagnosticKind::OutOfRange,
-                format!("0 is no {} of a GPU that reads", field.name()),
-            );
-            readings.set(field, Reading::Blank);
-        } else if stopped_clock {
-            // Averaged in, it would halve the window's mean clock and κ with it.
-            push(
-                DiagnosticKind::OutOfRange,
-                format!(
-                    "{s} MHz is no SM clock of a GPU that reads (below {MIN_SM_CLOCK_MHZ} MHz)"
-                ),
-            );
+        } else if floor {
+            push(DiagnosticKind::OutOfRange, floor_detail(field, &s));
             readings.set(field, Reading::Blank);
         } else if field.is_ratio() {
             let clamped = v <= RATIO_CLAMP_LIMIT && field.clamps_above_one();
@@ -382,6 +361,30 @@ fn sanitize_each(
             );
             readings.set(field, Reading::Blank);
         }
+    }
+}
+
+/// Whether `v` (0 or more) is still no reading of a GPU that reads: a memory total below a
+/// mebibyte, an SM clock below [`MIN_SM_CLOCK_MHZ`], 0 of [`ZERO_IS_NO_READING_FIELDS`].
+fn below_floor(field: Field, v: f64) -> bool {
+    match field {
+        Field::MemTotalBytes => (0.0..MIN_MEMORY_TOTAL_BYTES).contains(&v),
+        Field::SmClockMhz => (0.0..MIN_SM_CLOCK_MHZ).contains(&v),
+        f => v == 0.0 && ZERO_IS_NO_READING_FIELDS.contains(&f),
+    }
+}
+
+/// Why a value [`below_floor`] (`s`, as shown) is no reading.
+#[cold]
+fn floor_detail(field: Field, s: &str) -> String {
+    match field {
+        // Taken as the GPU's size, it would make every sizing divide by nothing.
+        Field::MemTotalBytes => format!("{s} bytes is no memory total of a GPU (below 1 MiB)"),
+        // Averaged in, 0 would halve the window's mean clock and κ with it.
+        Field::SmClockMhz => {
+            format!("{s} MHz is no SM clock of a GPU that reads (below {MIN_SM_CLOCK_MHZ} MHz)")
+        }
+        f => format!("0 is no {} of a GPU that reads", f.name()),
     }
 }
 

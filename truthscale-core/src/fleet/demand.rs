@@ -96,21 +96,10 @@ fn sum_sub_steps(tracks: &[&Track], steps: usize, grid: Grid) -> Vec<Option<u64>
     let subs = steps * grid.m;
     let mut sum: Vec<Option<u64>> = vec![None; subs];
     let mut unknown = vec![false; subs];
-    for t in tracks.iter().filter(|t| t.has_saturation()) {
-        for (i, p) in t.points.iter().enumerate() {
-            let s = t.first + i;
-            if s >= steps {
-                break;
-            }
-            for j in 0..grid.m {
-                let u = s * grid.m + j;
-                match grid.value(*p, j) {
-                    Some(v) => *sum[u].get_or_insert(0) += u64::from(v),
-                    None => unknown[u] = true,
-                }
-            }
-        }
-    }
+    each_sub_step(tracks, steps, grid, |u, value| match value {
+        Some(v) => *sum[u].get_or_insert(0) += u64::from(v),
+        None => unknown[u] = true,
+    });
     for (x, &unknown) in sum.iter_mut().zip(&unknown) {
         if unknown {
             *x = None;
@@ -119,9 +108,14 @@ fn sum_sub_steps(tracks: &[&Track], steps: usize, grid: Grid) -> Vec<Option<u64>
     sum
 }
 
-/// [`Series::compute_known_anywhere`] of `tracks`.
-fn known_anywhere_weight(tracks: &[&Track], steps: usize, grid: Grid) -> u64 {
-    let mut any = vec![false; steps * grid.m];
+/// Each sub-step `u` of `grid` (within `steps`) at which a track of `tracks` with a
+/// saturation has a point, with that track's value there (`None`: not known).
+fn each_sub_step(
+    tracks: &[&Track],
+    steps: usize,
+    grid: Grid,
+    mut each: impl FnMut(usize, Option<u16>),
+) {
     for t in tracks.iter().filter(|t| t.has_saturation()) {
         for (i, p) in t.points.iter().enumerate() {
             let s = t.first + i;
@@ -129,10 +123,16 @@ fn known_anywhere_weight(tracks: &[&Track], steps: usize, grid: Grid) -> u64 {
                 break;
             }
             for j in 0..grid.m {
-                any[s * grid.m + j] |= grid.value(*p, j).is_some();
+                each(s * grid.m + j, grid.value(*p, j));
             }
         }
     }
+}
+
+/// [`Series::compute_known_anywhere`] of `tracks`.
+fn known_anywhere_weight(tracks: &[&Track], steps: usize, grid: Grid) -> u64 {
+    let mut any = vec![false; steps * grid.m];
+    each_sub_step(tracks, steps, grid, |u, value| any[u] |= value.is_some());
     any.iter()
         .enumerate()
         .filter(|&(_, &a)| a)
