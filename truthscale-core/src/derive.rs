@@ -261,11 +261,12 @@ fn sanitize_rest(
     spec: Option<&GpuSpec>,
     diags: &mut Vec<Diagnostic>,
 ) {
-    // A GPU that reads is on a link of some generation and width: 0 is no reading.
-    unclean |= readings.any_filled(ZERO_IS_NO_READING)
-        && ZERO_IS_NO_READING_FIELDS
+    // A GPU that reads runs its SMs at some clock, has some memory, is on a link that is up
+    // and is limited to some power: a value below its field's floor is no reading.
+    unclean |= readings.any_filled(FLOOR)
+        && FLOOR_FIELDS
             .iter()
-            .any(|&f| readings.value(f) == Some(0.0));
+            .any(|&f| readings.value(f).is_some_and(|v| below_floor(f, v)));
     // A row with none of those fields (most of a profiling capture's) has nothing more to
     // tell.
     if !unclean && !readings.any_filled(ROW_OR_WIDE) {
@@ -277,15 +278,6 @@ fn sanitize_rest(
             unclean |= !(0.0 <= v && v <= max);
         }
     }
-    // A GPU that reads at all runs its SMs at some clock: 0 MHz, or any below
-    // `MIN_SM_CLOCK_MHZ`, is no reading; nor is a memory total below a mebibyte, which no GPU
-    // or instance has.
-    unclean |= readings
-        .value(Field::SmClockMhz)
-        .is_some_and(|c| c < MIN_SM_CLOCK_MHZ);
-    unclean |= readings
-        .value(Field::MemTotalBytes)
-        .is_some_and(|t| t < MIN_MEMORY_TOTAL_BYTES);
     // The integer sentinels lie below the bound of the wide fields only (see `Bounds::new`).
     for &f in WIDE_FIELDS {
         if let Some(v) = readings.value(f) {
@@ -364,13 +356,16 @@ fn sanitize_each(
     }
 }
 
-/// Whether `v` (0 or more) is still no reading of a GPU that reads: a memory total below a
-/// mebibyte, an SM clock below [`MIN_SM_CLOCK_MHZ`], 0 of [`ZERO_IS_NO_READING_FIELDS`].
+/// Whether `v` (0 or more) is still no reading of a GPU that reads ([`FLOOR_FIELDS`]): a
+/// memory total below a mebibyte, which no GPU or instance has; an SM clock below
+/// [`MIN_SM_CLOCK_MHZ`]; a PCIe link generation or width of 0 (the link is up, or nothing
+/// is read); a power limit of 0 W (a board limited to it runs nothing).
 fn below_floor(field: Field, v: f64) -> bool {
     match field {
         Field::MemTotalBytes => (0.0..MIN_MEMORY_TOTAL_BYTES).contains(&v),
         Field::SmClockMhz => (0.0..MIN_SM_CLOCK_MHZ).contains(&v),
-        f => v == 0.0 && ZERO_IS_NO_READING_FIELDS.contains(&f),
+        Field::PcieLinkGen | Field::PcieLinkWidth | Field::PowerLimitWatts => v == 0.0,
+        _ => false,
     }
 }
 
@@ -576,16 +571,17 @@ const ROW_BOUND_FIELDS: [usize; 9] = [
     Field::NvlinkTxBytesPerSec as usize,
 ];
 
-/// Fields of which 0 is no reading of a GPU that reads: its PCIe link's generation and
-/// width (the link is up, or nothing is read), and its power limit (a board limited to 0 W
-/// runs nothing).
-const ZERO_IS_NO_READING_FIELDS: [Field; 3] = [
+/// The fields with a floor above 0 (or at it) below which a value is no reading
+/// ([`below_floor`]).
+const FLOOR_FIELDS: [Field; 5] = [
+    Field::MemTotalBytes,
+    Field::SmClockMhz,
     Field::PcieLinkGen,
     Field::PcieLinkWidth,
     Field::PowerLimitWatts,
 ];
-/// [`ZERO_IS_NO_READING_FIELDS`], one bit each.
-const ZERO_IS_NO_READING: u64 = Field::set_of(&ZERO_IS_NO_READING_FIELDS);
+/// [`FLOOR_FIELDS`], one bit each.
+const FLOOR: u64 = Field::set_of(&FLOOR_FIELDS);
 
 /// The link traffic fields of [`ROW_BOUND_FIELDS`], one bit each.
 const LINK_FIELDS: u64 = Field::set_of(&[
@@ -627,15 +623,7 @@ impl Bounds {
     fn row(r: &Readings, spec: Option<&GpuSpec>) -> ([f64; 9], bool, bool) {
         let [mut sm, mut power, mut limit, mut used, mut total, ..] =
             ROW_BOUND_FIELDS.map(|f| CLEAN_MAX[f]);
-        // The model's links looked up only for a row with link traffic.
-        let (pcie, nvlink) = if r.any_filled(LINK_FIELDS) {
-            link_bounds(spec)
-        } else {
-            (
-                CLEAN_MAX[Field::PcieRxBytesPerSec as usize],
-                CLEAN_MAX[Field::NvlinkRxBytesPerSec as usize],
-            )
-        };
+        let (pcie, nvlink) = link_bounds(r, spec);
         if let Some(s) = spec {
             // `min`: a spec's bounds never reach the INT32 sentinels (nor is a NaN one kept).
             sm = (s.max_sm_clock_mhz * CLOCK_TOLERANCE).min(BELOW_INT32_BLANK);
@@ -700,9 +688,12 @@ impl Bounds {
 /// The bounds of a model's link traffic, each way, B/s (`CLEAN_MAX`'s without a model, or
 /// for NVLink without one on the model): [`LINK_TOLERANCE`] × its PCIe host link's rate,
 /// and × half its NVLink peak. The rate of the link read at the window's end is no bound: a
-/// link trained down at idle reads a lower generation than the window's traffic ran at.
-fn link_bounds(spec: Option<&GpuSpec>) -> (f64, f64) {
-    let link = spec.and_then(GpuSpec::interconnect);
+/// link trained down at idle reads a lower generation than the window's traffic ran at. The
+/// model's links are looked up only for a row `r` with link traffic.
+fn link_bounds(r: &Readings, spec: Option<&GpuSpec>) -> (f64, f64) {
+    let link = spec
+        .filter(|_| r.any_filled(LINK_FIELDS))
+        .and_then(GpuSpec::interconnect);
     let pcie = link
         .and_then(|l| crate::causes::pcie_bytes_per_sec(l.pcie_gen, l.pcie_lanes))
         .map_or(CLEAN_MAX[Field::PcieRxBytesPerSec as usize], |c| {
