@@ -80,7 +80,7 @@ pub fn main() -> ExitCode {
         Command::Serve(s) => serve::main(&s, &env).map(|()| ExitCode::SUCCESS),
         Command::Config(c) => config::run(&c, &env),
         Command::Doctor(d) => doctor::run(&d, &env),
-        Command::Explain(e) => explain::run(&e),
+        Command::Explain(e) => explain::run(&e, &env),
         Command::Top(t) => top::run(&t),
         Command::Report(r) => report::run(&r, &env),
     };

@@ -924,6 +924,30 @@ fn key_at_line(text: &str, line: usize) -> Option<String> {
 }
 
 impl Config {
+    /// The `[derive]` and `[verdict]` sections the offline commands (`analyze`, `explain`)
+    /// read: defaults, then `file` (when given), then the `TRUTHSCALE_DERIVE__…` and
+    /// `TRUTHSCALE_VERDICT__…` variables of `env`. The other variables set the sidecar, which
+    /// these commands do not run, so a shell or pod set up for the sidecar does not stop them.
+    ///
+    /// # Errors
+    /// As [`Config::load`]: a [`ConfigError`] naming the file or variable and the key.
+    pub fn offline_sections(
+        file: Option<&Path>,
+        env: &[(String, String)],
+    ) -> Result<(DeriveConfig, VerdictConfig), ConfigError> {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .filter(|(k, _)| {
+                ["TRUTHSCALE_DERIVE__", "TRUTHSCALE_VERDICT__"]
+                    .iter()
+                    .any(|p| k.starts_with(p))
+            })
+            .cloned()
+            .collect();
+        let c = Config::load(file, &env, &[])?;
+        Ok((c.derive, c.verdict))
+    }
+
     /// Load: defaults, then `file` (when given), then `TRUTHSCALE_…` variables from `env`,
     /// then `overrides` (dotted key → value, from flags). Every numeric setting is checked
     /// here against its range, naming where it was set (the file and line, the variable, or

@@ -10,7 +10,6 @@ use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::Duration;
 use truthscale_core::analysis::{Analyzer, EntitySummary, Report, UpperBound};
-use truthscale_core::derive::DeriveConfig;
 use truthscale_core::gpus;
 use truthscale_core::model::{Sample, Timestamp};
 use truthscale_core::parse::dmon::{DmonParser, Scanned, Scanner};
@@ -70,7 +69,7 @@ pub(crate) fn run(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Resul
         );
         bar
     });
-    let result = analyze_reader(reader, &name, args, progress.as_ref());
+    let result = analyze_reader(reader, &name, args, env, progress.as_ref());
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
@@ -230,6 +229,7 @@ pub(crate) fn analyze_reader(
     reader: impl Read + Send,
     name: &str,
     args: &AnalyzeArgs,
+    env: &[(String, String)],
     progress: Option<&indicatif::ProgressBar>,
 ) -> anyhow::Result<Analysis> {
     let reader = BufReader::with_capacity(1 << 18, reader);
@@ -238,7 +238,7 @@ pub(crate) fn analyze_reader(
     let format = capture.format();
     let nominal = capture.declared_interval(interval);
     let mut analyzing = Analyzing {
-        analyzer: new_analyzer(args, nominal)?,
+        analyzer: new_analyzer(args, env, nominal)?,
         // The `dcgmi dmon` parser on this thread, fed the lines the reading thread has read.
         dmon: DmonParser::new(name, interval, Timestamp(0)),
         name,
@@ -478,7 +478,11 @@ impl Analyzing<'_> {
 ///
 /// # Errors
 /// An unknown `--gpu-model`, or a configuration file that does not load.
-pub(crate) fn new_analyzer(args: &AnalyzeArgs, nominal: Option<f64>) -> anyhow::Result<Analyzer> {
+pub(crate) fn new_analyzer(
+    args: &AnalyzeArgs,
+    env: &[(String, String)],
+    nominal: Option<f64>,
+) -> anyhow::Result<Analyzer> {
     let spec = match &args.gpu_model {
         Some(m) => Some(gpus::lookup(m).with_context(|| {
             let keys: Vec<_> = gpus::CATALOG.iter().map(|s| s.key).collect();
@@ -489,13 +493,8 @@ pub(crate) fn new_analyzer(args: &AnalyzeArgs, nominal: Option<f64>) -> anyhow::
         })?),
         None => None,
     };
-    let (derive_config, verdict_config) = match &args.config {
-        Some(path) => {
-            let c = crate::config::Config::load(Some(path), &[], &[])?;
-            (c.derive, c.verdict)
-        }
-        None => (DeriveConfig::default(), Default::default()),
-    };
+    let (derive_config, verdict_config) =
+        crate::config::Config::offline_sections(args.config.as_deref(), env)?;
     let mut deriver = Deriver::new(derive_config, nominal);
     deriver.set_model_override(spec);
     deriver.set_verdict_config(verdict_config);
@@ -891,8 +890,9 @@ pub(crate) struct AnalyzeArgs {
     /// Include the per-window timeline in the JSON (memory grows with the input).
     #[arg(long, requires = "json")]
     pub timeline: bool,
-    /// Configuration file (TOML) whose `[derive]` section sets thresholds and hysteresis
-    /// (see `truthscale config defaults`).
+    /// Configuration file (TOML) whose `[derive]` section sets thresholds and hysteresis and
+    /// whose `[verdict]` section the verdict's (see `truthscale config defaults`);
+    /// `TRUTHSCALE_DERIVE__…` and `TRUTHSCALE_VERDICT__…` variables override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// History from a Prometheus server instead of a capture file.
@@ -910,7 +910,7 @@ fn history(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Result<ExitC
         .resolve(&crate::history::Defaults::ANALYZE, env)?;
     let h = crate::history::History::open(&resolved)?;
     let base = h.base_url().to_owned();
-    let mut analyzer = new_analyzer(args, Some(h.step_seconds()))?;
+    let mut analyzer = new_analyzer(args, env, Some(h.step_seconds()))?;
     let summary = h.feed(|s| analyzer.push(s))?;
     analyzer.finish();
     let report = analyzer.report();
@@ -961,7 +961,7 @@ mod tests {
         let whole = gz.finish().unwrap();
         let cut = &whole[..whole.len() / 2];
         let cli = Cli::try_parse_from(["analyze", "x.gz"]).unwrap();
-        let a = analyze_reader(cut, "x.gz", &cli.analyze, None).unwrap();
+        let a = analyze_reader(cut, "x.gz", &cli.analyze, &[], None).unwrap();
         let (e, line) = a.stopped.expect("the failed read is kept");
         assert!(e.to_string().starts_with("cannot read x.gz: "), "{e}");
         assert!((1..4000).contains(&line), "{line}");
@@ -989,7 +989,7 @@ mod tests {
         let dmon = b"#Entity   GPUTL\nID\nGPU 0     50\n\xff\xfe\nGPU 0     60\n";
         for (format, bytes, skipped) in [("jsonl", &jsonl[..], 1), ("dcgmi-dmon", &dmon[..], 0)] {
             let cli = Cli::try_parse_from(["analyze", "--format", format, "x"]).unwrap();
-            let a = analyze_reader(bytes, "x", &cli.analyze, None).unwrap();
+            let a = analyze_reader(bytes, "x", &cli.analyze, &[], None).unwrap();
             assert_eq!((a.error_count, a.skipped_lines), (1, skipped), "{format}");
             assert_eq!(a.errors[0].line, if format == "jsonl" { 3 } else { 4 });
         }

@@ -248,15 +248,9 @@ fn pod_estimates(o: &mut String, v: &GpuView) {
 ///
 /// # Errors
 /// Neither or both of `--replay` and `--url`, an unreadable input, or no such GPU.
-pub(crate) fn run(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
-    // The file's `[derive]` (the phase's thresholds) and `[verdict]`, as `analyze` reads them.
-    let (derive, cfg) = match &args.config {
-        Some(p) => {
-            let c = crate::config::Config::load(Some(p), &[], &[])?;
-            (c.derive, c.verdict)
-        }
-        None => (DeriveConfig::default(), VerdictConfig::default()),
-    };
+pub(crate) fn run(args: &ExplainArgs, env: &[(String, String)]) -> anyhow::Result<ExitCode> {
+    // The `[derive]` (the phase's thresholds) and `[verdict]` sections, as `analyze` reads them.
+    let (derive, cfg) = crate::config::Config::offline_sections(args.config.as_deref(), env)?;
     let replay = args
         .replay
         .as_deref()
@@ -325,7 +319,8 @@ pub(crate) struct ExplainArgs {
     #[arg(long, allow_negative_numbers = true)]
     pub gpu: Option<u32>,
     /// Configuration file whose `[verdict]` section sets the verdict's thresholds and whose
-    /// `[derive]` section a replay's phase's (a sidecar's `--url` phase is its own).
+    /// `[derive]` section a replay's phase's (a sidecar's `--url` phase is its own);
+    /// `TRUTHSCALE_DERIVE__…` and `TRUTHSCALE_VERDICT__…` variables override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Time between a replay's samples, for formats without timestamps (dmon,

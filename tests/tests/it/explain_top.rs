@@ -170,6 +170,56 @@ fn explain_reads_the_phase_thresholds_of_its_config() {
     assert!(analyzed.contains("underloaded 100%"), "{analyzed}");
 }
 
+/// `TRUTHSCALE_DERIVE__…` variables override the file for `explain --replay` and `analyze`,
+/// as they do for the sidecar: the file puts compute-bound's entry at 0.95 (underloaded at
+/// tensor 0.6), the variables put it back at 0.5 (compute-bound). The sidecar's own variables
+/// (an unknown source kind here) are not read by these commands, and a bad `[derive]` value
+/// is refused naming its variable.
+#[test]
+fn explain_and_analyze_read_the_derive_variables_over_the_file() {
+    let dir = TempDir::new("explain-derive-env");
+    let p = trace(
+        &dir,
+        "tensor",
+        r#""gpu_util":1.0,"tensor_active":0.6,"dram_active":0.1"#,
+    );
+    let cfg = dir.path().join("phase.toml");
+    std::fs::write(
+        &cfg,
+        "[derive.phase]\ncompute_bound_enter_tensor = 0.95\ncompute_bound_exit_tensor = 0.9\nmixed_tensor = 0.95\nmixed_dram = 0.95\n",
+    )
+    .unwrap();
+    let (p, cfg) = (p.to_str().unwrap(), cfg.to_str().unwrap());
+    let run = |args: &[&str], vars: &[(&str, &str)]| {
+        let out = clean_command()
+            .args(args)
+            .envs(vars.iter().copied())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run truthscale");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let back = [
+        ("TRUTHSCALE_DERIVE__PHASE__COMPUTE_BOUND_ENTER_TENSOR", "0.5"),
+        ("TRUTHSCALE_DERIVE__PHASE__COMPUTE_BOUND_EXIT_TENSOR", "0.4"),
+        ("TRUTHSCALE_SOURCE__KIND", "no-such-kind"),
+    ];
+    let (code, out, err) = run(&["explain", "--replay", p, "--config", cfg], &back);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("phase:          compute_bound"), "{out}");
+    let (code, analyzed, err) = run(&["analyze", p, "--config", cfg], &back);
+    assert_eq!(code, 0, "{err}");
+    assert!(analyzed.contains("compute-bound 100%"), "{analyzed}");
+    let bad = [("TRUTHSCALE_DERIVE__TAU_MAX", "soon")];
+    let (code, _, err) = run(&["analyze", p], &bad);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("TRUTHSCALE_DERIVE__TAU_MAX"), "{err}");
+}
+
 /// A busy flag of 150 % is no reading: `explain --replay` leaves it blank and says so on
 /// stderr, as `analyze` counts it, never "no busy flag" in silence.
 #[test]
