@@ -204,7 +204,10 @@ fn explain_and_analyze_read_the_derive_variables_over_the_file() {
         )
     };
     let back = [
-        ("TRUTHSCALE_DERIVE__PHASE__COMPUTE_BOUND_ENTER_TENSOR", "0.5"),
+        (
+            "TRUTHSCALE_DERIVE__PHASE__COMPUTE_BOUND_ENTER_TENSOR",
+            "0.5",
+        ),
         ("TRUTHSCALE_DERIVE__PHASE__COMPUTE_BOUND_EXIT_TENSOR", "0.4"),
         ("TRUTHSCALE_SOURCE__KIND", "no-such-kind"),
     ];

@@ -7,6 +7,7 @@
 //! `taken` (RFC 3339, any offset) is required. Readings use the [`Field::name`] keys;
 //! a missing key or `null` is blank, never zero. Keys this version does not know are not
 //! read, so newer traces still load, and are named ([`JsonlParser::unread`]). Blank lines and `#` lines are skipped and counted.
+//! An object that gives a key twice is a malformed line: which value is the reading is unknown.
 
 use super::ParseError;
 use super::dmon::error;
@@ -14,8 +15,8 @@ use crate::model::{
     EntityId, EntitySample, Field, MigId, Phase, PodRef, Reading, Readings, Sample,
     ServingSnapshot, Throttles, Timestamp, Workload,
 };
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use time::OffsetDateTime;
@@ -86,6 +87,67 @@ impl JsonlParser {
     }
 }
 
+/// A JSON value read as [`Value`] is, but for an object that gives a key twice, which is
+/// refused (at any depth): `serde_json`'s map keeps the last value and drops the first in
+/// silence, and a line that says two readings of one field says neither.
+struct Strict(Value);
+
+impl<'de> Deserialize<'de> for Strict {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a json value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(Strict(v)) = seq.next_element()? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some((k, Strict(v))) = map.next_entry::<String, Strict>()? {
+            if out.contains_key(&k) {
+                return Err(A::Error::custom(format!(
+                    "key `{k}` given twice: which value is the reading is unknown"
+                )));
+            }
+            out.insert(k, v);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
 /// Remove `key` from `obj`: `None` when missing or `null`.
 fn take<T: DeserializeOwned>(obj: &mut Map<String, Value>, key: &str) -> Result<Option<T>, String> {
     match obj.remove(key) {
@@ -108,8 +170,10 @@ fn read_line(
     impossible: &mut Vec<String>,
 ) -> Result<(Sample, Map<String, Value>), String> {
     let mut obj = match serde_json::from_str(t) {
-        Ok(Value::Object(m)) => m,
+        Ok(Strict(Value::Object(m))) => m,
         Ok(_) => return Err("expected a json object".into()),
+        // A key given twice: which of its values is the reading is not known.
+        Err(e) if e.is_data() => return Err(e.to_string()),
         Err(e) => return Err(format!("invalid json: {e}")),
     };
     let o = &mut obj;
@@ -824,6 +888,14 @@ mod tests {
             (r#"{"gpu":0}"#, "t.jsonl:2: missing key `taken`"),
             (r#"{"taken":null}"#, "t.jsonl:2: missing key `taken`"),
             (r#"[1,2]"#, "t.jsonl:2: expected a json object"),
+            (
+                r#"{"taken":"2024-01-01T00:00:00Z","gpu_util":0.5,"gpu_util":0.9}"#,
+                "t.jsonl:2: key `gpu_util` given twice: which value is the reading is unknown",
+            ),
+            (
+                r#"{"taken":"2024-01-01T00:00:00Z","serving":{"batch_size":4,"batch_size":8}}"#,
+                "t.jsonl:2: key `batch_size` given twice",
+            ),
             (
                 r#"{"taken":"2024-01-01T00:00:00Z","#,
                 "t.jsonl:2: invalid json: ",
