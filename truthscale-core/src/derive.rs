@@ -267,6 +267,11 @@ fn sanitize_rest(
         && FLOOR_FIELDS
             .iter()
             .any(|&f| readings.value(f).is_some_and(|v| below_floor(f, v)));
+    // A code, a flag or a count is a whole number.
+    unclean |= readings.any_filled(WHOLE)
+        && WHOLE_FIELDS
+            .iter()
+            .any(|&f| readings.value(f).is_some_and(|v| not_whole(f, v)));
     // A row with none of those fields (most of a profiling capture's) has nothing more to
     // tell.
     if !unclean && !readings.any_filled(ROW_OR_WIDE) {
@@ -307,7 +312,8 @@ fn sanitize_each(
         // infinities the second) and not a sentinel of the field's type.
         let sentinel = is_sentinel_of(field, v);
         let floor = below_floor(field, v);
-        if (0.0..=max).contains(&v) && !sentinel && !floor {
+        let fraction = not_whole(field, v);
+        if (0.0..=max).contains(&v) && !sentinel && !floor && !fraction {
             continue;
         }
         let mut push = |kind, detail: String| {
@@ -330,6 +336,12 @@ fn sanitize_each(
             readings.set(field, Reading::Blank);
         } else if floor {
             push(DiagnosticKind::OutOfRange, floor_detail(field, &s));
+            readings.set(field, Reading::Blank);
+        } else if fraction {
+            push(
+                DiagnosticKind::OutOfRange,
+                format!("{s} is not a whole number, and the field is a code, a flag or a count"),
+            );
             readings.set(field, Reading::Blank);
         } else if field.is_ratio() {
             let clamped = v <= RATIO_CLAMP_LIMIT && field.clamps_above_one();
@@ -367,6 +379,12 @@ fn below_floor(field: Field, v: f64) -> bool {
         Field::PcieLinkGen | Field::PcieLinkWidth | Field::PowerLimitWatts => v == 0.0,
         _ => false,
     }
+}
+
+/// Whether `v` is no reading of a field that is a code, a flag or a count
+/// ([`WHOLE_FIELDS`]): it has a fraction (a row remap half pending, XID 79.5).
+fn not_whole(field: Field, v: f64) -> bool {
+    (1 << field as u64) & WHOLE != 0 && v.fract() != 0.0
 }
 
 /// Why a value [`below_floor`] (`s`, as shown) is no reading.
@@ -582,6 +600,25 @@ const FLOOR_FIELDS: [Field; 5] = [
 ];
 /// [`FLOOR_FIELDS`], one bit each.
 const FLOOR: u64 = Field::set_of(&FLOOR_FIELDS);
+
+/// The fields that are codes, flags or counts, whole numbers ([`not_whole`]): the health
+/// levels ([`Field::is_health_level`]; a summary keeps their largest reading, never a mean)
+/// and the PCIe link's generation and width.
+const WHOLE_FIELDS: [Field; 11] = [
+    Field::XidLast,
+    Field::XidWindowErrors,
+    Field::XidWindowFatal,
+    Field::RowRemapPending,
+    Field::RowRemapFailed,
+    Field::RowRemapUncorrectable,
+    Field::MemoryUnrepairable,
+    Field::RecoveryAction,
+    Field::FabricHealthSummary,
+    Field::PcieLinkGen,
+    Field::PcieLinkWidth,
+];
+/// [`WHOLE_FIELDS`], one bit each.
+const WHOLE: u64 = Field::set_of(&WHOLE_FIELDS);
 
 /// The link traffic fields of [`ROW_BOUND_FIELDS`], one bit each.
 const LINK_FIELDS: u64 = Field::set_of(&[
@@ -1127,6 +1164,40 @@ mod tests {
             let mut r = readings(&[(Field::MemTotalBytes, total)]);
             sanitize(&mut r, &id, spec, &mut diags);
             assert_eq!(r.value(Field::MemTotalBytes), Some(total));
+            assert!(diags.is_empty(), "{diags:?}");
+        }
+    }
+
+    /// A code, a flag or a count with a fraction is no reading: a row remap pending 0.5 and
+    /// an XID of 79.5 are blank and said; 1 and 79 are kept, and so is a ratio of 0.5 beside
+    /// them (it needs no whole number).
+    #[test]
+    fn a_fraction_of_a_code_flag_or_count_is_no_reading() {
+        let id = EntityId::default();
+        for (field, bad, good) in [
+            (Field::RowRemapPending, 0.5, 1.0),
+            (Field::XidLast, 79.5, 79.0),
+            (Field::PcieLinkWidth, 15.5, 16.0),
+            (Field::XidWindowErrors, 2.25, 3.0),
+        ] {
+            let mut diags = Vec::new();
+            let mut r = readings(&[(field, bad), (Field::SmActive, 0.5)]);
+            sanitize(&mut r, &id, None, &mut diags);
+            assert_eq!(r.get(field), Reading::Blank, "{field:?}");
+            assert_eq!(r.value(Field::SmActive), Some(0.5));
+            assert_eq!(diags.len(), 1, "{diags:?}");
+            assert_eq!(diags[0].kind, DiagnosticKind::OutOfRange);
+            assert_eq!(diags[0].field, Some(field));
+            assert!(
+                diags[0]
+                    .detail
+                    .starts_with(&format!("{bad} is not a whole number")),
+                "{diags:?}"
+            );
+            let mut diags = Vec::new();
+            let mut r = readings(&[(field, good)]);
+            sanitize(&mut r, &id, None, &mut diags);
+            assert_eq!(r.value(field), Some(good));
             assert!(diags.is_empty(), "{diags:?}");
         }
     }
