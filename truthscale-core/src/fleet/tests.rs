@@ -273,6 +273,42 @@ fn pods_one_after_another_on_a_gpu_are_workloads_of_their_own() {
     );
 }
 
+/// A pod that held a GPU after two pods shared it is a workload of its own, not a third
+/// holder of their merged one: `a/x` and `a/y` read at once for the first 4 hours of GPU 2
+/// (busy), `b/z` alone for the last 5 (idle, neither of the others read then). `b/z` holds
+/// its own 5 idle GPU-hours; the three together would have held 5 of 9 and named the two
+/// busy pods. By hand.
+#[test]
+fn a_pod_after_a_shared_spell_is_a_workload_of_its_own() {
+    use crate::fleet::test_support::pod;
+    let busy = |name: &str| {
+        pod(name, "n/gpu 2", 0..4, |_| {
+            (Some(0.5), Some(1.0), Some(30.0))
+        })
+    };
+    let z = pod("b/z", "n/gpu 2", 5..10, |_| {
+        (Some(0.0), Some(0.0), Some(4.0))
+    });
+    let mut fleet = input(vec![busy("a/x"), busy("a/y"), z], 10);
+    fleet.step_seconds = 3600.0;
+    let r = analyze(&fleet, &FleetConfig::default());
+    let hours: Vec<(&str, f64)> = r
+        .idle
+        .workloads
+        .iter()
+        .map(|w| (w.workload.as_str(), w.idle_gpu_hours))
+        .collect();
+    assert_eq!(hours, [("b/z", 5.0)]);
+    assert_eq!(r.idle.idle_gpu_hours, Some(5.0));
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.contains("held by several pods") && n.ends_with(": n/gpu 2")),
+        "{:?}",
+        r.notes
+    );
+}
+
 /// The fleet's model is the most common among its physical GPUs: three whole L4s and one
 /// H100 split into four MIG instances is an L4 fleet, not an H100 one (four workloads
 /// against three).

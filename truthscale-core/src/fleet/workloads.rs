@@ -29,9 +29,12 @@ pub(super) fn names(tracks: &[&Track]) -> Vec<String> {
         .collect()
 }
 
-/// The devices held by several pods, each one workload ([`devices`]), keyed by GPU.
+/// The devices held by several pods, each one workload ([`devices`]).
 pub(super) struct Merged {
     tracks: Vec<Track>,
+    /// Each track taken into a merged workload (its index in [`FleetInput::tracks`]), and
+    /// that workload's index in `tracks`.
+    of: BTreeMap<usize, usize>,
     gpus: BTreeSet<String>,
 }
 
@@ -41,25 +44,34 @@ pub(super) struct Merged {
 /// by its holders, its demand counted once. A GPU whose own series carry no pod but whose
 /// holders node mode's allocation info names ([`FleetInput::held`], holders with no series
 /// of their own there) is that workload too, as is a pod-less series read while a pod's
-/// was. Pods that held the GPU one after another (never read at the same step) stay
-/// workloads of their own, and the GPU's pod-less series beside them (its free time) is no
-/// pod's. MIG instances are devices of their own and never merged.
+/// was. Pods that held the GPU one after another (never read at the same step, nor at the
+/// same step as one read with the other) stay workloads of their own, and the GPU's pod-less
+/// series beside them (its free time) is no pod's: the tracks read at once are joined, and
+/// so on through every pair that was. MIG instances are devices of their own and never
+/// merged.
 pub(super) fn devices(input: &FleetInput, notes: &mut Vec<String>) -> Merged {
-    let mut by_gpu: BTreeMap<&str, Vec<&Track>> = BTreeMap::new();
-    for t in input.tracks.iter().filter(|t| !t.is_mig) {
+    let mut by_gpu: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, t) in input.tracks.iter().enumerate().filter(|(_, t)| !t.is_mig) {
         if t.pod.is_some() || input.held.contains_key(&t.gpu) {
-            by_gpu.entry(t.gpu.as_str()).or_default().push(t);
+            by_gpu.entry(t.gpu.as_str()).or_default().push(i);
         }
     }
     let mut merged = Merged {
         tracks: Vec::new(),
+        of: BTreeMap::new(),
         gpus: BTreeSet::new(),
     };
     for (gpu, tracks) in by_gpu {
-        let (pods, pod_less): (Vec<&Track>, Vec<&Track>) =
-            tracks.into_iter().partition(|t| t.pod.is_some());
-        let own: BTreeSet<&str> = pods.iter().filter_map(|t| t.pod.as_deref()).collect();
-        // Holders named by node mode's allocation info alone, with no series of their own.
+        // The device's own pod-less series first, then its holders' copies.
+        let (pod_less, pods): (Vec<usize>, Vec<usize>) = tracks
+            .into_iter()
+            .partition(|&i| input.tracks[i].pod.is_none());
+        let own: BTreeSet<&str> = pods
+            .iter()
+            .filter_map(|&i| input.tracks[i].pod.as_deref())
+            .collect();
+        // Holders named by node mode's allocation info alone, with no series of their own:
+        // every series of the GPU is theirs too.
         let held_only: BTreeSet<&str> = input
             .held
             .get(gpu)
@@ -68,34 +80,30 @@ pub(super) fn devices(input: &FleetInput, notes: &mut Vec<String>) -> Merged {
             .map(String::as_str)
             .filter(|h| !own.contains(h))
             .collect();
-        let shared = pods
-            .iter()
-            .enumerate()
-            .any(|(i, a)| pods[i + 1..].iter().any(|b| a.overlaps(b)));
-        // The device's own series, where they are its holders': while holders named only
-        // by the allocation info held it, or read at once with a pod's.
-        let device_own: Vec<&Track> = pod_less
-            .into_iter()
-            .filter(|d| !held_only.is_empty() || pods.iter().any(|p| p.overlaps(d)))
-            .collect();
-        if !shared && device_own.is_empty() {
-            continue;
+        let groups = if held_only.is_empty() || pod_less.is_empty() {
+            read_at_once(input, &pod_less, &pods)
+        } else {
+            vec![pod_less.into_iter().chain(pods).collect()]
+        };
+        for group in groups {
+            let device: Vec<&Track> = group.iter().map(|&i| &input.tracks[i]).collect();
+            let mut holders: BTreeSet<&str> =
+                device.iter().filter_map(|t| t.pod.as_deref()).collect();
+            if device.iter().any(|t| t.pod.is_none()) {
+                holders.extend(held_only.iter().copied());
+            }
+            let mut one = device[0].clone();
+            for t in &device[1..] {
+                one.merge_copy(t);
+            }
+            one.granted = granted_together(&device, &holders);
+            one.pod = Some(holders.into_iter().collect::<Vec<_>>().join(" + "));
+            for i in group {
+                merged.of.insert(i, merged.tracks.len());
+            }
+            merged.tracks.push(one);
+            merged.gpus.insert(gpu.to_owned());
         }
-        let mut holders = own;
-        if !device_own.is_empty() {
-            holders.extend(held_only);
-        }
-        // The device's own pod-less series first, then its holders' copies (and any
-        // sole holder's steps before or after the sharing).
-        let device: Vec<&Track> = device_own.into_iter().chain(pods).collect();
-        let mut one = device[0].clone();
-        for t in &device[1..] {
-            one.merge_copy(t);
-        }
-        one.granted = granted_together(&device, &holders);
-        one.pod = Some(holders.into_iter().collect::<Vec<_>>().join(" + "));
-        merged.gpus.insert(gpu.to_owned());
-        merged.tracks.push(one);
     }
     if !merged.gpus.is_empty() {
         notes.push(format!(
@@ -105,6 +113,32 @@ pub(super) fn devices(input: &FleetInput, notes: &mut Vec<String>) -> Merged {
         ));
     }
     merged
+}
+
+/// One GPU's tracks (indices into [`FleetInput::tracks`]: `pod_less` then `pods`) grouped
+/// by being read at once ([`Track::overlaps`]), a pod's with a pod's or with a pod-less
+/// one's, and through every such pair: the groups of more than one track, each in the
+/// order given.
+fn read_at_once(input: &FleetInput, pod_less: &[usize], pods: &[usize]) -> Vec<Vec<usize>> {
+    let all: Vec<usize> = pod_less.iter().chain(pods).copied().collect();
+    let mut group: Vec<usize> = (0..all.len()).collect();
+    for a in 0..all.len() {
+        for b in (a + 1).max(pod_less.len())..all.len() {
+            let (ga, gb) = (group[a], group[b]);
+            if ga != gb && input.tracks[all[a]].overlaps(&input.tracks[all[b]]) {
+                for g in &mut group {
+                    if *g == gb {
+                        *g = ga;
+                    }
+                }
+            }
+        }
+    }
+    let mut out: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (k, &g) in group.iter().enumerate() {
+        out.entry(g).or_default().push(all[k]);
+    }
+    out.into_values().filter(|g| g.len() > 1).collect()
 }
 
 /// The share of a GPU its holders were granted together, where every holder has a track
@@ -130,18 +164,18 @@ pub(super) fn workloads<'a>(
     merged: &'a Merged,
     notes: &mut Vec<String>,
 ) -> (&'static str, Vec<&'a Track>) {
-    // Each merged device where its GPU's first track was.
+    // Each merged device where its first track was.
     let mut emitted = BTreeSet::new();
     let mut with_pod: Vec<&Track> = Vec::new();
-    for t in &input.tracks {
-        if t.is_mig || !merged.gpus.contains(&t.gpu) {
-            if t.pod.is_some() {
-                with_pod.push(t);
+    for (i, t) in input.tracks.iter().enumerate() {
+        match merged.of.get(&i) {
+            Some(&m) => {
+                if emitted.insert(m) {
+                    with_pod.push(&merged.tracks[m]);
+                }
             }
-        } else if emitted.insert(t.gpu.as_str())
-            && let Some(m) = merged.tracks.iter().find(|m| m.gpu == t.gpu)
-        {
-            with_pod.push(m);
+            None if t.pod.is_some() => with_pod.push(t),
+            None => {}
         }
     }
     if with_pod.is_empty() {
