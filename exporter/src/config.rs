@@ -931,7 +931,7 @@ impl Config {
     ///
     /// # Errors
     /// As [`Config::load`]: a [`ConfigError`] naming the file or variable and the key.
-    pub fn offline_sections(
+    pub(crate) fn offline_sections(
         file: Option<&Path>,
         env: &[(String, String)],
     ) -> Result<(DeriveConfig, VerdictConfig), ConfigError> {

@@ -145,10 +145,10 @@ pub(crate) fn build(cfg: &Config, mut history: History) -> anyhow::Result<Built>
         Some(_) => Vec::new(),
         None => showback::read_held_steps(&mut history)?,
     };
-    let held = showback::held_by_gpu(attributes.as_ref().map_or(&held_steps, |a| &a.held));
     let owners = super::owners::read(&history);
     let (mut input, source, stats) = super::collect(&mut history, cfg.max_points)?;
-    input.held = held;
+    let held = attributes.as_ref().map_or(&held_steps, |a| &a.held);
+    input.held = showback::held_by_gpu(held, source.steps_per_point);
     grant_fractions(&mut input, attributes.as_ref());
     let allocation_unknown = check_input(&input, &source, &history, cfg.showback.is_some())?;
     let analysis = Instant::now();

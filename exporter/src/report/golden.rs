@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use truthscale_core::causes::Cause;
 use truthscale_core::derive::DeriveConfig;
-use truthscale_core::fleet::{BANDS, FleetConfig, FleetInput, Point, StepBands, Track};
+use truthscale_core::fleet::{BANDS, FleetConfig, FleetInput, HeldBy, Point, StepBands, Track};
 use truthscale_core::gpus::{self, MigProfile};
 use truthscale_core::model::{EntitySample, Field};
 use truthscale_core::showback::{Holders, Holding, ModelPart, Showback, ShowbackConfig};
@@ -252,9 +252,10 @@ fn sliced_gpu(input: &FleetInput) -> String {
 }
 
 /// The time-sliced GPU's holders over the window, as `FleetInput::held` takes them.
-fn held(input: &FleetInput) -> BTreeMap<String, Vec<String>> {
+fn held(input: &FleetInput) -> BTreeMap<String, HeldBy> {
     let pods = TIME_SLICED.iter().map(|(p, _)| (*p).to_owned()).collect();
-    BTreeMap::from([(sliced_gpu(input), pods)])
+    let at = (0..input.steps).collect();
+    BTreeMap::from([(sliced_gpu(input), HeldBy { pods, at })])
 }
 
 /// Fleet 1: 48 coarse steps of 300 s (about 5 raw samples each, read in bands), one
@@ -909,7 +910,7 @@ fn the_inputs_cover_what_they_claim() {
             .iter()
             .any(|t| t.mig.is_some_and(|p| p.name == "3g.40gb"))
     );
-    assert_eq!(input.held.values().map(Vec::len).sum::<usize>(), 2);
+    assert_eq!(input.held.values().map(|h| h.pods.len()).sum::<usize>(), 2);
     assert_eq!(source.impossible_steps, 1, "the raw sample past the limit");
     let a = assemble(&input, source, &FleetConfig::default(), None, false);
     assert!(a.doc.fleet.sizing.packing.is_some());

@@ -7,7 +7,7 @@ use crate::attribution::apiserver::label_keys;
 use crate::history::History;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
-use truthscale_core::fleet::{FleetInput, Track};
+use truthscale_core::fleet::{FleetInput, HeldBy, Track};
 use truthscale_core::showback::{GroupCost, GroupHours, Holders, Holding, Period, Showback};
 
 /// What pods are grouped by.
@@ -173,16 +173,18 @@ fn read_held(history: &mut History) -> anyhow::Result<Vec<Held>> {
     Ok(held)
 }
 
-/// Each GPU's holders over the window, from node mode's allocation info (`held`): what the
-/// sizing counts a time-sliced GPU's workload by ([`FleetInput::held`]).
+/// Each GPU's holders over the window and the points they held it at (`per` steps a
+/// point), from node mode's allocation info (`held`): what the sizing counts a time-sliced
+/// GPU's workload by ([`FleetInput::held`]).
 #[must_use]
-pub(crate) fn held_by_gpu(held: &[Held]) -> BTreeMap<String, Vec<String>> {
-    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+pub(crate) fn held_by_gpu(held: &[Held], per: usize) -> BTreeMap<String, HeldBy> {
+    let mut out: BTreeMap<String, HeldBy> = BTreeMap::new();
     for h in held {
-        let pods = out.entry(h.gpu.clone()).or_default();
-        if !pods.contains(&h.pod) {
-            pods.push(h.pod.clone());
+        let holders = out.entry(h.gpu.clone()).or_default();
+        if !holders.pods.contains(&h.pod) {
+            holders.pods.push(h.pod.clone());
         }
+        holders.at.insert(h.step / per.max(1));
     }
     out
 }

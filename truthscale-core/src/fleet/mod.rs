@@ -50,7 +50,7 @@ use idle::{idle_capacity, savings};
 use packing::packing;
 use serde::Serialize;
 use sizing::{PeakLimit, right_size_each};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use track::{Grid, MIB};
 use workloads::{devices, fleet_gpu, gpus_without_pods, names, workloads};
 
@@ -119,6 +119,16 @@ impl Default for FleetConfig {
     }
 }
 
+/// A GPU's holders as node mode's allocation info names them ([`FleetInput::held`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeldBy {
+    /// `namespace/pod`, each once.
+    pub pods: Vec<String>,
+    /// The points (indices on the tracks' grid) at which any of them held the GPU: the
+    /// GPU's own pod-less series is theirs at these, and its free time elsewhere.
+    pub at: BTreeSet<usize>,
+}
+
 /// The input of [`analyze`]: every track on a grid of `steps` steps of `step_seconds`.
 #[derive(Debug, Clone, Default)]
 pub struct FleetInput {
@@ -128,11 +138,11 @@ pub struct FleetInput {
     pub steps: usize,
     /// One per workload.
     pub tracks: Vec<Track>,
-    /// The holders (`namespace/pod`) of each GPU (by its track's `gpu` key) whose own series
-    /// carry no pod, where node mode's allocation info names them: a time-sliced GPU's
-    /// counters are the device's, written without pod labels, and the device is its
-    /// holders' one workload in the sizing.
-    pub held: BTreeMap<String, Vec<String>>,
+    /// The holders of each GPU (by its track's `gpu` key) whose own series carry no pod,
+    /// where node mode's allocation info names them: a time-sliced GPU's counters are the
+    /// device's, written without pod labels, and the device is its holders' one workload in
+    /// the sizing while they held it.
+    pub held: BTreeMap<String, HeldBy>,
     /// How each step's time is shared between its bands, where the steps are coarse and
     /// their bands were read ([`Track::observe_peak_sample`]); `None`: one value a step.
     pub step_bands: Option<StepBands>,

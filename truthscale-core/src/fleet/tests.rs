@@ -256,7 +256,13 @@ fn pods_one_after_another_on_a_gpu_are_workloads_of_their_own() {
     }
     let mut fleet = input(vec![job, nb, a, free], 10);
     fleet.step_seconds = 3600.0;
-    fleet.held.insert("n/gpu 1".into(), vec!["ml/a".into()]);
+    fleet.held.insert(
+        "n/gpu 1".into(),
+        crate::fleet::HeldBy {
+            pods: vec!["ml/a".into()],
+            at: (0..2).collect(),
+        },
+    );
     let r = analyze(&fleet, &FleetConfig::default());
     let hours: Vec<(&str, f64)> = r
         .idle
@@ -307,6 +313,50 @@ fn a_pod_after_a_shared_spell_is_a_workload_of_its_own() {
         "{:?}",
         r.notes
     );
+}
+
+/// In node mode, a time-sliced GPU's pod-less series is its holders' only while the
+/// allocation info names them: GPU 3 is read idle for 10 hours, `ml/b` (no series of its
+/// own) held it for the first 4; it holds 4 idle GPU-hours, and the 6 after it left are
+/// the GPU's free time, no pod's. GPU 4's holder held it only before its series was read:
+/// no workload. By hand.
+#[test]
+fn node_mode_holders_hold_a_gpu_only_while_named() {
+    let mut idle = Track::new(None, "n/gpu 3".into());
+    let mut late = Track::new(None, "n/gpu 4".into());
+    for s in 0..10 {
+        idle.record(
+            s,
+            Point::new(Some(0.0), Some(0.0), Some(0.0), Some(4.0 * GIB)),
+        );
+    }
+    for s in 5..10 {
+        late.record(
+            s,
+            Point::new(Some(0.0), Some(0.0), Some(0.0), Some(4.0 * GIB)),
+        );
+    }
+    let mut fleet = input(vec![idle, late], 10);
+    fleet.step_seconds = 3600.0;
+    for (gpu, pod, at) in [("n/gpu 3", "ml/b", 0..4), ("n/gpu 4", "ml/c", 0..5)] {
+        fleet.held.insert(
+            gpu.into(),
+            crate::fleet::HeldBy {
+                pods: vec![pod.into()],
+                at: at.collect(),
+            },
+        );
+    }
+    let r = analyze(&fleet, &FleetConfig::default());
+    let hours: Vec<(&str, f64)> = r
+        .idle
+        .workloads
+        .iter()
+        .map(|w| (w.workload.as_str(), w.idle_gpu_hours))
+        .collect();
+    assert_eq!(hours, [("ml/b", 4.0)]);
+    assert_eq!(r.idle.idle_gpu_hours, Some(4.0));
+    assert_eq!(r.workloads, 1);
 }
 
 /// The fleet's model is the most common among its physical GPUs: three whole L4s and one

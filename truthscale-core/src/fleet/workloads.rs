@@ -43,12 +43,12 @@ pub(super) struct Merged {
 /// sidecar, write a time-sliced GPU's series once per pod): merged into one workload named
 /// by its holders, its demand counted once. A GPU whose own series carry no pod but whose
 /// holders node mode's allocation info names ([`FleetInput::held`], holders with no series
-/// of their own there) is that workload too, as is a pod-less series read while a pod's
-/// was. Pods that held the GPU one after another (never read at the same step, nor at the
-/// same step as one read with the other) stay workloads of their own, and the GPU's pod-less
-/// series beside them (its free time) is no pod's: the tracks read at once are joined, and
-/// so on through every pair that was. MIG instances are devices of their own and never
-/// merged.
+/// of their own there) is that workload too while they held it, as is a pod-less series
+/// read while a pod's was. Pods that held the GPU one after another (never read at the same
+/// step, nor at the same step as one read with the other) stay workloads of their own, and
+/// the GPU's pod-less series beside them (its free time) is no pod's: the tracks read at
+/// once are joined, and so on through every pair that was. MIG instances are devices of
+/// their own and never merged.
 pub(super) fn devices(input: &FleetInput, notes: &mut Vec<String>) -> Merged {
     let mut by_gpu: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, t) in input.tracks.iter().enumerate().filter(|(_, t)| !t.is_mig) {
@@ -62,35 +62,13 @@ pub(super) fn devices(input: &FleetInput, notes: &mut Vec<String>) -> Merged {
         gpus: BTreeSet::new(),
     };
     for (gpu, tracks) in by_gpu {
-        // The device's own pod-less series first, then its holders' copies.
-        let (pod_less, pods): (Vec<usize>, Vec<usize>) = tracks
-            .into_iter()
-            .partition(|&i| input.tracks[i].pod.is_none());
-        let own: BTreeSet<&str> = pods
-            .iter()
-            .filter_map(|&i| input.tracks[i].pod.as_deref())
-            .collect();
-        // Holders named by node mode's allocation info alone, with no series of their own:
-        // every series of the GPU is theirs too.
-        let held_only: BTreeSet<&str> = input
-            .held
-            .get(gpu)
-            .into_iter()
-            .flatten()
-            .map(String::as_str)
-            .filter(|h| !own.contains(h))
-            .collect();
-        let groups = if held_only.is_empty() || pod_less.is_empty() {
-            read_at_once(input, &pod_less, &pods)
-        } else {
-            vec![pod_less.into_iter().chain(pods).collect()]
-        };
-        for group in groups {
-            let device: Vec<&Track> = group.iter().map(|&i| &input.tracks[i]).collect();
+        let members = members(input, gpu, &tracks);
+        for group in read_at_once(&members) {
+            let device: Vec<&Track> = group.iter().map(|&k| members[k].track.as_ref()).collect();
             let mut holders: BTreeSet<&str> =
                 device.iter().filter_map(|t| t.pod.as_deref()).collect();
-            if device.iter().any(|t| t.pod.is_none()) {
-                holders.extend(held_only.iter().copied());
+            for &k in &group {
+                holders.extend(members[k].held_only.iter().copied());
             }
             let mut one = device[0].clone();
             for t in &device[1..] {
@@ -98,8 +76,8 @@ pub(super) fn devices(input: &FleetInput, notes: &mut Vec<String>) -> Merged {
             }
             one.granted = granted_together(&device, &holders);
             one.pod = Some(holders.into_iter().collect::<Vec<_>>().join(" + "));
-            for i in group {
-                merged.of.insert(i, merged.tracks.len());
+            for &k in &group {
+                merged.of.insert(members[k].index, merged.tracks.len());
             }
             merged.tracks.push(one);
             merged.gpus.insert(gpu.to_owned());
@@ -115,17 +93,74 @@ pub(super) fn devices(input: &FleetInput, notes: &mut Vec<String>) -> Merged {
     merged
 }
 
-/// One GPU's tracks (indices into [`FleetInput::tracks`]: `pod_less` then `pods`) grouped
-/// by being read at once ([`Track::overlaps`]), a pod's with a pod's or with a pod-less
-/// one's, and through every such pair: the groups of more than one track, each in the
-/// order given.
-fn read_at_once(input: &FleetInput, pod_less: &[usize], pods: &[usize]) -> Vec<Vec<usize>> {
-    let all: Vec<usize> = pod_less.iter().chain(pods).copied().collect();
-    let mut group: Vec<usize> = (0..all.len()).collect();
-    for a in 0..all.len() {
-        for b in (a + 1).max(pod_less.len())..all.len() {
+/// One of a GPU's tracks in [`devices`]: a pod's, or the GPU's own pod-less one.
+struct Member<'a> {
+    /// Its index in [`FleetInput::tracks`].
+    index: usize,
+    /// The track; a pod-less one held by holders named only by node mode's allocation info
+    /// is cut to the points they held it at.
+    track: std::borrow::Cow<'a, Track>,
+    /// Those holders, where it is such a cut: it is their workload, alone or not.
+    held_only: Vec<&'a str>,
+}
+
+/// The tracks of `gpu` (`tracks`, indices into [`FleetInput::tracks`]) as [`Member`]s, the
+/// pod-less ones first. A pod-less track is its holders' at the points node mode's
+/// allocation info names holders with no series of their own, and the GPU's free time
+/// elsewhere; it is left out where they held it at no point it read.
+fn members<'a>(input: &'a FleetInput, gpu: &str, tracks: &[usize]) -> Vec<Member<'a>> {
+    let (pod_less, pods): (Vec<usize>, Vec<usize>) =
+        tracks.iter().partition(|&&i| input.tracks[i].pod.is_none());
+    let own: BTreeSet<&str> = pods
+        .iter()
+        .filter_map(|&i| input.tracks[i].pod.as_deref())
+        .collect();
+    let held = input.held.get(gpu);
+    let held_only: Vec<&str> = held
+        .into_iter()
+        .flat_map(|h| &h.pods)
+        .map(String::as_str)
+        .filter(|h| !own.contains(h))
+        .collect();
+    let mut out = Vec::new();
+    for index in pod_less {
+        let t = &input.tracks[index];
+        match held.filter(|_| !held_only.is_empty()) {
+            None => out.push(Member {
+                index,
+                track: std::borrow::Cow::Borrowed(t),
+                held_only: Vec::new(),
+            }),
+            Some(h) => out.extend(t.only_at(&h.at).map(|cut| Member {
+                index,
+                track: std::borrow::Cow::Owned(cut),
+                held_only: held_only.clone(),
+            })),
+        }
+    }
+    out.extend(pods.into_iter().map(|index| Member {
+        index,
+        track: std::borrow::Cow::Borrowed(&input.tracks[index]),
+        held_only: Vec::new(),
+    }));
+    out
+}
+
+/// A holder's track: a pod's, or a pod-less one cut to its holders' points.
+fn is_holders(m: &Member<'_>) -> bool {
+    m.track.pod.is_some() || !m.held_only.is_empty()
+}
+
+/// One GPU's [`Member`]s grouped by being read at once ([`Track::overlaps`]), a holder's
+/// track ([`is_holders`]) with any other, and through every such pair: the groups with
+/// more than one track or a holder's pod-less track, each in the order given.
+fn read_at_once(members: &[Member<'_>]) -> Vec<Vec<usize>> {
+    let mut group: Vec<usize> = (0..members.len()).collect();
+    for a in 0..members.len() {
+        for b in a + 1..members.len() {
             let (ga, gb) = (group[a], group[b]);
-            if ga != gb && input.tracks[all[a]].overlaps(&input.tracks[all[b]]) {
+            let linked = is_holders(&members[a]) || is_holders(&members[b]);
+            if ga != gb && linked && members[a].track.overlaps(&members[b].track) {
                 for g in &mut group {
                     if *g == gb {
                         *g = ga;
@@ -136,9 +171,11 @@ fn read_at_once(input: &FleetInput, pod_less: &[usize], pods: &[usize]) -> Vec<V
     }
     let mut out: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for (k, &g) in group.iter().enumerate() {
-        out.entry(g).or_default().push(all[k]);
+        out.entry(g).or_default().push(k);
     }
-    out.into_values().filter(|g| g.len() > 1).collect()
+    out.into_values()
+        .filter(|g| g.len() > 1 || !members[g[0]].held_only.is_empty())
+        .collect()
 }
 
 /// The share of a GPU its holders were granted together, where every holder has a track
@@ -168,14 +205,12 @@ pub(super) fn workloads<'a>(
     let mut emitted = BTreeSet::new();
     let mut with_pod: Vec<&Track> = Vec::new();
     for (i, t) in input.tracks.iter().enumerate() {
-        match merged.of.get(&i) {
-            Some(&m) => {
-                if emitted.insert(m) {
-                    with_pod.push(&merged.tracks[m]);
-                }
+        if let Some(&m) = merged.of.get(&i) {
+            if emitted.insert(m) {
+                with_pod.push(&merged.tracks[m]);
             }
-            None if t.pod.is_some() => with_pod.push(t),
-            None => {}
+        } else if t.pod.is_some() {
+            with_pod.push(t);
         }
     }
     if with_pod.is_empty() {
@@ -300,9 +335,13 @@ mod tests {
         let per_holder = input(vec![shared("ns/a"), shared("ns/b"), sole.clone()], steps);
         let mut node_mode = input(vec![shared("x"), sole], steps);
         node_mode.tracks[0].pod = None;
-        node_mode
-            .held
-            .insert("n/gpu 0".into(), vec!["ns/a".into(), "ns/b".into()]);
+        node_mode.held.insert(
+            "n/gpu 0".into(),
+            crate::fleet::HeldBy {
+                pods: vec!["ns/a".into(), "ns/b".into()],
+                at: (0..steps).collect(),
+            },
+        );
         for (how, fleet) in [("per holder", per_holder), ("node mode", node_mode)] {
             let r = analyze(&fleet, &FleetConfig::default());
             let s = &r.sizing;

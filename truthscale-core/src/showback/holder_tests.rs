@@ -99,7 +99,13 @@ fn the_allocation_check_compares_the_sizing_and_the_showback() {
         step_seconds: 3600.0,
         steps: 4,
         tracks: vec![dev],
-        held: BTreeMap::from([("n/g2".to_string(), pods)]),
+        held: BTreeMap::from([(
+            "n/g2".to_string(),
+            crate::fleet::HeldBy {
+                pods,
+                at: (0..4).collect(),
+            },
+        )]),
         step_bands: None,
     };
     let fleet = crate::fleet::analyze(&input, &crate::fleet::FleetConfig::default());

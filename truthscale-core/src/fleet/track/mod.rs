@@ -322,6 +322,21 @@ impl Track {
         (from..to).any(|s| present(self, s) && present(other, s))
     }
 
+    /// This track with its points outside `at` (indices on its grid) made blank, or `None`
+    /// where no point with a reading is left.
+    pub(in crate::fleet) fn only_at(
+        &self,
+        at: &std::collections::BTreeSet<usize>,
+    ) -> Option<Track> {
+        let mut t = self.clone();
+        for (i, p) in t.points.iter_mut().enumerate() {
+            if !at.contains(&(t.first + i)) {
+                *p = Point::NONE;
+            }
+        }
+        t.points.iter().any(|p| p.any()).then_some(t)
+    }
+
     pub(super) fn merge_copy(&mut self, other: &Track) {
         let first = self.first.min(other.first);
         let end = (self.first + self.points.len()).max(other.first + other.points.len());
