@@ -275,6 +275,9 @@ impl History {
         for (family, n) in &tally.ambiguous {
             *unread.ambiguous.entry(family.clone()).or_default() += n;
         }
+        for (family, n) in &tally.unnamed {
+            *unread.unnamed.entry(family.clone()).or_default() += n;
+        }
         let mut answer_notes: Vec<String> = unread
             .summary()
             .map(|s| format!("DCGM fields {s} (docs/dcgm-compatibility.md lists what is read)"))
@@ -391,6 +394,8 @@ struct Tally {
     merging: Duration,
     /// DCGM readings refused for an ambiguous unit, by family (warned with the rest).
     ambiguous: BTreeMap<String, u64>,
+    /// DCGM readings of series that name no GPU, by family (warned with the rest).
+    unnamed: BTreeMap<String, u64>,
     /// The units decided so far (percent or 0..1), carried from chunk to chunk: decided
     /// once for the read, so that where chunks start never changes a value.
     units: truthscale_core::parse::names::Units,
@@ -461,6 +466,9 @@ fn hand_over(
     tally.impossible += refused.impossible;
     for (family, n) in refused.ambiguous {
         *tally.ambiguous.entry(family).or_default() += n;
+    }
+    for (family, n) in refused.unnamed {
+        *tally.unnamed.entry(family).or_default() += n;
     }
     spent
 }

@@ -245,6 +245,7 @@ impl Chunk {
             non_finite,
             outside,
             ambiguous: unread.ambiguous,
+            unnamed: unread.unnamed,
             sentinels: unread.sentinels.values().sum(),
             impossible: unread.impossible.values().sum(),
         }
@@ -262,6 +263,9 @@ pub(super) struct Refused {
     pub(super) outside: u64,
     /// DCGM readings refused for an ambiguous unit, by family.
     pub(super) ambiguous: BTreeMap<String, u64>,
+    /// DCGM readings of series that name no GPU (no gpu, UUID or pci_bus_id label), by
+    /// family: not read.
+    pub(super) unnamed: BTreeMap<String, u64>,
     /// DCGM readings that were one of its blank sentinels: left blank.
     pub(super) sentinels: u64,
     /// DCGM readings no GPU gives (negative free memory, a clock-event bitmask that is no

@@ -230,6 +230,14 @@ impl DcgmExporterSource {
                 errors.push(SourceError::Impossible(format!("{}: {f}", self.shown)));
             }
         }
+        for (f, n) in &unread.unnamed {
+            for _ in 0..*n {
+                errors.push(SourceError::Parse(format!(
+                    "{}: {f}: the series has no gpu, UUID or pci_bus_id label, so whose reading it is is unknown; not read",
+                    self.shown
+                )));
+            }
+        }
         for (f, n) in &unread.ambiguous {
             for _ in 0..*n {
                 errors.push(SourceError::AmbiguousUnit(format!(

@@ -42,6 +42,10 @@ pub struct Unread {
     /// Readings of a read family that no GPU gives (a negative count, size or link value, a
     /// clock-event bitmask that is no whole number), by family: blanks, never data.
     pub impossible: BTreeMap<String, u64>,
+    /// Readings of a read family on a series that names no GPU (no `gpu`, `UUID` or
+    /// `pci_bus_id` label), by family: whose they are is unknown, so they are not read,
+    /// never another GPU's.
+    pub unnamed: BTreeMap<String, u64>,
 }
 
 impl Unread {
@@ -77,6 +81,11 @@ impl Unread {
         add_one(&mut self.impossible, family);
     }
 
+    /// Note a reading of `family` on a series that names no GPU.
+    pub fn unnamed(&mut self, family: &str) {
+        add_one(&mut self.unnamed, family);
+    }
+
     /// Note a reading of `family` that was one of DCGM's blank sentinels.
     pub fn sentinel(&mut self, family: &str) {
         add_one(&mut self.sentinels, family);
@@ -106,6 +115,7 @@ impl Unread {
             && self.non_finite.is_empty()
             && self.errors.is_empty()
             && self.impossible.is_empty()
+            && self.unnamed.is_empty()
     }
 
     /// How many families were seen and not read (at least: past the cap, lines).
@@ -153,6 +163,11 @@ impl Unread {
         for (family, n) in &self.impossible {
             parts.push(format!(
                 "{n} reading(s) of {family} were impossible (a value no device or engine gives: a negative count, size, rate or link value, a share outside 0..1, a clock-event bitmask that is no whole number): left blank, never data"
+            ));
+        }
+        for (family, n) in &self.unnamed {
+            parts.push(format!(
+                "{n} reading(s) of {family} named no GPU (no gpu, UUID or pci_bus_id label): whose they are is unknown, so they were not read"
             ));
         }
         Some(parts.join("; "))
