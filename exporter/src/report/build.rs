@@ -281,7 +281,7 @@ fn showback_of(
 ) -> (Showback, Option<Vec<ModelPart>>) {
     let by = &args.by;
     let groups = showback::groups(input, by, attrs);
-    let requested = showback::requested_by_group(input, &groups, by, attrs);
+    let requested = showback::requested_by_group(input, &groups, by, attrs, per);
     let holders = showback::holders(input, by, attrs, per);
     let measured = super::fractions::by_point(&attrs.measured, per);
     // A whole number of points (`check_every`).

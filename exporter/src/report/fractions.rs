@@ -5,7 +5,7 @@
 //! ([`truthscale_core::showback::Fraction`]); DRA claims (`kube_pod_resourceclaim_info`) as
 //! requested GPUs.
 
-use super::showback::pod_of;
+use super::showback::{PodRequests, pod_of};
 use crate::history::History;
 use std::collections::{BTreeMap, HashMap};
 use truthscale_core::showback::{Fraction, Fractions, MeasuredUse};
@@ -109,7 +109,7 @@ pub(crate) fn kai(
     series: &[StepSeries],
     out: &mut Fractions,
     hours_per_step: f64,
-) -> (HashMap<String, f64>, Vec<String>) {
+) -> (PodRequests, Vec<String>) {
     let hami: std::collections::HashSet<String> = out.keys().cloned().collect();
     let mut requested = HashMap::new();
     let mut refused = Vec::new();
@@ -130,8 +130,10 @@ pub(crate) fn kai(
             continue;
         }
         if let Some(c) = compute {
-            *requested.entry(pod.clone()).or_insert(0.0) +=
-                c * values.len() as f64 * hours_per_step;
+            let by_step: &mut BTreeMap<usize, f64> = requested.entry(pod.clone()).or_default();
+            for (step, _) in values {
+                *by_step.entry(*step).or_default() += c * hours_per_step;
+            }
         }
         let last_step = values.iter().map(|(s, _)| *s).max().unwrap_or(0);
         if taken_at.get(&pod).is_some_and(|&at| at > last_step) {
@@ -154,16 +156,14 @@ pub(crate) fn kai(
 
 /// The GPU-hours each pod's DRA claims requested: one GPU a claim, at each step it was
 /// seen.
-pub(crate) fn claimed(series: &[StepSeries], hours_per_step: f64) -> HashMap<String, f64> {
-    let mut out = HashMap::new();
+pub(crate) fn claimed(series: &[StepSeries], hours_per_step: f64) -> PodRequests {
+    let mut out = PodRequests::new();
     for (labels, values) in series {
         let Some(pod) = pod_of(labels) else { continue };
-        let claims: f64 = values
-            .iter()
-            .map(|(_, v)| *v)
-            .filter(|v| v.is_finite() && *v >= 0.0)
-            .sum();
-        *out.entry(pod).or_insert(0.0) += claims * hours_per_step;
+        let by_step = out.entry(pod).or_default();
+        for (step, v) in values.iter().filter(|(_, v)| v.is_finite() && *v >= 0.0) {
+            *by_step.entry(*step).or_default() += v * hours_per_step;
+        }
     }
     out
 }
@@ -213,18 +213,18 @@ pub(crate) fn by_point(by_step: &ByStep, per: usize) -> MeasuredUse {
 /// size alone counts whole: the GPU's memory is not known here); a KAI pod's fraction while annotated;
 /// a DRA claim one GPU where the pod requested none through `nvidia_com_gpu`.
 pub(crate) fn fold_requested(
-    requested: &mut Option<HashMap<String, f64>>,
+    requested: &mut Option<PodRequests>,
     fractions: &Fractions,
-    kai: HashMap<String, f64>,
-    claims: HashMap<String, f64>,
+    kai: PodRequests,
+    claims: PodRequests,
 ) {
     if let Some(r) = requested.as_mut() {
-        for (pod, h) in r.iter_mut() {
+        for (pod, by_step) in r.iter_mut() {
             if let Some(c) = fractions
                 .get(pod)
                 .and_then(|f| f.compute.or(f.memory_share))
             {
-                *h *= c;
+                by_step.values_mut().for_each(|h| *h *= c);
             }
         }
     }
@@ -244,7 +244,7 @@ pub(crate) fn fold_requested(
 /// Prometheus refusing a query.
 pub(crate) fn read(
     history: &mut History,
-    requested: &mut Option<HashMap<String, f64>>,
+    requested: &mut Option<PodRequests>,
     notes: &mut Vec<String>,
 ) -> anyhow::Result<(Fractions, ByStep)> {
     let hours_per_step = history.step_seconds() / 3600.0;
@@ -296,6 +296,13 @@ pub(crate) fn read(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each pod's GPU-hours over every step.
+    fn total(r: &PodRequests) -> HashMap<String, f64> {
+        r.iter()
+            .map(|(p, by)| (p.clone(), by.values().sum()))
+            .collect()
+    }
 
     fn series(labels: &[(&str, &str)], values: &[f64]) -> StepSeries {
         (
@@ -404,12 +411,16 @@ mod tests {
         let s = [(labels("0.25"), at(2..4)), (labels("0.5"), at(0..2))];
         let mut f = Fractions::new();
         let (requested, refused) = kai(&s, &mut f, 1.0);
-        assert_eq!(requested, HashMap::from([("t/k".to_string(), 1.5)]));
+        assert_eq!(
+            requested["t/k"],
+            BTreeMap::from([(0, 0.5), (1, 0.5), (2, 0.25), (3, 0.25)]),
+            "each step at the fraction annotated then"
+        );
         assert_eq!(f["t/k"].compute, Some(0.25), "the latest");
         assert!(refused.is_empty());
         let s = [(labels("0.5"), at(0..2)), (labels("1.5"), at(2..4))];
         let (requested, refused) = kai(&s, &mut Fractions::new(), 1.0);
-        assert_eq!(requested, HashMap::from([("t/k".to_string(), 1.0)]));
+        assert_eq!(total(&requested), HashMap::from([("t/k".to_string(), 1.0)]));
         assert_eq!(refused, ["t/k"]);
     }
 
@@ -457,7 +468,7 @@ mod tests {
         assert_eq!(f["t/m"].compute, None);
         assert_eq!(f["a/h"].compute, Some(0.25));
         assert!(!f.contains_key("t/plain"));
-        assert_eq!(requested, HashMap::from([("t/k".to_string(), 2.0)]));
+        assert_eq!(total(&requested), HashMap::from([("t/k".to_string(), 2.0)]));
         assert_eq!(refused, Vec::<String>::new());
         // Annotations that do not read are named, never taken for no annotation.
         let s = [
@@ -521,7 +532,7 @@ mod tests {
             ],
             0.5,
         );
-        assert_eq!(claims["d/c"], 1.5);
+        assert_eq!(total(&claims)["d/c"], 1.5);
         let f = Fractions::from([(
             "a/p".to_string(),
             Fraction {
@@ -529,22 +540,24 @@ mod tests {
                 ..Fraction::default()
             },
         )]);
-        let mut requested = Some(HashMap::from([("a/p".to_string(), 4.0)]));
-        fold_requested(&mut requested, &f, HashMap::new(), claims);
-        let r = requested.unwrap();
+        let four_hours = BTreeMap::from([(0, 1.0), (1, 1.0), (2, 1.0), (3, 1.0)]);
+        let mut requested = Some(PodRequests::from([("a/p".to_string(), four_hours)]));
+        fold_requested(&mut requested, &f, PodRequests::new(), claims);
+        let r = total(&requested.unwrap());
         assert_eq!(
             r["a/p"], 1.0,
             "its own request, by its fraction; not its claim"
         );
         assert_eq!(r["d/c"], 1.5);
         let mut none = None;
+        let claim = PodRequests::from([("d/c".to_string(), BTreeMap::from([(0, 1.0)]))]);
         fold_requested(
             &mut none,
             &Fractions::new(),
-            HashMap::new(),
-            HashMap::from([("d/c".to_string(), 1.0)]),
+            PodRequests::new(),
+            claim.clone(),
         );
-        assert_eq!(none, Some(HashMap::from([("d/c".to_string(), 1.0)])));
+        assert_eq!(none, Some(claim));
     }
 
     /// HAMi's per-container utilization is a percent: 40 is 0.4 of the GPU; 250 is no

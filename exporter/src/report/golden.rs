@@ -355,7 +355,11 @@ fn by_namespace(input: &FleetInput) -> ByArgs {
         ("ghost/never-ran", 1.0),
     ];
     let attrs = PodAttributes {
-        requested: Some(HashMap::from(requested.map(|(p, h)| (p.to_owned(), h)))),
+        // Each pod's hours spread evenly over the window's points.
+        requested: Some(HashMap::from(requested.map(|(p, h)| {
+            let each = h / STEPS as f64;
+            (p.to_owned(), (0..STEPS).map(|s| (s, each)).collect())
+        }))),
         ..PodAttributes::default()
     };
     let holding = |(pod, part): (&str, f64)| Holding {
@@ -518,7 +522,7 @@ fn showback(
     start_ms: i64,
 ) -> (Showback, Showback, String) {
     let groups = super::showback::groups(input, &b.by, &b.attrs);
-    let requested = super::showback::requested_by_group(input, &groups, &b.by, &b.attrs);
+    let requested = super::showback::requested_by_group(input, &groups, &b.by, &b.attrs, 1);
     let mut sb = truthscale_core::showback::showback(
         input,
         &groups,

@@ -8,7 +8,9 @@ use crate::history::History;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use truthscale_core::fleet::{FleetInput, HeldBy, Track};
-use truthscale_core::showback::{GroupCost, GroupHours, Holders, Holding, Period, Showback};
+use truthscale_core::showback::{
+    GroupCost, GroupHours, Holders, Holding, Period, Requested, Showback,
+};
 
 /// What pods are grouped by.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,14 +81,17 @@ pub(crate) struct Held {
     method: Option<String>,
 }
 
+/// GPU-hours requested, by pod (`namespace/pod`) and by step.
+pub(crate) type PodRequests = HashMap<String, BTreeMap<usize, f64>>;
+
 /// What the same Prometheus says of each pod (`namespace/pod`).
 #[derive(Debug, Default)]
 pub(crate) struct PodAttributes {
     /// The holders of each GPU at each step (truthscale's own history only: node mode's
     /// allocation info, and the per-process estimates of shared GPUs' parts).
     pub held: Vec<Held>,
-    /// GPU-hours requested over the window; `None` when no request series exists.
-    pub requested: Option<HashMap<String, f64>>,
+    /// GPU-hours requested by each pod at each step; `None` when no request series exists.
+    pub requested: Option<PodRequests>,
     /// Each pod's granted fraction of its GPU (HAMi's requests, KAI's annotations).
     pub fractions: truthscale_core::showback::Fractions,
     /// Each pod's own measured use by step, a fraction of the whole GPU (HAMi).
@@ -396,8 +401,10 @@ pub(crate) fn read(history: &mut History, by: &By) -> anyhow::Result<PodAttribut
         for (labels, values) in &requests {
             if let Some(pod) = pod_of(labels) {
                 check_requests(&pod, values)?;
-                *requested.entry(pod).or_insert(0.0) +=
-                    values.iter().map(|(_, v)| v).sum::<f64>() * hours_per_step;
+                let by_step: &mut BTreeMap<usize, f64> = requested.entry(pod).or_default();
+                for (step, v) in values {
+                    *by_step.entry(*step).or_default() += v * hours_per_step;
+                }
             }
         }
         out.requested = Some(requested);
@@ -487,15 +494,17 @@ fn group_of(t: &Track, by: &By, attrs: &PodAttributes) -> Option<String> {
     })
 }
 
-/// The requested GPU-hours by group: a pod's group is its attribute's (namespace, label) or
-/// its GPU's (node, model; a pod seen on no GPU is in `(no GPU seen)`).
+/// The requested GPU-hours by group and point (`per` steps a point): a pod's group is its
+/// attribute's (namespace, label) or its GPU's (node, model; a pod seen on no GPU is in
+/// `(no GPU seen)`).
 #[must_use]
 pub(crate) fn requested_by_group(
     input: &FleetInput,
     groups: &[Option<String>],
     by: &By,
     attrs: &PodAttributes,
-) -> BTreeMap<String, f64> {
+    per: usize,
+) -> Requested {
     let Some(requested) = &attrs.requested else {
         return BTreeMap::new();
     };
@@ -505,11 +514,11 @@ pub(crate) fn requested_by_group(
         .zip(groups)
         .filter_map(|(t, g)| Some((t.pod.as_deref()?, g.as_deref()?)))
         .collect();
-    let mut out = BTreeMap::new();
     // In pod order, so that a group's sum is the same floating-point sum on every run.
-    let mut pods: Vec<(&String, &f64)> = requested.iter().collect();
+    let mut pods: Vec<(&String, &BTreeMap<usize, f64>)> = requested.iter().collect();
     pods.sort_unstable_by(|a, b| a.0.cmp(b.0));
-    for (pod, h) in pods {
+    let mut out = Requested::new();
+    for (pod, by_step) in pods {
         let group = match by {
             By::Namespace => pod
                 .split_once('/')
@@ -523,7 +532,10 @@ pub(crate) fn requested_by_group(
                 .get(pod.as_str())
                 .map_or_else(|| "(no GPU seen)".to_string(), |g| (*g).to_string()),
         };
-        *out.entry(group).or_insert(0.0) += h;
+        let points = out.entry(group).or_default();
+        for (step, h) in by_step {
+            *points.entry(step / per.max(1)).or_default() += h;
+        }
     }
     out
 }

@@ -46,6 +46,7 @@ mod fraction_tests;
 mod funnel;
 #[cfg(test)]
 mod holder_tests;
+mod notes;
 mod periods;
 mod shares;
 #[cfg(test)]
@@ -53,6 +54,7 @@ mod tests;
 
 use crate::fleet::{FleetInput, Track};
 use charges::{PeriodAcc, period};
+use notes::notes;
 use serde::Serialize;
 use shares::charge_gpu;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -473,15 +475,18 @@ impl Tally {
     }
 }
 
+/// GPU-hours requested, by group and by point (an index on the tracks' grid).
+pub type Requested = BTreeMap<String, BTreeMap<usize, f64>>;
+
 /// Showback of `input`, with `group[i]` the group of track `i` (`None`: no pod holds it),
 /// `holders` the holders of GPUs whose own series name no pod, and `requested` the requested
-/// GPU-hours by group over the whole window.
+/// GPU-hours by group and point.
 #[must_use]
 pub fn showback(
     input: &FleetInput,
     group: &[Option<String>],
     holders: &Holders,
-    requested: &BTreeMap<String, f64>,
+    requested: &Requested,
     cfg: &ShowbackConfig,
 ) -> Showback {
     let none = (&Fractions::new(), &MeasuredUse::new());
@@ -496,7 +501,7 @@ pub fn showback_with(
     input: &FleetInput,
     group: &[Option<String>],
     holders: &Holders,
-    requested: &BTreeMap<String, f64>,
+    requested: &Requested,
     (fractions, measured): (&Fractions, &MeasuredUse),
     cfg: &ShowbackConfig,
 ) -> Showback {
@@ -558,9 +563,19 @@ fn gpus_of(input: &FleetInput) -> Vec<GpuTracks<'_>> {
     gpus
 }
 
+/// The GPU-hours `requested` by each group at the points `from..to`: the groups with a
+/// request there only (a group whose requests fall elsewhere has none known here).
+fn requested_in(requested: &Requested, from: usize, to: usize) -> BTreeMap<String, f64> {
+    requested
+        .iter()
+        .filter(|(_, by)| by.range(from..to).next().is_some())
+        .map(|(g, by)| (g.clone(), by.range(from..to).map(|(_, h)| h).sum()))
+        .collect()
+}
+
 /// The showback of the GPUs `gpus` of `w`'s input, with `requested` the requested GPU-hours
-/// by group.
-fn of_gpus(w: &Window<'_>, gpus: &[GpuTracks<'_>], requested: &BTreeMap<String, f64>) -> Showback {
+/// by group and point.
+fn of_gpus(w: &Window<'_>, gpus: &[GpuTracks<'_>], requested: &Requested) -> Showback {
     let (steps, cfg) = (w.input.steps, w.cfg);
     let periods = w.periods(steps);
     let mut accs = Accs {
@@ -572,14 +587,27 @@ fn of_gpus(w: &Window<'_>, gpus: &[GpuTracks<'_>], requested: &BTreeMap<String, 
         charge_gpu(w, members, &mut accs, &mut tally);
     }
     let hours_per_step = w.hours_per_step;
-    let total = period(&accs.total, 0, steps, Some(requested), w);
+    let total = period(
+        &accs.total,
+        0,
+        steps,
+        Some(&requested_in(requested, 0, usize::MAX)),
+        w,
+    );
     let periods: Vec<Period> = if cfg.period_steps.is_some() {
         accs.each
             .iter()
             .enumerate()
             .map(|(k, acc)| {
                 let (start, next) = (w.period_start(k), w.period_start(k + 1));
-                period(acc, start, next.min(steps).saturating_sub(start), None, w)
+                let asked = requested_in(requested, start, next);
+                period(
+                    acc,
+                    start,
+                    next.min(steps).saturating_sub(start),
+                    Some(&asked),
+                    w,
+                )
             })
             .collect()
     } else {
@@ -591,7 +619,7 @@ fn of_gpus(w: &Window<'_>, gpus: &[GpuTracks<'_>], requested: &BTreeMap<String, 
         total,
         periods,
         policy: policy(cfg),
-        notes: notes(tally, cfg, requested, hours_per_step),
+        notes: notes(tally, hours_per_step),
         allocation: Allocation {
             gpus: allocation.0,
             gpu_hours: allocation.1 as f64 * hours_per_step,
@@ -600,83 +628,6 @@ fn of_gpus(w: &Window<'_>, gpus: &[GpuTracks<'_>], requested: &BTreeMap<String, 
         },
         priced: w.priced,
     }
-}
-
-/// The notes on what the steps met: time-sliced GPUs, per-process estimates, MIG instances
-/// of unknown profiles, models without a price, held GPU-hours without power, requests over
-/// periods.
-fn notes(
-    tally: Tally,
-    cfg: &ShowbackConfig,
-    requested: &BTreeMap<String, f64>,
-    hours_per_step: f64,
-) -> Vec<String> {
-    let mut notes = Vec::new();
-    let shared_gpus = tally.shared_gpus;
-    if shared_gpus > 0 {
-        notes.push(format!(
-            "{shared_gpus} GPU(s) were time-sliced between pods: each holder is charged its share of the GPU and the same share of the device's measured effective compute (time-sliced effective compute); its own use is unknown (the counters are the device's)"
-        ));
-    }
-    if !tally.split_by_processes.is_empty() {
-        notes.push(format!(
-            "per-process attribution estimated each holder's part of shared GPUs' effective compute (method {}): an estimate, shown apart (effective compute estimate) and never billed as measured",
-            tally.split_by_processes.into_iter().collect::<Vec<_>>().join(", ")
-        ));
-    }
-    if !tally.fractional.is_empty() {
-        notes.push(format!(
-            "{} pod(s) were charged the fraction of their GPU their scheduler granted (HAMi nvidia.com/gpucores or gpumem, KAI gpu-fraction or gpu-memory); the rest of the GPU is unallocated",
-            tally.fractional.len()
-        ));
-    }
-    if !tally.placeholders.is_empty() {
-        notes.push(format!(
-            "{} reservation pod(s) ({}) hold GPUs for fractional tenants: placeholders, never charged; a tenant is charged only where its own pod is seen on the GPU",
-            tally.placeholders.len(),
-            tally.placeholders.into_iter().collect::<Vec<_>>().join(", ")
-        ));
-    }
-    if tally.unknown_profile {
-        notes.push("a MIG instance of an unknown profile took an equal part with its GPU's other instances: an assumed share, its GPU-hours (and what its GPU had left) counted apart as assumed-share GPU-hours; an instance's `mig_profile` label naming a profile of its model makes them exact".into());
-    }
-    if !tally.unpriced.is_empty() {
-        notes.push(format!(
-            "no price for {}: those GPU-hours have no cost",
-            tally.unpriced.into_iter().collect::<Vec<_>>().join(", ")
-        ));
-    }
-    if let (read @ 1.., unread @ 1..) = tally.energy_steps {
-        let h = |steps: u64| steps as f64 * hours_per_step;
-        notes.push(format!(
-            "{:.2} of the {:.2} GPU-hours held by pods had no power reading: the groups' energy (kWh, and its cost) covers the other {:.2} only, a lower bound",
-            h(unread),
-            h(read + unread),
-            h(read)
-        ));
-    }
-    // Where any power was read (else there is no energy to bound).
-    if let (read, unread @ 1..) = tally.unheld_energy_steps
-        && read + tally.energy_steps.0 > 0
-    {
-        let h = |steps: u64| steps as f64 * hours_per_step;
-        notes.push(format!(
-            "{:.2} of the {:.2} GPU-hours no pod held had no power reading: the unallocated energy (kWh, and its cost), and the fleet's with it, covers the other {:.2} only, a lower bound",
-            h(unread),
-            h(read + unread),
-            h(read)
-        ));
-    }
-    if let (gpus @ 1.., steps) = tally.allocation_unknown {
-        notes.push(format!(
-            "{:.2} GPU-hours on {gpus} GPU(s) had nothing of the GPU read and no holder named (between two holders' series, or a gap in the device's own): whether a pod held them is unknown, so they are allocation unknown, neither unallocated nor any group's; what no pod held lies between the unallocated GPU-hours and that plus these. A sidecar deployment has no series of a GPU no pod holds; node mode's or dcgm-exporter's device series make it exact",
-            steps as f64 * hours_per_step
-        ));
-    }
-    if cfg.period_steps.is_some() && !requested.is_empty() {
-        notes.push("requested GPU-hours are given for the whole window only".into());
-    }
-    notes
 }
 
 /// The allocation policy, as the report states it.

@@ -95,7 +95,10 @@ fn near(x: f64, y: f64) {
 #[test]
 fn gpu_hours_by_group_reconcile_with_the_fleet() {
     let (input, groups) = four_gpus();
-    let requested = BTreeMap::from([("ml".to_string(), 0.5), ("batch".to_string(), 0.25)]);
+    let requested = BTreeMap::from([
+        ("ml".to_string(), BTreeMap::from([(0, 0.5)])),
+        ("batch".to_string(), BTreeMap::from([(0, 0.25)])),
+    ]);
     let s = showback(
         &input,
         &groups,
@@ -654,6 +657,67 @@ fn a_period_before_any_gpu_reported_costs_nothing_unallocated() {
     assert_eq!(first.unallocated_gpu_hours, 0.0);
     assert_eq!(first.unallocated_cost, Some(0.0));
     assert_eq!(run(None).periods[0].unallocated_cost, None);
+}
+
+/// Each period has the GPU-hours requested within it, not the window's: `ml` requested one
+/// GPU at each of the 12 steps (1 GPU-minute a step) and `lab`, which held nothing, at
+/// steps 7 and 8 only. In periods cut at steps 2 and 8: `ml` 2, 6 and 4 GPU-minutes; `lab`
+/// none known in the first, 1 in the second, 1 in the third; the window 12 and 2. By hand.
+#[test]
+fn each_period_has_its_own_requests() {
+    let t = track(Some("ml/a"), "n/g1", &[Some((0.9, 0.3)); 12]);
+    let input = FleetInput {
+        step_seconds: 60.0,
+        steps: 12,
+        tracks: vec![t],
+        held: Default::default(),
+        step_bands: None,
+    };
+    let minute = 1.0 / 60.0;
+    let requested = BTreeMap::from([
+        ("ml".to_string(), (0..12).map(|s| (s, minute)).collect()),
+        (
+            "lab".to_string(),
+            BTreeMap::from([(7, minute), (8, minute)]),
+        ),
+    ]);
+    let cfg = ShowbackConfig {
+        period_steps: Some(6),
+        period_offset: 2,
+        ..cfg("namespace")
+    };
+    let s = showback(
+        &input,
+        &[Some("ml".into())],
+        &Holders::new(),
+        &requested,
+        &cfg,
+    );
+    let asked = |p: &Period, g: &str| {
+        p.groups
+            .iter()
+            .find(|x| x.group == g)
+            .and_then(|x| x.requested_gpu_hours)
+            .map(|h| (h * 60.0 * 1e9).round() / 1e9)
+    };
+    let each: Vec<(Option<f64>, Option<f64>)> = s
+        .periods
+        .iter()
+        .map(|p| (asked(p, "ml"), asked(p, "lab")))
+        .collect();
+    assert_eq!(
+        each,
+        [
+            (Some(2.0), None),
+            (Some(6.0), Some(1.0)),
+            (Some(4.0), Some(1.0))
+        ]
+    );
+    assert_eq!(
+        (asked(&s.total, "ml"), asked(&s.total, "lab")),
+        (Some(12.0), Some(2.0))
+    );
+    assert!(!s.notes.iter().any(|n| n.contains("whole window only")));
 }
 
 /// Periods on the calendar's boundaries: a 12-step window (1-minute steps) whose first
