@@ -82,6 +82,8 @@ pub struct Capture<R> {
     /// Lines handed on as not usable text (each a malformed line, and a blank one to the
     /// parser, which counts lines): not among the lines it skipped as not data.
     unreadable: u64,
+    /// The line the input ended in without a line end, where it did.
+    unterminated: Option<usize>,
 }
 
 impl<R: BufRead> Capture<R> {
@@ -111,6 +113,7 @@ impl<R: BufRead> Capture<R> {
             buf: Vec::new(),
             done: false,
             unreadable: 0,
+            unterminated: None,
         };
         // The first lines tell the format, and whether a dcgm-exporter scrape or an
         // nvidia-smi CSV capture carries its own timestamps.
@@ -283,6 +286,9 @@ impl<R: BufRead> Capture<R> {
                 Err(format!("line longer than {MAX_LINE} bytes, skipped")),
             )));
         }
+        if self.buf.last() != Some(&b'\n') {
+            self.unterminated = Some(self.line_no);
+        }
         let text = text_range(&self.buf, self.line_no);
         self.buf.truncate(text.end);
         self.buf.drain(..text.start);
@@ -309,7 +315,7 @@ impl<R: BufRead> Capture<R> {
         f: impl FnOnce(&mut LineParser, &str, usize, Result<&str, String>) -> T,
     ) -> Result<Option<T>, CaptureError> {
         if let Some((line_no, text)) = self.head.pop_front() {
-            let text = text.as_deref().map_err(Clone::clone);
+            let text = self.cut_short(line_no, text.as_deref().map_err(Clone::clone));
             self.unreadable += u64::from(text.is_err());
             return Ok(Some(f(&mut self.parser, &self.name, line_no, text)));
         }
@@ -321,8 +327,29 @@ impl<R: BufRead> Capture<R> {
             Ok(()) => Ok(std::str::from_utf8(&self.buf).unwrap_or_default()),
             Err(message) => Err(message),
         };
+        let text = self.cut_short(line_no, text);
         self.unreadable += u64::from(text.is_err());
         Ok(Some(f(&mut self.parser, &self.name, line_no, text)))
+    }
+
+    /// `text`, or why it is not read where it is the input's last line, ended without a
+    /// line end, in a format whose lines each end in one: the capture was cut while the line
+    /// was written, so its last value may be cut short (`60` read as `6`). A JSONL line is
+    /// its own proof: an object cut short does not parse.
+    fn cut_short<'a>(
+        &self,
+        line_no: usize,
+        text: Result<&'a str, String>,
+    ) -> Result<&'a str, String> {
+        match text {
+            Ok(t) if self.unterminated == Some(line_no)
+                && self.format != Format::Jsonl
+                && !t.trim().is_empty() =>
+            {
+                Err("the input ends in this line without a line end: it was cut while the line was written, so its last value may be cut short; not read".to_string())
+            }
+            other => other,
+        }
     }
 
     /// The lines to come, handed to `f` one by one (with the parser and the capture's name,
@@ -775,6 +802,54 @@ mod tests {
         for capacity in [1, 2, 7, 64, 4095, 4096, 4097, 65_536] {
             assert!(lines(capacity) == whole, "capacity {capacity}");
         }
+    }
+
+    /// A capture cut while its last line was written (no line end after it) has that line
+    /// refused, never read with its last value cut short: `60` cut to `6` in a dcgm-exporter
+    /// scrape and a dmon capture, each a malformed line at its number; the lines before it
+    /// are read. A JSONL trace's last object without a line end is whole (a cut one does
+    /// not parse), and a trailing blank without one is nothing.
+    #[test]
+    fn a_last_line_without_a_line_end_is_not_read() {
+        let scrape = b"DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 20 1000\nDCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 6";
+        let (_, samples, errors) = all(scrape);
+        let util: Vec<_> = samples
+            .iter()
+            .map(|s| {
+                s.entities[0]
+                    .readings
+                    .get(truthscale_core::model::Field::ReportedUtil)
+            })
+            .collect();
+        assert_eq!(util, [truthscale_core::model::Reading::Value(0.2)]);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("c.txt:2: the input ends in this line without a line end"),
+            "{errors:?}"
+        );
+        let dmon = b"#Entity   GPUTL   SMACT\nID\nGPU 0     20      0.200\nGPU 0     80      0.800\nGPU 0     6";
+        let (format, samples, errors) = all(dmon);
+        assert_eq!(format, Format::DcgmiDmon);
+        let util: Vec<_> = samples
+            .iter()
+            .flat_map(|s| {
+                s.entities.iter().map(|e| {
+                    e.readings
+                        .value(truthscale_core::model::Field::ReportedUtil)
+                })
+            })
+            .collect();
+        assert_eq!(util, [Some(0.2), Some(0.8)]);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("c.txt:5: the input ends"),
+            "{errors:?}"
+        );
+        let jsonl = b"{\"taken\":\"2024-01-01T00:00:00Z\",\"gpu\":0,\"gpu_util\":0.6}";
+        let (_, samples, errors) = all(jsonl);
+        assert_eq!((samples.len(), errors.len()), (1, 0), "{errors:?}");
+        let (_, _, errors) = all(b"DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 20\n  ");
+        assert!(errors.is_empty(), "{errors:?}");
     }
 
     /// A line many times the limit is one error at its own line number, and the line after
