@@ -172,8 +172,8 @@ const SHOWN_ERRORS: usize = 5;
 /// Stream every sample of a capture file (any format `analyze` reads), its samples
 /// `spacing` seconds apart where its format has no timestamps (dmon, dcgm-exporter scrapes,
 /// as `analyze --interval`): `start` gets the nominal interval of its format and makes the
-/// state that `each` feeds; nothing is held beyond one sample. Malformed lines are
-/// reported on stderr (`file:line: …`) and skipped, and what the parser left unread
+/// state that `each` feeds (`None` for a malformed line: a sample lost); nothing is held
+/// beyond one sample. Malformed lines are reported on stderr (`file:line: …`) and skipped, and what the parser left unread
 /// (families, sentinels, impossible readings) is said there too, as `analyze` says it. Returns the state and the number of malformed lines
 /// (and 1 for a read that failed after samples were read, which ends the capture there),
 /// which the commands turn into exit status 1, as `analyze` does.
@@ -183,7 +183,7 @@ const SHOWN_ERRORS: usize = 5;
 pub(crate) fn read_capture<S>(
     (path, spacing): (&Path, f64),
     start: impl FnOnce(Option<f64>) -> S,
-    mut each: impl FnMut(&mut S, Sample),
+    mut each: impl FnMut(&mut S, Option<Sample>),
 ) -> anyhow::Result<(S, usize)> {
     let name = path.display().to_string();
     let file = std::fs::File::open(path).with_context(|| format!("cannot open {name}"))?;
@@ -210,9 +210,10 @@ pub(crate) fn read_capture<S>(
         match r {
             Ok(s) => {
                 read += 1;
-                each(&mut state, s);
+                each(&mut state, Some(s));
             }
             Err(e) => {
+                each(&mut state, None);
                 malformed += 1;
                 if malformed <= SHOWN_ERRORS {
                     crate::stdout::say!("{e}");
@@ -247,7 +248,11 @@ pub(crate) fn views_from_replay(
     let (stepper, malformed) = read_capture(
         (path, spacing),
         |nominal| Stepper::new(derive, cfg, nominal),
-        |st, s| st.observe(&s),
+        |st, s| match s {
+            Some(s) => st.observe(&s),
+            // Its time is not the next sample's.
+            None => st.deriver.line_lost(),
+        },
     )?;
     // A reading left blank (impossible, a sentinel) is said, as `analyze` says it, never
     // read as "no reading" in silence.

@@ -197,6 +197,12 @@ impl Analyzer {
         }
     }
 
+    /// A line of the input was malformed and not read ([`Deriver::line_lost`]): the time
+    /// its sample stood for is not observed, never the next sample's.
+    pub fn line_lost(&mut self) {
+        self.deriver.line_lost();
+    }
+
     /// Feed one sample.
     pub fn push(&mut self, sample: &Sample) {
         let start = *self.start.get_or_insert(sample.taken.0);

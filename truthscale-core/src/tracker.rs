@@ -472,6 +472,9 @@ struct EntityState {
     /// unread): the power the counter gives when it moves is drawn over all of them.
     span_util: f64,
     warned_unknown_model: bool,
+    /// A malformed line lay in the input since this entity's previous sample
+    /// ([`Deriver::line_lost`]).
+    lost_line: bool,
     capability: Fidelity,
     last_clock_mhz: Option<f64>,
     /// The cumulative cycle counters between windows.
@@ -583,6 +586,7 @@ impl EntityState {
             last_window_seconds: None,
             span_util: 0.0,
             warned_unknown_model: false,
+            lost_line: false,
             capability: Fidelity::None,
             last_clock_mhz: None,
             cycles: CycleCounters::default(),
@@ -631,6 +635,21 @@ impl EntityState {
     }
 
     /// The current window was not observed: `dt` seconds of gap.
+    /// `seconds` before the window a malformed line's sample stood for
+    /// ([`Deriver::line_lost`]): not observed, said.
+    #[cold]
+    fn lost_seconds(&mut self, seconds: f64, diags: &mut Vec<Diagnostic>) {
+        self.window.totals.unobserved_seconds += seconds;
+        diags.push(Diagnostic {
+            kind: DiagnosticKind::Gap,
+            entity: Some(self.window.id.clone()),
+            field: None,
+            detail: format!(
+                "{seconds} s before this sample were a malformed line's, not read: not observed"
+            ),
+        });
+    }
+
     fn unobserved(&mut self, dt: f64, diags: &mut Vec<Diagnostic>, detail: String) {
         self.window.totals.unobserved_seconds += dt;
         self.window.dt_seconds = 0.0;
@@ -1033,6 +1052,30 @@ impl Deriver {
         }
     }
 
+    /// A line of the input was malformed and not read: whose sample it held is not known,
+    /// so each entity's next window is taken as no longer than its cadence (the source's
+    /// update interval, else its own previous window), and the rest of it is not observed:
+    /// its reading is the lost line's, never the next sample's.
+    pub fn line_lost(&mut self) {
+        for slot in 0..self.entities.len() {
+            self.entities.get_mut(slot).lost_line = true;
+        }
+    }
+
+    /// `decision` for entity `st`'s window where a malformed line lay before it
+    /// ([`Deriver::line_lost`]): an observed window longer than the entity's cadence cut to
+    /// it, with the seconds cut (0 where none).
+    fn after_lost_line(&self, st: Option<&EntityState>, decision: WindowSpan) -> (WindowSpan, f64) {
+        if let (Some(st), WindowSpan::Observed(dt)) = (st, decision)
+            && st.lost_line
+            && let Some(cadence) = self.update_interval.or(st.last_window_seconds)
+            && dt > cadence * (1.0 + 1e-9)
+        {
+            return (WindowSpan::Observed(cadence), dt - cadence);
+        }
+        (decision, 0.0)
+    }
+
     /// [`Deriver::observe_each`], each window handed with where its entity lies and how it
     /// counts; a window that waited is handed again, [`Handed::Late`], once it is decided.
     pub(crate) fn observe_slots(
@@ -1094,6 +1137,7 @@ impl Deriver {
             skip_sample(e, spec, dt, diags);
             return;
         };
+        let (decision, lost) = self.after_lost_line(existing, decision);
         let first = slot.is_none();
         let k = self.config.max_gap_intervals;
 
@@ -1109,6 +1153,10 @@ impl Deriver {
         // A window that waited is decided now, before this one takes its place.
         if !first && let Some(seconds) = state.resolve_pending(taken, k, diags) {
             each(handed_slot(false), &state.window, Handed::Late(seconds));
+        }
+        state.lost_line = false;
+        if lost > 0.0 {
+            state.lost_seconds(lost, diags);
         }
         // The window is derived in place of the entity's previous one.
         let attributes_changed = state.take_readings(e, spec, diags);

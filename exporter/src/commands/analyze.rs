@@ -247,6 +247,7 @@ pub(crate) fn analyze_reader(
         progress,
         reported: 0,
         unreadable: 0,
+        lost_row: false,
     };
     let scanning = format == Format::DcgmiDmon;
     let mut stopped = None;
@@ -399,6 +400,8 @@ struct Analyzing<'a> {
     reported: u64,
     /// `dcgmi dmon` lines that were no text: blank lines to the parser, malformed lines here.
     unreadable: u64,
+    /// A `dcgmi dmon` row was malformed since the last sweep analyzed.
+    lost_row: bool,
 }
 
 impl Analyzing<'_> {
@@ -439,9 +442,17 @@ impl Analyzing<'_> {
                 Ok(Some(s)) => {
                     self.analyzer.push(&s);
                     self.dmon.recycle(s.entities);
+                    // A row lost in the sweep being gathered, or in the first row of the
+                    // next: told once the sweep before the lost row is in.
+                    if std::mem::take(&mut self.lost_row) {
+                        self.analyzer.line_lost();
+                    }
                 }
                 Ok(None) => {}
-                Err(e) => self.malformed(e),
+                Err(e) => {
+                    self.malformed(e);
+                    self.lost_row = true;
+                }
             }
         }
         drop(unreadable);
@@ -454,7 +465,10 @@ impl Analyzing<'_> {
         for r in batch {
             match r {
                 Ok(s) => self.analyzer.push(&s),
-                Err(e) => self.malformed(e),
+                Err(e) => {
+                    self.malformed(e);
+                    self.analyzer.line_lost();
+                }
             }
         }
         self.progress_to(bytes);
@@ -971,6 +985,58 @@ mod tests {
             "{samples} of {line} lines"
         );
         assert_eq!(a.report.entities[0].reported_utilization.unwrap().mean, 0.5);
+    }
+
+    /// A malformed line's time is not the next sample's: a JSONL trace at 1 s of busy 0.1
+    /// whose line at 6 s is cut short, then 0.9 at 7 s, reads 1.7 / 9 s (the window of 7 s
+    /// is its cadence, 1 s; the second before it is not observed), not 2.5 / 10 s; a
+    /// `dcgmi dmon` capture of two GPUs at 1 s whose GPU 1 row of the second sweep and GPU 0
+    /// row of the fourth (the first of its sweep) are malformed likewise: GPU 0 reads 0.1,
+    /// 0.1, 0.1, (lost), 0.9 and GPU 1 0.2, (lost), 0.8, 0.2, 0.2 over 4 s each, 1 s not
+    /// observed. By hand.
+    #[test]
+    fn a_malformed_lines_time_is_not_the_next_samples() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            analyze: AnalyzeArgs,
+        }
+        use clap::Parser as _;
+        let mut jsonl = String::new();
+        for t in 1..=10 {
+            let util = if t == 7 { 0.9 } else { 0.1 };
+            jsonl += &if t == 6 {
+                "{\"taken\":\"2026-01-01T00:00:06Z\",\"gpu\":0,\"gpu_ut\n".to_string()
+            } else {
+                format!(
+                    "{{\"taken\":\"2026-01-01T00:00:{t:02}Z\",\"gpu\":0,\"gpu_util\":{util}}}\n"
+                )
+            };
+        }
+        let cli = Cli::try_parse_from(["analyze", "x"]).unwrap();
+        let a = analyze_reader(jsonl.as_bytes(), "x", &cli.analyze, &[], None).unwrap();
+        let e = &a.report.entities[0];
+        assert_eq!(a.error_count, 1);
+        let mean = e.reported_utilization.unwrap().mean;
+        assert!((mean - 1.7 / 9.0).abs() < 1e-12, "{mean}");
+        assert_eq!(e.unobserved_seconds, 1.0);
+        let dmon = "#Entity   GPUTL\nID\nGPU 0     10\nGPU 1     20\nGPU 0     10\nGPU 1     2x\nGPU 0     10\nGPU 1     80\nGPU 0     1y\nGPU 1     20\nGPU 0     90\nGPU 1     20\n";
+        let cli = Cli::try_parse_from(["analyze", "--format", "dcgmi-dmon", "x"]).unwrap();
+        let a = analyze_reader(dmon.as_bytes(), "x", &cli.analyze, &[], None).unwrap();
+        assert_eq!(a.error_count, 2);
+        let got: Vec<(f64, f64)> = a
+            .report
+            .entities
+            .iter()
+            .map(|e| (e.reported_utilization.unwrap().mean, e.unobserved_seconds))
+            .collect();
+        let want = [
+            ((0.1 * 3.0 + 0.9) / 4.0, 1.0),
+            ((0.2 * 3.0 + 0.8) / 4.0, 1.0),
+        ];
+        for (g, w) in got.iter().zip(want) {
+            assert!((g.0 - w.0).abs() < 1e-12 && g.1 == w.1, "{got:?}");
+        }
     }
 
     /// A line that is no text is one malformed line, not also a line skipped as not data:

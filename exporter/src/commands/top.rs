@@ -160,9 +160,11 @@ fn read_replay(path: &Path, spacing: f64) -> anyhow::Result<Replayed> {
     view::read_capture(
         (path, spacing),
         |nominal| (Vec::new(), nominal),
-        |(steps, _): &mut (Vec<Vec<Sample>>, Option<f64>), s| match steps.last_mut() {
-            Some(step) if step[0].taken == s.taken => step.push(s),
-            _ => steps.push(vec![s]),
+        |(steps, _): &mut (Vec<Vec<Sample>>, Option<f64>), s| match (s, steps.last_mut()) {
+            (Some(s), Some(step)) if step[0].taken == s.taken => step.push(s),
+            (Some(s), _) => steps.push(vec![s]),
+            // Played back as a view of the latest windows: a lost line only said.
+            (None, _) => {}
         },
     )
 }

@@ -502,6 +502,12 @@ pub struct DmonParser {
     /// Scans the lines of [`DmonParser::push_line`].
     scanner: Scanner,
     seen: Seen,
+    /// The rows of the longest sweep so far, in the order the capture printed them: a row
+    /// at or before the current sweep's last in this order starts the next sweep, though
+    /// its entity's row of this one was lost (a malformed line).
+    order: Vec<RowKey>,
+    /// Where the current sweep's last row lies in `order`.
+    order_pos: Option<usize>,
     /// The last GPU row, and the last GPU-I row (its GPU, its id): the parents of the
     /// GPU-I and GPU-CI rows that follow them.
     ctx_gpu: Option<u32>,
@@ -537,6 +543,8 @@ impl DmonParser {
             values: Vec::new(),
             scanner: Scanner::default(),
             seen: Seen::default(),
+            order: Vec::new(),
+            order_pos: None,
             ctx_gpu: None,
             ctx_gi: None,
             sweeps: 0,
@@ -596,11 +604,12 @@ impl DmonParser {
             None => row_key(Some(n), None, None),
             Some((gpu, gi, ci)) => row_key(gpu, Some(gi), ci),
         };
-        let done = if self.seen.contains(&key) {
+        let done = if self.seen.contains(&key) || self.comes_before(key) {
             self.end_sweep()
         } else {
             None
         };
+        self.advance_order(key, done.is_some());
         // The row is gathered where it lies in the sweep, over a row kept there when there
         // is one.
         let columns = self.columns.as_deref().unwrap_or_default();
@@ -743,7 +752,39 @@ impl DmonParser {
     }
 
     /// The sweep so far, as a sample.
+    /// Whether row `key` lies at or before the current sweep's last row in [`DmonParser`]'s
+    /// `order` (and is not the row after it): a row of the next sweep.
+    #[inline]
+    fn comes_before(&self, key: RowKey) -> bool {
+        self.order_pos
+            .is_some_and(|p| self.order.get(p + 1) != Some(&key) && self.order[..=p].contains(&key))
+    }
+
+    /// Row `key` placed in `order` (the first of a sweep where `new_sweep`): where it lies
+    /// there, or the last place kept for a row the order does not hold.
+    #[inline]
+    fn advance_order(&mut self, key: RowKey, new_sweep: bool) {
+        let next = if new_sweep {
+            0
+        } else {
+            self.order_pos.map_or(0, |p| p + 1)
+        };
+        self.order_pos = if self.order.get(next) == Some(&key) {
+            Some(next)
+        } else {
+            match self.order.iter().position(|k| *k == key) {
+                Some(q) => Some(q),
+                None if new_sweep => None,
+                None => self.order_pos,
+            }
+        };
+    }
+
     fn end_sweep(&mut self) -> Option<Sample> {
+        if self.seen.rows.len() >= self.order.len() {
+            self.order.clone_from(&self.seen.rows);
+        }
+        self.order_pos = None;
         self.seen.clear();
         if self.rows == 0 {
             return None;
@@ -1869,6 +1910,49 @@ mod tests {
         }
         out.extend(p.finish());
         Ok((out, p.skipped_lines()))
+    }
+
+    /// A row lost to a malformed line leaves the sweeps where they are: GPU 0's row of
+    /// the third sweep cut short, GPU 1's of the fourth, the rows after them are in their own
+    /// sweeps (GPU 0's next row, printed after GPU 1's, starts the fourth: it lies before
+    /// GPU 1 in the order the capture prints its rows), never a sweep early.
+    #[test]
+    fn a_lost_row_leaves_the_sweeps_where_they_are() {
+        let text = "#Entity GPUTL\nID\nGPU 0 10\nGPU 1 20\nGPU 0 11\nGPU 1 21\nGPU 0 1x\nGPU 1 22\nGPU 0 13\nGPU 1 2x\nGPU 0 14\nGPU 1 24\n";
+        let mut p = DmonParser::new("cap.txt", 2.0, Timestamp(0));
+        let (mut out, mut errors) = (Vec::new(), 0);
+        for l in text.lines() {
+            match p.push_line(l) {
+                Ok(s) => out.extend(s),
+                Err(_) => errors += 1,
+            }
+        }
+        out.extend(p.finish());
+        assert_eq!(errors, 2);
+        let sweeps: Vec<(i64, Vec<(u32, f64)>)> = out
+            .iter()
+            .map(|s| {
+                let rows = s
+                    .entities
+                    .iter()
+                    .map(|e| {
+                        let v = e.readings.value(Field::ReportedUtil).unwrap();
+                        (e.id.gpu.unwrap(), (v * 100.0).round())
+                    })
+                    .collect();
+                (s.taken.0, rows)
+            })
+            .collect();
+        assert_eq!(
+            sweeps,
+            [
+                (0, vec![(0, 10.0), (1, 20.0)]),
+                (2_000, vec![(0, 11.0), (1, 21.0)]),
+                (4_000, vec![(1, 22.0)]),
+                (6_000, vec![(0, 13.0)]),
+                (8_000, vec![(0, 14.0), (1, 24.0)]),
+            ]
+        );
     }
 
     /// The samples of `text`, both ways (each line parsed at once; scanned first, then
