@@ -371,7 +371,7 @@ fn add_weighted(acc: &mut EntityAcc, w: &EntityWindow, dt: f64) {
     acc.dram_q.add(w.readings.value(Field::DramActive), dt);
     add_bound(acc, m, dt);
     acc.proxy.add(m.power_proxy, dt);
-    acc.gap.add(m.inflation_gap_points, dt);
+    acc.gap.add(signed_gap(m), dt);
     acc.sat.add(m.roofline_saturation, dt);
     acc.spatial.add(m.spatial_inflation, dt);
     if let (Some(p), Some(method)) = (w.phase, w.phase_method) {
@@ -392,6 +392,18 @@ fn add_weighted(acc: &mut EntityAcc, w: &EntityWindow, dt: f64) {
     }
 }
 
+/// A window's measured inflation gap as it is averaged: `100·(u − ECF)`, not clamped,
+/// where the window has one ([`crate::derive::WindowMetrics::inflation_gap_points`], a
+/// window's own figure, clamped at 0). A negative one is a busy flag and counters read over
+/// windows that do not line up, which the windows beside it make up for: the mean is the
+/// mean busy flag less the mean effective compute over those seconds, never raised by
+/// taking each negative window as 0.
+#[inline(always)]
+fn signed_gap(m: &crate::derive::WindowMetrics) -> Option<f64> {
+    m.inflation_gap_points?;
+    Some(100.0 * (m.reported_utilization? - m.effective_compute?))
+}
+
 /// Add a window to the capture's upper bound on effective compute: its measured ECF, or its
 /// bound where it has none, and what the bound lacked.
 #[inline(always)]
@@ -401,10 +413,8 @@ fn add_bound(acc: &mut EntityAcc, m: &crate::derive::WindowMetrics, dt: f64) {
         .or(m.effective_compute_upper_bound)
         .filter(|x| x.is_finite());
     acc.upper.add(x, dt);
-    acc.gap_at_least.add(
-        m.inflation_gap_points.or(m.inflation_gap_points_at_least),
-        dt,
-    );
+    acc.gap_at_least
+        .add(signed_gap(m).or(m.inflation_gap_points_at_least), dt);
     if let (None, Some(_), Some(missing)) =
         (m.effective_compute, x, m.effective_compute_bound_missing)
     {
@@ -1175,6 +1185,20 @@ mod tests {
             a.push(&crate::tracker::tests::sample(k * 1000, &read));
         }
         a.report().entities.remove(0)
+    }
+
+    /// The mean inflation gap is the mean busy flag less the mean effective compute over
+    /// the same seconds: busy 0.8, 0.2, 0.8, 0.2 beside τ 0.4 at 1830 MHz (ECF 0.4) is
+    /// 50 % − 40 % = 10 points, not the mean of the windows' gaps each cut at 0
+    /// ((40 + 0 + 40 + 0) / 4 = 20). A window's own gap stays cut at 0. By hand.
+    #[test]
+    fn the_mean_gap_is_the_mean_busy_flag_less_the_mean_effective_compute() {
+        let rows = [0.8, 0.2, 0.8, 0.2].map(|u| (Some(u), Some(0.4), Some(1830.0)));
+        let e = bound_of(&rows);
+        assert!((e.reported_utilization.unwrap().mean - 0.5).abs() < 1e-12);
+        assert!((e.effective_compute.unwrap().mean - 0.4).abs() < 1e-12);
+        let gap = e.inflation_gap_points.unwrap().mean;
+        assert!((gap - 10.0).abs() < 1e-9, "{gap}");
     }
 
     /// The capture's bound covers every window with a measured ECF or a bound, says how

@@ -572,7 +572,9 @@ fn phases(e: &EntitySummary) -> String {
     };
     match e.regime_method {
         Some(truthscale_core::phase::PhaseMethod::PowerHeuristic) => {
-            format!("{mix} (estimate: busy flag and power, no tensor counter)")
+            format!(
+                "{mix} (estimate: busy flag, or graphics-engine activity in its place, and power; no tensor counter)"
+            )
         }
         _ => mix,
     }

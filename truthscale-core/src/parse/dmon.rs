@@ -604,12 +604,19 @@ impl DmonParser {
             None => row_key(Some(n), None, None),
             Some((gpu, gi, ci)) => row_key(gpu, Some(gi), ci),
         };
-        let done = if self.seen.contains(&key) || self.comes_before(key) {
+        // Most rows come where `order` expects them.
+        let next = self.order_pos.map_or(0, |p| p + 1);
+        let expected = self.order.get(next) == Some(&key);
+        let done = if self.seen.contains(&key) || (!expected && self.comes_before(key)) {
             self.end_sweep()
         } else {
             None
         };
-        self.advance_order(key, done.is_some());
+        if expected && done.is_none() {
+            self.order_pos = Some(next);
+        } else {
+            self.place(key, done.is_some());
+        }
         // The row is gathered where it lies in the sweep, over a row kept there when there
         // is one.
         let columns = self.columns.as_deref().unwrap_or_default();
@@ -752,36 +759,28 @@ impl DmonParser {
     }
 
     /// The sweep so far, as a sample.
-    /// Whether row `key` lies at or before the current sweep's last row in [`DmonParser`]'s
-    /// `order` (and is not the row after it): a row of the next sweep.
-    #[inline]
+    /// Whether row `key`, not the one `order` expects next, lies at or before the current
+    /// sweep's last row in [`DmonParser`]'s `order`: a row of the next sweep.
+    #[cold]
     fn comes_before(&self, key: RowKey) -> bool {
         self.order_pos
-            .is_some_and(|p| self.order.get(p + 1) != Some(&key) && self.order[..=p].contains(&key))
+            .is_some_and(|p| self.order.get(..=p).is_some_and(|o| o.contains(&key)))
     }
 
-    /// Row `key` placed in `order` (the first of a sweep where `new_sweep`): where it lies
-    /// there, or the last place kept for a row the order does not hold.
-    #[inline]
-    fn advance_order(&mut self, key: RowKey, new_sweep: bool) {
-        let next = if new_sweep {
-            0
-        } else {
-            self.order_pos.map_or(0, |p| p + 1)
-        };
-        self.order_pos = if self.order.get(next) == Some(&key) {
-            Some(next)
-        } else {
-            match self.order.iter().position(|k| *k == key) {
-                Some(q) => Some(q),
-                None if new_sweep => None,
-                None => self.order_pos,
-            }
+    /// Row `key` placed in `order` where it is not the row expected next (the first of a
+    /// sweep where `new_sweep`): where it lies there, or the last place kept for a row the
+    /// order does not hold.
+    #[cold]
+    fn place(&mut self, key: RowKey, new_sweep: bool) {
+        self.order_pos = match self.order.iter().position(|k| *k == key) {
+            Some(q) => Some(q),
+            None if new_sweep => None,
+            None => self.order_pos,
         };
     }
 
     fn end_sweep(&mut self) -> Option<Sample> {
-        if self.seen.rows.len() >= self.order.len() {
+        if self.seen.rows.len() >= self.order.len() && self.seen.rows != self.order {
             self.order.clone_from(&self.seen.rows);
         }
         self.order_pos = None;
