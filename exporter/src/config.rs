@@ -944,6 +944,9 @@ impl Config {
             })
             .cloned()
             .collect();
+        if file.is_none() && env.is_empty() {
+            return Ok((DeriveConfig::default(), VerdictConfig::default()));
+        }
         let c = Config::load(file, &env, &[])?;
         Ok((c.derive, c.verdict))
     }
@@ -1316,6 +1319,25 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
             .collect()
+    }
+
+    /// The offline commands' sections: the defaults where nothing sets them (read without
+    /// building the whole configuration), the same as the whole configuration's; the
+    /// `TRUTHSCALE_DERIVE__…` and `TRUTHSCALE_VERDICT__…` variables over them; the
+    /// sidecar's variables not read.
+    #[test]
+    fn the_offline_sections_are_the_configurations() {
+        let whole = Config::load(None, &[], &[]).unwrap();
+        assert_eq!(
+            Config::offline_sections(None, &[]).unwrap(),
+            (whole.derive, whole.verdict)
+        );
+        let vars = env(&[
+            ("TRUTHSCALE_VERDICT__IDLE_UTIL", "0.02"),
+            ("TRUTHSCALE_SOURCE__KIND", "no-such-kind"),
+        ]);
+        let (_, verdict) = Config::offline_sections(None, &vars).unwrap();
+        assert_eq!(verdict.idle_util, 0.02);
     }
 
     /// Every key of `config defaults` that holds a duration, with its section switched on

@@ -604,10 +604,11 @@ impl DmonParser {
             None => row_key(Some(n), None, None),
             Some((gpu, gi, ci)) => row_key(gpu, Some(gi), ci),
         };
-        // Most rows come where `order` expects them.
+        // Most rows come where `order` expects them: then not in the sweep yet (its rows
+        // lie at or before the last in `order`, or are not in it), so not looked for.
         let next = self.order_pos.map_or(0, |p| p + 1);
         let expected = self.order.get(next) == Some(&key);
-        let done = if self.seen.contains(&key) || (!expected && self.comes_before(key)) {
+        let done = if !expected && (self.seen.contains(&key) || self.comes_before(key)) {
             self.end_sweep()
         } else {
             None
