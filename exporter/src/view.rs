@@ -191,6 +191,10 @@ pub(crate) fn read_capture<S>(
         crate::capture::Capture::open(std::io::BufReader::new(file), &name, None, spacing)?;
     let mut state = start(capture.declared_interval(spacing));
     let (mut malformed, mut read, mut stopped) = (0usize, 0usize, false);
+    // A `dcgmi dmon` row lost is told once the sweep gathered before it is in: the first
+    // row of a sweep is lost while the sweep before it still waits.
+    let dmon = capture.format() == truthscale_core::parse::Format::DcgmiDmon;
+    let mut lost_row = false;
     loop {
         let r = match capture.next_sample() {
             Ok(Some(r)) => r,
@@ -211,9 +215,16 @@ pub(crate) fn read_capture<S>(
             Ok(s) => {
                 read += 1;
                 each(&mut state, Some(s));
+                if std::mem::take(&mut lost_row) {
+                    each(&mut state, None);
+                }
             }
             Err(e) => {
-                each(&mut state, None);
+                if dmon {
+                    lost_row = true;
+                } else {
+                    each(&mut state, None);
+                }
                 malformed += 1;
                 if malformed <= SHOWN_ERRORS {
                     crate::stdout::say!("{e}");
@@ -634,6 +645,34 @@ mod tests {
             views_from_exposition(up, &VerdictConfig::default()).source_down,
             None
         );
+    }
+
+    /// A `dcgmi dmon` row lost as the first of its sweep is told after the sweep gathered
+    /// before it (its entities' windows are decided first), never before: the lost line's
+    /// time is then the GPU's next window's, not observed. Another format's is told where
+    /// it lies.
+    #[test]
+    fn a_lost_dmon_row_is_told_after_the_sweep_before_it() {
+        let dir = std::env::temp_dir().join(format!("view-lost-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let events = |name: &str, text: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            let (got, malformed) = read_capture(
+                (&path, 1.0),
+                |_| Vec::new(),
+                |got: &mut Vec<Option<usize>>, s| got.push(s.map(|s| s.entities.len())),
+            )
+            .unwrap();
+            assert_eq!(malformed, 1);
+            got
+        };
+        let dmon =
+            "#Entity GPUTL\nID\nGPU 0 10\nGPU 1 20\nGPU 0 1x\nGPU 1 21\nGPU 0 12\nGPU 1 22\n";
+        assert_eq!(events("d.txt", dmon), [Some(2), None, Some(1), Some(2)]);
+        let jsonl = "{\"taken\":\"2026-01-01T00:00:01Z\",\"gpu\":0}\n{\"taken\n{\"taken\":\"2026-01-01T00:00:03Z\",\"gpu\":0}\n";
+        assert_eq!(events("t.jsonl", jsonl), [Some(1), None, Some(1)]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -604,20 +604,7 @@ impl DmonParser {
             None => row_key(Some(n), None, None),
             Some((gpu, gi, ci)) => row_key(gpu, Some(gi), ci),
         };
-        // Most rows come where `order` expects them: then not in the sweep yet (its rows
-        // lie at or before the last in `order`, or are not in it), so not looked for.
-        let next = self.order_pos.map_or(0, |p| p + 1);
-        let expected = self.order.get(next) == Some(&key);
-        let done = if !expected && (self.seen.contains(&key) || self.comes_before(key)) {
-            self.end_sweep()
-        } else {
-            None
-        };
-        if expected && done.is_none() {
-            self.order_pos = Some(next);
-        } else {
-            self.place(key, done.is_some());
-        }
+        let done = self.sweep_of(key);
         // The row is gathered where it lies in the sweep, over a row kept there when there
         // is one.
         let columns = self.columns.as_deref().unwrap_or_default();
@@ -760,6 +747,27 @@ impl DmonParser {
     }
 
     /// The sweep so far, as a sample.
+    /// The sweep row `key` ends, where it starts the next one (an entity already in it, or
+    /// one that comes before its last row in `order`), with the row placed in `order`.
+    #[inline(always)]
+    fn sweep_of(&mut self, key: RowKey) -> Option<Sample> {
+        // Most rows come where `order` expects them: then not in the sweep yet (its rows
+        // lie at or before the last in `order`, or are not in it), so not looked for.
+        let next = self.order_pos.map_or(0, |p| p + 1);
+        let expected = self.order.get(next) == Some(&key);
+        if expected {
+            self.order_pos = Some(next);
+            return None;
+        }
+        let done = if self.seen.contains(&key) || self.comes_before(key) {
+            self.end_sweep()
+        } else {
+            None
+        };
+        self.place(key, done.is_some());
+        done
+    }
+
     /// Whether row `key`, not the one `order` expects next, lies at or before the current
     /// sweep's last row in [`DmonParser`]'s `order`: a row of the next sweep.
     #[cold]
