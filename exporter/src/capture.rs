@@ -335,7 +335,7 @@ impl<R: BufRead> Capture<R> {
     /// `text`, or why it is not read where it is the input's last line, ended without a
     /// line end, in a format whose lines each end in one: the capture was cut while the line
     /// was written, so its last value may be cut short (`60` read as `6`). A JSONL line is
-    /// its own proof: an object cut short does not parse.
+    /// its own proof: an object cut short does not parse; a comment holds no value.
     fn cut_short<'a>(
         &self,
         line_no: usize,
@@ -344,7 +344,8 @@ impl<R: BufRead> Capture<R> {
         match text {
             Ok(t) if self.unterminated == Some(line_no)
                 && self.format != Format::Jsonl
-                && !t.trim().is_empty() =>
+                && !t.trim().is_empty()
+                && !t.trim_start().starts_with('#') =>
             {
                 Err("the input ends in this line without a line end: it was cut while the line was written, so its last value may be cut short; not read".to_string())
             }
@@ -850,6 +851,8 @@ mod tests {
         assert_eq!((samples.len(), errors.len()), (1, 0), "{errors:?}");
         let (_, _, errors) = all(b"DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 20\n  ");
         assert!(errors.is_empty(), "{errors:?}");
+        let (_, samples, errors) = all(b"DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 20\n# EOF");
+        assert_eq!((samples.len(), errors.len()), (1, 0), "{errors:?}");
     }
 
     /// A line many times the limit is one error at its own line number, and the line after

@@ -263,7 +263,7 @@ pub(super) struct Refused {
     pub(super) outside: u64,
     /// DCGM readings refused for an ambiguous unit, by family.
     pub(super) ambiguous: BTreeMap<String, u64>,
-    /// DCGM readings of series that name no GPU (no gpu, UUID or pci_bus_id label), by
+    /// DCGM readings of series that name no GPU (no gpu or UUID label), by
     /// family: not read.
     pub(super) unnamed: BTreeMap<String, u64>,
     /// DCGM readings that were one of its blank sentinels: left blank.

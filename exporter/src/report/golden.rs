@@ -253,9 +253,12 @@ fn sliced_gpu(input: &FleetInput) -> String {
 
 /// The time-sliced GPU's holders over the window, as `FleetInput::held` takes them.
 fn held(input: &FleetInput) -> BTreeMap<String, HeldBy> {
-    let pods = TIME_SLICED.iter().map(|(p, _)| (*p).to_owned()).collect();
-    let at = (0..input.steps).collect();
-    BTreeMap::from([(sliced_gpu(input), HeldBy { pods, at })])
+    let at: BTreeSet<usize> = (0..input.steps).collect();
+    let pods = TIME_SLICED
+        .iter()
+        .map(|(p, _)| ((*p).to_owned(), at.clone()))
+        .collect();
+    BTreeMap::from([(sliced_gpu(input), HeldBy { pods })])
 }
 
 /// Fleet 1: 48 coarse steps of 300 s (about 5 raw samples each, read in bands), one

@@ -186,10 +186,8 @@ pub(crate) fn held_by_gpu(held: &[Held], per: usize) -> BTreeMap<String, HeldBy>
     let mut out: BTreeMap<String, HeldBy> = BTreeMap::new();
     for h in held {
         let holders = out.entry(h.gpu.clone()).or_default();
-        if !holders.pods.contains(&h.pod) {
-            holders.pods.push(h.pod.clone());
-        }
-        holders.at.insert(h.step / per.max(1));
+        let points = holders.pods.entry(h.pod.clone()).or_default();
+        points.insert(h.step / per.max(1));
     }
     out
 }

@@ -233,7 +233,7 @@ impl DcgmExporterSource {
         for (f, n) in &unread.unnamed {
             for _ in 0..*n {
                 errors.push(SourceError::Parse(format!(
-                    "{}: {f}: the series has no gpu, UUID or pci_bus_id label, so whose reading it is is unknown; not read",
+                    "{}: {f}: the series has no gpu or UUID label, so whose reading it is is unknown; not read",
                     self.shown
                 )));
             }

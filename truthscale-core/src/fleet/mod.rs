@@ -122,11 +122,10 @@ impl Default for FleetConfig {
 /// A GPU's holders as node mode's allocation info names them ([`FleetInput::held`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HeldBy {
-    /// `namespace/pod`, each once.
-    pub pods: Vec<String>,
-    /// The points (indices on the tracks' grid) at which any of them held the GPU: the
-    /// GPU's own pod-less series is theirs at these, and its free time elsewhere.
-    pub at: BTreeSet<usize>,
+    /// Each holder (`namespace/pod`) and the points (indices on the tracks' grid) at which
+    /// it held the GPU: the GPU's own pod-less series is its holders' at these, and the
+    /// GPU's free time elsewhere.
+    pub pods: BTreeMap<String, BTreeSet<usize>>,
 }
 
 /// The input of [`analyze`]: every track on a grid of `steps` steps of `step_seconds`.

@@ -259,8 +259,7 @@ fn pods_one_after_another_on_a_gpu_are_workloads_of_their_own() {
     fleet.held.insert(
         "n/gpu 1".into(),
         crate::fleet::HeldBy {
-            pods: vec!["ml/a".into()],
-            at: (0..2).collect(),
+            pods: BTreeMap::from([("ml/a".into(), (0..2).collect())]),
         },
     );
     let r = analyze(&fleet, &FleetConfig::default());
@@ -342,8 +341,7 @@ fn node_mode_holders_hold_a_gpu_only_while_named() {
         fleet.held.insert(
             gpu.into(),
             crate::fleet::HeldBy {
-                pods: vec![pod.into()],
-                at: at.collect(),
+                pods: BTreeMap::from([(pod.into(), at.collect())]),
             },
         );
     }
@@ -357,6 +355,47 @@ fn node_mode_holders_hold_a_gpu_only_while_named() {
     assert_eq!(hours, [("ml/b", 4.0)]);
     assert_eq!(r.idle.idle_gpu_hours, Some(4.0));
     assert_eq!(r.workloads, 1);
+}
+
+/// A node-mode holder with no series of its own holds the device's series only at its own
+/// points, not at those of a holder with a series of its own: GPU 5 is read idle for 10
+/// hours; `ml/b` (allocation info only) held it for the first 4, `ml/a` (its own series,
+/// idle) for the last 4. Each is a workload of its own with 4 idle GPU-hours; taking
+/// `ml/a`'s points as `ml/b`'s too would have made one "ml/a + ml/b" of 8. By hand.
+#[test]
+fn a_holder_with_no_series_holds_only_its_own_points() {
+    use crate::fleet::test_support::pod;
+    let mut device = Track::new(None, "n/gpu 5".into());
+    for s in 0..10 {
+        device.record(
+            s,
+            Point::new(Some(0.0), Some(0.0), Some(0.0), Some(4.0 * GIB)),
+        );
+    }
+    let a = pod("ml/a", "n/gpu 5", 6..10, |_| {
+        (Some(0.0), Some(0.0), Some(4.0))
+    });
+    let mut fleet = input(vec![device, a], 10);
+    fleet.step_seconds = 3600.0;
+    fleet.held.insert(
+        "n/gpu 5".into(),
+        crate::fleet::HeldBy {
+            pods: BTreeMap::from([
+                ("ml/b".into(), (0..4).collect()),
+                ("ml/a".into(), (6..10).collect()),
+            ]),
+        },
+    );
+    let r = analyze(&fleet, &FleetConfig::default());
+    let mut hours: Vec<(&str, f64)> = r
+        .idle
+        .workloads
+        .iter()
+        .map(|w| (w.workload.as_str(), w.idle_gpu_hours))
+        .collect();
+    hours.sort_by(|x, y| x.0.cmp(y.0));
+    assert_eq!(hours, [("ml/a", 4.0), ("ml/b", 4.0)]);
+    assert_eq!(r.idle.idle_gpu_hours, Some(8.0));
 }
 
 /// The fleet's model is the most common among its physical GPUs: three whole L4s and one

@@ -115,27 +115,30 @@ fn members<'a>(input: &'a FleetInput, gpu: &str, tracks: &[usize]) -> Vec<Member
         .iter()
         .filter_map(|&i| input.tracks[i].pod.as_deref())
         .collect();
-    let held = input.held.get(gpu);
-    let held_only: Vec<&str> = held
-        .into_iter()
-        .flat_map(|h| &h.pods)
-        .map(String::as_str)
-        .filter(|h| !own.contains(h))
-        .collect();
+    // The holders with no series of their own, and the points any of them held it at.
+    let mut held_only: Vec<&str> = Vec::new();
+    let mut at: BTreeSet<usize> = BTreeSet::new();
+    for (pod, points) in input.held.get(gpu).into_iter().flat_map(|h| &h.pods) {
+        if !own.contains(pod.as_str()) {
+            held_only.push(pod);
+            at.extend(points);
+        }
+    }
     let mut out = Vec::new();
     for index in pod_less {
         let t = &input.tracks[index];
-        match held.filter(|_| !held_only.is_empty()) {
-            None => out.push(Member {
+        if held_only.is_empty() {
+            out.push(Member {
                 index,
                 track: std::borrow::Cow::Borrowed(t),
                 held_only: Vec::new(),
-            }),
-            Some(h) => out.extend(t.only_at(&h.at).map(|cut| Member {
+            });
+        } else if let Some(cut) = t.only_at(&at) {
+            out.push(Member {
                 index,
                 track: std::borrow::Cow::Owned(cut),
                 held_only: held_only.clone(),
-            })),
+            });
         }
     }
     out.extend(pods.into_iter().map(|index| Member {
@@ -335,11 +338,11 @@ mod tests {
         let per_holder = input(vec![shared("ns/a"), shared("ns/b"), sole.clone()], steps);
         let mut node_mode = input(vec![shared("x"), sole], steps);
         node_mode.tracks[0].pod = None;
+        let all: BTreeSet<usize> = (0..steps).collect();
         node_mode.held.insert(
             "n/gpu 0".into(),
             crate::fleet::HeldBy {
-                pods: vec!["ns/a".into(), "ns/b".into()],
-                at: (0..steps).collect(),
+                pods: BTreeMap::from([("ns/a".into(), all.clone()), ("ns/b".into(), all)]),
             },
         );
         for (how, fleet) in [("per holder", per_holder), ("node mode", node_mode)] {

@@ -516,7 +516,9 @@ impl Scrape {
             return true;
         };
         let id = entity_of(labels);
-        if id.gpu.is_none() && id.uuid.is_none() && id.pci_bus_id.is_none() {
+        // An entity is keyed by its index or UUID: a PCI id or minor number alone would
+        // key every such GPU as one.
+        if id.gpu.is_none() && id.uuid.is_none() {
             self.unread.unnamed(&name.to_ascii_lowercase());
             return true;
         }
@@ -813,10 +815,10 @@ mod tests {
         s.remove(0).entities.remove(0)
     }
 
-    /// A series with no gpu, UUID or pci_bus_id label names no GPU: its readings are not
-    /// read and are counted under their family, never merged into one "gpu ?" with another
-    /// unnamed GPU's (the busy flags 90 % and 10 % below would have read as one GPU at
-    /// 10 %). A series named by its PCI bus id alone is read.
+    /// A series with no gpu or UUID label names no GPU: its readings are not read and are
+    /// counted under their family, never merged into one "gpu ?" with another unnamed GPU's
+    /// (the busy flags 90 % and 10 % below would have read as one GPU at 10 %). A PCI bus id
+    /// alone keys no GPU either (two would be one); a UUID alone does.
     #[test]
     fn a_series_that_names_no_gpu_is_not_read() {
         let mut p = DcgmTextParser::new("m.txt", 15.0, Timestamp(0));
@@ -824,25 +826,23 @@ mod tests {
             "DCGM_FI_DEV_GPU_UTIL{Hostname=\"a\"} 90",
             "DCGM_FI_DEV_GPU_UTIL{Hostname=\"b\"} 10",
             "DCGM_FI_DEV_GPU_UTIL{pci_bus_id=\"00000000:3B:00.0\"} 40",
+            "DCGM_FI_DEV_GPU_UTIL{UUID=\"GPU-a\"} 30",
         ] {
             assert!(p.push_line(l).unwrap().is_none());
         }
         let s = p.finish().unwrap();
         assert_eq!(s.entities.len(), 1);
-        assert_eq!(
-            s.entities[0].id.pci_bus_id.as_deref(),
-            Some("00000000:3B:00.0")
-        );
+        assert_eq!(s.entities[0].id.uuid.as_deref(), Some("GPU-a"));
         assert_eq!(
             s.entities[0].readings.get(Field::ReportedUtil),
-            Reading::Value(0.4)
+            Reading::Value(0.3)
         );
         let u = p.unread();
-        assert_eq!(u.unnamed.get("dcgm_fi_dev_gpu_util"), Some(&2));
+        assert_eq!(u.unnamed.get("dcgm_fi_dev_gpu_util"), Some(&3));
         assert!(
             u.summary()
                 .unwrap()
-                .contains("2 reading(s) of dcgm_fi_dev_gpu_util named no GPU"),
+                .contains("3 reading(s) of dcgm_fi_dev_gpu_util named no GPU"),
             "{:?}",
             u.summary()
         );

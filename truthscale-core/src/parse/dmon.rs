@@ -508,6 +508,9 @@ pub struct DmonParser {
     order: Vec<RowKey>,
     /// Where the current sweep's last row lies in `order`.
     order_pos: Option<usize>,
+    /// A header came since the sweep being gathered began: a new run may print its rows in
+    /// another order, so `order` is learned again from the next sweep, not this one.
+    order_stale: bool,
     /// The last GPU row, and the last GPU-I row (its GPU, its id): the parents of the
     /// GPU-I and GPU-CI rows that follow them.
     ctx_gpu: Option<u32>,
@@ -545,6 +548,7 @@ impl DmonParser {
             seen: Seen::default(),
             order: Vec::new(),
             order_pos: None,
+            order_stale: false,
             ctx_gpu: None,
             ctx_gi: None,
             sweeps: 0,
@@ -676,6 +680,8 @@ impl DmonParser {
                 }
                 self.set_columns(columns);
                 self.names = names;
+                (self.order_pos, self.order_stale) = (None, self.rows > 0);
+                self.order.clear();
                 Ok(None)
             }
             Line::Units(columns, problem) => {
@@ -789,7 +795,9 @@ impl DmonParser {
     }
 
     fn end_sweep(&mut self) -> Option<Sample> {
-        if self.seen.rows.len() >= self.order.len() && self.seen.rows != self.order {
+        if std::mem::take(&mut self.order_stale) {
+            // The sweep that straddles a header teaches no order.
+        } else if self.seen.rows.len() >= self.order.len() && self.seen.rows != self.order {
             self.order.clone_from(&self.seen.rows);
         }
         self.order_pos = None;
@@ -1960,6 +1968,23 @@ mod tests {
                 (6_000, vec![(0, 13.0)]),
                 (8_000, vec![(0, 14.0), (1, 24.0)]),
             ]
+        );
+    }
+
+    /// A new run's header (the rows printed in another order after it) makes the order be
+    /// learned again: GPU 1 then GPU 0 after it are each sweep's two rows, never a sweep
+    /// each, as the order before the header would have it.
+    #[test]
+    fn a_new_header_makes_the_order_learned_again() {
+        let text = "#Entity GPUTL\nID\nGPU 0 10\nGPU 1 20\nGPU 0 11\nGPU 1 21\n#Entity GPUTL\nID\nGPU 1 50\nGPU 0 60\nGPU 1 51\nGPU 0 61\nGPU 1 52\nGPU 0 62\n";
+        let (samples, _) = parse(text).unwrap();
+        let sweeps: Vec<Vec<u32>> = samples
+            .iter()
+            .map(|s| s.entities.iter().map(|e| e.id.gpu.unwrap()).collect())
+            .collect();
+        assert_eq!(
+            sweeps,
+            [vec![0, 1], vec![0, 1], vec![1, 0], vec![1, 0], vec![1, 0]]
         );
     }
 

@@ -42,9 +42,8 @@ pub struct Unread {
     /// Readings of a read family that no GPU gives (a negative count, size or link value, a
     /// clock-event bitmask that is no whole number), by family: blanks, never data.
     pub impossible: BTreeMap<String, u64>,
-    /// Readings of a read family on a series that names no GPU (no `gpu`, `UUID` or
-    /// `pci_bus_id` label), by family: whose they are is unknown, so they are not read,
-    /// never another GPU's.
+    /// Readings of a read family on a series that names no GPU (no `gpu` or `UUID` label),
+    /// by family: whose they are is unknown, so they are not read, never another GPU's.
     pub unnamed: BTreeMap<String, u64>,
 }
 
@@ -167,7 +166,7 @@ impl Unread {
         }
         for (family, n) in &self.unnamed {
             parts.push(format!(
-                "{n} reading(s) of {family} named no GPU (no gpu, UUID or pci_bus_id label): whose they are is unknown, so they were not read"
+                "{n} reading(s) of {family} named no GPU (no gpu or UUID label): whose they are is unknown, so they were not read"
             ));
         }
         Some(parts.join("; "))

@@ -102,8 +102,7 @@ fn the_allocation_check_compares_the_sizing_and_the_showback() {
         held: BTreeMap::from([(
             "n/g2".to_string(),
             crate::fleet::HeldBy {
-                pods,
-                at: (0..4).collect(),
+                pods: pods.into_iter().map(|p| (p, (0..4).collect())).collect(),
             },
         )]),
         step_bands: None,
