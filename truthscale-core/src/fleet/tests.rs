@@ -2,6 +2,15 @@ use super::*;
 use crate::fleet::test_support::{GIB, input};
 use crate::gpus;
 
+/// The idle workloads listed, with their idle GPU-hours.
+fn idle_hours(r: &FleetReport) -> Vec<(&str, f64)> {
+    r.idle
+        .workloads
+        .iter()
+        .map(|w| (w.workload.as_str(), w.idle_gpu_hours))
+        .collect()
+}
+
 /// Pins `analyze` on a small fleet that takes the branches the tests above do not: a
 /// pod on two GPUs, mixed models, one GPU's memory from the catalog, a MIG instance, a
 /// GPU without pod labels, both exclusion reasons, idleness unmeasured, a gap step and
@@ -263,12 +272,7 @@ fn pods_one_after_another_on_a_gpu_are_workloads_of_their_own() {
         },
     );
     let r = analyze(&fleet, &FleetConfig::default());
-    let hours: Vec<(&str, f64)> = r
-        .idle
-        .workloads
-        .iter()
-        .map(|w| (w.workload.as_str(), w.idle_gpu_hours))
-        .collect();
+    let hours = idle_hours(&r);
     assert_eq!(hours, [("dev/nb", 4.0)]);
     assert_eq!(r.idle.idle_gpu_hours, Some(4.0));
     assert!(
@@ -297,12 +301,7 @@ fn a_pod_after_a_shared_spell_is_a_workload_of_its_own() {
     let mut fleet = input(vec![busy("a/x"), busy("a/y"), z], 10);
     fleet.step_seconds = 3600.0;
     let r = analyze(&fleet, &FleetConfig::default());
-    let hours: Vec<(&str, f64)> = r
-        .idle
-        .workloads
-        .iter()
-        .map(|w| (w.workload.as_str(), w.idle_gpu_hours))
-        .collect();
+    let hours = idle_hours(&r);
     assert_eq!(hours, [("b/z", 5.0)]);
     assert_eq!(r.idle.idle_gpu_hours, Some(5.0));
     assert!(
@@ -346,12 +345,7 @@ fn node_mode_holders_hold_a_gpu_only_while_named() {
         );
     }
     let r = analyze(&fleet, &FleetConfig::default());
-    let hours: Vec<(&str, f64)> = r
-        .idle
-        .workloads
-        .iter()
-        .map(|w| (w.workload.as_str(), w.idle_gpu_hours))
-        .collect();
+    let hours = idle_hours(&r);
     assert_eq!(hours, [("ml/b", 4.0)]);
     assert_eq!(r.idle.idle_gpu_hours, Some(4.0));
     assert_eq!(r.workloads, 1);
@@ -387,12 +381,7 @@ fn a_holder_with_no_series_holds_only_its_own_points() {
         },
     );
     let r = analyze(&fleet, &FleetConfig::default());
-    let mut hours: Vec<(&str, f64)> = r
-        .idle
-        .workloads
-        .iter()
-        .map(|w| (w.workload.as_str(), w.idle_gpu_hours))
-        .collect();
+    let mut hours = idle_hours(&r);
     hours.sort_by(|x, y| x.0.cmp(y.0));
     assert_eq!(hours, [("ml/a", 4.0), ("ml/b", 4.0)]);
     assert_eq!(r.idle.idle_gpu_hours, Some(8.0));
