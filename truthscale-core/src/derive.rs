@@ -262,16 +262,11 @@ fn sanitize_rest(
     diags: &mut Vec<Diagnostic>,
 ) {
     // A GPU that reads runs its SMs at some clock, has some memory, is on a link that is up
-    // and is limited to some power: a value below its field's floor is no reading.
-    unclean |= readings.any_filled(FLOOR)
-        && FLOOR_FIELDS
-            .iter()
-            .any(|&f| readings.value(f).is_some_and(|v| below_floor(f, v)));
-    // A code, a flag or a count is a whole number.
-    unclean |= readings.any_filled(WHOLE)
-        && WHOLE_FIELDS
-            .iter()
-            .any(|&f| readings.value(f).is_some_and(|v| not_whole(f, v)));
+    // and is limited to some power: a value below its field's floor is no reading; nor is a
+    // code, a flag or a count with a fraction.
+    unclean |= readings
+        .values_in(FLOOR | WHOLE)
+        .any(|(i, v)| below_floor(Field::ALL[i], v) || not_whole(Field::ALL[i], v));
     // A row with none of those fields (most of a profiling capture's) has nothing more to
     // tell.
     if !unclean && !readings.any_filled(ROW_OR_WIDE) {
@@ -368,7 +363,7 @@ fn sanitize_each(
     }
 }
 
-/// Whether `v` (0 or more) is still no reading of a GPU that reads ([`FLOOR_FIELDS`]): a
+/// Whether `v` (0 or more) is still no reading of a GPU that reads ([`FLOOR`]): a
 /// memory total below a mebibyte, which no GPU or instance has; an SM clock below
 /// [`MIN_SM_CLOCK_MHZ`]; a PCIe link generation or width of 0 (the link is up, or nothing
 /// is read); a power limit of 0 W (a board limited to it runs nothing).
@@ -382,7 +377,7 @@ fn below_floor(field: Field, v: f64) -> bool {
 }
 
 /// Whether `v` is no reading of a field that is a code, a flag or a count
-/// ([`WHOLE_FIELDS`]): it has a fraction (a row remap half pending, XID 79.5).
+/// ([`WHOLE`]): it has a fraction (a row remap half pending, XID 79.5).
 fn not_whole(field: Field, v: f64) -> bool {
     (1 << field as u64) & WHOLE != 0 && v.fract() != 0.0
 }
@@ -590,21 +585,19 @@ const ROW_BOUND_FIELDS: [usize; 9] = [
 ];
 
 /// The fields with a floor above 0 (or at it) below which a value is no reading
-/// ([`below_floor`]).
-const FLOOR_FIELDS: [Field; 5] = [
+/// ([`below_floor`]), one bit each.
+const FLOOR: u64 = Field::set_of(&[
     Field::MemTotalBytes,
     Field::SmClockMhz,
     Field::PcieLinkGen,
     Field::PcieLinkWidth,
     Field::PowerLimitWatts,
-];
-/// [`FLOOR_FIELDS`], one bit each.
-const FLOOR: u64 = Field::set_of(&FLOOR_FIELDS);
+]);
 
-/// The fields that are codes, flags or counts, whole numbers ([`not_whole`]): the health
-/// levels ([`Field::is_health_level`]; a summary keeps their largest reading, never a mean)
-/// and the PCIe link's generation and width.
-const WHOLE_FIELDS: [Field; 11] = [
+/// The fields that are codes, flags or counts, whole numbers ([`not_whole`]), one bit each:
+/// the health levels ([`Field::is_health_level`]; a summary keeps their largest reading,
+/// never a mean) and the PCIe link's generation and width.
+const WHOLE: u64 = Field::set_of(&[
     Field::XidLast,
     Field::XidWindowErrors,
     Field::XidWindowFatal,
@@ -616,9 +609,7 @@ const WHOLE_FIELDS: [Field; 11] = [
     Field::FabricHealthSummary,
     Field::PcieLinkGen,
     Field::PcieLinkWidth,
-];
-/// [`WHOLE_FIELDS`], one bit each.
-const WHOLE: u64 = Field::set_of(&WHOLE_FIELDS);
+]);
 
 /// The link traffic fields of [`ROW_BOUND_FIELDS`], one bit each.
 const LINK_FIELDS: u64 = Field::set_of(&[

@@ -708,7 +708,12 @@ impl Readings {
 
     /// The fields that have a value, as indices into [`Field::ALL`] in order, with it.
     pub fn values(&self) -> impl Iterator<Item = (usize, f64)> + '_ {
-        Bits(self.valued).map(|i| (i, self.values[i]))
+        self.values_in(u64::MAX)
+    }
+
+    /// [`Readings::values`] of the fields in `set` ([`Field::set_of`]) alone.
+    pub fn values_in(&self, set: u64) -> impl Iterator<Item = (usize, f64)> + '_ {
+        Bits(self.valued & set).map(|i| (i, self.values[i]))
     }
 
     /// Take `other`'s readings of the fields in `set` ([`Field::set_of`]): values, blanks and
