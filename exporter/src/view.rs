@@ -173,8 +173,9 @@ const SHOWN_ERRORS: usize = 5;
 /// `spacing` seconds apart where its format has no timestamps (dmon, dcgm-exporter scrapes,
 /// as `analyze --interval`): `start` gets the nominal interval of its format and makes the
 /// state that `each` feeds (`None` for a malformed line: a sample lost); nothing is held
-/// beyond one sample. Malformed lines are reported on stderr (`file:line: …`) and skipped, and what the parser left unread
-/// (families, sentinels, impossible readings) is said there too, as `analyze` says it. Returns the state and the number of malformed lines
+/// beyond one sample. Malformed lines are reported on stderr (`file:line: …`) and skipped,
+/// and what the parser left unread (families, sentinels, impossible readings) is said there
+/// too, as `analyze` says it. Returns the state and the number of malformed lines
 /// (and 1 for a read that failed after samples were read, which ends the capture there),
 /// which the commands turn into exit status 1, as `analyze` does.
 ///

@@ -62,13 +62,13 @@ pub(super) fn devices(input: &FleetInput, notes: &mut Vec<String>) -> Merged {
         gpus: BTreeSet::new(),
     };
     for (gpu, tracks) in by_gpu {
-        let members = members(input, gpu, &tracks);
+        let (members, held_only) = members(input, gpu, &tracks);
         for group in read_at_once(&members) {
             let device: Vec<&Track> = group.iter().map(|&k| members[k].track.as_ref()).collect();
             let mut holders: BTreeSet<&str> =
                 device.iter().filter_map(|t| t.pod.as_deref()).collect();
-            for &k in &group {
-                holders.extend(members[k].held_only.iter().copied());
+            if group.iter().any(|&k| members[k].cut) {
+                holders.extend(held_only.iter().copied());
             }
             let mut one = device[0].clone();
             for t in &device[1..] {
@@ -100,15 +100,19 @@ struct Member<'a> {
     /// The track; a pod-less one held by holders named only by node mode's allocation info
     /// is cut to the points they held it at.
     track: std::borrow::Cow<'a, Track>,
-    /// Those holders, where it is such a cut: it is their workload, alone or not.
-    held_only: Vec<&'a str>,
+    /// Whether it is such a cut: the workload of those holders, alone or not.
+    cut: bool,
 }
 
 /// The tracks of `gpu` (`tracks`, indices into [`FleetInput::tracks`]) as [`Member`]s, the
-/// pod-less ones first. A pod-less track is its holders' at the points node mode's
-/// allocation info names holders with no series of their own, and the GPU's free time
-/// elsewhere; it is left out where they held it at no point it read.
-fn members<'a>(input: &'a FleetInput, gpu: &str, tracks: &[usize]) -> Vec<Member<'a>> {
+/// pod-less ones first, and the holders node mode's allocation info names with no series of
+/// their own. A pod-less track is theirs at the points it names them, and the GPU's free
+/// time elsewhere; it is left out where they held it at no point it read.
+fn members<'a>(
+    input: &'a FleetInput,
+    gpu: &str,
+    tracks: &[usize],
+) -> (Vec<Member<'a>>, Vec<&'a str>) {
     let (pod_less, pods): (Vec<usize>, Vec<usize>) =
         tracks.iter().partition(|&&i| input.tracks[i].pod.is_none());
     let own: BTreeSet<&str> = pods
@@ -131,27 +135,27 @@ fn members<'a>(input: &'a FleetInput, gpu: &str, tracks: &[usize]) -> Vec<Member
             out.push(Member {
                 index,
                 track: std::borrow::Cow::Borrowed(t),
-                held_only: Vec::new(),
+                cut: false,
             });
         } else if let Some(cut) = t.only_at(&at) {
             out.push(Member {
                 index,
                 track: std::borrow::Cow::Owned(cut),
-                held_only: held_only.clone(),
+                cut: true,
             });
         }
     }
     out.extend(pods.into_iter().map(|index| Member {
         index,
         track: std::borrow::Cow::Borrowed(&input.tracks[index]),
-        held_only: Vec::new(),
+        cut: false,
     }));
-    out
+    (out, held_only)
 }
 
 /// A holder's track: a pod's, or a pod-less one cut to its holders' points.
 fn is_holders(m: &Member<'_>) -> bool {
-    m.track.pod.is_some() || !m.held_only.is_empty()
+    m.track.pod.is_some() || m.cut
 }
 
 /// One GPU's [`Member`]s grouped by being read at once ([`Track::overlaps`]), a holder's
@@ -177,7 +181,7 @@ fn read_at_once(members: &[Member<'_>]) -> Vec<Vec<usize>> {
         out.entry(g).or_default().push(k);
     }
     out.into_values()
-        .filter(|g| g.len() > 1 || !members[g[0]].held_only.is_empty())
+        .filter(|g| g.len() > 1 || members[g[0]].cut)
         .collect()
 }
 

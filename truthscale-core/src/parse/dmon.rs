@@ -752,7 +752,6 @@ impl DmonParser {
         self.skipped
     }
 
-    /// The sweep so far, as a sample.
     /// The sweep row `key` ends, where it starts the next one (an entity already in it, or
     /// one that comes before its last row in `order`), with the row placed in `order`.
     #[inline(always)]
@@ -794,10 +793,11 @@ impl DmonParser {
         };
     }
 
+    /// The sweep so far, as a sample; its rows teach `order` where it is the longest yet
+    /// (not one that straddles a header).
     fn end_sweep(&mut self) -> Option<Sample> {
-        if std::mem::take(&mut self.order_stale) {
-            // The sweep that straddles a header teaches no order.
-        } else if self.seen.rows.len() >= self.order.len() && self.seen.rows != self.order {
+        let stale = std::mem::take(&mut self.order_stale);
+        if !stale && self.seen.rows.len() >= self.order.len() && self.seen.rows != self.order {
             self.order.clone_from(&self.seen.rows);
         }
         self.order_pos = None;

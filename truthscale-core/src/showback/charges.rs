@@ -341,18 +341,13 @@ impl CostAcc {
 }
 
 /// One group's row of a period, from its accumulator.
-fn group_hours(
-    g: &str,
-    a: &Acc,
-    requested: Option<&BTreeMap<String, f64>>,
-    w: &Window<'_>,
-) -> GroupHours {
+fn group_hours(g: &str, a: &Acc, requested: &BTreeMap<String, f64>, w: &Window<'_>) -> GroupHours {
     let hours = |u: u64| gpu_hours(u, w.hours_per_step);
     GroupHours {
         group: g.to_owned(),
         workloads: a.workloads.len(),
         allocated_gpu_hours: hours(a.allocated),
-        requested_gpu_hours: requested.and_then(|r| r.get(g).copied()),
+        requested_gpu_hours: requested.get(g).copied(),
         used_gpu_hours: hours(a.used),
         idle_gpu_hours: hours(a.idle),
         unmeasured_gpu_hours: hours(a.unmeasured),
@@ -378,7 +373,7 @@ fn group_hours(
         cost: a.cost.as_ref().filter(|_| !a.unpriced).map(|c| GroupCost {
             allocated: c.allocated,
             requested: requested
-                .and_then(|r| r.get(g))
+                .get(g)
                 .zip(w.cfg.default_price)
                 .map(|(h, p)| h * p),
             used: c.used,
@@ -397,7 +392,7 @@ pub(super) fn period(
     acc: &PeriodAcc,
     start_step: usize,
     steps: usize,
-    requested: Option<&BTreeMap<String, f64>>,
+    requested: &BTreeMap<String, f64>,
     w: &Window<'_>,
 ) -> Period {
     let hours = |u: u64| gpu_hours(u, w.hours_per_step);
@@ -407,21 +402,19 @@ pub(super) fn period(
         .map(|(g, a)| group_hours(g, a, requested, w))
         .collect();
     // Requested by groups that held nothing.
-    if let Some(r) = requested {
-        for (g, h) in r {
-            if !acc.groups.contains_key(g) {
-                // It held nothing: where prices were given, that costs exactly 0.
-                let cost = w.priced.then(|| GroupCost {
-                    requested: w.cfg.default_price.map(|p| h * p),
-                    ..GroupCost::default()
-                });
-                groups.push(GroupHours {
-                    group: g.clone(),
-                    requested_gpu_hours: Some(*h),
-                    cost,
-                    ..GroupHours::default()
-                });
-            }
+    for (g, h) in requested {
+        if !acc.groups.contains_key(g) {
+            // It held nothing: where prices were given, that costs exactly 0.
+            let cost = w.priced.then(|| GroupCost {
+                requested: w.cfg.default_price.map(|p| h * p),
+                ..GroupCost::default()
+            });
+            groups.push(GroupHours {
+                group: g.clone(),
+                requested_gpu_hours: Some(*h),
+                cost,
+                ..GroupHours::default()
+            });
         }
     }
     groups.sort_by(|a, b| {

@@ -568,8 +568,11 @@ fn gpus_of(input: &FleetInput) -> Vec<GpuTracks<'_>> {
 fn requested_in(requested: &Requested, from: usize, to: usize) -> BTreeMap<String, f64> {
     requested
         .iter()
-        .filter(|(_, by)| by.range(from..to).next().is_some())
-        .map(|(g, by)| (g.clone(), by.range(from..to).map(|(_, h)| h).sum()))
+        .filter_map(|(g, by)| {
+            let mut hours = by.range(from..to).map(|(_, h)| *h).peekable();
+            hours.peek()?;
+            Some((g.clone(), hours.sum()))
+        })
         .collect()
 }
 
@@ -591,7 +594,7 @@ fn of_gpus(w: &Window<'_>, gpus: &[GpuTracks<'_>], requested: &Requested) -> Sho
         &accs.total,
         0,
         steps,
-        Some(&requested_in(requested, 0, usize::MAX)),
+        &requested_in(requested, 0, usize::MAX),
         w,
     );
     let periods: Vec<Period> = if cfg.period_steps.is_some() {
@@ -601,13 +604,7 @@ fn of_gpus(w: &Window<'_>, gpus: &[GpuTracks<'_>], requested: &Requested) -> Sho
             .map(|(k, acc)| {
                 let (start, next) = (w.period_start(k), w.period_start(k + 1));
                 let asked = requested_in(requested, start, next);
-                period(
-                    acc,
-                    start,
-                    next.min(steps).saturating_sub(start),
-                    Some(&asked),
-                    w,
-                )
+                period(acc, start, next.min(steps).saturating_sub(start), &asked, w)
             })
             .collect()
     } else {
