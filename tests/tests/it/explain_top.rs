@@ -20,8 +20,14 @@ fn trace(dir: &TempDir, name: &str, readings: &str) -> std::path::PathBuf {
 }
 
 fn truthscale(args: &[&str]) -> (i32, String, String) {
+    truthscale_with(args, &[])
+}
+
+/// [`truthscale`] with the variables `vars` set.
+fn truthscale_with(args: &[&str], vars: &[(&str, &str)]) -> (i32, String, String) {
     let out = clean_command()
         .args(args)
+        .envs(vars.iter().copied())
         .stdin(Stdio::null())
         .output()
         .expect("run truthscale");
@@ -142,14 +148,11 @@ fn explain_snapshots_for_each_verdict() {
     assert!(err.contains("no GPU 3 in the input"), "{err}");
 }
 
-/// `explain --replay --config FILE` reads the file's `[derive]` as `analyze` does: tensor at
-/// 0.6 is compute-bound by default, and underloaded where the file puts compute-bound's
-/// entry at 0.95 (mixed at 0.95 too); `analyze` says the same.
-#[test]
-fn explain_reads_the_phase_thresholds_of_its_config() {
-    let dir = TempDir::new("explain-derive");
+/// A trace of tensor at 0.6 (compute-bound by default) and a configuration file that puts
+/// compute-bound's entry at 0.95 (mixed at 0.95 too: underloaded), in `dir`.
+fn tensor_trace_and_phase_config(dir: &TempDir) -> (std::path::PathBuf, std::path::PathBuf) {
     let p = trace(
-        &dir,
+        dir,
         "tensor",
         r#""gpu_util":1.0,"tensor_active":0.6,"dram_active":0.1"#,
     );
@@ -159,6 +162,16 @@ fn explain_reads_the_phase_thresholds_of_its_config() {
         "[derive.phase]\ncompute_bound_enter_tensor = 0.95\ncompute_bound_exit_tensor = 0.9\nmixed_tensor = 0.95\nmixed_dram = 0.95\n",
     )
     .unwrap();
+    (p, cfg)
+}
+
+/// `explain --replay --config FILE` reads the file's `[derive]` as `analyze` does: tensor at
+/// 0.6 is compute-bound by default, and underloaded where the file puts compute-bound's
+/// entry at 0.95 (mixed at 0.95 too); `analyze` says the same.
+#[test]
+fn explain_reads_the_phase_thresholds_of_its_config() {
+    let dir = TempDir::new("explain-derive");
+    let (p, cfg) = tensor_trace_and_phase_config(&dir);
     let (p, cfg) = (p.to_str().unwrap(), cfg.to_str().unwrap());
     let (code, out, err) = truthscale(&["explain", "--replay", p]);
     assert_eq!(code, 0, "{err}");
@@ -178,31 +191,8 @@ fn explain_reads_the_phase_thresholds_of_its_config() {
 #[test]
 fn explain_and_analyze_read_the_derive_variables_over_the_file() {
     let dir = TempDir::new("explain-derive-env");
-    let p = trace(
-        &dir,
-        "tensor",
-        r#""gpu_util":1.0,"tensor_active":0.6,"dram_active":0.1"#,
-    );
-    let cfg = dir.path().join("phase.toml");
-    std::fs::write(
-        &cfg,
-        "[derive.phase]\ncompute_bound_enter_tensor = 0.95\ncompute_bound_exit_tensor = 0.9\nmixed_tensor = 0.95\nmixed_dram = 0.95\n",
-    )
-    .unwrap();
+    let (p, cfg) = tensor_trace_and_phase_config(&dir);
     let (p, cfg) = (p.to_str().unwrap(), cfg.to_str().unwrap());
-    let run = |args: &[&str], vars: &[(&str, &str)]| {
-        let out = clean_command()
-            .args(args)
-            .envs(vars.iter().copied())
-            .stdin(Stdio::null())
-            .output()
-            .expect("run truthscale");
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
     let back = [
         (
             "TRUTHSCALE_DERIVE__PHASE__COMPUTE_BOUND_ENTER_TENSOR",
@@ -211,14 +201,14 @@ fn explain_and_analyze_read_the_derive_variables_over_the_file() {
         ("TRUTHSCALE_DERIVE__PHASE__COMPUTE_BOUND_EXIT_TENSOR", "0.4"),
         ("TRUTHSCALE_SOURCE__KIND", "no-such-kind"),
     ];
-    let (code, out, err) = run(&["explain", "--replay", p, "--config", cfg], &back);
+    let (code, out, err) = truthscale_with(&["explain", "--replay", p, "--config", cfg], &back);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("phase:          compute_bound"), "{out}");
-    let (code, analyzed, err) = run(&["analyze", p, "--config", cfg], &back);
+    let (code, analyzed, err) = truthscale_with(&["analyze", p, "--config", cfg], &back);
     assert_eq!(code, 0, "{err}");
     assert!(analyzed.contains("compute-bound 100%"), "{analyzed}");
     let bad = [("TRUTHSCALE_DERIVE__TAU_MAX", "soon")];
-    let (code, _, err) = run(&["analyze", p], &bad);
+    let (code, _, err) = truthscale_with(&["analyze", p], &bad);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("TRUTHSCALE_DERIVE__TAU_MAX"), "{err}");
 }

@@ -14,6 +14,17 @@ fn cfg(by: &str) -> ShowbackConfig {
     }
 }
 
+/// A window of 12 one-minute steps holding track `t` alone.
+fn twelve_minutes(t: Track) -> FleetInput {
+    FleetInput {
+        step_seconds: 60.0,
+        steps: 12,
+        tracks: vec![t],
+        held: Default::default(),
+        step_bands: None,
+    }
+}
+
 fn track(pod: Option<&str>, gpu: &str, points: &[Option<(f64, f64)>]) -> Track {
     let mut t = Track::new(pod.map(str::to_string), gpu.into());
     t.model = Some("NVIDIA H100 80GB HBM3".into());
@@ -635,13 +646,7 @@ fn a_period_before_any_gpu_reported_costs_nothing_unallocated() {
     for s in 6..12 {
         t.record(s, Point::new(Some(0.3), Some(0.9), Some(0.3), Some(1e9)));
     }
-    let input = FleetInput {
-        step_seconds: 60.0,
-        steps: 12,
-        tracks: vec![t],
-        held: Default::default(),
-        step_bands: None,
-    };
+    let input = twelve_minutes(t);
     let groups = vec![Some("ml".to_string())];
     let run = |price: Option<f64>| {
         let cfg = ShowbackConfig {
@@ -666,13 +671,7 @@ fn a_period_before_any_gpu_reported_costs_nothing_unallocated() {
 #[test]
 fn each_period_has_its_own_requests() {
     let t = track(Some("ml/a"), "n/g1", &[Some((0.9, 0.3)); 12]);
-    let input = FleetInput {
-        step_seconds: 60.0,
-        steps: 12,
-        tracks: vec![t],
-        held: Default::default(),
-        step_bands: None,
-    };
+    let input = twelve_minutes(t);
     let minute = 1.0 / 60.0;
     let requested = BTreeMap::from([
         ("ml".to_string(), (0..12).map(|s| (s, minute)).collect()),
@@ -727,13 +726,7 @@ fn each_period_has_its_own_requests() {
 #[test]
 fn periods_fall_on_the_calendars_boundaries() {
     let t = track(Some("ml/a"), "n/g1", &[Some((0.9, 0.3)); 12]);
-    let input = FleetInput {
-        step_seconds: 60.0,
-        steps: 12,
-        tracks: vec![t],
-        held: Default::default(),
-        step_bands: None,
-    };
+    let input = twelve_minutes(t);
     let groups = vec![Some("ml".to_string())];
     let run = |offset: usize| {
         let cfg = ShowbackConfig {
