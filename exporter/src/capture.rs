@@ -455,6 +455,39 @@ impl<R: BufRead> Capture<R> {
     }
 }
 
+/// When a malformed line's loss is told to the deriver (`Deriver::line_lost`), so that its
+/// time is never the next sample's: at once, or, for a `dcgmi dmon` row, once the sweep
+/// gathered before it is handed (the first row of a sweep is lost while the sweep before it
+/// still waits to be handed).
+#[derive(Debug, Default)]
+pub(crate) struct LostLines {
+    /// Whether a loss waits for the next sample handed (`dcgmi dmon`).
+    deferred: bool,
+    /// A loss that waits.
+    waiting: bool,
+}
+
+impl LostLines {
+    /// The rule for a capture in `format`.
+    pub(crate) fn of(format: Format) -> LostLines {
+        LostLines {
+            deferred: format == Format::DcgmiDmon,
+            waiting: false,
+        }
+    }
+
+    /// A line was malformed: whether its loss is told now, before the next sample.
+    pub(crate) fn malformed(&mut self) -> bool {
+        self.waiting |= self.deferred;
+        !self.deferred
+    }
+
+    /// A sample was handed: whether a loss that waited on it is told now, after it.
+    pub(crate) fn handed(&mut self) -> bool {
+        std::mem::take(&mut self.waiting)
+    }
+}
+
 /// The input's first bytes, put back in front of the rest.
 type Source<R> = Chain<Cursor<Vec<u8>>, R>;
 

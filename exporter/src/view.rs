@@ -192,10 +192,7 @@ pub(crate) fn read_capture<S>(
         crate::capture::Capture::open(std::io::BufReader::new(file), &name, None, spacing)?;
     let mut state = start(capture.declared_interval(spacing));
     let (mut malformed, mut read, mut stopped) = (0usize, 0usize, false);
-    // A `dcgmi dmon` row lost is told once the sweep gathered before it is in: the first
-    // row of a sweep is lost while the sweep before it still waits.
-    let dmon = capture.format() == truthscale_core::parse::Format::DcgmiDmon;
-    let mut lost_row = false;
+    let mut lost = crate::capture::LostLines::of(capture.format());
     loop {
         let r = match capture.next_sample() {
             Ok(Some(r)) => r,
@@ -216,14 +213,12 @@ pub(crate) fn read_capture<S>(
             Ok(s) => {
                 read += 1;
                 each(&mut state, Some(s));
-                if std::mem::take(&mut lost_row) {
+                if lost.handed() {
                     each(&mut state, None);
                 }
             }
             Err(e) => {
-                if dmon {
-                    lost_row = true;
-                } else {
+                if lost.malformed() {
                     each(&mut state, None);
                 }
                 malformed += 1;
@@ -263,7 +258,7 @@ pub(crate) fn views_from_replay(
         |st, s| match s {
             Some(s) => st.observe(&s),
             // Its time is not the next sample's.
-            None => st.deriver.line_lost(),
+            None => st.line_lost(),
         },
     )?;
     // A reading left blank (impossible, a sentinel) is said, as `analyze` says it, never
@@ -344,6 +339,11 @@ impl Stepper {
             counts.join(", "),
             self.diagnostics.first().join("; ")
         ))
+    }
+
+    /// A line of the input was malformed and lost: its time is not the next sample's.
+    pub(crate) fn line_lost(&mut self) {
+        self.deriver.line_lost();
     }
 
     pub(crate) fn observe(&mut self, s: &Sample) {

@@ -634,7 +634,6 @@ impl EntityState {
             .attribute(&win.id, win.allocation.as_deref(), &win.processes, parts);
     }
 
-    /// The current window was not observed: `dt` seconds of gap.
     /// `seconds` before the window a malformed line's sample stood for
     /// ([`Deriver::line_lost`]): not observed, said.
     #[cold]
@@ -650,6 +649,7 @@ impl EntityState {
         });
     }
 
+    /// The current window was not observed: `dt` seconds of gap.
     fn unobserved(&mut self, dt: f64, diags: &mut Vec<Diagnostic>, detail: String) {
         self.window.totals.unobserved_seconds += dt;
         self.window.dt_seconds = 0.0;

@@ -247,7 +247,7 @@ pub(crate) fn analyze_reader(
         progress,
         reported: 0,
         unreadable: 0,
-        lost_row: false,
+        lost: crate::capture::LostLines::of(format),
     };
     let scanning = format == Format::DcgmiDmon;
     let mut stopped = None;
@@ -400,8 +400,8 @@ struct Analyzing<'a> {
     reported: u64,
     /// `dcgmi dmon` lines that were no text: blank lines to the parser, malformed lines here.
     unreadable: u64,
-    /// A `dcgmi dmon` row was malformed since the last sweep analyzed.
-    lost_row: bool,
+    /// When a malformed line's loss is told to the analyzer.
+    lost: crate::capture::LostLines,
 }
 
 impl Analyzing<'_> {
@@ -442,16 +442,16 @@ impl Analyzing<'_> {
                 Ok(Some(s)) => {
                     self.analyzer.push(&s);
                     self.dmon.recycle(s.entities);
-                    // A row lost in the sweep being gathered, or in the first row of the
-                    // next: told once the sweep before the lost row is in.
-                    if std::mem::take(&mut self.lost_row) {
+                    if self.lost.handed() {
                         self.analyzer.line_lost();
                     }
                 }
                 Ok(None) => {}
                 Err(e) => {
                     self.malformed(e);
-                    self.lost_row = true;
+                    if self.lost.malformed() {
+                        self.analyzer.line_lost();
+                    }
                 }
             }
         }
@@ -467,7 +467,9 @@ impl Analyzing<'_> {
                 Ok(s) => self.analyzer.push(&s),
                 Err(e) => {
                     self.malformed(e);
-                    self.analyzer.line_lost();
+                    if self.lost.malformed() {
+                        self.analyzer.line_lost();
+                    }
                 }
             }
         }

@@ -149,24 +149,30 @@ pub(crate) fn frame(views: &[GpuView]) -> String {
     o
 }
 
+/// The samples of one instant of a replay, each with whether a line of the capture was
+/// malformed and lost before it (its time is then not the sample's: `Deriver::line_lost`).
+type Step = Vec<(bool, Sample)>;
+
 /// Every sample of a capture (any format `analyze` reads) grouped by time, the nominal
 /// interval, and the number of malformed lines.
-type Replayed = ((Vec<Vec<Sample>>, Option<f64>), usize);
+type Replayed = ((Vec<Step>, Option<f64>), usize);
 
 /// Every sample of a capture grouped by time (see [`Replayed`]).
 fn read_replay(path: &Path, spacing: f64) -> anyhow::Result<Replayed> {
     // Played back on a terminal, so held: one step per instant (a JSONL capture has a
     // sample per GPU with the same time).
-    view::read_capture(
+    let ((steps, nominal, _), malformed) = view::read_capture(
         (path, spacing),
-        |nominal| (Vec::new(), nominal),
-        |(steps, _): &mut (Vec<Vec<Sample>>, Option<f64>), s| match (s, steps.last_mut()) {
-            (Some(s), Some(step)) if step[0].taken == s.taken => step.push(s),
-            (Some(s), _) => steps.push(vec![s]),
-            // Played back as a view of the latest windows: a lost line only said.
-            (None, _) => {}
+        |nominal| (Vec::new(), nominal, false),
+        |(steps, _, lost): &mut (Vec<Step>, Option<f64>, bool), s| match (s, steps.last_mut()) {
+            (Some(s), Some(step)) if step[0].1.taken == s.taken => {
+                step.push((std::mem::take(lost), s));
+            }
+            (Some(s), _) => steps.push(vec![(std::mem::take(lost), s)]),
+            (None, _) => *lost = true,
         },
-    )
+    )?;
+    Ok(((steps, nominal), malformed))
 }
 
 /// Where the views come from.
@@ -175,7 +181,7 @@ enum Feed {
     /// A capture, played back one sample per tick.
     Replay {
         name: String,
-        samples: Vec<Vec<Sample>>,
+        samples: Vec<Step>,
         next: usize,
         stepper: Stepper,
         /// Malformed lines skipped (each said on stderr): exit status 1 at the end.
@@ -252,7 +258,10 @@ impl Feed {
                 ..
             } => {
                 if let Some(step) = samples.get(*next) {
-                    for s in step {
+                    for (lost, s) in step {
+                        if *lost {
+                            stepper.line_lost();
+                        }
                         stepper.observe(s);
                     }
                     *next += 1;
@@ -328,7 +337,7 @@ impl Feed {
                     next.checked_sub(1).and_then(|i| samples.get(i)),
                 ) {
                     (Some(first), Some(s)) => {
-                        format!(" at t+{:.0}s", s[0].taken.seconds_since(first[0].taken))
+                        format!(" at t+{:.0}s", s[0].1.taken.seconds_since(first[0].1.taken))
                     }
                     _ => String::new(),
                 };
@@ -807,6 +816,49 @@ mod tests {
         assert!(feed.views().is_empty());
         assert!(feed.error().is_some());
         assert!(feed.status().contains(" — "), "{}", feed.status());
+    }
+
+    /// A replay's malformed line is told to the derivation before the sample after it: in
+    /// a 1 s trace whose line at 3 s is cut, the window ending at 4 s is 1 s long and the
+    /// second before it is a gap, said, where it was read as part of a 2 s window.
+    #[test]
+    fn a_replayed_lines_time_is_not_the_next_samples() {
+        let dir = std::env::temp_dir().join(format!("top-lost-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.jsonl");
+        let line = |t: u32| {
+            format!(
+                "{{\"taken\":\"2026-01-01T00:00:0{t}Z\",\"gpu\":0,\"model\":\"NVIDIA H100 80GB HBM3\",\"gpu_util\":0.5}}\n"
+            )
+        };
+        let text = format!("{}{}{{\"taken\n{}{}", line(1), line(2), line(4), line(5));
+        std::fs::write(&path, text).unwrap();
+        let ((samples, nominal), malformed) = read_replay(&path, 1.0).unwrap();
+        assert_eq!(malformed, 1);
+        let lost: Vec<bool> = samples.iter().flatten().map(|(l, _)| *l).collect();
+        assert_eq!(lost, [false, false, true, false]);
+        let cfg = VerdictConfig::default();
+        let mut feed = Feed::Replay {
+            name: "t.jsonl".into(),
+            samples,
+            next: 0,
+            stepper: Stepper::new(&DeriveConfig::default(), &cfg, nominal),
+            malformed,
+        };
+        feed.finish(&cfg);
+        let Feed::Replay { stepper, .. } = &feed else {
+            unreachable!()
+        };
+        let note = stepper.diagnostics_note().unwrap();
+        assert!(
+            note.starts_with("diagnostics: gap 1 (first: gap [gpu 0]"),
+            "{note}"
+        );
+        assert!(
+            note.contains("1 s before this sample were a malformed line's"),
+            "{note}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Simulated data is marked, on its row and above the table, and a MIG instance's row

@@ -139,7 +139,11 @@ impl Served {
     /// Derive the tick's samples (read at `t0`) and update what is served. `attributes`: a
     /// stage attributes entities, so a device attributed otherwise is the same GPU.
     pub(crate) fn derive(&mut self, produced: &Produced, t0: Instant, attributes: bool) {
-        for sample in &produced.samples {
+        let mut lost = produced.lost_before.iter().peekable();
+        for (i, sample) in produced.samples.iter().enumerate() {
+            if lost.next_if(|&&l| l == i).is_some() {
+                self.deriver.line_lost();
+            }
             let d = self.deriver.observe(sample);
             for diag in d.diagnostics {
                 *self
@@ -415,6 +419,24 @@ mod tests {
     /// a kubelet answer that comes and goes) is counted one second a second: the
     /// attribution that comes back starts a window of its own, never one spanning the
     /// second the device was counted under the other.
+    /// A line the source lost before a sample (a replay's malformed line) is told to the
+    /// deriver before that sample: at 1 s a sample, with the one at 3 s lost, the window
+    /// ending at 4 s is 1 s observed and 1 s not (it read as 2 s observed).
+    #[test]
+    fn a_lost_line_is_told_before_the_sample_after_it() {
+        let mut s = served();
+        let mut p = Produced::default();
+        for i in [0, 1, 2, 4] {
+            p.samples
+                .extend(produced(i, vec![entity(0, "GPU-0", None, i)]).samples);
+        }
+        p.lost_before = vec![3];
+        s.derive(&p, Instant::now(), false);
+        let totals = s.gpus("test")[0].window.totals;
+        assert_eq!(totals.observed_seconds, 4.0);
+        assert_eq!(totals.unobserved_seconds, 1.0);
+    }
+
     #[test]
     fn an_attribution_that_comes_back_does_not_count_the_time_between_twice() {
         let mut s = served();

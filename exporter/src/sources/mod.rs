@@ -432,6 +432,10 @@ pub struct Produced {
     pub errors: Vec<SourceError>,
     /// Entities seen again too soon to read a new window (alive, but nothing to derive).
     pub unchanged: Vec<EntityKey>,
+    /// The samples (their indices in `samples`, ascending) before which a line of the
+    /// source's input was malformed and not read: whose time that line held is not known,
+    /// so it is never the next sample's (`Deriver::line_lost`). A replay's only.
+    pub lost_before: Vec<usize>,
 }
 
 /// dcgm-exporter on this node: `http://$NODE_IP:9400/metrics`, else localhost.

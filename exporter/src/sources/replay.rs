@@ -6,7 +6,7 @@
 //! exposition timestamps; `spacing` apart for a format without them).
 
 use super::{BuildError, Context, Produced, Source, SourceError, SourceSettings, unix_ms};
-use crate::capture::{Capture, CaptureError};
+use crate::capture::{Capture, CaptureError, LostLines};
 use crate::setting::Invalid;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
@@ -26,7 +26,12 @@ pub struct ReplaySource {
     looping: bool,
     /// The capture being read (`None` once it ended or failed).
     capture: Option<Capture<BufReader<File>>>,
-    pending: Option<Sample>,
+    /// The next sample, not yet due, and whether a line was lost before it.
+    pending: Option<(Sample, bool)>,
+    /// When a malformed line's loss is told ([`Produced::lost_before`]).
+    lost: LostLines,
+    /// A line was lost since the last sample read: its time is not the next one's.
+    lost_before: bool,
     /// Recorded time of the first sample of the current pass.
     base: Option<i64>,
     /// Wall time (ms) at which the current pass began.
@@ -245,6 +250,8 @@ impl ReplaySource {
             looping,
             capture: Some(capture),
             pending: None,
+            lost: LostLines::of(format),
+            lost_before: false,
             base: None,
             pass_start_ms: unix_ms(now),
             last_recorded: None,
@@ -269,7 +276,8 @@ impl ReplaySource {
         self.finished
     }
 
-    fn next_recorded(&mut self, errors: &mut Vec<SourceError>) -> Option<Sample> {
+    /// The next recorded sample, and whether a line was lost before it.
+    fn next_recorded(&mut self, errors: &mut Vec<SourceError>) -> Option<(Sample, bool)> {
         if let Some(s) = self.pending.take() {
             return Some(s);
         }
@@ -280,9 +288,13 @@ impl ReplaySource {
                     if let Some(u) = capture.unread() {
                         count_unread(u, &mut self.counted, &mut self.named, errors);
                     }
-                    return Some(s);
+                    let lost = std::mem::replace(&mut self.lost_before, self.lost.handed());
+                    return Some((s, lost));
                 }
-                Ok(Some(Err(e))) => errors.push(SourceError::Parse(e.to_string())),
+                Ok(Some(Err(e))) => {
+                    self.lost_before |= self.lost.malformed();
+                    errors.push(SourceError::Parse(e.to_string()));
+                }
                 Ok(None) => {
                     self.capture = None;
                     return None;
@@ -356,7 +368,7 @@ impl Source for ReplaySource {
         let now_ms = unix_ms(now);
         let mut restarts = 0;
         while !self.finished {
-            let Some(s) = self.next_recorded(&mut out.errors) else {
+            let Some((s, lost)) = self.next_recorded(&mut out.errors) else {
                 if self.looping
                     && restarts == 0
                     && self.last_recorded.is_some()
@@ -374,7 +386,7 @@ impl Source for ReplaySource {
             let base = *self.base.get_or_insert(s.taken.0);
             let due = self.pass_start_ms + (s.taken.0 - base);
             if due > now_ms {
-                self.pending = Some(s);
+                self.pending = Some((s, lost));
                 break;
             }
             if let Some(prev) = self.last_recorded.filter(|&p| s.taken.0 > p) {
@@ -383,6 +395,9 @@ impl Source for ReplaySource {
             self.last_recorded = Some(s.taken.0);
             self.first_recorded.get_or_insert(s.taken.0);
             self.handed += 1;
+            if lost {
+                out.lost_before.push(out.samples.len());
+            }
             out.samples.push(restamped(s, due));
         }
         out
@@ -471,8 +486,6 @@ mod tests {
     /// A JSONL trace at `cadence` (seconds per window, `(count, seconds, busy)` runs) and
     /// what replaying it integrates, through the deriver as the sampler builds it.
     fn replay_totals(name: &str, runs: &[(u32, u32, bool)]) -> truthscale_core::tracker::Totals {
-        use truthscale_core::derive::DeriveConfig;
-        use truthscale_core::tracker::Deriver;
         let mut text = String::new();
         let mut t = 0;
         for &(count, seconds, busy) in runs {
@@ -485,7 +498,15 @@ mod tests {
                 ));
             }
         }
-        let p = write(name, &text);
+        totals_of(name, &text, t)
+    }
+
+    /// What replaying `text` integrates over `seconds` of 1 s ticks, through the deriver as
+    /// the sidecar's pipeline feeds it (a lost line told before the sample after it).
+    fn totals_of(name: &str, text: &str, seconds: u32) -> truthscale_core::tracker::Totals {
+        use truthscale_core::derive::DeriveConfig;
+        use truthscale_core::tracker::Deriver;
+        let p = write(name, text);
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
         let mut r = ReplaySource::open(&p, Duration::from_secs(1), false, t0).unwrap();
         let mut d = Deriver::new(
@@ -494,13 +515,74 @@ mod tests {
         );
         let mut totals = Default::default();
         // The sampler's 1 s ticks over the whole trace.
-        for tick in 0..=u64::from(t) {
-            for s in r.sample(t0 + Duration::from_secs(tick)).samples {
-                totals = d.observe(&s).windows[0].totals;
+        for tick in 0..=u64::from(seconds) {
+            let produced = r.sample(t0 + Duration::from_secs(tick));
+            for (i, s) in produced.samples.iter().enumerate() {
+                if produced.lost_before.contains(&i) {
+                    d.line_lost();
+                }
+                totals = d.observe(s).windows[0].totals;
             }
         }
         assert!(r.finished());
         totals
+    }
+
+    /// A malformed line's time is not the next sample's. A 1 s trace idle but at 7 s, whose
+    /// line at 6 s is cut: the window ending at 7 s is 1 s long (the trace's cadence), not
+    /// the 2 s since 5 s, so 1 busy second, not 2, of 9 observed, and 1 s not observed.
+    #[test]
+    fn a_malformed_lines_time_is_not_the_next_samples() {
+        let line = |t: u32, util: f64| {
+            format!(
+                "{{\"taken\":\"2026-01-01T00:00:{t:02}Z\",\"gpu\":0,\"model\":\"NVIDIA H100 80GB HBM3\",\"gpu_util\":{util}}}\n"
+            )
+        };
+        let mut text = String::new();
+        for t in 1..=10 {
+            let l = line(t, if t == 7 { 1.0 } else { 0.0 });
+            text.push_str(if t == 6 { &l[..20] } else { &l });
+            if t == 6 {
+                text.push('\n');
+            }
+        }
+        let t = totals_of("lost.jsonl", &text, 10);
+        assert_eq!(t.busy_seconds, 1.0);
+        assert_eq!(t.observed_seconds, 9.0);
+        assert_eq!(t.unobserved_seconds, 1.0);
+    }
+
+    /// In `dcgmi dmon`, a lost row is told after the sweep gathered before it: GPU 0's row
+    /// of the third sweep is lost, so the third sweep is GPU 1's alone and GPU 0's fourth
+    /// window is cut to the 1 s cadence (1 s not observed). Told before the second sweep
+    /// (handed once the lost row's sweep began) it would cut GPU 0's second window instead,
+    /// which is 1 s long anyway, and leave its fourth 2 s long.
+    #[test]
+    fn a_lost_dmon_row_is_told_after_the_sweep_before_it() {
+        use truthscale_core::derive::DeriveConfig;
+        use truthscale_core::tracker::Deriver;
+        let text = "#Entity   GPUTL\nID\nGPU 0     0\nGPU 1     0\nGPU 0     0\nGPU 1     0\nGPU 0     1x0\nGPU 1     0\nGPU 0     100\nGPU 1     0\n";
+        let p = write("lost-row.txt", text);
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let mut r = ReplaySource::open(&p, Duration::from_secs(1), false, t0).unwrap();
+        let mut d = Deriver::new(DeriveConfig::default(), None);
+        let mut gpu0 = Default::default();
+        for tick in 0..=5 {
+            let produced = r.sample(t0 + Duration::from_secs(tick));
+            for (i, s) in produced.samples.iter().enumerate() {
+                if produced.lost_before.contains(&i) {
+                    d.line_lost();
+                }
+                for w in d.observe(s).windows {
+                    if w.id.gpu == Some(0) {
+                        gpu0 = w.totals;
+                    }
+                }
+            }
+        }
+        assert_eq!(gpu0.observed_seconds, 3.0);
+        assert_eq!(gpu0.unobserved_seconds, 1.0);
+        assert_eq!(gpu0.busy_seconds, 1.0);
     }
 
     #[test]
