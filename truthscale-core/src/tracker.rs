@@ -525,6 +525,9 @@ enum Pending {
     /// A window much longer than the one before, where the source declares no update
     /// interval: a change of cadence if the next window is as long, else a gap.
     Long(f64),
+    /// A window after a malformed line ([`Deriver::line_lost`]) before the entity's cadence
+    /// is known: as long as the entity's next spacing at most, the rest not observed.
+    Lost(f64),
 }
 
 /// How a window's energy counts.
@@ -888,7 +891,7 @@ impl WindowSpan {
         match *self {
             WindowSpan::Observed(dt)
             | WindowSpan::Gap(dt)
-            | WindowSpan::Waits(Pending::Long(dt)) => dt,
+            | WindowSpan::Waits(Pending::Long(dt) | Pending::Lost(dt)) => dt,
             WindowSpan::Waits(_) => 0.0,
         }
     }
@@ -1040,6 +1043,12 @@ impl Deriver {
                     ),
                 ),
                 Pending::First => (0.0, "one sample only, and no interval declared by its format: the time it stands for is unknown, so none of its readings is averaged; capture at least two samples".to_string()),
+                Pending::Lost(lost) => (
+                    lost,
+                    format!(
+                        "{lost} s since the previous sample, with a malformed line between and no sample after it to tell the cadence (the end of the input): not observed"
+                    ),
+                ),
             };
             state.pending = Pending::No;
             state.unobserved(seconds, diags, detail);
@@ -1065,13 +1074,21 @@ impl Deriver {
     /// `decision` for entity `st`'s window where a malformed line lay before it
     /// ([`Deriver::line_lost`]): an observed window longer than the entity's cadence cut to
     /// it, with the seconds cut (0 where none).
+    /// Where the cadence is not known yet (the entity's second sample, in a source that
+    /// declares no update interval), the window waits for the next spacing to tell it
+    /// ([`Pending::Lost`]).
     fn after_lost_line(&self, st: Option<&EntityState>, decision: WindowSpan) -> (WindowSpan, f64) {
-        if let (Some(st), WindowSpan::Observed(dt)) = (st, decision)
+        if let (Some(st), WindowSpan::Observed(dt) | WindowSpan::Waits(Pending::Long(dt))) =
+            (st, decision)
             && st.lost_line
-            && let Some(cadence) = self.update_interval.or(st.last_window_seconds)
-            && dt > cadence * (1.0 + 1e-9)
         {
-            return (WindowSpan::Observed(cadence), dt - cadence);
+            return match self.update_interval.or(st.last_window_seconds) {
+                Some(cadence) if dt > cadence * (1.0 + 1e-9) => {
+                    (WindowSpan::Observed(cadence), dt - cadence)
+                }
+                Some(_) => (decision, 0.0),
+                None => (WindowSpan::Waits(Pending::Lost(dt)), 0.0),
+            };
         }
         (decision, 0.0)
     }
@@ -1242,6 +1259,23 @@ impl EntityState {
         let spacing = taken.seconds_since(self.last_taken);
         let late = match self.pending {
             Pending::No => None,
+            Pending::First if self.lost_line => {
+                self.unobserved(
+                    0.0,
+                    diags,
+                    "the first sample, then a malformed line: the time it stands for is unknown, so none of its readings is averaged".to_string(),
+                );
+                Some(0.0)
+            }
+            Pending::Lost(dt) => {
+                let observed = dt.min(spacing);
+                self.integrate(observed);
+                self.last_window_seconds = Some(observed);
+                if dt > observed {
+                    self.lost_seconds(dt - observed, diags);
+                }
+                Some(observed)
+            }
             Pending::First => {
                 self.integrate(spacing);
                 self.last_window_seconds = Some(spacing);
@@ -1696,7 +1730,9 @@ impl EntityState {
                         .and_then(|s| s.output_tokens_per_sec),
                 ),
             },
-            WindowSpan::Gap(dt) | WindowSpan::Waits(Pending::Long(dt)) if on => {
+            WindowSpan::Gap(dt) | WindowSpan::Waits(Pending::Long(dt) | Pending::Lost(dt))
+                if on =>
+            {
                 self.ceiling_saturation.observe(taken, dt, None);
                 self.ceiling_output_tokens.observe(taken, dt, None);
                 Ceilings::default()
@@ -2129,6 +2165,26 @@ pub(crate) mod tests {
         let out = d.observe(&sample(250, &r));
         assert_eq!(out.windows[0].totals.observed_seconds, 0.5);
         assert_eq!(out.windows[0].totals.busy_seconds, 0.5);
+    }
+
+    /// A line lost before a long spacing (over 5 cadences), in a source that declares no
+    /// interval: the window after it is the cadence (1 s) and the rest is not observed,
+    /// where it waited as a change of cadence and was then read as a 7 s gap, the sample's
+    /// own second with it.
+    #[test]
+    fn a_long_window_after_a_lost_line_is_its_cadence() {
+        let mut d = Deriver::new(DeriveConfig::default(), None);
+        let r = [(Field::ReportedUtil, 1.0)];
+        for ms in [0, 1000, 2000] {
+            d.observe(&sample(ms, &r));
+        }
+        d.line_lost();
+        let t = d.observe(&sample(9000, &r)).windows[0].totals;
+        // The first window (1 s, once the next spacing told it), 1 s, 1 s, then 1 s.
+        assert_eq!((t.observed_seconds, t.unobserved_seconds), (4.0, 6.0));
+        assert_eq!(t.busy_seconds, 4.0);
+        let t = d.observe(&sample(10_000, &r)).windows[0].totals;
+        assert_eq!((t.observed_seconds, t.unobserved_seconds), (5.0, 6.0));
     }
 
     #[test]

@@ -1043,6 +1043,38 @@ mod tests {
         }
     }
 
+    /// A line lost before a GPU's cadence is known (between its first two samples, in a
+    /// trace that declares no interval) leaves the window after it waiting for the next
+    /// spacing: a 1 s trace of 0.5 at 1 s, its line at 2 s cut, 0.9 at 3 s and 0.1 at 4 s and
+    /// 5 s reads (0.9 + 0.1 + 0.1) / 3 s with 1 s not observed (the first sample's time is
+    /// unknown), where it read (2 × 0.5 + 2 × 0.9 + 0.1 + 0.1) / 6 s = 0.5, every second
+    /// observed. Cut after 3 s, no second is observed: its 2 s are unobserved, the mean
+    /// blank. By hand.
+    #[test]
+    fn a_line_lost_before_the_cadence_is_known_waits_for_it() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            analyze: AnalyzeArgs,
+        }
+        use clap::Parser as _;
+        let line = |t: u32, util: f64| {
+            format!("{{\"taken\":\"2026-01-01T00:00:{t:02}Z\",\"gpu\":0,\"gpu_util\":{util}}}\n")
+        };
+        let head = line(1, 0.5) + "{\"taken\":\"2026-01-01T00:00:02Z\",\"gpu\n" + &line(3, 0.9);
+        let cli = Cli::try_parse_from(["analyze", "x"]).unwrap();
+        let whole = head.clone() + &line(4, 0.1) + &line(5, 0.1);
+        let a = analyze_reader(whole.as_bytes(), "x", &cli.analyze, &[], None).unwrap();
+        let e = &a.report.entities[0];
+        let mean = e.reported_utilization.unwrap().mean;
+        assert!((mean - 1.1 / 3.0).abs() < 1e-12, "{mean}");
+        assert_eq!(e.unobserved_seconds, 1.0);
+        let a = analyze_reader(head.as_bytes(), "x", &cli.analyze, &[], None).unwrap();
+        let e = &a.report.entities[0];
+        assert!(e.reported_utilization.is_none());
+        assert_eq!(e.unobserved_seconds, 2.0);
+    }
+
     /// A line that is no text is one malformed line, not also a line skipped as not data:
     /// "2 malformed and 2 non-data line(s)" was said of a capture of two such lines. One
     /// comment and one line of bytes that are no UTF-8 among readings, as JSONL and as
