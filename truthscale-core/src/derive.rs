@@ -366,12 +366,15 @@ fn sanitize_each(
 /// Whether `v` (0 or more) is still no reading of a GPU that reads ([`FLOOR`]): a
 /// memory total below a mebibyte, which no GPU or instance has; an SM clock below
 /// [`MIN_SM_CLOCK_MHZ`]; a PCIe link generation or width of 0 (the link is up, or nothing
-/// is read); a power limit of 0 W (a board limited to it runs nothing).
+/// is read); a power limit of 0 W (a board limited to it runs nothing); a power draw of 0 W
+/// (a GPU that answers is powered: even idle, it draws tens of watts).
 fn below_floor(field: Field, v: f64) -> bool {
     match field {
         Field::MemTotalBytes => (0.0..MIN_MEMORY_TOTAL_BYTES).contains(&v),
         Field::SmClockMhz => (0.0..MIN_SM_CLOCK_MHZ).contains(&v),
-        Field::PcieLinkGen | Field::PcieLinkWidth | Field::PowerLimitWatts => v == 0.0,
+        Field::PcieLinkGen | Field::PcieLinkWidth | Field::PowerLimitWatts | Field::PowerWatts => {
+            v == 0.0
+        }
         _ => false,
     }
 }
@@ -592,6 +595,7 @@ const FLOOR: u64 = Field::set_of(&[
     Field::PcieLinkGen,
     Field::PcieLinkWidth,
     Field::PowerLimitWatts,
+    Field::PowerWatts,
 ]);
 
 /// The fields that are codes, flags or counts, whole numbers ([`not_whole`]), one bit each:
@@ -1050,23 +1054,22 @@ mod tests {
         }
     }
 
-    /// A GPU that reads is on a link that is up, limited to some power: a link generation
-    /// or width of 0, or a power limit of 0 W, is no reading, blank and said (each alone);
-    /// Gen5 ×16 under a 700 W limit stays.
+    /// A GPU that reads is on a link that is up, limited to some power, and draws some: a
+    /// link generation or width of 0, a power limit of 0 W or a power draw of 0 W, is no
+    /// reading, blank and said (each alone); Gen5 ×16 under a 700 W limit drawing 0.5 W
+    /// stays (a bound of the physics, not of a datasheet).
     #[test]
-    fn a_link_or_power_limit_of_zero_is_no_reading() {
+    fn a_link_or_power_of_zero_is_no_reading() {
         let h100 = by_key("h100-sxm");
         let id = EntityId::default();
-        for f in [
-            Field::PcieLinkGen,
-            Field::PcieLinkWidth,
-            Field::PowerLimitWatts,
-        ] {
-            let mut r = readings(&[
-                (Field::PcieLinkGen, 5.0),
-                (Field::PcieLinkWidth, 16.0),
-                (Field::PowerLimitWatts, 700.0),
-            ]);
+        let all = [
+            (Field::PcieLinkGen, 5.0),
+            (Field::PcieLinkWidth, 16.0),
+            (Field::PowerLimitWatts, 700.0),
+            (Field::PowerWatts, 0.5),
+        ];
+        for (f, _) in all {
+            let mut r = readings(&all);
             r.set_value(f, 0.0);
             let mut diags = Vec::new();
             sanitize(&mut r, &id, h100, &mut diags);
@@ -1077,23 +1080,13 @@ mod tests {
                 diags[0].detail,
                 format!("0 is no {} of a GPU that reads", f.name())
             );
-            let others = [
-                Field::PcieLinkGen,
-                Field::PcieLinkWidth,
-                Field::PowerLimitWatts,
-            ];
             assert!(
-                others
-                    .iter()
-                    .filter(|&&g| g != f)
-                    .all(|&g| r.value(g).is_some())
+                all.iter()
+                    .filter(|&&(g, _)| g != f)
+                    .all(|&(g, v)| r.value(g) == Some(v))
             );
         }
-        let mut r = readings(&[
-            (Field::PcieLinkGen, 5.0),
-            (Field::PcieLinkWidth, 16.0),
-            (Field::PowerLimitWatts, 700.0),
-        ]);
+        let mut r = readings(&all);
         let mut diags = Vec::new();
         sanitize(&mut r, &id, h100, &mut diags);
         assert!(diags.is_empty(), "{diags:?}");

@@ -2187,6 +2187,27 @@ pub(crate) mod tests {
         assert_eq!((t.observed_seconds, t.unobserved_seconds), (5.0, 6.0));
     }
 
+    /// A power draw of 0 W is no reading: an idle H100 drawing 80 W a second, with one
+    /// reading of 0 W among them, keeps its measured idle floor at 80 W (it was 0 W, and
+    /// every later window's energy was then all active) and its energy over the 3 s it was
+    /// measured, 240 J (the 0 W second was 0 J of 4 s).
+    #[test]
+    fn a_power_draw_of_zero_is_no_reading() {
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let mut last = None;
+        for (ms, watts) in [(1000, 80.0), (2000, 0.0), (3000, 80.0), (4000, 80.0)] {
+            let out = d.observe(&sample(
+                ms,
+                &[(Field::ReportedUtil, 0.0), (Field::PowerWatts, watts)],
+            ));
+            last = Some(out.windows[0].clone());
+        }
+        let w = last.unwrap();
+        assert_eq!(w.idle_floor.map(|f| f.watts), Some(80.0));
+        assert_eq!(w.totals.energy_joules, 240.0);
+        assert_eq!(w.totals.energy_observed_seconds, 3.0);
+    }
+
     #[test]
     fn unknown_model_is_diagnosed_once() {
         let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
