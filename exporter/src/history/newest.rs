@@ -10,8 +10,20 @@ use std::time::Duration;
 /// How far back from the window's end the newest sample is looked for.
 const LOOKBACK: &str = "7d";
 
-/// The newest sample of `selector` (a `{…}` series selector) up to `range.end`, in
-/// milliseconds since the epoch; `Ok(None)` when there is none within [`LOOKBACK`].
+/// How long Prometheus looks back for a series' sample at an instant (its
+/// `--query.lookback-delta`, 5 minutes unless set otherwise).
+const LOOKBACK_DELTA_MS: i64 = 300_000;
+
+/// When the newest sample of `selector` (a `{…}` series selector) up to `range.end` was last
+/// seen, in milliseconds since the epoch: the last minute of [`LOOKBACK`] at which a series
+/// had a sample within Prometheus' lookback, so the sample lies within
+/// [`LOOKBACK_DELTA_MS`] before it. `Ok(None)` when there is none within [`LOOKBACK`].
+///
+/// `timestamp` gives a sample's own time only for a series selector; a GPU's families share
+/// every label but their name (its tensor and its DRAM activity), which `timestamp` drops,
+/// and Prometheus refuses such a vector ("vector cannot contain metrics with the same
+/// labelset"). The name is kept as a label first, and `timestamp` then gives the time it is
+/// evaluated at.
 ///
 /// # Errors
 /// The question was not answered (the request failed, or the answer holds no time a sample
@@ -21,7 +33,9 @@ pub(super) fn newest_sample(
     selector: &str,
     range: Range,
 ) -> Result<Option<i64>, String> {
-    let query = format!("max(max_over_time(timestamp({selector})[{LOOKBACK}:1m]))");
+    let query = format!(
+        "max(max_over_time(timestamp(label_replace({selector}, \"truthscale_name\", \"$1\", \"__name__\", \"(.+)\"))[{LOOKBACK}:1m]))"
+    );
     let end = secs(range.end);
     let data: serde_json::Value = client
         .get("/api/v1/query", &[("query", &query), ("time", &end)])
@@ -61,6 +75,9 @@ pub(super) fn hint(newest: Result<Option<i64>, String>, range: Range) -> String 
             );
         }
     };
+    // The sample lies within Prometheus' lookback before the time it was seen at.
+    let seen = at;
+    let at = seen.saturating_sub(LOOKBACK_DELTA_MS);
     let age_ms = range.end.saturating_sub(at).max(0);
     // Round the age up to whole minutes, with a minute's margin.
     let minutes = u64::try_from(age_ms / 60_000 + 2).unwrap_or(u64::MAX);
@@ -69,9 +86,11 @@ pub(super) fn hint(newest: Result<Option<i64>, String>, range: Range) -> String 
     // A step no longer than a tenth of the window, so that a few steps hold readings.
     let step = humantime::format_duration(Duration::from_secs(step_s.min(minutes * 6).max(1)));
     format!(
-        "; the newest GPU sample is at {} ({} before the window's end): --since {since} \
-         --step {step} reaches it",
+        "; the newest GPU sample is between {} and {} (at most {} before the window's end; \
+         Prometheus tells it to within its 5m lookback): --since {since} --step {step} \
+         reaches it",
         rfc3339(at),
+        rfc3339(seen),
         humantime::format_duration(Duration::from_secs(
             u64::try_from(age_ms / 1000).unwrap_or(0)
         ))
@@ -148,7 +167,9 @@ mod tests {
         let (newest, request) = newest_of("1779989170.5");
         assert_eq!(newest, Ok(Some(1_779_989_170_500)));
         assert!(
-            request.starts_with("GET /api/v1/query?query=max(max_over_time(timestamp(%7B__name__"),
+            request.starts_with(
+                "GET /api/v1/query?query=max(max_over_time(timestamp(label_replace(%7B__name__"
+            ),
             "{request}"
         );
         assert!(request.contains("time=1780000000"), "{request}");
@@ -170,7 +191,7 @@ mod tests {
         }
         let range = Range::back_from(1_780_000_000_000, 3_600_000, 15_000);
         for at in [i64::MIN, -1, i64::MAX] {
-            assert!(hint(Ok(Some(at)), range).contains("the newest GPU sample is at"));
+            assert!(hint(Ok(Some(at)), range).contains("the newest GPU sample is between"));
         }
         assert_eq!(rfc3339(i64::MAX), "9999-12-31T23:59:59Z");
         assert_eq!(rfc3339(i64::MIN), "1970-01-01T00:00:00Z");
@@ -182,19 +203,23 @@ mod tests {
     fn no_gpu_series_says_the_newest_sample_and_a_window_that_reaches_it() {
         let end = 1_780_000_000_000;
         let range = Range::back_from(end, 3_600_000, 15_000);
+        // Seen 2h 55m 30s before the end: the sample is up to 5 minutes older.
+        let seen = end - 3 * 3_600_000 - 30_000 + 300_000;
         assert_eq!(
-            hint(Ok(Some(end - 3 * 3_600_000 - 30_000)), range),
+            hint(Ok(Some(seen)), range),
             format!(
-                "; the newest GPU sample is at {} (3h 30s before the window's end): \
-                 --since 3h 2m --step 15s reaches it",
-                rfc3339(end - 3 * 3_600_000 - 30_000)
+                "; the newest GPU sample is between {} and {} (at most 3h 30s before the \
+                 window's end; Prometheus tells it to within its 5m lookback): --since 3h 2m \
+                 --step 15s reaches it",
+                rfc3339(end - 3 * 3_600_000 - 30_000),
+                rfc3339(seen)
             )
         );
         let range = Range::back_from(end, 3_600_000, 300_000);
         assert!(
-            hint(Ok(Some(end - 120_000)), range).ends_with("--since 4m --step 24s reaches it"),
+            hint(Ok(Some(end + 180_000)), range).ends_with("--since 4m --step 24s reaches it"),
             "{}",
-            hint(Ok(Some(end - 120_000)), range)
+            hint(Ok(Some(end + 180_000)), range)
         );
         assert_eq!(
             hint(Ok(None), range),

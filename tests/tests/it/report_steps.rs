@@ -318,6 +318,39 @@ fn an_impossible_sample_in_a_summarised_step_blanks_the_step() {
     assert_eq!(sizing_a(&coarse)["saturation_p99"].as_f64(), Some(0.9));
 }
 
+/// A window after the fleet's last sample says when that sample was, on a real Prometheus,
+/// to within its 5-minute lookback: each GPU has several families with the same labels, and
+/// the question used to be refused ("vector cannot contain metrics with the same
+/// labelset"), so the hint said only that it could not be asked.
+#[test]
+fn a_window_after_the_data_names_the_newest_sample() {
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    require_tool_or_return!("/usr/bin/promtool", "prometheus");
+    let Fleet { end, url, .. } = &fleet_ending("report-newest", end_now() - 3 * 3600, openmetrics);
+    let later = until_of(end + 2 * 3600);
+    let run = truthscale(&[
+        "report",
+        "--prometheus",
+        url,
+        "--since",
+        "30m",
+        "--until",
+        &later,
+        "--by",
+        "namespace",
+    ]);
+    assert_ne!(run.code, Some(0), "{}", run.stderr);
+    // Seen at each minute up to 5 minutes after it (Prometheus' lookback), so said to lie
+    // within the 5 minutes before the last of them.
+    let want = format!(
+        "; the newest GPU sample is between {} and {} (at most 2h before the window's end; \
+         Prometheus tells it to within its 5m lookback): --since 2h 2m",
+        until_of(*end),
+        until_of(end + 300)
+    );
+    assert!(run.stderr.contains(&want), "{}", run.stderr);
+}
+
 /// `--max-points` below the steps of the grid: each workload keeps one point per four
 /// 60 s steps (360 steps, 90 points), the mean of its steps for use and their peak for
 /// memory and the sizing, so the bursts are sized as at one point a step and the use adds up
