@@ -298,7 +298,10 @@ impl Acc {
             // GPU-relative: over the whole GPU's time, whatever the share.
             *self.ecf_estimate.get_or_insert(0.0) += e * hours_per_step;
         }
-        if matches!(class, Use::Idle | Use::Used) {
+        // A device's readings are its holder's but where the GPU could take no work or is
+        // time-sliced; a step with neither use reading (`Unmeasured`) may still have
+        // measured its saturation.
+        if !matches!(class, Use::Unavailable | Use::Unknown) {
             if let Some(b) = c.busy {
                 self.busy += b * hours;
                 self.busy_measured += u;

@@ -606,6 +606,34 @@ fn no_power_read_is_no_energy_and_no_bound() {
     );
 }
 
+/// Saturation is charged where it was measured, the busy flag read or not: tensor 0.5 at
+/// each of 12 one-minute steps, the busy flag blank at 4 of them (and no effective compute)
+/// is 0.5 × 12 GPU-minutes over 12 measured, where the 4 steps without a busy flag were
+/// left out (0.5 × 8 over 8). By hand.
+#[test]
+fn saturation_is_charged_where_measured_whatever_the_busy_flag() {
+    let mut t = Track::new(Some("ml/a".into()), "n/g1".into());
+    t.model = Some("NVIDIA H100 80GB HBM3".into());
+    t.spec = crate::gpus::lookup("NVIDIA H100 80GB HBM3");
+    for s in 0..12 {
+        let busy = (s % 3 != 0).then_some(0.8);
+        t.record(s, Point::new(Some(0.5), busy, None, Some(1e9)));
+    }
+    let input = twelve_minutes(t);
+    let groups = vec![Some("ml".to_string())];
+    let s = showback(
+        &input,
+        &groups,
+        &Holders::new(),
+        &BTreeMap::new(),
+        &cfg("namespace"),
+    );
+    let ml = &s.total.groups[0];
+    near(ml.saturation_gpu_hours.unwrap(), h(0.5 * 12.0));
+    near(ml.saturation_measured_gpu_hours, h(12.0));
+    near(ml.busy_gpu_hours.unwrap(), h(0.8 * 8.0));
+}
+
 /// The GPU-hours no pod held cost each GPU's hours at its price; without a price, unknown.
 #[test]
 fn the_unallocated_gpu_hours_have_a_cost() {
