@@ -278,6 +278,9 @@ impl History {
         for (family, n) in &tally.unnamed {
             *unread.unnamed.entry(family.clone()).or_default() += n;
         }
+        for (family, n) in &tally.disagreeing {
+            *unread.disagreeing.entry(family.clone()).or_default() += n;
+        }
         let mut answer_notes: Vec<String> = unread
             .summary()
             .map(|s| format!("DCGM fields {s} (docs/dcgm-compatibility.md lists what is read)"))
@@ -396,6 +399,9 @@ struct Tally {
     ambiguous: BTreeMap<String, u64>,
     /// DCGM readings of series that name no GPU, by family (warned with the rest).
     unnamed: BTreeMap<String, u64>,
+    /// DCGM readings that disagreed with another series of the same GPU, by family (warned
+    /// with the rest).
+    disagreeing: BTreeMap<String, u64>,
     /// The units decided so far (percent or 0..1), carried from chunk to chunk: decided
     /// once for the read, so that where chunks start never changes a value.
     units: truthscale_core::parse::names::Units,
@@ -469,6 +475,9 @@ fn hand_over(
     }
     for (family, n) in refused.unnamed {
         *tally.unnamed.entry(family).or_default() += n;
+    }
+    for (family, n) in refused.disagreeing {
+        *tally.disagreeing.entry(family).or_default() += n;
     }
     spent
 }

@@ -246,6 +246,7 @@ impl Chunk {
             outside,
             ambiguous: unread.ambiguous,
             unnamed: unread.unnamed,
+            disagreeing: unread.disagreeing,
             sentinels: unread.sentinels.values().sum(),
             impossible: unread.impossible.values().sum(),
         }
@@ -266,6 +267,9 @@ pub(super) struct Refused {
     /// DCGM readings of series that name no GPU (no gpu or UUID label), by
     /// family: not read.
     pub(super) unnamed: BTreeMap<String, u64>,
+    /// DCGM readings that disagreed with another series of the same GPU at the same time,
+    /// by family: left blank.
+    pub(super) disagreeing: BTreeMap<String, u64>,
     /// DCGM readings that were one of its blank sentinels: left blank.
     pub(super) sentinels: u64,
     /// DCGM readings no GPU gives (negative free memory, a clock-event bitmask that is no

@@ -34,7 +34,7 @@ pub(super) fn newest_sample(
     range: Range,
 ) -> Result<Option<i64>, String> {
     let query = format!(
-        "max(max_over_time(timestamp(label_replace({selector}, \"truthscale_name\", \"$1\", \"__name__\", \"(.+)\"))[{LOOKBACK}:1m]))"
+        "max(max_over_time(timestamp(label_replace({selector}, \"name_\", \"$1\", \"__name__\", \"(.+)\"))[{LOOKBACK}:1m]))"
     );
     let end = secs(range.end);
     let data: serde_json::Value = client

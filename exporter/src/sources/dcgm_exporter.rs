@@ -238,6 +238,14 @@ impl DcgmExporterSource {
                 )));
             }
         }
+        for (f, n) in &unread.disagreeing {
+            for _ in 0..*n {
+                errors.push(SourceError::Parse(format!(
+                    "{}: {f}: two series of the same GPU gave readings that disagree (two exporters reading it, say); neither is known to be the GPU's, so the field is left blank",
+                    self.shown
+                )));
+            }
+        }
         for (f, n) in &unread.ambiguous {
             for _ in 0..*n {
                 errors.push(SourceError::AmbiguousUnit(format!(

@@ -28,7 +28,7 @@
 //! kept, and its memory, is bounded by the caps and not by the size of the answer.
 
 use super::ParseError;
-use super::dmon::{Acc, Target, Unit, dcgm_value, error, nth_time};
+use super::dmon::{Acc, Taken, Target, Unit, dcgm_value, error, nth_time};
 use super::names::{Scale, Units, Unread};
 use super::prom_text;
 use crate::model::{EntityId, EntityKey, EntitySample, Field, MigId, PodRef, Sample, Timestamp};
@@ -545,13 +545,23 @@ impl Scrape {
         }
         if let Some(acc) = self.entities.get_mut(i) {
             fill_attributes(&mut acc.sample.id, id);
-            let impossible = if target == Target::XidCount {
-                acc.count_xid(label_u32(labels, "xid"), raw)
+            let taken = if target == Target::XidCount {
+                if acc.count_xid(label_u32(labels, "xid"), raw) {
+                    Taken::Impossible
+                } else {
+                    Taken::Read
+                }
             } else {
-                acc.apply(target, Some(raw))
+                acc.apply_series(target, raw)
             };
-            if impossible {
-                self.unread.impossible(&name.to_ascii_lowercase());
+            match taken {
+                Taken::Read => {}
+                Taken::Impossible => self.unread.impossible(&name.to_ascii_lowercase()),
+                Taken::Disagrees(n) => {
+                    for _ in 0..n {
+                        self.unread.disagreeing(&name.to_ascii_lowercase());
+                    }
+                }
             }
         }
         true
@@ -843,6 +853,45 @@ mod tests {
             u.summary()
                 .unwrap()
                 .contains("3 reading(s) of dcgm_fi_dev_gpu_util named no GPU"),
+            "{:?}",
+            u.summary()
+        );
+    }
+
+    /// Two series of one GPU in one scrape (two exporters reading it) that disagree leave the
+    /// field blank, counted: tensor 0.2 and 0.8 were read as whichever came last, so the
+    /// sizing followed the instances' names. Two that agree (the same value, or one reading
+    /// in MiB and in bytes) are read; a third that disagrees again is counted once more.
+    #[test]
+    fn two_series_of_one_gpu_that_disagree_leave_it_blank() {
+        let mut p = DcgmTextParser::new("m.txt", 15.0, Timestamp(0));
+        for l in [
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{gpu=\"0\",UUID=\"GPU-a\",Hostname=\"n1\",instance=\"a\"} 0.2",
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{gpu=\"0\",UUID=\"GPU-a\",Hostname=\"n1\",instance=\"b\"} 0.8",
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{gpu=\"0\",UUID=\"GPU-a\",Hostname=\"n1\",instance=\"c\"} 0.2",
+            "DCGM_FI_PROF_DRAM_ACTIVE{gpu=\"0\",UUID=\"GPU-a\",Hostname=\"n1\",instance=\"a\"} 0.4",
+            "DCGM_FI_PROF_DRAM_ACTIVE{gpu=\"0\",UUID=\"GPU-a\",Hostname=\"n1\",instance=\"b\"} 0.4",
+            "DCGM_FI_DEV_FB_USED{gpu=\"0\",UUID=\"GPU-a\",Hostname=\"n1\",instance=\"a\"} 10240",
+            "DCGM_FI_DEV_FB_USED_BYTES{gpu=\"0\",UUID=\"GPU-a\",Hostname=\"n1\",instance=\"b\"} 10737500000",
+        ] {
+            assert!(p.push_line(l).unwrap().is_none());
+        }
+        let s = p.finish().unwrap();
+        assert_eq!(s.entities.len(), 1);
+        let r = &s.entities[0].readings;
+        assert_eq!(r.get(Field::TensorActive), Reading::Blank);
+        assert_eq!(r.get(Field::DramActive), Reading::Value(0.4));
+        assert_eq!(r.get(Field::MemUsedBytes), Reading::Value(10_737_500_000.0));
+        let u = p.unread();
+        assert_eq!(
+            u.disagreeing.get("dcgm_fi_prof_pipe_tensor_active"),
+            Some(&3)
+        );
+        assert_eq!(u.disagreeing.len(), 1);
+        assert!(
+            u.summary().unwrap().contains(
+                "3 reading(s) of dcgm_fi_prof_pipe_tensor_active disagreed with another series of the same GPU"
+            ),
             "{:?}",
             u.summary()
         );

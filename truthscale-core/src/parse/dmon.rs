@@ -315,6 +315,30 @@ pub(crate) struct Extra {
     /// The XIDs counted in the source's window, all together, and the fatal one counted
     /// most with its count (the lowest code on a tie).
     xids: Option<(f64, Option<(u32, f64)>)>,
+    /// The fields a series gave a value ([`Acc::apply_series`]), one bit each.
+    given: u64,
+    /// The fields two series gave values that disagree, one bit each: left blank.
+    disagreed: u64,
+}
+
+/// How one series' reading was taken ([`Acc::apply_series`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Taken {
+    /// Read, or a blank left blank.
+    Read,
+    /// A value no GPU gives ([`Acc::apply`]), left blank.
+    Impossible,
+    /// It disagrees with another series' reading of the same field of the same GPU: the
+    /// field is left blank, counting the readings (2 at the first disagreement, each one
+    /// after it 1).
+    Disagrees(u64),
+}
+
+/// Whether two readings of one field (each converted to its unit) are one: the same within
+/// a thousandth, so that two families of one reading in different units (MiB and bytes)
+/// agree.
+fn agree(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-3 * a.abs().max(b.abs())
 }
 
 impl Acc {
@@ -341,6 +365,36 @@ impl Acc {
     #[must_use]
     pub(crate) fn apply(&mut self, target: Target, raw: Option<f64>) -> bool {
         self.extra.apply(&mut self.sample, target, raw)
+    }
+
+    /// [`Acc::apply`] for one series of a scrape of many: a field another series of the same
+    /// GPU already gave (two exporters reading one GPU, say) keeps its reading where the two
+    /// agree; where they disagree, neither is known to be the GPU's, and whichever came last
+    /// was kept in silence, so the field is left blank for the scrape.
+    #[must_use]
+    pub(crate) fn apply_series(&mut self, target: Target, raw: f64) -> Taken {
+        if let Target::Field(f, unit) = target
+            && let Some(v) = unit.convert(Some(raw))
+        {
+            let bit = 1u64 << f as u32;
+            if self.extra.disagreed & bit != 0 {
+                return Taken::Disagrees(1);
+            }
+            if self.extra.given & bit != 0
+                && let Some(before) = self.sample.readings.value(f)
+                && !agree(before, v)
+            {
+                self.extra.disagreed |= bit;
+                self.sample.readings.set(f, Reading::Blank);
+                return Taken::Disagrees(2);
+            }
+            self.extra.given |= bit;
+        }
+        if self.apply(target, Some(raw)) {
+            Taken::Impossible
+        } else {
+            Taken::Read
+        }
     }
 
     /// Add one XID's count in the source's window ([`Target::XidCount`]): `xid` from the

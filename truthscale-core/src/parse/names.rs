@@ -45,6 +45,10 @@ pub struct Unread {
     /// Readings of a read family on a series that names no GPU (no `gpu` or `UUID` label),
     /// by family: whose they are is unknown, so they are not read, never another GPU's.
     pub unnamed: BTreeMap<String, u64>,
+    /// Readings of a read family that disagreed with another series' reading of the same
+    /// field of the same GPU in one scrape (two exporters reading one GPU, say), by family:
+    /// neither is known to be the GPU's, so the field is left blank.
+    pub disagreeing: BTreeMap<String, u64>,
 }
 
 impl Unread {
@@ -85,6 +89,11 @@ impl Unread {
         add_one(&mut self.unnamed, family);
     }
 
+    /// Note a reading of `family` that disagreed with another series of the same GPU.
+    pub fn disagreeing(&mut self, family: &str) {
+        add_one(&mut self.disagreeing, family);
+    }
+
     /// Note a reading of `family` that was one of DCGM's blank sentinels.
     pub fn sentinel(&mut self, family: &str) {
         add_one(&mut self.sentinels, family);
@@ -115,6 +124,7 @@ impl Unread {
             && self.errors.is_empty()
             && self.impossible.is_empty()
             && self.unnamed.is_empty()
+            && self.disagreeing.is_empty()
     }
 
     /// How many families were seen and not read (at least: past the cap, lines).
@@ -167,6 +177,11 @@ impl Unread {
         for (family, n) in &self.unnamed {
             parts.push(format!(
                 "{n} reading(s) of {family} named no GPU (no gpu or UUID label): whose they are is unknown, so they were not read"
+            ));
+        }
+        for (family, n) in &self.disagreeing {
+            parts.push(format!(
+                "{n} reading(s) of {family} disagreed with another series of the same GPU at the same time (two exporters reading it, say): neither is known to be the GPU's, so the field was left blank; read one exporter (report: a --selector on its job or instance label)"
             ));
         }
         Some(parts.join("; "))

@@ -228,6 +228,43 @@ fn values_that_are_not_finite_are_blank_and_counted() {
     assert_eq!((refused.sentinels, refused.non_finite), (1, 0));
 }
 
+/// Two dcgm-exporter instances reading one GPU (the same labels but `instance`) that
+/// disagree leave the reading blank at that time, counted by family; where they agree, it is
+/// read. The sizing had followed whichever instance's name sorted last.
+#[test]
+fn two_instances_that_disagree_leave_the_reading_blank() {
+    let a: Labels<'_> = &[
+        ("gpu", "0"),
+        ("UUID", "GPU-a"),
+        ("Hostname", "n1"),
+        ("instance", "a"),
+    ];
+    let b: Labels<'_> = &[
+        ("gpu", "0"),
+        ("UUID", "GPU-a"),
+        ("Hostname", "n1"),
+        ("instance", "b"),
+    ];
+    let mut c = Chunk::default();
+    c.add(
+        Family::DcgmExporter,
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        &matrix(&[
+            (a, &[(1.0, "0.2"), (2.0, "0.5")]),
+            (b, &[(1.0, "0.8"), (2.0, "0.5")]),
+        ]),
+    );
+    let mut got = Vec::new();
+    let refused = c.feed(&mut Units::default(), |s| {
+        got.push(s.entities[0].readings.get(Field::TensorActive));
+    });
+    assert_eq!(got, [Reading::Blank, Reading::Value(0.5)]);
+    assert_eq!(
+        refused.disagreeing.get("dcgm_fi_prof_pipe_tensor_active"),
+        Some(&2)
+    );
+}
+
 /// A value that is no number (`"n/a"`, from a Prometheus-compatible server) is a blank
 /// reading counted with the values that are not finite, never dropped in silence; the
 /// reading beside it is read.
