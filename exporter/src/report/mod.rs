@@ -334,13 +334,14 @@ fn observe_band(
     // The band samples (a coarse step's quantiles) are the same steps again, not later ones:
     // derived without the tracker's state.
     let peak_config = DeriveConfig::default();
-    // A raw sample that is no measurement is over the top band (the largest) whatever the
-    // others: counted there, once a step.
+    // A raw sample that is no measurement is in the top band (the largest) whatever the
+    // others, and in a band below where the answer's reading left a sentinel blank: a step
+    // is counted once, by the first band that tells it. The blanks are counted from the top
+    // band's alone (each band is the same raw samples again).
     let top = band + 1 == truthscale_core::fleet::BANDS;
     for (j, e) in entities.iter().enumerate() {
         if let Some(i) = found.track(j, &e.id, None)
             && tracks[i].observe_peak_sample(step, band, e, &peak_config, diagnostics)
-            && top
         {
             source.impossible_steps += 1;
         }

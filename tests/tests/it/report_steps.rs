@@ -38,9 +38,9 @@ fn openmetrics(end: i64) -> String {
     openmetrics_with(end, None)
 }
 
-/// [`openmetrics`], with `steady/b`'s tensor activity at `impossible` (Unix seconds) 3.0,
-/// which no fraction can be.
-fn openmetrics_with(end: i64, impossible: Option<i64>) -> String {
+/// [`openmetrics`], with `steady/b`'s tensor activity at `impossible`'s time (Unix seconds)
+/// its value: one no fraction can be.
+fn openmetrics_with(end: i64, impossible: Option<(i64, f64)>) -> String {
     let mut tensor = String::new();
     let mut dram = String::new();
     let mut busy = String::new();
@@ -58,7 +58,10 @@ fn openmetrics_with(end: i64, impossible: Option<i64>) -> String {
             (
                 "b",
                 "steady",
-                if impossible == Some(t) { 3.0 } else { 0.3 },
+                match impossible {
+                    Some((at, x)) if at == t => x,
+                    _ => 0.3,
+                },
                 30.0,
             ),
         ] {
@@ -282,7 +285,7 @@ fn an_impossible_sample_in_a_summarised_step_blanks_the_step() {
     let Fleet { until, url, .. } = &fleet("report-impossible", |end| {
         // Two minutes into a five-minute step, three hours back.
         let bad = (end - 3 * 3600).div_euclid(300) * 300 + 120;
-        openmetrics_with(end, Some(bad))
+        openmetrics_with(end, Some((bad, 3.0)))
     });
 
     let fine = report(url, until, "60s", &["--json"]).json();
@@ -349,6 +352,59 @@ fn a_window_after_the_data_names_the_newest_sample() {
         until_of(end + 300)
     );
     assert!(run.stderr.contains(&want), "{}", run.stderr);
+}
+
+/// One GPU as dcgm-exporter writes it (`steady/d`: tensor 0.3, DRAM 0.1, busy 80 %, 30 GiB
+/// used of 80) at a 60 s scrape over `POINTS` minutes, its tensor activity at `sentinel`'s
+/// time DCGM's FP64 blank (2^47).
+fn dcgm_openmetrics(end: i64, sentinel: i64) -> String {
+    let l = "gpu=\"0\",UUID=\"GPU-d\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"n-d\",namespace=\"steady\",pod=\"d\"";
+    let mut om = String::new();
+    for (family, normal) in [
+        ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 0.3),
+        ("DCGM_FI_PROF_DRAM_ACTIVE", 0.1),
+        ("DCGM_FI_DEV_GPU_UTIL", 80.0),
+        ("DCGM_FI_DEV_FB_USED", 30_720.0),
+        ("DCGM_FI_DEV_FB_FREE", 51_200.0),
+    ] {
+        let _ = writeln!(om, "# TYPE {family} gauge");
+        for i in 0..POINTS {
+            let t = end - (POINTS - 1 - i) * SCRAPE;
+            let x = if t == sentinel && family.ends_with("TENSOR_ACTIVE") {
+                140_737_488_355_328.0
+            } else {
+                normal
+            };
+            let _ = writeln!(om, "{family}{{{l}}} {x} {t}");
+        }
+    }
+    om.push_str("# EOF\n");
+    om
+}
+
+/// DCGM's FP64 blank (2^47) as one raw sample of a dcgm-exporter series inside a
+/// five-minute step: the step's mean is no fraction (left blank, counted), and the step is
+/// counted as one that held an impossible raw sample, as 3.0 is. Its top band is the blank,
+/// left blank where the answer is read, so only the p99 band shows it: the step was counted
+/// as none (and said as a gap in the history).
+#[test]
+fn a_sentinel_in_a_summarised_step_is_counted_as_impossible() {
+    require_tool_or_return!("/usr/bin/prometheus", "prometheus");
+    require_tool_or_return!("/usr/bin/promtool", "prometheus");
+    let Fleet { until, url, .. } = &fleet("report-sentinel", |end| {
+        let bad = (end - 3 * 3600).div_euclid(300) * 300 + 120;
+        dcgm_openmetrics(end, bad)
+    });
+    let coarse = report(url, until, "5m", &["--json"]).json();
+    assert_eq!(
+        coarse["source"]["impossible_steps"], 1,
+        "{:#}",
+        coarse["source"]
+    );
+    // The tensor's mean.
+    assert_eq!(coarse["source"]["blanked_readings"]["out_of_range"], 1);
+    let d = sizing(&coarse, "steady/d");
+    assert_eq!(d["saturation_p99"].as_f64(), Some(0.3), "{d:#}");
 }
 
 /// `--max-points` below the steps of the grid: each workload keeps one point per four

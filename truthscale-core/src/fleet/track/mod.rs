@@ -526,8 +526,9 @@ impl Track {
     /// A quantile that sanitizing blanks (a sentinel, or a ratio past
     /// [`crate::derive::RATIO_CLAMP_LIMIT`]) says the step held an impossible raw sample,
     /// which its mean has averaged in: the step is then unknown, mean and bands, and this
-    /// returns `true`. (The top band is the step's largest raw sample, so any raw sample
-    /// over the limit is seen.)
+    /// returns `true` the first time (so that a step is counted once, whichever band tells
+    /// it: a sentinel in the top band is left blank where the answer is read, and only a
+    /// band below it then shows it).
     pub fn observe_peak_sample(
         &mut self,
         step: usize,
@@ -543,12 +544,11 @@ impl Track {
                 && !matches!(readings.get(f), Reading::Value(_))
         });
         if blanked {
-            match self.point_of(step) {
-                Some(PointOf::Open(c)) => c.impossible = true,
-                Some(PointOf::Closed(p)) => *p = Point::NONE,
-                None => {}
-            }
-            return true;
+            return match self.point_of(step) {
+                Some(PointOf::Open(c)) => !std::mem::replace(&mut c.impossible, true),
+                Some(PointOf::Closed(p)) => std::mem::replace(p, Point::NONE) != Point::NONE,
+                None => false,
+            };
         }
         let ctx = WindowContext {
             spec: self.spec,
