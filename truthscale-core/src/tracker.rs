@@ -1123,7 +1123,12 @@ impl Deriver {
         if dt <= 0.0 {
             return None;
         }
-        Some(match (self.update_interval, st.last_window_seconds) {
+        // A window that waits after a lost line ([`Pending::Lost`]) is at most its length.
+        let prev = st.last_window_seconds.or(match st.pending {
+            Pending::Lost(l) => Some(l),
+            _ => None,
+        });
+        Some(match (self.update_interval, prev) {
             (Some(u), _) if dt > k * u => WindowSpan::Gap(dt),
             (None, Some(prev)) if dt > k * prev => WindowSpan::Waits(Pending::Long(dt)),
             _ => WindowSpan::Observed(dt),
@@ -1264,6 +1269,17 @@ impl EntityState {
                     0.0,
                     diags,
                     "the first sample, then a malformed line: the time it stands for is unknown, so none of its readings is averaged".to_string(),
+                );
+                Some(0.0)
+            }
+            // The next spacing tells no cadence where it spans a lost line too, or a gap.
+            Pending::Lost(dt) if self.lost_line || spacing > k * dt => {
+                self.unobserved(
+                    dt,
+                    diags,
+                    format!(
+                        "{dt} s since the previous sample, with a malformed line between, and the spacing after it ({spacing} s) tells no cadence (another line lost, or a gap): not observed"
+                    ),
                 );
                 Some(0.0)
             }
@@ -2206,6 +2222,41 @@ pub(crate) mod tests {
         assert_eq!(w.idle_floor.map(|f| f.watts), Some(80.0));
         assert_eq!(w.totals.energy_joules, 240.0);
         assert_eq!(w.totals.energy_observed_seconds, 3.0);
+    }
+
+    /// A window waiting after a lost line (no cadence known yet) is the previous window of
+    /// the spacing after it: 98 s after a 2 s window is a gap, not 98 s observed; and the
+    /// waiting window, followed by a gap, learns no cadence: its 2 s are not observed. Only
+    /// the last second (101 s) is observed, 100 s not.
+    #[test]
+    fn a_gap_after_a_window_waiting_on_a_lost_line_is_a_gap() {
+        let mut d = Deriver::new(DeriveConfig::default(), None);
+        let r = [(Field::ReportedUtil, 1.0)];
+        d.observe(&sample(0, &r));
+        d.line_lost();
+        for ms in [2000, 100_000] {
+            d.observe(&sample(ms, &r));
+        }
+        let t = d.observe(&sample(101_000, &r)).windows[0].totals;
+        assert_eq!((t.observed_seconds, t.unobserved_seconds), (1.0, 100.0));
+        assert_eq!(t.busy_seconds, 1.0);
+    }
+
+    /// Every other line lost (no cadence known): each window after a lost line is resolved
+    /// by a spacing that spans a lost line too, so none is observed; the lost seconds are
+    /// never read as the samples' own.
+    #[test]
+    fn every_other_line_lost_observes_nothing() {
+        let mut d = Deriver::new(DeriveConfig::default(), None);
+        let r = [(Field::ReportedUtil, 1.0)];
+        let mut t = Default::default();
+        for ms in [0, 2000, 4000, 6000] {
+            t = d.observe(&sample(ms, &r)).windows[0].totals;
+            d.line_lost();
+        }
+        assert_eq!(t.observed_seconds, 0.0);
+        assert_eq!(t.busy_seconds, 0.0);
+        assert_eq!(t.unobserved_seconds, 4.0);
     }
 
     #[test]

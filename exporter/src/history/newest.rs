@@ -87,8 +87,8 @@ pub(super) fn hint(newest: Result<Option<i64>, String>, range: Range) -> String 
     let step = humantime::format_duration(Duration::from_secs(step_s.min(minutes * 6).max(1)));
     format!(
         "; the newest GPU sample is between {} and {} (at most {} before the window's end; \
-         Prometheus tells it to within its 5m lookback): --since {since} --step {step} \
-         reaches it",
+         Prometheus tells it to within its lookback, 5m unless set otherwise): --since {since} \
+         --step {step} reaches it",
         rfc3339(at),
         rfc3339(seen),
         humantime::format_duration(Duration::from_secs(
@@ -209,17 +209,18 @@ mod tests {
             hint(Ok(Some(seen)), range),
             format!(
                 "; the newest GPU sample is between {} and {} (at most 3h 30s before the \
-                 window's end; Prometheus tells it to within its 5m lookback): --since 3h 2m \
-                 --step 15s reaches it",
+                 window's end; Prometheus tells it to within its lookback, 5m unless set \
+                 otherwise): --since 3h 2m --step 15s reaches it",
                 rfc3339(end - 3 * 3_600_000 - 30_000),
                 rfc3339(seen)
             )
         );
+        // Seen at the window's end: the sample is up to 5 minutes before it.
         let range = Range::back_from(end, 3_600_000, 300_000);
         assert!(
-            hint(Ok(Some(end + 180_000)), range).ends_with("--since 4m --step 24s reaches it"),
+            hint(Ok(Some(end)), range).ends_with("--since 7m --step 42s reaches it"),
             "{}",
-            hint(Ok(Some(end + 180_000)), range)
+            hint(Ok(Some(end)), range)
         );
         assert_eq!(
             hint(Ok(None), range),

@@ -415,13 +415,10 @@ mod tests {
         }
     }
 
-    /// A GPU whose attribution flips every second (a pod's, then none, then the pod's again:
-    /// a kubelet answer that comes and goes) is counted one second a second: the
-    /// attribution that comes back starts a window of its own, never one spanning the
-    /// second the device was counted under the other.
     /// A line the source lost before a sample (a replay's malformed line) is told to the
-    /// deriver before that sample: at 1 s a sample, with the one at 3 s lost, the window
-    /// ending at 4 s is 1 s observed and 1 s not (it read as 2 s observed).
+    /// deriver before that sample: samples each second from 0 s to 4 s, the one at 3 s
+    /// lost, so the window ending at 4 s is 1 s observed and 1 s not (it read as 2 s
+    /// observed).
     #[test]
     fn a_lost_line_is_told_before_the_sample_after_it() {
         let mut s = served();
@@ -437,6 +434,10 @@ mod tests {
         assert_eq!(totals.unobserved_seconds, 1.0);
     }
 
+    /// A GPU whose attribution flips every second (a pod's, then none, then the pod's again:
+    /// a kubelet answer that comes and goes) is counted one second a second: the
+    /// attribution that comes back starts a window of its own, never one spanning the
+    /// second the device was counted under the other.
     #[test]
     fn an_attribution_that_comes_back_does_not_count_the_time_between_twice() {
         let mut s = served();

@@ -59,7 +59,7 @@ pub(crate) fn blanks_note(s: &Source) -> Option<String> {
     }
     if s.impossible_steps > 0 {
         parts.push(format!(
-            "{} workload steps held an impossible raw sample (their p99 was) and are unknown, their means too",
+            "{} workload steps held an impossible raw sample (a band of the step was) and are unknown, their means too",
             s.impossible_steps
         ));
     }

@@ -56,7 +56,8 @@ pub struct ReplaySource {
 /// the live dcgm-exporter source does: a family not read, named once (`named`); each
 /// reading refused for an ambiguous unit; each blank sentinel; each value not finite, and
 /// each error printed in place of a value (counted with the sentinels: none is data); each
-/// reading no GPU gives.
+/// reading no GPU gives; each reading of a series that names no GPU, and each that
+/// disagreed with another series of the same GPU (not read).
 fn count_unread(
     now: &Unread,
     counted: &mut Unread,
@@ -70,6 +71,8 @@ fn count_unread(
             + u.non_finite.values().sum::<u64>()
             + u.errors.values().sum::<u64>()
             + u.impossible.values().sum::<u64>()
+            + u.unnamed.values().sum::<u64>()
+            + u.disagreeing.values().sum::<u64>()
     };
     if total(now) == total(counted) {
         return;
@@ -97,6 +100,20 @@ fn count_unread(
         errors.extend(
             (0..n).map(|_| SourceError::Impossible(format!("replay: {f}: a reading no GPU gives"))),
         );
+    }
+    for (f, n) in new(&now.unnamed, &counted.unnamed) {
+        errors.extend((0..n).map(|_| {
+            SourceError::Parse(format!(
+                "replay: {f}: the series has no gpu or UUID label, so whose reading it is is unknown; not read"
+            ))
+        }));
+    }
+    for (f, n) in new(&now.disagreeing, &counted.disagreeing) {
+        errors.extend((0..n).map(|_| {
+            SourceError::Parse(format!(
+                "replay: {f}: two series of the same GPU gave readings that disagree; neither is known to be the GPU's, so the field is left blank"
+            ))
+        }));
     }
     let sentinels = new(&now.sentinels, &counted.sentinels);
     let non_finite = new(&now.non_finite, &counted.non_finite);
@@ -613,7 +630,7 @@ mod tests {
     fn what_a_replay_does_not_read_is_counted() {
         let scrape = |t: u64| {
             format!(
-                "DCGM_FI_DEV_POWER_USAGE{{gpu=\"0\"}} 140737488355328 {t}\nDCGM_FI_DEV_GPU_TEMP{{gpu=\"0\"}} NaN {t}\nDCGM_FI_DEV_PCIE_REPLAY_COUNTER{{gpu=\"0\"}} 0 {t}\nDCGM_FI_DEV_GPU_UTIL{{gpu=\"0\"}} 40 {t}\n"
+                "DCGM_FI_DEV_POWER_USAGE{{gpu=\"0\"}} 140737488355328 {t}\nDCGM_FI_DEV_GPU_TEMP{{gpu=\"0\"}} NaN {t}\nDCGM_FI_DEV_PCIE_REPLAY_COUNTER{{gpu=\"0\"}} 0 {t}\nDCGM_FI_DEV_GPU_UTIL{{gpu=\"0\"}} 40 {t}\nDCGM_FI_DEV_SM_CLOCK{{Hostname=\"x\"}} 1400 {t}\nDCGM_FI_PROF_DRAM_ACTIVE{{gpu=\"0\",pci_bus_id=\"a\"}} 0.2 {t}\nDCGM_FI_PROF_DRAM_ACTIVE{{gpu=\"0\",pci_bus_id=\"b\"}} 0.6 {t}\n"
             )
         };
         let p = write(
@@ -628,10 +645,12 @@ mod tests {
                 *kinds.entry(e.kind()).or_default() += 1;
             }
         }
-        // Two scrapes: the family once, a sentinel and a NaN a scrape.
+        // Two scrapes: the family once, a sentinel and a NaN a scrape; a clock of no GPU
+        // and two DRAM readings of one GPU that disagree a scrape (parse: 3 each).
         assert!(r.finished());
         assert_eq!(kinds.get("unread_family"), Some(&1), "{kinds:?}");
         assert_eq!(kinds.get("sentinel"), Some(&4), "{kinds:?}");
+        assert_eq!(kinds.get("parse"), Some(&6), "{kinds:?}");
     }
 
     #[test]

@@ -335,10 +335,10 @@ pub(crate) enum Taken {
 }
 
 /// Whether two readings of one field (each converted to its unit) are one: the same within
-/// a thousandth, so that two families of one reading in different units (MiB and bytes)
-/// agree.
+/// a thousandth (of the larger, or of 0.1 below it: 0 and 0.0001 agree), so that two
+/// families of one reading in different units (MiB and bytes) agree.
 fn agree(a: f64, b: f64) -> bool {
-    (a - b).abs() <= 1e-3 * a.abs().max(b.abs())
+    (a - b).abs() <= 1e-3 * a.abs().max(b.abs()).max(0.1)
 }
 
 impl Acc {

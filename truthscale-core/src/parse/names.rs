@@ -181,7 +181,7 @@ impl Unread {
         }
         for (family, n) in &self.disagreeing {
             parts.push(format!(
-                "{n} reading(s) of {family} disagreed with another series of the same GPU at the same time (two exporters reading it, say): neither is known to be the GPU's, so the field was left blank; read one exporter (report: a --selector on its job or instance label)"
+                "{n} reading(s) of {family} disagreed with another series of the same GPU at the same time (two exporters reading it, or, in a history's step, one that restarted under a new instance within it): neither is known to be the GPU's, so the field was left blank; read one exporter (report: a --selector on its job or instance label)"
             ));
         }
         Some(parts.join("; "))

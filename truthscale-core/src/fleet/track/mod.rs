@@ -7,6 +7,7 @@ use crate::gpus::{GpuSpec, MigProfile};
 use crate::health::Health;
 use crate::model::{EntitySample, Field, Reading, Readings};
 use crate::tracker::EntityWindow;
+use std::collections::BTreeSet;
 
 mod bands;
 mod combine;
@@ -253,13 +254,14 @@ pub struct Track {
     pub waits: super::waits::WaitTally,
     pub(super) first: usize,
     pub(super) points: Vec<Point>,
-    /// Steps per point: 1, or more for a grid finer than the points kept
-    /// ([`Track::with_steps_per_point`]).
+    /// Steps per point: 1, or more for a finer grid ([`Track::with_steps_per_point`]).
     per: usize,
     /// With `per` > 1, the point its steps are being combined into, and its index.
     open: Option<(usize, Combine)>,
     /// With `per` > 1, the last step recorded.
     last: Option<usize>,
+    /// The steps a band showed an impossible raw sample in, each counted once.
+    impossible: BTreeSet<usize>,
 }
 
 /// The point of a step in a [`Track`] ([`Track::point_of`]).
@@ -290,6 +292,7 @@ impl Track {
             per: 1,
             open: None,
             last: None,
+            impossible: BTreeSet::new(),
         }
     }
 
@@ -520,15 +523,11 @@ impl Track {
     /// Set band `band` of the point of `step` from the entity's quantile sample `e` (a
     /// coarse step's quantile `STEP_QUANTILES[band]` of each activity ratio): its readings
     /// sanitized (what that notices appended to `diags`) and derived with the track's
-    /// model, without the state of a tracker (a quantile is not a later window, and has no
-    /// energy or idle power of its own).
-    ///
-    /// A quantile that sanitizing blanks (a sentinel, or a ratio past
+    /// model, without a tracker's state (a quantile is no later window). A quantile that sanitizing blanks (a sentinel, or a ratio past
     /// [`crate::derive::RATIO_CLAMP_LIMIT`]) says the step held an impossible raw sample,
     /// which its mean has averaged in: the step is then unknown, mean and bands, and this
-    /// returns `true` the first time (so that a step is counted once, whichever band tells
-    /// it: a sentinel in the top band is left blank where the answer is read, and only a
-    /// band below it then shows it).
+    /// returns `true` the first time for the step, whichever band tells it (a sentinel in
+    /// the top band is left blank where the answer is read: a band below shows it).
     pub fn observe_peak_sample(
         &mut self,
         step: usize,
@@ -544,11 +543,12 @@ impl Track {
                 && !matches!(readings.get(f), Reading::Value(_))
         });
         if blanked {
-            return match self.point_of(step) {
-                Some(PointOf::Open(c)) => !std::mem::replace(&mut c.impossible, true),
-                Some(PointOf::Closed(p)) => std::mem::replace(p, Point::NONE) != Point::NONE,
-                None => false,
-            };
+            match self.point_of(step) {
+                Some(PointOf::Open(c)) => c.impossible = true,
+                Some(PointOf::Closed(p)) => *p = Point::NONE,
+                None => {}
+            }
+            return self.impossible.insert(step);
         }
         let ctx = WindowContext {
             spec: self.spec,

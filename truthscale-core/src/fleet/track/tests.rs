@@ -276,3 +276,29 @@ fn a_memory_total_of_zero_sizes_nothing() {
     // The catalog's 80 GB, in whole MiB.
     assert_eq!(r.gpu_memory_bytes, Some(76_293.0 * 1_048_576.0));
 }
+
+/// Each step that held an impossible raw sample is counted once, however many steps a
+/// point holds and whichever bands tell it: steps 4 and 5 of one point each hold one (2,
+/// where the point's state had told only the first), and step 4's second band says nothing
+/// new.
+#[test]
+fn each_impossible_step_is_counted_once() {
+    use crate::tracker::Deriver;
+    let sample = tensor_sample;
+    let cfg = DeriveConfig::default();
+    let mut diags = Vec::new();
+    let mut means = Deriver::new(cfg.clone(), Some(60.0));
+    let mut t = Track::new(Some("ns/q".into()), "n/gpu 1".into()).with_steps_per_point(2);
+    for step in 3..7 {
+        for w in &means.observe(&sample(step as i64 * 60_000, 0.2)).windows {
+            t.observe(step, w);
+        }
+    }
+    let mut bad = sample(240_000, 0.9);
+    bad.entities[0].readings.set_value(Field::TensorActive, 2.9);
+    let counted: Vec<bool> = [(4, 3), (4, 2), (5, 3), (5, 3)]
+        .iter()
+        .map(|&(step, band)| t.observe_peak_sample(step, band, &bad.entities[0], &cfg, &mut diags))
+        .collect();
+    assert_eq!(counted, [true, false, true, false]);
+}
