@@ -1073,24 +1073,30 @@ impl Deriver {
 
     /// `decision` for entity `st`'s window where a malformed line lay before it
     /// ([`Deriver::line_lost`]): an observed window longer than the entity's cadence cut to
-    /// it, with the seconds cut (0 where none).
-    /// Where the cadence is not known yet (the entity's second sample, in a source that
-    /// declares no update interval), the window waits for the next spacing to tell it
-    /// ([`Pending::Lost`]).
+    /// it, with the seconds cut (0 where none). Where the cadence is not known yet (the
+    /// entity's second sample, in a source that declares no update interval), the window
+    /// waits for the next spacing to tell it ([`Pending::Lost`]).
+    #[inline(always)]
     fn after_lost_line(&self, st: Option<&EntityState>, decision: WindowSpan) -> (WindowSpan, f64) {
-        if let (Some(st), WindowSpan::Observed(dt) | WindowSpan::Waits(Pending::Long(dt))) =
-            (st, decision)
-            && st.lost_line
-        {
-            return match self.update_interval.or(st.last_window_seconds) {
-                Some(cadence) if dt > cadence * (1.0 + 1e-9) => {
-                    (WindowSpan::Observed(cadence), dt - cadence)
-                }
-                Some(_) => (decision, 0.0),
-                None => (WindowSpan::Waits(Pending::Lost(dt)), 0.0),
-            };
+        match st {
+            Some(st) if st.lost_line => self.cut_to_cadence(st, decision),
+            _ => (decision, 0.0),
         }
-        (decision, 0.0)
+    }
+
+    /// [`Deriver::after_lost_line`] where a line was lost.
+    #[cold]
+    fn cut_to_cadence(&self, st: &EntityState, decision: WindowSpan) -> (WindowSpan, f64) {
+        let (WindowSpan::Observed(dt) | WindowSpan::Waits(Pending::Long(dt))) = decision else {
+            return (decision, 0.0);
+        };
+        match self.update_interval.or(st.last_window_seconds) {
+            Some(cadence) if dt > cadence * (1.0 + 1e-9) => {
+                (WindowSpan::Observed(cadence), dt - cadence)
+            }
+            Some(_) => (decision, 0.0),
+            None => (WindowSpan::Waits(Pending::Lost(dt)), 0.0),
+        }
     }
 
     /// [`Deriver::observe_each`], each window handed with where its entity lies and how it
