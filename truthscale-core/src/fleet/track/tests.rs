@@ -100,17 +100,10 @@ fn steps_combined_into_points_keep_means_over_what_was_measured_and_the_peaks() 
     assert_eq!(pts[2].sat_peak(), Some(6_000));
 
     // A track that starts later starts at its point; peaks raise open and closed points.
-    use crate::tracker::Deriver;
     let sample = tensor_sample;
     let cfg = DeriveConfig::default();
     let mut diags = Vec::new();
-    let mut means = Deriver::new(cfg.clone(), Some(60.0));
-    let mut t = Track::new(Some("ns/q".into()), "n/gpu 1".into()).with_steps_per_point(2);
-    for step in 3..7 {
-        for w in &means.observe(&sample(step as i64 * 60_000, 0.2)).windows {
-            t.observe(step, w);
-        }
-    }
+    let mut t = later_track(&cfg);
     // Points 1 (step 3), 2 (steps 4, 5) closed, 3 (step 6) open.
     assert!(!every_band(
         &mut t,
@@ -283,22 +276,30 @@ fn a_memory_total_of_zero_sizes_nothing() {
 /// new.
 #[test]
 fn each_impossible_step_is_counted_once() {
-    use crate::tracker::Deriver;
-    let sample = tensor_sample;
     let cfg = DeriveConfig::default();
     let mut diags = Vec::new();
-    let mut means = Deriver::new(cfg.clone(), Some(60.0));
-    let mut t = Track::new(Some("ns/q".into()), "n/gpu 1".into()).with_steps_per_point(2);
-    for step in 3..7 {
-        for w in &means.observe(&sample(step as i64 * 60_000, 0.2)).windows {
-            t.observe(step, w);
-        }
-    }
-    let mut bad = sample(240_000, 0.9);
+    let mut t = later_track(&cfg);
+    let mut bad = tensor_sample(240_000, 0.9);
     bad.entities[0].readings.set_value(Field::TensorActive, 2.9);
     let counted: Vec<bool> = [(4, 3), (4, 2), (5, 3), (5, 3)]
         .iter()
         .map(|&(step, band)| t.observe_peak_sample(step, band, &bad.entities[0], &cfg, &mut diags))
         .collect();
     assert_eq!(counted, [true, false, true, false]);
+}
+
+/// A track of two steps a point, read at tensor 0.2 from step 3 to step 6 (points 1, 2 and
+/// 3, the last still open).
+fn later_track(cfg: &DeriveConfig) -> Track {
+    let mut means = crate::tracker::Deriver::new(cfg.clone(), Some(60.0));
+    let mut t = Track::new(Some("ns/q".into()), "n/gpu 1".into()).with_steps_per_point(2);
+    for step in 3..7 {
+        for w in &means
+            .observe(&tensor_sample(step as i64 * 60_000, 0.2))
+            .windows
+        {
+            t.observe(step, w);
+        }
+    }
+    t
 }
