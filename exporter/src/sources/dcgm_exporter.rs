@@ -230,30 +230,7 @@ impl DcgmExporterSource {
                 errors.push(SourceError::Impossible(format!("{}: {f}", self.shown)));
             }
         }
-        for (f, n) in &unread.unnamed {
-            for _ in 0..*n {
-                errors.push(SourceError::Parse(format!(
-                    "{}: {f}: the series has no gpu or UUID label, so whose reading it is is unknown; not read",
-                    self.shown
-                )));
-            }
-        }
-        for (f, n) in &unread.disagreeing {
-            for _ in 0..*n {
-                errors.push(SourceError::Parse(format!(
-                    "{}: {f}: two series of the same GPU gave readings that disagree (two exporters reading it, say); neither is known to be the GPU's, so the field is left blank",
-                    self.shown
-                )));
-            }
-        }
-        for (f, n) in &unread.ambiguous {
-            for _ in 0..*n {
-                errors.push(SourceError::AmbiguousUnit(format!(
-                    "{}: {f}: percent or 0..1 ratio cannot be told; the reading is refused",
-                    self.shown
-                )));
-            }
-        }
+        super::refused_readings(&self.shown, unread, errors);
     }
 }
 

@@ -448,6 +448,41 @@ pub(crate) fn default_dcgm_url(node_ip: Option<&str>) -> String {
     }
 }
 
+/// How a source error of one kind is made from its message.
+type ErrorOf = fn(String) -> SourceError;
+
+/// The errors for the readings a DCGM parser refused by whose or what they are (`unread`'s
+/// counts, from `origin`): each refused for an ambiguous unit, each of a series that names
+/// no GPU, and each that disagreed with another series of the same GPU.
+pub(crate) fn refused_readings(
+    origin: &str,
+    unread: &truthscale_core::parse::Unread,
+    errors: &mut Vec<SourceError>,
+) {
+    let kinds: [(_, _, ErrorOf); 3] = [
+        (
+            &unread.unnamed,
+            "the series has no gpu or UUID label, so whose reading it is is unknown; not read",
+            SourceError::Parse,
+        ),
+        (
+            &unread.disagreeing,
+            "two series of the same GPU gave readings that disagree (two exporters reading it, say); neither is known to be the GPU's, so the field is left blank",
+            SourceError::Parse,
+        ),
+        (
+            &unread.ambiguous,
+            "percent or 0..1 ratio cannot be told; the reading is refused",
+            SourceError::AmbiguousUnit,
+        ),
+    ];
+    for (counts, what, make) in kinds {
+        for (f, n) in counts {
+            errors.extend((0..*n).map(|_| make(format!("{origin}: {f}: {what}"))));
+        }
+    }
+}
+
 /// Milliseconds since the Unix epoch of a wall time (0 before 1970).
 #[must_use]
 pub(crate) fn unix_ms(t: SystemTime) -> i64 {

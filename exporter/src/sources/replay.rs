@@ -89,32 +89,22 @@ fn count_unread(
             .filter(|(_, n)| *n > 0)
             .collect::<Vec<_>>()
     };
-    for (f, n) in new(&now.ambiguous, &counted.ambiguous) {
-        errors.extend((0..n).map(|_| {
-            SourceError::AmbiguousUnit(format!(
-                "replay: {f}: percent or 0..1 ratio cannot be told; the reading is refused"
-            ))
-        }));
-    }
     for (f, n) in new(&now.impossible, &counted.impossible) {
         errors.extend(
             (0..n).map(|_| SourceError::Impossible(format!("replay: {f}: a reading no GPU gives"))),
         );
     }
-    for (f, n) in new(&now.unnamed, &counted.unnamed) {
-        errors.extend((0..n).map(|_| {
-            SourceError::Parse(format!(
-                "replay: {f}: the series has no gpu or UUID label, so whose reading it is is unknown; not read"
-            ))
-        }));
-    }
-    for (f, n) in new(&now.disagreeing, &counted.disagreeing) {
-        errors.extend((0..n).map(|_| {
-            SourceError::Parse(format!(
-                "replay: {f}: two series of the same GPU gave readings that disagree; neither is known to be the GPU's, so the field is left blank"
-            ))
-        }));
-    }
+    let refused = Unread {
+        ambiguous: new(&now.ambiguous, &counted.ambiguous)
+            .into_iter()
+            .collect(),
+        unnamed: new(&now.unnamed, &counted.unnamed).into_iter().collect(),
+        disagreeing: new(&now.disagreeing, &counted.disagreeing)
+            .into_iter()
+            .collect(),
+        ..Unread::default()
+    };
+    super::refused_readings("replay", &refused, errors);
     let sentinels = new(&now.sentinels, &counted.sentinels);
     let non_finite = new(&now.non_finite, &counted.non_finite);
     let printed = new(&now.errors, &counted.errors);
