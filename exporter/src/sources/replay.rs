@@ -511,6 +511,20 @@ mod tests {
     /// What replaying `text` integrates over `seconds` of 1 s ticks, through the deriver as
     /// the sidecar's pipeline feeds it (a lost line told before the sample after it).
     fn totals_of(name: &str, text: &str, seconds: u32) -> truthscale_core::tracker::Totals {
+        let mut totals = Default::default();
+        replayed(name, text, seconds, |w| totals = w.totals);
+        totals
+    }
+
+    /// Each window of replaying `text` over `seconds` of the sampler's 1 s ticks, derived as
+    /// the sidecar's pipeline derives them (a lost line told before the sample after it),
+    /// to the end of the replay.
+    fn replayed(
+        name: &str,
+        text: &str,
+        seconds: u32,
+        mut each: impl FnMut(&truthscale_core::tracker::EntityWindow),
+    ) {
         use truthscale_core::derive::DeriveConfig;
         use truthscale_core::tracker::Deriver;
         let p = write(name, text);
@@ -520,19 +534,16 @@ mod tests {
             DeriveConfig::default(),
             r.update_interval().map(|i| i.as_secs_f64()),
         );
-        let mut totals = Default::default();
-        // The sampler's 1 s ticks over the whole trace.
         for tick in 0..=u64::from(seconds) {
             let produced = r.sample(t0 + Duration::from_secs(tick));
             for (i, s) in produced.samples.iter().enumerate() {
                 if produced.lost_before.contains(&i) {
                     d.line_lost();
                 }
-                totals = d.observe(s).windows[0].totals;
+                d.observe(s).windows.iter().for_each(&mut each);
             }
         }
         assert!(r.finished());
-        totals
     }
 
     /// A malformed line's time is not the next sample's. A 1 s trace idle but at 7 s, whose
@@ -566,27 +577,13 @@ mod tests {
     /// which is 1 s long anyway, and leave its fourth 2 s long.
     #[test]
     fn a_lost_dmon_row_is_told_after_the_sweep_before_it() {
-        use truthscale_core::derive::DeriveConfig;
-        use truthscale_core::tracker::Deriver;
         let text = "#Entity   GPUTL\nID\nGPU 0     0\nGPU 1     0\nGPU 0     0\nGPU 1     0\nGPU 0     1x0\nGPU 1     0\nGPU 0     100\nGPU 1     0\n";
-        let p = write("lost-row.txt", text);
-        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
-        let mut r = ReplaySource::open(&p, Duration::from_secs(1), false, t0).unwrap();
-        let mut d = Deriver::new(DeriveConfig::default(), None);
         let mut gpu0 = Default::default();
-        for tick in 0..=5 {
-            let produced = r.sample(t0 + Duration::from_secs(tick));
-            for (i, s) in produced.samples.iter().enumerate() {
-                if produced.lost_before.contains(&i) {
-                    d.line_lost();
-                }
-                for w in d.observe(s).windows {
-                    if w.id.gpu == Some(0) {
-                        gpu0 = w.totals;
-                    }
-                }
+        replayed("lost-row.txt", text, 5, |w| {
+            if w.id.gpu == Some(0) {
+                gpu0 = w.totals;
             }
-        }
+        });
         assert_eq!(gpu0.observed_seconds, 3.0);
         assert_eq!(gpu0.unobserved_seconds, 1.0);
         assert_eq!(gpu0.busy_seconds, 1.0);
