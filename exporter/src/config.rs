@@ -404,24 +404,21 @@ fn key_line(text: &str, key: &str) -> Option<usize> {
     None
 }
 
-/// The `[source]` keys of the file's own kind (not `kind`, nor a key every kind has): what a
-/// kind set above the file leaves unused.
-fn own_kind_source_keys(table: &toml::Table) -> Vec<&str> {
-    match table.get("source") {
-        Some(toml::Value::Table(source)) => source
-            .keys()
-            .map(String::as_str)
-            .filter(|k| *k != "kind" && !SOURCE_COMMON_KEYS.contains(k))
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
-/// Leave only the `[source]` keys every kind has (and `kind`, when `keep_kind`).
-fn keep_common_source_keys(table: &mut toml::Table, keep_kind: bool) {
+/// Leave only the `[source]` keys every kind has (and `kind`, when `keep_kind`). Returns the
+/// keys of the table's own kind it took out (not `kind`): what a kind set above it leaves
+/// unused.
+fn keep_common_source_keys(table: &mut toml::Table, keep_kind: bool) -> Vec<String> {
+    let mut taken = Vec::new();
     if let Some(toml::Value::Table(source)) = table.get_mut("source") {
-        source.retain(|k, _| SOURCE_COMMON_KEYS.contains(&k) || (keep_kind && k == "kind"));
+        source.retain(|k, _| {
+            let keep = SOURCE_COMMON_KEYS.contains(&k) || (keep_kind && k == "kind");
+            if !keep && k != "kind" {
+                taken.push(k.to_owned());
+            }
+            keep
+        });
     }
+    taken
 }
 
 fn duration(
@@ -676,13 +673,14 @@ fn file_layer(f: &Path, upper_kind: Option<&str>) -> Result<(String, toml::Table
     if let Some(kind) = upper_kind
         && replaced
     {
-        let unused = own_kind_source_keys(&table).join(", ");
+        let unused = keep_common_source_keys(&mut table, false).join(", ");
+        let replaced = "The source kind set by a flag or TRUTHSCALE_SOURCE__KIND replaces the file's [source] settings (its interval and stale_after still apply)";
         if unused.is_empty() {
             tracing::info!(
                 file = %f.display(),
                 file_kind = own.source.config.kind(),
                 kind = %kind,
-                "The source kind set by a flag or TRUTHSCALE_SOURCE__KIND replaces the file's [source] settings (its interval and stale_after still apply)."
+                "{replaced}."
             );
         } else {
             tracing::warn!(
@@ -690,10 +688,9 @@ fn file_layer(f: &Path, upper_kind: Option<&str>) -> Result<(String, toml::Table
                 file_kind = own.source.config.kind(),
                 kind = %kind,
                 unused = %unused,
-                "The source kind set by a flag or TRUTHSCALE_SOURCE__KIND replaces the file's [source] settings (its interval and stale_after still apply): the file's source keys named in `unused` are not used; set them for the new kind (TRUTHSCALE_SOURCE__…, or in the file) if it needs them."
+                "{replaced}: the file's source keys named in `unused` are not used; set them for the new kind (TRUTHSCALE_SOURCE__…, or in the file) if it needs them."
             );
         }
-        keep_common_source_keys(&mut table, false);
     }
     Ok((text, table))
 }
@@ -1991,8 +1988,8 @@ mod tests {
             matches!(&c.source.config, sources::SourceConfig::Sim(s) if s.scenario.as_deref() == Some("decode-only") && s.gpus == 4)
         );
         // What the kind above it leaves unused is named (logged as a warning).
-        let table: toml::Table = toml::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
-        assert_eq!(own_kind_source_keys(&table), ["url"]);
+        let mut table: toml::Table = toml::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+        assert_eq!(keep_common_source_keys(&mut table, false), ["url"]);
         let c = Config::load(Some(&f), &env(&[("TRUTHSCALE_SOURCE__KIND", "null")]), &[]).unwrap();
         assert_eq!(
             c.source.config,
