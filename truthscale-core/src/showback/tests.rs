@@ -25,10 +25,16 @@ fn twelve_minutes(t: Track) -> FleetInput {
     }
 }
 
-fn track(pod: Option<&str>, gpu: &str, points: &[Option<(f64, f64)>]) -> Track {
+/// An empty track of an H100 on `gpu`, held by `pod`.
+fn h100(pod: Option<&str>, gpu: &str) -> Track {
     let mut t = Track::new(pod.map(str::to_string), gpu.into());
     t.model = Some("NVIDIA H100 80GB HBM3".into());
     t.spec = crate::gpus::lookup("NVIDIA H100 80GB HBM3");
+    t
+}
+
+fn track(pod: Option<&str>, gpu: &str, points: &[Option<(f64, f64)>]) -> Track {
+    let mut t = h100(pod, gpu);
     for (s, p) in points.iter().enumerate() {
         let p = p.map_or(Point::NONE, |(busy, ecf)| {
             Point::new(Some(ecf), Some(busy), Some(ecf), Some(1e9))
@@ -421,9 +427,7 @@ fn a_gap_in_a_device_series_is_allocation_unknown_unless_a_holder_is_named() {
 
 /// A track of `watts` at each step (`None`: power not read), busy 0.9.
 fn powered(pod: Option<&str>, gpu: &str, watts: &[Option<f64>]) -> Track {
-    let mut t = Track::new(pod.map(str::to_string), gpu.into());
-    t.model = Some("NVIDIA H100 80GB HBM3".into());
-    t.spec = crate::gpus::lookup("NVIDIA H100 80GB HBM3");
+    let mut t = h100(pod, gpu);
     for (s, w) in watts.iter().enumerate() {
         let p = Point::new(Some(0.3), Some(0.9), Some(0.3), Some(1e9)).with_power(*w);
         t.record(s, p);
@@ -612,9 +616,7 @@ fn no_power_read_is_no_energy_and_no_bound() {
 /// left out (0.5 × 8 over 8). By hand.
 #[test]
 fn saturation_is_charged_where_measured_whatever_the_busy_flag() {
-    let mut t = Track::new(Some("ml/a".into()), "n/g1".into());
-    t.model = Some("NVIDIA H100 80GB HBM3".into());
-    t.spec = crate::gpus::lookup("NVIDIA H100 80GB HBM3");
+    let mut t = h100(Some("ml/a"), "n/g1");
     for s in 0..12 {
         let busy = (s % 3 != 0).then_some(0.8);
         t.record(s, Point::new(Some(0.5), busy, None, Some(1e9)));
@@ -668,9 +670,7 @@ fn the_unallocated_gpu_hours_have_a_cost() {
 /// nothing unallocated and it costs 0, known; without prices, its cost is unknown.
 #[test]
 fn a_period_before_any_gpu_reported_costs_nothing_unallocated() {
-    let mut t = Track::new(Some("ml/a".into()), "n/g1".into());
-    t.model = Some("NVIDIA H100 80GB HBM3".into());
-    t.spec = crate::gpus::lookup("NVIDIA H100 80GB HBM3");
+    let mut t = h100(Some("ml/a"), "n/g1");
     for s in 6..12 {
         t.record(s, Point::new(Some(0.3), Some(0.9), Some(0.3), Some(1e9)));
     }
