@@ -3183,3 +3183,61 @@ fn caught_a_renamed_test_in_the_runners_settings() {
         ]
     );
 }
+
+/// What the top level may hold: the layout's folders and files, the repository's own
+/// settings, and the build's `target/`.
+const TOP_LEVEL: &[&str] = &[
+    ".ci",
+    ".config",
+    ".dockerignore",
+    ".git",
+    ".gitignore",
+    "ARCHITECTURE.md",
+    "CHANGELOG.md",
+    "Cargo.lock",
+    "Cargo.toml",
+    "README.md",
+    "alerts",
+    "clippy.toml",
+    "dashboards",
+    "docker",
+    "docs",
+    "exporter",
+    "fuzz",
+    "scripts",
+    "target",
+    "tests",
+    "truthscale-core",
+];
+
+fn top_level_strays(names: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut strays: Vec<String> = names
+        .into_iter()
+        .filter(|n| !TOP_LEVEL.contains(&n.as_str()))
+        .collect();
+    strays.sort();
+    strays
+}
+
+#[test]
+fn the_top_level_holds_only_the_layout() {
+    let names = std::fs::read_dir(workspace())
+        .expect("the workspace is readable")
+        .map(|e| {
+            e.expect("a top-level entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        });
+    let strays = top_level_strays(names);
+    assert!(
+        strays.is_empty(),
+        "the top level holds only the layout (ARCHITECTURE.md); move or remove {strays:?}"
+    );
+}
+
+#[test]
+fn caught_a_stray_file_at_the_top_level() {
+    let names = ["README.md", "f.csv", "exporter", "notes"].map(str::to_owned);
+    assert_eq!(top_level_strays(names), ["f.csv", "notes"]);
+}
