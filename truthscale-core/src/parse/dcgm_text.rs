@@ -545,14 +545,10 @@ impl Scrape {
         }
         if let Some(acc) = self.entities.get_mut(i) {
             fill_attributes(&mut acc.sample.id, id);
-            let taken = if target == Target::XidCount {
-                if acc.count_xid(label_u32(labels, "xid"), raw) {
-                    Taken::Impossible
-                } else {
-                    Taken::Read
-                }
-            } else {
-                acc.apply_series(target, raw)
+            let taken = match target {
+                Target::XidCount => acc.apply_part(target, label_u32(labels, "xid"), raw),
+                Target::LinkSum(_) => acc.apply_part(target, label_u32(labels, "link"), raw),
+                _ => acc.apply_series(target, raw),
             };
             match taken {
                 Taken::Read => {}
@@ -895,6 +891,58 @@ mod tests {
             "{:?}",
             u.summary()
         );
+    }
+
+    /// Two exporters reading one GPU give each link's and each XID's series twice, and the
+    /// sums were doubled: NVLink wait 2 × (5 000 + 7 000), XIDs 2 × (2 + 1). A series of a
+    /// link or an XID another already gave is now counted once where the two agree; where
+    /// one link's (or one XID's) two disagree, the sum is left blank for the scrape, counted.
+    #[test]
+    fn a_link_or_an_xid_read_by_two_exporters_is_counted_once() {
+        let mut p = DcgmTextParser::new("m.txt", 15.0, Timestamp(0));
+        let series = |family: &str, gpu: &str, label: &str, instance: &str, v: u32| {
+            format!(
+                "{family}{{gpu=\"{gpu}\",UUID=\"GPU-{gpu}\",Hostname=\"n1\",{label},instance=\"{instance}\"}} {v}"
+            )
+        };
+        let wait = "DCGM_FI_DEV_NVLINK_PPCNT_IBPC_TX_WAIT_TOTAL";
+        let xids = "DCGM_EXP_XID_ERRORS_COUNT";
+        let mut lines = Vec::new();
+        for instance in ["a", "b"] {
+            lines.push(series(wait, "0", "link=\"0\"", instance, 5000));
+            lines.push(series(wait, "0", "link=\"1\"", instance, 7000));
+            lines.push(series(xids, "0", "xid=\"79\"", instance, 2));
+            lines.push(series(xids, "0", "xid=\"13\"", instance, 1));
+        }
+        for (instance, n) in [("a", 100), ("b", 300)] {
+            lines.push(series(wait, "1", "link=\"0\"", instance, n));
+            lines.push(series(xids, "1", "xid=\"79\"", instance, n / 100));
+        }
+        for l in &lines {
+            assert!(p.push_line(l).unwrap().is_none());
+        }
+        let s = p.finish().unwrap();
+        assert_eq!(s.entities.len(), 2);
+        let (r0, r1) = (&s.entities[0].readings, &s.entities[1].readings);
+        assert_eq!(r0.get(Field::NvlinkTxWaitTotal), Reading::Value(12_000.0));
+        assert_eq!(s.entities[0].nvlink_wait_links, 2);
+        assert_eq!(r0.get(Field::XidWindowErrors), Reading::Value(3.0));
+        assert_eq!(r0.get(Field::XidWindowFatal), Reading::Value(79.0));
+        for f in [
+            Field::NvlinkTxWaitTotal,
+            Field::XidWindowErrors,
+            Field::XidWindowFatal,
+        ] {
+            assert_eq!(r1.get(f), Reading::Blank, "{f:?}");
+        }
+        let u = p.unread();
+        assert_eq!(
+            u.disagreeing
+                .get("dcgm_fi_dev_nvlink_ppcnt_ibpc_tx_wait_total"),
+            Some(&2)
+        );
+        assert_eq!(u.disagreeing.get("dcgm_exp_xid_errors_count"), Some(&2));
+        assert_eq!(u.disagreeing.len(), 2);
     }
 
     /// One scrape of a parser of its own, after `units` from the scrapes before: the busy

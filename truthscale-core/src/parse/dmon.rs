@@ -319,6 +319,10 @@ pub(crate) struct Extra {
     given: u64,
     /// The fields two series gave values that disagree, one bit each: left blank.
     disagreed: u64,
+    /// The links and XIDs a series gave a count of ([`Acc::apply_part`]), by family and its
+    /// `link` or `xid` label, with the raw count: a second series of one of them (a second
+    /// exporter reading the GPU) is the same count, not one more.
+    parts: Vec<(Target, u32, f64)>,
 }
 
 /// How one series' reading was taken ([`Acc::apply_series`]).
@@ -391,6 +395,44 @@ impl Acc {
             self.extra.given |= bit;
         }
         if self.apply(target, Some(raw)) {
+            Taken::Impossible
+        } else {
+            Taken::Read
+        }
+    }
+
+    /// [`Acc::apply_series`] for a series of a family with one series a link or an XID
+    /// ([`Target::LinkSum`], [`Target::XidCount`]), `key` its `link` or `xid` label: another
+    /// series of the same link or XID of the same GPU (two exporters reading it) is the same
+    /// count, not one more, where the two agree; where they disagree, neither is known to be
+    /// the GPU's, and the sum is left blank for the scrape. Series without the label cannot
+    /// be told apart, and are summed.
+    #[must_use]
+    pub(crate) fn apply_part(&mut self, target: Target, key: Option<u32>, raw: f64) -> Taken {
+        let sum = match target {
+            Target::LinkSum(f) => f,
+            _ => Field::XidWindowErrors,
+        };
+        let bit = 1u64 << sum as u32;
+        if self.extra.disagreed & bit != 0 {
+            return Taken::Disagrees(1);
+        }
+        if let Some(k) = key.filter(|_| raw.is_finite()) {
+            let same = |(t, at, _): &&(Target, u32, f64)| *t == target && *at == k;
+            if let Some(&(_, _, before)) = self.extra.parts.iter().find(same) {
+                if agree(before, raw) {
+                    return Taken::Read;
+                }
+                self.extra.disagreed |= bit;
+                return Taken::Disagrees(2);
+            }
+            self.extra.parts.push((target, k, raw));
+        }
+        let impossible = match target {
+            Target::XidCount => self.count_xid(key, raw),
+            _ => self.apply(target, Some(raw)),
+        };
+        if impossible {
             Taken::Impossible
         } else {
             Taken::Read
@@ -499,10 +541,11 @@ impl Extra {
     /// [`Acc::finish`] on `sample`.
     pub(crate) fn complete(&self, sample: &mut EntitySample) {
         let r = &mut sample.readings;
-        if self.link_blank {
+        let disagreed = |f: Field| self.disagreed & (1u64 << f as u32) != 0;
+        if self.link_blank || disagreed(Field::NvlinkTxWaitTotal) {
             r.set(Field::NvlinkTxWaitTotal, Reading::Blank);
         }
-        if let Some((total, fatal)) = self.xids {
+        if let Some((total, fatal)) = self.xids.filter(|_| !disagreed(Field::XidWindowErrors)) {
             r.set_value(Field::XidWindowErrors, total);
             r.set_value(
                 Field::XidWindowFatal,
