@@ -196,7 +196,6 @@ fn discover(client: &Client, range: Range, matchers: &str) -> anyhow::Result<Dis
     } else if !own.is_empty() {
         (Family::Truthscale, own)
     } else {
-        let newest = newest::newest_sample(client, &discover, range);
         bail!(
             "{}: no DCGM_FI_*, dcgm_* or truthscale_gpu_* series{} between {} and {}{}",
             client.base,
@@ -207,7 +206,7 @@ fn discover(client: &Client, range: Range, matchers: &str) -> anyhow::Result<Dis
             },
             rfc3339(range.covered_from()),
             rfc3339(range.end),
-            newest::hint(newest, range)
+            newest::said(client, &discover, range)
         );
     };
     Ok((family, names, unread, cadvisor))
@@ -239,8 +238,7 @@ impl History {
     /// What to add to "the series exist but hold no GPU readings": the newest GPU sample
     /// and a `--since`/`--step` that reaches it (one more query, asked only then).
     pub(crate) fn newest_hint(&self) -> String {
-        let newest = newest::newest_sample(&self.client, &gpu_series(&self.matchers), self.range);
-        newest::hint(newest, self.range)
+        newest::said(&self.client, &gpu_series(&self.matchers), self.range)
     }
 }
 

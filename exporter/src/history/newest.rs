@@ -11,13 +11,24 @@ use std::time::Duration;
 const LOOKBACK: &str = "7d";
 
 /// How long Prometheus looks back for a series' sample at an instant (its
-/// `--query.lookback-delta`, 5 minutes unless set otherwise).
-const LOOKBACK_DELTA_MS: i64 = 300_000;
+/// `--query.lookback-delta`) where the server does not say: its default, 5 minutes.
+const DEFAULT_LOOKBACK_MS: i64 = 300_000;
+
+/// What to say after "no GPU series in the window" ([`hint`]): the newest sample of
+/// `selector` is asked, and where there is one, the lookback the server tells it within.
+pub(super) fn said(client: &Client, selector: &str, range: Range) -> String {
+    let newest = newest_sample(client, selector, range);
+    let lookback = match newest {
+        Ok(Some(_)) => super::remote::lookback(client).ok(),
+        _ => None,
+    };
+    hint(newest, lookback, range)
+}
 
 /// When the newest sample of `selector` (a `{…}` series selector) up to `range.end` was last
 /// seen, in milliseconds since the epoch: the last minute of [`LOOKBACK`] at which a series
-/// had a sample within Prometheus' lookback, so the sample lies within
-/// [`LOOKBACK_DELTA_MS`] before it. `Ok(None)` when there is none within [`LOOKBACK`].
+/// had a sample within Prometheus' lookback, so the sample lies within the lookback before
+/// it. `Ok(None)` when there is none within [`LOOKBACK`].
 ///
 /// `timestamp` gives a sample's own time only for a series selector; a GPU's families share
 /// every label but their name (its tensor and its DRAM activity), which `timestamp` drops,
@@ -55,9 +66,10 @@ pub(super) fn newest_sample(
     }
 }
 
-/// What to say after "no GPU series in the window": the newest sample's time, and a
-/// `--since` (and `--step`) that reaches it; or that there is none.
-pub(super) fn hint(newest: Result<Option<i64>, String>, range: Range) -> String {
+/// What to say after "no GPU series in the window": the newest sample's time, to within
+/// `lookback` (the server's, in milliseconds; `None`: it did not say, and its default is
+/// taken), and a `--since` (and `--step`) that reaches it; or that there is none.
+fn hint(newest: Result<Option<i64>, String>, lookback: Option<i64>, range: Range) -> String {
     let at = match newest {
         Ok(Some(at)) => at,
         Err(why) => {
@@ -77,7 +89,7 @@ pub(super) fn hint(newest: Result<Option<i64>, String>, range: Range) -> String 
     };
     // The sample lies within Prometheus' lookback before the time it was seen at.
     let seen = at;
-    let at = seen.saturating_sub(LOOKBACK_DELTA_MS);
+    let at = seen.saturating_sub(lookback.unwrap_or(DEFAULT_LOOKBACK_MS));
     let age_ms = range.end.saturating_sub(at).max(0);
     // Round the age up to whole minutes, with a minute's margin.
     let minutes = u64::try_from(age_ms / 60_000 + 2).unwrap_or(u64::MAX);
@@ -85,16 +97,26 @@ pub(super) fn hint(newest: Result<Option<i64>, String>, range: Range) -> String 
     let step_s = u64::try_from(range.step / 1000).unwrap_or(15).max(1);
     // A step no longer than a tenth of the window, so that a few steps hold readings.
     let step = humantime::format_duration(Duration::from_secs(step_s.min(minutes * 6).max(1)));
+    let lookback = match lookback {
+        Some(ms) => seconds(ms).to_string(),
+        None => format!(
+            "{} unless set otherwise: the server did not say",
+            seconds(DEFAULT_LOOKBACK_MS)
+        ),
+    };
     format!(
         "; the newest GPU sample is between {} and {} (at most {} before the window's end; \
-         Prometheus tells it to within its lookback, 5m unless set otherwise): --since {since} \
-         --step {step} reaches it",
+         Prometheus tells it to within its lookback, {lookback}): --since {since} --step \
+         {step} reaches it",
         rfc3339(at),
         rfc3339(seen),
-        humantime::format_duration(Duration::from_secs(
-            u64::try_from(age_ms / 1000).unwrap_or(0)
-        ))
+        seconds(age_ms)
     )
+}
+
+/// `ms` milliseconds as whole seconds in words (`5m`, `3h 30s`).
+fn seconds(ms: i64) -> humantime::FormattedDuration {
+    humantime::format_duration(Duration::from_secs(u64::try_from(ms / 1000).unwrap_or(0)))
 }
 
 #[cfg(test)]
@@ -146,7 +168,7 @@ mod tests {
         let why = newest.unwrap_err();
         assert!(why.contains("would load too many samples"), "{why}");
         let range = Range::back_from(1_780_000_000_000, 3_600_000, 15_000);
-        let said = hint(Err(why), range);
+        let said = hint(Err(why), None, range);
         assert!(
             said.starts_with(
                 "; the newest GPU sample in the 7d before 2026-05-28T20:26:40Z could not be asked: "
@@ -191,7 +213,7 @@ mod tests {
         }
         let range = Range::back_from(1_780_000_000_000, 3_600_000, 15_000);
         for at in [i64::MIN, -1, i64::MAX] {
-            assert!(hint(Ok(Some(at)), range).contains("the newest GPU sample is between"));
+            assert!(hint(Ok(Some(at)), None, range).contains("the newest GPU sample is between"));
         }
         assert_eq!(rfc3339(i64::MAX), "9999-12-31T23:59:59Z");
         assert_eq!(rfc3339(i64::MIN), "1970-01-01T00:00:00Z");
@@ -206,11 +228,24 @@ mod tests {
         // Seen 2h 55m 30s before the end: the sample is up to 5 minutes older.
         let seen = end - 3 * 3_600_000 - 30_000 + 300_000;
         assert_eq!(
-            hint(Ok(Some(seen)), range),
+            hint(Ok(Some(seen)), None, range),
             format!(
                 "; the newest GPU sample is between {} and {} (at most 3h 30s before the \
                  window's end; Prometheus tells it to within its lookback, 5m unless set \
-                 otherwise): --since 3h 2m --step 15s reaches it",
+                 otherwise: the server did not say): --since 3h 2m --step 15s reaches it",
+                rfc3339(end - 3 * 3_600_000 - 30_000),
+                rfc3339(seen)
+            )
+        );
+        // A server whose lookback is 10 minutes, as it says: seen 2h 50m 30s before the
+        // end, the sample is up to 10 minutes older.
+        let seen = end - 3 * 3_600_000 - 30_000 + 600_000;
+        assert_eq!(
+            hint(Ok(Some(seen)), Some(600_000), range),
+            format!(
+                "; the newest GPU sample is between {} and {} (at most 3h 30s before the \
+                 window's end; Prometheus tells it to within its lookback, 10m): --since \
+                 3h 2m --step 15s reaches it",
                 rfc3339(end - 3 * 3_600_000 - 30_000),
                 rfc3339(seen)
             )
@@ -218,12 +253,12 @@ mod tests {
         // Seen at the window's end: the sample is up to 5 minutes before it.
         let range = Range::back_from(end, 3_600_000, 300_000);
         assert!(
-            hint(Ok(Some(end)), range).ends_with("--since 7m --step 42s reaches it"),
+            hint(Ok(Some(end)), None, range).ends_with("--since 7m --step 42s reaches it"),
             "{}",
-            hint(Ok(Some(end)), range)
+            hint(Ok(Some(end)), None, range)
         );
         assert_eq!(
-            hint(Ok(None), range),
+            hint(Ok(None), None, range),
             format!(
                 "; Prometheus has no GPU sample in the 7d before {} either: check that it \
                  scrapes truthscale or dcgm-exporter (its /targets page) and that the \

@@ -322,19 +322,30 @@ fn an_impossible_sample_in_a_summarised_step_blanks_the_step() {
 }
 
 /// A window after the fleet's last sample says when that sample was, on a real Prometheus,
-/// to within its 5-minute lookback: each GPU has several families with the same labels, and
-/// the question used to be refused ("vector cannot contain metrics with the same
-/// labelset"), so the hint said only that it could not be asked.
+/// to within its lookback, which the server says (its flags page): each GPU has several
+/// families with the same labels, and the question used to be refused ("vector cannot
+/// contain metrics with the same labelset"), so the hint said only that it could not be
+/// asked; and the lookback was taken as 5 minutes whatever the server's.
 #[test]
 fn a_window_after_the_data_names_the_newest_sample() {
     require_tool_or_return!("/usr/bin/prometheus", "prometheus");
     require_tool_or_return!("/usr/bin/promtool", "prometheus");
-    let Fleet { end, url, .. } = &fleet_ending("report-newest", end_now() - 3 * 3600, openmetrics);
+    newest_sample_said("report-newest", &[], 300);
+    newest_sample_said("report-newest-10m", &["--query.lookback-delta=10m"], 600);
+}
+
+/// The hint of a report over a window 2 h after the last sample of a Prometheus started
+/// with `flags`, whose lookback is `lookback` seconds.
+fn newest_sample_said(name: &str, flags: &[&str], lookback: i64) {
+    let end = end_now() - 3 * 3600;
+    let dir = TempDir::new(name);
+    let prom = Prometheus::backfilled_with(&openmetrics(end), dir.path(), None, flags);
+    let url = prom.url();
     let later = until_of(end + 2 * 3600);
     let run = truthscale(&[
         "report",
         "--prometheus",
-        url,
+        &url,
         "--since",
         "30m",
         "--until",
@@ -343,17 +354,26 @@ fn a_window_after_the_data_names_the_newest_sample() {
         "namespace",
     ]);
     assert_ne!(run.code, Some(0), "{}", run.stderr);
-    // Seen at each minute up to 5 minutes after it (Prometheus' lookback: closed in 2.x,
-    // open on the left in 3.x), so said to lie within the 5 minutes before the last.
+    // Seen at each minute up to the lookback after it (closed in 2.x, open on the left in
+    // 3.x), so said to lie within the lookback before the last.
+    let words = humantime::format_duration(Duration::from_secs(lookback.unsigned_abs()));
     let said = |seen: i64| {
         format!(
             "; the newest GPU sample is between {} and {} (at most ",
-            until_of(seen - 300),
+            until_of(seen - lookback),
             until_of(seen)
         )
     };
     assert!(
-        run.stderr.contains(&said(end + 300)) || run.stderr.contains(&said(end + 240)),
+        run.stderr.contains(&said(end + lookback))
+            || run.stderr.contains(&said(end + lookback - 60)),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains(&format!(
+            "Prometheus tells it to within its lookback, {words}):"
+        )),
         "{}",
         run.stderr
     );

@@ -78,16 +78,7 @@ fn learn(client: &Client, matchers: &str) -> Result<Evaluation, String> {
             "the server's version {version} is older than Prometheus 2.13, the first to stream chunks"
         ));
     }
-    let flags: BTreeMap<String, String> = client
-        .get_once("/api/v1/status/flags")
-        .map_err(|e| format!("{e:#}"))?;
-    let lookback = flags
-        .get("query.lookback-delta")
-        .ok_or("the server lists no query.lookback-delta flag")?;
-    let lookback = prometheus_duration(lookback).ok_or_else(|| {
-        format!("the server's query.lookback-delta {lookback:?} is not a duration")
-    })?;
-    let lookback = engine_lookback(lookback);
+    let lookback = lookback(client)?;
     let config: Config = client
         .get_once("/api/v1/status/config")
         .map_err(|e| format!("{e:#}"))?;
@@ -126,6 +117,25 @@ fn reads_remote_stores(yaml: &str) -> bool {
         l.strip_prefix("remote_read:")
             .is_some_and(|rest| !matches!(rest.trim(), "[]" | "null" | "~"))
     })
+}
+
+/// How far back Prometheus looks for a series' sample at an instant (milliseconds), from its
+/// `query.lookback-delta` flag.
+///
+/// # Errors
+/// The server lists no such flag (Thanos and Mimir list none), or it is no duration, in
+/// words.
+pub(super) fn lookback(client: &Client) -> Result<i64, String> {
+    let flags: BTreeMap<String, String> = client
+        .get_once("/api/v1/status/flags")
+        .map_err(|e| format!("{e:#}"))?;
+    let lookback = flags
+        .get("query.lookback-delta")
+        .ok_or("the server lists no query.lookback-delta flag")?;
+    let lookback = prometheus_duration(lookback).ok_or_else(|| {
+        format!("the server's query.lookback-delta {lookback:?} is not a duration")
+    })?;
+    Ok(engine_lookback(lookback))
 }
 
 /// The lookback Prometheus' engine evaluates with, from its flag (milliseconds): a flag of 0
