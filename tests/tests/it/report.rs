@@ -857,7 +857,7 @@ fn report_bad_input_gets_a_clear_message_and_nothing_made_up() {
     assert!(
         strs(&v, "/notes")
             .iter()
-            .any(|n| n.starts_with("55 of 360 steps had no data")),
+            .any(|n| n.starts_with("55 of 360 steps had no reading of any GPU")),
         "{:?}",
         v["notes"]
     );

@@ -431,12 +431,13 @@ pub(super) fn gpu_summary(counts: &[Option<u32>]) -> Option<Summary> {
     )
 }
 
-/// The note on the steps of `steps` with no data at all (a gap in the history), when
+/// The note on the steps of `steps` with no reading of any GPU (a gap in the history, or a
+/// step whose readings were all refused as impossible), when
 /// `steps_with_data` is fewer.
 pub(super) fn gap_note(steps_with_data: usize, steps: usize) -> Option<String> {
     (steps_with_data < steps).then(|| {
         format!(
-            "{} of {} steps had no data at all (a gap in the history): they are left out, never counted as idle or 0",
+            "{} of {} steps had no reading of any GPU (a gap in the history, or only readings that were not measurements): they are left out, never counted as idle or 0",
             steps - steps_with_data,
             steps
         )
@@ -604,7 +605,7 @@ mod tests {
         assert!(
             r.notes
                 .iter()
-                .any(|n| n.starts_with("2 of 10 steps had no data"))
+                .any(|n| n.starts_with("2 of 10 steps had no reading of any GPU"))
         );
         assert_eq!(r.series.allocated_gpus[3], None);
         assert_eq!(r.series.allocated_gpus[5], Some(2));

@@ -65,7 +65,7 @@ fn a_mixed_fleet_takes_every_note() {
             "saturation (compute dema",
             "memory was never measure",
             "3 workload(s) had their ",
-            "1 of 5 steps had no data",
+            "1 of 5 steps had no read",
         ]
     );
     assert!(r.notes[4].contains("for b/blind, b/nomem:"));
