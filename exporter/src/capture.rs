@@ -84,7 +84,14 @@ pub struct Capture<R> {
     unreadable: u64,
     /// The line the input ended in without a line end, where it did.
     unterminated: Option<usize>,
+    /// The latest time a sample can be stamped: this machine's clock when the capture was
+    /// opened, and [`CLOCK_SKEW_MS`] for a clock that runs ahead of it.
+    not_after: Timestamp,
 }
+
+/// How far a capture's clock may run ahead of this machine's: a sample stamped later is from
+/// no clock that could have written it ([`from_the_past`]).
+const CLOCK_SKEW_MS: i64 = 86_400_000;
 
 impl<R: BufRead> Capture<R> {
     /// Start reading `reader` (named `name` in messages), in `format` or the one its first
@@ -114,6 +121,7 @@ impl<R: BufRead> Capture<R> {
             done: false,
             unreadable: 0,
             unterminated: None,
+            not_after: Timestamp(now_ms().saturating_add(CLOCK_SKEW_MS)),
         };
         // The first lines tell the format, and whether a dcgm-exporter scrape or an
         // nvidia-smi CSV capture carries its own timestamps.
@@ -427,13 +435,16 @@ impl<R: BufRead> Capture<R> {
         if self.done {
             return Ok(false);
         }
+        let not_after = self.not_after;
         let more = self.lines_while(|parser, name, line_no, text| {
-            push(parser, name, line_no, text).is_none_or(&mut f)
+            push(parser, name, line_no, text)
+                .map(|r| r.and_then(|s| from_the_past(s, not_after, name, line_no)))
+                .is_none_or(&mut f)
         })?;
         if !more {
             self.done = true;
             if let Some(s) = self.parser.finish() {
-                f(Ok(s));
+                f(from_the_past(s, not_after, &self.name, self.line_no));
             }
         }
         Ok(more)
@@ -735,6 +746,36 @@ pub(crate) fn fields_heading(format: Format) -> (&'static str, &'static str) {
     }
 }
 
+/// This machine's clock, in milliseconds since the epoch (0 before it).
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// `s`, or why it is not read: stamped after `not_after` (this machine's clock when the
+/// capture was opened, and a day's skew), a time no capture's sample can have. Read, it
+/// stood for a gap of centuries, and every later sample came before it.
+fn from_the_past(
+    s: Sample,
+    not_after: Timestamp,
+    name: &str,
+    line: usize,
+) -> Result<Sample, ParseError> {
+    if s.taken <= not_after {
+        return Ok(s);
+    }
+    Err(ParseError {
+        file: name.to_string(),
+        line,
+        message: format!(
+            "stamped {}, more than a day after this machine's clock ({}): no capture holds a sample from the future; not read",
+            crate::times::rfc3339(s.taken.0),
+            crate::times::rfc3339(not_after.0.saturating_sub(CLOCK_SKEW_MS))
+        ),
+    })
+}
+
 /// Feed one line (or why it is not text) to the parser: a sample when one is complete, an
 /// error for a bad line.
 fn push(
@@ -778,6 +819,40 @@ mod tests {
             }
         }
         Ok((samples, errors))
+    }
+
+    /// A sample stamped more than a day after this machine's clock is no sample: one in
+    /// year 9999 among a trace's seconds had read as a gap of 251 603 539 201 s, and every
+    /// sample after it as going back in time and skipped. It is a malformed line, named
+    /// with its line; a sample within the day's skew is read.
+    #[test]
+    fn a_sample_from_the_future_is_a_malformed_line() {
+        let line = |at: &str| format!("{{\"taken\":\"{at}\",\"gpu\":0,\"gpu_util\":0.5}}\n");
+        let soon = crate::times::rfc3339(now_ms() + 3_600_000);
+        let text = [
+            line("2026-01-01T00:00:01Z"),
+            line("9999-01-01T00:00:02Z"),
+            line("2026-01-01T00:00:03Z"),
+            line(&soon),
+        ]
+        .concat();
+        let (format, samples, errors) = all(text.as_bytes());
+        assert_eq!(format, Format::Jsonl);
+        let taken: Vec<i64> = samples.iter().map(|s| s.taken.0).collect();
+        assert_eq!(
+            taken[..2],
+            [1_767_225_601_000, 1_767_225_603_000],
+            "{errors:?}"
+        );
+        assert_eq!(samples.len(), 3);
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0].starts_with(
+                "c.txt:2: stamped 9999-01-01T00:00:02Z, more than a day after this machine's clock ("
+            ),
+            "{errors:?}"
+        );
+        assert!(errors[0].ends_with("no capture holds a sample from the future; not read"));
     }
 
     #[test]
