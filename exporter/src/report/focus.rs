@@ -15,7 +15,7 @@ use std::io::Write;
 use truthscale_core::showback::{GroupHours, ModelPart, Period};
 
 /// The columns: FOCUS 1.2's, then truthscale's.
-const HEADER: &str = "BillingAccountId,BillingAccountName,BillingCurrency,BillingPeriodStart,BillingPeriodEnd,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,ChargeClass,ChargeDescription,ChargeFrequency,BilledCost,EffectiveCost,ListCost,ListUnitPrice,ContractedCost,ContractedUnitPrice,ConsumedQuantity,ConsumedUnit,PricingQuantity,PricingUnit,PricingCategory,InvoiceId,InvoiceIssuerName,ProviderName,PublisherName,ServiceCategory,ServiceSubcategory,ServiceName,ResourceId,ResourceName,ResourceType,RegionId,RegionName,AvailabilityZone,SkuId,SkuPriceId,SubAccountId,SubAccountName,CommitmentDiscountCategory,CommitmentDiscountId,CommitmentDiscountName,CommitmentDiscountStatus,CommitmentDiscountType,Tags,x_By,x_Group,x_Workloads,x_UsedGpuHours,x_IdleGpuHours,x_IdleCost,x_UnmeasuredGpuHours,x_UseUnknownGpuHours,x_UnavailableGpuHours,x_UnavailableCost,x_BusyGpuHours,x_EffectiveComputeGpuHours,x_BusyMeasuredGpuHours,x_EffectiveComputeMeasuredGpuHours,x_HealthMeasuredGpuHours,x_OverallocatedGpuHours,x_AssumedShareGpuHours,x_EnergyKwh,x_EnergyCost";
+const HEADER: &str = "BillingAccountId,BillingAccountName,BillingCurrency,BillingPeriodStart,BillingPeriodEnd,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,ChargeClass,ChargeDescription,ChargeFrequency,BilledCost,EffectiveCost,ListCost,ListUnitPrice,ContractedCost,ContractedUnitPrice,ConsumedQuantity,ConsumedUnit,PricingQuantity,PricingUnit,PricingCategory,InvoiceId,InvoiceIssuerName,ProviderName,PublisherName,ServiceCategory,ServiceSubcategory,ServiceName,ResourceId,ResourceName,ResourceType,RegionId,RegionName,AvailabilityZone,SkuId,SkuPriceId,SubAccountId,SubAccountName,CommitmentDiscountCategory,CommitmentDiscountId,CommitmentDiscountName,CommitmentDiscountStatus,CommitmentDiscountType,Tags,x_By,x_Group,x_Workloads,x_UsedGpuHours,x_IdleGpuHours,x_IdleCost,x_UnmeasuredGpuHours,x_UseUnknownGpuHours,x_UnavailableGpuHours,x_UnavailableCost,x_BusyGpuHours,x_EffectiveComputeGpuHours,x_BusyMeasuredGpuHours,x_EffectiveComputeMeasuredGpuHours,x_HealthMeasuredGpuHours,x_OverallocatedGpuHours,x_AssumedShareGpuHours,x_EnergyKwh,x_EnergyCost,x_EnergyMeasuredGpuHours";
 
 /// The account every row is in: the showback, not a cloud bill.
 const ACCOUNT: &str = "truthscale-showback";
@@ -74,10 +74,11 @@ struct Row<'a> {
     /// Of its GPU-hours, those charged by an assumed share (a MIG instance of an unknown
     /// profile, or what its GPU had left): an assumption, not a reading.
     assumed: Option<f64>,
-    /// Its share of the GPUs' measured energy, kWh, and what it cost at
-    /// `--energy-price-per-kwh` (`None`: no power read, no price): never in `BilledCost`,
-    /// which is the GPU-hours' alone.
-    energy: (Option<f64>, Option<f64>),
+    /// Its share of the GPUs' measured energy, kWh, what it cost at
+    /// `--energy-price-per-kwh` (`None`: no power read, no price), never in `BilledCost`,
+    /// which is the GPU-hours' alone; and the GPU-hours that energy was measured over
+    /// (`None`: none of the row's GPUs read).
+    energy: (Option<f64>, Option<f64>, Option<f64>),
     /// Any of its GPU-hours of a simulated GPU.
     simulated: bool,
 }
@@ -110,7 +111,7 @@ fn write_row(
     let account = if r.g.is_some() { r.group } else { "" };
     writeln!(
         out,
-        "{ACCOUNT},,{cur},{ws},{we},{ps},{pe},Usage,,{desc},Usage-Based,{cost},{cost},{cost},{price},{cost},{price},{hours},{UNIT},{hours},{UNIT},Standard,,{ISSUER},{ISSUER},{ISSUER},Compute,Containers,GPU,,,,,,,{sku},{sku},{acct},{acct},,,,,,{tags},{by},{group},{wl},{used},{idle},{idle_cost},{unm},{unk},{down},{down_cost},{busy},{ecf},{busy_m},{ecf_m},{health_m},{over},{assumed},{kwh},{kwh_cost}",
+        "{ACCOUNT},,{cur},{ws},{we},{ps},{pe},Usage,,{desc},Usage-Based,{cost},{cost},{cost},{price},{cost},{price},{hours},{UNIT},{hours},{UNIT},Standard,,{ISSUER},{ISSUER},{ISSUER},Compute,Containers,GPU,,,,,,,{sku},{sku},{acct},{acct},,,,,,{tags},{by},{group},{wl},{used},{idle},{idle_cost},{unm},{unk},{down},{down_cost},{busy},{ecf},{busy_m},{ecf_m},{health_m},{over},{assumed},{kwh},{kwh_cost},{kwh_m}",
         cur = args.currency,
         ws = window.start,
         we = window.end,
@@ -143,6 +144,7 @@ fn write_row(
         assumed = r.assumed.map_or_else(String::new, num),
         kwh = r.energy.0.map_or_else(String::new, num),
         kwh_cost = r.energy.1.map_or_else(String::new, num),
+        kwh_m = r.energy.2.map_or_else(String::new, num),
     )
 }
 
@@ -242,7 +244,11 @@ impl Rows<'_> {
                 health_measured: Some(g.health_measured_gpu_hours),
                 overallocated: None,
                 assumed: Some(g.assumed_share_gpu_hours),
-                energy: (g.energy_kwh, g.energy_cost),
+                energy: (
+                    g.energy_kwh,
+                    g.energy_cost,
+                    Some(g.energy_measured_gpu_hours),
+                ),
                 simulated: g.simulated,
             };
             write_row(out, self, args, window, b, &row)?;
@@ -284,8 +290,12 @@ impl Rows<'_> {
                 assumed: (group == IDLE).then_some(p.unallocated_assumed_share_gpu_hours),
                 // Nothing of a GPU of unknown allocation was read: no energy either.
                 energy: match (&p.energy, group == IDLE) {
-                    (Some(e), true) => (Some(e.unallocated_kwh), e.unallocated_cost),
-                    _ => (None, None),
+                    (Some(e), true) => (
+                        Some(e.unallocated_kwh),
+                        e.unallocated_cost,
+                        Some(e.unallocated_measured_gpu_hours),
+                    ),
+                    _ => (None, None, None),
                 },
                 simulated,
             };

@@ -165,10 +165,20 @@ fn own_fields(g: &GroupHours) -> Vec<(&'static str, Value)> {
             "truthscaleUnavailableCost",
             json!(cost.and_then(|c| c.unavailable)),
         ),
+        // Each sum over the GPU-hours it was measured in, given beside it: a sum over fewer
+        // hours than the allocation's is no lower use.
         ("truthscaleBusyGpuHours", json!(g.busy_gpu_hours)),
+        (
+            "truthscaleBusyMeasuredGpuHours",
+            json!(g.busy_measured_gpu_hours),
+        ),
         (
             "truthscaleEffectiveComputeGpuHours",
             json!(g.effective_compute_gpu_hours),
+        ),
+        (
+            "truthscaleEffectiveComputeMeasuredGpuHours",
+            json!(g.effective_compute_measured_gpu_hours),
         ),
         (
             "truthscaleEffectiveComputeEstimateGpuHours",
@@ -181,6 +191,10 @@ fn own_fields(g: &GroupHours) -> Vec<(&'static str, Value)> {
         // The group's share of its GPUs' measured energy and its cost: not in `totalCost`,
         // which is the GPU-hours' alone, as OpenCost's is of the resources it prices.
         ("truthscaleEnergyKwh", json!(g.energy_kwh)),
+        (
+            "truthscaleEnergyMeasuredGpuHours",
+            json!(g.energy_measured_gpu_hours),
+        ),
         ("truthscaleEnergyCost", json!(g.energy_cost)),
     ]
 }
@@ -215,6 +229,10 @@ fn idle(p: &Period, priced: bool, b: &Bounds) -> Value {
     m.insert(
         "truthscaleEnergyKwh".into(),
         json!(energy.map(|e| e.unallocated_kwh)),
+    );
+    m.insert(
+        "truthscaleEnergyMeasuredGpuHours".into(),
+        json!(energy.map(|e| e.unallocated_measured_gpu_hours)),
     );
     m.insert(
         "truthscaleEnergyCost".into(),
@@ -362,6 +380,9 @@ mod tests {
             // Its GPUs' health read throughout, none of it down.
             unavailable_gpu_hours: Some(0.0),
             health_measured_gpu_hours: 4.0,
+            // Power read over 3 of its 4 GPU-hours: 0.9 kWh of those 3, said beside it.
+            energy_kwh: Some(0.9),
+            energy_measured_gpu_hours: 3.0,
             cost: cost(8.0, 2.0, Some(0.0)),
             ..GroupHours::default()
         };
@@ -430,10 +451,14 @@ mod tests {
                     "truthscaleUnavailableGpuHours": 0.0,
                     "truthscaleUnavailableCost": 0.0,
                     "truthscaleBusyGpuHours": 3.0,
+                    "truthscaleBusyMeasuredGpuHours": 4.0,
                     "truthscaleEffectiveComputeGpuHours": 1.0,
+                    "truthscaleEffectiveComputeMeasuredGpuHours": 4.0,
                     "truthscaleEffectiveComputeEstimateGpuHours": null,
                     "truthscaleAssumedShareGpuHours": 0.0,
-                    "truthscaleEnergyKwh": null,
+                    // Over the 3 GPU-hours of the 4 whose power was read.
+                    "truthscaleEnergyKwh": 0.9,
+                    "truthscaleEnergyMeasuredGpuHours": 3.0,
                     "truthscaleEnergyCost": null,
                 },
                 "__unallocated__": {
@@ -461,10 +486,13 @@ mod tests {
                     "truthscaleUnavailableGpuHours": null,
                     "truthscaleUnavailableCost": null,
                     "truthscaleBusyGpuHours": null,
+                    "truthscaleBusyMeasuredGpuHours": 0.0,
                     "truthscaleEffectiveComputeGpuHours": null,
+                    "truthscaleEffectiveComputeMeasuredGpuHours": 0.0,
                     "truthscaleEffectiveComputeEstimateGpuHours": null,
                     "truthscaleAssumedShareGpuHours": 0.5,
                     "truthscaleEnergyKwh": null,
+                    "truthscaleEnergyMeasuredGpuHours": 0.0,
                     "truthscaleEnergyCost": null,
                 },
                 "__idle__": {
@@ -480,6 +508,7 @@ mod tests {
                     "truthscaleUnavailableGpuHours": 0.5,
                     "truthscaleAssumedShareGpuHours": 0.25,
                     "truthscaleEnergyKwh": null,
+                    "truthscaleEnergyMeasuredGpuHours": null,
                     "truthscaleEnergyCost": null,
                     "truthscaleOverallocatedGpuHours": 0.0,
                 },
