@@ -1477,6 +1477,25 @@ DCGM_FI_DEV_GPU_UTIL{gpu=\"1\",UUID=\"GPU-b\"} 40
         assert_eq!(s.entities[0].readings.value(Field::PowerWatts), Some(300.0));
     }
 
+    /// A negative used memory makes no total with the free: used −5 MiB beside 41 000 MiB
+    /// free had served a total of 40 995 MiB, half the GPU's, while the used reading itself
+    /// was refused. The total stays blank; the used reading is left for sanitizing to blank
+    /// and count.
+    #[test]
+    fn a_negative_used_memory_makes_no_total() {
+        let e = one("DCGM_FI_DEV_FB_USED{gpu=\"0\"} -5\nDCGM_FI_DEV_FB_FREE{gpu=\"0\"} 41000");
+        assert_eq!(e.readings.get(Field::MemTotalBytes), Reading::Blank);
+        assert_eq!(
+            e.readings.get(Field::MemUsedBytes),
+            Reading::Value(-5.0 * 1_048_576.0)
+        );
+        let e = one("DCGM_FI_DEV_FB_USED{gpu=\"0\"} 0\nDCGM_FI_DEV_FB_FREE{gpu=\"0\"} 41000");
+        assert_eq!(
+            e.readings.get(Field::MemTotalBytes),
+            Reading::Value(41_000.0 * 1_048_576.0)
+        );
+    }
+
     /// Readings no GPU gives (a negative or fractional clock-event bitmask, a negative XID
     /// count, negative free memory, a negative link value) are blank and counted by family;
     /// a link's NaN is counted as not finite. Nothing of them is read: no throttle reasons,

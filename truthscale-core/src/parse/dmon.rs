@@ -552,9 +552,11 @@ impl Extra {
                 fatal.map_or(0.0, |(x, _)| f64::from(x)),
             );
         }
+        // A negative used memory is no reading (sanitizing blanks and counts it): no total
+        // is made of it.
         if let (Reading::Blank, Some(used), Some(free)) = (
             r.get(Field::MemTotalBytes),
-            r.value(Field::MemUsedBytes),
+            r.value(Field::MemUsedBytes).filter(|u| *u >= 0.0),
             self.fb_free,
         ) {
             // Free and reserved are in bytes; reserved completes the sum where it is read.
