@@ -483,6 +483,8 @@ struct EntityState {
     /// fields it summed and the time it was read, at the entity's previous reading of each:
     /// what the window's health rises are taken from.
     last_health_counters: (Option<f64>, Option<(f64, u64, Timestamp)>),
+    /// The highest lifetime double-bit ECC count read: a later reading below it is none.
+    dbe_aggregate: Option<f64>,
     /// Whether the current window's activity came from the cycle counters.
     activity_from_counters: bool,
     ceiling_saturation: CeilingTracker,
@@ -594,6 +596,7 @@ impl EntityState {
             last_clock_mhz: None,
             cycles: CycleCounters::default(),
             last_health_counters: (None, None),
+            dbe_aggregate: None,
             activity_from_counters: false,
             ceiling_saturation: CeilingTracker::default(),
             ceiling_output_tokens: CeilingTracker::default(),
@@ -1234,6 +1237,33 @@ impl EntityWindow {
     }
 }
 
+/// What [`EntityState::judge_health`] looks at: its inputs, and the lifetime double-bit ECC
+/// count it checks ([`EntityState::lifetime_count`]).
+const JUDGED: u64 = health::INPUT_FIELDS | Field::set_of(&[Field::EccDbeAggregate]);
+
+/// A counter of the health inputs that went back since its previous reading (`before`,
+/// `now`): a driver reload starts it again. Counted, as a cycle counter's is; the window's
+/// rise is then unknown.
+fn count_reset(
+    id: &EntityId,
+    what: &str,
+    (before, now): (Option<f64>, Option<f64>),
+    diags: &mut Vec<Diagnostic>,
+) {
+    if let (Some(before), Some(now)) = (before, now)
+        && now < before
+    {
+        diags.push(Diagnostic {
+            kind: DiagnosticKind::CounterReset,
+            entity: Some(id.clone()),
+            field: None,
+            detail: format!(
+                "the {what} went back from {before} to {now}: counted again from there"
+            ),
+        });
+    }
+}
+
 /// A sample not after the entity's previous one (`dt` seconds after it) is skipped, with a
 /// diagnostic; its readings are still sanitized, for what that diagnoses.
 fn skip_sample(
@@ -1367,12 +1397,13 @@ impl EntityState {
         taken: Timestamp,
         diags: &mut Vec<Diagnostic>,
     ) {
-        let r = &mut self.window.readings;
         // Most windows of most sources: nothing to judge, now or before.
-        if !r.any_filled(health::INPUT_FIELDS) && self.last_health_counters == (None, None) {
+        if !self.window.readings.any_filled(JUDGED) && self.last_health_counters == (None, None) {
             self.window.health = None;
             return;
         }
+        self.lifetime_count(id, diags);
+        let r = &mut self.window.readings;
         let sbe = r.value(Field::EccSbeVolatile);
         let violation = health::violation(r);
         let (last_sbe, last_violation) = self.last_health_counters;
@@ -1384,6 +1415,8 @@ impl EntityState {
             .filter(|l| violation.is_some_and(|v| v.1 == l.1))
             .map(|l| l.0);
         let now = violation.map(|v| v.0);
+        count_reset(id, "single-bit ECC count", (last_sbe, sbe), diags);
+        count_reset(id, "clock violation time (ns)", (before, now), diags);
         let inputs = HealthInputs {
             sbe_rise: health::rise(last_sbe, sbe).or(sbe.map(|_| 0.0)),
             violation_rise_ns: health::rise(before, now).or(now.map(|_| 0.0)),
@@ -1408,6 +1441,30 @@ impl EntityState {
                     });
                 }
             }
+        }
+    }
+
+    /// The lifetime double-bit ECC count, which no reset lowers (it is kept across driver
+    /// reloads and reboots): a reading below the highest one before is no reading, left
+    /// blank and counted as out of range.
+    fn lifetime_count(&mut self, id: &EntityId, diags: &mut Vec<Diagnostic>) {
+        let r = &mut self.window.readings;
+        let Some(now) = r.value(Field::EccDbeAggregate) else {
+            return;
+        };
+        match self.dbe_aggregate {
+            Some(before) if now < before => {
+                r.set(Field::EccDbeAggregate, crate::model::Reading::Blank);
+                diags.push(Diagnostic {
+                    kind: DiagnosticKind::OutOfRange,
+                    entity: Some(id.clone()),
+                    field: Some(Field::EccDbeAggregate),
+                    detail: format!(
+                        "{now} after {before}: a lifetime count never goes back; not read"
+                    ),
+                });
+            }
+            _ => self.dbe_aggregate = Some(now),
         }
     }
 
@@ -2424,6 +2481,63 @@ pub(crate) mod tests {
                     && g.field == Some(Field::TensorActive))
         );
         assert!(w.totals.verdict_seconds[crate::verdict::Verdict::Unavailable.index()] > 0.0);
+    }
+
+    /// A lifetime double-bit ECC count that goes back is no reading (it survives driver
+    /// reloads): 3 then 0 had served `ecc_aggregate_errors_total` falling 3 → 0 → 3 with
+    /// nothing counted. A volatile count or a violation time that goes back is a reload,
+    /// served as read and now counted as a reset.
+    #[test]
+    fn a_lifetime_count_that_goes_back_is_blank_and_resets_are_counted() {
+        let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
+        let at = |dbe: f64, sbe: f64, power_ns: f64| {
+            [
+                (Field::ReportedUtil, 1.0),
+                (Field::EccDbeAggregate, dbe),
+                (Field::EccSbeVolatile, sbe),
+                (Field::PowerViolationNs, power_ns),
+            ]
+        };
+        let kinds = |out: &Derivation| -> Vec<(DiagnosticKind, Option<Field>)> {
+            out.diagnostics.iter().map(|g| (g.kind, g.field)).collect()
+        };
+        let out = d.observe(&sample(0, &at(3.0, 5.0, 1e6)));
+        assert_eq!(
+            out.windows[0].readings.value(Field::EccDbeAggregate),
+            Some(3.0)
+        );
+        assert_eq!(kinds(&out), []);
+        let out = d.observe(&sample(1000, &at(0.0, 2.0, 0.0)));
+        assert_eq!(out.windows[0].readings.value(Field::EccDbeAggregate), None);
+        assert_eq!(
+            out.windows[0].readings.value(Field::EccSbeVolatile),
+            Some(2.0)
+        );
+        assert_eq!(
+            kinds(&out),
+            [
+                (DiagnosticKind::OutOfRange, Some(Field::EccDbeAggregate)),
+                (DiagnosticKind::CounterReset, None),
+                (DiagnosticKind::CounterReset, None),
+            ]
+        );
+        assert_eq!(
+            out.diagnostics[0].detail,
+            "0 after 3: a lifetime count never goes back; not read"
+        );
+        assert_eq!(
+            out.diagnostics[1].detail,
+            "the single-bit ECC count went back from 5 to 2: counted again from there"
+        );
+        // Read again at the highest count, and above it: read, nothing counted.
+        for (t, dbe) in [(2000, 3.0), (3000, 4.0)] {
+            let out = d.observe(&sample(t, &at(dbe, 2.0, 0.0)));
+            assert_eq!(
+                out.windows[0].readings.value(Field::EccDbeAggregate),
+                Some(dbe)
+            );
+            assert_eq!(kinds(&out), []);
+        }
     }
 
     #[test]
