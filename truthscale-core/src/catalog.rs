@@ -548,7 +548,7 @@ metrics! {
     GPU_POWER_LIMIT / Gpu::GpuPowerLimit = "truthscale_gpu_power_limit_watts", Gauge, [], gauge("truthscale.gpu.power.limit", "W"), raw(Field::PowerLimitWatts, 1.0),
         "Enforced power limit.";
     GPU_ENERGY / Gpu::GpuEnergy = "truthscale_gpu_energy_joules_total", Counter, [], counter(sm::HW_ENERGY, "J"), None,
-        "Energy measured since the exporter first saw the GPU (energy counter deltas, else power times time); only for entities with an energy or power reading.";
+        "Energy measured since the exporter first saw the GPU (energy counter deltas, else power times time); only for entities with an energy or power reading. A counter delta is counted when the counter next moves, with its seconds, so both this and truthscale_gpu_energy_observed_seconds_total may hold for up to 5 minutes while power is drawn: mean power is the increase of this over the increase of that, never its rate alone.";
     GPU_ENERGY_OBSERVED_SECONDS / Gpu::GpuEnergyObservedSeconds = "truthscale_gpu_energy_observed_seconds_total", Counter, [], counter("truthscale.gpu.energy.observed.time", "s"), None,
         "Seconds in which energy was measured: the denominator for mean power from truthscale_gpu_energy_joules_total.";
     GPU_ENERGY_PART / Gpu::GpuEnergyPart = "truthscale_gpu_energy_part_joules_total", Counter, ["part"], counter("truthscale.gpu.energy.part", "J"), None,
