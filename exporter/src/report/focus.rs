@@ -288,20 +288,26 @@ impl Rows<'_> {
                 health_measured,
                 overallocated: (group == IDLE).then_some(p.overallocated_gpu_hours),
                 assumed: (group == IDLE).then_some(p.unallocated_assumed_share_gpu_hours),
-                // Nothing of a GPU of unknown allocation was read: no energy either.
-                energy: match (&p.energy, group == IDLE) {
-                    (Some(e), true) => (
-                        Some(e.unallocated_kwh),
-                        e.unallocated_cost,
-                        Some(e.unallocated_measured_gpu_hours),
-                    ),
-                    _ => (None, None, None),
-                },
+                energy: unheld_energy(p, group),
                 simulated,
             };
             write_row(out, self, args, window, b, &row)?;
         }
         Ok(())
+    }
+}
+
+/// The energy of the unheld row `group` of period `p`: on `__idle__`, the energy no pod held
+/// (kWh, its cost, the GPU-hours it covers); nothing of a GPU of unknown allocation was read,
+/// so no energy either.
+fn unheld_energy(p: &Period, group: &str) -> (Option<f64>, Option<f64>, Option<f64>) {
+    match (&p.energy, group == IDLE) {
+        (Some(e), true) => (
+            Some(e.unallocated_kwh),
+            e.unallocated_cost,
+            Some(e.unallocated_measured_gpu_hours),
+        ),
+        _ => (None, None, None),
     }
 }
 
