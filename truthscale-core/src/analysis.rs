@@ -404,6 +404,17 @@ fn signed_gap(m: &crate::derive::WindowMetrics) -> Option<f64> {
     Some(100.0 * (m.reported_utilization? - m.effective_compute?))
 }
 
+/// A bounded window's gap as it is averaged into the capture's lower bound on the gap:
+/// `100·(u − bound)`, not clamped, as [`signed_gap`] is not. Each window cut at 0 had made
+/// the mean over windows at the bound exceed the exact gap over the same seconds (τ 0.1 to
+/// 1.0 under a busy flag of 0.9: at least 33.0 points, where the clock's 1 980 MHz made it
+/// 31.3): no lower bound.
+#[inline(always)]
+fn signed_gap_at_least(m: &crate::derive::WindowMetrics) -> Option<f64> {
+    m.inflation_gap_points_at_least?;
+    Some(100.0 * (m.reported_utilization? - m.effective_compute_upper_bound?))
+}
+
 /// Add a window to the capture's upper bound on effective compute: its measured ECF, or its
 /// bound where it has none, and what the bound lacked.
 #[inline(always)]
@@ -414,7 +425,7 @@ fn add_bound(acc: &mut EntityAcc, m: &crate::derive::WindowMetrics, dt: f64) {
         .filter(|x| x.is_finite());
     acc.upper.add(x, dt);
     acc.gap_at_least
-        .add(signed_gap(m).or(m.inflation_gap_points_at_least), dt);
+        .add(signed_gap(m).or_else(|| signed_gap_at_least(m)), dt);
     if let (None, Some(_), Some(missing)) =
         (m.effective_compute, x, m.effective_compute_bound_missing)
     {
@@ -1222,13 +1233,51 @@ mod tests {
         assert_eq!((b.seconds, b.bounded_seconds), (11.0, 1.0));
         let missing: Vec<_> = b.missing.iter().map(|m| (m.input, m.seconds)).collect();
         assert_eq!(missing, vec![("tensor_counter", 1.0)]);
-        // The gap: 10 windows of 100 × (0.9 − 0.24) measured, one of at least 0 (its busy
-        // fraction is below its bound).
-        let gap = 10.0 * 100.0 * (0.9 - ecf) / 11.0;
+        // The gap: 10 windows of 100 × (0.9 − 0.24) measured, one of at least
+        // 100 × (0.84 − 0.909), below 0 (its busy fraction is below its bound), not cut at 0.
+        let gap = (10.0 * 100.0 * (0.9 - ecf) + 100.0 * (0.84 - bound)) / 11.0;
         assert!((b.inflation_gap_points_at_least.unwrap() - gap).abs() < 1e-9);
         // Every window measured: no bound at all.
         let e = bound_of(&[(Some(0.9), Some(0.3), Some(1464.0)); 4]);
         assert_eq!(e.effective_compute_upper_bound, None);
+    }
+
+    /// The gap's lower bound is never above the gap it bounds: τ 0.1 to 1.0 under a busy
+    /// flag of 0.9, at the H100 SXM's 1 980 MHz, is an exact gap of 90 − 58.69 = 31.31
+    /// points (ECF min(1, τ × 1980 / 1830)); without the clock each window's bound is the
+    /// same min(1, τ × 1980 / 1830) (the clock at its most), so the gap's bound, the mean of
+    /// 100 × (0.9 − bound) not cut at 0, is the same 31.31 points. Each window's gap cut at
+    /// 0 had read at least 33.05, above the gap itself.
+    #[test]
+    fn the_gap_at_least_never_exceeds_the_exact_gap() {
+        let taus: Vec<f64> = (1..=10).map(|k| f64::from(k) / 10.0).collect();
+        let kappa = 1980.0 / 1830.0;
+        let exact = bound_of(
+            &taus
+                .iter()
+                .map(|&t| (Some(0.9), Some(t), Some(1980.0)))
+                .collect::<Vec<_>>(),
+        );
+        let ecf: f64 = taus.iter().map(|t| (t * kappa).min(1.0)).sum::<f64>() / 10.0;
+        let gap = exact.inflation_gap_points.unwrap().mean;
+        assert!((gap - 100.0 * (0.9 - ecf)).abs() < 1e-9, "{gap}");
+        assert!((gap - 31.31).abs() < 0.01, "{gap}");
+        let bounded = bound_of(
+            &taus
+                .iter()
+                .map(|&t| (Some(0.9), Some(t), None))
+                .collect::<Vec<_>>(),
+        );
+        let b = bounded.effective_compute_upper_bound.unwrap();
+        let at_least = b.inflation_gap_points_at_least.unwrap();
+        let by_hand = taus
+            .iter()
+            .map(|t| 100.0 * (0.9 - (t * kappa).min(1.0)))
+            .sum::<f64>()
+            / 10.0;
+        assert!((at_least - by_hand).abs() < 1e-9, "{at_least}");
+        assert!((at_least - 31.31).abs() < 0.01, "{at_least}");
+        assert!(at_least <= gap + 1e-9, "{at_least} > {gap}");
     }
 
     /// A capture without the SM clock: τ 0.1, 0.2, 0.3, 0.4 and the busy flag at 0.9 give
