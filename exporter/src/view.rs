@@ -269,12 +269,13 @@ pub(crate) fn views_from_replay(
     Ok((stepper.views(), malformed))
 }
 
+/// Append `x` to `history`, a time axis: a window without the value (not measured, or not
+/// observed) is a NaN, drawn as a hole, never left out (which drew the windows on either
+/// side of it as neighbours).
 pub(crate) fn push_history(history: &mut Vec<f64>, x: Option<f64>) {
-    if let Some(x) = x {
-        history.push(x);
-        let excess = history.len().saturating_sub(HISTORY);
-        history.drain(..excess);
-    }
+    history.push(x.unwrap_or(f64::NAN));
+    let excess = history.len().saturating_sub(HISTORY);
+    history.drain(..excess);
 }
 
 /// A window's phase as shown: serving words only where the workload is LLM serving, and
@@ -676,6 +677,37 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// The history is a time axis: a window without effective compute (here its clock a
+    /// sentinel, so only a bound) is a hole, drawn blank, where it had been left out and
+    /// the windows on either side of it drawn as neighbours.
+    #[test]
+    fn a_window_without_effective_compute_is_a_hole_in_the_history() {
+        let dir = std::env::temp_dir().join(format!("view-hole-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let line = |t: u32, clock: f64| {
+            format!(
+                "{{\"gpu\":0,\"model\":\"NVIDIA H100 80GB HBM3\",\"taken\":\"2026-01-01T00:00:{t:02}Z\",\"gpu_util\":0.9,\"tensor_active\":0.5,\"dram_active\":0.1,\"sm_clock_mhz\":{clock}}}\n"
+            )
+        };
+        let trace: String = (1..=5)
+            .map(|t| line(t, if t == 3 { 2_147_483_647.0 } else { 1830.0 }))
+            .collect();
+        let path = dir.join("hole.jsonl");
+        std::fs::write(&path, trace).unwrap();
+        let derive = DeriveConfig::default();
+        let (v, malformed) =
+            views_from_replay((&path, 1.0), &derive, &VerdictConfig::default()).unwrap();
+        assert_eq!(malformed, 0);
+        let h = &v[0].history;
+        assert_eq!(h.len(), 5, "{h:?}");
+        assert!(h[2].is_nan(), "{h:?}");
+        for k in [0, 1, 3, 4] {
+            assert!((h[k] - 0.5).abs() < 1e-9, "{h:?}");
+        }
+        assert_eq!(crate::commands::top::sparkline(h, 5), "▅▅ ▅▅");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn labels_with_escapes() {
         let (s, skipped) =
@@ -782,7 +814,8 @@ mod tests {
                 .map(|g| g.history.clone())
                 .unwrap()
         };
-        assert!(history("gpu 1 (M)").is_empty());
+        let h = history("gpu 1 (M)");
+        assert!(h.len() == 2 && h.iter().all(|x| x.is_nan()), "{h:?}");
         assert_eq!(history("gpu 0 gi 1 (M)"), [0.1, 0.1]);
         assert_eq!(history("gpu 0 gi 2 (M)"), [0.7, 0.7]);
     }

@@ -29,7 +29,14 @@ pub(crate) fn sparkline(values: &[f64], width: usize) -> String {
     let start = values.len().saturating_sub(width);
     values[start..]
         .iter()
-        .map(|v| SPARK[((v.clamp(0.0, 1.0) * 7.0).round() as usize).min(7)])
+        .map(|v| {
+            if v.is_nan() {
+                // A window without the value: a hole, never the lowest bar.
+                ' '
+            } else {
+                SPARK[((v.clamp(0.0, 1.0) * 7.0).round() as usize).min(7)]
+            }
+        })
         .collect()
 }
 
@@ -995,5 +1002,7 @@ mod tests {
     fn sparkline_scales_and_keeps_the_newest() {
         assert_eq!(sparkline(&[0.0, 0.5, 1.0, 2.0, -1.0], 5), "▁▅██▁");
         assert_eq!(sparkline(&[0.0, 1.0, 0.0], 2), "█▁");
+        // A window without the value is a hole, never the lowest bar.
+        assert_eq!(sparkline(&[0.5, f64::NAN, 1.0], 3), "▅ █");
     }
 }
