@@ -99,13 +99,24 @@ GOOD = {
     # IPv6 single-stack clusters: --listen [::]:PORT; an unbracketed address is bracketed.
     "node, listenAddress [::]": {"listenAddress": "[::]"},
     "sidecar, dcgm-exporter source, listenAddress ::": {"mode": "sidecar", "source": "dcgm-exporter", "listenAddress": "::"},
-    # Settings the flags do not reach: OTLP through the environment, a web config (TLS) from
-    # a Secret, mounted and named with --web-config.
+    # Settings the flags do not reach: OTLP through the environment. A web config (TLS and
+    # basic auth) from a Secret: mounted, named with --web-config, the probes by TCP (basic
+    # auth covers /healthz and /readyz, and the kubelet sends no credentials), and the
+    # monitor scraping with https, the CA and the credentials.
     "node, extra environment, a web config from a Secret": {
         "extraEnv": [{"name": "TRUTHSCALE_OTLP__ENDPOINT", "value": "http://otel-collector:4318"}],
-        "extraVolumes": [{"name": "web", "secret": {"secretName": "truthscale-web"}}],
-        "extraVolumeMounts": [{"name": "web", "mountPath": "/etc/truthscale", "readOnly": True}],
-        "extraArgs": ["--web-config", "/etc/truthscale/web.yml"],
+        "webConfig": {
+            "secretName": "truthscale-web", "scheme": "https",
+            "tlsConfig": {"ca": {"secret": {"name": "truthscale-ca", "key": "ca.crt"}}, "serverName": "truthscale"},
+            "basicAuth": {"username": {"name": "scrape", "key": "username"}, "password": {"name": "scrape", "key": "password"}},
+        },
+    },
+    "sidecar, ServiceMonitor, a web config and a mounted config": {
+        "mode": "sidecar", "source": "sim", "monitor": {"kind": "ServiceMonitor"},
+        "webConfig": {"secretName": "truthscale-web", "scheme": "https"},
+        "extraVolumes": [{"name": "cfg", "configMap": {"name": "truthscale-config"}}],
+        "extraVolumeMounts": [{"name": "cfg", "mountPath": "/etc/truthscale-config", "readOnly": True}],
+        "extraArgs": ["--config", "/etc/truthscale-config/config.toml"],
     },
     "sidecar, extra environment and a mounted config": {
         "mode": "sidecar", "source": "sim",
@@ -166,6 +177,9 @@ BAD = {
     "nodeIPv6: a string": {"nodeIPv6": "yes"},
     "extraEnv without a name": {"extraEnv": [{"value": "x"}]},
     "extraVolumeMounts without a mountPath": {"extraVolumeMounts": [{"name": "x"}]},
+    "webConfig.scheme: ftp": {"webConfig": {"secretName": "web", "scheme": "ftp"}},
+    "webConfig.secretName not a name": {"webConfig": {"secretName": "Web Config"}},
+    "unknown key under webConfig": {"webConfig": {"file": "/etc/web.yml"}},
     # serve refuses a dcgm-exporter URL that is not http(s).
     "dcgmExporterUrl without a scheme": {"source": "dcgm-exporter", "dcgmExporterUrl": "dcgm:9400/metrics"},
     "dcgmExporterUrl with a space": {"source": "dcgm-exporter", "dcgmExporterUrl": "http://a b/metrics"},
@@ -397,10 +411,29 @@ def check_workload(v: dict, kinds: dict[str, list[dict]]) -> list[str]:
     # A pod is Ready only when every container is: the sidecar's /readyz (503 before the first
     # sample and while a read hangs) would take the inference pod out of its Service. Liveness
     # for both; readiness for the node agent, a pod of its own, only.
-    probe = {p: c.get(p, {}).get("httpGet", {}).get("path") for p in ("livenessProbe", "readinessProbe")}
-    want_probe = {"livenessProbe": "/healthz", "readinessProbe": "/readyz" if node else None}
+    # With a web config, basic auth covers /healthz and /readyz and the kubelet sends no
+    # credentials: the probes check the port by TCP.
+    web = v["webConfig"]["secretName"]
+
+    def probed(p: str):
+        got = c.get(p, {})
+        return "tcp" if got.get("tcpSocket", {}).get("port") == "metrics" else got.get("httpGet", {}).get("path")
+
+    probe = {p: probed(p) for p in ("livenessProbe", "readinessProbe")}
+    want_probe = {"livenessProbe": "tcp" if web else "/healthz",
+                  "readinessProbe": ("tcp" if web else "/readyz") if node else None}
     if probe != want_probe or (not node and "readinessProbe" in c):
         errs.append(f"probes {probe}, want {want_probe}")
+    web_args = [c["args"][i + 1] for i, a in enumerate(c["args"][:-1]) if a == "--web-config"]
+    mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
+    volumes = {x["name"]: x for x in pod.get("volumes", [])}
+    if web:
+        mount, volume = mounts.get("truthscale-web-config", {}), volumes.get("truthscale-web-config", {})
+        if web_args != ["/etc/truthscale/web.yml"] or mount.get("mountPath") != "/etc/truthscale" \
+                or mount.get("readOnly") is not True or volume.get("secret", {}).get("secretName") != web:
+            errs.append(f"web config {web}: --web-config {web_args}, mount {mount}, volume {volume}")
+    elif web_args or "truthscale-web-config" in mounts or "truthscale-web-config" in volumes:
+        errs.append("a web config's flag, mount and volume belong with webConfig.secretName only")
     if c["resources"] != v["node" if node else "sidecar"]["resources"]:
         errs.append(f"resources {c['resources']} are not the values'")
     sc = c["securityContext"]
@@ -505,6 +538,14 @@ def check_monitor(v: dict, kinds: dict[str, list[dict]], crds: bool = True) -> l
         errs.append(f"endpoint {ep}")
     if drops != (["pod|namespace|container"] if v["mode"] == "node" else []):
         errs.append(f"labeldrop {drops} in mode {v['mode']}")
+    # A web config: the scrape's scheme, TLS settings and credentials, as given.
+    web = v["webConfig"]
+    want_auth = {"scheme": web["scheme"], "tlsConfig": web["tlsConfig"] or None,
+                 "basicAuth": web["basicAuth"] or None} if web["secretName"] else \
+        {"scheme": None, "tlsConfig": None, "basicAuth": None}
+    got_auth = {k: ep.get(k) for k in want_auth}
+    if got_auth != want_auth:
+        errs.append(f"the {kind}'s scrape {got_auth}, want {want_auth}")
     return errs
 
 

@@ -63,7 +63,11 @@ app.kubernetes.io/instance: {{ .Release.Name | quote }}
 brackets before the port. */ -}}
 {{- $host := .Values.listenAddress | default "0.0.0.0" -}}
 {{- if and (contains ":" $host) (not (hasPrefix "[" $host)) -}}{{- $host = printf "[%s]" $host -}}{{- end -}}
-{{- $args = concat $args (list "--listen" (printf "%s:%d" $host (int .Values.port))) .Values.extraArgs -}}
+{{- $args = concat $args (list "--listen" (printf "%s:%d" $host (int .Values.port))) -}}
+{{- if .Values.webConfig.secretName -}}
+{{- $args = concat $args (list "--web-config" "/etc/truthscale/web.yml") -}}
+{{- end -}}
+{{- $args = concat $args .Values.extraArgs -}}
 {{- toJson $args -}}
 {{- end -}}
 
@@ -79,10 +83,16 @@ ports:
     containerPort: {{ .Values.port }}
     protocol: TCP
 livenessProbe:
+  {{- if .Values.webConfig.secretName }}
+  # Basic auth covers /healthz, and the kubelet sends no credentials: the port, by TCP.
+  tcpSocket:
+    port: metrics
+  {{- else }}
   # 503 once the sampler thread has ended or its last tick began too long ago.
   httpGet:
     path: /healthz
     port: metrics
+  {{- end }}
   periodSeconds: 10
   timeoutSeconds: 2
   failureThreshold: 3
@@ -113,4 +123,22 @@ fails, so they are left out (NOTES.txt says so). `helm template` knows no cluste
 --api-versions monitoring.coreos.com/v1 to render them. */}}
 {{- define "truthscale.hasMonitoringCRDs" -}}
 {{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" -}}true{{- end -}}
+{{- end -}}
+
+{{/* The web config's Secret: its mount in the truthscale container, and the pod's volume. */}}
+{{- define "truthscale.webConfigMount" -}}
+{{- if .Values.webConfig.secretName }}
+- name: truthscale-web-config
+  mountPath: /etc/truthscale
+  readOnly: true
+{{- end }}
+{{- end -}}
+{{- define "truthscale.webConfigVolume" -}}
+{{- if .Values.webConfig.secretName }}
+# Not a subPath mount: the kubelet updates the files when the Secret changes (a renewed
+# certificate), and truthscale reads the certificate again for new connections.
+- name: truthscale-web-config
+  secret:
+    secretName: {{ .Values.webConfig.secretName | quote }}
+{{- end }}
 {{- end -}}
