@@ -49,6 +49,8 @@ CHART = ROOT / "docker" / "chart" / "truthscale"
 SEVERITY = {0: "unknown", 1: "info", 2: "warning", 3: "error"}
 
 GPU_UUID = "GPU-0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0"
+# The image tag when values.yaml gives none: the chart's appVersion.
+CHART_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
 
 # Pod label keys that values.schema.json must accept (all at once, a good case) and refuse
 # (each a hostile case), as the agent does: tests/tests/it/node_manifests.rs checks the agent
@@ -111,6 +113,15 @@ GOOD = {
             "basicAuth": {"username": {"name": "scrape", "key": "username"}, "password": {"name": "scrape", "key": "password"}},
         },
     },
+    # A private registry, a pinned image, a priority class, and a kubelet with another
+    # --root-dir (microk8s).
+    "node, image by digest, pull secrets, priority class, another kubelet directory": {
+        "image": {"digest": "sha256:" + "ab" * 32},
+        "imagePullSecrets": [{"name": "registry"}],
+        "node": {"priorityClassName": "system-node-critical",
+                 "podResourcesHostPath": "/var/snap/microk8s/common/var/lib/kubelet/pod-resources"},
+    },
+    "sidecar, pull secrets": {"mode": "sidecar", "source": "sim", "imagePullSecrets": [{"name": "registry"}]},
     "sidecar, ServiceMonitor, a web config and a mounted config": {
         "mode": "sidecar", "source": "sim", "monitor": {"kind": "ServiceMonitor"},
         "webConfig": {"secretName": "truthscale-web", "scheme": "https"},
@@ -178,6 +189,9 @@ BAD = {
     "extraEnv without a name": {"extraEnv": [{"value": "x"}]},
     "extraVolumeMounts without a mountPath": {"extraVolumeMounts": [{"name": "x"}]},
     "webConfig.scheme: ftp": {"webConfig": {"secretName": "web", "scheme": "ftp"}},
+    "image.digest without sha256": {"image": {"digest": "abcdef"}},
+    "imagePullSecrets entry without a name": {"imagePullSecrets": [{"secret": "registry"}]},
+    "node.podResourcesHostPath relative": {"node": {"podResourcesHostPath": "var/lib/kubelet/pod-resources"}},
     "webConfig.secretName not a name": {"webConfig": {"secretName": "Web Config"}},
     "unknown key under webConfig": {"webConfig": {"file": "/etc/web.yml"}},
     # serve refuses a dcgm-exporter URL that is not http(s).
@@ -434,6 +448,15 @@ def check_workload(v: dict, kinds: dict[str, list[dict]]) -> list[str]:
             errs.append(f"web config {web}: --web-config {web_args}, mount {mount}, volume {volume}")
     elif web_args or "truthscale-web-config" in mounts or "truthscale-web-config" in volumes:
         errs.append("a web config's flag, mount and volume belong with webConfig.secretName only")
+    image = v["image"]
+    want_image = f"{image['repository']}@{image['digest']}" if image.get("digest") else \
+        f"{image['repository']}:{image.get('tag') or CHART_VERSION}"
+    if c["image"] != want_image:
+        errs.append(f"image {c['image']}, want {want_image}")
+    if pod.get("imagePullSecrets", []) != v["imagePullSecrets"]:
+        errs.append(f"imagePullSecrets {pod.get('imagePullSecrets')}, want {v['imagePullSecrets']}")
+    if node and pod.get("priorityClassName") != (v["node"]["priorityClassName"] or None):
+        errs.append(f"priorityClassName {pod.get('priorityClassName')}, want {v['node']['priorityClassName']!r}")
     if c["resources"] != v["node" if node else "sidecar"]["resources"]:
         errs.append(f"resources {c['resources']} are not the values'")
     sc = c["securityContext"]
@@ -469,7 +492,11 @@ def check_workload(v: dict, kinds: dict[str, list[dict]]) -> list[str]:
         errs.append("the per-process variable belongs with node.perProcess only")
     per_process, labels = v["node"]["perProcess"], bool(v["node"]["podLabels"])
     host_paths = {x["hostPath"]["path"] for x in pod.get("volumes", []) if "hostPath" in x}
-    want_paths = {"/var/lib/kubelet/pod-resources"} | ({"/sys/fs/cgroup"} if per_process else set())
+    want_paths = {v["node"]["podResourcesHostPath"]} | ({"/sys/fs/cgroup"} if per_process else set())
+    # Mounted where the agent reads the kubelet's socket, whatever the node's path.
+    if not any(m["name"] == "pod-resources" and m["mountPath"] == "/var/lib/kubelet/pod-resources"
+               for m in c.get("volumeMounts", [])):
+        errs.append(f"the pod-resources folder is not mounted at /var/lib/kubelet/pod-resources: {c.get('volumeMounts')}")
     if host_paths != want_paths:
         errs.append(f"hostPath volumes {sorted(host_paths)}, want {sorted(want_paths)}")
     if any(m.get("readOnly") is not True for m in c.get("volumeMounts", [])):
