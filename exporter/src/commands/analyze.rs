@@ -639,7 +639,14 @@ fn write_effective_compute(out: &mut impl Write, e: &EntitySummary) -> std::io::
         )?;
     }
     if let Some(g) = e.inflation_gap_points {
-        writeln!(out, "  inflation gap      {:.1} points", g.mean)?;
+        // Of the windows with effective compute only, where some had only its bound: the
+        // bound's own gap line below covers them all.
+        let some = if bound.is_some_and(|b| b.bounded_seconds > 0.0) {
+            "  over the windows with effective compute only"
+        } else {
+            ""
+        };
+        writeln!(out, "  inflation gap      {:.1} points{some}", g.mean)?;
     }
     if let Some(g) = bound.and_then(|b| b.inflation_gap_points_at_least)
         && g > 0.0

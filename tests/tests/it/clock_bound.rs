@@ -106,3 +106,50 @@ fn a_clockless_capture_prints_the_bound_and_what_is_missing() {
         }
     }
 }
+
+/// A trace whose SM clock is read in some windows only: the exact inflation gap covers the
+/// clock-corrected windows alone, and says so beside the bound's gap over them all. Eleven
+/// 1 s windows at τ 0.5 and 1 830 MHz (ECF 0.5; the first sample stands for the spacing to
+/// the next) under a busy flag of 0.9, then five without the clock (each bounded at
+/// 0.5 × 1980 / 1830): the gap is 90 − 50 = 40.0 points over the eleven, at least
+/// (11 × 40 + 5 × (90 − 54.1)) / 16 = 38.7 over the sixteen.
+#[test]
+fn a_partly_clocked_trace_says_what_its_exact_gap_covers() {
+    let dir = TempDir::new("clock-part");
+    let path = dir.path().join("part.jsonl");
+    let line = |t: u32, clock: &str| {
+        format!(
+            "{{\"gpu\":0,\"model\":\"NVIDIA H100 80GB HBM3\",\"taken\":\"2026-01-01T00:00:{t:02}Z\",\"gpu_util\":0.9,\"tensor_active\":0.5,\"dram_active\":0.1{clock}}}\n"
+        )
+    };
+    let text: String = (0..=15)
+        .map(|t| {
+            line(
+                t,
+                if t <= 10 {
+                    ",\"sm_clock_mhz\":1830"
+                } else {
+                    ""
+                },
+            )
+        })
+        .collect();
+    std::fs::write(&path, text).unwrap();
+    let (text, v) = analyze(path.to_str().unwrap(), &[]);
+    assert!(
+        text.contains(
+            "  inflation gap      40.0 points  over the windows with effective compute only\n"
+        ),
+        "{text}"
+    );
+    let at_least = (11.0 * 40.0 + 5.0 * 100.0 * (0.9 - 0.5 * 1980.0 / 1830.0)) / 16.0;
+    let b = &v["entities"][0]["effective_compute_upper_bound"];
+    let got = b["inflation_gap_points_at_least"].as_f64().unwrap();
+    assert!((got - at_least).abs() < 1e-9, "{got} vs {at_least}");
+    assert!(
+        text.contains(&format!(
+            "  inflation gap      at least {at_least:.1} points"
+        )),
+        "{text}"
+    );
+}
