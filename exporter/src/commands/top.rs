@@ -217,6 +217,10 @@ impl Feed {
         match (&args.replay, &args.url, &args.nvml_library) {
             (Some(p), None, None) => {
                 let ((samples, nominal), malformed) = read_replay(p, args.spacing.as_secs_f64())?;
+                // As `analyze` and `explain` end: an empty table would pass for no GPU busy.
+                if samples.is_empty() {
+                    anyhow::bail!("{}: no GPU in the input", p.display());
+                }
                 Ok(Feed::Replay {
                     name: p.display().to_string(),
                     samples,

@@ -370,6 +370,27 @@ fn explain_and_top_exit_1_on_a_replay_with_a_malformed_line() {
     }
 }
 
+/// A capture with no GPU reading (a `dcgmi dmon` header alone) ends `analyze`, `explain`
+/// and `top --replay` alike, with status 2 and why: `top` had printed an empty table and
+/// exited 0, which passes for a machine whose GPUs are all idle.
+#[test]
+fn a_capture_without_a_gpu_ends_every_command_with_status_2() {
+    let dir = TempDir::new("no-gpu");
+    let p = dir.path().join("header.txt");
+    std::fs::write(&p, "#Entity   GPUTL   TENSO\nID\n").unwrap();
+    let path = p.to_str().unwrap();
+    for args in [
+        vec!["analyze", path],
+        vec!["explain", "--replay", path],
+        vec!["top", "--once", "--replay", path],
+    ] {
+        let (code, out, err) = truthscale(&args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains("no GPU"), "{args:?}: {err}");
+        assert!(!out.contains("GPU    REPORTED"), "{args:?}: {out}");
+    }
+}
+
 /// A capture without timestamps (dcgm-exporter scrapes, 30 s apart as it collects by
 /// default) is read at the spacing given: 2 100 J a scrape is 70 W over 30 s, a T4's own
 /// draw, but 2 100 W over the 1 s assumed without it, which no T4 draws (its bound, 140 W):
