@@ -223,6 +223,8 @@ impl Default for Decision {
                 engine_absent: None,
                 clock_events: true,
                 profiling: true,
+                tensor_counter: true,
+                dram_counter: true,
             },
         }
     }
@@ -310,6 +312,10 @@ pub struct Missing {
     pub clock_events: bool,
     /// No roofline saturation (no profiling counters).
     pub profiling: bool,
+    /// Of the two counters roofline saturation needs, the tensor activity was not read.
+    pub tensor_counter: bool,
+    /// Of the two counters roofline saturation needs, the DRAM activity was not read.
+    pub dram_counter: bool,
 }
 
 impl Missing {
@@ -319,7 +325,9 @@ impl Missing {
         let mut v = Vec::new();
         if self.busy_flag {
             v.push(
-                "busy flag: no GPU utilization reading (NVML or DCGM_FI_DEV_GPU_UTIL)".to_string(),
+                "busy flag: no GPU utilization reading (NVML or DCGM_FI_DEV_GPU_UTIL; a MIG \
+                 instance has none, and its graphics-engine activity, DCGM field 1001, stands in)"
+                    .to_string(),
             );
         }
         if self.engine_not_configured {
@@ -335,9 +343,44 @@ impl Missing {
             v.push("clock-event reasons: not reported by this source".to_string());
         }
         if self.profiling {
-            v.push(NO_PROFILING.to_string());
+            v.push(self.saturation_line().to_string());
         }
         v
+    }
+
+    /// What roofline saturation lacked: both counters, the one not read, or, with both
+    /// read, a window whose readings gave none (refused, or not observed).
+    fn saturation_line(&self) -> &'static str {
+        match (self.tensor_counter, self.dram_counter) {
+            (true, true) => NO_PROFILING,
+            (true, false) => {
+                "roofline saturation: no tensor activity reading (DCGM profiling field 1004 or \
+                 NVML GPM); the DRAM activity was read"
+            }
+            (false, true) => {
+                "roofline saturation: no DRAM activity reading (DCGM profiling field 1005 or \
+                 NVML GPM); the tensor activity was read"
+            }
+            (false, false) => {
+                "roofline saturation: none from this window's readings (see the diagnostics)"
+            }
+        }
+    }
+
+    /// What to do where no roofline saturation decided the verdict: collect the counter not
+    /// read.
+    fn saturation_action(&self) -> &'static str {
+        match (self.tensor_counter, self.dram_counter) {
+            (true, false) => {
+                "collect the tensor activity counter (DCGM field 1004, or NVML GPM) to tell busy from starved"
+            }
+            (false, true) => {
+                "collect the DRAM activity counter (DCGM field 1005, or NVML GPM) to tell busy from starved"
+            }
+            _ => {
+                "enable profiling counters (DCGM fields 1004 and 1005, or NVML GPM) to tell busy from starved"
+            }
+        }
     }
 }
 
@@ -452,7 +495,7 @@ impl Reason {
         let s = match *self {
             Reason::Unavailable { health } => unavailable_action(health),
             Reason::NoBusyFlag => {
-                "collect GPU utilization (NVML, or dcgm-exporter with DCGM_FI_DEV_GPU_UTIL)"
+                "collect GPU utilization (NVML, or dcgm-exporter with DCGM_FI_DEV_GPU_UTIL; for a MIG instance, DCGM_FI_PROF_GR_ENGINE_ACTIVE)"
             }
             Reason::Idle { .. } => "give this GPU work or release it",
             Reason::MostlyIdle { .. } => {
@@ -513,7 +556,10 @@ impl Decision {
             verdict: self.verdict,
             reasons,
             missing: self.missing.lines(),
-            action: self.reason.action(),
+            action: match self.reason {
+                Reason::NoSaturation { .. } => self.missing.saturation_action().to_string(),
+                _ => self.reason.action(),
+            },
             cause: self.cause().map(|c| c.cause),
         }
     }
@@ -558,6 +604,8 @@ pub fn judge(i: &VerdictInputs<'_>, cfg: &VerdictConfig) -> Decision {
         engine_absent: i.serving.and_then(|s| s.absent_reason.clone()),
         clock_events: i.throttles.is_none(),
         profiling: i.saturation.is_none(),
+        tensor_counter: i.tensor.is_none(),
+        dram_counter: i.dram.is_none(),
     };
     let (verdict, reason) = reason(i, serving, cfg);
     Decision {
@@ -663,6 +711,55 @@ mod tests {
             readings: None,
             health: None,
         }
+    }
+
+    /// Without roofline saturation, what is missing names the counter not read, and the
+    /// action asks for that one: a capture with the tensor counter and no DRAM counter was
+    /// told it needed both and to "enable profiling counters".
+    #[test]
+    fn no_saturation_names_the_counter_not_read() {
+        let cfg = VerdictConfig::default();
+        let without = |tensor: Option<f64>, dram: Option<f64>| {
+            decide(
+                &VerdictInputs {
+                    saturation: None,
+                    tensor,
+                    dram,
+                    ..inputs(0.9, 0.0, 0.0)
+                },
+                &cfg,
+            )
+        };
+        // The last line: the serving engine's comes before it.
+        let saturation = |r: &VerdictResult| r.missing.last().cloned().unwrap_or_default();
+        let r = without(Some(0.5), None);
+        assert_eq!(r.verdict, Verdict::Unknown);
+        assert_eq!(
+            saturation(&r),
+            "roofline saturation: no DRAM activity reading (DCGM profiling field 1005 or NVML GPM); the tensor activity was read"
+        );
+        assert_eq!(
+            r.action,
+            "collect the DRAM activity counter (DCGM field 1005, or NVML GPM) to tell busy from starved"
+        );
+        let r = without(None, Some(0.2));
+        assert!(
+            saturation(&r).contains("no tensor activity reading"),
+            "{r:?}"
+        );
+        assert!(
+            r.action.starts_with("collect the tensor activity counter"),
+            "{r:?}"
+        );
+        let r = without(None, None);
+        assert_eq!(saturation(&r), NO_PROFILING);
+        assert!(r.action.starts_with("enable profiling counters"), "{r:?}");
+        // Both read, none derived (refused, or not observed): no counter to ask for.
+        let r = without(Some(0.5), Some(0.2));
+        assert_eq!(
+            saturation(&r),
+            "roofline saturation: none from this window's readings (see the diagnostics)"
+        );
     }
 
     #[test]
