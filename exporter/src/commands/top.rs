@@ -693,6 +693,10 @@ mod tui {
 
     /// Set once SIGTERM, SIGINT or SIGHUP arrives (another process's `kill`: in raw mode
     /// Ctrl-C is a key), so that the loop ends and the terminal is restored before exit.
+    /// Where the loop has not ended a second later, the process ends from here: on a
+    /// terminal that is gone (its window closed, its SSH session dropped: SIGHUP), crossterm's
+    /// poll reads the dead terminal again and again without returning (crossterm issue 793),
+    /// so the loop never looks at the flag, and `top` had stayed, spinning a core, for good.
     fn watch_signals() -> Arc<AtomicBool> {
         let flag = Arc::new(AtomicBool::new(false));
         let set = Arc::clone(&flag);
@@ -719,6 +723,12 @@ mod tui {
                 }
                 set.store(true, Ordering::SeqCst);
             });
+            if set.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_secs(1));
+                // The loop would have ended the process by now: it is held in crossterm.
+                ratatui::restore();
+                std::process::exit(1);
+            }
         };
         // Without the thread the signals end the process as before.
         let _ = std::thread::Builder::new()

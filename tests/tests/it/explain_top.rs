@@ -688,6 +688,56 @@ fn top_restores_the_terminal_on_sigterm() {
     assert_eq!(display("#{cursor_flag}"), "1", "the cursor is shown");
 }
 
+/// `top` whose terminal goes away (its tmux server killed, as a closed window or a dropped
+/// SSH session does: SIGHUP, and the terminal gone) ends within seconds: it had stayed for
+/// good, spinning a core inside crossterm's poll of the dead terminal (crossterm issue 793),
+/// a leftover found 41 minutes after a test that killed its terminal.
+#[test]
+fn top_ends_when_its_terminal_goes_away() {
+    require_tool_or_return!("/usr/bin/tmux", "tmux");
+    let dir = TempDir::new("top-hangup");
+    let p = trace(
+        &dir,
+        "busy",
+        r#""gpu_util":0.9,"tensor_active":0.25,"dram_active":0.5"#,
+    );
+    let command = format!(
+        "{} top --replay {} --interval 250ms",
+        truthscale_e2e::truthscale().display(),
+        p.display()
+    );
+    let t = Tmux::start(&dir, "top-hangup", &command);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !t.capture().contains("VERDICT") {
+        assert!(Instant::now() < deadline, "no top frame:\n{}", t.capture());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The pane's command is top itself.
+    let out = t
+        .tmux()
+        .args(["display", "-p", "#{pane_pid}"])
+        .output()
+        .unwrap();
+    let top = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let proc_dir = format!("/proc/{top}");
+    assert!(std::path::Path::new(&proc_dir).exists(), "top {top} runs");
+    let status = t.tmux().arg("kill-server").status().unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::path::Path::new(&proc_dir).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let left = std::path::Path::new(&proc_dir).exists();
+    if left {
+        // Stop it, by its PID, before failing: a test leaves nothing running.
+        let _ = Command::new("kill").args(["-KILL", &top]).status();
+    }
+    assert!(
+        !left,
+        "top {top} still ran 10 s after its terminal went away"
+    );
+}
+
 /// `top --once --nvml-library` reads NVML directly (the fake library, decode scenario): two
 /// samples one interval apart, then one plain-text frame.
 #[test]
