@@ -727,6 +727,11 @@ mod tui {
                 std::thread::sleep(Duration::from_secs(1));
                 // The loop would have ended the process by now: it is held in crossterm.
                 ratatui::restore();
+                #[expect(
+                    clippy::exit,
+                    clippy::disallowed_methods,
+                    reason = "the thread that would return the ExitCode is held in crossterm's poll for good"
+                )]
                 std::process::exit(1);
             }
         };
