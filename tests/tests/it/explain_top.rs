@@ -488,6 +488,12 @@ impl Tmux {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// A tmux format of the pane (`#{pane_pid}`, `#{alternate_on}`), as tmux displays it.
+    fn display(&self, what: &str) -> String {
+        let out = self.tmux().args(["display", "-p", what]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
     fn alive(&self) -> bool {
         self.tmux()
             .arg("has-session")
@@ -630,6 +636,28 @@ fn top_renders_a_live_table_in_a_terminal_and_updates_it() {
     assert!(!t.alive(), "top did not quit on q");
 }
 
+/// `command` (with `{top}`, the replay of a busy GPU's trace in `dir`) in a tmux pane, once
+/// `top` has drawn its first frame on the alternate screen.
+fn top_in_tmux(dir: &TempDir, name: &str, command: &str) -> Tmux {
+    let p = trace(
+        dir,
+        "busy",
+        r#""gpu_util":0.9,"tensor_active":0.25,"dram_active":0.5"#,
+    );
+    let top = format!(
+        "{} top --replay {}",
+        truthscale_e2e::truthscale().display(),
+        p.display()
+    );
+    let t = Tmux::start(dir, name, &command.replace("{top}", &top));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(t.display("#{alternate_on}") == "1" && t.capture().contains("VERDICT")) {
+        assert!(Instant::now() < deadline, "no top frame:\n{}", t.capture());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    t
+}
+
 /// `top` on a terminal stopped by another process's SIGTERM (in raw mode Ctrl-C is a key,
 /// not a signal) leaves the alternate screen and shows the cursor again, exiting 0: the
 /// shell it ran in is left as it was.
@@ -637,26 +665,13 @@ fn top_renders_a_live_table_in_a_terminal_and_updates_it() {
 fn top_restores_the_terminal_on_sigterm() {
     require_tool_or_return!("/usr/bin/tmux", "tmux");
     let dir = TempDir::new("top-sigterm");
-    let p = trace(
+    let t = top_in_tmux(
         &dir,
-        "busy",
-        r#""gpu_util":0.9,"tensor_active":0.25,"dram_active":0.5"#,
+        "top-term",
+        "sh -c '{top} --interval 1s; echo EXIT=$?; sleep 30'",
     );
-    let command = format!(
-        "sh -c '{} top --replay {} --interval 1s; echo EXIT=$?; sleep 30'",
-        truthscale_e2e::truthscale().display(),
-        p.display()
-    );
-    let t = Tmux::start(&dir, "top-term", &command);
-    let display = |what: &str| {
-        let out = t.tmux().args(["display", "-p", what]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    };
+    let display = |what: &str| t.display(what);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !(display("#{alternate_on}") == "1" && t.capture().contains("VERDICT")) {
-        assert!(Instant::now() < deadline, "no top frame:\n{}", t.capture());
-        std::thread::sleep(Duration::from_millis(100));
-    }
     // top is the shell's child.
     let shell = display("#{pane_pid}");
     let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).unwrap();
@@ -696,29 +711,9 @@ fn top_restores_the_terminal_on_sigterm() {
 fn top_ends_when_its_terminal_goes_away() {
     require_tool_or_return!("/usr/bin/tmux", "tmux");
     let dir = TempDir::new("top-hangup");
-    let p = trace(
-        &dir,
-        "busy",
-        r#""gpu_util":0.9,"tensor_active":0.25,"dram_active":0.5"#,
-    );
-    let command = format!(
-        "{} top --replay {} --interval 250ms",
-        truthscale_e2e::truthscale().display(),
-        p.display()
-    );
-    let t = Tmux::start(&dir, "top-hangup", &command);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !t.capture().contains("VERDICT") {
-        assert!(Instant::now() < deadline, "no top frame:\n{}", t.capture());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let t = top_in_tmux(&dir, "top-hangup", "{top} --interval 250ms");
     // The pane's command is top itself.
-    let out = t
-        .tmux()
-        .args(["display", "-p", "#{pane_pid}"])
-        .output()
-        .unwrap();
-    let top = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let top = t.display("#{pane_pid}");
     let proc_dir = format!("/proc/{top}");
     assert!(std::path::Path::new(&proc_dir).exists(), "top {top} runs");
     let status = t.tmux().arg("kill-server").status().unwrap();
