@@ -121,7 +121,9 @@ impl<R: BufRead> Capture<R> {
             done: false,
             unreadable: 0,
             unterminated: None,
-            not_after: Timestamp(now_ms().saturating_add(CLOCK_SKEW_MS)),
+            not_after: Timestamp(
+                crate::times::unix_ms(std::time::SystemTime::now()).saturating_add(CLOCK_SKEW_MS),
+            ),
         };
         // The first lines tell the format, and whether a dcgm-exporter scrape or an
         // nvidia-smi CSV capture carries its own timestamps.
@@ -746,13 +748,6 @@ pub(crate) fn fields_heading(format: Format) -> (&'static str, &'static str) {
     }
 }
 
-/// This machine's clock, in milliseconds since the epoch (0 before it).
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 /// `s`, or why it is not read: stamped after `not_after` (this machine's clock when the
 /// capture was opened, and a day's skew), a time no capture's sample can have. Read, it
 /// stood for a gap of centuries, and every later sample came before it.
@@ -828,7 +823,8 @@ mod tests {
     #[test]
     fn a_sample_from_the_future_is_a_malformed_line() {
         let line = |at: &str| format!("{{\"taken\":\"{at}\",\"gpu\":0,\"gpu_util\":0.5}}\n");
-        let soon = crate::times::rfc3339(now_ms() + 3_600_000);
+        let now = crate::times::unix_ms(std::time::SystemTime::now());
+        let soon = crate::times::rfc3339(now + 3_600_000);
         let text = [
             line("2026-01-01T00:00:01Z"),
             line("9999-01-01T00:00:02Z"),

@@ -188,7 +188,7 @@ impl Snapshot {
             .collect();
         let text = exposition::encode(&gpus, &self.identity, &status, Encoding::Text);
         let openmetrics = exposition::encode(&gpus, &self.identity, &status, Encoding::OpenMetrics);
-        let now_ms = crate::sources::unix_ms(std::time::SystemTime::now());
+        let now_ms = crate::times::unix_ms(std::time::SystemTime::now());
         let demand = &self.gzip_demand;
         Snapshot {
             tick: self.tick,
@@ -282,7 +282,7 @@ impl Publisher {
         let (gpus, text, status) = self.capped(gpus, status);
         let openmetrics = exposition::encode(&gpus, &self.identity, &status, Encoding::OpenMetrics);
         self.previous_body = Some(text.len());
-        let now_ms = crate::sources::unix_ms(tick.now);
+        let now_ms = crate::times::unix_ms(tick.now);
         let text_gzip = self
             .gzip
             .compress_if_wanted(Encoding::Text, text.as_bytes(), now_ms);

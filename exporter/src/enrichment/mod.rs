@@ -9,7 +9,7 @@ pub mod engine;
 pub(crate) mod pressure;
 
 use crate::pipeline::{Answer, Background, Health, LogLimiter, Stage, Tick};
-use crate::sources::unix_ms;
+use crate::times::unix_ms;
 use engine::{EngineScraper, EngineSettings};
 pub(crate) use pressure::HolderPressure;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -21,7 +21,8 @@ pub(crate) use background::{Answer, Background};
 pub(crate) use stage::{Health, Stage, Tick};
 
 use crate::publish::{Published, Publisher, SinkErrors, Snapshot, VERSION};
-use crate::sources::{Produced, Source, SourceError, unix_ms};
+use crate::sources::{Produced, Source, SourceError};
+use crate::times::unix_ms;
 use served::Served;
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -14,8 +14,9 @@
 //! - **Bad values.** Sentinels are counted (`kind="sentinel"`) and never exported as data;
 //!   scrape failures are counted by kind and the source goes stale.
 
-use super::{BuildError, Context, Produced, Source, SourceError, SourceSettings, unix_ms};
+use super::{BuildError, Context, Produced, Source, SourceError, SourceSettings};
 use crate::setting::Invalid;
+use crate::times::unix_ms;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::collections::HashMap;

@@ -483,13 +483,6 @@ pub(crate) fn refused_readings(
     }
 }
 
-/// Milliseconds since the Unix epoch of a wall time (0 before 1970).
-#[must_use]
-pub(crate) fn unix_ms(t: SystemTime) -> i64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

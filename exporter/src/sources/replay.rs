@@ -5,9 +5,10 @@
 //! every later one as far after it as the capture says (its own timestamps: JSONL `taken`,
 //! exposition timestamps; `spacing` apart for a format without them).
 
-use super::{BuildError, Context, Produced, Source, SourceError, SourceSettings, unix_ms};
+use super::{BuildError, Context, Produced, Source, SourceError, SourceSettings};
 use crate::capture::{Capture, CaptureError, LostLines};
 use crate::setting::Invalid;
+use crate::times::unix_ms;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::BufReader;

@@ -6,8 +6,9 @@
 //! agrees with the simulator's truth ≥ 0.95 in every scenario at the default 1 s interval).
 //! The gauges show the latest sub-window; the counters integrate every one.
 
-use super::{BuildError, Context, Produced, Source, SourceSettings, unix_ms};
+use super::{BuildError, Context, Produced, Source, SourceSettings};
 use crate::setting::Invalid;
+use crate::times::unix_ms;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, SystemTime};
 use truthscale_core::gpus::GpuSpec;

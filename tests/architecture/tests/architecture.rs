@@ -2748,10 +2748,7 @@ fn caught_a_helper_moved_under_a_source() {
             "exporter/src/commands/doctor.rs",
             "fn f() { crate::sources::nvml::open(); }",
         ),
-        (
-            "exporter/src/compose.rs",
-            "use crate::sources::{Source, unix_ms};",
-        ),
+        ("exporter/src/compose.rs", "use crate::sources::Source;"),
     ];
     for (at, edit) in fine {
         assert!(rule(at, edit).is_empty(), "flagged in {at}: {edit}");

@@ -7,7 +7,8 @@ use super::gpm::{GpmMode, GpmState, GpmStep, MISSES_WAITED};
 use super::processes::Processes;
 use super::raw;
 use super::report::Ident;
-use crate::sources::{SourceError, unix_ms};
+use crate::sources::SourceError;
+use crate::times::unix_ms;
 use nvml_wrapper::enum_wrappers::device::{
     Clock, EccCounter, MemoryError, PcieUtilCounter, PerformancePolicy, Sampling, TemperatureSensor,
 };

@@ -46,8 +46,9 @@ pub(crate) use device::LOST_RETRY;
 pub(crate) use processes::ProcessInfo;
 pub(crate) use report::{DeviceReport, GpmStatus, Ident, Versions, identify};
 
-use super::{Produced, SourceError, unix_ms};
+use super::{Produced, SourceError};
 use crate::setting::Invalid;
+use crate::times::unix_ms;
 use device::{Ctx, DevState, Emitted, Lost, classify};
 use gpm::GpmMode;
 use nvml_wrapper::Nvml;
