@@ -367,19 +367,17 @@ impl Missing {
         }
     }
 
-    /// What to do where no roofline saturation decided the verdict: collect the counter not
-    /// read.
-    fn saturation_action(&self) -> &'static str {
+    /// What to do where no roofline saturation decided the verdict and one of its two
+    /// counters was read: collect the other. `None` otherwise ([`Reason::action`]'s).
+    fn saturation_action(&self) -> Option<&'static str> {
         match (self.tensor_counter, self.dram_counter) {
-            (true, false) => {
-                "collect the tensor activity counter (DCGM field 1004, or NVML GPM) to tell busy from starved"
-            }
-            (false, true) => {
-                "collect the DRAM activity counter (DCGM field 1005, or NVML GPM) to tell busy from starved"
-            }
-            _ => {
-                "enable profiling counters (DCGM fields 1004 and 1005, or NVML GPM) to tell busy from starved"
-            }
+            (true, false) => Some(
+                "collect the tensor activity counter (DCGM field 1004, or NVML GPM) to tell busy from starved",
+            ),
+            (false, true) => Some(
+                "collect the DRAM activity counter (DCGM field 1005, or NVML GPM) to tell busy from starved",
+            ),
+            _ => None,
         }
     }
 }
@@ -556,8 +554,8 @@ impl Decision {
             verdict: self.verdict,
             reasons,
             missing: self.missing.lines(),
-            action: match self.reason {
-                Reason::NoSaturation { .. } => self.missing.saturation_action().to_string(),
+            action: match (self.reason, self.missing.saturation_action()) {
+                (Reason::NoSaturation { .. }, Some(action)) => action.to_string(),
                 _ => self.reason.action(),
             },
             cause: self.cause().map(|c| c.cause),
