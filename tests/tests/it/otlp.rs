@@ -819,6 +819,98 @@ fn a_driver_reload_never_sends_a_negative_delta() {
     assert_eq!(volatile_sbe(&sidecar.metrics()), Some(2.0));
 }
 
+/// A GPU that falls off the bus is not read for about 10 s: the fake's H100 (300 W) is lost
+/// after twelve energy readings, and truthscale looks for it again 10 s later. Under delta
+/// temporality no export carries an energy point for it in that time (no change, not even
+/// 0, for time nothing measured), and the first point after the gap is the energy used
+/// over it, once: 300 W times the seconds between the points either side (within the jitter of
+/// a 250 ms tick), not the counter's total (it starts at 10^6 J). Received by a gRPC
+/// receiver that decodes the protobuf.
+#[test]
+fn a_gpu_not_read_sends_no_delta_then_its_increase_once() {
+    const UUID: &str = "GPU-5f0c6a3e-8d3b-4c1e-9a7f-000000000008";
+    let dir = TempDir::new("otlp-delta-lost");
+    let port = free_port();
+    let rx = Receiver::start(Proto::Grpc, port);
+    let scenario =
+        truthscale_e2e::workspace().join("tests/fake-nvml/scenarios/h100-lost-recovers.json");
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let lib = truthscale_e2e::fake_nvml();
+    let sidecar = Sidecar::start(
+        &[
+            &truthscale_e2e::nvml_args(lib, "250ms")[..],
+            &["--otlp-endpoint", &endpoint],
+        ]
+        .concat(),
+        &[
+            ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "delta"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "500"),
+        ],
+        dir.path(),
+    );
+    let served = |m: &[Sample]| truthscale_e2e::value(m, "truthscale_gpu_info", &[]).is_some();
+    let lost = |m: &[Sample]| {
+        truthscale_e2e::value(
+            m,
+            "truthscale_source_errors_total",
+            &[("source", "nvml"), ("kind", "gpu_lost")],
+        ) == Some(1.0)
+    };
+    let wait = Duration::from_secs(60);
+    sidecar.wait_for(wait, "the GPU lost", |m| lost(m) && !served(m));
+    sidecar.wait_for(wait, "the GPU back", |m| lost(m) && served(m));
+    // The GPU's energy point in each export, after it was first read.
+    let energy = |r: &ExportMetricsServiceRequest| {
+        find_metric(r, "hw.energy").and_then(|m| {
+            points(m)
+                .iter()
+                .find(|p| s(&p.attributes, "hw.id").as_deref() == Some(UUID))
+                .map(|p| (p.time_unix_nano, value(p)))
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (before, gap, after) = loop {
+        let all: Vec<Option<(u64, f64)>> = rx.requests().iter().map(energy).collect();
+        let first = all.iter().position(Option::is_some).unwrap_or(all.len());
+        let seen = &all[first..];
+        let back = seen
+            .iter()
+            .enumerate()
+            .skip_while(|(_, p)| p.is_some())
+            .find_map(|(k, p)| p.map(|p| (k, p)));
+        if let Some((k, after)) = back {
+            let none = seen[..k].iter().rev().take_while(|p| p.is_none()).count();
+            break (seen[k - none - 1].unwrap(), none, after);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{all:?}\n{}",
+            sidecar.process.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // The fake's counter moves at every reading, so a point of 0 is an export without one;
+    // but the tick that found the GPU lost read no energy and held the counter (as any
+    // counter is held until it next moves, with its observed seconds), so the point before
+    // the gap may be 0.
+    let all: Vec<Option<(u64, f64)>> = rx.requests().iter().map(energy).collect();
+    let zeros = all.iter().flatten().filter(|p| p.1 == 0.0).count();
+    assert!(zeros <= usize::from(before.1 == 0.0), "{all:?}");
+    assert!(
+        gap >= 5,
+        "{gap} exports without the GPU's point in about 10 s"
+    );
+    let seconds = (after.0 - before.0) as f64 / 1e9;
+    let want = 300.0 * seconds;
+    assert!(
+        (after.1 - want).abs() <= 300.0,
+        "{} J sent after {seconds} s without a reading, want {want} J",
+        after.1
+    );
+}
+
 fn sink_errors(sidecar: &Sidecar) -> f64 {
     sidecar
         .metrics()

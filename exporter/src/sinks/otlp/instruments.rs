@@ -55,8 +55,6 @@ struct Monotonic {
 /// One counter series in [`Monotonic`].
 #[derive(Debug)]
 struct Series {
-    /// Its data point's attributes.
-    attrs: Vec<KeyValue>,
     /// Its GPU's UUID (a MIG instance's, its GPU's), if it is a GPU's.
     gpu: Option<String>,
     /// The latest reading.
@@ -66,6 +64,9 @@ struct Series {
     /// When it was last read, or last kept for a GPU listed and not read (the snapshot's
     /// Unix milliseconds).
     kept_ms: i64,
+    /// Under delta temporality: left out of the latest collection (not read), so the SDK
+    /// forgot it and sends its next value whole.
+    left_out: bool,
 }
 
 impl Monotonic {
@@ -75,54 +76,77 @@ impl Monotonic {
     /// Add each counter point of `families` (fresh readings, of the snapshot taken at
     /// `now_ms`) its series' offset, a reading below the series' previous one first adding
     /// that one to the offset. A series not read is kept while its GPU is in `unread`
-    /// (listed, not read: stale), else for [`Monotonic::RETAIN_MS`] after it was kept last;
-    /// with `carry`, each series kept and not read is added to `families` as last observed
-    /// (no increase). With `carry` (delta temporality), a new series of a counter the
-    /// device kept before it was read ([`MetricId::counted_by_device`]) starts at 0: its
-    /// first reading is its baseline, so the first delta holds no history from before.
+    /// (listed, not read: stale), else for [`Monotonic::RETAIN_MS`] after it was kept last,
+    /// and has no point in `families`: nothing was measured, so nothing is sent (never a
+    /// change of 0).
+    ///
+    /// With `delta` (delta temporality), where the SDK sends each point's difference from
+    /// the series' point in the collection before and sends a series it did not have there
+    /// whole: a series read again after it was left out is shifted so that its point is
+    /// its increase over the gap (the one change of those intervals, sent once), and a new
+    /// series of a counter the device kept before it was read
+    /// ([`MetricId::counted_by_device`]) starts at 0: its first reading is its baseline, so
+    /// the first delta holds no history from before.
     fn apply(
         &mut self,
         families: &mut [Vec<(Vec<KeyValue>, f64)>],
         unread: &[&str],
         now_ms: i64,
-        carry: bool,
+        delta: bool,
     ) {
         let mut seen = HashMap::with_capacity(self.series.len());
         for (m, points) in catalog::ALL.iter().zip(families.iter_mut()) {
             if !is_counter(m) {
                 continue;
             }
-            let baseline = carry && m.id.counted_by_device();
+            let baseline = delta && m.id.counted_by_device();
             for (attrs, v) in points.iter_mut() {
                 let key = (m.id.index(), format!("{attrs:?}"));
                 let mut s = self.series.remove(&key).unwrap_or_else(|| Series {
-                    attrs: attrs.clone(),
                     gpu: gpu_of(attrs),
                     last: *v,
                     offset: if baseline { -*v } else { 0.0 },
                     kept_ms: now_ms,
+                    left_out: false,
                 });
+                let before = s.last + s.offset;
                 if *v < s.last {
                     s.offset += s.last;
+                }
+                if std::mem::take(&mut s.left_out) {
+                    // Sent whole: the increase since the point before the gap.
+                    s.offset -= before;
                 }
                 (s.last, s.kept_ms) = (*v, now_ms);
                 *v += s.offset;
                 seen.insert(key, s);
             }
         }
-        // What was not read this time.
+        // What was not read this time: no point.
         for (key, mut s) in self.series.drain() {
             if s.gpu.as_deref().is_some_and(|g| unread.contains(&g)) {
                 s.kept_ms = now_ms;
             } else if now_ms.saturating_sub(s.kept_ms) > Self::RETAIN_MS {
                 continue;
             }
-            if carry && let Some(family) = families.get_mut(key.0) {
-                family.push((s.attrs.clone(), s.last + s.offset));
-            }
+            s.left_out = delta;
             seen.insert(key, s);
         }
         self.series = seen;
+    }
+
+    /// Under delta temporality, a collection with no reading since the one before: every
+    /// counter point is taken out of `families`, and each series sends its increase once it
+    /// is read again ([`Monotonic::apply`]).
+    fn leave_out(&mut self, families: &mut [Vec<(Vec<KeyValue>, f64)>]) {
+        for (m, points) in catalog::ALL.iter().zip(families.iter_mut()) {
+            if is_counter(m) {
+                points.clear();
+            }
+        }
+        for s in self.series.values_mut() {
+            s.left_out = true;
+        }
     }
 }
 
@@ -147,12 +171,9 @@ fn gpu_of(attrs: &[KeyValue]) -> Option<String> {
 struct Shared {
     rx: watch::Receiver<Arc<Snapshot>>,
     pinned: Mutex<Pinned>,
-    /// Under delta temporality: a counter series not read keeps its last value (no
-    /// increase) while [`Monotonic`] keeps it (its GPU stale, or for an hour), so that the
-    /// SDK keeps its baseline. It drops a series missing from one collection, and the
-    /// series' next value would then be sent whole, as if all of it had accrued in one
-    /// interval.
-    carry_counters: bool,
+    /// Delta temporality: the SDK sends a counter series missing from the collection before
+    /// whole, so [`Monotonic`] shifts a series read again after a gap to its increase.
+    delta: bool,
 }
 
 impl Shared {
@@ -186,6 +207,15 @@ impl Shared {
             return;
         };
         if p.tick == (snap.tick, snap.stale) && !p.families.is_empty() {
+            if self.delta {
+                // No reading since the collection before: no change to send, not one of 0.
+                let Pinned {
+                    families,
+                    monotonic,
+                    ..
+                } = &mut *p;
+                monotonic.leave_out(families);
+            }
             return;
         }
         p.tick = (snap.tick, snap.stale);
@@ -221,7 +251,7 @@ impl Shared {
             monotonic,
             ..
         } = &mut *p;
-        monotonic.apply(families, &stale, snap.taken_unix_ms, self.carry_counters);
+        monotonic.apply(families, &stale, snap.taken_unix_ms, self.delta);
     }
 
     fn observe_f64(&self, id: MetricId, obs: &dyn AsyncInstrument<f64>) {
@@ -357,12 +387,12 @@ pub fn register(meter: &Meter, rx: watch::Receiver<Arc<Snapshot>>) -> Registrati
     register_with(meter, rx, false)
 }
 
-/// [`register`], for a meter whose exporter asks for delta temporality (`delta`): a GPU that
-/// went stale then keeps its counters' last values while it is listed (no increase), so that
-/// when it is read again the increase over the gap is sent once, not its whole total. (The
-/// SDK forgets a delta series missing from one collection.) Any other counter series no
-/// longer read (a GPU forgotten, a pod's attribution given up) keeps its last value for an
-/// hour: one found again within it sends its increase, not its total.
+/// [`register`], for a meter whose exporter asks for delta temporality (`delta`): a counter
+/// series not read (a stale GPU's, a forgotten GPU's, a pod's whose attribution was given
+/// up) sends no point, never a change of 0 for time nothing measured; when it is read again
+/// (a stale GPU's while it is listed, any other within the hour after it was last read) its
+/// one point is the increase over the gap, not its whole total. (The SDK forgets a delta
+/// series missing from one collection and would send its next value whole.)
 #[must_use]
 pub fn register_with(
     meter: &Meter,
@@ -372,7 +402,7 @@ pub fn register_with(
     let shared = Arc::new(Shared {
         rx,
         pinned: Mutex::new(Pinned::default()),
-        carry_counters: delta,
+        delta,
     });
     let families = catalog::ALL.iter().filter_map(|m| Some((m, m.otel?)));
     let mut instruments = Vec::with_capacity(catalog::ALL.len());
@@ -504,7 +534,7 @@ mod tests {
         let s = Shared {
             rx,
             pinned: Mutex::new(Pinned::default()),
-            carry_counters: false,
+            delta: false,
         };
         let id = |name: &str| catalog::ALL[family(name)].id;
         let (power, energy) = (id("hw.power"), id("hw.energy"));
@@ -541,11 +571,15 @@ mod tests {
             .unwrap_or_else(|| panic!("{name}"))
     }
 
-    /// Under delta temporality a counter series not read keeps its last point while it is
-    /// kept: a stale GPU's (a MIG instance's too, by its GPU) throughout, any other's for an
-    /// hour after it was read. Nothing else is carried: not a gauge, not a series read.
+    /// A counter series not read has no point, under delta temporality as under cumulative:
+    /// nothing was measured, so no change (not even 0) is sent for that time. Under delta,
+    /// the SDK sends a series missing from the collection before whole, so a series read
+    /// again is shifted to its increase over the gap: GPU-a 100 J, stale, then 130 J sends
+    /// 30 (the SDK's delta from nothing), then 140 J sends 40 (its delta 10). Kept while its
+    /// GPU is stale (a MIG instance's by its GPU), any other for an hour after it was read;
+    /// past that a series found again is new. Gauges are left as read.
     #[test]
-    fn counters_not_read_are_carried_while_kept() {
+    fn counters_not_read_have_no_point_and_send_their_increase_when_read_again() {
         let (energy, power) = (family("hw.energy"), family("hw.power"));
         assert_eq!(
             catalog::ALL[energy].otel.map(|o| o.instrument),
@@ -553,38 +587,102 @@ mod tests {
         );
         let point = |uuid: &str, v: f64| (vec![KeyValue::new("hw.id", uuid.to_owned())], v);
         let mut m = Monotonic::default();
-        let mut step = |energies: Vec<(Vec<KeyValue>, f64)>, stale: &[&str], minute: i64| {
+        let mut step = |energies: &[(&str, f64)], stale: &[&str], minute: i64| {
             let mut families = vec![Vec::new(); catalog::ALL.len()];
-            families[energy] = energies;
+            families[energy] = energies.iter().map(|(u, v)| point(u, *v)).collect();
             families[power] = vec![point("GPU-a", 300.0)];
             m.apply(&mut families, stale, minute * 60_000, true);
             assert_eq!(families[power], [point("GPU-a", 300.0)]);
-            let mut e = families.swap_remove(energy);
-            e.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
-            e
+            families
+                .swap_remove(energy)
+                .into_iter()
+                .map(|(a, v)| (a[0].value.as_str().into_owned(), v))
+                .collect::<Vec<_>>()
         };
-        let all = vec![
-            point("GPU-a", 100.0),
-            point("GPU-b", 200.0),
-            point("GPU-c/mig/1", 5.0),
-            point("GPU-d", 7.0),
+        let named = |points: &[(&str, f64)]| -> Vec<(String, f64)> {
+            points.iter().map(|(u, v)| ((*u).to_owned(), *v)).collect()
+        };
+        let all = [
+            ("GPU-a", 100.0),
+            ("GPU-b", 200.0),
+            ("GPU-c/mig/1", 5.0),
+            ("GPU-d", 7.0),
         ];
-        assert_eq!(step(all.clone(), &[], 0), all);
+        assert_eq!(step(&all, &[], 0), named(&all));
+        // GPU-a and GPU-c stale, GPU-d not read: only GPU-b has a point.
         let stale = ["GPU-a", "GPU-c"];
-        let carried = step(vec![point("GPU-b", 250.0)], &stale, 1);
-        let mut want = all.clone();
-        want[1] = point("GPU-b", 250.0);
-        assert_eq!(carried, want);
-        // GPU-d, neither read nor stale, is carried for the hour after it was read, not after.
-        assert_eq!(step(vec![point("GPU-b", 260.0)], &stale, 60), {
-            want[1] = point("GPU-b", 260.0);
-            want.clone()
-        });
-        want.pop();
-        assert_eq!(step(vec![point("GPU-b", 270.0)], &stale, 61), {
-            want[1] = point("GPU-b", 270.0);
-            want
-        });
+        assert_eq!(
+            step(&[("GPU-b", 250.0)], &stale, 1),
+            named(&[("GPU-b", 250.0)])
+        );
+        // Read again: each sends its increase over the gap once, GPU-b goes on.
+        let back = [("GPU-a", 130.0), ("GPU-b", 260.0), ("GPU-c/mig/1", 9.0)];
+        let sent = [("GPU-a", 30.0), ("GPU-b", 260.0), ("GPU-c/mig/1", 4.0)];
+        assert_eq!(step(&back, &[], 2), named(&sent));
+        let next = [("GPU-a", 140.0), ("GPU-b", 270.0), ("GPU-d", 12.0)];
+        let sent = [("GPU-a", 40.0), ("GPU-b", 270.0), ("GPU-d", 5.0)];
+        assert_eq!(step(&next, &[], 3), named(&sent));
+        // GPU-d not read for more than the hour after minute 3: found again, it is new.
+        assert_eq!(
+            step(&[("GPU-b", 280.0)], &[], 64),
+            named(&[("GPU-b", 280.0)])
+        );
+        assert_eq!(step(&[("GPU-d", 20.0)], &[], 65), named(&[("GPU-d", 20.0)]));
+    }
+
+    /// Under delta temporality, a collection with no reading since the one before (the
+    /// same tick pinned again) sends no counter point: no change of 0 for time nothing
+    /// read. The next reading sends the increase since the last point once: 100 J, no
+    /// reading, 160 J sends 60 (the SDK's delta from nothing), 170 J sends 70 (its delta 10).
+    #[test]
+    fn a_collection_without_a_new_reading_sends_no_change() {
+        let (energy, power) = (family("hw.energy"), family("hw.power"));
+        let point = |v: f64| (vec![KeyValue::new("hw.id", "GPU-a")], v);
+        let mut m = Monotonic::default();
+        let mut read = |joules: f64, minute: i64| {
+            let mut families = vec![Vec::new(); catalog::ALL.len()];
+            families[energy] = vec![point(joules)];
+            families[power] = vec![point(300.0)];
+            m.apply(&mut families, &[], minute * 60_000, true);
+            families
+        };
+        let mut families = read(100.0, 0);
+        assert_eq!(families[energy], [point(100.0)]);
+        m.leave_out(&mut families);
+        assert_eq!(families[energy], []);
+        assert_eq!(families[power], [point(300.0)], "gauges are kept");
+        let mut read = |joules: f64, minute: i64| {
+            let mut families = vec![Vec::new(); catalog::ALL.len()];
+            families[energy] = vec![point(joules)];
+            m.apply(&mut families, &[], minute * 60_000, true);
+            families.swap_remove(energy)
+        };
+        assert_eq!(read(160.0, 1), [point(60.0)]);
+        assert_eq!(read(170.0, 2), [point(70.0)]);
+    }
+
+    /// Under delta temporality, a counter the device kept before it was read starts at 0
+    /// (its baseline), and one reset while it was not read sends its reading, as
+    /// Prometheus' `increase` reads a reset: 7 volatile errors (0 sent), stale, then 2 after
+    /// a driver reload sends 2, then 3 sends 3 (its delta 1).
+    #[test]
+    fn a_counter_reset_while_not_read_sends_its_reading_once() {
+        let errors = family("hw.errors");
+        let point = |v: f64| (vec![KeyValue::new("hw.id", "GPU-a")], v);
+        let mut m = Monotonic::default();
+        let mut step = |reading: Option<f64>, stale: &[&str], minute: i64| {
+            let mut families = vec![Vec::new(); catalog::ALL.len()];
+            families[errors] = reading.map(point).into_iter().collect();
+            m.apply(&mut families, stale, minute * 60_000, true);
+            families[errors]
+                .iter()
+                .map(|(_, v)| *v)
+                .collect::<Vec<f64>>()
+        };
+        assert_eq!(step(Some(7.0), &[], 0), [0.0]);
+        assert_eq!(step(None, &["GPU-a"], 1), [0.0; 0]);
+        assert_eq!(step(Some(2.0), &[], 2), [2.0]);
+        assert_eq!(step(Some(3.0), &[], 3), [3.0]);
     }
 
     /// A counter read lower than before was reset: from then on its reading plus what it
