@@ -732,7 +732,7 @@ metrics! {
     SCRAPE_BODY / Exporter::ScrapeBody = "truthscale_scrape_body_bytes", Gauge, [], None, None,
         "Size of the previous tick's /metrics body.";
     SINK_ERRORS / Exporter::SinkErrors = "truthscale_sink_errors_total", Counter, ["sink", "kind"], counter("truthscale.sink.errors", "{error}"), None,
-        "Failed pushes to a sink (sink=\"otlp\") by kind: unavailable, timeout, rejected, other; and skipped, an export left out while backing off after failures with delta temporality (its changes are lost).";
+        "Failed pushes to a sink (sink=\"otlp\") by kind: unavailable, timeout, rejected, other; and skipped, an export left out while backing off after failures with delta temporality (its changes go with the next export the collector receives).";
     SERIES_DROPPED / Exporter::SeriesDropped = "truthscale_series_dropped_total", Counter, [], counter("truthscale.series.dropped", "{series}"), None,
         "GPU series left out of /metrics by the max_series cap, summed over snapshots (whole entities are left out: in order, each that no longer fits in what is left).";
 }

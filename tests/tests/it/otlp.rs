@@ -819,6 +819,69 @@ fn a_driver_reload_never_sends_a_negative_delta() {
     assert_eq!(volatile_sbe(&sidecar.metrics()), Some(2.0));
 }
 
+/// A counter the device kept starts, over OTLP with delta temporality, from the sidecar's
+/// first reading of it, not from its reading at the first export: the fake H100 counts 7
+/// corrected errors when the sidecar starts and 9 a second later, and the first export
+/// comes 4 s in; the deltas add up to the 2 counted while the sidecar watched (from the
+/// first export's reading, 9, they added up to 0). Received by a gRPC receiver that decodes
+/// the protobuf.
+#[test]
+fn a_device_counter_counts_from_the_first_reading_not_the_first_export() {
+    let dir = TempDir::new("otlp-first-reading");
+    let port = free_port();
+    let rx = Receiver::start(Proto::Grpc, port);
+    let scenario = dir.path().join("scenario.json");
+    let device = serde_json::json!({
+        "name": "NVIDIA H100 80GB HBM3",
+        "uuid": "GPU-ecc00000-0000-4000-8000-000000000002",
+        "architecture": "hopper",
+        "memory_total_bytes": 85_520_809_984_u64,
+        "util_percent": 100,
+        "power_watts": 500,
+        "ecc_sbe_volatile": 7,
+        "ecc_dbe_volatile": 0,
+        "ecc_reload": { "after_ms": 1000, "sbe_volatile": 9, "dbe_volatile": 0 },
+    });
+    let text = serde_json::json!({
+        "_comment": "An H100 that counts two corrected errors a second after the sidecar starts.",
+        "devices": [device],
+    });
+    std::fs::write(&scenario, text.to_string()).unwrap();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let lib = truthscale_e2e::fake_nvml();
+    let sidecar = Sidecar::start(
+        &[
+            &truthscale_e2e::nvml_args(lib, "250ms")[..],
+            &["--otlp-endpoint", &endpoint],
+        ]
+        .concat(),
+        &[
+            ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "delta"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "4000"),
+        ],
+        dir.path(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while rx.requests().len() < 2 {
+        assert!(Instant::now() < deadline, "{}", sidecar.process.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let deltas: Vec<f64> = rx
+        .requests()
+        .iter()
+        .filter_map(|r| find_metric(r, "hw.errors"))
+        .flat_map(|m| points(m).to_vec())
+        .filter(|p| {
+            s(&p.attributes, "error.type").as_deref() == Some("sbe")
+                && s(&p.attributes, "truthscale.ecc.scope").as_deref() == Some("volatile")
+        })
+        .map(|p| value(&p))
+        .collect();
+    assert_eq!(deltas.iter().sum::<f64>(), 2.0, "{deltas:?}");
+}
+
 /// A GPU that falls off the bus is not read for about 10 s: the fake's H100 (300 W) is lost
 /// after twelve energy readings, and truthscale looks for it again 10 s later. Under delta
 /// temporality no export carries an energy point for it in that time (no change, not even
@@ -975,9 +1038,56 @@ fn every_300_ms_over_http() -> Vec<(&'static str, &'static str)> {
     env
 }
 
-/// With delta temporality, an export skipped while backing off loses its changes: each is
-/// counted (`kind="skipped"`), never dropped in silence. With cumulative temporality the
-/// next export carries the totals, and a skip is no loss: none is counted. Under delta the
+/// With delta temporality, a change whose export did not reach the collector (refused
+/// while no collector listens, then skipped while backing off) is sent with the next export
+/// that does: exports every 300 ms to a port where the collector comes up after the first
+/// failures are counted, and the deltas of `truthscale.gpu.observed.time` received up to an
+/// export add up to the counter `/metrics` showed for the same snapshot (matched on the
+/// snapshot timestamp): the seconds observed during the outage included, none lost.
+#[test]
+fn delta_changes_lost_to_an_outage_are_sent_with_the_next_export() {
+    let dir = TempDir::new("otlp-delta-outage");
+    let port = free_port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let mut env = every_300_ms_over_http();
+    env.push(("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "delta"));
+    env.push(("OTEL_EXPORTER_OTLP_TIMEOUT", "1000"));
+    let mut args = ARGS.to_vec();
+    args.extend(["--otlp-endpoint", &endpoint]);
+    let sidecar = Sidecar::start(&args, &env, dir.path());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sink_errors(&sidecar) < 2.0 {
+        assert!(Instant::now() < deadline, "{}", sidecar.process.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let rx = Receiver::start(Proto::Http, port);
+    rx.wait_for(1, Duration::from_secs(45), &sidecar);
+    let by_ts = poll_metrics(&sidecar, Duration::from_secs(4));
+    let reqs = rx.requests();
+    let mut sum = 0.0;
+    let mut matched = 0;
+    for r in &reqs {
+        sum += find_metric(r, "truthscale.gpu.observed.time")
+            .map_or(0.0, |m| points(m).iter().map(value).sum::<f64>());
+        let Some(m) =
+            gauge_value(r, "truthscale.snapshot.timestamp").and_then(|ts| by_ts.get(&ts.to_bits()))
+        else {
+            continue;
+        };
+        matched += 1;
+        let want = prom(m, "truthscale_gpu_observed_seconds_total", None);
+        assert!(
+            (sum - want).abs() < 1e-9,
+            "deltas add up to {sum} s, /metrics says {want} s"
+        );
+    }
+    assert!(matched >= 2, "{matched} exports matched a polled snapshot");
+}
+
+/// With delta temporality, an export skipped while backing off is counted
+/// (`kind="skipped"`); its changes go with the next export that reaches the collector.
+/// With cumulative temporality the next export carries the totals, and a skip is no loss:
+/// none is counted. Under delta the
 /// count is written at 0 from the start (no skip can come before three failures), so the
 /// first skip is an increase `rate()` sees.
 #[test]

@@ -2,6 +2,7 @@
 //! kind (`truthscale_sink_errors_total{sink="otlp",kind}`), logs failures rate-limited (a
 //! failed TLS handshake with a hint), and backs off while the collector keeps failing.
 
+use super::instruments::Delivery;
 use super::transport::{ClientCertAsked, TransportDetail};
 use crate::logging::LogLimiter;
 use crate::publish::SinkErrors;
@@ -137,6 +138,9 @@ struct ExportState {
     /// Failures since the last one logged.
     unlogged: u64,
     succeeded_once: bool,
+    /// Partial successes are logged at most every 30 s: they come with exports that
+    /// succeeded, which reset `log`.
+    partial_log: LogLimiter,
 }
 
 impl ExportState {
@@ -179,6 +183,9 @@ pub(crate) struct CountingExporter<E> {
     /// Set when the process stops: the final export is attempted even while backing off
     /// (an export skipped then is never retried).
     stopping: Arc<AtomicBool>,
+    /// Told whether each export reached the collector (the instruments resend a delta
+    /// change that did not).
+    delivery: Arc<Delivery>,
 }
 
 impl<E> CountingExporter<E> {
@@ -194,12 +201,19 @@ impl<E> CountingExporter<E> {
             trust: None,
             client_cert_asked: None,
             stopping: Arc::default(),
+            delivery: Arc::default(),
         }
     }
 
     /// The final export is attempted even while backing off once `stopping` is set.
     pub(super) fn with_stopping(mut self, stopping: Arc<AtomicBool>) -> Self {
         self.stopping = stopping;
+        self
+    }
+
+    /// Tell `delivery` whether each export reached the collector.
+    pub(super) fn with_delivery(mut self, delivery: Arc<Delivery>) -> Self {
+        self.delivery = delivery;
         self
     }
 
@@ -251,7 +265,7 @@ impl<E> CountingExporter<E> {
         };
         self.errors.add(SINK, "rejected");
         let Ok(mut s) = self.state.lock() else { return };
-        if s.log.allow("partial") {
+        if s.partial_log.allow("partial") {
             tracing::warn!(
                 sink = SINK,
                 kind = "rejected",
@@ -355,10 +369,12 @@ impl<E: PushMetricExporter> PushMetricExporter for CountingExporter<E> {
     async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
         if self.backing_off() && !self.stopping.load(Ordering::Relaxed) {
             // Cumulative totals lose nothing by a skipped export; the next one carries them.
-            // Delta changes are lost with it: counted, never dropped in silence.
+            // Delta changes go with the next export that is delivered (`delivery`); the skip
+            // is counted.
             if self.inner.temporality() == Temporality::Delta {
                 self.errors.add(SINK, "skipped");
             }
+            self.delivery.set(false);
             return Ok(());
         }
         if let Some(d) = &self.detail {
@@ -383,6 +399,7 @@ impl<E: PushMetricExporter> PushMetricExporter for CountingExporter<E> {
             .as_ref()
             .is_some_and(|a| a.swap(false, Ordering::Relaxed));
         self.record(&result, started.elapsed(), asked);
+        self.delivery.set(result.is_ok());
         if result.is_ok() {
             self.partially_rejected();
         }
@@ -405,6 +422,20 @@ impl<E: PushMetricExporter> PushMetricExporter for CountingExporter<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A partial success comes with an export that succeeded, which lets the next failure be
+    /// logged at once: its own line is still said at most every 30 s, not at every export.
+    #[test]
+    fn a_partial_success_is_logged_at_most_every_30_s() {
+        let mut s = ExportState::default();
+        assert!(s.partial_log.allow("partial"));
+        s.succeeded(Instant::now());
+        assert!(!s.partial_log.allow("partial"));
+        assert!(
+            s.log.allow("timeout"),
+            "a failure after a success is said at once"
+        );
+    }
 
     #[test]
     fn error_kinds() {

@@ -67,6 +67,39 @@ struct Series {
     /// Under delta temporality: left out of the latest collection (not read), so the SDK
     /// forgot it and sends its next value whole.
     left_out: bool,
+    /// Under delta temporality: the value observed for it in its latest collection, whose
+    /// difference from the one before the SDK sends.
+    observed: f64,
+    /// Under delta temporality: its count (reading plus offset) up to which its changes were
+    /// delivered to the collector, and its latest point's count while that point's delivery
+    /// is not known.
+    delivered: f64,
+    pending: Option<f64>,
+}
+
+impl Series {
+    /// Its point for reading `v`, a reading below the previous one first adding that one to
+    /// the offset. Under delta temporality, the value whose difference from the one the SDK
+    /// holds (none where the series is new or was left out) is all that was counted since
+    /// the count last delivered: a change whose export failed or was skipped is sent again.
+    fn point(&mut self, v: f64, delta: bool) -> f64 {
+        if v < self.last {
+            self.offset += self.last;
+        }
+        self.last = v;
+        let count = v + self.offset;
+        if !delta {
+            return count;
+        }
+        let owed = count - self.delivered;
+        self.observed = if std::mem::take(&mut self.left_out) {
+            owed
+        } else {
+            self.observed + owed
+        };
+        self.pending = Some(count);
+        self.observed
+    }
 }
 
 impl Monotonic {
@@ -82,18 +115,22 @@ impl Monotonic {
     ///
     /// With `delta` (delta temporality), where the SDK sends each point's difference from
     /// the series' point in the collection before and sends a series it did not have there
-    /// whole: a series read again after it was left out is shifted so that its point is
-    /// its increase over the gap (the one change of those intervals, sent once), and a new
+    /// whole: each point is chosen so that what the SDK sends is all the series counted
+    /// since its count last delivered ([`Series::point`]): a series read again after it was
+    /// left out sends its increase over the gap once, and a change whose export was lost
+    /// ([`Monotonic::settle`]) goes with the next. A new
     /// series of a counter the device kept before it was read
-    /// ([`MetricId::counted_by_device`]) starts at 0: its first reading is its baseline, so
-    /// the first delta holds no history from before.
+    /// ([`MetricId::counted_by_device`]) starts from its first reading, its baseline (the one
+    /// in `first`, noted at the tick that read it, else this one), so the first delta holds
+    /// no history from before and all that was counted since.
     fn apply(
         &mut self,
         families: &mut [Vec<(Vec<KeyValue>, f64)>],
         unread: &[&str],
         now_ms: i64,
-        delta: bool,
+        (delta, mut first): (bool, Option<&mut SeriesValues>),
     ) {
+        self.settle(true);
         let mut seen = HashMap::with_capacity(self.series.len());
         for (m, points) in catalog::ALL.iter().zip(families.iter_mut()) {
             if !is_counter(m) {
@@ -102,23 +139,24 @@ impl Monotonic {
             let baseline = delta && m.id.counted_by_device();
             for (attrs, v) in points.iter_mut() {
                 let key = (m.id.index(), format!("{attrs:?}"));
-                let mut s = self.series.remove(&key).unwrap_or_else(|| Series {
-                    gpu: gpu_of(attrs),
-                    last: *v,
-                    offset: if baseline { -*v } else { 0.0 },
-                    kept_ms: now_ms,
-                    left_out: false,
+                let mut s = self.series.remove(&key).unwrap_or_else(|| {
+                    // Its first reading (noted at the tick that read it), or this one; a
+                    // reading below it was reset since, and is counted from the reset.
+                    let noted = first.as_deref_mut().and_then(|f| f.remove(&key));
+                    let base = noted.unwrap_or(*v);
+                    Series {
+                        gpu: gpu_of(attrs),
+                        last: *v,
+                        offset: if baseline && *v >= base { -base } else { 0.0 },
+                        kept_ms: now_ms,
+                        left_out: true,
+                        observed: 0.0,
+                        delivered: 0.0,
+                        pending: None,
+                    }
                 });
-                let before = s.last + s.offset;
-                if *v < s.last {
-                    s.offset += s.last;
-                }
-                if std::mem::take(&mut s.left_out) {
-                    // Sent whole: the increase since the point before the gap.
-                    s.offset -= before;
-                }
-                (s.last, s.kept_ms) = (*v, now_ms);
-                *v += s.offset;
+                s.kept_ms = now_ms;
+                *v = s.point(*v, delta);
                 seen.insert(key, s);
             }
         }
@@ -130,15 +168,30 @@ impl Monotonic {
                 continue;
             }
             s.left_out = delta;
+            s.pending = None;
             seen.insert(key, s);
         }
         self.series = seen;
+    }
+
+    /// Under delta temporality, whether the latest collection's points reached the
+    /// collector: if so, each series' pending count is delivered; if not (the export failed
+    /// or was skipped), the next point of each sends that change again.
+    fn settle(&mut self, delivered: bool) {
+        for s in self.series.values_mut() {
+            if let Some(count) = s.pending.take()
+                && delivered
+            {
+                s.delivered = count;
+            }
+        }
     }
 
     /// Under delta temporality, a collection with no reading since the one before: every
     /// counter point is taken out of `families`, and each series sends its increase once it
     /// is read again ([`Monotonic::apply`]).
     fn leave_out(&mut self, families: &mut [Vec<(Vec<KeyValue>, f64)>]) {
+        self.settle(true);
         for (m, points) in catalog::ALL.iter().zip(families.iter_mut()) {
             if is_counter(m) {
                 points.clear();
@@ -146,6 +199,7 @@ impl Monotonic {
         }
         for s in self.series.values_mut() {
             s.left_out = true;
+            s.pending = None;
         }
     }
 }
@@ -154,6 +208,27 @@ impl Monotonic {
 fn is_counter(m: &catalog::MetricDesc) -> bool {
     m.otel
         .is_some_and(|o| o.instrument == OtelInstrument::Counter)
+}
+
+/// Every value of `snap` with an OTLP name, by catalog family, as OTLP data points.
+fn families_of(snap: &Snapshot) -> Vec<Vec<(Vec<KeyValue>, f64)>> {
+    // Each GPU's driver version, for every data point of it (`hw.driver_version`).
+    let drivers: HashMap<&str, &str> = snap
+        .gpus
+        .iter()
+        .filter_map(|g| {
+            let id = &g.window.id;
+            Some((id.uuid.as_deref()?, id.driver_version.as_deref()?))
+        })
+        .filter(|(_, d)| !d.is_empty())
+        .collect();
+    let mut families = vec![Vec::new(); catalog::ALL.len()];
+    exposition::for_each_value(&snap.gpus, &snap.identity, &snap.status, |m, labels, v| {
+        let Some(o) = m.otel else { return };
+        let attrs = point_attributes(m.scope == Scope::Gpu, o.fixed, labels, &drivers);
+        families[m.id.index()].push((attrs, v));
+    });
+    families
 }
 
 /// The UUID of the GPU a data point is of (a MIG instance's, its GPU's), if it is a GPU's.
@@ -174,6 +249,50 @@ struct Shared {
     /// Delta temporality: the SDK sends a counter series missing from the collection before
     /// whole, so [`Monotonic`] shifts a series read again after a gap to its increase.
     delta: bool,
+    /// Under delta temporality, the baselines [`Shared::note_first_readings`] noted.
+    first: Mutex<FirstReadings>,
+    /// Whether the latest export reached the collector.
+    delivery: Arc<Delivery>,
+}
+
+/// Whether the latest export reached the collector, as the exporter said it
+/// ([`CountingExporter`](super::exporter::CountingExporter)): under delta temporality a
+/// change whose export failed or was skipped is sent again with the next
+/// ([`Monotonic::settle`]). Not known (a service's own exporter): taken as delivered.
+#[derive(Debug, Default)]
+pub(crate) struct Delivery(std::sync::atomic::AtomicU8);
+
+impl Delivery {
+    const DELIVERED: u8 = 1;
+    const LOST: u8 = 2;
+
+    /// The export of the latest collection reached the collector (`true`) or not.
+    pub(crate) fn set(&self, delivered: bool) {
+        let v = if delivered {
+            Self::DELIVERED
+        } else {
+            Self::LOST
+        };
+        self.0.store(v, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the latest export was lost, forgetting it.
+    fn take_lost(&self) -> bool {
+        self.0.swap(0, std::sync::atomic::Ordering::Relaxed) == Self::LOST
+    }
+}
+
+/// A value per counter series: (family index, attributes) → value.
+type SeriesValues = HashMap<(usize, String), f64>;
+
+/// The first readings of the device's own counters, by GPU read for the first time
+/// ([`Shared::note_first_readings`]).
+#[derive(Debug, Default)]
+struct FirstReadings {
+    /// The GPUs (UUIDs) whose first tick was noted.
+    gpus: std::collections::HashSet<String>,
+    /// (family index, attributes) → the series' first reading, until its first collection.
+    values: SeriesValues,
 }
 
 impl Shared {
@@ -206,6 +325,9 @@ impl Shared {
         let Ok(mut p) = self.pinned.lock() else {
             return;
         };
+        if self.delivery.take_lost() {
+            p.monotonic.settle(false);
+        }
         if p.tick == (snap.tick, snap.stale) && !p.families.is_empty() {
             if self.delta {
                 // No reading since the collection before: no change to send, not one of 0.
@@ -219,25 +341,14 @@ impl Shared {
             return;
         }
         p.tick = (snap.tick, snap.stale);
-        p.families = vec![Vec::new(); catalog::ALL.len()];
+        p.families = if snap.tick == 0 {
+            vec![Vec::new(); catalog::ALL.len()]
+        } else {
+            families_of(&snap)
+        };
         if snap.tick == 0 {
             return;
         }
-        // Each GPU's driver version, for every data point of it (`hw.driver_version`).
-        let drivers: HashMap<&str, &str> = snap
-            .gpus
-            .iter()
-            .filter_map(|g| {
-                let id = &g.window.id;
-                Some((id.uuid.as_deref()?, id.driver_version.as_deref()?))
-            })
-            .filter(|(_, d)| !d.is_empty())
-            .collect();
-        exposition::for_each_value(&snap.gpus, &snap.identity, &snap.status, |m, labels, v| {
-            let Some(o) = m.otel else { return };
-            let attrs = point_attributes(m.scope == Scope::Gpu, o.fixed, labels, &drivers);
-            p.families[m.id.index()].push((attrs, v));
-        });
         // The GPUs listed but not read within the stale period (all, in a tick served
         // stale).
         let stale: Vec<&str> = snap
@@ -251,7 +362,43 @@ impl Shared {
             monotonic,
             ..
         } = &mut *p;
-        monotonic.apply(families, &stale, snap.taken_unix_ms, self.delta);
+        let mut first = self.first.lock();
+        let first = first.as_mut().ok().map(|f| &mut f.values);
+        monotonic.apply(families, &stale, snap.taken_unix_ms, (self.delta, first));
+    }
+
+    /// Under delta temporality, from every tick (not only the collections): the first
+    /// reading of each series of a counter the device kept before it was read
+    /// ([`MetricId::counted_by_device`]) of a GPU read for the first time, its baseline, so
+    /// that the first delta holds what was counted from the sidecar's first reading on,
+    /// not from the first collection's (up to an export interval later).
+    fn note_first_readings(&self, snap: &Snapshot) {
+        if snap.tick == 0 || snap.stale {
+            return;
+        }
+        let Ok(mut first) = self.first.lock() else {
+            return;
+        };
+        let read = || snap.gpus.iter().filter(|g| g.up);
+        let new: Vec<&str> = read()
+            .filter_map(|g| g.window.id.uuid.as_deref())
+            .filter(|u| !first.gpus.contains(*u))
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        for (m, points) in catalog::ALL.iter().zip(families_of(snap)) {
+            if !(is_counter(m) && m.id.counted_by_device()) {
+                continue;
+            }
+            for (attrs, v) in points {
+                if gpu_of(&attrs).is_some_and(|g| new.contains(&g.as_str())) {
+                    let key = (m.id.index(), format!("{attrs:?}"));
+                    first.values.entry(key).or_insert(v);
+                }
+            }
+        }
+        first.gpus.extend(new.into_iter().map(str::to_owned));
     }
 
     fn observe_f64(&self, id: MetricId, obs: &dyn AsyncInstrument<f64>) {
@@ -374,6 +521,34 @@ enum Instrument {
 #[derive(Debug)]
 pub struct Registration {
     _instruments: Vec<Instrument>,
+    /// Under delta temporality, the task noting first readings ([`watch_first_readings`]).
+    first_readings: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Some(task) = &self.first_readings {
+            task.abort();
+        }
+    }
+}
+
+/// Under delta temporality, a task noting each tick's first readings
+/// ([`Shared::note_first_readings`]) where a Tokio runtime runs; without one, a series'
+/// baseline is its reading at its first collection.
+fn watch_first_readings(shared: &Arc<Shared>) -> Option<tokio::task::JoinHandle<()>> {
+    let runtime = tokio::runtime::Handle::try_current().ok()?;
+    let shared = Arc::clone(shared);
+    let mut rx = shared.rx.clone();
+    Some(runtime.spawn(async move {
+        loop {
+            let snap = rx.borrow_and_update().clone();
+            shared.note_first_readings(&snap);
+            if rx.changed().await.is_err() {
+                break;
+            }
+        }
+    }))
 }
 
 /// Register one observable instrument per catalog family that has an OTLP name on
@@ -392,18 +567,40 @@ pub fn register(meter: &Meter, rx: watch::Receiver<Arc<Snapshot>>) -> Registrati
 /// up) sends no point, never a change of 0 for time nothing measured; when it is read again
 /// (a stale GPU's while it is listed, any other within the hour after it was last read) its
 /// one point is the increase over the gap, not its whole total. (The SDK forgets a delta
-/// series missing from one collection and would send its next value whole.)
+/// series missing from one collection and would send its next value whole.) A counter the
+/// device kept before it was read starts from its first reading: called within a Tokio
+/// runtime, the one of the tick that first read its GPU (a task notes them), else its
+/// reading at its first collection.
 #[must_use]
 pub fn register_with(
     meter: &Meter,
     rx: watch::Receiver<Arc<Snapshot>>,
     delta: bool,
 ) -> Registration {
+    register_delivered(meter, rx, delta, Arc::default())
+}
+
+/// [`register_with`], told by the exporter whether each export reached the collector
+/// (`delivery`): under delta temporality a change whose export failed or was skipped is
+/// sent again with the next.
+pub(crate) fn register_delivered(
+    meter: &Meter,
+    rx: watch::Receiver<Arc<Snapshot>>,
+    delta: bool,
+    delivery: Arc<Delivery>,
+) -> Registration {
     let shared = Arc::new(Shared {
         rx,
         pinned: Mutex::new(Pinned::default()),
         delta,
+        first: Mutex::default(),
+        delivery,
     });
+    let first_readings = if delta {
+        watch_first_readings(&shared)
+    } else {
+        None
+    };
     let families = catalog::ALL.iter().filter_map(|m| Some((m, m.otel?)));
     let mut instruments = Vec::with_capacity(catalog::ALL.len());
     for (m, o) in families {
@@ -439,6 +636,7 @@ pub fn register_with(
     }
     Registration {
         _instruments: instruments,
+        first_readings,
     }
 }
 
@@ -535,6 +733,8 @@ mod tests {
             rx,
             pinned: Mutex::new(Pinned::default()),
             delta: false,
+            first: Mutex::default(),
+            delivery: Arc::default(),
         };
         let id = |name: &str| catalog::ALL[family(name)].id;
         let (power, energy) = (id("hw.power"), id("hw.energy"));
@@ -591,7 +791,7 @@ mod tests {
             let mut families = vec![Vec::new(); catalog::ALL.len()];
             families[energy] = energies.iter().map(|(u, v)| point(u, *v)).collect();
             families[power] = vec![point("GPU-a", 300.0)];
-            m.apply(&mut families, stale, minute * 60_000, true);
+            m.apply(&mut families, stale, minute * 60_000, (true, None));
             assert_eq!(families[power], [point("GPU-a", 300.0)]);
             families
                 .swap_remove(energy)
@@ -643,7 +843,7 @@ mod tests {
             let mut families = vec![Vec::new(); catalog::ALL.len()];
             families[energy] = vec![point(joules)];
             families[power] = vec![point(300.0)];
-            m.apply(&mut families, &[], minute * 60_000, true);
+            m.apply(&mut families, &[], minute * 60_000, (true, None));
             families
         };
         let mut families = read(100.0, 0);
@@ -654,11 +854,66 @@ mod tests {
         let mut read = |joules: f64, minute: i64| {
             let mut families = vec![Vec::new(); catalog::ALL.len()];
             families[energy] = vec![point(joules)];
-            m.apply(&mut families, &[], minute * 60_000, true);
+            m.apply(&mut families, &[], minute * 60_000, (true, None));
             families.swap_remove(energy)
         };
         assert_eq!(read(160.0, 1), [point(60.0)]);
         assert_eq!(read(170.0, 2), [point(70.0)]);
+    }
+
+    /// Under delta temporality, a change whose export did not reach the collector (failed,
+    /// or skipped while backing off) is sent again with the next: 100 J, 130 J (its export
+    /// lost), 150 J sends 50 (the SDK's delta 180 − 130), then 160 J sends 10. Lost, then
+    /// the GPU stale: read again at 170 J, it sends the 70 since the last delivered count.
+    #[test]
+    fn a_change_whose_export_was_lost_is_sent_again() {
+        let energy = family("hw.energy");
+        let point = |uuid: &str, v: f64| (vec![KeyValue::new("hw.id", uuid.to_owned())], v);
+        let mut m = Monotonic::default();
+        let collect = |m: &mut Monotonic, readings: &[(&str, f64)], stale: &[&str]| {
+            let mut families = vec![Vec::new(); catalog::ALL.len()];
+            families[energy] = readings.iter().map(|(u, v)| point(u, *v)).collect();
+            m.apply(&mut families, stale, 0, (true, None));
+            families[energy]
+                .iter()
+                .map(|(_, v)| *v)
+                .collect::<Vec<f64>>()
+        };
+        assert_eq!(
+            collect(&mut m, &[("GPU-a", 100.0), ("GPU-b", 100.0)], &[]),
+            [100.0, 100.0]
+        );
+        assert_eq!(
+            collect(&mut m, &[("GPU-a", 130.0), ("GPU-b", 130.0)], &[]),
+            [130.0, 130.0]
+        );
+        m.settle(false);
+        assert_eq!(collect(&mut m, &[("GPU-a", 150.0)], &["GPU-b"]), [180.0]);
+        assert_eq!(
+            collect(&mut m, &[("GPU-a", 160.0), ("GPU-b", 170.0)], &[]),
+            [190.0, 70.0]
+        );
+    }
+
+    /// Under delta temporality, a counter the device kept starts from the first reading
+    /// noted at the tick that read it, not from its reading at the first collection: 5
+    /// errors at the first tick, 8 at the first collection sends 3. One reset in between (7
+    /// noted, 2 at the first collection) sends the 2 counted since the reset.
+    #[test]
+    fn a_device_counter_starts_from_its_first_reading() {
+        let errors = family("hw.errors");
+        let attrs = |uuid: &str| vec![KeyValue::new("hw.id", uuid.to_owned())];
+        let mut first = HashMap::from([
+            ((errors, format!("{:?}", attrs("GPU-a"))), 5.0),
+            ((errors, format!("{:?}", attrs("GPU-b"))), 7.0),
+        ]);
+        let mut m = Monotonic::default();
+        let mut families = vec![Vec::new(); catalog::ALL.len()];
+        families[errors] = vec![(attrs("GPU-a"), 8.0), (attrs("GPU-b"), 2.0)];
+        m.apply(&mut families, &[], 0, (true, Some(&mut first)));
+        let sent: Vec<f64> = families[errors].iter().map(|(_, v)| *v).collect();
+        assert_eq!(sent, [3.0, 2.0]);
+        assert!(first.is_empty(), "each baseline is used once");
     }
 
     /// Under delta temporality, a counter the device kept before it was read starts at 0
@@ -673,7 +928,7 @@ mod tests {
         let mut step = |reading: Option<f64>, stale: &[&str], minute: i64| {
             let mut families = vec![Vec::new(); catalog::ALL.len()];
             families[errors] = reading.map(point).into_iter().collect();
-            m.apply(&mut families, stale, minute * 60_000, true);
+            m.apply(&mut families, stale, minute * 60_000, (true, None));
             families[errors]
                 .iter()
                 .map(|(_, v)| *v)
@@ -699,7 +954,7 @@ mod tests {
             let mut families = vec![Vec::new(); catalog::ALL.len()];
             families[errors] = readings.iter().map(|(u, v)| point(u, *v)).collect();
             families[power] = vec![point("GPU-a", gauge)];
-            m.apply(&mut families, stale, minute * 60_000, false);
+            m.apply(&mut families, stale, minute * 60_000, (false, None));
             assert_eq!(families[power], [point("GPU-a", gauge)]);
             families[errors]
                 .iter()

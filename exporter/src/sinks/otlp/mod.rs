@@ -194,16 +194,18 @@ impl Otlp {
             exporter = exporter.with_trust(trust.clone());
         }
         let stopping = std::sync::Arc::default();
+        let delivery = std::sync::Arc::default();
         let exporter = exporter
             .with_client_cert_asked(built.client_cert_asked)
-            .with_stopping(std::sync::Arc::clone(&stopping));
+            .with_stopping(std::sync::Arc::clone(&stopping))
+            .with_delivery(std::sync::Arc::clone(&delivery));
         let provider = meter_provider(settings, identity, exporter);
         let meter = provider.meter_with_scope(
             InstrumentationScope::builder("truthscale")
                 .with_version(VERSION)
                 .build(),
         );
-        let registration = register_with(&meter, rx, delta);
+        let registration = instruments::register_delivered(&meter, rx, delta, delivery);
         tracing::info!(
             protocol = match proto {
                 config::OtlpProtocol::Grpc => "grpc",
