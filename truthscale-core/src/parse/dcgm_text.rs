@@ -547,7 +547,7 @@ impl Scrape {
             fill_attributes(&mut acc.sample.id, id);
             let taken = match target {
                 Target::XidCount => acc.apply_part(target, label_u32(labels, "xid"), raw),
-                Target::LinkSum(_) => acc.apply_part(target, label_u32(labels, "link"), raw),
+                Target::LinkSum(_) => acc.apply_part(target, link_of(labels), raw),
                 _ => acc.apply_series(target, raw),
             };
             match taken {
@@ -742,6 +742,11 @@ fn fill_attributes(id: &mut EntityId, other: EntityId) {
     }
 }
 
+/// The link a link entity's series is of: dcgm-exporter's `nvlink` label, else `link`.
+fn link_of<K: AsRef<str>, V: AsRef<str>>(labels: &[(K, V)]) -> Option<u32> {
+    label_u32(labels, "nvlink").or_else(|| label_u32(labels, "link"))
+}
+
 /// The value of label `name`, as a number.
 fn label_u32<K: AsRef<str>, V: AsRef<str>>(labels: &[(K, V)], name: &str) -> Option<u32> {
     labels
@@ -761,7 +766,9 @@ fn entity_of<K: AsRef<str>, V: AsRef<str>>(labels: &[(K, V)]) -> EntityId {
     let num = |names: &[&str]| get(names).and_then(|v| v.parse::<u32>().ok());
     EntityId {
         gpu: num(&["gpu"]),
-        uuid: get(&["UUID", "uuid"]),
+        // dcgm-exporter's link entities (its `linkMetricsFormat`: one series a link, field
+        // 1509 among them) name their GPU `gpu_uuid`, its model `model_name`.
+        uuid: get(&["UUID", "uuid", "gpu_uuid"]),
         model: get(&["modelName", "model_name"]),
         pci_bus_id: get(&["pci_bus_id"]),
         // The driver-version field as a label (`DCGM_FI_DRIVER_VERSION`), under the name
@@ -1040,6 +1047,38 @@ mod tests {
              DCGM_FI_DEV_NVLINK_PPCNT_IBPC_TX_WAIT_TOTAL{gpu=\"0\",link=\"1\"} 9223372036854775792",
         );
         assert_eq!(e.readings.get(Field::NvlinkTxWaitTotal), Reading::Blank);
+    }
+
+    /// dcgm-exporter writes a link entity's series with its own labels (its
+    /// `linkMetricsFormat`: `nvlink`, `gpu`, `gpu_uuid`, `pci_bus_id`, `device`,
+    /// `model_name`, `hostname`), the GPU's with `UUID` and `modelName`: they are one GPU,
+    /// its transmit wait the sum of its links (1 000 000 + 2 000 000), never a second GPU
+    /// without a UUID; a link read by two exporters counts once.
+    #[test]
+    fn dcgm_exporter_link_series_are_their_gpus() {
+        let gpu = "gpu=\"0\",pci_bus_id=\"00000000:18:00.0\",device=\"nvidia0\"";
+        let link = |n: u32, v: u64, exporter: &str| {
+            format!(
+                "DCGM_FI_DEV_NVLINK_PPCNT_IBPC_TX_WAIT_TOTAL{{nvlink=\"{n}\",{gpu},\
+                 gpu_uuid=\"GPU-a\",model_name=\"NVIDIA H100 80GB HBM3\",hostname=\"n1\",\
+                 instance=\"{exporter}\"}} {v}\n"
+            )
+        };
+        let text = format!(
+            "DCGM_FI_DEV_GPU_UTIL{{{gpu},UUID=\"GPU-a\",modelName=\"NVIDIA H100 80GB HBM3\",\
+             Hostname=\"n1\"}} 90\n{}{}{}",
+            link(0, 1_000_000, "a:9400"),
+            link(1, 2_000_000, "a:9400"),
+            link(1, 2_000_000, "b:9400"),
+        );
+        let e = one(&text);
+        assert_eq!(e.id.uuid.as_deref(), Some("GPU-a"));
+        assert_eq!(e.readings.get(Field::ReportedUtil), Reading::Value(0.9));
+        assert_eq!(
+            e.readings.get(Field::NvlinkTxWaitTotal),
+            Reading::Value(3_000_000.0)
+        );
+        assert_eq!(e.nvlink_wait_links, 2);
     }
 
     #[test]
