@@ -81,7 +81,7 @@ pub fn main() -> ExitCode {
         Command::Config(c) => config::run(&c, &env),
         Command::Doctor(d) => doctor::run(&d, &env),
         Command::Explain(e) => explain::run(&e, &env),
-        Command::Top(t) => top::run(&t),
+        Command::Top(t) => top::run(&t, &env),
         Command::Report(r) => report::run(&r, &env),
     };
     match result {

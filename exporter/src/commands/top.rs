@@ -213,7 +213,7 @@ enum Feed {
 }
 
 impl Feed {
-    fn open(args: &TopArgs, cfg: &VerdictConfig) -> anyhow::Result<Feed> {
+    fn open(args: &TopArgs, derive: &DeriveConfig, cfg: &VerdictConfig) -> anyhow::Result<Feed> {
         match (&args.replay, &args.url, &args.nvml_library) {
             (Some(p), None, None) => {
                 let ((samples, nominal), malformed) = read_replay(p, args.spacing.as_secs_f64())?;
@@ -226,7 +226,7 @@ impl Feed {
                     samples,
                     next: 0,
                     malformed,
-                    stepper: Stepper::new(&DeriveConfig::default(), cfg, nominal),
+                    stepper: Stepper::new(derive, cfg, nominal),
                 })
             }
             (None, Some(u), None) => Ok(Feed::Url {
@@ -249,7 +249,7 @@ impl Feed {
                     source: Box::new(source),
                     ticks: 0,
                     error: None,
-                    stepper: Stepper::new(&DeriveConfig::default(), cfg, None),
+                    stepper: Stepper::new(derive, cfg, None),
                 })
             }
             _ => {
@@ -402,9 +402,10 @@ impl Feed {
 ///
 /// # Errors
 /// The input cannot be opened, or the terminal cannot be set up.
-pub(crate) fn run(args: &TopArgs) -> anyhow::Result<ExitCode> {
-    let cfg = VerdictConfig::default();
-    let mut feed = Feed::open(args, &cfg)?;
+pub(crate) fn run(args: &TopArgs, env: &[(String, String)]) -> anyhow::Result<ExitCode> {
+    // The `[derive]` and `[verdict]` sections, as `analyze` and `explain` read them.
+    let (derive, cfg) = crate::config::Config::offline_sections(args.config.as_deref(), env)?;
+    let mut feed = Feed::open(args, &derive, &cfg)?;
     let mut failed = false;
     if args.once || !std::io::stdout().is_terminal() {
         failed = plain(args, &cfg, &mut feed)?;
@@ -815,6 +816,12 @@ pub(crate) struct TopArgs {
     /// For a capture of dcgm-exporter scrapes at its default, pass 30s.
     #[arg(long, value_parser = crate::setting::duration_flag(Duration::from_millis(1), Duration::from_secs(3600)), default_value = "1s", requires = "replay")]
     pub spacing: Duration,
+    /// Configuration file whose `[verdict]` section sets the verdict's thresholds and whose
+    /// `[derive]` section the phase's, for a replay and NVML (a sidecar's `--url` phase is
+    /// its own), as `explain --config`; `TRUTHSCALE_DERIVE__…` and `TRUTHSCALE_VERDICT__…`
+    /// variables override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
 }
 
 #[cfg(test)]

@@ -213,6 +213,47 @@ fn explain_and_analyze_read_the_derive_variables_over_the_file() {
     assert!(err.contains("TRUTHSCALE_DERIVE__TAU_MAX"), "{err}");
 }
 
+/// `top` reads the same `[derive]` and `[verdict]` settings as `explain` and `analyze`: its
+/// `--config` file (tensor at 0.6 underloaded where the file puts compute-bound's entry at
+/// 0.95), the `TRUTHSCALE_DERIVE__…` variables over it (compute-bound again), and a bad
+/// value refused naming its variable (it was ignored, and `top` disagreed with `explain`).
+#[test]
+fn top_reads_the_derive_and_verdict_settings_as_explain_does() {
+    let dir = TempDir::new("top-derive");
+    let (p, cfg) = tensor_trace_and_phase_config(&dir);
+    let (p, cfg) = (p.to_str().unwrap(), cfg.to_str().unwrap());
+    let phase = |out: &str| {
+        out.lines()
+            .nth(1)
+            .map(|l| l.split_whitespace().nth(4).map(str::to_owned))
+    };
+    let (code, out, err) = truthscale(&["top", "--once", "--replay", p]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(phase(&out), Some(Some("compute_bound".into())), "{out}");
+    let (code, out, err) = truthscale(&["top", "--once", "--replay", p, "--config", cfg]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(phase(&out), Some(Some("underloaded".into())), "{out}");
+    let back = [
+        (
+            "TRUTHSCALE_DERIVE__PHASE__COMPUTE_BOUND_ENTER_TENSOR",
+            "0.5",
+        ),
+        ("TRUTHSCALE_DERIVE__PHASE__COMPUTE_BOUND_EXIT_TENSOR", "0.4"),
+    ];
+    let args = ["top", "--once", "--replay", p, "--config", cfg];
+    let (code, out, err) = truthscale_with(&args, &back);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(phase(&out), Some(Some("compute_bound".into())), "{out}");
+    for bad in [
+        ("TRUTHSCALE_DERIVE__TAU_MAX", "soon"),
+        ("TRUTHSCALE_VERDICT__NO_SUCH_KEY", "1"),
+    ] {
+        let (code, _, err) = truthscale_with(&["top", "--once", "--replay", p], &[bad]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(bad.0), "{err}");
+    }
+}
+
 /// A busy flag of 150 % is no reading: `explain --replay` leaves it blank and says so on
 /// stderr, as `analyze` counts it, never "no busy flag" in silence.
 #[test]
