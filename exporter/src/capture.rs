@@ -55,6 +55,11 @@ pub enum CaptureError {
 /// capture one: [`CaptureError::Unknown`]'s message after the capture's name.
 #[must_use]
 pub(crate) fn unknown_format(lines: usize) -> String {
+    if lines == 0 {
+        return "is empty (no line to read); a capture holds `dcgmi dmon`, dcgm-exporter, \
+                nvidia-smi-csv or jsonl lines (plain, gzip or zstd)"
+            .to_owned();
+    }
     format!(
         "cannot tell the format from the first {lines} lines; if it is dcgmi-dmon, \
          dcgm-exporter, nvidia-smi-csv or jsonl (plain, gzip or zstd), `truthscale analyze \
@@ -707,9 +712,19 @@ impl<S: BufRead> Read for ZstdFrames<S> {
                     &mut self.source,
                     ruzstd::decoding::BlockDecodingStrategy::UptoBlocks(1),
                 )
-                .map_err(zstd_error)?;
+                .map_err(zstd_decode_error)?;
         }
     }
+}
+
+/// An error decoding a zstd block: the input ending inside one said as such (the decoder's
+/// own text is a debug dump of its I/O error), anything else as the decoder says it.
+fn zstd_decode_error(e: impl std::fmt::Display) -> std::io::Error {
+    let text = e.to_string();
+    if text.contains("UnexpectedEof") {
+        return zstd_error("incomplete stream: the input ends inside a frame (cut short?)");
+    }
+    zstd_error(text)
 }
 
 /// An error reading gzip-compressed input, saying so.
@@ -995,6 +1010,16 @@ mod tests {
         );
     }
 
+    /// An empty capture says so, not "the first 0 lines".
+    #[test]
+    fn an_empty_capture_says_it_is_empty() {
+        let err = Capture::open(&b""[..], "x", None, 1.0).unwrap_err();
+        assert!(
+            err.to_string().starts_with("x: is empty (no line to read)"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn unknown_format_is_named() {
         let err = Capture::open(&b"hello\nworld\n"[..], "x", None, 1.0).unwrap_err();
@@ -1126,7 +1151,10 @@ mod tests {
             "{err}"
         );
         let err = failure(&zst[..zst.len() - 100]);
-        assert!(err.starts_with("cannot read c: zstd: "), "{err}");
+        assert_eq!(
+            err,
+            "cannot read c: zstd: incomplete stream: the input ends inside a frame (cut short?)"
+        );
         let gz = std::fs::read(format!("{SMI}.gz")).unwrap();
         let err = failure(&gz[..gz.len() / 2]);
         assert_eq!(err, "cannot read c: gzip: incomplete deflate stream");
