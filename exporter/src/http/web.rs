@@ -49,7 +49,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 /// The realm announced in `WWW-Authenticate` challenges.
 const REALM_CHALLENGE: &str = "Basic realm=\"truthscale\"";
@@ -86,8 +86,10 @@ const AUTH_CACHE_CAPACITY: usize = 64;
 /// The longest password bcrypt can tell apart; longer ones are refused, as in Go's bcrypt.
 const MAX_BCRYPT_PASSWORD_BYTES: usize = 72;
 
-/// How long [`serve`] waits for in-flight requests once shutdown has been requested.
-const GRACE_PERIOD: Duration = Duration::from_secs(10);
+/// How long [`serve`] waits for in-flight requests once shutdown has been requested: a
+/// scrape is answered in milliseconds, and a client that has not finished sending its request
+/// (a stalled one holds its connection until the 10 s head timeout) is not waited on longer.
+const GRACE_PERIOD: Duration = Duration::from_secs(3);
 
 /// How long the accept loop pauses after a failed `accept` (for example `EMFILE`).
 const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(100);
@@ -862,6 +864,14 @@ pub async fn serve(
     drop(listener);
     // Stop pending TLS handshakes, then let watched connections finish their requests.
     let _ = closing_tx.send(true);
+    while connections.try_join_next().is_some() {}
+    if !connections.is_empty() {
+        info!(
+            connections = connections.len(),
+            grace_period = ?GRACE_PERIOD,
+            "Waiting for open connections to finish their requests before stopping."
+        );
+    }
     if tokio::time::timeout(GRACE_PERIOD, graceful.shutdown())
         .await
         .is_err()

@@ -164,7 +164,7 @@ fn read_response(s: &mut TcpStream) -> String {
 
 /// SIGTERM while scrapes are in flight: a response being sent is sent in full, and the
 /// process exits 0 within the grace period (a half-sent request head holds the exit at most
-/// that long, 10 s).
+/// that long, 3 s, where its own head timeout is 10 s), saying that it waits.
 ///
 /// Both connections are first shown to be accepted and served: a connection still in the
 /// listen backlog, or accepted with its request unread, is closed at shutdown like any
@@ -188,6 +188,7 @@ fn sigterm_during_a_scrape_answers_it_and_exits() {
     // The answer has begun: its first byte is here.
     let mut first = [0u8; 1];
     full.read_exact(&mut first).unwrap();
+    let signalled = std::time::Instant::now();
     sidecar.process.signal("TERM");
     let mut body = first.to_vec();
     full.read_to_end(&mut body).unwrap();
@@ -201,6 +202,15 @@ fn sigterm_during_a_scrape_answers_it_and_exits() {
         .wait_timeout(Duration::from_secs(15))
         .unwrap_or_else(|| panic!("still running after SIGTERM:\n{}", sidecar.process.stderr()));
     assert_eq!(status.code(), Some(0), "{}", sidecar.process.stderr());
+    // The half-sent request is not waited on past the 3 s grace period (its head timeout is
+    // 10 s), and the wait is said.
+    let took = signalled.elapsed();
+    assert!(took < Duration::from_secs(8), "exit {took:?} after SIGTERM");
+    let err = sidecar.process.stderr();
+    assert!(
+        err.contains("Waiting for open connections to finish their requests"),
+        "{err}"
+    );
     drop(half);
 }
 
