@@ -187,9 +187,14 @@ pub(crate) fn read_capture<S>(
     mut each: impl FnMut(&mut S, Option<Sample>),
 ) -> anyhow::Result<(S, usize)> {
     let name = path.display().to_string();
-    let file = std::fs::File::open(path).with_context(|| format!("cannot open {name}"))?;
+    // `-` is standard input, as for `analyze`.
+    let reader: Box<dyn std::io::Read> = if name == "-" {
+        Box::new(std::io::stdin())
+    } else {
+        Box::new(std::fs::File::open(path).with_context(|| format!("cannot open {name}"))?)
+    };
     let mut capture =
-        crate::capture::Capture::open(std::io::BufReader::new(file), &name, None, spacing)?;
+        crate::capture::Capture::open(std::io::BufReader::new(reader), &name, None, spacing)?;
     let mut state = start(capture.declared_interval(spacing));
     let (mut malformed, mut read, mut stopped) = (0usize, 0usize, false);
     let mut lost = crate::capture::LostLines::of(capture.format());

@@ -309,7 +309,8 @@ pub(crate) fn load(
 #[derive(Debug, clap::Args)]
 pub(crate) struct ExplainArgs {
     /// A capture to replay (JSONL trace, dcgm-exporter scrape, dmon or `nvidia-smi
-    /// --format=csv` output); the newest window per GPU is explained. Or --url.
+    /// --format=csv` output; `-` reads standard input); the newest window per GPU is
+    /// explained. Or --url.
     #[arg(long, conflicts_with = "url", required_unless_present = "url")]
     pub replay: Option<PathBuf>,
     /// A running sidecar (`http://HOST:PORT`, `/metrics` is added).

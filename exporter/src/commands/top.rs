@@ -793,7 +793,8 @@ fn no_nvml(why: &str) -> String {
 /// `truthscale top`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct TopArgs {
-    /// A capture to replay: on a terminal it plays back one sample per --interval; with
+    /// A capture to replay (`-` reads standard input): on a terminal it plays back one
+    /// sample per --interval; with
     /// --once or without a terminal, one frame of the newest sample per GPU. Without
     /// --replay or --url, top reads NVML on this machine.
     #[arg(long, conflicts_with_all = ["url", "nvml_library"])]

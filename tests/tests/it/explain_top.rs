@@ -213,6 +213,30 @@ fn explain_and_analyze_read_the_derive_variables_over_the_file() {
     assert!(err.contains("TRUTHSCALE_DERIVE__TAU_MAX"), "{err}");
 }
 
+/// `explain --replay -` and `top --replay -` read the capture from standard input, as
+/// `analyze -` does, and say the same as from the file.
+#[test]
+fn explain_and_top_replay_standard_input() {
+    let dir = TempDir::new("replay-stdin");
+    let (p, _) = tensor_trace_and_phase_config(&dir);
+    for command in ["explain", "top"] {
+        let mut args = vec![command, "--replay"];
+        if command == "top" {
+            args.insert(1, "--once");
+        }
+        let (code, from_file, err) = truthscale(&[&args[..], &[p.to_str().unwrap()]].concat());
+        assert_eq!(code, 0, "{err}");
+        let out = clean_command()
+            .args([&args[..], &["-"]].concat())
+            .stdin(std::fs::File::open(&p).unwrap())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{command}: {err}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), from_file, "{command}");
+    }
+}
+
 /// `top` reads the same `[derive]` and `[verdict]` settings as `explain` and `analyze`: its
 /// `--config` file (tensor at 0.6 underloaded where the file puts compute-bound's entry at
 /// 0.95), the `TRUTHSCALE_DERIVE__…` variables over it (compute-bound again), and a bad
