@@ -226,6 +226,7 @@ impl ServeArgs {
             o.push(("source.interval", v.clone()));
         }
         if let Some(v) = self.sim_gpus {
+            self.needs_source("--sim-gpus simulates GPUs", &["sim"])?;
             o.push(("source.gpus", v.to_string()));
         }
         if let Some(v) = &self.stale_after {
@@ -248,9 +249,26 @@ impl ServeArgs {
             o.push(("otlp.endpoint", v.clone()));
         }
         if let Some(v) = &self.nvml_library {
+            self.needs_source("--nvml-library reads NVML", &["nvml", "auto"])?;
             o.push(("source.library", v.display().to_string()));
         }
         Ok(o)
+    }
+
+    /// A flag that `what` is said here where `--source` names a kind other than `kinds`: the
+    /// configuration library would only call it an unknown field of that source.
+    fn needs_source(&self, what: &str, kinds: &[&str]) -> anyhow::Result<()> {
+        let Some(v) = self.source.as_deref() else {
+            return Ok(());
+        };
+        let kind = v.split(':').next().unwrap_or(v);
+        if kinds.contains(&kind) {
+            return Ok(());
+        }
+        anyhow::bail!(
+            "{what}: it needs --source {}, not --source {v}",
+            kinds.join(" or ")
+        )
     }
 }
 

@@ -349,6 +349,38 @@ fn replay_loop_needs_a_replay_source() {
     );
 }
 
+/// `--sim-gpus` and `--nvml-library` beside a source that takes neither are refused naming
+/// the flag and the sources it goes with (the configuration library called `gpus` and
+/// `library` unknown fields of the other source); `--nvml-library` with `auto` is NVML's.
+#[test]
+fn source_flags_need_their_source() {
+    for (args, says) in [
+        (
+            &["serve", "--source", "nvml", "--sim-gpus", "2"][..],
+            "--sim-gpus simulates GPUs: it needs --source sim, not --source nvml",
+        ),
+        (
+            &[
+                "serve",
+                "--source",
+                "replay:x.jsonl",
+                "--nvml-library",
+                "/x.so",
+            ][..],
+            "--nvml-library reads NVML: it needs --source nvml or auto, not --source replay:x.jsonl",
+        ),
+    ] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    // `auto` reads NVML: the flag is its (here the library is missing, and said).
+    let out = run(&["serve", "--source", "auto", "--nvml-library", "/no/such.so"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("it needs --source"), "{err}");
+}
+
 /// Simulated data says so in `explain` too, as in `analyze` and `top`.
 #[test]
 fn explain_marks_simulated_gpus() {
