@@ -96,11 +96,24 @@ struct Request {
 #[derive(Debug, Clone)]
 enum Work {
     Idle,
-    Prefill { left: f64 },
-    Decode { left: f64 },
-    Train { left: f64 },
-    AllReduce { left: f64 },
-    Loading { left: f64 },
+    /// A prefill of the first `batch` requests waiting when it began (those that arrive
+    /// during it wait for the next).
+    Prefill {
+        left: f64,
+        batch: usize,
+    },
+    Decode {
+        left: f64,
+    },
+    Train {
+        left: f64,
+    },
+    AllReduce {
+        left: f64,
+    },
+    Loading {
+        left: f64,
+    },
 }
 
 /// One simulated GPU.
@@ -256,7 +269,10 @@ impl SimGpu {
                 // clock of the tick it starts in.
                 let load = self.boost_mhz() / self.spec.f_ref_mhz;
                 let secs = flops / (TAU_PREFILL * load * self.peak_flops);
-                self.work = Work::Prefill { left: secs - spent };
+                self.work = Work::Prefill {
+                    left: secs - spent,
+                    batch: self.waiting.len(),
+                };
             } else if !self.running.is_empty() {
                 self.work = Work::Decode {
                     left: self.decode_step_seconds(self.running.len() as f64) - spent,
@@ -264,7 +280,7 @@ impl SimGpu {
             }
         }
         let finished = match &mut self.work {
-            Work::Prefill { left } | Work::Decode { left } => {
+            Work::Prefill { left, .. } | Work::Decode { left } => {
                 *left -= TICK;
                 // What is left of the tick goes to the next step (at most the tick).
                 self.spent = (-*left).clamp(0.0, TICK);
@@ -273,11 +289,13 @@ impl SimGpu {
             _ => false,
         };
         match self.work {
-            Work::Prefill { .. } => {
+            Work::Prefill { batch, .. } => {
                 if finished {
-                    let prompts: f64 = self.waiting.iter().map(|r| r.prompt).sum();
-                    self.prompt_tokens_done += prompts;
-                    self.running.extend(self.waiting.drain(..));
+                    // Only the prompts it computed: requests that arrived during it wait.
+                    let done = self.waiting.drain(..batch.min(self.waiting.len()));
+                    let done: Vec<Request> = done.collect();
+                    self.prompt_tokens_done += done.iter().map(|r| r.prompt).sum::<f64>();
+                    self.running.extend(done);
                     self.work = Work::Idle;
                 }
                 (self.prefill_tick(), Workload::Prefill)
@@ -549,18 +567,21 @@ impl SimGpu {
         let busy_noise = if u > 0.0 && u < 1.0 { 0.01 } else { 0.0 };
         let v = self.noise(u, busy_noise);
         r.set_value(Field::ReportedUtil, v.clamp(0.0, 1.0));
+        // 1 % of the range, relative below 0.1 (10 % of the value): a counter of one SM in
+        // 132 (0.0076) is never read as 0 by its noise.
         let noisy = |g: &mut SimGpu, x: f64| {
             if x > 0.0 {
-                g.noise(x, 0.01).clamp(0.0, 1.0)
+                g.noise(x, (0.1 * x).min(0.01)).clamp(0.0, 1.0)
             } else {
                 0.0
             }
         };
         let v = noisy(self, u.min(1.0) * 0.98);
         r.set_value(Field::GrActive, v);
-        let v = noisy(self, s);
-        r.set_value(Field::SmActive, v);
-        let v = noisy(self, o);
+        let sm = noisy(self, s);
+        r.set_value(Field::SmActive, sm);
+        // Occupancy is of the SMs' time, so never above the SMs' activity.
+        let v = noisy(self, o).min(sm);
         r.set_value(Field::SmOccupancy, v);
         let v = noisy(self, tau);
         r.set_value(Field::TensorActive, v);
@@ -568,7 +589,11 @@ impl SimGpu {
         r.set_value(Field::DramActive, v);
         let v = noisy(self, fp32);
         r.set_value(Field::Fp32Active, v);
-        let clk = self.noise(clock_sum / n, 5.0).round();
+        // A reading's noise never takes it past the model's maximum clock.
+        let clk = self
+            .noise(clock_sum / n, 5.0)
+            .round()
+            .min(spec.max_sm_clock_mhz);
         r.set_value(Field::SmClockMhz, clk);
         r.set_value(Field::PowerWatts, (power_sum / n * 1000.0).round() / 1000.0);
         r.set_value(Field::PowerLimitWatts, spec.max_power_watts);
@@ -761,12 +786,8 @@ mod tests {
             for _ in 0..60 {
                 let e = sim.step(1.0).entities.remove(0);
                 let clock = e.readings.value(Field::SmClockMhz).unwrap();
-                // The reading's noise is 5 MHz (σ).
-                assert!(
-                    clock <= spec.max_sm_clock_mhz + 25.0,
-                    "{}: {clock}",
-                    spec.name
-                );
+                // The reading's noise (5 MHz, σ) never takes it past the maximum.
+                assert!(clock <= spec.max_sm_clock_mhz, "{}: {clock}", spec.name);
             }
         }
     }
@@ -831,6 +852,35 @@ mod tests {
             .map(|x| x.readings.value(Field::EnergyJoules).unwrap())
             .collect();
         assert!(e.windows(2).all(|p| p[1] > p[0]));
+    }
+
+    /// A prefill computes the prompts waiting when it began, and only those are credited:
+    /// two requests of 1 000 and 3 000 prompt tokens start one, a third of 50 000 arrives
+    /// during it, and when it ends 4 000 prompt tokens are done, two requests run and the
+    /// third waits for the next prefill (crediting it too had counted 54 000 tokens whose
+    /// compute never ran).
+    #[test]
+    fn a_prefill_credits_only_the_prompts_it_computed() {
+        let mut g = SimGpu::new(Scenario::LlmServing, by_key("h100-sxm").unwrap(), 0, "n", 7);
+        g.next_burst_in = f64::INFINITY;
+        let request = |prompt| Request {
+            prompt,
+            remaining_output: 10.0,
+        };
+        g.waiting.extend([request(1000.0), request(3000.0)]);
+        g.llm_tick(1.0);
+        assert!(
+            matches!(g.work, Work::Prefill { batch: 2, .. }),
+            "{:?}",
+            g.work
+        );
+        g.waiting.push_back(request(50_000.0));
+        while matches!(g.work, Work::Prefill { .. }) {
+            g.llm_tick(1.0);
+        }
+        assert_eq!(g.prompt_tokens_done, 4000.0);
+        assert_eq!(g.running.len(), 2);
+        assert_eq!(g.waiting.len(), 1);
     }
 
     #[test]

@@ -2184,8 +2184,13 @@ pub(crate) mod tests {
         // 1 e9 − 1 300 J in a second is over 1 400 W on no board; 1 000 J is under the
         // bound of a model the catalog does not know (2 000 W).
         let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
-        d.observe(&sample(1000, &[(Field::EnergyJoules, 0.0)]));
-        let out = d.observe(&sample(2000, &[(Field::EnergyJoules, 1000.0)]));
+        let unknown = |ms, joules| {
+            let mut s = sample(ms, &[(Field::EnergyJoules, joules)]);
+            s.entities[0].id.model = None;
+            s
+        };
+        d.observe(&unknown(1000, 0.0));
+        let out = d.observe(&unknown(2000, 1000.0));
         assert!(out.diagnostics.is_empty(), "{:?}", out.diagnostics);
         assert_eq!(out.windows[0].metrics.power_watts.unwrap().value, 1000.0);
     }

@@ -75,11 +75,14 @@ enum Load {
     Calm,
 }
 
-/// Write a pod's five cgroup files for `us` microseconds since the start.
+/// Write a pod's five cgroup files for `us` microseconds since the start. The throttled pod's
+/// CFS period is the kernel's shortest, 1 ms (a quota of one CPU, `1000 1000`): a period a
+/// millisecond, so its counts move every few milliseconds, and each throttled period held
+/// back for at most its own length (half of it here).
 fn write_pod(dir: &Path, load: Load, us: u64) {
     let periods = us / 1000;
     let (throttled, io_some, quota) = match load {
-        Load::Throttled => (periods * 7 / 10, 0, "100000 100000"),
+        Load::Throttled => (periods * 7 / 10, 0, "1000 1000"),
         Load::IoWaiting => (0, us / 2, "max 100000"),
         Load::Calm => (0, 0, "max 100000"),
     };
@@ -94,7 +97,7 @@ fn write_pod(dir: &Path, load: Load, us: u64) {
         &dir.join("cpu.stat"),
         &format!(
             "usage_usec {us}\nuser_usec {us}\nsystem_usec 0\nnr_periods {periods}\nnr_throttled {throttled}\nthrottled_usec {}\nnr_bursts 0\nburst_usec 0\n",
-            throttled * 30_000
+            throttled * 500
         ),
     );
     put(&dir.join("cpu.max"), &format!("{quota}\n"));

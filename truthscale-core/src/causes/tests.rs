@@ -296,9 +296,14 @@ fn each_starved_gpu_gets_its_cause_and_the_seconds_add_up() {
                 (Field::NvlinkRxBytesPerSec, 1e9),
             ],
         ),
+        // Tensor pipes active 70 % of the cycles: the SMs at least as much.
         (
             "busy",
-            &[(Field::TensorActive, 0.7), (Field::DramActive, 0.5)],
+            &[
+                (Field::TensorActive, 0.7),
+                (Field::DramActive, 0.5),
+                (Field::SmActive, 0.9),
+            ],
         ),
     ];
     let mut d = Deriver::new(DeriveConfig::default(), Some(1.0));
