@@ -1,6 +1,10 @@
 //! Node mode: the CPU and I/O pressure of the pods that hold each GPU, from their cgroup v2
 //! files, so that a starved GPU's cause can be told (`truthscale_core::causes`).
 //!
+//! The pods are those of the GPU's processes that hold it: where the kubelet said who holds
+//! the GPU, a process of another pod (a node daemon that sees every GPU), or of no named pod,
+//! counts for nothing, and a GPU nobody holds has no holder pressure.
+//!
 //! After node attribution, each GPU entity's processes carry their pod's UID (from
 //! `/proc/<pid>/cgroup`; a process without one is looked up here, under `node.proc_root`).
 //! Each pod's cgroup directory is found under `node.cgroup_root` (a directory at most
@@ -153,6 +157,18 @@ impl HolderPressure {
             // A GPU one pod holds: a process the pod list showed to be another pod's (its
             // name taken off by attribution) is not the holder's, nor is its pressure.
             if e.id.pod.is_some() && p.pod.is_none() {
+                continue;
+            }
+            // Where the kubelet said who holds the GPU, only its holders' processes count: a
+            // process of another pod (a node daemon that sees every GPU), or of none named,
+            // is no holder, nor is its pressure; a GPU nobody holds has no holder pressure.
+            if let Some(holders) = e.allocation.as_deref()
+                && !p.pod.as_ref().is_some_and(|r| {
+                    holders
+                        .iter()
+                        .any(|h| h.pod.pod == r.pod && h.pod.namespace == r.namespace)
+                })
+            {
                 continue;
             }
             let uid = match (&p.pod_uid, self.pids.get_mut(&p.pid)) {
@@ -707,6 +723,60 @@ mod tests {
         };
         stage.apply(&mut t);
         produced.samples.remove(0).entities
+    }
+
+    /// Where the kubelet said who holds a GPU, only its holders' processes make its holder
+    /// pressure: GPU 0 is `solo`'s (10 % of its periods throttled) and also runs a process
+    /// of `intruder` (90 %, a node daemon that sees every GPU), so its holder share is
+    /// 0.1, and only `solo` has pod series; GPU 1 is held by nobody (the kubelet listed
+    /// none): no holder pressure, though `intruder`'s process runs there too.
+    #[test]
+    fn only_the_holders_processes_make_the_holder_pressure() {
+        use truthscale_core::model::Holder;
+        let root = scratch("cgroup-holders");
+        let (solo, intruder) = (
+            root.0.join(format!("kubepods/burstable/pod{A}")),
+            root.0.join(format!("kubepods/burstable/pod{B}")),
+        );
+        let named = |pod: &str| PodRef {
+            pod: pod.into(),
+            namespace: Some("ml".into()),
+            container: None,
+        };
+        let entities = || {
+            let mut held = gpu(0, &[Some(A), Some(B)]);
+            held.processes[0].pod = Some(named("solo"));
+            held.processes[1].pod = Some(named("intruder"));
+            held.id.pod = Some(named("solo"));
+            held.allocation = Some(vec![Holder {
+                pod: named("solo"),
+                resource: "nvidia.com/gpu".into(),
+                replica: None,
+                labels: Vec::new(),
+                owner: None,
+            }]);
+            let mut free = gpu(1, &[Some(B)]);
+            free.processes[0].pod = Some(named("intruder"));
+            free.allocation = Some(Vec::new());
+            vec![held, free]
+        };
+        write_pod(&solo, 1000, 0, Some(100_000), [0; 4]);
+        write_pod(&intruder, 1000, 0, Some(100_000), [0; 4]);
+        let mut stage = HolderPressure::new(root.0.clone(), "/nonexistent".into());
+        tick(&mut stage, entities());
+        write_pod(&solo, 1100, 10, Some(100_000), [0; 4]);
+        write_pod(&intruder, 1100, 90, Some(100_000), [0; 4]);
+        let second = tick(&mut stage, entities());
+        let v = |e: &EntitySample, f| e.readings.value(f);
+        assert_eq!(v(&second[0], Field::HolderCpuThrottledRatio), Some(0.1));
+        let pods: Vec<&str> = second[0]
+            .holder_pressure
+            .iter()
+            .map(|p| p.pod.pod.as_str())
+            .collect();
+        assert_eq!(pods, ["solo"]);
+        assert_eq!(v(&second[1], Field::HolderCpuThrottledRatio), None);
+        assert!(second[1].holder_pressure.is_empty());
     }
 
     /// Both drivers' layouts: a pod found by its UID (cgroupfs) or its UID with `_`
