@@ -198,6 +198,11 @@ pub(crate) fn parse_cpu_max(text: &str) -> Result<CpuMax, String> {
     if period == 0 {
         return Err(bad("a zero period"));
     }
+    // The kernel refuses a period outside 1 ms to 1 s, a quota under 1 ms, and a quota over
+    // 2^44 − 1 µs (`tg_set_cfs_bandwidth`): such a file is no reading of a limit.
+    if !(1_000..=1_000_000).contains(&period) {
+        return Err(bad("a period outside the kernel's 1 ms to 1 s"));
+    }
     if quota == "max" {
         return Ok(CpuMax::Unlimited);
     }
@@ -206,6 +211,9 @@ pub(crate) fn parse_cpu_max(text: &str) -> Result<CpuMax, String> {
         .map_err(|_| bad("the quota is neither `max` nor an unsigned integer"))?;
     if quota == 0 {
         return Err(bad("a zero quota"));
+    }
+    if !(1_000..(1 << 44)).contains(&quota) {
+        return Err(bad("a quota outside the kernel's 1 ms to 2^44 µs"));
     }
     #[expect(clippy::cast_precision_loss, reason = "microseconds, far below 2^53")]
     Ok(CpuMax::Cores(quota as f64 / period as f64))
@@ -484,6 +492,20 @@ mod tests {
             parse_cpu_max("100 0"),
             Err("\"100 0\": a zero period".into())
         );
+        // Limits the kernel refuses to set are no reading: the shortest and longest period
+        // and the smallest quota pass, the rest not (a quota of 2^64 − 1 µs over 1 µs had
+        // read as 1.8e19 cores).
+        assert_eq!(parse_cpu_max("1000 1000"), Ok(CpuMax::Cores(1.0)));
+        assert_eq!(parse_cpu_max("2000000 1000000"), Ok(CpuMax::Cores(2.0)));
+        for impossible in [
+            "18446744073709551615 1",
+            "100000 999",
+            "100000 1000001",
+            "999 100000",
+            "17592186044416 100000",
+        ] {
+            assert!(parse_cpu_max(impossible).is_err(), "{impossible:?}");
+        }
     }
 
     #[test]

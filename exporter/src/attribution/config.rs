@@ -299,24 +299,33 @@ impl NodeConfig {
             socket,
             resource_names,
             timeout,
-            proc_root: self.proc_root.clone(),
-            cgroup_root: cgroup_root(&self.cgroup_root)?,
+            proc_root: absolute(
+                "node.proc_root",
+                &self.proc_root,
+                "the host's /proc (default /proc)",
+            )?,
+            cgroup_root: absolute(
+                "node.cgroup_root",
+                &self.cgroup_root,
+                &format!("the host's cgroup v2 hierarchy (default {DEFAULT_CGROUP_ROOT})"),
+            )?,
             pod_labels,
         })
     }
 }
 
-/// `node.cgroup_root`, checked: an absolute path (it is walked, never written; a root that
-/// is missing at the start only leaves the holder pressure blank, counted).
+/// `node.cgroup_root` or `node.proc_root` (`key`), checked: an absolute path to `what` (it is
+/// read, never written; a root that is missing at the start only leaves what is read there
+/// blank, counted). An empty one had turned attribution by process off without a word.
 ///
 /// # Errors
-/// An [`Invalid`] naming `node.cgroup_root`.
-fn cgroup_root(path: &Path) -> Result<PathBuf, Invalid> {
+/// An [`Invalid`] naming `key`.
+fn absolute(key: &'static str, path: &Path, what: &str) -> Result<PathBuf, Invalid> {
     if path.as_os_str().is_empty() || !path.is_absolute() {
         return Err(Invalid::new(
-            "node.cgroup_root",
+            key,
             format!(
-                "must be an absolute path to the host's cgroup v2 hierarchy (default {DEFAULT_CGROUP_ROOT}), not {:?}",
+                "must be an absolute path to {what}, not {:?}",
                 path.display().to_string()
             ),
         ));
@@ -370,6 +379,12 @@ mod tests {
             let err = node(&[("TRUTHSCALE_NODE__CGROUP_ROOT", bad)]).unwrap_err();
             assert!(
                 err.starts_with("node.cgroup_root: must be an absolute path"),
+                "{err}"
+            );
+            // `node.proc_root` likewise: an empty one turned attribution by process off.
+            let err = node(&[("TRUTHSCALE_NODE__PROC_ROOT", bad)]).unwrap_err();
+            assert!(
+                err.starts_with("node.proc_root: must be an absolute path to the host's /proc"),
                 "{err}"
             );
         }
