@@ -521,9 +521,10 @@ impl SimGpu {
             let mut power =
                 spec.idle_power_watts + (spec.max_power_watts - spec.idle_power_watts) * pi;
             if power > spec.max_power_watts {
-                // Software power cap: clocks drop to hold the limit.
+                // Software power cap: clocks drop to hold the limit (never up: a tick that
+                // starts at the idle clock stays there).
                 w.capped = true;
-                f = spec.f_ref_mhz * 0.97;
+                f = f.min(spec.f_ref_mhz * 0.97);
                 power = spec.max_power_watts;
             }
             // The busy flag and DRAM bandwidth are fractions of time; the SM, occupancy
