@@ -1640,10 +1640,11 @@ fn answers_in_flight_share_one_memory_cap() {
 /// `analyze --prometheus` reads the holder signals, joined to each GPU by its pod:
 ///
 /// - gpu 0, held by `ml/a` (dcgm-exporter's labels honoured): pod a's container throttled in
-///   9 of its 15 CFS periods a second (60 %), its pod cgroup (`container=""`) in all of
-///   them (not counted), its sidecar in none of its 30: the pod's periods 20 % throttled,
-///   its most throttled container's 60 %, so `cpu_throttled` (as node mode and the
-///   recording rule judge it);
+///   6 of its 10 CFS periods a second (60 %; the kubelet's 100 ms period: at most 10 a
+///   second), its pod cgroup (`container=""`) in all of them (not counted), its sidecar and
+///   an idle container in none of their 10: the pod's periods 20 % throttled, its most
+///   throttled container's 60 %, so `cpu_throttled` (as node mode and the recording rule
+///   judge it);
 /// - gpu 1, held by `ml/b` under Prometheus' renamed labels (`exported_pod`; `pod` is the
 ///   exporter's own): pod b's container waits on I/O 0.4 s a second (PSI some, 40 %):
 ///   `io_stalled`;
@@ -1696,17 +1697,17 @@ fn history_says_why_gpus_are_starved() {
         (
             "container_cpu_cfs_periods_total",
             "namespace=\"ml\",pod=\"a\",container=\"train\"",
-            15.0,
+            10.0,
         ),
         (
             "container_cpu_cfs_throttled_periods_total",
             "namespace=\"ml\",pod=\"a\",container=\"train\"",
-            9.0,
+            6.0,
         ),
         (
             "container_cpu_cfs_periods_total",
             "namespace=\"ml\",pod=\"a\",container=\"sidecar\"",
-            30.0,
+            10.0,
         ),
         (
             "container_cpu_cfs_throttled_periods_total",
@@ -1715,13 +1716,23 @@ fn history_says_why_gpus_are_starved() {
         ),
         (
             "container_cpu_cfs_periods_total",
+            "namespace=\"ml\",pod=\"a\",container=\"idle\"",
+            10.0,
+        ),
+        (
+            "container_cpu_cfs_throttled_periods_total",
+            "namespace=\"ml\",pod=\"a\",container=\"idle\"",
+            0.0,
+        ),
+        (
+            "container_cpu_cfs_periods_total",
             "namespace=\"ml\",pod=\"a\",container=\"\"",
-            15.0,
+            10.0,
         ),
         (
             "container_cpu_cfs_throttled_periods_total",
             "namespace=\"ml\",pod=\"a\",container=\"\"",
-            15.0,
+            10.0,
         ),
         (
             "container_pressure_io_waiting_seconds_total",
