@@ -733,32 +733,31 @@ fn http_protobuf_push_equals_metrics() {
     check_push(Proto::Http);
 }
 
-/// A driver reload zeroes a GPU's volatile ECC counts: the fake driver's H100 counts 7
-/// corrected errors, then, 6 s after it loads, 2 since the reload. `/metrics` shows the
-/// reading as it is (Prometheus reads a reset counter as one); over OTLP with delta
-/// temporality, where the SDK sends each export's difference, no delta is negative, and the
-/// deltas add up to the 2 errors counted while the sidecar watched: the 7 it found at its
-/// first reading are history, its baseline, never sent as new errors (a restart would send
-/// them again). Received by a gRPC receiver that decodes the protobuf.
-#[test]
-fn a_driver_reload_never_sends_a_negative_delta() {
-    let dir = TempDir::new("otlp-ecc-reload");
+/// A sidecar on the fake driver's H100 (`uuid`) that counts 7 corrected errors, then
+/// `sbe` since a reload `after_ms` after it loads, exporting over gRPC with delta
+/// temporality every `export_ms` to a receiver that decodes the protobuf.
+fn ecc_reload_sidecar(
+    dir: &TempDir,
+    uuid: &str,
+    (after_ms, sbe): (u64, u64),
+    export_ms: &str,
+) -> (Receiver, Sidecar) {
     let port = free_port();
     let rx = Receiver::start(Proto::Grpc, port);
     let scenario = dir.path().join("scenario.json");
     let device = serde_json::json!({
         "name": "NVIDIA H100 80GB HBM3",
-        "uuid": "GPU-ecc00000-0000-4000-8000-000000000001",
+        "uuid": uuid,
         "architecture": "hopper",
         "memory_total_bytes": 85_520_809_984_u64,
         "util_percent": 100,
         "power_watts": 500,
         "ecc_sbe_volatile": 7,
         "ecc_dbe_volatile": 0,
-        "ecc_reload": { "after_ms": 6000, "sbe_volatile": 2, "dbe_volatile": 0 },
+        "ecc_reload": { "after_ms": after_ms, "sbe_volatile": sbe, "dbe_volatile": 0 },
     });
     let text =
-        serde_json::json!({ "_comment": "An H100 whose driver reloads.", "devices": [device] });
+        serde_json::json!({ "_comment": "An H100 whose ECC counts change.", "devices": [device] });
     std::fs::write(&scenario, text.to_string()).unwrap();
     let endpoint = format!("http://127.0.0.1:{port}");
     let lib = truthscale_e2e::fake_nvml();
@@ -772,29 +771,17 @@ fn a_driver_reload_never_sends_a_negative_delta() {
             ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
             ("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "delta"),
-            ("OTEL_METRIC_EXPORT_INTERVAL", "500"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", export_ms),
         ],
         dir.path(),
     );
-    let volatile_sbe = |m: &[Sample]| {
-        truthscale_e2e::value(
-            m,
-            "truthscale_gpu_ecc_errors_total",
-            &[("kind", "sbe"), ("scope", "volatile")],
-        )
-    };
-    sidecar.wait_for(Duration::from_secs(30), "the reload read", |m| {
-        volatile_sbe(m) == Some(2.0)
-    });
-    // Exports after the reload was read.
-    let seen = rx.requests().len();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while rx.requests().len() < seen + 3 {
-        assert!(Instant::now() < deadline, "{}", sidecar.process.stderr());
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let deltas: Vec<f64> = rx
-        .requests()
+    (rx, sidecar)
+}
+
+/// Every delta the receiver got of `hw.errors`' volatile corrected errors (checked to be a
+/// monotonic delta sum).
+fn volatile_sbe_deltas(rx: &Receiver) -> Vec<f64> {
+    rx.requests()
         .iter()
         .filter_map(|r| find_metric(r, "hw.errors"))
         .flat_map(|m| {
@@ -813,7 +800,43 @@ fn a_driver_reload_never_sends_a_negative_delta() {
                 && s(&p.attributes, "truthscale.ecc.scope").as_deref() == Some("volatile")
         })
         .map(|p| value(&p))
-        .collect();
+        .collect()
+}
+
+/// Wait until the receiver holds `n` requests.
+fn wait_requests(rx: &Receiver, n: usize, sidecar: &Sidecar) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while rx.requests().len() < n {
+        assert!(Instant::now() < deadline, "{}", sidecar.process.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A driver reload zeroes a GPU's volatile ECC counts: the fake driver's H100 counts 7
+/// corrected errors, then, 6 s after it loads, 2 since the reload. `/metrics` shows the
+/// reading as it is (Prometheus reads a reset counter as one); over OTLP with delta
+/// temporality, where the SDK sends each export's difference, no delta is negative, and the
+/// deltas add up to the 2 errors counted while the sidecar watched: the 7 it found at its
+/// first reading are history, its baseline, never sent as new errors (a restart would send
+/// them again). Received by a gRPC receiver that decodes the protobuf.
+#[test]
+fn a_driver_reload_never_sends_a_negative_delta() {
+    let dir = TempDir::new("otlp-ecc-reload");
+    let uuid = "GPU-ecc00000-0000-4000-8000-000000000001";
+    let (rx, sidecar) = ecc_reload_sidecar(&dir, uuid, (6000, 2), "500");
+    let volatile_sbe = |m: &[Sample]| {
+        truthscale_e2e::value(
+            m,
+            "truthscale_gpu_ecc_errors_total",
+            &[("kind", "sbe"), ("scope", "volatile")],
+        )
+    };
+    sidecar.wait_for(Duration::from_secs(30), "the reload read", |m| {
+        volatile_sbe(m) == Some(2.0)
+    });
+    // Exports after the reload was read.
+    wait_requests(&rx, rx.requests().len() + 3, &sidecar);
+    let deltas = volatile_sbe_deltas(&rx);
     assert!(deltas.iter().all(|d| *d >= 0.0), "{deltas:?}");
     assert_eq!(deltas.iter().sum::<f64>(), 2.0, "{deltas:?}");
     assert_eq!(volatile_sbe(&sidecar.metrics()), Some(2.0));
@@ -828,57 +851,10 @@ fn a_driver_reload_never_sends_a_negative_delta() {
 #[test]
 fn a_device_counter_counts_from_the_first_reading_not_the_first_export() {
     let dir = TempDir::new("otlp-first-reading");
-    let port = free_port();
-    let rx = Receiver::start(Proto::Grpc, port);
-    let scenario = dir.path().join("scenario.json");
-    let device = serde_json::json!({
-        "name": "NVIDIA H100 80GB HBM3",
-        "uuid": "GPU-ecc00000-0000-4000-8000-000000000002",
-        "architecture": "hopper",
-        "memory_total_bytes": 85_520_809_984_u64,
-        "util_percent": 100,
-        "power_watts": 500,
-        "ecc_sbe_volatile": 7,
-        "ecc_dbe_volatile": 0,
-        "ecc_reload": { "after_ms": 1000, "sbe_volatile": 9, "dbe_volatile": 0 },
-    });
-    let text = serde_json::json!({
-        "_comment": "An H100 that counts two corrected errors a second after the sidecar starts.",
-        "devices": [device],
-    });
-    std::fs::write(&scenario, text.to_string()).unwrap();
-    let endpoint = format!("http://127.0.0.1:{port}");
-    let lib = truthscale_e2e::fake_nvml();
-    let sidecar = Sidecar::start(
-        &[
-            &truthscale_e2e::nvml_args(lib, "250ms")[..],
-            &["--otlp-endpoint", &endpoint],
-        ]
-        .concat(),
-        &[
-            ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-            ("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "delta"),
-            ("OTEL_METRIC_EXPORT_INTERVAL", "4000"),
-        ],
-        dir.path(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while rx.requests().len() < 2 {
-        assert!(Instant::now() < deadline, "{}", sidecar.process.stderr());
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let deltas: Vec<f64> = rx
-        .requests()
-        .iter()
-        .filter_map(|r| find_metric(r, "hw.errors"))
-        .flat_map(|m| points(m).to_vec())
-        .filter(|p| {
-            s(&p.attributes, "error.type").as_deref() == Some("sbe")
-                && s(&p.attributes, "truthscale.ecc.scope").as_deref() == Some("volatile")
-        })
-        .map(|p| value(&p))
-        .collect();
+    let uuid = "GPU-ecc00000-0000-4000-8000-000000000002";
+    let (rx, sidecar) = ecc_reload_sidecar(&dir, uuid, (1000, 9), "4000");
+    wait_requests(&rx, 2, &sidecar);
+    let deltas = volatile_sbe_deltas(&rx);
     assert_eq!(deltas.iter().sum::<f64>(), 2.0, "{deltas:?}");
 }
 
