@@ -742,8 +742,6 @@ fn ecc_reload_sidecar(
     (after_ms, sbe): (u64, u64),
     export_ms: &str,
 ) -> (Receiver, Sidecar) {
-    let port = free_port();
-    let rx = Receiver::start(Proto::Grpc, port);
     let scenario = dir.path().join("scenario.json");
     let device = serde_json::json!({
         "name": "NVIDIA H100 80GB HBM3",
@@ -759,6 +757,18 @@ fn ecc_reload_sidecar(
     let text =
         serde_json::json!({ "_comment": "An H100 whose ECC counts change.", "devices": [device] });
     std::fs::write(&scenario, text.to_string()).unwrap();
+    delta_grpc_sidecar(dir, &scenario, export_ms)
+}
+
+/// A sidecar on the fake driver with `scenario`, sampling every 250 ms and exporting over
+/// gRPC with delta temporality every `export_ms` to a receiver that decodes the protobuf.
+fn delta_grpc_sidecar(
+    dir: &TempDir,
+    scenario: &std::path::Path,
+    export_ms: &str,
+) -> (Receiver, Sidecar) {
+    let port = free_port();
+    let rx = Receiver::start(Proto::Grpc, port);
     let endpoint = format!("http://127.0.0.1:{port}");
     let lib = truthscale_e2e::fake_nvml();
     let sidecar = Sidecar::start(
@@ -869,26 +879,9 @@ fn a_device_counter_counts_from_the_first_reading_not_the_first_export() {
 fn a_gpu_not_read_sends_no_delta_then_its_increase_once() {
     const UUID: &str = "GPU-5f0c6a3e-8d3b-4c1e-9a7f-000000000008";
     let dir = TempDir::new("otlp-delta-lost");
-    let port = free_port();
-    let rx = Receiver::start(Proto::Grpc, port);
     let scenario =
         truthscale_e2e::workspace().join("tests/fake-nvml/scenarios/h100-lost-recovers.json");
-    let endpoint = format!("http://127.0.0.1:{port}");
-    let lib = truthscale_e2e::fake_nvml();
-    let sidecar = Sidecar::start(
-        &[
-            &truthscale_e2e::nvml_args(lib, "250ms")[..],
-            &["--otlp-endpoint", &endpoint],
-        ]
-        .concat(),
-        &[
-            ("FAKE_NVML_SCENARIO", scenario.to_str().unwrap()),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-            ("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "delta"),
-            ("OTEL_METRIC_EXPORT_INTERVAL", "500"),
-        ],
-        dir.path(),
-    );
+    let (rx, sidecar) = delta_grpc_sidecar(&dir, &scenario, "500");
     let served = |m: &[Sample]| truthscale_e2e::value(m, "truthscale_gpu_info", &[]).is_some();
     let lost = |m: &[Sample]| {
         truthscale_e2e::value(
