@@ -246,8 +246,8 @@ fn gpu_of(attrs: &[KeyValue]) -> Option<String> {
 struct Shared {
     rx: watch::Receiver<Arc<Snapshot>>,
     pinned: Mutex<Pinned>,
-    /// Delta temporality: the SDK sends a counter series missing from the collection before
-    /// whole, so [`Monotonic`] shifts a series read again after a gap to its increase.
+    /// Delta temporality: [`Monotonic`] chooses each counter point so that what the SDK
+    /// sends is what the series counted since its count last delivered.
     delta: bool,
     /// Under delta temporality, the baselines [`Shared::note_first_readings`] noted.
     first: Mutex<FirstReadings>,
@@ -260,25 +260,21 @@ struct Shared {
 /// change whose export failed or was skipped is sent again with the next
 /// ([`Monotonic::settle`]). Not known (a service's own exporter): taken as delivered.
 #[derive(Debug, Default)]
-pub(crate) struct Delivery(std::sync::atomic::AtomicU8);
+pub(crate) struct Delivery {
+    /// The latest export did not reach the collector.
+    lost: std::sync::atomic::AtomicBool,
+}
 
 impl Delivery {
-    const DELIVERED: u8 = 1;
-    const LOST: u8 = 2;
-
     /// The export of the latest collection reached the collector (`true`) or not.
     pub(crate) fn set(&self, delivered: bool) {
-        let v = if delivered {
-            Self::DELIVERED
-        } else {
-            Self::LOST
-        };
-        self.0.store(v, std::sync::atomic::Ordering::Relaxed);
+        self.lost
+            .store(!delivered, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether the latest export was lost, forgetting it.
     fn take_lost(&self) -> bool {
-        self.0.swap(0, std::sync::atomic::Ordering::Relaxed) == Self::LOST
+        self.lost.swap(false, std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -341,14 +337,11 @@ impl Shared {
             return;
         }
         p.tick = (snap.tick, snap.stale);
-        p.families = if snap.tick == 0 {
-            vec![Vec::new(); catalog::ALL.len()]
-        } else {
-            families_of(&snap)
-        };
         if snap.tick == 0 {
+            p.families = vec![Vec::new(); catalog::ALL.len()];
             return;
         }
+        p.families = families_of(&snap);
         // The GPUs listed but not read within the stale period (all, in a tick served
         // stale).
         let stale: Vec<&str> = snap
@@ -379,8 +372,7 @@ impl Shared {
         let Ok(mut first) = self.first.lock() else {
             return;
         };
-        let read = || snap.gpus.iter().filter(|g| g.up);
-        let new: Vec<&str> = read()
+        let new: Vec<&str> = (snap.gpus.iter().filter(|g| g.up))
             .filter_map(|g| g.window.id.uuid.as_deref())
             .filter(|u| !first.gpus.contains(*u))
             .collect();
