@@ -207,9 +207,7 @@ impl EnergyHolders {
         for e in &mut self.pods {
             if e.method == PodEnergyMethod::SmBusyShare
                 && let Some(p) = &e.pod
-                && holders
-                    .iter()
-                    .any(|h| h.pod.pod == p.pod && h.pod.namespace == p.namespace)
+                && holders.iter().any(|h| h.pod.same_pod(p))
             {
                 e.last_seen = self.ticks;
             }

@@ -86,6 +86,14 @@ pub struct PodRef {
     pub container: Option<String>,
 }
 
+impl PodRef {
+    /// Whether `other` names the same pod: its name and namespace, whatever the container.
+    #[must_use]
+    pub fn same_pod(&self, other: &PodRef) -> bool {
+        self.pod == other.pod && self.namespace == other.namespace
+    }
+}
+
 /// Identity of one measured entity: a whole GPU or a MIG instance, possibly attributed to a pod.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct EntityId {

@@ -474,10 +474,7 @@ impl Allocations {
         let holders = self.of(e);
         !holders.is_empty()
             || self.holders_unknown(e, &holders)
-                && e.id
-                    .pod
-                    .as_ref()
-                    .is_some_and(|p| p.pod == own.pod && p.namespace == own.namespace)
+                && e.id.pod.as_ref().is_some_and(|p| p.same_pod(own))
     }
 }
 

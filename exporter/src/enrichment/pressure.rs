@@ -163,11 +163,10 @@ impl HolderPressure {
             // process of another pod (a node daemon that sees every GPU), or of none named,
             // is no holder, nor is its pressure; a GPU nobody holds has no holder pressure.
             if let Some(holders) = e.allocation.as_deref()
-                && !p.pod.as_ref().is_some_and(|r| {
-                    holders
-                        .iter()
-                        .any(|h| h.pod.pod == r.pod && h.pod.namespace == r.namespace)
-                })
+                && !p
+                    .pod
+                    .as_ref()
+                    .is_some_and(|r| holders.iter().any(|h| h.pod.same_pod(r)))
             {
                 continue;
             }

@@ -660,16 +660,13 @@ fn energy_values<'a>(
         GpuMetric::PodEnergyEstimate if attributed.is_none() => {
             // Only the pods that hold the device now or whose processes run there now (and
             // processes whose pod was not found, while such processes run).
-            let same = |a: &crate::model::PodRef, b: &crate::model::PodRef| {
-                a.pod == b.pod && a.namespace == b.namespace
-            };
             let holds = |pod: Option<&crate::model::PodRef>| match pod {
                 Some(p) => {
-                    win.allocation.iter().flatten().any(|h| same(&h.pod, p))
+                    win.allocation.iter().flatten().any(|h| h.pod.same_pod(p))
                         || win
                             .processes
                             .iter()
-                            .any(|q| q.pod.as_ref().is_some_and(|q| same(q, p)))
+                            .any(|q| q.pod.as_ref().is_some_and(|q| q.same_pod(p)))
                 }
                 None => win.processes.iter().any(|p| p.pod.is_none()),
             };
@@ -721,7 +718,7 @@ fn pod_pressure_values<'a>(
     for p in &win.holder_pressure {
         let Some(v) = share(p) else { continue };
         match attributed {
-            Some(a) if a.pod == p.pod.pod && a.namespace == p.pod.namespace => {
+            Some(a) if a.same_pod(&p.pod) => {
                 push(Vec::new(), v);
             }
             Some(_) => {}
