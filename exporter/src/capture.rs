@@ -71,6 +71,22 @@ pub(crate) fn unknown_format(lines: usize) -> String {
     )
 }
 
+/// The capture at `path` to read (`-`: standard input), and its length where it is a file.
+///
+/// # Errors
+/// The file cannot be opened, naming it.
+pub(crate) fn open_path(
+    path: &std::path::Path,
+) -> anyhow::Result<(Box<dyn Read + Send>, Option<u64>)> {
+    use anyhow::Context as _;
+    if path == std::path::Path::new("-") {
+        return Ok((Box::new(std::io::stdin()), None));
+    }
+    let f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let len = f.metadata().ok().map(|m| m.len());
+    Ok((Box::new(f), len))
+}
+
 /// A capture being read.
 #[derive(Debug)]
 pub struct Capture<R> {

@@ -1,7 +1,6 @@
 //! The per-GPU view that `explain` and `top` share: what the dashboard says against what
 //! the counters say, from a replayed capture or a running sidecar's `/metrics`.
 
-use anyhow::Context;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
@@ -187,12 +186,7 @@ pub(crate) fn read_capture<S>(
     mut each: impl FnMut(&mut S, Option<Sample>),
 ) -> anyhow::Result<(S, usize)> {
     let name = path.display().to_string();
-    // `-` is standard input, as for `analyze`.
-    let reader: Box<dyn std::io::Read> = if name == "-" {
-        Box::new(std::io::stdin())
-    } else {
-        Box::new(std::fs::File::open(path).with_context(|| format!("cannot open {name}"))?)
-    };
+    let (reader, _) = crate::capture::open_path(path)?;
     let mut capture =
         crate::capture::Capture::open(std::io::BufReader::new(reader), &name, None, spacing)?;
     let mut state = start(capture.declared_interval(spacing));

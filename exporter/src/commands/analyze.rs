@@ -3,7 +3,6 @@
 use crate::capture::{Capture, CaptureError};
 use anyhow::{Context, bail};
 use clap::ValueEnum;
-use std::fs::File;
 use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -54,13 +53,7 @@ pub(crate) fn run(args: &AnalyzeArgs, env: &[(String, String)]) -> anyhow::Resul
         bail!("give a capture FILE, or --prometheus URL");
     };
     let name = file.display().to_string();
-    let (reader, len): (Box<dyn Read + Send>, Option<u64>) = if name == "-" {
-        (Box::new(std::io::stdin()), None)
-    } else {
-        let f = File::open(file).with_context(|| format!("cannot open {name}"))?;
-        let len = f.metadata().ok().map(|m| m.len());
-        (Box::new(f), len)
-    };
+    let (reader, len) = crate::capture::open_path(file)?;
     let progress = (std::io::stderr().is_terminal() && len.is_some()).then(|| {
         let bar = indicatif::ProgressBar::new(len.unwrap_or(0));
         bar.set_style(

@@ -233,13 +233,7 @@ impl ServeArgs {
             o.push(("source.stale_after", v.clone()));
         }
         if self.replay_loop {
-            // Said here where the flags name another source: the configuration library
-            // would only call `loop` an unknown field of it.
-            if let Some(v) = self.source.as_deref().filter(|v| !v.starts_with("replay")) {
-                anyhow::bail!(
-                    "--replay-loop replays a capture: it needs --source replay:PATH, not --source {v}"
-                );
-            }
+            self.needs_source("--replay-loop replays a capture", &["replay:PATH"])?;
             o.push(("source.loop", "true".into()));
         }
         if let Some(v) = &self.web_config {
@@ -255,14 +249,17 @@ impl ServeArgs {
         Ok(o)
     }
 
-    /// A flag that `what` is said here where `--source` names a kind other than `kinds`: the
-    /// configuration library would only call it an unknown field of that source.
+    /// A flag that `what` is said here where `--source` names a kind other than `kinds` (each
+    /// as it is written, `replay:PATH`, its kind before the colon): the configuration library
+    /// would only call it an unknown field of that source.
     fn needs_source(&self, what: &str, kinds: &[&str]) -> anyhow::Result<()> {
         let Some(v) = self.source.as_deref() else {
             return Ok(());
         };
-        let kind = v.split(':').next().unwrap_or(v);
-        if kinds.contains(&kind) {
+        fn kind_of(k: &str) -> &str {
+            k.split(':').next().unwrap_or(k)
+        }
+        if kinds.iter().any(|k| kind_of(k) == kind_of(v)) {
             return Ok(());
         }
         anyhow::bail!(
