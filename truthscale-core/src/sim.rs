@@ -292,10 +292,10 @@ impl SimGpu {
             Work::Prefill { batch, .. } => {
                 if finished {
                     // Only the prompts it computed: requests that arrived during it wait.
-                    let done = self.waiting.drain(..batch.min(self.waiting.len()));
-                    let done: Vec<Request> = done.collect();
-                    self.prompt_tokens_done += done.iter().map(|r| r.prompt).sum::<f64>();
-                    self.running.extend(done);
+                    let done = batch.min(self.waiting.len());
+                    let prompts: f64 = self.waiting.iter().take(done).map(|r| r.prompt).sum();
+                    self.prompt_tokens_done += prompts;
+                    self.running.extend(self.waiting.drain(..done));
                     self.work = Work::Idle;
                 }
                 (self.prefill_tick(), Workload::Prefill)
